@@ -1,0 +1,121 @@
+"""Reading and writing graphs: placer-graph/1 JSON, and exported ``.pt2`` files.
+
+>>> import tempfile, os
+>>> from graphs.ir import OpGraph
+>>> g = OpGraph.from_edges(["a", "b"], [("a", "b", 8)], flops=[1.0, 2.0])
+>>> path = os.path.join(tempfile.mkdtemp(), "g.json")
+>>> save(g, path)
+>>> load(path).content_hash == g.content_hash
+True
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import os
+from typing import Any
+
+import numpy as np
+
+from graphs.errors import GraphFormatError, PlacerError
+from graphs.ir import FORMAT, OpGraph, _hash_doc
+
+_OP_KEYS = ("name", "type", "shapes", "dtypes", "out_bytes", "param_bytes", "buffer_bytes", "flops", "module", "params")
+
+
+def save(graph: OpGraph, path: str | os.PathLike) -> None:
+    """Write ``graph`` as placer-graph/1 JSON (gzip-compressed if the name ends in ``.gz``)."""
+    doc = graph.to_dict()
+    doc["hash"] = graph.content_hash
+    text = json.dumps(doc, separators=(",", ":"), allow_nan=False)
+    path = os.fspath(path)
+    tmp = path + ".tmp"
+    opener = gzip.open if path.endswith(".gz") else open
+    with opener(tmp, "wt") as f:
+        f.write(text)
+    os.replace(tmp, path)  # never leave a half-written graph behind
+
+
+def load(path: str | os.PathLike, *, verify_hash: bool = True) -> OpGraph:
+    """Read a graph from a placer-graph/1 JSON file or an exported ``.pt2`` program.
+
+    Raises :class:`GraphFormatError` (a :class:`PlacerError`) with the file name
+    and the problem for anything malformed.
+    """
+    path = os.fspath(path)
+    if not os.path.exists(path):
+        raise PlacerError(f"{path}: no such file")
+    if path.endswith(".pt2"):
+        from graphs.torch_capture import capture_pt2
+
+        return capture_pt2(path)
+    try:
+        opener = gzip.open if path.endswith(".gz") else open
+        with opener(path, "rt") as f:
+            doc = json.load(f)
+    except json.JSONDecodeError as e:
+        raise GraphFormatError(f"{path}: not valid JSON ({e.msg} at line {e.lineno} column {e.colno}); truncated?") from None
+    except (OSError, UnicodeDecodeError, EOFError) as e:
+        raise GraphFormatError(f"{path}: cannot read ({e})") from None
+    return from_dict(doc, source=path, verify_hash=verify_hash)
+
+
+def from_dict(doc: Any, *, source: str = "graph", verify_hash: bool = True) -> OpGraph:
+    """Build an OpGraph from a parsed placer-graph/1 document."""
+    if not isinstance(doc, dict):
+        raise GraphFormatError(f"{source}: expected a JSON object at top level")
+    fmt = doc.get("format")
+    if fmt != FORMAT:
+        raise GraphFormatError(f"{source}: format is {fmt!r}, expected {FORMAT!r}")
+    ops, edges = doc.get("ops"), doc.get("edges")
+    if not isinstance(ops, dict) or not isinstance(edges, dict):
+        raise GraphFormatError(f"{source}: missing 'ops' or 'edges' table")
+    for k in _OP_KEYS:
+        if not isinstance(ops.get(k), list):
+            raise GraphFormatError(f"{source}: ops.{k} is missing or not a list")
+    for k in ("src", "dst", "bytes"):
+        if not isinstance(edges.get(k), list):
+            raise GraphFormatError(f"{source}: edges.{k} is missing or not a list")
+    n = len(ops["name"])
+    for k in _OP_KEYS:
+        if len(ops[k]) != n:
+            raise GraphFormatError(f"{source}: ops.{k} has {len(ops[k])} entries but there are {n} ops")
+    try:
+        profile = {
+            str(kind): {c: np.array([np.nan if x is None else x for x in arr], dtype=np.float64) for c, arr in cols.items()}
+            for kind, cols in (doc.get("profile") or {}).items()
+        }
+        graph = OpGraph(
+            names=[str(x) for x in ops["name"]],
+            op_types=[str(x) for x in ops["type"]],
+            out_shapes=ops["shapes"],
+            out_dtypes=ops["dtypes"],
+            out_bytes=np.array(ops["out_bytes"], dtype=np.int64),
+            param_bytes=np.array(ops["param_bytes"], dtype=np.int64),
+            buffer_bytes=np.array(ops["buffer_bytes"], dtype=np.int64),
+            flops=np.array(ops["flops"], dtype=np.float64),
+            module_paths=[str(x) for x in ops["module"]],
+            params=ops["params"],
+            edge_src=np.array(edges["src"], dtype=np.int64),
+            edge_dst=np.array(edges["dst"], dtype=np.int64),
+            edge_bytes=np.array(edges["bytes"], dtype=np.int64),
+            profile=profile,
+            name=str(doc.get("name", "")),
+            meta=dict(doc.get("meta") or {}),
+        )
+    except GraphFormatError as e:
+        msg = str(e)
+        prefix = msg.split(":", 1)[0]
+        raise GraphFormatError(f"{source}: {msg[len(prefix) + 2:] if ':' in msg else msg}") from None
+    except (TypeError, ValueError, AttributeError) as e:
+        raise GraphFormatError(f"{source}: a column has the wrong type ({e})") from None
+    if verify_hash and "hash" in doc:
+        actual = _hash_doc({k: v for k, v in doc.items() if k != "hash"})
+        if actual != doc["hash"]:
+            raise GraphFormatError(
+                f"{source}: content hash mismatch (file says {doc['hash']}, content is {actual}); "
+                "the file was edited or damaged"
+            )
+        graph.__dict__["content_hash"] = actual
+    return graph

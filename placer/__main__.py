@@ -1,0 +1,5 @@
+import sys
+
+from placer.cli import main
+
+sys.exit(main())

@@ -1,0 +1,66 @@
+"""Heuristic placement baselines: a registry ``name -> function``.
+
+Each baseline lives in its own module of this package and registers itself with
+:func:`register`; every module here is imported on first use. A baseline is
+``fn(graph, cluster, **options) -> np.ndarray`` of device indices per op (into
+``cluster.device_names``); :func:`place` wraps it into a :class:`placer.Placement`.
+"""
+
+from __future__ import annotations
+
+import importlib
+import pkgutil
+from typing import Any, Callable
+
+import numpy as np
+
+from graphs import OpGraph, PlacerError
+from placer.placement import Placement
+
+BaselineFn = Callable[..., np.ndarray]
+_REGISTRY: dict[str, BaselineFn] = {}
+_loaded = False
+
+
+def register(name: str) -> Callable[[BaselineFn], BaselineFn]:
+    """Decorator: make ``fn`` available as ``place(name, ...)``."""
+
+    def deco(fn: BaselineFn) -> BaselineFn:
+        _REGISTRY[name] = fn
+        return fn
+
+    return deco
+
+
+def _load_all() -> None:
+    global _loaded
+    if _loaded:
+        return
+    for info in pkgutil.iter_modules(__path__):
+        if not info.name.startswith("_"):
+            importlib.import_module(f"{__name__}.{info.name}")
+    _loaded = True
+
+
+def names() -> list[str]:
+    """Registered baseline names, in registration order."""
+    _load_all()
+    return list(_REGISTRY)
+
+
+def get(name: str) -> BaselineFn:
+    _load_all()
+    try:
+        return _REGISTRY[name]
+    except KeyError:
+        raise PlacerError(f"unknown placement method {name!r} (known: {', '.join(_REGISTRY)})") from None
+
+
+def place(name: str, graph: OpGraph, cluster: Any, **options: Any) -> Placement:
+    """Run baseline ``name`` on ``graph`` for ``cluster`` and return a Placement."""
+    fn = get(name)
+    idx = fn(graph, cluster, **options)
+    return Placement.from_indices(
+        graph, cluster.device_names, idx, cluster=getattr(cluster, "name", ""), method=name,
+        meta={k: v for k, v in options.items() if isinstance(v, (int, float, str, bool))},
+    )
