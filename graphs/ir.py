@@ -8,7 +8,7 @@ lazily and cached, so walking a 100,000-op graph costs a few array reads.
 Example:
     >>> g = OpGraph.from_edges(["a", "b", "c"], [("a", "b", 8), ("b", "c", 8)],
     ...                        flops=[1.0, 2.0, 3.0])
-    >>> g.num_ops, g.num_edges, list(g.successors(0))
+    >>> g.num_ops, g.num_edges, g.successors(0).tolist()
     (3, 2, [1])
 """
 
