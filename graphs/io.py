@@ -111,7 +111,7 @@ def from_dict(doc: Any, *, source: str = "graph", verify_hash: bool = True) -> O
     except (TypeError, ValueError, AttributeError) as e:
         raise GraphFormatError(f"{source}: a column has the wrong type ({e})") from None
     if verify_hash and "hash" in doc:
-        actual = _hash_doc({k: v for k, v in doc.items() if k != "hash"})
+        actual = _hash_doc(doc)
         if actual != doc["hash"]:
             raise GraphFormatError(
                 f"{source}: content hash mismatch (file says {doc['hash']}, content is {actual}); "

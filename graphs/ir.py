@@ -288,7 +288,12 @@ class OpGraph:
 
     @cached_property
     def content_hash(self) -> str:
-        """sha256 of the canonical JSON document (hex, 16 chars)."""
+        """sha256 of the canonical JSON document (hex, 16 chars).
+
+        The hash covers the ops and edges only: ``profile`` and ``meta`` are left
+        out, so a placement made for a graph stays valid after the graph is
+        profiled (timings added) or relabelled.
+        """
         return _hash_doc(self.to_dict())
 
     def invalidate(self) -> None:
@@ -373,7 +378,11 @@ class OpGraph:
 
 
 # ---------------------------------------------------------------------- helpers
+_UNHASHED_KEYS = ("hash", "profile", "meta", "name")
+
+
 def _hash_doc(doc: dict[str, Any]) -> str:
+    doc = {k: v for k, v in doc.items() if k not in _UNHASHED_KEYS}
     text = json.dumps(doc, sort_keys=True, separators=(",", ":"), allow_nan=False)
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
