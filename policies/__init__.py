@@ -1,0 +1,18 @@
+"""Neural placement policies: a registry ``name -> class``.
+
+Every policy is an ``nn.Module`` built as ``cls(graph, num_devices, **options)``
+with ``sample(k) -> PolicySample``, ``log_prob(actions)``, ``greedy()`` and
+``imitation_loss(op_devices)``; see :mod:`policies.seq2seq`.
+"""
+
+from __future__ import annotations
+
+from policies.hierarchical import HierarchicalPolicy
+from policies.seq2seq import PolicySample, Seq2SeqPolicy
+
+POLICIES: dict[str, type] = {
+    Seq2SeqPolicy.name: Seq2SeqPolicy,
+    HierarchicalPolicy.name: HierarchicalPolicy,
+}
+
+__all__ = ["POLICIES", "PolicySample", "Seq2SeqPolicy", "HierarchicalPolicy"]

@@ -1,0 +1,140 @@
+"""The HDP policy (Mirhoseini et al., ICLR 2018): a learned grouper feeding a seq2seq placer.
+
+The grouper is a feed-forward network (one hidden layer of 64 units) that maps
+each op's features to a softmax over ``num_groups`` groups. One grouping is
+sampled per training step; each group is embedded as (op-type fractions, summed
+output bytes / FLOPs / size, bytes sent to every other group), groups are read
+in the order of their mean topological position, and the seq2seq placer samples
+K device sequences over them. The joint log-probability of a sample is
+``log p(grouping) + log p(devices | grouping)``: grouper and placer are trained
+together by the same policy gradient.
+
+>>> from graphs.synthetic import random_dag
+>>> p = HierarchicalPolicy(random_dag(40, seed=0), 3, num_groups=8, hidden=16)
+>>> p.sample(2).op_devices.shape
+(2, 40)
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import torch
+from torch import nn
+
+from graphs import OpGraph
+from policies.features import featurize, group_features
+from policies.seq2seq import PolicySample, Seq2SeqPlacer
+
+
+class HierarchicalPolicy(nn.Module):
+    """Grouper (per-op MLP -> softmax over groups) + seq2seq placer over groups.
+
+    Args:
+        graph: the op graph to place.
+        num_devices: number of devices of the cluster.
+        num_groups: groups the grouper may use (HDP's code default:
+            ``min(256, 20 * num_devices)``; ``max_groups`` is accepted as an alias).
+        grouper_hidden: hidden units of the grouper (64 in the paper).
+        hidden, layers, temperature, tanh_c: the placer's, as in ``Seq2SeqPolicy``.
+    """
+
+    name = "hierarchical"
+
+    def __init__(
+        self,
+        graph: OpGraph,
+        num_devices: int,
+        *,
+        num_groups: int | None = None,
+        max_groups: int | None = None,
+        grouper_hidden: int = 64,
+        hidden: int = 64,
+        layers: int = 1,
+        temperature: float = 10.0,
+        tanh_c: float = 5.0,
+        **_: Any,
+    ) -> None:
+        super().__init__()
+        g = num_groups or max_groups or min(256, 20 * num_devices)
+        self.num_groups = max(1, min(int(g), graph.num_ops))
+        self.num_ops = graph.num_ops
+        self.num_devices = num_devices
+        self.graph = graph
+        feats = featurize(graph)
+        self.vocab_size = len(feats.vocab)
+        self._type_ids_np = feats.type_ids
+        self.register_buffer("type_ids", torch.from_numpy(feats.type_ids), persistent=False)
+        self.register_buffer("dense", torch.from_numpy(feats.dense), persistent=False)
+        self.type_embed = nn.Embedding(max(self.vocab_size, 1), 16)
+        self.grouper = nn.Sequential(
+            nn.Linear(16 + feats.dense_dim, grouper_hidden), nn.ReLU(), nn.Linear(grouper_hidden, self.num_groups)
+        )
+        in_dim = self.vocab_size + 3 + self.num_groups
+        self.placer = Seq2SeqPlacer(in_dim, num_devices, hidden=hidden, layers=layers, temperature=temperature, tanh_c=tanh_c)
+
+    # ---------------------------------------------------------------- helpers
+    def _group_logp(self) -> torch.Tensor:
+        x = torch.cat([self.type_embed(self.type_ids), self.dense], dim=1)
+        return torch.log_softmax(self.grouper(x), dim=1)  # [N, G]
+
+    def _group_inputs(self, groups: np.ndarray) -> tuple[torch.Tensor, np.ndarray]:
+        """Placer input rows (in placement order) and that order (group ids)."""
+        n, gcount = self.num_ops, self.num_groups
+        pos = np.bincount(groups, weights=np.arange(n, dtype=np.float64), minlength=gcount)
+        size = np.bincount(groups, minlength=gcount)
+        mean_pos = np.where(size > 0, pos / np.maximum(size, 1), n + np.arange(gcount))  # empty groups last
+        order = np.argsort(mean_pos, kind="stable")
+        feats = group_features(self.graph, groups, gcount, self._type_ids_np, self.vocab_size)
+        return torch.from_numpy(feats[order]).to(self.dense.device), order
+
+    def _to_ops(self, groups: np.ndarray, order: np.ndarray, devices: np.ndarray) -> np.ndarray:
+        """Devices in placement order [K, G] -> devices per op [K, N]."""
+        rank = np.empty_like(order)
+        rank[order] = np.arange(len(order))
+        return np.asarray(devices, dtype=np.int32)[:, rank[groups]]
+
+    # ------------------------------------------------------------- interface
+    def sample(self, k: int, *, generator: torch.Generator | None = None) -> PolicySample:
+        """One grouping sample x K placement samples; log-probs are joint."""
+        logp_g = self._group_logp()
+        groups_t = torch.multinomial(logp_g.exp(), 1, generator=generator).squeeze(1)
+        groups = groups_t.cpu().numpy()
+        grouping_logp = logp_g.gather(1, groups_t.unsqueeze(1)).sum()
+        grouping_ent = -(logp_g.exp() * logp_g).sum(dim=1).mean()
+        x, order = self._group_inputs(groups)
+        d = self.placer.decode(x, k, generator=generator)
+        actions = {"groups": groups_t, "devices": d.actions}
+        return PolicySample(actions, d.log_prob + grouping_logp, d.entropy + grouping_ent, self._to_ops(groups, order, d.actions.cpu().numpy()))
+
+    def log_prob(self, actions: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
+        """Joint log-probability and entropy of given groupings+placements."""
+        logp_g = self._group_logp()
+        groups_t = actions["groups"]
+        x, _ = self._group_inputs(groups_t.cpu().numpy())
+        d = self.placer.decode(x, actions=actions["devices"])
+        grouping_logp = logp_g.gather(1, groups_t.unsqueeze(1)).sum()
+        grouping_ent = -(logp_g.exp() * logp_g).sum(dim=1).mean()
+        return d.log_prob + grouping_logp, d.entropy + grouping_ent
+
+    @torch.no_grad()
+    def greedy(self) -> np.ndarray:
+        """Most likely grouping, then the most likely placement of its groups."""
+        groups = self._group_logp().argmax(dim=1).cpu().numpy()
+        x, order = self._group_inputs(groups)
+        d = self.placer.decode(x, 1, greedy=True)
+        return self._to_ops(groups, order, d.actions.cpu().numpy())[0]
+
+    def imitation_loss(self, op_devices: np.ndarray) -> torch.Tensor:
+        """NLL of a target: contiguous topological chunks as groups, each on its majority device."""
+        n, gcount = self.num_ops, self.num_groups
+        groups = (np.arange(n) * gcount) // max(n, 1)
+        votes = np.zeros((gcount, self.num_devices))
+        np.add.at(votes, (groups, np.asarray(op_devices, dtype=np.int64)), 1.0)
+        x, order = self._group_inputs(groups)
+        target = torch.as_tensor(votes.argmax(axis=1)[order], device=self.dense.device).unsqueeze(0)
+        groups_t = torch.as_tensor(groups, device=self.dense.device)
+        grouper_nll = -self._group_logp().gather(1, groups_t.unsqueeze(1)).mean()
+        placer_nll = -self.placer.decode(x, actions=target).log_prob.mean() / gcount
+        return grouper_nll + placer_nll
