@@ -21,6 +21,8 @@ _OP_TYPES = (
     "aten.sigmoid.default",
     "aten.cat.default",
 )
+_VIEW = _OP_TYPES.index("aten.view.default")
+_ADD = _OP_TYPES.index("aten.add.Tensor")
 
 
 def random_dag(
@@ -58,12 +60,16 @@ def random_dag(
     has_param = rng.random(n) < param_fraction
     param_bytes = np.where(has_param, np.exp(rng.uniform(np.log(4096), np.log(max_bytes), size=n)), 0).astype(np.int64) // 4 * 4
     types = rng.integers(0, len(_OP_TYPES), size=n)
+    # A view has exactly one tensor input in ATen: ops drawn as views that have
+    # several (or no) inputs become adds, so co-location sees realistic views.
+    indeg = np.bincount(dst, minlength=n)
+    types[(types == _VIEW) & (indeg != 1)] = _ADD
     names = [f"op{i}" for i in range(n)]
     return OpGraph(
         names=names,
         op_types=[_OP_TYPES[t] for t in types],
         out_shapes=[[[int(b) // 4]] for b in out_bytes],
-        out_dtypes=[["float32"]] * n,
+        out_dtypes=[["float32"] for _ in range(n)],
         out_bytes=out_bytes,
         param_bytes=param_bytes,
         buffer_bytes=np.zeros(n, dtype=np.int64),
