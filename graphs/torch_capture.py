@@ -1,0 +1,305 @@
+"""Capture a model's forward pass with ``torch.export`` as an :class:`OpGraph`.
+
+The ops are the ``call_function`` nodes of the exported graph, in graph order (a
+topological order), named by their torch.export node names so a placement maps
+1:1 onto the program :func:`export_program` returns. Placeholders (parameters,
+buffers, user inputs) and the output node are not ops:
+
+- a parameter or buffer is *owned* by the first op that reads it (its bytes go in
+  ``param_bytes`` / ``buffer_bytes`` of that op, so the totals equal the model's
+  bytes, tied weights once); ``params[i]`` lists every FQN op ``i`` reads;
+- user inputs are listed in ``meta["inputs"]`` with the ops that consume them.
+
+Views and ``getitem`` keep their logical output size in ``out_bytes`` but have
+zero FLOPs; their names are listed in ``meta["alias_ops"]`` (they share memory with
+their input), ops that write into an input in ``meta["inplace_ops"]``. FLOPs come
+from :mod:`graphs.flops`. One forward is captured: the simulator models backward.
+
+Example:
+    >>> import torch
+    >>> g = capture(torch.nn.Linear(8, 16), (torch.randn(4, 8),))
+    >>> g.op_types, float(g.flops[0]), g.total_param_bytes
+    (['aten.linear.default'], 1024.0, 576)
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import logging
+import operator
+import os
+import sysconfig
+import traceback
+import warnings
+from typing import Any, Iterator
+
+import numpy as np
+import torch
+from torch.utils._pytree import tree_flatten, tree_map
+
+from graphs import flops as _flops
+from graphs.errors import CaptureError, GraphFormatError
+from graphs.ir import OpGraph
+
+# Bump when the graph built from the same program changes (invalidates zoo caches).
+CAPTURE_VERSION = 1
+
+_TORCH_DIR = os.path.dirname(torch.__file__)
+_HERE = os.path.abspath(__file__)
+_STDLIB_DIR = os.path.abspath(sysconfig.get_paths()["stdlib"])
+
+
+# ------------------------------------------------------------------ export
+def export_program(model: torch.nn.Module, example_inputs: tuple, *, decompose: bool = False):
+    """The one ``torch.export`` call of the project; failures become :class:`CaptureError`.
+
+    Args:
+        model: the module; captured in its current train/eval mode.
+        example_inputs: positional inputs of one forward call.
+        decompose: lower to core ATen (``ep.run_decompositions()``), which unrolls
+            ``nn.LSTM`` over time and splits ``linear`` into ``permute`` + ``addmm``.
+    """
+    if not isinstance(model, torch.nn.Module):
+        raise CaptureError(f"capture failed: model is a {type(model).__name__}, not a torch.nn.Module")
+    if isinstance(example_inputs, list):
+        example_inputs = tuple(example_inputs)
+    elif not isinstance(example_inputs, tuple):
+        example_inputs = (example_inputs,)
+    with _quiet():
+        try:
+            ep = torch.export.export(model, example_inputs)
+        except Exception as e:
+            raise CaptureError(describe_failure(e)) from None
+        if decompose:
+            try:
+                ep = ep.run_decompositions()
+            except Exception as e:
+                raise CaptureError(describe_failure(e, stage="decomposition")) from None
+    return ep
+
+
+@contextlib.contextmanager
+def _quiet() -> Iterator[None]:
+    """Silence torch's logging and graph dumps while exporting (errors are re-raised)."""
+    logger = logging.getLogger("torch")
+    level = logger.level
+    logger.setLevel(logging.CRITICAL)
+    sink = io.StringIO()
+    try:
+        with contextlib.redirect_stdout(sink), contextlib.redirect_stderr(sink), warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            yield
+    finally:
+        logger.setLevel(level)
+
+
+def describe_failure(exc: BaseException, stage: str = "capture") -> str:
+    """One line naming the cause and the user's source line of an export failure.
+
+    >>> describe_failure(RuntimeError("boom\\nmore"))
+    'capture failed: RuntimeError (boom)'
+    """
+    text = str(exc).strip()
+    first = text.splitlines()[0] if text else type(exc).__name__
+    if len(first) > 200:
+        first = first[:197] + "..."
+    name = type(exc).__name__
+    if name.startswith("GuardOnDataDependent") or "data-dependent" in text or "data dependent" in text:
+        cause = "data-dependent control flow"
+    elif name == "UnsupportedOperatorException" or "Unsupported" in name or "not supported" in text:
+        cause = "unsupported operation"
+    else:
+        cause = name
+    where = _user_frame(exc)
+    loc = f" at {where}" if where else ""
+    if cause == name:
+        return f"{stage} failed: {name}{loc} ({first})"
+    return f"{stage} failed: {cause}{loc} ({name}: {first})"
+
+
+def _user_frame(exc: BaseException) -> str:
+    """``file.py:line`` of the innermost traceback frame outside torch and this module."""
+    best = ""
+    for frame in traceback.extract_tb(exc.__traceback__):
+        path = os.path.abspath(frame.filename) if not frame.filename.startswith("<") else ""
+        skip = path.startswith((_TORCH_DIR, _STDLIB_DIR)) or path == _HERE or "/site-packages/" in path
+        if not path or skip:
+            continue
+        best = f"{os.path.basename(path)}:{frame.lineno}"
+    return best
+
+
+# ------------------------------------------------------------------ program -> graph
+def graph_from_program(ep, name: str = "") -> OpGraph:
+    """Build the :class:`OpGraph` of an ``ExportedProgram`` (see the module docstring)."""
+    sig = ep.graph_signature
+    params = dict(sig.inputs_to_parameters)
+    buffers = dict(sig.inputs_to_buffers)
+    buffers.update(getattr(sig, "inputs_to_lifted_tensor_constants", {}) or {})
+    user_inputs = set(sig.user_inputs)
+
+    index: dict[str, int] = {}
+    names, op_types, shapes, dtypes, module_paths, reads = [], [], [], [], [], []
+    out_bytes, flops_col, param_bytes, buffer_bytes = [], [], [], []
+    src, dst, ebytes = [], [], []
+    alias_ops, inplace_ops = [], []
+    owned: set[str] = set()
+    input_consumers: dict[str, list[str]] = {}
+    placeholder_bytes: dict[str, int] = {}
+
+    for node in ep.graph.nodes:
+        if node.op == "placeholder":
+            placeholder_bytes[node.name] = _nbytes(node.meta.get("val"))
+            continue
+        if node.op != "call_function":
+            continue
+        i = len(names)
+        index[node.name] = i
+        val = node.meta.get("val")
+        tensors = [t for t in tree_flatten(val)[0] if isinstance(t, torch.Tensor)]
+        names.append(node.name)
+        op_types.append(_flops.op_type(node.target))
+        shapes.append([[int(d) for d in t.shape] for t in tensors])
+        dtypes.append([str(t.dtype).removeprefix("torch.") for t in tensors])
+        out_bytes.append(sum(_nbytes(t) for t in tensors))
+        module_paths.append(_module_path(node))
+        if _flops.is_alias(node.target):
+            alias_ops.append(node.name)
+        if _flops.is_inplace(node.target):
+            inplace_ops.append(node.name)
+        try:
+            flops_col.append(_node_flops(node))
+        except Exception as e:  # a formula that cannot handle this call: name the node
+            raise CaptureError(f"capture failed: cannot count FLOPs of node {node.format_node()} ({e})") from None
+
+        own_p = own_b = 0
+        fqns: list[str] = []
+        for arg in node.all_input_nodes:
+            if arg.op == "placeholder":
+                fqn = params.get(arg.name) or buffers.get(arg.name)
+                if fqn is None:
+                    if arg.name in user_inputs:
+                        input_consumers.setdefault(arg.name, []).append(node.name)
+                    continue
+                fqns.append(fqn)
+                if fqn not in owned:
+                    owned.add(fqn)
+                    if arg.name in params:
+                        own_p += placeholder_bytes[arg.name]
+                    else:
+                        own_b += placeholder_bytes[arg.name]
+            elif arg.name in index:
+                src.append(index[arg.name])
+                dst.append(i)
+                ebytes.append(_edge_bytes(arg, node))
+        param_bytes.append(own_p)
+        buffer_bytes.append(own_b)
+        reads.append(fqns)
+
+    meta = {
+        "inputs": [
+            {
+                "name": n.name,
+                "shape": [int(d) for d in n.meta["val"].shape] if isinstance(n.meta.get("val"), torch.Tensor) else [],
+                "bytes": placeholder_bytes.get(n.name, 0),
+                "consumers": input_consumers.get(n.name, []),
+            }
+            for n in ep.graph.nodes
+            if n.op == "placeholder" and n.name in user_inputs
+        ],
+        "alias_ops": alias_ops,
+        "inplace_ops": inplace_ops,
+        "unused_params": sorted(set(params.values()) - owned),
+        "capture_version": CAPTURE_VERSION,
+        "torch": torch.__version__,
+    }
+    return OpGraph(
+        names=names,
+        op_types=op_types,
+        out_shapes=shapes,
+        out_dtypes=dtypes,
+        out_bytes=np.asarray(out_bytes, dtype=np.int64),
+        param_bytes=np.asarray(param_bytes, dtype=np.int64),
+        buffer_bytes=np.asarray(buffer_bytes, dtype=np.int64),
+        flops=np.asarray(flops_col, dtype=np.float64),
+        module_paths=module_paths,
+        params=reads,
+        edge_src=np.asarray(src, dtype=np.int64),
+        edge_dst=np.asarray(dst, dtype=np.int64),
+        edge_bytes=np.asarray(ebytes, dtype=np.int64),
+        name=name,
+        meta=meta,
+    )
+
+
+def _nbytes(val: Any) -> int:
+    if isinstance(val, torch.Tensor):
+        return int(val.numel()) * val.element_size()
+    if isinstance(val, (list, tuple)):
+        return sum(_nbytes(v) for v in val)
+    return 0
+
+
+def _edge_bytes(producer: torch.fx.Node, consumer: torch.fx.Node) -> int:
+    """Bytes the consumer reads from the producer: one element for ``getitem``."""
+    val = producer.meta.get("val")
+    if consumer.target is operator.getitem and isinstance(val, (list, tuple)):
+        return _nbytes(consumer.meta.get("val"))
+    return _nbytes(val)
+
+
+def _module_path(node: torch.fx.Node) -> str:
+    stack = node.meta.get("nn_module_stack") or {}
+    if not stack:
+        return ""
+    path = list(stack.values())[-1][0]
+    return path if isinstance(path, str) else ""
+
+
+def _node_flops(node: torch.fx.Node) -> float:
+    def val(x: Any) -> Any:
+        return x.meta.get("val") if isinstance(x, torch.fx.Node) else x
+
+    args, kwargs = tree_map(val, (node.args, node.kwargs))
+    return _flops.op_flops(node.target, args, kwargs, node.meta.get("val"))
+
+
+# ------------------------------------------------------------------ entry points
+def capture(model: torch.nn.Module, example_inputs: tuple, *, decompose: bool = False, name: str = "") -> OpGraph:
+    """Export one forward of ``model`` on ``example_inputs`` and build its :class:`OpGraph`.
+
+    Raises:
+        CaptureError: the model cannot be exported; the message names the cause
+            and the user's source line.
+    """
+    ep = export_program(model, example_inputs, decompose=decompose)
+    graph = graph_from_program(ep, name=name or type(model).__name__)
+    graph.meta["decomposed"] = bool(decompose)
+    graph.invalidate()
+    return graph
+
+
+def capture_pt2(path: str | os.PathLike, *, decompose: bool = False) -> OpGraph:
+    """The :class:`OpGraph` of a program saved with ``torch.export.save``."""
+    path = os.fspath(path)
+    try:
+        with _quiet():
+            ep = torch.export.load(path)
+    except Exception as e:
+        raise GraphFormatError(f"{path}: not a loadable torch.export program ({type(e).__name__}: {_first_line(e)})") from None
+    if decompose:
+        with _quiet():
+            try:
+                ep = ep.run_decompositions()
+            except Exception as e:
+                raise CaptureError(f"{path}: {describe_failure(e, stage='decomposition')}") from None
+    graph = graph_from_program(ep, name=os.path.splitext(os.path.basename(path))[0])
+    graph.meta["decomposed"] = bool(decompose)
+    graph.invalidate()
+    return graph
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return (text.splitlines()[0] if text else "")[:200]

@@ -1,0 +1,182 @@
+"""Capture from PyTorch: shapes, bytes, FLOPs against hand counts, errors."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from torch import nn
+
+import graphs
+from graphs import CaptureError, GraphFormatError
+from graphs.torch_capture import capture, export_program, graph_from_program
+
+B, IN, OUT = 4, 8, 16
+
+
+def op(graph, op_type: str) -> int:
+    hits = [i for i, t in enumerate(graph.op_types) if t == op_type]
+    assert len(hits) == 1, (op_type, graph.op_types)
+    return hits[0]
+
+
+@pytest.mark.parametrize("decompose", [False, True])
+def test_linear_flops_bytes_shapes(decompose):
+    g = capture(nn.Linear(IN, OUT), (torch.randn(B, IN),), decompose=decompose)
+    assert g.total_flops == 2 * B * IN * OUT
+    assert g.total_param_bytes == (IN * OUT + OUT) * 4
+    assert g.out_shapes[-1] == [[B, OUT]] and g.out_dtypes[-1] == ["float32"]
+    assert g.out_bytes[-1] == B * OUT * 4
+    assert sorted(sum(g.params, [])) == ["bias", "weight"]
+
+
+@pytest.mark.parametrize("decompose", [False, True])
+def test_conv_flops(decompose):
+    model = nn.Conv2d(3, 8, kernel_size=3, padding=1, bias=False)
+    g = capture(model, (torch.randn(2, 3, 16, 16),), decompose=decompose)
+    i = op(g, "aten.convolution.default" if decompose else "aten.conv2d.default")
+    # 2 FLOPs per multiply-add; each output element sums Cin * 3 * 3 products.
+    assert g.flops[i] == 2 * 2 * 8 * 16 * 16 * 3 * 3 * 3
+    assert g.out_shapes[i] == [[2, 8, 16, 16]]
+    assert g.param_bytes[i] == 8 * 3 * 3 * 3 * 4
+
+
+class Tied(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.emb = nn.Embedding(10, IN)
+        self.head = nn.Linear(IN, 10, bias=False)
+        self.head.weight = self.emb.weight  # tied, as in language models
+
+    def forward(self, tokens):
+        return self.head(self.emb(tokens)).sum()
+
+
+def test_tied_weight_counted_once():
+    g = capture(Tied(), (torch.randint(0, 10, (B,)),))
+    assert g.total_param_bytes == 10 * IN * 4
+    emb, lin = op(g, "aten.embedding.default"), op(g, "aten.linear.default")
+    assert g.param_bytes[emb] == 10 * IN * 4 and g.param_bytes[lin] == 0
+    assert g.params[emb] == g.params[lin]  # one FQN for the shared tensor
+    assert g.params[emb][0] in ("emb.weight", "head.weight")
+
+
+class Block(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = nn.Linear(IN, 2 * IN)
+        self.bn = nn.BatchNorm1d(2 * IN)
+
+    def forward(self, x):
+        a, b = self.bn(self.fc(x)).chunk(2, dim=1)
+        return (a * b).view(-1).sum()
+
+
+def test_edges_views_buffers_and_module_paths():
+    g = capture(Block(), (torch.randn(B, IN),))
+    types = g.op_types
+    chunk, mul, view = op(g, "aten.chunk.default"), op(g, "aten.mul.Tensor"), op(g, "aten.view.default")
+    assert g.flops[chunk] == g.flops[view] == 0  # views are free ...
+    assert g.out_bytes[view] == B * IN * 4  # ... but keep their logical size
+    assert {"chunk", "view"} <= set(g.meta["alias_ops"])
+    getitems = [i for i, t in enumerate(types) if t == "getitem"]
+    assert len(getitems) == 2 and all(g.flops[i] == 0 for i in getitems)
+    # chunk -> getitem edges carry one half each; getitem -> mul the same half.
+    for i in getitems:
+        assert g.predecessors(i).tolist() == [chunk]
+    half = B * IN * 4
+    edge_bytes = {(int(s), int(d)): int(b) for s, d, b in zip(g.edge_src, g.edge_dst, g.edge_bytes)}
+    assert all(edge_bytes[(chunk, i)] == half and edge_bytes[(i, mul)] == half for i in getitems)
+    assert g.flops[mul] == B * IN  # elementwise estimate: one FLOP per element
+    bn = op(g, "aten.batch_norm.default")
+    assert g.module_paths[bn] == "bn" and g.module_paths[op(g, "aten.linear.default")] == "fc"
+    assert g.buffer_bytes.sum() == (2 * 2 * IN) * 4 + 8  # running mean/var + num_batches_tracked
+    assert g.meta["inputs"][0]["shape"] == [B, IN] and g.meta["inputs"][0]["consumers"] == ["linear"]
+
+
+def test_capture_is_deterministic_and_meta_device_matches():
+    torch.manual_seed(0)
+    x = (torch.randn(B, IN),)
+    h1 = capture(Block(), x).content_hash
+    h2 = capture(Block(), x).content_hash
+    with torch.device("meta"):
+        meta_model = Block()
+    h3 = capture(meta_model, (torch.empty(B, IN, device="meta"),)).content_hash
+    assert h1 == h2 == h3
+
+
+def test_sdpa_and_matmul_flops():
+    class Attn(nn.Module):
+        def forward(self, q, k, v):
+            return nn.functional.scaled_dot_product_attention(q, k, v) @ torch.ones(16, 3)
+
+    q = torch.randn(2, 4, 32, 16)
+    g = capture(Attn(), (q, q, q))
+    sdpa = op(g, "aten.scaled_dot_product_attention.default")
+    assert g.flops[sdpa] == 4 * 2 * 4 * 32 * 32 * 16  # QK^T and PV, 2 FLOPs per MAC
+    mm = op(g, "aten.matmul.default")
+    assert g.flops[mm] == 2 * 2 * 4 * 32 * 16 * 3
+
+
+def test_lstm_flops_formula_matches_decomposition():
+    model = nn.LSTM(IN, OUT, num_layers=2)
+    x = (torch.randn(5, B, IN),)
+    whole = capture(model, x)
+    i = op(whole, "aten.lstm.input")
+    matmul = sum(5 * 2 * B * 4 * OUT * (n_in + OUT) for n_in in (IN, OUT))
+    assert whole.flops[i] > matmul
+    unrolled = capture(model, x, decompose=True)
+    assert unrolled.num_ops > 5 * 2 * 5  # unrolled over time and layers
+    mm_flops = sum(f for f, t in zip(unrolled.flops, unrolled.op_types) if "mm" in t)
+    assert mm_flops == matmul
+    assert unrolled.total_flops == pytest.approx(whole.flops[i], rel=0.35)
+
+
+def test_json_round_trip(tmp_path):
+    g = capture(Block(), (torch.randn(B, IN),), name="block")
+    graphs.save(g, tmp_path / "g.json")
+    back = graphs.load(tmp_path / "g.json")
+    assert back.content_hash == g.content_hash and back.names == g.names
+
+
+def test_pt2_load(tmp_path):
+    ep = export_program(Block(), (torch.randn(B, IN),))
+    torch.export.save(ep, tmp_path / "block.pt2")
+    g = graphs.load(tmp_path / "block.pt2")
+    ref = graph_from_program(ep, name="block")
+    assert g.names == ref.names and np.array_equal(g.flops, ref.flops)
+    assert g.name == "block" and g.total_param_bytes == ref.total_param_bytes
+
+
+def test_bad_pt2_is_one_line(tmp_path):
+    bad = tmp_path / "bad.pt2"
+    bad.write_bytes(b"not a zip")
+    with pytest.raises(GraphFormatError, match="bad.pt2: not a loadable torch.export program") as e:
+        graphs.load(bad)
+    assert "\n" not in str(e.value)
+
+
+class DataDependent(nn.Module):
+    def forward(self, x):
+        if x.sum() > 0:  # the line the error must name
+            return x * 2
+        return x
+
+
+def test_data_dependent_control_flow_is_named():
+    with pytest.raises(CaptureError) as e:
+        capture(DataDependent(), (torch.randn(3),))
+    msg = str(e.value)
+    assert "\n" not in msg and len(msg) < 400
+    assert msg.startswith("capture failed: data-dependent control flow at test_capture.py:")
+    line = DataDependent.forward.__code__.co_firstlineno + 1
+    assert f"test_capture.py:{line} " in msg
+
+
+def test_model_errors_are_one_line(capsys):
+    with pytest.raises(CaptureError, match="not a torch.nn.Module"):
+        capture(lambda x: x, (torch.randn(2),))
+    with pytest.raises(CaptureError, match=r"capture failed: RuntimeError .*same reduction dim") as e:
+        capture(nn.Linear(3, 4), (torch.randn(2, 5),))
+    assert "\n" not in str(e.value)
+    assert capsys.readouterr().err == ""  # torch's logs and graph dumps are silenced
