@@ -1,0 +1,309 @@
+"""Run an exported training step on real torch devices, one device per op.
+
+This is the machinery behind :func:`placer.apply` and the Ray measurement
+harness (``envs.measured``): it lives in ``envs`` because the harness needs it
+and imports flow ``graphs <- envs <- placer``.
+
+:func:`place_module` is a small pass over the unlifted ``torch.fx`` graph of an
+``ExportedProgram`` (``ep.module()``), so the node names are the export's node
+names, i.e. ``OpGraph.names``:
+
+* every placed ``call_function`` node runs on its device: a ``device=`` keyword
+  (factory ops such as ``aten.ones``) is rewritten to it, and each tensor argument
+  produced on another logical device is copied there by one inserted
+  ``_to_device`` node per (tensor, device), shared by all consumers on that device;
+* a parameter or buffer lives on the device of its first consumer (the op that
+  "owns" it in ``OpGraph.param_bytes``); other consumers read a differentiable
+  ``.to()`` copy, so gradients flow back into the one master tensor;
+* an op that writes into a copied tensor in place (``add_``, the running
+  statistics of ``aten.batch_norm``) is followed by a write-back into the master,
+  and stale copies of a written tensor are never reused;
+* user inputs are copied once per consumer device, straight from where the caller
+  passes them; outputs stay on the device of the op that produced them;
+* nodes the export adds that are not ops of the graph (``copy_`` write-backs of
+  mutated buffers after decomposition) run on the device of their first argument.
+
+Transfers are decided on *logical* devices, so a map of every logical device to
+``cpu`` still builds (and tests) every cross-device copy, as no-op copies.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from collections.abc import Iterable, Mapping
+from typing import Any, Callable
+
+import torch
+import torch.fx as fx
+from torch import nn
+
+from graphs import PlacerError
+
+MOVE_META = "placer_transfer"  # node.meta key on inserted copies: (source node name, logical device)
+DEVICE_META = "placer_device"  # node.meta key: the logical device a node runs on
+WRITEBACK_META = "placer_writeback"  # node.meta key on inserted write-backs: master node name
+
+# Composite ops that write into arguments without saying so in their schema:
+# schema name -> positions of the written arguments (when training).
+_HIDDEN_WRITES: dict[str, tuple[int, ...]] = {
+    "aten::batch_norm": (3, 4),
+    "aten::instance_norm": (3, 4),
+}
+
+_LOGICAL_RE = re.compile(r"^(cpu|gpu):(\d+)$")
+
+
+# ----------------------------------------------------------------- device maps
+def parse_device_map(text: str) -> dict[str, str]:
+    """Parse ``"gpu:0=cuda:1,*=cpu"`` into ``{"gpu:0": "cuda:1", "*": "cpu"}``.
+
+    >>> parse_device_map("gpu:0=cuda:1, *=cpu")
+    {'gpu:0': 'cuda:1', '*': 'cpu'}
+    """
+    out: dict[str, str] = {}
+    for item in filter(None, (part.strip() for part in text.split(","))):
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip() or not value.strip():
+            raise PlacerError(f"--device-map: {item!r} is not LOGICAL=TORCH_DEVICE (e.g. gpu:0=cuda:1 or *=cpu)")
+        out[key.strip()] = value.strip()
+    return out
+
+
+def resolve_devices(logical: Iterable[str], device_map: Mapping[str, str] | str | None = None) -> dict[str, torch.device]:
+    """Torch device of each logical device name.
+
+    Explicit entries of ``device_map`` win, then its ``"*"`` wildcard, then the
+    default ``gpu:i -> cuda:i``, ``cpu:i -> cpu``.
+
+    >>> resolve_devices(["cpu:0", "gpu:0", "gpu:1"], "gpu:1=cuda:0,*=cpu")
+    {'cpu:0': device(type='cpu'), 'gpu:0': device(type='cpu'), 'gpu:1': device(type='cuda', index=0)}
+    """
+    dmap = parse_device_map(device_map) if isinstance(device_map, str) else dict(device_map or {})
+    out: dict[str, torch.device] = {}
+    for name in logical:
+        if name in out:
+            continue
+        target = dmap.get(name, dmap.get("*"))
+        if target is None:
+            m = _LOGICAL_RE.match(name)
+            if not m:
+                raise PlacerError(f"device map: no torch device for logical device {name!r} (add {name}=... or *=...)")
+            target = "cpu" if m.group(1) == "cpu" else f"cuda:{m.group(2)}"
+        try:
+            out[name] = torch.device(target)
+        except (RuntimeError, ValueError):
+            raise PlacerError(f"device map: {target!r} (for {name!r}) is not a torch device") from None
+    return out
+
+
+# ------------------------------------------------------------------ transfers
+def _to_device(value: Any, device: str) -> Any:
+    """Copy a tensor (or a tuple/list of them) to ``device``; other values pass through."""
+    if isinstance(value, torch.Tensor):
+        return value.to(device)
+    if isinstance(value, (tuple, list)):
+        return type(value)(_to_device(v, device) for v in value)
+    return value
+
+
+def _write_back(master: torch.Tensor, copy: torch.Tensor) -> None:
+    """Copy an in-place update made on ``copy`` back into ``master`` (another device)."""
+    with torch.no_grad():
+        master.copy_(copy)
+
+
+def _written_args(node: fx.Node) -> list[fx.Node]:
+    """Node arguments that ``node`` mutates in place (from the op schema, plus known composites)."""
+    schema = getattr(node.target, "_schema", None)
+    if schema is None:
+        return []
+    written: list[Any] = []
+    for i, arg in enumerate(schema.arguments):
+        if arg.alias_info is not None and arg.alias_info.is_write:
+            written.append(node.args[i] if i < len(node.args) else node.kwargs.get(arg.name))
+    for i in _HIDDEN_WRITES.get(schema.name, ()):
+        if i < len(node.args):
+            written.append(node.args[i])
+    return [w for w in written if isinstance(w, fx.Node)]
+
+
+def _module_tensor(gm: nn.Module, fqn: str) -> Any:
+    obj: Any = gm
+    for part in fqn.split("."):
+        obj = getattr(obj, part)
+    return obj
+
+
+def _set_module_tensor(gm: nn.Module, fqn: str, value: torch.Tensor) -> None:
+    *path, leaf = fqn.split(".")
+    mod: Any = gm
+    for part in path:
+        mod = getattr(mod, part)
+    if isinstance(mod, nn.Module) and leaf in mod._parameters:
+        mod._parameters[leaf] = value  # type: ignore[assignment]
+    elif isinstance(mod, nn.Module) and leaf in mod._buffers:
+        mod._buffers[leaf] = value
+    else:
+        setattr(mod, leaf, value)
+
+
+def _moved(t: torch.Tensor, device: torch.device) -> torch.Tensor:
+    if t.device == device:
+        return t
+    if isinstance(t, nn.Parameter):
+        return nn.Parameter(t.detach().to(device), requires_grad=t.requires_grad)
+    return t.detach().to(device)
+
+
+# ---------------------------------------------------------------- the pass
+def place_module(ep: torch.export.ExportedProgram, assignment: Mapping[str, str], device_map: Mapping[str, str] | str | None = None) -> fx.GraphModule:
+    """An ``nn.Module`` running ``ep`` with op ``name`` on logical device ``assignment[name]``.
+
+    ``assignment`` must name every op the caller cares about (it is validated
+    against the OpGraph by :func:`placer.apply`); call_function nodes it does not
+    name run next to their first argument. Parameters move to their owner's torch
+    device (a new ``nn.Parameter`` where the device changes, the same tensor
+    otherwise, like ``model.to``), so build the optimizer on the returned module.
+    """
+    gm = ep.module()
+    devices = resolve_devices(sorted(set(assignment.values())), device_map)
+    graph = gm.graph
+    nodes = list(graph.nodes)
+    home: dict[fx.Node, str] = {}  # logical device each value lives on (absent: unknown)
+
+    # 1. Owners of parameters/buffers: the first placed consumer, shared by aliases (tied weights).
+    attr_nodes = [n for n in nodes if n.op == "get_attr"]
+    tensor_of = {n: _module_tensor(gm, str(n.target)) for n in attr_nodes}
+    owner_by_id: dict[int, str] = {}
+    position = {n: i for i, n in enumerate(nodes)}
+    first_use: list[tuple[int, fx.Node, str]] = []
+    for n in attr_nodes:
+        placed_users = [u for u in n.users if u.op == "call_function" and u.name in assignment]
+        if placed_users:
+            u = min(placed_users, key=position.__getitem__)
+            first_use.append((position[u], n, assignment[u.name]))
+    for _, n, dev in sorted(first_use, key=lambda t: t[0]):
+        owner_by_id.setdefault(id(tensor_of[n]), dev)
+    moved_by_id: dict[int, torch.Tensor] = {}
+    for n in attr_nodes:
+        t = tensor_of[n]
+        dev = owner_by_id.get(id(t))
+        if dev is None or not isinstance(t, torch.Tensor):
+            continue
+        home[n] = dev
+        if id(t) not in moved_by_id:
+            moved_by_id[id(t)] = _moved(t, devices[dev])
+        _set_module_tensor(gm, str(n.target), moved_by_id[id(t)])
+
+    # 2. Walk the ops: pick a device, move arguments, rewrite device=, write back in-place updates.
+    copies: dict[tuple[fx.Node, str], fx.Node] = {}
+    for node in nodes:
+        if node.op != "call_function":
+            continue
+        dev = assignment.get(node.name)
+        if dev is None:
+            dev = next((home[a] for a in node.all_input_nodes if a in home), None)
+            if dev is None:
+                continue  # nothing known about where it runs: leave it untouched
+        if dev not in devices:
+            devices.update(resolve_devices([dev], device_map))
+        home[node] = dev
+        node.meta[DEVICE_META] = dev
+        torch_dev = str(devices[dev])
+
+        def move(arg: fx.Node) -> fx.Node:
+            if arg.op == "get_attr" and not isinstance(tensor_of.get(arg), torch.Tensor):
+                return arg  # e.g. a submodule or a script object
+            if home.get(arg) == dev:
+                return arg
+            key = (arg, dev)
+            if key not in copies:
+                with graph.inserting_before(node):
+                    copy = graph.create_node(
+                        "call_function", _to_device, (arg, torch_dev), name=f"{arg.name}_to_{dev.replace(':', '')}"
+                    )
+                copy.meta[MOVE_META] = (arg.name, dev)
+                copy.meta[DEVICE_META] = dev
+                if "val" in arg.meta:
+                    copy.meta["val"] = arg.meta["val"]
+                home[copy] = dev
+                copies[key] = copy
+            return copies[key]
+
+        original_args = list(node.all_input_nodes)
+        node.args = fx.map_arg(node.args, move)
+        node.kwargs = fx.map_arg(node.kwargs, move)
+        if isinstance(node.kwargs.get("device"), torch.device):
+            node.kwargs = {**node.kwargs, "device": devices[dev]}
+        # In-place writes: drop stale copies; push a write on a copy back into its master.
+        inverse = {copies[(a, dev)]: a for a in original_args if (a, dev) in copies}
+        for w in _written_args(node):
+            master = inverse.get(w, w)
+            for key in [k for k in copies if k[0] is master and copies[k] is not w]:
+                del copies[key]
+            if master is not w:
+                with graph.inserting_after(node):
+                    wb = graph.call_function(_write_back, (master, w))
+                wb.meta[WRITEBACK_META] = master.name
+    graph.lint()
+    gm.recompile()
+    return gm
+
+
+def transfers(gm: fx.GraphModule) -> list[tuple[str, str]]:
+    """The ``(source node name, logical device)`` copies :func:`place_module` inserted."""
+    return [n.meta[MOVE_META] for n in gm.graph.nodes if MOVE_META in n.meta]
+
+
+# ----------------------------------------------------------------- training
+def default_loss(outputs: Any) -> torch.Tensor:
+    """Sum of the means of every floating-point output tensor (on the first one's device).
+
+    A stand-in training objective that touches every output, so backward runs
+    through the whole graph; a model whose output is its loss gives that loss.
+    """
+    leaves = [t for t in torch.utils._pytree.tree_leaves(outputs) if isinstance(t, torch.Tensor) and t.is_floating_point()]
+    if not leaves:
+        raise PlacerError("model: returns no floating-point tensor to build a loss from")
+    device = leaves[0].device
+    total = leaves[0].float().mean()
+    for t in leaves[1:]:
+        total = total + t.float().mean().to(device)
+    return total
+
+
+def synchronize(devices: Iterable[torch.device]) -> None:
+    """Wait for every CUDA device in ``devices`` (CPU work is synchronous)."""
+    for d in set(devices):
+        if d.type == "cuda":
+            torch.cuda.synchronize(d)
+
+
+def train_step(module: nn.Module, inputs: tuple, optimizer: torch.optim.Optimizer, loss_fn: Callable[[Any], torch.Tensor] = default_loss) -> torch.Tensor:
+    """One training step: forward, loss, backward, optimizer step; returns the (detached) loss."""
+    optimizer.zero_grad(set_to_none=True)
+    loss = loss_fn(module(*inputs))
+    loss.backward()
+    optimizer.step()
+    return loss.detach()
+
+
+def timed_steps(module: nn.Module, inputs: tuple, optimizer: torch.optim.Optimizer, *, warmup_steps: int, timed_steps: int, devices: Iterable[torch.device], loss_fn: Callable[[Any], torch.Tensor] = default_loss) -> tuple[list[float], list[float]]:
+    """Run warm-up then timed training steps; returns (step seconds, losses) of the timed ones.
+
+    Each timed step is bracketed by a synchronisation of every CUDA device used,
+    so its wall time covers all the device work it queued.
+    """
+    devs = list(devices)
+    for _ in range(warmup_steps):
+        train_step(module, inputs, optimizer, loss_fn)
+    synchronize(devs)
+    times_s, losses = [], []
+    for _ in range(timed_steps):
+        t0 = time.perf_counter()
+        loss = train_step(module, inputs, optimizer, loss_fn)
+        synchronize(devs)
+        times_s.append(time.perf_counter() - t0)
+        losses.append(float(loss))
+    return times_s, losses

@@ -1,0 +1,93 @@
+"""Apply a placement to a real model: every op runs on its placed device.
+
+>>> import torch
+>>> from placer.placement import Placement
+>>> from graphs.torch_capture import capture
+>>> model, x = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.ReLU()), torch.randn(2, 4)
+>>> g = capture(model, (x,))
+>>> p = Placement.from_indices(g, ["cpu:0", "gpu:0"], [1, 0])
+>>> placed = apply(model, p, (x,), device_map="*=cpu")   # gpu:0 runs on the CPU here
+>>> torch.equal(placed(x), model(x))
+True
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import torch
+from torch import nn
+
+from envs.assign import as_indices
+from envs.runtime import place_module
+from graphs import OpGraph, PlacerError
+from graphs.torch_capture import export_program, graph_from_program
+
+
+def apply(
+    model: nn.Module,
+    placement: Any,
+    example_inputs: tuple,
+    device_map: Mapping[str, str] | str | None = None,
+    *,
+    graph: OpGraph | None = None,
+    decompose: bool | None = None,
+) -> nn.Module:
+    """A module computing ``model`` with each op on the device ``placement`` gives it.
+
+    The model is exported once more exactly as :func:`graphs.capture` does, so op
+    names match ``OpGraph.names``; the placement is checked against that graph
+    (its hash, every op placed, known devices) and a mismatch raises
+    :class:`graphs.PlacerError`. The result is a ``torch.fx.GraphModule``:
+
+    * outputs and gradients equal the unplaced model's; outputs are returned on
+      the device of the op that produced them;
+    * parameters and buffers live on their first consumer's device (other devices
+      read differentiable copies); parameters that stay on their device are the
+      model's own tensors, so the result shares them, like ``model.to(device)``
+      does; build the optimizer on the *returned* module's parameters;
+    * buffers (batch-norm running statistics) update in place as in the model;
+    * the train/eval mode is the one the model had when this was called.
+
+    Args:
+        model: the module to place.
+        placement: a :class:`placer.Placement` or a mapping op name -> logical device.
+        example_inputs: positional inputs of one forward call (same shapes as later calls).
+        device_map: logical -> torch device, e.g. ``{"gpu:0": "cuda:1", "*": "cpu"}``
+            or ``"gpu:0=cuda:1,*=cpu"``; default ``gpu:i -> cuda:i``, ``cpu:0 -> cpu``.
+        graph: the OpGraph the placement was made for, if it was captured with other
+            options; its ``meta["decomposed"]`` selects the export flavour.
+        decompose: export with core-ATen decomposition (default: as ``graph`` says, else False).
+    """
+    if isinstance(example_inputs, list):
+        example_inputs = tuple(example_inputs)
+    elif not isinstance(example_inputs, tuple):
+        example_inputs = (example_inputs,)
+    if decompose is None:
+        decompose = bool(graph.meta.get("decomposed", False)) if graph is not None else False
+    ep = export_program(model, example_inputs, decompose=decompose)
+    captured = graph_from_program(ep, name=graph.name if graph is not None else "")
+    if graph is not None and graph.content_hash != captured.content_hash:
+        raise PlacerError(
+            f"graph {graph.name or ''} ({graph.content_hash}) is not the graph of this model and inputs "
+            f"({captured.content_hash}); was it captured from another model, batch size or torch version?"
+        )
+    assignment = validated_assignment(placement, captured)
+    return place_module(ep, assignment, device_map)
+
+
+def validated_assignment(placement: Any, graph: OpGraph, *, source: str = "placement") -> dict[str, str]:
+    """The op name -> logical device mapping of ``placement``, checked against ``graph``.
+
+    Raises :class:`PlacerError` if it was made for another graph (hash), misses ops,
+    names unknown ops, or is not a Placement or a mapping.
+    """
+    if hasattr(placement, "assignment"):
+        devices = list(getattr(placement, "devices", None) or sorted(set(placement.assignment.values())))
+    elif isinstance(placement, Mapping):
+        devices = sorted(set(placement.values()))
+    else:
+        raise PlacerError(f"{source}: expected a Placement or a mapping op name -> device, got {type(placement).__name__}")
+    idx = as_indices(placement, graph, devices, source=source)
+    return {name: devices[int(i)] for name, i in zip(graph.names, idx)}

@@ -1,0 +1,227 @@
+"""placer.apply: placed modules compute what the model computes, on the placed devices."""
+
+from __future__ import annotations
+
+import copy
+
+import numpy as np
+import pytest
+import torch
+from torch import nn
+
+from envs.runtime import DEVICE_META, MOVE_META, WRITEBACK_META, default_loss, parse_device_map, resolve_devices, transfers
+from graphs import PlacerError
+from graphs.torch_capture import capture
+from placer.apply import apply
+from placer.placement import Placement
+
+DEVICES = ["cpu:0", "gpu:0", "gpu:1"]
+ALL_CPU = "*=cpu"  # three logical devices, one real one: every transfer is built, as a no-op copy
+
+
+class BNNet(nn.Module):
+    """Batch norm (running statistics), an in-place buffer update, two outputs."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.l1 = nn.Linear(6, 12)
+        self.bn = nn.BatchNorm1d(12)
+        self.l2 = nn.Linear(12, 3)
+        self.register_buffer("calls", torch.zeros(()))
+
+    def forward(self, x):
+        h = torch.relu(self.bn(self.l1(x))) * (self.calls * 0.1 + 1)
+        self.calls.add_(1)
+        return self.l2(h), h.square().mean() + torch.ones(1).sum()
+
+
+class TiedLM(nn.Module):
+    """Embedding and output projection share one weight (read by two ops)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.emb = nn.Embedding(20, 8)
+        self.mid = nn.Linear(8, 8)
+        self.out = nn.Linear(8, 20, bias=False)
+        self.out.weight = self.emb.weight
+
+    def forward(self, tokens):
+        return self.out(torch.tanh(self.mid(self.emb(tokens))))
+
+
+def _cases():
+    torch.manual_seed(0)
+    return {
+        "bn": (BNNet(), (torch.randn(16, 6),)),
+        "tied": (TiedLM(), (torch.randint(0, 20, (4, 5)),)),
+    }
+
+
+def _random_placement(model, inputs, seed, devices=DEVICES):
+    g = capture(model, inputs)
+    idx = np.random.default_rng(seed).integers(0, len(devices), size=g.num_ops)
+    return g, Placement.from_indices(g, devices, idx)
+
+
+def _grads(model):
+    return {k: p.grad.clone() for k, p in model.named_parameters() if p.grad is not None}
+
+
+@pytest.mark.parametrize("name", ["bn", "tied"])
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_outputs_and_gradients_equal(name, seed):
+    model, inputs = _cases()[name]
+    ref_model = copy.deepcopy(model)
+    g, p = _random_placement(model, inputs, seed)
+    placed = apply(model, p, inputs, device_map=ALL_CPU)
+    out, ref = placed(*inputs), ref_model(*inputs)
+    for a, b in zip(torch.utils._pytree.tree_leaves(out), torch.utils._pytree.tree_leaves(ref)):
+        torch.testing.assert_close(a, b)
+    default_loss(out).backward()
+    default_loss(ref).backward()
+    got, want = _grads(placed), _grads(ref_model)
+    assert got.keys() == want.keys() and got
+    for k in want:
+        torch.testing.assert_close(got[k], want[k], msg=k)
+
+
+def test_every_crossing_edge_gets_one_copy_per_tensor_and_device():
+    model, inputs = _cases()["bn"]
+    g, p = _random_placement(model, inputs, seed=3)
+    placed = apply(model, p, inputs, device_map=ALL_CPU)
+    dev_of = {n.name: n.meta.get(DEVICE_META) for n in placed.graph.nodes}
+    for n in placed.graph.nodes:
+        if n.name in p.assignment:
+            assert dev_of[n.name] == p.assignment[n.name]
+    # Expected copies: each op output consumed on another device, once per (op, device).
+    expected = set()
+    for s, d in zip(g.edge_src.tolist(), g.edge_dst.tolist()):
+        src, dst = g.names[s], g.names[d]
+        if p.assignment[src] != p.assignment[dst]:
+            expected.add((src, p.assignment[dst]))
+    made = transfers(placed)
+    assert len(made) == len(set(made))  # never twice for the same (tensor, device)
+    op_copies = {t for t in made if t[0] in p.assignment}
+    assert op_copies == expected
+    # Every consumer reads a value living on its own device.
+    for n in placed.graph.nodes:
+        if n.op == "call_function" and n.meta.get(DEVICE_META) and MOVE_META not in n.meta:
+            for a in n.all_input_nodes:
+                if a.op == "call_function" and a.meta.get(DEVICE_META):
+                    assert a.meta[DEVICE_META] == n.meta[DEVICE_META], (a.name, n.name)
+
+
+def test_tied_weight_has_one_master_and_gradient_accumulates():
+    model, inputs = _cases()["tied"]
+    ref_model = copy.deepcopy(model)
+    g = capture(model, inputs)
+    readers = [g.names[i] for i in range(g.num_ops) if "emb.weight" in g.params[i] or "out.weight" in g.params[i]]
+    assert len(readers) == 2
+    assignment = {n: "cpu:0" for n in g.names}
+    assignment[readers[1]] = "gpu:1"  # the second reader runs elsewhere
+    placed = apply(model, assignment, inputs, device_map=ALL_CPU)
+    params = dict(placed.named_parameters(remove_duplicate=False))
+    assert params["emb.weight"] is params["out.weight"]
+    assert sum(1 for t in transfers(placed) if t[1] == "gpu:1" and "weight" in t[0]) == 1
+    default_loss(placed(*inputs)).backward()
+    default_loss(ref_model(*inputs)).backward()
+    torch.testing.assert_close(params["emb.weight"].grad, ref_model.emb.weight.grad)
+
+
+def test_placed_model_trains_like_the_unplaced_one():
+    model, inputs = _cases()["bn"]
+    ref_model = copy.deepcopy(model)
+    _, p = _random_placement(model, inputs, seed=4)
+    placed = apply(model, p, inputs, device_map=ALL_CPU)
+    opt = torch.optim.Adam(placed.parameters(), lr=1e-2)
+    ref_opt = torch.optim.Adam(ref_model.parameters(), lr=1e-2)
+    for step in range(4):
+        x = (torch.randn(16, 6, generator=torch.Generator().manual_seed(step)),)
+        losses = []
+        for m, o in ((placed, opt), (ref_model, ref_opt)):
+            o.zero_grad()
+            loss = default_loss(m(*x))
+            loss.backward()
+            o.step()
+            losses.append(loss.item())
+        assert losses[0] == pytest.approx(losses[1], rel=1e-6, abs=1e-7), step
+    for key, buf in ref_model.named_buffers():
+        torch.testing.assert_close(dict(placed.named_buffers())[key], buf, msg=key)
+    assert float(ref_model.calls) == 4.0
+
+
+def test_buffer_written_on_another_device_is_written_back():
+    model, inputs = _cases()["bn"]
+    ref_model = copy.deepcopy(model)
+    g = capture(model, inputs)
+    reader, writer = [g.names[i] for i in range(g.num_ops) if g.params[i] == ["calls"]]
+    assert writer.startswith("add_")  # the buffer is read (on cpu:0), then written (on gpu:0)
+    assignment = {n: "cpu:0" for n in g.names}
+    assignment[writer] = "gpu:0"
+    bn = next(n for n in g.names if "batch_norm" in n)
+    assignment[bn] = "gpu:1"
+    first = g.names[0]
+    assignment[first] = "gpu:1"
+    placed = apply(model, assignment, inputs, device_map=ALL_CPU)
+    assert [n.meta[WRITEBACK_META] for n in placed.graph.nodes if WRITEBACK_META in n.meta] == ["calls"]
+    for _ in range(3):
+        placed(*inputs)
+        ref_model(*inputs)
+    bufs = dict(placed.named_buffers())
+    for key, buf in ref_model.named_buffers():
+        torch.testing.assert_close(bufs[key], buf, msg=key)
+
+
+def test_real_second_device_meta():
+    """A real device change on a CPU machine: the tail of the model runs on ``meta``."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 2))
+    x = torch.randn(3, 4)
+    g = capture(model, (x,))
+    idx = [0] * (g.num_ops - 1) + [1]
+    p = Placement.from_indices(g, ["cpu:0", "gpu:0"], idx)
+    placed = apply(model, p, (x,), device_map={"gpu:0": "meta"})
+    out = placed(x)
+    assert out.device.type == "meta"
+    assert placed.get_submodule("0").weight.device.type == "cpu"
+    assert placed.get_submodule("2").weight.device.type == "meta"
+
+
+def test_factory_op_device_is_rewritten():
+    model, inputs = _cases()["bn"]
+    g = capture(model, inputs)
+    assignment = {n: "cpu:0" for n in g.names}
+    ones = next(n for n in g.names if n.startswith("ones"))
+    assignment[ones] = "gpu:0"
+    placed = apply(model, assignment, inputs, device_map={"gpu:0": "meta", "*": "cpu"})
+    node = next(n for n in placed.graph.nodes if n.name == ones)
+    assert node.kwargs["device"] == torch.device("meta")
+
+
+def test_bad_placements_are_one_line_errors():
+    model, inputs = _cases()["bn"]
+    g = capture(model, inputs)
+    p = Placement.from_indices(g, DEVICES, [0] * g.num_ops)
+    with pytest.raises(PlacerError, match="made for graph"):
+        apply(model, Placement(p.assignment, "0" * 16, DEVICES), inputs)
+    partial = dict(list(p.assignment.items())[1:])
+    with pytest.raises(PlacerError, match="have no device"):
+        apply(model, partial, inputs)
+    with pytest.raises(PlacerError, match="not in the graph"):
+        apply(model, {**p.assignment, "nope": "cpu:0"}, inputs)
+    with pytest.raises(PlacerError, match="tpu:0"):
+        apply(model, {n: "tpu:0" for n in g.names}, inputs)
+    with pytest.raises(PlacerError, match="expected a Placement"):
+        apply(model, [0] * g.num_ops, inputs)
+    other = capture(TiedLM(), (torch.randint(0, 20, (4, 5)),))
+    with pytest.raises(PlacerError, match="not the graph of this model"):
+        apply(model, p, inputs, graph=other)
+
+
+def test_device_map_parsing():
+    assert parse_device_map("gpu:0=cuda:1,*=cpu") == {"gpu:0": "cuda:1", "*": "cpu"}
+    assert resolve_devices(["cpu:0", "gpu:3"]) == {"cpu:0": torch.device("cpu"), "gpu:3": torch.device("cuda:3")}
+    with pytest.raises(PlacerError, match="LOGICAL=TORCH_DEVICE"):
+        parse_device_map("gpu:0")
+    with pytest.raises(PlacerError, match="not a torch device"):
+        resolve_devices(["gpu:0"], {"gpu:0": "quantum:9"})
