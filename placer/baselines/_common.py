@@ -1,0 +1,256 @@
+"""Shared pieces of the heuristic baselines: costs, memory, groups, linear splits.
+
+Every baseline sees the graph through the same numbers the simulator uses:
+per-op forward + backward seconds per device (:func:`envs.cost.op_times`), tensor
+transfer times over the cluster's links, and a per-op memory estimate.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from graphs import OpGraph, PlacerError
+
+
+class BaselineUnavailable(PlacerError):
+    """A baseline cannot run here; ``status`` says why ("not installed", "needs a model")."""
+
+    def __init__(self, message: str, status: str = "not installed") -> None:
+        super().__init__(message)
+        self.status = status
+
+
+def require(module: str, method: str, extra: str = "partition"):
+    """Import an optional library or raise :class:`BaselineUnavailable`."""
+    import importlib
+
+    try:
+        return importlib.import_module(module)
+    except ImportError:
+        raise BaselineUnavailable(
+            f"{method}: needs the {module!r} package (pip install 'placer[{extra}]')", "not installed"
+        ) from None
+
+
+# --------------------------------------------------------------------- costs
+def step_costs_s(graph: OpGraph, cluster) -> np.ndarray:
+    """Forward + backward seconds of each op on each device, shape [num_ops, D]."""
+    from envs.cost import op_times
+
+    fwd_s, bwd_s = op_times(graph, cluster)
+    return np.asarray(fwd_s, dtype=np.float64) + np.asarray(bwd_s, dtype=np.float64)
+
+
+def gpu_devices(cluster) -> np.ndarray:
+    """Indices of the cluster's GPUs (all devices when it has none)."""
+    gpus = list(cluster.gpu_indices())
+    return np.asarray(gpus if gpus else range(cluster.num_devices), dtype=np.int64)
+
+
+def comm_matrix_s(nbytes: float, cluster) -> np.ndarray:
+    """Seconds to move ``nbytes`` between each ordered device pair, [D, D] (0 on the diagonal)."""
+    bw = np.asarray(cluster.bandwidth_bytes_per_s, dtype=np.float64)
+    lat = np.asarray(cluster.latency_s, dtype=np.float64)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        t = lat + np.where(np.isinf(bw), 0.0, nbytes / bw)
+    np.fill_diagonal(t, 0.0)
+    return t
+
+
+def mean_link(cluster, devices: np.ndarray) -> tuple[float, float]:
+    """Mean (seconds per byte, latency seconds) over distinct pairs of ``devices``."""
+    if len(devices) < 2:
+        return 0.0, 0.0
+    bw = np.asarray(cluster.bandwidth_bytes_per_s, dtype=np.float64)[np.ix_(devices, devices)]
+    lat = np.asarray(cluster.latency_s, dtype=np.float64)[np.ix_(devices, devices)]
+    off = ~np.eye(len(devices), dtype=bool)
+    return float(np.mean(1.0 / bw[off])), float(np.mean(lat[off]))
+
+
+# -------------------------------------------------------------------- memory
+def op_memory_bytes(graph: OpGraph) -> np.ndarray:
+    """Bytes an op pins on its device over a training step (int64).
+
+    Its parameters, their gradients, the optimizer state and its buffers
+    (:func:`envs.cost.static_bytes`) plus its output, kept for the backward pass
+    (:func:`envs.cost.activation_bytes`): the "permanent + activation" footprint
+    Baechi's memory-aware algorithms account against a device's capacity. Summed
+    over a device it bounds the simulator's peak from above, up to the transient
+    gradient buffers and received tensors that :data:`MEMORY_HEADROOM` leaves room for.
+    """
+    from envs.cost import activation_bytes, static_bytes
+
+    return (static_bytes(graph) + activation_bytes(graph)).astype(np.int64)
+
+
+#: Share of a device's memory the memory-aware baselines fill with
+#: :func:`op_memory_bytes`; the rest is for transient gradients and received copies.
+MEMORY_HEADROOM = 0.9
+
+
+def capacity_bytes(cluster) -> np.ndarray:
+    """Per-device memory the memory-aware baselines may fill."""
+    return MEMORY_HEADROOM * np.asarray(cluster.memory_bytes, dtype=np.float64)
+
+
+# -------------------------------------------------------------------- groups
+def colocation_groups(graph: OpGraph) -> np.ndarray:
+    """Co-location group id per op (``graphs.grouping.colocate``), dense 0..G-1 in op order."""
+    try:
+        from graphs.grouping import colocate
+    except ImportError:
+        return np.arange(graph.num_ops, dtype=np.int64)
+    raw = np.asarray(colocate(graph), dtype=np.int64)
+    _, first = np.unique(raw, return_index=True)
+    order = np.argsort(first, kind="stable")  # number groups by first member
+    dense = np.empty(len(first), dtype=np.int64)
+    dense[order] = np.arange(len(first))
+    _, inv = np.unique(raw, return_inverse=True)
+    return dense[inv.reshape(-1)]
+
+
+def snap_to_groups(idx: np.ndarray, groups: np.ndarray, weight: np.ndarray | None = None) -> np.ndarray:
+    """Give every op of a group the device holding most of the group's ``weight``."""
+    idx = np.asarray(idx, dtype=np.int64)
+    if len(idx) == 0 or groups.max() + 1 == len(groups):
+        return idx.astype(np.int32)
+    w = np.ones(len(idx)) if weight is None else np.asarray(weight, dtype=np.float64) + 1e-12
+    ng, nd = int(groups.max()) + 1, int(idx.max()) + 1
+    tally = np.zeros((ng, nd))
+    np.add.at(tally, (groups, idx), w)
+    return np.argmax(tally, axis=1)[groups].astype(np.int32)
+
+
+@dataclass
+class Quotient:
+    """A graph contracted by a grouping: undirected weighted adjacency (CSR)."""
+
+    num_nodes: int
+    xadj: np.ndarray
+    adjncy: np.ndarray
+    eweights: np.ndarray
+    vweights: np.ndarray
+
+
+def quotient(graph: OpGraph, groups: np.ndarray, op_weight: np.ndarray) -> Quotient:
+    """Undirected group graph: vertex weight = summed op weight, edge weight = summed bytes."""
+    ng = int(groups.max()) + 1 if len(groups) else 0
+    vw = np.bincount(groups, weights=op_weight, minlength=ng)
+    a, b = groups[graph.edge_src], groups[graph.edge_dst]
+    keep = a != b
+    a, b, w = a[keep], b[keep], graph.edge_bytes[keep].astype(np.float64)
+    lo, hi = np.minimum(a, b), np.maximum(a, b)
+    key = lo * ng + hi
+    uniq, inv = np.unique(key, return_inverse=True)
+    wsum = np.bincount(inv.reshape(-1), weights=w, minlength=len(uniq))
+    u, v = uniq // ng, uniq % ng
+    src = np.concatenate([u, v])
+    dst = np.concatenate([v, u])
+    ew = np.concatenate([wsum, wsum])
+    order = np.lexsort((dst, src))
+    src, dst, ew = src[order], dst[order], ew[order]
+    xadj = np.zeros(ng + 1, dtype=np.int64)
+    np.cumsum(np.bincount(src, minlength=ng), out=xadj[1:])
+    return Quotient(ng, xadj, dst.astype(np.int64), ew, vw)
+
+
+def to_int_weights(w: np.ndarray, top: int = 10_000, floor: int = 1) -> np.ndarray:
+    """Scale non-negative weights to integers in ``[floor, top]`` (partitioners want ints)."""
+    w = np.asarray(w, dtype=np.float64)
+    if len(w) == 0:
+        return w.astype(np.int64)
+    m = float(w.max())
+    if m <= 0:
+        return np.full(len(w), max(floor, 1), dtype=np.int64)
+    return np.maximum(np.rint(w / m * top), floor).astype(np.int64)
+
+
+# ---------------------------------------------------------- linear partition
+def linear_partition(costs: np.ndarray, parts: int, capacity: np.ndarray | None = None, sizes: np.ndarray | None = None) -> np.ndarray:
+    """Split a sequence into ``parts`` contiguous blocks minimising the largest block cost.
+
+    Binary search on the bottleneck with a greedy feasibility check (exact up to
+    float tolerance). With ``capacity``/``sizes``, block ``k`` may also hold at
+    most ``capacity[k]`` of summed ``sizes`` when that is possible at all.
+
+    >>> linear_partition(np.array([1., 1., 1., 1.]), 2).tolist()
+    [0, 0, 1, 1]
+    """
+    costs = np.asarray(costs, dtype=np.float64)
+    n = len(costs)
+    if n == 0 or parts <= 1:
+        return np.zeros(n, dtype=np.int64)
+    sizes = np.zeros(n) if sizes is None else np.asarray(sizes, dtype=np.float64)
+    cap = np.full(parts, np.inf) if capacity is None else np.asarray(capacity, dtype=np.float64)
+
+    def greedy(limit: float) -> np.ndarray | None:
+        out = np.empty(n, dtype=np.int64)
+        k, load, mem = 0, 0.0, 0.0
+        for i in range(n):
+            c, s = costs[i], sizes[i]
+            if (load + c > limit or mem + s > cap[k]) and load + mem > 0 and k < parts - 1:
+                k, load, mem = k + 1, 0.0, 0.0
+            load += c
+            mem += s
+            out[i] = k
+            if load > limit * (1 + 1e-9) + 1e-15:
+                return None
+        return out
+
+    lo, hi = float(costs.max()), float(costs.sum())
+    best = greedy(hi)
+    for _ in range(60):
+        if hi - lo <= 1e-9 * max(hi, 1e-30):
+            break
+        mid = 0.5 * (lo + hi)
+        got = greedy(mid)
+        if got is not None and _fits(got, sizes, cap):
+            best, hi = got, mid
+        else:
+            lo = mid
+    if best is None or not _fits(best, sizes, cap):
+        best = greedy(float(costs.sum())) if best is None else best
+    return best
+
+
+def _fits(assign: np.ndarray, sizes: np.ndarray, cap: np.ndarray) -> bool:
+    used = np.bincount(assign, weights=sizes, minlength=len(cap))
+    return bool(np.all(used <= cap))
+
+
+# ------------------------------------------------------------ list schedules
+# A cut edge moves the activation forward and its gradient backward.
+COMM_DIRECTIONS = 2
+
+
+def candidate_devices(cluster, devices: str) -> np.ndarray:
+    """``"gpus"`` -> the GPUs (all devices when none); ``"all"`` -> every device."""
+    if devices == "gpus":
+        return gpu_devices(cluster)
+    if devices == "all":
+        return np.arange(cluster.num_devices, dtype=np.int64)
+    raise PlacerError(f"devices must be 'gpus' or 'all', got {devices!r}")
+
+
+def link_arrays(cluster, devices: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(seconds per byte, latency s) between candidate devices, both [C, C], 0 on the diagonal."""
+    bw = np.asarray(cluster.bandwidth_bytes_per_s, dtype=np.float64)[np.ix_(devices, devices)]
+    lat = np.asarray(cluster.latency_s, dtype=np.float64)[np.ix_(devices, devices)].copy()
+    with np.errstate(divide="ignore"):
+        spb = np.where(np.isinf(bw), 0.0, 1.0 / bw)
+    np.fill_diagonal(spb, 0.0)
+    np.fill_diagonal(lat, 0.0)
+    return COMM_DIRECTIONS * spb, COMM_DIRECTIONS * lat
+
+
+def upward_rank(graph: OpGraph, node_cost: np.ndarray, edge_cost: np.ndarray) -> np.ndarray:
+    """HEFT's upward rank: cost + max over successors of (edge cost + their rank)."""
+    rank = np.asarray(node_cost, dtype=np.float64).copy()
+    indptr, nbr, eid = graph.out_csr
+    for i in range(graph.num_ops - 1, -1, -1):
+        a, b = indptr[i], indptr[i + 1]
+        if b > a:
+            rank[i] += float(np.max(edge_cost[eid[a:b]] + rank[nbr[a:b]]))
+    return rank

@@ -1,0 +1,97 @@
+"""Simulated annealing over single-group moves, scored by the simulator (FlexFlow's MCMC search).
+
+FlexFlow searches its strategy space with Metropolis–Hastings: propose a random
+change of one op's configuration, simulate, accept with probability
+``min(1, exp(-beta * (new - current)))``; the best strategy seen is the answer.
+Here a move sends one co-location group to another device; the cost is the
+simulated step time, multiplied by ``1 + oom_penalty`` for placements that run
+out of memory. The temperature, relative to the starting cost, cools
+geometrically from ``t0`` to ``t0 / 100`` over the ``steps``.
+
+The chain starts from the best of: every GPU alone, and the ``init`` baselines
+(FlexFlow starts from data parallelism or an expert strategy). Proposals are
+simulated ``batch`` at a time from the current state; they are then tried in
+order, and the first accepted one moves the chain (the rest are discarded, as
+they were drawn from the old state). ``time_budget_s`` stops early; results are
+deterministic for a seed unless that budget cuts the run short.
+"""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+
+from graphs import OpGraph, PlacerError
+from placer.baselines import get, register
+from placer.baselines._common import candidate_devices, colocation_groups
+
+
+def _cost(times: np.ndarray, oom: np.ndarray, penalty: float) -> np.ndarray:
+    return times * np.where(oom, 1.0 + penalty, 1.0)
+
+
+@register("annealing")
+def annealing(
+    graph: OpGraph,
+    cluster,
+    *,
+    seed: int = 0,
+    steps: int = 2000,
+    time_budget_s: float | None = None,
+    t0: float = 0.05,
+    batch: int = 16,
+    devices: str = "gpus",
+    init: tuple[str, ...] = ("m_etf", "expert"),
+    oom_penalty: float = 10.0,
+    env=None,
+) -> np.ndarray:
+    """MCMC placement search; ``steps`` simulated proposals at most."""
+    import envs
+
+    if steps < 0 or batch < 1:
+        raise PlacerError(f"annealing: steps must be >= 0 and batch >= 1 (got {steps}, {batch})")
+    start_clock = time.perf_counter()
+    env = env if env is not None else envs.SimEnv(graph, cluster)
+    cand = candidate_devices(cluster, devices)
+    groups = colocation_groups(graph)
+    num_groups = int(groups.max()) + 1 if len(groups) else 0
+    if num_groups == 0:
+        return np.zeros(0, dtype=np.int32)
+    # Starting points: each candidate device alone, then the init baselines (group-snapped).
+    starts = [np.full(num_groups, d, dtype=np.int64) for d in cand]
+    first_op = np.unique(groups, return_index=True)[1]
+    for name in init:
+        starts.append(np.asarray(get(name)(graph, cluster, seed=seed), dtype=np.int64)[first_op])
+    start_idx = np.stack(starts)
+    t, oom = env.step_times(start_idx[:, groups].astype(np.int32))
+    costs = _cost(t, oom, oom_penalty)
+    k = int(np.argmin(costs))
+    cur, cur_cost = start_idx[k].copy(), float(costs[k])
+    best, best_cost = cur.copy(), cur_cost
+    scale = max(cur_cost, 1e-12)
+    rng = np.random.default_rng(seed)
+    done = 0
+    while done < steps and len(cand) > 1:
+        if time_budget_s is not None and time.perf_counter() - start_clock > time_budget_s:
+            break
+        b = min(batch, steps - done)
+        temp = t0 * (0.01 ** (done / max(steps, 1))) * scale
+        g = rng.integers(0, num_groups, size=b)
+        shift = rng.integers(1, len(cand), size=b)  # a different device, uniformly
+        pos = np.searchsorted(cand, cur[g])
+        new_dev = cand[(pos + shift) % len(cand)]
+        props = np.repeat(cur[None, :], b, axis=0)
+        props[np.arange(b), g] = new_dev
+        t, oom = env.step_times(props[:, groups].astype(np.int32))
+        c = _cost(t, oom, oom_penalty)
+        u = rng.random(b)
+        done += b
+        j = int(np.argmin(c))
+        if c[j] < best_cost:
+            best, best_cost = props[j].copy(), float(c[j])
+        for j in range(b):
+            if c[j] <= cur_cost or u[j] < np.exp(-(c[j] - cur_cost) / temp):
+                cur, cur_cost = props[j].copy(), float(c[j])
+                break
+    return best[groups].astype(np.int32)

@@ -1,0 +1,135 @@
+"""The human expert's placement, as the ColocRL paper describes practice.
+
+Recurrent models (an op type or a module path mentions lstm/gru/rnn): each
+recurrent layer goes on its own GPU, layer ``d`` of the encoder and of the decoder
+sharing GPU ``d`` (the GNMT layout); the attention layer gets the next GPU and the
+softmax/output layer (everything after the last recurrent op that is not
+attention) the one after that, wrapping round when GPUs run out. Embeddings go
+on the GPU of the first layer they feed, as in GNMT, unless their table would
+take more than a quarter of that GPU's memory: then on the CPU, as engineers do
+with huge vocabularies. Any other op follows the producer of its largest input.
+
+Feed-forward models: the ops are cut into layers by module path (the path up to
+its first numbered component, ``layer1.0`` or ``transformer.h.3``; else its first
+component, ``Mixed_5b``) and the layers, in order, into contiguous blocks, one
+per GPU, balanced by time and kept within each GPU's memory where possible.
+Graphs without module paths fall back to blocks of ops.
+
+>>> _layer_key("transformer.h.3.attn.c_attn"), _layer_key("Mixed_5b.branch1x1"), _layer_key("")
+('transformer.h.3', 'Mixed_5b', '')
+"""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+
+from graphs import OpGraph
+from placer.baselines import register
+from placer.baselines._common import (
+    capacity_bytes,
+    colocation_groups,
+    gpu_devices,
+    linear_partition,
+    op_memory_bytes,
+    snap_to_groups,
+    step_costs_s,
+)
+
+_RECURRENT = re.compile(r"lstm|gru|rnn", re.IGNORECASE)
+_ATTENTION = re.compile(r"attn|attention", re.IGNORECASE)
+_EMBEDDING = re.compile(r"embed", re.IGNORECASE)
+EMBEDDING_ON_CPU_FRACTION = 0.25  # table bigger than this share of a GPU -> CPU
+
+
+def _layer_key(path: str) -> str:
+    parts = path.split(".") if path else []
+    for k, p in enumerate(parts):
+        if p.isdigit():
+            return ".".join(parts[: k + 1])
+    return parts[0] if parts else ""
+
+
+def _recurrent_unit(path: str) -> str:
+    """Path up to the component naming the recurrent layer (and its index, if numbered)."""
+    parts = path.split(".")
+    for k, p in enumerate(parts):
+        if _RECURRENT.search(p) or p.isdigit():
+            end = k + 2 if k + 1 < len(parts) and parts[k + 1].isdigit() else k + 1
+            return ".".join(parts[:end])
+    return path
+
+
+def _follow_producers(graph: OpGraph, dev: np.ndarray, default: int) -> np.ndarray:
+    """Unplaced ops take the device of their largest input's producer, else of a consumer."""
+    in_ptr, in_src, in_eid = graph.in_csr
+    for i in range(graph.num_ops):
+        if dev[i] < 0:
+            a, b = in_ptr[i], in_ptr[i + 1]
+            if b > a:
+                dev[i] = dev[in_src[a:b][np.argmax(graph.edge_bytes[in_eid[a:b]])]]
+    out_ptr, out_dst, _ = graph.out_csr
+    for i in range(graph.num_ops - 1, -1, -1):  # sources with no placed producer
+        if dev[i] < 0:
+            succ = out_dst[out_ptr[i] : out_ptr[i + 1]]
+            placed = succ[dev[succ] >= 0]
+            dev[i] = dev[placed[0]] if len(placed) else default
+    return dev
+
+
+def _recurrent(graph: OpGraph, cluster, is_rec: np.ndarray) -> np.ndarray:
+    gpus = gpu_devices(cluster)
+    n = graph.num_ops
+    dev = np.full(n, -1, dtype=np.int64)
+    depth_of_unit: dict[str, int] = {}
+    count_by_top: dict[str, int] = {}
+    for i in np.flatnonzero(is_rec).tolist():
+        unit = _recurrent_unit(graph.module_paths[i]) or graph.names[i]
+        if unit not in depth_of_unit:
+            top = unit.split(".")[0] if "." in unit else ""
+            depth_of_unit[unit] = count_by_top.get(top, 0)
+            count_by_top[top] = depth_of_unit[unit] + 1
+        dev[i] = gpus[depth_of_unit[unit] % len(gpus)]
+    layers = max(depth_of_unit.values()) + 1
+    attn_gpu, softmax_gpu = gpus[layers % len(gpus)], gpus[(layers + 1) % len(gpus)]
+    last_rec = int(np.flatnonzero(is_rec).max())
+    for i in range(n):
+        if is_rec[i]:
+            continue
+        path = graph.module_paths[i]
+        if _ATTENTION.search(path):
+            dev[i] = attn_gpu
+        elif i > last_rec:
+            dev[i] = softmax_gpu
+    # Embeddings: with the first layer they feed, or on the CPU when huge.
+    emb = np.array([bool(_EMBEDDING.search(t) or _EMBEDDING.search(p)) for t, p in zip(graph.op_types, graph.module_paths)])
+    emb &= ~is_rec
+    cpu = [d for d, k in enumerate(cluster.kinds) if k == "cpu"]
+    table_bytes = float(graph.param_bytes[emb].sum()) if emb.any() else 0.0
+    huge = bool(cpu) and table_bytes > EMBEDDING_ON_CPU_FRACTION * float(capacity_bytes(cluster)[gpus[0]])
+    dev[emb] = cpu[0] if huge else gpus[0]
+    return _follow_producers(graph, dev, int(gpus[0]))
+
+
+def _feed_forward(graph: OpGraph, cluster) -> np.ndarray:
+    gpus = gpu_devices(cluster)
+    cost = step_costs_s(graph, cluster)[:, gpus].mean(axis=1)
+    keys = [_layer_key(p) for p in graph.module_paths]
+    if not any(keys):  # no module structure: every op is its own layer
+        keys = graph.names
+    unit_of: dict[str, int] = {}
+    unit = np.array([unit_of.setdefault(k, len(unit_of)) for k in keys], dtype=np.int64)
+    ucost = np.bincount(unit, weights=cost, minlength=len(unit_of))
+    umem = np.bincount(unit, weights=op_memory_bytes(graph).astype(np.float64), minlength=len(unit_of))
+    block = linear_partition(ucost, len(gpus), capacity_bytes(cluster)[gpus], umem)
+    return gpus[block[unit]]
+
+
+@register("expert")
+def expert(graph: OpGraph, cluster, *, seed: int = 0) -> np.ndarray:
+    """Expert placement: layer-per-GPU for recurrent models, layer blocks otherwise."""
+    del seed
+    is_rec = np.array([bool(_RECURRENT.search(t) or _RECURRENT.search(p)) for t, p in zip(graph.op_types, graph.module_paths)])
+    dev = _recurrent(graph, cluster, is_rec) if is_rec.any() else _feed_forward(graph, cluster)
+    return snap_to_groups(dev, colocation_groups(graph)).astype(np.int32)

@@ -1,0 +1,122 @@
+"""Hugging Face accelerate's ``device_map="auto"``, called for real, mapped onto ops.
+
+:func:`accelerate.utils.get_balanced_memory` spreads the model's parameters
+evenly over the GPUs (the cluster's capacities as ``max_memory``) and
+:func:`accelerate.infer_auto_device_map` then assigns modules greedily, in
+definition order, by parameter size. The model is built with its weights on the
+meta device (``init_empty_weights``), so no GPU and no weights are needed.
+
+The module-level map is applied to ops through ``OpGraph.module_paths`` (the
+longest module prefix in the map wins) and ``OpGraph.params`` (an op reading a
+mapped parameter); an op outside every mapped module runs where its largest
+input comes from, as accelerate's hooks move inputs to the module that consumes
+them. Like the original it ignores activations and compute, so it can run out
+of memory on activation-heavy models. ``"cpu"``/``"disk"`` entries go to the host.
+
+Needs the model: pass ``model=`` (an ``nn.Module``), or use a zoo graph, which is
+rebuilt from :func:`graphs.zoo.build`; otherwise the method reports "needs a model".
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from typing import Any
+
+import numpy as np
+
+from graphs import OpGraph
+from placer.baselines import register
+from placer.baselines._common import BaselineUnavailable, gpu_devices, require
+
+
+@contextlib.contextmanager
+def _quiet_accelerate():
+    log = logging.getLogger("accelerate")
+    level = log.level
+    log.setLevel(logging.ERROR)
+    try:
+        yield
+    finally:
+        log.setLevel(level)
+
+
+def _meta_model(graph: OpGraph) -> Any:
+    """The zoo model behind ``graph`` with its weights on the meta device, or None."""
+    try:
+        from graphs import zoo
+    except ImportError:
+        return None
+    if graph.name not in zoo.names():
+        return None
+    from accelerate import init_empty_weights
+
+    with init_empty_weights():
+        model, _ = zoo.build(graph.name)
+    return model
+
+
+def _lookup(device_map: dict[str, Any], path: str) -> Any:
+    """Device of the longest key of ``device_map`` that is ``path`` or a dotted prefix of it."""
+    while True:
+        if path in device_map:
+            return device_map[path]
+        if not path:
+            return None
+        path = path.rsplit(".", 1)[0] if "." in path else ""
+
+
+def map_onto_ops(graph: OpGraph, device_map: dict[str, Any], cluster) -> np.ndarray:
+    """Op device indices from an accelerate module -> device map (int GPU index, "cpu", "disk")."""
+    gpus = gpu_devices(cluster)
+    cpu = next((d for d, k in enumerate(cluster.kinds) if k == "cpu"), int(gpus[0]))
+
+    def to_index(v: Any) -> int:
+        if isinstance(v, int) or (isinstance(v, str) and v.isdigit()):
+            return int(gpus[int(v) % len(gpus)])
+        if isinstance(v, str) and v.startswith("cuda"):
+            return int(gpus[int(v.split(":")[1]) % len(gpus)]) if ":" in v else int(gpus[0])
+        return cpu  # "cpu", "disk", "meta"
+
+    root = device_map.get("")
+    dev = np.full(graph.num_ops, -1, dtype=np.int64)
+    for i, path in enumerate(graph.module_paths):
+        v = _lookup(device_map, path) if path else None
+        if v is None:
+            for fqn in graph.params[i]:
+                v = _lookup(device_map, fqn.rsplit(".", 1)[0] if "." in fqn else "")
+                if v is not None:
+                    break
+        if v is None and root is not None:
+            v = root
+        if v is not None:
+            dev[i] = to_index(v)
+    from placer.baselines.expert import _follow_producers
+
+    return _follow_producers(graph, dev, int(gpus[0])).astype(np.int32)
+
+
+@register("accelerate")
+def accelerate(graph: OpGraph, cluster, *, seed: int = 0, model: Any = None, no_split_module_classes: list[str] | None = None) -> np.ndarray:
+    """``infer_auto_device_map(model, max_memory=get_balanced_memory(...))`` mapped onto ops."""
+    del seed
+    acc = require("accelerate", "accelerate", extra="accelerate")
+    from accelerate.utils import get_balanced_memory
+
+    if model is None:
+        model = _meta_model(graph)
+    if model is None:
+        raise BaselineUnavailable(
+            f"accelerate: needs the model of graph {graph.name or '?'} (pass model=, or use a zoo graph)", "needs a model"
+        )
+    gpus = gpu_devices(cluster)
+    mem = np.asarray(cluster.memory_bytes, dtype=np.float64)
+    max_memory: dict[Any, int] = {k: int(mem[d]) for k, d in enumerate(gpus)}
+    cpus = [d for d, kind in enumerate(cluster.kinds) if kind == "cpu"]
+    if cpus:
+        max_memory["cpu"] = int(mem[cpus[0]])
+    no_split = list(no_split_module_classes or getattr(model, "_no_split_modules", None) or [])
+    with _quiet_accelerate():  # it warns that the cluster's GPUs are not on this machine
+        balanced = get_balanced_memory(model, max_memory=max_memory, no_split_module_classes=no_split)
+        device_map = acc.infer_auto_device_map(model, max_memory=balanced, no_split_module_classes=no_split)
+    return map_onto_ops(graph, dict(device_map), cluster)

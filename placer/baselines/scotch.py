@@ -1,0 +1,51 @@
+"""Scotch static mapping of the op graph onto the cluster (``pyscotch``, the real library).
+
+The source graph is the op graph made undirected and contracted by co-location
+groups, vertex weights = forward + backward seconds (mean over the GPUs), edge
+weights = tensor bytes, both scaled to integers. The target architecture is the
+cluster's GPUs as a weighted complete graph (Scotch ``cmpltw``), each terminal
+weighted by its compute rate, so faster GPUs receive proportionally more work;
+every GPU pair of the presets shares one link class, which is what a complete
+graph expresses. Scotch's default mapping strategy is used with its random
+generator seeded from ``seed``. Not memory-aware (Scotch knows load, not
+capacity).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+
+import numpy as np
+
+from graphs import OpGraph
+from placer.baselines import register
+from placer.baselines._common import colocation_groups, gpu_devices, quotient, require, step_costs_s, to_int_weights
+
+
+@register("scotch")
+def scotch(graph: OpGraph, cluster, *, seed: int = 0) -> np.ndarray:
+    """Scotch mapping onto a compute-weighted complete graph of the GPUs."""
+    with contextlib.redirect_stderr(io.StringIO()):  # it announces the library it loaded
+        pyscotch = require("pyscotch", "scotch")
+    gpus = gpu_devices(cluster)
+    if len(gpus) == 1 or graph.num_ops == 0:
+        return np.full(graph.num_ops, gpus[0], dtype=np.int32)
+    groups = colocation_groups(graph)
+    q = quotient(graph, groups, step_costs_s(graph, cluster)[:, gpus].mean(axis=1))
+    if q.num_nodes <= len(gpus) or len(q.adjncy) == 0:
+        return gpus[np.arange(q.num_nodes)[groups] % len(gpus)].astype(np.int32)
+    speed = np.asarray(cluster.flops_per_s, dtype=np.float64)[gpus]
+    with contextlib.redirect_stderr(io.StringIO()):  # it reports loading its shared library
+        pyscotch.random_seed(int(seed))
+        pyscotch.random_reset()
+        graph_s = pyscotch.Graph()
+        arch = pyscotch.Architecture()
+        try:
+            graph_s.build(q.xadj, q.adjncy, velotab=to_int_weights(q.vweights), edlotab=to_int_weights(q.eweights))
+            arch.complete_weighted(len(gpus), to_int_weights(speed, top=1000))
+            parts = np.asarray(graph_s.map(arch), dtype=np.int64)
+        finally:
+            graph_s.close()
+            arch.close()
+    return gpus[parts[groups]].astype(np.int32)

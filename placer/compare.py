@@ -1,0 +1,270 @@
+"""Compare placement methods on one scorer: every baseline, learned placements, the bound.
+
+>>> from graphs.synthetic import random_dag
+>>> import envs
+>>> report = compare(random_dag(30, seed=0), envs.Cluster.preset("k80x2"), methods=["round_robin", "m_topo"])
+>>> [r.method for r in report.rows], report.rows[-1].kind
+(['round_robin', 'm_topo', 'lower bound'], 'bound')
+"""
+
+from __future__ import annotations
+
+import inspect
+import math
+import time
+from dataclasses import dataclass, field
+from typing import Any, Sequence
+
+import numpy as np
+
+from graphs import OpGraph, PlacerError
+from placer.placement import Placement
+
+GIB = float(1 << 30)
+
+#: Table order for ``methods=None``: naive, practitioners', partitioners, list
+#: schedulers, search. Baselines registered later follow in registration order.
+ORDER = (
+    "single", "round_robin", "expert", "gpipe", "accelerate", "scotch", "metis", "kernighan_lin",
+    "heft", "m_topo", "m_etf", "m_sct", "random_search", "annealing",
+)
+
+
+@dataclass
+class Row:
+    """One line of the comparison.
+
+    Attributes:
+        method: baseline name, placement label, or ``"lower bound"``.
+        kind: ``"baseline"``, ``"placement"`` (given by the caller) or ``"bound"``.
+        status: the scorer's status (``ok``, ``oom``...) or why there is no
+            placement: ``not installed``, ``needs a model``, ``error``.
+        step_time_s: simulated step time (None unless ``ok``, or the bound).
+        speedup: best single device step time / step_time_s.
+        peak_bytes: device name -> simulated peak bytes.
+        place_time_s: seconds the method took to produce the placement.
+        message: the scorer's or the method's message for a non-ok row.
+        sim_step_time_s: step time ignoring memory (for ``oom`` rows).
+        placement: the placement itself (not serialised).
+    """
+
+    method: str
+    kind: str = "baseline"
+    status: str = "ok"
+    step_time_s: float | None = None
+    speedup: float | None = None
+    peak_bytes: dict[str, int] = field(default_factory=dict)
+    place_time_s: float | None = None
+    message: str = ""
+    sim_step_time_s: float | None = None
+    placement: Placement | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "method": self.method,
+            "kind": self.kind,
+            "status": self.status,
+            "step_time_s": self.step_time_s,
+            "speedup": self.speedup,
+            "peak_bytes": self.peak_bytes,
+            "place_time_s": self.place_time_s,
+            "message": self.message,
+            "sim_step_time_s": self.sim_step_time_s,
+        }
+
+
+@dataclass
+class CompareReport:
+    """The rows of one comparison (baselines, then given placements, then the bound)."""
+
+    graph: str
+    graph_hash: str
+    cluster: str
+    devices: list[str]
+    rows: list[Row]
+    lower_bound_s: float
+    best_single_s: float | None
+    best_single_device: str | None
+    seed: int = 0
+
+    def best(self, kind: str = "baseline") -> Row | None:
+        """The fastest ``ok`` row of a kind (``"baseline"``: the best heuristic)."""
+        ok = [r for r in self.rows if r.kind == kind and r.status == "ok" and r.step_time_s is not None]
+        return min(ok, key=lambda r: r.step_time_s) if ok else None
+
+    def to_dict(self) -> dict[str, Any]:
+        best = self.best()
+        return {
+            "graph": self.graph,
+            "graph_hash": self.graph_hash,
+            "cluster": self.cluster,
+            "devices": self.devices,
+            "seed": self.seed,
+            "best_single_s": self.best_single_s,
+            "best_single_device": self.best_single_device,
+            "best_heuristic": best.method if best else None,
+            "lower_bound_s": self.lower_bound_s,
+            "rows": [r.to_dict() for r in self.rows],
+        }
+
+    def table(self) -> str:
+        """A markdown table: one row per method, the bound last."""
+        head = (
+            f"| method | status | step time (ms) | speed-up | place time (s) | peak GiB ({', '.join(self.devices)}) |\n"
+            "|---|---|---:|---:|---:|---|\n"
+        )
+        lines = []
+        for r in self.rows:
+            step = f"{r.step_time_s * 1e3:.3f}" if r.step_time_s is not None else "—"
+            if r.status == "oom" and r.sim_step_time_s is not None:
+                step = f"({r.sim_step_time_s * 1e3:.3f})"
+            speed = f"{r.speedup:.2f}x" if r.speedup is not None else "—"
+            place = f"{r.place_time_s:.2f}" if r.place_time_s is not None else "—"
+            peaks = "/".join(f"{r.peak_bytes.get(d, 0) / GIB:.1f}" for d in self.devices) if r.peak_bytes else "—"
+            status = f"{r.status}: {r.message}" if r.status in ("error", "oom") and r.message else r.status
+            lines.append(f"| {r.method} | {status.replace('|', '/')} | {step} | {speed} | {place} | {peaks} |")
+        return head + "\n".join(lines)
+
+
+def _one_line(e: BaseException) -> str:
+    text = str(e).strip().splitlines()
+    return f"{type(e).__name__}: {text[0]}" if text else type(e).__name__
+
+
+def _accepts(fn: Any, name: str) -> bool:
+    try:
+        params = inspect.signature(fn).parameters
+    except (TypeError, ValueError):
+        return False
+    return name in params or any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())
+
+
+def _scored_row(row: Row, env: Any, idx: np.ndarray, best_single_s: float | None) -> Row:
+    result = env.simulate(idx)
+    row.status = result.status
+    row.peak_bytes = dict(result.peak_bytes)
+    row.message = result.message
+    row.sim_step_time_s = result.extra.get("sim_step_time_s")
+    if result.status == "ok":
+        row.step_time_s = float(result.step_time_s)
+        if best_single_s is not None and row.step_time_s > 0:
+            row.speedup = best_single_s / row.step_time_s
+    return row
+
+
+def _label(p: Any, k: int) -> str:
+    return p.method or f"placement {k + 1}"
+
+
+def compare(
+    graph: OpGraph,
+    cluster: Any,
+    methods: Sequence[str] | None = None,
+    placements: Sequence[Placement | tuple[str, Placement]] = (),
+    seed: int = 0,
+    model: Any = None,
+    options: dict[str, dict[str, Any]] | None = None,
+) -> CompareReport:
+    """Run ``methods`` (default: every baseline), score them and ``placements`` on one SimEnv.
+
+    Args:
+        graph: the op graph.
+        cluster: an :class:`envs.Cluster`.
+        methods: baseline names; None for all of them.
+        placements: learned placements, bare or as ``(label, placement)``; a
+            placement made for another graph raises :class:`PlacerError`.
+        seed: passed to every method.
+        model: the ``nn.Module`` for methods that need one (accelerate).
+        options: per-method keyword options, e.g. ``{"annealing": {"steps": 500}}``.
+
+    Returns:
+        A :class:`CompareReport`; a method that cannot run or fails gets a row
+        saying so instead of stopping the comparison.
+    """
+    import envs
+    from placer import baselines
+    from placer.baselines._common import BaselineUnavailable
+
+    if methods is None:
+        known = baselines.names()
+        names = [m for m in ORDER if m in known] + [m for m in known if m not in ORDER]
+    else:
+        names = list(methods)
+    for m in names:
+        baselines.get(m)  # unknown names: PlacerError before any work
+    labelled = [p if isinstance(p, tuple) else (_label(p, k), p) for k, p in enumerate(placements)]
+    given = [(label, p.indices(graph, cluster.device_names, source=label)) for label, p in labelled]
+
+    env = envs.SimEnv(graph, cluster)
+    singles = env.evaluate([np.full(graph.num_ops, d, dtype=np.int32) for d in range(cluster.num_devices)])
+    ok = [(r.step_time_s, d) for d, r in enumerate(singles) if r.status == "ok"]
+    best_single_s, best_dev = (min(ok)[0], cluster.device_names[min(ok)[1]]) if ok else (None, None)
+
+    rows: list[Row] = []
+    for m in names:
+        fn = baselines.get(m)
+        kwargs: dict[str, Any] = {"seed": seed, **(options or {}).get(m, {})}
+        if model is not None and _accepts(fn, "model"):
+            kwargs["model"] = model
+        if _accepts(fn, "env"):
+            kwargs["env"] = env
+        row = Row(method=m)
+        t0 = time.perf_counter()
+        try:
+            idx = np.asarray(fn(graph, cluster, **kwargs))
+        except BaselineUnavailable as e:
+            row.status, row.message = e.status, str(e)
+        except Exception as e:  # one failing method must not sink the table
+            row.status, row.message = "error", _one_line(e)
+        else:
+            row.place_time_s = time.perf_counter() - t0
+            row.placement = Placement.from_indices(graph, cluster.device_names, idx, cluster=cluster.name, method=m, meta={"seed": seed})
+            try:
+                _scored_row(row, env, row.placement.indices(graph, cluster.device_names), best_single_s)
+            except Exception as e:
+                row.status, row.message = "error", _one_line(e)
+        if row.place_time_s is None and row.status == "error":
+            row.place_time_s = time.perf_counter() - t0
+        rows.append(row)
+    for (label, p), (_, idx) in zip(labelled, given):
+        row = Row(method=label, kind="placement", placement=p)
+        rows.append(_scored_row(row, env, idx, best_single_s))
+    bound = float(env.lower_bound())
+    rows.append(Row(
+        method="lower bound", kind="bound", status="bound", step_time_s=bound,
+        speedup=(best_single_s / bound) if best_single_s and bound > 0 else None,
+    ))
+    return CompareReport(
+        graph=graph.name, graph_hash=graph.content_hash, cluster=getattr(cluster, "name", ""),
+        devices=list(cluster.device_names), rows=rows, lower_bound_s=bound,
+        best_single_s=best_single_s, best_single_device=best_dev, seed=seed,
+    )
+
+
+def plot(report: CompareReport, path: str) -> None:
+    """A horizontal bar chart of step times (ok rows), the lower bound as a line."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        raise PlacerError(f"{path}: --plot needs matplotlib (pip install 'placer[plot]')") from None
+    rows = [r for r in report.rows if r.kind != "bound" and r.status == "ok" and r.step_time_s is not None]
+    fig, ax = plt.subplots(figsize=(7, 0.35 * len(rows) + 1.5))
+    y = np.arange(len(rows))
+    ax.barh(y, [r.step_time_s * 1e3 for r in rows], color=["tab:orange" if r.kind == "placement" else "tab:blue" for r in rows])
+    ax.set_yticks(y, [r.method for r in rows])
+    ax.invert_yaxis()
+    if math.isfinite(report.lower_bound_s):
+        ax.axvline(report.lower_bound_s * 1e3, color="k", linestyle="--", label="lower bound")
+        ax.legend(loc="lower right")
+    ax.set_xlabel("simulated step time (ms)")
+    ax.set_title(f"{report.graph} on {report.cluster}")
+    fig.tight_layout()
+    try:
+        fig.savefig(path, dpi=120)
+    except OSError as e:
+        raise PlacerError(f"{path}: cannot write the plot ({e.strerror})") from None
+    finally:
+        plt.close(fig)
