@@ -1,0 +1,137 @@
+"""placer compare: one scorer, every method a row, the bound last, JSON and CLI."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import numpy as np
+import pytest
+
+import envs
+import graphs
+from graphs import PlacerError
+from graphs.synthetic import random_dag
+from placer import baselines
+from placer.cli import main
+from placer.compare import compare, plot
+from placer.placement import Placement
+
+QUICK = {"random_search": {"n": 32}, "annealing": {"steps": 32}}
+
+
+@pytest.fixture(scope="module")
+def graph():
+    return random_dag(120, seed=4)
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    return envs.Cluster.preset("k80x4")
+
+
+@pytest.fixture(scope="module")
+def report(graph, cluster):
+    return compare(graph, cluster, seed=0, options=QUICK)
+
+
+def test_every_method_is_a_row_and_the_bound_is_last(report):
+    methods = [r.method for r in report.rows]
+    assert set(baselines.names()) <= set(methods)
+    assert methods[-1] == "lower bound" and report.rows[-1].kind == "bound"
+    for r in report.rows[:-1]:
+        assert r.status in ("ok", "oom", "not installed", "needs a model"), (r.method, r.status, r.message)
+        if r.status == "ok":
+            assert r.step_time_s >= report.lower_bound_s * (1 - 1e-9)
+            assert r.place_time_s is not None and r.place_time_s >= 0
+            assert r.speedup == pytest.approx(report.best_single_s / r.step_time_s)
+            assert set(r.peak_bytes) == set(report.devices)
+
+
+def test_best_heuristic(report):
+    best = report.best()
+    assert best is not None and best.step_time_s == min(r.step_time_s for r in report.rows if r.kind == "baseline" and r.status == "ok")
+
+
+def test_json_shape(report):
+    doc = json.loads(json.dumps(report.to_dict()))
+    assert {"rows", "lower_bound_s", "best_single_s", "best_heuristic", "graph_hash"} <= set(doc)
+    for row in doc["rows"]:
+        assert {"method", "step_time_s", "status", "place_time_s", "speedup", "peak_bytes"} <= set(row)
+
+
+def test_deterministic_for_a_seed(graph, cluster):
+    a = compare(graph, cluster, methods=["random_search", "annealing", "metis"], seed=7, options=QUICK)
+    b = compare(graph, cluster, methods=["random_search", "annealing", "metis"], seed=7, options=QUICK)
+    assert [r.step_time_s for r in a.rows] == [r.step_time_s for r in b.rows]
+
+
+def test_placement_rows_and_foreign_placement(graph, cluster):
+    p = baselines.place("m_topo", graph, cluster)
+    rep = compare(graph, cluster, methods=["round_robin"], placements=[("learned", p)])
+    row = rep.rows[1]
+    assert row.method == "learned" and row.kind == "placement"
+    assert row.step_time_s == pytest.approx(envs.simulate(graph, p, cluster).step_time_s)
+    other = random_dag(120, seed=5)
+    with pytest.raises(PlacerError, match="made for graph"):
+        compare(other, cluster, methods=["round_robin"], placements=[("learned", p)])
+
+
+def test_error_row_does_not_sink_the_table(graph, cluster, monkeypatch):
+    def boom(graph, cluster, *, seed=0):
+        raise RuntimeError("kaboom\nsecond line")
+
+    baselines.names()
+    monkeypatch.setitem(baselines._REGISTRY, "boom", boom)
+    rep = compare(graph, cluster, methods=["boom", "round_robin"])
+    assert rep.rows[0].status == "error" and rep.rows[0].message == "RuntimeError: kaboom"
+    assert rep.rows[1].status == "ok"
+    assert "error: RuntimeError: kaboom" in rep.table()
+
+
+def test_not_installed_row(graph, cluster, monkeypatch):
+    monkeypatch.setitem(sys.modules, "pymetis", None)
+    rep = compare(graph, cluster, methods=["metis"])
+    assert rep.rows[0].status == "not installed" and rep.rows[0].step_time_s is None
+
+
+def test_unknown_method(graph, cluster):
+    with pytest.raises(PlacerError, match="unknown placement method"):
+        compare(graph, cluster, methods=["nope"])
+
+
+def test_plot(report, tmp_path, monkeypatch):
+    pytest.importorskip("matplotlib")
+    out = tmp_path / "bars.png"
+    plot(report, str(out))
+    assert out.read_bytes()[:4] == b"\x89PNG"
+    monkeypatch.setitem(sys.modules, "matplotlib", None)
+    with pytest.raises(PlacerError, match="needs matplotlib"):
+        plot(report, str(out))
+
+
+def test_cli_json_table_and_bad_placement(graph, cluster, tmp_path, capsys):
+    path = tmp_path / "g.json"
+    graphs.save(graph, str(path))
+    assert main(["compare", str(path), "--cluster", "k80x4", "--methods", "round_robin,m_etf", "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert [r["method"] for r in doc["rows"]] == ["round_robin", "m_etf", "lower bound"]
+    assert main(["compare", str(path), "--cluster", "k80x4", "--methods", "gpipe"]) == 0
+    out = capsys.readouterr().out
+    assert "| gpipe | ok |" in out and "| lower bound |" in out
+    foreign = tmp_path / "p.json"
+    baselines.place("m_topo", random_dag(120, seed=5), cluster).save(foreign)
+    assert main(["compare", str(path), "--cluster", "k80x4", "--methods", "gpipe", "--placement", str(foreign)]) == 2
+    err = capsys.readouterr().err
+    assert str(foreign) in err and "made for graph" in err and len(err.strip().splitlines()) == 1
+    assert main(["compare", str(path), "--cluster", "k80x4", "--methods", "nope"]) == 2
+
+
+def test_cli_placement_row(graph, cluster, tmp_path, capsys):
+    path = tmp_path / "g.json"
+    graphs.save(graph, str(path))
+    pfile = tmp_path / "best.json"
+    Placement.from_indices(graph, cluster.device_names, np.full(graph.num_ops, 1), method="rl").save(pfile)
+    assert main(["compare", str(path), "--cluster", "k80x4", "--methods", "round_robin", "--placement", str(pfile), "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["rows"][1]["method"] == str(pfile) and doc["rows"][1]["status"] == "ok"
