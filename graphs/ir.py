@@ -413,20 +413,21 @@ def _csr(n: int, key: np.ndarray, other: np.ndarray) -> tuple[np.ndarray, np.nda
 
 def _kahn(n: int, src: np.ndarray, dst: np.ndarray) -> tuple[list[int], np.ndarray]:
     """Depth-first Kahn: (order, remaining in-degree). Chains stay adjacent in the order."""
-    indeg = np.bincount(dst, minlength=n) if len(dst) else np.zeros(n, dtype=np.int64)
+    indeg_a = np.bincount(dst, minlength=n) if len(dst) else np.zeros(n, dtype=np.int64)
     indptr, nbr, _ = _csr(n, src, dst)
-    stack = [int(i) for i in np.flatnonzero(indeg == 0)][::-1]
-    indeg = indeg.copy()
+    stack = np.flatnonzero(indeg_a == 0)[::-1].tolist()
+    indeg = indeg_a.tolist()  # list items: ~5x faster to update one by one than numpy scalars
     indptr_l, nbr_l = indptr.tolist(), nbr.tolist()
     order: list[int] = []
+    push, pop, emit = stack.append, stack.pop, order.append
     while stack:
-        u = stack.pop()
-        order.append(u)
+        u = pop()
+        emit(u)
         for v in nbr_l[indptr_l[u] : indptr_l[u + 1]]:
             indeg[v] -= 1
-            if indeg[v] == 0:
-                stack.append(v)
-    return order, indeg
+            if not indeg[v]:
+                push(v)
+    return order, np.asarray(indeg, dtype=np.int64)
 
 
 def _find_cycle(n: int, src: np.ndarray, dst: np.ndarray) -> list[int]:

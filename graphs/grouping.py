@@ -1,0 +1,423 @@
+"""Co-location and coarsening: from thousands of ops to a few hundred placeable groups.
+
+:func:`colocate` finds ops that must share a device; :func:`coarsen` merges them
+and then cuts a topological order into at most ``max_groups`` contiguous runs, so
+the group graph is a DAG by construction. A :class:`Grouping` maps group
+placements back to op placements (:meth:`Grouping.expand`, a numpy fancy-index)
+and op placements to group placements (:meth:`Grouping.contract`).
+
+Cut bytes, the measure every placement is judged by here: for each op ``u`` and
+each device ``d`` other than ``u``'s that runs a consumer of ``u``, the bytes of
+``u``'s tensor, counted once per (``u``, ``d``) pair however many consumers sit on
+``d`` (the largest edge if ``u``'s edges to ``d`` differ). :func:`cut_bytes` and
+:meth:`Grouping.cut_bytes` compute it; a group placement and its expansion agree.
+
+Example, on a 4-op DAG where ``v`` is a view of ``x``:
+
+>>> from graphs.ir import OpGraph
+>>> g = OpGraph.from_edges(
+...     ["x", "v", "mm", "out"],
+...     [("x", "v", 64), ("v", "mm", 64), ("x", "out", 64), ("mm", "out", 16)],
+...     op_types=["aten.relu.default", "aten.view.default", "aten.mm.default", "aten.add.Tensor"],
+...     flops=[1.0, 0.0, 8.0, 1.0])
+>>> colocate(g).tolist()
+[0, 0, 1, 2]
+>>> grouping = coarsen(g, max_groups=2)
+>>> grouping.op_group.tolist(), grouping.graph.names
+([0, 0, 1, 1], ['g0', 'g1'])
+>>> grouping.graph.op_types, grouping.graph.flops.tolist(), grouping.graph.edge_bytes.tolist()
+(['aten.relu.default', 'aten.mm.default'], [1.0, 9.0], [128])
+>>> grouping.expand([[0, 1], [1, 1]]).tolist()
+[[0, 0, 1, 1], [1, 1, 1, 1]]
+>>> int(grouping.cut_bytes([0, 1])) == int(cut_bytes(g, grouping.expand([0, 1])))
+True
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+from scipy.sparse import coo_matrix
+from scipy.sparse.csgraph import connected_components
+
+from graphs.errors import GraphFormatError, PlacerError
+from graphs.group_graph import CutTable, build_group_graph, cut_bytes_batched
+from graphs.ir import OpGraph, _kahn
+
+FORMAT = "placer-grouping/1"
+
+#: Op base names (the ATen name without namespace and overload) whose output
+#: aliases their input's storage; such an op runs where its input lives.
+VIEW_OPS = frozenset(
+    {
+        "view", "_unsafe_view", "reshape", "_reshape_alias", "view_as", "expand", "expand_as",
+        "permute", "transpose", "t", "adjoint", "mT", "squeeze", "unsqueeze", "flatten", "unflatten",
+        "slice", "select", "narrow", "as_strided", "diagonal", "unfold", "movedim", "swapaxes",
+        "split", "split_with_sizes", "tensor_split", "chunk", "unbind", "getitem", "alias", "detach",
+        "real", "imag", "view_as_real", "view_as_complex",
+    }
+)
+
+
+def op_base_name(op_type: str) -> str:
+    """``"aten.add_.Tensor"`` -> ``"add_"``; ``"_operator.getitem"`` -> ``"getitem"``.
+
+    >>> op_base_name("aten.view.default"), op_base_name("getitem")
+    ('view', 'getitem')
+    """
+    parts = op_type.split(".")
+    return parts[-2] if len(parts) >= 3 else parts[-1]
+
+
+def is_view_op(op_type: str) -> bool:
+    """True if the op's output aliases its input (see :data:`VIEW_OPS`)."""
+    return op_base_name(op_type) in VIEW_OPS
+
+
+def is_inplace_op(op_type: str) -> bool:
+    """True for ATen in-place ops: the base name ends in ``_`` (``add_``, ``copy_``), dunders excluded.
+
+    >>> is_inplace_op("aten.add_.Tensor"), is_inplace_op("aten.add.Tensor"), is_inplace_op("aten.__and__.Tensor")
+    (True, False, False)
+    """
+    base = op_base_name(op_type)
+    return base.endswith("_") and not base.startswith("__")
+
+
+def colocate(graph: OpGraph) -> np.ndarray:
+    """Co-location group id of each op (int32), groups numbered by their first op.
+
+    Ops that must share a device are joined (union-find, as connected components):
+
+    * a view op (:data:`VIEW_OPS`) with its producer: the predecessor sending it
+      the largest tensor (in ATen a view has one tensor input; other predecessors,
+      such as ``sym_size`` scalars, send a few bytes);
+    * an in-place op (:func:`is_inplace_op`) with the op whose output it mutates:
+      every predecessor sending a tensor as large as the largest one it receives
+      (the mutated ``self`` cannot be told apart from an equally large second
+      operand, so both are kept with it).
+
+    An op and the parameters it owns are one node already. Ops that share a
+    parameter are not joined: applying a placement copies a parameter to every
+    device that reads it. Joining can make the groups' quotient graph cyclic;
+    :func:`coarsen` merges such cycles.
+
+    >>> from graphs.ir import OpGraph
+    >>> g = OpGraph.from_edges(["a", "b", "c"], [("a", "b", 8), ("a", "c", 8), ("b", "c", 4)],
+    ...                        op_types=["aten.mm.default", "aten.relu.default", "aten.add_.Tensor"])
+    >>> colocate(g).tolist()
+    [0, 1, 0]
+    """
+    n = graph.num_ops
+    if n == 0:
+        return np.zeros(0, dtype=np.int32)
+    type_id = {t: i for i, t in enumerate(dict.fromkeys(graph.op_types))}
+    tid = np.array(list(map(type_id.__getitem__, graph.op_types)), dtype=np.int64)
+    view = np.array([is_view_op(t) for t in type_id], dtype=bool)[tid]
+    inplace = np.array([is_inplace_op(t) for t in type_id], dtype=bool)[tid]
+    src, dst, nbytes = graph.edge_src.astype(np.int64), graph.edge_dst.astype(np.int64), graph.edge_bytes
+    joins = []
+    into_view = np.flatnonzero(view[dst])
+    if len(into_view):
+        # Per view op, the incoming edge with the most bytes (ties: earliest producer).
+        e = into_view[np.lexsort((src[into_view], -nbytes[into_view], dst[into_view]))]
+        first = np.r_[True, dst[e][1:] != dst[e][:-1]]
+        joins.append(e[first])
+    into_inplace = np.flatnonzero(inplace[dst])
+    if len(into_inplace):
+        largest = np.zeros(n, dtype=np.int64)
+        np.maximum.at(largest, dst[into_inplace], nbytes[into_inplace])
+        joins.append(into_inplace[nbytes[into_inplace] == largest[dst[into_inplace]]])
+    e = np.concatenate(joins) if joins else np.zeros(0, dtype=np.int64)
+    adj = coo_matrix((np.ones(len(e), dtype=np.int8), (src[e], dst[e])), shape=(n, n)).tocsr()
+    _, labels = connected_components(adj, directed=False)
+    return _renumber_by_first_op(labels)
+
+
+def coarsen(graph: OpGraph, max_groups: int = 256, *, colocate: bool = True) -> "Grouping":
+    """Group ``graph``'s ops into at most ``max_groups`` groups whose graph is a DAG.
+
+    1. Units: the co-location groups (:func:`colocate`; single ops when
+       ``colocate=False``). If joining made the units' quotient graph cyclic, each
+       strongly connected component of it becomes one unit (recorded in
+       ``grouping.graph.meta["merged_cycles"]``).
+    2. A depth-first topological order of the units (a successor follows its
+       last predecessor when it can, so chains stay adjacent), each unit's ops
+       kept together in their original order.
+    3. If there are more units than ``max_groups``, the order is cut into
+       ``max_groups`` contiguous runs of about equal compute (weight: 90% share of
+       FLOPs, 10% share of op count). Each cut goes, within +-30% of a run's
+       weight from its ideal spot, where the fewest bytes are live (produced
+       before the cut, consumed after it). Contiguous runs of a topological
+       order cannot form a cycle.
+
+    Group ids follow the order, so every group edge goes from a lower id to a
+    higher one. See :class:`Grouping` for what the group graph holds.
+    """
+    if int(max_groups) < 1:
+        raise PlacerError(f"coarsen: max_groups must be >= 1, got {max_groups}")
+    n = graph.num_ops
+    unit = globals()["colocate"](graph) if colocate else np.arange(n, dtype=np.int32)
+    unit, merged_cycles = _merge_cycles(graph, unit)
+    num_units = int(unit.max()) + 1 if n else 0
+    us, ud = unit[graph.edge_src].astype(np.int64), unit[graph.edge_dst].astype(np.int64)
+    cross = us != ud
+    unit_order, _ = _kahn(num_units, us[cross], ud[cross])
+    unit_pos = np.empty(num_units, dtype=np.int64)
+    unit_pos[np.asarray(unit_order, dtype=np.int64)] = np.arange(num_units)
+    order = np.lexsort((np.arange(n), unit_pos[unit]))  # position -> op
+    if num_units <= max_groups:
+        op_group = unit_pos[unit]
+    else:
+        cuts = _choose_cuts(graph, order, unit, int(max_groups))
+        seg = np.searchsorted(cuts, np.arange(n), side="right")
+        op_group = np.empty(n, dtype=np.int64)
+        op_group[order] = seg
+    meta = {"max_groups": int(max_groups), "colocate": bool(colocate), "merged_cycles": merged_cycles}
+    return Grouping.from_assignment(graph, op_group, meta=meta)
+
+
+class Grouping:
+    """A partition of an op graph into groups, and the group-level DAG.
+
+    The group graph (:attr:`graph`, an :class:`OpGraph`) has one op per group,
+    named ``g0``, ``g1``... in topological order, with:
+
+    * ``op_types``: the members' type with the most FLOPs (ties: most members);
+    * ``flops``, ``param_bytes``, ``buffer_bytes``, profile times: sums over the
+      members (a profile time is NaN if any member's is unknown);
+    * ``out_bytes``: bytes of the tensors leaving the group, each counted once: a
+      member's tensor consumed outside the group (its largest outgoing cross
+      edge) or a member with no consumer at all (a graph output);
+      ``out_shapes``/``out_dtypes`` list those members' outputs;
+    * ``module_paths``: the members' common dotted prefix; ``params``: the union;
+    * edges ``A -> B`` with bytes summed over the distinct member tensors of
+      ``A`` that ``B`` consumes (a tensor read by two ops of ``B`` counts once);
+    * ``meta``: ``member_ops`` and ``member_out_bytes`` (activation bytes) per
+      group, the source graph's hash and name, and coarsening options.
+
+    Summing group-edge bytes over groups on other devices counts a tensor once
+    per consumer group; :meth:`cut_bytes` counts it once per device, exactly as
+    :func:`cut_bytes` does on the expanded op placement.
+    """
+
+    def __init__(self, op_group: np.ndarray, graph: OpGraph, source_hash: str, *, cut_table: CutTable | None = None) -> None:
+        self.op_group = np.asarray(op_group, dtype=np.int32)
+        self.graph = graph
+        self.source_hash = source_hash
+        self._cut_table = cut_table
+        members = np.argsort(self.op_group, kind="stable")
+        counts = np.bincount(self.op_group, minlength=graph.num_ops) if len(self.op_group) else np.zeros(graph.num_ops, np.int64)
+        self._members = members.astype(np.int64)
+        self._indptr = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
+        self._first = self._members[self._indptr[:-1]] if graph.num_ops else np.zeros(0, np.int64)
+
+    @classmethod
+    def from_assignment(cls, graph: OpGraph, op_group: Any, *, meta: dict | None = None) -> "Grouping":
+        """Build from a group id per op (ids 0..G-1, all used).
+
+        Ids are renumbered in topological order of the group graph if they are
+        not in it already. Raises :class:`PlacerError` if the groups form a cycle.
+        """
+        op_group = np.asarray(op_group)
+        if op_group.shape != (graph.num_ops,) or op_group.dtype.kind not in "iu":
+            raise PlacerError(f"grouping: expected {graph.num_ops} integer group ids, got shape {op_group.shape}")
+        num_groups = int(op_group.max()) + 1 if len(op_group) else 0
+        if len(op_group) and (op_group.min() < 0 or len(np.unique(op_group)) != num_groups):
+            raise PlacerError(f"grouping: group ids must be 0..{num_groups - 1} with every id used")
+        op_group = _topological_ids(graph, op_group.astype(np.int64), num_groups)
+        group_graph, table = build_group_graph(graph, op_group, num_groups, meta=meta or {})
+        return cls(op_group, group_graph, graph.content_hash, cut_table=table)
+
+    # ---------------------------------------------------------------- shape
+    @property
+    def num_groups(self) -> int:
+        return self.graph.num_ops
+
+    @property
+    def num_ops(self) -> int:
+        return len(self.op_group)
+
+    def __repr__(self) -> str:
+        return f"Grouping(ops={self.num_ops}, groups={self.num_groups}, source={self.source_hash})"
+
+    def members(self, g: int) -> np.ndarray:
+        """Op indices of group ``g``, ascending."""
+        if not 0 <= int(g) < self.num_groups:
+            raise PlacerError(f"grouping: no group {g} (there are {self.num_groups})")
+        return self._members[self._indptr[g] : self._indptr[g + 1]]
+
+    # ---------------------------------------------------- expand / contract
+    def expand(self, group_idx: Any) -> np.ndarray:
+        """Device per op from device per group; ``[..., G] -> [..., num_ops]`` (batched)."""
+        a = np.asarray(group_idx)
+        if a.ndim == 0 or a.shape[-1] != self.num_groups:
+            raise PlacerError(f"grouping: expected {self.num_groups} group devices in the last axis, got shape {a.shape}")
+        return a[..., self.op_group]
+
+    def contract(self, op_idx: Any) -> np.ndarray:
+        """Device per group from device per op; ``[..., num_ops] -> [..., G]``.
+
+        Raises :class:`PlacerError` naming a group whose ops are on different devices.
+        """
+        a = np.asarray(op_idx)
+        if a.ndim == 0 or a.shape[-1] != self.num_ops:
+            raise PlacerError(f"grouping: expected {self.num_ops} op devices in the last axis, got shape {a.shape}")
+        rep = a[..., self._first]
+        split = a != rep[..., self.op_group]
+        if split.any():
+            op = int(np.argwhere(split)[0][-1])
+            g = int(self.op_group[op])
+            raise PlacerError(f"grouping: group g{g} is split across devices (op {op} differs from op {int(self._first[g])})")
+        return rep
+
+    # ------------------------------------------------------------ cut bytes
+    def cut_bytes(self, group_idx: Any) -> np.ndarray:
+        """Cut bytes of a group placement (``[G]`` -> scalar, ``[K, G]`` -> ``[K]``), int64.
+
+        Equal to :func:`cut_bytes` of the op graph on ``self.expand(group_idx)``.
+        """
+        if self._cut_table is None:
+            raise PlacerError("grouping: cut_bytes needs the op graph; load the grouping with Grouping.from_dict(doc, graph)")
+        a = np.asarray(group_idx)
+        if a.ndim == 0 or a.shape[-1] != self.num_groups:
+            raise PlacerError(f"grouping: expected {self.num_groups} group devices in the last axis, got shape {a.shape}")
+        return cut_bytes_batched(self._cut_table, a)
+
+    # ------------------------------------------------------------------ JSON
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-ready document (``"format": "placer-grouping/1"``)."""
+        doc = self.graph.to_dict()
+        doc["hash"] = self.graph.content_hash
+        return {"format": FORMAT, "source_hash": self.source_hash, "op_group": self.op_group.tolist(), "graph": doc}
+
+    @classmethod
+    def from_dict(cls, doc: Any, graph: OpGraph | None = None, *, source: str = "grouping") -> "Grouping":
+        """Inverse of :meth:`to_dict`.
+
+        With the op ``graph`` (checked against the recorded hash) the group graph
+        is rebuilt and must match the stored one; without it the stored group
+        graph is used and :meth:`cut_bytes` is unavailable.
+        """
+        from graphs.io import from_dict as graph_from_dict
+
+        if not isinstance(doc, dict) or doc.get("format") != FORMAT:
+            got = doc.get("format") if isinstance(doc, dict) else type(doc).__name__
+            raise GraphFormatError(f"{source}: format is {got!r}, expected {FORMAT!r}")
+        op_group = doc.get("op_group")
+        if not isinstance(op_group, list) or not all(type(x) is int for x in op_group):
+            raise GraphFormatError(f"{source}: op_group must be a list of integers")
+        stored = graph_from_dict(doc.get("graph"), source=f"{source} (group graph)")
+        if graph is None:
+            if op_group and (min(op_group) < 0 or max(op_group) >= stored.num_ops):
+                raise GraphFormatError(f"{source}: op_group names groups outside 0..{stored.num_ops - 1}")
+            return cls(np.asarray(op_group, dtype=np.int32), stored, str(doc.get("source_hash", "")))
+        if doc.get("source_hash") != graph.content_hash:
+            raise GraphFormatError(f"{source}: made for graph {doc.get('source_hash')}, not {graph.content_hash} ({graph.name or 'graph'})")
+        rebuilt = cls.from_assignment(graph, np.asarray(op_group, dtype=np.int64), meta={k: v for k, v in stored.meta.items() if k not in _DERIVED_META})
+        if rebuilt.graph.content_hash != stored.content_hash or not np.array_equal(rebuilt.op_group, op_group):
+            raise GraphFormatError(f"{source}: the stored group graph does not match the op graph's grouping")
+        return rebuilt
+
+
+_DERIVED_META = ("member_ops", "member_out_bytes", "source_hash", "source_name")
+
+
+def cut_bytes(graph: OpGraph, device_idx: Any) -> np.ndarray:
+    """Cut bytes of an op placement (``[num_ops]`` -> scalar, ``[K, num_ops]`` -> ``[K]``), int64.
+
+    Each op's tensor counts once for every device other than its own that runs
+    one of its consumers.
+
+    >>> from graphs.ir import OpGraph
+    >>> g = OpGraph.from_edges(["a", "b", "c"], [("a", "b", 8), ("a", "c", 8)])
+    >>> int(cut_bytes(g, [0, 1, 1])), int(cut_bytes(g, [0, 1, 2])), cut_bytes(g, [[0, 0, 0], [1, 0, 0]]).tolist()
+    (8, 16, [0, 8])
+    """
+    a = np.asarray(device_idx)
+    if a.ndim == 0 or a.shape[-1] != graph.num_ops:
+        raise PlacerError(f"cut_bytes: expected {graph.num_ops} op devices in the last axis, got shape {a.shape}")
+    table = CutTable(graph.edge_src.astype(np.int64), graph.edge_src.astype(np.int64), graph.edge_dst.astype(np.int64), graph.edge_bytes)
+    return cut_bytes_batched(table, a)
+
+
+# ---------------------------------------------------------------------- helpers
+def _renumber_by_first_op(labels: np.ndarray) -> np.ndarray:
+    """Relabel so that group ids increase with each group's first op."""
+    _, first = np.unique(labels, return_index=True)
+    rank = np.empty(len(first), dtype=np.int64)
+    rank[np.argsort(first, kind="stable")] = np.arange(len(first))
+    return rank[labels].astype(np.int32)
+
+
+def _merge_cycles(graph: OpGraph, unit: np.ndarray) -> tuple[np.ndarray, int]:
+    """Merge each strongly connected component of the units' quotient graph into one unit."""
+    n_units = int(unit.max()) + 1 if len(unit) else 0
+    us, ud = unit[graph.edge_src], unit[graph.edge_dst]
+    cross = us != ud
+    if n_units == 0 or not cross.any():
+        return unit, 0
+    adj = coo_matrix((np.ones(int(cross.sum()), dtype=np.int8), (us[cross], ud[cross])), shape=(n_units, n_units)).tocsr()
+    n_scc, scc = connected_components(adj, directed=True, connection="strong")
+    if n_scc == n_units:
+        return unit, 0
+    merged = int(np.sum(np.bincount(scc) > 1))
+    return _renumber_by_first_op(scc[unit]), merged
+
+
+def _topological_ids(graph: OpGraph, op_group: np.ndarray, num_groups: int) -> np.ndarray:
+    """Renumber groups in a topological order of their quotient graph; PlacerError on a cycle."""
+    gs, gd = op_group[graph.edge_src], op_group[graph.edge_dst]
+    cross = gs != gd
+    if not bool(np.any(gs[cross] > gd[cross])):
+        return op_group
+    order, _ = _kahn(num_groups, gs[cross], gd[cross])
+    if len(order) != num_groups:
+        raise PlacerError(f"grouping: the groups form a cycle, so the group graph would not be a DAG ({graph.name or 'graph'})")
+    new_id = np.empty(num_groups, dtype=np.int64)
+    new_id[np.asarray(order, dtype=np.int64)] = np.arange(num_groups)
+    return new_id[op_group]
+
+
+def _choose_cuts(graph: OpGraph, order: np.ndarray, unit: np.ndarray, max_groups: int, slack: float = 0.3) -> np.ndarray:
+    """Positions (in ``order``) that start groups 1..K-1: balanced weight, few live bytes."""
+    n = graph.num_ops
+    pos = np.empty(n, dtype=np.int64)
+    pos[order] = np.arange(n)
+    total_flops = float(graph.flops.sum())
+    weight = np.full(n, 1.0 / n) if total_flops <= 0 else 0.9 * graph.flops / total_flops + 0.1 / n
+    cum = np.concatenate([[0.0], np.cumsum(weight[order])])
+    # Live bytes before position i: tensors made before i and read at or after i.
+    src, dst = graph.edge_src.astype(np.int64), graph.edge_dst.astype(np.int64)
+    size = np.zeros(n, dtype=np.int64)
+    last = np.full(n, -1, dtype=np.int64)
+    np.maximum.at(size, src, graph.edge_bytes)
+    np.maximum.at(last, src, pos[dst])
+    has = last >= 0
+    diff = np.zeros(n + 1, dtype=np.int64)
+    np.add.at(diff, pos[has] + 1, size[has])
+    np.add.at(diff, last[has] + 1, -size[has])
+    live = np.cumsum(diff)
+    ordered_unit = unit[order]
+    cand = np.flatnonzero(ordered_unit[1:] != ordered_unit[:-1]) + 1  # cuts only between units
+    cand_w, cand_live = cum[cand], live[cand]
+    step = cum[-1] / max_groups
+    cuts: list[int] = []
+    j_prev = -1
+    for k in range(1, max_groups):
+        target = k * step
+        lo = max(int(np.searchsorted(cand_w, target - slack * step, side="left")), j_prev + 1)
+        hi = int(np.searchsorted(cand_w, target + slack * step, side="right"))
+        if lo >= len(cand):
+            break
+        if hi <= lo:  # nothing in the window: the nearest candidate after the last cut
+            right = min(int(np.searchsorted(cand_w, target)), len(cand) - 1)
+            near = [j for j in (right - 1, right) if j > j_prev]
+            j = min(near, key=lambda j: abs(cand_w[j] - target)) if near else j_prev + 1
+        else:
+            dist = np.abs(cand_w[lo:hi] - target)
+            j = lo + int(np.lexsort((dist, cand_live[lo:hi]))[0])
+        cuts.append(int(cand[j]))
+        j_prev = j
+    return np.asarray(cuts, dtype=np.int64)

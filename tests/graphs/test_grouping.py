@@ -1,0 +1,293 @@
+"""Grouping: co-location, acyclic coarsening, totals, expand/contract, cut bytes, JSON."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections import defaultdict
+
+import networkx as nx
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from graphs import GraphFormatError, OpGraph, PlacerError
+from graphs.grouping import Grouping, coarsen, colocate, cut_bytes, is_inplace_op, is_view_op, op_base_name
+from graphs.synthetic import random_dag
+
+
+def brute_cut(graph: OpGraph, dev) -> int:
+    """Cut bytes by the definition: per (producer, other device), the tensor once (largest edge)."""
+    per = defaultdict(int)
+    for s, d, b in zip(graph.edge_src.tolist(), graph.edge_dst.tolist(), graph.edge_bytes.tolist()):
+        if dev[s] != dev[d]:
+            per[(s, dev[d])] = max(per[(s, dev[d])], b)
+    return sum(per.values())
+
+
+def brute_group_edges(graph: OpGraph, op_group) -> dict:
+    per = {}
+    for s, d, b in zip(graph.edge_src.tolist(), graph.edge_dst.tolist(), graph.edge_bytes.tolist()):
+        if op_group[s] != op_group[d]:
+            per[(s, op_group[d])] = max(per.get((s, op_group[d]), 0), b)
+    out = defaultdict(int)
+    for (s, gd), b in per.items():
+        out[(int(op_group[s]), int(gd))] += b
+    return dict(out)
+
+
+def check_grouping(graph: OpGraph, grouping: Grouping, max_groups: int, *, colocated: bool, seed: int = 0) -> None:
+    G, n = grouping.num_groups, graph.num_ops
+    gg = grouping.graph
+    og = grouping.op_group
+    # Every group used, at most max_groups, DAG in id order.
+    assert 1 <= G <= max(max_groups, 1) and sorted(set(og.tolist())) == list(range(G))
+    assert bool((og[graph.edge_src] <= og[graph.edge_dst]).all())
+    assert nx.is_directed_acyclic_graph(gg.to_networkx())
+    # Totals preserved.
+    assert gg.flops.sum() == pytest.approx(graph.flops.sum(), rel=1e-12)
+    assert int(gg.param_bytes.sum()) == int(graph.param_bytes.sum())
+    assert int(gg.buffer_bytes.sum()) == int(graph.buffer_bytes.sum())
+    assert sum(gg.meta["member_ops"]) == n and sum(gg.meta["member_out_bytes"]) == int(graph.out_bytes.sum())
+    # Group edges: distinct source tensors crossing.
+    got = {(int(s), int(d)): int(b) for s, d, b in zip(gg.edge_src, gg.edge_dst, gg.edge_bytes)}
+    assert got == brute_group_edges(graph, og.tolist())
+    # Co-location respected.
+    if colocated:
+        lab = colocate(graph)
+        for c in np.unique(lab):
+            assert len(set(og[lab == c].tolist())) == 1
+    # expand / contract are inverse; cut bytes agree with the expansion.
+    rng = np.random.default_rng(seed)
+    P = rng.integers(0, 3, size=(5, G))
+    ops = grouping.expand(P)
+    assert ops.shape == (5, n)
+    np.testing.assert_array_equal(grouping.contract(ops), P)
+    np.testing.assert_array_equal(grouping.cut_bytes(P), cut_bytes(graph, ops))
+    for k in range(len(P)):
+        assert int(grouping.cut_bytes(P[k])) == brute_cut(graph, ops[k].tolist())
+    # Each group on a device of its own: the cut is exactly the group edges' bytes.
+    assert int(grouping.cut_bytes(np.arange(G))) == int(gg.edge_bytes.sum())
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    n=st.integers(1, 250),
+    seed=st.integers(0, 10_000),
+    max_groups=st.integers(1, 60),
+    degree=st.floats(1.0, 3.0),
+    colocated=st.booleans(),
+)
+def test_coarsen_properties(n, seed, max_groups, degree, colocated):
+    g = random_dag(n, seed=seed, avg_degree=degree)
+    check_grouping(g, coarsen(g, max_groups, colocate=colocated), max_groups, colocated=colocated, seed=seed)
+
+
+# ------------------------------------------------------------------ co-location
+def test_op_type_parsing():
+    assert op_base_name("aten.add_.Tensor") == "add_" and op_base_name("_operator.getitem") == "getitem"
+    assert is_view_op("aten.view.default") and is_view_op("getitem") and is_view_op("aten.t.default")
+    assert not is_view_op("aten.mm.default") and not is_view_op("aten.clone.default")
+    assert is_inplace_op("aten.copy_.default") and not is_inplace_op("aten._unsafe_view.default")
+    assert not is_inplace_op("aten.__or__.Tensor")
+
+
+def test_a_view_joins_the_producer_of_its_largest_input():
+    # v = view(x) with a tiny sym_size-like second input s; w = getitem(split(x)).
+    g = OpGraph.from_edges(
+        ["x", "s", "v", "sp", "w", "y"],
+        [("x", "v", 400), ("s", "v", 8), ("x", "sp", 400), ("sp", "w", 200), ("v", "y", 400), ("w", "y", 200)],
+        op_types=["aten.relu.default", "aten.sym_size.int", "aten.view.default", "aten.split.Tensor", "getitem", "aten.add.Tensor"],
+    )
+    lab = colocate(g).tolist()
+    x, s, v, sp, w, y = (g.index[k] for k in ["x", "s", "v", "sp", "w", "y"])
+    assert lab[v] == lab[x] == lab[sp] == lab[w]  # split is a view of x, getitem of split
+    assert lab[s] != lab[x] and lab[y] != lab[x]
+
+
+def test_an_inplace_op_joins_what_it_mutates_and_shared_params_do_not_join():
+    g = OpGraph.from_edges(
+        ["a", "b", "c", "p1", "p2"],
+        [("a", "c", 64), ("b", "c", 16)],
+        op_types=["aten.mm.default", "aten.mm.default", "aten.add_.Tensor", "aten.mm.default", "aten.mm.default"],
+    )
+    g.params[g.index["p1"]] = ["fc.weight"]
+    g.params[g.index["p2"]] = ["fc.weight"]
+    lab = colocate(g).tolist()
+    assert lab[g.index["c"]] == lab[g.index["a"]] != lab[g.index["b"]]
+    assert lab[g.index["p1"]] != lab[g.index["p2"]]
+    assert lab == [0, 1, 0, 2, 3]  # numbered by first op
+
+
+def test_colocation_cycle_is_merged():
+    # a -> b -> c and a -> c, c = a.add_(b): joining a with c puts b on a cycle.
+    g = OpGraph.from_edges(
+        ["a", "b", "c", "d"], [("a", "b", 64), ("b", "c", 16), ("a", "c", 64), ("c", "d", 64)],
+        op_types=["aten.relu.default", "aten.sum.default", "aten.add_.Tensor", "aten.relu.default"], flops=[1, 2, 3, 4],
+    )
+    grouping = coarsen(g, max_groups=10)
+    assert grouping.num_groups == 2 and grouping.graph.meta["merged_cycles"] == 1
+    assert grouping.op_group.tolist() == [0, 0, 0, 1]
+    check_grouping(g, grouping, 10, colocated=True)
+
+
+# ------------------------------------------------------------------ coarsening
+def test_no_coarsening_needed_keeps_every_op():
+    g = random_dag(40, seed=2)
+    grouping = coarsen(g, max_groups=40, colocate=False)
+    assert grouping.num_groups == 40
+    assert sorted(grouping.graph.flops.tolist()) == sorted(g.flops.tolist())
+    check_grouping(g, grouping, 40, colocated=False)
+
+
+def test_one_group():
+    g = random_dag(30, seed=3)
+    grouping = coarsen(g, max_groups=1)
+    assert grouping.num_groups == 1 and grouping.graph.num_edges == 0
+    assert int(grouping.graph.out_bytes[0]) == int(g.out_bytes[-1])  # only the graph output leaves
+    assert grouping.cut_bytes(np.array([[0], [1]])).tolist() == [0, 0]
+
+
+def test_bad_max_groups():
+    with pytest.raises(PlacerError, match="max_groups must be >= 1"):
+        coarsen(random_dag(5), max_groups=0)
+
+
+def test_groups_are_balanced_by_compute():
+    g = random_dag(20_000, seed=4)
+    grouping = coarsen(g, max_groups=64, colocate=False)
+    assert grouping.num_groups == 64
+    flops = grouping.graph.flops
+    assert flops.max() <= 2.0 * flops.mean() and flops.min() >= 0.3 * flops.mean()
+
+
+def test_cuts_prefer_small_tensors():
+    # A chain of 8 equal ops; the balanced cut is before o4, but only 4 bytes are
+    # live before o3 (bypass edges make every other nearby cut expensive).
+    names = [f"o{i}" for i in range(8)]
+    edges = [(names[i], names[i + 1], 1000) for i in range(7)]
+    edges[2] = ("o2", "o3", 4)
+    edges += [("o0", "o2", 5000), ("o3", "o5", 5000), ("o4", "o6", 5000)]
+    g = OpGraph.from_edges(names, edges, flops=[1.0] * 8)
+    grouping = coarsen(g, max_groups=2, colocate=False)
+    assert grouping.op_group.tolist() == [0, 0, 0, 1, 1, 1, 1, 1]
+    assert grouping.graph.edge_bytes.tolist() == [4]
+
+
+def test_group_columns():
+    g = OpGraph.from_edges(
+        ["a", "b", "c", "d"], [("a", "b", 8), ("b", "c", 8), ("a", "d", 4), ("c", "d", 8)],
+        op_types=["aten.add.Tensor", "aten.mm.default", "aten.add.Tensor", "aten.add.Tensor"],
+        flops=[1.0, 10.0, 1.0, 1.0], param_bytes=[0, 400, 0, 4], module_paths=["enc.l0.fc", "enc.l0.act", "enc.l1", "dec"],
+    )
+    g.params[1] = ["enc.l0.fc.weight"]
+    g.profile = {"gpu": {"fwd_s": np.array([1.0, 2.0, np.nan, 4.0])}}
+    grouping = Grouping.from_assignment(g, [0, 0, 0, 1])
+    gg = grouping.graph
+    assert gg.op_types == ["aten.mm.default", "aten.add.Tensor"]
+    assert gg.module_paths == ["enc", "dec"]
+    assert gg.params == [["enc.l0.fc.weight"], []]
+    assert gg.param_bytes.tolist() == [400, 4]
+    # a and c both feed d: two distinct tensors, 4 + 8 bytes; out_bytes likewise; d is the graph output.
+    assert gg.edge_bytes.tolist() == [12] and gg.out_bytes.tolist() == [12, int(g.out_bytes[3])]
+    assert np.isnan(gg.profile["gpu"]["fwd_s"][0]) and gg.profile["gpu"]["fwd_s"][1] == 4.0
+    assert gg.meta["member_ops"] == [3, 1]
+
+
+def test_from_assignment_renumbers_and_rejects_cycles():
+    g = OpGraph.from_edges(["a", "b", "c"], [("a", "b", 8), ("b", "c", 8)])
+    assert Grouping.from_assignment(g, [1, 0, 0]).op_group.tolist() == [0, 1, 1]
+    with pytest.raises(PlacerError, match="groups form a cycle"):
+        Grouping.from_assignment(g, [0, 1, 0])
+    with pytest.raises(PlacerError, match="every id used"):
+        Grouping.from_assignment(g, [0, 2, 2])
+
+
+# ------------------------------------------------------------ expand / contract
+def test_expand_batched_is_a_fancy_index():
+    g = random_dag(200, seed=5)
+    grouping = coarsen(g, max_groups=16)
+    P = np.random.default_rng(0).integers(0, 4, size=(3, 7, grouping.num_groups))
+    out = grouping.expand(P)
+    assert out.shape == (3, 7, 200)
+    np.testing.assert_array_equal(out, P[..., grouping.op_group])
+    for gid in range(grouping.num_groups):
+        assert (out[..., grouping.members(gid)] == P[..., gid : gid + 1]).all()
+    np.testing.assert_array_equal(np.sort(np.concatenate([grouping.members(i) for i in range(grouping.num_groups)])), np.arange(200))
+
+
+def test_contract_rejects_a_split_group_and_bad_shapes():
+    g = random_dag(50, seed=6)
+    grouping = coarsen(g, max_groups=4)
+    ops = grouping.expand(np.zeros(grouping.num_groups, dtype=int))
+    victim = int(grouping.members(2)[-1])
+    ops[victim] = 1
+    with pytest.raises(PlacerError, match="group g2 is split"):
+        grouping.contract(ops)
+    with pytest.raises(PlacerError, match="last axis"):
+        grouping.expand(np.zeros(grouping.num_groups + 1))
+    with pytest.raises(PlacerError, match="last axis"):
+        grouping.contract(np.zeros(49))
+    with pytest.raises(PlacerError, match="no group"):
+        grouping.members(4)
+
+
+# ---------------------------------------------------------------------- JSON
+def test_to_dict_round_trip(tmp_path):
+    g = random_dag(300, seed=8)
+    grouping = coarsen(g, max_groups=20)
+    path = tmp_path / "grouping.json"
+    path.write_text(json.dumps(grouping.to_dict()))
+    doc = json.loads(path.read_text())
+    back = Grouping.from_dict(doc, g)
+    np.testing.assert_array_equal(back.op_group, grouping.op_group)
+    assert back.graph.content_hash == grouping.graph.content_hash and back.graph.meta == grouping.graph.meta
+    P = np.arange(grouping.num_groups) % 3
+    assert int(back.cut_bytes(P)) == int(grouping.cut_bytes(P))
+    alone = Grouping.from_dict(doc)
+    np.testing.assert_array_equal(alone.expand(P), grouping.expand(P))
+    with pytest.raises(PlacerError, match="needs the op graph"):
+        alone.cut_bytes(P)
+
+
+def test_from_dict_rejects_mismatches():
+    g = random_dag(100, seed=9)
+    doc = coarsen(g, max_groups=10).to_dict()
+    with pytest.raises(GraphFormatError, match="made for graph"):
+        Grouping.from_dict(doc, random_dag(100, seed=10))
+    bad = json.loads(json.dumps(doc))
+    bad["op_group"][0], bad["op_group"][-1] = bad["op_group"][-1], bad["op_group"][0]
+    with pytest.raises(PlacerError):
+        Grouping.from_dict(bad, g)
+    with pytest.raises(GraphFormatError, match="expected 'placer-grouping/1'"):
+        Grouping.from_dict({"format": "other"})
+
+
+# ---------------------------------------------------------------------- speed
+@pytest.mark.slow
+def test_coarsen_100k_ops_under_10_s():
+    g = random_dag(100_000, seed=0)
+    g.content_hash  # hashing the source is I/O's cost, not coarsening's
+    t0 = time.perf_counter()
+    grouping = coarsen(g, max_groups=256)
+    elapsed_s = time.perf_counter() - t0
+    assert grouping.num_groups == 256 and elapsed_s < 10.0
+
+
+def test_empty_and_single_op_graphs():
+    empty = coarsen(OpGraph.from_edges([], []), max_groups=4)
+    assert empty.num_groups == 0 and empty.cut_bytes(np.zeros((2, 0), dtype=int)).tolist() == [0, 0]
+    one = coarsen(OpGraph.from_edges(["a"], [], flops=[5.0]), max_groups=4)
+    assert one.num_groups == 1 and one.graph.flops.tolist() == [5.0] and int(one.cut_bytes([2])) == 0
+
+
+def test_cut_bytes_keeps_batch_dimensions():
+    g = random_dag(80, seed=11)
+    grouping = coarsen(g, max_groups=8)
+    P = np.random.default_rng(1).integers(0, 3, size=(2, 3, grouping.num_groups))
+    got = grouping.cut_bytes(P)
+    assert got.shape == (2, 3)
+    assert got.tolist() == [[brute_cut(g, grouping.expand(p).tolist()) for p in row] for row in P]
+    with pytest.raises(PlacerError, match=">= 0"):
+        cut_bytes(g, -np.ones(80, dtype=int))
