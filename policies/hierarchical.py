@@ -59,6 +59,7 @@ class HierarchicalPolicy(nn.Module):
         super().__init__()
         g = num_groups or max_groups or min(256, 20 * num_devices)
         self.num_groups = max(1, min(int(g), graph.num_ops))
+        self.num_items = self.num_groups
         self.num_ops = graph.num_ops
         self.num_devices = num_devices
         self.graph = graph

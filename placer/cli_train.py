@@ -1,0 +1,140 @@
+"""``placer train``: learn a placement with the RL placer.
+
+Example:
+    placer train nmt-2 --cluster k80x4 --time-budget 300
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+
+from graphs.errors import PlacerError
+
+ALGOS = ("reinforce", "ppo")
+ENVS = ("sim", "measured")
+
+
+def add_commands(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "train",
+        help="learn a placement with the RL placer (seq2seq or hierarchical policy)",
+        description="Train a placement policy on SOURCE's graph. Writes TensorBoard logs, a resumable "
+        "checkpoint and best_placement.json under --logdir.",
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
+    p.add_argument("source", metavar="SOURCE", help="graph file (.json/.pt2), zoo name or module:callable")
+    p.add_argument("--cluster", required=True, help="cluster preset name or JSON file")
+    p.add_argument("--profile", default=None, help="profile file to apply to the cluster")
+    p.add_argument("--env", default="sim", help="scorer: sim or measured (measured needs a zoo name or module:callable)")
+    p.add_argument("--policy", default="seq2seq", help="policy: seq2seq or hierarchical")
+    p.add_argument("--algo", default="reinforce", help="reinforce or ppo")
+    p.add_argument("--samples", type=int, default=8, help="K: placements sampled and scored per iteration")
+    stop = p.add_mutually_exclusive_group()
+    stop.add_argument("--iterations", type=int, default=None, help="stop after N iterations")
+    stop.add_argument("--time-budget", type=float, default=None, help="stop after SECONDS (default 300 if neither is given)")
+    p.add_argument("--seed", type=int, default=0, help="random seed")
+    p.add_argument("--logdir", default=None, help="run directory (default runs/<graph>-<cluster>-<time>)")
+    p.add_argument("--resume", action="store_true", help="continue from --logdir's checkpoint")
+    p.add_argument("--max-groups", type=int, default=None, help="items to place (default min(256, 20 x devices))")
+    p.add_argument("--lr", type=float, default=None, help="Adam learning rate (default 0.01)")
+    p.add_argument("--entropy", type=float, default=None, help="entropy bonus weight (default 0.01)")
+    p.add_argument("--hidden", type=int, default=None, help="LSTM units per direction (default 64; paper 256)")
+    p.add_argument("--warm-start", default=None, help="best (imitate the best heuristic first) or none")
+    p.add_argument("--device", default="cpu", help="torch device for the policy: cpu, cuda, cuda:N or auto")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.add_argument("--json", action="store_true", help="print the result as JSON")
+    p.set_defaults(func=run_train)
+
+
+def _check(args: argparse.Namespace) -> None:
+    from policies import POLICIES
+
+    if args.env not in ENVS:
+        raise PlacerError(f"--env {args.env!r}: unknown (known: {', '.join(ENVS)})")
+    if args.policy not in POLICIES:
+        raise PlacerError(f"--policy {args.policy!r}: unknown (known: {', '.join(POLICIES)})")
+    if args.algo not in ALGOS:
+        raise PlacerError(f"--algo {args.algo!r}: unknown (known: {', '.join(ALGOS)})")
+    if args.samples < 1:
+        raise PlacerError(f"--samples {args.samples}: must be at least 1")
+    if args.iterations is not None and args.iterations < 1:
+        raise PlacerError(f"--iterations {args.iterations}: must be at least 1")
+    if args.time_budget is not None and not (args.time_budget > 0 and math.isfinite(args.time_budget)):
+        raise PlacerError(f"--time-budget {args.time_budget}: must be a positive number of seconds")
+    if args.max_groups is not None and args.max_groups < 0:
+        raise PlacerError(f"--max-groups {args.max_groups}: must be >= 0 (0 places every op)")
+    if args.resume and not args.logdir:
+        raise PlacerError("--resume: needs --logdir (the run directory to continue)")
+    if args.warm_start not in (None, "best", "none"):
+        raise PlacerError(f"--warm-start {args.warm_start!r}: must be best or none")
+
+
+def run_train(args: argparse.Namespace) -> int:
+    _check(args)
+    import envs
+    from placer.sources import resolve_graph
+    from placer.train import TrainConfig, train
+
+    cluster = envs.resolve_cluster(args.cluster)
+    if args.profile:
+        cluster = cluster.with_profile(args.profile)
+    graph = resolve_graph(args.source)
+    overrides = {k: v for k, v in {"lr": args.lr, "entropy_coef": args.entropy, "hidden": args.hidden,
+                                   "warm_start": args.warm_start}.items() if v is not None}
+    config = TrainConfig(
+        source=args.source, cluster=args.cluster, profile=args.profile, env=args.env, policy=args.policy,
+        algo=args.algo, samples=args.samples, iterations=args.iterations,
+        time_budget_s=args.time_budget if args.time_budget is not None or args.iterations is not None else 300.0,
+        seed=args.seed, logdir=args.logdir, resume=args.resume, max_groups=args.max_groups, device=args.device,
+        progress=not args.no_progress and not args.json and sys.stderr.isatty(), **overrides,
+    )
+    if args.resume:
+        config = _resumed_config(config)
+    result = train(config, graph=graph, cluster=cluster)
+    doc = result.to_dict()
+    if args.json:
+        print(json.dumps(doc, indent=1))
+    else:
+        print(_summary(doc))
+    return 130 if result.interrupted else 0
+
+
+def _resumed_config(config):
+    """On --resume, the stopping rule given now wins; the rest comes from the checkpoint's config."""
+    import dataclasses
+
+    from placer import checkpoint
+
+    _, saved = checkpoint.load(config.logdir)
+    fields = {f.name for f in dataclasses.fields(config)}
+    old = {k: v for k, v in saved["config"].items() if k in fields}
+    if isinstance(old.get("heuristics"), list):
+        old["heuristics"] = tuple(old["heuristics"])
+    keep = ("iterations", "time_budget_s", "resume", "logdir", "progress", "device")
+    return dataclasses.replace(config, **{k: v for k, v in old.items() if k not in keep})
+
+
+def _ms(x: float | None) -> str:
+    return "n/a" if x is None else f"{x * 1e3:.3f} ms"
+
+
+def _summary(doc: dict) -> str:
+    lines = [
+        f"best step time   {_ms(doc['best_step_time_s'])}  (after {doc['iterations']} iterations, "
+        f"{doc['elapsed_s']:.0f} s; found at {doc['time_to_best_s']:.0f} s)",
+    ]
+    if doc["best_heuristic"]:
+        bh, learned = doc["best_heuristic_step_time_s"], doc["best_step_time_s"]
+        gain = f"  ({(1 - learned / bh) * 100:+.1f}% vs it)" if bh and learned else ""
+        lines.append(f"best heuristic   {_ms(bh)}  ({doc['best_heuristic']}){gain}")
+    if doc["expert_step_time_s"] is not None:
+        lines.append(f"expert           {_ms(doc['expert_step_time_s'])}")
+    if doc["lower_bound_s"] is not None:
+        lines.append(f"lower bound      {_ms(doc['lower_bound_s'])}")
+    if doc["best_placement"]:
+        lines.append(f"placement        {doc['best_placement']}")
+    lines.append(f"logs             {doc['logdir']}  (tensorboard --logdir {doc['logdir']})")
+    return "\n".join(lines)

@@ -1,0 +1,532 @@
+"""Train a placement policy with REINFORCE (or PPO) against a scorer.
+
+One readable loop, in the spirit of CleanRL: build env and policy, (optionally)
+warm-start by imitation, then repeat: sample K placements -> score them in one
+batch -> rewards and advantages -> update -> log -> checkpoint.
+
+Reward and failing signal. The paper's reward is ``-sqrt(runtime)`` with a failing
+runtime of 100 s for placements that do not run, i.e. about 10x its models' step
+times. Absolute seconds do not transfer between a 2 ms and a 2 s model, so here
+every step time is divided by ``t_ref``, the best single-device step time
+(ignoring memory) of the graph on this cluster: the reward is
+``-sqrt(step_time_s / t_ref)`` (about -1 for a no-better-than-one-device
+placement) and a failed (OOM) placement counts as ``fail_factor * t_ref``.
+
+Warm start (``warm_start="best"``, the default; honest labelling). Before RL, the
+policy is trained for a few steps to imitate the best heuristic placement (by
+simulated step time), contracted to the policy's groups by majority vote. RL then
+starts from a policy whose greedy decoding is (close to) that heuristic. The best
+placement reported is always one the policy sampled or greedily decoded; its
+``meta`` says which, at which iteration, and which heuristic it was warm-started
+from. ``warm_start="none"`` trains from scratch.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import os
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import torch
+
+from graphs import OpGraph, PlacerError
+from placer import checkpoint
+from placer.placement import Placement
+
+
+@dataclass
+class TrainConfig:
+    """Everything a training run depends on (one typed config; see ``placer train --help``)."""
+
+    source: str = ""
+    """SOURCE the graph came from (graph file, zoo name, module:callable), for the record and --env measured."""
+    cluster: str = "k80x4"
+    """cluster preset name or JSON file."""
+    profile: str | None = None
+    """optional profile file applied to the cluster (Cluster.with_profile)."""
+    env: str = "sim"
+    """scorer: "sim" (envs.SimEnv) or "measured" (envs.MeasuredEnv, real devices)."""
+    policy: str = "seq2seq"
+    """policy name in policies.POLICIES."""
+    algo: str = "reinforce"
+    """"reinforce" (EMA baseline + entropy bonus) or "ppo" (clipped surrogate)."""
+    samples: int = 8
+    """K: placements sampled and scored per iteration."""
+    iterations: int | None = None
+    """stop after this many iterations (None: only the time budget)."""
+    time_budget_s: float | None = None
+    """stop after this many seconds of training, warm start included (None: only iterations)."""
+    seed: int = 0
+    """seed of the policy initialisation and sampling (a CPU run is reproducible)."""
+    logdir: str | None = None
+    """run directory (default runs/<graph>-<cluster>-<time>): TensorBoard, checkpoint, best_placement.json."""
+    resume: bool = False
+    """continue from logdir's checkpoint with the same best, optimizer and RNG states."""
+    max_groups: int | None = None
+    """items the policy places (co-location groups); None: min(256, 20 x devices) as in HDP's code."""
+    hidden: int = 64
+    """LSTM units per direction (paper: 256; 64 is several times faster on a CPU)."""
+    layers: int = 1
+    """encoder LSTM layers (paper: 2)."""
+    temperature: float = 10.0
+    """logits are divided by this before C*tanh (HDP: 10)."""
+    tanh_c: float = 5.0
+    """C of C*tanh(logits) (HDP: 5)."""
+    lr: float = 0.01
+    """Adam learning rate (the paper's 0.1 is tuned for its 256-unit network and hours of training)."""
+    grad_clip: float = 1.0
+    """gradient-norm clip (paper: 1.0)."""
+    entropy_coef: float = 0.01
+    """weight of the mean per-item entropy bonus."""
+    baseline_decay: float = 0.9
+    """EMA decay of the reward baseline (paper: 0.9)."""
+    normalize_advantage: bool = True
+    """divide advantages by the batch's reward std (keeps the step size independent of the reward scale)."""
+    fail_factor: float = 10.0
+    """a failed (OOM) placement counts as fail_factor x the best single-device step time."""
+    warm_start: str = "best"
+    """"best": imitate the best heuristic placement before RL; "none": start from scratch."""
+    warm_start_steps: int = 200
+    """at most this many imitation steps."""
+    warm_start_nll: float = 0.05
+    """stop imitating once greedy decoding matches and the mean NLL per item is below this."""
+    ppo_epochs: int = 4
+    """PPO: gradient epochs per batch."""
+    ppo_clip: float = 0.2
+    """PPO: ratio clip."""
+    eval_every: int = 10
+    """score the greedy decoding every this many iterations."""
+    checkpoint_every: int = 20
+    """write a checkpoint every this many iterations (and on Ctrl-C and at the end)."""
+    device: str = "cpu"
+    """torch device of the policy: "cpu", "cuda", "cuda:N" or "auto"."""
+    heuristics: tuple[str, ...] | None = None
+    """baselines to compare with and warm-start from (None: all registered)."""
+    progress: bool = True
+    """show a tqdm progress bar."""
+
+
+@dataclass
+class TrainResult:
+    """What a run produced."""
+
+    best_step_time_s: float
+    best_placement: Placement | None
+    iterations: int
+    elapsed_s: float
+    time_to_best_s: float
+    logdir: str
+    heuristics: dict[str, float] = field(default_factory=dict)
+    lower_bound_s: float | None = None
+    reference_step_time_s: float = float("nan")
+    time_to_beat_heuristic_s: float | None = None
+    interrupted: bool = False
+
+    @property
+    def best_heuristic(self) -> tuple[str, float] | None:
+        ok = {k: v for k, v in self.heuristics.items() if np.isfinite(v)}
+        return min(ok.items(), key=lambda kv: kv[1]) if ok else None
+
+    def to_dict(self) -> dict[str, Any]:
+        bh = self.best_heuristic
+        fin = lambda x: x if x is not None and np.isfinite(x) else None  # noqa: E731
+        return {
+            "best_step_time_s": fin(self.best_step_time_s),
+            "iterations": self.iterations,
+            "elapsed_s": self.elapsed_s,
+            "time_to_best_s": self.time_to_best_s,
+            "time_to_beat_heuristic_s": self.time_to_beat_heuristic_s,
+            "best_heuristic": bh[0] if bh else None,
+            "best_heuristic_step_time_s": fin(bh[1]) if bh else None,
+            "expert_step_time_s": fin(self.heuristics.get("expert")),
+            "heuristics": {k: fin(v) for k, v in self.heuristics.items()},
+            "lower_bound_s": fin(self.lower_bound_s),
+            "reference_step_time_s": fin(self.reference_step_time_s),
+            "logdir": self.logdir,
+            "interrupted": self.interrupted,
+            "best_placement": os.path.join(self.logdir, "best_placement.json") if self.best_placement else None,
+        }
+
+
+class CachedScorer:
+    """Scores op-device arrays ``[K, num_ops]`` once each: ``(step_time_s, failed)``.
+
+    Uses the env's fast ``step_times`` when it has one, else ``evaluate``. The cache
+    key is a digest of the index array's bytes; identical rows of a batch are
+    scored once.
+    """
+
+    def __init__(self, env: Any) -> None:
+        self.env = env
+        self.cache: dict[bytes, tuple[float, bool]] = {}
+        self.evaluated = 0
+
+    @staticmethod
+    def key(row: np.ndarray) -> bytes:
+        return hashlib.blake2b(np.ascontiguousarray(row, dtype=np.int32).tobytes(), digest_size=16).digest()
+
+    def __call__(self, idx: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        idx = np.asarray(idx, dtype=np.int32)
+        keys = [self.key(r) for r in idx]
+        todo = {k: i for i, k in reversed(list(enumerate(keys))) if k not in self.cache}
+        if todo:
+            rows = idx[list(todo.values())]
+            if hasattr(self.env, "step_times"):
+                t, failed = self.env.step_times(rows)
+            else:
+                results = self.env.evaluate(list(rows))
+                t = np.array([r.step_time_s for r in results], dtype=float)
+                failed = np.array([not r.ok for r in results])
+            for k, ti, fi in zip(todo, np.asarray(t, dtype=float), np.asarray(failed, dtype=bool)):
+                self.cache[k] = (float(ti), bool(fi))
+            self.evaluated += len(todo)
+        out = [self.cache[k] for k in keys]
+        return np.array([o[0] for o in out]), np.array([o[1] for o in out])
+
+
+# ------------------------------------------------------------------ setup helpers
+def _resolve_device(name: str) -> torch.device:
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    try:
+        dev = torch.device(name)
+    except RuntimeError:
+        raise PlacerError(f"--device {name!r}: not a torch device (cpu, cuda, cuda:N, auto)") from None
+    if dev.type == "cuda" and not torch.cuda.is_available():
+        raise PlacerError(f"--device {name!r}: CUDA is not available on this machine")
+    return dev
+
+
+def _make_env(config: TrainConfig, graph: OpGraph, cluster: Any) -> Any:
+    import envs
+
+    if config.env == "sim":
+        return envs.SimEnv(graph, cluster)
+    if config.env == "measured":
+        from placer.sources import resolve_model
+
+        if not config.source:
+            raise PlacerError("--env measured: needs a runnable SOURCE (zoo name or module:callable)")
+        if not hasattr(envs, "MeasuredEnv"):
+            raise PlacerError("--env measured: envs.MeasuredEnv is not available in this installation")
+        model, inputs = resolve_model(config.source)
+        return envs.MeasuredEnv(model, inputs, graph, cluster)
+    raise PlacerError(f"--env {config.env!r}: unknown (sim, measured)")
+
+
+def _heuristics(graph: OpGraph, cluster: Any, score: CachedScorer, names: tuple[str, ...] | None) -> dict[str, np.ndarray]:
+    """Op-device arrays of the heuristic baselines (those that run), single devices included."""
+    out: dict[str, np.ndarray] = {}
+    for d, dev in enumerate(cluster.device_names):
+        out[f"single:{dev}"] = np.full(graph.num_ops, d, dtype=np.int32)
+    try:
+        from placer import baselines
+
+        wanted = list(names) if names is not None else baselines.names()
+    except Exception:  # the baseline package may not be built yet: degrade to single devices
+        return out
+    for name in wanted:
+        try:
+            out[name] = np.asarray(baselines.get(name)(graph, cluster), dtype=np.int32)
+        except PlacerError:
+            continue  # e.g. a baseline that needs a library that is not installed
+    return out
+
+
+def _default_logdir(config: TrainConfig, graph: OpGraph) -> str:
+    stem = (graph.name or os.path.splitext(os.path.basename(config.source))[0] or "graph").replace("/", "_")
+    cname = os.path.splitext(os.path.basename(config.cluster))[0]
+    return os.path.join("runs", f"{stem}-{cname}-{time.strftime('%Y%m%d-%H%M%S')}")
+
+
+def _hparams_table(config: TrainConfig, extra: dict[str, Any]) -> str:
+    rows = {**dataclasses.asdict(config), **extra}
+    return "|param|value|\n|-|-|\n" + "\n".join(f"|{k}|{v}|" for k, v in rows.items())
+
+
+# --------------------------------------------------------------------- the loop
+def train(config: TrainConfig, *, graph: OpGraph | None = None, cluster: Any = None, env: Any = None) -> TrainResult:
+    """Train a placement policy; see :class:`TrainConfig`. Returns the best placement found.
+
+    ``graph``, ``cluster`` and ``env`` may be given directly (tests, notebooks);
+    otherwise they are resolved from ``config.source`` / ``config.cluster`` / ``config.env``.
+    """
+    import envs
+    from policies import POLICIES
+
+    # ---- validate and resolve
+    if config.policy not in POLICIES:
+        raise PlacerError(f"--policy {config.policy!r}: unknown (known: {', '.join(POLICIES)})")
+    if config.algo not in ALGOS:
+        raise PlacerError(f"--algo {config.algo!r}: unknown (known: {', '.join(ALGOS)})")
+    if config.samples < 1:
+        raise PlacerError(f"--samples {config.samples}: must be at least 1")
+    if config.iterations is None and config.time_budget_s is None:
+        raise PlacerError("train: give --iterations or --time-budget")
+    if config.warm_start not in ("best", "none"):
+        raise PlacerError(f"warm_start {config.warm_start!r}: must be 'best' or 'none'")
+    device = _resolve_device(config.device)
+    if graph is None:
+        from placer.sources import resolve_graph
+
+        graph = resolve_graph(config.source)
+    if cluster is None:
+        cluster = envs.resolve_cluster(config.cluster)
+        if config.profile:
+            cluster = cluster.with_profile(config.profile)
+    env = env if env is not None else _make_env(config, graph, cluster)
+    score = CachedScorer(env)
+    devices = list(cluster.device_names)
+    num_devices = len(devices)
+    logdir = config.logdir or _default_logdir(config, graph)
+    os.makedirs(logdir, exist_ok=True)
+    if config.resume and not checkpoint.exists(logdir):
+        raise PlacerError(f"--resume: {logdir} has no {checkpoint.CHECKPOINT_PT}")
+
+    # ---- reference times: the reward scale, heuristics and the lower bound
+    heuristic_idx = _heuristics(graph, cluster, score, config.heuristics)
+    names = list(heuristic_idx)
+    h_time, h_failed = score(np.stack([heuristic_idx[n] for n in names]))
+    singles = [i for i, n in enumerate(names) if n.startswith("single:")]
+    t_ref = float(np.min(h_time[singles]))  # best single-device time, memory ignored
+    heuristics = {n: (float(t) if not f else float("inf")) for n, t, f in zip(names, h_time, h_failed)}
+    try:
+        lower_bound_s = float(envs.lower_bound(graph, cluster))
+    except Exception:
+        lower_bound_s = None
+    best_h = min(heuristics.items(), key=lambda kv: kv[1])
+
+    # ---- seed, policy, optimizer
+    torch.manual_seed(config.seed)
+    max_groups = config.max_groups if config.max_groups is not None else min(256, 20 * num_devices)
+    policy = POLICIES[config.policy](
+        graph, num_devices, max_groups=max_groups, hidden=config.hidden, layers=config.layers,
+        temperature=config.temperature, tanh_c=config.tanh_c,
+    ).to(device)
+    optimizer = torch.optim.Adam(policy.parameters(), lr=config.lr)
+    gen = torch.Generator(device=device).manual_seed(config.seed)
+
+    run = dict(iteration=0, elapsed_s=0.0, baseline=None, best_step_time_s=float("inf"), best_indices=None,
+               best_found_by="", best_iteration=-1, time_to_best_s=float("nan"), time_to_beat_heuristic_s=None,
+               warm_start="none")
+    if config.resume:
+        tensors, saved = checkpoint.load(logdir, map_location=device)
+        _check_compatible(saved, config, graph, devices)
+        policy.load_state_dict(tensors["policy"])
+        optimizer.load_state_dict(tensors["optimizer"])
+        gen.set_state(tensors["generator"].cpu())
+        run.update(saved["run"])
+        _adopt_newer_best(run, logdir, graph, devices, score)
+
+    from torch.utils.tensorboard import SummaryWriter
+
+    writer = SummaryWriter(logdir)
+    if not config.resume:
+        writer.add_text("hyperparameters", _hparams_table(config, {
+            "graph": graph.name, "num_ops": graph.num_ops, "items": getattr(policy, "num_items", max_groups),
+            "devices": ",".join(devices), "reference_step_time_s": t_ref, "device": str(device)}))
+
+    t0 = time.perf_counter() - run["elapsed_s"]
+    elapsed = lambda: time.perf_counter() - t0  # noqa: E731
+    fail_cost = config.fail_factor * t_ref
+
+    def consider(idx: np.ndarray, t: np.ndarray, failed: np.ndarray, found_by: str) -> None:
+        """Keep the best successful placement; rewrite best_placement.json when it improves."""
+        ok = np.flatnonzero(~failed & np.isfinite(t))
+        if not len(ok):
+            return
+        j = ok[np.argmin(t[ok])]
+        if t[j] < run["best_step_time_s"]:
+            run.update(best_step_time_s=float(t[j]), best_indices=idx[j].tolist(), best_found_by=found_by,
+                       best_iteration=run["iteration"], time_to_best_s=elapsed())
+            if run["time_to_beat_heuristic_s"] is None and t[j] <= best_h[1]:
+                run["time_to_beat_heuristic_s"] = elapsed()
+            _best_placement(graph, devices, cluster, config, run).save(os.path.join(logdir, "best_placement.json"))
+
+    def save_checkpoint() -> None:
+        run["elapsed_s"] = elapsed()
+        tensors = {"policy": policy.state_dict(), "optimizer": optimizer.state_dict(), "generator": gen.get_state()}
+        checkpoint.save(logdir, tensors, {"config": dataclasses.asdict(config), "graph_hash": graph.content_hash,
+                                          "devices": devices, "run": run})
+
+    # ---- warm start: imitate the best heuristic (counts against the time budget)
+    if not config.resume and config.warm_start == "best" and np.isfinite(best_h[1]):
+        steps = _imitate(policy, heuristic_idx[best_h[0]], config)
+        run["warm_start"] = f"imitation of {best_h[0]} ({steps} steps)"
+
+    bar = None
+    if config.progress:
+        from tqdm.auto import tqdm
+
+        total = config.iterations if config.iterations is not None else int(config.time_budget_s)
+        bar = tqdm(total=total, initial=run["iteration"] if config.iterations is not None else int(elapsed()),
+                   unit="it" if config.iterations is not None else "s", dynamic_ncols=True)
+    interrupted = False
+    try:
+        while True:
+            it = run["iteration"]
+            if (config.iterations is not None and it >= config.iterations) or (
+                config.time_budget_s is not None and elapsed() >= config.time_budget_s):
+                break
+            # greedy decoding first (cheap), so the warm-started policy's mode is scored at iteration 0
+            if it % config.eval_every == 0:
+                g_idx = policy.greedy()[None]
+                g_t, g_failed = score(g_idx)
+                consider(g_idx, g_t, g_failed, "greedy")
+                writer.add_scalar("charts/greedy_step_time_s", g_t[0] if not g_failed[0] else fail_cost, it)
+            # sample K placements, score them in one batch
+            sample = ALGOS[config.algo].sample(policy, config.samples, gen)
+            t, failed = score(sample.op_devices)
+            consider(sample.op_devices, t, failed, "sample")
+            cost = np.where(failed | ~np.isfinite(t), fail_cost, t)
+            reward = -np.sqrt(cost / t_ref)
+            if run["baseline"] is None:
+                run["baseline"] = float(reward.mean())
+            adv = reward - run["baseline"]
+            if config.normalize_advantage:
+                adv = adv / (reward.std() + 1e-3 * abs(run["baseline"]) + 1e-8)
+            adv_t = torch.as_tensor(adv, dtype=torch.float32, device=device)
+            policy_loss, entropy = ALGOS[config.algo].update(policy, optimizer, sample, adv_t, config)
+            run["baseline"] = config.baseline_decay * run["baseline"] + (1 - config.baseline_decay) * float(reward.mean())
+            run["iteration"] = it + 1
+            # log
+            ok_t = t[~failed]
+            writer.add_scalar("charts/best_step_time_s", run["best_step_time_s"], it)
+            writer.add_scalar("charts/reward", float(reward.mean()), it)
+            writer.add_scalar("charts/step_time_s", float(ok_t.mean()) if len(ok_t) else fail_cost, it)
+            writer.add_scalar("charts/failed_fraction", float(failed.mean()), it)
+            writer.add_scalar("charts/baseline", run["baseline"], it)
+            writer.add_scalar("charts/elapsed_s", elapsed(), it)
+            writer.add_scalar("losses/policy_loss", policy_loss, it)
+            writer.add_scalar("losses/entropy", entropy, it)
+            share = np.bincount(sample.op_devices.ravel(), minlength=num_devices) / sample.op_devices.size
+            for d, dev in enumerate(devices):
+                writer.add_scalar(f"charts/device_share/{dev}", float(share[d]), it)
+            if bar is not None:
+                bar.set_postfix(best=f"{run['best_step_time_s'] * 1e3:.2f}ms",
+                                cur=f"{(float(ok_t.min()) * 1e3 if len(ok_t) else float('inf')):.2f}ms", refresh=False)
+                bar.update(1 if config.iterations is not None else int(elapsed()) - bar.n)
+            if run["iteration"] % config.checkpoint_every == 0:
+                save_checkpoint()
+    except KeyboardInterrupt:
+        interrupted = True
+    finally:
+        if bar is not None:
+            bar.close()
+    save_checkpoint()
+    writer.flush()
+    writer.close()
+    best = _best_placement(graph, devices, cluster, config, run) if run["best_indices"] is not None else None
+    result = TrainResult(
+        best_step_time_s=run["best_step_time_s"], best_placement=best, iterations=run["iteration"],
+        elapsed_s=run["elapsed_s"], time_to_best_s=run["time_to_best_s"], logdir=logdir, heuristics=heuristics,
+        lower_bound_s=lower_bound_s, reference_step_time_s=t_ref,
+        time_to_beat_heuristic_s=run["time_to_beat_heuristic_s"], interrupted=interrupted,
+    )
+    if best is not None:
+        best.save(os.path.join(logdir, "best_placement.json"))
+    checkpoint.write_json(os.path.join(logdir, "summary.json"), result.to_dict())
+    return result
+
+
+# ------------------------------------------------------------------ algorithms
+class Reinforce:
+    """REINFORCE: sample with gradients, loss = -adv * log p - entropy bonus."""
+
+    @staticmethod
+    def sample(policy: Any, k: int, gen: torch.Generator) -> Any:
+        return policy.sample(k, generator=gen)
+
+    @staticmethod
+    def update(policy: Any, optimizer: torch.optim.Optimizer, sample: Any, adv: torch.Tensor, config: TrainConfig) -> tuple[float, float]:
+        num_items = getattr(policy, "num_items", 1)
+        loss_pg = -(adv * sample.log_prob).mean() / num_items  # per-item scale: lr independent of graph size
+        entropy = sample.entropy.mean()
+        loss = loss_pg - config.entropy_coef * entropy
+        optimizer.zero_grad()
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(policy.parameters(), config.grad_clip)
+        optimizer.step()
+        return float(loss_pg.detach()), float(entropy.detach())
+
+
+class PPO:
+    """PPO: sample without gradients, then ``ppo_epochs`` clipped-surrogate updates."""
+
+    @staticmethod
+    def sample(policy: Any, k: int, gen: torch.Generator) -> Any:
+        with torch.no_grad():
+            return policy.sample(k, generator=gen)
+
+    @staticmethod
+    def update(policy: Any, optimizer: torch.optim.Optimizer, sample: Any, adv: torch.Tensor, config: TrainConfig) -> tuple[float, float]:
+        old = sample.log_prob.detach()
+        loss_pg = entropy = torch.zeros(())
+        for _ in range(config.ppo_epochs):
+            logp, ent = policy.log_prob(sample.actions)
+            ratio = torch.exp(logp - old)
+            loss_pg = -torch.min(ratio * adv, torch.clamp(ratio, 1 - config.ppo_clip, 1 + config.ppo_clip) * adv).mean()
+            entropy = ent.mean()
+            optimizer.zero_grad()
+            (loss_pg - config.entropy_coef * entropy).backward()
+            torch.nn.utils.clip_grad_norm_(policy.parameters(), config.grad_clip)
+            optimizer.step()
+        return float(loss_pg.detach()), float(entropy.detach())
+
+
+ALGOS: dict[str, Any] = {"reinforce": Reinforce, "ppo": PPO}
+
+
+# ------------------------------------------------------------------ small helpers
+def _imitate(policy: Any, target: np.ndarray, config: TrainConfig) -> int:
+    """Fit the policy to a target placement; returns the number of steps taken."""
+    opt = torch.optim.Adam(policy.parameters(), lr=config.lr)
+    for step in range(1, config.warm_start_steps + 1):
+        opt.zero_grad()
+        loss = policy.imitation_loss(target)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(policy.parameters(), config.grad_clip)
+        opt.step()
+        if step % 10 == 0 and float(loss.detach()) < config.warm_start_nll:
+            return step
+    return config.warm_start_steps
+
+
+def _best_placement(graph: OpGraph, devices: list[str], cluster: Any, config: TrainConfig, run: dict) -> Placement:
+    return Placement.from_indices(
+        graph, devices, run["best_indices"], cluster=getattr(cluster, "name", config.cluster),
+        method=f"rl:{config.policy}",
+        meta={"step_time_s": run["best_step_time_s"], "found_by": run["best_found_by"],
+              "iteration": run["best_iteration"], "warm_start": run["warm_start"], "algo": config.algo,
+              "seed": config.seed, "env": config.env},
+    )
+
+
+def _check_compatible(saved: dict, config: TrainConfig, graph: OpGraph, devices: list[str]) -> None:
+    if saved.get("graph_hash") != graph.content_hash:
+        raise PlacerError(f"--resume: the checkpoint is for graph {saved.get('graph_hash')}, not {graph.content_hash}")
+    if saved.get("devices") != devices:
+        raise PlacerError(f"--resume: the checkpoint is for devices {saved.get('devices')}, not {devices}")
+    for key in ("policy", "samples", "max_groups", "hidden", "layers", "algo"):
+        if saved["config"].get(key) != getattr(config, key):
+            raise PlacerError(f"--resume: the checkpoint used {key}={saved['config'].get(key)!r}, this run {getattr(config, key)!r}")
+
+
+def _adopt_newer_best(run: dict, logdir: str, graph: OpGraph, devices: list[str], score: CachedScorer) -> None:
+    """A best found after the last checkpoint (then SIGKILL) survives in best_placement.json."""
+    path = os.path.join(logdir, "best_placement.json")
+    if not os.path.exists(path):
+        return
+    try:
+        idx = Placement.load(path).indices(graph, devices)
+    except PlacerError:
+        return
+    t, failed = score(idx[None])
+    if not failed[0] and t[0] < run["best_step_time_s"]:
+        meta = Placement.load(path).meta
+        run.update(best_step_time_s=float(t[0]), best_indices=idx.tolist(), best_found_by=meta.get("found_by", ""),
+                   best_iteration=meta.get("iteration", -1))
