@@ -98,6 +98,9 @@ def colocate(graph: OpGraph) -> np.ndarray:
       (the mutated ``self`` cannot be told apart from an equally large second
       operand, so both are kept with it).
 
+    Ops named in ``graph.meta["alias_ops"]`` / ``["inplace_ops"]`` (written by
+    capture from torch's op schemas) count as views / in-place ops as well.
+
     An op and the parameters it owns are one node already. Ops that share a
     parameter are not joined: applying a placement copies a parameter to every
     device that reads it. Joining can make the groups' quotient graph cyclic;
@@ -116,6 +119,10 @@ def colocate(graph: OpGraph) -> np.ndarray:
     tid = np.array(list(map(type_id.__getitem__, graph.op_types)), dtype=np.int64)
     view = np.array([is_view_op(t) for t in type_id], dtype=bool)[tid]
     inplace = np.array([is_inplace_op(t) for t in type_id], dtype=bool)[tid]
+    # Capture records what torch's schemas say (graphs.torch_capture); trust it too.
+    for flags, key in ((view, "alias_ops"), (inplace, "inplace_ops")):
+        listed = [graph.index[x] for x in graph.meta.get(key) or () if x in graph.index]
+        flags[listed] = True
     src, dst, nbytes = graph.edge_src.astype(np.int64), graph.edge_dst.astype(np.int64), graph.edge_bytes
     joins = []
     into_view = np.flatnonzero(view[dst])
@@ -147,7 +154,8 @@ def coarsen(graph: OpGraph, max_groups: int = 256, *, colocate: bool = True) -> 
        kept together in their original order.
     3. If there are more units than ``max_groups``, the order is cut into
        ``max_groups`` contiguous runs of about equal compute (weight: 90% share of
-       FLOPs, 10% share of op count). Each cut goes, within +-30% of a run's
+       FLOPs, 10% share of op count; a unit heavier than a run's share counts as
+       exactly one share, so it becomes a run of its own). Each cut goes, within +-30% of a run's
        weight from its ideal spot, where the fewest bytes are live (produced
        before the cut, consumed after it). Contiguous runs of a topological
        order cannot form a cycle.
@@ -380,6 +388,24 @@ def _topological_ids(graph: OpGraph, op_group: np.ndarray, num_groups: int) -> n
     return new_id[op_group]
 
 
+def _water_fill(unit_weight: np.ndarray, max_groups: int) -> np.ndarray:
+    """Per-unit scale so no unit outweighs a group's share.
+
+    A unit heavier than a group's budget ``c`` is a group on its own anyway; its
+    weight is capped at ``c``, with ``c`` = (weight of the other units) / (groups
+    left for them). Without the cap one huge op (a vocabulary projection) would
+    swallow most cut targets and leave far fewer than ``max_groups`` groups.
+    """
+    w = np.sort(unit_weight)[::-1]
+    k = min(max_groups, len(w))
+    rest = w.sum() - np.concatenate([[0.0], np.cumsum(w[: k - 1])])
+    budget = rest / (max_groups - np.arange(k))
+    m = int(np.argmax(w[:k] <= budget)) if np.any(w[:k] <= budget) else k - 1
+    cap = budget[m]
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return np.where(unit_weight > cap, cap / unit_weight, 1.0)
+
+
 def _choose_cuts(graph: OpGraph, order: np.ndarray, unit: np.ndarray, max_groups: int, slack: float = 0.3) -> np.ndarray:
     """Positions (in ``order``) that start groups 1..K-1: balanced weight, few live bytes."""
     n = graph.num_ops
@@ -387,6 +413,7 @@ def _choose_cuts(graph: OpGraph, order: np.ndarray, unit: np.ndarray, max_groups
     pos[order] = np.arange(n)
     total_flops = float(graph.flops.sum())
     weight = np.full(n, 1.0 / n) if total_flops <= 0 else 0.9 * graph.flops / total_flops + 0.1 / n
+    weight = weight * _water_fill(np.bincount(unit, weights=weight), max_groups)[unit]
     cum = np.concatenate([[0.0], np.cumsum(weight[order])])
     # Live bytes before position i: tensors made before i and read at or after i.
     src, dst = graph.edge_src.astype(np.int64), graph.edge_dst.astype(np.int64)

@@ -291,3 +291,18 @@ def test_cut_bytes_keeps_batch_dimensions():
     assert got.tolist() == [[brute_cut(g, grouping.expand(p).tolist()) for p in row] for row in P]
     with pytest.raises(PlacerError, match=">= 0"):
         cut_bytes(g, -np.ones(80, dtype=int))
+
+
+@pytest.mark.parametrize("heavy", [10, 250, 499])
+def test_one_dominant_op_still_gives_max_groups(heavy):
+    # A vocabulary projection can hold most of a model's FLOPs; the other ops must
+    # still be spread over the remaining groups.
+    g = random_dag(500, seed=12)
+    flops = g.flops.copy()
+    flops[heavy] = 1e6 * flops.sum()
+    g2 = OpGraph(**{**{k: getattr(g, k) for k in ("names", "op_types", "out_shapes", "out_dtypes", "out_bytes", "param_bytes",
+                                                   "buffer_bytes", "module_paths", "params", "edge_src", "edge_dst", "edge_bytes")},
+                    "flops": flops})
+    grouping = coarsen(g2, max_groups=50, colocate=False)
+    assert grouping.num_groups == 50
+    assert len(grouping.members(int(grouping.op_group[heavy]))) <= 10
