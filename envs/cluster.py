@@ -1,0 +1,349 @@
+"""Clusters: devices (compute, memory) and the links between every ordered pair.
+
+A :class:`Cluster` is plain data with array views for the simulator. Presets
+(``k80x2``, ``k80x4``, ``v100x4``, ``h100x8``, ``h200x1``) live in
+:mod:`envs.presets`; any cluster round-trips through JSON
+(``"format": "placer-cluster/1"``)::
+
+    {"format": "placer-cluster/1", "name": "tiny",
+     "devices": [{"name": "cpu:0", "kind": "cpu", "memory_bytes": 6.4e10,
+                  "flops_per_s": 5e11, "mem_bw_bytes_per_s": 5e10,
+                  "launch_overhead_s": 5e-6}, ...],
+     "links": [{"src": "cpu:0", "dst": "gpu:0", "bandwidth_bytes_per_s": 1e10,
+                "latency_s": 1e-5, "bidirectional": true}, ...]}
+
+Every ordered pair of distinct devices needs a link (``bidirectional`` covers
+both directions). Bad files raise :class:`graphs.PlacerError` naming the file
+and the field.
+
+>>> c = Cluster.preset("k80x2")
+>>> c.device_names, c.kinds
+(['cpu:0', 'gpu:0', 'gpu:1'], ['cpu', 'gpu', 'gpu'])
+>>> Cluster.from_dict(c.to_dict()).to_dict() == c.to_dict()
+True
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from graphs.errors import PlacerError
+
+FORMAT = "placer-cluster/1"
+KINDS = ("cpu", "gpu")
+
+_DEVICE_KEYS = ("name", "kind", "memory_bytes", "flops_per_s", "mem_bw_bytes_per_s", "launch_overhead_s")
+_LINK_KEYS = ("src", "dst", "bandwidth_bytes_per_s", "latency_s")
+_TOP_KEYS = ("format", "name", "description", "devices", "links")
+
+
+@dataclass(frozen=True)
+class Device:
+    """One compute device.
+
+    Attributes:
+        name: logical name, ``"cpu:0"``, ``"gpu:1"`` (maps to torch ``cpu``/``cuda:1``).
+        kind: ``"cpu"`` or ``"gpu"``; selects the graph's profile column.
+        memory_bytes: usable memory capacity.
+        flops_per_s: effective compute rate for the roofline estimate.
+        mem_bw_bytes_per_s: effective memory bandwidth for the roofline estimate.
+        launch_overhead_s: fixed cost per (non-view) op: dispatch + kernel launch.
+    """
+
+    name: str
+    kind: str
+    memory_bytes: float
+    flops_per_s: float
+    mem_bw_bytes_per_s: float
+    launch_overhead_s: float
+
+
+@dataclass(frozen=True)
+class Link:
+    """A directed connection between two devices: ``time = latency_s + bytes / bandwidth``."""
+
+    bandwidth_bytes_per_s: float
+    latency_s: float
+
+
+@dataclass(eq=False)
+class Cluster:
+    """Devices plus a link for every ordered pair of distinct devices.
+
+    Attributes:
+        name: preset or file label.
+        devices: the devices; their order is the device index used everywhere.
+        links: ``(src_name, dst_name) -> Link`` for every ordered pair.
+        description: where the numbers come from.
+    """
+
+    name: str
+    devices: list[Device]
+    links: dict[tuple[str, str], Link]
+    description: str = ""
+    _arrays: dict[str, np.ndarray] = field(default_factory=dict, repr=False)
+
+    def __post_init__(self) -> None:
+        self.devices = list(self.devices)
+        self.links = dict(self.links)
+        _validate(self, self.name or "cluster")
+        self._build_arrays()
+
+    def _build_arrays(self) -> None:
+        D = len(self.devices)
+        bw = np.full((D, D), np.inf)
+        lat = np.zeros((D, D))
+        for i, a in enumerate(self.devices):
+            for j, b in enumerate(self.devices):
+                if i != j:
+                    link = self.links[(a.name, b.name)]
+                    bw[i, j] = link.bandwidth_bytes_per_s
+                    lat[i, j] = link.latency_s
+        col = lambda attr: np.array([float(getattr(d, attr)) for d in self.devices])  # noqa: E731
+        self._arrays = {
+            "memory_bytes": col("memory_bytes"),
+            "flops_per_s": col("flops_per_s"),
+            "mem_bw_bytes_per_s": col("mem_bw_bytes_per_s"),
+            "launch_overhead_s": col("launch_overhead_s"),
+            "bandwidth_bytes_per_s": bw,
+            "latency_s": lat,
+        }
+        for a in self._arrays.values():
+            a.flags.writeable = False
+
+    # ------------------------------------------------------------- views
+    @property
+    def device_names(self) -> list[str]:
+        return [d.name for d in self.devices]
+
+    @property
+    def num_devices(self) -> int:
+        return len(self.devices)
+
+    @property
+    def kinds(self) -> list[str]:
+        return [d.kind for d in self.devices]
+
+    @property
+    def memory_bytes(self) -> np.ndarray:
+        return self._arrays["memory_bytes"]
+
+    @property
+    def flops_per_s(self) -> np.ndarray:
+        return self._arrays["flops_per_s"]
+
+    @property
+    def mem_bw_bytes_per_s(self) -> np.ndarray:
+        return self._arrays["mem_bw_bytes_per_s"]
+
+    @property
+    def launch_overhead_s(self) -> np.ndarray:
+        return self._arrays["launch_overhead_s"]
+
+    @property
+    def bandwidth_bytes_per_s(self) -> np.ndarray:
+        """[D, D] link bandwidth; ``inf`` on the diagonal (no copy needed)."""
+        return self._arrays["bandwidth_bytes_per_s"]
+
+    @property
+    def latency_s(self) -> np.ndarray:
+        """[D, D] link latency; 0 on the diagonal."""
+        return self._arrays["latency_s"]
+
+    def gpu_indices(self) -> list[int]:
+        return [i for i, d in enumerate(self.devices) if d.kind == "gpu"]
+
+    def index(self, name: str) -> int:
+        for i, d in enumerate(self.devices):
+            if d.name == name:
+                return i
+        raise PlacerError(f"cluster {self.name}: no device {name!r} (has {', '.join(self.device_names)})")
+
+    def __repr__(self) -> str:
+        return f"Cluster(name={self.name!r}, devices={self.device_names})"
+
+    # ------------------------------------------------------------- construct
+    @classmethod
+    def presets(cls) -> list[str]:
+        from envs.presets import PRESETS
+
+        return list(PRESETS)
+
+    @classmethod
+    def preset(cls, name: str) -> "Cluster":
+        from envs.presets import PRESETS
+
+        try:
+            build = PRESETS[name]
+        except KeyError:
+            raise PlacerError(f"unknown cluster preset {name!r} (known: {', '.join(PRESETS)})") from None
+        return build()
+
+    @classmethod
+    def load(cls, path: str | os.PathLike) -> "Cluster":
+        path = os.fspath(path)
+        try:
+            with open(path) as f:
+                doc = json.load(f)
+        except FileNotFoundError:
+            raise PlacerError(f"{path}: no such file") from None
+        except json.JSONDecodeError as e:
+            raise PlacerError(f"{path}: not valid JSON ({e.msg} at line {e.lineno} column {e.colno})") from None
+        except (OSError, UnicodeDecodeError) as e:
+            raise PlacerError(f"{path}: cannot read ({e})") from None
+        return cls.from_dict(doc, source=path)
+
+    @classmethod
+    def from_dict(cls, doc: Any, *, source: str = "cluster") -> "Cluster":
+        """Build from a parsed placer-cluster/1 document; errors name ``source`` and the field."""
+        if not isinstance(doc, dict):
+            raise PlacerError(f"{source}: expected a JSON object at top level")
+        _no_unknown(doc, _TOP_KEYS, source, "")
+        if doc.get("format", FORMAT) != FORMAT:
+            raise PlacerError(f"{source}: format is {doc.get('format')!r}, expected {FORMAT!r}")
+        devs_doc = doc.get("devices")
+        if not isinstance(devs_doc, list) or not devs_doc:
+            raise PlacerError(f"{source}: 'devices' must be a non-empty list")
+        devices = []
+        for k, d in enumerate(devs_doc):
+            where = f"devices[{k}]"
+            if not isinstance(d, dict):
+                raise PlacerError(f"{source}: {where} must be an object")
+            _no_unknown(d, _DEVICE_KEYS, source, where + ".")
+            for key in _DEVICE_KEYS:
+                if key not in d:
+                    raise PlacerError(f"{source}: {where} is missing {key!r}")
+            if not isinstance(d["name"], str) or not d["name"]:
+                raise PlacerError(f"{source}: {where}.name must be a non-empty string")
+            where = f"devices[{k}] ({d['name']})"
+            devices.append(
+                Device(
+                    name=d["name"],
+                    kind=d["kind"],
+                    memory_bytes=_number(d["memory_bytes"], source, where + ".memory_bytes"),
+                    flops_per_s=_number(d["flops_per_s"], source, where + ".flops_per_s"),
+                    mem_bw_bytes_per_s=_number(d["mem_bw_bytes_per_s"], source, where + ".mem_bw_bytes_per_s"),
+                    launch_overhead_s=_number(d["launch_overhead_s"], source, where + ".launch_overhead_s"),
+                )
+            )
+        links_doc = doc.get("links", [])
+        if not isinstance(links_doc, list):
+            raise PlacerError(f"{source}: 'links' must be a list")
+        links: dict[tuple[str, str], Link] = {}
+        names = {d.name for d in devices}
+        for k, lk in enumerate(links_doc):
+            where = f"links[{k}]"
+            if not isinstance(lk, dict):
+                raise PlacerError(f"{source}: {where} must be an object")
+            _no_unknown(lk, _LINK_KEYS + ("bidirectional",), source, where + ".")
+            for key in _LINK_KEYS:
+                if key not in lk:
+                    raise PlacerError(f"{source}: {where} is missing {key!r}")
+            src, dst = lk["src"], lk["dst"]
+            for end, nm in (("src", src), ("dst", dst)):
+                if nm not in names:
+                    raise PlacerError(f"{source}: {where}.{end} names unknown device {nm!r}")
+            if src == dst:
+                raise PlacerError(f"{source}: {where} links {src!r} to itself")
+            link = Link(
+                bandwidth_bytes_per_s=_number(lk["bandwidth_bytes_per_s"], source, where + ".bandwidth_bytes_per_s"),
+                latency_s=_number(lk["latency_s"], source, where + ".latency_s"),
+            )
+            pairs = [(src, dst), (dst, src)] if lk.get("bidirectional", False) else [(src, dst)]
+            for pair in pairs:
+                if pair in links:
+                    raise PlacerError(f"{source}: {where} defines link {pair[0]}->{pair[1]} a second time")
+                links[pair] = link
+        try:
+            return cls(name=str(doc.get("name", "")), devices=devices, links=links, description=str(doc.get("description", "")))
+        except PlacerError as e:
+            raise PlacerError(f"{source}: {str(e).split(': ', 1)[-1]}") from None
+
+    def to_dict(self) -> dict[str, Any]:
+        """The placer-cluster/1 document; symmetric links are written once, ``bidirectional``."""
+        links = []
+        names = self.device_names
+        for i, a in enumerate(names):
+            for j, b in enumerate(names):
+                if i == j:
+                    continue
+                ab, ba = self.links[(a, b)], self.links[(b, a)]
+                if ab == ba and j < i:
+                    continue  # written with the (b, a) entry
+                entry: dict[str, Any] = {"src": a, "dst": b, "bandwidth_bytes_per_s": ab.bandwidth_bytes_per_s, "latency_s": ab.latency_s}
+                if ab == ba:
+                    entry["bidirectional"] = True
+                links.append(entry)
+        return {
+            "format": FORMAT,
+            "name": self.name,
+            "description": self.description,
+            "devices": [{k: getattr(d, k) for k in _DEVICE_KEYS} for d in self.devices],
+            "links": links,
+        }
+
+
+def resolve_cluster(arg: str) -> Cluster:
+    """A cluster from a preset name or a placer-cluster/1 JSON file path.
+
+    >>> resolve_cluster("h200x1").device_names
+    ['cpu:0', 'gpu:0']
+    """
+    from envs.presets import PRESETS
+
+    if arg in PRESETS:
+        return PRESETS[arg]()
+    if os.path.exists(arg):
+        return Cluster.load(arg)
+    if arg.endswith(".json"):
+        raise PlacerError(f"{arg}: no such file")
+    raise PlacerError(f"unknown cluster {arg!r}: not a preset ({', '.join(PRESETS)}) nor a JSON file")
+
+
+CLUSTER_ARG_HELP = "a preset (k80x2, k80x4, v100x4, h100x8, h200x1; see `placer clusters`) or a placer-cluster/1 JSON file"
+
+
+# ---------------------------------------------------------------- validation
+def _no_unknown(d: dict, allowed: tuple[str, ...], source: str, prefix: str) -> None:
+    for key in d:
+        if key not in allowed:
+            raise PlacerError(f"{source}: unknown key {prefix}{key!r} (allowed: {', '.join(allowed)})")
+
+
+def _number(x: Any, source: str, where: str) -> float:
+    if isinstance(x, bool) or not isinstance(x, (int, float)):
+        raise PlacerError(f"{source}: {where} must be a number, got {x!r}")
+    return float(x)
+
+
+def _validate(c: Cluster, label: str) -> None:
+    seen: set[str] = set()
+    for d in c.devices:
+        if d.name in seen:
+            raise PlacerError(f"{label}: duplicate device name {d.name!r}")
+        seen.add(d.name)
+        if d.kind not in KINDS:
+            raise PlacerError(f"{label}: device {d.name} has kind {d.kind!r}, expected one of {', '.join(KINDS)}")
+        for attr in ("memory_bytes", "flops_per_s", "mem_bw_bytes_per_s"):
+            v = getattr(d, attr)
+            if not (isinstance(v, (int, float)) and math.isfinite(v) and v > 0):
+                raise PlacerError(f"{label}: device {d.name} {attr} must be positive and finite, got {v!r}")
+        if not (math.isfinite(d.launch_overhead_s) and d.launch_overhead_s >= 0):
+            raise PlacerError(f"{label}: device {d.name} launch_overhead_s must be >= 0, got {d.launch_overhead_s!r}")
+    for (a, b), link in c.links.items():
+        if a not in seen or b not in seen or a == b:
+            raise PlacerError(f"{label}: link {a}->{b} does not join two distinct devices of the cluster")
+        if not (math.isfinite(link.bandwidth_bytes_per_s) and link.bandwidth_bytes_per_s > 0):
+            raise PlacerError(f"{label}: link {a}->{b} bandwidth_bytes_per_s must be positive and finite, got {link.bandwidth_bytes_per_s!r}")
+        if not (math.isfinite(link.latency_s) and link.latency_s >= 0):
+            raise PlacerError(f"{label}: link {a}->{b} latency_s must be >= 0, got {link.latency_s!r}")
+    for a in c.devices:
+        for b in c.devices:
+            if a.name != b.name and (a.name, b.name) not in c.links:
+                raise PlacerError(f"{label}: missing link {a.name}->{b.name} (every ordered device pair needs one)")

@@ -1,0 +1,142 @@
+"""The cost model: op times per device, transfer times, update time, memory footprints.
+
+Forward time of op ``i`` on device ``d``:
+
+* the graph's profile for ``d``'s kind (``graph.profile["gpu"]["fwd_s"][i]``) when
+  it is there and not NaN;
+* otherwise the roofline estimate ``launch_overhead_s + max(flops / flops_per_s,
+  bytes_touched / mem_bw_bytes_per_s)``, where ``bytes_touched`` is the bytes of
+  every input edge, the op's owned parameters and buffers, and its outputs.
+
+Backward time: the profiled ``bwd_s``, else ``BACKWARD_MULTIPLIER`` × forward.
+View ops (``aten.view``, ``aten.t``, ``getitem``... see :data:`VIEW_OPS`) cost
+nothing and allocate nothing: in eager PyTorch a view only makes a new tensor
+header over the same storage, launches no kernel, and its backward is another
+view. Transfers cost ``latency_s + bytes / bandwidth_bytes_per_s`` of the link.
+
+>>> from graphs import OpGraph
+>>> from envs.cluster import Cluster
+>>> g = OpGraph.from_edges(["a", "b"], [("a", "b", 4000)], flops=[4e9, 0.0],
+...                        op_types=["aten.mm.default", "aten.view.default"])
+>>> fwd, bwd = op_times(g, Cluster.preset("k80x2"))
+>>> round(float(fwd[0, 1]) * 1e3, 3), float(fwd[1, 1]), round(float(bwd[0, 1] / fwd[0, 1]), 6)
+(1.008, 0.0, 2.0)
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from envs.cluster import Cluster
+from graphs.ir import OpGraph
+
+#: Backward ≈ 2 × forward: it computes the gradient w.r.t. the inputs (dgrad) and
+#: w.r.t. the weights (wgrad), each about as costly as the forward op (the usual
+#: rule of thumb that a training step is ~3× the forward pass).
+BACKWARD_MULTIPLIER = 2.0
+
+#: Adam keeps two moments per parameter (exp_avg, exp_avg_sq).
+OPTIMIZER_STATE_MULTIPLIER = 2
+
+#: Bytes an Adam step moves per parameter byte: reads param, grad, exp_avg and
+#: exp_avg_sq, writes param, exp_avg and exp_avg_sq (7 passes over memory).
+UPDATE_TRAFFIC_MULTIPLIER = 7.0
+
+#: ATen ops that return views (no kernel, no new memory) and Python getitem.
+VIEW_OPS = frozenset(
+    {
+        "view", "_unsafe_view", "reshape", "_reshape_alias", "view_as", "t", "transpose", "permute",
+        "expand", "expand_as", "squeeze", "unsqueeze", "slice", "select", "narrow", "alias", "detach",
+        "as_strided", "unbind", "split", "split_with_sizes", "chunk", "flatten", "unflatten",
+        "getitem", "sym_size", "sym_numel", "sym_stride", "lift_fresh", "numpy_T", "movedim",
+    }
+)
+
+
+def base_op_name(op_type: str) -> str:
+    """``"aten.view.default"`` -> ``"view"``; ``"_operator.getitem"`` -> ``"getitem"``."""
+    parts = op_type.split(".")
+    if parts[0] in ("aten", "prims", "torch", "ops") and len(parts) >= 2:
+        return parts[1] if parts[0] != "ops" or len(parts) < 3 else parts[2]
+    return parts[-1]
+
+
+def is_view_op(op_type: str) -> bool:
+    """True for ops that alias their input (see :data:`VIEW_OPS`).
+
+    >>> is_view_op("aten.view.default"), is_view_op("aten.mm.default"), is_view_op("getitem")
+    (True, False, True)
+    """
+    return base_op_name(op_type) in VIEW_OPS
+
+
+def view_mask(graph: OpGraph) -> np.ndarray:
+    """Boolean per op: is it a view op."""
+    return np.fromiter((is_view_op(t) for t in graph.op_types), dtype=bool, count=graph.num_ops)
+
+
+def bytes_touched(graph: OpGraph) -> np.ndarray:
+    """Bytes each op reads and writes: input edges + owned params/buffers + outputs."""
+    inputs = np.bincount(graph.edge_dst, weights=graph.edge_bytes.astype(np.float64), minlength=graph.num_ops)
+    return inputs + graph.param_bytes + graph.buffer_bytes + graph.out_bytes
+
+
+def op_times(graph: OpGraph, cluster: Cluster) -> tuple[np.ndarray, np.ndarray]:
+    """Forward and backward seconds of every op on every device, each ``[num_ops, num_devices]``."""
+    n, D = graph.num_ops, cluster.num_devices
+    compute_s = graph.flops[:, None] / cluster.flops_per_s[None, :]
+    memory_s = bytes_touched(graph)[:, None] / cluster.mem_bw_bytes_per_s[None, :]
+    fwd = np.maximum(compute_s, memory_s) + cluster.launch_overhead_s[None, :]
+    bwd = BACKWARD_MULTIPLIER * fwd
+    for d, kind in enumerate(cluster.kinds):
+        prof = graph.profile.get(kind)
+        if not prof:
+            continue
+        for col, out in (("fwd_s", fwd), ("bwd_s", bwd)):
+            measured = prof.get(col)
+            if measured is not None:
+                have = ~np.isnan(measured)
+                out[have, d] = measured[have]
+        if "bwd_s" not in prof and "fwd_s" in prof:
+            have = ~np.isnan(prof["fwd_s"])
+            bwd[have, d] = BACKWARD_MULTIPLIER * prof["fwd_s"][have]
+    views = view_mask(graph)
+    fwd[views] = 0.0
+    bwd[views] = 0.0
+    assert fwd.shape == (n, D)
+    return fwd, bwd
+
+
+def transfer_time_s(nbytes: float, src_dev: int | str, dst_dev: int | str, cluster: Cluster) -> float:
+    """Seconds to copy ``nbytes`` from ``src_dev`` to ``dst_dev`` (index or name); 0 on one device.
+
+    >>> transfer_time_s(1e9, "gpu:0", "gpu:1", Cluster.preset("k80x2"))
+    0.10001
+    """
+    a = cluster.index(src_dev) if isinstance(src_dev, str) else int(src_dev)
+    b = cluster.index(dst_dev) if isinstance(dst_dev, str) else int(dst_dev)
+    if a == b:
+        return 0.0
+    return float(cluster.latency_s[a, b] + nbytes / cluster.bandwidth_bytes_per_s[a, b])
+
+
+def update_times_s(param_bytes_per_device: np.ndarray, cluster: Cluster) -> np.ndarray:
+    """Optimizer-step seconds per device holding ``param_bytes_per_device`` (Adam, foreach).
+
+    One fused/multi-tensor launch plus ``UPDATE_TRAFFIC_MULTIPLIER`` passes over
+    the parameter bytes at memory bandwidth; 0 on a device without parameters.
+    """
+    p = np.asarray(param_bytes_per_device, dtype=np.float64)
+    t = cluster.launch_overhead_s + UPDATE_TRAFFIC_MULTIPLIER * p / cluster.mem_bw_bytes_per_s
+    return np.where(p > 0, t, 0.0)
+
+
+def static_bytes(graph: OpGraph) -> np.ndarray:
+    """Memory an op pins on its device for the whole step: params, grads, Adam state, buffers."""
+    mult = int(2 + OPTIMIZER_STATE_MULTIPLIER)  # the param itself, its grad, the optimizer state
+    return graph.param_bytes.astype(np.int64) * mult + graph.buffer_bytes
+
+
+def activation_bytes(graph: OpGraph) -> np.ndarray:
+    """Bytes of the output each op keeps for backward (0 for views, which alias)."""
+    return np.where(view_mask(graph), 0, graph.out_bytes).astype(np.int64)

@@ -1,0 +1,422 @@
+"""The compiled simulator kernel: the schedule of :mod:`envs.schedule`, fast.
+
+Same tasks, same policy, same task ids and tie-breaks as
+:func:`envs.schedule.schedule_reference`, but with no task graph built: the
+kernel walks the op graph's CSR arrays and keeps one binary heap ordered by
+``(ready time, task id)``. Task ids (``n`` ops, ``D`` devices): ``fwd i = i``,
+``bwd i = 2n-1-i``, ``act (u, d) = 2n + u*D + d``, ``grad (u, d) = 2n + nD + u*D + d``.
+Resources: device ``d`` is ``d``; link ``a -> b`` is ``D + a*D + b``.
+
+The batch entry point also decides OOM exactly: a device whose static bytes
+plus every allocation it will ever make fit its capacity cannot run out, and
+only the others get the (sorted) memory sweep of :mod:`envs.memory`.
+
+Compiled with numba when it is installed (one core, no parallelism); otherwise
+the same functions run as plain Python (correct, ~100× slower).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from envs import cost
+from envs.schedule import ACT, GRAD, Schedule
+
+if TYPE_CHECKING:
+    from envs.simulator import SimEnv
+
+try:
+    from numba import njit
+
+    HAVE_NUMBA = True
+except ImportError:  # pragma: no cover - exercised only without numba
+    HAVE_NUMBA = False
+
+    def njit(*args, **kwargs):
+        if args and callable(args[0]):
+            return args[0]
+        return lambda fn: fn
+
+
+@njit(cache=True, inline="always")
+def _less(ka, ia, kb, ib):
+    return ka < kb or (ka == kb and ia < ib)
+
+
+@njit(cache=True)
+def _push(hk, hi, size, key, tid):
+    j = size
+    while j > 0:
+        parent = (j - 1) >> 1
+        if _less(key, tid, hk[parent], hi[parent]):
+            hk[j] = hk[parent]
+            hi[j] = hi[parent]
+            j = parent
+        else:
+            break
+    hk[j] = key
+    hi[j] = tid
+    return size + 1
+
+
+@njit(cache=True)
+def _pop(hk, hi, size):
+    """Remove the root; returns the new size (the root must be read before)."""
+    size -= 1
+    key = hk[size]
+    tid = hi[size]
+    j = 0
+    while True:
+        c = 2 * j + 1
+        if c >= size:
+            break
+        if c + 1 < size and _less(hk[c + 1], hi[c + 1], hk[c], hi[c]):
+            c += 1
+        if _less(hk[c], hi[c], key, tid):
+            hk[j] = hk[c]
+            hi[j] = hi[c]
+            j = c
+        else:
+            break
+    if size > 0:
+        hk[j] = key
+        hi[j] = tid
+    return size
+
+
+@njit(cache=True)
+def _schedule(p, n, D, out_ptr, out_dst, out_eb, in_ptr, in_src, fwd_t, bwd_t, lat, bw,
+              pend_f, ready_f, pend_b, ready_b, tcount, tbytes, gpend, gready, free, hk, hi, start, end):
+    """Schedule one placement; fills ``start``/``end`` (by task id) and ``tcount``/``tbytes``.
+
+    ``tcount[u*D+d]`` is the number of consumers of ``u`` on remote device ``d``
+    (0: no transfer). Workspaces must come in zeroed (``tcount``, ``tbytes``,
+    ``free``); everything else is initialised here. Returns the backward end.
+    """
+    nD = n * D
+    for i in range(n):
+        pend_f[i] = in_ptr[i + 1] - in_ptr[i]
+        ready_f[i] = 0.0
+        pend_b[i] = 1
+        ready_b[i] = 0.0
+    for u in range(n):
+        pu = p[u]
+        for k in range(out_ptr[u], out_ptr[u + 1]):
+            d = p[out_dst[k]]
+            if d == pu:
+                pend_b[u] += 1
+            else:
+                slot = u * D + d
+                if tcount[slot] == 0:
+                    pend_b[u] += 1
+                    gpend[slot] = 0
+                tcount[slot] += 1
+                if out_eb[k] > tbytes[slot]:
+                    tbytes[slot] = out_eb[k]
+    size = 0
+    for i in range(n):
+        if pend_f[i] == 0:
+            size = _push(hk, hi, size, 0.0, i)
+    t_end = 0.0
+    while size > 0:
+        r = hk[0]
+        t = hi[0]
+        size = _pop(hk, hi, size)
+        if t < n:
+            i = t
+            res = p[i]
+            dur = fwd_t[i, res]
+        elif t < 2 * n:
+            i = 2 * n - 1 - t
+            res = p[i]
+            dur = bwd_t[i, res]
+        elif t < 2 * n + nD:
+            slot = t - 2 * n
+            i = slot // D
+            d = slot - i * D
+            res = D + p[i] * D + d
+            dur = lat[p[i], d] + tbytes[slot] / bw[p[i], d]
+        else:
+            slot = t - 2 * n - nD
+            i = slot // D
+            d = slot - i * D
+            res = D + d * D + p[i]
+            dur = lat[d, p[i]] + tbytes[slot] / bw[d, p[i]]
+        s = r if r > free[res] else free[res]
+        e = s + dur
+        free[res] = e
+        start[t] = s
+        end[t] = e
+        if e > t_end:
+            t_end = e
+        if t < n:  # forward done: local consumers, transfers out, own backward
+            pi = p[i]
+            for k in range(out_ptr[i], out_ptr[i + 1]):
+                v = out_dst[k]
+                d = p[v]
+                if d == pi:
+                    if e > ready_f[v]:
+                        ready_f[v] = e
+                    pend_f[v] -= 1
+                    if pend_f[v] == 0:
+                        size = _push(hk, hi, size, ready_f[v], v)
+                else:
+                    slot = i * D + d
+                    if gpend[slot] != -1:  # first consumer on d: send once
+                        gpend[slot] = -1
+                        size = _push(hk, hi, size, e, 2 * n + slot)
+            for k in range(out_ptr[i], out_ptr[i + 1]):
+                d = p[out_dst[k]]
+                if d != pi:
+                    slot = i * D + d
+                    gpend[slot] = tcount[slot]
+                    gready[slot] = 0.0
+            if e > ready_b[i]:
+                ready_b[i] = e
+            pend_b[i] -= 1
+            if pend_b[i] == 0:
+                size = _push(hk, hi, size, ready_b[i], 2 * n - 1 - i)
+        elif t < 2 * n:  # backward done: producers here, gradient transfers out
+            pi = p[i]
+            for k in range(in_ptr[i], in_ptr[i + 1]):
+                u = in_src[k]
+                if p[u] == pi:
+                    if e > ready_b[u]:
+                        ready_b[u] = e
+                    pend_b[u] -= 1
+                    if pend_b[u] == 0:
+                        size = _push(hk, hi, size, ready_b[u], 2 * n - 1 - u)
+                else:
+                    slot = u * D + pi
+                    if e > gready[slot]:
+                        gready[slot] = e
+                    gpend[slot] -= 1
+                    if gpend[slot] == 0:
+                        size = _push(hk, hi, size, gready[slot], 2 * n + nD + slot)
+        elif t < 2 * n + nD:  # activation arrived on d
+            for k in range(out_ptr[i], out_ptr[i + 1]):
+                v = out_dst[k]
+                if p[v] == d:
+                    if e > ready_f[v]:
+                        ready_f[v] = e
+                    pend_f[v] -= 1
+                    if pend_f[v] == 0:
+                        size = _push(hk, hi, size, ready_f[v], v)
+        else:  # gradient arrived back on p[i]
+            if e > ready_b[i]:
+                ready_b[i] = e
+            pend_b[i] -= 1
+            if pend_b[i] == 0:
+                size = _push(hk, hi, size, ready_b[i], 2 * n - 1 - i)
+    return t_end
+
+
+@njit(cache=True)
+def _reset(p, n, D, out_ptr, out_dst, tcount, tbytes, free):
+    for u in range(n):
+        for k in range(out_ptr[u], out_ptr[u + 1]):
+            slot = u * D + p[out_dst[k]]
+            tcount[slot] = 0
+            tbytes[slot] = 0
+    for r in range(free.shape[0]):
+        free[r] = 0.0
+
+
+@njit(cache=True)
+def _peak(dev, p, n, D, act_b, tcount, tbytes, start, end):
+    """Peak live bytes on ``dev`` (without static bytes): the sweep of envs.memory."""
+    nD = n * D
+    m = 0
+    for i in range(n):
+        if p[i] == dev:
+            m += 2
+    for u in range(n):
+        for d in range(D):
+            if tcount[u * D + d] > 0 and (d == dev or p[u] == dev):
+                m += 1
+    at = np.empty(m)
+    ab = np.empty(m, dtype=np.int64)
+    ft = np.empty(m)
+    fb = np.empty(m, dtype=np.int64)
+    na = 0
+    nf = 0
+    for i in range(n):
+        if p[i] == dev:
+            at[na] = start[i]
+            ab[na] = act_b[i]
+            na += 1
+            at[na] = start[2 * n - 1 - i]
+            ab[na] = act_b[i]
+            na += 1
+            ft[nf] = end[2 * n - 1 - i]
+            fb[nf] = 2 * act_b[i]
+            nf += 1
+    for u in range(n):
+        for d in range(D):
+            slot = u * D + d
+            if tcount[slot] > 0:
+                if d == dev:  # activation received here, freed when its gradient has left
+                    at[na] = start[2 * n + slot]
+                    ab[na] = tbytes[slot]
+                    na += 1
+                    ft[nf] = end[2 * n + nD + slot]
+                    fb[nf] = tbytes[slot]
+                    nf += 1
+                elif p[u] == dev:  # gradient received here, freed when bwd u ends
+                    at[na] = start[2 * n + nD + slot]
+                    ab[na] = tbytes[slot]
+                    na += 1
+                    ft[nf] = end[2 * n - 1 - u]
+                    fb[nf] = tbytes[slot]
+                    nf += 1
+    ao = np.argsort(at[:na])
+    fo = np.argsort(ft[:nf])
+    live = 0
+    peak = 0
+    j = 0
+    for a in range(na):
+        t = at[ao[a]]
+        while j < nf and ft[fo[j]] <= t:
+            live -= fb[fo[j]]
+            j += 1
+        live += ab[ao[a]]
+        if live > peak:
+            peak = live
+    return peak
+
+
+@njit(cache=True)
+def _batch(P, n, D, out_ptr, out_dst, out_eb, in_ptr, in_src, fwd_t, bwd_t, lat, bw,
+           static_b, act_b, param_b, cap, launch, membw, traffic, times, oom):
+    nD = n * D
+    pend_f = np.zeros(n, dtype=np.int64)
+    ready_f = np.zeros(n)
+    pend_b = np.zeros(n, dtype=np.int64)
+    ready_b = np.zeros(n)
+    tcount = np.zeros(nD, dtype=np.int64)
+    tbytes = np.zeros(nD, dtype=np.int64)
+    gpend = np.zeros(nD, dtype=np.int64)
+    gready = np.zeros(nD)
+    free = np.zeros(D + D * D)
+    ntask = 2 * n + 2 * nD
+    hk = np.empty(ntask)
+    hi = np.empty(ntask, dtype=np.int64)
+    start = np.zeros(ntask)
+    end = np.zeros(ntask)
+    pb = np.zeros(D)
+    sb = np.zeros(D, dtype=np.int64)
+    ub = np.zeros(D, dtype=np.int64)
+    for k in range(P.shape[0]):
+        p = P[k]
+        t_end = _schedule(p, n, D, out_ptr, out_dst, out_eb, in_ptr, in_src, fwd_t, bwd_t, lat, bw,
+                          pend_f, ready_f, pend_b, ready_b, tcount, tbytes, gpend, gready, free, hk, hi, start, end)
+        for d in range(D):
+            pb[d] = 0.0
+            sb[d] = 0
+            ub[d] = 0
+        for i in range(n):
+            d = p[i]
+            pb[d] += param_b[i]
+            sb[d] += static_b[i]
+            ub[d] += 2 * act_b[i]
+        upd = 0.0
+        for d in range(D):
+            if pb[d] > 0:
+                u_s = launch[d] + traffic * pb[d] / membw[d]
+                if u_s > upd:
+                    upd = u_s
+        times[k] = t_end + upd
+        # upper bound on live bytes: every allocation at once
+        for u in range(n):
+            for e in range(out_ptr[u], out_ptr[u + 1]):
+                d = p[out_dst[e]]
+                if d != p[u]:
+                    slot = u * D + d
+                    if tcount[slot] > 0 and gpend[slot] != -2:
+                        gpend[slot] = -2  # counted
+                        ub[d] += tbytes[slot]
+                        ub[p[u]] += tbytes[slot]
+        is_oom = False
+        for d in range(D):
+            if sb[d] > cap[d]:
+                is_oom = True
+                break
+            if sb[d] + ub[d] > cap[d]:
+                if sb[d] + _peak(d, p, n, D, act_b, tcount, tbytes, start, end) > cap[d]:
+                    is_oom = True
+                    break
+        oom[k] = is_oom
+        _reset(p, n, D, out_ptr, out_dst, tcount, tbytes, free)
+
+
+class KernelData:
+    """Per-(graph, cluster) arrays in the layout the kernel wants."""
+
+    def __init__(self, env: "SimEnv") -> None:
+        g, c = env.graph, env.cluster
+        self.n, self.D = g.num_ops, c.num_devices
+        out_ptr, out_dst, out_eid = g.out_csr
+        in_ptr, in_src, _ = g.in_csr
+        self.out_ptr = out_ptr.astype(np.int64)
+        self.out_dst = out_dst.astype(np.int64)
+        self.out_eb = g.edge_bytes[out_eid].astype(np.int64)
+        self.in_ptr = in_ptr.astype(np.int64)
+        self.in_src = in_src.astype(np.int64)
+        self.fwd_t = np.ascontiguousarray(env.fwd_s)
+        self.bwd_t = np.ascontiguousarray(env.bwd_s)
+        self.lat = np.ascontiguousarray(c.latency_s, dtype=np.float64)
+        self.bw = np.ascontiguousarray(c.bandwidth_bytes_per_s, dtype=np.float64)
+        self.static_b = env.static_bytes.astype(np.int64)
+        self.act_b = env.act_bytes.astype(np.int64)
+        self.param_b = g.param_bytes.astype(np.float64)
+        self.cap = c.memory_bytes.astype(np.float64)
+        self.launch = c.launch_overhead_s.astype(np.float64)
+        self.membw = c.mem_bw_bytes_per_s.astype(np.float64)
+        self.env = env
+
+    def step_times(self, P: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        P = np.ascontiguousarray(P, dtype=np.int64)
+        K = P.shape[0]
+        times = np.empty(K)
+        oom = np.zeros(K, dtype=np.bool_)
+        _batch(P, self.n, self.D, self.out_ptr, self.out_dst, self.out_eb, self.in_ptr, self.in_src,
+               self.fwd_t, self.bwd_t, self.lat, self.bw, self.static_b, self.act_b, self.param_b,
+               self.cap, self.launch, self.membw, float(cost.UPDATE_TRAFFIC_MULTIPLIER), times, oom)
+        return times, oom
+
+    def schedule(self, place: np.ndarray) -> Schedule:
+        n, D = self.n, self.D
+        nD = n * D
+        p = np.ascontiguousarray(place, dtype=np.int64)
+        ntask = 2 * n + 2 * nD
+        start = np.zeros(ntask)
+        end = np.zeros(ntask)
+        tcount = np.zeros(nD, dtype=np.int64)
+        tbytes = np.zeros(nD, dtype=np.int64)
+        t_end = _schedule(p, n, D, self.out_ptr, self.out_dst, self.out_eb, self.in_ptr, self.in_src,
+                          self.fwd_t, self.bwd_t, self.lat, self.bw,
+                          np.zeros(n, dtype=np.int64), np.zeros(n), np.zeros(n, dtype=np.int64), np.zeros(n),
+                          tcount, tbytes, np.zeros(nD, dtype=np.int64), np.zeros(nD), np.zeros(D + D * D),
+                          np.empty(ntask), np.empty(ntask, dtype=np.int64), start, end)
+        slots = np.flatnonzero(tcount > 0)
+        u, d = slots // D, slots % D
+        both = lambda a, b: np.concatenate([a, b])  # noqa: E731
+        bwd_ids = 2 * n - 1 - np.arange(n)
+        return Schedule(
+            place=p.astype(np.int32),
+            fwd_start_s=start[:n].copy(),
+            fwd_end_s=end[:n].copy(),
+            bwd_start_s=start[bwd_ids],
+            bwd_end_s=end[bwd_ids],
+            xfer_kind=both(np.full(len(slots), ACT, dtype=np.int8), np.full(len(slots), GRAD, dtype=np.int8)),
+            xfer_op=both(u, u),
+            xfer_src=both(p[u], d),
+            xfer_dst=both(d, p[u]),
+            xfer_bytes=both(tbytes[slots], tbytes[slots]),
+            xfer_start_s=both(start[2 * n + slots], start[2 * n + nD + slots]),
+            xfer_end_s=both(end[2 * n + slots], end[2 * n + nD + slots]),
+            backward_end_s=float(t_end),
+            update_s=self.env.update_s(p),
+        )

@@ -1,0 +1,121 @@
+"""Preset clusters: the paper's K80 machine and three newer single-node machines.
+
+Every preset has the host CPU as device 0 (``cpu:0``), as the paper's machine
+did. Numbers are *effective* rates for the roofline estimate, rounded from
+vendor datasheets and commonly measured figures; a graph profile (measured
+per-op times) overrides them where it exists. Sources and assumptions:
+
+* Memory: usable capacity as ``nvidia-smi`` reports it (K80 die 11441 MiB,
+  V100-SXM2-16GB 16160 MiB, H100-SXM 81559 MiB, H200 143771 MiB).
+* GPU fp32 compute: datasheet peak fp32 (non-tensor-core) throughput × ~0.9.
+  K80 (GK210 die, 2496 cores at 875 MHz boost): 4.37 TFLOP/s peak -> 4.0e12.
+  V100-SXM2: 15.7 -> 14e12. H100-SXM / H200: 67 TFLOP/s fp32 -> 60e12. PyTorch
+  runs fp32 matmuls without TF32 by default
+  (``torch.backends.cuda.matmul.allow_tf32 = False``); with TF32 enabled
+  (``torch.set_float32_matmul_precision("high")``) H100/H200 dense TF32 is
+  ~495 TFLOP/s: write a cluster file with a higher ``flops_per_s`` to model it.
+* GPU memory bandwidth: datasheet × ~0.85. K80 die 240 GB/s -> 2.0e11, V100
+  900 GB/s -> 7.7e11, H100-SXM 3.35 TB/s -> 2.85e12, H200 4.8 TB/s -> 4.1e12.
+* Host CPU: K80 host = one Haswell Xeon (E5-2690 v3 class, 12 cores, AVX2 FMA:
+  ~1 TFLOP/s peak fp32, ~0.5e12 effective; 4 channels DDR4-2133, 68 GB/s peak
+  -> 5e10). V100 host = Broadwell E5-2698 v4 class (~1.4 TFLOP/s peak -> 0.7e12;
+  6e10 B/s). H100/H200 host = Sapphire Rapids class (56 cores AVX-512: ~7 TFLOP/s
+  peak -> 2e12 effective with PyTorch's CPU kernels; DDR5 8 channels -> 2.5e11).
+* Launch overhead: eager PyTorch dispatch plus kernel launch, ~8 µs per GPU op
+  (K80/V100 hosts) or ~6 µs (newer hosts); CPU ops ~5 µs of dispatch.
+* Links (effective, one direction): PCIe 3.0 x16 ~10 GB/s with ~10 µs per copy
+  (cudaMemcpy call + DMA setup); PCIe 5.0 x16 ~50 GB/s, ~8 µs. K80 GPU-to-GPU
+  goes over PCIe (the two dies of a board share a PLX switch; boards talk through
+  the root complex — both modelled as PCIe 3.0). V100x4: four SXM2 GPUs fully
+  connected by NVLink 2, two 25 GB/s bricks per pair -> 50 GB/s per direction,
+  ~45e9 effective, ~6 µs. H100x8: NVLink 4 through NVSwitch, 450 GB/s per
+  direction per GPU -> ~375e9 effective between any pair (p2p bandwidth tests
+  reach 370-390 GB/s), ~6 µs.
+
+>>> [len(PRESETS[n]().devices) for n in PRESETS]
+[3, 5, 5, 9, 2]
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+from envs.cluster import Cluster, Device, Link
+
+MIB = 1 << 20
+GIB = 1 << 30
+
+PCIE3 = Link(bandwidth_bytes_per_s=10e9, latency_s=10e-6)
+PCIE5 = Link(bandwidth_bytes_per_s=50e9, latency_s=8e-6)
+NVLINK2_PAIR = Link(bandwidth_bytes_per_s=45e9, latency_s=6e-6)
+NVLINK4_SWITCH = Link(bandwidth_bytes_per_s=375e9, latency_s=6e-6)
+
+
+def _cpu(memory_bytes: float, flops_per_s: float, mem_bw: float) -> Device:
+    return Device("cpu:0", "cpu", float(memory_bytes), flops_per_s, mem_bw, 5e-6)
+
+
+def _gpus(n: int, memory_mib: int, flops_per_s: float, mem_bw: float, launch_s: float) -> list[Device]:
+    return [Device(f"gpu:{i}", "gpu", float(memory_mib * MIB), flops_per_s, mem_bw, launch_s) for i in range(n)]
+
+
+def _build(name: str, description: str, devices: list[Device], host_link: Link, gpu_link: Link) -> Cluster:
+    links = {}
+    for a in devices:
+        for b in devices:
+            if a.name != b.name:
+                links[(a.name, b.name)] = gpu_link if a.kind == b.kind == "gpu" else host_link
+    return Cluster(name=name, devices=devices, links=links, description=description)
+
+
+def k80(n: int) -> Cluster:
+    """The paper's machine: one Haswell host CPU and ``n`` K80 dies on PCIe 3.0."""
+    return _build(
+        f"k80x{n}",
+        f"Haswell host + {n} K80 dies (12 GB, ~4 TFLOP/s fp32, 240 GB/s), all links PCIe 3.0 (~10 GB/s, 10 us)",
+        [_cpu(256 * GIB, 0.5e12, 5e10)] + _gpus(n, 11441, 4.0e12, 2.0e11, 8e-6),
+        PCIE3,
+        PCIE3,
+    )
+
+
+def v100x4() -> Cluster:
+    """Four V100-SXM2-16GB fully connected by NVLink 2; PCIe 3.0 to a Broadwell host."""
+    return _build(
+        "v100x4",
+        "Broadwell host + 4 V100-SXM2 (16 GB, ~14 TFLOP/s fp32, 900 GB/s); NVLink 2 between GPUs (~45 GB/s per pair), PCIe 3.0 to host",
+        [_cpu(256 * GIB, 0.7e12, 6e10)] + _gpus(4, 16160, 14e12, 7.7e11, 8e-6),
+        PCIE3,
+        NVLINK2_PAIR,
+    )
+
+
+def h100x8() -> Cluster:
+    """An HGX H100 node: eight H100-SXM on NVSwitch (NVLink 4); PCIe 5.0 to the host."""
+    return _build(
+        "h100x8",
+        "Sapphire Rapids host + 8 H100-SXM (80 GB, ~60 TFLOP/s fp32 without TF32, 3.35 TB/s); NVLink 4 via NVSwitch (~375 GB/s), PCIe 5.0 to host",
+        [_cpu(2048 * GIB, 2e12, 2.5e11)] + _gpus(8, 81559, 60e12, 2.85e12, 6e-6),
+        PCIE5,
+        NVLINK4_SWITCH,
+    )
+
+
+def h200x1() -> Cluster:
+    """One H200 (141 GB HBM3e) and its host CPU on PCIe 5.0."""
+    return _build(
+        "h200x1",
+        "Sapphire Rapids host + 1 H200 (141 GB, ~60 TFLOP/s fp32 without TF32, 4.8 TB/s); PCIe 5.0 to host (~50 GB/s)",
+        [_cpu(512 * GIB, 2e12, 2.5e11)] + _gpus(1, 143771, 60e12, 4.1e12, 6e-6),
+        PCIE5,
+        PCIE5,
+    )
+
+
+PRESETS: dict[str, Callable[[], Cluster]] = {
+    "k80x2": lambda: k80(2),
+    "k80x4": lambda: k80(4),
+    "v100x4": v100x4,
+    "h100x8": h100x8,
+    "h200x1": h200x1,
+}
