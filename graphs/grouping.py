@@ -142,6 +142,9 @@ def colocate(graph: OpGraph) -> np.ndarray:
     return _renumber_by_first_op(labels)
 
 
+_colocate = colocate  # coarsen's keyword argument shadows the function's name
+
+
 def coarsen(graph: OpGraph, max_groups: int = 256, *, colocate: bool = True) -> "Grouping":
     """Group ``graph``'s ops into at most ``max_groups`` groups whose graph is a DAG.
 
@@ -166,7 +169,7 @@ def coarsen(graph: OpGraph, max_groups: int = 256, *, colocate: bool = True) -> 
     if int(max_groups) < 1:
         raise PlacerError(f"coarsen: max_groups must be >= 1, got {max_groups}")
     n = graph.num_ops
-    unit = globals()["colocate"](graph) if colocate else np.arange(n, dtype=np.int32)
+    unit = _colocate(graph) if colocate else np.arange(n, dtype=np.int32)
     unit, merged_cycles = _merge_cycles(graph, unit)
     num_units = int(unit.max()) + 1 if n else 0
     us, ud = unit[graph.edge_src].astype(np.int64), unit[graph.edge_dst].astype(np.int64)

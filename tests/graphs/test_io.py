@@ -171,3 +171,15 @@ def test_label_with_colon_does_not_garble_messages(graph):
 
 def test_format_constant():
     assert FORMAT == "placer-graph/1"
+
+
+def test_garbage_collector_is_back_on_after_loading(tmp_path, graph):
+    import gc
+
+    save(graph, tmp_path / "g.json")
+    (tmp_path / "bad.json").write_text("{")
+    assert gc.isenabled()
+    load(tmp_path / "g.json")
+    with pytest.raises(GraphFormatError):
+        load(tmp_path / "bad.json")
+    assert gc.isenabled()
