@@ -306,3 +306,18 @@ def test_one_dominant_op_still_gives_max_groups(heavy):
     grouping = coarsen(g2, max_groups=50, colocate=False)
     assert grouping.num_groups == 50
     assert len(grouping.members(int(grouping.op_group[heavy]))) <= 10
+
+
+@settings(max_examples=30, deadline=None)
+@given(n=st.integers(2, 200), seed=st.integers(0, 10_000), max_groups=st.integers(1, 40), alias_share=st.floats(0.0, 0.6))
+def test_coarsen_properties_with_many_views_and_inplace_ops(n, seed, max_groups, alias_share):
+    # Views with several inputs and in-place ops everywhere: co-location joins far
+    # apart ops, so its quotient graph has cycles that coarsen must merge.
+    g = random_dag(n, seed=seed, avg_degree=2.0)
+    rng = np.random.default_rng(seed)
+    draw = rng.random(n)
+    types = np.where(draw < alias_share / 2, "aten.view.default", np.where(draw < alias_share, "aten.add_.Tensor", "aten.mm.default"))
+    g2 = OpGraph(**{**{k: getattr(g, k) for k in ("names", "out_shapes", "out_dtypes", "out_bytes", "param_bytes", "buffer_bytes",
+                                                   "flops", "module_paths", "params", "edge_src", "edge_dst", "edge_bytes")},
+                    "op_types": types.tolist()})
+    check_grouping(g2, coarsen(g2, max_groups), max_groups, colocated=True, seed=seed)
