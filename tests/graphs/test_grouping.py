@@ -269,10 +269,11 @@ def test_from_dict_rejects_mismatches():
 def test_coarsen_100k_ops_under_10_s():
     g = random_dag(100_000, seed=0)
     g.content_hash  # hashing the source is I/O's cost, not coarsening's
-    t0 = time.perf_counter()
+    # CPU time, so a busy shared machine does not make the test flaky.
+    t0 = time.process_time()
     grouping = coarsen(g, max_groups=256)
-    elapsed_s = time.perf_counter() - t0
-    assert grouping.num_groups == 256 and elapsed_s < 10.0
+    cpu_s = time.process_time() - t0
+    assert grouping.num_groups == 256 and cpu_s < 10.0
 
 
 def test_empty_and_single_op_graphs():
