@@ -221,6 +221,8 @@ class Cluster:
                     raise PlacerError(f"{source}: {where} is missing {key!r}")
             if not isinstance(d["name"], str) or not d["name"]:
                 raise PlacerError(f"{source}: {where}.name must be a non-empty string")
+            if any(prev.name == d["name"] for prev in devices):
+                raise PlacerError(f"{source}: {where}: duplicate device name {d['name']!r}")
             where = f"devices[{k}] ({d['name']})"
             devices.append(
                 Device(

@@ -1,0 +1,182 @@
+"""``placer clusters``, ``placer place`` and ``placer simulate``.
+
+Typical use::
+
+    placer clusters                                   # the presets
+    placer clusters k80x4 --json > my.json            # a loadable file to edit
+    placer place g.json --cluster k80x4 --method single -o p.json
+    placer simulate g.json p.json --cluster k80x4 --trace step.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Any
+
+from graphs.errors import PlacerError
+
+
+def add_commands(sub: argparse._SubParsersAction) -> None:
+    from envs.cluster import CLUSTER_ARG_HELP
+
+    p = sub.add_parser("clusters", help="list the preset clusters, or show one", description="List the preset clusters, or show one (with --json: a loadable placer-cluster/1 file).")
+    p.add_argument("name", nargs="?", metavar="NAME", help="a preset name or cluster JSON file to show")
+    p.add_argument("--json", action="store_true", help="print JSON (a loadable cluster file when NAME is given)")
+    p.set_defaults(func=run_clusters)
+
+    p = sub.add_parser("place", help="place a graph with a heuristic baseline", description="Place GRAPH on a cluster with a heuristic baseline and write the placement file.")
+    p.add_argument("graph", metavar="GRAPH", help="graph file, zoo name or module:callable")
+    p.add_argument("--cluster", required=True, help=CLUSTER_ARG_HELP)
+    p.add_argument("--method", default="single", help="baseline name (see `placer compare --help`); default single")
+    p.add_argument("--seed", type=int, default=0, help="seed for randomised methods (default 0)")
+    p.add_argument("--option", action="append", default=[], metavar="KEY=VALUE", help="a method option, e.g. device=gpu:1 (repeatable)")
+    p.add_argument("-o", "--output", required=True, metavar="FILE", help="placement file to write (.json)")
+    p.set_defaults(func=run_place)
+
+    p = sub.add_parser("simulate", help="simulate one training step of a placed graph", description="Simulate one training step of GRAPH placed by PLACEMENT: step time, lower bound, per-device busy time and peak memory, status.")
+    p.add_argument("graph", metavar="GRAPH", help="graph file, zoo name or module:callable")
+    p.add_argument("placement", metavar="PLACEMENT", help="placement file (from `placer place` or `placer train`)")
+    p.add_argument("--cluster", required=True, help=CLUSTER_ARG_HELP)
+    p.add_argument("--trace", metavar="FILE", help="write the schedule as Chrome/Perfetto trace JSON")
+    p.add_argument("--json", action="store_true", help="print the result as JSON")
+    p.set_defaults(func=run_simulate)
+
+
+# ------------------------------------------------------------------ helpers
+def _gb(b: float) -> str:
+    return f"{b / 1e9:.2f} GB"
+
+
+def _rate(x: float, unit: str) -> str:
+    for scale, prefix in ((1e12, "T"), (1e9, "G"), (1e6, "M")):
+        if x >= scale:
+            return f"{x / scale:g} {prefix}{unit}"
+    return f"{x:g} {unit}"
+
+
+def parse_options(items: list[str]) -> dict[str, Any]:
+    """``["k=v", ...]`` -> dict, with ints, floats and true/false converted.
+
+    >>> parse_options(["device=gpu:1", "k=3", "x=0.5", "flag=true"])
+    {'device': 'gpu:1', 'k': 3, 'x': 0.5, 'flag': True}
+    """
+    out: dict[str, Any] = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise PlacerError(f"--option {item!r}: expected KEY=VALUE")
+        if key == "seed":
+            raise PlacerError("--option seed=...: use --seed")
+        low = value.lower()
+        if low in ("true", "false"):
+            out[key] = low == "true"
+            continue
+        for conv in (int, float):
+            try:
+                out[key] = conv(value)
+                break
+            except ValueError:
+                continue
+        else:
+            out[key] = value
+    return out
+
+
+# ----------------------------------------------------------------- commands
+def run_clusters(args: argparse.Namespace) -> int:
+    from envs.cluster import Cluster, resolve_cluster
+
+    if args.name is None:
+        clusters = [Cluster.preset(n) for n in Cluster.presets()]
+        if args.json:
+            json.dump([c.to_dict() for c in clusters], sys.stdout, indent=1)
+            print()
+            return 0
+        print(f"{'name':<8} {'devices':<44} description")
+        for c in clusters:
+            print(f"{c.name:<8} {', '.join(c.device_names):<44} {c.description}")
+        print("\nshow one: placer clusters NAME; save an editable file: placer clusters NAME --json > my.json")
+        return 0
+    c = resolve_cluster(args.name)
+    if args.json:
+        json.dump(c.to_dict(), sys.stdout, indent=1)
+        print()
+        return 0
+    print(f"{c.name}: {c.description}")
+    print(f"{'device':<8} {'kind':<5} {'memory':>10} {'compute':>14} {'mem bw':>12} {'launch':>8}")
+    for d in c.devices:
+        print(f"{d.name:<8} {d.kind:<5} {_gb(d.memory_bytes):>10} {_rate(d.flops_per_s, 'FLOP/s'):>14} "
+              f"{_rate(d.mem_bw_bytes_per_s, 'B/s'):>12} {d.launch_overhead_s * 1e6:>6.1f}us")
+    print("links (bandwidth, latency):")
+    names = c.device_names
+    for i, a in enumerate(names):
+        row = []
+        for j, b in enumerate(names):
+            if i != j:
+                lk = c.links[(a, b)]
+                row.append(f"{b} {_rate(lk.bandwidth_bytes_per_s, 'B/s')} {lk.latency_s * 1e6:g}us")
+        print(f"  {a} -> " + "; ".join(row))
+    return 0
+
+
+def run_place(args: argparse.Namespace) -> int:
+    import envs
+    from placer import baselines
+    from placer.sources import resolve_graph
+
+    cluster = envs.resolve_cluster(args.cluster)
+    options = parse_options(args.option)
+    graph = resolve_graph(args.graph)
+    try:
+        placement = baselines.place(args.method, graph, cluster, seed=args.seed, **options)
+    except TypeError as e:
+        if "unexpected keyword" in str(e):
+            raise PlacerError(f"--method {args.method}: {str(e).split(') ', 1)[-1]}") from None
+        raise
+    placement.save(args.output)
+    counts = ", ".join(f"{d}: {k}" for d, k in sorted(placement.device_counts().items()))
+    print(f"{args.output}: {args.method} placement of {graph.name or args.graph} ({graph.num_ops} ops) on {cluster.name} ({counts})")
+    return 0
+
+
+def run_simulate(args: argparse.Namespace) -> int:
+    import envs
+    from placer.placement import Placement
+    from placer.sources import resolve_graph
+
+    cluster = envs.resolve_cluster(args.cluster)
+    graph = resolve_graph(args.graph)
+    placement = Placement.load(args.placement)
+    env = envs.SimEnv(graph, cluster)
+    result = env.simulate(placement.indices(graph, cluster.device_names, source=args.placement), trace=bool(args.trace))
+    bound = env.lower_bound()
+    if args.trace:
+        with open(args.trace, "w") as f:
+            json.dump(result.extra.pop("trace"), f)
+    if args.json:
+        doc = result.to_dict()
+        doc["lower_bound_s"] = bound
+        doc["graph"] = graph.name
+        doc["cluster"] = cluster.name
+        json.dump(doc, sys.stdout, indent=1)
+        print()
+        return 0
+    sim_s = result.extra["sim_step_time_s"]
+    print(f"{graph.name or args.graph} ({graph.num_ops} ops) on {cluster.name}, placement {args.placement}")
+    if result.ok:
+        print(f"step time   {result.step_time_s * 1e3:.3f} ms  (lower bound {bound * 1e3:.3f} ms, {result.step_time_s / bound:.2f}x)" if bound > 0 else f"step time   {result.step_time_s * 1e3:.3f} ms")
+    else:
+        print(f"step time   -  ({sim_s * 1e3:.3f} ms ignoring memory; lower bound {bound * 1e3:.3f} ms)")
+    print(f"status      {result.status}{': ' + result.message if result.message else ''}")
+    print(f"{'device':<8} {'ops':>6} {'busy ms':>10} {'peak memory':>12} {'capacity':>10}")
+    counts = placement.device_counts()
+    for d, name in enumerate(cluster.device_names):
+        print(f"{name:<8} {counts.get(name, 0):>6} {result.busy_s[name] * 1e3:>10.3f} {_gb(result.peak_bytes[name]):>12} {_gb(cluster.memory_bytes[d]):>10}")
+    links = [(k, v) for k, v in result.busy_s.items() if "->" in k]
+    if links:
+        print("links busy: " + ", ".join(f"{k} {v * 1e3:.3f} ms" for k, v in sorted(links)))
+    if args.trace:
+        print(f"trace: {args.trace} (open in https://ui.perfetto.dev)")
+    return 0

@@ -1,0 +1,96 @@
+"""Clusters: presets, JSON round trip, validation errors that name the file and field."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from envs import Cluster, resolve_cluster
+from graphs import PlacerError
+
+
+@pytest.mark.parametrize("name", Cluster.presets())
+def test_presets_are_complete_and_round_trip(name, tmp_path):
+    c = Cluster.preset(name)
+    D = c.num_devices
+    assert c.device_names[0] == "cpu:0" and c.kinds[0] == "cpu"
+    assert c.gpu_indices() == list(range(1, D))
+    for arr in (c.memory_bytes, c.flops_per_s, c.mem_bw_bytes_per_s):
+        assert arr.shape == (D,) and np.all(arr > 0)
+    assert c.bandwidth_bytes_per_s.shape == (D, D) and np.all(np.isinf(np.diag(c.bandwidth_bytes_per_s)))
+    assert np.all(np.diag(c.latency_s) == 0)
+    path = tmp_path / "c.json"
+    path.write_text(json.dumps(c.to_dict()))
+    c2 = resolve_cluster(str(path))
+    assert c2.to_dict() == c.to_dict()
+    assert np.array_equal(c2.bandwidth_bytes_per_s, c.bandwidth_bytes_per_s)
+
+
+def test_preset_numbers_are_what_the_docs_say():
+    assert Cluster.presets() == ["k80x2", "k80x4", "v100x4", "h100x8", "h200x1"]
+    k80 = Cluster.preset("k80x4")
+    assert k80.num_devices == 5 and k80.flops_per_s[1] == 4e12
+    assert k80.bandwidth_bytes_per_s[1, 2] == 10e9 and k80.latency_s[1, 2] == 10e-6
+    v100 = Cluster.preset("v100x4")
+    assert v100.bandwidth_bytes_per_s[1, 2] > 4 * v100.bandwidth_bytes_per_s[0, 1]  # NVLink vs PCIe
+    h200 = Cluster.preset("h200x1")
+    assert 140e9 < h200.memory_bytes[1] < 152e9
+    assert v100.index("gpu:3") == 4
+
+
+def _doc():
+    return Cluster.preset("k80x2").to_dict()
+
+
+@pytest.mark.parametrize(
+    "mutate, expected",
+    [
+        (lambda d: d.update(colour="red"), "unknown key 'colour'"),
+        (lambda d: d["devices"][1].update(speed=1), "unknown key devices[1].'speed'"),
+        (lambda d: d["devices"][1].update(flops_per_s=0), "gpu:0 flops_per_s must be positive"),
+        (lambda d: d["devices"][2].update(mem_bw_bytes_per_s=-1.0), "gpu:1 mem_bw_bytes_per_s must be positive"),
+        (lambda d: d["devices"][1].update(memory_bytes="lots"), "devices[1] (gpu:0).memory_bytes must be a number"),
+        (lambda d: d["devices"][2].update(name="gpu:0"), "duplicate device name 'gpu:0'"),
+        (lambda d: d["devices"][1].update(kind="tpu"), "kind 'tpu'"),
+        (lambda d: d["devices"][1].pop("launch_overhead_s"), "devices[1] is missing 'launch_overhead_s'"),
+        (lambda d: d["links"].pop(), "missing link"),
+        (lambda d: d["links"][0].update(bandwidth_bytes_per_s=0), "bandwidth_bytes_per_s must be positive"),
+        (lambda d: d["links"][0].update(dst="gpu:9"), "links[0].dst names unknown device 'gpu:9'"),
+        (lambda d: d["links"].append(dict(d["links"][0])), "a second time"),
+        (lambda d: d.update(format="other/1"), "format is 'other/1'"),
+    ],
+)
+def test_bad_cluster_files_name_file_and_field(tmp_path, mutate, expected):
+    doc = _doc()
+    mutate(doc)
+    path = tmp_path / "bad.json"
+    path.write_text(json.dumps(doc))
+    with pytest.raises(PlacerError) as e:
+        Cluster.load(path)
+    msg = str(e.value)
+    assert msg.startswith(str(path) + ":") and expected in msg and "\n" not in msg
+
+
+def test_resolve_cluster_errors(tmp_path):
+    with pytest.raises(PlacerError, match="not a preset"):
+        resolve_cluster("k81x2")
+    with pytest.raises(PlacerError, match="no such file"):
+        resolve_cluster(str(tmp_path / "missing.json"))
+    (tmp_path / "x.json").write_text("{not json")
+    with pytest.raises(PlacerError, match="not valid JSON"):
+        resolve_cluster(str(tmp_path / "x.json"))
+    with pytest.raises(PlacerError, match="unknown cluster preset"):
+        Cluster.preset("nope")
+
+
+def test_asymmetric_links_round_trip():
+    doc = _doc()
+    doc["links"] = [dict(l, bidirectional=False) for l in doc["links"]] + [
+        {k: (v if k not in ("src", "dst") else l["dst" if k == "src" else "src"]) for k, v in l.items()} | {"bandwidth_bytes_per_s": 5e9, "bidirectional": False}
+        for l in doc["links"]
+    ]
+    c = Cluster.from_dict(doc)
+    assert c.bandwidth_bytes_per_s[1, 0] == 5e9 and c.bandwidth_bytes_per_s[0, 1] == 10e9
+    assert Cluster.from_dict(c.to_dict()).to_dict() == c.to_dict()
