@@ -225,3 +225,77 @@ def test_device_map_parsing():
         parse_device_map("gpu:0")
     with pytest.raises(PlacerError, match="not a torch device"):
         resolve_devices(["gpu:0"], {"gpu:0": "quantum:9"})
+
+
+# ------------------------------------------------------------ the zoo, small
+def _tiny_zoo():
+    """Every zoo architecture at toy sizes (the full sizes take minutes per step on a CPU)."""
+    from graphs.models.gpt2 import GPT2
+    from graphs.models.inception import InceptionV3
+    from graphs.models.nmt import NMT
+    from graphs.models.resnet import ResNet50
+    from graphs.models.rnnlm import RNNLM
+
+    def tokens(*shape, vocab=50):
+        return torch.randint(0, vocab, shape, generator=torch.Generator().manual_seed(1))
+
+    def images(side, classes=10):
+        g = torch.Generator().manual_seed(1)
+        return torch.randn(2, 3, side, side, generator=g), torch.randint(0, classes, (2,), generator=g)
+
+    return {
+        "rnnlm": lambda: (RNNLM(vocab_size=50, hidden_size=16, num_layers=2), (tokens(2, 4), tokens(2, 4))),
+        "nmt-2": lambda: (NMT(num_layers=2, src_vocab=50, tgt_vocab=50, hidden_size=16), (tokens(2, 4), tokens(2, 3), tokens(2, 3))),
+        "nmt-4": lambda: (NMT(num_layers=4, src_vocab=50, tgt_vocab=50, hidden_size=16), (tokens(2, 3), tokens(2, 3), tokens(2, 3))),
+        "inception-v3": lambda: (InceptionV3(num_classes=10), images(299)),  # its aux head needs 299x299
+        "gpt2": lambda: (GPT2(vocab_size=50, context=8, width=16, layers=2, heads=2), (tokens(2, 8), tokens(2, 8))),
+        "resnet50": lambda: (ResNet50(num_classes=10), images(32)),
+    }
+
+
+def test_tiny_zoo_covers_the_zoo():
+    from graphs import zoo
+
+    assert set(_tiny_zoo()) == set(zoo.names())
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["rnnlm", "nmt-2", "nmt-4", "inception-v3", "gpt2", "resnet50"])
+def test_zoo_models_outputs_and_gradients_equal(name):
+    torch.manual_seed(0)
+    model, inputs = _tiny_zoo()[name]()
+    ref_model = copy.deepcopy(model)
+    g, p = _random_placement(model, inputs, seed=7)
+    placed = apply(model, p, inputs, device_map=ALL_CPU)
+    assert transfers(placed)  # a random placement over 3 devices crosses edges
+    torch.manual_seed(5)  # dropout (inception) draws the same masks in both
+    loss = placed(*inputs)
+    torch.manual_seed(5)
+    ref = ref_model(*inputs)
+    torch.testing.assert_close(loss, ref)
+    loss.backward()
+    ref.backward()
+    got, want = _grads(placed), _grads(ref_model)
+    assert got.keys() == want.keys()
+    for k in want:
+        torch.testing.assert_close(got[k], want[k], msg=k, rtol=1e-4, atol=1e-6)
+
+
+@pytest.mark.slow
+def test_zoo_model_trains_step_by_step_like_the_unplaced_one():
+    torch.manual_seed(0)
+    model, inputs = _tiny_zoo()["gpt2"]()
+    ref_model = copy.deepcopy(model)
+    _, p = _random_placement(model, inputs, seed=8)
+    placed = apply(model, p, inputs, device_map=ALL_CPU)
+    opt = torch.optim.SGD(placed.parameters(), lr=0.1, momentum=0.9)
+    ref_opt = torch.optim.SGD(ref_model.parameters(), lr=0.1, momentum=0.9)
+    for step in range(3):
+        losses = []
+        for m, o in ((placed, opt), (ref_model, ref_opt)):
+            o.zero_grad()
+            loss = m(*inputs)
+            loss.backward()
+            o.step()
+            losses.append(loss.item())
+        assert losses[0] == pytest.approx(losses[1], rel=1e-5), step
