@@ -29,6 +29,7 @@ import io
 import logging
 import operator
 import os
+import re
 import sysconfig
 import traceback
 import warnings
@@ -102,6 +103,7 @@ def describe_failure(exc: BaseException, stage: str = "capture") -> str:
     """
     text = str(exc).strip()
     first = text.splitlines()[0] if text else type(exc).__name__
+    first = re.split(r"\s\s|\s\(unhinted", first)[0]  # drop torch's debugging hints
     if len(first) > 200:
         first = first[:197] + "..."
     name = type(exc).__name__
@@ -138,6 +140,7 @@ def graph_from_program(ep, name: str = "") -> OpGraph:
     buffers = dict(sig.inputs_to_buffers)
     buffers.update(getattr(sig, "inputs_to_lifted_tensor_constants", {}) or {})
     user_inputs = set(sig.user_inputs)
+    tensor_key = _tensor_keys(ep, list(params.values()) + list(buffers.values()))
 
     index: dict[str, int] = {}
     names, op_types, shapes, dtypes, module_paths, reads = [], [], [], [], [], []
@@ -183,8 +186,8 @@ def graph_from_program(ep, name: str = "") -> OpGraph:
                         input_consumers.setdefault(arg.name, []).append(node.name)
                     continue
                 fqns.append(fqn)
-                if fqn not in owned:
-                    owned.add(fqn)
+                if tensor_key[fqn] not in owned:  # tied weights: one tensor, several FQNs
+                    owned.add(tensor_key[fqn])
                     if arg.name in params:
                         own_p += placeholder_bytes[arg.name]
                     else:
@@ -210,7 +213,8 @@ def graph_from_program(ep, name: str = "") -> OpGraph:
         ],
         "alias_ops": alias_ops,
         "inplace_ops": inplace_ops,
-        "unused_params": sorted(set(params.values()) - owned),
+        "unused_params": sorted(f for f in params.values() if tensor_key[f] not in owned),
+        "tied_params": _tied_groups(tensor_key),
         "capture_version": CAPTURE_VERSION,
         "torch": torch.__version__,
     }
@@ -231,6 +235,23 @@ def graph_from_program(ep, name: str = "") -> OpGraph:
         name=name,
         meta=meta,
     )
+
+
+def _tensor_keys(ep, fqns: list[str]) -> dict[str, str]:
+    """FQN -> the first FQN naming the same tensor (tied weights share one key)."""
+    first_of: dict[int, str] = {}
+    keys = {}
+    for fqn in fqns:
+        tensor = ep.state_dict.get(fqn, ep.constants.get(fqn))
+        keys[fqn] = fqn if tensor is None else first_of.setdefault(id(tensor), fqn)
+    return keys
+
+
+def _tied_groups(tensor_key: dict[str, str]) -> list[list[str]]:
+    groups: dict[str, list[str]] = {}
+    for fqn, key in tensor_key.items():
+        groups.setdefault(key, []).append(fqn)
+    return sorted(sorted(g) for g in groups.values() if len(g) > 1)
 
 
 def _nbytes(val: Any) -> int:

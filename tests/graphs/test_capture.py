@@ -59,6 +59,7 @@ def test_tied_weight_counted_once():
     assert g.param_bytes[emb] == 10 * IN * 4 and g.param_bytes[lin] == 0
     assert g.params[emb] == g.params[lin]  # one FQN for the shared tensor
     assert g.params[emb][0] in ("emb.weight", "head.weight")
+    assert g.meta["tied_params"] == [["emb.weight", "head.weight"]] and not g.meta["unused_params"]
 
 
 class Block(nn.Module):
