@@ -1,10 +1,12 @@
 """The human expert's placement, as the ColocRL paper describes practice.
 
-Recurrent models (an op type or a module path mentions lstm/gru/rnn): each
+Recurrent models (an op type or a module path mentions lstm/gru/rnn, or a
+layer holds gated cells unrolled over time, see :func:`_recurrent_mask`): each
 recurrent layer goes on its own GPU, layer ``d`` of the encoder and of the decoder
 sharing GPU ``d`` (the GNMT layout); the attention layer gets the next GPU and the
 softmax/output layer (everything after the last recurrent op that is not
-attention) the one after that, wrapping round when GPUs run out. Embeddings go
+attention) the one after that (the next one when there is no attention),
+wrapping round when GPUs run out. Embeddings go
 on the GPU of the first layer they feed, as in GNMT, unless their table would
 take more than a quarter of that GPU's memory: then on the CPU, as engineers do
 with huge vocabularies. Any other op follows the producer of its largest input.
@@ -51,14 +53,26 @@ def _layer_key(path: str) -> str:
     return parts[0] if parts else ""
 
 
-def _recurrent_unit(path: str) -> str:
-    """Path up to the component naming the recurrent layer (and its index, if numbered)."""
-    parts = path.split(".")
-    for k, p in enumerate(parts):
-        if _RECURRENT.search(p) or p.isdigit():
-            end = k + 2 if k + 1 < len(parts) and parts[k + 1].isdigit() else k + 1
-            return ".".join(parts[:end])
-    return path
+def _recurrent_mask(graph: OpGraph) -> tuple[np.ndarray, list[str]]:
+    """Ops in recurrent layers, and each op's layer key.
+
+    A layer is recurrent when an op type or its path names lstm/gru/rnn, or when
+    it holds gated cells (at least two sigmoids and a tanh: LSTM/GRU cells
+    unrolled over time steps).
+    """
+    keys = [_layer_key(p) or graph.names[i] for i, p in enumerate(graph.module_paths)]
+    named = np.array([bool(_RECURRENT.search(t) or _RECURRENT.search(p)) for t, p in zip(graph.op_types, graph.module_paths)])
+    sig: dict[str, int] = {}
+    tanh: dict[str, int] = {}
+    for k, t in zip(keys, graph.op_types):
+        base = t.split(".")[1] if t.startswith("aten.") and "." in t else t
+        if base in ("sigmoid", "sigmoid_"):
+            sig[k] = sig.get(k, 0) + 1
+        elif base in ("tanh", "tanh_"):
+            tanh[k] = tanh.get(k, 0) + 1
+    gated = {k for k in sig if sig[k] >= 2 and tanh.get(k, 0) >= 1}
+    rec = named | np.array([k in gated for k in keys], dtype=bool)
+    return rec & np.array([bool(graph.module_paths[i]) or named[i] for i in range(graph.num_ops)]), keys
 
 
 def _follow_producers(graph: OpGraph, dev: np.ndarray, default: int) -> np.ndarray:
@@ -78,30 +92,27 @@ def _follow_producers(graph: OpGraph, dev: np.ndarray, default: int) -> np.ndarr
     return dev
 
 
-def _recurrent(graph: OpGraph, cluster, is_rec: np.ndarray) -> np.ndarray:
+def _recurrent(graph: OpGraph, cluster, is_rec: np.ndarray, keys: list[str]) -> np.ndarray:
     gpus = gpu_devices(cluster)
     n = graph.num_ops
     dev = np.full(n, -1, dtype=np.int64)
     depth_of_unit: dict[str, int] = {}
     count_by_top: dict[str, int] = {}
     for i in np.flatnonzero(is_rec).tolist():
-        unit = _recurrent_unit(graph.module_paths[i]) or graph.names[i]
+        unit = keys[i]
         if unit not in depth_of_unit:
             top = unit.split(".")[0] if "." in unit else ""
             depth_of_unit[unit] = count_by_top.get(top, 0)
             count_by_top[top] = depth_of_unit[unit] + 1
         dev[i] = gpus[depth_of_unit[unit] % len(gpus)]
-    layers = max(depth_of_unit.values()) + 1
-    attn_gpu, softmax_gpu = gpus[layers % len(gpus)], gpus[(layers + 1) % len(gpus)]
+    nxt = max(depth_of_unit.values()) + 1
+    is_attn = np.array([bool(_ATTENTION.search(p)) for p in graph.module_paths]) & ~is_rec
+    if is_attn.any():
+        dev[is_attn] = gpus[nxt % len(gpus)]
+        nxt += 1
     last_rec = int(np.flatnonzero(is_rec).max())
-    for i in range(n):
-        if is_rec[i]:
-            continue
-        path = graph.module_paths[i]
-        if _ATTENTION.search(path):
-            dev[i] = attn_gpu
-        elif i > last_rec:
-            dev[i] = softmax_gpu
+    tail = (np.arange(n) > last_rec) & ~is_rec & ~is_attn
+    dev[tail] = gpus[nxt % len(gpus)]
     # Embeddings: with the first layer they feed, or on the CPU when huge.
     emb = np.array([bool(_EMBEDDING.search(t) or _EMBEDDING.search(p)) for t, p in zip(graph.op_types, graph.module_paths)])
     emb &= ~is_rec
@@ -130,6 +141,6 @@ def _feed_forward(graph: OpGraph, cluster) -> np.ndarray:
 def expert(graph: OpGraph, cluster, *, seed: int = 0) -> np.ndarray:
     """Expert placement: layer-per-GPU for recurrent models, layer blocks otherwise."""
     del seed
-    is_rec = np.array([bool(_RECURRENT.search(t) or _RECURRENT.search(p)) for t, p in zip(graph.op_types, graph.module_paths)])
-    dev = _recurrent(graph, cluster, is_rec) if is_rec.any() else _feed_forward(graph, cluster)
+    is_rec, keys = _recurrent_mask(graph)
+    dev = _recurrent(graph, cluster, is_rec, keys) if is_rec.any() else _feed_forward(graph, cluster)
     return snap_to_groups(dev, colocation_groups(graph)).astype(np.int32)

@@ -12,8 +12,8 @@ first one scheduled, and (``memory_check=True``, the default) a device whose
 resident memory would exceed its capacity is not a candidate. Plain HEFT is not
 memory-aware; pass ``memory_check=False`` for it.
 
->>> from graphs import OpGraph
->>> g = OpGraph.from_edges(["a", "b"], [("a", "b", 4)])
+Insertion: an op of 2 s, ready at 0.5 s, fits in the gap between busy [0, 1] and [5, 6]:
+
 >>> _earliest_slot([0.0, 5.0], [1.0, 6.0], 0.5, 2.0)
 (1.0, 1)
 """

@@ -4,7 +4,7 @@
 evenly over the GPUs (the cluster's capacities as ``max_memory``) and
 :func:`accelerate.infer_auto_device_map` then assigns modules greedily, in
 definition order, by parameter size. The model is built with its weights on the
-meta device (``init_empty_weights``), so no GPU and no weights are needed.
+meta device, so no GPU and no weights are needed.
 
 The module-level map is applied to ops through ``OpGraph.module_paths`` (the
 longest module prefix in the map wins) and ``OpGraph.params`` (an op reading a
@@ -49,10 +49,7 @@ def _meta_model(graph: OpGraph) -> Any:
         return None
     if graph.name not in zoo.names():
         return None
-    from accelerate import init_empty_weights
-
-    with init_empty_weights():
-        model, _ = zoo.build(graph.name)
+    model, _ = zoo.build(graph.name, device="meta")
     return model
 
 
