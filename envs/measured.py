@@ -30,7 +30,6 @@ import hashlib
 import json
 import os
 import socket
-import statistics
 import time
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
@@ -83,25 +82,6 @@ def placement_hash(assignment_list: Sequence[str]) -> str:
 
 
 # ------------------------------------------------------------------- worker
-def _cpu_rss_bytes(field: str) -> int:
-    try:
-        with open("/proc/self/status") as f:
-            for line in f:
-                if line.startswith(field + ":"):
-                    return int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    return 0
-
-
-def _reset_cpu_peak() -> None:
-    try:
-        with open("/proc/self/clear_refs", "w") as f:
-            f.write("5")  # resets VmHWM to the current RSS (Linux >= 4.0)
-    except OSError:
-        pass
-
-
 def _inject(fault: str | None) -> None:
     """Test-only fault injection (see MeasuredEnv ``faults``)."""
     if not fault:
@@ -163,32 +143,20 @@ class Worker:
         """Measure one placement; returns ``Result.to_dict()`` (never raises for a bad placement)."""
         import torch
 
-        from envs.runtime import place_module, resolve_devices, timed_steps as run_steps
+        from envs.runtime import measure_steps, place_module, resolve_devices
 
         extra: dict[str, Any] = {"worker": self.name}
         try:
             if self.prepare() != graph_hash:
                 return Result(float("inf"), "error", f"worker built graph {self.graph_hash}, expected {graph_hash}", source="measured", extra=extra).to_dict()
             self._restore()
-            logical = sorted(set(assignment.values()))
-            devices = resolve_devices(logical, self.device_map)
-            cuda = sorted({d for d in devices.values() if d.type == "cuda"}, key=str)
-            for d in cuda:
-                torch.cuda.reset_peak_memory_stats(d)
-            _reset_cpu_peak()
-            rss0 = _cpu_rss_bytes("VmRSS")
+            devices = resolve_devices(sorted(set(assignment.values())), self.device_map)
             module = place_module(self.ep, assignment, self.device_map)
             opt = torch.optim.Adam(module.parameters(), lr=self.lr)
             _inject(fault)
-            times_s, losses = run_steps(module, self.inputs, opt, warmup_steps=warmup_steps, timed_steps=timed_steps, devices=devices.values())
-            peak_by_dev = {str(d): int(torch.cuda.max_memory_allocated(d)) for d in cuda}
-            peak_by_dev["cpu"] = max(0, _cpu_rss_bytes("VmHWM") - rss0)
-            extra.update(step_times_s=times_s, losses=losses)
-            return Result(
-                float(statistics.median(times_s)), "ok",
-                peak_bytes={name: peak_by_dev.get(str(devices[name]), 0) for name in logical},
-                source="measured", extra=extra,
-            ).to_dict()
+            m = measure_steps(module, self.inputs, opt, devices, warmup_steps=warmup_steps, timed_steps=timed_steps)
+            extra.update(step_times_s=m["step_times_s"], losses=m["losses"])
+            return Result(m["step_time_s"], "ok", peak_bytes=m["peak_bytes"], source="measured", extra=extra).to_dict()
         except torch.OutOfMemoryError as e:
             return Result(float("inf"), "oom", f"out of memory: {_one_line(e)}", source="measured", extra=extra).to_dict()
         except Exception as e:  # any failure of the user's model on this placement is a result

@@ -30,6 +30,7 @@ Transfers are decided on *logical* devices, so a map of every logical device to
 from __future__ import annotations
 
 import re
+import statistics
 import time
 from collections.abc import Iterable, Mapping
 from typing import Any, Callable
@@ -289,7 +290,7 @@ def train_step(module: nn.Module, inputs: tuple, optimizer: torch.optim.Optimize
     return loss.detach()
 
 
-def timed_steps(module: nn.Module, inputs: tuple, optimizer: torch.optim.Optimizer, *, warmup_steps: int, timed_steps: int, devices: Iterable[torch.device], loss_fn: Callable[[Any], torch.Tensor] = default_loss) -> tuple[list[float], list[float]]:
+def run_steps(module: nn.Module, inputs: tuple, optimizer: torch.optim.Optimizer, *, warmup_steps: int, timed_steps: int, devices: Iterable[torch.device], loss_fn: Callable[[Any], torch.Tensor] = default_loss) -> tuple[list[float], list[float]]:
     """Run warm-up then timed training steps; returns (step seconds, losses) of the timed ones.
 
     Each timed step is bracketed by a synchronisation of every CUDA device used,
@@ -307,3 +308,49 @@ def timed_steps(module: nn.Module, inputs: tuple, optimizer: torch.optim.Optimiz
         times_s.append(time.perf_counter() - t0)
         losses.append(float(loss))
     return times_s, losses
+
+
+# ------------------------------------------------------------------ memory
+def _proc_status_bytes(field: str) -> int:
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith(field + ":"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return 0
+
+
+def _reset_cpu_peak() -> None:
+    try:
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")  # resets VmHWM to the current RSS (Linux >= 4.0)
+    except OSError:
+        pass
+
+
+def measure_steps(module: nn.Module, inputs: tuple, optimizer: torch.optim.Optimizer, devices: Mapping[str, torch.device], *, warmup_steps: int, timed_steps: int, loss_fn: Callable[[Any], torch.Tensor] = default_loss) -> dict[str, Any]:
+    """Time training steps of a placed module and record peak memory per logical device.
+
+    Peak memory: ``torch.cuda.max_memory_allocated`` for CUDA devices; for the
+    CPU, how far the process's peak resident set (``VmHWM``, reset through
+    ``/proc/self/clear_refs``) rose above its resident set at the start (0 where
+    ``/proc`` is unavailable). Logical devices on one torch device share its peak.
+
+    Returns ``{"step_time_s": median, "step_times_s": [...], "losses": [...], "peak_bytes": {...}}``.
+    """
+    cuda = sorted({d for d in devices.values() if d.type == "cuda"}, key=str)
+    for d in cuda:
+        torch.cuda.reset_peak_memory_stats(d)
+    _reset_cpu_peak()
+    rss0 = _proc_status_bytes("VmRSS")
+    times_s, losses = run_steps(module, inputs, optimizer, warmup_steps=warmup_steps, timed_steps=timed_steps, devices=devices.values(), loss_fn=loss_fn)
+    peak = {str(d): int(torch.cuda.max_memory_allocated(d)) for d in cuda}
+    peak["cpu"] = max(0, _proc_status_bytes("VmHWM") - rss0)
+    return {
+        "step_time_s": float(statistics.median(times_s)),
+        "step_times_s": times_s,
+        "losses": losses,
+        "peak_bytes": {name: peak.get(str(dev), 0) for name, dev in devices.items()},
+    }
