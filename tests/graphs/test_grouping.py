@@ -322,3 +322,32 @@ def test_coarsen_properties_with_many_views_and_inplace_ops(n, seed, max_groups,
                                                    "flops", "module_paths", "params", "edge_src", "edge_dst", "edge_bytes")},
                     "op_types": types.tolist()})
     check_grouping(g2, coarsen(g2, max_groups), max_groups, colocated=True, seed=seed)
+
+
+@pytest.mark.slow
+def test_captured_model_views_stay_with_their_producers():
+    torch = pytest.importorskip("torch")
+    from graphs import capture
+
+    class Net(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.conv = torch.nn.Conv2d(3, 8, 3)
+            self.bn = torch.nn.BatchNorm2d(8)
+            self.fc = torch.nn.Linear(8 * 6 * 6 // 2, 4)
+
+        def forward(self, x):
+            h = torch.relu(self.bn(self.conv(x)))
+            a, b = h.flatten(1).chunk(2, dim=1)
+            return (self.fc(a) + self.fc(b).view(-1, 4)).sum()
+
+    g = capture(Net().train(), (torch.randn(2, 3, 8, 8),))
+    lab = colocate(g)
+    views = [i for i, t in enumerate(g.op_types) if is_view_op(t) or g.names[i] in g.meta.get("alias_ops", [])]
+    assert views, g.op_types
+    for v in views:
+        preds = g.predecessors(v)
+        if len(preds):
+            assert any(lab[p] == lab[v] for p in preds), (g.names[v], g.op_types[v])
+    for max_groups in (1, 3, 100):
+        check_grouping(g, coarsen(g, max_groups), max_groups, colocated=True)
