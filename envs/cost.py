@@ -72,7 +72,8 @@ def is_view_op(op_type: str) -> bool:
 
 def view_mask(graph: OpGraph) -> np.ndarray:
     """Boolean per op: is it a view op."""
-    return np.fromiter((is_view_op(t) for t in graph.op_types), dtype=bool, count=graph.num_ops)
+    verdict = {t: is_view_op(t) for t in set(graph.op_types)}
+    return np.fromiter((verdict[t] for t in graph.op_types), dtype=bool, count=graph.num_ops)
 
 
 def bytes_touched(graph: OpGraph) -> np.ndarray:

@@ -40,55 +40,64 @@ except ImportError:  # pragma: no cover - exercised only without numba
         return lambda fn: fn
 
 
-@njit(cache=True, inline="always")
-def _less(ka, ia, kb, ib):
-    return ka < kb or (ka == kb and ia < ib)
-
-
+# The heap is a 4-ary min-heap of (ready time, task id) stored interleaved in one
+# float64 array ``h`` (h[2j] = key, h[2j+1] = id; ids < 2**53 are exact), so a
+# sift touches one cache line per level and has half the levels of a binary heap.
 @njit(cache=True)
-def _push(hk, hi, size, key, tid):
+def _push(h, size, key, tid):
     j = size
+    fid = float(tid)
     while j > 0:
-        parent = (j - 1) >> 1
-        if _less(key, tid, hk[parent], hi[parent]):
-            hk[j] = hk[parent]
-            hi[j] = hi[parent]
+        parent = (j - 1) >> 2
+        pk = h[2 * parent]
+        pi = h[2 * parent + 1]
+        if key < pk or (key == pk and fid < pi):
+            h[2 * j] = pk
+            h[2 * j + 1] = pi
             j = parent
         else:
             break
-    hk[j] = key
-    hi[j] = tid
+    h[2 * j] = key
+    h[2 * j + 1] = fid
     return size + 1
 
 
 @njit(cache=True)
-def _pop(hk, hi, size):
-    """Remove the root; returns the new size (the root must be read before)."""
+def _pop(h, size):
+    """Remove the root; returns the new size (read the root ``h[0], h[1]`` before)."""
     size -= 1
-    key = hk[size]
-    tid = hi[size]
+    key = h[2 * size]
+    fid = h[2 * size + 1]
     j = 0
     while True:
-        c = 2 * j + 1
+        c = 4 * j + 1
         if c >= size:
             break
-        if c + 1 < size and _less(hk[c + 1], hi[c + 1], hk[c], hi[c]):
-            c += 1
-        if _less(hk[c], hi[c], key, tid):
-            hk[j] = hk[c]
-            hi[j] = hi[c]
-            j = c
+        best = c
+        bk = h[2 * c]
+        bi = h[2 * c + 1]
+        last = c + 4 if c + 4 <= size else size
+        for x in range(c + 1, last):
+            xk = h[2 * x]
+            if xk < bk or (xk == bk and h[2 * x + 1] < bi):
+                best = x
+                bk = xk
+                bi = h[2 * x + 1]
+        if bk < key or (bk == key and bi < fid):
+            h[2 * j] = bk
+            h[2 * j + 1] = bi
+            j = best
         else:
             break
     if size > 0:
-        hk[j] = key
-        hi[j] = tid
+        h[2 * j] = key
+        h[2 * j + 1] = fid
     return size
 
 
 @njit(cache=True)
 def _schedule(p, n, D, out_ptr, out_dst, out_eb, in_ptr, in_src, fwd_t, bwd_t, lat, bw,
-              pend_f, ready_f, pend_b, ready_b, tcount, tbytes, gpend, gready, free, hk, hi, start, end):
+              pend_f, ready_f, pend_b, ready_b, tcount, tbytes, gpend, gready, free, h, start, end):
     """Schedule one placement; fills ``start``/``end`` (by task id) and ``tcount``/``tbytes``.
 
     ``tcount[u*D+d]`` is the number of consumers of ``u`` on remote device ``d``
@@ -118,12 +127,12 @@ def _schedule(p, n, D, out_ptr, out_dst, out_eb, in_ptr, in_src, fwd_t, bwd_t, l
     size = 0
     for i in range(n):
         if pend_f[i] == 0:
-            size = _push(hk, hi, size, 0.0, i)
+            size = _push(h, size, 0.0, i)
     t_end = 0.0
     while size > 0:
-        r = hk[0]
-        t = hi[0]
-        size = _pop(hk, hi, size)
+        r = h[0]
+        t = int(h[1])
+        size = _pop(h, size)
         if t < n:
             i = t
             res = p[i]
@@ -161,12 +170,12 @@ def _schedule(p, n, D, out_ptr, out_dst, out_eb, in_ptr, in_src, fwd_t, bwd_t, l
                         ready_f[v] = e
                     pend_f[v] -= 1
                     if pend_f[v] == 0:
-                        size = _push(hk, hi, size, ready_f[v], v)
+                        size = _push(h, size, ready_f[v], v)
                 else:
                     slot = i * D + d
                     if gpend[slot] != -1:  # first consumer on d: send once
                         gpend[slot] = -1
-                        size = _push(hk, hi, size, e, 2 * n + slot)
+                        size = _push(h, size, e, 2 * n + slot)
             for k in range(out_ptr[i], out_ptr[i + 1]):
                 d = p[out_dst[k]]
                 if d != pi:
@@ -177,7 +186,7 @@ def _schedule(p, n, D, out_ptr, out_dst, out_eb, in_ptr, in_src, fwd_t, bwd_t, l
                 ready_b[i] = e
             pend_b[i] -= 1
             if pend_b[i] == 0:
-                size = _push(hk, hi, size, ready_b[i], 2 * n - 1 - i)
+                size = _push(h, size, ready_b[i], 2 * n - 1 - i)
         elif t < 2 * n:  # backward done: producers here, gradient transfers out
             pi = p[i]
             for k in range(in_ptr[i], in_ptr[i + 1]):
@@ -187,14 +196,14 @@ def _schedule(p, n, D, out_ptr, out_dst, out_eb, in_ptr, in_src, fwd_t, bwd_t, l
                         ready_b[u] = e
                     pend_b[u] -= 1
                     if pend_b[u] == 0:
-                        size = _push(hk, hi, size, ready_b[u], 2 * n - 1 - u)
+                        size = _push(h, size, ready_b[u], 2 * n - 1 - u)
                 else:
                     slot = u * D + pi
                     if e > gready[slot]:
                         gready[slot] = e
                     gpend[slot] -= 1
                     if gpend[slot] == 0:
-                        size = _push(hk, hi, size, gready[slot], 2 * n + nD + slot)
+                        size = _push(h, size, gready[slot], 2 * n + nD + slot)
         elif t < 2 * n + nD:  # activation arrived on d
             for k in range(out_ptr[i], out_ptr[i + 1]):
                 v = out_dst[k]
@@ -203,13 +212,13 @@ def _schedule(p, n, D, out_ptr, out_dst, out_eb, in_ptr, in_src, fwd_t, bwd_t, l
                         ready_f[v] = e
                     pend_f[v] -= 1
                     if pend_f[v] == 0:
-                        size = _push(hk, hi, size, ready_f[v], v)
+                        size = _push(h, size, ready_f[v], v)
         else:  # gradient arrived back on p[i]
             if e > ready_b[i]:
                 ready_b[i] = e
             pend_b[i] -= 1
             if pend_b[i] == 0:
-                size = _push(hk, hi, size, ready_b[i], 2 * n - 1 - i)
+                size = _push(h, size, ready_b[i], 2 * n - 1 - i)
     return t_end
 
 
@@ -301,8 +310,7 @@ def _batch(P, n, D, out_ptr, out_dst, out_eb, in_ptr, in_src, fwd_t, bwd_t, lat,
     gready = np.zeros(nD)
     free = np.zeros(D + D * D)
     ntask = 2 * n + 2 * nD
-    hk = np.empty(ntask)
-    hi = np.empty(ntask, dtype=np.int64)
+    h = np.empty(2 * ntask)
     start = np.zeros(ntask)
     end = np.zeros(ntask)
     pb = np.zeros(D)
@@ -311,7 +319,7 @@ def _batch(P, n, D, out_ptr, out_dst, out_eb, in_ptr, in_src, fwd_t, bwd_t, lat,
     for k in range(P.shape[0]):
         p = P[k]
         t_end = _schedule(p, n, D, out_ptr, out_dst, out_eb, in_ptr, in_src, fwd_t, bwd_t, lat, bw,
-                          pend_f, ready_f, pend_b, ready_b, tcount, tbytes, gpend, gready, free, hk, hi, start, end)
+                          pend_f, ready_f, pend_b, ready_b, tcount, tbytes, gpend, gready, free, h, start, end)
         for d in range(D):
             pb[d] = 0.0
             sb[d] = 0
@@ -399,7 +407,7 @@ class KernelData:
                           self.fwd_t, self.bwd_t, self.lat, self.bw,
                           np.zeros(n, dtype=np.int64), np.zeros(n), np.zeros(n, dtype=np.int64), np.zeros(n),
                           tcount, tbytes, np.zeros(nD, dtype=np.int64), np.zeros(nD), np.zeros(D + D * D),
-                          np.empty(ntask), np.empty(ntask, dtype=np.int64), start, end)
+                          np.empty(2 * ntask), start, end)
         slots = np.flatnonzero(tcount > 0)
         u, d = slots // D, slots % D
         both = lambda a, b: np.concatenate([a, b])  # noqa: E731

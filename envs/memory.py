@@ -34,13 +34,14 @@ def memory_events(schedule: Schedule, act_bytes: np.ndarray, num_devices: int):
     p = s.place.astype(np.int64)
     n = len(p)
     is_act = s.xfer_kind == ACT
-    # grad end per (op, remote device) to free the received activation copy
-    grad_end = {}
-    for k in np.flatnonzero(~is_act).tolist():
-        grad_end[(int(s.xfer_op[k]), int(s.xfer_src[k]))] = s.xfer_end_s[k]
     act_k = np.flatnonzero(is_act)
     grad_k = np.flatnonzero(~is_act)
-    act_free = np.array([grad_end[(int(s.xfer_op[k]), int(s.xfer_dst[k]))] for k in act_k.tolist()], dtype=np.float64)
+    # the received copy of (u on d) is freed when the gradient grad(u, d) has left d
+    act_key = s.xfer_op[act_k] * num_devices + s.xfer_dst[act_k]
+    grad_key = s.xfer_op[grad_k] * num_devices + s.xfer_src[grad_k]
+    order = np.argsort(grad_key, kind="stable")
+    match = order[np.searchsorted(grad_key[order], act_key)] if len(act_key) else np.zeros(0, dtype=np.int64)
+    act_free = s.xfer_end_s[grad_k][match]
     a = act_bytes.astype(np.int64)
     alloc_dev = np.concatenate([p, p, s.xfer_dst[act_k], s.xfer_dst[grad_k]])
     alloc_t = np.concatenate([s.fwd_start_s, s.bwd_start_s, s.xfer_start_s[act_k], s.xfer_start_s[grad_k]])

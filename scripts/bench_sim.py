@@ -1,0 +1,107 @@
+"""Simulator throughput: op-placements simulated per second on one core.
+
+Scores batches of random placements (every op on a uniformly random device:
+the most transfers, the slowest case) of a synthetic 10,000-op graph with
+``SimEnv.step_times`` (the RL/search inner loop: step time + OOM flag) and
+times one scalar ``envs.simulate`` call (full Result: memory sweep, busy times).
+
+    python scripts/bench_sim.py [--ops 10000] [--cluster k80x4] [--batch 64] [--json]
+"""
+
+from __future__ import annotations
+
+import os
+
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+os.environ.setdefault("NUMBA_NUM_THREADS", "1")
+
+import argparse  # noqa: E402
+import json  # noqa: E402
+import platform  # noqa: E402
+import time  # noqa: E402
+
+import numpy as np  # noqa: E402
+
+import envs  # noqa: E402
+from graphs.synthetic import random_dag  # noqa: E402
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--ops", type=int, default=10_000, help="graph size (default 10000)")
+    ap.add_argument("--cluster", default="k80x4", help="cluster preset or file (default k80x4)")
+    ap.add_argument("--batch", type=int, default=64, help="placements per step_times call (default 64)")
+    ap.add_argument("--seconds", type=float, default=3.0, help="measure for about this long (default 3)")
+    ap.add_argument("--json", action="store_true", help="print one JSON object")
+    args = ap.parse_args()
+
+    graph = random_dag(args.ops, seed=0)
+    cluster = envs.resolve_cluster(args.cluster)
+    rng = np.random.default_rng(0)
+    batch = rng.integers(0, cluster.num_devices, size=(args.batch, graph.num_ops), dtype=np.int32)
+
+    t0 = time.perf_counter()
+    env = envs.SimEnv(graph, cluster)
+    env.step_times(batch[:1])  # compiles the kernel (or loads it from numba's cache)
+    warmup_s = time.perf_counter() - t0
+
+    # The kernel is single-threaded, so CPU time is one core's time; on a shared
+    # machine wall time also counts the time other processes held the core.
+    calls, t0, c0 = 0, time.perf_counter(), time.process_time()
+    while True:
+        times, oom = env.step_times(batch)
+        calls += 1
+        elapsed = time.perf_counter() - t0
+        if elapsed >= args.seconds:
+            break
+    cpu_s = time.process_time() - c0
+    placements_per_s = calls * args.batch / cpu_s
+    placements_per_wall_s = calls * args.batch / elapsed
+
+    scalar = []
+    for k in range(5):
+        t = time.perf_counter()
+        result = envs.simulate(graph, batch[k % args.batch], cluster)
+        scalar.append(time.perf_counter() - t)
+    t = time.perf_counter()
+    bound = envs.lower_bound(graph, cluster)
+    bound_s = time.perf_counter() - t
+
+    from envs.kernel import HAVE_NUMBA
+
+    report = {
+        "num_ops": graph.num_ops,
+        "num_edges": graph.num_edges,
+        "cluster": cluster.name,
+        "num_devices": cluster.num_devices,
+        "batch": args.batch,
+        "placements": "uniform random device per op",
+        "op_placements_per_s": placements_per_s * graph.num_ops,
+        "op_placements_per_wall_s": placements_per_wall_s * graph.num_ops,
+        "placements_per_s": placements_per_s,
+        "cpu_share": cpu_s / elapsed,
+        "scalar_simulate_s": float(np.median(scalar)),
+        "lower_bound_call_s": bound_s,
+        "warmup_s": warmup_s,
+        "median_step_time_s": float(np.median(times)),
+        "oom_fraction": float(oom.mean()),
+        "lower_bound_s": bound,
+        "scalar_status": result.status,
+        "compiled": HAVE_NUMBA,
+        "python": platform.python_version(),
+        "machine": platform.processor() or platform.machine(),
+    }
+    if args.json:
+        print(json.dumps(report, indent=1))
+    else:
+        print(f"graph: random_dag({graph.num_ops}) ({graph.num_edges} edges) on {cluster.name}, batches of {args.batch} random placements")
+        print(f"op-placements per second (one core): {report['op_placements_per_s']:,.0f}  ({placements_per_s:,.1f} placements/s, per CPU second)")
+        print(f"  per wall-clock second:             {report['op_placements_per_wall_s']:,.0f}  (this process had {report['cpu_share']:.0%} of a core)")
+        print(f"one scalar envs.simulate:            {report['scalar_simulate_s'] * 1e3:.1f} ms (full Result)")
+        print(f"lower_bound:                         {bound_s * 1e3:.1f} ms; warm-up (compile or cache load) {warmup_s:.2f} s")
+        print(f"compiled kernel: {HAVE_NUMBA}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
