@@ -168,6 +168,22 @@ class Cluster:
     def __repr__(self) -> str:
         return f"Cluster(name={self.name!r}, devices={self.device_names})"
 
+    def with_profile(self, profile: Any, *, graph: Any = None, device_map: Any = None) -> "Cluster":
+        """A copy calibrated by a ``placer profile`` file or document (see :mod:`envs.profiler`).
+
+        Links take the measured latency and bandwidth; given ``graph``, each device
+        kind's launch overhead and compute rate are fitted to the profiled op times.
+        The per-op times themselves go on the graph: ``envs.profiler.apply_profile``.
+        """
+        from envs.profiler import calibrate_cluster, check_profile, load_profile
+
+        if isinstance(profile, (str, os.PathLike)):
+            doc = load_profile(profile)
+        else:
+            check_profile(profile)
+            doc = profile
+        return calibrate_cluster(self, doc, graph=graph, device_map=device_map)
+
     # ------------------------------------------------------------- construct
     @classmethod
     def presets(cls) -> list[str]:

@@ -94,3 +94,16 @@ def test_asymmetric_links_round_trip():
     c = Cluster.from_dict(doc)
     assert c.bandwidth_bytes_per_s[1, 0] == 5e9 and c.bandwidth_bytes_per_s[0, 1] == 10e9
     assert Cluster.from_dict(c.to_dict()).to_dict() == c.to_dict()
+
+
+def test_with_profile_takes_measured_links(tmp_path):
+    doc = {"format": "placer-profile/1", "graph_hash": "", "ops": [], "devices": {},
+           "links": [{"src": "cpu", "dst": "cuda:0", "latency_s": 2e-5, "bandwidth_bytes_per_s": 2e10}]}
+    path = tmp_path / "prof.json"
+    path.write_text(json.dumps(doc))
+    c = Cluster.preset("k80x2")
+    for calibrated in (c.with_profile(str(path)), c.with_profile(doc)):
+        assert calibrated.bandwidth_bytes_per_s[0, 1] == 2e10 and calibrated.latency_s[0, 1] == 2e-5
+        assert calibrated.bandwidth_bytes_per_s[1, 2] == c.bandwidth_bytes_per_s[1, 2]
+    with pytest.raises(PlacerError, match="no such file"):
+        c.with_profile(str(tmp_path / "nope.json"))
