@@ -24,10 +24,14 @@ from placer.baselines import register
 
 
 @register("single")
-def single(graph: OpGraph, cluster, *, seed: int = 0, device: str | None = None) -> np.ndarray:
-    """All ops on ``device``, or on the fastest device that fits."""
+def single(graph: OpGraph, cluster, *, seed: int = 0, device: str | int | None = None) -> np.ndarray:
+    """All ops on ``device`` (name or index), or on the fastest device that fits."""
     del seed  # deterministic
     n, D = graph.num_ops, cluster.num_devices
+    if isinstance(device, int) and not isinstance(device, bool):
+        if not 0 <= device < D:
+            raise PlacerError(f"single: device index {device} out of range for cluster {cluster.name} ({D} devices)")
+        return np.full(n, device, dtype=np.int32)
     if device is not None:
         if device not in cluster.device_names:
             raise PlacerError(f"single: cluster {cluster.name} has no device {device!r} (has {', '.join(cluster.device_names)})")
