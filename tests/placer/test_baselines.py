@@ -213,3 +213,28 @@ def test_random_search_seed_matters(k80x4):
     g = random_dag(80, seed=1)
     a, b = run("random_search", g, k80x4, seed=0, n=8), run("random_search", g, k80x4, seed=1, n=8)
     assert not np.array_equal(a, b)
+
+
+@pytest.mark.slow
+def test_expert_on_the_zoo_nmt_follows_the_paper(k80x4):
+    from graphs import zoo
+
+    g = zoo.graph("nmt-2")
+    idx = run("expert", g, k80x4)
+    by_path: dict[str, set[int]] = {}
+    for path, d in zip(g.module_paths, idx.tolist()):
+        by_path.setdefault(path, set()).add(d)
+    assert by_path["encoder.layers.0"] == by_path["decoder.layers.0"] == {1}
+    assert by_path["encoder.layers.1"] == by_path["decoder.layers.1"] == {2}
+    assert by_path["softmax"] == {4} and 3 in by_path["attention"]
+    assert envs.simulate(g, idx, k80x4).status == "ok"
+
+
+@pytest.mark.slow
+def test_accelerate_rebuilds_a_zoo_model(k80x4):
+    pytest.importorskip("accelerate")
+    from graphs import zoo
+
+    g = zoo.graph("resnet50")
+    idx = run("accelerate", g, k80x4)
+    assert set(idx.tolist()) <= set(k80x4.gpu_indices()) and len(set(idx.tolist())) > 1
