@@ -14,8 +14,9 @@ with huge vocabularies. Any other op follows the producer of its largest input.
 Feed-forward models: the ops are cut into layers by module path (the path up to
 its first numbered component, ``layer1.0`` or ``transformer.h.3``; else its first
 component, ``Mixed_5b``) and the layers, in order, into contiguous blocks, one
-per GPU, balanced by time and kept within each GPU's memory where possible.
-Graphs without module paths fall back to blocks of ops.
+per GPU, balanced by time and kept within each GPU's memory where possible;
+top-level ops outside any module follow their producers. Graphs without module
+paths fall back to blocks of ops.
 
 >>> _layer_key("transformer.h.3.attn.c_attn"), _layer_key("Mixed_5b.branch1x1"), _layer_key("")
 ('transformer.h.3', 'Mixed_5b', '')
@@ -128,13 +129,16 @@ def _feed_forward(graph: OpGraph, cluster) -> np.ndarray:
     cost = step_costs_s(graph, cluster)[:, gpus].mean(axis=1)
     keys = [_layer_key(p) for p in graph.module_paths]
     if not any(keys):  # no module structure: every op is its own layer
-        keys = graph.names
+        keys = list(graph.names)
+    inside = np.array([bool(k) for k in keys])  # top-level glue ops follow their producers
     unit_of: dict[str, int] = {}
-    unit = np.array([unit_of.setdefault(k, len(unit_of)) for k in keys], dtype=np.int64)
-    ucost = np.bincount(unit, weights=cost, minlength=len(unit_of))
-    umem = np.bincount(unit, weights=op_memory_bytes(graph).astype(np.float64), minlength=len(unit_of))
+    unit = np.array([unit_of.setdefault(k, len(unit_of)) if k else -1 for k in keys], dtype=np.int64)
+    ucost = np.bincount(unit[inside], weights=cost[inside], minlength=len(unit_of))
+    umem = np.bincount(unit[inside], weights=op_memory_bytes(graph)[inside].astype(np.float64), minlength=len(unit_of))
     block = linear_partition(ucost, len(gpus), capacity_bytes(cluster)[gpus], umem)
-    return gpus[block[unit]]
+    dev = np.full(graph.num_ops, -1, dtype=np.int64)
+    dev[inside] = gpus[block[unit[inside]]]
+    return _follow_producers(graph, dev, int(gpus[0]))
 
 
 @register("expert")
