@@ -8,9 +8,10 @@ Forward time of op ``i`` on device ``d``:
   bytes_touched / mem_bw_bytes_per_s)``, where ``bytes_touched`` is the bytes of
   every input edge, the op's owned parameters and buffers, and its outputs.
 
-Backward time: the profiled ``bwd_s``, else ``BACKWARD_MULTIPLIER`` × forward.
-View ops (``aten.view``, ``aten.t``, ``getitem``... see :data:`VIEW_OPS`) cost
-nothing and allocate nothing: in eager PyTorch a view only makes a new tensor
+Backward time: the profiled ``bwd_s``, else ``BACKWARD_MULTIPLIER`` × forward
+(the profiled forward where there is one).
+Without a profile, view ops (``aten.view``, ``aten.t``, ``getitem``... see
+:data:`VIEW_OPS`) cost nothing; they never allocate: in eager PyTorch a view only makes a new tensor
 header over the same storage, launches no kernel, and its backward is another
 view. Transfers cost ``latency_s + bytes / bandwidth_bytes_per_s`` of the link.
 
@@ -88,22 +89,22 @@ def op_times(graph: OpGraph, cluster: Cluster) -> tuple[np.ndarray, np.ndarray]:
     compute_s = graph.flops[:, None] / cluster.flops_per_s[None, :]
     memory_s = bytes_touched(graph)[:, None] / cluster.mem_bw_bytes_per_s[None, :]
     fwd = np.maximum(compute_s, memory_s) + cluster.launch_overhead_s[None, :]
+    views = view_mask(graph)
+    fwd[views] = 0.0
     bwd = BACKWARD_MULTIPLIER * fwd
     for d, kind in enumerate(cluster.kinds):
         prof = graph.profile.get(kind)
         if not prof:
             continue
-        for col, out in (("fwd_s", fwd), ("bwd_s", bwd)):
-            measured = prof.get(col)
-            if measured is not None:
-                have = ~np.isnan(measured)
-                out[have, d] = measured[have]
-        if "bwd_s" not in prof and "fwd_s" in prof:
-            have = ~np.isnan(prof["fwd_s"])
-            bwd[have, d] = BACKWARD_MULTIPLIER * prof["fwd_s"][have]
-    views = view_mask(graph)
-    fwd[views] = 0.0
-    bwd[views] = 0.0
+        measured_fwd = prof.get("fwd_s")
+        if measured_fwd is not None:
+            have = ~np.isnan(measured_fwd)
+            fwd[have, d] = measured_fwd[have]
+            bwd[have, d] = BACKWARD_MULTIPLIER * measured_fwd[have]
+        measured_bwd = prof.get("bwd_s")
+        if measured_bwd is not None:
+            have = ~np.isnan(measured_bwd)
+            bwd[have, d] = measured_bwd[have]
     assert fwd.shape == (n, D)
     return fwd, bwd
 

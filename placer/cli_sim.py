@@ -20,6 +20,7 @@ from graphs.errors import PlacerError
 
 def add_commands(sub: argparse._SubParsersAction) -> None:
     from envs.cluster import CLUSTER_ARG_HELP
+    from envs.profiler import add_profile_argument
 
     p = sub.add_parser("clusters", help="list the preset clusters, or show one", description="List the preset clusters, or show one (with --json: a loadable placer-cluster/1 file).")
     p.add_argument("name", nargs="?", metavar="NAME", help="a preset name or cluster JSON file to show")
@@ -33,6 +34,7 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--seed", type=int, default=0, help="seed for randomised methods (default 0)")
     p.add_argument("--option", action="append", default=[], metavar="KEY=VALUE", help="a method option, e.g. device=gpu:1 (repeatable)")
     p.add_argument("-o", "--output", required=True, metavar="FILE", help="placement file to write (.json)")
+    add_profile_argument(p)
     p.set_defaults(func=run_place)
 
     p = sub.add_parser("simulate", help="simulate one training step of a placed graph", description="Simulate one training step of GRAPH placed by PLACEMENT: step time, lower bound, per-device busy time and peak memory, status.")
@@ -41,6 +43,7 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--cluster", required=True, help=CLUSTER_ARG_HELP)
     p.add_argument("--trace", metavar="FILE", help="write the schedule as Chrome/Perfetto trace JSON")
     p.add_argument("--json", action="store_true", help="print the result as JSON")
+    add_profile_argument(p)
     p.set_defaults(func=run_simulate)
 
 
@@ -82,6 +85,15 @@ def parse_options(items: list[str]) -> dict[str, Any]:
         else:
             out[key] = value
     return out
+
+
+def _profiled(graph: Any, cluster: Any, profile: str | None) -> tuple[Any, Any]:
+    """Graph with measured op times and cluster with measured links, when ``--profile`` is given."""
+    if not profile:
+        return graph, cluster
+    from envs.profiler import with_profile
+
+    return with_profile(graph, cluster, profile)
 
 
 # ----------------------------------------------------------------- commands
@@ -128,7 +140,7 @@ def run_place(args: argparse.Namespace) -> int:
 
     cluster = envs.resolve_cluster(args.cluster)
     options = parse_options(args.option)
-    graph = resolve_graph(args.graph)
+    graph, cluster = _profiled(resolve_graph(args.graph), cluster, args.profile)
     try:
         placement = baselines.place(args.method, graph, cluster, seed=args.seed, **options)
     except TypeError as e:
@@ -147,7 +159,7 @@ def run_simulate(args: argparse.Namespace) -> int:
     from placer.sources import resolve_graph
 
     cluster = envs.resolve_cluster(args.cluster)
-    graph = resolve_graph(args.graph)
+    graph, cluster = _profiled(resolve_graph(args.graph), cluster, args.profile)
     placement = Placement.load(args.placement)
     env = envs.SimEnv(graph, cluster)
     result = env.simulate(placement.indices(graph, cluster.device_names, source=args.placement), trace=bool(args.trace))

@@ -112,3 +112,18 @@ def test_bad_inputs_exit_2_with_one_line(capsys, files):
         rc, out, err = run(capsys, *argv)
         assert rc == 2, (argv, out, err)
         assert expected in err and err.count("\n") == 1 and err.startswith("placer: error: "), (argv, err)
+
+
+def test_simulate_with_a_profile_uses_measured_times(capsys, files):
+    tmp, g, gpath = files
+    p = tmp / "p.json"
+    assert run(capsys, "place", gpath, "--cluster", "k80x2", "--option", "device=gpu:0", "-o", str(p))[0] == 0
+    prof = {"format": "placer-profile/1", "graph_hash": g.content_hash, "ops": list(g.names),
+            "devices": {"cuda:0": {"kind": "gpu", "fwd_s": [1e-3] * g.num_ops, "bwd_s": [2e-3] * g.num_ops}},
+            "links": []}
+    ppath = tmp / "prof.json"
+    ppath.write_text(json.dumps(prof))
+    rc, out, _ = run(capsys, "simulate", gpath, str(p), "--cluster", "k80x2", "--profile", str(ppath), "--json")
+    res = json.loads(out)
+    # every op measured at 1 ms forward + 2 ms backward, all on one GPU, plus the optimizer step
+    assert rc == 0 and res["extra"]["backward_end_s"] == pytest.approx(g.num_ops * 3e-3)
