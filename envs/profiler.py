@@ -46,6 +46,12 @@ FORMAT = "placer-profile/1"
 DEFAULT_TRANSFER_SIZES = (4 << 10, 256 << 10, 4 << 20, 32 << 20)
 
 
+def _same_device_link() -> Any:
+    from envs.cluster import Link
+
+    return Link(bandwidth_bytes_per_s=1e18, latency_s=0.0)  # a no-op .to(): nothing moves
+
+
 def device_kind(device: str) -> str:
     """``"cuda:0"`` -> ``"gpu"``, ``"cpu"`` -> ``"cpu"`` (the cluster's device kinds)."""
     return "gpu" if device.startswith("cuda") else "cpu"
@@ -346,29 +352,40 @@ def apply_profile(graph: OpGraph, profile: Mapping[str, Any], *, source: str = "
 
 
 def calibrate_cluster(cluster: Any, profile: Mapping[str, Any], *, graph: OpGraph | None = None, device_map: Mapping[str, str] | str | None = None) -> Any:
-    """A copy of ``cluster`` with measured links (and, given ``graph``, fitted device rates).
+    """A copy of ``cluster`` calibrated to the profiled machine.
 
-    Each logical link ``a -> b`` takes the measured link between their torch devices
-    (``device_map``, default ``gpu:i -> cuda:i``), else the measured link between
-    devices of the same kinds (``cpu -> gpu`` from ``cpu -> cuda:0``), else keeps
-    its value. With ``graph``, each device kind's ``launch_overhead_s`` becomes the
-    10th percentile of its measured non-view forward times and ``flops_per_s`` the
-    rate fitted on the ops doing nine tenths of the FLOPs, so ops without a
-    profiled time are estimated at this machine's speed.
+    Each logical device is mapped to its torch device (``device_map``, default
+    ``gpu:i -> cuda:i``); where the profile measured that torch device, the
+    logical device takes its kind (``gpu:0`` run on ``cpu`` *is* a CPU, and the
+    graph's CPU profile applies to it). Each link ``a -> b`` takes the measured
+    link between their torch devices, else one measured between devices of the
+    same kinds (``cpu -> gpu`` from ``cpu -> cuda:0``), else keeps its value; two
+    logical devices on one torch device exchange tensors for free (``.to`` is a
+    no-op). With ``graph``, each kind's ``launch_overhead_s`` becomes the 10th
+    percentile of its measured non-view forward times and ``flops_per_s`` the rate
+    fitted on the ops doing nine tenths of the FLOPs, so ops without a profiled
+    time are estimated at this machine's speed.
     """
     from envs.cluster import Cluster, Link
     from envs.runtime import resolve_devices
 
     torch_of = {name: str(dev) for name, dev in resolve_devices(cluster.device_names, device_map).items()}
+    profiled = profile.get("devices", {})
+    kind_of = {
+        dev.name: (profiled[torch_of[dev.name]].get("kind") or device_kind(torch_of[dev.name])) if torch_of[dev.name] in profiled else dev.kind
+        for dev in cluster.devices
+    }
     measured = {(lk["src"], lk["dst"]): Link(float(lk["bandwidth_bytes_per_s"]), float(lk["latency_s"])) for lk in profile.get("links", [])}
     by_kinds: dict[tuple[str, str], Link] = {}
     for (s, d), link in measured.items():
         by_kinds.setdefault((device_kind(s), device_kind(d)), link)
-    kind_of = {dev.name: dev.kind for dev in cluster.devices}
     links = {}
     for (a, b), link in cluster.links.items():
-        links[(a, b)] = measured.get((torch_of[a], torch_of[b])) or by_kinds.get((kind_of[a], kind_of[b])) or link
-    devices = list(cluster.devices)
+        if torch_of[a] == torch_of[b]:
+            links[(a, b)] = _same_device_link()
+        else:
+            links[(a, b)] = measured.get((torch_of[a], torch_of[b])) or by_kinds.get((kind_of[a], kind_of[b])) or link
+    devices = [dataclasses.replace(dev, kind=kind_of[dev.name]) for dev in cluster.devices]
     if graph is not None:
         from envs.cost import view_mask
 

@@ -133,3 +133,18 @@ def test_unavailable_cuda_device_is_a_one_line_error():
         pytest.skip("this machine has CUDA")
     with pytest.raises(PlacerError, match="not available"):
         profile_model(nn.Linear(2, 2), (torch.randn(1, 2),), ["cpu", "cuda:0"])
+
+
+def test_device_map_makes_logical_gpus_on_the_cpu_cpus_with_free_links(profiled):
+    graph, prof = profiled
+    c = calibrate_cluster(envs.Cluster.preset("k80x2"), prof, graph=graph, device_map="*=cpu")
+    assert c.kinds == ["cpu", "cpu", "cpu"]
+    assert c.links[("gpu:0", "gpu:1")].latency_s == 0.0 and c.links[("cpu:0", "gpu:0")].bandwidth_bytes_per_s >= 1e18
+    g2 = apply_profile(graph, prof)
+    # Everything on "gpu:1" (really the CPU) now costs the measured CPU times (only the
+    # optimizer update, priced at the device's unmeasured memory bandwidth, differs).
+    on_gpu1 = envs.simulate(g2, [2] * graph.num_ops, c)
+    on_cpu0 = envs.simulate(g2, [0] * graph.num_ops, c)
+    assert on_gpu1.step_time_s == pytest.approx(on_cpu0.step_time_s, rel=0.01)
+    uncalibrated = envs.simulate(g2, [2] * graph.num_ops, envs.Cluster.preset("k80x2"))
+    assert uncalibrated.step_time_s < 0.5 * on_gpu1.step_time_s  # a K80 would be much faster than this CPU
