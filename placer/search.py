@@ -1,0 +1,252 @@
+"""Time-to-placement: best step time reached vs wall time and vs evaluated placements.
+
+:class:`RecordingEnv` wraps a scorer (``envs.SimEnv``) and records, every time a
+batch is scored, how many distinct placements have been evaluated so far, the
+wall time since :meth:`RecordingEnv.restart`, and the best step time of the
+placements that fit in memory. RL (:func:`placer.train.train`, which accepts an
+``env``) and the search baselines (``annealing`` and ``random_search``, which
+accept ``env=``) are run through it unchanged, so the curves of
+:func:`search_curves` compare the methods on the same clock and the same count.
+
+>>> import envs
+>>> from graphs.synthetic import random_dag
+>>> g = random_dag(30, seed=0)
+>>> rec = RecordingEnv(envs.SimEnv(g, envs.Cluster.preset("k80x2")))
+>>> _ = rec.step_times(np.ones((4, 30), dtype=np.int32))
+>>> rec.evals, len(rec.best_s)
+(4, 1)
+"""
+
+from __future__ import annotations
+
+import math
+import tempfile
+import time
+from typing import Any, Callable, Sequence
+
+import numpy as np
+
+from graphs import OpGraph, PlacerError
+
+Progress = Callable[[str], None]
+METHODS = ("rl-seq2seq", "rl-hierarchical", "annealing", "random_search")
+
+
+class SearchBudgetExhausted(Exception):
+    """Raised by :class:`RecordingEnv` when asked to score after its deadline."""
+
+
+class RecordingEnv:
+    """A scorer that forwards to ``env`` and records the best-so-far curve.
+
+    Args:
+        env: an object with ``step_times`` (and optionally ``evaluate``), e.g. ``envs.SimEnv``.
+        deadline_s: if given, scoring after this many seconds since :meth:`restart`
+            raises :class:`SearchBudgetExhausted` (to stop methods without a time budget).
+    """
+
+    def __init__(self, env: Any, *, deadline_s: float | None = None) -> None:
+        self.env = env
+        self.deadline_s = deadline_s
+        self.restart()
+
+    def restart(self) -> None:
+        """Zero the clock, the count and the curve."""
+        self.t0 = time.perf_counter()
+        self.evals = 0
+        self.best = math.inf
+        self.wall_s: list[float] = []
+        self.evals_at: list[int] = []
+        self.best_s: list[float] = []
+
+    def elapsed_s(self) -> float:
+        return time.perf_counter() - self.t0
+
+    def __getattr__(self, name: str) -> Any:  # graph, cluster, lower_bound... of the wrapped env
+        if name == "env":
+            raise AttributeError(name)
+        return getattr(self.env, name)
+
+    def _check_deadline(self) -> None:
+        if self.deadline_s is not None and self.elapsed_s() >= self.deadline_s:
+            raise SearchBudgetExhausted(f"deadline of {self.deadline_s:g} s reached after {self.evals} evaluations")
+
+    def _record(self, times: np.ndarray, failed: np.ndarray) -> None:
+        now = self.elapsed_s()
+        for t, bad in zip(np.asarray(times, dtype=float), np.asarray(failed, dtype=bool)):
+            self.evals += 1
+            if not bad and math.isfinite(t) and t < self.best:
+                self.best = float(t)
+                self.wall_s.append(now)
+                self.evals_at.append(self.evals)
+                self.best_s.append(self.best)
+
+    def step_times(self, idx: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """``env.step_times``, recorded."""
+        self._check_deadline()
+        times, oom = self.env.step_times(idx)
+        self._record(times, oom)
+        return times, oom
+
+    def evaluate(self, placements: Sequence[Any]) -> list[Any]:
+        """``env.evaluate``, recorded."""
+        self._check_deadline()
+        results = self.env.evaluate(placements)
+        self._record(np.array([r.step_time_s for r in results], dtype=float), np.array([not r.ok for r in results]))
+        return results
+
+    def curve(self, graph: str, method: str) -> dict[str, Any]:
+        """The recorded curve as a JSON-ready dict (see :func:`placer.plots.plot_search_curves`)."""
+        return {"graph": graph, "method": method, "wall_s": list(self.wall_s), "evals": list(self.evals_at),
+                "best_s": list(self.best_s), "end_wall_s": self.elapsed_s(), "end_evals": self.evals}
+
+
+def evals_per_s(env: Any, num_ops: int, num_devices: int, *, batch: int = 16, seed: int = 0) -> float:
+    """Simulated placements per second of ``env.step_times`` (after one warm-up batch)."""
+    rng = np.random.default_rng(seed)
+    idx = rng.integers(0, num_devices, size=(batch, num_ops)).astype(np.int32)
+    env.step_times(idx[:1])
+    t0 = time.perf_counter()
+    env.step_times(idx)
+    return batch / max(time.perf_counter() - t0, 1e-9)
+
+
+def _run_rl(policy: str) -> Callable[..., None]:
+    def run(graph: OpGraph, cluster: Any, rec: RecordingEnv, budget_s: float, rate: float, seed: int) -> None:
+        from placer.train import TrainConfig, train
+
+        with tempfile.TemporaryDirectory(prefix="placer-search-") as tmp:
+            config = TrainConfig(cluster=cluster.name, policy=policy, time_budget_s=budget_s, seed=seed,
+                                 warm_start="none", heuristics=(), progress=False, logdir=tmp)
+            train(config, graph=graph, cluster=cluster, env=rec)
+
+    return run
+
+
+def _run_annealing(graph: OpGraph, cluster: Any, rec: RecordingEnv, budget_s: float, rate: float, seed: int) -> None:
+    from placer.baselines import get
+
+    # The cooling schedule runs over `steps`: size it to what the budget can score,
+    # from the throughput of a short probe chain (its moves are cheaper to simulate
+    # than the random placements of the calibration).
+    anneal = get("annealing")
+    probe = 256
+    t0 = time.perf_counter()
+    anneal(graph, cluster, seed=seed + 1, steps=probe, init=(), env=rec.env)
+    probe_rate = probe / max(time.perf_counter() - t0, 1e-9)
+    rec.restart()
+    steps = max(int(0.9 * probe_rate * budget_s), 16)
+    anneal(graph, cluster, seed=seed, steps=steps, time_budget_s=budget_s, init=(), env=rec)
+
+
+def _run_random(graph: OpGraph, cluster: Any, rec: RecordingEnv, budget_s: float, rate: float, seed: int) -> None:
+    from placer.baselines import get
+
+    rec.deadline_s = budget_s
+    try:
+        get("random_search")(graph, cluster, seed=seed, n=10**12, env=rec)  # stopped by the deadline
+    except SearchBudgetExhausted:
+        pass
+
+
+def _warm_up_torch() -> None:
+    """Pay torch's one-time lazy imports (Adam pulls in torch._dynamo: seconds) before any clock starts."""
+    import torch
+    from torch.utils.tensorboard import SummaryWriter  # noqa: F401
+
+    import placer.train  # noqa: F401
+
+    torch.optim.Adam([torch.zeros(1, requires_grad=True)])
+
+
+RUNNERS: dict[str, Callable[..., None]] = {
+    "rl-seq2seq": _run_rl("seq2seq"),
+    "rl-hierarchical": _run_rl("hierarchical"),
+    "annealing": _run_annealing,
+    "random_search": _run_random,
+}
+
+
+def search_curves(
+    graph: OpGraph,
+    cluster: Any,
+    *,
+    budget_s: float,
+    methods: Sequence[str] = METHODS,
+    seed: int = 0,
+    progress: Progress | None = None,
+) -> dict[str, Any]:
+    """Run each method for ``budget_s`` seconds from scratch through a :class:`RecordingEnv`.
+
+    Every method starts without heuristic help: RL without warm start, annealing
+    from the best single GPU (``init=()``), random search. Returns
+    ``{"graph", "cluster", "num_ops", "lower_bound_s", "reference": {name: s}, "evals_per_s", "curves": [...]}``
+    where ``reference`` holds the expert's and m_etf's step times for context.
+    """
+    import envs
+    from placer import baselines
+
+    bad = [m for m in methods if m not in RUNNERS]
+    if bad:
+        raise PlacerError(f"--methods: unknown {', '.join(bad)} (known: {', '.join(RUNNERS)})")
+    if budget_s <= 0:
+        raise PlacerError(f"--budget {budget_s:g}: must be positive")
+    say = progress or (lambda line: None)
+    if any(m.startswith("rl-") for m in methods):
+        _warm_up_torch()
+    env = envs.SimEnv(graph, cluster)
+    rate = evals_per_s(env, graph.num_ops, cluster.num_devices, seed=seed)
+    reference = {}
+    for name in ("expert", "m_etf"):
+        r = env.simulate(baselines.get(name)(graph, cluster, seed=seed))
+        reference[name] = float(r.step_time_s) if r.ok else None
+    out: dict[str, Any] = {"graph": graph.name, "cluster": cluster.name, "num_ops": graph.num_ops,
+                           "lower_bound_s": float(env.lower_bound()), "reference": reference, "evals_per_s": rate,
+                           "budget_s": budget_s, "curves": []}
+    for method in methods:
+        say(f"  {method}: {budget_s:g} s")
+        rec = RecordingEnv(env)
+        RUNNERS[method](graph, cluster, rec, budget_s, rate, seed)
+        curve = rec.curve(graph.name, method)
+        curve["lower_bound_s"] = out["lower_bound_s"]
+        out["curves"].append(curve)
+        best = f"{curve['best_s'][-1] * 1e3:.2f} ms" if curve["best_s"] else "no valid placement"
+        say(f"    best {best} after {curve['end_evals']} evaluations in {curve['end_wall_s']:.0f} s")
+    return out
+
+
+def _first_at_or_below(curve: dict[str, Any], target: float | None) -> tuple[float, int] | None:
+    if target is None:
+        return None
+    for w, e, b in zip(curve["wall_s"], curve["evals"], curve["best_s"]):
+        if b <= target:
+            return w, e
+    return None
+
+
+def markdown_table(results: Sequence[dict[str, Any]]) -> str:
+    """One line per (graph, method): evaluations, best step time, when it was reached, when it beat the expert."""
+    lines = [
+        "| graph | method | evaluated placements | evals/s | best step (ms) | reached at (s / evals) | beat expert at (s / evals) |",
+        "|---|---|---:|---:|---:|---:|---:|",
+    ]
+    for res in results:
+        expert = res["reference"].get("expert")
+        for c in res["curves"]:
+            best = f"{c['best_s'][-1] * 1e3:.2f}" if c["best_s"] else "—"
+            reached = f"{c['wall_s'][-1]:.1f} / {c['evals'][-1]:,}" if c["best_s"] else "—"
+            beat = _first_at_or_below(c, expert)
+            beat_s = f"{beat[0]:.1f} / {beat[1]:,}" if beat else "not reached"
+            rate = c["end_evals"] / c["end_wall_s"] if c["end_wall_s"] > 0 else 0.0
+            lines.append(f"| {res['graph']} | {c['method']} | {c['end_evals']:,} | {rate:.0f} | {best} | {reached} | {beat_s} |")
+    return "\n".join(lines)
+
+
+def reference_lines(results: Sequence[dict[str, Any]]) -> str:
+    """One line per graph: the bound and the reference heuristics."""
+    out = []
+    for res in results:
+        refs = ", ".join(f"{k} {v * 1e3:.2f} ms" if v is not None else f"{k} OOM" for k, v in res["reference"].items())
+        out.append(f"- {res['graph']} ({res['num_ops']:,} ops) on {res['cluster']}: lower bound "
+                   f"{res['lower_bound_s'] * 1e3:.2f} ms; {refs}; simulator {res['evals_per_s']:.0f} placements/s")
+    return "\n".join(out)
