@@ -69,14 +69,14 @@ class Seq2SeqPlacer(nn.Module):
         tanh_c: float = 5.0,
     ) -> None:
         super().__init__()
-        a = attention_dim or max(hidden // 2, 8)
+        a = attention_dim or max(hidden // 4, 8)
         self.num_devices = num_devices
         self.temperature = float(temperature)
         self.tanh_c = float(tanh_c)
         self.encoder = nn.LSTM(in_dim, hidden, num_layers=layers, bidirectional=True, batch_first=True)
         self.device_embed = nn.Embedding(num_devices + 1, hidden)  # index num_devices = "start"
         self.init_state = nn.Linear(2 * hidden, 2 * hidden)
-        self.decoder = nn.LSTMCell(hidden + 2 * hidden, hidden)
+        self.decoder = nn.LSTM(hidden + 2 * hidden, hidden, batch_first=True)
         self.attn_keys = nn.Linear(2 * hidden, a, bias=False)
         self.attn_query = nn.Linear(hidden, a)
         self.attn_v = nn.Linear(a, 1, bias=False)
@@ -91,45 +91,97 @@ class Seq2SeqPlacer(nn.Module):
         greedy: bool = False,
         generator: torch.Generator | None = None,
     ) -> Decoded:
-        """Sample ``k`` device sequences for items ``x`` (or score given ``actions`` [K, G])."""
-        if actions is not None:
-            k = actions.shape[0]
-        g = x.shape[0]
+        """Sample ``k`` device sequences for items ``x`` (or score given ``actions`` [K, G]).
+
+        Sampling is sequential but needs no gradients: it runs without autograd.
+        Log-probabilities and entropies are then computed by :meth:`score` in
+        one teacher-forced pass (one ``nn.LSTM`` call and a batched attention),
+        which is what gradients flow through, so sampled and re-scored
+        log-probabilities are the same numbers by construction.
+        """
+        enc, keys = self._encode(x)
+        if actions is None:
+            with torch.no_grad():
+                actions = self._sample(enc.detach(), keys.detach(), k, greedy, generator)
+        logp, ent = self.score(enc, keys, actions)
+        return Decoded(actions, logp, ent)
+
+    def _encode(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         enc, _ = self.encoder(x.unsqueeze(0))  # [1, G, 2H]
         enc = enc[0]
-        keys = self.attn_keys(enc)  # [G, A]
-        # The decoder cell's input is [device embedding ; enc[t]]: both input
-        # projections are computed once, outside the sequential loop.
-        hid = self.decoder.hidden_size
-        w_dev, w_enc = self.decoder.weight_ih.split([hid, 2 * hid], dim=1)
-        enc_gates = enc @ w_enc.t() + self.decoder.bias_ih + self.decoder.bias_hh  # [G, 4H]
-        dev_gates = self.device_embed.weight @ w_dev.t()  # [D+1, 4H]
-        w_hh = self.decoder.weight_hh.t()
+        return enc, self.attn_keys(enc)  # [G, 2H], [G, A]
+
+    def _init_state(self, enc: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
         h0, c0 = torch.tanh(self.init_state(enc.mean(dim=0))).chunk(2)
-        h = h0.expand(k, -1)
-        c = c0.expand(k, -1)
-        prev = torch.full((k,), self.num_devices, dtype=torch.long, device=x.device)
-        chosen, logps, ents = [], [], []
-        for t in range(g):
-            gates = enc_gates[t] + dev_gates[prev] + h @ w_hh
-            i, f, gg, o = gates.chunk(4, dim=1)
-            c = torch.sigmoid(f) * c + torch.sigmoid(i) * torch.tanh(gg)
-            h = torch.sigmoid(o) * torch.tanh(c)
-            score = self.attn_v(torch.tanh(keys.unsqueeze(0) + self.attn_query(h).unsqueeze(1))).squeeze(2)  # [K, G]
-            ctx = torch.softmax(score, dim=1) @ enc  # [K, 2H]
-            logits = self.tanh_c * torch.tanh(self.out(torch.cat([h, ctx], dim=1)) / self.temperature)
-            logp_all = torch.log_softmax(logits, dim=1)
-            if actions is not None:
-                a = actions[:, t]
-            elif greedy:
-                a = logits.argmax(dim=1)
-            else:
-                a = torch.multinomial(logp_all.exp(), 1, generator=generator).squeeze(1)
-            chosen.append(a)
-            logps.append(logp_all.gather(1, a.unsqueeze(1)).squeeze(1))
-            ents.append(-(logp_all.exp() * logp_all).sum(dim=1))
-            prev = a
-        return Decoded(torch.stack(chosen, dim=1), torch.stack(logps, dim=1).sum(dim=1), torch.stack(ents, dim=1).mean(dim=1))
+        return h0.expand(k, -1).contiguous(), c0.expand(k, -1).contiguous()
+
+    def _logits(self, h: torch.Tensor, enc: torch.Tensor, keys: torch.Tensor) -> torch.Tensor:
+        """``C * tanh(out([h ; attention context]) / T)`` for decoder states ``h [..., H]``."""
+        query = self.attn_query(h).unsqueeze(-2)  # [..., 1, A]
+        score = self.attn_v(torch.tanh(keys + query)).squeeze(-1)  # [..., G]
+        ctx = torch.softmax(score, dim=-1) @ enc  # [..., 2H]
+        return self.tanh_c * torch.tanh(self.out(torch.cat([h, ctx], dim=-1)) / self.temperature)
+
+    def _sample(self, enc: torch.Tensor, keys: torch.Tensor, k: int, greedy: bool, generator: torch.Generator | None) -> torch.Tensor:
+        # The decoder's input is [device embedding ; enc[t]]: both input
+        # projections are computed once, outside the sequential loop, and the
+        # loop itself is TorchScript (no Python overhead per item).
+        hid = self.decoder.hidden_size
+        w_dev, w_enc = self.decoder.weight_ih_l0.split([hid, 2 * hid], dim=1)
+        enc_gates = enc @ w_enc.t() + self.decoder.bias_ih_l0 + self.decoder.bias_hh_l0  # [G, 4H]
+        dev_gates = self.device_embed.weight @ w_dev.t()  # [D+1, 4H]
+        h, c = self._init_state(enc, k)
+        # one uniform per (item, sample), drawn up front: inverse-CDF sampling in the loop
+        u = torch.rand(enc.shape[0], k, generator=generator, device=enc.device)
+        return _sample_loop(
+            enc_gates, dev_gates, self.decoder.weight_hh_l0.t().contiguous(), h, c, enc, keys,
+            self.attn_query.weight, self.attn_query.bias, self.attn_v.weight, self.out.weight, self.out.bias,
+            self.temperature, self.tanh_c, greedy, u,
+        )
+
+    def score(self, enc: torch.Tensor, keys: torch.Tensor, actions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Teacher-forced log-probability (sum over items) and mean entropy of ``actions [K, G]``."""
+        k, g = actions.shape
+        start = torch.full((k, 1), self.num_devices, dtype=torch.long, device=actions.device)
+        prev = torch.cat([start, actions[:, :-1]], dim=1)
+        inp = torch.cat([self.device_embed(prev), enc.unsqueeze(0).expand(k, -1, -1)], dim=2)
+        h0, c0 = self._init_state(enc, k)
+        states, _ = self.decoder(inp, (h0.unsqueeze(0), c0.unsqueeze(0)))  # [K, G, H]
+        # attention over all steps at once, in chunks of steps to bound the [K, T, G, A] tensor
+        chunk = max(1, (1 << 22) // max(1, k * g * keys.shape[1]))
+        logits = torch.cat([self._logits(states[:, t : t + chunk], enc, keys) for t in range(0, g, chunk)], dim=1)
+        logp_all = torch.log_softmax(logits, dim=2)
+        logp = logp_all.gather(2, actions.unsqueeze(2)).squeeze(2).sum(dim=1)
+        ent = -(logp_all.exp() * logp_all).sum(dim=2).mean(dim=1)
+        return logp, ent
+
+
+@torch.jit.script
+def _sample_loop(
+    enc_gates: torch.Tensor, dev_gates: torch.Tensor, w_hh: torch.Tensor, h: torch.Tensor, c: torch.Tensor,
+    enc: torch.Tensor, keys: torch.Tensor, w_q: torch.Tensor, b_q: torch.Tensor, w_v: torch.Tensor,
+    w_out: torch.Tensor, b_out: torch.Tensor, temperature: float, tanh_c: float, greedy: bool, u: torch.Tensor,
+) -> torch.Tensor:
+    """The decoder's sequential sampling loop (same maths as ``Seq2SeqPlacer._logits``)."""
+    num_devices = dev_gates.shape[0] - 1
+    prev = torch.full([h.shape[0]], num_devices, dtype=torch.long, device=h.device)
+    chosen = []
+    for t in range(enc.shape[0]):
+        gates = enc_gates[t] + dev_gates[prev] + h @ w_hh
+        i, f, gg, o = gates.chunk(4, dim=1)
+        c = torch.sigmoid(f) * c + torch.sigmoid(i) * torch.tanh(gg)
+        h = torch.sigmoid(o) * torch.tanh(c)
+        query = (h @ w_q.t() + b_q).unsqueeze(1)
+        score = (torch.tanh(keys + query) @ w_v.t()).squeeze(2)
+        ctx = torch.softmax(score, dim=1) @ enc
+        logits = tanh_c * torch.tanh((torch.cat([h, ctx], dim=1) @ w_out.t() + b_out) / temperature)
+        if greedy:
+            prev = logits.argmax(dim=1)
+        else:
+            cdf = torch.softmax(logits, dim=1).cumsum(dim=1)
+            prev = (cdf < u[t].unsqueeze(1)).sum(dim=1).clamp(max=num_devices - 1)
+        chosen.append(prev)
+    return torch.stack(chosen, dim=1)
 
 
 class ItemEncoder(nn.Module):
@@ -145,13 +197,48 @@ class ItemEncoder(nn.Module):
         return torch.cat([self.type_embed(type_ids), torch.relu(self.dense(dense))], dim=1)
 
 
-def _grouping(graph: OpGraph, max_groups: int):
-    """Co-location groups coarsened to at most ``max_groups`` (0: one item per op)."""
+def _grouping(graph: OpGraph, max_groups: int, refine: np.ndarray | None = None):
+    """Co-location groups coarsened to at most ``max_groups`` (0: one item per op).
+
+    With ``refine`` (a device per op), each group is further cut wherever that
+    placement changes device along the topological order, so the placement is
+    exactly representable by the items (see :func:`refine_grouping`).
+    """
     if max_groups <= 0 or graph.num_ops <= 1:
         return None
     from graphs.grouping import coarsen
 
-    return coarsen(graph, max_groups)
+    grouping = coarsen(graph, max_groups)
+    return refine_grouping(graph, grouping, refine) if refine is not None else grouping
+
+
+def refine_grouping(graph: OpGraph, grouping: Any, op_devices: np.ndarray) -> Any:
+    """Split each group into runs (in op order) of constant device under ``op_devices``.
+
+    The result stays acyclic: groups are numbered topologically and every op edge
+    ``u -> v`` has ``u < v``, so ordering the new items by (group, run) is a
+    topological order of the refined group graph.
+
+    >>> from graphs.synthetic import random_dag
+    >>> from graphs.grouping import coarsen
+    >>> g = random_dag(40, seed=0)
+    >>> coarse = coarsen(g, 4)
+    >>> dev = (np.arange(40) >= 20).astype(np.int32)
+    >>> fine = refine_grouping(g, coarse, dev)
+    >>> bool((fine.expand(fine.contract(dev)) == dev).all())
+    True
+    """
+    from graphs.grouping import Grouping
+
+    op_group = np.asarray(grouping.op_group, dtype=np.int64)
+    dev = np.asarray(op_devices, dtype=np.int64)
+    order = np.lexsort((np.arange(len(op_group)), op_group))
+    g_sorted, d_sorted = op_group[order], dev[order]
+    start = np.ones(len(order), dtype=bool)
+    start[1:] = (g_sorted[1:] != g_sorted[:-1]) | (d_sorted[1:] != d_sorted[:-1])
+    refined = np.empty(len(order), dtype=np.int64)
+    refined[order] = np.cumsum(start) - 1
+    return Grouping.from_assignment(graph, refined, meta={**grouping.graph.meta, "refined_by_placement": True})
 
 
 class Seq2SeqPolicy(nn.Module):
@@ -163,6 +250,8 @@ class Seq2SeqPolicy(nn.Module):
         max_groups: items to place (co-location inside); 0 places every op.
         hidden: LSTM units per direction; layers: encoder layers.
         temperature, tanh_c: logits become ``tanh_c * tanh(logits / temperature)``.
+        refine: optional device per op (the warm-start placement); groups are
+            split where it changes device, so it can be imitated exactly.
     """
 
     name = "seq2seq"
@@ -177,12 +266,13 @@ class Seq2SeqPolicy(nn.Module):
         layers: int = 1,
         temperature: float = 10.0,
         tanh_c: float = 5.0,
+        refine: np.ndarray | None = None,
         **_: Any,
     ) -> None:
         super().__init__()
         self.num_ops = graph.num_ops
         self.num_devices = num_devices
-        self.grouping = _grouping(graph, max_groups)
+        self.grouping = _grouping(graph, max_groups, refine)
         items = self.grouping.graph if self.grouping is not None else graph
         self.num_items = items.num_ops
         feats = featurize(items)
