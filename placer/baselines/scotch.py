@@ -6,8 +6,9 @@ weights = tensor bytes, both scaled to integers. The target architecture is the
 cluster's GPUs as a weighted complete graph (Scotch ``cmpltw``), each terminal
 weighted by its compute rate, so faster GPUs receive proportionally more work;
 every GPU pair of the presets shares one link class, which is what a complete
-graph expresses. Scotch's default mapping strategy is used with its random
-generator seeded from ``seed``. Not memory-aware (Scotch knows load, not
+graph expresses. Scotch's default mapping strategy runs in a context set to
+deterministic mode with its random generator seeded from ``seed`` (without it,
+Scotch's threads make results vary from run to run). Not memory-aware (Scotch knows load, not
 capacity).
 """
 
@@ -21,6 +22,11 @@ import numpy as np
 from graphs import OpGraph
 from placer.baselines import register
 from placer.baselines._common import colocation_groups, gpu_devices, quotient, require, step_costs_s, to_int_weights
+
+
+# Scotch 7 context options (library.h): reproducible runs, and a seed we choose.
+SCOTCH_OPTIONNUMDETERMINISTIC = 0
+SCOTCH_OPTIONNUMRANDOMFIXEDSEED = 1
 
 
 @register("scotch")
@@ -37,15 +43,19 @@ def scotch(graph: OpGraph, cluster, *, seed: int = 0) -> np.ndarray:
         return gpus[np.arange(q.num_nodes)[groups] % len(gpus)].astype(np.int32)
     speed = np.asarray(cluster.flops_per_s, dtype=np.float64)[gpus]
     with contextlib.redirect_stderr(io.StringIO()):  # it reports loading its shared library
-        pyscotch.random_seed(int(seed))
-        pyscotch.random_reset()
-        graph_s = pyscotch.Graph()
-        arch = pyscotch.Architecture()
+        ctx, graph_s, arch = pyscotch.Context(), pyscotch.Graph(), pyscotch.Architecture()
+        bound = None
         try:
+            ctx.option_set(SCOTCH_OPTIONNUMDETERMINISTIC, 1)
+            ctx.option_set(SCOTCH_OPTIONNUMRANDOMFIXEDSEED, 1)
+            ctx.random_seed(int(seed))
+            ctx.random_reset()
             graph_s.build(q.xadj, q.adjncy, velotab=to_int_weights(q.vweights), edlotab=to_int_weights(q.eweights))
+            bound = ctx.bind_graph(graph_s)
             arch.complete_weighted(len(gpus), to_int_weights(speed, top=1000))
-            parts = np.asarray(graph_s.map(arch), dtype=np.int64)
+            parts = np.asarray(bound.map(arch), dtype=np.int64)
         finally:
-            graph_s.close()
-            arch.close()
+            for obj in (bound, graph_s, arch, ctx):
+                if obj is not None:
+                    obj.close()
     return gpus[parts[groups]].astype(np.int32)
