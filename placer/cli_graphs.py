@@ -142,20 +142,19 @@ def critical_path(graph: OpGraph, weight: np.ndarray) -> list[int]:
     if n == 0:
         return []
     indptr, preds, _ = graph.in_csr
-    dist = np.zeros(n)
-    best_pred = np.full(n, -1, dtype=np.int64)
-    w = np.asarray(weight, dtype=np.float64)
-    for i in range(n):
-        p = preds[indptr[i] : indptr[i + 1]]
-        if len(p):
-            j = int(p[np.argmax(dist[p])])
-            dist[i] = dist[j] + w[i]
-            best_pred[i] = j
-        else:
-            dist[i] = w[i]
-    path = [int(np.argmax(dist))]
+    indptr, preds, w = indptr.tolist(), preds.tolist(), np.asarray(weight, dtype=np.float64).tolist()
+    dist = [0.0] * n
+    best_pred = [-1] * n
+    for i in range(n):  # plain lists: ~10x faster than numpy slices per op
+        best, best_d = -1, 0.0
+        for j in preds[indptr[i] : indptr[i + 1]]:
+            if best < 0 or dist[j] > best_d:
+                best, best_d = j, dist[j]
+        dist[i] = best_d + w[i]
+        best_pred[i] = best
+    path = [max(range(n), key=dist.__getitem__)]
     while best_pred[path[-1]] >= 0:
-        path.append(int(best_pred[path[-1]]))
+        path.append(best_pred[path[-1]])
     return path[::-1]
 
 
