@@ -13,10 +13,6 @@ Memory is the process's peak resident set size (``resource.getrusage``
 ``ru_maxrss``) — it sees torch's and numba's allocations, which tracemalloc does
 not — measured in a fresh Python process per size by :func:`run`, with the RSS
 after that warm-up reported separately so the growth is visible.
-
->>> row = measure(200, samples=2, iterations=1)
->>> row["ops"], row["iteration_s"] > 0, set(row["policies"]) == {"seq2seq", "hierarchical"}
-(200, True, True)
 """
 
 from __future__ import annotations
