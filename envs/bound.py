@@ -8,9 +8,10 @@ so the bound is ``max(critical path, work bound) + update bound``:
 * work bound: devices run one op at a time, so for any weights ``λ`` on the
   simplex, ``backward_end >= max_d busy_d >= Σ_d λ_d busy_d >= Σ_i min_d λ_d w_id``
   with ``w_id`` the forward + backward time of op ``i`` on ``d``. Uniform ``λ``
-  gives "total work over the number of devices"; we also climb ``λ`` by
-  exponentiated-gradient ascent (every iterate is a valid bound; the best is kept),
-  which matters when devices differ (a slow host CPU is worth little);
+  gives "total work over the number of devices"; the best ``λ`` matters when
+  devices differ (a slow host CPU is worth little). Identical devices share a
+  weight; with two kinds of device the best ``λ`` is found exactly, with more by
+  exponentiated-gradient ascent (every iterate is a valid bound; the best is kept);
 * update bound: the largest single parameter-owning op's best update time, and
   the total parameter traffic spread over the aggregate memory bandwidth.
 
@@ -59,23 +60,65 @@ def critical_path_s(graph: OpGraph, fwd_min: np.ndarray, bwd_min: np.ndarray) ->
     return max(eb)
 
 
+def _two_group_bound(a: np.ndarray, b: np.ndarray) -> float:
+    """``max over μ in [0, 1] of Σ_i min(μ a_i, (1 - μ) b_i)``, exactly (concave, piecewise linear)."""
+    with np.errstate(divide="ignore", invalid="ignore"):
+        brk = np.where(a + b > 0, b / (a + b), 0.0)  # where μ a_i = (1 - μ) b_i
+    order = np.argsort(brk)
+    mu, a, b = brk[order], a[order], b[order]
+    # at μ = mu[k]: ops k' < k have switched to (1 - μ) b, the others still give μ a
+    a_after = np.concatenate([np.cumsum(a[::-1])[::-1], [0.0]])
+    b_before = np.concatenate([[0.0], np.cumsum(b)])
+    values = mu * a_after[:-1] + (1.0 - mu) * b_before[:-1]
+    return float(values.max()) if len(values) else 0.0
+
+
 def work_bound_s(work: np.ndarray, iterations: int = 200) -> float:
-    """``max over λ in the simplex of Σ_i min_d λ_d work[i, d]`` (approximately; always valid)."""
+    """``max over λ in the simplex of Σ_i min_d λ_d work[i, d]`` (a valid bound, usually the maximum).
+
+    Devices with identical columns (the GPUs of a preset) share one weight, which
+    loses nothing (the function is concave and symmetric in them). Two distinct
+    columns are solved exactly; more go through exponentiated-gradient ascent,
+    keeping the best value seen (every λ gives a valid bound).
+    """
     n, D = work.shape
     if n == 0:
         return 0.0
-    lam = np.full(D, 1.0 / D)
-    best = float(np.min(work * lam, axis=1).sum())
+    reps: list[int] = []  # one column per group of identical columns
+    counts: list[int] = []
+    for d in range(D):
+        for g, r in enumerate(reps):
+            if np.array_equal(work[:, d], work[:, r]):
+                counts[g] += 1
+                break
+        else:
+            reps.append(d)
+            counts.append(1)
+    mult = np.asarray(counts, dtype=np.float64)
+    scaled = work[:, reps] / mult[None, :]  # weight μ_g of a group spread evenly over its m_g devices
+    G = scaled.shape[1]
+    best = float(np.min(work, axis=1).sum() / D)  # uniform λ
+    if G == 1:
+        return max(best, float(scaled[:, 0].sum()))
+    if G == 2:
+        return max(best, _two_group_bound(scaled[:, 0], scaled[:, 1]))
+    mu = mult / D
     scale = max(float(np.sum(work.min(axis=1))), 1e-300)
-    step = 1.0
+    step, stale = 1.0, 0
+    rows = np.arange(n)
     for _ in range(iterations):
-        weighted = work * lam
+        weighted = scaled * mu
         arg = np.argmin(weighted, axis=1)
-        value = float(weighted[np.arange(n), arg].sum())
-        best = max(best, value)
-        grad = np.bincount(arg, weights=work[np.arange(n), arg], minlength=D) / scale
-        lam = lam * np.exp(step * (grad - grad.max()))
-        lam /= lam.sum()
+        value = float(weighted[rows, arg].sum())
+        if value > best * (1 + 1e-9):
+            best, stale = value, 0
+        else:
+            stale += 1
+            if stale >= 25:
+                break
+        grad = np.bincount(arg, weights=scaled[rows, arg], minlength=G) / scale
+        mu = mu * np.exp(step * (grad - grad.max()))
+        mu /= mu.sum()
         step *= 0.98
     return best
 
