@@ -287,10 +287,10 @@ class MeasuredEnv:
         i = self._preparing.pop(ref)
         try:
             graph_hash = ray.get(ref)
-        except RayActorError:
+        except RayActorError as e:
             self._spawn_failures += 1
             if self._spawn_failures > 3 * max(1, len(self._actors)):
-                raise PlacerError("measured env: workers keep dying while building the model") from None
+                raise PlacerError(f"measured env: workers keep dying while building the model ({_one_line(e)})") from None
             self._spawn(i)
             return -1
         except RayTaskError as e:

@@ -1,0 +1,217 @@
+"""How well does the calibrated simulator rank and predict real step times?
+
+For each model: profile it on the given devices (``envs.profiler``), sample random
+placements, measure each for real (``envs.MeasuredEnv``: real training steps in
+a Ray actor) and simulate it (the profiled graph on the calibrated cluster, and,
+for reference, the uncalibrated preset), then report Spearman's rank correlation
+and the mean absolute percentage error (MAPE) of simulated vs measured step time.
+
+    # CPU only (every logical device runs on the CPU), toy-sized zoo models:
+    python scripts/calibrate_sim.py --devices cpu --size small
+    # one GPU and its host, the zoo's real sizes:
+    python scripts/calibrate_sim.py --devices cpu,cuda:0 --size full
+
+Placements: half draw each op's device independently with a per-placement bias
+(from "all on the CPU" to "all on the GPU"), half cut the op sequence into 2-6
+contiguous segments with a random device each (few transfers), so step times
+spread over the range a placer explores. Results go to ``--out-dir``
+(``calibration.json``, ``calibration.md`` and each model's resumable
+``measurements.jsonl``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import json
+import os
+import sys
+import time
+
+import numpy as np
+
+SMALL = {
+    "rnnlm": ("graphs.models.rnnlm", "RNNLM", dict(vocab_size=2000, hidden_size=128, num_layers=2), ("tokens", 16, 10, 2000, 2)),
+    "nmt-2": ("graphs.models.nmt", "NMT", dict(num_layers=2, src_vocab=2000, tgt_vocab=2000, hidden_size=128), ("tokens", 16, 8, 2000, 3)),
+    "nmt-4": ("graphs.models.nmt", "NMT", dict(num_layers=4, src_vocab=2000, tgt_vocab=2000, hidden_size=128), ("tokens", 16, 8, 2000, 3)),
+    "gpt2": ("graphs.models.gpt2", "GPT2", dict(vocab_size=2000, context=64, width=128, layers=2, heads=4), ("tokens", 8, 64, 2000, 2)),
+    "resnet50": ("graphs.models.resnet", "ResNet50", dict(num_classes=100), ("images", 4, 64, 100)),
+    "inception-v3": ("graphs.models.inception", "InceptionV3", dict(num_classes=100), ("images", 2, 299, 100)),
+}
+
+
+def build(name: str, size: str):
+    """``(model, example_inputs)``: the zoo model, or the same architecture at toy size."""
+    import importlib
+
+    import torch
+
+    if size == "full":
+        from graphs import zoo
+
+        return zoo.build(name)
+    module, cls, kwargs, spec = SMALL[name]
+    torch.manual_seed(0)
+    model = getattr(importlib.import_module(module), cls)(**kwargs).train()
+    gen = torch.Generator().manual_seed(0)
+    if spec[0] == "tokens":
+        _, batch, steps, vocab, count = spec
+        return model, tuple(torch.randint(0, vocab, (batch, steps), generator=gen) for _ in range(count))
+    _, batch, side, classes = spec
+    return model, (torch.randn(batch, 3, side, side, generator=gen), torch.randint(0, classes, (batch,), generator=gen))
+
+
+def random_placements(num_ops: int, num_devices: int, count: int, seed: int) -> list[np.ndarray]:
+    """Half biased i.i.d. placements, half contiguous segments (see the module docstring)."""
+    rng = np.random.default_rng(seed)
+    out = []
+    for k in range(count):
+        if k % 2 == 0:
+            bias = rng.dirichlet(np.ones(num_devices))
+            out.append(rng.choice(num_devices, size=num_ops, p=bias).astype(np.int32))
+        else:
+            cuts = np.sort(rng.choice(np.arange(1, num_ops), size=min(rng.integers(1, 6), num_ops - 1), replace=False))
+            seg_dev = rng.integers(0, num_devices, size=len(cuts) + 1)
+            out.append(np.repeat(seg_dev, np.diff(np.concatenate([[0], cuts, [num_ops]]))).astype(np.int32))
+    return out
+
+
+def mape(sim: np.ndarray, real: np.ndarray) -> float:
+    return float(np.mean(np.abs(sim - real) / real))
+
+
+def sim_times(graph, cluster, placements) -> np.ndarray:
+    import envs
+
+    out = []
+    for p in placements:
+        r = envs.simulate(graph, p, cluster)
+        out.append(r.step_time_s if r.ok else r.extra.get("sim_step_time_s", float("inf")))
+    return np.asarray(out)
+
+
+def physical(cluster, device_map):
+    """The cluster of distinct torch devices, and each logical device's index into it.
+
+    Logical devices mapped to one torch device share its queue in reality (on a
+    CPU-only machine every placement is a single-device run), so the calibrated
+    simulation runs on the physical devices.
+    """
+    import envs
+    from envs.runtime import resolve_devices
+
+    torch_of = resolve_devices(cluster.device_names, device_map)
+    first: dict[str, int] = {}
+    for i, name in enumerate(cluster.device_names):
+        first.setdefault(str(torch_of[name]), i)
+    keep = sorted(first.values())
+    to_phys = np.array([keep.index(first[str(torch_of[name])]) for name in cluster.device_names], dtype=np.int32)
+    names = [cluster.device_names[i] for i in keep]
+    links = {(a, b): link for (a, b), link in cluster.links.items() if a in names and b in names}
+    phys = envs.Cluster(name=cluster.name, devices=[cluster.devices[i] for i in keep], links=links, description=cluster.description)
+    return phys, to_phys
+
+
+def run_model(name: str, args: argparse.Namespace) -> dict:
+    from scipy.stats import spearmanr
+
+    import envs
+    from envs.measured import MeasuredEnv
+    from envs.profiler import apply_profile, calibrate_cluster, profile_model, save_profile
+    from graphs.torch_capture import capture
+
+    cluster = envs.resolve_cluster(args.cluster)
+    model, inputs = build(name, args.size)
+    graph = capture(model, inputs, name=name)
+    t0 = time.time()
+    prof = profile_model(model, inputs, args.devices.split(","), warmup=1, repeats=args.repeats)
+    profile_s = time.time() - t0
+    run_dir = os.path.join(args.out_dir, name)
+    os.makedirs(run_dir, exist_ok=True)
+    save_profile(prof, os.path.join(run_dir, "profile.json"))
+    graph_p = apply_profile(graph, prof)
+    calibrated, to_phys = physical(calibrate_cluster(cluster, prof, graph=graph, device_map=args.device_map), args.device_map)
+    placements = random_placements(graph.num_ops, cluster.num_devices, args.placements, seed=args.seed)
+    t0 = time.time()
+    env = MeasuredEnv(functools.partial(build, name, args.size), cluster, graph=graph, workers=1, device_map=args.device_map,
+                      warmup_steps=args.warmup, timed_steps=args.steps, run_dir=run_dir, cpus_per_worker=args.cpus, timeout_s=args.timeout)
+    try:
+        results = env.evaluate(placements)
+    finally:
+        env.close()
+    measure_s = time.time() - t0
+    ok = np.array([r.ok for r in results])
+    real = np.array([r.step_time_s for r in results])[ok]
+    sim_cal = sim_times(graph_p, calibrated, [to_phys[p] for p in placements])[ok]
+    sim_raw = sim_times(graph, cluster, placements)[ok]
+    # One physical device (CPU only): every placement simulates alike, ranks are undefined (NaN).
+    rho_cal = float(spearmanr(sim_cal, real).statistic) if ok.sum() > 2 and np.ptp(sim_cal) > 0 else float("nan")
+    rho_raw = float(spearmanr(sim_raw, real).statistic) if ok.sum() > 2 else float("nan")
+    return {
+        "model": name, "size": args.size, "ops": graph.num_ops, "placements": len(placements), "measured_ok": int(ok.sum()),
+        "failed": [f"{r.status}: {r.message}" for r in results if not r.ok][:5],
+        "spearman_calibrated": rho_cal, "mape_calibrated": mape(sim_cal, real),
+        "spearman_uncalibrated": rho_raw, "mape_uncalibrated": mape(sim_raw, real),
+        "real_step_s": real.tolist(), "sim_calibrated_step_s": sim_cal.tolist(), "sim_uncalibrated_step_s": sim_raw.tolist(),
+        "profile_s": profile_s, "measure_s": measure_s,
+        "links": [{k: lk[k] for k in ("src", "dst", "latency_s", "bandwidth_bytes_per_s")} for lk in prof["links"]],
+    }
+
+
+def markdown(rows: list[dict], args: argparse.Namespace) -> str:
+    lines = [
+        f"Calibrated simulator vs real training steps: `python scripts/calibrate_sim.py --devices {args.devices} --size {args.size} "
+        f"--cluster {args.cluster}{' --device-map ' + repr(args.device_map) if args.device_map else ''} --placements {args.placements}` "
+        f"(median of {args.steps} timed steps after {args.warmup} warm-up, Adam).",
+        "",
+        "| model | ops | placements ok | Spearman (calibrated) | MAPE (calibrated) | Spearman (preset) | MAPE (preset) | real step time range |",
+        "|---|---:|---:|---:|---:|---:|---:|---|",
+    ]
+    for r in rows:
+        real = r["real_step_s"] or [float("nan")]
+        lines.append(
+            f"| {r['model']} ({r['size']}) | {r['ops']} | {r['measured_ok']}/{r['placements']} | {r['spearman_calibrated']:.3f} | "
+            f"{100 * r['mape_calibrated']:.1f}% | {r['spearman_uncalibrated']:.3f} | {100 * r['mape_uncalibrated']:.1f}% | "
+            f"{min(real) * 1e3:.1f}-{max(real) * 1e3:.1f} ms |"
+        )
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--models", default="rnnlm,resnet50", help="comma-separated zoo names (default rnnlm,resnet50)")
+    p.add_argument("--devices", default="cpu", help="torch devices to profile: cpu, or cpu,cuda:0 (default cpu)")
+    p.add_argument("--cluster", default="h200x1", help="cluster whose logical devices placements use (default h200x1)")
+    p.add_argument("--device-map", default=None, help="logical -> torch devices (default: *=cpu when --devices is cpu)")
+    p.add_argument("--size", choices=("small", "full"), default="small", help="toy-sized architectures or the zoo's sizes")
+    p.add_argument("--placements", type=int, default=20)
+    p.add_argument("--warmup", type=int, default=2)
+    p.add_argument("--steps", type=int, default=5)
+    p.add_argument("--repeats", type=int, default=5, help="profiler repeats per op")
+    p.add_argument("--cpus", type=int, default=os.cpu_count() or 1, help="CPU threads for the measuring actor")
+    p.add_argument("--timeout", type=float, default=600.0, help="seconds allowed per measured placement")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--out-dir", default="runs/calibrate")
+    args = p.parse_args(argv)
+    if args.device_map is None and "cuda" not in args.devices:
+        args.device_map = "*=cpu"
+    os.makedirs(args.out_dir, exist_ok=True)
+    rows = []
+    for name in args.models.split(","):
+        print(f"[{name}] profiling on {args.devices}, measuring {args.placements} placements...", file=sys.stderr, flush=True)
+        rows.append(run_model(name, args))
+        r = rows[-1]
+        print(f"[{name}] spearman {r['spearman_calibrated']:.3f}, MAPE {100 * r['mape_calibrated']:.1f}% "
+              f"(preset: {r['spearman_uncalibrated']:.3f}, {100 * r['mape_uncalibrated']:.1f}%); "
+              f"profile {r['profile_s']:.0f}s, measure {r['measure_s']:.0f}s", file=sys.stderr, flush=True)
+    with open(os.path.join(args.out_dir, "calibration.json"), "w") as f:
+        json.dump({"args": vars(args), "results": rows}, f, indent=1)
+    md = markdown(rows, args)
+    with open(os.path.join(args.out_dir, "calibration.md"), "w") as f:
+        f.write(md)
+    print(md)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
