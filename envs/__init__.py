@@ -31,4 +31,14 @@ __all__ = [
     "SimEnv",
     "lower_bound",
     "Result",
+    "MeasuredEnv",
 ]
+
+
+def __getattr__(name: str):
+    # The Ray measurement harness loads on first use, so `import envs` stays light.
+    if name == "MeasuredEnv":
+        from envs.measured import MeasuredEnv
+
+        return MeasuredEnv
+    raise AttributeError(f"module 'envs' has no attribute {name!r}")
