@@ -49,16 +49,6 @@ def gpu_devices(cluster) -> np.ndarray:
     return np.asarray(gpus if gpus else range(cluster.num_devices), dtype=np.int64)
 
 
-def comm_matrix_s(nbytes: float, cluster) -> np.ndarray:
-    """Seconds to move ``nbytes`` between each ordered device pair, [D, D] (0 on the diagonal)."""
-    bw = np.asarray(cluster.bandwidth_bytes_per_s, dtype=np.float64)
-    lat = np.asarray(cluster.latency_s, dtype=np.float64)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        t = lat + np.where(np.isinf(bw), 0.0, nbytes / bw)
-    np.fill_diagonal(t, 0.0)
-    return t
-
-
 def mean_link(cluster, devices: np.ndarray) -> tuple[float, float]:
     """Mean (seconds per byte, latency seconds) over distinct pairs of ``devices``."""
     if len(devices) < 2:

@@ -246,3 +246,12 @@ def test_scotch_is_reproducible_on_a_large_graph(k80x4):
     g = random_dag(3000, seed=2)
     runs = [run("scotch", g, k80x4, seed=0) for _ in range(3)]
     assert all(np.array_equal(runs[0], r) for r in runs[1:])
+
+
+def test_annealing_time_budget_stops_the_chain(k80x4):
+    import time
+
+    g = random_dag(300, seed=6)
+    t0 = time.perf_counter()
+    idx = run("annealing", g, k80x4, steps=10**9, time_budget_s=0.5)
+    assert time.perf_counter() - t0 < 20 and idx.shape == (g.num_ops,)
