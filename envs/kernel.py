@@ -173,15 +173,10 @@ def _schedule(p, n, D, out_ptr, out_dst, out_eb, in_ptr, in_src, fwd_t, bwd_t, l
                         size = _push(h, size, ready_f[v], v)
                 else:
                     slot = i * D + d
-                    if gpend[slot] != -1:  # first consumer on d: send once
-                        gpend[slot] = -1
+                    if gpend[slot] == 0:  # first consumer on d: send once
+                        gpend[slot] = tcount[slot]  # consumers whose gradient it waits for
+                        gready[slot] = 0.0
                         size = _push(h, size, e, 2 * n + slot)
-            for k in range(out_ptr[i], out_ptr[i + 1]):
-                d = p[out_dst[k]]
-                if d != pi:
-                    slot = i * D + d
-                    gpend[slot] = tcount[slot]
-                    gready[slot] = 0.0
             if e > ready_b[i]:
                 ready_b[i] = e
             pend_b[i] -= 1
