@@ -24,6 +24,12 @@ topological order, then transfers). Equivalently, tasks are taken from one heap
 ordered by ``(ready time, task id)`` and each starts at ``max(ready time, its
 resource's free time)``.
 
+Devices run concurrently, as in a dataflow executor (the paper's TensorFlow
+setting, Placeto's and Baechi's simulators). Eager PyTorch comes close to this
+when kernels outlast their launch: one Python thread issues every op
+asynchronously to its device's stream, and a cross-device copy waits only for
+its producer. Launch overhead is charged inside each op's time.
+
 This module holds the pure-Python reference implementation (explicit task DAG,
 ``heapq``); :mod:`envs.kernel` computes the identical schedule with a compiled
 kernel and is what the simulator uses.
