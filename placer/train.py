@@ -36,6 +36,7 @@ import torch
 from graphs import OpGraph, PlacerError
 from placer import checkpoint
 from placer.placement import Placement
+from placer.rl_algos import ALGOS, imitate
 
 
 @dataclass
@@ -214,21 +215,36 @@ def _resolve_device(name: str) -> torch.device:
     return dev
 
 
-def _make_env(config: TrainConfig, graph: OpGraph, cluster: Any) -> Any:
+def _make_env(config: TrainConfig, graph: OpGraph, cluster: Any, logdir: str) -> Any:
+    """The scorer named by ``config.env`` (registry ENVS)."""
+    if config.env not in ENVS:
+        raise PlacerError(f"--env {config.env!r}: unknown (known: {', '.join(ENVS)})")
+    return ENVS[config.env](config, graph, cluster, logdir)
+
+
+def _sim_env(config: TrainConfig, graph: OpGraph, cluster: Any, logdir: str) -> Any:
     import envs
 
-    if config.env == "sim":
-        return envs.SimEnv(graph, cluster)
-    if config.env == "measured":
-        from placer.sources import resolve_model
+    return envs.SimEnv(graph, cluster)
 
-        if not config.source:
-            raise PlacerError("--env measured: needs a runnable SOURCE (zoo name or module:callable)")
-        if not hasattr(envs, "MeasuredEnv"):
-            raise PlacerError("--env measured: envs.MeasuredEnv is not available in this installation")
-        model, inputs = resolve_model(config.source)
-        return envs.MeasuredEnv(model, inputs, graph, cluster)
-    raise PlacerError(f"--env {config.env!r}: unknown (sim, measured)")
+
+def _measured_env(config: TrainConfig, graph: OpGraph, cluster: Any, logdir: str) -> Any:
+    """Real training steps on Ray actors; needs a runnable SOURCE (zoo name or module:callable)."""
+    from graphs import zoo
+    from placer.sources import looks_like_callable
+
+    if not (config.source in zoo.names() or looks_like_callable(config.source)):
+        raise PlacerError(
+            f"--env measured: SOURCE {config.source!r} is not runnable (need a zoo name or module:callable, not a graph file)"
+        )
+    try:
+        from envs.measured import MeasuredEnv
+    except ImportError as e:
+        raise PlacerError(f"--env measured: the measurement harness is not available ({e})") from None
+    return MeasuredEnv(config.source, cluster, graph=graph, run_dir=logdir)
+
+
+ENVS: dict[str, Any] = {"sim": _sim_env, "measured": _measured_env}
 
 
 def _heuristics(graph: OpGraph, cluster: Any, config: TrainConfig) -> dict[str, tuple[float, np.ndarray | None]]:
@@ -298,12 +314,13 @@ def train(config: TrainConfig, *, graph: OpGraph | None = None, cluster: Any = N
         cluster = envs.resolve_cluster(config.cluster)
         if config.profile:
             cluster = cluster.with_profile(config.profile)
-    env = env if env is not None else _make_env(config, graph, cluster)
+    logdir = config.logdir or _default_logdir(config, graph)
+    os.makedirs(logdir, exist_ok=True)
+    owns_env = env is None
+    env = env if env is not None else _make_env(config, graph, cluster, logdir)
     score = CachedScorer(env)
     devices = list(cluster.device_names)
     num_devices = len(devices)
-    logdir = config.logdir or _default_logdir(config, graph)
-    os.makedirs(logdir, exist_ok=True)
     if config.resume and not checkpoint.exists(logdir):
         raise PlacerError(f"--resume: {logdir} has no {checkpoint.CHECKPOINT_PT}")
 
@@ -381,7 +398,7 @@ def train(config: TrainConfig, *, graph: OpGraph | None = None, cluster: Any = N
 
     # ---- warm start: imitate the best heuristic (counts against the time budget)
     if not config.resume and warm:
-        steps = _imitate(policy, target, config)
+        steps = imitate(policy, target, config)
         run.update(warm_start=f"imitation of {best_h[0]} ({steps} steps)", warm_start_indices=target.tolist())
         g_t, g_failed = score(policy.greedy()[None])
         run["warm_start_step_time_s"] = float(g_t[0]) if not g_failed[0] else None
@@ -451,6 +468,8 @@ def train(config: TrainConfig, *, graph: OpGraph | None = None, cluster: Any = N
     save_checkpoint()
     writer.flush()
     writer.close()
+    if owns_env and hasattr(env, "close"):
+        env.close()
     best = _best_placement(graph, devices, cluster, config, run) if run["best_indices"] is not None else None
     result = TrainResult(
         best_step_time_s=run["best_step_time_s"], best_placement=best, iterations=run["iteration"],
@@ -466,73 +485,7 @@ def train(config: TrainConfig, *, graph: OpGraph | None = None, cluster: Any = N
     return result
 
 
-# ------------------------------------------------------------------ algorithms
-class Reinforce:
-    """REINFORCE: sample with gradients, loss = -adv * log p - entropy bonus."""
-
-    @staticmethod
-    def sample(policy: Any, k: int, gen: torch.Generator) -> Any:
-        return policy.sample(k, generator=gen)
-
-    @staticmethod
-    def update(policy: Any, optimizer: torch.optim.Optimizer, sample: Any, adv: torch.Tensor, config: TrainConfig) -> tuple[float, float]:
-        num_items = getattr(policy, "num_items", 1)
-        loss_pg = -(adv * sample.log_prob).mean() / num_items  # per-item scale: lr independent of graph size
-        entropy = sample.entropy.mean()
-        loss = loss_pg - config.entropy_coef * entropy
-        optimizer.zero_grad()
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(policy.parameters(), config.grad_clip)
-        optimizer.step()
-        return float(loss_pg.detach()), float(entropy.detach())
-
-
-class PPO:
-    """PPO: sample without gradients, then ``ppo_epochs`` clipped-surrogate updates."""
-
-    @staticmethod
-    def sample(policy: Any, k: int, gen: torch.Generator) -> Any:
-        with torch.no_grad():
-            return policy.sample(k, generator=gen)
-
-    @staticmethod
-    def update(policy: Any, optimizer: torch.optim.Optimizer, sample: Any, adv: torch.Tensor, config: TrainConfig) -> tuple[float, float]:
-        old = sample.log_prob.detach()
-        loss_pg = entropy = torch.zeros(())
-        for _ in range(config.ppo_epochs):
-            logp, ent = policy.log_prob(sample.actions)
-            ratio = torch.exp(logp - old)
-            loss_pg = -torch.min(ratio * adv, torch.clamp(ratio, 1 - config.ppo_clip, 1 + config.ppo_clip) * adv).mean()
-            entropy = ent.mean()
-            optimizer.zero_grad()
-            (loss_pg - config.entropy_coef * entropy).backward()
-            torch.nn.utils.clip_grad_norm_(policy.parameters(), config.grad_clip)
-            optimizer.step()
-        return float(loss_pg.detach()), float(entropy.detach())
-
-
-ALGOS: dict[str, Any] = {"reinforce": Reinforce, "ppo": PPO}
-
-
 # ------------------------------------------------------------------ small helpers
-def _imitate(policy: Any, target: np.ndarray, config: TrainConfig) -> int:
-    """Fit the policy to a target placement; returns the number of steps taken."""
-    opt = torch.optim.Adam(policy.parameters(), lr=config.warm_start_lr)
-    for step in range(1, config.warm_start_steps + 1):
-        opt.zero_grad()
-        loss = policy.imitation_loss(target)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(policy.parameters(), config.grad_clip)
-        opt.step()
-        if step % 10 == 0 and float(loss.detach()) < config.warm_start_nll:
-            # done once the greedy decoding is the target (as far as the items can express it)
-            expand, contract = getattr(policy, "expand", None), getattr(policy, "contract", None)
-            want = expand(contract(target)) if expand is not None else np.asarray(target)
-            if np.array_equal(policy.greedy(), want):
-                return step
-    return config.warm_start_steps
-
-
 def _best_placement(graph: OpGraph, devices: list[str], cluster: Any, config: TrainConfig, run: dict) -> Placement:
     return Placement.from_indices(
         graph, devices, run["best_indices"], cluster=getattr(cluster, "name", config.cluster),

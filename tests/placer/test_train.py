@@ -62,6 +62,27 @@ def test_learns_two_chains_from_scratch(tmp_path, algo):
     assert p.meta["found_by"] in ("sample", "greedy") and p.meta["warm_start"] == "none"
 
 
+@pytest.mark.parametrize("algo", ["reinforce", "ppo"])
+def test_hierarchical_policy_trains_and_resumes(tmp_path, algo):
+    from graphs.synthetic import random_dag
+
+    g = random_dag(40, seed=2, name="rd40")
+    c = envs.resolve_cluster("k80x2")
+    cfg = dict(policy="hierarchical", max_groups=6, algo=algo, warm_start="none")
+    r = train(_config(tmp_path, iterations=4, **cfg), graph=g, cluster=c)
+    assert r.iterations == 4 and np.isfinite(r.best_step_time_s)
+    assert envs.SimEnv(g, c).simulate(r.best_placement).step_time_s == pytest.approx(r.best_step_time_s)
+    r2 = train(_config(tmp_path, iterations=6, resume=True, **cfg), graph=g, cluster=c)
+    assert r2.iterations == 6 and r2.best_step_time_s <= r.best_step_time_s
+
+
+def test_measured_env_needs_a_runnable_source(tmp_path, capsys):
+    path = str(tmp_path / "g.json")
+    save(two_chains(), path)
+    rc = main(["train", path, "--cluster", "k80x2", "--env", "measured", "--iterations", "1", "--logdir", str(tmp_path / "r")])
+    assert rc == 2 and "not runnable" in capsys.readouterr().err
+
+
 def test_warm_start_reproduces_the_best_heuristic(tmp_path):
     g = two_chains()
     c = envs.resolve_cluster("k80x2")
