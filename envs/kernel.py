@@ -96,6 +96,20 @@ def _pop(h, size):
 
 
 @njit(cache=True)
+def _offer(h, size, ck, ct, key, tid):
+    """Make task ``tid`` ready: it becomes the held candidate if it beats the current one.
+
+    The candidate ``(ck, ct)`` (``ct < 0``: none) is kept outside the heap, so a
+    task that is also the next one to run skips a push and a pop (chains).
+    """
+    if ct < 0:
+        return size, key, tid
+    if key < ck or (key == ck and tid < ct):
+        return _push(h, size, ck, ct), key, tid
+    return _push(h, size, key, tid), ck, ct
+
+
+@njit(cache=True)
 def _schedule(p, n, D, out_ptr, out_dst, out_eb, in_ptr, in_src, fwd_t, bwd_t, lat, bw,
               pend_f, ready_f, pend_b, ready_b, tcount, tbytes, gpend, gready, free, h, start, end):
     """Schedule one placement; fills ``start``/``end`` (by task id) and ``tcount``/``tbytes``.
@@ -125,14 +139,21 @@ def _schedule(p, n, D, out_ptr, out_dst, out_eb, in_ptr, in_src, fwd_t, bwd_t, l
                 if out_eb[k] > tbytes[slot]:
                     tbytes[slot] = out_eb[k]
     size = 0
+    ck = 0.0
+    ct = -1
     for i in range(n):
         if pend_f[i] == 0:
-            size = _push(h, size, 0.0, i)
+            size, ck, ct = _offer(h, size, ck, ct, 0.0, i)
     t_end = 0.0
-    while size > 0:
-        r = h[0]
-        t = int(h[1])
-        size = _pop(h, size)
+    while size > 0 or ct >= 0:
+        if ct >= 0 and (size == 0 or ck < h[0] or (ck == h[0] and ct < h[1])):
+            r = ck
+            t = ct
+            ct = -1
+        else:
+            r = h[0]
+            t = int(h[1])
+            size = _pop(h, size)
         if t < n:
             i = t
             res = p[i]
@@ -170,18 +191,18 @@ def _schedule(p, n, D, out_ptr, out_dst, out_eb, in_ptr, in_src, fwd_t, bwd_t, l
                         ready_f[v] = e
                     pend_f[v] -= 1
                     if pend_f[v] == 0:
-                        size = _push(h, size, ready_f[v], v)
+                        size, ck, ct = _offer(h, size, ck, ct, ready_f[v], v)
                 else:
                     slot = i * D + d
                     if gpend[slot] == 0:  # first consumer on d: send once
                         gpend[slot] = tcount[slot]  # consumers whose gradient it waits for
                         gready[slot] = 0.0
-                        size = _push(h, size, e, 2 * n + slot)
+                        size, ck, ct = _offer(h, size, ck, ct, e, 2 * n + slot)
             if e > ready_b[i]:
                 ready_b[i] = e
             pend_b[i] -= 1
             if pend_b[i] == 0:
-                size = _push(h, size, ready_b[i], 2 * n - 1 - i)
+                size, ck, ct = _offer(h, size, ck, ct, ready_b[i], 2 * n - 1 - i)
         elif t < 2 * n:  # backward done: producers here, gradient transfers out
             pi = p[i]
             for k in range(in_ptr[i], in_ptr[i + 1]):
@@ -191,14 +212,14 @@ def _schedule(p, n, D, out_ptr, out_dst, out_eb, in_ptr, in_src, fwd_t, bwd_t, l
                         ready_b[u] = e
                     pend_b[u] -= 1
                     if pend_b[u] == 0:
-                        size = _push(h, size, ready_b[u], 2 * n - 1 - u)
+                        size, ck, ct = _offer(h, size, ck, ct, ready_b[u], 2 * n - 1 - u)
                 else:
                     slot = u * D + pi
                     if e > gready[slot]:
                         gready[slot] = e
                     gpend[slot] -= 1
                     if gpend[slot] == 0:
-                        size = _push(h, size, gready[slot], 2 * n + nD + slot)
+                        size, ck, ct = _offer(h, size, ck, ct, gready[slot], 2 * n + nD + slot)
         elif t < 2 * n + nD:  # activation arrived on d
             for k in range(out_ptr[i], out_ptr[i + 1]):
                 v = out_dst[k]
@@ -207,13 +228,13 @@ def _schedule(p, n, D, out_ptr, out_dst, out_eb, in_ptr, in_src, fwd_t, bwd_t, l
                         ready_f[v] = e
                     pend_f[v] -= 1
                     if pend_f[v] == 0:
-                        size = _push(h, size, ready_f[v], v)
+                        size, ck, ct = _offer(h, size, ck, ct, ready_f[v], v)
         else:  # gradient arrived back on p[i]
             if e > ready_b[i]:
                 ready_b[i] = e
             pend_b[i] -= 1
             if pend_b[i] == 0:
-                size = _push(h, size, ready_b[i], 2 * n - 1 - i)
+                size, ck, ct = _offer(h, size, ck, ct, ready_b[i], 2 * n - 1 - i)
     return t_end
 
 
