@@ -2,8 +2,8 @@
 
 Same tasks, same policy, same task ids and tie-breaks as
 :func:`envs.schedule.schedule_reference`, but with no task graph built: the
-kernel walks the op graph's CSR arrays and keeps one binary heap ordered by
-``(ready time, task id)``. Task ids (``n`` ops, ``D`` devices): ``fwd i = i``,
+kernel walks the op graph's CSR arrays and keeps one 4-ary heap ordered by
+``(ready time, task id)`` plus the best newly ready task outside it. Task ids (``n`` ops, ``D`` devices): ``fwd i = i``,
 ``bwd i = 2n-1-i``, ``act (u, d) = 2n + u*D + d``, ``grad (u, d) = 2n + nD + u*D + d``.
 Resources: device ``d`` is ``d``; link ``a -> b`` is ``D + a*D + b``.
 
