@@ -94,7 +94,6 @@ def _op_timer(node: Any, args: tuple, kwargs: dict, device: Any, warmup: int, re
     import torch
     from torch.utils._pytree import tree_flatten, tree_map
 
-
     def fresh(grad: bool) -> tuple[tuple, dict, list]:
         leaves: list = []
 

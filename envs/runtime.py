@@ -207,8 +207,6 @@ def place_module(ep: torch.export.ExportedProgram, assignment: Mapping[str, str]
             dev = next((home[a] for a in node.all_input_nodes if a in home), None)
             if dev is None:
                 continue  # nothing known about where it runs: leave it untouched
-        if dev not in devices:
-            devices.update(resolve_devices([dev], device_map))
         home[node] = dev
         node.meta[DEVICE_META] = dev
         torch_dev = str(devices[dev])
