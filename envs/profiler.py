@@ -73,13 +73,14 @@ def time_call(run: Callable[[Any], Any], setup: Callable[[], Any], device: Any, 
     for k in range(warmup + repeats):
         state = setup()
         if device.type == "cuda":
-            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            _sync(device)
-            start.record()
-            run(state)
-            end.record()
-            end.synchronize()
-            elapsed = start.elapsed_time(end) / 1e3
+            with torch.cuda.device(device):  # events record on this device's current stream
+                start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+                _sync(device)
+                start.record()
+                run(state)
+                end.record()
+                end.synchronize()
+                elapsed = start.elapsed_time(end) / 1e3
         else:
             t0 = time.perf_counter()
             run(state)

@@ -47,7 +47,9 @@ def apply(
       model's own tensors, so the result shares them, like ``model.to(device)``
       does; build the optimizer on the *returned* module's parameters;
     * buffers (batch-norm running statistics) update in place as in the model;
-    * the train/eval mode is the one the model had when this was called.
+    * the train/eval mode is the one the model had when this was called;
+    * random ops (dropout) draw from their placed device's generator, so their
+      masks match the unplaced model's only where both run on the same device.
 
     Args:
         model: the module to place.
