@@ -98,6 +98,13 @@ def resolve_devices(logical: Iterable[str], device_map: Mapping[str, str] | str 
     return out
 
 
+def check_available(devices: Mapping[str, torch.device]) -> None:
+    """Raise :class:`PlacerError` if a logical device maps to a CUDA device this machine lacks."""
+    for name, dev in devices.items():
+        if dev.type == "cuda" and (not torch.cuda.is_available() or (dev.index or 0) >= torch.cuda.device_count()):
+            raise PlacerError(f"{name} maps to {dev}, which this machine does not have (use a device map, e.g. --device-map '*=cpu')")
+
+
 # ------------------------------------------------------------------ transfers
 def _to_device(value: Any, device: str) -> Any:
     """Copy a tensor (or a tuple/list of them) to ``device``; other values pass through."""
@@ -169,6 +176,7 @@ def place_module(ep: torch.export.ExportedProgram, assignment: Mapping[str, str]
     """
     gm = ep.module()
     devices = resolve_devices(sorted(set(assignment.values())), device_map)
+    check_available(devices)
     graph = gm.graph
     nodes = list(graph.nodes)
     home: dict[fx.Node, str] = {}  # logical device each value lives on (absent: unknown)

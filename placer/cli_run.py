@@ -62,7 +62,7 @@ def run_run(args: argparse.Namespace) -> int:
     import torch
 
     import envs
-    from envs.runtime import measure_steps, resolve_devices
+    from envs.runtime import check_available, measure_steps, resolve_devices
     from placer.apply import apply
     from placer.placement import Placement
     from placer.sources import resolve_model
@@ -74,9 +74,7 @@ def run_run(args: argparse.Namespace) -> int:
     if unknown:
         raise PlacerError(f"{args.placement}: uses device {unknown[0]!r}, not in cluster {cluster.name} ({', '.join(cluster.device_names)})")
     devices = resolve_devices(sorted(set(placement.assignment.values())), args.device_map)
-    for name, dev in devices.items():
-        if dev.type == "cuda" and (not torch.cuda.is_available() or (dev.index or 0) >= torch.cuda.device_count()):
-            raise PlacerError(f"{name} maps to {dev}, which this machine does not have (use --device-map, e.g. '*=cpu')")
+    check_available(devices)
     model, inputs = resolve_model(args.source)
     module = apply(model, placement, inputs, device_map=args.device_map)
     opt = torch.optim.Adam(module.parameters(), lr=args.lr)

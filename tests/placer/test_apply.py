@@ -299,3 +299,12 @@ def test_zoo_model_trains_step_by_step_like_the_unplaced_one():
             o.step()
             losses.append(loss.item())
         assert losses[0] == pytest.approx(losses[1], rel=1e-5), step
+
+
+def test_missing_cuda_device_is_a_one_line_error():
+    if torch.cuda.is_available():
+        pytest.skip("this machine has CUDA")
+    model, inputs = _cases()["bn"]
+    g = capture(model, inputs)
+    with pytest.raises(PlacerError, match="gpu:0 maps to cuda:0, which this machine does not have"):
+        apply(model, {n: "gpu:0" for n in g.names}, inputs)
