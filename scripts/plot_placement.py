@@ -31,6 +31,8 @@ def main(argv: list[str] | None = None) -> int:
     what.add_argument("--method", default=None, help="a baseline name instead of RL")
     parser.add_argument("--policy", default="seq2seq", help="RL policy when training (default seq2seq)")
     parser.add_argument("--time-budget", type=float, default=60.0, metavar="S", help="RL training seconds (default 60)")
+    parser.add_argument("--warm-start", choices=("best", "none"), default="best",
+                        help="RL imitates the best heuristic first (default) or starts from scratch")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--color-by", choices=("layer", "kind"), default="layer")
     parser.add_argument("-o", "--output", required=True, help="PNG file to write")
@@ -54,7 +56,7 @@ def main(argv: list[str] | None = None) -> int:
 
             with tempfile.TemporaryDirectory(prefix="placer-plot-") as tmp:
                 result = train(TrainConfig(cluster=cluster.name, policy=args.policy, time_budget_s=args.time_budget,
-                                           seed=args.seed, progress=False, logdir=tmp), graph=graph, cluster=cluster)
+                                           warm_start=args.warm_start, seed=args.seed, progress=False, logdir=tmp), graph=graph, cluster=cluster)
             if result.best_placement is None:
                 raise PlacerError(f"{args.source}: RL found no valid placement in {args.time_budget:g} s")
             placement, label = result.best_placement, f"RL {args.policy}, {args.time_budget:g} s"

@@ -1,0 +1,82 @@
+"""Smoke tests of the benchmark scripts with tiny budgets, so they cannot silently rot."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import graphs
+from graphs.synthetic import random_dag
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def run(script: str, *args: str, timeout: float = 300) -> subprocess.CompletedProcess:
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    return subprocess.run([sys.executable, str(ROOT / "scripts" / script), *args], capture_output=True, text=True,
+                          timeout=timeout, env=env, cwd=ROOT)
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory) -> str:
+    path = tmp_path_factory.mktemp("g") / "tiny.json"
+    graphs.save(random_dag(50, seed=0, name="tiny"), path)
+    return str(path)
+
+
+def test_reproduce_paper_rejects_bad_input_in_one_line():
+    proc = run("reproduce_paper.py", "--time-budget", "0")
+    assert proc.returncode == 2 and proc.stderr.strip().count("\n") == 0 and "--time-budget" in proc.stderr
+
+
+@pytest.mark.slow
+def test_reproduce_paper_tiny(tiny, tmp_path):
+    out = tmp_path / "t.md"
+    proc = run("reproduce_paper.py", "--graphs", tiny, "--clusters", "k80x2", "--policies", "seq2seq",
+               "--time-budget", "2", "--out", str(out))
+    assert proc.returncode == 0, proc.stderr
+    assert "| tiny | 50 | k80x2 |" in proc.stdout and "[1/1] tiny" in proc.stderr
+    assert out.read_text().strip() == proc.stdout.strip()
+    proc = run("reproduce_paper.py", "--graphs", tiny, "--clusters", "v100x4", "--policies", "hierarchical",
+               "--time-budget", "1", "--warm-start", "none", "--json")
+    assert proc.returncode == 0, proc.stderr
+    (row,) = json.loads(proc.stdout)["rows"]
+    assert row["cluster"] == "v100x4" and row["rl"]["hierarchical"] >= row["lower_bound_s"] * (1 - 1e-9)
+
+
+@pytest.mark.slow
+def test_bench_search_tiny(tiny, tmp_path):
+    png = tmp_path / "c.png"
+    proc = run("bench_search.py", "--graphs", tiny, "--budget", "1", "--methods", "annealing,random_search,rl-seq2seq",
+               "--plot", str(png))
+    assert proc.returncode == 0, proc.stderr
+    assert "| tiny | annealing |" in proc.stdout and "| tiny | rl-seq2seq |" in proc.stdout
+    assert png.read_bytes()[:4] == b"\x89PNG"
+    assert run("bench_search.py", "--methods", "nope").returncode == 2
+
+
+@pytest.mark.slow
+def test_bench_scale_tiny():
+    proc = run("bench_scale.py", "--sizes", "200,400", "--policies", "seq2seq", "--samples", "2", "--json")
+    assert proc.returncode == 0, proc.stderr
+    rows = json.loads(proc.stdout)["rows"]
+    assert [r["ops"] for r in rows] == [200, 400] and all(r["iteration_s"] > 0 for r in rows)
+    assert run("bench_scale.py", "--sizes", "1").returncode == 2
+
+
+@pytest.mark.slow
+def test_plot_placement_tiny(tiny, tmp_path):
+    png, trace = tmp_path / "p.png", tmp_path / "t.json"
+    proc = run("plot_placement.py", tiny, "--cluster", "k80x2", "--method", "round_robin", "--color-by", "kind",
+               "-o", str(png), "--trace", str(trace))
+    assert proc.returncode == 0, proc.stderr
+    assert png.read_bytes()[:4] == b"\x89PNG" and json.loads(trace.read_text())["traceEvents"]
+    proc = run("plot_placement.py", tiny, "--cluster", "k80x2", "--time-budget", "1", "--warm-start", "none", "-o", str(png))
+    assert proc.returncode == 0, proc.stderr
+    assert "RL seq2seq" in proc.stderr
+    assert run("plot_placement.py", "no-such-graph", "-o", str(png)).returncode == 2
