@@ -225,6 +225,14 @@ def _pct(p: float | None) -> str:
     return "—" if p is None else f"{p:+.1f}%"
 
 
+def _rl_cell(r: Table1Row, policy: str) -> str:
+    if policy not in r.rl:
+        return "not run"
+    if r.rl[policy] is None and r.rl_runs.get(policy, {}).get("iterations") == 0:
+        return "none (0 iterations)"  # the warm start used up the budget
+    return _ms(r.rl[policy])
+
+
 def markdown_table(rows: Sequence[Table1Row]) -> str:
     """Table 1 as markdown: one line per (model, cluster), step times in ms."""
     head = (
@@ -244,7 +252,7 @@ def markdown_table(rows: Sequence[Table1Row]) -> str:
             _ms(r.single_cpu_s, r.statuses.get("single_cpu")), _ms(r.single_gpu_s, r.statuses.get("single_gpu")),
             *[_ms(r.baselines.get(m), r.statuses.get(m, "n/a" if m not in r.baselines else None)) for m in NAMED_COLUMNS],
             other_s,
-            *[_ms(r.rl.get(p), None if p in r.rl else "not run") for p in RL_POLICIES],
+            *[_rl_cell(r, p) for p in RL_POLICIES],
             _ms(r.lower_bound_s),
             _pct(r.rl_speedup_pct("expert")), _pct(r.rl_speedup_pct()),
         ]

@@ -20,9 +20,10 @@ import time
 
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
-#: Seconds per RL run. 16 (model, cluster) pairs x 2 policies x 60 s, plus the
-#: heuristics (~10-30 s per pair) and each run's setup, finish within an hour on 2 cores.
-DEFAULT_BUDGET_S = 60.0
+#: Seconds per RL run. 16 (model, cluster) pairs x 2 policies x 45 s (24 min), plus the
+#: heuristics and each run's setup and warm start (~40-60 s per pair measured with 2 models
+#: x 4 clusters at --time-budget 20 on a loaded 2-core machine), finish within an hour.
+DEFAULT_BUDGET_S = 45.0
 
 
 def main(argv: list[str] | None = None) -> int:

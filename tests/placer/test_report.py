@@ -52,6 +52,8 @@ def test_markdown_cells():
     assert cells[:9] == ["nmt", "10", "k80x4", "OOM", "400", "250", "OOM", "300", "**heft 200**"]
     assert cells[9:] == ["150", "180", "100", "+50.0%", "+25.0%"]
     assert "| n/a | n/a |" in second  # no scotch/metis row at all (not installed / not run)
+    starved = row(rl={"seq2seq": None}, rl_runs={"seq2seq": {"iterations": 0}})
+    assert "| none (0 iterations) | not run |" in markdown_table([starved])
 
 
 def test_report_splits_paper_and_modern_clusters():
