@@ -190,7 +190,8 @@ class MeasuredEnv:
         device_map: logical -> torch device (see :func:`envs.runtime.resolve_devices`).
         max_retries: re-measurements of a placement whose actor died.
         graph: the graph placements refer to (default: captured from ``source``).
-        cpus_per_worker: Ray CPUs (and torch threads) per actor.
+        cpus_per_worker: Ray CPUs (and torch threads) per actor (default: a whole
+            node's CPUs shared by the actors on it, so CPU ops run as in a real job).
         faults: TEST ONLY. placement hash -> ``"sleep:S"``, ``"raise[:msg]"``,
             ``"oom"``, ``"exit"`` or ``"exit_once:MARKER_PATH"``, acted on by the
             actor just before the training steps of that placement.
@@ -210,7 +211,7 @@ class MeasuredEnv:
         device_map: Mapping[str, str] | str | None = None,
         max_retries: int = 2,
         graph: OpGraph | None = None,
-        cpus_per_worker: int = 1,
+        cpus_per_worker: int | None = None,
         lr: float = 1e-3,
         faults: Mapping[str, str] | None = None,
     ) -> None:
@@ -265,8 +266,12 @@ class MeasuredEnv:
 
     def _ensure_actors(self, wanted: int) -> None:
         ray = self._ensure_ray()
+        nodes = [n for n in ray.nodes() if n.get("Alive")]
         if self._workers_wanted is None:
-            self._workers_wanted = max(1, sum(1 for n in ray.nodes() if n.get("Alive")))
+            self._workers_wanted = max(1, len(nodes))
+        if self.cpus_per_worker is None:
+            per_node = max(1, self._workers_wanted // max(1, len(nodes)))
+            self.cpus_per_worker = max(1, int(min(n["Resources"].get("CPU", 1) for n in nodes) // per_node)) if nodes else 1
         while len(self._actors) < min(self._workers_wanted, max(wanted, 1)):
             self._spawn()
 

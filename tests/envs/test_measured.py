@@ -55,6 +55,7 @@ def test_batch_is_measured_by_two_workers(env):
     ps = _placements(env, 4, seed=0)
     env.start()
     assert len(env._actors) == 2 and not env._preparing
+    assert env.cpus_per_worker == 1  # the node's 2 CPUs shared by its 2 workers
     results = env.evaluate(ps)
     assert [r.status for r in results] == ["ok"] * 4, [r.message for r in results]
     assert all(0 < r.step_time_s < 10 and r.source == "measured" for r in results)
