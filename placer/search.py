@@ -126,16 +126,21 @@ def _run_rl(policy: str) -> Callable[..., None]:
 def _run_annealing(graph: OpGraph, cluster: Any, rec: RecordingEnv, budget_s: float, rate: float, seed: int) -> None:
     from placer.baselines import get
 
-    # The cooling schedule runs over `steps`: size it to what the budget can score,
-    # from the throughput of a short probe chain (its moves are cheaper to simulate
-    # than the random placements of the calibration).
+    # The cooling schedule runs over `steps`: size it to what the budget can score.
+    # Proposals near a single-GPU placement (the chain's start) are the cheapest to
+    # simulate, random placements (``rate``) the dearest; the chain wanders between,
+    # so take the geometric mean of the two rates. The time budget still ends it.
     anneal = get("annealing")
-    probe = 256
+    gpus = cluster.gpu_indices() or [0]
+    rng = np.random.default_rng(seed)
+    props = np.full((64, graph.num_ops), gpus[0], dtype=np.int32)
+    props[np.arange(64), rng.integers(0, graph.num_ops, size=64)] = rng.choice(gpus, size=64)
+    rec.env.step_times(props[:1])
     t0 = time.perf_counter()
-    anneal(graph, cluster, seed=seed + 1, steps=probe, init=(), env=rec.env)
-    probe_rate = probe / max(time.perf_counter() - t0, 1e-9)
+    rec.env.step_times(props)
+    move_rate = len(props) / max(time.perf_counter() - t0, 1e-9)
     rec.restart()
-    steps = max(int(0.9 * probe_rate * budget_s), 16)
+    steps = max(int(0.9 * math.sqrt(move_rate * rate) * budget_s), 16)
     anneal(graph, cluster, seed=seed, steps=steps, time_budget_s=budget_s, init=(), env=rec)
 
 
