@@ -190,7 +190,8 @@ def plot_search_curves(curves: Sequence[dict[str, Any]], path: str, *, dpi: int 
     """Best step time so far vs wall time and vs evaluated placements, one row of panels per graph.
 
     Each curve: ``{"graph", "method", "wall_s": [...], "evals": [...], "best_s": [...]}``
-    plus optional ``"lower_bound_s"``; points are where the best improved.
+    plus optional ``"lower_bound_s"`` and ``"reference_s"`` (name -> seconds, drawn
+    dotted); points are where the best improved.
     """
     plt = _pyplot()
     graphs = list(dict.fromkeys(c["graph"] for c in curves))
@@ -212,12 +213,19 @@ def plot_search_curves(curves: Sequence[dict[str, Any]], path: str, *, dpi: int 
             bound = next((c.get("lower_bound_s") for c in mine if c.get("lower_bound_s")), None)
             if bound:
                 ax.axhline(bound * 1e3, color="k", linestyle="--", linewidth=1, label="lower bound")
+            refs = next((c.get("reference_s") for c in mine if c.get("reference_s")), None) or {}
+            for name, t in refs.items():
+                if t:
+                    ax.axhline(t * 1e3, color="0.45", linestyle=":", linewidth=1)
+                    ax.text(0.995, t * 1e3, name, transform=ax.get_yaxis_transform(), ha="right", va="bottom",
+                            fontsize=7, color="0.3")
             if key == "evals":
-                ax.set_xscale("symlog", linthresh=10)
+                ax.set_xscale("log")
+                ax.set_xlim(left=1)
             ax.set_xlabel(label)
             ax.set_ylabel("best step time (ms)")
             ax.set_title(gname)
             ax.grid(alpha=0.3)
-        axes[row][1].legend(fontsize=8)
+        axes[row][1].legend(fontsize=8, loc="upper right")
     fig.tight_layout()
     _save(fig, path, dpi)

@@ -214,6 +214,7 @@ def search_curves(
         RUNNERS[method](graph, cluster, rec, budget_s, rate, seed)
         curve = rec.curve(graph.name, method)
         curve["lower_bound_s"] = out["lower_bound_s"]
+        curve["reference_s"] = reference
         out["curves"].append(curve)
         best = f"{curve['best_s'][-1] * 1e3:.2f} ms" if curve["best_s"] else "no valid placement"
         say(f"    best {best} after {curve['end_evals']} evaluations in {curve['end_wall_s']:.0f} s")
