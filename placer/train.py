@@ -112,8 +112,9 @@ class TrainConfig:
     """at most this many imitation steps."""
     warm_start_lr: float = 0.02
     """Adam learning rate of the imitation steps."""
-    warm_start_nll: float = 0.05
-    """stop imitating once greedy decoding matches and the mean NLL per item is below this."""
+    warm_start_nll: float = 0.01
+    """stop imitating once greedy decoding matches and the mean NLL per item is below this (lower: samples
+    stay closer to the incumbent; measured on inception-v3: 0.05 -> no gain in 300 s, 0.01 -> -0.4%)."""
     ppo_epochs: int = 4
     """PPO: gradient epochs per batch."""
     ppo_clip: float = 0.2
