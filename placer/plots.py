@@ -92,7 +92,7 @@ def schedule_bars(trace: dict[str, Any], graph: OpGraph | None = None) -> Schedu
         op = args.get("op_index")
         if op is None and "op" in args:
             op = index.get(args["op"])
-        out.bars.append(Bar(row[int(e["tid"])], float(e["ts"]) * 1e-6, float(e["dur"]) * 1e-6, str(e.get("cat", "")),
+        out.bars.append(Bar(row[int(e["tid"])], float(e["ts"]) / 1e6, float(e["dur"]) / 1e6, str(e.get("cat", "")),
                             int(op) if op is not None else None))
     return out
 
