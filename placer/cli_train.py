@@ -15,35 +15,45 @@ from graphs.errors import PlacerError
 
 ALGOS = ("reinforce", "ppo")
 ENVS = ("sim", "measured")
+# TrainConfig's defaults, repeated here so `placer --help` does not import torch;
+# tests/placer/test_train.py checks they agree.
+HELP_DEFAULTS = {"lr": 5e-4, "entropy_coef": 0.001, "hidden": 64}
 
 
 def add_commands(sub: argparse._SubParsersAction) -> None:
+    from envs.cluster import CLUSTER_ARG_HELP
+    from envs.profiler import add_profile_argument
+
     p = sub.add_parser(
         "train",
         help="learn a placement with the RL placer (seq2seq or hierarchical policy)",
         description="Train a placement policy on SOURCE's graph. Writes TensorBoard logs, a resumable "
         "checkpoint and best_placement.json under --logdir.",
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
     p.add_argument("source", metavar="SOURCE", help="graph file (.json/.pt2), zoo name or module:callable")
-    p.add_argument("--cluster", required=True, help="cluster preset name or JSON file")
-    p.add_argument("--profile", default=None, help="profile file to apply to the cluster")
-    p.add_argument("--env", default="sim", help="scorer: sim or measured (measured needs a zoo name or module:callable)")
-    p.add_argument("--policy", default="seq2seq", help="policy: seq2seq or hierarchical")
-    p.add_argument("--algo", default="reinforce", help="reinforce or ppo")
-    p.add_argument("--samples", type=int, default=8, help="K: placements sampled and scored per iteration")
+    p.add_argument("--cluster", required=True, help=CLUSTER_ARG_HELP)
+    add_profile_argument(p)
+    p.add_argument("--env", default="sim", help="scorer: sim (simulator, default) or measured (real training steps "
+                   "in Ray actors; needs a zoo name or module:callable)")
+    p.add_argument("--device-map", metavar="MAP", default=None,
+                   help="--env measured / --profile: logical -> torch devices, e.g. gpu:0=cuda:1,*=cpu")
+    p.add_argument("--workers", type=int, default=None, help="--env measured: Ray workers (default one per machine)")
+    p.add_argument("--ray-address", default=None, help="--env measured: join this Ray cluster (default: start a local one)")
+    p.add_argument("--policy", default="seq2seq", help="seq2seq (default; the ICML 2017 policy) or hierarchical (ICLR 2018 grouper-placer)")
+    p.add_argument("--algo", default="reinforce", help="reinforce (default) or ppo")
+    p.add_argument("--samples", type=int, default=8, help="K: placements sampled and scored per iteration (default 8)")
     stop = p.add_mutually_exclusive_group()
     stop.add_argument("--iterations", type=int, default=None, help="stop after N iterations")
     stop.add_argument("--time-budget", type=float, default=None, help="stop after SECONDS (default 300 if neither is given)")
-    p.add_argument("--seed", type=int, default=0, help="random seed")
+    p.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
     p.add_argument("--logdir", default=None, help="run directory (default runs/<graph>-<cluster>-<time>)")
     p.add_argument("--resume", action="store_true", help="continue from --logdir's checkpoint")
     p.add_argument("--max-groups", type=int, default=None, help="items to place (default min(256, 20 x devices))")
-    p.add_argument("--lr", type=float, default=None, help="Adam learning rate (default 0.01)")
-    p.add_argument("--entropy", type=float, default=None, help="entropy bonus weight (default 0.01)")
-    p.add_argument("--hidden", type=int, default=None, help="LSTM units per direction (default 64; paper 256)")
-    p.add_argument("--warm-start", default=None, help="best (imitate the best heuristic first) or none")
-    p.add_argument("--device", default="cpu", help="torch device for the policy: cpu, cuda, cuda:N or auto")
+    p.add_argument("--lr", type=float, default=None, help=f"Adam learning rate (default {HELP_DEFAULTS['lr']:g}; from scratch try 0.01)")
+    p.add_argument("--entropy", type=float, default=None, help=f"entropy bonus weight (default {HELP_DEFAULTS['entropy_coef']:g})")
+    p.add_argument("--hidden", type=int, default=None, help=f"LSTM units per direction (default {HELP_DEFAULTS['hidden']}; paper 256)")
+    p.add_argument("--warm-start", default=None, help="best (default: first imitate the best heuristic's placement, then RL) or none (pure RL from scratch)")
+    p.add_argument("--device", default="cpu", help="torch device for the policy: cpu (default), cuda, cuda:N or auto")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.add_argument("--json", action="store_true", help="print the result as JSON")
     p.set_defaults(func=run_train)
@@ -79,9 +89,11 @@ def run_train(args: argparse.Namespace) -> int:
     from placer.train import TrainConfig, train
 
     cluster = envs.resolve_cluster(args.cluster)
-    if args.profile:
-        cluster = cluster.with_profile(args.profile)
     graph = resolve_graph(args.source)
+    if args.profile:
+        from envs.profiler import with_profile
+
+        graph, cluster = with_profile(graph, cluster, args.profile, device_map=args.device_map)
     overrides = {k: v for k, v in {"lr": args.lr, "entropy_coef": args.entropy, "hidden": args.hidden,
                                    "warm_start": args.warm_start}.items() if v is not None}
     config = TrainConfig(
@@ -89,6 +101,7 @@ def run_train(args: argparse.Namespace) -> int:
         algo=args.algo, samples=args.samples, iterations=args.iterations,
         time_budget_s=args.time_budget if args.time_budget is not None or args.iterations is not None else 300.0,
         seed=args.seed, logdir=args.logdir, resume=args.resume, max_groups=args.max_groups, device=args.device,
+        device_map=args.device_map, workers=args.workers, ray_address=args.ray_address,
         progress=not args.no_progress and not args.json and sys.stderr.isatty(), **overrides,
     )
     if args.resume:
@@ -113,7 +126,7 @@ def _resumed_config(config):
     old = {k: v for k, v in saved["config"].items() if k in fields}
     if isinstance(old.get("heuristics"), list):
         old["heuristics"] = tuple(old["heuristics"])
-    keep = ("iterations", "time_budget_s", "resume", "logdir", "progress", "device")
+    keep = ("iterations", "time_budget_s", "resume", "logdir", "progress", "device", "device_map", "workers", "ray_address")
     return dataclasses.replace(config, **{k: v for k, v in old.items() if k not in keep})
 
 

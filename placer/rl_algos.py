@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import time
+
 import numpy as np
 import torch
 
@@ -60,10 +62,16 @@ class PPO:
 ALGOS: dict[str, Any] = {"reinforce": Reinforce, "ppo": PPO}
 
 
-def imitate(policy: Any, target: np.ndarray, config: Any) -> int:
-    """Fit the policy to a target placement; returns the number of steps taken."""
+def imitate(policy: Any, target: np.ndarray, config: Any, *, deadline: float | None = None) -> int:
+    """Fit the policy to a target placement; returns the number of steps taken.
+
+    Stops early at ``deadline`` (a ``time.perf_counter()`` value), so a warm start
+    never eats a whole time budget on a large graph.
+    """
     opt = torch.optim.Adam(policy.parameters(), lr=config.warm_start_lr)
     for step in range(1, config.warm_start_steps + 1):
+        if deadline is not None and time.perf_counter() >= deadline:
+            return step - 1
         opt.zero_grad()
         loss = policy.imitation_loss(target)
         loss.backward()

@@ -125,6 +125,12 @@ class TrainConfig:
     """write a checkpoint every this many iterations (and on Ctrl-C and at the end)."""
     device: str = "cpu"
     """torch device of the policy: "cpu", "cuda", "cuda:N" or "auto"."""
+    device_map: str | None = None
+    """logical -> torch devices for --env measured and --profile, e.g. "gpu:0=cuda:1,*=cpu"."""
+    workers: int | None = None
+    """--env measured: Ray workers (default: one per machine in the Ray cluster)."""
+    ray_address: str | None = None
+    """--env measured: join this Ray cluster instead of starting a local one."""
     heuristics: tuple[str, ...] | None = None
     """baselines to compare with and warm-start from (None: all registered)."""
     progress: bool = True
@@ -256,7 +262,8 @@ def _measured_env(config: TrainConfig, graph: OpGraph, cluster: Any, logdir: str
         from envs.measured import MeasuredEnv
     except ImportError as e:
         raise PlacerError(f"--env measured: the measurement harness is not available ({e})") from None
-    return MeasuredEnv(config.source, cluster, graph=graph, run_dir=logdir)
+    return MeasuredEnv(config.source, cluster, graph=graph, run_dir=logdir, device_map=config.device_map,
+                       workers=config.workers, ray_address=config.ray_address)
 
 
 ENVS: dict[str, Any] = {"sim": _sim_env, "measured": _measured_env}
@@ -328,7 +335,9 @@ def train(config: TrainConfig, *, graph: OpGraph | None = None, cluster: Any = N
     if cluster is None:
         cluster = envs.resolve_cluster(config.cluster)
         if config.profile:
-            cluster = cluster.with_profile(config.profile)
+            from envs.profiler import with_profile
+
+            graph, cluster = with_profile(graph, cluster, config.profile, device_map=config.device_map)
     logdir = config.logdir or _default_logdir(config, graph)
     os.makedirs(logdir, exist_ok=True)
     owns_env = env is None
@@ -413,10 +422,14 @@ def train(config: TrainConfig, *, graph: OpGraph | None = None, cluster: Any = N
 
     # ---- warm start: imitate the best heuristic (counts against the time budget)
     if not config.resume and warm:
-        steps = imitate(policy, target, config)
+        # imitation may use at most half the time budget, so RL always gets its turn
+        deadline = t0 + 0.5 * config.time_budget_s if config.time_budget_s is not None else None
+        steps = imitate(policy, target, config, deadline=deadline)
         run.update(warm_start=f"imitation of {best_h[0]} ({steps} steps)", warm_start_indices=target.tolist())
-        g_t, g_failed = score(policy.greedy()[None])
+        g_idx = policy.greedy()[None]
+        g_t, g_failed = score(g_idx)
         run["warm_start_step_time_s"] = float(g_t[0]) if not g_failed[0] else None
+        consider(g_idx, g_t, g_failed, "greedy")  # a run whose budget ends here still has a placement
 
     bar = None
     if config.progress:

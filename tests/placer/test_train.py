@@ -181,3 +181,27 @@ def test_sigkill_then_resume_never_loses_the_best(tmp_path):
     doc = json.loads(rc.stdout)
     assert doc["iterations"] == done + 5
     assert doc["best_step_time_s"] <= t_before
+
+
+def test_cli_help_defaults_match_train_config():
+    from placer.cli_train import HELP_DEFAULTS
+    from placer.train import TrainConfig
+
+    config = TrainConfig()
+    assert {k: getattr(config, k) for k in HELP_DEFAULTS} == HELP_DEFAULTS
+
+
+def test_warm_start_is_bounded_by_the_time_budget_and_its_placement_kept(tmp_path):
+    """A budget too short for imitation to converge still ends with the warm-started placement."""
+    from graphs.synthetic import random_dag
+
+    g = random_dag(300, seed=3)
+    c = envs.resolve_cluster("k80x4")
+    config = _config(tmp_path, time_budget_s=0.3, heuristics=("m_topo",), warm_start="best",
+                     warm_start_steps=100_000, warm_start_nll=0.0, max_groups=None)
+    start = time.perf_counter()
+    r = train(config, graph=g, cluster=c)
+    # imitation may take half the budget; scoring and one iteration fit well within a few seconds
+    assert time.perf_counter() - start < 30
+    assert np.isfinite(r.best_step_time_s)
+    assert os.path.exists(os.path.join(r.logdir, "best_placement.json"))
