@@ -25,7 +25,6 @@ True
 
 from __future__ import annotations
 
-import json
 import math
 import os
 from dataclasses import dataclass, field
@@ -34,6 +33,7 @@ from typing import Any
 import numpy as np
 
 from graphs.errors import PlacerError
+from graphs.io import read_json
 
 FORMAT = "placer-cluster/1"
 KINDS = ("cpu", "gpu")
@@ -204,16 +204,7 @@ class Cluster:
     @classmethod
     def load(cls, path: str | os.PathLike) -> "Cluster":
         path = os.fspath(path)
-        try:
-            with open(path) as f:
-                doc = json.load(f)
-        except FileNotFoundError:
-            raise PlacerError(f"{path}: no such file") from None
-        except json.JSONDecodeError as e:
-            raise PlacerError(f"{path}: not valid JSON ({e.msg} at line {e.lineno} column {e.colno})") from None
-        except (OSError, UnicodeDecodeError) as e:
-            raise PlacerError(f"{path}: cannot read ({e})") from None
-        return cls.from_dict(doc, source=path)
+        return cls.from_dict(read_json(path), source=path)
 
     @classmethod
     def from_dict(cls, doc: Any, *, source: str = "cluster") -> "Cluster":

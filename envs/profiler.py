@@ -41,6 +41,7 @@ from typing import Any
 import numpy as np
 
 from graphs import OpGraph, PlacerError
+from graphs.io import read_json
 
 FORMAT = "placer-profile/1"
 DEFAULT_TRANSFER_SIZES = (4 << 10, 256 << 10, 4 << 20, 32 << 20)
@@ -282,13 +283,7 @@ def save_profile(profile: Mapping[str, Any], path: str | os.PathLike) -> None:
 def load_profile(path: str | os.PathLike) -> dict[str, Any]:
     """Read and check a ``placer-profile/1`` file; problems raise :class:`PlacerError` naming it."""
     path = os.fspath(path)
-    try:
-        with open(path) as f:
-            doc = json.load(f)
-    except FileNotFoundError:
-        raise PlacerError(f"{path}: no such file") from None
-    except json.JSONDecodeError as e:
-        raise PlacerError(f"{path}: not valid JSON ({e.msg} at line {e.lineno}); truncated?") from None
+    doc = read_json(path)
     check_profile(doc, source=path)
     return doc
 

@@ -56,15 +56,28 @@ def load(path: str | os.PathLike, *, verify_hash: bool = True) -> OpGraph:
     # cycles; pausing the cyclic GC while it is parsed and turned into arrays
     # saves ~30% of the load time of a 100,000-op graph.
     with _gc_paused():
-        try:
-            opener = gzip.open if path.endswith(".gz") else open
-            with opener(path, "rt") as f:
-                doc = json.load(f)
-        except json.JSONDecodeError as e:
-            raise GraphFormatError(f"{path}: not valid JSON ({e.msg} at line {e.lineno} column {e.colno}); truncated?") from None
-        except (OSError, UnicodeDecodeError, EOFError) as e:
-            raise GraphFormatError(f"{path}: cannot read ({e})") from None
+        doc = read_json(path, error=GraphFormatError)
         return from_dict(doc, source=path, verify_hash=verify_hash)
+
+
+def read_json(path: str | os.PathLike, *, error: type[PlacerError] = PlacerError) -> Any:
+    """Parse a JSON file (gzip-compressed if the name ends in ``.gz``).
+
+    Every way it can fail (missing, unreadable, truncated, not JSON) raises
+    ``error`` with one line that names the file; graphs, placements, clusters and
+    profiles are all read through here.
+    """
+    path = os.fspath(path)
+    try:
+        opener = gzip.open if path.endswith(".gz") else open
+        with opener(path, "rt") as f:
+            return json.load(f)
+    except FileNotFoundError:
+        raise error(f"{path}: no such file") from None
+    except json.JSONDecodeError as e:
+        raise error(f"{path}: not valid JSON ({e.msg} at line {e.lineno} column {e.colno}); truncated?") from None
+    except (OSError, UnicodeDecodeError, EOFError) as e:
+        raise error(f"{path}: cannot read ({e})") from None
 
 
 def from_dict(doc: Any, *, source: str = "graph", verify_hash: bool = True) -> OpGraph:

@@ -8,13 +8,9 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import sys
 
-from graphs.errors import PlacerError
 
-ALGOS = ("reinforce", "ppo")
-ENVS = ("sim", "measured")
 # TrainConfig's defaults, repeated here so `placer --help` does not import torch;
 # tests/placer/test_train.py checks they agree.
 HELP_DEFAULTS = {"lr": 5e-4, "entropy_coef": 0.001, "hidden": 64}
@@ -59,41 +55,11 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=run_train)
 
 
-def _check(args: argparse.Namespace) -> None:
-    from policies import POLICIES
-
-    if args.env not in ENVS:
-        raise PlacerError(f"--env {args.env!r}: unknown (known: {', '.join(ENVS)})")
-    if args.policy not in POLICIES:
-        raise PlacerError(f"--policy {args.policy!r}: unknown (known: {', '.join(POLICIES)})")
-    if args.algo not in ALGOS:
-        raise PlacerError(f"--algo {args.algo!r}: unknown (known: {', '.join(ALGOS)})")
-    if args.samples < 1:
-        raise PlacerError(f"--samples {args.samples}: must be at least 1")
-    if args.iterations is not None and args.iterations < 1:
-        raise PlacerError(f"--iterations {args.iterations}: must be at least 1")
-    if args.time_budget is not None and not (args.time_budget > 0 and math.isfinite(args.time_budget)):
-        raise PlacerError(f"--time-budget {args.time_budget}: must be a positive number of seconds")
-    if args.max_groups is not None and args.max_groups < 0:
-        raise PlacerError(f"--max-groups {args.max_groups}: must be >= 0 (0 places every op)")
-    if args.resume and not args.logdir:
-        raise PlacerError("--resume: needs --logdir (the run directory to continue)")
-    if args.warm_start not in (None, "best", "none"):
-        raise PlacerError(f"--warm-start {args.warm_start!r}: must be best or none")
-
-
 def run_train(args: argparse.Namespace) -> int:
-    _check(args)
     import envs
     from placer.sources import resolve_graph
     from placer.train import TrainConfig, train
 
-    cluster = envs.resolve_cluster(args.cluster)
-    graph = resolve_graph(args.source)
-    if args.profile:
-        from envs.profiler import with_profile
-
-        graph, cluster = with_profile(graph, cluster, args.profile, device_map=args.device_map)
     overrides = {k: v for k, v in {"lr": args.lr, "entropy_coef": args.entropy, "hidden": args.hidden,
                                    "warm_start": args.warm_start}.items() if v is not None}
     config = TrainConfig(
@@ -104,8 +70,15 @@ def run_train(args: argparse.Namespace) -> int:
         device_map=args.device_map, workers=args.workers, ray_address=args.ray_address,
         progress=not args.no_progress and not args.json and sys.stderr.isatty(), **overrides,
     )
+    config.validate()  # before the (possibly slow) capture of SOURCE
     if args.resume:
         config = _resumed_config(config)
+    cluster = envs.resolve_cluster(args.cluster)
+    graph = resolve_graph(args.source)
+    if args.profile:
+        from envs.profiler import with_profile
+
+        graph, cluster = with_profile(graph, cluster, args.profile, device_map=args.device_map)
     result = train(config, graph=graph, cluster=cluster)
     doc = result.to_dict()
     if args.json:

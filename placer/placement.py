@@ -23,6 +23,7 @@ import numpy as np
 
 from envs.assign import as_indices
 from graphs import OpGraph, PlacerError
+from graphs.io import read_json
 
 FORMAT = "placer-placement/1"
 
@@ -93,14 +94,7 @@ class Placement:
     @classmethod
     def load(cls, path: str | os.PathLike) -> "Placement":
         path = os.fspath(path)
-        try:
-            with open(path) as f:
-                doc = json.load(f)
-        except FileNotFoundError:
-            raise PlacerError(f"{path}: no such file") from None
-        except json.JSONDecodeError as e:
-            raise PlacerError(f"{path}: not valid JSON ({e.msg} at line {e.lineno}); truncated?") from None
-        return cls.from_dict(doc, source=path)
+        return cls.from_dict(read_json(path), source=path)
 
     @classmethod
     def from_dict(cls, doc: Any, *, source: str = "placement") -> "Placement":

@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import math
 import os
 import time
 from dataclasses import dataclass, field
@@ -135,6 +136,33 @@ class TrainConfig:
     """baselines to compare with and warm-start from (None: all registered)."""
     progress: bool = True
     """show a tqdm progress bar."""
+
+    def validate(self) -> None:
+        """Raise :class:`PlacerError` (one line, naming the option) for a bad setting."""
+        from policies import POLICIES
+
+        if self.policy not in POLICIES:
+            raise PlacerError(f"--policy {self.policy!r}: unknown (known: {', '.join(POLICIES)})")
+        if self.algo not in ALGOS:
+            raise PlacerError(f"--algo {self.algo!r}: unknown (known: {', '.join(ALGOS)})")
+        if self.env not in ENVS:
+            raise PlacerError(f"--env {self.env!r}: unknown (known: {', '.join(ENVS)})")
+        if self.samples < 1:
+            raise PlacerError(f"--samples {self.samples}: must be at least 1")
+        if self.iterations is None and self.time_budget_s is None:
+            raise PlacerError("train: give --iterations or --time-budget")
+        if self.iterations is not None and self.iterations < 1:
+            raise PlacerError(f"--iterations {self.iterations}: must be at least 1")
+        if self.time_budget_s is not None and not (self.time_budget_s > 0 and math.isfinite(self.time_budget_s)):
+            raise PlacerError(f"--time-budget {self.time_budget_s}: must be a positive number of seconds")
+        if self.max_groups is not None and self.max_groups < 0:
+            raise PlacerError(f"--max-groups {self.max_groups}: must be >= 0 (0 places every op)")
+        if self.resume and not self.logdir:
+            raise PlacerError("--resume: needs --logdir (the run directory to continue)")
+        if self.baseline not in ("loo", "ema"):
+            raise PlacerError(f"baseline {self.baseline!r}: must be 'loo' or 'ema'")
+        if self.warm_start not in ("best", "none"):
+            raise PlacerError(f"--warm-start {self.warm_start!r}: must be best or none")
 
 
 @dataclass
@@ -315,18 +343,7 @@ def train(config: TrainConfig, *, graph: OpGraph | None = None, cluster: Any = N
     from policies import POLICIES
 
     # ---- validate and resolve
-    if config.policy not in POLICIES:
-        raise PlacerError(f"--policy {config.policy!r}: unknown (known: {', '.join(POLICIES)})")
-    if config.algo not in ALGOS:
-        raise PlacerError(f"--algo {config.algo!r}: unknown (known: {', '.join(ALGOS)})")
-    if config.samples < 1:
-        raise PlacerError(f"--samples {config.samples}: must be at least 1")
-    if config.iterations is None and config.time_budget_s is None:
-        raise PlacerError("train: give --iterations or --time-budget")
-    if config.baseline not in ("loo", "ema"):
-        raise PlacerError(f"baseline {config.baseline!r}: must be 'loo' or 'ema'")
-    if config.warm_start not in ("best", "none"):
-        raise PlacerError(f"warm_start {config.warm_start!r}: must be 'best' or 'none'")
+    config.validate()
     device = _resolve_device(config.device)
     if graph is None:
         from placer.sources import resolve_graph
