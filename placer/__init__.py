@@ -11,10 +11,7 @@ def __getattr__(name: str):
     # Heavy parts (torch, tensorboard) load on first use.
     import importlib
 
-    if name == "baselines":
-        return importlib.import_module("placer.baselines")
-    if name == "train":
-        return importlib.import_module("placer.train").train
-    if name == "apply":
-        return importlib.import_module("placer.apply").apply
+    if name in ("baselines", "train", "apply"):
+        # placer.train and placer.apply are modules that can be called like their main function
+        return importlib.import_module(f"placer.{name}")
     raise AttributeError(f"module 'placer' has no attribute {name!r}")

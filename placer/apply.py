@@ -22,6 +22,7 @@ from envs.assign import as_indices
 from envs.runtime import place_module
 from graphs import OpGraph, PlacerError
 from graphs.torch_capture import export_program, graph_from_program
+from placer._callable import make_module_callable
 
 
 def apply(
@@ -92,3 +93,6 @@ def validated_assignment(placement: Any, graph: OpGraph, *, source: str = "place
         raise PlacerError(f"{source}: expected a Placement or a mapping op name -> device, got {type(placement).__name__}")
     idx = as_indices(placement, graph, devices, source=source)
     return {name: devices[int(i)] for name, i in zip(graph.names, idx)}
+
+
+make_module_callable(__name__, apply)  # `placer.apply(model, ...)` calls apply()

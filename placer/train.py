@@ -51,6 +51,7 @@ import torch
 from graphs import OpGraph, PlacerError
 from placer import checkpoint
 from placer.placement import Placement
+from placer._callable import make_module_callable
 from placer.rl_algos import ALGOS, imitate
 
 
@@ -565,3 +566,6 @@ def _adopt_newer_best(run: dict, logdir: str, graph: OpGraph, devices: list[str]
         meta = Placement.load(path).meta
         run.update(best_step_time_s=float(t[0]), best_indices=idx.tolist(), best_found_by=meta.get("found_by", ""),
                    best_iteration=meta.get("iteration", -1))
+
+
+make_module_callable(__name__, train)  # `placer.train(config)` calls train()
