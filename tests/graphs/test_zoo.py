@@ -14,16 +14,6 @@ from graphs.models.lstm import LSTMLayer
 from graphs.synthetic import random_dag
 
 
-@pytest.fixture(scope="session")
-def zoo_cache(tmp_path_factory):
-    """One capture per zoo model per test session, shared by every test file."""
-    path = tmp_path_factory.getbasetemp() / "placer-cache"
-    path.mkdir(exist_ok=True)
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("PLACER_CACHE_DIR", str(path))
-        yield path
-
-
 def test_names_and_unknown_name():
     assert zoo.names() == ["rnnlm", "nmt-2", "nmt-4", "inception-v3", "gpt2", "resnet50"]
     with pytest.raises(PlacerError, match="nope: not a zoo model"):

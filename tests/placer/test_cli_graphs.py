@@ -169,16 +169,6 @@ def test_critical_path_by_time_and_views_excluded():
 
 
 # ---------------------------------------------------------------- slow: the real zoo
-@pytest.fixture(scope="session")
-def zoo_cache(tmp_path_factory):
-    """The same session-wide cache directory as tests/graphs/test_zoo.py uses."""
-    path = tmp_path_factory.getbasetemp() / "placer-cache"
-    path.mkdir(exist_ok=True)
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("PLACER_CACHE_DIR", str(path))
-        yield path
-
-
 @pytest.mark.slow
 def test_graphs_and_export_on_real_zoo(zoo_cache, capsys, tmp_path):
     rc, out, _ = run_cli(capsys, "graphs", "--json")
