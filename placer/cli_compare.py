@@ -9,6 +9,7 @@ import sys
 
 def add_commands(sub: argparse._SubParsersAction) -> None:
     from envs.cluster import CLUSTER_ARG_HELP
+    from envs.profiler import add_profile_argument
 
     p = sub.add_parser(
         "compare",
@@ -24,6 +25,7 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--seed", type=int, default=0, help="seed for the randomised methods (default 0)")
     p.add_argument("--json", action="store_true", help="print the report as JSON")
     p.add_argument("--plot", metavar="FILE.png", help="also draw a bar chart of the step times")
+    add_profile_argument(p)
     p.set_defaults(func=run)
 
 
@@ -57,6 +59,10 @@ def run(args: argparse.Namespace) -> int:
         graph = graphs.capture(model, inputs)
     else:
         graph = resolve_graph(args.graph)
+    if args.profile:  # measured op times and link speeds; the graph hash (so placements) is unchanged
+        from envs.profiler import with_profile
+
+        graph, cluster = with_profile(graph, cluster, args.profile)
     placements = [(path, Placement.load(path)) for path in args.placement]
     report = compare(graph, cluster, methods=methods, placements=placements, seed=args.seed, model=model)
     if args.plot:

@@ -100,3 +100,12 @@ def test_profile_writes_a_loadable_profile(workdir, capsys):
     assert prof["graph_hash"] == p.graph_hash  # the same capture as the placement's graph
     rc = main(["profile", "cli_run_model:build", "--devices", "cpu,warp:9", "-o", "x.json"])
     assert rc == 2 and "--devices" in capsys.readouterr().err
+    # compare takes it too (and refuses a profile of another graph)
+    rc = main(["compare", "cli_run_model:build", "--cluster", "h200x1", "--methods", "single,m_etf",
+               "--profile", "prof.json", "--json"])
+    assert rc == 0 and {r["method"] for r in json.loads(capsys.readouterr().out)["rows"]} >= {"single", "m_etf"}
+    doc = json.loads((workdir / "prof.json").read_text())
+    doc["graph_hash"] = "0" * 16
+    (workdir / "other.json").write_text(json.dumps(doc))
+    rc = main(["compare", "cli_run_model:build", "--cluster", "h200x1", "--methods", "single", "--profile", "other.json"])
+    assert rc == 2 and "other.json" in capsys.readouterr().err
