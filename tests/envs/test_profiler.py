@@ -145,6 +145,12 @@ def test_device_map_makes_logical_gpus_on_the_cpu_cpus_with_free_links(profiled)
     # optimizer update, priced at the device's unmeasured memory bandwidth, differs).
     on_gpu1 = envs.simulate(g2, [2] * graph.num_ops, c)
     on_cpu0 = envs.simulate(g2, [0] * graph.num_ops, c)
-    assert on_gpu1.step_time_s == pytest.approx(on_cpu0.step_time_s, rel=0.01)
+    from envs.cost import update_times_s
+
+    total = np.zeros(c.num_devices)
+    total[:] = graph.param_bytes.sum()
+    update = update_times_s(total, c)
+    # the ops cost the same measured times on both; only the optimizer update may differ
+    assert abs(on_gpu1.step_time_s - on_cpu0.step_time_s) <= abs(update[2] - update[0]) + 1e-9
     uncalibrated = envs.simulate(g2, [2] * graph.num_ops, envs.Cluster.preset("k80x2"))
     assert uncalibrated.step_time_s < 0.5 * on_gpu1.step_time_s  # a K80 would be much faster than this CPU
