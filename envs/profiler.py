@@ -41,7 +41,7 @@ from typing import Any
 import numpy as np
 
 from graphs import OpGraph, PlacerError
-from graphs.io import read_json
+from graphs.io import read_json, write_text_atomic
 
 FORMAT = "placer-profile/1"
 DEFAULT_TRANSFER_SIZES = (4 << 10, 256 << 10, 4 << 20, 32 << 20)
@@ -273,11 +273,7 @@ def fit_link(sizes_bytes: Sequence[float], times_s: Sequence[float]) -> tuple[fl
 
 # ---------------------------------------------------------------------- files
 def save_profile(profile: Mapping[str, Any], path: str | os.PathLike) -> None:
-    path = os.fspath(path)
-    tmp = path + ".tmp"
-    with open(tmp, "w") as f:
-        json.dump(profile, f, indent=1)
-    os.replace(tmp, path)
+    write_text_atomic(path, json.dumps(profile, indent=1))
 
 
 def load_profile(path: str | os.PathLike) -> dict[str, Any]:

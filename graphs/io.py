@@ -30,13 +30,29 @@ def save(graph: OpGraph, path: str | os.PathLike) -> None:
     """Write ``graph`` as placer-graph/1 JSON (gzip-compressed if the name ends in ``.gz``)."""
     doc = graph.to_dict()
     doc["hash"] = graph.content_hash
-    text = json.dumps(doc, separators=(",", ":"), allow_nan=False)
+    write_text_atomic(path, json.dumps(doc, separators=(",", ":"), allow_nan=False))
+
+
+def write_text_atomic(path: str | os.PathLike, text: str) -> None:
+    """Write ``text`` so that ``path`` is always either the old file or the whole new one.
+
+    Writes a temporary file named after this process (so concurrent writers of one
+    path never share it), fsyncs it and renames it over ``path``; gzip-compressed
+    if the name ends in ``.gz``. Graphs, placements, profiles and checkpoints are
+    all written through here, so a kill mid-write never leaves a torn file.
+    """
     path = os.fspath(path)
-    tmp = path + ".tmp"
+    tmp = f"{path}.{os.getpid()}.tmp"
     opener = gzip.open if path.endswith(".gz") else open
-    with opener(tmp, "wt") as f:
-        f.write(text)
-    os.replace(tmp, path)  # never leave a half-written graph behind
+    try:
+        with opener(tmp, "wt") as f:
+            f.write(text)
+        with open(tmp, "rb+") as f:
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    finally:
+        if os.path.exists(tmp):
+            os.remove(tmp)
 
 
 def load(path: str | os.PathLike, *, verify_hash: bool = True) -> OpGraph:

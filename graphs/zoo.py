@@ -189,9 +189,7 @@ def graph(name: str, *, decompose: bool = False, refresh: bool = False) -> OpGra
             pass  # a damaged cache entry: capture again and overwrite it
     g = capture(name, decompose=decompose)
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp.json.gz")
-    io.save(g, tmp)
-    os.replace(tmp, path)
+    io.save(g, path)  # atomic, with a per-process temporary name: concurrent captures are safe
     return g
 
 

@@ -18,18 +18,10 @@ from typing import Any
 import torch
 
 from graphs import PlacerError
+from graphs.io import write_text_atomic
 
 CHECKPOINT_PT = "checkpoint.pt"
 CHECKPOINT_JSON = "checkpoint.json"
-
-
-def _atomic_write_text(path: str, text: str) -> None:
-    tmp = path + ".tmp"
-    with open(tmp, "w") as f:
-        f.write(text)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
 
 
 def save(logdir: str, tensors: dict[str, Any], state: dict[str, Any]) -> None:
@@ -43,7 +35,7 @@ def save(logdir: str, tensors: dict[str, Any], state: dict[str, Any]) -> None:
         f.flush()
         os.fsync(f.fileno())
     os.replace(tmp, path)
-    _atomic_write_text(os.path.join(logdir, CHECKPOINT_JSON), text)
+    write_text_atomic(os.path.join(logdir, CHECKPOINT_JSON), text)
 
 
 def exists(logdir: str) -> bool:
@@ -65,4 +57,4 @@ def load(logdir: str, map_location: str | torch.device = "cpu") -> tuple[dict[st
 
 def write_json(path: str, doc: Any) -> None:
     """Write a JSON document atomically."""
-    _atomic_write_text(path, json.dumps(doc, indent=1, sort_keys=True, default=float))
+    write_text_atomic(path, json.dumps(doc, indent=1, sort_keys=True, default=float))

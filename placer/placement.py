@@ -23,7 +23,7 @@ import numpy as np
 
 from envs.assign import as_indices
 from graphs import OpGraph, PlacerError
-from graphs.io import read_json
+from graphs.io import read_json, write_text_atomic
 
 FORMAT = "placer-placement/1"
 
@@ -85,11 +85,7 @@ class Placement:
         }
 
     def save(self, path: str | os.PathLike) -> None:
-        path = os.fspath(path)
-        tmp = path + ".tmp"
-        with open(tmp, "w") as f:
-            json.dump(self.to_dict(), f, indent=1)
-        os.replace(tmp, path)
+        write_text_atomic(path, json.dumps(self.to_dict(), indent=1))
 
     @classmethod
     def load(cls, path: str | os.PathLike) -> "Placement":

@@ -183,3 +183,17 @@ def test_garbage_collector_is_back_on_after_loading(tmp_path, graph):
     with pytest.raises(GraphFormatError):
         load(tmp_path / "bad.json")
     assert gc.isenabled()
+
+
+def test_write_text_atomic_keeps_the_old_file_when_a_write_fails(tmp_path):
+    from graphs.io import write_text_atomic
+
+    path = tmp_path / "p.json"
+    write_text_atomic(path, "old")
+    with pytest.raises(TypeError):
+        write_text_atomic(path, 12345)  # fails inside the write
+    assert path.read_text() == "old" and sorted(p.name for p in tmp_path.iterdir()) == ["p.json"]
+    write_text_atomic(tmp_path / "g.json.gz", "zipped")
+    import gzip
+
+    assert gzip.open(tmp_path / "g.json.gz", "rt").read() == "zipped"
