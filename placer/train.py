@@ -266,9 +266,7 @@ def _resolve_device(name: str) -> torch.device:
 
 
 def _make_env(config: TrainConfig, graph: OpGraph, cluster: Any, logdir: str) -> Any:
-    """The scorer named by ``config.env`` (registry ENVS)."""
-    if config.env not in ENVS:
-        raise PlacerError(f"--env {config.env!r}: unknown (known: {', '.join(ENVS)})")
+    """The scorer named by ``config.env`` (registry ENVS; checked by TrainConfig.validate)."""
     return ENVS[config.env](config, graph, cluster, logdir)
 
 
