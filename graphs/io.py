@@ -16,7 +16,8 @@ import gc
 import gzip
 import json
 import os
-from typing import Any, Iterator
+import tempfile
+from typing import Any, BinaryIO, Callable, Iterator
 
 import numpy as np
 
@@ -33,26 +34,72 @@ def save(graph: OpGraph, path: str | os.PathLike) -> None:
     write_text_atomic(path, json.dumps(doc, separators=(",", ":"), allow_nan=False))
 
 
-def write_text_atomic(path: str | os.PathLike, text: str) -> None:
-    """Write ``text`` so that ``path`` is always either the old file or the whole new one.
+def _read_umask() -> int:
+    # Read once at import: os.umask can only be read by setting it, which is not
+    # thread-safe, so never do that while writing.
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
 
-    Writes a temporary file named after this process (so concurrent writers of one
-    path never share it), fsyncs it and renames it over ``path``; gzip-compressed
-    if the name ends in ``.gz``. Graphs, placements, profiles and checkpoints are
-    all written through here, so a kill mid-write never leaves a torn file.
+
+_UMASK = _read_umask()
+
+
+def write_atomic(path: str | os.PathLike, write: Callable[[BinaryIO], Any]) -> None:
+    """The one atomic file writer: ``path`` is always either the old file or the whole new one.
+
+    ``write`` gets a binary file and writes the content (gzip-compressed for you if
+    the name ends in ``.gz``). The temporary file is created with
+    :func:`tempfile.mkstemp` in the target's directory (a fresh unpredictable name,
+    ``O_CREAT | O_EXCL``, mode 0600), so a symlink planted at any name is never
+    followed and concurrent writers never share one; it is fsynced, renamed over
+    ``path`` (which replaces a symlink at ``path`` itself, never its target) and
+    the directory is fsynced so the rename survives a crash. On any failure the
+    temporary file is removed and ``path`` is untouched. Graphs, placements,
+    profiles and checkpoints are all written through here.
     """
     path = os.fspath(path)
-    tmp = f"{path}.{os.getpid()}.tmp"
-    opener = gzip.open if path.endswith(".gz") else open
+    directory = os.path.dirname(os.path.abspath(path))
+    fd, tmp = tempfile.mkstemp(prefix=f".{os.path.basename(path)[:100]}.", suffix=".tmp", dir=directory)
     try:
-        with opener(tmp, "wt") as f:
-            f.write(text)
-        with open(tmp, "rb+") as f:
-            os.fsync(f.fileno())
+        with os.fdopen(fd, "wb") as raw:
+            if path.endswith(".gz"):
+                # mtime=0: the same content gives the same bytes.
+                with gzip.GzipFile(filename="", mode="wb", fileobj=raw, mtime=0) as f:
+                    write(f)
+            else:
+                write(raw)
+            raw.flush()
+            os.fsync(raw.fileno())
+        os.chmod(tmp, 0o666 & ~_UMASK)  # mkstemp makes it 0600; give it the mode open() would
         os.replace(tmp, path)
-    finally:
-        if os.path.exists(tmp):
+    except BaseException:
+        with contextlib.suppress(OSError):
             os.remove(tmp)
+        raise
+    _fsync_dir(directory)
+
+
+def write_text_atomic(path: str | os.PathLike, text: str) -> None:
+    """Write ``text`` (UTF-8) through :func:`write_atomic`."""
+    if not isinstance(text, str):
+        raise TypeError(f"write_text_atomic needs a str, got {type(text).__name__}")
+    data = text.encode("utf-8")
+    write_atomic(path, lambda f: f.write(data))
+
+
+def _fsync_dir(directory: str) -> None:
+    """Make a rename in ``directory`` durable (no-op where directories cannot be opened)."""
+    try:
+        fd = os.open(directory, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
 
 
 def load(path: str | os.PathLike, *, verify_hash: bool = True) -> OpGraph:

@@ -18,23 +18,18 @@ from typing import Any
 import torch
 
 from graphs import PlacerError
-from graphs.io import write_text_atomic
+from graphs.io import write_atomic, write_text_atomic
 
 CHECKPOINT_PT = "checkpoint.pt"
 CHECKPOINT_JSON = "checkpoint.json"
 
 
 def save(logdir: str, tensors: dict[str, Any], state: dict[str, Any]) -> None:
-    """Write the checkpoint atomically (tmp file + ``os.replace``)."""
+    """Write the checkpoint atomically (through :func:`graphs.io.write_atomic`)."""
     os.makedirs(logdir, exist_ok=True)
     text = json.dumps(state, indent=1, sort_keys=True)
-    path = os.path.join(logdir, CHECKPOINT_PT)
-    tmp = path + ".tmp"
-    with open(tmp, "wb") as f:
-        torch.save({**tensors, "state_json": text}, f)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+    blob = {**tensors, "state_json": text}
+    write_atomic(os.path.join(logdir, CHECKPOINT_PT), lambda f: torch.save(blob, f))
     write_text_atomic(os.path.join(logdir, CHECKPOINT_JSON), text)
 
 
