@@ -21,6 +21,7 @@ from typing import Any, BinaryIO, Callable, Iterator
 
 import numpy as np
 
+from graphs import schema
 from graphs.errors import GraphFormatError, PlacerError
 from graphs.ir import FORMAT, OpGraph
 
@@ -126,7 +127,8 @@ def load(path: str | os.PathLike, *, verify_hash: bool = True) -> OpGraph:
 def read_json(path: str | os.PathLike, *, error: type[PlacerError] = PlacerError) -> Any:
     """Parse a JSON file (gzip-compressed if the name ends in ``.gz``).
 
-    Every way it can fail (missing, unreadable, truncated, not JSON) raises
+    Every way it can fail (missing, unreadable, truncated, not JSON, nested too
+    deeply for the parser) raises
     ``error`` with one line that names the file; graphs, placements, clusters and
     profiles are all read through here.
     """
@@ -139,12 +141,17 @@ def read_json(path: str | os.PathLike, *, error: type[PlacerError] = PlacerError
         raise error(f"{path}: no such file") from None
     except json.JSONDecodeError as e:
         raise error(f"{path}: not valid JSON ({e.msg} at line {e.lineno} column {e.colno}); truncated?") from None
+    except RecursionError:
+        raise error(f"{path}: JSON nested too deeply to read") from None
     except (OSError, UnicodeDecodeError, EOFError) as e:
         raise error(f"{path}: cannot read ({e})") from None
+    except ValueError as e:  # e.g. an integer literal beyond Python's digit limit
+        raise error(f"{path}: not valid JSON ({str(e).splitlines()[0][:200]})") from None
 
 
 def from_dict(doc: Any, *, source: str = "graph", verify_hash: bool = True) -> OpGraph:
-    """Build an OpGraph from a parsed placer-graph/1 document."""
+    """Build an OpGraph from a parsed placer-graph/1 document (types checked by :mod:`graphs.schema`)."""
+    E = GraphFormatError
     if not isinstance(doc, dict):
         raise GraphFormatError(f"{source}: expected a JSON object at top level")
     fmt = doc.get("format")
@@ -163,35 +170,53 @@ def from_dict(doc: Any, *, source: str = "graph", verify_hash: bool = True) -> O
     for k in _OP_KEYS:
         if len(ops[k]) != n:
             raise GraphFormatError(f"{source}: ops.{k} has {len(ops[k])} entries but there are {n} ops")
-    name = str(doc.get("name", ""))
-    try:
-        profile = {
-            str(kind): {str(c): _column([np.nan if x is None else x for x in arr], float, f"profile.{kind}.{c}") for c, arr in cols.items()}
-            for kind, cols in (doc.get("profile") or {}).items()
+    name = schema.string(doc.get("name", ""), source, "name", error=E)
+    for k in ("name", "type", "module"):
+        schema.strings(ops[k], source, f"ops.{k}", error=E)
+    params = ops["params"]
+    if not all(isinstance(p, list) and set(map(type, p)) <= {str} for p in params):
+        k = next(i for i, p in enumerate(params) if not (isinstance(p, list) and set(map(type, p)) <= {str}))
+        schema.strings(schema.array(params[k], source, f"ops.params[{k}]", error=E), source, f"ops.params[{k}]", error=E)
+    profile = {}
+    for kind, cols in schema.obj(doc.get("profile") or {}, source, "profile", error=E).items():
+        profile[kind] = {
+            c: schema.column(
+                [np.nan if x is None else x for x in schema.array(arr, source, f"profile.{kind}.{c}", error=E)],
+                source, f"profile.{kind}.{c}", whole=False, nan_ok=True, error=E,
+            )
+            for c, arr in schema.obj(cols, source, f"profile.{kind}", error=E).items()
         }
+    meta = check_meta(doc.get("meta", {}), source)
+    if "hash" in doc:
+        schema.string(doc["hash"], source, "hash", error=E)
+    columns = {
+        key: schema.column(ops[col], source, f"ops.{col}", whole=col != "flops", error=E)
+        for key, col in (("out_bytes", "out_bytes"), ("param_bytes", "param_bytes"), ("buffer_bytes", "buffer_bytes"), ("flops", "flops"))
+    }
+    src, dst, nbytes = (schema.column(edges[k], source, f"edges.{k}", whole=True, error=E) for k in ("src", "dst", "bytes"))
+    for col, arr in (("edges.src", src), ("edges.dst", dst)):
+        if len(arr) and (arr.min() < 0 or arr.max() >= n):
+            k = int(np.argmax((arr < 0) | (arr >= n)))
+            raise GraphFormatError(f"{source}: {col}[{k}] is {int(arr[k])}: a dangling edge (op indices must be in [0, {n}))")
+    try:
         graph = OpGraph(
-            names=[str(x) for x in ops["name"]],
-            op_types=[str(x) for x in ops["type"]],
+            names=ops["name"],
+            op_types=ops["type"],
             out_shapes=ops["shapes"],
             out_dtypes=ops["dtypes"],
-            out_bytes=_column(ops["out_bytes"], int, "ops.out_bytes"),
-            param_bytes=_column(ops["param_bytes"], int, "ops.param_bytes"),
-            buffer_bytes=_column(ops["buffer_bytes"], int, "ops.buffer_bytes"),
-            flops=_column(ops["flops"], float, "ops.flops"),
-            module_paths=[str(x) for x in ops["module"]],
-            params=ops["params"],
-            edge_src=_column(edges["src"], int, "edges.src"),
-            edge_dst=_column(edges["dst"], int, "edges.dst"),
-            edge_bytes=_column(edges["bytes"], int, "edges.bytes"),
+            module_paths=ops["module"],
+            params=params,
+            edge_src=src,
+            edge_dst=dst,
+            edge_bytes=nbytes,
             profile=profile,
             name=name,
-            meta=dict(doc.get("meta") or {}),
+            meta=meta,
+            **columns,
         )
     except GraphFormatError as e:
         msg, label = str(e), f"{name or 'graph'}: "
         raise GraphFormatError(f"{source}: {msg[len(label):] if msg.startswith(label) else msg}") from None
-    except (TypeError, ValueError, AttributeError) as e:
-        raise GraphFormatError(f"{source}: a column has the wrong type ({e})") from None
     if verify_hash and "hash" in doc:
         # Hash what was parsed, in canonical form (graph.to_dict()), so the cached
         # hash is exactly what a re-save writes, whatever number spelling the file used.
@@ -204,6 +229,41 @@ def from_dict(doc: Any, *, source: str = "graph", verify_hash: bool = True) -> O
     return graph
 
 
+# The meta keys placer itself reads, and the type each must have; any other key is
+# free-form (kept and saved, never interpreted).
+_META_STRING_LISTS = ("alias_ops", "inplace_ops", "unused_params")
+
+
+def check_meta(meta: Any, source: str) -> dict:
+    """A graph's ``meta``: an object whose keys that placer reads have the right types."""
+    E = GraphFormatError
+    meta = dict(schema.obj(meta, source, "meta", error=E))
+    for key in _META_STRING_LISTS:
+        if key in meta:
+            schema.strings(meta[key], source, f"meta.{key}", error=E)
+    if "decomposed" in meta:
+        schema.boolean(meta["decomposed"], source, "meta.decomposed", error=E)
+    if "tied_params" in meta:
+        for k, group in enumerate(schema.array(meta["tied_params"], source, "meta.tied_params", error=E)):
+            schema.strings(group, source, f"meta.tied_params[{k}]", error=E)
+    if "capture_version" in meta:
+        schema.integer(meta["capture_version"], source, "meta.capture_version", error=E)
+    if "inputs" in meta:
+        for k, item in enumerate(schema.array(meta["inputs"], source, "meta.inputs", error=E)):
+            where = f"meta.inputs[{k}]"
+            schema.obj(item, source, where, error=E)
+            if "name" in item:
+                schema.string(item["name"], source, f"{where}.name", error=E)
+            if "bytes" in item:
+                schema.integer(item["bytes"], source, f"{where}.bytes", minimum=0, error=E)
+            if "shape" in item:
+                for j, d in enumerate(schema.array(item["shape"], source, f"{where}.shape", error=E)):
+                    schema.integer(d, source, f"{where}.shape[{j}]", minimum=0, error=E)
+            if "consumers" in item:
+                schema.strings(item["consumers"], source, f"{where}.consumers", error=E)
+    return meta
+
+
 @contextlib.contextmanager
 def _gc_paused() -> Iterator[None]:
     enabled = gc.isenabled()
@@ -213,17 +273,3 @@ def _gc_paused() -> Iterator[None]:
     finally:
         if enabled:
             gc.enable()
-
-
-def _column(values: list, kind: type, where: str) -> np.ndarray:
-    """A 1-d int64/float64 array from a JSON list; rejects strings, bools, nulls and fractional ints."""
-    arr = np.asarray(values) if len(values) else np.zeros(0, dtype=np.int64)
-    if arr.ndim != 1 or arr.dtype.kind not in "iuf":
-        raise GraphFormatError(f"{where} must be a list of numbers")
-    if kind is int:
-        if arr.dtype.kind == "f":
-            if not np.all(np.isfinite(arr)) or not np.all(arr == np.round(arr)):
-                bad = int(np.argmax(~np.isfinite(arr) | (arr != np.round(arr))))
-                raise GraphFormatError(f"{where}[{bad}] is {arr[bad].item()!r}, expected a whole number")
-        return arr.astype(np.int64)
-    return arr.astype(np.float64)

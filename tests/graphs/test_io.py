@@ -94,7 +94,7 @@ BAD_DOCS = {
     "negative edge bytes": (_edit(lambda d: d["edges"]["bytes"].__setitem__(5, -8)), "negative bytes"),
     "negative shape": (_edit(lambda d: d["ops"]["shapes"].__setitem__(5, [[-1, 4]])), r"output shape \[-1, 4\]"),
     "fractional bytes": (_edit(lambda d: d["ops"]["param_bytes"].__setitem__(5, 2.5)), r"ops.param_bytes\[5\] is 2.5"),
-    "text in a number column": (_edit(lambda d: d["ops"]["flops"].__setitem__(5, "many")), "ops.flops must be a list of numbers"),
+    "text in a number column": (_edit(lambda d: d["ops"]["flops"].__setitem__(5, "many")), r"ops.flops\[5\] must be a number, got 'many' \(a string\)"),
     "short op column": (_edit(lambda d: d["ops"]["flops"].pop()), "ops.flops has 119 entries but there are 120 ops"),
     "short edge column": (_edit(lambda d: d["edges"]["bytes"].pop()), "edge arrays have different lengths"),
     "missing column": (_edit(lambda d: d["ops"].pop("module")), "ops.module is missing"),
