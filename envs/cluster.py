@@ -32,11 +32,23 @@ from typing import Any
 
 import numpy as np
 
+from graphs import schema
 from graphs.errors import PlacerError
 from graphs.io import read_json
 
 FORMAT = "placer-cluster/1"
 KINDS = ("cpu", "gpu")
+
+# Sane ranges that keep every simulated time finite. An op takes
+# ``launch + max(flops / flops_per_s, bytes / mem_bw_bytes_per_s)`` and a transfer
+# ``latency + bytes / bandwidth``: a positive but tiny rate (1e-300) turns a real
+# graph's 1e12 FLOPs into an infinite step time that would still be reported as
+# "ok". No real device or link is slower than 1 FLOP/s or 1 byte/s; with rates at
+# least that and fixed delays at most a million seconds, an op or transfer takes at
+# most its FLOPs or bytes in seconds (plus 1e6 s), finite for any finite graph.
+MIN_RATE = 1.0
+MAX_DELAY_S = 1e6
+MIN_MEMORY_BYTES = 1.0
 
 _DEVICE_KEYS = ("name", "kind", "memory_bytes", "flops_per_s", "mem_bw_bytes_per_s", "launch_overhead_s")
 _LINK_KEYS = ("src", "dst", "bandwidth_bytes_per_s", "latency_s")
@@ -214,6 +226,8 @@ class Cluster:
         _no_unknown(doc, _TOP_KEYS, source, "")
         if doc.get("format", FORMAT) != FORMAT:
             raise PlacerError(f"{source}: format is {doc.get('format')!r}, expected {FORMAT!r}")
+        name = schema.string(doc.get("name", ""), source, "name")
+        description = schema.string(doc.get("description", ""), source, "description")
         devs_doc = doc.get("devices")
         if not isinstance(devs_doc, list) or not devs_doc:
             raise PlacerError(f"{source}: 'devices' must be a non-empty list")
@@ -226,15 +240,14 @@ class Cluster:
             for key in _DEVICE_KEYS:
                 if key not in d:
                     raise PlacerError(f"{source}: {where} is missing {key!r}")
-            if not isinstance(d["name"], str) or not d["name"]:
-                raise PlacerError(f"{source}: {where}.name must be a non-empty string")
+            schema.string(d["name"], source, where + ".name", nonempty=True)
             if any(prev.name == d["name"] for prev in devices):
                 raise PlacerError(f"{source}: {where}: duplicate device name {d['name']!r}")
             where = f"devices[{k}] ({d['name']})"
             devices.append(
                 Device(
                     name=d["name"],
-                    kind=d["kind"],
+                    kind=schema.string(d["kind"], source, where + ".kind"),
                     memory_bytes=_number(d["memory_bytes"], source, where + ".memory_bytes"),
                     flops_per_s=_number(d["flops_per_s"], source, where + ".flops_per_s"),
                     mem_bw_bytes_per_s=_number(d["mem_bw_bytes_per_s"], source, where + ".mem_bw_bytes_per_s"),
@@ -254,7 +267,8 @@ class Cluster:
             for key in _LINK_KEYS:
                 if key not in lk:
                     raise PlacerError(f"{source}: {where} is missing {key!r}")
-            src, dst = lk["src"], lk["dst"]
+            src = schema.string(lk["src"], source, where + ".src")
+            dst = schema.string(lk["dst"], source, where + ".dst")
             for end, nm in (("src", src), ("dst", dst)):
                 if nm not in names:
                     raise PlacerError(f"{source}: {where}.{end} names unknown device {nm!r}")
@@ -264,13 +278,14 @@ class Cluster:
                 bandwidth_bytes_per_s=_number(lk["bandwidth_bytes_per_s"], source, where + ".bandwidth_bytes_per_s"),
                 latency_s=_number(lk["latency_s"], source, where + ".latency_s"),
             )
-            pairs = [(src, dst), (dst, src)] if lk.get("bidirectional", False) else [(src, dst)]
+            both = schema.boolean(lk.get("bidirectional", False), source, where + ".bidirectional")
+            pairs = [(src, dst), (dst, src)] if both else [(src, dst)]
             for pair in pairs:
                 if pair in links:
                     raise PlacerError(f"{source}: {where} defines link {pair[0]}->{pair[1]} a second time")
                 links[pair] = link
         try:
-            return cls(name=str(doc.get("name", "")), devices=devices, links=links, description=str(doc.get("description", "")))
+            return cls(name=name, devices=devices, links=links, description=description)
         except PlacerError as e:
             raise PlacerError(f"{source}: {str(e).split(': ', 1)[-1]}") from None
 
@@ -326,33 +341,47 @@ def _no_unknown(d: dict, allowed: tuple[str, ...], source: str, prefix: str) -> 
 
 
 def _number(x: Any, source: str, where: str) -> float:
-    if isinstance(x, bool) or not isinstance(x, (int, float)):
-        raise PlacerError(f"{source}: {where} must be a number, got {x!r}")
-    return float(x)
+    # Type and representability here (schema layer); ranges in _validate, which
+    # also guards clusters built in Python.
+    return schema.number(x, source, where, finite=False)
 
 
 def _validate(c: Cluster, label: str) -> None:
     seen: set[str] = set()
     for d in c.devices:
+        if not isinstance(d.name, str) or not d.name:
+            raise PlacerError(f"{label}: device name {d.name!r} is not a non-empty string")
         if d.name in seen:
             raise PlacerError(f"{label}: duplicate device name {d.name!r}")
         seen.add(d.name)
         if d.kind not in KINDS:
             raise PlacerError(f"{label}: device {d.name} has kind {d.kind!r}, expected one of {', '.join(KINDS)}")
-        for attr in ("memory_bytes", "flops_per_s", "mem_bw_bytes_per_s"):
-            v = getattr(d, attr)
-            if not (isinstance(v, (int, float)) and math.isfinite(v) and v > 0):
-                raise PlacerError(f"{label}: device {d.name} {attr} must be positive and finite, got {v!r}")
-        if not (math.isfinite(d.launch_overhead_s) and d.launch_overhead_s >= 0):
-            raise PlacerError(f"{label}: device {d.name} launch_overhead_s must be >= 0, got {d.launch_overhead_s!r}")
+        _check(d.memory_bytes, label, f"device {d.name} memory_bytes", low=MIN_MEMORY_BYTES, what="positive and finite")
+        for attr in ("flops_per_s", "mem_bw_bytes_per_s"):
+            _check(getattr(d, attr), label, f"device {d.name} {attr}", low=MIN_RATE, what="positive and finite")
+        _check(d.launch_overhead_s, label, f"device {d.name} launch_overhead_s", low=0.0, high=MAX_DELAY_S, what=">= 0")
     for (a, b), link in c.links.items():
         if a not in seen or b not in seen or a == b:
             raise PlacerError(f"{label}: link {a}->{b} does not join two distinct devices of the cluster")
-        if not (math.isfinite(link.bandwidth_bytes_per_s) and link.bandwidth_bytes_per_s > 0):
-            raise PlacerError(f"{label}: link {a}->{b} bandwidth_bytes_per_s must be positive and finite, got {link.bandwidth_bytes_per_s!r}")
-        if not (math.isfinite(link.latency_s) and link.latency_s >= 0):
-            raise PlacerError(f"{label}: link {a}->{b} latency_s must be >= 0, got {link.latency_s!r}")
+        _check(link.bandwidth_bytes_per_s, label, f"link {a}->{b} bandwidth_bytes_per_s", low=MIN_RATE, what="positive and finite")
+        _check(link.latency_s, label, f"link {a}->{b} latency_s", low=0.0, high=MAX_DELAY_S, what=">= 0")
     for a in c.devices:
         for b in c.devices:
             if a.name != b.name and (a.name, b.name) not in c.links:
                 raise PlacerError(f"{label}: missing link {a.name}->{b.name} (every ordered device pair needs one)")
+
+
+def _check(v: Any, label: str, what_field: str, *, low: float, high: float = math.inf, what: str) -> None:
+    """``low <= v <= high`` and finite, else one line saying why the bound exists."""
+    if isinstance(v, bool) or not isinstance(v, (int, float, np.integer, np.floating)):
+        raise PlacerError(f"{label}: {what_field} must be a number, got {v!r}")
+    try:
+        v = float(v)
+    except OverflowError:
+        raise PlacerError(f"{label}: {what_field} is too large") from None
+    if not math.isfinite(v) or (low == 0.0 and v < 0) or (low > 0 and v <= 0):
+        raise PlacerError(f"{label}: {what_field} must be {what}, got {v!r}")
+    if v < low:
+        raise PlacerError(f"{label}: {what_field} must be at least {low:g} (smaller makes simulated times infinite), got {v!r}")
+    if v > high:
+        raise PlacerError(f"{label}: {what_field} must be at most {high:g} s (larger makes simulated times infinite), got {v!r}")

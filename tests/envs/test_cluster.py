@@ -60,6 +60,21 @@ def _doc():
         (lambda d: d["links"][0].update(dst="gpu:9"), "links[0].dst names unknown device 'gpu:9'"),
         (lambda d: d["links"].append(dict(d["links"][0])), "a second time"),
         (lambda d: d.update(format="other/1"), "format is 'other/1'"),
+        # Strict types (schema layer): a list is not a string, a string not a bool, a bool not a number.
+        (lambda d: d["links"][0].update(src=["cpu:0"]), "links[0].src must be a string, got ['cpu:0'] (a list)"),
+        (lambda d: d["links"][0].update(dst={"a": 1}), "links[0].dst must be a string"),
+        (lambda d: d["links"][0].update(bidirectional="false"), "links[0].bidirectional must be true or false, got 'false'"),
+        (lambda d: d["devices"][1].update(flops_per_s=True), "devices[1] (gpu:0).flops_per_s must be a number, got True (a bool)"),
+        (lambda d: d["devices"][1].update(memory_bytes=10**400), "devices[1] (gpu:0).memory_bytes is too large"),
+        (lambda d: d["devices"][1].update(kind=["gpu"]), "devices[1] (gpu:0).kind must be a string"),
+        (lambda d: d["devices"][0].update(name=7), "devices[0].name must be a string"),
+        (lambda d: d.update(name=["x"]), "name must be a string"),
+        # Rates that make a step time infinite although "positive and finite".
+        (lambda d: d["devices"][1].update(flops_per_s=1e-300), "gpu:0 flops_per_s must be at least 1"),
+        (lambda d: d["devices"][2].update(mem_bw_bytes_per_s=1e-300), "gpu:1 mem_bw_bytes_per_s must be at least 1"),
+        (lambda d: d["links"][0].update(bandwidth_bytes_per_s=1e-300), "bandwidth_bytes_per_s must be at least 1"),
+        (lambda d: d["links"][0].update(latency_s=1e300), "latency_s must be at most 1e+06 s"),
+        (lambda d: d["devices"][1].update(launch_overhead_s=1e300), "launch_overhead_s must be at most 1e+06 s"),
     ],
 )
 def test_bad_cluster_files_name_file_and_field(tmp_path, mutate, expected):
@@ -107,3 +122,37 @@ def test_with_profile_takes_measured_links(tmp_path):
         assert calibrated.bandwidth_bytes_per_s[1, 2] == c.bandwidth_bytes_per_s[1, 2]
     with pytest.raises(PlacerError, match="no such file"):
         c.with_profile(str(tmp_path / "nope.json"))
+
+
+def test_a_tiny_rate_is_refused_before_it_can_simulate_an_infinite_ok_step(tmp_path, capsys):
+    # Before, flops_per_s=1e-300 passed validation and `simulate` said status ok
+    # with an infinite step time.
+    import graphs
+    from graphs.synthetic import random_dag
+    from placer.cli import main
+
+    g = random_dag(30, seed=2, name="g")
+    graphs.save(g, tmp_path / "g.json")
+    doc = _doc()
+    for dev in doc["devices"]:
+        dev["flops_per_s"] = 1e-300
+    (tmp_path / "c.json").write_text(json.dumps(doc))
+    rc = main(["place", str(tmp_path / "g.json"), "--cluster", str(tmp_path / "c.json"), "--method", "single", "-o", str(tmp_path / "p.json")])
+    err = capsys.readouterr().err
+    assert rc == 2 and err.count("\n") == 1 and "flops_per_s must be at least 1" in err and str(tmp_path / "c.json") in err
+
+
+def test_rates_at_the_floor_keep_simulated_times_finite():
+    from envs import simulate
+    from graphs.synthetic import random_dag
+    from placer.baselines import place
+
+    doc = _doc()
+    for dev in doc["devices"]:
+        dev.update(flops_per_s=1.0, mem_bw_bytes_per_s=1.0, launch_overhead_s=1e6)
+    for link in doc["links"]:
+        link.update(bandwidth_bytes_per_s=1.0, latency_s=1e6)
+    c = Cluster.from_dict(doc)
+    g = random_dag(40, seed=3, name="g")
+    r = simulate(g, place("m_etf", g, c), c)
+    assert np.isfinite(r.step_time_s)
