@@ -302,11 +302,19 @@ def capture(model: torch.nn.Module, example_inputs: tuple, *, decompose: bool = 
 
 
 def capture_pt2(path: str | os.PathLike, *, decompose: bool = False) -> OpGraph:
-    """The :class:`OpGraph` of a program saved with ``torch.export.save``."""
+    """The :class:`OpGraph` of a program saved with ``torch.export.save``.
+
+    The archive is checked first (:mod:`graphs.pt2`): nothing in it is ever
+    unpickled or run; a pickled weight, constant or input is refused.
+    """
+    from graphs.pt2 import load_program
+
     path = os.fspath(path)
     try:
         with _quiet():
-            ep = torch.export.load(path)
+            ep = load_program(path)
+    except GraphFormatError:
+        raise
     except Exception as e:
         raise GraphFormatError(f"{path}: not a loadable torch.export program ({type(e).__name__}: {_first_line(e)})") from None
     if decompose:
