@@ -93,9 +93,9 @@ def check_archive(path: str, data: bytes) -> None:
         with zipfile.ZipFile(io.BytesIO(data)) as zf:
             names = zf.namelist()
     except (zipfile.BadZipFile, OSError, ValueError, EOFError) as e:
-        raise GraphFormatError(f"{path}: not a torch.export archive ({e})") from None
+        raise GraphFormatError(f"{path}: not a loadable torch.export program ({e})") from None
     if not names:
-        raise GraphFormatError(f"{path}: not a torch.export archive (empty zip)")
+        raise GraphFormatError(f"{path}: not a loadable torch.export program (empty zip)")
     prefix = names[0].split("/", 1)[0] + "/"
     folded: set[str] = set()
     for name in names:
@@ -110,7 +110,7 @@ def check_archive(path: str, data: bytes) -> None:
         reader = torch._C.PyTorchFileReader(io.BytesIO(data))
         records = sorted(reader.get_all_records())
     except Exception as e:
-        raise GraphFormatError(f"{path}: not a torch.export archive ({_first_line(e)})") from None
+        raise GraphFormatError(f"{path}: not a loadable torch.export program ({_first_line(e)})") from None
     if records != sorted(n[len(prefix):] for n in names):
         raise GraphFormatError(f"{path}: the zip's directory is inconsistent (torch and Python read different entries)")
 
@@ -127,11 +127,11 @@ def check_archive(path: str, data: bytes) -> None:
             raise GraphFormatError(f"{path}: entry {entry!r} is not valid JSON ({_first_line(e)})") from None
 
     if read("archive_format") != b"pt2":
-        raise GraphFormatError(f"{path}: not a torch.export archive (archive_format is not 'pt2')")
+        raise GraphFormatError(f"{path}: not a loadable torch.export program (archive_format is not 'pt2')")
 
     models = {m.group(1) for r in records if (m := _MODEL.fullmatch(r))}
     if not models:
-        raise GraphFormatError(f"{path}: not a torch.export archive (no models/*.json)")
+        raise GraphFormatError(f"{path}: not a loadable torch.export program (no models/*.json)")
     for r in records:
         if r in _FIXED or _MODEL.fullmatch(r) or _WEIGHT.fullmatch(r) or _CONSTANT.fullmatch(r) or _EXTRA.fullmatch(r):
             continue
@@ -147,7 +147,7 @@ def check_archive(path: str, data: bytes) -> None:
     for model in sorted(models):
         for config, kind in ((f"data/weights/{model}_weights_config.json", "weight"), (f"data/constants/{model}_constants_config.json", "constant")):
             if config not in records:
-                raise GraphFormatError(f"{path}: not a complete torch.export archive (no {config})")
+                raise GraphFormatError(f"{path}: not a loadable torch.export program (no {config})")
             doc = read_json(config)
             entries = doc.get("config") if isinstance(doc, dict) else None
             if not isinstance(entries, dict):

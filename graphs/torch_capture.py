@@ -134,7 +134,54 @@ def _user_frame(exc: BaseException) -> str:
 
 # ------------------------------------------------------------------ program -> graph
 def graph_from_program(ep, name: str = "") -> OpGraph:
-    """Build the :class:`OpGraph` of an ``ExportedProgram`` (see the module docstring)."""
+    """Build the :class:`OpGraph` of an ``ExportedProgram`` (see the module docstring).
+
+    Raises:
+        CaptureError: the program has something the IR cannot hold (a
+            data-dependent output shape, as ``torch.nonzero`` makes), with the node
+            and the user's source line, on one line.
+    """
+    current: list = [None]  # the node being converted, for the error message
+    try:
+        return _graph_from_program(ep, name, current)
+    except (CaptureError, GraphFormatError):
+        raise
+    except Exception as e:
+        raise CaptureError(describe_node_failure(e, current[0])) from None
+
+
+def describe_node_failure(exc: BaseException, node: Any) -> str:
+    """One line for a failure while turning exported node ``node`` into an op."""
+    text = str(exc).strip()
+    first = text.splitlines()[0] if text else type(exc).__name__
+    first = re.split(r"\s\s|\s\(unhinted", first)[0][:200]
+    if node is None:
+        return f"capture failed: cannot read the exported program ({type(exc).__name__}: {first})"
+    where = _node_source(node)
+    loc = f" at {where}" if where else ""
+    label = f"node {node.name} ({_flops.op_type(node.target) if node.op == 'call_function' else node.op}){loc}"
+    name = type(exc).__name__
+    if name.startswith("GuardOnDataDependent") or "data-dependent" in text or "data dependent" in text:
+        return (
+            f"capture failed: data-dependent output shape at {label}; placer needs static shapes "
+            f"(ops such as torch.nonzero or boolean-mask indexing size their output by the data) ({name}: {first})"
+        )
+    return f"capture failed: cannot convert {label} ({name}: {first})"
+
+
+def _node_source(node: Any) -> str:
+    """``file.py:line`` of the user's code that made ``node`` (from its recorded stack trace)."""
+    trace = node.meta.get("stack_trace") or ""
+    best = ""
+    for path, line in re.findall(r'File "([^"]+)", line (\d+)', trace):
+        full = os.path.abspath(path) if not path.startswith("<") else ""
+        if not full or full.startswith((_TORCH_DIR, _STDLIB_DIR)) or full == _HERE or "/site-packages/" in full:
+            continue
+        best = f"{os.path.basename(full)}:{line}"
+    return best
+
+
+def _graph_from_program(ep, name: str, current: list) -> OpGraph:
     sig = ep.graph_signature
     params = dict(sig.inputs_to_parameters)
     buffers = dict(sig.inputs_to_buffers)
@@ -152,6 +199,7 @@ def graph_from_program(ep, name: str = "") -> OpGraph:
     placeholder_bytes: dict[str, int] = {}
 
     for node in ep.graph.nodes:
+        current[0] = node
         if node.op == "placeholder":
             placeholder_bytes[node.name] = _nbytes(node.meta.get("val"))
             continue
@@ -200,6 +248,7 @@ def graph_from_program(ep, name: str = "") -> OpGraph:
         buffer_bytes.append(own_b)
         reads.append(fqns)
 
+    current[0] = None
     meta = {
         "inputs": [
             {

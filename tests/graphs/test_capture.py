@@ -181,3 +181,79 @@ def test_model_errors_are_one_line(capsys):
         capture(nn.Linear(3, 4), (torch.randn(2, 5),))
     assert "\n" not in str(e.value)
     assert capsys.readouterr().err == ""  # torch's logs and graph dumps are silenced
+
+
+_NONZERO_MODULE = '''
+import torch
+
+
+class Picky(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = torch.nn.Linear(4, 4)
+
+    def forward(self, x):
+        idx = torch.nonzero(x > 0)
+        return self.lin(x).sum() + idx.float().sum()
+
+
+class Masked(torch.nn.Module):
+    def forward(self, x):
+        return x[x > 0].sum() * 2
+
+
+def build():
+    return Picky(), (torch.randn(3, 4),)
+
+
+def build_masked():
+    return Masked(), (torch.randn(3, 4),)
+'''
+
+
+class _Nonzero(nn.Module):
+    def forward(self, x):
+        return torch.nonzero(x > 0).float().sum()
+
+
+def test_data_dependent_output_shape_is_one_capture_error():
+    # torch.export accepts it; building the graph needed a concrete size and
+    # escaped the wrapper as a long GuardOnDataDependentSymNode traceback.
+    with pytest.raises(CaptureError) as info:
+        capture(_Nonzero(), (torch.randn(3, 4),))
+    msg = str(info.value)
+    assert msg.startswith("capture failed: data-dependent output shape at node nonzero") and "\n" not in msg
+    assert "test_capture.py:" in msg  # the user's line
+
+
+def test_graph_building_failures_are_capture_errors(monkeypatch):
+    import graphs.torch_capture as tc
+
+    ep = export_program(nn.Linear(2, 2), (torch.randn(1, 2),))
+
+    def broken(val):
+        raise RuntimeError("boom\nsecond line")
+
+    monkeypatch.setattr(tc, "_nbytes", broken)
+    with pytest.raises(CaptureError, match=r"capture failed: cannot convert node \w+ \(placeholder\) \(RuntimeError: boom\)$") as info:
+        graph_from_program(ep)
+    assert "\n" not in str(info.value)
+
+
+@pytest.mark.parametrize("builder", ["build", "build_masked"])
+def test_cli_export_of_a_data_dependent_model_is_one_line(tmp_path, builder):
+    import os
+    import subprocess
+    import sys
+
+    (tmp_path / "mymod.py").write_text(_NONZERO_MODULE)
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    env = dict(os.environ, PYTHONPATH=root)
+    out = subprocess.run(
+        [sys.executable, "-m", "placer", "export", f"mymod:{builder}", "-o", "g.json"],
+        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300,
+    )
+    assert out.returncode == 2, out.stderr
+    assert out.stderr.count("\n") == 1 and "Traceback" not in out.stderr
+    assert "capture failed" in out.stderr and "mymod.py:" in out.stderr
+    assert not (tmp_path / "g.json").exists()

@@ -199,7 +199,7 @@ def test_duplicate_and_case_folded_names_are_refused(tmp_path, clean_pt2):
 def test_not_a_zip(tmp_path):
     bad = tmp_path / "bad.pt2"
     bad.write_bytes(b"not a zip at all")
-    with pytest.raises(GraphFormatError, match="not a torch.export archive"):
+    with pytest.raises(GraphFormatError, match="not a loadable torch.export program"):
         graphs.load(bad)
 
 
