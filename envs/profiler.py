@@ -40,7 +40,7 @@ from typing import Any
 
 import numpy as np
 
-from graphs import OpGraph, PlacerError
+from graphs import OpGraph, PlacerError, schema
 from graphs.io import read_json, write_text_atomic
 
 FORMAT = "placer-profile/1"
@@ -285,22 +285,46 @@ def load_profile(path: str | os.PathLike) -> dict[str, Any]:
 
 
 def check_profile(doc: Any, *, source: str = "profile") -> None:
-    """Raise :class:`PlacerError` unless ``doc`` is a well-formed ``placer-profile/1`` document."""
+    """Raise :class:`PlacerError` unless ``doc`` is a well-formed ``placer-profile/1`` document.
+
+    Types are checked by :mod:`graphs.schema`: times are finite numbers >= 0 (or
+    ``null``), link speeds finite with the cluster's floors (a bool or a string is
+    never a number).
+    """
+    from envs.cluster import KINDS, MAX_DELAY_S, MIN_RATE
+
     if not isinstance(doc, dict) or doc.get("format") != FORMAT:
         raise PlacerError(f"{source}: format is {doc.get('format') if isinstance(doc, dict) else None!r}, expected {FORMAT!r}")
     ops = doc.get("ops")
     if not isinstance(ops, list) or not isinstance(doc.get("devices"), dict) or not isinstance(doc.get("links", []), list):
         raise PlacerError(f"{source}: needs 'ops' (list), 'devices' (object) and 'links' (list)")
+    schema.strings(ops, source, "ops")
+    for key in ("graph_hash", "host"):
+        if key in doc:
+            schema.string(doc[key], source, key)
     for dev, entry in doc["devices"].items():
+        where = f"devices[{dev!r}]"
+        schema.obj(entry, source, where)
+        if entry.get("kind") is not None and schema.string(entry["kind"], source, f"{where}.kind") not in KINDS:
+            raise PlacerError(f"{source}: {where}.kind is {entry['kind']!r}, expected one of {', '.join(KINDS)}")
         for col in ("fwd_s", "bwd_s"):
-            arr = entry.get(col) if isinstance(entry, dict) else None
+            arr = entry.get(col)
             if not isinstance(arr, list) or len(arr) != len(ops):
-                raise PlacerError(f"{source}: devices[{dev!r}].{col} must list one time per op ({len(ops)})")
-            if any(x is not None and (not isinstance(x, (int, float)) or x < 0) for x in arr):
-                raise PlacerError(f"{source}: devices[{dev!r}].{col} has a negative or non-numeric time")
+                raise PlacerError(f"{source}: {where}.{col} must list one time per op ({len(ops)})")
+            times = schema.column([np.nan if x is None else x for x in arr], source, f"{where}.{col}", whole=False, nan_ok=True)
+            bad = ~np.isnan(times) & ((times < 0) | (times > MAX_DELAY_S))
+            if bad.any():
+                k = int(np.argmax(bad))
+                raise PlacerError(f"{source}: {where}.{col} has a negative or non-numeric time ({where}.{col}[{k}] is {times[k]!r}; expected 0 to {MAX_DELAY_S:g} s)")
     for k, link in enumerate(doc.get("links", [])):
-        if not all(isinstance(link.get(key), (int, float)) and link[key] >= 0 for key in ("latency_s", "bandwidth_bytes_per_s")):
-            raise PlacerError(f"{source}: links[{k}] needs non-negative latency_s and bandwidth_bytes_per_s")
+        where = f"links[{k}]"
+        schema.obj(link, source, where)
+        for end in ("src", "dst"):
+            schema.string(link.get(end), source, f"{where}.{end}")
+        if not all(isinstance(link.get(key), (int, float)) and not isinstance(link.get(key), bool) for key in ("latency_s", "bandwidth_bytes_per_s")):
+            raise PlacerError(f"{source}: {where} needs non-negative latency_s and bandwidth_bytes_per_s")
+        schema.number(link["latency_s"], source, f"{where}.latency_s", minimum=0.0, maximum=MAX_DELAY_S)
+        schema.number(link["bandwidth_bytes_per_s"], source, f"{where}.bandwidth_bytes_per_s", minimum=MIN_RATE)
 
 
 # ------------------------------------------------------------- calibration

@@ -23,6 +23,7 @@ import numpy as np
 
 from envs.assign import as_indices
 from graphs import OpGraph, PlacerError
+from graphs import schema
 from graphs.io import read_json, write_text_atomic
 
 FORMAT = "placer-placement/1"
@@ -94,24 +95,35 @@ class Placement:
 
     @classmethod
     def from_dict(cls, doc: Any, *, source: str = "placement") -> "Placement":
+        """Build from a parsed placer-placement/1 document; field types are checked by :mod:`graphs.schema`."""
         if not isinstance(doc, dict):
             raise PlacerError(f"{source}: expected a JSON object")
         if doc.get("format") != FORMAT:
             raise PlacerError(f"{source}: format is {doc.get('format')!r}, expected {FORMAT!r}")
         a = doc.get("assignment")
-        if not isinstance(a, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in a.items()):
+        if not isinstance(a, dict) or not set(map(type, a.values())) <= {str}:
             raise PlacerError(f"{source}: 'assignment' must map op names to device names")
-        devices = doc.get("devices")
-        if not isinstance(devices, list) or not all(isinstance(d, str) for d in devices):
-            raise PlacerError(f"{source}: 'devices' must be a list of device names")
+        devices = schema.strings(doc.get("devices"), source, "devices")
         unknown = sorted(set(a.values()) - set(devices))
         if unknown:
             raise PlacerError(f"{source}: assignment uses device {unknown[0]!r}, not in its device list {devices}")
         return cls(
             assignment=a,
-            graph_hash=str(doc.get("graph_hash", "")),
+            graph_hash=schema.string(doc.get("graph_hash", ""), source, "graph_hash"),
             devices=devices,
-            cluster=str(doc.get("cluster", "")),
-            method=str(doc.get("method", "")),
-            meta=dict(doc.get("meta") or {}),
+            cluster=schema.string(doc.get("cluster", ""), source, "cluster"),
+            method=schema.string(doc.get("method", ""), source, "method"),
+            meta=_check_meta(doc.get("meta", {}), source),
         )
+
+
+def _check_meta(meta: Any, source: str) -> dict[str, Any]:
+    """``meta``: an object; the keys placer reads back (train's resume) have their types."""
+    meta = dict(schema.obj(meta, source, "meta"))
+    if "step_time_s" in meta:  # inf for a placement that failed: written as Infinity
+        schema.number(meta["step_time_s"], source, "meta.step_time_s", minimum=0.0, finite=False)
+    if "found_by" in meta:
+        schema.string(meta["found_by"], source, "meta.found_by")
+    if "iteration" in meta:
+        schema.integer(meta["iteration"], source, "meta.iteration", minimum=-1)
+    return meta
