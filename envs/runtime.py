@@ -21,7 +21,20 @@ names, i.e. ``OpGraph.names``:
 * user inputs are copied once per consumer device, straight from where the caller
   passes them; outputs stay on the device of the op that produced them;
 * nodes the export adds that are not ops of the graph (``copy_`` write-backs of
-  mutated buffers after decomposition) run on the device of their first argument.
+  mutated buffers after decomposition) run on the device of their first argument;
+* given an issue ``order`` (op names, a topological order of the graph), the ops
+  are first re-emitted in that order (:func:`reorder`), so each copy is then issued
+  right before its first consumer *in that order*. Two kinds of constraint that the
+  OpGraph's edges do not show are kept: an op that writes a tensor in place stays
+  after the ops that read that tensor (or a view of it) before it in node order, and
+  before those that read it after; random ops (dropout) keep their node order, so
+  they draw the same numbers. Where the order crosses one, the later op waits (the
+  rest of the order is followed as given); ``gm.meta[ORDER_META]`` is the order run.
+
+Copies avoid host synchronisation where torch allows (:func:`_to_device`): GPU->GPU
+copies are ``non_blocking`` peer copies, host->GPU copies go from pinned memory
+with ``non_blocking=True``, and GPU->host copies stay synchronous, as the host op
+that reads the result needs the data at once.
 
 Transfers are decided on *logical* devices, so a map of every logical device to
 ``cpu`` still builds (and tests) every cross-device copy, as no-op copies.
@@ -29,10 +42,11 @@ Transfers are decided on *logical* devices, so a map of every logical device to
 
 from __future__ import annotations
 
+import heapq
 import re
 import statistics
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Callable
 
 import torch
@@ -40,10 +54,12 @@ import torch.fx as fx
 from torch import nn
 
 from graphs import PlacerError
+from graphs.flops import is_alias
 
 MOVE_META = "placer_transfer"  # node.meta key on inserted copies: (source node name, logical device)
 DEVICE_META = "placer_device"  # node.meta key: the logical device a node runs on
 WRITEBACK_META = "placer_writeback"  # node.meta key on inserted write-backs: master node name
+ORDER_META = "placer_issue_order"  # GraphModule.meta key: the placed ops' names in the order the module runs them
 
 # Composite ops that write into arguments without saying so in their schema:
 # schema name -> positions of the written arguments (when training).
@@ -106,10 +122,49 @@ def check_available(devices: Mapping[str, torch.device]) -> None:
 
 
 # ------------------------------------------------------------------ transfers
-def _to_device(value: Any, device: str) -> Any:
-    """Copy a tensor (or a tuple/list of them) to ``device``; other values pass through."""
+def copy_kind(src: torch.device, dst: torch.device) -> str:
+    """How :func:`_to_device` copies a tensor from ``src`` to ``dst``.
+
+    ``"same"``: no copy; ``"peer"``: GPU->GPU, ``non_blocking``; ``"pinned"``: host->GPU
+    from pinned memory, ``non_blocking``; ``"sync"``: any other pair (GPU->host, which
+    the host op needs at once, and CPU/meta pairs), an ordinary ``.to()``.
+
+    >>> copy_kind(torch.device("cpu"), torch.device("cuda:1")), copy_kind(torch.device("cuda:0"), torch.device("cpu"))
+    ('pinned', 'sync')
+    """
+    if src == dst:
+        return "same"
+    if dst.type == "cuda":
+        if src.type == "cuda":
+            return "peer"
+        if src.type == "cpu":
+            return "pinned"
+    return "sync"
+
+
+def _copy_tensor(t: torch.Tensor, device: torch.device) -> torch.Tensor:
+    kind = copy_kind(t.device, device)
+    if kind == "same":
+        return t
+    if kind == "pinned":
+        # pin_memory() is differentiable (its gradient is the identity) and torch's pinned
+        # allocator keeps the block alive until the asynchronous copy has read it.
+        if not t.is_pinned():
+            t = t.pin_memory()
+        return t.to(device, non_blocking=True)
+    if kind == "peer":
+        return t.to(device, non_blocking=True)  # stream-ordered on both devices; autograd's backward too
+    return t.to(device)
+
+
+def _to_device(value: Any, device: str | torch.device) -> Any:
+    """Copy a tensor (or a tuple/list of them) to ``device``; other values pass through.
+
+    >>> _to_device((torch.ones(1), [torch.zeros(2), 3]), "cpu")
+    (tensor([1.]), [tensor([0., 0.]), 3])
+    """
     if isinstance(value, torch.Tensor):
-        return value.to(device)
+        return _copy_tensor(value, torch.device(device))
     if isinstance(value, (tuple, list)):
         return type(value)(_to_device(v, device) for v in value)
     return value
@@ -165,7 +220,12 @@ def _moved(t: torch.Tensor, device: torch.device) -> torch.Tensor:
 
 
 # ---------------------------------------------------------------- the pass
-def place_module(ep: torch.export.ExportedProgram, assignment: Mapping[str, str], device_map: Mapping[str, str] | str | None = None) -> fx.GraphModule:
+def place_module(
+    ep: torch.export.ExportedProgram,
+    assignment: Mapping[str, str],
+    device_map: Mapping[str, str] | str | None = None,
+    order: Sequence[str] | None = None,
+) -> fx.GraphModule:
     """An ``nn.Module`` running ``ep`` with op ``name`` on logical device ``assignment[name]``.
 
     ``assignment`` must name every op the caller cares about (it is validated
@@ -173,6 +233,8 @@ def place_module(ep: torch.export.ExportedProgram, assignment: Mapping[str, str]
     name run next to their first argument. Parameters move to their owner's torch
     device (a new ``nn.Parameter`` where the device changes, the same tensor
     otherwise, like ``model.to``), so build the optimizer on the returned module.
+    ``order``: op names in issue order (validated by :func:`envs.assign.check_order`
+    against the OpGraph by the caller); ``None`` keeps node order. See :func:`reorder`.
     """
     gm = ep.module()
     devices = resolve_devices(sorted(set(assignment.values())), device_map)
@@ -205,7 +267,13 @@ def place_module(ep: torch.export.ExportedProgram, assignment: Mapping[str, str]
             moved_by_id[id(t)] = _moved(t, devices[dev])
         _set_module_tensor(gm, str(n.target), moved_by_id[id(t)])
 
-    # 2. Walk the ops: pick a device, move arguments, rewrite device=, write back in-place updates.
+    # 2. The issue order (owners above stay those of node order, as in OpGraph.param_bytes).
+    if order is not None:
+        reorder(graph, order)
+        nodes = list(graph.nodes)
+    gm.meta[ORDER_META] = [n.name for n in nodes if n.op == "call_function" and n.name in assignment]
+
+    # 3. Walk the ops: pick a device, move arguments, rewrite device=, write back in-place updates.
     copies: dict[tuple[fx.Node, str], fx.Node] = {}
     for node in nodes:
         if node.op != "call_function":
@@ -256,6 +324,107 @@ def place_module(ep: torch.export.ExportedProgram, assignment: Mapping[str, str]
     graph.lint()
     gm.recompile()
     return gm
+
+
+def reorder(graph: fx.Graph, order: Sequence[str]) -> None:
+    """Re-emit the nodes of ``graph`` so the ops named in ``order`` run in that order.
+
+    ``order`` names call_function nodes (every op of the OpGraph, in a topological
+    order of its edges). Other nodes stay where FX and the data need them:
+    placeholders, attributes and guards before the first op, nodes between two ops
+    right after the op they followed in node order (once their inputs exist), nodes
+    after the last op (``copy_`` write-backs) after every op, and the output last.
+    In-place writes and random ops keep their order relative to the ops they
+    conflict with (see :func:`_order_constraints`); an op crossing one waits.
+    Among everything else the result is the greedy topological order nearest to
+    ``order``, which is ``order`` itself when it crosses no constraint.
+    """
+    nodes = [n for n in graph.nodes if n.op != "output"]
+    by_name = {n.name: n for n in nodes if n.op == "call_function"}
+    rank: dict[fx.Node, int] = {}
+    for r, name in enumerate(order):
+        node = by_name.get(name)
+        if node is None or node in rank:
+            what = "names it twice" if node is not None else "is not an op of the exported program"
+            raise PlacerError(f"issue order: op {name!r} {what}")
+        rank[node] = r
+    position = {n: i for i, n in enumerate(nodes)}
+    op_positions = [position[n] for n in rank]
+    first, last = (min(op_positions), max(op_positions)) if op_positions else (len(nodes), -1)
+    key: dict[fx.Node, tuple[int, int, int]] = {}
+    anchor = -1
+    for n in nodes:
+        i = position[n]
+        if n in rank:
+            anchor = rank[n]
+            key[n] = (anchor, 0, i)
+        elif i < first:
+            key[n] = (-1, 0, i)
+        elif i > last:
+            key[n] = (len(order), 0, i)
+        else:
+            key[n] = (anchor, 1, i)  # right after the op it followed
+    preds: dict[fx.Node, set[fx.Node]] = {n: set(n.all_input_nodes) for n in nodes}
+    for a, b in _order_constraints(nodes):
+        preds[b].add(a)
+    succs: dict[fx.Node, list[fx.Node]] = {n: [] for n in nodes}
+    waiting = {}
+    for n in nodes:
+        waiting[n] = len(preds[n])
+        for p in preds[n]:
+            succs[p].append(n)
+    ready = [(key[n], position[n], n) for n in nodes if waiting[n] == 0]
+    heapq.heapify(ready)
+    out: list[fx.Node] = []
+    while ready:
+        _, _, n = heapq.heappop(ready)
+        out.append(n)
+        for s in succs[n]:
+            waiting[s] -= 1
+            if waiting[s] == 0:
+                heapq.heappush(ready, (key[s], position[s], s))
+    if len(out) != len(nodes):  # cannot happen for an exported program: its node order is one
+        raise PlacerError("issue order: the exported program's constraints form a cycle")
+    output = next(n for n in graph.nodes if n.op == "output")
+    for n in out:
+        output.prepend(n)
+
+
+def _order_constraints(nodes: Sequence[fx.Node]) -> list[tuple[fx.Node, fx.Node]]:
+    """``(a, b)`` pairs where ``a`` must run before ``b`` though ``b`` does not read ``a``.
+
+    * An op writing a tensor in place (``add_``, ``copy_``, batch-norm statistics)
+      and every other node reading that tensor, or a view of it, keep their node order.
+    * Random ops (``torch.Tag.nondeterministic_seeded``) keep their node order.
+    """
+    position = {n: i for i, n in enumerate(nodes)}
+    root: dict[fx.Node, fx.Node] = {}  # the node whose storage a node's value is
+    written: dict[fx.Node, list[fx.Node]] = {}
+    for n in nodes:
+        root[n] = n
+        if n.op != "call_function":
+            continue
+        w = _written_args(n)
+        if w:
+            written[n] = w
+        schema = getattr(n.target, "_schema", None)
+        returns_written = schema is not None and any(r.alias_info is not None and r.alias_info.is_write for r in schema.returns)
+        base = n.args[0] if n.args and isinstance(n.args[0], fx.Node) else None
+        if base is not None and (is_alias(n.target) or returns_written):
+            root[n] = root.get(base, base)
+    readers: dict[fx.Node, list[fx.Node]] = {}
+    for n in nodes:
+        for a in n.all_input_nodes:
+            readers.setdefault(root.get(a, a), []).append(n)
+    pairs = []
+    for w, args in written.items():
+        for r in {root.get(a, a) for a in args}:
+            for u in readers.get(r, ()):
+                if u is not w:
+                    pairs.append((u, w) if position[u] < position[w] else (w, u))
+    seeded = [n for n in nodes if n.op == "call_function" and torch.Tag.nondeterministic_seeded in getattr(n.target, "tags", ())]
+    pairs.extend(zip(seeded, seeded[1:]))
+    return pairs
 
 
 def transfers(gm: fx.GraphModule) -> list[tuple[str, str]]:

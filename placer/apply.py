@@ -9,16 +9,27 @@
 >>> placed = apply(model, p, (x,), device_map="*=cpu")   # gpu:0 runs on the CPU here
 >>> torch.equal(placed(x), model(x))
 True
+
+A placement's issue order (``Placement.order``, or ``order=``) is the order the
+module runs its ops in:
+
+>>> class Branches(torch.nn.Module):
+...     def forward(self, x):
+...         return x.sin(), x.cos()
+>>> g = capture(Branches(), (x,))
+>>> placed = apply(Branches(), {"sin": "cpu:0", "cos": "gpu:0"}, (x,), device_map="*=cpu", order=[1, 0])
+>>> g.names, placed.meta["placer_issue_order"]
+(['sin', 'cos'], ['cos', 'sin'])
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from torch import nn
 
-from envs.assign import as_indices
+from envs.assign import as_indices, check_order
 from envs.runtime import place_module
 from graphs import OpGraph, PlacerError
 from graphs.torch_capture import export_program, graph_from_program
@@ -33,6 +44,7 @@ def apply(
     *,
     graph: OpGraph | None = None,
     decompose: bool | None = None,
+    order: Sequence[int] | None = None,
 ) -> nn.Module:
     """A module computing ``model`` with each op on the device ``placement`` gives it.
 
@@ -50,7 +62,11 @@ def apply(
     * buffers (batch-norm running statistics) update in place as in the model;
     * the train/eval mode is the one the model had when this was called;
     * random ops (dropout) draw from their placed device's generator, so their
-      masks match the unplaced model's only where both run on the same device.
+      masks match the unplaced model's only where both run on the same device;
+    * the ops run in the placement's issue order (``placement.order``, or ``order``),
+      each cross-device copy issued right before its first consumer in that order;
+      without one, in node order (see :func:`envs.runtime.reorder`). The order run
+      is ``result.meta["placer_issue_order"]`` (op names).
 
     Args:
         model: the module to place.
@@ -61,6 +77,8 @@ def apply(
         graph: the OpGraph the placement was made for, if it was captured with other
             options; its ``meta["decomposed"]`` selects the export flavour.
         decompose: export with core-ATen decomposition (default: as ``graph`` says, else False).
+        order: issue order, op indices of the graph (a topological order); overrides
+            ``placement.order``. A bad order raises :class:`graphs.PlacerError`.
     """
     if isinstance(example_inputs, list):
         example_inputs = tuple(example_inputs)
@@ -75,8 +93,14 @@ def apply(
             f"graph {graph.name or ''} ({graph.content_hash}) is not the graph of this model and inputs "
             f"({captured.content_hash}); was it captured from another model, batch size or torch version?"
         )
-    assignment = validated_assignment(placement, captured)
-    return place_module(ep, assignment, device_map)
+    source = getattr(placement, "source", "") or "placement"
+    assignment = validated_assignment(placement, captured, source=source)
+    if order is None:
+        order = getattr(placement, "order", None)
+    names = None
+    if order is not None:
+        names = [captured.names[i] for i in check_order(order, captured, source=f"{source}: order").tolist()]
+    return place_module(ep, assignment, device_map, order=names)
 
 
 def validated_assignment(placement: Any, graph: OpGraph, *, source: str = "placement") -> dict[str, str]:

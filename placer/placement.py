@@ -9,6 +9,12 @@ Saved as versioned JSON (``"format": "placer-placement/1"``), never pickled.
 {'a': 'gpu:0', 'b': 'gpu:0'}
 >>> p.indices(g, ["cpu:0", "gpu:0"]).tolist()
 [1, 1]
+
+A placement may also carry an issue order (a topological order of the ops), the
+order in which :func:`placer.apply` emits them; ``None`` means node order:
+
+>>> Placement.from_indices(g, ["cpu:0", "gpu:0"], [1, 1], order=[0, 1]).order.tolist()
+[0, 1]
 """
 
 from __future__ import annotations
@@ -21,7 +27,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from envs.assign import as_indices
+from envs.assign import as_indices, check_order
 from graphs import OpGraph, PlacerError
 from graphs import schema
 from graphs.io import read_json, write_text_atomic
@@ -29,7 +35,7 @@ from graphs.io import read_json, write_text_atomic
 FORMAT = "placer-placement/1"
 
 
-@dataclass
+@dataclass(eq=False)
 class Placement:
     """A device for every op of a graph.
 
@@ -40,6 +46,10 @@ class Placement:
         cluster: the cluster's name, for the record.
         method: what produced it (``"single"``, ``"rl:seq2seq"``...).
         meta: anything else (step time found, seed...).
+        order: the issue order, op indices (into the graph's ops) in the order the
+            runtime issues them, a topological order of the graph; ``None``: node order.
+            Checked against the graph by :func:`envs.assign.check_order`.
+        source: the file it was loaded from, for error messages (not saved).
     """
 
     assignment: dict[str, str]
@@ -48,11 +58,29 @@ class Placement:
     cluster: str = ""
     method: str = ""
     meta: dict[str, Any] = field(default_factory=dict)
+    order: np.ndarray | None = None
+    source: str = field(default="", repr=False)
+
+    def __post_init__(self) -> None:
+        if self.order is not None:
+            self.order = check_order(self.order, len(self.assignment), source=f"{self.source or 'placement'}: order")
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Placement):
+            return NotImplemented
+        same_order = (self.order is None) == (other.order is None) and (self.order is None or np.array_equal(self.order, other.order))
+        return same_order and (self.assignment, self.graph_hash, self.devices, self.cluster, self.method, self.meta) == (
+            other.assignment, other.graph_hash, other.devices, other.cluster, other.method, other.meta
+        )
+
+    __hash__ = None  # type: ignore[assignment]  # mutable, like a dataclass with eq
 
     @classmethod
     def from_indices(
-        cls, graph: OpGraph, devices: Sequence[str], indices: Sequence[int] | np.ndarray, *, cluster: str = "", method: str = "", meta: dict | None = None
+        cls, graph: OpGraph, devices: Sequence[str], indices: Sequence[int] | np.ndarray, *, cluster: str = "", method: str = "",
+        meta: dict | None = None, order: Sequence[int] | np.ndarray | None = None,
     ) -> "Placement":
+        """Device ``devices[indices[i]]`` for op ``i``; ``order``: issue order (op indices), checked against ``graph``."""
         idx = np.asarray(indices).tolist()
         if len(idx) != graph.num_ops:
             raise PlacerError(f"placement: {len(idx)} devices for {graph.num_ops} ops")
@@ -64,18 +92,28 @@ class Placement:
             cluster=cluster,
             method=method,
             meta=dict(meta or {}),
+            order=None if order is None else check_order(order, graph, source="placement: order"),
         )
 
     def indices(self, graph: OpGraph, devices: Sequence[str] | None = None, *, source: str = "placement") -> np.ndarray:
         """Device index of each op of ``graph`` (checks the hash, missing ops, unknown devices)."""
         return as_indices(self, graph, list(devices) if devices is not None else self.devices, source=source)
 
+    def issue_order(self, graph: OpGraph) -> np.ndarray | None:
+        """The issue order checked against ``graph`` (topological), or ``None`` for node order."""
+        if self.order is None:
+            return None
+        source = self.source or "placement"
+        if self.graph_hash and self.graph_hash != graph.content_hash:
+            raise PlacerError(f"{source}: made for graph {self.graph_hash}, not for this graph ({graph.name or 'graph'} {graph.content_hash})")
+        return check_order(self.order, graph, source=f"{source}: order")
+
     def device_counts(self) -> dict[str, int]:
         return dict(Counter(self.assignment.values()))
 
     # ------------------------------------------------------------------- JSON
     def to_dict(self) -> dict[str, Any]:
-        return {
+        doc = {
             "format": FORMAT,
             "graph_hash": self.graph_hash,
             "cluster": self.cluster,
@@ -84,6 +122,14 @@ class Placement:
             "meta": self.meta,
             "assignment": self.assignment,
         }
+        # The order is saved as op indices, not names: the file is tied to one graph by
+        # graph_hash, which fixes its op numbering, so an index names an op exactly; the
+        # indices are what schedulers and the simulator use (no graph needed to read them
+        # back), a file can be checked for a permutation before its graph is at hand, and
+        # every name is already written once, in "assignment". Absent: node order.
+        if self.order is not None:
+            doc["order"] = [int(i) for i in self.order]
+        return doc
 
     def save(self, path: str | os.PathLike) -> None:
         write_text_atomic(path, json.dumps(self.to_dict(), indent=1))
@@ -91,7 +137,9 @@ class Placement:
     @classmethod
     def load(cls, path: str | os.PathLike) -> "Placement":
         path = os.fspath(path)
-        return cls.from_dict(read_json(path), source=path)
+        placement = cls.from_dict(read_json(path), source=path)
+        placement.source = path
+        return placement
 
     @classmethod
     def from_dict(cls, doc: Any, *, source: str = "placement") -> "Placement":
@@ -114,6 +162,7 @@ class Placement:
             cluster=schema.string(doc.get("cluster", ""), source, "cluster"),
             method=schema.string(doc.get("method", ""), source, "method"),
             meta=_check_meta(doc.get("meta", {}), source),
+            order=None if doc.get("order") is None else check_order(doc["order"], len(a), source=f"{source}: 'order'"),
         )
 
 
