@@ -75,10 +75,9 @@ def _cmd_export(args: argparse.Namespace) -> int:
     import graphs
     from placer.sources import resolve_graph
 
-    out = args.output
+    out = check_output_file(args.output, "-o")
     if not out.endswith((".json", ".json.gz")):
         raise PlacerError(f"{out}: output must end in .json or .json.gz")
-    check_output_file(out, "-o")
     source = args.source
     if source.endswith(".pt2") and os.path.exists(source):
         from graphs.torch_capture import capture_pt2
