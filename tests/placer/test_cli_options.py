@@ -19,7 +19,7 @@ import pytest
 import graphs
 from graphs import OpGraph, PlacerError
 from graphs.synthetic import random_dag
-from placer.cli import json_safe, main, to_json
+from placer.cli import main
 from placer.placement import Placement
 
 MODEL_SRC = textwrap.dedent(
@@ -239,6 +239,8 @@ def strict_loads(text: str):
 
 
 def test_json_safe_nulls_non_finite_numbers():
+    from placer.cli import json_safe, to_json
+
     doc = {"a": float("inf"), "b": [float("nan"), 1.5, np.float64("-inf"), np.int64(3)], "c": (np.array([1.0, np.inf]),)}
     assert strict_loads(to_json(doc)) == {"a": None, "b": [None, 1.5, None, 3], "c": [[1.0, None]]}
     assert json_safe({"ok": True, "n": 0}) == {"ok": True, "n": 0}

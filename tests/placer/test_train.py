@@ -218,11 +218,12 @@ def test_resume_with_another_graphs_checkpoint_is_a_user_error(tmp_path, capsys)
     from graphs.synthetic import random_dag
 
     a, b = str(tmp_path / "a.json"), str(tmp_path / "b.json")
-    save(random_dag(20, seed=1, name="a"), a)
-    save(random_dag(27, seed=2, name="b"), b)
-    assert main(_cli_train(a, tmp_path / "run", "--iterations", "1")) == 0
+    save(random_dag(30, seed=1, name="a"), a)
+    save(random_dag(45, seed=2, name="b"), b)  # larger: its ops index past the checkpoint's warm-start placement
+    argv = ["train", "--cluster", "k80x2", "--hidden", "8", "--no-progress", "--logdir", str(tmp_path / "run")]
+    assert main(argv + [a, "--iterations", "1"]) == 0
     capsys.readouterr()
-    rc = main(_cli_train(b, tmp_path / "run", "--iterations", "2", "--resume"))
+    rc = main(argv + [b, "--iterations", "2", "--resume"])
     err = capsys.readouterr().err.strip()
     assert rc == 2 and len(err.splitlines()) == 1 and "is for graph" in err and "checkpoint.pt" in err
 
@@ -267,8 +268,6 @@ def test_run_killed_before_its_first_checkpoint_can_be_resumed(tmp_path, monkeyp
 
 
 def test_best_placement_is_never_replaced_by_a_worse_one(tmp_path):
-    from placer.train import _save_best
-
     g = two_chains()
     c = envs.resolve_cluster("k80x2")
     env = envs.SimEnv(g, c)
@@ -282,6 +281,8 @@ def test_best_placement_is_never_replaced_by_a_worse_one(tmp_path):
     assert r.best_step_time_s > t_opt  # this run alone found a worse one...
     kept = Placement.load(path)
     assert kept.method == "hand" and kept.meta["step_time_s"] == t_opt  # ...and did not write it
+    from placer.train import _save_best
+
     # a better one replaces it; an unreadable file or one of another graph is replaced
     worse = Placement.from_indices(g, c.device_names, [1] * 8, cluster=c.name, meta={"step_time_s": 2 * t_opt, "env": "sim"})
     assert not _save_best(str(path), worse)
@@ -295,13 +296,14 @@ def test_best_placement_is_never_replaced_by_a_worse_one(tmp_path):
 
 
 def test_a_second_run_on_a_locked_logdir_exits_2(tmp_path, capsys):
-    from placer.train import _run_lock
+    import fcntl
 
     path = str(tmp_path / "g.json")
     save(two_chains(), path)
     logdir = tmp_path / "run"
     logdir.mkdir()
-    with _run_lock(str(logdir)):  # as another process's run would hold it
+    with open(logdir / "train.lock", "w") as lock:  # held as another process's run would hold it
+        fcntl.flock(lock, fcntl.LOCK_EX)
         rc = main(_cli_train(path, logdir, "--iterations", "1"))
     err = capsys.readouterr().err.strip()
     assert rc == 2 and len(err.splitlines()) == 1 and str(logdir) in err and "another training run" in err
