@@ -30,6 +30,7 @@ import hashlib
 import json
 import os
 import socket
+import sys
 import time
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
@@ -382,10 +383,7 @@ class MeasuredEnv:
         self._cache[key] = result
         if self.log_path:
             line = json.dumps({"graph_hash": self.graph.content_hash, "placement_hash": key, "time_unix": time.time(), "result": result.to_dict()})
-            with open(self.log_path, "a") as f:
-                f.write(line + "\n")
-                f.flush()
-                os.fsync(f.fileno())
+            append_log_line(self.log_path, line)
 
     def step_times(self, idx: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Batched ``[K, num_ops]`` device indices -> (step_time_s[K], oom[K]), like ``SimEnv.step_times``."""
@@ -393,20 +391,41 @@ class MeasuredEnv:
         return np.array([r.step_time_s for r in results]), np.array([r.status == "oom" for r in results])
 
 
+def append_log_line(path: str, line: str) -> None:
+    """Append one record to the log (flushed and fsynced), first ending a torn last line of a killed run,
+    so that the new record never joins it."""
+    with open(path, "ab+") as f:  # writes go to the end whatever the read position
+        if f.seek(0, os.SEEK_END) > 0:
+            f.seek(-1, os.SEEK_END)
+            if f.read(1) != b"\n":
+                f.write(b"\n")
+        f.write(line.encode() + b"\n")
+        f.flush()
+        os.fsync(f.fileno())
+
+
 def read_log(path: str, graph_hash: str) -> dict[str, Result]:
-    """Placement hash -> Result of every logged measurement of ``graph_hash`` (a torn last line is skipped)."""
+    """Placement hash -> Result of every logged measurement of ``graph_hash``.
+
+    Unreadable lines (a torn line of a killed run) are skipped and counted in one warning on stderr.
+    """
     out: dict[str, Result] = {}
     if not os.path.exists(path):
         return out
-    with open(path) as f:
+    skipped = 0
+    with open(path, encoding="utf-8", errors="replace") as f:
         for line in f:
+            if not line.strip():
+                continue
             try:
                 rec = json.loads(line)
-            except json.JSONDecodeError:
-                continue  # the run was killed mid-write
-            if rec.get("graph_hash") == graph_hash:
-                out[rec["placement_hash"]] = Result.from_dict(rec["result"])
+                if rec.get("graph_hash") == graph_hash:
+                    out[rec["placement_hash"]] = Result.from_dict(rec["result"])
+            except (ValueError, KeyError, TypeError, AttributeError):
+                skipped += 1  # the run was killed mid-write, or the line is not a record
+    if skipped:
+        print(f"placer: warning: {path}: skipped {skipped} unreadable line(s)", file=sys.stderr)
     return out
 
 
-__all__ = ["MeasuredEnv", "Worker", "build_model", "placement_hash", "read_log", "LOG_NAME"]
+__all__ = ["MeasuredEnv", "Worker", "append_log_line", "build_model", "placement_hash", "read_log", "LOG_NAME"]

@@ -10,7 +10,10 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import json
+import math
 import sys
+from typing import Any
 
 from graphs.errors import PlacerError
 
@@ -40,6 +43,39 @@ class _Parser(argparse.ArgumentParser):
 
     def error(self, message: str):  # type: ignore[override]
         self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
+def json_safe(doc: Any) -> Any:
+    """``doc`` with every non-finite float (inf, nan) as None and numpy values as plain Python ones.
+
+    JSON has no Infinity or NaN; a document with them is not JSON to a strict
+    parser. A value that is not finite is one that does not exist (an OOM step
+    has no step time), and the document's ``status`` says why.
+
+    >>> json_safe({"t": float("inf"), "xs": [1.0, float("nan")], "ok": True})
+    {'t': None, 'xs': [1.0, None], 'ok': True}
+    """
+    if isinstance(doc, dict):
+        return {k: json_safe(v) for k, v in doc.items()}
+    if isinstance(doc, (list, tuple)):
+        return [json_safe(v) for v in doc]
+    if isinstance(doc, (bool, int, str)) or doc is None:
+        return doc
+    if isinstance(doc, float):
+        return doc if math.isfinite(doc) else None
+    if hasattr(doc, "tolist"):  # numpy scalars and arrays
+        return json_safe(doc.tolist())
+    return doc
+
+
+def to_json(doc: Any, indent: int | None = 1) -> str:
+    """The one JSON encoder of the CLI's outputs: strict JSON (see :func:`json_safe`)."""
+    return json.dumps(json_safe(doc), indent=indent, allow_nan=False)
+
+
+def print_json(doc: Any, indent: int | None = 1) -> None:
+    """Print ``doc`` as strict JSON on stdout: every ``--json`` output goes through here."""
+    print(to_json(doc, indent=indent))
 
 
 def build_parser() -> argparse.ArgumentParser:

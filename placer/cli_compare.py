@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import json
-import sys
 
 
 def add_commands(sub: argparse._SubParsersAction) -> None:
@@ -45,10 +43,15 @@ def _methods(text: str) -> list[str] | None:
 
 def run(args: argparse.Namespace) -> int:
     import envs
+    from placer.checks import check_output_file, check_seed
+    from placer.cli import print_json
     from placer.compare import compare, plot
     from placer.placement import Placement
     from placer.sources import looks_like_callable, resolve_graph, resolve_model
 
+    check_seed(args.seed)
+    if args.plot:
+        check_output_file(args.plot, "--plot")
     cluster = envs.resolve_cluster(args.cluster)
     methods = _methods(args.methods)
     model = None
@@ -68,8 +71,7 @@ def run(args: argparse.Namespace) -> int:
     if args.plot:
         plot(report, args.plot)
     if args.json:
-        json.dump(report.to_dict(), sys.stdout, indent=1)
-        print()
+        print_json(report.to_dict())
         return 0
     best = report.best()
     print(f"{report.graph} ({graph.num_ops} ops) on {report.cluster}; scored by the simulator, seed {report.seed}")

@@ -13,7 +13,6 @@ critical path under a simple roofline time estimate, and an op-type histogram.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 from collections import Counter
@@ -22,6 +21,8 @@ from typing import Any
 import numpy as np
 
 from graphs import OpGraph, PlacerError
+from placer.checks import check_int, check_output_file
+from placer.cli import print_json
 
 # The nominal device of the critical-path time estimate (roughly one V100).
 NOMINAL_FLOPS_PER_S = 14e12
@@ -60,7 +61,7 @@ def _cmd_graphs(args: argparse.Namespace) -> int:
 
     rows = zoo.info(decompose=args.decompose, progress=lambda line: print(line, file=sys.stderr, flush=True))
     if args.json:
-        print(json.dumps(rows, indent=2))
+        print_json(rows, indent=2)
         return 0
     table = [["name", "ops", "edges", "params", "fwd FLOPs", "description"]]
     for r in rows:
@@ -74,6 +75,9 @@ def _cmd_export(args: argparse.Namespace) -> int:
     import graphs
     from placer.sources import resolve_graph
 
+    out = check_output_file(args.output, "-o")
+    if not out.endswith((".json", ".json.gz")):
+        raise PlacerError(f"{out}: output must end in .json or .json.gz")
     source = args.source
     if source.endswith(".pt2") and os.path.exists(source):
         from graphs.torch_capture import capture_pt2
@@ -83,12 +87,6 @@ def _cmd_export(args: argparse.Namespace) -> int:
         raise PlacerError(f"{source}: --decompose needs a model (zoo name, module:callable or .pt2), not a graph file")
     else:
         graph = resolve_graph(source, decompose=args.decompose)
-    out = args.output
-    if not out.endswith((".json", ".json.gz")):
-        raise PlacerError(f"{out}: output must end in .json or .json.gz")
-    parent = os.path.dirname(os.path.abspath(out))
-    if not os.path.isdir(parent):
-        raise PlacerError(f"{out}: directory {parent} does not exist")
     try:
         graphs.save(graph, out)
     except OSError as e:
@@ -103,7 +101,7 @@ def _cmd_export(args: argparse.Namespace) -> int:
         "hash": graph.content_hash,
     }
     if args.json:
-        print(json.dumps(info, indent=2))
+        print_json(info, indent=2)
     else:
         print(
             f"wrote {out}: {graph.name}, {graph.num_ops:,} ops, {graph.num_edges:,} edges, "
@@ -116,11 +114,10 @@ def _cmd_inspect(args: argparse.Namespace) -> int:
     """Summarise a graph: sizes, parameters, FLOPs, activations, critical path, op types."""
     from placer.sources import resolve_graph
 
-    if args.top < 0:
-        raise PlacerError(f"--top {args.top}: must be >= 0")
+    check_int(args.top, "--top", least=0)
     summary = summarize(resolve_graph(args.graph), top=args.top)
     if args.json:
-        print(json.dumps(summary, indent=2))
+        print_json(summary, indent=2)
     else:
         print(format_summary(summary))
     return 0

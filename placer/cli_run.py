@@ -11,10 +11,11 @@ Typical use::
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 
 from graphs.errors import PlacerError
+from placer.checks import check_float, check_int, check_output_file
+from placer.cli import print_json
 
 DEVICE_MAP_HELP = "logical -> torch devices, e.g. gpu:0=cuda:1,*=cpu (default gpu:i=cuda:i, cpu:0=cpu)"
 
@@ -51,11 +52,13 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=run_profile)
 
 
-def _check_counts(args: argparse.Namespace) -> None:
+def _check_numbers(args: argparse.Namespace) -> None:
+    """Range-check the numeric options of ``run`` and ``profile`` (those the command has)."""
     for name, least in (("steps", 1), ("repeats", 1), ("warmup", 0)):
-        value = getattr(args, name, least)
-        if value < least:
-            raise PlacerError(f"--{name} {value}: need at least {least}")
+        if hasattr(args, name):
+            check_int(getattr(args, name), f"--{name}", least=least)
+    if hasattr(args, "lr"):
+        check_float(args.lr, "--lr", above=0, most=1)
 
 
 def run_run(args: argparse.Namespace) -> int:
@@ -67,7 +70,7 @@ def run_run(args: argparse.Namespace) -> int:
     from placer.placement import Placement
     from placer.sources import resolve_model
 
-    _check_counts(args)
+    _check_numbers(args)
     cluster = envs.resolve_cluster(args.cluster)
     placement = Placement.load(args.placement)
     unknown = sorted(set(placement.assignment.values()) - set(cluster.device_names))
@@ -85,8 +88,7 @@ def run_run(args: argparse.Namespace) -> int:
     except torch.OutOfMemoryError as e:
         result = envs.Result(float("inf"), "oom", f"out of memory: {str(e).splitlines()[0] if str(e) else ''}", source="measured")
     if args.json:
-        json.dump(result.to_dict(), sys.stdout, indent=1)
-        print()
+        print_json(result.to_dict())
         return 0 if result.ok else 1
     if not result.ok:
         print(f"{args.source}: {result.status}: {result.message}")
@@ -109,7 +111,8 @@ def run_profile(args: argparse.Namespace) -> int:
     from envs.profiler import profile_model, save_profile
     from placer.sources import resolve_model
 
-    _check_counts(args)
+    _check_numbers(args)
+    check_output_file(args.output, "-o")
     devices = [d.strip() for d in args.devices.split(",") if d.strip()]
     if not devices:
         raise PlacerError("--devices: name at least one torch device, e.g. cpu or cpu,cuda:0")
@@ -139,8 +142,7 @@ def run_profile(args: argparse.Namespace) -> int:
         "errors": len(prof["errors"]),
     }
     if args.json:
-        json.dump(summary, sys.stdout, indent=1)
-        print()
+        print_json(summary)
         return 0
     print(f"{args.output}: {summary['ops']} ops of {args.source} (graph {prof['graph_hash']})")
     for d, s in summary["devices"].items():

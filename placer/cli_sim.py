@@ -11,11 +11,12 @@ Typical use::
 from __future__ import annotations
 
 import argparse
-import json
-import sys
+import math
 from typing import Any
 
 from graphs.errors import PlacerError
+from placer.checks import check_output_file, check_seed
+from placer.cli import print_json, to_json
 
 
 def add_commands(sub: argparse._SubParsersAction) -> None:
@@ -64,6 +65,8 @@ def parse_options(items: list[str]) -> dict[str, Any]:
 
     >>> parse_options(["device=gpu:1", "k=3", "x=0.5", "flag=true"])
     {'device': 'gpu:1', 'k': 3, 'x': 0.5, 'flag': True}
+
+    A number that is not finite (``nan``, ``inf``) is refused.
     """
     out: dict[str, Any] = {}
     for item in items:
@@ -84,6 +87,8 @@ def parse_options(items: list[str]) -> dict[str, Any]:
                 continue
         else:
             out[key] = value
+        if isinstance(out[key], float) and not math.isfinite(out[key]):
+            raise PlacerError(f"--option {item!r}: {value} is not a finite number")
     return out
 
 
@@ -103,8 +108,7 @@ def run_clusters(args: argparse.Namespace) -> int:
     if args.name is None:
         clusters = [Cluster.preset(n) for n in Cluster.presets()]
         if args.json:
-            json.dump([c.to_dict() for c in clusters], sys.stdout, indent=1)
-            print()
+            print_json([c.to_dict() for c in clusters])
             return 0
         print(f"{'name':<8} {'devices':<44} description")
         for c in clusters:
@@ -113,8 +117,7 @@ def run_clusters(args: argparse.Namespace) -> int:
         return 0
     c = resolve_cluster(args.name)
     if args.json:
-        json.dump(c.to_dict(), sys.stdout, indent=1)
-        print()
+        print_json(c.to_dict())
         return 0
     print(f"{c.name}: {c.description}")
     print(f"{'device':<8} {'kind':<5} {'memory':>10} {'compute':>14} {'mem bw':>12} {'launch':>8}")
@@ -138,6 +141,8 @@ def run_place(args: argparse.Namespace) -> int:
     from placer import baselines
     from placer.sources import resolve_graph
 
+    check_output_file(args.output, "-o")
+    check_seed(args.seed)
     cluster = envs.resolve_cluster(args.cluster)
     options = parse_options(args.option)
     graph, cluster = _profiled(resolve_graph(args.graph), cluster, args.profile)
@@ -155,9 +160,12 @@ def run_place(args: argparse.Namespace) -> int:
 
 def run_simulate(args: argparse.Namespace) -> int:
     import envs
+    from graphs.io import write_text_atomic
     from placer.placement import Placement
     from placer.sources import resolve_graph
 
+    if args.trace:
+        check_output_file(args.trace, "--trace")
     cluster = envs.resolve_cluster(args.cluster)
     graph, cluster = _profiled(resolve_graph(args.graph), cluster, args.profile)
     placement = Placement.load(args.placement)
@@ -165,15 +173,13 @@ def run_simulate(args: argparse.Namespace) -> int:
     result = env.simulate(placement.indices(graph, cluster.device_names, source=args.placement), trace=bool(args.trace))
     bound = env.lower_bound()
     if args.trace:
-        with open(args.trace, "w") as f:
-            json.dump(result.extra.pop("trace"), f)
+        write_text_atomic(args.trace, to_json(result.extra.pop("trace"), indent=None))
     if args.json:
         doc = result.to_dict()
         doc["lower_bound_s"] = bound
         doc["graph"] = graph.name
         doc["cluster"] = cluster.name
-        json.dump(doc, sys.stdout, indent=1)
-        print()
+        print_json(doc)
         return 0
     sim_s = result.extra["sim_step_time_s"]
     print(f"{graph.name or args.graph} ({graph.num_ops} ops) on {cluster.name}, placement {args.placement}")

@@ -37,19 +37,22 @@ and 1e-2 to 0.9 within a hundred, and the samples get worse with it.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import hashlib
 import math
 import os
+import re
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Iterator
 
 import numpy as np
 import torch
 
 from graphs import OpGraph, PlacerError
 from placer import checkpoint
+from placer.checks import MAX_SEED, check_float, check_int, check_output_dir
 from placer.placement import Placement
 from placer._callable import make_module_callable
 from placer.rl_algos import ALGOS, imitate
@@ -148,22 +151,58 @@ class TrainConfig:
             raise PlacerError(f"--algo {self.algo!r}: unknown (known: {', '.join(ALGOS)})")
         if self.env not in ENVS:
             raise PlacerError(f"--env {self.env!r}: unknown (known: {', '.join(ENVS)})")
-        if self.samples < 1:
-            raise PlacerError(f"--samples {self.samples}: must be at least 1")
         if self.iterations is None and self.time_budget_s is None:
             raise PlacerError("train: give --iterations or --time-budget")
-        if self.iterations is not None and self.iterations < 1:
-            raise PlacerError(f"--iterations {self.iterations}: must be at least 1")
-        if self.time_budget_s is not None and not (self.time_budget_s > 0 and math.isfinite(self.time_budget_s)):
-            raise PlacerError(f"--time-budget {self.time_budget_s}: must be a positive number of seconds")
-        if self.max_groups is not None and self.max_groups < 0:
-            raise PlacerError(f"--max-groups {self.max_groups}: must be >= 0 (0 places every op)")
+        for name, (option, bounds) in _INT_FIELDS.items():
+            value = getattr(self, name)
+            if value is not None or name not in _OPTIONAL:
+                check_int(value, option, **bounds)
+        for name, (option, bounds) in _FLOAT_FIELDS.items():
+            value = getattr(self, name)
+            if value is not None or name not in _OPTIONAL:
+                check_float(value, option, **bounds)
+        for name in ("resume", "normalize_advantage", "progress"):
+            if not isinstance(getattr(self, name), bool):
+                raise PlacerError(f"{name} {getattr(self, name)!r}: must be true or false")
         if self.resume and not self.logdir:
             raise PlacerError("--resume: needs --logdir (the run directory to continue)")
+        if self.logdir is not None:
+            check_output_dir(self.logdir, "--logdir")
         if self.baseline not in ("loo", "ema"):
             raise PlacerError(f"baseline {self.baseline!r}: must be 'loo' or 'ema'")
         if self.warm_start not in ("best", "none"):
             raise PlacerError(f"--warm-start {self.warm_start!r}: must be best or none")
+
+
+# The numeric fields of TrainConfig: field -> (option named in errors, bounds for
+# placer.checks.check_int / check_float). Every numeric field is listed (a test checks).
+_INT_FIELDS: dict[str, tuple[str, dict[str, int]]] = {
+    "samples": ("--samples", dict(least=1, most=4096)),
+    "iterations": ("--iterations", dict(least=1)),
+    "seed": ("--seed", dict(least=0, most=MAX_SEED)),
+    "max_groups": ("--max-groups", dict(least=0)),  # 0 places every op
+    "hidden": ("--hidden", dict(least=1, most=4096)),
+    "layers": ("layers", dict(least=1, most=16)),
+    "warm_start_steps": ("warm_start_steps", dict(least=0)),
+    "ppo_epochs": ("ppo_epochs", dict(least=1, most=1000)),
+    "eval_every": ("eval_every", dict(least=1)),
+    "checkpoint_every": ("checkpoint_every", dict(least=1)),
+    "workers": ("--workers", dict(least=1)),
+}
+_FLOAT_FIELDS: dict[str, tuple[str, dict[str, float]]] = {
+    "time_budget_s": ("--time-budget", dict(above=0)),
+    "temperature": ("temperature", dict(above=0)),
+    "tanh_c": ("tanh_c", dict(above=0)),
+    "lr": ("--lr", dict(above=0, most=1)),
+    "grad_clip": ("grad_clip", dict(above=0)),
+    "entropy_coef": ("--entropy", dict(least=0)),
+    "baseline_decay": ("baseline_decay", dict(least=0, below=1)),
+    "fail_factor": ("fail_factor", dict(least=1)),
+    "warm_start_lr": ("warm_start_lr", dict(above=0, most=1)),
+    "warm_start_nll": ("warm_start_nll", dict(least=0)),
+    "ppo_clip": ("ppo_clip", dict(above=0, below=1)),
+}
+_OPTIONAL = {"iterations", "time_budget_s", "max_groups", "workers"}  # None: not set
 
 
 @dataclass
@@ -195,10 +234,12 @@ class TrainResult:
         bh = self.best_heuristic
         fin = lambda x: x if x is not None and np.isfinite(x) else None  # noqa: E731
         return {
+            # "no_placement": no sampled placement ran (all out of memory or failed), so the times are null
+            "status": "ok" if self.best_placement is not None else "no_placement",
             "best_step_time_s": fin(self.best_step_time_s),
             "iterations": self.iterations,
             "elapsed_s": self.elapsed_s,
-            "time_to_best_s": self.time_to_best_s,
+            "time_to_best_s": fin(self.time_to_best_s),
             "time_to_beat_heuristic_s": self.time_to_beat_heuristic_s,
             "best_heuristic": bh[0] if bh else None,
             "best_heuristic_step_time_s": fin(bh[1]) if bh else None,
@@ -320,10 +361,89 @@ def _heuristics(graph: OpGraph, cluster: Any, config: TrainConfig) -> dict[str, 
     return out
 
 
+def _safe_name(text: str, fallback: str, limit: int = 64) -> str:
+    """``text`` as one short, portable path component: letters, digits, ``.``, ``_``, ``-``; at most ``limit`` chars.
+
+    >>> _safe_name("nmt/2 (big)\\x00", "graph"), _safe_name("..", "graph"), len(_safe_name("x" * 5000, "graph"))
+    ('nmt_2_big', 'graph', 64)
+    """
+    name = re.sub(r"[^A-Za-z0-9._-]+", "_", text).strip("._-")[:limit].rstrip("._-")
+    return name or fallback
+
+
 def _default_logdir(config: TrainConfig, graph: OpGraph) -> str:
-    stem = (graph.name or os.path.splitext(os.path.basename(config.source))[0] or "graph").replace("/", "_")
-    cname = os.path.splitext(os.path.basename(config.cluster))[0]
+    """``runs/<graph>-<cluster>-<time>``, built only from safe characters whatever the graph's name."""
+    stem = _safe_name(graph.name or os.path.splitext(os.path.basename(config.source))[0], "graph")
+    cname = _safe_name(os.path.splitext(os.path.basename(config.cluster))[0], "cluster")
     return os.path.join("runs", f"{stem}-{cname}-{time.strftime('%Y%m%d-%H%M%S')}")
+
+
+LOCK_NAME = "train.lock"
+BEST_NAME = "best_placement.json"
+
+
+@contextlib.contextmanager
+def _run_lock(logdir: str) -> Iterator[None]:
+    """Hold an exclusive lock on the run directory (``flock`` on ``logdir/train.lock``) for the run.
+
+    A second run on the same directory gets a PlacerError at once instead of
+    interleaving checkpoints and best placements with the first. The lock goes
+    with the process (a killed run leaves no stale lock); the file stays.
+    """
+    try:
+        import fcntl
+    except ImportError:  # not POSIX: no locking
+        yield
+        return
+    path = os.path.join(logdir, LOCK_NAME)
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0), 0o644)
+    except OSError as e:
+        raise PlacerError(f"--logdir {logdir}: cannot open the lock file {LOCK_NAME} ({e.strerror or e})") from None
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            raise PlacerError(f"--logdir {logdir}: another training run is using this directory "
+                              "(wait for it to end, or choose another --logdir)") from None
+        os.ftruncate(fd, 0)
+        os.write(fd, f"{os.getpid()}\n".encode())
+        yield
+    finally:
+        os.close(fd)  # releases the lock
+
+
+def _same_problem(a: Placement, b: Placement) -> bool:
+    """Whether the step times recorded in two placements' meta are comparable (same graph, devices, scorer)."""
+    keys = ("env", "profile")
+    return (a.graph_hash == b.graph_hash and a.devices == b.devices and a.cluster == b.cluster
+            and all(a.meta.get(k) == b.meta.get(k) for k in keys))
+
+
+def _recorded_step_time(p: Placement) -> float | None:
+    t = p.meta.get("step_time_s")
+    return float(t) if isinstance(t, (int, float)) and not isinstance(t, bool) and math.isfinite(t) else None
+
+
+def _save_best(path: str, placement: Placement) -> bool:
+    """Write ``placement`` to ``path`` unless the file already holds one at least as fast.
+
+    The step time is read from the file's ``meta.step_time_s``; a file that is
+    unreadable, made for another graph/cluster/scorer, or without a recorded
+    time is replaced. Returns whether it wrote.
+    """
+    new_t = _recorded_step_time(placement)
+    if os.path.exists(path):
+        try:
+            old = Placement.load(path)
+        except PlacerError:
+            old = None
+        if old is not None and _same_problem(old, placement):
+            old_t = _recorded_step_time(old)
+            if old_t is not None and (new_t is None or old_t <= new_t):
+                return False
+    placement.save(path)
+    return True
 
 
 def _hparams_table(config: TrainConfig, extra: dict[str, Any]) -> str:
@@ -339,7 +459,6 @@ def train(config: TrainConfig, *, graph: OpGraph | None = None, cluster: Any = N
     otherwise they are resolved from ``config.source`` / ``config.cluster`` / ``config.env``.
     """
     import envs
-    from policies import POLICIES
 
     # ---- validate and resolve
     config.validate()
@@ -354,15 +473,36 @@ def train(config: TrainConfig, *, graph: OpGraph | None = None, cluster: Any = N
             from envs.profiler import with_profile
 
             graph, cluster = with_profile(graph, cluster, config.profile, device_map=config.device_map)
+    if graph.num_ops == 0:
+        raise PlacerError(f"{config.source or graph.name or 'graph'}: the graph has no ops, so there is nothing to place")
     logdir = config.logdir or _default_logdir(config, graph)
+    check_output_dir(logdir, "--logdir")
     os.makedirs(logdir, exist_ok=True)
-    owns_env = env is None
-    env = env if env is not None else _make_env(config, graph, cluster, logdir)
+    with _run_lock(logdir):
+        saved = None
+        if config.resume:  # before anything is built on it: a checkpoint of another graph is a user error
+            if not checkpoint.exists(logdir):
+                raise PlacerError(f"--resume: {logdir} has no {checkpoint.CHECKPOINT_PT}")
+            saved = checkpoint.load(logdir, map_location=device)
+            _check_compatible(saved[1], config, graph, list(cluster.device_names), logdir)
+        owns_env = env is None
+        env = env if env is not None else _make_env(config, graph, cluster, logdir)
+        try:
+            return _train(config, graph, cluster, env, logdir, device, saved)
+        finally:
+            if owns_env and hasattr(env, "close"):
+                env.close()
+
+
+def _train(config: TrainConfig, graph: OpGraph, cluster: Any, env: Any, logdir: str, device: torch.device,
+           saved: tuple[dict[str, Any], dict[str, Any]] | None) -> TrainResult:
+    """The training run proper, in a locked ``logdir``; ``saved``: the checkpoint to resume (checked)."""
+    import envs
+    from policies import POLICIES
+
     score = CachedScorer(env)
     devices = list(cluster.device_names)
     num_devices = len(devices)
-    if config.resume and not checkpoint.exists(logdir):
-        raise PlacerError(f"--resume: {logdir} has no {checkpoint.CHECKPOINT_PT}")
 
     # ---- reference times: the reward scale, heuristics and the lower bound
     setup_start = time.perf_counter()
@@ -382,8 +522,8 @@ def train(config: TrainConfig, *, graph: OpGraph | None = None, cluster: Any = N
     max_groups = config.max_groups if config.max_groups is not None else min(256, 20 * num_devices)
     warm = config.warm_start == "best" and np.isfinite(best_h[1])
     target = found[best_h[0]][1] if warm else None
-    if config.resume:  # the items must be those the checkpoint was trained on
-        target = checkpoint.load(logdir)[1]["run"].get("warm_start_indices")
+    if saved is not None:  # the items must be those the checkpoint was trained on
+        target = saved[1]["run"].get("warm_start_indices")
         target = np.asarray(target, dtype=np.int32) if target is not None else None
     policy = POLICIES[config.policy](
         graph, num_devices, max_groups=max_groups, hidden=config.hidden, layers=config.layers,
@@ -395,14 +535,17 @@ def train(config: TrainConfig, *, graph: OpGraph | None = None, cluster: Any = N
     run = dict(iteration=0, elapsed_s=0.0, baseline=None, best_step_time_s=float("inf"), best_indices=None,
                best_found_by="", best_iteration=-1, time_to_best_s=float("nan"), time_to_beat_heuristic_s=None,
                warm_start="none", warm_start_indices=None, setup_s=setup_s)
-    if config.resume:
-        tensors, saved = checkpoint.load(logdir, map_location=device)
-        _check_compatible(saved, config, graph, devices)
-        policy.load_state_dict(tensors["policy"])
-        optimizer.load_state_dict(tensors["optimizer"])
-        gen.set_state(tensors["generator"].cpu())
-        run.update(saved["run"])
-        _adopt_newer_best(run, logdir, graph, devices, score)
+    if saved is not None:
+        tensors, state = saved
+        try:
+            policy.load_state_dict(tensors["policy"])
+            optimizer.load_state_dict(tensors["optimizer"])
+            gen.set_state(tensors["generator"].cpu())
+        except (KeyError, RuntimeError, ValueError) as e:
+            raise PlacerError(f"--resume: {os.path.join(logdir, checkpoint.CHECKPOINT_PT)} does not fit this run "
+                              f"({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''})") from None
+        run.update(state["run"])
+        _adopt_newer_best(run, logdir, graph, devices, score, config)
 
     from torch.utils.tensorboard import SummaryWriter
 
@@ -428,7 +571,7 @@ def train(config: TrainConfig, *, graph: OpGraph | None = None, cluster: Any = N
                        best_iteration=run["iteration"], time_to_best_s=elapsed())
             if run["time_to_beat_heuristic_s"] is None and t[j] <= best_h[1]:
                 run["time_to_beat_heuristic_s"] = elapsed()
-            _best_placement(graph, devices, cluster, config, run).save(os.path.join(logdir, "best_placement.json"))
+            _save_best(os.path.join(logdir, BEST_NAME), _best_placement(graph, devices, cluster, config, run))
 
     def save_checkpoint() -> None:
         run["elapsed_s"] = elapsed()
@@ -442,6 +585,11 @@ def train(config: TrainConfig, *, graph: OpGraph | None = None, cluster: Any = N
         deadline = t0 + 0.5 * config.time_budget_s if config.time_budget_s is not None else None
         steps = imitate(policy, target, config, deadline=deadline)
         run.update(warm_start=f"imitation of {best_h[0]} ({steps} steps)", warm_start_indices=target.tolist())
+    if not config.resume:
+        # resumable from here on: a run killed before its first periodic checkpoint keeps its policy and items,
+        # and the best it wrote to best_placement.json since is adopted on --resume (_adopt_newer_best)
+        save_checkpoint()
+    if not config.resume and warm:
         g_idx = policy.greedy()[None]
         g_t, g_failed = score(g_idx)
         run["warm_start_step_time_s"] = float(g_t[0]) if not g_failed[0] else None
@@ -512,8 +660,6 @@ def train(config: TrainConfig, *, graph: OpGraph | None = None, cluster: Any = N
     save_checkpoint()
     writer.flush()
     writer.close()
-    if owns_env and hasattr(env, "close"):
-        env.close()
     best = _best_placement(graph, devices, cluster, config, run) if run["best_indices"] is not None else None
     result = TrainResult(
         best_step_time_s=run["best_step_time_s"], best_placement=best, iterations=run["iteration"],
@@ -524,7 +670,7 @@ def train(config: TrainConfig, *, graph: OpGraph | None = None, cluster: Any = N
         warm_start_step_time_s=run.get("warm_start_step_time_s"),
     )
     if best is not None:
-        best.save(os.path.join(logdir, "best_placement.json"))
+        _save_best(os.path.join(logdir, BEST_NAME), best)
     checkpoint.write_json(os.path.join(logdir, "summary.json"), result.to_dict())
     return result
 
@@ -536,32 +682,44 @@ def _best_placement(graph: OpGraph, devices: list[str], cluster: Any, config: Tr
         method=f"rl:{config.policy}",
         meta={"step_time_s": run["best_step_time_s"], "found_by": run["best_found_by"],
               "iteration": run["best_iteration"], "warm_start": run["warm_start"], "algo": config.algo,
-              "seed": config.seed, "env": config.env},
+              "seed": config.seed, "env": config.env, "profile": config.profile},
     )
 
 
-def _check_compatible(saved: dict, config: TrainConfig, graph: OpGraph, devices: list[str]) -> None:
+def _check_compatible(saved: dict, config: TrainConfig, graph: OpGraph, devices: list[str], logdir: str = "") -> None:
+    """PlacerError unless the checkpoint state ``saved`` was made for this graph, cluster and model settings."""
+    where = os.path.join(logdir, checkpoint.CHECKPOINT_PT)
+    if not (isinstance(saved, dict) and isinstance(saved.get("config"), dict) and isinstance(saved.get("run"), dict)):
+        raise PlacerError(f"--resume: {where} is not a placer training checkpoint")
     if saved.get("graph_hash") != graph.content_hash:
-        raise PlacerError(f"--resume: the checkpoint is for graph {saved.get('graph_hash')}, not {graph.content_hash}")
+        raise PlacerError(f"--resume: {where} is for graph {saved.get('graph_hash')}, not this graph ({graph.content_hash})")
     if saved.get("devices") != devices:
-        raise PlacerError(f"--resume: the checkpoint is for devices {saved.get('devices')}, not {devices}")
+        raise PlacerError(f"--resume: {where} is for devices {saved.get('devices')}, not {devices}")
     for key in ("policy", "samples", "max_groups", "hidden", "layers", "algo"):
         if saved["config"].get(key) != getattr(config, key):
             raise PlacerError(f"--resume: the checkpoint used {key}={saved['config'].get(key)!r}, this run {getattr(config, key)!r}")
+    target = saved["run"].get("warm_start_indices")
+    if target is not None and not (isinstance(target, list) and len(target) == graph.num_ops):
+        raise PlacerError(f"--resume: {where} has a warm-start placement for {len(target) if isinstance(target, list) else '?'} "
+                          f"ops, not {graph.num_ops}")
 
 
-def _adopt_newer_best(run: dict, logdir: str, graph: OpGraph, devices: list[str], score: CachedScorer) -> None:
+def _adopt_newer_best(run: dict, logdir: str, graph: OpGraph, devices: list[str], score: CachedScorer,
+                      config: TrainConfig | None = None) -> None:
     """A best found after the last checkpoint (then SIGKILL) survives in best_placement.json."""
-    path = os.path.join(logdir, "best_placement.json")
+    path = os.path.join(logdir, BEST_NAME)
     if not os.path.exists(path):
         return
     try:
-        idx = Placement.load(path).indices(graph, devices)
+        saved_best = Placement.load(path)
+        idx = saved_best.indices(graph, devices)
     except PlacerError:
         return
+    if config is not None and any(saved_best.meta.get(k, getattr(config, k)) != getattr(config, k) for k in ("env", "profile")):
+        return  # scored by another scorer: its time says nothing here
     t, failed = score(idx[None])
     if not failed[0] and t[0] < run["best_step_time_s"]:
-        meta = Placement.load(path).meta
+        meta = saved_best.meta
         run.update(best_step_time_s=float(t[0]), best_indices=idx.tolist(), best_found_by=meta.get("found_by", ""),
                    best_iteration=meta.get("iteration", -1))
 

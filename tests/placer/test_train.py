@@ -205,3 +205,148 @@ def test_warm_start_is_bounded_by_the_time_budget_and_its_placement_kept(tmp_pat
     assert time.perf_counter() - start < 30
     assert np.isfinite(r.best_step_time_s)
     assert os.path.exists(os.path.join(r.logdir, "best_placement.json"))
+
+
+# ------------------------------------------------------------------ issue 10: resume, logdir, lock, best file
+def _cli_train(path, logdir, *extra):
+    return ["train", path, "--cluster", "k80x2", "--max-groups", "0", "--hidden", "8", "--no-progress",
+            "--logdir", str(logdir), *extra]
+
+
+def test_resume_with_another_graphs_checkpoint_is_a_user_error(tmp_path, capsys):
+    """The compatibility check runs before the policy is built on the checkpoint (was an IndexError)."""
+    from graphs.synthetic import random_dag
+
+    a, b = str(tmp_path / "a.json"), str(tmp_path / "b.json")
+    save(random_dag(30, seed=1, name="a"), a)
+    save(random_dag(45, seed=2, name="b"), b)  # larger: its ops index past the checkpoint's warm-start placement
+    argv = ["train", "--cluster", "k80x2", "--hidden", "8", "--no-progress", "--logdir", str(tmp_path / "run")]
+    assert main(argv + [a, "--iterations", "1"]) == 0
+    capsys.readouterr()
+    rc = main(argv + [b, "--iterations", "2", "--resume"])
+    err = capsys.readouterr().err.strip()
+    assert rc == 2 and len(err.splitlines()) == 1 and "is for graph" in err and "checkpoint.pt" in err
+
+
+def test_resume_reports_the_options_the_checkpoint_overrides(tmp_path, capsys):
+    path = str(tmp_path / "g.json")
+    save(two_chains(), path)
+    assert main(_cli_train(path, tmp_path / "run", "--iterations", "1", "--warm-start", "none")) == 0
+    capsys.readouterr()
+    argv = _cli_train(path, tmp_path / "run", "--iterations", "2", "--resume", "--lr", "0.01", "--seed", "0")
+    argv[argv.index("--hidden") + 1] = "32"
+    rc = main(argv)
+    err = capsys.readouterr().err.strip().splitlines()
+    notes = [line for line in err if "--resume" in line]
+    assert rc == 0 and len(notes) == 1
+    assert "--hidden 32 (checkpoint: 8)" in notes[0] and "--lr 0.01 (checkpoint: 0.0005)" in notes[0]
+    assert "--seed" not in notes[0]  # given, but the same as the checkpoint's
+    saved = json.load(open(tmp_path / "run" / "checkpoint.json"))["config"]
+    assert saved["hidden"] == 8 and saved["lr"] == 0.0005
+
+
+def test_run_killed_before_its_first_checkpoint_can_be_resumed(tmp_path, monkeypatch):
+    """A crash (or SIGKILL) in the first iterations left a best placement but nothing to resume from."""
+    from placer import rl_algos, train as train_mod
+
+    g = two_chains()
+    c = envs.resolve_cluster("k80x2")
+
+    class Crash(rl_algos.Reinforce):
+        @staticmethod
+        def update(*a, **k):
+            raise RuntimeError("killed")
+
+    monkeypatch.setitem(train_mod.ALGOS, "reinforce", Crash)
+    with pytest.raises(RuntimeError, match="killed"):
+        train(_config(tmp_path, iterations=100, heuristics=None), graph=g, cluster=c)
+    best = Placement.load(tmp_path / "run" / "best_placement.json")
+    monkeypatch.undo()
+    r = train(_config(tmp_path, iterations=3, heuristics=None, resume=True), graph=g, cluster=c)
+    assert r.iterations == 3 and r.best_step_time_s <= best.meta["step_time_s"]
+    assert "imitation of" in r.warm_start  # the warm-started policy and its items were kept
+
+
+def test_best_placement_is_never_replaced_by_a_worse_one(tmp_path):
+    g = two_chains()
+    c = envs.resolve_cluster("k80x2")
+    env = envs.SimEnv(g, c)
+    optimum = [1] * 4 + [2] * 4
+    t_opt = float(env.step_times(np.array([optimum]))[0][0])
+    (tmp_path / "run").mkdir()
+    path = tmp_path / "run" / "best_placement.json"
+    Placement.from_indices(g, c.device_names, optimum, cluster=c.name, method="hand",
+                           meta={"step_time_s": t_opt, "env": "sim", "profile": None}).save(path)
+    r = train(_config(tmp_path, iterations=1, warm_start="none"), graph=g, cluster=c)
+    assert r.best_step_time_s > t_opt  # this run alone found a worse one...
+    kept = Placement.load(path)
+    assert kept.method == "hand" and kept.meta["step_time_s"] == t_opt  # ...and did not write it
+    from placer.train import _save_best
+
+    # a better one replaces it; an unreadable file or one of another graph is replaced
+    worse = Placement.from_indices(g, c.device_names, [1] * 8, cluster=c.name, meta={"step_time_s": 2 * t_opt, "env": "sim"})
+    assert not _save_best(str(path), worse)
+    path.write_text("{torn")
+    assert _save_best(str(path), worse) and Placement.load(path).meta["step_time_s"] == 2 * t_opt
+    better = Placement.from_indices(g, c.device_names, optimum, cluster=c.name, meta={"step_time_s": t_opt, "env": "sim"})
+    assert _save_best(str(path), better) and Placement.load(path).meta["step_time_s"] == t_opt
+    other = Placement.from_indices(OpGraph.from_edges(["x"], []), c.device_names, [0], cluster=c.name,
+                                   meta={"step_time_s": 9.0, "env": "sim"})
+    assert _save_best(str(path), other)
+
+
+def test_a_second_run_on_a_locked_logdir_exits_2(tmp_path, capsys):
+    import fcntl
+
+    path = str(tmp_path / "g.json")
+    save(two_chains(), path)
+    logdir = tmp_path / "run"
+    logdir.mkdir()
+    with open(logdir / "train.lock", "w") as lock:  # held as another process's run would hold it
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        rc = main(_cli_train(path, logdir, "--iterations", "1"))
+    err = capsys.readouterr().err.strip()
+    assert rc == 2 and len(err.splitlines()) == 1 and str(logdir) in err and "another training run" in err
+    assert not (logdir / "checkpoint.pt").exists()
+    assert main(_cli_train(path, logdir, "--iterations", "1")) == 0  # released with the run
+
+
+@pytest.mark.parametrize("name", ["nul\0name", "x" * 5000, "../../etc/passwd", ".."])
+def test_default_logdir_is_safe_for_any_graph_name(tmp_path, monkeypatch, name):
+    monkeypatch.chdir(tmp_path)
+    g = OpGraph.from_edges(["a", "b"], [("a", "b", 8)], flops=[1e9, 1e9], name=name)
+    r = train(_config(tmp_path, iterations=1, logdir=None, warm_start="none"), graph=g, cluster=envs.resolve_cluster("k80x2"))
+    rel = os.path.relpath(r.logdir, tmp_path / "runs")
+    assert os.path.isdir(r.logdir) and os.sep not in rel and not rel.startswith(".") and len(rel) < 120
+
+
+@pytest.mark.slow
+def test_two_processes_on_one_logdir(tmp_path):
+    """A second `placer train` on a running run's logdir exits 2 naming it; a later, worse run keeps the best."""
+    from graphs.synthetic import random_dag
+
+    path = str(tmp_path / "g.json")
+    save(random_dag(60, seed=3, name="rd60"), path)
+    logdir = str(tmp_path / "run")
+    base = [sys.executable, "-m", "placer", "train", path, "--cluster", "k80x4", "--max-groups", "0", "--hidden", "16",
+            "--logdir", logdir, "--no-progress"]
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    first = subprocess.Popen(base + ["--iterations", "100000"], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    best_file = os.path.join(logdir, "best_placement.json")
+    deadline = time.time() + 120
+    while time.time() < deadline and not os.path.exists(best_file):
+        assert first.poll() is None, first.stderr.read().decode()
+        time.sleep(0.2)
+    second = subprocess.run(base + ["--iterations", "2", "--json"], env=env, capture_output=True, text=True)
+    assert first.poll() is None  # the first run was still running while the second was refused
+    first.send_signal(signal.SIGKILL)
+    first.wait()
+    assert second.returncode == 2 and second.stdout == ""
+    assert len(second.stderr.strip().splitlines()) == 1 and logdir in second.stderr
+    t_first = Placement.load(best_file).meta["step_time_s"]
+    # the lock went with the killed process; a worse run on the same logdir does not replace the best
+    worse = subprocess.run(base + ["--iterations", "1", "--warm-start", "none", "--seed", "7", "--json"], env=env,
+                           capture_output=True, text=True)
+    assert worse.returncode == 0, worse.stderr
+    assert json.loads(worse.stdout)["best_step_time_s"] > t_first
+    assert Placement.load(best_file).meta["step_time_s"] == t_first

@@ -1,0 +1,153 @@
+"""Checks of command-line input made before any work starts: output paths and numbers.
+
+Every command that writes a file checks it with :func:`check_output_file` (or
+:func:`check_output_dir` for a run directory) before it captures, places or
+trains anything, and every numeric option goes through :func:`check_int` or
+:func:`check_float`. Each raises :class:`PlacerError` with one line naming the
+option and the problem, which the CLI turns into exit status 2.
+
+>>> check_float(0.5, "--lr", above=0, most=1)
+0.5
+>>> check_int(0, "--samples", least=1)
+Traceback (most recent call last):
+...
+graphs.errors.PlacerError: --samples 0: must be at least 1
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+import os
+import tempfile
+
+from graphs.errors import PlacerError
+
+#: Seeds reach numpy (non-negative) and torch (< 2**63 as a signed generator seed).
+MAX_SEED = 2**63 - 1
+#: The longest file name (one path component) in bytes on common file systems.
+NAME_MAX = 255
+
+
+# ------------------------------------------------------------------ numbers
+def check_int(value: object, option: str, *, least: int | None = None, most: int | None = None) -> int:
+    """``value`` if it is an integer (not a bool) in ``[least, most]``, else PlacerError."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        raise PlacerError(f"{option} {value!r}: must be an integer")
+    value = int(value)
+    if least is not None and most is not None and not least <= value <= most:
+        raise PlacerError(f"{option} {value}: must be between {least} and {most}")
+    if least is not None and value < least:
+        raise PlacerError(f"{option} {value}: must be at least {least}")
+    if most is not None and value > most:
+        raise PlacerError(f"{option} {value}: must be at most {most}")
+    return value
+
+
+def check_float(
+    value: object,
+    option: str,
+    *,
+    above: float | None = None,
+    least: float | None = None,
+    below: float | None = None,
+    most: float | None = None,
+) -> float:
+    """``value`` if it is a finite real number (not a bool) within the given bounds, else PlacerError.
+
+    ``above``/``below`` are strict bounds, ``least``/``most`` inclusive ones.
+    """
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise PlacerError(f"{option} {value!r}: must be a number")
+    value = float(value)
+    bounds = [f"> {above:g}" if above is not None else "", f">= {least:g}" if least is not None else "",
+              f"< {below:g}" if below is not None else "", f"<= {most:g}" if most is not None else ""]
+    want = " and ".join(b for b in bounds if b)
+    ok = math.isfinite(value)
+    ok = ok and (above is None or value > above) and (least is None or value >= least)
+    ok = ok and (below is None or value < below) and (most is None or value <= most)
+    if not ok:
+        raise PlacerError(f"{option} {value:g}: must be a finite number" + (f" {want}" if want else ""))
+    return value
+
+
+def check_seed(value: object, option: str = "--seed") -> int:
+    """A seed every random generator here accepts: an integer in ``[0, 2**63 - 1]``."""
+    return check_int(value, option, least=0, most=MAX_SEED)
+
+
+# ------------------------------------------------------------------ output paths
+def _probe_writable(directory: str) -> str | None:
+    """Why no file can be created in ``directory`` (None if one can): creates and removes a probe file."""
+    try:
+        fd, probe = tempfile.mkstemp(prefix=".placer-probe-", dir=directory)
+    except OSError as e:
+        return e.strerror or str(e)
+    os.close(fd)
+    os.remove(probe)
+    return None
+
+
+def _name_too_long(path: str) -> str | None:
+    """The first component of ``path`` longer than the file system allows (255 bytes here)."""
+    for part in path.split(os.sep):
+        if len(os.fsencode(part)) > NAME_MAX:
+            return part
+    return None
+
+
+def check_output_file(path: str | os.PathLike, option: str) -> str:
+    """Check that ``path`` can be written as a file; returns it as a string.
+
+    Refuses an empty name, an existing directory, a missing or non-directory
+    parent, and a location where no file can be created (read-only, no
+    permission). Nothing is left behind.
+    """
+    path = os.fspath(path)
+    if not path:
+        raise PlacerError(f"{option}: give a file name")
+    if "\0" in path:
+        raise PlacerError(f"{option} {path!r}: a file name cannot contain a NUL byte")
+    if _name_too_long(path):
+        raise PlacerError(f"{option} {path[:60]}...: a file name is longer than {NAME_MAX} bytes")
+    if os.path.isdir(path):
+        raise PlacerError(f"{option} {path}: is a directory, not a file")
+    parent = os.path.dirname(os.path.abspath(path))
+    if not os.path.exists(parent):
+        raise PlacerError(f"{option} {path}: directory {parent} does not exist")
+    if not os.path.isdir(parent):
+        raise PlacerError(f"{option} {path}: {parent} is not a directory")
+    if os.path.exists(path) and not os.access(path, os.W_OK):
+        raise PlacerError(f"{option} {path}: cannot write (permission denied)")
+    why = _probe_writable(parent)
+    if why:
+        raise PlacerError(f"{option} {path}: cannot write in {parent} ({why})")
+    return path
+
+
+def check_output_dir(path: str | os.PathLike, option: str) -> str:
+    """Check that ``path`` is, or can be created as, a writable directory; returns it as a string.
+
+    Refuses an empty name, an existing non-directory (at ``path`` or at one of
+    its ancestors) and a location where nothing can be created. Creates nothing.
+    """
+    path = os.fspath(path)
+    if not path:
+        raise PlacerError(f"{option}: give a directory name")
+    if "\0" in path:
+        raise PlacerError(f"{option} {path!r}: a directory name cannot contain a NUL byte")
+    if _name_too_long(path):
+        raise PlacerError(f"{option} {path[:60]}...: a directory name is longer than {NAME_MAX} bytes")
+    existing = os.path.abspath(path)
+    while not os.path.exists(existing):
+        up = os.path.dirname(existing)
+        if up == existing:
+            break
+        existing = up
+    if not os.path.isdir(existing):
+        where = "is a file" if existing == os.path.abspath(path) else f"{existing} is a file"
+        raise PlacerError(f"{option} {path}: {where}, not a directory")
+    why = _probe_writable(existing)
+    if why:
+        raise PlacerError(f"{option} {path}: cannot write in {existing} ({why})")
+    return path
