@@ -8,12 +8,25 @@ spreads a batch over the actors, each of which builds the placed module
 ``warmup_steps`` then ``timed_steps`` training steps (forward, loss, backward,
 Adam step, CUDA synchronised) and reports the median step time.
 
-Failures are results, not crashes: out of memory -> ``"oom"``; any exception ->
-``"error"`` with its message; a measurement running past ``timeout_s`` ->
-``"timeout"``, and its actor is killed and replaced; an actor that dies has its
-placement retried on a fresh one (at most ``max_retries`` times). Every result is
-appended to ``run_dir/measurements.jsonl`` (flushed and fsynced) as it arrives,
-keyed by graph hash and placement hash, so a resumed run measures nothing twice.
+Failures are results, not crashes: out of memory (torch's or Python's
+``MemoryError``) -> ``"oom"``; any other exception -> ``"error"`` with its
+message; a measurement running past ``measure_timeout_s`` -> ``"timeout"``, and
+its actor is killed and replaced; an actor that dies has its placement retried on
+a fresh one (at most ``max_retries`` times). A worker that does not start, or does
+not build the model, within ``start_timeout_s`` (each) is a :class:`PlacerError`
+naming the stage (every worker builds the same model, so nothing else could be
+measured). Every result is appended to ``run_dir/measurements.jsonl`` (flushed
+and fsynced) as it arrives, keyed by graph hash and placement hash, so a resumed
+run measures nothing twice.
+
+The local Ray this env starts (no ``ray_address`` and Ray not yet initialised)
+listens on the loopback interface only, uses Ray's token authentication
+(``RAY_AUTH_MODE=token``, Ray >= 2.52; an explicit ``RAY_AUTH_MODE`` in the
+environment is respected), keeps its session files under ``run_dir/ray`` (or, when
+that path is too long for Ray's Unix sockets or there is no ``run_dir``, in a
+private temporary directory removed by :meth:`MeasuredEnv.close`), and prints
+Ray's own messages ("A worker died ...") on stderr, so stdout carries only the
+caller's output.
 
 Peak memory per logical device: ``torch.cuda.max_memory_allocated`` for CUDA
 devices; for the CPU, how far the process's peak resident set (``VmHWM``, reset
@@ -26,11 +39,14 @@ This is the only module that imports ``ray`` (lazily, so ``import envs`` stays l
 
 from __future__ import annotations
 
+import atexit
 import hashlib
 import json
 import os
+import shutil
 import socket
 import sys
+import tempfile
 import time
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
@@ -83,28 +99,6 @@ def placement_hash(assignment_list: Sequence[str]) -> str:
 
 
 # ------------------------------------------------------------------- worker
-def _inject(fault: str | None) -> None:
-    """Test-only fault injection (see MeasuredEnv ``faults``)."""
-    if not fault:
-        return
-    import torch
-
-    action, _, arg = fault.partition(":")
-    if action == "sleep":
-        time.sleep(float(arg or 3600))
-    elif action == "raise":
-        raise RuntimeError(arg or "injected failure")
-    elif action == "oom":
-        raise torch.OutOfMemoryError(arg or "injected out of memory")
-    elif action == "exit":
-        os._exit(1)
-    elif action == "exit_once":
-        if not os.path.exists(arg):
-            with open(arg, "w") as f:
-                f.write(str(os.getpid()))
-            os._exit(1)
-
-
 class Worker:
     """One Ray actor: builds the exported program once, measures placements on it."""
 
@@ -115,6 +109,10 @@ class Worker:
         self.source, self.device_map, self.lr = source, device_map, lr
         self.ep = None
         self.name = f"{socket.gethostname()}:{os.getpid()}"
+
+    def ready(self) -> str:
+        """Answers once the actor process runs (the end of the "start" stage)."""
+        return self.name
 
     def prepare(self) -> str:
         """Build and export the model (once); returns its graph hash."""
@@ -140,11 +138,17 @@ class Worker:
             for k, v in self.constants.items():
                 self.ep.constants[k].copy_(v)
 
-    def measure(self, assignment: dict[str, str], graph_hash: str, warmup_steps: int, timed_steps: int, fault: str | None = None) -> dict[str, Any]:
+    def _steps(self, module: Any, optimizer: Any, devices: Mapping[str, Any], warmup_steps: int, timed_steps: int) -> dict[str, Any]:
+        """The training steps of one placement (:func:`envs.runtime.measure_steps`)."""
+        from envs.runtime import measure_steps
+
+        return measure_steps(module, self.inputs, optimizer, devices, warmup_steps=warmup_steps, timed_steps=timed_steps)
+
+    def measure(self, assignment: dict[str, str], graph_hash: str, warmup_steps: int, timed_steps: int) -> dict[str, Any]:
         """Measure one placement; returns ``Result.to_dict()`` (never raises for a bad placement)."""
         import torch
 
-        from envs.runtime import measure_steps, place_module, resolve_devices
+        from envs.runtime import failure_status, place_module, resolve_devices
 
         extra: dict[str, Any] = {"worker": self.name}
         try:
@@ -154,15 +158,13 @@ class Worker:
             devices = resolve_devices(sorted(set(assignment.values())), self.device_map)
             module = place_module(self.ep, assignment, self.device_map)
             opt = torch.optim.Adam(module.parameters(), lr=self.lr)
-            _inject(fault)
-            m = measure_steps(module, self.inputs, opt, devices, warmup_steps=warmup_steps, timed_steps=timed_steps)
+            m = self._steps(module, opt, devices, warmup_steps, timed_steps)
             extra.update(step_times_s=m["step_times_s"], losses=m["losses"])
             return Result(m["step_time_s"], "ok", peak_bytes=m["peak_bytes"], source="measured", extra=extra).to_dict()
-        except torch.OutOfMemoryError as e:
-            return Result(float("inf"), "oom", f"out of memory: {_one_line(e)}", source="measured", extra=extra).to_dict()
         except Exception as e:  # any failure of the user's model on this placement is a result
-            status = "oom" if "can't allocate memory" in str(e) or "out of memory" in str(e).lower() else "error"
-            return Result(float("inf"), status, f"{type(e).__name__}: {_one_line(e)}", source="measured", extra=extra).to_dict()
+            status = failure_status(e)
+            message = f"out of memory: {type(e).__name__}: {_one_line(e)}" if status == "oom" else f"{type(e).__name__}: {_one_line(e)}"
+            return Result(float("inf"), status, message, source="measured", extra=extra).to_dict()
         finally:
             if torch.cuda.is_available():
                 torch.cuda.empty_cache()
@@ -174,6 +176,16 @@ def _one_line(e: BaseException) -> str:
 
 
 # ---------------------------------------------------------------------- env
+#: Longest path of an AF_UNIX socket (``sun_path`` holds 108 bytes with the NUL).
+_UNIX_PATH_MAX = 107
+#: What Ray appends to its temp dir for its longest socket path (a 7-digit pid).
+_RAY_SOCKET_SUFFIX = len("/session_2000-01-01_00-00-00_000000_1234567/sockets/plasma_store")
+#: Ray keeps a node's IP 127.0.0.1 (so its servers listen on loopback only) only
+#: while "Ray clusters" are off; it reads this variable into
+#: ``ray._private.ray_constants.ENABLE_RAY_CLUSTER`` when imported.
+_RAY_CLUSTER_ENV = "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"
+
+
 class MeasuredEnv:
     """Scores placements by real training steps on Ray actors.
 
@@ -183,20 +195,26 @@ class MeasuredEnv:
         cluster: the :class:`envs.Cluster` whose logical devices placements use.
         workers: number of actors (default: one per alive Ray node).
         ray_address: join this Ray cluster (default: start a local Ray with this
-            machine's resources, unless Ray is already initialised).
+            machine's resources, on loopback with token authentication, unless Ray
+            is already initialised).
         warmup_steps, timed_steps: training steps per placement, discarded / timed.
-        timeout_s: wall seconds one placement's measurement may take once its
-            actor is ready (placing the module, warm-up and timed steps).
-        run_dir: directory of ``measurements.jsonl`` (the resumable log); none: no log.
+        measure_timeout_s: wall seconds one placement's measurement may take once
+            its actor is ready (placing the module, warm-up and timed steps).
+        start_timeout_s: wall seconds an actor may take to start, and then to
+            build the model (each).
+        run_dir: directory of ``measurements.jsonl`` (the resumable log) and of the
+            local Ray's session files (``ray/``); none: no log.
         device_map: logical -> torch device (see :func:`envs.runtime.resolve_devices`).
         max_retries: re-measurements of a placement whose actor died.
         graph: the graph placements refer to (default: captured from ``source``).
         cpus_per_worker: Ray CPUs (and torch threads) per actor (default: a whole
             node's CPUs shared by the actors on it, so CPU ops run as in a real job).
-        faults: TEST ONLY. placement hash -> ``"sleep:S"``, ``"raise[:msg]"``,
-            ``"oom"``, ``"exit"`` or ``"exit_once:MARKER_PATH"``, acted on by the
-            actor just before the training steps of that placement.
+
+    The actors run :attr:`worker_cls` (:class:`Worker`; a subclass may override
+    its ``_steps``, e.g. to inject faults in tests).
     """
+
+    worker_cls: type = Worker
 
     def __init__(
         self,
@@ -207,23 +225,23 @@ class MeasuredEnv:
         ray_address: str | None = None,
         warmup_steps: int = 2,
         timed_steps: int = 5,
-        timeout_s: float = 600.0,
+        measure_timeout_s: float = 600.0,
+        start_timeout_s: float = 600.0,
         run_dir: str | os.PathLike | None = None,
         device_map: Mapping[str, str] | str | None = None,
         max_retries: int = 2,
         graph: OpGraph | None = None,
         cpus_per_worker: int | None = None,
         lr: float = 1e-3,
-        faults: Mapping[str, str] | None = None,
     ) -> None:
-        from envs.runtime import resolve_devices
+        from envs.runtime import check_timeout, resolve_devices
 
         if timed_steps < 1 or warmup_steps < 0:
             raise PlacerError(f"measured env: need timed_steps >= 1 and warmup_steps >= 0, got {timed_steps}, {warmup_steps}")
         self.source, self.cluster, self.device_map = source, cluster, device_map
-        self.warmup_steps, self.timed_steps, self.timeout_s = warmup_steps, timed_steps, float(timeout_s)
+        self.warmup_steps, self.timed_steps, self.measure_timeout_s = warmup_steps, timed_steps, check_timeout(measure_timeout_s)
+        self.start_timeout_s = check_timeout(start_timeout_s, "start_timeout_s")
         self.max_retries, self.cpus_per_worker, self.lr = max_retries, cpus_per_worker, lr
-        self.faults = dict(faults or {})
         if graph is None:
             from graphs.torch_capture import export_program, graph_from_program
 
@@ -234,13 +252,17 @@ class MeasuredEnv:
         self.gpus_per_worker = max((d.index or 0) + 1 for d in cuda) if cuda else 0
         self._ray_address, self._workers_wanted = ray_address, workers
         self._actors: list[Any] = []
-        self._preparing: dict[Any, int] = {}  # prepare() ref -> actor slot, while it builds
+        # ready()/prepare() ref -> (actor slot, stage "start" or "build", deadline), until the actor is idle
+        self._starting: dict[Any, tuple[int, str, float]] = {}
         self._spawn_failures = 0
         self._started_ray = False
-        self.log_path = os.path.join(os.fspath(run_dir), LOG_NAME) if run_dir is not None else None
+        self._ray_tmp: str | None = None  # a private temp dir of the local Ray, removed by close()
+        self._print_to_stdstream: Any = None  # Ray's, while ours routes its messages to stderr
+        self.run_dir = os.fspath(run_dir) if run_dir is not None else None
+        self.log_path = os.path.join(self.run_dir, LOG_NAME) if self.run_dir is not None else None
         self._cache: dict[str, Result] = {}
         if self.log_path:
-            os.makedirs(os.path.dirname(self.log_path), exist_ok=True)
+            os.makedirs(os.path.dirname(self.log_path) or ".", exist_ok=True)
             self._cache = read_log(self.log_path, self.graph.content_hash)
 
     # ------------------------------------------------------------- actors
@@ -248,14 +270,99 @@ class MeasuredEnv:
         import ray
 
         if not ray.is_initialized():
-            ray.init(address=self._ray_address, include_dashboard=False, log_to_driver=False, configure_logging=False)
+            self._route_ray_messages_to_stderr()
+            try:
+                if self._ray_address is None:
+                    self._start_local_ray()
+                else:
+                    ray.init(address=self._ray_address, include_dashboard=False, log_to_driver=False, configure_logging=False)
+            except BaseException:
+                self._restore_ray_messages()
+                raise
             self._started_ray = True
+            atexit.register(self.close)
         return ray
+
+    def _ray_temp_dir(self) -> str:
+        """``run_dir/ray`` if Ray's socket paths under it fit AF_UNIX's limit, else a private temp dir."""
+        if self.run_dir is not None:
+            path = os.path.join(os.path.abspath(self.run_dir), "ray")
+            if len(os.fsencode(path)) + _RAY_SOCKET_SUFFIX <= _UNIX_PATH_MAX:
+                os.makedirs(path, exist_ok=True)
+                return path
+        base = tempfile.gettempdir()
+        if len(os.fsencode(base)) + len("/placer-ray-XXXXXXXX") + _RAY_SOCKET_SUFFIX > _UNIX_PATH_MAX:
+            base = "/tmp"
+        self._ray_tmp = tempfile.mkdtemp(prefix="placer-ray-", dir=base)  # mode 0700
+        return self._ray_tmp
+
+    def _start_local_ray(self) -> None:
+        """Start a local Ray listening on loopback only, with its session files in :meth:`_ray_temp_dir`.
+
+        Token authentication: a new local Ray (>= 2.59) enables it unless
+        ``RAY_AUTH_MODE`` says otherwise (the token is ``RAY_AUTH_TOKEN``,
+        ``RAY_AUTH_TOKEN_PATH`` or ``~/.ray/auth_token``, generated if missing).
+        """
+        import ray
+        from ray._private import ray_constants
+
+        saved_env, saved_flag = os.environ.get(_RAY_CLUSTER_ENV), ray_constants.ENABLE_RAY_CLUSTER
+        os.environ[_RAY_CLUSTER_ENV] = "0"  # for Ray's own processes
+        ray_constants.ENABLE_RAY_CLUSTER = False  # for this one (read at import)
+        try:
+            ray.init(include_dashboard=False, log_to_driver=False, configure_logging=False,
+                     _temp_dir=self._ray_temp_dir(), _node_ip_address="127.0.0.1")
+        except BaseException:
+            self._remove_ray_tmp()
+            raise
+        finally:
+            ray_constants.ENABLE_RAY_CLUSTER = saved_flag
+            if saved_env is None:
+                os.environ.pop(_RAY_CLUSTER_ENV, None)
+            else:
+                os.environ[_RAY_CLUSTER_ENV] = saved_env
+        ip = ray.util.get_node_ip_address()
+        if ip not in ("127.0.0.1", "::1"):
+            ray.shutdown()
+            self._remove_ray_tmp()
+            raise PlacerError(f"measured env: the local Ray cluster runs on {ip}, not loopback (this Ray version ignores "
+                              f"{_RAY_CLUSTER_ENV}=0); start Ray yourself and pass --ray-address")
+
+    def _route_ray_messages_to_stderr(self) -> None:
+        """Print Ray's driver messages ("A worker died ...") on stderr, not stdout.
+
+        Ray's error listener thread prints what raylets publish through
+        ``ray._private.worker.print_to_stdstream`` on stdout; stdout belongs to the
+        caller (``placer train --json``).
+        """
+        import ray._private.worker as ray_worker
+
+        original = getattr(ray_worker, "print_to_stdstream", None)
+        if original is None or self._print_to_stdstream is not None:
+            return
+
+        def to_stderr(data: dict, *args: Any, **kwargs: Any) -> Any:
+            return original({**data, "is_err": True}, *args, **kwargs)
+
+        self._print_to_stdstream = original
+        ray_worker.print_to_stdstream = to_stderr
+
+    def _restore_ray_messages(self) -> None:
+        if self._print_to_stdstream is not None:
+            import ray._private.worker as ray_worker
+
+            ray_worker.print_to_stdstream = self._print_to_stdstream
+            self._print_to_stdstream = None
+
+    def _remove_ray_tmp(self) -> None:
+        if self._ray_tmp is not None:
+            shutil.rmtree(self._ray_tmp, ignore_errors=True)
+            self._ray_tmp = None
 
     def _spawn(self, i: int | None = None) -> None:
         """Start an actor (in slot ``i``, replacing a dead or hung one); it becomes idle once built."""
         ray = self._ensure_ray()
-        cls = ray.remote(num_cpus=self.cpus_per_worker, num_gpus=self.gpus_per_worker, max_restarts=0)(Worker)
+        cls = ray.remote(num_cpus=self.cpus_per_worker, num_gpus=self.gpus_per_worker, max_restarts=0)(self.worker_cls)
         actor = cls.options(scheduling_strategy="SPREAD").remote(self.source, self.device_map, self.cpus_per_worker, self.lr)
         if i is None:
             i = len(self._actors)
@@ -263,7 +370,7 @@ class MeasuredEnv:
         else:
             ray.kill(self._actors[i], no_restart=True)
             self._actors[i] = actor
-        self._preparing[actor.prepare.remote()] = i
+        self._starting[actor.ready.remote()] = (i, "start", time.monotonic() + self.start_timeout_s)
 
     def _ensure_actors(self, wanted: int) -> None:
         ray = self._ensure_ray()
@@ -281,40 +388,72 @@ class MeasuredEnv:
         import ray
 
         self._ensure_actors(self._workers_wanted or 1 << 30)
-        while self._preparing:
-            ready, _ = ray.wait(list(self._preparing), num_returns=1)
-            self._prepared(ready[0])
+        while self._starting:
+            ready, _ = ray.wait(list(self._starting), num_returns=1, timeout=self._seconds_left())
+            for ref in ready:
+                self._started(ref)
+            self._check_start_deadlines()
 
-    def _prepared(self, ref: Any) -> int:
-        """Slot of the actor whose build finished (re-spawned if it died while building)."""
+    def _seconds_left(self, running: Mapping[Any, tuple[int, str, float]] | None = None) -> float | None:
+        """Seconds until the next deadline of a starting actor or a running measurement (None: none)."""
+        deadlines = [d for *_, d in self._starting.values()] + [d for *_, d in (running or {}).values()]
+        return max(0.0, min(deadlines) - time.monotonic()) if deadlines else None
+
+    def _check_start_deadlines(self) -> None:
+        """Raise :class:`PlacerError` (killing the actor) if an actor is late to start or to build the model."""
+        import ray
+
+        now = time.monotonic()
+        for ref, (i, stage, deadline) in list(self._starting.items()):
+            if deadline > now:
+                continue
+            del self._starting[ref]
+            ray.kill(self._actors[i], no_restart=True)
+            if stage == "start":
+                gpus = f" and {self.gpus_per_worker} GPUs" if self.gpus_per_worker else ""
+                what = (f"start a worker (does the Ray cluster have {self.cpus_per_worker} CPUs{gpus} free "
+                        f"for each of {len(self._actors)} workers?)")
+            else:
+                what = f"build the model from {self.source if isinstance(self.source, str) else 'its builder'} in a worker"
+            raise PlacerError(f"measured env: could not {what} within {self.start_timeout_s:g}s")
+
+    def _started(self, ref: Any) -> int:
+        """The slot whose actor is now idle (built), or -1 (still building, or re-spawned after dying)."""
         import ray
         from ray.exceptions import RayActorError, RayTaskError
 
-        i = self._preparing.pop(ref)
+        i, stage, _ = self._starting.pop(ref)
         try:
-            graph_hash = ray.get(ref)
+            value = ray.get(ref)
         except RayActorError as e:
             self._spawn_failures += 1
             if self._spawn_failures > 3 * max(1, len(self._actors)):
-                raise PlacerError(f"measured env: workers keep dying while building the model ({_one_line(e)})") from None
+                raise PlacerError(f"measured env: workers keep dying while starting or building the model ({_one_line(e)})") from None
             self._spawn(i)
             return -1
         except RayTaskError as e:
             raise PlacerError(f"measured env: a worker could not build the model ({_one_line(e.cause or e)})") from None
-        if graph_hash != self.graph.content_hash:
-            raise PlacerError(f"measured env: a worker captured graph {graph_hash}, not {self.graph.content_hash} (different torch version?)")
+        if stage == "start":
+            self._starting[self._actors[i].prepare.remote()] = (i, "build", time.monotonic() + self.start_timeout_s)
+            return -1
+        if value != self.graph.content_hash:
+            raise PlacerError(f"measured env: a worker captured graph {value}, not {self.graph.content_hash} (different torch version?)")
         return i
 
     def close(self) -> None:
-        """Kill the actors (and the local Ray this env started)."""
+        """Kill the actors (and the local Ray this env started, removing its private temp dir)."""
         import ray
 
-        for a in self._actors:
-            ray.kill(a, no_restart=True)
-        self._actors, self._preparing = [], {}
+        atexit.unregister(self.close)
+        if ray.is_initialized():
+            for a in self._actors:
+                ray.kill(a, no_restart=True)
+        self._actors, self._starting = [], {}
         if self._started_ray:
             ray.shutdown()
             self._started_ray = False
+        self._restore_ray_messages()
+        self._remove_ray_tmp()
 
     def __enter__(self) -> "MeasuredEnv":
         return self
@@ -344,20 +483,18 @@ class MeasuredEnv:
         attempts: dict[str, int] = {}
         if pending:
             self._ensure_actors(len(pending))
-        building = set(self._preparing.values())
+        building = {i for i, _, _ in self._starting.values()}
         idle = deque(i for i in range(len(self._actors)) if i not in building)
         running: dict[Any, tuple[int, str, float]] = {}  # measure() ref -> (slot, key, deadline)
         while pending or running:
             while pending and idle:
                 i, key = idle.popleft(), pending.popleft()
-                ref = self._actors[i].measure.remote(todo[key], self.graph.content_hash, self.warmup_steps, self.timed_steps, self.faults.get(key))
-                running[ref] = (i, key, time.monotonic() + self.timeout_s)
-            wait_s = max(0.0, min(d for _, _, d in running.values()) - time.monotonic()) if running else None
-            ready, _ = ray.wait(list(running) + list(self._preparing), num_returns=1, timeout=wait_s)
-            now = time.monotonic()
+                ref = self._actors[i].measure.remote(todo[key], self.graph.content_hash, self.warmup_steps, self.timed_steps)
+                running[ref] = (i, key, time.monotonic() + self.measure_timeout_s)
+            ready, _ = ray.wait(list(running) + list(self._starting), num_returns=1, timeout=self._seconds_left(running))
             for ref in ready:
-                if ref in self._preparing:
-                    i = self._prepared(ref)
+                if ref in self._starting:
+                    i = self._started(ref)
                     if i >= 0:
                         idle.append(i)
                     continue
@@ -372,11 +509,13 @@ class MeasuredEnv:
                         self._record(key, Result(float("inf"), "error", f"worker died {attempts[key]} times: {_one_line(e)}", source="measured"))
                     else:
                         pending.appendleft(key)
+            self._check_start_deadlines()
+            now = time.monotonic()
             for ref, (i, key, deadline) in list(running.items()):
                 if deadline <= now:
                     del running[ref]
                     self._spawn(i)  # kills the hung actor
-                    self._record(key, Result(float("inf"), "timeout", f"measurement ran past {self.timeout_s:g}s; worker replaced", source="measured"))
+                    self._record(key, Result(float("inf"), "timeout", f"measurement ran past {self.measure_timeout_s:g}s; worker replaced", source="measured"))
         return [self._cache[h] for h, _ in keyed]
 
     def _record(self, key: str, result: Result) -> None:

@@ -42,11 +42,14 @@ Transfers are decided on *logical* devices, so a map of every logical device to
 
 from __future__ import annotations
 
+import contextlib
 import heapq
 import re
+import signal
 import statistics
+import threading
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any, Callable
 
 import torch
@@ -483,6 +486,60 @@ def run_steps(module: nn.Module, inputs: tuple, optimizer: torch.optim.Optimizer
         times_s.append(time.perf_counter() - t0)
         losses.append(float(loss))
     return times_s, losses
+
+
+def check_timeout(seconds: Any, name: str = "--measure-timeout") -> float:
+    """``seconds`` as a float if it is a finite number > 0, else :class:`PlacerError` naming ``name``."""
+    ok = isinstance(seconds, (int, float)) and not isinstance(seconds, bool) and 0 < seconds < float("inf")
+    if not ok:
+        raise PlacerError(f"{name} {seconds!r}: need a finite number of seconds > 0")
+    return float(seconds)
+
+
+class StepTimeout(Exception):
+    """Training steps ran past the limit of :func:`time_limit`."""
+
+
+@contextlib.contextmanager
+def time_limit(seconds: float | None) -> Iterator[None]:
+    """Raise :class:`StepTimeout` in the block once ``seconds`` of wall time pass.
+
+    Uses ``SIGALRM``, so it limits only the main thread of a POSIX process, and
+    takes effect when the interpreter next runs (a kernel that never returns is
+    not interrupted); ``None``, another thread or no ``SIGALRM``: no limit.
+    """
+    if seconds is None or not hasattr(signal, "setitimer") or threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    seconds = check_timeout(seconds)
+
+    def expired(signum: int, frame: Any) -> None:
+        raise StepTimeout(f"ran past {seconds:g}s")
+
+    previous = signal.signal(signal.SIGALRM, expired)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+
+
+def failure_status(e: BaseException) -> str:
+    """Result status of an exception raised by a training step: ``"oom"``, ``"timeout"`` or ``"error"``.
+
+    Out of memory is ``torch.OutOfMemoryError`` (CUDA), Python's ``MemoryError``
+    (a CPU allocation the process cannot get) or an allocator's message saying so.
+
+    >>> failure_status(MemoryError()), failure_status(StepTimeout()), failure_status(ValueError("bad shape"))
+    ('oom', 'timeout', 'error')
+    """
+    if isinstance(e, (MemoryError, torch.OutOfMemoryError)):
+        return "oom"
+    if isinstance(e, StepTimeout):
+        return "timeout"
+    text = str(e).lower()
+    return "oom" if "can't allocate memory" in text or "out of memory" in text else "error"
 
 
 # ------------------------------------------------------------------ memory

@@ -35,6 +35,7 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--steps", type=int, default=10, help="timed training steps (default 10)")
     p.add_argument("--warmup", type=int, default=2, help="untimed warm-up steps first (default 2)")
     p.add_argument("--lr", type=float, default=1e-3, help="Adam learning rate (default 1e-3)")
+    p.add_argument("--measure-timeout", type=float, default=600.0, metavar="SECONDS", help="seconds the steps may take (default 600)")
     p.add_argument("--json", action="store_true", help="print the result as JSON (step_time_s, peak_bytes, ...)")
     p.set_defaults(func=run_run)
 
@@ -65,7 +66,7 @@ def run_run(args: argparse.Namespace) -> int:
     import torch
 
     import envs
-    from envs.runtime import check_available, measure_steps, resolve_devices
+    from envs.runtime import StepTimeout, check_available, failure_status, measure_steps, resolve_devices, time_limit
     from placer.apply import apply
     from placer.placement import Placement
     from placer.sources import resolve_model
@@ -82,11 +83,13 @@ def run_run(args: argparse.Namespace) -> int:
     module = apply(model, placement, inputs, device_map=args.device_map)
     opt = torch.optim.Adam(module.parameters(), lr=args.lr)
     try:
-        m = measure_steps(module, inputs, opt, devices, warmup_steps=args.warmup, timed_steps=args.steps)
+        with time_limit(args.measure_timeout):
+            m = measure_steps(module, inputs, opt, devices, warmup_steps=args.warmup, timed_steps=args.steps)
         result = envs.Result(m["step_time_s"], "ok", peak_bytes=m["peak_bytes"], source="measured",
                              extra={"step_times_s": m["step_times_s"], "losses": m["losses"], "device_map": {k: str(v) for k, v in devices.items()}})
-    except torch.OutOfMemoryError as e:
-        result = envs.Result(float("inf"), "oom", f"out of memory: {str(e).splitlines()[0] if str(e) else ''}", source="measured")
+    except (torch.OutOfMemoryError, MemoryError, StepTimeout) as e:
+        status = failure_status(e)
+        result = envs.Result(float("inf"), status, f"{'out of memory' if status == 'oom' else 'timeout'}: {str(e).splitlines()[0] if str(e) else type(e).__name__}", source="measured")
     if args.json:
         print_json(result.to_dict())
         return 0 if result.ok else 1

@@ -41,6 +41,8 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
                    help="--env measured / --profile: logical -> torch devices, e.g. gpu:0=cuda:1,*=cpu")
     p.add_argument("--workers", type=int, default=None, help="--env measured: Ray workers (default one per machine)")
     p.add_argument("--ray-address", default=None, help="--env measured: join this Ray cluster (default: start a local one)")
+    p.add_argument("--measure-timeout", type=float, default=600.0, metavar="SECONDS",
+                   help="--env measured: seconds one placement's measurement may take (default 600)")
     p.add_argument("--policy", default=None, help="seq2seq (default; the ICML 2017 policy) or hierarchical (ICLR 2018 grouper-placer)")
     p.add_argument("--algo", default=None, help="reinforce (default) or ppo")
     p.add_argument("--samples", type=int, default=None, help=f"K: placements sampled and scored per iteration (default {HELP_DEFAULTS['samples']})")
@@ -78,6 +80,7 @@ def run_train(args: argparse.Namespace) -> int:
         time_budget_s=args.time_budget if args.time_budget is not None or args.iterations is not None else 300.0,
         logdir=args.logdir, resume=args.resume, device=args.device,
         device_map=args.device_map, workers=args.workers, ray_address=args.ray_address,
+        measure_timeout_s=args.measure_timeout,
         progress=not args.no_progress and not args.json and sys.stderr.isatty(), **given,
     )
     config.validate()  # before the (possibly slow) capture of SOURCE; checks --logdir too
@@ -117,7 +120,7 @@ def _resumed_config(config, given: dict | None = None):
     if isinstance(old.get("heuristics"), list):
         old["heuristics"] = tuple(old["heuristics"])
     keep = ("iterations", "time_budget_s", "resume", "logdir", "progress", "device", "device_map", "workers",
-            "ray_address", "source", "cluster")
+            "ray_address", "source", "cluster", "measure_timeout_s")
     ignored = [f"{RESUMED_OPTIONS[k]} {v} (checkpoint: {old[k]})" for k, v in (given or {}).items()
                if k in RESUMED_OPTIONS and k in old and old[k] != v]
     if ignored:

@@ -136,6 +136,8 @@ class TrainConfig:
     """--env measured: Ray workers (default: one per machine in the Ray cluster)."""
     ray_address: str | None = None
     """--env measured: join this Ray cluster instead of starting a local one."""
+    measure_timeout_s: float = 600.0
+    """--env measured: seconds one placement's measurement (its training steps) may take."""
     heuristics: tuple[str, ...] | None = None
     """baselines to compare with and warm-start from (None: all registered)."""
     progress: bool = True
@@ -201,6 +203,7 @@ _FLOAT_FIELDS: dict[str, tuple[str, dict[str, float]]] = {
     "warm_start_lr": ("warm_start_lr", dict(above=0, most=1)),
     "warm_start_nll": ("warm_start_nll", dict(least=0)),
     "ppo_clip": ("ppo_clip", dict(above=0, below=1)),
+    "measure_timeout_s": ("--measure-timeout", dict(above=0)),
 }
 _OPTIONAL = {"iterations", "time_budget_s", "max_groups", "workers"}  # None: not set
 
@@ -331,7 +334,7 @@ def _measured_env(config: TrainConfig, graph: OpGraph, cluster: Any, logdir: str
     except ImportError as e:
         raise PlacerError(f"--env measured: the measurement harness is not available ({e})") from None
     return MeasuredEnv(config.source, cluster, graph=graph, run_dir=logdir, device_map=config.device_map,
-                       workers=config.workers, ray_address=config.ray_address)
+                       workers=config.workers, ray_address=config.ray_address, measure_timeout_s=config.measure_timeout_s)
 
 
 ENVS: dict[str, Any] = {"sim": _sim_env, "measured": _measured_env}

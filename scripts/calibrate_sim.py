@@ -134,7 +134,7 @@ def run_model(name: str, args: argparse.Namespace) -> dict:
     placements = random_placements(graph.num_ops, cluster.num_devices, args.placements, seed=args.seed)
     t0 = time.time()
     env = MeasuredEnv(functools.partial(build, name, args.size), cluster, graph=graph, workers=1, device_map=args.device_map,
-                      warmup_steps=args.warmup, timed_steps=args.steps, run_dir=run_dir, cpus_per_worker=args.cpus, timeout_s=args.timeout)
+                      warmup_steps=args.warmup, timed_steps=args.steps, run_dir=run_dir, cpus_per_worker=args.cpus, measure_timeout_s=args.timeout)
     try:
         results = env.evaluate(placements)
     finally:

@@ -109,3 +109,38 @@ def test_profile_writes_a_loadable_profile(workdir, capsys):
     (workdir / "other.json").write_text(json.dumps(doc))
     rc = main(["compare", "cli_run_model:build", "--cluster", "h200x1", "--methods", "single", "--profile", "other.json"])
     assert rc == 2 and "other.json" in capsys.readouterr().err
+
+
+def test_run_steps_past_measure_timeout_are_a_timeout_result(workdir, capsys, monkeypatch):
+    import time
+
+    import envs.runtime
+
+    def hang(*args, **kwargs):
+        time.sleep(120)
+
+    monkeypatch.setattr(envs.runtime, "measure_steps", hang)
+    rc = main(["run", "cli_run_model:build", "--placement", "p.json", "--cluster", "k80x2", "--device-map", "*=cpu",
+               "--measure-timeout", "0.5", "--json"])
+    out = json.loads(capsys.readouterr().out)
+    assert rc == 1 and out["status"] == "timeout" and "0.5s" in out["message"]
+
+
+def test_run_memory_error_in_a_step_is_oom(workdir, capsys, monkeypatch):
+    import envs.runtime
+
+    def no_memory(*args, **kwargs):
+        raise MemoryError()
+
+    monkeypatch.setattr(envs.runtime, "measure_steps", no_memory)
+    rc = main(["run", "cli_run_model:build", "--placement", "p.json", "--cluster", "k80x2", "--device-map", "*=cpu", "--json"])
+    out = json.loads(capsys.readouterr().out)
+    assert rc == 1 and out["status"] == "oom" and "MemoryError" in out["message"]
+
+
+@pytest.mark.parametrize("value", ["0", "-3", "nan", "inf"])
+def test_run_bad_measure_timeout_exits_2_with_one_line(workdir, capsys, value):
+    rc = main(["run", "cli_run_model:build", "--placement", "p.json", "--cluster", "k80x2", "--device-map", "*=cpu",
+               "--measure-timeout", value])
+    err = capsys.readouterr().err
+    assert rc == 2 and "--measure-timeout" in err and err.count("\n") == 1
