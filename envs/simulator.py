@@ -34,6 +34,13 @@ from graphs.errors import PlacerError
 from graphs.ir import OpGraph
 
 
+#: The ``--executor`` help shared by ``placer simulate``, ``compare`` and ``train``.
+EXECUTOR_ARG_HELP = (
+    "executor model scoring a step: eager (default: the PyTorch module placer.apply builds, one host "
+    "thread issuing ops in order to in-order GPU streams) or dataflow (TensorFlow's executor, the paper's setting)"
+)
+
+
 def _fmt_bytes(b: float) -> str:
     return f"{b / 1e9:.2f} GB" if b >= 1e8 else f"{b / 1e6:.1f} MB"
 
@@ -61,7 +68,7 @@ class SimEnv:
         if backend not in ("kernel", "reference"):
             raise ValueError(f"backend must be 'kernel' or 'reference', not {backend!r}")
         if executor not in EXECUTORS:
-            raise PlacerError(f"executor must be one of {', '.join(EXECUTORS)}, not {executor!r}")
+            raise PlacerError(f"--executor {executor!r}: unknown (known: {', '.join(EXECUTORS)})")
         self.graph = graph
         self.cluster = cluster
         self.backend = backend

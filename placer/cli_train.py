@@ -19,6 +19,7 @@ HELP_DEFAULTS = {"lr": 5e-4, "entropy_coef": 0.001, "hidden": 64}
 def add_commands(sub: argparse._SubParsersAction) -> None:
     from envs.cluster import CLUSTER_ARG_HELP
     from envs.profiler import add_profile_argument
+    from envs.simulator import EXECUTOR_ARG_HELP, EXECUTORS
 
     p = sub.add_parser(
         "train",
@@ -31,6 +32,7 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     add_profile_argument(p)
     p.add_argument("--env", default="sim", help="scorer: sim (simulator, default) or measured (real training steps "
                    "in Ray actors; needs a zoo name or module:callable)")
+    p.add_argument("--executor", metavar="{" + ",".join(EXECUTORS) + "}", default="eager", help="--env sim and the heuristics: " + EXECUTOR_ARG_HELP)
     p.add_argument("--device-map", metavar="MAP", default=None,
                    help="--env measured / --profile: logical -> torch devices, e.g. gpu:0=cuda:1,*=cpu")
     p.add_argument("--workers", type=int, default=None, help="--env measured: Ray workers (default one per machine)")
@@ -63,7 +65,7 @@ def run_train(args: argparse.Namespace) -> int:
     overrides = {k: v for k, v in {"lr": args.lr, "entropy_coef": args.entropy, "hidden": args.hidden,
                                    "warm_start": args.warm_start}.items() if v is not None}
     config = TrainConfig(
-        source=args.source, cluster=args.cluster, profile=args.profile, env=args.env, policy=args.policy,
+        source=args.source, cluster=args.cluster, profile=args.profile, env=args.env, executor=args.executor, policy=args.policy,
         algo=args.algo, samples=args.samples, iterations=args.iterations,
         time_budget_s=args.time_budget if args.time_budget is not None or args.iterations is not None else 300.0,
         seed=args.seed, logdir=args.logdir, resume=args.resume, max_groups=args.max_groups, device=args.device,
@@ -81,6 +83,7 @@ def run_train(args: argparse.Namespace) -> int:
         graph, cluster = with_profile(graph, cluster, args.profile, device_map=args.device_map)
     result = train(config, graph=graph, cluster=cluster)
     doc = result.to_dict()
+    doc["executor"] = config.executor
     if args.json:
         print(json.dumps(doc, indent=1))
     else:

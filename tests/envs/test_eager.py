@@ -136,5 +136,5 @@ def test_order_sources_and_validation(toy):
         assert "\n" not in str(e.value)
     with pytest.raises(PlacerError, match="shape"):
         env.step_times(np.array([place, place, place]), np.zeros((2, 3), dtype=int))
-    with pytest.raises(PlacerError, match="executor must be one of eager, dataflow"):
+    with pytest.raises(PlacerError, match=r"--executor .tf.: unknown \(known: eager, dataflow\)"):
         SimEnv(g, c, executor="tf")
