@@ -36,15 +36,6 @@ __all__ = [
 
 
 def __getattr__(name: str):
-    # The Ray measurement harness loads on first use, so `import envs` stays light.
-    if name == "MeasuredEnv":
-        from envs.measured import MeasuredEnv
-
-        return MeasuredEnv
-    raise AttributeError(f"module 'envs' has no attribute {name!r}")
-
-
-def __getattr__(name: str):
     # The Ray harness loads torch and ray: only on first use of envs.MeasuredEnv.
     if name == "MeasuredEnv":
         from envs.measured import MeasuredEnv

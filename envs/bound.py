@@ -1,7 +1,10 @@
 """A lower bound on the simulated step time that no placement can beat.
 
 The simulated step is ``backward_end + max_d update_d`` (see :mod:`envs.schedule`),
-so the bound is ``max(critical path, work bound) + update bound``:
+so the bound is ``max(critical path, work bound) + update bound``. It holds for
+both executor models: in ``eager`` too an op starts after its inputs exist (a
+copy waits for its producer's stream or the host), a backward op after its own
+forward and its consumers' backward, and a device runs one op at a time.
 
 * critical path: forward then backward through the graph with every op at its
   fastest device for that pass and communication free;

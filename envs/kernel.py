@@ -1,9 +1,12 @@
-"""The compiled simulator kernel: the schedule of :mod:`envs.schedule`, fast.
+"""The compiled simulator kernel: the schedules of :mod:`envs.schedule`, fast.
 
-Same tasks, same policy, same task ids and tie-breaks as
-:func:`envs.schedule.schedule_reference`, but with no task graph built: the
-kernel walks the op graph's CSR arrays and keeps one 4-ary heap ordered by
-``(ready time, task id)`` plus the best newly ready task outside it. Task ids (``n`` ops, ``D`` devices): ``fwd i = i``,
+Both executor models, with the same tasks, task ids and tie-breaks as
+:func:`envs.schedule.schedule_reference`, but with no task graph built.
+``dataflow`` (:func:`_schedule`) walks the op graph's CSR arrays and keeps one
+4-ary heap ordered by ``(ready time, task id)`` plus the best newly ready task
+outside it. ``eager`` (:func:`_eager`) needs no heap: one pass over the issue
+order for the forward, one over its reverse for the backward, ``O(n + edges)``.
+Task ids (``n`` ops, ``D`` devices): ``fwd i = i``,
 ``bwd i = 2n-1-i``, ``act (u, d) = 2n + u*D + d``, ``grad (u, d) = 2n + nD + u*D + d``.
 Resources: device ``d`` is ``d``; link ``a -> b`` is ``D + a*D + b``.
 
@@ -239,6 +242,137 @@ def _schedule(p, n, D, out_ptr, out_dst, out_eb, in_ptr, in_src, fwd_t, bwd_t, l
 
 
 @njit(cache=True)
+def _count(p, n, D, out_ptr, out_dst, out_eb, tcount, tbytes, gpend):
+    """Fill ``tcount``/``tbytes`` (see :func:`_schedule`) and zero ``gpend`` of every used slot."""
+    for u in range(n):
+        pu = p[u]
+        for k in range(out_ptr[u], out_ptr[u + 1]):
+            d = p[out_dst[k]]
+            if d != pu:
+                slot = u * D + d
+                if tcount[slot] == 0:
+                    gpend[slot] = 0
+                tcount[slot] += 1
+                if out_eb[k] > tbytes[slot]:
+                    tbytes[slot] = out_eb[k]
+
+
+@njit(cache=True)
+def _eager(p, order, n, D, out_ptr, out_dst, out_eb, in_ptr, in_src, fwd_t, bwd_t, lat, bw, host, launch,
+           tcount, tbytes, gpend, gready, free, start, end):
+    """The eager schedule of one placement in issue ``order`` (see :mod:`envs.schedule`).
+
+    Same workspaces and outputs as :func:`_schedule` (``gpend[slot]`` is 1 once
+    the activation copy is made, 0 again once its gradient came back). Returns
+    the backward end.
+    """
+    nD = n * D
+    _count(p, n, D, out_ptr, out_dst, out_eb, tcount, tbytes, gpend)
+    h = 0.0
+    t_end = 0.0
+    for x in range(n):
+        i = order[x]
+        b = p[i]
+        for k in range(in_ptr[i], in_ptr[i + 1]):
+            u = in_src[k]
+            a = p[u]
+            if a == b:
+                continue
+            slot = u * D + b
+            if gpend[slot] != 0:
+                continue
+            gpend[slot] = 1
+            gready[slot] = 0.0
+            lk = D + a * D + b
+            s = free[lk]
+            if h > s:
+                s = h
+            if host[a] and host[b]:
+                e = s + (lat[a, b] + tbytes[slot] / bw[a, b])
+                h = e
+            elif host[a]:
+                if free[b] > s:
+                    s = free[b]
+                e = s + (lat[a, b] + tbytes[slot] / bw[a, b])
+                free[b] = e
+            elif host[b]:
+                if free[a] > s:
+                    s = free[a]
+                e = s + (lat[a, b] + tbytes[slot] / bw[a, b])
+                free[a] = e
+                h = e
+            else:
+                if free[a] > s:
+                    s = free[a]
+                if free[b] > s:
+                    s = free[b]
+                e = s + (lat[a, b] + tbytes[slot] / bw[a, b])
+                free[a] = e
+                free[b] = e
+            free[lk] = e
+            start[2 * n + slot] = s
+            end[2 * n + slot] = e
+            if e > t_end:
+                t_end = e
+        t = fwd_t[i, b]
+        if host[b]:
+            s = h if h > free[b] else free[b]
+            e = s + t
+            h = e
+            free[b] = e
+        else:
+            if t > 0:
+                h += launch[b]
+            s = h if h > free[b] else free[b]
+            e = s + t
+            free[b] = e
+        start[i] = s
+        end[i] = e
+        if e > t_end:
+            t_end = e
+    h_f = h
+    hq = h_f
+    for x in range(n - 1, -1, -1):
+        j = order[x]
+        d = p[j]
+        for k in range(out_ptr[j], out_ptr[j + 1]):
+            v = out_dst[k]
+            if p[v] != d:
+                slot = j * D + p[v]
+                if end[2 * n - 1 - v] > gready[slot]:
+                    gready[slot] = end[2 * n - 1 - v]
+        s = hq if host[d] else free[d]
+        if h_f > s:
+            s = h_f
+        for k in range(out_ptr[j], out_ptr[j + 1]):
+            ed = p[out_dst[k]]
+            if ed != d:
+                slot = j * D + ed
+                if gpend[slot] == 1:
+                    gpend[slot] = 0
+                    lk = D + ed * D + d
+                    gs = gready[slot] if gready[slot] > free[lk] else free[lk]
+                    ge = gs + (lat[ed, d] + tbytes[slot] / bw[ed, d])
+                    free[lk] = ge
+                    start[2 * n + nD + slot] = gs
+                    end[2 * n + nD + slot] = ge
+                    if ge > s:
+                        s = ge
+                    if ge > t_end:
+                        t_end = ge
+        e = s + bwd_t[j, d]
+        if host[d]:
+            hq = e
+        else:
+            free[d] = e
+        start[2 * n - 1 - j] = s
+        end[2 * n - 1 - j] = e
+        if e > t_end:
+            t_end = e
+    return t_end
+
+
+@njit(cache=True)
 def _reset(p, n, D, out_ptr, out_dst, tcount, tbytes, free):
     for u in range(n):
         for k in range(out_ptr[u], out_ptr[u + 1]):
@@ -314,7 +448,12 @@ def _peak(dev, p, n, D, act_b, tcount, tbytes, start, end):
 
 @njit(cache=True)
 def _batch(P, n, D, out_ptr, out_dst, out_eb, in_ptr, in_src, fwd_t, bwd_t, lat, bw,
-           static_b, act_b, param_b, cap, launch, membw, traffic, times, oom):
+           static_b, act_b, param_b, cap, launch, membw, traffic, times, oom, eager, orders, host):
+    """Step time and OOM flag of every row of ``P``.
+
+    ``eager``: use :func:`_eager` with issue order ``orders[k]`` (or ``orders[0]``
+    for every row when ``orders`` has one row); else :func:`_schedule`.
+    """
     nD = n * D
     pend_f = np.zeros(n, dtype=np.int64)
     ready_f = np.zeros(n)
@@ -334,8 +473,13 @@ def _batch(P, n, D, out_ptr, out_dst, out_eb, in_ptr, in_src, fwd_t, bwd_t, lat,
     ub = np.zeros(D, dtype=np.int64)
     for k in range(P.shape[0]):
         p = P[k]
-        t_end = _schedule(p, n, D, out_ptr, out_dst, out_eb, in_ptr, in_src, fwd_t, bwd_t, lat, bw,
-                          pend_f, ready_f, pend_b, ready_b, tcount, tbytes, gpend, gready, free, h, start, end)
+        if eager:
+            order = orders[k] if orders.shape[0] > 1 else orders[0]
+            t_end = _eager(p, order, n, D, out_ptr, out_dst, out_eb, in_ptr, in_src, fwd_t, bwd_t, lat, bw, host,
+                           launch, tcount, tbytes, gpend, gready, free, start, end)
+        else:
+            t_end = _schedule(p, n, D, out_ptr, out_dst, out_eb, in_ptr, in_src, fwd_t, bwd_t, lat, bw,
+                              pend_f, ready_f, pend_b, ready_b, tcount, tbytes, gpend, gready, free, h, start, end)
         for d in range(D):
             pb[d] = 0.0
             sb[d] = 0
@@ -398,19 +542,29 @@ class KernelData:
         self.cap = c.memory_bytes.astype(np.float64)
         self.launch = c.launch_overhead_s.astype(np.float64)
         self.membw = c.mem_bw_bytes_per_s.astype(np.float64)
+        self.host = np.asarray([k == "cpu" for k in c.kinds], dtype=np.bool_)
+        self.eager = env.executor == "eager"
+        self.node_order = np.arange(self.n, dtype=np.int64)[None, :]
         self.env = env
 
-    def step_times(self, P: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    def _orders(self, order: np.ndarray | None) -> np.ndarray:
+        if order is None:
+            return self.node_order
+        return np.ascontiguousarray(np.atleast_2d(order), dtype=np.int64)
+
+    def step_times(self, P: np.ndarray, order: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """``order``: None (node order), one issue order for every row, or one per row."""
         P = np.ascontiguousarray(P, dtype=np.int64)
         K = P.shape[0]
         times = np.empty(K)
         oom = np.zeros(K, dtype=np.bool_)
         _batch(P, self.n, self.D, self.out_ptr, self.out_dst, self.out_eb, self.in_ptr, self.in_src,
                self.fwd_t, self.bwd_t, self.lat, self.bw, self.static_b, self.act_b, self.param_b,
-               self.cap, self.launch, self.membw, float(cost.UPDATE_TRAFFIC_MULTIPLIER), times, oom)
+               self.cap, self.launch, self.membw, float(cost.UPDATE_TRAFFIC_MULTIPLIER), times, oom,
+               self.eager, self._orders(order), self.host)
         return times, oom
 
-    def schedule(self, place: np.ndarray) -> Schedule:
+    def schedule(self, place: np.ndarray, order: np.ndarray | None = None) -> Schedule:
         n, D = self.n, self.D
         nD = n * D
         p = np.ascontiguousarray(place, dtype=np.int64)
@@ -419,11 +573,16 @@ class KernelData:
         end = np.zeros(ntask)
         tcount = np.zeros(nD, dtype=np.int64)
         tbytes = np.zeros(nD, dtype=np.int64)
-        t_end = _schedule(p, n, D, self.out_ptr, self.out_dst, self.out_eb, self.in_ptr, self.in_src,
-                          self.fwd_t, self.bwd_t, self.lat, self.bw,
-                          np.zeros(n, dtype=np.int64), np.zeros(n), np.zeros(n, dtype=np.int64), np.zeros(n),
-                          tcount, tbytes, np.zeros(nD, dtype=np.int64), np.zeros(nD), np.zeros(D + D * D),
-                          np.empty(2 * ntask), start, end)
+        if self.eager:
+            t_end = _eager(p, self._orders(order)[0], n, D, self.out_ptr, self.out_dst, self.out_eb, self.in_ptr,
+                           self.in_src, self.fwd_t, self.bwd_t, self.lat, self.bw, self.host, self.launch,
+                           tcount, tbytes, np.zeros(nD, dtype=np.int64), np.zeros(nD), np.zeros(D + D * D), start, end)
+        else:
+            t_end = _schedule(p, n, D, self.out_ptr, self.out_dst, self.out_eb, self.in_ptr, self.in_src,
+                              self.fwd_t, self.bwd_t, self.lat, self.bw,
+                              np.zeros(n, dtype=np.int64), np.zeros(n), np.zeros(n, dtype=np.int64), np.zeros(n),
+                              tcount, tbytes, np.zeros(nD, dtype=np.int64), np.zeros(nD), np.zeros(D + D * D),
+                              np.empty(2 * ntask), start, end)
         slots = np.flatnonzero(tcount > 0)
         u, d = slots // D, slots % D
         both = lambda a, b: np.concatenate([a, b])  # noqa: E731

@@ -1,38 +1,83 @@
-"""The simulated schedule of one training step, and the reference scheduler.
+"""The simulated schedule of one training step, and the reference schedulers.
 
-The step is a DAG of tasks, each on one resource (a device, or a directed link
-``src -> dst``):
+Two executor models share one set of tasks (so the memory sweep, OOM check,
+traces and Results read any schedule the same way):
 
-* ``fwd i`` on device ``p[i]``: after every input is there (the producer's
-  ``fwd`` on the same device, or the activation transfer to ``p[i]``).
+* ``fwd i`` on device ``p[i]``;
 * ``act (u, d)``: the output of ``u`` copied once to each other device ``d``
   that holds a consumer of ``u`` (a tensor already sent is not sent again); it
-  carries the largest edge from ``u`` to those consumers; after ``fwd u``.
-* ``bwd i`` on ``p[i]``, after ``fwd i``, the ``bwd`` of its consumers on the
-  same device and the gradient transfers from the other devices.
+  carries the largest edge from ``u`` to those consumers;
+* ``bwd i`` on ``p[i]``;
 * ``grad (u, d)``: the gradient of ``u``'s output, summed on ``d`` over the
   consumers there, sent back over ``d -> p[u]`` once their ``bwd`` ran; same bytes
   as the activation.
 
-Then ``optimizer.step()`` runs after the whole backward (it is called after
-``loss.backward()`` returns): every device updates its parameters in parallel.
+Then ``optimizer.step()`` runs after ``loss.backward()`` returns. Both models
+charge it after the whole backward, every device updating its parameters in
+parallel: ``step = backward end + max_d update_d``. (In eager PyTorch a GPU's
+foreach-Adam kernels could start as soon as its own stream has drained; the
+conservative rule keeps one definition for both models and keeps
+:mod:`envs.bound` a valid bound.)
 
-Scheduling policy (list scheduling): every resource runs one task at a time and
-serves tasks first come, first served by the time they became ready; ties go to
-the lower task id (forward ops in topological order, then backward ops in reverse
-topological order, then transfers). Equivalently, tasks are taken from one heap
-ordered by ``(ready time, task id)`` and each starts at ``max(ready time, its
-resource's free time)``.
+``eager`` (the default for scoring PyTorch placements) models exactly the
+module :func:`placer.apply` builds: one Python thread runs the FX graph node by
+node in an issue order ``order`` (a topological order; default node order), and
+``loss.backward()`` runs in autograd's engine. "Host" devices are those of kind
+``cpu`` (all of them run on the one host thread, clock ``h``); every other
+device is one in-order GPU stream (free time ``free[d]``); links are in-order
+too. Forward, one pass over ``order``, with ``h = 0``: before op ``i``, for each
+in-edge ``u -> i`` (in ``graph.in_csr`` order) with ``p[u] != p[i]`` whose copy
+``(u, p[i])`` was not made yet, the copy is made (``dur = latency + bytes /
+bandwidth`` of the link ``a = p[u] -> b = p[i]``, ``L`` its free time):
 
-Devices run concurrently, as in a dataflow executor (the paper's TensorFlow
-setting, Placeto's and Baechi's simulators). Eager PyTorch comes close to this
-when kernels outlast their launch: one Python thread issues every op
-asynchronously to its device's stream, and a cross-device copy waits only for
-its producer. Launch overhead is charged inside each op's time.
+* GPU -> GPU (peer copy, ``non_blocking``: a two-way stream barrier, as
+  ``copy_`` does): ``start = max(h, free[a], free[b], L)``; ``free[a] = free[b] =
+  L = end``; the host does not wait;
+* GPU -> host (``.to("cpu")``, synchronous): ``start = max(h, free[a], L)``;
+  ``free[a] = L = end``; the host waits: ``h = end``;
+* host -> GPU (pinned, ``non_blocking``): ``start = max(h, free[b], L)``;
+  ``free[b] = L = end``; ``h`` unchanged;
+* host -> host (another ``cpu`` device): ``start = max(h, L)``; ``h = L = end``.
 
-This module holds the pure-Python reference implementation (explicit task DAG,
-``heapq``); :mod:`envs.kernel` computes the identical schedule with a compiled
-kernel and is what the simulator uses.
+Then op ``i`` runs. On a GPU the host pays the dispatch cost
+``launch_overhead_s[d]`` (only for ops with nonzero time: views launch
+nothing), ``h += launch``, and the kernel is enqueued: ``start = max(h,
+free[d])``, ``free[d] = end`` (so a kernel waiting for a copy holds back every
+later kernel on that stream). On the host: ``start = max(h, free[d])``, ``h =
+free[d] = end`` (nothing else is issued meanwhile).
+
+Backward starts when the forward has been issued, at host time ``h_f``.
+Autograd runs one worker per GPU plus the calling thread for all host work;
+its ready queues prefer the highest sequence number, so (issue being faster
+than execution) every GPU, and the host, executes its backward tasks in
+reverse issue order, one at a time. One pass over reversed ``order``: for op
+``j``, first its incoming gradient copies (for each remote device ``e`` holding
+consumers of ``j``: ``start = max(max bwd end of j's consumers on e, link e ->
+p[j] free)``, the link is busy until ``end``), then ``bwd j``: ``start =
+max(h_f, queue free, its gradient copies' ends)``, where the queue is
+``free[p[j]]`` for a GPU and one host queue shared by every ``cpu`` device
+(same-device consumers ran earlier on the same in-order queue). The forward's
+free times carry over, so a stream finishes its forward work first. No heap:
+``O(n + edges)`` per placement.
+
+``dataflow`` (the paper's TensorFlow setting, Placeto's and Baechi's
+simulators) ignores the issue order: a task is ready when its inputs are (the
+producer's ``fwd`` or the activation copy for ``fwd``; ``fwd i``, the same-device
+consumers' ``bwd`` and the gradient copies for ``bwd i``; ``fwd u`` for ``act
+(u, d)``; the consumers' ``bwd`` on ``d`` for ``grad (u, d)``), every resource
+(device or directed link) runs one task at a time and serves tasks first come,
+first served by the time they became ready; ties go to the lower task id
+(forward ops in topological order, then backward ops in reverse topological
+order, then transfers). Equivalently, tasks are taken from one heap ordered by
+``(ready time, task id)`` and each starts at ``max(ready time, its resource's
+free time)``. Devices, ``cpu:0`` included, run concurrently and later ready
+work overtakes a task that waits for a copy. Launch overhead is charged inside
+each op's time only.
+
+This module holds the pure-Python reference implementations (explicit task
+DAG and ``heapq`` for dataflow; the two passes above for eager);
+:mod:`envs.kernel` computes identical schedules with a compiled kernel and is
+what the simulator uses.
 """
 
 from __future__ import annotations
@@ -45,6 +90,9 @@ import numpy as np
 from graphs.ir import OpGraph
 
 ACT, GRAD = 0, 1
+
+#: The executor models: ``"eager"`` (PyTorch, the default) and ``"dataflow"`` (TensorFlow).
+EXECUTORS = ("eager", "dataflow")
 
 
 @dataclass
@@ -101,8 +149,32 @@ def schedule_reference(
     latency_s: np.ndarray,
     bandwidth_bytes_per_s: np.ndarray,
     update_s: np.ndarray,
+    *,
+    executor: str = "dataflow",
+    order: np.ndarray | None = None,
+    host: np.ndarray | None = None,
+    launch_s: np.ndarray | None = None,
 ) -> Schedule:
-    """Schedule one step in plain Python (slow; the specification the kernel is tested against)."""
+    """Schedule one step in plain Python (slow; the specification the kernel is tested against).
+
+    ``executor="eager"`` also takes the issue ``order`` (default node order),
+    ``host`` (True per ``cpu`` device) and ``launch_s`` (host dispatch seconds
+    per device); ``"dataflow"`` ignores them.
+    """
+    if executor == "eager":
+        D = latency_s.shape[0]
+        return _eager_reference(
+            graph, place, fwd_t, bwd_t, latency_s, bandwidth_bytes_per_s, update_s,
+            np.arange(graph.num_ops) if order is None else order,
+            np.zeros(D, dtype=bool) if host is None else host,
+            np.zeros(D) if launch_s is None else launch_s,
+        )
+    if executor != "dataflow":
+        raise ValueError(f"executor must be one of {EXECUTORS}, not {executor!r}")
+    return _dataflow_reference(graph, place, fwd_t, bwd_t, latency_s, bandwidth_bytes_per_s, update_s)
+
+
+def _dataflow_reference(graph, place, fwd_t, bwd_t, latency_s, bandwidth_bytes_per_s, update_s) -> Schedule:
     n, D = graph.num_ops, latency_s.shape[0]
     place = np.asarray(place, dtype=np.int64)
     p = place.tolist()
@@ -163,6 +235,15 @@ def schedule_reference(
                 heapq.heappush(heap, (ready[x], x))
     assert len(end) == len(deps), "task graph has a cycle"
 
+    return _collect(place, keys, start, end, act_id, grad_id, update_s)
+
+
+def _collect(place, keys, start, end, act_id, grad_id, update_s) -> Schedule:
+    """The Schedule of task start/end times keyed by task id."""
+    n = len(place)
+    p = place.tolist()
+    fwd_id = lambda i: i  # noqa: E731
+    bwd_id = lambda i: 2 * n - 1 - i  # noqa: E731
     items = sorted(keys.items())
     kinds, ops, srcs, dsts, nbytes, xs, xe = [], [], [], [], [], [], []
     for kind, make in ((ACT, act_id), (GRAD, grad_id)):
@@ -192,3 +273,94 @@ def schedule_reference(
         backward_end_s=max(end.values(), default=0.0),
         update_s=np.asarray(update_s, dtype=np.float64),
     )
+
+
+def _eager_reference(graph, place, fwd_t, bwd_t, latency_s, bandwidth_bytes_per_s, update_s, order, host, launch_s) -> Schedule:
+    """The eager model of the module docstring, written out step by step."""
+    n, D = graph.num_ops, latency_s.shape[0]
+    place = np.asarray(place, dtype=np.int64)
+    p = place.tolist()
+    is_host = [bool(x) for x in np.asarray(host).tolist()]
+    keys = transfer_keys(graph, place, D)
+    act_id = lambda u, d: 2 * n + u * D + d  # noqa: E731
+    grad_id = lambda u, d: 2 * n + n * D + u * D + d  # noqa: E731
+    bwd_id = lambda i: 2 * n - 1 - i  # noqa: E731
+    in_ptr, in_src, _ = graph.in_csr
+    consumers: list[list[int]] = [[] for _ in range(n)]
+    for u, v in zip(graph.edge_src.tolist(), graph.edge_dst.tolist()):
+        consumers[u].append(v)
+
+    def copy_s(a: int, b: int, u: int) -> float:
+        return float(latency_s[a, b] + float(keys[(u, b)]) / bandwidth_bytes_per_s[a, b])
+
+    start: dict[int, float] = {}
+    end: dict[int, float] = {}
+    free = [0.0] * D  # GPU streams (host devices: when their last op ended)
+    link: dict[tuple[int, int], float] = {}
+    h = 0.0  # the host thread's clock
+    order = [int(i) for i in np.asarray(order).tolist()]
+    for i in order:
+        b = p[i]
+        for k in range(int(in_ptr[i]), int(in_ptr[i + 1])):
+            u = int(in_src[k])
+            a = p[u]
+            if a == b or act_id(u, b) in start:
+                continue
+            lk = link.get((a, b), 0.0)
+            if is_host[a] and is_host[b]:
+                s = max(h, lk)
+                e = s + copy_s(a, b, u)
+                h = e
+            elif is_host[a]:  # pinned host -> GPU, non_blocking
+                s = max(h, free[b], lk)
+                e = s + copy_s(a, b, u)
+                free[b] = e
+            elif is_host[b]:  # GPU -> host: the host waits
+                s = max(h, free[a], lk)
+                e = s + copy_s(a, b, u)
+                free[a] = e
+                h = e
+            else:  # peer copy: both streams wait for each other
+                s = max(h, free[a], free[b], lk)
+                e = s + copy_s(a, b, u)
+                free[a] = free[b] = e
+            link[(a, b)] = e
+            start[act_id(u, b)], end[act_id(u, b)] = s, e
+        t = float(fwd_t[i, b])
+        if is_host[b]:
+            s = max(h, free[b])
+            e = s + t
+            h = free[b] = e
+        else:
+            if t > 0:
+                h += float(launch_s[b])
+            s = max(h, free[b])
+            e = s + t
+            free[b] = e
+        start[i], end[i] = s, e
+
+    h_f = h
+    host_queue = h_f  # the calling thread runs every host backward task
+    for j in reversed(order):
+        d = p[j]
+        ready: dict[int, float] = {}
+        for v in consumers[j]:
+            if p[v] != d:
+                ready[p[v]] = max(ready.get(p[v], 0.0), end[bwd_id(v)])
+        grads = 0.0
+        for e_dev in sorted(ready):
+            lk = link.get((e_dev, d), 0.0)
+            s = max(ready[e_dev], lk)
+            e = s + float(latency_s[e_dev, d] + float(keys[(j, e_dev)]) / bandwidth_bytes_per_s[e_dev, d])
+            link[(e_dev, d)] = e
+            start[grad_id(j, e_dev)], end[grad_id(j, e_dev)] = s, e
+            grads = max(grads, e)
+        queue = host_queue if is_host[d] else free[d]
+        s = max(h_f, queue, grads)
+        e = s + float(bwd_t[j, d])
+        if is_host[d]:
+            host_queue = e
+        else:
+            free[d] = e
+        start[bwd_id(j)], end[bwd_id(j)] = s, e
+    return _collect(place, keys, start, end, act_id, grad_id, update_s)

@@ -3,15 +3,19 @@
 :func:`simulate` scores one placement; :class:`SimEnv` keeps the per-graph
 precomputation and scores many (``evaluate`` for Results, ``step_times`` for a
 ``[K, num_ops]`` batch of device indices in the inner loop of search and RL).
-The schedule semantics are in :mod:`envs.schedule`, the memory model in
+The schedule semantics (the ``eager`` PyTorch executor, the default, and the
+``dataflow`` TensorFlow one) are in :mod:`envs.schedule`, the memory model in
 :mod:`envs.memory`, the costs in :mod:`envs.cost`.
 
 >>> from graphs import OpGraph
 >>> from envs.cluster import Cluster
 >>> g = OpGraph.from_edges(["a", "b"], [("a", "b", 4 << 20)], flops=[1e9, 1e9])
->>> r = simulate(g, [1, 2], Cluster.preset("k80x2"))
+>>> r = simulate(g, [1, 2], Cluster.preset("k80x2"), executor="dataflow")
 >>> r.status, round(r.step_time_s * 1e3, 3)  # 2 × (fwd 0.258 + copy 0.429 + bwd 0.516) ms
 ('ok', 2.407)
+>>> r = simulate(g, [1, 2], Cluster.preset("k80x2"))  # eager: + the host dispatch of a (8 us) before its kernel
+>>> r.extra["executor"], round(r.step_time_s * 1e3, 3)
+('eager', 2.415)
 """
 
 from __future__ import annotations
@@ -25,9 +29,16 @@ from envs.assign import as_indices
 from envs.cluster import Cluster
 from envs.memory import peak_bytes
 from envs.result import Result
-from envs.schedule import ACT, Schedule, schedule_reference
+from envs.schedule import ACT, EXECUTORS, Schedule, schedule_reference
 from graphs.errors import PlacerError
 from graphs.ir import OpGraph
+
+
+#: The ``--executor`` help shared by ``placer simulate``, ``compare`` and ``train``.
+EXECUTOR_ARG_HELP = (
+    "executor model scoring a step: eager (default: the PyTorch module placer.apply builds, one host "
+    "thread issuing ops in order to in-order GPU streams) or dataflow (TensorFlow's executor, the paper's setting)"
+)
 
 
 def _fmt_bytes(b: float) -> str:
@@ -41,16 +52,27 @@ class SimEnv:
         graph: the op graph.
         cluster: the cluster to place on.
         backend: ``"kernel"`` (compiled, default) or ``"reference"`` (pure Python).
+        executor: ``"eager"`` (default: the PyTorch module :func:`placer.apply`
+            builds, run in an issue order) or ``"dataflow"`` (TensorFlow's
+            executor, the paper's setting; ignores the issue order). See
+            :mod:`envs.schedule`.
+
+    Wherever a placement is taken, its issue order is the ``order`` argument,
+    else the placement's ``order`` attribute (``placer.Placement.order``), else
+    node order.
     """
 
     source = "sim"
 
-    def __init__(self, graph: OpGraph, cluster: Cluster, *, backend: str = "kernel") -> None:
+    def __init__(self, graph: OpGraph, cluster: Cluster, *, backend: str = "kernel", executor: str = "eager") -> None:
         if backend not in ("kernel", "reference"):
             raise ValueError(f"backend must be 'kernel' or 'reference', not {backend!r}")
+        if executor not in EXECUTORS:
+            raise PlacerError(f"--executor {executor!r}: unknown (known: {', '.join(EXECUTORS)})")
         self.graph = graph
         self.cluster = cluster
         self.backend = backend
+        self.executor = executor
         self.num_ops = graph.num_ops
         self.num_devices = cluster.num_devices
         self.fwd_s, self.bwd_s = cost.op_times(graph, cluster)
@@ -63,6 +85,37 @@ class SimEnv:
     def indices(self, placement: Any) -> np.ndarray:
         """Device index per op for anything :func:`envs.assign.as_indices` accepts."""
         return as_indices(placement, self.graph, self.cluster.device_names)
+
+    def check_order(self, order: Any, rows: int | None = None) -> np.ndarray | None:
+        """``order`` as int64 ``[n]`` (or ``[rows, n]`` when ``rows`` is given and it is 2-D), validated.
+
+        Raises :class:`PlacerError` unless every row is a permutation of the op
+        indices and a topological order of the graph.
+        """
+        if order is None:
+            return None
+        n = self.num_ops
+        try:
+            o = np.asarray(order)
+            ok_type = o.size == 0 or np.issubdtype(o.dtype, np.integer)
+        except (TypeError, ValueError):
+            ok_type = False
+        if not ok_type:
+            raise PlacerError(f"order: expected integer op indices, got {type(order).__name__}")
+        if not (o.shape == (n,) or (rows is not None and o.ndim == 2 and o.shape in ((1, n), (rows, n)))):
+            want = f"[{n}]" if rows is None else f"[{n}] or [{rows}, {n}]"
+            raise PlacerError(f"order: expected a {want} array of op indices, got shape {o.shape}")
+        o2 = np.atleast_2d(o).astype(np.int64)
+        if o2.size and (o2.min() < 0 or o2.max() >= n or not np.all(np.sort(o2, axis=1) == np.arange(n))):
+            raise PlacerError(f"order: not a permutation of the {n} op indices")
+        pos = np.empty_like(o2)
+        np.put_along_axis(pos, o2, np.arange(n)[None, :].repeat(len(o2), axis=0), axis=1)
+        g = self.graph
+        bad = pos[:, g.edge_src] >= pos[:, g.edge_dst]
+        if bad.any():
+            k, e = map(int, np.argwhere(bad)[0])
+            raise PlacerError(f"order: not a topological order: {g.names[g.edge_dst[e]]} is issued before its input {g.names[g.edge_src[e]]}")
+        return o2 if o.ndim == 2 else o2[0]
 
     def update_s(self, place: np.ndarray) -> np.ndarray:
         params = np.bincount(place, weights=self.graph.param_bytes.astype(np.float64), minlength=self.num_devices)
@@ -81,17 +134,19 @@ class SimEnv:
         return self._kernel_data
 
     # -------------------------------------------------------------- schedule
-    def schedule(self, placement: Any) -> Schedule:
-        """The full simulated schedule of one placement."""
+    def schedule(self, placement: Any, order: Any = None) -> Schedule:
+        """The full simulated schedule of one placement (issue ``order``: see the class doc)."""
         place = self.indices(placement)
+        order = self.check_order(getattr(placement, "order", None) if order is None else order)
         if self.backend == "reference":
             c = self.cluster
-            return schedule_reference(self.graph, place, self.fwd_s, self.bwd_s, c.latency_s, c.bandwidth_bytes_per_s, self.update_s(place))
-        return self._kernel().schedule(place)
+            return schedule_reference(self.graph, place, self.fwd_s, self.bwd_s, c.latency_s, c.bandwidth_bytes_per_s, self.update_s(place),
+                                      executor=self.executor, order=order, host=np.asarray(c.kinds) == "cpu", launch_s=c.launch_overhead_s)
+        return self._kernel().schedule(place, order if self.executor == "eager" else None)
 
-    def simulate(self, placement: Any, *, trace: bool = False) -> Result:
+    def simulate(self, placement: Any, *, trace: bool = False, order: Any = None) -> Result:
         """Score one placement; see :func:`simulate`."""
-        sched = self.schedule(placement)
+        sched = self.schedule(placement, order)
         return self.result(sched, trace=trace)
 
     def result(self, sched: Schedule, *, trace: bool = False) -> Result:
@@ -118,6 +173,7 @@ class SimEnv:
             "update_s": float(sched.update_s.max()) if D else 0.0,
             "num_transfers": int(np.sum(sched.xfer_kind == ACT)),
             "transfer_bytes": int(sched.xfer_bytes.sum()),
+            "executor": self.executor,
         }
         if trace:
             from envs.trace import chrome_trace
@@ -146,8 +202,12 @@ class SimEnv:
         """Score each placement (the scorer protocol shared with MeasuredEnv)."""
         return [self.simulate(p) for p in placements]
 
-    def step_times(self, idx: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """Simulated step time ignoring memory, and the OOM flag, for a ``[K, num_ops]`` batch."""
+    def step_times(self, idx: np.ndarray, order: Any = None) -> tuple[np.ndarray, np.ndarray]:
+        """Simulated step time ignoring memory, and the OOM flag, for a ``[K, num_ops]`` batch.
+
+        ``order``: None (node order), one issue order shared by the batch, or a
+        ``[K, num_ops]`` array of them (used by the eager executor).
+        """
         idx = np.asarray(idx)
         if idx.ndim == 1:
             idx = idx[None, :]
@@ -155,15 +215,18 @@ class SimEnv:
             raise PlacerError(f"step_times: expected a [K, {self.num_ops}] array of device indices, got shape {idx.shape}")
         if idx.size and (idx.min() < 0 or idx.max() >= self.num_devices):
             raise PlacerError(f"step_times: device index out of range [0, {self.num_devices})")
+        order = self.check_order(order, rows=len(idx))
+        if order is not None and order.ndim == 2 and len(order) == 1:
+            order = order[0]
         if self.backend == "reference":
             times = np.empty(len(idx))
             oom = np.zeros(len(idx), dtype=bool)
             for k, row in enumerate(idx):
-                r = self.simulate(row)
+                r = self.simulate(row, order=order[k] if order is not None and order.ndim == 2 else order)
                 times[k] = r.extra["sim_step_time_s"]
                 oom[k] = r.status == "oom"
             return times, oom
-        return self._kernel().step_times(idx.astype(np.int32, copy=False))
+        return self._kernel().step_times(idx.astype(np.int32, copy=False), order if self.executor == "eager" else None)
 
     def lower_bound(self) -> float:
         """:func:`envs.bound.lower_bound` for this graph and cluster (cached)."""
@@ -174,7 +237,7 @@ class SimEnv:
         return self._lower_bound
 
 
-def simulate(graph: OpGraph, placement: Any, cluster: Cluster, *, trace: bool = False) -> Result:
+def simulate(graph: OpGraph, placement: Any, cluster: Cluster, *, trace: bool = False, executor: str = "eager", order: Any = None) -> Result:
     """Simulate one training step of ``graph`` placed by ``placement`` on ``cluster``.
 
     Args:
@@ -182,6 +245,9 @@ def simulate(graph: OpGraph, placement: Any, cluster: Cluster, *, trace: bool = 
         placement: device index per op, a name->device mapping, or a ``placer.Placement``.
         cluster: the cluster.
         trace: also put a Chrome/Perfetto trace of the schedule in ``result.extra["trace"]``.
+        executor: ``"eager"`` (PyTorch, default) or ``"dataflow"`` (TensorFlow); see :mod:`envs.schedule`.
+        order: the issue order (op indices, a topological order); default the
+            placement's ``order`` attribute, else node order.
 
     Returns:
         A Result: ``status`` ``"ok"`` with ``step_time_s``, or ``"oom"`` with
@@ -189,4 +255,4 @@ def simulate(graph: OpGraph, placement: Any, cluster: Cluster, *, trace: bool = 
         ignoring memory in ``extra["sim_step_time_s"]``. ``peak_bytes`` and
         ``busy_s`` (devices and links ``"a->b"``) are filled either way.
     """
-    return SimEnv(graph, cluster).simulate(placement, trace=trace)
+    return SimEnv(graph, cluster, executor=executor).simulate(placement, trace=trace, order=order)

@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import io
 import json
-import os
 import re
 import zipfile
 from typing import Any

@@ -7,6 +7,7 @@ import argparse
 
 def add_commands(sub: argparse._SubParsersAction) -> None:
     from envs.cluster import CLUSTER_ARG_HELP
+    from envs.simulator import EXECUTOR_ARG_HELP, EXECUTORS
     from envs.profiler import add_profile_argument
 
     p = sub.add_parser(
@@ -21,6 +22,7 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--methods", default="all", help="comma-separated baseline names, or 'all' (default)")
     p.add_argument("--placement", action="append", default=[], metavar="FILE", help="a placement file to add as a row (repeatable)")
     p.add_argument("--seed", type=int, default=0, help="seed for the randomised methods (default 0)")
+    p.add_argument("--executor", metavar="{" + ",".join(EXECUTORS) + "}", default="eager", help=EXECUTOR_ARG_HELP)
     p.add_argument("--json", action="store_true", help="print the report as JSON")
     p.add_argument("--plot", metavar="FILE.png", help="also draw a bar chart of the step times")
     add_profile_argument(p)
@@ -67,14 +69,14 @@ def run(args: argparse.Namespace) -> int:
 
         graph, cluster = with_profile(graph, cluster, args.profile)
     placements = [(path, Placement.load(path)) for path in args.placement]
-    report = compare(graph, cluster, methods=methods, placements=placements, seed=args.seed, model=model)
+    report = compare(graph, cluster, methods=methods, placements=placements, seed=args.seed, model=model, executor=args.executor)
     if args.plot:
         plot(report, args.plot)
     if args.json:
         print_json(report.to_dict())
         return 0
     best = report.best()
-    print(f"{report.graph} ({graph.num_ops} ops) on {report.cluster}; scored by the simulator, seed {report.seed}")
+    print(f"{report.graph} ({graph.num_ops} ops) on {report.cluster}; scored by the simulator ({report.executor} executor), seed {report.seed}")
     print(report.table())
     if report.best_single_s is not None:
         print(f"best single device: {report.best_single_device} {report.best_single_s * 1e3:.3f} ms; ", end="")

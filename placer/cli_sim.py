@@ -21,6 +21,7 @@ from placer.cli import print_json, to_json
 
 def add_commands(sub: argparse._SubParsersAction) -> None:
     from envs.cluster import CLUSTER_ARG_HELP
+    from envs.simulator import EXECUTOR_ARG_HELP, EXECUTORS
     from envs.profiler import add_profile_argument
 
     p = sub.add_parser("clusters", help="list the preset clusters, or show one", description="List the preset clusters, or show one (with --json: a loadable placer-cluster/1 file).")
@@ -43,6 +44,7 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     p.add_argument("placement", metavar="PLACEMENT", help="placement file (from `placer place` or `placer train`)")
     p.add_argument("--cluster", required=True, help=CLUSTER_ARG_HELP)
     p.add_argument("--trace", metavar="FILE", help="write the schedule as Chrome/Perfetto trace JSON")
+    p.add_argument("--executor", metavar="{" + ",".join(EXECUTORS) + "}", default="eager", help=EXECUTOR_ARG_HELP)
     p.add_argument("--json", action="store_true", help="print the result as JSON")
     add_profile_argument(p)
     p.set_defaults(func=run_simulate)
@@ -169,8 +171,9 @@ def run_simulate(args: argparse.Namespace) -> int:
     cluster = envs.resolve_cluster(args.cluster)
     graph, cluster = _profiled(resolve_graph(args.graph), cluster, args.profile)
     placement = Placement.load(args.placement)
-    env = envs.SimEnv(graph, cluster)
-    result = env.simulate(placement.indices(graph, cluster.device_names, source=args.placement), trace=bool(args.trace))
+    env = envs.SimEnv(graph, cluster, executor=args.executor)
+    result = env.simulate(placement.indices(graph, cluster.device_names, source=args.placement), trace=bool(args.trace),
+                          order=getattr(placement, "order", None))
     bound = env.lower_bound()
     if args.trace:
         write_text_atomic(args.trace, to_json(result.extra.pop("trace"), indent=None))
@@ -179,10 +182,11 @@ def run_simulate(args: argparse.Namespace) -> int:
         doc["lower_bound_s"] = bound
         doc["graph"] = graph.name
         doc["cluster"] = cluster.name
+        doc["executor"] = args.executor
         print_json(doc)
         return 0
     sim_s = result.extra["sim_step_time_s"]
-    print(f"{graph.name or args.graph} ({graph.num_ops} ops) on {cluster.name}, placement {args.placement}")
+    print(f"{graph.name or args.graph} ({graph.num_ops} ops) on {cluster.name}, placement {args.placement}, {args.executor} executor")
     if result.ok:
         print(f"step time   {result.step_time_s * 1e3:.3f} ms  (lower bound {bound * 1e3:.3f} ms, {result.step_time_s / bound:.2f}x)" if bound > 0 else f"step time   {result.step_time_s * 1e3:.3f} ms")
     else:

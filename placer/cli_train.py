@@ -25,6 +25,7 @@ RESUMED_OPTIONS = {"env": "--env", "policy": "--policy", "algo": "--algo", "samp
 def add_commands(sub: argparse._SubParsersAction) -> None:
     from envs.cluster import CLUSTER_ARG_HELP
     from envs.profiler import add_profile_argument
+    from envs.simulator import EXECUTOR_ARG_HELP, EXECUTORS
 
     p = sub.add_parser(
         "train",
@@ -37,6 +38,7 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     add_profile_argument(p)
     p.add_argument("--env", default=None, help="scorer: sim (simulator, default) or measured (real training steps "
                    "in Ray actors; needs a zoo name or module:callable)")
+    p.add_argument("--executor", metavar="{" + ",".join(EXECUTORS) + "}", default="eager", help="--env sim and the heuristics: " + EXECUTOR_ARG_HELP)
     p.add_argument("--device-map", metavar="MAP", default=None,
                    help="--env measured / --profile: logical -> torch devices, e.g. gpu:0=cuda:1,*=cpu")
     p.add_argument("--workers", type=int, default=None, help="--env measured: Ray workers (default one per machine)")
@@ -76,7 +78,7 @@ def run_train(args: argparse.Namespace) -> int:
              "warm_start": args.warm_start, "profile": args.profile}
     given = {k: v for k, v in given.items() if v is not None}
     config = TrainConfig(
-        source=args.source, cluster=args.cluster, iterations=args.iterations,
+        source=args.source, cluster=args.cluster, executor=args.executor, iterations=args.iterations,
         time_budget_s=args.time_budget if args.time_budget is not None or args.iterations is not None else 300.0,
         logdir=args.logdir, resume=args.resume, device=args.device,
         device_map=args.device_map, workers=args.workers, ray_address=args.ray_address,
@@ -96,6 +98,7 @@ def run_train(args: argparse.Namespace) -> int:
         graph, cluster = with_profile(graph, cluster, config.profile, device_map=config.device_map)
     result = train(config, graph=graph, cluster=cluster)
     doc = result.to_dict()
+    doc["executor"] = config.executor
     if args.json:
         print_json(doc)
     else:

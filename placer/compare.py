@@ -86,6 +86,7 @@ class CompareReport:
     best_single_s: float | None
     best_single_device: str | None
     seed: int = 0
+    executor: str = "eager"
 
     def best(self, kind: str = "baseline") -> Row | None:
         """The fastest ``ok`` row of a kind (``"baseline"``: the best heuristic)."""
@@ -100,6 +101,7 @@ class CompareReport:
             "cluster": self.cluster,
             "devices": self.devices,
             "seed": self.seed,
+            "executor": self.executor,
             "best_single_s": self.best_single_s,
             "best_single_device": self.best_single_device,
             "best_heuristic": best.method if best else None,
@@ -164,6 +166,7 @@ def compare(
     seed: int = 0,
     model: Any = None,
     options: dict[str, dict[str, Any]] | None = None,
+    executor: str = "eager",
 ) -> CompareReport:
     """Run ``methods`` (default: every baseline), score them and ``placements`` on one SimEnv.
 
@@ -176,6 +179,7 @@ def compare(
         seed: passed to every method.
         model: the ``nn.Module`` for methods that need one (accelerate).
         options: per-method keyword options, e.g. ``{"annealing": {"steps": 500}}``.
+        executor: the simulator's executor model, ``"eager"`` or ``"dataflow"`` (:mod:`envs.schedule`).
 
     Returns:
         A :class:`CompareReport`; a method that cannot run or fails gets a row
@@ -195,7 +199,7 @@ def compare(
     labelled = [p if isinstance(p, tuple) else (_label(p, k), p) for k, p in enumerate(placements)]
     given = [(label, p.indices(graph, cluster.device_names, source=label)) for label, p in labelled]
 
-    env = envs.SimEnv(graph, cluster)
+    env = envs.SimEnv(graph, cluster, executor=executor)
     singles = env.evaluate([np.full(graph.num_ops, d, dtype=np.int32) for d in range(cluster.num_devices)])
     ok = [(r.step_time_s, d) for d, r in enumerate(singles) if r.status == "ok"]
     best_single_s, best_dev = (min(ok)[0], cluster.device_names[min(ok)[1]]) if ok else (None, None)
@@ -237,7 +241,7 @@ def compare(
     return CompareReport(
         graph=graph.name, graph_hash=graph.content_hash, cluster=getattr(cluster, "name", ""),
         devices=list(cluster.device_names), rows=rows, lower_bound_s=bound,
-        best_single_s=best_single_s, best_single_device=best_dev, seed=seed,
+        best_single_s=best_single_s, best_single_device=best_dev, seed=seed, executor=executor,
     )
 
 

@@ -117,7 +117,8 @@ def _run_rl(policy: str) -> Callable[..., None]:
 
         with tempfile.TemporaryDirectory(prefix="placer-search-") as tmp:
             config = TrainConfig(cluster=cluster.name, policy=policy, time_budget_s=budget_s, seed=seed,
-                                 warm_start="none", heuristics=(), progress=False, logdir=tmp)
+                                 warm_start="none", heuristics=(), progress=False, logdir=tmp,
+                                 executor=getattr(rec, "executor", "eager"))
             train(config, graph=graph, cluster=cluster, env=rec)
 
     return run
@@ -180,6 +181,7 @@ def search_curves(
     methods: Sequence[str] = METHODS,
     seed: int = 0,
     progress: Progress | None = None,
+    executor: str = "eager",
 ) -> dict[str, Any]:
     """Run each method for ``budget_s`` seconds from scratch through a :class:`RecordingEnv`.
 
@@ -199,14 +201,14 @@ def search_curves(
     say = progress or (lambda line: None)
     if any(m.startswith("rl-") for m in methods):
         _warm_up_torch()
-    env = envs.SimEnv(graph, cluster)
+    env = envs.SimEnv(graph, cluster, executor=executor)
     rate = evals_per_s(env, graph.num_ops, cluster.num_devices, seed=seed)
     reference = {}
     for name in ("expert", "m_etf"):
         r = env.simulate(baselines.get(name)(graph, cluster, seed=seed))
         reference[name] = float(r.step_time_s) if r.ok else None
     out: dict[str, Any] = {"graph": graph.name, "cluster": cluster.name, "num_ops": graph.num_ops,
-                           "lower_bound_s": float(env.lower_bound()), "reference": reference, "evals_per_s": rate,
+                           "lower_bound_s": float(env.lower_bound()), "reference": reference, "evals_per_s": rate, "executor": executor,
                            "budget_s": budget_s, "curves": []}
     for method in methods:
         say(f"  {method}: {budget_s:g} s")

@@ -70,6 +70,8 @@ class TrainConfig:
     """optional profile file applied to the cluster (Cluster.with_profile)."""
     env: str = "sim"
     """scorer: "sim" (envs.SimEnv) or "measured" (envs.MeasuredEnv, real devices)."""
+    executor: str = "eager"
+    """simulator executor model (--env sim and the heuristics): "eager" (PyTorch) or "dataflow" (TensorFlow)."""
     policy: str = "seq2seq"
     """policy name in policies.POLICIES."""
     algo: str = "reinforce"
@@ -153,6 +155,10 @@ class TrainConfig:
             raise PlacerError(f"--algo {self.algo!r}: unknown (known: {', '.join(ALGOS)})")
         if self.env not in ENVS:
             raise PlacerError(f"--env {self.env!r}: unknown (known: {', '.join(ENVS)})")
+        from envs.schedule import EXECUTORS
+
+        if self.executor not in EXECUTORS:
+            raise PlacerError(f"--executor {self.executor!r}: unknown (known: {', '.join(EXECUTORS)})")
         if self.iterations is None and self.time_budget_s is None:
             raise PlacerError("train: give --iterations or --time-budget")
         for name, (option, bounds) in _INT_FIELDS.items():
@@ -317,7 +323,7 @@ def _make_env(config: TrainConfig, graph: OpGraph, cluster: Any, logdir: str) ->
 def _sim_env(config: TrainConfig, graph: OpGraph, cluster: Any, logdir: str) -> Any:
     import envs
 
-    return envs.SimEnv(graph, cluster)
+    return envs.SimEnv(graph, cluster, executor=config.executor)
 
 
 def _measured_env(config: TrainConfig, graph: OpGraph, cluster: Any, logdir: str) -> Any:
@@ -353,7 +359,7 @@ def _heuristics(graph: OpGraph, cluster: Any, config: TrainConfig) -> dict[str, 
     methods = list(config.heuristics) if config.heuristics is not None else None
     if methods == []:
         return {}
-    report = compare(graph, cluster, methods=methods, seed=config.seed)
+    report = compare(graph, cluster, methods=methods, seed=config.seed, executor=config.executor)
     out: dict[str, tuple[float, np.ndarray | None]] = {}
     for row in report.rows:
         if row.kind != "baseline":

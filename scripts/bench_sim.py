@@ -3,9 +3,11 @@
 Scores batches of random placements (every op on a uniformly random device:
 the most transfers, the slowest case) of a synthetic 10,000-op graph with
 ``SimEnv.step_times`` (the RL/search inner loop: step time + OOM flag) and
-times one scalar ``envs.simulate`` call (full Result: memory sweep, busy times).
+times one scalar ``envs.simulate`` call (full Result: memory sweep, busy times),
+for one executor model (``--executor eager``, the default, or ``dataflow``) or
+both (``--executor both``: the JSON is then ``{"eager": {...}, "dataflow": {...}}``).
 
-    python scripts/bench_sim.py [--ops 10000] [--cluster k80x4] [--batch 64] [--json]
+    python scripts/bench_sim.py [--ops 10000] [--cluster k80x4] [--batch 64] [--executor eager|dataflow|both] [--json]
 """
 
 from __future__ import annotations
@@ -32,16 +34,35 @@ def main() -> int:
     ap.add_argument("--cluster", default="k80x4", help="cluster preset or file (default k80x4)")
     ap.add_argument("--batch", type=int, default=64, help="placements per step_times call (default 64)")
     ap.add_argument("--seconds", type=float, default=3.0, help="measure for about this long (default 3)")
+    ap.add_argument("--executor", choices=("eager", "dataflow", "both"), default="eager",
+                    help="executor model to time (default eager)")
     ap.add_argument("--json", action="store_true", help="print one JSON object")
     args = ap.parse_args()
 
     graph = random_dag(args.ops, seed=0)
     cluster = envs.resolve_cluster(args.cluster)
+    executors = ("eager", "dataflow") if args.executor == "both" else (args.executor,)
+    reports = {ex: bench(graph, cluster, ex, args) for ex in executors}
+    if args.json:
+        print(json.dumps(reports if len(executors) > 1 else reports[executors[0]], indent=1))
+        return 0
+    for ex, report in reports.items():
+        print(f"executor {ex}: graph random_dag({graph.num_ops}) ({graph.num_edges} edges) on {cluster.name}, batches of {args.batch} random placements")
+        print(f"op-placements per second (one core): {report['op_placements_per_s']:,.0f}  ({report['placements_per_s']:,.1f} placements/s, per CPU second)")
+        print(f"  per wall-clock second:             {report['op_placements_per_wall_s']:,.0f}  (this process had {report['cpu_share']:.0%} of a core)")
+        print(f"one scalar envs.simulate:            {report['scalar_simulate_s'] * 1e3:.1f} ms (full Result)")
+        print(f"lower_bound:                         {report['lower_bound_call_s'] * 1e3:.1f} ms; warm-up (compile or cache load) {report['warmup_s']:.2f} s")
+        print(f"compiled kernel: {report['compiled']}")
+    return 0
+
+
+def bench(graph, cluster, executor: str, args: argparse.Namespace) -> dict:
+    """The figures for one executor model."""
     rng = np.random.default_rng(0)
     batch = rng.integers(0, cluster.num_devices, size=(args.batch, graph.num_ops), dtype=np.int32)
 
     t0 = time.perf_counter()
-    env = envs.SimEnv(graph, cluster)
+    env = envs.SimEnv(graph, cluster, executor=executor)
     env.step_times(batch[:1])  # compiles the kernel (or loads it from numba's cache)
     warmup_s = time.perf_counter() - t0
 
@@ -61,7 +82,7 @@ def main() -> int:
     scalar = []
     for k in range(5):
         t = time.perf_counter()
-        result = envs.simulate(graph, batch[k % args.batch], cluster)
+        result = envs.simulate(graph, batch[k % args.batch], cluster, executor=executor)
         scalar.append(time.perf_counter() - t)
     t = time.perf_counter()
     bound = envs.lower_bound(graph, cluster)
@@ -69,7 +90,8 @@ def main() -> int:
 
     from envs.kernel import HAVE_NUMBA
 
-    report = {
+    return {
+        "executor": executor,
         "num_ops": graph.num_ops,
         "num_edges": graph.num_edges,
         "cluster": cluster.name,
@@ -91,16 +113,6 @@ def main() -> int:
         "python": platform.python_version(),
         "machine": platform.processor() or platform.machine(),
     }
-    if args.json:
-        print(json.dumps(report, indent=1))
-    else:
-        print(f"graph: random_dag({graph.num_ops}) ({graph.num_edges} edges) on {cluster.name}, batches of {args.batch} random placements")
-        print(f"op-placements per second (one core): {report['op_placements_per_s']:,.0f}  ({placements_per_s:,.1f} placements/s, per CPU second)")
-        print(f"  per wall-clock second:             {report['op_placements_per_wall_s']:,.0f}  (this process had {report['cpu_share']:.0%} of a core)")
-        print(f"one scalar envs.simulate:            {report['scalar_simulate_s'] * 1e3:.1f} ms (full Result)")
-        print(f"lower_bound:                         {bound_s * 1e3:.1f} ms; warm-up (compile or cache load) {warmup_s:.2f} s")
-        print(f"compiled kernel: {HAVE_NUMBA}")
-    return 0
 
 
 if __name__ == "__main__":

@@ -18,11 +18,12 @@ from graphs.synthetic import random_dag
     preset=st.sampled_from(["k80x2", "k80x4", "v100x4", "h100x8", "h200x1", "mixed"]),
     degree=st.floats(1.0, 3.0),
     max_flops=st.sampled_from([1e5, 1e8, 1e11]),
+    executor=st.sampled_from(["eager", "dataflow"]),
 )
-def test_lower_bound_below_every_simulated_time(n, seed, preset, degree, max_flops):
+def test_lower_bound_below_every_simulated_time(n, seed, preset, degree, max_flops, executor):
     g = random_dag(n, seed=seed, avg_degree=degree, max_flops=max_flops)
     c = mixed_cluster() if preset == "mixed" else Cluster.preset(preset)
-    env = SimEnv(g, c)
+    env = SimEnv(g, c, executor=executor)
     lb = env.lower_bound()
     assert lb == lower_bound(g, c) and lb > 0
     rng = np.random.default_rng(seed)

@@ -20,6 +20,32 @@ def shrunk(name: str, memory_bytes: float) -> Cluster:
     return Cluster.from_dict(doc)
 
 
+def two_hosts(name: str, memory_bytes: float) -> Cluster:
+    """A preset whose last GPU is turned into a second host (``cpu``) device."""
+    doc = shrunk(name, memory_bytes).to_dict()
+    doc["devices"][-1]["kind"] = "cpu"
+    return Cluster.from_dict(doc)
+
+
+def random_topological_order(graph, rng) -> np.ndarray:
+    """Kahn's algorithm taking a uniformly random ready op each time."""
+    indeg = np.bincount(graph.edge_dst, minlength=graph.num_ops)
+    ready = list(np.flatnonzero(indeg == 0))
+    order = []
+    while ready:
+        i = ready.pop(int(rng.integers(len(ready))))
+        order.append(i)
+        for v in graph.successors(i):
+            indeg[v] -= 1
+            if indeg[v] == 0:
+                ready.append(v)
+    return np.asarray(order, dtype=np.int64)
+
+
+FIELDS = ("fwd_start_s", "fwd_end_s", "bwd_start_s", "bwd_end_s", "xfer_kind", "xfer_op", "xfer_src",
+          "xfer_dst", "xfer_bytes", "xfer_start_s", "xfer_end_s", "update_s")
+
+
 def test_numba_is_used():
     assert HAVE_NUMBA, "numba is not installed: the simulator runs ~100x slower"
 
@@ -38,20 +64,56 @@ def test_kernel_matches_reference(n, seed, preset, degree, memory_mb):
     rng = np.random.default_rng(seed)
     P = rng.integers(0, c.num_devices, size=(4, n))
     P[0] = rng.integers(0, c.num_devices)  # one single-device placement
-    ref = SimEnv(g, c, backend="reference")
-    fast = SimEnv(g, c)
+    ref = SimEnv(g, c, backend="reference", executor="dataflow")
+    fast = SimEnv(g, c, executor="dataflow")
     times, oom = fast.step_times(P)
     for k in range(len(P)):
         a = ref.simulate(P[k])
         sa, sb = ref.schedule(P[k]), fast.schedule(P[k])
-        for field in ("fwd_start_s", "fwd_end_s", "bwd_start_s", "bwd_end_s", "xfer_kind", "xfer_op", "xfer_src",
-                      "xfer_dst", "xfer_bytes", "xfer_start_s", "xfer_end_s", "update_s"):
+        for field in FIELDS:
             assert np.array_equal(getattr(sa, field), getattr(sb, field)), field
         assert sa.backward_end_s == sb.backward_end_s
         assert times[k] == a.extra["sim_step_time_s"]
         assert oom[k] == (a.status == "oom")
         b = fast.simulate(P[k])
         assert b.peak_bytes == a.peak_bytes and b.busy_s == a.busy_s and b.status == a.status
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    n=st.integers(1, 60),
+    seed=st.integers(0, 10_000),
+    preset=st.sampled_from(["k80x2", "k80x4", "v100x4", "h100x8", "h200x1"]),
+    hosts=st.sampled_from([1, 2]),
+    degree=st.floats(1.0, 3.0),
+    memory_mb=st.sampled_from([5.0, 30.0, 100.0, 1e6]),
+)
+def test_eager_kernel_matches_reference(n, seed, preset, hosts, degree, memory_mb):
+    g = random_dag(n, seed=seed, avg_degree=degree, window=8, max_bytes=4 << 20)
+    c = two_hosts(preset, memory_mb * 1e6) if hosts == 2 and preset != "h200x1" else shrunk(preset, memory_mb * 1e6)
+    rng = np.random.default_rng(seed)
+    P = rng.integers(0, c.num_devices, size=(4, n))
+    P[0] = rng.integers(0, c.num_devices)  # one single-device placement
+    orders = np.stack([np.arange(n)] + [random_topological_order(g, rng) for _ in range(3)])
+    ref = SimEnv(g, c, backend="reference")
+    fast = SimEnv(g, c)
+    assert fast.executor == ref.executor == "eager"
+    times, oom = fast.step_times(P, orders)
+    shared, _ = fast.step_times(P, orders[2])
+    for k in range(len(P)):
+        a = ref.simulate(P[k], order=orders[k])
+        sa, sb = ref.schedule(P[k], orders[k]), fast.schedule(P[k], orders[k])
+        for field in FIELDS:
+            assert np.array_equal(getattr(sa, field), getattr(sb, field)), field
+        assert sa.backward_end_s == sb.backward_end_s
+        assert times[k] == a.extra["sim_step_time_s"]
+        assert oom[k] == (a.status == "oom")
+        assert shared[k] == ref.simulate(P[k], order=orders[2]).extra["sim_step_time_s"]
+        b = fast.simulate(P[k], order=orders[k])
+        assert b.peak_bytes == a.peak_bytes and b.busy_s == a.busy_s and b.status == a.status
+        assert a.extra["executor"] == b.extra["executor"] == "eager"
+    ref_times, ref_oom = ref.step_times(P, orders)
+    assert np.array_equal(ref_times, times) and np.array_equal(ref_oom, oom)
 
 
 def test_batch_on_a_larger_graph_matches_scalar():

@@ -2,6 +2,10 @@
 
 Toy cluster: 1 FLOP/s everywhere, no launch cost, links of 1 byte/s, so forward
 time = FLOPs, backward = 2 × FLOPs, a transfer = its bytes (seconds).
+
+Tests parametrised over EXECUTORS hold for both models; ``*_dataflow`` tests
+pin the dataflow model (their numbers need later ready work to overtake), and
+the eager model's own cases are in tests/envs/test_eager.py.
 """
 
 from __future__ import annotations
@@ -14,17 +18,19 @@ import pytest
 from envs.simulator import SimEnv
 
 BACKENDS = ["kernel", "reference"]
+EXECUTORS = ["eager", "dataflow"]
 
 
-def sim(graph, cluster, place, backend):
-    env = SimEnv(graph, cluster, backend=backend)
+def sim(graph, cluster, place, backend, executor="dataflow"):
+    env = SimEnv(graph, cluster, backend=backend, executor=executor)
     return env, env.schedule(place), env.simulate(place)
 
 
+@pytest.mark.parametrize("executor", EXECUTORS)
 @pytest.mark.parametrize("backend", BACKENDS)
-def test_chain_one_device(toy, backend):
+def test_chain_one_device(toy, backend, executor):
     g = toy.graph(["a", "b", "c"], [("a", "b", 1), ("b", "c", 1)], [1, 2, 3])
-    _, s, r = sim(g, toy.cluster(), [toy.G0] * 3, backend)
+    _, s, r = sim(g, toy.cluster(), [toy.G0] * 3, backend, executor)
     assert s.fwd_start_s.tolist() == [0, 1, 3] and s.fwd_end_s.tolist() == [1, 3, 6]
     assert s.bwd_start_s.tolist() == [16, 12, 6] and s.bwd_end_s.tolist() == [18, 16, 12]
     assert len(s.xfer_op) == 0
@@ -32,11 +38,12 @@ def test_chain_one_device(toy, backend):
     assert r.busy_s["gpu:0"] == 18.0 and r.busy_s["gpu:1"] == 0.0
 
 
+@pytest.mark.parametrize("executor", EXECUTORS)
 @pytest.mark.parametrize("backend", BACKENDS)
-def test_cycle_between_devices(toy, backend):
+def test_cycle_between_devices(toy, backend, executor):
     # A on gpu:0 -> B on gpu:1 -> C on gpu:0: activations out and back, gradients in reverse.
     g = toy.graph(["a", "b", "c"], [("a", "b", 1), ("b", "c", 1)], [1, 2, 3])
-    _, s, r = sim(g, toy.cluster(), [toy.G0, toy.G1, toy.G0], backend)
+    _, s, r = sim(g, toy.cluster(), [toy.G0, toy.G1, toy.G0], backend, executor)
     assert s.fwd_start_s.tolist() == [0, 2, 5] and s.fwd_end_s.tolist() == [1, 4, 8]
     assert s.bwd_start_s.tolist() == [20, 15, 8] and s.bwd_end_s.tolist() == [22, 19, 14]
     xfers = sorted(zip(s.xfer_kind.tolist(), s.xfer_op.tolist(), s.xfer_src.tolist(), s.xfer_dst.tolist(),
@@ -47,7 +54,7 @@ def test_cycle_between_devices(toy, backend):
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
-def test_diamond(toy, backend):
+def test_diamond_dataflow(toy, backend):
     g = toy.graph(["a", "b", "c", "d"], [("a", "b", 1), ("a", "c", 1), ("b", "d", 1), ("c", "d", 1)], [1, 2, 2, 1])
     _, s, r = sim(g, toy.cluster(), [toy.G0, toy.G0, toy.G1, toy.G0], backend)
     assert s.fwd_start_s.tolist() == [0, 1, 2, 5] and s.fwd_end_s.tolist() == [1, 3, 4, 6]
@@ -56,7 +63,7 @@ def test_diamond(toy, backend):
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
-def test_fork_join_contention_and_ties(toy, backend):
+def test_fork_join_contention_and_ties_dataflow(toy, backend):
     # b and c both become ready at t=1 on gpu:0 and run one after the other; in
     # backward, bwd c (lower task id: reverse topological order) goes before bwd b.
     g = toy.graph(["a", "b", "c", "d", "e"],
@@ -69,7 +76,7 @@ def test_fork_join_contention_and_ties(toy, backend):
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
-def test_shared_tensor_sent_once_per_device(toy, backend):
+def test_shared_tensor_sent_once_per_device_dataflow(toy, backend):
     # a's output feeds b and c on gpu:1 and d on cpu:0: one copy to each device.
     g = toy.graph(["a", "b", "c", "d"], [("a", "b", 2), ("a", "c", 2), ("a", "d", 2)], [1, 1, 1, 1])
     _, s, r = sim(g, toy.cluster(), [toy.G0, toy.G1, toy.G1, toy.CPU], backend)
@@ -83,13 +90,14 @@ def test_shared_tensor_sent_once_per_device(toy, backend):
     assert r.extra["num_transfers"] == 2
 
 
+@pytest.mark.parametrize("executor", EXECUTORS)
 @pytest.mark.parametrize("backend", BACKENDS)
-def test_latency_and_update(toy, backend):
+def test_latency_and_update(toy, backend, executor):
     # Each transfer costs latency + bytes; the optimizer step follows the backward
     # pass on every device: launch 0 + 7 passes over the param bytes at mem bandwidth.
     g = toy.graph(["a", "b"], [("a", "b", 3)], [1, 1], param_bytes=[0, 10])
     c = toy.cluster(latency_s=0.5, mem_bw_bytes_per_s=70.0)
-    _, s, r = sim(g, c, [toy.G0, toy.G1], backend)
+    _, s, r = sim(g, c, [toy.G0, toy.G1], backend, executor)
     assert s.fwd_end_s.tolist() == [1, 5.5]
     assert s.xfer_start_s.tolist() == [1, 7.5] and s.xfer_end_s.tolist() == [4.5, 11]
     assert s.bwd_end_s.tolist() == [13, 7.5]
@@ -97,16 +105,17 @@ def test_latency_and_update(toy, backend):
     assert r.step_time_s == 14.0 and r.busy_s["gpu:1"] == 1 + 2 + 1
 
 
+@pytest.mark.parametrize("executor", EXECUTORS)
 @pytest.mark.parametrize("backend", BACKENDS)
-def test_memory_peak_exact_and_oom(toy, backend):
+def test_memory_peak_exact_and_oom(toy, backend, executor):
     # a -> b -> c on gpu:0 with outputs of 10, 20, 30 bytes. Live: 60 once c ran,
     # +30 for c's output gradient during bwd c = 90; static = 4 × 5 param bytes = 20.
     edges = [("a", "b", 10), ("b", "c", 20)]
     g = toy.graph(["a", "b", "c"], edges, [1, 2, 3], out_bytes=[10, 20, 30], param_bytes=[5, 0, 0])
     place = [toy.G0] * 3
-    _, _, r = sim(g, toy.cluster(memory_bytes=110), place, backend)
+    _, _, r = sim(g, toy.cluster(memory_bytes=110), place, backend, executor)
     assert r.status == "ok" and r.peak_bytes["gpu:0"] == 110 and r.peak_bytes["gpu:1"] == 0
-    env, _, r = sim(g, toy.cluster(memory_bytes=109), place, backend)
+    env, _, r = sim(g, toy.cluster(memory_bytes=109), place, backend, executor)
     assert r.status == "oom" and r.step_time_s == float("inf")
     assert r.extra["oom_devices"] == ["gpu:0"] and r.message.startswith("out of memory on gpu:0: peak")
     assert r.extra["sim_step_time_s"] == 18.0 and r.busy_s["gpu:0"] == 18.0
@@ -114,11 +123,12 @@ def test_memory_peak_exact_and_oom(toy, backend):
     assert times.tolist() == [18.0, 18.0] and oom.tolist() == [True, True]
 
 
+@pytest.mark.parametrize("executor", EXECUTORS)
 @pytest.mark.parametrize("backend", BACKENDS)
-def test_oom_on_the_right_device(toy, backend):
+def test_oom_on_the_right_device(toy, backend, executor):
     # Received tensors count on the receiver: b on gpu:1 receives a's 50 bytes.
     g = toy.graph(["a", "b"], [("a", "b", 50)], [1, 1], out_bytes=[50, 1])
-    _, _, r = sim(g, toy.cluster(memory_bytes=60), [toy.G0, toy.G1], backend)
+    _, _, r = sim(g, toy.cluster(memory_bytes=60), [toy.G0, toy.G1], backend, executor)
     # gpu:0: a's output 50 + its gradient coming back 50 (during bwd a: +50) -> 150
     # gpu:1: received 50 + b's output 1 + its grad 1 -> 52
     assert r.peak_bytes == {"cpu:0": 0, "gpu:0": 150, "gpu:1": 52}
@@ -126,25 +136,27 @@ def test_oom_on_the_right_device(toy, backend):
     assert r.message.startswith("out of memory on gpu:0")
 
 
+@pytest.mark.parametrize("executor", EXECUTORS)
 @pytest.mark.parametrize("backend", BACKENDS)
-def test_views_are_free(toy, backend):
+def test_views_are_free(toy, backend, executor):
     from graphs import OpGraph
 
     g = OpGraph.from_edges(["a", "v", "b"], [("a", "v", 8), ("v", "b", 8)], flops=[1, 0, 1], out_bytes=[8, 8, 8],
                            op_types=["aten.mm.default", "aten.view.default", "aten.relu.default"])
-    env, s, r = sim(g, toy.cluster(), [toy.G0] * 3, backend)
+    env, s, r = sim(g, toy.cluster(), [toy.G0] * 3, backend, executor)
     assert env.fwd_s[1].tolist() == [0.0, 0.0, 0.0]
     assert r.step_time_s == 6.0
     assert r.peak_bytes["gpu:0"] == 8 + 0 + 8 + 8  # a, (view: nothing), b, b's gradient
 
 
+@pytest.mark.parametrize("executor", EXECUTORS)
 @pytest.mark.parametrize("seed, preset, spread", [(3, "k80x4", 5), (4, "h100x8", 9), (5, "v100x4", 2)])
-def test_trace_has_no_overlap_per_track(seed, preset, spread):
+def test_trace_has_no_overlap_per_track(seed, preset, spread, executor):
     from graphs.synthetic import random_dag
     from envs.cluster import Cluster
 
     g = random_dag(300, seed=seed, avg_degree=2.0)
-    env = SimEnv(g, Cluster.preset(preset))
+    env = SimEnv(g, Cluster.preset(preset), executor=executor)
     place = np.random.default_rng(seed).integers(0, spread, g.num_ops)
     r = env.simulate(place, trace=True)
     doc = json.loads(json.dumps(r.extra["trace"]))

@@ -67,3 +67,16 @@ def test_bad_placements(setup):
     other = random_dag(80, seed=8)
     with pytest.raises(PlacerError, match="made for graph"):
         envs.simulate(g, Placement.from_indices(other, c.device_names, place), c)
+
+
+def test_executor_is_chosen_and_reported(setup):
+    g, c, place = setup
+    eager = envs.simulate(g, place, c)
+    dataflow = envs.simulate(g, place, c, executor="dataflow")
+    assert eager.extra["executor"] == "eager" and dataflow.extra["executor"] == "dataflow"
+    assert envs.SimEnv(g, c).executor == "eager"
+    # the same graph and placement, two models: eager adds host dispatch and in-order streams
+    assert eager.step_time_s != dataflow.step_time_s
+    assert envs.SimEnv(g, c, executor="dataflow").step_times(place[None, :])[0][0] == dataflow.step_time_s
+    with pytest.raises(PlacerError, match="executor"):
+        envs.simulate(g, place, c, executor="TF")

@@ -1,0 +1,140 @@
+"""Hand-computed schedules of the eager executor model (envs.schedule), kernel and reference.
+
+Toy cluster (tests/envs/conftest.py): cpu:0 (host), gpu:0, gpu:1 at 1 FLOP/s,
+links of 1 byte/s with no latency: forward = FLOPs (+ the GPU launch cost, when
+set), backward = 2 × forward, a copy of b bytes = b seconds. ``h`` is the host
+thread's clock, ``free[d]`` a GPU stream's, ``h_f`` the host time at which
+``loss.backward()`` is called.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from envs.simulator import SimEnv, simulate
+from graphs import PlacerError
+
+BACKENDS = ["kernel", "reference"]
+
+
+def run(graph, cluster, place, backend, order=None, executor="eager"):
+    env = SimEnv(graph, cluster, backend=backend, executor=executor)
+    return env.schedule(place, order), env.simulate(place, order=order)
+
+
+def xfers(s):
+    return sorted(zip(s.xfer_kind.tolist(), s.xfer_op.tolist(), s.xfer_src.tolist(), s.xfer_dst.tolist(),
+                      s.xfer_start_s.tolist(), s.xfer_end_s.tolist()))
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_cpu_op_between_two_gpu_ops_blocks_the_host(toy, backend):
+    # a (gpu:0) -> b (cpu:0) -> c (gpu:0), and x (gpu:1, independent) issued after b.
+    # GPU launch 1 s: fwd a = x = c = 1 + 1 = 2, bwd 4; b on the host: fwd 3, bwd 6.
+    # forward, order a b x c:
+    #   a: host dispatch h = 1; kernel [1, 3]; free0 = 3
+    #   copy a -> cpu (device->host): max(h 1, free0 3) = 3 .. 4; free0 = 4; host waits: h = 4
+    #   b on the host: [4, 7]; h = 7 (nothing else issued meanwhile)
+    #   x: dispatch h = 8; kernel [max(8, free1 0) = 8, 10]  (dataflow would start it at 0)
+    #   copy b -> gpu:0 (pinned, non_blocking): max(h 8, free0 4) = 8 .. 9; free0 = 9; h stays 8
+    #   c: dispatch h = 9; kernel [max(9, 9) = 9, 11]; free0 = 11.  h_f = 9
+    # backward, reversed order c x b a:
+    #   c: [max(9, free0 11) = 11, 15]; x: [max(9, free1 10) = 10, 14]
+    #   grad b: gpu:0 -> cpu after bwd c: [15, 16]; bwd b on the host queue: [16, 22]
+    #   grad a: cpu -> gpu:0 after bwd b: [22, 23]; bwd a: [max(free0 15, 23) = 23, 27]
+    g = toy.graph(["a", "b", "x", "c"], [("a", "b", 1), ("b", "c", 1)], [1, 3, 1, 1])
+    c = toy.cluster(gpu_launch_s=1.0)
+    s, r = run(g, c, [toy.G0, toy.CPU, toy.G1, toy.G0], backend)
+    assert s.fwd_start_s.tolist() == [1, 4, 8, 9] and s.fwd_end_s.tolist() == [3, 7, 10, 11]
+    assert s.bwd_start_s.tolist() == [23, 16, 10, 11] and s.bwd_end_s.tolist() == [27, 22, 14, 15]
+    assert xfers(s) == [(0, 0, 1, 0, 3, 4), (0, 1, 0, 1, 8, 9), (1, 0, 0, 1, 22, 23), (1, 1, 1, 0, 15, 16)]
+    assert r.status == "ok" and r.step_time_s == 27.0 and r.extra["executor"] == "eager"
+    s, r = run(g, c, [toy.G0, toy.CPU, toy.G1, toy.G0], backend, executor="dataflow")
+    assert s.fwd_start_s[2] == 0.0 and r.extra["executor"] == "dataflow"
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_head_of_line_blocking_on_one_stream(toy, backend):
+    # a (gpu:0, 4) -> b (gpu:1, 1) with 2 bytes; x (gpu:1, 3) independent; no launch cost.
+    # order a b x: a [0, 4]; peer copy a -> gpu:1 waits for both streams: [max(free0 4, free1 0) = 4, 6];
+    #   b [6, 7]; x is stuck behind b on gpu:1's stream: [7, 10].
+    #   backward x b a: x [10, 16]; b [16, 18]; grad a [18, 20]; bwd a [max(free0 6, 20) = 20, 28]
+    g = toy.graph(["a", "b", "x"], [("a", "b", 2)], [4, 1, 3])
+    place = [toy.G0, toy.G1, toy.G1]
+    s, r = run(g, toy.cluster(), place, backend)
+    assert s.fwd_start_s.tolist() == [0, 6, 7] and s.fwd_end_s.tolist() == [4, 7, 10]
+    assert s.bwd_start_s.tolist() == [20, 16, 10] and s.bwd_end_s.tolist() == [28, 18, 16]
+    assert xfers(s) == [(0, 0, 1, 2, 4, 6), (1, 0, 2, 1, 18, 20)]
+    assert r.step_time_s == 28.0
+    # order a x b: x runs first [0, 3]; copy [max(4, 3) = 4, 6]; b [6, 7].
+    #   backward b x a: b [7, 9]; x [9, 15]; grad a [9, 11]; bwd a [max(free0 6, 11) = 11, 19]
+    s, r = run(g, toy.cluster(), place, backend, order=[0, 2, 1])
+    assert s.fwd_start_s.tolist() == [0, 6, 0] and s.fwd_end_s.tolist() == [4, 7, 3]
+    assert s.bwd_start_s.tolist() == [11, 7, 9] and s.bwd_end_s.tolist() == [19, 9, 15]
+    assert r.step_time_s == 19.0
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_device_to_host_copy_makes_the_host_wait(toy, backend):
+    # a (gpu:0, 4) -> b (cpu:0, 1) with 2 bytes; x (gpu:1, 2) independent, issued last; no launch cost.
+    # a [0, 4]; copy a -> cpu: [max(h 0, free0 4) = 4, 6], h = 6; b [6, 7], h = 7;
+    # x can only be issued now: [max(h 7, free1 0) = 7, 9].  h_f = 7
+    # backward x b a: x [max(7, 9) = 9, 13]; b on the host [7, 9]; grad a cpu -> gpu:0 [9, 11];
+    # bwd a [max(free0 6, 11) = 11, 19]
+    g = toy.graph(["a", "b", "x"], [("a", "b", 2)], [4, 1, 2])
+    s, r = run(g, toy.cluster(), [toy.G0, toy.CPU, toy.G1], backend)
+    assert s.fwd_start_s.tolist() == [0, 6, 7] and s.fwd_end_s.tolist() == [4, 7, 9]
+    assert s.bwd_start_s.tolist() == [11, 7, 9] and s.bwd_end_s.tolist() == [19, 9, 13]
+    assert xfers(s) == [(0, 0, 1, 0, 4, 6), (1, 0, 0, 1, 9, 11)]
+    assert r.step_time_s == 19.0
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_eager_and_dataflow_rank_two_placements_differently(toy, backend):
+    # s (1) feeds a (10) and b (10) with 12 bytes each; no launch cost.
+    # one: everything on gpu:0 — both models: fwd s a b [0,1] [1,11] [11,21], bwd 20 each
+    #   after it: 21 + 20 + 20 + bwd s 2 = 63.
+    # two: s, a on gpu:0, b on gpu:1.
+    #   dataflow: s [0,1]; a [1,11] while the copy runs [1,13]; b [13,23]; bwd a [11,31];
+    #     bwd b [23,43]; grad s [43,55]; bwd s [55,57] -> 57: "two" is faster.
+    #   eager (order s a b): the peer copy waits for a on gpu:0: [11, 23]; b [23, 33];
+    #     backward b a s: b [33,53]; a [max(free0 23), 43]; grad s [53,65]; bwd s [65,67] -> 67:
+    #     "one" is faster.
+    #   eager, order s b a: copy [1, 13]; b [13, 23]; a [13, 23]; bwd a [23,43], bwd b [23,43];
+    #     grad s [43,55]; bwd s [55,57] -> 57 (the issue order matters).
+    g = toy.graph(["s", "a", "b"], [("s", "a", 12), ("s", "b", 12)], [1, 10, 10])
+    c = toy.cluster()
+    one, two = [toy.G0] * 3, [toy.G0, toy.G0, toy.G1]
+    t = {ex: [run(g, c, p, backend, executor=ex)[1].step_time_s for p in (one, two)] for ex in ("dataflow", "eager")}
+    assert t == {"dataflow": [63.0, 57.0], "eager": [63.0, 67.0]}
+    assert run(g, c, two, backend, order=[0, 2, 1])[1].step_time_s == 57.0
+    assert run(g, c, two, backend, order=[0, 2, 1], executor="dataflow")[1].step_time_s == 57.0  # ignores the order
+
+
+def test_order_sources_and_validation(toy):
+    g = toy.graph(["a", "b", "x"], [("a", "b", 2)], [4, 1, 3])
+    c = toy.cluster()
+    place = [toy.G0, toy.G1, toy.G1]
+
+    class Ordered(dict):
+        """A name -> device mapping that carries an issue order, like placer.Placement."""
+
+    p = Ordered(a="gpu:0", b="gpu:1", x="gpu:1")
+    assert simulate(g, p, c).step_time_s == 28.0
+    p.order = np.array([0, 2, 1])
+    assert simulate(g, p, c).step_time_s == 19.0
+    assert simulate(g, p, c, order=[0, 1, 2]).step_time_s == 28.0  # the argument wins
+    env = SimEnv(g, c)
+    times, _ = env.step_times(np.array([place, place]), np.array([[0, 1, 2], [0, 2, 1]]))
+    assert times.tolist() == [28.0, 19.0]
+    assert env.step_times(np.array([place, place]), [0, 2, 1])[0].tolist() == [19.0, 19.0]
+    for bad, match in (([0, 1], "shape"), ([0, 1, 1], "permutation"), ([0, 1, 3], "permutation"),
+                       ([1, 0, 2], "not a topological order: b is issued before its input a"), ([0.5, 1, 2], "integer")):
+        with pytest.raises(PlacerError, match=match) as e:
+            env.simulate(place, order=bad)
+        assert "\n" not in str(e.value)
+    with pytest.raises(PlacerError, match="shape"):
+        env.step_times(np.array([place, place, place]), np.zeros((2, 3), dtype=int))
+    with pytest.raises(PlacerError, match=r"--executor .tf.: unknown \(known: eager, dataflow\)"):
+        SimEnv(g, c, executor="tf")
