@@ -54,7 +54,7 @@ from typing import Any
 
 import numpy as np
 
-from envs.assign import as_indices
+from envs.assign import as_indices, check_order
 from envs.result import Result
 from graphs import OpGraph, PlacerError
 
@@ -93,9 +93,13 @@ def build_model(source: str | Builder, seed: int = 0) -> tuple[Any, tuple]:
     return model, inputs if isinstance(inputs, tuple) else (tuple(inputs) if isinstance(inputs, list) else (inputs,))
 
 
-def placement_hash(assignment_list: Sequence[str]) -> str:
-    """Hash of the logical device of every op, in graph order (16 hex chars)."""
-    return hashlib.sha256(json.dumps(list(assignment_list)).encode()).hexdigest()[:16]
+def placement_hash(assignment_list: Sequence[str], order: Sequence[str] | None = None) -> str:
+    """Hash of the logical device of every op, in graph order, and of the issue order if any (16 hex chars).
+
+    A placement without an order hashes as before, so existing logs stay valid.
+    """
+    doc: Any = list(assignment_list) if order is None else {"devices": list(assignment_list), "order": list(order)}
+    return hashlib.sha256(json.dumps(doc).encode()).hexdigest()[:16]
 
 
 # ------------------------------------------------------------------- worker
@@ -144,7 +148,8 @@ class Worker:
 
         return measure_steps(module, self.inputs, optimizer, devices, warmup_steps=warmup_steps, timed_steps=timed_steps)
 
-    def measure(self, assignment: dict[str, str], graph_hash: str, warmup_steps: int, timed_steps: int) -> dict[str, Any]:
+    def measure(self, assignment: dict[str, str], graph_hash: str, warmup_steps: int, timed_steps: int,
+                order: list[str] | None = None) -> dict[str, Any]:
         """Measure one placement; returns ``Result.to_dict()`` (never raises for a bad placement)."""
         import torch
 
@@ -156,7 +161,7 @@ class Worker:
                 return Result(float("inf"), "error", f"worker built graph {self.graph_hash}, expected {graph_hash}", source="measured", extra=extra).to_dict()
             self._restore()
             devices = resolve_devices(sorted(set(assignment.values())), self.device_map)
-            module = place_module(self.ep, assignment, self.device_map)
+            module = place_module(self.ep, assignment, self.device_map, order=order)
             opt = torch.optim.Adam(module.parameters(), lr=self.lr)
             m = self._steps(module, opt, devices, warmup_steps, timed_steps)
             extra.update(step_times_s=m["step_times_s"], losses=m["losses"])
@@ -261,6 +266,7 @@ class MeasuredEnv:
         self.run_dir = os.fspath(run_dir) if run_dir is not None else None
         self.log_path = os.path.join(self.run_dir, LOG_NAME) if self.run_dir is not None else None
         self._cache: dict[str, Result] = {}
+        self._orders: dict[str, list[str] | None] = {}  # placement hash -> op names in issue order (None: node order)
         if self.log_path:
             os.makedirs(os.path.dirname(self.log_path) or ".", exist_ok=True)
             self._cache = read_log(self.log_path, self.graph.content_hash)
@@ -469,7 +475,12 @@ class MeasuredEnv:
         for k, p in enumerate(placements):
             idx = as_indices(p, self.graph, names, source=f"placement {k}")
             devs = [names[i] for i in idx.tolist()]
-            out.append((placement_hash(devs), dict(zip(self.graph.names, devs))))
+            order = getattr(p, "order", None)
+            if order is not None:
+                order = [self.graph.names[i] for i in check_order(order, self.graph, source=f"placement {k}: order").tolist()]
+            key = placement_hash(devs, order)
+            self._orders[key] = order
+            out.append((key, dict(zip(self.graph.names, devs))))
         return out
 
     def evaluate(self, placements: Sequence[Any]) -> list[Result]:
@@ -489,7 +500,8 @@ class MeasuredEnv:
         while pending or running:
             while pending and idle:
                 i, key = idle.popleft(), pending.popleft()
-                ref = self._actors[i].measure.remote(todo[key], self.graph.content_hash, self.warmup_steps, self.timed_steps)
+                ref = self._actors[i].measure.remote(todo[key], self.graph.content_hash, self.warmup_steps, self.timed_steps,
+                                                       self._orders.get(key))
                 running[ref] = (i, key, time.monotonic() + self.measure_timeout_s)
             ready, _ = ray.wait(list(running) + list(self._starting), num_returns=1, timeout=self._seconds_left(running))
             for ref in ready:
