@@ -25,7 +25,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from envs import cost
-from envs.assign import as_indices
+from envs.assign import as_indices, check_order
 from envs.cluster import Cluster
 from envs.memory import peak_bytes
 from envs.result import Result
@@ -95,27 +95,12 @@ class SimEnv:
         if order is None:
             return None
         n = self.num_ops
-        try:
-            o = np.asarray(order)
-            ok_type = o.size == 0 or np.issubdtype(o.dtype, np.integer)
-        except (TypeError, ValueError):
-            ok_type = False
-        if not ok_type:
-            raise PlacerError(f"order: expected integer op indices, got {type(order).__name__}")
-        if not (o.shape == (n,) or (rows is not None and o.ndim == 2 and o.shape in ((1, n), (rows, n)))):
-            want = f"[{n}]" if rows is None else f"[{n}] or [{rows}, {n}]"
-            raise PlacerError(f"order: expected a {want} array of op indices, got shape {o.shape}")
-        o2 = np.atleast_2d(o).astype(np.int64)
-        if o2.size and (o2.min() < 0 or o2.max() >= n or not np.all(np.sort(o2, axis=1) == np.arange(n))):
-            raise PlacerError(f"order: not a permutation of the {n} op indices")
-        pos = np.empty_like(o2)
-        np.put_along_axis(pos, o2, np.arange(n)[None, :].repeat(len(o2), axis=0), axis=1)
-        g = self.graph
-        bad = pos[:, g.edge_src] >= pos[:, g.edge_dst]
-        if bad.any():
-            k, e = map(int, np.argwhere(bad)[0])
-            raise PlacerError(f"order: not a topological order: {g.names[g.edge_dst[e]]} is issued before its input {g.names[g.edge_src[e]]}")
-        return o2 if o.ndim == 2 else o2[0]
+        arr = np.asarray(order) if isinstance(order, np.ndarray) or rows is not None else order
+        if rows is not None and isinstance(arr, np.ndarray) and arr.ndim == 2:
+            if arr.shape[0] not in (1, rows):
+                raise PlacerError(f"order: expected a [{n}] or [{rows}, {n}] array of op indices, got shape {arr.shape}")
+            return np.stack([check_order(row, self.graph).astype(np.int64) for row in arr]) if len(arr) else arr.astype(np.int64)
+        return check_order(arr, self.graph).astype(np.int64)
 
     def update_s(self, place: np.ndarray) -> np.ndarray:
         params = np.bincount(place, weights=self.graph.param_bytes.astype(np.float64), minlength=self.num_devices)
