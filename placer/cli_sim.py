@@ -156,7 +156,8 @@ def run_place(args: argparse.Namespace) -> int:
         raise
     placement.save(args.output)
     counts = ", ".join(f"{d}: {k}" for d, k in sorted(placement.device_counts().items()))
-    print(f"{args.output}: {args.method} placement of {graph.name or args.graph} ({graph.num_ops} ops) on {cluster.name} ({counts})")
+    print(f"{args.output}: {args.method} placement of {graph.name or args.graph} ({graph.num_ops} ops) on {cluster.name} ({counts}); "
+          f"issue order: {placement.meta['issue_order']} ({placement.meta['step_time_s'] * 1e3:.3f} ms simulated, eager)")
     return 0
 
 

@@ -63,7 +63,10 @@ class Placement:
 
     def __post_init__(self) -> None:
         if self.order is not None:
-            self.order = check_order(self.order, len(self.assignment), source=f"{self.source or 'placement'}: order")
+            # a permutation here; its length and edges are checked against the graph where it is used,
+            # after the assignment (so a placement missing an op is reported as that)
+            self.order = check_order(self.order, len(self.order) if hasattr(self.order, "__len__") else len(self.assignment),
+                                     source=f"{self.source or 'placement'}: order")
 
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, Placement):
@@ -162,7 +165,8 @@ class Placement:
             cluster=schema.string(doc.get("cluster", ""), source, "cluster"),
             method=schema.string(doc.get("method", ""), source, "method"),
             meta=_check_meta(doc.get("meta", {}), source),
-            order=None if doc.get("order") is None else check_order(doc["order"], len(a), source=f"{source}: 'order'"),
+            order=None if doc.get("order") is None else check_order(
+                doc["order"], len(doc["order"]) if isinstance(doc["order"], list) else len(a), source=f"{source}: 'order'"),
         )
 
 

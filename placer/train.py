@@ -686,12 +686,25 @@ def _train(config: TrainConfig, graph: OpGraph, cluster: Any, env: Any, logdir: 
 
 # ------------------------------------------------------------------ small helpers
 def _best_placement(graph: OpGraph, devices: list[str], cluster: Any, config: TrainConfig, run: dict) -> Placement:
+    """The run's best as a placement file: under ``--env sim`` with the issue order chosen for it.
+
+    ``step_time_s`` stays the time the run scored (node order, ``config.executor``),
+    so bests compare alike; with an order, ``issue_order_step_time_s`` is the eager
+    time of the order the file carries, which is what ``placer.apply`` runs. A
+    measured run keeps the node order it was measured with.
+    """
+    meta = {"step_time_s": run["best_step_time_s"], "found_by": run["best_found_by"],
+            "iteration": run["best_iteration"], "warm_start": run["warm_start"], "algo": config.algo,
+            "seed": config.seed, "env": config.env, "profile": config.profile, "executor": config.executor}
+    order = None
+    if config.env == "sim":
+        from envs.simulator import plan_order
+
+        order, how, step_s = plan_order(graph, np.asarray(run["best_indices"]), cluster)
+        meta.update(issue_order=how, issue_order_step_time_s=step_s)
     return Placement.from_indices(
         graph, devices, run["best_indices"], cluster=getattr(cluster, "name", config.cluster),
-        method=f"rl:{config.policy}",
-        meta={"step_time_s": run["best_step_time_s"], "found_by": run["best_found_by"],
-              "iteration": run["best_iteration"], "warm_start": run["warm_start"], "algo": config.algo,
-              "seed": config.seed, "env": config.env, "profile": config.profile},
+        method=f"rl:{config.policy}", meta=meta, order=order,
     )
 
 

@@ -58,9 +58,13 @@ def get(name: str) -> BaselineFn:
 
 def place(name: str, graph: OpGraph, cluster: Any, **options: Any) -> Placement:
     """Run baseline ``name`` on ``graph`` for ``cluster`` and return a Placement."""
+    from envs.simulator import plan_order
+
     fn = get(name)
     idx = fn(graph, cluster, **options)
+    order, how, step_s = plan_order(graph, idx, cluster)  # the issue order placer.apply will follow
+    meta = {k: v for k, v in options.items() if isinstance(v, (int, float, str, bool))}
     return Placement.from_indices(
         graph, cluster.device_names, idx, cluster=getattr(cluster, "name", ""), method=name,
-        meta={k: v for k, v in options.items() if isinstance(v, (int, float, str, bool))},
+        meta={**meta, "issue_order": how, "step_time_s": step_s, "executor": "eager"}, order=order,
     )

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import json
+import os
 
 import numpy as np
 import pytest
@@ -201,7 +202,6 @@ def test_from_indices_checks_the_order_against_the_graph():
 @pytest.mark.parametrize(
     "bad, message",
     [
-        ([0, 1, 2], "has 3 entries for 4 ops"),
         ([0, 1, 1, 3], "not a permutation"),
         ([0, 1, 2, 9], "out of range"),
         ([0, 1, 2, "d"], "must be a list of op indices"),
@@ -219,6 +219,19 @@ def test_bad_order_in_a_file_is_one_line_naming_the_file(tmp_path, bad, message)
     with pytest.raises(PlacerError) as e:
         Placement.load(path)
     assert str(e.value).startswith(f"{path}: 'order': ") and message in str(e.value) and "\n" not in str(e.value)
+
+
+def test_order_of_the_wrong_length_names_the_file_when_used(tmp_path):
+    """Checked against the graph where it is used, after the assignment (a missing op is reported as that)."""
+    g = _chain_and_branch()
+    doc = Placement.from_indices(g, DEVICES, [0, 1, 2, 1]).to_dict()
+    doc["order"] = [0, 1, 2]
+    path = tmp_path / "short.json"
+    path.write_text(json.dumps(doc))
+    p = Placement.load(path)
+    with pytest.raises(PlacerError) as e:
+        p.issue_order(g)
+    assert str(e.value).startswith(f"{path}: order: ") and "has 3 entries for 4 ops" in str(e.value)
 
 
 def test_non_topological_order_in_a_file_names_the_file_when_used(tmp_path):
@@ -433,3 +446,27 @@ def test_cuda_copies_are_non_blocking_and_keep_gradients():
     got, want = _grads(placed), _grads(ref_model)
     for k in want:
         torch.testing.assert_close(got[k].cpu(), want[k], msg=k, rtol=1e-4, atol=1e-5)
+
+
+def test_place_and_train_write_the_order_they_scored(tmp_path, capsys):
+    """`placer place` and `placer train` store an issue order; `placer simulate` scores the file as they did."""
+    import graphs
+    from graphs.synthetic import random_dag
+    from placer.cli import main
+
+    gpath = str(tmp_path / "g.json")
+    graphs.save(random_dag(60, seed=5, name="r"), gpath)
+    ppath = str(tmp_path / "p.json")
+    assert main(["place", gpath, "--cluster", "k80x4", "--method", "expert", "-o", ppath]) == 0
+    p = Placement.load(ppath)
+    assert p.order is not None and p.meta["issue_order"] in ("node", "devices-first", "schedule")
+    capsys.readouterr()
+    assert main(["simulate", gpath, ppath, "--cluster", "k80x4", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["step_time_s"] == pytest.approx(p.meta["step_time_s"], rel=1e-12)
+    run = str(tmp_path / "run")
+    assert main(["train", gpath, "--cluster", "k80x4", "--iterations", "2", "--no-progress", "--logdir", run]) == 0
+    best = Placement.load(os.path.join(run, "best_placement.json"))
+    assert best.order is not None and best.meta["issue_order_step_time_s"] <= best.meta["step_time_s"] * (1 + 1e-12)
+    capsys.readouterr()
+    assert main(["simulate", gpath, os.path.join(run, "best_placement.json"), "--cluster", "k80x4", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["step_time_s"] == pytest.approx(best.meta["issue_order_step_time_s"], rel=1e-12)
