@@ -105,11 +105,11 @@ def _finite(x: float | None) -> float | None:
     return float(x) if x is not None and math.isfinite(x) else None
 
 
-def _singles(graph: OpGraph, cluster: Any) -> tuple[tuple[float | None, str], tuple[float | None, str]]:
+def _singles(graph: OpGraph, cluster: Any, executor: str = "eager") -> tuple[tuple[float | None, str], tuple[float | None, str]]:
     """((step, status) of everything on cpu:0, the same on the first GPU)."""
     import envs
 
-    env = envs.SimEnv(graph, cluster)
+    env = envs.SimEnv(graph, cluster, executor=executor)
     gpus = cluster.gpu_indices()
     cpu = [d for d, k in enumerate(cluster.kinds) if k == "cpu"]
     out = []
@@ -134,6 +134,7 @@ def table1_row(
     logdir: str | None = None,
     compare_options: dict[str, dict[str, Any]] | None = None,
     progress: Progress | None = None,
+    executor: str = "dataflow",
 ) -> Table1Row:
     """Score every heuristic with :func:`placer.compare.compare`, then train each RL policy.
 
@@ -146,13 +147,15 @@ def table1_row(
             train`` default) or ``"none"`` (from scratch, as in the paper).
         logdir: where the runs' TensorBoard logs go (None: a temporary directory).
         compare_options: per-baseline options for ``compare``.
+        executor: the simulator's executor model; ``"dataflow"`` by default, the
+            paper's TensorFlow setting that Table 1 was measured in.
     """
     from placer.compare import compare
     from placer.train import TrainConfig, train
 
     say = progress or (lambda line: None)
     t0 = time.perf_counter()
-    report = compare(graph, cluster, seed=seed, options=compare_options)
+    report = compare(graph, cluster, seed=seed, options=compare_options, executor=executor)
     row = Table1Row(graph=graph.name, num_ops=graph.num_ops, cluster=cluster.name, lower_bound_s=float(report.lower_bound_s))
     for r in report.rows:
         if r.kind != "baseline":
@@ -160,7 +163,7 @@ def table1_row(
         row.baselines[r.method] = _finite(r.step_time_s) if r.status == "ok" else None
         if r.status != "ok":
             row.statuses[r.method] = r.status
-    (row.single_cpu_s, cpu_status), (row.single_gpu_s, gpu_status) = _singles(graph, cluster)
+    (row.single_cpu_s, cpu_status), (row.single_gpu_s, gpu_status) = _singles(graph, cluster, executor)
     for col, status in (("single_cpu", cpu_status), ("single_gpu", gpu_status)):
         if status != "ok":
             row.statuses[col] = status
@@ -173,7 +176,7 @@ def table1_row(
         for policy in policies:
             config = TrainConfig(
                 cluster=cluster.name, policy=policy, seed=seed, time_budget_s=rl_budget_s, iterations=rl_iterations,
-                warm_start=warm_start, heuristics=(best[0],) if best and warm_start == "best" else (),
+                warm_start=warm_start, executor=executor, heuristics=(best[0],) if best and warm_start == "best" else (),
                 progress=False, logdir=os.path.join(root, f"{graph.name or 'graph'}-{cluster.name}-{policy}"),
             )
             result = train(config, graph=graph, cluster=cluster)

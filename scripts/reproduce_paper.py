@@ -41,6 +41,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--warm-start", choices=("best", "none"), default="best",
                         help="RL starts by imitating the best heuristic (default, as placer train) or from scratch")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--executor", choices=("dataflow", "eager"), default="dataflow",
+                        help="simulator executor model (default dataflow: the paper's TensorFlow setting; "
+                             "eager is the PyTorch runtime placer.apply builds)")
     parser.add_argument("--logdir", default=None, help="keep the RL runs' TensorBoard logs here (default: discarded)")
     parser.add_argument("--json", action="store_true", help="print the numbers as JSON instead of markdown")
     parser.add_argument("--out", default=None, metavar="FILE.md", help="also write the markdown report to this file")
@@ -63,7 +66,7 @@ def main(argv: list[str] | None = None) -> int:
         t0 = time.perf_counter()
         rows = report.run_table1(
             graphs, clusters, rl_budget_s=args.time_budget, policies=policies, seed=args.seed,
-            warm_start=args.warm_start, logdir=args.logdir, progress=say,
+            warm_start=args.warm_start, logdir=args.logdir, progress=say, executor=args.executor,
         )
     except PlacerError as e:
         print(f"error: {e}", file=sys.stderr)
