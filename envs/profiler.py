@@ -166,28 +166,45 @@ def attribute_intervals(owners: Sequence[int], seconds: Sequence[float], num_ops
     return np.bincount(idx, weights=np.asarray(seconds, dtype=np.float64), minlength=num_ops + 1), np.bincount(idx, minlength=num_ops + 1)
 
 
-def remove_probe_cost(per_owner_s: np.ndarray, counts: np.ndarray, probed_total_s: float, clean_total_s: float) -> np.ndarray:
-    """Take the probes' own cost out of per-owner seconds.
+def backward_intervals(start_s: float, hooks: Sequence[tuple[int, float]], end_s: float) -> tuple[list[int], np.ndarray]:
+    """Owners and seconds of a probed backward: from its start to the first node's pre-hook
+    (autograd's start: outside the graph), then from each pre-hook to the next (that
+    node's work, charged to its owner), the last one up to the end.
 
-    The probes cost ``probed_total_s - clean_total_s`` (the same phase timed with
-    and without them); every interval holds one probe, so each owner loses its
-    count times the mean probe cost (never going below 0). When the clean run was
-    the slower one (noise), nothing is taken off.
+    >>> owners, secs = backward_intervals(0.0, [(3, 1.0), (-1, 4.0), (3, 5.0)], 7.0)
+    >>> owners, secs.tolist()
+    ([-1, 3, -1, 3], [1.0, 3.0, 1.0, 2.0])
+    """
+    owners = [-1] + [o for o, _ in hooks]
+    stamps = [start_s] + [t for _, t in hooks] + [end_s]
+    return owners, np.diff(np.asarray(stamps, dtype=np.float64))
 
-    >>> remove_probe_cost(np.array([1.0, 6.0, 3.0]), np.array([1, 2, 1]), 10.0, 8.0).tolist()
+
+def remove_probe_cost(per_owner_s: np.ndarray, counts: np.ndarray, per_probe_s: float) -> np.ndarray:
+    """Per-owner seconds less what the probes in them cost (``per_probe_s`` each), never below 0.
+
+    >>> remove_probe_cost(np.array([1.0, 6.0, 3.0]), np.array([1, 2, 1]), 0.5).tolist()
     [0.5, 5.0, 2.5]
     """
-    probes = max(int(np.sum(counts)), 1)
-    per_probe = max(probed_total_s - clean_total_s, 0.0) / probes
-    return np.maximum(np.asarray(per_owner_s, dtype=np.float64) - per_probe * np.asarray(counts), 0.0)
+    return np.maximum(np.asarray(per_owner_s, dtype=np.float64) - max(per_probe_s, 0.0) * np.asarray(counts), 0.0)
 
 
-def _autograd_nodes(values: Any, seen: dict) -> list:
-    """Autograd nodes reachable from the tensors in ``values`` that are not in ``seen`` yet."""
+def _grad_fns(values: Any) -> list:
+    """The autograd nodes that produced the tensors in ``values`` (now: an in-place op may replace one later)."""
     import torch
     from torch.utils._pytree import tree_flatten
 
-    stack = [t.grad_fn for t in tree_flatten(values)[0] if isinstance(t, torch.Tensor) and t.grad_fn is not None]
+    return [t.grad_fn for t in tree_flatten(values)[0] if isinstance(t, torch.Tensor) and t.grad_fn is not None]
+
+
+def _autograd_nodes(heads: list, seen: dict) -> list:
+    """Autograd nodes reachable from the nodes ``heads`` that are not in ``seen`` yet (added to it).
+
+    Edges point from a node to older ones, so walking, after the forward, from the
+    nodes each op produced, op by op in forward order, gives each op exactly the
+    nodes that were new when it ran.
+    """
+    stack = list(heads)
     found = []
     while stack:
         fn = stack.pop()
@@ -199,21 +216,120 @@ def _autograd_nodes(values: Any, seen: dict) -> list:
     return found
 
 
+class _Probes:
+    """The probes of one step: forward stamps per op, then a pre-hook on every autograd node."""
+
+    def __init__(self) -> None:
+        self.fwd_owner: list[int] = []
+        self.fwd_s: list[float] = []
+        self.heads: list[list] = []
+        self.bwd: list[tuple[int, float]] = []
+        self.handles: list = []
+        self.seen: dict = {}
+        self.resume = time.perf_counter()
+
+    def done(self, op: int, out: Any) -> None:
+        """After forward op ``op``: its interval ends; walking its outputs is not timed."""
+        t = time.perf_counter()
+        self.fwd_owner.append(op)
+        self.fwd_s.append(t - self.resume)
+        self.heads.append(_grad_fns(out))  # the graph is walked after the forward, not inside it
+        self.resume = time.perf_counter()
+
+    def hook(self, fns: list, owner: int) -> None:
+        events, clock = self.bwd, time.perf_counter
+
+        def pre(_grads: Any) -> None:
+            events.append((owner, clock()))
+
+        self.handles.extend(fn.register_prehook(pre) for fn in fns)
+
+    def hook_all(self, loss: Any) -> None:
+        """Before backward: hook every node, owned by the first op (in forward order) whose outputs reach it."""
+        for op, heads in zip(self.fwd_owner, self.heads):
+            self.hook(_autograd_nodes(heads, self.seen), op)
+        self.hook(_autograd_nodes(_grad_fns(loss), self.seen), -1)  # the loss's own nodes
+
+    def unhook(self) -> None:
+        for h in self.handles:
+            h.remove()
+        self.handles.clear()
+
+
+def _probed(target: Callable[..., Any], op: int, current: list) -> Callable[..., Any]:
+    """``target`` reporting to ``current[0]`` (a :class:`_Probes`) after each call."""
+
+    def probed(*args: Any, **kwargs: Any) -> Any:
+        out = target(*args, **kwargs)
+        current[0].done(op, out)
+        return out
+
+    probed.__name__ = f"probed_{getattr(target, '__name__', 'op')}"
+    return probed
+
+
+def probe_costs(*, calls: int = 2000, nodes: int = 100, trials: int = 15) -> tuple[float, float]:
+    """Seconds one forward probe and one backward pre-hook add to the interval they sit in.
+
+    The forward: the median interval a probe records around a trivial function
+    called ``calls`` times in a loop, less the same loop's fastest time per call
+    unprobed (walking the outputs happens between intervals, so it does not count).
+    The backward: a backward through a chain of ``nodes`` autograd nodes, all hooked
+    minus none, per node. Each the fastest of ``trials`` (a busy machine only adds time).
+    """
+    import torch
+
+    clock = time.perf_counter
+    x = torch.zeros(1)
+
+    def plain(t: Any) -> Any:
+        return t
+
+    current = [_Probes()]
+    probed = _probed(plain, 0, current)
+    plain_s, probed_s, times = [], [], {False: [], True: []}
+    for _ in range(trials):
+        t0 = clock()
+        for _ in range(calls):
+            plain(x)
+        plain_s.append((clock() - t0) / calls)
+        current[0] = _Probes()
+        for _ in range(calls):
+            probed(x)
+        probed_s.append(float(np.median(current[0].fwd_s[1:])))
+        for hooked in (False, True):
+            leaf = torch.zeros(1, requires_grad=True)
+            y = leaf
+            for _ in range(nodes):
+                y = y * 1.0
+            pr = _Probes()
+            if hooked:
+                pr.hook(_autograd_nodes(_grad_fns(y), pr.seen), 0)
+            t0 = clock()
+            y.backward()
+            times[hooked].append(clock() - t0)
+            pr.unhook()
+    fwd = min(probed_s) - min(plain_s)
+    bwd = (min(times[True]) - min(times[False])) / (nodes + 1)
+    return max(fwd, 0.0), max(bwd, 0.0)
+
+
 def profile_in_context(ep: Any, graph: OpGraph, device: str = "cpu", *, warmup: int = 2, repeats: int = 5, inputs: Sequence[Any] | None = None, lr: float = 1e-3) -> dict[str, Any]:
     """Per-op forward/backward seconds measured inside real training steps on one device.
 
     Every op of ``graph`` runs on ``device`` in the module :func:`envs.runtime.place_module`
     builds, trained as :func:`envs.runtime.train_step` does (zero_grad, forward, the
     default loss, backward, Adam). Probed steps stamp the time after each forward op
-    (the FX node's call is wrapped) and in a pre-hook of every autograd node; each
+    (each FX node's call is wrapped) and in a pre-hook of every autograd node; each
     autograd node belongs to the op whose outputs first reach it (a parameter's
     gradient accumulation to its first consumer, like its owner in the graph).
-    The time between two probes is charged to the op of the first, so an op's
-    forward includes the eager dispatch and the generated code around it, and its
-    backward the autograd engine's work for its nodes. Clean steps (no probes)
-    alternate with probed ones; the probes' cost (probed minus clean phase time)
-    is removed evenly per probe (:func:`remove_probe_cost`). Each figure is the
-    median over ``repeats`` steps after ``warmup``.
+    The time between two probes is charged to the op of the first (forward: of the
+    second), so an op's forward includes the eager dispatch and the generated code
+    around it, and its backward the autograd engine's work for its nodes, up to the
+    next node. What the probes themselves cost (:func:`probe_costs`) is taken off
+    (:func:`remove_probe_cost`). Clean steps (no probes) alternate with the probed
+    ones and time the optimizer and the rest of the step. Each figure is the median
+    over ``repeats`` steps after ``warmup``.
 
     CPU only: the time between two host timestamps is the op's time only where
     the op runs on the host thread (a CUDA op returns once it is queued).
@@ -221,8 +337,8 @@ def profile_in_context(ep: Any, graph: OpGraph, device: str = "cpu", *, warmup: 
     Returns ``{"fwd_s": [...], "bwd_s": [...], "update_s", "update_bytes",
     "overhead_s", "step_s"}``: per-op columns in ``graph`` order; ``update_s`` the
     optimizer step over ``update_bytes`` of parameters; ``overhead_s`` the rest of
-    the step (zero_grad, the loss, autograd's start, work outside the graph's ops);
-    ``step_s`` the median clean step.
+    the step (zero_grad, the loss, autograd's start, nodes of no op); ``step_s`` the
+    median clean step.
     """
     import torch
 
@@ -255,54 +371,19 @@ def _in_context(ep: Any, graph: OpGraph, dev: Any, warmup: int, repeats: int, in
     inputs = tuple(t.to(dev) if isinstance(t, torch.Tensor) else t for t in inputs)
     opt = torch.optim.Adam(gm.parameters(), lr=lr)
     clock = time.perf_counter
-
-    class Probes:
-        def __init__(self) -> None:
-            self.fwd_owner: list[int] = []
-            self.fwd_s: list[float] = []
-            self.bwd: list[tuple[int, float]] = []
-            self.seen: dict = {}
-            self.handles: list = []
-            self.resume = 0.0
-
-        def hook(self, fns: list, owner: int) -> None:
-            events = self.bwd
-
-            def pre(_grads: Any, owner: int = owner) -> None:
-                events.append((owner, clock()))
-
-            self.handles.extend(fn.register_prehook(pre) for fn in fns)
-
-        def done(self, op: int, out: Any) -> None:
-            t = clock()
-            self.fwd_owner.append(op)
-            self.fwd_s.append(t - self.resume)
-            self.hook(_autograd_nodes(out, self.seen), op)
-            self.resume = clock()
-
-    probes: list[Probes] = [Probes()]
-
-    def wrap(target: Any, op: int) -> Callable[..., Any]:
-        def probed(*args: Any, **kwargs: Any) -> Any:
-            out = target(*args, **kwargs)
-            probes[0].done(op, out)
-            return out
-
-        probed.__name__ = f"probed_{getattr(target, '__name__', 'op')}"
-        return probed
-
-    g2 = fx.Graph()
+    current = [_Probes()]
+    probed_graph = fx.Graph()
     env: dict = {}
     for node in gm.graph.nodes:
-        new = g2.node_copy(node, lambda a: env[a])
-        if node.op == "call_function":
-            new.target = wrap(node.target, graph.index.get(node.name, -1))
+        new = probed_graph.node_copy(node, lambda a: env[a])
+        if node.op == "call_function":  # nodes the export added (buffer write-backs) count as "outside"
+            new.target = _probed(node.target, graph.index.get(node.name, -1), current)
         env[node] = new
-    probed_gm = fx.GraphModule(gm, g2)  # shares gm's parameters and buffers
+    probed_gm = fx.GraphModule(gm, probed_graph)  # shares gm's parameters and buffers
 
     clean: dict[str, list[float]] = {k: [] for k in ("zero", "fwd", "loss", "bwd", "opt", "step")}
-    fwd_rows, bwd_rows, fwd_tot, bwd_tot = [], [], [], []
-    fwd_counts = bwd_counts = np.zeros(n + 1)
+    fwd_rows, bwd_rows = [], []
+    fwd_counts = bwd_counts = np.zeros(n + 1, dtype=np.int64)
     for k in range(warmup + repeats):
         # a clean step, timed by phase
         t0 = clock()
@@ -321,33 +402,28 @@ def _in_context(ep: Any, graph: OpGraph, dev: Any, warmup: int, repeats: int, in
             for key, v in zip(clean, (t1 - t0, t2 - t1, t3 - t2, t4 - t3, t5 - t4, t5 - t0)):
                 clean[key].append(v)
         # a probed step
-        pr = probes[0] = Probes()
         opt.zero_grad(set_to_none=True)
-        pr.resume = clock()
+        pr = current[0] = _Probes()
         out = probed_gm(*inputs)
-        tail = clock() - pr.resume
+        tail = clock() - pr.resume  # from the last op to the module's return
         loss = default_loss(out)
-        pr.hook(_autograd_nodes(loss, pr.seen), -1)  # the loss's own nodes
+        pr.hook_all(loss)
         b0 = clock()
         loss.backward()
         b1 = clock()
-        for h in pr.handles:
-            h.remove()
+        pr.unhook()
         opt.step()
         del out, loss
-        if k < warmup:
-            continue
-        f_s, fwd_counts = attribute_intervals(pr.fwd_owner + [-1], pr.fwd_s + [tail], n)
-        owners = [-1] + [o for o, _ in pr.bwd]
-        stamps = [b0] + [t for _, t in pr.bwd] + [b1]
-        b_s, bwd_counts = attribute_intervals(owners, np.diff(stamps), n)
-        fwd_rows.append(f_s)
-        bwd_rows.append(b_s)
-        fwd_tot.append(float(f_s.sum()))
-        bwd_tot.append(float(b_s.sum()))
+        if k >= warmup:
+            f_s, fwd_counts = attribute_intervals(pr.fwd_owner + [-1], pr.fwd_s + [tail], n)
+            b_s, bwd_counts = attribute_intervals(*backward_intervals(b0, pr.bwd, b1), n)
+            fwd_rows.append(f_s)
+            bwd_rows.append(b_s)
+    current[0] = _Probes()
+    fwd_probe_s, bwd_probe_s = probe_costs()
     med = {key: float(np.median(v)) for key, v in clean.items()}
-    fwd = remove_probe_cost(np.median(fwd_rows, axis=0), fwd_counts, float(np.median(fwd_tot)), med["fwd"])
-    bwd = remove_probe_cost(np.median(bwd_rows, axis=0), bwd_counts, float(np.median(bwd_tot)), med["bwd"])
+    fwd = remove_probe_cost(np.median(fwd_rows, axis=0), fwd_counts, fwd_probe_s)
+    bwd = remove_probe_cost(np.median(bwd_rows, axis=0), bwd_counts, bwd_probe_s)
     return {
         "fwd_s": [float(x) for x in fwd[1:]],
         "bwd_s": [float(x) for x in bwd[1:]],
@@ -355,6 +431,7 @@ def _in_context(ep: Any, graph: OpGraph, dev: Any, warmup: int, repeats: int, in
         "update_bytes": int(sum(p.numel() * p.element_size() for p in gm.parameters())),
         "overhead_s": float(fwd[0] + bwd[0] + med["zero"] + med["loss"]),
         "step_s": med["step"],
+        "probe_s": {"forward": fwd_probe_s, "backward": bwd_probe_s},
     }
 
 
