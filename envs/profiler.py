@@ -335,10 +335,12 @@ def profile_in_context(ep: Any, graph: OpGraph, device: str = "cpu", *, warmup: 
     the op runs on the host thread (a CUDA op returns once it is queued).
 
     Returns ``{"fwd_s": [...], "bwd_s": [...], "update_s", "update_bytes",
-    "overhead_s", "step_s"}``: per-op columns in ``graph`` order; ``update_s`` the
-    optimizer step over ``update_bytes`` of parameters; ``overhead_s`` the rest of
-    the step (zero_grad, the loss, autograd's start, nodes of no op); ``step_s`` the
-    median clean step.
+    "overhead_s", "step_s", "phases_s", "probe_s"}``: per-op columns in ``graph``
+    order; ``update_s`` the optimizer step over ``update_bytes`` of parameters;
+    ``overhead_s`` the rest of the step (zero_grad, the loss, autograd's start, nodes
+    of no op); ``step_s`` the median clean step, ``phases_s`` the median of each of
+    its phases (robuster than the step's median on a busy machine, where a step is
+    often preempted); ``probe_s`` the probe costs taken off.
     """
     import torch
 
@@ -431,6 +433,7 @@ def _in_context(ep: Any, graph: OpGraph, dev: Any, warmup: int, repeats: int, in
         "update_bytes": int(sum(p.numel() * p.element_size() for p in gm.parameters())),
         "overhead_s": float(fwd[0] + bwd[0] + med["zero"] + med["loss"]),
         "step_s": med["step"],
+        "phases_s": {"zero_grad": med["zero"], "forward": med["fwd"], "loss": med["loss"], "backward": med["bwd"], "optimizer": med["opt"]},
         "probe_s": {"forward": fwd_probe_s, "backward": bwd_probe_s},
     }
 
