@@ -189,6 +189,26 @@ def remove_probe_cost(per_owner_s: np.ndarray, counts: np.ndarray, per_probe_s: 
     return np.maximum(np.asarray(per_owner_s, dtype=np.float64) - max(per_probe_s, 0.0) * np.asarray(counts), 0.0)
 
 
+def scale_to(per_owner_s: np.ndarray, total_s: float, *, limit: float = 2.0) -> tuple[np.ndarray, float]:
+    """Per-owner seconds scaled to sum to ``total_s`` (a clean phase's median), and the factor.
+
+    The probes say how a phase divides among the ops; the phase timed without them
+    says how long it takes. A factor beyond ``limit`` (either way) means the probes
+    measured something else: they are then left unscaled (factor 1.0).
+
+    >>> arr, f = scale_to(np.array([1.0, 3.0]), 6.0)
+    >>> arr.tolist(), f
+    ([1.5, 4.5], 1.5)
+    >>> scale_to(np.array([1.0, 3.0]), 40.0)[1]
+    1.0
+    """
+    total = float(np.sum(per_owner_s))
+    factor = total_s / total if total > 0 and total_s > 0 else 1.0
+    if not 1.0 / limit <= factor <= limit:
+        factor = 1.0
+    return np.asarray(per_owner_s, dtype=np.float64) * factor, float(factor)
+
+
 def _grad_fns(values: Any) -> list:
     """The autograd nodes that produced the tensors in ``values`` (now: an in-place op may replace one later)."""
     import torch
@@ -216,28 +236,47 @@ def _autograd_nodes(heads: list, seen: dict) -> list:
     return found
 
 
+def host_clock(clock: str = "auto") -> tuple[str, Callable[[], float]]:
+    """The clock timing host work: ``"thread"`` (this thread's CPU time), ``"wall"``, or ``"auto"``.
+
+    ``"auto"`` is the thread's CPU time when torch computes on this one thread (then
+    time the thread waited while a busy machine ran other processes does not count,
+    and on a quiet core it equals wall time), else wall time (other threads work too).
+    """
+    import torch
+
+    if clock == "auto":
+        clock = "thread" if torch.get_num_threads() == 1 else "wall"
+    if clock == "thread":
+        return "thread", time.thread_time
+    if clock == "wall":
+        return "wall", time.perf_counter
+    raise PlacerError(f"clock must be 'auto', 'thread' or 'wall', not {clock!r}")
+
+
 class _Probes:
     """The probes of one step: forward stamps per op, then a pre-hook on every autograd node."""
 
-    def __init__(self) -> None:
+    def __init__(self, clock: Callable[[], float] = time.perf_counter) -> None:
+        self.clock = clock
         self.fwd_owner: list[int] = []
         self.fwd_s: list[float] = []
         self.heads: list[list] = []
         self.bwd: list[tuple[int, float]] = []
         self.handles: list = []
         self.seen: dict = {}
-        self.resume = time.perf_counter()
+        self.resume = clock()
 
     def done(self, op: int, out: Any) -> None:
         """After forward op ``op``: its interval ends; walking its outputs is not timed."""
-        t = time.perf_counter()
+        t = self.clock()
         self.fwd_owner.append(op)
         self.fwd_s.append(t - self.resume)
         self.heads.append(_grad_fns(out))  # the graph is walked after the forward, not inside it
-        self.resume = time.perf_counter()
+        self.resume = self.clock()
 
     def hook(self, fns: list, owner: int) -> None:
-        events, clock = self.bwd, time.perf_counter
+        events, clock = self.bwd, self.clock
 
         def pre(_grads: Any) -> None:
             events.append((owner, clock()))
@@ -268,7 +307,7 @@ def _probed(target: Callable[..., Any], op: int, current: list) -> Callable[...,
     return probed
 
 
-def probe_costs(*, calls: int = 2000, nodes: int = 100, trials: int = 15) -> tuple[float, float]:
+def probe_costs(*, calls: int = 2000, nodes: int = 100, trials: int = 15, clock: Callable[[], float] = time.perf_counter) -> tuple[float, float]:
     """Seconds one forward probe and one backward pre-hook add to the interval they sit in.
 
     The forward: the median interval a probe records around a trivial function
@@ -279,13 +318,12 @@ def probe_costs(*, calls: int = 2000, nodes: int = 100, trials: int = 15) -> tup
     """
     import torch
 
-    clock = time.perf_counter
     x = torch.zeros(1)
 
     def plain(t: Any) -> Any:
         return t
 
-    current = [_Probes()]
+    current = [_Probes(clock)]
     probed = _probed(plain, 0, current)
     plain_s, probed_s, times = [], [], {False: [], True: []}
     for _ in range(trials):
@@ -293,7 +331,7 @@ def probe_costs(*, calls: int = 2000, nodes: int = 100, trials: int = 15) -> tup
         for _ in range(calls):
             plain(x)
         plain_s.append((clock() - t0) / calls)
-        current[0] = _Probes()
+        current[0] = _Probes(clock)
         for _ in range(calls):
             probed(x)
         probed_s.append(float(np.median(current[0].fwd_s[1:])))
@@ -302,7 +340,7 @@ def probe_costs(*, calls: int = 2000, nodes: int = 100, trials: int = 15) -> tup
             y = leaf
             for _ in range(nodes):
                 y = y * 1.0
-            pr = _Probes()
+            pr = _Probes(clock)
             if hooked:
                 pr.hook(_autograd_nodes(_grad_fns(y), pr.seen), 0)
             t0 = clock()
@@ -314,7 +352,7 @@ def probe_costs(*, calls: int = 2000, nodes: int = 100, trials: int = 15) -> tup
     return max(fwd, 0.0), max(bwd, 0.0)
 
 
-def profile_in_context(ep: Any, graph: OpGraph, device: str = "cpu", *, warmup: int = 2, repeats: int = 5, inputs: Sequence[Any] | None = None, lr: float = 1e-3) -> dict[str, Any]:
+def profile_in_context(ep: Any, graph: OpGraph, device: str = "cpu", *, warmup: int = 2, repeats: int = 5, inputs: Sequence[Any] | None = None, lr: float = 1e-3, clock: str = "auto") -> dict[str, Any]:
     """Per-op forward/backward seconds measured inside real training steps on one device.
 
     Every op of ``graph`` runs on ``device`` in the module :func:`envs.runtime.place_module`
@@ -328,14 +366,19 @@ def profile_in_context(ep: Any, graph: OpGraph, device: str = "cpu", *, warmup: 
     around it, and its backward the autograd engine's work for its nodes, up to the
     next node. What the probes themselves cost (:func:`probe_costs`) is taken off
     (:func:`remove_probe_cost`). Clean steps (no probes) alternate with the probed
-    ones and time the optimizer and the rest of the step. Each figure is the median
-    over ``repeats`` steps after ``warmup``.
+    ones and time each phase: the forward and backward per op are then scaled to
+    their clean phases (:func:`scale_to`; the factors are kept as ``"scale"``), and
+    the optimizer and the rest of the step come from them. Each figure is the
+    median over ``repeats`` steps after ``warmup``.
 
     CPU only: the time between two host timestamps is the op's time only where
-    the op runs on the host thread (a CUDA op returns once it is queued).
+    the op runs on the host thread (a CUDA op returns once it is queued). Times
+    are read from :func:`host_clock` (``clock``; recorded as ``"clock"``): by default
+    the thread's CPU time when torch uses one thread, so a busy machine's
+    preemptions do not count.
 
     Returns ``{"fwd_s": [...], "bwd_s": [...], "update_s", "update_bytes",
-    "overhead_s", "step_s", "phases_s", "probe_s"}``: per-op columns in ``graph``
+    "overhead_s", "step_s", "phases_s", "probe_s", "scale", "clock"}``: per-op columns in ``graph``
     order; ``update_s`` the optimizer step over ``update_bytes`` of parameters;
     ``overhead_s`` the rest of the step (zero_grad, the loss, autograd's start, nodes
     of no op); ``step_s`` the median clean step, ``phases_s`` the median of each of
@@ -350,7 +393,7 @@ def profile_in_context(ep: Any, graph: OpGraph, device: str = "cpu", *, warmup: 
     snapshot = {k: v.detach().clone() for k, v in ep.state_dict.items()}
     constants = {k: v.detach().clone() for k, v in ep.constants.items() if isinstance(v, torch.Tensor)}
     try:
-        return _in_context(ep, graph, dev, warmup, repeats, inputs, lr)
+        return _in_context(ep, graph, dev, warmup, repeats, inputs, lr, clock)
     finally:
         with torch.no_grad():  # the steps trained the program's own tensors: put them back
             for k, v in ep.state_dict.items():
@@ -359,7 +402,7 @@ def profile_in_context(ep: Any, graph: OpGraph, device: str = "cpu", *, warmup: 
                 ep.constants[k].copy_(v)
 
 
-def _in_context(ep: Any, graph: OpGraph, dev: Any, warmup: int, repeats: int, inputs: Sequence[Any] | None, lr: float) -> dict[str, Any]:
+def _in_context(ep: Any, graph: OpGraph, dev: Any, warmup: int, repeats: int, inputs: Sequence[Any] | None, lr: float, clock_name: str) -> dict[str, Any]:
     import torch
     import torch.fx as fx
 
@@ -372,8 +415,8 @@ def _in_context(ep: Any, graph: OpGraph, dev: Any, warmup: int, repeats: int, in
         inputs = _concrete_inputs(ep, example)
     inputs = tuple(t.to(dev) if isinstance(t, torch.Tensor) else t for t in inputs)
     opt = torch.optim.Adam(gm.parameters(), lr=lr)
-    clock = time.perf_counter
-    current = [_Probes()]
+    clock_name, clock = host_clock(clock_name)
+    current = [_Probes(clock)]
     probed_graph = fx.Graph()
     env: dict = {}
     for node in gm.graph.nodes:
@@ -405,7 +448,7 @@ def _in_context(ep: Any, graph: OpGraph, dev: Any, warmup: int, repeats: int, in
                 clean[key].append(v)
         # a probed step
         opt.zero_grad(set_to_none=True)
-        pr = current[0] = _Probes()
+        pr = current[0] = _Probes(clock)
         out = probed_gm(*inputs)
         tail = clock() - pr.resume  # from the last op to the module's return
         loss = default_loss(out)
@@ -421,11 +464,13 @@ def _in_context(ep: Any, graph: OpGraph, dev: Any, warmup: int, repeats: int, in
             b_s, bwd_counts = attribute_intervals(*backward_intervals(b0, pr.bwd, b1), n)
             fwd_rows.append(f_s)
             bwd_rows.append(b_s)
-    current[0] = _Probes()
-    fwd_probe_s, bwd_probe_s = probe_costs()
+    current[0] = _Probes(clock)
+    fwd_probe_s, bwd_probe_s = probe_costs(clock=clock)
     med = {key: float(np.median(v)) for key, v in clean.items()}
     fwd = remove_probe_cost(np.median(fwd_rows, axis=0), fwd_counts, fwd_probe_s)
     bwd = remove_probe_cost(np.median(bwd_rows, axis=0), bwd_counts, bwd_probe_s)
+    fwd, f_scale = scale_to(fwd, med["fwd"])
+    bwd, b_scale = scale_to(bwd, med["bwd"])
     return {
         "fwd_s": [float(x) for x in fwd[1:]],
         "bwd_s": [float(x) for x in bwd[1:]],
@@ -435,6 +480,8 @@ def _in_context(ep: Any, graph: OpGraph, dev: Any, warmup: int, repeats: int, in
         "step_s": med["step"],
         "phases_s": {"zero_grad": med["zero"], "forward": med["fwd"], "loss": med["loss"], "backward": med["bwd"], "optimizer": med["opt"]},
         "probe_s": {"forward": fwd_probe_s, "backward": bwd_probe_s},
+        "scale": {"forward": f_scale, "backward": b_scale},
+        "clock": clock_name,
     }
 
 

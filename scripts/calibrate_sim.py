@@ -2,7 +2,8 @@
 
 For each model: profile it on the given devices (``envs.profiler``), sample random
 placements, measure each for real (``envs.MeasuredEnv``: real training steps in
-a Ray actor) and simulate it (the profiled graph on the calibrated cluster, and,
+a Ray actor, wall clock; or ``--real local``: in this process, by the thread's CPU
+time, for a machine other jobs keep busy) and simulate it (the profiled graph on the calibrated cluster, and,
 for reference, the uncalibrated preset), then report Spearman's rank correlation
 and the mean absolute percentage error (MAPE) of simulated vs measured step time.
 
@@ -129,6 +130,41 @@ def physical(cluster, device_map):
     return phys, to_phys
 
 
+def measure_local(name: str, args: argparse.Namespace, cluster, graph, placements) -> list:
+    """Measure each placement in this process: the module ``placer.apply`` builds, trained by
+    ``envs.runtime.train_step`` (``--warmup`` then ``--steps`` steps, median), each step timed
+    by ``envs.profiler.host_clock`` (this thread's CPU time when torch uses one thread: on a
+    busy machine the time other processes held the core does not count)."""
+    import statistics
+
+    import torch
+
+    from envs.profiler import host_clock
+    from envs.result import Result
+    from envs.runtime import place_module, train_step
+    from graphs.torch_capture import export_program
+
+    model, inputs = build(name, args.size)
+    ep = export_program(model, inputs)
+    snapshot = {k: v.detach().clone() for k, v in ep.state_dict.items()}
+    _, clock = host_clock()
+    results = []
+    for p in placements:
+        with torch.no_grad():
+            for k, v in ep.state_dict.items():
+                v.copy_(snapshot[k])
+        module = place_module(ep, {op: cluster.device_names[d] for op, d in zip(graph.names, p)}, args.device_map)
+        opt = torch.optim.Adam(module.parameters(), lr=1e-3)
+        times = []
+        for k in range(args.warmup + args.steps):
+            t0 = clock()
+            train_step(module, inputs, opt)
+            if k >= args.warmup:
+                times.append(clock() - t0)
+        results.append(Result(float(statistics.median(times)), "ok", source="measured", extra={"step_times_s": times}))
+    return results
+
+
 def run_model(name: str, args: argparse.Namespace) -> dict:
     from scipy.stats import spearmanr
 
@@ -154,12 +190,15 @@ def run_model(name: str, args: argparse.Namespace) -> dict:
     calibrated, to_phys = physical(calibrate_cluster(cluster, prof, graph=graph, device_map=args.device_map), args.device_map)
     placements = random_placements(graph.num_ops, cluster.num_devices, args.placements, seed=args.seed)
     t0 = time.time()
-    env = MeasuredEnv(functools.partial(build, name, args.size), cluster, graph=graph, workers=1, device_map=args.device_map,
-                      warmup_steps=args.warmup, timed_steps=args.steps, run_dir=run_dir, cpus_per_worker=args.cpus, timeout_s=args.timeout)
-    try:
-        results = env.evaluate(placements)
-    finally:
-        env.close()
+    if args.real == "local":
+        results = measure_local(name, args, cluster, graph, placements)
+    else:
+        env = MeasuredEnv(functools.partial(build, name, args.size), cluster, graph=graph, workers=1, device_map=args.device_map,
+                          warmup_steps=args.warmup, timed_steps=args.steps, run_dir=run_dir, cpus_per_worker=args.cpus, timeout_s=args.timeout)
+        try:
+            results = env.evaluate(placements)
+        finally:
+            env.close()
     measure_s = time.time() - t0
     ok = np.array([r.ok for r in results])
     real = np.array([r.step_time_s for r in results])[ok]
@@ -169,7 +208,8 @@ def run_model(name: str, args: argparse.Namespace) -> dict:
     rho_cal = float(spearmanr(sim_cal, real).statistic) if ok.sum() > 2 and np.ptp(sim_cal) > 0 else float("nan")
     rho_raw = float(spearmanr(sim_raw, real).statistic) if ok.sum() > 2 else float("nan")
     return {
-        "model": name, "size": args.size, "executor": executor, "profile_method": args.profile_method,
+        "model": name, "size": args.size, "executor": executor, "profile_method": args.profile_method, "real": args.real,
+        "profile_clock": prof["devices"].get("cpu", {}).get("clock", "wall"),
         "ops": graph.num_ops, "placements": len(placements), "measured_ok": int(ok.sum()),
         "failed": [f"{r.status}: {r.message}" for r in results if not r.ok][:5],
         "spearman_calibrated": rho_cal, "mape_calibrated": mape(sim_cal, real),
@@ -184,7 +224,7 @@ def markdown(rows: list[dict], args: argparse.Namespace) -> str:
     lines = [
         f"Calibrated simulator vs real training steps: `python scripts/calibrate_sim.py --devices {args.devices} --size {args.size} "
         f"--cluster {args.cluster}{' --device-map ' + repr(args.device_map) if args.device_map else ''} --placements {args.placements} "
-        f"--steps {args.steps} --warmup {args.warmup} --repeats {args.repeats} --cpus {args.cpus} --profile-method {args.profile_method}` "
+        f"--steps {args.steps} --warmup {args.warmup} --repeats {args.repeats} --cpus {args.cpus} --profile-method {args.profile_method} --real {args.real}` "
         f"(median of {args.steps} timed steps after {args.warmup} warm-up, Adam; simulated with the "
         f"{rows[0]['executor'] if rows else '?'} executor).",
         "",
@@ -224,6 +264,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--repeats", type=int, default=5, help="profiler repeats (in-context steps, or runs per op)")
     p.add_argument("--profile-method", choices=("context", "isolated"), default="context",
                    help="time CPU ops inside real training steps (default) or each op alone")
+    p.add_argument("--real", choices=("ray", "local"), default="ray",
+                   help="measure real steps in a Ray actor, wall clock (default), or in this process by host_clock "
+                        "(CPU time of the one torch thread: for a machine other jobs keep busy)")
     p.add_argument("--executor", default=None, help="simulator executor model (default: the simulator's default)")
     p.add_argument("--json", action="store_true", help='print {"models": [{"model", "executor", "mape", "spearman", "n"}...]}')
     p.add_argument("--cpus", type=int, default=os.cpu_count() or 1, help="CPU threads for the measuring actor")
@@ -250,6 +293,8 @@ def run(args: argparse.Namespace) -> int:
         if getattr(args, opt) < 1:
             raise PlacerError(f"--{opt}: must be at least 1")
     simulator_executor(args.executor)
+    if args.real == "local" and "cuda" in args.devices:
+        raise PlacerError("--real local: times host CPU work only; measure CUDA placements with --real ray")
     os.makedirs(args.out_dir, exist_ok=True)
     rows = []
     for name in names:
