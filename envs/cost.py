@@ -133,6 +133,24 @@ def update_times_s(param_bytes_per_device: np.ndarray, cluster: Cluster) -> np.n
     return np.where(p > 0, t, 0.0)
 
 
+def update_bandwidth(update_s: float, param_bytes: float, launch_overhead_s: float) -> float:
+    """The ``mem_bw_bytes_per_s`` under which :func:`update_times_s` of ``param_bytes`` is ``update_s``.
+
+    How a profile's measured optimizer step (``update_s`` in a ``placer-profile/1``
+    device entry) reaches the cost model: the calibrated device's memory bandwidth
+    is fitted to it (the update is one memory-bound pass; on a CPU its per-tensor
+    dispatch is folded into the rate).
+
+    >>> from envs.cluster import Device
+    >>> bw = update_bandwidth(2e-3, 1e6, 1e-5)
+    >>> d = Device("cpu:0", "cpu", 1e9, 1e9, bw, 1e-5)
+    >>> round(float(update_times_s(np.array([1e6]), Cluster("c", [d], {}))[0]) * 1e3, 6)
+    2.0
+    """
+    busy_s = max(float(update_s) - float(launch_overhead_s), 1e-12)
+    return UPDATE_TRAFFIC_MULTIPLIER * max(float(param_bytes), 1.0) / busy_s
+
+
 def static_bytes(graph: OpGraph) -> np.ndarray:
     """Memory an op pins on its device for the whole step: params, grads, Adam state, buffers."""
     mult = int(2 + OPTIMIZER_STATE_MULTIPLIER)  # the param itself, its grad, the optimizer state

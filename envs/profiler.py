@@ -1,29 +1,45 @@
 """The profiler: per-op forward/backward seconds and link speeds, measured on real devices.
 
-:func:`profile_program` walks the exported graph once with concrete values (a
-``torch.fx.Interpreter`` on the CPU) and, at every op, times that op alone on
-each requested torch device: its forward (inputs already on the device, autograd
-recording as in training), then its backward (``torch.autograd.grad`` of the
-op's outputs with respect to its inputs that need gradients, after an untimed
-forward). Each time is the median of ``repeats`` runs after ``warmup`` runs, CUDA
-timed with events and bracketed by synchronisation, the CPU with
-``time.perf_counter``. :func:`time_link` times copies of a few sizes between two
-devices and :func:`fit_link` fits ``time = latency_s + bytes / bandwidth``.
+:func:`profile_program` times every op on each requested torch device.
+
+* **The CPU, in context** (the default): :func:`profile_in_context` runs real
+  training steps of the program with every op on the CPU, as
+  :func:`envs.runtime.train_step` runs a placed module, and charges the time
+  between consecutive probes (a timestamp after each forward op, a pre-hook on each
+  autograd node) to the op that owns it. So an op's time includes eager dispatch
+  and the autograd engine's work for it, the caches are as warm or cold as in
+  training, and the optimizer step and the rest of the step are measured too.
+* **Other devices (and ``method="isolated"``), op by op**: one walk of the graph
+  with concrete values (a ``torch.fx.Interpreter`` on the CPU) times each op alone
+  on the device: its forward (inputs already on the device, autograd recording as
+  in training), then its backward (``torch.autograd.grad`` of the op's outputs
+  with respect to its inputs that need gradients, after an untimed forward).
+  CUDA is timed with events bracketed by synchronisation (a CUDA op's host time
+  is not its kernel's time, so it cannot be timed in context this way).
+
+Each time is the median of ``repeats`` runs after ``warmup`` runs.
+:func:`time_link` times copies of a few sizes between two devices and
+:func:`fit_link` fits ``time = latency_s + bytes / bandwidth``.
 
 The result is a ``placer-profile/1`` document tied to the graph hash::
 
     {"format": "placer-profile/1", "graph_hash": "...", "ops": [names...],
-     "devices": {"cpu": {"kind": "cpu", "fwd_s": [...], "bwd_s": [...]},
-                 "cuda:0": {"kind": "gpu", ...}},
+     "devices": {"cpu": {"kind": "cpu", "method": "context", "fwd_s": [...], "bwd_s": [...],
+                         "update_s": .., "update_bytes": .., "overhead_s": .., "step_s": ..},
+                 "cuda:0": {"kind": "gpu", "method": "isolated", ...}},
      "links": [{"src": "cpu", "dst": "cuda:0", "latency_s": ..,
                 "bandwidth_bytes_per_s": .., "sizes_bytes": [..], "times_s": [..]}]}
 
-(``null`` marks an op that could not run on that device.) The simulator takes it
+(``null`` marks an op that could not run on that device; ``update_s`` and the
+fields after it are optional, written by in-context profiling: the Adam step over
+``update_bytes`` of parameters, the rest of the step outside the graph's ops, and
+the whole measured step.) The simulator takes it
 in two ways: :func:`apply_profile` fills ``graph.profile[kind]`` (the content hash
 leaves ``profile`` out, so placements made before profiling stay valid), and
 :func:`calibrate_cluster` replaces link latency/bandwidth with the measured ones
 and, given the graph, fits each device kind's launch overhead and compute rate
-for ops the profile does not cover. :func:`with_profile` does both for a
+for ops the profile does not cover, and its memory bandwidth to the measured
+optimizer step where there is one. :func:`with_profile` does both for a
 ``--profile`` command-line option.
 """
 
@@ -134,10 +150,349 @@ def _op_timer(node: Any, args: tuple, kwargs: dict, device: Any, warmup: int, re
     return fwd_s, bwd_s
 
 
-def profile_program(ep: Any, devices: Sequence[str], *, warmup: int = 1, repeats: int = 5, transfer_sizes: Sequence[int] = DEFAULT_TRANSFER_SIZES, graph: OpGraph | None = None, progress: Callable[[int, int], None] | None = None) -> dict[str, Any]:
+# ------------------------------------------------------------ in context
+def attribute_intervals(owners: Sequence[int], seconds: Sequence[float], num_ops: int) -> tuple[np.ndarray, np.ndarray]:
+    """Seconds and interval counts per owner: index 0 is "outside the graph" (owner -1), op ``i`` is ``i + 1``.
+
+    A probed run is cut into consecutive intervals at its probes (a timestamp after
+    each forward op, a pre-hook on each autograd node), so the intervals partition
+    the phase's wall time and each holds exactly one probe.
+
+    >>> t, n = attribute_intervals([-1, 0, 1, 0], [1.0, 2.0, 3.0, 4.0], 2)
+    >>> t.tolist(), n.tolist()
+    ([1.0, 6.0, 3.0], [1, 2, 1])
+    """
+    idx = np.asarray(owners, dtype=np.int64) + 1
+    return np.bincount(idx, weights=np.asarray(seconds, dtype=np.float64), minlength=num_ops + 1), np.bincount(idx, minlength=num_ops + 1)
+
+
+def backward_intervals(start_s: float, hooks: Sequence[tuple[int, float]], end_s: float) -> tuple[list[int], np.ndarray]:
+    """Owners and seconds of a probed backward: from its start to the first node's pre-hook
+    (autograd's start: outside the graph), then from each pre-hook to the next (that
+    node's work, charged to its owner), the last one up to the end.
+
+    >>> owners, secs = backward_intervals(0.0, [(3, 1.0), (-1, 4.0), (3, 5.0)], 7.0)
+    >>> owners, secs.tolist()
+    ([-1, 3, -1, 3], [1.0, 3.0, 1.0, 2.0])
+    """
+    owners = [-1] + [o for o, _ in hooks]
+    stamps = [start_s] + [t for _, t in hooks] + [end_s]
+    return owners, np.diff(np.asarray(stamps, dtype=np.float64))
+
+
+def remove_probe_cost(per_owner_s: np.ndarray, counts: np.ndarray, per_probe_s: float) -> np.ndarray:
+    """Per-owner seconds less what the probes in them cost (``per_probe_s`` each), never below 0.
+
+    >>> remove_probe_cost(np.array([1.0, 6.0, 3.0]), np.array([1, 2, 1]), 0.5).tolist()
+    [0.5, 5.0, 2.5]
+    """
+    return np.maximum(np.asarray(per_owner_s, dtype=np.float64) - max(per_probe_s, 0.0) * np.asarray(counts), 0.0)
+
+
+def scale_to(per_owner_s: np.ndarray, total_s: float, *, limit: float = 2.0) -> tuple[np.ndarray, float]:
+    """Per-owner seconds scaled to sum to ``total_s`` (a clean phase's median), and the factor.
+
+    The probes say how a phase divides among the ops; the phase timed without them
+    says how long it takes. A factor beyond ``limit`` (either way) means the probes
+    measured something else: they are then left unscaled (factor 1.0).
+
+    >>> arr, f = scale_to(np.array([1.0, 3.0]), 6.0)
+    >>> arr.tolist(), f
+    ([1.5, 4.5], 1.5)
+    >>> scale_to(np.array([1.0, 3.0]), 40.0)[1]
+    1.0
+    """
+    total = float(np.sum(per_owner_s))
+    factor = total_s / total if total > 0 and total_s > 0 else 1.0
+    if not 1.0 / limit <= factor <= limit:
+        factor = 1.0
+    return np.asarray(per_owner_s, dtype=np.float64) * factor, float(factor)
+
+
+def _grad_fns(values: Any) -> list:
+    """The autograd nodes that produced the tensors in ``values`` (now: an in-place op may replace one later)."""
+    import torch
+    from torch.utils._pytree import tree_flatten
+
+    return [t.grad_fn for t in tree_flatten(values)[0] if isinstance(t, torch.Tensor) and t.grad_fn is not None]
+
+
+def _autograd_nodes(heads: list, seen: dict) -> list:
+    """Autograd nodes reachable from the nodes ``heads`` that are not in ``seen`` yet (added to it).
+
+    Edges point from a node to older ones, so walking, after the forward, from the
+    nodes each op produced, op by op in forward order, gives each op exactly the
+    nodes that were new when it ran.
+    """
+    stack = list(heads)
+    found = []
+    while stack:
+        fn = stack.pop()
+        if fn is None or fn in seen:
+            continue
+        seen[fn] = True
+        found.append(fn)
+        stack.extend(nxt for nxt, _ in fn.next_functions)
+    return found
+
+
+def host_clock(clock: str = "auto") -> tuple[str, Callable[[], float]]:
+    """The clock timing host work: ``"thread"`` (this thread's CPU time), ``"wall"``, or ``"auto"``.
+
+    ``"auto"`` is the thread's CPU time when torch computes on this one thread (then
+    time the thread waited while a busy machine ran other processes does not count,
+    and on a quiet core it equals wall time), else wall time (other threads work too).
+    """
+    import torch
+
+    if clock == "auto":
+        clock = "thread" if torch.get_num_threads() == 1 else "wall"
+    if clock == "thread":
+        return "thread", time.thread_time
+    if clock == "wall":
+        return "wall", time.perf_counter
+    raise PlacerError(f"clock must be 'auto', 'thread' or 'wall', not {clock!r}")
+
+
+class _Probes:
+    """The probes of one step: forward stamps per op, then a pre-hook on every autograd node."""
+
+    def __init__(self, clock: Callable[[], float] = time.perf_counter) -> None:
+        self.clock = clock
+        self.fwd_owner: list[int] = []
+        self.fwd_s: list[float] = []
+        self.heads: list[list] = []
+        self.bwd: list[tuple[int, float]] = []
+        self.handles: list = []
+        self.seen: dict = {}
+        self.resume = clock()
+
+    def done(self, op: int, out: Any) -> None:
+        """After forward op ``op``: its interval ends; walking its outputs is not timed."""
+        t = self.clock()
+        self.fwd_owner.append(op)
+        self.fwd_s.append(t - self.resume)
+        self.heads.append(_grad_fns(out))  # the graph is walked after the forward, not inside it
+        self.resume = self.clock()
+
+    def hook(self, fns: list, owner: int) -> None:
+        events, clock = self.bwd, self.clock
+
+        def pre(_grads: Any) -> None:
+            events.append((owner, clock()))
+
+        self.handles.extend(fn.register_prehook(pre) for fn in fns)
+
+    def hook_all(self, loss: Any) -> None:
+        """Before backward: hook every node, owned by the first op (in forward order) whose outputs reach it."""
+        for op, heads in zip(self.fwd_owner, self.heads):
+            self.hook(_autograd_nodes(heads, self.seen), op)
+        self.hook(_autograd_nodes(_grad_fns(loss), self.seen), -1)  # the loss's own nodes
+
+    def unhook(self) -> None:
+        for h in self.handles:
+            h.remove()
+        self.handles.clear()
+
+
+def _probed(target: Callable[..., Any], op: int, current: list) -> Callable[..., Any]:
+    """``target`` reporting to ``current[0]`` (a :class:`_Probes`) after each call."""
+
+    def probed(*args: Any, **kwargs: Any) -> Any:
+        out = target(*args, **kwargs)
+        current[0].done(op, out)
+        return out
+
+    probed.__name__ = f"probed_{getattr(target, '__name__', 'op')}"
+    return probed
+
+
+def probe_costs(*, calls: int = 2000, nodes: int = 100, trials: int = 15, clock: Callable[[], float] = time.perf_counter) -> tuple[float, float]:
+    """Seconds one forward probe and one backward pre-hook add to the interval they sit in.
+
+    The forward: the median interval a probe records around a trivial function
+    called ``calls`` times in a loop, less the same loop's fastest time per call
+    unprobed (walking the outputs happens between intervals, so it does not count).
+    The backward: a backward through a chain of ``nodes`` autograd nodes, all hooked
+    minus none, per node. Each the fastest of ``trials`` (a busy machine only adds time).
+    """
+    import torch
+
+    x = torch.zeros(1)
+
+    def plain(t: Any) -> Any:
+        return t
+
+    current = [_Probes(clock)]
+    probed = _probed(plain, 0, current)
+    plain_s, probed_s, times = [], [], {False: [], True: []}
+    for _ in range(trials):
+        t0 = clock()
+        for _ in range(calls):
+            plain(x)
+        plain_s.append((clock() - t0) / calls)
+        current[0] = _Probes(clock)
+        for _ in range(calls):
+            probed(x)
+        probed_s.append(float(np.median(current[0].fwd_s[1:])))
+        for hooked in (False, True):
+            leaf = torch.zeros(1, requires_grad=True)
+            y = leaf
+            for _ in range(nodes):
+                y = y * 1.0
+            pr = _Probes(clock)
+            if hooked:
+                pr.hook(_autograd_nodes(_grad_fns(y), pr.seen), 0)
+            t0 = clock()
+            y.backward()
+            times[hooked].append(clock() - t0)
+            pr.unhook()
+    fwd = min(probed_s) - min(plain_s)
+    bwd = (min(times[True]) - min(times[False])) / (nodes + 1)
+    return max(fwd, 0.0), max(bwd, 0.0)
+
+
+def profile_in_context(ep: Any, graph: OpGraph, device: str = "cpu", *, warmup: int = 2, repeats: int = 5, inputs: Sequence[Any] | None = None, lr: float = 1e-3, clock: str = "auto") -> dict[str, Any]:
+    """Per-op forward/backward seconds measured inside real training steps on one device.
+
+    Every op of ``graph`` runs on ``device`` in the module :func:`envs.runtime.place_module`
+    builds, trained as :func:`envs.runtime.train_step` does (zero_grad, forward, the
+    default loss, backward, Adam). Probed steps stamp the time after each forward op
+    (each FX node's call is wrapped) and in a pre-hook of every autograd node; each
+    autograd node belongs to the op whose outputs first reach it (a parameter's
+    gradient accumulation to its first consumer, like its owner in the graph).
+    The time between two probes is charged to the op of the first (forward: of the
+    second), so an op's forward includes the eager dispatch and the generated code
+    around it, and its backward the autograd engine's work for its nodes, up to the
+    next node. What the probes themselves cost (:func:`probe_costs`) is taken off
+    (:func:`remove_probe_cost`). Clean steps (no probes) alternate with the probed
+    ones and time each phase: the forward and backward per op are then scaled to
+    their clean phases (:func:`scale_to`; the factors are kept as ``"scale"``), and
+    the optimizer and the rest of the step come from them. Each figure is the
+    median over ``repeats`` steps after ``warmup``.
+
+    CPU only: the time between two host timestamps is the op's time only where
+    the op runs on the host thread (a CUDA op returns once it is queued). Times
+    are read from :func:`host_clock` (``clock``; recorded as ``"clock"``): by default
+    the thread's CPU time when torch uses one thread, so a busy machine's
+    preemptions do not count.
+
+    Returns ``{"fwd_s": [...], "bwd_s": [...], "update_s", "update_bytes",
+    "overhead_s", "step_s", "phases_s", "probe_s", "scale", "clock"}``: per-op columns in ``graph``
+    order; ``update_s`` the optimizer step over ``update_bytes`` of parameters;
+    ``overhead_s`` the rest of the step (zero_grad, the loss, autograd's start, nodes
+    of no op); ``step_s`` the median clean step, ``phases_s`` the median of each of
+    its phases (robuster than the step's median on a busy machine, where a step is
+    often preempted); ``probe_s`` the probe costs taken off.
+    """
+    import torch
+
+    dev = torch.device(device)
+    if dev.type != "cpu":
+        raise PlacerError(f"in-context profiling times host ops only, not {device}")
+    snapshot = {k: v.detach().clone() for k, v in ep.state_dict.items()}
+    constants = {k: v.detach().clone() for k, v in ep.constants.items() if isinstance(v, torch.Tensor)}
+    try:
+        return _in_context(ep, graph, dev, warmup, repeats, inputs, lr, clock)
+    finally:
+        with torch.no_grad():  # the steps trained the program's own tensors: put them back
+            for k, v in ep.state_dict.items():
+                v.copy_(snapshot[k])
+            for k, v in constants.items():
+                ep.constants[k].copy_(v)
+
+
+def _in_context(ep: Any, graph: OpGraph, dev: Any, warmup: int, repeats: int, inputs: Sequence[Any] | None, lr: float, clock_name: str) -> dict[str, Any]:
+    import torch
+    import torch.fx as fx
+
+    from envs.runtime import default_loss, place_module
+
+    n = graph.num_ops
+    gm = place_module(ep, {name: "cpu:0" for name in graph.names}, {"cpu:0": str(dev)})
+    if inputs is None:
+        example = [p.meta["val"] for p in ep.graph.nodes if p.op == "placeholder" and p.name in set(ep.graph_signature.user_inputs)]
+        inputs = _concrete_inputs(ep, example)
+    inputs = tuple(t.to(dev) if isinstance(t, torch.Tensor) else t for t in inputs)
+    opt = torch.optim.Adam(gm.parameters(), lr=lr)
+    clock_name, clock = host_clock(clock_name)
+    current = [_Probes(clock)]
+    probed_graph = fx.Graph()
+    env: dict = {}
+    for node in gm.graph.nodes:
+        new = probed_graph.node_copy(node, lambda a: env[a])
+        if node.op == "call_function":  # nodes the export added (buffer write-backs) count as "outside"
+            new.target = _probed(node.target, graph.index.get(node.name, -1), current)
+        env[node] = new
+    probed_gm = fx.GraphModule(gm, probed_graph)  # shares gm's parameters and buffers
+
+    clean: dict[str, list[float]] = {k: [] for k in ("zero", "fwd", "loss", "bwd", "opt", "step")}
+    fwd_rows, bwd_rows = [], []
+    fwd_counts = bwd_counts = np.zeros(n + 1, dtype=np.int64)
+    for k in range(warmup + repeats):
+        # a clean step, timed by phase
+        t0 = clock()
+        opt.zero_grad(set_to_none=True)
+        t1 = clock()
+        out = gm(*inputs)
+        t2 = clock()
+        loss = default_loss(out)
+        t3 = clock()
+        loss.backward()
+        t4 = clock()
+        opt.step()
+        t5 = clock()
+        del out, loss
+        if k >= warmup:
+            for key, v in zip(clean, (t1 - t0, t2 - t1, t3 - t2, t4 - t3, t5 - t4, t5 - t0)):
+                clean[key].append(v)
+        # a probed step
+        opt.zero_grad(set_to_none=True)
+        pr = current[0] = _Probes(clock)
+        out = probed_gm(*inputs)
+        tail = clock() - pr.resume  # from the last op to the module's return
+        loss = default_loss(out)
+        pr.hook_all(loss)
+        b0 = clock()
+        loss.backward()
+        b1 = clock()
+        pr.unhook()
+        opt.step()
+        del out, loss
+        if k >= warmup:
+            f_s, fwd_counts = attribute_intervals(pr.fwd_owner + [-1], pr.fwd_s + [tail], n)
+            b_s, bwd_counts = attribute_intervals(*backward_intervals(b0, pr.bwd, b1), n)
+            fwd_rows.append(f_s)
+            bwd_rows.append(b_s)
+    current[0] = _Probes(clock)
+    fwd_probe_s, bwd_probe_s = probe_costs(clock=clock)
+    med = {key: float(np.median(v)) for key, v in clean.items()}
+    fwd = remove_probe_cost(np.median(fwd_rows, axis=0), fwd_counts, fwd_probe_s)
+    bwd = remove_probe_cost(np.median(bwd_rows, axis=0), bwd_counts, bwd_probe_s)
+    fwd, f_scale = scale_to(fwd, med["fwd"])
+    bwd, b_scale = scale_to(bwd, med["bwd"])
+    return {
+        "fwd_s": [float(x) for x in fwd[1:]],
+        "bwd_s": [float(x) for x in bwd[1:]],
+        "update_s": med["opt"],
+        "update_bytes": int(sum(p.numel() * p.element_size() for p in gm.parameters())),
+        "overhead_s": float(fwd[0] + bwd[0] + med["zero"] + med["loss"]),
+        "step_s": med["step"],
+        "phases_s": {"zero_grad": med["zero"], "forward": med["fwd"], "loss": med["loss"], "backward": med["bwd"], "optimizer": med["opt"]},
+        "probe_s": {"forward": fwd_probe_s, "backward": bwd_probe_s},
+        "scale": {"forward": f_scale, "backward": b_scale},
+        "clock": clock_name,
+    }
+
+
+def profile_program(ep: Any, devices: Sequence[str], *, warmup: int = 1, repeats: int = 5, transfer_sizes: Sequence[int] = DEFAULT_TRANSFER_SIZES, graph: OpGraph | None = None, progress: Callable[[int, int], None] | None = None, method: str = "context") -> dict[str, Any]:
     """Profile every op of an ``ExportedProgram`` on each torch device in ``devices``.
 
-    Returns the ``placer-profile/1`` document (see the module docstring).
+    ``method="context"`` (default) times the CPU inside real training steps
+    (:func:`profile_in_context`) and every other device op by op; ``"isolated"``
+    times every device op by op. A CPU whose in-context run fails is timed op by
+    op (the failure is noted in ``errors``). Returns the ``placer-profile/1``
+    document (see the module docstring).
     """
     import torch
     import torch.fx as fx
@@ -154,6 +509,16 @@ def profile_program(ep: Any, devices: Sequence[str], *, warmup: int = 1, repeats
     fwd = {str(d): np.full(graph.num_ops, np.nan) for d in torch_devices}
     bwd = {str(d): np.full(graph.num_ops, np.nan) for d in torch_devices}
     errors: dict[str, str] = {}
+    if method not in ("context", "isolated"):
+        raise PlacerError(f"profile method must be 'context' or 'isolated', not {method!r}")
+    context: dict[str, dict[str, Any]] = {}
+    for d in torch_devices:
+        if method == "context" and d.type == "cpu":
+            try:
+                context[str(d)] = profile_in_context(ep, graph, str(d), warmup=max(warmup, 1), repeats=repeats)
+            except Exception as e:  # time it op by op instead
+                errors[f"in-context@{d}"] = f"{type(e).__name__}: {str(e).splitlines()[0][:200] if str(e) else ''}"
+    isolated = [d for d in torch_devices if str(d) not in context]
     done = [0]
 
     class _Timer(fx.Interpreter):
@@ -162,7 +527,7 @@ def profile_program(ep: Any, devices: Sequence[str], *, warmup: int = 1, repeats
             i = index.get(n.name) if n.op == "call_function" else None
             if i is not None:
                 args, kwargs = self.fetch_args_kwargs_from_env(n)
-                for d in torch_devices:
+                for d in isolated:
                     try:
                         fwd[str(d)][i], bwd[str(d)][i] = _op_timer(n, args, kwargs, d, warmup, repeats)
                     except Exception as e:  # an op this device cannot run: unknown (NaN), noted
@@ -174,8 +539,11 @@ def profile_program(ep: Any, devices: Sequence[str], *, warmup: int = 1, repeats
 
     example = [p.meta["val"] for p in ep.graph.nodes if p.op == "placeholder" and p.name in set(ep.graph_signature.user_inputs)]
     inputs = _concrete_inputs(ep, example)
-    with torch.enable_grad():
-        _Timer(gm).run(*inputs)
+    if isolated:
+        with torch.enable_grad():
+            _Timer(gm).run(*inputs)
+    elif progress:
+        progress(graph.num_ops, graph.num_ops)
     links = []
     for a in torch_devices:
         for b in torch_devices:
@@ -187,14 +555,20 @@ def profile_program(ep: Any, devices: Sequence[str], *, warmup: int = 1, repeats
     def col(a: np.ndarray) -> list:
         return [None if np.isnan(x) else float(x) for x in a.tolist()]
 
+    def entry(d: Any) -> dict[str, Any]:
+        out = {"kind": device_kind(str(d)), "name": _device_name(d)}
+        if str(d) in context:
+            return {**out, "method": "context", **context[str(d)]}
+        return {**out, "method": "isolated", "fwd_s": col(fwd[str(d)]), "bwd_s": col(bwd[str(d)])}
+
     return {
         "format": FORMAT,
         "graph_hash": graph.content_hash,
         "graph_name": graph.name,
         "ops": list(graph.names),
-        "devices": {str(d): {"kind": device_kind(str(d)), "name": _device_name(d), "fwd_s": col(fwd[str(d)]), "bwd_s": col(bwd[str(d)])} for d in torch_devices},
+        "devices": {str(d): entry(d) for d in torch_devices},
         "links": links,
-        "settings": {"warmup": warmup, "repeats": repeats},
+        "settings": {"warmup": warmup, "repeats": repeats, "method": method},
         "errors": errors,
         "host": platform.node(),
         "torch": torch.__version__,
@@ -379,7 +753,10 @@ def calibrate_cluster(cluster: Any, profile: Mapping[str, Any], *, graph: OpGrap
     no-op). With ``graph``, each kind's ``launch_overhead_s`` becomes the 10th
     percentile of its measured non-view forward times and ``flops_per_s`` the rate
     fitted on the ops doing nine tenths of the FLOPs, so ops without a profiled
-    time are estimated at this machine's speed.
+    time are estimated at this machine's speed; where the profile measured the
+    optimizer step (``update_s``), ``mem_bw_bytes_per_s`` is fitted so that
+    :func:`envs.cost.update_times_s` of all the parameters gives that step plus the
+    step's measured ``overhead_s`` (:func:`_fit_update`).
     """
     from envs.cluster import Cluster, Link
     from envs.runtime import resolve_devices
@@ -405,6 +782,7 @@ def calibrate_cluster(cluster: Any, profile: Mapping[str, Any], *, graph: OpGrap
         from envs.cost import view_mask
 
         rates = _fit_rates(graph, profile_columns(graph, profile), ~view_mask(graph))
+        _fit_update(rates, profiled)
         devices = [dataclasses.replace(dev, **rates[dev.kind]) if dev.kind in rates else dev for dev in devices]
     return Cluster(name=f"{cluster.name}+profile", devices=devices, links=links, description=f"{cluster.description} (calibrated by profile from {profile.get('host', '?')})")
 
@@ -426,6 +804,29 @@ def _fit_rates(graph: OpGraph, cols: Mapping[str, Mapping[str, np.ndarray]], com
             rates["flops_per_s"] = float(flops[top].sum() / busy_s)
         out[kind] = rates
     return out
+
+
+def _fit_update(rates: dict[str, dict[str, float]], devices: Mapping[str, Any]) -> None:
+    """Per kind, the memory bandwidth that makes the modelled optimizer step the measured one.
+
+    The measured step outside the graph's ops (``overhead_s``: zero_grad, the loss,
+    autograd's start) is charged with it: like the update, it runs once per step
+    after (or around) the ops. Median over the kind's devices that measured one.
+    """
+    from envs.cost import update_bandwidth
+
+    by_kind: dict[str, list[float]] = {}
+    for dev, entry in devices.items():
+        upd, nbytes = entry.get("update_s"), entry.get("update_bytes")
+        if not isinstance(upd, (int, float)) or not isinstance(nbytes, (int, float)) or upd <= 0 or nbytes <= 0:
+            continue
+        extra = entry.get("overhead_s")
+        total = float(upd) + (float(extra) if isinstance(extra, (int, float)) and extra > 0 else 0.0)
+        kind = entry.get("kind") or device_kind(dev)
+        launch = rates.get(kind, {}).get("launch_overhead_s", 0.0)
+        by_kind.setdefault(kind, []).append(update_bandwidth(total, float(nbytes), launch))
+    for kind, bws in by_kind.items():
+        rates.setdefault(kind, {})["mem_bw_bytes_per_s"] = float(np.median(bws))
 
 
 def with_profile(graph: OpGraph, cluster: Any, profile: str | os.PathLike | Mapping[str, Any] | None, *, device_map: Mapping[str, str] | str | None = None) -> tuple[OpGraph, Any]:

@@ -2,7 +2,8 @@
 
 For each model: profile it on the given devices (``envs.profiler``), sample random
 placements, measure each for real (``envs.MeasuredEnv``: real training steps in
-a Ray actor) and simulate it (the profiled graph on the calibrated cluster, and,
+a Ray actor, wall clock; or ``--real local``: in this process, by the thread's CPU
+time, for a machine other jobs keep busy) and simulate it (the profiled graph on the calibrated cluster, and,
 for reference, the uncalibrated preset), then report Spearman's rank correlation
 and the mean absolute percentage error (MAPE) of simulated vs measured step time.
 
@@ -29,6 +30,8 @@ import sys
 import time
 
 import numpy as np
+
+from graphs import PlacerError
 
 SMALL = {
     "rnnlm": ("graphs.models.rnnlm", "RNNLM", dict(vocab_size=2000, hidden_size=128, num_layers=2), ("tokens", 16, 10, 2000, 2)),
@@ -80,12 +83,22 @@ def mape(sim: np.ndarray, real: np.ndarray) -> float:
     return float(np.mean(np.abs(sim - real) / real))
 
 
-def sim_times(graph, cluster, placements) -> np.ndarray:
+def simulator_executor(requested: str | None) -> tuple[str, dict]:
+    """The executor model scored with (default: the simulator's, eager), and the keyword that selects it."""
+    from envs.schedule import EXECUTORS
+
+    name = requested or EXECUTORS[0]
+    if name not in EXECUTORS:
+        raise PlacerError(f"--executor {name}: unknown (known: {', '.join(EXECUTORS)})")
+    return name, {"executor": name}
+
+
+def sim_times(graph, cluster, placements, executor: dict | None = None) -> np.ndarray:
     import envs
 
     out = []
     for p in placements:
-        r = envs.simulate(graph, p, cluster)
+        r = envs.simulate(graph, p, cluster, **(executor or {}))
         out.append(r.step_time_s if r.ok else r.extra.get("sim_step_time_s", float("inf")))
     return np.asarray(out)
 
@@ -112,6 +125,41 @@ def physical(cluster, device_map):
     return phys, to_phys
 
 
+def measure_local(name: str, args: argparse.Namespace, cluster, graph, placements) -> list:
+    """Measure each placement in this process: the module ``placer.apply`` builds, trained by
+    ``envs.runtime.train_step`` (``--warmup`` then ``--steps`` steps, median), each step timed
+    by ``envs.profiler.host_clock`` (this thread's CPU time when torch uses one thread: on a
+    busy machine the time other processes held the core does not count)."""
+    import statistics
+
+    import torch
+
+    from envs.profiler import host_clock
+    from envs.result import Result
+    from envs.runtime import place_module, train_step
+    from graphs.torch_capture import export_program
+
+    model, inputs = build(name, args.size)
+    ep = export_program(model, inputs)
+    snapshot = {k: v.detach().clone() for k, v in ep.state_dict.items()}
+    _, clock = host_clock()
+    results = []
+    for p in placements:
+        with torch.no_grad():
+            for k, v in ep.state_dict.items():
+                v.copy_(snapshot[k])
+        module = place_module(ep, {op: cluster.device_names[d] for op, d in zip(graph.names, p)}, args.device_map)
+        opt = torch.optim.Adam(module.parameters(), lr=1e-3)
+        times = []
+        for k in range(args.warmup + args.steps):
+            t0 = clock()
+            train_step(module, inputs, opt)
+            if k >= args.warmup:
+                times.append(clock() - t0)
+        results.append(Result(float(statistics.median(times)), "ok", source="measured", extra={"step_times_s": times}))
+    return results
+
+
 def run_model(name: str, args: argparse.Namespace) -> dict:
     from scipy.stats import spearmanr
 
@@ -120,11 +168,15 @@ def run_model(name: str, args: argparse.Namespace) -> dict:
     from envs.profiler import apply_profile, calibrate_cluster, profile_model, save_profile
     from graphs.torch_capture import capture
 
+    import torch
+
     cluster = envs.resolve_cluster(args.cluster)
+    executor, executor_kw = simulator_executor(args.executor)
     model, inputs = build(name, args.size)
     graph = capture(model, inputs, name=name)
+    torch.set_num_threads(max(1, args.cpus))  # profile with the threads the measuring actor uses
     t0 = time.time()
-    prof = profile_model(model, inputs, args.devices.split(","), warmup=1, repeats=args.repeats)
+    prof = profile_model(model, inputs, args.devices.split(","), warmup=1, repeats=args.repeats, method=args.profile_method)
     profile_s = time.time() - t0
     run_dir = os.path.join(args.out_dir, name)
     os.makedirs(run_dir, exist_ok=True)
@@ -133,22 +185,27 @@ def run_model(name: str, args: argparse.Namespace) -> dict:
     calibrated, to_phys = physical(calibrate_cluster(cluster, prof, graph=graph, device_map=args.device_map), args.device_map)
     placements = random_placements(graph.num_ops, cluster.num_devices, args.placements, seed=args.seed)
     t0 = time.time()
-    env = MeasuredEnv(functools.partial(build, name, args.size), cluster, graph=graph, workers=1, device_map=args.device_map,
-                      warmup_steps=args.warmup, timed_steps=args.steps, run_dir=run_dir, cpus_per_worker=args.cpus, measure_timeout_s=args.timeout)
-    try:
-        results = env.evaluate(placements)
-    finally:
-        env.close()
+    if args.real == "local":
+        results = measure_local(name, args, cluster, graph, placements)
+    else:
+        env = MeasuredEnv(functools.partial(build, name, args.size), cluster, graph=graph, workers=1, device_map=args.device_map,
+                          warmup_steps=args.warmup, timed_steps=args.steps, run_dir=run_dir, cpus_per_worker=args.cpus, measure_timeout_s=args.timeout)
+        try:
+            results = env.evaluate(placements)
+        finally:
+            env.close()
     measure_s = time.time() - t0
     ok = np.array([r.ok for r in results])
     real = np.array([r.step_time_s for r in results])[ok]
-    sim_cal = sim_times(graph_p, calibrated, [to_phys[p] for p in placements])[ok]
-    sim_raw = sim_times(graph, cluster, placements)[ok]
+    sim_cal = sim_times(graph_p, calibrated, [to_phys[p] for p in placements], executor_kw)[ok]
+    sim_raw = sim_times(graph, cluster, placements, executor_kw)[ok]
     # One physical device (CPU only): every placement simulates alike, ranks are undefined (NaN).
     rho_cal = float(spearmanr(sim_cal, real).statistic) if ok.sum() > 2 and np.ptp(sim_cal) > 0 else float("nan")
     rho_raw = float(spearmanr(sim_raw, real).statistic) if ok.sum() > 2 else float("nan")
     return {
-        "model": name, "size": args.size, "ops": graph.num_ops, "placements": len(placements), "measured_ok": int(ok.sum()),
+        "model": name, "size": args.size, "executor": executor, "profile_method": args.profile_method, "real": args.real,
+        "profile_clock": prof["devices"].get("cpu", {}).get("clock", "wall"),
+        "ops": graph.num_ops, "placements": len(placements), "measured_ok": int(ok.sum()),
         "failed": [f"{r.status}: {r.message}" for r in results if not r.ok][:5],
         "spearman_calibrated": rho_cal, "mape_calibrated": mape(sim_cal, real),
         "spearman_uncalibrated": rho_raw, "mape_uncalibrated": mape(sim_raw, real),
@@ -161,8 +218,10 @@ def run_model(name: str, args: argparse.Namespace) -> dict:
 def markdown(rows: list[dict], args: argparse.Namespace) -> str:
     lines = [
         f"Calibrated simulator vs real training steps: `python scripts/calibrate_sim.py --devices {args.devices} --size {args.size} "
-        f"--cluster {args.cluster}{' --device-map ' + repr(args.device_map) if args.device_map else ''} --placements {args.placements}` "
-        f"(median of {args.steps} timed steps after {args.warmup} warm-up, Adam).",
+        f"--cluster {args.cluster}{' --device-map ' + repr(args.device_map) if args.device_map else ''} --placements {args.placements} "
+        f"--steps {args.steps} --warmup {args.warmup} --repeats {args.repeats} --cpus {args.cpus} --profile-method {args.profile_method} --real {args.real}` "
+        f"(median of {args.steps} timed steps after {args.warmup} warm-up, Adam; simulated with the "
+        f"{rows[0]['executor'] if rows else '?'} executor).",
         "",
         "| model | ops | placements ok | Spearman (calibrated) | MAPE (calibrated) | Spearman (preset) | MAPE (preset) | real step time range |",
         "|---|---:|---:|---:|---:|---:|---:|---|",
@@ -177,6 +236,16 @@ def markdown(rows: list[dict], args: argparse.Namespace) -> str:
     return "\n".join(lines) + "\n"
 
 
+def summary(rows: list[dict]) -> dict:
+    """The ``--json`` document: per model, the calibrated simulator's MAPE and Spearman (null where undefined)."""
+
+    def num(x: float) -> float | None:
+        return None if x is None or not np.isfinite(x) else float(x)
+
+    return {"models": [{"model": r["model"], "executor": r["executor"], "mape": num(r["mape_calibrated"]),
+                        "spearman": num(r["spearman_calibrated"]), "n": r["measured_ok"]} for r in rows]}
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--models", default="rnnlm,resnet50", help="comma-separated zoo names (default rnnlm,resnet50)")
@@ -187,17 +256,43 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--placements", type=int, default=20)
     p.add_argument("--warmup", type=int, default=2)
     p.add_argument("--steps", type=int, default=5)
-    p.add_argument("--repeats", type=int, default=5, help="profiler repeats per op")
+    p.add_argument("--repeats", type=int, default=5, help="profiler repeats (in-context steps, or runs per op)")
+    p.add_argument("--profile-method", choices=("context", "isolated"), default="context",
+                   help="time CPU ops inside real training steps (default) or each op alone")
+    p.add_argument("--real", choices=("ray", "local"), default="ray",
+                   help="measure real steps in a Ray actor, wall clock (default), or in this process by host_clock "
+                        "(CPU time of the one torch thread: for a machine other jobs keep busy)")
+    p.add_argument("--executor", default=None, help="simulator executor model: eager (default, the PyTorch runtime) or dataflow")
+    p.add_argument("--json", action="store_true", help='print {"models": [{"model", "executor", "mape", "spearman", "n"}...]}')
     p.add_argument("--cpus", type=int, default=os.cpu_count() or 1, help="CPU threads for the measuring actor")
     p.add_argument("--timeout", type=float, default=600.0, help="seconds allowed per measured placement")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--out-dir", default="runs/calibrate")
     args = p.parse_args(argv)
+    try:
+        return run(args)
+    except PlacerError as e:
+        print(f"calibrate_sim: {e}", file=sys.stderr)
+        return 2
+
+
+def run(args: argparse.Namespace) -> int:
     if args.device_map is None and "cuda" not in args.devices:
         args.device_map = "*=cpu"
+    names = [m.strip() for m in args.models.split(",") if m.strip()]
+    known = set(SMALL) if args.size == "small" else set(SMALL) | set(_zoo_names())
+    unknown = [m for m in names if m not in known]
+    if not names or unknown:
+        raise PlacerError(f"--models: {', '.join(unknown) or 'none given'}: not one of {', '.join(sorted(known))}")
+    for opt in ("placements", "steps", "repeats", "cpus"):
+        if getattr(args, opt) < 1:
+            raise PlacerError(f"--{opt}: must be at least 1")
+    simulator_executor(args.executor)
+    if args.real == "local" and "cuda" in args.devices:
+        raise PlacerError("--real local: times host CPU work only; measure CUDA placements with --real ray")
     os.makedirs(args.out_dir, exist_ok=True)
     rows = []
-    for name in args.models.split(","):
+    for name in names:
         print(f"[{name}] profiling on {args.devices}, measuring {args.placements} placements...", file=sys.stderr, flush=True)
         rows.append(run_model(name, args))
         r = rows[-1]
@@ -205,12 +300,21 @@ def main(argv: list[str] | None = None) -> int:
               f"(preset: {r['spearman_uncalibrated']:.3f}, {100 * r['mape_uncalibrated']:.1f}%); "
               f"profile {r['profile_s']:.0f}s, measure {r['measure_s']:.0f}s", file=sys.stderr, flush=True)
     with open(os.path.join(args.out_dir, "calibration.json"), "w") as f:
-        json.dump({"args": vars(args), "results": rows}, f, indent=1)
+        json.dump({"args": vars(args), "results": rows}, f, indent=1, default=str)
     md = markdown(rows, args)
     with open(os.path.join(args.out_dir, "calibration.md"), "w") as f:
         f.write(md)
-    print(md)
+    if args.json:
+        print(json.dumps(summary(rows), indent=1))
+    else:
+        print(md)
     return 0
+
+
+def _zoo_names() -> list[str]:
+    from graphs import zoo
+
+    return list(zoo.names())
 
 
 if __name__ == "__main__":
