@@ -96,6 +96,18 @@ def _name_too_long(path: str) -> str | None:
     return None
 
 
+def _check_name(path: str | os.PathLike, option: str, what: str) -> str:
+    """``path`` as a string, unless it is empty, holds a NUL byte or has a component too long to create."""
+    path = os.fspath(path)
+    if not path:
+        raise PlacerError(f"{option}: give a {what} name")
+    if "\0" in path:
+        raise PlacerError(f"{option} {path!r}: a {what} name cannot contain a NUL byte")
+    if _name_too_long(path):
+        raise PlacerError(f"{option} {path[:60]}...: a {what} name is longer than {NAME_MAX} bytes")
+    return path
+
+
 def check_output_file(path: str | os.PathLike, option: str) -> str:
     """Check that ``path`` can be written as a file; returns it as a string.
 
@@ -103,13 +115,7 @@ def check_output_file(path: str | os.PathLike, option: str) -> str:
     parent, and a location where no file can be created (read-only, no
     permission). Nothing is left behind.
     """
-    path = os.fspath(path)
-    if not path:
-        raise PlacerError(f"{option}: give a file name")
-    if "\0" in path:
-        raise PlacerError(f"{option} {path!r}: a file name cannot contain a NUL byte")
-    if _name_too_long(path):
-        raise PlacerError(f"{option} {path[:60]}...: a file name is longer than {NAME_MAX} bytes")
+    path = _check_name(path, option, "file")
     if os.path.isdir(path):
         raise PlacerError(f"{option} {path}: is a directory, not a file")
     parent = os.path.dirname(os.path.abspath(path))
@@ -131,13 +137,7 @@ def check_output_dir(path: str | os.PathLike, option: str) -> str:
     Refuses an empty name, an existing non-directory (at ``path`` or at one of
     its ancestors) and a location where nothing can be created. Creates nothing.
     """
-    path = os.fspath(path)
-    if not path:
-        raise PlacerError(f"{option}: give a directory name")
-    if "\0" in path:
-        raise PlacerError(f"{option} {path!r}: a directory name cannot contain a NUL byte")
-    if _name_too_long(path):
-        raise PlacerError(f"{option} {path[:60]}...: a directory name is longer than {NAME_MAX} bytes")
+    path = _check_name(path, option, "directory")
     existing = os.path.abspath(path)
     while not os.path.exists(existing):
         up = os.path.dirname(existing)
