@@ -151,6 +151,8 @@ def _summary(doc: dict) -> str:
         lines.append(f"expert           {_ms(doc['expert_step_time_s'])}")
     if doc["lower_bound_s"] is not None:
         lines.append(f"lower bound      {_ms(doc['lower_bound_s'])}")
+    if doc.get("issue_order_step_time_s") is not None and doc["issue_order"] != "node":
+        lines.append(f"issue order      {_ms(doc['issue_order_step_time_s'])}  ({doc['issue_order']} order, in the placement file)")
     if doc["best_placement"]:
         lines.append(f"placement        {doc['best_placement']}")
     lines.append(f"logs             {doc['logdir']}  (tensorboard --logdir {doc['logdir']})")

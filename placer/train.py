@@ -242,6 +242,7 @@ class TrainResult:
     def to_dict(self) -> dict[str, Any]:
         bh = self.best_heuristic
         fin = lambda x: x if x is not None and np.isfinite(x) else None  # noqa: E731
+        meta = self.best_placement.meta if self.best_placement is not None else {}
         return {
             # "no_placement": no sampled placement ran (all out of memory or failed), so the times are null
             "status": "ok" if self.best_placement is not None else "no_placement",
@@ -263,6 +264,9 @@ class TrainResult:
             "warm_start": self.warm_start,
             "warm_start_step_time_s": fin(self.warm_start_step_time_s),
             "best_placement": os.path.join(self.logdir, "best_placement.json") if self.best_placement else None,
+            # the issue order the placement file carries and its simulated (eager) step time
+            "issue_order": meta.get("issue_order"),
+            "issue_order_step_time_s": fin(meta.get("issue_order_step_time_s")),
         }
 
 
