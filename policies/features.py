@@ -127,19 +127,30 @@ def group_features(graph: OpGraph, op_group: np.ndarray, num_groups: int, type_i
     Returns float32 ``[num_groups, vocab_size + 3 + num_groups]``: per group the
     fraction of its ops of each type, log summed output bytes / FLOPs / op count,
     and a row of the (log-scaled, row-normalised) bytes sent to every other group.
+    ``op_group`` may also be a batch of groupings ``[K, num_ops]``; the result is
+    then ``[K, num_groups, ...]``, row ``k`` being that of grouping ``k`` alone.
     """
     g = np.asarray(op_group, dtype=np.int64)
-    counts = np.zeros((num_groups, vocab_size))
-    np.add.at(counts, (g, type_ids), 1.0)
-    size = counts.sum(axis=1, keepdims=True)
-    out_bytes = np.bincount(g, weights=graph.out_bytes.astype(np.float64), minlength=num_groups)
-    flops = np.bincount(g, weights=graph.flops, minlength=num_groups)
-    adj = np.zeros((num_groups, num_groups))
+    if g.ndim == 1:
+        return group_features(graph, g[None], num_groups, type_ids, vocab_size)[0]
+    k, n = g.shape
+    gc = num_groups
+    # every (grouping, group) pair is one bin: flat index k * G + group
+    flat = g + (np.arange(k, dtype=np.int64) * gc)[:, None]  # [K, N]
+    types = np.broadcast_to(np.asarray(type_ids, dtype=np.int64), (k, n))
+    counts = np.bincount((flat * vocab_size + types).ravel(), minlength=k * gc * vocab_size).reshape(k, gc, vocab_size)
+    counts = counts.astype(np.float64)
+    size = counts.sum(axis=2, keepdims=True)
+    out_bytes = np.bincount(flat.ravel(), weights=np.tile(graph.out_bytes.astype(np.float64), k), minlength=k * gc)
+    flops = np.bincount(flat.ravel(), weights=np.tile(np.asarray(graph.flops, dtype=np.float64), k), minlength=k * gc)
+    adj = np.zeros((k, gc, gc))
     if graph.num_edges:
-        np.add.at(adj, (g[graph.edge_src], g[graph.edge_dst]), graph.edge_bytes.astype(np.float64))
-        np.fill_diagonal(adj, 0.0)
+        src, dst = flat[:, graph.edge_src], g[:, graph.edge_dst]  # [K, E]
+        w = np.tile(graph.edge_bytes.astype(np.float64), k)
+        adj = np.bincount((src * gc + dst).ravel(), weights=w, minlength=k * gc * gc).reshape(k, gc, gc)
+        adj[:, np.arange(gc), np.arange(gc)] = 0.0
     adj = np.log1p(adj)
-    adj = adj / np.maximum(adj.max(axis=1, keepdims=True), 1e-9)
-    scalars = np.stack([np.log1p(out_bytes), np.log1p(flops), np.log1p(size[:, 0])], axis=1)
-    scalars = scalars / np.maximum(scalars.max(axis=0, keepdims=True), 1e-9)
-    return np.concatenate([counts / np.maximum(size, 1.0), scalars, adj], axis=1).astype(np.float32)
+    adj = adj / np.maximum(adj.max(axis=2, keepdims=True), 1e-9)
+    scalars = np.stack([np.log1p(out_bytes), np.log1p(flops), np.log1p(size.ravel())], axis=1).reshape(k, gc, 3)
+    scalars = scalars / np.maximum(scalars.max(axis=1, keepdims=True), 1e-9)
+    return np.concatenate([counts / np.maximum(size, 1.0), scalars, adj], axis=2).astype(np.float32)

@@ -93,6 +93,11 @@ class Seq2SeqPlacer(nn.Module):
     ) -> Decoded:
         """Sample ``k`` device sequences for items ``x`` (or score given ``actions`` [K, G]).
 
+        ``x`` is ``[G, in_dim]``, the items every sample places, or ``[K, G, in_dim]``,
+        one item sequence per sample (the hierarchical policy's K groupings): the
+        encoder then reads the K sequences as one batch and sample ``k`` attends
+        to its own encoding only.
+
         Sampling is sequential but needs no gradients: it runs without autograd.
         Log-probabilities and entropies are then computed by :meth:`score` in
         one teacher-forced pass (one ``nn.LSTM`` call and a batched attention),
@@ -107,16 +112,24 @@ class Seq2SeqPlacer(nn.Module):
         return Decoded(actions, logp, ent)
 
     def _encode(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        if x.dim() == 3:  # one sequence per sample
+            enc, _ = self.encoder(x)  # [K, G, 2H]
+            return enc, self.attn_keys(enc)  # [K, G, 2H], [K, G, A]
         enc, _ = self.encoder(x.unsqueeze(0))  # [1, G, 2H]
         enc = enc[0]
         return enc, self.attn_keys(enc)  # [G, 2H], [G, A]
 
     def _init_state(self, enc: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
-        h0, c0 = torch.tanh(self.init_state(enc.mean(dim=0))).chunk(2)
+        h0, c0 = torch.tanh(self.init_state(enc.mean(dim=-2))).chunk(2, dim=-1)
         return h0.expand(k, -1).contiguous(), c0.expand(k, -1).contiguous()
 
     def _logits(self, h: torch.Tensor, enc: torch.Tensor, keys: torch.Tensor) -> torch.Tensor:
-        """``C * tanh(out([h ; attention context]) / T)`` for decoder states ``h [..., H]``."""
+        """``C * tanh(out([h ; attention context]) / T)`` for decoder states ``h [..., H]``.
+
+        With per-sample items (``enc [K, G, 2H]``) ``h`` is ``[K, T, H]``.
+        """
+        if keys.dim() == 3:
+            keys = keys.unsqueeze(1)  # [K, 1, G, A]: each sample's steps attend to its own items
         query = self.attn_query(h).unsqueeze(-2)  # [..., 1, A]
         score = self.attn_v(torch.tanh(keys + query)).squeeze(-1)  # [..., G]
         ctx = torch.softmax(score, dim=-1) @ enc  # [..., 2H]
@@ -128,11 +141,11 @@ class Seq2SeqPlacer(nn.Module):
         # loop itself is TorchScript (no Python overhead per item).
         hid = self.decoder.hidden_size
         w_dev, w_enc = self.decoder.weight_ih_l0.split([hid, 2 * hid], dim=1)
-        enc_gates = enc @ w_enc.t() + self.decoder.bias_ih_l0 + self.decoder.bias_hh_l0  # [G, 4H]
+        enc_gates = enc @ w_enc.t() + self.decoder.bias_ih_l0 + self.decoder.bias_hh_l0  # [(K,) G, 4H]
         dev_gates = self.device_embed.weight @ w_dev.t()  # [D+1, 4H]
         h, c = self._init_state(enc, k)
         # one uniform per (item, sample), drawn up front: inverse-CDF sampling in the loop
-        u = torch.rand(enc.shape[0], k, generator=generator, device=enc.device)
+        u = torch.rand(enc.shape[-2], k, generator=generator, device=enc.device)
         return _sample_loop(
             enc_gates, dev_gates, self.decoder.weight_hh_l0.t().contiguous(), h, c, enc, keys,
             self.attn_query.weight, self.attn_query.bias, self.attn_v.weight, self.out.weight, self.out.bias,
@@ -144,11 +157,11 @@ class Seq2SeqPlacer(nn.Module):
         k, g = actions.shape
         start = torch.full((k, 1), self.num_devices, dtype=torch.long, device=actions.device)
         prev = torch.cat([start, actions[:, :-1]], dim=1)
-        inp = torch.cat([self.device_embed(prev), enc.unsqueeze(0).expand(k, -1, -1)], dim=2)
+        inp = torch.cat([self.device_embed(prev), (enc if enc.dim() == 3 else enc.unsqueeze(0)).expand(k, -1, -1)], dim=2)
         h0, c0 = self._init_state(enc, k)
         states, _ = self.decoder(inp, (h0.unsqueeze(0), c0.unsqueeze(0)))  # [K, G, H]
         # attention over all steps at once, in chunks of steps to bound the [K, T, G, A] tensor
-        chunk = max(1, (1 << 22) // max(1, k * g * keys.shape[1]))
+        chunk = max(1, (1 << 22) // max(1, k * g * keys.shape[-1]))
         logits = torch.cat([self._logits(states[:, t : t + chunk], enc, keys) for t in range(0, g, chunk)], dim=1)
         logp_all = torch.log_softmax(logits, dim=2)
         logp = logp_all.gather(2, actions.unsqueeze(2)).squeeze(2).sum(dim=1)
@@ -162,18 +175,29 @@ def _sample_loop(
     enc: torch.Tensor, keys: torch.Tensor, w_q: torch.Tensor, b_q: torch.Tensor, w_v: torch.Tensor,
     w_out: torch.Tensor, b_out: torch.Tensor, temperature: float, tanh_c: float, greedy: bool, u: torch.Tensor,
 ) -> torch.Tensor:
-    """The decoder's sequential sampling loop (same maths as ``Seq2SeqPlacer._logits``)."""
+    """The decoder's sequential sampling loop (same maths as ``Seq2SeqPlacer._logits``).
+
+    ``enc``/``keys``/``enc_gates`` are ``[G, .]`` (items shared by the K samples) or
+    ``[K, G, .]`` (one item sequence per sample).
+    """
     num_devices = dev_gates.shape[0] - 1
+    per_sample = enc.dim() == 3
     prev = torch.full([h.shape[0]], num_devices, dtype=torch.long, device=h.device)
     chosen = []
-    for t in range(enc.shape[0]):
-        gates = enc_gates[t] + dev_gates[prev] + h @ w_hh
+    for t in range(enc.shape[-2]):
+        if per_sample:
+            gates = enc_gates[:, t] + dev_gates[prev] + h @ w_hh
+        else:
+            gates = enc_gates[t] + dev_gates[prev] + h @ w_hh
         i, f, gg, o = gates.chunk(4, dim=1)
         c = torch.sigmoid(f) * c + torch.sigmoid(i) * torch.tanh(gg)
         h = torch.sigmoid(o) * torch.tanh(c)
         query = (h @ w_q.t() + b_q).unsqueeze(1)
         score = (torch.tanh(keys + query) @ w_v.t()).squeeze(2)
-        ctx = torch.softmax(score, dim=1) @ enc
+        if per_sample:
+            ctx = torch.bmm(torch.softmax(score, dim=1).unsqueeze(1), enc).squeeze(1)
+        else:
+            ctx = torch.softmax(score, dim=1) @ enc
         logits = tanh_c * torch.tanh((torch.cat([h, ctx], dim=1) @ w_out.t() + b_out) / temperature)
         if greedy:
             prev = logits.argmax(dim=1)
