@@ -448,7 +448,8 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--cluster", default="h200x1", help="cluster whose logical devices placements use (default h200x1)")
     p.add_argument("--device-map", help=f"logical -> torch devices (default {DEFAULTS['gpu']['device_map']}; --tiny: *=cpu)")
     p.add_argument("--placements", type=int, help="distinct placements measured per model (default 30)")
-    p.add_argument("--train-budget", type=float, help="seconds of placer.train for the learned placement (default 30)")
+    p.add_argument("--train-budget", "--time-budget", dest="train_budget", type=float,
+                   help="seconds of placer.train for the learned placement (default 30; --tiny: 4)")
     p.add_argument("--warmup", type=int, help="untimed steps before the timed ones (default 2)")
     p.add_argument("--steps", type=int, help="timed steps per placement (default 5)")
     p.add_argument("--repeats", type=int, help="profiler repeats (default 5)")
