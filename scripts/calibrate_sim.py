@@ -207,6 +207,36 @@ def measure_ray(name: str, size: str, cluster, graph, placements, run_dir: str, 
         env.close()
 
 
+def measure_here(name: str, size: str, cluster, graph, placements, run_dir: str, *, device_map, warmup: int, steps: int,
+                 cpus: int, timeout: float) -> list:
+    """As :func:`measure_ray`, without Ray: the actor's own code (``envs.measured.Worker.measure``: the module
+    ``placer.apply`` builds, ``warmup`` then ``steps`` Adam steps, wall clock, CUDA synchronised) runs in this
+    process, each placement under ``timeout`` (SIGALRM), logged to the same resumable ``measurements.jsonl``.
+    For a machine without Ray (the lent GPU machines have none, and its wheel is too big to carry there)."""
+    from envs.measured import MeasuredEnv, Worker
+    from envs.result import Result
+    from envs.runtime import StepTimeout, time_limit
+
+    source = functools.partial(build, name, size)
+    # The env only keys placements and keeps the log here (it starts Ray only in evaluate()); it has no public
+    # writer for its log, so its own _record is used, keeping one log format for both ways of measuring.
+    env = MeasuredEnv(source, cluster, graph=graph, workers=1, device_map=device_map, warmup_steps=warmup,
+                      timed_steps=steps, run_dir=run_dir, cpus_per_worker=cpus, measure_timeout_s=timeout)
+    keyed = env.keys(placements)
+    worker = None
+    for key, assignment in keyed:
+        if key in env._cache:
+            continue
+        worker = worker or Worker(source, device_map, cpus)
+        try:
+            with time_limit(timeout):
+                result = Result.from_dict(worker.measure(assignment, graph.content_hash, warmup, steps, env._orders.get(key)))
+        except StepTimeout:  # the alarm rang after measure() returned or before it started
+            result = Result(float("inf"), "timeout", f"measurement ran past {timeout:g}s", source="measured")
+        env._record(key, result)
+    return [env._cache[key] for key, _ in keyed]
+
+
 def run_model(name: str, args: argparse.Namespace) -> dict:
     import envs
     from envs.profiler import profile_model, save_profile

@@ -3,9 +3,10 @@
 For each model, on the cluster ``h200x1`` (``cpu:0`` + ``gpu:0``, run as ``cpu`` +
 ``cuda:0``): profile the model once on both torch devices (``envs.profiler``),
 then measure at least ``--placements`` distinct placements for real, as
-``placer run`` would (``envs.MeasuredEnv``: a Ray actor runs the module
-``placer.apply`` builds; median of ``--steps`` Adam steps after ``--warmup``,
-wall clock, CUDA synchronised), namely
+``placer run`` would: the code of ``envs.MeasuredEnv``'s worker builds the
+module ``placer.apply`` builds and times ``--steps`` Adam steps after
+``--warmup`` (median, wall clock, CUDA synchronised), in this process
+(``--real local``, the default) or in a Ray actor (``--real ray``). The placements:
 
 * a learned one: a short ``placer.train`` run (``--train-budget`` s) on the
   calibrated simulator, with the issue order it stores;
@@ -33,13 +34,19 @@ Two checks run in this process, on the devices:
   each, after ``--warmup``), medians compared; the check passes at a
   planned/node ratio <= 1 + ``--order-slack`` (timer noise).
 
-The GPU command (one H100 and 16 host cores; about 8 minutes; each model's
-measurements, profile and learned placement are kept under ``--work-dir``, so
-a run cut short resumes where it stopped, and models can be run one per call,
-``summary.json`` merges them)::
+The GPU command, for one H100 and 16 host cores (``h200x1``'s ``gpu:0`` runs on
+``cuda:0``, ``cpu:0`` on the host; expected to take about 8 minutes, not yet
+timed)::
 
-    python scripts/validate_gpu.py --models rnnlm,nmt-2,resnet50 --size medium \\
+    PYTHONPATH=. python scripts/validate_gpu.py --models rnnlm,nmt-2,resnet50 --size medium \\
         --device-map gpu:0=cuda:0,cpu:0=cpu --out-dir docs/calibration
+
+Each model's profile, learned placement and measurements are kept under
+``--work-dir`` (default ``runs/validate_gpu``), so a run cut short resumes where
+it stopped; models can also be run one per call (``--models rnnlm``, ...), as
+``summary.json`` merges them. On the lent GPU machines (no Ray there), write
+``--out-dir`` under the folder that comes back, e.g. ``--out-dir $OUT/calibration``,
+and copy the files into ``docs/calibration/``.
 
 On a machine without a GPU, ``--tiny`` runs the same pipeline with every
 logical device on the CPU (one small model, few placements, a short training
@@ -288,8 +295,9 @@ def run_model(name: str, args: argparse.Namespace) -> dict:
 
     t0 = time.time()
     placements = [Placement.from_indices(graph, logical.device_names, c["idx"], order=c["order"]) for c in cands]
-    results = cs.measure_ray(name, args.size, cluster, graph, placements, work, device_map=args.device_map,
-                             warmup=args.warmup, steps=args.steps, cpus=args.cpus, timeout=args.timeout)
+    measure = cs.measure_ray if args.real == "ray" else cs.measure_here
+    results = measure(name, args.size, cluster, graph, placements, work, device_map=args.device_map,
+                      warmup=args.warmup, steps=args.steps, cpus=args.cpus, timeout=args.timeout)
     times["measure_s"] = time.time() - t0
 
     # rounded to picoseconds: the same schedule summed in another order differs in the last float bits,
@@ -458,6 +466,9 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--order-slack", type=float, default=0.02, help="planned order passes at <= (1 + this) x node order (default 0.02)")
     p.add_argument("--tolerance", type=float, default=1e-3, help="apply check: max relative error (default 1e-3)")
     p.add_argument("--cpus", type=int, help="CPU threads for profiling and the measuring actor (default: all cores)")
+    p.add_argument("--real", choices=("local", "ray"), default="local",
+                   help="measure in this process (default; the lent GPU machines have no Ray) or in a Ray actor (envs.MeasuredEnv); "
+                        "the same code, placed module and log either way")
     p.add_argument("--timeout", type=float, default=300.0, help="seconds allowed per measured placement (default 300)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--json", action="store_true", help="print the JSON summary instead of the markdown report")

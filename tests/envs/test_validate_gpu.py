@@ -76,7 +76,7 @@ def test_gpu_map_without_a_gpu_is_a_one_line_error(tmp_path):
 def test_tiny_run_end_to_end_and_resumed(tmp_path):
     out, work = tmp_path / "out", tmp_path / "work"
     cmd = ("--tiny", "--json", "--out-dir", str(out), "--work-dir", str(work))
-    proc = run(*cmd)
+    proc = run(*cmd, "--real", "ray")  # measured in a Ray actor; the rerun below measures in-process
     assert proc.returncode == 0, proc.stderr[-3000:]
     doc = json.loads(proc.stdout)
     assert [(m["model"], m["executor"]) for m in doc["models"]] == [("rnnlm", "eager"), ("rnnlm", "dataflow")]
@@ -100,7 +100,26 @@ def test_tiny_run_end_to_end_and_resumed(tmp_path):
     assert json.loads((out / "rnnlm.profile.json").read_text())["devices"]["cpu"]["fwd_s"]
 
     log = (work / "rnnlm" / "measurements.jsonl").read_text()
-    again = run(*cmd)  # resumed: the profile, learned placement and measurements are reused
+    # resumed: the profile, learned placement and measurements are reused (--real local reads the Ray run's log)
+    again = run(*cmd, "--real", "local")
     assert again.returncode == 0, again.stderr[-3000:]
     assert (work / "rnnlm" / "measurements.jsonl").read_text() == log
     assert "reusing" in again.stderr and json.loads(again.stdout)["models"][0]["n"] == len(rows)
+
+
+def test_in_process_measurement_is_limited_and_logged(monkeypatch, tmp_path):
+    """calibrate_sim.measure_here (validate_gpu's default, no Ray): a placement past --timeout is a "timeout"
+    result in the resumable log, not a hang or a crash."""
+    monkeypatch.syspath_prepend(os.path.join(ROOT, "scripts"))
+    cs = importlib.import_module("calibrate_sim")
+    import envs
+    from graphs.torch_capture import capture
+
+    model, inputs = cs.build("gpt2", "small")
+    graph = capture(model, inputs, name="gpt2")
+    cluster = envs.resolve_cluster("h200x1")
+    placements = cs.random_placements(graph.num_ops, cluster.num_devices, 2, seed=0)
+    kw = dict(device_map="*=cpu", warmup=1, steps=1, cpus=1)
+    results = cs.measure_here("gpt2", "small", cluster, graph, placements, str(tmp_path), timeout=1e-3, **kw)
+    assert [r.status for r in results] == ["timeout", "timeout"]
+    assert len((tmp_path / "measurements.jsonl").read_text().splitlines()) == 2
