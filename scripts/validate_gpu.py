@@ -36,17 +36,25 @@ Two checks run in this process, on the devices:
 
 The GPU command, for one H100 and 16 host cores (``h200x1``'s ``gpu:0`` runs on
 ``cuda:0``, ``cpu:0`` on the host; expected to take about 8 minutes, not yet
-timed)::
+timed); the defaults are these options::
 
-    PYTHONPATH=. python scripts/validate_gpu.py --models rnnlm,nmt-2,resnet50 --size medium \\
+    PYTHONPATH=. python3 scripts/validate_gpu.py --models rnnlm,nmt-2,resnet50 --size medium \\
         --device-map gpu:0=cuda:0,cpu:0=cpu --out-dir docs/calibration
 
-Each model's profile, learned placement and measurements are kept under
-``--work-dir`` (default ``runs/validate_gpu``), so a run cut short resumes where
-it stopped; models can also be run one per call (``--models rnnlm``, ...), as
-``summary.json`` merges them. On the lent GPU machines (no Ray there), write
-``--out-dir`` under the folder that comes back, e.g. ``--out-dir $OUT/calibration``,
-and copy the files into ``docs/calibration/``.
+On the lent GPU machines (the device tool: no Ray there, and only files under
+``$OUT`` come back, at most 8; this writes 7), run it from the repository root as::
+
+    PYTHONPATH=. python3 scripts/validate_gpu.py --out-dir $OUT/calibration
+
+and copy the files that come back into ``docs/calibration/``. Each model's
+profile, learned placement and measurements are kept under ``--work-dir``
+(default ``runs/validate_gpu``), so a run cut short resumes where it stopped
+while the machine is still warm. If the three models do not fit in one 10-minute
+command, run them one per call (``--models rnnlm``, then ``nmt-2``, ...), each
+after copying the previous call's files into ``docs/calibration/``, and start
+each command with ``mkdir -p $OUT/calibration && cp docs/calibration/summary.json
+$OUT/calibration/;``: ``summary.json`` keeps the entries of models this run does
+not measure.
 
 On a machine without a GPU, ``--tiny`` runs the same pipeline with every
 logical device on the CPU (one small model, few placements, a short training
@@ -357,6 +365,7 @@ def run_model(name: str, args: argparse.Namespace) -> dict:
     failed = [f"{', '.join(c['methods'])}: {r.status}: {r.message}" for c, r in zip(cands, results) if not r.ok]
     return {"model": name, "size": args.size, "ops": graph.num_ops, "graph_hash": graph.content_hash,
             "placements": len(cands), "measured_ok": int(ok.sum()), "kinds": kinds, "failed": failed[:10],
+            "profile_errors": dict(list(prof.get("errors", {}).items())[:10]),  # ops a device could not run, and why
             "real_step_s_range": [float(real[ok].min()), float(real[ok].max())] if ok.sum() else None,
             "real_best": real_best, "executors": per_exec, "checks": checks, "times_s": times}
 
@@ -394,7 +403,7 @@ def markdown(rows: list[dict], args: argparse.Namespace, device: str) -> str:
                 f"{_fmt(s['mape'], '.1f', 100, '%')}{_mark(p['mape'])} | {_fmt(s['best_ratio'], '.3f')}{_mark(p['best_ratio'])} | "
                 f"{s['sim_best']}{ties} | {r['real_best']} | "
                 f"{rng[0] * 1e3:.1f}-{rng[1] * 1e3:.1f} ms |")
-    lines += ["", f"| model | check | placement | result | target |", "|---|---|---|---|---|"]
+    lines += ["", "| model | check | placement | result | target |", "|---|---|---|---|---|"]
     for r in rows:
         a = r["checks"]["apply"]
         if a is not None:
@@ -544,12 +553,12 @@ def run(args: argparse.Namespace) -> int:
     device = device_name(args)
     log(f"validate_gpu: {device}; models {', '.join(args.model_names)} ({args.size})")
     rows = []
+    path = os.path.join(args.out_dir, "summary.json")
     for name in args.model_names:
         t0 = time.time()
         rows.append(run_model(name, args))
+        write_json(path, merged_summary(path, rows[-1:], args, device))  # after each model: a run cut short keeps it
         log(f"[{name}] done in {time.time() - t0:.0f}s")
-    path = os.path.join(args.out_dir, "summary.json")
-    write_json(path, merged_summary(path, rows, args, device))
     print(json.dumps(summary(rows, args, device), indent=1) if args.json else markdown(rows, args, device))
     return 0
 
