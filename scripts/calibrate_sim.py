@@ -41,10 +41,22 @@ SMALL = {
     "resnet50": ("graphs.models.resnet", "ResNet50", dict(num_classes=100), ("images", 4, 64, 100)),
     "inception-v3": ("graphs.models.inception", "InceptionV3", dict(num_classes=100), ("images", 2, 299, 100)),
 }
+# Between the toy sizes and the zoo's: steps of tens of ms on one GPU (host-bound eager launches) and of
+# 0.1-0.3 s on a 16-core host, so that a placement's CPU/GPU split moves its step time
+# (scripts/validate_gpu.py; not yet timed on a GPU, see BENCHMARKS.md).
+MEDIUM = {
+    "rnnlm": ("graphs.models.rnnlm", "RNNLM", dict(vocab_size=8000, hidden_size=512, num_layers=2), ("tokens", 32, 20, 8000, 2)),
+    "nmt-2": ("graphs.models.nmt", "NMT", dict(num_layers=2, src_vocab=8000, tgt_vocab=8000, hidden_size=512), ("tokens", 32, 15, 8000, 3)),
+    "nmt-4": ("graphs.models.nmt", "NMT", dict(num_layers=4, src_vocab=8000, tgt_vocab=8000, hidden_size=512), ("tokens", 32, 15, 8000, 3)),
+    "gpt2": ("graphs.models.gpt2", "GPT2", dict(vocab_size=8000, context=128, width=384, layers=4, heads=6), ("tokens", 8, 128, 8000, 2)),
+    "resnet50": ("graphs.models.resnet", "ResNet50", dict(num_classes=1000), ("images", 8, 128, 1000)),
+    "inception-v3": ("graphs.models.inception", "InceptionV3", dict(num_classes=1000), ("images", 4, 299, 1000)),
+}
+SIZES = {"small": SMALL, "medium": MEDIUM}  # and "full": the zoo's own sizes
 
 
 def build(name: str, size: str):
-    """``(model, example_inputs)``: the zoo model, or the same architecture at toy size."""
+    """``(model, example_inputs)``: the zoo model (``size="full"``), or the same architecture at a size of :data:`SIZES`."""
     import importlib
 
     import torch
@@ -53,7 +65,7 @@ def build(name: str, size: str):
         from graphs import zoo
 
         return zoo.build(name)
-    module, cls, kwargs, spec = SMALL[name]
+    module, cls, kwargs, spec = SIZES[size][name]
     torch.manual_seed(0)
     model = getattr(importlib.import_module(module), cls)(**kwargs).train()
     gen = torch.Generator().manual_seed(0)
@@ -83,6 +95,16 @@ def mape(sim: np.ndarray, real: np.ndarray) -> float:
     return float(np.mean(np.abs(sim - real) / real))
 
 
+def spearman(sim: np.ndarray, real: np.ndarray) -> float:
+    """Spearman's rank correlation of simulated and real step times; NaN where ranks are undefined
+    (two or fewer points, or every placement simulated alike, e.g. one physical device)."""
+    from scipy.stats import spearmanr
+
+    if len(real) <= 2 or np.ptp(sim) == 0:
+        return float("nan")
+    return float(spearmanr(sim, real).statistic)
+
+
 def simulator_executor(requested: str | None) -> tuple[str, dict]:
     """The executor model scored with (default: the simulator's, eager), and the keyword that selects it."""
     from envs.schedule import EXECUTORS
@@ -93,14 +115,25 @@ def simulator_executor(requested: str | None) -> tuple[str, dict]:
     return name, {"executor": name}
 
 
-def sim_times(graph, cluster, placements, executor: dict | None = None) -> np.ndarray:
+def sim_times(graph, cluster, placements, executor: dict | None = None, orders=None) -> np.ndarray:
+    """Simulated step time of each placement (memory ignored for an OOM one); ``orders``: an issue
+    order (or None, node order) per placement, which the eager executor follows."""
     import envs
 
     out = []
-    for p in placements:
-        r = envs.simulate(graph, p, cluster, **(executor or {}))
+    for k, p in enumerate(placements):
+        r = envs.simulate(graph, p, cluster, **(executor or {}), order=None if orders is None else orders[k])
         out.append(r.step_time_s if r.ok else r.extra.get("sim_step_time_s", float("inf")))
     return np.asarray(out)
+
+
+def calibrated(graph, prof, cluster, device_map):
+    """``(profiled graph, calibrated cluster, its physical cluster, logical -> physical device index)``."""
+    from envs.profiler import apply_profile, calibrate_cluster
+
+    logical = calibrate_cluster(cluster, prof, graph=graph, device_map=device_map)
+    phys, to_phys = physical(logical, device_map)
+    return apply_profile(graph, prof), logical, phys, to_phys
 
 
 def physical(cluster, device_map):
@@ -160,12 +193,53 @@ def measure_local(name: str, args: argparse.Namespace, cluster, graph, placement
     return results
 
 
-def run_model(name: str, args: argparse.Namespace) -> dict:
-    from scipy.stats import spearmanr
-
-    import envs
+def measure_ray(name: str, size: str, cluster, graph, placements, run_dir: str, *, device_map, warmup: int, steps: int,
+                cpus: int, timeout: float) -> list:
+    """Measure each placement in a Ray actor (:class:`envs.MeasuredEnv`, one worker, wall clock); results are
+    logged to ``run_dir/measurements.jsonl``, so a rerun measures only what is not there yet."""
     from envs.measured import MeasuredEnv
-    from envs.profiler import apply_profile, calibrate_cluster, profile_model, save_profile
+
+    env = MeasuredEnv(functools.partial(build, name, size), cluster, graph=graph, workers=1, device_map=device_map,
+                      warmup_steps=warmup, timed_steps=steps, run_dir=run_dir, cpus_per_worker=cpus, measure_timeout_s=timeout)
+    try:
+        return env.evaluate(placements)
+    finally:
+        env.close()
+
+
+def measure_here(name: str, size: str, cluster, graph, placements, run_dir: str, *, device_map, warmup: int, steps: int,
+                 cpus: int, timeout: float) -> list:
+    """As :func:`measure_ray`, without Ray: the actor's own code (``envs.measured.Worker.measure``: the module
+    ``placer.apply`` builds, ``warmup`` then ``steps`` Adam steps, wall clock, CUDA synchronised) runs in this
+    process, each placement under ``timeout`` (SIGALRM), logged to the same resumable ``measurements.jsonl``.
+    For a machine without Ray (the lent GPU machines have none, and its wheel is too big to carry there)."""
+    from envs.measured import MeasuredEnv, Worker
+    from envs.result import Result
+    from envs.runtime import StepTimeout, time_limit
+
+    source = functools.partial(build, name, size)
+    # The env only keys placements and keeps the log here (it starts Ray only in evaluate()); it has no public
+    # writer for its log, so its own _record is used, keeping one log format for both ways of measuring.
+    env = MeasuredEnv(source, cluster, graph=graph, workers=1, device_map=device_map, warmup_steps=warmup,
+                      timed_steps=steps, run_dir=run_dir, cpus_per_worker=cpus, measure_timeout_s=timeout)
+    keyed = env.keys(placements)
+    worker = None
+    for key, assignment in keyed:
+        if key in env._cache:
+            continue
+        worker = worker or Worker(source, device_map, cpus)
+        try:
+            with time_limit(timeout):
+                result = Result.from_dict(worker.measure(assignment, graph.content_hash, warmup, steps, env._orders.get(key)))
+        except StepTimeout:  # the alarm rang after measure() returned or before it started
+            result = Result(float("inf"), "timeout", f"measurement ran past {timeout:g}s", source="measured")
+        env._record(key, result)
+    return [env._cache[key] for key, _ in keyed]
+
+
+def run_model(name: str, args: argparse.Namespace) -> dict:
+    import envs
+    from envs.profiler import profile_model, save_profile
     from graphs.torch_capture import capture
 
     import torch
@@ -181,27 +255,22 @@ def run_model(name: str, args: argparse.Namespace) -> dict:
     run_dir = os.path.join(args.out_dir, name)
     os.makedirs(run_dir, exist_ok=True)
     save_profile(prof, os.path.join(run_dir, "profile.json"))
-    graph_p = apply_profile(graph, prof)
-    calibrated, to_phys = physical(calibrate_cluster(cluster, prof, graph=graph, device_map=args.device_map), args.device_map)
+    graph_p, _, phys, to_phys = calibrated(graph, prof, cluster, args.device_map)
     placements = random_placements(graph.num_ops, cluster.num_devices, args.placements, seed=args.seed)
     t0 = time.time()
     if args.real == "local":
         results = measure_local(name, args, cluster, graph, placements)
     else:
-        env = MeasuredEnv(functools.partial(build, name, args.size), cluster, graph=graph, workers=1, device_map=args.device_map,
-                          warmup_steps=args.warmup, timed_steps=args.steps, run_dir=run_dir, cpus_per_worker=args.cpus, measure_timeout_s=args.timeout)
-        try:
-            results = env.evaluate(placements)
-        finally:
-            env.close()
+        results = measure_ray(name, args.size, cluster, graph, placements, run_dir, device_map=args.device_map, warmup=args.warmup,
+                              steps=args.steps, cpus=args.cpus, timeout=args.timeout)
     measure_s = time.time() - t0
     ok = np.array([r.ok for r in results])
     real = np.array([r.step_time_s for r in results])[ok]
-    sim_cal = sim_times(graph_p, calibrated, [to_phys[p] for p in placements], executor_kw)[ok]
+    sim_cal = sim_times(graph_p, phys, [to_phys[p] for p in placements], executor_kw)[ok]
     sim_raw = sim_times(graph, cluster, placements, executor_kw)[ok]
     # One physical device (CPU only): every placement simulates alike, ranks are undefined (NaN).
-    rho_cal = float(spearmanr(sim_cal, real).statistic) if ok.sum() > 2 and np.ptp(sim_cal) > 0 else float("nan")
-    rho_raw = float(spearmanr(sim_raw, real).statistic) if ok.sum() > 2 else float("nan")
+    rho_cal = spearman(sim_cal, real)
+    rho_raw = spearman(sim_raw, real)
     return {
         "model": name, "size": args.size, "executor": executor, "profile_method": args.profile_method, "real": args.real,
         "profile_clock": prof["devices"].get("cpu", {}).get("clock", "wall"),
