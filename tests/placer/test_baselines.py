@@ -248,10 +248,8 @@ def test_scotch_is_reproducible_on_a_large_graph(k80x4):
     assert all(np.array_equal(runs[0], r) for r in runs[1:])
 
 
+@pytest.mark.timeout(120)  # a hang guard, not a speed target: 10**9 steps would run for hours
 def test_annealing_time_budget_stops_the_chain(k80x4):
-    import time
-
     g = random_dag(300, seed=6)
-    t0 = time.perf_counter()
     idx = run("annealing", g, k80x4, steps=10**9, time_budget_s=0.5)
-    assert time.perf_counter() - t0 < 20 and idx.shape == (g.num_ops,)
+    assert idx.shape == (g.num_ops,)

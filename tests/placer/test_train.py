@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -55,12 +56,10 @@ def test_learns_two_chains_from_scratch(tmp_path, algo):
     optimum = float(env.step_times(np.array([[1] * 4 + [2] * 4]))[0][0])
     single = float(env.step_times(np.array([[1] * 8]))[0][0])
     assert optimum < 0.7 * single
-    start = time.perf_counter()
     iterations = {"reinforce": 150, "ppo": 50}[algo]
     r = train(_config(tmp_path, iterations=iterations, warm_start="none", algo=algo, lr=0.02, executor="dataflow"),
               graph=g, cluster=c)
     assert r.best_step_time_s == pytest.approx(optimum, rel=1e-9)
-    assert time.perf_counter() - start < 60
     p = Placement.load(os.path.join(r.logdir, "best_placement.json"))
     assert env.simulate(p).step_time_s == pytest.approx(r.best_step_time_s)
     assert p.meta["found_by"] in ("sample", "greedy") and p.meta["warm_start"] == "none"
@@ -203,10 +202,10 @@ def test_warm_start_is_bounded_by_the_time_budget_and_its_placement_kept(tmp_pat
     c = envs.resolve_cluster("k80x4")
     config = _config(tmp_path, time_budget_s=0.3, heuristics=("m_topo",), warm_start="best",
                      warm_start_steps=100_000, warm_start_nll=0.0, max_groups=None)
-    start = time.perf_counter()
     r = train(config, graph=g, cluster=c)
-    # imitation may take half the budget; scoring and one iteration fit well within a few seconds
-    assert time.perf_counter() - start < 30
+    # the budget, not the 100,000 allowed steps, ended the imitation
+    steps = int(re.search(r"\((\d+) steps\)", r.warm_start).group(1))
+    assert 0 < steps < 100_000, r.warm_start
     assert np.isfinite(r.best_step_time_s)
     assert os.path.exists(os.path.join(r.logdir, "best_placement.json"))
 
