@@ -490,10 +490,9 @@ def run_steps(module: nn.Module, inputs: tuple, optimizer: torch.optim.Optimizer
 
 def check_timeout(seconds: Any, name: str = "--measure-timeout") -> float:
     """``seconds`` as a float if it is a finite number > 0, else :class:`PlacerError` naming ``name``."""
-    ok = isinstance(seconds, (int, float)) and not isinstance(seconds, bool) and 0 < seconds < float("inf")
-    if not ok:
-        raise PlacerError(f"{name} {seconds!r}: need a finite number of seconds > 0")
-    return float(seconds)
+    from graphs.schema import check_float
+
+    return check_float(seconds, name, above=0)
 
 
 class StepTimeout(Exception):

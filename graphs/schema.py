@@ -24,6 +24,7 @@ graphs.errors.PlacerError: c.json: links[0].bidirectional must be true or false,
 from __future__ import annotations
 
 import math
+import numbers
 from typing import Any, NoReturn
 
 import numpy as np
@@ -197,3 +198,47 @@ def _digits(x: Any) -> str:
             return "an integer of more than 4300 digits"
         return f"an integer of {len(text.lstrip('-'))} digits" if len(text) > 24 else text
     return repr(x)
+
+
+# ------------------------------------------------------------ option values
+# The same rules for values given on a command line or to a Python API
+# (placer.checks, envs.measured's timeouts): one line "<option> <value>: must ...".
+def check_int(value: object, option: str, *, least: int | None = None, most: int | None = None) -> int:
+    """``value`` if it is an integer (not a bool) in ``[least, most]``, else PlacerError."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        raise PlacerError(f"{option} {value!r}: must be an integer")
+    value = int(value)
+    if least is not None and most is not None and not least <= value <= most:
+        raise PlacerError(f"{option} {value}: must be between {least} and {most}")
+    if least is not None and value < least:
+        raise PlacerError(f"{option} {value}: must be at least {least}")
+    if most is not None and value > most:
+        raise PlacerError(f"{option} {value}: must be at most {most}")
+    return value
+
+
+def check_float(
+    value: object,
+    option: str,
+    *,
+    above: float | None = None,
+    least: float | None = None,
+    below: float | None = None,
+    most: float | None = None,
+) -> float:
+    """``value`` if it is a finite real number (not a bool) within the given bounds, else PlacerError.
+
+    ``above``/``below`` are strict bounds, ``least``/``most`` inclusive ones.
+    """
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise PlacerError(f"{option} {value!r}: must be a number")
+    value = float(value)
+    bounds = [f"> {above:g}" if above is not None else "", f">= {least:g}" if least is not None else "",
+              f"< {below:g}" if below is not None else "", f"<= {most:g}" if most is not None else ""]
+    want = " and ".join(b for b in bounds if b)
+    ok = math.isfinite(value)
+    ok = ok and (above is None or value > above) and (least is None or value >= least)
+    ok = ok and (below is None or value < below) and (most is None or value <= most)
+    if not ok:
+        raise PlacerError(f"{option} {value:g}: must be a finite number" + (f" {want}" if want else ""))
+    return value

@@ -16,12 +16,11 @@ graphs.errors.PlacerError: --samples 0: must be at least 1
 
 from __future__ import annotations
 
-import math
-import numbers
 import os
 import tempfile
 
 from graphs.errors import PlacerError
+from graphs.schema import check_float, check_int  # noqa: F401 - the option checks, re-exported for placer
 
 #: Seeds reach numpy (non-negative) and torch (< 2**63 as a signed generator seed).
 MAX_SEED = 2**63 - 1
@@ -30,47 +29,6 @@ NAME_MAX = 255
 
 
 # ------------------------------------------------------------------ numbers
-def check_int(value: object, option: str, *, least: int | None = None, most: int | None = None) -> int:
-    """``value`` if it is an integer (not a bool) in ``[least, most]``, else PlacerError."""
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
-        raise PlacerError(f"{option} {value!r}: must be an integer")
-    value = int(value)
-    if least is not None and most is not None and not least <= value <= most:
-        raise PlacerError(f"{option} {value}: must be between {least} and {most}")
-    if least is not None and value < least:
-        raise PlacerError(f"{option} {value}: must be at least {least}")
-    if most is not None and value > most:
-        raise PlacerError(f"{option} {value}: must be at most {most}")
-    return value
-
-
-def check_float(
-    value: object,
-    option: str,
-    *,
-    above: float | None = None,
-    least: float | None = None,
-    below: float | None = None,
-    most: float | None = None,
-) -> float:
-    """``value`` if it is a finite real number (not a bool) within the given bounds, else PlacerError.
-
-    ``above``/``below`` are strict bounds, ``least``/``most`` inclusive ones.
-    """
-    if isinstance(value, bool) or not isinstance(value, numbers.Real):
-        raise PlacerError(f"{option} {value!r}: must be a number")
-    value = float(value)
-    bounds = [f"> {above:g}" if above is not None else "", f">= {least:g}" if least is not None else "",
-              f"< {below:g}" if below is not None else "", f"<= {most:g}" if most is not None else ""]
-    want = " and ".join(b for b in bounds if b)
-    ok = math.isfinite(value)
-    ok = ok and (above is None or value > above) and (least is None or value >= least)
-    ok = ok and (below is None or value < below) and (most is None or value <= most)
-    if not ok:
-        raise PlacerError(f"{option} {value:g}: must be a finite number" + (f" {want}" if want else ""))
-    return value
-
-
 def check_seed(value: object, option: str = "--seed") -> int:
     """A seed every random generator here accepts: an integer in ``[0, 2**63 - 1]``."""
     return check_int(value, option, least=0, most=MAX_SEED)
