@@ -80,6 +80,7 @@ class SimEnv:
         self.static_bytes = cost.static_bytes(graph)
         self.act_bytes = cost.activation_bytes(graph)
         self._kernel_data: Any = None
+        self._twins: dict[str, SimEnv] = {}  # this env under the other executor model (see _as)
         self._lower_bound: float | None = None
 
     # --------------------------------------------------------------- helpers
@@ -244,10 +245,17 @@ class SimEnv:
                 if indeg[v] == 0:
                     heapq.heappush(ready, (bool(host[v]), v))
         out["devices-first"] = np.asarray(order, dtype=np.int64)
-        flow = self if self.executor == "dataflow" else SimEnv(g, self.cluster, executor="dataflow")
-        start = flow._kernel().schedule(place, None).fwd_start_s if flow.backend == "kernel" else flow.schedule(place).fwd_start_s
+        start = self._as("dataflow").schedule(place).fwd_start_s
         out["schedule"] = np.lexsort((np.arange(n), host, start)).astype(np.int64)
         return out
+
+    def _as(self, executor: str) -> "SimEnv":
+        """This env under another executor model (same graph, cluster and backend; built once)."""
+        if executor == self.executor:
+            return self
+        if executor not in self._twins:
+            self._twins[executor] = SimEnv(self.graph, self.cluster, backend=self.backend, executor=executor)
+        return self._twins[executor]
 
     def plan_order(self, placement: Any) -> tuple[np.ndarray, str, float]:
         """``(order, name, eager step seconds)``: the fastest of :meth:`order_candidates` under the eager model.
@@ -256,7 +264,7 @@ class SimEnv:
         judged there whatever this env's executor; ties keep the node order.
         Memory is ignored here (the order barely moves the peak).
         """
-        eager = self if self.executor == "eager" else SimEnv(self.graph, self.cluster, executor="eager")
+        eager = self._as("eager")
         cands = self.order_candidates(placement)
         place = self.indices(placement)
         names = list(cands)

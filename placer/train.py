@@ -572,6 +572,9 @@ def _train(config: TrainConfig, graph: OpGraph, cluster: Any, env: Any, logdir: 
     t0 = time.perf_counter() - run["elapsed_s"]
     elapsed = lambda: time.perf_counter() - t0  # noqa: E731
     fail_cost = config.fail_factor * t_ref
+    # the simulator that picks the best placement's issue order (built once; --env sim only)
+    planner = (env if isinstance(env, envs.SimEnv) else envs.SimEnv(graph, cluster, executor=config.executor)) \
+        if config.env == "sim" else None
 
     def consider(idx: np.ndarray, t: np.ndarray, failed: np.ndarray, found_by: str) -> None:
         """Keep the best successful placement; rewrite best_placement.json when it improves."""
@@ -584,7 +587,7 @@ def _train(config: TrainConfig, graph: OpGraph, cluster: Any, env: Any, logdir: 
                        best_iteration=run["iteration"], time_to_best_s=elapsed())
             if run["time_to_beat_heuristic_s"] is None and t[j] <= best_h[1]:
                 run["time_to_beat_heuristic_s"] = elapsed()
-            _save_best(os.path.join(logdir, BEST_NAME), _best_placement(graph, devices, cluster, config, run))
+            _save_best(os.path.join(logdir, BEST_NAME), _best_placement(graph, devices, cluster, config, run, planner))
 
     def save_checkpoint() -> None:
         run["elapsed_s"] = elapsed()
@@ -673,7 +676,7 @@ def _train(config: TrainConfig, graph: OpGraph, cluster: Any, env: Any, logdir: 
     save_checkpoint()
     writer.flush()
     writer.close()
-    best = _best_placement(graph, devices, cluster, config, run) if run["best_indices"] is not None else None
+    best = _best_placement(graph, devices, cluster, config, run, planner) if run["best_indices"] is not None else None
     result = TrainResult(
         best_step_time_s=run["best_step_time_s"], best_placement=best, iterations=run["iteration"],
         elapsed_s=run["elapsed_s"], time_to_best_s=run["time_to_best_s"], logdir=logdir, heuristics=heuristics,
@@ -689,9 +692,11 @@ def _train(config: TrainConfig, graph: OpGraph, cluster: Any, env: Any, logdir: 
 
 
 # ------------------------------------------------------------------ small helpers
-def _best_placement(graph: OpGraph, devices: list[str], cluster: Any, config: TrainConfig, run: dict) -> Placement:
+def _best_placement(graph: OpGraph, devices: list[str], cluster: Any, config: TrainConfig, run: dict,
+                    planner: Any = None) -> Placement:
     """The run's best as a placement file: under ``--env sim`` with the issue order chosen for it.
 
+    ``planner`` (a SimEnv; None for a measured run) chooses the order.
     ``step_time_s`` stays the time the run scored (node order, ``config.executor``),
     so bests compare alike; with an order, ``issue_order_step_time_s`` is the eager
     time of the order the file carries, which is what ``placer.apply`` runs. A
@@ -701,10 +706,8 @@ def _best_placement(graph: OpGraph, devices: list[str], cluster: Any, config: Tr
             "iteration": run["best_iteration"], "warm_start": run["warm_start"], "algo": config.algo,
             "seed": config.seed, "env": config.env, "profile": config.profile, "executor": config.executor}
     order = None
-    if config.env == "sim":
-        from envs.simulator import plan_order
-
-        order, how, step_s = plan_order(graph, np.asarray(run["best_indices"]), cluster)
+    if planner is not None:
+        order, how, step_s = planner.plan_order(np.asarray(run["best_indices"]))
         meta.update(issue_order=how, issue_order_step_time_s=step_s)
     return Placement.from_indices(
         graph, devices, run["best_indices"], cluster=getattr(cluster, "name", config.cluster),
