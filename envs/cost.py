@@ -83,11 +83,19 @@ def bytes_touched(graph: OpGraph) -> np.ndarray:
     return inputs + graph.param_bytes + graph.buffer_bytes + graph.out_bytes
 
 
-def op_times(graph: OpGraph, cluster: Cluster) -> tuple[np.ndarray, np.ndarray]:
-    """Forward and backward seconds of every op on every device, each ``[num_ops, num_devices]``."""
+def op_times(graph: OpGraph, cluster: Cluster, microbatches: int = 1) -> tuple[np.ndarray, np.ndarray]:
+    """Forward and backward seconds of every op on every device, each ``[num_ops, num_devices]``.
+
+    ``microbatches`` M > 1: the times of one op on one microbatch, ``1/M`` of the
+    batch (:mod:`envs.microbatch`): FLOPs, inputs and outputs scaled by ``1/M``,
+    the parameters and buffers still read whole; a profiled time is scaled by ``1/M``.
+    """
     n, D = graph.num_ops, cluster.num_devices
-    compute_s = graph.flops[:, None] / cluster.flops_per_s[None, :]
-    memory_s = bytes_touched(graph)[:, None] / cluster.mem_bw_bytes_per_s[None, :]
+    M = float(microbatches)
+    compute_s = graph.flops[:, None] / M / cluster.flops_per_s[None, :]
+    touched = bytes_touched(graph) if microbatches == 1 else (
+        (bytes_touched(graph) - graph.param_bytes - graph.buffer_bytes) / M + graph.param_bytes + graph.buffer_bytes)
+    memory_s = touched[:, None] / cluster.mem_bw_bytes_per_s[None, :]
     fwd = np.maximum(compute_s, memory_s) + cluster.launch_overhead_s[None, :]
     views = view_mask(graph)
     fwd[views] = 0.0
@@ -99,12 +107,12 @@ def op_times(graph: OpGraph, cluster: Cluster) -> tuple[np.ndarray, np.ndarray]:
         measured_fwd = prof.get("fwd_s")
         if measured_fwd is not None:
             have = ~np.isnan(measured_fwd)
-            fwd[have, d] = measured_fwd[have]
-            bwd[have, d] = BACKWARD_MULTIPLIER * measured_fwd[have]
+            fwd[have, d] = measured_fwd[have] / M
+            bwd[have, d] = BACKWARD_MULTIPLIER * measured_fwd[have] / M
         measured_bwd = prof.get("bwd_s")
         if measured_bwd is not None:
             have = ~np.isnan(measured_bwd)
-            bwd[have, d] = measured_bwd[have]
+            bwd[have, d] = measured_bwd[have] / M
     assert fwd.shape == (n, D)
     return fwd, bwd
 

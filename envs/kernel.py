@@ -523,7 +523,7 @@ class KernelData:
     """Per-(graph, cluster) arrays in the layout the kernel wants."""
 
     def __init__(self, env: "SimEnv") -> None:
-        g, c = env.graph, env.cluster
+        g, c = env.sim_graph, env.cluster  # with microbatches: the expanded graph (envs.microbatch)
         self.n, self.D = g.num_ops, c.num_devices
         out_ptr, out_dst, out_eid = g.out_csr
         in_ptr, in_src, _ = g.in_csr

@@ -29,6 +29,7 @@ from envs import cost
 from envs.assign import as_indices, check_order
 from envs.cluster import Cluster
 from envs.memory import peak_bytes
+from envs.microbatch import check_microbatches, expand_order, microbatch_graph
 from envs.result import Result
 from envs.schedule import ACT, EXECUTORS, Schedule, schedule_reference
 from graphs.errors import PlacerError
@@ -58,14 +59,20 @@ class SimEnv:
             executor, the paper's setting; ignores the issue order). See
             :mod:`envs.schedule`.
 
+        microbatches: ``M``, the number of microbatches a step runs (default 1):
+            placements are still of ``graph``'s ops, and the step is scheduled as
+            the expanded graph of :mod:`envs.microbatch` (``self.sim_graph``), M
+            copies with the placement repeated, issued fill-drain.
+
     Wherever a placement is taken, its issue order is the ``order`` argument,
     else the placement's ``order`` attribute (``placer.Placement.order``), else
-    node order.
+    node order. A placement whose ``microbatches`` attribute differs from this
+    env's is scored by this env's twin for that M (:meth:`with_microbatches`).
     """
 
     source = "sim"
 
-    def __init__(self, graph: OpGraph, cluster: Cluster, *, backend: str = "kernel", executor: str = "eager") -> None:
+    def __init__(self, graph: OpGraph, cluster: Cluster, *, backend: str = "kernel", executor: str = "eager", microbatches: int = 1) -> None:
         if backend not in ("kernel", "reference"):
             raise ValueError(f"backend must be 'kernel' or 'reference', not {backend!r}")
         if executor not in EXECUTORS:
@@ -76,11 +83,15 @@ class SimEnv:
         self.executor = executor
         self.num_ops = graph.num_ops
         self.num_devices = cluster.num_devices
-        self.fwd_s, self.bwd_s = cost.op_times(graph, cluster)
-        self.static_bytes = cost.static_bytes(graph)
-        self.act_bytes = cost.activation_bytes(graph)
+        self.microbatches = M = check_microbatches(microbatches)
+        # the graph the schedulers run: the graph itself, or its M microbatch copies
+        self.sim_graph = microbatch_graph(graph, M)
+        fwd, bwd = cost.op_times(graph, cluster, microbatches=M)
+        self.fwd_s, self.bwd_s = (fwd, bwd) if M == 1 else (np.tile(fwd, (M, 1)), np.tile(bwd, (M, 1)))
+        self.static_bytes = cost.static_bytes(self.sim_graph)
+        self.act_bytes = cost.activation_bytes(self.sim_graph)
         self._kernel_data: Any = None
-        self._twins: dict[str, SimEnv] = {}  # this env under the other executor model (see _as)
+        self._twins: dict[Any, SimEnv] = {}  # this env under another executor model or M (see _as)
         self._lower_bound: float | None = None
 
     # --------------------------------------------------------------- helpers
@@ -104,11 +115,38 @@ class SimEnv:
             return np.stack([check_order(row, self.graph).astype(np.int64) for row in arr]) if len(arr) else arr.astype(np.int64)
         return check_order(arr, self.graph).astype(np.int64)
 
+    def expand(self, place: np.ndarray) -> np.ndarray:
+        """Device per op of ``sim_graph`` from device per op of ``graph`` (the placement, M times)."""
+        return place if self.microbatches == 1 else np.tile(place, self.microbatches)
+
+    def sim_order(self, order: np.ndarray | None) -> np.ndarray | None:
+        """The issue order of ``sim_graph`` from a checked order of ``graph`` (fill-drain; None stays None)."""
+        if order is None or self.microbatches == 1:
+            return order
+        return expand_order(order, self.num_ops, self.microbatches)
+
+    def with_microbatches(self, microbatches: int) -> "SimEnv":
+        """This env for plans of ``microbatches`` microbatches (same graph, cluster, backend, executor; built once)."""
+        M = check_microbatches(microbatches)
+        if M == self.microbatches:
+            return self
+        key = (self.executor, M)
+        if key not in self._twins:
+            self._twins[key] = SimEnv(self.graph, self.cluster, backend=self.backend, executor=self.executor, microbatches=M)
+        return self._twins[key]
+
+    def _for(self, placement: Any) -> "SimEnv":
+        """The env that scores ``placement``: this one, or its twin for the placement's ``microbatches``."""
+        M = getattr(placement, "microbatches", None)
+        return self if M is None or M == self.microbatches else self.with_microbatches(M)
+
     def update_s(self, place: np.ndarray) -> np.ndarray:
-        params = np.bincount(place, weights=self.graph.param_bytes.astype(np.float64), minlength=self.num_devices)
+        """Optimizer seconds per device for ``place``, device per op of ``sim_graph`` (parameters of copy 0)."""
+        params = np.bincount(place, weights=self.sim_graph.param_bytes.astype(np.float64), minlength=self.num_devices)
         return cost.update_times_s(params, self.cluster)
 
     def static_per_device(self, place: np.ndarray) -> np.ndarray:
+        """Static bytes per device for ``place``, device per op of ``sim_graph``."""
         out = np.zeros(self.num_devices, dtype=np.int64)
         np.add.at(out, place, self.static_bytes)
         return out
@@ -122,19 +160,26 @@ class SimEnv:
 
     # -------------------------------------------------------------- schedule
     def schedule(self, placement: Any, order: Any = None) -> Schedule:
-        """The full simulated schedule of one placement (issue ``order``: see the class doc)."""
-        place = self.indices(placement)
-        order = self.check_order(getattr(placement, "order", None) if order is None else order)
+        """The full simulated schedule of one placement (issue ``order``: see the class doc).
+
+        With M microbatches its per-op arrays are those of ``sim_graph`` (op ``m * n + i``
+        is op ``i`` of microbatch ``m``).
+        """
+        env = self._for(placement)
+        if env is not self:
+            return env.schedule(placement, order)
+        place = self.expand(self.indices(placement))
+        order = self.sim_order(self.check_order(getattr(placement, "order", None) if order is None else order))
         if self.backend == "reference":
             c = self.cluster
-            return schedule_reference(self.graph, place, self.fwd_s, self.bwd_s, c.latency_s, c.bandwidth_bytes_per_s, self.update_s(place),
+            return schedule_reference(self.sim_graph, place, self.fwd_s, self.bwd_s, c.latency_s, c.bandwidth_bytes_per_s, self.update_s(place),
                                       executor=self.executor, order=order, host=np.asarray(c.kinds) == "cpu", launch_s=c.launch_overhead_s)
         return self._kernel().schedule(place, order if self.executor == "eager" else None)
 
     def simulate(self, placement: Any, *, trace: bool = False, order: Any = None) -> Result:
         """Score one placement; see :func:`simulate`."""
-        sched = self.schedule(placement, order)
-        return self.result(sched, trace=trace)
+        env = self._for(placement)
+        return env.result(env.schedule(placement, order), trace=trace)
 
     def result(self, sched: Schedule, *, trace: bool = False) -> Result:
         """The Result of a schedule (memory sweep, busy times, OOM check)."""
@@ -143,7 +188,7 @@ class SimEnv:
         D = self.num_devices
         peaks, _ = peak_bytes(sched, self.act_bytes, self.static_per_device(sched.place), D)
         p = sched.place
-        n = self.num_ops
+        n = len(p)
         dev_busy = np.bincount(p, weights=self.fwd_s[np.arange(n), p] + self.bwd_s[np.arange(n), p], minlength=D)
         dev_busy = dev_busy + sched.update_s
         busy = {names[d]: float(dev_busy[d]) for d in range(D)}
@@ -161,6 +206,7 @@ class SimEnv:
             "num_transfers": int(np.sum(sched.xfer_kind == ACT)),
             "transfer_bytes": int(sched.xfer_bytes.sum()),
             "executor": self.executor,
+            "microbatches": self.microbatches,
         }
         if trace:
             from envs.trace import chrome_trace
@@ -205,11 +251,18 @@ class SimEnv:
         order = self.check_order(order, rows=len(idx))
         if order is not None and order.ndim == 2 and len(order) == 1:
             order = order[0]
+        if self.microbatches > 1:  # the same placements and orders, on the expanded graph
+            idx = np.tile(idx, (1, self.microbatches))
+            order = self.sim_order(order)
         if self.backend == "reference":
             times = np.empty(len(idx))
             oom = np.zeros(len(idx), dtype=bool)
             for k, row in enumerate(idx):
-                r = self.simulate(row, order=order[k] if order is not None and order.ndim == 2 else order)
+                o = order[k] if order is not None and order.ndim == 2 else order
+                c = self.cluster
+                sched = schedule_reference(self.sim_graph, row, self.fwd_s, self.bwd_s, c.latency_s, c.bandwidth_bytes_per_s, self.update_s(row),
+                                           executor=self.executor, order=o, host=np.asarray(c.kinds) == "cpu", launch_s=c.launch_overhead_s)
+                r = self.result(sched)
                 times[k] = r.extra["sim_step_time_s"]
                 oom[k] = r.status == "oom"
             return times, oom
@@ -245,7 +298,7 @@ class SimEnv:
                 if indeg[v] == 0:
                     heapq.heappush(ready, (bool(host[v]), v))
         out["devices-first"] = np.asarray(order, dtype=np.int64)
-        start = self._as("dataflow").schedule(place).fwd_start_s
+        start = self._as("dataflow").schedule(place).fwd_start_s[:n]  # with microbatches: those of microbatch 0
         out["schedule"] = np.lexsort((np.arange(n), host, start)).astype(np.int64)
         return out
 
@@ -253,9 +306,10 @@ class SimEnv:
         """This env under another executor model (same graph, cluster and backend; built once)."""
         if executor == self.executor:
             return self
-        if executor not in self._twins:
-            self._twins[executor] = SimEnv(self.graph, self.cluster, backend=self.backend, executor=executor)
-        return self._twins[executor]
+        key = (executor, self.microbatches)
+        if key not in self._twins:
+            self._twins[key] = SimEnv(self.graph, self.cluster, backend=self.backend, executor=executor, microbatches=self.microbatches)
+        return self._twins[key]
 
     def plan_order(self, placement: Any) -> tuple[np.ndarray, str, float]:
         """``(order, name, eager step seconds)``: the fastest of :meth:`order_candidates` under the eager model.
@@ -264,6 +318,9 @@ class SimEnv:
         judged there whatever this env's executor; ties keep the node order.
         Memory is ignored here (the order barely moves the peak).
         """
+        env = self._for(placement)
+        if env is not self:
+            return env.plan_order(placement)
         eager = self._as("eager")
         cands = self.order_candidates(placement)
         place = self.indices(placement)
@@ -277,7 +334,7 @@ class SimEnv:
         if self._lower_bound is None:
             from envs.bound import lower_bound_from_times
 
-            self._lower_bound = lower_bound_from_times(self.graph, self.cluster, self.fwd_s, self.bwd_s)
+            self._lower_bound = lower_bound_from_times(self.sim_graph, self.cluster, self.fwd_s, self.bwd_s)
         return self._lower_bound
 
 

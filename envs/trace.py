@@ -22,7 +22,7 @@ PID = 1
 
 def chrome_trace(env: "SimEnv", sched: Schedule) -> dict[str, Any]:
     """The trace document (a dict ready for ``json.dump``)."""
-    g, c = env.graph, env.cluster
+    g, c = env.sim_graph, env.cluster  # with microbatches, op "name@mbM" is op name of microbatch M
     names = c.device_names
     D = c.num_devices
     us = 1e6
@@ -63,5 +63,5 @@ def chrome_trace(env: "SimEnv", sched: Schedule) -> dict[str, Any]:
     return {
         "traceEvents": events,
         "displayTimeUnit": "ms",
-        "otherData": {"graph": g.name, "graph_hash": g.content_hash, "cluster": c.name, "step_time_s": sched.step_time_s},
+        "otherData": {"graph": env.graph.name, "graph_hash": env.graph.content_hash, "microbatches": env.microbatches, "cluster": c.name, "step_time_s": sched.step_time_s},
     }

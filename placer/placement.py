@@ -15,6 +15,13 @@ order in which :func:`placer.apply` emits them; ``None`` means node order:
 
 >>> Placement.from_indices(g, ["cpu:0", "gpu:0"], [1, 1], order=[0, 1]).order.tolist()
 [0, 1]
+
+and a number of microbatches (a pipelined plan, :mod:`envs.microbatch`); absent
+from the file when 1:
+
+>>> p = Placement.from_indices(g, ["cpu:0", "gpu:0"], [1, 1], microbatches=4)
+>>> p.to_dict()["microbatches"], Placement.from_dict(p.to_dict()) == p
+(4, True)
 """
 
 from __future__ import annotations
@@ -28,6 +35,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from envs.assign import as_indices, check_order
+from envs.microbatch import MAX_MICROBATCHES, check_microbatches
 from graphs import OpGraph, PlacerError
 from graphs import schema
 from graphs.io import read_json, write_text_atomic
@@ -49,6 +57,9 @@ class Placement:
         order: the issue order, op indices (into the graph's ops) in the order the
             runtime issues them, a topological order of the graph; ``None``: node order.
             Checked against the graph by :func:`envs.assign.check_order`.
+        microbatches: M, the number of microbatches one step runs through the placement
+            (split along the batch, gradients accumulated, one optimizer step, issued
+            fill-drain); 1 (default): the whole batch at once. See :mod:`envs.microbatch`.
         source: the file it was loaded from, for error messages (not saved).
     """
 
@@ -60,8 +71,10 @@ class Placement:
     meta: dict[str, Any] = field(default_factory=dict)
     order: np.ndarray | None = None
     source: str = field(default="", repr=False)
+    microbatches: int = 1
 
     def __post_init__(self) -> None:
+        self.microbatches = check_microbatches(self.microbatches, f"{self.source or 'placement'}: microbatches")
         if self.order is not None:
             # a permutation here; its length and edges are checked against the graph where it is used,
             # after the assignment (so a placement missing an op is reported as that)
@@ -72,8 +85,8 @@ class Placement:
         if not isinstance(other, Placement):
             return NotImplemented
         same_order = (self.order is None) == (other.order is None) and (self.order is None or np.array_equal(self.order, other.order))
-        return same_order and (self.assignment, self.graph_hash, self.devices, self.cluster, self.method, self.meta) == (
-            other.assignment, other.graph_hash, other.devices, other.cluster, other.method, other.meta
+        return same_order and (self.assignment, self.graph_hash, self.devices, self.cluster, self.method, self.meta, self.microbatches) == (
+            other.assignment, other.graph_hash, other.devices, other.cluster, other.method, other.meta, other.microbatches
         )
 
     __hash__ = None  # type: ignore[assignment]  # mutable, like a dataclass with eq
@@ -81,7 +94,7 @@ class Placement:
     @classmethod
     def from_indices(
         cls, graph: OpGraph, devices: Sequence[str], indices: Sequence[int] | np.ndarray, *, cluster: str = "", method: str = "",
-        meta: dict | None = None, order: Sequence[int] | np.ndarray | None = None,
+        meta: dict | None = None, order: Sequence[int] | np.ndarray | None = None, microbatches: int = 1,
     ) -> "Placement":
         """Device ``devices[indices[i]]`` for op ``i``; ``order``: issue order (op indices), checked against ``graph``."""
         idx = np.asarray(indices).tolist()
@@ -96,6 +109,7 @@ class Placement:
             method=method,
             meta=dict(meta or {}),
             order=None if order is None else check_order(order, graph, source="placement: order"),
+            microbatches=microbatches,
         )
 
     def indices(self, graph: OpGraph, devices: Sequence[str] | None = None, *, source: str = "placement") -> np.ndarray:
@@ -132,6 +146,9 @@ class Placement:
         # every name is already written once, in "assignment". Absent: node order.
         if self.order is not None:
             doc["order"] = [int(i) for i in self.order]
+        # Absent: 1 (the whole batch at once), so files of unpipelined plans read as before.
+        if self.microbatches != 1:
+            doc["microbatches"] = int(self.microbatches)
         return doc
 
     def save(self, path: str | os.PathLike) -> None:
@@ -167,6 +184,7 @@ class Placement:
             meta=_check_meta(doc.get("meta", {}), source),
             order=None if doc.get("order") is None else check_order(
                 doc["order"], len(doc["order"]) if isinstance(doc["order"], list) else len(a), source=f"{source}: 'order'"),
+            microbatches=schema.integer(doc.get("microbatches", 1), source, "microbatches", minimum=1, maximum=MAX_MICROBATCHES),
         )
 
 

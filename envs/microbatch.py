@@ -1,0 +1,102 @@
+"""Microbatched (pipelined) steps: the op graph of M microbatches, and its issue order.
+
+A plan with ``microbatches = M`` runs one training step as M microbatches of
+the batch (split along its batch dimension) through the same placement, the
+gradients accumulating into the shared parameters, then one optimizer step.
+The simulator scores it by scheduling an expanded graph with the ordinary
+schedulers of :mod:`envs.schedule` / :mod:`envs.kernel`:
+
+* M copies of every op, copy ``m`` of op ``i`` at index ``m * n + i`` (named
+  ``"{name}@mb{m}"``); copy ``m`` has the edges of the original graph among the
+  copies ``m`` and no edge to another copy (microbatches are independent until
+  their gradients meet in the parameters);
+* activations, edges and FLOPs scaled by ``1/M`` (byte counts rounded up): every
+  op is taken to work along the batch. Ops that do not (a rotary table, a causal
+  mask) are overcharged nothing and undercharged their full cost ``(M-1)/M`` times:
+  a documented simplification;
+* parameters, buffers, their gradients and the optimizer state belong to copy 0
+  only: static memory and the optimizer update are counted once. The accumulation
+  of the M gradients adds into the same buffer (no memory; its adds are not charged).
+  Each copy still reads the weights it uses: :func:`microbatch_op_times` charges
+  the full parameter bytes to every copy's memory traffic, so a memory-bound op
+  (a matrix-vector product at a small microbatch) does not get faster with M;
+* the issue order is fill-drain (GPipe): the host issues microbatch 0's ops in
+  the plan's order, then microbatch 1's, and so on (:func:`expand_order`); the
+  in-order GPU streams then run microbatch ``m+1``'s first stage while microbatch
+  ``m`` is on the next one, and autograd's backward (reverse issue order per
+  device) drains them from the last microbatch back. Every microbatch's
+  activations are alive from its forward to its backward, so the memory sweep
+  counts the activations of every microbatch in flight.
+
+>>> from graphs import OpGraph
+>>> g = OpGraph.from_edges(["a", "b"], [("a", "b", 8)], flops=[4.0, 2.0], param_bytes=[16, 0])
+>>> x = microbatch_graph(g, 2)
+>>> x.names, x.edge_src.tolist(), x.edge_dst.tolist(), x.edge_bytes.tolist()
+(['a@mb0', 'b@mb0', 'a@mb1', 'b@mb1'], [0, 2], [1, 3], [4, 4])
+>>> x.flops.tolist(), x.param_bytes.tolist()
+([2.0, 1.0, 2.0, 1.0], [16, 0, 0, 0])
+>>> expand_order([1, 0], 2, 3).tolist()
+[1, 0, 3, 2, 5, 4]
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from graphs.schema import check_int
+from graphs.ir import OpGraph
+
+#: The largest number of microbatches a plan may ask for (a sanity bound on the expanded graph).
+MAX_MICROBATCHES = 1024
+
+
+def check_microbatches(value: Any, option: str = "microbatches") -> int:
+    """``value`` as a number of microbatches (an int in ``[1, MAX_MICROBATCHES]``), else one-line PlacerError."""
+    return check_int(value, option, least=1, most=MAX_MICROBATCHES)
+
+
+def _ceil_div(a: np.ndarray, m: int) -> np.ndarray:
+    return -(-np.asarray(a, dtype=np.int64) // m)
+
+
+def microbatch_graph(graph: OpGraph, microbatches: int) -> OpGraph:
+    """The graph of one step of ``microbatches`` microbatches (see the module doc); the graph itself for 1."""
+    M = check_microbatches(microbatches)
+    if M == 1:
+        return graph
+    n = graph.num_ops
+    zeros = np.zeros(n * (M - 1), dtype=np.int64)
+    shift = (np.arange(M, dtype=np.int64) * n)[:, None]
+    return OpGraph(
+        names=[f"{name}@mb{m}" for m in range(M) for name in graph.names],
+        op_types=list(graph.op_types) * M,
+        out_shapes=[list(s) for s in graph.out_shapes] * M,
+        out_dtypes=[list(d) for d in graph.out_dtypes] * M,
+        out_bytes=np.tile(_ceil_div(graph.out_bytes, M), M),
+        param_bytes=np.concatenate([graph.param_bytes, zeros]),
+        buffer_bytes=np.concatenate([graph.buffer_bytes, zeros]),
+        flops=np.tile(graph.flops / M, M),
+        module_paths=list(graph.module_paths) * M,
+        params=[list(p) for p in graph.params] * M,
+        edge_src=(graph.edge_src[None, :].astype(np.int64) + shift).reshape(-1),
+        edge_dst=(graph.edge_dst[None, :].astype(np.int64) + shift).reshape(-1),
+        edge_bytes=np.tile(_ceil_div(graph.edge_bytes, M), M),
+        name=f"{graph.name}@{M}mb" if graph.name else f"graph@{M}mb",
+        meta={**graph.meta, "microbatches": M},
+    )
+
+
+def expand_order(order: Any, num_ops: int, microbatches: int) -> np.ndarray:
+    """The fill-drain issue order of the expanded graph: ``order`` for microbatch 0, then 1, ...
+
+    ``order`` (op indices of the original graph, already checked) may be None
+    (node order) or 2-D (one order per row); the result has ``num_ops * M`` columns.
+    """
+    M = int(microbatches)
+    base = np.arange(num_ops, dtype=np.int64) if order is None else np.asarray(order, dtype=np.int64)
+    shift = np.arange(M, dtype=np.int64) * num_ops
+    if base.ndim == 2:
+        return (base[:, None, :] + shift[None, :, None]).reshape(base.shape[0], -1)
+    return (base[None, :] + shift[:, None]).reshape(-1)
