@@ -430,6 +430,87 @@ def _order_constraints(nodes: Sequence[fx.Node]) -> list[tuple[fx.Node, fx.Node]
     return pairs
 
 
+# ------------------------------------------------------------ microbatches
+MICROBATCH_META = "placer_microbatches"  # meta key of a MicrobatchedModule: its number of microbatches
+
+
+def split_batch(inputs: tuple, microbatches: int, batch_dim: int = 0, *, source: str = "inputs") -> list[tuple]:
+    """``inputs`` cut into ``microbatches`` equal parts along ``batch_dim``: one tuple per microbatch.
+
+    The batch size ``B`` is the size along ``batch_dim`` of the first tensor input
+    that has that dimension; every tensor input with ``B`` there is split, every
+    other input (a scalar, a table shared by the batch) goes whole to every
+    microbatch. ``B`` must be a multiple of ``microbatches`` (the placed program has
+    one static shape); otherwise :class:`PlacerError`.
+    """
+    tensors = [t for t in inputs if isinstance(t, torch.Tensor) and t.dim() > batch_dim]
+    if not tensors:
+        raise PlacerError(f"{source}: no tensor input has a dimension {batch_dim} to split into microbatches (batch_dim)")
+    B = tensors[0].shape[batch_dim]
+    if B % microbatches:
+        raise PlacerError(f"{source}: batch size {B} (dimension {batch_dim}) is not a multiple of {microbatches} microbatches")
+    parts = [t.chunk(microbatches, dim=batch_dim) if isinstance(t, torch.Tensor) and t.dim() > batch_dim and t.shape[batch_dim] == B else None
+             for t in inputs]
+    return [tuple(x if p is None else p[m] for x, p in zip(inputs, parts)) for m in range(microbatches)]
+
+
+def _join_outputs(outs: list[Any], batch_dim: int, reduction: str) -> Any:
+    """One output from the microbatches' outputs: scalars reduced, batched tensors concatenated."""
+    first = outs[0]
+    if isinstance(first, torch.Tensor):
+        if first.dim() == 0:  # a loss: the mean over equal microbatches is the whole batch's mean
+            total = outs[0]
+            for o in outs[1:]:
+                total = total + o.to(total.device)
+            return total / len(outs) if reduction == "mean" else total
+        if first.dim() > batch_dim:
+            return torch.cat([o.to(first.device) for o in outs], dim=batch_dim)
+        return first
+    if isinstance(first, (tuple, list)):
+        joined = [_join_outputs([o[k] for o in outs], batch_dim, reduction) for k in range(len(first))]
+        if isinstance(first, tuple):
+            return type(first)(*joined) if hasattr(first, "_fields") else tuple(joined)
+        return joined
+    if isinstance(first, dict):
+        return {k: _join_outputs([o[k] for o in outs], batch_dim, reduction) for k in first}
+    return first
+
+
+class MicrobatchedModule(nn.Module):
+    """One training step as ``microbatches`` passes of a placed module: a pipelined plan.
+
+    ``forward(*inputs)`` splits the batch (:func:`split_batch`), runs ``placed``
+    on microbatch 0, then 1, ... (the fill-drain issue order the simulator scores,
+    :mod:`envs.microbatch`: the host issues microbatch ``m+1``'s first ops while
+    ``m``'s later ones run on other streams), and joins the outputs: 0-dim outputs
+    (losses) are averaged (``reduction="mean"``, for a loss that is a mean over the
+    batch) or summed (``"sum"``), so one ``backward()`` accumulates every
+    microbatch's gradients into the shared parameters equal to the unsplit step's;
+    tensors with a batch dimension are concatenated along it, on the first
+    microbatch's device. Its parameters, buffers and state dict are ``placed``'s,
+    under the same names. The gradients are equal exactly when the loss is a mean
+    (or sum) of per-example terms: batch-norm statistics, or a mean over a number of
+    unmasked tokens that differs between microbatches, make them differ.
+    """
+
+    def __init__(self, placed: nn.Module, microbatches: int, batch_dim: int = 0, reduction: str = "mean") -> None:
+        super().__init__()
+        if reduction not in ("mean", "sum"):
+            raise PlacerError(f"loss reduction {reduction!r}: must be 'mean' or 'sum'")
+        # the placed module's parameters, buffers and submodules under their own names (the
+        # state dict of the unpipelined placed module), the module itself outside the tree
+        object.__setattr__(self, "placed", placed)
+        self._parameters, self._buffers, self._modules = placed._parameters, placed._buffers, placed._modules
+        self.microbatches = int(microbatches)
+        self.batch_dim = int(batch_dim)
+        self.reduction = reduction
+        self.meta = {**getattr(placed, "meta", {}), MICROBATCH_META: self.microbatches}
+
+    def forward(self, *inputs: Any) -> Any:
+        outs = [self.placed(*part) for part in split_batch(inputs, self.microbatches, self.batch_dim)]
+        return _join_outputs(outs, self.batch_dim, self.reduction)
+
+
 def transfers(gm: fx.GraphModule) -> list[tuple[str, str]]:
     """The ``(source node name, logical device)`` copies :func:`place_module` inserted."""
     return [n.meta[MOVE_META] for n in gm.graph.nodes if MOVE_META in n.meta]

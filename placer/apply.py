@@ -20,6 +20,17 @@ module runs its ops in:
 >>> placed = apply(Branches(), {"sin": "cpu:0", "cos": "gpu:0"}, (x,), device_map="*=cpu", order=[1, 0])
 >>> g.names, placed.meta["placer_issue_order"]
 (['sin', 'cos'], ['cos', 'sin'])
+
+A pipelined plan (``Placement.microbatches`` M, or ``microbatches=``) runs the batch
+as M microbatches, split along ``batch_dim``; its loss and gradients are the
+unsplit step's:
+
+>>> model, x = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.ReLU()), torch.randn(4, 4)
+>>> g = capture(model, (x,))
+>>> p = Placement.from_indices(g, ["cpu:0", "gpu:0"], [1, 0], microbatches=2)
+>>> placed = apply(model, p, (x,), device_map="*=cpu")
+>>> placed.meta["placer_microbatches"], torch.allclose(placed(x), model(x))
+(2, True)
 """
 
 from __future__ import annotations
@@ -30,7 +41,8 @@ from typing import Any
 from torch import nn
 
 from envs.assign import as_indices, check_order
-from envs.runtime import place_module
+from envs.microbatch import check_microbatches
+from envs.runtime import MicrobatchedModule, place_module, split_batch
 from graphs import OpGraph, PlacerError
 from graphs.torch_capture import export_program, graph_from_program
 from placer._callable import make_module_callable
@@ -45,6 +57,9 @@ def apply(
     graph: OpGraph | None = None,
     decompose: bool | None = None,
     order: Sequence[int] | None = None,
+    microbatches: int | None = None,
+    batch_dim: int = 0,
+    loss_reduction: str = "mean",
 ) -> nn.Module:
     """A module computing ``model`` with each op on the device ``placement`` gives it.
 
@@ -79,6 +94,16 @@ def apply(
         decompose: export with core-ATen decomposition (default: as ``graph`` says, else False).
         order: issue order, op indices of the graph (a topological order); overrides
             ``placement.order``. A bad order raises :class:`graphs.PlacerError`.
+        microbatches: M; overrides ``placement.microbatches`` (default 1). With M > 1
+            the result is an :class:`envs.runtime.MicrobatchedModule`: each call
+            splits its inputs into M microbatches along ``batch_dim``, runs them one
+            after the other through the placed program (exported at the microbatch
+            size; its op names must be the graph's), the issue order within each, and
+            joins the outputs: 0-dim outputs (the loss) averaged (``loss_reduction=
+            "mean"``) or summed (``"sum"``), so one ``backward()`` accumulates
+            gradients equal to the unsplit step's; batched outputs concatenated.
+        batch_dim: the dimension of the inputs that holds the batch (default 0).
+        loss_reduction: how the model's loss reduces over the batch, ``"mean"`` or ``"sum"``.
     """
     if isinstance(example_inputs, list):
         example_inputs = tuple(example_inputs)
@@ -100,7 +125,21 @@ def apply(
     names = None
     if order is not None:
         names = [captured.names[i] for i in check_order(order, captured, source=f"{source}: order").tolist()]
-    return place_module(ep, assignment, device_map, order=names)
+    M = check_microbatches(getattr(placement, "microbatches", 1) if microbatches is None else microbatches,
+                           f"{source}: microbatches" if microbatches is None else "microbatches")
+    if M == 1:
+        return place_module(ep, assignment, device_map, order=names)
+    if isinstance(batch_dim, bool) or not isinstance(batch_dim, int) or batch_dim < 0:
+        raise PlacerError(f"batch_dim {batch_dim!r}: must be a dimension index >= 0")
+    part = split_batch(example_inputs, M, batch_dim, source="example_inputs")[0]
+    ep_mb = export_program(model, part, decompose=decompose)
+    names_mb = graph_from_program(ep_mb).names
+    if names_mb != captured.names:
+        raise PlacerError(
+            f"{source}: the model's program at a microbatch of 1/{M} of the batch has other ops than at the whole batch "
+            f"({len(names_mb)} vs {len(captured.names)}); it cannot run in {M} microbatches"
+        )
+    return MicrobatchedModule(place_module(ep_mb, assignment, device_map, order=names), M, batch_dim, loss_reduction)
 
 
 def validated_assignment(placement: Any, graph: OpGraph, *, source: str = "placement") -> dict[str, str]:

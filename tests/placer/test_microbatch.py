@@ -1,0 +1,246 @@
+"""Pipelined plans: M microbatches through one placement (simulated, saved, applied)."""
+
+from __future__ import annotations
+
+import copy
+import json
+
+import numpy as np
+import pytest
+import torch
+from torch import nn
+
+import envs
+from envs.cluster import Cluster
+from envs.microbatch import expand_order, microbatch_graph
+from graphs import OpGraph, PlacerError
+from graphs.synthetic import random_dag
+from graphs.torch_capture import capture
+from placer.apply import apply
+from placer.placement import Placement
+
+DEVICES = ["cpu:0", "gpu:0", "gpu:1"]
+
+
+def _chain(n: int = 8) -> OpGraph:
+    names = [f"l{i}" for i in range(n)]
+    return OpGraph.from_edges(names, [(names[i], names[i + 1], 64 << 20) for i in range(n - 1)], flops=[2e12] * n,
+                              param_bytes=[1 << 26] * n, op_types=["aten.mm.default"] * n)
+
+
+# ------------------------------------------------------------------ simulator
+def test_expanded_graph_has_m_independent_copies_and_parameters_once():
+    g = random_dag(30, seed=1)
+    x = microbatch_graph(g, 3)
+    assert x.num_ops == 3 * g.num_ops and x.num_edges == 3 * g.num_edges
+    assert int(x.param_bytes.sum()) == int(g.param_bytes.sum())
+    assert np.all(x.param_bytes[g.num_ops:] == 0)
+    # no edge between copies
+    assert np.all(x.edge_src // g.num_ops == x.edge_dst // g.num_ops)
+    assert microbatch_graph(g, 1) is g
+
+
+@pytest.mark.parametrize("executor", ["eager", "dataflow"])
+def test_kernel_and_reference_agree_with_microbatches(executor):
+    g = random_dag(25, seed=3)
+    c = Cluster.preset("k80x2")
+    rng = np.random.default_rng(0)
+    P = rng.integers(0, c.num_devices, size=(4, g.num_ops)).astype(np.int32)
+    k = envs.SimEnv(g, c, executor=executor, microbatches=3)
+    r = envs.SimEnv(g, c, executor=executor, microbatches=3, backend="reference")
+    tk, ok = k.step_times(P)
+    tr, orr = r.step_times(P)
+    np.testing.assert_allclose(tk, tr, rtol=1e-12)
+    assert (ok == orr).all()
+    for row in P:
+        a, b = k.simulate(row), r.simulate(row)
+        assert a.step_time_s == pytest.approx(b.step_time_s, rel=1e-12) and a.peak_bytes == b.peak_bytes
+
+
+def test_one_microbatch_is_the_unpipelined_step():
+    g = random_dag(40, seed=2)
+    c = Cluster.preset("k80x2")
+    place = np.random.default_rng(1).integers(0, c.num_devices, size=g.num_ops).astype(np.int32)
+    a = envs.SimEnv(g, c).simulate(place)
+    b = envs.SimEnv(g, c, microbatches=1).simulate(Placement.from_indices(g, c.device_names, place, microbatches=1))
+    assert a.step_time_s == b.step_time_s and a.peak_bytes == b.peak_bytes
+
+
+def test_microbatches_overlap_the_stages_of_a_pipeline():
+    """A 4-stage chain: one batch runs the stages one after another; M microbatches overlap them."""
+    g = _chain(8)
+    c = Cluster.preset("h100x8")
+    place = np.repeat(np.arange(1, 5), 2).astype(np.int32)  # gpu:0..3, two ops each
+    times = {M: envs.SimEnv(g, c, microbatches=M).simulate(place).step_time_s for M in (1, 2, 4, 8)}
+    assert times[8] < times[4] < times[2] < times[1]
+    # fill-drain: (M + S - 1) / M of one stage's share of the work, so above a quarter of the serial step
+    assert times[8] > times[1] / 4
+    env8 = envs.SimEnv(g, c, microbatches=8)
+    assert env8.lower_bound() <= times[8]
+
+
+def test_the_placement_attribute_selects_the_twin_env():
+    g = _chain(8)
+    c = Cluster.preset("h100x8")
+    place = np.repeat(np.arange(1, 5), 2).astype(np.int32)
+    env = envs.SimEnv(g, c)
+    p4 = Placement.from_indices(g, c.device_names, place, microbatches=4)
+    assert env.simulate(p4).step_time_s == envs.SimEnv(g, c, microbatches=4).simulate(place).step_time_s
+    assert env.simulate(p4).extra["microbatches"] == 4
+    assert env.simulate(place).extra["microbatches"] == 1
+
+
+def test_static_memory_is_counted_once_and_activations_per_microbatch():
+    """Parameters + Adam state once; with every microbatch in flight, the activations add up to the batch's."""
+    g = _chain(4)
+    c = Cluster.preset("h100x8")
+    place = np.ones(g.num_ops, dtype=np.int32)  # all on gpu:0
+    static = int((4 * g.param_bytes).sum())
+    for M in (1, 4):
+        peak = envs.SimEnv(g, c, microbatches=M).simulate(place).peak_bytes["gpu:0"]
+        act = peak - static
+        assert 0 < act <= int(g.out_bytes.sum()) + int(g.out_bytes.max())  # every output kept + one gradient buffer
+
+
+def test_microbatch_op_times_scale_compute_but_not_weight_reads():
+    from envs import cost
+
+    # a compute-bound op and a memory-bound one (weights read whole by every microbatch)
+    g = OpGraph.from_edges(["mm", "mv"], [("mm", "mv", 4)], flops=[4e12, 1e3], param_bytes=[0, 8 << 30],
+                           op_types=["aten.mm.default"] * 2)
+    c = Cluster.preset("h100x8")
+    f1, _ = cost.op_times(g, c)
+    f4, _ = cost.op_times(g, c, microbatches=4)
+    assert f4[0, 1] < f1[0, 1] / 3
+    assert f4[1, 1] == pytest.approx(f1[1, 1], rel=1e-6)
+
+
+def test_expand_order_is_fill_drain():
+    assert expand_order(None, 3, 2).tolist() == [0, 1, 2, 3, 4, 5]
+    assert expand_order(np.array([[2, 0, 1]]), 3, 2).tolist() == [[2, 0, 1, 5, 3, 4]]
+
+
+# ------------------------------------------------------------------ the file
+def test_microbatches_round_trip_and_old_files_read_as_one(tmp_path):
+    g = _chain(3)
+    p = Placement.from_indices(g, DEVICES, [1, 2, 2], microbatches=8)
+    p.save(tmp_path / "p.json")
+    assert Placement.load(tmp_path / "p.json").microbatches == 8
+    one = Placement.from_indices(g, DEVICES, [1, 2, 2])
+    assert "microbatches" not in one.to_dict()
+    assert Placement.from_dict(one.to_dict()).microbatches == 1
+
+
+@pytest.mark.parametrize("bad", [0, -1, 2.5, "4", True, 10**6])
+def test_bad_microbatches_in_a_file_is_one_line(tmp_path, bad):
+    g = _chain(3)
+    doc = Placement.from_indices(g, DEVICES, [1, 2, 2]).to_dict()
+    doc["microbatches"] = bad
+    path = tmp_path / "p.json"
+    path.write_text(json.dumps(doc))
+    with pytest.raises(PlacerError, match="microbatches") as e:
+        Placement.load(path)
+    assert "\n" not in str(e.value)
+
+
+# ------------------------------------------------------------------ apply
+class MLPLoss(nn.Module):
+    """A model whose output is its loss (a mean over the batch), as a Hugging Face LM's."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.l1 = nn.Linear(6, 16)
+        self.l2 = nn.Linear(16, 16)
+        self.head = nn.Linear(16, 5)
+
+    def forward(self, x, y):
+        h = torch.relu(self.l2(torch.tanh(self.l1(x))))
+        return nn.functional.cross_entropy(self.head(h), y)
+
+
+class Tower(nn.Module):
+    """Batched outputs (the default loss is built from them), and an input shared by the batch."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.a = nn.Linear(6, 8)
+        self.b = nn.Linear(8, 3)
+
+    def forward(self, x, scale):
+        h = torch.sigmoid(self.a(x)) * scale
+        return self.b(h), h
+
+
+def _grads(module):
+    return {k: v.grad.detach().clone() for k, v in module.named_parameters() if v.grad is not None}
+
+
+@pytest.mark.parametrize("M", [2, 4])
+def test_apply_microbatched_loss_and_gradients_equal_the_unsplit_step(M):
+    torch.manual_seed(0)
+    model = MLPLoss()
+    x, y = torch.randn(8, 6), torch.randint(0, 5, (8,))
+    g = capture(model, (x, y))
+    idx = np.random.default_rng(M).integers(0, len(DEVICES), size=g.num_ops)
+    p = Placement.from_indices(g, DEVICES, idx, microbatches=M)
+    ref = copy.deepcopy(model)
+    placed = apply(model, p, (x, y), device_map="*=cpu")
+    assert placed.meta["placer_microbatches"] == M
+    loss = placed(x, y)
+    loss.backward()
+    ref_loss = ref(x, y)
+    ref_loss.backward()
+    torch.testing.assert_close(loss, ref_loss, rtol=1e-5, atol=1e-6)
+    got, want = _grads(placed), _grads(ref)
+    assert set(got) == set(want) and want
+    for k in want:
+        torch.testing.assert_close(got[k], want[k], rtol=1e-5, atol=1e-6)
+
+
+def test_apply_microbatched_batched_outputs_and_the_default_loss():
+    from envs.runtime import default_loss
+
+    torch.manual_seed(1)
+    model = Tower()
+    x, scale = torch.randn(6, 6), torch.tensor(0.5)
+    g = capture(model, (x, scale))
+    p = Placement.from_indices(g, DEVICES, np.arange(g.num_ops) % 3, microbatches=3)
+    ref = copy.deepcopy(model)
+    placed = apply(model, p, (x, scale), device_map="*=cpu")
+    out, want = placed(x, scale), ref(x, scale)
+    torch.testing.assert_close(out, want)
+    default_loss(out).backward()
+    default_loss(want).backward()
+    for k, v in _grads(ref).items():
+        torch.testing.assert_close(_grads(placed)[k], v, rtol=1e-5, atol=1e-6)
+
+
+def test_apply_sum_reduction_and_batch_dim():
+    class SumLoss(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.l = nn.Linear(4, 4)
+
+        def forward(self, x):  # x: [features, batch]; a loss summed over the batch
+            return self.l(x.t()).square().sum()
+
+    torch.manual_seed(2)
+    model, x = SumLoss(), torch.randn(4, 6)
+    g = capture(model, (x,))
+    p = Placement.from_indices(g, DEVICES, np.ones(g.num_ops, dtype=int))
+    ref = copy.deepcopy(model)
+    placed = apply(model, p, (x,), device_map="*=cpu", microbatches=2, batch_dim=1, loss_reduction="sum")
+    loss = placed(x)
+    loss.backward()
+    ref_loss = ref(x)
+    ref_loss.backward()
+    torch.testing.assert_close(loss, ref_loss)
+    torch.testing.assert_close(_grads(placed)["l.weight"], ref.l.weight.grad)
+
+
+def test_apply_batch_not_a_multiple_of_microbatches_is_one_line():
+    model, x, y = MLPLoss(), torch.randn(6, 6), torch.randint(0, 5, (6,))
+    g = capture(model, (x, y))
+    p = Placement.from_indices(g, DEVICES, np.ones(g.num_ops, dtype=int), microbatches=4)
+    with pytest.raises(PlacerError, match="not a multiple of 4 microbatches"):
+        apply(model, p, (x, y), device_map="*=cpu")
