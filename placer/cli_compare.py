@@ -23,6 +23,9 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--placement", action="append", default=[], metavar="FILE", help="a placement file to add as a row (repeatable)")
     p.add_argument("--seed", type=int, default=0, help="seed for the randomised methods (default 0)")
     p.add_argument("--executor", metavar="{" + ",".join(EXECUTORS) + "}", default="eager", help=EXECUTOR_ARG_HELP)
+    p.add_argument("--microbatches", default="1", metavar="M[,M...]",
+                   help="microbatches per step (a pipelined plan, the batch split M ways with gradient accumulation); "
+                   "several, e.g. 1,2,4,8, to search: each method's row is its fastest M (default 1)")
     p.add_argument("--json", action="store_true", help="print the report as JSON")
     p.add_argument("--plot", metavar="FILE.png", help="also draw a bar chart of the step times")
     add_profile_argument(p)
@@ -43,6 +46,16 @@ def _methods(text: str) -> list[str] | None:
     return names
 
 
+def _microbatches(text: str) -> list[int]:
+    from envs.microbatch import check_microbatches
+    from graphs import PlacerError
+
+    items = [t.strip() for t in text.split(",") if t.strip()]
+    if not items or not all(t.isdigit() for t in items):
+        raise PlacerError(f"--microbatches {text!r}: give whole numbers separated by commas, e.g. 1,2,4,8")
+    return [check_microbatches(int(t), "--microbatches") for t in items]
+
+
 def run(args: argparse.Namespace) -> int:
     import envs
     from placer.checks import check_output_file, check_seed
@@ -52,6 +65,7 @@ def run(args: argparse.Namespace) -> int:
     from placer.sources import looks_like_callable, resolve_graph, resolve_model
 
     check_seed(args.seed)
+    microbatches = _microbatches(args.microbatches)
     if args.plot:
         check_output_file(args.plot, "--plot")
     cluster = envs.resolve_cluster(args.cluster)
@@ -69,7 +83,8 @@ def run(args: argparse.Namespace) -> int:
 
         graph, cluster = with_profile(graph, cluster, args.profile)
     placements = [(path, Placement.load(path)) for path in args.placement]
-    report = compare(graph, cluster, methods=methods, placements=placements, seed=args.seed, model=model, executor=args.executor)
+    report = compare(graph, cluster, methods=methods, placements=placements, seed=args.seed, model=model, executor=args.executor,
+                     microbatches=microbatches)
     if args.plot:
         plot(report, args.plot)
     if args.json:

@@ -172,7 +172,7 @@ def run_simulate(args: argparse.Namespace) -> int:
     cluster = envs.resolve_cluster(args.cluster)
     graph, cluster = _profiled(resolve_graph(args.graph), cluster, args.profile)
     placement = Placement.load(args.placement)
-    env = envs.SimEnv(graph, cluster, executor=args.executor)
+    env = envs.SimEnv(graph, cluster, executor=args.executor, microbatches=placement.microbatches)
     result = env.simulate(placement.indices(graph, cluster.device_names, source=args.placement), trace=bool(args.trace),
                           order=getattr(placement, "order", None))
     bound = env.lower_bound()

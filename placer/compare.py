@@ -45,6 +45,7 @@ class Row:
         place_time_s: seconds the method took to produce the placement.
         message: the scorer's or the method's message for a non-ok row.
         sim_step_time_s: step time ignoring memory (for ``oom`` rows).
+        microbatches: M of the plan scored (the best of those searched).
         placement: the placement itself (not serialised).
     """
 
@@ -57,6 +58,7 @@ class Row:
     place_time_s: float | None = None
     message: str = ""
     sim_step_time_s: float | None = None
+    microbatches: int = 1
     placement: Placement | None = None
 
     def to_dict(self) -> dict[str, Any]:
@@ -70,6 +72,7 @@ class Row:
             "place_time_s": self.place_time_s,
             "message": self.message,
             "sim_step_time_s": self.sim_step_time_s,
+            "microbatches": self.microbatches,
         }
 
 
@@ -124,7 +127,8 @@ class CompareReport:
             place = f"{r.place_time_s:.2f}" if r.place_time_s is not None else "—"
             peaks = "/".join(f"{r.peak_bytes.get(d, 0) / GIB:.1f}" for d in self.devices) if r.peak_bytes else "—"
             status = f"{r.status}: {r.message}" if r.status in ("error", "oom") and r.message else r.status
-            lines.append(f"| {r.method} | {status.replace('|', '/')} | {step} | {speed} | {place} | {peaks} |")
+            label = f"{r.method} (M={r.microbatches})" if r.microbatches != 1 else r.method
+            lines.append(f"| {label} | {status.replace('|', '/')} | {step} | {speed} | {place} | {peaks} |")
         return head + "\n".join(lines)
 
 
@@ -141,8 +145,9 @@ def _accepts(fn: Any, name: str) -> bool:
     return name in params or any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())
 
 
-def _scored_row(row: Row, env: Any, idx: np.ndarray, best_single_s: float | None) -> Row:
+def _scored_row(row: Row, env: Any, idx: Any, best_single_s: float | None) -> Row:
     result = env.simulate(idx)
+    row.microbatches = int(result.extra.get("microbatches", 1))
     row.status = result.status
     row.peak_bytes = dict(result.peak_bytes)
     row.message = result.message
@@ -167,6 +172,7 @@ def compare(
     model: Any = None,
     options: dict[str, dict[str, Any]] | None = None,
     executor: str = "eager",
+    microbatches: int | Sequence[int] = 1,
 ) -> CompareReport:
     """Run ``methods`` (default: every baseline), score them and ``placements`` on one SimEnv.
 
@@ -180,6 +186,10 @@ def compare(
         model: the ``nn.Module`` for methods that need one (accelerate).
         options: per-method keyword options, e.g. ``{"annealing": {"steps": 500}}``.
         executor: the simulator's executor model, ``"eager"`` or ``"dataflow"`` (:mod:`envs.schedule`).
+        microbatches: M for every method's plan (:mod:`envs.microbatch`), or several
+            to search: each method places (and searches, if it uses the simulator)
+            under each M and its row is its fastest plan. A method's own
+            ``options[m]["microbatches"]`` (an int or a list) overrides it.
 
     Returns:
         A :class:`CompareReport`; a method that cannot run or fails gets a row
@@ -199,6 +209,15 @@ def compare(
     labelled = [p if isinstance(p, tuple) else (_label(p, k), p) for k, p in enumerate(placements)]
     given = [(label, p.indices(graph, cluster.device_names, source=label)) for label, p in labelled]
 
+    from envs.microbatch import check_microbatches
+
+    def _ms(value: Any, what: str) -> list[int]:
+        values = list(value) if isinstance(value, (list, tuple)) else [value]
+        if not values:
+            raise PlacerError(f"{what}: give at least one number of microbatches")
+        return [check_microbatches(v, what) for v in values]
+
+    default_ms = _ms(microbatches, "microbatches")
     env = envs.SimEnv(graph, cluster, executor=executor)
     singles = env.evaluate([np.full(graph.num_ops, d, dtype=np.int32) for d in range(cluster.num_devices)])
     ok = [(r.step_time_s, d) for d, r in enumerate(singles) if r.status == "ok"]
@@ -207,33 +226,49 @@ def compare(
     rows: list[Row] = []
     for m in names:
         fn = baselines.get(m)
-        kwargs: dict[str, Any] = {"seed": seed, **(options or {}).get(m, {})}
-        if model is not None and _accepts(fn, "model"):
-            kwargs["model"] = model
-        if _accepts(fn, "env"):
-            kwargs["env"] = env
-        row = Row(method=m)
-        t0 = time.perf_counter()
-        try:
-            idx = np.asarray(fn(graph, cluster, **kwargs))
-        except BaselineUnavailable as e:
-            row.status, row.message = e.status, str(e)
-        except Exception as e:  # one failing method must not sink the table
-            row.status, row.message = "error", _one_line(e)
-        else:
-            row.place_time_s = time.perf_counter() - t0
-            row.placement = Placement.from_indices(graph, cluster.device_names, idx, cluster=cluster.name, method=m, meta={"seed": seed})
+        own = dict((options or {}).get(m, {}))
+        ms = _ms(own.pop("microbatches"), f"options[{m!r}]['microbatches']") if "microbatches" in own else default_ms
+        tried: list[Row] = []
+        uses_env = _accepts(fn, "env")
+        placed: tuple[np.ndarray, float] | None = None  # a method blind to M places once for all of them
+        for M in ms:
+            kwargs: dict[str, Any] = {"seed": seed, **own}
+            if model is not None and _accepts(fn, "model"):
+                kwargs["model"] = model
+            if uses_env:
+                kwargs["env"] = env.with_microbatches(M)
+            row = Row(method=m, microbatches=M)
+            t0 = time.perf_counter()
             try:
-                _scored_row(row, env, row.placement.indices(graph, cluster.device_names), best_single_s)
-            except Exception as e:
+                if placed is None or uses_env:
+                    placed = (np.asarray(fn(graph, cluster, **kwargs)), time.perf_counter() - t0)
+                idx, row.place_time_s = placed
+            except BaselineUnavailable as e:
+                row.status, row.message = e.status, str(e)
+            except Exception as e:  # one failing method must not sink the table
                 row.status, row.message = "error", _one_line(e)
-        if row.place_time_s is None and row.status == "error":
-            row.place_time_s = time.perf_counter() - t0
-        rows.append(row)
+            else:
+                row.placement = Placement.from_indices(graph, cluster.device_names, idx, cluster=cluster.name, method=m,
+                                                       meta={"seed": seed}, microbatches=M)
+                try:
+                    _scored_row(row, env, row.placement, best_single_s)
+                except Exception as e:
+                    row.status, row.message = "error", _one_line(e)
+            if row.place_time_s is None and row.status == "error":
+                row.place_time_s = time.perf_counter() - t0
+            tried.append(row)
+            if row.placement is None:
+                break  # the method cannot place here; another M will not change that
+        ok = [r for r in tried if r.status == "ok"]
+        best = min(ok, key=lambda r: r.step_time_s) if ok else tried[0]
+        if len(tried) > 1 and uses_env:  # the search over M took all of them
+            best.place_time_s = sum(r.place_time_s or 0.0 for r in tried)
+        rows.append(best)
     for (label, p), (_, idx) in zip(labelled, given):
         row = Row(method=label, kind="placement", placement=p)
-        rows.append(_scored_row(row, env, idx, best_single_s))
-    bound = float(env.lower_bound())
+        rows.append(_scored_row(row, env.with_microbatches(p.microbatches), idx, best_single_s))
+    scored_ms = set(default_ms) | {p.microbatches for _, p in labelled}
+    bound = float(min(env.with_microbatches(M).lower_bound() for M in sorted(scored_ms)))  # no plan scored here beats it
     rows.append(Row(
         method="lower bound", kind="bound", status="bound", step_time_s=bound,
         speedup=(best_single_s / bound) if best_single_s and bound > 0 else None,

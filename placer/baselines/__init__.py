@@ -57,14 +57,26 @@ def get(name: str) -> BaselineFn:
 
 
 def place(name: str, graph: OpGraph, cluster: Any, **options: Any) -> Placement:
-    """Run baseline ``name`` on ``graph`` for ``cluster`` and return a Placement."""
-    from envs.simulator import plan_order
+    """Run baseline ``name`` on ``graph`` for ``cluster`` and return a Placement.
+
+    ``microbatches=M`` (an option every method takes): the plan runs M microbatches
+    (:mod:`envs.microbatch`); methods that search with the simulator search under it.
+    """
+    import inspect
+
+    from envs.microbatch import check_microbatches
+    from envs.simulator import SimEnv
 
     fn = get(name)
-    idx = fn(graph, cluster, **options)
-    order, how, step_s = plan_order(graph, idx, cluster)  # the issue order placer.apply will follow
+    M = check_microbatches(options.pop("microbatches", 1), "--option microbatches")
+    env = SimEnv(graph, cluster, microbatches=M)
+    kwargs = dict(options)
+    if M > 1 and "env" in inspect.signature(fn).parameters:
+        kwargs["env"] = env
+    idx = fn(graph, cluster, **kwargs)
+    order, how, step_s = env.plan_order(idx)  # the issue order placer.apply will follow
     meta = {k: v for k, v in options.items() if isinstance(v, (int, float, str, bool))}
     return Placement.from_indices(
         graph, cluster.device_names, idx, cluster=getattr(cluster, "name", ""), method=name,
-        meta={**meta, "issue_order": how, "step_time_s": step_s, "executor": "eager"}, order=order,
+        meta={**meta, "issue_order": how, "step_time_s": step_s, "executor": "eager"}, order=order, microbatches=M,
     )
