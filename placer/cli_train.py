@@ -38,6 +38,8 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     add_profile_argument(p)
     p.add_argument("--env", default=None, help="scorer: sim (simulator, default) or measured (real training steps "
                    "in Ray actors; needs a zoo name or module:callable)")
+    p.add_argument("--microbatches", type=int, default=1, metavar="M",
+                   help="learn a pipelined plan: each step runs M microbatches with gradient accumulation (--env sim; default 1)")
     p.add_argument("--executor", metavar="{" + ",".join(EXECUTORS) + "}", default="eager", help="--env sim and the heuristics: " + EXECUTOR_ARG_HELP)
     p.add_argument("--device-map", metavar="MAP", default=None,
                    help="--env measured / --profile: logical -> torch devices, e.g. gpu:0=cuda:1,*=cpu")
@@ -78,7 +80,7 @@ def run_train(args: argparse.Namespace) -> int:
              "warm_start": args.warm_start, "profile": args.profile}
     given = {k: v for k, v in given.items() if v is not None}
     config = TrainConfig(
-        source=args.source, cluster=args.cluster, executor=args.executor, iterations=args.iterations,
+        source=args.source, cluster=args.cluster, executor=args.executor, microbatches=args.microbatches, iterations=args.iterations,
         time_budget_s=args.time_budget if args.time_budget is not None or args.iterations is not None else 300.0,
         logdir=args.logdir, resume=args.resume, device=args.device,
         device_map=args.device_map, workers=args.workers, ray_address=args.ray_address,

@@ -72,6 +72,8 @@ class TrainConfig:
     """scorer: "sim" (envs.SimEnv) or "measured" (envs.MeasuredEnv, real devices)."""
     executor: str = "eager"
     """simulator executor model (--env sim and the heuristics): "eager" (PyTorch) or "dataflow" (TensorFlow)."""
+    microbatches: int = 1
+    """M: the plan runs M microbatches per step (a pipelined plan, envs.microbatch); --env sim only."""
     policy: str = "seq2seq"
     """policy name in policies.POLICIES."""
     algo: str = "reinforce"
@@ -159,6 +161,11 @@ class TrainConfig:
 
         if self.executor not in EXECUTORS:
             raise PlacerError(f"--executor {self.executor!r}: unknown (known: {', '.join(EXECUTORS)})")
+        from envs.microbatch import check_microbatches
+
+        check_microbatches(self.microbatches, "--microbatches")
+        if self.microbatches != 1 and self.env != "sim":
+            raise PlacerError(f"--microbatches {self.microbatches}: only --env sim scores microbatched plans")
         if self.iterations is None and self.time_budget_s is None:
             raise PlacerError("train: give --iterations or --time-budget")
         for name, (option, bounds) in _INT_FIELDS.items():
@@ -327,7 +334,7 @@ def _make_env(config: TrainConfig, graph: OpGraph, cluster: Any, logdir: str) ->
 def _sim_env(config: TrainConfig, graph: OpGraph, cluster: Any, logdir: str) -> Any:
     import envs
 
-    return envs.SimEnv(graph, cluster, executor=config.executor)
+    return envs.SimEnv(graph, cluster, executor=config.executor, microbatches=config.microbatches)
 
 
 def _measured_env(config: TrainConfig, graph: OpGraph, cluster: Any, logdir: str) -> Any:
@@ -363,7 +370,7 @@ def _heuristics(graph: OpGraph, cluster: Any, config: TrainConfig) -> dict[str, 
     methods = list(config.heuristics) if config.heuristics is not None else None
     if methods == []:
         return {}
-    report = compare(graph, cluster, methods=methods, seed=config.seed, executor=config.executor)
+    report = compare(graph, cluster, methods=methods, seed=config.seed, executor=config.executor, microbatches=config.microbatches)
     out: dict[str, tuple[float, np.ndarray | None]] = {}
     for row in report.rows:
         if row.kind != "baseline":
@@ -524,7 +531,8 @@ def _train(config: TrainConfig, graph: OpGraph, cluster: Any, env: Any, logdir: 
     found = _heuristics(graph, cluster, config)
     heuristics = {name: t for name, (t, _) in found.items()}
     try:
-        lower_bound_s = float(envs.lower_bound(graph, cluster))
+        lower_bound_s = float(envs.lower_bound(graph, cluster)) if config.microbatches == 1 else \
+            float(envs.SimEnv(graph, cluster, microbatches=config.microbatches).lower_bound())
     except Exception:  # a scorer without a bound (custom env) still trains
         lower_bound_s = None
     best_h = min(heuristics.items(), key=lambda kv: kv[1]) if heuristics else ("none", float("inf"))
@@ -573,7 +581,7 @@ def _train(config: TrainConfig, graph: OpGraph, cluster: Any, env: Any, logdir: 
     elapsed = lambda: time.perf_counter() - t0  # noqa: E731
     fail_cost = config.fail_factor * t_ref
     # the simulator that picks the best placement's issue order (built once; --env sim only)
-    planner = (env if isinstance(env, envs.SimEnv) else envs.SimEnv(graph, cluster, executor=config.executor)) \
+    planner = (env if isinstance(env, envs.SimEnv) else envs.SimEnv(graph, cluster, executor=config.executor, microbatches=config.microbatches)) \
         if config.env == "sim" else None
 
     def consider(idx: np.ndarray, t: np.ndarray, failed: np.ndarray, found_by: str) -> None:
@@ -711,7 +719,7 @@ def _best_placement(graph: OpGraph, devices: list[str], cluster: Any, config: Tr
         meta.update(issue_order=how, issue_order_step_time_s=step_s)
     return Placement.from_indices(
         graph, devices, run["best_indices"], cluster=getattr(cluster, "name", config.cluster),
-        method=f"rl:{config.policy}", meta=meta, order=order,
+        method=f"rl:{config.policy}", meta=meta, order=order, microbatches=config.microbatches,
     )
 
 
