@@ -1,0 +1,203 @@
+"""Pipelined plans on LLM-shaped Hugging Face models: placer vs accelerate vs equal blocks, simulated.
+
+Builds each model on the meta device from a transformers config (no weights, no
+network), captures one training step (``model(input_ids, labels=...).loss``),
+places it with each method once (methods that search with the simulator once per
+M), and scores every plan at every M in ``--microbatches`` with the simulator
+(``envs.SimEnv(microbatches=M)``: fill-drain, activations of every microbatch in
+flight). Prints one markdown table per (model, cluster), or ``--json``.
+
+Usage:
+    python scripts/bench_pipeline.py [--models llama8b,llama1b,mixtral] [--clusters h100x8,a100-40gx4]
+        [--microbatches 1,2,4,8] [--methods accelerate,gpipe,expert,m_topo,m_sct,annealing] [--anneal-s 60] [--json]
+
+``accelerate`` needs ``pip install 'placer[accelerate]'``. ``a100-40gx4`` is
+defined here (``A100_40GX4``) when ``envs.presets`` does not have it yet.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+
+GIB = float(1 << 30)
+
+# name -> (transformers config class, kwargs); sequence 2048, global batch 8 unless --seq/--batch
+MODELS = {
+    # Llama-3-8B: 32 layers, d 4096, FFN 14336, 32 heads / 8 KV heads, vocab 128256
+    "llama8b": ("LlamaConfig", dict(hidden_size=4096, intermediate_size=14336, num_hidden_layers=32, num_attention_heads=32,
+                                    num_key_value_heads=8, vocab_size=128256, max_position_embeddings=8192, rope_theta=500000.0)),
+    # Llama-3.2-1B: 16 layers, d 2048, FFN 8192, 32 / 8 heads, vocab 128256, tied embeddings
+    "llama1b": ("LlamaConfig", dict(hidden_size=2048, intermediate_size=8192, num_hidden_layers=16, num_attention_heads=32,
+                                    num_key_value_heads=8, vocab_size=128256, max_position_embeddings=8192, rope_theta=500000.0,
+                                    tie_word_embeddings=True)),
+    # a small Mixtral: 8 layers, d 1024, 8 experts of FFN 3584, top-2, vocab 32000
+    "mixtral": ("MixtralConfig", dict(hidden_size=1024, intermediate_size=3584, num_hidden_layers=8, num_attention_heads=16,
+                                      num_key_value_heads=8, num_local_experts=8, num_experts_per_tok=2, vocab_size=32000,
+                                      max_position_embeddings=4096)),
+}
+
+
+def a100_40gx4():
+    """Four A100-SXM4-40GB on NVLink 3 (HGX A100 4-GPU), EPYC host on PCIe 4.0 (local until envs.presets has it).
+
+    Datasheet × ~0.9 compute / ~0.85 bandwidth as in envs.presets: fp32 (no TF32)
+    19.5 TFLOP/s -> 17.5e12; HBM2 1555 GB/s -> 1.32e12; 40536 MiB usable; NVLink 3
+    with four links per pair in the 4-GPU board: 100 GB/s per direction -> ~85e9
+    effective; PCIe 4.0 x16 ~25 GB/s; host EPYC Rome 64 cores ~1e12 FLOP/s, 1.6e11 B/s.
+    """
+    from envs.cluster import Link
+    from envs.presets import GIB as PGIB, _build, _cpu, _gpus
+
+    return _build(
+        "a100-40gx4",
+        "EPYC host + 4 A100-SXM4 (40 GB, ~17.5 TFLOP/s fp32, 1.55 TB/s); NVLink 3 (~85 GB/s per pair), PCIe 4.0 to host",
+        [_cpu(1024 * PGIB, 1e12, 1.6e11)] + _gpus(4, 40536, 17.5e12, 1.32e12, 6e-6),
+        Link(bandwidth_bytes_per_s=25e9, latency_s=8e-6),
+        Link(bandwidth_bytes_per_s=85e9, latency_s=6e-6),
+    )
+
+
+def cluster(name: str):
+    import envs
+    from envs.cluster import Cluster
+
+    if name in Cluster.presets():
+        return Cluster.preset(name)
+    if name == "a100-40gx4":
+        return a100_40gx4()
+    return envs.resolve_cluster(name)
+
+
+def build(name: str, seq: int, batch: int):
+    """(model on meta in bf16, (input_ids, labels)) for ``name``."""
+    import torch
+    import transformers
+
+    cls_name, kw = MODELS[name]
+    cfg = getattr(transformers, cls_name)(**kw)
+    cfg._attn_implementation = "sdpa"  # fused attention (no [seq, seq] score tensors kept), as training uses today
+    cfg.use_cache = False
+
+    class LossOnly(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.model = getattr(transformers, cls_name.replace("Config", "ForCausalLM"))(cfg)
+            self._no_split_modules = list(getattr(self.model, "_no_split_modules", None) or [])  # accelerate keeps a block whole
+
+        def forward(self, input_ids, labels):
+            return self.model(input_ids=input_ids, labels=labels, use_cache=False).loss
+
+    with torch.device("meta"):
+        model = LossOnly().to(torch.bfloat16)
+    ids = torch.zeros(batch, seq, dtype=torch.long, device="meta")
+    return model, (ids, ids.clone())
+
+
+_CAPTURED: dict = {}
+
+
+def run_one(model_name: str, cluster_name: str, ms: list[int], methods: list[str], seq: int, batch: int, anneal_s: float = 60.0) -> dict:
+    import numpy as np
+
+    import envs
+    from graphs import capture
+    from placer import baselines
+    from placer.baselines._common import BaselineUnavailable
+    from placer.compare import _accepts
+
+    key = (model_name, seq, batch)
+    if key not in _CAPTURED:  # one capture per model, shared by the clusters
+        t0 = time.perf_counter()
+        model, inputs = build(model_name, seq, batch)
+        _CAPTURED[key] = (model, capture(model, inputs), time.perf_counter() - t0)
+    model, graph, capture_s = _CAPTURED[key]
+    c = cluster(cluster_name)
+    base = envs.SimEnv(graph, c)
+    rows = []
+    for m in methods:
+        fn = baselines.get(m)
+        placed = None
+        for M in ms:
+            env = base.with_microbatches(M)
+            kwargs = {"seed": 0}
+            if _accepts(fn, "model"):
+                kwargs["model"] = model
+            if _accepts(fn, "env"):
+                kwargs["env"] = env
+            if m == "annealing":  # placer's search, started from the list schedulers' and the equal-block plans
+                kwargs.update(init=("m_topo", "gpipe"), time_budget_s=anneal_s)
+            row = {"method": m, "microbatches": M}
+            t = time.perf_counter()
+            try:
+                if placed is None or _accepts(fn, "env"):
+                    placed = np.asarray(fn(graph, c, **kwargs))
+            except BaselineUnavailable as e:
+                row.update(status=e.status, message=str(e))
+                rows.append(row)
+                break
+            except Exception as e:  # noqa: BLE001 - one failing method must not sink the table
+                row.update(status="error", message=f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}")
+                rows.append(row)
+                break
+            r = env.simulate(placed)
+            row.update(status=r.status, step_time_s=r.step_time_s if r.status == "ok" else None,
+                       sim_step_time_s=r.extra["sim_step_time_s"], place_s=time.perf_counter() - t,
+                       peak_gib={d: round(b / GIB, 2) for d, b in r.peak_bytes.items() if d.startswith("gpu")},
+                       gpus_used=int(len(set(placed.tolist()) - {0})), message=r.message)
+            rows.append(row)
+    bounds = {M: base.with_microbatches(M).lower_bound() for M in ms}
+    return {"model": model_name, "cluster": cluster_name, "ops": graph.num_ops, "param_gib": graph.total_param_bytes / GIB,
+            "capture_s": capture_s, "seq": seq, "batch": batch, "rows": rows, "lower_bound_s": bounds}
+
+
+def table(res: dict) -> str:
+    out = [f"### {res['model']} on {res['cluster']} ({res['ops']} ops, {res['param_gib']:.1f} GiB bf16 parameters, "
+           f"batch {res['batch']} x seq {res['seq']})", "",
+           "| method | M | status | step (ms) | peak GiB per GPU |", "|---|---:|---|---:|---|"]
+    for r in res["rows"]:
+        step = f"{r['step_time_s'] * 1e3:.0f}" if r.get("step_time_s") else (
+            f"({r['sim_step_time_s'] * 1e3:.0f})" if r.get("sim_step_time_s") else "—")
+        peaks = "/".join(f"{v:.1f}" for v in r.get("peak_gib", {}).values()) or "—"
+        status = r["status"] if r["status"] == "ok" else f"{r['status']}: {r.get('message', '')[:60]}"
+        out.append(f"| {r['method']} | {r['microbatches']} | {status} | {step} | {peaks} |")
+    out.append("| lower bound | " + ", ".join(f"M={M}: {b * 1e3:.0f}" for M, b in res["lower_bound_s"].items()) + " | | | |")
+    return "\n".join(out)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--models", default="llama8b")
+    ap.add_argument("--clusters", default="h100x8")
+    ap.add_argument("--microbatches", default="1,2,4,8")
+    ap.add_argument("--methods", default="accelerate,gpipe,expert,m_topo,m_sct,annealing")
+    ap.add_argument("--anneal-s", type=float, default=60.0, help="annealing's time budget per M (seconds)")
+    ap.add_argument("--seq", type=int, default=2048)
+    ap.add_argument("--batch", type=int, default=8)
+    ap.add_argument("--json", action="store_true")
+    args = ap.parse_args()
+    for m in args.models.split(","):
+        if m not in MODELS:
+            print(f"bench_pipeline: --models {m!r}: unknown (known: {', '.join(MODELS)})", file=sys.stderr)
+            return 2
+    ms = [int(x) for x in args.microbatches.split(",")]
+    results = []
+    for model_name in args.models.split(","):
+        for cl in args.clusters.split(","):
+            res = run_one(model_name, cl, ms, args.methods.split(","), args.seq, args.batch, args.anneal_s)
+            results.append(res)
+            if not args.json:
+                print(table(res), flush=True)
+                print()
+    if args.json:
+        print(json.dumps(results, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
