@@ -244,3 +244,30 @@ def test_apply_batch_not_a_multiple_of_microbatches_is_one_line():
     p = Placement.from_indices(g, DEVICES, np.ones(g.num_ops, dtype=int), microbatches=4)
     with pytest.raises(PlacerError, match="not a multiple of 4 microbatches"):
         apply(model, p, (x, y), device_map="*=cpu")
+
+
+# ------------------------------------------------------------------ search over M
+def test_compare_searches_m_and_keeps_each_methods_fastest():
+    from placer.compare import compare
+
+    g = _chain(8)
+    c = Cluster.preset("h100x8")
+    one = compare(g, c, methods=["gpipe"], microbatches=1)
+    both = compare(g, c, methods=["gpipe"], microbatches=[1, 8])
+    r1, rb = one.rows[0], both.rows[0]
+    assert r1.microbatches == 1 and rb.microbatches == 8
+    assert rb.step_time_s < r1.step_time_s
+    assert rb.placement.microbatches == 8 and "(M=8)" in both.table()
+    assert both.lower_bound_s <= rb.step_time_s
+    with pytest.raises(PlacerError, match="microbatches"):
+        compare(g, c, methods=["gpipe"], microbatches=[0])
+
+
+def test_place_option_microbatches():
+    from placer import baselines
+
+    g = _chain(8)
+    c = Cluster.preset("h100x8")
+    p = baselines.place("gpipe", g, c, microbatches=4)
+    assert p.microbatches == 4
+    assert p.meta["step_time_s"] == pytest.approx(envs.SimEnv(g, c).simulate(p).step_time_s, rel=1e-9)
