@@ -161,11 +161,6 @@ class TrainConfig:
 
         if self.executor not in EXECUTORS:
             raise PlacerError(f"--executor {self.executor!r}: unknown (known: {', '.join(EXECUTORS)})")
-        from envs.microbatch import check_microbatches
-
-        check_microbatches(self.microbatches, "--microbatches")
-        if self.microbatches != 1 and self.env != "sim":
-            raise PlacerError(f"--microbatches {self.microbatches}: only --env sim scores microbatched plans")
         if self.iterations is None and self.time_budget_s is None:
             raise PlacerError("train: give --iterations or --time-budget")
         for name, (option, bounds) in _INT_FIELDS.items():
@@ -176,6 +171,8 @@ class TrainConfig:
             value = getattr(self, name)
             if value is not None or name not in _OPTIONAL:
                 check_float(value, option, **bounds)
+        if self.microbatches != 1 and self.env != "sim":
+            raise PlacerError(f"--microbatches {self.microbatches}: only --env sim scores microbatched plans")
         for name in ("resume", "normalize_advantage", "progress"):
             if not isinstance(getattr(self, name), bool):
                 raise PlacerError(f"{name} {getattr(self, name)!r}: must be true or false")
@@ -193,6 +190,7 @@ class TrainConfig:
 # placer.checks.check_int / check_float). Every numeric field is listed (a test checks).
 _INT_FIELDS: dict[str, tuple[str, dict[str, int]]] = {
     "samples": ("--samples", dict(least=1, most=4096)),
+    "microbatches": ("--microbatches", dict(least=1, most=1024)),  # envs.microbatch.MAX_MICROBATCHES
     "iterations": ("--iterations", dict(least=1)),
     "seed": ("--seed", dict(least=0, most=MAX_SEED)),
     "max_groups": ("--max-groups", dict(least=0)),  # 0 places every op
