@@ -254,7 +254,7 @@ def pretrain(config: PretrainConfig) -> PretrainResult:
     t0 = time.perf_counter()
     pairs, skipped = _setup_pairs(config, net, say)
     setup_s = time.perf_counter() - t0
-    budget_end = t0 + config.time_budget_s
+    budget_end = time.perf_counter() + config.time_budget_s  # the budget is training time: labels are cached on disk
     imitation_end = time.perf_counter() + config.imitation_share * max(budget_end - time.perf_counter(), 0.0)
 
     opt = torch.optim.Adam(net.parameters(), lr=config.lr)
