@@ -82,3 +82,174 @@ def random_dag(
         name=name or f"random-{n}",
         meta={"synthetic": True, "seed": seed},
     )
+
+
+# ------------------------------------------------------------------ structured families
+class _Builder:
+    """Appends ops in topological order; each op's FLOPs and bytes come from a matmul-like size model."""
+
+    def __init__(self, rng: np.random.Generator, tokens: float, width: float) -> None:
+        self.rng, self.tokens, self.width = rng, float(tokens), float(width)
+        self.types: list[str] = []
+        self.flops: list[float] = []
+        self.out: list[int] = []
+        self.param: list[int] = []
+        self.module: list[str] = []
+        self.src: list[int] = []
+        self.dst: list[int] = []
+        self.scope = ""
+
+    def op(self, kind: str, inputs: list[int], *, scale: float = 1.0, weight: bool = False, out_scale: float = 1.0) -> int:
+        """A ``kind`` op ("mm", "conv", "ew" for elementwise, "view") reading ``inputs``."""
+        i = len(self.types)
+        w = self.width * scale
+        out = int(max(4.0, 4.0 * self.tokens * w * out_scale)) // 4 * 4
+        jitter = float(self.rng.uniform(0.8, 1.25))
+        if kind in ("mm", "conv"):
+            flops = 2.0 * self.tokens * w * w * jitter * (9.0 if kind == "conv" else 1.0)
+            param = int(4 * w * w * (9 if kind == "conv" else 1)) // 4 * 4 if weight else 0
+            op_type = "aten.mm.default" if kind == "mm" else "aten.convolution.default"
+        else:
+            flops, param = float(self.tokens * w * jitter), 0
+            op_type = {"ew": "aten.add.Tensor", "view": "aten.view.default", "act": "aten.relu.default",
+                       "softmax": "aten._softmax.default", "cat": "aten.cat.default", "norm": "aten.native_layer_norm.default",
+                       "bmm": "aten.bmm.default"}[kind]
+            if kind == "bmm":
+                flops = 2.0 * self.tokens * w * 128 * jitter
+        self.types.append(op_type)
+        self.flops.append(flops)
+        self.out.append(out)
+        self.param.append(param)
+        self.module.append(self.scope)
+        for j in inputs:
+            self.src.append(j)
+            self.dst.append(i)
+        return i
+
+    def graph(self, name: str, seed: int, family: str) -> OpGraph:
+        n = len(self.types)
+        # Narrow every layer (width x s) so the model has 50M..1.5B parameters whatever its depth:
+        # parameters and FLOPs scale with s^2, activations with s.
+        target = float(np.exp(self.rng.uniform(np.log(2e8), np.log(6e9))))
+        s = min(1.0, float(np.sqrt(target / max(sum(self.param), 1))))
+        self.param = [int(p * s * s) // 4 * 4 for p in self.param]
+        self.flops = [f * s * s for f in self.flops]
+        self.out = [max(4, int(o * s) // 4 * 4) for o in self.out]
+        out = np.asarray(self.out, dtype=np.int64)
+        src = np.asarray(self.src, dtype=np.int64)
+        dst = np.asarray(self.dst, dtype=np.int64)
+        # A view has exactly one tensor input in ATen: other "views" become adds.
+        indeg = np.bincount(dst, minlength=n)
+        types = ["aten.add.Tensor" if t == "aten.view.default" and indeg[i] != 1 else t for i, t in enumerate(self.types)]
+        param = np.asarray(self.param, dtype=np.int64)
+        return OpGraph(
+            names=[f"op{i}" for i in range(n)], op_types=types, out_shapes=[[[int(b) // 4]] for b in out],
+            out_dtypes=[["float32"] for _ in range(n)], out_bytes=out, param_bytes=param,
+            buffer_bytes=np.zeros(n, dtype=np.int64), flops=np.asarray(self.flops, dtype=np.float64),
+            module_paths=list(self.module), params=[[f"w{i}"] if param[i] else [] for i in range(n)],
+            edge_src=src, edge_dst=dst, edge_bytes=out[src], name=name,
+            meta={"synthetic": True, "family": family, "seed": seed},
+        )
+
+
+def _sizes(rng: np.random.Generator) -> tuple[float, float]:
+    """(tokens, width): a batch of 512..16,384 rows through layers 256..4,096 wide (log-uniform)."""
+    return float(np.exp(rng.uniform(np.log(512), np.log(16384)))), float(np.exp(rng.uniform(np.log(256), np.log(4096))))
+
+
+def chain_dag(num_ops: int, *, seed: int = 0) -> OpGraph:
+    """An MLP-like chain: (matmul with weights, bias add, activation) repeated."""
+    rng = np.random.default_rng(seed)
+    b = _Builder(rng, *_sizes(rng))
+    x = b.op("view", [])
+    while len(b.types) < num_ops:
+        b.scope = f"layer{len(b.types) // 3}"
+        x = b.op("act", [b.op("ew", [b.op("mm", [x], weight=True)])])
+    return b.graph(f"chain-{num_ops}-s{seed}", seed, "chain")
+
+
+def branch_dag(num_ops: int, *, seed: int = 0, width: int = 4) -> OpGraph:
+    """Inception-like blocks: ``width`` parallel conv branches of different depths, concatenated."""
+    rng = np.random.default_rng(seed)
+    tokens, w = _sizes(rng)
+    b = _Builder(rng, tokens / 4, w / 4)
+    x = b.op("conv", [], weight=True)
+    blk = 0
+    while len(b.types) < num_ops:
+        b.scope = f"block{blk}"
+        ends = []
+        for k in range(width):
+            y = x
+            for _ in range(1 + k % 3):
+                y = b.op("act", [b.op("conv", [y], weight=True, scale=0.5)], scale=0.5)
+            ends.append(y)
+        x = b.op("cat", ends)
+        blk += 1
+    return b.graph(f"branches-{num_ops}-s{seed}", seed, "branches")
+
+
+def unet_dag(num_ops: int, *, seed: int = 0, depth: int = 4) -> OpGraph:
+    """U-Nets: conv levels down (activations shrink 4x per level), up again, with skips across; stacked."""
+    rng = np.random.default_rng(seed)
+    tokens, w = _sizes(rng)
+    b = _Builder(rng, tokens / 4, w / 8)
+    x = b.op("conv", [], weight=True)
+    net = 0
+    while len(b.types) < num_ops:
+        skips = []
+        for lvl in range(depth):
+            b.scope = f"unet{net}.down{lvl}"
+            s = 2.0 ** lvl
+            x = b.op("act", [b.op("conv", [x], weight=True, scale=s, out_scale=1 / (4 ** lvl) / s)], scale=s, out_scale=1 / (4 ** lvl) / s)
+            skips.append(x)
+        for lvl in reversed(range(depth)):
+            b.scope = f"unet{net}.up{lvl}"
+            s = 2.0 ** lvl
+            x = b.op("cat", [x, skips[lvl]], scale=s, out_scale=2 / (4 ** lvl) / s)
+            x = b.op("act", [b.op("conv", [x], weight=True, scale=s, out_scale=1 / (4 ** lvl) / s)], scale=s, out_scale=1 / (4 ** lvl) / s)
+        net += 1
+    return b.graph(f"unet-{num_ops}-s{seed}", seed, "unet")
+
+
+def moe_dag(num_ops: int, *, seed: int = 0, experts: int = 8) -> OpGraph:
+    """Mixture-of-experts layers: a router, ``experts`` parallel two-matmul experts on a slice of the tokens, a sum."""
+    rng = np.random.default_rng(seed)
+    tokens, w = _sizes(rng)
+    b = _Builder(rng, tokens, w)
+    x = b.op("view", [])
+    layer = 0
+    while len(b.types) < num_ops:
+        b.scope = f"moe{layer}"
+        gate = b.op("softmax", [b.op("mm", [x], weight=True, scale=0.05)], scale=0.05)
+        outs = []
+        for e in range(experts):
+            b.scope = f"moe{layer}.expert{e}"
+            h = b.op("act", [b.op("mm", [x, gate], weight=True, scale=2.0, out_scale=1 / experts)], scale=2.0, out_scale=1 / experts)
+            outs.append(b.op("mm", [h], weight=True, scale=2.0, out_scale=0.5 / experts))
+        b.scope = f"moe{layer}"
+        x = b.op("norm", [b.op("ew", outs + [x])])
+        layer += 1
+    return b.graph(f"moe-{num_ops}-s{seed}", seed, "moe")
+
+
+def attention_dag(num_ops: int, *, seed: int = 0) -> OpGraph:
+    """Transformer encoder layers: q/k/v projections, two batched matmuls around a softmax, MLP, residuals."""
+    rng = np.random.default_rng(seed)
+    b = _Builder(rng, *_sizes(rng))
+    x = b.op("view", [])
+    layer = 0
+    while len(b.types) < num_ops:
+        b.scope = f"layers.{layer}.attn"
+        h = b.op("norm", [x])
+        q, k, v = (b.op("mm", [h], weight=True) for _ in range(3))
+        a = b.op("softmax", [b.op("bmm", [q, k], out_scale=0.5)], out_scale=0.5)
+        y = b.op("ew", [x, b.op("mm", [b.op("bmm", [a, v])], weight=True)])
+        b.scope = f"layers.{layer}.mlp"
+        m = b.op("mm", [b.op("act", [b.op("mm", [b.op("norm", [y])], weight=True, scale=2.0)], scale=2.0)], weight=True)
+        x = b.op("ew", [y, m])
+        layer += 1
+    return b.graph(f"attention-{num_ops}-s{seed}", seed, "attention")
+
+
+#: The structured families: name -> builder ``fn(num_ops, *, seed)``.
+FAMILIES = {"chain": chain_dag, "branches": branch_dag, "unet": unet_dag, "moe": moe_dag, "attention": attention_dag}

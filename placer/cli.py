@@ -18,7 +18,7 @@ from typing import Any
 from graphs.errors import PlacerError
 
 # Order here is the order in `placer --help`.
-_COMMAND_MODULES = ("placer.cli_graphs", "placer.cli_sim", "placer.cli_compare", "placer.cli_train", "placer.cli_run")
+_COMMAND_MODULES = ("placer.cli_graphs", "placer.cli_sim", "placer.cli_compare", "placer.cli_train", "placer.cli_pretrain", "placer.cli_run")
 
 EPILOG = """\
 typical session:

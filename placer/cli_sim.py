@@ -32,7 +32,10 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("place", help="place a graph with a heuristic baseline", description="Place GRAPH on a cluster with a heuristic baseline and write the placement file.")
     p.add_argument("graph", metavar="GRAPH", help="graph file, zoo name or module:callable")
     p.add_argument("--cluster", required=True, help=CLUSTER_ARG_HELP)
-    p.add_argument("--method", default="single", help="baseline name (see `placer compare --help`); default single")
+    p.add_argument("--method", default="single", help="baseline name (see `placer compare --help`), or learned "
+                   "(a pretrained gnn policy, zero-shot); default single")
+    p.add_argument("--policy-file", default=None, metavar="FILE", help="--method learned: policy .pt (default: the one shipped with placer)")
+    p.add_argument("--samples", type=int, default=16, help="--method learned: placements sampled besides the greedy one, the best simulated is kept (default 16)")
     p.add_argument("--seed", type=int, default=0, help="seed for randomised methods (default 0)")
     p.add_argument("--option", action="append", default=[], metavar="KEY=VALUE", help="a method option, e.g. device=gpu:1 (repeatable)")
     p.add_argument("-o", "--output", required=True, metavar="FILE", help="placement file to write (.json)")
@@ -148,8 +151,19 @@ def run_place(args: argparse.Namespace) -> int:
     cluster = envs.resolve_cluster(args.cluster)
     options = parse_options(args.option)
     graph, cluster = _profiled(resolve_graph(args.graph), cluster, args.profile)
+    if args.method != "learned" and args.policy_file is not None:
+        raise PlacerError("--policy-file: only with --method learned")
     try:
-        placement = baselines.place(args.method, graph, cluster, seed=args.seed, **options)
+        if args.method == "learned":
+            from placer.checks import check_int
+            from placer.pretrain import place_learned
+
+            check_int(args.samples, "--samples", least=0, most=4096)
+            if options:
+                raise PlacerError("--option: --method learned takes none (use --policy-file, --samples)")
+            placement = place_learned(graph, cluster, policy_file=args.policy_file, samples=args.samples, seed=args.seed)
+        else:
+            placement = baselines.place(args.method, graph, cluster, seed=args.seed, **options)
     except TypeError as e:
         if "unexpected keyword" in str(e):
             raise PlacerError(f"--method {args.method}: {str(e).split(') ', 1)[-1]}") from None

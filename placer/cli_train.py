@@ -47,7 +47,7 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--ray-address", default=None, help="--env measured: join this Ray cluster (default: start a local one)")
     p.add_argument("--measure-timeout", type=float, default=600.0, metavar="SECONDS",
                    help="--env measured: seconds one placement's measurement may take (default 600)")
-    p.add_argument("--policy", default=None, help="seq2seq (default; the ICML 2017 policy) or hierarchical (ICLR 2018 grouper-placer)")
+    p.add_argument("--policy", default=None, help="seq2seq (default; the ICML 2017 policy), hierarchical (ICLR 2018 grouper-placer) or gnn (graph network; any graph and cluster)")
     p.add_argument("--algo", default=None, help="reinforce (default) or ppo")
     p.add_argument("--samples", type=int, default=None, help=f"K: placements sampled and scored per iteration (default {HELP_DEFAULTS['samples']})")
     stop = p.add_mutually_exclusive_group()
@@ -62,6 +62,8 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--entropy", type=float, default=None, help=f"entropy bonus weight (default {HELP_DEFAULTS['entropy_coef']:g})")
     p.add_argument("--hidden", type=int, default=None, help=f"LSTM units per direction (default {HELP_DEFAULTS['hidden']}; paper 256)")
     p.add_argument("--warm-start", default=None, help="best (default: first imitate the best heuristic's placement, then RL) or none (pure RL from scratch)")
+    p.add_argument("--init", default=None, metavar="POLICY.pt", help="fine-tune a pretrained policy (`placer pretrain`; "
+                   "implies --policy gnn and, unless given, --warm-start none)")
     p.add_argument("--device", default="cpu", help="torch device for the policy: cpu (default), cuda, cuda:N or auto")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.add_argument("--json", action="store_true", help="print the result as JSON")
@@ -79,7 +81,11 @@ def run_train(args: argparse.Namespace) -> int:
              "max_groups": args.max_groups, "lr": args.lr, "entropy_coef": args.entropy, "hidden": args.hidden,
              "warm_start": args.warm_start, "profile": args.profile}
     given = {k: v for k, v in given.items() if v is not None}
+    if args.init is not None:  # fine-tuning: the pretrained policy is the start, not an imitated heuristic
+        given.setdefault("policy", "gnn")
+        given.setdefault("warm_start", "none")
     config = TrainConfig(
+        init=args.init,
         source=args.source, cluster=args.cluster, executor=args.executor, microbatches=args.microbatches, iterations=args.iterations,
         time_budget_s=args.time_budget if args.time_budget is not None or args.iterations is not None else 300.0,
         logdir=args.logdir, resume=args.resume, device=args.device,

@@ -146,6 +146,8 @@ class TrainConfig:
     """baselines to compare with and warm-start from (None: all registered)."""
     progress: bool = True
     """show a tqdm progress bar."""
+    init: str | None = None
+    """a pretrained policy file (`placer pretrain`, .pt + .json sidecar) to start from: fine-tuning (gnn only)."""
 
     def validate(self) -> None:
         """Raise :class:`PlacerError` (one line, naming the option) for a bad setting."""
@@ -184,6 +186,8 @@ class TrainConfig:
             raise PlacerError(f"baseline {self.baseline!r}: must be 'loo' or 'ema'")
         if self.warm_start not in ("best", "none"):
             raise PlacerError(f"--warm-start {self.warm_start!r}: must be best or none")
+        if self.init is not None and self.policy != "gnn":
+            raise PlacerError(f"--init: a pretrained policy is a gnn policy; --policy is {self.policy!r}")
 
 
 # The numeric fields of TrainConfig: field -> (option named in errors, bounds for
@@ -516,7 +520,7 @@ def _train(config: TrainConfig, graph: OpGraph, cluster: Any, env: Any, logdir: 
            saved: tuple[dict[str, Any], dict[str, Any]] | None) -> TrainResult:
     """The training run proper, in a locked ``logdir``; ``saved``: the checkpoint to resume (checked)."""
     import envs
-    from policies import POLICIES
+    from policies import POLICIES, policy_file
 
     score = CachedScorer(env)
     devices = list(cluster.device_names)
@@ -544,9 +548,12 @@ def _train(config: TrainConfig, graph: OpGraph, cluster: Any, env: Any, logdir: 
     if saved is not None:  # the items must be those the checkpoint was trained on
         target = saved[1]["run"].get("warm_start_indices")
         target = np.asarray(target, dtype=np.int32) if target is not None else None
+    # --init: the pretrained weights and their architecture (policies.policy_file checks the pair)
+    init = policy_file.load(config.init) if config.init is not None else None
     policy = POLICIES[config.policy](
         graph, num_devices, max_groups=max_groups, hidden=config.hidden, layers=config.layers,
-        temperature=config.temperature, tanh_c=config.tanh_c, refine=target,
+        temperature=config.temperature, tanh_c=config.tanh_c, refine=target, cluster=cluster,
+        **({"net": init.net} if init is not None else {}),
     ).to(device)
     optimizer = torch.optim.Adam(policy.parameters(), lr=config.lr)
     gen = torch.Generator(device=device).manual_seed(config.seed)

@@ -1,0 +1,345 @@
+"""Pretrain one graph-network policy (:mod:`policies.gnn`) over a corpus of graphs and clusters.
+
+The corpus (:func:`build_corpus`) mixes three sources, each item tagged with
+its families so whole families can be held out (``exclude``):
+
+* ``zoo``: the six zoo models (tags: ``lstm`` for rnnlm/nmt-*, ``cnn`` for
+  inception-v3/resnet50, ``transformer`` for gpt2);
+* ``synthetic``: the structured families of :mod:`graphs.synthetic`
+  (chain, branches, unet, moe, attention) at several sizes (``synthetic_sizes``);
+  unet and branches are tagged ``cnn``;
+* ``library``: graphs of torch.nn layers every torch install has
+  (TransformerEncoderLayer stack ``transformer``, LSTM ``lstm``, a Conv2d stack ``cnn``),
+  captured once on the meta device and cached;
+* or a directory of graph files (``.json``/``.json.gz``).
+
+Training (:func:`pretrain`): per (graph, cluster) the label is the best of a set of
+fast heuristics (cached on disk by graph hash and cluster). A share of the time
+budget (``imitation_share``) fits the labels (mean per-op cross-entropy over a
+minibatch of pairs); the rest is REINFORCE on the simulator (:class:`envs.SimEnv`)
+with the trainer's reward ``-sqrt(step_time / best single-device time)``, a
+leave-one-out baseline over K samples, and the imitation loss kept as a
+regulariser (weight ``imitation_weight``) so the policy does not forget the
+labels of pairs it is not currently sampling.
+"""
+
+from __future__ import annotations
+
+import datetime
+import hashlib
+import json
+import os
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import numpy as np
+
+from graphs import OpGraph, PlacerError
+
+#: Heuristics whose best placement is the imitation label (the fast ones; see `placer compare`).
+LABEL_METHODS = ("single", "expert", "scotch", "heft", "m_topo", "m_etf", "m_sct")
+ZOO_TAGS = {"rnnlm": {"lstm"}, "nmt-2": {"lstm"}, "nmt-4": {"lstm"}, "inception-v3": {"cnn"}, "resnet50": {"cnn"},
+            "gpt2": {"transformer"}}
+FAMILY_TAGS = {"chain": set(), "branches": {"cnn"}, "unet": {"cnn"}, "moe": {"transformer"}, "attention": {"transformer"}}
+LIBRARY = {"transformer-layers": {"transformer"}, "lstm-layers": {"lstm"}, "conv-stack": {"cnn"}}
+SOURCES = ("zoo", "synthetic", "library")
+
+
+@dataclass
+class CorpusItem:
+    name: str
+    source: str  # zoo | synthetic | library | dir
+    tags: set[str]
+    load: Callable[[], OpGraph]
+
+
+# ------------------------------------------------------------------ corpus
+def _library_module(name: str) -> tuple[Any, tuple]:
+    import torch
+    from torch import nn
+
+    class Loss(nn.Module):
+        def __init__(self, body: nn.Module, out: int) -> None:
+            super().__init__()
+            self.body, self.head = body, nn.Linear(out, 10)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            y = self.body(x)
+            y = y[0] if isinstance(y, tuple) else y
+            return self.head(y.flatten(1) if y.dim() > 3 else y).float().square().mean()
+
+    if name == "transformer-layers":
+        layer = nn.TransformerEncoderLayer(1024, 16, 4096, batch_first=True)
+        return Loss(nn.TransformerEncoder(layer, 12, enable_nested_tensor=False), 1024), (torch.empty(16, 512, 1024, device="meta"),)
+    if name == "lstm-layers":
+        return Loss(nn.LSTM(1024, 1024, num_layers=4, batch_first=True), 1024), (torch.empty(64, 40, 1024, device="meta"),)
+    if name == "conv-stack":
+        layers: list[nn.Module] = []
+        ch = 3
+        for out in (64, 64, 128, 128, 256, 256, 512, 512):
+            layers += [nn.Conv2d(ch, out, 3, padding=1), nn.BatchNorm2d(out), nn.ReLU()]
+            ch = out
+        return Loss(nn.Sequential(*layers, nn.AdaptiveAvgPool2d(1)), 512), (torch.empty(32, 3, 128, 128, device="meta"),)
+    raise PlacerError(f"unknown library graph {name!r}")
+
+
+def library_graph(name: str) -> OpGraph:
+    """The captured graph of library layers ``name`` (cached under the zoo cache directory)."""
+    import torch
+
+    from graphs import io, zoo
+    from graphs.torch_capture import capture
+
+    path = zoo.cache_dir() / "library" / f"{name}-torch{torch.__version__.replace('+', '_')}.json.gz"
+    if path.exists():
+        try:
+            return io.load(path)
+        except PlacerError:
+            pass
+    model, inputs = _library_module(name)
+    with torch.device("meta"):
+        model = model.to("meta")
+    g = capture(model, inputs, name=name)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    io.save(g, path)
+    return g
+
+
+def build_corpus(corpus: str, *, exclude: set[str] = frozenset(), synthetic_sizes: tuple[int, ...] = (300, 1500, 5000),
+                 seed: int = 0) -> list[CorpusItem]:
+    """Corpus items for ``corpus`` (a directory, or a comma list of zoo/synthetic/library and zoo names).
+
+    ``exclude``: tags (lstm, cnn, transformer) or item names to leave out.
+    """
+    from graphs import io, zoo
+    from graphs.synthetic import FAMILIES
+
+    items: list[CorpusItem] = []
+    if os.path.isdir(corpus):
+        files = sorted(f for f in os.listdir(corpus) if f.endswith((".json", ".json.gz")))
+        if not files:
+            raise PlacerError(f"--corpus {corpus}: no graph files (.json, .json.gz) in the directory")
+        for f in files:
+            path = os.path.join(corpus, f)
+            items.append(CorpusItem(f, "dir", set(), lambda p=path: io.load(p)))
+    else:
+        for part in [p.strip() for p in corpus.split(",") if p.strip()]:
+            if part == "zoo":
+                items += [CorpusItem(n, "zoo", ZOO_TAGS.get(n, set()), lambda n=n: zoo.graph(n)) for n in zoo.names()]
+            elif part in zoo.names():
+                items.append(CorpusItem(part, "zoo", ZOO_TAGS.get(part, set()), lambda n=part: zoo.graph(n)))
+            elif part == "synthetic":
+                for k, (fam, fn) in enumerate(FAMILIES.items()):
+                    for j, size in enumerate(synthetic_sizes):
+                        s = seed * 1000 + 10 * k + j
+                        items.append(CorpusItem(f"{fam}-{size}-s{s}", "synthetic", FAMILY_TAGS[fam],
+                                                lambda fn=fn, size=size, s=s: fn(size, seed=s)))
+            elif part == "library":
+                items += [CorpusItem(n, "library", tags, lambda n=n: library_graph(n)) for n, tags in LIBRARY.items()]
+            else:
+                raise PlacerError(f"--corpus {corpus!r}: {part!r} is not a directory, zoo, synthetic, library or a zoo name")
+    kept = [it for it in items if not (it.tags & set(exclude)) and it.name not in exclude]
+    if not kept:
+        raise PlacerError(f"--corpus {corpus}: nothing left after --exclude {','.join(sorted(exclude))}")
+    return kept
+
+
+# ------------------------------------------------------------------ labels
+def best_heuristic(graph: OpGraph, cluster: Any, methods: tuple[str, ...] = LABEL_METHODS) -> tuple[str, float, np.ndarray]:
+    """(method, step time, op devices) of the best heuristic, cached on disk by graph hash and cluster."""
+    from graphs import zoo
+    from graphs.io import read_json, write_text_atomic
+    from placer.compare import compare
+
+    key = hashlib.sha256(json.dumps([graph.content_hash, cluster.to_dict(), list(methods)], sort_keys=True).encode()).hexdigest()[:20]
+    path = zoo.cache_dir() / "labels" / f"{key}.json"
+    if path.exists():
+        try:
+            doc = read_json(path)
+            idx = np.asarray(doc["devices"], dtype=np.int32)
+            if len(idx) == graph.num_ops:
+                return doc["method"], float(doc["step_time_s"]), idx
+        except (PlacerError, KeyError, TypeError, ValueError):
+            pass
+    report = compare(graph, cluster, methods=list(methods))
+    ok = [r for r in report.rows if r.kind == "baseline" and r.status == "ok" and r.step_time_s is not None]
+    if not ok:  # nothing fits: imitate the fastest single device (memory ignored is not a label; use single's)
+        raise PlacerError(f"{graph.name} on {cluster.name}: no heuristic placement runs (all out of memory)")
+    best = min(ok, key=lambda r: r.step_time_s)
+    idx = best.placement.indices(graph, cluster.device_names)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    write_text_atomic(path, json.dumps({"method": best.method, "step_time_s": best.step_time_s, "devices": idx.tolist()}))
+    return best.method, float(best.step_time_s), idx
+
+
+# ------------------------------------------------------------------ training
+@dataclass
+class PretrainConfig:
+    corpus: str = "zoo,synthetic,library"
+    clusters: tuple[str, ...] = ("k80x4", "v100x4", "h100x8")
+    exclude: tuple[str, ...] = ()
+    time_budget_s: float = 600.0
+    seed: int = 0
+    hidden: int = 64
+    rounds: int = 3
+    logit_cap: float = 10.0
+    samples: int = 8
+    batch: int = 4
+    lr: float = 3e-3
+    rl_lr: float = 5e-4
+    imitation_share: float = 0.6
+    imitation_weight: float = 0.2
+    entropy_coef: float = 1e-3
+    synthetic_sizes: tuple[int, ...] = (300, 1500, 5000)
+    progress: Callable[[str], None] | None = None
+
+
+@dataclass
+class Pair:
+    name: str
+    cluster: str
+    policy: Any
+    env: Any
+    t_ref: float
+    label: np.ndarray
+    label_method: str
+    label_s: float
+
+
+@dataclass
+class PretrainResult:
+    net: Any
+    sidecar: dict[str, Any]
+    pairs: list[dict[str, Any]] = field(default_factory=list)
+
+
+def _setup_pairs(config: PretrainConfig, net: Any, say: Callable[[str], None]) -> tuple[list[Pair], list[str]]:
+    import envs
+    from policies.gnn import GNNPolicy
+
+    items = build_corpus(config.corpus, exclude=set(config.exclude), synthetic_sizes=config.synthetic_sizes, seed=config.seed)
+    clusters = [envs.resolve_cluster(c) for c in config.clusters]
+    pairs: list[Pair] = []
+    skipped: list[str] = []
+    for it in items:
+        g = it.load()
+        for c in clusters:
+            try:
+                method, t_best, label = best_heuristic(g, c)
+            except PlacerError as e:
+                skipped.append(f"{it.name}@{c.name}: {e}")
+                continue
+            env = envs.SimEnv(g, c)
+            single_t, _ = env.step_times(np.repeat(np.arange(c.num_devices, dtype=np.int32)[:, None], g.num_ops, axis=1))
+            pairs.append(Pair(it.name, c.name, GNNPolicy(g, c.num_devices, cluster=c, net=net), env,
+                              float(np.min(single_t)), label, method, t_best))
+        say(f"corpus: {it.name} ({g.num_ops} ops) on {', '.join(c.name for c in clusters)}")
+    if not pairs:
+        raise PlacerError("pretrain: no (graph, cluster) pair has a heuristic placement that runs")
+    return pairs, skipped
+
+
+def pretrain(config: PretrainConfig) -> PretrainResult:
+    """Imitation of the best heuristic per (graph, cluster), then REINFORCE on the simulator."""
+    import torch
+
+    from policies.gnn import GNNNet, feature_spec
+
+    say = config.progress or (lambda s: None)
+    torch.manual_seed(config.seed)
+    rng = np.random.default_rng(config.seed)
+    gen = torch.Generator().manual_seed(config.seed)
+    net = GNNNet(hidden=config.hidden, rounds=config.rounds, logit_cap=config.logit_cap)
+    t0 = time.perf_counter()
+    pairs, skipped = _setup_pairs(config, net, say)
+    setup_s = time.perf_counter() - t0
+    budget_end = time.perf_counter() + config.time_budget_s  # the budget is training time: labels are cached on disk
+    imitation_end = time.perf_counter() + config.imitation_share * max(budget_end - time.perf_counter(), 0.0)
+
+    opt = torch.optim.Adam(net.parameters(), lr=config.lr)
+    steps = {"imitation": 0, "rl": 0}
+    while time.perf_counter() < imitation_end:
+        batch = rng.choice(len(pairs), size=min(config.batch, len(pairs)), replace=False)
+        opt.zero_grad()
+        loss = sum(pairs[i].policy.imitation_loss(pairs[i].label) for i in batch) / len(batch)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(net.parameters(), 1.0)
+        opt.step()
+        steps["imitation"] += 1
+        if steps["imitation"] % 20 == 0:
+            say(f"imitation step {steps['imitation']}: loss {float(loss.detach()):.4f}")
+    for group in opt.param_groups:
+        group["lr"] = config.rl_lr
+    while time.perf_counter() < budget_end:
+        p = pairs[int(rng.integers(len(pairs)))]
+        s = p.policy.sample(config.samples, generator=gen)
+        t, failed = p.env.step_times(s.op_devices)
+        cost = np.where(failed | ~np.isfinite(t), 10.0 * p.t_ref, t)
+        reward = -np.sqrt(cost / p.t_ref)
+        k = len(reward)
+        adv = reward - (reward.sum() - reward) / max(k - 1, 1)
+        adv = adv / (reward.std() + 1e-8)
+        adv_t = torch.as_tensor(adv, dtype=torch.float32)
+        loss = -(adv_t * s.log_prob).mean() / p.policy.num_items - config.entropy_coef * s.entropy.mean()
+        if config.imitation_weight > 0:
+            loss = loss + config.imitation_weight * p.policy.imitation_loss(p.label)
+        opt.zero_grad()
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(net.parameters(), 1.0)
+        opt.step()
+        steps["rl"] += 1
+        if steps["rl"] % 20 == 0:
+            say(f"rl step {steps['rl']}: {p.name}@{p.cluster} best sample {np.min(cost) / p.label_s:.3f}x the label")
+
+    rows = []
+    for p in pairs:
+        g_t, g_failed = p.env.step_times(p.policy.greedy()[None])
+        rows.append({"graph": p.name, "cluster": p.cluster, "label": p.label_method, "label_step_time_s": p.label_s,
+                     "greedy_step_time_s": None if g_failed[0] else float(g_t[0])})
+    sidecar = {
+        "architecture": {"hidden": config.hidden, "rounds": config.rounds, "logit_cap": float(config.logit_cap)},
+        "features": feature_spec(), "clusters": list(config.clusters),
+        "corpus": sorted({p.name for p in pairs}), "corpus_spec": config.corpus, "excluded": list(config.exclude),
+        "seed": config.seed, "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "training": {"time_budget_s": config.time_budget_s, "setup_s": round(setup_s, 1), "steps": steps,
+                     "samples": config.samples, "lr": config.lr, "rl_lr": config.rl_lr,
+                     "imitation_share": config.imitation_share, "label_methods": list(LABEL_METHODS),
+                     "synthetic_sizes": list(config.synthetic_sizes), "skipped": skipped},
+    }
+    return PretrainResult(net, sidecar, rows)
+
+
+# ------------------------------------------------------------------ zero-shot placement
+def place_learned(graph: OpGraph, cluster: Any, *, policy_file: str | None = None, samples: int = 16, seed: int = 0) -> Any:
+    """Zero-shot placement with a pretrained policy: greedy plus ``samples`` samples, the best on the simulator.
+
+    Returns a :class:`placer.Placement` (method ``learned``) whose meta records the policy file and timings.
+    """
+    import torch
+
+    import envs
+    from placer.placement import Placement
+    from policies import policy_file as pf
+    from policies.gnn import GNNPolicy
+
+    t0 = time.perf_counter()
+    loaded = pf.load(policy_file)
+    torch.manual_seed(seed)
+    with torch.no_grad():
+        policy = GNNPolicy(graph, cluster.num_devices, cluster=cluster, net=loaded.net)
+        cand = [policy.greedy()[None]]
+        if samples > 0:
+            cand.append(policy.sample(samples, generator=torch.Generator().manual_seed(seed)).op_devices)
+    idx = np.concatenate(cand, axis=0)
+    env = envs.SimEnv(graph, cluster)
+    t, failed = env.step_times(idx)
+    t = np.where(failed | ~np.isfinite(t), np.inf, t)
+    j = int(np.argmin(t))
+    order, how, step_s = env.plan_order(idx[j])
+    meta = {"policy_file": loaded.path, "samples": samples, "seed": seed, "found_by": "greedy" if j == 0 else "sample",
+            "node_order_step_time_s": float(t[j]) if np.isfinite(t[j]) else None,
+            "greedy_step_time_s": float(t[0]) if np.isfinite(t[0]) else None,
+            "place_time_s": time.perf_counter() - t0, "issue_order": how, "step_time_s": step_s, "executor": "eager"}
+    return Placement.from_indices(graph, cluster.device_names, idx[j], cluster=getattr(cluster, "name", ""),
+                                  method="learned", meta=meta, order=order)

@@ -1,0 +1,116 @@
+"""Pretrained policy files: a tensor-only ``.pt`` (a state dict) plus a JSON sidecar.
+
+``policy.pt`` holds only the :class:`policies.gnn.GNNNet` state dict, written
+with ``torch.save`` through :func:`graphs.io.write_atomic` and read with
+``torch.load(weights_only=True)``: nothing in it is unpickled as code.
+``policy.json`` (same name, ``.json``) describes it::
+
+    {"format": "placer-policy/1", "policy": "gnn",
+     "architecture": {"hidden": 64, "rounds": 3, "logit_cap": 10.0},
+     "features": {"version": "gnn-features/1", ...},
+     "clusters": ["k80x4", ...], "corpus": [...], "excluded": [...],
+     "seed": 0, "date": "...", "training": {...}}
+
+A bad pair (missing sidecar, wrong format, an architecture the weights do not
+fit, features of another version) raises :class:`graphs.PlacerError` with one
+line naming the file. The policy shipped with the package is
+``policies/pretrained/gnn-default.pt`` (see :data:`DEFAULT_POLICY`).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any, NamedTuple
+
+from graphs import PlacerError
+
+FORMAT = "placer-policy/1"
+DEFAULT_POLICY = str(Path(__file__).resolve().parent / "pretrained" / "gnn-default.pt")
+_ARCH = {"hidden": (int, 1, 4096), "rounds": (int, 0, 64), "logit_cap": (float, 1e-3, 1e6)}
+_REQUIRED = ("format", "policy", "architecture", "features", "clusters", "corpus", "seed", "date")
+
+
+class PolicyFile(NamedTuple):
+    net: Any  # policies.gnn.GNNNet with the weights loaded
+    sidecar: dict[str, Any]
+    path: str
+
+
+def sidecar_path(path: str | os.PathLike) -> str:
+    """``x/policy.pt`` -> ``x/policy.json``."""
+    base, ext = os.path.splitext(os.fspath(path))
+    return (base if ext == ".pt" else os.fspath(path)) + ".json"
+
+
+def check_sidecar(doc: Any, where: str) -> dict[str, Any]:
+    """The sidecar ``doc`` if it is a valid placer-policy/1 document, else PlacerError naming ``where``."""
+    from policies.gnn import feature_spec
+
+    if not isinstance(doc, dict):
+        raise PlacerError(f"{where}: not a policy sidecar (expected a JSON object)")
+    if doc.get("format") != FORMAT:
+        raise PlacerError(f"{where}: format {doc.get('format')!r}, expected {FORMAT!r}")
+    missing = [k for k in _REQUIRED if k not in doc]
+    if missing:
+        raise PlacerError(f"{where}: missing field(s) {', '.join(missing)}")
+    if doc["policy"] != "gnn":
+        raise PlacerError(f"{where}: policy {doc['policy']!r}: only 'gnn' policies can be pretrained")
+    arch = doc["architecture"]
+    if not isinstance(arch, dict) or set(arch) != set(_ARCH):
+        raise PlacerError(f"{where}: architecture must have exactly the fields {', '.join(_ARCH)}")
+    for key, (typ, low, high) in _ARCH.items():
+        v = arch[key]
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or (typ is int and not isinstance(v, int)) or not low <= v <= high:
+            raise PlacerError(f"{where}: architecture.{key} {v!r}: must be a{'n integer' if typ is int else ' number'} in [{low}, {high}]")
+    if doc["features"] != feature_spec():
+        raise PlacerError(f"{where}: features {json.dumps(doc['features'])[:120]} do not match this placer's "
+                          f"({feature_spec()['version']}); retrain with `placer pretrain`")
+    if not (isinstance(doc["clusters"], list) and all(isinstance(c, str) for c in doc["clusters"])):
+        raise PlacerError(f"{where}: clusters must be a list of names")
+    if not isinstance(doc["corpus"], list):
+        raise PlacerError(f"{where}: corpus must be a list")
+    return doc
+
+
+def save(path: str | os.PathLike, net: Any, sidecar: dict[str, Any]) -> None:
+    """Write ``net``'s state dict to ``path`` and the sidecar beside it (both atomically)."""
+    import torch
+
+    from graphs.io import write_atomic, write_text_atomic
+
+    path = os.fspath(path)
+    doc = check_sidecar({"format": FORMAT, "policy": "gnn", **sidecar}, sidecar_path(path))
+    state = {k: v.detach().cpu().contiguous() for k, v in net.state_dict().items()}
+    write_atomic(path, lambda f: torch.save(state, f))
+    write_text_atomic(sidecar_path(path), json.dumps(doc, indent=1, sort_keys=True))
+
+
+def load(path: str | os.PathLike | None = None, *, map_location: str = "cpu") -> PolicyFile:
+    """Load a policy file (default: the shipped one) and its sidecar; PlacerError on any problem."""
+    import torch
+
+    from graphs.io import read_json
+    from policies.gnn import GNNNet
+
+    path = os.fspath(path) if path is not None else DEFAULT_POLICY
+    if not os.path.isfile(path):
+        raise PlacerError(f"{path}: no such policy file" + (" (the package was built without its pretrained policy)"
+                                                             if path == DEFAULT_POLICY else ""))
+    side = sidecar_path(path)
+    if not os.path.isfile(side):
+        raise PlacerError(f"{path}: its sidecar {side} is missing (a policy file needs both)")
+    doc = check_sidecar(read_json(side), side)
+    try:
+        state = torch.load(path, map_location=map_location, weights_only=True)
+    except Exception as e:  # truncated, not a torch file, or pickled objects weights_only refuses
+        raise PlacerError(f"{path}: cannot read policy weights ({type(e).__name__}: {str(e).splitlines()[0][:200] if str(e) else ''})") from None
+    if not isinstance(state, dict) or not all(isinstance(v, torch.Tensor) for v in state.values()):
+        raise PlacerError(f"{path}: not a tensor-only state dict")
+    net = GNNNet(**doc["architecture"])
+    try:
+        net.load_state_dict(state)
+    except RuntimeError as e:
+        raise PlacerError(f"{path}: weights do not fit the architecture in {side} ({str(e).splitlines()[0][:200]})") from None
+    return PolicyFile(net, doc, path)

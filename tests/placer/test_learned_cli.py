@@ -1,0 +1,87 @@
+"""`placer pretrain`, `placer place --method learned` and `placer train --init` through the CLI."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+import graphs
+from graphs.synthetic import branch_dag
+from placer.cli import main
+from placer.placement import Placement
+
+
+def run(capsys, *argv):
+    rc = main(list(argv))
+    out, err = capsys.readouterr()
+    return rc, out, err
+
+
+@pytest.fixture
+def pretrained(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("PLACER_CACHE_DIR", str(tmp_path / "cache"))
+    corpus = tmp_path / "corpus"
+    corpus.mkdir()
+    graphs.save(branch_dag(120, seed=1), corpus / "b1.json")
+    gpath = tmp_path / "g.json"
+    graphs.save(branch_dag(150, seed=5, width=3), gpath)
+    rc, out, err = run(capsys, "pretrain", "--corpus", str(corpus), "--clusters", "k80x2", "--time-budget", "2",
+                       "--hidden", "16", "--rounds", "1", "-o", str(tmp_path / "p.pt"), "--json")
+    assert rc == 0, err
+    doc = json.loads(out)
+    assert doc["pairs"][0]["graph"] == "b1.json" and (tmp_path / "p.json").exists()
+    return tmp_path, str(gpath)
+
+
+@pytest.mark.slow
+def test_pretrain_then_place_learned_on_an_unseen_cluster_size(pretrained, capsys):
+    tmp, gpath = pretrained
+    rc, out, err = run(capsys, "place", gpath, "--cluster", "k80x4", "--method", "learned", "--policy-file",
+                       str(tmp / "p.pt"), "--samples", "4", "-o", str(tmp / "out.json"))
+    assert rc == 0, err
+    p = Placement.load(str(tmp / "out.json"))
+    assert p.method == "learned" and p.meta["policy_file"] == str(tmp / "p.pt") and len(p.assignment) == graphs.load(gpath).num_ops
+
+
+@pytest.mark.slow
+def test_train_init_fine_tunes_the_pretrained_policy(pretrained, capsys):
+    tmp, gpath = pretrained
+    rc, out, err = run(capsys, "train", gpath, "--cluster", "k80x2", "--init", str(tmp / "p.pt"), "--iterations", "2",
+                       "--logdir", str(tmp / "run"), "--json", "--no-progress")
+    assert rc == 0, err
+    doc = json.loads(out)
+    assert doc["iterations"] == 2 and doc["warm_start"] == "none" and doc["status"] == "ok"
+    state = json.loads((tmp / "run" / "checkpoint.json").read_text())
+    assert state["config"]["policy"] == "gnn" and state["config"]["init"] == str(tmp / "p.pt")
+
+
+@pytest.mark.slow
+def test_bad_policy_files_exit_2_with_one_line(pretrained, capsys):
+    tmp, gpath = pretrained
+    side = json.loads((tmp / "p.json").read_text())
+    side["architecture"]["rounds"] = 5
+    (tmp / "bad.json").write_text(json.dumps(side))
+    (tmp / "bad.pt").write_bytes((tmp / "p.pt").read_bytes())
+    (tmp / "junk.pt").write_bytes(b"not a torch file")
+    (tmp / "junk.json").write_text((tmp / "p.json").read_text())
+    for f, msg in (("bad.pt", "do not fit"), ("junk.pt", "cannot read policy weights"), ("none.pt", "no such policy file")):
+        rc, out, err = run(capsys, "place", gpath, "--cluster", "k80x2", "--method", "learned", "--policy-file",
+                           str(tmp / f), "-o", str(tmp / "o.json"))
+        assert rc == 2 and len(err.strip().splitlines()) == 1 and msg in err and f in err, err
+        rc, out, err = run(capsys, "train", gpath, "--cluster", "k80x2", "--init", str(tmp / f), "--iterations", "1",
+                           "--logdir", str(tmp / f"run-{f}"), "--no-progress")
+        assert rc == 2 and len(err.strip().splitlines()) == 1 and msg in err, err
+    rc, out, err = run(capsys, "train", gpath, "--cluster", "k80x2", "--init", str(tmp / "p.pt"), "--policy", "seq2seq",
+                       "--iterations", "1", "--no-progress")
+    assert rc == 2 and "--init" in err
+    rc, out, err = run(capsys, "place", gpath, "--cluster", "k80x2", "--policy-file", str(tmp / "p.pt"), "-o", str(tmp / "o.json"))
+    assert rc == 2 and "--policy-file" in err
+
+
+def test_pretrain_bad_options_exit_2(tmp_path, capsys):
+    for argv, msg in ((["--clusters", "nope"], "nope"), (["--sizes", "5"], "--sizes"), (["--corpus", "zzz"], "zzz")):
+        rc, out, err = run(capsys, "pretrain", *argv, "--time-budget", "1", "-o", str(tmp_path / "p.pt"))
+        assert rc == 2 and msg in err and len(err.strip().splitlines()) == 1, err
+    rc, out, err = run(capsys, "pretrain", "-o", str(tmp_path / "p.bin"))
+    assert rc == 2 and ".pt" in err

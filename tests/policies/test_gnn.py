@@ -1,0 +1,138 @@
+"""The graph-network policy: order invariance, any cluster size, policy files (weights_only, sidecar checks)."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+
+import numpy as np
+import pytest
+import torch
+
+import envs
+from graphs import OpGraph, PlacerError
+from graphs.ir import _permute
+from graphs.synthetic import attention_dag, branch_dag, moe_dag, random_dag
+from policies import POLICIES, policy_file
+from policies.gnn import GNNNet, GNNPolicy
+
+
+def _random_topological_order(g: OpGraph, seed: int) -> np.ndarray:
+    rng = np.random.default_rng(seed)
+    indeg = np.bincount(g.edge_dst, minlength=g.num_ops)
+    ready = list(np.flatnonzero(indeg == 0))
+    order = []
+    while ready:
+        i = ready.pop(int(rng.integers(len(ready))))
+        order.append(i)
+        for j in g.successors(i):
+            indeg[j] -= 1
+            if indeg[j] == 0:
+                ready.append(j)
+    return np.asarray(order)
+
+
+def _reordered(g: OpGraph, order: np.ndarray) -> OpGraph:
+    fields = {f.name: getattr(g, f.name) for f in dataclasses.fields(OpGraph) if f.init}
+    return OpGraph(**_permute(fields, order))
+
+
+@pytest.mark.parametrize("make", [lambda: moe_dag(120, seed=3), lambda: branch_dag(150, seed=1)])
+def test_node_order_does_not_change_the_distribution(make):
+    g = make()
+    order = _random_topological_order(g, seed=7)
+    assert not np.array_equal(order, np.arange(g.num_ops))  # really another order
+    g2 = _reordered(g, order)
+    c = envs.resolve_cluster("k80x4")
+    torch.manual_seed(0)
+    p1 = GNNPolicy(g, c.num_devices, cluster=c, hidden=16)
+    p2 = GNNPolicy(g2, c.num_devices, cluster=c, net=p1.net)
+    # row j of g2 is op order[j] of g
+    assert torch.allclose(p2.log_probs(), p1.log_probs()[torch.as_tensor(order)], atol=1e-5)
+
+
+def test_one_policy_places_on_2_4_and_8_gpus():
+    g = attention_dag(120, seed=2)
+    net = GNNNet(hidden=16, rounds=2)
+    for name in ("k80x2", "k80x4", "h100x8"):
+        c = envs.resolve_cluster(name)
+        p = GNNPolicy(g, c.num_devices, cluster=c, net=net)
+        s = p.sample(5, generator=torch.Generator().manual_seed(0))
+        assert s.op_devices.shape == (5, g.num_ops)
+        assert s.op_devices.min() >= 0 and s.op_devices.max() < c.num_devices
+        assert len(np.unique(s.op_devices)) > 1
+        lp, _ = p.log_prob(s.actions)
+        assert torch.allclose(lp, s.log_prob, atol=1e-4)
+        t, failed = envs.SimEnv(g, c).step_times(np.concatenate([p.greedy()[None], s.op_devices]))
+        assert len(t) == 6
+        loss = p.imitation_loss(np.full(g.num_ops, c.num_devices - 1))
+        loss.backward()
+        assert all(w.grad is not None for w in net.parameters() if w.requires_grad)
+        net.zero_grad()
+
+
+def test_registered_and_needs_a_cluster():
+    assert POLICIES["gnn"] is GNNPolicy
+    with pytest.raises(PlacerError, match="needs the cluster"):
+        GNNPolicy(random_dag(10), 3)
+    with pytest.raises(PlacerError, match="5 devices"):
+        GNNPolicy(random_dag(10), 5, cluster=envs.resolve_cluster("k80x2"))
+
+
+def _sidecar(**over):
+    from policies.gnn import feature_spec
+
+    doc = {"architecture": {"hidden": 8, "rounds": 1, "logit_cap": 10.0}, "features": feature_spec(),
+           "clusters": ["k80x2"], "corpus": ["x"], "seed": 0, "date": "2025-01-01T00:00:00+00:00"}
+    doc.update(over)
+    return doc
+
+
+def test_policy_file_round_trip_loads_with_weights_only(tmp_path):
+    net = GNNNet(hidden=8, rounds=1)
+    path = tmp_path / "p.pt"
+    policy_file.save(path, net, _sidecar())
+    state = torch.load(path, weights_only=True)
+    assert set(state) == set(net.state_dict()) and all(isinstance(v, torch.Tensor) for v in state.values())
+    loaded = policy_file.load(path)
+    for k, v in net.state_dict().items():
+        assert torch.equal(loaded.net.state_dict()[k], v)
+    assert json.loads((tmp_path / "p.json").read_text())["format"] == "placer-policy/1"
+
+
+@pytest.mark.parametrize("damage, message", [
+    (lambda d: d.pop("seed"), "missing field"),
+    (lambda d: d.update(format="placer-policy/9"), "format"),
+    (lambda d: d["architecture"].update(hidden=16), "do not fit"),
+    (lambda d: d["architecture"].update(hidden="8"), "architecture.hidden"),
+    (lambda d: d["features"].update(version="gnn-features/0"), "features"),
+    (lambda d: d.update(policy="seq2seq"), "only 'gnn'"),
+])
+def test_bad_sidecar_is_one_placer_error(tmp_path, damage, message):
+    path = tmp_path / "p.pt"
+    policy_file.save(path, GNNNet(hidden=8, rounds=1), _sidecar())
+    doc = json.loads((tmp_path / "p.json").read_text())
+    damage(doc)
+    (tmp_path / "p.json").write_text(json.dumps(doc))
+    with pytest.raises(PlacerError, match=message):
+        policy_file.load(path)
+
+
+def test_missing_sidecar_and_pickled_weights_are_refused(tmp_path):
+    path = tmp_path / "p.pt"
+    policy_file.save(path, GNNNet(hidden=8, rounds=1), _sidecar())
+    (tmp_path / "p.json").rename(tmp_path / "other.json")
+    with pytest.raises(PlacerError, match="sidecar"):
+        policy_file.load(path)
+    (tmp_path / "other.json").rename(tmp_path / "p.json")
+    torch.save({"net": GNNNet(hidden=8, rounds=1)}, path)  # a pickled module, not tensors
+    with pytest.raises(PlacerError, match="cannot read policy weights"):
+        policy_file.load(path)
+
+
+def test_shipped_policy_loads():
+    loaded = policy_file.load()
+    assert loaded.sidecar["policy"] == "gnn"
+    g = random_dag(40, seed=1)
+    c = envs.resolve_cluster("v100x4")
+    assert GNNPolicy(g, c.num_devices, cluster=c, net=loaded.net).greedy().shape == (40,)
