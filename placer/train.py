@@ -475,8 +475,7 @@ class _Run:
         self.devices = list(cluster.device_names)
         # ---- reference times: the reward scale, heuristics and the lower bound
         setup_start = time.perf_counter()
-        single_t, _ = self.score(np.repeat(np.arange(len(self.devices), dtype=np.int32)[:, None], graph.num_ops, axis=1))
-        self.t_ref = float(np.min(single_t))  # best single-device time, memory ignored: the reward scale
+        self.t_ref = _reference_time(self.score, graph, cluster, config.executor)
         found = _heuristics(graph, cluster, config)
         self.heuristics = {name: t for name, (t, _) in found.items()}
         try:
@@ -626,6 +625,24 @@ class _Run:
             _save_best(os.path.join(self.logdir, BEST_NAME), best)
         checkpoint.write_json(os.path.join(self.logdir, "summary.json"), result.to_dict())
         return result
+
+
+def _reference_time(score: CachedScorer, graph: OpGraph, cluster: Cluster, executor: str) -> float:
+    """The reward scale: the best single-device step time (memory ignored).
+
+    A scorer that gives a failed placement no time (a real device's OOM: ``inf``)
+    may leave every single-device placement without one (a model that fits on no
+    single device); the simulator's time of those placements, memory ignored, is
+    the scale then (an infinite scale made every reward NaN).
+    """
+    import envs
+
+    single = np.repeat(np.arange(len(cluster.device_names), dtype=np.int32)[:, None], graph.num_ops, axis=1)
+    t, _ = score(single)
+    t = t[np.isfinite(t) & (t > 0)]
+    if not len(t):
+        t, _ = envs.SimEnv(graph, cluster, executor=executor).step_times(single)
+    return float(np.min(t))
 
 
 def _progress_bar(config: TrainConfig, run: _Run) -> Any:
