@@ -16,6 +16,10 @@ every step time is divided by ``t_ref``, the best single-device step time
 ``-sqrt(step_time_s / t_ref)`` (about -1 for a no-better-than-one-device
 placement) and a failed (OOM) placement counts as ``fail_factor * t_ref``
 (:func:`placer.rl_algos.reward`).
+
+Warm start (``warm_start="best"``, the default; honest labelling). Before RL, the
+policy is trained for a few steps to imitate the best heuristic placement (by
+simulated step time), contracted to the policy's groups by majority vote. RL then
 starts from a policy whose greedy decoding is (close to) that heuristic. The best
 placement reported is always one the policy sampled or greedily decoded; its
 ``meta`` says which, at which iteration, and which heuristic it was warm-started
@@ -33,7 +37,9 @@ every batch (an EMA lagging above a falling batch mean makes them all negative
 and pushes the mode's probability down). Advantages are divided by the batch's
 reward std. After a warm start the RL learning rate must be small (5e-4):
 measured on nmt-2, 2e-3 raises the entropy from 0.09 to 0.13 within five steps
-and 1e-2 to 0.9 within a hundred, and the samples get worse with it.
+and 1e-2 to 0.9 within a hundred, and the samples get worse with it. The
+papers' settings are one switch away (``TrainConfig.from_preset("paper")``,
+``placer train --preset paper``; see :data:`placer.train_config.PRESETS`).
 """
 
 from __future__ import annotations
