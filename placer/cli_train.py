@@ -7,65 +7,85 @@ Example:
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import sys
+from typing import Any
+
+from placer.train_config import (
+    RESUME_KEEPS, AlgoOptions, PolicyOptions, RunOptions, TrainConfig, _base_type, field_docs, literal_choices,
+    option_name,
+)
+
+# Kept for callers and tests: TrainConfig's defaults of the most used options (no longer a copy).
+HELP_DEFAULTS = {k: getattr(TrainConfig(), k) for k in
+                 ("lr", "entropy_coef", "hidden", "samples", "seed", "policy", "algo", "env")}
+
+_SECTIONS = (("run options", RunOptions), ("algorithm options", AlgoOptions), ("policy options", PolicyOptions),
+             ("preset", TrainConfig))
+# Help that says more than the field's docstring, or in the command line's terms.
+_HELP = {"source": "graph file (.json/.pt2), zoo name or module:callable", "progress": "no progress bar"}
+_METAVARS = {"profile": "PROFILE.json", "device_map": "MAP", "measure_timeout_s": "SECONDS", "time_budget_s": "SECONDS",
+             "heuristics": "NAMES", "logdir": "DIR"}
 
 
-# TrainConfig's defaults, repeated here so `placer --help` does not import torch;
-# tests/placer/test_train.py checks they agree.
-HELP_DEFAULTS = {"lr": 5e-4, "entropy_coef": 0.001, "hidden": 64, "samples": 8, "seed": 0, "policy": "seq2seq",
-                 "algo": "reinforce", "env": "sim"}
+def _names(value: str) -> tuple[str, ...]:
+    """``--heuristics a,b``: a comma list of baseline names ('' : none)."""
+    return tuple(n.strip() for n in value.split(",") if n.strip())
 
-# The TrainConfig fields a --resume takes from the checkpoint, with the option that sets each. These options
-# default to None on the command line, so that an option the user gave can be told from a default.
-RESUMED_OPTIONS = {"env": "--env", "policy": "--policy", "algo": "--algo", "samples": "--samples", "seed": "--seed",
-                   "max_groups": "--max-groups", "lr": "--lr", "entropy_coef": "--entropy", "hidden": "--hidden",
-                   "warm_start": "--warm-start", "profile": "--profile"}
+
+def _add_field(group: Any, f: dataclasses.Field, help_text: str) -> None:
+    """Add TrainConfig field ``f`` as an option (or SOURCE) whose default is the dataclass's (not set: absent)."""
+    name, tp, choices = f.name, _base_type(f), literal_choices(f)
+    help_text = help_text.replace("%", "%%")  # argparse formats help with %
+    if name == "source":
+        group.add_argument("source", metavar="SOURCE", help=help_text)
+        return
+    kw: dict[str, Any] = {"dest": name, "default": argparse.SUPPRESS, "help": help_text}
+    default = f.default
+    if tp is bool:
+        if name == "progress":  # --no-progress
+            kw.update(action="store_false")
+        elif default is False:
+            kw.update(action="store_true")
+        else:
+            kw.update(action=argparse.BooleanOptionalAction, help=f"{help_text} (default: {default})")
+        group.add_argument(option_name(name), **kw)
+        return
+    # choices are checked by TrainConfig.validate, so a bad one gets the same one-line message as from Python
+    kw["metavar"] = "{" + ",".join(choices) + "}" if choices else _METAVARS.get(name, name.upper().removesuffix("_S"))
+    kw["type"] = {int: int, float: float}.get(tp, _names if name == "heuristics" else str)
+    if name == "cluster":
+        kw.update(required=True)
+        kw.pop("default")
+    elif default is not None:
+        kw["help"] = f"{help_text} (default: {default})"
+    group.add_argument(option_name(name), **kw)
 
 
 def add_commands(sub: argparse._SubParsersAction) -> None:
     from envs.cluster import CLUSTER_ARG_HELP
-    from envs.profiler import add_profile_argument
-    from envs.simulator import EXECUTOR_ARG_HELP, EXECUTORS
 
     p = sub.add_parser(
         "train",
         help="learn a placement with the RL placer (seq2seq or hierarchical policy)",
         description="Train a placement policy on SOURCE's graph. Writes TensorBoard logs, a resumable "
-        "checkpoint and best_placement.json under --logdir.",
+        "checkpoint and best_placement.json under --logdir. Every option is a field of "
+        "placer.train.TrainConfig (same name, with - for _).",
     )
-    p.add_argument("source", metavar="SOURCE", help="graph file (.json/.pt2), zoo name or module:callable")
-    p.add_argument("--cluster", required=True, help=CLUSTER_ARG_HELP)
-    add_profile_argument(p)
-    p.add_argument("--env", default=None, help="scorer: sim (simulator, default) or measured (real training steps "
-                   "in Ray actors; needs a zoo name or module:callable)")
-    p.add_argument("--microbatches", type=int, default=1, metavar="M",
-                   help="learn a pipelined plan: each step runs M microbatches with gradient accumulation (--env sim; default 1)")
-    p.add_argument("--executor", metavar="{" + ",".join(EXECUTORS) + "}", default="eager", help="--env sim and the heuristics: " + EXECUTOR_ARG_HELP)
-    p.add_argument("--device-map", metavar="MAP", default=None,
-                   help="--env measured / --profile: logical -> torch devices, e.g. gpu:0=cuda:1,*=cpu")
-    p.add_argument("--workers", type=int, default=None, help="--env measured: Ray workers (default one per machine)")
-    p.add_argument("--ray-address", default=None, help="--env measured: join this Ray cluster (default: start a local one)")
-    p.add_argument("--measure-timeout", type=float, default=600.0, metavar="SECONDS",
-                   help="--env measured: seconds one placement's measurement may take (default 600)")
-    p.add_argument("--policy", default=None, help="seq2seq (default; the ICML 2017 policy), hierarchical (ICLR 2018 grouper-placer) or gnn (graph network; any graph and cluster)")
-    p.add_argument("--algo", default=None, help="reinforce (default) or ppo")
-    p.add_argument("--samples", type=int, default=None, help=f"K: placements sampled and scored per iteration (default {HELP_DEFAULTS['samples']})")
-    stop = p.add_mutually_exclusive_group()
-    stop.add_argument("--iterations", type=int, default=None, help="stop after N iterations")
-    stop.add_argument("--time-budget", type=float, default=None, help="stop after SECONDS (default 300 if neither is given)")
-    p.add_argument("--seed", type=int, default=None, help=f"random seed (default {HELP_DEFAULTS['seed']})")
-    p.add_argument("--logdir", default=None, help="run directory (default runs/<graph>-<cluster>-<time>)")
-    p.add_argument("--resume", action="store_true", help="continue from --logdir's checkpoint (its model and "
-                   "training options win over those given now, which are reported on stderr)")
-    p.add_argument("--max-groups", type=int, default=None, help="items to place (default min(256, 20 x devices))")
-    p.add_argument("--lr", type=float, default=None, help=f"Adam learning rate (default {HELP_DEFAULTS['lr']:g}; from scratch try 0.01)")
-    p.add_argument("--entropy", type=float, default=None, help=f"entropy bonus weight (default {HELP_DEFAULTS['entropy_coef']:g})")
-    p.add_argument("--hidden", type=int, default=None, help=f"LSTM units per direction (default {HELP_DEFAULTS['hidden']}; paper 256)")
-    p.add_argument("--warm-start", default=None, help="best (default: first imitate the best heuristic's placement, then RL) or none (pure RL from scratch)")
-    p.add_argument("--init", default=None, metavar="POLICY.pt", help="fine-tune a pretrained policy (`placer pretrain`; "
-                   "implies --policy gnn and, unless given, --warm-start none)")
-    p.add_argument("--device", default="cpu", help="torch device for the policy: cpu (default), cuda, cuda:N or auto")
-    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    docs = {**field_docs(), **_HELP, "cluster": CLUSTER_ARG_HELP}
+    seen: set[str] = set()
+    for title, cls in _SECTIONS:
+        group = p.add_argument_group(title)
+        stop = None
+        for f in dataclasses.fields(cls):
+            if f.name in seen:
+                continue
+            seen.add(f.name)
+            if f.name in ("iterations", "time_budget_s"):  # the two stopping rules exclude each other
+                stop = stop or group.add_mutually_exclusive_group()
+                _add_field(stop, f, docs[f.name])
+            else:
+                _add_field(group, f, docs[f.name])
     p.add_argument("--json", action="store_true", help="print the result as JSON")
     p.set_defaults(func=run_train)
 
@@ -75,28 +95,22 @@ def run_train(args: argparse.Namespace) -> int:
     from placer.checks import check_output_dir
     from placer.cli import print_json
     from placer.sources import resolve_graph
-    from placer.train import TrainConfig, train
+    from placer.train import train
 
-    given = {"env": args.env, "policy": args.policy, "algo": args.algo, "samples": args.samples, "seed": args.seed,
-             "max_groups": args.max_groups, "lr": args.lr, "entropy_coef": args.entropy, "hidden": args.hidden,
-             "warm_start": args.warm_start, "profile": args.profile}
-    given = {k: v for k, v in given.items() if v is not None}
-    if args.init is not None:  # fine-tuning: the pretrained policy is the start, not an imitated heuristic
-        given.setdefault("policy", "gnn")
-        given.setdefault("warm_start", "none")
-    config = TrainConfig(
-        init=args.init,
-        source=args.source, cluster=args.cluster, executor=args.executor, microbatches=args.microbatches, iterations=args.iterations,
-        time_budget_s=args.time_budget if args.time_budget is not None or args.iterations is not None else 300.0,
-        logdir=args.logdir, resume=args.resume, device=args.device,
-        device_map=args.device_map, workers=args.workers, ray_address=args.ray_address,
-        measure_timeout_s=args.measure_timeout,
-        progress=not args.no_progress and not args.json and sys.stderr.isatty(), **given,
-    )
+    fields = {f.name for f in dataclasses.fields(TrainConfig)}
+    given = {k: v for k, v in vars(args).items() if k in fields}  # what the command line set
+    options = dict(given)
+    if options.get("init") is not None:  # fine-tuning: the pretrained policy is the start, not an imitated heuristic
+        options.setdefault("policy", "gnn")
+        options.setdefault("warm_start", "none")
+    if "iterations" not in options and "time_budget_s" not in options:
+        options["time_budget_s"] = 300.0
+    options["progress"] = options.get("progress", True) and not args.json and sys.stderr.isatty()
+    config = TrainConfig.from_preset(options.pop("preset", "tuned"), **options)
     config.validate()  # before the (possibly slow) capture of SOURCE; checks --logdir too
-    if args.logdir is None:
+    if config.logdir is None:
         check_output_dir("runs", "--logdir (default runs/...)")
-    if args.resume:
+    if config.resume:
         config = _resumed_config(config, given)
     cluster = envs.resolve_cluster(config.cluster)
     graph = resolve_graph(config.source)
@@ -114,12 +128,10 @@ def run_train(args: argparse.Namespace) -> int:
     return 130 if result.interrupted else 0
 
 
-def _resumed_config(config, given: dict | None = None):
-    """On --resume, the stopping rule, SOURCE, cluster and run-time options given now win; the model and
-    training settings come from the checkpoint's config. Each option in ``given`` (what the command line
-    set) that the checkpoint overrides is reported in one line on stderr."""
-    import dataclasses
-
+def _resumed_config(config: TrainConfig, given: dict | None = None) -> TrainConfig:
+    """On --resume, the stopping rule, SOURCE, cluster and run-time options given now win (``RESUME_KEEPS``);
+    the model and training settings come from the checkpoint's config. Each option in ``given`` (what the
+    command line set) that the checkpoint overrides is reported in one line on stderr."""
     from graphs import PlacerError
     from placer import checkpoint
 
@@ -130,13 +142,11 @@ def _resumed_config(config, given: dict | None = None):
     old = {k: v for k, v in saved["config"].items() if k in fields}
     if isinstance(old.get("heuristics"), list):
         old["heuristics"] = tuple(old["heuristics"])
-    keep = ("iterations", "time_budget_s", "resume", "logdir", "progress", "device", "device_map", "workers",
-            "ray_address", "source", "cluster", "measure_timeout_s")
-    ignored = [f"{RESUMED_OPTIONS[k]} {v} (checkpoint: {old[k]})" for k, v in (given or {}).items()
-               if k in RESUMED_OPTIONS and k in old and old[k] != v]
+    ignored = [f"{option_name(k)} {v} (checkpoint: {old[k]})" for k, v in (given or {}).items()
+               if k not in RESUME_KEEPS and k in old and old[k] != v]
     if ignored:
         print(f"placer: note: --resume uses the checkpoint's settings; ignored: {', '.join(ignored)}", file=sys.stderr)
-    resumed = dataclasses.replace(config, **{k: v for k, v in old.items() if k not in keep})
+    resumed = dataclasses.replace(config, **{k: v for k, v in old.items() if k not in RESUME_KEEPS})
     resumed.validate()
     return resumed
 

@@ -2,7 +2,11 @@
 
 One readable loop, in the spirit of CleanRL: build env and policy, (optionally)
 warm-start by imitation, then repeat: sample K placements -> score them in one
-batch -> rewards and advantages -> update -> log -> checkpoint.
+batch -> rewards and advantages -> update -> log -> checkpoint. The options are
+:class:`placer.train_config.TrainConfig`; the algorithm (reward, baselines,
+advantages, the loss per log-probability term, schedules) is
+:mod:`placer.rl_algos`; the loop's state is a :class:`RunState`, saved in every
+checkpoint.
 
 Reward and failing signal. The paper's reward is ``-sqrt(runtime)`` with a failing
 runtime of 100 s for placements that do not run, i.e. about 10x its models' step
@@ -10,7 +14,8 @@ times. Absolute seconds do not transfer between a 2 ms and a 2 s model, so here
 every step time is divided by ``t_ref``, the best single-device step time
 (ignoring memory) of the graph on this cluster: the reward is
 ``-sqrt(step_time_s / t_ref)`` (about -1 for a no-better-than-one-device
-placement) and a failed (OOM) placement counts as ``fail_factor * t_ref``.
+placement) and a failed (OOM) placement counts as ``fail_factor * t_ref``
+(:func:`placer.rl_algos.reward`).
 
 Warm start (``warm_start="best"``, the default; honest labelling). Before RL, the
 policy is trained for a few steps to imitate the best heuristic placement (by
@@ -32,7 +37,9 @@ every batch (an EMA lagging above a falling batch mean makes them all negative
 and pushes the mode's probability down). Advantages are divided by the batch's
 reward std. After a warm start the RL learning rate must be small (5e-4):
 measured on nmt-2, 2e-3 raises the entropy from 0.09 to 0.13 within five steps
-and 1e-2 to 0.9 within a hundred, and the samples get worse with it.
+and 1e-2 to 0.9 within a hundred, and the samples get worse with it. The
+papers' settings are one switch away (``TrainConfig.from_preset("paper")``,
+``placer train --preset paper``; see :data:`placer.train_config.PRESETS`).
 """
 
 from __future__ import annotations
@@ -45,182 +52,91 @@ import os
 import re
 import time
 from dataclasses import dataclass, field
-from typing import Any, Iterator
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Protocol, Sequence, runtime_checkable
 
 import numpy as np
 import torch
 
 from graphs import OpGraph, PlacerError
 from placer import checkpoint
-from placer.checks import MAX_SEED, check_float, check_int, check_output_dir
-from placer.placement import Placement
 from placer._callable import make_module_callable
-from placer.rl_algos import ALGOS, imitate
+from placer.checks import check_output_dir
+from placer.placement import Placement
+from placer.rl_algos import ALGOS, advantages, imitate, learning_rate, logit_noise, reward, set_logit_noise, term_credits
+from placer.train_config import (  # noqa: F401 - TrainConfig and its checks are part of placer.train's surface
+    _FLOAT_FIELDS, _INT_FIELDS, PRESETS, AlgoOptions, PolicyOptions, RunOptions, TrainConfig,
+)
+from policies.base import Policy
+
+if TYPE_CHECKING:
+    from envs.cluster import Cluster
+    from envs.result import Result
 
 
 @dataclass
-class TrainConfig:
-    """Everything a training run depends on (one typed config; see ``placer train --help``)."""
+class RunState:
+    """The training loop's state: everything besides tensors that a resumed run continues from.
 
-    source: str = ""
-    """SOURCE the graph came from (graph file, zoo name, module:callable), for the record and --env measured."""
-    cluster: str = "k80x4"
-    """cluster preset name or JSON file."""
-    profile: str | None = None
-    """optional profile file applied to the cluster (Cluster.with_profile)."""
-    env: str = "sim"
-    """scorer: "sim" (envs.SimEnv) or "measured" (envs.MeasuredEnv, real devices)."""
-    executor: str = "eager"
-    """simulator executor model (--env sim and the heuristics): "eager" (PyTorch) or "dataflow" (TensorFlow)."""
-    microbatches: int = 1
-    """M: the plan runs M microbatches per step (a pipelined plan, envs.microbatch); --env sim only."""
-    policy: str = "seq2seq"
-    """policy name in policies.POLICIES."""
-    algo: str = "reinforce"
-    """"reinforce" (EMA baseline + entropy bonus) or "ppo" (clipped surrogate)."""
-    samples: int = 8
-    """K: placements sampled and scored per iteration."""
-    iterations: int | None = None
-    """stop after this many iterations (None: only the time budget)."""
-    time_budget_s: float | None = None
-    """stop after this many seconds of training, warm start included (None: only iterations)."""
-    seed: int = 0
-    """seed of the policy initialisation and sampling (a CPU run is reproducible)."""
-    logdir: str | None = None
-    """run directory (default runs/<graph>-<cluster>-<time>): TensorBoard, checkpoint, best_placement.json."""
-    resume: bool = False
-    """continue from logdir's checkpoint with the same best, optimizer and RNG states."""
-    max_groups: int | None = None
-    """items the policy places (co-location groups); None: min(256, 20 x devices) as in HDP's code."""
-    hidden: int = 64
-    """LSTM units per direction (paper: 256; 64 is several times faster on a CPU)."""
-    layers: int = 1
-    """encoder LSTM layers (paper: 2)."""
-    temperature: float = 10.0
-    """logits are divided by this before C*tanh (HDP: 10)."""
-    tanh_c: float = 5.0
-    """C of C*tanh(logits) (HDP: 5)."""
-    lr: float = 5e-4
-    """Adam learning rate of the RL updates; measured: 2e-3 already drifts a warm-started policy away
-    from its incumbent within a few steps; from scratch (warm_start="none") 1e-2 learns faster."""
-    grad_clip: float = 1.0
-    """gradient-norm clip (paper: 1.0)."""
-    entropy_coef: float = 0.001
-    """weight of the mean per-item entropy bonus."""
-    baseline: str = "loo"
-    """"loo": each sample's baseline is the mean reward of the other K-1 samples; "ema": the paper's moving average."""
-    baseline_decay: float = 0.9
-    """EMA decay of the reward baseline (paper: 0.9); the EMA is tracked and logged either way."""
-    normalize_advantage: bool = True
-    """divide advantages by the batch's reward std (keeps the step size independent of the reward scale)."""
-    fail_factor: float = 10.0
-    """a failed (OOM) placement counts as fail_factor x the best single-device step time."""
-    warm_start: str = "best"
-    """"best": imitate the best heuristic placement before RL; "none": start from scratch."""
-    warm_start_steps: int = 150
-    """at most this many imitation steps."""
-    warm_start_lr: float = 0.02
-    """Adam learning rate of the imitation steps."""
-    warm_start_nll: float = 0.01
-    """stop imitating once greedy decoding matches and the mean NLL per item is below this (lower: samples
-    stay closer to the incumbent; measured on inception-v3: 0.05 -> no gain in 300 s, 0.01 -> -0.4%)."""
-    ppo_epochs: int = 4
-    """PPO: gradient epochs per batch."""
-    ppo_clip: float = 0.2
-    """PPO: ratio clip."""
-    eval_every: int = 10
-    """score the greedy decoding every this many iterations."""
-    checkpoint_every: int = 20
-    """write a checkpoint every this many iterations (and on Ctrl-C and at the end)."""
-    device: str = "cpu"
-    """torch device of the policy: "cpu", "cuda", "cuda:N" or "auto"."""
-    device_map: str | None = None
-    """logical -> torch devices for --env measured and --profile, e.g. "gpu:0=cuda:1,*=cpu"."""
-    workers: int | None = None
-    """--env measured: Ray workers (default: one per machine in the Ray cluster)."""
-    ray_address: str | None = None
-    """--env measured: join this Ray cluster instead of starting a local one."""
-    measure_timeout_s: float = 600.0
-    """--env measured: seconds one placement's measurement (its training steps) may take."""
-    heuristics: tuple[str, ...] | None = None
-    """baselines to compare with and warm-start from (None: all registered)."""
-    progress: bool = True
-    """show a tqdm progress bar."""
-    init: str | None = None
-    """a pretrained policy file (`placer pretrain`, .pt + .json sidecar) to start from: fine-tuning (gnn only)."""
+    Saved as JSON in every checkpoint (``checkpoint.json``'s ``run``); plain
+    numbers, strings and lists only, so checkpoints load with ``weights_only=True``.
+    """
 
-    def validate(self) -> None:
-        """Raise :class:`PlacerError` (one line, naming the option) for a bad setting."""
-        from policies import POLICIES
+    iteration: int = 0
+    elapsed_s: float = 0.0
+    baseline: float | None = None  # the EMA baseline (None before the first batch)
+    best_step_time_s: float = float("inf")
+    best_indices: list[int] | None = None  # device index per op of the best placement
+    best_found_by: str = ""  # "sample" or "greedy"
+    best_iteration: int = -1
+    time_to_best_s: float = float("nan")
+    time_to_beat_heuristic_s: float | None = None
+    warm_start: str = "none"  # how the policy was warm-started, for the record
+    warm_start_indices: list[int] | None = None  # the imitated placement (the policy's items are cut by it)
+    warm_start_step_time_s: float | None = None
+    setup_s: float = 0.0
 
-        if self.policy not in POLICIES:
-            raise PlacerError(f"--policy {self.policy!r}: unknown (known: {', '.join(POLICIES)})")
-        if self.algo not in ALGOS:
-            raise PlacerError(f"--algo {self.algo!r}: unknown (known: {', '.join(ALGOS)})")
-        if self.env not in ENVS:
-            raise PlacerError(f"--env {self.env!r}: unknown (known: {', '.join(ENVS)})")
-        from envs.schedule import EXECUTORS
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
 
-        if self.executor not in EXECUTORS:
-            raise PlacerError(f"--executor {self.executor!r}: unknown (known: {', '.join(EXECUTORS)})")
-        if self.iterations is None and self.time_budget_s is None:
-            raise PlacerError("train: give --iterations or --time-budget")
-        for name, (option, bounds) in _INT_FIELDS.items():
-            value = getattr(self, name)
-            if value is not None or name not in _OPTIONAL:
-                check_int(value, option, **bounds)
-        for name, (option, bounds) in _FLOAT_FIELDS.items():
-            value = getattr(self, name)
-            if value is not None or name not in _OPTIONAL:
-                check_float(value, option, **bounds)
-        if self.microbatches != 1 and self.env != "sim":
-            raise PlacerError(f"--microbatches {self.microbatches}: only --env sim scores microbatched plans")
-        for name in ("resume", "normalize_advantage", "progress"):
-            if not isinstance(getattr(self, name), bool):
-                raise PlacerError(f"{name} {getattr(self, name)!r}: must be true or false")
-        if self.resume and not self.logdir:
-            raise PlacerError("--resume: needs --logdir (the run directory to continue)")
-        if self.logdir is not None:
-            check_output_dir(self.logdir, "--logdir")
-        if self.baseline not in ("loo", "ema"):
-            raise PlacerError(f"baseline {self.baseline!r}: must be 'loo' or 'ema'")
-        if self.warm_start not in ("best", "none"):
-            raise PlacerError(f"--warm-start {self.warm_start!r}: must be best or none")
-        if self.init is not None and self.policy != "gnn":
-            raise PlacerError(f"--init: a pretrained policy is a gnn policy; --policy is {self.policy!r}")
+    @classmethod
+    def from_dict(cls, doc: dict[str, Any], where: str = "checkpoint") -> "RunState":
+        """The state of a checkpoint's ``run`` object (unknown keys ignored); PlacerError if a value has the wrong type."""
+        state = cls()
+        for f in dataclasses.fields(cls):
+            if f.name in doc:
+                base, _, optional = str(f.type).partition(" | ")
+                value = doc[f.name]
+                if not ((value is None and optional == "None") or _JSON_CHECKS[base](value)):
+                    raise PlacerError(f"--resume: {where} has run.{f.name} = {value!r}, not a {f.type}")
+                setattr(state, f.name, value)
+        return state
 
 
-# The numeric fields of TrainConfig: field -> (option named in errors, bounds for
-# placer.checks.check_int / check_float). Every numeric field is listed (a test checks).
-_INT_FIELDS: dict[str, tuple[str, dict[str, int]]] = {
-    "samples": ("--samples", dict(least=1, most=4096)),
-    "microbatches": ("--microbatches", dict(least=1, most=1024)),  # envs.microbatch.MAX_MICROBATCHES
-    "iterations": ("--iterations", dict(least=1)),
-    "seed": ("--seed", dict(least=0, most=MAX_SEED)),
-    "max_groups": ("--max-groups", dict(least=0)),  # 0 places every op
-    "hidden": ("--hidden", dict(least=1, most=4096)),
-    "layers": ("layers", dict(least=1, most=16)),
-    "warm_start_steps": ("warm_start_steps", dict(least=0)),
-    "ppo_epochs": ("ppo_epochs", dict(least=1, most=1000)),
-    "eval_every": ("eval_every", dict(least=1)),
-    "checkpoint_every": ("checkpoint_every", dict(least=1)),
-    "workers": ("--workers", dict(least=1)),
-}
-_FLOAT_FIELDS: dict[str, tuple[str, dict[str, float]]] = {
-    "time_budget_s": ("--time-budget", dict(above=0)),
-    "temperature": ("temperature", dict(above=0)),
-    "tanh_c": ("tanh_c", dict(above=0)),
-    "lr": ("--lr", dict(above=0, most=1)),
-    "grad_clip": ("grad_clip", dict(above=0)),
-    "entropy_coef": ("--entropy", dict(least=0)),
-    "baseline_decay": ("baseline_decay", dict(least=0, below=1)),
-    "fail_factor": ("fail_factor", dict(least=1)),
-    "warm_start_lr": ("warm_start_lr", dict(above=0, most=1)),
-    "warm_start_nll": ("warm_start_nll", dict(least=0)),
-    "ppo_clip": ("ppo_clip", dict(above=0, below=1)),
-    "measure_timeout_s": ("--measure-timeout", dict(above=0)),
-}
-_OPTIONAL = {"iterations", "time_budget_s", "max_groups", "workers"}  # None: not set
+def _is_int(v: Any) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+_JSON_CHECKS = {"int": _is_int, "float": lambda v: _is_int(v) or isinstance(v, float), "str": lambda v: isinstance(v, str),
+                "list[int]": lambda v: isinstance(v, list) and all(_is_int(i) for i in v)}
+
+
+@runtime_checkable
+class Scorer(Protocol):
+    """What scores placements (``envs.SimEnv``, ``envs.MeasuredEnv``, a test's fake).
+
+    ``evaluate`` scores op-device index arrays one result each; a scorer may also
+    have ``step_times(idx [K, num_ops]) -> (step_time_s [K], failed [K])`` (a fast
+    batch path, used when present) and ``close()`` (called when a run that built
+    it ends).
+    """
+
+    def evaluate(self, placements: Sequence[Any]) -> list[Result]: ...
+
+
+@runtime_checkable
+class BatchScorer(Scorer, Protocol):
+    def step_times(self, idx: np.ndarray) -> tuple[np.ndarray, np.ndarray]: ...
+
 
 
 @dataclass
@@ -279,15 +195,17 @@ class TrainResult:
         }
 
 
+
+
 class CachedScorer:
     """Scores op-device arrays ``[K, num_ops]`` once each: ``(step_time_s, failed)``.
 
-    Uses the env's fast ``step_times`` when it has one, else ``evaluate``. The cache
-    key is a digest of the index array's bytes; identical rows of a batch are
-    scored once.
+    Uses the scorer's fast ``step_times`` when it has one (:class:`BatchScorer`),
+    else ``evaluate``. The cache key is a digest of the index array's bytes;
+    identical rows of a batch are scored once.
     """
 
-    def __init__(self, env: Any) -> None:
+    def __init__(self, env: Scorer) -> None:
         self.env = env
         self.cache: dict[bytes, tuple[float, bool]] = {}
         self.evaluated = 0
@@ -315,6 +233,7 @@ class CachedScorer:
         return np.array([o[0] for o in out]), np.array([o[1] for o in out])
 
 
+
 # ------------------------------------------------------------------ setup helpers
 def _resolve_device(name: str) -> torch.device:
     if name == "auto":
@@ -328,18 +247,18 @@ def _resolve_device(name: str) -> torch.device:
     return dev
 
 
-def _make_env(config: TrainConfig, graph: OpGraph, cluster: Any, logdir: str) -> Any:
+def _make_env(config: TrainConfig, graph: OpGraph, cluster: Cluster, logdir: str) -> Scorer:
     """The scorer named by ``config.env`` (registry ENVS; checked by TrainConfig.validate)."""
     return ENVS[config.env](config, graph, cluster, logdir)
 
 
-def _sim_env(config: TrainConfig, graph: OpGraph, cluster: Any, logdir: str) -> Any:
+def _sim_env(config: TrainConfig, graph: OpGraph, cluster: Cluster, logdir: str) -> Scorer:
     import envs
 
     return envs.SimEnv(graph, cluster, executor=config.executor, microbatches=config.microbatches)
 
 
-def _measured_env(config: TrainConfig, graph: OpGraph, cluster: Any, logdir: str) -> Any:
+def _measured_env(config: TrainConfig, graph: OpGraph, cluster: Cluster, logdir: str) -> Scorer:
     """Real training steps on Ray actors; needs a runnable SOURCE (zoo name or module:callable)."""
     from graphs import zoo
     from placer.sources import looks_like_callable
@@ -356,10 +275,10 @@ def _measured_env(config: TrainConfig, graph: OpGraph, cluster: Any, logdir: str
                        workers=config.workers, ray_address=config.ray_address, measure_timeout_s=config.measure_timeout_s)
 
 
-ENVS: dict[str, Any] = {"sim": _sim_env, "measured": _measured_env}
+ENVS: dict[str, Callable[[TrainConfig, OpGraph, Cluster, str], Scorer]] = {"sim": _sim_env, "measured": _measured_env}
 
 
-def _heuristics(graph: OpGraph, cluster: Any, config: TrainConfig) -> dict[str, tuple[float, np.ndarray | None]]:
+def _heuristics(graph: OpGraph, cluster: Cluster, config: TrainConfig) -> dict[str, tuple[float, np.ndarray | None]]:
     """name -> (simulated step time, op devices) of the heuristic baselines, via ``placer.compare``.
 
     Methods that cannot run get ``inf``; if the compare module is missing, the
@@ -372,7 +291,8 @@ def _heuristics(graph: OpGraph, cluster: Any, config: TrainConfig) -> dict[str, 
     methods = list(config.heuristics) if config.heuristics is not None else None
     if methods == []:
         return {}
-    report = compare(graph, cluster, methods=methods, seed=config.seed, executor=config.executor, microbatches=config.microbatches)
+    report = compare(graph, cluster, methods=methods, seed=config.seed, executor=config.executor,
+                     microbatches=config.microbatches)
     out: dict[str, tuple[float, np.ndarray | None]] = {}
     for row in report.rows:
         if row.kind != "baseline":
@@ -474,7 +394,8 @@ def _hparams_table(config: TrainConfig, extra: dict[str, Any]) -> str:
 
 
 # --------------------------------------------------------------------- the loop
-def train(config: TrainConfig, *, graph: OpGraph | None = None, cluster: Any = None, env: Any = None) -> TrainResult:
+def train(config: TrainConfig, *, graph: OpGraph | None = None, cluster: Cluster | None = None,
+          env: Scorer | None = None) -> TrainResult:
     """Train a placement policy; see :class:`TrainConfig`. Returns the best placement found.
 
     ``graph``, ``cluster`` and ``env`` may be given directly (tests, notebooks);
@@ -516,196 +437,237 @@ def train(config: TrainConfig, *, graph: OpGraph | None = None, cluster: Any = N
                 env.close()
 
 
-def _train(config: TrainConfig, graph: OpGraph, cluster: Any, env: Any, logdir: str, device: torch.device,
+def _train(config: TrainConfig, graph: OpGraph, cluster: Cluster, env: Scorer, logdir: str, device: torch.device,
            saved: tuple[dict[str, Any], dict[str, Any]] | None) -> TrainResult:
     """The training run proper, in a locked ``logdir``; ``saved``: the checkpoint to resume (checked)."""
-    import envs
-    from policies import POLICIES, policy_file
-
-    score = CachedScorer(env)
-    devices = list(cluster.device_names)
-    num_devices = len(devices)
-
-    # ---- reference times: the reward scale, heuristics and the lower bound
-    setup_start = time.perf_counter()
-    single_t, _ = score(np.repeat(np.arange(num_devices, dtype=np.int32)[:, None], graph.num_ops, axis=1))
-    t_ref = float(np.min(single_t))  # best single-device time, memory ignored: the reward scale
-    found = _heuristics(graph, cluster, config)
-    heuristics = {name: t for name, (t, _) in found.items()}
-    try:
-        lower_bound_s = float(envs.lower_bound(graph, cluster)) if config.microbatches == 1 else \
-            float(envs.SimEnv(graph, cluster, microbatches=config.microbatches).lower_bound())
-    except Exception:  # a scorer without a bound (custom env) still trains
-        lower_bound_s = None
-    best_h = min(heuristics.items(), key=lambda kv: kv[1]) if heuristics else ("none", float("inf"))
-    setup_s = time.perf_counter() - setup_start
-
-    # ---- seed, policy, optimizer
-    torch.manual_seed(config.seed)
-    max_groups = config.max_groups if config.max_groups is not None else min(256, 20 * num_devices)
-    warm = config.warm_start == "best" and np.isfinite(best_h[1])
-    target = found[best_h[0]][1] if warm else None
-    if saved is not None:  # the items must be those the checkpoint was trained on
-        target = saved[1]["run"].get("warm_start_indices")
-        target = np.asarray(target, dtype=np.int32) if target is not None else None
-    # --init: the pretrained weights and their architecture (policies.policy_file checks the pair)
-    init = policy_file.load(config.init) if config.init is not None else None
-    policy = POLICIES[config.policy](
-        graph, num_devices, max_groups=max_groups, hidden=config.hidden, layers=config.layers,
-        temperature=config.temperature, tanh_c=config.tanh_c, refine=target, cluster=cluster,
-        **({"net": init.net} if init is not None else {}),
-    ).to(device)
-    optimizer = torch.optim.Adam(policy.parameters(), lr=config.lr)
-    gen = torch.Generator(device=device).manual_seed(config.seed)
-
-    run = dict(iteration=0, elapsed_s=0.0, baseline=None, best_step_time_s=float("inf"), best_indices=None,
-               best_found_by="", best_iteration=-1, time_to_best_s=float("nan"), time_to_beat_heuristic_s=None,
-               warm_start="none", warm_start_indices=None, setup_s=setup_s)
-    if saved is not None:
-        tensors, state = saved
-        try:
-            policy.load_state_dict(tensors["policy"])
-            optimizer.load_state_dict(tensors["optimizer"])
-            gen.set_state(tensors["generator"].cpu())
-        except (KeyError, RuntimeError, ValueError) as e:
-            raise PlacerError(f"--resume: {os.path.join(logdir, checkpoint.CHECKPOINT_PT)} does not fit this run "
-                              f"({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''})") from None
-        run.update(state["run"])
-        _adopt_newer_best(run, logdir, graph, devices, score, config)
-
     from torch.utils.tensorboard import SummaryWriter
 
+    run = _Run(config, graph, cluster, env, logdir, device, saved)
     writer = SummaryWriter(logdir)
-    if not config.resume:
-        writer.add_text("hyperparameters", _hparams_table(config, {
-            "graph": graph.name, "num_ops": graph.num_ops, "items": getattr(policy, "num_items", max_groups),
-            "devices": ",".join(devices), "reference_step_time_s": t_ref, "device": str(device),
-            "best_heuristic": f"{best_h[0]} {best_h[1]}", "setup_s": setup_s}))
-
-    t0 = time.perf_counter() - run["elapsed_s"]
-    elapsed = lambda: time.perf_counter() - t0  # noqa: E731
-    fail_cost = config.fail_factor * t_ref
-    # the simulator that picks the best placement's issue order (built once; --env sim only)
-    planner = (env if isinstance(env, envs.SimEnv) else envs.SimEnv(graph, cluster, executor=config.executor, microbatches=config.microbatches)) \
-        if config.env == "sim" else None
-
-    def consider(idx: np.ndarray, t: np.ndarray, failed: np.ndarray, found_by: str) -> None:
-        """Keep the best successful placement; rewrite best_placement.json when it improves."""
-        ok = np.flatnonzero(~failed & np.isfinite(t))
-        if not len(ok):
-            return
-        j = ok[np.argmin(t[ok])]
-        if t[j] < run["best_step_time_s"]:
-            run.update(best_step_time_s=float(t[j]), best_indices=idx[j].tolist(), best_found_by=found_by,
-                       best_iteration=run["iteration"], time_to_best_s=elapsed())
-            if run["time_to_beat_heuristic_s"] is None and t[j] <= best_h[1]:
-                run["time_to_beat_heuristic_s"] = elapsed()
-            _save_best(os.path.join(logdir, BEST_NAME), _best_placement(graph, devices, cluster, config, run, planner))
-
-    def save_checkpoint() -> None:
-        run["elapsed_s"] = elapsed()
-        tensors = {"policy": policy.state_dict(), "optimizer": optimizer.state_dict(), "generator": gen.get_state()}
-        checkpoint.save(logdir, tensors, {"config": dataclasses.asdict(config), "graph_hash": graph.content_hash,
-                                          "devices": devices, "run": run})
-
-    # ---- warm start: imitate the best heuristic (counts against the time budget)
-    if not config.resume and warm:
-        # imitation may use at most half the time budget, so RL always gets its turn
-        deadline = t0 + 0.5 * config.time_budget_s if config.time_budget_s is not None else None
-        steps = imitate(policy, target, config, deadline=deadline)
-        run.update(warm_start=f"imitation of {best_h[0]} ({steps} steps)", warm_start_indices=target.tolist())
-    if not config.resume:
-        # resumable from here on: a run killed before its first periodic checkpoint keeps its policy and items,
-        # and the best it wrote to best_placement.json since is adopted on --resume (_adopt_newer_best)
-        save_checkpoint()
-    if not config.resume and warm:
-        g_idx = policy.greedy()[None]
-        g_t, g_failed = score(g_idx)
-        run["warm_start_step_time_s"] = float(g_t[0]) if not g_failed[0] else None
-        consider(g_idx, g_t, g_failed, "greedy")  # a run whose budget ends here still has a placement
-
     bar = None
-    if config.progress:
-        from tqdm.auto import tqdm
-
-        total = config.iterations if config.iterations is not None else int(config.time_budget_s)
-        bar = tqdm(total=total, initial=run["iteration"] if config.iterations is not None else int(elapsed()),
-                   unit="it" if config.iterations is not None else "s", dynamic_ncols=True)
     interrupted = False
     try:
-        while True:
-            it = run["iteration"]
-            if (config.iterations is not None and it >= config.iterations) or (
-                config.time_budget_s is not None and elapsed() >= config.time_budget_s):
-                break
-            # greedy decoding first (cheap), so the warm-started policy's mode is scored at iteration 0
-            if it % config.eval_every == 0:
-                g_idx = policy.greedy()[None]
-                g_t, g_failed = score(g_idx)
-                consider(g_idx, g_t, g_failed, "greedy")
-                writer.add_scalar("charts/greedy_step_time_s", g_t[0] if not g_failed[0] else fail_cost, it)
-            # sample K placements, score them in one batch
-            sample = ALGOS[config.algo].sample(policy, config.samples, gen)
-            t, failed = score(sample.op_devices)
-            consider(sample.op_devices, t, failed, "sample")
-            cost = np.where(failed | ~np.isfinite(t), fail_cost, t)
-            reward = -np.sqrt(cost / t_ref)
-            if run["baseline"] is None:
-                run["baseline"] = float(reward.mean())
-            if config.baseline == "loo" and len(reward) > 1:
-                adv = reward - (reward.sum() - reward) / (len(reward) - 1)
-            else:
-                adv = reward - run["baseline"]
-            if config.normalize_advantage:
-                adv = adv / (reward.std() + 1e-3 * abs(run["baseline"]) + 1e-8)
-            adv_t = torch.as_tensor(adv, dtype=torch.float32, device=device)
-            policy_loss, entropy = ALGOS[config.algo].update(policy, optimizer, sample, adv_t, config)
-            run["baseline"] = config.baseline_decay * run["baseline"] + (1 - config.baseline_decay) * float(reward.mean())
-            run["iteration"] = it + 1
-            # log
-            ok_t = t[~failed]
-            writer.add_scalar("charts/best_step_time_s", run["best_step_time_s"], it)
-            writer.add_scalar("charts/reward", float(reward.mean()), it)
-            writer.add_scalar("charts/step_time_s", float(ok_t.mean()) if len(ok_t) else fail_cost, it)
-            writer.add_scalar("charts/failed_fraction", float(failed.mean()), it)
-            writer.add_scalar("charts/baseline", run["baseline"], it)
-            writer.add_scalar("charts/elapsed_s", elapsed(), it)
-            writer.add_scalar("losses/policy_loss", policy_loss, it)
-            writer.add_scalar("losses/entropy", entropy, it)
-            share = np.bincount(sample.op_devices.ravel(), minlength=num_devices) / sample.op_devices.size
-            for d, dev in enumerate(devices):
-                writer.add_scalar(f"charts/device_share/{dev}", float(share[d]), it)
+        run.start(writer)
+        bar = _progress_bar(config, run)
+        while not run.done():
+            if run.state.iteration % config.eval_every == 0:  # greedy first: the warm start's mode is scored at 0
+                run.evaluate_greedy(writer)
+            run.iterate(writer)
             if bar is not None:
-                bar.set_postfix(it=run["iteration"], best=f"{run['best_step_time_s'] * 1e3:.2f}ms",
-                                cur=f"{(float(ok_t.min()) * 1e3 if len(ok_t) else float('inf')):.2f}ms", refresh=False)
-                bar.update(1 if config.iterations is not None else int(elapsed()) - bar.n)
-            if run["iteration"] % config.checkpoint_every == 0:
-                save_checkpoint()
+                bar.set_postfix(it=run.state.iteration, best=f"{run.state.best_step_time_s * 1e3:.2f}ms", refresh=False)
+                bar.update(1 if config.iterations is not None else int(run.elapsed()) - bar.n)
+            if run.state.iteration % config.checkpoint_every == 0:
+                run.save_checkpoint()
     except KeyboardInterrupt:
         interrupted = True
     finally:
         if bar is not None:
             bar.close()
-    save_checkpoint()
-    writer.flush()
-    writer.close()
-    best = _best_placement(graph, devices, cluster, config, run, planner) if run["best_indices"] is not None else None
-    result = TrainResult(
-        best_step_time_s=run["best_step_time_s"], best_placement=best, iterations=run["iteration"],
-        elapsed_s=run["elapsed_s"], time_to_best_s=run["time_to_best_s"], logdir=logdir, heuristics=heuristics,
-        lower_bound_s=lower_bound_s, reference_step_time_s=t_ref,
-        time_to_beat_heuristic_s=run["time_to_beat_heuristic_s"], interrupted=interrupted,
-        setup_s=run["setup_s"], num_items=getattr(policy, "num_items", 0), warm_start=run["warm_start"],
-        warm_start_step_time_s=run.get("warm_start_step_time_s"),
-    )
-    if best is not None:
-        _save_best(os.path.join(logdir, BEST_NAME), best)
-    checkpoint.write_json(os.path.join(logdir, "summary.json"), result.to_dict())
-    return result
+        writer.close()
+    run.save_checkpoint()
+    return run.result(interrupted)
+
+
+class _Run:
+    """One training run: the objects it works with and its :class:`RunState` (what the checkpoint keeps)."""
+
+    def __init__(self, config: TrainConfig, graph: OpGraph, cluster: Cluster, env: Scorer, logdir: str,
+                 device: torch.device, saved: tuple[dict[str, Any], dict[str, Any]] | None) -> None:
+        import envs
+        from policies import POLICIES, policy_file
+
+        self.config, self.graph, self.cluster, self.logdir, self.device = config, graph, cluster, logdir, device
+        self.algo = ALGOS[config.algo]
+        self.score = CachedScorer(env)
+        self.devices = list(cluster.device_names)
+        # ---- reference times: the reward scale, heuristics and the lower bound
+        setup_start = time.perf_counter()
+        self.t_ref = _reference_time(self.score, graph, cluster, config.executor)
+        found = _heuristics(graph, cluster, config)
+        self.heuristics = {name: t for name, (t, _) in found.items()}
+        try:
+            self.lower_bound_s: float | None = float(envs.lower_bound(graph, cluster)) if config.microbatches == 1 else \
+                float(envs.SimEnv(graph, cluster, microbatches=config.microbatches).lower_bound())
+        except Exception:  # a scorer without a bound (custom env) still trains
+            self.lower_bound_s = None
+        self.best_h = min(self.heuristics.items(), key=lambda kv: kv[1]) if self.heuristics else ("none", float("inf"))
+        self.state = RunState(setup_s=time.perf_counter() - setup_start)
+        # ---- seed, policy, optimizer
+        torch.manual_seed(config.seed)
+        self.max_groups = config.max_groups if config.max_groups is not None else min(256, 20 * len(self.devices))
+        self.warm = config.warm_start == "best" and np.isfinite(self.best_h[1]) and saved is None
+        target = found[self.best_h[0]][1] if self.warm else None
+        if saved is not None:  # the items must be those the checkpoint was trained on
+            self.state = RunState.from_dict(saved[1]["run"])
+            target = np.asarray(self.state.warm_start_indices, dtype=np.int32) if self.state.warm_start_indices else None
+        self.target = target
+        p = config.policy_options
+        self.policy: Policy = POLICIES[config.policy](
+            graph, len(self.devices), max_groups=self.max_groups, hidden=p.hidden, layers=p.layers,
+            temperature=p.temperature, tanh_c=p.tanh_c, refine=target, cluster=cluster,
+            **({"net": policy_file.load(p.init).net} if p.init is not None else {}),  # --init: pretrained weights
+        ).to(device)
+        self.optimizer = torch.optim.Adam(self.policy.parameters(), lr=config.lr)
+        self.gen = torch.Generator(device=device).manual_seed(config.seed)
+        if saved is not None:
+            self._load(saved[0])
+            _adopt_newer_best(self.state, logdir, graph, self.devices, self.score, config)
+        self.fail_cost = config.fail_factor * self.t_ref
+        # the simulator that picks the best placement's issue order (built once; --env sim only)
+        self.planner = (env if isinstance(env, envs.SimEnv) else envs.SimEnv(graph, cluster, executor=config.executor,
+                                                                             microbatches=config.microbatches)) \
+            if config.env == "sim" else None
+        self.t0 = time.perf_counter() - self.state.elapsed_s
+
+    def _load(self, tensors: dict[str, Any]) -> None:
+        try:
+            self.policy.load_state_dict(tensors["policy"])
+            self.optimizer.load_state_dict(tensors["optimizer"])
+            self.gen.set_state(tensors["generator"].cpu())
+        except (KeyError, RuntimeError, ValueError) as e:
+            raise PlacerError(f"--resume: {os.path.join(self.logdir, checkpoint.CHECKPOINT_PT)} does not fit this run "
+                              f"({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''})") from None
+
+    def elapsed(self) -> float:
+        return time.perf_counter() - self.t0
+
+    def done(self) -> bool:
+        c = self.config
+        return (c.iterations is not None and self.state.iteration >= c.iterations) or (
+            c.time_budget_s is not None and self.elapsed() >= c.time_budget_s)
+
+    def start(self, writer: Any) -> None:
+        """Log the hyperparameters; warm-start by imitation (against the time budget); first checkpoint."""
+        c, s = self.config, self.state
+        if not c.resume:
+            writer.add_text("hyperparameters", _hparams_table(c, {
+                "graph": self.graph.name, "num_ops": self.graph.num_ops,
+                "items": getattr(self.policy, "num_items", self.max_groups), "devices": ",".join(self.devices),
+                "reference_step_time_s": self.t_ref, "device": str(self.device),
+                "best_heuristic": f"{self.best_h[0]} {self.best_h[1]}", "setup_s": s.setup_s}))
+        if self.warm:
+            # imitation may use at most half the time budget, so RL always gets its turn
+            deadline = self.t0 + 0.5 * c.time_budget_s if c.time_budget_s is not None else None
+            steps = imitate(self.policy, self.target, c.algo_options, deadline=deadline)
+            s.warm_start, s.warm_start_indices = f"imitation of {self.best_h[0]} ({steps} steps)", self.target.tolist()
+        if not c.resume:
+            # resumable from here on: a run killed before its first periodic checkpoint keeps its policy and items,
+            # and the best it wrote to best_placement.json since is adopted on --resume (_adopt_newer_best)
+            self.save_checkpoint()
+        if self.warm:
+            g_idx = self.policy.greedy()[None]
+            g_t, g_failed = self.score(g_idx)
+            s.warm_start_step_time_s = float(g_t[0]) if not g_failed[0] else None
+            self.consider(g_idx, g_t, g_failed, "greedy")  # a run whose budget ends here still has a placement
+
+    def evaluate_greedy(self, writer: Any) -> None:
+        g_idx = self.policy.greedy()[None]
+        g_t, g_failed = self.score(g_idx)
+        self.consider(g_idx, g_t, g_failed, "greedy")
+        writer.add_scalar("charts/greedy_step_time_s", g_t[0] if not g_failed[0] else self.fail_cost, self.state.iteration)
+
+    def iterate(self, writer: Any) -> None:
+        """One iteration: sample K placements, score them in one batch, reward -> advantage -> update, log."""
+        c, s, it = self.config, self.state, self.state.iteration
+        set_logit_noise(self.policy, logit_noise(c, it))
+        sample = self.algo.sample(self.policy, c.samples, self.gen)
+        t, failed = self.score(sample.op_devices)
+        self.consider(sample.op_devices, t, failed, "sample")
+        r = reward(t, failed, self.t_ref, c.fail_factor)
+        adv = advantages(r, failed, s.baseline, c, it)
+        adv_t = torch.as_tensor(adv.advantages, dtype=torch.float32, device=self.device)
+        lr = learning_rate(c, it)
+        for group in self.optimizer.param_groups:
+            group["lr"] = lr
+        policy_loss, entropy = self.algo.update(self.policy, self.optimizer, sample, adv_t, c)
+        s.baseline, s.iteration = adv.baseline, it + 1
+        ok_t = t[~failed]
+        scalars = {
+            "charts/best_step_time_s": s.best_step_time_s, "charts/reward": float(r.mean()),
+            "charts/step_time_s": float(ok_t.mean()) if len(ok_t) else self.fail_cost,
+            "charts/failed_fraction": float(failed.mean()), "charts/baseline": s.baseline,
+            "charts/elapsed_s": self.elapsed(), "charts/learning_rate": lr, "charts/logit_noise": logit_noise(c, it),
+            "losses/policy_loss": policy_loss, "losses/entropy": entropy,
+            **{f"losses/credit/{name}": v for name, v in term_credits(sample, adv_t).items()},
+        }
+        share = np.bincount(sample.op_devices.ravel(), minlength=len(self.devices)) / sample.op_devices.size
+        scalars.update({f"charts/device_share/{dev}": float(share[d]) for d, dev in enumerate(self.devices)})
+        for tag, value in scalars.items():
+            writer.add_scalar(tag, value, it)
+
+    def consider(self, idx: np.ndarray, t: np.ndarray, failed: np.ndarray, found_by: str) -> None:
+        """Keep the best successful placement; rewrite best_placement.json when it improves."""
+        ok = np.flatnonzero(~failed & np.isfinite(t))
+        if not len(ok):
+            return
+        j = ok[np.argmin(t[ok])]
+        s = self.state
+        if t[j] < s.best_step_time_s:
+            s.best_step_time_s, s.best_indices, s.best_found_by = float(t[j]), idx[j].tolist(), found_by
+            s.best_iteration, s.time_to_best_s = s.iteration, self.elapsed()
+            if s.time_to_beat_heuristic_s is None and t[j] <= self.best_h[1]:
+                s.time_to_beat_heuristic_s = self.elapsed()
+            _save_best(os.path.join(self.logdir, BEST_NAME), self.best_placement())
+
+    def best_placement(self) -> Placement:
+        return _best_placement(self.graph, self.devices, self.cluster, self.config, self.state, self.planner)
+
+    def save_checkpoint(self) -> None:
+        self.state.elapsed_s = self.elapsed()
+        tensors = {"policy": self.policy.state_dict(), "optimizer": self.optimizer.state_dict(),
+                   "generator": self.gen.get_state()}
+        checkpoint.save(self.logdir, tensors, {"config": dataclasses.asdict(self.config),
+                                               "graph_hash": self.graph.content_hash, "devices": self.devices,
+                                               "run": self.state.to_dict()})
+
+    def result(self, interrupted: bool) -> TrainResult:
+        s = self.state
+        best = self.best_placement() if s.best_indices is not None else None
+        result = TrainResult(
+            best_step_time_s=s.best_step_time_s, best_placement=best, iterations=s.iteration, elapsed_s=s.elapsed_s,
+            time_to_best_s=s.time_to_best_s, logdir=self.logdir, heuristics=self.heuristics,
+            lower_bound_s=self.lower_bound_s, reference_step_time_s=self.t_ref,
+            time_to_beat_heuristic_s=s.time_to_beat_heuristic_s, interrupted=interrupted, setup_s=s.setup_s,
+            num_items=getattr(self.policy, "num_items", 0), warm_start=s.warm_start,
+            warm_start_step_time_s=s.warm_start_step_time_s,
+        )
+        if best is not None:
+            _save_best(os.path.join(self.logdir, BEST_NAME), best)
+        checkpoint.write_json(os.path.join(self.logdir, "summary.json"), result.to_dict())
+        return result
+
+
+def _reference_time(score: CachedScorer, graph: OpGraph, cluster: Cluster, executor: str) -> float:
+    """The reward scale: the best single-device step time (memory ignored).
+
+    A scorer that gives a failed placement no time (a real device's OOM: ``inf``)
+    may leave every single-device placement without one (a model that fits on no
+    single device); the simulator's time of those placements, memory ignored, is
+    the scale then (an infinite scale made every reward NaN).
+    """
+    import envs
+
+    single = np.repeat(np.arange(len(cluster.device_names), dtype=np.int32)[:, None], graph.num_ops, axis=1)
+    t, _ = score(single)
+    t = t[np.isfinite(t) & (t > 0)]
+    if not len(t):
+        t, _ = envs.SimEnv(graph, cluster, executor=executor).step_times(single)
+    return float(np.min(t))
+
+
+def _progress_bar(config: TrainConfig, run: _Run) -> Any:
+    if not config.progress:
+        return None
+    from tqdm.auto import tqdm
+
+    by_iterations = config.iterations is not None
+    return tqdm(total=config.iterations if by_iterations else int(config.time_budget_s),
+                initial=run.state.iteration if by_iterations else int(run.elapsed()),
+                unit="it" if by_iterations else "s", dynamic_ncols=True)
 
 
 # ------------------------------------------------------------------ small helpers
-def _best_placement(graph: OpGraph, devices: list[str], cluster: Any, config: TrainConfig, run: dict,
+def _best_placement(graph: OpGraph, devices: list[str], cluster: Cluster, config: TrainConfig, run: RunState,
                     planner: Any = None) -> Placement:
     """The run's best as a placement file: under ``--env sim`` with the issue order chosen for it.
 
@@ -715,15 +677,15 @@ def _best_placement(graph: OpGraph, devices: list[str], cluster: Any, config: Tr
     time of the order the file carries, which is what ``placer.apply`` runs. A
     measured run keeps the node order it was measured with.
     """
-    meta = {"step_time_s": run["best_step_time_s"], "found_by": run["best_found_by"],
-            "iteration": run["best_iteration"], "warm_start": run["warm_start"], "algo": config.algo,
+    meta = {"step_time_s": run.best_step_time_s, "found_by": run.best_found_by,
+            "iteration": run.best_iteration, "warm_start": run.warm_start, "algo": config.algo,
             "seed": config.seed, "env": config.env, "profile": config.profile, "executor": config.executor}
     order = None
     if planner is not None:
-        order, how, step_s = planner.plan_order(np.asarray(run["best_indices"]))
+        order, how, step_s = planner.plan_order(np.asarray(run.best_indices))
         meta.update(issue_order=how, issue_order_step_time_s=step_s)
     return Placement.from_indices(
-        graph, devices, run["best_indices"], cluster=getattr(cluster, "name", config.cluster),
+        graph, devices, run.best_indices, cluster=getattr(cluster, "name", config.cluster),
         method=f"rl:{config.policy}", meta=meta, order=order, microbatches=config.microbatches,
     )
 
@@ -746,7 +708,7 @@ def _check_compatible(saved: dict, config: TrainConfig, graph: OpGraph, devices:
                           f"ops, not {graph.num_ops}")
 
 
-def _adopt_newer_best(run: dict, logdir: str, graph: OpGraph, devices: list[str], score: CachedScorer,
+def _adopt_newer_best(run: RunState, logdir: str, graph: OpGraph, devices: list[str], score: CachedScorer,
                       config: TrainConfig | None = None) -> None:
     """A best found after the last checkpoint (then SIGKILL) survives in best_placement.json."""
     path = os.path.join(logdir, BEST_NAME)
@@ -760,10 +722,11 @@ def _adopt_newer_best(run: dict, logdir: str, graph: OpGraph, devices: list[str]
     if config is not None and any(saved_best.meta.get(k, getattr(config, k)) != getattr(config, k) for k in ("env", "profile")):
         return  # scored by another scorer: its time says nothing here
     t, failed = score(idx[None])
-    if not failed[0] and t[0] < run["best_step_time_s"]:
+    if not failed[0] and t[0] < run.best_step_time_s:
         meta = saved_best.meta
-        run.update(best_step_time_s=float(t[0]), best_indices=idx.tolist(), best_found_by=meta.get("found_by", ""),
-                   best_iteration=meta.get("iteration", -1))
+        run.best_step_time_s, run.best_indices = float(t[0]), idx.tolist()
+        run.best_found_by = meta.get("found_by") if isinstance(meta.get("found_by"), str) else ""
+        run.best_iteration = meta.get("iteration") if _is_int(meta.get("iteration")) else -1
 
 
 make_module_callable(__name__, train)  # `placer.train(config)` calls train()

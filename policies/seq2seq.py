@@ -73,6 +73,7 @@ class Seq2SeqPlacer(nn.Module):
         self.num_devices = num_devices
         self.temperature = float(temperature)
         self.tanh_c = float(tanh_c)
+        self.logit_noise = 0.0  # std of Gaussian noise on the logits while sampling (set by the trainer)
         self.encoder = nn.LSTM(in_dim, hidden, num_layers=layers, bidirectional=True, batch_first=True)
         self.device_embed = nn.Embedding(num_devices + 1, hidden)  # index num_devices = "start"
         self.init_state = nn.Linear(2 * hidden, 2 * hidden)
@@ -146,10 +147,13 @@ class Seq2SeqPlacer(nn.Module):
         h, c = self._init_state(enc, k)
         # one uniform per (item, sample), drawn up front: inverse-CDF sampling in the loop
         u = torch.rand(enc.shape[-2], k, generator=generator, device=enc.device)
+        noisy = self.logit_noise > 0 and not greedy  # exploration noise (drawn only when used: same RNG stream otherwise)
+        z = (self.logit_noise * torch.randn(enc.shape[-2], k, self.num_devices, generator=generator, device=enc.device)
+             if noisy else u.new_zeros(0))
         return _sample_loop(
             enc_gates, dev_gates, self.decoder.weight_hh_l0.t().contiguous(), h, c, enc, keys,
             self.attn_query.weight, self.attn_query.bias, self.attn_v.weight, self.out.weight, self.out.bias,
-            self.temperature, self.tanh_c, greedy, u,
+            self.temperature, self.tanh_c, greedy, u, z,
         )
 
     def score(self, enc: torch.Tensor, keys: torch.Tensor, actions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -174,11 +178,13 @@ def _sample_loop(
     enc_gates: torch.Tensor, dev_gates: torch.Tensor, w_hh: torch.Tensor, h: torch.Tensor, c: torch.Tensor,
     enc: torch.Tensor, keys: torch.Tensor, w_q: torch.Tensor, b_q: torch.Tensor, w_v: torch.Tensor,
     w_out: torch.Tensor, b_out: torch.Tensor, temperature: float, tanh_c: float, greedy: bool, u: torch.Tensor,
+    noise: torch.Tensor,
 ) -> torch.Tensor:
     """The decoder's sequential sampling loop (same maths as ``Seq2SeqPlacer._logits``).
 
     ``enc``/``keys``/``enc_gates`` are ``[G, .]`` (items shared by the K samples) or
-    ``[K, G, .]`` (one item sequence per sample).
+    ``[K, G, .]`` (one item sequence per sample). ``noise`` is empty or ``[G, K, D]``,
+    added to the logits of step t (exploration; the scored log-probabilities stay noise-free).
     """
     num_devices = dev_gates.shape[0] - 1
     per_sample = enc.dim() == 3
@@ -199,6 +205,8 @@ def _sample_loop(
         else:
             ctx = torch.softmax(score, dim=1) @ enc
         logits = tanh_c * torch.tanh((torch.cat([h, ctx], dim=1) @ w_out.t() + b_out) / temperature)
+        if noise.numel() > 0:
+            logits = logits + noise[t]
         if greedy:
             prev = logits.argmax(dim=1)
         else:

@@ -203,14 +203,16 @@ def _bad_values(bounds: dict, integer: bool) -> list:
 
 def test_every_numeric_train_config_field_is_range_checked():
     from placer.train import _FLOAT_FIELDS, _INT_FIELDS, TrainConfig
+    from placer.train_config import _OPTIONAL
 
+    assert _OPTIONAL >= {"iterations", "time_budget_s", "max_groups", "workers"}
     numeric = {f.name for f in dataclasses.fields(TrainConfig) if any(t in str(f.type) for t in ("int", "float"))}
     numeric -= {"heuristics"}
     assert numeric == set(_INT_FIELDS) | set(_FLOAT_FIELDS)
     for table, integer in ((_INT_FIELDS, True), (_FLOAT_FIELDS, False)):
         for name, (option, bounds) in table.items():
             for bad in _bad_values(bounds, integer):
-                if bad is None and name in ("iterations", "time_budget_s", "max_groups", "workers"):
+                if bad is None and name in _OPTIONAL:
                     continue  # None means "not set" there
                 config = TrainConfig(**{name: bad, "iterations": 1 if name != "iterations" else bad, "logdir": None})
                 with pytest.raises(PlacerError, match=f"^{option} "):
