@@ -205,8 +205,9 @@ class CachedScorer:
     identical rows of a batch are scored once.
     """
 
-    def __init__(self, env: Scorer) -> None:
+    def __init__(self, env: Scorer, order: str | None = None) -> None:
         self.env = env
+        self.order = order  # passed to env.step_times ("planned": SimEnv's planned order per row)
         self.cache: dict[bytes, tuple[float, bool]] = {}
         self.evaluated = 0
 
@@ -221,7 +222,7 @@ class CachedScorer:
         if todo:
             rows = idx[list(todo.values())]
             if hasattr(self.env, "step_times"):
-                t, failed = self.env.step_times(rows)
+                t, failed = self.env.step_times(rows) if self.order is None else self.env.step_times(rows, order=self.order)
             else:
                 results = self.env.evaluate(list(rows))
                 t = np.array([r.step_time_s for r in results], dtype=float)
@@ -357,7 +358,7 @@ def _run_lock(logdir: str) -> Iterator[None]:
 
 def _same_problem(a: Placement, b: Placement) -> bool:
     """Whether the step times recorded in two placements' meta are comparable (same graph, devices, scorer)."""
-    keys = ("env", "profile")
+    keys = ("env", "profile", "score_order")
     return (a.graph_hash == b.graph_hash and a.devices == b.devices and a.cluster == b.cluster
             and all(a.meta.get(k) == b.meta.get(k) for k in keys))
 
@@ -478,7 +479,7 @@ class _Run:
 
         self.config, self.graph, self.cluster, self.logdir, self.device = config, graph, cluster, logdir, device
         self.algo = ALGOS[config.algo]
-        self.score = CachedScorer(env)
+        self.score = CachedScorer(env, "planned" if config.score_order == "planned" else None)
         self.devices = list(cluster.device_names)
         # ---- reference times: the reward scale, heuristics and the lower bound
         setup_start = time.perf_counter()
@@ -679,7 +680,8 @@ def _best_placement(graph: OpGraph, devices: list[str], cluster: Cluster, config
     """
     meta = {"step_time_s": run.best_step_time_s, "found_by": run.best_found_by,
             "iteration": run.best_iteration, "warm_start": run.warm_start, "algo": config.algo,
-            "seed": config.seed, "env": config.env, "profile": config.profile, "executor": config.executor}
+            "seed": config.seed, "env": config.env, "profile": config.profile, "executor": config.executor,
+            "score_order": config.score_order}
     order = None
     if planner is not None:
         order, how, step_s = planner.plan_order(np.asarray(run.best_indices))
@@ -719,7 +721,7 @@ def _adopt_newer_best(run: RunState, logdir: str, graph: OpGraph, devices: list[
         idx = saved_best.indices(graph, devices)
     except PlacerError:
         return
-    if config is not None and any(saved_best.meta.get(k, getattr(config, k)) != getattr(config, k) for k in ("env", "profile")):
+    if config is not None and any(saved_best.meta.get(k, getattr(config, k)) != getattr(config, k) for k in ("env", "profile", "score_order")):
         return  # scored by another scorer: its time says nothing here
     t, failed = score(idx[None])
     if not failed[0] and t[0] < run.best_step_time_s:

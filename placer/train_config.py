@@ -37,6 +37,7 @@ from placer.checks import MAX_SEED, check_float, check_int, check_output_dir
 
 EnvName = Literal["sim", "measured"]
 ExecutorName = Literal["eager", "dataflow"]
+ScoreOrderName = Literal["node", "planned"]
 AlgoName = Literal["reinforce", "ppo"]
 BaselineName = Literal["loo", "ema"]
 WarmStartName = Literal["best", "none"]
@@ -58,6 +59,10 @@ class RunOptions:
     needs a zoo name or module:callable)."""
     executor: ExecutorName = "eager"
     """simulator executor model (--env sim and the heuristics): "eager" (PyTorch) or "dataflow" (TensorFlow)."""
+    score_order: ScoreOrderName = "node"
+    """issue order the samples are scored in (--env sim, eager): "node", or "planned" (each sample in its
+    envs.SimEnv.schedule_order, the order the best placement's file carries; ~2 ms more per sample on nmt-2).
+    "node" stays the default so the learner's times compare with the heuristics' node-order times."""
     microbatches: int = 1
     """M: the plan runs M microbatches per step, gradients accumulated (a pipelined plan, envs.microbatch);
     --env sim only."""
@@ -237,6 +242,8 @@ class TrainConfig(PolicyOptions, AlgoOptions, RunOptions):
         if self.heuristics is not None and not (isinstance(self.heuristics, tuple)
                                                 and all(isinstance(h, str) for h in self.heuristics)):
             raise PlacerError(f"--heuristics {self.heuristics!r}: must be a tuple of baseline names")
+        if self.score_order == "planned" and self.env != "sim":
+            raise PlacerError("--score-order planned: only with --env sim (a measured run runs node order)")
         if self.microbatches != 1 and self.env != "sim":
             raise PlacerError(f"--microbatches {self.microbatches}: only --env sim scores microbatched plans")
         if self.init is not None and self.policy != "gnn":

@@ -5,8 +5,15 @@ topological order by a bidirectional LSTM; an LSTM decoder emits one device per
 item. Its input at step t is the embedding of the device chosen at step t-1 (as in
 the paper) concatenated with the encoder state of item t (so the decoder knows
 which item it places; attention still sees all of them). Logits come from the
-decoder state and a Bahdanau attention context, are divided by a temperature and
+decoder state and an attention context, are divided by a temperature and
 squashed to ``C * tanh(.)``.
+
+Attention is multiplicative (Luong's "general" form, scaled by 1/sqrt(A)):
+``score_g = (W_q h) . (W_k enc_g) / sqrt(A)``. The additive (Bahdanau) form
+``v . tanh(W_k enc_g + W_q h)`` needs a ``[K, G, A]`` tensor per decoder step,
+which made sampling and scoring linear in K with a large slope (nmt-2, 100 items,
+one core: K=256 samples took 54x as long as one); the multiplicative score is
+one batched matrix product per step (see BENCHMARKS.md, "Training throughput").
 
 Sizes: the paper used 2 x 256 LSTM units. The default here is one layer of 64
 units per direction: on a 2-core CPU a 256-item decode with K=8 samples then takes
@@ -23,6 +30,7 @@ small network gets several times more policy updates per second; pass
 
 from __future__ import annotations
 
+import math
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -80,7 +88,7 @@ class Seq2SeqPlacer(nn.Module):
         self.decoder = nn.LSTM(hidden + 2 * hidden, hidden, batch_first=True)
         self.attn_keys = nn.Linear(2 * hidden, a, bias=False)
         self.attn_query = nn.Linear(hidden, a)
-        self.attn_v = nn.Linear(a, 1, bias=False)
+        self.attn_scale = 1.0 / math.sqrt(a)
         self.out = nn.Linear(hidden + 2 * hidden, num_devices)
 
     def decode(
@@ -129,10 +137,8 @@ class Seq2SeqPlacer(nn.Module):
 
         With per-sample items (``enc [K, G, 2H]``) ``h`` is ``[K, T, H]``.
         """
-        if keys.dim() == 3:
-            keys = keys.unsqueeze(1)  # [K, 1, G, A]: each sample's steps attend to its own items
-        query = self.attn_query(h).unsqueeze(-2)  # [..., 1, A]
-        score = self.attn_v(torch.tanh(keys + query)).squeeze(-1)  # [..., G]
+        query = self.attn_query(h) * self.attn_scale  # [..., A]
+        score = query @ keys.transpose(-1, -2)  # [..., G] ([K, T, G] for per-sample keys [K, G, A])
         ctx = torch.softmax(score, dim=-1) @ enc  # [..., 2H]
         return self.tanh_c * torch.tanh(self.out(torch.cat([h, ctx], dim=-1)) / self.temperature)
 
@@ -152,7 +158,7 @@ class Seq2SeqPlacer(nn.Module):
              if noisy else u.new_zeros(0))
         return _sample_loop(
             enc_gates, dev_gates, self.decoder.weight_hh_l0.t().contiguous(), h, c, enc, keys,
-            self.attn_query.weight, self.attn_query.bias, self.attn_v.weight, self.out.weight, self.out.bias,
+            self.attn_query.weight * self.attn_scale, self.attn_query.bias * self.attn_scale, self.out.weight, self.out.bias,
             self.temperature, self.tanh_c, greedy, u, z,
         )
 
@@ -164,8 +170,8 @@ class Seq2SeqPlacer(nn.Module):
         inp = torch.cat([self.device_embed(prev), (enc if enc.dim() == 3 else enc.unsqueeze(0)).expand(k, -1, -1)], dim=2)
         h0, c0 = self._init_state(enc, k)
         states, _ = self.decoder(inp, (h0.unsqueeze(0), c0.unsqueeze(0)))  # [K, G, H]
-        # attention over all steps at once, in chunks of steps to bound the [K, T, G, A] tensor
-        chunk = max(1, (1 << 22) // max(1, k * g * keys.shape[-1]))
+        # attention over all steps at once, in chunks of steps to bound the [K, T, G] scores
+        chunk = max(1, (1 << 24) // max(1, k * g * g))
         logits = torch.cat([self._logits(states[:, t : t + chunk], enc, keys) for t in range(0, g, chunk)], dim=1)
         logp_all = torch.log_softmax(logits, dim=2)
         logp = logp_all.gather(2, actions.unsqueeze(2)).squeeze(2).sum(dim=1)
@@ -176,7 +182,7 @@ class Seq2SeqPlacer(nn.Module):
 @torch.jit.script
 def _sample_loop(
     enc_gates: torch.Tensor, dev_gates: torch.Tensor, w_hh: torch.Tensor, h: torch.Tensor, c: torch.Tensor,
-    enc: torch.Tensor, keys: torch.Tensor, w_q: torch.Tensor, b_q: torch.Tensor, w_v: torch.Tensor,
+    enc: torch.Tensor, keys: torch.Tensor, w_q: torch.Tensor, b_q: torch.Tensor,
     w_out: torch.Tensor, b_out: torch.Tensor, temperature: float, tanh_c: float, greedy: bool, u: torch.Tensor,
     noise: torch.Tensor,
 ) -> torch.Tensor:
@@ -198,11 +204,12 @@ def _sample_loop(
         i, f, gg, o = gates.chunk(4, dim=1)
         c = torch.sigmoid(f) * c + torch.sigmoid(i) * torch.tanh(gg)
         h = torch.sigmoid(o) * torch.tanh(c)
-        query = (h @ w_q.t() + b_q).unsqueeze(1)
-        score = (torch.tanh(keys + query) @ w_v.t()).squeeze(2)
+        query = h @ w_q.t() + b_q  # [K, A], already scaled by 1/sqrt(A)
         if per_sample:
+            score = torch.bmm(keys, query.unsqueeze(2)).squeeze(2)  # [K, G]
             ctx = torch.bmm(torch.softmax(score, dim=1).unsqueeze(1), enc).squeeze(1)
         else:
+            score = query @ keys.t()
             ctx = torch.softmax(score, dim=1) @ enc
         logits = tanh_c * torch.tanh((torch.cat([h, ctx], dim=1) @ w_out.t() + b_out) / temperature)
         if noise.numel() > 0:

@@ -45,14 +45,21 @@ def annealing(
     init: tuple[str, ...] = ("m_etf", "expert"),
     oom_penalty: float = 10.0,
     env=None,
+    order: str | None = None,
 ) -> np.ndarray:
-    """MCMC placement search; ``steps`` simulated proposals at most."""
+    """MCMC placement search; ``steps`` simulated proposals at most.
+
+    ``order="planned"`` scores every proposal in its planned issue order
+    (``SimEnv.step_times(..., order="planned")``), as ``placer train`` does with
+    ``score_order="planned"``; None: node order.
+    """
     import envs
 
     if steps < 0 or batch < 1:
         raise PlacerError(f"annealing: steps must be >= 0 and batch >= 1 (got {steps}, {batch})")
     start_clock = time.perf_counter()
     env = env if env is not None else envs.SimEnv(graph, cluster)
+    score = env.step_times if order is None else (lambda idx: env.step_times(idx, order=order))
     cand = candidate_devices(cluster, devices)
     groups = colocation_groups(graph)
     num_groups = int(groups.max()) + 1 if len(groups) else 0
@@ -64,7 +71,7 @@ def annealing(
     for name in init:
         starts.append(np.asarray(get(name)(graph, cluster, seed=seed), dtype=np.int64)[first_op])
     start_idx = np.stack(starts)
-    t, oom = env.step_times(start_idx[:, groups].astype(np.int32))
+    t, oom = score(start_idx[:, groups].astype(np.int32))
     costs = _cost(t, oom, oom_penalty)
     k = int(np.argmin(costs))
     cur, cur_cost = start_idx[k].copy(), float(costs[k])
@@ -83,7 +90,7 @@ def annealing(
         new_dev = cand[(pos + shift) % len(cand)]
         props = np.repeat(cur[None, :], b, axis=0)
         props[np.arange(b), g] = new_dev
-        t, oom = env.step_times(props[:, groups].astype(np.int32))
+        t, oom = score(props[:, groups].astype(np.int32))
         c = _cost(t, oom, oom_penalty)
         u = rng.random(b)
         done += b

@@ -470,3 +470,20 @@ def test_place_and_train_write_the_order_they_scored(tmp_path, capsys):
     capsys.readouterr()
     assert main(["simulate", gpath, os.path.join(run, "best_placement.json"), "--cluster", "k80x4", "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["step_time_s"] == pytest.approx(best.meta["issue_order_step_time_s"], rel=1e-12)
+
+
+def test_step_times_planned_scores_each_row_in_its_schedule_order():
+    """order="planned": every row is scored in its own SimEnv.schedule_order, the plan_order candidate."""
+    import envs
+    from graphs.synthetic import random_dag
+
+    g = random_dag(60, seed=2)
+    env = envs.SimEnv(g, envs.resolve_cluster("k80x4"))
+    rows = np.random.default_rng(0).integers(0, env.num_devices, size=(4, g.num_ops)).astype(np.int32)
+    planned, failed = env.step_times(rows, order="planned")
+    for k, row in enumerate(rows):
+        order = env.schedule_order(row)
+        assert np.array_equal(order, env.order_candidates(row)["schedule"])
+        assert planned[k] == pytest.approx(float(env.step_times(row[None], order=order)[0][0]))
+    with pytest.raises(PlacerError, match="planned"):
+        env.step_times(rows, order="best")

@@ -80,3 +80,16 @@ def test_plot_placement_tiny(tiny, tmp_path):
     assert proc.returncode == 0, proc.stderr
     assert "RL seq2seq" in proc.stderr
     assert run("plot_placement.py", "no-such-graph", "-o", str(png)).returncode == 2
+
+
+def test_bench_throughput_tiny(tiny):
+    proc = run("bench_throughput.py", tiny, "--samples", "2,4", "--policies", "seq2seq,hierarchical", "--max-groups", "8",
+               "--hidden", "8", "--repeats", "1", "--order", "planned", "--json")
+    assert proc.returncode == 0, proc.stderr
+    rows = json.loads(proc.stdout)["rows"]
+    assert [(r["policy"], r["samples"]) for r in rows] == [("seq2seq", 2), ("seq2seq", 4), ("hierarchical", 2), ("hierarchical", 4)]
+    for r in rows:
+        parts = r["sample_s"] + r["simulate_s"] + r["update_s"]
+        assert r["iteration_s"] == pytest.approx(parts) and r["placements_per_s"] == pytest.approx(r["samples"] / parts)
+    proc = run("bench_throughput.py", tiny, "--samples", "0")
+    assert proc.returncode == 2 and proc.stderr.strip().count("\n") == 0 and "--samples" in proc.stderr

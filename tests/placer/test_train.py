@@ -15,7 +15,7 @@ import pytest
 import torch
 
 import envs
-from graphs import OpGraph, save
+from graphs import OpGraph, PlacerError, save
 from placer import Placement
 from placer.cli import main
 from placer.train import CachedScorer, TrainConfig, train
@@ -43,6 +43,22 @@ def test_cached_scorer_scores_identical_rows_once():
     assert score.evaluated == 2 and t[0] == t[2] and not failed.any()
     score(idx[:1])
     assert score.evaluated == 2
+
+
+def test_score_order_planned_rewards_the_planned_step_time(tmp_path):
+    """score_order="planned": the run's best is scored (and recorded) in its planned issue order."""
+    from graphs.synthetic import random_dag
+
+    g = random_dag(40, seed=2, name="rd40")
+    c = envs.resolve_cluster("k80x4")
+    r = train(_config(tmp_path, iterations=3, warm_start="none", max_groups=8, score_order="planned"), graph=g, cluster=c)
+    p = Placement.load(os.path.join(r.logdir, "best_placement.json"))
+    env = envs.SimEnv(g, c)
+    idx = p.indices(g, c.device_names)
+    assert p.meta["score_order"] == "planned"
+    assert r.best_step_time_s == pytest.approx(float(env.step_times(idx[None], order=env.schedule_order(idx))[0][0]))
+    with pytest.raises(PlacerError, match="score_order"):
+        _config(tmp_path, iterations=1, score_order="best").validate()
 
 
 @pytest.mark.parametrize("algo", ["reinforce", "ppo"])

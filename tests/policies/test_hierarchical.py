@@ -141,3 +141,25 @@ def test_learns_the_grouping_only_a_good_grouping_solves():
     assert solved_at is not None, "the greedy grouping + placement never reached the optimum"
     groups = p._group_logp().argmax(dim=1).numpy()
     assert groups[0::2].tolist() == [groups[0]] * 4 and groups[1::2].tolist() == [1 - groups[0]] * 4
+
+
+def test_imitation_reproduces_a_placement_contiguous_chunks_cannot_express():
+    """The warm start: chain a on one GPU, chain b on the other, interleaved in topological order.
+
+    With 2 groups, chunking the topological order (the old imitation target) mixes both
+    chains in each group and the majority vote loses half the ops; a device-aligned
+    grouping, with the incumbent's device as a grouper input, expresses it exactly.
+    """
+    g = interleaved_chains()
+    target = np.array([1, 2] * 4, dtype=np.int32)
+    torch.manual_seed(0)
+    p = _hierarchical(g, 3, hidden=16, grouper_hidden=16, refine=target)
+    groups = p.imitation_target(target)
+    assert len(set(groups[0::2])) == 1 and len(set(groups[1::2])) == 1 and groups[0] != groups[1]
+    opt = torch.optim.Adam(p.parameters(), lr=0.02)
+    for _ in range(100):
+        opt.zero_grad()
+        p.imitation_loss(target, generator=torch.Generator().manual_seed(0)).backward()
+        opt.step()
+    assert np.array_equal(p.greedy(), target)
+    assert float(p.imitation_loss(target).detach()) < 0.05

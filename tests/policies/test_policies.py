@@ -72,6 +72,27 @@ def test_imitation_makes_greedy_decode_the_target(name):
     assert np.array_equal(p.greedy(), target)
 
 
+def test_seq2seq_sampled_frequencies_match_exp_log_prob():
+    """Chi-square over all 27 placements of 3 items on 3 devices: the sampling loop and the
+    teacher-forced scorer are one distribution (they are separate code paths)."""
+    g = OpGraph.from_edges(["a", "b", "c"], [("a", "b", 8), ("b", "c", 8)], flops=[1.0, 2.0, 3.0])
+    torch.manual_seed(0)
+    p = POLICIES["seq2seq"](g, 3, max_groups=0, hidden=8, temperature=1.0, tanh_c=5.0)
+    with torch.no_grad():  # a skewed distribution, so that a mismatch shows
+        for w in p.parameters():
+            w.normal_(0.0, 1.0)
+    acts = torch.tensor([[i // 9, i // 3 % 3, i % 3] for i in range(27)])
+    with torch.no_grad():
+        prob = p.log_prob({"devices": acts})[0].exp().numpy()
+    assert prob.sum() == pytest.approx(1.0, abs=1e-5) and prob.max() > 3 * prob.min()
+    gen, n = torch.Generator().manual_seed(0), 20000
+    rows = p.sample(n, generator=gen).actions["devices"].numpy()
+    observed = np.bincount(rows[:, 0] * 9 + rows[:, 1] * 3 + rows[:, 2], minlength=27)
+    expected = prob * n
+    chi2 = float(((observed - expected) ** 2 / expected).sum())
+    assert chi2 < 60.0, chi2  # 26 degrees of freedom: P(chi2 > 60) is about 2e-4
+
+
 def test_sampling_is_reproducible_with_a_generator():
     p = _policy("seq2seq")
     a = p.sample(4, generator=torch.Generator().manual_seed(3)).op_devices
