@@ -73,7 +73,11 @@ def test_learns_two_chains_from_scratch(tmp_path, algo):
     single = float(env.step_times(np.array([[1] * 8]))[0][0])
     assert optimum < 0.7 * single
     iterations = {"reinforce": 150, "ppo": 50}[algo]
-    r = train(_config(tmp_path, iterations=iterations, warm_start="none", algo=algo, lr=0.02, executor="dataflow"),
+    # PPO takes 16 samples: with scaled dot attention, 8 samples at seed 0 stopped one op short (0.60014 s;
+    # seeds 1 and lr 0.05 reach the optimum), so the batch, not the assertion, changed
+    samples = {"reinforce": 8, "ppo": 16}[algo]
+    r = train(_config(tmp_path, iterations=iterations, warm_start="none", algo=algo, lr=0.02, executor="dataflow",
+                      samples=samples),
               graph=g, cluster=c)
     assert r.best_step_time_s == pytest.approx(optimum, rel=1e-9)
     p = Placement.load(os.path.join(r.logdir, "best_placement.json"))
