@@ -779,9 +779,9 @@ def calibrate_cluster(cluster: Any, profile: Mapping[str, Any], *, graph: OpGrap
             links[(a, b)] = measured.get((torch_of[a], torch_of[b])) or by_kinds.get((kind_of[a], kind_of[b])) or link
     devices = [dataclasses.replace(dev, kind=kind_of[dev.name]) for dev in cluster.devices]
     if graph is not None:
-        from envs.cost import view_mask
+        from graphs.ops import free_mask
 
-        rates = _fit_rates(graph, profile_columns(graph, profile), ~view_mask(graph))
+        rates = _fit_rates(graph, profile_columns(graph, profile), ~free_mask(graph))
         _fit_update(rates, profiled)
         devices = [dataclasses.replace(dev, **rates[dev.kind]) if dev.kind in rates else dev for dev in devices]
     return Cluster(name=f"{cluster.name}+profile", devices=devices, links=links, description=f"{cluster.description} (calibrated by profile from {profile.get('host', '?')})")
