@@ -131,10 +131,9 @@ def update_bound_s(graph: OpGraph, cluster: Cluster) -> float:
     p = graph.param_bytes.astype(np.float64)
     if not np.any(p > 0):
         return 0.0
-    traffic = cost.UPDATE_TRAFFIC_MULTIPLIER
-    per_op = cluster.launch_overhead_s[None, :] + traffic * p[p > 0, None] / cluster.mem_bw_bytes_per_s[None, :]
+    per_op = cost.update_time_s(p[p > 0, None], cluster.launch_overhead_s[None, :], cluster.mem_bw_bytes_per_s[None, :])
     largest = float(per_op.min(axis=1).max())
-    spread = float(traffic * p.sum() / cluster.mem_bw_bytes_per_s.sum())
+    spread = float(cost.update_time_s(p.sum(), 0.0, cluster.mem_bw_bytes_per_s.sum()))  # no launch: a bound
     return max(largest, spread)
 
 

@@ -95,8 +95,18 @@ def update_times_s(param_bytes_per_device: np.ndarray, cluster: Cluster) -> np.n
     the parameter bytes at memory bandwidth; 0 on a device without parameters.
     """
     p = np.asarray(param_bytes_per_device, dtype=np.float64)
-    t = cluster.launch_overhead_s + UPDATE_TRAFFIC_MULTIPLIER * p / cluster.mem_bw_bytes_per_s
-    return np.where(p > 0, t, 0.0)
+    return np.where(p > 0, update_time_s(p, cluster.launch_overhead_s, cluster.mem_bw_bytes_per_s), 0.0)
+
+
+def update_time_s(param_bytes, launch_overhead_s, mem_bw_bytes_per_s):
+    """Seconds of one optimizer step over ``param_bytes`` of parameters: the one formula.
+
+    One fused (multi-tensor) launch plus ``UPDATE_TRAFFIC_MULTIPLIER`` passes over
+    the bytes at memory bandwidth. Plain arithmetic, so it takes scalars or
+    broadcasting arrays and compiles unchanged in :mod:`envs.kernel` (numba), and
+    :mod:`envs.bound` uses it for its update bound.
+    """
+    return launch_overhead_s + UPDATE_TRAFFIC_MULTIPLIER * param_bytes / mem_bw_bytes_per_s
 
 
 def update_bandwidth(update_s: float, param_bytes: float, launch_overhead_s: float) -> float:
