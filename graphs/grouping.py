@@ -48,6 +48,22 @@ from graphs.ops import VIEW_OPS, base_op_name, inplace_mask, is_inplace_op, is_v
 
 FORMAT = "placer-grouping/1"
 
+#: HDP's code: at most 256 groups, and 20 per device.
+MAX_GROUPS, GROUPS_PER_DEVICE = 256, 20
+
+
+def default_num_groups(num_devices: int) -> int:
+    """The default number of placeable groups on ``num_devices`` devices: ``min(256, 20 * num_devices)``.
+
+    The one definition used by ``placer train`` (``--max-groups``), the hierarchical
+    policy's grouper and the scaling benchmark.
+
+    >>> default_num_groups(3), default_num_groups(20)
+    (60, 256)
+    """
+    return min(MAX_GROUPS, GROUPS_PER_DEVICE * int(num_devices))
+
+
 # One definition of views and in-place ops for every package: graphs.ops.
 op_base_name = base_op_name  # the name this module exported before graphs.ops
 

@@ -51,6 +51,7 @@ import numpy as np
 import torch
 
 from graphs import OpGraph, PlacerError
+from graphs.grouping import default_num_groups
 from placer import checkpoint
 from placer.checks import MAX_SEED, check_float, check_int, check_output_dir
 from placer.placement import Placement
@@ -532,7 +533,7 @@ def _train(config: TrainConfig, graph: OpGraph, cluster: Any, env: Any, logdir: 
 
     # ---- seed, policy, optimizer
     torch.manual_seed(config.seed)
-    max_groups = config.max_groups if config.max_groups is not None else min(256, 20 * num_devices)
+    max_groups = config.max_groups if config.max_groups is not None else default_num_groups(num_devices)
     warm = config.warm_start == "best" and np.isfinite(best_h[1])
     target = found[best_h[0]][1] if warm else None
     if saved is not None:  # the items must be those the checkpoint was trained on
