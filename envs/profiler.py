@@ -56,6 +56,7 @@ from typing import Any
 
 import numpy as np
 
+from envs.cluster import Cluster
 from graphs import OpGraph, PlacerError, schema
 from graphs.io import read_json, write_text_atomic
 
@@ -838,6 +839,27 @@ def with_profile(graph: OpGraph, cluster: Any, profile: str | os.PathLike | Mapp
     if isinstance(profile, Mapping):
         check_profile(doc)
     return apply_profile(graph, doc, source=source), calibrate_cluster(cluster, doc, graph=graph, device_map=device_map)
+
+
+
+def cluster_with_profile(cluster: Cluster, profile: Any, *, graph: Any = None, device_map: Any = None) -> Cluster:
+    """``cluster.with_profile(profile)``: a copy calibrated by a ``placer profile`` file or document.
+
+    Links take the measured latency and bandwidth; given ``graph``, each device
+    kind's launch overhead and compute rate are fitted to the profiled op times
+    (:func:`calibrate_cluster`). The per-op times themselves go on the graph:
+    :func:`apply_profile`.
+    """
+    if isinstance(profile, (str, os.PathLike)):
+        doc = load_profile(profile)
+    else:
+        check_profile(profile)
+        doc = profile
+    return calibrate_cluster(cluster, doc, graph=graph, device_map=device_map)
+
+
+# The method stays on the data class (its documented API) but is defined here, with its owner.
+Cluster.with_profile = cluster_with_profile  # type: ignore[attr-defined]
 
 
 def add_profile_argument(parser: Any) -> None:
