@@ -34,7 +34,7 @@ import numpy as np
 
 from graphs import schema
 from graphs.errors import PlacerError
-from graphs.io import read_json
+from graphs.io import read_document
 
 FORMAT = "placer-cluster/1"
 KINDS = ("cpu", "gpu")
@@ -188,17 +188,13 @@ class Cluster:
 
     @classmethod
     def load(cls, path: str | os.PathLike) -> "Cluster":
-        path = os.fspath(path)
-        return cls.from_dict(read_json(path), source=path)
+        return read_document(path, cls.from_dict)
 
     @classmethod
     def from_dict(cls, doc: Any, *, source: str = "cluster") -> "Cluster":
         """Build from a parsed placer-cluster/1 document; errors name ``source`` and the field."""
-        if not isinstance(doc, dict):
-            raise PlacerError(f"{source}: expected a JSON object at top level")
+        schema.document(doc, source, FORMAT, format_optional=True)
         _no_unknown(doc, _TOP_KEYS, source, "")
-        if doc.get("format", FORMAT) != FORMAT:
-            raise PlacerError(f"{source}: format is {doc.get('format')!r}, expected {FORMAT!r}")
         name = schema.string(doc.get("name", ""), source, "name")
         description = schema.string(doc.get("description", ""), source, "description")
         devs_doc = doc.get("devices")

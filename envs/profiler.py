@@ -668,8 +668,7 @@ def check_profile(doc: Any, *, source: str = "profile") -> None:
     """
     from envs.cluster import KINDS, MAX_DELAY_S, MIN_RATE
 
-    if not isinstance(doc, dict) or doc.get("format") != FORMAT:
-        raise PlacerError(f"{source}: format is {doc.get('format') if isinstance(doc, dict) else None!r}, expected {FORMAT!r}")
+    schema.document(doc, source, FORMAT)
     ops = doc.get("ops")
     if not isinstance(ops, list) or not isinstance(doc.get("devices"), dict) or not isinstance(doc.get("links", []), list):
         raise PlacerError(f"{source}: needs 'ops' (list), 'devices' (object) and 'links' (list)")

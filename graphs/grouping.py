@@ -41,6 +41,7 @@ import numpy as np
 from scipy.sparse import coo_matrix
 from scipy.sparse.csgraph import connected_components
 
+from graphs import schema
 from graphs.errors import GraphFormatError, PlacerError
 from graphs.group_graph import CutTable, build_group_graph, cut_bytes_batched
 from graphs.ir import OpGraph, _kahn
@@ -289,9 +290,7 @@ class Grouping:
         """
         from graphs.io import from_dict as graph_from_dict
 
-        if not isinstance(doc, dict) or doc.get("format") != FORMAT:
-            got = doc.get("format") if isinstance(doc, dict) else type(doc).__name__
-            raise GraphFormatError(f"{source}: format is {got!r}, expected {FORMAT!r}")
+        schema.document(doc, source, FORMAT, error=GraphFormatError)
         op_group = doc.get("op_group")
         if not isinstance(op_group, list) or not all(type(x) is int for x in op_group):
             raise GraphFormatError(f"{source}: op_group must be a list of integers")
