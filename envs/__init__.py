@@ -15,7 +15,9 @@ the first batch, torch and ray only inside the measurement harness.
 from __future__ import annotations
 
 from envs.bound import lower_bound
-from envs.cluster import CLUSTER_ARG_HELP, Cluster, Device, Link, resolve_cluster
+from envs import profiler as _profiler  # noqa: F401  (defines Cluster.with_profile)
+from envs.cluster import CLUSTER_ARG_HELP, Cluster, Device, Link
+from envs.presets import resolve_cluster  # also defines Cluster.preset / Cluster.presets
 from envs.result import Result
 from envs.simulator import SimEnv, simulate
 

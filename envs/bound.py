@@ -33,11 +33,17 @@ from graphs.ir import OpGraph
 _SLACK = 1e-9
 
 
-def critical_path_s(graph: OpGraph, fwd_min: np.ndarray, bwd_min: np.ndarray) -> float:
-    """Longest forward-then-backward path with per-op times ``fwd_min``/``bwd_min``."""
+def critical_path(graph: OpGraph, fwd_min: np.ndarray, bwd_min: np.ndarray) -> tuple[float, list[int]]:
+    """Longest forward-then-backward path with per-op times ``fwd_min``/``bwd_min``: ``(seconds, ops)``.
+
+    ``ops`` lists the path's ops in order of first appearance: the forward chain,
+    then the ops only its backward part visits (a chain ``a -> b`` gives ``[a, b]``,
+    its path being ``fwd a, fwd b, bwd b, bwd a``). Ties keep the earlier op and an
+    op's own forward before its consumers' backward.
+    """
     n = graph.num_ops
     if n == 0:
-        return 0.0
+        return 0.0, []
     in_ptr, in_src, _ = graph.in_csr
     out_ptr, out_dst, _ = graph.out_csr
     f = fwd_min.tolist()
@@ -47,20 +53,36 @@ def critical_path_s(graph: OpGraph, fwd_min: np.ndarray, bwd_min: np.ndarray) ->
     ip = in_ptr.tolist()
     op = out_ptr.tolist()
     ef = [0.0] * n
+    via_f = [-1] * n  # the predecessor whose forward ends last
     for v in range(n):
         ready = 0.0
         for k in range(ip[v], ip[v + 1]):
             if ef[src[k]] > ready:
                 ready = ef[src[k]]
+                via_f[v] = src[k]
         ef[v] = ready + f[v]
     eb = [0.0] * n
+    via_b = [-1] * n  # the consumer whose backward ends last, if later than this op's forward
     for u in range(n - 1, -1, -1):
         ready = ef[u]
         for k in range(op[u], op[u + 1]):
             if eb[dst[k]] > ready:
                 ready = eb[dst[k]]
+                via_b[u] = dst[k]
         eb[u] = ready + b[u]
-    return max(eb)
+    last = max(range(n), key=eb.__getitem__)
+    backward = [last]
+    while via_b[backward[-1]] >= 0:
+        backward.append(via_b[backward[-1]])
+    forward = [backward[-1]]
+    while via_f[forward[-1]] >= 0:
+        forward.append(via_f[forward[-1]])
+    return eb[last], list(dict.fromkeys(forward[::-1] + backward[::-1]))
+
+
+def critical_path_s(graph: OpGraph, fwd_min: np.ndarray, bwd_min: np.ndarray) -> float:
+    """Seconds of :func:`critical_path`."""
+    return critical_path(graph, fwd_min, bwd_min)[0]
 
 
 def _two_group_bound(a: np.ndarray, b: np.ndarray) -> float:
@@ -131,10 +153,9 @@ def update_bound_s(graph: OpGraph, cluster: Cluster) -> float:
     p = graph.param_bytes.astype(np.float64)
     if not np.any(p > 0):
         return 0.0
-    traffic = cost.UPDATE_TRAFFIC_MULTIPLIER
-    per_op = cluster.launch_overhead_s[None, :] + traffic * p[p > 0, None] / cluster.mem_bw_bytes_per_s[None, :]
+    per_op = cost.update_time_s(p[p > 0, None], cluster.launch_overhead_s[None, :], cluster.mem_bw_bytes_per_s[None, :])
     largest = float(per_op.min(axis=1).max())
-    spread = float(traffic * p.sum() / cluster.mem_bw_bytes_per_s.sum())
+    spread = float(cost.update_time_s(p.sum(), 0.0, cluster.mem_bw_bytes_per_s.sum()))  # no launch: a bound
     return max(largest, spread)
 
 

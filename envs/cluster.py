@@ -1,9 +1,9 @@
 """Clusters: devices (compute, memory) and the links between every ordered pair.
 
-A :class:`Cluster` is plain data with array views for the simulator. Presets
-(``k80x2``, ``k80x4``, ``v100x4``, ``h100x8``, ``h200x1``) live in
-:mod:`envs.presets`; any cluster round-trips through JSON
-(``"format": "placer-cluster/1"``)::
+A :class:`Cluster` is plain data with array views for the simulator (a leaf
+module: no other :mod:`envs` import). Presets (``k80x2``, ``k80x4``, ``v100x4``,
+``h100x8``, ``h200x1``) and :func:`envs.resolve_cluster` live in :mod:`envs.presets`;
+any cluster round-trips through JSON (``"format": "placer-cluster/1"``)::
 
     {"format": "placer-cluster/1", "name": "tiny",
      "devices": [{"name": "cpu:0", "kind": "cpu", "memory_bytes": 6.4e10,
@@ -34,7 +34,7 @@ import numpy as np
 
 from graphs import schema
 from graphs.errors import PlacerError
-from graphs.io import read_json
+from graphs.io import read_document
 
 FORMAT = "placer-cluster/1"
 KINDS = ("cpu", "gpu")
@@ -93,6 +93,12 @@ class Cluster:
         devices: the devices; their order is the device index used everywhere.
         links: ``(src_name, dst_name) -> Link`` for every ordered pair.
         description: where the numbers come from.
+
+    This module is plain data and imports nothing else of :mod:`envs`. The
+    constructors that need more are defined by their owners and attached here:
+    ``Cluster.preset(name)`` and ``Cluster.presets()`` by :mod:`envs.presets`,
+    ``cluster.with_profile(profile)`` by :mod:`envs.profiler` (``import envs``
+    loads both).
     """
 
     name: str
@@ -180,52 +186,15 @@ class Cluster:
     def __repr__(self) -> str:
         return f"Cluster(name={self.name!r}, devices={self.device_names})"
 
-    def with_profile(self, profile: Any, *, graph: Any = None, device_map: Any = None) -> "Cluster":
-        """A copy calibrated by a ``placer profile`` file or document (see :mod:`envs.profiler`).
-
-        Links take the measured latency and bandwidth; given ``graph``, each device
-        kind's launch overhead and compute rate are fitted to the profiled op times.
-        The per-op times themselves go on the graph: ``envs.profiler.apply_profile``.
-        """
-        from envs.profiler import calibrate_cluster, check_profile, load_profile
-
-        if isinstance(profile, (str, os.PathLike)):
-            doc = load_profile(profile)
-        else:
-            check_profile(profile)
-            doc = profile
-        return calibrate_cluster(self, doc, graph=graph, device_map=device_map)
-
-    # ------------------------------------------------------------- construct
-    @classmethod
-    def presets(cls) -> list[str]:
-        from envs.presets import PRESETS
-
-        return list(PRESETS)
-
-    @classmethod
-    def preset(cls, name: str) -> "Cluster":
-        from envs.presets import PRESETS
-
-        try:
-            build = PRESETS[name]
-        except KeyError:
-            raise PlacerError(f"unknown cluster preset {name!r} (known: {', '.join(PRESETS)})") from None
-        return build()
-
     @classmethod
     def load(cls, path: str | os.PathLike) -> "Cluster":
-        path = os.fspath(path)
-        return cls.from_dict(read_json(path), source=path)
+        return read_document(path, cls.from_dict)
 
     @classmethod
     def from_dict(cls, doc: Any, *, source: str = "cluster") -> "Cluster":
         """Build from a parsed placer-cluster/1 document; errors name ``source`` and the field."""
-        if not isinstance(doc, dict):
-            raise PlacerError(f"{source}: expected a JSON object at top level")
+        schema.document(doc, source, FORMAT, format_optional=True)
         _no_unknown(doc, _TOP_KEYS, source, "")
-        if doc.get("format", FORMAT) != FORMAT:
-            raise PlacerError(f"{source}: format is {doc.get('format')!r}, expected {FORMAT!r}")
         name = schema.string(doc.get("name", ""), source, "name")
         description = schema.string(doc.get("description", ""), source, "description")
         devs_doc = doc.get("devices")
@@ -311,23 +280,6 @@ class Cluster:
             "devices": [{k: getattr(d, k) for k in _DEVICE_KEYS} for d in self.devices],
             "links": links,
         }
-
-
-def resolve_cluster(arg: str) -> Cluster:
-    """A cluster from a preset name or a placer-cluster/1 JSON file path.
-
-    >>> resolve_cluster("h200x1").device_names
-    ['cpu:0', 'gpu:0']
-    """
-    from envs.presets import PRESETS
-
-    if arg in PRESETS:
-        return PRESETS[arg]()
-    if os.path.exists(arg):
-        return Cluster.load(arg)
-    if arg.endswith(".json"):
-        raise PlacerError(f"{arg}: no such file")
-    raise PlacerError(f"unknown cluster {arg!r}: not a preset ({', '.join(PRESETS)}) nor a JSON file")
 
 
 CLUSTER_ARG_HELP = "a preset (k80x2, k80x4, v100x4, h100x8, h200x1; see `placer clusters`) or a placer-cluster/1 JSON file"

@@ -11,7 +11,7 @@ Forward time of op ``i`` on device ``d``:
 Backward time: the profiled ``bwd_s``, else ``BACKWARD_MULTIPLIER`` × forward
 (the profiled forward where there is one).
 Without a profile, view ops (``aten.view``, ``aten.t``, ``getitem``... see
-:data:`VIEW_OPS`) cost nothing; they never allocate: in eager PyTorch a view only makes a new tensor
+:mod:`graphs.ops`, the one definition) and shape queries (``sym_size``) cost nothing; they never allocate: in eager PyTorch a view only makes a new tensor
 header over the same storage, launches no kernel, and its backward is another
 view. Transfers cost ``latency_s + bytes / bandwidth_bytes_per_s`` of the link.
 
@@ -30,6 +30,7 @@ import numpy as np
 
 from envs.cluster import Cluster
 from graphs.ir import OpGraph
+from graphs.ops import free_mask
 
 #: Backward ≈ 2 × forward: it computes the gradient w.r.t. the inputs (dgrad) and
 #: w.r.t. the weights (wgrad), each about as costly as the forward op (the usual
@@ -42,40 +43,6 @@ OPTIMIZER_STATE_MULTIPLIER = 2
 #: Bytes an Adam step moves per parameter byte: reads param, grad, exp_avg and
 #: exp_avg_sq, writes param, exp_avg and exp_avg_sq (7 passes over memory).
 UPDATE_TRAFFIC_MULTIPLIER = 7.0
-
-#: ATen ops that return views (no kernel, no new memory) and Python getitem.
-VIEW_OPS = frozenset(
-    {
-        "view", "_unsafe_view", "reshape", "_reshape_alias", "view_as", "t", "transpose", "permute",
-        "expand", "expand_as", "squeeze", "unsqueeze", "slice", "select", "narrow", "alias", "detach",
-        "as_strided", "unbind", "split", "split_with_sizes", "chunk", "flatten", "unflatten",
-        "getitem", "sym_size", "sym_numel", "sym_stride", "lift_fresh", "numpy_T", "movedim",
-    }
-)
-
-
-def base_op_name(op_type: str) -> str:
-    """``"aten.view.default"`` -> ``"view"``; ``"_operator.getitem"`` -> ``"getitem"``."""
-    parts = op_type.split(".")
-    if parts[0] in ("aten", "prims", "torch", "ops") and len(parts) >= 2:
-        return parts[1] if parts[0] != "ops" or len(parts) < 3 else parts[2]
-    return parts[-1]
-
-
-def is_view_op(op_type: str) -> bool:
-    """True for ops that alias their input (see :data:`VIEW_OPS`).
-
-    >>> is_view_op("aten.view.default"), is_view_op("aten.mm.default"), is_view_op("getitem")
-    (True, False, True)
-    """
-    return base_op_name(op_type) in VIEW_OPS
-
-
-def view_mask(graph: OpGraph) -> np.ndarray:
-    """Boolean per op: is it a view op."""
-    verdict = {t: is_view_op(t) for t in set(graph.op_types)}
-    return np.fromiter((verdict[t] for t in graph.op_types), dtype=bool, count=graph.num_ops)
-
 
 def bytes_touched(graph: OpGraph) -> np.ndarray:
     """Bytes each op reads and writes: input edges + owned params/buffers + outputs."""
@@ -97,8 +64,7 @@ def op_times(graph: OpGraph, cluster: Cluster, microbatches: int = 1) -> tuple[n
         (bytes_touched(graph) - graph.param_bytes - graph.buffer_bytes) / M + graph.param_bytes + graph.buffer_bytes)
     memory_s = touched[:, None] / cluster.mem_bw_bytes_per_s[None, :]
     fwd = np.maximum(compute_s, memory_s) + cluster.launch_overhead_s[None, :]
-    views = view_mask(graph)
-    fwd[views] = 0.0
+    fwd[free_mask(graph)] = 0.0
     bwd = BACKWARD_MULTIPLIER * fwd
     for d, kind in enumerate(cluster.kinds):
         prof = graph.profile.get(kind)
@@ -137,8 +103,18 @@ def update_times_s(param_bytes_per_device: np.ndarray, cluster: Cluster) -> np.n
     the parameter bytes at memory bandwidth; 0 on a device without parameters.
     """
     p = np.asarray(param_bytes_per_device, dtype=np.float64)
-    t = cluster.launch_overhead_s + UPDATE_TRAFFIC_MULTIPLIER * p / cluster.mem_bw_bytes_per_s
-    return np.where(p > 0, t, 0.0)
+    return np.where(p > 0, update_time_s(p, cluster.launch_overhead_s, cluster.mem_bw_bytes_per_s), 0.0)
+
+
+def update_time_s(param_bytes, launch_overhead_s, mem_bw_bytes_per_s):
+    """Seconds of one optimizer step over ``param_bytes`` of parameters: the one formula.
+
+    One fused (multi-tensor) launch plus ``UPDATE_TRAFFIC_MULTIPLIER`` passes over
+    the bytes at memory bandwidth. Plain arithmetic, so it takes scalars or
+    broadcasting arrays and compiles unchanged in :mod:`envs.kernel` (numba), and
+    :mod:`envs.bound` uses it for its update bound.
+    """
+    return launch_overhead_s + UPDATE_TRAFFIC_MULTIPLIER * param_bytes / mem_bw_bytes_per_s
 
 
 def update_bandwidth(update_s: float, param_bytes: float, launch_overhead_s: float) -> float:
@@ -166,5 +142,5 @@ def static_bytes(graph: OpGraph) -> np.ndarray:
 
 
 def activation_bytes(graph: OpGraph) -> np.ndarray:
-    """Bytes of the output each op keeps for backward (0 for views, which alias)."""
-    return np.where(view_mask(graph), 0, graph.out_bytes).astype(np.int64)
+    """Bytes of the output each op keeps for backward (0 for views, which alias, and shape queries)."""
+    return np.where(free_mask(graph), 0, graph.out_bytes).astype(np.int64)

@@ -20,15 +20,12 @@ the same functions run as plain Python (correct, ~100× slower).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 import numpy as np
 
 from envs import cost
+from envs.cluster import Cluster
 from envs.schedule import ACT, GRAD, Schedule
-
-if TYPE_CHECKING:
-    from envs.simulator import SimEnv
+from graphs.ir import OpGraph
 
 try:
     from numba import njit
@@ -41,6 +38,10 @@ except ImportError:  # pragma: no cover - exercised only without numba
         if args and callable(args[0]):
             return args[0]
         return lambda fn: fn
+
+
+# The optimizer step's time: envs.cost's one formula, compiled.
+_update_time_s = njit(cache=True)(cost.update_time_s)
 
 
 # The heap is a 4-ary min-heap of (ready time, task id) stored interleaved in one
@@ -448,7 +449,7 @@ def _peak(dev, p, n, D, act_b, tcount, tbytes, start, end):
 
 @njit(cache=True)
 def _batch(P, n, D, out_ptr, out_dst, out_eb, in_ptr, in_src, fwd_t, bwd_t, lat, bw,
-           static_b, act_b, param_b, cap, launch, membw, traffic, times, oom, eager, orders, host):
+           static_b, act_b, param_b, cap, launch, membw, times, oom, eager, orders, host):
     """Step time and OOM flag of every row of ``P``.
 
     ``eager``: use :func:`_eager` with issue order ``orders[k]`` (or ``orders[0]``
@@ -492,7 +493,7 @@ def _batch(P, n, D, out_ptr, out_dst, out_eb, in_ptr, in_src, fwd_t, bwd_t, lat,
         upd = 0.0
         for d in range(D):
             if pb[d] > 0:
-                u_s = launch[d] + traffic * pb[d] / membw[d]
+                u_s = _update_time_s(pb[d], launch[d], membw[d])
                 if u_s > upd:
                     upd = u_s
         times[k] = t_end + upd
@@ -520,11 +521,17 @@ def _batch(P, n, D, out_ptr, out_dst, out_eb, in_ptr, in_src, fwd_t, bwd_t, lat,
 
 
 class KernelData:
-    """Per-(graph, cluster) arrays in the layout the kernel wants."""
+    """Per-(graph, cluster) arrays in the layout the kernel wants.
 
-    def __init__(self, env: "SimEnv") -> None:
-        g, c = env.sim_graph, env.cluster  # with microbatches: the expanded graph (envs.microbatch)
+    Built from plain data: the graph and cluster, the ``[num_ops, num_devices]``
+    op times and the per-op byte counts of :mod:`envs.cost`, and the executor
+    model (``"eager"`` or ``"dataflow"``).
+    """
+
+    def __init__(self, g: OpGraph, c: Cluster, fwd_s: np.ndarray, bwd_s: np.ndarray, static_bytes: np.ndarray,
+                 act_bytes: np.ndarray, executor: str) -> None:
         self.n, self.D = g.num_ops, c.num_devices
+        self.cluster = c
         out_ptr, out_dst, out_eid = g.out_csr
         in_ptr, in_src, _ = g.in_csr
         self.out_ptr = out_ptr.astype(np.int64)
@@ -532,20 +539,23 @@ class KernelData:
         self.out_eb = g.edge_bytes[out_eid].astype(np.int64)
         self.in_ptr = in_ptr.astype(np.int64)
         self.in_src = in_src.astype(np.int64)
-        self.fwd_t = np.ascontiguousarray(env.fwd_s)
-        self.bwd_t = np.ascontiguousarray(env.bwd_s)
+        self.fwd_t = np.ascontiguousarray(fwd_s)
+        self.bwd_t = np.ascontiguousarray(bwd_s)
         self.lat = np.ascontiguousarray(c.latency_s, dtype=np.float64)
         self.bw = np.ascontiguousarray(c.bandwidth_bytes_per_s, dtype=np.float64)
-        self.static_b = env.static_bytes.astype(np.int64)
-        self.act_b = env.act_bytes.astype(np.int64)
+        self.static_b = np.asarray(static_bytes).astype(np.int64)
+        self.act_b = np.asarray(act_bytes).astype(np.int64)
         self.param_b = g.param_bytes.astype(np.float64)
         self.cap = c.memory_bytes.astype(np.float64)
         self.launch = c.launch_overhead_s.astype(np.float64)
         self.membw = c.mem_bw_bytes_per_s.astype(np.float64)
         self.host = np.asarray([k == "cpu" for k in c.kinds], dtype=np.bool_)
-        self.eager = env.executor == "eager"
+        self.eager = executor == "eager"
         self.node_order = np.arange(self.n, dtype=np.int64)[None, :]
-        self.env = env
+
+    def update_s(self, place: np.ndarray) -> np.ndarray:
+        """Optimizer-step seconds per device under ``place`` (:func:`envs.cost.update_times_s`)."""
+        return cost.update_times_s(np.bincount(place, weights=self.param_b, minlength=self.D), self.cluster)
 
     def _orders(self, order: np.ndarray | None) -> np.ndarray:
         if order is None:
@@ -560,7 +570,7 @@ class KernelData:
         oom = np.zeros(K, dtype=np.bool_)
         _batch(P, self.n, self.D, self.out_ptr, self.out_dst, self.out_eb, self.in_ptr, self.in_src,
                self.fwd_t, self.bwd_t, self.lat, self.bw, self.static_b, self.act_b, self.param_b,
-               self.cap, self.launch, self.membw, float(cost.UPDATE_TRAFFIC_MULTIPLIER), times, oom,
+               self.cap, self.launch, self.membw, times, oom,
                self.eager, self._orders(order), self.host)
         return times, oom
 
@@ -601,5 +611,5 @@ class KernelData:
             xfer_start_s=both(start[2 * n + slots], start[2 * n + nD + slots]),
             xfer_end_s=both(end[2 * n + slots], end[2 * n + nD + slots]),
             backward_end_s=float(t_end),
-            update_s=self.env.update_s(p),
+            update_s=self.update_s(p),
         )

@@ -63,34 +63,26 @@ Builder = Callable[[], tuple[Any, tuple]]
 
 
 # ------------------------------------------------------------------ sources
-def build_model(source: str | Builder, seed: int = 0) -> tuple[Any, tuple]:
-    """``(model, example_inputs)`` from a zoo name, ``module:callable`` or a callable, seeded."""
-    import importlib
+def build_model(source: str | Builder, seed: int = 0, *, search_dir: str | None = None) -> tuple[Any, tuple]:
+    """``(model, example_inputs)`` from a zoo name, ``module:callable`` or a callable, seeded.
 
+    A ``module:callable`` is loaded by :func:`graphs.sources.load_callable` with
+    ``search_dir`` (the driver's working directory, in a worker) first on ``sys.path``.
+    """
     import torch
+
+    from graphs.sources import load_callable, model_and_inputs
 
     torch.manual_seed(seed)
     if callable(source):
-        out = source()
-    else:
-        from graphs import zoo
+        return model_and_inputs(source(), getattr(source, "__name__", "builder"))
+    from graphs import zoo
 
-        if source in zoo.names():
-            return zoo.build(source)
-        mod_name, sep, attr = source.partition(":")
-        if not (sep and mod_name and attr):
-            raise PlacerError(f"{source}: not a zoo name ({', '.join(zoo.names())}) or module:callable")
-        try:
-            fn = importlib.import_module(mod_name)
-            for part in attr.split("."):
-                fn = getattr(fn, part)
-        except (ImportError, AttributeError) as e:
-            raise PlacerError(f"{source}: cannot import ({type(e).__name__}: {e})") from None
-        out = fn()
-    if not (isinstance(out, tuple) and len(out) == 2):
-        raise PlacerError(f"{source}: must return (model, example_inputs)")
-    model, inputs = out
-    return model, inputs if isinstance(inputs, tuple) else (tuple(inputs) if isinstance(inputs, list) else (inputs,))
+    if source in zoo.names():
+        return zoo.build(source)
+    if ":" not in source:
+        raise PlacerError(f"{source}: not a zoo name ({', '.join(zoo.names())}) or module:callable")
+    return load_callable(source, search_dir=search_dir)
 
 
 def placement_hash(assignment_list: Sequence[str], order: Sequence[str] | None = None) -> str:
@@ -106,11 +98,13 @@ def placement_hash(assignment_list: Sequence[str], order: Sequence[str] | None =
 class Worker:
     """One Ray actor: builds the exported program once, measures placements on it."""
 
-    def __init__(self, source: str | Builder, device_map: Mapping[str, str] | str | None, threads: int, lr: float = 1e-3) -> None:
+    def __init__(self, source: str | Builder, device_map: Mapping[str, str] | str | None, threads: int, lr: float = 1e-3,
+                 source_dir: str | None = None) -> None:
         import torch
 
         torch.set_num_threads(max(1, threads))
         self.source, self.device_map, self.lr = source, device_map, lr
+        self.source_dir = source_dir  # the driver's working directory: the same sys.path rule
         self.ep = None
         self.name = f"{socket.gethostname()}:{os.getpid()}"
 
@@ -125,7 +119,7 @@ class Worker:
         from graphs.torch_capture import export_program, graph_from_program
 
         if self.ep is None:
-            model, inputs = build_model(self.source)
+            model, inputs = build_model(self.source, search_dir=self.source_dir)
             self.ep = export_program(model, inputs)
             self.inputs = inputs
             self.graph_hash = graph_from_program(self.ep).content_hash
@@ -244,13 +238,14 @@ class MeasuredEnv:
         if timed_steps < 1 or warmup_steps < 0:
             raise PlacerError(f"measured env: need timed_steps >= 1 and warmup_steps >= 0, got {timed_steps}, {warmup_steps}")
         self.source, self.cluster, self.device_map = source, cluster, device_map
+        self.source_dir = os.getcwd()  # where a module:callable SOURCE resolves, here and in the workers
         self.warmup_steps, self.timed_steps, self.measure_timeout_s = warmup_steps, timed_steps, check_timeout(measure_timeout_s)
         self.start_timeout_s = check_timeout(start_timeout_s, "start_timeout_s")
         self.max_retries, self.cpus_per_worker, self.lr = max_retries, cpus_per_worker, lr
         if graph is None:
             from graphs.torch_capture import export_program, graph_from_program
 
-            model, inputs = build_model(source)
+            model, inputs = build_model(source, search_dir=self.source_dir)
             graph = graph_from_program(export_program(model, inputs), name=source if isinstance(source, str) else "")
         self.graph = graph
         cuda = [d for d in resolve_devices(cluster.device_names, device_map).values() if d.type == "cuda"]
@@ -369,7 +364,7 @@ class MeasuredEnv:
         """Start an actor (in slot ``i``, replacing a dead or hung one); it becomes idle once built."""
         ray = self._ensure_ray()
         cls = ray.remote(num_cpus=self.cpus_per_worker, num_gpus=self.gpus_per_worker, max_restarts=0)(self.worker_cls)
-        actor = cls.options(scheduling_strategy="SPREAD").remote(self.source, self.device_map, self.cpus_per_worker, self.lr)
+        actor = cls.options(scheduling_strategy="SPREAD").remote(self.source, self.device_map, self.cpus_per_worker, self.lr, self.source_dir)
         if i is None:
             i = len(self._actors)
             self._actors.append(actor)

@@ -38,9 +38,11 @@ per-op times) overrides them where it exists. Sources and assumptions:
 
 from __future__ import annotations
 
-from typing import Callable
+import os
+from typing import Callable, NamedTuple
 
 from envs.cluster import Cluster, Device, Link
+from graphs.errors import PlacerError
 
 MIB = 1 << 20
 GIB = 1 << 30
@@ -50,72 +52,84 @@ PCIE5 = Link(bandwidth_bytes_per_s=50e9, latency_s=8e-6)
 NVLINK2_PAIR = Link(bandwidth_bytes_per_s=45e9, latency_s=6e-6)
 NVLINK4_SWITCH = Link(bandwidth_bytes_per_s=375e9, latency_s=6e-6)
 
-
-def _cpu(memory_bytes: float, flops_per_s: float, mem_bw: float) -> Device:
-    return Device("cpu:0", "cpu", float(memory_bytes), flops_per_s, mem_bw, 5e-6)
+CPU_LAUNCH_S = 5e-6
 
 
-def _gpus(n: int, memory_mib: int, flops_per_s: float, mem_bw: float, launch_s: float) -> list[Device]:
-    return [Device(f"gpu:{i}", "gpu", float(memory_mib * MIB), flops_per_s, mem_bw, launch_s) for i in range(n)]
+class Machine(NamedTuple):
+    """One preset's row: a host CPU, ``gpus`` identical GPUs, a host link and a GPU-to-GPU link."""
+
+    description: str
+    cpu_memory_bytes: float
+    cpu_flops_per_s: float
+    cpu_mem_bw: float
+    gpus: int
+    gpu_memory_mib: int
+    gpu_flops_per_s: float
+    gpu_mem_bw: float
+    gpu_launch_s: float
+    host_link: Link
+    gpu_link: Link
 
 
-def _build(name: str, description: str, devices: list[Device], host_link: Link, gpu_link: Link) -> Cluster:
+_K80 = "Haswell host + {n} K80 dies (12 GB, ~4 TFLOP/s fp32, 240 GB/s), all links PCIe 3.0 (~10 GB/s, 10 us)"
+
+#: The preset table (see the module doc for where each number comes from).
+MACHINES: dict[str, Machine] = {
+    "k80x2": Machine(_K80.format(n=2), 256 * GIB, 0.5e12, 5e10, 2, 11441, 4.0e12, 2.0e11, 8e-6, PCIE3, PCIE3),
+    "k80x4": Machine(_K80.format(n=4), 256 * GIB, 0.5e12, 5e10, 4, 11441, 4.0e12, 2.0e11, 8e-6, PCIE3, PCIE3),
+    "v100x4": Machine(
+        "Broadwell host + 4 V100-SXM2 (16 GB, ~14 TFLOP/s fp32, 900 GB/s); NVLink 2 between GPUs (~45 GB/s per pair), PCIe 3.0 to host",
+        256 * GIB, 0.7e12, 6e10, 4, 16160, 14e12, 7.7e11, 8e-6, PCIE3, NVLINK2_PAIR),
+    "h100x8": Machine(
+        "Sapphire Rapids host + 8 H100-SXM (80 GB, ~60 TFLOP/s fp32 without TF32, 3.35 TB/s); NVLink 4 via NVSwitch (~375 GB/s), PCIe 5.0 to host",
+        2048 * GIB, 2e12, 2.5e11, 8, 81559, 60e12, 2.85e12, 6e-6, PCIE5, NVLINK4_SWITCH),
+    "h200x1": Machine(
+        "Sapphire Rapids host + 1 H200 (141 GB, ~60 TFLOP/s fp32 without TF32, 4.8 TB/s); PCIe 5.0 to host (~50 GB/s)",
+        512 * GIB, 2e12, 2.5e11, 1, 143771, 60e12, 4.1e12, 6e-6, PCIE5, PCIE5),
+}
+
+
+def build(name: str, m: Machine) -> Cluster:
+    """The cluster of one table row: ``cpu:0`` then ``gpu:0..``, every pair linked."""
+    devices = [Device("cpu:0", "cpu", float(m.cpu_memory_bytes), m.cpu_flops_per_s, m.cpu_mem_bw, CPU_LAUNCH_S)]
+    devices += [Device(f"gpu:{i}", "gpu", float(m.gpu_memory_mib * MIB), m.gpu_flops_per_s, m.gpu_mem_bw, m.gpu_launch_s)
+                for i in range(m.gpus)]
     links = {}
     for a in devices:
         for b in devices:
             if a.name != b.name:
-                links[(a.name, b.name)] = gpu_link if a.kind == b.kind == "gpu" else host_link
-    return Cluster(name=name, devices=devices, links=links, description=description)
+                links[(a.name, b.name)] = m.gpu_link if a.kind == b.kind == "gpu" else m.host_link
+    return Cluster(name=name, devices=devices, links=links, description=m.description)
 
 
-def k80(n: int) -> Cluster:
-    """The paper's machine: one Haswell host CPU and ``n`` K80 dies on PCIe 3.0."""
-    return _build(
-        f"k80x{n}",
-        f"Haswell host + {n} K80 dies (12 GB, ~4 TFLOP/s fp32, 240 GB/s), all links PCIe 3.0 (~10 GB/s, 10 us)",
-        [_cpu(256 * GIB, 0.5e12, 5e10)] + _gpus(n, 11441, 4.0e12, 2.0e11, 8e-6),
-        PCIE3,
-        PCIE3,
-    )
+#: Preset name -> builder (a fresh Cluster per call).
+PRESETS: dict[str, Callable[[], Cluster]] = {name: (lambda name=name, m=m: build(name, m)) for name, m in MACHINES.items()}
 
 
-def v100x4() -> Cluster:
-    """Four V100-SXM2-16GB fully connected by NVLink 2; PCIe 3.0 to a Broadwell host."""
-    return _build(
-        "v100x4",
-        "Broadwell host + 4 V100-SXM2 (16 GB, ~14 TFLOP/s fp32, 900 GB/s); NVLink 2 between GPUs (~45 GB/s per pair), PCIe 3.0 to host",
-        [_cpu(256 * GIB, 0.7e12, 6e10)] + _gpus(4, 16160, 14e12, 7.7e11, 8e-6),
-        PCIE3,
-        NVLINK2_PAIR,
-    )
+def preset(name: str) -> Cluster:
+    """The preset cluster ``name`` (also ``Cluster.preset(name)``)."""
+    try:
+        make = PRESETS[name]
+    except KeyError:
+        raise PlacerError(f"unknown cluster preset {name!r} (known: {', '.join(PRESETS)})") from None
+    return make()
 
 
-def h100x8() -> Cluster:
-    """An HGX H100 node: eight H100-SXM on NVSwitch (NVLink 4); PCIe 5.0 to the host."""
-    return _build(
-        "h100x8",
-        "Sapphire Rapids host + 8 H100-SXM (80 GB, ~60 TFLOP/s fp32 without TF32, 3.35 TB/s); NVLink 4 via NVSwitch (~375 GB/s), PCIe 5.0 to host",
-        [_cpu(2048 * GIB, 2e12, 2.5e11)] + _gpus(8, 81559, 60e12, 2.85e12, 6e-6),
-        PCIE5,
-        NVLINK4_SWITCH,
-    )
+def resolve_cluster(arg: str) -> Cluster:
+    """A cluster from a preset name or a placer-cluster/1 JSON file path.
+
+    >>> resolve_cluster("h200x1").device_names
+    ['cpu:0', 'gpu:0']
+    """
+    if arg in PRESETS:
+        return PRESETS[arg]()
+    if os.path.exists(arg):
+        return Cluster.load(arg)
+    if arg.endswith(".json"):
+        raise PlacerError(f"{arg}: no such file")
+    raise PlacerError(f"unknown cluster {arg!r}: not a preset ({', '.join(PRESETS)}) nor a JSON file")
 
 
-def h200x1() -> Cluster:
-    """One H200 (141 GB HBM3e) and its host CPU on PCIe 5.0."""
-    return _build(
-        "h200x1",
-        "Sapphire Rapids host + 1 H200 (141 GB, ~60 TFLOP/s fp32 without TF32, 4.8 TB/s); PCIe 5.0 to host (~50 GB/s)",
-        [_cpu(512 * GIB, 2e12, 2.5e11)] + _gpus(1, 143771, 60e12, 4.1e12, 6e-6),
-        PCIE5,
-        PCIE5,
-    )
-
-
-PRESETS: dict[str, Callable[[], Cluster]] = {
-    "k80x2": lambda: k80(2),
-    "k80x4": lambda: k80(4),
-    "v100x4": v100x4,
-    "h100x8": h100x8,
-    "h200x1": h200x1,
-}
+# Cluster.preset / Cluster.presets: kept on the class (the documented API), defined here.
+Cluster.preset = classmethod(lambda cls, name: preset(name))  # type: ignore[attr-defined]
+Cluster.presets = classmethod(lambda cls: list(PRESETS))  # type: ignore[attr-defined]

@@ -56,6 +56,7 @@ from typing import Any
 
 import numpy as np
 
+from envs.cluster import Cluster
 from graphs import OpGraph, PlacerError, schema
 from graphs.io import read_json, write_text_atomic
 
@@ -667,8 +668,7 @@ def check_profile(doc: Any, *, source: str = "profile") -> None:
     """
     from envs.cluster import KINDS, MAX_DELAY_S, MIN_RATE
 
-    if not isinstance(doc, dict) or doc.get("format") != FORMAT:
-        raise PlacerError(f"{source}: format is {doc.get('format') if isinstance(doc, dict) else None!r}, expected {FORMAT!r}")
+    schema.document(doc, source, FORMAT)
     ops = doc.get("ops")
     if not isinstance(ops, list) or not isinstance(doc.get("devices"), dict) or not isinstance(doc.get("links", []), list):
         raise PlacerError(f"{source}: needs 'ops' (list), 'devices' (object) and 'links' (list)")
@@ -779,9 +779,9 @@ def calibrate_cluster(cluster: Any, profile: Mapping[str, Any], *, graph: OpGrap
             links[(a, b)] = measured.get((torch_of[a], torch_of[b])) or by_kinds.get((kind_of[a], kind_of[b])) or link
     devices = [dataclasses.replace(dev, kind=kind_of[dev.name]) for dev in cluster.devices]
     if graph is not None:
-        from envs.cost import view_mask
+        from graphs.ops import free_mask
 
-        rates = _fit_rates(graph, profile_columns(graph, profile), ~view_mask(graph))
+        rates = _fit_rates(graph, profile_columns(graph, profile), ~free_mask(graph))
         _fit_update(rates, profiled)
         devices = [dataclasses.replace(dev, **rates[dev.kind]) if dev.kind in rates else dev for dev in devices]
     return Cluster(name=f"{cluster.name}+profile", devices=devices, links=links, description=f"{cluster.description} (calibrated by profile from {profile.get('host', '?')})")
@@ -838,6 +838,27 @@ def with_profile(graph: OpGraph, cluster: Any, profile: str | os.PathLike | Mapp
     if isinstance(profile, Mapping):
         check_profile(doc)
     return apply_profile(graph, doc, source=source), calibrate_cluster(cluster, doc, graph=graph, device_map=device_map)
+
+
+
+def cluster_with_profile(cluster: Cluster, profile: Any, *, graph: Any = None, device_map: Any = None) -> Cluster:
+    """``cluster.with_profile(profile)``: a copy calibrated by a ``placer profile`` file or document.
+
+    Links take the measured latency and bandwidth; given ``graph``, each device
+    kind's launch overhead and compute rate are fitted to the profiled op times
+    (:func:`calibrate_cluster`). The per-op times themselves go on the graph:
+    :func:`apply_profile`.
+    """
+    if isinstance(profile, (str, os.PathLike)):
+        doc = load_profile(profile)
+    else:
+        check_profile(profile)
+        doc = profile
+    return calibrate_cluster(cluster, doc, graph=graph, device_map=device_map)
+
+
+# The method stays on the data class (its documented API) but is defined here, with its owner.
+Cluster.with_profile = cluster_with_profile  # type: ignore[attr-defined]
 
 
 def add_profile_argument(parser: Any) -> None:

@@ -155,7 +155,7 @@ class SimEnv:
         if self._kernel_data is None:
             from envs.kernel import KernelData
 
-            self._kernel_data = KernelData(self)
+            self._kernel_data = KernelData(self.sim_graph, self.cluster, self.fwd_s, self.bwd_s, self.static_bytes, self.act_bytes, self.executor)
         return self._kernel_data
 
     # -------------------------------------------------------------- schedule

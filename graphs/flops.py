@@ -27,6 +27,8 @@ import torch
 from torch.utils import flop_counter as fc
 from torch.utils._pytree import tree_flatten, tree_map
 
+from graphs.ops import VIEW_OPS
+
 # One FLOP per element of a gate input for the pointwise work of an LSTM cell
 # per hidden unit: 8 bias adds, 4 gate sums, 3 sigmoid, 2 tanh, 3 mul, 1 add.
 LSTM_POINTWISE_PER_UNIT = 21
@@ -41,8 +43,6 @@ _DATA_MOVEMENT = frozenset(
     _assert_scalar sym_constrain_range_for_size to""".split()
 )
 
-# Ops whose result is a new tensor by schema but is a view in practice.
-_VIEW_LIKE = frozenset({"_unsafe_view", "alias", "lift_fresh", "detach"})
 
 
 def _shape(x: Any) -> Any:
@@ -137,12 +137,14 @@ def op_type(target: Any) -> str:
 
 
 def is_alias(target: Any) -> bool:
-    """True when the op's output aliases an input (a view, ``getitem``, ``detach``)."""
+    """True when the op's output aliases an input: a view by name (:data:`graphs.ops.VIEW_OPS`,
+    which holds ``getitem`` and ``_unsafe_view``), or by its schema (every return an
+    unwritten alias of an input)."""
     if target is operator.getitem:
         return True
     if not isinstance(target, torch._ops.OpOverload):
         return False
-    if packet_name(target) in _VIEW_LIKE:
+    if packet_name(target) in VIEW_OPS:
         return True
     rets = target._schema.returns
     return bool(rets) and all(r.alias_info is not None and not r.alias_info.is_write for r in rets)

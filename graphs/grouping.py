@@ -41,48 +41,32 @@ import numpy as np
 from scipy.sparse import coo_matrix
 from scipy.sparse.csgraph import connected_components
 
+from graphs import schema
 from graphs.errors import GraphFormatError, PlacerError
 from graphs.group_graph import CutTable, build_group_graph, cut_bytes_batched
 from graphs.ir import OpGraph, _kahn
+from graphs.ops import VIEW_OPS, base_op_name, inplace_mask, is_inplace_op, is_view_op, view_mask  # noqa: F401
 
 FORMAT = "placer-grouping/1"
 
-#: Op base names (the ATen name without namespace and overload) whose output
-#: aliases their input's storage; such an op runs where its input lives.
-VIEW_OPS = frozenset(
-    {
-        "view", "_unsafe_view", "reshape", "_reshape_alias", "view_as", "expand", "expand_as",
-        "permute", "transpose", "t", "adjoint", "mT", "squeeze", "unsqueeze", "flatten", "unflatten",
-        "slice", "select", "narrow", "as_strided", "diagonal", "unfold", "movedim", "swapaxes",
-        "split", "split_with_sizes", "tensor_split", "chunk", "unbind", "getitem", "alias", "detach",
-        "real", "imag", "view_as_real", "view_as_complex",
-    }
-)
+#: HDP's code: at most 256 groups, and 20 per device.
+MAX_GROUPS, GROUPS_PER_DEVICE = 256, 20
 
 
-def op_base_name(op_type: str) -> str:
-    """``"aten.add_.Tensor"`` -> ``"add_"``; ``"_operator.getitem"`` -> ``"getitem"``.
+def default_num_groups(num_devices: int) -> int:
+    """The default number of placeable groups on ``num_devices`` devices: ``min(256, 20 * num_devices)``.
 
-    >>> op_base_name("aten.view.default"), op_base_name("getitem")
-    ('view', 'getitem')
+    The one definition used by ``placer train`` (``--max-groups``), the hierarchical
+    policy's grouper and the scaling benchmark.
+
+    >>> default_num_groups(3), default_num_groups(20)
+    (60, 256)
     """
-    parts = op_type.split(".")
-    return parts[-2] if len(parts) >= 3 else parts[-1]
+    return min(MAX_GROUPS, GROUPS_PER_DEVICE * int(num_devices))
 
 
-def is_view_op(op_type: str) -> bool:
-    """True if the op's output aliases its input (see :data:`VIEW_OPS`)."""
-    return op_base_name(op_type) in VIEW_OPS
-
-
-def is_inplace_op(op_type: str) -> bool:
-    """True for ATen in-place ops: the base name ends in ``_`` (``add_``, ``copy_``), dunders excluded.
-
-    >>> is_inplace_op("aten.add_.Tensor"), is_inplace_op("aten.add.Tensor"), is_inplace_op("aten.__and__.Tensor")
-    (True, False, False)
-    """
-    base = op_base_name(op_type)
-    return base.endswith("_") and not base.startswith("__")
+# One definition of views and in-place ops for every package: graphs.ops.
+op_base_name = base_op_name  # the name this module exported before graphs.ops
 
 
 def colocate(graph: OpGraph) -> np.ndarray:
@@ -90,10 +74,10 @@ def colocate(graph: OpGraph) -> np.ndarray:
 
     Ops that must share a device are joined (union-find, as connected components):
 
-    * a view op (:data:`VIEW_OPS`) with its producer: the predecessor sending it
+    * a view op (:func:`graphs.ops.view_mask`) with its producer: the predecessor sending it
       the largest tensor (in ATen a view has one tensor input; other predecessors,
       such as ``sym_size`` scalars, send a few bytes);
-    * an in-place op (:func:`is_inplace_op`) with the op whose output it mutates:
+    * an in-place op (:func:`graphs.ops.inplace_mask`) with the op whose output it mutates:
       every predecessor sending a tensor as large as the largest one it receives
       (the mutated ``self`` cannot be told apart from an equally large second
       operand, so both are kept with it).
@@ -115,14 +99,7 @@ def colocate(graph: OpGraph) -> np.ndarray:
     n = graph.num_ops
     if n == 0:
         return np.zeros(0, dtype=np.int32)
-    type_id = {t: i for i, t in enumerate(dict.fromkeys(graph.op_types))}
-    tid = np.array(list(map(type_id.__getitem__, graph.op_types)), dtype=np.int64)
-    view = np.array([is_view_op(t) for t in type_id], dtype=bool)[tid]
-    inplace = np.array([is_inplace_op(t) for t in type_id], dtype=bool)[tid]
-    # Capture records what torch's schemas say (graphs.torch_capture); trust it too.
-    for flags, key in ((view, "alias_ops"), (inplace, "inplace_ops")):
-        listed = [graph.index[x] for x in graph.meta.get(key) or () if x in graph.index]
-        flags[listed] = True
+    view, inplace = view_mask(graph), inplace_mask(graph)  # by type, and as capture recorded them
     src, dst, nbytes = graph.edge_src.astype(np.int64), graph.edge_dst.astype(np.int64), graph.edge_bytes
     joins = []
     into_view = np.flatnonzero(view[dst])
@@ -313,9 +290,7 @@ class Grouping:
         """
         from graphs.io import from_dict as graph_from_dict
 
-        if not isinstance(doc, dict) or doc.get("format") != FORMAT:
-            got = doc.get("format") if isinstance(doc, dict) else type(doc).__name__
-            raise GraphFormatError(f"{source}: format is {got!r}, expected {FORMAT!r}")
+        schema.document(doc, source, FORMAT, error=GraphFormatError)
         op_group = doc.get("op_group")
         if not isinstance(op_group, list) or not all(type(x) is int for x in op_group):
             raise GraphFormatError(f"{source}: op_group must be a list of integers")

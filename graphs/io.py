@@ -17,13 +17,15 @@ import gzip
 import json
 import os
 import tempfile
-from typing import Any, BinaryIO, Callable, Iterator
+from typing import Any, BinaryIO, Callable, Iterator, TypeVar
 
 import numpy as np
 
 from graphs import schema
 from graphs.errors import GraphFormatError, PlacerError
 from graphs.ir import FORMAT, OpGraph
+
+T = TypeVar("T")
 
 _OP_KEYS = ("name", "type", "shapes", "dtypes", "out_bytes", "param_bytes", "buffer_bytes", "flops", "module", "params")
 
@@ -149,14 +151,16 @@ def read_json(path: str | os.PathLike, *, error: type[PlacerError] = PlacerError
         raise error(f"{path}: not valid JSON ({str(e).splitlines()[0][:200]})") from None
 
 
+def read_document(path: str | os.PathLike, from_dict: Callable[..., T], *, error: type[PlacerError] = PlacerError) -> T:
+    """``from_dict(read_json(path), source=path)``: how every placer file but a graph is loaded."""
+    path = os.fspath(path)
+    return from_dict(read_json(path, error=error), source=path)
+
+
 def from_dict(doc: Any, *, source: str = "graph", verify_hash: bool = True) -> OpGraph:
     """Build an OpGraph from a parsed placer-graph/1 document (types checked by :mod:`graphs.schema`)."""
     E = GraphFormatError
-    if not isinstance(doc, dict):
-        raise GraphFormatError(f"{source}: expected a JSON object at top level")
-    fmt = doc.get("format")
-    if fmt != FORMAT:
-        raise GraphFormatError(f"{source}: format is {fmt!r}, expected {FORMAT!r}")
+    schema.document(doc, source, FORMAT, error=E)
     ops, edges = doc.get("ops"), doc.get("edges")
     if not isinstance(ops, dict) or not isinstance(edges, dict):
         raise GraphFormatError(f"{source}: missing 'ops' or 'edges' table")

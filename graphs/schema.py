@@ -49,6 +49,20 @@ def fail(source: str, field: str, problem: str, error: type[PlacerError] = Place
     raise error(f"{source}: {field} {problem}")
 
 
+def document(doc: Any, source: str, fmt: str, *, error: type[PlacerError] = PlacerError, format_optional: bool = False) -> dict:
+    """The top level of every placer file: a JSON object whose ``format`` is ``fmt``.
+
+    The one header check of graphs, groupings, placements, clusters and profiles
+    (``format_optional``: a document without ``format`` is taken as ``fmt``).
+    """
+    if not isinstance(doc, dict):
+        raise error(f"{source}: expected a JSON object at top level")
+    found = doc.get("format", fmt) if format_optional else doc.get("format")
+    if found != fmt:
+        raise error(f"{source}: format is {found!r}, expected {fmt!r}")
+    return doc
+
+
 def obj(x: Any, source: str, field: str, *, error: type[PlacerError] = PlacerError) -> dict:
     if not isinstance(x, dict):
         fail(source, field, f"must be an object, got {describe(x)}", error)

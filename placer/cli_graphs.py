@@ -1,13 +1,17 @@
 """``placer graphs``, ``placer export`` and ``placer inspect``: the graph commands.
 
-``inspect`` summarises a graph: sizes, parameters, FLOPs, activation bytes, the
-critical path under a simple roofline time estimate, and an op-type histogram.
+``inspect`` summarises a graph: sizes, parameters, FLOPs, activation bytes, an
+op-type histogram, and for one cluster (``--cluster``, default the first preset)
+the simulator's own figures: op times from :func:`envs.cost.op_times` (each op
+at its fastest device), the forward-then-backward critical path of
+:func:`envs.bound.critical_path` and :func:`envs.lower_bound`.
 
 >>> from graphs.ir import OpGraph
+>>> from envs import Cluster
 >>> g = OpGraph.from_edges(["a", "b", "c"], [("a", "c", 4), ("b", "c", 4)], flops=[1e9, 3e9, 1e9])
->>> s = summarize(g)
->>> s["critical_path"]["ops"], s["critical_path"]["flops"]
-(['b', 'c'], 4000000000.0)
+>>> s = summarize(g, Cluster.preset("k80x2"))
+>>> s["cluster"]["name"], s["critical_path"]["ops"], s["critical_path"]["flops"]
+('k80x2', ['b', 'c'], 4000000000.0)
 """
 
 from __future__ import annotations
@@ -23,11 +27,6 @@ import numpy as np
 from graphs import OpGraph, PlacerError
 from placer.checks import check_int, check_output_file
 from placer.cli import print_json
-
-# The nominal device of the critical-path time estimate (roughly one V100).
-NOMINAL_FLOPS_PER_S = 14e12
-NOMINAL_MEM_BW_BYTES_PER_S = 900e9
-NOMINAL_LAUNCH_OVERHEAD_S = 5e-6
 
 
 def add_commands(sub: argparse._SubParsersAction) -> None:
@@ -46,8 +45,15 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("inspect", help="summarise a graph", description=_cmd_inspect.__doc__)
     p.add_argument("graph", metavar="GRAPH", help="graph file (.json/.pt2), zoo name or module:callable")
     p.add_argument("--top", type=int, default=12, help="op types to list (default 12)")
+    p.add_argument("--cluster", default=None, help=f"times on this cluster: {_cluster_help()} (default: the first preset)")
     p.add_argument("--json", action="store_true", help="print the summary as JSON")
     p.set_defaults(func=_cmd_inspect)
+
+
+def _cluster_help() -> str:
+    from envs.cluster import CLUSTER_ARG_HELP
+
+    return CLUSTER_ARG_HELP
 
 
 # ------------------------------------------------------------------ commands
@@ -111,11 +117,15 @@ def _cmd_export(args: argparse.Namespace) -> int:
 
 
 def _cmd_inspect(args: argparse.Namespace) -> int:
-    """Summarise a graph: sizes, parameters, FLOPs, activations, critical path, op types."""
+    """Summarise a graph: sizes, parameters, FLOPs, activations, op types, and the simulator's op
+    times, critical path and lower bound on one cluster."""
+    import envs
+    from envs.presets import PRESETS
     from placer.sources import resolve_graph
 
     check_int(args.top, "--top", least=0)
-    summary = summarize(resolve_graph(args.graph), top=args.top)
+    cluster = envs.resolve_cluster(args.cluster if args.cluster is not None else next(iter(PRESETS)))
+    summary = summarize(resolve_graph(args.graph), cluster, top=args.top)
     if args.json:
         print_json(summary, indent=2)
     else:
@@ -124,54 +134,30 @@ def _cmd_inspect(args: argparse.Namespace) -> int:
 
 
 # ------------------------------------------------------------------ analysis
-def estimate_op_time_s(graph: OpGraph) -> np.ndarray:
-    """Roofline forward time of each op on the nominal device (views cost nothing)."""
-    alias = _alias_mask(graph)
-    t = np.maximum(graph.flops / NOMINAL_FLOPS_PER_S, graph.out_bytes / NOMINAL_MEM_BW_BYTES_PER_S)
-    t = t + NOMINAL_LAUNCH_OVERHEAD_S
-    t[alias] = 0.0
-    return t
+def summarize(graph: OpGraph, cluster: Any, *, top: int = 12) -> dict[str, Any]:
+    """The numbers ``placer inspect`` prints, as a JSON-able dict; times are the simulator's on ``cluster``.
 
+    Each op's time is its forward plus backward on its fastest device
+    (:func:`envs.cost.op_times`), the critical path is :func:`envs.bound.critical_path`
+    over those times and ``lower_bound_s`` is :func:`envs.lower_bound`.
+    """
+    from envs import bound, cost
+    from graphs.ops import view_mask
 
-def critical_path(graph: OpGraph, weight: np.ndarray) -> list[int]:
-    """Op indices of the heaviest path by ``weight`` (ops are in topological order)."""
-    n = graph.num_ops
-    if n == 0:
-        return []
-    indptr, preds, _ = graph.in_csr
-    indptr, preds, w = indptr.tolist(), preds.tolist(), np.asarray(weight, dtype=np.float64).tolist()
-    dist = [0.0] * n
-    best_pred = [-1] * n
-    for i in range(n):  # plain lists: ~10x faster than numpy slices per op
-        best, best_d = -1, 0.0
-        for j in preds[indptr[i] : indptr[i + 1]]:
-            if best < 0 or dist[j] > best_d:
-                best, best_d = j, dist[j]
-        dist[i] = best_d + w[i]
-        best_pred[i] = best
-    path = [max(range(n), key=dist.__getitem__)]
-    while best_pred[path[-1]] >= 0:
-        path.append(best_pred[path[-1]])
-    return path[::-1]
-
-
-def _alias_mask(graph: OpGraph) -> np.ndarray:
-    alias = set(graph.meta.get("alias_ops", []))
-    return np.array([nm in alias for nm in graph.names], dtype=bool)
-
-
-def summarize(graph: OpGraph, *, top: int = 12) -> dict[str, Any]:
-    """The numbers ``placer inspect`` prints, as a JSON-able dict."""
-    alias = _alias_mask(graph)
-    op_time_s = estimate_op_time_s(graph)
-    path = critical_path(graph, op_time_s)
-    path_flops = critical_path(graph, graph.flops)
+    views = view_mask(graph)
+    fwd, bwd = cost.op_times(graph, cluster)
+    fwd_min = fwd.min(axis=1) if graph.num_ops else np.zeros(0)
+    bwd_min = bwd.min(axis=1) if graph.num_ops else np.zeros(0)
+    op_time_s = fwd_min + bwd_min
+    path_time_s, path = bound.critical_path(graph, fwd_min, bwd_min)
+    _, path_flops = bound.critical_path(graph, graph.flops, np.zeros(graph.num_ops))
     total_time_s = float(op_time_s.sum())
-    path_time_s = float(op_time_s[path].sum()) if path else 0.0
     counts = Counter(graph.op_types)
     type_flops: Counter[str] = Counter()
-    for t, f in zip(graph.op_types, graph.flops.tolist()):
+    type_time: Counter[str] = Counter()
+    for t, f, ts in zip(graph.op_types, graph.flops.tolist(), op_time_s.tolist()):
         type_flops[t] += f
+        type_time[t] += ts
     total_flops = graph.total_flops
     return {
         "name": graph.name,
@@ -181,27 +167,25 @@ def summarize(graph: OpGraph, *, top: int = 12) -> dict[str, Any]:
         "param_bytes": graph.total_param_bytes,
         "buffer_bytes": int(graph.buffer_bytes.sum()),
         "flops": total_flops,
-        "activation_bytes": int(graph.out_bytes[~alias].sum()),
-        "view_ops": int(alias.sum()),
+        "activation_bytes": int(graph.out_bytes[~views].sum()),
+        "view_ops": int(views.sum()),
         "edge_bytes": int(graph.edge_bytes.sum()),
         "input_bytes": int(sum(x.get("bytes", 0) for x in graph.meta.get("inputs", []))),
         "largest_op": _largest(graph),
+        "cluster": {"name": cluster.name, "devices": cluster.device_names},
         "critical_path": {
             "ops": [graph.names[i] for i in path],
             "length": len(path),
             "flops": float(graph.flops[path].sum()) if path else 0.0,
-            "est_time_s": path_time_s,
+            "est_time_s": float(path_time_s),
             "max_path_flops": float(graph.flops[path_flops].sum()) if path_flops else 0.0,
         },
         "est_total_time_s": total_time_s,
+        "lower_bound_s": float(bound.lower_bound_from_times(graph, cluster, fwd, bwd)),
         "parallelism": total_time_s / path_time_s if path_time_s > 0 else 1.0,
-        "nominal_device": {
-            "flops_per_s": NOMINAL_FLOPS_PER_S,
-            "mem_bw_bytes_per_s": NOMINAL_MEM_BW_BYTES_PER_S,
-            "launch_overhead_s": NOMINAL_LAUNCH_OVERHEAD_S,
-        },
         "op_types": [
-            {"type": t, "count": c, "flops": type_flops[t], "flops_share": type_flops[t] / total_flops if total_flops else 0.0}
+            {"type": t, "count": c, "flops": type_flops[t], "flops_share": type_flops[t] / total_flops if total_flops else 0.0,
+             "time_s": type_time[t]}
             for t, c in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))[:top]
         ],
         "op_type_count": len(counts),
@@ -229,19 +213,19 @@ def format_summary(s: dict[str, Any]) -> str:
         lo = s["largest_op"]
         lines.append(f"largest op   {lo['name']} ({lo['type']}, {_flops(lo['flops'])}, module {lo['module'] or '-'})")
     lines.append(
-        f"critical path {cp['length']:,} ops, {_flops(cp['flops'])}, est. {cp['est_time_s'] * 1e3:.2f} ms of"
-        f" {s['est_total_time_s'] * 1e3:.2f} ms total on a nominal {_flops(s['nominal_device']['flops_per_s'])}/s device"
-        f" (parallelism {s['parallelism']:.2f})"
+        f"critical path {cp['length']:,} ops, {_flops(cp['flops'])}, {cp['est_time_s'] * 1e3:.2f} ms forward + backward of"
+        f" {s['est_total_time_s'] * 1e3:.2f} ms total op time on {s['cluster']['name']}, each op on its fastest device"
+        f" (parallelism {s['parallelism']:.2f}; simulated step >= {s['lower_bound_s'] * 1e3:.2f} ms)"
     )
     if cp["ops"]:
         ends = cp["ops"] if len(cp["ops"]) <= 4 else [cp["ops"][0], cp["ops"][1], "...", cp["ops"][-1]]
         lines.append(f"              {' -> '.join(ends)}")
     if s["op_types"]:
         lines.append("")
-        table = [["op type", "count", "FLOPs", "share"]]
+        table = [["op type", "count", "FLOPs", "share", "time"]]
         for r in s["op_types"]:
-            table.append([r["type"], f"{r['count']:,}", _flops(r["flops"]), f"{100 * r['flops_share']:.1f}%"])
-        lines.append(_table(table, right={1, 2, 3}))
+            table.append([r["type"], f"{r['count']:,}", _flops(r["flops"]), f"{100 * r['flops_share']:.1f}%", f"{r['time_s'] * 1e3:.3f} ms"])
+        lines.append(_table(table, right={1, 2, 3, 4}))
     return "\n".join(lines)
 
 

@@ -108,7 +108,8 @@ def _profiled(graph: Any, cluster: Any, profile: str | None) -> tuple[Any, Any]:
 
 # ----------------------------------------------------------------- commands
 def run_clusters(args: argparse.Namespace) -> int:
-    from envs.cluster import Cluster, resolve_cluster
+    from envs.cluster import Cluster
+    from envs.presets import resolve_cluster
 
     if args.name is None:
         clusters = [Cluster.preset(n) for n in Cluster.presets()]

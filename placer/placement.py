@@ -38,7 +38,7 @@ from envs.assign import as_indices, check_order
 from envs.microbatch import MAX_MICROBATCHES, check_microbatches
 from graphs import OpGraph, PlacerError
 from graphs import schema
-from graphs.io import read_json, write_text_atomic
+from graphs.io import read_document, write_text_atomic
 
 FORMAT = "placer-placement/1"
 
@@ -156,18 +156,14 @@ class Placement:
 
     @classmethod
     def load(cls, path: str | os.PathLike) -> "Placement":
-        path = os.fspath(path)
-        placement = cls.from_dict(read_json(path), source=path)
-        placement.source = path
+        placement = read_document(path, cls.from_dict)
+        placement.source = os.fspath(path)
         return placement
 
     @classmethod
     def from_dict(cls, doc: Any, *, source: str = "placement") -> "Placement":
         """Build from a parsed placer-placement/1 document; field types are checked by :mod:`graphs.schema`."""
-        if not isinstance(doc, dict):
-            raise PlacerError(f"{source}: expected a JSON object")
-        if doc.get("format") != FORMAT:
-            raise PlacerError(f"{source}: format is {doc.get('format')!r}, expected {FORMAT!r}")
+        schema.document(doc, source, FORMAT)
         a = doc.get("assignment")
         if not isinstance(a, dict) or not set(map(type, a.values())) <= {str}:
             raise PlacerError(f"{source}: 'assignment' must map op names to device names")

@@ -30,6 +30,7 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from graphs import PlacerError
+from graphs.grouping import default_num_groups
 
 Progress = Callable[[str], None]
 STAGES = ("save_s", "load_s", "coarsen_s", "policy_init_s", "sim_init_s", "sample_s", "simulate_s", "update_s")
@@ -74,7 +75,7 @@ def measure(
     c = envs.resolve_cluster(cluster)
     _warm_up(c, policies)  # lazy imports, numba kernels, torch._dynamo: paid once, not a stage
     rss_imports = rss_bytes()
-    max_groups = min(256, 20 * c.num_devices)
+    max_groups = default_num_groups(c.num_devices)
     row: dict[str, Any] = {"ops": num_ops, "samples": samples, "cluster": c.name, "max_groups": max_groups}
     row["generate_s"], graph = _timed(lambda: random_dag(num_ops, seed=seed))
     row["edges"] = graph.num_edges

@@ -6,45 +6,11 @@ True
 
 from __future__ import annotations
 
-import importlib
 import os
-import sys
 from typing import Any
 
 from graphs import OpGraph, PlacerError
-
-
-def looks_like_callable(source: str) -> bool:
-    mod, sep, attr = source.partition(":")
-    return bool(sep and mod and attr and not os.path.exists(source) and "/" not in mod)
-
-
-def load_callable(source: str) -> tuple[Any, tuple]:
-    """Import ``module:callable`` and call it; it must return ``(model, example_inputs)``."""
-    mod_name, _, attr = source.partition(":")
-    if os.getcwd() not in sys.path and "" not in sys.path:
-        sys.path.insert(0, os.getcwd())  # like `python -m`: the user's own modules in cwd
-    try:
-        mod = importlib.import_module(mod_name)
-    except Exception as e:  # ImportError, or any error raised while importing the user's module
-        raise PlacerError(f"{source}: cannot import module {mod_name!r} ({type(e).__name__}: {e})") from None
-    fn = mod
-    for part in attr.split("."):
-        if not hasattr(fn, part):
-            raise PlacerError(f"{source}: module {mod_name!r} has no attribute {attr!r}")
-        fn = getattr(fn, part)
-    if not callable(fn):
-        raise PlacerError(f"{source}: {attr!r} is not callable")
-    try:
-        out = fn()
-    except Exception as e:
-        raise PlacerError(f"{source}: calling {attr}() failed ({type(e).__name__}: {e})") from None
-    if not (isinstance(out, tuple) and len(out) == 2):
-        raise PlacerError(f"{source}: {attr}() must return (model, example_inputs), got {type(out).__name__}")
-    model, inputs = out
-    if not isinstance(inputs, tuple):
-        inputs = tuple(inputs) if isinstance(inputs, list) else (inputs,)
-    return model, inputs
+from graphs.sources import load_callable, looks_like_callable  # noqa: F401  (the one loader; re-exported)
 
 
 def resolve_model(source: str) -> tuple[Any, tuple]:

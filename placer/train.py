@@ -58,6 +58,7 @@ import numpy as np
 import torch
 
 from graphs import OpGraph, PlacerError
+from graphs.grouping import default_num_groups
 from placer import checkpoint
 from placer._callable import make_module_callable
 from placer.checks import check_output_dir
@@ -495,7 +496,7 @@ class _Run:
         self.state = RunState(setup_s=time.perf_counter() - setup_start)
         # ---- seed, policy, optimizer
         torch.manual_seed(config.seed)
-        self.max_groups = config.max_groups if config.max_groups is not None else min(256, 20 * len(self.devices))
+        self.max_groups = config.max_groups if config.max_groups is not None else default_num_groups(len(self.devices))
         self.warm = config.warm_start == "best" and np.isfinite(self.best_h[1]) and saved is None
         target = found[self.best_h[0]][1] if self.warm else None
         if saved is not None:  # the items must be those the checkpoint was trained on

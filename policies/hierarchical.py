@@ -38,6 +38,7 @@ import torch
 from torch import nn
 
 from graphs import OpGraph
+from graphs.grouping import default_num_groups
 from policies.features import featurize, group_features
 from policies.seq2seq import PolicySample, Seq2SeqPlacer
 
@@ -49,7 +50,7 @@ class HierarchicalPolicy(nn.Module):
         graph: the op graph to place.
         num_devices: number of devices of the cluster.
         num_groups: groups the grouper may use (HDP's code default:
-            ``min(256, 20 * num_devices)``; ``max_groups`` is accepted as an alias).
+            :func:`graphs.grouping.default_num_groups`; ``max_groups`` is accepted as an alias).
         grouper_hidden: hidden (ELU) units of the grouper (64 in the paper).
         hidden, layers, temperature, tanh_c: the placer's, as in ``Seq2SeqPolicy``.
         refine: optional device per op (the warm-start placement), given to the
@@ -80,7 +81,7 @@ class HierarchicalPolicy(nn.Module):
         **_: Any,
     ) -> None:
         super().__init__()
-        g = num_groups or max_groups or min(256, 20 * num_devices)
+        g = num_groups or max_groups or default_num_groups(num_devices)
         self.num_groups = max(1, min(int(g), graph.num_ops))
         self.num_items = self.num_groups
         self.num_ops = graph.num_ops

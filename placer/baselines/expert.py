@@ -29,6 +29,7 @@ import re
 import numpy as np
 
 from graphs import OpGraph
+from graphs.ops import base_op_name
 from placer.baselines import register
 from placer.baselines._common import (
     capacity_bytes,
@@ -66,7 +67,7 @@ def _recurrent_mask(graph: OpGraph) -> tuple[np.ndarray, list[str]]:
     sig: dict[str, int] = {}
     tanh: dict[str, int] = {}
     for k, t in zip(keys, graph.op_types):
-        base = t.split(".")[1] if t.startswith("aten.") and "." in t else t
+        base = base_op_name(t)
         if base in ("sigmoid", "sigmoid_"):
             sig[k] = sig.get(k, 0) + 1
         elif base in ("tanh", "tanh_"):

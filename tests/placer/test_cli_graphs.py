@@ -11,12 +11,14 @@ import textwrap
 import pytest
 import torch
 
+import envs
 import graphs
+from envs import bound, cost
 from graphs import zoo
 from graphs.ir import OpGraph
 from graphs.synthetic import random_dag
 from placer.cli import main
-from placer.cli_graphs import critical_path, estimate_op_time_s, summarize
+from placer.cli_graphs import summarize
 
 USER_MODULE = textwrap.dedent(
     """
@@ -155,17 +157,50 @@ def test_graphs_lists_zoo_with_progress(capsys, monkeypatch, tmp_path):
 
 def test_critical_path_by_time_and_views_excluded():
     # a -> c, b -> c, c -> v (a free view): the path goes through the heavier b.
+    # (Times were a nominal-V100 roofline before; they are the simulator's now.)
     g = OpGraph.from_edges(
         ["a", "b", "c", "v"], [("a", "c", 4), ("b", "c", 4), ("c", "v", 4)], flops=[1e9, 5e9, 2e9, 0.0],
         out_bytes=[4, 4, 1 << 20, 1 << 20],
     )
     g.meta["alias_ops"] = ["v"]
-    t = estimate_op_time_s(g)
+    fwd, bwd = cost.op_times(g, envs.Cluster.preset("k80x2"))
+    t = fwd.min(axis=1) + bwd.min(axis=1)
     assert t[3] == 0.0 and t[1] > t[0]
-    assert [g.names[i] for i in critical_path(g, t)] == ["b", "c"]
-    s = summarize(g)
+    s = summarize(g, envs.Cluster.preset("k80x2"))
+    assert s["critical_path"]["ops"] == ["b", "c"]
     assert s["activation_bytes"] == 4 + 4 + (1 << 20) and s["view_ops"] == 1
     assert s["critical_path"]["flops"] == 7e9 and s["parallelism"] == pytest.approx(t.sum() / t[[1, 2]].sum())
+
+
+@pytest.mark.parametrize("name", ["k80x2", "v100x4"])
+def test_inspect_figures_are_the_simulators(name):
+    g = random_dag(60, seed=4)
+    c = envs.Cluster.preset(name)
+    env = envs.SimEnv(g, c)
+    fmin, bmin = env.fwd_s.min(axis=1), env.bwd_s.min(axis=1)
+    s = summarize(g, c)
+    assert s["cluster"] == {"name": name, "devices": c.device_names}
+    assert s["critical_path"]["est_time_s"] == bound.critical_path_s(g, fmin, bmin)
+    assert s["est_total_time_s"] == pytest.approx(float((fmin + bmin).sum()), rel=1e-12)
+    assert s["lower_bound_s"] == envs.lower_bound(g, c)
+    # the path is a real forward chain whose times add up to the critical path's
+    ops = [g.index[x] for x in s["critical_path"]["ops"]]
+    assert env.simulate([1] * g.num_ops).step_time_s >= s["lower_bound_s"]
+    assert sum(fmin[ops]) + sum(bmin[ops]) >= s["critical_path"]["est_time_s"] * (1 - 1e-12)
+
+
+def test_inspect_names_its_cluster(capsys, tmp_path):
+    graphs.save(random_dag(30, seed=2), tmp_path / "g.json")
+    rc, out, _ = run_cli(capsys, "inspect", str(tmp_path / "g.json"), "--json")
+    assert rc == 0 and json.loads(out)["cluster"]["name"] == "k80x2"  # the first preset
+    rc, out, _ = run_cli(capsys, "inspect", str(tmp_path / "g.json"), "--cluster", "h100x8", "--json")
+    s = json.loads(out)
+    assert rc == 0 and s["cluster"]["name"] == "h100x8"
+    assert s["lower_bound_s"] == envs.lower_bound(graphs.load(tmp_path / "g.json"), envs.Cluster.preset("h100x8"))
+    rc, out, _ = run_cli(capsys, "inspect", str(tmp_path / "g.json"), "--cluster", "h100x8")
+    assert rc == 0 and "on h100x8" in out
+    rc, _, err = run_cli(capsys, "inspect", str(tmp_path / "g.json"), "--cluster", "nope")
+    assert rc == 2 and "nope" in one_line_error(err)
 
 
 # ---------------------------------------------------------------- slow: the real zoo

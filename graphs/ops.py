@@ -1,0 +1,126 @@
+"""What an op type string says about the op: its base name, whether it is a view.
+
+The one definition of "view op" used by the cost model (:mod:`envs.cost`: views
+cost no time and allocate nothing), co-location (:mod:`graphs.grouping`: a view
+runs where its input lives), capture (:mod:`graphs.flops`: views count zero
+FLOPs and are listed in ``meta["alias_ops"]``), ``placer inspect`` and the
+baselines.
+
+Which ops are views, and why this set (:data:`VIEW_OPS`): an op is a view when
+its output shares its input's storage *always*: no kernel, no new memory, and a
+backward that is another view. torch's op schemas are the ground truth for
+"shares storage" (a return annotated ``Tensor(a)``, read-only), and every name
+here except ``getitem`` (Python's, on a tuple of tensors) and ``_unsafe_view``
+(a view in practice; its schema says "new tensor" only to skip autograd's view
+tracking) has such a schema (checked in ``tests/graphs/test_ops.py``). Schema
+aliasing alone is not enough: ``to``, ``contiguous``, ``cpu``, ``cuda`` and
+``pin_memory`` are annotated as *possibly* returning their input but copy
+whenever they do real work, so they are not listed (a capture's
+``meta["alias_ops"]``, which :func:`view_mask` also honours, may still name one
+that did alias in that program). ``reshape``/``flatten`` may copy a
+non-contiguous input; they are listed because an exported program's
+intermediate tensors are contiguous, where they are views.
+
+Ops that only read a tensor's metadata (``sym_size``...: :data:`SHAPE_OPS`)
+return numbers, not tensors: free like views (:func:`free_mask`), but nothing
+to co-locate.
+
+>>> base_op_name("aten.view.default"), base_op_name("torch.ops.aten.t.default"), base_op_name("_operator.getitem")
+('view', 't', 'getitem')
+>>> is_view_op("aten.t.default"), is_view_op("aten.mm.default"), is_view_op("aten.sym_size.int")
+(True, False, False)
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+if TYPE_CHECKING:
+    from graphs.ir import OpGraph
+
+#: Base names (see :func:`base_op_name`) of ops whose output always aliases an input.
+VIEW_OPS = frozenset(
+    {
+        "view", "_unsafe_view", "reshape", "_reshape_alias", "view_as", "flatten", "unflatten",
+        "t", "transpose", "permute", "adjoint", "mT", "mH", "numpy_T", "movedim", "moveaxis", "swapaxes", "swapdims",
+        "expand", "expand_as", "broadcast_to", "squeeze", "unsqueeze",
+        "slice", "select", "narrow", "as_strided", "diagonal", "unfold",
+        "split", "split_with_sizes", "tensor_split", "chunk", "unbind", "hsplit", "vsplit", "dsplit",
+        "alias", "detach", "lift_fresh", "real", "imag", "view_as_real", "view_as_complex",
+        "getitem",
+    }
+)
+
+#: Ops that read only a tensor's metadata and return a number: no kernel, no memory.
+SHAPE_OPS = frozenset({"sym_size", "sym_numel", "sym_stride", "sym_storage_offset"})
+
+# Namespaces of operator overloads, written "ns.name.overload" by graphs.flops.op_type.
+_NOT_OP_NAMESPACES = frozenset({"torch", "_operator", "operator", "builtins", "math"})
+
+
+def base_op_name(op_type: str) -> str:
+    """The op's name without namespace and overload.
+
+    ``"aten.add_.Tensor"`` -> ``"add_"``; ``"torch.ops.aten.t.default"`` ->
+    ``"t"``; ``"aten.view"`` -> ``"view"``; a Python callable's
+    ``"_operator.getitem"`` or ``"torch.nn.functional.relu"`` -> the last part.
+
+    >>> [base_op_name(t) for t in ("aten.add_.Tensor", "ops.aten.t.default", "getitem", "torch.functional.split")]
+    ['add_', 't', 'getitem', 'split']
+    """
+    parts = op_type.split(".")
+    if parts[:2] == ["torch", "ops"]:
+        parts = parts[2:]
+    elif parts[0] == "ops":
+        parts = parts[1:]
+    if not parts:
+        return op_type
+    if len(parts) == 3 and parts[0] not in _NOT_OP_NAMESPACES:  # ns.name.overload
+        return parts[1]
+    if len(parts) == 2 and parts[0] in ("aten", "prims"):  # an overload packet
+        return parts[1]
+    return parts[-1]
+
+
+def is_view_op(op_type: str) -> bool:
+    """True for ops whose output aliases an input (see :data:`VIEW_OPS`)."""
+    return base_op_name(op_type) in VIEW_OPS
+
+
+def is_inplace_op(op_type: str) -> bool:
+    """True for ATen in-place ops: the base name ends in ``_`` (``add_``, ``copy_``), dunders excluded.
+
+    >>> is_inplace_op("aten.add_.Tensor"), is_inplace_op("aten.add.Tensor"), is_inplace_op("aten.__and__.Tensor")
+    (True, False, False)
+    """
+    base = base_op_name(op_type)
+    return base.endswith("_") and not base.startswith("__")
+
+
+def _type_mask(graph: "OpGraph", test) -> np.ndarray:
+    verdict = {t: bool(test(t)) for t in set(graph.op_types)}
+    return np.fromiter((verdict[t] for t in graph.op_types), dtype=bool, count=graph.num_ops)
+
+
+def _listed(graph: "OpGraph", key: str) -> np.ndarray:
+    mask = np.zeros(graph.num_ops, dtype=bool)
+    listed = [graph.index[x] for x in graph.meta.get(key) or () if x in graph.index]
+    mask[listed] = True
+    return mask
+
+
+def view_mask(graph: "OpGraph") -> np.ndarray:
+    """Boolean per op: a view by its type (:func:`is_view_op`) or by capture (``meta["alias_ops"]``)."""
+    return _type_mask(graph, is_view_op) | _listed(graph, "alias_ops")
+
+
+def inplace_mask(graph: "OpGraph") -> np.ndarray:
+    """Boolean per op: in-place by its type (:func:`is_inplace_op`) or by capture (``meta["inplace_ops"]``)."""
+    return _type_mask(graph, is_inplace_op) | _listed(graph, "inplace_ops")
+
+
+def free_mask(graph: "OpGraph") -> np.ndarray:
+    """Boolean per op: no kernel and no new memory (views and :data:`SHAPE_OPS`)."""
+    return view_mask(graph) | _type_mask(graph, lambda t: base_op_name(t) in SHAPE_OPS)

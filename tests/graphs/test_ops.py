@@ -1,0 +1,65 @@
+"""graphs.ops: the one definition of base op names and view ops, checked against torch's schemas."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from envs import cost
+from envs.cluster import Cluster
+from graphs import grouping
+from graphs.ir import OpGraph
+from graphs.ops import SHAPE_OPS, VIEW_OPS, base_op_name, free_mask, is_view_op, view_mask
+
+
+@pytest.mark.parametrize("spelling", ["aten.t.default", "torch.ops.aten.t.default", "ops.aten.t.default", "aten.t"])
+def test_one_base_name_for_every_spelling_of_an_op(spelling):
+    # envs.cost once read "torch.ops.aten.t.default" as "ops" and graphs.grouping as "t".
+    assert base_op_name(spelling) == grouping.op_base_name(spelling) == "t"
+    assert is_view_op(spelling)
+
+
+def test_base_names_of_python_callables():
+    assert [base_op_name(t) for t in ("getitem", "_operator.getitem", "torch.nn.functional.relu", "mylib.fused.default")] == [
+        "getitem", "getitem", "relu", "fused"]
+
+
+def _schema_aliases() -> dict[str, bool]:
+    torch = pytest.importorskip("torch")
+    out: dict[str, bool] = {}
+    for s in torch._C._jit_get_all_schemas():
+        ns, _, name = s.name.partition("::")
+        if ns != "aten":
+            continue
+        alias = bool(s.returns) and all(r.alias_info is not None and not r.alias_info.is_write for r in s.returns)
+        out[name] = out.get(name, False) or alias
+    return out
+
+
+def test_every_listed_view_aliases_its_input_by_torch_schema():
+    aliases = _schema_aliases()
+    not_by_schema = sorted(n for n in VIEW_OPS if not aliases.get(n, False))
+    assert not_by_schema == ["_unsafe_view", "getitem"]  # the two documented exceptions
+    assert not any(aliases.get(n, False) for n in SHAPE_OPS)  # numbers, not views
+    for copies_when_needed in ("to", "contiguous", "cpu", "cuda", "pin_memory"):
+        assert aliases[copies_when_needed] and copies_when_needed not in VIEW_OPS
+
+
+def test_cost_grouping_and_capture_agree_on_views():
+    from graphs.flops import is_alias
+    import torch
+
+    for name in ("t", "transpose", "adjoint", "numpy_T", "lift_fresh", "diagonal", "unfold", "_unsafe_view"):
+        op = getattr(torch.ops.aten, name).default if hasattr(getattr(torch.ops.aten, name), "default") else None
+        if op is not None:
+            assert is_alias(op) and is_view_op(f"aten.{name}.default"), name
+    types = ["aten.mm.default", "aten.t.default", "aten.numpy_T.default", "aten.diagonal.default", "aten.sym_size.int", "aten.relu.default"]
+    g = OpGraph.from_edges(list("abcdef"), [("a", x, 64) for x in "bcdef"], flops=[8.0, 0, 0, 0, 0, 1.0], op_types=types)
+    g.meta["alias_ops"] = ["f"]  # what capture recorded counts as well
+    views = view_mask(g)
+    assert views.tolist() == [False, True, True, True, False, True]
+    assert free_mask(g).tolist() == [False, True, True, True, True, True]
+    fwd, _ = cost.op_times(g, Cluster.preset("k80x2"))
+    assert np.array_equal(fwd[:, 0] == 0, free_mask(g))
+    # every view joins its producer; the shape query does not
+    assert grouping.colocate(g).tolist() == [0, 0, 0, 0, 1, 0]
