@@ -85,7 +85,7 @@ def op_type_bucket(op_type: str) -> int:
     >>> op_type_bucket("aten.mm.default") == op_type_bucket("aten.mm.out")
     True
     """
-    from envs.cost import base_op_name
+    from graphs.ops import base_op_name
 
     return zlib.crc32(base_op_name(op_type).encode()) % TYPE_BUCKETS
 

