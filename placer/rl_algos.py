@@ -62,6 +62,20 @@ class PPO:
 ALGOS: dict[str, Any] = {"reinforce": Reinforce, "ppo": PPO}
 
 
+def reward(step_times: np.ndarray, failed: np.ndarray, t_ref: float, fail_factor: float) -> np.ndarray:
+    """The training reward of a batch: ``-sqrt(cost / t_ref)`` (see :mod:`placer.train`).
+
+    ``cost`` is the step time, or ``fail_factor * t_ref`` for a placement that failed
+    (out of memory) or has no finite time; ``t_ref`` is the best single-device step time.
+
+    >>> reward(np.array([1.0, 4.0, 2.0]), np.array([False, False, True]), 1.0, 9.0).tolist()
+    [-1.0, -2.0, -3.0]
+    """
+    t = np.asarray(step_times, dtype=float)
+    cost = np.where(np.asarray(failed, dtype=bool) | ~np.isfinite(t), fail_factor * t_ref, t)
+    return -np.sqrt(cost / t_ref)
+
+
 def imitate(policy: Any, target: np.ndarray, config: Any, *, deadline: float | None = None) -> int:
     """Fit the policy to a target placement; returns the number of steps taken.
 

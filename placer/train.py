@@ -55,7 +55,7 @@ from placer import checkpoint
 from placer.checks import MAX_SEED, check_float, check_int, check_output_dir
 from placer.placement import Placement
 from placer._callable import make_module_callable
-from placer.rl_algos import ALGOS, imitate
+from placer.rl_algos import ALGOS, imitate, reward as batch_reward
 
 
 @dataclass
@@ -635,8 +635,7 @@ def _train(config: TrainConfig, graph: OpGraph, cluster: Any, env: Any, logdir: 
             sample = ALGOS[config.algo].sample(policy, config.samples, gen)
             t, failed = score(sample.op_devices)
             consider(sample.op_devices, t, failed, "sample")
-            cost = np.where(failed | ~np.isfinite(t), fail_cost, t)
-            reward = -np.sqrt(cost / t_ref)
+            reward = batch_reward(t, failed, t_ref, config.fail_factor)
             if run["baseline"] is None:
                 run["baseline"] = float(reward.mean())
             if config.baseline == "loo" and len(reward) > 1:

@@ -1,4 +1,4 @@
-"""placer.search: the recording scorer, the table, and real (tiny) search curves."""
+"""bench.search: the recording scorer, the table, and real (tiny) search curves."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import pytest
 import envs
 from graphs import PlacerError
 from graphs.synthetic import random_dag
-from placer import search
+from bench import search
 
 
 class FakeEnv:
