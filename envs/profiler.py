@@ -838,8 +838,3 @@ def with_profile(graph: OpGraph, cluster: Any, profile: str | os.PathLike | Mapp
     if isinstance(profile, Mapping):
         check_profile(doc)
     return apply_profile(graph, doc, source=source), calibrate_cluster(cluster, doc, graph=graph, device_map=device_map)
-
-
-def add_profile_argument(parser: Any) -> None:
-    """Add ``--profile PROFILE.json`` to an argparse parser (for simulate, compare, train)."""
-    parser.add_argument("--profile", metavar="PROFILE.json", default=None, help="calibrate the simulator with a `placer profile` file (per-op times, link speeds)")

@@ -24,7 +24,7 @@ RESUMED_OPTIONS = {"env": "--env", "policy": "--policy", "algo": "--algo", "samp
 
 def add_commands(sub: argparse._SubParsersAction) -> None:
     from envs.cluster import CLUSTER_ARG_HELP
-    from envs.profiler import add_profile_argument
+    from placer.cli import add_profile_argument
     from envs.simulator import EXECUTOR_ARG_HELP, EXECUTORS
 
     p = sub.add_parser(
