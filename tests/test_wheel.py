@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 import subprocess
 import sys
 import tarfile
@@ -49,3 +50,15 @@ def test_wheel_contains_the_product_only(tmp_path):
     assert "placer/cli.py" in names and "envs/simulator.py" in names and "graphs/ir.py" in names
     assert not MOVED_OUT & set(names)
     assert not [n for n in names if "/tests/" in n or n.startswith(("bench/", "scripts/", "tests/"))]
+
+
+def test_the_product_never_imports_bench_or_scripts():
+    # what the wheel leaves out must not be needed by what it ships
+    bad = []
+    for package in sorted(PRODUCT):
+        for path in sorted((ROOT / package).rglob("*.py")):
+            for node in ast.walk(ast.parse(path.read_text(), str(path))):
+                names = [a.name for a in node.names] if isinstance(node, ast.Import) else \
+                    [node.module or ""] if isinstance(node, ast.ImportFrom) and not node.level else []
+                bad += [f"{path.relative_to(ROOT)}: {n}" for n in names if n.split(".")[0] in ("bench", "scripts", "tests")]
+    assert not bad, bad

@@ -45,6 +45,7 @@ def test_cached_scorer_scores_identical_rows_once():
     assert score.evaluated == 2
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("algo", ["reinforce", "ppo"])
 def test_learns_two_chains_from_scratch(tmp_path, algo):
     g = two_chains()
