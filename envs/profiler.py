@@ -860,7 +860,3 @@ def cluster_with_profile(cluster: Cluster, profile: Any, *, graph: Any = None, d
 # The method stays on the data class (its documented API) but is defined here, with its owner.
 Cluster.with_profile = cluster_with_profile  # type: ignore[attr-defined]
 
-
-def add_profile_argument(parser: Any) -> None:
-    """Add ``--profile PROFILE.json`` to an argparse parser (for simulate, compare, train)."""
-    parser.add_argument("--profile", metavar="PROFILE.json", default=None, help="calibrate the simulator with a `placer profile` file (per-op times, link speeds)")

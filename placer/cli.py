@@ -78,6 +78,11 @@ def print_json(doc: Any, indent: int | None = 1) -> None:
     print(to_json(doc, indent=indent))
 
 
+def add_profile_argument(parser: argparse.ArgumentParser) -> None:
+    """Add ``--profile PROFILE.json`` to a command's parser (place, simulate, compare, train)."""
+    parser.add_argument("--profile", metavar="PROFILE.json", default=None, help="calibrate the simulator with a `placer profile` file (per-op times, link speeds)")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(
         prog="placer",
@@ -87,13 +92,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for mod_name in _COMMAND_MODULES:
-        try:
-            mod = importlib.import_module(mod_name)
-        except ModuleNotFoundError as e:
-            if e.name == mod_name:
-                continue  # that command group is not built yet
-            raise
-        mod.add_commands(sub)
+        importlib.import_module(mod_name).add_commands(sub)
     return parser
 
 

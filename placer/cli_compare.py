@@ -8,7 +8,7 @@ import argparse
 def add_commands(sub: argparse._SubParsersAction) -> None:
     from envs.cluster import CLUSTER_ARG_HELP
     from envs.simulator import EXECUTOR_ARG_HELP, EXECUTORS
-    from envs.profiler import add_profile_argument
+    from placer.cli import add_profile_argument
 
     p = sub.add_parser(
         "compare",

@@ -22,7 +22,7 @@ from placer.cli import print_json, to_json
 def add_commands(sub: argparse._SubParsersAction) -> None:
     from envs.cluster import CLUSTER_ARG_HELP
     from envs.simulator import EXECUTOR_ARG_HELP, EXECUTORS
-    from envs.profiler import add_profile_argument
+    from placer.cli import add_profile_argument
 
     p = sub.add_parser("clusters", help="list the preset clusters, or show one", description="List the preset clusters, or show one (with --json: a loadable placer-cluster/1 file).")
     p.add_argument("name", nargs="?", metavar="NAME", help="a preset name or cluster JSON file to show")

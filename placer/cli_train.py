@@ -67,7 +67,7 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
 
     p = sub.add_parser(
         "train",
-        help="learn a placement with the RL placer (seq2seq or hierarchical policy)",
+        help="learn a placement with the RL placer (seq2seq, hierarchical or gnn policy)",
         description="Train a placement policy on SOURCE's graph. Writes TensorBoard logs, a resumable "
         "checkpoint and best_placement.json under --logdir. Every option is a field of "
         "placer.train.TrainConfig (same name, with - for _).",

@@ -269,10 +269,8 @@ def _measured_env(config: TrainConfig, graph: OpGraph, cluster: Cluster, logdir:
         raise PlacerError(
             f"--env measured: SOURCE {config.source!r} is not runnable (need a zoo name or module:callable, not a graph file)"
         )
-    try:
-        from envs.measured import MeasuredEnv
-    except ImportError as e:
-        raise PlacerError(f"--env measured: the measurement harness is not available ({e})") from None
+    from envs.measured import MeasuredEnv
+
     return MeasuredEnv(config.source, cluster, graph=graph, run_dir=logdir, device_map=config.device_map,
                        workers=config.workers, ray_address=config.ray_address, measure_timeout_s=config.measure_timeout_s)
 
@@ -283,13 +281,10 @@ ENVS: dict[str, Callable[[TrainConfig, OpGraph, Cluster, str], Scorer]] = {"sim"
 def _heuristics(graph: OpGraph, cluster: Cluster, config: TrainConfig) -> dict[str, tuple[float, np.ndarray | None]]:
     """name -> (simulated step time, op devices) of the heuristic baselines, via ``placer.compare``.
 
-    Methods that cannot run get ``inf``; if the compare module is missing, the
-    result is empty (the single-device placements are always scored separately).
+    Methods that cannot run get ``inf``.
     """
-    try:
-        from placer.compare import compare
-    except ImportError:
-        return {}
+    from placer.compare import compare
+
     methods = list(config.heuristics) if config.heuristics is not None else None
     if methods == []:
         return {}

@@ -169,7 +169,8 @@ class PolicyOptions:
     """The policy network (see :mod:`policies`)."""
 
     policy: str = "seq2seq"
-    """policy name in policies.POLICIES: seq2seq (the ICML 2017 policy) or hierarchical (ICLR 2018 grouper-placer)."""
+    """policy name in policies.POLICIES: seq2seq (the ICML 2017 policy), hierarchical (ICLR 2018 grouper-placer) or gnn
+    (a graph network that serves any graph and cluster; see `placer pretrain` and --init)."""
     max_groups: int | None = None
     """items the policy places (co-location groups); None: min(256, 20 x devices) as in HDP's code; 0: every op."""
     hidden: int = 64

@@ -4,7 +4,7 @@
     python scripts/bench_graphs.py                  # table; 100,000-op graph; all zoo models
     python scripts/bench_graphs.py --skip-capture --json
 
-Logic lives in graphs.bench; memory is tracemalloc's peak (Python + numpy).
+Logic lives in bench.graph_layer; memory is tracemalloc's peak (Python + numpy).
 """
 
 from __future__ import annotations
@@ -13,6 +13,8 @@ import argparse
 import json
 import os
 import sys
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # the repository root, for bench/
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -26,7 +28,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     os.environ.setdefault("OMP_NUM_THREADS", "1")
 
-    from graphs import bench
+    from bench import graph_layer as bench
 
     result = bench.run(
         args.ops,

@@ -6,7 +6,7 @@
 
 Each size runs in a fresh Python process so its peak RSS (ru_maxrss) is its own.
 The growth exponent b fits cost ~ ops**b between the two largest sizes (1: linear).
-Logic lives in placer.scale.
+Logic lives in bench.scale.
 """
 
 from __future__ import annotations
@@ -16,12 +16,15 @@ import json
 import os
 import sys
 
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # the repository root, for bench/
+
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 
 def main(argv: list[str] | None = None) -> int:
     from graphs import PlacerError
-    from placer import report, scale
+    from bench import scale
+    from bench.common import machine_line, parse_list
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", default="1000,10000,100000", help="comma-separated op counts")
@@ -32,23 +35,23 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         sizes = []
-        for s in report.parse_list(args.sizes, what="sizes"):
+        for s in parse_list(args.sizes, what="sizes"):
             if not s.isdigit() or int(s) < 2:
                 raise PlacerError(f"--sizes: {s!r} is not an op count >= 2")
             sizes.append(int(s))
-        policies = report.parse_list(args.policies, what="policies")
+        policies = parse_list(args.policies, what="policies")
         rows = scale.run(sizes, samples=args.samples, cluster=args.cluster, policies=policies,
                          progress=lambda line: print(line, file=sys.stderr, flush=True))
     except PlacerError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
     if args.json:
-        print(json.dumps({"machine": report.machine_line(), "memory_measure": "ru_maxrss of a fresh process per size",
+        print(json.dumps({"machine": machine_line(), "memory_measure": "ru_maxrss of a fresh process per size",
                           "rows": rows}, indent=2))
     else:
         print(scale.markdown_table(rows))
         print(f"\nK = {args.samples} samples on {args.cluster}; times in wall-clock seconds (fastest of 2 iterations after a first one); "
-              f"memory: peak RSS (ru_maxrss) of a fresh process per size. Machine: {report.machine_line()}.")
+              f"memory: peak RSS (ru_maxrss) of a fresh process per size. Machine: {machine_line()}.")
     return 0
 
 

@@ -6,7 +6,7 @@
     python scripts/bench_search.py --json > search.json
 
 Every method starts from scratch (no warm start, no heuristic seed) and is scored
-by the same simulator through placer.search.RecordingEnv. Progress goes to
+by the same simulator through bench.search.RecordingEnv. Progress goes to
 stderr, the markdown table to stdout.
 """
 
@@ -17,12 +17,15 @@ import json
 import os
 import sys
 
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # the repository root, for bench/
+
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 
 def main(argv: list[str] | None = None) -> int:
     from graphs import PlacerError
-    from placer import report, search
+    from bench import search
+    from bench.common import machine_line, parse_list
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--graphs", default="nmt-2,inception-v3", help="comma-separated zoo names or graph files")
@@ -41,8 +44,8 @@ def main(argv: list[str] | None = None) -> int:
         import envs
         from placer.sources import resolve_graph
 
-        graphs = report.parse_list(args.graphs, what="graphs")
-        methods = report.parse_list(args.methods, what="methods", known=list(search.RUNNERS))
+        graphs = parse_list(args.graphs, what="graphs")
+        methods = parse_list(args.methods, what="methods", known=list(search.RUNNERS))
         cluster = envs.resolve_cluster(args.cluster)
         results = []
         for source in graphs:
@@ -52,7 +55,7 @@ def main(argv: list[str] | None = None) -> int:
             results.append(search.search_curves(graph, cluster, budget_s=args.budget, methods=methods,
                                                 seed=args.seed, progress=say))
         if args.plot:
-            from placer.plots import plot_search_curves
+            from bench.plots import plot_search_curves
 
             plot_search_curves([c for r in results for c in r["curves"]], args.plot)
             say(f"{args.plot}: {os.path.getsize(args.plot) / 1024:.0f} KiB")
@@ -60,13 +63,13 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {e}", file=sys.stderr)
         return 2
     if args.json:
-        print(json.dumps({"machine": report.machine_line(), "results": results}, indent=2))
+        print(json.dumps({"machine": machine_line(), "results": results}, indent=2))
     else:
         print(search.markdown_table(results))
         print()
         print(search.reference_lines(results))
         print(f"\nBudget {args.budget:g} s per method; every method from scratch; seed {args.seed}. "
-              f"Machine: {report.machine_line()}.")
+              f"Machine: {machine_line()}.")
     return 0
 
 

@@ -6,7 +6,7 @@
     python scripts/plot_placement.py nmt-2 --cluster k80x4 --method expert --color-by kind -o expert.png
 
 Without --placement or --method, RL (placer.train) is trained for --time-budget
-seconds and its best placement is drawn. Logic lives in placer.plots.
+seconds and its best placement is drawn. Logic lives in bench.plots.
 """
 
 from __future__ import annotations
@@ -16,6 +16,8 @@ import json
 import os
 import sys
 import tempfile
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # the repository root, for bench/
 
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
@@ -42,7 +44,8 @@ def main(argv: list[str] | None = None) -> int:
 
     try:
         import envs
-        from placer import Placement, baselines, plots
+        from bench import plots
+        from placer import Placement, baselines
         from placer.sources import resolve_graph
 
         graph = resolve_graph(args.source)

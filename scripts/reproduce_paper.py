@@ -6,7 +6,7 @@
     python scripts/reproduce_paper.py --json > table1.json
 
 Progress goes to stderr, the markdown table to stdout (or --out FILE.md); --json
-prints the numbers instead. Logic lives in placer.report.
+prints the numbers instead. Logic lives in bench.report.
 """
 
 from __future__ import annotations
@@ -18,6 +18,8 @@ import shlex
 import sys
 import time
 
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # the repository root, for bench/
+
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 #: Seconds per RL run. 16 (model, cluster) pairs x 2 policies x 45 s (24 min), plus the
@@ -28,7 +30,8 @@ DEFAULT_BUDGET_S = 45.0
 
 def main(argv: list[str] | None = None) -> int:
     from graphs import PlacerError
-    from placer import report
+    from bench import report
+    from bench.common import machine_line, parse_list
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--time-budget", type=float, default=DEFAULT_BUDGET_S, metavar="S",
@@ -55,11 +58,11 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.time_budget <= 0:
             raise PlacerError(f"--time-budget {args.time_budget:g}: must be positive")
-        graphs = report.parse_list(args.graphs, what="graphs")
-        clusters = report.parse_list(args.clusters, what="clusters")
+        graphs = parse_list(args.graphs, what="graphs")
+        clusters = parse_list(args.clusters, what="clusters")
         from policies import POLICIES
 
-        policies = report.parse_list(args.policies, what="policies", known=list(POLICIES))
+        policies = parse_list(args.policies, what="policies", known=list(POLICIES))
         pairs = len(graphs) * len(clusters)
         say(f"{pairs} (model, cluster) pairs x {len(policies)} RL runs of {args.time_budget:g} s: "
             f"at least {pairs * len(policies) * args.time_budget / 60:.0f} min of training")
@@ -82,7 +85,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"error: {args.out}: cannot write ({e.strerror})", file=sys.stderr)
             return 2
     if args.json:
-        print(json.dumps({"machine": report.machine_line(), "time_budget_s": args.time_budget,
+        print(json.dumps({"machine": machine_line(), "time_budget_s": args.time_budget,
                           "warm_start": args.warm_start, "seed": args.seed, "rows": [r.to_dict() for r in rows]}, indent=2))
     else:
         print(text)

@@ -88,10 +88,8 @@ def capacity_bytes(cluster) -> np.ndarray:
 # -------------------------------------------------------------------- groups
 def colocation_groups(graph: OpGraph) -> np.ndarray:
     """Co-location group id per op (``graphs.grouping.colocate``), dense 0..G-1 in op order."""
-    try:
-        from graphs.grouping import colocate
-    except ImportError:
-        return np.arange(graph.num_ops, dtype=np.int64)
+    from graphs.grouping import colocate
+
     raw = np.asarray(colocate(graph), dtype=np.int64)
     _, first = np.unique(raw, return_index=True)
     order = np.argsort(first, kind="stable")  # number groups by first member

@@ -43,10 +43,8 @@ def _quiet_accelerate():
 
 def _meta_model(graph: OpGraph) -> Any:
     """The zoo model behind ``graph`` with its weights on the meta device, or None."""
-    try:
-        from graphs import zoo
-    except ImportError:
-        return None
+    from graphs import zoo
+
     if graph.name not in zoo.names():
         return None
     model, _ = zoo.build(graph.name, device="meta")

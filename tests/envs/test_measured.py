@@ -109,7 +109,7 @@ def test_batch_is_measured_by_two_workers(env):
     assert env.cpus_per_worker == 1  # the node's 2 CPUs shared by its 2 workers
     results = env.evaluate(ps)
     assert [r.status for r in results] == ["ok"] * 4, [r.message for r in results]
-    assert all(0 < r.step_time_s < 10 and r.source == "measured" for r in results)
+    assert all(0 < r.step_time_s and r.source == "measured" for r in results)
     assert all(len(r.extra["step_times_s"]) == 3 and r.step_time_s == float(np.median(r.extra["step_times_s"])) for r in results)
     assert len({r.extra["worker"] for r in results}) == 2
     used = {env.cluster.device_names[i] for i in ps[0]}

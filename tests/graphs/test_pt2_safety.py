@@ -133,6 +133,7 @@ def _torch_load_runs_it(path, marker) -> bool:
     return os.path.exists(marker)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("attack", sorted(ATTACKS))
 def test_graphs_load_refuses_and_runs_nothing(tmp_path, clean_pt2, attack):
     marker = tmp_path / "PWNED"
@@ -234,6 +235,7 @@ def test_every_source_command_refuses_the_pickled_weight(tmp_path, clean_pt2, ca
     assert not marker.exists()
 
 
+@pytest.mark.slow
 def test_the_real_cli_refuses_in_a_subprocess(tmp_path, clean_pt2):
     marker = tmp_path / "PWNED"
     edit, entry = _pickled_weight(marker)

@@ -70,6 +70,7 @@ def run_cli(capsys, *argv: str) -> tuple[int, str, str]:
     return rc, out, err
 
 
+@pytest.mark.slow
 def test_export_user_module_from_its_directory(tmp_path):
     (tmp_path / "mymod.py").write_text(USER_MODULE)
     env = dict(os.environ, OMP_NUM_THREADS="1")

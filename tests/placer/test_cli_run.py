@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import statistics
 import sys
 import textwrap
 
@@ -46,7 +47,7 @@ def test_run_json_reports_step_time_and_peaks(workdir, capsys):
     rc = main(["run", "cli_run_model:build", "--placement", "p.json", "--cluster", "k80x2", "--device-map", "*=cpu", "--steps", "3", "--warmup", "1", "--json"])
     out = json.loads(capsys.readouterr().out)
     assert rc == 0 and out["status"] == "ok" and out["source"] == "measured"
-    assert 0 < out["step_time_s"] < 5
+    assert 0 < out["step_time_s"] == statistics.median(out["extra"]["step_times_s"])  # no wall-clock limit
     assert len(out["extra"]["step_times_s"]) == 3
     assert set(out["peak_bytes"]) <= {"cpu:0", "gpu:0", "gpu:1"}
     assert out["extra"]["device_map"]["gpu:1"] == "cpu"

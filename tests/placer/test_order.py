@@ -280,6 +280,7 @@ def test_any_order_keeps_outputs_and_gradients(name, seed):
         torch.testing.assert_close(dict(placed.named_buffers())[key], buf, msg=key)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("seed", [0, 1])
 def test_any_order_on_a_decomposed_graph(seed):
     """Core ATen: functional batch norm with getitems, and copy_ write-backs after every op."""

@@ -5,7 +5,10 @@ from __future__ import annotations
 import subprocess
 import sys
 
+import pytest
 
+
+@pytest.mark.slow
 def test_train_and_apply_are_callable_whichever_import_came_first():
     code = (
         "import placer\n"

@@ -61,6 +61,7 @@ def test_score_order_planned_rewards_the_planned_step_time(tmp_path):
         _config(tmp_path, iterations=1, score_order="best").validate()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("algo", ["reinforce", "ppo"])
 def test_learns_two_chains_from_scratch(tmp_path, algo):
     g = two_chains()

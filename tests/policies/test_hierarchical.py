@@ -113,6 +113,7 @@ def interleaved_chains(length: int = 4) -> OpGraph:
     return OpGraph.from_edges(names, edges, flops=[2e11] * len(names), op_types=types, name="interleaved-chains")
 
 
+@pytest.mark.slow
 def test_learns_the_grouping_only_a_good_grouping_solves():
     g = interleaved_chains()
     env = envs.SimEnv(g, envs.resolve_cluster("k80x2"))

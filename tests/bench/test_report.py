@@ -1,4 +1,4 @@
-"""placer.report: Table 1 rows, speed-ups, the markdown, and one real (tiny) row."""
+"""bench.report: Table 1 rows, speed-ups, the markdown, and one real (tiny) row."""
 
 from __future__ import annotations
 
@@ -9,7 +9,8 @@ import pytest
 import envs
 from graphs import PlacerError
 from graphs.synthetic import random_dag
-from placer.report import Table1Row, markdown_report, markdown_table, parse_list, table1_row
+from bench.common import parse_list
+from bench.report import Table1Row, markdown_report, markdown_table, table1_row
 
 
 def row(**kw) -> Table1Row:

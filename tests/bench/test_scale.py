@@ -1,4 +1,4 @@
-"""placer.scale: growth exponents, the table, and one real measurement."""
+"""bench.scale: growth exponents, the table, and one real measurement."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import math
 import pytest
 
 from graphs import PlacerError
-from placer import scale
+from bench import scale
 
 
 def rows():
@@ -47,3 +47,19 @@ def test_measure_a_small_graph():
         assert row[key] > 0, key
     assert math.isclose(row["iteration_s"], row["sample_s"] + row["simulate_s"] + row["update_s"])
     assert row["rss_peak_bytes"] >= row["rss_warm_bytes"] > 0
+
+
+@pytest.mark.slow
+def test_run_measures_each_size_in_a_fresh_process_from_any_directory(tmp_path, monkeypatch):
+    # run() starts `python -m bench.scale --one N`, which must find bench/ whatever the working directory
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("PYTHONPATH", raising=False)
+    (row,) = scale.run([60], samples=2, iterations=1, policies=("seq2seq",))
+    assert row["ops"] == 60 and row["samples"] == 2 and list(row["policies"]) == ["seq2seq"]
+    assert row["rss_peak_bytes"] >= row["rss_warm_bytes"] > 0
+
+
+@pytest.mark.slow
+def test_a_failed_measurement_is_one_placer_error():
+    with pytest.raises(PlacerError, match="the 60-op measurement failed"):
+        scale.run([60], policies=("nope",))

@@ -26,9 +26,9 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
+from bench.common import Progress
 from graphs import OpGraph, PlacerError
 
-Progress = Callable[[str], None]
 METHODS = ("rl-seq2seq", "rl-hierarchical", "annealing", "random_search")
 
 
@@ -96,7 +96,7 @@ class RecordingEnv:
         return results
 
     def curve(self, graph: str, method: str) -> dict[str, Any]:
-        """The recorded curve as a JSON-ready dict (see :func:`placer.plots.plot_search_curves`)."""
+        """The recorded curve as a JSON-ready dict (see :func:`bench.plots.plot_search_curves`)."""
         return {"graph": graph, "method": method, "wall_s": list(self.wall_s), "evals": list(self.evals_at),
                 "best_s": list(self.best_s), "end_wall_s": self.elapsed_s(), "end_evals": self.evals}
 

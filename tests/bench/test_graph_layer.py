@@ -1,4 +1,4 @@
-"""scripts/bench_graphs.py and graphs.bench on a small graph (no zoo capture)."""
+"""scripts/bench_graphs.py and bench.graph_layer on a small graph (no zoo capture)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import os
 import subprocess
 import sys
 
-from graphs import bench
+from bench import graph_layer as bench
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 

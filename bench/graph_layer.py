@@ -93,14 +93,11 @@ def bench_coarsen(graph: OpGraph, max_groups: int = 256, *, repeats: int = 3) ->
 def bench_capture(names: list[str] | None = None, *, progress: Callable[[str], None] | None = None) -> list[dict[str, Any]]:
     """Build each zoo model on the meta device and capture it, bypassing the disk cache.
 
-    Returns one row per model: build and capture seconds, ops, edges. Empty if
-    the zoo is not available.
+    Returns one row per model: build and capture seconds, ops, edges.
     """
-    try:
-        from graphs import zoo
-        from graphs.torch_capture import capture
-    except ImportError:
-        return []
+    from graphs import zoo
+    from graphs.torch_capture import capture
+
     rows = []
     for name in names or zoo.names():
         if progress is not None:

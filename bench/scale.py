@@ -11,8 +11,10 @@ and compiled kernels are not charged to the first size.
 
 Memory is the process's peak resident set size (``resource.getrusage``
 ``ru_maxrss``) — it sees torch's and numba's allocations, which tracemalloc does
-not — measured in a fresh Python process per size by :func:`run`, with the RSS
-after that warm-up reported separately so the growth is visible.
+not — measured in a fresh Python process per size by :func:`run` (``python -m
+bench.scale --one N OPTIONS_JSON``, which prints :func:`measure`'s row as JSON),
+with the RSS after that warm-up reported separately so the growth is visible.
+The iteration's reward is the training loop's own (:func:`placer.rl_algos.reward`).
 """
 
 from __future__ import annotations
@@ -29,11 +31,12 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
+from bench.common import Progress
 from graphs import PlacerError
 from graphs.grouping import default_num_groups
 
-Progress = Callable[[str], None]
-STAGES = ("save_s", "load_s", "coarsen_s", "policy_init_s", "sim_init_s", "sample_s", "simulate_s", "update_s")
+#: The repository root: on the child process's path, so it finds ``bench`` from any working directory.
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def rss_bytes() -> int:
@@ -64,6 +67,7 @@ def measure(
     from graphs import io
     from graphs.grouping import coarsen
     from graphs.synthetic import random_dag
+    from placer.rl_algos import reward as batch_reward
     from placer.train import ALGOS, TrainConfig
     from policies import POLICIES
 
@@ -88,6 +92,8 @@ def measure(
     row["groups"] = grouping.num_groups
     row["sim_init_s"], env = _timed(lambda: _sim_env(envs, graph, c))
     config = TrainConfig(samples=samples)
+    single_t, _ = env.step_times(np.repeat(np.arange(c.num_devices, dtype=np.int32)[:, None], graph.num_ops, axis=1))
+    t_ref = max(float(np.min(single_t)), 1e-12)  # the reward scale, as in training: best single device
     row["policies"] = {}
     for name in policies:
         torch.manual_seed(seed)
@@ -99,7 +105,7 @@ def measure(
         for it in range(iterations):
             sample_s, sample = _timed(lambda: policy.sample(samples, generator=gen))
             simulate_s, (t, failed) = _timed(lambda: env.step_times(sample.op_devices))
-            reward = -np.sqrt(np.where(failed, 10 * t.max(), t) / max(float(t.min()), 1e-12))
+            reward = batch_reward(t, failed, t_ref, config.fail_factor)
             adv = torch.as_tensor((reward - reward.mean()) / (reward.std() + 1e-8), dtype=torch.float32)
             update_s, _ = _timed(lambda: ALGOS["reinforce"].update(policy, opt, sample, adv, config))
             if it == 0 and iterations > 1:
@@ -157,11 +163,11 @@ def run(sizes: Sequence[int], *, isolate: bool = True, progress: Progress | None
         if not isolate:
             rows.append(measure(n, **options))
             continue
-        code = ("import json, sys; from placer.scale import measure; "
-                f"print(json.dumps(measure({int(n)}, **json.loads(sys.argv[1]))))")
         opts = {k: list(v) if isinstance(v, tuple) else v for k, v in options.items()}
-        env = {**os.environ, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1")}
-        proc = subprocess.run([sys.executable, "-c", code, json.dumps(opts)], capture_output=True, text=True, env=env)
+        path = os.pathsep.join(p for p in (ROOT, os.environ.get("PYTHONPATH", "")) if p)
+        env = {**os.environ, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1"), "PYTHONPATH": path}
+        proc = subprocess.run([sys.executable, "-m", "bench.scale", "--one", str(int(n)), json.dumps(opts)],
+                              capture_output=True, text=True, env=env)
         if proc.returncode != 0:
             tail = (proc.stderr.strip().splitlines() or ["no output"])[-1]
             raise PlacerError(f"scale: the {n:,}-op measurement failed ({tail})")
@@ -216,3 +222,19 @@ def markdown_table(rows: Sequence[dict[str, Any]]) -> str:
     lines.append("| RSS above warm-up | " + " | ".join(f"{(r['rss_peak_bytes'] - r['rss_warm_bytes']) / mib:.0f} MiB" for r in rows)
                  + (f" | {b:.2f} |" if b is not None else " | — |"))
     return "\n".join(lines)
+
+
+def _main(argv: Sequence[str] | None = None) -> int:
+    """``python -m bench.scale --one N OPTIONS_JSON``: one :func:`measure` row as JSON on stdout (for :func:`run`)."""
+    import argparse
+
+    parser = argparse.ArgumentParser(prog="python -m bench.scale", description=_main.__doc__)
+    parser.add_argument("--one", type=int, required=True, metavar="N", help="op count of the synthetic graph")
+    parser.add_argument("options", nargs="?", default="{}", help="keyword arguments of measure(), as a JSON object")
+    args = parser.parse_args(argv)
+    print(json.dumps(measure(args.one, **json.loads(args.options))))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(_main())

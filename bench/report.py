@@ -18,15 +18,15 @@ from __future__ import annotations
 
 import math
 import os
-import platform
 import tempfile
 import time
 from dataclasses import asdict, dataclass, field
-from typing import Any, Callable, Sequence
+from typing import Any, Sequence
 
 import numpy as np
 
-from graphs import OpGraph, PlacerError
+from bench.common import Progress, machine_line
+from graphs import OpGraph
 
 PAPER_GRAPHS = ("rnnlm", "nmt-2", "nmt-4", "inception-v3")
 PAPER_CLUSTERS = ("k80x2", "k80x4")
@@ -37,7 +37,6 @@ NAMED_COLUMNS = ("scotch", "metis", "expert")
 #: Rows of ``compare`` that are not a heuristic rival (the single-device columns cover "single").
 NOT_A_RIVAL = ("single",)
 
-Progress = Callable[[str], None]
 
 
 @dataclass
@@ -263,11 +262,6 @@ def markdown_table(rows: Sequence[Table1Row]) -> str:
     return "\n".join(lines)
 
 
-def machine_line() -> str:
-    """One line naming the machine the numbers were produced on."""
-    return f"{platform.platform()}, Python {platform.python_version()}, {os.cpu_count()} CPU cores"
-
-
 def markdown_report(rows: Sequence[Table1Row], *, budget_s: float | None, warm_start: str, seed: int, command: str = "") -> str:
     """The tables split into the paper's clusters and the others, with how they were made."""
     paper = [r for r in rows if r.cluster in PAPER_CLUSTERS]
@@ -291,15 +285,3 @@ def markdown_report(rows: Sequence[Table1Row], *, budget_s: float | None, warm_s
     if command:
         parts += ["", f"Command: `{command}`"]
     return "\n".join(parts)
-
-
-def parse_list(arg: str, *, what: str, known: Sequence[str] | None = None) -> list[str]:
-    """Split a comma-separated argument; empty items or (when ``known``) unknown names raise PlacerError."""
-    items = [a.strip() for a in arg.split(",")]
-    if not arg.strip() or any(not a for a in items):
-        raise PlacerError(f"--{what} {arg!r}: give a comma-separated list")
-    if known is not None:
-        bad = [a for a in items if a not in known]
-        if bad:
-            raise PlacerError(f"--{what}: unknown {', '.join(bad)} (known: {', '.join(known)})")
-    return items

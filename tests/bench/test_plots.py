@@ -1,4 +1,4 @@
-"""placer.plots: trace -> Gantt bars (hand-computed schedule), colours, and the PNGs."""
+"""bench.plots: trace -> Gantt bars (hand-computed schedule), colours, and the PNGs."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import envs
 from envs.cluster import Cluster, Device, Link
 from graphs import OpGraph, PlacerError
 from graphs.synthetic import random_dag
-from placer import plots
+from bench import plots
 
 
 def toy_cluster() -> Cluster:

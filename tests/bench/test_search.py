@@ -1,4 +1,4 @@
-"""placer.search: the recording scorer, the table, and real (tiny) search curves."""
+"""bench.search: the recording scorer, the table, and real (tiny) search curves."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import pytest
 import envs
 from graphs import PlacerError
 from graphs.synthetic import random_dag
-from placer import search
+from bench import search
 
 
 class FakeEnv:
@@ -70,6 +70,7 @@ def test_unknown_method_or_bad_budget():
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(300)  # a hang guard, not a speed target: each method's 1 s budget must end it
 def test_real_curves_are_monotone_and_above_the_bound():
     g = random_dag(80, seed=3, name="g80")
     c = envs.Cluster.preset("k80x4")
@@ -79,4 +80,4 @@ def test_real_curves_are_monotone_and_above_the_bound():
         assert cv["best_s"], cv["method"]
         assert all(b < a for a, b in zip(cv["best_s"], cv["best_s"][1:]))
         assert min(cv["best_s"]) >= out["lower_bound_s"] * (1 - 1e-9)
-        assert cv["end_evals"] >= cv["evals"][-1] and cv["end_wall_s"] < 30
+        assert cv["end_evals"] >= cv["evals"][-1] and cv["end_wall_s"] >= cv["wall_s"][-1]

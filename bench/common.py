@@ -1,0 +1,32 @@
+"""What every benchmark script shares: comma-separated options and the machine line.
+
+>>> parse_list("a, b", what="graphs")
+['a', 'b']
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+from typing import Callable, Sequence
+
+from graphs import PlacerError
+
+Progress = Callable[[str], None]
+
+
+def parse_list(arg: str, *, what: str, known: Sequence[str] | None = None) -> list[str]:
+    """Split a comma-separated argument; empty items or (when ``known``) unknown names raise PlacerError."""
+    items = [a.strip() for a in arg.split(",")]
+    if not arg.strip() or any(not a for a in items):
+        raise PlacerError(f"--{what} {arg!r}: give a comma-separated list")
+    if known is not None:
+        bad = [a for a in items if a not in known]
+        if bad:
+            raise PlacerError(f"--{what}: unknown {', '.join(bad)} (known: {', '.join(known)})")
+    return items
+
+
+def machine_line() -> str:
+    """One line naming the machine the numbers were produced on."""
+    return f"{platform.platform()}, Python {platform.python_version()}, {os.cpu_count()} CPU cores"
