@@ -46,6 +46,7 @@ class Row:
         message: the scorer's or the method's message for a non-ok row.
         sim_step_time_s: step time ignoring memory (for ``oom`` rows).
         placement: the placement itself (not serialised).
+        meta: what the method reports about its run (a solver's status and bound...).
     """
 
     method: str
@@ -58,9 +59,10 @@ class Row:
     message: str = ""
     sim_step_time_s: float | None = None
     placement: Placement | None = None
+    meta: dict[str, Any] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
-        return {
+        out = {
             "method": self.method,
             "kind": self.kind,
             "status": self.status,
@@ -71,6 +73,11 @@ class Row:
             "message": self.message,
             "sim_step_time_s": self.sim_step_time_s,
         }
+        if self.meta:
+            out["meta"] = self.meta
+        if self.placement is not None and self.placement.order is not None:
+            out["order"] = self.placement.order.tolist()
+        return out
 
 
 @dataclass
@@ -141,8 +148,8 @@ def _accepts(fn: Any, name: str) -> bool:
     return name in params or any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())
 
 
-def _scored_row(row: Row, env: Any, idx: np.ndarray, best_single_s: float | None) -> Row:
-    result = env.simulate(idx)
+def _scored_row(row: Row, env: Any, idx: np.ndarray, best_single_s: float | None, order: Any = None) -> Row:
+    result = env.simulate(idx, order=order)
     row.status = result.status
     row.peak_bytes = dict(result.peak_bytes)
     row.message = result.message
@@ -215,16 +222,20 @@ def compare(
         row = Row(method=m)
         t0 = time.perf_counter()
         try:
-            idx = np.asarray(fn(graph, cluster, **kwargs))
+            out = fn(graph, cluster, **kwargs)
         except BaselineUnavailable as e:
             row.status, row.message = e.status, str(e)
         except Exception as e:  # one failing method must not sink the table
             row.status, row.message = "error", _one_line(e)
         else:
             row.place_time_s = time.perf_counter() - t0
-            row.placement = Placement.from_indices(graph, cluster.device_names, idx, cluster=cluster.name, method=m, meta={"seed": seed})
+            if isinstance(out, Placement):  # a method that plans its issue order too (ilp)
+                row.placement, row.meta = out, dict(out.meta)
+            else:
+                row.placement = Placement.from_indices(graph, cluster.device_names, np.asarray(out), cluster=cluster.name, method=m, meta={"seed": seed})
             try:
-                _scored_row(row, env, row.placement.indices(graph, cluster.device_names), best_single_s)
+                order = row.placement.issue_order(graph)
+                _scored_row(row, env, row.placement.indices(graph, cluster.device_names), best_single_s, order)
             except Exception as e:
                 row.status, row.message = "error", _one_line(e)
         if row.place_time_s is None and row.status == "error":

@@ -4,6 +4,7 @@ Each baseline lives in its own module of this package and registers itself with
 :func:`register`; every module here is imported on first use. A baseline is
 ``fn(graph, cluster, **options) -> np.ndarray`` of device indices per op (into
 ``cluster.device_names``); :func:`place` wraps it into a :class:`placer.Placement`.
+A method that plans the issue order as well (``ilp``) returns the Placement itself.
 """
 
 from __future__ import annotations
@@ -62,6 +63,8 @@ def place(name: str, graph: OpGraph, cluster: Any, **options: Any) -> Placement:
 
     fn = get(name)
     idx = fn(graph, cluster, **options)
+    if isinstance(idx, Placement):
+        return idx
     order, how, step_s = plan_order(graph, idx, cluster)  # the issue order placer.apply will follow
     meta = {k: v for k, v in options.items() if isinstance(v, (int, float, str, bool))}
     return Placement.from_indices(

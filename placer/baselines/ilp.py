@@ -33,7 +33,7 @@ under the eager simulator. With groups it is an approximation: the plan is
 scored by the simulator, which is what the row reports.
 
 Items: as many as fit ``time_limit_s`` (the model has about ``(items +
-edges)^2 x devices`` conditional constraints); ``max_items`` caps them. The
+edges)^2 x devices x 3`` conditional constraints); ``max_items`` caps them. The
 solver starts from the best of a few heuristics (``hint``) projected on the
 items, with ``num_workers`` parallel workers. The row's ``meta`` has the
 solver's objective, its proven bound (both for the item problem, in seconds),
@@ -128,7 +128,7 @@ def choose_items(graph: OpGraph, cluster, time_limit_s: float, max_items: int | 
         K = int(op_item.max()) + 1 if len(op_item) else 0
         a, b = op_item[graph.edge_src], op_item[graph.edge_dst]
         E = len(np.unique(a[a != b] * K + b[a != b]))
-        if (K + E) ** 2 * D <= budget or k <= 2:
+        if 3 * (K + E) ** 2 * D <= budget or k <= 2:
             return op_item
         k = max(2, min(int(k * 0.8), K - 1))
 
@@ -467,29 +467,65 @@ def solve(items: Items, cluster, *, time_limit_s: float = 60.0, num_workers: int
             m.Add(U >= q(launch_s[d]) + load).OnlyEnforceIf(x[i][d])
     m.Minimize(M + U)
 
-    if hint_device is not None:
-        for i in range(K):
-            for d in range(D):
-                m.AddHint(x[i][d], int(hint_device[i] == d))
-    if hint_order is not None:
-        rank = np.empty(K, dtype=np.int64)
-        rank[np.asarray(hint_order)] = np.arange(K)
-        for i in range(K):
-            m.AddHint(pos[i], int(rank[i]))
+    t0 = time.perf_counter()
+    hinted = None
+    if hint_device is not None and hint_order is not None:
+        hinted = _complete_hint(cp_model, m, x, pos, hint_device, hint_order, max(0.25 * float(time_limit_s), 1.0))
 
     solver = cp_model.CpSolver()
-    solver.parameters.max_time_in_seconds = float(time_limit_s)
+    solver.parameters.max_time_in_seconds = max(float(time_limit_s) - (time.perf_counter() - t0), 1.0)
     solver.parameters.num_workers = max(int(num_workers), 1)
     solver.parameters.random_seed = int(seed)
-    t0 = time.perf_counter()
+    solver.parameters.symmetry_level = 0  # symmetry detection costs seconds on these models and finds little
+    if os.environ.get("PLACER_ILP_LOG"):
+        solver.parameters.log_search_progress = True
     status = solver.Solve(m)
     solve_s = time.perf_counter() - t0
     name = solver.StatusName(status).lower()
-    if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
+    if status in (cp_model.OPTIMAL, cp_model.FEASIBLE):
+        value = solver.Value
+        objective, bound = solver.ObjectiveValue() * unit, solver.BestObjectiveBound() * unit
+    elif hinted is not None and status == cp_model.UNKNOWN:  # out of time before a first solution: the hint is one
+        values = hinted[0]
+        value = lambda v: values[v.Index()]  # noqa: E731
+        name, objective, bound = "hint", hinted[1] * unit, None
+    else:
         raise PlacerError(f"ilp: the solver found no plan in {time_limit_s:g} s (status {name})")
-    dev = np.array([next(d for d in range(D) if solver.Value(x[i][d])) for i in range(K)], dtype=np.int64)
-    order = np.argsort([solver.Value(p) for p in pos], kind="stable")
-    return Solution(dev, order, name, solver.ObjectiveValue() * unit, solver.BestObjectiveBound() * unit, solve_s)
+    dev = np.array([next(d for d in range(D) if value(x[i][d])) for i in range(K)], dtype=np.int64)
+    order = np.argsort([value(p) for p in pos], kind="stable")
+    return Solution(dev, order, name, objective, bound, solve_s)
+
+
+def _complete_hint(cp_model, m, x, pos, hint_device, hint_order, limit_s: float) -> tuple[list[int], float] | None:
+    """Hint every variable: solve the model with the hinted devices and order fixed (times only), hint that.
+
+    A hint of the decisions alone leaves the solver to rebuild thousands of
+    times; with them fixed the rest is a longest-path problem solved at once.
+    """
+    K = len(x)
+    rank = np.empty(K, dtype=np.int64)
+    rank[np.asarray(hint_order)] = np.arange(K)
+    fixed = m.Clone()
+    for i in range(K):
+        fixed.Add(fixed.GetIntVarFromProtoIndex(pos[i].Index()) == int(rank[i]))
+        for d in range(len(x[i])):
+            fixed.Add(fixed.GetIntVarFromProtoIndex(x[i][d].Index()) == int(hint_device[i] == d))
+    solver = cp_model.CpSolver()
+    solver.parameters.max_time_in_seconds = limit_s
+    solver.parameters.num_workers = 1
+    status = solver.Solve(fixed)
+    if os.environ.get("PLACER_ILP_LOG"):
+        print("hint completion:", solver.StatusName(status), solver.WallTime())
+    if status in (cp_model.OPTIMAL, cp_model.FEASIBLE):
+        values = list(solver.ResponseProto().solution)
+        for k in range(len(m.Proto().variables)):
+            m.AddHint(m.GetIntVarFromProtoIndex(k), int(values[k]))
+        return values, solver.ObjectiveValue()
+    for i in range(K):  # the decisions at least
+        m.AddHint(pos[i], int(rank[i]))
+        for d in range(len(x[i])):
+            m.AddHint(x[i][d], int(hint_device[i] == d))
+    return None
 
 
 def item_order_to_ops(op_item: np.ndarray, item_order: np.ndarray) -> np.ndarray:
