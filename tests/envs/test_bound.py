@@ -25,7 +25,7 @@ def test_lower_bound_below_every_simulated_time(n, seed, preset, degree, max_flo
     c = mixed_cluster() if preset == "mixed" else Cluster.preset(preset)
     env = SimEnv(g, c, executor=executor)
     lb = env.lower_bound()
-    assert lb == lower_bound(g, c) and lb > 0
+    assert lb == lower_bound(g, c, executor) and lb > 0
     rng = np.random.default_rng(seed)
     P = np.concatenate([rng.integers(0, c.num_devices, size=(16, n)), np.repeat(np.arange(c.num_devices)[:, None], n, axis=1)])
     times, _ = env.step_times(P)
