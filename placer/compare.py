@@ -4,7 +4,7 @@
 >>> import envs
 >>> report = compare(random_dag(30, seed=0), envs.Cluster.preset("k80x2"), methods=["round_robin", "m_topo"])
 >>> [r.method for r in report.rows], report.rows[-1].kind
-(['round_robin', 'm_topo', 'lower bound'], 'bound')
+(['round_robin', 'm_topo', 'previous bound', 'lower bound'], 'bound')
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ GIB = float(1 << 30)
 #: schedulers, search. Baselines registered later follow in registration order.
 ORDER = (
     "single", "round_robin", "expert", "gpipe", "accelerate", "scotch", "metis", "kernighan_lin",
-    "heft", "m_topo", "m_etf", "m_sct", "random_search", "annealing",
+    "heft", "m_topo", "m_etf", "m_sct", "random_search", "annealing", "ilp",
 )
 
 
@@ -94,6 +94,9 @@ class CompareReport:
     best_single_device: str | None
     seed: int = 0
     executor: str = "eager"
+    lower_bound_name: str = ""
+    previous_lower_bound_s: float | None = None
+    previous_lower_bound_name: str = ""
 
     def best(self, kind: str = "baseline") -> Row | None:
         """The fastest ``ok`` row of a kind (``"baseline"``: the best heuristic)."""
@@ -113,11 +116,14 @@ class CompareReport:
             "best_single_device": self.best_single_device,
             "best_heuristic": best.method if best else None,
             "lower_bound_s": self.lower_bound_s,
+            "lower_bound_name": self.lower_bound_name,
+            "previous_lower_bound_s": self.previous_lower_bound_s,
+            "previous_lower_bound_name": self.previous_lower_bound_name,
             "rows": [r.to_dict() for r in self.rows],
         }
 
     def table(self) -> str:
-        """A markdown table: one row per method, the bound last."""
+        """A markdown table: one row per method, then the previous bound and the (best) lower bound."""
         head = (
             f"| method | status | step time (ms) | speed-up | place time (s) | peak GiB ({', '.join(self.devices)}) |\n"
             "|---|---|---:|---:|---:|---|\n"
@@ -130,7 +136,7 @@ class CompareReport:
             speed = f"{r.speedup:.2f}x" if r.speedup is not None else "—"
             place = f"{r.place_time_s:.2f}" if r.place_time_s is not None else "—"
             peaks = "/".join(f"{r.peak_bytes.get(d, 0) / GIB:.1f}" for d in self.devices) if r.peak_bytes else "—"
-            status = f"{r.status}: {r.message}" if r.status in ("error", "oom") and r.message else r.status
+            status = f"{r.status}: {r.message}" if r.status in ("error", "oom", "bound") and r.message else r.status
             lines.append(f"| {r.method} | {status.replace('|', '/')} | {step} | {speed} | {place} | {peaks} |")
         return head + "\n".join(lines)
 
@@ -244,15 +250,22 @@ def compare(
     for (label, p), (_, idx) in zip(labelled, given):
         row = Row(method=label, kind="placement", placement=p)
         rows.append(_scored_row(row, env, idx, best_single_s))
-    bound = float(env.lower_bound())
+    lb = env.lower_bound()
+    bound = float(lb)
+    name, previous, previous_name = getattr(lb, "name", ""), float(getattr(lb, "previous", bound)), getattr(lb, "previous_name", "")
     rows.append(Row(
-        method="lower bound", kind="bound", status="bound", step_time_s=bound,
+        method="previous bound", kind="bound", status="bound", step_time_s=previous, message=previous_name,
+        speedup=(best_single_s / previous) if best_single_s and previous > 0 else None,
+    ))
+    rows.append(Row(
+        method="lower bound", kind="bound", status="bound", step_time_s=bound, message=name,
         speedup=(best_single_s / bound) if best_single_s and bound > 0 else None,
     ))
     return CompareReport(
         graph=graph.name, graph_hash=graph.content_hash, cluster=getattr(cluster, "name", ""),
         devices=list(cluster.device_names), rows=rows, lower_bound_s=bound,
         best_single_s=best_single_s, best_single_device=best_dev, seed=seed, executor=executor,
+        lower_bound_name=name, previous_lower_bound_s=previous, previous_lower_bound_name=previous_name,
     )
 
 
