@@ -57,7 +57,7 @@ from placer.baselines import register
 from placer.baselines._common import BaselineUnavailable, colocation_groups
 
 #: Conditional constraints per second of ``time_limit_s`` the item count is sized for.
-CONSTRAINTS_PER_S = 2000
+CONSTRAINTS_PER_S = 300
 
 #: Heuristics tried as the solver's starting point (the fastest under the eager simulator wins).
 DEFAULT_HINTS = "m_etf,heft,m_topo,single"
@@ -476,7 +476,8 @@ def solve(items: Items, cluster, *, time_limit_s: float = 60.0, num_workers: int
     solver.parameters.max_time_in_seconds = max(float(time_limit_s) - (time.perf_counter() - t0), 1.0)
     solver.parameters.num_workers = max(int(num_workers), 1)
     solver.parameters.random_seed = int(seed)
-    solver.parameters.symmetry_level = 0  # symmetry detection costs seconds on these models and finds little
+    solver.parameters.symmetry_level = 0  # symmetry detection and probing cost seconds on these models and find little
+    solver.parameters.cp_model_probing_level = 0
     if os.environ.get("PLACER_ILP_LOG"):
         solver.parameters.log_search_progress = True
     status = solver.Solve(m)
@@ -513,6 +514,8 @@ def _complete_hint(cp_model, m, x, pos, hint_device, hint_order, limit_s: float)
     solver = cp_model.CpSolver()
     solver.parameters.max_time_in_seconds = limit_s
     solver.parameters.num_workers = 1
+    solver.parameters.symmetry_level = 0
+    solver.parameters.cp_model_probing_level = 0
     status = solver.Solve(fixed)
     if os.environ.get("PLACER_ILP_LOG"):
         print("hint completion:", solver.StatusName(status), solver.WallTime())
