@@ -141,6 +141,14 @@ class CompareReport:
         return head + "\n".join(lines)
 
 
+def default_methods(exclude: Sequence[str] = ()) -> list[str]:
+    """Every registered baseline in table order (:data:`ORDER`, then the rest), less ``exclude``."""
+    from placer import baselines
+
+    known = baselines.names()
+    return [m for m in [*[m for m in ORDER if m in known], *[m for m in known if m not in ORDER]] if m not in exclude]
+
+
 def _one_line(e: BaseException) -> str:
     text = str(e).strip().splitlines()
     return f"{type(e).__name__}: {text[0]}" if text else type(e).__name__
@@ -203,8 +211,7 @@ def compare(
     from placer.baselines._common import BaselineUnavailable
 
     if methods is None:
-        known = baselines.names()
-        names = [m for m in ORDER if m in known] + [m for m in known if m not in ORDER]
+        names = default_methods()
     else:
         names = list(methods)
     for m in names:
