@@ -33,7 +33,7 @@ PAPER_CLUSTERS = ("k80x2", "k80x4")
 MODERN_CLUSTERS = ("v100x4", "h100x8")
 RL_POLICIES = ("seq2seq", "hierarchical")
 #: Heuristics with a column of their own (the paper's Scotch, min-cut and expert).
-NAMED_COLUMNS = ("scotch", "metis", "expert")
+NAMED_COLUMNS = ("scotch", "metis", "expert", "ilp")
 #: Rows of ``compare`` that are not a heuristic rival (the single-device columns cover "single").
 NOT_A_RIVAL = ("single",)
 
@@ -238,9 +238,9 @@ def _rl_cell(r: Table1Row, policy: str) -> str:
 def markdown_table(rows: Sequence[Table1Row]) -> str:
     """Table 1 as markdown: one line per (model, cluster), step times in ms."""
     head = (
-        "| model | ops | cluster | single CPU | single GPU | Scotch | METIS | expert | best other heuristic "
+        "| model | ops | cluster | single CPU | single GPU | Scotch | METIS | expert | ILP (CP-SAT) | best other heuristic "
         "| RL seq2seq | RL hierarchical | lower bound | RL vs expert | RL vs best heuristic |\n"
-        "|---|---:|---|---:|---:|---:|---:|---:|---|---:|---:|---:|---:|---:|"
+        "|---|---:|---|---:|---:|---:|---:|---:|---:|---|---:|---:|---:|---:|---:|"
     )
     lines = [head]
     for r in rows:

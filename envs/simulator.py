@@ -349,11 +349,11 @@ class SimEnv:
         return cands[names[best]], names[best], float(times[best])
 
     def lower_bound(self) -> float:
-        """:func:`envs.bound.lower_bound` for this graph and cluster (cached)."""
+        """:func:`envs.bound.lower_bound` for this graph, cluster and executor (cached; a :class:`envs.bound.LowerBound`)."""
         if self._lower_bound is None:
             from envs.bound import lower_bound_from_times
 
-            self._lower_bound = lower_bound_from_times(self.sim_graph, self.cluster, self.fwd_s, self.bwd_s)
+            self._lower_bound = lower_bound_from_times(self.sim_graph, self.cluster, self.fwd_s, self.bwd_s, self.executor)
         return self._lower_bound
 
 

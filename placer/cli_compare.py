@@ -26,6 +26,8 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--microbatches", default="1", metavar="M[,M...]",
                    help="microbatches per step (a pipelined plan, the batch split M ways with gradient accumulation); "
                    "several, e.g. 1,2,4,8, to search: each method's row is its fastest M (default 1)")
+    p.add_argument("--option", action="append", default=[], metavar="[METHOD.]KEY=VALUE",
+                   help="an option for every method that takes KEY (or for METHOD only), e.g. time_limit_s=30 or ilp.num_workers=2 (repeatable)")
     p.add_argument("--json", action="store_true", help="print the report as JSON")
     p.add_argument("--plot", metavar="FILE.png", help="also draw a bar chart of the step times")
     add_profile_argument(p)
@@ -56,6 +58,29 @@ def _microbatches(text: str) -> list[int]:
     return [check_microbatches(int(t), "--microbatches") for t in items]
 
 
+def _options(items: list[str], methods: list[str] | None) -> dict[str, dict]:
+    """``--option`` values per method: ``KEY=VALUE`` for every method whose function takes KEY, ``METHOD.KEY=VALUE`` for one."""
+    import inspect
+
+    from graphs import PlacerError
+    from placer import baselines
+    from placer.cli_sim import parse_options
+
+    names = methods if methods is not None else baselines.names()
+    out: dict[str, dict] = {}
+    for item in items:
+        (key, value), = parse_options([item]).items()
+        method, dot, key = key.rpartition(".")
+        if dot and method not in names:
+            raise PlacerError(f"--option {item!r}: method {method!r} is not compared")
+        takers = [m for m in ([method] if dot else names) if key in inspect.signature(baselines.get(m)).parameters]
+        if not takers:
+            raise PlacerError(f"--option {item!r}: no compared method takes {key!r}")
+        for m in takers:
+            out.setdefault(m, {})[key] = value
+    return out
+
+
 def run(args: argparse.Namespace) -> int:
     import envs
     from placer.checks import check_output_file, check_seed
@@ -70,6 +95,7 @@ def run(args: argparse.Namespace) -> int:
         check_output_file(args.plot, "--plot")
     cluster = envs.resolve_cluster(args.cluster)
     methods = _methods(args.methods)
+    options = _options(args.option, methods)
     model = None
     if looks_like_callable(args.graph):  # keep the model for the methods that need one (accelerate)
         import graphs
@@ -84,7 +110,7 @@ def run(args: argparse.Namespace) -> int:
         graph, cluster = with_profile(graph, cluster, args.profile)
     placements = [(path, Placement.load(path)) for path in args.placement]
     report = compare(graph, cluster, methods=methods, placements=placements, seed=args.seed, model=model, executor=args.executor,
-                     microbatches=microbatches)
+                     microbatches=microbatches, options=options)
     if args.plot:
         plot(report, args.plot)
     if args.json:

@@ -195,7 +195,8 @@ def run_simulate(args: argparse.Namespace) -> int:
         write_text_atomic(args.trace, to_json(result.extra.pop("trace"), indent=None))
     if args.json:
         doc = result.to_dict()
-        doc["lower_bound_s"] = bound
+        doc["lower_bound_s"] = float(bound)
+        doc["lower_bound_name"] = getattr(bound, "name", "")
         doc["graph"] = graph.name
         doc["cluster"] = cluster.name
         doc["executor"] = args.executor
@@ -204,7 +205,8 @@ def run_simulate(args: argparse.Namespace) -> int:
     sim_s = result.extra["sim_step_time_s"]
     print(f"{graph.name or args.graph} ({graph.num_ops} ops) on {cluster.name}, placement {args.placement}, {args.executor} executor")
     if result.ok:
-        print(f"step time   {result.step_time_s * 1e3:.3f} ms  (lower bound {bound * 1e3:.3f} ms, {result.step_time_s / bound:.2f}x)" if bound > 0 else f"step time   {result.step_time_s * 1e3:.3f} ms")
+        named = f": {bound.name}" if getattr(bound, "name", "") else ""
+        print(f"step time   {result.step_time_s * 1e3:.3f} ms  (lower bound {bound * 1e3:.3f} ms{named}, {result.step_time_s / bound:.2f}x)" if bound > 0 else f"step time   {result.step_time_s * 1e3:.3f} ms")
     else:
         print(f"step time   -  ({sim_s * 1e3:.3f} ms ignoring memory; lower bound {bound * 1e3:.3f} ms)")
     print(f"status      {result.status}{': ' + result.message if result.message else ''}")

@@ -4,7 +4,7 @@
 >>> import envs
 >>> report = compare(random_dag(30, seed=0), envs.Cluster.preset("k80x2"), methods=["round_robin", "m_topo"])
 >>> [r.method for r in report.rows], report.rows[-1].kind
-(['round_robin', 'm_topo', 'lower bound'], 'bound')
+(['round_robin', 'm_topo', 'previous bound', 'lower bound'], 'bound')
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ GIB = float(1 << 30)
 #: schedulers, search. Baselines registered later follow in registration order.
 ORDER = (
     "single", "round_robin", "expert", "gpipe", "accelerate", "scotch", "metis", "kernighan_lin",
-    "heft", "m_topo", "m_etf", "m_sct", "random_search", "annealing",
+    "heft", "m_topo", "m_etf", "m_sct", "random_search", "annealing", "ilp",
 )
 
 
@@ -47,6 +47,7 @@ class Row:
         sim_step_time_s: step time ignoring memory (for ``oom`` rows).
         microbatches: M of the plan scored (the best of those searched).
         placement: the placement itself (not serialised).
+        meta: what the method reports about its run (a solver's status and bound...).
     """
 
     method: str
@@ -60,9 +61,10 @@ class Row:
     sim_step_time_s: float | None = None
     microbatches: int = 1
     placement: Placement | None = None
+    meta: dict[str, Any] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
-        return {
+        out = {
             "method": self.method,
             "kind": self.kind,
             "status": self.status,
@@ -74,6 +76,11 @@ class Row:
             "sim_step_time_s": self.sim_step_time_s,
             "microbatches": self.microbatches,
         }
+        if self.meta:
+            out["meta"] = self.meta
+        if self.placement is not None and self.placement.order is not None:
+            out["order"] = self.placement.order.tolist()
+        return out
 
 
 @dataclass
@@ -90,6 +97,9 @@ class CompareReport:
     best_single_device: str | None
     seed: int = 0
     executor: str = "eager"
+    lower_bound_name: str = ""
+    previous_lower_bound_s: float | None = None
+    previous_lower_bound_name: str = ""
 
     def best(self, kind: str = "baseline") -> Row | None:
         """The fastest ``ok`` row of a kind (``"baseline"``: the best heuristic)."""
@@ -109,11 +119,14 @@ class CompareReport:
             "best_single_device": self.best_single_device,
             "best_heuristic": best.method if best else None,
             "lower_bound_s": self.lower_bound_s,
+            "lower_bound_name": self.lower_bound_name,
+            "previous_lower_bound_s": self.previous_lower_bound_s,
+            "previous_lower_bound_name": self.previous_lower_bound_name,
             "rows": [r.to_dict() for r in self.rows],
         }
 
     def table(self) -> str:
-        """A markdown table: one row per method, the bound last."""
+        """A markdown table: one row per method, then the previous bound and the (best) lower bound."""
         head = (
             f"| method | status | step time (ms) | speed-up | place time (s) | peak GiB ({', '.join(self.devices)}) |\n"
             "|---|---|---:|---:|---:|---|\n"
@@ -126,10 +139,18 @@ class CompareReport:
             speed = f"{r.speedup:.2f}x" if r.speedup is not None else "—"
             place = f"{r.place_time_s:.2f}" if r.place_time_s is not None else "—"
             peaks = "/".join(f"{r.peak_bytes.get(d, 0) / GIB:.1f}" for d in self.devices) if r.peak_bytes else "—"
-            status = f"{r.status}: {r.message}" if r.status in ("error", "oom") and r.message else r.status
+            status = f"{r.status}: {r.message}" if r.status in ("error", "oom", "bound") and r.message else r.status
             label = f"{r.method} (M={r.microbatches})" if r.microbatches != 1 else r.method
             lines.append(f"| {label} | {status.replace('|', '/')} | {step} | {speed} | {place} | {peaks} |")
         return head + "\n".join(lines)
+
+
+def default_methods(exclude: Sequence[str] = ()) -> list[str]:
+    """Every registered baseline in table order (:data:`ORDER`, then the rest), less ``exclude``."""
+    from placer import baselines
+
+    known = baselines.names()
+    return [m for m in [*[m for m in ORDER if m in known], *[m for m in known if m not in ORDER]] if m not in exclude]
 
 
 def _one_line(e: BaseException) -> str:
@@ -145,8 +166,8 @@ def _accepts(fn: Any, name: str) -> bool:
     return name in params or any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())
 
 
-def _scored_row(row: Row, env: Any, idx: Any, best_single_s: float | None) -> Row:
-    result = env.simulate(idx)
+def _scored_row(row: Row, env: Any, idx: Any, best_single_s: float | None, order: Any = None) -> Row:
+    result = env.simulate(idx, order=order)  # a Placement brings its own issue order and microbatches
     row.microbatches = int(result.extra.get("microbatches", 1))
     row.status = result.status
     row.peak_bytes = dict(result.peak_bytes)
@@ -200,8 +221,7 @@ def compare(
     from placer.baselines._common import BaselineUnavailable
 
     if methods is None:
-        known = baselines.names()
-        names = [m for m in ORDER if m in known] + [m for m in known if m not in ORDER]
+        names = default_methods()
     else:
         names = list(methods)
     for m in names:
@@ -230,7 +250,7 @@ def compare(
         ms = _ms(own.pop("microbatches"), f"options[{m!r}]['microbatches']") if "microbatches" in own else default_ms
         tried: list[Row] = []
         uses_env = _accepts(fn, "env")
-        placed: tuple[np.ndarray, float] | None = None  # a method blind to M places once for all of them
+        placed: tuple[Any, float] | None = None  # a method blind to M places once for all of them
         for M in ms:
             kwargs: dict[str, Any] = {"seed": seed, **own}
             if model is not None and _accepts(fn, "model"):
@@ -241,15 +261,18 @@ def compare(
             t0 = time.perf_counter()
             try:
                 if placed is None or uses_env:
-                    placed = (np.asarray(fn(graph, cluster, **kwargs)), time.perf_counter() - t0)
-                idx, row.place_time_s = placed
+                    placed = (fn(graph, cluster, **kwargs), time.perf_counter() - t0)
+                out, row.place_time_s = placed
             except BaselineUnavailable as e:
                 row.status, row.message = e.status, str(e)
             except Exception as e:  # one failing method must not sink the table
                 row.status, row.message = "error", _one_line(e)
             else:
-                row.placement = Placement.from_indices(graph, cluster.device_names, idx, cluster=cluster.name, method=m,
-                                                       meta={"seed": seed}, microbatches=M)
+                if isinstance(out, Placement):  # a method that plans its issue order too (ilp)
+                    row.placement, row.meta = out, dict(out.meta)
+                else:
+                    row.placement = Placement.from_indices(graph, cluster.device_names, np.asarray(out), cluster=cluster.name,
+                                                           method=m, meta={"seed": seed}, microbatches=M)
                 try:
                     _scored_row(row, env, row.placement, best_single_s)
                 except Exception as e:
@@ -267,16 +290,24 @@ def compare(
     for (label, p), (_, idx) in zip(labelled, given):
         row = Row(method=label, kind="placement", placement=p)
         rows.append(_scored_row(row, env.with_microbatches(p.microbatches), idx, best_single_s))
-    scored_ms = set(default_ms) | {p.microbatches for _, p in labelled}
-    bound = float(min(env.with_microbatches(M).lower_bound() for M in sorted(scored_ms)))  # no plan scored here beats it
+    scored_ms = sorted(set(default_ms) | {p.microbatches for _, p in labelled})
+    # no plan scored here beats the smallest bound over the Ms scored
+    lb = min((env.with_microbatches(M).lower_bound() for M in scored_ms), key=float)
+    bound = float(lb)
+    name, previous, previous_name = getattr(lb, "name", ""), float(getattr(lb, "previous", bound)), getattr(lb, "previous_name", "")
     rows.append(Row(
-        method="lower bound", kind="bound", status="bound", step_time_s=bound,
+        method="previous bound", kind="bound", status="bound", step_time_s=previous, message=previous_name,
+        speedup=(best_single_s / previous) if best_single_s and previous > 0 else None,
+    ))
+    rows.append(Row(
+        method="lower bound", kind="bound", status="bound", step_time_s=bound, message=name,
         speedup=(best_single_s / bound) if best_single_s and bound > 0 else None,
     ))
     return CompareReport(
         graph=graph.name, graph_hash=graph.content_hash, cluster=getattr(cluster, "name", ""),
         devices=list(cluster.device_names), rows=rows, lower_bound_s=bound,
         best_single_s=best_single_s, best_single_device=best_dev, seed=seed, executor=executor,
+        lower_bound_name=name, previous_lower_bound_s=previous, previous_lower_bound_name=previous_name,
     )
 
 

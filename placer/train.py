@@ -283,9 +283,10 @@ def _heuristics(graph: OpGraph, cluster: Cluster, config: TrainConfig) -> dict[s
 
     Methods that cannot run get ``inf``.
     """
-    from placer.compare import compare
+    from placer.compare import compare, default_methods
 
-    methods = list(config.heuristics) if config.heuristics is not None else None
+    # by default every heuristic but ilp: a solver run of a minute whose plan rests on its own issue order
+    methods = list(config.heuristics) if config.heuristics is not None else default_methods(exclude=("ilp",))
     if methods == []:
         return {}
     report = compare(graph, cluster, methods=methods, seed=config.seed, executor=config.executor,

@@ -44,6 +44,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--warm-start", choices=("best", "none"), default="best",
                         help="RL starts by imitating the best heuristic (default, as placer train) or from scratch")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--ilp-time-limit", type=float, default=60.0, metavar="S",
+                        help="seconds for the ilp baseline's solver per (model, cluster) (default 60)")
     parser.add_argument("--executor", choices=("dataflow", "eager"), default="dataflow",
                         help="simulator executor model (default dataflow: the paper's TensorFlow setting; "
                              "eager is the PyTorch runtime placer.apply builds)")
@@ -70,6 +72,7 @@ def main(argv: list[str] | None = None) -> int:
         rows = report.run_table1(
             graphs, clusters, rl_budget_s=args.time_budget, policies=policies, seed=args.seed,
             warm_start=args.warm_start, logdir=args.logdir, progress=say, executor=args.executor,
+            compare_options={"ilp": {"time_limit_s": args.ilp_time_limit}},
         )
     except PlacerError as e:
         print(f"error: {e}", file=sys.stderr)

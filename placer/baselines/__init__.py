@@ -4,6 +4,7 @@ Each baseline lives in its own module of this package and registers itself with
 :func:`register`; every module here is imported on first use. A baseline is
 ``fn(graph, cluster, **options) -> np.ndarray`` of device indices per op (into
 ``cluster.device_names``); :func:`place` wraps it into a :class:`placer.Placement`.
+A method that plans the issue order as well (``ilp``) returns the Placement itself.
 """
 
 from __future__ import annotations
@@ -74,6 +75,8 @@ def place(name: str, graph: OpGraph, cluster: Any, **options: Any) -> Placement:
     if M > 1 and "env" in inspect.signature(fn).parameters:
         kwargs["env"] = env
     idx = fn(graph, cluster, **kwargs)
+    if isinstance(idx, Placement):  # a method that plans its own issue order (ilp)
+        return idx
     order, how, step_s = env.plan_order(idx)  # the issue order placer.apply will follow
     meta = {k: v for k, v in options.items() if isinstance(v, (int, float, str, bool))}
     return Placement.from_indices(

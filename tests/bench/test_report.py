@@ -50,8 +50,8 @@ def test_markdown_cells():
     text = markdown_table([row(), row(baselines={"expert": 0.3, "heft": 0.2}, statuses={})])
     first, second = text.splitlines()[2:4]
     cells = [c.strip() for c in first.strip("|").split("|")]
-    assert cells[:9] == ["nmt", "10", "k80x4", "OOM", "400", "250", "OOM", "300", "**heft 200**"]
-    assert cells[9:] == ["150", "180", "100", "+50.0%", "+25.0%"]
+    assert cells[:10] == ["nmt", "10", "k80x4", "OOM", "400", "250", "OOM", "300", "n/a", "**heft 200**"]  # n/a: no ilp row
+    assert cells[10:] == ["150", "180", "100", "+50.0%", "+25.0%"]
     assert "| n/a | n/a |" in second  # no scotch/metis row at all (not installed / not run)
     starved = row(rl={"seq2seq": None}, rl_runs={"seq2seq": {"iterations": 0}})
     assert "| none (0 iterations) | not run |" in markdown_table([starved])

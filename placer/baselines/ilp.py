@@ -1,0 +1,626 @@
+"""``ilp``: placement and issue order by a constraint solver (OR-Tools CP-SAT), the exact rival.
+
+The model is the eager executor of :mod:`envs.schedule`, written as constraints
+over *items* (the ops themselves when the graph is small enough, else the groups
+of :func:`graphs.grouping.coarsen`, co-located ops always together):
+
+* decisions: the device of each item (``x[i, d]``) and its issue position
+  (``pos[i]``, a permutation; an item's ops are issued together, in node order);
+* forward events in issue order: for each item, its incoming copies (one per
+  producer and device, made at the first consumer issued there, in ``in_csr``
+  order), then the item itself; every event has start/end times and the host
+  clock before and after it. A GPU kernel starts after the host has dispatched
+  it (``launch``), a host op and a copy into the host block the host, a copy
+  waits for the host; every GPU stream and every link serves its events in
+  issue order (pairwise ``start >= end`` under "before" literals), peer copies
+  hold both streams;
+* backward: every task starts after the forward was issued; each GPU and the one
+  host queue run their backward tasks in reverse issue order after their forward
+  work; a gradient copy waits for its consumers' backward and its link (reverse
+  issue order of the producers, after the link's forward copies); a producer's
+  backward waits for its gradient copies;
+* redundant ``NoOverlap`` constraints over optional interval variables per GPU
+  (forward and backward tasks) and per link (copies);
+* memory: a device's static bytes and kept activations fit its capacity (all of
+  them are live when its first backward task starts, so this is necessary);
+* objective: the last end plus the largest optimizer update.
+
+Every constraint is a lower bound on a start (``>=``), and the simulator's
+schedule is the least solution of them, so for fixed decisions the model's
+optimum *is* the simulated step (up to rounding to integer time units); with
+one item per op the solver's optimum is the best placement and issue order
+under the eager simulator. With groups it is an approximation: the plan is
+scored by the simulator, which is what the row reports.
+
+Items: as many as fit ``time_limit_s`` (the model has about ``(items +
+edges)^2 x devices x 3`` conditional constraints); ``max_items`` caps them. The
+solver starts from the best of a few heuristics (``hint``) projected on the
+items, with ``num_workers`` parallel workers. The row's ``meta`` has the
+solver's objective, its proven bound (both for the item problem, in seconds),
+its status, solve time and the item count.
+
+Needs the ``ilp`` extra (``pip install 'placer[ilp]'``).
+"""
+
+from __future__ import annotations
+
+import heapq
+import os
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from graphs import OpGraph, PlacerError
+from placer.baselines import register
+from placer.baselines._common import BaselineUnavailable, colocation_groups
+
+#: Conditional constraints per second of ``time_limit_s`` the item count is sized for.
+CONSTRAINTS_PER_S = 300
+
+#: Heuristics tried as the solver's starting point (the fastest under the eager simulator wins).
+DEFAULT_HINTS = "m_etf,heft,m_topo,single"
+
+
+@dataclass
+class Items:
+    """The placement problem over items (ops or groups of ops)."""
+
+    op_item: np.ndarray  # item per op
+    fwd: np.ndarray  # [K, D] seconds
+    bwd: np.ndarray  # [K, D]
+    launch: np.ndarray  # [K, D] host dispatch seconds of the item on each GPU (0 on the host)
+    mem: np.ndarray  # [K] static + activation bytes
+    params: np.ndarray  # [K] parameter bytes
+    edges: list[tuple[int, int, int]]  # (producer item, consumer item, bytes), consumers ascending, in_csr order
+
+    @property
+    def num_items(self) -> int:
+        return len(self.fwd)
+
+
+def build_items(graph: OpGraph, cluster, op_item: np.ndarray) -> Items:
+    """Sum op costs into items; ``op_item`` must number items in a topological order of their graph."""
+    from envs import cost
+
+    fwd_s, bwd_s = cost.op_times(graph, cluster)
+    K = int(op_item.max()) + 1 if graph.num_ops else 0
+    D = cluster.num_devices
+    host = np.asarray(cluster.kinds) == "cpu"
+    launch_op = np.where(host[None, :], 0.0, np.where(fwd_s > 0, np.asarray(cluster.launch_overhead_s)[None, :], 0.0))
+    fwd, bwd, launch = (np.zeros((K, D)) for _ in range(3))
+    np.add.at(fwd, op_item, fwd_s)
+    np.add.at(bwd, op_item, bwd_s)
+    np.add.at(launch, op_item, launch_op)
+    mem = np.bincount(op_item, weights=(cost.static_bytes(graph) + cost.activation_bytes(graph)).astype(np.float64), minlength=K)
+    params = np.bincount(op_item, weights=graph.param_bytes.astype(np.float64), minlength=K)
+    in_ptr, in_src, in_eid = graph.in_csr
+    per_consumer: list[dict[int, dict[int, int]]] = [dict() for _ in range(K)]  # v -> u_item -> {u_op: bytes}
+    for v in range(graph.num_ops):
+        iv = int(op_item[v])
+        for k in range(int(in_ptr[v]), int(in_ptr[v + 1])):
+            u = int(in_src[k])
+            iu = int(op_item[u])
+            if iu == iv:
+                continue
+            by_op = per_consumer[iv].setdefault(iu, {})
+            by_op[u] = max(by_op.get(u, 0), int(graph.edge_bytes[in_eid[k]]))
+    edges = [(iu, iv, sum(by_op.values())) for iv in range(K) for iu, by_op in per_consumer[iv].items()]
+    return Items(op_item.astype(np.int64), fwd, bwd, launch, mem, params, edges)
+
+
+def choose_items(graph: OpGraph, cluster, time_limit_s: float, max_items: int | None) -> np.ndarray:
+    """Item per op: single ops (co-located ones joined) when they fit the budget, else coarsened groups."""
+    from graphs.grouping import coarsen
+
+    D = cluster.num_devices
+    budget = CONSTRAINTS_PER_S * max(float(time_limit_s), 1.0)
+    units = colocation_groups(graph)
+    num_units = int(units.max()) + 1 if len(units) else 0
+    cap = num_units if max_items is None else min(num_units, int(max_items))
+    k = max(cap, 1)
+    while True:
+        if k >= num_units and _topological_units(graph, units):
+            op_item = units
+        else:
+            op_item = coarsen(graph, max_groups=k).op_group.astype(np.int64)
+        K = int(op_item.max()) + 1 if len(op_item) else 0
+        a, b = op_item[graph.edge_src], op_item[graph.edge_dst]
+        E = len(np.unique(a[a != b] * K + b[a != b]))
+        if 3 * (K + E) ** 2 * D <= budget or k <= 2:
+            return op_item
+        k = max(2, min(int(k * 0.8), K - 1))
+
+
+def _topological_units(graph: OpGraph, units: np.ndarray) -> bool:
+    """True if co-location units, numbered by first op, have every cross edge going forward."""
+    s, d = units[graph.edge_src], units[graph.edge_dst]
+    return bool(np.all(s <= d))
+
+
+def _reach(K: int, edges: list[tuple[int, int, int]]) -> list[int]:
+    """Bitset of the items reachable from each item (items are topologically numbered)."""
+    succ: list[list[int]] = [[] for _ in range(K)]
+    for u, v, _ in edges:
+        succ[u].append(v)
+    reach = [0] * K
+    for u in range(K - 1, -1, -1):
+        r = 0
+        for v in succ[u]:
+            r |= (1 << v) | reach[v]
+        reach[u] = r
+    return reach
+
+
+@dataclass
+class Solution:
+    item_device: np.ndarray
+    item_order: np.ndarray  # items in issue order
+    status: str
+    objective_s: float | None
+    bound_s: float | None
+    solve_s: float
+
+
+def solve(items: Items, cluster, *, time_limit_s: float = 60.0, num_workers: int = 1, seed: int = 0,
+          hint_device: np.ndarray | None = None, hint_order: np.ndarray | None = None) -> Solution:
+    """Build and solve the CP-SAT model of :mod:`placer.baselines.ilp`'s docstring."""
+    try:
+        from ortools.sat.python import cp_model
+    except ImportError:
+        raise BaselineUnavailable("ilp: needs OR-Tools (pip install 'placer[ilp]')", "not installed") from None
+    from envs import cost
+
+    K, D = items.fwd.shape
+    host = np.asarray(cluster.kinds) == "cpu"
+    gpus = [d for d in range(D) if not host[d]]
+    hosts = [d for d in range(D) if host[d]]
+    lat = np.asarray(cluster.latency_s, dtype=np.float64)
+    bw = np.asarray(cluster.bandwidth_bytes_per_s, dtype=np.float64)
+    edges = items.edges
+
+    def copy_s(a: int, b: int, nbytes: float) -> float:
+        return float(lat[a, b] + nbytes / bw[a, b])
+
+    # time unit: fine enough that rounding cannot reorder plans that differ by more than a few ns
+    longest = (items.fwd + items.bwd + items.launch).max(axis=1).sum() if K else 0.0
+    comm = sum(2 * max(copy_s(a, b, nb) for a in range(D) for b in range(D) if a != b) for _, _, nb in edges) if D > 1 else 0.0
+    upd = float(cost.update_times_s(np.array([items.params.sum()] * D), cluster).max()) if K else 0.0
+    horizon_s = 2.0 * (longest + comm + upd) + 1e-6
+    unit = max(horizon_s / 1e9, 1e-13)
+    H = int(horizon_s / unit) + 1
+
+    def q(seconds: float) -> int:
+        return int(round(seconds / unit))
+
+    m = cp_model.CpModel()
+    TRUE = m.NewBoolVar("true")
+    m.Add(TRUE == 1)
+
+    def on_if(ct, lits):
+        """Enforce ``ct`` under the conjunction ``lits`` (Python bools filtered; False drops it)."""
+        real = []
+        for lit in lits:
+            if lit is False:
+                return
+            if lit is not True:
+                real.append(lit)
+        if real:
+            ct().OnlyEnforceIf(real)
+        else:
+            ct()
+
+    x = [[m.NewBoolVar(f"x{i}_{d}") for d in range(D)] for i in range(K)]
+    for i in range(K):
+        m.AddExactlyOne(x[i])
+    cap = np.asarray(cluster.memory_bytes, dtype=np.float64)
+    for d in range(D):
+        if items.mem.sum() > cap[d]:
+            m.Add(sum(int(items.mem[i]) * x[i][d] for i in range(K) if items.mem[i] > 0) <= int(cap[d]))
+
+    # issue order
+    reach = _reach(K, edges)
+    pos = [m.NewIntVar(0, max(K - 1, 0), f"pos{i}") for i in range(K)]
+    if K > 1:
+        m.AddAllDifferent(pos)
+    before: dict[tuple[int, int], Any] = {}
+    for i in range(K):
+        for j in range(i + 1, K):
+            if reach[i] >> j & 1:
+                before[i, j], before[j, i] = True, False
+                continue
+            b = m.NewBoolVar(f"o{i}_{j}")
+            m.Add(pos[i] < pos[j]).OnlyEnforceIf(b)
+            m.Add(pos[i] > pos[j]).OnlyEnforceIf(b.Not())
+            before[i, j], before[j, i] = b, b.Not()
+    for u, v, _ in edges:
+        m.Add(pos[u] < pos[v])
+
+    same_cache: dict[tuple[int, int], Any] = {}
+
+    def same(v: int, w: int):
+        if v == w:
+            return True
+        key = (min(v, w), max(v, w))
+        if key not in same_cache:
+            s = m.NewBoolVar(f"same{key}")
+            zs = []
+            for d in range(D):
+                z = m.NewBoolVar("")
+                m.AddImplication(z, x[v][d])
+                m.AddImplication(z, x[w][d])
+                m.AddBoolOr([x[v][d].Not(), x[w][d].Not(), z])
+                zs.append(z)
+            m.Add(s == sum(zs))
+            same_cache[key] = s
+        return same_cache[key]
+
+    def neg(lit):
+        return (not lit) if isinstance(lit, bool) else lit.Not()
+
+    def conj(lits, name=""):
+        """A literal equal to the conjunction of ``lits``."""
+        lits = [lit for lit in lits if lit is not True]
+        if any(lit is False for lit in lits):
+            return False
+        if not lits:
+            return True
+        if len(lits) == 1:
+            return lits[0]
+        z = m.NewBoolVar(name)
+        for lit in lits:
+            m.AddImplication(z, lit)
+        m.AddBoolOr([lit.Not() for lit in lits] + [z])
+        return z
+
+    consumers: list[list[tuple[int, int]]] = [[] for _ in range(K)]  # u -> [(v, bytes)]
+    for u, v, nb in edges:
+        consumers[u].append((v, nb))
+
+    def newt(name):
+        return m.NewIntVar(0, H, name)
+
+    # forward events: ops 0..K-1, copies K..K+E-1 (copy k for edge k)
+    E = len(edges)
+    ev_item = list(range(K)) + [v for _, v, _ in edges]
+    slot: list[int] = [10 ** 9] * K
+    count = [0] * K
+    for u, v, _ in edges:
+        slot.append(count[v])
+        count[v] += 1
+    N = K + E
+    S = [newt(f"s{e}") for e in range(N)]
+    En = [newt(f"e{e}") for e in range(N)]
+    hpre = [newt(f"hpre{e}") for e in range(N)]
+    hpost = [newt(f"hpost{e}") for e in range(N)]
+
+    def ev_before(e1: int, e2: int):
+        v1, v2 = ev_item[e1], ev_item[e2]
+        if v1 == v2:
+            return slot[e1] < slot[e2]
+        return before[v1, v2]
+
+    for i in range(K):
+        m.Add(En[i] == S[i] + sum(q(items.fwd[i, d]) * x[i][d] for d in range(D)))
+        m.Add(S[i] >= hpre[i])
+        m.Add(hpost[i] >= hpre[i])
+        for d in gpus:
+            if items.launch[i, d] > 0:
+                m.Add(hpost[i] >= hpre[i] + q(items.launch[i, d])).OnlyEnforceIf(x[i][d])
+            m.Add(S[i] >= hpost[i]).OnlyEnforceIf(x[i][d])
+        for d in hosts:
+            m.Add(hpost[i] >= En[i]).OnlyEnforceIf(x[i][d])
+
+    active, link = [], []
+    for k, (u, v, nb) in enumerate(edges):
+        e = K + k
+        diff = same(u, v).Not()
+        blockers = []
+        for w, _ in consumers[u]:
+            if w != v:
+                blk = conj([same(v, w), before[w, v]], f"blk{k}_{w}")
+                if blk is not False:
+                    blockers.append(blk)
+        act = m.NewBoolVar(f"act{k}")
+        m.AddImplication(act, diff)
+        for blk in blockers:
+            m.AddImplication(act, neg(blk)) if blk is not True else m.Add(act == 0)
+        m.AddBoolOr([diff.Not()] + [b for b in blockers if b is not True] + [act])
+        active.append(act)
+        lk = {}
+        for a in range(D):
+            for b in range(D):
+                if a != b:
+                    lk[a, b] = conj([act, x[u][a], x[v][b]], f"lk{k}_{a}_{b}")
+                    dur = q(copy_s(a, b, nb))
+                    m.Add(En[e] >= S[e] + dur).OnlyEnforceIf(lk[a, b])
+                    for w, nbw in consumers[u]:
+                        if w != v and nbw > nb:
+                            on_if(lambda: m.Add(En[e] >= S[e] + q(copy_s(a, b, nbw))), [lk[a, b], same(v, w)])
+        link.append(lk)
+        m.Add(S[e] >= hpre[e])
+        m.Add(hpost[e] >= hpre[e])
+        for h in hosts:
+            m.Add(hpost[e] >= En[e]).OnlyEnforceIf([act, x[v][h]])
+        for w, _ in consumers[u]:
+            on_if(lambda: m.Add(S[w] >= En[e]), [act, same(v, w)])
+
+    # streams: which events use GPU c's stream
+    on: list[dict[int, Any]] = [{c: x[i][c] for c in gpus} for i in range(K)]
+    for k, (u, v, _) in enumerate(edges):
+        per = {}
+        for c in gpus:
+            z = m.NewBoolVar(f"on{k}_{c}")
+            m.AddImplication(z, active[k])
+            m.AddBoolOr([x[u][c], x[v][c], z.Not()])
+            m.AddBoolOr([active[k].Not(), x[u][c].Not(), z])
+            m.AddBoolOr([active[k].Not(), x[v][c].Not(), z])
+            per[c] = z
+        on.append(per)
+    for e1 in range(N):
+        for e2 in range(N):
+            if e1 == e2:
+                continue
+            bf = ev_before(e1, e2)
+            if bf is False:
+                continue
+            on_if(lambda: m.Add(hpre[e2] >= hpost[e1]), [bf])
+            for c in gpus:
+                on_if(lambda: m.Add(S[e2] >= En[e1]), [bf, on[e1][c], on[e2][c]])
+    # links, forward: in issue order
+    for k1 in range(E):
+        for k2 in range(E):
+            if k1 == k2:
+                continue
+            bf = ev_before(K + k1, K + k2)
+            if bf is False:
+                continue
+            for ab, l1 in link[k1].items():
+                on_if(lambda: m.Add(S[K + k2] >= En[K + k1]), [bf, l1, link[k2][ab]])
+
+    # backward
+    HF = newt("hf")
+    for e in range(N):
+        m.Add(HF >= hpost[e])
+    BS = [newt(f"bs{i}") for i in range(K)]
+    BE = [newt(f"be{i}") for i in range(K)]
+    FD = {c: newt(f"fd{c}") for c in gpus}
+    for e in range(N):
+        for c in gpus:
+            m.Add(FD[c] >= En[e]).OnlyEnforceIf(on[e][c])
+    ishost = []
+    for i in range(K):
+        if len(hosts) == 1:
+            ishost.append(x[i][hosts[0]])
+        elif hosts:
+            z = m.NewBoolVar("")
+            m.Add(z == sum(x[i][h] for h in hosts))
+            ishost.append(z)
+        else:
+            ishost.append(False)
+        m.Add(BE[i] == BS[i] + sum(q(items.bwd[i, d]) * x[i][d] for d in range(D)))
+        m.Add(BS[i] >= HF)
+        for c in gpus:
+            m.Add(BS[i] >= FD[c]).OnlyEnforceIf(x[i][c])
+    for i in range(K):
+        for j in range(K):
+            if i == j or before[i, j] is False:
+                continue
+            for c in gpus:
+                on_if(lambda: m.Add(BS[i] >= BE[j]), [before[i, j], x[i][c], x[j][c]])
+            on_if(lambda: m.Add(BS[i] >= BE[j]), [before[i, j], ishost[i], ishost[j]])
+    GS = [newt(f"gs{k}") for k in range(E)]
+    GE = [newt(f"ge{k}") for k in range(E)]
+    for k, (u, v, nb) in enumerate(edges):
+        for w, _ in consumers[u]:
+            on_if(lambda: m.Add(GS[k] >= BE[w]), [active[k], same(v, w)])
+        for (a, b), lit in link[k].items():
+            m.Add(GE[k] >= GS[k] + q(copy_s(b, a, nb))).OnlyEnforceIf(lit)
+            for w, nbw in consumers[u]:
+                if w != v and nbw > nb:
+                    on_if(lambda: m.Add(GE[k] >= GS[k] + q(copy_s(b, a, nbw))), [lit, same(v, w)])
+            # the link b -> a carries the forward copies first
+            for k2 in range(E):
+                if (b, a) in link[k2]:
+                    on_if(lambda: m.Add(GS[k] >= En[K + k2]), [lit, link[k2][b, a]])
+        m.Add(BS[u] >= GE[k]).OnlyEnforceIf(active[k])
+    for k1, (u1, _, _) in enumerate(edges):
+        for k2, (u2, _, _) in enumerate(edges):
+            if u1 == u2 or before[u1, u2] is False:
+                continue
+            for ab, l1 in link[k1].items():
+                on_if(lambda: m.Add(GS[k1] >= GE[k2]), [before[u1, u2], l1, link[k2][ab]])
+
+    # redundant no-overlaps
+    for c in gpus:
+        ivs = []
+        for i in range(K):
+            ivs.append(m.NewOptionalFixedSizeIntervalVar(S[i], q(items.fwd[i, c]), x[i][c], ""))
+            ivs.append(m.NewOptionalFixedSizeIntervalVar(BS[i], q(items.bwd[i, c]), x[i][c], ""))
+        m.AddNoOverlap(ivs)
+    for a in range(D):
+        for b in range(D):
+            if a == b or not edges:
+                continue
+            ivs = []
+            for k, (_, _, nb) in enumerate(edges):
+                ivs.append(m.NewOptionalFixedSizeIntervalVar(S[K + k], q(copy_s(a, b, nb)), link[k][a, b], ""))
+                ivs.append(m.NewOptionalFixedSizeIntervalVar(GS[k], q(copy_s(a, b, nb)), link[k][b, a], ""))
+            m.AddNoOverlap(ivs)
+
+    # objective: backward end + the largest update
+    M = newt("makespan")
+    for i in range(K):
+        m.Add(M >= En[i])
+        m.Add(M >= BE[i])
+    for k in range(E):
+        m.Add(M >= En[K + k]).OnlyEnforceIf(active[k])
+        m.Add(M >= GE[k]).OnlyEnforceIf(active[k])
+    U = newt("update")
+    mem_bw = np.asarray(cluster.mem_bw_bytes_per_s, dtype=np.float64)
+    launch_s = np.asarray(cluster.launch_overhead_s, dtype=np.float64)
+    with_params = [i for i in range(K) if items.params[i] > 0]
+    for d in range(D):
+        load = sum(q(cost.UPDATE_TRAFFIC_MULTIPLIER * items.params[i] / mem_bw[d]) * x[i][d] for i in with_params)
+        for i in with_params:
+            m.Add(U >= q(launch_s[d]) + load).OnlyEnforceIf(x[i][d])
+    m.Minimize(M + U)
+
+    t0 = time.perf_counter()
+    hinted = None
+    if hint_device is not None and hint_order is not None:
+        hinted = _complete_hint(cp_model, m, x, pos, hint_device, hint_order, max(0.25 * float(time_limit_s), 1.0))
+
+    solver = cp_model.CpSolver()
+    solver.parameters.max_time_in_seconds = max(float(time_limit_s) - (time.perf_counter() - t0), 1.0)
+    solver.parameters.num_workers = max(int(num_workers), 1)
+    solver.parameters.random_seed = int(seed)
+    solver.parameters.symmetry_level = 0  # symmetry detection and probing cost seconds on these models and find little
+    solver.parameters.cp_model_probing_level = 0
+    if os.environ.get("PLACER_ILP_LOG"):
+        solver.parameters.log_search_progress = True
+    status = solver.Solve(m)
+    solve_s = time.perf_counter() - t0
+    name = solver.StatusName(status).lower()
+    if status in (cp_model.OPTIMAL, cp_model.FEASIBLE):
+        value = solver.Value
+        objective, bound = solver.ObjectiveValue() * unit, solver.BestObjectiveBound() * unit
+    elif hinted is not None and status == cp_model.UNKNOWN:  # out of time before a first solution: the hint is one
+        values = hinted[0]
+        value = lambda v: values[v.Index()]  # noqa: E731
+        name, objective, bound = "hint", hinted[1] * unit, None
+    else:
+        raise PlacerError(f"ilp: the solver found no plan in {time_limit_s:g} s (status {name})")
+    dev = np.array([next(d for d in range(D) if value(x[i][d])) for i in range(K)], dtype=np.int64)
+    order = np.argsort([value(p) for p in pos], kind="stable")
+    return Solution(dev, order, name, objective, bound, solve_s)
+
+
+def _complete_hint(cp_model, m, x, pos, hint_device, hint_order, limit_s: float) -> tuple[list[int], float] | None:
+    """Hint every variable: solve the model with the hinted devices and order fixed (times only), hint that.
+
+    A hint of the decisions alone leaves the solver to rebuild thousands of
+    times; with them fixed the rest is a longest-path problem solved at once.
+    """
+    K = len(x)
+    rank = np.empty(K, dtype=np.int64)
+    rank[np.asarray(hint_order)] = np.arange(K)
+    fixed = m.Clone()
+    for i in range(K):
+        fixed.Add(fixed.GetIntVarFromProtoIndex(pos[i].Index()) == int(rank[i]))
+        for d in range(len(x[i])):
+            fixed.Add(fixed.GetIntVarFromProtoIndex(x[i][d].Index()) == int(hint_device[i] == d))
+    solver = cp_model.CpSolver()
+    solver.parameters.max_time_in_seconds = limit_s
+    solver.parameters.num_workers = 1
+    solver.parameters.symmetry_level = 0
+    solver.parameters.cp_model_probing_level = 0
+    status = solver.Solve(fixed)
+    if os.environ.get("PLACER_ILP_LOG"):
+        print("hint completion:", solver.StatusName(status), solver.WallTime())
+    if status in (cp_model.OPTIMAL, cp_model.FEASIBLE):
+        values = list(solver.ResponseProto().solution)
+        for k in range(len(m.Proto().variables)):
+            m.AddHint(m.GetIntVarFromProtoIndex(k), int(values[k]))
+        return values, solver.ObjectiveValue()
+    for i in range(K):  # the decisions at least
+        m.AddHint(pos[i], int(rank[i]))
+        for d in range(len(x[i])):
+            m.AddHint(x[i][d], int(hint_device[i] == d))
+    return None
+
+
+def item_order_to_ops(op_item: np.ndarray, item_order: np.ndarray) -> np.ndarray:
+    """Op issue order: items in ``item_order``, each item's ops in node order."""
+    rank = np.empty(len(item_order), dtype=np.int64)
+    rank[np.asarray(item_order, dtype=np.int64)] = np.arange(len(item_order))
+    return np.lexsort((np.arange(len(op_item)), rank[op_item])).astype(np.int64)
+
+
+def _hint(graph: OpGraph, cluster, env, methods: str, seed: int) -> tuple[str, np.ndarray, np.ndarray, float] | None:
+    """The fastest of ``methods`` under the eager simulator, with its planned issue order."""
+    from placer import baselines
+
+    best = None
+    for name in [m.strip() for m in methods.split(",") if m.strip()]:
+        if name == "ilp":
+            continue
+        try:
+            idx = np.asarray(baselines.get(name)(graph, cluster, seed=seed), dtype=np.int64)
+            order, _, t = env.plan_order(idx)
+        except PlacerError:
+            continue
+        if best is None or t < best[3]:
+            best = (name, idx, order, t)
+    return best
+
+
+def _project(op_item: np.ndarray, K: int, idx: np.ndarray, order: np.ndarray, weight: np.ndarray, D: int, edges) -> tuple[np.ndarray, np.ndarray]:
+    """Item devices (the device holding most of an item's weight) and an item order (topological, by first issue)."""
+    tally = np.zeros((K, D))
+    np.add.at(tally, (op_item, idx), weight + 1e-12)
+    dev = np.argmax(tally, axis=1)
+    first = np.full(K, np.inf)
+    np.minimum.at(first, op_item[np.asarray(order)], np.arange(len(order), dtype=np.float64))
+    indeg = np.zeros(K, dtype=np.int64)
+    succ: list[list[int]] = [[] for _ in range(K)]
+    for u, v, _ in edges:
+        indeg[v] += 1
+        succ[u].append(v)
+    heap = [(first[i], i) for i in range(K) if indeg[i] == 0]
+    heapq.heapify(heap)
+    out = []
+    while heap:
+        _, u = heapq.heappop(heap)
+        out.append(u)
+        for v in succ[u]:
+            indeg[v] -= 1
+            if indeg[v] == 0:
+                heapq.heappush(heap, (first[v], v))
+    return dev, np.asarray(out, dtype=np.int64)
+
+
+@register("ilp")
+def ilp(graph: OpGraph, cluster, *, seed: int = 0, time_limit_s: float = 60.0, num_workers: int | None = None,
+        max_items: int | None = None, hint: str = DEFAULT_HINTS, env: Any = None):
+    """Placement and issue order from CP-SAT (see the module docstring); returns a ``Placement``."""
+    try:
+        import ortools  # noqa: F401
+    except ImportError:
+        raise BaselineUnavailable("ilp: needs OR-Tools (pip install 'placer[ilp]')", "not installed") from None
+    import envs
+    from placer.placement import Placement
+
+    if not float(time_limit_s) > 0:
+        raise PlacerError(f"ilp: time_limit_s must be positive, got {time_limit_s!r}")
+    if max_items is not None and int(max_items) < 1:
+        raise PlacerError(f"ilp: max_items must be >= 1, got {max_items!r}")
+    workers = (os.cpu_count() or 1) if num_workers is None else int(num_workers)
+    if workers < 1:
+        raise PlacerError(f"ilp: num_workers must be >= 1, got {num_workers!r}")
+    eager = env._as("eager") if env is not None and hasattr(env, "_as") else envs.SimEnv(graph, cluster)
+    t0 = time.perf_counter()
+    op_item = choose_items(graph, cluster, float(time_limit_s), max_items)
+    items = build_items(graph, cluster, op_item)
+    K = items.num_items
+    hint_row = _hint(graph, cluster, eager, hint, seed) if hint else None
+    hint_dev = hint_order = None
+    if hint_row is not None:
+        weight = (eager.fwd_s + eager.bwd_s).min(axis=1)
+        hint_dev, hint_order = _project(op_item, K, hint_row[1], hint_row[2], weight, cluster.num_devices, items.edges)
+    remaining = max(float(time_limit_s) - (time.perf_counter() - t0), 1.0)
+    sol = solve(items, cluster, time_limit_s=remaining, num_workers=workers, seed=seed, hint_device=hint_dev, hint_order=hint_order)
+    idx = sol.item_device[op_item].astype(np.int32)
+    order = item_order_to_ops(op_item, sol.item_order)
+    meta: dict[str, Any] = {
+        "solver_status": sol.status, "solver_objective_s": sol.objective_s, "solver_bound_s": sol.bound_s,
+        "solve_time_s": sol.solve_s, "items": K, "exact": bool(K == graph.num_ops),
+        "time_limit_s": float(time_limit_s), "num_workers": workers, "executor": "eager",
+    }
+    if hint_row is not None:
+        meta.update(hint=hint_row[0], hint_step_time_s=hint_row[3])
+    step_s = float(eager.step_times(idx[None, :], order)[0][0])
+    meta.update(issue_order="solver", step_time_s=step_s)
+    return Placement.from_indices(graph, cluster.device_names, idx, cluster=getattr(cluster, "name", ""), method="ilp",
+                                  meta=meta, order=order)
