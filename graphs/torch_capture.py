@@ -55,6 +55,11 @@ _STDLIB_DIR = os.path.abspath(sysconfig.get_paths()["stdlib"])
 def export_program(model: torch.nn.Module, example_inputs: tuple, *, decompose: bool = False):
     """The one ``torch.export`` call of the project; failures become :class:`CaptureError`.
 
+    A model built on the meta device (``with torch.device("meta"):``, or
+    accelerate's ``init_empty_weights()``) has shapes but no weights, which is
+    all a capture needs: its tensor inputs are moved to the meta device too (see
+    :func:`on_meta`). The program of a meta model can be simulated, not run.
+
     Args:
         model: the module; captured in its current train/eval mode.
         example_inputs: positional inputs of one forward call.
@@ -67,6 +72,8 @@ def export_program(model: torch.nn.Module, example_inputs: tuple, *, decompose: 
         example_inputs = tuple(example_inputs)
     elif not isinstance(example_inputs, tuple):
         example_inputs = (example_inputs,)
+    if on_meta(model):
+        example_inputs = tree_map(lambda x: x.to("meta") if isinstance(x, torch.Tensor) else x, example_inputs)
     with _quiet():
         try:
             ep = torch.export.export(model, example_inputs)
@@ -78,6 +85,26 @@ def export_program(model: torch.nn.Module, example_inputs: tuple, *, decompose: 
             except Exception as e:
                 raise CaptureError(describe_failure(e, stage="decomposition")) from None
     return ep
+
+
+def on_meta(model: torch.nn.Module) -> bool:
+    """Whether ``model`` has a parameter on the meta device (it was built without weights).
+
+    >>> with torch.device("meta"):
+    ...     m = torch.nn.Linear(2, 2)
+    >>> on_meta(m), on_meta(torch.nn.Linear(2, 2))
+    (True, False)
+    """
+    return any(p.is_meta for p in model.parameters())
+
+
+def check_runnable(model: Any) -> None:
+    """Raise :class:`CaptureError` if ``model`` has no weights (meta device): it cannot run."""
+    if isinstance(model, torch.nn.Module) and on_meta(model):
+        raise CaptureError(
+            f"{type(model).__name__} has its parameters on the meta device (built without weights): "
+            "it can be captured, simulated, compared and placed, but not run; build it with weights to run it"
+        )
 
 
 @contextlib.contextmanager

@@ -141,13 +141,17 @@ def run_clusters(args: argparse.Namespace) -> int:
 def run_place(args: argparse.Namespace) -> int:
     import envs
     from placer import baselines
-    from placer.sources import resolve_graph
+    from placer.compare import accepts
+    from placer.sources import resolve_graph_and_model
 
     check_output_file(args.output, "-o")
     check_seed(args.seed)
     cluster = envs.resolve_cluster(args.cluster)
     options = parse_options(args.option)
-    graph, cluster = _profiled(resolve_graph(args.graph), cluster, args.profile)
+    graph, model = resolve_graph_and_model(args.graph)
+    graph, cluster = _profiled(graph, cluster, args.profile)
+    if model is not None and accepts(baselines.get(args.method), "model"):
+        options["model"] = model  # accelerate's device maps need the module
     try:
         placement = baselines.place(args.method, graph, cluster, seed=args.seed, **options)
     except TypeError as e:
