@@ -1,7 +1,8 @@
 """Clusters: devices (compute, memory) and the links between every ordered pair.
 
 A :class:`Cluster` is plain data with array views for the simulator. Presets
-(``k80x2``, ``k80x4``, ``v100x4``, ``h100x8``, ``h200x1``) live in
+(``k80x2``, ``k80x4``, ``v100x4``, ``h100x8``, ``h200x1``, ``a100-40gx4``,
+``a100-80gx8``, ``l4x4``) live in
 :mod:`envs.presets`; any cluster round-trips through JSON
 (``"format": "placer-cluster/1"``)::
 
@@ -330,7 +331,7 @@ def resolve_cluster(arg: str) -> Cluster:
     raise PlacerError(f"unknown cluster {arg!r}: not a preset ({', '.join(PRESETS)}) nor a JSON file")
 
 
-CLUSTER_ARG_HELP = "a preset (k80x2, k80x4, v100x4, h100x8, h200x1; see `placer clusters`) or a placer-cluster/1 JSON file"
+CLUSTER_ARG_HELP = "a preset (k80x2, k80x4, v100x4, h100x8, h200x1, a100-40gx4, a100-80gx8, l4x4; see `placer clusters`) or a placer-cluster/1 JSON file"
 
 
 # ---------------------------------------------------------------- validation

@@ -112,9 +112,10 @@ def run_clusters(args: argparse.Namespace) -> int:
         if args.json:
             print_json([c.to_dict() for c in clusters])
             return 0
-        print(f"{'name':<8} {'devices':<44} description")
+        w = max(len(c.name) for c in clusters)
+        print(f"{'name':<{w}} {'devices':<44} description")
         for c in clusters:
-            print(f"{c.name:<8} {', '.join(c.device_names):<44} {c.description}")
+            print(f"{c.name:<{w}} {', '.join(c.device_names):<44} {c.description}")
         print("\nshow one: placer clusters NAME; save an editable file: placer clusters NAME --json > my.json")
         return 0
     c = resolve_cluster(args.name)
