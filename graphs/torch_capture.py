@@ -212,7 +212,8 @@ def _graph_from_program(ep, name: str, current: list) -> OpGraph:
     sig = ep.graph_signature
     params = dict(sig.inputs_to_parameters)
     buffers = dict(sig.inputs_to_buffers)
-    buffers.update(getattr(sig, "inputs_to_lifted_tensor_constants", {}) or {})
+    constants = dict(getattr(sig, "inputs_to_lifted_tensor_constants", {}) or {})
+    buffers.update(constants)
     user_inputs = set(sig.user_inputs)
     tensor_key = _tensor_keys(ep, list(params.values()) + list(buffers.values()))
 
@@ -291,6 +292,7 @@ def _graph_from_program(ep, name: str, current: list) -> OpGraph:
         "inplace_ops": inplace_ops,
         "unused_params": sorted(f for f in params.values() if tensor_key[f] not in owned),
         "tied_params": _tied_groups(tensor_key),
+        "constants": sorted(constants.values()),  # tensors the program made (torch.tensor(...)), not the model's
         "capture_version": CAPTURE_VERSION,
         "torch": torch.__version__,
     }

@@ -139,11 +139,8 @@ def _placed(graph: OpGraph, cluster, model: Any, strategy: str, no_split_module_
     if model is None:
         model = _meta_model(graph)
     if model is None:
-        source = graph.meta.get("source")
-        how = f"run it on {source}" if source else "run it on the module:callable (or zoo name) the graph was captured from"
-        raise BaselineUnavailable(
-            f"{method}: needs the model, not only its graph file: {how} instead of the graph file", "needs a model"
-        )
+        source = graph.meta.get("source") or "the module:callable the graph was captured from"
+        raise BaselineUnavailable(f"{method}: pass {source} instead of the graph file to get this row", "needs a model")
     return map_onto_ops(graph, device_map(model, cluster, strategy, no_split_module_classes), cluster)
 
 
