@@ -55,6 +55,10 @@ _STDLIB_DIR = os.path.abspath(sysconfig.get_paths()["stdlib"])
 def export_program(model: torch.nn.Module, example_inputs: tuple, *, decompose: bool = False):
     """The one ``torch.export`` call of the project; failures become :class:`CaptureError`.
 
+    A training step keeps no key/value cache: a module whose ``config`` has
+    ``use_cache`` (Hugging Face models) is exported with it off (see
+    :func:`_no_kv_cache`), so a causal LM's output is its logits, not a cache object.
+
     A model built on the meta device (``with torch.device("meta"):``, or
     accelerate's ``init_empty_weights()``) has shapes but no weights, which is
     all a capture needs: its tensor inputs are moved to the meta device too (see
@@ -74,7 +78,7 @@ def export_program(model: torch.nn.Module, example_inputs: tuple, *, decompose: 
         example_inputs = (example_inputs,)
     if on_meta(model):
         example_inputs = tree_map(lambda x: x.to("meta") if isinstance(x, torch.Tensor) else x, example_inputs)
-    with _quiet():
+    with _quiet(), _no_kv_cache(model):
         try:
             ep = torch.export.export(model, example_inputs)
         except Exception as e:
@@ -105,6 +109,27 @@ def check_runnable(model: Any) -> None:
             f"{type(model).__name__} has its parameters on the meta device (built without weights): "
             "it can be captured, simulated, compared and placed, but not run; build it with weights to run it"
         )
+
+
+@contextlib.contextmanager
+def _no_kv_cache(model: torch.nn.Module) -> Iterator[None]:
+    """``config.use_cache = False`` on every submodule's config while exporting (restored after).
+
+    Generation's key/value cache (transformers' ``DynamicCache``) is an output
+    that torch.export cannot flatten and a training step never reads.
+    """
+    configs = {}
+    for module in model.modules():
+        config = getattr(module, "config", None)
+        if getattr(config, "use_cache", None) is True and id(config) not in configs:
+            configs[id(config)] = config
+    for config in configs.values():
+        config.use_cache = False
+    try:
+        yield
+    finally:
+        for config in configs.values():
+            config.use_cache = True
 
 
 @contextlib.contextmanager

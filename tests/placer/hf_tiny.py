@@ -21,14 +21,15 @@ VOCAB, SEQ, BATCH = 96, 12, 2
 
 
 class LossOf(nn.Module):
-    """``model(*inputs, labels=labels).loss``, the training step's forward."""
+    """``model(**dict(zip(keys, inputs))).loss``, the training step's forward (labels among the inputs)."""
 
-    def __init__(self, model: nn.Module) -> None:
+    def __init__(self, model: nn.Module, keys: tuple[str, ...] = ("input_ids", "labels")) -> None:
         super().__init__()
         self.model = model
+        self.keys = keys
 
-    def forward(self, x: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
-        return self.model(x, labels=labels).loss
+    def forward(self, *inputs: torch.Tensor) -> torch.Tensor:
+        return self.model(**dict(zip(self.keys, inputs))).loss
 
 
 def _quiet_transformers():
@@ -65,13 +66,15 @@ def build_llama_meta():
 
 
 def build_bert():
-    """An encoder (BERT masked LM: tied decoder weights, position-id buffers, attention mask built inside)."""
+    """An encoder (BERT masked LM: tied decoder weights, position-id buffers, a padding attention mask as input)."""
     tf = _quiet_transformers()
     torch.manual_seed(0)
     cfg = tf.BertConfig(vocab_size=VOCAB, hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64,
                         max_position_embeddings=64, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
     ids = _ids(2)
-    return LossOf(tf.BertForMaskedLM(cfg)), (ids, ids.clone())
+    mask = torch.ones_like(ids)
+    mask[1, SEQ // 2 :] = 0  # the second sequence is padded
+    return LossOf(tf.BertForMaskedLM(cfg), ("input_ids", "attention_mask", "labels")), (ids, mask, ids.clone())
 
 
 def build_t5():
@@ -90,4 +93,13 @@ def build_vit():
     cfg = tf.ViTConfig(image_size=32, patch_size=8, num_channels=3, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
                        intermediate_size=64, num_labels=10, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
     g = torch.Generator().manual_seed(5)
-    return LossOf(tf.ViTForImageClassification(cfg)), (torch.randn(BATCH, 3, 32, 32, generator=g), torch.randint(0, 10, (BATCH,), generator=g))
+    return LossOf(tf.ViTForImageClassification(cfg), ("pixel_values", "labels")), (torch.randn(BATCH, 3, 32, 32, generator=g), torch.randint(0, 10, (BATCH,), generator=g))
+
+
+def build_gpt2_raw():
+    """A bare GPT-2 LM (library Conv1D layers), no wrapper: its output is a ModelOutput (logits; no cache in training)."""
+    tf = _quiet_transformers()
+    torch.manual_seed(0)
+    cfg = tf.GPT2Config(vocab_size=VOCAB, n_embd=32, n_layer=2, n_head=4, n_positions=64, resid_pdrop=0.0, embd_pdrop=0.0,
+                        attn_pdrop=0.0, bos_token_id=0, eos_token_id=0)
+    return tf.GPT2LMHeadModel(cfg), (_ids(6),)
