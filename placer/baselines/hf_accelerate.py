@@ -99,6 +99,20 @@ def map_onto_ops(graph: OpGraph, device_map: dict[str, Any], cluster) -> np.ndar
     return _follow_producers(graph, dev, int(gpus[0])).astype(np.int32)
 
 
+def no_split_modules(model: Any) -> list[str]:
+    """The class names no device map may split: every submodule's ``_no_split_modules``, as from_pretrained gathers them.
+
+    A ``module:callable`` that wraps a Hugging Face model (for its loss) hides the
+    model's own list from a look at the wrapper alone.
+    """
+    names: list[str] = []
+    for module in model.modules():
+        for name in getattr(module, "_no_split_modules", None) or []:
+            if name not in names:
+                names.append(name)
+    return names
+
+
 def device_map(model: Any, cluster, strategy: str = "balanced", no_split_module_classes: list[str] | None = None) -> dict[str, Any]:
     """accelerate's module -> device map of ``model`` for ``cluster``, as ``from_pretrained(device_map=strategy)`` makes it.
 
@@ -120,7 +134,7 @@ def device_map(model: Any, cluster, strategy: str = "balanced", no_split_module_
     cpus = [d for d, kind in enumerate(cluster.kinds) if kind == "cpu"]
     if cpus:
         max_memory["cpu"] = int(mem[cpus[0]])
-    no_split = list(no_split_module_classes or getattr(model, "_no_split_modules", None) or [])
+    no_split = list(no_split_module_classes or no_split_modules(model))
     with _quiet_accelerate():  # it warns that the cluster's GPUs are not on this machine
         if strategy != "sequential":
             max_memory = get_balanced_memory(

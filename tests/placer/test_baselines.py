@@ -308,3 +308,33 @@ def test_single_reports_oom_rather_than_the_cpu(k80x4):
     assert k80x4.kinds[idx[0]] == "gpu" and envs.simulate(g, idx, k80x4).status == "oom"
     assert k80x4.kinds[run("single", g, k80x4, cpu=True)[0]] == "cpu"
     assert run("single", g, k80x4, device="cpu:0")[0] == 0
+
+
+def test_accelerate_keeps_a_wrapped_models_blocks_whole(k80x4):
+    """A wrapper (for the loss) hides the model's _no_split_modules; from_pretrained would have used them."""
+    pytest.importorskip("accelerate")
+    from torch import nn
+
+    from placer.baselines.hf_accelerate import device_map, no_split_modules
+
+    class Block(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.a, self.b = nn.Linear(256, 256), nn.Linear(256, 256)
+
+    class Model(nn.Module):
+        _no_split_modules = ["Block"]
+
+        def __init__(self):
+            super().__init__()
+            self.blocks = nn.ModuleList([Block() for _ in range(6)])
+
+    class Wrapper(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.model = Model()
+
+    wrapper = Wrapper()
+    assert no_split_modules(wrapper) == ["Block"]
+    keys = device_map(wrapper, k80x4, "balanced")
+    assert keys and all(k.count(".") <= 2 for k in keys)  # model.blocks.i at the deepest: no block split
