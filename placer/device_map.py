@@ -65,6 +65,7 @@ def project(graph: OpGraph, indices: Sequence[int] | np.ndarray, cluster, *, mod
             module paths (it was not captured from an ``nn.Module``).
     """
     from placer.baselines._common import step_costs_s
+    from placer.baselines.hf_accelerate import _lookup
 
     idx = np.asarray(indices, dtype=np.int64)
     D = cluster.num_devices
@@ -127,15 +128,9 @@ def project(graph: OpGraph, indices: Sequence[int] | np.ndarray, cluster, *, mod
 
     visit(module)
     for fqn in unused:  # never read: with the nearest mapped module, or the heaviest device
-        if _lookup_key(out, _relative(fqn, module)) is None:
+        if _lookup(out, _relative(fqn, module)) is None:
             out[_relative(fqn, module)] = accelerate_device(cluster, int(np.argmax(weight[module])))
     return out
-
-
-def _lookup_key(device_map: dict[str, Any], path: str) -> Any:
-    from placer.baselines.hf_accelerate import _lookup
-
-    return _lookup(device_map, path)
 
 
 def projected_indices(graph: OpGraph, device_map: dict[str, Any], cluster, *, module: str = "") -> np.ndarray:
