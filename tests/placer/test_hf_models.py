@@ -124,6 +124,7 @@ def test_meta_device_model_is_captured_compared_and_refused_at_run(workdir, caps
     assert rc == 2 and "meta device" in one_line(err)
 
 
+@pytest.mark.slow  # importing transformers alone takes seconds
 def test_bare_causal_lm_is_captured_without_its_kv_cache_and_applied(workdir):
     """`return GPT2LMHeadModel(cfg), (ids,)`: the cache object used to fail the export; a training step has none."""
     import graphs
