@@ -2,7 +2,8 @@
 
 A :class:`Cluster` is plain data with array views for the simulator (a leaf
 module: no other :mod:`envs` import). Presets (``k80x2``, ``k80x4``, ``v100x4``,
-``h100x8``, ``h200x1``) and :func:`envs.resolve_cluster` live in :mod:`envs.presets`;
+``h100x8``, ``h200x1``,
+``a100-40gx4``, ``a100-80gx8``, ``l4x4``) and :func:`envs.resolve_cluster` live in :mod:`envs.presets`;
 any cluster round-trips through JSON (``"format": "placer-cluster/1"``)::
 
     {"format": "placer-cluster/1", "name": "tiny",
@@ -282,7 +283,7 @@ class Cluster:
         }
 
 
-CLUSTER_ARG_HELP = "a preset (k80x2, k80x4, v100x4, h100x8, h200x1; see `placer clusters`) or a placer-cluster/1 JSON file"
+CLUSTER_ARG_HELP = "a preset (k80x2, k80x4, v100x4, h100x8, h200x1, a100-40gx4, a100-80gx8, l4x4; see `placer clusters`) or a placer-cluster/1 JSON file"
 
 
 # ---------------------------------------------------------------- validation

@@ -1,4 +1,4 @@
-"""Preset clusters: the paper's K80 machine and three newer single-node machines.
+"""Preset clusters: the paper's K80 machine and the single-node machines people rent.
 
 Every preset has the host CPU as device 0 (``cpu:0``), as the paper's machine
 did. Numbers are *effective* rates for the roofline estimate, rounded from
@@ -32,8 +32,30 @@ per-op times) overrides them where it exists. Sources and assumptions:
   direction per GPU -> ~375e9 effective between any pair (p2p bandwidth tests
   reach 370-390 GB/s), ~6 µs.
 
+The rented machines (``a100-40gx4``, ``a100-80gx8``, ``l4x4``), from NVIDIA's
+datasheets (A100 Tensor Core GPU datasheet, 2021; L4 Tensor Core GPU datasheet,
+2023) and the cloud/DGX system pages named below, with the rules above:
+
+* A100-SXM4-40GB / -80GB: 40960 / 81920 MiB (``nvidia-smi``); fp32 19.5 TFLOP/s
+  -> 17.5e12 (TF32 156, bf16 312 dense on tensor cores: write a cluster file to
+  model those); HBM2 1,555 GB/s -> 1.32e12, HBM2e 2,039 GB/s -> 1.73e12. NVLink 3
+  through NVSwitch (HGX A100 boards: DGX A100, AWS p4d/p4de, GCP a2): 600 GB/s
+  per GPU both ways, 300 per direction -> ~250e9 effective, ~6 µs. Host link PCIe
+  4.0 x16: 32 GB/s peak per direction -> ~25e9, ~8 µs.
+* ``a100-40gx4`` as GCP a2-highgpu-4g: 4 A100-40GB, 24 Cascade Lake cores
+  (48 vCPUs, AVX-512: ~3.8 TFLOP/s peak -> 1e12 effective), 340 GB RAM
+  (6 DDR4 channels -> ~1e11 B/s).
+* ``a100-80gx8`` as DGX A100 640GB (AWS p4de alike): 8 A100-80GB, 2x AMD EPYC
+  7742 (128 Zen 2 cores, AVX2: ~9 TFLOP/s peak -> 2e12 effective), 2 TB RAM
+  (16 DDR4-3200 channels, 410 GB/s peak -> 2.5e11).
+* L4 (Ada, PCIe card, 72 W): 23034 MiB of GDDR6 (``nvidia-smi``); fp32 30.3
+  TFLOP/s -> 27e12 (bf16 121 dense on tensor cores); 300 GB/s -> 2.55e11; no
+  NVLink: GPU-to-GPU copies cross PCIe 4.0 x16 like the host's (~25e9, ~8 µs).
+  ``l4x4`` as GCP g2-standard-48: 4 L4, 24 Sapphire Rapids cores (48 vCPUs,
+  ~1e12 effective), 192 GB RAM (~1e11 B/s).
+
 >>> [len(PRESETS[n]().devices) for n in PRESETS]
-[3, 5, 5, 9, 2]
+[3, 5, 5, 9, 2, 5, 9, 5]
 """
 
 from __future__ import annotations
@@ -48,8 +70,10 @@ MIB = 1 << 20
 GIB = 1 << 30
 
 PCIE3 = Link(bandwidth_bytes_per_s=10e9, latency_s=10e-6)
+PCIE4 = Link(bandwidth_bytes_per_s=25e9, latency_s=8e-6)
 PCIE5 = Link(bandwidth_bytes_per_s=50e9, latency_s=8e-6)
 NVLINK2_PAIR = Link(bandwidth_bytes_per_s=45e9, latency_s=6e-6)
+NVLINK3_SWITCH = Link(bandwidth_bytes_per_s=250e9, latency_s=6e-6)
 NVLINK4_SWITCH = Link(bandwidth_bytes_per_s=375e9, latency_s=6e-6)
 
 CPU_LAUNCH_S = 5e-6
@@ -86,6 +110,17 @@ MACHINES: dict[str, Machine] = {
     "h200x1": Machine(
         "Sapphire Rapids host + 1 H200 (141 GB, ~60 TFLOP/s fp32 without TF32, 4.8 TB/s); PCIe 5.0 to host (~50 GB/s)",
         512 * GIB, 2e12, 2.5e11, 1, 143771, 60e12, 4.1e12, 6e-6, PCIE5, PCIE5),
+    "a100-40gx4": Machine(
+        "Cascade Lake host (24 cores) + 4 A100-SXM4 (40 GB, ~17.5 TFLOP/s fp32 without TF32, 1.55 TB/s); "
+        "NVLink 3 via NVSwitch (~250 GB/s), PCIe 4.0 to host",
+        340e9, 1e12, 1e11, 4, 40960, 17.5e12, 1.32e12, 6e-6, PCIE4, NVLINK3_SWITCH),
+    "a100-80gx8": Machine(
+        "2x EPYC 7742 host + 8 A100-SXM4 (80 GB, ~17.5 TFLOP/s fp32 without TF32, 2.04 TB/s); "
+        "NVLink 3 via NVSwitch (~250 GB/s), PCIe 4.0 to host",
+        2048 * GIB, 2e12, 2.5e11, 8, 81920, 17.5e12, 1.73e12, 6e-6, PCIE4, NVLINK3_SWITCH),
+    "l4x4": Machine(
+        "Sapphire Rapids host (24 cores) + 4 L4 (24 GB, ~27 TFLOP/s fp32, 300 GB/s); all links PCIe 4.0 (~25 GB/s, 8 us)",
+        192e9, 1e12, 1e11, 4, 23034, 27e12, 2.55e11, 6e-6, PCIE4, PCIE4),
 }
 
 

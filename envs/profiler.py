@@ -602,8 +602,9 @@ def _device_name(d: Any) -> str:
 
 def profile_model(model: Any, example_inputs: tuple, devices: Sequence[str], **options: Any) -> dict[str, Any]:
     """Export ``model`` (as :func:`graphs.capture` does) and :func:`profile_program` it."""
-    from graphs.torch_capture import export_program
+    from graphs.torch_capture import check_runnable, export_program
 
+    check_runnable(model)
     return profile_program(export_program(model, example_inputs), devices, **options)
 
 

@@ -55,6 +55,15 @@ _STDLIB_DIR = os.path.abspath(sysconfig.get_paths()["stdlib"])
 def export_program(model: torch.nn.Module, example_inputs: tuple, *, decompose: bool = False):
     """The one ``torch.export`` call of the project; failures become :class:`CaptureError`.
 
+    A training step keeps no key/value cache: a module whose ``config`` has
+    ``use_cache`` (Hugging Face models) is exported with it off (see
+    :func:`_no_kv_cache`), so a causal LM's output is its logits, not a cache object.
+
+    A model built on the meta device (``with torch.device("meta"):``, or
+    accelerate's ``init_empty_weights()``) has shapes but no weights, which is
+    all a capture needs: its tensor inputs are moved to the meta device too (see
+    :func:`on_meta`). The program of a meta model can be simulated, not run.
+
     Args:
         model: the module; captured in its current train/eval mode.
         example_inputs: positional inputs of one forward call.
@@ -67,7 +76,9 @@ def export_program(model: torch.nn.Module, example_inputs: tuple, *, decompose: 
         example_inputs = tuple(example_inputs)
     elif not isinstance(example_inputs, tuple):
         example_inputs = (example_inputs,)
-    with _quiet():
+    if on_meta(model):
+        example_inputs = tree_map(lambda x: x.to("meta") if isinstance(x, torch.Tensor) else x, example_inputs)
+    with _quiet(), _no_kv_cache(model):
         try:
             ep = torch.export.export(model, example_inputs)
         except Exception as e:
@@ -78,6 +89,47 @@ def export_program(model: torch.nn.Module, example_inputs: tuple, *, decompose: 
             except Exception as e:
                 raise CaptureError(describe_failure(e, stage="decomposition")) from None
     return ep
+
+
+def on_meta(model: torch.nn.Module) -> bool:
+    """Whether ``model`` has a parameter on the meta device (it was built without weights).
+
+    >>> with torch.device("meta"):
+    ...     m = torch.nn.Linear(2, 2)
+    >>> on_meta(m), on_meta(torch.nn.Linear(2, 2))
+    (True, False)
+    """
+    return any(p.is_meta for p in model.parameters())
+
+
+def check_runnable(model: Any) -> None:
+    """Raise :class:`CaptureError` if ``model`` has no weights (meta device): it cannot run."""
+    if isinstance(model, torch.nn.Module) and on_meta(model):
+        raise CaptureError(
+            f"{type(model).__name__} has its parameters on the meta device (built without weights): "
+            "it can be captured, simulated, compared and placed, but not run; build it with weights to run it"
+        )
+
+
+@contextlib.contextmanager
+def _no_kv_cache(model: torch.nn.Module) -> Iterator[None]:
+    """``config.use_cache = False`` on every submodule's config while exporting (restored after).
+
+    Generation's key/value cache (transformers' ``DynamicCache``) is an output
+    that torch.export cannot flatten and a training step never reads.
+    """
+    configs = {}
+    for module in model.modules():
+        config = getattr(module, "config", None)
+        if getattr(config, "use_cache", None) is True and id(config) not in configs:
+            configs[id(config)] = config
+    for config in configs.values():
+        config.use_cache = False
+    try:
+        yield
+    finally:
+        for config in configs.values():
+            config.use_cache = True
 
 
 @contextlib.contextmanager
@@ -185,7 +237,8 @@ def _graph_from_program(ep, name: str, current: list) -> OpGraph:
     sig = ep.graph_signature
     params = dict(sig.inputs_to_parameters)
     buffers = dict(sig.inputs_to_buffers)
-    buffers.update(getattr(sig, "inputs_to_lifted_tensor_constants", {}) or {})
+    constants = dict(getattr(sig, "inputs_to_lifted_tensor_constants", {}) or {})
+    buffers.update(constants)
     user_inputs = set(sig.user_inputs)
     tensor_key = _tensor_keys(ep, list(params.values()) + list(buffers.values()))
 
@@ -264,6 +317,7 @@ def _graph_from_program(ep, name: str, current: list) -> OpGraph:
         "inplace_ops": inplace_ops,
         "unused_params": sorted(f for f in params.values() if tensor_key[f] not in owned),
         "tied_params": _tied_groups(tensor_key),
+        "constants": sorted(constants.values()),  # tensors the program made (torch.tensor(...)), not the model's
         "capture_version": CAPTURE_VERSION,
         "torch": torch.__version__,
     }

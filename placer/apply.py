@@ -44,7 +44,7 @@ from envs.assign import as_indices, check_order
 from envs.microbatch import check_microbatches
 from envs.runtime import MicrobatchedModule, place_module, split_batch
 from graphs import OpGraph, PlacerError
-from graphs.torch_capture import export_program, graph_from_program
+from graphs.torch_capture import check_runnable, export_program, graph_from_program
 from placer._callable import make_module_callable
 
 
@@ -109,6 +109,7 @@ def apply(
         example_inputs = tuple(example_inputs)
     elif not isinstance(example_inputs, tuple):
         example_inputs = (example_inputs,)
+    check_runnable(model)
     if decompose is None:
         decompose = bool(graph.meta.get("decomposed", False)) if graph is not None else False
     ep = export_program(model, example_inputs, decompose=decompose)

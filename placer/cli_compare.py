@@ -87,7 +87,7 @@ def run(args: argparse.Namespace) -> int:
     from placer.cli import print_json
     from placer.compare import compare, plot
     from placer.placement import Placement
-    from placer.sources import looks_like_callable, resolve_graph, resolve_model
+    from placer.sources import resolve_graph_and_model
 
     check_seed(args.seed)
     microbatches = _microbatches(args.microbatches)
@@ -96,14 +96,7 @@ def run(args: argparse.Namespace) -> int:
     cluster = envs.resolve_cluster(args.cluster)
     methods = _methods(args.methods)
     options = _options(args.option, methods)
-    model = None
-    if looks_like_callable(args.graph):  # keep the model for the methods that need one (accelerate)
-        import graphs
-
-        model, inputs = resolve_model(args.graph)
-        graph = graphs.capture(model, inputs)
-    else:
-        graph = resolve_graph(args.graph)
+    graph, model = resolve_graph_and_model(args.graph)  # the model, for the methods that need one (accelerate)
     if args.profile:  # measured op times and link speeds; the graph hash (so placements) is unchanged
         from envs.profiler import with_profile
 

@@ -6,6 +6,7 @@ Typical use::
     placer clusters k80x4 --json > my.json            # a loadable file to edit
     placer place g.json --cluster k80x4 --method single -o p.json
     placer simulate g.json p.json --cluster k80x4 --trace step.json
+    placer export-map p.json --graph mypkg.models:build --module model -o device_map.json
 """
 
 from __future__ import annotations
@@ -51,6 +52,22 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--json", action="store_true", help="print the result as JSON")
     add_profile_argument(p)
     p.set_defaults(func=run_simulate)
+
+    p = sub.add_parser(
+        "export-map", help="project a placement onto module names: a device_map for from_pretrained/accelerate",
+        description="Project PLACEMENT onto module names and write the device_map that from_pretrained(device_map=...) "
+        "and accelerate.dispatch_model accept (module name -> GPU index or \"cpu\"); say how much simulated step time "
+        "the projection gives up (placer.apply stays the full-speed path).",
+    )
+    p.add_argument("placement", metavar="PLACEMENT", help="placement file (from `placer place` or `placer train`)")
+    p.add_argument("--graph", required=True, metavar="SOURCE", help="the placement's graph: graph file, zoo name or module:callable")
+    p.add_argument("--cluster", default=None, help="the placement's cluster (default: the one it records). " + CLUSTER_ARG_HELP)
+    p.add_argument("--module", default="", metavar="NAME", help="the submodule to map, keys relative to it (e.g. model, "
+                   "for a callable wrapping a Hugging Face model as self.model); default the whole captured module")
+    p.add_argument("-o", "--output", required=True, metavar="FILE.json", help="device map to write (.json)")
+    p.add_argument("--executor", metavar="{" + ",".join(EXECUTORS) + "}", default="eager", help=EXECUTOR_ARG_HELP)
+    p.add_argument("--json", action="store_true", help="print the map and the simulated cost as JSON")
+    p.set_defaults(func=run_export_map)
 
 
 # ------------------------------------------------------------------ helpers
@@ -116,9 +133,10 @@ def run_clusters(args: argparse.Namespace) -> int:
         if args.json:
             print_json([c.to_dict() for c in clusters])
             return 0
-        print(f"{'name':<8} {'devices':<44} description")
+        w = max(len(c.name) for c in clusters)
+        print(f"{'name':<{w}} {'devices':<44} description")
         for c in clusters:
-            print(f"{c.name:<8} {', '.join(c.device_names):<44} {c.description}")
+            print(f"{c.name:<{w}} {', '.join(c.device_names):<44} {c.description}")
         print("\nshow one: placer clusters NAME; save an editable file: placer clusters NAME --json > my.json")
         return 0
     c = resolve_cluster(args.name)
@@ -145,13 +163,17 @@ def run_clusters(args: argparse.Namespace) -> int:
 def run_place(args: argparse.Namespace) -> int:
     import envs
     from placer import baselines
-    from placer.sources import resolve_graph
+    from placer.compare import accepts
+    from placer.sources import resolve_graph_and_model
 
     check_output_file(args.output, "-o")
     check_seed(args.seed)
     cluster = envs.resolve_cluster(args.cluster)
     options = parse_options(args.option)
-    graph, cluster = _profiled(resolve_graph(args.graph), cluster, args.profile)
+    graph, model = resolve_graph_and_model(args.graph)
+    graph, cluster = _profiled(graph, cluster, args.profile)
+    if model is not None and accepts(baselines.get(args.method), "model"):
+        options["model"] = model  # accelerate's device maps need the module
     if args.method != "learned" and args.policy_file is not None:
         raise PlacerError("--policy-file: only with --method learned")
     try:
@@ -219,4 +241,46 @@ def run_simulate(args: argparse.Namespace) -> int:
         print("links busy: " + ", ".join(f"{k} {v * 1e3:.3f} ms" for k, v in sorted(links)))
     if args.trace:
         print(f"trace: {args.trace} (open in https://ui.perfetto.dev)")
+    return 0
+
+
+def run_export_map(args: argparse.Namespace) -> int:
+    import envs
+    from graphs.io import write_text_atomic
+    from placer.device_map import project, projection_cost
+    from placer.placement import Placement
+    from placer.sources import resolve_graph
+
+    out = check_output_file(args.output, "-o")
+    if not out.endswith(".json"):
+        raise PlacerError(f"-o {out}: a device map is written as .json")
+    placement = Placement.load(args.placement)
+    if args.cluster is None:
+        if not placement.cluster:
+            raise PlacerError(f"{args.placement}: records no cluster; pass --cluster")
+        try:
+            cluster = envs.resolve_cluster(placement.cluster)
+        except PlacerError:
+            raise PlacerError(f"{args.placement}: its cluster {placement.cluster!r} is not a preset; pass --cluster") from None
+    else:
+        cluster = envs.resolve_cluster(args.cluster)
+    graph = resolve_graph(args.graph)
+    idx = placement.indices(graph, cluster.device_names, source=args.placement)
+    device_map = project(graph, idx, cluster, module=args.module)
+    cost = projection_cost(graph, placement, cluster, device_map, module=args.module, executor=args.executor)
+    write_text_atomic(out, to_json(device_map) + "\n")
+    if args.json:
+        print_json({"output": out, "device_map": device_map, **cost})
+        return 0
+    t0, t1 = cost["placement_step_time_s"], cost["projected_step_time_s"]
+    print(f"wrote {out}: {len(device_map)} module keys for {args.module or 'the whole model'} "
+          f"({cost['ops_moved']} of {cost['ops']} ops move when run by module)")
+    placed = f"{t0 * 1e3:.3f} ms" if t0 is not None else cost["placement_status"]
+    if t1 is None:
+        print(f"simulated step: placement {placed}; device map {cost['projected_status']}: {cost['projected_message']}")
+    elif t0 is not None:
+        print(f"simulated step: placement {placed}, device map {t1 * 1e3:.3f} ms "
+              f"(gives up {(t1 - t0) * 1e3:+.3f} ms, {100 * (t1 - t0) / t0:+.1f}%); placer.apply runs the placement itself")
+    else:
+        print(f"simulated step: placement {placed}, device map {t1 * 1e3:.3f} ms")
     return 0

@@ -25,7 +25,8 @@ GIB = float(1 << 30)
 #: Table order for ``methods=None``: naive, practitioners', partitioners, list
 #: schedulers, search. Baselines registered later follow in registration order.
 ORDER = (
-    "single", "round_robin", "expert", "gpipe", "accelerate", "scotch", "metis", "kernighan_lin",
+    "single", "round_robin", "expert", "gpipe", "accelerate", "accelerate_low_0", "accelerate_sequential",
+    "scotch", "metis", "kernighan_lin",
     "heft", "m_topo", "m_etf", "m_sct", "random_search", "annealing", "ilp",
 )
 
@@ -139,7 +140,7 @@ class CompareReport:
             speed = f"{r.speedup:.2f}x" if r.speedup is not None else "—"
             place = f"{r.place_time_s:.2f}" if r.place_time_s is not None else "—"
             peaks = "/".join(f"{r.peak_bytes.get(d, 0) / GIB:.1f}" for d in self.devices) if r.peak_bytes else "—"
-            status = f"{r.status}: {r.message}" if r.status in ("error", "oom", "bound") and r.message else r.status
+            status = f"{r.status}: {r.message}" if r.status not in ("ok",) and r.message else r.status
             label = f"{r.method} (M={r.microbatches})" if r.microbatches != 1 else r.method
             lines.append(f"| {label} | {status.replace('|', '/')} | {step} | {speed} | {place} | {peaks} |")
         return head + "\n".join(lines)
@@ -158,7 +159,7 @@ def _one_line(e: BaseException) -> str:
     return f"{type(e).__name__}: {text[0]}" if text else type(e).__name__
 
 
-def _accepts(fn: Any, name: str) -> bool:
+def accepts(fn: Any, name: str) -> bool:
     try:
         params = inspect.signature(fn).parameters
     except (TypeError, ValueError):
@@ -249,11 +250,11 @@ def compare(
         own = dict((options or {}).get(m, {}))
         ms = _ms(own.pop("microbatches"), f"options[{m!r}]['microbatches']") if "microbatches" in own else default_ms
         tried: list[Row] = []
-        uses_env = _accepts(fn, "env")
+        uses_env = accepts(fn, "env")
         placed: tuple[Any, float] | None = None  # a method blind to M places once for all of them
         for M in ms:
             kwargs: dict[str, Any] = {"seed": seed, **own}
-            if model is not None and _accepts(fn, "model"):
+            if model is not None and accepts(fn, "model"):
                 kwargs["model"] = model
             if uses_env:
                 kwargs["env"] = env.with_microbatches(M)

@@ -28,17 +28,29 @@ def resolve_model(source: str) -> tuple[Any, tuple]:
 
 def resolve_graph(source: str, **capture_options: Any) -> OpGraph:
     """An :class:`OpGraph` from any SOURCE."""
+    return resolve_graph_and_model(source, **capture_options)[0]
+
+
+def resolve_graph_and_model(source: str, **capture_options: Any) -> tuple[OpGraph, Any]:
+    """The :class:`OpGraph` of any SOURCE and, for a ``module:callable``, its model (else None).
+
+    The model is for the methods that need one (accelerate's device maps); a
+    graph captured from a callable records it in ``meta["source"]``, so a saved
+    graph file can say where its model comes from (``meta`` is outside the hash).
+    """
     import graphs
 
     if os.path.exists(source):
-        return graphs.load(source)
+        return graphs.load(source), None
     from graphs import zoo
 
     if source in zoo.names():
-        return zoo.graph(source, **capture_options)
+        return zoo.graph(source, **capture_options), None
     if looks_like_callable(source):
         model, inputs = load_callable(source)
-        return graphs.capture(model, inputs, **capture_options)
+        graph = graphs.capture(model, inputs, **capture_options)
+        graph.meta["source"] = source
+        return graph, model
     if source.endswith((".json", ".gz", ".pt2")):
         raise PlacerError(f"{source}: no such file")
     raise PlacerError(

@@ -11,8 +11,8 @@ Usage:
     python scripts/bench_pipeline.py [--models llama8b,llama1b,mixtral] [--clusters h100x8,a100-40gx4]
         [--microbatches 1,2,4,8] [--methods accelerate,gpipe,expert,m_topo,m_sct,annealing] [--anneal-s 60] [--json]
 
-``accelerate`` needs ``pip install 'placer[accelerate]'``. ``a100-40gx4`` is
-defined here (``A100_40GX4``) when ``envs.presets`` does not have it yet.
+``accelerate`` needs ``pip install 'placer[accelerate]'``. Clusters are presets
+(``a100-40gx4`` among them) or placer-cluster/1 files.
 """
 
 from __future__ import annotations
@@ -43,34 +43,9 @@ MODELS = {
 }
 
 
-def a100_40gx4():
-    """Four A100-SXM4-40GB on NVLink 3 (HGX A100 4-GPU), EPYC host on PCIe 4.0 (local until envs.presets has it).
-
-    Datasheet × ~0.9 compute / ~0.85 bandwidth as in envs.presets: fp32 (no TF32)
-    19.5 TFLOP/s -> 17.5e12; HBM2 1555 GB/s -> 1.32e12; 40536 MiB usable; NVLink 3
-    with four links per pair in the 4-GPU board: 100 GB/s per direction -> ~85e9
-    effective; PCIe 4.0 x16 ~25 GB/s; host EPYC Rome 64 cores ~1e12 FLOP/s, 1.6e11 B/s.
-    """
-    from envs.cluster import Link
-    from envs.presets import GIB as PGIB, _build, _cpu, _gpus
-
-    return _build(
-        "a100-40gx4",
-        "EPYC host + 4 A100-SXM4 (40 GB, ~17.5 TFLOP/s fp32, 1.55 TB/s); NVLink 3 (~85 GB/s per pair), PCIe 4.0 to host",
-        [_cpu(1024 * PGIB, 1e12, 1.6e11)] + _gpus(4, 40536, 17.5e12, 1.32e12, 6e-6),
-        Link(bandwidth_bytes_per_s=25e9, latency_s=8e-6),
-        Link(bandwidth_bytes_per_s=85e9, latency_s=6e-6),
-    )
-
-
 def cluster(name: str):
     import envs
-    from envs.cluster import Cluster
 
-    if name in Cluster.presets():
-        return Cluster.preset(name)
-    if name == "a100-40gx4":
-        return a100_40gx4()
     return envs.resolve_cluster(name)
 
 

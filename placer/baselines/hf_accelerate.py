@@ -13,8 +13,14 @@ input comes from, as accelerate's hooks move inputs to the module that consumes
 them. Like the original it ignores activations and compute, so it can run out
 of memory on activation-heavy models. ``"cpu"``/``"disk"`` entries go to the host.
 
-Needs the model: pass ``model=`` (an ``nn.Module``), or use a zoo graph, which is
-rebuilt from :func:`graphs.zoo.build`; otherwise the method reports "needs a model".
+Three rows, one per ``from_pretrained(device_map=...)`` strategy: ``accelerate``
+(``"auto"``, which is ``"balanced"``), ``accelerate_low_0`` (``"balanced_low_0"``)
+and ``accelerate_sequential`` (``"sequential"``); see :func:`device_map`.
+
+Needs the model: pass ``model=`` (an ``nn.Module``; ``placer compare`` and
+``placer place`` do when SOURCE is a module:callable), or use a zoo graph, which
+is rebuilt from :func:`graphs.zoo.build`; otherwise the method reports "needs a
+model" and says which module:callable to pass when the graph file recorded it.
 """
 
 from __future__ import annotations
@@ -25,7 +31,7 @@ from typing import Any
 
 import numpy as np
 
-from graphs import OpGraph
+from graphs import OpGraph, PlacerError
 from placer.baselines import register
 from placer.baselines._common import BaselineUnavailable, gpu_devices, require
 
@@ -91,27 +97,81 @@ def map_onto_ops(graph: OpGraph, device_map: dict[str, Any], cluster) -> np.ndar
     return _follow_producers(graph, dev, int(gpus[0])).astype(np.int32)
 
 
-@register("accelerate")
-def accelerate(graph: OpGraph, cluster, *, seed: int = 0, model: Any = None, no_split_module_classes: list[str] | None = None) -> np.ndarray:
-    """``infer_auto_device_map(model, max_memory=get_balanced_memory(...))`` mapped onto ops."""
-    del seed
+def no_split_modules(model: Any) -> list[str]:
+    """The class names no device map may split: every submodule's ``_no_split_modules``, as from_pretrained gathers them.
+
+    A ``module:callable`` that wraps a Hugging Face model (for its loss) hides the
+    model's own list from a look at the wrapper alone.
+    """
+    names: list[str] = []
+    for module in model.modules():
+        for name in getattr(module, "_no_split_modules", None) or []:
+            if name not in names:
+                names.append(name)
+    return names
+
+
+def device_map(model: Any, cluster, strategy: str = "balanced", no_split_module_classes: list[str] | None = None) -> dict[str, Any]:
+    """accelerate's module -> device map of ``model`` for ``cluster``, as ``from_pretrained(device_map=strategy)`` makes it.
+
+    ``strategy`` is one of :data:`STRATEGIES`: ``"balanced"`` (what ``"auto"``
+    means) and ``"balanced_low_0"`` size ``max_memory`` with
+    :func:`accelerate.utils.get_balanced_memory` (``low_zero`` keeps GPU 0 light
+    for generation), ``"sequential"`` fills GPU 0, then GPU 1, ... up to each
+    device's capacity. The cluster's GPUs are accelerate's devices ``0..n-1``, its
+    host CPU is ``"cpu"``.
+    """
     acc = require("accelerate", "accelerate", extra="accelerate")
     from accelerate.utils import get_balanced_memory
 
-    if model is None:
-        model = _meta_model(graph)
-    if model is None:
-        raise BaselineUnavailable(
-            f"accelerate: needs the model of graph {graph.name or '?'} (pass model=, or use a zoo graph)", "needs a model"
-        )
+    if strategy not in STRATEGIES:
+        raise PlacerError(f"accelerate: unknown device_map strategy {strategy!r} (known: {', '.join(STRATEGIES)})")
     gpus = gpu_devices(cluster)
     mem = np.asarray(cluster.memory_bytes, dtype=np.float64)
     max_memory: dict[Any, int] = {k: int(mem[d]) for k, d in enumerate(gpus)}
     cpus = [d for d, kind in enumerate(cluster.kinds) if kind == "cpu"]
     if cpus:
         max_memory["cpu"] = int(mem[cpus[0]])
-    no_split = list(no_split_module_classes or getattr(model, "_no_split_modules", None) or [])
+    no_split = list(no_split_module_classes or no_split_modules(model))
     with _quiet_accelerate():  # it warns that the cluster's GPUs are not on this machine
-        balanced = get_balanced_memory(model, max_memory=max_memory, no_split_module_classes=no_split)
-        device_map = acc.infer_auto_device_map(model, max_memory=balanced, no_split_module_classes=no_split)
-    return map_onto_ops(graph, dict(device_map), cluster)
+        if strategy != "sequential":
+            max_memory = get_balanced_memory(
+                model, max_memory=max_memory, no_split_module_classes=no_split, low_zero=strategy == "balanced_low_0"
+            )
+        return dict(acc.infer_auto_device_map(model, max_memory=max_memory, no_split_module_classes=no_split))
+
+
+#: ``from_pretrained(device_map=...)``'s strategies, as baselines: ``"auto"`` is ``"balanced"``.
+STRATEGIES = {"balanced": "accelerate", "balanced_low_0": "accelerate_low_0", "sequential": "accelerate_sequential"}
+
+
+def _placed(graph: OpGraph, cluster, model: Any, strategy: str, no_split_module_classes: list[str] | None) -> np.ndarray:
+    method = STRATEGIES[strategy]
+    require("accelerate", method, extra="accelerate")
+    if model is None:
+        model = _meta_model(graph)
+    if model is None:
+        source = graph.meta.get("source") or "the module:callable the graph was captured from"
+        raise BaselineUnavailable(f"{method}: pass {source} instead of the graph file to get this row", "needs a model")
+    return map_onto_ops(graph, device_map(model, cluster, strategy, no_split_module_classes), cluster)
+
+
+@register("accelerate")
+def accelerate(graph: OpGraph, cluster, *, seed: int = 0, model: Any = None, no_split_module_classes: list[str] | None = None) -> np.ndarray:
+    """``device_map="auto"`` (= ``"balanced"``): ``infer_auto_device_map(model, max_memory=get_balanced_memory(...))``, mapped onto ops."""
+    del seed
+    return _placed(graph, cluster, model, "balanced", no_split_module_classes)
+
+
+@register("accelerate_low_0")
+def accelerate_low_0(graph: OpGraph, cluster, *, seed: int = 0, model: Any = None, no_split_module_classes: list[str] | None = None) -> np.ndarray:
+    """``device_map="balanced_low_0"``: balanced over the GPUs but GPU 0, which gets as little as possible."""
+    del seed
+    return _placed(graph, cluster, model, "balanced_low_0", no_split_module_classes)
+
+
+@register("accelerate_sequential")
+def accelerate_sequential(graph: OpGraph, cluster, *, seed: int = 0, model: Any = None, no_split_module_classes: list[str] | None = None) -> np.ndarray:
+    """``device_map="sequential"``: fill GPU 0 to its capacity, then GPU 1, and so on."""
+    del seed
+    return _placed(graph, cluster, model, "sequential", no_split_module_classes)

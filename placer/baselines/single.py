@@ -1,10 +1,12 @@
 """Single device: every op on one device, the "it fits on one GPU" baseline.
 
-With ``device`` (a logical name such as ``"gpu:0"``) everything goes there.
-Without it, the baseline simulates "everything on d" for every device ``d`` and
-picks the fastest one that fits in memory by the simulator's memory model; if
-none fits, the device with the most memory (the simulator will then report the
-placement as ``oom``).
+With ``device`` (a logical name such as ``"gpu:0"``, or ``"cpu:0"`` to ask for
+the host) everything goes there. Without it, the baseline simulates "everything
+on d" for every GPU ``d`` and picks the fastest one that fits in memory by the
+simulator's memory model; if no GPU holds the model, the GPU with the most
+memory, which the simulator then reports as ``oom``: a model that does not fit
+one GPU does not silently fall back to the CPU. ``cpu=True`` lets the host
+compete too (a cluster without GPUs always does).
 
 >>> from graphs import OpGraph
 >>> from envs import Cluster
@@ -21,11 +23,12 @@ import numpy as np
 
 from graphs import OpGraph, PlacerError
 from placer.baselines import register
+from placer.baselines._common import gpu_devices
 
 
 @register("single")
-def single(graph: OpGraph, cluster, *, seed: int = 0, device: str | int | None = None) -> np.ndarray:
-    """All ops on ``device`` (name or index), or on the fastest device that fits."""
+def single(graph: OpGraph, cluster, *, seed: int = 0, device: str | int | None = None, cpu: bool = False) -> np.ndarray:
+    """All ops on ``device`` (name or index), or on the fastest GPU (any device with ``cpu``) that fits."""
     del seed  # deterministic
     n, D = graph.num_ops, cluster.num_devices
     if isinstance(device, int) and not isinstance(device, bool):
@@ -38,11 +41,11 @@ def single(graph: OpGraph, cluster, *, seed: int = 0, device: str | int | None =
         return np.full(n, cluster.device_names.index(device), dtype=np.int32)
     from envs import SimEnv
 
+    devices = np.arange(D, dtype=np.int32) if cpu else gpu_devices(cluster).astype(np.int32)
     env = SimEnv(graph, cluster)
-    candidates = np.repeat(np.arange(D, dtype=np.int32)[:, None], n, axis=1)
-    times, oom = env.step_times(candidates)
+    times, oom = env.step_times(np.repeat(devices[:, None], n, axis=1))
     if np.all(oom):
-        best = int(np.argmax(cluster.memory_bytes))
+        best = int(devices[np.argmax(np.asarray(cluster.memory_bytes)[devices])])
     else:
-        best = int(np.argmin(np.where(oom, np.inf, times)))
+        best = int(devices[np.argmin(np.where(oom, np.inf, times))])
     return np.full(n, best, dtype=np.int32)

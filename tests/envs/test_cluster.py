@@ -29,7 +29,7 @@ def test_presets_are_complete_and_round_trip(name, tmp_path):
 
 
 def test_preset_numbers_are_what_the_docs_say():
-    assert Cluster.presets() == ["k80x2", "k80x4", "v100x4", "h100x8", "h200x1"]
+    assert Cluster.presets() == ["k80x2", "k80x4", "v100x4", "h100x8", "h200x1", "a100-40gx4", "a100-80gx8", "l4x4"]
     k80 = Cluster.preset("k80x4")
     assert k80.num_devices == 5 and k80.flops_per_s[1] == 4e12
     assert k80.bandwidth_bytes_per_s[1, 2] == 10e9 and k80.latency_s[1, 2] == 10e-6
@@ -38,6 +38,19 @@ def test_preset_numbers_are_what_the_docs_say():
     h200 = Cluster.preset("h200x1")
     assert 140e9 < h200.memory_bytes[1] < 152e9
     assert v100.index("gpu:3") == 4
+
+
+def test_rented_presets_match_their_datasheets():
+    """A100 40/80 GB on NVSwitch, L4 on PCIe only; each with its host CPU as device 0."""
+    a40, a80, l4 = (Cluster.preset(n) for n in ("a100-40gx4", "a100-80gx8", "l4x4"))
+    assert [c.num_devices for c in (a40, a80, l4)] == [5, 9, 5]
+    assert all(c.kinds[0] == "cpu" and c.device_names[0] == "cpu:0" for c in (a40, a80, l4))
+    assert 40e9 < a40.memory_bytes[1] < 44e9 and 80e9 < a80.memory_bytes[1] < 86e9 and 22e9 < l4.memory_bytes[1] < 25e9
+    assert a80.mem_bw_bytes_per_s[1] > a40.mem_bw_bytes_per_s[1] > l4.mem_bw_bytes_per_s[1]
+    assert a40.bandwidth_bytes_per_s[1, 2] >= 5 * a40.bandwidth_bytes_per_s[0, 1]  # NVLink vs PCIe 4.0
+    assert l4.bandwidth_bytes_per_s[1, 2] == l4.bandwidth_bytes_per_s[0, 1]  # no NVLink on L4
+    h100 = Cluster.preset("h100x8")
+    assert h100.flops_per_s[1] > l4.flops_per_s[1] > a80.flops_per_s[1] == a40.flops_per_s[1]  # fp32 datasheet rates
 
 
 def _doc():

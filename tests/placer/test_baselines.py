@@ -253,3 +253,88 @@ def test_annealing_time_budget_stops_the_chain(k80x4):
     g = random_dag(300, seed=6)
     idx = run("annealing", g, k80x4, steps=10**9, time_budget_s=0.5)
     assert idx.shape == (g.num_ops,)
+
+
+def _layered(width: int = 512, depth: int = 8):
+    import torch
+    from torch import nn
+
+    class Net(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.layers = nn.ModuleList([nn.Linear(width, width) for _ in range(depth)])
+
+        def forward(self, x):
+            for layer in self.layers:
+                x = torch.relu(layer(x))
+            return x.sum()
+
+    return Net(), (torch.randn(4, width),)
+
+
+def test_accelerate_strategies_follow_from_pretrained(k80x4):
+    """balanced_low_0 keeps GPU 0 lighter than balanced; sequential fills GPU 0 first."""
+    pytest.importorskip("accelerate")
+    import graphs
+    from placer.baselines.hf_accelerate import device_map
+
+    model, inputs = _layered()
+    g = graphs.capture(model, inputs)
+    maps = {s: device_map(model, k80x4, s) for s in ("balanced", "balanced_low_0", "sequential")}
+    assert set(maps["sequential"].values()) == {0}  # 8 MiB of weights fit GPU 0 whole
+    per_gpu = {s: np.bincount(run(m, g, k80x4, model=model), minlength=5) for s, m in
+               (("balanced", "accelerate"), ("balanced_low_0", "accelerate_low_0"))}
+    assert per_gpu["balanced_low_0"][1] < per_gpu["balanced"][1]  # gpu:0 is device 1
+    assert (np.diff(run("accelerate_sequential", g, k80x4, model=model)) == 0).all()
+
+
+def test_accelerate_on_a_graph_file_says_which_callable_to_pass(k80x4):
+    pytest.importorskip("accelerate")
+    g = random_dag(10)
+    g.meta["source"] = "mypkg.models:build"
+    for name in ("accelerate", "accelerate_low_0", "accelerate_sequential"):
+        with pytest.raises(BaselineUnavailable) as e:
+            run(name, g, k80x4)
+        assert e.value.status == "needs a model" and "mypkg.models:build" in str(e.value)
+        assert "\n" not in str(e.value)
+
+
+def test_single_reports_oom_rather_than_the_cpu(k80x4):
+    """No GPU holds the model: single stays on a GPU (oom), and takes the CPU only when asked."""
+    g = random_dag(10)
+    g.param_bytes[:] = 2 << 30  # 20 GiB of weights: no 11 GiB K80 die holds them
+    g.invalidate()
+    idx = run("single", g, k80x4)
+    assert k80x4.kinds[idx[0]] == "gpu" and envs.simulate(g, idx, k80x4).status == "oom"
+    assert k80x4.kinds[run("single", g, k80x4, cpu=True)[0]] == "cpu"
+    assert run("single", g, k80x4, device="cpu:0")[0] == 0
+
+
+def test_accelerate_keeps_a_wrapped_models_blocks_whole(k80x4):
+    """A wrapper (for the loss) hides the model's _no_split_modules; from_pretrained would have used them."""
+    pytest.importorskip("accelerate")
+    from torch import nn
+
+    from placer.baselines.hf_accelerate import device_map, no_split_modules
+
+    class Block(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.a, self.b = nn.Linear(256, 256), nn.Linear(256, 256)
+
+    class Model(nn.Module):
+        _no_split_modules = ["Block"]
+
+        def __init__(self):
+            super().__init__()
+            self.blocks = nn.ModuleList([Block() for _ in range(6)])
+
+    class Wrapper(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.model = Model()
+
+    wrapper = Wrapper()
+    assert no_split_modules(wrapper) == ["Block"]
+    keys = device_map(wrapper, k80x4, "balanced")
+    assert keys and all(k.count(".") <= 2 for k in keys)  # model.blocks.i at the deepest: no block split

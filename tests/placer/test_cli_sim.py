@@ -29,7 +29,7 @@ def run(capsys, *argv):
 def test_clusters_list_show_and_json_round_trip(capsys, files):
     tmp, g, gpath = files
     rc, out, _ = run(capsys, "clusters")
-    assert rc == 0 and all(n in out for n in ("k80x2", "k80x4", "v100x4", "h100x8", "h200x1"))
+    assert rc == 0 and all(n in out for n in ("k80x2", "k80x4", "v100x4", "h100x8", "h200x1", "a100-40gx4", "a100-80gx8", "l4x4"))
     rc, out, _ = run(capsys, "clusters", "v100x4")
     assert rc == 0 and "gpu:3" in out and "45 GB/s" in out
     rc, out, _ = run(capsys, "clusters", "k80x2", "--json")
@@ -43,7 +43,7 @@ def test_clusters_list_show_and_json_round_trip(capsys, files):
     rc, out2, _ = run(capsys, "simulate", gpath, str(tmp / "p.json"), "--cluster", "k80x2", "--json")
     assert json.loads(out2)["step_time_s"] == doc["step_time_s"]
     rc, out, _ = run(capsys, "clusters", "--json")
-    assert [c["name"] for c in json.loads(out)] == ["k80x2", "k80x4", "v100x4", "h100x8", "h200x1"]
+    assert [c["name"] for c in json.loads(out)] == ["k80x2", "k80x4", "v100x4", "h100x8", "h200x1", "a100-40gx4", "a100-80gx8", "l4x4"]
 
 
 def test_place_with_options_and_simulate_with_trace(capsys, files):

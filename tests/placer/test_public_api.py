@@ -31,3 +31,19 @@ def test_train_and_apply_are_callable_whichever_import_came_first():
     with tempfile.TemporaryDirectory() as d:
         out = subprocess.run([sys.executable, "-c", "import sys\n" + code, d], capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr[-2000:]
+
+
+def test_transformers_is_a_test_extra_never_a_runtime_requirement():
+    """Hugging Face models are sources like any other: placer itself never imports transformers."""
+    import configparser
+    import re
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    cfg = configparser.ConfigParser()
+    cfg.read(root / "setup.cfg")
+    assert "transformers" not in cfg["options"]["install_requires"]
+    assert "transformers" in cfg["options.extras_require"]["test"]
+    for package in ("graphs", "envs", "placer", "policies"):
+        for path in (root / package).rglob("*.py"):
+            assert not re.search(r"^\s*(import|from)\s+transformers\b", path.read_text(), re.M), path

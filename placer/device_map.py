@@ -1,0 +1,164 @@
+"""Project an op placement onto module names: a ``device_map`` users can take home.
+
+``from_pretrained(device_map=...)`` and ``accelerate.dispatch_model`` place whole
+modules (and parameters), not ops: each module runs where its weights are, and
+its inputs move there. :func:`project` turns a placement into such a map:
+
+* walking the module tree from the top, a module whose ops (and parameters) are
+  all on one device becomes one key; a module split across devices is described
+  by its submodules, and its own parameters by their names; a module with no
+  submodules that is split goes where most of its op time is;
+* values are accelerate's: the GPU's index among the cluster's GPUs (``0``,
+  ``1``...) or ``"cpu"``;
+* ``module`` picks the submodule the map is for (the model inside a
+  ``module:callable``'s wrapper, e.g. ``"model"``), so its keys are relative to it.
+
+Ops the map cannot express (code between modules, such as a residual add in a
+block's ``forward``) run where their inputs are, as accelerate's hooks do; the
+op placement that results is :func:`placer.baselines.hf_accelerate.map_onto_ops`
+of the map, and :func:`projection_cost` simulates it against the placement.
+``placer.apply`` remains the full-speed path: it places every op.
+
+>>> from graphs import OpGraph
+>>> from envs import Cluster
+>>> g = OpGraph.from_edges(["a", "b", "c"], [("a", "b", 4), ("b", "c", 4)], flops=[1e9, 1e9, 1e9],
+...                        module_paths=["m.enc.0", "m.enc.1", "m.head"])
+>>> project(g, [1, 1, 2], Cluster.preset("k80x2"), module="m")
+{'enc': 0, 'head': 1}
+>>> project(g, [1, 1, 1], Cluster.preset("k80x2"), module="m")
+{'': 0}
+"""
+
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+import numpy as np
+
+from graphs import OpGraph, PlacerError
+
+
+def _parent(path: str) -> str:
+    return path.rsplit(".", 1)[0] if "." in path else ""
+
+
+def _within(path: str, module: str) -> bool:
+    return not module or path == module or path.startswith(module + ".")
+
+
+def _relative(path: str, module: str) -> str:
+    return path[len(module) + 1 :] if module and path != module else ("" if path == module else path)
+
+
+def accelerate_device(cluster, d: int) -> int | str:
+    """accelerate's name of cluster device ``d``: its index among the GPUs, or ``"cpu"``."""
+    if cluster.kinds[d] != "gpu":
+        return "cpu"
+    return [int(g) for g in cluster.gpu_indices()].index(int(d))
+
+
+def project(graph: OpGraph, indices: Sequence[int] | np.ndarray, cluster, *, module: str = "") -> dict[str, int | str]:
+    """The module-level device map closest to op placement ``indices`` (see the module doc).
+
+    Raises:
+        PlacerError: ``module`` is not a module of the graph, or the graph has no
+            module paths (it was not captured from an ``nn.Module``).
+    """
+    from placer.baselines._common import step_costs_s
+    from placer.baselines.hf_accelerate import _lookup
+
+    idx = np.asarray(indices, dtype=np.int64)
+    D = cluster.num_devices
+    if not any(graph.module_paths) and not any(graph.params):
+        raise PlacerError(f"graph {graph.name or '?'} has no module names (capture it from an nn.Module to export a device map)")
+    cost = step_costs_s(graph, cluster)[np.arange(graph.num_ops), idx] + 1e-9  # every op counts a little
+    weight: dict[str, np.ndarray] = {}
+    children: dict[str, set[str]] = {}
+    own_params: dict[str, dict[str, int]] = {}  # module -> {param fqn: device}
+
+    def add(path: str, d: int, w: float) -> None:
+        while True:
+            weight.setdefault(path, np.zeros(D))[d] += w
+            if path == module or not path:
+                return
+            parent = _parent(path)
+            children.setdefault(parent, set()).add(path)
+            path = parent
+
+    owner: dict[str, int] = {}
+    constants = set(graph.meta.get("constants", []))  # made by the program, not the model's tensors
+    for i, path in enumerate(graph.module_paths):
+        if _within(path, module):
+            add(path, int(idx[i]), float(cost[i]))
+        for fqn in graph.params[i]:
+            if fqn not in constants:
+                owner.setdefault(fqn, int(idx[i]))  # a parameter lives with its first reader
+    for fqn, d in owner.items():
+        mod = _parent(fqn)
+        if _within(mod, module):
+            add(mod, d, 0.0)
+            own_params.setdefault(mod, {})[fqn] = d
+    if module not in weight:
+        known = sorted({p.split(".")[0] for p in graph.module_paths if p})
+        raise PlacerError(f"--module {module!r}: no module of that name in graph {graph.name or '?'} (top-level modules: {', '.join(known) or 'none'})")
+    unused = [f for f in graph.meta.get("unused_params", []) if _within(_parent(f), module)]
+
+    out: dict[str, int | str] = {}
+
+    def devices_below(path: str) -> set[int]:
+        found = {int(d) for d in np.flatnonzero(weight[path] > 0)}
+        stack = [path]
+        while stack:
+            p = stack.pop()
+            found.update(own_params.get(p, {}).values())
+            stack.extend(children.get(p, ()))
+        return found
+
+    def visit(path: str) -> None:
+        devs = devices_below(path)
+        kids = sorted(children.get(path, ()))
+        if len(devs) <= 1 or not kids:
+            d = next(iter(devs)) if len(devs) == 1 else int(np.argmax(weight[path]))
+            out[_relative(path, module)] = accelerate_device(cluster, d)
+            return
+        for kid in kids:
+            visit(kid)
+        for fqn, d in sorted(own_params.get(path, {}).items()):
+            out[_relative(fqn, module)] = accelerate_device(cluster, d)
+
+    visit(module)
+    for fqn in unused:  # never read: with the nearest mapped module, or the heaviest device
+        if _lookup(out, _relative(fqn, module)) is None:
+            out[_relative(fqn, module)] = accelerate_device(cluster, int(np.argmax(weight[module])))
+    return out
+
+
+def projected_indices(graph: OpGraph, device_map: dict[str, Any], cluster, *, module: str = "") -> np.ndarray:
+    """The op placement a module-level ``device_map`` (keys relative to ``module``) gives, as accelerate runs it."""
+    from placer.baselines.hf_accelerate import map_onto_ops
+
+    prefix = f"{module}." if module else ""
+    full = {(prefix + k if k else module): v for k, v in device_map.items()}
+    return map_onto_ops(graph, full, cluster)
+
+
+def projection_cost(graph: OpGraph, placement: Any, cluster, device_map: dict[str, Any], *, module: str = "",
+                    executor: str = "eager") -> dict[str, Any]:
+    """Simulated step time of ``placement`` (its own issue order) and of ``device_map`` run as accelerate does (node order)."""
+    import envs
+
+    env = envs.SimEnv(graph, cluster, executor=executor)
+    idx = placement.indices(graph, cluster.device_names, source=getattr(placement, "source", "") or "placement")
+    placed = env.simulate(placement)
+    proj_idx = projected_indices(graph, device_map, cluster, module=module)
+    projected = env.simulate(proj_idx)
+    moved = int(np.sum(proj_idx != idx))
+    return {
+        "placement_status": placed.status,
+        "placement_step_time_s": placed.step_time_s if placed.ok else None,
+        "projected_status": projected.status,
+        "projected_step_time_s": projected.step_time_s if projected.ok else None,
+        "projected_message": projected.message,
+        "ops_moved": moved,
+        "ops": graph.num_ops,
+    }
