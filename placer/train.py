@@ -355,9 +355,10 @@ def _run_lock(logdir: str) -> Iterator[None]:
 
 def _same_problem(a: Placement, b: Placement) -> bool:
     """Whether the step times recorded in two placements' meta are comparable (same graph, devices, scorer)."""
-    keys = ("env", "profile", "score_order")
+    keys = ("env", "profile")
     return (a.graph_hash == b.graph_hash and a.devices == b.devices and a.cluster == b.cluster
-            and all(a.meta.get(k) == b.meta.get(k) for k in keys))
+            and all(a.meta.get(k) == b.meta.get(k) for k in keys)
+            and a.meta.get("score_order", "node") == b.meta.get("score_order", "node"))  # older files: node order
 
 
 def _recorded_step_time(p: Placement) -> float | None:

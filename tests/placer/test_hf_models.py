@@ -117,7 +117,7 @@ def test_meta_device_model_is_captured_compared_and_refused_at_run(workdir, caps
 
     rc, out, err = cli(capsys, "compare", "hf_tiny:build_llama_meta", "--cluster", "k80x2", "--methods", "single,accelerate", "--json")
     assert rc == 0 and {r["method"]: r["status"] for r in json.loads(out)["rows"]} == {
-        "single": "ok", "accelerate": "ok", "lower bound": "bound"}, err
+        "single": "ok", "accelerate": "ok", "previous bound": "bound", "lower bound": "bound"}, err
     rc, _, err = cli(capsys, "place", "hf_tiny:build_llama_meta", "--cluster", "k80x2", "--method", "accelerate", "-o", "p.json")
     assert rc == 0, err
     rc, _, err = cli(capsys, "run", "hf_tiny:build_llama_meta", "--placement", "p.json", "--cluster", "k80x2", "--device-map", "*=cpu")

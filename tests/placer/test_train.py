@@ -57,7 +57,7 @@ def test_score_order_planned_rewards_the_planned_step_time(tmp_path):
     idx = p.indices(g, c.device_names)
     assert p.meta["score_order"] == "planned"
     assert r.best_step_time_s == pytest.approx(float(env.step_times(idx[None], order=env.schedule_order(idx))[0][0]))
-    with pytest.raises(PlacerError, match="score_order"):
+    with pytest.raises(PlacerError, match="score.order"):
         _config(tmp_path, iterations=1, score_order="best").validate()
 
 
@@ -372,5 +372,7 @@ def test_two_processes_on_one_logdir(tmp_path):
     worse = subprocess.run(base + ["--iterations", "1", "--warm-start", "none", "--seed", "7", "--json"], env=env,
                            capture_output=True, text=True)
     assert worse.returncode == 0, worse.stderr
-    assert json.loads(worse.stdout)["best_step_time_s"] > t_first
-    assert Placement.load(best_file).meta["step_time_s"] == t_first
+    # one iteration from scratch is almost always worse than the killed run's best; either way the file
+    # keeps the better of the two (a seed that happens to do better replaces it)
+    t_worse = json.loads(worse.stdout)["best_step_time_s"]
+    assert Placement.load(best_file).meta["step_time_s"] == min(t_first, t_worse)
