@@ -38,12 +38,12 @@ def test_reproduce_paper_rejects_bad_input_in_one_line():
 def test_reproduce_paper_tiny(tiny, tmp_path):
     out = tmp_path / "t.md"
     proc = run("reproduce_paper.py", "--graphs", tiny, "--clusters", "k80x2", "--policies", "seq2seq",
-               "--time-budget", "2", "--out", str(out))
+               "--time-budget", "2", "--ilp-time-limit", "2", "--out", str(out))
     assert proc.returncode == 0, proc.stderr
     assert "| tiny | 50 | k80x2 |" in proc.stdout and "[1/1] tiny" in proc.stderr
     assert out.read_text().strip() == proc.stdout.strip()
     proc = run("reproduce_paper.py", "--graphs", tiny, "--clusters", "v100x4", "--policies", "hierarchical",
-               "--time-budget", "1", "--warm-start", "none", "--json")
+               "--time-budget", "1", "--warm-start", "none", "--ilp-time-limit", "2", "--json")
     assert proc.returncode == 0, proc.stderr
     (row,) = json.loads(proc.stdout)["rows"]
     assert row["cluster"] == "v100x4" and row["rl"]["hierarchical"] >= row["lower_bound_s"] * (1 - 1e-9)
