@@ -257,6 +257,10 @@ def pretrain(config: PretrainConfig) -> PretrainResult:
     budget_end = time.perf_counter() + config.time_budget_s  # the budget is training time: labels are cached on disk
     imitation_end = time.perf_counter() + config.imitation_share * max(budget_end - time.perf_counter(), 0.0)
 
+    from placer.rl_algos import advantages, reward
+    from placer.train_config import AlgoOptions
+
+    rl_options = AlgoOptions()  # placer train's defaults: leave-one-out baseline, normalised advantages
     opt = torch.optim.Adam(net.parameters(), lr=config.lr)
     steps = {"imitation": 0, "rl": 0}
     while time.perf_counter() < imitation_end:
@@ -276,10 +280,8 @@ def pretrain(config: PretrainConfig) -> PretrainResult:
         s = p.policy.sample(config.samples, generator=gen)
         t, failed = p.env.step_times(s.op_devices)
         cost = np.where(failed | ~np.isfinite(t), 10.0 * p.t_ref, t)
-        reward = -np.sqrt(cost / p.t_ref)
-        k = len(reward)
-        adv = reward - (reward.sum() - reward) / max(k - 1, 1)
-        adv = adv / (reward.std() + 1e-8)
+        # the training reward and advantages of placer train (leave-one-out, normalised)
+        adv = advantages(reward(t, failed, p.t_ref, fail_factor=10.0), failed, None, rl_options).advantages
         adv_t = torch.as_tensor(adv, dtype=torch.float32)
         loss = -(adv_t * s.log_prob).mean() / p.policy.num_items - config.entropy_coef * s.entropy.mean()
         if config.imitation_weight > 0:
