@@ -124,7 +124,9 @@ def main(argv: list[str] | None = None) -> int:
         graph = resolve_graph(args.graph)
         cluster = envs.resolve_cluster(args.cluster)
         if args.max_groups is None:
-            args.max_groups = min(256, 20 * cluster.num_devices)
+            from graphs.grouping import default_num_groups
+
+            args.max_groups = default_num_groups(cluster.num_devices)
     except PlacerError as e:
         print(f"bench_throughput: {e}", file=sys.stderr)
         return 2
