@@ -484,11 +484,11 @@ class _Run:
         self.t_ref = _reference_time(self.score, graph, cluster, config.executor)
         found = _heuristics(graph, cluster, config)
         self.heuristics = {name: t for name, (t, _) in found.items()}
-        try:
-            self.lower_bound_s: float | None = float(envs.lower_bound(graph, cluster)) if config.microbatches == 1 else \
-                float(envs.SimEnv(graph, cluster, microbatches=config.microbatches).lower_bound())
-        except Exception:  # a scorer without a bound (custom env) still trains
-            self.lower_bound_s = None
+        # the simulator of this problem (executor, microbatches): the lower bound, and under --env sim the
+        # planner of the best placement's issue order; the scorer itself when it is one
+        sim = env if isinstance(env, envs.SimEnv) else envs.SimEnv(graph, cluster, executor=config.executor,
+                                                                  microbatches=config.microbatches)
+        self.lower_bound_s: float | None = float(sim.lower_bound())
         self.best_h = min(self.heuristics.items(), key=lambda kv: kv[1]) if self.heuristics else ("none", float("inf"))
         self.state = RunState(setup_s=time.perf_counter() - setup_start)
         # ---- seed, policy, optimizer
@@ -513,9 +513,7 @@ class _Run:
             _adopt_newer_best(self.state, logdir, graph, self.devices, self.score, config)
         self.fail_cost = config.fail_factor * self.t_ref
         # the simulator that picks the best placement's issue order (built once; --env sim only)
-        self.planner = (env if isinstance(env, envs.SimEnv) else envs.SimEnv(graph, cluster, executor=config.executor,
-                                                                             microbatches=config.microbatches)) \
-            if config.env == "sim" else None
+        self.planner = sim if config.env == "sim" else None
         self.t0 = time.perf_counter() - self.state.elapsed_s
 
     def _load(self, tensors: dict[str, Any]) -> None:

@@ -376,3 +376,16 @@ def test_two_processes_on_one_logdir(tmp_path):
     # keeps the better of the two (a seed that happens to do better replaces it)
     t_worse = json.loads(worse.stdout)["best_step_time_s"]
     assert Placement.load(best_file).meta["step_time_s"] == min(t_first, t_worse)
+
+
+@pytest.mark.parametrize("executor", ["eager", "dataflow"])
+def test_lower_bound_is_that_of_the_runs_executor(tmp_path, executor):
+    """The eager-only bounds (host issue) are not valid under dataflow: the run reports its own executor's bound."""
+    # 200 tiny independent ops: under eager the host's dispatches bound the step, under dataflow they do not
+    n = 200
+    g = OpGraph.from_edges([f"o{i}" for i in range(n)], [], flops=[1e3] * n)
+    c = envs.resolve_cluster("v100x4")
+    assert envs.lower_bound(g, c, executor="eager") > 1.5 * envs.lower_bound(g, c, executor="dataflow")
+    r = train(_config(tmp_path, iterations=1, warm_start="none", max_groups=8, executor=executor), graph=g, cluster=c)
+    assert r.lower_bound_s == pytest.approx(float(envs.lower_bound(g, c, executor=executor)))
+    assert r.lower_bound_s <= r.best_step_time_s
