@@ -263,13 +263,17 @@ def pretrain(config: PretrainConfig) -> PretrainResult:
     rl_options = AlgoOptions()  # placer train's defaults: leave-one-out baseline, normalised advantages
     opt = torch.optim.Adam(net.parameters(), lr=config.lr)
     steps = {"imitation": 0, "rl": 0}
-    while time.perf_counter() < imitation_end:
-        batch = rng.choice(len(pairs), size=min(config.batch, len(pairs)), replace=False)
+
+    def step(loss: Any) -> None:
         opt.zero_grad()
-        loss = sum(pairs[i].policy.imitation_loss(pairs[i].label) for i in batch) / len(batch)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(net.parameters(), 1.0)
         opt.step()
+
+    while time.perf_counter() < imitation_end:
+        batch = rng.choice(len(pairs), size=min(config.batch, len(pairs)), replace=False)
+        loss = sum(pairs[i].policy.imitation_loss(pairs[i].label) for i in batch) / len(batch)
+        step(loss)
         steps["imitation"] += 1
         if steps["imitation"] % 20 == 0:
             say(f"imitation step {steps['imitation']}: loss {float(loss.detach()):.4f}")
@@ -279,20 +283,16 @@ def pretrain(config: PretrainConfig) -> PretrainResult:
         p = pairs[int(rng.integers(len(pairs)))]
         s = p.policy.sample(config.samples, generator=gen)
         t, failed = p.env.step_times(s.op_devices)
-        cost = np.where(failed | ~np.isfinite(t), 10.0 * p.t_ref, t)
         # the training reward and advantages of placer train (leave-one-out, normalised)
         adv = advantages(reward(t, failed, p.t_ref, fail_factor=10.0), failed, None, rl_options).advantages
         adv_t = torch.as_tensor(adv, dtype=torch.float32)
         loss = -(adv_t * s.log_prob).mean() / p.policy.num_items - config.entropy_coef * s.entropy.mean()
         if config.imitation_weight > 0:
             loss = loss + config.imitation_weight * p.policy.imitation_loss(p.label)
-        opt.zero_grad()
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(net.parameters(), 1.0)
-        opt.step()
+        step(loss)
         steps["rl"] += 1
         if steps["rl"] % 20 == 0:
-            say(f"rl step {steps['rl']}: {p.name}@{p.cluster} best sample {np.min(cost) / p.label_s:.3f}x the label")
+            say(f"rl step {steps['rl']}: {p.name}@{p.cluster} best sample {np.min(np.where(failed, np.inf, t)) / p.label_s:.3f}x the label")
 
     rows = []
     for p in pairs:
