@@ -159,6 +159,7 @@ class TrainResult:
     num_items: int = 0
     warm_start: str = "none"
     warm_start_step_time_s: float | None = None
+    score_order: str = "node"  # the issue order every time here (samples, heuristics) was scored in
 
     @property
     def best_heuristic(self) -> tuple[str, float] | None:
@@ -181,6 +182,7 @@ class TrainResult:
             "best_heuristic_step_time_s": fin(bh[1]) if bh else None,
             "expert_step_time_s": fin(self.heuristics.get("expert")),
             "heuristics": {k: fin(v) for k, v in self.heuristics.items()},
+            "score_order": self.score_order,
             "lower_bound_s": fin(self.lower_bound_s),
             "reference_step_time_s": fin(self.reference_step_time_s),
             "logdir": self.logdir,
@@ -483,6 +485,11 @@ class _Run:
         setup_start = time.perf_counter()
         self.t_ref = _reference_time(self.score, graph, cluster, config.executor)
         found = _heuristics(graph, cluster, config)
+        if self.score.order is not None:
+            # scored in the run's own order, so the warm start, the rival's start and "beat the best
+            # heuristic" compare like with like (compare's rows are node order)
+            found = {name: (self._scored(idx) if idx is not None and np.isfinite(t) else t, idx)
+                     for name, (t, idx) in found.items()}
         self.heuristics = {name: t for name, (t, _) in found.items()}
         # the simulator of this problem (executor, microbatches): the lower bound, and under --env sim the
         # planner of the best placement's issue order; the scorer itself when it is one
@@ -515,6 +522,10 @@ class _Run:
         # the simulator that picks the best placement's issue order (built once; --env sim only)
         self.planner = sim if config.env == "sim" else None
         self.t0 = time.perf_counter() - self.state.elapsed_s
+
+    def _scored(self, idx: np.ndarray) -> float:
+        t, failed = self.score(np.asarray(idx, dtype=np.int32)[None])
+        return float("inf") if failed[0] else float(t[0])
 
     def _load(self, tensors: dict[str, Any]) -> None:
         try:
@@ -623,6 +634,7 @@ class _Run:
         result = TrainResult(
             best_step_time_s=s.best_step_time_s, best_placement=best, iterations=s.iteration, elapsed_s=s.elapsed_s,
             time_to_best_s=s.time_to_best_s, logdir=self.logdir, heuristics=self.heuristics,
+            score_order=self.config.score_order,
             lower_bound_s=self.lower_bound_s, reference_step_time_s=self.t_ref,
             time_to_beat_heuristic_s=s.time_to_beat_heuristic_s, interrupted=interrupted, setup_s=s.setup_s,
             num_items=getattr(self.policy, "num_items", 0), warm_start=s.warm_start,

@@ -45,6 +45,32 @@ def test_cached_scorer_scores_identical_rows_once():
     assert score.evaluated == 2
 
 
+def test_score_order_planned_scores_the_heuristics_in_the_planned_order(tmp_path, monkeypatch):
+    """The heuristics a planned-order run reports (and warm-starts from) are timed in that order, not compare's.
+
+    A host-blocking CPU chain listed before a GPU chain: in node order the host runs the CPU chain
+    before it launches the GPU's, in the planned order the GPU chain is launched first and they overlap.
+    """
+    import placer.train as train_mod
+
+    names = [f"{ch}{i}" for ch in "ab" for i in range(4)]
+    edges = [(f"{ch}{i}", f"{ch}{i + 1}", 1024) for ch in "ab" for i in range(3)]
+    g = OpGraph.from_edges(names, edges, flops=[5e9] * 4 + [2e11] * 4, name="cpu-then-gpu")
+    c = envs.resolve_cluster("k80x2")
+    env = envs.SimEnv(g, c)
+    idx = np.array([0] * 4 + [1] * 4, dtype=np.int32)  # chain a on cpu:0, chain b on gpu:0
+    node = float(env.step_times(idx[None])[0][0])
+    planned = float(env.step_times(idx[None], order="planned")[0][0])
+    assert planned < node * 0.99
+    monkeypatch.setattr(train_mod, "_heuristics", lambda *a: {"crafted": (node, idx), "broken": (float("inf"), None)})
+    r = train(_config(tmp_path, iterations=1, warm_start="best", score_order="planned", heuristics=None), graph=g, cluster=c)
+    assert r.heuristics == {"crafted": pytest.approx(planned), "broken": float("inf")}
+    assert r.to_dict()["score_order"] == "planned" and r.best_step_time_s <= planned + 1e-12
+    r = train(_config(tmp_path, iterations=1, warm_start="best", heuristics=None, logdir=str(tmp_path / "node")),
+              graph=g, cluster=c)
+    assert r.heuristics["crafted"] == node and r.to_dict()["score_order"] == "node"
+
+
 def test_score_order_planned_rewards_the_planned_step_time(tmp_path):
     """score_order="planned": the run's best is scored (and recorded) in its planned issue order."""
     from graphs.synthetic import random_dag
