@@ -124,3 +124,31 @@ def inplace_mask(graph: "OpGraph") -> np.ndarray:
 def free_mask(graph: "OpGraph") -> np.ndarray:
     """Boolean per op: no kernel and no new memory (views and :data:`SHAPE_OPS`)."""
     return view_mask(graph) | _type_mask(graph, lambda t: base_op_name(t) in SHAPE_OPS)
+
+
+def input_free_mask(graph: "OpGraph") -> np.ndarray | None:
+    """Boolean per op: its value does not depend on the model's inputs; None when the graph does not say.
+
+    The model's inputs are ``meta["inputs"]`` (a capture lists each with the ops that
+    consume it); an op is input-free when no path leads to it from one of those
+    consumers: a causal mask or rotary table built from ``arange`` and the shapes,
+    a positional embedding looked up at ``arange`` positions, anything computed from
+    parameters and constants alone. Under a pipelined plan every microbatch
+    computes these same values, and a model typically computes them once and hands
+    them to every block, so each stage receives them from wherever they were placed.
+    A graph without ``meta["inputs"]`` (built by hand, or with no tensor input listed)
+    gives None: nothing is known.
+    """
+    inputs = graph.meta.get("inputs")
+    if not inputs:
+        return None
+    reached = np.zeros(graph.num_ops, dtype=bool)
+    stack = [graph.index[name] for item in inputs for name in item.get("consumers", ()) if name in graph.index]
+    out_ptr, out_dst, _ = graph.out_csr
+    while stack:
+        i = stack.pop()
+        if reached[i]:
+            continue
+        reached[i] = True
+        stack.extend(int(j) for j in out_dst[out_ptr[i]:out_ptr[i + 1]] if not reached[j])
+    return ~reached

@@ -9,7 +9,8 @@ flight). Prints one markdown table per (model, cluster), or ``--json``.
 
 Usage:
     python scripts/bench_pipeline.py [--models llama8b,llama1b,mixtral] [--clusters h100x8,a100-40gx4]
-        [--microbatches 1,2,4,8] [--methods accelerate,gpipe,expert,m_topo,m_sct,annealing] [--anneal-s 60] [--json]
+        [--microbatches 1,2,4,8] [--methods accelerate,gpipe,expert,m_topo,m_sct,annealing] [--anneal-s 60]
+        [--host-input-free] [--json]
 
 ``accelerate`` needs ``pip install 'placer[accelerate]'``. Clusters are presets
 (``a100-40gx4`` among them) or placer-cluster/1 files.
@@ -36,6 +37,9 @@ MODELS = {
     "llama1b": ("LlamaConfig", dict(hidden_size=2048, intermediate_size=8192, num_hidden_layers=16, num_attention_heads=32,
                                     num_key_value_heads=8, vocab_size=128256, max_position_embeddings=8192, rope_theta=500000.0,
                                     tie_word_embeddings=True)),
+    # a toy Llama for smoke tests: 2 layers, d 64
+    "llama-tiny": ("LlamaConfig", dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+                                       num_key_value_heads=2, vocab_size=256, max_position_embeddings=256)),
     # a small Mixtral: 8 layers, d 1024, 8 experts of FFN 3584, top-2, vocab 32000
     "mixtral": ("MixtralConfig", dict(hidden_size=1024, intermediate_size=3584, num_hidden_layers=8, num_attention_heads=16,
                                       num_key_value_heads=8, num_local_experts=8, num_experts_per_tok=2, vocab_size=32000,
@@ -77,14 +81,16 @@ def build(name: str, seq: int, batch: int):
 _CAPTURED: dict = {}
 
 
-def run_one(model_name: str, cluster_name: str, ms: list[int], methods: list[str], seq: int, batch: int, anneal_s: float = 60.0) -> dict:
+def run_one(model_name: str, cluster_name: str, ms: list[int], methods: list[str], seq: int, batch: int, anneal_s: float = 60.0,
+            host_input_free: bool = False) -> dict:
     import numpy as np
 
     import envs
     from graphs import capture
     from placer import baselines
     from placer.baselines._common import BaselineUnavailable
-    from placer.compare import _accepts
+    from graphs.ops import input_free_mask
+    from placer.compare import accepts as _accepts
 
     key = (model_name, seq, batch)
     if key not in _CAPTURED:  # one capture per model, shared by the clusters
@@ -95,6 +101,8 @@ def run_one(model_name: str, cluster_name: str, ms: list[int], methods: list[str
     c = cluster(cluster_name)
     base = envs.SimEnv(graph, c)
     rows = []
+    free = input_free_mask(graph) if host_input_free else None
+    host = c.kinds.index("cpu") if "cpu" in c.kinds else None
     for m in methods:
         fn = baselines.get(m)
         placed = None
@@ -120,15 +128,28 @@ def run_one(model_name: str, cluster_name: str, ms: list[int], methods: list[str
                 row.update(status="error", message=f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}")
                 rows.append(row)
                 break
-            r = env.simulate(placed)
-            row.update(status=r.status, step_time_s=r.step_time_s if r.status == "ok" else None,
-                       sim_step_time_s=r.extra["sim_step_time_s"], place_s=time.perf_counter() - t,
-                       peak_gib={d: round(b / GIB, 2) for d, b in r.peak_bytes.items() if d.startswith("gpu")},
-                       gpus_used=int(len(set(placed.tolist()) - {0})), message=r.message)
-            rows.append(row)
+            place_s = time.perf_counter() - t
+            rows.append(_scored(row, env, placed, place_s))
+            if free is not None and host is not None and free.any():
+                # the same plan with the ops no model input reaches (masks, rotary tables, positions) on the
+                # host: their copies to the stages are then host -> GPU, which wait for the destination's
+                # queue only, instead of peer copies, which are two-way stream barriers
+                moved = placed.copy()
+                moved[free] = host
+                rows.append(_scored({"method": f"{m}+host-input-free", "microbatches": M, "moved_ops": int(free.sum())},
+                                    env, moved, place_s))
     bounds = {M: base.with_microbatches(M).lower_bound() for M in ms}
     return {"model": model_name, "cluster": cluster_name, "ops": graph.num_ops, "param_gib": graph.total_param_bytes / GIB,
             "capture_s": capture_s, "seq": seq, "batch": batch, "rows": rows, "lower_bound_s": bounds}
+
+
+def _scored(row: dict, env, placed, place_s: float) -> dict:
+    r = env.simulate(placed)
+    row.update(status=r.status, step_time_s=r.step_time_s if r.status == "ok" else None,
+               sim_step_time_s=r.extra["sim_step_time_s"], place_s=place_s,
+               peak_gib={d: round(b / GIB, 2) for d, b in r.peak_bytes.items() if d.startswith("gpu")},
+               gpus_used=int(len(set(placed.tolist()) - {0})), message=r.message)
+    return row
 
 
 def table(res: dict) -> str:
@@ -154,6 +175,8 @@ def main() -> int:
     ap.add_argument("--anneal-s", type=float, default=60.0, help="annealing's time budget per M (seconds)")
     ap.add_argument("--seq", type=int, default=2048)
     ap.add_argument("--batch", type=int, default=8)
+    ap.add_argument("--host-input-free", action="store_true",
+                    help="also score each plan with the ops no model input reaches (masks, rotary tables) on the host")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
     for m in args.models.split(","):
@@ -164,7 +187,7 @@ def main() -> int:
     results = []
     for model_name in args.models.split(","):
         for cl in args.clusters.split(","):
-            res = run_one(model_name, cl, ms, args.methods.split(","), args.seq, args.batch, args.anneal_s)
+            res = run_one(model_name, cl, ms, args.methods.split(","), args.seq, args.batch, args.anneal_s, args.host_input_free)
             results.append(res)
             if not args.json:
                 print(table(res), flush=True)

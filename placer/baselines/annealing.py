@@ -14,6 +14,17 @@ simulated ``batch`` at a time from the current state; they are then tried in
 order, and the first accepted one moves the chain (the rest are discarded, as
 they were drawn from the old state). ``time_budget_s`` stops early; results are
 deterministic for a seed unless that budget cuts the run short.
+
+One block move joins the single-group moves when the plan is pipelined (the env
+runs M > 1 microbatches; ``block_moves`` overrides): the last proposal of each
+batch sends every group of input-free ops (:func:`graphs.ops.input_free_mask`:
+masks, rotary tables, positions) to one device, the host included, and every
+starting point and the final best are also tried with that block on each device. Every stage
+reads those values; placed on a GPU, each microbatch's copy of them to another
+GPU is a peer copy, a two-way barrier between the two streams, which ties the
+source's stream to every stage's progress and serialises the microbatches. From
+the host they are copies that wait for the destination's queue only. Single
+moves rarely find this: one op moved alone still leaves the others' barriers.
 """
 
 from __future__ import annotations
@@ -46,6 +57,7 @@ def annealing(
     oom_penalty: float = 10.0,
     env=None,
     order: str | None = None,
+    block_moves: bool | None = None,
 ) -> np.ndarray:
     """MCMC placement search; ``steps`` simulated proposals at most.
 
@@ -70,7 +82,25 @@ def annealing(
     first_op = np.unique(groups, return_index=True)[1]
     for name in init:
         starts.append(np.asarray(get(name)(graph, cluster, seed=seed), dtype=np.int64)[first_op])
-    start_idx = np.stack(starts)
+    # the block of input-free groups (see the module doc), moved as one to any device
+    block = np.zeros(0, dtype=np.int64)
+    if block_moves if block_moves is not None else getattr(env, "microbatches", 1) > 1:
+        from graphs.ops import input_free_mask
+
+        free = input_free_mask(graph)
+        if free is not None and free.any():
+            whole = np.bincount(groups, weights=free, minlength=num_groups) == np.bincount(groups, minlength=num_groups)
+            block = np.flatnonzero(whole)
+
+    def block_variants(rows: np.ndarray) -> np.ndarray:
+        """``rows`` and each row with the block on each device in turn."""
+        if not len(block):
+            return rows
+        out = np.repeat(rows, cluster.num_devices, axis=0)
+        out[:, block] = np.tile(np.arange(cluster.num_devices), len(rows))[:, None]
+        return np.concatenate([rows, out])
+
+    start_idx = block_variants(np.stack(starts))
     t, oom = score(start_idx[:, groups].astype(np.int32))
     costs = _cost(t, oom, oom_penalty)
     k = int(np.argmin(costs))
@@ -90,6 +120,9 @@ def annealing(
         new_dev = cand[(pos + shift) % len(cand)]
         props = np.repeat(cur[None, :], b, axis=0)
         props[np.arange(b), g] = new_dev
+        if len(block):
+            props[-1] = cur  # last: tried after the single moves (the first accepted proposal moves the chain)
+            props[-1, block] = rng.integers(0, cluster.num_devices)
         t, oom = score(props[:, groups].astype(np.int32))
         c = _cost(t, oom, oom_penalty)
         u = rng.random(b)
@@ -101,4 +134,8 @@ def annealing(
             if c[j] <= cur_cost or u[j] < np.exp(-(c[j] - cur_cost) / temp):
                 cur, cur_cost = props[j].copy(), float(c[j])
                 break
+    if len(block):  # the best found, with the block on each device
+        finals = block_variants(best[None])
+        t, oom = score(finals[:, groups].astype(np.int32))
+        best = finals[int(np.argmin(_cost(t, oom, oom_penalty)))]
     return best[groups].astype(np.int32)

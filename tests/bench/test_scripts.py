@@ -93,3 +93,17 @@ def test_bench_throughput_tiny(tiny):
         assert r["iteration_s"] == pytest.approx(parts) and r["placements_per_s"] == pytest.approx(r["samples"] / parts)
     proc = run("bench_throughput.py", tiny, "--samples", "0")
     assert proc.returncode == 2 and proc.stderr.strip().count("\n") == 0 and "--samples" in proc.stderr
+
+
+@pytest.mark.slow
+def test_bench_pipeline_tiny_llama_with_host_input_free_rows():
+    pytest.importorskip("transformers")
+    proc = run("bench_pipeline.py", "--models", "llama-tiny", "--clusters", "h100x8", "--microbatches", "1,2",
+               "--methods", "gpipe,m_topo", "--seq", "32", "--batch", "4", "--host-input-free", "--json")
+    assert proc.returncode == 0, proc.stderr
+    (res,) = json.loads(proc.stdout)
+    rows = {(r["method"], r["microbatches"]): r for r in res["rows"]}
+    assert set(rows) == {(m, M) for m in ("gpipe", "m_topo", "gpipe+host-input-free", "m_topo+host-input-free") for M in (1, 2)}
+    assert all(r["status"] == "ok" and r["step_time_s"] >= res["lower_bound_s"][str(r["microbatches"])] * (1 - 1e-9)
+               for r in rows.values())
+    assert rows[("gpipe+host-input-free", 2)]["moved_ops"] > 0

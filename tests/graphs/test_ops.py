@@ -63,3 +63,32 @@ def test_cost_grouping_and_capture_agree_on_views():
     assert np.array_equal(fwd[:, 0] == 0, free_mask(g))
     # every view joins its producer; the shape query does not
     assert grouping.colocate(g).tolist() == [0, 0, 0, 0, 1, 0]
+
+
+def test_input_free_ops_are_those_no_model_input_reaches():
+    """A causal mask from arange, shared by two blocks: input-free; everything the input reaches: not."""
+    import torch
+
+    from graphs import capture
+    from graphs.ops import input_free_mask
+
+    class Blocks(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.a, self.b = torch.nn.Linear(8, 8), torch.nn.Linear(8, 8)
+
+        def forward(self, x):
+            n = x.shape[1]
+            mask = torch.arange(n).unsqueeze(0) <= torch.arange(n).unsqueeze(1)
+            h = self.a(x).masked_fill(~mask[:, :8], 0.0)
+            return self.b(h).masked_fill(~mask[:, :8], 0.0).sum()
+
+    g = capture(Blocks(), (torch.randn(8, 8),))
+    free = input_free_mask(g)
+    names = {g.names[i] for i in np.flatnonzero(free)}
+    assert any(n.startswith("arange") for n in names) and any(n.startswith("le") for n in names), names
+    assert not any(n.startswith(("linear", "masked_fill", "sum")) for n in names), names
+    consumers = {c for item in g.meta["inputs"] for c in item["consumers"]}
+    assert consumers and not free[[g.index[c] for c in consumers]].any()
+    # a hand-built graph says nothing about its inputs
+    assert input_free_mask(OpGraph.from_edges(["a", "b"], [("a", "b", 4)])) is None

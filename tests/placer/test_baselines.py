@@ -338,3 +338,41 @@ def test_accelerate_keeps_a_wrapped_models_blocks_whole(k80x4):
     assert no_split_modules(wrapper) == ["Block"]
     keys = device_map(wrapper, k80x4, "balanced")
     assert keys and all(k.count(".") <= 2 for k in keys)  # model.blocks.i at the deepest: no block split
+
+
+def _staged_graph_with_a_shared_mask():
+    """An input consumer and 4 heavy stages, each reading one mask built from constants (no input reaches it)."""
+    S = 4
+    names = ["emb"] + [f"s{k}" for k in range(S)] + ["ar", "m1", "m2"]
+    edges = [("emb", "s0", 1 << 20)] + [(f"s{k}", f"s{k + 1}", 1 << 20) for k in range(S - 1)]
+    edges += [("ar", "m1", 1 << 16), ("m1", "m2", 1 << 20)] + [("m2", f"s{k}", 1 << 20) for k in range(S)]
+    g = OpGraph.from_edges(names, edges, flops=[1e9] + [4e11] * S + [1e6, 1e7, 1e7], name="staged-mask")
+    g.meta["inputs"] = [{"name": "x", "shape": [8, 4], "bytes": 128, "consumers": ["emb"]}]
+    return g
+
+
+def test_annealing_moves_the_input_free_block_of_a_pipelined_plan(monkeypatch):
+    """Pipelined: the mask's peer copies to every stage are stream barriers; from the host they are not.
+
+    Started from one stage per GPU with the mask on the first, zero annealing steps: the block
+    variants alone find the plan with the mask on the host; without block moves the start stays.
+    """
+    import envs
+    import placer.baselines.annealing as annealing_mod
+
+    g = _staged_graph_with_a_shared_mask()
+    c = envs.resolve_cluster("v100x4")  # cpu:0, gpu:0..3
+    stage = {"emb": 1, "s0": 1, "s1": 2, "s2": 3, "s3": 4}
+    on_gpu = np.array([stage.get(x, 1) for x in g.names])
+    on_host = np.array([stage.get(x, 0) for x in g.names])
+    env = envs.SimEnv(g, c, microbatches=4)
+    t_gpu, t_host = env.simulate(on_gpu).step_time_s, env.simulate(on_host).step_time_s
+    assert t_host < 0.9 * t_gpu  # the premise
+    real_get = annealing_mod.get
+    monkeypatch.setattr(annealing_mod, "get", lambda name: (lambda *a, **k: on_gpu) if name == "stages" else real_get(name))
+    run = lambda **kw: annealing_mod.annealing(g, c, env=env, steps=0, init=("stages",), **kw)  # noqa: E731
+    assert run().tolist() == on_host.tolist()  # on by default for a pipelined env
+    assert run(block_moves=False).tolist() == on_gpu.tolist()
+    # not a pipelined plan: off by default
+    assert annealing_mod.annealing(g, c, env=envs.SimEnv(g, c), steps=0, init=("stages",)).tolist() == \
+        annealing_mod.annealing(g, c, env=envs.SimEnv(g, c), steps=0, init=("stages",), block_moves=False).tolist()
