@@ -173,6 +173,52 @@ def best_heuristic(graph: OpGraph, cluster: Any, methods: tuple[str, ...] = LABE
     return best.method, float(best.step_time_s), idx
 
 
+def canonical_label(graph: OpGraph, cluster: Any, op_devices: np.ndarray, env: Any = None) -> np.ndarray:
+    """``op_devices`` with interchangeable devices renumbered by where their ops start on the critical path.
+
+    A heuristic that spreads a graph over 4 identical GPUs may use them in any
+    order (m_sct's late ops on gpu:0, another graph's on gpu:3): as imitation
+    targets, those labels contradict each other, and a policy that cannot tell
+    identical GPUs apart except by their rank learns to put everything on one. So
+    among devices of one class (same kind, compute rate, memory bandwidth, memory
+    and launch overhead), the used ones are renumbered in the order of the
+    compute-weighted mean critical-path start of their ops (the earliest ops go to
+    the lowest-ranked device, the policy's ``rank`` feature), unused ones last.
+    The renumbering is kept only if the simulator (``env``, default a new
+    ``SimEnv``) times it exactly as the original: links between "identical"
+    devices may differ (a K80's two GPUs share a board).
+    """
+    import envs
+    from envs.cost import op_times
+    from policies.gnn import _longest_paths
+
+    idx = np.asarray(op_devices, dtype=np.int32)
+    fwd, bwd = op_times(graph, cluster)
+    tmin = (fwd + bwd).min(axis=1)
+    top, _ = _longest_paths(graph, tmin)
+    weight = tmin + 1e-12
+    classes: dict[tuple, list[int]] = {}
+    for d, dev in enumerate(cluster.devices):
+        key = (dev.kind, dev.flops_per_s, dev.mem_bw_bytes_per_s, dev.memory_bytes, dev.launch_overhead_s)
+        classes.setdefault(key, []).append(d)
+    mapping = np.arange(cluster.num_devices, dtype=np.int32)
+    for members in classes.values():
+        if len(members) < 2:
+            continue
+        used = [d for d in members if (idx == d).any()]
+        start = {d: float(np.average(top[idx == d], weights=weight[idx == d])) for d in used}
+        ranked = sorted(used, key=lambda d: (start[d], d)) + [d for d in members if d not in start]
+        for new, old in zip(members, ranked):
+            mapping[old] = new
+    out = mapping[idx]
+    if np.array_equal(out, idx):
+        return idx
+    env = env if env is not None else envs.SimEnv(graph, cluster)
+    t, failed = env.step_times(np.stack([idx, out]))
+    same = bool(failed[0] == failed[1]) and (bool(failed[0]) or abs(float(t[1]) - float(t[0])) <= 1e-9 * max(float(t[0]), 1e-30))
+    return out if same else idx
+
+
 # ------------------------------------------------------------------ training
 @dataclass
 class PretrainConfig:
@@ -231,6 +277,7 @@ def _setup_pairs(config: PretrainConfig, net: Any, say: Callable[[str], None]) -
                 skipped.append(f"{it.name}@{c.name}: {e}")
                 continue
             env = envs.SimEnv(g, c)
+            label = canonical_label(g, c, label, env)
             single_t, _ = env.step_times(np.repeat(np.arange(c.num_devices, dtype=np.int32)[:, None], g.num_ops, axis=1))
             pairs.append(Pair(it.name, c.name, GNNPolicy(g, c.num_devices, cluster=c, net=net), env,
                               float(np.min(single_t)), label, method, t_best))

@@ -1,0 +1,42 @@
+"""placer.pretrain: imitation labels made consistent across graphs (interchangeable devices renumbered)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+import envs
+from envs.cluster import Cluster
+from graphs.synthetic import branch_dag
+from placer.pretrain import canonical_label
+
+
+def _two_halves(graph, early: int, late: int) -> np.ndarray:
+    """The first half of the ops (topological order) on ``early``, the rest on ``late``."""
+    idx = np.full(graph.num_ops, late, dtype=np.int32)
+    idx[: graph.num_ops // 2] = early
+    return idx
+
+
+def test_identical_gpus_are_renumbered_earliest_ops_first_at_the_same_step_time():
+    g = branch_dag(120, seed=0)
+    c = envs.resolve_cluster("v100x4")  # cpu:0 and four identical, fully linked GPUs
+    env = envs.SimEnv(g, c)
+    label = _two_halves(g, early=4, late=2)  # gpu:3 first, then gpu:1
+    out = canonical_label(g, c, label, env)
+    assert out.tolist() == _two_halves(g, early=1, late=2).tolist()  # gpu:0 first, then gpu:1
+    t, _ = env.step_times(np.stack([label, out]))
+    assert t[0] == t[1]
+    assert canonical_label(g, c, out, env).tolist() == out.tolist()  # already canonical: a fixed point
+    host = np.zeros(g.num_ops, dtype=np.int32)  # the host is in a class of its own
+    assert canonical_label(g, c, host, env).tolist() == host.tolist()
+
+
+def test_devices_whose_links_differ_keep_their_numbers():
+    g = branch_dag(120, seed=0)
+    doc = envs.resolve_cluster("v100x4").to_dict()
+    for link in doc["links"]:  # gpu:3 reaches the other GPUs over a slow link: not interchangeable
+        if "gpu:3" in (link["src"], link["dst"]) and "cpu:0" not in (link["src"], link["dst"]):
+            link["bandwidth_bytes_per_s"] = 1e8
+    c = Cluster.from_dict(doc)
+    label = _two_halves(g, early=4, late=2)
+    assert canonical_label(g, c, label).tolist() == label.tolist()
