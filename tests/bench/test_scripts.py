@@ -107,3 +107,13 @@ def test_bench_pipeline_tiny_llama_with_host_input_free_rows():
     assert all(r["status"] == "ok" and r["step_time_s"] >= res["lower_bound_s"][str(r["microbatches"])] * (1 - 1e-9)
                for r in rows.values())
     assert rows[("gpipe+host-input-free", 2)]["moved_ops"] > 0
+
+
+@pytest.mark.slow
+def test_probe_imitation_prints_agreement_rows():
+    proc = run("probe_imitation.py", "resnet50", "--cluster", "k80x2", "--steps", "4", "--every", "2", "--json")
+    assert proc.returncode == 0, proc.stderr
+    doc = json.loads(proc.stdout)
+    assert [r["step"] for r in doc["rows"]] == [0, 2, 4] and doc["ops"] == 229
+    assert all(0.0 <= r["agreement"] <= 1.0 and sum(r["ops_per_device"]) == 229 for r in doc["rows"])
+    assert run("probe_imitation.py", "no-such-graph").returncode == 2
