@@ -19,12 +19,13 @@ One block move joins the single-group moves when the plan is pipelined (the env
 runs M > 1 microbatches; ``block_moves`` overrides): the last proposal of each
 batch sends every group of input-free ops (:func:`graphs.ops.input_free_mask`:
 masks, rotary tables, positions) to one device, the host included, and every
-starting point and the final best are also tried with that block on each device. Every stage
-reads those values; placed on a GPU, each microbatch's copy of them to another
-GPU is a peer copy, a two-way barrier between the two streams, which ties the
-source's stream to every stage's progress and serialises the microbatches. From
-the host they are copies that wait for the destination's queue only. Single
-moves rarely find this: one op moved alone still leaves the others' barriers.
+starting point and the final best are also tried with that block on each
+device. Every stage reads those values; placed on a GPU, each microbatch's copy
+of them to another GPU is a peer copy, a two-way barrier between the two
+streams, which ties the source's stream to every stage's progress and
+serialises the microbatches. From the host they are copies that wait for the
+destination's queue only. Single moves rarely find this: one op moved alone
+still leaves the others' barriers.
 """
 
 from __future__ import annotations
