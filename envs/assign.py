@@ -109,3 +109,12 @@ def check_order(order: Any, graph: OpGraph | int, *, source: str = "order") -> n
             s, d = int(graph.edge_src[late[0]]), int(graph.edge_dst[late[0]])
             raise PlacerError(f"{source}: op {graph.names[d]!r} ({d}) is issued before its input {graph.names[s]!r} ({s})")
     return arr.astype(np.int32, copy=False)
+
+
+def single_device_rows(num_devices: int, num_ops: int) -> np.ndarray:
+    """``[num_devices, num_ops]`` int32: row ``d`` places every op on device ``d``.
+
+    >>> single_device_rows(2, 3).tolist()
+    [[0, 0, 0], [1, 1, 1]]
+    """
+    return np.repeat(np.arange(num_devices, dtype=np.int32)[:, None], num_ops, axis=1)

@@ -190,12 +190,12 @@ def canonical_label(graph: OpGraph, cluster: Any, op_devices: np.ndarray, env: A
     """
     import envs
     from envs.cost import op_times
-    from policies.gnn import _longest_paths
+    from policies.gnn import longest_paths
 
     idx = np.asarray(op_devices, dtype=np.int32)
     fwd, bwd = op_times(graph, cluster)
     tmin = (fwd + bwd).min(axis=1)
-    top, _ = _longest_paths(graph, tmin)
+    top, _ = longest_paths(graph, tmin)
     weight = tmin + 1e-12
     classes: dict[tuple, list[int]] = {}
     for d, dev in enumerate(cluster.devices):
@@ -215,7 +215,7 @@ def canonical_label(graph: OpGraph, cluster: Any, op_devices: np.ndarray, env: A
         return idx
     env = env if env is not None else envs.SimEnv(graph, cluster)
     t, failed = env.step_times(np.stack([idx, out]))
-    same = bool(failed[0] == failed[1]) and (bool(failed[0]) or abs(float(t[1]) - float(t[0])) <= 1e-9 * max(float(t[0]), 1e-30))
+    same = failed[0] == failed[1] and (failed[0] or np.isclose(t[1], t[0], rtol=1e-9, atol=0.0))
     return out if same else idx
 
 
@@ -278,7 +278,7 @@ def _setup_pairs(config: PretrainConfig, net: Any, say: Callable[[str], None]) -
                 continue
             env = envs.SimEnv(g, c)
             label = canonical_label(g, c, label, env)
-            single_t, _ = env.step_times(np.repeat(np.arange(c.num_devices, dtype=np.int32)[:, None], g.num_ops, axis=1))
+            single_t, _ = env.step_times(envs.assign.single_device_rows(c.num_devices, g.num_ops))
             pairs.append(Pair(it.name, c.name, GNNPolicy(g, c.num_devices, cluster=c, net=net), env,
                               float(np.min(single_t)), label, method, t_best))
         say(f"corpus: {it.name} ({g.num_ops} ops) on {', '.join(c.name for c in clusters)}")

@@ -656,7 +656,7 @@ def _reference_time(score: CachedScorer, graph: OpGraph, cluster: Cluster, execu
     """
     import envs
 
-    single = np.repeat(np.arange(len(cluster.device_names), dtype=np.int32)[:, None], graph.num_ops, axis=1)
+    single = envs.assign.single_device_rows(len(cluster.device_names), graph.num_ops)
     t, _ = score(single)
     t = t[np.isfinite(t) & (t > 0)]
     if not len(t):

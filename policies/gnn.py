@@ -90,7 +90,7 @@ def op_type_bucket(op_type: str) -> int:
     return zlib.crc32(base_op_name(op_type).encode()) % TYPE_BUCKETS
 
 
-def _longest_paths(graph: OpGraph, w: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def longest_paths(graph: OpGraph, w: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Top level (longest weighted path ending before op i) and bottom level (from i on, inclusive)."""
     n = graph.num_ops
     top = np.zeros(n)
@@ -127,7 +127,7 @@ def graph_inputs(graph: OpGraph, cluster: Any) -> dict[str, np.ndarray]:
     total_t = max(float(tmin.sum()), 1e-12)
     mem = (static_bytes(graph) + activation_bytes(graph)).astype(np.float64)
     total_mem = max(float(mem.sum()), 1.0)
-    top, bottom = _longest_paths(graph, tmin)
+    top, bottom = longest_paths(graph, tmin)
     cp = max(float(np.max(top + bottom)) if n else 0.0, 1e-12)
     bw = np.asarray(cluster.bandwidth_bytes_per_s, dtype=np.float64)
     off = ~np.eye(d, dtype=bool)

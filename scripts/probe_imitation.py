@@ -53,7 +53,7 @@ def main(argv: list[str] | None = None) -> int:
     method, label_s, label = best_heuristic(g, c)
     env = envs.SimEnv(g, c)
     label = canonical_label(g, c, label, env)
-    single_s = float(np.min(env.step_times(np.repeat(np.arange(c.num_devices, dtype=np.int32)[:, None], g.num_ops, axis=1))[0]))
+    single_s = float(np.min(env.step_times(envs.assign.single_device_rows(c.num_devices, g.num_ops))[0]))
     policy = GNNPolicy(g, c.num_devices, cluster=c, net=GNNNet(hidden=64, rounds=3))
     opt = torch.optim.Adam(policy.parameters(), lr=args.lr)
     rows = []
