@@ -259,19 +259,10 @@ def _count(p, n, D, out_ptr, out_dst, out_eb, tcount, tbytes, gpend):
 
 
 @njit(cache=True)
-def _eager(p, order, n, D, out_ptr, out_dst, out_eb, in_ptr, in_src, fwd_t, bwd_t, lat, bw, host, launch,
-           tcount, tbytes, gpend, gready, free, start, end):
-    """The eager schedule of one placement in issue ``order`` (see :mod:`envs.schedule`).
-
-    Same workspaces and outputs as :func:`_schedule` (``gpend[slot]`` is 1 once
-    the activation copy is made, 0 again once its gradient came back). Returns
-    the backward end.
-    """
-    nD = n * D
-    _count(p, n, D, out_ptr, out_dst, out_eb, tcount, tbytes, gpend)
-    h = 0.0
-    t_end = 0.0
-    for x in range(n):
+def _eager_fwd(p, order, lo, hi, n, D, in_ptr, in_src, fwd_t, lat, bw, host, launch,
+               tbytes, gpend, gready, free, start, end, h, t_end):
+    """Issue the forwards of ``order[lo:hi]`` from host time ``h``; returns ``(h, t_end)``."""
+    for x in range(lo, hi):
         i = order[x]
         b = p[i]
         for k in range(in_ptr[i], in_ptr[i + 1]):
@@ -331,9 +322,23 @@ def _eager(p, order, n, D, out_ptr, out_dst, out_eb, in_ptr, in_src, fwd_t, bwd_
         end[i] = e
         if e > t_end:
             t_end = e
+    return h, t_end
+
+
+@njit(cache=True)
+def _eager_bwd(p, order, lo, hi, n, D, out_ptr, out_dst, bwd_t, lat, bw, host, grad,
+               tbytes, gpend, gready, free, start, end, h, t_end):
+    """One ``backward()`` call over ``order[lo:hi]`` (reversed) made at host time ``h``; returns ``(h, t_end)``.
+
+    The call returns when the calling thread has run its last host task (``h``
+    unchanged when there is none). An op without a backward (``grad`` False)
+    runs nothing and is sent no gradient: its "backward" is the instant its last
+    consumer's ended (when its output may be freed), on no queue.
+    """
+    nD = n * D
     h_f = h
     hq = h_f
-    for x in range(n - 1, -1, -1):
+    for x in range(hi - 1, lo - 1, -1):
         j = order[x]
         d = p[j]
         for k in range(out_ptr[j], out_ptr[j + 1]):
@@ -342,6 +347,24 @@ def _eager(p, order, n, D, out_ptr, out_dst, out_eb, in_ptr, in_src, fwd_t, bwd_
                 slot = j * D + p[v]
                 if end[2 * n - 1 - v] > gready[slot]:
                     gready[slot] = end[2 * n - 1 - v]
+        if not grad[j]:
+            s = h_f
+            for k in range(out_ptr[j], out_ptr[j + 1]):
+                ev = end[2 * n - 1 - out_dst[k]]
+                if ev > s:
+                    s = ev
+                ed = p[out_dst[k]]
+                if ed != d:
+                    slot = j * D + ed
+                    if gpend[slot] == 1:  # nothing is sent back: the copy's storage is free once its readers are done
+                        gpend[slot] = 0
+                        start[2 * n + nD + slot] = gready[slot]
+                        end[2 * n + nD + slot] = gready[slot]
+            start[2 * n - 1 - j] = s
+            end[2 * n - 1 - j] = s
+            if s > t_end:
+                t_end = s
+            continue
         s = hq if host[d] else free[d]
         if h_f > s:
             s = h_f
@@ -370,6 +393,31 @@ def _eager(p, order, n, D, out_ptr, out_dst, out_eb, in_ptr, in_src, fwd_t, bwd_
         end[2 * n - 1 - j] = e
         if e > t_end:
             t_end = e
+    return hq, t_end
+
+
+@njit(cache=True)
+def _eager(p, order, segs, n, D, out_ptr, out_dst, out_eb, in_ptr, in_src, fwd_t, bwd_t, lat, bw, host, launch, grad,
+           tcount, tbytes, gpend, gready, free, start, end):
+    """The eager schedule of one placement in issue ``order`` (see :mod:`envs.schedule`).
+
+    ``segs`` (``[S, 3]``: kind, lo, hi) is the host thread's program over the
+    positions of ``order``: kind 0 issues the forwards of ``order[lo:hi]``, kind
+    1 is one ``backward()`` call over them (``[[0, 0, n], [1, 0, n]]``: one
+    forward, then one backward). Same workspaces and outputs as
+    :func:`_schedule` (``gpend[slot]`` is 1 once the activation copy is made, 0
+    again once its gradient came back). Returns the backward end.
+    """
+    _count(p, n, D, out_ptr, out_dst, out_eb, tcount, tbytes, gpend)
+    h = 0.0
+    t_end = 0.0
+    for q in range(segs.shape[0]):
+        if segs[q, 0] == 0:
+            h, t_end = _eager_fwd(p, order, segs[q, 1], segs[q, 2], n, D, in_ptr, in_src, fwd_t, lat, bw, host, launch,
+                                  tbytes, gpend, gready, free, start, end, h, t_end)
+        else:
+            h, t_end = _eager_bwd(p, order, segs[q, 1], segs[q, 2], n, D, out_ptr, out_dst, bwd_t, lat, bw, host, grad,
+                                  tbytes, gpend, gready, free, start, end, h, t_end)
     return t_end
 
 
@@ -385,7 +433,7 @@ def _reset(p, n, D, out_ptr, out_dst, tcount, tbytes, free):
 
 
 @njit(cache=True)
-def _peak(dev, p, n, D, act_b, tcount, tbytes, start, end):
+def _peak(dev, p, n, D, act_b, grad, tcount, tbytes, start, end):
     """Peak live bytes on ``dev`` (without static bytes): the sweep of envs.memory."""
     nD = n * D
     m = 0
@@ -408,10 +456,10 @@ def _peak(dev, p, n, D, act_b, tcount, tbytes, start, end):
             ab[na] = act_b[i]
             na += 1
             at[na] = start[2 * n - 1 - i]
-            ab[na] = act_b[i]
+            ab[na] = act_b[i] if grad[i] else 0
             na += 1
             ft[nf] = end[2 * n - 1 - i]
-            fb[nf] = 2 * act_b[i]
+            fb[nf] = 2 * act_b[i] if grad[i] else act_b[i]
             nf += 1
     for u in range(n):
         for d in range(D):
@@ -426,10 +474,10 @@ def _peak(dev, p, n, D, act_b, tcount, tbytes, start, end):
                     nf += 1
                 elif p[u] == dev:  # gradient received here, freed when bwd u ends
                     at[na] = start[2 * n + nD + slot]
-                    ab[na] = tbytes[slot]
+                    ab[na] = tbytes[slot] if grad[u] else 0
                     na += 1
                     ft[nf] = end[2 * n - 1 - u]
-                    fb[nf] = tbytes[slot]
+                    fb[nf] = tbytes[slot] if grad[u] else 0
                     nf += 1
     ao = np.argsort(at[:na])
     fo = np.argsort(ft[:nf])
@@ -449,7 +497,7 @@ def _peak(dev, p, n, D, act_b, tcount, tbytes, start, end):
 
 @njit(cache=True)
 def _batch(P, n, D, out_ptr, out_dst, out_eb, in_ptr, in_src, fwd_t, bwd_t, lat, bw,
-           static_b, act_b, param_b, cap, launch, membw, times, oom, eager, orders, host):
+           static_b, act_b, param_b, cap, launch, membw, times, oom, eager, orders, host, segs, grad):
     """Step time and OOM flag of every row of ``P``.
 
     ``eager``: use :func:`_eager` with issue order ``orders[k]`` (or ``orders[0]``
@@ -476,8 +524,8 @@ def _batch(P, n, D, out_ptr, out_dst, out_eb, in_ptr, in_src, fwd_t, bwd_t, lat,
         p = P[k]
         if eager:
             order = orders[k] if orders.shape[0] > 1 else orders[0]
-            t_end = _eager(p, order, n, D, out_ptr, out_dst, out_eb, in_ptr, in_src, fwd_t, bwd_t, lat, bw, host,
-                           launch, tcount, tbytes, gpend, gready, free, start, end)
+            t_end = _eager(p, order, segs, n, D, out_ptr, out_dst, out_eb, in_ptr, in_src, fwd_t, bwd_t, lat, bw, host,
+                           launch, grad, tcount, tbytes, gpend, gready, free, start, end)
         else:
             t_end = _schedule(p, n, D, out_ptr, out_dst, out_eb, in_ptr, in_src, fwd_t, bwd_t, lat, bw,
                               pend_f, ready_f, pend_b, ready_b, tcount, tbytes, gpend, gready, free, h, start, end)
@@ -513,7 +561,7 @@ def _batch(P, n, D, out_ptr, out_dst, out_eb, in_ptr, in_src, fwd_t, bwd_t, lat,
                 is_oom = True
                 break
             if sb[d] + ub[d] > cap[d]:
-                if sb[d] + _peak(d, p, n, D, act_b, tcount, tbytes, start, end) > cap[d]:
+                if sb[d] + _peak(d, p, n, D, act_b, grad, tcount, tbytes, start, end) > cap[d]:
                     is_oom = True
                     break
         oom[k] = is_oom
@@ -524,13 +572,20 @@ class KernelData:
     """Per-(graph, cluster) arrays in the layout the kernel wants.
 
     Built from plain data: the graph and cluster, the ``[num_ops, num_devices]``
-    op times and the per-op byte counts of :mod:`envs.cost`, and the executor
-    model (``"eager"`` or ``"dataflow"``).
+    op times and the per-op byte counts of :mod:`envs.cost`, the executor
+    model (``"eager"`` or ``"dataflow"``) and, for eager, the host program
+    ``segments`` over issue positions (:func:`envs.microbatch.issue_segments`).
     """
 
     def __init__(self, g: OpGraph, c: Cluster, fwd_s: np.ndarray, bwd_s: np.ndarray, static_bytes: np.ndarray,
-                 act_bytes: np.ndarray, executor: str) -> None:
+                 act_bytes: np.ndarray, executor: str, segments: np.ndarray | None = None,
+                 grad: np.ndarray | None = None) -> None:
         self.n, self.D = g.num_ops, c.num_devices
+        # which ops have a backward (graphs.ops.grad_mask); default all
+        self.grad = np.ones(self.n, dtype=np.bool_) if grad is None else np.ascontiguousarray(grad, dtype=np.bool_)
+        # the host thread's program (eager): one forward then one backward, unless given
+        self.segs = np.ascontiguousarray(
+            [[0, 0, self.n], [1, 0, self.n]] if segments is None else segments, dtype=np.int64).reshape(-1, 3)
         self.cluster = c
         out_ptr, out_dst, out_eid = g.out_csr
         in_ptr, in_src, _ = g.in_csr
@@ -571,7 +626,7 @@ class KernelData:
         _batch(P, self.n, self.D, self.out_ptr, self.out_dst, self.out_eb, self.in_ptr, self.in_src,
                self.fwd_t, self.bwd_t, self.lat, self.bw, self.static_b, self.act_b, self.param_b,
                self.cap, self.launch, self.membw, times, oom,
-               self.eager, self._orders(order), self.host)
+               self.eager, self._orders(order), self.host, self.segs, self.grad)
         return times, oom
 
     def schedule(self, place: np.ndarray, order: np.ndarray | None = None) -> Schedule:
@@ -584,8 +639,8 @@ class KernelData:
         tcount = np.zeros(nD, dtype=np.int64)
         tbytes = np.zeros(nD, dtype=np.int64)
         if self.eager:
-            t_end = _eager(p, self._orders(order)[0], n, D, self.out_ptr, self.out_dst, self.out_eb, self.in_ptr,
-                           self.in_src, self.fwd_t, self.bwd_t, self.lat, self.bw, self.host, self.launch,
+            t_end = _eager(p, self._orders(order)[0], self.segs, n, D, self.out_ptr, self.out_dst, self.out_eb, self.in_ptr,
+                           self.in_src, self.fwd_t, self.bwd_t, self.lat, self.bw, self.host, self.launch, self.grad,
                            tcount, tbytes, np.zeros(nD, dtype=np.int64), np.zeros(nD), np.zeros(D + D * D), start, end)
         else:
             t_end = _schedule(p, n, D, self.out_ptr, self.out_dst, self.out_eb, self.in_ptr, self.in_src,
@@ -607,7 +662,7 @@ class KernelData:
             xfer_op=both(u, u),
             xfer_src=both(p[u], d),
             xfer_dst=both(d, p[u]),
-            xfer_bytes=both(tbytes[slots], tbytes[slots]),
+            xfer_bytes=both(tbytes[slots], np.where(self.grad[u], tbytes[slots], 0)),
             xfer_start_s=both(start[2 * n + slots], start[2 * n + nD + slots]),
             xfer_end_s=both(end[2 * n + slots], end[2 * n + nD + slots]),
             backward_end_s=float(t_end),

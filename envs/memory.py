@@ -10,7 +10,9 @@ What a device holds (documented simplifications):
   backward (every activation is kept for backward, as autograd does for most
   ops; views alias their input and take nothing);
 * during an op's backward, the gradient of its output (same bytes), freed when
-  the backward ends (the transient buffer);
+  the backward ends (the transient buffer); an op without a backward
+  (:func:`graphs.ops.grad_mask`) has none, and its output is freed when its last
+  consumer's backward has ended;
 * a tensor received from another device, from the start of its transfer until
   its gradient has been sent back (it is saved for the consumers' backward, and
   its gradient is accumulated in a buffer of the same size);
@@ -28,8 +30,11 @@ import numpy as np
 from envs.schedule import ACT, Schedule
 
 
-def memory_events(schedule: Schedule, act_bytes: np.ndarray, num_devices: int):
-    """(device, time, bytes) of every allocation and every free, as two triples of arrays."""
+def memory_events(schedule: Schedule, act_bytes: np.ndarray, num_devices: int, grad: np.ndarray | None = None):
+    """(device, time, bytes) of every allocation and every free, as two triples of arrays.
+
+    ``grad``: which ops have a backward (default all); the others get no gradient buffer.
+    """
     s = schedule
     p = s.place.astype(np.int64)
     n = len(p)
@@ -43,12 +48,13 @@ def memory_events(schedule: Schedule, act_bytes: np.ndarray, num_devices: int):
     match = order[np.searchsorted(grad_key[order], act_key)] if len(act_key) else np.zeros(0, dtype=np.int64)
     act_free = s.xfer_end_s[grad_k][match]
     a = act_bytes.astype(np.int64)
+    g = a if grad is None else np.where(grad, a, 0)  # the gradient buffer of each op's output
     alloc_dev = np.concatenate([p, p, s.xfer_dst[act_k], s.xfer_dst[grad_k]])
     alloc_t = np.concatenate([s.fwd_start_s, s.bwd_start_s, s.xfer_start_s[act_k], s.xfer_start_s[grad_k]])
-    alloc_b = np.concatenate([a, a, s.xfer_bytes[act_k], s.xfer_bytes[grad_k]])
+    alloc_b = np.concatenate([a, g, s.xfer_bytes[act_k], s.xfer_bytes[grad_k]])
     free_dev = np.concatenate([p, s.xfer_dst[act_k], s.xfer_dst[grad_k]])
     free_t = np.concatenate([s.bwd_end_s, act_free, s.bwd_end_s[s.xfer_op[grad_k]] if n else np.zeros(0)])
-    free_b = np.concatenate([2 * a, s.xfer_bytes[act_k], s.xfer_bytes[grad_k]])
+    free_b = np.concatenate([a + g, s.xfer_bytes[act_k], s.xfer_bytes[grad_k]])
     return (alloc_dev, alloc_t, alloc_b), (free_dev, free_t, free_b)
 
 
@@ -68,9 +74,10 @@ def sweep_peak(alloc_t: np.ndarray, alloc_b: np.ndarray, free_t: np.ndarray, fre
     return max(int(live[k]), 0), float(at[k])
 
 
-def peak_bytes(schedule: Schedule, act_bytes: np.ndarray, static_per_device: np.ndarray, num_devices: int) -> tuple[np.ndarray, np.ndarray]:
-    """Peak bytes per device (static + the sweep) and the time of each peak."""
-    (ad, at, ab), (fd, ft, fb) = memory_events(schedule, act_bytes, num_devices)
+def peak_bytes(schedule: Schedule, act_bytes: np.ndarray, static_per_device: np.ndarray, num_devices: int,
+               grad: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """Peak bytes per device (static + the sweep) and the time of each peak (``grad``: see :func:`memory_events`)."""
+    (ad, at, ab), (fd, ft, fb) = memory_events(schedule, act_bytes, num_devices, grad)
     peaks = np.asarray(static_per_device, dtype=np.int64).copy()
     when = np.zeros(num_devices)
     for d in range(num_devices):

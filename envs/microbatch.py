@@ -20,13 +20,25 @@ schedulers of :mod:`envs.schedule` / :mod:`envs.kernel`:
   Each copy still reads the weights it uses: :func:`microbatch_op_times` charges
   the full parameter bytes to every copy's memory traffic, so a memory-bound op
   (a matrix-vector product at a small microbatch) does not get faster with M;
-* the issue order is fill-drain (GPipe): the host issues microbatch 0's ops in
-  the plan's order, then microbatch 1's, and so on (:func:`expand_order`); the
-  in-order GPU streams then run microbatch ``m+1``'s first stage while microbatch
-  ``m`` is on the next one, and autograd's backward (reverse issue order per
-  device) drains them from the last microbatch back. Every microbatch's
-  activations are alive from its forward to its backward, so the memory sweep
-  counts the activations of every microbatch in flight.
+* the issue order (:func:`expand_order`): the host issues microbatch 0's ops in
+  the plan's order, then microbatch 1's, and so on; the in-order GPU streams then
+  run microbatch ``m+1``'s first stage while microbatch ``m`` is on the next one.
+  When backward runs is the plan's *in-flight window* ``W`` (``1 <= W <= M``,
+  :func:`issue_segments`):
+
+  - ``W = M``, fill-drain (GPipe, the default): every forward, then one
+    ``backward()`` over all of them, which autograd (reverse issue order per
+    device) drains from the last microbatch back;
+  - ``W < M``, one-forward-one-backward (1F1B with a uniform warm-up of W):
+    the forwards of microbatches ``0 .. W-1``, then, for ``m = 0 .. M-W-1``,
+    microbatch ``m``'s ``backward()`` followed by microbatch ``m+W``'s forward,
+    and last one ``backward()`` over the W microbatches still in flight. Every
+    stream then runs ``F0 .. F(W-1), B0, FW, B1, ...``: no device holds the
+    activations of more than W microbatches, at the price of a longer pipeline
+    bubble when W is below the number of stages.
+
+  Every microbatch's activations are alive from its forward to its backward, so
+  the memory sweep counts the activations of every microbatch in flight.
 
 >>> from graphs import OpGraph
 >>> g = OpGraph.from_edges(["a", "b"], [("a", "b", 8)], flops=[4.0, 2.0], param_bytes=[16, 0])
@@ -37,6 +49,8 @@ schedulers of :mod:`envs.schedule` / :mod:`envs.kernel`:
 ([2.0, 1.0, 2.0, 1.0], [16, 0, 0, 0])
 >>> expand_order([1, 0], 2, 3).tolist()
 [1, 0, 3, 2, 5, 4]
+>>> issue_segments(2, 3, 1).tolist()  # F0 B0 F1 B1 F2 B2 (kind 0: forward, 1: backward; positions)
+[[0, 0, 2], [1, 0, 2], [0, 2, 4], [1, 2, 4], [0, 4, 6], [1, 4, 6]]
 """
 
 from __future__ import annotations
@@ -55,6 +69,13 @@ MAX_MICROBATCHES = 1024
 def check_microbatches(value: Any, option: str = "microbatches") -> int:
     """``value`` as a number of microbatches (an int in ``[1, MAX_MICROBATCHES]``), else one-line PlacerError."""
     return check_int(value, option, least=1, most=MAX_MICROBATCHES)
+
+
+def check_inflight(value: Any, microbatches: int, option: str = "inflight") -> int:
+    """``value`` as an in-flight window for ``microbatches`` (an int in ``[1, M]``; None: M), else one-line PlacerError."""
+    if value is None:
+        return int(microbatches)
+    return check_int(value, option, least=1, most=int(microbatches))
 
 
 def _ceil_div(a: np.ndarray, m: int) -> np.ndarray:
@@ -100,3 +121,30 @@ def expand_order(order: Any, num_ops: int, microbatches: int) -> np.ndarray:
     if base.ndim == 2:
         return (base[:, None, :] + shift[None, :, None]).reshape(base.shape[0], -1)
     return (base[None, :] + shift[:, None]).reshape(-1)
+
+
+#: Segment kinds of :func:`issue_segments`.
+FORWARD, BACKWARD = 0, 1
+
+
+def issue_segments(num_ops: int, microbatches: int, inflight: int | None = None) -> np.ndarray:
+    """The host thread's program for a step: ``[S, 3]`` rows ``(kind, lo, hi)`` over issue positions.
+
+    Positions ``m * num_ops .. (m+1) * num_ops`` of the expanded issue order
+    (:func:`expand_order`) are microbatch ``m``'s ops. Kind :data:`FORWARD`
+    issues their forwards in order; :data:`BACKWARD` is one ``backward()`` call
+    over them. ``inflight`` W (default M; see the module doc) bounds the
+    microbatches in flight: ``W = M`` is fill-drain (one forward segment, one
+    backward), ``W < M`` one-forward-one-backward.
+    """
+    M = check_microbatches(microbatches)
+    W = check_inflight(inflight, M)
+    n = int(num_ops)
+    if W == M:
+        return np.array([[FORWARD, 0, M * n], [BACKWARD, 0, M * n]], dtype=np.int64)
+    segs = [(FORWARD, 0, W * n)]
+    for m in range(M - W):
+        segs.append((BACKWARD, m * n, (m + 1) * n))
+        segs.append((FORWARD, (m + W) * n, (m + W + 1) * n))
+    segs.append((BACKWARD, (M - W) * n, M * n))
+    return np.array(segs, dtype=np.int64)

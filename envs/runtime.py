@@ -491,12 +491,27 @@ class MicrobatchedModule(nn.Module):
     under the same names. The gradients are equal exactly when the loss is a mean
     (or sum) of per-example terms: batch-norm statistics, or a mean over a number of
     unmasked tokens that differs between microbatches, make them differ.
+
+    ``inflight`` W < M (one-forward-one-backward, :func:`envs.microbatch.issue_segments`)
+    bounds the activations held to W microbatches: once microbatches ``0 .. W-1``
+    have run forward, each further forward follows the ``backward()`` of the
+    oldest microbatch in flight, run here, inside the call, with the loss's share
+    of the batch (``1/M`` for a mean). The result is then the loss (the program's
+    output must be one 0-dim tensor), and its ``backward()`` runs the W
+    microbatches still in flight; it must be called with gradient 1 (plain
+    ``loss.backward()``: the earlier microbatches' gradients are already in the
+    parameters, taken with 1), else it raises. Under ``torch.no_grad()`` every
+    microbatch runs forward only, as with W = M.
     """
 
-    def __init__(self, placed: nn.Module, microbatches: int, batch_dim: int = 0, reduction: str = "mean") -> None:
+    def __init__(self, placed: nn.Module, microbatches: int, batch_dim: int = 0, reduction: str = "mean",
+                 inflight: int | None = None) -> None:
         super().__init__()
         if reduction not in ("mean", "sum"):
             raise PlacerError(f"loss reduction {reduction!r}: must be 'mean' or 'sum'")
+        from envs.microbatch import check_inflight
+
+        self.inflight = check_inflight(inflight, microbatches)
         # the placed module's parameters, buffers and submodules under their own names (the
         # state dict of the unpipelined placed module), the module itself outside the tree
         object.__setattr__(self, "placed", placed)
@@ -507,8 +522,47 @@ class MicrobatchedModule(nn.Module):
         self.meta = {**getattr(placed, "meta", {}), MICROBATCH_META: self.microbatches}
 
     def forward(self, *inputs: Any) -> Any:
-        outs = [self.placed(*part) for part in split_batch(inputs, self.microbatches, self.batch_dim)]
-        return _join_outputs(outs, self.batch_dim, self.reduction)
+        parts = split_batch(inputs, self.microbatches, self.batch_dim)
+        M, W = self.microbatches, self.inflight
+        if W >= M or not torch.is_grad_enabled():
+            return _join_outputs([self.placed(*part) for part in parts], self.batch_dim, self.reduction)
+        share = 1.0 / M if self.reduction == "mean" else 1.0
+        losses: list[torch.Tensor] = []
+        for m, part in enumerate(parts):
+            out = self.placed(*part)
+            if not (isinstance(out, torch.Tensor) and out.dim() == 0 and out.is_floating_point()):
+                raise PlacerError(
+                    f"a plan with at most {W} of {M} microbatches in flight runs backward inside the step, so the "
+                    f"model's output must be its loss (one 0-dim floating tensor), not {_describe(out)}")
+            losses.append(out)
+            k = m - W + 1  # the oldest microbatch in flight, whose backward is due (F0..F(W-1), B0, FW, B1, ...)
+            if 0 <= k < M - W and losses[k].requires_grad:
+                (losses[k] * share).backward()
+                losses[k] = losses[k].detach()
+        total = _join_outputs(losses, self.batch_dim, self.reduction)
+        return _GradientOne.apply(total) if total.requires_grad else total
+
+
+def _describe(out: Any) -> str:
+    if isinstance(out, torch.Tensor):
+        return f"a tensor of shape {list(out.shape)} and dtype {out.dtype}"
+    return f"a {type(out).__name__}"
+
+
+class _GradientOne(torch.autograd.Function):
+    """Identity whose backward insists on gradient 1 (the microbatches already run backward took 1)."""
+
+    @staticmethod
+    def forward(ctx: Any, loss: torch.Tensor) -> torch.Tensor:
+        return loss.clone()
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> torch.Tensor:
+        if not bool(torch.all(grad == 1)):
+            raise PlacerError(
+                "a plan with fewer microbatches in flight than microbatches ran the first ones' backward with gradient 1 "
+                "inside the step; call backward() on its loss unscaled (scale the learning rate instead)")
+        return grad
 
 
 def transfers(gm: fx.GraphModule) -> list[tuple[str, str]]:

@@ -60,6 +60,19 @@ max(h_f, queue free, its gradient copies' ends)``, where the queue is
 free times carry over, so a stream finishes its forward work first. No heap:
 ``O(n + edges)`` per placement.
 
+Ops without a backward (:func:`graphs.ops.grad_mask`: in a capture, integer and
+boolean ops and tables built from buffers alone) are not part of autograd's graph:
+no gradient is sent back to them and they run nothing; their "backward" is the
+instant their last consumer's ended (when their output may be freed), on no queue,
+so a host op of that kind never makes ``backward()`` wait.
+
+A pipelined step (:mod:`envs.microbatch`) is a host program of several calls
+(``segments``, :func:`envs.microbatch.issue_segments`): forward segments issue
+their ops as above from the current host time; a backward segment is one
+``backward()`` call made at the current host time ``h_f``, scheduled as above
+over its ops, and returning when the calling thread has run its last host task.
+One forward over every op then one backward is the unpipelined step.
+
 ``dataflow`` (the paper's TensorFlow setting, Placeto's and Baechi's
 simulators) ignores the issue order: a task is ready when its inputs are (the
 producer's ``fwd`` or the activation copy for ``fwd``; ``fwd i``, the same-device
@@ -154,12 +167,18 @@ def schedule_reference(
     order: np.ndarray | None = None,
     host: np.ndarray | None = None,
     launch_s: np.ndarray | None = None,
+    segments: np.ndarray | None = None,
+    grad: np.ndarray | None = None,
 ) -> Schedule:
     """Schedule one step in plain Python (slow; the specification the kernel is tested against).
 
     ``executor="eager"`` also takes the issue ``order`` (default node order),
-    ``host`` (True per ``cpu`` device) and ``launch_s`` (host dispatch seconds
-    per device); ``"dataflow"`` ignores them.
+    ``host`` (True per ``cpu`` device), ``launch_s`` (host dispatch seconds
+    per device) and ``segments``, the host thread's forward and backward calls
+    (:func:`envs.microbatch.issue_segments`; default one of each); ``"dataflow"``
+    ignores them. ``grad`` (default all True) says which ops have a backward
+    (:func:`graphs.ops.grad_mask`): under eager the others run none and are sent
+    no gradient; under both, no gradient bytes are counted for them.
     """
     if executor == "eager":
         D = latency_s.shape[0]
@@ -168,13 +187,15 @@ def schedule_reference(
             np.arange(graph.num_ops) if order is None else order,
             np.zeros(D, dtype=bool) if host is None else host,
             np.zeros(D) if launch_s is None else launch_s,
+            segments,
+            np.ones(graph.num_ops, dtype=bool) if grad is None else np.asarray(grad, dtype=bool),
         )
     if executor != "dataflow":
         raise ValueError(f"executor must be one of {EXECUTORS}, not {executor!r}")
-    return _dataflow_reference(graph, place, fwd_t, bwd_t, latency_s, bandwidth_bytes_per_s, update_s)
+    return _dataflow_reference(graph, place, fwd_t, bwd_t, latency_s, bandwidth_bytes_per_s, update_s, grad)
 
 
-def _dataflow_reference(graph, place, fwd_t, bwd_t, latency_s, bandwidth_bytes_per_s, update_s) -> Schedule:
+def _dataflow_reference(graph, place, fwd_t, bwd_t, latency_s, bandwidth_bytes_per_s, update_s, grad=None) -> Schedule:
     n, D = graph.num_ops, latency_s.shape[0]
     place = np.asarray(place, dtype=np.int64)
     p = place.tolist()
@@ -235,10 +256,10 @@ def _dataflow_reference(graph, place, fwd_t, bwd_t, latency_s, bandwidth_bytes_p
                 heapq.heappush(heap, (ready[x], x))
     assert len(end) == len(deps), "task graph has a cycle"
 
-    return _collect(place, keys, start, end, act_id, grad_id, update_s)
+    return _collect(place, keys, start, end, act_id, grad_id, update_s, grad)
 
 
-def _collect(place, keys, start, end, act_id, grad_id, update_s) -> Schedule:
+def _collect(place, keys, start, end, act_id, grad_id, update_s, grad=None) -> Schedule:
     """The Schedule of task start/end times keyed by task id."""
     n = len(place)
     p = place.tolist()
@@ -253,7 +274,7 @@ def _collect(place, keys, start, end, act_id, grad_id, update_s) -> Schedule:
             ops.append(u)
             srcs.append(p[u] if kind == ACT else d)
             dsts.append(d if kind == ACT else p[u])
-            nbytes.append(b)
+            nbytes.append(0 if kind == GRAD and grad is not None and not grad[u] else b)
             xs.append(start[t])
             xe.append(end[t])
     f = lambda seq: np.asarray(seq, dtype=np.float64)  # noqa: E731
@@ -275,8 +296,18 @@ def _collect(place, keys, start, end, act_id, grad_id, update_s) -> Schedule:
     )
 
 
-def _eager_reference(graph, place, fwd_t, bwd_t, latency_s, bandwidth_bytes_per_s, update_s, order, host, launch_s) -> Schedule:
-    """The eager model of the module docstring, written out step by step."""
+def _eager_reference(graph, place, fwd_t, bwd_t, latency_s, bandwidth_bytes_per_s, update_s, order, host, launch_s, segments=None,
+                     grad=None) -> Schedule:
+    """The eager model of the module docstring, written out step by step.
+
+    ``segments`` (``[S, 3]`` rows ``(kind, lo, hi)``, :func:`envs.microbatch.issue_segments`)
+    is the host thread's program over positions of ``order``: kind 0 issues the
+    forwards of ``order[lo:hi]``, kind 1 makes one ``backward()`` call over them,
+    which returns when the calling thread has run its last host task. Default:
+    one forward over everything, then one backward. ``grad``: which ops have a
+    backward (default all); one without runs nothing and is sent no gradient, its
+    "backward" being the instant its last consumer's ended.
+    """
     n, D = graph.num_ops, latency_s.shape[0]
     place = np.asarray(place, dtype=np.int64)
     p = place.tolist()
@@ -297,70 +328,83 @@ def _eager_reference(graph, place, fwd_t, bwd_t, latency_s, bandwidth_bytes_per_
     end: dict[int, float] = {}
     free = [0.0] * D  # GPU streams (host devices: when their last op ended)
     link: dict[tuple[int, int], float] = {}
-    h = 0.0  # the host thread's clock
     order = [int(i) for i in np.asarray(order).tolist()]
-    for i in order:
-        b = p[i]
-        for k in range(int(in_ptr[i]), int(in_ptr[i + 1])):
-            u = int(in_src[k])
-            a = p[u]
-            if a == b or act_id(u, b) in start:
-                continue
-            lk = link.get((a, b), 0.0)
-            if is_host[a] and is_host[b]:
-                s = max(h, lk)
-                e = s + copy_s(a, b, u)
-                h = e
-            elif is_host[a]:  # pinned host -> GPU, non_blocking
-                s = max(h, free[b], lk)
-                e = s + copy_s(a, b, u)
-                free[b] = e
-            elif is_host[b]:  # GPU -> host: the host waits
-                s = max(h, free[a], lk)
-                e = s + copy_s(a, b, u)
-                free[a] = e
-                h = e
-            else:  # peer copy: both streams wait for each other
-                s = max(h, free[a], free[b], lk)
-                e = s + copy_s(a, b, u)
-                free[a] = free[b] = e
-            link[(a, b)] = e
-            start[act_id(u, b)], end[act_id(u, b)] = s, e
-        t = float(fwd_t[i, b])
-        if is_host[b]:
-            s = max(h, free[b])
-            e = s + t
-            h = free[b] = e
-        else:
-            if t > 0:
-                h += float(launch_s[b])
-            s = max(h, free[b])
-            e = s + t
-            free[b] = e
-        start[i], end[i] = s, e
 
-    h_f = h
-    host_queue = h_f  # the calling thread runs every host backward task
-    for j in reversed(order):
-        d = p[j]
-        ready: dict[int, float] = {}
-        for v in consumers[j]:
-            if p[v] != d:
-                ready[p[v]] = max(ready.get(p[v], 0.0), end[bwd_id(v)])
-        grads = 0.0
-        for e_dev in sorted(ready):
-            lk = link.get((e_dev, d), 0.0)
-            s = max(ready[e_dev], lk)
-            e = s + float(latency_s[e_dev, d] + float(keys[(j, e_dev)]) / bandwidth_bytes_per_s[e_dev, d])
-            link[(e_dev, d)] = e
-            start[grad_id(j, e_dev)], end[grad_id(j, e_dev)] = s, e
-            grads = max(grads, e)
-        queue = host_queue if is_host[d] else free[d]
-        s = max(h_f, queue, grads)
-        e = s + float(bwd_t[j, d])
-        if is_host[d]:
-            host_queue = e
-        else:
-            free[d] = e
-        start[bwd_id(j)], end[bwd_id(j)] = s, e
-    return _collect(place, keys, start, end, act_id, grad_id, update_s)
+    def forward(ops: list[int], h: float) -> float:
+        for i in ops:
+            b = p[i]
+            for k in range(int(in_ptr[i]), int(in_ptr[i + 1])):
+                u = int(in_src[k])
+                a = p[u]
+                if a == b or act_id(u, b) in start:
+                    continue
+                lk = link.get((a, b), 0.0)
+                if is_host[a] and is_host[b]:
+                    s = max(h, lk)
+                    e = s + copy_s(a, b, u)
+                    h = e
+                elif is_host[a]:  # pinned host -> GPU, non_blocking
+                    s = max(h, free[b], lk)
+                    e = s + copy_s(a, b, u)
+                    free[b] = e
+                elif is_host[b]:  # GPU -> host: the host waits
+                    s = max(h, free[a], lk)
+                    e = s + copy_s(a, b, u)
+                    free[a] = e
+                    h = e
+                else:  # peer copy: both streams wait for each other
+                    s = max(h, free[a], free[b], lk)
+                    e = s + copy_s(a, b, u)
+                    free[a] = free[b] = e
+                link[(a, b)] = e
+                start[act_id(u, b)], end[act_id(u, b)] = s, e
+            t = float(fwd_t[i, b])
+            if is_host[b]:
+                s = max(h, free[b])
+                e = s + t
+                h = free[b] = e
+            else:
+                if t > 0:
+                    h += float(launch_s[b])
+                s = max(h, free[b])
+                e = s + t
+                free[b] = e
+            start[i], end[i] = s, e
+        return h
+
+    def backward(ops: list[int], h_f: float) -> float:
+        host_queue = h_f  # the calling thread runs every host backward task
+        for j in reversed(ops):
+            d = p[j]
+            ready: dict[int, float] = {}
+            for v in consumers[j]:
+                if p[v] != d:
+                    ready[p[v]] = max(ready.get(p[v], 0.0), end[bwd_id(v)])
+            if grad is not None and not grad[j]:  # no backward, nothing sent back
+                for e_dev, r in ready.items():
+                    start[grad_id(j, e_dev)] = end[grad_id(j, e_dev)] = r
+                start[bwd_id(j)] = end[bwd_id(j)] = max([h_f] + [end[bwd_id(v)] for v in consumers[j]])
+                continue
+            grads = 0.0
+            for e_dev in sorted(ready):
+                lk = link.get((e_dev, d), 0.0)
+                s = max(ready[e_dev], lk)
+                e = s + float(latency_s[e_dev, d] + float(keys[(j, e_dev)]) / bandwidth_bytes_per_s[e_dev, d])
+                link[(e_dev, d)] = e
+                start[grad_id(j, e_dev)], end[grad_id(j, e_dev)] = s, e
+                grads = max(grads, e)
+            queue = host_queue if is_host[d] else free[d]
+            s = max(h_f, queue, grads)
+            e = s + float(bwd_t[j, d])
+            if is_host[d]:
+                host_queue = e
+            else:
+                free[d] = e
+            start[bwd_id(j)], end[bwd_id(j)] = s, e
+        return host_queue
+
+    program = [(0, 0, n), (1, 0, n)] if segments is None else [tuple(int(v) for v in row) for row in np.asarray(segments)]
+    h = 0.0  # the host thread's clock
+    for kind, lo, hi in program:
+        h = (forward if kind == 0 else backward)(order[lo:hi], h)
+    return _collect(place, keys, start, end, act_id, grad_id, update_s, grad)

@@ -29,11 +29,12 @@ from envs import cost
 from envs.assign import as_indices, check_order
 from envs.cluster import Cluster
 from envs.memory import peak_bytes
-from envs.microbatch import check_microbatches, expand_order, microbatch_graph
+from envs.microbatch import check_inflight, check_microbatches, expand_order, issue_segments, microbatch_graph
 from envs.result import Result
 from envs.schedule import ACT, EXECUTORS, Schedule, schedule_reference
 from graphs.errors import PlacerError
 from graphs.ir import OpGraph
+from graphs.ops import grad_mask
 
 
 #: The ``--executor`` help shared by ``placer simulate``, ``compare`` and ``train``.
@@ -62,17 +63,22 @@ class SimEnv:
         microbatches: ``M``, the number of microbatches a step runs (default 1):
             placements are still of ``graph``'s ops, and the step is scheduled as
             the expanded graph of :mod:`envs.microbatch` (``self.sim_graph``), M
-            copies with the placement repeated, issued fill-drain.
+            copies with the placement repeated.
+        inflight: ``W``, the most microbatches in flight (``1..M``; default M,
+            fill-drain; fewer: one-forward-one-backward, :func:`envs.microbatch.issue_segments`).
+            The eager executor only: dataflow has no host program.
 
     Wherever a placement is taken, its issue order is the ``order`` argument,
     else the placement's ``order`` attribute (``placer.Placement.order``), else
-    node order. A placement whose ``microbatches`` attribute differs from this
-    env's is scored by this env's twin for that M (:meth:`with_microbatches`).
+    node order. A placement whose ``microbatches`` or ``inflight`` attribute
+    differs from this env's is scored by this env's twin for them
+    (:meth:`with_microbatches`).
     """
 
     source = "sim"
 
-    def __init__(self, graph: OpGraph, cluster: Cluster, *, backend: str = "kernel", executor: str = "eager", microbatches: int = 1) -> None:
+    def __init__(self, graph: OpGraph, cluster: Cluster, *, backend: str = "kernel", executor: str = "eager", microbatches: int = 1,
+                 inflight: int | None = None) -> None:
         if backend not in ("kernel", "reference"):
             raise ValueError(f"backend must be 'kernel' or 'reference', not {backend!r}")
         if executor not in EXECUTORS:
@@ -84,9 +90,16 @@ class SimEnv:
         self.num_ops = graph.num_ops
         self.num_devices = cluster.num_devices
         self.microbatches = M = check_microbatches(microbatches)
+        self.inflight = check_inflight(inflight, M)
+        # the host thread's program over issue positions (eager): forwards and backward() calls
+        self.segments = issue_segments(graph.num_ops, M, self.inflight)
         # the graph the schedulers run: the graph itself, or its M microbatch copies
         self.sim_graph = microbatch_graph(graph, M)
         fwd, bwd = cost.op_times(graph, cluster, microbatches=M)
+        # ops without a backward (integer ops, tables built from buffers: graphs.ops.grad_mask) have none to time
+        grad = grad_mask(graph)
+        bwd = np.where(grad[:, None], bwd, 0.0)
+        self.grad = grad if M == 1 else np.tile(grad, M)
         self.fwd_s, self.bwd_s = (fwd, bwd) if M == 1 else (np.tile(fwd, (M, 1)), np.tile(bwd, (M, 1)))
         self.static_bytes = cost.static_bytes(self.sim_graph)
         self.act_bytes = cost.activation_bytes(self.sim_graph)
@@ -125,20 +138,29 @@ class SimEnv:
             return order
         return expand_order(order, self.num_ops, self.microbatches)
 
-    def with_microbatches(self, microbatches: int) -> "SimEnv":
-        """This env for plans of ``microbatches`` microbatches (same graph, cluster, backend, executor; built once)."""
+    def with_microbatches(self, microbatches: int, inflight: int | None = None) -> "SimEnv":
+        """This env for plans of ``microbatches`` microbatches, ``inflight`` of them in flight (default all).
+
+        Same graph, cluster, backend and executor; each twin is built once.
+        """
         M = check_microbatches(microbatches)
-        if M == self.microbatches:
+        W = check_inflight(inflight, M)
+        if (M, W) == (self.microbatches, self.inflight):
             return self
-        key = (self.executor, M)
+        return self._twin(self.executor, M, W)
+
+    def _twin(self, executor: str, M: int, W: int) -> "SimEnv":
+        key = (executor, M, W)
         if key not in self._twins:
-            self._twins[key] = SimEnv(self.graph, self.cluster, backend=self.backend, executor=self.executor, microbatches=M)
+            self._twins[key] = SimEnv(self.graph, self.cluster, backend=self.backend, executor=executor, microbatches=M, inflight=W)
         return self._twins[key]
 
     def _for(self, placement: Any) -> "SimEnv":
-        """The env that scores ``placement``: this one, or its twin for the placement's ``microbatches``."""
+        """The env that scores ``placement``: this one, or its twin for the placement's ``microbatches`` and ``inflight``."""
         M = getattr(placement, "microbatches", None)
-        return self if M is None or M == self.microbatches else self.with_microbatches(M)
+        if M is None:
+            return self
+        return self.with_microbatches(M, getattr(placement, "inflight", None))
 
     def update_s(self, place: np.ndarray) -> np.ndarray:
         """Optimizer seconds per device for ``place``, device per op of ``sim_graph`` (parameters of copy 0)."""
@@ -155,7 +177,8 @@ class SimEnv:
         if self._kernel_data is None:
             from envs.kernel import KernelData
 
-            self._kernel_data = KernelData(self.sim_graph, self.cluster, self.fwd_s, self.bwd_s, self.static_bytes, self.act_bytes, self.executor)
+            self._kernel_data = KernelData(self.sim_graph, self.cluster, self.fwd_s, self.bwd_s, self.static_bytes, self.act_bytes,
+                                           self.executor, self.segments, self.grad)
         return self._kernel_data
 
     # -------------------------------------------------------------- schedule
@@ -173,7 +196,8 @@ class SimEnv:
         if self.backend == "reference":
             c = self.cluster
             return schedule_reference(self.sim_graph, place, self.fwd_s, self.bwd_s, c.latency_s, c.bandwidth_bytes_per_s, self.update_s(place),
-                                      executor=self.executor, order=order, host=np.asarray(c.kinds) == "cpu", launch_s=c.launch_overhead_s)
+                                      executor=self.executor, order=order, host=np.asarray(c.kinds) == "cpu", launch_s=c.launch_overhead_s,
+                                      segments=self.segments, grad=self.grad)
         return self._kernel().schedule(place, order if self.executor == "eager" else None)
 
     def simulate(self, placement: Any, *, trace: bool = False, order: Any = None) -> Result:
@@ -186,7 +210,7 @@ class SimEnv:
         c = self.cluster
         names = c.device_names
         D = self.num_devices
-        peaks, _ = peak_bytes(sched, self.act_bytes, self.static_per_device(sched.place), D)
+        peaks, _ = peak_bytes(sched, self.act_bytes, self.static_per_device(sched.place), D, self.grad)
         p = sched.place
         n = len(p)
         dev_busy = np.bincount(p, weights=self.fwd_s[np.arange(n), p] + self.bwd_s[np.arange(n), p], minlength=D)
@@ -207,6 +231,7 @@ class SimEnv:
             "transfer_bytes": int(sched.xfer_bytes.sum()),
             "executor": self.executor,
             "microbatches": self.microbatches,
+            "inflight": self.inflight,
         }
         if trace:
             from envs.trace import chrome_trace
@@ -268,7 +293,8 @@ class SimEnv:
                 o = order[k] if order is not None and order.ndim == 2 else order
                 c = self.cluster
                 sched = schedule_reference(self.sim_graph, row, self.fwd_s, self.bwd_s, c.latency_s, c.bandwidth_bytes_per_s, self.update_s(row),
-                                           executor=self.executor, order=o, host=np.asarray(c.kinds) == "cpu", launch_s=c.launch_overhead_s)
+                                           executor=self.executor, order=o, host=np.asarray(c.kinds) == "cpu", launch_s=c.launch_overhead_s,
+                                           segments=self.segments, grad=self.grad)
                 r = self.result(sched)
                 times[k] = r.extra["sim_step_time_s"]
                 oom[k] = r.status == "oom"
@@ -325,10 +351,7 @@ class SimEnv:
         """This env under another executor model (same graph, cluster and backend; built once)."""
         if executor == self.executor:
             return self
-        key = (executor, self.microbatches)
-        if key not in self._twins:
-            self._twins[key] = SimEnv(self.graph, self.cluster, backend=self.backend, executor=executor, microbatches=self.microbatches)
-        return self._twins[key]
+        return self._twin(executor, self.microbatches, self.inflight)
 
     def plan_order(self, placement: Any) -> tuple[np.ndarray, str, float]:
         """``(order, name, eager step seconds)``: the fastest of :meth:`order_candidates` under the eager model.

@@ -152,3 +152,51 @@ def input_free_mask(graph: "OpGraph") -> np.ndarray | None:
         reached[i] = True
         stack.extend(int(j) for j in out_dst[out_ptr[i]:out_ptr[i + 1]] if not reached[j])
     return ~reached
+
+
+#: Dtype names whose tensors carry gradients.
+_GRAD_DTYPES = ("float", "bfloat", "complex")
+
+
+def _floating(dtypes) -> bool:
+    """True unless every output dtype is known and none is floating (no dtype known: True)."""
+    known = [str(d) for d in dtypes or () if d]
+    return not known or any(d.removeprefix("torch.").startswith(_GRAD_DTYPES) for d in known)
+
+
+def grad_mask(graph: "OpGraph") -> np.ndarray:
+    """Boolean per op: its output takes part in backward (autograd records it and sends it a gradient).
+
+    In a captured program (``meta["capture_version"]``) an op's output requires a
+    gradient when it is floating point and the op reads a parameter or an input
+    that requires one; the model's inputs do not (token ids, images, labels). An
+    integer or boolean op (positions, masks, indices, a batch-norm counter) and a
+    floating op computed from constants and buffers alone (a rotary table, an
+    additive mask) then have no backward: no gradient is computed for them and
+    none is copied back to them. A graph built by hand says nothing of this and
+    gets all True (every op differentiable).
+
+    Which tensors an op reads that are parameters: a capture lists every tensor an
+    op reads (``params``), parameters and buffers alike, and charges each tensor's
+    bytes to its first reader (``param_bytes`` / ``buffer_bytes``). A name read by
+    an op that owns parameter bytes is taken for a parameter (so is every name
+    tied to one, ``meta["tied_params"]``): a buffer read beside a parameter (batch
+    norm's running statistics) is then counted as one, which errs on the side of
+    a backward.
+    """
+    n = graph.num_ops
+    if not graph.meta.get("capture_version"):
+        return np.ones(n, dtype=bool)
+    reads = graph.params if graph.params is not None else [[] for _ in range(n)]
+    param_names = {name for i in np.flatnonzero(graph.param_bytes > 0) for name in reads[i]}
+    for group in graph.meta.get("tied_params") or ():
+        if param_names.intersection(group):
+            param_names.update(group)
+    floating = np.fromiter((_floating(d) for d in graph.out_dtypes), dtype=bool, count=n)
+    grad = np.zeros(n, dtype=bool)
+    in_ptr, in_src, _ = graph.in_csr
+    for i in range(n):  # node order is topological
+        if floating[i]:
+            grad[i] = (graph.param_bytes[i] > 0 or any(name in param_names for name in reads[i])
+                       or bool(grad[in_src[in_ptr[i]:in_ptr[i + 1]]].any()))
+    return grad

@@ -41,7 +41,7 @@ from typing import Any
 from torch import nn
 
 from envs.assign import as_indices, check_order
-from envs.microbatch import check_microbatches
+from envs.microbatch import check_inflight, check_microbatches
 from envs.runtime import MicrobatchedModule, place_module, split_batch
 from graphs import OpGraph, PlacerError
 from graphs.torch_capture import check_runnable, export_program, graph_from_program
@@ -58,6 +58,7 @@ def apply(
     decompose: bool | None = None,
     order: Sequence[int] | None = None,
     microbatches: int | None = None,
+    inflight: int | None = None,
     batch_dim: int = 0,
     loss_reduction: str = "mean",
 ) -> nn.Module:
@@ -102,6 +103,12 @@ def apply(
             joins the outputs: 0-dim outputs (the loss) averaged (``loss_reduction=
             "mean"``) or summed (``"sum"``), so one ``backward()`` accumulates
             gradients equal to the unsplit step's; batched outputs concatenated.
+        inflight: W, the most microbatches in flight; overrides ``placement.inflight``
+            (default M, fill-drain). Fewer than M runs each microbatch's backward
+            as soon as W later ones have gone forward (one-forward-one-backward,
+            activations of at most W microbatches held); the model's output must
+            then be its loss, and ``loss.backward()`` finishes the step (see
+            :class:`envs.runtime.MicrobatchedModule`).
         batch_dim: the dimension of the inputs that holds the batch (default 0).
         loss_reduction: how the model's loss reduces over the batch, ``"mean"`` or ``"sum"``.
     """
@@ -140,7 +147,9 @@ def apply(
             f"{source}: the model's program at a microbatch of 1/{M} of the batch has other ops than at the whole batch "
             f"({len(names_mb)} vs {len(captured.names)}); it cannot run in {M} microbatches"
         )
-    return MicrobatchedModule(place_module(ep_mb, assignment, device_map, order=names), M, batch_dim, loss_reduction)
+    W = check_inflight(getattr(placement, "inflight", None) if inflight is None else inflight, M,
+                       f"{source}: inflight" if inflight is None else "inflight")
+    return MicrobatchedModule(place_module(ep_mb, assignment, device_map, order=names), M, batch_dim, loss_reduction, W)
 
 
 def validated_assignment(placement: Any, graph: OpGraph, *, source: str = "placement") -> dict[str, str]:

@@ -26,6 +26,10 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--microbatches", default="1", metavar="M[,M...]",
                    help="microbatches per step (a pipelined plan, the batch split M ways with gradient accumulation); "
                    "several, e.g. 1,2,4,8, to search: each method's row is its fastest M (default 1)")
+    p.add_argument("--inflight", default="all", metavar="W[,W...]",
+                   help="the most microbatches in flight: 'all' (default, fill-drain: every forward, then the backward) "
+                   "or W < M (one-forward-one-backward: activations of at most W microbatches held, for plans that "
+                   "would not fit otherwise); several, e.g. 2,4,all, to search alongside --microbatches")
     p.add_argument("--option", action="append", default=[], metavar="[METHOD.]KEY=VALUE",
                    help="an option for every method that takes KEY (or for METHOD only), e.g. time_limit_s=30 or ilp.num_workers=2 (repeatable)")
     p.add_argument("--json", action="store_true", help="print the report as JSON")
@@ -56,6 +60,17 @@ def _microbatches(text: str) -> list[int]:
     if not items or not all(t.isdigit() for t in items):
         raise PlacerError(f"--microbatches {text!r}: give whole numbers separated by commas, e.g. 1,2,4,8")
     return [check_microbatches(int(t), "--microbatches") for t in items]
+
+
+def _inflight(text: str) -> list[int | None]:
+    from envs.microbatch import MAX_MICROBATCHES
+    from graphs import PlacerError
+    from graphs.schema import check_int
+
+    items = [t.strip() for t in text.split(",") if t.strip()]
+    if not items or not all(t.isdigit() or t == "all" for t in items):
+        raise PlacerError(f"--inflight {text!r}: give whole numbers or 'all' separated by commas, e.g. 2,4,all")
+    return [None if t == "all" else check_int(int(t), "--inflight", least=1, most=MAX_MICROBATCHES) for t in items]
 
 
 def _options(items: list[str], methods: list[str] | None) -> dict[str, dict]:
@@ -91,6 +106,7 @@ def run(args: argparse.Namespace) -> int:
 
     check_seed(args.seed)
     microbatches = _microbatches(args.microbatches)
+    inflight = _inflight(args.inflight)
     if args.plot:
         check_output_file(args.plot, "--plot")
     cluster = envs.resolve_cluster(args.cluster)
@@ -103,7 +119,7 @@ def run(args: argparse.Namespace) -> int:
         graph, cluster = with_profile(graph, cluster, args.profile)
     placements = [(path, Placement.load(path)) for path in args.placement]
     report = compare(graph, cluster, methods=methods, placements=placements, seed=args.seed, model=model, executor=args.executor,
-                     microbatches=microbatches, options=options)
+                     microbatches=microbatches, inflight=inflight, options=options)
     if args.plot:
         plot(report, args.plot)
     if args.json:

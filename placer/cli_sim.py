@@ -209,7 +209,7 @@ def run_simulate(args: argparse.Namespace) -> int:
     cluster = envs.resolve_cluster(args.cluster)
     graph, cluster = _profiled(resolve_graph(args.graph), cluster, args.profile)
     placement = Placement.load(args.placement)
-    env = envs.SimEnv(graph, cluster, executor=args.executor, microbatches=placement.microbatches)
+    env = envs.SimEnv(graph, cluster, executor=args.executor, microbatches=placement.microbatches, inflight=placement.inflight)
     result = env.simulate(placement.indices(graph, cluster.device_names, source=args.placement), trace=bool(args.trace),
                           order=getattr(placement, "order", None))
     bound = env.lower_bound()
@@ -225,7 +225,9 @@ def run_simulate(args: argparse.Namespace) -> int:
         print_json(doc)
         return 0
     sim_s = result.extra["sim_step_time_s"]
-    print(f"{graph.name or args.graph} ({graph.num_ops} ops) on {cluster.name}, placement {args.placement}, {args.executor} executor")
+    plan = "" if env.microbatches == 1 else (
+        f", {env.microbatches} microbatches ({'fill-drain' if env.inflight == env.microbatches else f'at most {env.inflight} in flight'})")
+    print(f"{graph.name or args.graph} ({graph.num_ops} ops) on {cluster.name}, placement {args.placement}, {args.executor} executor{plan}")
     if result.ok:
         named = f": {bound.name}" if getattr(bound, "name", "") else ""
         print(f"step time   {result.step_time_s * 1e3:.3f} ms  (lower bound {bound * 1e3:.3f} ms{named}, {result.step_time_s / bound:.2f}x)" if bound > 0 else f"step time   {result.step_time_s * 1e3:.3f} ms")

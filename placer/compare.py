@@ -18,6 +18,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from graphs import OpGraph, PlacerError
+from graphs.schema import check_int
 from placer.placement import Placement
 
 GIB = float(1 << 30)
@@ -47,6 +48,7 @@ class Row:
         message: the scorer's or the method's message for a non-ok row.
         sim_step_time_s: step time ignoring memory (for ``oom`` rows).
         microbatches: M of the plan scored (the best of those searched).
+        inflight: W, its most microbatches in flight (None: all M, fill-drain).
         placement: the placement itself (not serialised).
         meta: what the method reports about its run (a solver's status and bound...).
     """
@@ -61,6 +63,7 @@ class Row:
     message: str = ""
     sim_step_time_s: float | None = None
     microbatches: int = 1
+    inflight: int | None = None
     placement: Placement | None = None
     meta: dict[str, Any] = field(default_factory=dict)
 
@@ -76,6 +79,7 @@ class Row:
             "message": self.message,
             "sim_step_time_s": self.sim_step_time_s,
             "microbatches": self.microbatches,
+            "inflight": self.inflight,
         }
         if self.meta:
             out["meta"] = self.meta
@@ -141,7 +145,8 @@ class CompareReport:
             place = f"{r.place_time_s:.2f}" if r.place_time_s is not None else "—"
             peaks = "/".join(f"{r.peak_bytes.get(d, 0) / GIB:.1f}" for d in self.devices) if r.peak_bytes else "—"
             status = f"{r.status}: {r.message}" if r.status not in ("ok",) and r.message else r.status
-            label = f"{r.method} (M={r.microbatches})" if r.microbatches != 1 else r.method
+            label = r.method if r.microbatches == 1 else (
+                f"{r.method} (M={r.microbatches})" if r.inflight is None else f"{r.method} (M={r.microbatches}, W={r.inflight})")
             lines.append(f"| {label} | {status.replace('|', '/')} | {step} | {speed} | {place} | {peaks} |")
         return head + "\n".join(lines)
 
@@ -170,6 +175,8 @@ def accepts(fn: Any, name: str) -> bool:
 def _scored_row(row: Row, env: Any, idx: Any, best_single_s: float | None, order: Any = None) -> Row:
     result = env.simulate(idx, order=order)  # a Placement brings its own issue order and microbatches
     row.microbatches = int(result.extra.get("microbatches", 1))
+    W = int(result.extra.get("inflight", row.microbatches))
+    row.inflight = None if W == row.microbatches else W
     row.status = result.status
     row.peak_bytes = dict(result.peak_bytes)
     row.message = result.message
@@ -195,6 +202,7 @@ def compare(
     options: dict[str, dict[str, Any]] | None = None,
     executor: str = "eager",
     microbatches: int | Sequence[int] = 1,
+    inflight: int | None | Sequence[int | None] = None,
 ) -> CompareReport:
     """Run ``methods`` (default: every baseline), score them and ``placements`` on one SimEnv.
 
@@ -212,6 +220,9 @@ def compare(
             to search: each method places (and searches, if it uses the simulator)
             under each M and its row is its fastest plan. A method's own
             ``options[m]["microbatches"]`` (an int or a list) overrides it.
+        inflight: W, the most microbatches in flight (None: all M, fill-drain),
+            or several to search alongside M: each M is tried with every
+            ``min(W, M)``. ``options[m]["inflight"]`` overrides it.
 
     Returns:
         A :class:`CompareReport`; a method that cannot run or fails gets a row
@@ -238,7 +249,15 @@ def compare(
             raise PlacerError(f"{what}: give at least one number of microbatches")
         return [check_microbatches(v, what) for v in values]
 
+    def _shapes(ms: list[int], value: Any, what: str) -> list[tuple[int, int]]:
+        ws = list(value) if isinstance(value, (list, tuple)) else [value]
+        if not ws:
+            raise PlacerError(f"{what}: give at least one in-flight window (or None for all)")
+        ws = [None if w is None else check_int(w, what, least=1) for w in ws]
+        return list(dict.fromkeys((M, M if w is None else min(w, M)) for M in ms for w in ws))
+
     default_ms = _ms(microbatches, "microbatches")
+    default_shapes = _shapes(default_ms, inflight, "inflight")
     env = envs.SimEnv(graph, cluster, executor=executor)
     singles = env.evaluate([np.full(graph.num_ops, d, dtype=np.int32) for d in range(cluster.num_devices)])
     ok = [(r.step_time_s, d) for d, r in enumerate(singles) if r.status == "ok"]
@@ -249,16 +268,18 @@ def compare(
         fn = baselines.get(m)
         own = dict((options or {}).get(m, {}))
         ms = _ms(own.pop("microbatches"), f"options[{m!r}]['microbatches']") if "microbatches" in own else default_ms
+        shapes = (_shapes(ms, own.pop("inflight"), f"options[{m!r}]['inflight']") if "inflight" in own
+                  else _shapes(ms, inflight, "inflight") if ms is not default_ms else default_shapes)
         tried: list[Row] = []
         uses_env = accepts(fn, "env")
         placed: tuple[Any, float] | None = None  # a method blind to M places once for all of them
-        for M in ms:
+        for M, W in shapes:
             kwargs: dict[str, Any] = {"seed": seed, **own}
             if model is not None and accepts(fn, "model"):
                 kwargs["model"] = model
             if uses_env:
-                kwargs["env"] = env.with_microbatches(M)
-            row = Row(method=m, microbatches=M)
+                kwargs["env"] = env.with_microbatches(M, W)
+            row = Row(method=m, microbatches=M, inflight=None if W == M else W)
             t0 = time.perf_counter()
             try:
                 if placed is None or uses_env:
@@ -273,7 +294,7 @@ def compare(
                     row.placement, row.meta = out, dict(out.meta)
                 else:
                     row.placement = Placement.from_indices(graph, cluster.device_names, np.asarray(out), cluster=cluster.name,
-                                                           method=m, meta={"seed": seed}, microbatches=M)
+                                                           method=m, meta={"seed": seed}, microbatches=M, inflight=W)
                 try:
                     _scored_row(row, env, row.placement, best_single_s)
                 except Exception as e:
@@ -290,7 +311,7 @@ def compare(
         rows.append(best)
     for (label, p), (_, idx) in zip(labelled, given):
         row = Row(method=label, kind="placement", placement=p)
-        rows.append(_scored_row(row, env.with_microbatches(p.microbatches), idx, best_single_s))
+        rows.append(_scored_row(row, env.with_microbatches(p.microbatches, p.inflight), idx, best_single_s))
     scored_ms = sorted(set(default_ms) | {p.microbatches for _, p in labelled})
     # no plan scored here beats the smallest bound over the Ms scored
     lb = min((env.with_microbatches(M).lower_bound() for M in scored_ms), key=float)

@@ -22,6 +22,12 @@ from the file when 1:
 >>> p = Placement.from_indices(g, ["cpu:0", "gpu:0"], [1, 1], microbatches=4)
 >>> p.to_dict()["microbatches"], Placement.from_dict(p.to_dict()) == p
 (4, True)
+
+and the most microbatches in flight (one-forward-one-backward when fewer than
+M; absent: all M, fill-drain):
+
+>>> Placement.from_indices(g, ["cpu:0", "gpu:0"], [1, 1], microbatches=4, inflight=2).to_dict()["inflight"]
+2
 """
 
 from __future__ import annotations
@@ -35,7 +41,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from envs.assign import as_indices, check_order
-from envs.microbatch import MAX_MICROBATCHES, check_microbatches
+from envs.microbatch import MAX_MICROBATCHES, check_inflight, check_microbatches
 from graphs import OpGraph, PlacerError
 from graphs import schema
 from graphs.io import read_document, write_text_atomic
@@ -60,6 +66,10 @@ class Placement:
         microbatches: M, the number of microbatches one step runs through the placement
             (split along the batch, gradients accumulated, one optimizer step, issued
             fill-drain); 1 (default): the whole batch at once. See :mod:`envs.microbatch`.
+        inflight: W, the most microbatches whose backward has not run yet: fewer than
+            M issues one-forward-one-backward (:func:`envs.microbatch.issue_segments`),
+            which bounds activation memory to W microbatches; ``None`` (default, and
+            what W = M is stored as): fill-drain.
         source: the file it was loaded from, for error messages (not saved).
     """
 
@@ -72,9 +82,12 @@ class Placement:
     order: np.ndarray | None = None
     source: str = field(default="", repr=False)
     microbatches: int = 1
+    inflight: int | None = None
 
     def __post_init__(self) -> None:
         self.microbatches = check_microbatches(self.microbatches, f"{self.source or 'placement'}: microbatches")
+        W = check_inflight(self.inflight, self.microbatches, f"{self.source or 'placement'}: inflight")
+        self.inflight = None if W == self.microbatches else W
         if self.order is not None:
             # a permutation here; its length and edges are checked against the graph where it is used,
             # after the assignment (so a placement missing an op is reported as that)
@@ -85,8 +98,9 @@ class Placement:
         if not isinstance(other, Placement):
             return NotImplemented
         same_order = (self.order is None) == (other.order is None) and (self.order is None or np.array_equal(self.order, other.order))
-        return same_order and (self.assignment, self.graph_hash, self.devices, self.cluster, self.method, self.meta, self.microbatches) == (
-            other.assignment, other.graph_hash, other.devices, other.cluster, other.method, other.meta, other.microbatches
+        return same_order and (self.assignment, self.graph_hash, self.devices, self.cluster, self.method, self.meta, self.microbatches, self.inflight) == (
+            other.assignment, other.graph_hash, other.devices, other.cluster, other.method, other.meta, other.microbatches,
+            other.inflight,
         )
 
     __hash__ = None  # type: ignore[assignment]  # mutable, like a dataclass with eq
@@ -95,6 +109,7 @@ class Placement:
     def from_indices(
         cls, graph: OpGraph, devices: Sequence[str], indices: Sequence[int] | np.ndarray, *, cluster: str = "", method: str = "",
         meta: dict | None = None, order: Sequence[int] | np.ndarray | None = None, microbatches: int = 1,
+        inflight: int | None = None,
     ) -> "Placement":
         """Device ``devices[indices[i]]`` for op ``i``; ``order``: issue order (op indices), checked against ``graph``."""
         idx = np.asarray(indices).tolist()
@@ -110,6 +125,7 @@ class Placement:
             meta=dict(meta or {}),
             order=None if order is None else check_order(order, graph, source="placement: order"),
             microbatches=microbatches,
+            inflight=inflight,
         )
 
     def indices(self, graph: OpGraph, devices: Sequence[str] | None = None, *, source: str = "placement") -> np.ndarray:
@@ -149,6 +165,9 @@ class Placement:
         # Absent: 1 (the whole batch at once), so files of unpipelined plans read as before.
         if self.microbatches != 1:
             doc["microbatches"] = int(self.microbatches)
+        # Absent: M (fill-drain).
+        if self.inflight is not None:
+            doc["inflight"] = int(self.inflight)
         return doc
 
     def save(self, path: str | os.PathLike) -> None:
@@ -171,6 +190,7 @@ class Placement:
         unknown = sorted(set(a.values()) - set(devices))
         if unknown:
             raise PlacerError(f"{source}: assignment uses device {unknown[0]!r}, not in its device list {devices}")
+        M = schema.integer(doc.get("microbatches", 1), source, "microbatches", minimum=1, maximum=MAX_MICROBATCHES)
         return cls(
             assignment=a,
             graph_hash=schema.string(doc.get("graph_hash", ""), source, "graph_hash"),
@@ -180,7 +200,8 @@ class Placement:
             meta=_check_meta(doc.get("meta", {}), source),
             order=None if doc.get("order") is None else check_order(
                 doc["order"], len(doc["order"]) if isinstance(doc["order"], list) else len(a), source=f"{source}: 'order'"),
-            microbatches=schema.integer(doc.get("microbatches", 1), source, "microbatches", minimum=1, maximum=MAX_MICROBATCHES),
+            microbatches=M,
+            inflight=None if doc.get("inflight") is None else schema.integer(doc["inflight"], source, "inflight", minimum=1, maximum=M),
         )
 
 

@@ -259,7 +259,7 @@ def _make_env(config: TrainConfig, graph: OpGraph, cluster: Cluster, logdir: str
 def _sim_env(config: TrainConfig, graph: OpGraph, cluster: Cluster, logdir: str) -> Scorer:
     import envs
 
-    return envs.SimEnv(graph, cluster, executor=config.executor, microbatches=config.microbatches)
+    return envs.SimEnv(graph, cluster, executor=config.executor, microbatches=config.microbatches, inflight=config.inflight)
 
 
 def _measured_env(config: TrainConfig, graph: OpGraph, cluster: Cluster, logdir: str) -> Scorer:
@@ -292,7 +292,7 @@ def _heuristics(graph: OpGraph, cluster: Cluster, config: TrainConfig) -> dict[s
     if methods == []:
         return {}
     report = compare(graph, cluster, methods=methods, seed=config.seed, executor=config.executor,
-                     microbatches=config.microbatches)
+                     microbatches=config.microbatches, inflight=config.inflight)
     out: dict[str, tuple[float, np.ndarray | None]] = {}
     for row in report.rows:
         if row.kind != "baseline":
@@ -494,7 +494,7 @@ class _Run:
         # the simulator of this problem (executor, microbatches): the lower bound, and under --env sim the
         # planner of the best placement's issue order; the scorer itself when it is one
         sim = env if isinstance(env, envs.SimEnv) else envs.SimEnv(graph, cluster, executor=config.executor,
-                                                                  microbatches=config.microbatches)
+                                                                  microbatches=config.microbatches, inflight=config.inflight)
         self.lower_bound_s: float | None = float(sim.lower_bound())
         self.best_h = min(self.heuristics.items(), key=lambda kv: kv[1]) if self.heuristics else ("none", float("inf"))
         self.state = RunState(setup_s=time.perf_counter() - setup_start)
@@ -697,6 +697,7 @@ def _best_placement(graph: OpGraph, devices: list[str], cluster: Cluster, config
     return Placement.from_indices(
         graph, devices, run.best_indices, cluster=getattr(cluster, "name", config.cluster),
         method=f"rl:{config.policy}", meta=meta, order=order, microbatches=config.microbatches,
+        inflight=config.inflight,
     )
 
 

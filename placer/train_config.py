@@ -66,6 +66,9 @@ class RunOptions:
     microbatches: int = 1
     """M: the plan runs M microbatches per step, gradients accumulated (a pipelined plan, envs.microbatch);
     --env sim only."""
+    inflight: int | None = None
+    """W: the most microbatches in flight, 1..M (default: all M, fill-drain; fewer: one-forward-one-backward,
+    activations of at most W microbatches held)."""
     iterations: int | None = None
     """stop after this many iterations (None: only the time budget)."""
     time_budget_s: float | None = None
@@ -247,6 +250,8 @@ class TrainConfig(PolicyOptions, AlgoOptions, RunOptions):
             raise PlacerError("--score-order planned: only with --env sim (a measured run runs node order)")
         if self.microbatches != 1 and self.env != "sim":
             raise PlacerError(f"--microbatches {self.microbatches}: only --env sim scores microbatched plans")
+        if self.inflight is not None and self.inflight > self.microbatches:
+            raise PlacerError(f"--inflight {self.inflight}: must be at most --microbatches ({self.microbatches})")
         if self.init is not None and self.policy != "gnn":
             raise PlacerError(f"--init: a pretrained policy is a gnn policy; --policy is {self.policy!r}")
         if self.resume and not self.logdir:
@@ -287,6 +292,7 @@ def option_name(field_name: str) -> str:
 _INT_BOUNDS: dict[str, dict[str, int]] = {
     "samples": dict(least=1, most=4096),
     "microbatches": dict(least=1, most=1024),  # envs.microbatch.MAX_MICROBATCHES
+    "inflight": dict(least=1, most=1024),  # and at most microbatches (validate)
     "iterations": dict(least=1),
     "seed": dict(least=0, most=MAX_SEED),
     "max_groups": dict(least=0),  # 0 places every op
@@ -320,7 +326,7 @@ _FLOAT_BOUNDS: dict[str, dict[str, float]] = {
 }
 _INT_FIELDS = {name: (option_name(name), b) for name, b in _INT_BOUNDS.items()}
 _FLOAT_FIELDS = {name: (option_name(name), b) for name, b in _FLOAT_BOUNDS.items()}
-_OPTIONAL = {"iterations", "time_budget_s", "max_groups", "workers", "fail_mask_after"}  # None: not set
+_OPTIONAL = {"iterations", "time_budget_s", "max_groups", "workers", "fail_mask_after", "inflight"}  # None: not set
 
 # On --resume these options are taken from the command line; every other one from the checkpoint.
 RESUME_KEEPS = ("iterations", "time_budget_s", "resume", "logdir", "progress", "device", "device_map", "workers",

@@ -3,14 +3,16 @@
 Builds each model on the meta device from a transformers config (no weights, no
 network), captures one training step (``model(input_ids, labels=...).loss``),
 places it with each method once (methods that search with the simulator once per
-M), and scores every plan at every M in ``--microbatches`` with the simulator
-(``envs.SimEnv(microbatches=M)``: fill-drain, activations of every microbatch in
-flight). Prints one markdown table per (model, cluster), or ``--json``.
+M and in-flight window W), and scores every plan at every M in ``--microbatches``
+and every W in ``--inflight`` with the simulator (``envs.SimEnv(microbatches=M,
+inflight=W)``: W = all is fill-drain, activations of every microbatch in flight;
+W < M one-forward-one-backward, at most W in flight). Prints one markdown table
+per (model, cluster), or ``--json``.
 
 Usage:
     python scripts/bench_pipeline.py [--models llama8b,llama1b,mixtral] [--clusters h100x8,a100-40gx4]
-        [--microbatches 1,2,4,8] [--methods accelerate,gpipe,expert,m_topo,m_sct,annealing] [--anneal-s 60]
-        [--host-input-free] [--json]
+        [--microbatches 1,2,4,8] [--inflight all|W[,W...]] [--methods accelerate,gpipe,expert,m_topo,m_sct,annealing]
+        [--anneal-s 60] [--host-input-free] [--json]
 
 ``accelerate`` needs ``pip install 'placer[accelerate]'``. Clusters are presets
 (``a100-40gx4`` among them) or placer-cluster/1 files.
@@ -82,7 +84,7 @@ _CAPTURED: dict = {}
 
 
 def run_one(model_name: str, cluster_name: str, ms: list[int], methods: list[str], seq: int, batch: int, anneal_s: float = 60.0,
-            host_input_free: bool = False) -> dict:
+            host_input_free: bool = False, ws: list[int | None] | None = None) -> dict:
     import numpy as np
 
     import envs
@@ -103,11 +105,12 @@ def run_one(model_name: str, cluster_name: str, ms: list[int], methods: list[str
     rows = []
     free = input_free_mask(graph) if host_input_free else None
     host = c.kinds.index("cpu") if "cpu" in c.kinds else None
+    shapes = list(dict.fromkeys((M, M if w is None else min(w, M)) for M in ms for w in (ws or [None])))
     for m in methods:
         fn = baselines.get(m)
         placed = None
-        for M in ms:
-            env = base.with_microbatches(M)
+        for M, W in shapes:
+            env = base.with_microbatches(M, W)
             kwargs = {"seed": 0}
             if _accepts(fn, "model"):
                 kwargs["model"] = model
@@ -115,7 +118,7 @@ def run_one(model_name: str, cluster_name: str, ms: list[int], methods: list[str
                 kwargs["env"] = env
             if m == "annealing":  # placer's search, started from the list schedulers' and the equal-block plans
                 kwargs.update(init=("m_topo", "gpipe"), time_budget_s=anneal_s)
-            row = {"method": m, "microbatches": M}
+            row = {"method": m, "microbatches": M, "inflight": W}
             t = time.perf_counter()
             try:
                 if placed is None or _accepts(fn, "env"):
@@ -136,7 +139,7 @@ def run_one(model_name: str, cluster_name: str, ms: list[int], methods: list[str
                 # queue only, instead of peer copies, which are two-way stream barriers
                 moved = placed.copy()
                 moved[free] = host
-                rows.append(_scored({"method": f"{m}+host-input-free", "microbatches": M, "moved_ops": int(free.sum())},
+                rows.append(_scored({"method": f"{m}+host-input-free", "microbatches": M, "inflight": W, "moved_ops": int(free.sum())},
                                     env, moved, place_s))
     bounds = {M: base.with_microbatches(M).lower_bound() for M in ms}
     return {"model": model_name, "cluster": cluster_name, "ops": graph.num_ops, "param_gib": graph.total_param_bytes / GIB,
@@ -155,14 +158,14 @@ def _scored(row: dict, env, placed, place_s: float) -> dict:
 def table(res: dict) -> str:
     out = [f"### {res['model']} on {res['cluster']} ({res['ops']} ops, {res['param_gib']:.1f} GiB bf16 parameters, "
            f"batch {res['batch']} x seq {res['seq']})", "",
-           "| method | M | status | step (ms) | peak GiB per GPU |", "|---|---:|---|---:|---|"]
+           "| method | M | W | status | step (ms) | peak GiB per GPU |", "|---|---:|---:|---|---:|---|"]
     for r in res["rows"]:
         step = f"{r['step_time_s'] * 1e3:.0f}" if r.get("step_time_s") else (
             f"({r['sim_step_time_s'] * 1e3:.0f})" if r.get("sim_step_time_s") else "—")
         peaks = "/".join(f"{v:.1f}" for v in r.get("peak_gib", {}).values()) or "—"
         status = r["status"] if r["status"] == "ok" else f"{r['status']}: {r.get('message', '')[:60]}"
-        out.append(f"| {r['method']} | {r['microbatches']} | {status} | {step} | {peaks} |")
-    out.append("| lower bound | " + ", ".join(f"M={M}: {b * 1e3:.0f}" for M, b in res["lower_bound_s"].items()) + " | | | |")
+        out.append(f"| {r['method']} | {r['microbatches']} | {r.get('inflight', r['microbatches'])} | {status} | {step} | {peaks} |")
+    out.append("| lower bound | " + ", ".join(f"M={M}: {b * 1e3:.0f}" for M, b in res["lower_bound_s"].items()) + " | | | | |")
     return "\n".join(out)
 
 
@@ -171,6 +174,8 @@ def main() -> int:
     ap.add_argument("--models", default="llama8b")
     ap.add_argument("--clusters", default="h100x8")
     ap.add_argument("--microbatches", default="1,2,4,8")
+    ap.add_argument("--inflight", default="all",
+                    help="in-flight windows W to score at each M: 'all' (fill-drain) and/or numbers (one-forward-one-backward)")
     ap.add_argument("--methods", default="accelerate,gpipe,expert,m_topo,m_sct,annealing")
     ap.add_argument("--anneal-s", type=float, default=60.0, help="annealing's time budget per M (seconds)")
     ap.add_argument("--seq", type=int, default=2048)
@@ -184,10 +189,18 @@ def main() -> int:
             print(f"bench_pipeline: --models {m!r}: unknown (known: {', '.join(MODELS)})", file=sys.stderr)
             return 2
     ms = [int(x) for x in args.microbatches.split(",")]
+    try:
+        ws = [None if x.strip() == "all" else int(x) for x in args.inflight.split(",")]
+    except ValueError:
+        print(f"bench_pipeline: --inflight {args.inflight!r}: give 'all' or whole numbers separated by commas", file=sys.stderr)
+        return 2
+    if any(w is not None and w < 1 for w in ws):
+        print(f"bench_pipeline: --inflight {args.inflight!r}: a window is at least 1", file=sys.stderr)
+        return 2
     results = []
     for model_name in args.models.split(","):
         for cl in args.clusters.split(","):
-            res = run_one(model_name, cl, ms, args.methods.split(","), args.seq, args.batch, args.anneal_s, args.host_input_free)
+            res = run_one(model_name, cl, ms, args.methods.split(","), args.seq, args.batch, args.anneal_s, args.host_input_free, ws)
             results.append(res)
             if not args.json:
                 print(table(res), flush=True)

@@ -60,17 +60,19 @@ def get(name: str) -> BaselineFn:
 def place(name: str, graph: OpGraph, cluster: Any, **options: Any) -> Placement:
     """Run baseline ``name`` on ``graph`` for ``cluster`` and return a Placement.
 
-    ``microbatches=M`` (an option every method takes): the plan runs M microbatches
-    (:mod:`envs.microbatch`); methods that search with the simulator search under it.
+    ``microbatches=M`` and ``inflight=W`` (options every method takes): the plan
+    runs M microbatches, at most W in flight (default M; :mod:`envs.microbatch`);
+    methods that search with the simulator search under them.
     """
     import inspect
 
-    from envs.microbatch import check_microbatches
+    from envs.microbatch import check_inflight, check_microbatches
     from envs.simulator import SimEnv
 
     fn = get(name)
     M = check_microbatches(options.pop("microbatches", 1), "--option microbatches")
-    env = SimEnv(graph, cluster, microbatches=M)
+    W = check_inflight(options.pop("inflight", None), M, "--option inflight")
+    env = SimEnv(graph, cluster, microbatches=M, inflight=W)
     kwargs = dict(options)
     if M > 1 and "env" in inspect.signature(fn).parameters:
         kwargs["env"] = env
@@ -82,4 +84,5 @@ def place(name: str, graph: OpGraph, cluster: Any, **options: Any) -> Placement:
     return Placement.from_indices(
         graph, cluster.device_names, idx, cluster=getattr(cluster, "name", ""), method=name,
         meta={**meta, "issue_order": how, "step_time_s": step_s, "executor": "eager"}, order=order, microbatches=M,
+        inflight=W,
     )

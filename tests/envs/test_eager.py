@@ -162,3 +162,55 @@ def test_plan_order_issues_device_work_before_blocking_the_host(toy, backend):
     assert SimEnv(g, toy.cluster(), backend=backend, executor="dataflow").plan_order(place)[1] == "devices-first"
     # all on one GPU: nothing to gain, the node order is kept
     assert SimEnv(g, toy.cluster(), backend=backend).plan_order([toy.G0] * 3)[1] == "node"
+
+
+# ------------------------------------------------------------ pipelined plans and ops without a backward
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_one_forward_one_backward_holds_one_microbatch(toy, backend):
+    # a (gpu:0) -> b (gpu:1), 2 FLOPs each and 2 bytes, in M = 2 microbatches: per microbatch a, b take 1 s
+    # forward, 2 s backward, and the copy 1 byte = 1 s. Positions: a0 b0 a1 b1.
+    # fill-drain (W = 2): F0 F1, then one backward over both (reversed: b1 a1 b0 a0)
+    #   a0 [0, 1]; copy a0 (peer: both streams) [1, 2]; b0 [2, 3]; a1 [max(free0 2) = 2, 3];
+    #   copy a1 [max(free0 3, free1 3, link 2) = 3, 4]; b1 [4, 5]
+    #   bwd b1 [5, 7]; grad a1 [7, 8]; bwd a1 [max(free0 4, 8) = 8, 10]; bwd b0 [7, 9];
+    #   grad a0 [max(9, link 8) = 9, 10]; bwd a0 [max(free0 10, 10) = 10, 12]
+    # W = 1: F0 B0 F1 B1
+    #   a0 [0, 1]; copy [1, 2]; b0 [2, 3]; bwd b0 [3, 5]; grad a0 [5, 6]; bwd a0 [6, 8]
+    #   a1 waits for gpu:0's stream: [8, 9]; copy [max(free0 9, free1 5, link 2) = 9, 10]; b1 [10, 11]
+    #   bwd b1 [11, 13]; grad a1 [max(13, link 6) = 13, 14]; bwd a1 [max(free0 10, 14) = 14, 16]
+    g = toy.graph(["a", "b"], [("a", "b", 2)], [2, 2])
+    c = toy.cluster()
+    place = np.array([toy.G0, toy.G1])
+    both = SimEnv(g, c, backend=backend, microbatches=2)
+    one = SimEnv(g, c, backend=backend, microbatches=2, inflight=1)
+    s = both.schedule(place)
+    assert s.fwd_start_s.tolist() == [0, 2, 2, 4] and s.bwd_start_s.tolist() == [10, 7, 8, 5]
+    assert s.backward_end_s == 12
+    s = one.schedule(place)
+    assert s.fwd_start_s.tolist() == [0, 2, 8, 10] and s.fwd_end_s.tolist() == [1, 3, 9, 11]
+    assert s.bwd_start_s.tolist() == [6, 3, 14, 11] and s.bwd_end_s.tolist() == [8, 5, 16, 13]
+    assert s.backward_end_s == 16
+    # memory: with both in flight gpu:0 holds two outputs of a; with one, never more than one
+    ra, r1 = both.simulate(place), one.simulate(place)
+    assert r1.extra["inflight"] == 1 and ra.extra["inflight"] == 2
+    assert r1.peak_bytes["gpu:0"] < ra.peak_bytes["gpu:0"]
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_an_op_without_a_backward_is_sent_no_gradient(toy, backend):
+    # m (cpu:0, 1 FLOP, an integer mask) -> a (gpu:0, 2 FLOPs, a weight), 2 bytes.
+    #   m on the host [0, 1]; copy m -> gpu:0 (pinned) [1, 3]; a [3, 5]
+    #   backward: a [5, 9]. Differentiable m (a graph that does not say): grad m [9, 11] back to the host,
+    #   bwd m on the host [11, 13]. Integer m in a capture: no gradient, no backward; its "backward" is
+    #   the instant a's ended, and the step ends with a.
+    g = toy.graph(["m", "a"], [("m", "a", 2)], [1, 2], param_bytes=[0, 8])
+    place = [toy.CPU, toy.G0]
+    s, r = run(g, toy.cluster(), place, backend)
+    assert s.bwd_start_s.tolist() == [11, 5] and r.step_time_s == 13
+    g.meta["capture_version"] = 1
+    g.out_dtypes[0] = ["int64"]
+    s, r = run(g, toy.cluster(), place, backend)
+    assert s.fwd_end_s.tolist() == [1, 5] and s.bwd_start_s.tolist() == [9, 5] and s.bwd_end_s.tolist() == [9, 9]
+    grad = [(st, en, b) for k, st, en, b in zip(s.xfer_kind, s.xfer_start_s, s.xfer_end_s, s.xfer_bytes) if k == 1]
+    assert grad == [(9.0, 9.0, 0)]
+    assert r.step_time_s == 9

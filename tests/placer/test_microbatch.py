@@ -40,14 +40,22 @@ def test_expanded_graph_has_m_independent_copies_and_parameters_once():
     assert microbatch_graph(g, 1) is g
 
 
-@pytest.mark.parametrize("executor", ["eager", "dataflow"])
-def test_kernel_and_reference_agree_with_microbatches(executor):
+@pytest.mark.parametrize("executor,inflight,captured", [("eager", None, False), ("dataflow", None, False), ("eager", 1, False),
+                                                         ("eager", 2, True), ("dataflow", None, True)])
+def test_kernel_and_reference_agree_with_microbatches(executor, inflight, captured):
     g = random_dag(25, seed=3)
-    c = Cluster.preset("k80x2")
     rng = np.random.default_rng(0)
+    if captured:  # a capture's dtypes: some integer ops, so some ops have no backward
+        g.meta["capture_version"] = 1
+        for i in rng.choice(g.num_ops, size=8, replace=False):
+            g.out_dtypes[i] = ["int64"]
+        from graphs.ops import grad_mask
+
+        assert 0 < (~grad_mask(g)).sum() < g.num_ops
+    c = Cluster.preset("k80x2")
     P = rng.integers(0, c.num_devices, size=(4, g.num_ops)).astype(np.int32)
-    k = envs.SimEnv(g, c, executor=executor, microbatches=3)
-    r = envs.SimEnv(g, c, executor=executor, microbatches=3, backend="reference")
+    k = envs.SimEnv(g, c, executor=executor, microbatches=3, inflight=inflight)
+    r = envs.SimEnv(g, c, executor=executor, microbatches=3, backend="reference", inflight=inflight)
     tk, ok = k.step_times(P)
     tr, orr = r.step_times(P)
     np.testing.assert_allclose(tk, tr, rtol=1e-12)
@@ -113,6 +121,44 @@ def test_microbatch_op_times_scale_compute_but_not_weight_reads():
     f4, _ = cost.op_times(g, c, microbatches=4)
     assert f4[0, 1] < f1[0, 1] / 3
     assert f4[1, 1] == pytest.approx(f1[1, 1], rel=1e-6)
+
+
+def test_inflight_round_trips_and_bad_values_are_one_line(tmp_path):
+    g = _chain(4)
+    p = Placement.from_indices(g, ["cpu:0", "gpu:0"], np.ones(4, dtype=int), microbatches=4, inflight=2)
+    path = tmp_path / "p.json"
+    p.save(path)
+    assert Placement.load(path) == p and Placement.load(path).inflight == 2
+    # W = M is fill-drain, stored as absent
+    assert Placement.from_indices(g, ["cpu:0", "gpu:0"], np.ones(4, dtype=int), microbatches=4, inflight=4).inflight is None
+    doc = json.loads(path.read_text())
+    for bad in (5, 0, "2"):
+        doc["inflight"] = bad
+        path.write_text(json.dumps(doc))
+        with pytest.raises(PlacerError, match="inflight") as e:
+            Placement.load(path)
+        assert "\n" not in str(e.value) and str(path) in str(e.value)
+
+
+def test_a_smaller_window_holds_fewer_activations_on_a_pipeline():
+    """4 stages, M = 8: W = 8 (fill-drain) holds 8 microbatches on the first stage, W = 4 at most 4, W = 1 one."""
+    g = _chain(8)
+    c = Cluster.preset("h100x8")
+    place = np.repeat(np.arange(1, 5), 2).astype(np.int32)
+    res = {W: envs.SimEnv(g, c, microbatches=8, inflight=W).simulate(place) for W in (1, 4, 8)}
+    static = int((4 * g.param_bytes[:2]).sum())
+    act = {W: r.peak_bytes["gpu:0"] - static for W, r in res.items()}
+    assert act[1] < act[4] < act[8]
+    # a microbatch's outputs of the first stage are 1/8 of the batch's: W microbatches' at most, plus the
+    # gradient buffers of one (its own and the one received from the next stage); fill-drain all 8
+    per_mb = int(g.out_bytes[:2].sum()) // 8
+    assert act[4] <= 5 * per_mb and act[1] <= 2 * per_mb and act[8] >= 8 * per_mb
+    # one at a time is the unpipelined step's time, near enough; fill-drain overlaps the stages
+    assert res[8].step_time_s < res[4].step_time_s <= res[1].step_time_s
+    assert Placement.from_indices(g, c.device_names, place, microbatches=8, inflight=4) is not None
+    env = envs.SimEnv(g, c)
+    p4 = Placement.from_indices(g, c.device_names, place, microbatches=8, inflight=4)
+    assert env.simulate(p4).step_time_s == res[4].step_time_s  # the plan's window selects the twin
 
 
 def test_expand_order_is_fill_drain():
@@ -197,6 +243,55 @@ def test_apply_microbatched_loss_and_gradients_equal_the_unsplit_step(M):
         torch.testing.assert_close(got[k], want[k], rtol=1e-5, atol=1e-6)
 
 
+@pytest.mark.parametrize("M,W", [(4, 1), (4, 2), (3, 2)])
+def test_apply_one_forward_one_backward_gradients_equal_the_unsplit_step(M, W):
+    torch.manual_seed(3)
+    model = MLPLoss()
+    x, y = torch.randn(12, 6), torch.randint(0, 5, (12,))
+    g = capture(model, (x, y))
+    idx = np.random.default_rng(W).integers(0, len(DEVICES), size=g.num_ops)
+    p = Placement.from_indices(g, DEVICES, idx, microbatches=M, inflight=W)
+    ref = copy.deepcopy(model)
+    placed = apply(model, p, (x, y), device_map="*=cpu")
+    assert placed.inflight == W
+    loss = placed(x, y)
+    # the first M - W microbatches already ran backward inside the call
+    assert all(v.grad is not None for v in placed.parameters())
+    loss.backward()
+    ref_loss = ref(x, y)
+    ref_loss.backward()
+    torch.testing.assert_close(loss, ref_loss, rtol=1e-5, atol=1e-6)
+    got, want = _grads(placed), _grads(ref)
+    assert set(got) == set(want) and want
+    for k in want:
+        torch.testing.assert_close(got[k], want[k], rtol=1e-5, atol=1e-6)
+    # under no_grad it is a plain forward, and nothing accumulates
+    placed.zero_grad(set_to_none=True)
+    with torch.no_grad():
+        torch.testing.assert_close(placed(x, y), ref_loss.detach(), rtol=1e-5, atol=1e-6)
+    assert all(v.grad is None for v in placed.parameters())
+
+
+def test_apply_one_forward_one_backward_needs_a_loss_and_gradient_one():
+    model, x, scale = Tower(), torch.randn(6, 6), torch.tensor(0.5)
+    g = capture(model, (x, scale))
+    p = Placement.from_indices(g, DEVICES, np.ones(g.num_ops, dtype=int), microbatches=3, inflight=1)
+    placed = apply(model, p, (x, scale), device_map="*=cpu")
+    with pytest.raises(PlacerError, match="output must be its loss") as e:
+        placed(x, scale)
+    assert "\n" not in str(e.value)
+    model, x, y = MLPLoss(), torch.randn(6, 6), torch.randint(0, 5, (6,))
+    g = capture(model, (x, y))
+    p = Placement.from_indices(g, DEVICES, np.ones(g.num_ops, dtype=int), microbatches=3, inflight=1)
+    placed = apply(model, p, (x, y), device_map="*=cpu")
+    with pytest.raises(PlacerError, match="unscaled"):
+        (placed(x, y) * 2).backward()
+    # apply's own inflight overrides the plan's; more than M is one line
+    assert apply(model, p, (x, y), device_map="*=cpu", inflight=3).inflight == 3
+    with pytest.raises(PlacerError, match="inflight 4"):
+        apply(model, p, (x, y), device_map="*=cpu", inflight=4)
+
+
 def test_apply_microbatched_batched_outputs_and_the_default_loss():
     from envs.runtime import default_loss
 
@@ -261,6 +356,29 @@ def test_compare_searches_m_and_keeps_each_methods_fastest():
     assert both.lower_bound_s <= rb.step_time_s
     with pytest.raises(PlacerError, match="microbatches"):
         compare(g, c, methods=["gpipe"], microbatches=[0])
+
+
+def test_compare_searches_the_window_and_fits_a_plan_fill_drain_cannot():
+    import dataclasses
+
+    from placer.compare import compare
+
+    g = _chain(8)
+    base = Cluster.preset("a100-40gx4")
+    # four GPUs with room for a 2-op stage's weights and Adam state (512 MiB) and about 4 microbatches' activations
+    small = [dataclasses.replace(d, memory_bytes=float((512 + 128) << 20)) if d.kind == "gpu" else d for d in base.devices]
+    c = dataclasses.replace(base, devices=small)
+    place = np.repeat(np.arange(1, 5), 2).astype(np.int32)
+    assert envs.SimEnv(g, c, microbatches=8).simulate(place).status == "oom"
+    assert envs.SimEnv(g, c, microbatches=8, inflight=4).simulate(place).status == "ok"
+    fill = compare(g, c, methods=["gpipe"], microbatches=8)
+    assert fill.rows[0].status == "oom"
+    both = compare(g, c, methods=["gpipe"], microbatches=8, inflight=[None, 1, 2, 4])
+    row = both.rows[0]
+    assert row.status == "ok" and row.inflight == 4 and row.placement.inflight == 4
+    assert "(M=8, W=4)" in both.table() and row.to_dict()["inflight"] == 4
+    with pytest.raises(PlacerError, match="inflight"):
+        compare(g, c, methods=["gpipe"], microbatches=8, inflight=[0])
 
 
 def test_place_option_microbatches():
