@@ -99,14 +99,17 @@ def test_bench_throughput_tiny(tiny):
 def test_bench_pipeline_tiny_llama_with_host_input_free_rows():
     pytest.importorskip("transformers")
     proc = run("bench_pipeline.py", "--models", "llama-tiny", "--clusters", "h100x8", "--microbatches", "1,2",
-               "--methods", "gpipe,m_topo", "--seq", "32", "--batch", "4", "--host-input-free", "--json")
+               "--inflight", "1,all", "--methods", "gpipe,m_topo", "--seq", "32", "--batch", "4", "--host-input-free", "--json")
     assert proc.returncode == 0, proc.stderr
     (res,) = json.loads(proc.stdout)
-    rows = {(r["method"], r["microbatches"]): r for r in res["rows"]}
-    assert set(rows) == {(m, M) for m in ("gpipe", "m_topo", "gpipe+host-input-free", "m_topo+host-input-free") for M in (1, 2)}
+    rows = {(r["method"], r["microbatches"], r["inflight"]): r for r in res["rows"]}
+    methods = ("gpipe", "m_topo", "gpipe+host-input-free", "m_topo+host-input-free")
+    assert set(rows) == {(m, M, W) for m in methods for M, W in ((1, 1), (2, 1), (2, 2))}
+    rows = {(m, M): r for (m, M, W), r in rows.items() if W == M}
     assert all(r["status"] == "ok" and r["step_time_s"] >= res["lower_bound_s"][str(r["microbatches"])] * (1 - 1e-9)
                for r in rows.values())
     assert rows[("gpipe+host-input-free", 2)]["moved_ops"] > 0
+    assert run("bench_pipeline.py", "--inflight", "0").returncode == 2
 
 
 @pytest.mark.slow

@@ -389,3 +389,16 @@ def test_place_option_microbatches():
     p = baselines.place("gpipe", g, c, microbatches=4)
     assert p.microbatches == 4
     assert p.meta["step_time_s"] == pytest.approx(envs.SimEnv(g, c).simulate(p).step_time_s, rel=1e-9)
+
+
+def test_compare_cli_inflight_search_and_bad_values(capsys):
+    from placer.cli import main
+
+    assert main(["compare", "gpt2", "--cluster", "k80x4", "--methods", "gpipe", "--microbatches", "4",
+                 "--inflight", "1,all", "--json"]) == 0
+    (row,) = [r for r in json.loads(capsys.readouterr().out)["rows"] if r["kind"] == "baseline"]
+    assert row["microbatches"] == 4 and row["inflight"] is None  # fill-drain is the faster where both fit
+    for bad in ("0", "two", ""):
+        assert main(["compare", "gpt2", "--cluster", "k80x4", "--microbatches", "4", "--inflight", bad]) == 2
+        err = capsys.readouterr().err
+        assert "--inflight" in err and err.strip().count("\n") == 0
