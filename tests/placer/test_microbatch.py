@@ -221,42 +221,21 @@ def _grads(module):
     return {k: v.grad.detach().clone() for k, v in module.named_parameters() if v.grad is not None}
 
 
-@pytest.mark.parametrize("M", [2, 4])
-def test_apply_microbatched_loss_and_gradients_equal_the_unsplit_step(M):
-    torch.manual_seed(0)
-    model = MLPLoss()
-    x, y = torch.randn(8, 6), torch.randint(0, 5, (8,))
-    g = capture(model, (x, y))
-    idx = np.random.default_rng(M).integers(0, len(DEVICES), size=g.num_ops)
-    p = Placement.from_indices(g, DEVICES, idx, microbatches=M)
-    ref = copy.deepcopy(model)
-    placed = apply(model, p, (x, y), device_map="*=cpu")
-    assert placed.meta["placer_microbatches"] == M
-    loss = placed(x, y)
-    loss.backward()
-    ref_loss = ref(x, y)
-    ref_loss.backward()
-    torch.testing.assert_close(loss, ref_loss, rtol=1e-5, atol=1e-6)
-    got, want = _grads(placed), _grads(ref)
-    assert set(got) == set(want) and want
-    for k in want:
-        torch.testing.assert_close(got[k], want[k], rtol=1e-5, atol=1e-6)
-
-
-@pytest.mark.parametrize("M,W", [(4, 1), (4, 2), (3, 2)])
-def test_apply_one_forward_one_backward_gradients_equal_the_unsplit_step(M, W):
+@pytest.mark.parametrize("M,W", [(2, None), (4, None), (4, 1), (4, 2), (3, 2)])
+def test_apply_microbatched_loss_and_gradients_equal_the_unsplit_step(M, W):
+    """Fill-drain (W None) and one-forward-one-backward (W < M): loss and gradients are the unsplit step's."""
     torch.manual_seed(3)
     model = MLPLoss()
     x, y = torch.randn(12, 6), torch.randint(0, 5, (12,))
     g = capture(model, (x, y))
-    idx = np.random.default_rng(W).integers(0, len(DEVICES), size=g.num_ops)
+    idx = np.random.default_rng(M + (W or 0)).integers(0, len(DEVICES), size=g.num_ops)
     p = Placement.from_indices(g, DEVICES, idx, microbatches=M, inflight=W)
     ref = copy.deepcopy(model)
     placed = apply(model, p, (x, y), device_map="*=cpu")
-    assert placed.inflight == W
+    assert placed.meta["placer_microbatches"] == M and placed.inflight == (W or M)
     loss = placed(x, y)
-    # the first M - W microbatches already ran backward inside the call
-    assert all(v.grad is not None for v in placed.parameters())
+    # with W < M the first M - W microbatches already ran backward inside the call
+    assert all((v.grad is not None) == (W is not None) for v in placed.parameters())
     loss.backward()
     ref_loss = ref(x, y)
     ref_loss.backward()
