@@ -497,11 +497,12 @@ def _peak(dev, p, n, D, act_b, grad, tcount, tbytes, start, end):
 
 @njit(cache=True)
 def _batch(P, n, D, out_ptr, out_dst, out_eb, in_ptr, in_src, fwd_t, bwd_t, lat, bw,
-           static_b, act_b, param_b, cap, launch, membw, times, oom, eager, orders, host, segs, grad):
+           static_b, act_b, param_b, cap, launch, membw, times, oom, eager, orders, host, segs, nseg, grad):
     """Step time and OOM flag of every row of ``P``.
 
     ``eager``: use :func:`_eager` with issue order ``orders[k]`` (or ``orders[0]``
-    for every row when ``orders`` has one row); else :func:`_schedule`.
+    for every row when ``orders`` has one row) and host program
+    ``segs[k, :nseg[k]]`` (or row 0's for every row); else :func:`_schedule`.
     """
     nD = n * D
     pend_f = np.zeros(n, dtype=np.int64)
@@ -524,7 +525,8 @@ def _batch(P, n, D, out_ptr, out_dst, out_eb, in_ptr, in_src, fwd_t, bwd_t, lat,
         p = P[k]
         if eager:
             order = orders[k] if orders.shape[0] > 1 else orders[0]
-            t_end = _eager(p, order, segs, n, D, out_ptr, out_dst, out_eb, in_ptr, in_src, fwd_t, bwd_t, lat, bw, host,
+            q = k if segs.shape[0] > 1 else 0
+            t_end = _eager(p, order, segs[q, :nseg[q]], n, D, out_ptr, out_dst, out_eb, in_ptr, in_src, fwd_t, bwd_t, lat, bw, host,
                            launch, grad, tcount, tbytes, gpend, gready, free, start, end)
         else:
             t_end = _schedule(p, n, D, out_ptr, out_dst, out_eb, in_ptr, in_src, fwd_t, bwd_t, lat, bw,
@@ -617,19 +619,34 @@ class KernelData:
             return self.node_order
         return np.ascontiguousarray(np.atleast_2d(order), dtype=np.int64)
 
-    def step_times(self, P: np.ndarray, order: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
-        """``order``: None (node order), one issue order for every row, or one per row."""
+    def _programs(self, programs: list[np.ndarray] | None) -> tuple[np.ndarray, np.ndarray]:
+        """Host programs as a padded ``[R, S, 3]`` array and their lengths (default: this data's own, shared)."""
+        if programs is None:
+            return self.segs[None], np.array([len(self.segs)], dtype=np.int64)
+        S = max(len(s) for s in programs)
+        out = np.zeros((len(programs), S, 3), dtype=np.int64)
+        for k, s in enumerate(programs):
+            out[k, : len(s)] = s
+        return out, np.array([len(s) for s in programs], dtype=np.int64)
+
+    def step_times(self, P: np.ndarray, order: np.ndarray | None = None,
+                   programs: list[np.ndarray] | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """``order``: None (node order), one issue order for every row, or one per row.
+
+        ``programs``: one host program per row (eager; default this data's own for every row).
+        """
         P = np.ascontiguousarray(P, dtype=np.int64)
         K = P.shape[0]
         times = np.empty(K)
         oom = np.zeros(K, dtype=np.bool_)
+        segs, nseg = self._programs(programs)
         _batch(P, self.n, self.D, self.out_ptr, self.out_dst, self.out_eb, self.in_ptr, self.in_src,
                self.fwd_t, self.bwd_t, self.lat, self.bw, self.static_b, self.act_b, self.param_b,
                self.cap, self.launch, self.membw, times, oom,
-               self.eager, self._orders(order), self.host, self.segs, self.grad)
+               self.eager, self._orders(order), self.host, segs, nseg, self.grad)
         return times, oom
 
-    def schedule(self, place: np.ndarray, order: np.ndarray | None = None) -> Schedule:
+    def schedule(self, place: np.ndarray, order: np.ndarray | None = None, program: np.ndarray | None = None) -> Schedule:
         n, D = self.n, self.D
         nD = n * D
         p = np.ascontiguousarray(place, dtype=np.int64)
@@ -639,7 +656,7 @@ class KernelData:
         tcount = np.zeros(nD, dtype=np.int64)
         tbytes = np.zeros(nD, dtype=np.int64)
         if self.eager:
-            t_end = _eager(p, self._orders(order)[0], self.segs, n, D, self.out_ptr, self.out_dst, self.out_eb, self.in_ptr,
+            t_end = _eager(p, self._orders(order)[0], self.segs if program is None else np.ascontiguousarray(program, dtype=np.int64), n, D, self.out_ptr, self.out_dst, self.out_eb, self.in_ptr,
                            self.in_src, self.fwd_t, self.bwd_t, self.lat, self.bw, self.host, self.launch, self.grad,
                            tcount, tbytes, np.zeros(nD, dtype=np.int64), np.zeros(nD), np.zeros(D + D * D), start, end)
         else:

@@ -29,13 +29,18 @@ schedulers of :mod:`envs.schedule` / :mod:`envs.kernel`:
   - ``W = M``, fill-drain (GPipe, the default): every forward, then one
     ``backward()`` over all of them, which autograd (reverse issue order per
     device) drains from the last microbatch back;
-  - ``W < M``, one-forward-one-backward (1F1B with a uniform warm-up of W):
-    the forwards of microbatches ``0 .. W-1``, then, for ``m = 0 .. M-W-1``,
-    microbatch ``m``'s ``backward()`` followed by microbatch ``m+W``'s forward,
-    and last one ``backward()`` over the W microbatches still in flight. Every
-    stream then runs ``F0 .. F(W-1), B0, FW, B1, ...``: no device holds the
-    activations of more than W microbatches, at the price of a longer pipeline
-    bubble when W is below the number of stages.
+  - ``W < M``, one-forward-one-backward (1F1B): a microbatch's issue order is cut
+    into stages (:func:`stage_starts`: a new stage where the next GPU differs
+    from the previous one), and the host issues stage ``c`` of microbatch ``m``
+    only after the ``backward()`` of microbatch ``m - w_c``, with the warm-up
+    ``w_c = min(W, K - c)`` for K stages. Every stage's stream then runs ``w_c``
+    forwards, then alternates one backward and one forward, as 1F1B does (each
+    round's stages issued oldest microbatch first): stage
+    ``c`` holds at most ``w_c`` microbatches' activations, the first stage the
+    most (``min(W, K)``), the last one. ``W >= K`` is the textbook 1F1B. The
+    host thread issues stages of different microbatches between ``backward()``
+    calls; the backward of the microbatches still in flight after the last
+    forward is one call.
 
   Every microbatch's activations are alive from its forward to its backward, so
   the memory sweep counts the activations of every microbatch in flight.
@@ -49,8 +54,10 @@ schedulers of :mod:`envs.schedule` / :mod:`envs.kernel`:
 ([2.0, 1.0, 2.0, 1.0], [16, 0, 0, 0])
 >>> expand_order([1, 0], 2, 3).tolist()
 [1, 0, 3, 2, 5, 4]
->>> issue_segments(2, 3, 1).tolist()  # F0 B0 F1 B1 F2 B2 (kind 0: forward, 1: backward; positions)
+>>> issue_segments(2, 3, 1).tolist()  # one stage: F0 B0 F1 B1 F2 B2 (kind 0: forward, 1: backward; positions)
 [[0, 0, 2], [1, 0, 2], [0, 2, 4], [1, 2, 4], [0, 4, 6], [1, 4, 6]]
+>>> issue_segments(2, 3, 2, [0, 1]).tolist()  # two stages of one op: F0.0 F0.1 F1.0 | B0 F1.1 F2.0 | B1 F2.1 | B2
+[[0, 0, 1], [0, 1, 2], [0, 2, 3], [1, 0, 2], [0, 3, 4], [0, 4, 5], [1, 2, 4], [0, 5, 6], [1, 4, 6]]
 """
 
 from __future__ import annotations
@@ -127,24 +134,59 @@ def expand_order(order: Any, num_ops: int, microbatches: int) -> np.ndarray:
 FORWARD, BACKWARD = 0, 1
 
 
-def issue_segments(num_ops: int, microbatches: int, inflight: int | None = None) -> np.ndarray:
+def stage_starts(place: Any, order: Any, host: Any, free: Any) -> np.ndarray:
+    """Where a microbatch's stages begin: positions in its issue ``order`` (0 first).
+
+    ``place``: device index per op; ``host``: True per host device; ``free``: True
+    per op that takes no time (:func:`graphs.ops.free_mask`). A new stage begins at
+    every op that runs on a GPU other than the previous GPU op's; host ops and ops
+    that take no time belong to the stage they are issued in. A pipeline of S
+    GPUs has S stages; a placement that goes back and forth between GPUs has more.
+    """
+    o = np.asarray(order, dtype=np.int64)
+    d = np.asarray(place, dtype=np.int64)[o]
+    on_gpu = np.flatnonzero(~np.asarray(host, dtype=bool)[d] & ~np.asarray(free, dtype=bool)[o])
+    gpus = d[on_gpu]
+    change = on_gpu[1:][gpus[1:] != gpus[:-1]]
+    return np.concatenate([[0], change]).astype(np.int64)
+
+
+def issue_segments(num_ops: int, microbatches: int, inflight: int | None = None, starts: Any = None) -> np.ndarray:
     """The host thread's program for a step: ``[S, 3]`` rows ``(kind, lo, hi)`` over issue positions.
 
     Positions ``m * num_ops .. (m+1) * num_ops`` of the expanded issue order
     (:func:`expand_order`) are microbatch ``m``'s ops. Kind :data:`FORWARD`
     issues their forwards in order; :data:`BACKWARD` is one ``backward()`` call
-    over them. ``inflight`` W (default M; see the module doc) bounds the
-    microbatches in flight: ``W = M`` is fill-drain (one forward segment, one
-    backward), ``W < M`` one-forward-one-backward.
+    over them. ``inflight`` W (default M; see the module doc): ``W = M`` is
+    fill-drain (one forward segment, one backward); ``W < M`` one-forward-one-
+    backward over the stages beginning at ``starts`` (positions within a
+    microbatch, :func:`stage_starts`; default one stage).
     """
     M = check_microbatches(microbatches)
     W = check_inflight(inflight, M)
     n = int(num_ops)
     if W == M:
         return np.array([[FORWARD, 0, M * n], [BACKWARD, 0, M * n]], dtype=np.int64)
-    segs = [(FORWARD, 0, W * n)]
-    for m in range(M - W):
-        segs.append((BACKWARD, m * n, (m + 1) * n))
-        segs.append((FORWARD, (m + W) * n, (m + W + 1) * n))
-    segs.append((BACKWARD, (M - W) * n, M * n))
-    return np.array(segs, dtype=np.int64)
+    bounds = [int(s) for s in (np.asarray(starts).tolist() if starts is not None else [0])] + [n]
+    K = len(bounds) - 1
+    warm = [min(W, K - c) for c in range(K)]
+    items: list[tuple[int, int, int]] = []
+
+    def forward(m: int, c: int) -> None:
+        items.append((FORWARD, m * n + bounds[c], m * n + bounds[c + 1]))
+
+    for m in range(warm[0]):  # warm-up: stage c takes microbatches 0 .. w_c - 1 (w_c never grows with c)
+        for c in range(K):
+            if m < warm[c]:
+                forward(m, c)
+    for j in range(M):
+        items.append((BACKWARD, j * n, (j + 1) * n))
+        # then the stages now due, oldest microbatch first: a stage's input copy is queued on the previous
+        # stage's stream, so it must not wait behind a younger microbatch's work there
+        for m, c in sorted((j + warm[c], c) for c in range(K) if j + warm[c] < M):
+            forward(m, c)
+    # the backwards after the last forward are one call (what loss.backward() runs)
+    last = max(i for i, it in enumerate(items) if it[0] == FORWARD)
+    tail = items[last + 1:]
+    items = items[: last + 1] + [(BACKWARD, tail[0][1], tail[-1][2])]
+    return np.array(items, dtype=np.int64)

@@ -493,25 +493,29 @@ class MicrobatchedModule(nn.Module):
     unmasked tokens that differs between microbatches, make them differ.
 
     ``inflight`` W < M (one-forward-one-backward, :func:`envs.microbatch.issue_segments`)
-    bounds the activations held to W microbatches: once microbatches ``0 .. W-1``
-    have run forward, each further forward follows the ``backward()`` of the
-    oldest microbatch in flight, run here, inside the call, with the loss's share
-    of the batch (``1/M`` for a mean). The result is then the loss (the program's
-    output must be one 0-dim tensor), and its ``backward()`` runs the W
-    microbatches still in flight; it must be called with gradient 1 (plain
-    ``loss.backward()``: the earlier microbatches' gradients are already in the
-    parameters, taken with 1), else it raises. Under ``torch.no_grad()`` every
-    microbatch runs forward only, as with W = M.
+    bounds the activations each stage holds to W microbatches: the placed program
+    is run stage by stage (``stages``: the op names where a stage after the first
+    begins, :func:`envs.microbatch.stage_starts`; each stage's nodes through an
+    ``fx.Interpreter``, one environment per microbatch), in the simulator's host
+    program: a stage of microbatch ``m`` after the ``backward()`` of microbatch
+    ``m - w``, run here, inside the call, with the loss's share of the batch
+    (``1/M`` for a mean). The result is then the loss (the program's output must
+    be one 0-dim tensor), and its ``backward()`` runs the microbatches still in
+    flight; it must be called with gradient 1 (plain ``loss.backward()``: the
+    earlier microbatches' gradients are already in the parameters, taken with 1),
+    else it raises. Under ``torch.no_grad()`` every microbatch runs forward only,
+    as with W = M.
     """
 
     def __init__(self, placed: nn.Module, microbatches: int, batch_dim: int = 0, reduction: str = "mean",
-                 inflight: int | None = None) -> None:
+                 inflight: int | None = None, stages: Sequence[str] = ()) -> None:
         super().__init__()
         if reduction not in ("mean", "sum"):
             raise PlacerError(f"loss reduction {reduction!r}: must be 'mean' or 'sum'")
         from envs.microbatch import check_inflight
 
         self.inflight = check_inflight(inflight, microbatches)
+        self.stages = list(stages)
         # the placed module's parameters, buffers and submodules under their own names (the
         # state dict of the unpipelined placed module), the module itself outside the tree
         object.__setattr__(self, "placed", placed)
@@ -526,21 +530,69 @@ class MicrobatchedModule(nn.Module):
         M, W = self.microbatches, self.inflight
         if W >= M or not torch.is_grad_enabled():
             return _join_outputs([self.placed(*part) for part in parts], self.batch_dim, self.reduction)
+        from envs.microbatch import BACKWARD, issue_segments
+
         share = 1.0 / M if self.reduction == "mean" else 1.0
-        losses: list[torch.Tensor] = []
-        for m, part in enumerate(parts):
-            out = self.placed(*part)
-            if not (isinstance(out, torch.Tensor) and out.dim() == 0 and out.is_floating_point()):
-                raise PlacerError(
-                    f"a plan with at most {W} of {M} microbatches in flight runs backward inside the step, so the "
-                    f"model's output must be its loss (one 0-dim floating tensor), not {_describe(out)}")
-            losses.append(out)
-            k = m - W + 1  # the oldest microbatch in flight, whose backward is due (F0..F(W-1), B0, FW, B1, ...)
-            if 0 <= k < M - W and losses[k].requires_grad:
-                (losses[k] * share).backward()
-                losses[k] = losses[k].detach()
+        gm = self.placed
+        nodes = list(gm.graph.nodes)
+        N = len(nodes)
+        runs = [_StageRunner(gm, part) for part in parts]
+        losses: list[Any] = [None] * M
+        program = issue_segments(N, M, W, _stage_nodes(nodes, self.stages))
+        for q, (kind, lo, hi) in enumerate(program.tolist()):
+            if kind != BACKWARD:
+                m = lo // N
+                out = runs[m].run(nodes[lo - m * N: hi - m * N])
+                if out is not _StageRunner.PENDING:
+                    if not (isinstance(out, torch.Tensor) and out.dim() == 0 and out.is_floating_point()):
+                        raise PlacerError(
+                            f"a plan with at most {W} of {M} microbatches in flight runs backward inside the step, so "
+                            f"the model's output must be its loss (one 0-dim floating tensor), not {_describe(out)}")
+                    losses[m] = out
+                continue
+            if q == len(program) - 1:
+                break  # the microbatches still in flight: the caller's loss.backward()
+            for m in range(lo // N, hi // N):
+                runs[m] = None  # its forward values are no longer needed here
+                if losses[m].requires_grad:
+                    (losses[m] * share).backward()
+                    losses[m] = losses[m].detach()
         total = _join_outputs(losses, self.batch_dim, self.reduction)
         return _GradientOne.apply(total) if total.requires_grad else total
+
+
+def _stage_nodes(nodes: list[fx.Node], stages: Sequence[str]) -> list[int]:
+    """Node positions where each stage begins: 0, then each stage's first op, less the copies issued right before it."""
+    index = {n.name: i for i, n in enumerate(nodes)}
+    starts = [0]
+    for name in stages:
+        i = index[name]
+        while i > starts[-1] + 1 and MOVE_META in nodes[i - 1].meta:
+            i -= 1
+        starts.append(i)
+    return starts
+
+
+class _StageRunner:
+    """One microbatch of a placed program, run a slice of its nodes at a time (an ``fx.Interpreter`` with its own values)."""
+
+    PENDING = object()  # what run() returns before the output node has run
+
+    def __init__(self, gm: fx.GraphModule, inputs: tuple) -> None:
+        self.interp = fx.Interpreter(gm, garbage_collect_values=False)
+        self.interp.env = {}
+        self.interp.args_iter = iter(torch.utils._pytree.tree_leaves((tuple(inputs), {})))
+        self.out_spec = getattr(getattr(gm.graph._codegen, "pytree_info", None), "out_spec", None)
+
+    def run(self, nodes: list[fx.Node]) -> Any:
+        out = self.PENDING
+        for node in nodes:
+            value = self.interp.run_node(node)
+            if node.op == "output":
+                out = torch.utils._pytree.tree_unflatten(list(value), self.out_spec) if self.out_spec is not None else value
+            else:
+                self.interp.env[node] = value
+        return out
 
 
 def _describe(out: Any) -> str:

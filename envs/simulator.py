@@ -29,12 +29,12 @@ from envs import cost
 from envs.assign import as_indices, check_order
 from envs.cluster import Cluster
 from envs.memory import peak_bytes
-from envs.microbatch import check_inflight, check_microbatches, expand_order, issue_segments, microbatch_graph
+from envs.microbatch import check_inflight, check_microbatches, expand_order, issue_segments, microbatch_graph, stage_starts
 from envs.result import Result
 from envs.schedule import ACT, EXECUTORS, Schedule, schedule_reference
 from graphs.errors import PlacerError
 from graphs.ir import OpGraph
-from graphs.ops import grad_mask
+from graphs.ops import free_mask, grad_mask
 
 
 #: The ``--executor`` help shared by ``placer simulate``, ``compare`` and ``train``.
@@ -91,8 +91,11 @@ class SimEnv:
         self.num_devices = cluster.num_devices
         self.microbatches = M = check_microbatches(microbatches)
         self.inflight = check_inflight(inflight, M)
-        # the host thread's program over issue positions (eager): forwards and backward() calls
+        # the host thread's program over issue positions (eager): forwards and backward() calls; with
+        # W < M it depends on the placement's stages (program())
         self.segments = issue_segments(graph.num_ops, M, self.inflight)
+        self._host = np.asarray(cluster.kinds) == "cpu"
+        self._free = free_mask(graph)
         # the graph the schedulers run: the graph itself, or its M microbatch copies
         self.sim_graph = microbatch_graph(graph, M)
         fwd, bwd = cost.op_times(graph, cluster, microbatches=M)
@@ -137,6 +140,18 @@ class SimEnv:
         if order is None or self.microbatches == 1:
             return order
         return expand_order(order, self.num_ops, self.microbatches)
+
+    def program(self, place: np.ndarray, order: np.ndarray | None = None) -> np.ndarray:
+        """The host program (:func:`envs.microbatch.issue_segments`) of a placement of ``graph``'s ops in ``order``.
+
+        Fill-drain (W = M) is the same for every placement; one-forward-one-backward
+        follows the placement's stages (:func:`envs.microbatch.stage_starts`).
+        """
+        if self.inflight == self.microbatches:
+            return self.segments
+        o = np.arange(self.num_ops) if order is None else order
+        return issue_segments(self.num_ops, self.microbatches, self.inflight,
+                              stage_starts(place, o, self._host, self._free))
 
     def with_microbatches(self, microbatches: int, inflight: int | None = None) -> "SimEnv":
         """This env for plans of ``microbatches`` microbatches, ``inflight`` of them in flight (default all).
@@ -191,14 +206,16 @@ class SimEnv:
         env = self._for(placement)
         if env is not self:
             return env.schedule(placement, order)
-        place = self.expand(self.indices(placement))
-        order = self.sim_order(self.check_order(getattr(placement, "order", None) if order is None else order))
+        place0 = self.indices(placement)
+        order0 = self.check_order(getattr(placement, "order", None) if order is None else order)
+        program = self.program(place0, order0)
+        place, order = self.expand(place0), self.sim_order(order0)
         if self.backend == "reference":
             c = self.cluster
             return schedule_reference(self.sim_graph, place, self.fwd_s, self.bwd_s, c.latency_s, c.bandwidth_bytes_per_s, self.update_s(place),
                                       executor=self.executor, order=order, host=np.asarray(c.kinds) == "cpu", launch_s=c.launch_overhead_s,
-                                      segments=self.segments, grad=self.grad)
-        return self._kernel().schedule(place, order if self.executor == "eager" else None)
+                                      segments=program, grad=self.grad)
+        return self._kernel().schedule(place, order if self.executor == "eager" else None, program)
 
     def simulate(self, placement: Any, *, trace: bool = False, order: Any = None) -> Result:
         """Score one placement; see :func:`simulate`."""
@@ -283,6 +300,9 @@ class SimEnv:
             order = self.check_order(order, rows=len(idx))
         if order is not None and order.ndim == 2 and len(order) == 1:
             order = order[0]
+        programs = None
+        if self.inflight < self.microbatches and self.executor == "eager":  # each placement's own stages
+            programs = [self.program(row, order[k] if order is not None and order.ndim == 2 else order) for k, row in enumerate(idx)]
         if self.microbatches > 1:  # the same placements and orders, on the expanded graph
             idx = np.tile(idx, (1, self.microbatches))
             order = self.sim_order(order)
@@ -294,12 +314,12 @@ class SimEnv:
                 c = self.cluster
                 sched = schedule_reference(self.sim_graph, row, self.fwd_s, self.bwd_s, c.latency_s, c.bandwidth_bytes_per_s, self.update_s(row),
                                            executor=self.executor, order=o, host=np.asarray(c.kinds) == "cpu", launch_s=c.launch_overhead_s,
-                                           segments=self.segments, grad=self.grad)
+                                           segments=self.segments if programs is None else programs[k], grad=self.grad)
                 r = self.result(sched)
                 times[k] = r.extra["sim_step_time_s"]
                 oom[k] = r.status == "oom"
             return times, oom
-        return self._kernel().step_times(idx.astype(np.int32, copy=False), order if self.executor == "eager" else None)
+        return self._kernel().step_times(idx.astype(np.int32, copy=False), order if self.executor == "eager" else None, programs)
 
     # ------------------------------------------------------------ issue order
     def order_candidates(self, placement: Any) -> dict[str, np.ndarray]:

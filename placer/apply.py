@@ -38,12 +38,14 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+import numpy as np
 from torch import nn
 
 from envs.assign import as_indices, check_order
-from envs.microbatch import check_inflight, check_microbatches
+from envs.microbatch import check_inflight, check_microbatches, stage_starts
 from envs.runtime import MicrobatchedModule, place_module, split_batch
 from graphs import OpGraph, PlacerError
+from graphs.ops import free_mask
 from graphs.torch_capture import check_runnable, export_program, graph_from_program
 from placer._callable import make_module_callable
 
@@ -149,7 +151,14 @@ def apply(
         )
     W = check_inflight(getattr(placement, "inflight", None) if inflight is None else inflight, M,
                        f"{source}: inflight" if inflight is None else "inflight")
-    return MicrobatchedModule(place_module(ep_mb, assignment, device_map, order=names), M, batch_dim, loss_reduction, W)
+    stages: list[str] = []
+    if W < M:  # the stages the simulator cut the plan into (envs.microbatch.stage_starts)
+        devices = sorted(set(assignment.values()))
+        idx = np.array([devices.index(assignment[name]) for name in captured.names])
+        host = np.array([d.startswith("cpu") for d in devices])
+        op_order = np.arange(captured.num_ops) if names is None else np.array([captured.index[x] for x in names])
+        stages = [captured.names[op_order[s]] for s in stage_starts(idx, op_order, host, free_mask(captured))[1:]]
+    return MicrobatchedModule(place_module(ep_mb, assignment, device_map, order=names), M, batch_dim, loss_reduction, W, stages)
 
 
 def validated_assignment(placement: Any, graph: OpGraph, *, source: str = "placement") -> dict[str, str]:

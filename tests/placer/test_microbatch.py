@@ -381,3 +381,48 @@ def test_compare_cli_inflight_search_and_bad_values(capsys):
         assert main(["compare", "gpt2", "--cluster", "k80x4", "--microbatches", "4", "--inflight", bad]) == 2
         err = capsys.readouterr().err
         assert "--inflight" in err and err.strip().count("\n") == 0
+
+
+@pytest.mark.parametrize("W,expected", [
+    (1, "F0.0 F0.1 B F1.0 F1.1 B F2.0 F2.1 B F3.0 F3.1"),
+    (2, "F0.0 F0.1 F1.0 B F1.1 F2.0 B F2.1 F3.0 B F3.1"),
+])
+def test_apply_runs_the_stages_in_the_simulated_1f1b_order(monkeypatch, W, expected):
+    """Two stages (gpu:0 then gpu:1), M = 4: apply issues stage c of microbatch m where the simulator's program does."""
+    from envs import runtime
+    from envs.microbatch import issue_segments, stage_starts
+    from graphs.ops import free_mask
+
+    torch.manual_seed(4)
+    model, x, y = MLPLoss(), torch.randn(8, 6), torch.randint(0, 5, (8,))
+    g = capture(model, (x, y))
+    half = g.num_ops // 2
+    idx = np.array([1] * half + [2] * (g.num_ops - half))
+    starts = stage_starts(idx, np.arange(g.num_ops), np.array([True, False, False]), free_mask(g))
+    assert starts.tolist() == [0, half]
+    p = Placement.from_indices(g, DEVICES, idx, microbatches=4, inflight=W)
+    placed = apply(model, p, (x, y), device_map="*=cpu")
+    events, runners = [], []
+    run, backward = runtime._StageRunner.run, torch.Tensor.backward
+
+    def logged_run(self, nodes):
+        if self not in runners:
+            runners.append(self)
+        ops = [n.name for n in nodes if n.name in g.index]
+        events.append(f"F{runners.index(self)}.{int(g.index[ops[0]] >= half)}")
+        return run(self, nodes)
+
+    def logged_backward(self, *args, **kwargs):
+        events.append("B")
+        return backward(self, *args, **kwargs)
+
+    monkeypatch.setattr(runtime._StageRunner, "run", logged_run)
+    monkeypatch.setattr(torch.Tensor, "backward", logged_backward)
+    loss = placed(x, y)
+    assert " ".join(events) == expected
+    # the same program the simulator scores (forward segments by stage, a backward per microbatch, one at the end)
+    prog = issue_segments(g.num_ops, 4, W, starts)
+    sim = ["B" if k == 1 else f"F{lo // g.num_ops}.{int(lo % g.num_ops >= half)}" for k, lo, _ in prog.tolist()]
+    assert " ".join(sim[:-1]) == expected and sim[-1] == "B"
+    monkeypatch.undo()
+    loss.backward()
