@@ -497,12 +497,16 @@ def _peak(dev, p, n, D, act_b, grad, tcount, tbytes, start, end):
 
 @njit(cache=True)
 def _batch(P, n, D, out_ptr, out_dst, out_eb, in_ptr, in_src, fwd_t, bwd_t, lat, bw,
-           static_b, act_b, param_b, cap, launch, membw, times, oom, eager, orders, host, segs, nseg, grad):
+           static_b, act_b, param_b, cap, launch, membw, times, oom, eager, orders, host, segs, nseg, grad,
+           want_over, over):
     """Step time and OOM flag of every row of ``P``.
 
     ``eager``: use :func:`_eager` with issue order ``orders[k]`` (or ``orders[0]``
     for every row when ``orders`` has one row) and host program
     ``segs[k, :nseg[k]]`` (or row 0's for every row); else :func:`_schedule`.
+    ``want_over``: fill ``over[k]``, for an OOM row, with the largest peak over
+    capacity among the devices that overflow; otherwise the check stops at the
+    first overflowing device.
     """
     nD = n * D
     pend_f = np.zeros(n, dtype=np.int64)
@@ -558,15 +562,21 @@ def _batch(P, n, D, out_ptr, out_dst, out_eb, in_ptr, in_src, fwd_t, bwd_t, lat,
                         ub[d] += tbytes[slot]
                         ub[p[u]] += tbytes[slot]
         is_oom = False
+        worst = 0.0  # with want_over: the largest peak / capacity over the devices that may overflow
         for d in range(D):
-            if sb[d] > cap[d]:
+            if sb[d] > cap[d] and not want_over:
                 is_oom = True
                 break
             if sb[d] + ub[d] > cap[d]:
-                if sb[d] + _peak(d, p, n, D, act_b, grad, tcount, tbytes, start, end) > cap[d]:
+                live = sb[d] + _peak(d, p, n, D, act_b, grad, tcount, tbytes, start, end)
+                if live > cap[d]:
                     is_oom = True
-                    break
+                    if live / cap[d] > worst:
+                        worst = live / cap[d]
+                    if not want_over:
+                        break
         oom[k] = is_oom
+        over[k] = worst
         _reset(p, n, D, out_ptr, out_dst, tcount, tbytes, free)
 
 
@@ -630,10 +640,11 @@ class KernelData:
         return out, np.array([len(s) for s in programs], dtype=np.int64)
 
     def step_times(self, P: np.ndarray, order: np.ndarray | None = None,
-                   programs: list[np.ndarray] | None = None) -> tuple[np.ndarray, np.ndarray]:
+                   programs: list[np.ndarray] | None = None, over: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
         """``order``: None (node order), one issue order for every row, or one per row.
 
         ``programs``: one host program per row (eager; default this data's own for every row).
+        ``over``: an array to fill with each OOM row's worst peak / capacity (0 for the others).
         """
         P = np.ascontiguousarray(P, dtype=np.int64)
         K = P.shape[0]
@@ -643,7 +654,8 @@ class KernelData:
         _batch(P, self.n, self.D, self.out_ptr, self.out_dst, self.out_eb, self.in_ptr, self.in_src,
                self.fwd_t, self.bwd_t, self.lat, self.bw, self.static_b, self.act_b, self.param_b,
                self.cap, self.launch, self.membw, times, oom,
-               self.eager, self._orders(order), self.host, segs, nseg, self.grad)
+               self.eager, self._orders(order), self.host, segs, nseg, self.grad,
+               over is not None, over if over is not None else np.zeros(K))
         return times, oom
 
     def schedule(self, place: np.ndarray, order: np.ndarray | None = None, program: np.ndarray | None = None) -> Schedule:

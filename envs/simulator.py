@@ -277,13 +277,16 @@ class SimEnv:
         """Score each placement (the scorer protocol shared with MeasuredEnv)."""
         return [self.simulate(p) for p in placements]
 
-    def step_times(self, idx: np.ndarray, order: Any = None) -> tuple[np.ndarray, np.ndarray]:
+    def step_times(self, idx: np.ndarray, order: Any = None, *, overflow: bool = False):
         """Simulated step time ignoring memory, and the OOM flag, for a ``[K, num_ops]`` batch.
 
         ``order``: None (node order), one issue order shared by the batch, a
         ``[K, num_ops]`` array of them (used by the eager executor), or
         ``"planned"``: each row in its own :meth:`schedule_order` (the cheap
         planner; about 2 ms per row on nmt-2 against 0.7 ms for the step itself).
+        ``overflow``: also return, per row, the largest peak / capacity over the
+        devices that run out of memory (0 for a row that fits): how far an OOM
+        placement is from fitting.
         """
         idx = np.asarray(idx)
         if idx.ndim == 1:
@@ -309,6 +312,7 @@ class SimEnv:
         if self.backend == "reference":
             times = np.empty(len(idx))
             oom = np.zeros(len(idx), dtype=bool)
+            over = np.zeros(len(idx))
             for k, row in enumerate(idx):
                 o = order[k] if order is not None and order.ndim == 2 else order
                 c = self.cluster
@@ -318,8 +322,14 @@ class SimEnv:
                 r = self.result(sched)
                 times[k] = r.extra["sim_step_time_s"]
                 oom[k] = r.status == "oom"
-            return times, oom
-        return self._kernel().step_times(idx.astype(np.int32, copy=False), order if self.executor == "eager" else None, programs)
+                if oom[k]:
+                    caps = dict(zip(c.device_names, c.memory_bytes.tolist()))
+                    over[k] = max(r.peak_bytes[d] / caps[d] for d in r.extra["oom_devices"])
+            return (times, oom, over) if overflow else (times, oom)
+        over = np.zeros(len(idx)) if overflow else None
+        times, oom = self._kernel().step_times(idx.astype(np.int32, copy=False), order if self.executor == "eager" else None,
+                                               programs, over)
+        return (times, oom, over) if overflow else (times, oom)
 
     # ------------------------------------------------------------ issue order
     def order_candidates(self, placement: Any) -> dict[str, np.ndarray]:

@@ -5,7 +5,8 @@ change of one op's configuration, simulate, accept with probability
 ``min(1, exp(-beta * (new - current)))``; the best strategy seen is the answer.
 Here a move sends one co-location group to another device; the cost is the
 simulated step time, multiplied by ``1 + oom_penalty`` for placements that run
-out of memory. The temperature, relative to the starting cost, cools
+out of memory (on a pipelined env also by their worst peak / capacity:
+``graded_oom``, so that a chain started out of memory has a slope toward fitting). The temperature, relative to the starting cost, cools
 geometrically from ``t0`` to ``t0 / 100`` over the ``steps``.
 
 The chain starts from the best of: every GPU alone, and the ``init`` baselines
@@ -39,8 +40,12 @@ from placer.baselines import get, register
 from placer.baselines._common import candidate_devices, colocation_groups
 
 
-def _cost(times: np.ndarray, oom: np.ndarray, penalty: float) -> np.ndarray:
-    return times * np.where(oom, 1.0 + penalty, 1.0)
+def _cost(times: np.ndarray, oom: np.ndarray, penalty: float, over: np.ndarray | None = None) -> np.ndarray:
+    """Step time, times ``1 + penalty`` when out of memory (and by the worst peak / capacity, when graded)."""
+    factor = np.where(oom, 1.0 + penalty, 1.0)
+    if over is not None:
+        factor = factor * np.where(oom, np.maximum(over, 1.0), 1.0)
+    return times * factor
 
 
 @register("annealing")
@@ -59,12 +64,15 @@ def annealing(
     env=None,
     order: str | None = None,
     block_moves: bool | None = None,
+    graded_oom: bool | None = None,
 ) -> np.ndarray:
     """MCMC placement search; ``steps`` simulated proposals at most.
 
     ``order="planned"`` scores every proposal in its planned issue order
     (``SimEnv.step_times(..., order="planned")``), as ``placer train`` does with
-    ``score_order="planned"``; None: node order.
+    ``score_order="planned"``; None: node order. ``graded_oom`` (default: on for a
+    pipelined env, M > 1): an out-of-memory placement's cost also grows with its
+    worst peak over capacity, so moves that bring it closer to fitting are taken.
     """
     import envs
 
@@ -72,7 +80,14 @@ def annealing(
         raise PlacerError(f"annealing: steps must be >= 0 and batch >= 1 (got {steps}, {batch})")
     start_clock = time.perf_counter()
     env = env if env is not None else envs.SimEnv(graph, cluster)
-    score = env.step_times if order is None else (lambda idx: env.step_times(idx, order=order))
+    graded = graded_oom if graded_oom is not None else getattr(env, "microbatches", 1) > 1
+    kw = {} if order is None else {"order": order}
+
+    def score(idx: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
+        if graded:
+            return env.step_times(idx, overflow=True, **kw)
+        return (*env.step_times(idx, **kw), None)
+
     cand = candidate_devices(cluster, devices)
     groups = colocation_groups(graph)
     num_groups = int(groups.max()) + 1 if len(groups) else 0
@@ -102,8 +117,8 @@ def annealing(
         return np.concatenate([rows, out])
 
     start_idx = block_variants(np.stack(starts))
-    t, oom = score(start_idx[:, groups].astype(np.int32))
-    costs = _cost(t, oom, oom_penalty)
+    t, oom, over = score(start_idx[:, groups].astype(np.int32))
+    costs = _cost(t, oom, oom_penalty, over)
     k = int(np.argmin(costs))
     cur, cur_cost = start_idx[k].copy(), float(costs[k])
     best, best_cost = cur.copy(), cur_cost
@@ -124,8 +139,8 @@ def annealing(
         if len(block):
             props[-1] = cur  # last: tried after the single moves (the first accepted proposal moves the chain)
             props[-1, block] = rng.integers(0, cluster.num_devices)
-        t, oom = score(props[:, groups].astype(np.int32))
-        c = _cost(t, oom, oom_penalty)
+        t, oom, over = score(props[:, groups].astype(np.int32))
+        c = _cost(t, oom, oom_penalty, over)
         u = rng.random(b)
         done += b
         j = int(np.argmin(c))
@@ -137,6 +152,6 @@ def annealing(
                 break
     if len(block):  # the best found, with the block on each device
         finals = block_variants(best[None])
-        t, oom = score(finals[:, groups].astype(np.int32))
-        best = finals[int(np.argmin(_cost(t, oom, oom_penalty)))]
+        t, oom, over = score(finals[:, groups].astype(np.int32))
+        best = finals[int(np.argmin(_cost(t, oom, oom_penalty, over)))]
     return best[groups].astype(np.int32)

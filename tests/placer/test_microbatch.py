@@ -426,3 +426,41 @@ def test_apply_runs_the_stages_in_the_simulated_1f1b_order(monkeypatch, W, expec
     assert " ".join(sim[:-1]) == expected and sim[-1] == "B"
     monkeypatch.undo()
     loss.backward()
+
+
+def _small_gpus(mem_mib: int) -> Cluster:
+    import dataclasses
+
+    base = Cluster.preset("a100-40gx4")
+    return dataclasses.replace(base, devices=[dataclasses.replace(d, memory_bytes=float(mem_mib << 20)) if d.kind == "gpu" else d
+                                              for d in base.devices])
+
+
+def test_step_times_overflow_is_the_worst_peak_over_capacity():
+    g, c = _chain(8), _small_gpus(800)
+    P = np.array([[1] * 8, [1, 1, 2, 2, 3, 3, 4, 4], [1, 1, 1, 2, 2, 3, 3, 4]], dtype=np.int32)
+    k = envs.SimEnv(g, c, microbatches=4)
+    r = envs.SimEnv(g, c, microbatches=4, backend="reference")
+    tk, ok, vk = k.step_times(P, overflow=True)
+    tr, orr, vr = r.step_times(P, overflow=True)
+    assert ok.tolist() == orr.tolist() == [True, False, True]
+    np.testing.assert_allclose(vk, vr, rtol=1e-12)
+    assert vk[1] == 0 and vk[0] > vk[2] > 1  # everything on one GPU is further from fitting
+    res = k.simulate(P[2])
+    assert vk[2] == pytest.approx(max(res.peak_bytes[d] for d in res.extra["oom_devices"]) / (800 << 20))
+    assert np.array_equal(k.step_times(P)[0], tk)  # the times do not depend on asking
+
+
+def test_graded_oom_gives_annealing_a_slope_toward_fitting():
+    from placer.baselines.annealing import _cost, annealing
+
+    # equal times: the OOM placement closer to fitting costs less, and any fitting one less than both
+    c = _cost(np.array([1.0, 1.0, 1.0]), np.array([True, True, False]), 10.0, np.array([1.5, 1.1, 0.0]))
+    assert c[2] < c[1] < c[0]
+    g, cl = _chain(8), _small_gpus(800)
+    env = envs.SimEnv(g, cl, microbatches=4)
+    # started from single GPUs (all out of memory); same seed and steps, with and without the slope
+    graded = annealing(g, cl, seed=1, init=(), steps=200, env=env)  # on by default for a pipelined env
+    flat = annealing(g, cl, seed=1, init=(), steps=200, env=env, graded_oom=False)
+    assert env.simulate(graded).status == "ok"
+    assert env.simulate(flat).status == "oom"
