@@ -106,11 +106,13 @@ def apply(
             "mean"``) or summed (``"sum"``), so one ``backward()`` accumulates
             gradients equal to the unsplit step's; batched outputs concatenated.
         inflight: W, the most microbatches in flight; overrides ``placement.inflight``
-            (default M, fill-drain). Fewer than M runs each microbatch's backward
-            as soon as W later ones have gone forward (one-forward-one-backward,
-            activations of at most W microbatches held); the model's output must
-            then be its loss, and ``loss.backward()`` finishes the step (see
-            :class:`envs.runtime.MicrobatchedModule`).
+            (default M, fill-drain). Fewer than M is one-forward-one-backward: the
+            issue order is cut into stages where the GPU changes
+            (:func:`envs.microbatch.stage_starts`; logical devices named ``cpu...``
+            are the host), and the program runs stage by stage in the simulator's
+            host program, each stage holding at most W microbatches' activations;
+            the model's output must then be its loss, and ``loss.backward()``
+            finishes the step (see :class:`envs.runtime.MicrobatchedModule`).
         batch_dim: the dimension of the inputs that holds the batch (default 0).
         loss_reduction: how the model's loss reduces over the batch, ``"mean"`` or ``"sum"``.
     """
