@@ -85,6 +85,21 @@ def check_inflight(value: Any, microbatches: int, option: str = "inflight") -> i
     return check_int(value, option, least=1, most=int(microbatches))
 
 
+def plan_shapes(microbatches: list[int], windows: list[int | None]) -> list[tuple[int, int]]:
+    """Every ``(M, W)`` to try: each M with each window (None: all M, fill-drain; larger than M: M), once each."""
+    return list(dict.fromkeys((M, M if w is None else min(w, M)) for M in microbatches for w in windows))
+
+
+def parse_windows(text: str, option: str = "--inflight") -> list[int | None]:
+    """``"2,4,all"`` -> ``[2, 4, None]`` (None: all in flight); anything else a one-line PlacerError naming ``option``."""
+    from graphs.errors import PlacerError
+
+    items = [t.strip() for t in text.split(",") if t.strip()]
+    if not items or not all(t.isdigit() or t == "all" for t in items):
+        raise PlacerError(f"{option} {text!r}: give whole numbers or 'all' separated by commas, e.g. 2,4,all")
+    return [None if t == "all" else check_int(int(t), option, least=1, most=MAX_MICROBATCHES) for t in items]
+
+
 def _ceil_div(a: np.ndarray, m: int) -> np.ndarray:
     return -(-np.asarray(a, dtype=np.int64) // m)
 

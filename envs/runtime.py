@@ -56,6 +56,7 @@ import torch
 import torch.fx as fx
 from torch import nn
 
+from envs.microbatch import BACKWARD, check_inflight, issue_segments
 from graphs import PlacerError
 from graphs.flops import is_alias
 
@@ -512,10 +513,12 @@ class MicrobatchedModule(nn.Module):
         super().__init__()
         if reduction not in ("mean", "sum"):
             raise PlacerError(f"loss reduction {reduction!r}: must be 'mean' or 'sum'")
-        from envs.microbatch import check_inflight
-
         self.inflight = check_inflight(inflight, microbatches)
         self.stages = list(stages)
+        # one-forward-one-backward: the placed program's nodes and the host program over them, built once
+        self._nodes = list(placed.graph.nodes) if self.inflight < microbatches else []
+        self._program = (issue_segments(len(self._nodes), microbatches, self.inflight, _stage_nodes(self._nodes, self.stages)).tolist()
+                         if self._nodes else [])
         # the placed module's parameters, buffers and submodules under their own names (the
         # state dict of the unpipelined placed module), the module itself outside the tree
         object.__setattr__(self, "placed", placed)
@@ -530,16 +533,12 @@ class MicrobatchedModule(nn.Module):
         M, W = self.microbatches, self.inflight
         if W >= M or not torch.is_grad_enabled():
             return _join_outputs([self.placed(*part) for part in parts], self.batch_dim, self.reduction)
-        from envs.microbatch import BACKWARD, issue_segments
-
         share = 1.0 / M if self.reduction == "mean" else 1.0
-        gm = self.placed
-        nodes = list(gm.graph.nodes)
+        nodes, program = self._nodes, self._program
         N = len(nodes)
-        runs = [_StageRunner(gm, part) for part in parts]
+        runs = [_StageRunner(self.placed, part) for part in parts]
         losses: list[Any] = [None] * M
-        program = issue_segments(N, M, W, _stage_nodes(nodes, self.stages))
-        for q, (kind, lo, hi) in enumerate(program.tolist()):
+        for q, (kind, lo, hi) in enumerate(program):
             if kind != BACKWARD:
                 m = lo // N
                 out = runs[m].run(nodes[lo - m * N: hi - m * N])

@@ -313,6 +313,7 @@ class SimEnv:
             times = np.empty(len(idx))
             oom = np.zeros(len(idx), dtype=bool)
             over = np.zeros(len(idx))
+            caps = dict(zip(self.cluster.device_names, self.cluster.memory_bytes.tolist()))
             for k, row in enumerate(idx):
                 o = order[k] if order is not None and order.ndim == 2 else order
                 c = self.cluster
@@ -323,7 +324,6 @@ class SimEnv:
                 times[k] = r.extra["sim_step_time_s"]
                 oom[k] = r.status == "oom"
                 if oom[k]:
-                    caps = dict(zip(c.device_names, c.memory_bytes.tolist()))
                     over[k] = max(r.peak_bytes[d] / caps[d] for d in r.extra["oom_devices"])
             return (times, oom, over) if overflow else (times, oom)
         over = np.zeros(len(idx)) if overflow else None

@@ -156,7 +156,8 @@ def apply(
     stages: list[str] = []
     if W < M:  # the stages the simulator cut the plan into (envs.microbatch.stage_starts)
         devices = sorted(set(assignment.values()))
-        idx = np.array([devices.index(assignment[name]) for name in captured.names])
+        position = {d: i for i, d in enumerate(devices)}
+        idx = np.array([position[assignment[name]] for name in captured.names])
         host = np.array([d.startswith("cpu") for d in devices])
         op_order = np.arange(captured.num_ops) if names is None else np.array([captured.index[x] for x in names])
         stages = [captured.names[op_order[s]] for s in stage_starts(idx, op_order, host, free_mask(captured))[1:]]

@@ -62,17 +62,6 @@ def _microbatches(text: str) -> list[int]:
     return [check_microbatches(int(t), "--microbatches") for t in items]
 
 
-def _inflight(text: str) -> list[int | None]:
-    from envs.microbatch import MAX_MICROBATCHES
-    from graphs import PlacerError
-    from graphs.schema import check_int
-
-    items = [t.strip() for t in text.split(",") if t.strip()]
-    if not items or not all(t.isdigit() or t == "all" for t in items):
-        raise PlacerError(f"--inflight {text!r}: give whole numbers or 'all' separated by commas, e.g. 2,4,all")
-    return [None if t == "all" else check_int(int(t), "--inflight", least=1, most=MAX_MICROBATCHES) for t in items]
-
-
 def _options(items: list[str], methods: list[str] | None) -> dict[str, dict]:
     """``--option`` values per method: ``KEY=VALUE`` for every method whose function takes KEY, ``METHOD.KEY=VALUE`` for one."""
     import inspect
@@ -106,7 +95,9 @@ def run(args: argparse.Namespace) -> int:
 
     check_seed(args.seed)
     microbatches = _microbatches(args.microbatches)
-    inflight = _inflight(args.inflight)
+    from envs.microbatch import parse_windows
+
+    inflight = parse_windows(args.inflight)
     if args.plot:
         check_output_file(args.plot, "--plot")
     cluster = envs.resolve_cluster(args.cluster)

@@ -241,7 +241,7 @@ def compare(
     labelled = [p if isinstance(p, tuple) else (_label(p, k), p) for k, p in enumerate(placements)]
     given = [(label, p.indices(graph, cluster.device_names, source=label)) for label, p in labelled]
 
-    from envs.microbatch import check_microbatches
+    from envs.microbatch import check_microbatches, plan_shapes
 
     def _ms(value: Any, what: str) -> list[int]:
         values = list(value) if isinstance(value, (list, tuple)) else [value]
@@ -253,8 +253,7 @@ def compare(
         ws = list(value) if isinstance(value, (list, tuple)) else [value]
         if not ws:
             raise PlacerError(f"{what}: give at least one in-flight window (or None for all)")
-        ws = [None if w is None else check_int(w, what, least=1) for w in ws]
-        return list(dict.fromkeys((M, M if w is None else min(w, M)) for M in ms for w in ws))
+        return plan_shapes(ms, [None if w is None else check_int(w, what, least=1) for w in ws])
 
     default_ms = _ms(microbatches, "microbatches")
     default_shapes = _shapes(default_ms, inflight, "inflight")

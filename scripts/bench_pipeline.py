@@ -105,7 +105,9 @@ def run_one(model_name: str, cluster_name: str, ms: list[int], methods: list[str
     rows = []
     free = input_free_mask(graph) if host_input_free else None
     host = c.kinds.index("cpu") if "cpu" in c.kinds else None
-    shapes = list(dict.fromkeys((M, M if w is None else min(w, M)) for M in ms for w in (ws or [None])))
+    from envs.microbatch import plan_shapes
+
+    shapes = plan_shapes(ms, ws or [None])
     for m in methods:
         fn = baselines.get(m)
         placed = None
@@ -189,13 +191,13 @@ def main() -> int:
             print(f"bench_pipeline: --models {m!r}: unknown (known: {', '.join(MODELS)})", file=sys.stderr)
             return 2
     ms = [int(x) for x in args.microbatches.split(",")]
+    from envs.microbatch import parse_windows
+    from graphs import PlacerError
+
     try:
-        ws = [None if x.strip() == "all" else int(x) for x in args.inflight.split(",")]
-    except ValueError:
-        print(f"bench_pipeline: --inflight {args.inflight!r}: give 'all' or whole numbers separated by commas", file=sys.stderr)
-        return 2
-    if any(w is not None and w < 1 for w in ws):
-        print(f"bench_pipeline: --inflight {args.inflight!r}: a window is at least 1", file=sys.stderr)
+        ws = parse_windows(args.inflight)
+    except PlacerError as e:
+        print(f"bench_pipeline: {e}", file=sys.stderr)
         return 2
     results = []
     for model_name in args.models.split(","):
