@@ -24,6 +24,12 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
     p.add_argument("--hidden", type=int, default=64, help="embedding width (default 64)")
     p.add_argument("--rounds", type=int, default=3, help="message-passing rounds (default 3)")
+    p.add_argument("--decoder", choices=("schedule", "independent"), default="schedule",
+                   help="schedule: ops decided one at a time along a list schedule, each seeing where earlier ops went "
+                   "(default); independent: every op from its own logits in one pass")
+    p.add_argument("--dagger", type=float, default=0.5,
+                   help="schedule decoder: chance that a pair's imitation step follows the policy's own samples "
+                   "instead of the label's decisions (corrects exposure bias; default 0.5)")
     p.add_argument("--samples", type=int, default=8, help="K: placements sampled per RL step (default 8)")
     p.add_argument("--imitation-share", type=float, default=0.6, help="share of the budget spent imitating heuristics (default 0.6)")
     p.add_argument("--sizes", default="300,1500,5000", help="op counts of the synthetic graphs (default 300,1500,5000; 100..20000)")
@@ -50,6 +56,7 @@ def run_pretrain(args: argparse.Namespace) -> int:
     check_int(args.rounds, "--rounds", least=0, most=64)
     check_int(args.samples, "--samples", least=2, most=4096)
     check_float(args.imitation_share, "--imitation-share", least=0, most=1)
+    check_float(args.dagger, "--dagger", least=0, most=1)
     try:
         sizes = tuple(int(s) for s in _list(args.sizes))
     except ValueError:
@@ -69,6 +76,7 @@ def run_pretrain(args: argparse.Namespace) -> int:
     quiet = args.json or not sys.stderr.isatty()
     config = PretrainConfig(corpus=args.corpus, clusters=clusters, exclude=_list(args.exclude), time_budget_s=args.time_budget,
                             seed=args.seed, hidden=args.hidden, rounds=args.rounds, samples=args.samples,
+                            decoder=args.decoder, dagger=args.dagger,
                             imitation_share=args.imitation_share, synthetic_sizes=sizes or (300,),
                             progress=None if quiet else (lambda s: print(s, file=sys.stderr)))
     result = pretrain(config)

@@ -230,6 +230,8 @@ class PretrainConfig:
     hidden: int = 64
     rounds: int = 3
     logit_cap: float = 10.0
+    decoder: str = "schedule"
+    dagger: float = 0.5
     samples: int = 8
     batch: int = 4
     lr: float = 3e-3
@@ -297,7 +299,7 @@ def pretrain(config: PretrainConfig) -> PretrainResult:
     torch.manual_seed(config.seed)
     rng = np.random.default_rng(config.seed)
     gen = torch.Generator().manual_seed(config.seed)
-    net = GNNNet(hidden=config.hidden, rounds=config.rounds, logit_cap=config.logit_cap)
+    net = GNNNet(hidden=config.hidden, rounds=config.rounds, logit_cap=config.logit_cap, decoder=config.decoder)
     t0 = time.perf_counter()
     pairs, skipped = _setup_pairs(config, net, say)
     setup_s = time.perf_counter() - t0
@@ -319,7 +321,13 @@ def pretrain(config: PretrainConfig) -> PretrainResult:
 
     while time.perf_counter() < imitation_end:
         batch = rng.choice(len(pairs), size=min(config.batch, len(pairs)), replace=False)
-        loss = sum(pairs[i].policy.imitation_loss(pairs[i].label) for i in batch) / len(batch)
+        loss = 0.0
+        for i in batch:
+            p = pairs[i]
+            # DAgger: part of the steps imitate the label from the states the policy's own samples reach
+            own = p.policy.sequential and rng.random() < config.dagger
+            loss = loss + p.policy.imitation_loss(p.label, along=p.policy.sample(2, generator=gen).op_devices if own else None)
+        loss = loss / len(batch)
         step(loss)
         steps["imitation"] += 1
         if steps["imitation"] % 20 == 0:
@@ -347,13 +355,14 @@ def pretrain(config: PretrainConfig) -> PretrainResult:
         rows.append({"graph": p.name, "cluster": p.cluster, "label": p.label_method, "label_step_time_s": p.label_s,
                      "greedy_step_time_s": None if g_failed[0] else float(g_t[0])})
     sidecar = {
-        "architecture": {"hidden": config.hidden, "rounds": config.rounds, "logit_cap": float(config.logit_cap)},
+        "architecture": {"hidden": config.hidden, "rounds": config.rounds, "logit_cap": float(config.logit_cap),
+                         "decoder": config.decoder},
         "features": feature_spec(), "clusters": list(config.clusters),
         "corpus": sorted({p.name for p in pairs}), "corpus_spec": config.corpus, "excluded": list(config.exclude),
         "seed": config.seed, "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "training": {"time_budget_s": config.time_budget_s, "setup_s": round(setup_s, 1), "steps": steps,
                      "samples": config.samples, "lr": config.lr, "rl_lr": config.rl_lr,
-                     "imitation_share": config.imitation_share, "label_methods": list(LABEL_METHODS),
+                     "imitation_share": config.imitation_share, "dagger": config.dagger, "label_methods": list(LABEL_METHODS),
                      "synthetic_sizes": list(config.synthetic_sizes), "skipped": skipped},
     }
     return PretrainResult(net, sidecar, rows)

@@ -61,7 +61,11 @@ import torch
 from torch import nn
 
 from graphs import OpGraph, PlacerError
+from policies.list_schedule import DYN_DIM, ListSchedule, teacher_forced
 from policies.seq2seq import PolicySample
+
+#: Placement decoders: every op independently given its logits, or one op at a time along a list schedule.
+DECODERS = ("independent", "schedule")
 
 #: Version of the feature definitions below; a pretrained policy records it (its sidecar's "features").
 FEATURE_VERSION = "gnn-features/1"
@@ -181,10 +185,13 @@ def graph_inputs(graph: OpGraph, cluster: Any) -> dict[str, np.ndarray]:
 class GNNNet(nn.Module):
     """The weights: node encoder, ``rounds`` of bidirectional message passing, device encoder, pair scorer."""
 
-    def __init__(self, *, hidden: int = 64, rounds: int = 3, logit_cap: float = 10.0) -> None:
+    def __init__(self, *, hidden: int = 64, rounds: int = 3, logit_cap: float = 10.0, decoder: str = "schedule") -> None:
         super().__init__()
+        if decoder not in DECODERS:
+            raise PlacerError(f"--policy gnn: unknown decoder {decoder!r} (one of {', '.join(DECODERS)})")
         h = hidden
         self.logit_cap = float(logit_cap)
+        self.decoder = decoder
         self.type_embed = nn.Embedding(TYPE_BUCKETS, TYPE_DIM)
         self.node_in = nn.Sequential(nn.Linear(NODE_DIM + TYPE_DIM, h), nn.ReLU(), nn.Linear(h, h))
         self.fwd_msg = nn.ModuleList(nn.Linear(h + EDGE_DIM, h) for _ in range(rounds))
@@ -196,9 +203,22 @@ class GNNNet(nn.Module):
         self.score_dev = nn.Linear(h, h, bias=False)
         self.score_pair = nn.Linear(PAIR_DIM, h, bias=False)
         self.score_out = nn.Linear(h, 1)
+        if decoder == "schedule":
+            self.score_dyn = nn.Linear(DYN_DIM, h, bias=False)
 
     def forward(self, x: dict[str, torch.Tensor]) -> torch.Tensor:
-        """Logits ``[num_ops, num_devices]``."""
+        """Logits ``[num_ops, num_devices]`` of the independent decoder (no decoding-state features)."""
+        return self.head(self.static_scores(x))
+
+    def head(self, a: torch.Tensor, dyn: torch.Tensor | None = None) -> torch.Tensor:
+        """Logits from static scores ``a`` ``[..., D, h]`` plus, for the schedule decoder, features ``dyn`` ``[..., D, DYN_DIM]``."""
+        if dyn is not None:
+            a = a + self.score_dyn(dyn)
+        logits = self.score_out(torch.relu(a)).squeeze(-1)
+        return self.logit_cap * torch.tanh(logits / self.logit_cap)
+
+    def static_scores(self, x: dict[str, torch.Tensor]) -> torch.Tensor:
+        """The (op, device) scores before the output layer, ``[num_ops, num_devices, hidden]``."""
         h = self.node_in(torch.cat([x["node"], self.type_embed(x["type_ids"])], dim=1))
         src, dst, e = x["edge_src"], x["edge_dst"], x["edge"]
         n = h.shape[0]
@@ -213,9 +233,7 @@ class GNNNet(nn.Module):
             h = norm(h + torch.relu(upd(torch.cat([h, agg_f, agg_b, g], dim=1))))
         pooled = h.mean(dim=0, keepdim=True)
         dev = self.dev_in(torch.cat([x["device"], pooled.expand(x["device"].shape[0], -1)], dim=1))
-        a = self.score_node(h)[:, None, :] + self.score_dev(dev)[None, :, :] + self.score_pair(x["pair"])
-        logits = self.score_out(torch.relu(a)).squeeze(-1)
-        return self.logit_cap * torch.tanh(logits / self.logit_cap)
+        return self.score_node(h)[:, None, :] + self.score_dev(dev)[None, :, :] + self.score_pair(x["pair"])
 
 
 class GNNPolicy(nn.Module):
@@ -225,14 +243,19 @@ class GNNPolicy(nn.Module):
         graph: the op graph to place (every op is an item).
         num_devices: must equal ``cluster.num_devices``.
         cluster: the :class:`envs.Cluster` (required: devices are described by its features).
-        hidden, rounds, logit_cap: the network's architecture (ignored when ``net`` is given).
+        hidden, rounds, logit_cap, decoder: the network's architecture (ignored when ``net`` is given).
         net: an existing :class:`GNNNet` to share (pretraining builds one policy per graph and cluster over one net).
+
+    With ``decoder="schedule"`` (:mod:`policies.list_schedule`) the ops are decided
+    one at a time, K placements side by side: sampling is a loop over the ops in
+    numpy (no autograd), then one batched pass recomputes the log-probabilities of
+    the sampled placements from the recorded decoding features, with gradients.
     """
 
     name = "gnn"
 
     def __init__(self, graph: OpGraph, num_devices: int, *, cluster: Any = None, hidden: int = 64, rounds: int = 3,
-                 logit_cap: float = 10.0, net: GNNNet | None = None, **_: Any) -> None:
+                 logit_cap: float = 10.0, decoder: str = "schedule", net: GNNNet | None = None, **_: Any) -> None:
         super().__init__()
         if cluster is None:
             raise PlacerError("--policy gnn: needs the cluster (its devices are described by their features)")
@@ -240,44 +263,145 @@ class GNNPolicy(nn.Module):
             raise PlacerError(f"--policy gnn: {num_devices} devices, but cluster {cluster.name} has {cluster.num_devices}")
         self.num_ops = self.num_items = graph.num_ops
         self.num_devices = num_devices
-        self.net = net if net is not None else GNNNet(hidden=hidden, rounds=rounds, logit_cap=logit_cap)
+        self.net = net if net is not None else GNNNet(hidden=hidden, rounds=rounds, logit_cap=logit_cap, decoder=decoder)
+        self.graph, self.cluster = graph, cluster
+        self._forced: dict[bytes, torch.Tensor] = {}  # decoding features along given placements (labels, samples)
         for key, arr in graph_inputs(graph, cluster).items():
             self.register_buffer(f"x_{key}", torch.from_numpy(arr), persistent=False)
+
+    @property
+    def sequential(self) -> bool:
+        return self.net.decoder == "schedule"
 
     def _inputs(self) -> dict[str, torch.Tensor]:
         return {k[2:]: v for k, v in self.named_buffers() if k.startswith("x_")}
 
     def log_probs(self) -> torch.Tensor:
-        """Per-op log-probabilities over devices, ``[num_ops, num_devices]``."""
+        """Per-op log-probabilities over devices, ``[num_ops, num_devices]`` (independent decoder only)."""
+        if self.sequential:
+            raise PlacerError("the schedule decoder's probabilities depend on the ops decided before; use log_prob")
         return torch.log_softmax(self.net(self._inputs()), dim=1)
 
+    def _dyn(self, op_devices: np.ndarray) -> torch.Tensor:
+        """Decoding features along placements ``[K, N]`` (cached: labels and samples are scored again)."""
+        arr = np.ascontiguousarray(np.atleast_2d(op_devices), dtype=np.int64)
+        hit = self._forced.get(self._key(arr))
+        if hit is None:
+            hit = torch.from_numpy(teacher_forced(self.graph, self.cluster, arr, times=self._times(), order=self._order()))
+            hit = hit.to(self.x_node.device)
+            self._remember(arr, hit)
+        return hit
+
+    def _times(self) -> np.ndarray:
+        if not hasattr(self, "_t_cache"):
+            from envs.cost import op_times
+
+            fwd, bwd = op_times(self.graph, self.cluster)
+            self._t_cache = fwd + bwd
+        return self._t_cache
+
+    def _order(self) -> np.ndarray:
+        if not hasattr(self, "_order_cache"):
+            from policies.list_schedule import decode_order
+
+            t = self._times()
+            self._order_cache = decode_order(self.graph, longest_paths(self.graph, t.min(axis=1))[0])
+        return self._order_cache
+
+    def _logp_along(self, op_devices: np.ndarray) -> torch.Tensor:
+        """``[K, N, D]`` log-probabilities each op had, given the placements' earlier decisions."""
+        if not self.sequential:
+            return self.log_probs()[None]
+        logits = self.net.head(self.net.static_scores(self._inputs())[None], self._dyn(op_devices))
+        return torch.log_softmax(logits, dim=2)
+
     def _score(self, logp: torch.Tensor, actions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Log-probability of each placement ``[K]`` and the mean per-op entropy, from ``logp`` ``[K or 1, N, D]``."""
         k = actions.shape[0]
-        lp = logp.gather(1, actions.t()).sum(dim=0)  # [K]
-        ent = -(logp.exp() * logp).sum(dim=1).mean()
-        return lp, ent.expand(k)
+        logp = logp.expand(k, -1, -1)
+        lp = logp.gather(2, actions[:, :, None]).squeeze(2).sum(dim=1)  # [K]
+        ent = -(logp.exp() * logp).sum(dim=2).mean(dim=1)
+        return lp, ent
+
+    @torch.no_grad()
+    def _decode(self, k: int, noise: np.ndarray | None) -> np.ndarray:
+        """The schedule decoder's loop: K placements (argmax of logits + Gumbel ``noise`` ``[K, N, D]``, or greedy).
+
+        The decoding features it saw are cached, so scoring the placements again does not rerun the loop.
+        """
+        net = self.net
+        a = net.static_scores(self._inputs()).cpu().numpy().astype(np.float64)  # [N, D, h]
+        w_dyn = net.score_dyn.weight.detach().cpu().numpy().astype(np.float64).T  # [DYN, h]
+        w_out = net.score_out.weight.detach().cpu().numpy().astype(np.float64)[0]  # [h]
+        b_out = float(net.score_out.bias.detach())
+        cap = net.logit_cap
+        sched = ListSchedule(self.graph, self.cluster, k, times=self._times(), order=self._order())
+        out = np.zeros((k, self.num_ops), dtype=np.int64)
+        feats = np.zeros((k, self.num_ops, self.num_devices, DYN_DIM), dtype=np.float32)
+        for v in sched.order:
+            v = int(v)
+            feats[:, v] = sched.features(v)
+            f = feats[:, v].astype(np.float64)
+            z = np.maximum(a[v][None] + f @ w_dyn, 0.0) @ w_out + b_out  # [K, D]
+            z = cap * np.tanh(z / cap)
+            if noise is not None:
+                z = z + noise[:, v]
+            d = z.argmax(axis=1)
+            sched.place(v, d)
+            out[:, v] = d
+        self._remember(out, torch.from_numpy(feats).to(self.x_node.device))
+        return out
+
+    def _remember(self, op_devices: np.ndarray, feats: torch.Tensor) -> None:
+        if len(self._forced) > 64:
+            self._forced.clear()
+        self._forced[self._key(op_devices)] = feats
+
+    @staticmethod
+    def _key(op_devices: np.ndarray) -> bytes:
+        arr = np.ascontiguousarray(np.atleast_2d(op_devices), dtype=np.int64)
+        return arr.tobytes() + bytes(str(arr.shape), "ascii")
 
     def sample(self, k: int, *, generator: torch.Generator | None = None) -> PolicySample:
-        """K placements in one batched pass (inverse-CDF per op), with differentiable log-probabilities."""
-        logp = self.log_probs()
-        with torch.no_grad():
-            cdf = logp.exp().cumsum(dim=1)  # [N, D]
-            u = torch.rand(k, self.num_ops, 1, generator=generator, device=logp.device)
-            actions = (cdf.unsqueeze(0) < u).sum(dim=2).clamp(max=self.num_devices - 1)  # [K, N]
-        lp, ent = self._score(logp, actions)
-        return PolicySample({"devices": actions}, lp, ent, actions.cpu().numpy().astype(np.int32))
+        """K placements in one batched pass, with differentiable log-probabilities."""
+        if not self.sequential:
+            logp = self.log_probs()
+            with torch.no_grad():
+                cdf = logp.exp().cumsum(dim=1)  # [N, D]
+                u = torch.rand(k, self.num_ops, 1, generator=generator, device=logp.device)
+                actions = (cdf.unsqueeze(0) < u).sum(dim=2).clamp(max=self.num_devices - 1)  # [K, N]
+            lp, ent = self._score(logp[None], actions)
+            return PolicySample({"devices": actions}, lp, ent, actions.cpu().numpy().astype(np.int32))
+        u = torch.rand(k, self.num_ops, self.num_devices, generator=generator, dtype=torch.float64,
+                       device=self.x_node.device).cpu().numpy()
+        gumbel = -np.log(-np.log(np.clip(u, 1e-12, 1 - 1e-12)))
+        idx = self._decode(k, gumbel)
+        actions = torch.as_tensor(idx, device=self.x_node.device)
+        lp, ent = self._score(self._logp_along(idx), actions)
+        return PolicySample({"devices": actions}, lp, ent, idx.astype(np.int32))
 
     def log_prob(self, actions: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
-        return self._score(self.log_probs(), actions["devices"])
+        acts = actions["devices"]
+        return self._score(self._logp_along(acts.cpu().numpy()), acts)
 
     @torch.no_grad()
     def greedy(self) -> np.ndarray:
+        if self.sequential:
+            return self._decode(1, None)[0].astype(np.int32)
         return self.log_probs().argmax(dim=1).cpu().numpy().astype(np.int32)
 
-    def imitation_loss(self, op_devices: np.ndarray) -> torch.Tensor:
-        """Mean negative log-likelihood per op of a target placement."""
-        target = torch.as_tensor(np.asarray(op_devices, dtype=np.int64), device=self.x_node.device)
-        return -self.log_probs().gather(1, target[:, None]).mean()
+    def imitation_loss(self, op_devices: np.ndarray, *, along: np.ndarray | None = None) -> torch.Tensor:
+        """Mean negative log-likelihood per op of a target placement.
+
+        Schedule decoder: each op's decoding features are those of the target's own
+        earlier decisions, or of ``along``'s (``[K, N]`` placements, e.g. the policy's
+        own samples: the target device is then the one to go back to from wherever
+        the policy's earlier decisions led, DAgger's correction of exposure bias).
+        """
+        target = np.asarray(op_devices, dtype=np.int64)
+        t = torch.as_tensor(target, device=self.x_node.device)
+        logp = self._logp_along(target[None] if along is None else np.atleast_2d(along))  # [K or 1, N, D]
+        return -logp.gather(2, t[None, :, None].expand(logp.shape[0], -1, 1)).mean()
 
     def expand(self, item_devices: np.ndarray) -> np.ndarray:
         return np.asarray(item_devices, dtype=np.int32)

@@ -6,7 +6,7 @@ with ``torch.save`` through :func:`graphs.io.write_atomic` and read with
 ``policy.json`` (same name, ``.json``) describes it::
 
     {"format": "placer-policy/1", "policy": "gnn",
-     "architecture": {"hidden": 64, "rounds": 3, "logit_cap": 10.0},
+     "architecture": {"hidden": 64, "rounds": 3, "logit_cap": 10.0, "decoder": "schedule"},
      "features": {"version": "gnn-features/1", ...},
      "clusters": ["k80x4", ...], "corpus": [...], "excluded": [...],
      "seed": 0, "date": "...", "training": {...}}
@@ -46,7 +46,7 @@ def sidecar_path(path: str | os.PathLike) -> str:
 
 def check_sidecar(doc: Any, where: str) -> dict[str, Any]:
     """The sidecar ``doc`` if it is a valid placer-policy/1 document, else PlacerError naming ``where``."""
-    from policies.gnn import feature_spec
+    from policies.gnn import DECODERS, feature_spec
 
     if not isinstance(doc, dict):
         raise PlacerError(f"{where}: not a policy sidecar (expected a JSON object)")
@@ -58,8 +58,12 @@ def check_sidecar(doc: Any, where: str) -> dict[str, Any]:
     if doc["policy"] != "gnn":
         raise PlacerError(f"{where}: policy {doc['policy']!r}: only 'gnn' policies can be pretrained")
     arch = doc["architecture"]
-    if not isinstance(arch, dict) or set(arch) != set(_ARCH):
-        raise PlacerError(f"{where}: architecture must have exactly the fields {', '.join(_ARCH)}")
+    if not isinstance(arch, dict) or set(arch) - {"decoder"} != set(_ARCH):
+        raise PlacerError(f"{where}: architecture must have the fields {', '.join(_ARCH)} (and optionally decoder)")
+    if "decoder" in arch:  # absent in files written before the schedule decoder: independent
+        if arch["decoder"] not in DECODERS:
+            raise PlacerError(f"{where}: architecture.decoder {arch['decoder']!r}: must be one of {', '.join(DECODERS)}")
+        arch = {k: v for k, v in arch.items() if k != "decoder"}
     for key, (typ, low, high) in _ARCH.items():
         v = arch[key]
         if isinstance(v, bool) or not isinstance(v, (int, float)) or (typ is int and not isinstance(v, int)) or not low <= v <= high:
@@ -81,7 +85,8 @@ def save(path: str | os.PathLike, net: Any, sidecar: dict[str, Any]) -> None:
     from graphs.io import write_atomic, write_text_atomic
 
     path = os.fspath(path)
-    doc = check_sidecar({"format": FORMAT, "policy": "gnn", **sidecar}, sidecar_path(path))
+    arch = {**sidecar.get("architecture", {}), "decoder": net.decoder}  # the decoder the weights are for
+    doc = check_sidecar({"format": FORMAT, "policy": "gnn", **sidecar, "architecture": arch}, sidecar_path(path))
     state = {k: v.detach().cpu().contiguous() for k, v in net.state_dict().items()}
     write_atomic(path, lambda f: torch.save(state, f))
     write_text_atomic(sidecar_path(path), json.dumps(doc, indent=1, sort_keys=True))
@@ -108,7 +113,7 @@ def load(path: str | os.PathLike | None = None, *, map_location: str = "cpu") ->
         raise PlacerError(f"{path}: cannot read policy weights ({type(e).__name__}: {str(e).splitlines()[0][:200] if str(e) else ''})") from None
     if not isinstance(state, dict) or not all(isinstance(v, torch.Tensor) for v in state.values()):
         raise PlacerError(f"{path}: not a tensor-only state dict")
-    net = GNNNet(**doc["architecture"])
+    net = GNNNet(**{"decoder": "independent", **doc["architecture"]})  # files from before the schedule decoder
     try:
         net.load_state_dict(state)
     except RuntimeError as e:

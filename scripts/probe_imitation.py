@@ -1,7 +1,7 @@
 """How well the gnn policy can imitate one heuristic placement: agreement and greedy step time per step.
 
     OMP_NUM_THREADS=1 python scripts/probe_imitation.py [GRAPH] [--cluster k80x4] [--steps 300] [--every 50]
-        [--lr 3e-3] [--json]
+        [--lr 3e-3] [--decoder independent|schedule] [--json]
 
 Trains a fresh gnn policy (hidden 64, 3 rounds) on one (graph, cluster) pair by imitation of its best
 fast heuristic (``placer.pretrain.best_heuristic``, labels canonicalised as ``placer pretrain`` does),
@@ -38,6 +38,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--every", type=int, default=50)
     ap.add_argument("--lr", type=float, default=3e-3)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--decoder", default="independent", choices=("independent", "schedule"),
+                    help="the gnn policy's decoder (default independent)")
+    ap.add_argument("--dagger", type=float, default=0.0,
+                    help="schedule decoder: share of steps that imitate along the policy's own samples (default 0)")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args(argv)
     if args.steps < 0 or args.every < 1 or not args.lr > 0:
@@ -50,16 +54,19 @@ def main(argv: list[str] | None = None) -> int:
         print(f"probe_imitation: {e}", file=sys.stderr)
         return 2
     torch.manual_seed(args.seed)
+    gen = torch.Generator().manual_seed(args.seed)
+    coin = np.random.default_rng(args.seed)
     method, label_s, label = best_heuristic(g, c)
     env = envs.SimEnv(g, c)
     label = canonical_label(g, c, label, env)
     single_s = float(np.min(env.step_times(envs.assign.single_device_rows(c.num_devices, g.num_ops))[0]))
-    policy = GNNPolicy(g, c.num_devices, cluster=c, net=GNNNet(hidden=64, rounds=3))
+    policy = GNNPolicy(g, c.num_devices, cluster=c, net=GNNNet(hidden=64, rounds=3, decoder=args.decoder))
     opt = torch.optim.Adam(policy.parameters(), lr=args.lr)
     rows = []
     t0 = time.perf_counter()
     for step in range(args.steps + 1):
-        loss = policy.imitation_loss(label)
+        own = args.decoder == "schedule" and coin.random() < args.dagger
+        loss = policy.imitation_loss(label, along=policy.sample(4, generator=gen).op_devices if own else None)
         if step % args.every == 0 or step == args.steps:
             greedy = policy.greedy()
             t, failed = env.step_times(greedy[None])
@@ -72,12 +79,12 @@ def main(argv: list[str] | None = None) -> int:
             loss.backward()
             torch.nn.utils.clip_grad_norm_(policy.parameters(), 1.0)
             opt.step()
-    head = {"graph": g.name, "ops": g.num_ops, "cluster": c.name, "label": method, "label_step_time_s": label_s,
+    head = {"graph": g.name, "ops": g.num_ops, "cluster": c.name, "decoder": args.decoder, "label": method, "label_step_time_s": label_s,
             "label_ops_per_device": np.bincount(label, minlength=c.num_devices).tolist(), "best_single_s": single_s}
     if args.json:
         print(json.dumps({**head, "rows": rows}, indent=1))
         return 0
-    print(f"{g.name} ({g.num_ops} ops) on {c.name}: label {method} {label_s * 1e3:.1f} ms "
+    print(f"{g.name} ({g.num_ops} ops) on {c.name}, {args.decoder} decoder: label {method} {label_s * 1e3:.1f} ms "
           f"{head['label_ops_per_device']}, best single device {single_s * 1e3:.1f} ms")
     print("| step | loss | agreement | greedy ms | ops per device |")
     print("|---:|---:|---:|---:|---|")

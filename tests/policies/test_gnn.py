@@ -45,15 +45,37 @@ def test_node_order_does_not_change_the_distribution(make):
     g2 = _reordered(g, order)
     c = envs.resolve_cluster("k80x4")
     torch.manual_seed(0)
-    p1 = GNNPolicy(g, c.num_devices, cluster=c, hidden=16)
+    p1 = GNNPolicy(g, c.num_devices, cluster=c, hidden=16, decoder="independent")
     p2 = GNNPolicy(g2, c.num_devices, cluster=c, net=p1.net)
     # row j of g2 is op order[j] of g
     assert torch.allclose(p2.log_probs(), p1.log_probs()[torch.as_tensor(order)], atol=1e-5)
 
 
-def test_one_policy_places_on_2_4_and_8_gpus():
+@pytest.mark.parametrize("make", [lambda: moe_dag(120, seed=3), lambda: branch_dag(150, seed=1)])
+def test_schedule_decoder_does_not_depend_on_node_order(make):
+    g = make()
+    order = _random_topological_order(g, seed=7)
+    g2 = _reordered(g, order)
+    c = envs.resolve_cluster("k80x4")
+    torch.manual_seed(0)
+    p1 = GNNPolicy(g, c.num_devices, cluster=c, hidden=16, decoder="schedule")
+    with torch.no_grad():  # weights far from the initial ones, so that greedy decoding uses several devices
+        for w in p1.net.parameters():
+            w.normal_(0.0, 0.5)
+    p2 = GNNPolicy(g2, c.num_devices, cluster=c, net=p1.net)
+    greedy = p1.greedy()
+    assert len(np.unique(greedy)) > 1  # the test means something only if the decisions differ
+    assert np.array_equal(p2.greedy(), greedy[order])  # the same decisions, numbered as g2 numbers its ops
+    some = np.random.default_rng(0).integers(0, c.num_devices, size=(3, g.num_ops))
+    lp1, ent1 = p1.log_prob({"devices": torch.as_tensor(some)})
+    lp2, ent2 = p2.log_prob({"devices": torch.as_tensor(some[:, order])})
+    assert torch.allclose(lp1, lp2, atol=1e-3) and torch.allclose(ent1, ent2, atol=1e-5)
+
+
+@pytest.mark.parametrize("decoder", ["independent", "schedule"])
+def test_one_policy_places_on_2_4_and_8_gpus(decoder):
     g = attention_dag(120, seed=2)
-    net = GNNNet(hidden=16, rounds=2)
+    net = GNNNet(hidden=16, rounds=2, decoder=decoder)
     for name in ("k80x2", "k80x4", "h100x8"):
         c = envs.resolve_cluster(name)
         p = GNNPolicy(g, c.num_devices, cluster=c, net=net)
@@ -136,3 +158,19 @@ def test_shipped_policy_loads():
     g = random_dag(40, seed=1)
     c = envs.resolve_cluster("v100x4")
     assert GNNPolicy(g, c.num_devices, cluster=c, net=loaded.net).greedy().shape == (40,)
+
+
+def test_a_policy_file_without_a_decoder_is_an_independent_one(tmp_path):
+    path = tmp_path / "p.pt"
+    policy_file.save(path, GNNNet(hidden=8, rounds=1, decoder="independent"), _sidecar())
+    doc = json.loads((tmp_path / "p.json").read_text())
+    assert doc["architecture"]["decoder"] == "independent"
+    del doc["architecture"]["decoder"]  # as written before the schedule decoder existed
+    (tmp_path / "p.json").write_text(json.dumps(doc))
+    assert policy_file.load(path).net.decoder == "independent"
+    doc["architecture"]["decoder"] = "beam"
+    (tmp_path / "p.json").write_text(json.dumps(doc))
+    with pytest.raises(PlacerError, match="architecture.decoder 'beam'"):
+        policy_file.load(path)
+    policy_file.save(path, GNNNet(hidden=8, rounds=1), _sidecar())  # the default net: schedule, recorded as such
+    assert policy_file.load(path).net.decoder == "schedule"
