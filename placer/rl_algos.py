@@ -232,10 +232,15 @@ def imitate(policy: Policy, target: np.ndarray, opts: AlgoOptions, *, deadline: 
     never eats a whole time budget on a large graph.
     """
     opt = torch.optim.Adam(policy.parameters(), lr=opts.warm_start_lr)
+    gen = torch.Generator().manual_seed(0)
     for step in range(1, opts.warm_start_steps + 1):
         if deadline is not None and time.perf_counter() >= deadline:
             return step - 1
-        loss = policy.imitation_loss(target)
+        if getattr(policy, "sequential", False) and step % 2 == 0:
+            # a decoder that sees its earlier decisions also learns the target from where its own samples go (DAgger)
+            loss = policy.imitation_loss(target, along=policy.sample(2, generator=gen).op_devices)
+        else:
+            loss = policy.imitation_loss(target)
         _step(policy, opt, loss, opts.grad_clip)
         if step % 10 == 0 and float(loss.detach()) < opts.warm_start_nll:
             # done once the greedy decoding is the target (as far as the items can express it)

@@ -30,11 +30,27 @@ and zero-shot placement (``placer place --method learned``) need:
 * **Logits** ``[num_ops, num_devices]``: an MLP over node embedding + device
   embedding + per-(op, device) features (the op's time on that device relative
   to its fastest, and the op's critical-path position minus the device's rank),
-  capped at ``logit_cap * tanh(x / logit_cap)``. Ops are placed independently
-  given the logits, so K placements are sampled in one batched pass and
-  ``log_prob``/``greedy`` need no sequential decoding. (GDP's segment decoder
-  and Placeto-style refinement rounds were not built: per-op logits already
-  express pipeline splits through the critical-path position features.)
+  capped at ``logit_cap * tanh(x / logit_cap)``.
+* **Decoders** (``decoder``, recorded in a policy file's architecture):
+
+  - ``schedule`` (the default): the ops are decided one at a time in a
+    canonical topological order, K placements side by side, and the output
+    layer also sees where the earlier decisions went: per device, how much
+    later the op would finish there than on its best device in a list schedule
+    of the ops placed so far, the share of its input bytes already there, the
+    memory in use and the queue length (:mod:`policies.list_schedule`). One
+    wrong decision no longer scatters: the next ops see where their inputs went.
+    Sampling is a numpy loop over the ops; one batched pass then recomputes the
+    log-probabilities of the K placements with gradients. Imitation uses
+    teacher forcing along the label and, for a share of steps, along the
+    policy's own samples (DAgger), without which greedy decoding follows its
+    first mistake to the end (``scripts/probe_imitation.py --decoder``).
+  - ``independent``: every op from its own logits, K placements in one
+    vectorised draw. Measured on inception-v3/k80x4 and nmt-2/k80x4 by
+    imitation of one label: a greedy placement that agrees with the label on
+    62% of the ops is slower than one GPU, and on nmt-2 it never gets closer
+    than 13% to the label, where the schedule decoder reaches it
+    (BENCHMARKS.md, "What one graph needs").
 
 Why plain torch and not torch_geometric: one message-passing round is two
 ``index_add_`` calls over an edge list (a mean aggregation), and that is all

@@ -1,46 +1,64 @@
 """Zero-shot generalization table for a pretrained gnn policy (BENCHMARKS.md, "Pretrained policy").
 
-    python scripts/bench_pretrain.py POLICY.pt GRAPH[,GRAPH...] CLUSTER[,CLUSTER...] [--samples K]
+    python scripts/bench_pretrain.py POLICY.pt|default GRAPH[,GRAPH...] CLUSTER[,CLUSTER...] [--samples K] [--json]
 
-Per (graph, cluster): the zero-shot placement (`placer place --method learned`: greedy plus K samples,
-the best on the simulator, node-order step time), the seconds it took, and the best heuristic of
-`placer compare` (all baselines; node order). Prints markdown rows.
+Per (graph, cluster): the policy's greedy placement, the zero-shot placement (`placer place --method
+learned`: greedy plus K samples, the best on the simulator, node-order step time), the seconds it took,
+and the best heuristic of `placer compare` (all baselines; node order). Prints markdown rows, or with
+--json one JSON object per row.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
+import sys
 import time
 
 import envs
-from graphs import zoo
+from graphs import PlacerError
 from placer.compare import compare
+from placer.sources import resolve_graph
 from placer.pretrain import place_learned
 
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("policy")
-    ap.add_argument("graphs")
-    ap.add_argument("clusters")
+    ap.add_argument("policy", help="a policy file (.pt with its .json sidecar), or 'default' for the shipped one")
+    ap.add_argument("graphs", help="comma list of zoo names, graph files or module:callable sources")
+    ap.add_argument("clusters", help="comma list of cluster presets or files")
     ap.add_argument("--samples", type=int, default=16)
+    ap.add_argument("--json", action="store_true", help="one JSON object per (graph, cluster)")
     args = ap.parse_args()
-    print("| graph | cluster | zero-shot ms | time s | best heuristic ms | gap |")
-    print("|---|---|---:|---:|---|---:|")
+    if not args.json:
+        print("| graph | cluster | greedy ms | zero-shot ms | time s | best heuristic ms | gap |")
+        print("|---|---|---:|---:|---:|---|---:|")
     for name in args.graphs.split(","):
-        g = zoo.graph(name)
+        g = resolve_graph(name)
         for cname in args.clusters.split(","):
             c = envs.resolve_cluster(cname)
             t0 = time.perf_counter()
-            p = place_learned(g, c, policy_file=args.policy, samples=args.samples)
+            p = place_learned(g, c, policy_file=None if args.policy == "default" else args.policy, samples=args.samples)
             took = time.perf_counter() - t0
             rows = [r for r in compare(g, c).rows if r.kind == "baseline" and r.status == "ok" and r.step_time_s]
             best = min(rows, key=lambda r: r.step_time_s)
             z = p.meta["node_order_step_time_s"]
+            gr = p.meta["greedy_step_time_s"]
+            if args.json:
+                print(json.dumps({"graph": name, "cluster": cname, "policy": args.policy, "greedy_step_time_s": gr,
+                                  "zero_shot_step_time_s": z, "place_s": took, "samples": args.samples,
+                                  "best_heuristic": best.method, "best_heuristic_step_time_s": best.step_time_s,
+                                  "gap": (z / best.step_time_s - 1) if z else None}), flush=True)
+                continue
             gap = f"{(z / best.step_time_s - 1) * 100:+.1f}%" if z else "fails"
-            zs = f"{z * 1e3:.1f}" if z else "oom"
-            print(f"| {name} | {cname} | {zs} | {took:.1f} | {best.step_time_s * 1e3:.1f} ({best.method}) | {gap} |", flush=True)
+            ms = lambda x: f"{x * 1e3:.1f}" if x else "oom"  # noqa: E731
+            print(f"| {name} | {cname} | {ms(gr)} | {ms(z)} | {took:.1f} | {best.step_time_s * 1e3:.1f} ({best.method}) | {gap} |",
+                  flush=True)
 
 
 if __name__ == "__main__":
-    main()
+    try:
+        main()
+    except PlacerError as e:
+        print(f"bench_pretrain: {e}", file=sys.stderr)
+        sys.exit(2)

@@ -120,3 +120,18 @@ def test_probe_imitation_prints_agreement_rows():
     assert [r["step"] for r in doc["rows"]] == [0, 2, 4] and doc["ops"] == 229
     assert all(0.0 <= r["agreement"] <= 1.0 and sum(r["ops_per_device"]) == 229 for r in doc["rows"])
     assert run("probe_imitation.py", "no-such-graph").returncode == 2
+    proc = run("probe_imitation.py", "resnet50", "--cluster", "k80x2", "--steps", "2", "--every", "2", "--decoder",
+               "schedule", "--dagger", "1", "--json")
+    assert proc.returncode == 0, proc.stderr
+    doc = json.loads(proc.stdout)
+    assert doc["decoder"] == "schedule" and [r["step"] for r in doc["rows"]] == [0, 2]
+
+
+@pytest.mark.slow
+def test_bench_pretrain_places_with_the_shipped_policy(tiny):
+    proc = run("bench_pretrain.py", "default", tiny, "k80x2", "--samples", "2", "--json")
+    assert proc.returncode == 0, proc.stderr
+    row = json.loads(proc.stdout.splitlines()[0])
+    assert row["graph"] == tiny and row["cluster"] == "k80x2" and row["best_heuristic_step_time_s"] > 0
+    assert row["zero_shot_step_time_s"] <= row["greedy_step_time_s"]  # greedy is one of the candidates
+    assert run("bench_pretrain.py", "default", "no-such-graph", "k80x2").returncode == 2
