@@ -154,7 +154,7 @@ def test_missing_sidecar_and_pickled_weights_are_refused(tmp_path):
 
 def test_shipped_policy_loads():
     loaded = policy_file.load()
-    assert loaded.sidecar["policy"] == "gnn"
+    assert loaded.sidecar["policy"] == "gnn" and loaded.net.decoder == "schedule"
     g = random_dag(40, seed=1)
     c = envs.resolve_cluster("v100x4")
     assert GNNPolicy(g, c.num_devices, cluster=c, net=loaded.net).greedy().shape == (40,)
