@@ -80,8 +80,12 @@ def test_bad_policy_files_exit_2_with_one_line(pretrained, capsys):
 
 
 def test_pretrain_bad_options_exit_2(tmp_path, capsys):
-    for argv, msg in ((["--clusters", "nope"], "nope"), (["--sizes", "5"], "--sizes"), (["--corpus", "zzz"], "zzz")):
+    for argv, msg in ((["--clusters", "nope"], "nope"), (["--sizes", "5"], "--sizes"), (["--corpus", "zzz"], "zzz"),
+                      (["--dagger", "2"], "--dagger")):
         rc, out, err = run(capsys, "pretrain", *argv, "--time-budget", "1", "-o", str(tmp_path / "p.pt"))
         assert rc == 2 and msg in err and len(err.strip().splitlines()) == 1, err
     rc, out, err = run(capsys, "pretrain", "-o", str(tmp_path / "p.bin"))
     assert rc == 2 and ".pt" in err
+    with pytest.raises(SystemExit) as e:  # argparse's own choice check
+        main(["pretrain", "--decoder", "beam", "-o", str(tmp_path / "p.pt")])
+    assert e.value.code == 2 and "beam" in capsys.readouterr().err
