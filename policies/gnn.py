@@ -69,6 +69,7 @@ exact torch versions, for no speed gain on graphs of 100-20,000 ops on a CPU
 
 from __future__ import annotations
 
+import functools
 import zlib
 from typing import Any
 
@@ -303,26 +304,25 @@ class GNNPolicy(nn.Module):
         arr = np.ascontiguousarray(np.atleast_2d(op_devices), dtype=np.int64)
         hit = self._forced.get(self._key(arr))
         if hit is None:
-            hit = torch.from_numpy(teacher_forced(self.graph, self.cluster, arr, times=self._times(), order=self._order()))
+            hit = torch.from_numpy(teacher_forced(self.graph, self.cluster, arr, times=self._times, order=self._order))
             hit = hit.to(self.x_node.device)
             self._remember(arr, hit)
         return hit
 
+    @functools.cached_property
     def _times(self) -> np.ndarray:
-        if not hasattr(self, "_t_cache"):
-            from envs.cost import op_times
+        """Forward + backward seconds of every op on every device (the list schedule's op times)."""
+        from envs.cost import op_times
 
-            fwd, bwd = op_times(self.graph, self.cluster)
-            self._t_cache = fwd + bwd
-        return self._t_cache
+        fwd, bwd = op_times(self.graph, self.cluster)
+        return fwd + bwd
 
+    @functools.cached_property
     def _order(self) -> np.ndarray:
-        if not hasattr(self, "_order_cache"):
-            from policies.list_schedule import decode_order
+        """The schedule decoder's op order (:func:`policies.list_schedule.decode_order`)."""
+        from policies.list_schedule import decode_order
 
-            t = self._times()
-            self._order_cache = decode_order(self.graph, longest_paths(self.graph, t.min(axis=1))[0])
-        return self._order_cache
+        return decode_order(self.graph, longest_paths(self.graph, self._times.min(axis=1))[0])
 
     def _logp_along(self, op_devices: np.ndarray) -> torch.Tensor:
         """``[K, N, D]`` log-probabilities each op had, given the placements' earlier decisions."""
@@ -351,7 +351,7 @@ class GNNPolicy(nn.Module):
         w_out = net.score_out.weight.detach().cpu().numpy().astype(np.float64)[0]  # [h]
         b_out = float(net.score_out.bias.detach())
         cap = net.logit_cap
-        sched = ListSchedule(self.graph, self.cluster, k, times=self._times(), order=self._order())
+        sched = ListSchedule(self.graph, self.cluster, k, times=self._times, order=self._order)
         out = np.zeros((k, self.num_ops), dtype=np.int64)
         feats = np.zeros((k, self.num_ops, self.num_devices, DYN_DIM), dtype=np.float32)
         for v in sched.order:

@@ -51,27 +51,17 @@ from graphs import OpGraph
 DYN_DIM = 5
 
 
-def hop_depth(graph: OpGraph) -> np.ndarray:
-    """Longest path in edges from a source to each op (ops are stored in a topological order)."""
-    n = graph.num_ops
-    depth = np.zeros(n, dtype=np.int64)
-    indptr, pred, _ = graph.in_csr
-    for i in range(n):
-        a, b = indptr[i], indptr[i + 1]
-        if b > a:
-            depth[i] = int(depth[pred[a:b]].max()) + 1
-    return depth
-
-
 def decode_order(graph: OpGraph, top: np.ndarray) -> np.ndarray:
     """A topological order that depends only on the graph's structure and names, not its numbering.
 
     Sorted by ``top`` (the critical-path start: along an edge it never decreases),
     then hop depth (strictly increases along an edge), then op name.
     """
-    depth = hop_depth(graph)
+    from policies.gnn import longest_paths
+
+    depth = longest_paths(graph, np.ones(graph.num_ops))[0]  # hops: the longest path in edges from a source
     names = graph.names
-    return np.asarray(sorted(range(graph.num_ops), key=lambda i: (float(top[i]), int(depth[i]), names[i])), dtype=np.int64)
+    return np.asarray(sorted(range(graph.num_ops), key=lambda i: (float(top[i]), float(depth[i]), names[i])), dtype=np.int64)
 
 
 class ListSchedule:
