@@ -260,6 +260,25 @@ class Grouping:
             raise PlacerError(f"grouping: group g{g} is split across devices (op {op} differs from op {int(self._first[g])})")
         return rep
 
+    def vote(self, op_idx: Any, num_devices: int) -> np.ndarray:
+        """Device per group by majority vote of its ops (ties: the lowest device); ``[..., num_ops] -> [..., G]``.
+
+        Unlike :meth:`contract`, a placement that splits a group is accepted (a
+        heuristic's placement imitated by a policy over these groups).
+
+        >>> from graphs.synthetic import chain_dag
+        >>> grouping = Grouping.from_assignment(chain_dag(4), np.array([0, 0, 0, 1]))
+        >>> grouping.vote([[1, 1, 0, 2], [0, 1, 1, 1]], 3).tolist()
+        [[1, 2], [1, 1]]
+        """
+        a = np.asarray(op_idx, dtype=np.int64)
+        if a.ndim == 0 or a.shape[-1] != self.num_ops:
+            raise PlacerError(f"grouping: expected {self.num_ops} op devices in the last axis, got shape {a.shape}")
+        rows = a.reshape(-1, self.num_ops)
+        votes = np.zeros((len(rows), self.num_groups, int(num_devices)))
+        np.add.at(votes, (np.arange(len(rows))[:, None], self.op_group[None, :], rows), 1.0)
+        return votes.argmax(axis=2).reshape(a.shape[:-1] + (self.num_groups,))
+
     # ------------------------------------------------------------ cut bytes
     def cut_bytes(self, group_idx: Any) -> np.ndarray:
         """Cut bytes of a group placement (``[G]`` -> scalar, ``[K, G]`` -> ``[K]``), int64.

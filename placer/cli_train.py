@@ -100,9 +100,8 @@ def run_train(args: argparse.Namespace) -> int:
     fields = {f.name for f in dataclasses.fields(TrainConfig)}
     given = {k: v for k, v in vars(args).items() if k in fields}  # what the command line set
     options = dict(given)
-    if options.get("init") is not None:  # fine-tuning: the pretrained policy is the start, not an imitated heuristic
-        options.setdefault("policy", "gnn")
-        options.setdefault("warm_start", "none")
+    if options.get("init") is not None:  # fine-tuning a pretrained policy (a gnn one); it still imitates the best
+        options.setdefault("policy", "gnn")  # heuristic first unless --warm-start none (BENCHMARKS.md, fine-tuning)
     if "iterations" not in options and "time_budget_s" not in options:
         options["time_budget_s"] = 300.0
     options["progress"] = options.get("progress", True) and not args.json and sys.stderr.isatty()

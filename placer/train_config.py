@@ -186,7 +186,8 @@ class PolicyOptions:
     """C of C*tanh(logits) (HDP: 5)."""
     init: str | None = None
     """a pretrained policy file (`placer pretrain`, .pt + .json sidecar) to fine-tune (gnn only; implies
-    --policy gnn and, unless given, --warm-start none)."""
+    --policy gnn). The warm start still imitates the best heuristic first: measured at 300 s, that is 233 ms on
+    nmt-2/k80x4 against 248 ms with --warm-start none."""
 
 
 @dataclass

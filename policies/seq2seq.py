@@ -332,9 +332,7 @@ class Seq2SeqPolicy(nn.Module):
         op_devices = np.asarray(op_devices, dtype=np.int64)
         if self.grouping is None:
             return op_devices
-        votes = np.zeros((self.num_items, self.num_devices))
-        np.add.at(votes, (np.asarray(self.grouping.op_group, dtype=np.int64), op_devices), 1.0)
-        return votes.argmax(axis=1)
+        return self.grouping.vote(op_devices, self.num_devices)
 
     def _x(self) -> torch.Tensor:
         return self.items(self.type_ids, self.dense)

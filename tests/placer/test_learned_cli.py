@@ -51,7 +51,9 @@ def test_train_init_fine_tunes_the_pretrained_policy(pretrained, capsys):
                        "--logdir", str(tmp / "run"), "--json", "--no-progress")
     assert rc == 0, err
     doc = json.loads(out)
-    assert doc["iterations"] == 2 and doc["warm_start"] == "none" and doc["status"] == "ok"
+    # the pretrained weights first imitate the best heuristic (over groups cut where it changes device)
+    assert doc["iterations"] == 2 and doc["warm_start"].startswith("imitation of ") and doc["status"] == "ok"
+    assert doc["num_items"] < graphs.load(gpath).num_ops
     state = json.loads((tmp / "run" / "checkpoint.json").read_text())
     assert state["config"]["policy"] == "gnn" and state["config"]["init"] == str(tmp / "p.pt")
 

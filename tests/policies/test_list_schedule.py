@@ -87,3 +87,32 @@ def test_imitation_along_its_own_samples_teaches_the_schedule_decoder_a_two_gpu_
     assert steps < 200  # it stopped because greedy decoding is the label
     assert float(p.imitation_loss(label).detach()) < first / 5
     assert np.array_equal(p.greedy(), label)
+
+
+@pytest.mark.parametrize("decoder", ["schedule", "independent"])
+def test_over_groups_the_policy_places_whole_groups_and_rescores_its_samples(decoder):
+    g, c = branch_dag(120, seed=1), envs.resolve_cluster("k80x4")
+    torch.manual_seed(0)
+    p = GNNPolicy(g, c.num_devices, cluster=c, max_groups=12, net=GNNNet(hidden=16, rounds=1, decoder=decoder))
+    assert p.num_ops == g.num_ops and p.num_items == p.grouping.num_groups <= 12 and p.graph is p.grouping.graph
+    s = p.sample(5, generator=torch.Generator().manual_seed(2))
+    assert s.op_devices.shape == (5, g.num_ops) and s.actions["devices"].shape == (5, p.num_items)
+    np.testing.assert_array_equal(s.op_devices, p.grouping.expand(s.actions["devices"].numpy()))  # whole groups
+    p._forced.clear()
+    lp, _ = p.log_prob(s.actions)
+    assert torch.allclose(lp, s.log_prob, atol=1e-3)
+    assert p.greedy().shape == (g.num_ops,)
+    np.testing.assert_array_equal(p.contract(s.op_devices), s.actions["devices"].numpy())
+
+
+def test_over_refined_groups_the_warm_start_reproduces_a_placement_that_splits_the_coarse_groups():
+    # 4 coarse groups of 10 ops; the label changes device in the middle of a group, so the groups are cut there
+    # (refine) and imitation over the items can reproduce it exactly, as placer train's warm start needs
+    g, c = chain_dag(40, seed=0), envs.resolve_cluster("k80x2")
+    label = np.where(np.arange(40) < 15, 1, 2)
+    torch.manual_seed(0)
+    p = GNNPolicy(g, c.num_devices, cluster=c, max_groups=4, refine=label, net=GNNNet(hidden=32, rounds=2))
+    assert p.num_items == 5  # 0-9, 10-14 | 15-19, 20-29, 30-39
+    steps = imitate(p, label, AlgoOptions(warm_start_steps=200, warm_start_lr=1e-2))
+    assert steps < 200
+    np.testing.assert_array_equal(p.greedy(), label)
