@@ -32,6 +32,10 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
                    "instead of the label's decisions (corrects exposure bias; default 0.5)")
     p.add_argument("--samples", type=int, default=8, help="K: placements sampled per RL step (default 8)")
     p.add_argument("--imitation-share", type=float, default=0.6, help="share of the budget spent imitating heuristics (default 0.6)")
+    p.add_argument("--groups", default="0", metavar="N[,N...]",
+                   help="what each policy view places: 0 the ops, N the graph coarsened to N co-location groups (cut "
+                   "where the label changes device); several make one training pair per (graph, cluster, N) "
+                   "(default 0; placer place --method learned decodes ops and 128,256,512 groups)")
     p.add_argument("--sizes", default="300,1500,5000", help="op counts of the synthetic graphs (default 300,1500,5000; 100..20000)")
     p.add_argument("-o", "--output", required=True, metavar="FILE", help="policy file to write (.pt; the sidecar is FILE with .json)")
     p.add_argument("--json", action="store_true", help="print the per-pair results as JSON")
@@ -63,6 +67,15 @@ def run_pretrain(args: argparse.Namespace) -> int:
         raise PlacerError(f"--sizes {args.sizes!r}: expected a comma list of op counts") from None
     for s in sizes:
         check_int(s, "--sizes", least=100, most=20000)
+    try:
+        groups = tuple(int(s) for s in _list(args.groups))
+    except ValueError:
+        raise PlacerError(f"--groups {args.groups!r}: expected a comma list of group counts (0: the ops)") from None
+    if not groups:
+        raise PlacerError("--groups: give at least one group count (0: the ops)")
+    for n in groups:
+        if n != 0:
+            check_int(n, "--groups", least=2, most=100000)
     clusters = _list(args.clusters)
     if not clusters:
         raise PlacerError("--clusters: give at least one cluster")
@@ -76,7 +89,7 @@ def run_pretrain(args: argparse.Namespace) -> int:
     quiet = args.json or not sys.stderr.isatty()
     config = PretrainConfig(corpus=args.corpus, clusters=clusters, exclude=_list(args.exclude), time_budget_s=args.time_budget,
                             seed=args.seed, hidden=args.hidden, rounds=args.rounds, samples=args.samples,
-                            decoder=args.decoder, dagger=args.dagger,
+                            decoder=args.decoder, dagger=args.dagger, groups=groups,
                             imitation_share=args.imitation_share, synthetic_sizes=sizes or (300,),
                             progress=None if quiet else (lambda s: print(s, file=sys.stderr)))
     result = pretrain(config)

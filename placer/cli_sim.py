@@ -36,7 +36,11 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--method", default="single", help="baseline name (see `placer compare --help`), or learned "
                    "(a pretrained gnn policy, zero-shot); default single")
     p.add_argument("--policy-file", default=None, metavar="FILE", help="--method learned: policy .pt (default: the one shipped with placer)")
-    p.add_argument("--samples", type=int, default=16, help="--method learned: placements sampled besides the greedy one, the best simulated is kept (default 16)")
+    p.add_argument("--samples", type=int, default=None, help="--method learned: placements sampled per group count "
+                   "besides the greedy ones; the best simulated is kept (default 48)")
+    p.add_argument("--groups", default=None, metavar="N[,N...]", help="--method learned: the policy decodes the ops "
+                   "(greedy) and the graph coarsened to each of these group counts; none: the ops only, sampled too "
+                   "(default 128,256,512)")
     p.add_argument("--seed", type=int, default=0, help="seed for randomised methods (default 0)")
     p.add_argument("--option", action="append", default=[], metavar="KEY=VALUE", help="a method option, e.g. device=gpu:1 (repeatable)")
     p.add_argument("-o", "--output", required=True, metavar="FILE", help="placement file to write (.json)")
@@ -174,17 +178,23 @@ def run_place(args: argparse.Namespace) -> int:
     graph, cluster = _profiled(graph, cluster, args.profile)
     if model is not None and accepts(baselines.get(args.method), "model"):
         options["model"] = model  # accelerate's device maps need the module
-    if args.method != "learned" and args.policy_file is not None:
-        raise PlacerError("--policy-file: only with --method learned")
+    for flag, value in (("--policy-file", args.policy_file), ("--samples", args.samples), ("--groups", args.groups)):
+        if args.method != "learned" and value is not None:
+            raise PlacerError(f"{flag}: only with --method learned")
     try:
         if args.method == "learned":
             from placer.checks import check_int
             from placer.pretrain import place_learned
 
-            check_int(args.samples, "--samples", least=0, most=4096)
+            from placer.pretrain import ZERO_SHOT_GROUPS, ZERO_SHOT_SAMPLES
+
+            samples = ZERO_SHOT_SAMPLES if args.samples is None else args.samples
+            check_int(samples, "--samples", least=0, most=4096)
+            groups = ZERO_SHOT_GROUPS if args.groups is None else parse_group_counts(args.groups)
             if options:
-                raise PlacerError("--option: --method learned takes none (use --policy-file, --samples)")
-            placement = place_learned(graph, cluster, policy_file=args.policy_file, samples=args.samples, seed=args.seed)
+                raise PlacerError("--option: --method learned takes none (use --policy-file, --samples, --groups)")
+            placement = place_learned(graph, cluster, policy_file=args.policy_file, samples=samples, groups=groups,
+                                      seed=args.seed)
         else:
             placement = baselines.place(args.method, graph, cluster, seed=args.seed, **options)
     except TypeError as e:
@@ -286,3 +296,20 @@ def run_export_map(args: argparse.Namespace) -> int:
     else:
         print(f"simulated step: placement {placed}, device map {t1 * 1e3:.3f} ms")
     return 0
+
+
+def parse_group_counts(text: str) -> tuple[int, ...]:
+    """``--groups``: "none" -> (), "128,256" -> (128, 256); anything else is a :class:`PlacerError`.
+
+    >>> parse_group_counts("128, 256"), parse_group_counts("none")
+    ((128, 256), ())
+    """
+    if text.strip().lower() == "none":
+        return ()
+    try:
+        counts = tuple(int(t) for t in text.split(","))
+    except ValueError:
+        counts = ()
+    if not counts or min(counts) < 2 or max(counts) > 100_000:
+        raise PlacerError(f"--groups: expected 'none' or a comma list of group counts from 2 to 100000, got {text!r}")
+    return counts

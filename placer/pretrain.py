@@ -31,7 +31,7 @@ import json
 import os
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 import numpy as np
 
@@ -240,6 +240,9 @@ class PretrainConfig:
     imitation_weight: float = 0.2
     entropy_coef: float = 1e-3
     synthetic_sizes: tuple[int, ...] = (300, 1500, 5000)
+    groups: tuple[int, ...] = (0,)
+    """item granularities: 0 places the ops; N places the graph coarsened to N groups, cut where the label changes
+    device (each (graph, cluster) becomes one pair per entry)."""
     progress: Callable[[str], None] | None = None
 
 
@@ -281,8 +284,10 @@ def _setup_pairs(config: PretrainConfig, net: Any, say: Callable[[str], None]) -
             env = envs.SimEnv(g, c)
             label = canonical_label(g, c, label, env)
             single_t, _ = env.step_times(envs.assign.single_device_rows(c.num_devices, g.num_ops))
-            pairs.append(Pair(it.name, c.name, GNNPolicy(g, c.num_devices, cluster=c, net=net), env,
-                              float(np.min(single_t)), label, method, t_best))
+            for level in dict.fromkeys(config.groups):  # in order, each once
+                policy = GNNPolicy(g, c.num_devices, cluster=c, net=net, max_groups=level, refine=label)
+                name = it.name if not level else f"{it.name}/{level}g"
+                pairs.append(Pair(name, c.name, policy, env, float(np.min(single_t)), label, method, t_best))
         say(f"corpus: {it.name} ({g.num_ops} ops) on {', '.join(c.name for c in clusters)}")
     if not pairs:
         raise PlacerError("pretrain: no (graph, cluster) pair has a heuristic placement that runs")
@@ -363,14 +368,28 @@ def pretrain(config: PretrainConfig) -> PretrainResult:
         "training": {"time_budget_s": config.time_budget_s, "setup_s": round(setup_s, 1), "steps": steps,
                      "samples": config.samples, "lr": config.lr, "rl_lr": config.rl_lr,
                      "imitation_share": config.imitation_share, "dagger": config.dagger, "label_methods": list(LABEL_METHODS),
-                     "synthetic_sizes": list(config.synthetic_sizes), "skipped": skipped},
+                     "synthetic_sizes": list(config.synthetic_sizes), "groups": list(config.groups), "skipped": skipped},
     }
     return PretrainResult(net, sidecar, rows)
 
 
 # ------------------------------------------------------------------ zero-shot placement
-def place_learned(graph: OpGraph, cluster: Any, *, policy_file: str | None = None, samples: int = 16, seed: int = 0) -> Any:
-    """Zero-shot placement with a pretrained policy: greedy plus ``samples`` samples, the best on the simulator.
+#: ``placer place --method learned`` defaults: group counts decoded besides the ops, and samples per group count.
+ZERO_SHOT_GROUPS = (128, 256, 512)
+ZERO_SHOT_SAMPLES = 48
+
+def place_learned(graph: OpGraph, cluster: Any, *, policy_file: str | None = None, samples: int = ZERO_SHOT_SAMPLES,
+                  groups: Sequence[int] = ZERO_SHOT_GROUPS, seed: int = 0) -> Any:
+    """Zero-shot placement with a pretrained policy: the best on the simulator of several decodes.
+
+    The policy decodes the ops (greedy), and the co-location groups of
+    ``graphs.grouping.coarsen`` at each count in ``groups`` (greedy plus
+    ``samples`` samples each; a count that gives as many groups as one already
+    decoded is skipped). With no ``groups``, the ops get the ``samples`` samples.
+    A group decode is 5-20x cheaper than an op decode on graphs of thousands of
+    ops, and its samples were the better ones on every held-out graph measured
+    (BENCHMARKS.md, "Pretrained gnn policy"); the op-level greedy placement is the
+    policy exactly as pretrained.
 
     Returns a :class:`placer.Placement` (method ``learned``) whose meta records the policy file and timings.
     """
@@ -383,20 +402,30 @@ def place_learned(graph: OpGraph, cluster: Any, *, policy_file: str | None = Non
 
     t0 = time.perf_counter()
     loaded = pf.load(policy_file)
-    torch.manual_seed(seed)
+    levels = [int(g) for g in groups if int(g) > 0]
+    cand, found_by, items_seen = [], [], set()
     with torch.no_grad():
-        policy = GNNPolicy(graph, cluster.num_devices, cluster=cluster, net=loaded.net)
-        cand = [policy.greedy()[None]]
-        if samples > 0:
-            cand.append(policy.sample(samples, generator=torch.Generator().manual_seed(seed)).op_devices)
+        for level in [0, *levels]:
+            torch.manual_seed(seed)
+            policy = GNNPolicy(graph, cluster.num_devices, cluster=cluster, net=loaded.net, max_groups=level)
+            if level and policy.num_items in items_seen:
+                continue
+            items_seen.add(policy.num_items)
+            what = "ops" if policy.grouping is None else f"{policy.num_items} groups"
+            cand.append(policy.greedy()[None])
+            found_by.append(f"greedy ({what})")
+            k = samples if (level or not levels) else 0
+            if k > 0:
+                cand.append(policy.sample(k, generator=torch.Generator().manual_seed(seed)).op_devices)
+                found_by += [f"sample ({what})"] * k
     idx = np.concatenate(cand, axis=0)
     env = envs.SimEnv(graph, cluster)
     t, failed = env.step_times(idx)
     t = np.where(failed | ~np.isfinite(t), np.inf, t)
     j = int(np.argmin(t))
     order, how, step_s = env.plan_order(idx[j])
-    meta = {"policy_file": loaded.path, "samples": samples, "seed": seed, "found_by": "greedy" if j == 0 else "sample",
-            "node_order_step_time_s": float(t[j]) if np.isfinite(t[j]) else None,
+    meta = {"policy_file": loaded.path, "samples": samples, "groups": levels, "seed": seed, "found_by": found_by[j],
+            "decodes": len(idx), "node_order_step_time_s": float(t[j]) if np.isfinite(t[j]) else None,
             "greedy_step_time_s": float(t[0]) if np.isfinite(t[0]) else None,
             "place_time_s": time.perf_counter() - t0, "issue_order": how, "step_time_s": step_s, "executor": "eager"}
     return Placement.from_indices(graph, cluster.device_names, idx[j], cluster=getattr(cluster, "name", ""),

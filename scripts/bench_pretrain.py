@@ -1,9 +1,10 @@
 """Zero-shot generalization table for a pretrained gnn policy (BENCHMARKS.md, "Pretrained policy").
 
-    python scripts/bench_pretrain.py POLICY.pt|default GRAPH[,GRAPH...] CLUSTER[,CLUSTER...] [--samples K] [--json]
+    python scripts/bench_pretrain.py POLICY.pt|default GRAPH[,GRAPH...] CLUSTER[,CLUSTER...] [--samples K] [--groups N,N|none] [--json]
 
-Per (graph, cluster): the policy's greedy placement, the zero-shot placement (`placer place --method
-learned`: greedy plus K samples, the best on the simulator, node-order step time), the seconds it took,
+Per (graph, cluster): the policy's greedy placement of the ops, the zero-shot placement (`placer place
+--method learned`: greedy over the ops, greedy plus K samples over the graph coarsened to each group count,
+the best on the simulator, node-order step time), what found it (JSON), the seconds it took,
 and the best heuristic of `placer compare` (all baselines; node order). Prints markdown rows, or with
 --json one JSON object per row.
 """
@@ -19,7 +20,8 @@ import envs
 from graphs import PlacerError
 from placer.compare import compare
 from placer.sources import resolve_graph
-from placer.pretrain import place_learned
+from placer.cli_sim import parse_group_counts
+from placer.pretrain import ZERO_SHOT_GROUPS, ZERO_SHOT_SAMPLES, place_learned
 
 
 def main() -> None:
@@ -27,9 +29,12 @@ def main() -> None:
     ap.add_argument("policy", help="a policy file (.pt with its .json sidecar), or 'default' for the shipped one")
     ap.add_argument("graphs", help="comma list of zoo names, graph files or module:callable sources")
     ap.add_argument("clusters", help="comma list of cluster presets or files")
-    ap.add_argument("--samples", type=int, default=16)
+    ap.add_argument("--samples", type=int, default=ZERO_SHOT_SAMPLES, help=f"samples per group count (default {ZERO_SHOT_SAMPLES})")
+    ap.add_argument("--groups", default=",".join(map(str, ZERO_SHOT_GROUPS)),
+                    help="group counts decoded besides the ops, or none (default: placer place's)")
     ap.add_argument("--json", action="store_true", help="one JSON object per (graph, cluster)")
     args = ap.parse_args()
+    groups = parse_group_counts(args.groups)
     if not args.json:
         print("| graph | cluster | greedy ms | zero-shot ms | time s | best heuristic ms | gap |")
         print("|---|---|---:|---:|---:|---|---:|")
@@ -38,7 +43,8 @@ def main() -> None:
         for cname in args.clusters.split(","):
             c = envs.resolve_cluster(cname)
             t0 = time.perf_counter()
-            p = place_learned(g, c, policy_file=None if args.policy == "default" else args.policy, samples=args.samples)
+            p = place_learned(g, c, policy_file=None if args.policy == "default" else args.policy, samples=args.samples,
+                              groups=groups)
             took = time.perf_counter() - t0
             rows = [r for r in compare(g, c).rows if r.kind == "baseline" and r.status == "ok" and r.step_time_s]
             best = min(rows, key=lambda r: r.step_time_s)
@@ -47,6 +53,7 @@ def main() -> None:
             if args.json:
                 print(json.dumps({"graph": name, "cluster": cname, "policy": args.policy, "greedy_step_time_s": gr,
                                   "zero_shot_step_time_s": z, "place_s": took, "samples": args.samples,
+                                  "groups": list(groups), "found_by": p.meta["found_by"],
                                   "best_heuristic": best.method, "best_heuristic_step_time_s": best.step_time_s,
                                   "gap": (z / best.step_time_s - 1) if z else None}), flush=True)
                 continue

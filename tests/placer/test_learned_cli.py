@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 
+import numpy as np
 import pytest
 
 import graphs
@@ -42,6 +43,35 @@ def test_pretrain_then_place_learned_on_an_unseen_cluster_size(pretrained, capsy
     assert rc == 0, err
     p = Placement.load(str(tmp / "out.json"))
     assert p.method == "learned" and p.meta["policy_file"] == str(tmp / "p.pt") and len(p.assignment) == graphs.load(gpath).num_ops
+    # greedy over the ops, then greedy + 4 samples at each group count that gives a new number of groups
+    assert p.meta["groups"] == [128, 256, 512] and p.meta["decodes"] >= 1 + 5
+    assert p.meta["found_by"].split(" (")[0] in ("greedy", "sample")
+
+
+def test_place_learned_decodes_each_group_count_and_keeps_the_best_simulated():
+    import envs
+    from placer.pretrain import place_learned
+
+    g, c = branch_dag(300, seed=3), envs.resolve_cluster("k80x2")
+    only_ops = place_learned(g, c, samples=3, groups=())
+    assert only_ops.meta["decodes"] == 4 and only_ops.meta["found_by"].endswith("(ops)")
+    both = place_learned(g, c, samples=3, groups=(20, 40, 40))  # a repeated count is decoded once
+    assert both.meta["decodes"] == 1 + 4 + 4 and both.meta["groups"] == [20, 40, 40]
+    env = envs.SimEnv(g, c)
+    # the op-level greedy is one of the candidates, so the best of all is never slower than it
+    assert both.meta["node_order_step_time_s"] <= both.meta["greedy_step_time_s"] + 1e-12
+    t, _ = env.step_times(both.indices(g, c.device_names)[None])
+    assert abs(float(t[0]) - both.meta["node_order_step_time_s"]) < 1e-9
+
+
+def test_place_learned_bad_groups_and_stray_options_exit_2(tmp_path, capsys):
+    gpath = tmp_path / "g.json"
+    graphs.save(branch_dag(60, seed=1), gpath)
+    for argv, msg in ((["--method", "learned", "--groups", "1"], "--groups"), (["--method", "learned", "--groups", "a,b"], "--groups"),
+                      (["--method", "m_etf", "--groups", "64"], "only with --method learned"),
+                      (["--method", "m_etf", "--samples", "4"], "only with --method learned")):
+        rc, out, err = run(capsys, "place", str(gpath), "--cluster", "k80x2", *argv, "-o", str(tmp_path / "o.json"))
+        assert rc == 2 and msg in err and len(err.strip().splitlines()) == 1, err
 
 
 @pytest.mark.slow
@@ -83,7 +113,7 @@ def test_bad_policy_files_exit_2_with_one_line(pretrained, capsys):
 
 def test_pretrain_bad_options_exit_2(tmp_path, capsys):
     for argv, msg in ((["--clusters", "nope"], "nope"), (["--sizes", "5"], "--sizes"), (["--corpus", "zzz"], "zzz"),
-                      (["--dagger", "2"], "--dagger")):
+                      (["--dagger", "2"], "--dagger"), (["--groups", "1"], "--groups"), (["--groups", "x"], "--groups")):
         rc, out, err = run(capsys, "pretrain", *argv, "--time-budget", "1", "-o", str(tmp_path / "p.pt"))
         assert rc == 2 and msg in err and len(err.strip().splitlines()) == 1, err
     rc, out, err = run(capsys, "pretrain", "-o", str(tmp_path / "p.bin"))

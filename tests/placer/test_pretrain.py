@@ -40,3 +40,22 @@ def test_devices_whose_links_differ_keep_their_numbers():
     c = Cluster.from_dict(doc)
     label = _two_halves(g, early=4, late=2)
     assert canonical_label(g, c, label).tolist() == label.tolist()
+
+
+def test_each_group_count_is_a_pair_whose_items_express_the_label_exactly(tmp_path, monkeypatch):
+    import graphs
+    from placer.pretrain import PretrainConfig, _setup_pairs
+    from policies.gnn import GNNNet
+
+    monkeypatch.setenv("PLACER_CACHE_DIR", str(tmp_path / "cache"))
+    (tmp_path / "corpus").mkdir()
+    graphs.save(branch_dag(200, seed=1), tmp_path / "corpus" / "b.json")
+    config = PretrainConfig(corpus=str(tmp_path / "corpus"), clusters=("k80x2",), groups=(0, 16, 16))
+    pairs, skipped = _setup_pairs(config, GNNNet(hidden=8, rounds=1), lambda s: None)
+    assert [p.name for p in pairs] == ["b.json", "b.json/16g"] and not skipped
+    ops, grouped = pairs[0].policy, pairs[1].policy
+    assert ops.num_items == ops.num_ops and grouped.grouping is not None and grouped.num_items < ops.num_ops
+    # the groups are cut where the label changes device, so imitating them can reach the label itself
+    label = pairs[1].label
+    np.testing.assert_array_equal(grouped.expand(grouped.contract(label)), label)
+    assert grouped.net is ops.net  # one network over every pair
