@@ -205,6 +205,9 @@ def run_place(args: argparse.Namespace) -> int:
     counts = ", ".join(f"{d}: {k}" for d, k in sorted(placement.device_counts().items()))
     print(f"{args.output}: {args.method} placement of {graph.name or args.graph} ({graph.num_ops} ops) on {cluster.name} ({counts}); "
           f"issue order: {placement.meta['issue_order']} ({placement.meta['step_time_s'] * 1e3:.3f} ms simulated, eager)")
+    if args.method == "learned":
+        m = placement.meta
+        print(f"  best of {m['decodes']} decodes of the policy: {m['found_by']}, in {m['place_time_s']:.1f} s")
     return 0
 
 

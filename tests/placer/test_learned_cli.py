@@ -41,6 +41,7 @@ def test_pretrain_then_place_learned_on_an_unseen_cluster_size(pretrained, capsy
     rc, out, err = run(capsys, "place", gpath, "--cluster", "k80x4", "--method", "learned", "--policy-file",
                        str(tmp / "p.pt"), "--samples", "4", "-o", str(tmp / "out.json"))
     assert rc == 0, err
+    assert "best of " in out and " decodes of the policy: " in out
     p = Placement.load(str(tmp / "out.json"))
     assert p.method == "learned" and p.meta["policy_file"] == str(tmp / "p.pt") and len(p.assignment) == graphs.load(gpath).num_ops
     # greedy over the ops, then greedy + 4 samples at each group count that gives a new number of groups
