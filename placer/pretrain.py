@@ -363,7 +363,7 @@ def pretrain(config: PretrainConfig) -> PretrainResult:
         "architecture": {"hidden": config.hidden, "rounds": config.rounds, "logit_cap": float(config.logit_cap),
                          "decoder": config.decoder},
         "features": feature_spec(), "clusters": list(config.clusters),
-        "corpus": sorted({p.name for p in pairs}), "corpus_spec": config.corpus, "excluded": list(config.exclude),
+        "corpus": sorted({p.name.split("/")[0] for p in pairs}), "corpus_spec": config.corpus, "excluded": list(config.exclude),
         "seed": config.seed, "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "training": {"time_budget_s": config.time_budget_s, "setup_s": round(setup_s, 1), "steps": steps,
                      "samples": config.samples, "lr": config.lr, "rl_lr": config.rl_lr,
