@@ -48,7 +48,7 @@ def _list(text: str) -> tuple[str, ...]:
 
 def run_pretrain(args: argparse.Namespace) -> int:
     from graphs import PlacerError
-    from placer.checks import check_float, check_int, check_output_file, check_seed
+    from placer.checks import check_float, check_int, check_output_file, check_seed, parse_group_counts
     from placer.cli import print_json
 
     check_output_file(args.output, "-o")
@@ -67,15 +67,9 @@ def run_pretrain(args: argparse.Namespace) -> int:
         raise PlacerError(f"--sizes {args.sizes!r}: expected a comma list of op counts") from None
     for s in sizes:
         check_int(s, "--sizes", least=100, most=20000)
-    try:
-        groups = tuple(int(s) for s in _list(args.groups))
-    except ValueError:
-        raise PlacerError(f"--groups {args.groups!r}: expected a comma list of group counts (0: the ops)") from None
+    groups = parse_group_counts(args.groups, ops=True)
     if not groups:
         raise PlacerError("--groups: give at least one group count (0: the ops)")
-    for n in groups:
-        if n != 0:
-            check_int(n, "--groups", least=2, most=100000)
     clusters = _list(args.clusters)
     if not clusters:
         raise PlacerError("--clusters: give at least one cluster")

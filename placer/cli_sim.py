@@ -183,10 +183,8 @@ def run_place(args: argparse.Namespace) -> int:
             raise PlacerError(f"{flag}: only with --method learned")
     try:
         if args.method == "learned":
-            from placer.checks import check_int
-            from placer.pretrain import place_learned
-
-            from placer.pretrain import ZERO_SHOT_GROUPS, ZERO_SHOT_SAMPLES
+            from placer.checks import check_int, parse_group_counts
+            from placer.pretrain import ZERO_SHOT_GROUPS, ZERO_SHOT_SAMPLES, place_learned
 
             samples = ZERO_SHOT_SAMPLES if args.samples is None else args.samples
             check_int(samples, "--samples", least=0, most=4096)
@@ -299,20 +297,3 @@ def run_export_map(args: argparse.Namespace) -> int:
     else:
         print(f"simulated step: placement {placed}, device map {t1 * 1e3:.3f} ms")
     return 0
-
-
-def parse_group_counts(text: str) -> tuple[int, ...]:
-    """``--groups``: "none" -> (), "128,256" -> (128, 256); anything else is a :class:`PlacerError`.
-
-    >>> parse_group_counts("128, 256"), parse_group_counts("none")
-    ((128, 256), ())
-    """
-    if text.strip().lower() == "none":
-        return ()
-    try:
-        counts = tuple(int(t) for t in text.split(","))
-    except ValueError:
-        counts = ()
-    if not counts or min(counts) < 2 or max(counts) > 100_000:
-        raise PlacerError(f"--groups: expected 'none' or a comma list of group counts from 2 to 100000, got {text!r}")
-    return counts

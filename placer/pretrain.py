@@ -404,9 +404,9 @@ def place_learned(graph: OpGraph, cluster: Any, *, policy_file: str | None = Non
     loaded = pf.load(policy_file)
     levels = [int(g) for g in groups if int(g) > 0]
     cand, found_by, items_seen = [], [], set()
+    torch.manual_seed(seed)
     with torch.no_grad():
         for level in [0, *levels]:
-            torch.manual_seed(seed)
             policy = GNNPolicy(graph, cluster.num_devices, cluster=cluster, net=loaded.net, max_groups=level)
             if level and policy.num_items in items_seen:
                 continue

@@ -293,13 +293,13 @@ class GNNPolicy(nn.Module):
                  refine: np.ndarray | None = None, hidden: int = 64, rounds: int = 3, logit_cap: float = 10.0,
                  decoder: str = "schedule", net: GNNNet | None = None, **_: Any) -> None:
         super().__init__()
-        from policies.seq2seq import _grouping
+        from policies.seq2seq import item_grouping
 
         if cluster is None:
             raise PlacerError("--policy gnn: needs the cluster (its devices are described by their features)")
         if cluster.num_devices != num_devices:
             raise PlacerError(f"--policy gnn: {num_devices} devices, but cluster {cluster.name} has {cluster.num_devices}")
-        self.grouping = _grouping(graph, int(max_groups or 0), refine)
+        self.grouping = item_grouping(graph, int(max_groups or 0), refine)
         items = self.grouping.graph if self.grouping is not None else graph
         self.num_ops, self.num_items = graph.num_ops, items.num_ops
         self.num_devices = num_devices

@@ -236,7 +236,7 @@ class ItemEncoder(nn.Module):
         return torch.cat([self.type_embed(type_ids), torch.relu(self.dense(dense))], dim=1)
 
 
-def _grouping(graph: OpGraph, max_groups: int, refine: np.ndarray | None = None):
+def item_grouping(graph: OpGraph, max_groups: int, refine: np.ndarray | None = None):
     """Co-location groups coarsened to at most ``max_groups`` (0: one item per op).
 
     With ``refine`` (a device per op), each group is further cut wherever that
@@ -311,7 +311,7 @@ class Seq2SeqPolicy(nn.Module):
         super().__init__()
         self.num_ops = graph.num_ops
         self.num_devices = num_devices
-        self.grouping = _grouping(graph, max_groups, refine)
+        self.grouping = item_grouping(graph, max_groups, refine)
         items = self.grouping.graph if self.grouping is not None else graph
         self.num_items = items.num_ops
         feats = featurize(items)

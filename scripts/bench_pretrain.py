@@ -19,8 +19,8 @@ import time
 import envs
 from graphs import PlacerError
 from placer.compare import compare
+from placer.checks import parse_group_counts
 from placer.sources import resolve_graph
-from placer.cli_sim import parse_group_counts
 from placer.pretrain import ZERO_SHOT_GROUPS, ZERO_SHOT_SAMPLES, place_learned
 
 
