@@ -5,7 +5,10 @@ precomputation and scores many (``evaluate`` for Results, ``step_times`` for a
 ``[K, num_ops]`` batch of device indices in the inner loop of search and RL).
 The schedule semantics (the ``eager`` PyTorch executor, the default, and the
 ``dataflow`` TensorFlow one) are in :mod:`envs.schedule`, the memory model in
-:mod:`envs.memory`, the costs in :mod:`envs.cost`.
+:mod:`envs.memory`, the costs in :mod:`envs.cost`. They run on
+:func:`schedule_graph`: the graph (its microbatch copies) with every parameter
+that several ops read as edges from its owner, so reading it on another device
+costs the copy and its gradient, as in the module :func:`placer.apply` builds.
 
 >>> from graphs import OpGraph
 >>> from envs.cluster import Cluster
@@ -36,6 +39,9 @@ from graphs.errors import PlacerError
 from graphs.ir import OpGraph
 from graphs.ops import free_mask, grad_mask
 
+
+#: Bumped whenever a change to the model changes simulated step times (keys of caches of simulated results).
+MODEL_VERSION = 2  # 2: parameters read on another device are copied there (schedule_graph)
 
 #: The ``--executor`` help shared by ``placer simulate``, ``compare`` and ``train``.
 EXECUTOR_ARG_HELP = (
@@ -96,8 +102,9 @@ class SimEnv:
         self.segments = issue_segments(graph.num_ops, M, self.inflight)
         self._host = np.asarray(cluster.kinds) == "cpu"
         self._free = free_mask(graph)
-        # the graph the schedulers run: the graph itself, or its M microbatch copies
-        self.sim_graph = microbatch_graph(graph, M)
+        # the graph the schedulers run: the graph itself, or its M microbatch copies, with the copies of
+        # shared parameters as edges (schedule_graph)
+        self.sim_graph = schedule_graph(graph, M)
         fwd, bwd = cost.op_times(graph, cluster, microbatches=M)
         # ops without a backward (integer ops, tables built from buffers: graphs.ops.grad_mask) have none to time
         grad = grad_mask(graph)
@@ -408,6 +415,52 @@ class SimEnv:
 
             self._lower_bound = lower_bound_from_times(self.sim_graph, self.cluster, self.fwd_s, self.bwd_s, self.executor)
         return self._lower_bound
+
+
+def schedule_graph(graph: OpGraph, microbatches: int = 1) -> OpGraph:
+    """The graph the schedulers run: :func:`envs.microbatch.microbatch_graph`, plus parameter reads as edges.
+
+    A parameter (or buffer) read by ops on several devices is copied by
+    :func:`placer.apply` from its owner's device to each other device before its
+    first reader there, and its gradient flows back (:func:`graphs.ops.param_reads`).
+    The schedulers charge exactly that for an edge ``owner -> reader`` carrying the
+    tensor's bytes: a copy ``(owner, d)`` once per device ``d``, made before the
+    first consumer on ``d`` in issue order, kept (in memory) until its gradient
+    has been sent back, and a gradient copy back. In each microbatch copy (every
+    microbatch's forward makes its own copies) the edge carries the whole tensor.
+
+    Documented simplifications of modelling the tensor as the owner's output: a
+    reader waits for the owner's forward (its first reader, which in a recurrent
+    layer or a tied embedding runs before the others anyway), the owner's backward
+    waits for the gradient copies, and where the owner's output also goes to the
+    reader's device, one copy carries the larger of the two (a reader that reads
+    both gets an edge of their sum).
+    """
+    from graphs.ops import param_reads
+
+    sim = microbatch_graph(graph, microbatches)
+    src, dst, nbytes = param_reads(graph)
+    if not len(src):
+        return sim
+    M, n = check_microbatches(microbatches), graph.num_ops
+    shift = (np.arange(M, dtype=np.int64) * n)[:, None]
+    src, dst, nbytes = (src[None, :] + shift).reshape(-1), (dst[None, :] + shift).reshape(-1), np.tile(nbytes, M)
+    edge_src, edge_dst = sim.edge_src.astype(np.int64), sim.edge_dst.astype(np.int64)
+    edge_bytes = sim.edge_bytes.astype(np.int64).copy()
+    existing = {(int(a), int(b)): k for k, (a, b) in enumerate(zip(edge_src.tolist(), edge_dst.tolist()))}
+    new = np.ones(len(src), dtype=bool)
+    for j, (a, b) in enumerate(zip(src.tolist(), dst.tolist())):
+        k = existing.get((a, b))
+        if k is not None:  # the reader also reads the owner's output: it needs both
+            edge_bytes[k] += nbytes[j]
+            new[j] = False
+    return OpGraph(
+        names=sim.names, op_types=sim.op_types, out_shapes=sim.out_shapes, out_dtypes=sim.out_dtypes,
+        out_bytes=sim.out_bytes, param_bytes=sim.param_bytes, buffer_bytes=sim.buffer_bytes, flops=sim.flops,
+        module_paths=sim.module_paths, params=sim.params,
+        edge_src=np.concatenate([edge_src, src[new]]), edge_dst=np.concatenate([edge_dst, dst[new]]),
+        edge_bytes=np.concatenate([edge_bytes, nbytes[new]]), name=sim.name, meta=sim.meta,
+    )
 
 
 def simulate(graph: OpGraph, placement: Any, cluster: Cluster, *, trace: bool = False, executor: str = "eager", order: Any = None) -> Result:

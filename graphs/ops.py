@@ -200,3 +200,61 @@ def grad_mask(graph: "OpGraph") -> np.ndarray:
             grad[i] = (graph.param_bytes[i] > 0 or any(name in param_names for name in reads[i])
                        or bool(grad[in_src[in_ptr[i]:in_ptr[i + 1]]].any()))
     return grad
+
+
+def param_reads(graph: "OpGraph") -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``(owner, reader, bytes)``: ops that read a parameter or buffer another op owns.
+
+    A capture charges every tensor an op reads (``params``) to its first reader
+    in node order, its *owner* (``param_bytes`` / ``buffer_bytes``); names tied
+    to one tensor (``meta["tied_params"]``) are one tensor. Any later reader reads
+    that same tensor: a recurrent layer's weights at every time step, a tied
+    embedding in the output head, a block applied twice. :func:`placer.apply`
+    keeps each tensor on its owner's device and gives a reader on another device
+    a copy (one per device, made before its first reader there), whose gradient
+    flows back; the simulator charges those copies (:class:`envs.SimEnv`).
+
+    One row per (owner, reader) pair, ``owner < reader``; ``bytes`` is the
+    owner's ``param_bytes + buffer_bytes`` times the share of the owner's tensors
+    the reader reads (a capture records bytes per op, not per tensor: exact when a
+    reader reads all of them, as a reused module does). A graph without
+    ``params`` (built by hand) has no rows.
+
+    >>> from graphs import OpGraph
+    >>> g = OpGraph.from_edges(["a", "b", "c"], [("a", "b", 4), ("b", "c", 4)], param_bytes=[64, 0, 0])
+    >>> g.params = [["w", "bias"], [], ["w", "bias"]]
+    >>> [x.tolist() for x in param_reads(g)]
+    [[0], [2], [64]]
+    """
+    n = graph.num_ops
+    reads = graph.params if graph.params is not None else [[] for _ in range(n)]
+    alias: dict[str, str] = {}
+    for group in graph.meta.get("tied_params") or ():
+        names = sorted(group)
+        for name in names:
+            alias[name] = names[0]
+    owner: dict[str, int] = {}
+    owned = np.zeros(n, dtype=np.int64)  # tensors each op owns
+    for i in range(n):
+        for name in reads[i]:
+            key = alias.get(name, name)
+            if key not in owner:
+                owner[key] = i
+                owned[i] += 1
+    held = (graph.param_bytes + graph.buffer_bytes).astype(np.float64)
+    shares: dict[tuple[int, int], int] = {}
+    for i in range(n):
+        keys = {alias.get(name, name) for name in reads[i]}
+        for key in keys:
+            u = owner[key]
+            if u != i and held[u] > 0:
+                shares[(u, i)] = shares.get((u, i), 0) + 1
+    if not shares:
+        empty = np.zeros(0, dtype=np.int64)
+        return empty, empty.copy(), empty.copy()
+    pairs = sorted(shares)
+    src = np.fromiter((u for u, _ in pairs), dtype=np.int64, count=len(pairs))
+    dst = np.fromiter((v for _, v in pairs), dtype=np.int64, count=len(pairs))
+    count = np.fromiter((shares[p] for p in pairs), dtype=np.float64, count=len(pairs))
+    nbytes = np.ceil(held[src] * count / owned[src]).astype(np.int64)
+    return src, dst, nbytes

@@ -147,12 +147,14 @@ def build_corpus(corpus: str, *, exclude: set[str] = frozenset(), synthetic_size
 
 # ------------------------------------------------------------------ labels
 def best_heuristic(graph: OpGraph, cluster: Any, methods: tuple[str, ...] = LABEL_METHODS) -> tuple[str, float, np.ndarray]:
-    """(method, step time, op devices) of the best heuristic, cached on disk by graph hash and cluster."""
+    """(method, step time, op devices) of the best heuristic, cached on disk by graph hash, cluster and simulator version."""
     from graphs import zoo
     from graphs.io import read_json, write_text_atomic
+    from envs.simulator import MODEL_VERSION
     from placer.compare import compare
 
-    key = hashlib.sha256(json.dumps([graph.content_hash, cluster.to_dict(), list(methods)], sort_keys=True).encode()).hexdigest()[:20]
+    key = hashlib.sha256(json.dumps([graph.content_hash, cluster.to_dict(), list(methods), MODEL_VERSION],
+                                    sort_keys=True).encode()).hexdigest()[:20]
     path = zoo.cache_dir() / "labels" / f"{key}.json"
     if path.exists():
         try:

@@ -214,3 +214,37 @@ def test_an_op_without_a_backward_is_sent_no_gradient(toy, backend):
     grad = [(st, en, b) for k, st, en, b in zip(s.xfer_kind, s.xfer_start_s, s.xfer_end_s, s.xfer_bytes) if k == 1]
     assert grad == [(9.0, 9.0, 0)]
     assert r.step_time_s == 9
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_parameter_read_on_another_device_is_copied_there_and_its_gradient_back(toy, backend):
+    # a (gpu:0, 4 FLOPs) owns parameter w (3 bytes); a -> b (gpu:0, 1) -> c (gpu:1, 1), 2 bytes each;
+    # c reads w too (a reused module). placer.apply copies w to gpu:1 before c, and w's gradient comes back.
+    #   a [0, 4]; b [4, 5]; before c: copy b -> gpu:1 [5, 7], copy w -> gpu:1 [7, 10]; c [10, 11]
+    #   backward c b a: c [11, 13]; grad b [13, 15]; bwd b [15, 17]; grad w [15, 18] (link busy until 15);
+    #   bwd a [max(17, 18) = 18, 26]
+    # Without the shared read: c [7, 8]; c [8, 10]; grad b [10, 12]; b [12, 14]; a [14, 22].
+    g = toy.graph(["a", "b", "c"], [("a", "b", 2), ("b", "c", 2)], [4, 1, 1], param_bytes=[3, 0, 0])
+    place = [toy.G0, toy.G0, toy.G1]
+    s, r = run(g, toy.cluster(), place, backend)
+    assert r.step_time_s == 22 and len(s.xfer_op) == 2
+    g.params = [["w"], [], ["w"]]
+    s, r = run(g, toy.cluster(), place, backend)
+    assert s.fwd_start_s.tolist() == [0, 4, 10] and s.bwd_end_s.tolist() == [26, 17, 13]
+    assert xfers(s) == [(0, 0, 1, 2, 7, 10), (0, 1, 1, 2, 5, 7), (1, 0, 2, 1, 15, 18), (1, 1, 2, 1, 13, 15)]
+    assert r.step_time_s == 26
+    assert r.peak_bytes["gpu:1"] >= 3 + 2  # w's copy and b's output are both held for c's backward
+    # on one device nothing is copied; names tied to one tensor are that tensor
+    assert run(g, toy.cluster(), [toy.G0] * 3, backend)[1].step_time_s == 18  # 6 forward + 12 backward
+    g.params = [["w"], [], ["head.w"]]
+    assert run(g, toy.cluster(), place, backend)[1].step_time_s == 22
+    g.meta["tied_params"] = [["head.w", "w"]]
+    assert run(g, toy.cluster(), place, backend)[1].step_time_s == 26
+
+
+def test_every_microbatch_copies_the_whole_parameter(toy):
+    # activations (and their edges) split over the microbatches; a parameter does not
+    g = toy.graph(["a", "b", "c"], [("a", "b", 2), ("b", "c", 2)], [4, 1, 1], param_bytes=[4, 0, 0])
+    g.params = [["w"], [], ["w"]]
+    s = SimEnv(g, toy.cluster(), microbatches=2).schedule([toy.G0, toy.G0, toy.G1])
+    assert sorted(zip(s.xfer_op[s.xfer_kind == 0].tolist(), s.xfer_bytes[s.xfer_kind == 0].tolist())) == [(0, 4), (1, 1), (3, 4), (4, 1)]

@@ -6,7 +6,7 @@ import numpy as np
 
 import envs
 from envs.cluster import Cluster
-from graphs.synthetic import branch_dag
+from graphs.synthetic import branch_dag, random_dag
 from placer.pretrain import canonical_label
 
 
@@ -59,3 +59,20 @@ def test_each_group_count_is_a_pair_whose_items_express_the_label_exactly(tmp_pa
     label = pairs[1].label
     np.testing.assert_array_equal(grouped.expand(grouped.contract(label)), label)
     assert grouped.net is ops.net  # one network over every pair
+
+
+def test_cached_labels_are_recomputed_when_the_simulator_model_changes(tmp_path, monkeypatch):
+    import envs.simulator
+    import placer.compare
+    from placer.pretrain import best_heuristic
+
+    monkeypatch.setenv("PLACER_CACHE_DIR", str(tmp_path / "cache"))
+    calls = []
+    real = placer.compare.compare
+    monkeypatch.setattr(placer.compare, "compare", lambda *a, **k: calls.append(1) or real(*a, **k))
+    g, c = random_dag(30, seed=2), envs.resolve_cluster("k80x2")
+    first = best_heuristic(g, c, ("single", "heft"))
+    assert best_heuristic(g, c, ("single", "heft"))[1] == first[1] and len(calls) == 1  # from the cache
+    monkeypatch.setattr(envs.simulator, "MODEL_VERSION", envs.simulator.MODEL_VERSION + 1)
+    best_heuristic(g, c, ("single", "heft"))
+    assert len(calls) == 2
