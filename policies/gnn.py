@@ -95,7 +95,7 @@ from policies.seq2seq import PolicySample
 DECODERS = ("independent", "schedule")
 
 #: Version of the feature definitions below; a pretrained policy records it (its sidecar's "features").
-FEATURE_VERSION = "gnn-features/1"
+FEATURE_VERSION = "gnn-features/2"  # 2: parameters read by several ops are edges (envs.simulator.schedule_graph)
 TYPE_BUCKETS = 64
 TYPE_DIM = 16
 NODE_DIM = 25 + 8 + 9  # shapes, standardised cost columns (policies.features), cluster-relative columns
@@ -267,7 +267,9 @@ class GNNPolicy(nn.Module):
     """The trainer's policy interface (see :class:`policies.seq2seq.Seq2SeqPolicy`) over a :class:`GNNNet`.
 
     Args:
-        graph: the op graph to place.
+        graph: the op graph to place. The network reads it with every parameter read by
+            several ops as an edge from its owner to each other reader
+            (:func:`envs.simulator.schedule_graph`): splitting them costs a copy.
         num_devices: must equal ``cluster.num_devices``.
         cluster: the :class:`envs.Cluster` (required: devices are described by its features).
         max_groups: 0 (the default): every op is an item. Otherwise the items are the
@@ -293,12 +295,16 @@ class GNNPolicy(nn.Module):
                  refine: np.ndarray | None = None, hidden: int = 64, rounds: int = 3, logit_cap: float = 10.0,
                  decoder: str = "schedule", net: GNNNet | None = None, **_: Any) -> None:
         super().__init__()
+        from envs.simulator import schedule_graph
         from policies.seq2seq import item_grouping
 
         if cluster is None:
             raise PlacerError("--policy gnn: needs the cluster (its devices are described by their features)")
         if cluster.num_devices != num_devices:
             raise PlacerError(f"--policy gnn: {num_devices} devices, but cluster {cluster.name} has {cluster.num_devices}")
+        # the network reads the graph the simulator schedules: a parameter read by several ops is an edge
+        # from its owner to each other reader (placing them apart copies it), as it is a cost
+        graph = schedule_graph(graph)
         self.grouping = item_grouping(graph, int(max_groups or 0), refine)
         items = self.grouping.graph if self.grouping is not None else graph
         self.num_ops, self.num_items = graph.num_ops, items.num_ops

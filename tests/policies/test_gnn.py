@@ -174,3 +174,18 @@ def test_a_policy_file_without_a_decoder_is_an_independent_one(tmp_path):
         policy_file.load(path)
     policy_file.save(path, GNNNet(hidden=8, rounds=1), _sidecar())  # the default net: schedule, recorded as such
     assert policy_file.load(path).net.decoder == "schedule"
+
+
+def test_the_network_reads_shared_parameters_as_edges():
+    # c reads the weight a owns: placing them apart copies it (the simulator charges that), so the
+    # network sees an edge a -> c carrying the weight's bytes, beside the data edges
+    g = OpGraph.from_edges(["a", "b", "c"], [("a", "b", 4), ("b", "c", 4)], flops=[1e9] * 3, param_bytes=[1 << 20, 0, 0])
+    c = envs.resolve_cluster("v100x4")
+    plain = GNNPolicy(g, c.num_devices, cluster=c, net=GNNNet(hidden=8, rounds=1))
+    assert plain.graph.num_edges == 2
+    g.params = [["w"], [], ["w"]]
+    g.invalidate()
+    shared = GNNPolicy(g, c.num_devices, cluster=c, net=plain.net)
+    assert sorted(zip(shared.graph.edge_src.tolist(), shared.graph.edge_dst.tolist(), shared.graph.edge_bytes.tolist())) == [
+        (0, 1, 4), (0, 2, 1 << 20), (1, 2, 4)]
+    assert not torch.equal(shared.x_edge, plain.x_edge) and shared.greedy().shape == (3,)
