@@ -186,8 +186,9 @@ class PolicyOptions:
     """C of C*tanh(logits) (HDP: 5)."""
     init: str | None = None
     """a pretrained policy file (`placer pretrain`, .pt + .json sidecar) to fine-tune (gnn only; implies
-    --policy gnn). The warm start still imitates the best heuristic first: measured at 300 s, that is 233 ms on
-    nmt-2/k80x4 against 248 ms with --warm-start none."""
+    --policy gnn). The warm start still imitates the best heuristic first (--warm-start none skips it), and
+    `placer train` then defaults --entropy to 0.01 (not 0.001) and --warm-start-lr to 0.003 (not 0.02), as a
+    pretrained policy is sharp (BENCHMARKS.md, fine-tuning)."""
 
 
 @dataclass

@@ -86,6 +86,12 @@ def test_train_init_fine_tunes_the_pretrained_policy(pretrained, capsys):
     assert doc["num_items"] < graphs.load(gpath).num_ops
     state = json.loads((tmp / "run" / "checkpoint.json").read_text())
     assert state["config"]["policy"] == "gnn" and state["config"]["init"] == str(tmp / "p.pt")
+    # fine-tuning explores more, and imitates at pretraining's rate, unless told otherwise
+    assert state["config"]["entropy_coef"] == 0.01 and state["config"]["warm_start_lr"] == 0.003
+    rc, out, err = run(capsys, "train", gpath, "--cluster", "k80x2", "--init", str(tmp / "p.pt"), "--iterations", "1",
+                       "--entropy", "0.002", "--logdir", str(tmp / "run2"), "--json", "--no-progress")
+    assert rc == 0, err
+    assert json.loads((tmp / "run2" / "checkpoint.json").read_text())["config"]["entropy_coef"] == 0.002
 
 
 @pytest.mark.slow
