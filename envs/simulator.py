@@ -43,6 +43,9 @@ from graphs.ops import free_mask, grad_mask
 #: Bumped whenever a change to the model changes simulated step times (keys of caches of simulated results).
 MODEL_VERSION = 2  # 2: parameters read on another device are copied there (schedule_graph)
 
+#: ``OpGraph.meta`` key set on :func:`schedule_graph`'s output: its parameter reads are edges already.
+PARAM_EDGES_META = "param_edges"
+
 #: The ``--executor`` help shared by ``placer simulate``, ``compare`` and ``train``.
 EXECUTOR_ARG_HELP = (
     "executor model scoring a step: eager (default: the PyTorch module placer.apply builds, one host "
@@ -434,32 +437,35 @@ def schedule_graph(graph: OpGraph, microbatches: int = 1) -> OpGraph:
     layer or a tied embedding runs before the others anyway), the owner's backward
     waits for the gradient copies, and where the owner's output also goes to the
     reader's device, one copy carries the larger of the two (a reader that reads
-    both gets an edge of their sum).
+    both gets an edge of their sum). A graph that already has these edges
+    (``meta[PARAM_EDGES_META]``: this function's output) gets none added again.
     """
     from graphs.ops import param_reads
 
     sim = microbatch_graph(graph, microbatches)
     src, dst, nbytes = param_reads(graph)
-    if not len(src):
+    if not len(src) or graph.meta.get(PARAM_EDGES_META):
         return sim
-    M, n = check_microbatches(microbatches), graph.num_ops
+    # on the graph's own edges (the microbatch copies repeat them): a pair that is already an edge (the reader
+    # also reads the owner's output, so it needs both) adds the tensor's bytes to it; the others are new edges
+    n, E = graph.num_ops, graph.num_edges
+    key = graph.edge_src.astype(np.int64) * n + graph.edge_dst
+    by_key = np.argsort(key, kind="stable")
+    want = src * n + dst
+    at = np.minimum(np.searchsorted(key[by_key], want), max(E - 1, 0))
+    hit = (key[by_key[at]] == want) if E else np.zeros(len(want), dtype=bool)
+    add = np.zeros(E, dtype=np.int64)
+    np.add.at(add, by_key[at[hit]], nbytes[hit])
+    M = check_microbatches(microbatches)
     shift = (np.arange(M, dtype=np.int64) * n)[:, None]
-    src, dst, nbytes = (src[None, :] + shift).reshape(-1), (dst[None, :] + shift).reshape(-1), np.tile(nbytes, M)
-    edge_src, edge_dst = sim.edge_src.astype(np.int64), sim.edge_dst.astype(np.int64)
-    edge_bytes = sim.edge_bytes.astype(np.int64).copy()
-    existing = {(int(a), int(b)): k for k, (a, b) in enumerate(zip(edge_src.tolist(), edge_dst.tolist()))}
-    new = np.ones(len(src), dtype=bool)
-    for j, (a, b) in enumerate(zip(src.tolist(), dst.tolist())):
-        k = existing.get((a, b))
-        if k is not None:  # the reader also reads the owner's output: it needs both
-            edge_bytes[k] += nbytes[j]
-            new[j] = False
+    new_src, new_dst = (src[~hit][None, :] + shift).reshape(-1), (dst[~hit][None, :] + shift).reshape(-1)
     return OpGraph(
         names=sim.names, op_types=sim.op_types, out_shapes=sim.out_shapes, out_dtypes=sim.out_dtypes,
         out_bytes=sim.out_bytes, param_bytes=sim.param_bytes, buffer_bytes=sim.buffer_bytes, flops=sim.flops,
         module_paths=sim.module_paths, params=sim.params,
-        edge_src=np.concatenate([edge_src, src[new]]), edge_dst=np.concatenate([edge_dst, dst[new]]),
-        edge_bytes=np.concatenate([edge_bytes, nbytes[new]]), name=sim.name, meta=sim.meta,
+        edge_src=np.concatenate([sim.edge_src, new_src]), edge_dst=np.concatenate([sim.edge_dst, new_dst]),
+        edge_bytes=np.concatenate([sim.edge_bytes + np.tile(add, M), np.tile(nbytes[~hit], M)]), name=sim.name,
+        meta={**sim.meta, PARAM_EDGES_META: True},
     )
 
 

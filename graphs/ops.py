@@ -158,6 +158,11 @@ def input_free_mask(graph: "OpGraph") -> np.ndarray | None:
 _GRAD_DTYPES = ("float", "bfloat", "complex")
 
 
+def _reads(graph: "OpGraph") -> list[list[str]]:
+    """The parameter and buffer names each op reads (none for a graph without ``params``)."""
+    return graph.params if graph.params is not None else [[] for _ in range(graph.num_ops)]
+
+
 def _floating(dtypes) -> bool:
     """True unless every output dtype is known and none is floating (no dtype known: True)."""
     known = [str(d) for d in dtypes or () if d]
@@ -187,7 +192,7 @@ def grad_mask(graph: "OpGraph") -> np.ndarray:
     n = graph.num_ops
     if not graph.meta.get("capture_version"):
         return np.ones(n, dtype=bool)
-    reads = graph.params if graph.params is not None else [[] for _ in range(n)]
+    reads = _reads(graph)
     param_names = {name for i in np.flatnonzero(graph.param_bytes > 0) for name in reads[i]}
     for group in graph.meta.get("tied_params") or ():
         if param_names.intersection(group):
@@ -227,7 +232,7 @@ def param_reads(graph: "OpGraph") -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     [[0], [2], [64]]
     """
     n = graph.num_ops
-    reads = graph.params if graph.params is not None else [[] for _ in range(n)]
+    reads = _reads(graph)
     alias: dict[str, str] = {}
     for group in graph.meta.get("tied_params") or ():
         names = sorted(group)
