@@ -16,14 +16,6 @@ from placer.train_config import (
     option_name,
 )
 
-#: --entropy when fine-tuning (--init) and not given: a pretrained gnn policy, warm-started, is sharp, and
-#: at the default 0.001 its entropy fell to 0.006 nats per item within 700 iterations, leaving it stuck on its first
-#: improvement (BENCHMARKS.md, "Fine-tuning ... model 2").
-INIT_ENTROPY = 0.01
-#: --warm-start-lr when fine-tuning (--init) and not given: `placer pretrain`'s imitation rate. The default
-#: 0.02 (for a fresh seq2seq) threw the no-cnn policy off inception-v3/k80x4 (2,591.8 ms after 150 or 500
-#: steps, against 374.5 ms at 0.003; BENCHMARKS.md, fine-tuning).
-INIT_WARM_START_LR = 0.003
 
 # Kept for callers and tests: TrainConfig's defaults of the most used options (no longer a copy).
 HELP_DEFAULTS = {k: getattr(TrainConfig(), k) for k in
@@ -109,10 +101,6 @@ def run_train(args: argparse.Namespace) -> int:
     fields = {f.name for f in dataclasses.fields(TrainConfig)}
     given = {k: v for k, v in vars(args).items() if k in fields}  # what the command line set
     options = dict(given)
-    if options.get("init") is not None:  # fine-tuning a pretrained policy (a gnn one); it still imitates the best
-        options.setdefault("policy", "gnn")  # heuristic first unless --warm-start none (BENCHMARKS.md, fine-tuning)
-        options.setdefault("entropy_coef", INIT_ENTROPY)
-        options.setdefault("warm_start_lr", INIT_WARM_START_LR)
     if "iterations" not in options and "time_budget_s" not in options:
         options["time_budget_s"] = 300.0
     options["progress"] = options.get("progress", True) and not args.json and sys.stderr.isatty()

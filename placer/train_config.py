@@ -205,9 +205,19 @@ class TrainConfig(PolicyOptions, AlgoOptions, RunOptions):
 
     @classmethod
     def from_preset(cls, preset: str = "tuned", **options: Any) -> "TrainConfig":
-        """The config of ``preset`` (see :data:`PRESETS`) with ``options`` on top."""
+        """The config of ``preset`` (see :data:`PRESETS`) with ``options`` on top.
+
+        Fine-tuning (``init`` given) changes three defaults that ``options`` does not
+        set: ``policy`` "gnn", ``entropy_coef`` :data:`INIT_ENTROPY` and
+        ``warm_start_lr`` :data:`INIT_WARM_START_LR`.
+        """
         if preset not in PRESETS:
             raise PlacerError(f"--preset {preset!r}: unknown (known: {', '.join(PRESETS)})")
+        options = dict(options)
+        if options.get("init") is not None:  # a pretrained policy still imitates the best heuristic first
+            options.setdefault("policy", "gnn")  # unless warm_start="none" (BENCHMARKS.md, fine-tuning)
+            options.setdefault("entropy_coef", INIT_ENTROPY)
+            options.setdefault("warm_start_lr", INIT_WARM_START_LR)
         return cls(**{**PRESETS[preset], **options, "preset": preset})
 
     @property
@@ -265,6 +275,15 @@ class TrainConfig(PolicyOptions, AlgoOptions, RunOptions):
 def _part(cls: type, config: TrainConfig) -> Any:
     return cls(**{f.name: getattr(config, f.name) for f in dataclasses.fields(cls)})
 
+
+#: entropy_coef when fine-tuning (``init``) and not given: a pretrained gnn policy, warm-started, is sharp, and
+#: at the default 0.001 its entropy fell to 0.006 nats per item within 700 iterations, leaving it stuck on its first
+#: improvement (BENCHMARKS.md, "Fine-tuning ... model 2").
+INIT_ENTROPY = 0.01
+#: warm_start_lr when fine-tuning (``init``) and not given: `placer pretrain`'s imitation rate. The default
+#: 0.02 (for a fresh seq2seq) threw the no-cnn policy off inception-v3/k80x4 (2,591.8 ms after 150 or 500
+#: steps, against 374.5 ms at 0.003; BENCHMARKS.md, fine-tuning).
+INIT_WARM_START_LR = 0.003
 
 # The presets: name -> the fields it sets (everything else keeps its default).
 PRESETS: dict[str, dict[str, Any]] = {

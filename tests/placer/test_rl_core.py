@@ -183,6 +183,17 @@ def test_paper_preset_values():
     assert set(PRESETS) == set(literal_choices(next(f for f in dataclasses.fields(TrainConfig) if f.name == "preset")))
 
 
+def test_fine_tuning_defaults_hold_for_the_python_api_too():
+    from placer.train_config import INIT_ENTROPY, INIT_WARM_START_LR
+
+    tuned = TrainConfig.from_preset("tuned")
+    ft = TrainConfig.from_preset("tuned", init="p.pt")
+    assert (ft.policy, ft.entropy_coef, ft.warm_start_lr) == ("gnn", INIT_ENTROPY, INIT_WARM_START_LR)
+    assert (INIT_ENTROPY, INIT_WARM_START_LR) != (tuned.entropy_coef, tuned.warm_start_lr)
+    given = TrainConfig.from_preset("tuned", init="p.pt", entropy_coef=0.002, warm_start_lr=0.05)
+    assert (given.entropy_coef, given.warm_start_lr) == (0.002, 0.05)  # what the caller sets wins
+
+
 def test_cli_preset_paper_with_an_override(tmp_path, monkeypatch):
     import placer.train as train_mod
     from graphs import save
