@@ -94,13 +94,19 @@ class _Builder:
         self.flops: list[float] = []
         self.out: list[int] = []
         self.param: list[int] = []
+        self.reads: list[int] = []  # the op whose weights an op reads: itself, another (shared), or -1
         self.module: list[str] = []
         self.src: list[int] = []
         self.dst: list[int] = []
         self.scope = ""
 
-    def op(self, kind: str, inputs: list[int], *, scale: float = 1.0, weight: bool = False, out_scale: float = 1.0) -> int:
-        """A ``kind`` op ("mm", "conv", "ew" for elementwise, "view") reading ``inputs``."""
+    def op(self, kind: str, inputs: list[int], *, scale: float = 1.0, weight: bool = False, out_scale: float = 1.0,
+           shares: int | None = None) -> int:
+        """A ``kind`` op ("mm", "conv", "ew" for elementwise, "view") reading ``inputs``.
+
+        ``weight``: it owns a weight; ``shares``: it reads the weight op ``shares`` owns
+        instead (a recurrent layer at a later time step), so it holds no parameters itself.
+        """
         i = len(self.types)
         w = self.width * scale
         out = int(max(4.0, 4.0 * self.tokens * w * out_scale)) // 4 * 4
@@ -119,7 +125,12 @@ class _Builder:
         self.types.append(op_type)
         self.flops.append(flops)
         self.out.append(out)
+        if shares is not None:
+            if not self.param[shares]:
+                raise ValueError(f"op {shares} owns no weight to share")
+            param = 0
         self.param.append(param)
+        self.reads.append(i if param else (-1 if shares is None else shares))
         self.module.append(self.scope)
         for j in inputs:
             self.src.append(j)
@@ -146,7 +157,7 @@ class _Builder:
             names=[f"op{i}" for i in range(n)], op_types=types, out_shapes=[[[int(b) // 4]] for b in out],
             out_dtypes=[["float32"] for _ in range(n)], out_bytes=out, param_bytes=param,
             buffer_bytes=np.zeros(n, dtype=np.int64), flops=np.asarray(self.flops, dtype=np.float64),
-            module_paths=list(self.module), params=[[f"w{i}"] if param[i] else [] for i in range(n)],
+            module_paths=list(self.module), params=[[f"w{r}"] if r >= 0 else [] for r in self.reads],
             edge_src=src, edge_dst=dst, edge_bytes=out[src], name=name,
             meta={"synthetic": True, "family": family, "seed": seed},
         )
@@ -251,5 +262,66 @@ def attention_dag(num_ops: int, *, seed: int = 0) -> OpGraph:
     return b.graph(f"attention-{num_ops}-s{seed}", seed, "attention")
 
 
+def recurrent_dag(num_ops: int, *, seed: int = 0) -> OpGraph:
+    """Stacked recurrent layers unrolled over time steps, each layer's weights shared by all its steps.
+
+    A grid: the cell of layer ``l`` at step ``t`` reads layer ``l - 1``'s output at
+    ``t`` and its own state at ``t - 1``; its two matmuls read the weights the
+    layer's first step owns (``params`` names them, so :func:`graphs.ops.param_reads`
+    finds the sharing). A graph is either plain (Elman: two matmuls, add, tanh) or
+    gated (LSTM-like: four gates per matmul, a cell state carried across steps).
+    2 to 6 layers of 256..4,096 wide over a batch of 16..512 rows; the steps fill
+    ``num_ops``; a projection over every step's top output ends it.
+    """
+    rng = np.random.default_rng(seed)
+    rows = float(np.exp(rng.uniform(np.log(16), np.log(512))))
+    width = float(np.exp(rng.uniform(np.log(256), np.log(4096))))
+    b = _Builder(rng, rows, width)
+    layers = int(rng.integers(2, 7))
+    gated = bool(rng.integers(0, 2))
+    per_cell = 7 if gated else 4
+    steps = max(2, (num_ops - 2) // (layers * per_cell + 2))
+    g = 2.0 if gated else 1.0  # a gated matmul is 4H x H: 4x the weights and FLOPs, 4x the output (scale 2, out 2)
+    b.scope = "embed"
+    seq = b.op("view", [], out_scale=steps)
+    xs = [b.op("view", [seq]) for _ in range(steps)]
+    owner_x: list[int | None] = [None] * layers
+    owner_h: list[int | None] = [None] * layers
+    h: list[int | None] = [None] * layers
+    c: list[int | None] = [None] * layers
+    tops: list[int] = []
+    for t in range(steps):
+        x = xs[t]
+        for l in range(layers):
+            b.scope = f"rnn.layer{l}"
+            gx = b.op("mm", [x], scale=g, out_scale=g, weight=owner_x[l] is None, shares=owner_x[l])
+            owner_x[l] = gx if owner_x[l] is None else owner_x[l]
+            if h[l] is None:
+                pre = gx
+            else:
+                gh = b.op("mm", [h[l]], scale=g, out_scale=g, weight=owner_h[l] is None, shares=owner_h[l])
+                owner_h[l] = gh if owner_h[l] is None else owner_h[l]
+                pre = b.op("ew", [gx, gh], scale=g, out_scale=g)
+            if gated:
+                gates = b.op("act", [pre], scale=g, out_scale=g)
+                cell = b.op("ew", [gates] + ([c[l]] if c[l] is not None else []))
+                c[l] = cell
+                x = b.op("ew", [b.op("act", [cell]), gates])
+            else:
+                x = b.op("act", [pre])
+            h[l] = x
+        tops.append(x)
+    b.scope = "head"  # one projection, its weights shared by every step, and a loss over all of them
+    head: int | None = None
+    logits = []
+    for x in tops:
+        y = b.op("mm", [x], weight=head is None, shares=head, scale=2.0, out_scale=2.0)
+        head = y if head is None else head
+        logits.append(y)
+    b.op("ew", logits, out_scale=1.0 / width)
+    return b.graph(f"recurrent-{num_ops}-s{seed}", seed, "recurrent")
+
+
 #: The structured families: name -> builder ``fn(num_ops, *, seed)``.
-FAMILIES = {"chain": chain_dag, "branches": branch_dag, "unet": unet_dag, "moe": moe_dag, "attention": attention_dag}
+FAMILIES = {"chain": chain_dag, "branches": branch_dag, "unet": unet_dag, "moe": moe_dag, "attention": attention_dag,
+            "recurrent": recurrent_dag}

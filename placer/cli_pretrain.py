@@ -19,7 +19,7 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--corpus", default="zoo,synthetic,library",
                    help="a directory of graph files, or a comma list of zoo, synthetic, library and zoo names (default all three)")
     p.add_argument("--clusters", default="k80x4,v100x4,h100x8", help="comma list of cluster presets or files (default k80x4,v100x4,h100x8)")
-    p.add_argument("--exclude", default="", help="comma list of families (lstm, cnn, transformer) or corpus items to hold out")
+    p.add_argument("--exclude", default="", help="comma list of families (lstm, cnn, transformer, recurrent) or corpus items to hold out")
     p.add_argument("--time-budget", type=float, default=600.0, metavar="SECONDS", help="training seconds after the corpus is set up (default 600)")
     p.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
     p.add_argument("--hidden", type=int, default=64, help="embedding width (default 64)")

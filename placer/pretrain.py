@@ -6,8 +6,11 @@ its families so whole families can be held out (``exclude``):
 * ``zoo``: the six zoo models (tags: ``lstm`` for rnnlm/nmt-*, ``cnn`` for
   inception-v3/resnet50, ``transformer`` for gpt2);
 * ``synthetic``: the structured families of :mod:`graphs.synthetic`
-  (chain, branches, unet, moe, attention) at several sizes (``synthetic_sizes``);
-  unet and branches are tagged ``cnn``;
+  (chain, branches, unet, moe, attention, recurrent) at several sizes
+  (``synthetic_sizes``); unet and branches are tagged ``cnn``, moe and attention
+  ``transformer``, recurrent (stacked recurrent layers sharing their weights over
+  time steps: the LSTM's grid, without its name) ``recurrent``, so that
+  ``exclude={"lstm"}`` keeps it and ``{"lstm", "recurrent"}`` holds out both;
 * ``library``: graphs of torch.nn layers every torch install has
   (TransformerEncoderLayer stack ``transformer``, LSTM ``lstm``, a Conv2d stack ``cnn``),
   captured once on the meta device and cached;
@@ -41,7 +44,8 @@ from graphs import OpGraph, PlacerError
 LABEL_METHODS = ("single", "expert", "scotch", "heft", "m_topo", "m_etf", "m_sct")
 ZOO_TAGS = {"rnnlm": {"lstm"}, "nmt-2": {"lstm"}, "nmt-4": {"lstm"}, "inception-v3": {"cnn"}, "resnet50": {"cnn"},
             "gpt2": {"transformer"}}
-FAMILY_TAGS = {"chain": set(), "branches": {"cnn"}, "unet": {"cnn"}, "moe": {"transformer"}, "attention": {"transformer"}}
+FAMILY_TAGS = {"chain": set(), "branches": {"cnn"}, "unet": {"cnn"}, "moe": {"transformer"}, "attention": {"transformer"},
+               "recurrent": {"recurrent"}}
 LIBRARY = {"transformer-layers": {"transformer"}, "lstm-layers": {"lstm"}, "conv-stack": {"cnn"}}
 SOURCES = ("zoo", "synthetic", "library")
 
@@ -110,7 +114,7 @@ def build_corpus(corpus: str, *, exclude: set[str] = frozenset(), synthetic_size
                  seed: int = 0) -> list[CorpusItem]:
     """Corpus items for ``corpus`` (a directory, or a comma list of zoo/synthetic/library and zoo names).
 
-    ``exclude``: tags (lstm, cnn, transformer) or item names to leave out.
+    ``exclude``: tags (lstm, cnn, transformer, recurrent) or item names to leave out.
     """
     from graphs import io, zoo
     from graphs.synthetic import FAMILIES
@@ -147,13 +151,15 @@ def build_corpus(corpus: str, *, exclude: set[str] = frozenset(), synthetic_size
 
 # ------------------------------------------------------------------ labels
 def best_heuristic(graph: OpGraph, cluster: Any, methods: tuple[str, ...] = LABEL_METHODS) -> tuple[str, float, np.ndarray]:
-    """(method, step time, op devices) of the best heuristic, cached on disk by graph hash, cluster and simulator version."""
+    """(method, step time, op devices) of the best heuristic, cached on disk by graph hash, cluster, and simulator and baseline versions."""
     from graphs import zoo
     from graphs.io import read_json, write_text_atomic
     from envs.simulator import MODEL_VERSION
     from placer.compare import compare
 
-    key = hashlib.sha256(json.dumps([graph.content_hash, cluster.to_dict(), list(methods), MODEL_VERSION],
+    from placer.baselines import VERSION as BASELINES_VERSION
+
+    key = hashlib.sha256(json.dumps([graph.content_hash, cluster.to_dict(), list(methods), MODEL_VERSION, BASELINES_VERSION],
                                     sort_keys=True).encode()).hexdigest()[:20]
     path = zoo.cache_dir() / "labels" / f"{key}.json"
     if path.exists():

@@ -233,6 +233,68 @@ def link_arrays(cluster, devices: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return COMM_DIRECTIONS * spb, COMM_DIRECTIONS * lat
 
 
+class ParamCopies:
+    """What a list scheduler charges for reading a shared parameter on another device.
+
+    :func:`placer.apply` keeps a parameter read by several ops on its owner's
+    device and gives every other device that reads it one copy, whose gradient
+    is sent back (:func:`graphs.ops.param_reads`). A TensorFlow graph, which the
+    list schedulers were written for, has the same reads as edges from a variable
+    op, and its runtime also sends a tensor once per device. So a reader on a
+    device that has no copy yet starts later by the copy's forward and backward
+    transfer time over the owner's link (as a cut edge is charged, both
+    directions); once one reader is placed there, later ones read that copy free.
+    ``enabled=False``, or a graph without shared parameters, charges nothing.
+
+    >>> from graphs import OpGraph
+    >>> g = OpGraph.from_edges(["a", "b", "c"], [("a", "b", 4), ("b", "c", 4)], param_bytes=[100, 0, 0])
+    >>> g.params = [["w"], [], ["w"]]
+    >>> pc = ParamCopies(g)
+    >>> spb, lat = np.array([[0.0, 0.01], [0.01, 0.0]]), np.zeros((2, 2))
+    >>> dev = np.array([0, 1, -1])
+    >>> pc.delay(2, dev, spb, lat).tolist()  # c reads a's weights: free on device 0, a copy of 100 bytes to 1
+    [0.0, 1.0]
+    >>> pc.placed(2, 1); pc.delay(2, dev, spb, lat).tolist()
+    [0.0, 0.0]
+    """
+
+    def __init__(self, graph: OpGraph, enabled: bool = True) -> None:
+        self.reads: dict[int, list[tuple[int, float]]] = {}
+        self.copied: set[tuple[int, int]] = set()
+        if enabled:
+            from graphs.ops import param_reads
+
+            owner, reader, nbytes = param_reads(graph)
+            for o, r, b in zip(owner.tolist(), reader.tolist(), nbytes.tolist()):
+                self.reads.setdefault(r, []).append((o, float(b)))
+
+    def delay(self, op: int, dev: np.ndarray, spb: np.ndarray, lat: np.ndarray) -> np.ndarray | float:
+        """Seconds added to ``op``'s start on each candidate device (0.0 when it reads nothing shared).
+
+        ``dev``: the candidate index of every op placed so far (-1 if not yet);
+        ``spb``/``lat``: :func:`link_arrays` (both directions already). A parameter
+        whose owner is not placed yet charges nothing.
+        """
+        reads = self.reads.get(op)
+        if not reads:
+            return 0.0
+        extra = np.zeros(spb.shape[0])
+        for o, nbytes in reads:
+            home = int(dev[o])
+            if home < 0:
+                continue
+            cost = nbytes * spb[home] + lat[home]  # 0 on the owner's own device
+            for d in range(len(extra)):
+                if (o, d) not in self.copied:
+                    extra[d] += cost[d]
+        return extra
+
+    def placed(self, op: int, d: int) -> None:
+        """``op`` went to candidate ``d``: the parameters it reads are on ``d`` from now on."""
+        for o, _ in self.reads.get(op, ()):
+            self.copied.add((o, d))
+
+
 def upward_rank(graph: OpGraph, node_cost: np.ndarray, edge_cost: np.ndarray) -> np.ndarray:
     """HEFT's upward rank: cost + max over successors of (edge cost + their rank)."""
     rank = np.asarray(node_cost, dtype=np.float64).copy()

@@ -14,6 +14,12 @@ it put where the most memory is left (the placement then fails, as in Baechi).
   :func:`scipy.optimize.linprog`), rounds it at 1/2, and list-schedules like
   m-ETF except that a favourite child goes right after its parent on the
   parent's device when that device has not started anything else.
+
+Our graphs fold a parameter into the op that owns it, so a weight read by several
+ops (a recurrent layer at every time step) has no variable node whose edges these
+algorithms would see, as they do in a TensorFlow graph. m-ETF and m-SCT (and HEFT)
+charge its copy to another device instead, once per device
+(:class:`~placer.baselines._common.ParamCopies`); ``param_copies=False`` ignores it.
 """
 
 from __future__ import annotations
@@ -27,6 +33,7 @@ from placer.baselines._common import (
     capacity_bytes,
     colocation_groups,
     gpu_devices,
+    ParamCopies,
     link_arrays,
     mean_link,
     op_memory_bytes,
@@ -109,8 +116,11 @@ def _favourite_edges(graph: OpGraph, node_s: np.ndarray, edge_s: np.ndarray) -> 
     return res.x[n : n + m] < 0.5
 
 
-def _list_schedule(graph: OpGraph, cluster, favourite_parent: np.ndarray | None) -> np.ndarray:
-    """Memory-aware ETF over the GPUs; with ``favourite_parent``, the SCT rule first."""
+def _list_schedule(graph: OpGraph, cluster, favourite_parent: np.ndarray | None, param_copies: bool = True) -> np.ndarray:
+    """Memory-aware ETF over the GPUs; with ``favourite_parent``, the SCT rule first.
+
+    ``param_copies``: charge a shared parameter's copy once per device (:class:`ParamCopies`).
+    """
     cand = gpu_devices(cluster)
     nd = len(cand)
     cost = step_costs_s(graph, cluster)[:, cand]
@@ -130,11 +140,15 @@ def _list_schedule(graph: OpGraph, cluster, favourite_parent: np.ndarray | None)
     out_ptr, out_dst, _ = graph.out_csr
     indeg = np.diff(in_ptr).astype(np.int64)
     ready: dict[int, np.ndarray] = {int(i): np.zeros(nd) for i in np.flatnonzero(indeg == 0)}
+    copies = ParamCopies(graph, param_copies)
 
     while ready:
         ops = np.fromiter(ready, dtype=np.int64, count=len(ready))
         data_ready = np.stack([ready[i] for i in ops.tolist()])
         start = np.maximum(data_ready, free_s[None, :])
+        if copies.reads:
+            for r, i in enumerate(ops.tolist()):
+                start[r] += copies.delay(i, dev, spb, lat)
         fits = used[None, :] + mem[ops][:, None] <= cap[None, :]
         allowed = fits.copy()
         forced = group_dev[groups[ops]]
@@ -168,6 +182,7 @@ def _list_schedule(graph: OpGraph, cluster, favourite_parent: np.ndarray | None)
         dev[i] = d
         used[d] += mem[i]
         group_dev[groups[i]] = d
+        copies.placed(i, d)
         del ready[i]
         for j in out_dst[out_ptr[i] : out_ptr[i + 1]].tolist():
             indeg[j] -= 1
@@ -181,15 +196,19 @@ def _list_schedule(graph: OpGraph, cluster, favourite_parent: np.ndarray | None)
 
 
 @register("m_etf")
-def m_etf(graph: OpGraph, cluster, *, seed: int = 0) -> np.ndarray:
-    """m-ETF: earliest-start (op, GPU) pairs first, among GPUs with memory left."""
+def m_etf(graph: OpGraph, cluster, *, seed: int = 0, param_copies: bool = True) -> np.ndarray:
+    """m-ETF: earliest-start (op, GPU) pairs first, among GPUs with memory left.
+
+    ``param_copies``: a shared parameter's copy to another device is charged once
+    per device (:class:`~placer.baselines._common.ParamCopies`); False ignores it.
+    """
     del seed
-    return _list_schedule(graph, cluster, None)
+    return _list_schedule(graph, cluster, None, param_copies)
 
 
 @register("m_sct")
-def m_sct(graph: OpGraph, cluster, *, seed: int = 0) -> np.ndarray:
-    """m-SCT: favourite children from the SCT linear program, then memory-aware ETF."""
+def m_sct(graph: OpGraph, cluster, *, seed: int = 0, param_copies: bool = True) -> np.ndarray:
+    """m-SCT: favourite children from the SCT linear program, then memory-aware ETF (``param_copies`` as m_etf)."""
     del seed
     cand = gpu_devices(cluster)
     cost = step_costs_s(graph, cluster)[:, cand]
@@ -198,4 +217,4 @@ def m_sct(graph: OpGraph, cluster, *, seed: int = 0) -> np.ndarray:
     fav = _favourite_edges(graph, cost.mean(axis=1), edge_s)
     favourite_parent = np.full(graph.num_ops, -1, dtype=np.int64)
     favourite_parent[graph.edge_dst[fav]] = graph.edge_src[fav]
-    return _list_schedule(graph, cluster, favourite_parent)
+    return _list_schedule(graph, cluster, favourite_parent, param_copies)

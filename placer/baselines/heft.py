@@ -27,6 +27,7 @@ import numpy as np
 from graphs import OpGraph
 from placer.baselines import register
 from placer.baselines._common import (
+    ParamCopies,
     candidate_devices,
     capacity_bytes,
     colocation_groups,
@@ -51,8 +52,13 @@ def _earliest_slot(starts: list[float], ends: list[float], ready_s: float, dur_s
 
 
 @register("heft")
-def heft(graph: OpGraph, cluster, *, seed: int = 0, devices: str = "all", memory_check: bool = True) -> np.ndarray:
-    """HEFT placement. ``devices``: "all" (the paper: every processor) or "gpus"."""
+def heft(graph: OpGraph, cluster, *, seed: int = 0, devices: str = "all", memory_check: bool = True,
+         param_copies: bool = True) -> np.ndarray:
+    """HEFT placement. ``devices``: "all" (the paper: every processor) or "gpus".
+
+    ``param_copies``: a shared parameter's copy to another device is charged once
+    per device (:class:`~placer.baselines._common.ParamCopies`); False ignores it.
+    """
     del seed  # deterministic
     cand = candidate_devices(cluster, devices)
     cost = step_costs_s(graph, cluster)[:, cand]
@@ -72,6 +78,7 @@ def heft(graph: OpGraph, cluster, *, seed: int = 0, devices: str = "all", memory
     finish = np.zeros(graph.num_ops)
     dev = np.full(graph.num_ops, -1, dtype=np.int64)
     indptr, src, eid = graph.in_csr
+    copies = ParamCopies(graph, param_copies)
 
     for i in order.tolist():
         a, b = indptr[i], indptr[i + 1]
@@ -82,6 +89,7 @@ def heft(graph: OpGraph, cluster, *, seed: int = 0, devices: str = "all", memory
             ready = arrive.max(axis=0)
         else:
             ready = np.zeros(len(cand))
+        ready = ready + copies.delay(i, dev, spb, lat)
         g = groups[i]
         if group_dev[g] >= 0:
             options = [int(group_dev[g])]
@@ -100,4 +108,5 @@ def heft(graph: OpGraph, cluster, *, seed: int = 0, devices: str = "all", memory
         finish[i], dev[i] = ft, d
         used[d] += mem[i]
         group_dev[g] = d
+        copies.placed(i, d)
     return cand[dev].astype(np.int32)

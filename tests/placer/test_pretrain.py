@@ -61,7 +61,7 @@ def test_each_group_count_is_a_pair_whose_items_express_the_label_exactly(tmp_pa
     assert grouped.net is ops.net  # one network over every pair
 
 
-def test_cached_labels_are_recomputed_when_the_simulator_model_changes(tmp_path, monkeypatch):
+def test_cached_labels_are_recomputed_when_the_simulator_model_or_a_baseline_changes(tmp_path, monkeypatch):
     import envs.simulator
     import placer.compare
     from placer.pretrain import best_heuristic
@@ -76,3 +76,19 @@ def test_cached_labels_are_recomputed_when_the_simulator_model_changes(tmp_path,
     monkeypatch.setattr(envs.simulator, "MODEL_VERSION", envs.simulator.MODEL_VERSION + 1)
     best_heuristic(g, c, ("single", "heft"))
     assert len(calls) == 2
+    import placer.baselines
+
+    monkeypatch.setattr(placer.baselines, "VERSION", placer.baselines.VERSION + 1)  # a baseline changed
+    best_heuristic(g, c, ("single", "heft"))
+    assert len(calls) == 3
+
+
+def test_the_recurrent_family_is_held_out_by_its_own_tag_not_by_lstm():
+    from placer.pretrain import build_corpus
+
+    names = lambda exclude: {it.name for it in build_corpus("synthetic", exclude=exclude, synthetic_sizes=(300,))}  # noqa: E731
+    every = names(set())
+    assert any(n.startswith("recurrent-") for n in every)
+    assert names({"lstm"}) == every  # no synthetic family is an LSTM
+    kept = names({"lstm", "recurrent"})
+    assert not any(n.startswith("recurrent-") for n in kept) and kept == {n for n in every if not n.startswith("recurrent-")}
