@@ -270,12 +270,13 @@ def recurrent_dag(num_ops: int, *, seed: int = 0) -> OpGraph:
     layer's first step owns (``params`` names them, so :func:`graphs.ops.param_reads`
     finds the sharing). A graph is either plain (Elman: two matmuls, add, tanh) or
     gated (LSTM-like: four gates per matmul, a cell state carried across steps).
-    2 to 6 layers of 256..4,096 wide over a batch of 16..512 rows; the steps fill
+    2 to 6 layers of 1,024..4,096 wide (a recurrent layer's weights are large next
+    to one step's activations) over a batch of 16..256 rows; the steps fill
     ``num_ops``; a projection over every step's top output ends it.
     """
     rng = np.random.default_rng(seed)
-    rows = float(np.exp(rng.uniform(np.log(16), np.log(512))))
-    width = float(np.exp(rng.uniform(np.log(256), np.log(4096))))
+    rows = float(np.exp(rng.uniform(np.log(16), np.log(256))))
+    width = float(np.exp(rng.uniform(np.log(1024), np.log(4096))))
     b = _Builder(rng, rows, width)
     layers = int(rng.integers(2, 7))
     gated = bool(rng.integers(0, 2))
