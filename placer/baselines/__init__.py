@@ -21,7 +21,8 @@ from placer.placement import Placement
 BaselineFn = Callable[..., np.ndarray]
 #: Bumped when a baseline's placements change, so results cached by others (imitation labels,
 #: :func:`placer.pretrain.best_heuristic`) are recomputed. 2: heft, m_etf and m_sct charge the
-#: copies of shared parameters (:class:`placer.baselines._common.ParamCopies`).
+#: copies of shared parameters (:class:`placer.baselines._common.ParamCopies`); their copy-blind
+#: rule stays as heft_nocopy, m_etf_nocopy and m_sct_nocopy.
 VERSION = 2
 _REGISTRY: dict[str, BaselineFn] = {}
 _loaded = False

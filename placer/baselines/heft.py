@@ -110,3 +110,9 @@ def heft(graph: OpGraph, cluster, *, seed: int = 0, devices: str = "all", memory
         group_dev[g] = d
         copies.placed(i, d)
     return cand[dev].astype(np.int32)
+
+
+@register("heft_nocopy")
+def heft_nocopy(graph: OpGraph, cluster, *, seed: int = 0, devices: str = "all", memory_check: bool = True) -> np.ndarray:
+    """HEFT blind to shared-parameter copies (heft's rule before baselines version 2; neither wins everywhere)."""
+    return heft(graph, cluster, seed=seed, devices=devices, memory_check=memory_check, param_copies=False)

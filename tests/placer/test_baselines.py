@@ -396,6 +396,7 @@ def test_list_schedulers_charge_a_shared_weights_copy(name, k80x2):
     blind = run(name, g, k80x2, param_copies=False, **kw)
     aware = run(name, g, k80x2, **kw)
     assert len(set(blind.tolist())) == 2  # earliest start alone splits the readers
+    np.testing.assert_array_equal(run(f"{name}_nocopy", g, k80x2, **kw), blind)  # the copy-blind rule, registered
     assert len(set(aware.tolist())) == 1
     assert envs.simulate(g, aware, k80x2).step_time_s < envs.simulate(g, blind, k80x2).step_time_s
     # a weight of a few bytes costs nothing to copy: both split alike
