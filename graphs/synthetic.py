@@ -286,8 +286,15 @@ def recurrent_dag(num_ops: int, *, seed: int = 0) -> OpGraph:
     b.scope = "embed"
     seq = b.op("view", [], out_scale=steps)
     xs = [b.op("view", [seq]) for _ in range(steps)]
-    owner_x: list[int | None] = [None] * layers
-    owner_h: list[int | None] = [None] * layers
+    owners: dict[str, int] = {}
+
+    def tied_mm(key: str, x: int, **kw: float) -> int:
+        """A matmul reading the weights ``key`` names: the first one owns them, later ones share them."""
+        o = owners.get(key)
+        i = b.op("mm", [x], weight=o is None, shares=o, **kw)
+        owners.setdefault(key, i)
+        return i
+
     h: list[int | None] = [None] * layers
     c: list[int | None] = [None] * layers
     tops: list[int] = []
@@ -295,14 +302,8 @@ def recurrent_dag(num_ops: int, *, seed: int = 0) -> OpGraph:
         x = xs[t]
         for l in range(layers):
             b.scope = f"rnn.layer{l}"
-            gx = b.op("mm", [x], scale=g, out_scale=g, weight=owner_x[l] is None, shares=owner_x[l])
-            owner_x[l] = gx if owner_x[l] is None else owner_x[l]
-            if h[l] is None:
-                pre = gx
-            else:
-                gh = b.op("mm", [h[l]], scale=g, out_scale=g, weight=owner_h[l] is None, shares=owner_h[l])
-                owner_h[l] = gh if owner_h[l] is None else owner_h[l]
-                pre = b.op("ew", [gx, gh], scale=g, out_scale=g)
+            gx = tied_mm(f"x{l}", x, scale=g, out_scale=g)
+            pre = gx if h[l] is None else b.op("ew", [gx, tied_mm(f"h{l}", h[l], scale=g, out_scale=g)], scale=g, out_scale=g)
             if gated:
                 gates = b.op("act", [pre], scale=g, out_scale=g)
                 cell = b.op("ew", [gates] + ([c[l]] if c[l] is not None else []))
@@ -313,12 +314,7 @@ def recurrent_dag(num_ops: int, *, seed: int = 0) -> OpGraph:
             h[l] = x
         tops.append(x)
     b.scope = "head"  # one projection, its weights shared by every step, and a loss over all of them
-    head: int | None = None
-    logits = []
-    for x in tops:
-        y = b.op("mm", [x], weight=head is None, shares=head, scale=2.0, out_scale=2.0)
-        head = y if head is None else head
-        logits.append(y)
+    logits = [tied_mm("head", x, scale=2.0, out_scale=2.0) for x in tops]
     b.op("ew", logits, out_scale=1.0 / width)
     return b.graph(f"recurrent-{num_ops}-s{seed}", seed, "recurrent")
 

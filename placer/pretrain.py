@@ -143,11 +143,10 @@ def build_corpus(corpus: str, *, exclude: set[str] = frozenset(), synthetic_size
                 items += [CorpusItem(n, "library", tags, lambda n=n: library_graph(n)) for n, tags in LIBRARY.items()]
             else:
                 raise PlacerError(f"--corpus {corpus!r}: {part!r} is not a directory, zoo, synthetic, library or a zoo name")
-    known = set().union(*ZOO_TAGS.values(), *FAMILY_TAGS.values(), *LIBRARY.values()) | {it.name for it in items}
-    unknown = sorted(set(exclude) - known)
+    families = set().union(*ZOO_TAGS.values(), *FAMILY_TAGS.values(), *LIBRARY.values())
+    unknown = sorted(set(exclude) - families - {it.name for it in items})
     if unknown:
-        raise PlacerError(f"--exclude {','.join(unknown)}: not a family ({', '.join(sorted(known - {it.name for it in items}))}) "
-                          f"nor an item of --corpus {corpus}")
+        raise PlacerError(f"--exclude {','.join(unknown)}: not a family ({', '.join(sorted(families))}) nor an item of --corpus {corpus}")
     kept = [it for it in items if not (it.tags & set(exclude)) and it.name not in exclude]
     if not kept:
         raise PlacerError(f"--corpus {corpus}: nothing left after --exclude {','.join(sorted(exclude))}")

@@ -249,7 +249,7 @@ class ParamCopies:
     >>> from graphs import OpGraph
     >>> g = OpGraph.from_edges(["a", "b", "c"], [("a", "b", 4), ("b", "c", 4)], param_bytes=[100, 0, 0])
     >>> g.params = [["w"], [], ["w"]]
-    >>> pc = ParamCopies(g)
+    >>> pc = ParamCopies(g, 2)
     >>> spb, lat = np.array([[0.0, 0.01], [0.01, 0.0]]), np.zeros((2, 2))
     >>> dev = np.array([0, 1, -1])
     >>> pc.delay(2, dev, spb, lat).tolist()  # c reads a's weights: free on device 0, a copy of 100 bytes to 1
@@ -258,9 +258,10 @@ class ParamCopies:
     [0.0, 0.0]
     """
 
-    def __init__(self, graph: OpGraph, enabled: bool = True) -> None:
+    def __init__(self, graph: OpGraph, num_devices: int, enabled: bool = True) -> None:
+        self.num_devices = num_devices
         self.reads: dict[int, list[tuple[int, float]]] = {}
-        self.copied: set[tuple[int, int]] = set()
+        self.have: dict[int, np.ndarray] = {}  # owner -> candidate devices that already hold a copy
         if enabled:
             from graphs.ops import param_reads
 
@@ -278,21 +279,19 @@ class ParamCopies:
         reads = self.reads.get(op)
         if not reads:
             return 0.0
-        extra = np.zeros(spb.shape[0])
+        extra = np.zeros(self.num_devices)
         for o, nbytes in reads:
             home = int(dev[o])
-            if home < 0:
-                continue
-            cost = nbytes * spb[home] + lat[home]  # 0 on the owner's own device
-            for d in range(len(extra)):
-                if (o, d) not in self.copied:
-                    extra[d] += cost[d]
+            if home >= 0:  # the cost is 0 on the owner's own device (no link to itself)
+                cost = nbytes * spb[home] + lat[home]
+                have = self.have.get(o)
+                extra += cost if have is None else np.where(have, 0.0, cost)
         return extra
 
     def placed(self, op: int, d: int) -> None:
         """``op`` went to candidate ``d``: the parameters it reads are on ``d`` from now on."""
         for o, _ in self.reads.get(op, ()):
-            self.copied.add((o, d))
+            self.have.setdefault(o, np.zeros(self.num_devices, dtype=bool))[d] = True
 
 
 def upward_rank(graph: OpGraph, node_cost: np.ndarray, edge_cost: np.ndarray) -> np.ndarray:

@@ -143,7 +143,7 @@ def _list_schedule(graph: OpGraph, cluster, favourite_parent: np.ndarray | None,
     out_ptr, out_dst, _ = graph.out_csr
     indeg = np.diff(in_ptr).astype(np.int64)
     ready: dict[int, np.ndarray] = {int(i): np.zeros(nd) for i in np.flatnonzero(indeg == 0)}
-    copies = ParamCopies(graph, param_copies)
+    copies = ParamCopies(graph, nd, param_copies)
 
     while ready:
         ops = np.fromiter(ready, dtype=np.int64, count=len(ready))

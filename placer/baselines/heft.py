@@ -78,7 +78,7 @@ def heft(graph: OpGraph, cluster, *, seed: int = 0, devices: str = "all", memory
     finish = np.zeros(graph.num_ops)
     dev = np.full(graph.num_ops, -1, dtype=np.int64)
     indptr, src, eid = graph.in_csr
-    copies = ParamCopies(graph, param_copies)
+    copies = ParamCopies(graph, len(cand), param_copies)
 
     for i in order.tolist():
         a, b = indptr[i], indptr[i + 1]
