@@ -259,6 +259,8 @@ class ParamCopies:
     """
 
     def __init__(self, graph: OpGraph, num_devices: int, enabled: bool = True) -> None:
+        if not isinstance(enabled, (bool, np.bool_)):
+            raise PlacerError(f"--option param_copies={enabled!r}: expected true or false")
         self.num_devices = num_devices
         self.reads: dict[int, list[tuple[int, float]]] = {}
         self.have: dict[int, np.ndarray] = {}  # owner -> candidate devices that already hold a copy

@@ -402,3 +402,5 @@ def test_list_schedulers_charge_a_shared_weights_copy(name, k80x2):
     # a weight of a few bytes costs nothing to copy: both split alike
     small = _fan(64)
     np.testing.assert_array_equal(run(name, small, k80x2, **kw), run(name, small, k80x2, param_copies=False, **kw))
+    with pytest.raises(PlacerError, match="param_copies='maybe': expected true or false"):
+        run(name, small, k80x2, param_copies="maybe", **kw)
