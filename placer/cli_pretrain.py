@@ -30,6 +30,10 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--dagger", type=float, default=0.5,
                    help="schedule decoder: chance that a pair's imitation step follows the policy's own samples "
                    "instead of the label's decisions (corrects exposure bias; default 0.5)")
+    p.add_argument("--switch-share", type=float, default=0.0, metavar="S",
+                   help="schedule decoder: share of the imitation loss on the label's switches, the ops it does not put "
+                   "where most of their input bytes are (a few percent of the ops, and the placement's structure); "
+                   "0 weighs every op alike (default 0)")
     p.add_argument("--samples", type=int, default=8, help="K: placements sampled per RL step (default 8)")
     p.add_argument("--imitation-share", type=float, default=0.6, help="share of the budget spent imitating heuristics (default 0.6)")
     p.add_argument("--groups", default="0", metavar="N[,N...]",
@@ -61,6 +65,7 @@ def run_pretrain(args: argparse.Namespace) -> int:
     check_int(args.samples, "--samples", least=2, most=4096)
     check_float(args.imitation_share, "--imitation-share", least=0, most=1)
     check_float(args.dagger, "--dagger", least=0, most=1)
+    check_float(args.switch_share, "--switch-share", least=0, most=0.99)
     try:
         sizes = tuple(int(s) for s in _list(args.sizes))
     except ValueError:
@@ -83,7 +88,7 @@ def run_pretrain(args: argparse.Namespace) -> int:
     quiet = args.json or not sys.stderr.isatty()
     config = PretrainConfig(corpus=args.corpus, clusters=clusters, exclude=_list(args.exclude), time_budget_s=args.time_budget,
                             seed=args.seed, hidden=args.hidden, rounds=args.rounds, samples=args.samples,
-                            decoder=args.decoder, dagger=args.dagger, groups=groups,
+                            decoder=args.decoder, dagger=args.dagger, switch_share=args.switch_share, groups=groups,
                             imitation_share=args.imitation_share, synthetic_sizes=sizes or (300,),
                             progress=None if quiet else (lambda s: print(s, file=sys.stderr)))
     result = pretrain(config)

@@ -95,7 +95,9 @@ from policies.seq2seq import PolicySample
 DECODERS = ("independent", "schedule")
 
 #: Version of the feature definitions below; a pretrained policy records it (its sidecar's "features").
-FEATURE_VERSION = "gnn-features/2"  # 2: parameters read by several ops are edges (envs.simulator.schedule_graph)
+#: 2: parameters read by several ops are edges (envs.simulator.schedule_graph); 3: the decoder's input-bytes share
+#: counts a tensor on every device it was already sent to (policies.list_schedule)
+FEATURE_VERSION = "gnn-features/3"
 TYPE_BUCKETS = 64
 TYPE_DIM = 16
 NODE_DIM = 25 + 8 + 9  # shapes, standardised cost columns (policies.features), cluster-relative columns
@@ -207,6 +209,38 @@ def graph_inputs(graph: OpGraph, cluster: Any) -> dict[str, np.ndarray]:
     f32 = lambda a: np.ascontiguousarray(a, dtype=np.float32)  # noqa: E731
     return {"node": f32(node), "type_ids": type_ids, "edge_src": graph.edge_src.astype(np.int64),
             "edge_dst": graph.edge_dst.astype(np.int64), "edge": f32(edge), "device": f32(dev), "pair": f32(pair)}
+
+
+def switches(share: np.ndarray, target: np.ndarray) -> np.ndarray:
+    """``[K, N]``: the items that have inputs and whose ``target`` device holds fewer of their bytes than another.
+
+    ``share`` ``[K, N, D]``: the share of each item's input bytes already on each device where it is decided
+    (a tensor can be on several devices).
+    """
+    share = np.asarray(share, dtype=np.float64)
+    at_target = np.take_along_axis(share, np.broadcast_to(np.asarray(target)[None, :, None], share.shape[:2] + (1,)), axis=2)[..., 0]
+    return (share.sum(axis=2) > 0) & (at_target < share.max(axis=2))
+
+
+def switch_weights(share: np.ndarray, target: np.ndarray, switch_share: float) -> np.ndarray:
+    """Per-item loss weights ``[K, N]`` that give the switches ``switch_share`` of each row's total weight.
+
+    ``share`` ``[K, N, D]``: the share of each item's input bytes already on each device
+    where it is decided (decoding feature 1). An item is a *switch* when it has inputs
+    and its ``target`` device is not the one holding most of them: the decisions that
+    make a placement what it is, where following the data would be wrong. Switches
+    are weighted up, never down: a row with few enough of them, or none, keeps equal weights.
+
+    >>> share = np.array([[[1.0, 0.0], [1.0, 0.0], [1.0, 0.0], [0.0, 0.0]]])  # item 3 has no inputs
+    >>> switch_weights(share, np.array([0, 0, 1, 1]), 0.5).tolist()  # item 2 is the only switch
+    [[1.0, 1.0, 3.0, 1.0]]
+    """
+    switch = switches(share, target)  # [K, N]
+    n_s = switch.sum(axis=1, keepdims=True).astype(np.float64)
+    n_o = switch.shape[1] - n_s
+    s = min(max(float(switch_share), 0.0), 0.99)
+    scale = np.where(n_s > 0, s * n_o / ((1.0 - s) * np.maximum(n_s, 1.0)), 1.0)
+    return np.where(switch, np.maximum(scale, 1.0), 1.0)
 
 
 class GNNNet(nn.Module):
@@ -435,18 +469,32 @@ class GNNPolicy(nn.Module):
             return self.expand(self._decode(1, None)[0])
         return self.expand(self.log_probs().argmax(dim=1).cpu().numpy())
 
-    def imitation_loss(self, op_devices: np.ndarray, *, along: np.ndarray | None = None) -> torch.Tensor:
+    def imitation_loss(self, op_devices: np.ndarray, *, along: np.ndarray | None = None,
+                       switch_share: float = 0.0) -> torch.Tensor:
         """Mean negative log-likelihood per item of a target placement (a device per op; per group by majority).
 
         Schedule decoder: each item's decoding features are those of the target's own
         earlier decisions, or of ``along``'s (``[K, num_ops]`` placements, e.g. the policy's
         own samples: the target device is then the one to go back to from wherever
         the policy's earlier decisions led, DAgger's correction of exposure bias).
+
+        ``switch_share`` (schedule decoder; 0 = a plain mean): the share of the loss given to
+        the *switches*, the items whose target is not the device holding most of their
+        input bytes (:func:`switch_weights`). They are a few percent of the items, and the
+        placement's structure: on a synthetic recurrent graph of 1,494 ops, 41 switches
+        (one per layer and block) had a mean loss of 2.26 nats against 0.02 for the
+        others, so a plain mean looked fit while the greedy placement took 1.7x the label.
         """
         target = self.contract(op_devices)
         t = torch.as_tensor(target, device=self.x_node.device)
-        logp = self._logp_along(target[None] if along is None else self.contract(np.atleast_2d(along)))  # [K or 1, N, D]
-        return -logp.gather(2, t[None, :, None].expand(logp.shape[0], -1, 1)).mean()
+        rows = target[None] if along is None else self.contract(np.atleast_2d(along))
+        logp = self._logp_along(rows)  # [K or 1, N, D]
+        nll = -logp.gather(2, t[None, :, None].expand(logp.shape[0], -1, 1)).squeeze(2)  # [K or 1, N]
+        if not (switch_share > 0 and self.sequential):
+            return nll.mean()
+        share = self._dyn(rows)[..., 1].cpu().numpy()  # [K, N, D]: input bytes already on each device
+        w = torch.as_tensor(switch_weights(share, target, switch_share), dtype=nll.dtype, device=nll.device)
+        return (nll * w).sum() / w.sum()
 
     def expand(self, item_devices: np.ndarray) -> np.ndarray:
         """Item devices ``[..., num_items]`` -> op devices ``[..., num_ops]`` (int32)."""

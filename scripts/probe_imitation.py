@@ -1,13 +1,17 @@
 """How well the gnn policy can imitate one heuristic placement: agreement and greedy step time per step.
 
     OMP_NUM_THREADS=1 python scripts/probe_imitation.py [GRAPH] [--cluster k80x4] [--steps 300] [--every 50]
-        [--lr 3e-3] [--decoder independent|schedule] [--json]
+        [--lr 3e-3] [--decoder independent|schedule] [--dagger P] [--switch-share S] [--json]
+
+GRAPH: a zoo graph, or a pretraining corpus item (``recurrent-1500-s51``: ``placer pretrain``'s synthetic
+names, sizes 300/1500/5000, seed 0).
 
 Trains a fresh gnn policy (hidden 64, 3 rounds) on one (graph, cluster) pair by imitation of its best
 fast heuristic (``placer.pretrain.best_heuristic``, labels canonicalised as ``placer pretrain`` does),
 the loss ``placer pretrain`` uses, and prints every ``--every`` steps: the imitation loss, the share of
 ops whose greedy device equals the label's, the greedy placement's simulated step time (node order),
-and the ops per device. It answers one question about the architecture: if the policy cannot
+and the ops per device, and the agreement on the label's switches (ops not put where most of their input
+bytes are; ``policies.gnn.switches``). It answers one question about the architecture: if the policy cannot
 reproduce a placement of a graph it is trained on, zero-shot on unseen graphs cannot do better.
 """
 
@@ -28,11 +32,12 @@ def main(argv: list[str] | None = None) -> int:
 
     import envs
     from graphs import PlacerError, zoo
-    from placer.pretrain import best_heuristic, canonical_label
-    from policies.gnn import GNNNet, GNNPolicy
+    from placer.pretrain import best_heuristic, build_corpus, canonical_label
+    from policies.gnn import GNNNet, GNNPolicy, switches
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("graph", nargs="?", default="inception-v3", help="zoo graph (default inception-v3)")
+    ap.add_argument("graph", nargs="?", default="inception-v3",
+                    help="zoo graph or pretraining corpus item such as recurrent-1500-s51 (default inception-v3)")
     ap.add_argument("--cluster", default="k80x4")
     ap.add_argument("--steps", type=int, default=300)
     ap.add_argument("--every", type=int, default=50)
@@ -42,13 +47,21 @@ def main(argv: list[str] | None = None) -> int:
                     help="the gnn policy's decoder (default independent)")
     ap.add_argument("--dagger", type=float, default=0.0,
                     help="schedule decoder: share of steps that imitate along the policy's own samples (default 0)")
+    ap.add_argument("--switch-share", type=float, default=0.0,
+                    help="schedule decoder: share of the loss on the label's switches (placer pretrain --switch-share; default 0)")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args(argv)
-    if args.steps < 0 or args.every < 1 or not args.lr > 0:
-        print("probe_imitation: --steps must be >= 0, --every >= 1 and --lr > 0", file=sys.stderr)
+    if args.steps < 0 or args.every < 1 or not args.lr > 0 or not 0 <= args.switch_share < 1:
+        print("probe_imitation: --steps must be >= 0, --every >= 1, --lr > 0 and --switch-share in [0, 1)", file=sys.stderr)
         return 2
     try:
-        g = zoo.graph(args.graph)
+        if args.graph in zoo.names():
+            g = zoo.graph(args.graph)
+        else:
+            found = [it for it in build_corpus("synthetic,library") if it.name == args.graph]
+            if not found:
+                raise PlacerError(f"{args.graph!r} is neither a zoo graph nor a corpus item (e.g. recurrent-1500-s51)")
+            g = found[0].load()
         c = envs.resolve_cluster(args.cluster)
     except PlacerError as e:
         print(f"probe_imitation: {e}", file=sys.stderr)
@@ -62,15 +75,21 @@ def main(argv: list[str] | None = None) -> int:
     single_s = float(np.min(env.step_times(envs.assign.single_device_rows(c.num_devices, g.num_ops))[0]))
     policy = GNNPolicy(g, c.num_devices, cluster=c, net=GNNNet(hidden=64, rounds=3, decoder=args.decoder))
     opt = torch.optim.Adam(policy.parameters(), lr=args.lr)
+    switch = np.zeros(g.num_ops, dtype=bool)
+    if policy.sequential:
+        with torch.no_grad():
+            switch = switches(policy._dyn(label[None])[..., 1].numpy(), label)[0]
     rows = []
     t0 = time.perf_counter()
     for step in range(args.steps + 1):
         own = args.decoder == "schedule" and coin.random() < args.dagger
-        loss = policy.imitation_loss(label, along=policy.sample(4, generator=gen).op_devices if own else None)
+        loss = policy.imitation_loss(label, along=policy.sample(4, generator=gen).op_devices if own else None,
+                                     switch_share=args.switch_share)
         if step % args.every == 0 or step == args.steps:
             greedy = policy.greedy()
             t, failed = env.step_times(greedy[None])
             rows.append({"step": step, "loss": float(loss.detach()), "agreement": float((greedy == label).mean()),
+                         "switch_agreement": float((greedy[switch] == label[switch]).mean()) if switch.any() else 1.0,
                          "greedy_step_time_s": None if failed[0] else float(t[0]),
                          "ops_per_device": np.bincount(greedy, minlength=c.num_devices).tolist(),
                          "seconds": time.perf_counter() - t0})
@@ -80,17 +99,19 @@ def main(argv: list[str] | None = None) -> int:
             torch.nn.utils.clip_grad_norm_(policy.parameters(), 1.0)
             opt.step()
     head = {"graph": g.name, "ops": g.num_ops, "cluster": c.name, "decoder": args.decoder, "label": method, "label_step_time_s": label_s,
-            "label_ops_per_device": np.bincount(label, minlength=c.num_devices).tolist(), "best_single_s": single_s}
+            "label_ops_per_device": np.bincount(label, minlength=c.num_devices).tolist(), "best_single_s": single_s,
+            "switches": int(switch.sum()), "switch_share": args.switch_share}
     if args.json:
         print(json.dumps({**head, "rows": rows}, indent=1))
         return 0
     print(f"{g.name} ({g.num_ops} ops) on {c.name}, {args.decoder} decoder: label {method} {label_s * 1e3:.1f} ms "
-          f"{head['label_ops_per_device']}, best single device {single_s * 1e3:.1f} ms")
-    print("| step | loss | agreement | greedy ms | ops per device |")
-    print("|---:|---:|---:|---:|---|")
+          f"{head['label_ops_per_device']}, best single device {single_s * 1e3:.1f} ms; {head['switches']} switches, "
+          f"switch share {args.switch_share:g}")
+    print("| step | loss | agreement | on switches | greedy ms | ops per device |")
+    print("|---:|---:|---:|---:|---:|---|")
     for r in rows:
         ms = "fails" if r["greedy_step_time_s"] is None else f"{r['greedy_step_time_s'] * 1e3:.1f}"
-        print(f"| {r['step']} | {r['loss']:.3f} | {r['agreement']:.3f} | {ms} | {r['ops_per_device']} |")
+        print(f"| {r['step']} | {r['loss']:.3f} | {r['agreement']:.3f} | {r['switch_agreement']:.3f} | {ms} | {r['ops_per_device']} |")
     return 0
 
 
