@@ -40,10 +40,8 @@ import numpy as np
 
 from graphs import OpGraph, PlacerError
 
-#: Heuristics whose best placement is the imitation label (the fast ones; see `placer compare`). Both rules of
-#: the list schedulers: on nmt-2/k80x4 the copy-blind m_sct (261.4 ms) beats every copy-aware one (the
-#: expert's 267.5 ms was the label without it).
-LABEL_METHODS = ("single", "expert", "scotch", "heft", "m_topo", "m_etf", "m_sct", "heft_nocopy", "m_etf_nocopy", "m_sct_nocopy")
+#: Heuristics whose best placement is the imitation label (the fast ones; see `placer compare`).
+LABEL_METHODS = ("single", "expert", "scotch", "heft", "m_topo", "m_etf", "m_sct")
 ZOO_TAGS = {"rnnlm": {"lstm"}, "nmt-2": {"lstm"}, "nmt-4": {"lstm"}, "inception-v3": {"cnn"}, "resnet50": {"cnn"},
             "gpt2": {"transformer"}}
 FAMILY_TAGS = {"chain": set(), "branches": {"cnn"}, "unet": {"cnn"}, "moe": {"transformer"}, "attention": {"transformer"},

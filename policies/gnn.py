@@ -95,9 +95,7 @@ from policies.seq2seq import PolicySample
 DECODERS = ("independent", "schedule")
 
 #: Version of the feature definitions below; a pretrained policy records it (its sidecar's "features").
-#: 2: parameters read by several ops are edges (envs.simulator.schedule_graph); 3: the decoder's input-bytes share
-#: counts a tensor on every device it was already sent to (policies.list_schedule)
-FEATURE_VERSION = "gnn-features/3"
+FEATURE_VERSION = "gnn-features/2"  # 2: parameters read by several ops are edges (envs.simulator.schedule_graph)
 TYPE_BUCKETS = 64
 TYPE_DIM = 16
 NODE_DIM = 25 + 8 + 9  # shapes, standardised cost columns (policies.features), cluster-relative columns
@@ -214,8 +212,7 @@ def graph_inputs(graph: OpGraph, cluster: Any) -> dict[str, np.ndarray]:
 def switches(share: np.ndarray, target: np.ndarray) -> np.ndarray:
     """``[K, N]``: the items that have inputs and whose ``target`` device holds fewer of their bytes than another.
 
-    ``share`` ``[K, N, D]``: the share of each item's input bytes already on each device where it is decided
-    (a tensor can be on several devices).
+    ``share`` ``[K, N, D]``: the share of each item's input bytes already on each device where it is decided.
     """
     share = np.asarray(share, dtype=np.float64)
     at_target = np.take_along_axis(share, np.broadcast_to(np.asarray(target)[None, :, None], share.shape[:2] + (1,)), axis=2)[..., 0]
@@ -484,6 +481,9 @@ class GNNPolicy(nn.Module):
         placement's structure: on a synthetic recurrent graph of 1,494 ops, 41 switches
         (one per layer and block) had a mean loss of 2.26 nats against 0.02 for the
         others, so a plain mean looked fit while the greedy placement took 1.7x the label.
+        Weighting them did not pay: on that graph alone (``scripts/probe_imitation.py
+        --switch-share 0.5``) the greedy placement got slower, and a policy pretrained with
+        it placed the held-out LSTMs worse (BENCHMARKS.md), so ``placer pretrain`` defaults to 0.
         """
         target = self.contract(op_devices)
         t = torch.as_tensor(target, device=self.x_node.device)

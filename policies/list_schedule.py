@@ -18,13 +18,7 @@ schedulers (HEFT, Baechi's m-ETF/m-SCT) and DOPPLER's placement policy do:
      device (``log1p(delta / tau)``, ``tau`` the op's fastest time plus the
      graph's mean op time), the quantity m-ETF minimises;
   1. the share of the op's input bytes already on that device (what m-SCT's
-     favourite-child colocation keeps together). A tensor is on its producer's
-     device and on every device it was already sent to: the executor sends a
-     tensor to a device once (``envs.simulator``), so the 40th time step of a
-     recurrent layer that reads a weight owned elsewhere finds it on its own
-     device, sent there for the first step. (Feature version 2 counted only the
-     producer's device: on a synthetic recurrent graph, 39 of the m-ETF label's
-     41 decisions against the "majority" of its input bytes were such reads.);
+     favourite-child colocation keeps together);
   2. the device's memory in use with this op added, over its capacity;
   3. how far the device's queue runs past the least-loaded device's
      (``log1p(delta / tau)``);
@@ -106,7 +100,6 @@ class ListSchedule:
         self.used = np.zeros((self.k, d))
         self.fin = np.zeros((self.k, n))
         self.dev = np.zeros((self.k, n), dtype=np.int64)
-        self.on = np.zeros((self.k, n, d), dtype=bool)  # op's output is on the device: produced or sent there
         self._finish: np.ndarray | None = None
         self._rows = np.arange(self.k)
 
@@ -123,7 +116,8 @@ class ListSchedule:
             data = arrive.max(axis=1)
             tot = float(byt.sum())
             if tot > 0:
-                share = np.einsum("kpd,p->kd", self.on[:, p, :], byt) / tot
+                np.add.at(share, (np.repeat(self._rows, len(p)), src.ravel()), np.tile(byt, k))
+                share /= tot
         else:
             data = np.zeros((k, d))
         finish = np.maximum(self.ready, data) + self.t[v][None, :]
@@ -140,10 +134,6 @@ class ListSchedule:
         f = self._finish[self._rows, dsel]
         self.fin[:, v] = f
         self.dev[:, v] = dsel
-        self.on[self._rows, v, dsel] = True
-        a, b = self.indptr[v], self.indptr[v + 1]
-        if b > a:  # v's inputs are now on its device too: a later reader there does not wait for them again
-            self.on[self._rows[:, None], self.pred[a:b][None, :], dsel[:, None]] = True
         self.ready[self._rows, dsel] = f
         self.used[self._rows, dsel] += self.mem[v]
 

@@ -121,10 +121,13 @@ def test_probe_imitation_prints_agreement_rows():
     assert all(0.0 <= r["agreement"] <= 1.0 and sum(r["ops_per_device"]) == 229 for r in doc["rows"])
     assert run("probe_imitation.py", "no-such-graph").returncode == 2
     proc = run("probe_imitation.py", "resnet50", "--cluster", "k80x2", "--steps", "2", "--every", "2", "--decoder",
-               "schedule", "--dagger", "1", "--json")
+               "schedule", "--dagger", "1", "--switch-share", "0.5", "--json")
     assert proc.returncode == 0, proc.stderr
     doc = json.loads(proc.stdout)
     assert doc["decoder"] == "schedule" and [r["step"] for r in doc["rows"]] == [0, 2]
+    assert doc["switch_share"] == 0.5 and 0 <= doc["switches"] < 229
+    assert all(0.0 <= r["switch_agreement"] <= 1.0 for r in doc["rows"])
+    assert run("probe_imitation.py", "resnet50", "--switch-share", "1").returncode == 2
 
 
 @pytest.mark.slow

@@ -27,10 +27,11 @@ def pretrained(tmp_path, monkeypatch, capsys):
     gpath = tmp_path / "g.json"
     graphs.save(branch_dag(150, seed=5, width=3), gpath)
     rc, out, err = run(capsys, "pretrain", "--corpus", str(corpus), "--clusters", "k80x2", "--time-budget", "2",
-                       "--hidden", "16", "--rounds", "1", "-o", str(tmp_path / "p.pt"), "--json")
+                       "--hidden", "16", "--rounds", "1", "--switch-share", "0.3", "-o", str(tmp_path / "p.pt"), "--json")
     assert rc == 0, err
     doc = json.loads(out)
     assert doc["pairs"][0]["graph"] == "b1.json" and (tmp_path / "p.json").exists()
+    assert doc["training"]["switch_share"] == 0.3
     return tmp_path, str(gpath)
 
 
@@ -119,7 +120,8 @@ def test_bad_policy_files_exit_2_with_one_line(pretrained, capsys):
 
 def test_pretrain_bad_options_exit_2(tmp_path, capsys):
     for argv, msg in ((["--clusters", "nope"], "nope"), (["--sizes", "5"], "--sizes"), (["--corpus", "zzz"], "zzz"),
-                      (["--dagger", "2"], "--dagger"), (["--groups", "1"], "--groups"), (["--groups", "x"], "--groups")):
+                      (["--dagger", "2"], "--dagger"), (["--groups", "1"], "--groups"), (["--groups", "x"], "--groups"),
+                      (["--switch-share", "1"], "--switch-share"), (["--switch-share", "-0.1"], "--switch-share")):
         rc, out, err = run(capsys, "pretrain", *argv, "--time-budget", "1", "-o", str(tmp_path / "p.pt"))
         assert rc == 2 and msg in err and len(err.strip().splitlines()) == 1, err
     rc, out, err = run(capsys, "pretrain", "-o", str(tmp_path / "p.bin"))

@@ -50,21 +50,6 @@ def test_features_of_an_op_whose_input_sits_on_gpu0_match_a_hand_computed_list_s
     assert f[1, 4] == 1.0  # staying beside its input is what finishes first here
 
 
-def test_a_tensor_already_sent_to_a_device_counts_as_being_there_too():
-    # w (a weight's owner) feeds r1 and r2, as a shared parameter read at two time steps does. Once r1 has
-    # taken w's output to gpu:1, the executor does not send it again: r2 finds all its bytes on gpu:1 as
-    # well as on gpu:0, where version 2 of the features saw them on gpu:0 only.
-    g = OpGraph.from_edges(["w", "r1", "r2"], [("w", "r1", 8_000_000), ("w", "r2", 8_000_000), ("r1", "r2", 1)])
-    s = ListSchedule(g, envs.resolve_cluster("k80x2"), k=2)
-    assert s.order.tolist() == [0, 1, 2]
-    s.features(0)
-    s.place(0, np.array([1, 1]))  # w on gpu:0 in both placements
-    np.testing.assert_allclose(s.features(1)[:, :, 1], [[0, 1, 0], [0, 1, 0]])
-    s.place(1, np.array([2, 1]))  # r1: gpu:1 in placement 0 (w is sent there), gpu:0 in placement 1
-    total = 8_000_001
-    np.testing.assert_allclose(s.features(2)[:, :, 1], [[0, 8_000_000 / total, 1.0], [0, 1.0, 0]])
-
-
 def test_decode_order_is_topological_and_breaks_ties_by_name():
     g = OpGraph.from_edges(["z", "y", "x"], [("z", "x", 8), ("y", "x", 8)])  # z and y: same start, same depth
     top = np.zeros(3)
