@@ -215,24 +215,23 @@ def switches(share: np.ndarray, target: np.ndarray) -> np.ndarray:
     ``share`` ``[K, N, D]``: the share of each item's input bytes already on each device where it is decided.
     """
     share = np.asarray(share, dtype=np.float64)
-    at_target = np.take_along_axis(share, np.broadcast_to(np.asarray(target)[None, :, None], share.shape[:2] + (1,)), axis=2)[..., 0]
+    at_target = share[:, np.arange(share.shape[1]), np.asarray(target)]  # [K, N]
     return (share.sum(axis=2) > 0) & (at_target < share.max(axis=2))
 
 
-def switch_weights(share: np.ndarray, target: np.ndarray, switch_share: float) -> np.ndarray:
-    """Per-item loss weights ``[K, N]`` that give the switches ``switch_share`` of each row's total weight.
+def switch_weights(switch: np.ndarray, switch_share: float) -> np.ndarray:
+    """Per-item loss weights ``[K, N]`` that give the switches ``switch`` ``[K, N]`` ``switch_share`` of each row's weight.
 
-    ``share`` ``[K, N, D]``: the share of each item's input bytes already on each device
-    where it is decided (decoding feature 1). An item is a *switch* when it has inputs
-    and its ``target`` device is not the one holding most of them: the decisions that
-    make a placement what it is, where following the data would be wrong. Switches
-    are weighted up, never down: a row with few enough of them, or none, keeps equal weights.
+    A *switch* (:func:`switches`) is an item that has inputs and whose target device is not
+    the one holding most of them: the decisions that make a placement what it is, where
+    following the data would be wrong. Switches are weighted up, never down: a row with
+    few enough of them, or none, keeps equal weights.
 
     >>> share = np.array([[[1.0, 0.0], [1.0, 0.0], [1.0, 0.0], [0.0, 0.0]]])  # item 3 has no inputs
-    >>> switch_weights(share, np.array([0, 0, 1, 1]), 0.5).tolist()  # item 2 is the only switch
+    >>> switch_weights(switches(share, np.array([0, 0, 1, 1])), 0.5).tolist()  # item 2 is the only switch
     [[1.0, 1.0, 3.0, 1.0]]
     """
-    switch = switches(share, target)  # [K, N]
+    switch = np.asarray(switch, dtype=bool)
     n_s = switch.sum(axis=1, keepdims=True).astype(np.float64)
     n_o = switch.shape[1] - n_s
     s = min(max(float(switch_share), 0.0), 0.99)
@@ -479,7 +478,7 @@ class GNNPolicy(nn.Module):
         the *switches*, the items whose target is not the device holding most of their
         input bytes (:func:`switch_weights`). They are a few percent of the items, and the
         placement's structure: on a synthetic recurrent graph of 1,494 ops, 41 switches
-        (one per layer and block) had a mean loss of 2.26 nats against 0.02 for the
+        (39 of them reads of a weight every time step shares) had a mean loss of 2.26 nats against 0.02 for the
         others, so a plain mean looked fit while the greedy placement took 1.7x the label.
         Weighting them did not pay: on that graph alone (``scripts/probe_imitation.py
         --switch-share 0.5``) the greedy placement got slower, and a policy pretrained with
@@ -492,9 +491,22 @@ class GNNPolicy(nn.Module):
         nll = -logp.gather(2, t[None, :, None].expand(logp.shape[0], -1, 1)).squeeze(2)  # [K or 1, N]
         if not (switch_share > 0 and self.sequential):
             return nll.mean()
-        share = self._dyn(rows)[..., 1].cpu().numpy()  # [K, N, D]: input bytes already on each device
-        w = torch.as_tensor(switch_weights(share, target, switch_share), dtype=nll.dtype, device=nll.device)
+        w = switch_weights(self.switch_mask(op_devices, along=along), switch_share)
+        w = torch.as_tensor(w, dtype=nll.dtype, device=nll.device)
         return (nll * w).sum() / w.sum()
+
+    def switch_mask(self, op_devices: np.ndarray, *, along: np.ndarray | None = None) -> np.ndarray:
+        """``[K or 1, num_items]``: the target's switches (:func:`switches`), decided along ``along`` or the target itself.
+
+        Schedule decoder only (the switches are read from its decoding features).
+        """
+        if not self.sequential:
+            raise PlacerError("switches are defined by the schedule decoder's features; this policy decodes independently")
+        target = self.contract(op_devices)
+        rows = target[None] if along is None else self.contract(np.atleast_2d(along))
+        with torch.no_grad():
+            share = self._dyn(rows)[..., 1].cpu().numpy()  # [K, N, D]: input bytes already on each device
+        return switches(share, target)
 
     def expand(self, item_devices: np.ndarray) -> np.ndarray:
         """Item devices ``[..., num_items]`` -> op devices ``[..., num_ops]`` (int32)."""

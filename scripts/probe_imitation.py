@@ -11,7 +11,7 @@ fast heuristic (``placer.pretrain.best_heuristic``, labels canonicalised as ``pl
 the loss ``placer pretrain`` uses, and prints every ``--every`` steps: the imitation loss, the share of
 ops whose greedy device equals the label's, the greedy placement's simulated step time (node order),
 and the ops per device, and the agreement on the label's switches (ops not put where most of their input
-bytes are; ``policies.gnn.switches``). It answers one question about the architecture: if the policy cannot
+bytes are; ``GNNPolicy.switch_mask``). It answers one question about the architecture: if the policy cannot
 reproduce a placement of a graph it is trained on, zero-shot on unseen graphs cannot do better.
 """
 
@@ -33,7 +33,7 @@ def main(argv: list[str] | None = None) -> int:
     import envs
     from graphs import PlacerError, zoo
     from placer.pretrain import best_heuristic, build_corpus, canonical_label
-    from policies.gnn import GNNNet, GNNPolicy, switches
+    from policies.gnn import GNNNet, GNNPolicy
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("graph", nargs="?", default="inception-v3",
@@ -75,10 +75,7 @@ def main(argv: list[str] | None = None) -> int:
     single_s = float(np.min(env.step_times(envs.assign.single_device_rows(c.num_devices, g.num_ops))[0]))
     policy = GNNPolicy(g, c.num_devices, cluster=c, net=GNNNet(hidden=64, rounds=3, decoder=args.decoder))
     opt = torch.optim.Adam(policy.parameters(), lr=args.lr)
-    switch = np.zeros(g.num_ops, dtype=bool)
-    if policy.sequential:
-        with torch.no_grad():
-            switch = switches(policy._dyn(label[None])[..., 1].numpy(), label)[0]
+    switch = policy.switch_mask(label)[0] if policy.sequential else np.zeros(g.num_ops, dtype=bool)
     rows = []
     t0 = time.perf_counter()
     for step in range(args.steps + 1):

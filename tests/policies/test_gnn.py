@@ -192,17 +192,17 @@ def test_the_network_reads_shared_parameters_as_edges():
 
 
 def test_switch_share_splits_the_imitation_loss_between_switches_and_the_other_ops():
-    from policies.gnn import switches
-
     g, c = branch_dag(60, seed=3), envs.resolve_cluster("k80x4")
     torch.manual_seed(0)
     p = GNNPolicy(g, c.num_devices, cluster=c, hidden=16, rounds=1)
     label = np.where(np.arange(g.num_ops) < g.num_ops // 2, 1, 2)  # a two-GPU split: some ops change device
     with torch.no_grad():
         nll = -p._logp_along(label[None])[0].gather(1, torch.as_tensor(label)[:, None]).squeeze(1).numpy()
-        sw = switches(p._dyn(label[None])[..., 1].numpy(), label)[0]
+        sw = p.switch_mask(label)[0]
         assert 0 < sw.sum() < g.num_ops / 4
         plain = float(p.imitation_loss(label))
         half = float(p.imitation_loss(label, switch_share=0.5))
     assert plain == pytest.approx(nll.mean(), rel=1e-5)
     assert half == pytest.approx(0.5 * nll[sw].mean() + 0.5 * nll[~sw].mean(), rel=1e-5)
+    with pytest.raises(PlacerError, match="schedule decoder"):
+        GNNPolicy(g, c.num_devices, cluster=c, hidden=16, rounds=1, decoder="independent").switch_mask(label)
