@@ -34,21 +34,27 @@ def check_seed(value: object, option: str = "--seed") -> int:
     return check_int(value, option, least=0, most=MAX_SEED)
 
 
-def parse_group_counts(text: str, option: str = "--groups", *, ops: bool = False) -> tuple[int, ...]:
-    """A comma list of group counts (2..100000); "none" -> (). With ``ops``, 0 (the ops themselves) is allowed too.
+def parse_group_counts(text: str, option: str = "--groups", *, ops: bool = False,
+                       modules: bool = False) -> tuple[int | str, ...]:
+    """A comma list of group counts (2..100000); "none" -> (). With ``ops``, 0 (the ops themselves) is allowed too;
+    with ``modules``, the word ``modules`` (the graph grouped by module at each depth).
 
     >>> parse_group_counts("128, 256"), parse_group_counts("none"), parse_group_counts("0,64", ops=True)
     ((128, 256), (), (0, 64))
+    >>> parse_group_counts("128,modules", modules=True)
+    (128, 'modules')
     """
     if text.strip().lower() == "none":
         return ()
+    counts: tuple[int | str, ...]
     try:
-        counts = tuple(int(t) for t in text.split(","))
+        counts = tuple("modules" if modules and t.strip() == "modules" else int(t) for t in text.split(","))
     except ValueError:
         counts = ()
-    if not counts or any(not (2 <= n <= 100_000 or (ops and n == 0)) for n in counts):
+    if not counts or any(n != "modules" and not (2 <= n <= 100_000 or (ops and n == 0)) for n in counts):
         zero = "0 (the ops) or " if ops else ""
-        raise PlacerError(f"{option}: expected 'none' or a comma list of group counts, each {zero}from 2 to 100000, "
+        word = " or the word modules" if modules else ""
+        raise PlacerError(f"{option}: expected 'none' or a comma list of group counts, each {zero}from 2 to 100000{word}, "
                           f"got {text!r}")
     return counts
 

@@ -37,9 +37,10 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--samples", type=int, default=8, help="K: placements sampled per RL step (default 8)")
     p.add_argument("--imitation-share", type=float, default=0.6, help="share of the budget spent imitating heuristics (default 0.6)")
     p.add_argument("--groups", default="0", metavar="N[,N...]",
-                   help="what each policy view places: 0 the ops, N the graph coarsened to N co-location groups (cut "
-                   "where the label changes device); several make one training pair per (graph, cluster, N) "
-                   "(default 0; placer place --method learned decodes ops and 128,256,512 groups)")
+                   help="what each policy view places: 0 the ops, N the graph coarsened to N co-location groups, "
+                   "modules the graph grouped by module at each depth (groups cut where the label changes device); "
+                   "several make one training pair per (graph, cluster, view) "
+                   "(default 0; placer place --method learned decodes ops, 128,256,512 groups and modules)")
     p.add_argument("--sizes", default="300,1500,5000", help="op counts of the synthetic graphs (default 300,1500,5000; 100..20000)")
     p.add_argument("-o", "--output", required=True, metavar="FILE", help="policy file to write (.pt; the sidecar is FILE with .json)")
     p.add_argument("--json", action="store_true", help="print the per-pair results as JSON")
@@ -72,7 +73,7 @@ def run_pretrain(args: argparse.Namespace) -> int:
         raise PlacerError(f"--sizes {args.sizes!r}: expected a comma list of op counts") from None
     for s in sizes:
         check_int(s, "--sizes", least=100, most=20000)
-    groups = parse_group_counts(args.groups, ops=True)
+    groups = parse_group_counts(args.groups, ops=True, modules=True)
     if not groups:
         raise PlacerError("--groups: give at least one group count (0: the ops)")
     clusters = _list(args.clusters)

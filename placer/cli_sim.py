@@ -39,8 +39,8 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--samples", type=int, default=None, help="--method learned: placements sampled per group count "
                    "besides the greedy ones; the best simulated is kept (default 48)")
     p.add_argument("--groups", default=None, metavar="N[,N...]", help="--method learned: the policy decodes the ops "
-                   "(greedy) and the graph coarsened to each of these group counts; none: the ops only, sampled too "
-                   "(default 128,256,512)")
+                   "(greedy) and the graph coarsened to each of these group counts, or grouped by module at each "
+                   "depth (the word modules); none: the ops only, sampled too (default 128,256,512,modules)")
     p.add_argument("--seed", type=int, default=0, help="seed for randomised methods (default 0)")
     p.add_argument("--option", action="append", default=[], metavar="KEY=VALUE", help="a method option, e.g. device=gpu:1 (repeatable)")
     p.add_argument("-o", "--output", required=True, metavar="FILE", help="placement file to write (.json)")
@@ -188,7 +188,7 @@ def run_place(args: argparse.Namespace) -> int:
 
             samples = ZERO_SHOT_SAMPLES if args.samples is None else args.samples
             check_int(samples, "--samples", least=0, most=4096)
-            groups = ZERO_SHOT_GROUPS if args.groups is None else parse_group_counts(args.groups)
+            groups = ZERO_SHOT_GROUPS if args.groups is None else parse_group_counts(args.groups, modules=True)
             if options:
                 raise PlacerError("--option: --method learned takes none (use --policy-file, --samples, --groups)")
             placement = place_learned(graph, cluster, policy_file=args.policy_file, samples=samples, groups=groups,

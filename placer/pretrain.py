@@ -254,9 +254,10 @@ class PretrainConfig:
     imitation_weight: float = 0.2
     entropy_coef: float = 1e-3
     synthetic_sizes: tuple[int, ...] = (300, 1500, 5000)
-    groups: tuple[int, ...] = (0,)
-    """item granularities: 0 places the ops; N places the graph coarsened to N groups, cut where the label changes
-    device (each (graph, cluster) becomes one pair per entry)."""
+    groups: tuple[int | str, ...] = (0,)
+    """item granularities: 0 places the ops; N places the graph coarsened to N groups; "modules" places the graph
+    grouped by module, one pair per distinct depth (:func:`group_views`). Groups are cut where the label changes
+    device, so it stays exact (each (graph, cluster) becomes one pair per view)."""
     progress: Callable[[str], None] | None = None
 
 
@@ -298,9 +299,9 @@ def _setup_pairs(config: PretrainConfig, net: Any, say: Callable[[str], None]) -
             env = envs.SimEnv(g, c)
             label = canonical_label(g, c, label, env)
             single_t, _ = env.step_times(envs.assign.single_device_rows(c.num_devices, g.num_ops))
-            for level in dict.fromkeys(config.groups):  # in order, each once
-                policy = GNNPolicy(g, c.num_devices, cluster=c, net=net, max_groups=level, refine=label)
-                name = it.name if not level else f"{it.name}/{level}g"
+            for view, kwargs in group_views(g, config.groups):
+                policy = GNNPolicy(g, c.num_devices, cluster=c, net=net, refine=label, **kwargs)
+                name = it.name if view == "ops" else f"{it.name}/{view.replace('modules depth ', 'm')}"
                 pairs.append(Pair(name, c.name, policy, env, float(np.min(single_t)), label, method, t_best))
         say(f"corpus: {it.name} ({g.num_ops} ops) on {', '.join(c.name for c in clusters)}")
     if not pairs:
@@ -391,21 +392,48 @@ def pretrain(config: PretrainConfig) -> PretrainResult:
 
 # ------------------------------------------------------------------ zero-shot placement
 #: ``placer place --method learned`` defaults: group counts decoded besides the ops, and samples per group count.
-ZERO_SHOT_GROUPS = (128, 256, 512)
+ZERO_SHOT_GROUPS: tuple[int | str, ...] = (128, 256, 512, "modules")
 ZERO_SHOT_SAMPLES = 48
 
+
+def group_views(graph: OpGraph, groups: Sequence[int | str]) -> list[tuple[str, dict[str, Any]]]:
+    """What a policy places, per entry of ``groups``: (a name, ``GNNPolicy`` keyword arguments).
+
+    0 is the ops; N the graph coarsened to N co-location groups (``max_groups``);
+    ``"modules"`` one view per :func:`graphs.grouping.module_levels` partition of the
+    graph the policy reads (``envs.simulator.schedule_graph``), a group per module
+    at each depth.
+    """
+    from envs.simulator import schedule_graph
+    from graphs.grouping import module_levels
+
+    views: list[tuple[str, dict[str, Any]]] = []
+    for level in dict.fromkeys(groups):  # in order, each once
+        if level == "modules":
+            for grouping in module_levels(schedule_graph(graph)):
+                views.append((f"modules depth {grouping.graph.meta['module_depth']}", {"grouping": grouping}))
+        elif int(level) == 0:
+            views.append(("ops", {"max_groups": 0}))
+        else:
+            views.append((f"{int(level)}g", {"max_groups": int(level)}))
+    return views
+
+
 def place_learned(graph: OpGraph, cluster: Any, *, policy_file: str | None = None, samples: int = ZERO_SHOT_SAMPLES,
-                  groups: Sequence[int] = ZERO_SHOT_GROUPS, seed: int = 0) -> Any:
+                  groups: Sequence[int | str] = ZERO_SHOT_GROUPS, seed: int = 0) -> Any:
     """Zero-shot placement with a pretrained policy: the best on the simulator of several decodes.
 
-    The policy decodes the ops (greedy), and the co-location groups of
-    ``graphs.grouping.coarsen`` at each count in ``groups`` (greedy plus
-    ``samples`` samples each; a count that gives as many groups as one already
-    decoded is skipped). With no ``groups``, the ops get the ``samples`` samples.
+    The policy decodes the ops (greedy), the co-location groups of
+    ``graphs.grouping.coarsen`` at each count in ``groups``, and, for the entry
+    ``"modules"``, the graph grouped by module at each depth that gives a distinct
+    partition (:func:`graphs.grouping.module_levels`): greedy plus ``samples``
+    samples each (a count that gives as many groups as one already decoded is
+    skipped). With no ``groups``, the ops get the ``samples`` samples.
     A group decode is 5-20x cheaper than an op decode on graphs of thousands of
     ops, and its samples were the better ones on every held-out graph measured
-    (BENCHMARKS.md, "Pretrained gnn policy"); the op-level greedy placement is the
-    policy exactly as pretrained.
+    (BENCHMARKS.md, "Pretrained gnn policy"); the module views place a layer
+    per item, which held-out LSTMs need (BENCHMARKS.md, "Placing modules");
+    the op-level greedy placement is the policy exactly as pretrained.
 
     Returns a :class:`placer.Placement` (method ``learned``) whose meta records the policy file and timings.
     """
@@ -418,19 +446,20 @@ def place_learned(graph: OpGraph, cluster: Any, *, policy_file: str | None = Non
 
     t0 = time.perf_counter()
     loaded = pf.load(policy_file)
-    levels = [int(g) for g in groups if int(g) > 0]
+    levels = [g for g in groups if g == "modules" or int(g) > 0]
     cand, found_by, items_seen = [], [], set()
     torch.manual_seed(seed)
     with torch.no_grad():
-        for level in [0, *levels]:
-            policy = GNNPolicy(graph, cluster.num_devices, cluster=cluster, net=loaded.net, max_groups=level)
-            if level and policy.num_items in items_seen:
+        for view, kwargs in group_views(graph, [0, *levels]):
+            policy = GNNPolicy(graph, cluster.num_devices, cluster=cluster, net=loaded.net, **kwargs)
+            if view != "ops" and "max_groups" in kwargs and policy.num_items in items_seen:
                 continue
             items_seen.add(policy.num_items)
-            what = "ops" if policy.grouping is None else f"{policy.num_items} groups"
+            what = "ops" if view == "ops" else f"{policy.num_items} groups" if "max_groups" in kwargs \
+                else f"{view}: {policy.num_items} groups"
             cand.append(policy.greedy()[None])
             found_by.append(f"greedy ({what})")
-            k = samples if (level or not levels) else 0
+            k = samples if (view != "ops" or not levels) else 0
             if k > 0:
                 cand.append(policy.sample(k, generator=torch.Generator().manual_seed(seed)).op_devices)
                 found_by += [f"sample ({what})"] * k

@@ -308,7 +308,10 @@ class GNNPolicy(nn.Module):
             features do not depend on the graph's size. ``placer train`` places
             groups (``--max-groups``), which makes a decode tens of times
             faster on a graph of thousands of ops.
-        refine: with ``max_groups``, a device per op (the warm-start placement);
+        grouping: a :class:`graphs.grouping.Grouping` of ``envs.simulator.schedule_graph(graph)``
+            whose groups are the items instead (``max_groups`` is then ignored), such as
+            :func:`graphs.grouping.module_grouping`'s.
+        refine: with ``max_groups`` or ``grouping``, a device per op (the warm-start placement);
             groups are split where it changes device, so it can be imitated exactly.
         hidden, rounds, logit_cap, decoder: the network's architecture (ignored when ``net`` is given).
         net: an existing :class:`GNNNet` to share (pretraining builds one policy per graph and cluster over one net).
@@ -322,11 +325,11 @@ class GNNPolicy(nn.Module):
     name = "gnn"
 
     def __init__(self, graph: OpGraph, num_devices: int, *, cluster: Any = None, max_groups: int = 0,
-                 refine: np.ndarray | None = None, hidden: int = 64, rounds: int = 3, logit_cap: float = 10.0,
-                 decoder: str = "schedule", net: GNNNet | None = None, **_: Any) -> None:
+                 grouping: Any = None, refine: np.ndarray | None = None, hidden: int = 64, rounds: int = 3,
+                 logit_cap: float = 10.0, decoder: str = "schedule", net: GNNNet | None = None, **_: Any) -> None:
         super().__init__()
         from envs.simulator import schedule_graph
-        from policies.seq2seq import item_grouping
+        from policies.seq2seq import item_grouping, refine_grouping
 
         if cluster is None:
             raise PlacerError("--policy gnn: needs the cluster (its devices are described by their features)")
@@ -335,7 +338,12 @@ class GNNPolicy(nn.Module):
         # the network reads the graph the simulator schedules: a parameter read by several ops is an edge
         # from its owner to each other reader (placing them apart copies it), as it is a cost
         graph = schedule_graph(graph)
-        self.grouping = item_grouping(graph, int(max_groups or 0), refine)
+        if grouping is None:
+            self.grouping = item_grouping(graph, int(max_groups or 0), refine)
+        else:
+            if grouping.source_hash != graph.content_hash:
+                raise PlacerError("--policy gnn: the grouping was not built on this graph's schedule_graph")
+            self.grouping = refine_grouping(graph, grouping, refine) if refine is not None else grouping
         items = self.grouping.graph if self.grouping is not None else graph
         self.num_ops, self.num_items = graph.num_ops, items.num_ops
         self.num_devices = num_devices

@@ -137,4 +137,5 @@ def test_bench_pretrain_places_with_the_shipped_policy(tiny):
     row = json.loads(proc.stdout.splitlines()[0])
     assert row["graph"] == tiny and row["cluster"] == "k80x2" and row["best_heuristic_step_time_s"] > 0
     assert row["zero_shot_step_time_s"] <= row["greedy_step_time_s"]  # greedy is one of the candidates
+    assert row["uniform_modules_step_time_s"] > 0 and "modules" in row["groups"]  # random_dag records modules
     assert run("bench_pretrain.py", "default", "no-such-graph", "k80x2").returncode == 2

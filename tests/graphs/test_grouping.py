@@ -12,7 +12,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from graphs import GraphFormatError, OpGraph, PlacerError
-from graphs.grouping import Grouping, coarsen, colocate, cut_bytes, is_inplace_op, is_view_op, op_base_name
+from graphs.grouping import (Grouping, coarsen, colocate, cut_bytes, is_inplace_op, is_view_op, module_grouping, module_levels,
+                             op_base_name)
 from graphs.synthetic import random_dag
 
 
@@ -347,3 +348,63 @@ def test_captured_model_views_stay_with_their_producers():
             assert any(lab[p] == lab[v] for p in preds), (g.names[v], g.op_types[v])
     for max_groups in (1, 3, 100):
         check_grouping(g, coarsen(g, max_groups), max_groups, colocated=True)
+
+
+@pytest.mark.slow
+def test_module_levels_of_a_captured_recurrent_model_put_each_layer_in_one_group():
+    torch = pytest.importorskip("torch")
+    from graphs import capture
+
+    class Cell(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.ih, self.hh = torch.nn.Linear(8, 8), torch.nn.Linear(8, 8)
+
+        def forward(self, x, h):
+            return torch.tanh(self.ih(x) + self.hh(h))
+
+    class Net(torch.nn.Module):  # two layers unrolled over 4 steps, the weights shared by every step
+        def __init__(self):
+            super().__init__()
+            self.emb = torch.nn.Linear(8, 8)
+            self.layers = torch.nn.ModuleList([Cell(), Cell()])
+            self.head = torch.nn.Linear(8, 2)
+
+        def forward(self, xs):
+            h = [torch.zeros(2, 8), torch.zeros(2, 8)]
+            outs = []
+            for t in range(xs.shape[0]):
+                x = self.emb(xs[t])
+                for i, cell in enumerate(self.layers):
+                    h[i] = x = cell(x, h[i])
+                outs.append(x)
+            return self.head(torch.stack(outs)).sum()
+
+    from envs.simulator import schedule_graph
+
+    g = schedule_graph(capture(Net(), (torch.randn(4, 2, 8),)))
+    levels = module_levels(g)
+    assert levels and all(lv.source_hash == g.content_hash for lv in levels)
+    depths = [lv.graph.meta["module_depth"] for lv in levels]
+    assert depths == sorted(set(depths))
+    for lv in levels:
+        check_grouping(g, lv, lv.num_groups, colocated=True)  # a DAG, totals kept, views with their producers
+    layers = next(lv for lv in levels if lv.graph.meta["module_depth"] == 2)
+    for i in (0, 1):  # every op of layers.i, over all 4 steps, in one group, and the two layers apart
+        members = {int(layers.op_group[j]) for j, p in enumerate(g.module_paths) if p.startswith(f"layers.{i}")}
+        assert len(members) == 1, (i, members)
+    assert len({int(layers.op_group[j]) for j, p in enumerate(g.module_paths) if p.startswith("layers.")}) == 2
+
+
+def test_module_levels_need_module_paths_and_reject_a_bad_depth():
+    g = random_dag(40, seed=2)
+    no_paths = OpGraph.from_edges(g.names, [(g.names[s], g.names[d], b) for s, d, b in
+                                            zip(g.edge_src.tolist(), g.edge_dst.tolist(), g.edge_bytes.tolist())])
+    assert not any(no_paths.module_paths) and module_levels(no_paths) == []
+    with pytest.raises(PlacerError, match="depth"):
+        module_grouping(g, 0)
+    g3 = OpGraph.from_edges(["a", "b", "c", "d"], [("a", "b", 8), ("b", "c", 8), ("c", "d", 8)],
+                            module_paths=["x.p", "x.q", "y.p", "y.q"])
+    # depth 1 joins x and y; depth 2 is every op alone (no coarsening), so it is not a level
+    assert [lv.op_group.tolist() for lv in module_levels(g3)] == [[0, 0, 1, 1]]
+    assert module_levels(g3, max_groups=1) == []

@@ -45,7 +45,7 @@ def test_pretrain_then_place_learned_on_an_unseen_cluster_size(pretrained, capsy
     p = Placement.load(str(tmp / "out.json"))
     assert p.method == "learned" and p.meta["policy_file"] == str(tmp / "p.pt") and len(p.assignment) == graphs.load(gpath).num_ops
     # greedy over the ops, then greedy + 4 samples at each group count that gives a new number of groups
-    assert p.meta["groups"] == [128, 256, 512] and p.meta["decodes"] >= 1 + 5
+    assert p.meta["groups"] == [128, 256, 512, "modules"] and p.meta["decodes"] >= 1 + 5
     assert p.meta["found_by"].split(" (")[0] in ("greedy", "sample")
 
 
@@ -65,10 +65,38 @@ def test_place_learned_decodes_each_group_count_and_keeps_the_best_simulated():
     assert abs(float(t[0]) - both.meta["node_order_step_time_s"]) < 1e-9
 
 
+def test_place_learned_decodes_each_module_level(tmp_path, capsys):
+    import envs
+    from envs.simulator import schedule_graph
+    from graphs.grouping import module_levels
+    from placer.pretrain import place_learned
+
+    g, c = branch_dag(300, seed=3), envs.resolve_cluster("k80x2")
+    levels = module_levels(schedule_graph(g))
+    assert levels  # one group per block
+    p = place_learned(g, c, samples=3, groups=("modules",))
+    assert p.meta["decodes"] == 1 + 4 * len(levels) and p.meta["groups"] == ["modules"]
+    env = envs.SimEnv(g, c)
+    # the best module-level decode is kept: the policy decides where each block goes, a block is never split
+    t, _ = env.step_times(p.indices(g, c.device_names)[None])
+    assert abs(float(t[0]) - p.meta["node_order_step_time_s"]) < 1e-9
+    if "modules depth" in p.meta["found_by"]:
+        dev = p.indices(g, c.device_names)
+        for path in set(g.module_paths) - {""}:
+            assert len({int(dev[i]) for i, q in enumerate(g.module_paths) if q == path}) == 1, path
+    gpath = tmp_path / "g.json"
+    graphs.save(g, gpath)
+    rc, out, err = run(capsys, "place", str(gpath), "--cluster", "k80x2", "--method", "learned", "--groups", "modules",
+                       "--samples", "2", "-o", str(tmp_path / "o.json"))
+    assert rc == 0, err
+    assert Placement.load(str(tmp_path / "o.json")).meta["decodes"] == 1 + 3 * len(levels)
+
+
 def test_place_learned_bad_groups_and_stray_options_exit_2(tmp_path, capsys):
     gpath = tmp_path / "g.json"
     graphs.save(branch_dag(60, seed=1), gpath)
     for argv, msg in ((["--method", "learned", "--groups", "1"], "--groups"), (["--method", "learned", "--groups", "a,b"], "--groups"),
+                      (["--method", "learned", "--groups", "128,module"], "the word modules"),
                       (["--method", "m_etf", "--groups", "64"], "only with --method learned"),
                       (["--method", "m_etf", "--samples", "4"], "only with --method learned")):
         rc, out, err = run(capsys, "place", str(gpath), "--cluster", "k80x2", *argv, "-o", str(tmp_path / "o.json"))

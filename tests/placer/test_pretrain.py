@@ -52,15 +52,25 @@ def test_each_group_count_is_a_pair_whose_items_express_the_label_exactly(tmp_pa
     monkeypatch.setenv("PLACER_CACHE_DIR", str(tmp_path / "cache"))
     (tmp_path / "corpus").mkdir()
     graphs.save(branch_dag(200, seed=1), tmp_path / "corpus" / "b.json")
-    config = PretrainConfig(corpus=str(tmp_path / "corpus"), clusters=("k80x2",), groups=(0, 16, 16))
+    config = PretrainConfig(corpus=str(tmp_path / "corpus"), clusters=("k80x2",), groups=(0, 16, 16, "modules"))
     pairs, skipped = _setup_pairs(config, GNNNet(hidden=8, rounds=1), lambda s: None)
-    assert [p.name for p in pairs] == ["b.json", "b.json/16g"] and not skipped
-    ops, grouped = pairs[0].policy, pairs[1].policy
+    # branch_dag records one module per block: one module level, at depth 1
+    assert [p.name for p in pairs] == ["b.json", "b.json/16g", "b.json/m1"] and not skipped
+    ops, grouped, modules = pairs[0].policy, pairs[1].policy, pairs[2].policy
     assert ops.num_items == ops.num_ops and grouped.grouping is not None and grouped.num_items < ops.num_ops
     # the groups are cut where the label changes device, so imitating them can reach the label itself
     label = pairs[1].label
-    np.testing.assert_array_equal(grouped.expand(grouped.contract(label)), label)
-    assert grouped.net is ops.net  # one network over every pair
+    for policy in (grouped, modules):
+        np.testing.assert_array_equal(policy.expand(policy.contract(label)), label)
+    # a module group is only cut where the label changes device: no item mixes two blocks
+    g = graphs.load(tmp_path / "corpus" / "b.json")
+    block = {p: k for k, p in enumerate(sorted(set(g.module_paths)))}
+    owners = {}
+    for i, path in enumerate(g.module_paths):
+        if path:
+            owners.setdefault(int(modules.grouping.op_group[i]), set()).add(block[path])
+    assert max(len(b) for b in owners.values()) == 1
+    assert grouped.net is ops.net is modules.net  # one network over every pair
 
 
 def test_cached_labels_are_recomputed_when_the_simulator_model_or_a_baseline_changes(tmp_path, monkeypatch):

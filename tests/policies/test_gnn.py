@@ -206,3 +206,30 @@ def test_switch_share_splits_the_imitation_loss_between_switches_and_the_other_o
     assert half == pytest.approx(0.5 * nll[sw].mean() + 0.5 * nll[~sw].mean(), rel=1e-5)
     with pytest.raises(PlacerError, match="schedule decoder"):
         GNNPolicy(g, c.num_devices, cluster=c, hidden=16, rounds=1, decoder="independent").switch_mask(label)
+
+
+def test_a_given_grouping_is_what_the_policy_places():
+    from envs.simulator import schedule_graph
+    from graphs.grouping import module_grouping
+
+    g, c = branch_dag(200, seed=2), envs.resolve_cluster("k80x4")
+    grouping = module_grouping(schedule_graph(g), 1)
+    p = GNNPolicy(g, 5, cluster=c, hidden=8, rounds=1, grouping=grouping)
+    assert p.num_items == grouping.num_groups < p.num_ops
+    s = p.sample(6, generator=torch.Generator().manual_seed(0))
+    assert s.op_devices.shape == (6, g.num_ops)
+    for row in s.op_devices:  # every group's ops on one device
+        per_group = {}
+        for i, d in enumerate(row.tolist()):
+            per_group.setdefault(int(grouping.op_group[i]), set()).add(d)
+        assert max(len(v) for v in per_group.values()) == 1
+    # refined along a placement that splits the groups, the items can express it exactly
+    split = np.arange(g.num_ops) % 2
+    refined = GNNPolicy(g, 5, cluster=c, hidden=8, rounds=1, grouping=grouping, refine=split)
+    np.testing.assert_array_equal(refined.expand(refined.contract(split)), split)
+    # a grouping of another graph (here: the graph without its shared-parameter edges) is refused
+    if schedule_graph(g).content_hash != g.content_hash:
+        with pytest.raises(PlacerError, match="schedule_graph"):
+            GNNPolicy(g, 5, cluster=c, hidden=8, rounds=1, grouping=module_grouping(g, 1))
+    with pytest.raises(PlacerError, match="schedule_graph"):
+        GNNPolicy(branch_dag(200, seed=3), 5, cluster=c, hidden=8, rounds=1, grouping=grouping)
