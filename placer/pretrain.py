@@ -394,6 +394,9 @@ def pretrain(config: PretrainConfig) -> PretrainResult:
 #: ``placer place --method learned`` defaults: group counts decoded besides the ops, and samples per group count.
 ZERO_SHOT_GROUPS: tuple[int | str, ...] = (128, 256, 512, "modules")
 ZERO_SHOT_SAMPLES = 48
+#: Temperatures of the samples of each module view (``samples`` at each): the policy's own distribution, and one
+#: spread over more devices, which found the held-out LSTMs' layer-per-GPU placements (BENCHMARKS.md, "Placing modules").
+ZERO_SHOT_MODULE_TEMPERATURES = (1.0, 4.0)
 
 
 def group_views(graph: OpGraph, groups: Sequence[int | str]) -> list[tuple[str, dict[str, Any]]]:
@@ -420,7 +423,8 @@ def group_views(graph: OpGraph, groups: Sequence[int | str]) -> list[tuple[str, 
 
 
 def place_learned(graph: OpGraph, cluster: Any, *, policy_file: str | None = None, samples: int = ZERO_SHOT_SAMPLES,
-                  groups: Sequence[int | str] = ZERO_SHOT_GROUPS, seed: int = 0) -> Any:
+                  groups: Sequence[int | str] = ZERO_SHOT_GROUPS, seed: int = 0,
+                  module_temperatures: Sequence[float] = ZERO_SHOT_MODULE_TEMPERATURES) -> Any:
     """Zero-shot placement with a pretrained policy: the best on the simulator of several decodes.
 
     The policy decodes the ops (greedy), the co-location groups of
@@ -428,7 +432,8 @@ def place_learned(graph: OpGraph, cluster: Any, *, policy_file: str | None = Non
     ``"modules"``, the graph grouped by module at each depth that gives a distinct
     partition (:func:`graphs.grouping.module_levels`): greedy plus ``samples``
     samples each (a count that gives as many groups as one already decoded is
-    skipped). With no ``groups``, the ops get the ``samples`` samples.
+    skipped); a module view gets ``samples`` at each of ``module_temperatures``
+    (:meth:`policies.gnn.GNNPolicy.decode`). With no ``groups``, the ops get the ``samples`` samples.
     A group decode is 5-20x cheaper than an op decode on graphs of thousands of
     ops, and its samples were the better ones on every held-out graph measured
     (BENCHMARKS.md, "Pretrained gnn policy"); the module views place a layer
@@ -460,9 +465,10 @@ def place_learned(graph: OpGraph, cluster: Any, *, policy_file: str | None = Non
             cand.append(policy.greedy()[None])
             found_by.append(f"greedy ({what})")
             k = samples if (view != "ops" or not levels) else 0
-            if k > 0:
-                cand.append(policy.sample(k, generator=torch.Generator().manual_seed(seed)).op_devices)
-                found_by += [f"sample ({what})"] * k
+            gen = torch.Generator().manual_seed(seed)
+            for temperature in (module_temperatures if "grouping" in kwargs else (1.0,)) if k > 0 else ():
+                cand.append(policy.decode(k, temperature=temperature, generator=gen))
+                found_by += [f"sample ({what})" if temperature == 1.0 else f"sample at T={temperature:g} ({what})"] * k
     idx = np.concatenate(cand, axis=0)
     env = envs.SimEnv(graph, cluster)
     t, failed = env.step_times(idx)
@@ -470,6 +476,7 @@ def place_learned(graph: OpGraph, cluster: Any, *, policy_file: str | None = Non
     j = int(np.argmin(t))
     order, how, step_s = env.plan_order(idx[j])
     meta = {"policy_file": loaded.path, "samples": samples, "groups": levels, "seed": seed, "found_by": found_by[j],
+            "module_temperatures": [float(t) for t in module_temperatures],
             "decodes": len(idx), "node_order_step_time_s": float(t[j]) if np.isfinite(t[j]) else None,
             "greedy_step_time_s": float(t[0]) if np.isfinite(t[0]) else None,
             "place_time_s": time.perf_counter() - t0, "issue_order": how, "step_time_s": step_s, "executor": "eager"}

@@ -468,6 +468,26 @@ class GNNPolicy(nn.Module):
         return self._score(self._logp_along(acts.cpu().numpy()), acts)
 
     @torch.no_grad()
+    def decode(self, k: int, *, temperature: float = 1.0, generator: torch.Generator | None = None) -> np.ndarray:
+        """K placements ``[K, num_ops]`` drawn from the policy with its logits divided by ``temperature``.
+
+        No log-probabilities (zero-shot placement only keeps the placements): at 1 this draws what
+        :meth:`sample` draws; above 1 the draws spread over more devices. For each decision the schedule
+        decoder takes the argmax of logits + ``temperature`` x Gumbel noise, which samples softmax(logits / T).
+        """
+        if not temperature > 0:
+            raise PlacerError(f"--policy gnn: temperature must be > 0, got {temperature}")
+        u = torch.rand(k, self.num_items, self.num_devices, generator=generator, dtype=torch.float64,
+                       device=self.x_node.device).cpu().numpy()
+        gumbel = -np.log(-np.log(np.clip(u, 1e-12, 1 - 1e-12)))
+        if self.sequential:
+            idx = self._decode(k, temperature * gumbel)
+        else:
+            logits = self.log_probs().double().cpu().numpy()
+            idx = (logits[None] + temperature * gumbel).argmax(axis=2)
+        return self.expand(idx)
+
+    @torch.no_grad()
     def greedy(self) -> np.ndarray:
         if self.sequential:
             return self.expand(self._decode(1, None)[0])

@@ -1,10 +1,18 @@
 """Random search: the best of ``n`` uniformly random placements, scored by the simulator.
 
-Each co-location group gets a device drawn uniformly from the GPUs (``devices=
-"gpus"``, default) or from every device (``"all"``); the ``n`` placements are
-scored in batches with :meth:`envs.SimEnv.step_times`. Placements that fit in
-memory beat those that do not; among those, the fastest wins. Deterministic for
-a seed.
+``random_search``: each co-location group gets a device drawn uniformly from the
+GPUs (``devices="gpus"``, default) or from every device (``"all"``).
+
+``random_modules``: each *module* gets one, at every module depth that groups
+the ops differently (:func:`graphs.grouping.module_levels`), the ``n`` draws
+shared round-robin among the depths. A layer per GPU is one such draw: on the
+zoo's LSTMs this beats the list schedulers (BENCHMARKS.md, "Placing modules").
+A graph that records no module paths has nothing to draw (status "needs module
+paths" in ``placer compare``; a one-line error from ``placer place``).
+
+The ``n`` placements are scored in batches with :meth:`envs.SimEnv.step_times`.
+Placements that fit in memory beat those that do not; among those, the fastest
+wins. Deterministic for a seed.
 """
 
 from __future__ import annotations
@@ -13,27 +21,48 @@ import numpy as np
 
 from graphs import OpGraph, PlacerError
 from placer.baselines import register
-from placer.baselines._common import candidate_devices, colocation_groups
+from placer.baselines._common import BaselineUnavailable, candidate_devices, colocation_groups
 
 BATCH = 64
 
 
 @register("random_search")
 def random_search(graph: OpGraph, cluster, *, seed: int = 0, n: int = 1000, devices: str = "gpus", env=None) -> np.ndarray:
-    """Best of ``n`` random placements (``env``: a SimEnv to reuse, else one is built)."""
+    """Best of ``n`` random placements of the co-location groups (``env``: a SimEnv to reuse, else one is built)."""
+    return _best_of(graph, cluster, [colocation_groups(graph)], "random_search", seed=seed, n=n, devices=devices, env=env)
+
+
+@register("random_modules")
+def random_modules(graph: OpGraph, cluster, *, seed: int = 0, n: int = 1000, devices: str = "gpus", env=None) -> np.ndarray:
+    """Best of ``n`` random placements of whole modules, the draws shared among the module depths."""
+    from envs.simulator import schedule_graph
+    from graphs.grouping import module_levels
+
+    levels = [lv.op_group.astype(np.int64) for lv in module_levels(schedule_graph(graph))]
+    if not levels:
+        raise BaselineUnavailable(f"random_modules: {graph.name or 'the graph'} records no module paths to place by",
+                                  status="needs module paths")
+    return _best_of(graph, cluster, levels, "random_modules", seed=seed, n=n, devices=devices, env=env)
+
+
+def _best_of(graph: OpGraph, cluster, groupings: list[np.ndarray], name: str, *, seed: int, n: int, devices: str,
+             env) -> np.ndarray:
+    """The best of ``n`` placements, draw ``i`` giving each group of ``groupings[i % len]`` a uniform device."""
     import envs
 
     if n < 1:
-        raise PlacerError(f"random_search: n must be >= 1, got {n}")
+        raise PlacerError(f"{name}: n must be >= 1, got {n}")
     env = env if env is not None else envs.SimEnv(graph, cluster)
     cand = candidate_devices(cluster, devices)
-    groups = colocation_groups(graph)
-    num_groups = int(groups.max()) + 1 if len(groups) else 0
+    sizes = [int(g.max()) + 1 if len(g) else 0 for g in groupings]
     rng = np.random.default_rng(seed)
     best_key, best = (True, np.inf), None
     for start in range(0, n, BATCH):
         k = min(BATCH, n - start)
-        idx = cand[rng.integers(0, len(cand), size=(k, num_groups))][:, groups].astype(np.int32)
+        idx = np.empty((k, graph.num_ops), dtype=np.int32)
+        for j in range(k):
+            which = (start + j) % len(groupings)
+            idx[j] = cand[rng.integers(0, len(cand), size=sizes[which])][groupings[which]]
         times, oom = env.step_times(idx)
         for j in range(k):
             key = (bool(oom[j]), float(times[j]))

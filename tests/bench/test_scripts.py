@@ -132,10 +132,14 @@ def test_probe_imitation_prints_agreement_rows():
 
 @pytest.mark.slow
 def test_bench_pretrain_places_with_the_shipped_policy(tiny):
-    proc = run("bench_pretrain.py", "default", tiny, "k80x2", "--samples", "2", "--json")
+    proc = run("bench_pretrain.py", "default", tiny, "k80x2", "--samples", "2", "--seeds", "2", "--json")
     assert proc.returncode == 0, proc.stderr
     row = json.loads(proc.stdout.splitlines()[0])
+    assert len(row["zero_shot_by_seed"]) == len(row["uniform_modules_by_seed"]) == 2
+    assert row["zero_shot_step_time_s"] == pytest.approx(sum(row["zero_shot_by_seed"]) / 2)  # the median of two
     assert row["graph"] == tiny and row["cluster"] == "k80x2" and row["best_heuristic_step_time_s"] > 0
     assert row["zero_shot_step_time_s"] <= row["greedy_step_time_s"]  # greedy is one of the candidates
     assert row["uniform_modules_step_time_s"] > 0 and "modules" in row["groups"]  # random_dag records modules
     assert run("bench_pretrain.py", "default", "no-such-graph", "k80x2").returncode == 2
+    bad = run("bench_pretrain.py", "default", tiny, "k80x2", "--seeds", "0")
+    assert bad.returncode == 2 and "--seeds" in bad.stderr and len(bad.stderr.strip().splitlines()) == 1

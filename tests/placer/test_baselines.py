@@ -13,8 +13,8 @@ from graphs.synthetic import random_dag
 from placer import baselines
 from placer.baselines._common import BaselineUnavailable, linear_partition
 
-MINE = ["round_robin", "expert", "gpipe", "scotch", "metis", "kernighan_lin", "heft", "m_topo", "m_etf", "m_sct", "random_search", "annealing"]
-FAST = {"random_search": {"n": 64}, "annealing": {"steps": 64}}
+MINE = ["round_robin", "expert", "gpipe", "scotch", "metis", "kernighan_lin", "heft", "m_topo", "m_etf", "m_sct", "random_search", "random_modules", "annealing"]
+FAST = {"random_search": {"n": 64}, "random_modules": {"n": 64}, "annealing": {"steps": 64}}
 
 
 @pytest.fixture(scope="module")
@@ -213,6 +213,22 @@ def test_random_search_seed_matters(k80x4):
     g = random_dag(80, seed=1)
     a, b = run("random_search", g, k80x4, seed=0, n=8), run("random_search", g, k80x4, seed=1, n=8)
     assert not np.array_equal(a, b)
+
+
+def test_random_modules_places_whole_modules_and_finds_a_layer_per_gpu(k80x4):
+    # two independent compute-heavy chains, each one module: apart they run in parallel
+    g = two_chains()
+    g = OpGraph.from_edges(g.names, [(g.names[s], g.names[d], b) for s, d, b in
+                                     zip(g.edge_src.tolist(), g.edge_dst.tolist(), g.edge_bytes.tolist())],
+                           flops=g.flops, op_types=g.op_types, name="two-chains",
+                           module_paths=[f"layers.{n[0]}.cell" for n in g.names])
+    idx = run("random_modules", g, k80x4, n=16)
+    a, b = {int(idx[i]) for i, n in enumerate(g.names) if n[0] == "a"}, {int(idx[i]) for i, n in enumerate(g.names) if n[0] == "b"}
+    assert len(a) == len(b) == 1 and a != b and a | b <= set(k80x4.gpu_indices())
+    with pytest.raises(PlacerError, match="random_modules: two-chains records no module paths"):
+        run("random_modules", two_chains(), k80x4)
+    with pytest.raises(PlacerError, match="n must be"):
+        run("random_modules", g, k80x4, n=0)
 
 
 @pytest.mark.slow

@@ -75,7 +75,12 @@ def test_place_learned_decodes_each_module_level(tmp_path, capsys):
     levels = module_levels(schedule_graph(g))
     assert levels  # one group per block
     p = place_learned(g, c, samples=3, groups=("modules",))
-    assert p.meta["decodes"] == 1 + 4 * len(levels) and p.meta["groups"] == ["modules"]
+    # per module view: greedy + 3 samples at each of the two temperatures
+    assert p.meta["decodes"] == 1 + 7 * len(levels) and p.meta["groups"] == ["modules"]
+    assert p.meta["module_temperatures"] == [1.0, 4.0]
+    one = place_learned(g, c, samples=3, groups=("modules",), module_temperatures=(4.0,))
+    assert one.meta["decodes"] == 1 + 4 * len(levels)
+    assert one.meta["found_by"].startswith(("greedy", "sample at T=4"))
     env = envs.SimEnv(g, c)
     # the best module-level decode is kept: the policy decides where each block goes, a block is never split
     t, _ = env.step_times(p.indices(g, c.device_names)[None])
@@ -89,7 +94,7 @@ def test_place_learned_decodes_each_module_level(tmp_path, capsys):
     rc, out, err = run(capsys, "place", str(gpath), "--cluster", "k80x2", "--method", "learned", "--groups", "modules",
                        "--samples", "2", "-o", str(tmp_path / "o.json"))
     assert rc == 0, err
-    assert Placement.load(str(tmp_path / "o.json")).meta["decodes"] == 1 + 3 * len(levels)
+    assert Placement.load(str(tmp_path / "o.json")).meta["decodes"] == 1 + 5 * len(levels)
 
 
 def test_place_learned_bad_groups_and_stray_options_exit_2(tmp_path, capsys):

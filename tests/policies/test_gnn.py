@@ -233,3 +233,21 @@ def test_a_given_grouping_is_what_the_policy_places():
             GNNPolicy(g, 5, cluster=c, hidden=8, rounds=1, grouping=module_grouping(g, 1))
     with pytest.raises(PlacerError, match="schedule_graph"):
         GNNPolicy(branch_dag(200, seed=3), 5, cluster=c, hidden=8, rounds=1, grouping=grouping)
+
+
+@pytest.mark.parametrize("decoder", ["schedule", "independent"])
+def test_decode_at_temperature(decoder):
+    g, c = branch_dag(120, seed=4), envs.resolve_cluster("k80x4")
+    p = GNNPolicy(g, 5, cluster=c, hidden=8, rounds=1, decoder=decoder)
+    cold = p.decode(16, temperature=1e-6, generator=torch.Generator().manual_seed(0))
+    hot = p.decode(16, temperature=50.0, generator=torch.Generator().manual_seed(0))
+    assert cold.shape == hot.shape == (16, g.num_ops)
+    # near 0 every draw is the greedy placement; a high temperature spreads each op over several devices
+    np.testing.assert_array_equal(cold, np.repeat(p.greedy()[None], 16, axis=0))
+    assert np.mean([len(set(hot[:, i].tolist())) for i in range(g.num_ops)]) > 2
+    if decoder == "schedule":  # at 1, decode draws what sample draws from the same generator
+        s = p.sample(8, generator=torch.Generator().manual_seed(0))
+        np.testing.assert_array_equal(s.op_devices, p.decode(8, generator=torch.Generator().manual_seed(0)))
+    for bad in (0.0, -1.0, float("nan")):
+        with pytest.raises(PlacerError, match="temperature"):
+            p.decode(2, temperature=bad)
