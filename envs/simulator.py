@@ -443,8 +443,10 @@ def schedule_graph(graph: OpGraph, microbatches: int = 1) -> OpGraph:
     from graphs.ops import param_reads
 
     sim = microbatch_graph(graph, microbatches)
+    if graph.meta.get(PARAM_EDGES_META):
+        return sim
     src, dst, nbytes = param_reads(graph)
-    if not len(src) or graph.meta.get(PARAM_EDGES_META):
+    if not len(src):
         return sim
     # on the graph's own edges (the microbatch copies repeat them): a pair that is already an edge (the reader
     # also reads the owner's output, so it needs both) adds the tensor's bytes to it; the others are new edges

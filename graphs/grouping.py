@@ -198,14 +198,18 @@ def module_grouping(graph: OpGraph, depth: int) -> "Grouping":
     """
     if int(depth) < 1:
         raise PlacerError(f"module_grouping: depth must be >= 1, got {depth}")
+    return _module_grouping(graph, int(depth), _colocate(graph).astype(np.int64))
+
+
+def _module_grouping(graph: OpGraph, depth: int, unit: np.ndarray) -> "Grouping":
+    """:func:`module_grouping` given the co-location group of each op (``unit``, int64)."""
     n = graph.num_ops
-    unit = _colocate(graph).astype(np.int64)
     first: dict[str, int] = {}
     a, b = [], []
     for i, path in enumerate(graph.module_paths):
         if not path:
             continue
-        key = ".".join(path.split(".")[: int(depth)])
+        key = ".".join(path.split(".")[:depth])
         j = first.setdefault(key, i)
         if j != i:
             a.append(unit[j])
@@ -216,7 +220,7 @@ def module_grouping(graph: OpGraph, depth: int) -> "Grouping":
         _, labels = connected_components(adj, directed=False)
         unit = _renumber_by_first_op(labels[unit])
     unit, merged_cycles = _merge_cycles(graph, unit)
-    return Grouping.from_assignment(graph, unit, meta={"module_depth": int(depth), "merged_cycles": merged_cycles})
+    return Grouping.from_assignment(graph, unit, meta={"module_depth": depth, "merged_cycles": merged_cycles})
 
 
 def module_levels(graph: OpGraph, max_groups: int = 512) -> list["Grouping"]:
@@ -233,16 +237,15 @@ def module_levels(graph: OpGraph, max_groups: int = 512) -> list["Grouping"]:
     [(1, [0, 0, 1])]
     """
     deepest = max((p.count(".") + 1 for p in graph.module_paths if p), default=0)
-    units = int(_colocate(graph).max()) + 1 if graph.num_ops else 0
+    unit = _colocate(graph).astype(np.int64)
+    units = int(unit.max()) + 1 if graph.num_ops else 0
     levels, seen = [], set()
     for depth in range(1, deepest + 1):
-        grouping = module_grouping(graph, depth)
+        grouping = _module_grouping(graph, depth, unit)
         key = grouping.op_group.tobytes()
-        if key in seen or grouping.num_groups == units or not 2 <= grouping.num_groups <= max_groups:
-            seen.add(key)
-            continue
+        if key not in seen and grouping.num_groups != units and 2 <= grouping.num_groups <= max_groups:
+            levels.append(grouping)
         seen.add(key)
-        levels.append(grouping)
     return levels
 
 

@@ -282,6 +282,7 @@ class PretrainResult:
 
 def _setup_pairs(config: PretrainConfig, net: Any, say: Callable[[str], None]) -> tuple[list[Pair], list[str]]:
     import envs
+    from envs.simulator import schedule_graph
     from policies.gnn import GNNPolicy
 
     items = build_corpus(config.corpus, exclude=set(config.exclude), synthetic_sizes=config.synthetic_sizes, seed=config.seed)
@@ -290,6 +291,7 @@ def _setup_pairs(config: PretrainConfig, net: Any, say: Callable[[str], None]) -
     skipped: list[str] = []
     for it in items:
         g = it.load()
+        sg = schedule_graph(g)  # what every policy reads; built once for all clusters and views
         for c in clusters:
             try:
                 method, t_best, label = best_heuristic(g, c)
@@ -299,8 +301,8 @@ def _setup_pairs(config: PretrainConfig, net: Any, say: Callable[[str], None]) -
             env = envs.SimEnv(g, c)
             label = canonical_label(g, c, label, env)
             single_t, _ = env.step_times(envs.assign.single_device_rows(c.num_devices, g.num_ops))
-            for view, kwargs in group_views(g, config.groups):
-                policy = GNNPolicy(g, c.num_devices, cluster=c, net=net, refine=label, **kwargs)
+            for view, kwargs in group_views(sg, config.groups):
+                policy = GNNPolicy(sg, c.num_devices, cluster=c, net=net, refine=label, **kwargs)
                 name = it.name if view == "ops" else f"{it.name}/{view.replace('modules depth ', 'm')}"
                 pairs.append(Pair(name, c.name, policy, env, float(np.min(single_t)), label, method, t_best))
         say(f"corpus: {it.name} ({g.num_ops} ops) on {', '.join(c.name for c in clusters)}")
@@ -405,7 +407,8 @@ def group_views(graph: OpGraph, groups: Sequence[int | str]) -> list[tuple[str, 
     0 is the ops; N the graph coarsened to N co-location groups (``max_groups``);
     ``"modules"`` one view per :func:`graphs.grouping.module_levels` partition of the
     graph the policy reads (``envs.simulator.schedule_graph``), a group per module
-    at each depth.
+    at each depth. Pass that graph itself (as the callers here do) and the policies
+    built on it neither rebuild it nor hash it again.
     """
     from envs.simulator import schedule_graph
     from graphs.grouping import module_levels
@@ -445,6 +448,7 @@ def place_learned(graph: OpGraph, cluster: Any, *, policy_file: str | None = Non
     import torch
 
     import envs
+    from envs.simulator import schedule_graph
     from placer.placement import Placement
     from policies import policy_file as pf
     from policies.gnn import GNNPolicy
@@ -455,8 +459,9 @@ def place_learned(graph: OpGraph, cluster: Any, *, policy_file: str | None = Non
     cand, found_by, items_seen = [], [], set()
     torch.manual_seed(seed)
     with torch.no_grad():
-        for view, kwargs in group_views(graph, [0, *levels]):
-            policy = GNNPolicy(graph, cluster.num_devices, cluster=cluster, net=loaded.net, **kwargs)
+        sg = schedule_graph(graph)  # what every view's policy reads: built and hashed once
+        for view, kwargs in group_views(sg, [0, *levels]):
+            policy = GNNPolicy(sg, cluster.num_devices, cluster=cluster, net=loaded.net, **kwargs)
             if view != "ops" and "max_groups" in kwargs and policy.num_items in items_seen:
                 continue
             items_seen.add(policy.num_items)

@@ -455,10 +455,7 @@ class GNNPolicy(nn.Module):
                 actions = (cdf.unsqueeze(0) < u).sum(dim=2).clamp(max=self.num_devices - 1)  # [K, N]
             lp, ent = self._score(logp[None], actions)
             return PolicySample({"devices": actions}, lp, ent, self.expand(actions.cpu().numpy()))
-        u = torch.rand(k, self.num_items, self.num_devices, generator=generator, dtype=torch.float64,
-                       device=self.x_node.device).cpu().numpy()
-        gumbel = -np.log(-np.log(np.clip(u, 1e-12, 1 - 1e-12)))
-        idx = self._decode(k, gumbel)
+        idx = self._decode(k, self._gumbel(k, generator))
         actions = torch.as_tensor(idx, device=self.x_node.device)
         lp, ent = self._score(self._logp_along(idx), actions)
         return PolicySample({"devices": actions}, lp, ent, self.expand(idx))
@@ -466,6 +463,12 @@ class GNNPolicy(nn.Module):
     def log_prob(self, actions: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
         acts = actions["devices"]
         return self._score(self._logp_along(acts.cpu().numpy()), acts)
+
+    def _gumbel(self, k: int, generator: torch.Generator | None) -> np.ndarray:
+        """Gumbel noise ``[K, items, devices]`` (float64) from ``generator``: the draws of :meth:`sample` and :meth:`decode`."""
+        u = torch.rand(k, self.num_items, self.num_devices, generator=generator, dtype=torch.float64,
+                       device=self.x_node.device).cpu().numpy()
+        return -np.log(-np.log(np.clip(u, 1e-12, 1 - 1e-12)))
 
     @torch.no_grad()
     def decode(self, k: int, *, temperature: float = 1.0, generator: torch.Generator | None = None) -> np.ndarray:
@@ -477,9 +480,7 @@ class GNNPolicy(nn.Module):
         """
         if not temperature > 0:
             raise PlacerError(f"--policy gnn: temperature must be > 0, got {temperature}")
-        u = torch.rand(k, self.num_items, self.num_devices, generator=generator, dtype=torch.float64,
-                       device=self.x_node.device).cpu().numpy()
-        gumbel = -np.log(-np.log(np.clip(u, 1e-12, 1 - 1e-12)))
+        gumbel = self._gumbel(k, generator)
         if self.sequential:
             idx = self._decode(k, temperature * gumbel)
         else:
