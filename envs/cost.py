@@ -83,6 +83,43 @@ def op_times(graph: OpGraph, cluster: Cluster, microbatches: int = 1) -> tuple[n
     return fwd, bwd
 
 
+def issue_times(graph: OpGraph, cluster: Cluster, fwd_s: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Host seconds issuing each op on each device under the eager executor, ``([n, D] forward, [n, D] backward)``.
+
+    A host (``cpu``) device runs its ops on the issuing thread: their time is in
+    ``fwd_s``/``bwd_s``, so their issue time is 0. On another device, by default,
+    an op with a kernel costs the host the device's ``launch_overhead_s`` (a view
+    nothing) and its backward costs its autograd worker nothing. Where the graph's
+    profile for the device's kind measured issue times in context
+    (``issue_fwd_s``/``issue_bwd_s``, :func:`envs.profiler.profile_device_in_context`:
+    the FX node's Python, the dispatch and the launch; the worker's time per
+    autograd node), those replace the defaults, views included. ``fwd_s`` is the
+    ``[n, D]`` forward time (:func:`op_times`), which says which ops launch a
+    kernel; issue times are per call, so a microbatch's copy costs the same.
+
+    >>> from graphs import OpGraph
+    >>> g = OpGraph.from_edges(["a", "b"], [("a", "b", 4)], flops=[1e9, 0.0])
+    >>> c = Cluster.preset("k80x2")
+    >>> f, b = issue_times(g, c, np.array([[1.0, 1.0, 1.0], [0.0, 0.0, 0.0]]))
+    >>> (f * 1e6).round(1).tolist(), float(b.sum())
+    ([[0.0, 8.0, 8.0], [0.0, 0.0, 0.0]], 0.0)
+    """
+    fwd_s = np.asarray(fwd_s, dtype=np.float64)
+    host = np.asarray(cluster.kinds) == "cpu"
+    issue_f = np.where((fwd_s > 0) & ~host[None, :], cluster.launch_overhead_s[None, :], 0.0)
+    issue_b = np.zeros_like(issue_f)
+    for d, kind in enumerate(cluster.kinds):
+        prof = graph.profile.get(kind)
+        if host[d] or not prof:
+            continue
+        for out, col in ((issue_f, "issue_fwd_s"), (issue_b, "issue_bwd_s")):
+            measured = prof.get(col)
+            if measured is not None:
+                have = ~np.isnan(measured)
+                out[have, d] = measured[have]
+    return issue_f, issue_b
+
+
 def transfer_time_s(nbytes: float, src_dev: int | str, dst_dev: int | str, cluster: Cluster) -> float:
     """Seconds to copy ``nbytes`` from ``src_dev`` to ``dst_dev`` (index or name); 0 on one device.
 

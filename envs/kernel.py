@@ -259,9 +259,12 @@ def _count(p, n, D, out_ptr, out_dst, out_eb, tcount, tbytes, gpend):
 
 
 @njit(cache=True)
-def _eager_fwd(p, order, lo, hi, n, D, in_ptr, in_src, fwd_t, lat, bw, host, launch,
+def _eager_fwd(p, order, lo, hi, n, D, in_ptr, in_src, fwd_t, lat, bw, host, issue_f,
                tbytes, gpend, gready, free, start, end, h, t_end):
-    """Issue the forwards of ``order[lo:hi]`` from host time ``h``; returns ``(h, t_end)``."""
+    """Issue the forwards of ``order[lo:hi]`` from host time ``h``; returns ``(h, t_end)``.
+
+    ``issue_f[i, d]``: the host seconds issuing op ``i`` on (non-host) device ``d`` costs.
+    """
     for x in range(lo, hi):
         i = order[x]
         b = p[i]
@@ -313,8 +316,7 @@ def _eager_fwd(p, order, lo, hi, n, D, in_ptr, in_src, fwd_t, lat, bw, host, lau
             h = e
             free[b] = e
         else:
-            if t > 0:
-                h += launch[b]
+            h += issue_f[i, b]
             s = h if h > free[b] else free[b]
             e = s + t
             free[b] = e
@@ -326,9 +328,13 @@ def _eager_fwd(p, order, lo, hi, n, D, in_ptr, in_src, fwd_t, lat, bw, host, lau
 
 
 @njit(cache=True)
-def _eager_bwd(p, order, lo, hi, n, D, out_ptr, out_dst, bwd_t, lat, bw, host, grad,
+def _eager_bwd(p, order, lo, hi, n, D, out_ptr, out_dst, bwd_t, lat, bw, host, issue_b, grad,
                tbytes, gpend, gready, free, start, end, h, t_end):
     """One ``backward()`` call over ``order[lo:hi]`` (reversed) made at host time ``h``; returns ``(h, t_end)``.
+
+    Each non-host device's autograd worker issues its tasks one after another,
+    ``issue_b[j, d]`` seconds each, from ``h``: a task's kernel starts no earlier
+    than its issue ends.
 
     The call returns when the calling thread has run its last host task (``h``
     unchanged when there is none). An op without a backward (``grad`` False)
@@ -338,6 +344,7 @@ def _eager_bwd(p, order, lo, hi, n, D, out_ptr, out_dst, bwd_t, lat, bw, host, g
     nD = n * D
     h_f = h
     hq = h_f
+    wk = np.full(D, h_f)  # each device worker's issue clock
     for x in range(hi - 1, lo - 1, -1):
         j = order[x]
         d = p[j]
@@ -368,6 +375,7 @@ def _eager_bwd(p, order, lo, hi, n, D, out_ptr, out_dst, bwd_t, lat, bw, host, g
         s = hq if host[d] else free[d]
         if h_f > s:
             s = h_f
+        g_end = 0.0
         for k in range(out_ptr[j], out_ptr[j + 1]):
             ed = p[out_dst[k]]
             if ed != d:
@@ -376,14 +384,36 @@ def _eager_bwd(p, order, lo, hi, n, D, out_ptr, out_dst, bwd_t, lat, bw, host, g
                     gpend[slot] = 0
                     lk = D + ed * D + d
                     gs = gready[slot] if gready[slot] > free[lk] else free[lk]
+                    if host[ed] != host[d]:  # a blocking copy: the issuing thread waits, the GPU stream drains first
+                        g = ed if host[d] else d  # the GPU
+                        th = wk[ed] if host[d] else hq  # the issuing thread: the GPU's worker, or the host
+                        if free[g] > gs:
+                            gs = free[g]
+                        if th > gs:
+                            gs = th
                     ge = gs + (lat[ed, d] + tbytes[slot] / bw[ed, d])
                     free[lk] = ge
+                    if host[ed] != host[d]:
+                        if host[d]:
+                            wk[ed] = ge
+                            free[ed] = ge
+                        else:
+                            hq = ge
+                            free[d] = ge
                     start[2 * n + nD + slot] = gs
                     end[2 * n + nD + slot] = ge
-                    if ge > s:
-                        s = ge
+                    if ge > g_end:
+                        g_end = ge
                     if ge > t_end:
                         t_end = ge
+        if g_end > s:
+            s = g_end
+        if not host[d]:  # the worker issues the task once its gradients are in
+            if g_end > wk[d]:
+                wk[d] = g_end
+            wk[d] += issue_b[j, d]
+            if wk[d] > s:
+                s = wk[d]
         e = s + bwd_t[j, d]
         if host[d]:
             hq = e
@@ -397,7 +427,7 @@ def _eager_bwd(p, order, lo, hi, n, D, out_ptr, out_dst, bwd_t, lat, bw, host, g
 
 
 @njit(cache=True)
-def _eager(p, order, segs, n, D, out_ptr, out_dst, out_eb, in_ptr, in_src, fwd_t, bwd_t, lat, bw, host, launch, grad,
+def _eager(p, order, segs, n, D, out_ptr, out_dst, out_eb, in_ptr, in_src, fwd_t, bwd_t, lat, bw, host, issue_f, issue_b, grad,
            tcount, tbytes, gpend, gready, free, start, end):
     """The eager schedule of one placement in issue ``order`` (see :mod:`envs.schedule`).
 
@@ -413,10 +443,10 @@ def _eager(p, order, segs, n, D, out_ptr, out_dst, out_eb, in_ptr, in_src, fwd_t
     t_end = 0.0
     for q in range(segs.shape[0]):
         if segs[q, 0] == 0:
-            h, t_end = _eager_fwd(p, order, segs[q, 1], segs[q, 2], n, D, in_ptr, in_src, fwd_t, lat, bw, host, launch,
+            h, t_end = _eager_fwd(p, order, segs[q, 1], segs[q, 2], n, D, in_ptr, in_src, fwd_t, lat, bw, host, issue_f,
                                   tbytes, gpend, gready, free, start, end, h, t_end)
         else:
-            h, t_end = _eager_bwd(p, order, segs[q, 1], segs[q, 2], n, D, out_ptr, out_dst, bwd_t, lat, bw, host, grad,
+            h, t_end = _eager_bwd(p, order, segs[q, 1], segs[q, 2], n, D, out_ptr, out_dst, bwd_t, lat, bw, host, issue_b, grad,
                                   tbytes, gpend, gready, free, start, end, h, t_end)
     return t_end
 
@@ -497,7 +527,7 @@ def _peak(dev, p, n, D, act_b, grad, tcount, tbytes, start, end):
 
 @njit(cache=True)
 def _batch(P, n, D, out_ptr, out_dst, out_eb, in_ptr, in_src, fwd_t, bwd_t, lat, bw,
-           static_b, act_b, param_b, cap, launch, membw, times, oom, eager, orders, host, segs, nseg, grad,
+           static_b, act_b, param_b, cap, launch, membw, times, oom, eager, orders, host, issue_f, issue_b, segs, nseg, grad,
            want_over, over):
     """Step time and OOM flag of every row of ``P``.
 
@@ -531,7 +561,7 @@ def _batch(P, n, D, out_ptr, out_dst, out_eb, in_ptr, in_src, fwd_t, bwd_t, lat,
             order = orders[k] if orders.shape[0] > 1 else orders[0]
             q = k if segs.shape[0] > 1 else 0
             t_end = _eager(p, order, segs[q, :nseg[q]], n, D, out_ptr, out_dst, out_eb, in_ptr, in_src, fwd_t, bwd_t, lat, bw, host,
-                           launch, grad, tcount, tbytes, gpend, gready, free, start, end)
+                           issue_f, issue_b, grad, tcount, tbytes, gpend, gready, free, start, end)
         else:
             t_end = _schedule(p, n, D, out_ptr, out_dst, out_eb, in_ptr, in_src, fwd_t, bwd_t, lat, bw,
                               pend_f, ready_f, pend_b, ready_b, tcount, tbytes, gpend, gready, free, h, start, end)
@@ -591,7 +621,7 @@ class KernelData:
 
     def __init__(self, g: OpGraph, c: Cluster, fwd_s: np.ndarray, bwd_s: np.ndarray, static_bytes: np.ndarray,
                  act_bytes: np.ndarray, executor: str, segments: np.ndarray | None = None,
-                 grad: np.ndarray | None = None) -> None:
+                 grad: np.ndarray | None = None, issue: tuple[np.ndarray, np.ndarray] | None = None) -> None:
         self.n, self.D = g.num_ops, c.num_devices
         # which ops have a backward (graphs.ops.grad_mask); default all
         self.grad = np.ones(self.n, dtype=np.bool_) if grad is None else np.ascontiguousarray(grad, dtype=np.bool_)
@@ -617,6 +647,11 @@ class KernelData:
         self.launch = c.launch_overhead_s.astype(np.float64)
         self.membw = c.mem_bw_bytes_per_s.astype(np.float64)
         self.host = np.asarray([k == "cpu" for k in c.kinds], dtype=np.bool_)
+        # host seconds issuing each op's forward / backward on each device (envs.cost.issue_times)
+        if issue is None:
+            issue = cost.issue_times(g, c, self.fwd_t)
+        self.issue_f = np.ascontiguousarray(issue[0], dtype=np.float64)
+        self.issue_b = np.ascontiguousarray(issue[1], dtype=np.float64)
         self.eager = executor == "eager"
         self.node_order = np.arange(self.n, dtype=np.int64)[None, :]
 
@@ -654,7 +689,7 @@ class KernelData:
         _batch(P, self.n, self.D, self.out_ptr, self.out_dst, self.out_eb, self.in_ptr, self.in_src,
                self.fwd_t, self.bwd_t, self.lat, self.bw, self.static_b, self.act_b, self.param_b,
                self.cap, self.launch, self.membw, times, oom,
-               self.eager, self._orders(order), self.host, segs, nseg, self.grad,
+               self.eager, self._orders(order), self.host, self.issue_f, self.issue_b, segs, nseg, self.grad,
                over is not None, over if over is not None else np.zeros(K))
         return times, oom
 
@@ -669,7 +704,7 @@ class KernelData:
         tbytes = np.zeros(nD, dtype=np.int64)
         if self.eager:
             t_end = _eager(p, self._orders(order)[0], self.segs if program is None else np.ascontiguousarray(program, dtype=np.int64), n, D, self.out_ptr, self.out_dst, self.out_eb, self.in_ptr,
-                           self.in_src, self.fwd_t, self.bwd_t, self.lat, self.bw, self.host, self.launch, self.grad,
+                           self.in_src, self.fwd_t, self.bwd_t, self.lat, self.bw, self.host, self.issue_f, self.issue_b, self.grad,
                            tcount, tbytes, np.zeros(nD, dtype=np.int64), np.zeros(nD), np.zeros(D + D * D), start, end)
         else:
             t_end = _schedule(p, n, D, self.out_ptr, self.out_dst, self.out_eb, self.in_ptr, self.in_src,

@@ -39,10 +39,11 @@ bandwidth`` of the link ``a = p[u] -> b = p[i]``, ``L`` its free time):
   ``free[b] = L = end``; ``h`` unchanged;
 * host -> host (another ``cpu`` device): ``start = max(h, L)``; ``h = L = end``.
 
-Then op ``i`` runs. On a GPU the host pays the dispatch cost
-``launch_overhead_s[d]`` (only for ops with nonzero time: views launch
-nothing), ``h += launch``, and the kernel is enqueued: ``start = max(h,
-free[d])``, ``free[d] = end`` (so a kernel waiting for a copy holds back every
+Then op ``i`` runs. On a GPU the host pays the issue cost ``issue_f[i, d]``
+(:func:`envs.cost.issue_times`: by default ``launch_overhead_s[d]`` for ops with
+nonzero time, views launch nothing; a profile in context measures it per op, the
+FX node's Python included), ``h += issue``, and the kernel is enqueued: ``start =
+max(h, free[d])``, ``free[d] = end`` (so a kernel waiting for a copy holds back every
 later kernel on that stream). On the host: ``start = max(h, free[d])``, ``h =
 free[d] = end`` (nothing else is issued meanwhile).
 
@@ -56,7 +57,16 @@ consumers of ``j``: ``start = max(max bwd end of j's consumers on e, link e ->
 p[j] free)``, the link is busy until ``end``), then ``bwd j``: ``start =
 max(h_f, queue free, its gradient copies' ends)``, where the queue is
 ``free[p[j]]`` for a GPU and one host queue shared by every ``cpu`` device
-(same-device consumers ran earlier on the same in-order queue). The forward's
+(same-device consumers ran earlier on the same in-order queue). A GPU's tasks
+are issued by its autograd worker thread, one after another from ``h_f``, each
+once its gradient copies are in and costing ``issue_b[j, d]`` (default 0;
+measured per op in context): ``w[d] = max(w[d], copies' ends) + issue_b[j, d]``
+and the task starts no earlier than ``w[d]``. A gradient copy between a GPU and
+the host is synchronous (autograd copies a gradient back with a blocking
+``.to()``; its memory is not pinned): it starts once the GPU's stream has
+drained and the thread issuing it is free (the GPU's worker for GPU -> host, the
+calling thread for host -> GPU), and that thread and the GPU's stream wait until
+it ends. The forward's
 free times carry over, so a stream finishes its forward work first. No heap:
 ``O(n + edges)`` per placement.
 
@@ -169,6 +179,7 @@ def schedule_reference(
     launch_s: np.ndarray | None = None,
     segments: np.ndarray | None = None,
     grad: np.ndarray | None = None,
+    issue: tuple[np.ndarray, np.ndarray] | None = None,
 ) -> Schedule:
     """Schedule one step in plain Python (slow; the specification the kernel is tested against).
 
@@ -178,16 +189,23 @@ def schedule_reference(
     (:func:`envs.microbatch.issue_segments`; default one of each); ``"dataflow"``
     ignores them. ``grad`` (default all True) says which ops have a backward
     (:func:`graphs.ops.grad_mask`): under eager the others run none and are sent
-    no gradient; under both, no gradient bytes are counted for them.
+    no gradient; under both, no gradient bytes are counted for them. ``issue``
+    (eager): ``([n, D] forward, [n, D] backward)`` host issue seconds per op and
+    device (:func:`envs.cost.issue_times`); it replaces ``launch_s``, which
+    otherwise costs each op with a kernel on a non-host device its forward issue
+    (and its backward nothing).
     """
     if executor == "eager":
         D = latency_s.shape[0]
+        is_host = np.zeros(D, dtype=bool) if host is None else np.asarray(host, dtype=bool)
+        if issue is None:
+            launch = np.zeros(D) if launch_s is None else np.asarray(launch_s, dtype=np.float64)
+            issue_f = np.where((np.asarray(fwd_t) > 0) & ~is_host[None, :], launch[None, :], 0.0)
+            issue = (issue_f, np.zeros_like(issue_f))
         return _eager_reference(
             graph, place, fwd_t, bwd_t, latency_s, bandwidth_bytes_per_s, update_s,
             np.arange(graph.num_ops) if order is None else order,
-            np.zeros(D, dtype=bool) if host is None else host,
-            np.zeros(D) if launch_s is None else launch_s,
-            segments,
+            is_host, issue, segments,
             np.ones(graph.num_ops, dtype=bool) if grad is None else np.asarray(grad, dtype=bool),
         )
     if executor != "dataflow":
@@ -296,7 +314,7 @@ def _collect(place, keys, start, end, act_id, grad_id, update_s, grad=None) -> S
     )
 
 
-def _eager_reference(graph, place, fwd_t, bwd_t, latency_s, bandwidth_bytes_per_s, update_s, order, host, launch_s, segments=None,
+def _eager_reference(graph, place, fwd_t, bwd_t, latency_s, bandwidth_bytes_per_s, update_s, order, host, issue, segments=None,
                      grad=None) -> Schedule:
     """The eager model of the module docstring, written out step by step.
 
@@ -364,8 +382,7 @@ def _eager_reference(graph, place, fwd_t, bwd_t, latency_s, bandwidth_bytes_per_
                 e = s + t
                 h = free[b] = e
             else:
-                if t > 0:
-                    h += float(launch_s[b])
+                h += float(issue[0][i, b])  # the host issues the kernel
                 s = max(h, free[b])
                 e = s + t
                 free[b] = e
@@ -374,6 +391,7 @@ def _eager_reference(graph, place, fwd_t, bwd_t, latency_s, bandwidth_bytes_per_
 
     def backward(ops: list[int], h_f: float) -> float:
         host_queue = h_f  # the calling thread runs every host backward task
+        worker = [h_f] * D  # each device's autograd worker: when it has issued its tasks so far
         for j in reversed(ops):
             d = p[j]
             ready: dict[int, float] = {}
@@ -386,15 +404,27 @@ def _eager_reference(graph, place, fwd_t, bwd_t, latency_s, bandwidth_bytes_per_
                 start[bwd_id(j)] = end[bwd_id(j)] = max([h_f] + [end[bwd_id(v)] for v in consumers[j]])
                 continue
             grads = 0.0
-            for e_dev in sorted(ready):
+            for e_dev in ready:  # in the order of the consumers, as the kernel
                 lk = link.get((e_dev, d), 0.0)
                 s = max(ready[e_dev], lk)
+                blocking = is_host[e_dev] != is_host[d]  # GPU <-> host: not pinned, so synchronous
+                if blocking:  # the GPU's stream drains first, and the issuing thread waits for the copy
+                    gpu = e_dev if is_host[d] else d
+                    s = max(s, free[gpu], worker[e_dev] if is_host[d] else host_queue)
                 e = s + float(latency_s[e_dev, d] + float(keys[(j, e_dev)]) / bandwidth_bytes_per_s[e_dev, d])
                 link[(e_dev, d)] = e
+                if blocking:
+                    if is_host[d]:
+                        worker[e_dev] = free[e_dev] = e
+                    else:
+                        host_queue = free[d] = e
                 start[grad_id(j, e_dev)], end[grad_id(j, e_dev)] = s, e
                 grads = max(grads, e)
             queue = host_queue if is_host[d] else free[d]
             s = max(h_f, queue, grads)
+            if not is_host[d]:  # the worker issues the task once its gradients are in
+                worker[d] = max(worker[d], grads) + float(issue[1][j, d])
+                s = max(s, worker[d])
             e = s + float(bwd_t[j, d])
             if is_host[d]:
                 host_queue = e

@@ -41,7 +41,8 @@ from graphs.ops import free_mask, grad_mask
 
 
 #: Bumped whenever a change to the model changes simulated step times (keys of caches of simulated results).
-MODEL_VERSION = 2  # 2: parameters read on another device are copied there (schedule_graph)
+MODEL_VERSION = 3  # 2: parameters read on another device are copied there (schedule_graph); 3: eager backward
+# gradient copies between a GPU and the host block their issuing thread and drain the stream; per-op issue times
 
 #: ``OpGraph.meta`` key set on :func:`schedule_graph`'s output: its parameter reads are edges already.
 PARAM_EDGES_META = "param_edges"
@@ -113,7 +114,13 @@ class SimEnv:
         grad = grad_mask(graph)
         bwd = np.where(grad[:, None], bwd, 0.0)
         self.grad = grad if M == 1 else np.tile(grad, M)
+        # host seconds issuing each op (eager: the host thread forward, each device's autograd worker backward)
+        issue_f, issue_b = cost.issue_times(graph, cluster, fwd)
+        issue_b = np.where(grad[:, None], issue_b, 0.0)
+        if executor == "dataflow":  # no issuing thread: an op takes at least its issue time on its device
+            fwd, bwd = np.maximum(fwd, issue_f), np.maximum(bwd, issue_b)
         self.fwd_s, self.bwd_s = (fwd, bwd) if M == 1 else (np.tile(fwd, (M, 1)), np.tile(bwd, (M, 1)))
+        self.issue_f, self.issue_b = (issue_f, issue_b) if M == 1 else (np.tile(issue_f, (M, 1)), np.tile(issue_b, (M, 1)))
         self.static_bytes = cost.static_bytes(self.sim_graph)
         self.act_bytes = cost.activation_bytes(self.sim_graph)
         self._kernel_data: Any = None
@@ -203,7 +210,7 @@ class SimEnv:
             from envs.kernel import KernelData
 
             self._kernel_data = KernelData(self.sim_graph, self.cluster, self.fwd_s, self.bwd_s, self.static_bytes, self.act_bytes,
-                                           self.executor, self.segments, self.grad)
+                                           self.executor, self.segments, self.grad, (self.issue_f, self.issue_b))
         return self._kernel_data
 
     # -------------------------------------------------------------- schedule
@@ -224,7 +231,7 @@ class SimEnv:
             c = self.cluster
             return schedule_reference(self.sim_graph, place, self.fwd_s, self.bwd_s, c.latency_s, c.bandwidth_bytes_per_s, self.update_s(place),
                                       executor=self.executor, order=order, host=np.asarray(c.kinds) == "cpu", launch_s=c.launch_overhead_s,
-                                      segments=program, grad=self.grad)
+                                      segments=program, grad=self.grad, issue=(self.issue_f, self.issue_b))
         return self._kernel().schedule(place, order if self.executor == "eager" else None, program)
 
     def simulate(self, placement: Any, *, trace: bool = False, order: Any = None) -> Result:
@@ -329,7 +336,8 @@ class SimEnv:
                 c = self.cluster
                 sched = schedule_reference(self.sim_graph, row, self.fwd_s, self.bwd_s, c.latency_s, c.bandwidth_bytes_per_s, self.update_s(row),
                                            executor=self.executor, order=o, host=np.asarray(c.kinds) == "cpu", launch_s=c.launch_overhead_s,
-                                           segments=self.segments if programs is None else programs[k], grad=self.grad)
+                                           segments=self.segments if programs is None else programs[k], grad=self.grad,
+                                           issue=(self.issue_f, self.issue_b))
                 r = self.result(sched)
                 times[k] = r.extra["sim_step_time_s"]
                 oom[k] = r.status == "oom"
@@ -416,7 +424,7 @@ class SimEnv:
         if self._lower_bound is None:
             from envs.bound import lower_bound_from_times
 
-            self._lower_bound = lower_bound_from_times(self.sim_graph, self.cluster, self.fwd_s, self.bwd_s, self.executor)
+            self._lower_bound = lower_bound_from_times(self.sim_graph, self.cluster, self.fwd_s, self.bwd_s, self.executor, self.issue_f)
         return self._lower_bound
 
 

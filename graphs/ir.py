@@ -30,6 +30,8 @@ FORMAT = "placer-graph/1"
 # Per-op numeric columns: name -> dtype. All have length num_ops.
 _INT_COLS = ("out_bytes", "param_bytes", "buffer_bytes")
 _FLOAT_COLS = ("flops",)
+#: Per-op columns a profile may give per device kind (seconds; see ``OpGraph.profile``).
+PROFILE_COLUMNS = ("fwd_s", "bwd_s", "issue_fwd_s", "issue_bwd_s")
 
 
 @dataclass(eq=False)
@@ -50,7 +52,9 @@ class OpGraph:
         params: per op, the FQNs of every parameter/buffer it reads (owned or not).
         edge_src, edge_dst: op indices of each edge (int32), ``src < dst``.
         edge_bytes: bytes of the tensor carried by each edge (int64).
-        profile: device kind -> {"fwd_s": array, "bwd_s": array}; NaN = unknown.
+        profile: device kind -> {"fwd_s": array, "bwd_s": array}, optionally also
+            "issue_fwd_s"/"issue_bwd_s" (host seconds issuing each op on an
+            asynchronous device, :func:`envs.cost.issue_times`); NaN = unknown.
         name: a label for the graph (model name).
         meta: free-form metadata (batch size, capture options, ...).
     """
@@ -211,8 +215,8 @@ class OpGraph:
                 )
         for kind, cols in self.profile.items():
             for k, arr in cols.items():
-                if k not in ("fwd_s", "bwd_s"):
-                    raise GraphFormatError(f"{label}: profile[{kind!r}] has unknown column {k!r} (expected fwd_s, bwd_s)")
+                if k not in PROFILE_COLUMNS:
+                    raise GraphFormatError(f"{label}: profile[{kind!r}] has unknown column {k!r} (expected {', '.join(PROFILE_COLUMNS)})")
                 if arr.shape != (n,):
                     raise GraphFormatError(f"{label}: profile[{kind!r}][{k!r}] has shape {arr.shape}, expected ({n},)")
                 if np.any(arr[~np.isnan(arr)] < 0):

@@ -176,47 +176,84 @@ def _rel_err(got, want) -> float:
     return diff / scale if scale > 0 else diff
 
 
-def check_apply(name: str, args: argparse.Namespace, placement, graph) -> dict:
-    """Loss and gradients of ``placer.apply(model, placement)`` vs the unplaced model on the CPU.
+def grad_errors(name: str, size: str, placement, graph, device_map: str) -> dict:
+    """The placed model's loss and gradients (float32) and the CPU model's (float32) against a float64 CPU reference.
 
-    Tolerance (``--tolerance``, default 1e-3 of each tensor's largest magnitude):
-    the placed module runs the same ATen ops, but on the GPU through cuBLAS/cuDNN,
-    whose float32 sums run in another order than the CPU's; each op's result then
-    moves by a few units of float32 rounding (~1e-7) times sqrt(reduction length),
-    i.e. ~1e-5 for the 512-4608-long dot products here, and the errors add up over
-    tens of layers and time steps to ~1e-4. TF32 (cuDNN's default for convolutions,
-    ~1e-3 per op) is switched off for the check, so 1e-3 leaves a 10x margin while a
-    wrong placement (a lost gradient, a stale copy) is off by O(1).
+    Per tensor, ``max |got - want| / max |want|`` (``*_max_rel``) and ``|got - want| / |want|``
+    in the 2-norm (``*_norm_rel``). TF32 is off. The float32 CPU model's own error says
+    how well float32 can compute each gradient at all: a gradient that is mostly
+    cancellation (a batch-norm layer on a 4x4 feature map) is off by percents in
+    float32 on any device.
     """
     import torch
-    from torch.utils._pytree import tree_leaves
 
     from envs.runtime import default_loss
     from placer.apply import apply
 
-    model, inputs = cs.build(name, args.size)
-    ref = copy.deepcopy(model)
+    model, inputs = cs.build(name, size)
+    ref64 = copy.deepcopy(model).double()
+    cpu32 = copy.deepcopy(model)
     saved = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
     torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = False
     try:
-        placed = apply(model, placement, inputs, device_map=args.device_map, graph=graph)
-        torch.manual_seed(5)  # dropout draws alike where both run on the CPU
-        out = placed(*inputs)
-        torch.manual_seed(5)
-        want = ref(*inputs)
-        default_loss(out).backward()
-        default_loss(want).backward()
+        placed = apply(model, placement, inputs, device_map=device_map, graph=graph)
+        runs, losses = {}, {}
+        for label, module, args in (("placed", placed, inputs), ("cpu32", cpu32, inputs),
+                                    ("ref64", ref64, tuple(t.double() if t.is_floating_point() else t for t in inputs))):
+            torch.manual_seed(5)  # dropout draws alike where they run on the CPU
+            out = module(*args)
+            loss = default_loss(out)
+            loss.backward()
+            losses[label] = loss.detach().double().cpu().reshape(1)
+            runs[label] = {k: p.grad.detach().double().cpu() for k, p in module.named_parameters() if p.grad is not None}
     finally:
         torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = saved
-    out_err = max(_rel_err(a, b) for a, b in zip(tree_leaves(out), tree_leaves(want)))
-    got = {k: p.grad for k, p in placed.named_parameters() if p.grad is not None}
-    exp = {k: p.grad for k, p in ref.named_parameters() if p.grad is not None}
-    errs = {k: _rel_err(got[k], exp[k]) for k in exp if k in got}
-    worst = max(errs, key=errs.get) if errs else None
-    same_keys = got.keys() == exp.keys() and bool(exp)
-    return {"placement": placement.method, "output_rel_err": out_err, "grad_max_rel_err": errs.get(worst, float("nan")),
-            "grad_worst": worst, "grads": len(exp), "same_grad_keys": same_keys, "tolerance": args.tolerance,
-            "ok": bool(same_keys and out_err <= args.tolerance and errs[worst] <= args.tolerance)}
+
+    def rel(got, want, norm: bool) -> float:
+        if norm:
+            return float((got - want).norm()) / (float(want.norm()) or 1.0)
+        return float((got - want).abs().max()) / (float(want.abs().max()) or 1.0)
+
+    rows = []
+    for k, want in runs["ref64"].items():
+        row = {"param": k, "max_abs": float(want.abs().max())}
+        for label in ("placed", "cpu32"):
+            got = runs[label].get(k)
+            row[f"{label}_max_rel"] = None if got is None else rel(got, want, False)
+            row[f"{label}_norm_rel"] = None if got is None else rel(got, want, True)
+        rows.append(row)
+    rows.sort(key=lambda r: -(r["placed_norm_rel"] if r["placed_norm_rel"] is not None else float("inf")))
+    return {"grads": len(rows), "missing": sorted(set(runs["ref64"]) - set(runs["placed"])),
+            "extra": sorted(set(runs["placed"]) - set(runs["ref64"])), "rows": rows,
+            "loss_placed_rel": rel(losses["placed"], losses["ref64"], True), "loss_cpu32_rel": rel(losses["cpu32"], losses["ref64"], True)}
+
+
+def check_apply(name: str, args: argparse.Namespace, placement, graph) -> dict:
+    """``placer.apply(model, placement)``'s loss and gradients against a float64 reference, beside float32 on the CPU.
+
+    Passes when the placed model has every gradient the unplaced one has and
+    each of its errors (loss and every gradient, relative in the 2-norm) is at
+    most ``--tolerance`` or twice the float32 CPU model's own error, whichever is
+    larger: the placed module runs the same ATen ops, on the GPU through
+    cuBLAS/cuDNN (TF32 off), whose float32 sums run in another order, so it is
+    as far from the exact gradient as float32 on the CPU is, while a wrong
+    placement (a lost gradient, a stale copy) is off by O(1). (A float32 CPU
+    reference alone is not enough: in a batch-norm network some gradients are
+    mostly cancellation, and float32 on either device is percents off them.)
+    """
+    e = grad_errors(name, args.size, placement, graph, args.device_map)
+    allowed = lambda cpu32: max(args.tolerance, 2.0 * cpu32)  # noqa: E731
+    bad = [r["param"] for r in e["rows"] if r["placed_norm_rel"] is None or r["placed_norm_rel"] > allowed(r["cpu32_norm_rel"] or 0.0)]
+    worst = e["rows"][0] if e["rows"] else None
+    loss_ok = e["loss_placed_rel"] <= allowed(e["loss_cpu32_rel"])
+    return {"placement": placement.method, "reference": "float64 on the CPU", "output_rel_err": e["loss_placed_rel"],
+            "output_cpu32_rel_err": e["loss_cpu32_rel"],
+            "grad_max_rel_err": worst["placed_norm_rel"] if worst else float("nan"),
+            "grad_worst_cpu32_rel_err": worst["cpu32_norm_rel"] if worst else float("nan"),
+            "grad_worst": worst["param"] if worst else None, "grads": e["grads"], "over_allowed": bad[:10],
+            "same_grad_keys": not e["missing"] and not e["extra"] and bool(e["rows"]), "tolerance": args.tolerance,
+            "worst": e["rows"][:5],
+            "ok": bool(not e["missing"] and not e["extra"] and e["rows"] and not bad and loss_ok)}
 
 
 def check_order(name: str, args: argparse.Namespace, graph, cand: dict, sim_node_s: float, sim_planned_s: float) -> dict:
@@ -342,8 +379,9 @@ def run_model(name: str, args: argparse.Namespace) -> dict:
     if learned:
         lp = Placement.from_indices(graph, logical.device_names, learned[0]["idx"], method="learned", order=learned[0]["order"])
         checks["apply"] = check_apply(name, args, lp, graph)
-        log(f"[{name}] apply check: loss rel err {checks['apply']['output_rel_err']:.1e}, "
-            f"gradients max rel err {checks['apply']['grad_max_rel_err']:.1e} -> {'ok' if checks['apply']['ok'] else 'FAILED'}")
+        log(f"[{name}] apply check vs float64: loss rel err {checks['apply']['output_rel_err']:.1e}, worst gradient "
+            f"{checks['apply']['grad_max_rel_err']:.1e} (float32 CPU {checks['apply']['grad_worst_cpu32_rel_err']:.1e}) "
+            f"-> {'ok' if checks['apply']['ok'] else 'FAILED'}")
     eager = SimEnv(graph_p, phys, executor="eager")
 
     def sim_pair(c: dict) -> tuple[float, float]:
@@ -370,6 +408,54 @@ def run_model(name: str, args: argparse.Namespace) -> dict:
             "profile_errors": dict(list(prof.get("errors", {}).items())[:10]),  # ops a device could not run, and why
             "real_step_s_range": [float(real[ok].min()), float(real[ok].max())] if ok.sum() else None,
             "real_best": real_best, "executors": per_exec, "checks": checks, "times_s": times}
+
+
+# -------------------------------------------------------------------- rescore
+def rescore_model(name: str, args: argparse.Namespace) -> dict:
+    """Score an earlier run's measurements again with a (new) profile and the current simulator; no device needed.
+
+    Reads ``<model>.jsonl`` (the placements and their real step times) from
+    ``--rescore`` and the profile ``<model>.profile.json`` from ``--profile-dir``
+    (default the same folder), captures the model here (its graph must be the
+    profiled one) and simulates every measured placement under both executors.
+    """
+    from envs.profiler import load_profile
+    from graphs.torch_capture import capture
+    import envs
+
+    folder = args.rescore
+    rows_path = os.path.join(folder, f"{name}.jsonl")
+    prof_path = os.path.join(args.profile_dir or folder, f"{name}.profile.json")
+    for path in (rows_path, prof_path):
+        if not os.path.exists(path):
+            raise PlacerError(f"{path}: not found")
+    with open(rows_path, encoding="utf-8") as f:
+        rows = [json.loads(line) for line in f if line.strip()]
+    prof = load_profile(prof_path)
+    cluster = envs.resolve_cluster(args.cluster)
+    model, inputs = cs.build(name, args.size)
+    graph = capture(model, inputs, name=name)
+    if prof.get("graph_hash") != graph.content_hash:
+        raise PlacerError(f"{prof_path}: profiled graph {prof.get('graph_hash')}, not {name} ({args.size}) as captured here ({graph.content_hash})")
+    graph_p, logical, phys, to_phys = cs.calibrated(graph, prof, cluster, args.device_map)
+    ok_rows = [r for r in rows if r.get("real_step_s")]
+    idx = [to_phys[np.asarray(r["devices"], dtype=np.int32)] for r in ok_rows]
+    orders = [None if r.get("order") is None else np.asarray(r["order"], dtype=np.int64) for r in ok_rows]
+    real = np.array([r["real_step_s"] for r in ok_rows])
+    per_exec = {}
+    sims = {}
+    for e in EXECUTORS:
+        sims[e] = np.round(cs.sim_times(graph_p, phys, idx, {"executor": e}, orders), 12)
+        per_exec[e] = scores(sims[e], real) if len(real) else None
+        if per_exec[e] is not None:
+            per_exec[e]["sim_best"] = ", ".join(ok_rows[per_exec[e]["sim_best"]]["methods"])
+    best = ", ".join(ok_rows[int(np.argmin(real))]["methods"]) if len(real) else None
+    log(f"[{name}] rescored {len(real)} measured placements with {prof_path}")
+    return {"model": name, "size": args.size, "ops": graph.num_ops, "graph_hash": graph.content_hash, "placements": len(rows),
+            "measured_ok": len(ok_rows), "real_step_s_range": [float(real.min()), float(real.max())] if len(real) else None,
+            "real_best": best, "executors": per_exec, "checks": {"apply": None, "orders": []}, "failed": [],
+            "sims": {e: sims[e].tolist() for e in EXECUTORS}, "real": real.tolist(),
+            "labels": [", ".join(r["methods"]) for r in ok_rows]}
 
 
 # -------------------------------------------------------------------- output
@@ -409,9 +495,10 @@ def markdown(rows: list[dict], args: argparse.Namespace, device: str) -> str:
     for r in rows:
         a = r["checks"]["apply"]
         if a is not None:
-            lines.append(f"| {r['model']} | `placer.apply`: loss and {a['grads']} gradients vs unplaced | {a['placement']} | "
-                         f"loss {a['output_rel_err']:.1e}, gradients {a['grad_max_rel_err']:.1e} (max rel. err){_mark(a['ok'])} | "
-                         f"≤ {a['tolerance']:g} |")
+            lines.append(f"| {r['model']} | `placer.apply`: loss and {a['grads']} gradients vs float64 on the CPU (float32 on the CPU) | "
+                         f"{a['placement']} | loss {a['output_rel_err']:.1e} ({a['output_cpu32_rel_err']:.1e}), worst gradient "
+                         f"{a['grad_max_rel_err']:.1e} ({a['grad_worst_cpu32_rel_err']:.1e}) {a['grad_worst']} (2-norm rel. err){_mark(a['ok'])} | "
+                         f"≤ max({a['tolerance']:g}, 2 × float32 CPU's) |")
         for o in r["checks"]["orders"]:
             lines.append(f"| {r['model']} | issue order `{o['order']}` vs node order, median of {o['steps']} interleaved steps | "
                          f"{o['placement']} | {o['real_planned_s'] * 1e3:.2f} vs {o['real_node_s'] * 1e3:.2f} ms "
@@ -475,13 +562,17 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--order-checks", type=int, help="placements whose issue order is checked for real (default 3; 0: none)")
     p.add_argument("--order-steps", type=int, help="timed steps per order in the order check (default 20)")
     p.add_argument("--order-slack", type=float, default=0.02, help="planned order passes at <= (1 + this) x node order (default 0.02)")
-    p.add_argument("--tolerance", type=float, default=1e-3, help="apply check: max relative error (default 1e-3)")
+    p.add_argument("--tolerance", type=float, default=1e-3,
+                   help="apply check: an error against float64 always allowed, beside twice the float32 CPU model's own (default 1e-3)")
     p.add_argument("--cpus", type=int, help="CPU threads for profiling and the measuring actor (default: all cores)")
     p.add_argument("--real", choices=("local", "ray"), default="local",
                    help="measure in this process (default; the lent GPU machines have no Ray) or in a Ray actor (envs.MeasuredEnv); "
                         "the same code, placed module and log either way")
     p.add_argument("--timeout", type=float, default=300.0, help="seconds allowed per measured placement (default 300)")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--rescore", metavar="DIR", help="no device: score the measurements of an earlier run (DIR/<model>.jsonl) "
+                   "again with the current simulator and a profile (--profile-dir, default DIR/<model>.profile.json)")
+    p.add_argument("--profile-dir", help="with --rescore: the folder of the <model>.profile.json to score with")
     p.add_argument("--json", action="store_true", help="print the JSON summary instead of the markdown report")
     p.add_argument("--out-dir", default="docs/calibration", help="raw measurements and summary.json (default docs/calibration)")
     p.add_argument("--work-dir", default="runs/validate_gpu", help="resumable state: Ray log, profile, training run (default runs/validate_gpu)")
@@ -517,6 +608,11 @@ def check(args: argparse.Namespace) -> None:
     check_float(args.tolerance, "--tolerance", above=0)
     cluster = envs.resolve_cluster(args.cluster)
     torch_of = resolve_devices(cluster.device_names, args.device_map)
+    if args.rescore:  # scores stored measurements: no device, nothing written
+        if not os.path.isdir(args.rescore):
+            raise PlacerError(f"--rescore {args.rescore}: not a folder")
+        args.logical_devices, args.torch_devices = list(cluster.device_names), list(dict.fromkeys(str(d) for d in torch_of.values()))
+        return
     check_available(torch_of)
     args.logical_devices = list(cluster.device_names)
     args.torch_devices = list(dict.fromkeys(str(d) for d in torch_of.values()))
@@ -550,6 +646,12 @@ def main(argv: list[str] | None = None) -> int:
 
 def run(args: argparse.Namespace) -> int:
     from placer.checkpoint import write_json
+
+    if args.rescore:
+        rows = [rescore_model(name, args) for name in args.model_names]
+        device = f"measurements of {args.rescore}, rescored here"
+        print(json.dumps(summary(rows, args, device), indent=1) if args.json else markdown(rows, args, device))
+        return 0
 
     os.makedirs(args.out_dir, exist_ok=True)
     device = device_name(args)
