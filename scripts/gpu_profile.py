@@ -146,8 +146,14 @@ def run_model(name: str, args: argparse.Namespace) -> dict:
     return out
 
 
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> None:  # one line, exit status 2
+        print(f"gpu_profile: {message}", file=sys.stderr)
+        raise SystemExit(2)
+
+
 def parse(argv: list[str] | None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p = _Parser(description=__doc__.split("\n\n")[0])
     p.add_argument("--models", default="rnnlm,nmt-2,resnet50", help="comma-separated (default rnnlm,nmt-2,resnet50)")
     p.add_argument("--size", default="medium", choices=("small", "medium", "full"), help="model sizes (default medium)")
     p.add_argument("--cluster", default="h200x1", help="cluster of the earlier placements (default h200x1)")
@@ -171,8 +177,35 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     return args
 
 
+def check(args: argparse.Namespace) -> None:
+    """PlacerError (one line, naming the option) for a bad option, before any work."""
+    import envs
+    from envs.runtime import check_available, resolve_devices
+    from placer.checks import check_float, check_int
+
+    known = set(cs.SIZES[args.size]) if args.size in cs.SIZES else set(cs._zoo_names())
+    for opt, names in (("--models", args.model_names), ("--apply-check", args.apply_check)):
+        unknown = [m for m in names if m not in known]
+        if unknown or (opt == "--models" and not names):
+            raise PlacerError(f"{opt}: {', '.join(unknown) or 'none given'}: not one of {', '.join(sorted(known))}")
+    for opt in ("stride", "repeats", "steps", "cpus"):
+        check_int(getattr(args, opt), f"--{opt}", least=1)
+    check_int(args.remeasure, "--remeasure", least=0)
+    check_int(args.warmup, "--warmup", least=0)
+    check_float(args.timeout, "--timeout", above=0)
+    cluster = envs.resolve_cluster(args.cluster)
+    if args.gpu_name not in cluster.device_names:
+        raise PlacerError(f"--gpu-name {args.gpu_name}: not a device of {args.cluster} ({', '.join(cluster.device_names)})")
+    check_available(resolve_devices(cluster.device_names, args.device_map))
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse(argv)
+    try:
+        check(args)
+    except PlacerError as e:
+        print(f"gpu_profile: {e}", file=sys.stderr)
+        return 2
     os.makedirs(args.out_dir, exist_ok=True)
     path = os.path.join(args.out_dir, "gpu_profile.json")
     done = []

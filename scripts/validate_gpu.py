@@ -34,9 +34,10 @@ Two checks run in this process, on the devices:
   each, after ``--warmup``), medians compared; the check passes at a
   planned/node ratio <= 1 + ``--order-slack`` (timer noise).
 
-The GPU command, for one H100 and 16 host cores (``h200x1``'s ``gpu:0`` runs on
-``cuda:0``, ``cpu:0`` on the host; expected to take about 8 minutes, not yet
-timed); the defaults are these options::
+The GPU command, for one GPU and 16 host cores (``h200x1``'s ``gpu:0`` runs on
+``cuda:0``, ``cpu:0`` on the host; on an H200, 2026-11-26: 295 s with these
+defaults, 291 s with ``--train-budget 20 --warmup 3 --steps 12 --order-steps 10``,
+whose results are in ``docs/calibration/``); the defaults are these options::
 
     PYTHONPATH=. python3 scripts/validate_gpu.py --models rnnlm,nmt-2,resnet50 --size medium \\
         --device-map gpu:0=cuda:0,cpu:0=cpu --out-dir docs/calibration

@@ -248,3 +248,55 @@ def test_every_microbatch_copies_the_whole_parameter(toy):
     g.params = [["w"], [], ["w"]]
     s = SimEnv(g, toy.cluster(), microbatches=2).schedule([toy.G0, toy.G0, toy.G1])
     assert sorted(zip(s.xfer_op[s.xfer_kind == 0].tolist(), s.xfer_bytes[s.xfer_kind == 0].tolist())) == [(0, 4), (1, 1), (3, 4), (4, 1)]
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_profiled_issue_times_cost_the_host_and_the_autograd_worker(toy, backend):
+    # a -> b, both on gpu:0; the gpu profile gives kernels fwd 1, 1, bwd 2, 2 and issue times
+    # forward 3 and 0.5 (b a view-like op: cheap to issue), backward 1 and 4.
+    # forward: a: h = 3; kernel [3, 4]; b: h = 3.5; kernel [max(3.5, free0 4) = 4, 5].  h_f = 3.5
+    # backward (the worker issues from h_f): b: w = 3.5 + 4 = 7.5; [max(free0 5, 7.5) = 7.5, 9.5]
+    #   a: w = 7.5 + 1 = 8.5; [max(free0 9.5, 8.5) = 9.5, 11.5]
+    import dataclasses
+
+    g = toy.graph(["a", "b"], [("a", "b", 1)], [1, 1])
+    prof = {"gpu": {"fwd_s": np.array([1.0, 1.0]), "bwd_s": np.array([2.0, 2.0]),
+                    "issue_fwd_s": np.array([3.0, 0.5]), "issue_bwd_s": np.array([1.0, 4.0])}}
+    g = dataclasses.replace(g, profile=prof)
+    s, r = run(g, toy.cluster(gpu_launch_s=100.0), [toy.G0, toy.G0], backend)  # the launch default is replaced
+    assert s.fwd_start_s.tolist() == [3.0, 4.0] and s.fwd_end_s.tolist() == [4.0, 5.0]
+    assert s.bwd_start_s.tolist() == [9.5, 7.5] and s.bwd_end_s.tolist() == [11.5, 9.5]
+    assert r.step_time_s == 11.5
+    # without issue columns: the launch default (0 here) on the host, nothing on the worker
+    g0 = dataclasses.replace(g, profile={"gpu": {k: v for k, v in prof["gpu"].items() if not k.startswith("issue")}})
+    s0, r0 = run(g0, toy.cluster(), [toy.G0, toy.G0], backend)
+    assert s0.fwd_start_s.tolist() == [0.0, 1.0] and s0.bwd_start_s.tolist() == [4.0, 2.0] and r0.step_time_s == 6.0
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_host_gpu_gradient_copy_blocks_its_thread_and_waits_for_the_stream(toy, backend):
+    # a (gpu:0, 1) -> b (cpu, 1) with 1 byte, x (gpu:0, 5) independent; order a x b; no launch cost.
+    # forward: a [0, 1]; x [1, 6]; copy a -> cpu waits for the stream: [6, 7], h = 7; b on the host [7, 8].  h_f = 8
+    # backward, reversed b x a: b on the host [8, 10]; x [max(free0 7, h_f 8) = 8, 18]
+    #   grad of a, cpu -> gpu:0 (a blocking .to() on the calling thread): it waits for gpu:0's stream to drain
+    #   (x's backward, issued before it): [max(b's end 10, free0 18) = 18, 19]; a: [19, 21]
+    #   (an asynchronous copy would have run [10, 11] beside x, and a [18, 20])
+    g = toy.graph(["a", "x", "b"], [("a", "b", 1)], [1, 5, 1])
+    s, r = run(g, toy.cluster(), [toy.G0, toy.G0, toy.CPU], backend)
+    assert s.fwd_start_s.tolist() == [0, 1, 7] and s.bwd_start_s.tolist() == [19, 8, 8]
+    assert xfers(s) == [(0, 0, 1, 0, 6, 7), (1, 0, 0, 1, 18, 19)]
+    assert r.step_time_s == 21.0
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_gpu_host_gradient_copy_blocks_the_gpu_worker(toy, backend):
+    # a (cpu, 1) -> b (gpu:0, 1) with 1 byte, y (gpu:0, 4) independent of both; order a b y.
+    # forward: a on the host [0, 1]; copy a -> gpu:0 (pinned, asynchronous) [1, 2]; b [2, 3]; y [3, 7].  h_f = 1
+    # backward, reversed y b a: y [max(free0 7, 1) = 7, 15]; b [15, 17]
+    #   grad of a, gpu:0 -> cpu: gpu:0's worker copies it (blocking) once the stream has drained: [17, 18]
+    #   a on the host [18, 20]
+    g = toy.graph(["a", "b", "y"], [("a", "b", 1)], [1, 1, 4])
+    s, r = run(g, toy.cluster(), [toy.CPU, toy.G0, toy.G0], backend)
+    assert s.fwd_start_s.tolist() == [0, 2, 3] and s.bwd_start_s.tolist() == [18, 15, 7]
+    assert xfers(s) == [(0, 0, 0, 1, 1, 2), (1, 0, 1, 0, 17, 18)]
+    assert r.step_time_s == 20.0

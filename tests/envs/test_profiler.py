@@ -20,6 +20,7 @@ from envs.profiler import (
     attribute_intervals,
     backward_intervals,
     calibrate_cluster,
+    check_profile,
     fit_link,
     load_profile,
     profile_model,
@@ -270,3 +271,94 @@ def test_measured_update_and_overhead_reach_the_simulated_step(profiled):
     del prof["devices"]["cpu"]["update_s"]
     c = calibrate_cluster(envs.Cluster.preset("h200x1"), prof, graph=graph, device_map="*=cpu")
     assert c.devices[0].mem_bw_bytes_per_s == envs.Cluster.preset("h200x1").devices[0].mem_bw_bytes_per_s
+
+
+# ------------------------------------------------------ in context, device
+class _TickMarks:
+    """A device timeline that only marks and sleeps move: each mark costs ``tick`` device seconds, a sleep its length."""
+
+    def __init__(self, tick: float) -> None:
+        self.t, self.tick, self.slept = 0.0, tick, 0.0
+
+    def mark(self) -> float:
+        self.t += self.tick
+        return self.t
+
+    def sleep(self, seconds: float) -> None:
+        self.t += seconds
+        self.slept += seconds
+
+    def elapsed(self, a: float, b: float) -> float:
+        return b - a
+
+    def sync(self) -> None:
+        pass
+
+
+@pytest.fixture(scope="module")
+def small_program():
+    from graphs.torch_capture import export_program, graph_from_program
+
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(16, 32), nn.ReLU(), nn.Linear(32, 32), nn.Tanh(), nn.Linear(32, 4))
+    ep = export_program(model, (torch.randn(8, 16),))
+    return ep, graph_from_program(ep)
+
+
+def test_device_probes_charge_no_op_for_the_sleeps_or_the_marks(small_program):
+    """Kernel seconds come from the device timeline alone: a timeline that only the probes' own marks (1 s each)
+    and the sleeps (100 s, every 2 probes) move gives every op 0 after the marks' measured cost is taken off."""
+    from envs.profiler import device_mark_cost, profile_device_in_context
+
+    ep, graph = small_program
+    assert device_mark_cost(_TickMarks(1.0)) == 1.0
+    marks = _TickMarks(1.0)
+    r = profile_device_in_context(ep, graph, "cpu", marks=marks, warmup=1, repeats=2, every=2)
+    assert marks.slept > 0 and r["probe_s"]["device_mark"] == 1.0
+    zero = pytest.approx(0.0, abs=1e-9)  # the timeline's sums round in the last bits
+    assert r["fwd_s"] == [zero] * graph.num_ops and r["bwd_s"] == [zero] * graph.num_ops
+    assert r["outside_s"] == {"forward_kernels": zero, "backward_kernels": zero}
+    # the clean step's phases in the timeline: one mark each, no sleeps
+    assert list(r["device_phases_s"].values()) == [pytest.approx(1.0)] * 5 and r["update_s"] == pytest.approx(1.0)
+
+
+def test_device_profile_on_the_host_timeline_adds_up(small_program):
+    """With the host as the 'device' (HostMarks), both columns are real per-op seconds: every op is issued
+    and runs, and the host issue times are scaled to the clean forward and backward."""
+    from envs.profiler import HostMarks, profile_device_in_context
+
+    ep, graph = small_program
+    r = profile_device_in_context(ep, graph, "cpu", marks=HostMarks(), warmup=1, repeats=3)
+    n = graph.num_ops
+    for col in ("fwd_s", "bwd_s", "issue_fwd_s", "issue_bwd_s"):
+        assert len(r[col]) == n and min(r[col]) >= 0.0
+    assert sum(r["issue_fwd_s"]) > 0 and sum(r["fwd_s"]) > 0 and sum(r["bwd_s"]) > 0
+    assert r["step_s"] > 0 and set(r["phases_s"]) == set(r["device_phases_s"]) == {"zero_grad", "forward", "loss", "backward", "optimizer"}
+    if r["scale"]["forward"] != 1.0:  # scaled: the op columns and the outside interval make up the clean forward
+        assert sum(r["issue_fwd_s"]) <= r["phases_s"]["forward"] * (1 + 1e-9)
+    with pytest.raises(PlacerError, match="CUDA events"):
+        profile_device_in_context(ep, graph, "cpu")  # no marks: only CUDA has events
+
+
+def test_issue_columns_reach_the_simulator_through_a_profile(profiled):
+    """A profile's issue_fwd_s/issue_bwd_s for a kind become the simulator's per-op issue times (cost.issue_times)."""
+    from envs import cost
+
+    graph, prof = profiled
+    n = graph.num_ops
+    doc = json.loads(json.dumps(prof))
+    doc["devices"]["cuda:0"] = {"kind": "gpu", "name": "fake", "method": "context", "fwd_s": [1e-5] * n, "bwd_s": [2e-5] * n,
+                                "issue_fwd_s": [3e-5] * n, "issue_bwd_s": [4e-5] * n}
+    g = apply_profile(graph, doc)
+    assert g.content_hash == graph.content_hash and np.allclose(g.profile["gpu"]["issue_bwd_s"], 4e-5)
+    cluster = envs.Cluster.preset("h200x1")
+    fwd, _ = cost.op_times(g, cluster)
+    f, b = cost.issue_times(g, cluster, fwd)
+    gpu = cluster.device_names.index("gpu:0")
+    cpu = cluster.device_names.index("cpu:0")
+    assert np.allclose(f[:, gpu], 3e-5) and np.allclose(b[:, gpu], 4e-5)  # views included: measured
+    assert not f[:, cpu].any() and not b[:, cpu].any()  # the host runs its own ops
+    bad = json.loads(json.dumps(doc))
+    bad["devices"]["cuda:0"]["issue_bwd_s"] = [1.0] * (n - 1)
+    with pytest.raises(PlacerError, match="issue_bwd_s"):
+        check_profile(bad)

@@ -101,6 +101,33 @@ def test_tiny_run_end_to_end_and_resumed(tmp_path):
     assert [m["model"] for m in summary["models"]] == ["rnnlm"] and summary["models"][0]["measured_ok"] == len(rows)
     assert json.loads((out / "rnnlm.profile.json").read_text())["devices"]["cpu"]["fwd_s"]
 
+    # --rescore: the stored measurements scored again here, with the stored profile, give the same figures
+    rescored = run("--tiny", "--json", "--rescore", str(out), "--out-dir", str(tmp_path / "unused"), timeout=300)
+    assert rescored.returncode == 0, rescored.stderr[-3000:]
+    assert [(m["model"], m["executor"], m["n"], m["mape"], m["best_ratio"]) for m in json.loads(rescored.stdout)["models"]] == \
+        [(m["model"], m["executor"], m["n"], m["mape"], m["best_ratio"]) for m in doc["models"]]
+    assert not (tmp_path / "unused").exists()  # rescoring writes nothing
+    missing = run("--tiny", "--rescore", str(tmp_path / "nowhere"), timeout=120)
+    assert missing.returncode == 2 and missing.stderr.strip().count("\n") == 0 and "nowhere" in missing.stderr
+
+    # scripts/gpu_profile.py on the same run: a profile in context, three placements re-measured, apply vs float64
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    gp = subprocess.run([sys.executable, os.path.join(ROOT, "scripts", "gpu_profile.py"), "--models", "rnnlm", "--size", "small",
+                         "--device-map", "*=cpu", "--from", str(out), "--stride", "4", "--remeasure", "3", "--apply-check", "rnnlm",
+                         "--repeats", "2", "--steps", "2", "--warmup", "1", "--cpus", "1", "--out-dir", str(tmp_path / "gp"),
+                         "--work-dir", str(tmp_path / "gpw")], capture_output=True, text=True, timeout=300, env=env, cwd=ROOT)
+    assert gp.returncode == 0, gp.stderr[-3000:]
+    (entry,) = json.loads((tmp_path / "gp" / "gpu_profile.json").read_text())
+    assert len(entry["remeasured"]) == 3 and entry["remeasure_ratio_median"] > 0
+    assert [r["methods"] for r in entry["remeasured"]] == [rows[k]["methods"] for k in (0, 4, 8)]
+    assert set(entry["apply_checks"]) == {"learned (earlier run)", "all on the GPU"}
+    assert all(c["placed_worst_norm_rel"] < 1e-3 for c in entry["apply_checks"].values())
+    assert json.loads((tmp_path / "gp" / "rnnlm.profile.json").read_text())["devices"]["cpu"]["method"] == "context"
+    for bad in (["--models", "nope"], ["--stride", "0"], ["--gpu-name", "gpu:7"]):
+        proc = subprocess.run([sys.executable, os.path.join(ROOT, "scripts", "gpu_profile.py"), "--device-map", "*=cpu", *bad],
+                              capture_output=True, text=True, timeout=120, env=env, cwd=ROOT)
+        assert proc.returncode == 2 and proc.stderr.strip().count("\n") == 0 and bad[0] in proc.stderr, proc.stderr
+
     log = (work / "rnnlm" / "measurements.jsonl").read_text()
     # resumed: the profile, learned placement and measurements are reused (--real local reads the Ray run's log)
     again = run(*cmd, "--real", "local")
@@ -125,3 +152,26 @@ def test_in_process_measurement_is_limited_and_logged(monkeypatch, tmp_path):
     results = cs.measure_here("gpt2", "small", cluster, graph, placements, str(tmp_path), timeout=1e-3, **kw)
     assert [r.status for r in results] == ["timeout", "timeout"]
     assert len((tmp_path / "measurements.jsonl").read_text().splitlines()) == 2
+
+
+def test_apply_check_allows_float32s_own_error_and_no_more(vg, monkeypatch):
+    """Against float64, the placed model passes where its error is within the tolerance or twice the float32
+    CPU model's own error (a gradient that is mostly cancellation), and fails on a larger error or a lost gradient."""
+    def rows(placed, cpu32, missing=()):
+        return {"grads": 2, "missing": list(missing), "extra": [], "loss_placed_rel": 1e-7, "loss_cpu32_rel": 1e-7,
+                "rows": [{"param": "bn.bias", "max_abs": 1e-3, "placed_norm_rel": placed, "cpu32_norm_rel": cpu32,
+                          "placed_max_rel": placed, "cpu32_max_rel": cpu32},
+                         {"param": "fc.weight", "max_abs": 1.0, "placed_norm_rel": 1e-7, "cpu32_norm_rel": 1e-7,
+                          "placed_max_rel": 1e-7, "cpu32_max_rel": 1e-7}]}
+
+    args = vg.parse(["--tiny"])
+
+    class P:
+        method = "learned"
+
+    for errors, ok in ((rows(0.05, 0.03), True), (rows(5e-4, 1e-7), True), (rows(0.05, 0.01), False),
+                       (rows(1e-7, 1e-7, missing=["lost.weight"]), False)):
+        monkeypatch.setattr(vg, "grad_errors", lambda *a, e=errors: e)
+        check = vg.check_apply("rnnlm", args, P(), None)
+        assert check["ok"] is ok, (errors["rows"][0], check)
+    assert check["same_grad_keys"] is False

@@ -90,12 +90,14 @@ def test_csr_of_a_graph_without_edges():
 
 def test_networkx_round_trip_keeps_everything():
     g = random_dag(200, seed=4)
-    g.profile = {"gpu": {"fwd_s": np.where(np.arange(200) % 3 == 0, np.nan, 1e-3), "bwd_s": np.full(200, 2e-3)}}
+    g.profile = {"gpu": {"fwd_s": np.where(np.arange(200) % 3 == 0, np.nan, 1e-3), "bwd_s": np.full(200, 2e-3),
+                         "issue_fwd_s": np.full(200, 1e-5), "issue_bwd_s": np.full(200, 3e-5)}}
     g.invalidate()
     g2 = OpGraph.from_networkx(g.to_networkx())
     assert g2.content_hash == g.content_hash
     assert g2.names == g.names and g2.params == g.params and g2.module_paths == g.module_paths
     np.testing.assert_array_equal(g2.profile["gpu"]["fwd_s"], g.profile["gpu"]["fwd_s"])  # NaN-aware
+    np.testing.assert_array_equal(g2.profile["gpu"]["issue_bwd_s"], g.profile["gpu"]["issue_bwd_s"])
     np.testing.assert_array_equal(g2.edge_bytes, g.edge_bytes)
 
 
