@@ -9,13 +9,22 @@
   autograd node) to the op that owns it. So an op's time includes eager dispatch
   and the autograd engine's work for it, the caches are as warm or cold as in
   training, and the optimizer step and the rest of the step are measured too.
+* **A CUDA device, in context** (the default): :func:`profile_device_in_context`
+  runs real training steps with every op on the GPU and measures two times per
+  op, forward and backward: its kernels' time (CUDA events, with the stream held
+  back so that the host runs ahead) and the host's time to issue it (host stamps;
+  in the backward, the autograd worker's). The simulator charges the first to the
+  GPU's stream and the second to the issuing thread (``issue_fwd_s``,
+  ``issue_bwd_s``; :func:`envs.cost.issue_times`): an eager step of small ops on
+  a fast GPU is bound by the issuing.
 * **Other devices (and ``method="isolated"``), op by op**: one walk of the graph
   with concrete values (a ``torch.fx.Interpreter`` on the CPU) times each op alone
   on the device: its forward (inputs already on the device, autograd recording as
   in training), then its backward (``torch.autograd.grad`` of the op's outputs
   with respect to its inputs that need gradients, after an untimed forward).
-  CUDA is timed with events bracketed by synchronisation (a CUDA op's host time
-  is not its kernel's time, so it cannot be timed in context this way).
+  CUDA is timed with events bracketed by synchronisation. On an H200 this charged
+  every op the autograd engine's start and the dispatch (a median of 130 µs per
+  backward op against 5 µs of kernel in a real step): 5-7x too slow.
 
 Each time is the median of ``repeats`` runs after ``warmup`` runs.
 :func:`time_link` times copies of a few sizes between two devices and
@@ -26,7 +35,8 @@ The result is a ``placer-profile/1`` document tied to the graph hash::
     {"format": "placer-profile/1", "graph_hash": "...", "ops": [names...],
      "devices": {"cpu": {"kind": "cpu", "method": "context", "fwd_s": [...], "bwd_s": [...],
                          "update_s": .., "update_bytes": .., "overhead_s": .., "step_s": ..},
-                 "cuda:0": {"kind": "gpu", "method": "isolated", ...}},
+                 "cuda:0": {"kind": "gpu", "method": "context", "fwd_s": [...], "bwd_s": [...],
+                            "issue_fwd_s": [...], "issue_bwd_s": [...], ...}},
      "links": [{"src": "cpu", "dst": "cuda:0", "latency_s": ..,
                 "bandwidth_bytes_per_s": .., "sizes_bytes": [..], "times_s": [..]}]}
 
@@ -45,6 +55,7 @@ optimizer step where there is one. :func:`with_profile` does both for a
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import dataclasses
 import json
@@ -353,6 +364,72 @@ def probe_costs(*, calls: int = 2000, nodes: int = 100, trials: int = 15, clock:
     return max(fwd, 0.0), max(bwd, 0.0)
 
 
+@contextlib.contextmanager
+def _restoring(ep: Any):
+    """Training steps on ``ep``'s own tensors, put back afterwards (the profile must not train the model)."""
+    import torch
+
+    snapshot = {k: v.detach().clone() for k, v in ep.state_dict.items()}
+    constants = {k: v.detach().clone() for k, v in ep.constants.items() if isinstance(v, torch.Tensor)}
+    try:
+        yield
+    finally:
+        with torch.no_grad():
+            for k, v in ep.state_dict.items():
+                v.copy_(snapshot[k].to(v.device))
+            for k, v in constants.items():
+                ep.constants[k].copy_(v.to(ep.constants[k].device))
+
+
+def _probed_program(ep: Any, graph: OpGraph, dev: Any, inputs: Sequence[Any] | None, lr: float, current: list) -> tuple:
+    """``(module, probed twin, inputs on dev, Adam)``: ``ep`` with every op on ``dev``, and a twin whose every op
+    reports to ``current[0]`` after it ran (:func:`_probed`; it shares the module's parameters and buffers)."""
+    import torch
+    import torch.fx as fx
+
+    from envs.runtime import place_module
+
+    gm = place_module(ep, {name: "d:0" for name in graph.names}, {"d:0": str(dev)})
+    if inputs is None:
+        example = [p.meta["val"] for p in ep.graph.nodes if p.op == "placeholder" and p.name in set(ep.graph_signature.user_inputs)]
+        inputs = _concrete_inputs(ep, example)
+    inputs = tuple(t.to(dev) if isinstance(t, torch.Tensor) else t for t in inputs)
+    probed_graph = fx.Graph()
+    env: dict = {}
+    for node in gm.graph.nodes:
+        new = probed_graph.node_copy(node, lambda a: env[a])
+        if node.op == "call_function":  # nodes the export added (buffer write-backs) count as "outside"
+            new.target = _probed(node.target, graph.index.get(node.name, -1), current)
+        env[node] = new
+    return gm, fx.GraphModule(gm, probed_graph), inputs, torch.optim.Adam(gm.parameters(), lr=lr)
+
+
+def _host_probed_step(probed_gm: Any, inputs: tuple, opt: Any, current: list, clock: Callable[[], float],
+                      sync: Callable[[], None] = lambda: None) -> tuple:
+    """One training step of the probed module with host stamps: ``(probes, tail, backward start, backward end)``.
+
+    ``tail`` is the time from the last forward op to the module's return; ``sync``
+    waits for the device before the step and after it (a GPU: so no earlier work
+    is still queued when the stamps start).
+    """
+    from envs.runtime import default_loss
+
+    opt.zero_grad(set_to_none=True)
+    sync()
+    pr = current[0] = _Probes(clock)
+    out = probed_gm(*inputs)
+    tail = clock() - pr.resume
+    loss = default_loss(out)
+    pr.hook_all(loss)
+    b0 = clock()
+    loss.backward()
+    b1 = clock()
+    pr.unhook()
+    opt.step()
+    sync()
+    return pr, tail, b0, b1
+
+
 def profile_in_context(ep: Any, graph: OpGraph, device: str = "cpu", *, warmup: int = 2, repeats: int = 5, inputs: Sequence[Any] | None = None, lr: float = 1e-3, clock: str = "auto") -> dict[str, Any]:
     """Per-op forward/backward seconds measured inside real training steps on one device.
 
@@ -391,41 +468,17 @@ def profile_in_context(ep: Any, graph: OpGraph, device: str = "cpu", *, warmup: 
     dev = torch.device(device)
     if dev.type != "cpu":
         raise PlacerError(f"in-context profiling times host ops only, not {device}")
-    snapshot = {k: v.detach().clone() for k, v in ep.state_dict.items()}
-    constants = {k: v.detach().clone() for k, v in ep.constants.items() if isinstance(v, torch.Tensor)}
-    try:
+    with _restoring(ep):
         return _in_context(ep, graph, dev, warmup, repeats, inputs, lr, clock)
-    finally:
-        with torch.no_grad():  # the steps trained the program's own tensors: put them back
-            for k, v in ep.state_dict.items():
-                v.copy_(snapshot[k])
-            for k, v in constants.items():
-                ep.constants[k].copy_(v)
 
 
 def _in_context(ep: Any, graph: OpGraph, dev: Any, warmup: int, repeats: int, inputs: Sequence[Any] | None, lr: float, clock_name: str) -> dict[str, Any]:
-    import torch
-    import torch.fx as fx
-
-    from envs.runtime import default_loss, place_module
+    from envs.runtime import default_loss
 
     n = graph.num_ops
-    gm = place_module(ep, {name: "cpu:0" for name in graph.names}, {"cpu:0": str(dev)})
-    if inputs is None:
-        example = [p.meta["val"] for p in ep.graph.nodes if p.op == "placeholder" and p.name in set(ep.graph_signature.user_inputs)]
-        inputs = _concrete_inputs(ep, example)
-    inputs = tuple(t.to(dev) if isinstance(t, torch.Tensor) else t for t in inputs)
-    opt = torch.optim.Adam(gm.parameters(), lr=lr)
     clock_name, clock = host_clock(clock_name)
     current = [_Probes(clock)]
-    probed_graph = fx.Graph()
-    env: dict = {}
-    for node in gm.graph.nodes:
-        new = probed_graph.node_copy(node, lambda a: env[a])
-        if node.op == "call_function":  # nodes the export added (buffer write-backs) count as "outside"
-            new.target = _probed(node.target, graph.index.get(node.name, -1), current)
-        env[node] = new
-    probed_gm = fx.GraphModule(gm, probed_graph)  # shares gm's parameters and buffers
+    gm, probed_gm, inputs, opt = _probed_program(ep, graph, dev, inputs, lr, current)
 
     clean: dict[str, list[float]] = {k: [] for k in ("zero", "fwd", "loss", "bwd", "opt", "step")}
     fwd_rows, bwd_rows = [], []
@@ -448,18 +501,7 @@ def _in_context(ep: Any, graph: OpGraph, dev: Any, warmup: int, repeats: int, in
             for key, v in zip(clean, (t1 - t0, t2 - t1, t3 - t2, t4 - t3, t5 - t4, t5 - t0)):
                 clean[key].append(v)
         # a probed step
-        opt.zero_grad(set_to_none=True)
-        pr = current[0] = _Probes(clock)
-        out = probed_gm(*inputs)
-        tail = clock() - pr.resume  # from the last op to the module's return
-        loss = default_loss(out)
-        pr.hook_all(loss)
-        b0 = clock()
-        loss.backward()
-        b1 = clock()
-        pr.unhook()
-        opt.step()
-        del out, loss
+        pr, tail, b0, b1 = _host_probed_step(probed_gm, inputs, opt, current, clock)
         if k >= warmup:
             f_s, fwd_counts = attribute_intervals(pr.fwd_owner + [-1], pr.fwd_s + [tail], n)
             b_s, bwd_counts = attribute_intervals(*backward_intervals(b0, pr.bwd, b1), n)
@@ -629,44 +671,23 @@ def profile_device_in_context(ep: Any, graph: OpGraph, device: str, *, warmup: i
     ``issue_fwd_s``/``issue_bwd_s`` (host seconds per op) and ``device_phases_s``.
     """
     import torch
-    import torch.fx as fx
-
-    from envs.runtime import default_loss, place_module
 
     dev = torch.device(device)
     if marks is None:
         if dev.type != "cuda":
             raise PlacerError(f"device in-context profiling needs CUDA events, not {device}")
         marks = CudaMarks(dev)
-    snapshot = {k: v.detach().clone() for k, v in ep.state_dict.items()}
-    constants = {k: v.detach().clone() for k, v in ep.constants.items() if isinstance(v, torch.Tensor)}
-    try:
-        return _device_in_context(ep, graph, dev, warmup, repeats, inputs, lr, marks, every, torch, fx, default_loss, place_module)
-    finally:
-        with torch.no_grad():
-            for k, v in ep.state_dict.items():
-                v.copy_(snapshot[k].to(v.device))
-            for k, v in constants.items():
-                ep.constants[k].copy_(v.to(ep.constants[k].device))
+    with _restoring(ep):
+        return _device_in_context(ep, graph, dev, warmup, repeats, inputs, lr, marks, every)
 
 
-def _device_in_context(ep, graph, dev, warmup, repeats, inputs, lr, marks, every, torch, fx, default_loss, place_module) -> dict[str, Any]:
+def _device_in_context(ep: Any, graph: OpGraph, dev: Any, warmup: int, repeats: int, inputs: Sequence[Any] | None, lr: float,
+                       marks: Any, every: int) -> dict[str, Any]:
+    from envs.runtime import default_loss
+
     n = graph.num_ops
-    gm = place_module(ep, {name: "d:0" for name in graph.names}, {"d:0": str(dev)})
-    if inputs is None:
-        example = [p.meta["val"] for p in ep.graph.nodes if p.op == "placeholder" and p.name in set(ep.graph_signature.user_inputs)]
-        inputs = _concrete_inputs(ep, example)
-    inputs = tuple(t.to(dev) if isinstance(t, torch.Tensor) else t for t in inputs)
-    opt = torch.optim.Adam(gm.parameters(), lr=lr)
     current: list = [_Probes(time.perf_counter)]
-    probed_graph = fx.Graph()
-    env: dict = {}
-    for node in gm.graph.nodes:
-        new = probed_graph.node_copy(node, lambda a: env[a])
-        if node.op == "call_function":
-            new.target = _probed(node.target, graph.index.get(node.name, -1), current)
-        env[node] = new
-    probed_gm = fx.GraphModule(gm, probed_graph)
+    gm, probed_gm, inputs, opt = _probed_program(ep, graph, dev, inputs, lr, current)
     clock = time.perf_counter
     keys = ("zero", "fwd", "loss", "bwd", "opt")
     host: dict[str, list[float]] = {k: [] for k in keys + ("step",)}
@@ -699,20 +720,7 @@ def _device_in_context(ep, graph, dev, warmup, repeats, inputs, lr, marks, every
                 device[key].append(marks.elapsed(m[j], m[j + 1]))
             host["step"].append(t_end - t[0])
         # a host-probed step: issue time per op
-        opt.zero_grad(set_to_none=True)
-        marks.sync()
-        pr = current[0] = _Probes(clock)
-        out = probed_gm(*inputs)
-        tail = clock() - pr.resume
-        loss = default_loss(out)
-        pr.hook_all(loss)
-        b0 = clock()
-        loss.backward()
-        b1 = clock()
-        pr.unhook()
-        opt.step()
-        marks.sync()
-        del out, loss
+        pr, tail, b0, b1 = _host_probed_step(probed_gm, inputs, opt, current, clock, marks.sync)
         per_op_host = [max(float(np.median(pr.fwd_s)), 1e-6) if pr.fwd_s else 1e-4, max((b1 - b0) / max(len(pr.bwd), 1), 1e-6)]
         if k >= warmup:
             f_s, fcount = attribute_intervals(pr.fwd_owner + [-1], pr.fwd_s + [tail], n)
@@ -769,10 +777,11 @@ def _device_in_context(ep, graph, dev, warmup, repeats, inputs, lr, marks, every
 def profile_program(ep: Any, devices: Sequence[str], *, warmup: int = 1, repeats: int = 5, transfer_sizes: Sequence[int] = DEFAULT_TRANSFER_SIZES, graph: OpGraph | None = None, progress: Callable[[int, int], None] | None = None, method: str = "context") -> dict[str, Any]:
     """Profile every op of an ``ExportedProgram`` on each torch device in ``devices``.
 
-    ``method="context"`` (default) times the CPU inside real training steps
-    (:func:`profile_in_context`) and every other device op by op; ``"isolated"``
-    times every device op by op. A CPU whose in-context run fails is timed op by
-    op (the failure is noted in ``errors``). Returns the ``placer-profile/1``
+    ``method="context"`` (default) times the CPU and CUDA devices inside real
+    training steps (:func:`profile_in_context`, :func:`profile_device_in_context`)
+    and any other device op by op; ``"isolated"`` times every device op by op. A
+    device whose in-context run fails is timed op by op (the failure is noted in
+    ``errors``). Returns the ``placer-profile/1``
     document (see the module docstring).
     """
     import torch

@@ -42,13 +42,15 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "profile", help="time every op and link on real devices (calibrates the simulator)",
         description="Time the forward and backward of every op of SOURCE on each device, and copies between each "
-        "pair of devices; write a placer-profile/1 file for --profile on simulate, compare and train.",
+        "pair of devices; write a placer-profile/1 file for --profile on simulate, compare and train. Each device is "
+        "timed inside real training steps with every op on it: on the CPU each op's time; on a GPU each op's kernel "
+        "time and the host's time to issue it (an eager step on a GPU is often bound by the latter).",
     )
     p.add_argument("source", metavar="SOURCE", help="zoo name or module:callable returning (model, example_inputs)")
     p.add_argument("--devices", default="cpu", help="comma-separated torch devices (default cpu), e.g. cpu,cuda:0")
     p.add_argument("-o", "--output", required=True, metavar="FILE", help="profile file to write (.json)")
-    p.add_argument("--warmup", type=int, default=1, help="untimed runs per op (default 1)")
-    p.add_argument("--repeats", type=int, default=5, help="timed runs per op; the median is kept (default 5)")
+    p.add_argument("--warmup", type=int, default=1, help="untimed steps (default 1)")
+    p.add_argument("--repeats", type=int, default=5, help="timed steps of each kind; the median is kept (default 5)")
     p.add_argument("--json", action="store_true", help="print a JSON summary")
     p.set_defaults(func=run_profile)
 

@@ -380,6 +380,24 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
+class OneLineParser(argparse.ArgumentParser):
+    """An argument parser whose usage errors are one line (``<script>: <message>``, exit status 2), for the GPU scripts."""
+
+    def error(self, message: str) -> None:  # type: ignore[override]
+        print(f"{os.path.splitext(self.prog)[0]}: {message}", file=sys.stderr)
+        raise SystemExit(2)
+
+
+def model_names(text: str, size: str, option: str = "--models", *, empty_ok: bool = False) -> list[str]:
+    """The comma-separated model names of ``option``, each one :func:`build` knows at ``size``; else PlacerError (one line)."""
+    names = [m.strip() for m in text.split(",") if m.strip()]
+    known = set(SIZES[size]) if size in SIZES else set(_zoo_names())
+    unknown = [m for m in names if m not in known]
+    if unknown or (not names and not empty_ok):
+        raise PlacerError(f"{option}: {', '.join(unknown) or 'none given'}: not one of {', '.join(sorted(known))}")
+    return names
+
+
 def _zoo_names() -> list[str]:
     from graphs import zoo
 

@@ -146,14 +146,8 @@ def run_model(name: str, args: argparse.Namespace) -> dict:
     return out
 
 
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> None:  # one line, exit status 2
-        print(f"gpu_profile: {message}", file=sys.stderr)
-        raise SystemExit(2)
-
-
 def parse(argv: list[str] | None) -> argparse.Namespace:
-    p = _Parser(description=__doc__.split("\n\n")[0])
+    p = cs.OneLineParser(prog="gpu_profile.py", description=__doc__.split("\n\n")[0])
     p.add_argument("--models", default="rnnlm,nmt-2,resnet50", help="comma-separated (default rnnlm,nmt-2,resnet50)")
     p.add_argument("--size", default="medium", choices=("small", "medium", "full"), help="model sizes (default medium)")
     p.add_argument("--cluster", default="h200x1", help="cluster of the earlier placements (default h200x1)")
@@ -172,8 +166,6 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--out-dir", default="runs/gpu_profile")
     p.add_argument("--work-dir", default="runs/gpu_profile_work")
     args = p.parse_args(argv)
-    args.model_names = [m for m in args.models.split(",") if m]
-    args.apply_check = [m for m in args.apply_check.split(",") if m]
     return args
 
 
@@ -183,11 +175,8 @@ def check(args: argparse.Namespace) -> None:
     from envs.runtime import check_available, resolve_devices
     from placer.checks import check_float, check_int
 
-    known = set(cs.SIZES[args.size]) if args.size in cs.SIZES else set(cs._zoo_names())
-    for opt, names in (("--models", args.model_names), ("--apply-check", args.apply_check)):
-        unknown = [m for m in names if m not in known]
-        if unknown or (opt == "--models" and not names):
-            raise PlacerError(f"{opt}: {', '.join(unknown) or 'none given'}: not one of {', '.join(sorted(known))}")
+    args.model_names = cs.model_names(args.models, args.size)
+    args.apply_check = cs.model_names(args.apply_check, args.size, "--apply-check", empty_ok=True)
     for opt in ("stride", "repeats", "steps", "cpus"):
         check_int(getattr(args, opt), f"--{opt}", least=1)
     check_int(args.remeasure, "--remeasure", least=0)

@@ -541,14 +541,8 @@ def device_name(args: argparse.Namespace) -> str:
 
 
 # ---------------------------------------------------------------------- CLI
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> None:  # one line, exit status 2
-        print(f"validate_gpu: {message}", file=sys.stderr)
-        raise SystemExit(2)
-
-
 def parse(argv: list[str] | None) -> argparse.Namespace:
-    p = _Parser(description=__doc__.split("\n\n")[0])
+    p = cs.OneLineParser(prog="validate_gpu.py", description=__doc__.split("\n\n")[0])
     p.add_argument("--tiny", action="store_true", help="CPU-only smoke test: every logical device on the CPU, one small model")
     p.add_argument("--models", help=f"comma-separated zoo names (default {DEFAULTS['gpu']['models']})")
     p.add_argument("--size", choices=("small", "medium", "full"), help="model sizes: calibrate_sim's tables or the zoo's (default medium)")
@@ -591,12 +585,7 @@ def check(args: argparse.Namespace) -> None:
     from envs.runtime import check_available, resolve_devices
     from placer.checks import check_float, check_int, check_output_dir, check_seed
 
-    names = [m.strip() for m in args.models.split(",") if m.strip()]
-    known = set(cs.SIZES[args.size]) if args.size in cs.SIZES else set(cs._zoo_names())
-    unknown = [m for m in names if m not in known]
-    if not names or unknown:
-        raise PlacerError(f"--models: {', '.join(unknown) or 'none given'}: not one of {', '.join(sorted(known))}")
-    args.model_names = names
+    args.model_names = cs.model_names(args.models, args.size)
     check_int(args.placements, "--placements", least=2)
     check_int(args.warmup, "--warmup", least=0)
     for opt in ("steps", "repeats", "order_steps", "cpus"):

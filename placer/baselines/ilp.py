@@ -18,7 +18,9 @@ of :func:`graphs.grouping.coarsen`, co-located ops always together):
   host queue run their backward tasks in reverse issue order after their forward
   work; a gradient copy waits for its consumers' backward and its link (reverse
   issue order of the producers, after the link's forward copies); a producer's
-  backward waits for its gradient copies;
+  backward waits for its gradient copies; a gradient copy between a GPU and the
+  host also waits for that GPU's stream (and, host -> GPU, the host queue) and
+  holds it (exact with one host device);
 * redundant ``NoOverlap`` constraints over optional interval variables per GPU
   (forward and backward tasks) and per link (copies);
 * memory: a device's static bytes and kept activations fit its capacity (all of
@@ -431,6 +433,43 @@ def solve(items: Items, cluster, *, time_limit_s: float = 60.0, num_workers: int
                 continue
             for ab, l1 in link[k1].items():
                 on_if(lambda: m.Add(GS[k1] >= GE[k2]), [before[u1, u2], l1, link[k2][ab]])
+    # blocking gradient copies between a GPU c and the host: the copy waits for c's stream (its forward work,
+    # and the backward tasks and blocking copies the reverse pass ran before it) and, host -> GPU, for the host
+    # queue; afterwards c's stream (and, host -> GPU, the host queue) continues from its end
+    def any_of(lits, name):
+        lits = [lit for lit in lits if lit is not False]
+        if not lits:
+            return False
+        z = m.NewBoolVar(name)
+        m.Add(z == sum(lits))  # the link literals of one copy exclude each other
+        return z
+
+    blk = [{c: any_of([lk for (a, b), lk in link[k].items() if (a == c and host[b]) or (b == c and host[a])], f"blk{k}_{c}")
+            for c in gpus} for k in range(E)]
+    h2d = [any_of([lk for (a, b), lk in link[k].items() if not host[a] and host[b]], f"h2d{k}") for k in range(E)]
+    for k, (u, _, _) in enumerate(edges):
+        for c in gpus:
+            lit = blk[k][c]
+            if lit is False:
+                continue
+            m.Add(GS[k] >= FD[c]).OnlyEnforceIf(lit)
+            for w in range(K):
+                if w == u:
+                    continue
+                on_if(lambda: m.Add(GS[k] >= BE[w]), [lit, before[u, w], x[w][c]])
+                on_if(lambda: m.Add(BS[w] >= GE[k]), [lit, before[w, u], x[w][c]])
+            for k2, (u2, _, _) in enumerate(edges):
+                if u2 != u and blk[k2][c] is not False:
+                    on_if(lambda: m.Add(GS[k] >= GE[k2]), [lit, blk[k2][c], before[u, u2]])
+        if h2d[k] is False:
+            continue
+        for w in range(K):
+            if w != u:
+                on_if(lambda: m.Add(GS[k] >= BE[w]), [h2d[k], before[u, w], ishost[w]])
+                on_if(lambda: m.Add(BS[w] >= GE[k]), [h2d[k], before[w, u], ishost[w]])
+        for k2, (u2, _, _) in enumerate(edges):
+            if u2 != u and h2d[k2] is not False:
+                on_if(lambda: m.Add(GS[k] >= GE[k2]), [h2d[k], h2d[k2], before[u, u2]])
 
     # redundant no-overlaps
     for c in gpus:
