@@ -142,7 +142,8 @@ def run_profile(args: argparse.Namespace) -> int:
         "output": args.output,
         "graph_hash": prof["graph_hash"],
         "ops": len(prof["ops"]),
-        "devices": {d: {"fwd_s": float(np.nansum(np.array(e["fwd_s"], dtype=float))), "bwd_s": float(np.nansum(np.array(e["bwd_s"], dtype=float)))} for d, e in prof["devices"].items()},
+        "devices": {d: {k: float(np.nansum(np.array(e[k], dtype=float)))
+                        for k in ("fwd_s", "bwd_s", "issue_fwd_s", "issue_bwd_s") if k in e} for d, e in prof["devices"].items()},
         "links": [{k: lk[k] for k in ("src", "dst", "latency_s", "bandwidth_bytes_per_s")} for lk in prof["links"]],
         "errors": len(prof["errors"]),
     }
@@ -152,6 +153,8 @@ def run_profile(args: argparse.Namespace) -> int:
     print(f"{args.output}: {summary['ops']} ops of {args.source} (graph {prof['graph_hash']})")
     for d, s in summary["devices"].items():
         print(f"  {d:<8} forward {s['fwd_s'] * 1e3:10.2f} ms   backward {s['bwd_s'] * 1e3:10.2f} ms   (sum over ops)")
+        if "issue_fwd_s" in s:  # a GPU profiled in context: the host's time to issue those kernels
+            print(f"  {'':<8} issue   {s['issue_fwd_s'] * 1e3:10.2f} ms   issue    {s['issue_bwd_s'] * 1e3:10.2f} ms   (host, sum over ops)")
     for lk in summary["links"]:
         print(f"  {lk['src']} -> {lk['dst']}: {lk['bandwidth_bytes_per_s'] / 1e9:.2f} GB/s, latency {lk['latency_s'] * 1e6:.1f} us")
     if summary["errors"]:

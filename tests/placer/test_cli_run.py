@@ -145,3 +145,26 @@ def test_run_bad_measure_timeout_exits_2_with_one_line(workdir, capsys, value):
                "--measure-timeout", value])
     err = capsys.readouterr().err
     assert rc == 2 and "--measure-timeout" in err and err.count("\n") == 1
+
+
+def test_profile_prints_a_gpus_issue_times(workdir, capsys, monkeypatch):
+    """A GPU profiled in context has the host's issue time beside its kernels': the summary shows both."""
+    import envs.profiler as profiler
+
+    real = profiler.profile_model
+
+    def with_a_gpu(model, inputs, devices, **kw):
+        doc = real(model, inputs, ["cpu"], **kw)
+        n = len(doc["ops"])
+        doc["devices"]["cuda:0"] = {"kind": "gpu", "name": "fake", "method": "context", "fwd_s": [1e-5] * n,
+                                    "bwd_s": [2e-5] * n, "issue_fwd_s": [3e-5] * n, "issue_bwd_s": [4e-5] * n}
+        return doc
+
+    monkeypatch.setattr(profiler, "profile_model", with_a_gpu)
+    assert main(["profile", "cli_run_model:build", "--devices", "cpu", "-o", "gpu.json", "--repeats", "2"]) == 0
+    out = capsys.readouterr().out
+    n = len(load_profile(workdir / "gpu.json")["ops"])
+    assert f"issue   {n * 3e-5 * 1e3:10.2f} ms" in out and out.count("(host, sum over ops)") == 1  # the GPU only
+    assert main(["profile", "cli_run_model:build", "--devices", "cpu", "-o", "gpu.json", "--repeats", "2", "--json"]) == 0
+    gpu = json.loads(capsys.readouterr().out)["devices"]["cuda:0"]
+    assert gpu["issue_bwd_s"] == pytest.approx(n * 4e-5)
