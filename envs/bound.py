@@ -230,17 +230,13 @@ def lp_work_bound_s(work: np.ndarray, add: np.ndarray | None = None) -> float:
     return float(np.min(full_add + lam[None, :] * full_work, axis=1).sum())
 
 
-def host_issue_s(cluster: Cluster, fwd_s: np.ndarray, issue_fwd_s: np.ndarray | None = None) -> np.ndarray:
+def host_issue_s(cluster: Cluster, fwd_s: np.ndarray, issue_fwd_s: np.ndarray) -> np.ndarray:
     """``[num_ops, D]`` host seconds to issue each op's forward on each device (eager executor).
 
     A host device's op runs on the host (``fwd_s``); another device's costs its
-    issue time (``issue_fwd_s``, default :func:`envs.cost.issue_times`' default:
-    the launch overhead for an op with a kernel).
+    issue time (``issue_fwd_s``, :func:`envs.cost.issue_times`).
     """
     host = np.asarray(cluster.kinds) == "cpu"
-    if issue_fwd_s is None:
-        launch = np.asarray(cluster.launch_overhead_s, dtype=np.float64)
-        issue_fwd_s = np.where(fwd_s > 0, launch[None, :], 0.0)
     return np.where(host[None, :], fwd_s, issue_fwd_s)
 
 
@@ -273,7 +269,7 @@ def lower_bound_from_times(graph: OpGraph, cluster: Cluster, fwd_s: np.ndarray, 
                            issue_fwd_s: np.ndarray | None = None) -> LowerBound:
     """The bound from precomputed ``[num_ops, num_devices]`` op times, for ``executor`` (``"eager"`` or ``"dataflow"``).
 
-    ``issue_fwd_s``: the host's issue seconds per op and device (:func:`envs.cost.issue_times`; default its default).
+    ``issue_fwd_s``: the host's issue seconds per op and device (default :func:`envs.cost.issue_times` of ``graph``).
     """
     if executor not in ("eager", "dataflow"):
         raise ValueError(f"executor must be 'eager' or 'dataflow', not {executor!r}")
@@ -284,6 +280,8 @@ def lower_bound_from_times(graph: OpGraph, cluster: Cluster, fwd_s: np.ndarray, 
     work = max(work_old, lp_work_bound_s(fwd_s + bwd_s)) if n and cluster.num_devices > 1 else work_old
     raw = {"critical path": cp, "work": work}
     if executor == "eager" and n:
+        if issue_fwd_s is None:
+            issue_fwd_s = cost.issue_times(graph, cluster, fwd_s)[0]
         issue = host_issue_s(cluster, fwd_s, issue_fwd_s)
         raw["host issue + backward path"] = float(issue.min(axis=1).sum()) + critical_path_s(graph, np.zeros(n), bwd_s.min(axis=1))
         raw["host issue + backward work"] = max(lp_work_bound_s(bwd_s, issue), float(issue.min(axis=1).sum() + bwd_s.min(axis=1).sum() / cluster.num_devices))
@@ -308,4 +306,4 @@ def lower_bound(graph: OpGraph, cluster: Cluster, executor: str = "eager") -> Lo
     (6.048, 'critical path')
     """
     fwd, bwd = cost.op_times(graph, cluster)
-    return lower_bound_from_times(graph, cluster, fwd, bwd, executor, cost.issue_times(graph, cluster, fwd)[0])
+    return lower_bound_from_times(graph, cluster, fwd, bwd, executor)

@@ -83,6 +83,14 @@ def op_times(graph: OpGraph, cluster: Cluster, microbatches: int = 1) -> tuple[n
     return fwd, bwd
 
 
+def default_issue_times(fwd_s: np.ndarray, host: np.ndarray, launch_s: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`issue_times` without a profile: ``launch_s[d]`` for an op with a kernel on a non-host device, else 0;
+    nothing for a backward."""
+    fwd_s = np.asarray(fwd_s, dtype=np.float64)
+    issue_f = np.where((fwd_s > 0) & ~np.asarray(host, dtype=bool)[None, :], np.asarray(launch_s, dtype=np.float64)[None, :], 0.0)
+    return issue_f, np.zeros_like(issue_f)
+
+
 def issue_times(graph: OpGraph, cluster: Cluster, fwd_s: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Host seconds issuing each op on each device under the eager executor, ``([n, D] forward, [n, D] backward)``.
 
@@ -104,10 +112,8 @@ def issue_times(graph: OpGraph, cluster: Cluster, fwd_s: np.ndarray) -> tuple[np
     >>> (f * 1e6).round(1).tolist(), float(b.sum())
     ([[0.0, 8.0, 8.0], [0.0, 0.0, 0.0]], 0.0)
     """
-    fwd_s = np.asarray(fwd_s, dtype=np.float64)
     host = np.asarray(cluster.kinds) == "cpu"
-    issue_f = np.where((fwd_s > 0) & ~host[None, :], cluster.launch_overhead_s[None, :], 0.0)
-    issue_b = np.zeros_like(issue_f)
+    issue_f, issue_b = default_issue_times(fwd_s, host, cluster.launch_overhead_s)
     for d, kind in enumerate(cluster.kinds):
         prof = graph.profile.get(kind)
         if host[d] or not prof:

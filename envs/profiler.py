@@ -69,6 +69,7 @@ import numpy as np
 
 from envs.cluster import Cluster
 from graphs import OpGraph, PlacerError, schema
+from graphs.ir import PROFILE_COLUMNS
 from graphs.io import read_json, write_text_atomic
 
 FORMAT = "placer-profile/1"
@@ -404,6 +405,11 @@ def _probed_program(ep: Any, graph: OpGraph, dev: Any, inputs: Sequence[Any] | N
     return gm, fx.GraphModule(gm, probed_graph), inputs, torch.optim.Adam(gm.parameters(), lr=lr)
 
 
+def _phases(med: Mapping[str, float]) -> dict[str, float]:
+    """A step's phase medians under the names a profile gives them."""
+    return {"zero_grad": med["zero"], "forward": med["fwd"], "loss": med["loss"], "backward": med["bwd"], "optimizer": med["opt"]}
+
+
 def _host_probed_step(probed_gm: Any, inputs: tuple, opt: Any, current: list, clock: Callable[[], float],
                       sync: Callable[[], None] = lambda: None) -> tuple:
     """One training step of the probed module with host stamps: ``(probes, tail, backward start, backward end)``.
@@ -521,7 +527,7 @@ def _in_context(ep: Any, graph: OpGraph, dev: Any, warmup: int, repeats: int, in
         "update_bytes": int(sum(p.numel() * p.element_size() for p in gm.parameters())),
         "overhead_s": float(fwd[0] + bwd[0] + med["zero"] + med["loss"]),
         "step_s": med["step"],
-        "phases_s": {"zero_grad": med["zero"], "forward": med["fwd"], "loss": med["loss"], "backward": med["bwd"], "optimizer": med["opt"]},
+        "phases_s": _phases(med),
         "probe_s": {"forward": fwd_probe_s, "backward": bwd_probe_s},
         "scale": {"forward": f_scale, "backward": b_scale},
         "clock": clock_name,
@@ -560,7 +566,7 @@ class CudaMarks:
         with torch.cuda.device(device):
             torch.cuda._sleep(1_000_000)  # clocks up, module loaded
             self.sync()
-            a, b = self.mark(), None
+            a = self.mark()
             torch.cuda._sleep(20_000_000)
             b = self.mark()
             self.sync()
@@ -765,8 +771,8 @@ def _device_in_context(ep: Any, graph: OpGraph, dev: Any, warmup: int, repeats: 
         "update_bytes": int(sum(p.numel() * p.element_size() for p in gm.parameters())),
         "overhead_s": float(issue_fwd[0] + issue_bwd[0] + med["zero"] + med["loss"]),
         "step_s": med["step"],
-        "phases_s": {"zero_grad": med["zero"], "forward": med["fwd"], "loss": med["loss"], "backward": med["bwd"], "optimizer": med["opt"]},
-        "device_phases_s": {"zero_grad": dmed["zero"], "forward": dmed["fwd"], "loss": dmed["loss"], "backward": dmed["bwd"], "optimizer": dmed["opt"]},
+        "phases_s": _phases(med),
+        "device_phases_s": _phases(dmed),
         "outside_s": {"forward_kernels": float(kern_fwd[0]), "backward_kernels": float(kern_bwd[0])},
         "probe_s": {"forward": fwd_probe_s, "backward": bwd_probe_s, "device_mark": mark_s},
         "scale": {"forward": f_scale, "backward": b_scale},
@@ -974,7 +980,7 @@ def check_profile(doc: Any, *, source: str = "profile") -> None:
         schema.obj(entry, source, where)
         if entry.get("kind") is not None and schema.string(entry["kind"], source, f"{where}.kind") not in KINDS:
             raise PlacerError(f"{source}: {where}.kind is {entry['kind']!r}, expected one of {', '.join(KINDS)}")
-        for col in ("fwd_s", "bwd_s", "issue_fwd_s", "issue_bwd_s"):
+        for col in PROFILE_COLUMNS:
             arr = entry.get(col)
             if col.startswith("issue") and arr is None:  # optional: devices profiled in context
                 continue
@@ -1008,7 +1014,7 @@ def profile_columns(graph: OpGraph, profile: Mapping[str, Any], *, source: str =
     by_kind: dict[str, dict[str, list[np.ndarray]]] = {}
     for dev, entry in profile["devices"].items():
         kind = entry.get("kind") or device_kind(dev)
-        for col in ("fwd_s", "bwd_s", "issue_fwd_s", "issue_bwd_s"):
+        for col in PROFILE_COLUMNS:
             if col not in entry:  # the issue columns: devices profiled in context only
                 continue
             vals = np.array([np.nan if x is None else x for x in entry[col]], dtype=np.float64)

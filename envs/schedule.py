@@ -199,9 +199,9 @@ def schedule_reference(
         D = latency_s.shape[0]
         is_host = np.zeros(D, dtype=bool) if host is None else np.asarray(host, dtype=bool)
         if issue is None:
-            launch = np.zeros(D) if launch_s is None else np.asarray(launch_s, dtype=np.float64)
-            issue_f = np.where((np.asarray(fwd_t) > 0) & ~is_host[None, :], launch[None, :], 0.0)
-            issue = (issue_f, np.zeros_like(issue_f))
+            from envs.cost import default_issue_times
+
+            issue = default_issue_times(fwd_t, is_host, np.zeros(D) if launch_s is None else launch_s)
         return _eager_reference(
             graph, place, fwd_t, bwd_t, latency_s, bandwidth_bytes_per_s, update_s,
             np.arange(graph.num_ops) if order is None else order,

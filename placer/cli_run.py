@@ -114,6 +114,7 @@ def run_profile(args: argparse.Namespace) -> int:
     from tqdm import tqdm
 
     from envs.profiler import profile_model, save_profile
+    from graphs.ir import PROFILE_COLUMNS
     from placer.sources import resolve_model
 
     _check_numbers(args)
@@ -143,7 +144,7 @@ def run_profile(args: argparse.Namespace) -> int:
         "graph_hash": prof["graph_hash"],
         "ops": len(prof["ops"]),
         "devices": {d: {k: float(np.nansum(np.array(e[k], dtype=float)))
-                        for k in ("fwd_s", "bwd_s", "issue_fwd_s", "issue_bwd_s") if k in e} for d, e in prof["devices"].items()},
+                        for k in PROFILE_COLUMNS if k in e} for d, e in prof["devices"].items()},
         "links": [{k: lk[k] for k in ("src", "dst", "latency_s", "bandwidth_bytes_per_s")} for lk in prof["links"]],
         "errors": len(prof["errors"]),
     }

@@ -471,7 +471,8 @@ def place_learned(graph: OpGraph, cluster: Any, *, policy_file: str | None = Non
             found_by.append(f"greedy ({what})")
             k = samples if (view != "ops" or not levels) else 0
             gen = torch.Generator().manual_seed(seed)
-            for temperature in (module_temperatures if "grouping" in kwargs else (1.0,)) if k > 0 else ():
+            temperatures = (module_temperatures if "grouping" in kwargs else (1.0,)) if k > 0 else ()
+            for temperature in temperatures:
                 cand.append(policy.decode(k, temperature=temperature, generator=gen))
                 found_by += [f"sample ({what})" if temperature == 1.0 else f"sample at T={temperature:g} ({what})"] * k
     idx = np.concatenate(cand, axis=0)

@@ -299,6 +299,26 @@ def scores(sim: np.ndarray, real: np.ndarray) -> dict:
                      "best_ratio": bool(ratio <= TARGETS["best_ratio_max"])}}
 
 
+def simulate_both(graph_p, phys, idx: list, orders: list) -> dict[str, np.ndarray]:
+    """Each placement's simulated step under each executor model.
+
+    Rounded to picoseconds: the same schedule summed in another order differs in the last float bits, which
+    must not rank placements (e.g. on one physical device, where every placement simulates alike).
+    """
+    return {e: np.round(cs.sim_times(graph_p, phys, idx, {"executor": e}, orders), 12) for e in EXECUTORS}
+
+
+def score_both(sims: dict[str, np.ndarray], real: np.ndarray, methods: list[list[str]]) -> tuple[dict, str | None]:
+    """:func:`scores` per executor, its ``sim_best`` named by the placement's methods; and the real best's name."""
+    if not len(real):
+        return {e: None for e in EXECUTORS}, None
+    per_exec = {}
+    for e in EXECUTORS:
+        per_exec[e] = scores(sims[e], real)
+        per_exec[e]["sim_best"] = ", ".join(methods[per_exec[e]["sim_best"]])
+    return per_exec, ", ".join(methods[int(np.argmin(real))])
+
+
 def run_model(name: str, args: argparse.Namespace) -> dict:
     import torch
 
@@ -348,10 +368,7 @@ def run_model(name: str, args: argparse.Namespace) -> dict:
                       warmup=args.warmup, steps=args.steps, cpus=args.cpus, timeout=args.timeout)
     times["measure_s"] = time.time() - t0
 
-    # rounded to picoseconds: the same schedule summed in another order differs in the last float bits,
-    # which must not rank placements (e.g. on one physical device, where every placement simulates alike)
-    sims = {e: np.round(cs.sim_times(graph_p, phys, [to_phys[c["idx"]] for c in cands], {"executor": e},
-                                     [c["order"] for c in cands]), 12) for e in EXECUTORS}
+    sims = simulate_both(graph_p, phys, [to_phys[c["idx"]] for c in cands], [c["order"] for c in cands])
     ok = np.array([r.ok for r in results])
     real = np.array([r.step_time_s for r in results])
     rows = []
@@ -367,12 +384,7 @@ def run_model(name: str, args: argparse.Namespace) -> dict:
                      "devices": c["idx"].tolist(), "order": None if c["order"] is None else c["order"].tolist()})
     write_text_atomic(os.path.join(args.out_dir, f"{name}.jsonl"), "".join(json.dumps(row) + "\n" for row in rows))
     save_profile(prof, os.path.join(args.out_dir, f"{name}.profile.json"))
-    per_exec = {}
-    for e in EXECUTORS:
-        per_exec[e] = scores(sims[e][ok], real[ok]) if ok.sum() else None
-        if per_exec[e] is not None:
-            per_exec[e]["sim_best"] = ", ".join(cands[int(np.flatnonzero(ok)[per_exec[e]["sim_best"]])]["methods"])
-    real_best = ", ".join(cands[int(np.flatnonzero(ok)[np.argmin(real[ok])])]["methods"]) if ok.sum() else None
+    per_exec, real_best = score_both({e: sims[e][ok] for e in EXECUTORS}, real[ok], [c["methods"] for c, good in zip(cands, ok) if good])
 
     t0 = time.time()
     checks: dict = {"apply": None, "orders": []}
@@ -443,20 +455,11 @@ def rescore_model(name: str, args: argparse.Namespace) -> dict:
     idx = [to_phys[np.asarray(r["devices"], dtype=np.int32)] for r in ok_rows]
     orders = [None if r.get("order") is None else np.asarray(r["order"], dtype=np.int64) for r in ok_rows]
     real = np.array([r["real_step_s"] for r in ok_rows])
-    per_exec = {}
-    sims = {}
-    for e in EXECUTORS:
-        sims[e] = np.round(cs.sim_times(graph_p, phys, idx, {"executor": e}, orders), 12)
-        per_exec[e] = scores(sims[e], real) if len(real) else None
-        if per_exec[e] is not None:
-            per_exec[e]["sim_best"] = ", ".join(ok_rows[per_exec[e]["sim_best"]]["methods"])
-    best = ", ".join(ok_rows[int(np.argmin(real))]["methods"]) if len(real) else None
+    per_exec, best = score_both(simulate_both(graph_p, phys, idx, orders), real, [r["methods"] for r in ok_rows])
     log(f"[{name}] rescored {len(real)} measured placements with {prof_path}")
     return {"model": name, "size": args.size, "ops": graph.num_ops, "graph_hash": graph.content_hash, "placements": len(rows),
             "measured_ok": len(ok_rows), "real_step_s_range": [float(real.min()), float(real.max())] if len(real) else None,
-            "real_best": best, "executors": per_exec, "checks": {"apply": None, "orders": []}, "failed": [],
-            "sims": {e: sims[e].tolist() for e in EXECUTORS}, "real": real.tolist(),
-            "labels": [", ".join(r["methods"]) for r in ok_rows]}
+            "real_best": best, "executors": per_exec, "checks": {"apply": None, "orders": []}, "failed": []}
 
 
 # -------------------------------------------------------------------- output
