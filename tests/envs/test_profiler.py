@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 
 import numpy as np
 import pytest
@@ -275,7 +276,8 @@ def test_measured_update_and_overhead_reach_the_simulated_step(profiled):
 
 # ------------------------------------------------------ in context, device
 class _TickMarks:
-    """A device timeline that only marks and sleeps move: each mark costs ``tick`` device seconds, a sleep its length."""
+    """A device timeline that only marks and sleeps move: each mark costs ``tick`` device seconds, a sleep its
+    length rounded up to whole seconds (so the timeline stays exact in floating point)."""
 
     def __init__(self, tick: float) -> None:
         self.t, self.tick, self.slept = 0.0, tick, 0.0
@@ -285,8 +287,8 @@ class _TickMarks:
         return self.t
 
     def sleep(self, seconds: float) -> None:
-        self.t += seconds
-        self.slept += seconds
+        self.t += math.ceil(seconds)
+        self.slept += math.ceil(seconds)
 
     def elapsed(self, a: float, b: float) -> float:
         return b - a
