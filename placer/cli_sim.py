@@ -41,6 +41,10 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--groups", default=None, metavar="N[,N...]", help="--method learned: the policy decodes the ops "
                    "(greedy) and the graph coarsened to each of these group counts, or grouped by module at each "
                    "depth (the word modules); none: the ops only, sampled too (default 128,256,512,modules)")
+    p.add_argument("--refine", type=int, default=None, metavar="N", help="--method learned: then simulate up to N "
+                   "more placements improving the best decodes, one group moved to another GPU at a time (steepest "
+                   "descent, as the module_search baseline does from random draws); stops after 2 s; 0: keep the "
+                   "best decode (default 1000)")
     p.add_argument("--seed", type=int, default=0, help="seed for randomised methods (default 0)")
     p.add_argument("--option", action="append", default=[], metavar="KEY=VALUE", help="a method option, e.g. device=gpu:1 (repeatable)")
     p.add_argument("-o", "--output", required=True, metavar="FILE", help="placement file to write (.json)")
@@ -178,21 +182,24 @@ def run_place(args: argparse.Namespace) -> int:
     graph, cluster = _profiled(graph, cluster, args.profile)
     if model is not None and accepts(baselines.get(args.method), "model"):
         options["model"] = model  # accelerate's device maps need the module
-    for flag, value in (("--policy-file", args.policy_file), ("--samples", args.samples), ("--groups", args.groups)):
+    for flag, value in (("--policy-file", args.policy_file), ("--samples", args.samples), ("--groups", args.groups),
+                        ("--refine", args.refine)):
         if args.method != "learned" and value is not None:
             raise PlacerError(f"{flag}: only with --method learned")
     try:
         if args.method == "learned":
             from placer.checks import check_int, parse_group_counts
-            from placer.pretrain import ZERO_SHOT_GROUPS, ZERO_SHOT_SAMPLES, place_learned
+            from placer.pretrain import ZERO_SHOT_GROUPS, ZERO_SHOT_REFINE, ZERO_SHOT_SAMPLES, place_learned
 
             samples = ZERO_SHOT_SAMPLES if args.samples is None else args.samples
             check_int(samples, "--samples", least=0, most=4096)
+            refine = ZERO_SHOT_REFINE if args.refine is None else args.refine
+            check_int(refine, "--refine", least=0, most=10**6)
             groups = ZERO_SHOT_GROUPS if args.groups is None else parse_group_counts(args.groups, modules=True)
             if options:
-                raise PlacerError("--option: --method learned takes none (use --policy-file, --samples, --groups)")
+                raise PlacerError("--option: --method learned takes none (use --policy-file, --samples, --groups, --refine)")
             placement = place_learned(graph, cluster, policy_file=args.policy_file, samples=samples, groups=groups,
-                                      seed=args.seed)
+                                      seed=args.seed, refine=refine)
         else:
             placement = baselines.place(args.method, graph, cluster, seed=args.seed, **options)
     except TypeError as e:
@@ -205,7 +212,9 @@ def run_place(args: argparse.Namespace) -> int:
           f"issue order: {placement.meta['issue_order']} ({placement.meta['step_time_s'] * 1e3:.3f} ms simulated, eager)")
     if args.method == "learned":
         m = placement.meta
-        print(f"  best of {m['decodes']} decodes of the policy: {m['found_by']}, in {m['place_time_s']:.1f} s")
+        refined = (f"; {m['refine_simulated']} placements simulated refining the decodes (stopped: {m['refine_stopped']})"
+                   if m["refine"] else "")
+        print(f"  best of {m['decodes']} decodes of the policy{refined}: {m['found_by']}, in {m['place_time_s']:.1f} s")
     return 0
 
 

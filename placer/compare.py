@@ -28,7 +28,7 @@ GIB = float(1 << 30)
 ORDER = (
     "single", "round_robin", "expert", "gpipe", "accelerate", "accelerate_low_0", "accelerate_sequential",
     "scotch", "metis", "kernighan_lin",
-    "heft", "m_topo", "m_etf", "m_sct", "random_search", "random_modules", "annealing", "ilp",
+    "heft", "m_topo", "m_etf", "m_sct", "random_search", "random_modules", "module_search", "annealing", "ilp",
 )
 
 

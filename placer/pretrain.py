@@ -399,6 +399,12 @@ ZERO_SHOT_SAMPLES = 48
 #: Temperatures of the samples of each module view (``samples`` at each): the policy's own distribution, and one
 #: spread over more devices, which found the held-out LSTMs' layer-per-GPU placements (BENCHMARKS.md, "Placing modules").
 ZERO_SHOT_MODULE_TEMPERATURES = (1.0, 4.0)
+#: Placements simulated to refine the best decodes by steepest descent over their groups
+#: (:func:`placer.baselines.module_search.descend`), and the largest view (in groups) refined.
+ZERO_SHOT_REFINE = 1000
+ZERO_SHOT_REFINE_MAX_ITEMS = 128
+#: Seconds after which the refinement starts no new round (a 20,000-op graph simulates ~300 placements a second).
+ZERO_SHOT_REFINE_TIME_S = 2.0
 
 
 def group_views(graph: OpGraph, groups: Sequence[int | str]) -> list[tuple[str, dict[str, Any]]]:
@@ -427,7 +433,8 @@ def group_views(graph: OpGraph, groups: Sequence[int | str]) -> list[tuple[str, 
 
 def place_learned(graph: OpGraph, cluster: Any, *, policy_file: str | None = None, samples: int = ZERO_SHOT_SAMPLES,
                   groups: Sequence[int | str] = ZERO_SHOT_GROUPS, seed: int = 0,
-                  module_temperatures: Sequence[float] = ZERO_SHOT_MODULE_TEMPERATURES) -> Any:
+                  module_temperatures: Sequence[float] = ZERO_SHOT_MODULE_TEMPERATURES,
+                  refine: int = ZERO_SHOT_REFINE, refine_time_s: float = ZERO_SHOT_REFINE_TIME_S) -> Any:
     """Zero-shot placement with a pretrained policy: the best on the simulator of several decodes.
 
     The policy decodes the ops (greedy), the co-location groups of
@@ -443,6 +450,17 @@ def place_learned(graph: OpGraph, cluster: Any, *, policy_file: str | None = Non
     per item, which held-out LSTMs need (BENCHMARKS.md, "Placing modules");
     the op-level greedy placement is the policy exactly as pretrained.
 
+    Then ``refine`` more placements are simulated to improve the decodes by
+    steepest descent over their view's groups (one group moved to another GPU
+    at a time; :func:`placer.baselines.module_search.descend`): the best decode
+    of each view of at most :data:`ZERO_SHOT_REFINE_MAX_ITEMS` groups in turn,
+    best view first, then each view's second best, and so on until the budget
+    is spent, or ``refine_time_s`` has passed (then the result depends on the
+    machine's speed; ``meta["refine_stopped"]`` says which ended it). The
+    ``module_search`` baseline is the same descent from uniform draws; given as
+    many simulated placements it is this refinement's rival
+    (``scripts/bench_pretrain.py``). ``refine=0`` keeps the best decode.
+
     Returns a :class:`placer.Placement` (method ``learned``) whose meta records the policy file and timings.
     """
     import torch
@@ -457,6 +475,7 @@ def place_learned(graph: OpGraph, cluster: Any, *, policy_file: str | None = Non
     loaded = pf.load(policy_file)
     levels = [g for g in groups if g == "modules" or int(g) > 0]
     cand, found_by, items_seen = [], [], set()
+    view_of, groupings = [], []  # per decode: its view's index; per view: its op -> group map (None: the ops)
     torch.manual_seed(seed)
     with torch.no_grad():
         sg = schedule_graph(graph)  # what every view's policy reads: built and hashed once
@@ -465,6 +484,8 @@ def place_learned(graph: OpGraph, cluster: Any, *, policy_file: str | None = Non
             if view != "ops" and "max_groups" in kwargs and policy.num_items in items_seen:
                 continue
             items_seen.add(policy.num_items)
+            groupings.append(None if policy.grouping is None else np.asarray(policy.grouping.op_group, dtype=np.int64))
+            first = len(found_by)
             what = "ops" if view == "ops" else f"{policy.num_items} groups" if "max_groups" in kwargs \
                 else f"{view}: {policy.num_items} groups"
             cand.append(policy.greedy()[None])
@@ -475,16 +496,62 @@ def place_learned(graph: OpGraph, cluster: Any, *, policy_file: str | None = Non
             for temperature in temperatures:
                 cand.append(policy.decode(k, temperature=temperature, generator=gen))
                 found_by += [f"sample ({what})" if temperature == 1.0 else f"sample at T={temperature:g} ({what})"] * k
+            view_of += [len(groupings) - 1] * (len(found_by) - first)
     idx = np.concatenate(cand, axis=0)
     env = envs.SimEnv(graph, cluster)
     t, failed = env.step_times(idx)
+    keys = [(bool(f), float(x) if np.isfinite(x) else float("inf")) for f, x in zip(failed, t)]
     t = np.where(failed | ~np.isfinite(t), np.inf, t)
     j = int(np.argmin(t))
-    order, how, step_s = env.plan_order(idx[j])
-    meta = {"policy_file": loaded.path, "samples": samples, "groups": levels, "seed": seed, "found_by": found_by[j],
+    greedy_t, decode_t = t[0], t[j]
+    best, best_key, best_how = idx[j], keys[j], found_by[j]
+    refined, stopped = 0, "off"
+    if refine > 0:
+        deadline = time.perf_counter() + float(refine_time_s)
+        best, best_key, best_how, refined = _refine(env, cluster, idx, keys, found_by, view_of, groupings, refine,
+                                                    np.random.default_rng(seed), (best, best_key, best_how), deadline)
+        stopped = "budget" if refined >= refine else "time" if time.perf_counter() >= deadline else "no start left"
+    step = best_key[1] if not best_key[0] else float("inf")
+    order, how, step_s = env.plan_order(best)
+    meta = {"policy_file": loaded.path, "samples": samples, "groups": levels, "seed": seed, "found_by": best_how,
             "module_temperatures": [float(t) for t in module_temperatures],
-            "decodes": len(idx), "node_order_step_time_s": float(t[j]) if np.isfinite(t[j]) else None,
-            "greedy_step_time_s": float(t[0]) if np.isfinite(t[0]) else None,
+            "decodes": len(idx), "refine": int(refine), "refine_simulated": int(refined),
+            "refine_time_s": float(refine_time_s), "refine_stopped": stopped,
+            "node_order_step_time_s": float(step) if np.isfinite(step) else None,
+            "decode_step_time_s": float(decode_t) if np.isfinite(decode_t) else None,
+            "greedy_step_time_s": float(greedy_t) if np.isfinite(greedy_t) else None,
             "place_time_s": time.perf_counter() - t0, "issue_order": how, "step_time_s": step_s, "executor": "eager"}
-    return Placement.from_indices(graph, cluster.device_names, idx[j], cluster=getattr(cluster, "name", ""),
+    return Placement.from_indices(graph, cluster.device_names, best, cluster=getattr(cluster, "name", ""),
                                   method="learned", meta=meta, order=order)
+
+
+def _refine(env: Any, cluster: Any, idx: np.ndarray, keys: list, found_by: list[str], view_of: list[int],
+            groupings: list, budget: int, rng: np.random.Generator, incumbent: tuple, deadline: float) -> tuple:
+    """:func:`place_learned`'s descent from its decodes: ``(op devices, key, found by, placements simulated)``."""
+    from placer.baselines._common import candidate_devices
+    from placer.baselines.module_search import descend
+
+    gpus = np.asarray(candidate_devices(cluster, "gpus"), dtype=np.int64)
+    ranked: dict[int, list[int]] = {}  # view -> its decodes, best first, one per distinct placement
+    for i in sorted(range(len(idx)), key=keys.__getitem__):
+        g = groupings[view_of[i]]
+        if g is not None and int(g.max()) + 1 <= ZERO_SHOT_REFINE_MAX_ITEMS:
+            ranked.setdefault(view_of[i], []).append(i)
+    for v, rows in ranked.items():
+        seen: set[bytes] = set()
+        ranked[v] = [i for i in rows if not (idx[i].tobytes() in seen or seen.add(idx[i].tobytes()))]
+    views = sorted(ranked, key=lambda v: keys[ranked[v][0]])
+    starts = [ranked[v][r] for r in range(max((len(x) for x in ranked.values()), default=0)) for v in views if r < len(ranked[v])]
+    best, best_key, best_how = incumbent
+    used = 0
+    for i in starts:
+        if used >= budget or time.perf_counter() >= deadline:
+            break
+        g = groupings[view_of[i]]
+        start = np.zeros(int(g.max()) + 1, dtype=np.int64)
+        start[g] = idx[i]  # a decode of a view gives every op of a group the group's device
+        x, key, spent = descend(env, g, start, gpus, budget - used, key=keys[i], rng=rng, deadline=deadline)
+        used += spent
+        if key < best_key:
+            best, best_key, best_how = x[g].astype(np.int32), key, f"descent from {found_by[i]}"
+    return best, best_key, best_how, used

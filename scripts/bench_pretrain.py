@@ -1,18 +1,21 @@
 """Zero-shot generalization table for a pretrained gnn policy (BENCHMARKS.md, "Pretrained policy").
 
-    python scripts/bench_pretrain.py POLICY.pt|default GRAPH[,GRAPH...] CLUSTER[,CLUSTER...] [--samples K] [--groups N,N|none] [--seeds N] [--json]
+    python scripts/bench_pretrain.py POLICY.pt|default GRAPH[,GRAPH...] CLUSTER[,CLUSTER...] [--samples K] [--groups N,N|none] [--refine N] [--seeds N] [--json]
 
-Per (graph, cluster): the policy's greedy placement of the ops, the zero-shot placement (`placer place
---method learned`: greedy over the ops, greedy plus K samples over the graph coarsened to each group count,
-the best on the simulator, node-order step time), what found it (JSON), the seconds it took,
-and the best heuristic of `placer compare` (all baselines; node order). Prints markdown rows, or with
---json one JSON object per row.
+Per (graph, cluster): the policy's greedy placement of the ops; its best decode (`placer place --method
+learned --refine 0`: greedy over the ops, greedy plus K samples over the graph coarsened to each group count
+and grouped by module at each depth, the best on the simulator); the zero-shot placement (the same decodes,
+then up to N placements simulated refining them by steepest descent over their groups, `placer place
+--method learned`), node-order step times; what found it (JSON); the seconds it took; and the best heuristic
+of `placer compare` (all baselines; node order). Prints markdown rows, or with --json one JSON object per row.
 
-The rival of the module views under the same budget (`uniform modules`): the `random_modules` baseline,
-each module on a GPU drawn uniformly, on the same module views, with as many draws per view as the policy
-decodes there (its greedy + K samples at each module temperature). `placer compare` runs that baseline
-with 1,000 draws, and it counts among the heuristics. Where it comes close to the zero-shot figure, the module structure found
-the placement and the policy's distribution over it added little.
+Two rivals under the same budget, both on the module views:
+- `uniform modules`: the `random_modules` baseline (each module on a GPU drawn uniformly) with as many draws
+  per module view as the policy decodes there (its greedy + K samples at each module temperature);
+- `module search`: the `module_search` baseline (the same steepest descent, from uniform draws) given as many
+  simulated placements as the zero-shot placement took in all (its decodes plus its refinement).
+`placer compare` runs both baselines with 1,000 placements, and they count among the heuristics. Where a rival
+comes close to the zero-shot figure, the module structure found the placement and the policy added little.
 """
 
 from __future__ import annotations
@@ -28,7 +31,8 @@ from graphs import PlacerError
 from placer.compare import compare
 from placer.checks import check_int, parse_group_counts
 from placer.sources import resolve_graph
-from placer.pretrain import ZERO_SHOT_GROUPS, ZERO_SHOT_MODULE_TEMPERATURES, ZERO_SHOT_SAMPLES, group_views, place_learned
+from placer.pretrain import (ZERO_SHOT_GROUPS, ZERO_SHOT_MODULE_TEMPERATURES, ZERO_SHOT_REFINE, ZERO_SHOT_SAMPLES,
+                             group_views, place_learned)
 
 
 def uniform_modules(graph, cluster, draws: int, seed: int = 0) -> float | None:
@@ -43,6 +47,17 @@ def uniform_modules(graph, cluster, draws: int, seed: int = 0) -> float | None:
     return None if failed[0] or not t[0] < float("inf") else float(t[0])
 
 
+def module_search(graph, cluster, n: int, seed: int = 0) -> float | None:
+    """Best simulated step time of the ``module_search`` baseline given ``n`` simulated placements in all."""
+    from placer.baselines.module_search import module_search as search
+
+    if not group_views(graph, ["modules"]):
+        return None
+    env = envs.SimEnv(graph, cluster)
+    t, failed = env.step_times(search(graph, cluster, seed=seed, n=n, env=env)[None])
+    return None if failed[0] or not t[0] < float("inf") else float(t[0])
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("policy", help="a policy file (.pt with its .json sidecar), or 'default' for the shipped one")
@@ -51,45 +66,54 @@ def main() -> None:
     ap.add_argument("--samples", type=int, default=ZERO_SHOT_SAMPLES, help=f"samples per group count (default {ZERO_SHOT_SAMPLES})")
     ap.add_argument("--groups", default=",".join(map(str, ZERO_SHOT_GROUPS)),
                     help="group counts decoded besides the ops, 'modules', or none (default: placer place's)")
+    ap.add_argument("--refine", type=int, default=ZERO_SHOT_REFINE,
+                    help=f"placements simulated refining the decodes (0: none; default {ZERO_SHOT_REFINE})")
     ap.add_argument("--seeds", type=int, default=1,
                     help="place with seeds 0..N-1 and print the medians (a best-of-K sample is noisy; default 1)")
     ap.add_argument("--json", action="store_true", help="one JSON object per (graph, cluster)")
     args = ap.parse_args()
     groups = parse_group_counts(args.groups, modules=True)
     check_int(args.seeds, "--seeds", least=1, most=100)
+    check_int(args.refine, "--refine", least=0, most=10**6)
     if not args.json:
-        print("| graph | cluster | greedy ms | zero-shot ms | time s | uniform modules ms | best heuristic ms | gap |")
-        print("|---|---|---:|---:|---:|---:|---|---:|")
+        print("| graph | cluster | greedy ms | best decode ms | zero-shot ms | time s | uniform modules ms | "
+              "module search ms | best heuristic ms | gap |")
+        print("|---|---|---:|---:|---:|---:|---:|---:|---|---:|")
     draws = args.samples * len(ZERO_SHOT_MODULE_TEMPERATURES) + 1  # per module view, as many as the policy's decodes
     for name in args.graphs.split(","):
         g = resolve_graph(name)
         for cname in args.clusters.split(","):
             c = envs.resolve_cluster(cname)
-            zs, took, found, unis = [], [], [], []
+            zs, dec, took, found, unis, searched = [], [], [], [], [], []
             for seed in range(args.seeds):
                 t0 = time.perf_counter()
                 p = place_learned(g, c, policy_file=None if args.policy == "default" else args.policy,
-                                  samples=args.samples, groups=groups, seed=seed)
+                                  samples=args.samples, groups=groups, seed=seed, refine=args.refine)
                 took.append(time.perf_counter() - t0)
                 zs.append(p.meta["node_order_step_time_s"])
+                dec.append(p.meta["decode_step_time_s"])
                 found.append(p.meta["found_by"])
                 unis.append(uniform_modules(g, c, draws, seed) if "modules" in groups else None)
+                n = p.meta["decodes"] + p.meta["refine_simulated"]
+                searched.append(module_search(g, c, n, seed) if "modules" in groups else None)
             rows = [r for r in compare(g, c).rows if r.kind == "baseline" and r.status == "ok" and r.step_time_s]
             best = min(rows, key=lambda r: r.step_time_s)
             median = lambda xs: float(statistics.median(xs)) if xs and None not in xs else None  # noqa: E731
-            z, uni, gr = median(zs), median(unis), p.meta["greedy_step_time_s"]
+            z, d, uni, ms_t, gr = median(zs), median(dec), median(unis), median(searched), p.meta["greedy_step_time_s"]
             if args.json:
                 print(json.dumps({"graph": name, "cluster": cname, "policy": args.policy, "greedy_step_time_s": gr,
+                                  "best_decode_step_time_s": d, "best_decode_by_seed": dec,
                                   "zero_shot_step_time_s": z, "zero_shot_by_seed": zs, "place_s": max(took),
-                                  "samples": args.samples, "groups": list(groups), "found_by": found,
+                                  "samples": args.samples, "groups": list(groups), "refine": args.refine, "found_by": found,
                                   "uniform_modules_step_time_s": uni, "uniform_modules_by_seed": unis,
+                                  "module_search_step_time_s": ms_t, "module_search_by_seed": searched,
                                   "best_heuristic": best.method, "best_heuristic_step_time_s": best.step_time_s,
                                   "gap": (z / best.step_time_s - 1) if z else None}), flush=True)
                 continue
             gap = f"{(z / best.step_time_s - 1) * 100:+.1f}%" if z else "fails"
             ms = lambda x: f"{x * 1e3:.1f}" if x else "oom"  # noqa: E731
-            print(f"| {name} | {cname} | {ms(gr)} | {ms(z)} | {max(took):.1f} | {ms(uni) if uni else '-'} | "
-                  f"{best.step_time_s * 1e3:.1f} ({best.method}) | {gap} |", flush=True)
+            print(f"| {name} | {cname} | {ms(gr)} | {ms(d)} | {ms(z)} | {max(took):.1f} | {ms(uni) if uni else '-'} | "
+                  f"{ms(ms_t) if ms_t else '-'} | {best.step_time_s * 1e3:.1f} ({best.method}) | {gap} |", flush=True)
 
 
 if __name__ == "__main__":

@@ -130,6 +130,22 @@ def test_probe_imitation_prints_agreement_rows():
     assert run("probe_imitation.py", "resnet50", "--switch-share", "1").returncode == 2
 
 
+def test_bench_modules_compares_draws_with_search_at_equal_budget(tiny, tmp_path):
+    proc = run("bench_modules.py", "--graphs", tiny, "--clusters", "k80x4", "--n", "40", "--seeds", "2", "--json")
+    assert proc.returncode == 0, proc.stderr
+    row = json.loads(proc.stdout)
+    assert row["n"] == 40 and len(row["random_modules_by_seed"]) == len(row["module_search_by_seed"]) == 2
+    assert row["module_search_step_time_s"] > 0 and row["ratio_median"] > 0
+    flat = tmp_path / "flat.json"  # no module paths: nothing to draw or search
+    g = random_dag(30, seed=1, name="flat")
+    graphs.save(graphs.OpGraph.from_edges(g.names, [(g.names[s], g.names[d], b) for s, d, b in
+                zip(g.edge_src.tolist(), g.edge_dst.tolist(), g.edge_bytes.tolist())], flops=g.flops, name="flat"), flat)
+    proc = run("bench_modules.py", "--graphs", str(flat), "--clusters", "k80x2", "--n", "8", "--seeds", "1")
+    assert proc.returncode == 0 and "needs module paths" in proc.stdout, proc.stderr
+    bad = run("bench_modules.py", "--graphs", tiny, "--n", "0")
+    assert bad.returncode == 2 and "--n" in bad.stderr and len(bad.stderr.strip().splitlines()) == 1
+
+
 @pytest.mark.slow
 def test_bench_pretrain_places_with_the_shipped_policy(tiny):
     proc = run("bench_pretrain.py", "default", tiny, "k80x2", "--samples", "2", "--seeds", "2", "--json")
@@ -140,6 +156,11 @@ def test_bench_pretrain_places_with_the_shipped_policy(tiny):
     assert row["graph"] == tiny and row["cluster"] == "k80x2" and row["best_heuristic_step_time_s"] > 0
     assert row["zero_shot_step_time_s"] <= row["greedy_step_time_s"]  # greedy is one of the candidates
     assert row["uniform_modules_step_time_s"] > 0 and "modules" in row["groups"]  # random_dag records modules
+    assert len(row["module_search_by_seed"]) == 2 and row["module_search_step_time_s"] > 0
+    assert all(z <= d for z, d in zip(row["zero_shot_by_seed"], row["best_decode_by_seed"]))  # refining never loses
+    assert row["refine"] == 1000
     assert run("bench_pretrain.py", "default", "no-such-graph", "k80x2").returncode == 2
+    bad = run("bench_pretrain.py", "default", tiny, "k80x2", "--refine", "-5")
+    assert bad.returncode == 2 and "--refine" in bad.stderr and len(bad.stderr.strip().splitlines()) == 1
     bad = run("bench_pretrain.py", "default", tiny, "k80x2", "--seeds", "0")
     assert bad.returncode == 2 and "--seeds" in bad.stderr and len(bad.stderr.strip().splitlines()) == 1

@@ -13,8 +13,8 @@ from graphs.synthetic import random_dag
 from placer import baselines
 from placer.baselines._common import BaselineUnavailable, linear_partition
 
-MINE = ["round_robin", "expert", "gpipe", "scotch", "metis", "kernighan_lin", "heft", "m_topo", "m_etf", "m_sct", "random_search", "random_modules", "annealing"]
-FAST = {"random_search": {"n": 64}, "random_modules": {"n": 64}, "annealing": {"steps": 64}}
+MINE = ["round_robin", "expert", "gpipe", "scotch", "metis", "kernighan_lin", "heft", "m_topo", "m_etf", "m_sct", "random_search", "random_modules", "module_search", "annealing"]
+FAST = {"random_search": {"n": 64}, "random_modules": {"n": 64}, "module_search": {"n": 64}, "annealing": {"steps": 64}}
 
 
 @pytest.fixture(scope="module")
@@ -229,6 +229,52 @@ def test_random_modules_places_whole_modules_and_finds_a_layer_per_gpu(k80x4):
         run("random_modules", two_chains(), k80x4)
     with pytest.raises(PlacerError, match="n must be"):
         run("random_modules", g, k80x4, n=0)
+
+
+def four_modules(k: int = 4) -> OpGraph:
+    """``k`` independent compute-heavy chains, each one module (``layers.<i>``): best with a chain per GPU."""
+    names = [f"c{m}_{i}" for m in range(k) for i in range(4)]
+    edges = [(f"c{m}_{i}", f"c{m}_{i + 1}", 1 << 10) for m in range(k) for i in range(3)]
+    return OpGraph.from_edges(names, edges, flops=[4e10] * len(names), op_types=["aten.mm.default"] * len(names),
+                              name="four-modules", module_paths=[f"layers.{n[1]}" for n in names])
+
+
+def test_module_search_places_whole_modules_within_its_budget(k80x4):
+    g, gpus = four_modules(), set(k80x4.gpu_indices())
+    env = envs.SimEnv(g, k80x4)
+    per_gpu = np.repeat(np.asarray(sorted(gpus)), 4)  # chain m on GPU m: the optimum (4 equal chains, 4 GPUs)
+    opt = float(env.step_times(per_gpu[None])[0][0])
+    simulated = []
+    step_times = env.step_times
+    env.step_times = lambda idx, *a, **kw: (simulated.append(len(idx)), step_times(idx, *a, **kw))[1]
+    # one uniform draw per start, then single-module moves: 12 per round (4 modules x 3 other GPUs)
+    idx = run("module_search", g, k80x4, n=40, starts=1, env=env)
+    assert sum(simulated) == 40
+    assert float(step_times(idx[None])[0][0]) == pytest.approx(opt)
+    assert {int(idx[i]) for i in range(16)} == gpus and all(len(set(idx[4 * m:4 * m + 4].tolist())) == 1 for m in range(4))
+    assert np.array_equal(run("module_search", g, k80x4, n=40, seed=3), run("module_search", g, k80x4, n=40, seed=3))
+    with pytest.raises(PlacerError, match="module_search: two-chains records no module paths"):
+        run("module_search", two_chains(), k80x4)
+    with pytest.raises(PlacerError, match="n and starts must be"):
+        run("module_search", g, k80x4, starts=0)
+
+
+def test_descend_spends_no_more_than_its_budget_and_prefers_a_placement_that_fits():
+    from placer.baselines.module_search import descend
+
+    c = envs.Cluster.preset("k80x2")
+    gpus = np.asarray(c.gpu_indices())
+    g = four_modules(2)
+    env = envs.SimEnv(g, c)
+    x, key, used = descend(env, np.repeat(np.arange(2), 4), np.array([gpus[0], gpus[0]]), gpus, 2)
+    assert used == 2 and not key[0]  # the start, then the one move the budget allows
+    assert len(set(x.tolist())) == 2  # ... which was the improving one
+    # a start out of memory (two 2 GiB parameters on one 12 GB K80, with their gradients and Adam state) ends fitting
+    heavy = OpGraph.from_edges(["a", "b"], [], flops=[1e9, 1e9], param_bytes=[2 << 30, 2 << 30], name="heavy")
+    env = envs.SimEnv(heavy, c)
+    assert env.step_times(np.array([[gpus[0], gpus[0]]]))[1][0]
+    x, key, used = descend(env, np.arange(2), np.array([gpus[0], gpus[0]]), gpus, 10)
+    assert not key[0] and len(set(x.tolist())) == 2
 
 
 @pytest.mark.slow

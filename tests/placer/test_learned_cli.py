@@ -41,12 +41,12 @@ def test_pretrain_then_place_learned_on_an_unseen_cluster_size(pretrained, capsy
     rc, out, err = run(capsys, "place", gpath, "--cluster", "k80x4", "--method", "learned", "--policy-file",
                        str(tmp / "p.pt"), "--samples", "4", "-o", str(tmp / "out.json"))
     assert rc == 0, err
-    assert "best of " in out and " decodes of the policy: " in out
+    assert "best of " in out and " decodes of the policy" in out
     p = Placement.load(str(tmp / "out.json"))
     assert p.method == "learned" and p.meta["policy_file"] == str(tmp / "p.pt") and len(p.assignment) == graphs.load(gpath).num_ops
     # greedy over the ops, then greedy + 4 samples at each group count that gives a new number of groups
     assert p.meta["groups"] == [128, 256, 512, "modules"] and p.meta["decodes"] >= 1 + 5
-    assert p.meta["found_by"].split(" (")[0] in ("greedy", "sample")
+    assert p.meta["found_by"].removeprefix("descent from ").split(" (")[0] in ("greedy", "sample")
 
 
 def test_place_learned_decodes_each_group_count_and_keeps_the_best_simulated():
@@ -56,7 +56,8 @@ def test_place_learned_decodes_each_group_count_and_keeps_the_best_simulated():
     g, c = branch_dag(300, seed=3), envs.resolve_cluster("k80x2")
     only_ops = place_learned(g, c, samples=3, groups=())
     assert only_ops.meta["decodes"] == 4 and only_ops.meta["found_by"].endswith("(ops)")
-    both = place_learned(g, c, samples=3, groups=(20, 40, 40))  # a repeated count is decoded once
+    assert only_ops.meta["refine_simulated"] == 0  # the ops are too many items to descend over
+    both = place_learned(g, c, samples=3, groups=(20, 40, 40), refine=0)  # a repeated count is decoded once
     assert both.meta["decodes"] == 1 + 4 + 4 and both.meta["groups"] == [20, 40, 40]
     env = envs.SimEnv(g, c)
     # the op-level greedy is one of the candidates, so the best of all is never slower than it
@@ -74,11 +75,11 @@ def test_place_learned_decodes_each_module_level(tmp_path, capsys):
     g, c = branch_dag(300, seed=3), envs.resolve_cluster("k80x2")
     levels = module_levels(schedule_graph(g))
     assert levels  # one group per block
-    p = place_learned(g, c, samples=3, groups=("modules",))
+    p = place_learned(g, c, samples=3, groups=("modules",), refine=0)
     # per module view: greedy + 3 samples at each of the two temperatures
     assert p.meta["decodes"] == 1 + 7 * len(levels) and p.meta["groups"] == ["modules"]
     assert p.meta["module_temperatures"] == [1.0, 4.0]
-    one = place_learned(g, c, samples=3, groups=("modules",), module_temperatures=(4.0,))
+    one = place_learned(g, c, samples=3, groups=("modules",), module_temperatures=(4.0,), refine=0)
     assert one.meta["decodes"] == 1 + 4 * len(levels)
     assert one.meta["found_by"].startswith(("greedy", "sample at T=4"))
     env = envs.SimEnv(g, c)
@@ -97,13 +98,47 @@ def test_place_learned_decodes_each_module_level(tmp_path, capsys):
     assert Placement.load(str(tmp_path / "o.json")).meta["decodes"] == 1 + 5 * len(levels)
 
 
+def test_place_learned_refines_its_decodes_by_descent_within_the_budget(tmp_path, capsys):
+    import envs
+    from placer.pretrain import place_learned
+
+    g, c = branch_dag(300, seed=3), envs.resolve_cluster("k80x4")
+    plain = place_learned(g, c, samples=3, groups=(20, "modules"), refine=0)
+    assert plain.meta["refine_stopped"] == "off" and plain.meta["refine_simulated"] == 0
+    assert plain.meta["node_order_step_time_s"] == plain.meta["decode_step_time_s"]
+    refined = place_learned(g, c, samples=3, groups=(20, "modules"), refine=200, refine_time_s=60)
+    m = refined.meta
+    assert m["decode_step_time_s"] == plain.meta["decode_step_time_s"]  # the same decodes, then the descent
+    assert 0 < m["refine_simulated"] <= 200 and m["refine_stopped"] in ("budget", "no start left")
+    assert m["node_order_step_time_s"] <= m["decode_step_time_s"]
+    t, _ = envs.SimEnv(g, c).step_times(refined.indices(g, c.device_names)[None])
+    assert float(t[0]) == pytest.approx(m["node_order_step_time_s"], abs=1e-12)
+    if m["found_by"].startswith("descent from") and "modules depth" in m["found_by"]:
+        dev = refined.indices(g, c.device_names)  # a descent moves whole groups: a block is never split
+        for path in set(g.module_paths) - {""}:
+            assert len({int(dev[i]) for i, q in enumerate(g.module_paths) if q == path}) == 1, path
+    assert place_learned(g, c, samples=3, groups=(20, "modules"), refine=200, refine_time_s=0).meta["refine_stopped"] == "time"
+    gpath = tmp_path / "g.json"
+    graphs.save(g, gpath)
+    rc, out, err = run(capsys, "place", str(gpath), "--cluster", "k80x4", "--method", "learned", "--samples", "3",
+                       "--groups", "20,modules", "--refine", "0", "-o", str(tmp_path / "o.json"))
+    assert rc == 0, err
+    assert "refining" not in out and Placement.load(str(tmp_path / "o.json")).meta["refine"] == 0
+    rc, out, err = run(capsys, "place", str(gpath), "--cluster", "k80x4", "--method", "learned", "--samples", "3",
+                       "--groups", "20", "-o", str(tmp_path / "o.json"))
+    assert rc == 0, err
+    assert " placements simulated refining the decodes (stopped: " in out
+
+
 def test_place_learned_bad_groups_and_stray_options_exit_2(tmp_path, capsys):
     gpath = tmp_path / "g.json"
     graphs.save(branch_dag(60, seed=1), gpath)
     for argv, msg in ((["--method", "learned", "--groups", "1"], "--groups"), (["--method", "learned", "--groups", "a,b"], "--groups"),
                       (["--method", "learned", "--groups", "128,module"], "the word modules"),
                       (["--method", "m_etf", "--groups", "64"], "only with --method learned"),
-                      (["--method", "m_etf", "--samples", "4"], "only with --method learned")):
+                      (["--method", "m_etf", "--samples", "4"], "only with --method learned"),
+                      (["--method", "m_etf", "--refine", "10"], "only with --method learned"),
+                      (["--method", "learned", "--refine", "-1"], "--refine")):
         rc, out, err = run(capsys, "place", str(gpath), "--cluster", "k80x2", *argv, "-o", str(tmp_path / "o.json"))
         assert rc == 2 and msg in err and len(err.strip().splitlines()) == 1, err
 
