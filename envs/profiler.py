@@ -405,6 +405,11 @@ def _probed_program(ep: Any, graph: OpGraph, dev: Any, inputs: Sequence[Any] | N
     return gm, fx.GraphModule(gm, probed_graph), inputs, torch.optim.Adam(gm.parameters(), lr=lr)
 
 
+def _param_bytes(gm: Any) -> int:
+    """Bytes of ``gm``'s parameters: what the optimizer step updates."""
+    return int(sum(p.numel() * p.element_size() for p in gm.parameters()))
+
+
 def _phases(med: Mapping[str, float]) -> dict[str, float]:
     """A step's phase medians under the names a profile gives them."""
     return {"zero_grad": med["zero"], "forward": med["fwd"], "loss": med["loss"], "backward": med["bwd"], "optimizer": med["opt"]}
@@ -524,7 +529,7 @@ def _in_context(ep: Any, graph: OpGraph, dev: Any, warmup: int, repeats: int, in
         "fwd_s": [float(x) for x in fwd[1:]],
         "bwd_s": [float(x) for x in bwd[1:]],
         "update_s": med["opt"],
-        "update_bytes": int(sum(p.numel() * p.element_size() for p in gm.parameters())),
+        "update_bytes": _param_bytes(gm),
         "overhead_s": float(fwd[0] + bwd[0] + med["zero"] + med["loss"]),
         "step_s": med["step"],
         "phases_s": _phases(med),
@@ -768,7 +773,7 @@ def _device_in_context(ep: Any, graph: OpGraph, dev: Any, warmup: int, repeats: 
         "issue_fwd_s": [float(x) for x in issue_fwd[1:]],
         "issue_bwd_s": [float(x) for x in issue_bwd[1:]],
         "update_s": dmed["opt"],
-        "update_bytes": int(sum(p.numel() * p.element_size() for p in gm.parameters())),
+        "update_bytes": _param_bytes(gm),
         "overhead_s": float(issue_fwd[0] + issue_bwd[0] + med["zero"] + med["loss"]),
         "step_s": med["step"],
         "phases_s": _phases(med),

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import datetime
 import hashlib
+import itertools
 import json
 import os
 import time
@@ -467,6 +468,7 @@ def place_learned(graph: OpGraph, cluster: Any, *, policy_file: str | None = Non
 
     import envs
     from envs.simulator import schedule_graph
+    from placer.baselines._common import scored_keys
     from placer.placement import Placement
     from policies import policy_file as pf
     from policies.gnn import GNNPolicy
@@ -499,9 +501,8 @@ def place_learned(graph: OpGraph, cluster: Any, *, policy_file: str | None = Non
             view_of += [len(groupings) - 1] * (len(found_by) - first)
     idx = np.concatenate(cand, axis=0)
     env = envs.SimEnv(graph, cluster)
-    t, failed = env.step_times(idx)
-    keys = [(bool(f), float(x) if np.isfinite(x) else float("inf")) for f, x in zip(failed, t)]
-    t = np.where(failed | ~np.isfinite(t), np.inf, t)
+    keys = scored_keys(env, idx)
+    t = np.asarray([np.inf if failed else x for failed, x in keys])
     j = int(np.argmin(t))
     greedy_t, decode_t = t[0], t[j]
     best, best_key, best_how = idx[j], keys[j], found_by[j]
@@ -533,15 +534,14 @@ def _refine(env: Any, cluster: Any, idx: np.ndarray, keys: list, found_by: list[
 
     gpus = np.asarray(candidate_devices(cluster, "gpus"), dtype=np.int64)
     ranked: dict[int, list[int]] = {}  # view -> its decodes, best first, one per distinct placement
+    seen: set[tuple[int, bytes]] = set()
     for i in sorted(range(len(idx)), key=keys.__getitem__):
-        g = groupings[view_of[i]]
-        if g is not None and int(g.max()) + 1 <= ZERO_SHOT_REFINE_MAX_ITEMS:
+        g, placed = groupings[view_of[i]], (view_of[i], idx[i].tobytes())
+        if g is not None and int(g.max()) + 1 <= ZERO_SHOT_REFINE_MAX_ITEMS and placed not in seen:
+            seen.add(placed)
             ranked.setdefault(view_of[i], []).append(i)
-    for v, rows in ranked.items():
-        seen: set[bytes] = set()
-        ranked[v] = [i for i in rows if not (idx[i].tobytes() in seen or seen.add(idx[i].tobytes()))]
-    views = sorted(ranked, key=lambda v: keys[ranked[v][0]])
-    starts = [ranked[v][r] for r in range(max((len(x) for x in ranked.values()), default=0)) for v in views if r < len(ranked[v])]
+    # each view's best, best view first (dicts keep the order of each view's best), then each view's second...
+    starts = [i for rank in itertools.zip_longest(*ranked.values()) for i in rank if i is not None]
     best, best_key, best_how = incumbent
     used = 0
     for i in starts:

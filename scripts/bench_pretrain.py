@@ -35,26 +35,12 @@ from placer.pretrain import (ZERO_SHOT_GROUPS, ZERO_SHOT_MODULE_TEMPERATURES, ZE
                              group_views, place_learned)
 
 
-def uniform_modules(graph, cluster, draws: int, seed: int = 0) -> float | None:
-    """Best simulated step time of the ``random_modules`` baseline given ``draws`` per module view."""
-    from placer.baselines.random_search import random_modules
+def rival(graph, cluster, method: str, n: int, seed: int = 0) -> float | None:
+    """Best simulated step time of the ``random_modules`` or ``module_search`` baseline given ``n`` placements."""
+    from placer import baselines
 
-    views = len(group_views(graph, ["modules"]))
-    if not views:
-        return None
     env = envs.SimEnv(graph, cluster)
-    t, failed = env.step_times(random_modules(graph, cluster, seed=seed, n=draws * views, env=env)[None])
-    return None if failed[0] or not t[0] < float("inf") else float(t[0])
-
-
-def module_search(graph, cluster, n: int, seed: int = 0) -> float | None:
-    """Best simulated step time of the ``module_search`` baseline given ``n`` simulated placements in all."""
-    from placer.baselines.module_search import module_search as search
-
-    if not group_views(graph, ["modules"]):
-        return None
-    env = envs.SimEnv(graph, cluster)
-    t, failed = env.step_times(search(graph, cluster, seed=seed, n=n, env=env)[None])
+    t, failed = env.step_times(baselines.get(method)(graph, cluster, seed=seed, n=n, env=env)[None])
     return None if failed[0] or not t[0] < float("inf") else float(t[0])
 
 
@@ -93,9 +79,10 @@ def main() -> None:
                 zs.append(p.meta["node_order_step_time_s"])
                 dec.append(p.meta["decode_step_time_s"])
                 found.append(p.meta["found_by"])
-                unis.append(uniform_modules(g, c, draws, seed) if "modules" in groups else None)
+                views = len(group_views(g, ["modules"])) if "modules" in groups else 0
+                unis.append(rival(g, c, "random_modules", draws * views, seed) if views else None)
                 n = p.meta["decodes"] + p.meta["refine_simulated"]
-                searched.append(module_search(g, c, n, seed) if "modules" in groups else None)
+                searched.append(rival(g, c, "module_search", n, seed) if views else None)
             rows = [r for r in compare(g, c).rows if r.kind == "baseline" and r.status == "ok" and r.step_time_s]
             best = min(rows, key=lambda r: r.step_time_s)
             median = lambda xs: float(statistics.median(xs)) if xs and None not in xs else None  # noqa: E731

@@ -222,6 +222,18 @@ def candidate_devices(cluster, devices: str) -> np.ndarray:
     raise PlacerError(f"devices must be 'gpus' or 'all', got {devices!r}")
 
 
+def scored_keys(env, idx: np.ndarray, batch: int = 64) -> list[tuple[bool, float]]:
+    """(out of memory, step time) of each row of ``idx`` on ``env``, simulated ``batch`` rows at a time.
+
+    Smaller is better: a placement that fits beats one that does not, then the faster wins.
+    """
+    out: list[tuple[bool, float]] = []
+    for s in range(0, len(idx), batch):
+        t, oom = env.step_times(idx[s:s + batch])
+        out += [(bool(o), float(x) if np.isfinite(x) else float("inf")) for o, x in zip(oom, t)]
+    return out
+
+
 def link_arrays(cluster, devices: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(seconds per byte, latency s) between candidate devices, both [C, C], 0 on the diagonal."""
     bw = np.asarray(cluster.bandwidth_bytes_per_s, dtype=np.float64)[np.ix_(devices, devices)]

@@ -28,20 +28,7 @@ import numpy as np
 
 from graphs import OpGraph, PlacerError
 from placer.baselines import register
-from placer.baselines._common import BaselineUnavailable, candidate_devices
-
-#: Placements simulated per call of :meth:`envs.SimEnv.step_times`.
-BATCH = 64
-
-
-def _keys(env, idx: np.ndarray) -> list[tuple[bool, float]]:
-    """(out of memory, step time) of each row of ``idx``, scored ``BATCH`` at a time: smaller is better."""
-    out: list[tuple[bool, float]] = []
-    for s in range(0, len(idx), BATCH):
-        t, oom = env.step_times(idx[s:s + BATCH])
-        out += [(bool(o), float(x) if np.isfinite(x) else float("inf")) for o, x in zip(oom, t)]
-    return out
-
+from placer.baselines._common import BaselineUnavailable, candidate_devices, scored_keys
 
 def descend(env, op_group: np.ndarray, group_devices: np.ndarray, devices: np.ndarray, budget: int, *,
             key: tuple[bool, float] | None = None, rng: np.random.Generator | None = None,
@@ -71,7 +58,7 @@ def descend(env, op_group: np.ndarray, group_devices: np.ndarray, devices: np.nd
     if key is None:
         if budget < 1:
             raise PlacerError("descend: the budget must allow simulating the start")
-        key = _keys(env, x[op_group][None])[0]
+        key = scored_keys(env, x[op_group][None])[0]
         used = 1
     while used < budget and (deadline is None or time.perf_counter() < deadline):
         moves = np.asarray([(k, d) for k in range(len(x)) for d in devices if d != x[k]], dtype=np.int64).reshape(-1, 2)
@@ -82,7 +69,7 @@ def descend(env, op_group: np.ndarray, group_devices: np.ndarray, devices: np.nd
         moves = moves[: budget - used]
         cand = np.repeat(x[None], len(moves), axis=0)
         cand[np.arange(len(moves)), moves[:, 0]] = moves[:, 1]
-        keys = _keys(env, cand[:, op_group])
+        keys = scored_keys(env, cand[:, op_group])
         used += len(moves)
         j = min(range(len(keys)), key=keys.__getitem__)
         if not keys[j] < key:
@@ -113,7 +100,7 @@ def module_search(graph: OpGraph, cluster, *, seed: int = 0, n: int = 1000, star
         g = levels[r % len(levels)]
         r += 1
         draws = cand[rng.integers(0, len(cand), size=(min(starts, n - used), int(g.max()) + 1))]
-        keys = _keys(env, draws[:, g])
+        keys = scored_keys(env, draws[:, g])
         used += len(draws)
         j = min(range(len(keys)), key=keys.__getitem__)
         x, key, spent = descend(env, g, draws[j], cand, n - used, key=keys[j], rng=rng)

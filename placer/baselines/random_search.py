@@ -21,7 +21,7 @@ import numpy as np
 
 from graphs import OpGraph, PlacerError
 from placer.baselines import register
-from placer.baselines._common import BaselineUnavailable, candidate_devices, colocation_groups
+from placer.baselines._common import BaselineUnavailable, candidate_devices, colocation_groups, scored_keys
 
 BATCH = 64
 
@@ -63,9 +63,7 @@ def _best_of(graph: OpGraph, cluster, groupings: list[np.ndarray], name: str, *,
         for j in range(k):
             which = (start + j) % len(groupings)
             idx[j] = cand[rng.integers(0, len(cand), size=sizes[which])][groupings[which]]
-        times, oom = env.step_times(idx)
-        for j in range(k):
-            key = (bool(oom[j]), float(times[j]))
+        for key, row in zip(scored_keys(env, idx, BATCH), idx):
             if key < best_key:
-                best_key, best = key, idx[j]
+                best_key, best = key, row
     return best.astype(np.int32)
