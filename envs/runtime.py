@@ -151,14 +151,31 @@ def _copy_tensor(t: torch.Tensor, device: torch.device) -> torch.Tensor:
     if kind == "same":
         return t
     if kind == "pinned":
-        # pin_memory() is differentiable (its gradient is the identity) and torch's pinned
-        # allocator keeps the block alive until the asynchronous copy has read it.
         if not t.is_pinned():
-            t = t.pin_memory()
+            t = staged(t)
         return t.to(device, non_blocking=True)
     if kind == "peer":
         return t.to(device, non_blocking=True)  # stream-ordered on both devices; autograd's backward too
     return t.to(device)
+
+
+def staged(t: torch.Tensor) -> torch.Tensor:
+    """``t``'s values in a new dense, contiguous host buffer, pinned where CUDA is present.
+
+    The staging buffer of a host->GPU copy. Any strided tensor is accepted: an
+    expanded one (stride 0, which ``Tensor.pin_memory()`` refuses, as it keeps the
+    strides), a slice, a transpose. The copy into it is differentiable (its
+    gradient is the identity), and torch's pinned allocator keeps the block alive
+    until the asynchronous copy to the GPU has read it. Without CUDA nothing can
+    be pinned: the buffer is ordinary memory (the path tests take on the CPU).
+
+    >>> x = torch.ones(3, 1, requires_grad=True)
+    >>> s = staged(x.expand(3, 4))
+    >>> s.is_contiguous(), s.stride(), s.requires_grad
+    (True, (4, 1), True)
+    """
+    buffer = torch.empty(t.shape, dtype=t.dtype, pin_memory=torch.cuda.is_available())
+    return buffer.copy_(t)
 
 
 def _to_device(value: Any, device: str | torch.device) -> Any:
@@ -277,8 +294,9 @@ def place_module(
         nodes = list(graph.nodes)
     gm.meta[ORDER_META] = [n.name for n in nodes if n.op == "call_function" and n.name in assignment]
 
-    # 3. Walk the ops: pick a device, move arguments, rewrite device=, write back in-place updates.
+    # 3. Walk the ops: pick a device, move arguments, rewrite device arguments, write back in-place updates.
     copies: dict[tuple[fx.Node, str], fx.Node] = {}
+    submodule_device: dict[str, torch.device] = {}  # a higher-order op's body (submodule name) -> its op's device
     for node in nodes:
         if node.op != "call_function":
             continue
@@ -313,8 +331,10 @@ def place_module(
         original_args = list(node.all_input_nodes)
         node.args = fx.map_arg(node.args, move)
         node.kwargs = fx.map_arg(node.kwargs, move)
-        if isinstance(node.kwargs.get("device"), torch.device):
-            node.kwargs = {**node.kwargs, "device": devices[dev]}
+        on_device(node, devices[dev])
+        for sub in _submodule_args(gm, node):  # a higher-order op's body (a no_grad or autocast region)
+            if submodule_device.setdefault(str(sub.target), devices[dev]) != devices[dev]:
+                raise PlacerError(f"op {node.name}: its body {sub.target} is shared with an op on another device")
         # In-place writes: drop stale copies; push a write on a copy back into its master.
         inverse = {copies[(a, dev)]: a for a in original_args if (a, dev) in copies}
         for w in _written_args(node):
@@ -325,9 +345,112 @@ def place_module(
                 with graph.inserting_after(node):
                     wb = graph.call_function(_write_back, (master, w))
                 wb.meta[WRITEBACK_META] = master.name
+    for target, device in submodule_device.items():
+        _place_body(_module_tensor(gm, target), device)
+    reshape_views(graph)
     graph.lint()
     gm.recompile()
+    keep_global_state(gm)
     return gm
+
+
+# ----------------------------------------------- what the capture device decided
+def on_device(node: fx.Node, device: torch.device) -> None:
+    """Make every device-valued argument of ``node`` the device it is placed on.
+
+    A program captured on the CPU names the CPU wherever an op takes a device:
+    factory ops (``arange(..., device=cpu)``), copies (``_to_copy``, ``to.device``
+    with the device positional), assertions (``_assert_tensor_metadata``), and the
+    device type of an autocast region. Placed elsewhere, each must name the device
+    the op runs on, or it makes its tensor on the capture device (or asserts that
+    it is there).
+    """
+    def swap(value: Any) -> Any:
+        return device if isinstance(value, torch.device) else value
+
+    node.args = fx.node.map_aggregate(node.args, swap)
+    node.kwargs = fx.node.map_aggregate(node.kwargs, swap)
+    if node.target is _AUTOCAST_HOP and node.args and isinstance(node.args[0], str):
+        node.args = (device.type, *node.args[1:])
+
+
+_AUTOCAST_HOP = getattr(torch.ops.higher_order, "wrap_with_autocast", None)
+_VIEWS = (torch.ops.aten.view.default, torch.ops.aten._unsafe_view.default)
+
+
+def reshape_views(graph: fx.Graph) -> int:
+    """Run each ``view`` whose storage nothing writes in place as a ``reshape``; returns how many.
+
+    Whether a ``view`` is legal depends on its input's strides, and those depend on
+    the kernel that made the input: CPU and CUDA attention kernels return their
+    outputs in different layouts, so a view that is legal after the capture
+    device's kernel may not be after the placed device's. ``reshape`` is that view
+    wherever the view is legal, and a copy where it is not. A view whose storage
+    is written in place (by the view or through another alias) keeps its view
+    semantics: a copy would not see the write.
+    """
+    nodes = list(graph.nodes)
+    root = _alias_roots(nodes)
+    written = {root.get(w, w) for n in nodes if n.op == "call_function" for w in _written_args(n)}
+    changed = 0
+    for n in nodes:
+        if n.op == "call_function" and n.target in _VIEWS and root.get(n, n) not in written:
+            n.target = torch.ops.aten.reshape.default
+            changed += 1
+    return changed
+
+
+def _submodule_args(gm: nn.Module, node: fx.Node) -> list[fx.Node]:
+    """The ``get_attr`` arguments of ``node`` that name a graph module (a higher-order op's body)."""
+    return [a for a in node.args if isinstance(a, fx.Node) and a.op == "get_attr"
+            and isinstance(_module_tensor(gm, str(a.target)), fx.GraphModule)]
+
+
+def _place_body(body: fx.GraphModule, device: torch.device) -> None:
+    """A higher-order op's body runs on its op's device: its device arguments and views, as for the program's ops."""
+    for node in body.graph.nodes:
+        if node.op == "call_function":
+            on_device(node, device)
+            for sub in _submodule_args(body, node):
+                _place_body(_module_tensor(body, str(sub.target)), device)
+    reshape_views(body.graph)
+    body.recompile()
+
+
+@contextlib.contextmanager
+def global_state_kept() -> Iterator[None]:
+    """Restore torch's grad mode and autocast state if the block raises.
+
+    An exported program switches grad mode on entering a ``no_grad`` region and
+    back on leaving it (``wrap_with_set_grad_enabled`` does not use a ``finally``):
+    an error inside the region would leave the caller's process with gradients off.
+    """
+    grad = torch.is_grad_enabled()
+    autocast = {d: (torch.is_autocast_enabled(d), torch.get_autocast_dtype(d)) for d in ("cpu", "cuda")}
+    try:
+        yield
+    except BaseException:
+        torch.set_grad_enabled(grad)
+        for d, (enabled, dtype) in autocast.items():
+            torch.set_autocast_enabled(d, enabled)
+            torch.set_autocast_dtype(d, dtype)
+        raise
+
+
+def keep_global_state(gm: fx.GraphModule) -> None:
+    """Run every call of ``gm`` under :func:`global_state_kept` (until ``gm.recompile()``).
+
+    A ``GraphModule`` has a class of its own, so this wraps that instance's forward only.
+    """
+    cls = type(gm)
+    run = cls.forward
+
+    def forward(self: Any, *args: Any, **kwargs: Any) -> Any:
+        with global_state_kept():
+            return run(self, *args, **kwargs)
+
+    forward.__wrapped__ = run  # type: ignore[attr-defined]
+    cls.forward = forward
 
 
 def reorder(graph: fx.Graph, order: Sequence[str]) -> None:
@@ -402,20 +525,12 @@ def _order_constraints(nodes: Sequence[fx.Node]) -> list[tuple[fx.Node, fx.Node]
     * Random ops (``torch.Tag.nondeterministic_seeded``) keep their node order.
     """
     position = {n: i for i, n in enumerate(nodes)}
-    root: dict[fx.Node, fx.Node] = {}  # the node whose storage a node's value is
+    root = _alias_roots(nodes)
     written: dict[fx.Node, list[fx.Node]] = {}
     for n in nodes:
-        root[n] = n
-        if n.op != "call_function":
-            continue
-        w = _written_args(n)
+        w = _written_args(n) if n.op == "call_function" else []
         if w:
             written[n] = w
-        schema = getattr(n.target, "_schema", None)
-        returns_written = schema is not None and any(r.alias_info is not None and r.alias_info.is_write for r in schema.returns)
-        base = n.args[0] if n.args and isinstance(n.args[0], fx.Node) else None
-        if base is not None and (is_alias(n.target) or returns_written):
-            root[n] = root.get(base, base)
     readers: dict[fx.Node, list[fx.Node]] = {}
     for n in nodes:
         for a in n.all_input_nodes:
@@ -429,6 +544,21 @@ def _order_constraints(nodes: Sequence[fx.Node]) -> list[tuple[fx.Node, fx.Node]
     seeded = [n for n in nodes if n.op == "call_function" and torch.Tag.nondeterministic_seeded in getattr(n.target, "tags", ())]
     pairs.extend(zip(seeded, seeded[1:]))
     return pairs
+
+
+def _alias_roots(nodes: Sequence[fx.Node]) -> dict[fx.Node, fx.Node]:
+    """Each node -> the node whose storage its value is (itself, unless it is a view or an in-place op's result)."""
+    root: dict[fx.Node, fx.Node] = {}
+    for n in nodes:
+        root[n] = n
+        if n.op != "call_function":
+            continue
+        schema = getattr(n.target, "_schema", None)
+        returns_written = schema is not None and any(r.alias_info is not None and r.alias_info.is_write for r in schema.returns)
+        base = n.args[0] if n.args and isinstance(n.args[0], fx.Node) else None
+        if base is not None and (is_alias(n.target) or returns_written):
+            root[n] = root.get(base, base)
+    return root
 
 
 # ------------------------------------------------------------ microbatches
@@ -529,6 +659,10 @@ class MicrobatchedModule(nn.Module):
         self.meta = {**getattr(placed, "meta", {}), MICROBATCH_META: self.microbatches}
 
     def forward(self, *inputs: Any) -> Any:
+        with global_state_kept():  # a stage run by the interpreter below is not the placed module's guarded call
+            return self._forward(inputs)
+
+    def _forward(self, inputs: tuple) -> Any:
         parts = split_batch(inputs, self.microbatches, self.batch_dim)
         M, W = self.microbatches, self.inflight
         if W >= M or not torch.is_grad_enabled():

@@ -35,8 +35,9 @@ unsplit step's:
 
 from __future__ import annotations
 
+import difflib
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 from torch import nn
@@ -101,7 +102,8 @@ def apply(
             the result is an :class:`envs.runtime.MicrobatchedModule`: each call
             splits its inputs into M microbatches along ``batch_dim``, runs them one
             after the other through the placed program (exported at the microbatch
-            size; its op names must be the graph's), the issue order within each, and
+            size, the plan carried over to it by :func:`microbatch_plan`), the issue
+            order within each, and
             joins the outputs: 0-dim outputs (the loss) averaged (``loss_reduction=
             "mean"``) or summed (``"sum"``), so one ``backward()`` accumulates
             gradients equal to the unsplit step's; batched outputs concatenated.
@@ -145,12 +147,7 @@ def apply(
         raise PlacerError(f"batch_dim {batch_dim!r}: must be a dimension index >= 0")
     part = split_batch(example_inputs, M, batch_dim, source="example_inputs")[0]
     ep_mb = export_program(model, part, decompose=decompose)
-    names_mb = graph_from_program(ep_mb).names
-    if names_mb != captured.names:
-        raise PlacerError(
-            f"{source}: the model's program at a microbatch of 1/{M} of the batch has other ops than at the whole batch "
-            f"({len(names_mb)} vs {len(captured.names)}); it cannot run in {M} microbatches"
-        )
+    program = graph_from_program(ep_mb)
     W = check_inflight(getattr(placement, "inflight", None) if inflight is None else inflight, M,
                        f"{source}: inflight" if inflight is None else "inflight")
     stages: list[str] = []
@@ -161,7 +158,77 @@ def apply(
         host = np.array([d.startswith("cpu") for d in devices])
         op_order = np.arange(captured.num_ops) if names is None else np.array([captured.index[x] for x in names])
         stages = [captured.names[op_order[s]] for s in stage_starts(idx, op_order, host, free_mask(captured))[1:]]
-    return MicrobatchedModule(place_module(ep_mb, assignment, device_map, order=names), M, batch_dim, loss_reduction, W, stages)
+    plan = microbatch_plan(captured, program, assignment, names, stages)
+    return MicrobatchedModule(place_module(ep_mb, plan.assignment, device_map, order=plan.order), M, batch_dim,
+                              loss_reduction, W, plan.stages)
+
+
+class MicrobatchPlan(NamedTuple):
+    """A whole-batch plan carried over to the program exported at the microbatch size."""
+
+    assignment: dict[str, str]  # every op of the microbatch program -> logical device
+    order: list[str] | None  # issue order (microbatch program names), None for node order
+    stages: list[str]  # first op of each stage after the first (microbatch program names)
+
+
+def microbatch_plan(whole: OpGraph, part: OpGraph, assignment: Mapping[str, str], order: Sequence[str] | None = None,
+                    stages: Sequence[str] = ()) -> MicrobatchPlan:
+    """Carry a plan of ``whole`` over to ``part``, the same model exported at a microbatch's size.
+
+    A smaller batch can specialise the export: at batch 1, torch drops ``expand``
+    and ``contiguous`` ops that are no-ops there, and the ops after them are
+    numbered differently. The two programs are aligned by their op types and
+    module paths, in program order (:func:`align_programs`). A matched op takes
+    its whole-batch op's device; an op only the microbatch program has runs with
+    its first input's op, or else with the op before it. The issue order and the
+    stage starts follow the matched ops (an op with no match runs right after the
+    op before it in program order, as :func:`envs.runtime.reorder` places it).
+
+    >>> from graphs import OpGraph
+    >>> whole = OpGraph.from_edges(["a", "expand", "b"], [("a", "expand", 8), ("expand", "b", 8)],
+    ...                            op_types=["aten.mm.default", "aten.expand.default", "aten.relu.default"])
+    >>> part = OpGraph.from_edges(["a", "b"], [("a", "b", 8)], op_types=["aten.mm.default", "aten.relu.default"])
+    >>> microbatch_plan(whole, part, {"a": "cpu:0", "expand": "gpu:0", "b": "gpu:1"}, ["a", "expand", "b"], ["b"])
+    MicrobatchPlan(assignment={'a': 'cpu:0', 'b': 'gpu:1'}, order=['a', 'b'], stages=['b'])
+    """
+    match = align_programs(whole, part)  # part name -> whole name
+    by_whole = {w: p for p, w in match.items()}
+    placed: dict[str, str] = {}
+    preds: list[list[int]] = [[] for _ in range(part.num_ops)]
+    for s, d in zip(part.edge_src.tolist(), part.edge_dst.tolist()):
+        preds[d].append(s)
+    previous = assignment[whole.names[0]] if whole.num_ops else ""
+    for i, name in enumerate(part.names):
+        if name in match:
+            placed[name] = assignment[match[name]]
+        else:
+            placed[name] = next((placed[part.names[p]] for p in preds[i]), previous)
+        previous = placed[name]
+    part_order = None if order is None else [by_whole[w] for w in order if w in by_whole]
+    sequence = list(order) if order is not None else whole.names
+    rank = {w: r for r, w in enumerate(sequence)}
+    part_stages = []
+    for start in stages:
+        nxt = next((by_whole[w] for w in sequence[rank[start]:] if w in by_whole), None)
+        if nxt is not None and nxt not in part_stages:
+            part_stages.append(nxt)
+    return MicrobatchPlan(placed, part_order, part_stages)
+
+
+def align_programs(whole: OpGraph, part: OpGraph) -> dict[str, str]:
+    """``part``'s op names -> the ``whole`` op each stands for, matched by op type and module path in order.
+
+    Identical programs map every name to itself; otherwise the longest matching
+    runs of (op type, module path), in program order (``difflib``), are paired.
+    """
+    if whole.names == part.names:
+        return {n: n for n in part.names}
+
+    def tokens(g: OpGraph) -> list[str]:
+        return [f"{t}@{m}" for t, m in zip(g.op_types, g.module_paths)]
+
+    matcher = difflib.SequenceMatcher(None, tokens(whole), tokens(part), autojunk=False)
+    return {part.names[b + k]: whole.names[a + k] for a, b, size in matcher.get_matching_blocks() for k in range(size)}
 
 
 def validated_assignment(placement: Any, graph: OpGraph, *, source: str = "placement") -> dict[str, str]:

@@ -17,3 +17,31 @@ def zoo_cache(tmp_path_factory):
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("PLACER_CACHE_DIR", str(path))
         yield path
+
+
+#: What the ``test`` extra installs that some tests import (and would otherwise skip without).
+TEST_EXTRAS = ("transformers", "accelerate", "ortools", "matplotlib", "pymetis", "pyscotch", "hypothesis", "ray", "psutil")
+
+
+def missing_test_extras(modules=TEST_EXTRAS) -> list[str]:
+    """The modules of ``modules`` that do not import, each with its error's first line."""
+    import importlib
+
+    missing = []
+    for name in modules:
+        try:
+            importlib.import_module(name)
+        except Exception as e:  # an extra that is installed but broken counts as missing
+            missing.append(f"{name} ({type(e).__name__}: {str(e).strip().splitlines()[0] if str(e).strip() else ''})")
+    return missing
+
+
+def pytest_sessionstart(session):
+    """In CI (``CI`` set) a test extra that does not import fails the run instead of skipping its tests silently."""
+    import os
+
+    if os.environ.get("CI", "").lower() in ("", "0", "false"):
+        return
+    missing = missing_test_extras()
+    if missing:
+        raise pytest.UsageError("CI: test extras that do not import (pip install -e '.[test]'): " + "; ".join(missing))

@@ -1,0 +1,82 @@
+"""The conformance corpus on the CPU: every architecture, every kind of plan, float64's loss and gradients.
+
+:mod:`bench.corpus` builds each model from a config (nothing downloaded);
+:mod:`bench.conformance` applies eight plans to it (all on one device, a
+host/device split and that split in 2 microbatches, round-robin over 4 logical
+GPUs, a heuristic's plan with its issue order, a pipeline over 8 logical GPUs in 2
+and 4 microbatches, and one-forward-one-backward) and checks that the placed
+step's loss and every gradient are as close to a float64 reference as the
+unplaced float32 step is. Every logical device is the CPU here, so every copy is
+built; ``scripts/gpu_conformance.py`` runs the same on a GPU.
+
+Three models run in the fast tier; the rest are marked slow (CI runs both).
+"""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from bench import conformance, corpus
+
+FAST = ("llama", "nn_encoder", "bert")
+ENTRIES = [pytest.param(n, marks=() if n in FAST else pytest.mark.slow) for n in corpus.FAMILIES]
+
+
+def test_the_corpus_covers_the_architectures_people_train():
+    assert len(corpus.FAMILIES) >= 20
+    for family in ("llama", "mistral", "qwen2", "gpt2", "gpt_neox", "phi", "mixtral", "bert", "roberta", "vit", "t5",
+                   "bart", "nn_transformer", "nn_encoder", "nn_decoder", "cnn_bn", "recommender", "rnn"):
+        assert family in corpus.FAMILIES
+    assert len(conformance.PLANS) >= 7
+
+
+@pytest.mark.parametrize("name", ENTRIES)
+def test_every_plan_keeps_the_float64_loss_and_gradients(name):
+    if name in corpus.NEEDS_TRANSFORMERS:
+        pytest.importorskip("transformers")
+    rows = conformance.check_model(name)
+    assert [r.plan for r in rows] == list(conformance.PLANS)
+    bad = [f"{r.plan}: {r.message or f'{r.worst} at {r.allowed_ratio:.1f}x the allowed error'}" for r in rows if not r.ok]
+    assert not bad, f"{name}: " + "; ".join(bad)
+    for r in rows:
+        assert r.loss_error < 1e-4 and r.grad_error < 1e-3
+
+
+def test_a_wrong_gradient_is_caught():
+    """The check itself: a placed step whose gradients are off by far less than a bug would make them fails."""
+    model, inputs = corpus.build("rnn")
+    ref = conformance.reference(model, inputs)
+    loss = model(*inputs)
+    loss.backward()
+    grads = {k: p.grad.clone() for k, p in model.named_parameters()}
+    ok, *_ = conformance.compare(loss, grads, ref)
+    assert ok
+    name = next(iter(grads))
+    grads[name] = grads[name] * (1 + 1e-3)
+    ok, _, _, worst, ratio = conformance.compare(loss, grads, ref)
+    assert not ok and worst == name and ratio > 1
+    del grads[name]
+    assert not conformance.compare(loss, grads, ref)[0]
+
+
+def test_a_failing_plan_is_a_row_not_an_exception(monkeypatch):
+    def broken(*args, **kwargs):
+        raise RuntimeError("boom\nsecond line")
+
+    monkeypatch.setattr(conformance, "apply", broken)
+    rows = conformance.check_model("rnn", ["gpu", "split"])
+    assert [(r.ok, r.message) for r in rows] == [(False, "RuntimeError: boom")] * 2
+    lines = conformance.format_rows(rows)
+    assert len(lines) == 4 and "FAIL" in lines[2]
+
+
+def test_timed_rows_show_each_plan_beside_all_on_one_device():
+    rows = conformance.check_model("cnn_bn", ["gpu", "round_robin"], timed_steps=2)
+    assert all(r.ok and r.step_time_s > 0 and not math.isnan(r.step_time_s) for r in rows)
+    table = conformance.format_rows(rows)
+    assert "step ms" in table[0] and table[2].endswith("| 1.00x |")
+    assert set(rows[0].to_dict()) >= {"model", "plan", "ok", "loss_error", "grad_error", "step_time_s"}
+    assert torch.is_grad_enabled()
