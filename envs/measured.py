@@ -4,7 +4,7 @@
 (``evaluate(placements) -> list[Result]``). Each Ray actor owns one machine's
 devices (``num_gpus`` = the CUDA devices the device map uses); ``evaluate``
 spreads a batch over the actors, each of which builds the placed module
-(:func:`envs.runtime.place_module`, the pass behind :func:`placer.apply`), runs
+(:func:`envs.real.placing.place_module`, the pass behind :func:`placer.apply`), runs
 ``warmup_steps`` then ``timed_steps`` training steps (forward, loss, backward,
 Adam step, CUDA synchronised) and reports the median step time.
 
@@ -137,8 +137,8 @@ class Worker:
                 self.ep.constants[k].copy_(v)
 
     def _steps(self, module: Any, optimizer: Any, devices: Mapping[str, Any], warmup_steps: int, timed_steps: int) -> dict[str, Any]:
-        """The training steps of one placement (:func:`envs.runtime.measure_steps`)."""
-        from envs.runtime import measure_steps
+        """The training steps of one placement (:func:`envs.real.placing.measure_steps`)."""
+        from envs.real.placing import measure_steps
 
         return measure_steps(module, self.inputs, optimizer, devices, warmup_steps=warmup_steps, timed_steps=timed_steps)
 
@@ -147,7 +147,7 @@ class Worker:
         """Measure one placement; returns ``Result.to_dict()`` (never raises for a bad placement)."""
         import torch
 
-        from envs.runtime import failure_status, place_module, resolve_devices
+        from envs.real.placing import failure_status, place_module, resolve_devices
 
         extra: dict[str, Any] = {"worker": self.name}
         try:
@@ -203,7 +203,7 @@ class MeasuredEnv:
             build the model (each).
         run_dir: directory of ``measurements.jsonl`` (the resumable log) and of the
             local Ray's session files (``ray/``); none: no log.
-        device_map: logical -> torch device (see :func:`envs.runtime.resolve_devices`).
+        device_map: logical -> torch device (see :func:`envs.real.placing.resolve_devices`).
         max_retries: re-measurements of a placement whose actor died.
         graph: the graph placements refer to (default: captured from ``source``).
         cpus_per_worker: Ray CPUs (and torch threads) per actor (default: a whole
@@ -233,7 +233,7 @@ class MeasuredEnv:
         cpus_per_worker: int | None = None,
         lr: float = 1e-3,
     ) -> None:
-        from envs.runtime import check_timeout, resolve_devices
+        from envs.real.placing import check_timeout, resolve_devices
 
         if timed_steps < 1 or warmup_steps < 0:
             raise PlacerError(f"measured env: need timed_steps >= 1 and warmup_steps >= 0, got {timed_steps}, {warmup_steps}")

@@ -61,7 +61,7 @@ def run_model(name: str, args: argparse.Namespace) -> dict:
 
     import envs
     from envs.profiler import check_profile, profile_model, save_profile
-    from envs.runtime import resolve_devices
+    from envs.real.placing import resolve_devices
     from graphs.torch_capture import capture
     from placer.placement import Placement
 
@@ -172,7 +172,7 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
 def check(args: argparse.Namespace) -> None:
     """PlacerError (one line, naming the option) for a bad option, before any work."""
     import envs
-    from envs.runtime import check_available, resolve_devices
+    from envs.real.placing import check_available, resolve_devices
     from placer.checks import check_float, check_int
 
     args.model_names = cs.model_names(args.models, args.size)

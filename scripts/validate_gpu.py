@@ -188,7 +188,7 @@ def grad_errors(name: str, size: str, placement, graph, device_map: str) -> dict
     """
     import torch
 
-    from envs.runtime import default_loss
+    from envs.real.placing import default_loss
     from placer.apply import apply
 
     model, inputs = cs.build(name, size)
@@ -261,7 +261,7 @@ def check_order(name: str, args: argparse.Namespace, graph, cand: dict, sim_node
     """Real step time of ``cand`` in its planned issue order vs node order: steps timed alternately, medians."""
     import torch
 
-    from envs.runtime import resolve_devices, synchronize, train_step
+    from envs.real.placing import resolve_devices, synchronize, train_step
     from placer.apply import apply
     from placer.placement import Placement
 
@@ -585,7 +585,7 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
 def check(args: argparse.Namespace) -> None:
     """PlacerError (one line, naming the option) for a bad option, before any work."""
     import envs
-    from envs.runtime import check_available, resolve_devices
+    from envs.real.placing import check_available, resolve_devices
     from placer.checks import check_float, check_int, check_output_dir, check_seed
 
     args.model_names = cs.model_names(args.models, args.size)

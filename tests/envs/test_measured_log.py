@@ -49,7 +49,7 @@ def test_a_placements_issue_order_reaches_the_worker_and_its_key(tmp_path):
     import numpy as np
 
     from envs.measured import Worker
-    from envs.runtime import ORDER_META
+    from envs.real.placing import ORDER_META
     from graphs.torch_capture import capture
     from placer.placement import Placement
 
