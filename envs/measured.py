@@ -137,8 +137,8 @@ class Worker:
                 self.ep.constants[k].copy_(v)
 
     def _steps(self, module: Any, optimizer: Any, devices: Mapping[str, Any], warmup_steps: int, timed_steps: int) -> dict[str, Any]:
-        """The training steps of one placement (:func:`envs.real.placing.measure_steps`)."""
-        from envs.real.placing import measure_steps
+        """The training steps of one placement (:func:`envs.real.timing.measure_steps`)."""
+        from envs.real.timing import measure_steps
 
         return measure_steps(module, self.inputs, optimizer, devices, warmup_steps=warmup_steps, timed_steps=timed_steps)
 
@@ -147,7 +147,8 @@ class Worker:
         """Measure one placement; returns ``Result.to_dict()`` (never raises for a bad placement)."""
         import torch
 
-        from envs.real.placing import failure_status, place_module, resolve_devices
+        from envs.real.placing import place_module, resolve_devices
+        from envs.real.timing import failure_status
 
         extra: dict[str, Any] = {"worker": self.name}
         try:
@@ -233,7 +234,8 @@ class MeasuredEnv:
         cpus_per_worker: int | None = None,
         lr: float = 1e-3,
     ) -> None:
-        from envs.real.placing import check_timeout, resolve_devices
+        from envs.real.placing import resolve_devices
+        from envs.real.timing import check_timeout
 
         if timed_steps < 1 or warmup_steps < 0:
             raise PlacerError(f"measured env: need timed_steps >= 1 and warmup_steps >= 0, got {timed_steps}, {warmup_steps}")

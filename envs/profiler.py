@@ -4,7 +4,7 @@
 
 * **The CPU, in context** (the default): :func:`profile_in_context` runs real
   training steps of the program with every op on the CPU, as
-  :func:`envs.real.placing.train_step` runs a placed module, and charges the time
+  :func:`envs.real.timing.train_step` runs a placed module, and charges the time
   between consecutive probes (a timestamp after each forward op, a pre-hook on each
   autograd node) to the op that owns it. So an op's time includes eager dispatch
   and the autograd engine's work for it, the caches are as warm or cold as in
@@ -423,7 +423,7 @@ def _host_probed_step(probed_gm: Any, inputs: tuple, opt: Any, current: list, cl
     waits for the device before the step and after it (a GPU: so no earlier work
     is still queued when the stamps start).
     """
-    from envs.real.placing import default_loss
+    from envs.real.timing import default_loss
 
     opt.zero_grad(set_to_none=True)
     sync()
@@ -445,7 +445,7 @@ def profile_in_context(ep: Any, graph: OpGraph, device: str = "cpu", *, warmup: 
     """Per-op forward/backward seconds measured inside real training steps on one device.
 
     Every op of ``graph`` runs on ``device`` in the module :func:`envs.real.placing.place_module`
-    builds, trained as :func:`envs.real.placing.train_step` does (zero_grad, forward, the
+    builds, trained as :func:`envs.real.timing.train_step` does (zero_grad, forward, the
     default loss, backward, Adam). Probed steps stamp the time after each forward op
     (each FX node's call is wrapped) and in a pre-hook of every autograd node; each
     autograd node belongs to the op whose outputs first reach it (a parameter's
@@ -484,7 +484,7 @@ def profile_in_context(ep: Any, graph: OpGraph, device: str = "cpu", *, warmup: 
 
 
 def _in_context(ep: Any, graph: OpGraph, dev: Any, warmup: int, repeats: int, inputs: Sequence[Any] | None, lr: float, clock_name: str) -> dict[str, Any]:
-    from envs.real.placing import default_loss
+    from envs.real.timing import default_loss
 
     n = graph.num_ops
     clock_name, clock = host_clock(clock_name)
@@ -666,7 +666,7 @@ def profile_device_in_context(ep: Any, graph: OpGraph, device: str, *, warmup: i
     thread's time to issue it (the FX node's Python, dispatch, the launch; in the
     backward, the autograd worker's time per node) and the kernels' time on the
     device, which overlap. Three kinds of step alternate, as
-    :func:`envs.real.placing.train_step` runs them:
+    :func:`envs.real.timing.train_step` runs them:
 
     * clean steps time each phase on the host (issue) and in the device's
       timeline (``marks``: CUDA events), and the whole step, synchronised;
@@ -694,7 +694,7 @@ def profile_device_in_context(ep: Any, graph: OpGraph, device: str, *, warmup: i
 
 def _device_in_context(ep: Any, graph: OpGraph, dev: Any, warmup: int, repeats: int, inputs: Sequence[Any] | None, lr: float,
                        marks: Any, every: int) -> dict[str, Any]:
-    from envs.real.placing import default_loss
+    from envs.real.timing import default_loss
 
     n = graph.num_ops
     current: list = [_Probes(time.perf_counter)]

@@ -43,7 +43,8 @@ from torch import nn
 
 from envs.assign import as_indices, check_order
 from envs.microbatch import check_inflight, check_microbatches, stage_starts
-from envs.real.placing import MicrobatchedModule, place_module, split_batch
+from envs.real.pipeline import MicrobatchedModule, split_batch
+from envs.real.placing import place_module
 from graphs import OpGraph, PlacerError
 from graphs.ops import free_mask
 from graphs.torch_capture import check_runnable, export_program, graph_from_program

@@ -68,7 +68,8 @@ def run_run(args: argparse.Namespace) -> int:
     import torch
 
     import envs
-    from envs.real.placing import StepTimeout, check_available, failure_status, measure_steps, resolve_devices, time_limit
+    from envs.real.placing import check_available, resolve_devices
+    from envs.real.timing import StepTimeout, failure_status, measure_steps, time_limit
     from placer.apply import apply
     from placer.placement import Placement
     from placer.sources import resolve_model

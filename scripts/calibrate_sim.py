@@ -160,7 +160,7 @@ def physical(cluster, device_map):
 
 def measure_local(name: str, args: argparse.Namespace, cluster, graph, placements) -> list:
     """Measure each placement in this process: the module ``placer.apply`` builds, trained by
-    ``envs.real.placing.train_step`` (``--warmup`` then ``--steps`` steps, median), each step timed
+    ``envs.real.timing.train_step`` (``--warmup`` then ``--steps`` steps, median), each step timed
     by ``envs.profiler.host_clock`` (this thread's CPU time when torch uses one thread: on a
     busy machine the time other processes held the core does not count)."""
     import statistics
@@ -169,7 +169,8 @@ def measure_local(name: str, args: argparse.Namespace, cluster, graph, placement
 
     from envs.profiler import host_clock
     from envs.result import Result
-    from envs.real.placing import place_module, train_step
+    from envs.real.placing import place_module
+    from envs.real.timing import train_step
     from graphs.torch_capture import export_program
 
     model, inputs = build(name, args.size)
@@ -215,7 +216,7 @@ def measure_here(name: str, size: str, cluster, graph, placements, run_dir: str,
     For a machine without Ray (the lent GPU machines have none, and its wheel is too big to carry there)."""
     from envs.measured import MeasuredEnv, Worker
     from envs.result import Result
-    from envs.real.placing import StepTimeout, time_limit
+    from envs.real.timing import StepTimeout, time_limit
 
     source = functools.partial(build, name, size)
     # The env only keys placements and keeps the log here (it starts Ray only in evaluate()); it has no public

@@ -188,7 +188,7 @@ def grad_errors(name: str, size: str, placement, graph, device_map: str) -> dict
     """
     import torch
 
-    from envs.real.placing import default_loss
+    from envs.real.timing import default_loss
     from placer.apply import apply
 
     model, inputs = cs.build(name, size)
@@ -261,7 +261,8 @@ def check_order(name: str, args: argparse.Namespace, graph, cand: dict, sim_node
     """Real step time of ``cand`` in its planned issue order vs node order: steps timed alternately, medians."""
     import torch
 
-    from envs.real.placing import resolve_devices, synchronize, train_step
+    from envs.real.placing import resolve_devices
+    from envs.real.timing import synchronize, train_step
     from placer.apply import apply
     from placer.placement import Placement
 

@@ -266,7 +266,7 @@ def test_every_json_output_is_strict_json_on_oom_and_infinite_values(work, model
     import torch
 
     import envs
-    import envs.real.placing
+    import envs.real.timing
     from graphs import zoo
 
     # infinite values where the commands have none of their own: an unbounded step, infinite FLOPs
@@ -276,7 +276,7 @@ def test_every_json_output_is_strict_json_on_oom_and_infinite_values(work, model
     def oom(*a, **k):
         raise torch.OutOfMemoryError("CUDA out of memory (simulated)")
 
-    monkeypatch.setattr(envs.real.placing, "measure_steps", oom)
+    monkeypatch.setattr(envs.real.timing, "measure_steps", oom)
     model = model_module + ":build"
     commands = {
         "clusters": ["clusters", oom_cluster, "--json"],

@@ -115,12 +115,12 @@ def test_profile_writes_a_loadable_profile(workdir, capsys):
 def test_run_steps_past_measure_timeout_are_a_timeout_result(workdir, capsys, monkeypatch):
     import time
 
-    import envs.real.placing
+    import envs.real.timing
 
     def hang(*args, **kwargs):
         time.sleep(120)
 
-    monkeypatch.setattr(envs.real.placing, "measure_steps", hang)
+    monkeypatch.setattr(envs.real.timing, "measure_steps", hang)
     rc = main(["run", "cli_run_model:build", "--placement", "p.json", "--cluster", "k80x2", "--device-map", "*=cpu",
                "--measure-timeout", "0.5", "--json"])
     out = json.loads(capsys.readouterr().out)
@@ -128,12 +128,12 @@ def test_run_steps_past_measure_timeout_are_a_timeout_result(workdir, capsys, mo
 
 
 def test_run_memory_error_in_a_step_is_oom(workdir, capsys, monkeypatch):
-    import envs.real.placing
+    import envs.real.timing
 
     def no_memory(*args, **kwargs):
         raise MemoryError()
 
-    monkeypatch.setattr(envs.real.placing, "measure_steps", no_memory)
+    monkeypatch.setattr(envs.real.timing, "measure_steps", no_memory)
     rc = main(["run", "cli_run_model:build", "--placement", "p.json", "--cluster", "k80x2", "--device-map", "*=cpu", "--json"])
     out = json.loads(capsys.readouterr().out)
     assert rc == 1 and out["status"] == "oom" and "MemoryError" in out["message"]

@@ -272,7 +272,7 @@ def test_apply_one_forward_one_backward_needs_a_loss_and_gradient_one():
 
 
 def test_apply_microbatched_batched_outputs_and_the_default_loss():
-    from envs.real.placing import default_loss
+    from envs.real.timing import default_loss
 
     torch.manual_seed(1)
     model = Tower()
@@ -389,7 +389,7 @@ def test_compare_cli_inflight_search_and_bad_values(capsys):
 ])
 def test_apply_runs_the_stages_in_the_simulated_1f1b_order(monkeypatch, W, expected):
     """Two stages (gpu:0 then gpu:1), M = 4: apply issues stage c of microbatch m where the simulator's program does."""
-    from envs.real import placing as runtime
+    from envs.real import pipeline as runtime
     from envs.microbatch import issue_segments, stage_starts
     from graphs.ops import free_mask
 

@@ -12,7 +12,8 @@ import torch
 from torch import nn
 
 from envs.assign import check_order
-from envs.real.placing import MOVE_META, ORDER_META, WRITEBACK_META, _to_device, copy_kind, default_loss, place_module, transfers
+from envs.real.placing import MOVE_META, ORDER_META, WRITEBACK_META, _to_device, copy_kind, place_module, transfers
+from envs.real.timing import default_loss
 from graphs import OpGraph, PlacerError
 from graphs.torch_capture import capture, export_program
 from placer.apply import apply
@@ -358,7 +359,7 @@ def test_placer_run_runs_the_order_in_the_file(tmp_path, monkeypatch, capsys):
     import sys
     import textwrap
 
-    import envs.real.placing
+    import envs.real.timing
     from placer.cli import main
 
     (tmp_path / "order_model.py").write_text(textwrap.dedent(
@@ -388,13 +389,13 @@ def test_placer_run_runs_the_order_in_the_file(tmp_path, monkeypatch, capsys):
     order = next(o for o in (random_topological_order(g, np.random.default_rng(s)) for s in range(50)) if o != list(range(g.num_ops)))
     Placement.from_indices(g, DEVICES, [1] * g.num_ops, cluster="k80x2", order=order).save(tmp_path / "p.json")
     seen = []
-    real = envs.real.placing.measure_steps
+    real = envs.real.timing.measure_steps
 
     def spy(module, *args, **kwargs):
         seen.append(module.meta[ORDER_META])
         return real(module, *args, **kwargs)
 
-    monkeypatch.setattr(envs.real.placing, "measure_steps", spy)
+    monkeypatch.setattr(envs.real.timing, "measure_steps", spy)
     rc = main(["run", "order_model:build", "--placement", str(tmp_path / "p.json"), "--cluster", "k80x2", "--device-map", ALL_CPU, "--steps", "1", "--warmup", "0", "--json"])
     assert rc == 0, capsys.readouterr()
     assert seen == [[g.names[i] for i in order]]
