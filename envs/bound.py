@@ -47,56 +47,10 @@ import numpy as np
 
 from envs import cost
 from envs.cluster import Cluster
+from graphs.dag import critical_path
 from graphs.ir import OpGraph
 
 _SLACK = 1e-9
-
-
-def critical_path(graph: OpGraph, fwd_min: np.ndarray, bwd_min: np.ndarray) -> tuple[float, list[int]]:
-    """Longest forward-then-backward path with per-op times ``fwd_min``/``bwd_min``: ``(seconds, ops)``.
-
-    ``ops`` lists the path's ops in order of first appearance: the forward chain,
-    then the ops only its backward part visits (a chain ``a -> b`` gives ``[a, b]``,
-    its path being ``fwd a, fwd b, bwd b, bwd a``). Ties keep the earlier op and an
-    op's own forward before its consumers' backward.
-    """
-    n = graph.num_ops
-    if n == 0:
-        return 0.0, []
-    in_ptr, in_src, _ = graph.in_csr
-    out_ptr, out_dst, _ = graph.out_csr
-    f = fwd_min.tolist()
-    b = bwd_min.tolist()
-    src = in_src.tolist()
-    dst = out_dst.tolist()
-    ip = in_ptr.tolist()
-    op = out_ptr.tolist()
-    ef = [0.0] * n
-    via_f = [-1] * n  # the predecessor whose forward ends last
-    for v in range(n):
-        ready = 0.0
-        for k in range(ip[v], ip[v + 1]):
-            if ef[src[k]] > ready:
-                ready = ef[src[k]]
-                via_f[v] = src[k]
-        ef[v] = ready + f[v]
-    eb = [0.0] * n
-    via_b = [-1] * n  # the consumer whose backward ends last, if later than this op's forward
-    for u in range(n - 1, -1, -1):
-        ready = ef[u]
-        for k in range(op[u], op[u + 1]):
-            if eb[dst[k]] > ready:
-                ready = eb[dst[k]]
-                via_b[u] = dst[k]
-        eb[u] = ready + b[u]
-    last = max(range(n), key=eb.__getitem__)
-    backward = [last]
-    while via_b[backward[-1]] >= 0:
-        backward.append(via_b[backward[-1]])
-    forward = [backward[-1]]
-    while via_f[forward[-1]] >= 0:
-        forward.append(via_f[forward[-1]])
-    return eb[last], list(dict.fromkeys(forward[::-1] + backward[::-1]))
 
 
 def critical_path_s(graph: OpGraph, fwd_min: np.ndarray, bwd_min: np.ndarray) -> float:

@@ -23,7 +23,6 @@ costs the copy and its gradient, as in the module :func:`placer.apply` builds.
 
 from __future__ import annotations
 
-import heapq
 from typing import Any, Sequence
 
 import numpy as np
@@ -35,6 +34,7 @@ from envs.memory import peak_bytes
 from envs.microbatch import check_inflight, check_microbatches, expand_order, issue_segments, microbatch_graph, stage_starts
 from envs.result import Result
 from envs.schedule import ACT, EXECUTORS, Schedule, schedule_reference
+from graphs.dag import priority_order
 from graphs.errors import PlacerError
 from graphs.ir import OpGraph
 from graphs.ops import free_mask, grad_mask
@@ -365,20 +365,7 @@ class SimEnv:
         g, n = self.graph, self.num_ops
         host = (np.asarray(self.cluster.kinds) == "cpu")[place]
         out = {"node": np.arange(n, dtype=np.int64)}
-        indeg = np.bincount(g.edge_dst, minlength=n) if g.num_edges else np.zeros(n, dtype=np.int64)
-        out_ptr, out_dst, _ = g.out_csr
-        ready = [(bool(host[i]), i) for i in np.flatnonzero(indeg == 0).tolist()]
-        heapq.heapify(ready)
-        indeg = indeg.tolist()
-        order: list[int] = []
-        while ready:
-            _, u = heapq.heappop(ready)
-            order.append(u)
-            for v in out_dst[out_ptr[u]:out_ptr[u + 1]].tolist():
-                indeg[v] -= 1
-                if indeg[v] == 0:
-                    heapq.heappush(ready, (bool(host[v]), v))
-        out["devices-first"] = np.asarray(order, dtype=np.int64)
+        out["devices-first"] = priority_order(g, host)  # ready host ops last
         out["schedule"] = self.schedule_order(place)
         return out
 

@@ -44,7 +44,8 @@ from scipy.sparse.csgraph import connected_components
 from graphs import schema
 from graphs.errors import GraphFormatError, PlacerError
 from graphs.group_graph import CutTable, build_group_graph, cut_bytes_batched
-from graphs.ir import OpGraph, _kahn
+from graphs.dag import kahn
+from graphs.ir import OpGraph
 from graphs.ops import VIEW_OPS, base_op_name, inplace_mask, is_inplace_op, is_view_op, view_mask  # noqa: F401
 
 FORMAT = "placer-grouping/1"
@@ -151,7 +152,7 @@ def coarsen(graph: OpGraph, max_groups: int = 256, *, colocate: bool = True) -> 
     num_units = int(unit.max()) + 1 if n else 0
     us, ud = unit[graph.edge_src].astype(np.int64), unit[graph.edge_dst].astype(np.int64)
     cross = us != ud
-    unit_order, _ = _kahn(num_units, us[cross], ud[cross])
+    unit_order, _ = kahn(num_units, us[cross], ud[cross])
     unit_pos = np.empty(num_units, dtype=np.int64)
     unit_pos[np.asarray(unit_order, dtype=np.int64)] = np.arange(num_units)
     order = np.lexsort((np.arange(n), unit_pos[unit]))  # position -> op
@@ -460,7 +461,7 @@ def _topological_ids(graph: OpGraph, op_group: np.ndarray, num_groups: int) -> n
     cross = gs != gd
     if not bool(np.any(gs[cross] > gd[cross])):
         return op_group
-    order, _ = _kahn(num_groups, gs[cross], gd[cross])
+    order, _ = kahn(num_groups, gs[cross], gd[cross])
     if len(order) != num_groups:
         raise PlacerError(f"grouping: the groups form a cycle, so the group graph would not be a DAG ({graph.name or 'graph'})")
     new_id = np.empty(num_groups, dtype=np.int64)

@@ -4,7 +4,7 @@
 op-type histogram, and for one cluster (``--cluster``, default the first preset)
 the simulator's own figures: op times from :func:`envs.cost.op_times` (each op
 at its fastest device), the forward-then-backward critical path of
-:func:`envs.bound.critical_path` and :func:`envs.lower_bound`.
+:func:`graphs.dag.critical_path` and :func:`envs.lower_bound`.
 
 >>> from graphs.ir import OpGraph
 >>> from envs import Cluster
@@ -25,6 +25,7 @@ from typing import Any
 import numpy as np
 
 from graphs import OpGraph, PlacerError
+from graphs.dag import critical_path
 from placer.checks import check_int, check_output_file
 from placer.cli import print_json
 
@@ -138,7 +139,7 @@ def summarize(graph: OpGraph, cluster: Any, *, top: int = 12) -> dict[str, Any]:
     """The numbers ``placer inspect`` prints, as a JSON-able dict; times are the simulator's on ``cluster``.
 
     Each op's time is its forward plus backward on its fastest device
-    (:func:`envs.cost.op_times`), the critical path is :func:`envs.bound.critical_path`
+    (:func:`envs.cost.op_times`), the critical path is :func:`graphs.dag.critical_path`
     over those times and ``lower_bound_s`` is :func:`envs.lower_bound`.
     """
     from envs import bound, cost
@@ -149,8 +150,8 @@ def summarize(graph: OpGraph, cluster: Any, *, top: int = 12) -> dict[str, Any]:
     fwd_min = fwd.min(axis=1) if graph.num_ops else np.zeros(0)
     bwd_min = bwd.min(axis=1) if graph.num_ops else np.zeros(0)
     op_time_s = fwd_min + bwd_min
-    path_time_s, path = bound.critical_path(graph, fwd_min, bwd_min)
-    _, path_flops = bound.critical_path(graph, graph.flops, np.zeros(graph.num_ops))
+    path_time_s, path = critical_path(graph, fwd_min, bwd_min)
+    _, path_flops = critical_path(graph, graph.flops, np.zeros(graph.num_ops))
     total_time_s = float(op_time_s.sum())
     counts = Counter(graph.op_types)
     type_flops: Counter[str] = Counter()

@@ -203,12 +203,12 @@ def canonical_label(graph: OpGraph, cluster: Any, op_devices: np.ndarray, env: A
     """
     import envs
     from envs.cost import op_times
-    from policies.gnn import longest_paths
+    from graphs.dag import top_level
 
     idx = np.asarray(op_devices, dtype=np.int32)
     fwd, bwd = op_times(graph, cluster)
     tmin = (fwd + bwd).min(axis=1)
-    top, _ = longest_paths(graph, tmin)
+    top = top_level(graph, tmin)
     weight = tmin + 1e-12
     classes: dict[tuple, list[int]] = {}
     for d, dev in enumerate(cluster.devices):

@@ -88,6 +88,7 @@ import torch
 from torch import nn
 
 from graphs import OpGraph, PlacerError
+from graphs.dag import levels, top_level
 from policies.list_schedule import DYN_DIM, ListSchedule, teacher_forced
 from policies.seq2seq import PolicySample
 
@@ -121,27 +122,6 @@ def op_type_bucket(op_type: str) -> int:
     return zlib.crc32(base_op_name(op_type).encode()) % TYPE_BUCKETS
 
 
-def longest_paths(graph: OpGraph, w: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Top level (longest weighted path ending before op i) and bottom level (from i on, inclusive)."""
-    n = graph.num_ops
-    top = np.zeros(n)
-    bottom = np.array(w, dtype=np.float64)
-    if not graph.num_edges:
-        return top, bottom
-    indptr, pred, _ = graph.in_csr
-    for i in range(n):  # ops are in topological order
-        a, b = indptr[i], indptr[i + 1]
-        if b > a:
-            p = pred[a:b]
-            top[i] = np.max(top[p] + w[p])
-    outptr, succ, _ = graph.out_csr
-    for i in range(n - 1, -1, -1):
-        a, b = outptr[i], outptr[i + 1]
-        if b > a:
-            bottom[i] = w[i] + np.max(bottom[succ[a:b]])
-    return top, bottom
-
-
 def _log10(x: Any) -> np.ndarray:
     return np.log10(np.maximum(np.asarray(x, dtype=np.float64), 1e-30))
 
@@ -158,7 +138,7 @@ def graph_inputs(graph: OpGraph, cluster: Any) -> dict[str, np.ndarray]:
     total_t = max(float(tmin.sum()), 1e-12)
     mem = (static_bytes(graph) + activation_bytes(graph)).astype(np.float64)
     total_mem = max(float(mem.sum()), 1.0)
-    top, bottom = longest_paths(graph, tmin)
+    top, bottom = levels(graph, tmin)
     cp = max(float(np.max(top + bottom)) if n else 0.0, 1e-12)
     bw = np.asarray(cluster.bandwidth_bytes_per_s, dtype=np.float64)
     off = ~np.eye(d, dtype=bool)
@@ -389,7 +369,7 @@ class GNNPolicy(nn.Module):
         """The schedule decoder's op order (:func:`policies.list_schedule.decode_order`)."""
         from policies.list_schedule import decode_order
 
-        return decode_order(self.graph, longest_paths(self.graph, self._times.min(axis=1))[0])
+        return decode_order(self.graph, top_level(self.graph, self._times.min(axis=1)))
 
     def _logp_along(self, op_devices: np.ndarray) -> torch.Tensor:
         """``[K, N, D]`` log-probabilities each op had, given the placements' earlier decisions."""

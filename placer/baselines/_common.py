@@ -306,14 +306,3 @@ class ParamCopies:
         """``op`` went to candidate ``d``: the parameters it reads are on ``d`` from now on."""
         for o, _ in self.reads.get(op, ()):
             self.have.setdefault(o, np.zeros(self.num_devices, dtype=bool))[d] = True
-
-
-def upward_rank(graph: OpGraph, node_cost: np.ndarray, edge_cost: np.ndarray) -> np.ndarray:
-    """HEFT's upward rank: cost + max over successors of (edge cost + their rank)."""
-    rank = np.asarray(node_cost, dtype=np.float64).copy()
-    indptr, nbr, eid = graph.out_csr
-    for i in range(graph.num_ops - 1, -1, -1):
-        a, b = indptr[i], indptr[i + 1]
-        if b > a:
-            rank[i] += float(np.max(edge_cost[eid[a:b]] + rank[nbr[a:b]]))
-    return rank

@@ -30,6 +30,7 @@ from __future__ import annotations
 import numpy as np
 
 from graphs import OpGraph, PlacerError
+from graphs.dag import bottom_level
 from placer.baselines import register
 from placer.baselines._common import (
     COMM_DIRECTIONS,
@@ -41,7 +42,6 @@ from placer.baselines._common import (
     mean_link,
     op_memory_bytes,
     step_costs_s,
-    upward_rank,
 )
 
 
@@ -129,7 +129,7 @@ def _list_schedule(graph: OpGraph, cluster, favourite_parent: np.ndarray | None,
     cost = step_costs_s(graph, cluster)[:, cand]
     spb, lat = link_arrays(cluster, cand)
     mean_spb, mean_lat = mean_link(cluster, cand)
-    rank = upward_rank(graph, cost.mean(axis=1), COMM_DIRECTIONS * (graph.edge_bytes * mean_spb + mean_lat))
+    rank = bottom_level(graph, cost.mean(axis=1), COMM_DIRECTIONS * (graph.edge_bytes * mean_spb + mean_lat))
     mem = op_memory_bytes(graph).astype(np.float64)
     cap = capacity_bytes(cluster)[cand]
     groups = colocation_groups(graph)

@@ -25,6 +25,7 @@ from bisect import bisect_right
 import numpy as np
 
 from graphs import OpGraph
+from graphs.dag import bottom_level
 from placer.baselines import register
 from placer.baselines._common import (
     ParamCopies,
@@ -35,7 +36,6 @@ from placer.baselines._common import (
     mean_link,
     op_memory_bytes,
     step_costs_s,
-    upward_rank,
     COMM_DIRECTIONS,
 )
 
@@ -65,7 +65,7 @@ def heft(graph: OpGraph, cluster, *, seed: int = 0, devices: str = "all", memory
     spb, lat = link_arrays(cluster, cand)
     mean_spb, mean_lat = mean_link(cluster, cand)
     edge_mean_s = COMM_DIRECTIONS * (graph.edge_bytes * mean_spb + mean_lat)
-    rank = upward_rank(graph, cost.mean(axis=1), edge_mean_s)
+    rank = bottom_level(graph, cost.mean(axis=1), edge_mean_s)
     order = np.lexsort((np.arange(graph.num_ops), -rank))
 
     mem = op_memory_bytes(graph).astype(np.float64)

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import heapq
-
 import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -11,6 +9,7 @@ from hypothesis import strategies as st
 from envs import Cluster, SimEnv, lower_bound
 from envs.bound import lp_work_bound_s, work_bound_s
 from graphs import OpGraph
+from graphs.dag import priority_order
 from graphs.synthetic import random_dag
 
 
@@ -96,20 +95,7 @@ def _random_cluster(preset: str, seed: int) -> Cluster:
 
 
 def _random_topological_order(graph: OpGraph, rng) -> np.ndarray:
-    prio = rng.random(graph.num_ops)
-    indeg = np.bincount(graph.edge_dst, minlength=graph.num_ops).tolist()
-    out_ptr, out_dst, _ = graph.out_csr
-    ready = [(prio[i], i) for i in range(graph.num_ops) if indeg[i] == 0]
-    heapq.heapify(ready)
-    order = []
-    while ready:
-        _, u = heapq.heappop(ready)
-        order.append(u)
-        for v in out_dst[out_ptr[u]:out_ptr[u + 1]].tolist():
-            indeg[v] -= 1
-            if indeg[v] == 0:
-                heapq.heappush(ready, (prio[v], v))
-    return np.asarray(order, dtype=np.int64)
+    return priority_order(graph, rng.random(graph.num_ops))
 
 
 @settings(max_examples=60, deadline=None)

@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 
 from envs import Cluster, SimEnv
 from envs.kernel import HAVE_NUMBA
+from graphs.dag import random_order
 from graphs.synthetic import random_dag
 
 
@@ -29,19 +30,7 @@ def two_hosts(name: str, memory_bytes: float) -> Cluster:
     return Cluster.from_dict(doc)
 
 
-def random_topological_order(graph, rng) -> np.ndarray:
-    """Kahn's algorithm taking a uniformly random ready op each time."""
-    indeg = np.bincount(graph.edge_dst, minlength=graph.num_ops)
-    ready = list(np.flatnonzero(indeg == 0))
-    order = []
-    while ready:
-        i = ready.pop(int(rng.integers(len(ready))))
-        order.append(i)
-        for v in graph.successors(i):
-            indeg[v] -= 1
-            if indeg[v] == 0:
-                ready.append(v)
-    return np.asarray(order, dtype=np.int64)
+random_topological_order = random_order  # Kahn's algorithm taking a uniformly random ready op each time
 
 
 FIELDS = ("fwd_start_s", "fwd_end_s", "bwd_start_s", "bwd_end_s", "xfer_kind", "xfer_op", "xfer_src",

@@ -15,6 +15,7 @@ from envs.assign import check_order
 from envs.real.placing import MOVE_META, ORDER_META, WRITEBACK_META, _to_device, copy_kind, place_module, transfers
 from envs.real.timing import default_loss
 from graphs import OpGraph, PlacerError
+from graphs.dag import random_order
 from graphs.torch_capture import capture, export_program
 from placer.apply import apply
 from placer.placement import Placement
@@ -98,17 +99,7 @@ def _cases():
 
 def random_topological_order(graph: OpGraph, rng: np.random.Generator) -> list[int]:
     """A uniformly chosen ready op at each step: any topological order can come out."""
-    indeg = np.bincount(graph.edge_dst, minlength=graph.num_ops)
-    ready = [i for i in range(graph.num_ops) if indeg[i] == 0]
-    out = []
-    while ready:
-        i = ready.pop(int(rng.integers(len(ready))))
-        out.append(i)
-        for j in graph.successors(i).tolist():
-            indeg[j] -= 1
-            if indeg[j] == 0:
-                ready.append(j)
-    return out
+    return random_order(graph, rng).tolist()
 
 
 def _grads(model):

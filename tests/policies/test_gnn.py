@@ -11,6 +11,7 @@ import torch
 
 import envs
 from graphs import OpGraph, PlacerError
+from graphs.dag import random_order
 from graphs.ir import _permute
 from graphs.synthetic import attention_dag, branch_dag, moe_dag, random_dag
 from policies import POLICIES, policy_file
@@ -18,18 +19,7 @@ from policies.gnn import GNNNet, GNNPolicy
 
 
 def _random_topological_order(g: OpGraph, seed: int) -> np.ndarray:
-    rng = np.random.default_rng(seed)
-    indeg = np.bincount(g.edge_dst, minlength=g.num_ops)
-    ready = list(np.flatnonzero(indeg == 0))
-    order = []
-    while ready:
-        i = ready.pop(int(rng.integers(len(ready))))
-        order.append(i)
-        for j in g.successors(i):
-            indeg[j] -= 1
-            if indeg[j] == 0:
-                ready.append(j)
-    return np.asarray(order)
+    return random_order(g, np.random.default_rng(seed))
 
 
 def _reordered(g: OpGraph, order: np.ndarray) -> OpGraph:
