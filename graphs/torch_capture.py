@@ -42,6 +42,7 @@ from torch.utils._pytree import tree_flatten, tree_map
 from graphs import flops as _flops
 from graphs.errors import CaptureError, GraphFormatError
 from graphs.ir import OpGraph
+from graphs.ops import is_inplace
 
 # Bump when the graph built from the same program changes (invalidates zoo caches).
 CAPTURE_VERSION = 1
@@ -270,7 +271,7 @@ def _graph_from_program(ep, name: str, current: list) -> OpGraph:
         module_paths.append(_module_path(node))
         if _flops.is_alias(node.target):
             alias_ops.append(node.name)
-        if _flops.is_inplace(node.target):
+        if is_inplace(node.target):
             inplace_ops.append(node.name)
         try:
             flops_col.append(_node_flops(node))

@@ -53,19 +53,13 @@ from torch import nn
 
 from graphs import PlacerError
 from graphs.flops import is_alias
+from graphs.ops import written_arguments
 
 
 MOVE_META = "placer_transfer"  # node.meta key on inserted copies: (source node name, logical device)
 DEVICE_META = "placer_device"  # node.meta key: the logical device a node runs on
 WRITEBACK_META = "placer_writeback"  # node.meta key on inserted write-backs: master node name
 ORDER_META = "placer_issue_order"  # GraphModule.meta key: the placed ops' names in the order the module runs them
-
-# Composite ops that write into arguments without saying so in their schema:
-# schema name -> positions of the written arguments (when training).
-_HIDDEN_WRITES: dict[str, tuple[int, ...]] = {
-    "aten::batch_norm": (3, 4),
-    "aten::instance_norm": (3, 4),
-}
 
 _LOGICAL_RE = re.compile(r"^(cpu|gpu):(\d+)$")
 
@@ -176,17 +170,8 @@ def _write_back(master: torch.Tensor, copy: torch.Tensor) -> None:
 
 
 def _written_args(node: fx.Node) -> list[fx.Node]:
-    """Node arguments that ``node`` mutates in place (from the op schema, plus known composites)."""
-    schema = getattr(node.target, "_schema", None)
-    if schema is None:
-        return []
-    written: list[Any] = []
-    for i, arg in enumerate(schema.arguments):
-        if arg.alias_info is not None and arg.alias_info.is_write:
-            written.append(node.args[i] if i < len(node.args) else node.kwargs.get(arg.name))
-    for i in _HIDDEN_WRITES.get(schema.name, ()):
-        if i < len(node.args):
-            written.append(node.args[i])
+    """Node arguments that ``node`` mutates in place (:func:`graphs.ops.written_arguments`: schema and known composites)."""
+    written = [node.args[i] if i < len(node.args) else node.kwargs.get(name) for i, name in written_arguments(node.target)]
     return [w for w in written if isinstance(w, fx.Node)]
 
 
