@@ -54,7 +54,7 @@ from typing import Any
 
 import numpy as np
 
-from envs.assign import as_indices, check_order
+from graphs.plan import as_indices, check_order
 from envs.result import Result
 from graphs import OpGraph, PlacerError
 

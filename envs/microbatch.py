@@ -66,24 +66,9 @@ from typing import Any
 
 import numpy as np
 
-from graphs.schema import check_int
 from graphs.ir import OpGraph
-
-#: The largest number of microbatches a plan may ask for (a sanity bound on the expanded graph).
-MAX_MICROBATCHES = 1024
-
-
-def check_microbatches(value: Any, option: str = "microbatches") -> int:
-    """``value`` as a number of microbatches (an int in ``[1, MAX_MICROBATCHES]``), else one-line PlacerError."""
-    return check_int(value, option, least=1, most=MAX_MICROBATCHES)
-
-
-def check_inflight(value: Any, microbatches: int, option: str = "inflight") -> int:
-    """``value`` as an in-flight window for ``microbatches`` (an int in ``[1, M]``; None: M), else one-line PlacerError."""
-    if value is None:
-        return int(microbatches)
-    return check_int(value, option, least=1, most=int(microbatches))
-
+from graphs.plan import MAX_MICROBATCHES, check_inflight, check_microbatches
+from graphs.schema import check_int
 
 def plan_shapes(microbatches: list[int], windows: list[int | None]) -> list[tuple[int, int]]:
     """Every ``(M, W)`` to try: each M with each window (None: all M, fill-drain; larger than M: M), once each."""

@@ -28,10 +28,10 @@ from typing import Any, Sequence
 import numpy as np
 
 from envs import cost
-from envs.assign import as_indices, check_order
+from graphs.plan import as_indices, check_inflight, check_microbatches, check_order
 from envs.cluster import Cluster
 from envs.memory import peak_bytes
-from envs.microbatch import check_inflight, check_microbatches, expand_order, issue_segments, microbatch_graph, stage_starts
+from envs.microbatch import expand_order, issue_segments, microbatch_graph, stage_starts
 from envs.result import Result
 from envs.schedule import ACT, EXECUTORS, Schedule, schedule_reference
 from graphs.dag import priority_order
@@ -129,7 +129,7 @@ class SimEnv:
 
     # --------------------------------------------------------------- helpers
     def indices(self, placement: Any) -> np.ndarray:
-        """Device index per op for anything :func:`envs.assign.as_indices` accepts."""
+        """Device index per op for anything :func:`graphs.plan.as_indices` accepts."""
         return as_indices(placement, self.graph, self.cluster.device_names)
 
     def check_order(self, order: Any, rows: int | None = None) -> np.ndarray | None:

@@ -1,8 +1,8 @@
-"""placer: the product's front — Placement, training, baselines, compare, apply, CLI."""
+"""placer: the product's front — training, heuristics, compare, apply, the CLI (and ``placer.Placement``, from :mod:`graphs.plan`)."""
 
 from __future__ import annotations
 
-from placer.placement import Placement
+from graphs.plan import Placement
 
 __all__ = ["Placement", "train", "apply", "baselines"]
 

@@ -41,7 +41,7 @@ from typing import Any
 import numpy as np
 from torch import nn
 
-from envs.assign import as_indices, check_order
+from graphs.plan import as_indices, check_order
 from envs.microbatch import check_inflight, check_microbatches, stage_starts
 from envs.real.pipeline import MicrobatchedModule, split_batch
 from envs.real.placing import place_module

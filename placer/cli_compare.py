@@ -53,7 +53,7 @@ def _methods(text: str) -> list[str] | None:
 
 
 def _microbatches(text: str) -> list[int]:
-    from envs.microbatch import check_microbatches
+    from graphs.plan import check_microbatches
     from graphs import PlacerError
 
     items = [t.strip() for t in text.split(",") if t.strip()]
@@ -90,7 +90,7 @@ def run(args: argparse.Namespace) -> int:
     from placer.checks import check_output_file, check_seed
     from placer.cli import print_json
     from placer.compare import compare, plot
-    from placer.placement import Placement
+    from graphs.plan import Placement
     from placer.sources import resolve_graph_and_model
 
     check_seed(args.seed)

@@ -71,7 +71,7 @@ def run_run(args: argparse.Namespace) -> int:
     from envs.real.placing import check_available, resolve_devices
     from envs.real.timing import StepTimeout, failure_status, measure_steps, time_limit
     from placer.apply import apply
-    from placer.placement import Placement
+    from graphs.plan import Placement
     from placer.sources import resolve_model
 
     _check_numbers(args)

@@ -221,7 +221,7 @@ def run_place(args: argparse.Namespace) -> int:
 def run_simulate(args: argparse.Namespace) -> int:
     import envs
     from graphs.io import write_text_atomic
-    from placer.placement import Placement
+    from graphs.plan import Placement
     from placer.sources import resolve_graph
 
     if args.trace:
@@ -270,7 +270,7 @@ def run_export_map(args: argparse.Namespace) -> int:
     import envs
     from graphs.io import write_text_atomic
     from placer.device_map import project, projection_cost
-    from placer.placement import Placement
+    from graphs.plan import Placement
     from placer.sources import resolve_graph
 
     out = check_output_file(args.output, "-o")

@@ -19,7 +19,7 @@ import numpy as np
 
 from graphs import OpGraph, PlacerError
 from graphs.schema import check_int
-from placer.placement import Placement
+from graphs.plan import Placement
 
 GIB = float(1 << 30)
 
@@ -241,7 +241,8 @@ def compare(
     labelled = [p if isinstance(p, tuple) else (_label(p, k), p) for k, p in enumerate(placements)]
     given = [(label, p.indices(graph, cluster.device_names, source=label)) for label, p in labelled]
 
-    from envs.microbatch import check_microbatches, plan_shapes
+    from envs.microbatch import plan_shapes
+    from graphs.plan import check_microbatches
 
     def _ms(value: Any, what: str) -> list[int]:
         values = list(value) if isinstance(value, (list, tuple)) else [value]

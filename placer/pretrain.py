@@ -39,7 +39,7 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from graphs import OpGraph, PlacerError
+from graphs import OpGraph, PlacerError, plan
 
 #: Heuristics whose best placement is the imitation label (the fast ones; see `placer compare`).
 LABEL_METHODS = ("single", "expert", "scotch", "heft", "m_topo", "m_etf", "m_sct")
@@ -301,7 +301,7 @@ def _setup_pairs(config: PretrainConfig, net: Any, say: Callable[[str], None]) -
                 continue
             env = envs.SimEnv(g, c)
             label = canonical_label(g, c, label, env)
-            single_t, _ = env.step_times(envs.assign.single_device_rows(c.num_devices, g.num_ops))
+            single_t, _ = env.step_times(plan.single_device_rows(c.num_devices, g.num_ops))
             for view, kwargs in group_views(sg, config.groups):
                 policy = GNNPolicy(sg, c.num_devices, cluster=c, net=net, refine=label, **kwargs)
                 name = it.name if view == "ops" else f"{it.name}/{view.replace('modules depth ', 'm')}"
@@ -469,7 +469,7 @@ def place_learned(graph: OpGraph, cluster: Any, *, policy_file: str | None = Non
     import envs
     from envs.simulator import schedule_graph
     from placer.baselines._common import scored_keys
-    from placer.placement import Placement
+    from graphs.plan import Placement
     from policies import policy_file as pf
     from policies.gnn import GNNPolicy
 

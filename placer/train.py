@@ -62,7 +62,7 @@ from graphs.grouping import default_num_groups
 from placer import checkpoint
 from placer._callable import make_module_callable
 from placer.checks import check_output_dir
-from placer.placement import Placement
+from graphs.plan import Placement, single_device_rows
 from placer.rl_algos import ALGOS, advantages, imitate, learning_rate, logit_noise, reward, set_logit_noise, term_credits
 from placer.train_config import (  # noqa: F401 - TrainConfig and its checks are part of placer.train's surface
     _FLOAT_FIELDS, _INT_FIELDS, PRESETS, AlgoOptions, PolicyOptions, RunOptions, TrainConfig,
@@ -656,7 +656,7 @@ def _reference_time(score: CachedScorer, graph: OpGraph, cluster: Cluster, execu
     """
     import envs
 
-    single = envs.assign.single_device_rows(len(cluster.device_names), graph.num_ops)
+    single = single_device_rows(len(cluster.device_names), graph.num_ops)
     t, _ = score(single)
     t = t[np.isfinite(t) & (t > 0)]
     if not len(t):

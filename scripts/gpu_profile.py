@@ -63,7 +63,7 @@ def run_model(name: str, args: argparse.Namespace) -> dict:
     from envs.profiler import check_profile, profile_model, save_profile
     from envs.real.placing import resolve_devices
     from graphs.torch_capture import capture
-    from placer.placement import Placement
+    from graphs.plan import Placement
 
     out: dict = {"model": name, "size": args.size}
     cluster = envs.resolve_cluster(args.cluster)

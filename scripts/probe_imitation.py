@@ -31,7 +31,7 @@ def main(argv: list[str] | None = None) -> int:
     import torch
 
     import envs
-    from graphs import PlacerError, zoo
+    from graphs import PlacerError, plan, zoo
     from placer.pretrain import best_heuristic, build_corpus, canonical_label
     from policies.gnn import GNNNet, GNNPolicy
 
@@ -72,7 +72,7 @@ def main(argv: list[str] | None = None) -> int:
     method, label_s, label = best_heuristic(g, c)
     env = envs.SimEnv(g, c)
     label = canonical_label(g, c, label, env)
-    single_s = float(np.min(env.step_times(envs.assign.single_device_rows(c.num_devices, g.num_ops))[0]))
+    single_s = float(np.min(env.step_times(plan.single_device_rows(c.num_devices, g.num_ops))[0]))
     policy = GNNPolicy(g, c.num_devices, cluster=c, net=GNNNet(hidden=64, rounds=3, decoder=args.decoder))
     opt = torch.optim.Adam(policy.parameters(), lr=args.lr)
     switch = policy.switch_mask(label)[0] if policy.sequential else np.zeros(g.num_ops, dtype=bool)

@@ -149,7 +149,7 @@ def candidates(name: str, args: argparse.Namespace, graph, logical, model, work:
 
 def learn(name: str, args: argparse.Namespace, graph, logical, heuristic: str | None, work: str):
     """The learned placement: a short ``placer.train`` run on the calibrated simulator (reused when its run finished)."""
-    from placer.placement import Placement
+    from graphs.plan import Placement
     from placer.train import BEST_NAME, TrainConfig, train
 
     logdir = os.path.join(work, "train")
@@ -264,7 +264,7 @@ def check_order(name: str, args: argparse.Namespace, graph, cand: dict, sim_node
     from envs.real.placing import resolve_devices
     from envs.real.timing import synchronize, train_step
     from placer.apply import apply
-    from placer.placement import Placement
+    from graphs.plan import Placement
 
     placement = Placement.from_indices(graph, args.logical_devices, cand["idx"])
     devices = list(resolve_devices(args.logical_devices, args.device_map).values())
@@ -329,7 +329,7 @@ def run_model(name: str, args: argparse.Namespace) -> dict:
     from envs.simulator import SimEnv
     from graphs.io import write_text_atomic
     from graphs.torch_capture import capture
-    from placer.placement import Placement
+    from graphs.plan import Placement
 
     times: dict[str, float] = {}
     work = os.path.join(args.work_dir, name)

@@ -14,9 +14,10 @@ import torch
 import torch.fx as fx
 from torch import nn
 
-from envs.microbatch import BACKWARD, check_inflight, issue_segments
+from envs.microbatch import BACKWARD, issue_segments
 from envs.real.placing import MOVE_META
 from graphs import PlacerError
+from graphs.plan import check_inflight
 
 
 MICROBATCH_META = "placer_microbatches"  # meta key of a MicrobatchedModule: its number of microbatches

@@ -217,7 +217,7 @@ def place_module(
     name run next to their first argument. Parameters move to their owner's torch
     device (a new ``nn.Parameter`` where the device changes, the same tensor
     otherwise, like ``model.to``), so build the optimizer on the returned module.
-    ``order``: op names in issue order (validated by :func:`envs.assign.check_order`
+    ``order``: op names in issue order (validated by :func:`graphs.plan.check_order`
     against the OpGraph by the caller); ``None`` keeps node order. See :func:`reorder`.
     """
     gm = ep.module()

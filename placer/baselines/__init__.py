@@ -16,7 +16,7 @@ from typing import Any, Callable
 import numpy as np
 
 from graphs import OpGraph, PlacerError
-from placer.placement import Placement
+from graphs.plan import Placement, check_inflight, check_microbatches
 
 BaselineFn = Callable[..., np.ndarray]
 #: Bumped when a baseline's placements change, so results cached by others (imitation labels,
@@ -71,7 +71,6 @@ def place(name: str, graph: OpGraph, cluster: Any, **options: Any) -> Placement:
     """
     import inspect
 
-    from envs.microbatch import check_inflight, check_microbatches
     from envs.simulator import SimEnv
 
     fn = get(name)

@@ -629,7 +629,7 @@ def ilp(graph: OpGraph, cluster, *, seed: int = 0, time_limit_s: float = 60.0, n
     except ImportError:
         raise BaselineUnavailable("ilp: needs OR-Tools (pip install 'placer[ilp]')", "not installed") from None
     import envs
-    from placer.placement import Placement
+    from graphs.plan import Placement
 
     if not float(time_limit_s) > 0:
         raise PlacerError(f"ilp: time_limit_s must be positive, got {time_limit_s!r}")

@@ -129,7 +129,7 @@ def test_order_sources_and_validation(toy):
     times, _ = env.step_times(np.array([place, place]), np.array([[0, 1, 2], [0, 2, 1]]))
     assert times.tolist() == [28.0, 19.0]
     assert env.step_times(np.array([place, place]), [0, 2, 1])[0].tolist() == [19.0, 19.0]
-    # the one order validation (envs.assign.check_order) words these
+    # the one order validation (graphs.plan.check_order) words these
     for bad, match in (([0, 1], "2 entries for 3 ops"), ([0, 1, 1], "permutation"), ([0, 1, 3], "out of range"),
                        ([1, 0, 2], r"op 'b' \(1\) is issued before its input 'a' \(0\)"), ([0.5, 1, 2], "op indices")):
         with pytest.raises(PlacerError, match=match) as e:

@@ -51,7 +51,7 @@ def test_a_placements_issue_order_reaches_the_worker_and_its_key(tmp_path):
     from envs.measured import Worker
     from envs.real.placing import ORDER_META
     from graphs.torch_capture import capture
-    from placer.placement import Placement
+    from graphs.plan import Placement
 
     model, inputs = _branchy()
     g = capture(model, inputs)

@@ -10,7 +10,7 @@ import pytest
 import envs
 from graphs import PlacerError
 from graphs.synthetic import random_dag
-from placer.placement import Placement
+from graphs.plan import Placement
 
 
 @pytest.fixture(scope="module")

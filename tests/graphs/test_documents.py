@@ -8,7 +8,7 @@ from envs.cluster import Cluster
 from envs.profiler import check_profile
 from graphs import PlacerError, io
 from graphs.grouping import Grouping
-from placer.placement import Placement
+from graphs.plan import Placement
 
 READERS = {
     "graph": io.from_dict,

@@ -315,7 +315,7 @@ def test_missing_cuda_device_is_a_one_line_error():
 @pytest.mark.parametrize("name", ["nmt-2", "inception-v3", "gpt2", "resnet50"])
 def test_zoo_models_follow_a_random_issue_order(name):
     """Any topological order keeps outputs and gradients (dropout, batch norm, LSTMs, tied weights)."""
-    from envs.assign import check_order
+    from graphs.plan import check_order
     from envs.real.placing import ORDER_META
 
     torch.manual_seed(0)

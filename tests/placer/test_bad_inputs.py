@@ -24,7 +24,7 @@ import graphs
 from envs.cluster import Cluster
 from graphs.synthetic import random_dag
 from placer.cli import main
-from placer.placement import Placement
+from graphs.plan import Placement
 
 CLUSTER = "k80x2"
 

@@ -12,7 +12,7 @@ import graphs
 from graphs.synthetic import random_dag
 from placer.cli import main
 from placer.compare import compare
-from placer.placement import Placement
+from graphs.plan import Placement
 from placer.train import TrainConfig, _sim_env
 
 

@@ -20,7 +20,7 @@ import graphs
 from graphs import OpGraph, PlacerError
 from graphs.synthetic import random_dag
 from placer.cli import main
-from placer.placement import Placement
+from graphs.plan import Placement
 
 MODEL_SRC = textwrap.dedent(
     """

@@ -12,7 +12,7 @@ import pytest
 
 from envs.profiler import load_profile
 from placer.cli import main
-from placer.placement import Placement
+from graphs.plan import Placement
 
 MODEL_SRC = textwrap.dedent(
     """

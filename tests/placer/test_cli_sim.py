@@ -9,7 +9,7 @@ import pytest
 import graphs
 from graphs.synthetic import random_dag
 from placer.cli import main
-from placer.placement import Placement
+from graphs.plan import Placement
 
 
 @pytest.fixture

@@ -9,7 +9,7 @@ import pytest
 import graphs
 from graphs.synthetic import branch_dag
 from placer.cli import main
-from placer.placement import Placement
+from graphs.plan import Placement
 
 
 def run(capsys, *argv):

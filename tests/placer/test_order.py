@@ -1,4 +1,4 @@
-"""Issue orders: Placement.order, envs.assign.check_order, and placed modules that follow them."""
+"""Issue orders: Placement.order, graphs.plan.check_order, and placed modules that follow them."""
 
 from __future__ import annotations
 
@@ -11,14 +11,14 @@ import pytest
 import torch
 from torch import nn
 
-from envs.assign import check_order
+from graphs.plan import check_order
 from envs.real.placing import MOVE_META, ORDER_META, WRITEBACK_META, _to_device, copy_kind, place_module, transfers
 from envs.real.timing import default_loss
 from graphs import OpGraph, PlacerError
 from graphs.dag import random_order
 from graphs.torch_capture import capture, export_program
 from placer.apply import apply
-from placer.placement import Placement
+from graphs.plan import Placement
 
 DEVICES = ["cpu:0", "gpu:0", "gpu:1"]
 ALL_CPU = "*=cpu"  # three logical devices on one real one: every copy is built, as a no-op
