@@ -4,7 +4,7 @@ A plan with ``microbatches = M`` runs one training step as M microbatches of
 the batch (split along its batch dimension) through the same placement, the
 gradients accumulating into the shared parameters, then one optimizer step.
 The simulator scores it by scheduling an expanded graph with the ordinary
-schedulers of :mod:`envs.schedule` / :mod:`envs.kernel`:
+schedulers of :mod:`envs.sim.schedule` / :mod:`envs.sim.kernel`:
 
 * M copies of every op, copy ``m`` of op ``i`` at index ``m * n + i`` (named
   ``"{name}@mb{m}"``); copy ``m`` has the edges of the original graph among the

@@ -7,7 +7,7 @@ import argparse
 
 def add_commands(sub: argparse._SubParsersAction) -> None:
     from envs.cluster import CLUSTER_ARG_HELP
-    from envs.simulator import EXECUTOR_ARG_HELP, EXECUTORS
+    from envs.sim.simulator import EXECUTOR_ARG_HELP, EXECUTORS
     from placer.cli import add_profile_argument
 
     p = sub.add_parser(
@@ -105,7 +105,7 @@ def run(args: argparse.Namespace) -> int:
     options = _options(args.option, methods)
     graph, model = resolve_graph_and_model(args.graph)  # the model, for the methods that need one (accelerate)
     if args.profile:  # measured op times and link speeds; the graph hash (so placements) is unchanged
-        from envs.profiler import with_profile
+        from envs.real.profiler import with_profile
 
         graph, cluster = with_profile(graph, cluster, args.profile)
     placements = [(path, Placement.load(path)) for path in args.placement]

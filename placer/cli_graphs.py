@@ -121,7 +121,7 @@ def _cmd_inspect(args: argparse.Namespace) -> int:
     """Summarise a graph: sizes, parameters, FLOPs, activations, op types, and the simulator's op
     times, critical path and lower bound on one cluster."""
     import envs
-    from envs.presets import PRESETS
+    from envs.cluster import PRESETS
     from placer.sources import resolve_graph
 
     check_int(args.top, "--top", least=0)
@@ -142,7 +142,8 @@ def summarize(graph: OpGraph, cluster: Any, *, top: int = 12) -> dict[str, Any]:
     (:func:`envs.cost.op_times`), the critical path is :func:`graphs.dag.critical_path`
     over those times and ``lower_bound_s`` is :func:`envs.lower_bound`.
     """
-    from envs import bound, cost
+    from envs import cost
+    from envs.sim import bound
     from graphs.ops import view_mask
 
     views = view_mask(graph)

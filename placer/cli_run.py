@@ -114,7 +114,7 @@ def run_profile(args: argparse.Namespace) -> int:
     import numpy as np
     from tqdm import tqdm
 
-    from envs.profiler import profile_model, save_profile
+    from envs.real.profiler import profile_model, save_profile
     from graphs.ir import PROFILE_COLUMNS
     from placer.sources import resolve_model
 

@@ -22,7 +22,7 @@ from placer.cli import print_json, to_json
 
 def add_commands(sub: argparse._SubParsersAction) -> None:
     from envs.cluster import CLUSTER_ARG_HELP
-    from envs.simulator import EXECUTOR_ARG_HELP, EXECUTORS
+    from envs.sim.simulator import EXECUTOR_ARG_HELP, EXECUTORS
     from placer.cli import add_profile_argument
 
     p = sub.add_parser("clusters", help="list the preset clusters, or show one", description="List the preset clusters, or show one (with --json: a loadable placer-cluster/1 file).")
@@ -126,7 +126,7 @@ def _profiled(graph: Any, cluster: Any, profile: str | None) -> tuple[Any, Any]:
     """Graph with measured op times and cluster with measured links, when ``--profile`` is given."""
     if not profile:
         return graph, cluster
-    from envs.profiler import with_profile
+    from envs.real.profiler import with_profile
 
     return with_profile(graph, cluster, profile)
 
@@ -134,7 +134,7 @@ def _profiled(graph: Any, cluster: Any, profile: str | None) -> tuple[Any, Any]:
 # ----------------------------------------------------------------- commands
 def run_clusters(args: argparse.Namespace) -> int:
     from envs.cluster import Cluster
-    from envs.presets import resolve_cluster
+    from envs.cluster import resolve_cluster
 
     if args.name is None:
         clusters = [Cluster.preset(n) for n in Cluster.presets()]

@@ -113,7 +113,7 @@ def run_train(args: argparse.Namespace) -> int:
     cluster = envs.resolve_cluster(config.cluster)
     graph = resolve_graph(config.source)
     if config.profile:
-        from envs.profiler import with_profile
+        from envs.real.profiler import with_profile
 
         graph, cluster = with_profile(graph, cluster, config.profile, device_map=config.device_map)
     result = train(config, graph=graph, cluster=cluster)

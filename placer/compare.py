@@ -215,7 +215,7 @@ def compare(
         seed: passed to every method.
         model: the ``nn.Module`` for methods that need one (accelerate).
         options: per-method keyword options, e.g. ``{"annealing": {"steps": 500}}``.
-        executor: the simulator's executor model, ``"eager"`` or ``"dataflow"`` (:mod:`envs.schedule`).
+        executor: the simulator's executor model, ``"eager"`` or ``"dataflow"`` (:mod:`envs.sim.schedule`).
         microbatches: M for every method's plan (:mod:`envs.microbatch`), or several
             to search: each method places (and searches, if it uses the simulator)
             under each M and its row is its fastest plan. A method's own

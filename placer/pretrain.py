@@ -159,7 +159,7 @@ def best_heuristic(graph: OpGraph, cluster: Any, methods: tuple[str, ...] = LABE
     """(method, step time, op devices) of the best heuristic, cached on disk by graph hash, cluster, and simulator and baseline versions."""
     from graphs import zoo
     from graphs.io import read_json, write_text_atomic
-    from envs.simulator import MODEL_VERSION
+    from envs.sim.simulator import MODEL_VERSION
     from placer.compare import compare
 
     from placer.baselines import VERSION as BASELINES_VERSION
@@ -283,7 +283,7 @@ class PretrainResult:
 
 def _setup_pairs(config: PretrainConfig, net: Any, say: Callable[[str], None]) -> tuple[list[Pair], list[str]]:
     import envs
-    from envs.simulator import schedule_graph
+    from envs.sim.simulator import schedule_graph
     from policies.gnn import GNNPolicy
 
     items = build_corpus(config.corpus, exclude=set(config.exclude), synthetic_sizes=config.synthetic_sizes, seed=config.seed)
@@ -413,11 +413,11 @@ def group_views(graph: OpGraph, groups: Sequence[int | str]) -> list[tuple[str, 
 
     0 is the ops; N the graph coarsened to N co-location groups (``max_groups``);
     ``"modules"`` one view per :func:`graphs.grouping.module_levels` partition of the
-    graph the policy reads (``envs.simulator.schedule_graph``), a group per module
+    graph the policy reads (``envs.sim.simulator.schedule_graph``), a group per module
     at each depth. Pass that graph itself (as the callers here do) and the policies
     built on it neither rebuild it nor hash it again.
     """
-    from envs.simulator import schedule_graph
+    from envs.sim.simulator import schedule_graph
     from graphs.grouping import module_levels
 
     views: list[tuple[str, dict[str, Any]]] = []
@@ -467,7 +467,7 @@ def place_learned(graph: OpGraph, cluster: Any, *, policy_file: str | None = Non
     import torch
 
     import envs
-    from envs.simulator import schedule_graph
+    from envs.sim.simulator import schedule_graph
     from placer.baselines._common import scored_keys
     from graphs.plan import Placement
     from policies import policy_file as pf

@@ -271,7 +271,7 @@ def _measured_env(config: TrainConfig, graph: OpGraph, cluster: Cluster, logdir:
         raise PlacerError(
             f"--env measured: SOURCE {config.source!r} is not runnable (need a zoo name or module:callable, not a graph file)"
         )
-    from envs.measured import MeasuredEnv
+    from envs.real.measured import MeasuredEnv
 
     return MeasuredEnv(config.source, cluster, graph=graph, run_dir=logdir, device_map=config.device_map,
                        workers=config.workers, ray_address=config.ray_address, measure_timeout_s=config.measure_timeout_s)
@@ -414,7 +414,7 @@ def train(config: TrainConfig, *, graph: OpGraph | None = None, cluster: Cluster
     if cluster is None:
         cluster = envs.resolve_cluster(config.cluster)
         if config.profile:
-            from envs.profiler import with_profile
+            from envs.real.profiler import with_profile
 
             graph, cluster = with_profile(graph, cluster, config.profile, device_map=config.device_map)
     if graph.num_ops == 0:

@@ -96,7 +96,7 @@ from policies.seq2seq import PolicySample
 DECODERS = ("independent", "schedule")
 
 #: Version of the feature definitions below; a pretrained policy records it (its sidecar's "features").
-FEATURE_VERSION = "gnn-features/2"  # 2: parameters read by several ops are edges (envs.simulator.schedule_graph)
+FEATURE_VERSION = "gnn-features/2"  # 2: parameters read by several ops are edges (envs.sim.simulator.schedule_graph)
 TYPE_BUCKETS = 64
 TYPE_DIM = 16
 NODE_DIM = 25 + 8 + 9  # shapes, standardised cost columns (policies.features), cluster-relative columns
@@ -279,7 +279,7 @@ class GNNPolicy(nn.Module):
     Args:
         graph: the op graph to place. The network reads it with every parameter read by
             several ops as an edge from its owner to each other reader
-            (:func:`envs.simulator.schedule_graph`): splitting them costs a copy.
+            (:func:`envs.sim.simulator.schedule_graph`): splitting them costs a copy.
         num_devices: must equal ``cluster.num_devices``.
         cluster: the :class:`envs.Cluster` (required: devices are described by its features).
         max_groups: 0 (the default): every op is an item. Otherwise the items are the
@@ -288,7 +288,7 @@ class GNNPolicy(nn.Module):
             features do not depend on the graph's size. ``placer train`` places
             groups (``--max-groups``), which makes a decode tens of times
             faster on a graph of thousands of ops.
-        grouping: a :class:`graphs.grouping.Grouping` of ``envs.simulator.schedule_graph(graph)``
+        grouping: a :class:`graphs.grouping.Grouping` of ``envs.sim.simulator.schedule_graph(graph)``
             whose groups are the items instead (``max_groups`` is then ignored), such as
             :func:`graphs.grouping.module_grouping`'s.
         refine: with ``max_groups`` or ``grouping``, a device per op (the warm-start placement);
@@ -308,7 +308,7 @@ class GNNPolicy(nn.Module):
                  grouping: Any = None, refine: np.ndarray | None = None, hidden: int = 64, rounds: int = 3,
                  logit_cap: float = 10.0, decoder: str = "schedule", net: GNNNet | None = None, **_: Any) -> None:
         super().__init__()
-        from envs.simulator import schedule_graph
+        from envs.sim.simulator import schedule_graph
         from policies.seq2seq import item_grouping, refine_grouping
 
         if cluster is None:

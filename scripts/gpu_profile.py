@@ -6,10 +6,10 @@ op timed alone pays the autograd engine's start and the launch that a real step
 overlaps), so this one collects what a faithful eager model needs, per model
 (``calibrate_sim``'s sizes):
 
-* **a profile in context** on ``cpu`` and ``cuda:0`` (``envs.profiler``, method
+* **a profile in context** on ``cpu`` and ``cuda:0`` (``envs.real.profiler``, method
   ``context``): on the GPU each op's kernel seconds and host issue seconds,
   forward and backward, measured inside real training steps
-  (:func:`envs.profiler.profile_device_in_context`), next to the op-by-op
+  (:func:`envs.real.profiler.profile_device_in_context`), next to the op-by-op
   columns of the old method (``isolated``), written as ``<model>.profile.json``;
 * **re-measured placements**: every ``--stride``-th placement of an earlier run's
   ``<model>.jsonl`` (``--from``), measured again as ``validate_gpu`` measures
@@ -60,7 +60,7 @@ def run_model(name: str, args: argparse.Namespace) -> dict:
     import torch
 
     import envs
-    from envs.profiler import check_profile, profile_model, save_profile
+    from envs.real.profiler import check_profile, profile_model, save_profile
     from envs.real.placing import resolve_devices
     from graphs.torch_capture import capture
     from graphs.plan import Placement

@@ -1,7 +1,7 @@
 """Does the calibrated simulator rank and predict real multi-device steps? (issue 11, item 4)
 
 For each model, on the cluster ``h200x1`` (``cpu:0`` + ``gpu:0``, run as ``cpu`` +
-``cuda:0``): profile the model once on both torch devices (``envs.profiler``),
+``cuda:0``): profile the model once on both torch devices (``envs.real.profiler``),
 then measure at least ``--placements`` distinct placements for real, as
 ``placer run`` would: the code of ``envs.MeasuredEnv``'s worker builds the
 module ``placer.apply`` builds and times ``--steps`` Adam steps after
@@ -104,7 +104,7 @@ def log(msg: str) -> None:
 # ----------------------------------------------------------------- candidates
 def candidates(name: str, args: argparse.Namespace, graph, logical, model, work: str) -> list[dict]:
     """The placements to measure: learned, baselines, single devices, random; distinct, with their issue orders."""
-    from envs.simulator import plan_order
+    from envs.sim.simulator import plan_order
     from placer.compare import compare, default_methods
 
     names = logical.device_names
@@ -324,9 +324,9 @@ def run_model(name: str, args: argparse.Namespace) -> dict:
     import torch
 
     import envs
-    from envs.measured import placement_hash
-    from envs.profiler import check_profile, load_profile, profile_model, save_profile
-    from envs.simulator import SimEnv
+    from envs.real.measured import placement_hash
+    from envs.real.profiler import check_profile, load_profile, profile_model, save_profile
+    from envs.sim.simulator import SimEnv
     from graphs.io import write_text_atomic
     from graphs.torch_capture import capture
     from graphs.plan import Placement
@@ -433,7 +433,7 @@ def rescore_model(name: str, args: argparse.Namespace) -> dict:
     (default the same folder), captures the model here (its graph must be the
     profiled one) and simulates every measured placement under both executors.
     """
-    from envs.profiler import load_profile
+    from envs.real.profiler import load_profile
     from graphs.torch_capture import capture
     import envs
 

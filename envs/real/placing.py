@@ -1,7 +1,7 @@
 """Run an exported training step on real torch devices, one device per op.
 
 This is the machinery behind :func:`placer.apply` and the Ray measurement
-harness (``envs.measured``): it lives in ``envs`` because the harness needs it
+harness (``envs.real.measured``): it lives in ``envs`` because the harness needs it
 and imports flow ``graphs <- envs <- placer``.
 
 :func:`place_module` is a small pass over the unlifted ``torch.fx`` graph of an

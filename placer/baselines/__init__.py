@@ -71,7 +71,7 @@ def place(name: str, graph: OpGraph, cluster: Any, **options: Any) -> Placement:
     """
     import inspect
 
-    from envs.simulator import SimEnv
+    from envs.sim.simulator import SimEnv
 
     fn = get(name)
     M = check_microbatches(options.pop("microbatches", 1), "--option microbatches")

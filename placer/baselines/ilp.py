@@ -1,6 +1,6 @@
 """``ilp``: placement and issue order by a constraint solver (OR-Tools CP-SAT), the exact rival.
 
-The model is the eager executor of :mod:`envs.schedule`, written as constraints
+The model is the eager executor of :mod:`envs.sim.schedule`, written as constraints
 over *items* (the ops themselves when the graph is small enough, else the groups
 of :func:`graphs.grouping.coarsen`, co-located ops always together):
 

@@ -83,7 +83,7 @@ def module_search(graph: OpGraph, cluster, *, seed: int = 0, n: int = 1000, star
                   env=None) -> np.ndarray:
     """Steepest descent over whole modules from uniform starts, ``n`` simulated placements in all."""
     import envs
-    from envs.simulator import schedule_graph
+    from envs.sim.simulator import schedule_graph
     from graphs.grouping import module_levels
 
     if n < 1 or starts < 1:

@@ -35,7 +35,7 @@ def random_search(graph: OpGraph, cluster, *, seed: int = 0, n: int = 1000, devi
 @register("random_modules")
 def random_modules(graph: OpGraph, cluster, *, seed: int = 0, n: int = 1000, devices: str = "gpus", env=None) -> np.ndarray:
     """Best of ``n`` random placements of whole modules, the draws shared among the module depths."""
-    from envs.simulator import schedule_graph
+    from envs.sim.simulator import schedule_graph
     from graphs.grouping import module_levels
 
     levels = [lv.op_group.astype(np.int64) for lv in module_levels(schedule_graph(graph))]

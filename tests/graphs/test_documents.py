@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from envs.cluster import Cluster
-from envs.profiler import check_profile
+from envs.real.profiler import check_profile
 from graphs import PlacerError, io
 from graphs.grouping import Grouping
 from graphs.plan import Placement

@@ -13,7 +13,8 @@ import torch
 
 import envs
 import graphs
-from envs import bound, cost
+from envs import cost
+from envs.sim import bound
 from graphs import zoo
 from graphs.ir import OpGraph
 from graphs.synthetic import random_dag

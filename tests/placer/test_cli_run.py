@@ -10,7 +10,7 @@ import textwrap
 import numpy as np
 import pytest
 
-from envs.profiler import load_profile
+from envs.real.profiler import load_profile
 from placer.cli import main
 from graphs.plan import Placement
 
@@ -149,7 +149,7 @@ def test_run_bad_measure_timeout_exits_2_with_one_line(workdir, capsys, value):
 
 def test_profile_prints_a_gpus_issue_times(workdir, capsys, monkeypatch):
     """A GPU profiled in context has the host's issue time beside its kernels': the summary shows both."""
-    import envs.profiler as profiler
+    import envs.real.profiler as profiler
 
     real = profiler.profile_model
 

@@ -74,7 +74,7 @@ def test_each_group_count_is_a_pair_whose_items_express_the_label_exactly(tmp_pa
 
 
 def test_cached_labels_are_recomputed_when_the_simulator_model_or_a_baseline_changes(tmp_path, monkeypatch):
-    import envs.simulator
+    import envs.sim.simulator
     import placer.compare
     from placer.pretrain import best_heuristic
 
@@ -85,7 +85,7 @@ def test_cached_labels_are_recomputed_when_the_simulator_model_or_a_baseline_cha
     g, c = random_dag(30, seed=2), envs.resolve_cluster("k80x2")
     first = best_heuristic(g, c, ("single", "heft"))
     assert best_heuristic(g, c, ("single", "heft"))[1] == first[1] and len(calls) == 1  # from the cache
-    monkeypatch.setattr(envs.simulator, "MODEL_VERSION", envs.simulator.MODEL_VERSION + 1)
+    monkeypatch.setattr(envs.sim.simulator, "MODEL_VERSION", envs.sim.simulator.MODEL_VERSION + 1)
     best_heuristic(g, c, ("single", "heft"))
     assert len(calls) == 2
     import placer.baselines

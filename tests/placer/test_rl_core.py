@@ -436,6 +436,6 @@ def test_algorithm_registries_match_the_literal_choices():
     fields = {f.name: f for f in dataclasses.fields(TrainConfig)}
     assert set(rl_algos.ALGOS) == set(literal_choices(fields["algo"]))
     assert set(ENVS) == set(literal_choices(fields["env"]))
-    from envs.schedule import EXECUTORS
+    from envs.sim.schedule import EXECUTORS
 
     assert set(EXECUTORS) == set(literal_choices(fields["executor"]))

@@ -1,4 +1,4 @@
-"""The measurement log of envs.measured: a torn last line never swallows the next record (no Ray needed)."""
+"""The measurement log of envs.real.measured: a torn last line never swallows the next record (no Ray needed)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import json
 import pytest
 
 import envs
-from envs.measured import LOG_NAME, MeasuredEnv, read_log
+from envs.real.measured import LOG_NAME, MeasuredEnv, read_log
 from envs.result import Result
 from graphs import OpGraph
 
@@ -48,7 +48,7 @@ def test_a_placements_issue_order_reaches_the_worker_and_its_key(tmp_path):
     """The measured env runs what was scored: the order is in the log key and in the worker's module."""
     import numpy as np
 
-    from envs.measured import Worker
+    from envs.real.measured import Worker
     from envs.real.placing import ORDER_META
     from graphs.torch_capture import capture
     from graphs.plan import Placement

@@ -1,4 +1,4 @@
-"""envs.profiler: real per-op timings on the CPU, link fits, and how the simulator takes them in."""
+"""envs.real.profiler: real per-op timings on the CPU, link fits, and how the simulator takes them in."""
 
 from __future__ import annotations
 
@@ -12,24 +12,19 @@ from torch import nn
 
 import envs
 from graphs.ops import grad_mask
-from envs.profiler import (
+from envs.real.profiler import (
     FORMAT,
-    scale_to,
-    _autograd_nodes,
-    _grad_fns,
     apply_profile,
-    attribute_intervals,
-    backward_intervals,
     calibrate_cluster,
     check_profile,
     fit_link,
     load_profile,
     profile_model,
-    remove_probe_cost,
     save_profile,
     time_link,
     with_profile,
 )
+from envs.real.profiler.probe import _autograd_nodes, _grad_fns, attribute_intervals, backward_intervals, remove_probe_cost, scale_to
 from graphs import PlacerError
 from graphs.torch_capture import capture
 
@@ -310,7 +305,7 @@ def small_program():
 def test_device_probes_charge_no_op_for_the_sleeps_or_the_marks(small_program):
     """Kernel seconds come from the device timeline alone: a timeline that only the probes' own marks (1 s each)
     and the sleeps (100 s, every 2 probes) move gives every op 0 after the marks' measured cost is taken off."""
-    from envs.profiler import device_mark_cost, profile_device_in_context
+    from envs.real.profiler import device_mark_cost, profile_device_in_context
 
     ep, graph = small_program
     assert device_mark_cost(_TickMarks(1.0)) == 1.0
@@ -327,7 +322,7 @@ def test_device_probes_charge_no_op_for_the_sleeps_or_the_marks(small_program):
 def test_device_profile_on_the_host_timeline_adds_up(small_program):
     """With the host as the 'device' (HostMarks), both columns are real per-op seconds: every op is issued
     and runs, and the host issue times are scaled to the clean forward and backward."""
-    from envs.profiler import HostMarks, profile_device_in_context
+    from envs.real.profiler import HostMarks, profile_device_in_context
 
     ep, graph = small_program
     r = profile_device_in_context(ep, graph, "cpu", marks=HostMarks(), warmup=1, repeats=3)

@@ -18,7 +18,7 @@ pytestmark = pytest.mark.slow
 ray = pytest.importorskip("ray")
 
 from envs import Cluster  # noqa: E402
-from envs.measured import LOG_NAME, MeasuredEnv, Worker, placement_hash, read_log  # noqa: E402
+from envs.real.measured import LOG_NAME, MeasuredEnv, Worker, placement_hash, read_log  # noqa: E402
 from graphs import PlacerError  # noqa: E402
 
 # Faults the test actors act on, by placement hash (the file is read by the actors,

@@ -1,7 +1,7 @@
-"""The compiled simulator kernel: the schedules of :mod:`envs.schedule`, fast.
+"""The compiled simulator kernel: the schedules of :mod:`envs.sim.schedule`, fast.
 
 Both executor models, with the same tasks, task ids and tie-breaks as
-:func:`envs.schedule.schedule_reference`, but with no task graph built.
+:func:`envs.sim.schedule.schedule_reference`, but with no task graph built.
 ``dataflow`` (:func:`_schedule`) walks the op graph's CSR arrays and keeps one
 4-ary heap ordered by ``(ready time, task id)`` plus the best newly ready task
 outside it. ``eager`` (:func:`_eager`) needs no heap: one pass over the issue
@@ -12,7 +12,7 @@ Resources: device ``d`` is ``d``; link ``a -> b`` is ``D + a*D + b``.
 
 The batch entry point also decides OOM exactly: a device whose static bytes
 plus every allocation it will ever make fit its capacity cannot run out, and
-only the others get the (sorted) memory sweep of :mod:`envs.memory`.
+only the others get the (sorted) memory sweep of :mod:`envs.sim.memory`.
 
 Compiled with numba when it is installed (one core, no parallelism); otherwise
 the same functions run as plain Python (correct, ~100× slower).
@@ -24,7 +24,7 @@ import numpy as np
 
 from envs import cost
 from envs.cluster import Cluster
-from envs.schedule import ACT, GRAD, Schedule
+from envs.sim.schedule import ACT, GRAD, Schedule
 from graphs.ir import OpGraph
 
 try:
@@ -429,7 +429,7 @@ def _eager_bwd(p, order, lo, hi, n, D, out_ptr, out_dst, bwd_t, lat, bw, host, i
 @njit(cache=True)
 def _eager(p, order, segs, n, D, out_ptr, out_dst, out_eb, in_ptr, in_src, fwd_t, bwd_t, lat, bw, host, issue_f, issue_b, grad,
            tcount, tbytes, gpend, gready, free, start, end):
-    """The eager schedule of one placement in issue ``order`` (see :mod:`envs.schedule`).
+    """The eager schedule of one placement in issue ``order`` (see :mod:`envs.sim.schedule`).
 
     ``segs`` (``[S, 3]``: kind, lo, hi) is the host thread's program over the
     positions of ``order``: kind 0 issues the forwards of ``order[lo:hi]``, kind
@@ -464,7 +464,7 @@ def _reset(p, n, D, out_ptr, out_dst, tcount, tbytes, free):
 
 @njit(cache=True)
 def _peak(dev, p, n, D, act_b, grad, tcount, tbytes, start, end):
-    """Peak live bytes on ``dev`` (without static bytes): the sweep of envs.memory."""
+    """Peak live bytes on ``dev`` (without static bytes): the sweep of envs.sim.memory."""
     nD = n * D
     m = 0
     for i in range(n):

@@ -17,7 +17,7 @@ charge it after the whole backward, every device updating its parameters in
 parallel: ``step = backward end + max_d update_d``. (In eager PyTorch a GPU's
 foreach-Adam kernels could start as soon as its own stream has drained; the
 conservative rule keeps one definition for both models and keeps
-:mod:`envs.bound` a valid bound.)
+:mod:`envs.sim.bound` a valid bound.)
 
 ``eager`` (the default for scoring PyTorch placements) models exactly the
 module :func:`placer.apply` builds: one Python thread runs the FX graph node by
@@ -99,7 +99,7 @@ each op's time only.
 
 This module holds the pure-Python reference implementations (explicit task
 DAG and ``heapq`` for dataflow; the two passes above for eager);
-:mod:`envs.kernel` computes identical schedules with a compiled kernel and is
+:mod:`envs.sim.kernel` computes identical schedules with a compiled kernel and is
 what the simulator uses.
 """
 

@@ -7,7 +7,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from envs import Cluster, SimEnv, lower_bound
-from envs.bound import lp_work_bound_s, work_bound_s
+from envs.sim.bound import lp_work_bound_s, work_bound_s
 from graphs import OpGraph
 from graphs.dag import priority_order
 from graphs.synthetic import random_dag

@@ -15,7 +15,7 @@ import json
 import numpy as np
 import pytest
 
-from envs.simulator import SimEnv
+from envs.sim.simulator import SimEnv
 
 BACKENDS = ["kernel", "reference"]
 EXECUTORS = ["eager", "dataflow"]

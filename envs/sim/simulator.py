@@ -4,8 +4,8 @@
 precomputation and scores many (``evaluate`` for Results, ``step_times`` for a
 ``[K, num_ops]`` batch of device indices in the inner loop of search and RL).
 The schedule semantics (the ``eager`` PyTorch executor, the default, and the
-``dataflow`` TensorFlow one) are in :mod:`envs.schedule`, the memory model in
-:mod:`envs.memory`, the costs in :mod:`envs.cost`. They run on
+``dataflow`` TensorFlow one) are in :mod:`envs.sim.schedule`, the memory model in
+:mod:`envs.sim.memory`, the costs in :mod:`envs.cost`. They run on
 :func:`schedule_graph`: the graph (its microbatch copies) with every parameter
 that several ops read as edges from its owner, so reading it on another device
 costs the copy and its gradient, as in the module :func:`placer.apply` builds.
@@ -30,10 +30,10 @@ import numpy as np
 from envs import cost
 from graphs.plan import as_indices, check_inflight, check_microbatches, check_order
 from envs.cluster import Cluster
-from envs.memory import peak_bytes
+from envs.sim.memory import peak_bytes
 from envs.microbatch import expand_order, issue_segments, microbatch_graph, stage_starts
 from envs.result import Result
-from envs.schedule import ACT, EXECUTORS, Schedule, schedule_reference
+from envs.sim.schedule import ACT, EXECUTORS, Schedule, schedule_reference
 from graphs.dag import priority_order
 from graphs.errors import PlacerError
 from graphs.ir import OpGraph
@@ -68,7 +68,7 @@ class SimEnv:
         executor: ``"eager"`` (default: the PyTorch module :func:`placer.apply`
             builds, run in an issue order) or ``"dataflow"`` (TensorFlow's
             executor, the paper's setting; ignores the issue order). See
-            :mod:`envs.schedule`.
+            :mod:`envs.sim.schedule`.
 
         microbatches: ``M``, the number of microbatches a step runs (default 1):
             placements are still of ``graph``'s ops, and the step is scheduled as
@@ -207,7 +207,7 @@ class SimEnv:
 
     def _kernel(self):
         if self._kernel_data is None:
-            from envs.kernel import KernelData
+            from envs.sim.kernel import KernelData
 
             self._kernel_data = KernelData(self.sim_graph, self.cluster, self.fwd_s, self.bwd_s, self.static_bytes, self.act_bytes,
                                            self.executor, self.segments, self.grad, (self.issue_f, self.issue_b))
@@ -268,7 +268,7 @@ class SimEnv:
             "inflight": self.inflight,
         }
         if trace:
-            from envs.trace import chrome_trace
+            from envs.sim.trace import chrome_trace
 
             extra["trace"] = chrome_trace(self, sched)
         result = Result(
@@ -407,9 +407,9 @@ class SimEnv:
         return cands[names[best]], names[best], float(times[best])
 
     def lower_bound(self) -> float:
-        """:func:`envs.bound.lower_bound` for this graph, cluster and executor (cached; a :class:`envs.bound.LowerBound`)."""
+        """:func:`envs.sim.bound.lower_bound` for this graph, cluster and executor (cached; a :class:`envs.sim.bound.LowerBound`)."""
         if self._lower_bound is None:
-            from envs.bound import lower_bound_from_times
+            from envs.sim.bound import lower_bound_from_times
 
             self._lower_bound = lower_bound_from_times(self.sim_graph, self.cluster, self.fwd_s, self.bwd_s, self.executor, self.issue_f)
         return self._lower_bound
@@ -474,7 +474,7 @@ def simulate(graph: OpGraph, placement: Any, cluster: Cluster, *, trace: bool = 
         placement: device index per op, a name->device mapping, or a ``placer.Placement``.
         cluster: the cluster.
         trace: also put a Chrome/Perfetto trace of the schedule in ``result.extra["trace"]``.
-        executor: ``"eager"`` (PyTorch, default) or ``"dataflow"`` (TensorFlow); see :mod:`envs.schedule`.
+        executor: ``"eager"`` (PyTorch, default) or ``"dataflow"`` (TensorFlow); see :mod:`envs.sim.schedule`.
         order: the issue order (op indices, a topological order); default the
             placement's ``order`` attribute, else node order.
 

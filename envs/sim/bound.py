@@ -1,6 +1,6 @@
 """A lower bound on the simulated step time that no placement can beat.
 
-The simulated step is ``backward_end + max_d update_d`` (see :mod:`envs.schedule`),
+The simulated step is ``backward_end + max_d update_d`` (see :mod:`envs.sim.schedule`),
 so the bound is ``max(critical path, work bound) + update bound``. It holds for
 both executor models: in ``eager`` too an op starts after its inputs exist (a
 copy waits for its producer's stream or the host), a backward op after its own
@@ -18,7 +18,7 @@ forward and its consumers' backward, and a device runs one op at a time.
 * update bound: the largest single parameter-owning op's best update time, and
   the total parameter traffic spread over the aggregate memory bandwidth.
 
-The eager executor (:mod:`envs.schedule`) adds a host-issue bound. One host
+The eager executor (:mod:`envs.sim.schedule`) adds a host-issue bound. One host
 thread issues the whole forward pass before any backward task starts: a GPU op
 with nonzero time costs the host its dispatch ``launch_overhead_s``, a host op
 its whole forward time, so the host's clock ``h_f`` when the forward has been

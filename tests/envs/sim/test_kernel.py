@@ -10,7 +10,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from envs import Cluster, SimEnv
-from envs.kernel import HAVE_NUMBA
+from envs.sim.kernel import HAVE_NUMBA
 from graphs.dag import random_order
 from graphs.synthetic import random_dag
 

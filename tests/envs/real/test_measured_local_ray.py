@@ -15,7 +15,7 @@ ray = pytest.importorskip("ray")
 psutil = pytest.importorskip("psutil")
 
 from envs import Cluster  # noqa: E402
-from envs.measured import MeasuredEnv  # noqa: E402
+from envs.real.measured import MeasuredEnv  # noqa: E402
 
 LOOPBACK = {"127.0.0.1", "::1", "::ffff:127.0.0.1"}
 

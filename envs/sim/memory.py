@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from envs.schedule import ACT, Schedule
+from envs.sim.schedule import ACT, Schedule
 
 
 def memory_events(schedule: Schedule, act_bytes: np.ndarray, num_devices: int, grad: np.ndarray | None = None):

@@ -1,4 +1,4 @@
-"""Hand-computed schedules of the eager executor model (envs.schedule), kernel and reference.
+"""Hand-computed schedules of the eager executor model (envs.sim.schedule), kernel and reference.
 
 Toy cluster (tests/envs/conftest.py): cpu:0 (host), gpu:0, gpu:1 at 1 FLOP/s,
 links of 1 byte/s with no latency: forward = FLOPs (+ the GPU launch cost, when
@@ -12,7 +12,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from envs.simulator import SimEnv, simulate
+from envs.sim.simulator import SimEnv, simulate
 from graphs import PlacerError
 
 BACKENDS = ["kernel", "reference"]

@@ -12,10 +12,10 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from envs.schedule import ACT, Schedule
+from envs.sim.schedule import ACT, Schedule
 
 if TYPE_CHECKING:
-    from envs.simulator import SimEnv
+    from envs.sim.simulator import SimEnv
 
 PID = 1
 
