@@ -46,7 +46,7 @@ from graphs.errors import GraphFormatError, PlacerError
 from graphs.group_graph import CutTable, build_group_graph, cut_bytes_batched
 from graphs.dag import kahn
 from graphs.ir import OpGraph
-from graphs.ops import VIEW_OPS, base_op_name, inplace_mask, is_inplace_op, is_view_op, view_mask  # noqa: F401
+from graphs.ops import base_op_name, inplace_mask, view_mask
 
 FORMAT = "placer-grouping/1"
 
@@ -66,8 +66,8 @@ def default_num_groups(num_devices: int) -> int:
     return min(MAX_GROUPS, GROUPS_PER_DEVICE * int(num_devices))
 
 
-# One definition of views and in-place ops for every package: graphs.ops.
-op_base_name = base_op_name  # the name this module exported before graphs.ops
+#: Deprecated name of :func:`graphs.ops.base_op_name` (the one definition), kept for one release.
+op_base_name = base_op_name
 
 
 def colocate(graph: OpGraph) -> np.ndarray:
@@ -358,10 +358,11 @@ class Grouping:
         a = np.asarray(op_idx, dtype=np.int64)
         if a.ndim == 0 or a.shape[-1] != self.num_ops:
             raise PlacerError(f"grouping: expected {self.num_ops} op devices in the last axis, got shape {a.shape}")
-        rows = a.reshape(-1, self.num_ops)
-        votes = np.zeros((len(rows), self.num_groups, int(num_devices)))
-        np.add.at(votes, (np.arange(len(rows))[:, None], self.op_group[None, :], rows), 1.0)
-        return votes.argmax(axis=2).reshape(a.shape[:-1] + (self.num_groups,))
+        return vote(self.op_group, a, self.num_groups, num_devices)
+
+    def refined(self, graph: OpGraph, op_devices: np.ndarray) -> "Grouping":
+        """Each group split into runs (in op order) of constant device under ``op_devices``: see :func:`refine_grouping`."""
+        return refine_grouping(graph, self, op_devices)
 
     # ------------------------------------------------------------ cut bytes
     def cut_bytes(self, group_idx: Any) -> np.ndarray:
@@ -411,6 +412,54 @@ class Grouping:
 
 
 _DERIVED_META = ("member_ops", "member_out_bytes", "source_hash", "source_name")
+
+
+def vote(op_group: np.ndarray, op_devices: Any, num_groups: int, num_devices: int, weight: np.ndarray | None = None) -> np.ndarray:
+    """Device per group by majority vote of its ops (ties: the lowest device): the one definition of the vote.
+
+    ``op_group`` is a group id per op ``[N]``, or one grouping per row ``[K, N]``;
+    ``op_devices`` ``[..., N]`` (one placement per row) gives ``[..., num_groups]``.
+    ``weight`` (per op; default 1) weighs each op's vote, e.g. by its compute time.
+
+    >>> vote(np.array([0, 0, 0, 1]), [[1, 1, 0, 2], [0, 1, 1, 1]], 2, 3).tolist()
+    [[1, 2], [1, 1]]
+    >>> vote(np.array([0, 0, 0]), [2, 1, 1], 1, 3, weight=np.array([5.0, 1.0, 1.0])).tolist()
+    [2]
+    """
+    a = np.asarray(op_devices, dtype=np.int64)
+    rows = a.reshape(-1, a.shape[-1])
+    groups = np.broadcast_to(np.asarray(op_group), rows.shape)
+    w = 1.0 if weight is None else np.broadcast_to(np.asarray(weight, dtype=np.float64), rows.shape)
+    votes = np.zeros((len(rows), int(num_groups), int(num_devices)))
+    np.add.at(votes, (np.arange(len(rows))[:, None], groups, rows), w)
+    return votes.argmax(axis=2).reshape(a.shape[:-1] + (int(num_groups),))
+
+
+def refine_grouping(graph: OpGraph, grouping: "Grouping", op_devices: np.ndarray) -> "Grouping":
+    """Split each group into runs (in op order) of constant device under ``op_devices``.
+
+    The result stays acyclic: groups are numbered topologically and every op edge
+    ``u -> v`` has ``u < v``, so ordering the new items by (group, run) is a
+    topological order of the refined group graph. A placement that was split
+    across a group is then expressed exactly (a warm start's incumbent).
+
+    >>> from graphs.synthetic import random_dag
+    >>> g = random_dag(40, seed=0)
+    >>> coarse = coarsen(g, 4)
+    >>> dev = (np.arange(40) >= 20).astype(np.int32)
+    >>> fine = refine_grouping(g, coarse, dev)
+    >>> bool((fine.expand(fine.contract(dev)) == dev).all())
+    True
+    """
+    op_group = np.asarray(grouping.op_group, dtype=np.int64)
+    dev = np.asarray(op_devices, dtype=np.int64)
+    order = np.lexsort((np.arange(len(op_group)), op_group))
+    g_sorted, d_sorted = op_group[order], dev[order]
+    start = np.ones(len(order), dtype=bool)
+    start[1:] = (g_sorted[1:] != g_sorted[:-1]) | (d_sorted[1:] != d_sorted[:-1])
+    refined = np.empty(len(order), dtype=np.int64)
+    refined[order] = np.cumsum(start) - 1
+    return Grouping.from_assignment(graph, refined, meta={**grouping.graph.meta, "refined_by_placement": True})
 
 
 def cut_bytes(graph: OpGraph, device_idx: Any) -> np.ndarray:

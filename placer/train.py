@@ -26,7 +26,7 @@ placement reported is always one the policy sampled or greedily decoded; its
 from. ``warm_start="none"`` trains from scratch. So that the incumbent can be
 imitated exactly, the seq2seq policy's items are the coarsened co-location
 groups further cut wherever the incumbent changes device along the topological
-order (``policies.seq2seq.refine_grouping``): more items (e.g. 100 -> 333 on
+order (``graphs.grouping.refine_grouping``): more items (e.g. 100 -> 333 on
 nmt-2 with annealing's placement), but majority-voting an incumbent onto the
 plain coarse groups lost 10-18% of its quality on nmt-2.
 

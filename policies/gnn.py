@@ -90,7 +90,7 @@ from torch import nn
 from graphs import OpGraph, PlacerError
 from graphs.dag import levels, top_level
 from policies.list_schedule import DYN_DIM, ListSchedule, teacher_forced
-from policies.seq2seq import PolicySample
+from policies.base import ItemPolicy, PolicySample, item_grouping
 
 #: Placement decoders: every op independently given its logits, or one op at a time along a list schedule.
 DECODERS = ("independent", "schedule")
@@ -273,7 +273,7 @@ class GNNNet(nn.Module):
         return self.score_node(h)[:, None, :] + self.score_dev(dev)[None, :, :] + self.score_pair(x["pair"])
 
 
-class GNNPolicy(nn.Module):
+class GNNPolicy(ItemPolicy):
     """The trainer's policy interface (see :class:`policies.seq2seq.Seq2SeqPolicy`) over a :class:`GNNNet`.
 
     Args:
@@ -309,7 +309,6 @@ class GNNPolicy(nn.Module):
                  logit_cap: float = 10.0, decoder: str = "schedule", net: GNNNet | None = None, **_: Any) -> None:
         super().__init__()
         from envs.sim.simulator import schedule_graph
-        from policies.seq2seq import item_grouping, refine_grouping
 
         if cluster is None:
             raise PlacerError("--policy gnn: needs the cluster (its devices are described by their features)")
@@ -323,7 +322,7 @@ class GNNPolicy(nn.Module):
         else:
             if grouping.source_hash != graph.content_hash:
                 raise PlacerError("--policy gnn: the grouping was not built on this graph's schedule_graph")
-            self.grouping = refine_grouping(graph, grouping, refine) if refine is not None else grouping
+            self.grouping = grouping.refined(graph, refine) if refine is not None else grouping
         items = self.grouping.graph if self.grouping is not None else graph
         self.num_ops, self.num_items = graph.num_ops, items.num_ops
         self.num_devices = num_devices
@@ -517,14 +516,3 @@ class GNNPolicy(nn.Module):
             share = self._dyn(rows)[..., 1].cpu().numpy()  # [K, N, D]: input bytes already on each device
         return switches(share, target)
 
-    def expand(self, item_devices: np.ndarray) -> np.ndarray:
-        """Item devices ``[..., num_items]`` -> op devices ``[..., num_ops]`` (int32)."""
-        if self.grouping is None:
-            return np.asarray(item_devices, dtype=np.int32)
-        return np.asarray(self.grouping.expand(np.asarray(item_devices)), dtype=np.int32)
-
-    def contract(self, op_devices: np.ndarray) -> np.ndarray:
-        """Op devices ``[..., num_ops]`` -> item devices, by majority vote inside each group (int64)."""
-        if self.grouping is None:
-            return np.asarray(op_devices, dtype=np.int64)
-        return self.grouping.vote(op_devices, self.num_devices)

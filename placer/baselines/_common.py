@@ -7,11 +7,10 @@ transfer times over the cluster's links, and a per-op memory estimate.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import numpy as np
 
 from graphs import OpGraph, PlacerError
+from graphs.grouping import colocate, vote
 
 
 class BaselineUnavailable(PlacerError):
@@ -87,61 +86,17 @@ def capacity_bytes(cluster) -> np.ndarray:
 
 # -------------------------------------------------------------------- groups
 def colocation_groups(graph: OpGraph) -> np.ndarray:
-    """Co-location group id per op (``graphs.grouping.colocate``), dense 0..G-1 in op order."""
-    from graphs.grouping import colocate
-
-    raw = np.asarray(colocate(graph), dtype=np.int64)
-    _, first = np.unique(raw, return_index=True)
-    order = np.argsort(first, kind="stable")  # number groups by first member
-    dense = np.empty(len(first), dtype=np.int64)
-    dense[order] = np.arange(len(first))
-    _, inv = np.unique(raw, return_inverse=True)
-    return dense[inv.reshape(-1)]
+    """Co-location group id per op (:func:`graphs.grouping.colocate`: dense 0..G-1, numbered by first op), int64."""
+    return colocate(graph).astype(np.int64)
 
 
 def snap_to_groups(idx: np.ndarray, groups: np.ndarray, weight: np.ndarray | None = None) -> np.ndarray:
-    """Give every op of a group the device holding most of the group's ``weight``."""
+    """Give every op of a group the device holding most of the group's ``weight`` (:func:`graphs.grouping.vote`)."""
     idx = np.asarray(idx, dtype=np.int64)
     if len(idx) == 0 or groups.max() + 1 == len(groups):
         return idx.astype(np.int32)
-    w = np.ones(len(idx)) if weight is None else np.asarray(weight, dtype=np.float64) + 1e-12
-    ng, nd = int(groups.max()) + 1, int(idx.max()) + 1
-    tally = np.zeros((ng, nd))
-    np.add.at(tally, (groups, idx), w)
-    return np.argmax(tally, axis=1)[groups].astype(np.int32)
-
-
-@dataclass
-class Quotient:
-    """A graph contracted by a grouping: undirected weighted adjacency (CSR)."""
-
-    num_nodes: int
-    xadj: np.ndarray
-    adjncy: np.ndarray
-    eweights: np.ndarray
-    vweights: np.ndarray
-
-
-def quotient(graph: OpGraph, groups: np.ndarray, op_weight: np.ndarray) -> Quotient:
-    """Undirected group graph: vertex weight = summed op weight, edge weight = summed bytes."""
-    ng = int(groups.max()) + 1 if len(groups) else 0
-    vw = np.bincount(groups, weights=op_weight, minlength=ng)
-    a, b = groups[graph.edge_src], groups[graph.edge_dst]
-    keep = a != b
-    a, b, w = a[keep], b[keep], graph.edge_bytes[keep].astype(np.float64)
-    lo, hi = np.minimum(a, b), np.maximum(a, b)
-    key = lo * ng + hi
-    uniq, inv = np.unique(key, return_inverse=True)
-    wsum = np.bincount(inv.reshape(-1), weights=w, minlength=len(uniq))
-    u, v = uniq // ng, uniq % ng
-    src = np.concatenate([u, v])
-    dst = np.concatenate([v, u])
-    ew = np.concatenate([wsum, wsum])
-    order = np.lexsort((dst, src))
-    src, dst, ew = src[order], dst[order], ew[order]
-    xadj = np.zeros(ng + 1, dtype=np.int64)
-    np.cumsum(np.bincount(src, minlength=ng), out=xadj[1:])
-    return Quotient(ng, xadj, dst.astype(np.int64), ew, vw)
+    w = None if weight is None else np.asarray(weight, dtype=np.float64) + 1e-12
+    return vote(groups, idx, int(groups.max()) + 1, int(idx.max()) + 1, w)[groups].astype(np.int32)
 
 
 def to_int_weights(w: np.ndarray, top: int = 10_000, floor: int = 1) -> np.ndarray:

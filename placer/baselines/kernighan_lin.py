@@ -15,8 +15,9 @@ from __future__ import annotations
 import numpy as np
 
 from graphs import OpGraph
+from graphs.group_graph import quotient
 from placer.baselines import register
-from placer.baselines._common import colocation_groups, gpu_devices, quotient
+from placer.baselines._common import colocation_groups, gpu_devices
 
 
 def _bisect(G, nodes: np.ndarray, parts: np.ndarray, out: np.ndarray, seed: int, max_iter: int) -> None:

@@ -20,8 +20,9 @@ import io
 import numpy as np
 
 from graphs import OpGraph
+from graphs.group_graph import quotient
 from placer.baselines import register
-from placer.baselines._common import colocation_groups, gpu_devices, quotient, require, step_costs_s, to_int_weights
+from placer.baselines._common import colocation_groups, gpu_devices, require, step_costs_s, to_int_weights
 
 
 # Scotch 7 context options (library.h): reproducible runs, and a seed we choose.
