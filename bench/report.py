@@ -27,6 +27,7 @@ import numpy as np
 
 from bench.common import Progress, machine_line
 from graphs import OpGraph
+from placer.methods import best_heuristic
 
 PAPER_GRAPHS = ("rnnlm", "nmt-2", "nmt-4", "inception-v3")
 PAPER_CLUSTERS = ("k80x2", "k80x4")
@@ -64,8 +65,7 @@ class Table1Row:
 
     def best_heuristic(self, exclude: Sequence[str] = ()) -> tuple[str, float] | None:
         """(name, step time) of the fastest heuristic not in ``exclude``."""
-        ok = {m: t for m, t in self.baselines.items() if t is not None and m not in exclude and m not in NOT_A_RIVAL}
-        return min(ok.items(), key=lambda kv: kv[1]) if ok else None
+        return best_heuristic(self.baselines, exclude=(*exclude, *NOT_A_RIVAL))
 
     def best_other(self) -> tuple[str, float] | None:
         """The best heuristic that has no column of its own."""

@@ -125,7 +125,7 @@ def _run_rl(policy: str) -> Callable[..., None]:
 
 
 def _run_annealing(graph: OpGraph, cluster: Any, rec: RecordingEnv, budget_s: float, rate: float, seed: int) -> None:
-    from placer.baselines import get
+    from placer.methods import get
 
     # The cooling schedule runs over `steps`: size it to what the budget can score.
     # Proposals near a single-GPU placement (the chain's start) are the cheapest to
@@ -146,7 +146,7 @@ def _run_annealing(graph: OpGraph, cluster: Any, rec: RecordingEnv, budget_s: fl
 
 
 def _run_random(graph: OpGraph, cluster: Any, rec: RecordingEnv, budget_s: float, rate: float, seed: int) -> None:
-    from placer.baselines import get
+    from placer.methods import get
 
     rec.deadline_s = budget_s
     try:
@@ -191,7 +191,7 @@ def search_curves(
     where ``reference`` holds the expert's and m_etf's step times for context.
     """
     import envs
-    from placer import baselines
+    from placer.methods import registry
 
     bad = [m for m in methods if m not in RUNNERS]
     if bad:
@@ -205,7 +205,7 @@ def search_curves(
     rate = evals_per_s(env, graph.num_ops, cluster.num_devices, seed=seed)
     reference = {}
     for name in ("expert", "m_etf"):
-        r = env.simulate(baselines.get(name)(graph, cluster, seed=seed))
+        r = env.simulate(registry.get(name)(graph, cluster, seed=seed))
         reference[name] = float(r.step_time_s) if r.ok else None
     out: dict[str, Any] = {"graph": graph.name, "cluster": cluster.name, "num_ops": graph.num_ops,
                            "lower_bound_s": float(env.lower_bound()), "reference": reference, "evals_per_s": rate, "executor": executor,

@@ -40,7 +40,7 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
 
 def _methods(text: str) -> list[str] | None:
     from graphs import PlacerError
-    from placer import baselines
+    from placer.methods import registry
 
     if text.strip() == "all":
         return None
@@ -48,7 +48,7 @@ def _methods(text: str) -> list[str] | None:
     if not names:
         raise PlacerError("--methods: give baseline names separated by commas, or 'all'")
     for m in names:
-        baselines.get(m)
+        registry.get(m)
     return names
 
 
@@ -67,17 +67,17 @@ def _options(items: list[str], methods: list[str] | None) -> dict[str, dict]:
     import inspect
 
     from graphs import PlacerError
-    from placer import baselines
+    from placer.methods import registry
     from placer.cli_sim import parse_options
 
-    names = methods if methods is not None else baselines.names()
+    names = methods if methods is not None else registry.names()
     out: dict[str, dict] = {}
     for item in items:
         (key, value), = parse_options([item]).items()
         method, dot, key = key.rpartition(".")
         if dot and method not in names:
             raise PlacerError(f"--option {item!r}: method {method!r} is not compared")
-        takers = [m for m in ([method] if dot else names) if key in inspect.signature(baselines.get(m)).parameters]
+        takers = [m for m in ([method] if dot else names) if key in inspect.signature(registry.get(m)).parameters]
         if not takers:
             raise PlacerError(f"--option {item!r}: no compared method takes {key!r}")
         for m in takers:

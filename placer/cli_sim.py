@@ -170,8 +170,8 @@ def run_clusters(args: argparse.Namespace) -> int:
 
 def run_place(args: argparse.Namespace) -> int:
     import envs
-    from placer import baselines
-    from placer.compare import accepts
+    from placer.methods import registry
+    from placer.methods.registry import accepts
     from placer.sources import resolve_graph_and_model
 
     check_output_file(args.output, "-o")
@@ -180,7 +180,7 @@ def run_place(args: argparse.Namespace) -> int:
     options = parse_options(args.option)
     graph, model = resolve_graph_and_model(args.graph)
     graph, cluster = _profiled(graph, cluster, args.profile)
-    if model is not None and accepts(baselines.get(args.method), "model"):
+    if model is not None and accepts(registry.get(args.method), "model"):
         options["model"] = model  # accelerate's device maps need the module
     for flag, value in (("--policy-file", args.policy_file), ("--samples", args.samples), ("--groups", args.groups),
                         ("--refine", args.refine)):
@@ -201,7 +201,7 @@ def run_place(args: argparse.Namespace) -> int:
             placement = place_learned(graph, cluster, policy_file=args.policy_file, samples=samples, groups=groups,
                                       seed=args.seed, refine=refine)
         else:
-            placement = baselines.place(args.method, graph, cluster, seed=args.seed, **options)
+            placement = registry.place(args.method, graph, cluster, seed=args.seed, **options)
     except TypeError as e:
         if "unexpected keyword" in str(e):
             raise PlacerError(f"--method {args.method}: {str(e).split(') ', 1)[-1]}") from None

@@ -15,7 +15,7 @@ its inputs move there. :func:`project` turns a placement into such a map:
 
 Ops the map cannot express (code between modules, such as a residual add in a
 block's ``forward``) run where their inputs are, as accelerate's hooks do; the
-op placement that results is :func:`placer.baselines.hf_accelerate.map_onto_ops`
+op placement that results is :func:`placer.methods.heuristics.hf_accelerate.map_onto_ops`
 of the map, and :func:`projection_cost` simulates it against the placement.
 ``placer.apply`` remains the full-speed path: it places every op.
 
@@ -64,8 +64,8 @@ def project(graph: OpGraph, indices: Sequence[int] | np.ndarray, cluster, *, mod
         PlacerError: ``module`` is not a module of the graph, or the graph has no
             module paths (it was not captured from an ``nn.Module``).
     """
-    from placer.baselines._common import step_costs_s
-    from placer.baselines.hf_accelerate import _lookup
+    from placer.methods.heuristics.costs import step_costs_s
+    from placer.methods.heuristics.hf_accelerate import _lookup
 
     idx = np.asarray(indices, dtype=np.int64)
     D = cluster.num_devices
@@ -135,7 +135,7 @@ def project(graph: OpGraph, indices: Sequence[int] | np.ndarray, cluster, *, mod
 
 def projected_indices(graph: OpGraph, device_map: dict[str, Any], cluster, *, module: str = "") -> np.ndarray:
     """The op placement a module-level ``device_map`` (keys relative to ``module``) gives, as accelerate runs it."""
-    from placer.baselines.hf_accelerate import map_onto_ops
+    from placer.methods.heuristics.hf_accelerate import map_onto_ops
 
     prefix = f"{module}." if module else ""
     full = {(prefix + k if k else module): v for k, v in device_map.items()}

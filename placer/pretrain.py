@@ -162,7 +162,7 @@ def best_heuristic(graph: OpGraph, cluster: Any, methods: tuple[str, ...] = LABE
     from envs.sim.simulator import MODEL_VERSION
     from placer.compare import compare
 
-    from placer.baselines import VERSION as BASELINES_VERSION
+    from placer.methods.registry import VERSION as BASELINES_VERSION
 
     key = hashlib.sha256(json.dumps([graph.content_hash, cluster.to_dict(), list(methods), MODEL_VERSION, BASELINES_VERSION],
                                     sort_keys=True).encode()).hexdigest()[:20]
@@ -175,11 +175,9 @@ def best_heuristic(graph: OpGraph, cluster: Any, methods: tuple[str, ...] = LABE
                 return doc["method"], float(doc["step_time_s"]), idx
         except (PlacerError, KeyError, TypeError, ValueError):
             pass
-    report = compare(graph, cluster, methods=list(methods))
-    ok = [r for r in report.rows if r.kind == "baseline" and r.status == "ok" and r.step_time_s is not None]
-    if not ok:  # nothing fits: imitate the fastest single device (memory ignored is not a label; use single's)
+    best = compare(graph, cluster, methods=list(methods)).best()
+    if best is None:  # nothing fits: no label (memory ignored is not one)
         raise PlacerError(f"{graph.name} on {cluster.name}: no heuristic placement runs (all out of memory)")
-    best = min(ok, key=lambda r: r.step_time_s)
     idx = best.placement.indices(graph, cluster.device_names)
     path.parent.mkdir(parents=True, exist_ok=True)
     write_text_atomic(path, json.dumps({"method": best.method, "step_time_s": best.step_time_s, "devices": idx.tolist()}))
@@ -401,7 +399,7 @@ ZERO_SHOT_SAMPLES = 48
 #: spread over more devices, which found the held-out LSTMs' layer-per-GPU placements (BENCHMARKS.md, "Placing modules").
 ZERO_SHOT_MODULE_TEMPERATURES = (1.0, 4.0)
 #: Placements simulated to refine the best decodes by steepest descent over their groups
-#: (:func:`placer.baselines.module_search.descend`), and the largest view (in groups) refined.
+#: (:func:`placer.methods.heuristics.module_search.descend`), and the largest view (in groups) refined.
 ZERO_SHOT_REFINE = 1000
 ZERO_SHOT_REFINE_MAX_ITEMS = 128
 #: Seconds after which the refinement starts no new round (a 20,000-op graph simulates ~300 placements a second).
@@ -453,7 +451,7 @@ def place_learned(graph: OpGraph, cluster: Any, *, policy_file: str | None = Non
 
     Then ``refine`` more placements are simulated to improve the decodes by
     steepest descent over their view's groups (one group moved to another GPU
-    at a time; :func:`placer.baselines.module_search.descend`): the best decode
+    at a time; :func:`placer.methods.heuristics.module_search.descend`): the best decode
     of each view of at most :data:`ZERO_SHOT_REFINE_MAX_ITEMS` groups in turn,
     best view first, then each view's second best, and so on until the budget
     is spent, or ``refine_time_s`` has passed (then the result depends on the
@@ -468,7 +466,7 @@ def place_learned(graph: OpGraph, cluster: Any, *, policy_file: str | None = Non
 
     import envs
     from envs.sim.simulator import schedule_graph
-    from placer.baselines._common import scored_keys
+    from placer.methods.heuristics.search import scored_keys
     from graphs.plan import Placement
     from policies import policy_file as pf
     from policies.gnn import GNNPolicy
@@ -529,8 +527,8 @@ def place_learned(graph: OpGraph, cluster: Any, *, policy_file: str | None = Non
 def _refine(env: Any, cluster: Any, idx: np.ndarray, keys: list, found_by: list[str], view_of: list[int],
             groupings: list, budget: int, rng: np.random.Generator, incumbent: tuple, deadline: float) -> tuple:
     """:func:`place_learned`'s descent from its decodes: ``(op devices, key, found by, placements simulated)``."""
-    from placer.baselines._common import candidate_devices
-    from placer.baselines.module_search import descend
+    from placer.methods.heuristics.costs import candidate_devices
+    from placer.methods.heuristics.module_search import descend
 
     gpus = np.asarray(candidate_devices(cluster, "gpus"), dtype=np.int64)
     ranked: dict[int, list[int]] = {}  # view -> its decodes, best first, one per distinct placement

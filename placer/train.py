@@ -62,6 +62,7 @@ from graphs.grouping import default_num_groups
 from placer import checkpoint
 from placer._callable import make_module_callable
 from placer.checks import check_output_dir
+from placer.methods import best_heuristic
 from graphs.plan import Placement, single_device_rows
 from placer.rl_algos import ALGOS, advantages, imitate, learning_rate, logit_noise, reward, set_logit_noise, term_credits
 from placer.train_config import (  # noqa: F401 - TrainConfig and its checks are part of placer.train's surface
@@ -163,8 +164,8 @@ class TrainResult:
 
     @property
     def best_heuristic(self) -> tuple[str, float] | None:
-        ok = {k: v for k, v in self.heuristics.items() if np.isfinite(v)}
-        return min(ok.items(), key=lambda kv: kv[1]) if ok else None
+        """``(name, step time)`` of the fastest heuristic of the run (:func:`placer.methods.best_heuristic`)."""
+        return best_heuristic(self.heuristics)
 
     def to_dict(self) -> dict[str, Any]:
         bh = self.best_heuristic

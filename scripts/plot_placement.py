@@ -45,7 +45,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         import envs
         from bench import plots
-        from placer import Placement, baselines
+        from placer import Placement
+        from placer.methods import registry
         from placer.sources import resolve_graph
 
         graph = resolve_graph(args.source)
@@ -53,7 +54,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.placement:
             placement, label = Placement.load(args.placement), os.path.basename(args.placement)
         elif args.method:
-            placement, label = baselines.place(args.method, graph, cluster, seed=args.seed), args.method
+            placement, label = registry.place(args.method, graph, cluster, seed=args.seed), args.method
         else:
             from placer.train import TrainConfig, train
 

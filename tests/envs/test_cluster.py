@@ -159,7 +159,7 @@ def test_a_tiny_rate_is_refused_before_it_can_simulate_an_infinite_ok_step(tmp_p
 def test_rates_at_the_floor_keep_simulated_times_finite():
     from envs import simulate
     from graphs.synthetic import random_dag
-    from placer.baselines import place
+    from placer.methods import place
 
     doc = _doc()
     for dev in doc["devices"]:

@@ -10,8 +10,9 @@ import pytest
 import envs
 from graphs import OpGraph, PlacerError
 from graphs.synthetic import random_dag
-from placer import baselines
-from placer.baselines._common import BaselineUnavailable, linear_partition
+from placer.methods import registry as baselines
+from placer.methods.heuristics.groups import linear_partition
+from placer.methods.registry import HeuristicUnavailable as BaselineUnavailable
 
 MINE = ["round_robin", "expert", "gpipe", "scotch", "metis", "kernighan_lin", "heft", "m_topo", "m_etf", "m_sct", "random_search", "random_modules", "module_search", "annealing"]
 FAST = {"random_search": {"n": 64}, "random_modules": {"n": 64}, "module_search": {"n": 64}, "annealing": {"steps": 64}}
@@ -93,7 +94,7 @@ def test_memory_aware_methods_fit_a_graph_too_big_for_one_gpu(name, k80x4):
 
 def test_sct_lp_picks_the_critical_child():
     # a -> b (long) and a -> c (short): b must be a's favourite child.
-    from placer.baselines.baechi import _favourite_edges
+    from placer.methods.heuristics.baechi import _favourite_edges
 
     g = OpGraph.from_edges(["a", "b", "c"], [("a", "b", 8), ("a", "c", 8)])
     fav = _favourite_edges(g, np.array([1.0, 10.0, 1.0]), np.array([5.0, 5.0]))
@@ -101,7 +102,7 @@ def test_sct_lp_picks_the_critical_child():
 
 
 def test_heft_insertion_fills_a_gap():
-    from placer.baselines.heft import _earliest_slot
+    from placer.methods.heuristics.heft import _earliest_slot
 
     assert _earliest_slot([0.0, 5.0], [1.0, 6.0], 0.0, 4.0) == (1.0, 1)
     assert _earliest_slot([0.0, 5.0], [1.0, 6.0], 0.0, 4.5) == (6.0, 2)
@@ -178,7 +179,7 @@ def test_accelerate_maps_its_device_map_onto_ops(k80x4):
 
 
 def test_accelerate_map_lookup(k80x4):
-    from placer.baselines.hf_accelerate import map_onto_ops
+    from placer.methods.heuristics.hf_accelerate import map_onto_ops
 
     g = OpGraph.from_edges(["a", "b", "c", "d"], [("a", "b", 4), ("b", "c", 4), ("c", "d", 4)], module_paths=["enc.0", "enc.1.fc", "", "head"])
     idx = map_onto_ops(g, {"enc.0": 0, "enc.1": 1, "head": "cpu"}, k80x4)
@@ -260,7 +261,7 @@ def test_module_search_places_whole_modules_within_its_budget(k80x4):
 
 
 def test_descend_spends_no_more_than_its_budget_and_prefers_a_placement_that_fits():
-    from placer.baselines.module_search import descend
+    from placer.methods.heuristics.module_search import descend
 
     c = envs.Cluster.preset("k80x2")
     gpus = np.asarray(c.gpu_indices())
@@ -338,7 +339,7 @@ def test_accelerate_strategies_follow_from_pretrained(k80x4):
     """balanced_low_0 keeps GPU 0 lighter than balanced; sequential fills GPU 0 first."""
     pytest.importorskip("accelerate")
     import graphs
-    from placer.baselines.hf_accelerate import device_map
+    from placer.methods.heuristics.hf_accelerate import device_map
 
     model, inputs = _layered()
     g = graphs.capture(model, inputs)
@@ -377,7 +378,7 @@ def test_accelerate_keeps_a_wrapped_models_blocks_whole(k80x4):
     pytest.importorskip("accelerate")
     from torch import nn
 
-    from placer.baselines.hf_accelerate import device_map, no_split_modules
+    from placer.methods.heuristics.hf_accelerate import device_map, no_split_modules
 
     class Block(nn.Module):
         def __init__(self):
@@ -420,7 +421,7 @@ def test_annealing_moves_the_input_free_block_of_a_pipelined_plan(monkeypatch):
     variants alone find the plan with the mask on the host; without block moves the start stays.
     """
     import envs
-    import placer.baselines.annealing as annealing_mod
+    import placer.methods.heuristics.annealing as annealing_mod
 
     g = _staged_graph_with_a_shared_mask()
     c = envs.resolve_cluster("v100x4")  # cpu:0, gpu:0..3

@@ -12,7 +12,7 @@ import envs
 import graphs
 from graphs import PlacerError
 from graphs.synthetic import random_dag
-from placer import baselines
+from placer.methods import registry as baselines
 from placer.cli import main
 from placer.compare import compare, plot
 from graphs.plan import Placement

@@ -17,7 +17,7 @@ from placer.compare import compare
 
 pytest.importorskip("ortools")
 
-from placer.baselines.ilp import ilp  # noqa: E402
+from placer.methods.heuristics.ilp import ilp  # noqa: E402
 
 
 def tiny_graph(seed: int, n: int) -> OpGraph:

@@ -452,7 +452,7 @@ def test_step_times_overflow_is_the_worst_peak_over_capacity():
 
 
 def test_graded_oom_gives_annealing_a_slope_toward_fitting():
-    from placer.baselines.annealing import _cost, annealing
+    from placer.methods.heuristics.annealing import _cost, annealing
 
     # equal times: the OOM placement closer to fitting costs less, and any fitting one less than both
     c = _cost(np.array([1.0, 1.0, 1.0]), np.array([True, True, False]), 10.0, np.array([1.5, 1.1, 0.0]))

@@ -88,9 +88,9 @@ def test_cached_labels_are_recomputed_when_the_simulator_model_or_a_baseline_cha
     monkeypatch.setattr(envs.sim.simulator, "MODEL_VERSION", envs.sim.simulator.MODEL_VERSION + 1)
     best_heuristic(g, c, ("single", "heft"))
     assert len(calls) == 2
-    import placer.baselines
+    import placer.methods.registry
 
-    monkeypatch.setattr(placer.baselines, "VERSION", placer.baselines.VERSION + 1)  # a baseline changed
+    monkeypatch.setattr(placer.methods.registry, "VERSION", placer.methods.registry.VERSION + 1)  # a baseline changed
     best_heuristic(g, c, ("single", "heft"))
     assert len(calls) == 3
 

@@ -55,8 +55,8 @@ from typing import Any
 import numpy as np
 
 from graphs import OpGraph, PlacerError
-from placer.baselines import register
-from placer.baselines._common import BaselineUnavailable, colocation_groups
+from placer.methods.heuristics.groups import colocation_groups
+from placer.methods.registry import HeuristicUnavailable, get, register
 
 #: Conditional constraints per second of ``time_limit_s`` the item count is sized for.
 CONSTRAINTS_PER_S = 300
@@ -167,11 +167,11 @@ class Solution:
 
 def solve(items: Items, cluster, *, time_limit_s: float = 60.0, num_workers: int = 1, seed: int = 0,
           hint_device: np.ndarray | None = None, hint_order: np.ndarray | None = None) -> Solution:
-    """Build and solve the CP-SAT model of :mod:`placer.baselines.ilp`'s docstring."""
+    """Build and solve the CP-SAT model of :mod:`placer.methods.heuristics.ilp`'s docstring."""
     try:
         from ortools.sat.python import cp_model
     except ImportError:
-        raise BaselineUnavailable("ilp: needs OR-Tools (pip install 'placer[ilp]')", "not installed") from None
+        raise HeuristicUnavailable("ilp: needs OR-Tools (pip install 'placer[ilp]')", "not installed") from None
     from envs import cost
 
     K, D = items.fwd.shape
@@ -579,14 +579,13 @@ def item_order_to_ops(op_item: np.ndarray, item_order: np.ndarray) -> np.ndarray
 
 def _hint(graph: OpGraph, cluster, env, methods: str, seed: int) -> tuple[str, np.ndarray, np.ndarray, float] | None:
     """The fastest of ``methods`` under the eager simulator, with its planned issue order."""
-    from placer import baselines
 
     best = None
     for name in [m.strip() for m in methods.split(",") if m.strip()]:
         if name == "ilp":
             continue
         try:
-            idx = np.asarray(baselines.get(name)(graph, cluster, seed=seed), dtype=np.int64)
+            idx = np.asarray(get(name)(graph, cluster, seed=seed), dtype=np.int64)
             order, _, t = env.plan_order(idx)
         except PlacerError:
             continue
@@ -627,7 +626,7 @@ def ilp(graph: OpGraph, cluster, *, seed: int = 0, time_limit_s: float = 60.0, n
     try:
         import ortools  # noqa: F401
     except ImportError:
-        raise BaselineUnavailable("ilp: needs OR-Tools (pip install 'placer[ilp]')", "not installed") from None
+        raise HeuristicUnavailable("ilp: needs OR-Tools (pip install 'placer[ilp]')", "not installed") from None
     import envs
     from graphs.plan import Placement
 

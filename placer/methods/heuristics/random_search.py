@@ -20,8 +20,11 @@ from __future__ import annotations
 import numpy as np
 
 from graphs import OpGraph, PlacerError
-from placer.baselines import register
-from placer.baselines._common import BaselineUnavailable, candidate_devices, colocation_groups, scored_keys
+from placer.methods.registry import register
+from placer.methods.heuristics.costs import candidate_devices
+from placer.methods.heuristics.groups import colocation_groups
+from placer.methods.registry import HeuristicUnavailable
+from placer.methods.heuristics.search import scored_keys
 
 BATCH = 64
 
@@ -40,7 +43,7 @@ def random_modules(graph: OpGraph, cluster, *, seed: int = 0, n: int = 1000, dev
 
     levels = [lv.op_group.astype(np.int64) for lv in module_levels(schedule_graph(graph))]
     if not levels:
-        raise BaselineUnavailable(f"random_modules: {graph.name or 'the graph'} records no module paths to place by",
+        raise HeuristicUnavailable(f"random_modules: {graph.name or 'the graph'} records no module paths to place by",
                                   status="needs module paths")
     return _best_of(graph, cluster, levels, "random_modules", seed=seed, n=n, devices=devices, env=env)
 

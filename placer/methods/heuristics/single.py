@@ -22,8 +22,8 @@ from __future__ import annotations
 import numpy as np
 
 from graphs import OpGraph, PlacerError
-from placer.baselines import register
-from placer.baselines._common import gpu_devices
+from placer.methods.registry import register
+from placer.methods.heuristics.costs import gpu_devices
 
 
 @register("single")

@@ -21,8 +21,10 @@ import numpy as np
 
 from graphs import OpGraph
 from graphs.group_graph import quotient
-from placer.baselines import register
-from placer.baselines._common import colocation_groups, gpu_devices, require, step_costs_s, to_int_weights
+from placer.methods.registry import register
+from placer.methods.heuristics.costs import gpu_devices, step_costs_s
+from placer.methods.heuristics.groups import colocation_groups, to_int_weights
+from placer.methods.registry import require
 
 
 # Scotch 7 context options (library.h): reproducible runs, and a seed we choose.

@@ -32,8 +32,9 @@ from typing import Any
 import numpy as np
 
 from graphs import OpGraph, PlacerError
-from placer.baselines import register
-from placer.baselines._common import BaselineUnavailable, gpu_devices, require
+from placer.methods.registry import register
+from placer.methods.heuristics.costs import gpu_devices
+from placer.methods.registry import HeuristicUnavailable, require
 
 
 @contextlib.contextmanager
@@ -92,7 +93,7 @@ def map_onto_ops(graph: OpGraph, device_map: dict[str, Any], cluster) -> np.ndar
             v = root
         if v is not None:
             dev[i] = to_index(v)
-    from placer.baselines.expert import _follow_producers
+    from placer.methods.heuristics.expert import _follow_producers
 
     return _follow_producers(graph, dev, int(gpus[0])).astype(np.int32)
 
@@ -152,7 +153,7 @@ def _placed(graph: OpGraph, cluster, model: Any, strategy: str, no_split_module_
         model = _meta_model(graph)
     if model is None:
         source = graph.meta.get("source") or "the module:callable the graph was captured from"
-        raise BaselineUnavailable(f"{method}: pass {source} instead of the graph file to get this row", "needs a model")
+        raise HeuristicUnavailable(f"{method}: pass {source} instead of the graph file to get this row", "needs a model")
     return map_onto_ops(graph, device_map(model, cluster, strategy, no_split_module_classes), cluster)
 
 

@@ -1,7 +1,7 @@
 """Baechi's memory-aware placers (Jeon et al., SoCC 2020): m-TOPO, m-ETF, m-SCT.
 
 All three place on the GPUs and never put an op on a device whose resident
-memory (:func:`~placer.baselines._common.op_memory_bytes`) would exceed its
+memory (:func:`~placer.methods.heuristics.costs.op_memory_bytes`) would exceed its
 capacity while another device has room; only when no device can take an op is
 it put where the most memory is left (the placement then fails, as in Baechi).
 
@@ -19,7 +19,7 @@ Our graphs fold a parameter into the op that owns it, so a weight read by severa
 ops (a recurrent layer at every time step) has no variable node whose edges these
 algorithms would see, as they do in a TensorFlow graph. m-ETF and m-SCT (and HEFT)
 charge its copy to another device instead, once per device
-(:class:`~placer.baselines._common.ParamCopies`); ``param_copies=False`` ignores it.
+(:class:`~placer.methods.heuristics.scheduling.ParamCopies`); ``param_copies=False`` ignores it.
 Neither rule wins everywhere (on nmt-2/k80x4 m-SCT is 271.6 ms with the copies
 charged and 261.4 without; on nmt-4, 401.3 against 477.8), so both are registered:
 ``m_etf_nocopy`` and ``m_sct_nocopy`` are the copy-blind rule.
@@ -31,18 +31,10 @@ import numpy as np
 
 from graphs import OpGraph, PlacerError
 from graphs.dag import bottom_level
-from placer.baselines import register
-from placer.baselines._common import (
-    COMM_DIRECTIONS,
-    capacity_bytes,
-    colocation_groups,
-    gpu_devices,
-    ParamCopies,
-    link_arrays,
-    mean_link,
-    op_memory_bytes,
-    step_costs_s,
-)
+from placer.methods.registry import register
+from placer.methods.heuristics.costs import capacity_bytes, COMM_DIRECTIONS, gpu_devices, link_arrays, mean_link, op_memory_bytes, step_costs_s
+from placer.methods.heuristics.groups import colocation_groups
+from placer.methods.heuristics.scheduling import ParamCopies
 
 
 @register("m_topo")
@@ -203,7 +195,7 @@ def m_etf(graph: OpGraph, cluster, *, seed: int = 0, param_copies: bool = True) 
     """m-ETF: earliest-start (op, GPU) pairs first, among GPUs with memory left.
 
     ``param_copies``: a shared parameter's copy to another device is charged once
-    per device (:class:`~placer.baselines._common.ParamCopies`); False ignores it.
+    per device (:class:`~placer.methods.heuristics.scheduling.ParamCopies`); False ignores it.
     """
     del seed
     return _list_schedule(graph, cluster, None, param_copies)

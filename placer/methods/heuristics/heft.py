@@ -26,18 +26,10 @@ import numpy as np
 
 from graphs import OpGraph
 from graphs.dag import bottom_level
-from placer.baselines import register
-from placer.baselines._common import (
-    ParamCopies,
-    candidate_devices,
-    capacity_bytes,
-    colocation_groups,
-    link_arrays,
-    mean_link,
-    op_memory_bytes,
-    step_costs_s,
-    COMM_DIRECTIONS,
-)
+from placer.methods.registry import register
+from placer.methods.heuristics.costs import candidate_devices, capacity_bytes, COMM_DIRECTIONS, link_arrays, mean_link, op_memory_bytes, step_costs_s
+from placer.methods.heuristics.groups import colocation_groups
+from placer.methods.heuristics.scheduling import ParamCopies
 
 
 def _earliest_slot(starts: list[float], ends: list[float], ready_s: float, dur_s: float) -> tuple[float, int]:
@@ -57,7 +49,7 @@ def heft(graph: OpGraph, cluster, *, seed: int = 0, devices: str = "all", memory
     """HEFT placement. ``devices``: "all" (the paper: every processor) or "gpus".
 
     ``param_copies``: a shared parameter's copy to another device is charged once
-    per device (:class:`~placer.baselines._common.ParamCopies`); False ignores it.
+    per device (:class:`~placer.methods.heuristics.scheduling.ParamCopies`); False ignores it.
     """
     del seed  # deterministic
     cand = candidate_devices(cluster, devices)

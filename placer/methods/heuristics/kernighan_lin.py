@@ -16,8 +16,9 @@ import numpy as np
 
 from graphs import OpGraph
 from graphs.group_graph import quotient
-from placer.baselines import register
-from placer.baselines._common import colocation_groups, gpu_devices
+from placer.methods.registry import register
+from placer.methods.heuristics.costs import gpu_devices
+from placer.methods.heuristics.groups import colocation_groups
 
 
 def _bisect(G, nodes: np.ndarray, parts: np.ndarray, out: np.ndarray, seed: int, max_iter: int) -> None:

@@ -27,8 +27,10 @@ import time
 import numpy as np
 
 from graphs import OpGraph, PlacerError
-from placer.baselines import register
-from placer.baselines._common import BaselineUnavailable, candidate_devices, scored_keys
+from placer.methods.registry import register
+from placer.methods.heuristics.costs import candidate_devices
+from placer.methods.registry import HeuristicUnavailable
+from placer.methods.heuristics.search import scored_keys
 
 def descend(env, op_group: np.ndarray, group_devices: np.ndarray, devices: np.ndarray, budget: int, *,
             key: tuple[bool, float] | None = None, rng: np.random.Generator | None = None,
@@ -90,7 +92,7 @@ def module_search(graph: OpGraph, cluster, *, seed: int = 0, n: int = 1000, star
         raise PlacerError(f"module_search: n and starts must be >= 1, got n={n}, starts={starts}")
     levels = [lv.op_group.astype(np.int64) for lv in module_levels(schedule_graph(graph))]
     if not levels:
-        raise BaselineUnavailable(f"module_search: {graph.name or 'the graph'} records no module paths to search",
+        raise HeuristicUnavailable(f"module_search: {graph.name or 'the graph'} records no module paths to search",
                                   status="needs module paths")
     env = env if env is not None else envs.SimEnv(graph, cluster)
     cand = np.asarray(candidate_devices(cluster, devices), dtype=np.int64)

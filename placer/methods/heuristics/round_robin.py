@@ -17,8 +17,9 @@ from __future__ import annotations
 import numpy as np
 
 from graphs import OpGraph
-from placer.baselines import register
-from placer.baselines._common import colocation_groups, gpu_devices
+from placer.methods.registry import register
+from placer.methods.heuristics.costs import gpu_devices
+from placer.methods.heuristics.groups import colocation_groups
 
 
 @register("round_robin")

@@ -36,8 +36,9 @@ import time
 import numpy as np
 
 from graphs import OpGraph, PlacerError
-from placer.baselines import get, register
-from placer.baselines._common import candidate_devices, colocation_groups
+from placer.methods.registry import get, register
+from placer.methods.heuristics.costs import candidate_devices
+from placer.methods.heuristics.groups import colocation_groups
 
 
 def _cost(times: np.ndarray, oom: np.ndarray, penalty: float, over: np.ndarray | None = None) -> np.ndarray:

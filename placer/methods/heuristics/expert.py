@@ -30,16 +30,9 @@ import numpy as np
 
 from graphs import OpGraph
 from graphs.ops import base_op_name
-from placer.baselines import register
-from placer.baselines._common import (
-    capacity_bytes,
-    colocation_groups,
-    gpu_devices,
-    linear_partition,
-    op_memory_bytes,
-    snap_to_groups,
-    step_costs_s,
-)
+from placer.methods.registry import register
+from placer.methods.heuristics.costs import capacity_bytes, gpu_devices, op_memory_bytes, step_costs_s
+from placer.methods.heuristics.groups import colocation_groups, linear_partition, snap_to_groups
 
 _RECURRENT = re.compile(r"lstm|gru|rnn", re.IGNORECASE)
 _ATTENTION = re.compile(r"attn|attention", re.IGNORECASE)
