@@ -3,7 +3,7 @@
 One :class:`Table1Row` per graph and cluster holds what ``scripts/reproduce_paper.py``
 prints: the single-CPU and single-GPU step times, Scotch, METIS, the expert, the
 best of the other heuristics (named), the two RL policies (seq2seq and
-hierarchical, each trained for a time budget by :func:`placer.train.train`), the
+hierarchical, each trained for a time budget by :func:`placer.learn.loop.train`), the
 lower bound, and the RL speed-ups. A speed-up is the paper's: the step-time
 reduction of the better RL placement relative to a reference, in percent
 (``100 * (t_ref - t_rl) / t_ref``; negative when RL is slower).
@@ -48,7 +48,7 @@ class Table1Row:
         baselines: heuristic name -> step time (None if it failed or ran out of memory).
         statuses: heuristic or column name -> status when not ``ok`` (``oom``, ``error``...).
         rl: policy name -> best step time found in the budget.
-        rl_runs: policy name -> :meth:`placer.train.TrainResult.to_dict` (minus paths).
+        rl_runs: policy name -> :meth:`placer.learn.state.TrainResult.to_dict` (minus paths).
     """
 
     graph: str
@@ -150,7 +150,8 @@ def table1_row(
             paper's TensorFlow setting that Table 1 was measured in.
     """
     from placer.compare import compare
-    from placer.train import TrainConfig, train
+    from placer.learn.config import TrainConfig
+    from placer.learn.loop import train
 
     say = progress or (lambda line: None)
     t0 = time.perf_counter()

@@ -14,7 +14,7 @@ Memory is the process's peak resident set size (``resource.getrusage``
 not — measured in a fresh Python process per size by :func:`run` (``python -m
 bench.scale --one N OPTIONS_JSON``, which prints :func:`measure`'s row as JSON),
 with the RSS after that warm-up reported separately so the growth is visible.
-The iteration's reward is the training loop's own (:func:`placer.rl_algos.reward`).
+The iteration's reward is the training loop's own (:func:`placer.learn.algos.reward`).
 """
 
 from __future__ import annotations
@@ -67,8 +67,9 @@ def measure(
     from graphs import io
     from graphs.grouping import coarsen
     from graphs.synthetic import random_dag
-    from placer.rl_algos import reward as batch_reward
-    from placer.train import ALGOS, TrainConfig
+    from placer.learn.algos import reward as batch_reward
+    from placer.learn.algos import ALGOS
+    from placer.learn.config import TrainConfig
     from policies import POLICIES
 
     if num_ops < 2 or samples < 1 or iterations < 1:
@@ -128,7 +129,8 @@ def _warm_up(cluster: Any, policies: Sequence[str]) -> None:
 
     from graphs import io
     from graphs.synthetic import random_dag
-    from placer.train import ALGOS, TrainConfig
+    from placer.learn.algos import ALGOS
+    from placer.learn.config import TrainConfig
     from policies import POLICIES
 
     import envs

@@ -3,7 +3,7 @@
 :class:`RecordingEnv` wraps a scorer (``envs.SimEnv``) and records, every time a
 batch is scored, how many distinct placements have been evaluated so far, the
 wall time since :meth:`RecordingEnv.restart`, and the best step time of the
-placements that fit in memory. RL (:func:`placer.train.train`, which accepts an
+placements that fit in memory. RL (:func:`placer.learn.loop.train`, which accepts an
 ``env``) and the search baselines (``annealing`` and ``random_search``, which
 accept ``env=``) are run through it unchanged, so the curves of
 :func:`search_curves` compare the methods on the same clock and the same count.
@@ -113,7 +113,8 @@ def evals_per_s(env: Any, num_ops: int, num_devices: int, *, batch: int = 16, se
 
 def _run_rl(policy: str) -> Callable[..., None]:
     def run(graph: OpGraph, cluster: Any, rec: RecordingEnv, budget_s: float, rate: float, seed: int) -> None:
-        from placer.train import TrainConfig, train
+        from placer.learn.config import TrainConfig
+        from placer.learn.loop import train
 
         with tempfile.TemporaryDirectory(prefix="placer-search-") as tmp:
             config = TrainConfig(cluster=cluster.name, policy=policy, time_budget_s=budget_s, seed=seed,
@@ -160,7 +161,7 @@ def _warm_up_torch() -> None:
     import torch
     from torch.utils.tensorboard import SummaryWriter  # noqa: F401
 
-    import placer.train  # noqa: F401
+    import placer.learn.loop  # noqa: F401
 
     torch.optim.Adam([torch.zeros(1, requires_grad=True)])
 

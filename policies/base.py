@@ -9,7 +9,7 @@ A policy's ``sample(k)`` returns K placements with their joint log-probability.
 A policy whose action has parts (the hierarchical policy: a grouping, then the
 devices of its groups) may also say how that log-probability splits into
 :class:`LogProbTerm` s, and which samples share each term's actions. The
-learning algorithm (:mod:`placer.rl_algos`) credits each action with the summed
+learning algorithm (:mod:`placer.learn.algos`) credits each action with the summed
 advantage of the samples that share it. For an action of its own per sample
 that is the sample's advantage; for one action shared by all K samples it is
 the batch's advantage sum, which a leave-one-out baseline makes exactly zero:
@@ -72,7 +72,7 @@ class PolicySampleLike(Protocol):
 
 @runtime_checkable
 class Policy(Protocol):
-    """A placement policy (an ``nn.Module``) as :func:`placer.train.train` uses it.
+    """A placement policy (an ``nn.Module``) as :func:`placer.learn.loop.train` uses it.
 
     Built as ``cls(graph, num_devices, max_groups=, hidden=, layers=, temperature=, tanh_c=, refine=)``.
     A sample may carry ``terms`` (a sequence of :class:`LogProbTerm` summing to its

@@ -60,7 +60,7 @@ graph, and its placements are expanded to the ops; ``placer train`` does this
 k80x4) a decode of 8 samples then takes 0.06 s instead of 0.8 s, and a 300 s
 fine-tune from a pretrained policy (no warm start) makes 4,487 iterations
 instead of 356 (BENCHMARKS.md, "Fine-tuning from the pretrained policy").
-Zero-shot placement decodes both (:func:`placer.pretrain.place_learned`).
+Zero-shot placement decodes both (:func:`placer.methods.learned.place_learned`).
 
 Why plain torch and not torch_geometric: one message-passing round is two
 ``index_add_`` calls over an edge list (a mean aggregation), and that is all

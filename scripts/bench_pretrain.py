@@ -31,8 +31,8 @@ from graphs import PlacerError
 from placer.compare import compare
 from placer.checks import check_int, parse_group_counts
 from placer.sources import resolve_graph
-from placer.pretrain import (ZERO_SHOT_GROUPS, ZERO_SHOT_MODULE_TEMPERATURES, ZERO_SHOT_REFINE, ZERO_SHOT_SAMPLES,
-                             group_views, place_learned)
+from placer.methods.learned import ZERO_SHOT_GROUPS, ZERO_SHOT_MODULE_TEMPERATURES, ZERO_SHOT_REFINE, ZERO_SHOT_SAMPLES, place_learned
+from policies.views import group_views
 
 
 def rival(graph, cluster, method: str, n: int, seed: int = 0) -> float | None:

@@ -31,7 +31,8 @@ import time
 def run_one(name: str, args: argparse.Namespace, seed: int, warm_start: str) -> dict:
     import envs
     from graphs import zoo
-    from placer.train import TrainConfig, train
+    from placer.learn.config import TrainConfig
+    from placer.learn.loop import train
 
     t0 = time.perf_counter()
     graph = zoo.graph(name)

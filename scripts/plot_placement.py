@@ -56,7 +56,8 @@ def main(argv: list[str] | None = None) -> int:
         elif args.method:
             placement, label = registry.place(args.method, graph, cluster, seed=args.seed), args.method
         else:
-            from placer.train import TrainConfig, train
+            from placer.learn.config import TrainConfig
+            from placer.learn.loop import train
 
             with tempfile.TemporaryDirectory(prefix="placer-plot-") as tmp:
                 result = train(TrainConfig(cluster=cluster.name, policy=args.policy, time_budget_s=args.time_budget,

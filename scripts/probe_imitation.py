@@ -7,7 +7,7 @@ GRAPH: a zoo graph, or a pretraining corpus item (``recurrent-1500-s51``: ``plac
 names, sizes 300/1500/5000, seed 0).
 
 Trains a fresh gnn policy (hidden 64, 3 rounds) on one (graph, cluster) pair by imitation of its best
-fast heuristic (``placer.pretrain.best_heuristic``, labels canonicalised as ``placer pretrain`` does),
+fast heuristic (``placer.learn.pretrain.imitation_label``, labels canonicalised as ``placer pretrain`` does),
 the loss ``placer pretrain`` uses, and prints every ``--every`` steps: the imitation loss, the share of
 ops whose greedy device equals the label's, the greedy placement's simulated step time (node order),
 and the ops per device, and the agreement on the label's switches (ops not put where most of their input
@@ -32,7 +32,8 @@ def main(argv: list[str] | None = None) -> int:
 
     import envs
     from graphs import PlacerError, plan, zoo
-    from placer.pretrain import best_heuristic, build_corpus, canonical_label
+    from placer.learn.corpus import build_corpus
+    from placer.learn.pretrain import imitation_label as best_heuristic, canonical_label
     from policies.gnn import GNNNet, GNNPolicy
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])

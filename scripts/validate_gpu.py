@@ -150,7 +150,9 @@ def candidates(name: str, args: argparse.Namespace, graph, logical, model, work:
 def learn(name: str, args: argparse.Namespace, graph, logical, heuristic: str | None, work: str):
     """The learned placement: a short ``placer.train`` run on the calibrated simulator (reused when its run finished)."""
     from graphs.plan import Placement
-    from placer.train import BEST_NAME, TrainConfig, train
+    from placer.learn.config import TrainConfig
+    from placer.learn.loop import train
+    from placer.learn.rundir import BEST_NAME
 
     logdir = os.path.join(work, "train")
     best = os.path.join(logdir, BEST_NAME)
@@ -639,7 +641,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def run(args: argparse.Namespace) -> int:
-    from placer.checkpoint import write_json
+    from placer.learn.checkpoint import write_json
 
     if args.rescore:
         rows = [rescore_model(name, args) for name in args.model_names]

@@ -6,7 +6,7 @@ import os
 
 import torch
 
-from placer import checkpoint
+from placer.learn import checkpoint
 
 
 def test_checkpoint_does_not_follow_a_planted_temp_symlink(tmp_path):

@@ -13,7 +13,8 @@ from graphs.synthetic import random_dag
 from placer.cli import main
 from placer.compare import compare
 from graphs.plan import Placement
-from placer.train import TrainConfig, _sim_env
+from placer.learn.config import TrainConfig
+from placer.learn.scoring import sim_env as _sim_env
 
 
 @pytest.fixture

@@ -19,7 +19,7 @@ from graphs import zoo
 from graphs.ir import OpGraph
 from graphs.synthetic import random_dag
 from placer.cli import main
-from placer.cli_graphs import summarize
+from placer.cli.inspect import summarize
 
 USER_MODULE = textwrap.dedent(
     """

@@ -202,8 +202,8 @@ def _bad_values(bounds: dict, integer: bool) -> list:
 
 
 def test_every_numeric_train_config_field_is_range_checked():
-    from placer.train import _FLOAT_FIELDS, _INT_FIELDS, TrainConfig
-    from placer.train_config import _OPTIONAL
+    from placer.learn.config import _FLOAT_FIELDS, _INT_FIELDS, TrainConfig
+    from placer.learn.config import _OPTIONAL
 
     assert _OPTIONAL >= {"iterations", "time_budget_s", "max_groups", "workers"}
     numeric = {f.name for f in dataclasses.fields(TrainConfig) if any(t in str(f.type) for t in ("int", "float"))}
@@ -222,7 +222,8 @@ def test_every_numeric_train_config_field_is_range_checked():
 def test_entropy_nan_no_longer_trains_to_nan(tmp_path):
     """`--entropy nan` used to train silently to NaN weights with exit 0."""
     import envs
-    from placer.train import TrainConfig, train
+    from placer.learn.config import TrainConfig
+    from placer.learn.loop import train
 
     g = random_dag(20, seed=0, name="r20")
     config = TrainConfig(iterations=2, entropy_coef=float("nan"), logdir=str(tmp_path / "run"), progress=False, heuristics=())

@@ -51,7 +51,7 @@ def test_pretrain_then_place_learned_on_an_unseen_cluster_size(pretrained, capsy
 
 def test_place_learned_decodes_each_group_count_and_keeps_the_best_simulated():
     import envs
-    from placer.pretrain import place_learned
+    from placer.methods.learned import place_learned
 
     g, c = branch_dag(300, seed=3), envs.resolve_cluster("k80x2")
     only_ops = place_learned(g, c, samples=3, groups=())
@@ -70,7 +70,7 @@ def test_place_learned_decodes_each_module_level(tmp_path, capsys):
     import envs
     from envs.sim.simulator import schedule_graph
     from graphs.grouping import module_levels
-    from placer.pretrain import place_learned
+    from placer.methods.learned import place_learned
 
     g, c = branch_dag(300, seed=3), envs.resolve_cluster("k80x2")
     levels = module_levels(schedule_graph(g))
@@ -100,7 +100,7 @@ def test_place_learned_decodes_each_module_level(tmp_path, capsys):
 
 def test_place_learned_refines_its_decodes_by_descent_within_the_budget(tmp_path, capsys):
     import envs
-    from placer.pretrain import place_learned
+    from placer.methods.learned import place_learned
 
     g, c = branch_dag(300, seed=3), envs.resolve_cluster("k80x4")
     plain = place_learned(g, c, samples=3, groups=(20, "modules"), refine=0)

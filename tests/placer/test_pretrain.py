@@ -1,4 +1,4 @@
-"""placer.pretrain: imitation labels made consistent across graphs (interchangeable devices renumbered)."""
+"""placer.learn.pretrain: imitation labels made consistent across graphs (interchangeable devices renumbered)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import envs
 from envs.cluster import Cluster
 from graphs import PlacerError
 from graphs.synthetic import branch_dag, random_dag
-from placer.pretrain import canonical_label
+from placer.learn.pretrain import canonical_label
 
 
 def _two_halves(graph, early: int, late: int) -> np.ndarray:
@@ -46,7 +46,7 @@ def test_devices_whose_links_differ_keep_their_numbers():
 
 def test_each_group_count_is_a_pair_whose_items_express_the_label_exactly(tmp_path, monkeypatch):
     import graphs
-    from placer.pretrain import PretrainConfig, _setup_pairs
+    from placer.learn.pretrain import PretrainConfig, _setup_pairs
     from policies.gnn import GNNNet
 
     monkeypatch.setenv("PLACER_CACHE_DIR", str(tmp_path / "cache"))
@@ -76,7 +76,7 @@ def test_each_group_count_is_a_pair_whose_items_express_the_label_exactly(tmp_pa
 def test_cached_labels_are_recomputed_when_the_simulator_model_or_a_baseline_changes(tmp_path, monkeypatch):
     import envs.sim.simulator
     import placer.compare
-    from placer.pretrain import best_heuristic
+    from placer.learn.pretrain import imitation_label as best_heuristic
 
     monkeypatch.setenv("PLACER_CACHE_DIR", str(tmp_path / "cache"))
     calls = []
@@ -96,7 +96,7 @@ def test_cached_labels_are_recomputed_when_the_simulator_model_or_a_baseline_cha
 
 
 def test_the_recurrent_family_is_held_out_by_its_own_tag_not_by_lstm():
-    from placer.pretrain import build_corpus
+    from placer.learn.corpus import build_corpus
 
     names = lambda exclude: {it.name for it in build_corpus("synthetic", exclude=exclude, synthetic_sizes=(300,))}  # noqa: E731
     every = names(set())

@@ -16,11 +16,14 @@ import torch
 import envs
 from envs.result import Result
 from graphs import OpGraph, PlacerError
-from placer import rl_algos
+from placer.learn import algos as rl_algos
 from placer.cli import build_parser, main
-from placer.rl_algos import advantages, credit, learning_rate, logit_noise, policy_gradient_loss, reward
-from placer.train import CachedScorer, RunState, TrainConfig, train
-from placer.train_config import PRESETS, AlgoOptions, literal_choices, option_name
+from placer.learn.algos import advantages, credit, learning_rate, logit_noise, policy_gradient_loss, reward
+from placer.learn.config import TrainConfig
+from placer.learn.loop import train
+from placer.learn.scoring import CachedScorer
+from placer.learn.state import RunState
+from placer.learn.config import PRESETS, AlgoOptions, literal_choices, option_name
 from policies.base import LogProbTerm
 
 
@@ -184,7 +187,7 @@ def test_paper_preset_values():
 
 
 def test_fine_tuning_defaults_hold_for_the_python_api_too():
-    from placer.train_config import INIT_ENTROPY, INIT_WARM_START_LR
+    from placer.learn.config import INIT_ENTROPY, INIT_WARM_START_LR
 
     tuned = TrainConfig.from_preset("tuned")
     ft = TrainConfig.from_preset("tuned", init="p.pt")
@@ -195,7 +198,7 @@ def test_fine_tuning_defaults_hold_for_the_python_api_too():
 
 
 def test_cli_preset_paper_with_an_override(tmp_path, monkeypatch):
-    import placer.train as train_mod
+    import placer.learn.loop as train_mod
     from graphs import save
 
     seen = {}
@@ -307,7 +310,7 @@ def test_tensorboard_events_are_written(tmp_path):
 def test_env_and_writer_are_closed_when_the_loop_raises(tmp_path, monkeypatch):
     import torch.utils.tensorboard as tb
 
-    import placer.train as train_mod
+    import placer.learn.loop as train_mod
 
     writers = []
 
@@ -354,7 +357,7 @@ def test_resume_rejects_a_checkpoint_with_a_bad_run_state(tmp_path, capsys):
     argv = ["train", path, "--cluster", "k80x2", "--max-groups", "0", "--hidden", "8", "--no-progress",
             "--warm-start", "none", "--logdir", str(tmp_path / "run")]
     assert main(argv + ["--iterations", "1"]) == 0
-    from placer import checkpoint
+    from placer.learn import checkpoint
 
     tensors, state = checkpoint.load(str(tmp_path / "run"))
     state["run"]["iteration"] = "lots"
@@ -391,7 +394,7 @@ def _other_value(f: dataclasses.Field, default):
 
 def test_every_train_config_field_is_reachable_from_the_cli():
     """Each field is an option (SOURCE for source) with help text, and a value given there reaches the config."""
-    from placer.train_config import _base_type
+    from placer.learn.config import _base_type
 
     parser = _train_parser()
     by_dest = {a.dest: a for a in parser._actions}
@@ -431,7 +434,7 @@ def test_train_help_lists_every_option(capsys):
 
 
 def test_algorithm_registries_match_the_literal_choices():
-    from placer.train import ENVS
+    from placer.learn.scoring import ENVS
 
     fields = {f.name: f for f in dataclasses.fields(TrainConfig)}
     assert set(rl_algos.ALGOS) == set(literal_choices(fields["algo"]))

@@ -18,7 +18,9 @@ import envs
 from graphs import OpGraph, PlacerError, save
 from placer import Placement
 from placer.cli import main
-from placer.train import CachedScorer, TrainConfig, train
+from placer.learn.config import TrainConfig
+from placer.learn.loop import train
+from placer.learn.scoring import CachedScorer
 
 
 def two_chains(length: int = 4) -> OpGraph:
@@ -51,7 +53,7 @@ def test_score_order_planned_scores_the_heuristics_in_the_planned_order(tmp_path
     A host-blocking CPU chain listed before a GPU chain: in node order the host runs the CPU chain
     before it launches the GPU's, in the planned order the GPU chain is launched first and they overlap.
     """
-    import placer.train as train_mod
+    import placer.learn.loop as train_mod
 
     names = [f"{ch}{i}" for ch in "ab" for i in range(4)]
     edges = [(f"{ch}{i}", f"{ch}{i + 1}", 1024) for ch in "ab" for i in range(3)]
@@ -234,8 +236,8 @@ def test_sigkill_then_resume_never_loses_the_best(tmp_path):
 
 
 def test_cli_help_defaults_match_train_config():
-    from placer.cli_train import HELP_DEFAULTS
-    from placer.train import TrainConfig
+    from placer.cli.train import HELP_DEFAULTS
+    from placer.learn.config import TrainConfig
 
     config = TrainConfig()
     assert {k: getattr(config, k) for k in HELP_DEFAULTS} == HELP_DEFAULTS
@@ -297,7 +299,8 @@ def test_resume_reports_the_options_the_checkpoint_overrides(tmp_path, capsys):
 
 def test_run_killed_before_its_first_checkpoint_can_be_resumed(tmp_path, monkeypatch):
     """A crash (or SIGKILL) in the first iterations left a best placement but nothing to resume from."""
-    from placer import rl_algos, train as train_mod
+    from placer.learn import algos as rl_algos
+    from placer.learn import loop as train_mod
 
     g = two_chains()
     c = envs.resolve_cluster("k80x2")
@@ -331,7 +334,7 @@ def test_best_placement_is_never_replaced_by_a_worse_one(tmp_path):
     assert r.best_step_time_s > t_opt  # this run alone found a worse one...
     kept = Placement.load(path)
     assert kept.method == "hand" and kept.meta["step_time_s"] == t_opt  # ...and did not write it
-    from placer.train import _save_best
+    from placer.learn.rundir import save_best as _save_best
 
     # a better one replaces it; an unreadable file or one of another graph is replaced
     worse = Placement.from_indices(g, c.device_names, [1] * 8, cluster=c.name, meta={"step_time_s": 2 * t_opt, "env": "sim"})

@@ -13,7 +13,7 @@ On the zoo's LSTMs a layer per GPU is the known good structure, and moving one
 layer at a time from a random layer-per-device draw finds better ones than
 uniform draws alone: BENCHMARKS.md, "Module search". :func:`descend` is also
 how ``placer place --method learned`` refines the policy's decodes
-(:func:`placer.pretrain.place_learned`).
+(:func:`placer.methods.learned.place_learned`).
 
 Placements that fit in memory beat those that do not; among those, the fastest
 wins. Deterministic for a seed. A graph that records no module paths has

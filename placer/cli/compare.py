@@ -1,28 +1,37 @@
-"""``placer compare``: every baseline and learned placements on one scorer, one table."""
+"""``placer compare``: every heuristic and learned placements on one scorer, one table."""
 
 from __future__ import annotations
 
 import argparse
+import inspect
+
+import envs
+from envs.cluster import CLUSTER_ARG_HELP
+from envs.microbatch import parse_windows
+from graphs import PlacerError
+from graphs.plan import Placement, check_microbatches
+from placer import sources
+from placer.checks import check_output_file, check_seed
+from placer.cli.args import add_executor_argument, add_profile_argument, parse_options, profiled
+from placer.cli.output import print_json
+from placer.compare import compare, plot
+from placer.methods import registry
 
 
-def add_commands(sub: argparse._SubParsersAction) -> None:
-    from envs.cluster import CLUSTER_ARG_HELP
-    from envs.sim.simulator import EXECUTOR_ARG_HELP, EXECUTORS
-    from placer.cli import add_profile_argument
-
+def add_command(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "compare",
-        help="compare heuristic baselines and learned placements on the simulator",
-        description="Place GRAPH with every baseline (or --methods), score each with the same simulator, "
+        help="compare the heuristics and learned placements on the simulator",
+        description="Place GRAPH with every heuristic (or --methods), score each with the same simulator, "
         "and print one table: step time, speed-up over the best single device, peak memory per device, "
         "status and the time each method took; the lower bound is the last row.",
     )
     p.add_argument("graph", metavar="GRAPH", help="graph file, zoo name or module:callable")
     p.add_argument("--cluster", required=True, help=CLUSTER_ARG_HELP)
-    p.add_argument("--methods", default="all", help="comma-separated baseline names, or 'all' (default)")
+    p.add_argument("--methods", default="all", help="comma-separated heuristic names, or 'all' (default)")
     p.add_argument("--placement", action="append", default=[], metavar="FILE", help="a placement file to add as a row (repeatable)")
     p.add_argument("--seed", type=int, default=0, help="seed for the randomised methods (default 0)")
-    p.add_argument("--executor", metavar="{" + ",".join(EXECUTORS) + "}", default="eager", help=EXECUTOR_ARG_HELP)
+    add_executor_argument(p)
     p.add_argument("--microbatches", default="1", metavar="M[,M...]",
                    help="microbatches per step (a pipelined plan, the batch split M ways with gradient accumulation); "
                    "several, e.g. 1,2,4,8, to search: each method's row is its fastest M (default 1)")
@@ -39,23 +48,17 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
 
 
 def _methods(text: str) -> list[str] | None:
-    from graphs import PlacerError
-    from placer.methods import registry
-
     if text.strip() == "all":
         return None
     names = [m.strip() for m in text.split(",") if m.strip()]
     if not names:
-        raise PlacerError("--methods: give baseline names separated by commas, or 'all'")
+        raise PlacerError("--methods: give heuristic names separated by commas, or 'all'")
     for m in names:
         registry.get(m)
     return names
 
 
 def _microbatches(text: str) -> list[int]:
-    from graphs.plan import check_microbatches
-    from graphs import PlacerError
-
     items = [t.strip() for t in text.split(",") if t.strip()]
     if not items or not all(t.isdigit() for t in items):
         raise PlacerError(f"--microbatches {text!r}: give whole numbers separated by commas, e.g. 1,2,4,8")
@@ -64,12 +67,6 @@ def _microbatches(text: str) -> list[int]:
 
 def _options(items: list[str], methods: list[str] | None) -> dict[str, dict]:
     """``--option`` values per method: ``KEY=VALUE`` for every method whose function takes KEY, ``METHOD.KEY=VALUE`` for one."""
-    import inspect
-
-    from graphs import PlacerError
-    from placer.methods import registry
-    from placer.cli_sim import parse_options
-
     names = methods if methods is not None else registry.names()
     out: dict[str, dict] = {}
     for item in items:
@@ -86,28 +83,16 @@ def _options(items: list[str], methods: list[str] | None) -> dict[str, dict]:
 
 
 def run(args: argparse.Namespace) -> int:
-    import envs
-    from placer.checks import check_output_file, check_seed
-    from placer.cli import print_json
-    from placer.compare import compare, plot
-    from graphs.plan import Placement
-    from placer.sources import resolve_graph_and_model
-
     check_seed(args.seed)
     microbatches = _microbatches(args.microbatches)
-    from envs.microbatch import parse_windows
-
     inflight = parse_windows(args.inflight)
     if args.plot:
         check_output_file(args.plot, "--plot")
     cluster = envs.resolve_cluster(args.cluster)
     methods = _methods(args.methods)
     options = _options(args.option, methods)
-    graph, model = resolve_graph_and_model(args.graph)  # the model, for the methods that need one (accelerate)
-    if args.profile:  # measured op times and link speeds; the graph hash (so placements) is unchanged
-        from envs.real.profiler import with_profile
-
-        graph, cluster = with_profile(graph, cluster, args.profile)
+    graph, model = sources.resolve_graph_and_model(args.graph)  # the model, for the methods that need one (accelerate)
+    graph, cluster = profiled(graph, cluster, args.profile)  # measured op times and link speeds
     placements = [(path, Placement.load(path)) for path in args.placement]
     report = compare(graph, cluster, methods=methods, placements=placements, seed=args.seed, model=model, executor=args.executor,
                      microbatches=microbatches, inflight=inflight, options=options)

@@ -11,7 +11,14 @@ import dataclasses
 import sys
 from typing import Any
 
-from placer.train_config import (
+import envs
+from envs.cluster import CLUSTER_ARG_HELP
+from graphs import PlacerError
+from placer import sources
+from placer.checks import check_output_dir
+from placer.cli.args import profiled
+from placer.cli.output import print_json
+from placer.learn.config import (
     RESUME_KEEPS, AlgoOptions, PolicyOptions, RunOptions, TrainConfig, _base_type, field_docs, literal_choices,
     option_name,
 )
@@ -30,7 +37,7 @@ _METAVARS = {"profile": "PROFILE.json", "device_map": "MAP", "measure_timeout_s"
 
 
 def _names(value: str) -> tuple[str, ...]:
-    """``--heuristics a,b``: a comma list of baseline names ('' : none)."""
+    """``--heuristics a,b``: a comma list of heuristic names ('' : none)."""
     return tuple(n.strip() for n in value.split(",") if n.strip())
 
 
@@ -63,15 +70,13 @@ def _add_field(group: Any, f: dataclasses.Field, help_text: str) -> None:
     group.add_argument(option_name(name), **kw)
 
 
-def add_commands(sub: argparse._SubParsersAction) -> None:
-    from envs.cluster import CLUSTER_ARG_HELP
-
+def add_command(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "train",
         help="learn a placement with the RL placer (seq2seq, hierarchical or gnn policy)",
         description="Train a placement policy on SOURCE's graph. Writes TensorBoard logs, a resumable "
         "checkpoint and best_placement.json under --logdir. Every option is a field of "
-        "placer.train.TrainConfig (same name, with - for _).",
+        "placer.learn.config.TrainConfig (same name, with - for _).",
     )
     docs = {**field_docs(), **_HELP, "cluster": CLUSTER_ARG_HELP}
     seen: set[str] = set()
@@ -88,15 +93,11 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
             else:
                 _add_field(group, f, docs[f.name])
     p.add_argument("--json", action="store_true", help="print the result as JSON")
-    p.set_defaults(func=run_train)
+    p.set_defaults(func=run)
 
 
-def run_train(args: argparse.Namespace) -> int:
-    import envs
-    from placer.checks import check_output_dir
-    from placer.cli import print_json
-    from placer.sources import resolve_graph
-    from placer.train import train
+def run(args: argparse.Namespace) -> int:
+    from placer.learn import loop  # torch and TensorBoard: loaded only to train
 
     fields = {f.name for f in dataclasses.fields(TrainConfig)}
     given = {k: v for k, v in vars(args).items() if k in fields}  # what the command line set
@@ -111,12 +112,8 @@ def run_train(args: argparse.Namespace) -> int:
     if config.resume:
         config = _resumed_config(config, given)
     cluster = envs.resolve_cluster(config.cluster)
-    graph = resolve_graph(config.source)
-    if config.profile:
-        from envs.real.profiler import with_profile
-
-        graph, cluster = with_profile(graph, cluster, config.profile, device_map=config.device_map)
-    result = train(config, graph=graph, cluster=cluster)
+    graph, cluster = profiled(sources.resolve_graph(config.source), cluster, config.profile, device_map=config.device_map)
+    result = loop.train(config, graph=graph, cluster=cluster)
     doc = result.to_dict()
     doc["executor"] = config.executor
     if args.json:
@@ -130,8 +127,7 @@ def _resumed_config(config: TrainConfig, given: dict | None = None) -> TrainConf
     """On --resume, the stopping rule, SOURCE, cluster and run-time options given now win (``RESUME_KEEPS``);
     the model and training settings come from the checkpoint's config. Each option in ``given`` (what the
     command line set) that the checkpoint overrides is reported in one line on stderr."""
-    from graphs import PlacerError
-    from placer import checkpoint
+    from placer.learn import checkpoint  # torch: loaded only to resume
 
     _, saved = checkpoint.load(config.logdir)
     if not isinstance(saved.get("config"), dict):

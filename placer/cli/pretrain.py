@@ -10,8 +10,13 @@ from __future__ import annotations
 import argparse
 import sys
 
+import envs
+from graphs import PlacerError
+from placer.checks import check_float, check_int, check_output_file, check_seed, parse_group_counts
+from placer.cli.output import print_json
 
-def add_commands(sub: argparse._SubParsersAction) -> None:
+
+def add_command(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "pretrain", help="pretrain a graph-network policy on many graphs (for --method learned / train --init)",
         description="Train one gnn policy over a corpus of graphs on several clusters: imitation of the best "
@@ -44,18 +49,14 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--sizes", default="300,1500,5000", help="op counts of the synthetic graphs (default 300,1500,5000; 100..20000)")
     p.add_argument("-o", "--output", required=True, metavar="FILE", help="policy file to write (.pt; the sidecar is FILE with .json)")
     p.add_argument("--json", action="store_true", help="print the per-pair results as JSON")
-    p.set_defaults(func=run_pretrain)
+    p.set_defaults(func=run)
 
 
 def _list(text: str) -> tuple[str, ...]:
     return tuple(s.strip() for s in text.split(",") if s.strip())
 
 
-def run_pretrain(args: argparse.Namespace) -> int:
-    from graphs import PlacerError
-    from placer.checks import check_float, check_int, check_output_file, check_seed, parse_group_counts
-    from placer.cli import print_json
-
+def run(args: argparse.Namespace) -> int:
     check_output_file(args.output, "-o")
     if not args.output.endswith(".pt"):
         raise PlacerError(f"-o {args.output}: a policy file name must end in .pt (the sidecar gets .json)")
@@ -79,16 +80,15 @@ def run_pretrain(args: argparse.Namespace) -> int:
     clusters = _list(args.clusters)
     if not clusters:
         raise PlacerError("--clusters: give at least one cluster")
-    import envs
-
     for c in clusters:
         envs.resolve_cluster(c)  # bad names fail before any work
-    from placer.pretrain import PretrainConfig, pretrain
+    # torch: loaded only to pretrain
+    from placer.learn.pretrain import PretrainConfig, pretrain, pretrain_algo_options
     from policies import policy_file
 
     quiet = args.json or not sys.stderr.isatty()
     config = PretrainConfig(corpus=args.corpus, clusters=clusters, exclude=_list(args.exclude), time_budget_s=args.time_budget,
-                            seed=args.seed, hidden=args.hidden, rounds=args.rounds, samples=args.samples,
+                            seed=args.seed, hidden=args.hidden, rounds=args.rounds, algo=pretrain_algo_options(samples=args.samples),
                             decoder=args.decoder, dagger=args.dagger, switch_share=args.switch_share, groups=groups,
                             imitation_share=args.imitation_share, synthetic_sizes=sizes or (300,),
                             progress=None if quiet else (lambda s: print(s, file=sys.stderr)))

@@ -1,4 +1,4 @@
-"""The learning algorithm of :mod:`placer.train`: reward -> baseline -> advantage -> loss per log-prob term.
+"""The learning algorithm of :mod:`placer.learn.loop`: reward -> baseline -> advantage -> loss per log-prob term.
 
 Every step of a policy-gradient iteration is one function here, in order:
 
@@ -26,7 +26,7 @@ import torch
 from policies.base import LogProbTerm, Policy, PolicySampleLike
 
 if TYPE_CHECKING:
-    from placer.train_config import AlgoOptions
+    from placer.learn.config import AlgoOptions
 
 
 # ------------------------------------------------------------------ 1. reward
@@ -191,7 +191,7 @@ ALGOS: dict[str, type[Algorithm]] = {Reinforce.name: Reinforce, PPO.name: PPO}
 def learning_rate(opts: AlgoOptions, iteration: int) -> float:
     """``lr`` times ``lr_decay`` for every ``lr_decay_every`` iterations past ``lr_decay_after``.
 
-    >>> from placer.train_config import AlgoOptions
+    >>> from placer.learn.config import AlgoOptions
     >>> o = AlgoOptions(lr=0.1, lr_decay=0.5, lr_decay_every=50, lr_decay_after=400)
     >>> [learning_rate(o, i) for i in (0, 449, 450, 500)]
     [0.1, 0.1, 0.05, 0.025]
@@ -204,7 +204,7 @@ def learning_rate(opts: AlgoOptions, iteration: int) -> float:
 def logit_noise(opts: AlgoOptions, iteration: int) -> float:
     """Std of the sampling noise on the logits: full for ``logit_noise_steps``, then fading to 0 over half as many.
 
-    >>> from placer.train_config import AlgoOptions
+    >>> from placer.learn.config import AlgoOptions
     >>> o = AlgoOptions(logit_noise=1.0, logit_noise_steps=500)
     >>> [logit_noise(o, i) for i in (0, 499, 500, 625, 750, 10**6)]
     [1.0, 1.0, 1.0, 0.5, 0.0, 0.0]
