@@ -25,9 +25,14 @@ from typing import Any, Sequence
 
 import numpy as np
 
+import envs
 from bench.common import Progress, machine_line
 from graphs import OpGraph
+from placer.compare import compare
+from placer.learn.config import TrainConfig
+from placer.learn.loop import train
 from placer.methods import best_heuristic
+from placer.sources import resolve_graph
 
 PAPER_GRAPHS = ("rnnlm", "nmt-2", "nmt-4", "inception-v3")
 PAPER_CLUSTERS = ("k80x2", "k80x4")
@@ -106,8 +111,6 @@ def _finite(x: float | None) -> float | None:
 
 def _singles(graph: OpGraph, cluster: Any, executor: str = "eager") -> tuple[tuple[float | None, str], tuple[float | None, str]]:
     """((step, status) of everything on cpu:0, the same on the first GPU)."""
-    import envs
-
     env = envs.SimEnv(graph, cluster, executor=executor)
     gpus = cluster.gpu_indices()
     cpu = [d for d, k in enumerate(cluster.kinds) if k == "cpu"]
@@ -149,10 +152,6 @@ def table1_row(
         executor: the simulator's executor model; ``"dataflow"`` by default, the
             paper's TensorFlow setting that Table 1 was measured in.
     """
-    from placer.compare import compare
-    from placer.learn.config import TrainConfig
-    from placer.learn.loop import train
-
     say = progress or (lambda line: None)
     t0 = time.perf_counter()
     report = compare(graph, cluster, seed=seed, options=compare_options, executor=executor)
@@ -200,9 +199,6 @@ def run_table1(
     **options: Any,
 ) -> list[Table1Row]:
     """:func:`table1_row` for every (graph SOURCE, cluster) pair, graphs outer."""
-    import envs
-    from placer.sources import resolve_graph
-
     say = progress or (lambda line: None)
     resolved_clusters = [envs.resolve_cluster(c) for c in clusters]
     rows = []

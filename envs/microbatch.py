@@ -66,6 +66,7 @@ from typing import Any
 
 import numpy as np
 
+from graphs.errors import PlacerError
 from graphs.ir import OpGraph
 from graphs.plan import MAX_MICROBATCHES, check_inflight, check_microbatches
 from graphs.schema import check_int
@@ -77,8 +78,6 @@ def plan_shapes(microbatches: list[int], windows: list[int | None]) -> list[tupl
 
 def parse_windows(text: str, option: str = "--inflight") -> list[int | None]:
     """``"2,4,all"`` -> ``[2, 4, None]`` (None: all in flight); anything else a one-line PlacerError naming ``option``."""
-    from graphs.errors import PlacerError
-
     items = [t.strip() for t in text.split(",") if t.strip()]
     if not items or not all(t.isdigit() or t == "all" for t in items):
         raise PlacerError(f"{option} {text!r}: give whole numbers or 'all' separated by commas, e.g. 2,4,all")

@@ -7,6 +7,8 @@ and walking graphs and plans stays light.
 
 from __future__ import annotations
 
+import importlib
+
 from graphs.errors import CaptureError, GraphFormatError, PlacerError
 from graphs.io import load, save
 from graphs.ir import FORMAT, OpGraph
@@ -24,7 +26,5 @@ def capture(model, example_inputs, **options) -> OpGraph:
 
 def __getattr__(name: str):
     if name == "zoo":
-        import importlib
-
         return importlib.import_module("graphs.zoo")
     raise AttributeError(f"module 'graphs' has no attribute {name!r}")

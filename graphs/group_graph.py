@@ -22,6 +22,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
+from graphs.errors import PlacerError
 from graphs.ir import OpGraph
 
 
@@ -53,8 +54,6 @@ def cut_bytes_batched(table: CutTable, assign: np.ndarray) -> np.ndarray:
     if len(table.tensor) == 0 or k_rows == 0:
         return out.reshape(batch_shape)
     if a.min() < 0:
-        from graphs.errors import PlacerError
-
         raise PlacerError("cut_bytes: device indices must be >= 0")
     src_dev, dst_dev = a[:, table.src], a[:, table.dst]
     row, e = np.nonzero(src_dev != dst_dev)

@@ -42,9 +42,10 @@ from scipy.sparse import coo_matrix
 from scipy.sparse.csgraph import connected_components
 
 from graphs import schema
+from graphs.dag import kahn
 from graphs.errors import GraphFormatError, PlacerError
 from graphs.group_graph import CutTable, build_group_graph, cut_bytes_batched
-from graphs.dag import kahn
+from graphs.io import from_dict as graph_from_dict
 from graphs.ir import OpGraph
 from graphs.ops import base_op_name, inplace_mask, view_mask
 
@@ -392,8 +393,6 @@ class Grouping:
         is rebuilt and must match the stored one; without it the stored group
         graph is used and :meth:`cut_bytes` is unavailable.
         """
-        from graphs.io import from_dict as graph_from_dict
-
         schema.document(doc, source, FORMAT, error=GraphFormatError)
         op_group = doc.get("op_group")
         if not isinstance(op_group, list) or not all(type(x) is int for x in op_group):

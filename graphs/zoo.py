@@ -35,6 +35,7 @@ hash of the capture and model source, so only the first call pays for
 from __future__ import annotations
 
 import hashlib
+import importlib
 import os
 from dataclasses import dataclass, field
 from functools import lru_cache
@@ -132,8 +133,6 @@ def build(name: str, *, device: Any = "cpu") -> tuple[Any, tuple]:
 
     ``device="meta"`` builds it without allocating weights (what capture uses).
     """
-    import importlib
-
     import torch
 
     entry = _entry(name)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import importlib
+
 from graphs.plan import Placement
 
 __all__ = ["Placement", "train", "apply", "baselines"]
@@ -9,7 +11,6 @@ __all__ = ["Placement", "train", "apply", "baselines"]
 
 def __getattr__(name: str):
     # Heavy parts (torch, tensorboard) load on first use.
-    import importlib
 
     if name in ("baselines", "train", "apply"):
         # placer.train and placer.apply are modules that can be called like their main function

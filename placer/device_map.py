@@ -35,7 +35,10 @@ from typing import Any, Sequence
 
 import numpy as np
 
+import envs
 from graphs import OpGraph, PlacerError
+from placer.methods.heuristics.costs import step_costs_s
+from placer.methods.heuristics.hf_accelerate import _lookup, map_onto_ops
 
 
 def _parent(path: str) -> str:
@@ -64,9 +67,6 @@ def project(graph: OpGraph, indices: Sequence[int] | np.ndarray, cluster, *, mod
         PlacerError: ``module`` is not a module of the graph, or the graph has no
             module paths (it was not captured from an ``nn.Module``).
     """
-    from placer.methods.heuristics.costs import step_costs_s
-    from placer.methods.heuristics.hf_accelerate import _lookup
-
     idx = np.asarray(indices, dtype=np.int64)
     D = cluster.num_devices
     if not any(graph.module_paths) and not any(graph.params):
@@ -135,8 +135,6 @@ def project(graph: OpGraph, indices: Sequence[int] | np.ndarray, cluster, *, mod
 
 def projected_indices(graph: OpGraph, device_map: dict[str, Any], cluster, *, module: str = "") -> np.ndarray:
     """The op placement a module-level ``device_map`` (keys relative to ``module``) gives, as accelerate runs it."""
-    from placer.methods.heuristics.hf_accelerate import map_onto_ops
-
     prefix = f"{module}." if module else ""
     full = {(prefix + k if k else module): v for k, v in device_map.items()}
     return map_onto_ops(graph, full, cluster)
@@ -145,8 +143,6 @@ def projected_indices(graph: OpGraph, device_map: dict[str, Any], cluster, *, mo
 def projection_cost(graph: OpGraph, placement: Any, cluster, device_map: dict[str, Any], *, module: str = "",
                     executor: str = "eager") -> dict[str, Any]:
     """Simulated step time of ``placement`` (its own issue order) and of ``device_map`` run as accelerate does (node order)."""
-    import envs
-
     env = envs.SimEnv(graph, cluster, executor=executor)
     idx = placement.indices(graph, cluster.device_names, source=getattr(placement, "source", "") or "placement")
     placed = env.simulate(placement)

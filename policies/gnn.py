@@ -87,10 +87,14 @@ import numpy as np
 import torch
 from torch import nn
 
+from envs.cost import activation_bytes, op_times, static_bytes
+from envs.sim.simulator import schedule_graph
 from graphs import OpGraph, PlacerError
 from graphs.dag import levels, top_level
-from policies.list_schedule import DYN_DIM, ListSchedule, teacher_forced
+from graphs.ops import base_op_name
 from policies.base import ItemPolicy, PolicySample, item_grouping
+from policies.features import cost_features, shape_features
+from policies.list_schedule import DYN_DIM, ListSchedule, decode_order, teacher_forced
 
 #: Placement decoders: every op independently given its logits, or one op at a time along a list schedule.
 DECODERS = ("independent", "schedule")
@@ -117,8 +121,6 @@ def op_type_bucket(op_type: str) -> int:
     >>> op_type_bucket("aten.mm.default") == op_type_bucket("aten.mm.out")
     True
     """
-    from graphs.ops import base_op_name
-
     return zlib.crc32(base_op_name(op_type).encode()) % TYPE_BUCKETS
 
 
@@ -128,9 +130,6 @@ def _log10(x: Any) -> np.ndarray:
 
 def graph_inputs(graph: OpGraph, cluster: Any) -> dict[str, np.ndarray]:
     """Every input array of the network for ``graph`` on ``cluster`` (numpy, float32/int64)."""
-    from envs.cost import activation_bytes, op_times, static_bytes
-    from policies.features import cost_features, shape_features
-
     n, d = graph.num_ops, cluster.num_devices
     fwd, bwd = op_times(graph, cluster)
     t = fwd + bwd  # [N, D]
@@ -308,7 +307,6 @@ class GNNPolicy(ItemPolicy):
                  grouping: Any = None, refine: np.ndarray | None = None, hidden: int = 64, rounds: int = 3,
                  logit_cap: float = 10.0, decoder: str = "schedule", net: GNNNet | None = None, **_: Any) -> None:
         super().__init__()
-        from envs.sim.simulator import schedule_graph
 
         if cluster is None:
             raise PlacerError("--policy gnn: needs the cluster (its devices are described by their features)")
@@ -358,16 +356,12 @@ class GNNPolicy(ItemPolicy):
     @functools.cached_property
     def _times(self) -> np.ndarray:
         """Forward + backward seconds of every op on every device (the list schedule's op times)."""
-        from envs.cost import op_times
-
         fwd, bwd = op_times(self.graph, self.cluster)
         return fwd + bwd
 
     @functools.cached_property
     def _order(self) -> np.ndarray:
         """The schedule decoder's op order (:func:`policies.list_schedule.decode_order`)."""
-        from policies.list_schedule import decode_order
-
         return decode_order(self.graph, top_level(self.graph, self._times.min(axis=1)))
 
     def _logp_along(self, op_devices: np.ndarray) -> torch.Tensor:

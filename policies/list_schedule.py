@@ -46,6 +46,7 @@ from typing import Any
 
 import numpy as np
 
+from envs.cost import activation_bytes, op_times, static_bytes
 from graphs import OpGraph
 from graphs.dag import top_level
 
@@ -72,8 +73,6 @@ class ListSchedule:
 
     def __init__(self, graph: OpGraph, cluster: Any, k: int, *, times: np.ndarray | None = None,
                  order: np.ndarray | None = None) -> None:
-        from envs.cost import activation_bytes, op_times, static_bytes
-
         if times is None:
             fwd, bwd = op_times(graph, cluster)
             times = fwd + bwd

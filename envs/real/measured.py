@@ -53,10 +53,19 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
+import ray
+import ray._private.worker as ray_worker
+import torch
+from ray._private import ray_constants
+from ray.exceptions import RayActorError, RayTaskError
 
-from graphs.plan import as_indices, check_order
+from envs.real.placing import place_module, resolve_devices
+from envs.real.timing import check_timeout, failure_status, measure_steps
 from envs.result import Result
-from graphs import OpGraph, PlacerError
+from graphs import OpGraph, PlacerError, zoo
+from graphs.plan import as_indices, check_order
+from graphs.sources import load_callable, model_and_inputs
+from graphs.torch_capture import export_program, graph_from_program
 
 LOG_NAME = "measurements.jsonl"
 Builder = Callable[[], tuple[Any, tuple]]
@@ -69,14 +78,9 @@ def build_model(source: str | Builder, seed: int = 0, *, search_dir: str | None 
     A ``module:callable`` is loaded by :func:`graphs.sources.load_callable` with
     ``search_dir`` (the driver's working directory, in a worker) first on ``sys.path``.
     """
-    import torch
-
-    from graphs.sources import load_callable, model_and_inputs
-
     torch.manual_seed(seed)
     if callable(source):
         return model_and_inputs(source(), getattr(source, "__name__", "builder"))
-    from graphs import zoo
 
     if source in zoo.names():
         return zoo.build(source)
@@ -100,8 +104,6 @@ class Worker:
 
     def __init__(self, source: str | Builder, device_map: Mapping[str, str] | str | None, threads: int, lr: float = 1e-3,
                  source_dir: str | None = None) -> None:
-        import torch
-
         torch.set_num_threads(max(1, threads))
         self.source, self.device_map, self.lr = source, device_map, lr
         self.source_dir = source_dir  # the driver's working directory: the same sys.path rule
@@ -114,10 +116,6 @@ class Worker:
 
     def prepare(self) -> str:
         """Build and export the model (once); returns its graph hash."""
-        import torch
-
-        from graphs.torch_capture import export_program, graph_from_program
-
         if self.ep is None:
             model, inputs = build_model(self.source, search_dir=self.source_dir)
             self.ep = export_program(model, inputs)
@@ -128,8 +126,6 @@ class Worker:
         return self.graph_hash
 
     def _restore(self) -> None:
-        import torch
-
         with torch.no_grad():
             for k, v in self.ep.state_dict.items():
                 v.copy_(self.snapshot[k])
@@ -138,18 +134,11 @@ class Worker:
 
     def _steps(self, module: Any, optimizer: Any, devices: Mapping[str, Any], warmup_steps: int, timed_steps: int) -> dict[str, Any]:
         """The training steps of one placement (:func:`envs.real.timing.measure_steps`)."""
-        from envs.real.timing import measure_steps
-
         return measure_steps(module, self.inputs, optimizer, devices, warmup_steps=warmup_steps, timed_steps=timed_steps)
 
     def measure(self, assignment: dict[str, str], graph_hash: str, warmup_steps: int, timed_steps: int,
                 order: list[str] | None = None) -> dict[str, Any]:
         """Measure one placement; returns ``Result.to_dict()`` (never raises for a bad placement)."""
-        import torch
-
-        from envs.real.placing import place_module, resolve_devices
-        from envs.real.timing import failure_status
-
         extra: dict[str, Any] = {"worker": self.name}
         try:
             if self.prepare() != graph_hash:
@@ -234,9 +223,6 @@ class MeasuredEnv:
         cpus_per_worker: int | None = None,
         lr: float = 1e-3,
     ) -> None:
-        from envs.real.placing import resolve_devices
-        from envs.real.timing import check_timeout
-
         if timed_steps < 1 or warmup_steps < 0:
             raise PlacerError(f"measured env: need timed_steps >= 1 and warmup_steps >= 0, got {timed_steps}, {warmup_steps}")
         self.source, self.cluster, self.device_map = source, cluster, device_map
@@ -245,8 +231,6 @@ class MeasuredEnv:
         self.start_timeout_s = check_timeout(start_timeout_s, "start_timeout_s")
         self.max_retries, self.cpus_per_worker, self.lr = max_retries, cpus_per_worker, lr
         if graph is None:
-            from graphs.torch_capture import export_program, graph_from_program
-
             model, inputs = build_model(source, search_dir=self.source_dir)
             graph = graph_from_program(export_program(model, inputs), name=source if isinstance(source, str) else "")
         self.graph = graph
@@ -270,8 +254,6 @@ class MeasuredEnv:
 
     # ------------------------------------------------------------- actors
     def _ensure_ray(self) -> Any:
-        import ray
-
         if not ray.is_initialized():
             self._route_ray_messages_to_stderr()
             try:
@@ -306,9 +288,6 @@ class MeasuredEnv:
         ``RAY_AUTH_MODE`` says otherwise (the token is ``RAY_AUTH_TOKEN``,
         ``RAY_AUTH_TOKEN_PATH`` or ``~/.ray/auth_token``, generated if missing).
         """
-        import ray
-        from ray._private import ray_constants
-
         saved_env, saved_flag = os.environ.get(_RAY_CLUSTER_ENV), ray_constants.ENABLE_RAY_CLUSTER
         os.environ[_RAY_CLUSTER_ENV] = "0"  # for Ray's own processes
         ray_constants.ENABLE_RAY_CLUSTER = False  # for this one (read at import)
@@ -338,8 +317,6 @@ class MeasuredEnv:
         ``ray._private.worker.print_to_stdstream`` on stdout; stdout belongs to the
         caller (``placer train --json``).
         """
-        import ray._private.worker as ray_worker
-
         original = getattr(ray_worker, "print_to_stdstream", None)
         if original is None or self._print_to_stdstream is not None:
             return
@@ -352,8 +329,6 @@ class MeasuredEnv:
 
     def _restore_ray_messages(self) -> None:
         if self._print_to_stdstream is not None:
-            import ray._private.worker as ray_worker
-
             ray_worker.print_to_stdstream = self._print_to_stdstream
             self._print_to_stdstream = None
 
@@ -388,8 +363,6 @@ class MeasuredEnv:
 
     def start(self) -> None:
         """Start every worker and wait until each has built the model (else ``evaluate`` does it lazily)."""
-        import ray
-
         self._ensure_actors(self._workers_wanted or 1 << 30)
         while self._starting:
             ready, _ = ray.wait(list(self._starting), num_returns=1, timeout=self._seconds_left())
@@ -404,8 +377,6 @@ class MeasuredEnv:
 
     def _check_start_deadlines(self) -> None:
         """Raise :class:`PlacerError` (killing the actor) if an actor is late to start or to build the model."""
-        import ray
-
         now = time.monotonic()
         for ref, (i, stage, deadline) in list(self._starting.items()):
             if deadline > now:
@@ -422,9 +393,6 @@ class MeasuredEnv:
 
     def _started(self, ref: Any) -> int:
         """The slot whose actor is now idle (built), or -1 (still building, or re-spawned after dying)."""
-        import ray
-        from ray.exceptions import RayActorError, RayTaskError
-
         i, stage, _ = self._starting.pop(ref)
         try:
             value = ray.get(ref)
@@ -445,8 +413,6 @@ class MeasuredEnv:
 
     def close(self) -> None:
         """Kill the actors (and the local Ray this env started, removing its private temp dir)."""
-        import ray
-
         atexit.unregister(self.close)
         if ray.is_initialized():
             for a in self._actors:
@@ -482,9 +448,6 @@ class MeasuredEnv:
 
     def evaluate(self, placements: Sequence[Any]) -> list[Result]:
         """Measure each placement (logged ones are read back, not re-measured)."""
-        import ray
-        from ray.exceptions import RayActorError
-
         keyed = self.keys(placements)
         todo = {h: a for h, a in keyed if h not in self._cache}
         pending = deque(todo)

@@ -20,6 +20,7 @@ import torch
 from torch import nn
 
 from graphs import PlacerError
+from graphs.schema import check_float
 
 
 def default_loss(outputs: Any) -> torch.Tensor:
@@ -76,8 +77,6 @@ def run_steps(module: nn.Module, inputs: tuple, optimizer: torch.optim.Optimizer
 
 def check_timeout(seconds: Any, name: str = "--measure-timeout") -> float:
     """``seconds`` as a float if it is a finite number > 0, else :class:`PlacerError` naming ``name``."""
-    from graphs.schema import check_float
-
     return check_float(seconds, name, above=0)
 
 

@@ -44,6 +44,8 @@ can never push it above a tight simulated time.
 from __future__ import annotations
 
 import numpy as np
+from scipy import sparse
+from scipy.optimize import linprog
 
 from envs import cost
 from envs.cluster import Cluster
@@ -140,9 +142,6 @@ def lp_work_bound_s(work: np.ndarray, add: np.ndarray | None = None) -> float:
     objective recomputed from the solver's ``λ`` (clipped and normalised), so it
     is a valid bound whatever the solver's tolerance; 0 if the solver fails.
     """
-    from scipy import sparse
-    from scipy.optimize import linprog
-
     n, D = work.shape
     if n == 0:
         return 0.0

@@ -110,6 +110,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from envs.cost import default_issue_times
 from graphs.ir import OpGraph
 
 ACT, GRAD = 0, 1
@@ -199,8 +200,6 @@ def schedule_reference(
         D = latency_s.shape[0]
         is_host = np.zeros(D, dtype=bool) if host is None else np.asarray(host, dtype=bool)
         if issue is None:
-            from envs.cost import default_issue_times
-
             issue = default_issue_times(fwd_t, is_host, np.zeros(D) if launch_s is None else launch_s)
         return _eager_reference(
             graph, place, fwd_t, bwd_t, latency_s, bandwidth_bytes_per_s, update_s,

@@ -28,16 +28,18 @@ from typing import Any, Sequence
 import numpy as np
 
 from envs import cost
-from graphs.plan import as_indices, check_inflight, check_microbatches, check_order
 from envs.cluster import Cluster
-from envs.sim.memory import peak_bytes
 from envs.microbatch import expand_order, issue_segments, microbatch_graph, stage_starts
 from envs.result import Result
+from envs.sim.bound import lower_bound_from_times
+from envs.sim.memory import peak_bytes
 from envs.sim.schedule import ACT, EXECUTORS, Schedule, schedule_reference
+from envs.sim.trace import chrome_trace
 from graphs.dag import priority_order
 from graphs.errors import PlacerError
 from graphs.ir import OpGraph
-from graphs.ops import free_mask, grad_mask
+from graphs.ops import free_mask, grad_mask, param_reads
+from graphs.plan import as_indices, check_inflight, check_microbatches, check_order
 
 
 #: Bumped whenever a change to the model changes simulated step times (keys of caches of simulated results).
@@ -268,8 +270,6 @@ class SimEnv:
             "inflight": self.inflight,
         }
         if trace:
-            from envs.sim.trace import chrome_trace
-
             extra["trace"] = chrome_trace(self, sched)
         result = Result(
             step_time_s=sim_time,
@@ -409,8 +409,6 @@ class SimEnv:
     def lower_bound(self) -> float:
         """:func:`envs.sim.bound.lower_bound` for this graph, cluster and executor (cached; a :class:`envs.sim.bound.LowerBound`)."""
         if self._lower_bound is None:
-            from envs.sim.bound import lower_bound_from_times
-
             self._lower_bound = lower_bound_from_times(self.sim_graph, self.cluster, self.fwd_s, self.bwd_s, self.executor, self.issue_f)
         return self._lower_bound
 
@@ -435,8 +433,6 @@ def schedule_graph(graph: OpGraph, microbatches: int = 1) -> OpGraph:
     both gets an edge of their sum). A graph that already has these edges
     (``meta[PARAM_EDGES_META]``: this function's output) gets none added again.
     """
-    from graphs.ops import param_reads
-
     sim = microbatch_graph(graph, microbatches)
     if graph.meta.get(PARAM_EDGES_META):
         return sim

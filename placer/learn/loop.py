@@ -52,6 +52,7 @@ from typing import Any
 import numpy as np
 import torch
 from torch.utils import tensorboard
+from tqdm.auto import tqdm
 
 import envs
 from envs.cluster import Cluster
@@ -62,12 +63,14 @@ from graphs.plan import Placement
 from placer.checks import check_output_dir
 from placer.compare import compare, default_methods
 from placer.learn import checkpoint
-from placer.learn.algos import ALGOS, advantages, imitate, learning_rate, logit_noise, reward, set_logit_noise, term_credits
+from placer.learn.algos import (
+    ALGOS, advantages, imitate, learning_rate, logit_noise, reward, set_logit_noise, term_credits,
+)
 from placer.learn.config import TrainConfig
 from placer.learn.rundir import (
     BEST_NAME, adopt_newer_best, check_compatible, default_logdir, run_best_placement, run_lock, save_best,
 )
-from placer.learn.scoring import ENVS, CachedScorer, Scorer, reference_time
+from placer.learn.scoring import CachedScorer, ENVS, Scorer, reference_time
 from placer.learn.state import RunState, TrainResult
 from placer.sources import resolve_graph
 from policies import POLICIES, policy_file
@@ -355,7 +358,6 @@ class _Run:
 def _progress_bar(config: TrainConfig, run: _Run) -> Any:
     if not config.progress:
         return None
-    from tqdm.auto import tqdm
 
     by_iterations = config.iterations is not None
     return tqdm(total=config.iterations if by_iterations else int(config.time_budget_s),

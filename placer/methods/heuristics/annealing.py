@@ -35,10 +35,12 @@ import time
 
 import numpy as np
 
+import envs
 from graphs import OpGraph, PlacerError
-from placer.methods.registry import get, register
+from graphs.ops import input_free_mask
 from placer.methods.heuristics.costs import candidate_devices
 from placer.methods.heuristics.groups import colocation_groups
+from placer.methods.registry import get, register
 
 
 def _cost(times: np.ndarray, oom: np.ndarray, penalty: float, over: np.ndarray | None = None) -> np.ndarray:
@@ -75,8 +77,6 @@ def annealing(
     pipelined env, M > 1): an out-of-memory placement's cost also grows with its
     worst peak over capacity, so moves that bring it closer to fitting are taken.
     """
-    import envs
-
     if steps < 0 or batch < 1:
         raise PlacerError(f"annealing: steps must be >= 0 and batch >= 1 (got {steps}, {batch})")
     start_clock = time.perf_counter()
@@ -102,8 +102,6 @@ def annealing(
     # the block of input-free groups (see the module doc), moved as one to any device
     block = np.zeros(0, dtype=np.int64)
     if block_moves if block_moves is not None else getattr(env, "microbatches", 1) > 1:
-        from graphs.ops import input_free_mask
-
         free = input_free_mask(graph)
         if free is not None and free.any():
             whole = np.bincount(groups, weights=free, minlength=num_groups) == np.bincount(groups, minlength=num_groups)

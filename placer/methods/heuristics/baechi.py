@@ -28,13 +28,17 @@ charged and 261.4 without; on nmt-4, 401.3 against 477.8), so both are registere
 from __future__ import annotations
 
 import numpy as np
+from scipy.optimize import linprog
+from scipy.sparse import coo_matrix
 
 from graphs import OpGraph, PlacerError
 from graphs.dag import bottom_level
-from placer.methods.registry import register
-from placer.methods.heuristics.costs import capacity_bytes, COMM_DIRECTIONS, gpu_devices, link_arrays, mean_link, op_memory_bytes, step_costs_s
+from placer.methods.heuristics.costs import (
+    COMM_DIRECTIONS, capacity_bytes, gpu_devices, link_arrays, mean_link, op_memory_bytes, step_costs_s,
+)
 from placer.methods.heuristics.groups import colocation_groups
 from placer.methods.heuristics.scheduling import ParamCopies
+from placer.methods.registry import register
 
 
 @register("m_topo")
@@ -67,9 +71,6 @@ def m_topo(graph: OpGraph, cluster, *, seed: int = 0) -> np.ndarray:
 
 def _favourite_edges(graph: OpGraph, node_s: np.ndarray, edge_s: np.ndarray) -> np.ndarray:
     """Hanen–Munier SCT LP: True for edges whose relaxed x_ij rounds to 0 (favourite)."""
-    from scipy.optimize import linprog
-    from scipy.sparse import coo_matrix
-
     n, m = graph.num_ops, graph.num_edges
     if m == 0:
         return np.zeros(0, dtype=bool)

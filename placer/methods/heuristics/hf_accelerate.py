@@ -31,10 +31,10 @@ from typing import Any
 
 import numpy as np
 
-from graphs import OpGraph, PlacerError
-from placer.methods.registry import register
+from graphs import OpGraph, PlacerError, zoo
 from placer.methods.heuristics.costs import gpu_devices
-from placer.methods.registry import HeuristicUnavailable, require
+from placer.methods.heuristics.expert import _follow_producers
+from placer.methods.registry import HeuristicUnavailable, register, require
 
 
 @contextlib.contextmanager
@@ -50,8 +50,6 @@ def _quiet_accelerate():
 
 def _meta_model(graph: OpGraph) -> Any:
     """The zoo model behind ``graph`` with its weights on the meta device, or None."""
-    from graphs import zoo
-
     if graph.name not in zoo.names():
         return None
     model, _ = zoo.build(graph.name, device="meta")
@@ -93,7 +91,6 @@ def map_onto_ops(graph: OpGraph, device_map: dict[str, Any], cluster) -> np.ndar
             v = root
         if v is not None:
             dev[i] = to_index(v)
-    from placer.methods.heuristics.expert import _follow_producers
 
     return _follow_producers(graph, dev, int(gpus[0])).astype(np.int32)
 

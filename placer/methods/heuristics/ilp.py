@@ -54,7 +54,11 @@ from typing import Any
 
 import numpy as np
 
+import envs
+from envs import cost
 from graphs import OpGraph, PlacerError
+from graphs.grouping import coarsen
+from graphs.plan import Placement
 from placer.methods.heuristics.groups import colocation_groups
 from placer.methods.registry import HeuristicUnavailable, get, register
 
@@ -84,8 +88,6 @@ class Items:
 
 def build_items(graph: OpGraph, cluster, op_item: np.ndarray) -> Items:
     """Sum op costs into items; ``op_item`` must number items in a topological order of their graph."""
-    from envs import cost
-
     fwd_s, bwd_s = cost.op_times(graph, cluster)
     K = int(op_item.max()) + 1 if graph.num_ops else 0
     D = cluster.num_devices
@@ -114,8 +116,6 @@ def build_items(graph: OpGraph, cluster, op_item: np.ndarray) -> Items:
 
 def choose_items(graph: OpGraph, cluster, time_limit_s: float, max_items: int | None) -> np.ndarray:
     """Item per op: single ops (co-located ones joined) when they fit the budget, else coarsened groups."""
-    from graphs.grouping import coarsen
-
     D = cluster.num_devices
     budget = CONSTRAINTS_PER_S * max(float(time_limit_s), 1.0)
     units = colocation_groups(graph)
@@ -172,7 +172,6 @@ def solve(items: Items, cluster, *, time_limit_s: float = 60.0, num_workers: int
         from ortools.sat.python import cp_model
     except ImportError:
         raise HeuristicUnavailable("ilp: needs OR-Tools (pip install 'placer[ilp]')", "not installed") from None
-    from envs import cost
 
     K, D = items.fwd.shape
     host = np.asarray(cluster.kinds) == "cpu"
@@ -627,8 +626,6 @@ def ilp(graph: OpGraph, cluster, *, seed: int = 0, time_limit_s: float = 60.0, n
         import ortools  # noqa: F401
     except ImportError:
         raise HeuristicUnavailable("ilp: needs OR-Tools (pip install 'placer[ilp]')", "not installed") from None
-    import envs
-    from graphs.plan import Placement
 
     if not float(time_limit_s) > 0:
         raise PlacerError(f"ilp: time_limit_s must be positive, got {time_limit_s!r}")

@@ -12,18 +12,18 @@ group, such as a large softmax, can hold half the compute.) Not memory-aware.
 
 from __future__ import annotations
 
+import networkx as nx
 import numpy as np
+from networkx.algorithms.community import kernighan_lin_bisection
 
 from graphs import OpGraph
 from graphs.group_graph import quotient
-from placer.methods.registry import register
 from placer.methods.heuristics.costs import gpu_devices
 from placer.methods.heuristics.groups import colocation_groups
+from placer.methods.registry import register
 
 
 def _bisect(G, nodes: np.ndarray, parts: np.ndarray, out: np.ndarray, seed: int, max_iter: int) -> None:
-    from networkx.algorithms.community import kernighan_lin_bisection
-
     if len(parts) == 1 or len(nodes) <= 1:
         out[nodes] = parts[0]
         return
@@ -41,8 +41,6 @@ def _bisect(G, nodes: np.ndarray, parts: np.ndarray, out: np.ndarray, seed: int,
 @register("kernighan_lin")
 def kernighan_lin(graph: OpGraph, cluster, *, seed: int = 0, max_iter: int = 10) -> np.ndarray:
     """Recursive Kernighan–Lin bisection into one part per GPU."""
-    import networkx as nx
-
     gpus = gpu_devices(cluster)
     groups = colocation_groups(graph)
     q = quotient(graph, groups, np.ones(graph.num_ops))  # KL weighs edges only

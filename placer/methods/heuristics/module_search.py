@@ -26,11 +26,13 @@ import time
 
 import numpy as np
 
+import envs
+from envs.sim.simulator import schedule_graph
 from graphs import OpGraph, PlacerError
-from placer.methods.registry import register
+from graphs.grouping import module_levels
 from placer.methods.heuristics.costs import candidate_devices
-from placer.methods.registry import HeuristicUnavailable
 from placer.methods.heuristics.search import scored_keys
+from placer.methods.registry import HeuristicUnavailable, register
 
 def descend(env, op_group: np.ndarray, group_devices: np.ndarray, devices: np.ndarray, budget: int, *,
             key: tuple[bool, float] | None = None, rng: np.random.Generator | None = None,
@@ -84,10 +86,6 @@ def descend(env, op_group: np.ndarray, group_devices: np.ndarray, devices: np.nd
 def module_search(graph: OpGraph, cluster, *, seed: int = 0, n: int = 1000, starts: int = 16, devices: str = "gpus",
                   env=None) -> np.ndarray:
     """Steepest descent over whole modules from uniform starts, ``n`` simulated placements in all."""
-    import envs
-    from envs.sim.simulator import schedule_graph
-    from graphs.grouping import module_levels
-
     if n < 1 or starts < 1:
         raise PlacerError(f"module_search: n and starts must be >= 1, got n={n}, starts={starts}")
     levels = [lv.op_group.astype(np.int64) for lv in module_levels(schedule_graph(graph))]

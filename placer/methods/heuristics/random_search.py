@@ -19,12 +19,14 @@ from __future__ import annotations
 
 import numpy as np
 
+import envs
+from envs.sim.simulator import schedule_graph
 from graphs import OpGraph, PlacerError
-from placer.methods.registry import register
+from graphs.grouping import module_levels
 from placer.methods.heuristics.costs import candidate_devices
 from placer.methods.heuristics.groups import colocation_groups
-from placer.methods.registry import HeuristicUnavailable
 from placer.methods.heuristics.search import scored_keys
+from placer.methods.registry import HeuristicUnavailable, register
 
 BATCH = 64
 
@@ -38,9 +40,6 @@ def random_search(graph: OpGraph, cluster, *, seed: int = 0, n: int = 1000, devi
 @register("random_modules")
 def random_modules(graph: OpGraph, cluster, *, seed: int = 0, n: int = 1000, devices: str = "gpus", env=None) -> np.ndarray:
     """Best of ``n`` random placements of whole modules, the draws shared among the module depths."""
-    from envs.sim.simulator import schedule_graph
-    from graphs.grouping import module_levels
-
     levels = [lv.op_group.astype(np.int64) for lv in module_levels(schedule_graph(graph))]
     if not levels:
         raise HeuristicUnavailable(f"random_modules: {graph.name or 'the graph'} records no module paths to place by",
@@ -51,8 +50,6 @@ def random_modules(graph: OpGraph, cluster, *, seed: int = 0, n: int = 1000, dev
 def _best_of(graph: OpGraph, cluster, groupings: list[np.ndarray], name: str, *, seed: int, n: int, devices: str,
              env) -> np.ndarray:
     """The best of ``n`` placements, draw ``i`` giving each group of ``groupings[i % len]`` a uniform device."""
-    import envs
-
     if n < 1:
         raise PlacerError(f"{name}: n must be >= 1, got {n}")
     env = env if env is not None else envs.SimEnv(graph, cluster)

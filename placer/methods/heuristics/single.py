@@ -21,9 +21,10 @@ from __future__ import annotations
 
 import numpy as np
 
+from envs import SimEnv
 from graphs import OpGraph, PlacerError
-from placer.methods.registry import register
 from placer.methods.heuristics.costs import gpu_devices
+from placer.methods.registry import register
 
 
 @register("single")
@@ -39,7 +40,6 @@ def single(graph: OpGraph, cluster, *, seed: int = 0, device: str | int | None =
         if device not in cluster.device_names:
             raise PlacerError(f"single: cluster {cluster.name} has no device {device!r} (has {', '.join(cluster.device_names)})")
         return np.full(n, cluster.device_names.index(device), dtype=np.int32)
-    from envs import SimEnv
 
     devices = np.arange(D, dtype=np.int32) if cpu else gpu_devices(cluster).astype(np.int32)
     env = SimEnv(graph, cluster)
