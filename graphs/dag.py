@@ -5,7 +5,7 @@ an :class:`graphs.OpGraph` (ops in topological order, CSR adjacency), or bare ed
 arrays where the graph is still being built (:func:`kahn`, :func:`find_cycle`).
 
 * orders: :func:`kahn` (depth-first Kahn over edge arrays), :func:`priority_order`
-  (the ready op of smallest priority first), :func:`random_order` (a uniformly
+  (the ready op of smallest priority first; :func:`priority_order_of_edges` over edge arrays), :func:`random_order` (a uniformly
   random ready op: any topological order can come out);
 * cycles: :func:`find_cycle`, :func:`cycle_text`;
 * levels: :func:`top_level` (longest path ending before an op), :func:`bottom_level`
@@ -75,16 +75,33 @@ def priority_order(graph: OpGraph, priority: np.ndarray) -> np.ndarray:
     issues every ready device op before any host op (``SimEnv.order_candidates``).
     """
     n = graph.num_ops
-    key = np.asarray(priority).tolist()
-    indeg = (np.bincount(graph.edge_dst, minlength=n) if graph.num_edges else np.zeros(n, dtype=np.int64)).tolist()
+    indeg = np.bincount(graph.edge_dst, minlength=n) if graph.num_edges else np.zeros(n, dtype=np.int64)
     out_ptr, out_dst, _ = graph.out_csr
+    return _priority_kahn(n, out_ptr, out_dst, indeg, priority)
+
+
+def priority_order_of_edges(n: int, src: np.ndarray, dst: np.ndarray, priority: np.ndarray) -> np.ndarray:
+    """:func:`priority_order` of ``n`` nodes joined by the edges ``src[k] -> dst[k]`` (a graph under construction).
+
+    >>> priority_order_of_edges(3, np.array([0]), np.array([2]), np.array([2.0, 1.0, 0.0])).tolist()
+    [1, 0, 2]
+    """
+    src, dst = np.asarray(src, dtype=np.int64), np.asarray(dst, dtype=np.int64)
+    indeg = np.bincount(dst, minlength=n) if len(dst) else np.zeros(n, dtype=np.int64)
+    indptr, nbr, _ = csr(n, src, dst)
+    return _priority_kahn(n, indptr, nbr, indeg, priority)
+
+
+def _priority_kahn(n: int, indptr: np.ndarray, nbr: np.ndarray, indeg: np.ndarray, priority: np.ndarray) -> np.ndarray:
+    key = np.asarray(priority).tolist()
+    indeg = indeg.tolist()
     ready = [(key[i], i) for i in range(n) if indeg[i] == 0]
     heapq.heapify(ready)
     order: list[int] = []
     while ready:
         _, u = heapq.heappop(ready)
         order.append(u)
-        for v in out_dst[out_ptr[u]:out_ptr[u + 1]].tolist():
+        for v in nbr[indptr[u]:indptr[u + 1]].tolist():
             indeg[v] -= 1
             if indeg[v] == 0:
                 heapq.heappush(ready, (key[v], v))

@@ -80,6 +80,7 @@ import platform
 import statistics
 import sys
 import time
+from typing import Any
 
 import numpy as np
 
@@ -322,26 +323,12 @@ def score_both(sims: dict[str, np.ndarray], real: np.ndarray, methods: list[list
     return per_exec, ", ".join(methods[int(np.argmin(real))])
 
 
-def run_model(name: str, args: argparse.Namespace) -> dict:
+def _profile(name: str, args: argparse.Namespace, model: Any, inputs: tuple, graph: Any, work: str) -> dict:
+    """The model's profile on ``args.torch_devices``: the one in ``work`` if it is this graph's and covers them, else a new one."""
     import torch
 
-    import envs
-    from envs.real.measured import placement_hash
     from envs.real.profiler import check_profile, load_profile, profile_model, save_profile
-    from envs.sim.simulator import SimEnv
-    from graphs.io import write_text_atomic
-    from graphs.torch_capture import capture
-    from graphs.plan import Placement
 
-    times: dict[str, float] = {}
-    work = os.path.join(args.work_dir, name)
-    os.makedirs(work, exist_ok=True)
-    cluster = envs.resolve_cluster(args.cluster)
-    model, inputs = cs.build(name, args.size)
-    graph = capture(model, inputs, name=name)
-    log(f"[{name}] {args.size}: {graph.num_ops} ops; profiling on {', '.join(args.torch_devices)}")
-
-    t0 = time.time()
     prof_path = os.path.join(work, "profile.json")
     prof = load_profile(prof_path) if os.path.exists(prof_path) else None
     if prof is not None and (prof.get("graph_hash") != graph.content_hash or not set(args.torch_devices) <= set(prof["devices"])):
@@ -355,25 +342,13 @@ def run_model(name: str, args: argparse.Namespace) -> dict:
             torch.cuda.empty_cache()
     else:
         log(f"[{name}] reusing {prof_path}")
-    times["profile_s"] = time.time() - t0
-    graph_p, logical, phys, to_phys = cs.calibrated(graph, prof, cluster, args.device_map)
+    return prof
 
-    t0 = time.time()
-    cands = candidates(name, args, graph_p, logical, model, work)
-    times["place_s"] = time.time() - t0
-    kinds = {k: sum(c["kind"] == k for c in cands) for k in ("learned", "baseline", "single", "random")}
-    log(f"[{name}] measuring {len(cands)} placements ({', '.join(f'{v} {k}' for k, v in kinds.items())})")
 
-    t0 = time.time()
-    placements = [Placement.from_indices(graph, logical.device_names, c["idx"], order=c["order"]) for c in cands]
-    measure = cs.measure_ray if args.real == "ray" else cs.measure_here
-    results = measure(name, args.size, cluster, graph, placements, work, device_map=args.device_map,
-                      warmup=args.warmup, steps=args.steps, cpus=args.cpus, timeout=args.timeout)
-    times["measure_s"] = time.time() - t0
+def _rows(name: str, args: argparse.Namespace, graph: Any, logical: Any, cands: list[dict], results: list, sims: dict) -> list[dict]:
+    """One JSONL row per measured placement: what it is, its real and simulated step times."""
+    from envs.real.measured import placement_hash
 
-    sims = simulate_both(graph_p, phys, [to_phys[c["idx"]] for c in cands], [c["order"] for c in cands])
-    ok = np.array([r.ok for r in results])
-    real = np.array([r.step_time_s for r in results])
     rows = []
     for k, (c, r) in enumerate(zip(cands, results)):
         devs = [logical.device_names[i] for i in c["idx"].tolist()]
@@ -385,11 +360,15 @@ def run_model(name: str, args: argparse.Namespace) -> dict:
                      "sim_step_s": {e: float(sims[e][k]) for e in EXECUTORS},
                      "ops_per_device": {d: devs.count(d) for d in logical.device_names},
                      "devices": c["idx"].tolist(), "order": None if c["order"] is None else c["order"].tolist()})
-    write_text_atomic(os.path.join(args.out_dir, f"{name}.jsonl"), "".join(json.dumps(row) + "\n" for row in rows))
-    save_profile(prof, os.path.join(args.out_dir, f"{name}.profile.json"))
-    per_exec, real_best = score_both({e: sims[e][ok] for e in EXECUTORS}, real[ok], [c["methods"] for c, good in zip(cands, ok) if good])
+    return rows
 
-    t0 = time.time()
+
+def _checks(name: str, args: argparse.Namespace, graph: Any, graph_p: Any, phys: Any, to_phys: np.ndarray, logical: Any,
+            cands: list[dict], ok: np.ndarray) -> dict:
+    """``placer.apply``'s gradients against float64 (the learned placement), and planned issue orders run for real."""
+    from envs.sim.simulator import SimEnv
+    from graphs.plan import Placement
+
     checks: dict = {"apply": None, "orders": []}
     learned = [c for c in cands if c["kind"] == "learned"]
     if learned:
@@ -417,6 +396,52 @@ def run_model(name: str, args: argparse.Namespace) -> dict:
         o = checks["orders"][-1]
         log(f"[{name}] order check ({o['placement']}, {o['order']}): planned {o['real_planned_s'] * 1e3:.2f} ms vs "
             f"node {o['real_node_s'] * 1e3:.2f} ms -> {'ok' if o['ok'] else 'SLOWER'}")
+    return checks
+
+
+def run_model(name: str, args: argparse.Namespace) -> dict:
+    import envs
+    from envs.real.profiler import save_profile
+    from graphs.io import write_text_atomic
+    from graphs.plan import Placement
+    from graphs.torch_capture import capture
+
+    times: dict[str, float] = {}
+    work = os.path.join(args.work_dir, name)
+    os.makedirs(work, exist_ok=True)
+    cluster = envs.resolve_cluster(args.cluster)
+    model, inputs = cs.build(name, args.size)
+    graph = capture(model, inputs, name=name)
+    log(f"[{name}] {args.size}: {graph.num_ops} ops; profiling on {', '.join(args.torch_devices)}")
+
+    t0 = time.time()
+    prof = _profile(name, args, model, inputs, graph, work)
+    times["profile_s"] = time.time() - t0
+    graph_p, logical, phys, to_phys = cs.calibrated(graph, prof, cluster, args.device_map)
+
+    t0 = time.time()
+    cands = candidates(name, args, graph_p, logical, model, work)
+    times["place_s"] = time.time() - t0
+    kinds = {k: sum(c["kind"] == k for c in cands) for k in ("learned", "baseline", "single", "random")}
+    log(f"[{name}] measuring {len(cands)} placements ({', '.join(f'{v} {k}' for k, v in kinds.items())})")
+
+    t0 = time.time()
+    placements = [Placement.from_indices(graph, logical.device_names, c["idx"], order=c["order"]) for c in cands]
+    measure = cs.measure_ray if args.real == "ray" else cs.measure_here
+    results = measure(name, args.size, cluster, graph, placements, work, device_map=args.device_map,
+                      warmup=args.warmup, steps=args.steps, cpus=args.cpus, timeout=args.timeout)
+    times["measure_s"] = time.time() - t0
+
+    sims = simulate_both(graph_p, phys, [to_phys[c["idx"]] for c in cands], [c["order"] for c in cands])
+    ok = np.array([r.ok for r in results])
+    real = np.array([r.step_time_s for r in results])
+    rows = _rows(name, args, graph, logical, cands, results, sims)
+    write_text_atomic(os.path.join(args.out_dir, f"{name}.jsonl"), "".join(json.dumps(row) + "\n" for row in rows))
+    save_profile(prof, os.path.join(args.out_dir, f"{name}.profile.json"))
+    per_exec, real_best = score_both({e: sims[e][ok] for e in EXECUTORS}, real[ok], [c["methods"] for c, good in zip(cands, ok) if good])
+
+    t0 = time.time()
+    checks = _checks(name, args, graph, graph_p, phys, to_phys, logical, cands, ok)
     times["checks_s"] = time.time() - t0
     failed = [f"{', '.join(c['methods'])}: {r.status}: {r.message}" for c, r in zip(cands, results) if not r.ok]
     return {"model": name, "size": args.size, "ops": graph.num_ops, "graph_hash": graph.content_hash,

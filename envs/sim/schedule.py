@@ -313,6 +313,139 @@ def _collect(place, keys, start, end, act_id, grad_id, update_s, grad=None) -> S
     )
 
 
+class _EagerRun:
+    """The eager model's state while the host program runs: task times, stream and link clocks."""
+
+    def __init__(self, graph, place, fwd_t, bwd_t, latency_s, bandwidth_bytes_per_s, host, issue, grad) -> None:
+        n, D = graph.num_ops, latency_s.shape[0]
+        self.n, self.D = n, D
+        self.p = np.asarray(place, dtype=np.int64).tolist()
+        self.is_host = [bool(x) for x in np.asarray(host).tolist()]
+        self.keys = transfer_keys(graph, np.asarray(place, dtype=np.int64), D)
+        self.fwd_t, self.bwd_t, self.issue, self.grad = fwd_t, bwd_t, issue, grad
+        self.latency_s, self.bandwidth = latency_s, bandwidth_bytes_per_s
+        self.in_ptr, self.in_src, _ = graph.in_csr
+        self.consumers: list[list[int]] = [[] for _ in range(n)]
+        for u, v in zip(graph.edge_src.tolist(), graph.edge_dst.tolist()):
+            self.consumers[u].append(v)
+        self.start: dict[int, float] = {}
+        self.end: dict[int, float] = {}
+        self.free = [0.0] * D  # GPU streams (host devices: when their last op ended)
+        self.link: dict[tuple[int, int], float] = {}
+
+    # task ids, as _collect reads them
+    def act_id(self, u: int, d: int) -> int:
+        return 2 * self.n + u * self.D + d
+
+    def grad_id(self, u: int, d: int) -> int:
+        return 2 * self.n + self.n * self.D + u * self.D + d
+
+    def bwd_id(self, i: int) -> int:
+        return 2 * self.n - 1 - i
+
+    def copy_s(self, a: int, b: int, u: int) -> float:
+        return float(self.latency_s[a, b] + float(self.keys[(u, b)]) / self.bandwidth[a, b])
+
+    def _copy_in(self, u: int, b: int, h: float) -> float:
+        """The copy of ``u``'s output to device ``b`` before its first consumer there; returns the host clock."""
+        a, free, is_host = self.p[u], self.free, self.is_host
+        lk = self.link.get((a, b), 0.0)
+        if is_host[a] and is_host[b]:
+            s = max(h, lk)
+            e = s + self.copy_s(a, b, u)
+            h = e
+        elif is_host[a]:  # pinned host -> GPU, non_blocking
+            s = max(h, free[b], lk)
+            e = s + self.copy_s(a, b, u)
+            free[b] = e
+        elif is_host[b]:  # GPU -> host: the host waits
+            s = max(h, free[a], lk)
+            e = s + self.copy_s(a, b, u)
+            free[a] = e
+            h = e
+        else:  # peer copy: both streams wait for each other
+            s = max(h, free[a], free[b], lk)
+            e = s + self.copy_s(a, b, u)
+            free[a] = free[b] = e
+        self.link[(a, b)] = e
+        self.start[self.act_id(u, b)], self.end[self.act_id(u, b)] = s, e
+        return h
+
+    def forward(self, ops: list[int], h: float) -> float:
+        """Issue the forwards of ``ops`` from host clock ``h``; returns the host clock after."""
+        p, free = self.p, self.free
+        for i in ops:
+            b = p[i]
+            for k in range(int(self.in_ptr[i]), int(self.in_ptr[i + 1])):
+                u = int(self.in_src[k])
+                if p[u] != b and self.act_id(u, b) not in self.start:
+                    h = self._copy_in(u, b, h)
+            t = float(self.fwd_t[i, b])
+            if self.is_host[b]:
+                s = max(h, free[b])
+                e = s + t
+                h = free[b] = e
+            else:
+                h += float(self.issue[0][i, b])  # the host issues the kernel
+                s = max(h, free[b])
+                e = s + t
+                free[b] = e
+            self.start[i], self.end[i] = s, e
+        return h
+
+    def backward(self, ops: list[int], h_f: float) -> float:
+        """One ``backward()`` call over ``ops`` from host clock ``h_f``; returns when the calling thread is done."""
+        self.host_queue = h_f  # the calling thread runs every host backward task
+        self.worker = [h_f] * self.D  # each device's autograd worker: when it has issued its tasks so far
+        p, end = self.p, self.end
+        for j in reversed(ops):
+            d = p[j]
+            ready: dict[int, float] = {}
+            for v in self.consumers[j]:
+                if p[v] != d:
+                    ready[p[v]] = max(ready.get(p[v], 0.0), end[self.bwd_id(v)])
+            if self.grad is not None and not self.grad[j]:  # no backward, nothing sent back
+                for e_dev, r in ready.items():
+                    self.start[self.grad_id(j, e_dev)] = end[self.grad_id(j, e_dev)] = r
+                self.start[self.bwd_id(j)] = end[self.bwd_id(j)] = max([h_f] + [end[self.bwd_id(v)] for v in self.consumers[j]])
+                continue
+            grads = self._gradients_in(j, d, ready)
+            queue = self.host_queue if self.is_host[d] else self.free[d]
+            s = max(h_f, queue, grads)
+            if not self.is_host[d]:  # the worker issues the task once its gradients are in
+                self.worker[d] = max(self.worker[d], grads) + float(self.issue[1][j, d])
+                s = max(s, self.worker[d])
+            e = s + float(self.bwd_t[j, d])
+            if self.is_host[d]:
+                self.host_queue = e
+            else:
+                self.free[d] = e
+            self.start[self.bwd_id(j)], end[self.bwd_id(j)] = s, e
+        return self.host_queue
+
+    def _gradients_in(self, j: int, d: int, ready: dict[int, float]) -> float:
+        """The gradient copies of ``j``'s output back to its device ``d``; returns when the last is in."""
+        is_host, free = self.is_host, self.free
+        grads = 0.0
+        for e_dev in ready:  # in the order of the consumers, as the kernel
+            lk = self.link.get((e_dev, d), 0.0)
+            s = max(ready[e_dev], lk)
+            blocking = is_host[e_dev] != is_host[d]  # GPU <-> host: not pinned, so synchronous
+            if blocking:  # the GPU's stream drains first, and the issuing thread waits for the copy
+                gpu = e_dev if is_host[d] else d
+                s = max(s, free[gpu], self.worker[e_dev] if is_host[d] else self.host_queue)
+            e = s + float(self.latency_s[e_dev, d] + float(self.keys[(j, e_dev)]) / self.bandwidth[e_dev, d])
+            self.link[(e_dev, d)] = e
+            if blocking:
+                if is_host[d]:
+                    self.worker[e_dev] = free[e_dev] = e
+                else:
+                    self.host_queue = free[d] = e
+            self.start[self.grad_id(j, e_dev)], self.end[self.grad_id(j, e_dev)] = s, e
+            grads = max(grads, e)
+        return grads
+
+
 def _eager_reference(graph, place, fwd_t, bwd_t, latency_s, bandwidth_bytes_per_s, update_s, order, host, issue, segments=None,
                      grad=None) -> Schedule:
     """The eager model of the module docstring, written out step by step.
@@ -325,115 +458,11 @@ def _eager_reference(graph, place, fwd_t, bwd_t, latency_s, bandwidth_bytes_per_
     backward (default all); one without runs nothing and is sent no gradient, its
     "backward" being the instant its last consumer's ended.
     """
-    n, D = graph.num_ops, latency_s.shape[0]
-    place = np.asarray(place, dtype=np.int64)
-    p = place.tolist()
-    is_host = [bool(x) for x in np.asarray(host).tolist()]
-    keys = transfer_keys(graph, place, D)
-    act_id = lambda u, d: 2 * n + u * D + d  # noqa: E731
-    grad_id = lambda u, d: 2 * n + n * D + u * D + d  # noqa: E731
-    bwd_id = lambda i: 2 * n - 1 - i  # noqa: E731
-    in_ptr, in_src, _ = graph.in_csr
-    consumers: list[list[int]] = [[] for _ in range(n)]
-    for u, v in zip(graph.edge_src.tolist(), graph.edge_dst.tolist()):
-        consumers[u].append(v)
-
-    def copy_s(a: int, b: int, u: int) -> float:
-        return float(latency_s[a, b] + float(keys[(u, b)]) / bandwidth_bytes_per_s[a, b])
-
-    start: dict[int, float] = {}
-    end: dict[int, float] = {}
-    free = [0.0] * D  # GPU streams (host devices: when their last op ended)
-    link: dict[tuple[int, int], float] = {}
+    n = graph.num_ops
+    run = _EagerRun(graph, place, fwd_t, bwd_t, latency_s, bandwidth_bytes_per_s, host, issue, grad)
     order = [int(i) for i in np.asarray(order).tolist()]
-
-    def forward(ops: list[int], h: float) -> float:
-        for i in ops:
-            b = p[i]
-            for k in range(int(in_ptr[i]), int(in_ptr[i + 1])):
-                u = int(in_src[k])
-                a = p[u]
-                if a == b or act_id(u, b) in start:
-                    continue
-                lk = link.get((a, b), 0.0)
-                if is_host[a] and is_host[b]:
-                    s = max(h, lk)
-                    e = s + copy_s(a, b, u)
-                    h = e
-                elif is_host[a]:  # pinned host -> GPU, non_blocking
-                    s = max(h, free[b], lk)
-                    e = s + copy_s(a, b, u)
-                    free[b] = e
-                elif is_host[b]:  # GPU -> host: the host waits
-                    s = max(h, free[a], lk)
-                    e = s + copy_s(a, b, u)
-                    free[a] = e
-                    h = e
-                else:  # peer copy: both streams wait for each other
-                    s = max(h, free[a], free[b], lk)
-                    e = s + copy_s(a, b, u)
-                    free[a] = free[b] = e
-                link[(a, b)] = e
-                start[act_id(u, b)], end[act_id(u, b)] = s, e
-            t = float(fwd_t[i, b])
-            if is_host[b]:
-                s = max(h, free[b])
-                e = s + t
-                h = free[b] = e
-            else:
-                h += float(issue[0][i, b])  # the host issues the kernel
-                s = max(h, free[b])
-                e = s + t
-                free[b] = e
-            start[i], end[i] = s, e
-        return h
-
-    def backward(ops: list[int], h_f: float) -> float:
-        host_queue = h_f  # the calling thread runs every host backward task
-        worker = [h_f] * D  # each device's autograd worker: when it has issued its tasks so far
-        for j in reversed(ops):
-            d = p[j]
-            ready: dict[int, float] = {}
-            for v in consumers[j]:
-                if p[v] != d:
-                    ready[p[v]] = max(ready.get(p[v], 0.0), end[bwd_id(v)])
-            if grad is not None and not grad[j]:  # no backward, nothing sent back
-                for e_dev, r in ready.items():
-                    start[grad_id(j, e_dev)] = end[grad_id(j, e_dev)] = r
-                start[bwd_id(j)] = end[bwd_id(j)] = max([h_f] + [end[bwd_id(v)] for v in consumers[j]])
-                continue
-            grads = 0.0
-            for e_dev in ready:  # in the order of the consumers, as the kernel
-                lk = link.get((e_dev, d), 0.0)
-                s = max(ready[e_dev], lk)
-                blocking = is_host[e_dev] != is_host[d]  # GPU <-> host: not pinned, so synchronous
-                if blocking:  # the GPU's stream drains first, and the issuing thread waits for the copy
-                    gpu = e_dev if is_host[d] else d
-                    s = max(s, free[gpu], worker[e_dev] if is_host[d] else host_queue)
-                e = s + float(latency_s[e_dev, d] + float(keys[(j, e_dev)]) / bandwidth_bytes_per_s[e_dev, d])
-                link[(e_dev, d)] = e
-                if blocking:
-                    if is_host[d]:
-                        worker[e_dev] = free[e_dev] = e
-                    else:
-                        host_queue = free[d] = e
-                start[grad_id(j, e_dev)], end[grad_id(j, e_dev)] = s, e
-                grads = max(grads, e)
-            queue = host_queue if is_host[d] else free[d]
-            s = max(h_f, queue, grads)
-            if not is_host[d]:  # the worker issues the task once its gradients are in
-                worker[d] = max(worker[d], grads) + float(issue[1][j, d])
-                s = max(s, worker[d])
-            e = s + float(bwd_t[j, d])
-            if is_host[d]:
-                host_queue = e
-            else:
-                free[d] = e
-            start[bwd_id(j)], end[bwd_id(j)] = s, e
-        return host_queue
-
     program = [(0, 0, n), (1, 0, n)] if segments is None else [tuple(int(v) for v in row) for row in np.asarray(segments)]
     h = 0.0  # the host thread's clock
     for kind, lo, hi in program:
-        h = (forward if kind == 0 else backward)(order[lo:hi], h)
-    return _collect(place, keys, start, end, act_id, grad_id, update_s, grad)
+        h = (run.forward if kind == 0 else run.backward)(order[lo:hi], h)
+    return _collect(np.asarray(place, dtype=np.int64), run.keys, run.start, run.end, run.act_id, run.grad_id, update_s, grad)

@@ -23,6 +23,7 @@ from graphs.plan import Placement
 from placer.methods.heuristics.costs import candidate_devices
 from placer.methods.heuristics.module_search import descend
 from placer.methods.heuristics.search import scored_keys
+from placer.methods.registry import placement_of
 from policies import policy_file as pf
 from policies.gnn import GNNPolicy
 from policies.views import group_views
@@ -55,7 +56,7 @@ ZERO_SHOT_REFINE_TIME_S = 2.0
 def place_learned(graph: OpGraph, cluster: Any, *, policy_file: str | None = None, samples: int = ZERO_SHOT_SAMPLES,
                   groups: Sequence[int | str] = ZERO_SHOT_GROUPS, seed: int = 0,
                   module_temperatures: Sequence[float] = ZERO_SHOT_MODULE_TEMPERATURES,
-                  refine: int = ZERO_SHOT_REFINE, refine_time_s: float = ZERO_SHOT_REFINE_TIME_S) -> Any:
+                  refine: int = ZERO_SHOT_REFINE, refine_time_s: float = ZERO_SHOT_REFINE_TIME_S) -> Placement:
     """Zero-shot placement with a pretrained policy: the best on the simulator of several decodes.
 
     The policy decodes the ops (greedy), the co-location groups of
@@ -78,7 +79,7 @@ def place_learned(graph: OpGraph, cluster: Any, *, policy_file: str | None = Non
     best view first, then each view's second best, and so on until the budget
     is spent, or ``refine_time_s`` has passed (then the result depends on the
     machine's speed; ``meta["refine_stopped"]`` says which ended it). The
-    ``module_search`` baseline is the same descent from uniform draws; given as
+    ``module_search`` heuristic is the same descent from uniform draws; given as
     many simulated placements it is this refinement's rival
     (``scripts/bench_pretrain.py``). ``refine=0`` keeps the best decode.
 
@@ -87,13 +88,43 @@ def place_learned(graph: OpGraph, cluster: Any, *, policy_file: str | None = Non
     t0 = time.perf_counter()
     loaded = pf.load(policy_file)
     levels = [g for g in groups if g == "modules" or int(g) > 0]
+    idx, found_by, view_of, groupings = _decodes(graph, cluster, loaded.net, levels, samples, seed, module_temperatures)
+    env = envs.SimEnv(graph, cluster)
+    keys = scored_keys(env, idx)
+    t = np.asarray([np.inf if failed else x for failed, x in keys])
+    j = int(np.argmin(t))
+    greedy_t, decode_t = t[0], t[j]
+    best, best_key, best_how = idx[j], keys[j], found_by[j]
+    refined, stopped = 0, "off"
+    if refine > 0:
+        deadline = time.perf_counter() + float(refine_time_s)
+        best, best_key, best_how, refined = _refine(env, cluster, idx, keys, found_by, view_of, groupings, refine,
+                                                    np.random.default_rng(seed), (best, best_key, best_how), deadline)
+        stopped = "budget" if refined >= refine else "time" if time.perf_counter() >= deadline else "no start left"
+    step = best_key[1] if not best_key[0] else float("inf")
+    meta = {"policy_file": loaded.path, "samples": samples, "groups": levels, "seed": seed, "found_by": best_how,
+            "module_temperatures": [float(t) for t in module_temperatures],
+            "decodes": len(idx), "refine": int(refine), "refine_simulated": int(refined),
+            "refine_time_s": float(refine_time_s), "refine_stopped": stopped,
+            "node_order_step_time_s": float(step) if np.isfinite(step) else None,
+            "decode_step_time_s": float(decode_t) if np.isfinite(decode_t) else None,
+            "greedy_step_time_s": float(greedy_t) if np.isfinite(greedy_t) else None,
+            "place_time_s": None}
+    placement = placement_of(best, graph, cluster, "learned", meta=meta, plan=env)
+    placement.meta["place_time_s"] = time.perf_counter() - t0  # the issue order's planning included
+    return placement
+
+
+def _decodes(graph: OpGraph, cluster: Any, net: Any, levels: list[int | str], samples: int, seed: int,
+             module_temperatures: Sequence[float]) -> tuple[np.ndarray, list[str], list[int], list[np.ndarray | None]]:
+    """Every decode of every view: ``(op devices [K, num_ops], how each was found, its view, each view's op -> group)``."""
     cand, found_by, items_seen = [], [], set()
     view_of, groupings = [], []  # per decode: its view's index; per view: its op -> group map (None: the ops)
     torch.manual_seed(seed)
     with torch.no_grad():
         sg = schedule_graph(graph)  # what every view's policy reads: built and hashed once
         for view, kwargs in group_views(sg, [0, *levels]):
-            policy = GNNPolicy(sg, cluster.num_devices, cluster=cluster, net=loaded.net, **kwargs)
+            policy = GNNPolicy(sg, cluster.num_devices, cluster=cluster, net=net, **kwargs)
             if view != "ops" and "max_groups" in kwargs and policy.num_items in items_seen:
                 continue
             items_seen.add(policy.num_items)
@@ -110,31 +141,7 @@ def place_learned(graph: OpGraph, cluster: Any, *, policy_file: str | None = Non
                 cand.append(policy.decode(k, temperature=temperature, generator=gen))
                 found_by += [f"sample ({what})" if temperature == 1.0 else f"sample at T={temperature:g} ({what})"] * k
             view_of += [len(groupings) - 1] * (len(found_by) - first)
-    idx = np.concatenate(cand, axis=0)
-    env = envs.SimEnv(graph, cluster)
-    keys = scored_keys(env, idx)
-    t = np.asarray([np.inf if failed else x for failed, x in keys])
-    j = int(np.argmin(t))
-    greedy_t, decode_t = t[0], t[j]
-    best, best_key, best_how = idx[j], keys[j], found_by[j]
-    refined, stopped = 0, "off"
-    if refine > 0:
-        deadline = time.perf_counter() + float(refine_time_s)
-        best, best_key, best_how, refined = _refine(env, cluster, idx, keys, found_by, view_of, groupings, refine,
-                                                    np.random.default_rng(seed), (best, best_key, best_how), deadline)
-        stopped = "budget" if refined >= refine else "time" if time.perf_counter() >= deadline else "no start left"
-    step = best_key[1] if not best_key[0] else float("inf")
-    order, how, step_s = env.plan_order(best)
-    meta = {"policy_file": loaded.path, "samples": samples, "groups": levels, "seed": seed, "found_by": best_how,
-            "module_temperatures": [float(t) for t in module_temperatures],
-            "decodes": len(idx), "refine": int(refine), "refine_simulated": int(refined),
-            "refine_time_s": float(refine_time_s), "refine_stopped": stopped,
-            "node_order_step_time_s": float(step) if np.isfinite(step) else None,
-            "decode_step_time_s": float(decode_t) if np.isfinite(decode_t) else None,
-            "greedy_step_time_s": float(greedy_t) if np.isfinite(greedy_t) else None,
-            "place_time_s": time.perf_counter() - t0, "issue_order": how, "step_time_s": step_s, "executor": "eager"}
-    return Placement.from_indices(graph, cluster.device_names, best, cluster=getattr(cluster, "name", ""),
-                                  method="learned", meta=meta, order=order)
+    return np.concatenate(cand, axis=0), found_by, view_of, groupings
 
 
 def _refine(env: Any, cluster: Any, idx: np.ndarray, keys: list, found_by: list[str], view_of: list[int],

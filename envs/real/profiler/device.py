@@ -172,44 +172,72 @@ def profile_device_in_context(ep: Any, graph: OpGraph, device: str, *, warmup: i
         return _device_in_context(ep, graph, dev, warmup, repeats, inputs, lr, marks, every)
 
 
+_PHASES = ("zero", "fwd", "loss", "bwd", "opt")
+
+
+def _clean_step(gm: Any, inputs: tuple, opt: Any, marks: Any, clock: Any) -> tuple[list[float], list[float], float]:
+    """One unprobed step: ``(host seconds per phase, device seconds per phase, the whole step synchronised)``."""
+    marks.sync()
+    t = [clock()]
+    m = [marks.mark()]
+    opt.zero_grad(set_to_none=True)
+    t.append(clock()); m.append(marks.mark())
+    out = gm(*inputs)
+    t.append(clock()); m.append(marks.mark())
+    loss = default_loss(out)
+    t.append(clock()); m.append(marks.mark())
+    loss.backward()
+    t.append(clock()); m.append(marks.mark())
+    opt.step()
+    t.append(clock()); m.append(marks.mark())
+    marks.sync()
+    t_end = clock()
+    del out, loss
+    return ([t[j + 1] - t[j] for j in range(len(_PHASES))], [marks.elapsed(m[j], m[j + 1]) for j in range(len(_PHASES))],
+            t_end - t[0])
+
+
+def _device_probed_step(probed_gm: Any, inputs: tuple, opt: Any, marks: Any, current: list, every: int,
+                        sleep_s: float) -> "_DeviceProbes":
+    """One step with device marks at every probe, the device held back so that the host runs ahead."""
+    opt.zero_grad(set_to_none=True)
+    marks.sync()
+    dp = current[0] = _DeviceProbes(marks, every, sleep_s)
+    out = probed_gm(*inputs)
+    loss = default_loss(out)
+    dp.hook_all(loss)
+    dp.start_backward()
+    loss.backward()
+    dp.end_backward()
+    dp.unhook()
+    opt.step()
+    marks.sync()
+    del out, loss
+    return dp
+
+
 def _device_in_context(ep: Any, graph: OpGraph, dev: Any, warmup: int, repeats: int, inputs: Sequence[Any] | None, lr: float,
                        marks: Any, every: int) -> dict[str, Any]:
     n = graph.num_ops
     current: list = [_Probes(time.perf_counter)]
     gm, probed_gm, inputs, opt = _probed_program(ep, graph, dev, inputs, lr, current)
     clock = time.perf_counter
-    keys = ("zero", "fwd", "loss", "bwd", "opt")
-    host: dict[str, list[float]] = {k: [] for k in keys + ("step",)}
-    device: dict[str, list[float]] = {k: [] for k in keys}
+    host: dict[str, list[float]] = {k: [] for k in _PHASES + ("step",)}
+    device: dict[str, list[float]] = {k: [] for k in _PHASES}
     issue_f, issue_b, kern_f, kern_b = [], [], [], []
     fcount = bcount = np.zeros(n + 1, dtype=np.int64)
     dfcount = dbcount = np.zeros(n + 1, dtype=np.int64)
-    per_op_host = [1e-4, 1e-4]  # host seconds per forward op and per backward probe: the sleeps' length
     for k in range(warmup + repeats):
         # a clean step: host phases (issue) and device phases (marks), the whole step synchronised
-        marks.sync()
-        t = [clock()]
-        m = [marks.mark()]
-        opt.zero_grad(set_to_none=True)
-        t.append(clock()); m.append(marks.mark())
-        out = gm(*inputs)
-        t.append(clock()); m.append(marks.mark())
-        loss = default_loss(out)
-        t.append(clock()); m.append(marks.mark())
-        loss.backward()
-        t.append(clock()); m.append(marks.mark())
-        opt.step()
-        t.append(clock()); m.append(marks.mark())
-        marks.sync()
-        t_end = clock()
-        del out, loss
+        host_s, device_s, step_s = _clean_step(gm, inputs, opt, marks, clock)
         if k >= warmup:
-            for j, key in enumerate(keys):
-                host[key].append(t[j + 1] - t[j])
-                device[key].append(marks.elapsed(m[j], m[j + 1]))
-            host["step"].append(t_end - t[0])
+            for j, key in enumerate(_PHASES):
+                host[key].append(host_s[j])
+                device[key].append(device_s[j])
+            host["step"].append(step_s)
         # a host-probed step: issue time per op
         pr, tail, b0, b1 = _host_probed_step(probed_gm, inputs, opt, current, clock, marks.sync)
+        # host seconds per forward op and per backward probe: the sleeps' length
         per_op_host = [max(float(np.median(pr.fwd_s)), 1e-6) if pr.fwd_s else 1e-4, max((b1 - b0) / max(len(pr.bwd), 1), 1e-6)]
         if k >= warmup:
             f_s, fcount = attribute_intervals(pr.fwd_owner + [-1], pr.fwd_s + [tail], n)
@@ -217,26 +245,21 @@ def _device_in_context(ep: Any, graph: OpGraph, dev: Any, warmup: int, repeats: 
             issue_f.append(f_s)
             issue_b.append(b_s)
         # a device-probed step: kernel time per op, the device held back so the host runs ahead
-        opt.zero_grad(set_to_none=True)
-        marks.sync()
-        sleep_s = 4.0 * every * max(per_op_host) + 2e-4
-        dp = current[0] = _DeviceProbes(marks, every, sleep_s)
-        out = probed_gm(*inputs)
-        loss = default_loss(out)
-        dp.hook_all(loss)
-        dp.start_backward()
-        loss.backward()
-        dp.end_backward()
-        dp.unhook()
-        opt.step()
-        marks.sync()
-        del out, loss
+        dp = _device_probed_step(probed_gm, inputs, opt, marks, current, every, 4.0 * every * max(per_op_host) + 2e-4)
         if k >= warmup:
             f_s, dfcount = dp.seconds(dp.fwd_iv, n)
             b_s, dbcount = dp.seconds(dp.bwd_iv, n)
             kern_f.append(f_s)
             kern_b.append(b_s)
     current[0] = _Probes(clock)
+    return _device_profile(gm, host, device, (issue_f, issue_b, fcount, bcount), (kern_f, kern_b, dfcount, dbcount), marks, clock)
+
+
+def _device_profile(gm: Any, host: dict[str, list[float]], device: dict[str, list[float]], issue: tuple, kernels: tuple,
+                    marks: Any, clock: Any) -> dict[str, Any]:
+    """The profile entry of a device from its steps' samples: medians, the probes' costs taken off, scaled to the clean phases."""
+    issue_f, issue_b, fcount, bcount = issue
+    kern_f, kern_b, dfcount, dbcount = kernels
     fwd_probe_s, bwd_probe_s = probe_costs(clock=clock)
     mark_s = device_mark_cost(marks)
     med = {key: float(np.median(v)) for key, v in host.items()}

@@ -29,6 +29,72 @@ from graphs.torch_capture import check_runnable, export_program, graph_from_prog
 DEFAULT_TRANSFER_SIZES = (4 << 10, 256 << 10, 4 << 20, 32 << 20)
 
 
+def _error(e: BaseException) -> str:
+    return f"{type(e).__name__}: {str(e).splitlines()[0][:200] if str(e) else ''}"
+
+
+def _in_context(ep: Any, graph: OpGraph, devices: list[Any], warmup: int, repeats: int, errors: dict[str, str]) -> dict[str, dict[str, Any]]:
+    """The CPU and CUDA devices profiled inside real training steps; a device whose run fails is left out (noted)."""
+    context: dict[str, dict[str, Any]] = {}
+    for d in devices:
+        if d.type in ("cpu", "cuda"):
+            try:
+                if d.type == "cpu":
+                    context[str(d)] = profile_in_context(ep, graph, str(d), warmup=max(warmup, 1), repeats=repeats)
+                else:
+                    context[str(d)] = profile_device_in_context(ep, graph, str(d), warmup=max(warmup, 1), repeats=repeats)
+            except Exception as e:  # time it op by op instead
+                errors[f"in-context@{d}"] = _error(e)
+    return context
+
+
+def _isolated(ep: Any, graph: OpGraph, devices: list[Any], warmup: int, repeats: int, errors: dict[str, str],
+              progress: Callable[[int, int], None] | None) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
+    """Forward and backward seconds of every op alone on each of ``devices``: one walk of the graph with concrete values."""
+    gm = copy.deepcopy(ep.module())  # the reference run mutates buffers; keep the model's intact
+    index = graph.index
+    fwd = {str(d): np.full(graph.num_ops, np.nan) for d in devices}
+    bwd = {str(d): np.full(graph.num_ops, np.nan) for d in devices}
+    done = [0]
+
+    class _Timer(fx.Interpreter):
+        def run_node(self, n: fx.Node) -> Any:
+            result = super().run_node(n)
+            i = index.get(n.name) if n.op == "call_function" else None
+            if i is not None:
+                args, kwargs = self.fetch_args_kwargs_from_env(n)
+                for d in devices:
+                    try:
+                        fwd[str(d)][i], bwd[str(d)][i] = _op_timer(n, args, kwargs, d, warmup, repeats)
+                    except Exception as e:  # an op this device cannot run: unknown (NaN), noted
+                        errors.setdefault(f"{n.name}@{d}", _error(e))
+                done[0] += 1
+                if progress:
+                    progress(done[0], graph.num_ops)
+            return result
+
+    example = [p.meta["val"] for p in ep.graph.nodes if p.op == "placeholder" and p.name in set(ep.graph_signature.user_inputs)]
+    inputs = _concrete_inputs(ep, example)
+    if devices:
+        with torch.enable_grad():
+            _Timer(gm).run(*inputs)
+    elif progress:
+        progress(graph.num_ops, graph.num_ops)
+    return fwd, bwd
+
+
+def _links(devices: list[Any], transfer_sizes: Sequence[int], repeats: int) -> list[dict[str, Any]]:
+    """Timed copies between every ordered pair of devices, with the fitted latency and bandwidth."""
+    links = []
+    for a in devices:
+        for b in devices:
+            if a != b:
+                sizes, times = time_link(a, b, transfer_sizes, repeats=repeats)
+                lat, bw = fit_link(sizes, times)
+                links.append({"src": str(a), "dst": str(b), "latency_s": lat, "bandwidth_bytes_per_s": bw, "sizes_bytes": list(sizes), "times_s": times})
+    return links
+
+
 def profile_program(ep: Any, devices: Sequence[str], *, warmup: int = 1, repeats: int = 5, transfer_sizes: Sequence[int] = DEFAULT_TRANSFER_SIZES, graph: OpGraph | None = None, progress: Callable[[int, int], None] | None = None, method: str = "context") -> dict[str, Any]:
     """Profile every op of an ``ExportedProgram`` on each torch device in ``devices``.
 
@@ -44,56 +110,12 @@ def profile_program(ep: Any, devices: Sequence[str], *, warmup: int = 1, repeats
         if d.type == "cuda" and (not torch.cuda.is_available() or (d.index or 0) >= torch.cuda.device_count()):
             raise PlacerError(f"--devices: {d} is not available on this machine")
     graph = graph or graph_from_program(ep)
-    gm = copy.deepcopy(ep.module())  # the reference run mutates buffers; keep the model's intact
-    index = graph.index
-    fwd = {str(d): np.full(graph.num_ops, np.nan) for d in torch_devices}
-    bwd = {str(d): np.full(graph.num_ops, np.nan) for d in torch_devices}
     errors: dict[str, str] = {}
     if method not in ("context", "isolated"):
         raise PlacerError(f"profile method must be 'context' or 'isolated', not {method!r}")
-    context: dict[str, dict[str, Any]] = {}
-    for d in torch_devices:
-        if method == "context" and d.type in ("cpu", "cuda"):
-            try:
-                if d.type == "cpu":
-                    context[str(d)] = profile_in_context(ep, graph, str(d), warmup=max(warmup, 1), repeats=repeats)
-                else:
-                    context[str(d)] = profile_device_in_context(ep, graph, str(d), warmup=max(warmup, 1), repeats=repeats)
-            except Exception as e:  # time it op by op instead
-                errors[f"in-context@{d}"] = f"{type(e).__name__}: {str(e).splitlines()[0][:200] if str(e) else ''}"
-    isolated = [d for d in torch_devices if str(d) not in context]
-    done = [0]
-
-    class _Timer(fx.Interpreter):
-        def run_node(self, n: fx.Node) -> Any:
-            result = super().run_node(n)
-            i = index.get(n.name) if n.op == "call_function" else None
-            if i is not None:
-                args, kwargs = self.fetch_args_kwargs_from_env(n)
-                for d in isolated:
-                    try:
-                        fwd[str(d)][i], bwd[str(d)][i] = _op_timer(n, args, kwargs, d, warmup, repeats)
-                    except Exception as e:  # an op this device cannot run: unknown (NaN), noted
-                        errors.setdefault(f"{n.name}@{d}", f"{type(e).__name__}: {str(e).splitlines()[0][:200] if str(e) else ''}")
-                done[0] += 1
-                if progress:
-                    progress(done[0], graph.num_ops)
-            return result
-
-    example = [p.meta["val"] for p in ep.graph.nodes if p.op == "placeholder" and p.name in set(ep.graph_signature.user_inputs)]
-    inputs = _concrete_inputs(ep, example)
-    if isolated:
-        with torch.enable_grad():
-            _Timer(gm).run(*inputs)
-    elif progress:
-        progress(graph.num_ops, graph.num_ops)
-    links = []
-    for a in torch_devices:
-        for b in torch_devices:
-            if a != b:
-                sizes, times = time_link(a, b, transfer_sizes, repeats=repeats)
-                lat, bw = fit_link(sizes, times)
-                links.append({"src": str(a), "dst": str(b), "latency_s": lat, "bandwidth_bytes_per_s": bw, "sizes_bytes": list(sizes), "times_s": times})
+    context = _in_context(ep, graph, torch_devices, warmup, repeats, errors) if method == "context" else {}
+    fwd, bwd = _isolated(ep, graph, [d for d in torch_devices if str(d) not in context], warmup, repeats, errors, progress)
+    links = _links(torch_devices, transfer_sizes, repeats)
 
     def col(a: np.ndarray) -> list:
         return [None if np.isnan(x) else float(x) for x in a.tolist()]

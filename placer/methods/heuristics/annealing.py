@@ -32,6 +32,7 @@ still leaves the others' barriers.
 from __future__ import annotations
 
 import time
+from typing import Any, Callable
 
 import numpy as np
 
@@ -49,6 +50,70 @@ def _cost(times: np.ndarray, oom: np.ndarray, penalty: float, over: np.ndarray |
     if over is not None:
         factor = factor * np.where(oom, np.maximum(over, 1.0), 1.0)
     return times * factor
+
+
+def _starting_points(graph: OpGraph, cluster: Any, groups: np.ndarray, num_groups: int, cand: np.ndarray,
+                     init: tuple[str, ...], seed: int) -> np.ndarray:
+    """Each candidate device alone, then the ``init`` heuristics' placements (a device per group: its first op's)."""
+    starts = [np.full(num_groups, d, dtype=np.int64) for d in cand]
+    first_op = np.unique(groups, return_index=True)[1]
+    for name in init:
+        starts.append(np.asarray(get(name)(graph, cluster, seed=seed), dtype=np.int64)[first_op])
+    return np.stack(starts)
+
+
+def _input_free_block(graph: OpGraph, groups: np.ndarray, num_groups: int) -> np.ndarray:
+    """The groups whose every op is input-free (see the module doc): a block moved as one to any device."""
+    free = input_free_mask(graph)
+    if free is None or not free.any():
+        return np.zeros(0, dtype=np.int64)
+    whole = np.bincount(groups, weights=free, minlength=num_groups) == np.bincount(groups, minlength=num_groups)
+    return np.flatnonzero(whole)
+
+
+def _block_variants(rows: np.ndarray, block: np.ndarray, num_devices: int) -> np.ndarray:
+    """``rows`` and each row with the block on each device in turn."""
+    if not len(block):
+        return rows
+    out = np.repeat(rows, num_devices, axis=0)
+    out[:, block] = np.tile(np.arange(num_devices), len(rows))[:, None]
+    return np.concatenate([rows, out])
+
+
+def _anneal(score: Callable[[np.ndarray], tuple], cur: np.ndarray, cur_cost: float, groups: np.ndarray, cand: np.ndarray,
+            block: np.ndarray, num_devices: int, *, steps: int, batch: int, t0: float, oom_penalty: float,
+            rng: np.random.Generator, deadline: float | None) -> np.ndarray:
+    """The Markov chain from ``cur``: batches of single-group moves (and a block move), Metropolis acceptance; the best seen."""
+    num_groups = len(cur)
+    best, best_cost = cur.copy(), cur_cost
+    scale = max(cur_cost, 1e-12)
+    done = 0
+    while done < steps and len(cand) > 1:
+        if deadline is not None and time.perf_counter() > deadline:
+            break
+        b = min(batch, steps - done)
+        temp = t0 * (0.01 ** (done / max(steps, 1))) * scale
+        g = rng.integers(0, num_groups, size=b)
+        shift = rng.integers(1, len(cand), size=b)  # a different device, uniformly
+        pos = np.searchsorted(cand, cur[g])
+        new_dev = cand[(pos + shift) % len(cand)]
+        props = np.repeat(cur[None, :], b, axis=0)
+        props[np.arange(b), g] = new_dev
+        if len(block):
+            props[-1] = cur  # last: tried after the single moves (the first accepted proposal moves the chain)
+            props[-1, block] = rng.integers(0, num_devices)
+        t, oom, over = score(props[:, groups].astype(np.int32))
+        c = _cost(t, oom, oom_penalty, over)
+        u = rng.random(b)
+        done += b
+        j = int(np.argmin(c))
+        if c[j] < best_cost:
+            best, best_cost = props[j].copy(), float(c[j])
+        for j in range(b):
+            if c[j] <= cur_cost or u[j] < np.exp(-(c[j] - cur_cost) / temp):
+                cur, cur_cost = props[j].copy(), float(c[j])
+                break
+    return best
 
 
 @register("annealing")
@@ -94,63 +159,18 @@ def annealing(
     num_groups = int(groups.max()) + 1 if len(groups) else 0
     if num_groups == 0:
         return np.zeros(0, dtype=np.int32)
-    # Starting points: each candidate device alone, then the init baselines (group-snapped).
-    starts = [np.full(num_groups, d, dtype=np.int64) for d in cand]
-    first_op = np.unique(groups, return_index=True)[1]
-    for name in init:
-        starts.append(np.asarray(get(name)(graph, cluster, seed=seed), dtype=np.int64)[first_op])
-    # the block of input-free groups (see the module doc), moved as one to any device
-    block = np.zeros(0, dtype=np.int64)
-    if block_moves if block_moves is not None else getattr(env, "microbatches", 1) > 1:
-        free = input_free_mask(graph)
-        if free is not None and free.any():
-            whole = np.bincount(groups, weights=free, minlength=num_groups) == np.bincount(groups, minlength=num_groups)
-            block = np.flatnonzero(whole)
-
-    def block_variants(rows: np.ndarray) -> np.ndarray:
-        """``rows`` and each row with the block on each device in turn."""
-        if not len(block):
-            return rows
-        out = np.repeat(rows, cluster.num_devices, axis=0)
-        out[:, block] = np.tile(np.arange(cluster.num_devices), len(rows))[:, None]
-        return np.concatenate([rows, out])
-
-    start_idx = block_variants(np.stack(starts))
+    starts = _starting_points(graph, cluster, groups, num_groups, cand, init, seed)
+    pipelined = block_moves if block_moves is not None else getattr(env, "microbatches", 1) > 1
+    block = _input_free_block(graph, groups, num_groups) if pipelined else np.zeros(0, dtype=np.int64)
+    start_idx = _block_variants(starts, block, cluster.num_devices)
     t, oom, over = score(start_idx[:, groups].astype(np.int32))
     costs = _cost(t, oom, oom_penalty, over)
     k = int(np.argmin(costs))
-    cur, cur_cost = start_idx[k].copy(), float(costs[k])
-    best, best_cost = cur.copy(), cur_cost
-    scale = max(cur_cost, 1e-12)
-    rng = np.random.default_rng(seed)
-    done = 0
-    while done < steps and len(cand) > 1:
-        if time_budget_s is not None and time.perf_counter() - start_clock > time_budget_s:
-            break
-        b = min(batch, steps - done)
-        temp = t0 * (0.01 ** (done / max(steps, 1))) * scale
-        g = rng.integers(0, num_groups, size=b)
-        shift = rng.integers(1, len(cand), size=b)  # a different device, uniformly
-        pos = np.searchsorted(cand, cur[g])
-        new_dev = cand[(pos + shift) % len(cand)]
-        props = np.repeat(cur[None, :], b, axis=0)
-        props[np.arange(b), g] = new_dev
-        if len(block):
-            props[-1] = cur  # last: tried after the single moves (the first accepted proposal moves the chain)
-            props[-1, block] = rng.integers(0, cluster.num_devices)
-        t, oom, over = score(props[:, groups].astype(np.int32))
-        c = _cost(t, oom, oom_penalty, over)
-        u = rng.random(b)
-        done += b
-        j = int(np.argmin(c))
-        if c[j] < best_cost:
-            best, best_cost = props[j].copy(), float(c[j])
-        for j in range(b):
-            if c[j] <= cur_cost or u[j] < np.exp(-(c[j] - cur_cost) / temp):
-                cur, cur_cost = props[j].copy(), float(c[j])
-                break
+    deadline = start_clock + time_budget_s if time_budget_s is not None else None
+    best = _anneal(score, start_idx[k].copy(), float(costs[k]), groups, cand, block, cluster.num_devices, steps=steps,
+                   batch=batch, t0=t0, oom_penalty=oom_penalty, rng=np.random.default_rng(seed), deadline=deadline)
     if len(block):  # the best found, with the block on each device
-        finals = block_variants(best[None])
+        finals = _block_variants(best[None], block, cluster.num_devices)
         t, oom, over = score(finals[:, groups].astype(np.int32))
         best = finals[int(np.argmin(_cost(t, oom, oom_penalty, over)))]
     return best[groups].astype(np.int32)

@@ -46,7 +46,6 @@ Needs the ``ilp`` extra (``pip install 'placer[ilp]'``).
 
 from __future__ import annotations
 
-import heapq
 import os
 import time
 from dataclasses import dataclass
@@ -57,7 +56,8 @@ import numpy as np
 import envs
 from envs import cost
 from graphs import OpGraph, PlacerError
-from graphs.grouping import coarsen
+from graphs.dag import priority_order_of_edges
+from graphs.grouping import coarsen, vote
 from graphs.plan import Placement
 from placer.methods.heuristics.groups import colocation_groups
 from placer.methods.registry import HeuristicUnavailable, get, register
@@ -165,41 +165,54 @@ class Solution:
     solve_s: float
 
 
-def solve(items: Items, cluster, *, time_limit_s: float = 60.0, num_workers: int = 1, seed: int = 0,
-          hint_device: np.ndarray | None = None, hint_order: np.ndarray | None = None) -> Solution:
-    """Build and solve the CP-SAT model of :mod:`placer.methods.heuristics.ilp`'s docstring."""
-    try:
-        from ortools.sat.python import cp_model
-    except ImportError:
-        raise HeuristicUnavailable("ilp: needs OR-Tools (pip install 'placer[ilp]')", "not installed") from None
+class _Model:
+    """The CP-SAT model of the module docstring for one item problem, built part by part (in this order).
 
-    K, D = items.fwd.shape
-    host = np.asarray(cluster.kinds) == "cpu"
-    gpus = [d for d in range(D) if not host[d]]
-    hosts = [d for d in range(D) if host[d]]
-    lat = np.asarray(cluster.latency_s, dtype=np.float64)
-    bw = np.asarray(cluster.bandwidth_bytes_per_s, dtype=np.float64)
-    edges = items.edges
+    Every part adds its variables and constraints to ``self.m`` in a fixed order, so a
+    model, and so the solver's run for a seed, is the same every time.
+    """
 
-    def copy_s(a: int, b: int, nbytes: float) -> float:
-        return float(lat[a, b] + nbytes / bw[a, b])
+    def __init__(self, cp_model: Any, items: Items, cluster: Any) -> None:
+        self.items, self.cluster = items, cluster
+        self.K, self.D = items.fwd.shape
+        self.host = np.asarray(cluster.kinds) == "cpu"
+        self.gpus = [d for d in range(self.D) if not self.host[d]]
+        self.hosts = [d for d in range(self.D) if self.host[d]]
+        self.lat = np.asarray(cluster.latency_s, dtype=np.float64)
+        self.bw = np.asarray(cluster.bandwidth_bytes_per_s, dtype=np.float64)
+        self.edges = items.edges
+        self.E = len(self.edges)
+        self.N = self.K + self.E  # forward events: ops 0..K-1, copies K..K+E-1 (copy k for edge k)
+        self.consumers: list[list[tuple[int, int]]] = [[] for _ in range(self.K)]  # u -> [(v, bytes)]
+        for u, v, nb in self.edges:
+            self.consumers[u].append((v, nb))
+        self._time_unit()
+        self.m = cp_model.CpModel()
+        TRUE = self.m.NewBoolVar("true")
+        self.m.Add(TRUE == 1)
+        self.same_cache: dict[tuple[int, int], Any] = {}
 
-    # time unit: fine enough that rounding cannot reorder plans that differ by more than a few ns
-    longest = (items.fwd + items.bwd + items.launch).max(axis=1).sum() if K else 0.0
-    comm = sum(2 * max(copy_s(a, b, nb) for a in range(D) for b in range(D) if a != b) for _, _, nb in edges) if D > 1 else 0.0
-    upd = float(cost.update_times_s(np.array([items.params.sum()] * D), cluster).max()) if K else 0.0
-    horizon_s = 2.0 * (longest + comm + upd) + 1e-6
-    unit = max(horizon_s / 1e9, 1e-13)
-    H = int(horizon_s / unit) + 1
+    # ---------------------------------------------------------------- helpers
+    def copy_s(self, a: int, b: int, nbytes: float) -> float:
+        return float(self.lat[a, b] + nbytes / self.bw[a, b])
 
-    def q(seconds: float) -> int:
-        return int(round(seconds / unit))
+    def _time_unit(self) -> None:
+        """Integer time: a unit fine enough that rounding cannot reorder plans that differ by more than a few ns."""
+        items, K, D = self.items, self.K, self.D
+        longest = (items.fwd + items.bwd + items.launch).max(axis=1).sum() if K else 0.0
+        comm = sum(2 * max(self.copy_s(a, b, nb) for a in range(D) for b in range(D) if a != b) for _, _, nb in self.edges) if D > 1 else 0.0
+        upd = float(cost.update_times_s(np.array([items.params.sum()] * D), self.cluster).max()) if K else 0.0
+        horizon_s = 2.0 * (longest + comm + upd) + 1e-6
+        self.unit = max(horizon_s / 1e9, 1e-13)
+        self.H = int(horizon_s / self.unit) + 1
 
-    m = cp_model.CpModel()
-    TRUE = m.NewBoolVar("true")
-    m.Add(TRUE == 1)
+    def q(self, seconds: float) -> int:
+        return int(round(seconds / self.unit))
 
-    def on_if(ct, lits):
+    def newt(self, name: str) -> Any:
+        return self.m.NewIntVar(0, self.H, name)
+
+    def on_if(self, ct: Any, lits: list[Any]) -> None:
         """Enforce ``ct`` under the conjunction ``lits`` (Python bools filtered; False drops it)."""
         real = []
         for lit in lits:
@@ -212,55 +225,30 @@ def solve(items: Items, cluster, *, time_limit_s: float = 60.0, num_workers: int
         else:
             ct()
 
-    x = [[m.NewBoolVar(f"x{i}_{d}") for d in range(D)] for i in range(K)]
-    for i in range(K):
-        m.AddExactlyOne(x[i])
-    cap = np.asarray(cluster.memory_bytes, dtype=np.float64)
-    for d in range(D):
-        if items.mem.sum() > cap[d]:
-            m.Add(sum(int(items.mem[i]) * x[i][d] for i in range(K) if items.mem[i] > 0) <= int(cap[d]))
-
-    # issue order
-    reach = _reach(K, edges)
-    pos = [m.NewIntVar(0, max(K - 1, 0), f"pos{i}") for i in range(K)]
-    if K > 1:
-        m.AddAllDifferent(pos)
-    before: dict[tuple[int, int], Any] = {}
-    for i in range(K):
-        for j in range(i + 1, K):
-            if reach[i] >> j & 1:
-                before[i, j], before[j, i] = True, False
-                continue
-            b = m.NewBoolVar(f"o{i}_{j}")
-            m.Add(pos[i] < pos[j]).OnlyEnforceIf(b)
-            m.Add(pos[i] > pos[j]).OnlyEnforceIf(b.Not())
-            before[i, j], before[j, i] = b, b.Not()
-    for u, v, _ in edges:
-        m.Add(pos[u] < pos[v])
-
-    same_cache: dict[tuple[int, int], Any] = {}
-
-    def same(v: int, w: int):
+    def same(self, v: int, w: int) -> Any:
+        """A literal: items ``v`` and ``w`` are on one device."""
+        m, x = self.m, self.x
         if v == w:
             return True
         key = (min(v, w), max(v, w))
-        if key not in same_cache:
+        if key not in self.same_cache:
             s = m.NewBoolVar(f"same{key}")
             zs = []
-            for d in range(D):
+            for d in range(self.D):
                 z = m.NewBoolVar("")
                 m.AddImplication(z, x[v][d])
                 m.AddImplication(z, x[w][d])
                 m.AddBoolOr([x[v][d].Not(), x[w][d].Not(), z])
                 zs.append(z)
             m.Add(s == sum(zs))
-            same_cache[key] = s
-        return same_cache[key]
+            self.same_cache[key] = s
+        return self.same_cache[key]
 
-    def neg(lit):
+    @staticmethod
+    def neg(lit: Any) -> Any:
         return (not lit) if isinstance(lit, bool) else lit.Not()
 
-    def conj(lits, name=""):
+    def conj(self, lits: list[Any], name: str = "") -> Any:
         """A literal equal to the conjunction of ``lits``."""
         lits = [lit for lit in lits if lit is not True]
         if any(lit is False for lit in lits):
@@ -269,242 +257,308 @@ def solve(items: Items, cluster, *, time_limit_s: float = 60.0, num_workers: int
             return True
         if len(lits) == 1:
             return lits[0]
-        z = m.NewBoolVar(name)
+        z = self.m.NewBoolVar(name)
         for lit in lits:
-            m.AddImplication(z, lit)
-        m.AddBoolOr([lit.Not() for lit in lits] + [z])
+            self.m.AddImplication(z, lit)
+        self.m.AddBoolOr([lit.Not() for lit in lits] + [z])
         return z
 
-    consumers: list[list[tuple[int, int]]] = [[] for _ in range(K)]  # u -> [(v, bytes)]
-    for u, v, nb in edges:
-        consumers[u].append((v, nb))
-
-    def newt(name):
-        return m.NewIntVar(0, H, name)
-
-    # forward events: ops 0..K-1, copies K..K+E-1 (copy k for edge k)
-    E = len(edges)
-    ev_item = list(range(K)) + [v for _, v, _ in edges]
-    slot: list[int] = [10 ** 9] * K
-    count = [0] * K
-    for u, v, _ in edges:
-        slot.append(count[v])
-        count[v] += 1
-    N = K + E
-    S = [newt(f"s{e}") for e in range(N)]
-    En = [newt(f"e{e}") for e in range(N)]
-    hpre = [newt(f"hpre{e}") for e in range(N)]
-    hpost = [newt(f"hpost{e}") for e in range(N)]
-
-    def ev_before(e1: int, e2: int):
-        v1, v2 = ev_item[e1], ev_item[e2]
-        if v1 == v2:
-            return slot[e1] < slot[e2]
-        return before[v1, v2]
-
-    for i in range(K):
-        m.Add(En[i] == S[i] + sum(q(items.fwd[i, d]) * x[i][d] for d in range(D)))
-        m.Add(S[i] >= hpre[i])
-        m.Add(hpost[i] >= hpre[i])
-        for d in gpus:
-            if items.launch[i, d] > 0:
-                m.Add(hpost[i] >= hpre[i] + q(items.launch[i, d])).OnlyEnforceIf(x[i][d])
-            m.Add(S[i] >= hpost[i]).OnlyEnforceIf(x[i][d])
-        for d in hosts:
-            m.Add(hpost[i] >= En[i]).OnlyEnforceIf(x[i][d])
-
-    active, link = [], []
-    for k, (u, v, nb) in enumerate(edges):
-        e = K + k
-        diff = same(u, v).Not()
-        blockers = []
-        for w, _ in consumers[u]:
-            if w != v:
-                blk = conj([same(v, w), before[w, v]], f"blk{k}_{w}")
-                if blk is not False:
-                    blockers.append(blk)
-        act = m.NewBoolVar(f"act{k}")
-        m.AddImplication(act, diff)
-        for blk in blockers:
-            m.AddImplication(act, neg(blk)) if blk is not True else m.Add(act == 0)
-        m.AddBoolOr([diff.Not()] + [b for b in blockers if b is not True] + [act])
-        active.append(act)
-        lk = {}
-        for a in range(D):
-            for b in range(D):
-                if a != b:
-                    lk[a, b] = conj([act, x[u][a], x[v][b]], f"lk{k}_{a}_{b}")
-                    dur = q(copy_s(a, b, nb))
-                    m.Add(En[e] >= S[e] + dur).OnlyEnforceIf(lk[a, b])
-                    for w, nbw in consumers[u]:
-                        if w != v and nbw > nb:
-                            on_if(lambda: m.Add(En[e] >= S[e] + q(copy_s(a, b, nbw))), [lk[a, b], same(v, w)])
-        link.append(lk)
-        m.Add(S[e] >= hpre[e])
-        m.Add(hpost[e] >= hpre[e])
-        for h in hosts:
-            m.Add(hpost[e] >= En[e]).OnlyEnforceIf([act, x[v][h]])
-        for w, _ in consumers[u]:
-            on_if(lambda: m.Add(S[w] >= En[e]), [act, same(v, w)])
-
-    # streams: which events use GPU c's stream
-    on: list[dict[int, Any]] = [{c: x[i][c] for c in gpus} for i in range(K)]
-    for k, (u, v, _) in enumerate(edges):
-        per = {}
-        for c in gpus:
-            z = m.NewBoolVar(f"on{k}_{c}")
-            m.AddImplication(z, active[k])
-            m.AddBoolOr([x[u][c], x[v][c], z.Not()])
-            m.AddBoolOr([active[k].Not(), x[u][c].Not(), z])
-            m.AddBoolOr([active[k].Not(), x[v][c].Not(), z])
-            per[c] = z
-        on.append(per)
-    for e1 in range(N):
-        for e2 in range(N):
-            if e1 == e2:
-                continue
-            bf = ev_before(e1, e2)
-            if bf is False:
-                continue
-            on_if(lambda: m.Add(hpre[e2] >= hpost[e1]), [bf])
-            for c in gpus:
-                on_if(lambda: m.Add(S[e2] >= En[e1]), [bf, on[e1][c], on[e2][c]])
-    # links, forward: in issue order
-    for k1 in range(E):
-        for k2 in range(E):
-            if k1 == k2:
-                continue
-            bf = ev_before(K + k1, K + k2)
-            if bf is False:
-                continue
-            for ab, l1 in link[k1].items():
-                on_if(lambda: m.Add(S[K + k2] >= En[K + k1]), [bf, l1, link[k2][ab]])
-
-    # backward
-    HF = newt("hf")
-    for e in range(N):
-        m.Add(HF >= hpost[e])
-    BS = [newt(f"bs{i}") for i in range(K)]
-    BE = [newt(f"be{i}") for i in range(K)]
-    FD = {c: newt(f"fd{c}") for c in gpus}
-    for e in range(N):
-        for c in gpus:
-            m.Add(FD[c] >= En[e]).OnlyEnforceIf(on[e][c])
-    ishost = []
-    for i in range(K):
-        if len(hosts) == 1:
-            ishost.append(x[i][hosts[0]])
-        elif hosts:
-            z = m.NewBoolVar("")
-            m.Add(z == sum(x[i][h] for h in hosts))
-            ishost.append(z)
-        else:
-            ishost.append(False)
-        m.Add(BE[i] == BS[i] + sum(q(items.bwd[i, d]) * x[i][d] for d in range(D)))
-        m.Add(BS[i] >= HF)
-        for c in gpus:
-            m.Add(BS[i] >= FD[c]).OnlyEnforceIf(x[i][c])
-    for i in range(K):
-        for j in range(K):
-            if i == j or before[i, j] is False:
-                continue
-            for c in gpus:
-                on_if(lambda: m.Add(BS[i] >= BE[j]), [before[i, j], x[i][c], x[j][c]])
-            on_if(lambda: m.Add(BS[i] >= BE[j]), [before[i, j], ishost[i], ishost[j]])
-    GS = [newt(f"gs{k}") for k in range(E)]
-    GE = [newt(f"ge{k}") for k in range(E)]
-    for k, (u, v, nb) in enumerate(edges):
-        for w, _ in consumers[u]:
-            on_if(lambda: m.Add(GS[k] >= BE[w]), [active[k], same(v, w)])
-        for (a, b), lit in link[k].items():
-            m.Add(GE[k] >= GS[k] + q(copy_s(b, a, nb))).OnlyEnforceIf(lit)
-            for w, nbw in consumers[u]:
-                if w != v and nbw > nb:
-                    on_if(lambda: m.Add(GE[k] >= GS[k] + q(copy_s(b, a, nbw))), [lit, same(v, w)])
-            # the link b -> a carries the forward copies first
-            for k2 in range(E):
-                if (b, a) in link[k2]:
-                    on_if(lambda: m.Add(GS[k] >= En[K + k2]), [lit, link[k2][b, a]])
-        m.Add(BS[u] >= GE[k]).OnlyEnforceIf(active[k])
-    for k1, (u1, _, _) in enumerate(edges):
-        for k2, (u2, _, _) in enumerate(edges):
-            if u1 == u2 or before[u1, u2] is False:
-                continue
-            for ab, l1 in link[k1].items():
-                on_if(lambda: m.Add(GS[k1] >= GE[k2]), [before[u1, u2], l1, link[k2][ab]])
-    # blocking gradient copies between a GPU c and the host: the copy waits for c's stream (its forward work,
-    # and the backward tasks and blocking copies the reverse pass ran before it) and, host -> GPU, for the host
-    # queue; afterwards c's stream (and, host -> GPU, the host queue) continues from its end
-    def any_of(lits, name):
+    def any_of(self, lits: list[Any], name: str) -> Any:
         lits = [lit for lit in lits if lit is not False]
         if not lits:
             return False
-        z = m.NewBoolVar(name)
-        m.Add(z == sum(lits))  # the link literals of one copy exclude each other
+        z = self.m.NewBoolVar(name)
+        self.m.Add(z == sum(lits))  # the link literals of one copy exclude each other
         return z
 
-    blk = [{c: any_of([lk for (a, b), lk in link[k].items() if (a == c and host[b]) or (b == c and host[a])], f"blk{k}_{c}")
-            for c in gpus} for k in range(E)]
-    h2d = [any_of([lk for (a, b), lk in link[k].items() if not host[a] and host[b]], f"h2d{k}") for k in range(E)]
-    for k, (u, _, _) in enumerate(edges):
-        for c in gpus:
-            lit = blk[k][c]
-            if lit is False:
-                continue
-            m.Add(GS[k] >= FD[c]).OnlyEnforceIf(lit)
-            for w in range(K):
-                if w == u:
-                    continue
-                on_if(lambda: m.Add(GS[k] >= BE[w]), [lit, before[u, w], x[w][c]])
-                on_if(lambda: m.Add(BS[w] >= GE[k]), [lit, before[w, u], x[w][c]])
-            for k2, (u2, _, _) in enumerate(edges):
-                if u2 != u and blk[k2][c] is not False:
-                    on_if(lambda: m.Add(GS[k] >= GE[k2]), [lit, blk[k2][c], before[u, u2]])
-        if h2d[k] is False:
-            continue
-        for w in range(K):
-            if w != u:
-                on_if(lambda: m.Add(GS[k] >= BE[w]), [h2d[k], before[u, w], ishost[w]])
-                on_if(lambda: m.Add(BS[w] >= GE[k]), [h2d[k], before[w, u], ishost[w]])
-        for k2, (u2, _, _) in enumerate(edges):
-            if u2 != u and h2d[k2] is not False:
-                on_if(lambda: m.Add(GS[k] >= GE[k2]), [h2d[k], h2d[k2], before[u, u2]])
+    def ev_before(self, e1: int, e2: int) -> Any:
+        v1, v2 = self.ev_item[e1], self.ev_item[e2]
+        if v1 == v2:
+            return self.slot[e1] < self.slot[e2]
+        return self.before[v1, v2]
 
-    # redundant no-overlaps
-    for c in gpus:
-        ivs = []
+    # ---------------------------------------------------------------- the parts
+    def devices(self) -> None:
+        """``x[i][d]``: item i on device d, one each; the static bytes and kept activations fit every device."""
+        m, items, K, D = self.m, self.items, self.K, self.D
+        x = self.x = [[m.NewBoolVar(f"x{i}_{d}") for d in range(D)] for i in range(K)]
         for i in range(K):
-            ivs.append(m.NewOptionalFixedSizeIntervalVar(S[i], q(items.fwd[i, c]), x[i][c], ""))
-            ivs.append(m.NewOptionalFixedSizeIntervalVar(BS[i], q(items.bwd[i, c]), x[i][c], ""))
-        m.AddNoOverlap(ivs)
-    for a in range(D):
-        for b in range(D):
-            if a == b or not edges:
+            m.AddExactlyOne(x[i])
+        cap = np.asarray(self.cluster.memory_bytes, dtype=np.float64)
+        for d in range(D):
+            if items.mem.sum() > cap[d]:
+                m.Add(sum(int(items.mem[i]) * x[i][d] for i in range(K) if items.mem[i] > 0) <= int(cap[d]))
+
+    def issue_order(self) -> None:
+        """``pos[i]``: the issue position, a topological permutation; ``before[i, j]``, literal or known."""
+        m, K = self.m, self.K
+        reach = _reach(K, self.edges)
+        pos = self.pos = [m.NewIntVar(0, max(K - 1, 0), f"pos{i}") for i in range(K)]
+        if K > 1:
+            m.AddAllDifferent(pos)
+        before = self.before = {}
+        for i in range(K):
+            for j in range(i + 1, K):
+                if reach[i] >> j & 1:
+                    before[i, j], before[j, i] = True, False
+                    continue
+                b = m.NewBoolVar(f"o{i}_{j}")
+                m.Add(pos[i] < pos[j]).OnlyEnforceIf(b)
+                m.Add(pos[i] > pos[j]).OnlyEnforceIf(b.Not())
+                before[i, j], before[j, i] = b, b.Not()
+        for u, v, _ in self.edges:
+            m.Add(pos[u] < pos[v])
+
+    def forward_ops(self) -> None:
+        """The items' forward events: start, end, and the host clock before and after each."""
+        m, items, x, K, D, q, newt = self.m, self.items, self.x, self.K, self.D, self.q, self.newt
+        self.ev_item = list(range(K)) + [v for _, v, _ in self.edges]
+        self.slot = [10 ** 9] * K
+        count = [0] * K
+        for u, v, _ in self.edges:
+            self.slot.append(count[v])
+            count[v] += 1
+        N = self.N
+        S = self.S = [newt(f"s{e}") for e in range(N)]
+        En = self.En = [newt(f"e{e}") for e in range(N)]
+        hpre = self.hpre = [newt(f"hpre{e}") for e in range(N)]
+        hpost = self.hpost = [newt(f"hpost{e}") for e in range(N)]
+        for i in range(K):
+            m.Add(En[i] == S[i] + sum(q(items.fwd[i, d]) * x[i][d] for d in range(D)))
+            m.Add(S[i] >= hpre[i])
+            m.Add(hpost[i] >= hpre[i])
+            for d in self.gpus:
+                if items.launch[i, d] > 0:
+                    m.Add(hpost[i] >= hpre[i] + q(items.launch[i, d])).OnlyEnforceIf(x[i][d])
+                m.Add(S[i] >= hpost[i]).OnlyEnforceIf(x[i][d])
+            for d in self.hosts:
+                m.Add(hpost[i] >= En[i]).OnlyEnforceIf(x[i][d])
+
+    def forward_copies(self) -> None:
+        """One copy per (producer, consumer device), made at the first consumer issued there: ``active``, ``link``."""
+        m, x, K, D, q, same, conj = self.m, self.x, self.K, self.D, self.q, self.same, self.conj
+        S, En, hpre, hpost, before, copy_s, on_if = self.S, self.En, self.hpre, self.hpost, self.before, self.copy_s, self.on_if
+        active, link = self.active, self.link = [], []
+        for k, (u, v, nb) in enumerate(self.edges):
+            e = K + k
+            diff = same(u, v).Not()
+            blockers = []
+            for w, _ in self.consumers[u]:
+                if w != v:
+                    blk = conj([same(v, w), before[w, v]], f"blk{k}_{w}")
+                    if blk is not False:
+                        blockers.append(blk)
+            act = m.NewBoolVar(f"act{k}")
+            m.AddImplication(act, diff)
+            for blk in blockers:
+                m.AddImplication(act, self.neg(blk)) if blk is not True else m.Add(act == 0)
+            m.AddBoolOr([diff.Not()] + [b for b in blockers if b is not True] + [act])
+            active.append(act)
+            lk = {}
+            for a in range(D):
+                for b in range(D):
+                    if a != b:
+                        lk[a, b] = conj([act, x[u][a], x[v][b]], f"lk{k}_{a}_{b}")
+                        dur = q(copy_s(a, b, nb))
+                        m.Add(En[e] >= S[e] + dur).OnlyEnforceIf(lk[a, b])
+                        for w, nbw in self.consumers[u]:
+                            if w != v and nbw > nb:
+                                on_if(lambda: m.Add(En[e] >= S[e] + q(copy_s(a, b, nbw))), [lk[a, b], same(v, w)])
+            link.append(lk)
+            m.Add(S[e] >= hpre[e])
+            m.Add(hpost[e] >= hpre[e])
+            for h in self.hosts:
+                m.Add(hpost[e] >= En[e]).OnlyEnforceIf([act, x[v][h]])
+            for w, _ in self.consumers[u]:
+                on_if(lambda: m.Add(S[w] >= En[e]), [act, same(v, w)])
+
+    def forward_streams(self) -> None:
+        """The host issues events in order; every GPU stream and every link serves its events in issue order."""
+        m, x, K, E, on_if = self.m, self.x, self.K, self.E, self.on_if
+        S, En, hpre, hpost, active, link = self.S, self.En, self.hpre, self.hpost, self.active, self.link
+        on = self.on = [{c: x[i][c] for c in self.gpus} for i in range(K)]  # which events use GPU c's stream
+        for k, (u, v, _) in enumerate(self.edges):
+            per = {}
+            for c in self.gpus:
+                z = m.NewBoolVar(f"on{k}_{c}")
+                m.AddImplication(z, active[k])
+                m.AddBoolOr([x[u][c], x[v][c], z.Not()])
+                m.AddBoolOr([active[k].Not(), x[u][c].Not(), z])
+                m.AddBoolOr([active[k].Not(), x[v][c].Not(), z])
+                per[c] = z
+            on.append(per)
+        for e1 in range(self.N):
+            for e2 in range(self.N):
+                if e1 == e2:
+                    continue
+                bf = self.ev_before(e1, e2)
+                if bf is False:
+                    continue
+                on_if(lambda: m.Add(hpre[e2] >= hpost[e1]), [bf])
+                for c in self.gpus:
+                    on_if(lambda: m.Add(S[e2] >= En[e1]), [bf, on[e1][c], on[e2][c]])
+        for k1 in range(E):  # links, forward: in issue order
+            for k2 in range(E):
+                if k1 == k2:
+                    continue
+                bf = self.ev_before(K + k1, K + k2)
+                if bf is False:
+                    continue
+                for ab, l1 in link[k1].items():
+                    on_if(lambda: m.Add(S[K + k2] >= En[K + k1]), [bf, l1, link[k2][ab]])
+
+    def backward_tasks(self) -> None:
+        """Backward tasks after the forward is issued, each GPU and the host queue in reverse issue order."""
+        m, items, x, K, D, q, newt, on_if, before = self.m, self.items, self.x, self.K, self.D, self.q, self.newt, self.on_if, self.before
+        HF = newt("hf")
+        for e in range(self.N):
+            m.Add(HF >= self.hpost[e])
+        BS = self.BS = [newt(f"bs{i}") for i in range(K)]
+        BE = self.BE = [newt(f"be{i}") for i in range(K)]
+        FD = self.FD = {c: newt(f"fd{c}") for c in self.gpus}
+        for e in range(self.N):
+            for c in self.gpus:
+                m.Add(FD[c] >= self.En[e]).OnlyEnforceIf(self.on[e][c])
+        ishost = self.ishost = []
+        for i in range(K):
+            if len(self.hosts) == 1:
+                ishost.append(x[i][self.hosts[0]])
+            elif self.hosts:
+                z = m.NewBoolVar("")
+                m.Add(z == sum(x[i][h] for h in self.hosts))
+                ishost.append(z)
+            else:
+                ishost.append(False)
+            m.Add(BE[i] == BS[i] + sum(q(items.bwd[i, d]) * x[i][d] for d in range(D)))
+            m.Add(BS[i] >= HF)
+            for c in self.gpus:
+                m.Add(BS[i] >= FD[c]).OnlyEnforceIf(x[i][c])
+        for i in range(K):
+            for j in range(K):
+                if i == j or before[i, j] is False:
+                    continue
+                for c in self.gpus:
+                    on_if(lambda: m.Add(BS[i] >= BE[j]), [before[i, j], x[i][c], x[j][c]])
+                on_if(lambda: m.Add(BS[i] >= BE[j]), [before[i, j], ishost[i], ishost[j]])
+
+    def gradient_copies(self) -> None:
+        """A gradient copy waits for its consumers' backward and its link, a producer's backward for its copies."""
+        m, K, E, q, newt, on_if, same, before = self.m, self.K, self.E, self.q, self.newt, self.on_if, self.same, self.before
+        link, active, BS, BE, En, copy_s = self.link, self.active, self.BS, self.BE, self.En, self.copy_s
+        GS = self.GS = [newt(f"gs{k}") for k in range(E)]
+        GE = self.GE = [newt(f"ge{k}") for k in range(E)]
+        for k, (u, v, nb) in enumerate(self.edges):
+            for w, _ in self.consumers[u]:
+                on_if(lambda: m.Add(GS[k] >= BE[w]), [active[k], same(v, w)])
+            for (a, b), lit in link[k].items():
+                m.Add(GE[k] >= GS[k] + q(copy_s(b, a, nb))).OnlyEnforceIf(lit)
+                for w, nbw in self.consumers[u]:
+                    if w != v and nbw > nb:
+                        on_if(lambda: m.Add(GE[k] >= GS[k] + q(copy_s(b, a, nbw))), [lit, same(v, w)])
+                # the link b -> a carries the forward copies first
+                for k2 in range(E):
+                    if (b, a) in link[k2]:
+                        on_if(lambda: m.Add(GS[k] >= En[K + k2]), [lit, link[k2][b, a]])
+            m.Add(BS[u] >= GE[k]).OnlyEnforceIf(active[k])
+        for k1, (u1, _, _) in enumerate(self.edges):
+            for k2, (u2, _, _) in enumerate(self.edges):
+                if u1 == u2 or before[u1, u2] is False:
+                    continue
+                for ab, l1 in link[k1].items():
+                    on_if(lambda: m.Add(GS[k1] >= GE[k2]), [before[u1, u2], l1, link[k2][ab]])
+
+    def blocking_copies(self) -> None:
+        """A gradient copy between a GPU c and the host waits for c's stream and (host -> GPU) the host queue, and holds them.
+
+        It waits for c's forward work and the backward tasks and blocking copies the
+        reverse pass ran before it; afterwards c's stream (and, host -> GPU, the host
+        queue) continues from its end.
+        """
+        m, K, E, host, on_if, any_of, before = self.m, self.K, self.E, self.host, self.on_if, self.any_of, self.before
+        link, x, GS, GE, BS, BE, FD, ishost = self.link, self.x, self.GS, self.GE, self.BS, self.BE, self.FD, self.ishost
+        blk = [{c: any_of([lk for (a, b), lk in link[k].items() if (a == c and host[b]) or (b == c and host[a])], f"blk{k}_{c}")
+                for c in self.gpus} for k in range(E)]
+        h2d = [any_of([lk for (a, b), lk in link[k].items() if not host[a] and host[b]], f"h2d{k}") for k in range(E)]
+        for k, (u, _, _) in enumerate(self.edges):
+            for c in self.gpus:
+                lit = blk[k][c]
+                if lit is False:
+                    continue
+                m.Add(GS[k] >= FD[c]).OnlyEnforceIf(lit)
+                for w in range(K):
+                    if w == u:
+                        continue
+                    on_if(lambda: m.Add(GS[k] >= BE[w]), [lit, before[u, w], x[w][c]])
+                    on_if(lambda: m.Add(BS[w] >= GE[k]), [lit, before[w, u], x[w][c]])
+                for k2, (u2, _, _) in enumerate(self.edges):
+                    if u2 != u and blk[k2][c] is not False:
+                        on_if(lambda: m.Add(GS[k] >= GE[k2]), [lit, blk[k2][c], before[u, u2]])
+            if h2d[k] is False:
                 continue
+            for w in range(K):
+                if w != u:
+                    on_if(lambda: m.Add(GS[k] >= BE[w]), [h2d[k], before[u, w], ishost[w]])
+                    on_if(lambda: m.Add(BS[w] >= GE[k]), [h2d[k], before[w, u], ishost[w]])
+            for k2, (u2, _, _) in enumerate(self.edges):
+                if u2 != u and h2d[k2] is not False:
+                    on_if(lambda: m.Add(GS[k] >= GE[k2]), [h2d[k], h2d[k2], before[u, u2]])
+
+    def no_overlaps(self) -> None:
+        """Redundant ``NoOverlap`` constraints per GPU (forward and backward tasks) and per link (copies)."""
+        m, items, x, K, D, q = self.m, self.items, self.x, self.K, self.D, self.q
+        for c in self.gpus:
             ivs = []
-            for k, (_, _, nb) in enumerate(edges):
-                ivs.append(m.NewOptionalFixedSizeIntervalVar(S[K + k], q(copy_s(a, b, nb)), link[k][a, b], ""))
-                ivs.append(m.NewOptionalFixedSizeIntervalVar(GS[k], q(copy_s(a, b, nb)), link[k][b, a], ""))
+            for i in range(K):
+                ivs.append(m.NewOptionalFixedSizeIntervalVar(self.S[i], q(items.fwd[i, c]), x[i][c], ""))
+                ivs.append(m.NewOptionalFixedSizeIntervalVar(self.BS[i], q(items.bwd[i, c]), x[i][c], ""))
             m.AddNoOverlap(ivs)
+        for a in range(D):
+            for b in range(D):
+                if a == b or not self.edges:
+                    continue
+                ivs = []
+                for k, (_, _, nb) in enumerate(self.edges):
+                    ivs.append(m.NewOptionalFixedSizeIntervalVar(self.S[K + k], q(self.copy_s(a, b, nb)), self.link[k][a, b], ""))
+                    ivs.append(m.NewOptionalFixedSizeIntervalVar(self.GS[k], q(self.copy_s(a, b, nb)), self.link[k][b, a], ""))
+                m.AddNoOverlap(ivs)
 
-    # objective: backward end + the largest update
-    M = newt("makespan")
-    for i in range(K):
-        m.Add(M >= En[i])
-        m.Add(M >= BE[i])
-    for k in range(E):
-        m.Add(M >= En[K + k]).OnlyEnforceIf(active[k])
-        m.Add(M >= GE[k]).OnlyEnforceIf(active[k])
-    U = newt("update")
-    mem_bw = np.asarray(cluster.mem_bw_bytes_per_s, dtype=np.float64)
-    launch_s = np.asarray(cluster.launch_overhead_s, dtype=np.float64)
-    with_params = [i for i in range(K) if items.params[i] > 0]
-    for d in range(D):
-        load = sum(q(cost.UPDATE_TRAFFIC_MULTIPLIER * items.params[i] / mem_bw[d]) * x[i][d] for i in with_params)
-        for i in with_params:
-            m.Add(U >= q(launch_s[d]) + load).OnlyEnforceIf(x[i][d])
-    m.Minimize(M + U)
+    def objective(self) -> None:
+        """Minimise the backward end plus the largest optimizer update."""
+        m, items, x, K, D, q, newt = self.m, self.items, self.x, self.K, self.D, self.q, self.newt
+        M = newt("makespan")
+        for i in range(K):
+            m.Add(M >= self.En[i])
+            m.Add(M >= self.BE[i])
+        for k in range(self.E):
+            m.Add(M >= self.En[K + k]).OnlyEnforceIf(self.active[k])
+            m.Add(M >= self.GE[k]).OnlyEnforceIf(self.active[k])
+        U = newt("update")
+        mem_bw = np.asarray(self.cluster.mem_bw_bytes_per_s, dtype=np.float64)
+        launch_s = np.asarray(self.cluster.launch_overhead_s, dtype=np.float64)
+        with_params = [i for i in range(K) if items.params[i] > 0]
+        for d in range(D):
+            load = sum(q(cost.UPDATE_TRAFFIC_MULTIPLIER * items.params[i] / mem_bw[d]) * x[i][d] for i in with_params)
+            for i in with_params:
+                m.Add(U >= q(launch_s[d]) + load).OnlyEnforceIf(x[i][d])
+        m.Minimize(M + U)
 
+    def build(self) -> "_Model":
+        for part in (self.devices, self.issue_order, self.forward_ops, self.forward_copies, self.forward_streams,
+                     self.backward_tasks, self.gradient_copies, self.blocking_copies, self.no_overlaps, self.objective):
+            part()
+        return self
+
+
+def solve(items: Items, cluster, *, time_limit_s: float = 60.0, num_workers: int = 1, seed: int = 0,
+          hint_device: np.ndarray | None = None, hint_order: np.ndarray | None = None) -> Solution:
+    """Build and solve the CP-SAT model of :mod:`placer.methods.heuristics.ilp`'s docstring."""
+    try:
+        from ortools.sat.python import cp_model  # an optional extra: loaded only when ilp runs
+    except ImportError:
+        raise HeuristicUnavailable("ilp: needs OR-Tools (pip install 'placer[ilp]')", "not installed") from None
+
+    model = _Model(cp_model, items, cluster).build()
+    m, x, pos, D, K = model.m, model.x, model.pos, model.D, model.K
     t0 = time.perf_counter()
     hinted = None
     if hint_device is not None and hint_order is not None:
@@ -523,11 +577,11 @@ def solve(items: Items, cluster, *, time_limit_s: float = 60.0, num_workers: int
     name = solver.StatusName(status).lower()
     if status in (cp_model.OPTIMAL, cp_model.FEASIBLE):
         value = solver.Value
-        objective, bound = solver.ObjectiveValue() * unit, solver.BestObjectiveBound() * unit
+        objective, bound = solver.ObjectiveValue() * model.unit, solver.BestObjectiveBound() * model.unit
     elif hinted is not None and status == cp_model.UNKNOWN:  # out of time before a first solution: the hint is one
         values = hinted[0]
         value = lambda v: values[v.Index()]  # noqa: E731
-        name, objective, bound = "hint", hinted[1] * unit, None
+        name, objective, bound = "hint", hinted[1] * model.unit, None
     else:
         raise PlacerError(f"ilp: the solver found no plan in {time_limit_s:g} s (status {name})")
     dev = np.array([next(d for d in range(D) if value(x[i][d])) for i in range(K)], dtype=np.int64)
@@ -595,27 +649,11 @@ def _hint(graph: OpGraph, cluster, env, methods: str, seed: int) -> tuple[str, n
 
 def _project(op_item: np.ndarray, K: int, idx: np.ndarray, order: np.ndarray, weight: np.ndarray, D: int, edges) -> tuple[np.ndarray, np.ndarray]:
     """Item devices (the device holding most of an item's weight) and an item order (topological, by first issue)."""
-    tally = np.zeros((K, D))
-    np.add.at(tally, (op_item, idx), weight + 1e-12)
-    dev = np.argmax(tally, axis=1)
+    dev = vote(op_item, idx, K, D, weight + 1e-12)
     first = np.full(K, np.inf)
     np.minimum.at(first, op_item[np.asarray(order)], np.arange(len(order), dtype=np.float64))
-    indeg = np.zeros(K, dtype=np.int64)
-    succ: list[list[int]] = [[] for _ in range(K)]
-    for u, v, _ in edges:
-        indeg[v] += 1
-        succ[u].append(v)
-    heap = [(first[i], i) for i in range(K) if indeg[i] == 0]
-    heapq.heapify(heap)
-    out = []
-    while heap:
-        _, u = heapq.heappop(heap)
-        out.append(u)
-        for v in succ[u]:
-            indeg[v] -= 1
-            if indeg[v] == 0:
-                heapq.heappush(heap, (first[v], v))
-    return dev, np.asarray(out, dtype=np.int64)
+    src, dst = [u for u, _, _ in edges], [v for _, v, _ in edges]
+    return dev, priority_order_of_edges(K, np.asarray(src, dtype=np.int64), np.asarray(dst, dtype=np.int64), first)
 
 
 @register("ilp")
@@ -623,7 +661,7 @@ def ilp(graph: OpGraph, cluster, *, seed: int = 0, time_limit_s: float = 60.0, n
         max_items: int | None = None, hint: str = DEFAULT_HINTS, env: Any = None):
     """Placement and issue order from CP-SAT (see the module docstring); returns a ``Placement``."""
     try:
-        import ortools  # noqa: F401
+        import ortools  # noqa: F401  (an optional extra: checked before any work)
     except ImportError:
         raise HeuristicUnavailable("ilp: needs OR-Tools (pip install 'placer[ilp]')", "not installed") from None
 
