@@ -84,7 +84,7 @@ def apply(
       masks match the unplaced model's only where both run on the same device;
     * the ops run in the placement's issue order (``placement.order``, or ``order``),
       each cross-device copy issued right before its first consumer in that order;
-      without one, in node order (see :func:`envs.runtime.reorder`). The order run
+      without one, in node order (see :func:`envs.real.placing.reorder`). The order run
       is ``result.meta["placer_issue_order"]`` (op names).
 
     Args:
@@ -99,7 +99,7 @@ def apply(
         order: issue order, op indices of the graph (a topological order); overrides
             ``placement.order``. A bad order raises :class:`graphs.PlacerError`.
         microbatches: M; overrides ``placement.microbatches`` (default 1). With M > 1
-            the result is an :class:`envs.runtime.MicrobatchedModule`: each call
+            the result is an :class:`envs.real.pipeline.MicrobatchedModule`: each call
             splits its inputs into M microbatches along ``batch_dim``, runs them one
             after the other through the placed program (exported at the microbatch
             size; its op names must be the graph's), the issue order within each, and
@@ -113,7 +113,7 @@ def apply(
             are the host), and the program runs stage by stage in the simulator's
             host program, each stage holding at most W microbatches' activations;
             the model's output must then be its loss, and ``loss.backward()``
-            finishes the step (see :class:`envs.runtime.MicrobatchedModule`).
+            finishes the step (see :class:`envs.real.pipeline.MicrobatchedModule`).
         batch_dim: the dimension of the inputs that holds the batch (default 0).
         loss_reduction: how the model's loss reduces over the batch, ``"mean"`` or ``"sum"``.
     """
