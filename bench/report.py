@@ -148,7 +148,7 @@ def table1_row(
         warm_start: ``"best"`` (imitate the best heuristic first, the ``placer
             train`` default) or ``"none"`` (from scratch, as in the paper).
         logdir: where the runs' TensorBoard logs go (None: a temporary directory).
-        compare_options: per-baseline options for ``compare``.
+        compare_options: per-heuristic options for ``compare``.
         executor: the simulator's executor model; ``"dataflow"`` by default, the
             paper's TensorFlow setting that Table 1 was measured in.
     """
@@ -275,7 +275,7 @@ def markdown_report(rows: Sequence[Table1Row], *, budget_s: float | None, warm_s
     )
     how += (
         f" ({'warm-started by imitating the best heuristic' if warm_start == 'best' else 'trained from scratch'}, "
-        f"seed {seed}). Best other heuristic: the fastest baseline without a column of its own (bold when it is "
+        f"seed {seed}). Best other heuristic: the fastest heuristic without a column of its own (bold when it is "
         "the best heuristic overall). Speed-ups: step-time reduction of the better RL policy, in %."
     )
     parts += [how, "", f"Machine: {machine_line()}; {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}."]

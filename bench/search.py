@@ -4,7 +4,7 @@
 batch is scored, how many distinct placements have been evaluated so far, the
 wall time since :meth:`RecordingEnv.restart`, and the best step time of the
 placements that fit in memory. RL (:func:`placer.learn.loop.train`, which accepts an
-``env``) and the search baselines (``annealing`` and ``random_search``, which
+``env``) and the search heuristics (``annealing`` and ``random_search``, which
 accept ``env=``) are run through it unchanged, so the curves of
 :func:`search_curves` compare the methods on the same clock and the same count.
 

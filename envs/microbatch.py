@@ -133,17 +133,17 @@ def expand_order(order: Any, num_ops: int, microbatches: int) -> np.ndarray:
 FORWARD, BACKWARD = 0, 1
 
 
-def stage_starts(place: Any, order: Any, host: Any, free: Any) -> np.ndarray:
+def stage_starts(op_devices: Any, order: Any, host: Any, free: Any) -> np.ndarray:
     """Where a microbatch's stages begin: positions in its issue ``order`` (0 first).
 
-    ``place``: device index per op; ``host``: True per host device; ``free``: True
+    ``op_devices``: device index per op; ``host``: True per host device; ``free``: True
     per op that takes no time (:func:`graphs.ops.free_mask`). A new stage begins at
     every op that runs on a GPU other than the previous GPU op's; host ops and ops
     that take no time belong to the stage they are issued in. A pipeline of S
     GPUs has S stages; a placement that goes back and forth between GPUs has more.
     """
     o = np.asarray(order, dtype=np.int64)
-    d = np.asarray(place, dtype=np.int64)[o]
+    d = np.asarray(op_devices, dtype=np.int64)[o]
     on_gpu = np.flatnonzero(~np.asarray(host, dtype=bool)[d] & ~np.asarray(free, dtype=bool)[o])
     gpus = d[on_gpu]
     change = on_gpu[1:][gpus[1:] != gpus[:-1]]

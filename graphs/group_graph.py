@@ -39,14 +39,14 @@ class CutTable(NamedTuple):
     nbytes: np.ndarray
 
 
-def cut_bytes_batched(table: CutTable, assign: np.ndarray) -> np.ndarray:
+def cut_bytes_batched(table: CutTable, unit_devices: np.ndarray) -> np.ndarray:
     """Sum over (tensor, device) pairs, device != producer's, of the tensor's bytes.
 
-    ``assign`` is ``[..., U]`` device indices of the table's units; the result
+    ``unit_devices`` is ``[..., U]`` device indices of the table's units; the result
     has shape ``assign.shape[:-1]`` (a 0-d array for one placement).
     Where a tensor's rows to one device differ in size, the largest counts.
     """
-    a = np.asarray(assign)
+    a = np.asarray(unit_devices)
     batch_shape = a.shape[:-1]
     k_rows = int(np.prod(batch_shape, dtype=np.int64))
     a = a.reshape(k_rows, a.shape[-1]).astype(np.int64)

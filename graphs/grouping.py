@@ -180,7 +180,7 @@ def module_grouping(graph: OpGraph, depth: int) -> "Grouping":
     (``grouping.graph.meta["merged_cycles"]``), so the result is always a DAG.
 
     This is the structure a practitioner places by (a layer per GPU, as
-    ``device_map`` and the ``expert`` baseline do); a policy placing these few
+    ``device_map`` and the ``expert`` heuristic do); a policy placing these few
     groups only decides where each module goes.
 
     >>> from graphs.ir import OpGraph
@@ -322,19 +322,19 @@ class Grouping:
         return self._members[self._indptr[g] : self._indptr[g + 1]]
 
     # ---------------------------------------------------- expand / contract
-    def expand(self, group_idx: Any) -> np.ndarray:
+    def expand(self, group_devices: Any) -> np.ndarray:
         """Device per op from device per group; ``[..., G] -> [..., num_ops]`` (batched)."""
-        a = np.asarray(group_idx)
+        a = np.asarray(group_devices)
         if a.ndim == 0 or a.shape[-1] != self.num_groups:
             raise PlacerError(f"grouping: expected {self.num_groups} group devices in the last axis, got shape {a.shape}")
         return a[..., self.op_group]
 
-    def contract(self, op_idx: Any) -> np.ndarray:
+    def contract(self, op_devices: Any) -> np.ndarray:
         """Device per group from device per op; ``[..., num_ops] -> [..., G]``.
 
         Raises :class:`PlacerError` naming a group whose ops are on different devices.
         """
-        a = np.asarray(op_idx)
+        a = np.asarray(op_devices)
         if a.ndim == 0 or a.shape[-1] != self.num_ops:
             raise PlacerError(f"grouping: expected {self.num_ops} op devices in the last axis, got shape {a.shape}")
         rep = a[..., self._first]
@@ -345,7 +345,7 @@ class Grouping:
             raise PlacerError(f"grouping: group g{g} is split across devices (op {op} differs from op {int(self._first[g])})")
         return rep
 
-    def vote(self, op_idx: Any, num_devices: int) -> np.ndarray:
+    def vote(self, op_devices: Any, num_devices: int) -> np.ndarray:
         """Device per group by majority vote of its ops (ties: the lowest device); ``[..., num_ops] -> [..., G]``.
 
         Unlike :meth:`contract`, a placement that splits a group is accepted (a
@@ -356,7 +356,7 @@ class Grouping:
         >>> grouping.vote([[1, 1, 0, 2], [0, 1, 1, 1]], 3).tolist()
         [[1, 2], [1, 1]]
         """
-        a = np.asarray(op_idx, dtype=np.int64)
+        a = np.asarray(op_devices, dtype=np.int64)
         if a.ndim == 0 or a.shape[-1] != self.num_ops:
             raise PlacerError(f"grouping: expected {self.num_ops} op devices in the last axis, got shape {a.shape}")
         return vote(self.op_group, a, self.num_groups, num_devices)
@@ -366,14 +366,14 @@ class Grouping:
         return refine_grouping(graph, self, op_devices)
 
     # ------------------------------------------------------------ cut bytes
-    def cut_bytes(self, group_idx: Any) -> np.ndarray:
+    def cut_bytes(self, group_devices: Any) -> np.ndarray:
         """Cut bytes of a group placement (``[G]`` -> scalar, ``[K, G]`` -> ``[K]``), int64.
 
         Equal to :func:`cut_bytes` of the op graph on ``self.expand(group_idx)``.
         """
         if self._cut_table is None:
             raise PlacerError("grouping: cut_bytes needs the op graph; load the grouping with Grouping.from_dict(doc, graph)")
-        a = np.asarray(group_idx)
+        a = np.asarray(group_devices)
         if a.ndim == 0 or a.shape[-1] != self.num_groups:
             raise PlacerError(f"grouping: expected {self.num_groups} group devices in the last axis, got shape {a.shape}")
         return cut_bytes_batched(self._cut_table, a)
@@ -461,7 +461,7 @@ def refine_grouping(graph: OpGraph, grouping: "Grouping", op_devices: np.ndarray
     return Grouping.from_assignment(graph, refined, meta={**grouping.graph.meta, "refined_by_placement": True})
 
 
-def cut_bytes(graph: OpGraph, device_idx: Any) -> np.ndarray:
+def cut_bytes(graph: OpGraph, op_devices: Any) -> np.ndarray:
     """Cut bytes of an op placement (``[num_ops]`` -> scalar, ``[K, num_ops]`` -> ``[K]``), int64.
 
     Each op's tensor counts once for every device other than its own that runs
@@ -472,7 +472,7 @@ def cut_bytes(graph: OpGraph, device_idx: Any) -> np.ndarray:
     >>> int(cut_bytes(g, [0, 1, 1])), int(cut_bytes(g, [0, 1, 2])), cut_bytes(g, [[0, 0, 0], [1, 0, 0]]).tolist()
     (8, 16, [0, 8])
     """
-    a = np.asarray(device_idx)
+    a = np.asarray(op_devices)
     if a.ndim == 0 or a.shape[-1] != graph.num_ops:
         raise PlacerError(f"cut_bytes: expected {graph.num_ops} op devices in the last axis, got shape {a.shape}")
     table = CutTable(graph.edge_src.astype(np.int64), graph.edge_src.astype(np.int64), graph.edge_dst.astype(np.int64), graph.edge_bytes)

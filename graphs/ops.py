@@ -4,7 +4,7 @@ The one definition of "view op" used by the cost model (:mod:`envs.cost`: views
 cost no time and allocate nothing), co-location (:mod:`graphs.grouping`: a view
 runs where its input lives), capture (:mod:`graphs.flops`: views count zero
 FLOPs and are listed in ``meta["alias_ops"]``), ``placer inspect`` and the
-baselines.
+heuristics.
 
 Which ops are views, and why this set (:data:`VIEW_OPS`): an op is a view when
 its output shares its input's storage *always*: no kernel, no new memory, and a

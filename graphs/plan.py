@@ -120,12 +120,12 @@ class Placement:
 
     @classmethod
     def from_indices(
-        cls, graph: OpGraph, devices: Sequence[str], indices: Sequence[int] | np.ndarray, *, cluster: str = "", method: str = "",
+        cls, graph: OpGraph, devices: Sequence[str], op_devices: Sequence[int] | np.ndarray, *, cluster: str = "", method: str = "",
         meta: dict | None = None, order: Sequence[int] | np.ndarray | None = None, microbatches: int = 1,
         inflight: int | None = None,
     ) -> "Placement":
         """Device ``devices[indices[i]]`` for op ``i``; ``order``: issue order (op indices), checked against ``graph``."""
-        idx = np.asarray(indices).tolist()
+        idx = np.asarray(op_devices).tolist()
         if len(idx) != graph.num_ops:
             raise PlacerError(f"placement: {len(idx)} devices for {graph.num_ops} ops")
         devs = list(devices)

@@ -27,7 +27,7 @@ from placer.methods.registry import HeuristicUnavailable, accepts, placement_of
 GIB = float(1 << 30)
 
 #: Table order for ``methods=None``: naive, practitioners', partitioners, list
-#: schedulers, search. Baselines registered later follow in registration order.
+#: schedulers, search. Heuristics registered later follow in registration order.
 ORDER = (
     "single", "round_robin", "expert", "gpipe", "accelerate", "accelerate_low_0", "accelerate_sequential",
     "scotch", "metis", "kernighan_lin",
@@ -40,7 +40,7 @@ class Row:
     """One line of the comparison.
 
     Attributes:
-        method: baseline name, placement label, or ``"lower bound"``.
+        method: heuristic name, placement label, or ``"lower bound"``.
         kind: ``"baseline"``, ``"placement"`` (given by the caller) or ``"bound"``.
         status: the scorer's status (``ok``, ``oom``...) or why there is no
             placement: ``not installed``, ``needs a model``, ``error``.
@@ -93,7 +93,7 @@ class Row:
 
 @dataclass
 class CompareReport:
-    """The rows of one comparison (baselines, then given placements, then the bound)."""
+    """The rows of one comparison (heuristics, then given placements, then the bound)."""
 
     graph: str
     graph_hash: str
@@ -165,8 +165,8 @@ def _one_line(e: BaseException) -> str:
     return f"{type(e).__name__}: {text[0]}" if text else type(e).__name__
 
 
-def _scored_row(row: Row, env: Any, idx: Any, best_single_s: float | None, order: Any = None) -> Row:
-    result = env.simulate(idx, order=order)  # a Placement brings its own issue order and microbatches
+def _scored_row(row: Row, env: Any, op_devices: Any, best_single_s: float | None, order: Any = None) -> Row:
+    result = env.simulate(op_devices, order=order)  # a Placement brings its own issue order and microbatches
     row.microbatches = int(result.extra.get("microbatches", 1))
     W = int(result.extra.get("inflight", row.microbatches))
     row.inflight = None if W == row.microbatches else W

@@ -60,14 +60,14 @@ def accelerate_device(cluster, d: int) -> int | str:
     return [int(g) for g in cluster.gpu_indices()].index(int(d))
 
 
-def project(graph: OpGraph, indices: Sequence[int] | np.ndarray, cluster, *, module: str = "") -> dict[str, int | str]:
-    """The module-level device map closest to op placement ``indices`` (see the module doc).
+def project(graph: OpGraph, op_devices: Sequence[int] | np.ndarray, cluster, *, module: str = "") -> dict[str, int | str]:
+    """The module-level device map closest to op placement ``op_devices`` (see the module doc).
 
     Raises:
         PlacerError: ``module`` is not a module of the graph, or the graph has no
             module paths (it was not captured from an ``nn.Module``).
     """
-    idx = np.asarray(indices, dtype=np.int64)
+    idx = np.asarray(op_devices, dtype=np.int64)
     D = cluster.num_devices
     if not any(graph.module_paths) and not any(graph.params):
         raise PlacerError(f"graph {graph.name or '?'} has no module names (capture it from an nn.Module to export a device map)")

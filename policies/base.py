@@ -12,7 +12,7 @@ devices of its groups) may also say how that log-probability splits into
 learning algorithm (:mod:`placer.learn.algos`) credits each action with the summed
 advantage of the samples that share it. For an action of its own per sample
 that is the sample's advantage; for one action shared by all K samples it is
-the batch's advantage sum, which a leave-one-out baseline makes exactly zero:
+the batch's advantage sum, which a leave-one-out reward baseline makes exactly zero:
 such an action never learns, and the term makes that visible.
 """
 

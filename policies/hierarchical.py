@@ -12,7 +12,7 @@ grouper and placer are trained together by the same policy gradient.
 
 Why one grouping per sample: with one grouping shared by the K samples, its
 log-probability is the same term in all K joint log-probabilities, so under a
-baseline whose advantages sum to zero over the batch (leave-one-out, the
+reward baseline whose advantages sum to zero over the batch (leave-one-out, the
 default) the grouper's policy gradient is exactly zero and the grouping never
 learns. With K groupings each one is credited with its own sample's advantage.
 

@@ -655,12 +655,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         args = parse(argv)
         check(args)
-    except PlacerError as e:
-        print(f"validate_gpu: {e}", file=sys.stderr)
-        return 2
-    try:
         return run(args)
-    except PlacerError as e:
+    except PlacerError as e:  # bad options or a failed run: one line, exit status 2
         print(f"validate_gpu: {e}", file=sys.stderr)
         return 2
 

@@ -496,9 +496,9 @@ class MeasuredEnv:
             line = json.dumps({"graph_hash": self.graph.content_hash, "placement_hash": key, "time_unix": time.time(), "result": result.to_dict()})
             append_log_line(self.log_path, line)
 
-    def step_times(self, idx: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    def step_times(self, op_devices: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Batched ``[K, num_ops]`` device indices -> (step_time_s[K], oom[K]), like ``SimEnv.step_times``."""
-        results = self.evaluate(list(np.asarray(idx)))
+        results = self.evaluate(list(np.asarray(op_devices)))
         return np.array([r.step_time_s for r in results]), np.array([r.status == "oom" for r in results])
 
 

@@ -655,9 +655,9 @@ class KernelData:
         self.eager = executor == "eager"
         self.node_order = np.arange(self.n, dtype=np.int64)[None, :]
 
-    def update_s(self, place: np.ndarray) -> np.ndarray:
-        """Optimizer-step seconds per device under ``place`` (:func:`envs.cost.update_times_s`)."""
-        return cost.update_times_s(np.bincount(place, weights=self.param_b, minlength=self.D), self.cluster)
+    def update_s(self, op_devices: np.ndarray) -> np.ndarray:
+        """Optimizer-step seconds per device under ``op_devices`` (:func:`envs.cost.update_times_s`)."""
+        return cost.update_times_s(np.bincount(op_devices, weights=self.param_b, minlength=self.D), self.cluster)
 
     def _orders(self, order: np.ndarray | None) -> np.ndarray:
         if order is None:
@@ -693,10 +693,10 @@ class KernelData:
                over is not None, over if over is not None else np.zeros(K))
         return times, oom
 
-    def schedule(self, place: np.ndarray, order: np.ndarray | None = None, program: np.ndarray | None = None) -> Schedule:
+    def schedule(self, op_devices: np.ndarray, order: np.ndarray | None = None, program: np.ndarray | None = None) -> Schedule:
         n, D = self.n, self.D
         nD = n * D
-        p = np.ascontiguousarray(place, dtype=np.int64)
+        p = np.ascontiguousarray(op_devices, dtype=np.int64)
         ntask = 2 * n + 2 * nD
         start = np.zeros(ntask)
         end = np.zeros(ntask)
@@ -717,7 +717,7 @@ class KernelData:
         both = lambda a, b: np.concatenate([a, b])  # noqa: E731
         bwd_ids = 2 * n - 1 - np.arange(n)
         return Schedule(
-            place=p.astype(np.int32),
+            op_devices=p.astype(np.int32),
             fwd_start_s=start[:n].copy(),
             fwd_end_s=end[:n].copy(),
             bwd_start_s=start[bwd_ids],

@@ -36,7 +36,7 @@ def memory_events(schedule: Schedule, act_bytes: np.ndarray, num_devices: int, g
     ``grad``: which ops have a backward (default all); the others get no gradient buffer.
     """
     s = schedule
-    p = s.place.astype(np.int64)
+    p = s.op_devices.astype(np.int64)
     n = len(p)
     is_act = s.xfer_kind == ACT
     act_k = np.flatnonzero(is_act)

@@ -124,7 +124,7 @@ class Schedule:
     """Start and end times of every task of one simulated step.
 
     Attributes:
-        place: device index per op.
+        op_devices: device index per op.
         fwd_start_s, fwd_end_s, bwd_start_s, bwd_end_s: per op.
         xfer_kind: ``ACT`` (0) or ``GRAD`` (1) per transfer.
         xfer_op: the op whose output (or its gradient) is carried.
@@ -135,7 +135,7 @@ class Schedule:
         update_s: optimizer-step seconds per device (runs after ``backward_end_s``).
     """
 
-    place: np.ndarray
+    op_devices: np.ndarray
     fwd_start_s: np.ndarray
     fwd_end_s: np.ndarray
     bwd_start_s: np.ndarray
@@ -155,19 +155,19 @@ class Schedule:
         return float(self.backward_end_s + (self.update_s.max() if len(self.update_s) else 0.0))
 
 
-def transfer_keys(graph: OpGraph, place: np.ndarray, num_devices: int) -> dict[tuple[int, int], int]:
+def transfer_keys(graph: OpGraph, op_devices: np.ndarray, num_devices: int) -> dict[tuple[int, int], int]:
     """``(u, d) -> bytes`` of every activation transfer: one per source op and remote device."""
     keys: dict[tuple[int, int], int] = {}
     for u, v, b in zip(graph.edge_src.tolist(), graph.edge_dst.tolist(), graph.edge_bytes.tolist()):
-        d = int(place[v])
-        if int(place[u]) != d:
+        d = int(op_devices[v])
+        if int(op_devices[u]) != d:
             keys[(u, d)] = max(keys.get((u, d), 0), b)
     return keys
 
 
 def schedule_reference(
     graph: OpGraph,
-    place: np.ndarray,
+    op_devices: np.ndarray,
     fwd_t: np.ndarray,
     bwd_t: np.ndarray,
     latency_s: np.ndarray,
@@ -202,21 +202,21 @@ def schedule_reference(
         if issue is None:
             issue = default_issue_times(fwd_t, is_host, np.zeros(D) if launch_s is None else launch_s)
         return _eager_reference(
-            graph, place, fwd_t, bwd_t, latency_s, bandwidth_bytes_per_s, update_s,
+            graph, op_devices, fwd_t, bwd_t, latency_s, bandwidth_bytes_per_s, update_s,
             np.arange(graph.num_ops) if order is None else order,
             is_host, issue, segments,
             np.ones(graph.num_ops, dtype=bool) if grad is None else np.asarray(grad, dtype=bool),
         )
     if executor != "dataflow":
         raise ValueError(f"executor must be one of {EXECUTORS}, not {executor!r}")
-    return _dataflow_reference(graph, place, fwd_t, bwd_t, latency_s, bandwidth_bytes_per_s, update_s, grad)
+    return _dataflow_reference(graph, op_devices, fwd_t, bwd_t, latency_s, bandwidth_bytes_per_s, update_s, grad)
 
 
-def _dataflow_reference(graph, place, fwd_t, bwd_t, latency_s, bandwidth_bytes_per_s, update_s, grad=None) -> Schedule:
+def _dataflow_reference(graph, op_devices, fwd_t, bwd_t, latency_s, bandwidth_bytes_per_s, update_s, grad=None) -> Schedule:
     n, D = graph.num_ops, latency_s.shape[0]
-    place = np.asarray(place, dtype=np.int64)
-    p = place.tolist()
-    keys = transfer_keys(graph, place, D)
+    op_devices = np.asarray(op_devices, dtype=np.int64)
+    p = op_devices.tolist()
+    keys = transfer_keys(graph, op_devices, D)
     act_id = lambda u, d: 2 * n + u * D + d  # noqa: E731
     grad_id = lambda u, d: 2 * n + n * D + u * D + d  # noqa: E731
     fwd_id = lambda i: i  # noqa: E731
@@ -273,13 +273,13 @@ def _dataflow_reference(graph, place, fwd_t, bwd_t, latency_s, bandwidth_bytes_p
                 heapq.heappush(heap, (ready[x], x))
     assert len(end) == len(deps), "task graph has a cycle"
 
-    return _collect(place, keys, start, end, act_id, grad_id, update_s, grad)
+    return _collect(op_devices, keys, start, end, act_id, grad_id, update_s, grad)
 
 
-def _collect(place, keys, start, end, act_id, grad_id, update_s, grad=None) -> Schedule:
+def _collect(op_devices, keys, start, end, act_id, grad_id, update_s, grad=None) -> Schedule:
     """The Schedule of task start/end times keyed by task id."""
-    n = len(place)
-    p = place.tolist()
+    n = len(op_devices)
+    p = op_devices.tolist()
     fwd_id = lambda i: i  # noqa: E731
     bwd_id = lambda i: 2 * n - 1 - i  # noqa: E731
     items = sorted(keys.items())
@@ -296,7 +296,7 @@ def _collect(place, keys, start, end, act_id, grad_id, update_s, grad=None) -> S
             xe.append(end[t])
     f = lambda seq: np.asarray(seq, dtype=np.float64)  # noqa: E731
     return Schedule(
-        place=place.astype(np.int32),
+        op_devices=op_devices.astype(np.int32),
         fwd_start_s=f([start[fwd_id(i)] for i in range(n)]),
         fwd_end_s=f([end[fwd_id(i)] for i in range(n)]),
         bwd_start_s=f([start[bwd_id(i)] for i in range(n)]),
@@ -316,12 +316,12 @@ def _collect(place, keys, start, end, act_id, grad_id, update_s, grad=None) -> S
 class _EagerRun:
     """The eager model's state while the host program runs: task times, stream and link clocks."""
 
-    def __init__(self, graph, place, fwd_t, bwd_t, latency_s, bandwidth_bytes_per_s, host, issue, grad) -> None:
+    def __init__(self, graph, op_devices, fwd_t, bwd_t, latency_s, bandwidth_bytes_per_s, host, issue, grad) -> None:
         n, D = graph.num_ops, latency_s.shape[0]
         self.n, self.D = n, D
-        self.p = np.asarray(place, dtype=np.int64).tolist()
+        self.p = np.asarray(op_devices, dtype=np.int64).tolist()
         self.is_host = [bool(x) for x in np.asarray(host).tolist()]
-        self.keys = transfer_keys(graph, np.asarray(place, dtype=np.int64), D)
+        self.keys = transfer_keys(graph, np.asarray(op_devices, dtype=np.int64), D)
         self.fwd_t, self.bwd_t, self.issue, self.grad = fwd_t, bwd_t, issue, grad
         self.latency_s, self.bandwidth = latency_s, bandwidth_bytes_per_s
         self.in_ptr, self.in_src, _ = graph.in_csr
@@ -446,7 +446,7 @@ class _EagerRun:
         return grads
 
 
-def _eager_reference(graph, place, fwd_t, bwd_t, latency_s, bandwidth_bytes_per_s, update_s, order, host, issue, segments=None,
+def _eager_reference(graph, op_devices, fwd_t, bwd_t, latency_s, bandwidth_bytes_per_s, update_s, order, host, issue, segments=None,
                      grad=None) -> Schedule:
     """The eager model of the module docstring, written out step by step.
 
@@ -459,10 +459,10 @@ def _eager_reference(graph, place, fwd_t, bwd_t, latency_s, bandwidth_bytes_per_
     "backward" being the instant its last consumer's ended.
     """
     n = graph.num_ops
-    run = _EagerRun(graph, place, fwd_t, bwd_t, latency_s, bandwidth_bytes_per_s, host, issue, grad)
+    run = _EagerRun(graph, op_devices, fwd_t, bwd_t, latency_s, bandwidth_bytes_per_s, host, issue, grad)
     order = [int(i) for i in np.asarray(order).tolist()]
     program = [(0, 0, n), (1, 0, n)] if segments is None else [tuple(int(v) for v in row) for row in np.asarray(segments)]
     h = 0.0  # the host thread's clock
     for kind, lo, hi in program:
         h = (run.forward if kind == 0 else run.backward)(order[lo:hi], h)
-    return _collect(np.asarray(place, dtype=np.int64), run.keys, run.start, run.end, run.act_id, run.grad_id, update_s, grad)
+    return _collect(np.asarray(op_devices, dtype=np.int64), run.keys, run.start, run.end, run.act_id, run.grad_id, update_s, grad)

@@ -150,9 +150,9 @@ class SimEnv:
             return np.stack([check_order(row, self.graph).astype(np.int64) for row in arr]) if len(arr) else arr.astype(np.int64)
         return check_order(arr, self.graph).astype(np.int64)
 
-    def expand(self, place: np.ndarray) -> np.ndarray:
+    def expand(self, op_devices: np.ndarray) -> np.ndarray:
         """Device per op of ``sim_graph`` from device per op of ``graph`` (the placement, M times)."""
-        return place if self.microbatches == 1 else np.tile(place, self.microbatches)
+        return op_devices if self.microbatches == 1 else np.tile(op_devices, self.microbatches)
 
     def sim_order(self, order: np.ndarray | None) -> np.ndarray | None:
         """The issue order of ``sim_graph`` from a checked order of ``graph`` (fill-drain; None stays None)."""
@@ -160,7 +160,7 @@ class SimEnv:
             return order
         return expand_order(order, self.num_ops, self.microbatches)
 
-    def program(self, place: np.ndarray, order: np.ndarray | None = None) -> np.ndarray:
+    def program(self, op_devices: np.ndarray, order: np.ndarray | None = None) -> np.ndarray:
         """The host program (:func:`envs.microbatch.issue_segments`) of a placement of ``graph``'s ops in ``order``.
 
         Fill-drain (W = M) is the same for every placement; one-forward-one-backward
@@ -170,7 +170,7 @@ class SimEnv:
             return self.segments
         o = np.arange(self.num_ops) if order is None else order
         return issue_segments(self.num_ops, self.microbatches, self.inflight,
-                              stage_starts(place, o, self._host, self._free))
+                              stage_starts(op_devices, o, self._host, self._free))
 
     def with_microbatches(self, microbatches: int, inflight: int | None = None) -> "SimEnv":
         """This env for plans of ``microbatches`` microbatches, ``inflight`` of them in flight (default all).
@@ -196,15 +196,15 @@ class SimEnv:
             return self
         return self.with_microbatches(M, getattr(placement, "inflight", None))
 
-    def update_s(self, place: np.ndarray) -> np.ndarray:
-        """Optimizer seconds per device for ``place``, device per op of ``sim_graph`` (parameters of copy 0)."""
-        params = np.bincount(place, weights=self.sim_graph.param_bytes.astype(np.float64), minlength=self.num_devices)
+    def update_s(self, op_devices: np.ndarray) -> np.ndarray:
+        """Optimizer seconds per device for ``op_devices``, device per op of ``sim_graph`` (parameters of copy 0)."""
+        params = np.bincount(op_devices, weights=self.sim_graph.param_bytes.astype(np.float64), minlength=self.num_devices)
         return cost.update_times_s(params, self.cluster)
 
-    def static_per_device(self, place: np.ndarray) -> np.ndarray:
-        """Static bytes per device for ``place``, device per op of ``sim_graph``."""
+    def static_per_device(self, op_devices: np.ndarray) -> np.ndarray:
+        """Static bytes per device for ``op_devices``, device per op of ``sim_graph``."""
         out = np.zeros(self.num_devices, dtype=np.int64)
-        np.add.at(out, place, self.static_bytes)
+        np.add.at(out, op_devices, self.static_bytes)
         return out
 
     def _kernel(self):
@@ -225,16 +225,16 @@ class SimEnv:
         env = self._for(placement)
         if env is not self:
             return env.schedule(placement, order)
-        place0 = self.indices(placement)
-        order0 = self.check_order(getattr(placement, "order", None) if order is None else order)
-        program = self.program(place0, order0)
-        place, order = self.expand(place0), self.sim_order(order0)
+        op_devices = self.indices(placement)
+        graph_order = self.check_order(getattr(placement, "order", None) if order is None else order)
+        program = self.program(op_devices, graph_order)
+        sim_devices, order = self.expand(op_devices), self.sim_order(graph_order)
         if self.backend == "reference":
             c = self.cluster
-            return schedule_reference(self.sim_graph, place, self.fwd_s, self.bwd_s, c.latency_s, c.bandwidth_bytes_per_s, self.update_s(place),
+            return schedule_reference(self.sim_graph, sim_devices, self.fwd_s, self.bwd_s, c.latency_s, c.bandwidth_bytes_per_s, self.update_s(sim_devices),
                                       executor=self.executor, order=order, host=np.asarray(c.kinds) == "cpu", launch_s=c.launch_overhead_s,
                                       segments=program, grad=self.grad, issue=(self.issue_f, self.issue_b))
-        return self._kernel().schedule(place, order if self.executor == "eager" else None, program)
+        return self._kernel().schedule(sim_devices, order if self.executor == "eager" else None, program)
 
     def simulate(self, placement: Any, *, trace: bool = False, order: Any = None) -> Result:
         """Score one placement; see :func:`simulate`."""
@@ -246,8 +246,8 @@ class SimEnv:
         c = self.cluster
         names = c.device_names
         D = self.num_devices
-        peaks, _ = peak_bytes(sched, self.act_bytes, self.static_per_device(sched.place), D, self.grad)
-        p = sched.place
+        peaks, _ = peak_bytes(sched, self.act_bytes, self.static_per_device(sched.op_devices), D, self.grad)
+        p = sched.op_devices
         n = len(p)
         dev_busy = np.bincount(p, weights=self.fwd_s[np.arange(n), p] + self.bwd_s[np.arange(n), p], minlength=D)
         dev_busy = dev_busy + sched.update_s
@@ -294,7 +294,7 @@ class SimEnv:
         """Score each placement (the scorer protocol shared with MeasuredEnv)."""
         return [self.simulate(p) for p in placements]
 
-    def step_times(self, idx: np.ndarray, order: Any = None, *, overflow: bool = False):
+    def step_times(self, op_devices: np.ndarray, order: Any = None, *, overflow: bool = False):
         """Simulated step time ignoring memory, and the OOM flag, for a ``[K, num_ops]`` batch.
 
         ``order``: None (node order), one issue order shared by the batch, a
@@ -305,33 +305,33 @@ class SimEnv:
         devices that run out of memory (0 for a row that fits): how far an OOM
         placement is from fitting.
         """
-        idx = np.asarray(idx)
-        if idx.ndim == 1:
-            idx = idx[None, :]
-        if idx.ndim != 2 or idx.shape[1] != self.num_ops:
-            raise PlacerError(f"step_times: expected a [K, {self.num_ops}] array of device indices, got shape {idx.shape}")
-        if idx.size and (idx.min() < 0 or idx.max() >= self.num_devices):
+        op_devices = np.asarray(op_devices)
+        if op_devices.ndim == 1:
+            op_devices = op_devices[None, :]
+        if op_devices.ndim != 2 or op_devices.shape[1] != self.num_ops:
+            raise PlacerError(f"step_times: expected a [K, {self.num_ops}] array of device indices, got shape {op_devices.shape}")
+        if op_devices.size and (op_devices.min() < 0 or op_devices.max() >= self.num_devices):
             raise PlacerError(f"step_times: device index out of range [0, {self.num_devices})")
         if isinstance(order, str):
             if order != "planned":
                 raise PlacerError(f"step_times: order {order!r}: give op indices or 'planned'")
-            order = np.stack([self.schedule_order(row) for row in idx]) if len(idx) else None  # valid by construction
+            order = np.stack([self.schedule_order(row) for row in op_devices]) if len(op_devices) else None  # valid by construction
         else:
-            order = self.check_order(order, rows=len(idx))
+            order = self.check_order(order, rows=len(op_devices))
         if order is not None and order.ndim == 2 and len(order) == 1:
             order = order[0]
         programs = None
         if self.inflight < self.microbatches and self.executor == "eager":  # each placement's own stages
-            programs = [self.program(row, order[k] if order is not None and order.ndim == 2 else order) for k, row in enumerate(idx)]
+            programs = [self.program(row, order[k] if order is not None and order.ndim == 2 else order) for k, row in enumerate(op_devices)]
         if self.microbatches > 1:  # the same placements and orders, on the expanded graph
-            idx = np.tile(idx, (1, self.microbatches))
+            op_devices = np.tile(op_devices, (1, self.microbatches))
             order = self.sim_order(order)
         if self.backend == "reference":
-            times = np.empty(len(idx))
-            oom = np.zeros(len(idx), dtype=bool)
-            over = np.zeros(len(idx))
+            times = np.empty(len(op_devices))
+            oom = np.zeros(len(op_devices), dtype=bool)
+            over = np.zeros(len(op_devices))
             caps = dict(zip(self.cluster.device_names, self.cluster.memory_bytes.tolist()))
-            for k, row in enumerate(idx):
+            for k, row in enumerate(op_devices):
                 o = order[k] if order is not None and order.ndim == 2 else order
                 c = self.cluster
                 sched = schedule_reference(self.sim_graph, row, self.fwd_s, self.bwd_s, c.latency_s, c.bandwidth_bytes_per_s, self.update_s(row),
@@ -344,8 +344,8 @@ class SimEnv:
                 if oom[k]:
                     over[k] = max(r.peak_bytes[d] / caps[d] for d in r.extra["oom_devices"])
             return (times, oom, over) if overflow else (times, oom)
-        over = np.zeros(len(idx)) if overflow else None
-        times, oom = self._kernel().step_times(idx.astype(np.int32, copy=False), order if self.executor == "eager" else None,
+        over = np.zeros(len(op_devices)) if overflow else None
+        times, oom = self._kernel().step_times(op_devices.astype(np.int32, copy=False), order if self.executor == "eager" else None,
                                                programs, over)
         return (times, oom, over) if overflow else (times, oom)
 
@@ -361,12 +361,12 @@ class SimEnv:
           paper's executor, which overlaps all that the graph allows), host ops
           after device ops on ties, then node order.
         """
-        place = self.indices(placement)
+        op_devices = self.indices(placement)
         g, n = self.graph, self.num_ops
-        host = (np.asarray(self.cluster.kinds) == "cpu")[place]
+        host = (np.asarray(self.cluster.kinds) == "cpu")[op_devices]
         out = {"node": np.arange(n, dtype=np.int64)}
         out["devices-first"] = priority_order(g, host)  # ready host ops last
-        out["schedule"] = self.schedule_order(place)
+        out["schedule"] = self.schedule_order(op_devices)
         return out
 
     def schedule_order(self, placement: Any) -> np.ndarray:
@@ -377,9 +377,9 @@ class SimEnv:
         order on average), and the cheapest to compute (one dataflow schedule):
         what ``step_times(..., order="planned")`` scores samples with.
         """
-        place = self.indices(placement)
-        host = (np.asarray(self.cluster.kinds) == "cpu")[place]
-        start = self._as("dataflow").schedule(place).fwd_start_s[: self.num_ops]  # with microbatches: microbatch 0's
+        op_devices = self.indices(placement)
+        host = (np.asarray(self.cluster.kinds) == "cpu")[op_devices]
+        start = self._as("dataflow").schedule(op_devices).fwd_start_s[: self.num_ops]  # with microbatches: microbatch 0's
         return np.lexsort((np.arange(self.num_ops), host, start)).astype(np.int64)
 
     def _as(self, executor: str) -> "SimEnv":
@@ -400,9 +400,9 @@ class SimEnv:
             return env.plan_order(placement)
         eager = self._as("eager")
         cands = self.order_candidates(placement)
-        place = self.indices(placement)
+        op_devices = self.indices(placement)
         names = list(cands)
-        times, _ = eager.step_times(np.repeat(place[None, :], len(names), axis=0), np.stack([cands[k] for k in names]))
+        times, _ = eager.step_times(np.repeat(op_devices[None, :], len(names), axis=0), np.stack([cands[k] for k in names]))
         best = int(np.argmin(times))  # first minimum: "node" on ties
         return cands[names[best]], names[best], float(times[best])
 

@@ -40,7 +40,7 @@ def chrome_trace(env: "SimEnv", sched: Schedule) -> dict[str, Any]:
 
     for d in range(D):
         track(names[d])
-    p = sched.place
+    p = sched.op_devices
     for i in range(g.num_ops):
         tid = tids[names[p[i]]]
         args = {"op_type": g.op_types[i], "op_index": i}

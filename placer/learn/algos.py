@@ -1,9 +1,9 @@
-"""The learning algorithm of :mod:`placer.learn.loop`: reward -> baseline -> advantage -> loss per log-prob term.
+"""The learning algorithm of :mod:`placer.learn.loop`: reward -> reward baseline -> advantage -> loss per log-prob term.
 
 Every step of a policy-gradient iteration is one function here, in order:
 
 1. :func:`reward`: step times (and failures) -> rewards, ``-sqrt(cost / t_ref)``;
-2. :func:`advantages`: rewards -> advantages against a baseline (leave-one-out or
+2. :func:`advantages`: rewards -> advantages against a reward baseline (leave-one-out or
    the paper's EMA), optionally normalised, failed samples optionally masked;
 3. an :class:`Algorithm` (``ALGOS``: :class:`Reinforce`, :class:`PPO`) turns
    advantages into a loss over the sample's log-probability terms
@@ -45,22 +45,22 @@ def reward(step_time_s: np.ndarray, failed: np.ndarray, t_ref: float, fail_facto
     return -np.sqrt(cost / t_ref)
 
 
-# ------------------------------------------------------------------ 2. baseline and advantage
+# ------------------------------------------------------------------ 2. reward baseline and advantage
 class Advantages(NamedTuple):
     advantages: np.ndarray  # [K]; 0 for samples left out of the loss
-    baseline: float  # the EMA baseline after this batch
+    baseline: float  # the EMA reward baseline after this batch
     in_loss: np.ndarray  # [K] bool: the samples that count
 
 
 def advantages(rewards: np.ndarray, failed: np.ndarray, ema: float | None, opts: AlgoOptions,
                iteration: int = 0) -> Advantages:
-    """Advantages of K rewards and the updated EMA baseline (``ema`` None: the first batch's mean).
+    """Advantages of K rewards and the updated EMA reward baseline (``ema`` None: the first batch's mean).
 
-    ``opts.baseline == "loo"``: each sample's baseline is the mean of the other K-1
+    ``opts.baseline == "loo"``: each sample's reward baseline is the mean of the other K-1
     rewards (advantages sum to zero); ``"ema"``: the moving average ``ema``
     (decay ``opts.baseline_decay``). With ``opts.normalize_advantage`` they are
     divided by the batch's reward std. From iteration ``opts.fail_mask_after``
-    on, failed samples get advantage 0 and do not enter the baseline.
+    on, failed samples get advantage 0 and do not enter the reward baseline.
     """
     rewards = np.asarray(rewards, dtype=float)
     in_loss = np.ones(len(rewards), dtype=bool)

@@ -5,7 +5,7 @@ part of the program:
 
 - :class:`RunOptions`: what to place and where the run lives (SOURCE, cluster,
   scorer, logdir, Ray, device, stopping rule, logging cadence);
-- :class:`AlgoOptions`: the learning algorithm (reward, baseline, advantage,
+- :class:`AlgoOptions`: the learning algorithm (reward, reward baseline, advantage,
   optimizer and its schedule, exploration, PPO, imitation warm start), read by
   :mod:`placer.learn.algos`;
 - :class:`PolicyOptions`: the network (policy name, items, LSTM sizes, logit
@@ -39,7 +39,7 @@ EnvName = Literal["sim", "measured"]
 ExecutorName = Literal["eager", "dataflow"]
 ScoreOrderName = Literal["node", "planned"]
 AlgoName = Literal["reinforce", "ppo"]
-BaselineName = Literal["loo", "ema"]
+RewardBaselineName = Literal["loo", "ema"]
 WarmStartName = Literal["best", "none"]
 PresetName = Literal["tuned", "paper"]
 
@@ -92,7 +92,7 @@ class RunOptions:
     measure_timeout_s: float = 600.0
     """--env measured: seconds one placement's measurement (its training steps) may take."""
     heuristics: tuple[str, ...] | None = None
-    """baselines to compare with and warm-start from (None: all registered; on the command line a comma list)."""
+    """heuristics to compare with and warm-start from (None: all registered; on the command line a comma list)."""
     eval_every: int = 10
     """score the greedy decoding every this many iterations."""
     checkpoint_every: int = 20
@@ -103,13 +103,13 @@ class RunOptions:
 
 @dataclass
 class AlgoOptions:
-    """The learning algorithm: reward -> baseline -> advantage -> loss, and its optimizer.
+    """The learning algorithm: reward -> reward baseline -> advantage -> loss, and its optimizer.
 
     Tuned defaults (``preset="tuned"``) versus the paper's (``preset="paper"``,
     see :data:`PRESETS`): the defaults were measured on nmt-2 / nmt-4 /
     inception-v3 on a 2-core CPU with a warm start. A warm-started policy needs
     a small learning rate (5e-4; 2e-3 drifts away from its incumbent within a
-    few steps) and a zero-mean baseline (leave-one-out: an EMA lagging above a
+    few steps) and a zero-mean reward baseline (leave-one-out: an EMA lagging above a
     falling batch mean makes every advantage negative and pushes the incumbent's
     probability down); normalising advantages by the batch's reward std makes
     the step size independent of the reward scale. The paper trains from scratch
@@ -135,8 +135,8 @@ class AlgoOptions:
     """gradient-norm clip (paper: 1.0)."""
     entropy_coef: float = 0.001
     """weight of the mean per-item entropy bonus."""
-    baseline: BaselineName = "loo"
-    """"loo": each sample's baseline is the mean reward of the other K-1 samples (zero-mean advantages);
+    baseline: RewardBaselineName = "loo"
+    """the reward baseline: "loo", each sample's is the mean reward of the other K-1 samples (zero-mean advantages);
     "ema": the paper's moving average of the batch-mean reward."""
     baseline_decay: float = 0.9
     """EMA decay of the reward baseline (paper: 0.9); the EMA is tracked and logged either way."""
@@ -146,7 +146,7 @@ class AlgoOptions:
     """a failed (OOM) placement counts as fail_factor x the best single-device step time (the paper's 100 s
     failing runtime was about 10x its models' step times)."""
     fail_mask_after: int | None = None
-    """from this iteration on, failed placements are left out of the loss and the baseline (paper: 1000;
+    """from this iteration on, failed placements are left out of the loss and the reward baseline (paper: 1000;
     None: never)."""
     logit_noise: float = 0.0
     """std of Gaussian noise added to the logits while sampling (exploration; 0: none)."""
@@ -200,7 +200,7 @@ class TrainConfig(PolicyOptions, AlgoOptions, RunOptions):
 
     preset: PresetName = "tuned"
     """"tuned": the defaults (tuned for short CPU runs); "paper": the papers' settings (Adam lr 0.1 x0.95 every
-    50 steps after 400, EMA baseline 0.9, logit noise for the first 500-750 steps, 2x256 LSTMs, failed
+    50 steps after 400, EMA reward baseline 0.9, logit noise for the first 500-750 steps, 2x256 LSTMs, failed
     placements masked from the loss after step 1000). Options given with it win."""
 
     @classmethod
@@ -257,7 +257,7 @@ class TrainConfig(PolicyOptions, AlgoOptions, RunOptions):
                 raise PlacerError(f"{f.name} {getattr(self, f.name)!r}: must be true or false")
         if self.heuristics is not None and not (isinstance(self.heuristics, tuple)
                                                 and all(isinstance(h, str) for h in self.heuristics)):
-            raise PlacerError(f"--heuristics {self.heuristics!r}: must be a tuple of baseline names")
+            raise PlacerError(f"--heuristics {self.heuristics!r}: must be a tuple of heuristic names")
         if self.score_order == "planned" and self.env != "sim":
             raise PlacerError("--score-order planned: only with --env sim (a measured run runs node order)")
         if self.microbatches != 1 and self.env != "sim":

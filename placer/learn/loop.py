@@ -3,7 +3,7 @@
 One readable loop, in the spirit of CleanRL: build env and policy, (optionally)
 warm-start by imitation, then repeat: sample K placements -> score them in one
 batch -> rewards and advantages -> update -> log -> checkpoint. The options are
-:class:`placer.learn.config.TrainConfig`; the algorithm (reward, baselines,
+:class:`placer.learn.config.TrainConfig`; the algorithm (reward, reward baselines,
 advantages, the loss per log-probability term, schedules) is
 :mod:`placer.learn.algos`; the loop's state is a :class:`RunState`, saved in every
 checkpoint.
@@ -30,7 +30,7 @@ order (``graphs.grouping.refine_grouping``): more items (e.g. 100 -> 333 on
 nmt-2 with annealing's placement), but majority-voting an incumbent onto the
 plain coarse groups lost 10-18% of its quality on nmt-2.
 
-Baseline. The paper's EMA baseline (decay 0.9) is available (``baseline="ema"``)
+Reward baseline. The paper's EMA reward baseline (decay 0.9) is available (``baseline="ema"``)
 and always logged, but the default is leave-one-out: each of the K samples is
 compared with the mean reward of the other K-1, so advantages have zero mean in
 every batch (an EMA lagging above a falling batch mean makes them all negative
@@ -90,7 +90,7 @@ def _resolve_device(name: str) -> torch.device:
 
 
 def _heuristics(graph: OpGraph, cluster: Cluster, config: TrainConfig) -> dict[str, tuple[float, np.ndarray | None]]:
-    """name -> (simulated step time, op devices) of the heuristic baselines, via ``placer.compare``.
+    """name -> (simulated step time, op devices) of the heuristics, via ``placer.compare``.
 
     Methods that cannot run get ``inf``.
     """
@@ -102,7 +102,7 @@ def _heuristics(graph: OpGraph, cluster: Cluster, config: TrainConfig) -> dict[s
                      microbatches=config.microbatches, inflight=config.inflight)
     out: dict[str, tuple[float, np.ndarray | None]] = {}
     for row in report.rows:
-        if row.kind != "baseline":
+        if row.kind != "baseline":  # the kind of a heuristic's row (the report's word, kept in its JSON)
             continue
         ok = row.status == "ok" and row.step_time_s is not None and row.placement is not None
         idx = row.placement.indices(graph, cluster.device_names) if row.placement is not None else None
@@ -232,8 +232,8 @@ class _Run:
         self.planner = sim if config.env == "sim" else None
         self.t0 = time.perf_counter() - self.state.elapsed_s
 
-    def _scored(self, idx: np.ndarray) -> float:
-        t, failed = self.score(np.asarray(idx, dtype=np.int32)[None])
+    def _scored(self, op_devices: np.ndarray) -> float:
+        t, failed = self.score(np.asarray(op_devices, dtype=np.int32)[None])
         return float("inf") if failed[0] else float(t[0])
 
     def _load(self, tensors: dict[str, Any]) -> None:
@@ -312,7 +312,7 @@ class _Run:
         for tag, value in scalars.items():
             writer.add_scalar(tag, value, it)
 
-    def consider(self, idx: np.ndarray, t: np.ndarray, failed: np.ndarray, found_by: str) -> None:
+    def consider(self, op_devices: np.ndarray, t: np.ndarray, failed: np.ndarray, found_by: str) -> None:
         """Keep the best successful placement; rewrite best_placement.json when it improves."""
         ok = np.flatnonzero(~failed & np.isfinite(t))
         if not len(ok):
@@ -320,7 +320,7 @@ class _Run:
         j = ok[np.argmin(t[ok])]
         s = self.state
         if t[j] < s.best_step_time_s:
-            s.best_step_time_s, s.best_indices, s.best_found_by = float(t[j]), idx[j].tolist(), found_by
+            s.best_step_time_s, s.best_indices, s.best_found_by = float(t[j]), op_devices[j].tolist(), found_by
             s.best_iteration, s.time_to_best_s = s.iteration, self.elapsed()
             if s.time_to_beat_heuristic_s is None and t[j] <= self.best_h[1]:
                 s.time_to_beat_heuristic_s = self.elapsed()

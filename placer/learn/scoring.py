@@ -38,7 +38,7 @@ class Scorer(Protocol):
 
 @runtime_checkable
 class BatchScorer(Scorer, Protocol):
-    def step_times(self, idx: np.ndarray) -> tuple[np.ndarray, np.ndarray]: ...
+    def step_times(self, op_devices: np.ndarray) -> tuple[np.ndarray, np.ndarray]: ...
 
 
 class CachedScorer:
@@ -59,12 +59,12 @@ class CachedScorer:
     def key(row: np.ndarray) -> bytes:
         return hashlib.blake2b(np.ascontiguousarray(row, dtype=np.int32).tobytes(), digest_size=16).digest()
 
-    def __call__(self, idx: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        idx = np.asarray(idx, dtype=np.int32)
-        keys = [self.key(r) for r in idx]
+    def __call__(self, op_devices: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        op_devices = np.asarray(op_devices, dtype=np.int32)
+        keys = [self.key(r) for r in op_devices]
         todo = {k: i for i, k in reversed(list(enumerate(keys))) if k not in self.cache}
         if todo:
-            rows = idx[list(todo.values())]
+            rows = op_devices[list(todo.values())]
             if hasattr(self.env, "step_times"):
                 t, failed = self.env.step_times(rows) if self.order is None else self.env.step_times(rows, order=self.order)
             else:

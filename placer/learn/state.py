@@ -24,7 +24,7 @@ class RunState:
 
     iteration: int = 0
     elapsed_s: float = 0.0
-    baseline: float | None = None  # the EMA baseline (None before the first batch)
+    baseline: float | None = None  # the EMA reward baseline (None before the first batch)
     best_step_time_s: float = float("inf")
     best_indices: list[int] | None = None  # device index per op of the best placement
     best_found_by: str = ""  # "sample" or "greedy"

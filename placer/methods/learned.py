@@ -144,14 +144,14 @@ def _decodes(graph: OpGraph, cluster: Any, net: Any, levels: list[int | str], sa
     return np.concatenate(cand, axis=0), found_by, view_of, groupings
 
 
-def _refine(env: Any, cluster: Any, idx: np.ndarray, keys: list, found_by: list[str], view_of: list[int],
+def _refine(env: Any, cluster: Any, op_devices: np.ndarray, keys: list, found_by: list[str], view_of: list[int],
             groupings: list, budget: int, rng: np.random.Generator, incumbent: tuple, deadline: float) -> tuple:
     """:func:`place_learned`'s descent from its decodes: ``(op devices, key, found by, placements simulated)``."""
     gpus = np.asarray(candidate_devices(cluster, "gpus"), dtype=np.int64)
     ranked: dict[int, list[int]] = {}  # view -> its decodes, best first, one per distinct placement
     seen: set[tuple[int, bytes]] = set()
-    for i in sorted(range(len(idx)), key=keys.__getitem__):
-        g, placed = groupings[view_of[i]], (view_of[i], idx[i].tobytes())
+    for i in sorted(range(len(op_devices)), key=keys.__getitem__):
+        g, placed = groupings[view_of[i]], (view_of[i], op_devices[i].tobytes())
         if g is not None and int(g.max()) + 1 <= ZERO_SHOT_REFINE_MAX_ITEMS and placed not in seen:
             seen.add(placed)
             ranked.setdefault(view_of[i], []).append(i)
@@ -164,7 +164,7 @@ def _refine(env: Any, cluster: Any, idx: np.ndarray, keys: list, found_by: list[
             break
         g = groupings[view_of[i]]
         start = np.zeros(int(g.max()) + 1, dtype=np.int64)
-        start[g] = idx[i]  # a decode of a view gives every op of a group the group's device
+        start[g] = op_devices[i]  # a decode of a view gives every op of a group the group's device
         x, key, spent = descend(env, g, start, gpus, budget - used, key=keys[i], rng=rng, deadline=deadline)
         used += spent
         if key < best_key:

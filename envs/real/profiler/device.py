@@ -17,8 +17,8 @@ import numpy as np
 import torch
 
 from envs.real.profiler.probe import (
-    _grad_fns, _host_probed_step, _phases, _probed_program, _Probes, _param_bytes, _restoring, attribute_intervals,
-    backward_intervals, probe_costs, remove_probe_cost, scale_to,
+    _grad_fns, _host_probed_step, _probed_program, _Probes, _restoring, attribute_intervals, backward_intervals,
+    probe_costs, profile_entry, remove_probe_cost, scale_to,
 )
 from envs.real.timing import default_loss
 from graphs import OpGraph, PlacerError
@@ -268,19 +268,8 @@ def _device_profile(gm: Any, host: dict[str, list[float]], device: dict[str, lis
     issue_bwd, b_scale = scale_to(remove_probe_cost(np.median(issue_b, axis=0), bcount, bwd_probe_s), med["bwd"])
     kern_fwd = remove_probe_cost(np.median(kern_f, axis=0), dfcount, mark_s)
     kern_bwd = remove_probe_cost(np.median(kern_b, axis=0), dbcount, mark_s)
-    return {
-        "fwd_s": [float(x) for x in kern_fwd[1:]],
-        "bwd_s": [float(x) for x in kern_bwd[1:]],
-        "issue_fwd_s": [float(x) for x in issue_fwd[1:]],
-        "issue_bwd_s": [float(x) for x in issue_bwd[1:]],
-        "update_s": dmed["opt"],
-        "update_bytes": _param_bytes(gm),
-        "overhead_s": float(issue_fwd[0] + issue_bwd[0] + med["zero"] + med["loss"]),
-        "step_s": med["step"],
-        "phases_s": _phases(med),
-        "device_phases_s": _phases(dmed),
-        "outside_s": {"forward_kernels": float(kern_fwd[0]), "backward_kernels": float(kern_bwd[0])},
-        "probe_s": {"forward": fwd_probe_s, "backward": bwd_probe_s, "device_mark": mark_s},
-        "scale": {"forward": f_scale, "backward": b_scale},
-        "clock": "wall",
-    }
+    return profile_entry(gm, (kern_fwd, kern_bwd), med, issue=(issue_fwd, issue_bwd), device_med=dmed, update_s=dmed["opt"],
+                         overhead_s=float(issue_fwd[0] + issue_bwd[0] + med["zero"] + med["loss"]),
+                         outside_s={"forward_kernels": float(kern_fwd[0]), "backward_kernels": float(kern_bwd[0])},
+                         probe_s={"forward": fwd_probe_s, "backward": bwd_probe_s, "device_mark": mark_s},
+                         scale={"forward": f_scale, "backward": b_scale}, clock="wall")

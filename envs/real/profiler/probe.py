@@ -449,15 +449,23 @@ def _in_context(ep: Any, graph: OpGraph, dev: Any, warmup: int, repeats: int, in
     bwd = remove_probe_cost(np.median(bwd_rows, axis=0), bwd_counts, bwd_probe_s)
     fwd, f_scale = scale_to(fwd, med["fwd"])
     bwd, b_scale = scale_to(bwd, med["bwd"])
-    return {
-        "fwd_s": [float(x) for x in fwd[1:]],
-        "bwd_s": [float(x) for x in bwd[1:]],
-        "update_s": med["opt"],
-        "update_bytes": _param_bytes(gm),
-        "overhead_s": float(fwd[0] + bwd[0] + med["zero"] + med["loss"]),
-        "step_s": med["step"],
-        "phases_s": _phases(med),
-        "probe_s": {"forward": fwd_probe_s, "backward": bwd_probe_s},
-        "scale": {"forward": f_scale, "backward": b_scale},
-        "clock": clock_name,
-    }
+    return profile_entry(gm, (fwd, bwd), med, update_s=med["opt"], overhead_s=float(fwd[0] + bwd[0] + med["zero"] + med["loss"]),
+                         probe_s={"forward": fwd_probe_s, "backward": bwd_probe_s},
+                         scale={"forward": f_scale, "backward": b_scale}, clock=clock_name)
+
+
+def profile_entry(gm: Any, times: tuple[np.ndarray, np.ndarray], med: Mapping[str, float], *, update_s: float, overhead_s: float,
+                  probe_s: dict[str, float], scale: dict[str, float], clock: str, issue: tuple[np.ndarray, np.ndarray] | None = None,
+                  device_med: Mapping[str, float] | None = None, outside_s: dict[str, float] | None = None) -> dict[str, Any]:
+    """A device's entry of a profile, in context: per-op ``fwd_s``/``bwd_s`` (index 0 of each array: outside the ops)
+    and, for an asynchronous device, ``issue_fwd_s``/``issue_bwd_s``; the step's phases and what was taken off."""
+    entry: dict[str, Any] = {"fwd_s": [float(x) for x in times[0][1:]], "bwd_s": [float(x) for x in times[1][1:]]}
+    if issue is not None:
+        entry.update(issue_fwd_s=[float(x) for x in issue[0][1:]], issue_bwd_s=[float(x) for x in issue[1][1:]])
+    entry.update(update_s=update_s, update_bytes=_param_bytes(gm), overhead_s=overhead_s, step_s=med["step"], phases_s=_phases(med))
+    if device_med is not None:
+        entry["device_phases_s"] = _phases(device_med)
+    if outside_s is not None:
+        entry["outside_s"] = outside_s
+    entry.update(probe_s=probe_s, scale=scale, clock=clock)
+    return entry

@@ -9,7 +9,7 @@ out of memory (on a pipelined env also by their worst peak / capacity:
 ``graded_oom``, so that a chain started out of memory has a slope toward fitting). The temperature, relative to the starting cost, cools
 geometrically from ``t0`` to ``t0 / 100`` over the ``steps``.
 
-The chain starts from the best of: every GPU alone, and the ``init`` baselines
+The chain starts from the best of: every GPU alone, and the ``init`` heuristics
 (FlexFlow starts from data parallelism or an expert strategy). Proposals are
 simulated ``batch`` at a time from the current state; they are then tried in
 order, and the first accepted one moves the chain (the rest are discarded, as
@@ -149,10 +149,10 @@ def annealing(
     graded = graded_oom if graded_oom is not None else getattr(env, "microbatches", 1) > 1
     kw = {} if order is None else {"order": order}
 
-    def score(idx: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
+    def score(op_devices: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
         if graded:
-            return env.step_times(idx, overflow=True, **kw)
-        return (*env.step_times(idx, **kw), None)
+            return env.step_times(op_devices, overflow=True, **kw)
+        return (*env.step_times(op_devices, **kw), None)
 
     cand = candidate_devices(cluster, devices)
     groups = colocation_groups(graph)

@@ -218,11 +218,11 @@ def m_sct(graph: OpGraph, cluster, *, seed: int = 0, param_copies: bool = True) 
 
 @register("m_etf_nocopy")
 def m_etf_nocopy(graph: OpGraph, cluster, *, seed: int = 0) -> np.ndarray:
-    """m-ETF blind to shared-parameter copies (m_etf's rule before baselines version 2)."""
+    """m-ETF blind to shared-parameter copies (m_etf's rule before the heuristics' version 2)."""
     return m_etf(graph, cluster, seed=seed, param_copies=False)
 
 
 @register("m_sct_nocopy")
 def m_sct_nocopy(graph: OpGraph, cluster, *, seed: int = 0) -> np.ndarray:
-    """m-SCT blind to shared-parameter copies (m_sct's rule before baselines version 2)."""
+    """m-SCT blind to shared-parameter copies (m_sct's rule before the heuristics' version 2)."""
     return m_sct(graph, cluster, seed=seed, param_copies=False)

@@ -72,11 +72,11 @@ def op_memory_bytes(graph: OpGraph) -> np.ndarray:
     return (static_bytes(graph) + activation_bytes(graph)).astype(np.int64)
 
 
-#: Share of a device's memory the memory-aware baselines fill with
+#: Share of a device's memory the memory-aware heuristics fill with
 #: :func:`op_memory_bytes`; the rest is for transient gradients and received copies.
 MEMORY_HEADROOM = 0.9
 
 
 def capacity_bytes(cluster) -> np.ndarray:
-    """Per-device memory the memory-aware baselines may fill."""
+    """Per-device memory the memory-aware heuristics may fill."""
     return MEMORY_HEADROOM * np.asarray(cluster.memory_bytes, dtype=np.float64)

@@ -13,13 +13,13 @@ def colocation_groups(graph: OpGraph) -> np.ndarray:
     return colocate(graph).astype(np.int64)
 
 
-def snap_to_groups(idx: np.ndarray, groups: np.ndarray, weight: np.ndarray | None = None) -> np.ndarray:
+def snap_to_groups(op_devices: np.ndarray, groups: np.ndarray, weight: np.ndarray | None = None) -> np.ndarray:
     """Give every op of a group the device holding most of the group's ``weight`` (:func:`graphs.grouping.vote`)."""
-    idx = np.asarray(idx, dtype=np.int64)
-    if len(idx) == 0 or groups.max() + 1 == len(groups):
-        return idx.astype(np.int32)
+    op_devices = np.asarray(op_devices, dtype=np.int64)
+    if len(op_devices) == 0 or groups.max() + 1 == len(groups):
+        return op_devices.astype(np.int32)
     w = None if weight is None else np.asarray(weight, dtype=np.float64) + 1e-12
-    return vote(groups, idx, int(groups.max()) + 1, int(idx.max()) + 1, w)[groups].astype(np.int32)
+    return vote(groups, op_devices, int(groups.max()) + 1, int(op_devices.max()) + 1, w)[groups].astype(np.int32)
 
 
 def to_int_weights(w: np.ndarray, top: int = 10_000, floor: int = 1) -> np.ndarray:

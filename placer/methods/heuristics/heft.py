@@ -106,5 +106,5 @@ def heft(graph: OpGraph, cluster, *, seed: int = 0, devices: str = "all", memory
 
 @register("heft_nocopy")
 def heft_nocopy(graph: OpGraph, cluster, *, seed: int = 0, devices: str = "all", memory_check: bool = True) -> np.ndarray:
-    """HEFT blind to shared-parameter copies (heft's rule before baselines version 2; neither wins everywhere)."""
+    """HEFT blind to shared-parameter copies (heft's rule before the heuristics' version 2; neither wins everywhere)."""
     return heft(graph, cluster, seed=seed, devices=devices, memory_check=memory_check, param_copies=False)

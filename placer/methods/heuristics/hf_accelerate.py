@@ -139,7 +139,7 @@ def device_map(model: Any, cluster, strategy: str = "balanced", no_split_module_
         return dict(acc.infer_auto_device_map(model, max_memory=max_memory, no_split_module_classes=no_split))
 
 
-#: ``from_pretrained(device_map=...)``'s strategies, as baselines: ``"auto"`` is ``"balanced"``.
+#: ``from_pretrained(device_map=...)``'s strategies, as heuristics: ``"auto"`` is ``"balanced"``.
 STRATEGIES = {"balanced": "accelerate", "balanced_low_0": "accelerate_low_0", "sequential": "accelerate_sequential"}
 
 

@@ -647,9 +647,9 @@ def _hint(graph: OpGraph, cluster, env, methods: str, seed: int) -> tuple[str, n
     return best
 
 
-def _project(op_item: np.ndarray, K: int, idx: np.ndarray, order: np.ndarray, weight: np.ndarray, D: int, edges) -> tuple[np.ndarray, np.ndarray]:
+def _project(op_item: np.ndarray, K: int, op_devices: np.ndarray, order: np.ndarray, weight: np.ndarray, D: int, edges) -> tuple[np.ndarray, np.ndarray]:
     """Item devices (the device holding most of an item's weight) and an item order (topological, by first issue)."""
-    dev = vote(op_item, idx, K, D, weight + 1e-12)
+    dev = vote(op_item, op_devices, K, D, weight + 1e-12)
     first = np.full(K, np.inf)
     np.minimum.at(first, op_item[np.asarray(order)], np.arange(len(order), dtype=np.float64))
     src, dst = [u for u, _, _ in edges], [v for _, v, _ in edges]

@@ -1,6 +1,6 @@
 """Module search: local search over whole modules, scored by the simulator.
 
-``random_modules`` draws a GPU per module and keeps the best draw. This baseline
+``random_modules`` draws a GPU per module and keeps the best draw. This heuristic
 spends the same budget of simulated placements (``n``) on search instead: at
 each module depth that groups the ops differently
 (:func:`graphs.grouping.module_levels`, taken in turn), the best of ``starts``

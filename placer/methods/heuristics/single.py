@@ -1,7 +1,7 @@
-"""Single device: every op on one device, the "it fits on one GPU" baseline.
+"""Single device: every op on one device, the "it fits on one GPU" heuristic.
 
 With ``device`` (a logical name such as ``"gpu:0"``, or ``"cpu:0"`` to ask for
-the host) everything goes there. Without it, the baseline simulates "everything
+the host) everything goes there. Without it, the heuristic simulates "everything
 on d" for every GPU ``d`` and picks the fastest one that fits in memory by the
 simulator's memory model; if no GPU holds the model, the GPU with the most
 memory, which the simulator then reports as ``oom``: a model that does not fit
