@@ -38,7 +38,7 @@ MODEL_SRC = textwrap.dedent(
 def test_train_json_stdout_is_json_when_a_worker_dies(tmp_path):
     (tmp_path / "dying_model.py").write_text(MODEL_SRC)
     tmp = tempfile.mkdtemp(prefix="t", dir="/tmp")  # TMPDIR: the private Ray dir must be made and removed here
-    repo = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    repo = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), repo, os.environ.get("PYTHONPATH", "")]),
            "DIE_ONCE_MARKER": str(tmp_path / "died"), "TMPDIR": tmp}
     logdir = tmp_path / ("run-with-a-long-name-" + "x" * 40)  # too long for Ray's sockets under it
