@@ -34,134 +34,46 @@ through ``/proc/self/clear_refs`` on Linux) rose above its resident set at the
 start of the measurement (0 where ``/proc`` is unavailable). Logical devices
 mapped to the same torch device report that device's peak.
 
-This is the only module that imports ``ray`` (lazily, so ``import envs`` stays light).
+This is the only module that imports ``ray``; ``import envs`` loads it only on first use of
+``envs.MeasuredEnv``. The actors' side is :mod:`envs.real.worker`.
 """
 
 from __future__ import annotations
 
 import atexit
-import hashlib
 import json
 import os
 import shutil
-import socket
 import sys
 import tempfile
 import time
 from collections import deque
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
 import ray
 import ray._private.worker as ray_worker
-import torch
 from ray._private import ray_constants
 from ray.exceptions import RayActorError, RayTaskError
 
-from envs.real.placing import place_module, resolve_devices
-from envs.real.timing import check_timeout, failure_status, measure_steps
+from envs.real.placing import resolve_devices
+from envs.real.timing import check_timeout
+from envs.real.worker import Builder, Worker, one_line, build_model, placement_hash  # noqa: F401  (the actors' side)
 from envs.result import Result
-from graphs import OpGraph, PlacerError, zoo
+from graphs import OpGraph, PlacerError
 from graphs.plan import as_indices, check_order
-from graphs.sources import load_callable, model_and_inputs
 from graphs.torch_capture import export_program, graph_from_program
 
 LOG_NAME = "measurements.jsonl"
-Builder = Callable[[], tuple[Any, tuple]]
 
 
-# ------------------------------------------------------------------ sources
-def build_model(source: str | Builder, seed: int = 0, *, search_dir: str | None = None) -> tuple[Any, tuple]:
-    """``(model, example_inputs)`` from a zoo name, ``module:callable`` or a callable, seeded.
-
-    A ``module:callable`` is loaded by :func:`graphs.sources.load_callable` with
-    ``search_dir`` (the driver's working directory, in a worker) first on ``sys.path``.
-    """
-    torch.manual_seed(seed)
-    if callable(source):
-        return model_and_inputs(source(), getattr(source, "__name__", "builder"))
-
-    if source in zoo.names():
-        return zoo.build(source)
-    if ":" not in source:
-        raise PlacerError(f"{source}: not a zoo name ({', '.join(zoo.names())}) or module:callable")
-    return load_callable(source, search_dir=search_dir)
 
 
-def placement_hash(assignment_list: Sequence[str], order: Sequence[str] | None = None) -> str:
-    """Hash of the logical device of every op, in graph order, and of the issue order if any (16 hex chars).
-
-    A placement without an order hashes as before, so existing logs stay valid.
-    """
-    doc: Any = list(assignment_list) if order is None else {"devices": list(assignment_list), "order": list(order)}
-    return hashlib.sha256(json.dumps(doc).encode()).hexdigest()[:16]
 
 
-# ------------------------------------------------------------------- worker
-class Worker:
-    """One Ray actor: builds the exported program once, measures placements on it."""
-
-    def __init__(self, source: str | Builder, device_map: Mapping[str, str] | str | None, threads: int, lr: float = 1e-3,
-                 source_dir: str | None = None) -> None:
-        torch.set_num_threads(max(1, threads))
-        self.source, self.device_map, self.lr = source, device_map, lr
-        self.source_dir = source_dir  # the driver's working directory: the same sys.path rule
-        self.ep = None
-        self.name = f"{socket.gethostname()}:{os.getpid()}"
-
-    def ready(self) -> str:
-        """Answers once the actor process runs (the end of the "start" stage)."""
-        return self.name
-
-    def prepare(self) -> str:
-        """Build and export the model (once); returns its graph hash."""
-        if self.ep is None:
-            model, inputs = build_model(self.source, search_dir=self.source_dir)
-            self.ep = export_program(model, inputs)
-            self.inputs = inputs
-            self.graph_hash = graph_from_program(self.ep).content_hash
-            self.snapshot = {k: v.detach().clone() for k, v in self.ep.state_dict.items()}
-            self.constants = {k: v.detach().clone() for k, v in self.ep.constants.items() if isinstance(v, torch.Tensor)}
-        return self.graph_hash
-
-    def _restore(self) -> None:
-        with torch.no_grad():
-            for k, v in self.ep.state_dict.items():
-                v.copy_(self.snapshot[k])
-            for k, v in self.constants.items():
-                self.ep.constants[k].copy_(v)
-
-    def _steps(self, module: Any, optimizer: Any, devices: Mapping[str, Any], warmup_steps: int, timed_steps: int) -> dict[str, Any]:
-        """The training steps of one placement (:func:`envs.real.timing.measure_steps`)."""
-        return measure_steps(module, self.inputs, optimizer, devices, warmup_steps=warmup_steps, timed_steps=timed_steps)
-
-    def measure(self, assignment: dict[str, str], graph_hash: str, warmup_steps: int, timed_steps: int,
-                order: list[str] | None = None) -> dict[str, Any]:
-        """Measure one placement; returns ``Result.to_dict()`` (never raises for a bad placement)."""
-        extra: dict[str, Any] = {"worker": self.name}
-        try:
-            if self.prepare() != graph_hash:
-                return Result(float("inf"), "error", f"worker built graph {self.graph_hash}, expected {graph_hash}", source="measured", extra=extra).to_dict()
-            self._restore()
-            devices = resolve_devices(sorted(set(assignment.values())), self.device_map)
-            module = place_module(self.ep, assignment, self.device_map, order=order)
-            opt = torch.optim.Adam(module.parameters(), lr=self.lr)
-            m = self._steps(module, opt, devices, warmup_steps, timed_steps)
-            extra.update(step_times_s=m["step_times_s"], losses=m["losses"])
-            return Result(m["step_time_s"], "ok", peak_bytes=m["peak_bytes"], source="measured", extra=extra).to_dict()
-        except Exception as e:  # any failure of the user's model on this placement is a result
-            status = failure_status(e)
-            message = f"out of memory: {type(e).__name__}: {_one_line(e)}" if status == "oom" else f"{type(e).__name__}: {_one_line(e)}"
-            return Result(float("inf"), status, message, source="measured", extra=extra).to_dict()
-        finally:
-            if torch.cuda.is_available():
-                torch.cuda.empty_cache()
 
 
-def _one_line(e: BaseException) -> str:
-    text = str(e).strip()
-    return (text.splitlines()[0] if text else type(e).__name__)[:300]
 
 
 # ---------------------------------------------------------------------- env
@@ -399,11 +311,11 @@ class MeasuredEnv:
         except RayActorError as e:
             self._spawn_failures += 1
             if self._spawn_failures > 3 * max(1, len(self._actors)):
-                raise PlacerError(f"measured env: workers keep dying while starting or building the model ({_one_line(e)})") from None
+                raise PlacerError(f"measured env: workers keep dying while starting or building the model ({one_line(e)})") from None
             self._spawn(i)
             return -1
         except RayTaskError as e:
-            raise PlacerError(f"measured env: a worker could not build the model ({_one_line(e.cause or e)})") from None
+            raise PlacerError(f"measured env: a worker could not build the model ({one_line(e.cause or e)})") from None
         if stage == "start":
             self._starting[self._actors[i].prepare.remote()] = (i, "build", time.monotonic() + self.start_timeout_s)
             return -1
@@ -478,7 +390,7 @@ class MeasuredEnv:
                     attempts[key] = attempts.get(key, 0) + 1
                     self._spawn(i)
                     if attempts[key] > self.max_retries:
-                        self._record(key, Result(float("inf"), "error", f"worker died {attempts[key]} times: {_one_line(e)}", source="measured"))
+                        self._record(key, Result(float("inf"), "error", f"worker died {attempts[key]} times: {one_line(e)}", source="measured"))
                     else:
                         pending.appendleft(key)
             self._check_start_deadlines()
