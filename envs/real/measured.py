@@ -59,7 +59,7 @@ from ray.exceptions import RayActorError, RayTaskError
 
 from envs.real.placing import resolve_devices
 from envs.real.timing import check_timeout
-from envs.real.worker import Builder, Worker, one_line, build_model, placement_hash  # noqa: F401  (the actors' side)
+from envs.real.worker import Builder, Worker, build_model, one_line, placement_hash  # noqa: F401  (the actors' side)
 from envs.result import Result
 from graphs import OpGraph, PlacerError
 from graphs.plan import as_indices, check_order
