@@ -19,7 +19,7 @@ __all__ = ["OpGraph", "FORMAT", "Placement", "load", "save", "capture", "zoo", "
 
 def capture(model, example_inputs, **options) -> OpGraph:
     """Capture one training step of ``model`` as an :class:`OpGraph` (see graphs.torch_capture)."""
-    from graphs.torch_capture import capture as _capture
+    from graphs.torch_capture import capture as _capture  # torch: loaded only to capture
 
     return _capture(model, example_inputs, **options)
 

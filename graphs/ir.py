@@ -323,7 +323,7 @@ class OpGraph:
         >>> g2.content_hash == g.content_hash
         True
         """
-        import networkx as nx
+        import networkx as nx  # networkx: only for the conversion
 
         G = nx.DiGraph(name=self.name, meta=self.meta)
         for i, nm in enumerate(self.names):
@@ -350,7 +350,7 @@ class OpGraph:
     @classmethod
     def from_networkx(cls, G) -> "OpGraph":
         """Inverse of :meth:`to_networkx`; missing attributes default to zero."""
-        import networkx as nx
+        import networkx as nx  # networkx: only for the conversion
 
         if not nx.is_directed_acyclic_graph(G):
             cycle = nx.find_cycle(G)

@@ -351,7 +351,7 @@ def compare(
 def plot(report: CompareReport, path: str) -> None:
     """A horizontal bar chart of step times (ok rows), the lower bound as a line."""
     try:
-        import matplotlib
+        import matplotlib  # an optional extra, only for --plot
 
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt

@@ -209,7 +209,7 @@ class SimEnv:
 
     def _kernel(self):
         if self._kernel_data is None:
-            from envs.sim.kernel import KernelData
+            from envs.sim.kernel import KernelData  # numba compiles on first use: import envs stays light
 
             self._kernel_data = KernelData(self.sim_graph, self.cluster, self.fwd_s, self.bwd_s, self.static_bytes, self.act_bytes,
                                            self.executor, self.segments, self.grad, (self.issue_f, self.issue_b))

@@ -234,7 +234,7 @@ class TrainConfig(PolicyOptions, AlgoOptions, RunOptions):
 
     def validate(self) -> None:
         """Raise :class:`PlacerError` (one line, naming the option) for a bad setting."""
-        from policies import POLICIES
+        from policies import POLICIES  # torch: TrainConfig itself stays light for placer --help
 
         if self.policy not in POLICIES:
             raise PlacerError(f"--policy {self.policy!r}: unknown (known: {', '.join(POLICIES)})")

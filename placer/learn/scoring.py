@@ -88,7 +88,7 @@ def measured_env(config: TrainConfig, graph: OpGraph, cluster: Cluster, logdir: 
         raise PlacerError(
             f"--env measured: SOURCE {config.source!r} is not runnable (need a zoo name or module:callable, not a graph file)"
         )
-    from envs.real.measured import MeasuredEnv
+    from envs.real.measured import MeasuredEnv  # ray and torch: only for --env measured
 
     return MeasuredEnv(config.source, cluster, graph=graph, run_dir=logdir, device_map=config.device_map,
                        workers=config.workers, ray_address=config.ray_address, measure_timeout_s=config.measure_timeout_s)

@@ -120,7 +120,7 @@ def device_map(model: Any, cluster, strategy: str = "balanced", no_split_module_
     host CPU is ``"cpu"``.
     """
     acc = require("accelerate", "accelerate", extra="accelerate")
-    from accelerate.utils import get_balanced_memory
+    from accelerate.utils import get_balanced_memory  # an optional extra
 
     if strategy not in STRATEGIES:
         raise PlacerError(f"accelerate: unknown device_map strategy {strategy!r} (known: {', '.join(STRATEGIES)})")
