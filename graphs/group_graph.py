@@ -82,6 +82,23 @@ def _reduce_by_key(key: np.ndarray, values: np.ndarray, ufunc: np.ufunc) -> tupl
     return key[starts], reduced, order
 
 
+def cut_bytes(graph: OpGraph, op_devices: Any) -> np.ndarray:
+    """Cut bytes of an op placement (``[num_ops]`` -> scalar, ``[K, num_ops]`` -> ``[K]``), int64.
+
+    Each op's tensor counts once for every device other than its own that runs
+    one of its consumers.
+
+    >>> g = OpGraph.from_edges(["a", "b", "c"], [("a", "b", 8), ("a", "c", 8)])
+    >>> int(cut_bytes(g, [0, 1, 1])), int(cut_bytes(g, [0, 1, 2])), cut_bytes(g, [[0, 0, 0], [1, 0, 0]]).tolist()
+    (8, 16, [0, 8])
+    """
+    a = np.asarray(op_devices)
+    if a.ndim == 0 or a.shape[-1] != graph.num_ops:
+        raise PlacerError(f"cut_bytes: expected {graph.num_ops} op devices in the last axis, got shape {a.shape}")
+    table = CutTable(graph.edge_src.astype(np.int64), graph.edge_src.astype(np.int64), graph.edge_dst.astype(np.int64), graph.edge_bytes)
+    return cut_bytes_batched(table, a)
+
+
 def build_group_graph(graph: OpGraph, op_group: np.ndarray, num_groups: int, *, meta: dict[str, Any]) -> tuple[OpGraph, CutTable]:
     """The group DAG (see :class:`graphs.grouping.Grouping`) and its cut table.
 

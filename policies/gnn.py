@@ -289,7 +289,7 @@ class GNNPolicy(ItemPolicy):
             faster on a graph of thousands of ops.
         grouping: a :class:`graphs.grouping.Grouping` of ``envs.sim.simulator.schedule_graph(graph)``
             whose groups are the items instead (``max_groups`` is then ignored), such as
-            :func:`graphs.grouping.module_grouping`'s.
+            :func:`graphs.module_tree.module_grouping`'s.
         refine: with ``max_groups`` or ``grouping``, a device per op (the warm-start placement);
             groups are split where it changes device, so it can be imitated exactly.
         hidden, rounds, logit_cap, decoder: the network's architecture (ignored when ``net`` is given).

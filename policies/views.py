@@ -6,14 +6,14 @@ from typing import Any, Sequence
 
 from envs.sim.simulator import schedule_graph
 from graphs import OpGraph
-from graphs.grouping import module_levels
+from graphs.module_tree import module_levels
 
 
 def group_views(graph: OpGraph, groups: Sequence[int | str]) -> list[tuple[str, dict[str, Any]]]:
     """What a policy places, per entry of ``groups``: (a name, ``GNNPolicy`` keyword arguments).
 
     0 is the ops; N the graph coarsened to N co-location groups (``max_groups``);
-    ``"modules"`` one view per :func:`graphs.grouping.module_levels` partition of the
+    ``"modules"`` one view per :func:`graphs.module_tree.module_levels` partition of the
     graph the policy reads (``envs.sim.simulator.schedule_graph``), a group per module
     at each depth. Pass that graph itself (as the callers here do) and the policies
     built on it neither rebuild it nor hash it again.

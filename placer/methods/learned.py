@@ -62,7 +62,7 @@ def place_learned(graph: OpGraph, cluster: Any, *, policy_file: str | None = Non
     The policy decodes the ops (greedy), the co-location groups of
     ``graphs.grouping.coarsen`` at each count in ``groups``, and, for the entry
     ``"modules"``, the graph grouped by module at each depth that gives a distinct
-    partition (:func:`graphs.grouping.module_levels`): greedy plus ``samples``
+    partition (:func:`graphs.module_tree.module_levels`): greedy plus ``samples``
     samples each (a count that gives as many groups as one already decoded is
     skipped); a module view gets ``samples`` at each of ``module_temperatures``
     (:meth:`policies.gnn.GNNPolicy.decode`). With no ``groups``, the ops get the ``samples`` samples.

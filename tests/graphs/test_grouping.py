@@ -12,7 +12,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from graphs import GraphFormatError, OpGraph, PlacerError
-from graphs.grouping import Grouping, coarsen, colocate, cut_bytes, module_grouping, module_levels
+from graphs.group_graph import cut_bytes
+from graphs.grouping import Grouping, coarsen, colocate
+from graphs.module_tree import module_grouping, module_levels
 from graphs.ops import base_op_name as op_base_name
 from graphs.ops import is_inplace_op, is_view_op
 from graphs.synthetic import random_dag

@@ -3,7 +3,7 @@
 ``random_modules`` draws a GPU per module and keeps the best draw. This heuristic
 spends the same budget of simulated placements (``n``) on search instead: at
 each module depth that groups the ops differently
-(:func:`graphs.grouping.module_levels`, taken in turn), the best of ``starts``
+(:func:`graphs.module_tree.module_levels`, taken in turn), the best of ``starts``
 uniform draws is improved by steepest descent (:func:`descend`): every move of
 one module to another GPU is simulated in one batch, the best one is taken if
 it is faster, until none is or the budget is spent. Then the next depth gets a
@@ -29,7 +29,7 @@ import numpy as np
 import envs
 from envs.sim.simulator import schedule_graph
 from graphs import OpGraph, PlacerError
-from graphs.grouping import module_levels
+from graphs.module_tree import module_levels
 from placer.methods.heuristics.costs import candidate_devices
 from placer.methods.heuristics.search import scored_keys
 from placer.methods.registry import HeuristicUnavailable, register

@@ -4,7 +4,7 @@
 GPUs (``devices="gpus"``, default) or from every device (``"all"``).
 
 ``random_modules``: each *module* gets one, at every module depth that groups
-the ops differently (:func:`graphs.grouping.module_levels`), the ``n`` draws
+the ops differently (:func:`graphs.module_tree.module_levels`), the ``n`` draws
 shared round-robin among the depths. A layer per GPU is one such draw: on the
 zoo's LSTMs this beats the list schedulers (BENCHMARKS.md, "Placing modules").
 A graph that records no module paths has nothing to draw (status "needs module
@@ -22,7 +22,7 @@ import numpy as np
 import envs
 from envs.sim.simulator import schedule_graph
 from graphs import OpGraph, PlacerError
-from graphs.grouping import module_levels
+from graphs.module_tree import module_levels
 from placer.methods.heuristics.costs import candidate_devices
 from placer.methods.heuristics.groups import colocation_groups
 from placer.methods.heuristics.search import scored_keys
