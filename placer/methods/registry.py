@@ -69,12 +69,18 @@ def register(name: str) -> Callable[[HeuristicFn], HeuristicFn]:
 
 
 def _load_all() -> None:
+    """Import every heuristic module; the registry's order is then theirs (by module name), whoever imported one first."""
     global _loaded
     if _loaded:
         return
-    for info in pkgutil.iter_modules(_heuristics.__path__):
-        if not info.name.startswith("_"):
-            importlib.import_module(f"{_heuristics.__name__}.{info.name}")
+    modules = [f"{_heuristics.__name__}.{info.name}" for info in pkgutil.iter_modules(_heuristics.__path__)
+               if not info.name.startswith("_")]
+    for name in modules:
+        importlib.import_module(name)
+    rank = {name: k for k, name in enumerate(modules)}
+    ordered = sorted(_REGISTRY.items(), key=lambda item: rank.get(item[1].__module__, len(rank)))  # stable within a module
+    _REGISTRY.clear()
+    _REGISTRY.update(ordered)
     _loaded = True
 
 

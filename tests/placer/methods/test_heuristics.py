@@ -467,3 +467,15 @@ def test_list_schedulers_charge_a_shared_weights_copy(name, k80x2):
     np.testing.assert_array_equal(run(name, small, k80x2, **kw), run(name, small, k80x2, param_copies=False, **kw))
     with pytest.raises(PlacerError, match="param_copies='maybe': expected true or false"):
         run(name, small, k80x2, param_copies="maybe", **kw)
+
+
+def test_the_registry_lists_the_heuristics_by_module_whoever_imported_one_first():
+    """names() is in the order of the heuristics' modules (then of registration in one), not of first import."""
+    import pkgutil
+
+    import placer.methods.heuristics as heuristics
+    import placer.methods.heuristics.hf_accelerate  # noqa: F401  (imported early, as placer.device_map does)
+
+    modules = [f"{heuristics.__name__}.{m.name}" for m in pkgutil.iter_modules(heuristics.__path__)]
+    ranks = [modules.index(baselines.get(name).__module__) for name in baselines.names()]
+    assert ranks == sorted(ranks)
