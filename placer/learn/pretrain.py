@@ -128,20 +128,27 @@ class PretrainConfig:
     corpus: str = "zoo,synthetic,library"
     """a directory of graph files, or a comma list of zoo, synthetic, library and zoo names (:func:`build_corpus`)."""
     clusters: tuple[str, ...] = ("k80x4", "v100x4", "h100x8")
+    """the clusters every graph is placed on (presets or files)."""
     exclude: tuple[str, ...] = ()
     """families (lstm, cnn, transformer, recurrent) or corpus items held out."""
     synthetic_sizes: tuple[int, ...] = (300, 1500, 5000)
+    """op counts of the synthetic graphs."""
     groups: tuple[int | str, ...] = (0,)
     """item granularities: 0 places the ops; N places the graph coarsened to N groups; "modules" places the graph
     grouped by module, one pair per distinct depth (:func:`policies.views.group_views`). Groups are cut where the label
     changes device, so it stays exact (each (graph, cluster) becomes one pair per view)."""
     time_budget_s: float = 600.0
+    """seconds of training once the corpus and its labels are set up."""
     seed: int = 0
+    """seed of the network's initialisation, the sampling and the synthetic graphs."""
     hidden: int = 64
-    """the network (:class:`policies.gnn.GNNNet`): width, message-passing rounds, logit cap, decoder."""
+    """the network's (:class:`policies.gnn.GNNNet`) width."""
     rounds: int = 3
+    """the network's message-passing rounds."""
     logit_cap: float = 10.0
+    """the cap of the network's logits."""
     decoder: str = "schedule"
+    """the network's decoder: "schedule" (ops decided along a list schedule) or "independent"."""
     dagger: float = 0.5
     """share of the imitation steps that follow the policy's own samples (DAgger)."""
     switch_share: float = 0.0
