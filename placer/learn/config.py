@@ -15,7 +15,7 @@ TrainConfig inherits the three, so every option is a flat attribute
 (``config.lr``), the checkpoint's ``config`` is a flat JSON object, and
 ``config.algo_options`` / ``config.policy_options`` / ``config.run_options`` give
 the parts. The ``placer train`` command line is generated from these fields
-(:func:`placer.cli.train.add_commands`): every field is an option, its help is
+(:func:`placer.cli.train.add_command`): every field is an option, its help is
 the field's docstring. This module imports neither torch nor numpy, so
 ``placer --help`` stays fast.
 """
