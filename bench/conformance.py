@@ -41,11 +41,11 @@ import torch
 from torch import nn
 
 from bench.corpus import build
-from envs.presets import resolve_cluster
+from envs.cluster import resolve_cluster
 from graphs import OpGraph
 from graphs.torch_capture import capture
 from placer.apply import apply
-from placer.placement import Placement
+from graphs.plan import Placement
 
 CLUSTER = "h100x8"
 PLANS = ("gpu", "split", "split_m2", "round_robin", "heuristic", "pipe_m2", "pipe_m4", "1f1b")
@@ -105,7 +105,7 @@ def plans(graph: OpGraph, cluster: Any = None, names: Sequence[str] = PLANS) -> 
         elif name == "round_robin":
             out[name] = Placement.from_indices(graph, devices, np.asarray(gpus[:4])[np.arange(n) % 4])
         elif name == "heuristic":
-            from placer.baselines import place
+            from placer.methods.registry import place
 
             out[name] = place("m_etf", graph, cluster)
         elif name == "pipe_m2":

@@ -21,10 +21,12 @@ import time
 import tracemalloc
 from typing import Any, Callable
 
+from graphs import zoo
 from graphs.grouping import coarsen
 from graphs.io import load, save
 from graphs.ir import OpGraph
 from graphs.synthetic import random_dag
+from graphs.torch_capture import capture
 
 
 def _timed(fn: Callable[[], Any], repeats: int) -> tuple[list[float], list[float], Any]:
@@ -95,9 +97,6 @@ def bench_capture(names: list[str] | None = None, *, progress: Callable[[str], N
 
     Returns one row per model: build and capture seconds, ops, edges.
     """
-    from graphs import zoo
-    from graphs.torch_capture import capture
-
     rows = []
     for name in names or zoo.names():
         if progress is not None:

@@ -3,7 +3,7 @@
 One :class:`Table1Row` per graph and cluster holds what ``scripts/reproduce_paper.py``
 prints: the single-CPU and single-GPU step times, Scotch, METIS, the expert, the
 best of the other heuristics (named), the two RL policies (seq2seq and
-hierarchical, each trained for a time budget by :func:`placer.train.train`), the
+hierarchical, each trained for a time budget by :func:`placer.learn.loop.train`), the
 lower bound, and the RL speed-ups. A speed-up is the paper's: the step-time
 reduction of the better RL placement relative to a reference, in percent
 (``100 * (t_ref - t_rl) / t_ref``; negative when RL is slower).
@@ -25,8 +25,14 @@ from typing import Any, Sequence
 
 import numpy as np
 
+import envs
 from bench.common import Progress, machine_line
 from graphs import OpGraph
+from placer.compare import compare
+from placer.learn.config import TrainConfig
+from placer.learn.loop import train
+from placer.methods import best_heuristic
+from placer.sources import resolve_graph
 
 PAPER_GRAPHS = ("rnnlm", "nmt-2", "nmt-4", "inception-v3")
 PAPER_CLUSTERS = ("k80x2", "k80x4")
@@ -47,7 +53,7 @@ class Table1Row:
         baselines: heuristic name -> step time (None if it failed or ran out of memory).
         statuses: heuristic or column name -> status when not ``ok`` (``oom``, ``error``...).
         rl: policy name -> best step time found in the budget.
-        rl_runs: policy name -> :meth:`placer.train.TrainResult.to_dict` (minus paths).
+        rl_runs: policy name -> :meth:`placer.learn.state.TrainResult.to_dict` (minus paths).
     """
 
     graph: str
@@ -64,8 +70,7 @@ class Table1Row:
 
     def best_heuristic(self, exclude: Sequence[str] = ()) -> tuple[str, float] | None:
         """(name, step time) of the fastest heuristic not in ``exclude``."""
-        ok = {m: t for m, t in self.baselines.items() if t is not None and m not in exclude and m not in NOT_A_RIVAL}
-        return min(ok.items(), key=lambda kv: kv[1]) if ok else None
+        return best_heuristic(self.baselines, exclude=(*exclude, *NOT_A_RIVAL))
 
     def best_other(self) -> tuple[str, float] | None:
         """The best heuristic that has no column of its own."""
@@ -106,8 +111,6 @@ def _finite(x: float | None) -> float | None:
 
 def _singles(graph: OpGraph, cluster: Any, executor: str = "eager") -> tuple[tuple[float | None, str], tuple[float | None, str]]:
     """((step, status) of everything on cpu:0, the same on the first GPU)."""
-    import envs
-
     env = envs.SimEnv(graph, cluster, executor=executor)
     gpus = cluster.gpu_indices()
     cpu = [d for d, k in enumerate(cluster.kinds) if k == "cpu"]
@@ -145,13 +148,10 @@ def table1_row(
         warm_start: ``"best"`` (imitate the best heuristic first, the ``placer
             train`` default) or ``"none"`` (from scratch, as in the paper).
         logdir: where the runs' TensorBoard logs go (None: a temporary directory).
-        compare_options: per-baseline options for ``compare``.
+        compare_options: per-heuristic options for ``compare``.
         executor: the simulator's executor model; ``"dataflow"`` by default, the
             paper's TensorFlow setting that Table 1 was measured in.
     """
-    from placer.compare import compare
-    from placer.train import TrainConfig, train
-
     say = progress or (lambda line: None)
     t0 = time.perf_counter()
     report = compare(graph, cluster, seed=seed, options=compare_options, executor=executor)
@@ -199,9 +199,6 @@ def run_table1(
     **options: Any,
 ) -> list[Table1Row]:
     """:func:`table1_row` for every (graph SOURCE, cluster) pair, graphs outer."""
-    import envs
-    from placer.sources import resolve_graph
-
     say = progress or (lambda line: None)
     resolved_clusters = [envs.resolve_cluster(c) for c in clusters]
     rows = []
@@ -278,7 +275,7 @@ def markdown_report(rows: Sequence[Table1Row], *, budget_s: float | None, warm_s
     )
     how += (
         f" ({'warm-started by imitating the best heuristic' if warm_start == 'best' else 'trained from scratch'}, "
-        f"seed {seed}). Best other heuristic: the fastest baseline without a column of its own (bold when it is "
+        f"seed {seed}). Best other heuristic: the fastest heuristic without a column of its own (bold when it is "
         "the best heuristic overall). Speed-ups: step-time reduction of the better RL policy, in %."
     )
     parts += [how, "", f"Machine: {machine_line()}; {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}."]

@@ -14,7 +14,7 @@ Memory is the process's peak resident set size (``resource.getrusage``
 not — measured in a fresh Python process per size by :func:`run` (``python -m
 bench.scale --one N OPTIONS_JSON``, which prints :func:`measure`'s row as JSON),
 with the RSS after that warm-up reported separately so the growth is visible.
-The iteration's reward is the training loop's own (:func:`placer.rl_algos.reward`).
+The iteration's reward is the training loop's own (:func:`placer.learn.algos.reward`).
 """
 
 from __future__ import annotations
@@ -30,10 +30,16 @@ import time
 from typing import Any, Callable, Sequence
 
 import numpy as np
+import torch
 
+import envs
 from bench.common import Progress
-from graphs import PlacerError
-from graphs.grouping import default_num_groups
+from graphs import PlacerError, io
+from graphs.grouping import coarsen, default_num_groups
+from graphs.synthetic import random_dag
+from placer.learn.algos import ALGOS, reward as batch_reward
+from placer.learn.config import TrainConfig
+from policies import POLICIES
 
 #: The repository root: on the child process's path, so it finds ``bench`` from any working directory.
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -61,16 +67,6 @@ def measure(
     seed: int = 0,
 ) -> dict[str, Any]:
     """Time every stage for one synthetic graph of ``num_ops`` ops (in this process)."""
-    import torch
-
-    import envs
-    from graphs import io
-    from graphs.grouping import coarsen
-    from graphs.synthetic import random_dag
-    from placer.rl_algos import reward as batch_reward
-    from placer.train import ALGOS, TrainConfig
-    from policies import POLICIES
-
     if num_ops < 2 or samples < 1 or iterations < 1:
         raise PlacerError(f"scale: need num_ops >= 2, samples >= 1, iterations >= 1 (got {num_ops}, {samples}, {iterations})")
     bad = [p for p in policies if p not in POLICIES]
@@ -124,15 +120,6 @@ def measure(
 
 def _warm_up(cluster: Any, policies: Sequence[str]) -> None:
     """Run every stage once on a 50-op graph."""
-    import torch
-
-    from graphs import io
-    from graphs.synthetic import random_dag
-    from placer.train import ALGOS, TrainConfig
-    from policies import POLICIES
-
-    import envs
-
     graph = random_dag(50, seed=1)
     with tempfile.TemporaryDirectory(prefix="placer-scale-") as tmp:
         io.save(graph, os.path.join(tmp, "g.json"))

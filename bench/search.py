@@ -3,8 +3,8 @@
 :class:`RecordingEnv` wraps a scorer (``envs.SimEnv``) and records, every time a
 batch is scored, how many distinct placements have been evaluated so far, the
 wall time since :meth:`RecordingEnv.restart`, and the best step time of the
-placements that fit in memory. RL (:func:`placer.train.train`, which accepts an
-``env``) and the search baselines (``annealing`` and ``random_search``, which
+placements that fit in memory. RL (:func:`placer.learn.loop.train`, which accepts an
+``env``) and the search heuristics (``annealing`` and ``random_search``, which
 accept ``env=``) are run through it unchanged, so the curves of
 :func:`search_curves` compare the methods on the same clock and the same count.
 
@@ -25,9 +25,14 @@ import time
 from typing import Any, Callable, Sequence
 
 import numpy as np
+import torch
 
+import envs
 from bench.common import Progress
 from graphs import OpGraph, PlacerError
+from placer.learn.config import TrainConfig
+from placer.learn.loop import train
+from placer.methods import get, registry
 
 METHODS = ("rl-seq2seq", "rl-hierarchical", "annealing", "random_search")
 
@@ -113,8 +118,6 @@ def evals_per_s(env: Any, num_ops: int, num_devices: int, *, batch: int = 16, se
 
 def _run_rl(policy: str) -> Callable[..., None]:
     def run(graph: OpGraph, cluster: Any, rec: RecordingEnv, budget_s: float, rate: float, seed: int) -> None:
-        from placer.train import TrainConfig, train
-
         with tempfile.TemporaryDirectory(prefix="placer-search-") as tmp:
             config = TrainConfig(cluster=cluster.name, policy=policy, time_budget_s=budget_s, seed=seed,
                                  warm_start="none", heuristics=(), progress=False, logdir=tmp,
@@ -125,8 +128,6 @@ def _run_rl(policy: str) -> Callable[..., None]:
 
 
 def _run_annealing(graph: OpGraph, cluster: Any, rec: RecordingEnv, budget_s: float, rate: float, seed: int) -> None:
-    from placer.baselines import get
-
     # The cooling schedule runs over `steps`: size it to what the budget can score.
     # Proposals near a single-GPU placement (the chain's start) are the cheapest to
     # simulate, random placements (``rate``) the dearest; the chain wanders between,
@@ -146,8 +147,6 @@ def _run_annealing(graph: OpGraph, cluster: Any, rec: RecordingEnv, budget_s: fl
 
 
 def _run_random(graph: OpGraph, cluster: Any, rec: RecordingEnv, budget_s: float, rate: float, seed: int) -> None:
-    from placer.baselines import get
-
     rec.deadline_s = budget_s
     try:
         get("random_search")(graph, cluster, seed=seed, n=10**12, env=rec)  # stopped by the deadline
@@ -157,11 +156,6 @@ def _run_random(graph: OpGraph, cluster: Any, rec: RecordingEnv, budget_s: float
 
 def _warm_up_torch() -> None:
     """Pay torch's one-time lazy imports (Adam pulls in torch._dynamo: seconds) before any clock starts."""
-    import torch
-    from torch.utils.tensorboard import SummaryWriter  # noqa: F401
-
-    import placer.train  # noqa: F401
-
     torch.optim.Adam([torch.zeros(1, requires_grad=True)])
 
 
@@ -190,9 +184,6 @@ def search_curves(
     ``{"graph", "cluster", "num_ops", "lower_bound_s", "reference": {name: s}, "evals_per_s", "curves": [...]}``
     where ``reference`` holds the expert's and m_etf's step times for context.
     """
-    import envs
-    from placer import baselines
-
     bad = [m for m in methods if m not in RUNNERS]
     if bad:
         raise PlacerError(f"--methods: unknown {', '.join(bad)} (known: {', '.join(RUNNERS)})")
@@ -205,7 +196,7 @@ def search_curves(
     rate = evals_per_s(env, graph.num_ops, cluster.num_devices, seed=seed)
     reference = {}
     for name in ("expert", "m_etf"):
-        r = env.simulate(baselines.get(name)(graph, cluster, seed=seed))
+        r = env.simulate(registry.get(name)(graph, cluster, seed=seed))
         reference[name] = float(r.step_time_s) if r.ok else None
     out: dict[str, Any] = {"graph": graph.name, "cluster": cluster.name, "num_ops": graph.num_ops,
                            "lower_bound_s": float(env.lower_bound()), "reference": reference, "evals_per_s": rate, "executor": executor,

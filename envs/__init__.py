@@ -1,7 +1,8 @@
-"""Where placements are scored: clusters, the cost model, the simulator, measurement.
+"""Where placements are scored: clusters, the cost model, the simulator (``envs.sim``), real runs (``envs.real``).
 
 ``import envs`` loads numpy only; the compiled simulator kernel (numba) loads on
-the first batch, torch and ray only inside the measurement harness.
+the first batch, torch and ray only with the real runtime (:mod:`envs.real`,
+imported where it is used; ``envs.MeasuredEnv`` loads it on first use).
 
 >>> import envs
 >>> from graphs.synthetic import random_dag
@@ -14,12 +15,9 @@ the first batch, torch and ray only inside the measurement harness.
 
 from __future__ import annotations
 
-from envs.bound import lower_bound
-from envs import profiler as _profiler  # noqa: F401  (defines Cluster.with_profile)
-from envs.cluster import CLUSTER_ARG_HELP, Cluster, Device, Link
-from envs.presets import resolve_cluster  # also defines Cluster.preset / Cluster.presets
+from envs.cluster import CLUSTER_ARG_HELP, Cluster, Device, Link, resolve_cluster
 from envs.result import Result
-from envs.simulator import SimEnv, simulate
+from envs.sim import SimEnv, lower_bound, simulate
 
 cluster_arg_help = CLUSTER_ARG_HELP
 
@@ -40,7 +38,7 @@ __all__ = [
 def __getattr__(name: str):
     # The Ray harness loads torch and ray: only on first use of envs.MeasuredEnv.
     if name == "MeasuredEnv":
-        from envs.measured import MeasuredEnv
+        from envs.real.measured import MeasuredEnv
 
         return MeasuredEnv
     raise AttributeError(f"module 'envs' has no attribute {name!r}")

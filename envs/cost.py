@@ -99,7 +99,7 @@ def issue_times(graph: OpGraph, cluster: Cluster, fwd_s: np.ndarray) -> tuple[np
     an op with a kernel costs the host the device's ``launch_overhead_s`` (a view
     nothing) and its backward costs its autograd worker nothing. Where the graph's
     profile for the device's kind measured issue times in context
-    (``issue_fwd_s``/``issue_bwd_s``, :func:`envs.profiler.profile_device_in_context`:
+    (``issue_fwd_s``/``issue_bwd_s``, :func:`envs.real.profiler.profile_device_in_context`:
     the FX node's Python, the dispatch and the launch; the worker's time per
     autograd node), those replace the defaults, views included. ``fwd_s`` is the
     ``[n, D]`` forward time (:func:`op_times`), which says which ops launch a
@@ -154,8 +154,8 @@ def update_time_s(param_bytes, launch_overhead_s, mem_bw_bytes_per_s):
 
     One fused (multi-tensor) launch plus ``UPDATE_TRAFFIC_MULTIPLIER`` passes over
     the bytes at memory bandwidth. Plain arithmetic, so it takes scalars or
-    broadcasting arrays and compiles unchanged in :mod:`envs.kernel` (numba), and
-    :mod:`envs.bound` uses it for its update bound.
+    broadcasting arrays and compiles unchanged in :mod:`envs.sim.kernel` (numba), and
+    :mod:`envs.sim.bound` uses it for its update bound.
     """
     return launch_overhead_s + UPDATE_TRAFFIC_MULTIPLIER * param_bytes / mem_bw_bytes_per_s
 

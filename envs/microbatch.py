@@ -4,7 +4,7 @@ A plan with ``microbatches = M`` runs one training step as M microbatches of
 the batch (split along its batch dimension) through the same placement, the
 gradients accumulating into the shared parameters, then one optimizer step.
 The simulator scores it by scheduling an expanded graph with the ordinary
-schedulers of :mod:`envs.schedule` / :mod:`envs.kernel`:
+schedulers of :mod:`envs.sim.schedule` / :mod:`envs.sim.kernel`:
 
 * M copies of every op, copy ``m`` of op ``i`` at index ``m * n + i`` (named
   ``"{name}@mb{m}"``); copy ``m`` has the edges of the original graph among the
@@ -66,24 +66,10 @@ from typing import Any
 
 import numpy as np
 
-from graphs.schema import check_int
+from graphs.errors import PlacerError
 from graphs.ir import OpGraph
-
-#: The largest number of microbatches a plan may ask for (a sanity bound on the expanded graph).
-MAX_MICROBATCHES = 1024
-
-
-def check_microbatches(value: Any, option: str = "microbatches") -> int:
-    """``value`` as a number of microbatches (an int in ``[1, MAX_MICROBATCHES]``), else one-line PlacerError."""
-    return check_int(value, option, least=1, most=MAX_MICROBATCHES)
-
-
-def check_inflight(value: Any, microbatches: int, option: str = "inflight") -> int:
-    """``value`` as an in-flight window for ``microbatches`` (an int in ``[1, M]``; None: M), else one-line PlacerError."""
-    if value is None:
-        return int(microbatches)
-    return check_int(value, option, least=1, most=int(microbatches))
-
+from graphs.plan import MAX_MICROBATCHES, check_inflight, check_microbatches
+from graphs.schema import check_int
 
 def plan_shapes(microbatches: list[int], windows: list[int | None]) -> list[tuple[int, int]]:
     """Every ``(M, W)`` to try: each M with each window (None: all M, fill-drain; larger than M: M), once each."""
@@ -92,8 +78,6 @@ def plan_shapes(microbatches: list[int], windows: list[int | None]) -> list[tupl
 
 def parse_windows(text: str, option: str = "--inflight") -> list[int | None]:
     """``"2,4,all"`` -> ``[2, 4, None]`` (None: all in flight); anything else a one-line PlacerError naming ``option``."""
-    from graphs.errors import PlacerError
-
     items = [t.strip() for t in text.split(",") if t.strip()]
     if not items or not all(t.isdigit() or t == "all" for t in items):
         raise PlacerError(f"{option} {text!r}: give whole numbers or 'all' separated by commas, e.g. 2,4,all")
@@ -149,17 +133,17 @@ def expand_order(order: Any, num_ops: int, microbatches: int) -> np.ndarray:
 FORWARD, BACKWARD = 0, 1
 
 
-def stage_starts(place: Any, order: Any, host: Any, free: Any) -> np.ndarray:
+def stage_starts(op_devices: Any, order: Any, host: Any, free: Any) -> np.ndarray:
     """Where a microbatch's stages begin: positions in its issue ``order`` (0 first).
 
-    ``place``: device index per op; ``host``: True per host device; ``free``: True
+    ``op_devices``: device index per op; ``host``: True per host device; ``free``: True
     per op that takes no time (:func:`graphs.ops.free_mask`). A new stage begins at
     every op that runs on a GPU other than the previous GPU op's; host ops and ops
     that take no time belong to the stage they are issued in. A pipeline of S
     GPUs has S stages; a placement that goes back and forth between GPUs has more.
     """
     o = np.asarray(order, dtype=np.int64)
-    d = np.asarray(place, dtype=np.int64)[o]
+    d = np.asarray(op_devices, dtype=np.int64)[o]
     on_gpu = np.flatnonzero(~np.asarray(host, dtype=bool)[d] & ~np.asarray(free, dtype=bool)[o])
     gpus = d[on_gpu]
     change = on_gpu[1:][gpus[1:] != gpus[:-1]]

@@ -150,13 +150,6 @@ def is_alias(target: Any) -> bool:
     return bool(rets) and all(r.alias_info is not None and not r.alias_info.is_write for r in rets)
 
 
-def is_inplace(target: Any) -> bool:
-    """True when the op writes into one of its inputs (``add_``, ``copy_``)."""
-    if not isinstance(target, torch._ops.OpOverload):
-        return False
-    return any(a.alias_info is not None and a.alias_info.is_write for a in target._schema.arguments)
-
-
 # ------------------------------------------------------------------ counting
 def op_flops(target: Any, args: tuple, kwargs: dict, out: Any) -> float:
     """Forward FLOPs of ``target(*args, **kwargs) -> out``; tensors may be fake or meta."""

@@ -1,17 +1,28 @@
-"""The group-level graph of a grouping, and cut bytes counted per (tensor, device).
+"""Contracting an op graph by a grouping: the group DAG, the partitioners' quotient, and cut bytes.
 
 Helpers of :mod:`graphs.grouping`; every step is a numpy sort or scatter, so a
-100,000-op graph is grouped in well under a second.
+100,000-op graph is grouped in well under a second. Two contractions, for two
+readers:
+
+* :func:`build_group_graph`: the group DAG a policy or a scheduler places, whose
+  edge ``A -> B`` carries each distinct tensor of ``A`` that ``B`` reads once
+  (what placing ``A`` and ``B`` apart transfers);
+* :func:`quotient`: the undirected weighted graph the partitioners (METIS, Scotch,
+  Kernighan-Lin) cut, whose edge between two groups sums every op edge between them.
+
+Both reduce rows by key with :func:`_reduce_by_key`.
 """
 
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass
 from itertools import chain
 from typing import Any, NamedTuple
 
 import numpy as np
 
+from graphs.errors import PlacerError
 from graphs.ir import OpGraph
 
 
@@ -28,14 +39,14 @@ class CutTable(NamedTuple):
     nbytes: np.ndarray
 
 
-def cut_bytes_batched(table: CutTable, assign: np.ndarray) -> np.ndarray:
+def cut_bytes_batched(table: CutTable, unit_devices: np.ndarray) -> np.ndarray:
     """Sum over (tensor, device) pairs, device != producer's, of the tensor's bytes.
 
-    ``assign`` is ``[..., U]`` device indices of the table's units; the result
+    ``unit_devices`` is ``[..., U]`` device indices of the table's units; the result
     has shape ``assign.shape[:-1]`` (a 0-d array for one placement).
     Where a tensor's rows to one device differ in size, the largest counts.
     """
-    a = np.asarray(assign)
+    a = np.asarray(unit_devices)
     batch_shape = a.shape[:-1]
     k_rows = int(np.prod(batch_shape, dtype=np.int64))
     a = a.reshape(k_rows, a.shape[-1]).astype(np.int64)
@@ -43,8 +54,6 @@ def cut_bytes_batched(table: CutTable, assign: np.ndarray) -> np.ndarray:
     if len(table.tensor) == 0 or k_rows == 0:
         return out.reshape(batch_shape)
     if a.min() < 0:
-        from graphs.errors import PlacerError
-
         raise PlacerError("cut_bytes: device indices must be >= 0")
     src_dev, dst_dev = a[:, table.src], a[:, table.dst]
     row, e = np.nonzero(src_dev != dst_dev)
@@ -59,6 +68,37 @@ def cut_bytes_batched(table: CutTable, assign: np.ndarray) -> np.ndarray:
     return out.reshape(batch_shape)
 
 
+def _reduce_by_key(key: np.ndarray, values: np.ndarray, ufunc: np.ufunc) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``(distinct keys ascending, ufunc of the values of each key, the stable sort order of key)``.
+
+    >>> k, v, _ = _reduce_by_key(np.array([3, 1, 3]), np.array([5, 2, 7]), np.add)
+    >>> k.tolist(), v.tolist()
+    ([1, 3], [2, 12])
+    """
+    order = np.argsort(key, kind="stable")
+    key = key[order]
+    starts = np.flatnonzero(np.r_[True, key[1:] != key[:-1]]) if len(key) else np.zeros(0, np.int64)
+    reduced = ufunc.reduceat(values[order], starts) if len(starts) else np.zeros(0, dtype=np.asarray(values).dtype)
+    return key[starts], reduced, order
+
+
+def cut_bytes(graph: OpGraph, op_devices: Any) -> np.ndarray:
+    """Cut bytes of an op placement (``[num_ops]`` -> scalar, ``[K, num_ops]`` -> ``[K]``), int64.
+
+    Each op's tensor counts once for every device other than its own that runs
+    one of its consumers.
+
+    >>> g = OpGraph.from_edges(["a", "b", "c"], [("a", "b", 8), ("a", "c", 8)])
+    >>> int(cut_bytes(g, [0, 1, 1])), int(cut_bytes(g, [0, 1, 2])), cut_bytes(g, [[0, 0, 0], [1, 0, 0]]).tolist()
+    (8, 16, [0, 8])
+    """
+    a = np.asarray(op_devices)
+    if a.ndim == 0 or a.shape[-1] != graph.num_ops:
+        raise PlacerError(f"cut_bytes: expected {graph.num_ops} op devices in the last axis, got shape {a.shape}")
+    table = CutTable(graph.edge_src.astype(np.int64), graph.edge_src.astype(np.int64), graph.edge_dst.astype(np.int64), graph.edge_bytes)
+    return cut_bytes_batched(table, a)
+
+
 def build_group_graph(graph: OpGraph, op_group: np.ndarray, num_groups: int, *, meta: dict[str, Any]) -> tuple[OpGraph, CutTable]:
     """The group DAG (see :class:`graphs.grouping.Grouping`) and its cut table.
 
@@ -70,21 +110,14 @@ def build_group_graph(graph: OpGraph, op_group: np.ndarray, num_groups: int, *, 
     gs, gd = op_group[src], op_group[dst]
     cross = np.flatnonzero(gs != gd)
     # Distinct (producer op, consumer group) pairs, each with its largest edge.
-    key = src[cross] * max(G, 1) + gd[cross]
-    order = np.argsort(key, kind="stable")
-    key = key[order]
-    starts = np.flatnonzero(np.r_[True, key[1:] != key[:-1]]) if len(key) else np.zeros(0, np.int64)
-    t_op = key[starts] // max(G, 1)
-    t_dst = key[starts] % max(G, 1)
-    t_bytes = np.maximum.reduceat(graph.edge_bytes[cross][order], starts) if len(starts) else np.zeros(0, np.int64)
+    key, t_bytes, _ = _reduce_by_key(src[cross] * max(G, 1) + gd[cross], graph.edge_bytes[cross], np.maximum)
+    t_bytes = t_bytes.astype(np.int64, copy=False)
+    t_op, t_dst = key // max(G, 1), key % max(G, 1)
     t_src = op_group[t_op]
     # Group edges: bytes summed over those distinct tensors.
-    gkey = t_src * max(G, 1) + t_dst
-    gorder = np.argsort(gkey, kind="stable")
-    gkey = gkey[gorder]
-    gstarts = np.flatnonzero(np.r_[True, gkey[1:] != gkey[:-1]]) if len(gkey) else np.zeros(0, np.int64)
-    e_bytes = np.add.reduceat(t_bytes[gorder], gstarts) if len(gstarts) else np.zeros(0, np.int64)
-    e_src, e_dst = gkey[gstarts] // max(G, 1), gkey[gstarts] % max(G, 1)
+    gkey, e_bytes, _ = _reduce_by_key(t_src * max(G, 1) + t_dst, t_bytes, np.add)
+    e_bytes = e_bytes.astype(np.int64, copy=False)
+    e_src, e_dst = gkey // max(G, 1), gkey % max(G, 1)
 
     # Tensors leaving each group: largest cross edge per producer, plus graph outputs.
     leaving = np.zeros(n, dtype=np.int64)
@@ -129,6 +162,42 @@ def build_group_graph(graph: OpGraph, op_group: np.ndarray, num_groups: int, *, 
         meta=meta,
     )
     return group_graph, CutTable(np.unique(t_op, return_inverse=True)[1].reshape(-1), t_src, t_dst, t_bytes)
+
+
+@dataclass
+class Quotient:
+    """A graph contracted by a grouping, undirected and weighted, as CSR (the partitioners' input)."""
+
+    num_nodes: int
+    xadj: np.ndarray
+    adjncy: np.ndarray
+    eweights: np.ndarray
+    vweights: np.ndarray
+
+
+def quotient(graph: OpGraph, op_group: np.ndarray, op_weight: np.ndarray) -> Quotient:
+    """Undirected group graph: vertex weight = summed op weight, edge weight = summed bytes of every op edge between.
+
+    >>> g = OpGraph.from_edges(["a", "b", "c"], [("a", "b", 8), ("a", "c", 8), ("b", "c", 4)])
+    >>> q = quotient(g, np.array([0, 1, 1]), np.ones(3))
+    >>> q.num_nodes, q.xadj.tolist(), q.adjncy.tolist(), q.eweights.tolist(), q.vweights.tolist()
+    (2, [0, 1, 2], [1, 0], [16.0, 16.0], [1.0, 2.0])
+    """
+    ng = int(op_group.max()) + 1 if len(op_group) else 0
+    vw = np.bincount(op_group, weights=op_weight, minlength=ng)
+    a, b = op_group[graph.edge_src], op_group[graph.edge_dst]
+    keep = a != b
+    a, b, w = a[keep], b[keep], graph.edge_bytes[keep].astype(np.float64)
+    uniq, wsum, _ = _reduce_by_key(np.minimum(a, b) * ng + np.maximum(a, b), w, np.add)
+    u, v = uniq // ng, uniq % ng
+    src = np.concatenate([u, v])
+    dst = np.concatenate([v, u])
+    ew = np.concatenate([wsum, wsum])
+    order = np.lexsort((dst, src))
+    src, dst, ew = src[order], dst[order], ew[order]
+    xadj = np.zeros(ng + 1, dtype=np.int64)
+    np.cumsum(np.bincount(src, minlength=ng), out=xadj[1:])
+    return Quotient(ng, xadj, dst.astype(np.int64), ew, vw)
 
 
 def _sum_int(op_group: np.ndarray, values: np.ndarray, G: int) -> np.ndarray:

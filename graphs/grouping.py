@@ -9,8 +9,9 @@ and op placements to group placements (:meth:`Grouping.contract`).
 Cut bytes, the measure every placement is judged by here: for each op ``u`` and
 each device ``d`` other than ``u``'s that runs a consumer of ``u``, the bytes of
 ``u``'s tensor, counted once per (``u``, ``d``) pair however many consumers sit on
-``d`` (the largest edge if ``u``'s edges to ``d`` differ). :func:`cut_bytes` and
-:meth:`Grouping.cut_bytes` compute it; a group placement and its expansion agree.
+``d`` (the largest edge if ``u``'s edges to ``d`` differ). :func:`graphs.group_graph.cut_bytes` and
+:meth:`Grouping.cut_bytes` compute it; a group placement and its expansion agree. Groupings by
+the model's module tree are :mod:`graphs.module_tree`'s.
 
 Example, on a 4-op DAG where ``v`` is a view of ``x``:
 
@@ -29,6 +30,7 @@ Example, on a 4-op DAG where ``v`` is a view of ``x``:
 (['aten.relu.default', 'aten.mm.default'], [1.0, 9.0], [128])
 >>> grouping.expand([[0, 1], [1, 1]]).tolist()
 [[0, 0, 1, 1], [1, 1, 1, 1]]
+>>> from graphs.group_graph import cut_bytes
 >>> int(grouping.cut_bytes([0, 1])) == int(cut_bytes(g, grouping.expand([0, 1])))
 True
 """
@@ -42,10 +44,12 @@ from scipy.sparse import coo_matrix
 from scipy.sparse.csgraph import connected_components
 
 from graphs import schema
+from graphs.dag import kahn
 from graphs.errors import GraphFormatError, PlacerError
 from graphs.group_graph import CutTable, build_group_graph, cut_bytes_batched
-from graphs.ir import OpGraph, _kahn
-from graphs.ops import VIEW_OPS, base_op_name, inplace_mask, is_inplace_op, is_view_op, view_mask  # noqa: F401
+from graphs.io import from_dict as graph_from_dict
+from graphs.ir import OpGraph
+from graphs.ops import base_op_name, inplace_mask, view_mask
 
 FORMAT = "placer-grouping/1"
 
@@ -65,8 +69,8 @@ def default_num_groups(num_devices: int) -> int:
     return min(MAX_GROUPS, GROUPS_PER_DEVICE * int(num_devices))
 
 
-# One definition of views and in-place ops for every package: graphs.ops.
-op_base_name = base_op_name  # the name this module exported before graphs.ops
+#: Deprecated name of :func:`graphs.ops.base_op_name` (the one definition), kept for one release.
+op_base_name = base_op_name
 
 
 def colocate(graph: OpGraph) -> np.ndarray:
@@ -116,7 +120,7 @@ def colocate(graph: OpGraph) -> np.ndarray:
     e = np.concatenate(joins) if joins else np.zeros(0, dtype=np.int64)
     adj = coo_matrix((np.ones(len(e), dtype=np.int8), (src[e], dst[e])), shape=(n, n)).tocsr()
     _, labels = connected_components(adj, directed=False)
-    return _renumber_by_first_op(labels)
+    return renumber_by_first_op(labels)
 
 
 _colocate = colocate  # coarsen's keyword argument shadows the function's name
@@ -147,11 +151,11 @@ def coarsen(graph: OpGraph, max_groups: int = 256, *, colocate: bool = True) -> 
         raise PlacerError(f"coarsen: max_groups must be >= 1, got {max_groups}")
     n = graph.num_ops
     unit = _colocate(graph) if colocate else np.arange(n, dtype=np.int32)
-    unit, merged_cycles = _merge_cycles(graph, unit)
+    unit, merged_cycles = merge_cycles(graph, unit)
     num_units = int(unit.max()) + 1 if n else 0
     us, ud = unit[graph.edge_src].astype(np.int64), unit[graph.edge_dst].astype(np.int64)
     cross = us != ud
-    unit_order, _ = _kahn(num_units, us[cross], ud[cross])
+    unit_order, _ = kahn(num_units, us[cross], ud[cross])
     unit_pos = np.empty(num_units, dtype=np.int64)
     unit_pos[np.asarray(unit_order, dtype=np.int64)] = np.arange(num_units)
     order = np.lexsort((np.arange(n), unit_pos[unit]))  # position -> op
@@ -164,89 +168,6 @@ def coarsen(graph: OpGraph, max_groups: int = 256, *, colocate: bool = True) -> 
         op_group[order] = seg
     meta = {"max_groups": int(max_groups), "colocate": bool(colocate), "merged_cycles": merged_cycles}
     return Grouping.from_assignment(graph, op_group, meta=meta)
-
-
-def module_grouping(graph: OpGraph, depth: int) -> "Grouping":
-    """Group ``graph``'s ops by module: one group per module path cut to ``depth`` components.
-
-    Every op whose ``module_paths`` entry starts with the same ``depth`` dotted
-    components (``lstm.layers.0.ih`` at depth 3 is ``lstm.layers.0``) joins one
-    group, together with its co-location group (:func:`colocate`). Ops recorded at
-    the top level (an empty path) keep their co-location groups. Where joining
-    makes the group graph cyclic (a module whose output a top-level op turns
-    into its own input), each strongly connected component becomes one group
-    (``grouping.graph.meta["merged_cycles"]``), so the result is always a DAG.
-
-    This is the structure a practitioner places by (a layer per GPU, as
-    ``device_map`` and the ``expert`` baseline do); a policy placing these few
-    groups only decides where each module goes.
-
-    >>> from graphs.ir import OpGraph
-    >>> g = OpGraph.from_edges(["e", "a0", "a1", "b0", "b1", "out"],
-    ...     [("e", "a0", 8), ("a0", "a1", 8), ("a1", "b0", 8), ("b0", "b1", 8), ("a0", "b0", 8), ("b1", "out", 8)],
-    ...     module_paths=["emb", "rnn.l0.ih", "rnn.l0.hh", "rnn.l1.ih", "rnn.l1.hh", ""])
-    >>> module_grouping(g, 2).op_group.tolist(), module_grouping(g, 1).op_group.tolist()
-    ([0, 1, 1, 2, 2, 3], [0, 1, 1, 1, 1, 2])
-
-    A top-level op between two ops of one module would close a cycle; the three become one group:
-
-    >>> h = OpGraph.from_edges(["a", "t", "b", "c"], [("a", "t", 8), ("t", "b", 8), ("b", "c", 8)],
-    ...                        module_paths=["m", "", "m", "n"])
-    >>> grouping = module_grouping(h, 1)
-    >>> grouping.op_group.tolist(), grouping.graph.meta["merged_cycles"]
-    ([0, 0, 0, 1], 1)
-    """
-    if int(depth) < 1:
-        raise PlacerError(f"module_grouping: depth must be >= 1, got {depth}")
-    return _module_grouping(graph, int(depth), _colocate(graph).astype(np.int64))
-
-
-def _module_grouping(graph: OpGraph, depth: int, unit: np.ndarray) -> "Grouping":
-    """:func:`module_grouping` given the co-location group of each op (``unit``, int64)."""
-    n = graph.num_ops
-    first: dict[str, int] = {}
-    a, b = [], []
-    for i, path in enumerate(graph.module_paths):
-        if not path:
-            continue
-        key = ".".join(path.split(".")[:depth])
-        j = first.setdefault(key, i)
-        if j != i:
-            a.append(unit[j])
-            b.append(unit[i])
-    num_units = int(unit.max()) + 1 if n else 0
-    if a:
-        adj = coo_matrix((np.ones(len(a), dtype=np.int8), (a, b)), shape=(num_units, num_units)).tocsr()
-        _, labels = connected_components(adj, directed=False)
-        unit = _renumber_by_first_op(labels[unit])
-    unit, merged_cycles = _merge_cycles(graph, unit)
-    return Grouping.from_assignment(graph, unit, meta={"module_depth": depth, "merged_cycles": merged_cycles})
-
-
-def module_levels(graph: OpGraph, max_groups: int = 512) -> list["Grouping"]:
-    """The distinct :func:`module_grouping` partitions of ``graph``, shallowest first.
-
-    One per module depth from 1 to the deepest path, skipping a depth that
-    groups the ops exactly as a shallower one did, and any with fewer than 2 or
-    more than ``max_groups`` groups. Empty when the graph records no module
-    paths (a synthetic graph or a file without them).
-
-    >>> from graphs.ir import OpGraph
-    >>> g = OpGraph.from_edges(["a", "b", "c"], [("a", "b", 8), ("b", "c", 8)], module_paths=["m.x", "m.y", "n"])
-    >>> [(lv.graph.meta["module_depth"], lv.op_group.tolist()) for lv in module_levels(g)]
-    [(1, [0, 0, 1])]
-    """
-    deepest = max((p.count(".") + 1 for p in graph.module_paths if p), default=0)
-    unit = _colocate(graph).astype(np.int64)
-    units = int(unit.max()) + 1 if graph.num_ops else 0
-    levels, seen = [], set()
-    for depth in range(1, deepest + 1):
-        grouping = _module_grouping(graph, depth, unit)
-        key = grouping.op_group.tobytes()
-        if key not in seen and grouping.num_groups != units and 2 <= grouping.num_groups <= max_groups:
-            levels.append(grouping)
-        seen.add(key)
-    return levels
 
 
 class Grouping:
@@ -270,7 +191,7 @@ class Grouping:
 
     Summing group-edge bytes over groups on other devices counts a tensor once
     per consumer group; :meth:`cut_bytes` counts it once per device, exactly as
-    :func:`cut_bytes` does on the expanded op placement.
+    :func:`graphs.group_graph.cut_bytes` does on the expanded op placement.
     """
 
     def __init__(self, op_group: np.ndarray, graph: OpGraph, source_hash: str, *, cut_table: CutTable | None = None) -> None:
@@ -320,19 +241,19 @@ class Grouping:
         return self._members[self._indptr[g] : self._indptr[g + 1]]
 
     # ---------------------------------------------------- expand / contract
-    def expand(self, group_idx: Any) -> np.ndarray:
+    def expand(self, group_devices: Any) -> np.ndarray:
         """Device per op from device per group; ``[..., G] -> [..., num_ops]`` (batched)."""
-        a = np.asarray(group_idx)
+        a = np.asarray(group_devices)
         if a.ndim == 0 or a.shape[-1] != self.num_groups:
             raise PlacerError(f"grouping: expected {self.num_groups} group devices in the last axis, got shape {a.shape}")
         return a[..., self.op_group]
 
-    def contract(self, op_idx: Any) -> np.ndarray:
+    def contract(self, op_devices: Any) -> np.ndarray:
         """Device per group from device per op; ``[..., num_ops] -> [..., G]``.
 
         Raises :class:`PlacerError` naming a group whose ops are on different devices.
         """
-        a = np.asarray(op_idx)
+        a = np.asarray(op_devices)
         if a.ndim == 0 or a.shape[-1] != self.num_ops:
             raise PlacerError(f"grouping: expected {self.num_ops} op devices in the last axis, got shape {a.shape}")
         rep = a[..., self._first]
@@ -343,7 +264,7 @@ class Grouping:
             raise PlacerError(f"grouping: group g{g} is split across devices (op {op} differs from op {int(self._first[g])})")
         return rep
 
-    def vote(self, op_idx: Any, num_devices: int) -> np.ndarray:
+    def vote(self, op_devices: Any, num_devices: int) -> np.ndarray:
         """Device per group by majority vote of its ops (ties: the lowest device); ``[..., num_ops] -> [..., G]``.
 
         Unlike :meth:`contract`, a placement that splits a group is accepted (a
@@ -354,23 +275,24 @@ class Grouping:
         >>> grouping.vote([[1, 1, 0, 2], [0, 1, 1, 1]], 3).tolist()
         [[1, 2], [1, 1]]
         """
-        a = np.asarray(op_idx, dtype=np.int64)
+        a = np.asarray(op_devices, dtype=np.int64)
         if a.ndim == 0 or a.shape[-1] != self.num_ops:
             raise PlacerError(f"grouping: expected {self.num_ops} op devices in the last axis, got shape {a.shape}")
-        rows = a.reshape(-1, self.num_ops)
-        votes = np.zeros((len(rows), self.num_groups, int(num_devices)))
-        np.add.at(votes, (np.arange(len(rows))[:, None], self.op_group[None, :], rows), 1.0)
-        return votes.argmax(axis=2).reshape(a.shape[:-1] + (self.num_groups,))
+        return vote(self.op_group, a, self.num_groups, num_devices)
+
+    def refined(self, graph: OpGraph, op_devices: np.ndarray) -> "Grouping":
+        """Each group split into runs (in op order) of constant device under ``op_devices``: see :func:`refine_grouping`."""
+        return refine_grouping(graph, self, op_devices)
 
     # ------------------------------------------------------------ cut bytes
-    def cut_bytes(self, group_idx: Any) -> np.ndarray:
+    def cut_bytes(self, group_devices: Any) -> np.ndarray:
         """Cut bytes of a group placement (``[G]`` -> scalar, ``[K, G]`` -> ``[K]``), int64.
 
-        Equal to :func:`cut_bytes` of the op graph on ``self.expand(group_idx)``.
+        Equal to :func:`graphs.group_graph.cut_bytes` of the op graph on ``self.expand(group_devices)``.
         """
         if self._cut_table is None:
             raise PlacerError("grouping: cut_bytes needs the op graph; load the grouping with Grouping.from_dict(doc, graph)")
-        a = np.asarray(group_idx)
+        a = np.asarray(group_devices)
         if a.ndim == 0 or a.shape[-1] != self.num_groups:
             raise PlacerError(f"grouping: expected {self.num_groups} group devices in the last axis, got shape {a.shape}")
         return cut_bytes_batched(self._cut_table, a)
@@ -390,8 +312,6 @@ class Grouping:
         is rebuilt and must match the stored one; without it the stored group
         graph is used and :meth:`cut_bytes` is unavailable.
         """
-        from graphs.io import from_dict as graph_from_dict
-
         schema.document(doc, source, FORMAT, error=GraphFormatError)
         op_group = doc.get("op_group")
         if not isinstance(op_group, list) or not all(type(x) is int for x in op_group):
@@ -412,26 +332,56 @@ class Grouping:
 _DERIVED_META = ("member_ops", "member_out_bytes", "source_hash", "source_name")
 
 
-def cut_bytes(graph: OpGraph, device_idx: Any) -> np.ndarray:
-    """Cut bytes of an op placement (``[num_ops]`` -> scalar, ``[K, num_ops]`` -> ``[K]``), int64.
+def vote(op_group: np.ndarray, op_devices: Any, num_groups: int, num_devices: int, weight: np.ndarray | None = None) -> np.ndarray:
+    """Device per group by majority vote of its ops (ties: the lowest device): the one definition of the vote.
 
-    Each op's tensor counts once for every device other than its own that runs
-    one of its consumers.
+    ``op_group`` is a group id per op ``[N]``, or one grouping per row ``[K, N]``;
+    ``op_devices`` ``[..., N]`` (one placement per row) gives ``[..., num_groups]``.
+    ``weight`` (per op; default 1) weighs each op's vote, e.g. by its compute time.
 
-    >>> from graphs.ir import OpGraph
-    >>> g = OpGraph.from_edges(["a", "b", "c"], [("a", "b", 8), ("a", "c", 8)])
-    >>> int(cut_bytes(g, [0, 1, 1])), int(cut_bytes(g, [0, 1, 2])), cut_bytes(g, [[0, 0, 0], [1, 0, 0]]).tolist()
-    (8, 16, [0, 8])
+    >>> vote(np.array([0, 0, 0, 1]), [[1, 1, 0, 2], [0, 1, 1, 1]], 2, 3).tolist()
+    [[1, 2], [1, 1]]
+    >>> vote(np.array([0, 0, 0]), [2, 1, 1], 1, 3, weight=np.array([5.0, 1.0, 1.0])).tolist()
+    [2]
     """
-    a = np.asarray(device_idx)
-    if a.ndim == 0 or a.shape[-1] != graph.num_ops:
-        raise PlacerError(f"cut_bytes: expected {graph.num_ops} op devices in the last axis, got shape {a.shape}")
-    table = CutTable(graph.edge_src.astype(np.int64), graph.edge_src.astype(np.int64), graph.edge_dst.astype(np.int64), graph.edge_bytes)
-    return cut_bytes_batched(table, a)
+    a = np.asarray(op_devices, dtype=np.int64)
+    rows = a.reshape(-1, a.shape[-1])
+    groups = np.broadcast_to(np.asarray(op_group), rows.shape)
+    w = 1.0 if weight is None else np.broadcast_to(np.asarray(weight, dtype=np.float64), rows.shape)
+    votes = np.zeros((len(rows), int(num_groups), int(num_devices)))
+    np.add.at(votes, (np.arange(len(rows))[:, None], groups, rows), w)
+    return votes.argmax(axis=2).reshape(a.shape[:-1] + (int(num_groups),))
+
+
+def refine_grouping(graph: OpGraph, grouping: "Grouping", op_devices: np.ndarray) -> "Grouping":
+    """Split each group into runs (in op order) of constant device under ``op_devices``.
+
+    The result stays acyclic: groups are numbered topologically and every op edge
+    ``u -> v`` has ``u < v``, so ordering the new items by (group, run) is a
+    topological order of the refined group graph. A placement that was split
+    across a group is then expressed exactly (a warm start's incumbent).
+
+    >>> from graphs.synthetic import random_dag
+    >>> g = random_dag(40, seed=0)
+    >>> coarse = coarsen(g, 4)
+    >>> dev = (np.arange(40) >= 20).astype(np.int32)
+    >>> fine = refine_grouping(g, coarse, dev)
+    >>> bool((fine.expand(fine.contract(dev)) == dev).all())
+    True
+    """
+    op_group = np.asarray(grouping.op_group, dtype=np.int64)
+    dev = np.asarray(op_devices, dtype=np.int64)
+    order = np.lexsort((np.arange(len(op_group)), op_group))
+    g_sorted, d_sorted = op_group[order], dev[order]
+    start = np.ones(len(order), dtype=bool)
+    start[1:] = (g_sorted[1:] != g_sorted[:-1]) | (d_sorted[1:] != d_sorted[:-1])
+    refined = np.empty(len(order), dtype=np.int64)
+    refined[order] = np.cumsum(start) - 1
+    return Grouping.from_assignment(graph, refined, meta={**grouping.graph.meta, "refined_by_placement": True})
 
 
 # ---------------------------------------------------------------------- helpers
-def _renumber_by_first_op(labels: np.ndarray) -> np.ndarray:
+def renumber_by_first_op(labels: np.ndarray) -> np.ndarray:
     """Relabel so that group ids increase with each group's first op."""
     _, first = np.unique(labels, return_index=True)
     rank = np.empty(len(first), dtype=np.int64)
@@ -439,7 +389,7 @@ def _renumber_by_first_op(labels: np.ndarray) -> np.ndarray:
     return rank[labels].astype(np.int32)
 
 
-def _merge_cycles(graph: OpGraph, unit: np.ndarray) -> tuple[np.ndarray, int]:
+def merge_cycles(graph: OpGraph, unit: np.ndarray) -> tuple[np.ndarray, int]:
     """Merge each strongly connected component of the units' quotient graph into one unit."""
     n_units = int(unit.max()) + 1 if len(unit) else 0
     us, ud = unit[graph.edge_src], unit[graph.edge_dst]
@@ -451,7 +401,7 @@ def _merge_cycles(graph: OpGraph, unit: np.ndarray) -> tuple[np.ndarray, int]:
     if n_scc == n_units:
         return unit, 0
     merged = int(np.sum(np.bincount(scc) > 1))
-    return _renumber_by_first_op(scc[unit]), merged
+    return renumber_by_first_op(scc[unit]), merged
 
 
 def _topological_ids(graph: OpGraph, op_group: np.ndarray, num_groups: int) -> np.ndarray:
@@ -460,7 +410,7 @@ def _topological_ids(graph: OpGraph, op_group: np.ndarray, num_groups: int) -> n
     cross = gs != gd
     if not bool(np.any(gs[cross] > gd[cross])):
         return op_group
-    order, _ = _kahn(num_groups, gs[cross], gd[cross])
+    order, _ = kahn(num_groups, gs[cross], gd[cross])
     if len(order) != num_groups:
         raise PlacerError(f"grouping: the groups form a cycle, so the group graph would not be a DAG ({graph.name or 'graph'})")
     new_id = np.empty(num_groups, dtype=np.int64)

@@ -115,7 +115,7 @@ def load(path: str | os.PathLike, *, verify_hash: bool = True) -> OpGraph:
     if not os.path.exists(path):
         raise PlacerError(f"{path}: no such file")
     if path.endswith(".pt2"):
-        from graphs.torch_capture import capture_pt2
+        from graphs.torch_capture import capture_pt2  # torch: loaded only for a .pt2 file
 
         return capture_pt2(path)
     # The document is a few big lists of small objects and holds no reference

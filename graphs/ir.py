@@ -23,6 +23,7 @@ from typing import Any, Iterable, Sequence
 
 import numpy as np
 
+from graphs.dag import csr, cycle_text, find_cycle, kahn
 from graphs.errors import GraphFormatError
 
 FORMAT = "placer-graph/1"
@@ -205,9 +206,9 @@ class OpGraph:
                 raise GraphFormatError(f"{label}: edge {self.names[self.edge_src[bad]]}->{self.names[self.edge_dst[bad]]} has negative bytes")
             back = self.edge_src >= self.edge_dst
             if back.any():
-                cycle = _find_cycle(n, self.edge_src, self.edge_dst)
+                cycle = find_cycle(n, self.edge_src, self.edge_dst)
                 if cycle:
-                    raise GraphFormatError(f"{label}: the edges contain a cycle ({_cycle_text(cycle, self.names)})")
+                    raise GraphFormatError(f"{label}: the edges contain a cycle ({cycle_text(cycle, self.names)})")
                 bad = int(np.argmax(back))
                 raise GraphFormatError(
                     f"{label}: ops are not in topological order "
@@ -245,12 +246,12 @@ class OpGraph:
     @cached_property
     def out_csr(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(indptr, dst, edge_id): successors of op i are dst[indptr[i]:indptr[i+1]]."""
-        return _csr(self.num_ops, self.edge_src, self.edge_dst)
+        return csr(self.num_ops, self.edge_src, self.edge_dst)
 
     @cached_property
     def in_csr(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(indptr, src, edge_id): predecessors of op i are src[indptr[i]:indptr[i+1]]."""
-        return _csr(self.num_ops, self.edge_dst, self.edge_src)
+        return csr(self.num_ops, self.edge_dst, self.edge_src)
 
     def successors(self, i: int) -> np.ndarray:
         indptr, nbr, _ = self.out_csr
@@ -322,7 +323,7 @@ class OpGraph:
         >>> g2.content_hash == g.content_hash
         True
         """
-        import networkx as nx
+        import networkx as nx  # networkx: only for the conversion
 
         G = nx.DiGraph(name=self.name, meta=self.meta)
         for i, nm in enumerate(self.names):
@@ -349,7 +350,7 @@ class OpGraph:
     @classmethod
     def from_networkx(cls, G) -> "OpGraph":
         """Inverse of :meth:`to_networkx`; missing attributes default to zero."""
-        import networkx as nx
+        import networkx as nx  # networkx: only for the conversion
 
         if not nx.is_directed_acyclic_graph(G):
             cycle = nx.find_cycle(G)
@@ -407,70 +408,12 @@ def _hash_doc(doc: dict[str, Any]) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
-def _csr(n: int, key: np.ndarray, other: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    order = np.argsort(key, kind="stable")
-    counts = np.bincount(key, minlength=n) if len(key) else np.zeros(n, dtype=np.int64)
-    indptr = np.zeros(n + 1, dtype=np.int64)
-    np.cumsum(counts, out=indptr[1:])
-    return indptr, other[order].astype(np.int32), order.astype(np.int64)
-
-
-def _kahn(n: int, src: np.ndarray, dst: np.ndarray) -> tuple[list[int], np.ndarray]:
-    """Depth-first Kahn: (order, remaining in-degree). Chains stay adjacent in the order."""
-    indeg_a = np.bincount(dst, minlength=n) if len(dst) else np.zeros(n, dtype=np.int64)
-    indptr, nbr, _ = _csr(n, src, dst)
-    stack = np.flatnonzero(indeg_a == 0)[::-1].tolist()
-    indeg = indeg_a.tolist()  # list items: ~5x faster to update one by one than numpy scalars
-    indptr_l, nbr_l = indptr.tolist(), nbr.tolist()
-    order: list[int] = []
-    push, pop, emit = stack.append, stack.pop, order.append
-    while stack:
-        u = pop()
-        emit(u)
-        for v in nbr_l[indptr_l[u] : indptr_l[u + 1]]:
-            indeg[v] -= 1
-            if not indeg[v]:
-                push(v)
-    return order, np.asarray(indeg, dtype=np.int64)
-
-
-def _find_cycle(n: int, src: np.ndarray, dst: np.ndarray) -> list[int]:
-    """Op indices along one directed cycle (first op repeated at the end), or [] if acyclic."""
-    src = np.asarray(src, dtype=np.int64)
-    dst = np.asarray(dst, dtype=np.int64)
-    order, indeg = _kahn(n, src, dst)
-    if len(order) == n:
-        return []
-    # Every op Kahn could not emit has a predecessor it could not emit either, so
-    # walking predecessors among them must come back to an op already seen.
-    left = indeg > 0
-    keep = left[src] & left[dst]
-    pred_of = np.full(n, -1, dtype=np.int64)
-    pred_of[dst[keep]] = src[keep]
-    u = int(np.flatnonzero(left)[0])
-    seen: dict[int, int] = {}
-    path: list[int] = []
-    while u not in seen:
-        seen[u] = len(path)
-        path.append(u)
-        u = int(pred_of[u])
-    cycle = path[seen[u] :][::-1]
-    return cycle + [cycle[0]]
-
-
-def _cycle_text(cycle: list[int], names: Sequence[str], limit: int = 6) -> str:
-    shown = [repr(names[i]) for i in cycle]
-    if len(shown) > limit:
-        shown = shown[: limit - 1] + [f"... {len(shown) - limit} more ...", shown[-1]]
-    return " -> ".join(shown)
-
-
 def _topological_order(n: int, src: np.ndarray, dst: np.ndarray, names: Sequence[str]) -> np.ndarray:
     """Depth-first Kahn order; raises GraphFormatError naming the ops on a cycle."""
-    order, _ = _kahn(n, np.asarray(src, dtype=np.int64), np.asarray(dst, dtype=np.int64))
+    order, _ = kahn(n, np.asarray(src, dtype=np.int64), np.asarray(dst, dtype=np.int64))
     if len(order) != n:
-        cycle = _find_cycle(n, src, dst)
-        raise GraphFormatError(f"graph: the edges contain a cycle ({_cycle_text(cycle, names)})")
+        cycle = find_cycle(n, src, dst)
+        raise GraphFormatError(f"graph: the edges contain a cycle ({cycle_text(cycle, names)})")
     return np.asarray(order, dtype=np.int64)
 
 

@@ -4,7 +4,7 @@ The one definition of "view op" used by the cost model (:mod:`envs.cost`: views
 cost no time and allocate nothing), co-location (:mod:`graphs.grouping`: a view
 runs where its input lives), capture (:mod:`graphs.flops`: views count zero
 FLOPs and are listed in ``meta["alias_ops"]``), ``placer inspect`` and the
-baselines.
+heuristics.
 
 Which ops are views, and why this set (:data:`VIEW_OPS`): an op is a view when
 its output shares its input's storage *always*: no kernel, no new memory, and a
@@ -33,7 +33,7 @@ to co-locate.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -89,8 +89,58 @@ def is_view_op(op_type: str) -> bool:
     return base_op_name(op_type) in VIEW_OPS
 
 
+# ---------------------------------------------------------------- in-place writes
+#: Composite ops that write into arguments their schema does not mark as written: schema name ->
+#: positions of those arguments. ``batch_norm`` and ``instance_norm`` update their running statistics
+#: (arguments 3 and 4) when training, which a captured training step does; the placed program treats
+#: them as written whenever the op runs (a write-back into the master buffer costs nothing more in eval).
+HIDDEN_WRITES: dict[str, tuple[int, ...]] = {
+    "aten::batch_norm": (3, 4),
+    "aten::instance_norm": (3, 4),
+}
+
+
+def written_arguments(target: Any, *, hidden: bool = True) -> list[tuple[int, str]]:
+    """``(position, name)`` of every argument the op ``target`` writes in place: *the* answer to "writes its input".
+
+    From torch's op schema: the arguments annotated as written (``Tensor(a!)``:
+    ``add_``'s ``self``, ``copy_``'s destination, the running statistics of
+    ``_native_batch_norm_legit``), then, with ``hidden``, those of :data:`HIDDEN_WRITES`
+    (``batch_norm``'s running statistics). A target without a schema (a Python
+    callable such as ``operator.getitem``) writes nothing. Its two readers:
+
+    * :func:`is_inplace` (``hidden=False``): capture's ``meta["inplace_ops"]``, so
+      co-location keeps an op with the *op output* it writes (:func:`inplace_mask`).
+      Hidden writes go to buffers, which no op produces, so they join nothing;
+    * the placed program (:mod:`envs.real.placing`): every written argument, buffers
+      included, is written back into its master copy and ordered against its readers.
+
+    >>> import torch
+    >>> written_arguments(torch.ops.aten.add_.Tensor), written_arguments(torch.ops.aten.add.Tensor)
+    ([(0, 'self')], [])
+    >>> written_arguments(torch.ops.aten.batch_norm.default), written_arguments(torch.ops.aten.batch_norm.default, hidden=False)
+    ([(3, 'running_mean'), (4, 'running_var')], [])
+    """
+    schema = getattr(target, "_schema", None)
+    if schema is None:
+        return []
+    args = schema.arguments
+    written = [(i, a.name) for i, a in enumerate(args) if a.alias_info is not None and a.alias_info.is_write]
+    if hidden:
+        written += [(i, args[i].name) for i in HIDDEN_WRITES.get(schema.name, ()) if i < len(args)]
+    return written
+
+
+def is_inplace(target: Any) -> bool:
+    """True when the op's schema says it writes into an input (``add_``, ``copy_``): see :func:`written_arguments`."""
+    return bool(written_arguments(target, hidden=False))
+
+
 def is_inplace_op(op_type: str) -> bool:
-    """True for ATen in-place ops: the base name ends in ``_`` (``add_``, ``copy_``), dunders excluded.
+    """True for ATen in-place ops by their type string: the base name ends in ``_`` (``add_``, ``copy_``), dunders excluded.
+
+    For graphs without capture's record (:func:`is_inplace` of each target, in
+    ``meta["inplace_ops"]``); :func:`inplace_mask` takes either.
 
     >>> is_inplace_op("aten.add_.Tensor"), is_inplace_op("aten.add.Tensor"), is_inplace_op("aten.__and__.Tensor")
     (True, False, False)

@@ -68,7 +68,7 @@ _KEYWORD = re.compile(r"[a-z]+")
 
 def load_program(path: str):
     """The ``ExportedProgram`` in the ``.pt2`` file ``path``, after :func:`check_archive`."""
-    import torch
+    import torch  # only to load a program: graphs stays light
 
     try:
         with open(path, "rb") as f:
@@ -79,15 +79,15 @@ def load_program(path: str):
     return torch.export.load(io.BytesIO(data))
 
 
-def check_archive(path: str, data: bytes) -> None:
-    """Raise :class:`GraphFormatError` unless ``data`` is a plain, pickle-free torch.export archive."""
-    import torch
+def _refuse(path: str, entry: str, why: str) -> None:
+    raise GraphFormatError(f"{path}: refusing entry {entry!r}: {why} (placer never unpickles or runs code from a file)")
 
-    def refuse(entry: str, why: str) -> None:
-        raise GraphFormatError(f"{path}: refusing entry {entry!r}: {why} (placer never unpickles or runs code from a file)")
 
-    # Python's view of the zip: one top folder, no duplicate names (torch's reader
-    # matches names case-insensitively, so neither may two names differ in case only).
+def _zip_names(path: str, data: bytes) -> tuple[list[str], str]:
+    """Python's view of the zip: its names and its one top folder; no duplicate names.
+
+    torch's reader matches names case-insensitively, so neither may two names differ in case only.
+    """
     try:
         with zipfile.ZipFile(io.BytesIO(data)) as zf:
             names = zf.namelist()
@@ -99,38 +99,41 @@ def check_archive(path: str, data: bytes) -> None:
     folded: set[str] = set()
     for name in names:
         if not name.startswith(prefix) or name == prefix:
-            refuse(name, f"outside the archive's folder {prefix!r}")
+            _refuse(path, name, f"outside the archive's folder {prefix!r}")
         if name.lower() in folded:
-            refuse(name, "the name appears twice")
+            _refuse(path, name, "the name appears twice")
         folded.add(name.lower())
+    return names, prefix
 
-    # torch's view (the reader torch.export.load uses): it must list the same entries.
-    try:
-        reader = torch._C.PyTorchFileReader(io.BytesIO(data))
-        records = sorted(reader.get_all_records())
-    except Exception as e:
-        raise GraphFormatError(f"{path}: not a loadable torch.export program ({_first_line(e)})") from None
-    if records != sorted(n[len(prefix):] for n in names):
-        raise GraphFormatError(f"{path}: the zip's directory is inconsistent (torch and Python read different entries)")
 
-    def read(entry: str) -> bytes:
+class _Archive:
+    """torch's view of the archive (the reader ``torch.export.load`` uses): its records, read one at a time."""
+
+    def __init__(self, path: str, data: bytes) -> None:
+        import torch  # only to read an archive: graphs stays light
+
+        self.path = path
         try:
-            return reader.get_record(entry)
+            self.reader = torch._C.PyTorchFileReader(io.BytesIO(data))
+            self.records = sorted(self.reader.get_all_records())
         except Exception as e:
-            raise GraphFormatError(f"{path}: cannot read entry {entry!r} ({_first_line(e)})") from None
+            raise GraphFormatError(f"{path}: not a loadable torch.export program ({_first_line(e)})") from None
 
-    def read_json(entry: str) -> Any:
+    def read(self, entry: str) -> bytes:
         try:
-            return json.loads(read(entry))
+            return self.reader.get_record(entry)
+        except Exception as e:
+            raise GraphFormatError(f"{self.path}: cannot read entry {entry!r} ({_first_line(e)})") from None
+
+    def read_json(self, entry: str) -> Any:
+        try:
+            return json.loads(self.read(entry))
         except (ValueError, RecursionError) as e:
-            raise GraphFormatError(f"{path}: entry {entry!r} is not valid JSON ({_first_line(e)})") from None
+            raise GraphFormatError(f"{self.path}: entry {entry!r} is not valid JSON ({_first_line(e)})") from None
 
-    if read("archive_format") != b"pt2":
-        raise GraphFormatError(f"{path}: not a loadable torch.export program (archive_format is not 'pt2')")
 
-    models = {m.group(1) for r in records if (m := _MODEL.fullmatch(r))}
-    if not models:
-        raise GraphFormatError(f"{path}: not a loadable torch.export program (no models/*.json)")
+def _check_layout(path: str, records: list[str], models: set[str]) -> None:
+    """Every record is part of an exported program's layout: nothing pickled, no compiled code."""
     for r in records:
         if r in _FIXED or _MODEL.fullmatch(r) or _WEIGHT.fullmatch(r) or _CONSTANT.fullmatch(r) or _EXTRA.fullmatch(r):
             continue
@@ -138,41 +141,67 @@ def check_archive(path: str, data: bytes) -> None:
         if m and m.group(1) in models:
             continue
         if r.endswith((".pt", ".pkl", ".pickle")):
-            refuse(r, "a pickled file")
+            _refuse(path, r, "a pickled file")
         if r.startswith(("data/aotinductor/", "data/executorch/", "data/mtia")):
-            refuse(r, "compiled code")
-        refuse(r, "not part of an exported program's layout")
+            _refuse(path, r, "compiled code")
+        _refuse(path, r, "not part of an exported program's layout")
 
+
+def _check_tensors(path: str, archive: _Archive, model: str) -> None:
+    """The model's weights and constants are raw tensor bytes that exist, each with its tensor_meta."""
+    for config, kind in ((f"data/weights/{model}_weights_config.json", "weight"), (f"data/constants/{model}_constants_config.json", "constant")):
+        if config not in archive.records:
+            raise GraphFormatError(f"{path}: not a loadable torch.export program (no {config})")
+        doc = archive.read_json(config)
+        entries = doc.get("config") if isinstance(doc, dict) else None
+        if not isinstance(entries, dict):
+            raise GraphFormatError(f"{path}: entry {config!r} has no 'config' object")
+        folder = "data/weights/" if kind == "weight" else "data/constants/"
+        pattern = _WEIGHT if kind == "weight" else _CONSTANT
+        for fqn, meta in entries.items():
+            file = meta.get("path_name") if isinstance(meta, dict) else None
+            where = f"{folder}{file}" if isinstance(file, str) else config
+            if not isinstance(meta, dict) or meta.get("use_pickle") is not False:
+                _refuse(path, where, f"{kind} {fqn!r} is pickled (use_pickle)")
+            if not isinstance(file, str) or not pattern.fullmatch(folder + file):
+                _refuse(path, where, f"{kind} {fqn!r} is not stored as raw tensor bytes")
+            if folder + file not in archive.records:
+                raise GraphFormatError(f"{path}: {kind} {fqn!r} names a missing entry {where!r}")
+            if not isinstance(meta.get("tensor_meta"), dict):
+                raise GraphFormatError(f"{path}: entry {config!r}: {kind} {fqn!r} has no tensor_meta")
+
+
+def _check_sample_inputs(path: str, archive: _Archive, model: str) -> None:
+    """Example inputs, if stored, load as plain tensors (``weights_only``)."""
+    import torch  # only to read an archive: graphs stays light
+
+    inputs = f"data/sample_inputs/{model}.pt"
+    if inputs in archive.records:
+        blob = archive.read(inputs)
+        if blob:
+            try:  # the same call torch makes first; if it fails torch would unpickle freely
+                torch.load(io.BytesIO(blob), weights_only=True)
+            except Exception as e:
+                _refuse(path, inputs, f"the example inputs are not plain tensors ({type(e).__name__})")
+
+
+def check_archive(path: str, data: bytes) -> None:
+    """Raise :class:`GraphFormatError` unless ``data`` is a plain, pickle-free torch.export archive."""
+    names, prefix = _zip_names(path, data)
+    archive = _Archive(path, data)
+    records = archive.records
+    if records != sorted(n[len(prefix):] for n in names):
+        raise GraphFormatError(f"{path}: the zip's directory is inconsistent (torch and Python read different entries)")
+    if archive.read("archive_format") != b"pt2":
+        raise GraphFormatError(f"{path}: not a loadable torch.export program (archive_format is not 'pt2')")
+    models = {m.group(1) for r in records if (m := _MODEL.fullmatch(r))}
+    if not models:
+        raise GraphFormatError(f"{path}: not a loadable torch.export program (no models/*.json)")
+    _check_layout(path, records, models)
     for model in sorted(models):
-        for config, kind in ((f"data/weights/{model}_weights_config.json", "weight"), (f"data/constants/{model}_constants_config.json", "constant")):
-            if config not in records:
-                raise GraphFormatError(f"{path}: not a loadable torch.export program (no {config})")
-            doc = read_json(config)
-            entries = doc.get("config") if isinstance(doc, dict) else None
-            if not isinstance(entries, dict):
-                raise GraphFormatError(f"{path}: entry {config!r} has no 'config' object")
-            folder = "data/weights/" if kind == "weight" else "data/constants/"
-            pattern = _WEIGHT if kind == "weight" else _CONSTANT
-            for fqn, meta in entries.items():
-                file = meta.get("path_name") if isinstance(meta, dict) else None
-                where = f"{folder}{file}" if isinstance(file, str) else config
-                if not isinstance(meta, dict) or meta.get("use_pickle") is not False:
-                    refuse(where, f"{kind} {fqn!r} is pickled (use_pickle)")
-                if not isinstance(file, str) or not pattern.fullmatch(folder + file):
-                    refuse(where, f"{kind} {fqn!r} is not stored as raw tensor bytes")
-                if folder + file not in records:
-                    raise GraphFormatError(f"{path}: {kind} {fqn!r} names a missing entry {where!r}")
-                if not isinstance(meta.get("tensor_meta"), dict):
-                    raise GraphFormatError(f"{path}: entry {config!r}: {kind} {fqn!r} has no tensor_meta")
-        _check_expressions(path, f"models/{model}.json", read_json(f"models/{model}.json"))
-        inputs = f"data/sample_inputs/{model}.pt"
-        if inputs in records:
-            blob = read(inputs)
-            if blob:
-                try:  # the same call torch makes first; if it fails torch would unpickle freely
-                    torch.load(io.BytesIO(blob), weights_only=True)
-                except Exception as e:
-                    refuse(inputs, f"the example inputs are not plain tensors ({type(e).__name__})")
+        _check_tensors(path, archive, model)
+        _check_expressions(path, f"models/{model}.json", archive.read_json(f"models/{model}.json"))
+        _check_sample_inputs(path, archive, model)
 
 
 def _check_expressions(path: str, entry: str, doc: Any) -> None:

@@ -42,6 +42,7 @@ from torch.utils._pytree import tree_flatten, tree_map
 from graphs import flops as _flops
 from graphs.errors import CaptureError, GraphFormatError
 from graphs.ir import OpGraph
+from graphs.ops import is_inplace
 
 # Bump when the graph built from the same program changes (invalidates zoo caches).
 CAPTURE_VERSION = 1
@@ -234,110 +235,107 @@ def _node_source(node: Any) -> str:
 
 
 def _graph_from_program(ep, name: str, current: list) -> OpGraph:
-    sig = ep.graph_signature
-    params = dict(sig.inputs_to_parameters)
-    buffers = dict(sig.inputs_to_buffers)
-    constants = dict(getattr(sig, "inputs_to_lifted_tensor_constants", {}) or {})
-    buffers.update(constants)
-    user_inputs = set(sig.user_inputs)
-    tensor_key = _tensor_keys(ep, list(params.values()) + list(buffers.values()))
-
-    index: dict[str, int] = {}
-    names, op_types, shapes, dtypes, module_paths, reads = [], [], [], [], [], []
-    out_bytes, flops_col, param_bytes, buffer_bytes = [], [], [], []
-    src, dst, ebytes = [], [], []
-    alias_ops, inplace_ops = [], []
-    owned: set[str] = set()
-    input_consumers: dict[str, list[str]] = {}
-    placeholder_bytes: dict[str, int] = {}
-
+    reader = _ProgramReader(ep)
     for node in ep.graph.nodes:
         current[0] = node
         if node.op == "placeholder":
-            placeholder_bytes[node.name] = _nbytes(node.meta.get("val"))
-            continue
-        if node.op != "call_function":
-            continue
-        i = len(names)
-        index[node.name] = i
-        val = node.meta.get("val")
-        tensors = [t for t in tree_flatten(val)[0] if isinstance(t, torch.Tensor)]
-        names.append(node.name)
-        op_types.append(_flops.op_type(node.target))
-        shapes.append([[int(d) for d in t.shape] for t in tensors])
-        dtypes.append([str(t.dtype).removeprefix("torch.") for t in tensors])
-        out_bytes.append(sum(_nbytes(t) for t in tensors))
-        module_paths.append(_module_path(node))
+            reader.placeholder_bytes[node.name] = _nbytes(node.meta.get("val"))
+        elif node.op == "call_function":
+            reader.add_op(node)
+    current[0] = None
+    return reader.graph(name)
+
+
+class _ProgramReader:
+    """The columns of an OpGraph, filled one exported node at a time (:func:`graph_from_program`)."""
+
+    def __init__(self, ep: Any) -> None:
+        self.ep = ep
+        sig = ep.graph_signature
+        self.params = dict(sig.inputs_to_parameters)
+        self.buffers = dict(sig.inputs_to_buffers)
+        self.constants = dict(getattr(sig, "inputs_to_lifted_tensor_constants", {}) or {})
+        self.buffers.update(self.constants)
+        self.user_inputs = set(sig.user_inputs)
+        self.tensor_key = _tensor_keys(ep, list(self.params.values()) + list(self.buffers.values()))
+        self.index: dict[str, int] = {}
+        self.cols: dict[str, list] = {k: [] for k in (
+            "names", "op_types", "out_shapes", "out_dtypes", "module_paths", "params", "out_bytes", "flops",
+            "param_bytes", "buffer_bytes", "edge_src", "edge_dst", "edge_bytes", "alias_ops", "inplace_ops")}
+        self.owned: set[str] = set()
+        self.input_consumers: dict[str, list[str]] = {}
+        self.placeholder_bytes: dict[str, int] = {}
+
+    def add_op(self, node: torch.fx.Node) -> None:
+        c = self.cols
+        i = len(c["names"])
+        self.index[node.name] = i
+        tensors = [t for t in tree_flatten(node.meta.get("val"))[0] if isinstance(t, torch.Tensor)]
+        c["names"].append(node.name)
+        c["op_types"].append(_flops.op_type(node.target))
+        c["out_shapes"].append([[int(d) for d in t.shape] for t in tensors])
+        c["out_dtypes"].append([str(t.dtype).removeprefix("torch.") for t in tensors])
+        c["out_bytes"].append(sum(_nbytes(t) for t in tensors))
+        c["module_paths"].append(_module_path(node))
         if _flops.is_alias(node.target):
-            alias_ops.append(node.name)
-        if _flops.is_inplace(node.target):
-            inplace_ops.append(node.name)
+            c["alias_ops"].append(node.name)
+        if is_inplace(node.target):
+            c["inplace_ops"].append(node.name)
         try:
-            flops_col.append(_node_flops(node))
+            c["flops"].append(_node_flops(node))
         except Exception as e:  # a formula that cannot handle this call: name the node
             raise CaptureError(f"capture failed: cannot count FLOPs of node {node.format_node()} ({e})") from None
-
         own_p = own_b = 0
         fqns: list[str] = []
         for arg in node.all_input_nodes:
-            if arg.op == "placeholder":
-                fqn = params.get(arg.name) or buffers.get(arg.name)
-                if fqn is None:
-                    if arg.name in user_inputs:
-                        input_consumers.setdefault(arg.name, []).append(node.name)
-                    continue
-                fqns.append(fqn)
-                if tensor_key[fqn] not in owned:  # tied weights: one tensor, several FQNs
-                    owned.add(tensor_key[fqn])
-                    if arg.name in params:
-                        own_p += placeholder_bytes[arg.name]
-                    else:
-                        own_b += placeholder_bytes[arg.name]
-            elif arg.name in index:
-                src.append(index[arg.name])
-                dst.append(i)
-                ebytes.append(_edge_bytes(arg, node))
-        param_bytes.append(own_p)
-        buffer_bytes.append(own_b)
-        reads.append(fqns)
+            if arg.op != "placeholder":
+                if arg.name in self.index:
+                    c["edge_src"].append(self.index[arg.name])
+                    c["edge_dst"].append(i)
+                    c["edge_bytes"].append(_edge_bytes(arg, node))
+                continue
+            fqn = self.params.get(arg.name) or self.buffers.get(arg.name)
+            if fqn is None:
+                if arg.name in self.user_inputs:
+                    self.input_consumers.setdefault(arg.name, []).append(node.name)
+                continue
+            fqns.append(fqn)
+            if self.tensor_key[fqn] not in self.owned:  # tied weights: one tensor, several FQNs
+                self.owned.add(self.tensor_key[fqn])
+                if arg.name in self.params:
+                    own_p += self.placeholder_bytes[arg.name]
+                else:
+                    own_b += self.placeholder_bytes[arg.name]
+        c["param_bytes"].append(own_p)
+        c["buffer_bytes"].append(own_b)
+        c["params"].append(fqns)
 
-    current[0] = None
-    meta = {
-        "inputs": [
-            {
-                "name": n.name,
-                "shape": [int(d) for d in n.meta["val"].shape] if isinstance(n.meta.get("val"), torch.Tensor) else [],
-                "bytes": placeholder_bytes.get(n.name, 0),
-                "consumers": input_consumers.get(n.name, []),
-            }
-            for n in ep.graph.nodes
-            if n.op == "placeholder" and n.name in user_inputs
-        ],
-        "alias_ops": alias_ops,
-        "inplace_ops": inplace_ops,
-        "unused_params": sorted(f for f in params.values() if tensor_key[f] not in owned),
-        "tied_params": _tied_groups(tensor_key),
-        "constants": sorted(constants.values()),  # tensors the program made (torch.tensor(...)), not the model's
-        "capture_version": CAPTURE_VERSION,
-        "torch": torch.__version__,
-    }
-    return OpGraph(
-        names=names,
-        op_types=op_types,
-        out_shapes=shapes,
-        out_dtypes=dtypes,
-        out_bytes=np.asarray(out_bytes, dtype=np.int64),
-        param_bytes=np.asarray(param_bytes, dtype=np.int64),
-        buffer_bytes=np.asarray(buffer_bytes, dtype=np.int64),
-        flops=np.asarray(flops_col, dtype=np.float64),
-        module_paths=module_paths,
-        params=reads,
-        edge_src=np.asarray(src, dtype=np.int64),
-        edge_dst=np.asarray(dst, dtype=np.int64),
-        edge_bytes=np.asarray(ebytes, dtype=np.int64),
-        name=name,
-        meta=meta,
-    )
+    def graph(self, name: str) -> OpGraph:
+        c = self.cols
+        meta = {
+            "inputs": [
+                {
+                    "name": n.name,
+                    "shape": [int(d) for d in n.meta["val"].shape] if isinstance(n.meta.get("val"), torch.Tensor) else [],
+                    "bytes": self.placeholder_bytes.get(n.name, 0),
+                    "consumers": self.input_consumers.get(n.name, []),
+                }
+                for n in self.ep.graph.nodes
+                if n.op == "placeholder" and n.name in self.user_inputs
+            ],
+            "alias_ops": c["alias_ops"],
+            "inplace_ops": c["inplace_ops"],
+            "unused_params": sorted(f for f in self.params.values() if self.tensor_key[f] not in self.owned),
+            "tied_params": _tied_groups(self.tensor_key),
+            "constants": sorted(self.constants.values()),  # tensors the program made (torch.tensor(...)), not the model's
+            "capture_version": CAPTURE_VERSION,
+            "torch": torch.__version__,
+        }
+        ints = {k: np.asarray(c[k], dtype=np.int64) for k in
+                ("out_bytes", "param_bytes", "buffer_bytes", "edge_src", "edge_dst", "edge_bytes")}
+        return OpGraph(names=c["names"], op_types=c["op_types"], out_shapes=c["out_shapes"], out_dtypes=c["out_dtypes"],
+                       flops=np.asarray(c["flops"], dtype=np.float64), module_paths=c["module_paths"],
+                       params=c["params"], name=name, meta=meta, **ints)
 
 
 def _tensor_keys(ep, fqns: list[str]) -> dict[str, str]:

@@ -35,12 +35,14 @@ hash of the capture and model source, so only the first call pays for
 from __future__ import annotations
 
 import hashlib
+import importlib
 import os
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
 from typing import Any, Callable
 
+from graphs import io
 from graphs.errors import PlacerError
 from graphs.ir import OpGraph
 
@@ -59,7 +61,7 @@ class ZooModel:
 
 def _tokens(batch: int, steps: int, vocab: int, count: int) -> Callable[[Any], tuple]:
     def make(device: Any) -> tuple:
-        import torch
+        import torch  # torch: only to build a model
 
         gen = torch.Generator().manual_seed(0)
         out = tuple(torch.randint(0, vocab, (batch, steps), generator=gen) for _ in range(count))
@@ -70,7 +72,7 @@ def _tokens(batch: int, steps: int, vocab: int, count: int) -> Callable[[Any], t
 
 def _images(batch: int, side: int, classes: int) -> Callable[[Any], tuple]:
     def make(device: Any) -> tuple:
-        import torch
+        import torch  # torch: only to build a model
 
         gen = torch.Generator().manual_seed(0)
         if str(device) == "meta":
@@ -132,9 +134,7 @@ def build(name: str, *, device: Any = "cpu") -> tuple[Any, tuple]:
 
     ``device="meta"`` builds it without allocating weights (what capture uses).
     """
-    import importlib
-
-    import torch
+    import torch  # torch: only to build a model
 
     entry = _entry(name)
     cls = getattr(importlib.import_module(f"graphs.models.{entry.module}"), entry.factory)
@@ -162,9 +162,9 @@ def _source_hash() -> str:
 
 def cache_path(name: str, *, decompose: bool = False) -> Path:
     """Where :func:`graph` keeps the capture of ``name``."""
-    import torch
+    import torch  # torch: its version keys the cache
 
-    from graphs.torch_capture import CAPTURE_VERSION
+    from graphs.torch_capture import CAPTURE_VERSION  # torch: capture's version keys the cache
 
     _entry(name)
     kind = "-core" if decompose else ""
@@ -179,8 +179,6 @@ def graph(name: str, *, decompose: bool = False, refresh: bool = False) -> OpGra
         decompose: capture in core ATen (see :func:`graphs.torch_capture.export_program`).
         refresh: capture again even if cached.
     """
-    from graphs import io
-
     path = cache_path(name, decompose=decompose)
     if path.exists() and not refresh:
         try:
@@ -195,7 +193,7 @@ def graph(name: str, *, decompose: bool = False, refresh: bool = False) -> OpGra
 
 def capture(name: str, *, decompose: bool = False) -> OpGraph:
     """Capture zoo model ``name`` now (on the meta device), bypassing the cache."""
-    from graphs.torch_capture import capture as _capture
+    from graphs.torch_capture import capture as _capture  # torch: loaded only to capture
 
     model, inputs = build(name, device="meta")
     g = _capture(model, inputs, decompose=decompose, name=name)

@@ -1,17 +1,23 @@
-"""placer: the product's front — Placement, training, baselines, compare, apply, CLI."""
+"""placer: the product's front — training, the heuristics, compare, apply, the CLI.
+
+``placer.Placement`` is the plan (:mod:`graphs.plan`); ``placer.train(config)``
+trains a policy (:mod:`placer.learn.loop`), ``placer.apply(model, placement,
+inputs)`` runs a placement for real, ``placer.methods.place(name, graph,
+cluster)`` runs a heuristic (``placer.baselines``: its deprecated name).
+"""
 
 from __future__ import annotations
 
-from placer.placement import Placement
+import importlib
 
-__all__ = ["Placement", "train", "apply", "baselines"]
+from graphs.plan import Placement
+
+__all__ = ["Placement", "train", "apply", "methods", "baselines"]
 
 
 def __getattr__(name: str):
-    # Heavy parts (torch, tensorboard) load on first use.
-    import importlib
-
-    if name in ("baselines", "train", "apply"):
+    # Loaded on first use: train and apply import torch (and train TensorBoard).
+    if name in ("methods", "baselines", "train", "apply"):
         # placer.train and placer.apply are modules that can be called like their main function
         return importlib.import_module(f"placer.{name}")
     raise AttributeError(f"module 'placer' has no attribute {name!r}")

@@ -1,7 +1,7 @@
 """Apply a placement to a real model: every op runs on its placed device.
 
 >>> import torch
->>> from placer.placement import Placement
+>>> from placer import Placement
 >>> from graphs.torch_capture import capture
 >>> model, x = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.ReLU()), torch.randn(2, 4)
 >>> g = capture(model, (x,))
@@ -42,9 +42,10 @@ from typing import Any, NamedTuple
 import numpy as np
 from torch import nn
 
-from envs.assign import as_indices, check_order
+from graphs.plan import as_indices, check_order
 from envs.microbatch import check_inflight, check_microbatches, stage_starts
-from envs.runtime import MicrobatchedModule, place_module, split_batch
+from envs.real.pipeline import MicrobatchedModule, split_batch
+from envs.real.placing import place_module
 from graphs import OpGraph, PlacerError
 from graphs.ops import free_mask
 from graphs.torch_capture import check_runnable, export_program, graph_from_program
@@ -84,7 +85,7 @@ def apply(
       masks match the unplaced model's only where both run on the same device;
     * the ops run in the placement's issue order (``placement.order``, or ``order``),
       each cross-device copy issued right before its first consumer in that order;
-      without one, in node order (see :func:`envs.runtime.reorder`). The order run
+      without one, in node order (see :func:`envs.real.placing.reorder`). The order run
       is ``result.meta["placer_issue_order"]`` (op names).
 
     Args:
@@ -99,7 +100,7 @@ def apply(
         order: issue order, op indices of the graph (a topological order); overrides
             ``placement.order``. A bad order raises :class:`graphs.PlacerError`.
         microbatches: M; overrides ``placement.microbatches`` (default 1). With M > 1
-            the result is an :class:`envs.runtime.MicrobatchedModule`: each call
+            the result is an :class:`envs.real.pipeline.MicrobatchedModule`: each call
             splits its inputs into M microbatches along ``batch_dim``, runs them one
             after the other through the placed program (exported at the microbatch
             size, the plan carried over to it by :func:`microbatch_plan`), the issue
@@ -114,7 +115,7 @@ def apply(
             are the host), and the program runs stage by stage in the simulator's
             host program, each stage holding at most W microbatches' activations;
             the model's output must then be its loss, and ``loss.backward()``
-            finishes the step (see :class:`envs.runtime.MicrobatchedModule`).
+            finishes the step (see :class:`envs.real.pipeline.MicrobatchedModule`).
         batch_dim: the dimension of the inputs that holds the batch (default 0).
         loss_reduction: how the model's loss reduces over the batch, ``"mean"`` or ``"sum"``.
     """
@@ -125,13 +126,7 @@ def apply(
     check_runnable(model)
     if decompose is None:
         decompose = bool(graph.meta.get("decomposed", False)) if graph is not None else False
-    ep = export_program(model, example_inputs, decompose=decompose)
-    captured = graph_from_program(ep, name=graph.name if graph is not None else "")
-    if graph is not None and graph.content_hash != captured.content_hash:
-        raise PlacerError(
-            f"graph {graph.name or ''} ({graph.content_hash}) is not the graph of this model and inputs "
-            f"({captured.content_hash}); was it captured from another model, batch size or torch version?"
-        )
+    ep, captured = _exported(model, example_inputs, graph, decompose)
     source = getattr(placement, "source", "") or "placement"
     assignment = validated_assignment(placement, captured, source=source)
     if order is None:
@@ -145,22 +140,36 @@ def apply(
         return place_module(ep, assignment, device_map, order=names)
     if isinstance(batch_dim, bool) or not isinstance(batch_dim, int) or batch_dim < 0:
         raise PlacerError(f"batch_dim {batch_dim!r}: must be a dimension index >= 0")
-    part = split_batch(example_inputs, M, batch_dim, source="example_inputs")[0]
-    ep_mb = export_program(model, part, decompose=decompose)
-    program = graph_from_program(ep_mb)
     W = check_inflight(getattr(placement, "inflight", None) if inflight is None else inflight, M,
                        f"{source}: inflight" if inflight is None else "inflight")
-    stages: list[str] = []
-    if W < M:  # the stages the simulator cut the plan into (envs.microbatch.stage_starts)
-        devices = sorted(set(assignment.values()))
-        position = {d: i for i, d in enumerate(devices)}
-        idx = np.array([position[assignment[name]] for name in captured.names])
-        host = np.array([d.startswith("cpu") for d in devices])
-        op_order = np.arange(captured.num_ops) if names is None else np.array([captured.index[x] for x in names])
-        stages = [captured.names[op_order[s]] for s in stage_starts(idx, op_order, host, free_mask(captured))[1:]]
-    plan = microbatch_plan(captured, program, assignment, names, stages)
+    part = split_batch(example_inputs, M, batch_dim, source="example_inputs")[0]
+    ep_mb = export_program(model, part, decompose=decompose)
+    stages = _stage_names(captured, assignment, names) if W < M else []
+    plan = microbatch_plan(captured, graph_from_program(ep_mb), assignment, names, stages)
     return MicrobatchedModule(place_module(ep_mb, plan.assignment, device_map, order=plan.order), M, batch_dim,
                               loss_reduction, W, plan.stages)
+
+
+def _exported(model: nn.Module, example_inputs: tuple, graph: OpGraph | None, decompose: bool) -> tuple[Any, OpGraph]:
+    """The model's program and its OpGraph, which must be ``graph`` (same hash) when one is given."""
+    ep = export_program(model, example_inputs, decompose=decompose)
+    captured = graph_from_program(ep, name=graph.name if graph is not None else "")
+    if graph is not None and graph.content_hash != captured.content_hash:
+        raise PlacerError(
+            f"graph {graph.name or ''} ({graph.content_hash}) is not the graph of this model and inputs "
+            f"({captured.content_hash}); was it captured from another model, batch size or torch version?"
+        )
+    return ep, captured
+
+
+def _stage_names(graph: OpGraph, assignment: Mapping[str, str], order: Sequence[str] | None) -> list[str]:
+    """The first op of each stage after the first, where the simulator cuts the plan (:func:`envs.microbatch.stage_starts`)."""
+    devices = sorted(set(assignment.values()))
+    position = {d: i for i, d in enumerate(devices)}
+    idx = np.array([position[assignment[name]] for name in graph.names])
+    host = np.array([d.startswith("cpu") for d in devices])
+    op_order = np.arange(graph.num_ops) if order is None else np.array([graph.index[x] for x in order])
+    return [graph.names[op_order[s]] for s in stage_starts(idx, op_order, host, free_mask(graph))[1:]]
 
 
 class MicrobatchPlan(NamedTuple):

@@ -1,4 +1,4 @@
-"""Compare placement methods on one scorer: every baseline, learned placements, the bound.
+"""Compare placement methods on one scorer: every heuristic, learned placements, the bound.
 
 >>> from graphs.synthetic import random_dag
 >>> import envs
@@ -9,7 +9,6 @@
 
 from __future__ import annotations
 
-import inspect
 import math
 import time
 from dataclasses import dataclass, field
@@ -17,14 +16,18 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from envs.microbatch import plan_shapes
+from envs.sim import SimEnv
 from graphs import OpGraph, PlacerError
+from graphs.plan import Placement, check_microbatches
 from graphs.schema import check_int
-from placer.placement import Placement
+from placer.methods import registry
+from placer.methods.registry import HeuristicUnavailable, accepts, placement_of
 
 GIB = float(1 << 30)
 
 #: Table order for ``methods=None``: naive, practitioners', partitioners, list
-#: schedulers, search. Baselines registered later follow in registration order.
+#: schedulers, search. Heuristics registered later follow in registration order.
 ORDER = (
     "single", "round_robin", "expert", "gpipe", "accelerate", "accelerate_low_0", "accelerate_sequential",
     "scotch", "metis", "kernighan_lin",
@@ -37,7 +40,7 @@ class Row:
     """One line of the comparison.
 
     Attributes:
-        method: baseline name, placement label, or ``"lower bound"``.
+        method: heuristic name, placement label, or ``"lower bound"``.
         kind: ``"baseline"``, ``"placement"`` (given by the caller) or ``"bound"``.
         status: the scorer's status (``ok``, ``oom``...) or why there is no
             placement: ``not installed``, ``needs a model``, ``error``.
@@ -90,7 +93,7 @@ class Row:
 
 @dataclass
 class CompareReport:
-    """The rows of one comparison (baselines, then given placements, then the bound)."""
+    """The rows of one comparison (heuristics, then given placements, then the bound)."""
 
     graph: str
     graph_hash: str
@@ -152,10 +155,8 @@ class CompareReport:
 
 
 def default_methods(exclude: Sequence[str] = ()) -> list[str]:
-    """Every registered baseline in table order (:data:`ORDER`, then the rest), less ``exclude``."""
-    from placer import baselines
-
-    known = baselines.names()
+    """Every registered heuristic in table order (:data:`ORDER`, then the rest), less ``exclude``."""
+    known = registry.names()
     return [m for m in [*[m for m in ORDER if m in known], *[m for m in known if m not in ORDER]] if m not in exclude]
 
 
@@ -164,16 +165,8 @@ def _one_line(e: BaseException) -> str:
     return f"{type(e).__name__}: {text[0]}" if text else type(e).__name__
 
 
-def accepts(fn: Any, name: str) -> bool:
-    try:
-        params = inspect.signature(fn).parameters
-    except (TypeError, ValueError):
-        return False
-    return name in params or any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())
-
-
-def _scored_row(row: Row, env: Any, idx: Any, best_single_s: float | None, order: Any = None) -> Row:
-    result = env.simulate(idx, order=order)  # a Placement brings its own issue order and microbatches
+def _scored_row(row: Row, env: Any, op_devices: Any, best_single_s: float | None, order: Any = None) -> Row:
+    result = env.simulate(op_devices, order=order)  # a Placement brings its own issue order and microbatches
     row.microbatches = int(result.extra.get("microbatches", 1))
     W = int(result.extra.get("inflight", row.microbatches))
     row.inflight = None if W == row.microbatches else W
@@ -192,6 +185,100 @@ def _label(p: Any, k: int) -> str:
     return p.method or f"placement {k + 1}"
 
 
+def _microbatch_counts(value: Any, what: str) -> list[int]:
+    """One M or several (a list or tuple), each checked; ``what`` names them in errors."""
+    values = list(value) if isinstance(value, (list, tuple)) else [value]
+    if not values:
+        raise PlacerError(f"{what}: give at least one number of microbatches")
+    return [check_microbatches(v, what) for v in values]
+
+
+def _plan_shapes(ms: list[int], value: Any, what: str) -> list[tuple[int, int]]:
+    """Every ``(M, W)`` to try: each M with each in-flight window of ``value`` (one, several, or None: all)."""
+    ws = list(value) if isinstance(value, (list, tuple)) else [value]
+    if not ws:
+        raise PlacerError(f"{what}: give at least one in-flight window (or None for all)")
+    return plan_shapes(ms, [None if w is None else check_int(w, what, least=1) for w in ws])
+
+
+def _best_single(env: SimEnv, graph: OpGraph, cluster: Any) -> tuple[float | None, str | None]:
+    """``(step time, device name)`` of the fastest single device that fits; ``(None, None)`` when none does."""
+    singles = env.evaluate([np.full(graph.num_ops, d, dtype=np.int32) for d in range(cluster.num_devices)])
+    ok = [(r.step_time_s, d) for d, r in enumerate(singles) if r.status == "ok"]
+    return (min(ok)[0], cluster.device_names[min(ok)[1]]) if ok else (None, None)
+
+
+class _Attempt:
+    """One heuristic placed and scored under several plan shapes ``(M, W)``, its output kept when it is blind to M."""
+
+    def __init__(self, method: str, graph: OpGraph, cluster: Any, env: SimEnv, own: dict[str, Any], seed: int, model: Any,
+                 best_single_s: float | None) -> None:
+        self.method, self.graph, self.cluster, self.env = method, graph, cluster, env
+        self.own, self.seed, self.model, self.best_single_s = own, seed, model, best_single_s
+        self.fn = registry.get(method)
+        self.uses_env = accepts(self.fn, "env")
+        self.placed: tuple[Any, float] | None = None  # a method blind to M places once for all of them
+
+    def kwargs(self, M: int, W: int) -> dict[str, Any]:
+        kwargs: dict[str, Any] = {"seed": self.seed, **self.own}
+        if self.model is not None and accepts(self.fn, "model"):
+            kwargs["model"] = self.model
+        if self.uses_env:
+            kwargs["env"] = self.env.with_microbatches(M, W)
+        return kwargs
+
+    def row(self, M: int, W: int) -> Row:
+        """The row of the plan with M microbatches, W in flight: placed (a failure is the row's status), then scored."""
+        row = Row(method=self.method, microbatches=M, inflight=None if W == M else W)
+        kwargs = self.kwargs(M, W)
+        t0 = time.perf_counter()
+        try:
+            if self.placed is None or self.uses_env:
+                self.placed = (self.fn(self.graph, self.cluster, **kwargs), time.perf_counter() - t0)
+            out, row.place_time_s = self.placed
+        except HeuristicUnavailable as e:
+            row.status, row.message = e.status, str(e)
+        except Exception as e:  # one failing method must not sink the table
+            row.status, row.message = "error", _one_line(e)
+        else:
+            row.placement = placement_of(out, self.graph, self.cluster, self.method, meta={"seed": self.seed},
+                                         microbatches=M, inflight=W)
+            if isinstance(out, Placement):  # a method that plans its issue order too (ilp): its run's record
+                row.meta = dict(out.meta)
+            try:
+                _scored_row(row, self.env, row.placement, self.best_single_s)
+            except Exception as e:
+                row.status, row.message = "error", _one_line(e)
+        if row.place_time_s is None and row.status == "error":
+            row.place_time_s = time.perf_counter() - t0
+        return row
+
+    def best(self, shapes: list[tuple[int, int]]) -> Row:
+        """The fastest row over ``shapes`` (the first row if none ran); its place time is the search's, over all of them."""
+        tried: list[Row] = []
+        for M, W in shapes:
+            tried.append(self.row(M, W))
+            if tried[-1].placement is None:
+                break  # the method cannot place here; another M will not change that
+        ok = [r for r in tried if r.status == "ok"]
+        best = min(ok, key=lambda r: r.step_time_s) if ok else tried[0]
+        if len(tried) > 1 and self.uses_env:  # the search over M took all of them
+            best.place_time_s = sum(r.place_time_s or 0.0 for r in tried)
+        return best
+
+
+def _bound_rows(lb: float, best_single_s: float | None) -> list[Row]:
+    """The previous and the tightest valid lower bound as rows (a :class:`envs.sim.LowerBound` names both)."""
+    bound = float(lb)
+    name, previous, previous_name = getattr(lb, "name", ""), float(getattr(lb, "previous", bound)), getattr(lb, "previous_name", "")
+    return [
+        Row(method="previous bound", kind="bound", status="bound", step_time_s=previous, message=previous_name,
+            speedup=(best_single_s / previous) if best_single_s and previous > 0 else None),
+        Row(method="lower bound", kind="bound", status="bound", step_time_s=bound, message=name,
+            speedup=(best_single_s / bound) if best_single_s and bound > 0 else None),
+    ]
+
+
 def compare(
     graph: OpGraph,
     cluster: Any,
@@ -204,18 +291,18 @@ def compare(
     microbatches: int | Sequence[int] = 1,
     inflight: int | None | Sequence[int | None] = None,
 ) -> CompareReport:
-    """Run ``methods`` (default: every baseline), score them and ``placements`` on one SimEnv.
+    """Run ``methods`` (default: every heuristic), score them and ``placements`` on one SimEnv.
 
     Args:
         graph: the op graph.
         cluster: an :class:`envs.Cluster`.
-        methods: baseline names; None for all of them.
+        methods: heuristic names; None for all of them.
         placements: learned placements, bare or as ``(label, placement)``; a
             placement made for another graph raises :class:`PlacerError`.
         seed: passed to every method.
         model: the ``nn.Module`` for methods that need one (accelerate).
         options: per-method keyword options, e.g. ``{"annealing": {"steps": 500}}``.
-        executor: the simulator's executor model, ``"eager"`` or ``"dataflow"`` (:mod:`envs.schedule`).
+        executor: the simulator's executor model, ``"eager"`` or ``"dataflow"`` (:mod:`envs.sim.schedule`).
         microbatches: M for every method's plan (:mod:`envs.microbatch`), or several
             to search: each method places (and searches, if it uses the simulator)
             under each M and its row is its fastest plan. A method's own
@@ -228,114 +315,43 @@ def compare(
         A :class:`CompareReport`; a method that cannot run or fails gets a row
         saying so instead of stopping the comparison.
     """
-    import envs
-    from placer import baselines
-    from placer.baselines._common import BaselineUnavailable
-
-    if methods is None:
-        names = default_methods()
-    else:
-        names = list(methods)
+    names = default_methods() if methods is None else list(methods)
     for m in names:
-        baselines.get(m)  # unknown names: PlacerError before any work
+        registry.get(m)  # unknown names: PlacerError before any work
     labelled = [p if isinstance(p, tuple) else (_label(p, k), p) for k, p in enumerate(placements)]
     given = [(label, p.indices(graph, cluster.device_names, source=label)) for label, p in labelled]
-
-    from envs.microbatch import check_microbatches, plan_shapes
-
-    def _ms(value: Any, what: str) -> list[int]:
-        values = list(value) if isinstance(value, (list, tuple)) else [value]
-        if not values:
-            raise PlacerError(f"{what}: give at least one number of microbatches")
-        return [check_microbatches(v, what) for v in values]
-
-    def _shapes(ms: list[int], value: Any, what: str) -> list[tuple[int, int]]:
-        ws = list(value) if isinstance(value, (list, tuple)) else [value]
-        if not ws:
-            raise PlacerError(f"{what}: give at least one in-flight window (or None for all)")
-        return plan_shapes(ms, [None if w is None else check_int(w, what, least=1) for w in ws])
-
-    default_ms = _ms(microbatches, "microbatches")
-    default_shapes = _shapes(default_ms, inflight, "inflight")
-    env = envs.SimEnv(graph, cluster, executor=executor)
-    singles = env.evaluate([np.full(graph.num_ops, d, dtype=np.int32) for d in range(cluster.num_devices)])
-    ok = [(r.step_time_s, d) for d, r in enumerate(singles) if r.status == "ok"]
-    best_single_s, best_dev = (min(ok)[0], cluster.device_names[min(ok)[1]]) if ok else (None, None)
+    default_ms = _microbatch_counts(microbatches, "microbatches")
+    default_shapes = _plan_shapes(default_ms, inflight, "inflight")
+    env = SimEnv(graph, cluster, executor=executor)
+    best_single_s, best_dev = _best_single(env, graph, cluster)
 
     rows: list[Row] = []
     for m in names:
-        fn = baselines.get(m)
         own = dict((options or {}).get(m, {}))
-        ms = _ms(own.pop("microbatches"), f"options[{m!r}]['microbatches']") if "microbatches" in own else default_ms
-        shapes = (_shapes(ms, own.pop("inflight"), f"options[{m!r}]['inflight']") if "inflight" in own
-                  else _shapes(ms, inflight, "inflight") if ms is not default_ms else default_shapes)
-        tried: list[Row] = []
-        uses_env = accepts(fn, "env")
-        placed: tuple[Any, float] | None = None  # a method blind to M places once for all of them
-        for M, W in shapes:
-            kwargs: dict[str, Any] = {"seed": seed, **own}
-            if model is not None and accepts(fn, "model"):
-                kwargs["model"] = model
-            if uses_env:
-                kwargs["env"] = env.with_microbatches(M, W)
-            row = Row(method=m, microbatches=M, inflight=None if W == M else W)
-            t0 = time.perf_counter()
-            try:
-                if placed is None or uses_env:
-                    placed = (fn(graph, cluster, **kwargs), time.perf_counter() - t0)
-                out, row.place_time_s = placed
-            except BaselineUnavailable as e:
-                row.status, row.message = e.status, str(e)
-            except Exception as e:  # one failing method must not sink the table
-                row.status, row.message = "error", _one_line(e)
-            else:
-                if isinstance(out, Placement):  # a method that plans its issue order too (ilp)
-                    row.placement, row.meta = out, dict(out.meta)
-                else:
-                    row.placement = Placement.from_indices(graph, cluster.device_names, np.asarray(out), cluster=cluster.name,
-                                                           method=m, meta={"seed": seed}, microbatches=M, inflight=W)
-                try:
-                    _scored_row(row, env, row.placement, best_single_s)
-                except Exception as e:
-                    row.status, row.message = "error", _one_line(e)
-            if row.place_time_s is None and row.status == "error":
-                row.place_time_s = time.perf_counter() - t0
-            tried.append(row)
-            if row.placement is None:
-                break  # the method cannot place here; another M will not change that
-        ok = [r for r in tried if r.status == "ok"]
-        best = min(ok, key=lambda r: r.step_time_s) if ok else tried[0]
-        if len(tried) > 1 and uses_env:  # the search over M took all of them
-            best.place_time_s = sum(r.place_time_s or 0.0 for r in tried)
-        rows.append(best)
+        ms = _microbatch_counts(own.pop("microbatches"), f"options[{m!r}]['microbatches']") if "microbatches" in own else default_ms
+        shapes = (_plan_shapes(ms, own.pop("inflight"), f"options[{m!r}]['inflight']") if "inflight" in own
+                  else _plan_shapes(ms, inflight, "inflight") if ms is not default_ms else default_shapes)
+        rows.append(_Attempt(m, graph, cluster, env, own, seed, model, best_single_s).best(shapes))
     for (label, p), (_, idx) in zip(labelled, given):
         row = Row(method=label, kind="placement", placement=p)
         rows.append(_scored_row(row, env.with_microbatches(p.microbatches, p.inflight), idx, best_single_s))
     scored_ms = sorted(set(default_ms) | {p.microbatches for _, p in labelled})
     # no plan scored here beats the smallest bound over the Ms scored
     lb = min((env.with_microbatches(M).lower_bound() for M in scored_ms), key=float)
-    bound = float(lb)
-    name, previous, previous_name = getattr(lb, "name", ""), float(getattr(lb, "previous", bound)), getattr(lb, "previous_name", "")
-    rows.append(Row(
-        method="previous bound", kind="bound", status="bound", step_time_s=previous, message=previous_name,
-        speedup=(best_single_s / previous) if best_single_s and previous > 0 else None,
-    ))
-    rows.append(Row(
-        method="lower bound", kind="bound", status="bound", step_time_s=bound, message=name,
-        speedup=(best_single_s / bound) if best_single_s and bound > 0 else None,
-    ))
+    rows += _bound_rows(lb, best_single_s)
+    bound, previous = rows[-1], rows[-2]
     return CompareReport(
         graph=graph.name, graph_hash=graph.content_hash, cluster=getattr(cluster, "name", ""),
-        devices=list(cluster.device_names), rows=rows, lower_bound_s=bound,
+        devices=list(cluster.device_names), rows=rows, lower_bound_s=bound.step_time_s,
         best_single_s=best_single_s, best_single_device=best_dev, seed=seed, executor=executor,
-        lower_bound_name=name, previous_lower_bound_s=previous, previous_lower_bound_name=previous_name,
+        lower_bound_name=bound.message, previous_lower_bound_s=previous.step_time_s, previous_lower_bound_name=previous.message,
     )
 
 
 def plot(report: CompareReport, path: str) -> None:
     """A horizontal bar chart of step times (ok rows), the lower bound as a line."""
     try:
-        import matplotlib
+        import matplotlib  # an optional extra, only for --plot
 
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt

@@ -15,7 +15,7 @@ its inputs move there. :func:`project` turns a placement into such a map:
 
 Ops the map cannot express (code between modules, such as a residual add in a
 block's ``forward``) run where their inputs are, as accelerate's hooks do; the
-op placement that results is :func:`placer.baselines.hf_accelerate.map_onto_ops`
+op placement that results is :func:`placer.methods.heuristics.hf_accelerate.map_onto_ops`
 of the map, and :func:`projection_cost` simulates it against the placement.
 ``placer.apply`` remains the full-speed path: it places every op.
 
@@ -35,7 +35,10 @@ from typing import Any, Sequence
 
 import numpy as np
 
+import envs
 from graphs import OpGraph, PlacerError
+from placer.methods.heuristics.costs import step_costs_s
+from placer.methods.heuristics.hf_accelerate import _lookup, map_onto_ops
 
 
 def _parent(path: str) -> str:
@@ -57,17 +60,14 @@ def accelerate_device(cluster, d: int) -> int | str:
     return [int(g) for g in cluster.gpu_indices()].index(int(d))
 
 
-def project(graph: OpGraph, indices: Sequence[int] | np.ndarray, cluster, *, module: str = "") -> dict[str, int | str]:
-    """The module-level device map closest to op placement ``indices`` (see the module doc).
+def project(graph: OpGraph, op_devices: Sequence[int] | np.ndarray, cluster, *, module: str = "") -> dict[str, int | str]:
+    """The module-level device map closest to op placement ``op_devices`` (see the module doc).
 
     Raises:
         PlacerError: ``module`` is not a module of the graph, or the graph has no
             module paths (it was not captured from an ``nn.Module``).
     """
-    from placer.baselines._common import step_costs_s
-    from placer.baselines.hf_accelerate import _lookup
-
-    idx = np.asarray(indices, dtype=np.int64)
+    idx = np.asarray(op_devices, dtype=np.int64)
     D = cluster.num_devices
     if not any(graph.module_paths) and not any(graph.params):
         raise PlacerError(f"graph {graph.name or '?'} has no module names (capture it from an nn.Module to export a device map)")
@@ -135,8 +135,6 @@ def project(graph: OpGraph, indices: Sequence[int] | np.ndarray, cluster, *, mod
 
 def projected_indices(graph: OpGraph, device_map: dict[str, Any], cluster, *, module: str = "") -> np.ndarray:
     """The op placement a module-level ``device_map`` (keys relative to ``module``) gives, as accelerate runs it."""
-    from placer.baselines.hf_accelerate import map_onto_ops
-
     prefix = f"{module}." if module else ""
     full = {(prefix + k if k else module): v for k, v in device_map.items()}
     return map_onto_ops(graph, full, cluster)
@@ -145,8 +143,6 @@ def projected_indices(graph: OpGraph, device_map: dict[str, Any], cluster, *, mo
 def projection_cost(graph: OpGraph, placement: Any, cluster, device_map: dict[str, Any], *, module: str = "",
                     executor: str = "eager") -> dict[str, Any]:
     """Simulated step time of ``placement`` (its own issue order) and of ``device_map`` run as accelerate does (node order)."""
-    import envs
-
     env = envs.SimEnv(graph, cluster, executor=executor)
     idx = placement.indices(graph, cluster.device_names, source=getattr(placement, "source", "") or "placement")
     placed = env.simulate(placement)

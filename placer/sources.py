@@ -9,14 +9,13 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from graphs import OpGraph, PlacerError
+import graphs
+from graphs import OpGraph, PlacerError, zoo
 from graphs.sources import load_callable, looks_like_callable  # noqa: F401  (the one loader; re-exported)
 
 
 def resolve_model(source: str) -> tuple[Any, tuple]:
     """A runnable ``(model, example_inputs)`` from a zoo name or ``module:callable``."""
-    from graphs import zoo
-
     if source in zoo.names():
         return zoo.build(source)
     if looks_like_callable(source):
@@ -38,11 +37,8 @@ def resolve_graph_and_model(source: str, **capture_options: Any) -> tuple[OpGrap
     graph captured from a callable records it in ``meta["source"]``, so a saved
     graph file can say where its model comes from (``meta`` is outside the hash).
     """
-    import graphs
-
     if os.path.exists(source):
         return graphs.load(source), None
-    from graphs import zoo
 
     if source in zoo.names():
         return zoo.graph(source, **capture_options), None

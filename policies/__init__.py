@@ -10,7 +10,8 @@ from __future__ import annotations
 
 from policies.gnn import GNNPolicy
 from policies.hierarchical import HierarchicalPolicy
-from policies.seq2seq import PolicySample, Seq2SeqPolicy
+from policies.base import PolicySample
+from policies.seq2seq import Seq2SeqPolicy
 
 POLICIES: dict[str, type] = {
     Seq2SeqPolicy.name: Seq2SeqPolicy,

@@ -60,7 +60,7 @@ graph, and its placements are expanded to the ops; ``placer train`` does this
 k80x4) a decode of 8 samples then takes 0.06 s instead of 0.8 s, and a 300 s
 fine-tune from a pretrained policy (no warm start) makes 4,487 iterations
 instead of 356 (BENCHMARKS.md, "Fine-tuning from the pretrained policy").
-Zero-shot placement decodes both (:func:`placer.pretrain.place_learned`).
+Zero-shot placement decodes both (:func:`placer.methods.learned.place_learned`).
 
 Why plain torch and not torch_geometric: one message-passing round is two
 ``index_add_`` calls over an edge list (a mean aggregation), and that is all
@@ -87,15 +87,20 @@ import numpy as np
 import torch
 from torch import nn
 
+from envs.cost import activation_bytes, op_times, static_bytes
+from envs.sim.simulator import schedule_graph
 from graphs import OpGraph, PlacerError
-from policies.list_schedule import DYN_DIM, ListSchedule, teacher_forced
-from policies.seq2seq import PolicySample
+from graphs.dag import levels, top_level
+from graphs.ops import base_op_name
+from policies.base import ItemPolicy, PolicySample, item_grouping
+from policies.features import cost_features, shape_features
+from policies.list_schedule import DYN_DIM, ListSchedule, decode_order, teacher_forced
 
 #: Placement decoders: every op independently given its logits, or one op at a time along a list schedule.
 DECODERS = ("independent", "schedule")
 
 #: Version of the feature definitions below; a pretrained policy records it (its sidecar's "features").
-FEATURE_VERSION = "gnn-features/2"  # 2: parameters read by several ops are edges (envs.simulator.schedule_graph)
+FEATURE_VERSION = "gnn-features/2"  # 2: parameters read by several ops are edges (envs.sim.simulator.schedule_graph)
 TYPE_BUCKETS = 64
 TYPE_DIM = 16
 NODE_DIM = 25 + 8 + 9  # shapes, standardised cost columns (policies.features), cluster-relative columns
@@ -116,30 +121,7 @@ def op_type_bucket(op_type: str) -> int:
     >>> op_type_bucket("aten.mm.default") == op_type_bucket("aten.mm.out")
     True
     """
-    from graphs.ops import base_op_name
-
     return zlib.crc32(base_op_name(op_type).encode()) % TYPE_BUCKETS
-
-
-def longest_paths(graph: OpGraph, w: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Top level (longest weighted path ending before op i) and bottom level (from i on, inclusive)."""
-    n = graph.num_ops
-    top = np.zeros(n)
-    bottom = np.array(w, dtype=np.float64)
-    if not graph.num_edges:
-        return top, bottom
-    indptr, pred, _ = graph.in_csr
-    for i in range(n):  # ops are in topological order
-        a, b = indptr[i], indptr[i + 1]
-        if b > a:
-            p = pred[a:b]
-            top[i] = np.max(top[p] + w[p])
-    outptr, succ, _ = graph.out_csr
-    for i in range(n - 1, -1, -1):
-        a, b = outptr[i], outptr[i + 1]
-        if b > a:
-            bottom[i] = w[i] + np.max(bottom[succ[a:b]])
-    return top, bottom
 
 
 def _log10(x: Any) -> np.ndarray:
@@ -148,9 +130,6 @@ def _log10(x: Any) -> np.ndarray:
 
 def graph_inputs(graph: OpGraph, cluster: Any) -> dict[str, np.ndarray]:
     """Every input array of the network for ``graph`` on ``cluster`` (numpy, float32/int64)."""
-    from envs.cost import activation_bytes, op_times, static_bytes
-    from policies.features import cost_features, shape_features
-
     n, d = graph.num_ops, cluster.num_devices
     fwd, bwd = op_times(graph, cluster)
     t = fwd + bwd  # [N, D]
@@ -158,7 +137,7 @@ def graph_inputs(graph: OpGraph, cluster: Any) -> dict[str, np.ndarray]:
     total_t = max(float(tmin.sum()), 1e-12)
     mem = (static_bytes(graph) + activation_bytes(graph)).astype(np.float64)
     total_mem = max(float(mem.sum()), 1.0)
-    top, bottom = longest_paths(graph, tmin)
+    top, bottom = levels(graph, tmin)
     cp = max(float(np.max(top + bottom)) if n else 0.0, 1e-12)
     bw = np.asarray(cluster.bandwidth_bytes_per_s, dtype=np.float64)
     off = ~np.eye(d, dtype=bool)
@@ -293,13 +272,13 @@ class GNNNet(nn.Module):
         return self.score_node(h)[:, None, :] + self.score_dev(dev)[None, :, :] + self.score_pair(x["pair"])
 
 
-class GNNPolicy(nn.Module):
+class GNNPolicy(ItemPolicy):
     """The trainer's policy interface (see :class:`policies.seq2seq.Seq2SeqPolicy`) over a :class:`GNNNet`.
 
     Args:
         graph: the op graph to place. The network reads it with every parameter read by
             several ops as an edge from its owner to each other reader
-            (:func:`envs.simulator.schedule_graph`): splitting them costs a copy.
+            (:func:`envs.sim.simulator.schedule_graph`): splitting them costs a copy.
         num_devices: must equal ``cluster.num_devices``.
         cluster: the :class:`envs.Cluster` (required: devices are described by its features).
         max_groups: 0 (the default): every op is an item. Otherwise the items are the
@@ -308,9 +287,9 @@ class GNNPolicy(nn.Module):
             features do not depend on the graph's size. ``placer train`` places
             groups (``--max-groups``), which makes a decode tens of times
             faster on a graph of thousands of ops.
-        grouping: a :class:`graphs.grouping.Grouping` of ``envs.simulator.schedule_graph(graph)``
+        grouping: a :class:`graphs.grouping.Grouping` of ``envs.sim.simulator.schedule_graph(graph)``
             whose groups are the items instead (``max_groups`` is then ignored), such as
-            :func:`graphs.grouping.module_grouping`'s.
+            :func:`graphs.module_tree.module_grouping`'s.
         refine: with ``max_groups`` or ``grouping``, a device per op (the warm-start placement);
             groups are split where it changes device, so it can be imitated exactly.
         hidden, rounds, logit_cap, decoder: the network's architecture (ignored when ``net`` is given).
@@ -328,8 +307,6 @@ class GNNPolicy(nn.Module):
                  grouping: Any = None, refine: np.ndarray | None = None, hidden: int = 64, rounds: int = 3,
                  logit_cap: float = 10.0, decoder: str = "schedule", net: GNNNet | None = None, **_: Any) -> None:
         super().__init__()
-        from envs.simulator import schedule_graph
-        from policies.seq2seq import item_grouping, refine_grouping
 
         if cluster is None:
             raise PlacerError("--policy gnn: needs the cluster (its devices are described by their features)")
@@ -343,7 +320,7 @@ class GNNPolicy(nn.Module):
         else:
             if grouping.source_hash != graph.content_hash:
                 raise PlacerError("--policy gnn: the grouping was not built on this graph's schedule_graph")
-            self.grouping = refine_grouping(graph, grouping, refine) if refine is not None else grouping
+            self.grouping = grouping.refined(graph, refine) if refine is not None else grouping
         items = self.grouping.graph if self.grouping is not None else graph
         self.num_ops, self.num_items = graph.num_ops, items.num_ops
         self.num_devices = num_devices
@@ -379,17 +356,13 @@ class GNNPolicy(nn.Module):
     @functools.cached_property
     def _times(self) -> np.ndarray:
         """Forward + backward seconds of every op on every device (the list schedule's op times)."""
-        from envs.cost import op_times
-
         fwd, bwd = op_times(self.graph, self.cluster)
         return fwd + bwd
 
     @functools.cached_property
     def _order(self) -> np.ndarray:
         """The schedule decoder's op order (:func:`policies.list_schedule.decode_order`)."""
-        from policies.list_schedule import decode_order
-
-        return decode_order(self.graph, longest_paths(self.graph, self._times.min(axis=1))[0])
+        return decode_order(self.graph, top_level(self.graph, self._times.min(axis=1)))
 
     def _logp_along(self, op_devices: np.ndarray) -> torch.Tensor:
         """``[K, N, D]`` log-probabilities each op had, given the placements' earlier decisions."""
@@ -537,14 +510,3 @@ class GNNPolicy(nn.Module):
             share = self._dyn(rows)[..., 1].cpu().numpy()  # [K, N, D]: input bytes already on each device
         return switches(share, target)
 
-    def expand(self, item_devices: np.ndarray) -> np.ndarray:
-        """Item devices ``[..., num_items]`` -> op devices ``[..., num_ops]`` (int32)."""
-        if self.grouping is None:
-            return np.asarray(item_devices, dtype=np.int32)
-        return np.asarray(self.grouping.expand(np.asarray(item_devices)), dtype=np.int32)
-
-    def contract(self, op_devices: np.ndarray) -> np.ndarray:
-        """Op devices ``[..., num_ops]`` -> item devices, by majority vote inside each group (int64)."""
-        if self.grouping is None:
-            return np.asarray(op_devices, dtype=np.int64)
-        return self.grouping.vote(op_devices, self.num_devices)

@@ -12,7 +12,7 @@ grouper and placer are trained together by the same policy gradient.
 
 Why one grouping per sample: with one grouping shared by the K samples, its
 log-probability is the same term in all K joint log-probabilities, so under a
-baseline whose advantages sum to zero over the batch (leave-one-out, the
+reward baseline whose advantages sum to zero over the batch (leave-one-out, the
 default) the grouper's policy gradient is exactly zero and the grouping never
 learns. With K groupings each one is credited with its own sample's advantage.
 
@@ -31,6 +31,7 @@ the optimal grouping within 400 iterations, against 2 of 5 with ReLU).
 
 from __future__ import annotations
 
+from dataclasses import asdict
 from typing import Any
 
 import numpy as np
@@ -38,9 +39,10 @@ import torch
 from torch import nn
 
 from graphs import OpGraph
-from graphs.grouping import default_num_groups
+from graphs.grouping import default_num_groups, vote
 from policies.features import featurize, group_features
-from policies.seq2seq import PolicySample, Seq2SeqPlacer
+from policies.base import PolicySample
+from policies.seq2seq import DecoderOptions, Seq2SeqPlacer
 
 
 class HierarchicalPolicy(nn.Module):
@@ -52,7 +54,6 @@ class HierarchicalPolicy(nn.Module):
         num_groups: groups the grouper may use (HDP's code default:
             :func:`graphs.grouping.default_num_groups`; ``max_groups`` is accepted as an alias).
         grouper_hidden: hidden (ELU) units of the grouper (64 in the paper).
-        hidden, layers, temperature, tanh_c: the placer's, as in ``Seq2SeqPolicy``.
         refine: optional device per op (the warm-start placement), given to the
             grouper as a one-hot feature per op (zeros without one). The grouper
             is a per-op network: from the graph features alone it could not tell
@@ -61,25 +62,14 @@ class HierarchicalPolicy(nn.Module):
             ops in a group of another device, and a sampled grouping ~270), so
             the imitated placement was lost; with the incumbent's device as an
             input it can group by it and learn to move ops away from it.
+        options: the placer's :class:`policies.seq2seq.DecoderOptions` (``hidden``, ``layers``,
+            ``temperature``, ``tanh_c``), as in ``Seq2SeqPolicy``; other keywords are ignored.
     """
 
     name = "hierarchical"
 
-    def __init__(
-        self,
-        graph: OpGraph,
-        num_devices: int,
-        *,
-        num_groups: int | None = None,
-        max_groups: int | None = None,
-        grouper_hidden: int = 64,
-        hidden: int = 64,
-        layers: int = 1,
-        temperature: float = 10.0,
-        tanh_c: float = 5.0,
-        refine: np.ndarray | None = None,
-        **_: Any,
-    ) -> None:
+    def __init__(self, graph: OpGraph, num_devices: int, *, num_groups: int | None = None, max_groups: int | None = None,
+                 grouper_hidden: int = 64, refine: np.ndarray | None = None, **options: Any) -> None:
         super().__init__()
         g = num_groups or max_groups or default_num_groups(num_devices)
         self.num_groups = max(1, min(int(g), graph.num_ops))
@@ -102,7 +92,7 @@ class HierarchicalPolicy(nn.Module):
             nn.Linear(16 + dense.shape[1], grouper_hidden), nn.ELU(), nn.Linear(grouper_hidden, self.num_groups)
         )
         in_dim = self.vocab_size + 3 + self.num_groups + num_devices  # + the incumbent's device shares per group
-        self.placer = Seq2SeqPlacer(in_dim, num_devices, hidden=hidden, layers=layers, temperature=temperature, tanh_c=tanh_c)
+        self.placer = Seq2SeqPlacer(in_dim, num_devices, **asdict(DecoderOptions.pick(options)))
 
     # ---------------------------------------------------------------- helpers
     def _group_logp(self) -> torch.Tensor:
@@ -247,10 +237,8 @@ class HierarchicalPolicy(nn.Module):
         with torch.no_grad():
             drawn = torch.multinomial(logp_g.exp(), 1, generator=generator).t()
         groups = torch.cat([groups_t.unsqueeze(0), drawn]).cpu().numpy()  # [2, N]
-        votes = np.zeros((2 * self.num_groups, self.num_devices))
-        np.add.at(votes, ((groups + np.array([[0], [self.num_groups]])).ravel(), np.tile(dev, 2)), 1.0)
         x, order = self._group_inputs(groups)
-        target = np.take_along_axis(votes.argmax(axis=1).reshape(2, self.num_groups), order, axis=1)
+        target = np.take_along_axis(vote(groups, np.tile(dev, (2, 1)), self.num_groups, self.num_devices), order, axis=1)
         target_t = torch.as_tensor(target, device=self.dense.device)
         placer_nll = -self.placer.decode(x, 2, actions=target_t).log_prob.mean() / self.num_groups
         return grouper_nll + placer_nll

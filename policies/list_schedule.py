@@ -46,7 +46,9 @@ from typing import Any
 
 import numpy as np
 
+from envs.cost import activation_bytes, op_times, static_bytes
 from graphs import OpGraph
+from graphs.dag import top_level
 
 DYN_DIM = 5
 
@@ -57,9 +59,7 @@ def decode_order(graph: OpGraph, top: np.ndarray) -> np.ndarray:
     Sorted by ``top`` (the critical-path start: along an edge it never decreases),
     then hop depth (strictly increases along an edge), then op name.
     """
-    from policies.gnn import longest_paths
-
-    depth = longest_paths(graph, np.ones(graph.num_ops))[0]  # hops: the longest path in edges from a source
+    depth = top_level(graph, np.ones(graph.num_ops))  # hops: the longest path in edges from a source
     names = graph.names
     return np.asarray(sorted(range(graph.num_ops), key=lambda i: (float(top[i]), float(depth[i]), names[i])), dtype=np.int64)
 
@@ -73,9 +73,6 @@ class ListSchedule:
 
     def __init__(self, graph: OpGraph, cluster: Any, k: int, *, times: np.ndarray | None = None,
                  order: np.ndarray | None = None) -> None:
-        from envs.cost import activation_bytes, op_times, static_bytes
-        from policies.gnn import longest_paths
-
         if times is None:
             fwd, bwd = op_times(graph, cluster)
             times = fwd + bwd
@@ -84,8 +81,7 @@ class ListSchedule:
         tmin = self.t.min(axis=1) if n else np.zeros(0)
         self.tau = tmin + (float(tmin.sum()) / max(n, 1)) + 1e-12
         if order is None:
-            top, _ = longest_paths(graph, tmin)
-            order = decode_order(graph, top)
+            order = decode_order(graph, top_level(graph, tmin))
         self.order = order
         self.k, self.d = int(k), d
         bw = np.asarray(cluster.bandwidth_bytes_per_s, dtype=np.float64)

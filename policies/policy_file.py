@@ -24,7 +24,11 @@ import os
 from pathlib import Path
 from typing import Any, NamedTuple
 
+import torch
+
 from graphs import PlacerError
+from graphs.io import read_json, write_atomic, write_text_atomic
+from policies.gnn import DECODERS, GNNNet, feature_spec
 
 FORMAT = "placer-policy/1"
 DEFAULT_POLICY = str(Path(__file__).resolve().parent / "pretrained" / "gnn-default.pt")
@@ -46,8 +50,6 @@ def sidecar_path(path: str | os.PathLike) -> str:
 
 def check_sidecar(doc: Any, where: str) -> dict[str, Any]:
     """The sidecar ``doc`` if it is a valid placer-policy/1 document, else PlacerError naming ``where``."""
-    from policies.gnn import DECODERS, feature_spec
-
     if not isinstance(doc, dict):
         raise PlacerError(f"{where}: not a policy sidecar (expected a JSON object)")
     if doc.get("format") != FORMAT:
@@ -80,10 +82,6 @@ def check_sidecar(doc: Any, where: str) -> dict[str, Any]:
 
 def save(path: str | os.PathLike, net: Any, sidecar: dict[str, Any]) -> None:
     """Write ``net``'s state dict to ``path`` and the sidecar beside it (both atomically)."""
-    import torch
-
-    from graphs.io import write_atomic, write_text_atomic
-
     path = os.fspath(path)
     arch = {**sidecar.get("architecture", {}), "decoder": net.decoder}  # the decoder the weights are for
     doc = check_sidecar({"format": FORMAT, "policy": "gnn", **sidecar, "architecture": arch}, sidecar_path(path))
@@ -94,11 +92,6 @@ def save(path: str | os.PathLike, net: Any, sidecar: dict[str, Any]) -> None:
 
 def load(path: str | os.PathLike | None = None, *, map_location: str = "cpu") -> PolicyFile:
     """Load a policy file (default: the shipped one) and its sidecar; PlacerError on any problem."""
-    import torch
-
-    from graphs.io import read_json
-    from policies.gnn import GNNNet
-
     path = os.fspath(path) if path is not None else DEFAULT_POLICY
     if not os.path.isfile(path):
         raise PlacerError(f"{path}: no such policy file" + (" (the package was built without its pretrained policy)"

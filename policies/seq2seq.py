@@ -31,6 +31,8 @@ small network gets several times more policy updates per second; pass
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, fields
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -38,6 +40,7 @@ import torch
 from torch import nn
 
 from graphs import OpGraph
+from policies.base import ItemPolicy, PolicySample, item_grouping
 from policies.features import featurize
 
 
@@ -49,38 +52,37 @@ class Decoded(NamedTuple):
     entropy: torch.Tensor  # [K]: mean over items
 
 
-class PolicySample(NamedTuple):
-    """What a policy's ``sample`` returns.
+@dataclass(frozen=True)
+class DecoderOptions:
+    """The seq2seq placer's sizes and logit squashing: the options the seq2seq and hierarchical policies share."""
 
-    ``actions`` is everything ``log_prob`` needs to re-score the same samples;
-    ``op_devices`` is the device index of every op, ``[K, num_ops]`` int32.
-    """
+    hidden: int = 64
+    """LSTM units per direction (the paper: 256)."""
+    layers: int = 1
+    """encoder LSTM layers (the paper: 2)."""
+    temperature: float = 10.0
+    """logits are divided by this before ``tanh_c * tanh(.)``."""
+    tanh_c: float = 5.0
+    """C of ``C * tanh(logits / temperature)``."""
 
-    actions: dict[str, torch.Tensor]
-    log_prob: torch.Tensor
-    entropy: torch.Tensor
-    op_devices: np.ndarray
+    @classmethod
+    def pick(cls, options: Mapping[str, Any]) -> "DecoderOptions":
+        """The decoder's options among a policy's keyword options (the others are the policy's own)."""
+        return cls(**{f.name: options[f.name] for f in fields(cls) if f.name in options})
 
 
 class Seq2SeqPlacer(nn.Module):
     """Encoder-decoder over a sequence of item vectors ``[G, in_dim]``."""
 
-    def __init__(
-        self,
-        in_dim: int,
-        num_devices: int,
-        *,
-        hidden: int = 64,
-        layers: int = 1,
-        attention_dim: int | None = None,
-        temperature: float = 10.0,
-        tanh_c: float = 5.0,
-    ) -> None:
+    def __init__(self, in_dim: int, num_devices: int, *, attention_dim: int | None = None, **options: Any) -> None:
+        """``options``: the fields of :class:`DecoderOptions`."""
         super().__init__()
+        o = DecoderOptions(**options)
+        hidden, layers = o.hidden, o.layers
         a = attention_dim or max(hidden // 4, 8)
         self.num_devices = num_devices
-        self.temperature = float(temperature)
-        self.tanh_c = float(tanh_c)
+        self.temperature = float(o.temperature)
+        self.tanh_c = float(o.tanh_c)
         self.logit_noise = 0.0  # std of Gaussian noise on the logits while sampling (set by the trainer)
         self.encoder = nn.LSTM(in_dim, hidden, num_layers=layers, bidirectional=True, batch_first=True)
         self.device_embed = nn.Embedding(num_devices + 1, hidden)  # index num_devices = "start"
@@ -236,79 +238,26 @@ class ItemEncoder(nn.Module):
         return torch.cat([self.type_embed(type_ids), torch.relu(self.dense(dense))], dim=1)
 
 
-def item_grouping(graph: OpGraph, max_groups: int, refine: np.ndarray | None = None):
-    """Co-location groups coarsened to at most ``max_groups`` (0: one item per op).
-
-    With ``refine`` (a device per op), each group is further cut wherever that
-    placement changes device along the topological order, so the placement is
-    exactly representable by the items (see :func:`refine_grouping`).
-    """
-    if max_groups <= 0 or graph.num_ops <= 1:
-        return None
-    from graphs.grouping import coarsen
-
-    grouping = coarsen(graph, max_groups)
-    return refine_grouping(graph, grouping, refine) if refine is not None else grouping
-
-
-def refine_grouping(graph: OpGraph, grouping: Any, op_devices: np.ndarray) -> Any:
-    """Split each group into runs (in op order) of constant device under ``op_devices``.
-
-    The result stays acyclic: groups are numbered topologically and every op edge
-    ``u -> v`` has ``u < v``, so ordering the new items by (group, run) is a
-    topological order of the refined group graph.
-
-    >>> from graphs.synthetic import random_dag
-    >>> from graphs.grouping import coarsen
-    >>> g = random_dag(40, seed=0)
-    >>> coarse = coarsen(g, 4)
-    >>> dev = (np.arange(40) >= 20).astype(np.int32)
-    >>> fine = refine_grouping(g, coarse, dev)
-    >>> bool((fine.expand(fine.contract(dev)) == dev).all())
-    True
-    """
-    from graphs.grouping import Grouping
-
-    op_group = np.asarray(grouping.op_group, dtype=np.int64)
-    dev = np.asarray(op_devices, dtype=np.int64)
-    order = np.lexsort((np.arange(len(op_group)), op_group))
-    g_sorted, d_sorted = op_group[order], dev[order]
-    start = np.ones(len(order), dtype=bool)
-    start[1:] = (g_sorted[1:] != g_sorted[:-1]) | (d_sorted[1:] != d_sorted[:-1])
-    refined = np.empty(len(order), dtype=np.int64)
-    refined[order] = np.cumsum(start) - 1
-    return Grouping.from_assignment(graph, refined, meta={**grouping.graph.meta, "refined_by_placement": True})
-
-
-class Seq2SeqPolicy(nn.Module):
+class Seq2SeqPolicy(ItemPolicy):
     """The paper's policy over the groups of ``graphs.grouping.coarsen(graph, max_groups)``.
 
     Args:
         graph: the op graph to place.
         num_devices: number of devices of the cluster.
         max_groups: items to place (co-location inside); 0 places every op.
-        hidden: LSTM units per direction; layers: encoder layers.
-        temperature, tanh_c: logits become ``tanh_c * tanh(logits / temperature)``.
         refine: optional device per op (the warm-start placement); groups are
             split where it changes device, so it can be imitated exactly.
+        options: the decoder's :class:`DecoderOptions` (``hidden``, ``layers``,
+            ``temperature``, ``tanh_c``); other keywords (the trainer passes every
+            policy the same ones) are ignored.
     """
 
     name = "seq2seq"
 
-    def __init__(
-        self,
-        graph: OpGraph,
-        num_devices: int,
-        *,
-        max_groups: int = 256,
-        hidden: int = 64,
-        layers: int = 1,
-        temperature: float = 10.0,
-        tanh_c: float = 5.0,
-        refine: np.ndarray | None = None,
-        **_: Any,
-    ) -> None:
+    def __init__(self, graph: OpGraph, num_devices: int, *, max_groups: int = 256, refine: np.ndarray | None = None,
+                 **options: Any) -> None:
         super().__init__()
+        decoder = DecoderOptions.pick(options)
         self.num_ops = graph.num_ops
         self.num_devices = num_devices
         self.grouping = item_grouping(graph, max_groups, refine)
@@ -317,22 +266,8 @@ class Seq2SeqPolicy(nn.Module):
         feats = featurize(items)
         self.register_buffer("type_ids", torch.from_numpy(feats.type_ids), persistent=False)
         self.register_buffer("dense", torch.from_numpy(feats.dense), persistent=False)
-        self.items = ItemEncoder(len(feats.vocab), feats.dense_dim, out_dim=hidden)
-        self.placer = Seq2SeqPlacer(hidden, num_devices, hidden=hidden, layers=layers, temperature=temperature, tanh_c=tanh_c)
-
-    # ---------------------------------------------------------------- helpers
-    def expand(self, item_devices: np.ndarray) -> np.ndarray:
-        """Item devices ``[..., G]`` -> op devices ``[..., num_ops]`` (int32)."""
-        if self.grouping is None:
-            return np.asarray(item_devices, dtype=np.int32)
-        return np.asarray(self.grouping.expand(np.asarray(item_devices)), dtype=np.int32)
-
-    def contract(self, op_devices: np.ndarray) -> np.ndarray:
-        """Op devices -> item devices, by majority vote inside each item."""
-        op_devices = np.asarray(op_devices, dtype=np.int64)
-        if self.grouping is None:
-            return op_devices
-        return self.grouping.vote(op_devices, self.num_devices)
+        self.items = ItemEncoder(len(feats.vocab), feats.dense_dim, out_dim=decoder.hidden)
+        self.placer = Seq2SeqPlacer(decoder.hidden, num_devices, **asdict(decoder))
 
     def _x(self) -> torch.Tensor:
         return self.items(self.type_ids, self.dense)

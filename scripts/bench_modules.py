@@ -28,8 +28,8 @@ def main(argv: list[str] | None = None) -> int:
 
     import envs
     from graphs import PlacerError
-    from placer import baselines
-    from placer.baselines._common import BaselineUnavailable
+    from placer.methods import registry
+    from placer.methods.registry import HeuristicUnavailable
     from placer.checks import check_int
     from placer.sources import resolve_graph
 
@@ -58,11 +58,11 @@ def main(argv: list[str] | None = None) -> int:
                     for seed in range(args.seeds):
                         for method in times:
                             t0 = time.perf_counter()
-                            idx = baselines.get(method)(graph, cluster, seed=seed, n=args.n, env=env)
+                            idx = registry.get(method)(graph, cluster, seed=seed, n=args.n, env=env)
                             took.append(time.perf_counter() - t0)
                             t, oom = env.step_times(np.asarray(idx)[None])
                             times[method].append(float("inf") if oom[0] else float(t[0]))
-                except BaselineUnavailable as e:
+                except HeuristicUnavailable as e:
                     print(json.dumps({"graph": name, "cluster": cname, "status": e.status}) if args.json
                           else f"| {name} | {cname} | {e.status} | | | |", flush=True)
                     continue

@@ -89,10 +89,10 @@ def run_one(model_name: str, cluster_name: str, ms: list[int], methods: list[str
 
     import envs
     from graphs import capture
-    from placer import baselines
-    from placer.baselines._common import BaselineUnavailable
+    from placer.methods import registry
+    from placer.methods.registry import HeuristicUnavailable
     from graphs.ops import input_free_mask
-    from placer.compare import accepts as _accepts
+    from placer.methods.registry import accepts as _accepts
 
     key = (model_name, seq, batch)
     if key not in _CAPTURED:  # one capture per model, shared by the clusters
@@ -109,7 +109,7 @@ def run_one(model_name: str, cluster_name: str, ms: list[int], methods: list[str
 
     shapes = plan_shapes(ms, ws or [None])
     for m in methods:
-        fn = baselines.get(m)
+        fn = registry.get(m)
         placed = None
         for M, W in shapes:
             env = base.with_microbatches(M, W)
@@ -125,7 +125,7 @@ def run_one(model_name: str, cluster_name: str, ms: list[int], methods: list[str
             try:
                 if placed is None or _accepts(fn, "env"):
                     placed = np.asarray(fn(graph, c, **kwargs))
-            except BaselineUnavailable as e:
+            except HeuristicUnavailable as e:
                 row.update(status=e.status, message=str(e))
                 rows.append(row)
                 break

@@ -31,16 +31,16 @@ from graphs import PlacerError
 from placer.compare import compare
 from placer.checks import check_int, parse_group_counts
 from placer.sources import resolve_graph
-from placer.pretrain import (ZERO_SHOT_GROUPS, ZERO_SHOT_MODULE_TEMPERATURES, ZERO_SHOT_REFINE, ZERO_SHOT_SAMPLES,
-                             group_views, place_learned)
+from placer.methods.learned import ZERO_SHOT_GROUPS, ZERO_SHOT_MODULE_TEMPERATURES, ZERO_SHOT_REFINE, ZERO_SHOT_SAMPLES, place_learned
+from policies.views import group_views
 
 
 def rival(graph, cluster, method: str, n: int, seed: int = 0) -> float | None:
     """Best simulated step time of the ``random_modules`` or ``module_search`` baseline given ``n`` placements."""
-    from placer import baselines
+    from placer.methods import registry
 
     env = envs.SimEnv(graph, cluster)
-    t, failed = env.step_times(baselines.get(method)(graph, cluster, seed=seed, n=n, env=env)[None])
+    t, failed = env.step_times(registry.get(method)(graph, cluster, seed=seed, n=n, env=env)[None])
     return None if failed[0] or not t[0] < float("inf") else float(t[0])
 
 

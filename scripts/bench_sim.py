@@ -88,7 +88,7 @@ def bench(graph, cluster, executor: str, args: argparse.Namespace) -> dict:
     bound = envs.lower_bound(graph, cluster)
     bound_s = time.perf_counter() - t
 
-    from envs.kernel import HAVE_NUMBA
+    from envs.sim.kernel import HAVE_NUMBA
 
     return {
         "executor": executor,

@@ -43,8 +43,8 @@ def measure(graph, cluster, name: str, k: int, args: argparse.Namespace) -> dict
     import torch
 
     import envs
-    from placer.rl_algos import Reinforce
-    from placer.train import TrainConfig
+    from placer.learn.algos import Reinforce
+    from placer.learn.config import TrainConfig
 
     device = torch.device(args.device)
     env = envs.SimEnv(graph, cluster)
@@ -105,7 +105,7 @@ def main(argv: list[str] | None = None) -> int:
 
     import envs
     from graphs import PlacerError
-    from placer.train import _resolve_device
+    from placer.learn.loop import _resolve_device
     from policies import POLICIES
 
     try:

@@ -8,7 +8,7 @@ best, and the setup time (capture + heuristics, not in the budget).
 
 The fair rival of a warm-started learner is local search from the same start with
 the same budget: the "annealing from best" column is
-``placer.baselines.get("annealing")(g, c, steps=10**9, time_budget_s=B, t0=0.002,
+``placer.methods.get("annealing")(g, c, steps=10**9, time_budget_s=B, t0=0.002,
 init=(best,))`` scored in the same issue order as the learner (``--score-order``).
 ``--scratch`` adds a ``--warm-start none`` row per graph; ``--seeds 0,1,2`` runs
 each row per seed and reports the median.
@@ -31,7 +31,8 @@ import time
 def run_one(name: str, args: argparse.Namespace, seed: int, warm_start: str) -> dict:
     import envs
     from graphs import zoo
-    from placer.train import TrainConfig, train
+    from placer.learn.config import TrainConfig
+    from placer.learn.loop import train
 
     t0 = time.perf_counter()
     graph = zoo.graph(name)
@@ -55,7 +56,7 @@ def annealing_from_best(graph, cluster, best: str, args: argparse.Namespace, see
     import numpy as np
 
     import envs
-    from placer.baselines import get
+    from placer.methods import get
 
     env = envs.SimEnv(graph, cluster)
     order = "planned" if args.score_order == "planned" else None

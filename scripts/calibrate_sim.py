@@ -1,6 +1,6 @@
 """How well does the calibrated simulator rank and predict real step times?
 
-For each model: profile it on the given devices (``envs.profiler``), sample random
+For each model: profile it on the given devices (``envs.real.profiler``), sample random
 placements, measure each for real (``envs.MeasuredEnv``: real training steps in
 a Ray actor, wall clock; or ``--real local``: in this process, by the thread's CPU
 time, for a machine other jobs keep busy) and simulate it (the profiled graph on the calibrated cluster, and,
@@ -107,7 +107,7 @@ def spearman(sim: np.ndarray, real: np.ndarray) -> float:
 
 def simulator_executor(requested: str | None) -> tuple[str, dict]:
     """The executor model scored with (default: the simulator's, eager), and the keyword that selects it."""
-    from envs.schedule import EXECUTORS
+    from envs.sim.schedule import EXECUTORS
 
     name = requested or EXECUTORS[0]
     if name not in EXECUTORS:
@@ -129,7 +129,7 @@ def sim_times(graph, cluster, placements, executor: dict | None = None, orders=N
 
 def calibrated(graph, prof, cluster, device_map):
     """``(profiled graph, calibrated cluster, its physical cluster, logical -> physical device index)``."""
-    from envs.profiler import apply_profile, calibrate_cluster
+    from envs.real.profiler import apply_profile, calibrate_cluster
 
     logical = calibrate_cluster(cluster, prof, graph=graph, device_map=device_map)
     phys, to_phys = physical(logical, device_map)
@@ -144,7 +144,7 @@ def physical(cluster, device_map):
     simulation runs on the physical devices.
     """
     import envs
-    from envs.runtime import resolve_devices
+    from envs.real.placing import resolve_devices
 
     torch_of = resolve_devices(cluster.device_names, device_map)
     first: dict[str, int] = {}
@@ -160,16 +160,17 @@ def physical(cluster, device_map):
 
 def measure_local(name: str, args: argparse.Namespace, cluster, graph, placements) -> list:
     """Measure each placement in this process: the module ``placer.apply`` builds, trained by
-    ``envs.runtime.train_step`` (``--warmup`` then ``--steps`` steps, median), each step timed
-    by ``envs.profiler.host_clock`` (this thread's CPU time when torch uses one thread: on a
+    ``envs.real.timing.train_step`` (``--warmup`` then ``--steps`` steps, median), each step timed
+    by ``envs.real.profiler.host_clock`` (this thread's CPU time when torch uses one thread: on a
     busy machine the time other processes held the core does not count)."""
     import statistics
 
     import torch
 
-    from envs.profiler import host_clock
+    from envs.real.profiler import host_clock
     from envs.result import Result
-    from envs.runtime import place_module, train_step
+    from envs.real.placing import place_module
+    from envs.real.timing import train_step
     from graphs.torch_capture import export_program
 
     model, inputs = build(name, args.size)
@@ -197,7 +198,7 @@ def measure_ray(name: str, size: str, cluster, graph, placements, run_dir: str, 
                 cpus: int, timeout: float) -> list:
     """Measure each placement in a Ray actor (:class:`envs.MeasuredEnv`, one worker, wall clock); results are
     logged to ``run_dir/measurements.jsonl``, so a rerun measures only what is not there yet."""
-    from envs.measured import MeasuredEnv
+    from envs.real.measured import MeasuredEnv
 
     env = MeasuredEnv(functools.partial(build, name, size), cluster, graph=graph, workers=1, device_map=device_map,
                       warmup_steps=warmup, timed_steps=steps, run_dir=run_dir, cpus_per_worker=cpus, measure_timeout_s=timeout)
@@ -209,13 +210,13 @@ def measure_ray(name: str, size: str, cluster, graph, placements, run_dir: str, 
 
 def measure_here(name: str, size: str, cluster, graph, placements, run_dir: str, *, device_map, warmup: int, steps: int,
                  cpus: int, timeout: float) -> list:
-    """As :func:`measure_ray`, without Ray: the actor's own code (``envs.measured.Worker.measure``: the module
+    """As :func:`measure_ray`, without Ray: the actor's own code (``envs.real.measured.Worker.measure``: the module
     ``placer.apply`` builds, ``warmup`` then ``steps`` Adam steps, wall clock, CUDA synchronised) runs in this
     process, each placement under ``timeout`` (SIGALRM), logged to the same resumable ``measurements.jsonl``.
     For a machine without Ray (the lent GPU machines have none, and its wheel is too big to carry there)."""
-    from envs.measured import MeasuredEnv, Worker
+    from envs.real.measured import MeasuredEnv, Worker
     from envs.result import Result
-    from envs.runtime import StepTimeout, time_limit
+    from envs.real.timing import StepTimeout, time_limit
 
     source = functools.partial(build, name, size)
     # The env only keys placements and keeps the log here (it starts Ray only in evaluate()); it has no public
@@ -239,7 +240,7 @@ def measure_here(name: str, size: str, cluster, graph, placements, run_dir: str,
 
 def run_model(name: str, args: argparse.Namespace) -> dict:
     import envs
-    from envs.profiler import profile_model, save_profile
+    from envs.real.profiler import profile_model, save_profile
     from graphs.torch_capture import capture
 
     import torch

@@ -73,8 +73,8 @@ def _names(text: str, known: list[str], option: str) -> list[str]:
 
 def check(args: argparse.Namespace) -> None:
     """PlacerError (one line, naming the option) for a bad option, before any work."""
-    from envs.runtime import check_available, resolve_devices
-    from envs.presets import resolve_cluster
+    from envs.real.placing import check_available, resolve_devices
+    from envs.cluster import resolve_cluster
 
     args.model_names = _names(args.models, corpus.available(), "--models")
     args.plan_names = _names(args.plans, list(conformance.PLANS), "--plans")

@@ -6,10 +6,10 @@ op timed alone pays the autograd engine's start and the launch that a real step
 overlaps), so this one collects what a faithful eager model needs, per model
 (``calibrate_sim``'s sizes):
 
-* **a profile in context** on ``cpu`` and ``cuda:0`` (``envs.profiler``, method
+* **a profile in context** on ``cpu`` and ``cuda:0`` (``envs.real.profiler``, method
   ``context``): on the GPU each op's kernel seconds and host issue seconds,
   forward and backward, measured inside real training steps
-  (:func:`envs.profiler.profile_device_in_context`), next to the op-by-op
+  (:func:`envs.real.profiler.profile_device_in_context`), next to the op-by-op
   columns of the old method (``isolated``), written as ``<model>.profile.json``;
 * **re-measured placements**: every ``--stride``-th placement of an earlier run's
   ``<model>.jsonl`` (``--from``), measured again as ``validate_gpu`` measures
@@ -37,6 +37,7 @@ import json
 import os
 import sys
 import time
+from typing import Any
 
 import numpy as np
 
@@ -56,21 +57,12 @@ def earlier_rows(path: str) -> list[dict]:
         return [json.loads(line) for line in f if line.strip()]
 
 
-def run_model(name: str, args: argparse.Namespace) -> dict:
+def _profile(name: str, args: argparse.Namespace, model: Any, inputs: tuple, torch_devices: list[str], out: dict) -> None:
+    """Profile the model in context (and op by op with --isolated) into ``out``: the file, each device's sums, errors."""
     import torch
 
-    import envs
-    from envs.profiler import check_profile, profile_model, save_profile
-    from envs.runtime import resolve_devices
-    from graphs.torch_capture import capture
-    from placer.placement import Placement
+    from envs.real.profiler import check_profile, profile_model, save_profile
 
-    out: dict = {"model": name, "size": args.size}
-    cluster = envs.resolve_cluster(args.cluster)
-    model, inputs = cs.build(name, args.size)
-    graph = capture(model, inputs, name=name)
-    torch_devices = list(dict.fromkeys(str(d) for d in resolve_devices(cluster.device_names, args.device_map).values()))
-    out["ops"] = graph.num_ops
     t0 = time.time()
     torch.set_num_threads(max(1, args.cpus))
     prof = profile_model(model, inputs, torch_devices, warmup=1, repeats=args.repeats)
@@ -102,7 +94,11 @@ def run_model(name: str, args: argparse.Namespace) -> dict:
         + (f", issue fwd {s['issue_fwd_sum_s'] * 1e3:.1f} bwd {s['issue_bwd_sum_s'] * 1e3:.1f} ms, step {s['step_s'] * 1e3:.1f} ms" if "issue_fwd_sum_s" in s else "")
         for d, s in out["devices"].items()))
 
-    rows = earlier_rows(os.path.join(args.earlier, f"{name}.jsonl"))
+
+def _remeasure(name: str, args: argparse.Namespace, cluster: Any, graph: Any, rows: list[dict], out: dict) -> None:
+    """Measure every ``--stride``-th earlier placement again (at most ``--remeasure``) and compare with then."""
+    from graphs.plan import Placement
+
     names = list(cluster.device_names)
     chosen = [r for k, r in enumerate(rows) if k % args.stride == 0 and r.get("real_step_s")][: args.remeasure]
     if chosen:
@@ -119,30 +115,52 @@ def run_model(name: str, args: argparse.Namespace) -> dict:
         log(f"[{name}] re-measured {len(ratios)} placements in {out['remeasure_s']:.0f}s: now / earlier median "
             f"{out['remeasure_ratio_median']:.3f}, range {min(ratios):.3f}-{max(ratios):.3f}" if ratios else f"[{name}] nothing re-measured")
 
+
+def _apply_checks(name: str, args: argparse.Namespace, graph: Any, names: list[str], rows: list[dict], out: dict) -> None:
+    """``placer.apply``'s gradients against float64: the earlier run's learned placement, and all on the GPU."""
+    from graphs.plan import Placement
+
+    t0 = time.time()
+    checks = {}
+    learned = [r for r in rows if r.get("kind") == "learned"]
+    cases = [("all on the GPU", np.full(graph.num_ops, names.index(args.gpu_name)))]
+    if learned:
+        cases.insert(0, ("learned (earlier run)", np.array(learned[0]["devices"])))
+    for label, idx in cases:
+        placement = Placement.from_indices(graph, names, idx, method=label)
+        try:
+            checks[label] = grad_errors(name, args.size, placement, graph, args.device_map)
+        except Exception as e:  # a diagnosis: report, go on
+            checks[label] = {"error": f"{type(e).__name__}: {e}"}
+        c = checks[label]
+        if c.get("rows"):
+            c["worst"] = c.pop("rows")[:8]
+            c["placed_worst_norm_rel"] = max(r["placed_norm_rel"] or 0.0 for r in c["worst"])
+            c["cpu32_worst_norm_rel"] = max(r["cpu32_norm_rel"] or 0.0 for r in c["worst"])
+            w = c["worst"][0]
+            log(f"[{name}] apply vs float64, {label}: worst {w['param']} max-rel placed {w['placed_max_rel']:.1e} "
+                f"cpu32 {w['cpu32_max_rel']:.1e} (max |grad| {w['max_abs']:.1e}); worst norm-rel placed "
+                f"{c['placed_worst_norm_rel']:.1e} cpu32 {c['cpu32_worst_norm_rel']:.1e}")
+    out["apply_checks"] = checks
+    out["apply_s"] = time.time() - t0
+
+
+def run_model(name: str, args: argparse.Namespace) -> dict:
+    import envs
+    from envs.real.placing import resolve_devices
+    from graphs.torch_capture import capture
+
+    out: dict = {"model": name, "size": args.size}
+    cluster = envs.resolve_cluster(args.cluster)
+    model, inputs = cs.build(name, args.size)
+    graph = capture(model, inputs, name=name)
+    torch_devices = list(dict.fromkeys(str(d) for d in resolve_devices(cluster.device_names, args.device_map).values()))
+    out["ops"] = graph.num_ops
+    _profile(name, args, model, inputs, torch_devices, out)
+    rows = earlier_rows(os.path.join(args.earlier, f"{name}.jsonl"))
+    _remeasure(name, args, cluster, graph, rows, out)
     if name in args.apply_check:
-        t0 = time.time()
-        checks = {}
-        learned = [r for r in rows if r.get("kind") == "learned"]
-        cases = [("all on the GPU", np.full(graph.num_ops, names.index(args.gpu_name)))]
-        if learned:
-            cases.insert(0, ("learned (earlier run)", np.array(learned[0]["devices"])))
-        for label, idx in cases:
-            placement = Placement.from_indices(graph, names, idx, method=label)
-            try:
-                checks[label] = grad_errors(name, args.size, placement, graph, args.device_map)
-            except Exception as e:  # a diagnosis: report, go on
-                checks[label] = {"error": f"{type(e).__name__}: {e}"}
-            c = checks[label]
-            if c.get("rows"):
-                c["worst"] = c.pop("rows")[:8]
-                c["placed_worst_norm_rel"] = max(r["placed_norm_rel"] or 0.0 for r in c["worst"])
-                c["cpu32_worst_norm_rel"] = max(r["cpu32_norm_rel"] or 0.0 for r in c["worst"])
-                w = c["worst"][0]
-                log(f"[{name}] apply vs float64, {label}: worst {w['param']} max-rel placed {w['placed_max_rel']:.1e} "
-                    f"cpu32 {w['cpu32_max_rel']:.1e} (max |grad| {w['max_abs']:.1e}); worst norm-rel placed "
-                    f"{c['placed_worst_norm_rel']:.1e} cpu32 {c['cpu32_worst_norm_rel']:.1e}")
-        out["apply_checks"] = checks
-        out["apply_s"] = time.time() - t0
+        _apply_checks(name, args, graph, list(cluster.device_names), rows, out)
     return out
 
 
@@ -172,7 +190,7 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
 def check(args: argparse.Namespace) -> None:
     """PlacerError (one line, naming the option) for a bad option, before any work."""
     import envs
-    from envs.runtime import check_available, resolve_devices
+    from envs.real.placing import check_available, resolve_devices
     from placer.checks import check_float, check_int
 
     args.model_names = cs.model_names(args.models, args.size)

@@ -45,7 +45,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         import envs
         from bench import plots
-        from placer import Placement, baselines
+        from placer import Placement
+        from placer.methods import registry
         from placer.sources import resolve_graph
 
         graph = resolve_graph(args.source)
@@ -53,9 +54,10 @@ def main(argv: list[str] | None = None) -> int:
         if args.placement:
             placement, label = Placement.load(args.placement), os.path.basename(args.placement)
         elif args.method:
-            placement, label = baselines.place(args.method, graph, cluster, seed=args.seed), args.method
+            placement, label = registry.place(args.method, graph, cluster, seed=args.seed), args.method
         else:
-            from placer.train import TrainConfig, train
+            from placer.learn.config import TrainConfig
+            from placer.learn.loop import train
 
             with tempfile.TemporaryDirectory(prefix="placer-plot-") as tmp:
                 result = train(TrainConfig(cluster=cluster.name, policy=args.policy, time_budget_s=args.time_budget,

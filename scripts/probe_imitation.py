@@ -7,7 +7,7 @@ GRAPH: a zoo graph, or a pretraining corpus item (``recurrent-1500-s51``: ``plac
 names, sizes 300/1500/5000, seed 0).
 
 Trains a fresh gnn policy (hidden 64, 3 rounds) on one (graph, cluster) pair by imitation of its best
-fast heuristic (``placer.pretrain.best_heuristic``, labels canonicalised as ``placer pretrain`` does),
+fast heuristic (``placer.learn.pretrain.imitation_label``, labels canonicalised as ``placer pretrain`` does),
 the loss ``placer pretrain`` uses, and prints every ``--every`` steps: the imitation loss, the share of
 ops whose greedy device equals the label's, the greedy placement's simulated step time (node order),
 and the ops per device, and the agreement on the label's switches (ops not put where most of their input
@@ -26,15 +26,7 @@ import time
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 
-def main(argv: list[str] | None = None) -> int:
-    import numpy as np
-    import torch
-
-    import envs
-    from graphs import PlacerError, zoo
-    from placer.pretrain import best_heuristic, build_corpus, canonical_label
-    from policies.gnn import GNNNet, GNNPolicy
-
+def _parse(argv: list[str] | None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("graph", nargs="?", default="inception-v3",
                     help="zoo graph or pretraining corpus item such as recurrent-1500-s51 (default inception-v3)")
@@ -50,7 +42,40 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--switch-share", type=float, default=0.0,
                     help="schedule decoder: share of the loss on the label's switches (placer pretrain --switch-share; default 0)")
     ap.add_argument("--json", action="store_true")
-    args = ap.parse_args(argv)
+    return ap.parse_args(argv)
+
+
+def _report(args: argparse.Namespace, g, c, method: str, label_s: float, label, single_s: float, switch, rows: list[dict]) -> int:
+    import numpy as np
+
+    head = {"graph": g.name, "ops": g.num_ops, "cluster": c.name, "decoder": args.decoder, "label": method, "label_step_time_s": label_s,
+            "label_ops_per_device": np.bincount(label, minlength=c.num_devices).tolist(), "best_single_s": single_s,
+            "switches": int(switch.sum()), "switch_share": args.switch_share}
+    if args.json:
+        print(json.dumps({**head, "rows": rows}, indent=1))
+        return 0
+    print(f"{g.name} ({g.num_ops} ops) on {c.name}, {args.decoder} decoder: label {method} {label_s * 1e3:.1f} ms "
+          f"{head['label_ops_per_device']}, best single device {single_s * 1e3:.1f} ms; {head['switches']} switches, "
+          f"switch share {args.switch_share:g}")
+    print("| step | loss | agreement | on switches | greedy ms | ops per device |")
+    print("|---:|---:|---:|---:|---:|---|")
+    for r in rows:
+        ms = "fails" if r["greedy_step_time_s"] is None else f"{r['greedy_step_time_s'] * 1e3:.1f}"
+        print(f"| {r['step']} | {r['loss']:.3f} | {r['agreement']:.3f} | {r['switch_agreement']:.3f} | {ms} | {r['ops_per_device']} |")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    import numpy as np
+    import torch
+
+    import envs
+    from graphs import PlacerError, plan, zoo
+    from placer.learn.corpus import build_corpus
+    from placer.learn.pretrain import imitation_label as best_heuristic, canonical_label
+    from policies.gnn import GNNNet, GNNPolicy
+
+    args = _parse(argv)
     if args.steps < 0 or args.every < 1 or not args.lr > 0 or not 0 <= args.switch_share < 1:
         print("probe_imitation: --steps must be >= 0, --every >= 1, --lr > 0 and --switch-share in [0, 1)", file=sys.stderr)
         return 2
@@ -72,7 +97,7 @@ def main(argv: list[str] | None = None) -> int:
     method, label_s, label = best_heuristic(g, c)
     env = envs.SimEnv(g, c)
     label = canonical_label(g, c, label, env)
-    single_s = float(np.min(env.step_times(envs.assign.single_device_rows(c.num_devices, g.num_ops))[0]))
+    single_s = float(np.min(env.step_times(plan.single_device_rows(c.num_devices, g.num_ops))[0]))
     policy = GNNPolicy(g, c.num_devices, cluster=c, net=GNNNet(hidden=64, rounds=3, decoder=args.decoder))
     opt = torch.optim.Adam(policy.parameters(), lr=args.lr)
     switch = policy.switch_mask(label)[0] if policy.sequential else np.zeros(g.num_ops, dtype=bool)
@@ -95,21 +120,7 @@ def main(argv: list[str] | None = None) -> int:
             loss.backward()
             torch.nn.utils.clip_grad_norm_(policy.parameters(), 1.0)
             opt.step()
-    head = {"graph": g.name, "ops": g.num_ops, "cluster": c.name, "decoder": args.decoder, "label": method, "label_step_time_s": label_s,
-            "label_ops_per_device": np.bincount(label, minlength=c.num_devices).tolist(), "best_single_s": single_s,
-            "switches": int(switch.sum()), "switch_share": args.switch_share}
-    if args.json:
-        print(json.dumps({**head, "rows": rows}, indent=1))
-        return 0
-    print(f"{g.name} ({g.num_ops} ops) on {c.name}, {args.decoder} decoder: label {method} {label_s * 1e3:.1f} ms "
-          f"{head['label_ops_per_device']}, best single device {single_s * 1e3:.1f} ms; {head['switches']} switches, "
-          f"switch share {args.switch_share:g}")
-    print("| step | loss | agreement | on switches | greedy ms | ops per device |")
-    print("|---:|---:|---:|---:|---:|---|")
-    for r in rows:
-        ms = "fails" if r["greedy_step_time_s"] is None else f"{r['greedy_step_time_s'] * 1e3:.1f}"
-        print(f"| {r['step']} | {r['loss']:.3f} | {r['agreement']:.3f} | {r['switch_agreement']:.3f} | {ms} | {r['ops_per_device']} |")
-    return 0
+    return _report(args, g, c, method, label_s, label, single_s, switch, rows)
 
 
 if __name__ == "__main__":

@@ -1,7 +1,7 @@
 """Does the calibrated simulator rank and predict real multi-device steps? (issue 11, item 4)
 
 For each model, on the cluster ``h200x1`` (``cpu:0`` + ``gpu:0``, run as ``cpu`` +
-``cuda:0``): profile the model once on both torch devices (``envs.profiler``),
+``cuda:0``): profile the model once on both torch devices (``envs.real.profiler``),
 then measure at least ``--placements`` distinct placements for real, as
 ``placer run`` would: the code of ``envs.MeasuredEnv``'s worker builds the
 module ``placer.apply`` builds and times ``--steps`` Adam steps after
@@ -80,6 +80,7 @@ import platform
 import statistics
 import sys
 import time
+from typing import Any
 
 import numpy as np
 
@@ -104,7 +105,7 @@ def log(msg: str) -> None:
 # ----------------------------------------------------------------- candidates
 def candidates(name: str, args: argparse.Namespace, graph, logical, model, work: str) -> list[dict]:
     """The placements to measure: learned, baselines, single devices, random; distinct, with their issue orders."""
-    from envs.simulator import plan_order
+    from envs.sim.simulator import plan_order
     from placer.compare import compare, default_methods
 
     names = logical.device_names
@@ -149,8 +150,10 @@ def candidates(name: str, args: argparse.Namespace, graph, logical, model, work:
 
 def learn(name: str, args: argparse.Namespace, graph, logical, heuristic: str | None, work: str):
     """The learned placement: a short ``placer.train`` run on the calibrated simulator (reused when its run finished)."""
-    from placer.placement import Placement
-    from placer.train import BEST_NAME, TrainConfig, train
+    from graphs.plan import Placement
+    from placer.learn.config import TrainConfig
+    from placer.learn.loop import train
+    from placer.learn.rundir import BEST_NAME
 
     logdir = os.path.join(work, "train")
     best = os.path.join(logdir, BEST_NAME)
@@ -188,7 +191,7 @@ def grad_errors(name: str, size: str, placement, graph, device_map: str) -> dict
     """
     import torch
 
-    from envs.runtime import default_loss
+    from envs.real.timing import default_loss
     from placer.apply import apply
 
     model, inputs = cs.build(name, size)
@@ -261,9 +264,10 @@ def check_order(name: str, args: argparse.Namespace, graph, cand: dict, sim_node
     """Real step time of ``cand`` in its planned issue order vs node order: steps timed alternately, medians."""
     import torch
 
-    from envs.runtime import resolve_devices, synchronize, train_step
+    from envs.real.placing import resolve_devices
+    from envs.real.timing import synchronize, train_step
     from placer.apply import apply
-    from placer.placement import Placement
+    from graphs.plan import Placement
 
     placement = Placement.from_indices(graph, args.logical_devices, cand["idx"])
     devices = list(resolve_devices(args.logical_devices, args.device_map).values())
@@ -319,26 +323,12 @@ def score_both(sims: dict[str, np.ndarray], real: np.ndarray, methods: list[list
     return per_exec, ", ".join(methods[int(np.argmin(real))])
 
 
-def run_model(name: str, args: argparse.Namespace) -> dict:
+def _profile(name: str, args: argparse.Namespace, model: Any, inputs: tuple, graph: Any, work: str) -> dict:
+    """The model's profile on ``args.torch_devices``: the one in ``work`` if it is this graph's and covers them, else a new one."""
     import torch
 
-    import envs
-    from envs.measured import placement_hash
-    from envs.profiler import check_profile, load_profile, profile_model, save_profile
-    from envs.simulator import SimEnv
-    from graphs.io import write_text_atomic
-    from graphs.torch_capture import capture
-    from placer.placement import Placement
+    from envs.real.profiler import check_profile, load_profile, profile_model, save_profile
 
-    times: dict[str, float] = {}
-    work = os.path.join(args.work_dir, name)
-    os.makedirs(work, exist_ok=True)
-    cluster = envs.resolve_cluster(args.cluster)
-    model, inputs = cs.build(name, args.size)
-    graph = capture(model, inputs, name=name)
-    log(f"[{name}] {args.size}: {graph.num_ops} ops; profiling on {', '.join(args.torch_devices)}")
-
-    t0 = time.time()
     prof_path = os.path.join(work, "profile.json")
     prof = load_profile(prof_path) if os.path.exists(prof_path) else None
     if prof is not None and (prof.get("graph_hash") != graph.content_hash or not set(args.torch_devices) <= set(prof["devices"])):
@@ -352,25 +342,13 @@ def run_model(name: str, args: argparse.Namespace) -> dict:
             torch.cuda.empty_cache()
     else:
         log(f"[{name}] reusing {prof_path}")
-    times["profile_s"] = time.time() - t0
-    graph_p, logical, phys, to_phys = cs.calibrated(graph, prof, cluster, args.device_map)
+    return prof
 
-    t0 = time.time()
-    cands = candidates(name, args, graph_p, logical, model, work)
-    times["place_s"] = time.time() - t0
-    kinds = {k: sum(c["kind"] == k for c in cands) for k in ("learned", "baseline", "single", "random")}
-    log(f"[{name}] measuring {len(cands)} placements ({', '.join(f'{v} {k}' for k, v in kinds.items())})")
 
-    t0 = time.time()
-    placements = [Placement.from_indices(graph, logical.device_names, c["idx"], order=c["order"]) for c in cands]
-    measure = cs.measure_ray if args.real == "ray" else cs.measure_here
-    results = measure(name, args.size, cluster, graph, placements, work, device_map=args.device_map,
-                      warmup=args.warmup, steps=args.steps, cpus=args.cpus, timeout=args.timeout)
-    times["measure_s"] = time.time() - t0
+def _rows(name: str, args: argparse.Namespace, graph: Any, logical: Any, cands: list[dict], results: list, sims: dict) -> list[dict]:
+    """One JSONL row per measured placement: what it is, its real and simulated step times."""
+    from envs.real.measured import placement_hash
 
-    sims = simulate_both(graph_p, phys, [to_phys[c["idx"]] for c in cands], [c["order"] for c in cands])
-    ok = np.array([r.ok for r in results])
-    real = np.array([r.step_time_s for r in results])
     rows = []
     for k, (c, r) in enumerate(zip(cands, results)):
         devs = [logical.device_names[i] for i in c["idx"].tolist()]
@@ -382,11 +360,15 @@ def run_model(name: str, args: argparse.Namespace) -> dict:
                      "sim_step_s": {e: float(sims[e][k]) for e in EXECUTORS},
                      "ops_per_device": {d: devs.count(d) for d in logical.device_names},
                      "devices": c["idx"].tolist(), "order": None if c["order"] is None else c["order"].tolist()})
-    write_text_atomic(os.path.join(args.out_dir, f"{name}.jsonl"), "".join(json.dumps(row) + "\n" for row in rows))
-    save_profile(prof, os.path.join(args.out_dir, f"{name}.profile.json"))
-    per_exec, real_best = score_both({e: sims[e][ok] for e in EXECUTORS}, real[ok], [c["methods"] for c, good in zip(cands, ok) if good])
+    return rows
 
-    t0 = time.time()
+
+def _checks(name: str, args: argparse.Namespace, graph: Any, graph_p: Any, phys: Any, to_phys: np.ndarray, logical: Any,
+            cands: list[dict], ok: np.ndarray) -> dict:
+    """``placer.apply``'s gradients against float64 (the learned placement), and planned issue orders run for real."""
+    from envs.sim.simulator import SimEnv
+    from graphs.plan import Placement
+
     checks: dict = {"apply": None, "orders": []}
     learned = [c for c in cands if c["kind"] == "learned"]
     if learned:
@@ -414,6 +396,52 @@ def run_model(name: str, args: argparse.Namespace) -> dict:
         o = checks["orders"][-1]
         log(f"[{name}] order check ({o['placement']}, {o['order']}): planned {o['real_planned_s'] * 1e3:.2f} ms vs "
             f"node {o['real_node_s'] * 1e3:.2f} ms -> {'ok' if o['ok'] else 'SLOWER'}")
+    return checks
+
+
+def run_model(name: str, args: argparse.Namespace) -> dict:
+    import envs
+    from envs.real.profiler import save_profile
+    from graphs.io import write_text_atomic
+    from graphs.plan import Placement
+    from graphs.torch_capture import capture
+
+    times: dict[str, float] = {}
+    work = os.path.join(args.work_dir, name)
+    os.makedirs(work, exist_ok=True)
+    cluster = envs.resolve_cluster(args.cluster)
+    model, inputs = cs.build(name, args.size)
+    graph = capture(model, inputs, name=name)
+    log(f"[{name}] {args.size}: {graph.num_ops} ops; profiling on {', '.join(args.torch_devices)}")
+
+    t0 = time.time()
+    prof = _profile(name, args, model, inputs, graph, work)
+    times["profile_s"] = time.time() - t0
+    graph_p, logical, phys, to_phys = cs.calibrated(graph, prof, cluster, args.device_map)
+
+    t0 = time.time()
+    cands = candidates(name, args, graph_p, logical, model, work)
+    times["place_s"] = time.time() - t0
+    kinds = {k: sum(c["kind"] == k for c in cands) for k in ("learned", "baseline", "single", "random")}
+    log(f"[{name}] measuring {len(cands)} placements ({', '.join(f'{v} {k}' for k, v in kinds.items())})")
+
+    t0 = time.time()
+    placements = [Placement.from_indices(graph, logical.device_names, c["idx"], order=c["order"]) for c in cands]
+    measure = cs.measure_ray if args.real == "ray" else cs.measure_here
+    results = measure(name, args.size, cluster, graph, placements, work, device_map=args.device_map,
+                      warmup=args.warmup, steps=args.steps, cpus=args.cpus, timeout=args.timeout)
+    times["measure_s"] = time.time() - t0
+
+    sims = simulate_both(graph_p, phys, [to_phys[c["idx"]] for c in cands], [c["order"] for c in cands])
+    ok = np.array([r.ok for r in results])
+    real = np.array([r.step_time_s for r in results])
+    rows = _rows(name, args, graph, logical, cands, results, sims)
+    write_text_atomic(os.path.join(args.out_dir, f"{name}.jsonl"), "".join(json.dumps(row) + "\n" for row in rows))
+    save_profile(prof, os.path.join(args.out_dir, f"{name}.profile.json"))
+    per_exec, real_best = score_both({e: sims[e][ok] for e in EXECUTORS}, real[ok], [c["methods"] for c, good in zip(cands, ok) if good])
+
+    t0 = time.time()
+    checks = _checks(name, args, graph, graph_p, phys, to_phys, logical, cands, ok)
     times["checks_s"] = time.time() - t0
     failed = [f"{', '.join(c['methods'])}: {r.status}: {r.message}" for c, r in zip(cands, results) if not r.ok]
     return {"model": name, "size": args.size, "ops": graph.num_ops, "graph_hash": graph.content_hash,
@@ -432,7 +460,7 @@ def rescore_model(name: str, args: argparse.Namespace) -> dict:
     (default the same folder), captures the model here (its graph must be the
     profiled one) and simulates every measured placement under both executors.
     """
-    from envs.profiler import load_profile
+    from envs.real.profiler import load_profile
     from graphs.torch_capture import capture
     import envs
 
@@ -585,7 +613,7 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
 def check(args: argparse.Namespace) -> None:
     """PlacerError (one line, naming the option) for a bad option, before any work."""
     import envs
-    from envs.runtime import check_available, resolve_devices
+    from envs.real.placing import check_available, resolve_devices
     from placer.checks import check_float, check_int, check_output_dir, check_seed
 
     args.model_names = cs.model_names(args.models, args.size)
@@ -627,18 +655,14 @@ def main(argv: list[str] | None = None) -> int:
     try:
         args = parse(argv)
         check(args)
-    except PlacerError as e:
-        print(f"validate_gpu: {e}", file=sys.stderr)
-        return 2
-    try:
         return run(args)
-    except PlacerError as e:
+    except PlacerError as e:  # bad options or a failed run: one line, exit status 2
         print(f"validate_gpu: {e}", file=sys.stderr)
         return 2
 
 
 def run(args: argparse.Namespace) -> int:
-    from placer.checkpoint import write_json
+    from placer.learn.checkpoint import write_json
 
     if args.rescore:
         rows = [rescore_model(name, args) for name in args.model_names]

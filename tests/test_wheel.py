@@ -47,7 +47,7 @@ def test_wheel_contains_the_product_only(tmp_path):
     names = zipfile.ZipFile(wheel).namelist()
     tops = {n.split("/")[0] for n in names if not n.split("/")[0].endswith(".dist-info")}
     assert tops == PRODUCT, tops
-    assert "placer/cli.py" in names and "envs/simulator.py" in names and "graphs/ir.py" in names
+    assert "placer/cli/__init__.py" in names and "envs/sim/simulator.py" in names and "graphs/ir.py" in names
     assert not MOVED_OUT & set(names)
     assert not [n for n in names if "/tests/" in n or n.startswith(("bench/", "scripts/", "tests/"))]
 

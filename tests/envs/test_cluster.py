@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from envs import Cluster, resolve_cluster
+from envs.real.profiler import cluster_with_profile
 from graphs import PlacerError
 
 
@@ -130,11 +131,11 @@ def test_with_profile_takes_measured_links(tmp_path):
     path = tmp_path / "prof.json"
     path.write_text(json.dumps(doc))
     c = Cluster.preset("k80x2")
-    for calibrated in (c.with_profile(str(path)), c.with_profile(doc)):
+    for calibrated in (cluster_with_profile(c, str(path)), cluster_with_profile(c, doc)):
         assert calibrated.bandwidth_bytes_per_s[0, 1] == 2e10 and calibrated.latency_s[0, 1] == 2e-5
         assert calibrated.bandwidth_bytes_per_s[1, 2] == c.bandwidth_bytes_per_s[1, 2]
     with pytest.raises(PlacerError, match="no such file"):
-        c.with_profile(str(tmp_path / "nope.json"))
+        cluster_with_profile(c, str(tmp_path / "nope.json"))
 
 
 def test_a_tiny_rate_is_refused_before_it_can_simulate_an_infinite_ok_step(tmp_path, capsys):
@@ -158,7 +159,7 @@ def test_a_tiny_rate_is_refused_before_it_can_simulate_an_infinite_ok_step(tmp_p
 def test_rates_at_the_floor_keep_simulated_times_finite():
     from envs import simulate
     from graphs.synthetic import random_dag
-    from placer.baselines import place
+    from placer.methods import place
 
     doc = _doc()
     for dev in doc["devices"]:

@@ -5,10 +5,10 @@ from __future__ import annotations
 import pytest
 
 from envs.cluster import Cluster
-from envs.profiler import check_profile
+from envs.real.profiler import check_profile
 from graphs import PlacerError, io
 from graphs.grouping import Grouping
-from placer.placement import Placement
+from graphs.plan import Placement
 
 READERS = {
     "graph": io.from_dict,

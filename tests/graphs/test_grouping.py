@@ -12,8 +12,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from graphs import GraphFormatError, OpGraph, PlacerError
-from graphs.grouping import (Grouping, coarsen, colocate, cut_bytes, is_inplace_op, is_view_op, module_grouping, module_levels,
-                             op_base_name)
+from graphs.group_graph import cut_bytes
+from graphs.grouping import Grouping, coarsen, colocate
+from graphs.module_tree import module_grouping, module_levels
+from graphs.ops import base_op_name as op_base_name
+from graphs.ops import is_inplace_op, is_view_op
 from graphs.synthetic import random_dag
 
 
@@ -380,7 +383,7 @@ def test_module_levels_of_a_captured_recurrent_model_put_each_layer_in_one_group
                 outs.append(x)
             return self.head(torch.stack(outs)).sum()
 
-    from envs.simulator import schedule_graph
+    from envs.sim.simulator import schedule_graph
 
     g = schedule_graph(capture(Net(), (torch.randn(4, 2, 8),)))
     levels = module_levels(g)

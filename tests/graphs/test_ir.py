@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from graphs import GraphFormatError, OpGraph
-from graphs.ir import _find_cycle
+from graphs.dag import find_cycle as _find_cycle
 from graphs.synthetic import random_dag
 
 

@@ -219,7 +219,7 @@ def _commands(evil, tmp):
 @pytest.mark.parametrize("command", ["inspect", "export", "simulate", "compare", "place", "train"])
 def test_every_source_command_refuses_the_pickled_weight(tmp_path, clean_pt2, capsys, command):
     from placer.cli import main
-    from placer.placement import Placement
+    from graphs.plan import Placement
 
     marker = tmp_path / "PWNED"
     edit, entry = _pickled_weight(marker)

@@ -8,7 +8,7 @@ import uuid
 import pytest
 
 import placer.sources
-from envs import measured
+from envs.real import measured
 from graphs import PlacerError, sources
 
 pytest.importorskip("torch")

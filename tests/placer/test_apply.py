@@ -9,7 +9,8 @@ import pytest
 import torch
 from torch import nn
 
-from envs.runtime import DEVICE_META, MOVE_META, WRITEBACK_META, default_loss, parse_device_map, resolve_devices, transfers
+from envs.real.placing import DEVICE_META, MOVE_META, WRITEBACK_META, parse_device_map, resolve_devices, transfers
+from envs.real.timing import default_loss
 from graphs import PlacerError
 from graphs.torch_capture import capture
 from placer.apply import apply
@@ -314,8 +315,8 @@ def test_missing_cuda_device_is_a_one_line_error():
 @pytest.mark.parametrize("name", ["nmt-2", "inception-v3", "gpt2", "resnet50"])
 def test_zoo_models_follow_a_random_issue_order(name):
     """Any topological order keeps outputs and gradients (dropout, batch norm, LSTMs, tied weights)."""
-    from envs.assign import check_order
-    from envs.runtime import ORDER_META
+    from graphs.plan import check_order
+    from envs.real.placing import ORDER_META
 
     torch.manual_seed(0)
     model, inputs = _tiny_zoo()[name]()

@@ -25,11 +25,11 @@ import pytest
 import torch
 from torch import nn
 
-import envs.runtime as runtime
+import envs.real.placing as runtime
 from bench.corpus import build
 from graphs.torch_capture import capture
 from placer.apply import apply, microbatch_plan
-from placer.placement import Placement
+from graphs.plan import Placement
 
 DEVICES = ["cpu:0", "gpu:0", "gpu:1", "gpu:2"]
 

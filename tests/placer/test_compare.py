@@ -12,10 +12,10 @@ import envs
 import graphs
 from graphs import PlacerError
 from graphs.synthetic import random_dag
-from placer import baselines
+from placer.methods import registry as baselines
 from placer.cli import main
 from placer.compare import compare, plot
-from placer.placement import Placement
+from graphs.plan import Placement
 
 QUICK = {"random_search": {"n": 32}, "annealing": {"steps": 32}, "ilp": {"time_limit_s": 5, "num_workers": 1}}
 

@@ -7,11 +7,11 @@ import json
 import pytest
 
 import graphs
-from envs.profiler import check_profile
+from envs.real.profiler import check_profile
 from graphs import PlacerError
 from graphs.synthetic import random_dag
 from placer.cli import main
-from placer.placement import Placement
+from graphs.plan import Placement
 
 
 @pytest.fixture

@@ -20,7 +20,7 @@ os.environ["HF_HUB_OFFLINE"] = "1"
 import torch  # noqa: E402
 
 from placer.cli import main  # noqa: E402
-from placer.placement import Placement  # noqa: E402
+from graphs.plan import Placement  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
 FAMILIES = ["llama", "bert", "t5", "vit"]

@@ -272,7 +272,7 @@ def test_apply_one_forward_one_backward_needs_a_loss_and_gradient_one():
 
 
 def test_apply_microbatched_batched_outputs_and_the_default_loss():
-    from envs.runtime import default_loss
+    from envs.real.timing import default_loss
 
     torch.manual_seed(1)
     model = Tower()
@@ -389,7 +389,7 @@ def test_compare_cli_inflight_search_and_bad_values(capsys):
 ])
 def test_apply_runs_the_stages_in_the_simulated_1f1b_order(monkeypatch, W, expected):
     """Two stages (gpu:0 then gpu:1), M = 4: apply issues stage c of microbatch m where the simulator's program does."""
-    from envs import runtime
+    from envs.real import pipeline as runtime
     from envs.microbatch import issue_segments, stage_starts
     from graphs.ops import free_mask
 
@@ -452,7 +452,7 @@ def test_step_times_overflow_is_the_worst_peak_over_capacity():
 
 
 def test_graded_oom_gives_annealing_a_slope_toward_fitting():
-    from placer.baselines.annealing import _cost, annealing
+    from placer.methods.heuristics.annealing import _cost, annealing
 
     # equal times: the OOM placement closer to fitting costs less, and any fitting one less than both
     c = _cost(np.array([1.0, 1.0, 1.0]), np.array([True, True, False]), 10.0, np.array([1.5, 1.1, 0.0]))

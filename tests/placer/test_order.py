@@ -1,4 +1,4 @@
-"""Issue orders: Placement.order, envs.assign.check_order, and placed modules that follow them."""
+"""Issue orders: Placement.order, graphs.plan.check_order, and placed modules that follow them."""
 
 from __future__ import annotations
 
@@ -11,12 +11,14 @@ import pytest
 import torch
 from torch import nn
 
-from envs.assign import check_order
-from envs.runtime import MOVE_META, ORDER_META, WRITEBACK_META, _to_device, copy_kind, default_loss, place_module, transfers
+from graphs.plan import check_order
+from envs.real.placing import MOVE_META, ORDER_META, WRITEBACK_META, _to_device, copy_kind, place_module, transfers
+from envs.real.timing import default_loss
 from graphs import OpGraph, PlacerError
+from graphs.dag import random_order
 from graphs.torch_capture import capture, export_program
 from placer.apply import apply
-from placer.placement import Placement
+from graphs.plan import Placement
 
 DEVICES = ["cpu:0", "gpu:0", "gpu:1"]
 ALL_CPU = "*=cpu"  # three logical devices on one real one: every copy is built, as a no-op
@@ -97,17 +99,7 @@ def _cases():
 
 def random_topological_order(graph: OpGraph, rng: np.random.Generator) -> list[int]:
     """A uniformly chosen ready op at each step: any topological order can come out."""
-    indeg = np.bincount(graph.edge_dst, minlength=graph.num_ops)
-    ready = [i for i in range(graph.num_ops) if indeg[i] == 0]
-    out = []
-    while ready:
-        i = ready.pop(int(rng.integers(len(ready))))
-        out.append(i)
-        for j in graph.successors(i).tolist():
-            indeg[j] -= 1
-            if indeg[j] == 0:
-                ready.append(j)
-    return out
+    return random_order(graph, rng).tolist()
 
 
 def _grads(model):
@@ -358,7 +350,7 @@ def test_placer_run_runs_the_order_in_the_file(tmp_path, monkeypatch, capsys):
     import sys
     import textwrap
 
-    import envs.runtime
+    import envs.real.timing
     from placer.cli import main
 
     (tmp_path / "order_model.py").write_text(textwrap.dedent(
@@ -388,13 +380,13 @@ def test_placer_run_runs_the_order_in_the_file(tmp_path, monkeypatch, capsys):
     order = next(o for o in (random_topological_order(g, np.random.default_rng(s)) for s in range(50)) if o != list(range(g.num_ops)))
     Placement.from_indices(g, DEVICES, [1] * g.num_ops, cluster="k80x2", order=order).save(tmp_path / "p.json")
     seen = []
-    real = envs.runtime.measure_steps
+    real = envs.real.timing.measure_steps
 
     def spy(module, *args, **kwargs):
         seen.append(module.meta[ORDER_META])
         return real(module, *args, **kwargs)
 
-    monkeypatch.setattr(envs.runtime, "measure_steps", spy)
+    monkeypatch.setattr(envs.real.timing, "measure_steps", spy)
     rc = main(["run", "order_model:build", "--placement", str(tmp_path / "p.json"), "--cluster", "k80x2", "--device-map", ALL_CPU, "--steps", "1", "--warmup", "0", "--json"])
     assert rc == 0, capsys.readouterr()
     assert seen == [[g.names[i] for i in order]]

@@ -11,6 +11,7 @@ import torch
 
 import envs
 from graphs import OpGraph, PlacerError
+from graphs.dag import random_order
 from graphs.ir import _permute
 from graphs.synthetic import attention_dag, branch_dag, moe_dag, random_dag
 from policies import POLICIES, policy_file
@@ -18,18 +19,7 @@ from policies.gnn import GNNNet, GNNPolicy
 
 
 def _random_topological_order(g: OpGraph, seed: int) -> np.ndarray:
-    rng = np.random.default_rng(seed)
-    indeg = np.bincount(g.edge_dst, minlength=g.num_ops)
-    ready = list(np.flatnonzero(indeg == 0))
-    order = []
-    while ready:
-        i = ready.pop(int(rng.integers(len(ready))))
-        order.append(i)
-        for j in g.successors(i):
-            indeg[j] -= 1
-            if indeg[j] == 0:
-                ready.append(j)
-    return np.asarray(order)
+    return random_order(g, np.random.default_rng(seed))
 
 
 def _reordered(g: OpGraph, order: np.ndarray) -> OpGraph:
@@ -209,8 +199,8 @@ def test_switch_share_splits_the_imitation_loss_between_switches_and_the_other_o
 
 
 def test_a_given_grouping_is_what_the_policy_places():
-    from envs.simulator import schedule_graph
-    from graphs.grouping import module_grouping
+    from envs.sim.simulator import schedule_graph
+    from graphs.module_tree import module_grouping
 
     g, c = branch_dag(200, seed=2), envs.resolve_cluster("k80x4")
     grouping = module_grouping(schedule_graph(g), 1)

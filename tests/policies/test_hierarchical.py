@@ -11,8 +11,8 @@ import torch
 import envs
 from graphs import OpGraph
 from graphs.synthetic import random_dag
-from placer.rl_algos import Reinforce
-from placer.train import TrainConfig
+from placer.learn.algos import Reinforce
+from placer.learn.config import TrainConfig
 from policies import POLICIES
 
 

@@ -10,8 +10,8 @@ import envs
 from envs.cost import activation_bytes, op_times, static_bytes
 from graphs.ir import OpGraph
 from graphs.synthetic import branch_dag, chain_dag
-from placer.rl_algos import imitate
-from placer.train_config import AlgoOptions
+from placer.learn.algos import imitate
+from placer.learn.config import AlgoOptions
 from policies.gnn import GNNNet, GNNPolicy
 from policies.list_schedule import DYN_DIM, ListSchedule, decode_order, teacher_forced
 

@@ -1,0 +1,172 @@
+"""Timed training steps of a placed module on real devices: one step, warm-up and timed steps, limits.
+
+:func:`measure_steps` is what ``placer run`` and the Ray harness
+(:mod:`envs.real.measured`) report: the median step time and the peak memory
+per logical device. :func:`failure_status` turns what a step raised into a
+Result status.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import signal
+import statistics
+import threading
+import time
+from collections.abc import Iterable, Iterator, Mapping
+from typing import Any, Callable
+
+import torch
+from torch import nn
+
+from graphs import PlacerError
+from graphs.schema import check_float
+
+
+def default_loss(outputs: Any) -> torch.Tensor:
+    """Sum of the means of every floating-point output tensor (on the first one's device).
+
+    A stand-in training objective that touches every output, so backward runs
+    through the whole graph; a model whose output is its loss gives that loss.
+    """
+    leaves = [t for t in torch.utils._pytree.tree_leaves(outputs) if isinstance(t, torch.Tensor) and t.is_floating_point()]
+    if not leaves:
+        raise PlacerError("model: returns no floating-point tensor to build a loss from")
+    device = leaves[0].device
+    total = leaves[0].float().mean()
+    for t in leaves[1:]:
+        total = total + t.float().mean().to(device)
+    return total
+
+
+def synchronize(devices: Iterable[torch.device]) -> None:
+    """Wait for every CUDA device in ``devices`` (CPU work is synchronous)."""
+    for d in set(devices):
+        if d.type == "cuda":
+            torch.cuda.synchronize(d)
+
+
+def train_step(module: nn.Module, inputs: tuple, optimizer: torch.optim.Optimizer, loss_fn: Callable[[Any], torch.Tensor] = default_loss) -> torch.Tensor:
+    """One training step: forward, loss, backward, optimizer step; returns the (detached) loss."""
+    optimizer.zero_grad(set_to_none=True)
+    loss = loss_fn(module(*inputs))
+    loss.backward()
+    optimizer.step()
+    return loss.detach()
+
+
+def run_steps(module: nn.Module, inputs: tuple, optimizer: torch.optim.Optimizer, *, warmup_steps: int, timed_steps: int, devices: Iterable[torch.device], loss_fn: Callable[[Any], torch.Tensor] = default_loss) -> tuple[list[float], list[float]]:
+    """Run warm-up then timed training steps; returns (step seconds, losses) of the timed ones.
+
+    Each timed step is bracketed by a synchronisation of every CUDA device used,
+    so its wall time covers all the device work it queued.
+    """
+    devs = list(devices)
+    for _ in range(warmup_steps):
+        train_step(module, inputs, optimizer, loss_fn)
+    synchronize(devs)
+    times_s, losses = [], []
+    for _ in range(timed_steps):
+        t0 = time.perf_counter()
+        loss = train_step(module, inputs, optimizer, loss_fn)
+        synchronize(devs)
+        times_s.append(time.perf_counter() - t0)
+        losses.append(float(loss))
+    return times_s, losses
+
+
+def check_timeout(seconds: Any, name: str = "--measure-timeout") -> float:
+    """``seconds`` as a float if it is a finite number > 0, else :class:`PlacerError` naming ``name``."""
+    return check_float(seconds, name, above=0)
+
+
+class StepTimeout(Exception):
+    """Training steps ran past the limit of :func:`time_limit`."""
+
+
+@contextlib.contextmanager
+def time_limit(seconds: float | None) -> Iterator[None]:
+    """Raise :class:`StepTimeout` in the block once ``seconds`` of wall time pass.
+
+    Uses ``SIGALRM``, so it limits only the main thread of a POSIX process, and
+    takes effect when the interpreter next runs (a kernel that never returns is
+    not interrupted); ``None``, another thread or no ``SIGALRM``: no limit.
+    """
+    if seconds is None or not hasattr(signal, "setitimer") or threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    seconds = check_timeout(seconds)
+
+    def expired(signum: int, frame: Any) -> None:
+        raise StepTimeout(f"ran past {seconds:g}s")
+
+    previous = signal.signal(signal.SIGALRM, expired)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+
+
+def failure_status(e: BaseException) -> str:
+    """Result status of an exception raised by a training step: ``"oom"``, ``"timeout"`` or ``"error"``.
+
+    Out of memory is ``torch.OutOfMemoryError`` (CUDA), Python's ``MemoryError``
+    (a CPU allocation the process cannot get) or an allocator's message saying so.
+
+    >>> failure_status(MemoryError()), failure_status(StepTimeout()), failure_status(ValueError("bad shape"))
+    ('oom', 'timeout', 'error')
+    """
+    if isinstance(e, (MemoryError, torch.OutOfMemoryError)):
+        return "oom"
+    if isinstance(e, StepTimeout):
+        return "timeout"
+    text = str(e).lower()
+    return "oom" if "can't allocate memory" in text or "out of memory" in text else "error"
+
+
+# ------------------------------------------------------------------ memory
+def _proc_status_bytes(field: str) -> int:
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith(field + ":"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return 0
+
+
+def _reset_cpu_peak() -> None:
+    try:
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")  # resets VmHWM to the current RSS (Linux >= 4.0)
+    except OSError:
+        pass
+
+
+def measure_steps(module: nn.Module, inputs: tuple, optimizer: torch.optim.Optimizer, devices: Mapping[str, torch.device], *, warmup_steps: int, timed_steps: int, loss_fn: Callable[[Any], torch.Tensor] = default_loss) -> dict[str, Any]:
+    """Time training steps of a placed module and record peak memory per logical device.
+
+    Peak memory: ``torch.cuda.max_memory_allocated`` for CUDA devices; for the
+    CPU, how far the process's peak resident set (``VmHWM``, reset through
+    ``/proc/self/clear_refs``) rose above its resident set at the start (0 where
+    ``/proc`` is unavailable). Logical devices on one torch device share its peak.
+
+    Returns ``{"step_time_s": median, "step_times_s": [...], "losses": [...], "peak_bytes": {...}}``.
+    """
+    cuda = sorted({d for d in devices.values() if d.type == "cuda"}, key=str)
+    for d in cuda:
+        torch.cuda.reset_peak_memory_stats(d)
+    _reset_cpu_peak()
+    rss0 = _proc_status_bytes("VmRSS")
+    times_s, losses = run_steps(module, inputs, optimizer, warmup_steps=warmup_steps, timed_steps=timed_steps, devices=devices.values(), loss_fn=loss_fn)
+    peak = {str(d): int(torch.cuda.max_memory_allocated(d)) for d in cuda}
+    peak["cpu"] = max(0, _proc_status_bytes("VmHWM") - rss0)
+    return {
+        "step_time_s": float(statistics.median(times_s)),
+        "step_times_s": times_s,
+        "losses": losses,
+        "peak_bytes": {name: peak.get(str(dev), 0) for name, dev in devices.items()},
+    }

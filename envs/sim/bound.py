@@ -1,0 +1,262 @@
+"""A lower bound on the simulated step time that no placement can beat.
+
+The simulated step is ``backward_end + max_d update_d`` (see :mod:`envs.sim.schedule`),
+so the bound is ``max(critical path, work bound) + update bound``. It holds for
+both executor models: in ``eager`` too an op starts after its inputs exist (a
+copy waits for its producer's stream or the host), a backward op after its own
+forward and its consumers' backward, and a device runs one op at a time.
+
+* critical path: forward then backward through the graph with every op at its
+  fastest device for that pass and communication free;
+* work bound: devices run one op at a time, so for any weights ``λ`` on the
+  simplex, ``backward_end >= max_d busy_d >= Σ_d λ_d busy_d >= Σ_i min_d λ_d w_id``
+  with ``w_id`` the forward + backward time of op ``i`` on ``d``. Uniform ``λ``
+  gives "total work over the number of devices"; the best ``λ`` matters when
+  devices differ (a slow host CPU is worth little). Identical devices share a
+  weight; with two kinds of device the best ``λ`` is found exactly, with more by
+  exponentiated-gradient ascent (every iterate is a valid bound; the best is kept);
+* update bound: the largest single parameter-owning op's best update time, and
+  the total parameter traffic spread over the aggregate memory bandwidth.
+
+The eager executor (:mod:`envs.sim.schedule`) adds a host-issue bound. One host
+thread issues the whole forward pass before any backward task starts: a GPU op
+with nonzero time costs the host its dispatch ``launch_overhead_s``, a host op
+its whole forward time, so the host's clock ``h_f`` when the forward has been
+issued is at least ``Σ_i c_{i,p_i}`` with ``c_{id}`` that per-op host cost.
+Every backward task starts at or after ``h_f``, so
+
+* host issue + backward path: ``Σ_i min_d c_id`` + the longest backward-only path;
+* host issue + backward work: for any ``λ`` on the simplex, ``backward_end >= h_f +
+  max_d B_d >= Σ_i min_d (c_id + λ_d b_id)``, maximised over ``λ`` by a linear
+  program (:func:`scipy.optimize.linprog`, HiGHS; the bound is recomputed from
+  the returned ``λ``, so solver tolerance cannot make it invalid).
+
+The same linear program gives the work bound its exact maximum for any number of
+distinct devices. :func:`lower_bound` returns the best of the bounds valid for
+the executor, as a :class:`LowerBound` (a float that also carries the name of
+the winning bound, every part and the bound of the previous releases,
+``previous``: critical path or work, plus updates).
+
+The result is shrunk by a relative 1e-9 so that floating-point summation order
+can never push it above a tight simulated time.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from scipy import sparse
+from scipy.optimize import linprog
+
+from envs import cost
+from envs.cluster import Cluster
+from graphs.dag import critical_path
+from graphs.ir import OpGraph
+
+_SLACK = 1e-9
+
+
+def critical_path_s(graph: OpGraph, fwd_min: np.ndarray, bwd_min: np.ndarray) -> float:
+    """Seconds of :func:`critical_path`."""
+    return critical_path(graph, fwd_min, bwd_min)[0]
+
+
+def _two_group_bound(a: np.ndarray, b: np.ndarray) -> float:
+    """``max over μ in [0, 1] of Σ_i min(μ a_i, (1 - μ) b_i)``, exactly (concave, piecewise linear)."""
+    with np.errstate(divide="ignore", invalid="ignore"):
+        brk = np.where(a + b > 0, b / (a + b), 0.0)  # where μ a_i = (1 - μ) b_i
+    order = np.argsort(brk)
+    mu, a, b = brk[order], a[order], b[order]
+    # at μ = mu[k]: ops k' < k have switched to (1 - μ) b, the others still give μ a
+    a_after = np.concatenate([np.cumsum(a[::-1])[::-1], [0.0]])
+    b_before = np.concatenate([[0.0], np.cumsum(b)])
+    values = mu * a_after[:-1] + (1.0 - mu) * b_before[:-1]
+    return float(values.max()) if len(values) else 0.0
+
+
+def work_bound_s(work: np.ndarray, iterations: int = 200) -> float:
+    """``max over λ in the simplex of Σ_i min_d λ_d work[i, d]`` (a valid bound, usually the maximum).
+
+    Devices with identical columns (the GPUs of a preset) share one weight, which
+    loses nothing (the function is concave and symmetric in them). Two distinct
+    columns are solved exactly; more go through exponentiated-gradient ascent,
+    keeping the best value seen (every λ gives a valid bound).
+    """
+    n, D = work.shape
+    if n == 0:
+        return 0.0
+    reps: list[int] = []  # one column per group of identical columns
+    counts: list[int] = []
+    for d in range(D):
+        for g, r in enumerate(reps):
+            if np.array_equal(work[:, d], work[:, r]):
+                counts[g] += 1
+                break
+        else:
+            reps.append(d)
+            counts.append(1)
+    mult = np.asarray(counts, dtype=np.float64)
+    scaled = work[:, reps] / mult[None, :]  # weight μ_g of a group spread evenly over its m_g devices
+    G = scaled.shape[1]
+    best = float(np.min(work, axis=1).sum() / D)  # uniform λ
+    if G == 1:
+        return max(best, float(scaled[:, 0].sum()))
+    if G == 2:
+        return max(best, _two_group_bound(scaled[:, 0], scaled[:, 1]))
+    mu = mult / D
+    scale = max(float(np.sum(work.min(axis=1))), 1e-300)
+    step, stale = 1.0, 0
+    rows = np.arange(n)
+    for _ in range(iterations):
+        weighted = scaled * mu
+        arg = np.argmin(weighted, axis=1)
+        value = float(weighted[rows, arg].sum())
+        if value > best * (1 + 1e-9):
+            best, stale = value, 0
+        else:
+            stale += 1
+            if stale >= 25:
+                break
+        grad = np.bincount(arg, weights=scaled[rows, arg], minlength=G) / scale
+        mu = mu * np.exp(step * (grad - grad.max()))
+        mu /= mu.sum()
+        step *= 0.98
+    return best
+
+
+def update_bound_s(graph: OpGraph, cluster: Cluster) -> float:
+    """No placement updates its parameters faster than this after the backward pass."""
+    p = graph.param_bytes.astype(np.float64)
+    if not np.any(p > 0):
+        return 0.0
+    per_op = cost.update_time_s(p[p > 0, None], cluster.launch_overhead_s[None, :], cluster.mem_bw_bytes_per_s[None, :])
+    largest = float(per_op.min(axis=1).max())
+    spread = float(cost.update_time_s(p.sum(), 0.0, cluster.mem_bw_bytes_per_s.sum()))  # no launch: a bound
+    return max(largest, spread)
+
+
+def lp_work_bound_s(work: np.ndarray, add: np.ndarray | None = None) -> float:
+    """``max over λ in the simplex of Σ_i min_d (add[i, d] + λ_d work[i, d])``, by linear programming.
+
+    Variables ``t_i`` (one per op) and ``λ_d``: maximise ``Σ t_i`` subject to
+    ``t_i <= add_id + λ_d work_id`` and ``Σ λ = 1``. The value returned is the
+    objective recomputed from the solver's ``λ`` (clipped and normalised), so it
+    is a valid bound whatever the solver's tolerance; 0 if the solver fails.
+    """
+    n, D = work.shape
+    if n == 0:
+        return 0.0
+    add = np.zeros_like(work) if add is None else add
+    full_work, full_add = work, add
+    # identical devices share one weight (spread evenly: no loss, the problem is symmetric in them),
+    # identical ops one row (weighted by their count)
+    _, col_first, col_inv = np.unique(np.concatenate([work, add]).T, axis=0, return_index=True, return_inverse=True)
+    col_inv = col_inv.reshape(-1)
+    mult = np.bincount(col_inv).astype(np.float64)
+    work, add = work[:, col_first] / mult[None, :], add[:, col_first]
+    rows_u, count = np.unique(np.concatenate([work, add], axis=1), axis=0, return_counts=True)
+    G = work.shape[1]
+    work, add = rows_u[:, :G], rows_u[:, G:]
+    n, D = work.shape
+    scale = max(float(np.abs(work).max()), float(np.abs(add).max()), 1e-300)
+    w, a = work / scale, add / scale
+    rows = np.arange(n * D)
+    i = np.repeat(np.arange(n), D)
+    d = np.tile(np.arange(D), n)
+    # t_i - w_id λ_d <= a_id
+    A = sparse.csr_matrix(
+        (np.concatenate([np.ones(n * D), -w.reshape(-1)]), (np.concatenate([rows, rows]), np.concatenate([i, n + d]))),
+        shape=(n * D, n + D),
+    )
+    c = np.concatenate([-count.astype(np.float64), np.zeros(D)])
+    A_eq = sparse.csr_matrix(np.concatenate([np.zeros(n), np.ones(D)])[None, :])
+    bounds = [(None, None)] * n + [(0.0, 1.0)] * D
+    try:
+        res = linprog(c, A_ub=A, b_ub=a.reshape(-1), A_eq=A_eq, b_eq=[1.0], bounds=bounds, method="highs")
+    except ValueError:
+        return 0.0
+    if res.status != 0 or res.x is None:
+        return 0.0
+    mu = np.clip(res.x[n:], 0.0, None)
+    if mu.sum() <= 0:
+        return 0.0
+    lam = (mu / mu.sum() / mult)[col_inv]  # back to one weight per device, on the simplex
+    return float(np.min(full_add + lam[None, :] * full_work, axis=1).sum())
+
+
+def host_issue_s(cluster: Cluster, fwd_s: np.ndarray, issue_fwd_s: np.ndarray) -> np.ndarray:
+    """``[num_ops, D]`` host seconds to issue each op's forward on each device (eager executor).
+
+    A host device's op runs on the host (``fwd_s``); another device's costs its
+    issue time (``issue_fwd_s``, :func:`envs.cost.issue_times`).
+    """
+    host = np.asarray(cluster.kinds) == "cpu"
+    return np.where(host[None, :], fwd_s, issue_fwd_s)
+
+
+class LowerBound(float):
+    """A bound in seconds (a float) that knows which bound it is.
+
+    Attributes:
+        name: the bound that gave the value (``"critical path"``, ``"work"``,
+            ``"host issue + backward path"``, ``"host issue + backward work"``).
+        parts: every bound computed, name -> seconds (updates included).
+        previous: the bound of earlier releases (critical path or work, plus updates).
+        previous_name: its name.
+    """
+
+    name: str
+    parts: dict[str, float]
+    previous: float
+    previous_name: str
+
+    def __new__(cls, value: float, name: str, parts: dict[str, float], previous: float, previous_name: str) -> "LowerBound":
+        obj = super().__new__(cls, value)
+        obj.name, obj.parts, obj.previous, obj.previous_name = name, dict(parts), float(previous), previous_name
+        return obj
+
+    def __reduce__(self):
+        return (LowerBound, (float(self), self.name, self.parts, self.previous, self.previous_name))
+
+
+def lower_bound_from_times(graph: OpGraph, cluster: Cluster, fwd_s: np.ndarray, bwd_s: np.ndarray, executor: str = "eager",
+                           issue_fwd_s: np.ndarray | None = None) -> LowerBound:
+    """The bound from precomputed ``[num_ops, num_devices]`` op times, for ``executor`` (``"eager"`` or ``"dataflow"``).
+
+    ``issue_fwd_s``: the host's issue seconds per op and device (default :func:`envs.cost.issue_times` of ``graph``).
+    """
+    if executor not in ("eager", "dataflow"):
+        raise ValueError(f"executor must be 'eager' or 'dataflow', not {executor!r}")
+    n = graph.num_ops
+    update = update_bound_s(graph, cluster)
+    cp = critical_path_s(graph, fwd_s.min(axis=1) if n else fwd_s, bwd_s.min(axis=1) if n else bwd_s)
+    work_old = work_bound_s(fwd_s + bwd_s)
+    work = max(work_old, lp_work_bound_s(fwd_s + bwd_s)) if n and cluster.num_devices > 1 else work_old
+    raw = {"critical path": cp, "work": work}
+    if executor == "eager" and n:
+        if issue_fwd_s is None:
+            issue_fwd_s = cost.issue_times(graph, cluster, fwd_s)[0]
+        issue = host_issue_s(cluster, fwd_s, issue_fwd_s)
+        raw["host issue + backward path"] = float(issue.min(axis=1).sum()) + critical_path_s(graph, np.zeros(n), bwd_s.min(axis=1))
+        raw["host issue + backward work"] = max(lp_work_bound_s(bwd_s, issue), float(issue.min(axis=1).sum() + bwd_s.min(axis=1).sum() / cluster.num_devices))
+    parts = {k: (v + update) * (1.0 - _SLACK) for k, v in raw.items()}
+    name = max(parts, key=lambda k: parts[k])
+    prev_name = "critical path" if cp >= work_old else "work"
+    previous = (max(cp, work_old) + update) * (1.0 - _SLACK)
+    return LowerBound(max(parts[name], previous), name, parts, previous, prev_name)
+
+
+def lower_bound(graph: OpGraph, cluster: Cluster, executor: str = "eager") -> LowerBound:
+    """Seconds: no placement of ``graph`` on ``cluster``, in any issue order, simulates faster under ``executor``.
+
+    The best valid bound, a :class:`LowerBound` (a float with ``.name``,
+    ``.parts`` and the earlier bound ``.previous``).
+
+    >>> from graphs import OpGraph
+    >>> from envs.cluster import Cluster
+    >>> g = OpGraph.from_edges(["a", "b"], [("a", "b", 4)], flops=[4e9, 4e9])
+    >>> lb = lower_bound(g, Cluster.preset("k80x2"))
+    >>> round(lb * 1e3, 3), lb.name  # a chain: 2 forward + 2 backward ops at 1.008 ms
+    (6.048, 'critical path')
+    """
+    fwd, bwd = cost.op_times(graph, cluster)
+    return lower_bound_from_times(graph, cluster, fwd, bwd, executor)

@@ -1,0 +1,87 @@
+"""Peak memory per device over a simulated step (a timeline sweep).
+
+What a device holds (documented simplifications):
+
+* static, for the whole step: parameters, their gradients, Adam's two moments
+  and buffers of the ops placed on it (``4 × param_bytes + buffer_bytes``,
+  :func:`envs.cost.static_bytes`). A parameter counts on the device of the op
+  that owns it (its first consumer).
+* the output of every op, from the start of its forward until the end of its
+  backward (every activation is kept for backward, as autograd does for most
+  ops; views alias their input and take nothing);
+* during an op's backward, the gradient of its output (same bytes), freed when
+  the backward ends (the transient buffer); an op without a backward
+  (:func:`graphs.ops.grad_mask`) has none, and its output is freed when its last
+  consumer's backward has ended;
+* a tensor received from another device, from the start of its transfer until
+  its gradient has been sent back (it is saved for the consumers' backward, and
+  its gradient is accumulated in a buffer of the same size);
+* a gradient received from another device, from the start of that transfer
+  until the backward of the op that produced the tensor ends.
+
+Frees at a time come before allocations at the same time. Bytes are integers,
+so the sweep is exact and any two implementations agree bit for bit.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from envs.sim.schedule import ACT, Schedule
+
+
+def memory_events(schedule: Schedule, act_bytes: np.ndarray, num_devices: int, grad: np.ndarray | None = None):
+    """(device, time, bytes) of every allocation and every free, as two triples of arrays.
+
+    ``grad``: which ops have a backward (default all); the others get no gradient buffer.
+    """
+    s = schedule
+    p = s.op_devices.astype(np.int64)
+    n = len(p)
+    is_act = s.xfer_kind == ACT
+    act_k = np.flatnonzero(is_act)
+    grad_k = np.flatnonzero(~is_act)
+    # the received copy of (u on d) is freed when the gradient grad(u, d) has left d
+    act_key = s.xfer_op[act_k] * num_devices + s.xfer_dst[act_k]
+    grad_key = s.xfer_op[grad_k] * num_devices + s.xfer_src[grad_k]
+    order = np.argsort(grad_key, kind="stable")
+    match = order[np.searchsorted(grad_key[order], act_key)] if len(act_key) else np.zeros(0, dtype=np.int64)
+    act_free = s.xfer_end_s[grad_k][match]
+    a = act_bytes.astype(np.int64)
+    g = a if grad is None else np.where(grad, a, 0)  # the gradient buffer of each op's output
+    alloc_dev = np.concatenate([p, p, s.xfer_dst[act_k], s.xfer_dst[grad_k]])
+    alloc_t = np.concatenate([s.fwd_start_s, s.bwd_start_s, s.xfer_start_s[act_k], s.xfer_start_s[grad_k]])
+    alloc_b = np.concatenate([a, g, s.xfer_bytes[act_k], s.xfer_bytes[grad_k]])
+    free_dev = np.concatenate([p, s.xfer_dst[act_k], s.xfer_dst[grad_k]])
+    free_t = np.concatenate([s.bwd_end_s, act_free, s.bwd_end_s[s.xfer_op[grad_k]] if n else np.zeros(0)])
+    free_b = np.concatenate([a + g, s.xfer_bytes[act_k], s.xfer_bytes[grad_k]])
+    return (alloc_dev, alloc_t, alloc_b), (free_dev, free_t, free_b)
+
+
+def sweep_peak(alloc_t: np.ndarray, alloc_b: np.ndarray, free_t: np.ndarray, free_b: np.ndarray) -> tuple[int, float]:
+    """Peak of ``sum(allocs up to t) - sum(frees up to t)`` and the time it is reached."""
+    if len(alloc_t) == 0:
+        return 0, 0.0
+    ao = np.argsort(alloc_t, kind="stable")
+    fo = np.argsort(free_t, kind="stable")
+    at, ab = alloc_t[ao], alloc_b[ao]
+    ft, fb = free_t[fo], free_b[fo]
+    cum_alloc = np.cumsum(ab)
+    cum_free = np.concatenate([[0], np.cumsum(fb)])
+    freed = cum_free[np.searchsorted(ft, at, side="right")]
+    live = cum_alloc - freed
+    k = int(np.argmax(live))
+    return max(int(live[k]), 0), float(at[k])
+
+
+def peak_bytes(schedule: Schedule, act_bytes: np.ndarray, static_per_device: np.ndarray, num_devices: int,
+               grad: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """Peak bytes per device (static + the sweep) and the time of each peak (``grad``: see :func:`memory_events`)."""
+    (ad, at, ab), (fd, ft, fb) = memory_events(schedule, act_bytes, num_devices, grad)
+    peaks = np.asarray(static_per_device, dtype=np.int64).copy()
+    when = np.zeros(num_devices)
+    for d in range(num_devices):
+        pk, t = sweep_peak(at[ad == d], ab[ad == d], ft[fd == d], fb[fd == d])
+        peaks[d] += pk
+        when[d] = t
+    return peaks, when

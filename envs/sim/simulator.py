@@ -1,0 +1,488 @@
+"""Simulate one training step of a placed graph on a cluster: step time, memory, busy time.
+
+:func:`simulate` scores one placement; :class:`SimEnv` keeps the per-graph
+precomputation and scores many (``evaluate`` for Results, ``step_times`` for a
+``[K, num_ops]`` batch of device indices in the inner loop of search and RL).
+The schedule semantics (the ``eager`` PyTorch executor, the default, and the
+``dataflow`` TensorFlow one) are in :mod:`envs.sim.schedule`, the memory model in
+:mod:`envs.sim.memory`, the costs in :mod:`envs.cost`. They run on
+:func:`schedule_graph`: the graph (its microbatch copies) with every parameter
+that several ops read as edges from its owner, so reading it on another device
+costs the copy and its gradient, as in the module :func:`placer.apply` builds.
+
+>>> from graphs import OpGraph
+>>> from envs.cluster import Cluster
+>>> g = OpGraph.from_edges(["a", "b"], [("a", "b", 4 << 20)], flops=[1e9, 1e9])
+>>> r = simulate(g, [1, 2], Cluster.preset("k80x2"), executor="dataflow")
+>>> r.status, round(r.step_time_s * 1e3, 3)  # 2 × (fwd 0.258 + copy 0.429 + bwd 0.516) ms
+('ok', 2.407)
+>>> r = simulate(g, [1, 2], Cluster.preset("k80x2"))  # eager: + the host dispatch of a (8 us) before its kernel
+>>> r.extra["executor"], round(r.step_time_s * 1e3, 3)
+('eager', 2.415)
+"""
+
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+import numpy as np
+
+from envs import cost
+from envs.cluster import Cluster
+from envs.microbatch import expand_order, issue_segments, microbatch_graph, stage_starts
+from envs.result import Result
+from envs.sim.bound import lower_bound_from_times
+from envs.sim.memory import peak_bytes
+from envs.sim.schedule import ACT, EXECUTORS, Schedule, schedule_reference
+from envs.sim.trace import chrome_trace
+from graphs.dag import priority_order
+from graphs.errors import PlacerError
+from graphs.ir import OpGraph
+from graphs.ops import free_mask, grad_mask, param_reads
+from graphs.plan import as_indices, check_inflight, check_microbatches, check_order
+
+
+#: Bumped whenever a change to the model changes simulated step times (keys of caches of simulated results).
+MODEL_VERSION = 3  # 2: parameters read on another device are copied there (schedule_graph); 3: eager backward
+# gradient copies between a GPU and the host block their issuing thread and drain the stream; per-op issue times
+
+#: ``OpGraph.meta`` key set on :func:`schedule_graph`'s output: its parameter reads are edges already.
+PARAM_EDGES_META = "param_edges"
+
+#: The ``--executor`` help shared by ``placer simulate``, ``compare`` and ``train``.
+EXECUTOR_ARG_HELP = (
+    "executor model scoring a step: eager (default: the PyTorch module placer.apply builds, one host "
+    "thread issuing ops in order to in-order GPU streams) or dataflow (TensorFlow's executor, the paper's setting)"
+)
+
+
+def _fmt_bytes(b: float) -> str:
+    return f"{b / 1e9:.2f} GB" if b >= 1e8 else f"{b / 1e6:.1f} MB"
+
+
+class SimEnv:
+    """The simulator as a scorer: ``evaluate(placements) -> list[Result]``.
+
+    Args:
+        graph: the op graph.
+        cluster: the cluster to place on.
+        backend: ``"kernel"`` (compiled, default) or ``"reference"`` (pure Python).
+        executor: ``"eager"`` (default: the PyTorch module :func:`placer.apply`
+            builds, run in an issue order) or ``"dataflow"`` (TensorFlow's
+            executor, the paper's setting; ignores the issue order). See
+            :mod:`envs.sim.schedule`.
+
+        microbatches: ``M``, the number of microbatches a step runs (default 1):
+            placements are still of ``graph``'s ops, and the step is scheduled as
+            the expanded graph of :mod:`envs.microbatch` (``self.sim_graph``), M
+            copies with the placement repeated.
+        inflight: ``W``, the most microbatches in flight (``1..M``; default M,
+            fill-drain; fewer: one-forward-one-backward, :func:`envs.microbatch.issue_segments`).
+            The eager executor only: dataflow has no host program.
+
+    Wherever a placement is taken, its issue order is the ``order`` argument,
+    else the placement's ``order`` attribute (``placer.Placement.order``), else
+    node order. A placement whose ``microbatches`` or ``inflight`` attribute
+    differs from this env's is scored by this env's twin for them
+    (:meth:`with_microbatches`).
+    """
+
+    source = "sim"
+
+    def __init__(self, graph: OpGraph, cluster: Cluster, *, backend: str = "kernel", executor: str = "eager", microbatches: int = 1,
+                 inflight: int | None = None) -> None:
+        if backend not in ("kernel", "reference"):
+            raise ValueError(f"backend must be 'kernel' or 'reference', not {backend!r}")
+        if executor not in EXECUTORS:
+            raise PlacerError(f"--executor {executor!r}: unknown (known: {', '.join(EXECUTORS)})")
+        self.graph = graph
+        self.cluster = cluster
+        self.backend = backend
+        self.executor = executor
+        self.num_ops = graph.num_ops
+        self.num_devices = cluster.num_devices
+        self.microbatches = M = check_microbatches(microbatches)
+        self.inflight = check_inflight(inflight, M)
+        # the host thread's program over issue positions (eager): forwards and backward() calls; with
+        # W < M it depends on the placement's stages (program())
+        self.segments = issue_segments(graph.num_ops, M, self.inflight)
+        self._host = np.asarray(cluster.kinds) == "cpu"
+        self._free = free_mask(graph)
+        # the graph the schedulers run: the graph itself, or its M microbatch copies, with the copies of
+        # shared parameters as edges (schedule_graph)
+        self.sim_graph = schedule_graph(graph, M)
+        fwd, bwd = cost.op_times(graph, cluster, microbatches=M)
+        # ops without a backward (integer ops, tables built from buffers: graphs.ops.grad_mask) have none to time
+        grad = grad_mask(graph)
+        bwd = np.where(grad[:, None], bwd, 0.0)
+        self.grad = grad if M == 1 else np.tile(grad, M)
+        # host seconds issuing each op (eager: the host thread forward, each device's autograd worker backward)
+        issue_f, issue_b = cost.issue_times(graph, cluster, fwd)
+        issue_b = np.where(grad[:, None], issue_b, 0.0)
+        if executor == "dataflow":  # no issuing thread: an op takes at least its issue time on its device
+            fwd, bwd = np.maximum(fwd, issue_f), np.maximum(bwd, issue_b)
+        self.fwd_s, self.bwd_s = (fwd, bwd) if M == 1 else (np.tile(fwd, (M, 1)), np.tile(bwd, (M, 1)))
+        self.issue_f, self.issue_b = (issue_f, issue_b) if M == 1 else (np.tile(issue_f, (M, 1)), np.tile(issue_b, (M, 1)))
+        self.static_bytes = cost.static_bytes(self.sim_graph)
+        self.act_bytes = cost.activation_bytes(self.sim_graph)
+        self._kernel_data: Any = None
+        self._twins: dict[Any, SimEnv] = {}  # this env under another executor model or M (see _as)
+        self._lower_bound: float | None = None
+
+    # --------------------------------------------------------------- helpers
+    def indices(self, placement: Any) -> np.ndarray:
+        """Device index per op for anything :func:`graphs.plan.as_indices` accepts."""
+        return as_indices(placement, self.graph, self.cluster.device_names)
+
+    def check_order(self, order: Any, rows: int | None = None) -> np.ndarray | None:
+        """``order`` as int64 ``[n]`` (or ``[rows, n]`` when ``rows`` is given and it is 2-D), validated.
+
+        Raises :class:`PlacerError` unless every row is a permutation of the op
+        indices and a topological order of the graph.
+        """
+        if order is None:
+            return None
+        n = self.num_ops
+        arr = np.asarray(order) if isinstance(order, np.ndarray) or rows is not None else order
+        if rows is not None and isinstance(arr, np.ndarray) and arr.ndim == 2:
+            if arr.shape[0] not in (1, rows):
+                raise PlacerError(f"order: expected a [{n}] or [{rows}, {n}] array of op indices, got shape {arr.shape}")
+            return np.stack([check_order(row, self.graph).astype(np.int64) for row in arr]) if len(arr) else arr.astype(np.int64)
+        return check_order(arr, self.graph).astype(np.int64)
+
+    def expand(self, op_devices: np.ndarray) -> np.ndarray:
+        """Device per op of ``sim_graph`` from device per op of ``graph`` (the placement, M times)."""
+        return op_devices if self.microbatches == 1 else np.tile(op_devices, self.microbatches)
+
+    def sim_order(self, order: np.ndarray | None) -> np.ndarray | None:
+        """The issue order of ``sim_graph`` from a checked order of ``graph`` (fill-drain; None stays None)."""
+        if order is None or self.microbatches == 1:
+            return order
+        return expand_order(order, self.num_ops, self.microbatches)
+
+    def program(self, op_devices: np.ndarray, order: np.ndarray | None = None) -> np.ndarray:
+        """The host program (:func:`envs.microbatch.issue_segments`) of a placement of ``graph``'s ops in ``order``.
+
+        Fill-drain (W = M) is the same for every placement; one-forward-one-backward
+        follows the placement's stages (:func:`envs.microbatch.stage_starts`).
+        """
+        if self.inflight == self.microbatches:
+            return self.segments
+        o = np.arange(self.num_ops) if order is None else order
+        return issue_segments(self.num_ops, self.microbatches, self.inflight,
+                              stage_starts(op_devices, o, self._host, self._free))
+
+    def with_microbatches(self, microbatches: int, inflight: int | None = None) -> "SimEnv":
+        """This env for plans of ``microbatches`` microbatches, ``inflight`` of them in flight (default all).
+
+        Same graph, cluster, backend and executor; each twin is built once.
+        """
+        M = check_microbatches(microbatches)
+        W = check_inflight(inflight, M)
+        if (M, W) == (self.microbatches, self.inflight):
+            return self
+        return self._twin(self.executor, M, W)
+
+    def _twin(self, executor: str, M: int, W: int) -> "SimEnv":
+        key = (executor, M, W)
+        if key not in self._twins:
+            self._twins[key] = SimEnv(self.graph, self.cluster, backend=self.backend, executor=executor, microbatches=M, inflight=W)
+        return self._twins[key]
+
+    def _for(self, placement: Any) -> "SimEnv":
+        """The env that scores ``placement``: this one, or its twin for the placement's ``microbatches`` and ``inflight``."""
+        M = getattr(placement, "microbatches", None)
+        if M is None:
+            return self
+        return self.with_microbatches(M, getattr(placement, "inflight", None))
+
+    def update_s(self, op_devices: np.ndarray) -> np.ndarray:
+        """Optimizer seconds per device for ``op_devices``, device per op of ``sim_graph`` (parameters of copy 0)."""
+        params = np.bincount(op_devices, weights=self.sim_graph.param_bytes.astype(np.float64), minlength=self.num_devices)
+        return cost.update_times_s(params, self.cluster)
+
+    def static_per_device(self, op_devices: np.ndarray) -> np.ndarray:
+        """Static bytes per device for ``op_devices``, device per op of ``sim_graph``."""
+        out = np.zeros(self.num_devices, dtype=np.int64)
+        np.add.at(out, op_devices, self.static_bytes)
+        return out
+
+    def _kernel(self):
+        if self._kernel_data is None:
+            from envs.sim.kernel import KernelData  # numba compiles on first use: import envs stays light
+
+            self._kernel_data = KernelData(self.sim_graph, self.cluster, self.fwd_s, self.bwd_s, self.static_bytes, self.act_bytes,
+                                           self.executor, self.segments, self.grad, (self.issue_f, self.issue_b))
+        return self._kernel_data
+
+    # -------------------------------------------------------------- schedule
+    def schedule(self, placement: Any, order: Any = None) -> Schedule:
+        """The full simulated schedule of one placement (issue ``order``: see the class doc).
+
+        With M microbatches its per-op arrays are those of ``sim_graph`` (op ``m * n + i``
+        is op ``i`` of microbatch ``m``).
+        """
+        env = self._for(placement)
+        if env is not self:
+            return env.schedule(placement, order)
+        op_devices = self.indices(placement)
+        graph_order = self.check_order(getattr(placement, "order", None) if order is None else order)
+        program = self.program(op_devices, graph_order)
+        sim_devices, order = self.expand(op_devices), self.sim_order(graph_order)
+        if self.backend == "reference":
+            c = self.cluster
+            return schedule_reference(self.sim_graph, sim_devices, self.fwd_s, self.bwd_s, c.latency_s, c.bandwidth_bytes_per_s, self.update_s(sim_devices),
+                                      executor=self.executor, order=order, host=np.asarray(c.kinds) == "cpu", launch_s=c.launch_overhead_s,
+                                      segments=program, grad=self.grad, issue=(self.issue_f, self.issue_b))
+        return self._kernel().schedule(sim_devices, order if self.executor == "eager" else None, program)
+
+    def simulate(self, placement: Any, *, trace: bool = False, order: Any = None) -> Result:
+        """Score one placement; see :func:`simulate`."""
+        env = self._for(placement)
+        return env.result(env.schedule(placement, order), trace=trace)
+
+    def result(self, sched: Schedule, *, trace: bool = False) -> Result:
+        """The Result of a schedule (memory sweep, busy times, OOM check)."""
+        c = self.cluster
+        names = c.device_names
+        D = self.num_devices
+        peaks, _ = peak_bytes(sched, self.act_bytes, self.static_per_device(sched.op_devices), D, self.grad)
+        p = sched.op_devices
+        n = len(p)
+        dev_busy = np.bincount(p, weights=self.fwd_s[np.arange(n), p] + self.bwd_s[np.arange(n), p], minlength=D)
+        dev_busy = dev_busy + sched.update_s
+        busy = {names[d]: float(dev_busy[d]) for d in range(D)}
+        link_busy = np.zeros((D, D))
+        np.add.at(link_busy, (sched.xfer_src, sched.xfer_dst), sched.xfer_end_s - sched.xfer_start_s)
+        for a, b in zip(*np.nonzero(link_busy)):
+            busy[f"{names[a]}->{names[b]}"] = float(link_busy[a, b])
+        over = [d for d in range(D) if peaks[d] > c.memory_bytes[d]]
+        sim_time = sched.step_time_s
+        extra: dict[str, Any] = {
+            "sim_step_time_s": sim_time,
+            "oom_devices": [names[d] for d in over],
+            "backward_end_s": float(sched.backward_end_s),
+            "update_s": float(sched.update_s.max()) if D else 0.0,
+            "num_transfers": int(np.sum(sched.xfer_kind == ACT)),
+            "transfer_bytes": int(sched.xfer_bytes.sum()),
+            "executor": self.executor,
+            "microbatches": self.microbatches,
+            "inflight": self.inflight,
+        }
+        if trace:
+            extra["trace"] = chrome_trace(self, sched)
+        result = Result(
+            step_time_s=sim_time,
+            peak_bytes={names[d]: int(peaks[d]) for d in range(D)},
+            busy_s=busy,
+            source=self.source,
+            extra=extra,
+        )
+        if over:
+            worst = max(over, key=lambda d: peaks[d] / c.memory_bytes[d])
+            others = f" (also {', '.join(names[d] for d in over if d != worst)})" if len(over) > 1 else ""
+            result.status = "oom"
+            result.step_time_s = float("inf")
+            result.message = (
+                f"out of memory on {names[worst]}: peak {_fmt_bytes(peaks[worst])} > capacity "
+                f"{_fmt_bytes(c.memory_bytes[worst])}{others}"
+            )
+        return result
+
+    # ---------------------------------------------------------------- scorer
+    def evaluate(self, placements: Sequence[Any]) -> list[Result]:
+        """Score each placement (the scorer protocol shared with MeasuredEnv)."""
+        return [self.simulate(p) for p in placements]
+
+    def step_times(self, op_devices: np.ndarray, order: Any = None, *, overflow: bool = False):
+        """Simulated step time ignoring memory, and the OOM flag, for a ``[K, num_ops]`` batch.
+
+        ``order``: None (node order), one issue order shared by the batch, a
+        ``[K, num_ops]`` array of them (used by the eager executor), or
+        ``"planned"``: each row in its own :meth:`schedule_order` (the cheap
+        planner; about 2 ms per row on nmt-2 against 0.7 ms for the step itself).
+        ``overflow``: also return, per row, the largest peak / capacity over the
+        devices that run out of memory (0 for a row that fits): how far an OOM
+        placement is from fitting.
+        """
+        op_devices = np.asarray(op_devices)
+        if op_devices.ndim == 1:
+            op_devices = op_devices[None, :]
+        if op_devices.ndim != 2 or op_devices.shape[1] != self.num_ops:
+            raise PlacerError(f"step_times: expected a [K, {self.num_ops}] array of device indices, got shape {op_devices.shape}")
+        if op_devices.size and (op_devices.min() < 0 or op_devices.max() >= self.num_devices):
+            raise PlacerError(f"step_times: device index out of range [0, {self.num_devices})")
+        if isinstance(order, str):
+            if order != "planned":
+                raise PlacerError(f"step_times: order {order!r}: give op indices or 'planned'")
+            order = np.stack([self.schedule_order(row) for row in op_devices]) if len(op_devices) else None  # valid by construction
+        else:
+            order = self.check_order(order, rows=len(op_devices))
+        if order is not None and order.ndim == 2 and len(order) == 1:
+            order = order[0]
+        programs = None
+        if self.inflight < self.microbatches and self.executor == "eager":  # each placement's own stages
+            programs = [self.program(row, order[k] if order is not None and order.ndim == 2 else order) for k, row in enumerate(op_devices)]
+        if self.microbatches > 1:  # the same placements and orders, on the expanded graph
+            op_devices = np.tile(op_devices, (1, self.microbatches))
+            order = self.sim_order(order)
+        if self.backend == "reference":
+            times = np.empty(len(op_devices))
+            oom = np.zeros(len(op_devices), dtype=bool)
+            over = np.zeros(len(op_devices))
+            caps = dict(zip(self.cluster.device_names, self.cluster.memory_bytes.tolist()))
+            for k, row in enumerate(op_devices):
+                o = order[k] if order is not None and order.ndim == 2 else order
+                c = self.cluster
+                sched = schedule_reference(self.sim_graph, row, self.fwd_s, self.bwd_s, c.latency_s, c.bandwidth_bytes_per_s, self.update_s(row),
+                                           executor=self.executor, order=o, host=np.asarray(c.kinds) == "cpu", launch_s=c.launch_overhead_s,
+                                           segments=self.segments if programs is None else programs[k], grad=self.grad,
+                                           issue=(self.issue_f, self.issue_b))
+                r = self.result(sched)
+                times[k] = r.extra["sim_step_time_s"]
+                oom[k] = r.status == "oom"
+                if oom[k]:
+                    over[k] = max(r.peak_bytes[d] / caps[d] for d in r.extra["oom_devices"])
+            return (times, oom, over) if overflow else (times, oom)
+        over = np.zeros(len(op_devices)) if overflow else None
+        times, oom = self._kernel().step_times(op_devices.astype(np.int32, copy=False), order if self.executor == "eager" else None,
+                                               programs, over)
+        return (times, oom, over) if overflow else (times, oom)
+
+    # ------------------------------------------------------------ issue order
+    def order_candidates(self, placement: Any) -> dict[str, np.ndarray]:
+        """Issue orders worth trying for ``placement`` (each a topological order of the graph).
+
+        * ``node``: the graph's own order (what an unordered placement runs);
+        * ``devices-first``: Kahn's algorithm issuing every ready op placed on a
+          device before any ready host (``cpu``) op, in node order otherwise: the
+          host launches the asynchronous work before it blocks on its own;
+        * ``schedule``: the forward start times of the dataflow schedule (the
+          paper's executor, which overlaps all that the graph allows), host ops
+          after device ops on ties, then node order.
+        """
+        op_devices = self.indices(placement)
+        g, n = self.graph, self.num_ops
+        host = (np.asarray(self.cluster.kinds) == "cpu")[op_devices]
+        out = {"node": np.arange(n, dtype=np.int64)}
+        out["devices-first"] = priority_order(g, host)  # ready host ops last
+        out["schedule"] = self.schedule_order(op_devices)
+        return out
+
+    def schedule_order(self, placement: Any) -> np.ndarray:
+        """The ``schedule`` issue order of :meth:`order_candidates` (forward starts of the dataflow schedule).
+
+        On the zoo graphs it is the candidate :meth:`plan_order` picks for heuristic
+        and sampled placements alike (nmt-2, k80x4: 16 of 16, 15% faster than node
+        order on average), and the cheapest to compute (one dataflow schedule):
+        what ``step_times(..., order="planned")`` scores samples with.
+        """
+        op_devices = self.indices(placement)
+        host = (np.asarray(self.cluster.kinds) == "cpu")[op_devices]
+        start = self._as("dataflow").schedule(op_devices).fwd_start_s[: self.num_ops]  # with microbatches: microbatch 0's
+        return np.lexsort((np.arange(self.num_ops), host, start)).astype(np.int64)
+
+    def _as(self, executor: str) -> "SimEnv":
+        """This env under another executor model (same graph, cluster and backend; built once)."""
+        if executor == self.executor:
+            return self
+        return self._twin(executor, self.microbatches, self.inflight)
+
+    def plan_order(self, placement: Any) -> tuple[np.ndarray, str, float]:
+        """``(order, name, eager step seconds)``: the fastest of :meth:`order_candidates` under the eager model.
+
+        The eager executor is what :func:`placer.apply` runs, so the order is
+        judged there whatever this env's executor; ties keep the node order.
+        Memory is ignored here (the order barely moves the peak).
+        """
+        env = self._for(placement)
+        if env is not self:
+            return env.plan_order(placement)
+        eager = self._as("eager")
+        cands = self.order_candidates(placement)
+        op_devices = self.indices(placement)
+        names = list(cands)
+        times, _ = eager.step_times(np.repeat(op_devices[None, :], len(names), axis=0), np.stack([cands[k] for k in names]))
+        best = int(np.argmin(times))  # first minimum: "node" on ties
+        return cands[names[best]], names[best], float(times[best])
+
+    def lower_bound(self) -> float:
+        """:func:`envs.sim.bound.lower_bound` for this graph, cluster and executor (cached; a :class:`envs.sim.bound.LowerBound`)."""
+        if self._lower_bound is None:
+            self._lower_bound = lower_bound_from_times(self.sim_graph, self.cluster, self.fwd_s, self.bwd_s, self.executor, self.issue_f)
+        return self._lower_bound
+
+
+def schedule_graph(graph: OpGraph, microbatches: int = 1) -> OpGraph:
+    """The graph the schedulers run: :func:`envs.microbatch.microbatch_graph`, plus parameter reads as edges.
+
+    A parameter (or buffer) read by ops on several devices is copied by
+    :func:`placer.apply` from its owner's device to each other device before its
+    first reader there, and its gradient flows back (:func:`graphs.ops.param_reads`).
+    The schedulers charge exactly that for an edge ``owner -> reader`` carrying the
+    tensor's bytes: a copy ``(owner, d)`` once per device ``d``, made before the
+    first consumer on ``d`` in issue order, kept (in memory) until its gradient
+    has been sent back, and a gradient copy back. In each microbatch copy (every
+    microbatch's forward makes its own copies) the edge carries the whole tensor.
+
+    Documented simplifications of modelling the tensor as the owner's output: a
+    reader waits for the owner's forward (its first reader, which in a recurrent
+    layer or a tied embedding runs before the others anyway), the owner's backward
+    waits for the gradient copies, and where the owner's output also goes to the
+    reader's device, one copy carries the larger of the two (a reader that reads
+    both gets an edge of their sum). A graph that already has these edges
+    (``meta[PARAM_EDGES_META]``: this function's output) gets none added again.
+    """
+    sim = microbatch_graph(graph, microbatches)
+    if graph.meta.get(PARAM_EDGES_META):
+        return sim
+    src, dst, nbytes = param_reads(graph)
+    if not len(src):
+        return sim
+    # on the graph's own edges (the microbatch copies repeat them): a pair that is already an edge (the reader
+    # also reads the owner's output, so it needs both) adds the tensor's bytes to it; the others are new edges
+    n, E = graph.num_ops, graph.num_edges
+    key = graph.edge_src.astype(np.int64) * n + graph.edge_dst
+    by_key = np.argsort(key, kind="stable")
+    want = src * n + dst
+    at = np.minimum(np.searchsorted(key[by_key], want), max(E - 1, 0))
+    hit = (key[by_key[at]] == want) if E else np.zeros(len(want), dtype=bool)
+    add = np.zeros(E, dtype=np.int64)
+    np.add.at(add, by_key[at[hit]], nbytes[hit])
+    M = check_microbatches(microbatches)
+    shift = (np.arange(M, dtype=np.int64) * n)[:, None]
+    new_src, new_dst = (src[~hit][None, :] + shift).reshape(-1), (dst[~hit][None, :] + shift).reshape(-1)
+    return OpGraph(
+        names=sim.names, op_types=sim.op_types, out_shapes=sim.out_shapes, out_dtypes=sim.out_dtypes,
+        out_bytes=sim.out_bytes, param_bytes=sim.param_bytes, buffer_bytes=sim.buffer_bytes, flops=sim.flops,
+        module_paths=sim.module_paths, params=sim.params,
+        edge_src=np.concatenate([sim.edge_src, new_src]), edge_dst=np.concatenate([sim.edge_dst, new_dst]),
+        edge_bytes=np.concatenate([sim.edge_bytes + np.tile(add, M), np.tile(nbytes[~hit], M)]), name=sim.name,
+        meta={**sim.meta, PARAM_EDGES_META: True},
+    )
+
+
+def simulate(graph: OpGraph, placement: Any, cluster: Cluster, *, trace: bool = False, executor: str = "eager", order: Any = None) -> Result:
+    """Simulate one training step of ``graph`` placed by ``placement`` on ``cluster``.
+
+    Args:
+        graph: the op graph.
+        placement: device index per op, a name->device mapping, or a ``placer.Placement``.
+        cluster: the cluster.
+        trace: also put a Chrome/Perfetto trace of the schedule in ``result.extra["trace"]``.
+        executor: ``"eager"`` (PyTorch, default) or ``"dataflow"`` (TensorFlow); see :mod:`envs.sim.schedule`.
+        order: the issue order (op indices, a topological order); default the
+            placement's ``order`` attribute, else node order.
+
+    Returns:
+        A Result: ``status`` ``"ok"`` with ``step_time_s``, or ``"oom"`` with
+        ``step_time_s = inf``, the device and peak in ``message``, and the time
+        ignoring memory in ``extra["sim_step_time_s"]``. ``peak_bytes`` and
+        ``busy_s`` (devices and links ``"a->b"``) are filled either way.
+    """
+    return SimEnv(graph, cluster, executor=executor).simulate(placement, trace=trace, order=order)
+
+
+def plan_order(graph: OpGraph, placement: Any, cluster: Cluster) -> tuple[np.ndarray, str, float]:
+    """``(order, name, eager step seconds)``: the issue order to run ``placement`` with (:meth:`SimEnv.plan_order`)."""
+    return SimEnv(graph, cluster).plan_order(placement)

@@ -1,0 +1,67 @@
+"""Chrome/Perfetto trace JSON of a simulated step (open in ui.perfetto.dev or chrome://tracing).
+
+One track (``tid``) per device and per used link, named by ``thread_name``
+metadata; one complete (``"X"``) event per forward op (``"fwd <op name>"``),
+backward op (``"bwd <op name>"``), transfer (``"act <op name>-><device>"``,
+``"grad <op name>-><device>"``) and optimizer step. Times are microseconds.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from envs.sim.schedule import ACT, Schedule
+
+if TYPE_CHECKING:
+    from envs.sim.simulator import SimEnv
+
+PID = 1
+
+
+def chrome_trace(env: "SimEnv", sched: Schedule) -> dict[str, Any]:
+    """The trace document (a dict ready for ``json.dump``)."""
+    g, c = env.sim_graph, env.cluster  # with microbatches, op "name@mbM" is op name of microbatch M
+    names = c.device_names
+    D = c.num_devices
+    us = 1e6
+    events: list[dict[str, Any]] = [
+        {"name": "process_name", "ph": "M", "pid": PID, "args": {"name": f"placer sim: {g.name or 'graph'} on {c.name}"}}
+    ]
+    tids: dict[str, int] = {}
+
+    def track(label: str) -> int:
+        if label not in tids:
+            tids[label] = len(tids)
+            events.append({"name": "thread_name", "ph": "M", "pid": PID, "tid": tids[label], "args": {"name": label}})
+            events.append({"name": "thread_sort_index", "ph": "M", "pid": PID, "tid": tids[label], "args": {"sort_index": tids[label]}})
+        return tids[label]
+
+    for d in range(D):
+        track(names[d])
+    p = sched.op_devices
+    for i in range(g.num_ops):
+        tid = tids[names[p[i]]]
+        args = {"op_type": g.op_types[i], "op_index": i}
+        events.append({"name": f"fwd {g.names[i]}", "cat": "forward", "ph": "X", "pid": PID, "tid": tid,
+                       "ts": sched.fwd_start_s[i] * us, "dur": (sched.fwd_end_s[i] - sched.fwd_start_s[i]) * us, "args": args})
+        events.append({"name": f"bwd {g.names[i]}", "cat": "backward", "ph": "X", "pid": PID, "tid": tid,
+                       "ts": sched.bwd_start_s[i] * us, "dur": (sched.bwd_end_s[i] - sched.bwd_start_s[i]) * us, "args": args})
+    order = np.lexsort((sched.xfer_start_s, sched.xfer_dst, sched.xfer_src))
+    for k in order.tolist():
+        src, dst, u = int(sched.xfer_src[k]), int(sched.xfer_dst[k]), int(sched.xfer_op[k])
+        kind = "act" if sched.xfer_kind[k] == ACT else "grad"
+        events.append({"name": f"{kind} {g.names[u]}->{names[dst]}", "cat": "transfer", "ph": "X", "pid": PID,
+                       "tid": track(f"{names[src]}->{names[dst]}"), "ts": sched.xfer_start_s[k] * us,
+                       "dur": (sched.xfer_end_s[k] - sched.xfer_start_s[k]) * us,
+                       "args": {"bytes": int(sched.xfer_bytes[k]), "op": g.names[u]}})
+    for d in range(D):
+        if sched.update_s[d] > 0:
+            events.append({"name": "optimizer step", "cat": "update", "ph": "X", "pid": PID, "tid": tids[names[d]],
+                           "ts": sched.backward_end_s * us, "dur": sched.update_s[d] * us, "args": {}})
+    return {
+        "traceEvents": events,
+        "displayTimeUnit": "ms",
+        "otherData": {"graph": env.graph.name, "graph_hash": env.graph.content_hash, "microbatches": env.microbatches, "cluster": c.name, "step_time_s": sched.step_time_s},
+    }

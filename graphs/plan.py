@@ -1,0 +1,349 @@
+"""The plan, core data: a :class:`Placement` and the checks of its parts.
+
+A placement maps op name -> logical device, tied to one graph (its content hash)
+and one device list, and may carry an issue order and a pipelined step's
+microbatches M and window W. The same plan is what the simulator scores, what
+``placer.apply`` runs and what ``best_placement.json`` stores. Saved as versioned
+JSON (``"format": "placer-placement/1"``), never pickled.
+
+Its parts, checked here once for every user: a *placement vector* ``op_devices``
+(a device index per op, in graph order: :func:`as_indices` turns any
+placement-like value into one), an issue *order* (op indices, a topological
+order: :func:`check_order`), and M and W (:func:`check_microbatches`,
+:func:`check_inflight`).
+
+>>> from graphs import OpGraph
+>>> g = OpGraph.from_edges(["a", "b"], [("a", "b", 4)])
+>>> p = Placement.from_indices(g, ["cpu:0", "gpu:0"], [1, 1])
+>>> p.assignment
+{'a': 'gpu:0', 'b': 'gpu:0'}
+>>> p.indices(g, ["cpu:0", "gpu:0"]).tolist()
+[1, 1]
+
+A placement may also carry an issue order (a topological order of the ops), the
+order in which :func:`placer.apply` emits them; ``None`` means node order:
+
+>>> Placement.from_indices(g, ["cpu:0", "gpu:0"], [1, 1], order=[0, 1]).order.tolist()
+[0, 1]
+
+and a number of microbatches (a pipelined plan, :mod:`envs.microbatch` simulates
+it, :mod:`envs.real.pipeline` runs it); absent from the file when 1:
+
+>>> p = Placement.from_indices(g, ["cpu:0", "gpu:0"], [1, 1], microbatches=4)
+>>> p.to_dict()["microbatches"], Placement.from_dict(p.to_dict()) == p
+(4, True)
+
+and the most microbatches in flight (one-forward-one-backward when fewer than
+M; absent: all M, fill-drain):
+
+>>> Placement.from_indices(g, ["cpu:0", "gpu:0"], [1, 1], microbatches=4, inflight=2).to_dict()["inflight"]
+2
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from graphs import schema
+from graphs.errors import PlacerError
+from graphs.io import read_document, write_text_atomic
+from graphs.ir import OpGraph
+from graphs.schema import check_int
+
+FORMAT = "placer-placement/1"
+#: The largest number of microbatches a plan may ask for (a sanity bound on the expanded graph).
+MAX_MICROBATCHES = 1024
+
+
+@dataclass(eq=False)
+class Placement:
+    """A device for every op of a graph.
+
+    Attributes:
+        assignment: op name -> logical device name (``"gpu:0"``).
+        graph_hash: content hash of the graph it was made for.
+        devices: the cluster's device list it was made for.
+        cluster: the cluster's name, for the record.
+        method: what produced it (``"single"``, ``"rl:seq2seq"``...).
+        meta: anything else (step time found, seed...).
+        order: the issue order, op indices (into the graph's ops) in the order the
+            runtime issues them, a topological order of the graph; ``None``: node order.
+            Checked against the graph by :func:`check_order`.
+        microbatches: M, the number of microbatches one step runs through the placement
+            (split along the batch, gradients accumulated, one optimizer step, issued
+            fill-drain); 1 (default): the whole batch at once. See :mod:`envs.microbatch`.
+        inflight: W, the most microbatches whose backward has not run yet: fewer than
+            M issues one-forward-one-backward (:func:`envs.microbatch.issue_segments`),
+            which bounds activation memory to W microbatches; ``None`` (default, and
+            what W = M is stored as): fill-drain.
+        source: the file it was loaded from, for error messages (not saved).
+    """
+
+    assignment: dict[str, str]
+    graph_hash: str
+    devices: list[str]
+    cluster: str = ""
+    method: str = ""
+    meta: dict[str, Any] = field(default_factory=dict)
+    order: np.ndarray | None = None
+    source: str = field(default="", repr=False)
+    microbatches: int = 1
+    inflight: int | None = None
+
+    def __post_init__(self) -> None:
+        self.microbatches = check_microbatches(self.microbatches, f"{self.source or 'placement'}: microbatches")
+        W = check_inflight(self.inflight, self.microbatches, f"{self.source or 'placement'}: inflight")
+        self.inflight = None if W == self.microbatches else W
+        if self.order is not None:
+            # a permutation here; its length and edges are checked against the graph where it is used,
+            # after the assignment (so a placement missing an op is reported as that)
+            self.order = check_order(self.order, len(self.order) if hasattr(self.order, "__len__") else len(self.assignment),
+                                     source=f"{self.source or 'placement'}: order")
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Placement):
+            return NotImplemented
+        same_order = (self.order is None) == (other.order is None) and (self.order is None or np.array_equal(self.order, other.order))
+        return same_order and (self.assignment, self.graph_hash, self.devices, self.cluster, self.method, self.meta, self.microbatches, self.inflight) == (
+            other.assignment, other.graph_hash, other.devices, other.cluster, other.method, other.meta, other.microbatches,
+            other.inflight,
+        )
+
+    __hash__ = None  # type: ignore[assignment]  # mutable, like a dataclass with eq
+
+    @classmethod
+    def from_indices(
+        cls, graph: OpGraph, devices: Sequence[str], op_devices: Sequence[int] | np.ndarray, *, cluster: str = "", method: str = "",
+        meta: dict | None = None, order: Sequence[int] | np.ndarray | None = None, microbatches: int = 1,
+        inflight: int | None = None,
+    ) -> "Placement":
+        """Device ``devices[indices[i]]`` for op ``i``; ``order``: issue order (op indices), checked against ``graph``."""
+        idx = np.asarray(op_devices).tolist()
+        if len(idx) != graph.num_ops:
+            raise PlacerError(f"placement: {len(idx)} devices for {graph.num_ops} ops")
+        devs = list(devices)
+        return cls(
+            assignment={name: devs[d] for name, d in zip(graph.names, idx)},
+            graph_hash=graph.content_hash,
+            devices=devs,
+            cluster=cluster,
+            method=method,
+            meta=dict(meta or {}),
+            order=None if order is None else check_order(order, graph, source="placement: order"),
+            microbatches=microbatches,
+            inflight=inflight,
+        )
+
+    def indices(self, graph: OpGraph, devices: Sequence[str] | None = None, *, source: str = "placement") -> np.ndarray:
+        """Device index of each op of ``graph`` (checks the hash, missing ops, unknown devices)."""
+        return as_indices(self, graph, list(devices) if devices is not None else self.devices, source=source)
+
+    def issue_order(self, graph: OpGraph) -> np.ndarray | None:
+        """The issue order checked against ``graph`` (topological), or ``None`` for node order."""
+        if self.order is None:
+            return None
+        source = self.source or "placement"
+        if self.graph_hash and self.graph_hash != graph.content_hash:
+            raise PlacerError(f"{source}: made for graph {self.graph_hash}, not for this graph ({graph.name or 'graph'} {graph.content_hash})")
+        return check_order(self.order, graph, source=f"{source}: order")
+
+    def device_counts(self) -> dict[str, int]:
+        return dict(Counter(self.assignment.values()))
+
+    # ------------------------------------------------------------------- JSON
+    def to_dict(self) -> dict[str, Any]:
+        doc = {
+            "format": FORMAT,
+            "graph_hash": self.graph_hash,
+            "cluster": self.cluster,
+            "devices": self.devices,
+            "method": self.method,
+            "meta": self.meta,
+            "assignment": self.assignment,
+        }
+        # The order is saved as op indices, not names: the file is tied to one graph by
+        # graph_hash, which fixes its op numbering, so an index names an op exactly; the
+        # indices are what schedulers and the simulator use (no graph needed to read them
+        # back), a file can be checked for a permutation before its graph is at hand, and
+        # every name is already written once, in "assignment". Absent: node order.
+        if self.order is not None:
+            doc["order"] = [int(i) for i in self.order]
+        # Absent: 1 (the whole batch at once), so files of unpipelined plans read as before.
+        if self.microbatches != 1:
+            doc["microbatches"] = int(self.microbatches)
+        # Absent: M (fill-drain).
+        if self.inflight is not None:
+            doc["inflight"] = int(self.inflight)
+        return doc
+
+    def save(self, path: str | os.PathLike) -> None:
+        write_text_atomic(path, json.dumps(self.to_dict(), indent=1))
+
+    @classmethod
+    def load(cls, path: str | os.PathLike) -> "Placement":
+        placement = read_document(path, cls.from_dict)
+        placement.source = os.fspath(path)
+        return placement
+
+    @classmethod
+    def from_dict(cls, doc: Any, *, source: str = "placement") -> "Placement":
+        """Build from a parsed placer-placement/1 document; field types are checked by :mod:`graphs.schema`."""
+        schema.document(doc, source, FORMAT)
+        a = doc.get("assignment")
+        if not isinstance(a, dict) or not set(map(type, a.values())) <= {str}:
+            raise PlacerError(f"{source}: 'assignment' must map op names to device names")
+        devices = schema.strings(doc.get("devices"), source, "devices")
+        unknown = sorted(set(a.values()) - set(devices))
+        if unknown:
+            raise PlacerError(f"{source}: assignment uses device {unknown[0]!r}, not in its device list {devices}")
+        M = schema.integer(doc.get("microbatches", 1), source, "microbatches", minimum=1, maximum=MAX_MICROBATCHES)
+        return cls(
+            assignment=a,
+            graph_hash=schema.string(doc.get("graph_hash", ""), source, "graph_hash"),
+            devices=devices,
+            cluster=schema.string(doc.get("cluster", ""), source, "cluster"),
+            method=schema.string(doc.get("method", ""), source, "method"),
+            meta=_check_meta(doc.get("meta", {}), source),
+            order=None if doc.get("order") is None else check_order(
+                doc["order"], len(doc["order"]) if isinstance(doc["order"], list) else len(a), source=f"{source}: 'order'"),
+            microbatches=M,
+            inflight=None if doc.get("inflight") is None else schema.integer(doc["inflight"], source, "inflight", minimum=1, maximum=M),
+        )
+
+
+def _check_meta(meta: Any, source: str) -> dict[str, Any]:
+    """``meta``: an object; the keys placer reads back (train's resume) have their types."""
+    meta = dict(schema.obj(meta, source, "meta"))
+    if "step_time_s" in meta:  # inf for a placement that failed: written as Infinity
+        schema.number(meta["step_time_s"], source, "meta.step_time_s", minimum=0.0, finite=False)
+    if "found_by" in meta:
+        schema.string(meta["found_by"], source, "meta.found_by")
+    if "iteration" in meta:
+        schema.integer(meta["iteration"], source, "meta.iteration", minimum=-1)
+    return meta
+
+
+# ------------------------------------------------------------------ the parts
+def as_indices(placement: Any, graph: OpGraph, device_names: Sequence[str], *, source: str = "placement") -> np.ndarray:
+    """The placement vector of anything placement-like: the device index (into ``device_names``) of every op, int32.
+
+    Accepts a numpy array or sequence of ints (a device index per op, in graph
+    order); a mapping op name -> logical device name; or a :class:`Placement` (any
+    object with an ``assignment`` mapping, and optionally ``graph_hash``, which must
+    match the graph). Every scorer takes placements through here.
+
+    >>> g = OpGraph.from_edges(["a", "b"], [("a", "b", 4)])
+    >>> as_indices({"a": "gpu:0", "b": "cpu:0"}, g, ["cpu:0", "gpu:0"]).tolist()
+    [1, 0]
+    """
+    n = graph.num_ops
+    if isinstance(placement, np.ndarray) or (isinstance(placement, Sequence) and not isinstance(placement, str)):
+        arr = np.asarray(placement)
+        if arr.shape != (n,):
+            raise PlacerError(f"{source}: has {arr.shape} entries, graph {graph.name or ''} has {n} ops")
+        if n and (arr.min() < 0 or arr.max() >= len(device_names)):
+            raise PlacerError(f"{source}: device index out of range [0, {len(device_names)})")
+        return arr.astype(np.int32, copy=False)
+    graph_hash = getattr(placement, "graph_hash", None)
+    if graph_hash and graph_hash != graph.content_hash:
+        raise PlacerError(
+            f"{source}: made for graph {graph_hash}, not for this graph ({graph.name or 'graph'} {graph.content_hash})"
+        )
+    mapping = getattr(placement, "assignment", placement)
+    if not isinstance(mapping, Mapping):
+        raise PlacerError(f"{source}: expected an array of device indices, a name->device mapping or a Placement")
+    dev_index = {d: i for i, d in enumerate(device_names)}
+    out = np.empty(n, dtype=np.int32)
+    missing = []
+    for i, name in enumerate(graph.names):
+        dev = mapping.get(name)
+        if dev is None:
+            missing.append(name)
+            continue
+        j = dev_index.get(dev)
+        if j is None:
+            raise PlacerError(f"{source}: op {name!r} is placed on unknown device {dev!r} (cluster has {', '.join(device_names)})")
+        out[i] = j
+    if missing:
+        raise PlacerError(f"{source}: {len(missing)} ops have no device, e.g. {missing[0]!r}")
+    if len(mapping) > n:
+        extra = next(k for k in mapping if k not in graph.index)
+        raise PlacerError(f"{source}: names op {extra!r}, which is not in the graph")
+    return out
+
+
+def check_order(order: Any, graph: OpGraph | int, *, source: str = "order") -> np.ndarray:
+    """An issue order checked against ``graph``: the op indices, as int32, in issue order.
+
+    The one validation of issue orders (placements, ``placer.apply``, the simulator).
+    ``order`` must be a 1-D sequence of integers (not bools or floats) naming every op
+    of ``graph`` exactly once, with each op after all of its inputs (a topological
+    order of ``graph``'s edges). ``graph`` may also be a number of ops: then every
+    check but the edges is made (a placement read from a file, before its graph is
+    known). Raises :class:`PlacerError` with one line starting with ``source``.
+
+    >>> g = OpGraph.from_edges(["a", "b", "c"], [("a", "c", 4)])
+    >>> check_order([1, 0, 2], g).tolist()
+    [1, 0, 2]
+    >>> check_order([2, 0, 1], g)
+    Traceback (most recent call last):
+    ...
+    graphs.errors.PlacerError: order: op 'c' (2) is issued before its input 'a' (0)
+    """
+    n = graph if isinstance(graph, int) else graph.num_ops
+    if isinstance(order, np.ndarray):
+        arr = order
+    elif isinstance(order, Sequence) and not isinstance(order, (str, bytes)):
+        if not all(isinstance(v, (int, np.integer)) and not isinstance(v, (bool, np.bool_)) for v in order):
+            bad = next(v for v in order if not isinstance(v, (int, np.integer)) or isinstance(v, (bool, np.bool_)))
+            raise PlacerError(f"{source}: must be a list of op indices, found {bad!r}")
+        arr = np.asarray(order, dtype=np.int64) if len(order) else np.zeros(0, dtype=np.int64)
+    else:
+        raise PlacerError(f"{source}: must be a list of op indices, not {type(order).__name__}")
+    if arr.ndim != 1 or (arr.size and not np.issubdtype(arr.dtype, np.integer)):
+        raise PlacerError(f"{source}: must be a 1-D array of op indices, got shape {arr.shape} of {arr.dtype}")
+    if arr.shape[0] != n:
+        raise PlacerError(f"{source}: has {arr.shape[0]} entries for {n} ops")
+    if n and (arr.min() < 0 or arr.max() >= n):
+        bad = int(arr[(arr < 0) | (arr >= n)][0])
+        raise PlacerError(f"{source}: op index {bad} out of range [0, {n})")
+    pos = np.full(n, -1, dtype=np.int64)
+    pos[arr] = np.arange(n)
+    if (pos < 0).any():
+        missing = int(np.flatnonzero(pos < 0)[0])
+        dup = int(arr[np.flatnonzero(np.bincount(arr, minlength=n)[arr] > 1)[0]])
+        raise PlacerError(f"{source}: not a permutation of the ops: op {dup} appears twice, op {missing} never")
+    if not isinstance(graph, int) and graph.num_edges:
+        late = np.flatnonzero(pos[graph.edge_src] > pos[graph.edge_dst])
+        if late.size:
+            s, d = int(graph.edge_src[late[0]]), int(graph.edge_dst[late[0]])
+            raise PlacerError(f"{source}: op {graph.names[d]!r} ({d}) is issued before its input {graph.names[s]!r} ({s})")
+    return arr.astype(np.int32, copy=False)
+
+
+def single_device_rows(num_devices: int, num_ops: int) -> np.ndarray:
+    """``[num_devices, num_ops]`` int32: row ``d`` places every op on device ``d``.
+
+    >>> single_device_rows(2, 3).tolist()
+    [[0, 0, 0], [1, 1, 1]]
+    """
+    return np.repeat(np.arange(num_devices, dtype=np.int32)[:, None], num_ops, axis=1)
+
+
+def check_microbatches(value: Any, option: str = "microbatches") -> int:
+    """``value`` as a number of microbatches (an int in ``[1, MAX_MICROBATCHES]``), else one-line PlacerError."""
+    return check_int(value, option, least=1, most=MAX_MICROBATCHES)
+
+
+def check_inflight(value: Any, microbatches: int, option: str = "inflight") -> int:
+    """``value`` as an in-flight window for ``microbatches`` (an int in ``[1, M]``; None: M), else one-line PlacerError."""
+    if value is None:
+        return int(microbatches)
+    return check_int(value, option, least=1, most=int(microbatches))

@@ -1,0 +1,85 @@
+"""The ``placer`` command line: one subcommand per user task, one module per command.
+
+Each module of this package (``placer/cli/<command>.py``) adds its command with
+``add_command(sub)`` and runs it with ``run(args)``. Commands import light
+modules at the top and heavy ones (torch, ray: the real runtime, the training
+loop, the policies) inside ``run``, on purpose, so ``placer --help`` stays fast.
+:mod:`~placer.cli.output` prints (strict JSON, tables, units) and
+:mod:`~placer.cli.args` parses what several commands share. Bad input (a
+:class:`graphs.PlacerError`) exits 2 with one line on stderr; Ctrl-C exits 130.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+from graphs.errors import PlacerError
+from placer.cli.output import json_safe, print_json, to_json
+
+__all__ = ["main", "build_parser", "COMMANDS", "json_safe", "to_json", "print_json"]
+
+# The commands, one module each; their order here is the order in `placer --help`.
+COMMANDS = ("graphs", "export", "inspect", "clusters", "place", "simulate", "export_map", "compare", "train", "pretrain", "run",
+            "profile")
+
+EPILOG = """\
+typical session:
+  placer graphs                                  # the model zoo
+  placer export nmt-2 -o nmt2.json               # capture a model's training step
+  placer compare nmt2.json --cluster k80x4       # every heuristic, one table
+  placer train nmt2.json --cluster k80x4 --time-budget 300
+  placer simulate nmt2.json runs/latest/best_placement.json --cluster k80x4
+
+SOURCE (where a command takes one) is a graph file (.json), a zoo name,
+a module:callable returning (model, example_inputs), or an exported .pt2 file.
+"""
+
+
+class _Parser(argparse.ArgumentParser):
+    """An argument parser whose usage errors are one line, like every other error.
+
+    argparse prints the whole usage block before the message; a bad option is
+    bad input like any other, so it gets the one line (and exit status 2) that
+    names the option, plus where to read more.
+    """
+
+    def error(self, message: str):  # type: ignore[override]
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(
+        prog="placer",
+        description="Reinforcement-learning device placement for PyTorch training steps.",
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for name in COMMANDS:
+        importlib.import_module(f"{__name__}.{name}").add_command(sub)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not getattr(args, "func", None):
+        parser.print_help()
+        return 2
+    try:
+        rc = args.func(args)
+    except PlacerError as e:
+        print(f"placer: error: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("placer: interrupted", file=sys.stderr)
+        return 130
+    except BrokenPipeError:
+        return 0
+    return int(rc or 0)
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,79 @@
+"""Arguments several commands share: ``--profile``, ``--executor``, ``--option KEY=VALUE``, ``--device-map``.
+
+>>> parse_options(["device=gpu:1", "k=3", "x=0.5", "flag=true"])
+{'device': 'gpu:1', 'k': 3, 'x': 0.5, 'flag': True}
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+from typing import Any
+
+from envs.sim.schedule import EXECUTORS
+from envs.sim.simulator import EXECUTOR_ARG_HELP
+from graphs import OpGraph
+from graphs.errors import PlacerError
+from placer.checks import check_float, check_int
+
+DEVICE_MAP_HELP = "logical -> torch devices, e.g. gpu:0=cuda:1,*=cpu (default gpu:i=cuda:i, cpu:0=cpu)"
+
+
+def add_profile_argument(parser: argparse.ArgumentParser) -> None:
+    """Add ``--profile PROFILE.json`` to a command's parser (place, simulate, compare)."""
+    parser.add_argument("--profile", metavar="PROFILE.json", default=None, help="calibrate the simulator with a `placer profile` file (per-op times, link speeds)")
+
+
+def add_executor_argument(parser: argparse.ArgumentParser) -> None:
+    """Add ``--executor {eager,dataflow}`` (the simulator's executor model) to a command's parser."""
+    parser.add_argument("--executor", metavar="{" + ",".join(EXECUTORS) + "}", default="eager", help=EXECUTOR_ARG_HELP)
+
+
+def profiled(graph: OpGraph, cluster: Any, profile: str | None, device_map: str | None = None) -> tuple[OpGraph, Any]:
+    """The graph with measured op times and the cluster with measured links, when ``--profile`` is given.
+
+    The graph's hash, so the placements made for it, is unchanged.
+    """
+    if not profile:
+        return graph, cluster
+    from envs.real.profiler import with_profile  # the real runtime's side (torch): loaded only with --profile
+
+    return with_profile(graph, cluster, profile, device_map=device_map)
+
+
+def parse_options(items: list[str]) -> dict[str, Any]:
+    """``["k=v", ...]`` -> dict, with ints, floats and true/false converted.
+
+    A number that is not finite (``nan``, ``inf``) is refused.
+    """
+    out: dict[str, Any] = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise PlacerError(f"--option {item!r}: expected KEY=VALUE")
+        if key == "seed":
+            raise PlacerError("--option seed=...: use --seed")
+        low = value.lower()
+        if low in ("true", "false"):
+            out[key] = low == "true"
+            continue
+        for conv in (int, float):
+            try:
+                out[key] = conv(value)
+                break
+            except ValueError:
+                continue
+        else:
+            out[key] = value
+        if isinstance(out[key], float) and not math.isfinite(out[key]):
+            raise PlacerError(f"--option {item!r}: {value} is not a finite number")
+    return out
+
+
+def check_step_counts(args: argparse.Namespace) -> None:
+    """Range-check the numeric options of ``run`` and ``profile`` (those the command has)."""
+    for name, least in (("steps", 1), ("repeats", 1), ("warmup", 0)):
+        if hasattr(args, name):
+            check_int(getattr(args, name), f"--{name}", least=least)
+    if hasattr(args, "lr"):
+        check_float(args.lr, "--lr", above=0, most=1)

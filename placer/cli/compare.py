@@ -1,0 +1,114 @@
+"""``placer compare``: every heuristic and learned placements on one scorer, one table."""
+
+from __future__ import annotations
+
+import argparse
+import inspect
+
+import envs
+from envs.cluster import CLUSTER_ARG_HELP
+from envs.microbatch import parse_windows
+from graphs import PlacerError
+from graphs.plan import Placement, check_microbatches
+from placer import sources
+from placer.checks import check_output_file, check_seed
+from placer.cli.args import add_executor_argument, add_profile_argument, parse_options, profiled
+from placer.cli.output import print_json
+from placer.compare import compare, plot
+from placer.methods import registry
+
+
+def add_command(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "compare",
+        help="compare the heuristics and learned placements on the simulator",
+        description="Place GRAPH with every heuristic (or --methods), score each with the same simulator, "
+        "and print one table: step time, speed-up over the best single device, peak memory per device, "
+        "status and the time each method took; the lower bound is the last row.",
+    )
+    p.add_argument("graph", metavar="GRAPH", help="graph file, zoo name or module:callable")
+    p.add_argument("--cluster", required=True, help=CLUSTER_ARG_HELP)
+    p.add_argument("--methods", default="all", help="comma-separated heuristic names, or 'all' (default)")
+    p.add_argument("--placement", action="append", default=[], metavar="FILE", help="a placement file to add as a row (repeatable)")
+    p.add_argument("--seed", type=int, default=0, help="seed for the randomised methods (default 0)")
+    add_executor_argument(p)
+    p.add_argument("--microbatches", default="1", metavar="M[,M...]",
+                   help="microbatches per step (a pipelined plan, the batch split M ways with gradient accumulation); "
+                   "several, e.g. 1,2,4,8, to search: each method's row is its fastest M (default 1)")
+    p.add_argument("--inflight", default="all", metavar="W[,W...]",
+                   help="the most microbatches in flight: 'all' (default, fill-drain: every forward, then the backward) "
+                   "or W < M (one-forward-one-backward: activations of at most W microbatches held, for plans that "
+                   "would not fit otherwise); several, e.g. 2,4,all, to search alongside --microbatches")
+    p.add_argument("--option", action="append", default=[], metavar="[METHOD.]KEY=VALUE",
+                   help="an option for every method that takes KEY (or for METHOD only), e.g. time_limit_s=30 or ilp.num_workers=2 (repeatable)")
+    p.add_argument("--json", action="store_true", help="print the report as JSON")
+    p.add_argument("--plot", metavar="FILE.png", help="also draw a bar chart of the step times")
+    add_profile_argument(p)
+    p.set_defaults(func=run)
+
+
+def _methods(text: str) -> list[str] | None:
+    if text.strip() == "all":
+        return None
+    names = [m.strip() for m in text.split(",") if m.strip()]
+    if not names:
+        raise PlacerError("--methods: give heuristic names separated by commas, or 'all'")
+    for m in names:
+        registry.get(m)
+    return names
+
+
+def _microbatches(text: str) -> list[int]:
+    items = [t.strip() for t in text.split(",") if t.strip()]
+    if not items or not all(t.isdigit() for t in items):
+        raise PlacerError(f"--microbatches {text!r}: give whole numbers separated by commas, e.g. 1,2,4,8")
+    return [check_microbatches(int(t), "--microbatches") for t in items]
+
+
+def _options(items: list[str], methods: list[str] | None) -> dict[str, dict]:
+    """``--option`` values per method: ``KEY=VALUE`` for every method whose function takes KEY, ``METHOD.KEY=VALUE`` for one."""
+    names = methods if methods is not None else registry.names()
+    out: dict[str, dict] = {}
+    for item in items:
+        (key, value), = parse_options([item]).items()
+        method, dot, key = key.rpartition(".")
+        if dot and method not in names:
+            raise PlacerError(f"--option {item!r}: method {method!r} is not compared")
+        takers = [m for m in ([method] if dot else names) if key in inspect.signature(registry.get(m)).parameters]
+        if not takers:
+            raise PlacerError(f"--option {item!r}: no compared method takes {key!r}")
+        for m in takers:
+            out.setdefault(m, {})[key] = value
+    return out
+
+
+def run(args: argparse.Namespace) -> int:
+    check_seed(args.seed)
+    microbatches = _microbatches(args.microbatches)
+    inflight = parse_windows(args.inflight)
+    if args.plot:
+        check_output_file(args.plot, "--plot")
+    cluster = envs.resolve_cluster(args.cluster)
+    methods = _methods(args.methods)
+    options = _options(args.option, methods)
+    graph, model = sources.resolve_graph_and_model(args.graph)  # the model, for the methods that need one (accelerate)
+    graph, cluster = profiled(graph, cluster, args.profile)  # measured op times and link speeds
+    placements = [(path, Placement.load(path)) for path in args.placement]
+    report = compare(graph, cluster, methods=methods, placements=placements, seed=args.seed, model=model, executor=args.executor,
+                     microbatches=microbatches, inflight=inflight, options=options)
+    if args.plot:
+        plot(report, args.plot)
+    if args.json:
+        print_json(report.to_dict())
+        return 0
+    best = report.best()
+    print(f"{report.graph} ({graph.num_ops} ops) on {report.cluster}; scored by the simulator ({report.executor} executor), seed {report.seed}")
+    print(report.table())
+    if report.best_single_s is not None:
+        print(f"best single device: {report.best_single_device} {report.best_single_s * 1e3:.3f} ms; ", end="")
+    else:
+        print("no single device fits the graph; ", end="")
+    print(f"best heuristic: {best.method} {best.step_time_s * 1e3:.3f} ms" if best else "no heuristic fits")
+    if args.plot:
+        print(f"plot: {args.plot}")
+    return 0

@@ -1,0 +1,86 @@
+"""What the commands print: strict JSON (every ``--json``), aligned tables, sizes with units.
+
+>>> json_safe({"t": float("inf"), "xs": [1.0, float("nan")], "ok": True})
+{'t': None, 'xs': [1.0, None], 'ok': True}
+>>> flops(3.2e12), nbytes(1536), gb(2.5e9), rate(4e12, "FLOP/s")
+('3.2 TFLOP', '1.5 KiB', '2.50 GB', '4 TFLOP/s')
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from typing import Any
+
+
+def json_safe(doc: Any) -> Any:
+    """``doc`` with every non-finite float (inf, nan) as None and numpy values as plain Python ones.
+
+    JSON has no Infinity or NaN; a document with them is not JSON to a strict
+    parser. A value that is not finite is one that does not exist (an OOM step
+    has no step time), and the document's ``status`` says why.
+    """
+    if isinstance(doc, dict):
+        return {k: json_safe(v) for k, v in doc.items()}
+    if isinstance(doc, (list, tuple)):
+        return [json_safe(v) for v in doc]
+    if isinstance(doc, (bool, int, str)) or doc is None:
+        return doc
+    if isinstance(doc, float):
+        return doc if math.isfinite(doc) else None
+    if hasattr(doc, "tolist"):  # numpy scalars and arrays
+        return json_safe(doc.tolist())
+    return doc
+
+
+def to_json(doc: Any, indent: int | None = 1) -> str:
+    """The one JSON encoder of the CLI's outputs: strict JSON (see :func:`json_safe`)."""
+    return json.dumps(json_safe(doc), indent=indent, allow_nan=False)
+
+
+def print_json(doc: Any, indent: int | None = 1) -> None:
+    """Print ``doc`` as strict JSON on stdout: every ``--json`` output goes through here."""
+    print(to_json(doc, indent=indent))
+
+
+def table(rows: list[list[str]], right: set[int] = frozenset()) -> str:
+    """Rows as aligned columns (``right``: the right-aligned ones), a rule under the first row."""
+    widths = [max(len(r[c]) for r in rows) for c in range(len(rows[0]))]
+    out = []
+    for k, r in enumerate(rows):
+        cells = [v.rjust(w) if c in right else v.ljust(w) for c, (v, w) in enumerate(zip(r, widths))]
+        out.append("  ".join(cells).rstrip())
+        if k == 0:
+            out.append("  ".join("-" * w for w in widths))
+    return "\n".join(out)
+
+
+def _scaled(x: float, units: tuple[str, ...], base: float) -> str:
+    for unit in units[:-1]:
+        if abs(x) < base:
+            return f"{x:.3g} {unit}" if unit else f"{x:.3g}"
+        x /= base
+    return f"{x:.3g} {units[-1]}"
+
+
+def flops(x: float) -> str:
+    return _scaled(x, ("FLOP", "KFLOP", "MFLOP", "GFLOP", "TFLOP", "PFLOP"), 1000.0)
+
+
+def nbytes(x: float) -> str:
+    return _scaled(x, ("B", "KiB", "MiB", "GiB", "TiB"), 1024.0)
+
+
+def count(x: float) -> str:
+    return _scaled(x, ("", "K", "M", "G"), 1000.0)
+
+
+def gb(b: float) -> str:
+    return f"{b / 1e9:.2f} GB"
+
+
+def rate(x: float, unit: str) -> str:
+    for scale, prefix in ((1e12, "T"), (1e9, "G"), (1e6, "M")):
+        if x >= scale:
+            return f"{x / scale:g} {prefix}{unit}"
+    return f"{x:g} {unit}"

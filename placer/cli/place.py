@@ -1,0 +1,94 @@
+"""``placer place``: a heuristic's placement (or the pretrained policy's, ``--method learned``) as a placement file.
+
+Typical use::
+
+    placer place g.json --cluster k80x4 --method m_etf -o p.json
+    placer place g.json --cluster k80x4 --method learned -o p.json
+"""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+import envs
+from envs.cluster import CLUSTER_ARG_HELP
+from graphs import OpGraph
+from graphs.errors import PlacerError
+from graphs.plan import Placement
+from placer import sources
+from placer.checks import check_int, check_output_file, check_seed, parse_group_counts
+from placer.cli.args import add_profile_argument, parse_options, profiled
+from placer.methods import registry
+
+
+def add_command(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("place", help="place a graph with a heuristic", description="Place GRAPH on a cluster with a heuristic and write the placement file.")
+    p.add_argument("graph", metavar="GRAPH", help="graph file, zoo name or module:callable")
+    p.add_argument("--cluster", required=True, help=CLUSTER_ARG_HELP)
+    p.add_argument("--method", default="single", help="heuristic name (see `placer compare --help`), or learned "
+                   "(a pretrained gnn policy, zero-shot); default single")
+    p.add_argument("--policy-file", default=None, metavar="FILE", help="--method learned: policy .pt (default: the one shipped with placer)")
+    p.add_argument("--samples", type=int, default=None, help="--method learned: placements sampled per group count "
+                   "besides the greedy ones; the best simulated is kept (default 48)")
+    p.add_argument("--groups", default=None, metavar="N[,N...]", help="--method learned: the policy decodes the ops "
+                   "(greedy) and the graph coarsened to each of these group counts, or grouped by module at each "
+                   "depth (the word modules); none: the ops only, sampled too (default 128,256,512,modules)")
+    p.add_argument("--refine", type=int, default=None, metavar="N", help="--method learned: then simulate up to N "
+                   "more placements improving the best decodes, one group moved to another GPU at a time (steepest "
+                   "descent, as the module_search heuristic does from random draws); stops after 2 s; 0: keep the "
+                   "best decode (default 1000)")
+    p.add_argument("--seed", type=int, default=0, help="seed for randomised methods (default 0)")
+    p.add_argument("--option", action="append", default=[], metavar="KEY=VALUE", help="a method option, e.g. device=gpu:1 (repeatable)")
+    p.add_argument("-o", "--output", required=True, metavar="FILE", help="placement file to write (.json)")
+    add_profile_argument(p)
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    check_output_file(args.output, "-o")
+    check_seed(args.seed)
+    cluster = envs.resolve_cluster(args.cluster)
+    options = parse_options(args.option)
+    graph, model = sources.resolve_graph_and_model(args.graph)
+    graph, cluster = profiled(graph, cluster, args.profile)
+    if model is not None and registry.accepts(registry.get(args.method), "model"):
+        options["model"] = model  # accelerate's device maps need the module
+    for flag, value in (("--policy-file", args.policy_file), ("--samples", args.samples), ("--groups", args.groups),
+                        ("--refine", args.refine)):
+        if args.method != "learned" and value is not None:
+            raise PlacerError(f"{flag}: only with --method learned")
+    try:
+        if args.method == "learned":
+            placement = _learned(args, graph, cluster, options)
+        else:
+            placement = registry.place(args.method, graph, cluster, seed=args.seed, **options)
+    except TypeError as e:
+        if "unexpected keyword" in str(e):
+            raise PlacerError(f"--method {args.method}: {str(e).split(') ', 1)[-1]}") from None
+        raise
+    placement.save(args.output)
+    counts = ", ".join(f"{d}: {k}" for d, k in sorted(placement.device_counts().items()))
+    print(f"{args.output}: {args.method} placement of {graph.name or args.graph} ({graph.num_ops} ops) on {cluster.name} ({counts}); "
+          f"issue order: {placement.meta['issue_order']} ({placement.meta['step_time_s'] * 1e3:.3f} ms simulated, eager)")
+    if args.method == "learned":
+        m = placement.meta
+        refined = (f"; {m['refine_simulated']} placements simulated refining the decodes (stopped: {m['refine_stopped']})"
+                   if m["refine"] else "")
+        print(f"  best of {m['decodes']} decodes of the policy{refined}: {m['found_by']}, in {m['place_time_s']:.1f} s")
+    return 0
+
+
+def _learned(args: argparse.Namespace, graph: OpGraph, cluster: Any, options: dict[str, Any]) -> Placement:
+    """``--method learned``: the pretrained policy's placement (:func:`placer.methods.learned.place_learned`)."""
+    # the policy is torch: loaded only for this method
+    from placer.methods.learned import ZERO_SHOT_GROUPS, ZERO_SHOT_REFINE, ZERO_SHOT_SAMPLES, place_learned
+
+    samples = ZERO_SHOT_SAMPLES if args.samples is None else args.samples
+    check_int(samples, "--samples", least=0, most=4096)
+    refine = ZERO_SHOT_REFINE if args.refine is None else args.refine
+    check_int(refine, "--refine", least=0, most=10**6)
+    groups = ZERO_SHOT_GROUPS if args.groups is None else parse_group_counts(args.groups, modules=True)
+    if options:
+        raise PlacerError("--option: --method learned takes none (use --policy-file, --samples, --groups, --refine)")
+    return place_learned(graph, cluster, policy_file=args.policy_file, samples=samples, groups=groups, seed=args.seed, refine=refine)

@@ -1,0 +1,89 @@
+"""``placer profile``: per-op forward and backward times and link speeds on real devices (calibrates the simulator).
+
+Typical use::
+
+    placer profile nmt-2 --devices cpu,cuda:0 -o profile.json
+    placer simulate nmt-2 p.json --cluster h200x1 --profile profile.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+import numpy as np
+from tqdm import tqdm
+
+from graphs.errors import PlacerError
+from graphs.ir import PROFILE_COLUMNS
+from placer import sources
+from placer.checks import check_output_file
+from placer.cli.args import check_step_counts
+from placer.cli.output import print_json
+
+
+def add_command(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "profile", help="time every op and link on real devices (calibrates the simulator)",
+        description="Time the forward and backward of every op of SOURCE on each device, and copies between each "
+        "pair of devices; write a placer-profile/1 file for --profile on simulate, compare and train. Each device is "
+        "timed inside real training steps with every op on it: on the CPU each op's time; on a GPU each op's kernel "
+        "time and the host's time to issue it (an eager step on a GPU is often bound by the latter).",
+    )
+    p.add_argument("source", metavar="SOURCE", help="zoo name or module:callable returning (model, example_inputs)")
+    p.add_argument("--devices", default="cpu", help="comma-separated torch devices (default cpu), e.g. cpu,cuda:0")
+    p.add_argument("-o", "--output", required=True, metavar="FILE", help="profile file to write (.json)")
+    p.add_argument("--warmup", type=int, default=1, help="untimed steps (default 1)")
+    p.add_argument("--repeats", type=int, default=5, help="timed steps of each kind; the median is kept (default 5)")
+    p.add_argument("--json", action="store_true", help="print a JSON summary")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    # the real runtime (torch): loaded only to profile
+    import torch
+
+    from envs.real import profiler
+
+    check_step_counts(args)
+    check_output_file(args.output, "-o")
+    devices = [d.strip() for d in args.devices.split(",") if d.strip()]
+    if not devices:
+        raise PlacerError("--devices: name at least one torch device, e.g. cpu or cpu,cuda:0")
+    try:
+        for d in devices:
+            torch.device(d)
+    except (RuntimeError, ValueError):
+        raise PlacerError(f"--devices {args.devices}: not a list of torch devices") from None
+    model, inputs = sources.resolve_model(args.source)
+    bar = tqdm(total=0, desc="profiling ops", unit="op", file=sys.stderr, disable=args.json or not sys.stderr.isatty())
+
+    def progress(done: int, total: int) -> None:
+        bar.total = total
+        bar.update(done - bar.n)
+
+    prof = profiler.profile_model(model, inputs, devices, warmup=args.warmup, repeats=args.repeats, progress=progress)
+    bar.close()
+    profiler.save_profile(prof, args.output)
+    summary = {
+        "output": args.output,
+        "graph_hash": prof["graph_hash"],
+        "ops": len(prof["ops"]),
+        "devices": {d: {k: float(np.nansum(np.array(e[k], dtype=float)))
+                        for k in PROFILE_COLUMNS if k in e} for d, e in prof["devices"].items()},
+        "links": [{k: lk[k] for k in ("src", "dst", "latency_s", "bandwidth_bytes_per_s")} for lk in prof["links"]],
+        "errors": len(prof["errors"]),
+    }
+    if args.json:
+        print_json(summary)
+        return 0
+    print(f"{args.output}: {summary['ops']} ops of {args.source} (graph {prof['graph_hash']})")
+    for d, s in summary["devices"].items():
+        print(f"  {d:<8} forward {s['fwd_s'] * 1e3:10.2f} ms   backward {s['bwd_s'] * 1e3:10.2f} ms   (sum over ops)")
+        if "issue_fwd_s" in s:  # a GPU profiled in context: the host's time to issue those kernels
+            print(f"  {'':<8} issue   {s['issue_fwd_s'] * 1e3:10.2f} ms   issue    {s['issue_bwd_s'] * 1e3:10.2f} ms   (host, sum over ops)")
+    for lk in summary["links"]:
+        print(f"  {lk['src']} -> {lk['dst']}: {lk['bandwidth_bytes_per_s'] / 1e9:.2f} GB/s, latency {lk['latency_s'] * 1e6:.1f} us")
+    if summary["errors"]:
+        print(f"  {summary['errors']} ops could not run on some device (left unknown): see 'errors' in the file")
+    return 0

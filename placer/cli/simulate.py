@@ -1,0 +1,74 @@
+"""``placer simulate``: one simulated training step of a placed graph; the schedule as a Chrome/Perfetto trace.
+
+Typical use::
+
+    placer simulate g.json p.json --cluster k80x4 --trace step.json
+"""
+
+from __future__ import annotations
+
+import argparse
+
+import envs
+from envs.cluster import CLUSTER_ARG_HELP
+from graphs.io import write_text_atomic
+from graphs.plan import Placement
+from placer import sources
+from placer.checks import check_output_file
+from placer.cli.args import add_executor_argument, add_profile_argument, profiled
+from placer.cli.output import gb, print_json, to_json
+
+
+def add_command(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("simulate", help="simulate one training step of a placed graph", description="Simulate one training step of GRAPH placed by PLACEMENT: step time, lower bound, per-device busy time and peak memory, status.")
+    p.add_argument("graph", metavar="GRAPH", help="graph file, zoo name or module:callable")
+    p.add_argument("placement", metavar="PLACEMENT", help="placement file (from `placer place` or `placer train`)")
+    p.add_argument("--cluster", required=True, help=CLUSTER_ARG_HELP)
+    p.add_argument("--trace", metavar="FILE", help="write the schedule as Chrome/Perfetto trace JSON")
+    add_executor_argument(p)
+    p.add_argument("--json", action="store_true", help="print the result as JSON")
+    add_profile_argument(p)
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.trace:
+        check_output_file(args.trace, "--trace")
+    cluster = envs.resolve_cluster(args.cluster)
+    graph, cluster = profiled(sources.resolve_graph(args.graph), cluster, args.profile)
+    placement = Placement.load(args.placement)
+    env = envs.SimEnv(graph, cluster, executor=args.executor, microbatches=placement.microbatches, inflight=placement.inflight)
+    result = env.simulate(placement.indices(graph, cluster.device_names, source=args.placement), trace=bool(args.trace),
+                          order=getattr(placement, "order", None))
+    bound = env.lower_bound()
+    if args.trace:
+        write_text_atomic(args.trace, to_json(result.extra.pop("trace"), indent=None))
+    if args.json:
+        doc = result.to_dict()
+        doc["lower_bound_s"] = float(bound)
+        doc["lower_bound_name"] = getattr(bound, "name", "")
+        doc["graph"] = graph.name
+        doc["cluster"] = cluster.name
+        doc["executor"] = args.executor
+        print_json(doc)
+        return 0
+    sim_s = result.extra["sim_step_time_s"]
+    plan = "" if env.microbatches == 1 else (
+        f", {env.microbatches} microbatches ({'fill-drain' if env.inflight == env.microbatches else f'at most {env.inflight} in flight'})")
+    print(f"{graph.name or args.graph} ({graph.num_ops} ops) on {cluster.name}, placement {args.placement}, {args.executor} executor{plan}")
+    if result.ok:
+        named = f": {bound.name}" if getattr(bound, "name", "") else ""
+        print(f"step time   {result.step_time_s * 1e3:.3f} ms  (lower bound {bound * 1e3:.3f} ms{named}, {result.step_time_s / bound:.2f}x)" if bound > 0 else f"step time   {result.step_time_s * 1e3:.3f} ms")
+    else:
+        print(f"step time   -  ({sim_s * 1e3:.3f} ms ignoring memory; lower bound {bound * 1e3:.3f} ms)")
+    print(f"status      {result.status}{': ' + result.message if result.message else ''}")
+    print(f"{'device':<8} {'ops':>6} {'busy ms':>10} {'peak memory':>12} {'capacity':>10}")
+    counts = placement.device_counts()
+    for d, name in enumerate(cluster.device_names):
+        print(f"{name:<8} {counts.get(name, 0):>6} {result.busy_s[name] * 1e3:>10.3f} {gb(result.peak_bytes[name]):>12} {gb(cluster.memory_bytes[d]):>10}")
+    links = [(k, v) for k, v in result.busy_s.items() if "->" in k]
+    if links:
+        print("links busy: " + ", ".join(f"{k} {v * 1e3:.3f} ms" for k, v in sorted(links)))
+    if args.trace:
+        print(f"trace: {args.trace} (open in https://ui.perfetto.dev)")
+    return 0

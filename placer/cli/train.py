@@ -1,0 +1,171 @@
+"""``placer train``: learn a placement with the RL placer.
+
+Example:
+    placer train nmt-2 --cluster k80x4 --time-budget 300
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import sys
+from typing import Any
+
+import envs
+from envs.cluster import CLUSTER_ARG_HELP
+from graphs import PlacerError
+from placer import sources
+from placer.checks import check_output_dir
+from placer.cli.args import profiled
+from placer.cli.output import print_json
+from placer.learn.config import (
+    RESUME_KEEPS, AlgoOptions, PolicyOptions, RunOptions, TrainConfig, _base_type, field_docs, literal_choices,
+    option_name,
+)
+
+
+# Kept for callers and tests: TrainConfig's defaults of the most used options (no longer a copy).
+HELP_DEFAULTS = {k: getattr(TrainConfig(), k) for k in
+                 ("lr", "entropy_coef", "hidden", "samples", "seed", "policy", "algo", "env")}
+
+_SECTIONS = (("run options", RunOptions), ("algorithm options", AlgoOptions), ("policy options", PolicyOptions),
+             ("preset", TrainConfig))
+# Help that says more than the field's docstring, or in the command line's terms.
+_HELP = {"source": "graph file (.json/.pt2), zoo name or module:callable", "progress": "no progress bar"}
+_METAVARS = {"profile": "PROFILE.json", "device_map": "MAP", "measure_timeout_s": "SECONDS", "time_budget_s": "SECONDS",
+             "heuristics": "NAMES", "logdir": "DIR"}
+
+
+def _names(value: str) -> tuple[str, ...]:
+    """``--heuristics a,b``: a comma list of heuristic names ('' : none)."""
+    return tuple(n.strip() for n in value.split(",") if n.strip())
+
+
+def _add_field(group: Any, f: dataclasses.Field, help_text: str) -> None:
+    """Add TrainConfig field ``f`` as an option (or SOURCE) whose default is the dataclass's (not set: absent)."""
+    name, tp, choices = f.name, _base_type(f), literal_choices(f)
+    help_text = help_text.replace("%", "%%")  # argparse formats help with %
+    if name == "source":
+        group.add_argument("source", metavar="SOURCE", help=help_text)
+        return
+    kw: dict[str, Any] = {"dest": name, "default": argparse.SUPPRESS, "help": help_text}
+    default = f.default
+    if tp is bool:
+        if name == "progress":  # --no-progress
+            kw.update(action="store_false")
+        elif default is False:
+            kw.update(action="store_true")
+        else:
+            kw.update(action=argparse.BooleanOptionalAction, help=f"{help_text} (default: {default})")
+        group.add_argument(option_name(name), **kw)
+        return
+    # choices are checked by TrainConfig.validate, so a bad one gets the same one-line message as from Python
+    kw["metavar"] = "{" + ",".join(choices) + "}" if choices else _METAVARS.get(name, name.upper().removesuffix("_S"))
+    kw["type"] = {int: int, float: float}.get(tp, _names if name == "heuristics" else str)
+    if name == "cluster":
+        kw.update(required=True)
+        kw.pop("default")
+    elif default is not None:
+        kw["help"] = f"{help_text} (default: {default})"
+    group.add_argument(option_name(name), **kw)
+
+
+def add_command(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "train",
+        help="learn a placement with the RL placer (seq2seq, hierarchical or gnn policy)",
+        description="Train a placement policy on SOURCE's graph. Writes TensorBoard logs, a resumable "
+        "checkpoint and best_placement.json under --logdir. Every option is a field of "
+        "placer.learn.config.TrainConfig (same name, with - for _).",
+    )
+    docs = {**field_docs(), **_HELP, "cluster": CLUSTER_ARG_HELP}
+    seen: set[str] = set()
+    for title, cls in _SECTIONS:
+        group = p.add_argument_group(title)
+        stop = None
+        for f in dataclasses.fields(cls):
+            if f.name in seen:
+                continue
+            seen.add(f.name)
+            if f.name in ("iterations", "time_budget_s"):  # the two stopping rules exclude each other
+                stop = stop or group.add_mutually_exclusive_group()
+                _add_field(stop, f, docs[f.name])
+            else:
+                _add_field(group, f, docs[f.name])
+    p.add_argument("--json", action="store_true", help="print the result as JSON")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from placer.learn import loop  # torch and TensorBoard: loaded only to train
+
+    fields = {f.name for f in dataclasses.fields(TrainConfig)}
+    given = {k: v for k, v in vars(args).items() if k in fields}  # what the command line set
+    options = dict(given)
+    if "iterations" not in options and "time_budget_s" not in options:
+        options["time_budget_s"] = 300.0
+    options["progress"] = options.get("progress", True) and not args.json and sys.stderr.isatty()
+    config = TrainConfig.from_preset(options.pop("preset", "tuned"), **options)
+    config.validate()  # before the (possibly slow) capture of SOURCE; checks --logdir too
+    if config.logdir is None:
+        check_output_dir("runs", "--logdir (default runs/...)")
+    if config.resume:
+        config = _resumed_config(config, given)
+    cluster = envs.resolve_cluster(config.cluster)
+    graph, cluster = profiled(sources.resolve_graph(config.source), cluster, config.profile, device_map=config.device_map)
+    result = loop.train(config, graph=graph, cluster=cluster)
+    doc = result.to_dict()
+    doc["executor"] = config.executor
+    if args.json:
+        print_json(doc)
+    else:
+        print(_summary(doc))
+    return 130 if result.interrupted else 0
+
+
+def _resumed_config(config: TrainConfig, given: dict | None = None) -> TrainConfig:
+    """On --resume, the stopping rule, SOURCE, cluster and run-time options given now win (``RESUME_KEEPS``);
+    the model and training settings come from the checkpoint's config. Each option in ``given`` (what the
+    command line set) that the checkpoint overrides is reported in one line on stderr."""
+    from placer.learn import checkpoint  # torch: loaded only to resume
+
+    _, saved = checkpoint.load(config.logdir)
+    if not isinstance(saved.get("config"), dict):
+        raise PlacerError(f"--resume: {config.logdir}/{checkpoint.CHECKPOINT_PT} is not a placer training checkpoint")
+    fields = {f.name for f in dataclasses.fields(config)}
+    old = {k: v for k, v in saved["config"].items() if k in fields}
+    if isinstance(old.get("heuristics"), list):
+        old["heuristics"] = tuple(old["heuristics"])
+    ignored = [f"{option_name(k)} {v} (checkpoint: {old[k]})" for k, v in (given or {}).items()
+               if k not in RESUME_KEEPS and k in old and old[k] != v]
+    if ignored:
+        print(f"placer: note: --resume uses the checkpoint's settings; ignored: {', '.join(ignored)}", file=sys.stderr)
+    resumed = dataclasses.replace(config, **{k: v for k, v in old.items() if k not in RESUME_KEEPS})
+    resumed.validate()
+    return resumed
+
+
+def _ms(x: float | None) -> str:
+    return "n/a" if x is None else f"{x * 1e3:.3f} ms"
+
+
+def _summary(doc: dict) -> str:
+    found = f"found at {doc['time_to_best_s']:.0f} s" if doc["time_to_best_s"] is not None else "no placement ran"
+    lines = [
+        f"best step time   {_ms(doc['best_step_time_s'])}  (after {doc['iterations']} iterations, "
+        f"{doc['elapsed_s']:.0f} s; {found})",
+    ]
+    if doc["best_heuristic"]:
+        bh, learned = doc["best_heuristic_step_time_s"], doc["best_step_time_s"]
+        gain = f"  ({(1 - learned / bh) * 100:+.1f}% vs it)" if bh and learned else ""
+        lines.append(f"best heuristic   {_ms(bh)}  ({doc['best_heuristic']}){gain}")
+    if doc["expert_step_time_s"] is not None:
+        lines.append(f"expert           {_ms(doc['expert_step_time_s'])}")
+    if doc["lower_bound_s"] is not None:
+        lines.append(f"lower bound      {_ms(doc['lower_bound_s'])}")
+    if doc.get("issue_order_step_time_s") is not None and doc["issue_order"] != "node":
+        lines.append(f"issue order      {_ms(doc['issue_order_step_time_s'])}  ({doc['issue_order']} order, in the placement file)")
+    if doc["best_placement"]:
+        lines.append(f"placement        {doc['best_placement']}")
+    lines.append(f"logs             {doc['logdir']}  (tensorboard --logdir {doc['logdir']})")
+    return "\n".join(lines)

@@ -1,0 +1,395 @@
+"""The options of ``placer train``: one typed config in three parts, and presets.
+
+:class:`TrainConfig` is composed of three option dataclasses, each read by one
+part of the program:
+
+- :class:`RunOptions`: what to place and where the run lives (SOURCE, cluster,
+  scorer, logdir, Ray, device, stopping rule, logging cadence);
+- :class:`AlgoOptions`: the learning algorithm (reward, reward baseline, advantage,
+  optimizer and its schedule, exploration, PPO, imitation warm start), read by
+  :mod:`placer.learn.algos`;
+- :class:`PolicyOptions`: the network (policy name, items, LSTM sizes, logit
+  squashing), read when the policy is built.
+
+TrainConfig inherits the three, so every option is a flat attribute
+(``config.lr``), the checkpoint's ``config`` is a flat JSON object, and
+``config.algo_options`` / ``config.policy_options`` / ``config.run_options`` give
+the parts. The ``placer train`` command line is generated from these fields
+(:func:`placer.cli.train.add_command`): every field is an option, its help is
+the field's docstring. This module imports neither torch nor numpy, so
+``placer --help`` stays fast.
+"""
+
+from __future__ import annotations
+
+import ast
+import dataclasses
+import functools
+import inspect
+import sys
+import types
+import typing
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from graphs.errors import PlacerError
+from placer.checks import MAX_SEED, check_float, check_int, check_output_dir
+
+EnvName = Literal["sim", "measured"]
+ExecutorName = Literal["eager", "dataflow"]
+ScoreOrderName = Literal["node", "planned"]
+AlgoName = Literal["reinforce", "ppo"]
+RewardBaselineName = Literal["loo", "ema"]
+WarmStartName = Literal["best", "none"]
+PresetName = Literal["tuned", "paper"]
+
+
+@dataclass
+class RunOptions:
+    """What to place, with which scorer, where the run lives and when it stops."""
+
+    source: str = ""
+    """SOURCE the graph came from (graph file, zoo name, module:callable), for the record and --env measured."""
+    cluster: str = "k80x4"
+    """cluster preset name or JSON file."""
+    profile: str | None = None
+    """optional `placer profile` file applied to the cluster (calibrates per-op times and link speeds)."""
+    env: EnvName = "sim"
+    """scorer: "sim" (envs.SimEnv, the simulator) or "measured" (envs.MeasuredEnv: real training steps in Ray actors;
+    needs a zoo name or module:callable)."""
+    executor: ExecutorName = "eager"
+    """simulator executor model (--env sim and the heuristics): "eager" (PyTorch) or "dataflow" (TensorFlow)."""
+    score_order: ScoreOrderName = "node"
+    """issue order the samples are scored in (--env sim, eager): "node", or "planned" (each sample in its
+    envs.SimEnv.schedule_order, the order the best placement's file carries; ~2 ms more per sample on nmt-2).
+    "node" stays the default so the learner's times compare with the heuristics' node-order times."""
+    microbatches: int = 1
+    """M: the plan runs M microbatches per step, gradients accumulated (a pipelined plan, envs.microbatch);
+    --env sim only."""
+    inflight: int | None = None
+    """W: the most microbatches in flight, 1..M (default: all M, fill-drain; fewer: one-forward-one-backward,
+    activations of at most W microbatches held)."""
+    iterations: int | None = None
+    """stop after this many iterations (None: only the time budget)."""
+    time_budget_s: float | None = None
+    """stop after this many seconds of training, warm start included (None: only iterations;
+    the command line's default is 300 when neither is given)."""
+    seed: int = 0
+    """seed of the policy initialisation and sampling (a CPU run is reproducible)."""
+    logdir: str | None = None
+    """run directory (default runs/<graph>-<cluster>-<time>): TensorBoard, checkpoint, best_placement.json."""
+    resume: bool = False
+    """continue from logdir's checkpoint with the same best, optimizer and RNG states (the checkpoint's model and
+    training options win over those given now, which are reported on stderr)."""
+    device: str = "cpu"
+    """torch device of the policy: "cpu", "cuda", "cuda:N" or "auto"."""
+    device_map: str | None = None
+    """logical -> torch devices for --env measured and --profile, e.g. "gpu:0=cuda:1,*=cpu"."""
+    workers: int | None = None
+    """--env measured: Ray workers (default: one per machine in the Ray cluster)."""
+    ray_address: str | None = None
+    """--env measured: join this Ray cluster instead of starting a local one."""
+    measure_timeout_s: float = 600.0
+    """--env measured: seconds one placement's measurement (its training steps) may take."""
+    heuristics: tuple[str, ...] | None = None
+    """heuristics to compare with and warm-start from (None: all registered; on the command line a comma list)."""
+    eval_every: int = 10
+    """score the greedy decoding every this many iterations."""
+    checkpoint_every: int = 20
+    """write a checkpoint every this many iterations (and on Ctrl-C and at the end)."""
+    progress: bool = True
+    """show a tqdm progress bar."""
+
+
+@dataclass
+class AlgoOptions:
+    """The learning algorithm: reward -> reward baseline -> advantage -> loss, and its optimizer.
+
+    Tuned defaults (``preset="tuned"``) versus the paper's (``preset="paper"``,
+    see :data:`PRESETS`): the defaults were measured on nmt-2 / nmt-4 /
+    inception-v3 on a 2-core CPU with a warm start. A warm-started policy needs
+    a small learning rate (5e-4; 2e-3 drifts away from its incumbent within a
+    few steps) and a zero-mean reward baseline (leave-one-out: an EMA lagging above a
+    falling batch mean makes every advantage negative and pushes the incumbent's
+    probability down); normalising advantages by the batch's reward std makes
+    the step size independent of the reward scale. The paper trains from scratch
+    for hours on GPUs, where lr 0.1 with a decay schedule and logit noise are
+    affordable.
+    """
+
+    algo: AlgoName = "reinforce"
+    """"reinforce" (policy gradient + entropy bonus) or "ppo" (clipped surrogate)."""
+    samples: int = 8
+    """K: placements sampled and scored per iteration."""
+    lr: float = 5e-4
+    """Adam learning rate of the RL updates; measured: 2e-3 already drifts a warm-started policy away
+    from its incumbent within a few steps; from scratch (warm_start="none") 1e-2 learns faster."""
+    lr_decay: float = 1.0
+    """multiply the learning rate by this every lr_decay_every iterations after lr_decay_after (1: constant;
+    paper: 0.95)."""
+    lr_decay_every: int = 50
+    """iterations between learning-rate decays (paper: 50)."""
+    lr_decay_after: int = 0
+    """iteration from which the learning rate decays (paper: 400)."""
+    grad_clip: float = 1.0
+    """gradient-norm clip (paper: 1.0)."""
+    entropy_coef: float = 0.001
+    """weight of the mean per-item entropy bonus."""
+    baseline: RewardBaselineName = "loo"
+    """the reward baseline: "loo", each sample's is the mean reward of the other K-1 samples (zero-mean advantages);
+    "ema": the paper's moving average of the batch-mean reward."""
+    baseline_decay: float = 0.9
+    """EMA decay of the reward baseline (paper: 0.9); the EMA is tracked and logged either way."""
+    normalize_advantage: bool = True
+    """divide advantages by the batch's reward std (keeps the step size independent of the reward scale)."""
+    fail_factor: float = 10.0
+    """a failed (OOM) placement counts as fail_factor x the best single-device step time (the paper's 100 s
+    failing runtime was about 10x its models' step times)."""
+    fail_mask_after: int | None = None
+    """from this iteration on, failed placements are left out of the loss and the reward baseline (paper: 1000;
+    None: never)."""
+    logit_noise: float = 0.0
+    """std of Gaussian noise added to the logits while sampling (exploration; 0: none)."""
+    logit_noise_steps: int = 0
+    """full logit noise for this many iterations, then fading linearly to 0 over half as many more."""
+    ppo_epochs: int = 4
+    """PPO: gradient epochs per batch."""
+    ppo_clip: float = 0.2
+    """PPO: ratio clip."""
+    warm_start: WarmStartName = "best"
+    """"best": first imitate the best heuristic's placement, then RL; "none": pure RL from scratch."""
+    warm_start_steps: int = 150
+    """at most this many imitation steps."""
+    warm_start_lr: float = 0.02
+    """Adam learning rate of the imitation steps."""
+    warm_start_nll: float = 0.01
+    """stop imitating once greedy decoding matches and the mean NLL per item is below this (lower: samples
+    stay closer to the incumbent; measured on inception-v3: 0.05 -> no gain in 300 s, 0.01 -> -0.4%)."""
+
+
+@dataclass
+class PolicyOptions:
+    """The policy network (see :mod:`policies`)."""
+
+    policy: str = "seq2seq"
+    """policy name in policies.POLICIES: seq2seq (the ICML 2017 policy), hierarchical (ICLR 2018 grouper-placer) or gnn
+    (a graph network that serves any graph and cluster; see `placer pretrain` and --init)."""
+    max_groups: int | None = None
+    """items the policy places (co-location groups); None: min(256, 20 x devices) as in HDP's code; 0: every op."""
+    hidden: int = 64
+    """LSTM units per direction (paper: 256; 64 is several times faster on a CPU)."""
+    layers: int = 1
+    """encoder LSTM layers (paper: 2)."""
+    temperature: float = 10.0
+    """logits are divided by this before C*tanh (HDP: 10)."""
+    tanh_c: float = 5.0
+    """C of C*tanh(logits) (HDP: 5)."""
+    init: str | None = None
+    """a pretrained policy file (`placer pretrain`, .pt + .json sidecar) to fine-tune (gnn only; implies
+    --policy gnn). The warm start still imitates the best heuristic first (--warm-start none skips it), and
+    `placer train` then defaults --entropy to 0.01 (not 0.001) and --warm-start-lr to 0.003 (not 0.02), as a
+    pretrained policy is sharp (BENCHMARKS.md, fine-tuning)."""
+
+
+@dataclass
+class TrainConfig(PolicyOptions, AlgoOptions, RunOptions):
+    """Everything a training run depends on (see ``placer train --help``).
+
+    Build it with :meth:`from_preset` to start from a preset's values.
+    """
+
+    preset: PresetName = "tuned"
+    """"tuned": the defaults (tuned for short CPU runs); "paper": the papers' settings (Adam lr 0.1 x0.95 every
+    50 steps after 400, EMA reward baseline 0.9, logit noise for the first 500-750 steps, 2x256 LSTMs, failed
+    placements masked from the loss after step 1000). Options given with it win."""
+
+    @classmethod
+    def from_preset(cls, preset: str = "tuned", **options: Any) -> "TrainConfig":
+        """The config of ``preset`` (see :data:`PRESETS`) with ``options`` on top.
+
+        Fine-tuning (``init`` given) changes three defaults that ``options`` does not
+        set: ``policy`` "gnn", ``entropy_coef`` :data:`INIT_ENTROPY` and
+        ``warm_start_lr`` :data:`INIT_WARM_START_LR`.
+        """
+        if preset not in PRESETS:
+            raise PlacerError(f"--preset {preset!r}: unknown (known: {', '.join(PRESETS)})")
+        options = dict(options)
+        if options.get("init") is not None:  # a pretrained policy still imitates the best heuristic first
+            options.setdefault("policy", "gnn")  # unless warm_start="none" (BENCHMARKS.md, fine-tuning)
+            options.setdefault("entropy_coef", INIT_ENTROPY)
+            options.setdefault("warm_start_lr", INIT_WARM_START_LR)
+        return cls(**{**PRESETS[preset], **options, "preset": preset})
+
+    @property
+    def run_options(self) -> RunOptions:
+        return _part(RunOptions, self)
+
+    @property
+    def algo_options(self) -> AlgoOptions:
+        return _part(AlgoOptions, self)
+
+    @property
+    def policy_options(self) -> PolicyOptions:
+        return _part(PolicyOptions, self)
+
+    def validate(self) -> None:
+        """Raise :class:`PlacerError` (one line, naming the option) for a bad setting."""
+        from policies import POLICIES  # torch: TrainConfig itself stays light for placer --help
+
+        if self.policy not in POLICIES:
+            raise PlacerError(f"--policy {self.policy!r}: unknown (known: {', '.join(POLICIES)})")
+        for f in dataclasses.fields(self):  # the Literal-typed choices
+            choices = literal_choices(f)
+            if choices and getattr(self, f.name) not in choices:
+                raise PlacerError(f"{option_name(f.name)} {getattr(self, f.name)!r}: unknown (known: {', '.join(choices)})")
+        if self.iterations is None and self.time_budget_s is None:
+            raise PlacerError("train: give --iterations or --time-budget")
+        for name, (option, bounds) in _INT_FIELDS.items():
+            value = getattr(self, name)
+            if value is not None or name not in _OPTIONAL:
+                check_int(value, option, **bounds)
+        for name, (option, bounds) in _FLOAT_FIELDS.items():
+            value = getattr(self, name)
+            if value is not None or name not in _OPTIONAL:
+                check_float(value, option, **bounds)
+        for f in dataclasses.fields(self):
+            if _base_type(f) is bool and not isinstance(getattr(self, f.name), bool):
+                raise PlacerError(f"{f.name} {getattr(self, f.name)!r}: must be true or false")
+        if self.heuristics is not None and not (isinstance(self.heuristics, tuple)
+                                                and all(isinstance(h, str) for h in self.heuristics)):
+            raise PlacerError(f"--heuristics {self.heuristics!r}: must be a tuple of heuristic names")
+        if self.score_order == "planned" and self.env != "sim":
+            raise PlacerError("--score-order planned: only with --env sim (a measured run runs node order)")
+        if self.microbatches != 1 and self.env != "sim":
+            raise PlacerError(f"--microbatches {self.microbatches}: only --env sim scores microbatched plans")
+        if self.inflight is not None and self.inflight > self.microbatches:
+            raise PlacerError(f"--inflight {self.inflight}: must be at most --microbatches ({self.microbatches})")
+        if self.init is not None and self.policy != "gnn":
+            raise PlacerError(f"--init: a pretrained policy is a gnn policy; --policy is {self.policy!r}")
+        if self.resume and not self.logdir:
+            raise PlacerError("--resume: needs --logdir (the run directory to continue)")
+        if self.logdir is not None:
+            check_output_dir(self.logdir, "--logdir")
+
+
+def _part(cls: type, config: TrainConfig) -> Any:
+    return cls(**{f.name: getattr(config, f.name) for f in dataclasses.fields(cls)})
+
+
+#: entropy_coef when fine-tuning (``init``) and not given: a pretrained gnn policy, warm-started, is sharp, and
+#: at the default 0.001 its entropy fell to 0.006 nats per item within 700 iterations, leaving it stuck on its first
+#: improvement (BENCHMARKS.md, "Fine-tuning ... model 2").
+INIT_ENTROPY = 0.01
+#: warm_start_lr when fine-tuning (``init``) and not given: `placer pretrain`'s imitation rate. The default
+#: 0.02 (for a fresh seq2seq) threw the no-cnn policy off inception-v3/k80x4 (2,591.8 ms after 150 or 500
+#: steps, against 374.5 ms at 0.003; BENCHMARKS.md, fine-tuning).
+INIT_WARM_START_LR = 0.003
+
+# The presets: name -> the fields it sets (everything else keeps its default).
+PRESETS: dict[str, dict[str, Any]] = {
+    "tuned": {},
+    "paper": dict(
+        lr=0.1, lr_decay=0.95, lr_decay_every=50, lr_decay_after=400, grad_clip=1.0,
+        baseline="ema", baseline_decay=0.9, normalize_advantage=False,
+        logit_noise=1.0, logit_noise_steps=500,  # full noise to step 500, fading to 0 at step 750
+        hidden=256, layers=2,
+        fail_factor=10.0, fail_mask_after=1000,  # 100 s failing runtime ~ 10x the papers' step times
+        warm_start="none",
+    ),
+}
+
+# Options whose name on the command line is not --<field-name-with-dashes>.
+OPTION_NAMES = {"time_budget_s": "--time-budget", "measure_timeout_s": "--measure-timeout", "entropy_coef": "--entropy",
+                "progress": "--no-progress", "source": "SOURCE"}
+
+
+def option_name(field_name: str) -> str:
+    """The command-line option that sets TrainConfig field ``field_name`` (named in error messages)."""
+    return OPTION_NAMES.get(field_name, "--" + field_name.replace("_", "-"))
+
+
+# The numeric fields of TrainConfig: field -> bounds for placer.checks.check_int / check_float (errors name the
+# field's option). Every numeric field is listed (a test checks).
+_INT_BOUNDS: dict[str, dict[str, int]] = {
+    "samples": dict(least=1, most=4096),
+    "microbatches": dict(least=1, most=1024),  # envs.microbatch.MAX_MICROBATCHES
+    "inflight": dict(least=1, most=1024),  # and at most microbatches (validate)
+    "iterations": dict(least=1),
+    "seed": dict(least=0, most=MAX_SEED),
+    "max_groups": dict(least=0),  # 0 places every op
+    "hidden": dict(least=1, most=4096),
+    "layers": dict(least=1, most=16),
+    "warm_start_steps": dict(least=0),
+    "ppo_epochs": dict(least=1, most=1000),
+    "eval_every": dict(least=1),
+    "checkpoint_every": dict(least=1),
+    "workers": dict(least=1),
+    "lr_decay_every": dict(least=1),
+    "lr_decay_after": dict(least=0),
+    "fail_mask_after": dict(least=0),
+    "logit_noise_steps": dict(least=0),
+}
+_FLOAT_BOUNDS: dict[str, dict[str, float]] = {
+    "time_budget_s": dict(above=0),
+    "temperature": dict(above=0),
+    "tanh_c": dict(above=0),
+    "lr": dict(above=0, most=1),
+    "lr_decay": dict(above=0, most=1),
+    "grad_clip": dict(above=0),
+    "entropy_coef": dict(least=0),
+    "baseline_decay": dict(least=0, below=1),
+    "fail_factor": dict(least=1),
+    "logit_noise": dict(least=0),
+    "warm_start_lr": dict(above=0, most=1),
+    "warm_start_nll": dict(least=0),
+    "ppo_clip": dict(above=0, below=1),
+    "measure_timeout_s": dict(above=0),
+}
+_INT_FIELDS = {name: (option_name(name), b) for name, b in _INT_BOUNDS.items()}
+_FLOAT_FIELDS = {name: (option_name(name), b) for name, b in _FLOAT_BOUNDS.items()}
+_OPTIONAL = {"iterations", "time_budget_s", "max_groups", "workers", "fail_mask_after", "inflight"}  # None: not set
+
+# On --resume these options are taken from the command line; every other one from the checkpoint.
+RESUME_KEEPS = ("iterations", "time_budget_s", "resume", "logdir", "progress", "device", "device_map", "workers",
+                "ray_address", "source", "cluster", "measure_timeout_s")
+
+
+# ----------------------------------------------------------------- field introspection (for the CLI)
+@functools.cache
+def _hints() -> dict[str, Any]:
+    return typing.get_type_hints(TrainConfig)
+
+
+def _base_type(f: dataclasses.Field) -> Any:
+    """The field's type without ``| None``."""
+    tp = _hints()[f.name]
+    args = [a for a in typing.get_args(tp) if a is not type(None)]
+    if typing.get_origin(tp) in (typing.Union, types.UnionType) and len(args) == 1:
+        return args[0]
+    return tp
+
+
+def literal_choices(f: dataclasses.Field) -> tuple[str, ...]:
+    """The allowed values of a ``Literal``-typed field (empty for other fields)."""
+    tp = _base_type(f)
+    return tuple(typing.get_args(tp)) if typing.get_origin(tp) is Literal else ()
+
+
+def is_optional(f: dataclasses.Field) -> bool:
+    return type(None) in typing.get_args(_hints()[f.name])
+
+
+@functools.cache
+def field_docs() -> dict[str, str]:
+    """Field name -> its docstring (the string literal under it), for every option dataclass here."""
+    tree = ast.parse(inspect.getsource(sys.modules[__name__]))
+    docs: dict[str, str] = {}
+    for node in tree.body:
+        if not isinstance(node, ast.ClassDef):
+            continue
+        body = node.body
+        for a, b in zip(body, body[1:]):
+            if (isinstance(a, ast.AnnAssign) and isinstance(a.target, ast.Name) and isinstance(b, ast.Expr)
+                    and isinstance(b.value, ast.Constant) and isinstance(b.value.value, str)):
+                docs[a.target.id] = " ".join(b.value.value.split())
+    return docs

@@ -1,0 +1,365 @@
+"""Train a placement policy with REINFORCE (or PPO) against a scorer.
+
+One readable loop, in the spirit of CleanRL: build env and policy, (optionally)
+warm-start by imitation, then repeat: sample K placements -> score them in one
+batch -> rewards and advantages -> update -> log -> checkpoint. The options are
+:class:`placer.learn.config.TrainConfig`; the algorithm (reward, reward baselines,
+advantages, the loss per log-probability term, schedules) is
+:mod:`placer.learn.algos`; the loop's state is a :class:`RunState`, saved in every
+checkpoint.
+
+Reward and failing signal. The paper's reward is ``-sqrt(runtime)`` with a failing
+runtime of 100 s for placements that do not run, i.e. about 10x its models' step
+times. Absolute seconds do not transfer between a 2 ms and a 2 s model, so here
+every step time is divided by ``t_ref``, the best single-device step time
+(ignoring memory) of the graph on this cluster: the reward is
+``-sqrt(step_time_s / t_ref)`` (about -1 for a no-better-than-one-device
+placement) and a failed (OOM) placement counts as ``fail_factor * t_ref``
+(:func:`placer.learn.algos.reward`).
+
+Warm start (``warm_start="best"``, the default; honest labelling). Before RL, the
+policy is trained for a few steps to imitate the best heuristic placement (by
+simulated step time), contracted to the policy's groups by majority vote. RL then
+starts from a policy whose greedy decoding is (close to) that heuristic. The best
+placement reported is always one the policy sampled or greedily decoded; its
+``meta`` says which, at which iteration, and which heuristic it was warm-started
+from. ``warm_start="none"`` trains from scratch. So that the incumbent can be
+imitated exactly, the seq2seq policy's items are the coarsened co-location
+groups further cut wherever the incumbent changes device along the topological
+order (``graphs.grouping.refine_grouping``): more items (e.g. 100 -> 333 on
+nmt-2 with annealing's placement), but majority-voting an incumbent onto the
+plain coarse groups lost 10-18% of its quality on nmt-2.
+
+Reward baseline. The paper's EMA reward baseline (decay 0.9) is available (``baseline="ema"``)
+and always logged, but the default is leave-one-out: each of the K samples is
+compared with the mean reward of the other K-1, so advantages have zero mean in
+every batch (an EMA lagging above a falling batch mean makes them all negative
+and pushes the mode's probability down). Advantages are divided by the batch's
+reward std. After a warm start the RL learning rate must be small (5e-4):
+measured on nmt-2, 2e-3 raises the entropy from 0.09 to 0.13 within five steps
+and 1e-2 to 0.9 within a hundred, and the samples get worse with it. The
+papers' settings are one switch away (``TrainConfig.from_preset("paper")``,
+``placer train --preset paper``; see :data:`placer.learn.config.PRESETS`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import time
+from typing import Any
+
+import numpy as np
+import torch
+from torch.utils import tensorboard
+from tqdm.auto import tqdm
+
+import envs
+from envs.cluster import Cluster
+from envs.real.profiler import with_profile
+from graphs import OpGraph, PlacerError
+from graphs.grouping import default_num_groups
+from graphs.plan import Placement
+from placer.checks import check_output_dir
+from placer.compare import compare, default_methods
+from placer.learn import checkpoint
+from placer.learn.algos import (
+    ALGOS, advantages, imitate, learning_rate, logit_noise, reward, set_logit_noise, term_credits,
+)
+from placer.learn.config import TrainConfig
+from placer.learn.rundir import (
+    BEST_NAME, adopt_newer_best, check_compatible, default_logdir, run_best_placement, run_lock, save_best,
+)
+from placer.learn.scoring import CachedScorer, ENVS, Scorer, reference_time
+from placer.learn.state import RunState, TrainResult
+from placer.sources import resolve_graph
+from policies import POLICIES, policy_file
+from policies.base import Policy
+
+
+def _resolve_device(name: str) -> torch.device:
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    try:
+        dev = torch.device(name)
+    except RuntimeError:
+        raise PlacerError(f"--device {name!r}: not a torch device (cpu, cuda, cuda:N, auto)") from None
+    if dev.type == "cuda" and not torch.cuda.is_available():
+        raise PlacerError(f"--device {name!r}: CUDA is not available on this machine")
+    return dev
+
+
+def _heuristics(graph: OpGraph, cluster: Cluster, config: TrainConfig) -> dict[str, tuple[float, np.ndarray | None]]:
+    """name -> (simulated step time, op devices) of the heuristics, via ``placer.compare``.
+
+    Methods that cannot run get ``inf``.
+    """
+    # by default every heuristic but ilp: a solver run of a minute whose plan rests on its own issue order
+    methods = list(config.heuristics) if config.heuristics is not None else default_methods(exclude=("ilp",))
+    if methods == []:
+        return {}
+    report = compare(graph, cluster, methods=methods, seed=config.seed, executor=config.executor,
+                     microbatches=config.microbatches, inflight=config.inflight)
+    out: dict[str, tuple[float, np.ndarray | None]] = {}
+    for row in report.rows:
+        if row.kind != "baseline":  # the kind of a heuristic's row (the report's word, kept in its JSON)
+            continue
+        ok = row.status == "ok" and row.step_time_s is not None and row.placement is not None
+        idx = row.placement.indices(graph, cluster.device_names) if row.placement is not None else None
+        out[row.method] = (float(row.step_time_s) if ok else float("inf"), idx)
+    return out
+
+
+def _hparams_table(config: TrainConfig, extra: dict[str, Any]) -> str:
+    rows = {**dataclasses.asdict(config), **extra}
+    return "|param|value|\n|-|-|\n" + "\n".join(f"|{k}|{v}|" for k, v in rows.items())
+
+
+def train(config: TrainConfig, *, graph: OpGraph | None = None, cluster: Cluster | None = None,
+          env: Scorer | None = None) -> TrainResult:
+    """Train a placement policy; see :class:`TrainConfig`. Returns the best placement found.
+
+    ``graph``, ``cluster`` and ``env`` may be given directly (tests, notebooks);
+    otherwise they are resolved from ``config.source`` / ``config.cluster`` / ``config.env``.
+    """
+    # ---- validate and resolve
+    config.validate()
+    device = _resolve_device(config.device)
+    if graph is None:
+        graph = resolve_graph(config.source)
+    if cluster is None:
+        cluster = envs.resolve_cluster(config.cluster)
+        if config.profile:
+            graph, cluster = with_profile(graph, cluster, config.profile, device_map=config.device_map)
+    if graph.num_ops == 0:
+        raise PlacerError(f"{config.source or graph.name or 'graph'}: the graph has no ops, so there is nothing to place")
+    logdir = config.logdir or default_logdir(config, graph)
+    check_output_dir(logdir, "--logdir")
+    os.makedirs(logdir, exist_ok=True)
+    with run_lock(logdir):
+        saved = None
+        if config.resume:  # before anything is built on it: a checkpoint of another graph is a user error
+            if not checkpoint.exists(logdir):
+                raise PlacerError(f"--resume: {logdir} has no {checkpoint.CHECKPOINT_PT}")
+            saved = checkpoint.load(logdir, map_location=device)
+            check_compatible(saved[1], config, graph, list(cluster.device_names), logdir)
+        owns_env = env is None
+        env = env if env is not None else ENVS[config.env](config, graph, cluster, logdir)  # checked by validate()
+        try:
+            return _train(config, graph, cluster, env, logdir, device, saved)
+        finally:
+            if owns_env and hasattr(env, "close"):
+                env.close()
+
+
+def _train(config: TrainConfig, graph: OpGraph, cluster: Cluster, env: Scorer, logdir: str, device: torch.device,
+           saved: tuple[dict[str, Any], dict[str, Any]] | None) -> TrainResult:
+    """The training run proper, in a locked ``logdir``; ``saved``: the checkpoint to resume (checked)."""
+    run = _Run(config, graph, cluster, env, logdir, device, saved)
+    writer = tensorboard.SummaryWriter(logdir)
+    bar = None
+    interrupted = False
+    try:
+        run.start(writer)
+        bar = _progress_bar(config, run)
+        while not run.done():
+            if run.state.iteration % config.eval_every == 0:  # greedy first: the warm start's mode is scored at 0
+                run.evaluate_greedy(writer)
+            run.iterate(writer)
+            if bar is not None:
+                bar.set_postfix(it=run.state.iteration, best=f"{run.state.best_step_time_s * 1e3:.2f}ms", refresh=False)
+                bar.update(1 if config.iterations is not None else int(run.elapsed()) - bar.n)
+            if run.state.iteration % config.checkpoint_every == 0:
+                run.save_checkpoint()
+    except KeyboardInterrupt:
+        interrupted = True
+    finally:
+        if bar is not None:
+            bar.close()
+        writer.close()
+    run.save_checkpoint()
+    return run.result(interrupted)
+
+
+class _Run:
+    """One training run: the objects it works with and its :class:`RunState` (what the checkpoint keeps)."""
+
+    def __init__(self, config: TrainConfig, graph: OpGraph, cluster: Cluster, env: Scorer, logdir: str,
+                 device: torch.device, saved: tuple[dict[str, Any], dict[str, Any]] | None) -> None:
+        self.config, self.graph, self.cluster, self.logdir, self.device = config, graph, cluster, logdir, device
+        self.algo = ALGOS[config.algo]
+        self.score = CachedScorer(env, "planned" if config.score_order == "planned" else None)
+        self.devices = list(cluster.device_names)
+        # ---- reference times: the reward scale, heuristics and the lower bound
+        setup_start = time.perf_counter()
+        self.t_ref = reference_time(self.score, graph, cluster, config.executor)
+        found = _heuristics(graph, cluster, config)
+        if self.score.order is not None:
+            # scored in the run's own order, so the warm start, the rival's start and "beat the best
+            # heuristic" compare like with like (compare's rows are node order)
+            found = {name: (self._scored(idx) if idx is not None and np.isfinite(t) else t, idx)
+                     for name, (t, idx) in found.items()}
+        self.heuristics = {name: t for name, (t, _) in found.items()}
+        # the simulator of this problem (executor, microbatches): the lower bound, and under --env sim the
+        # planner of the best placement's issue order; the scorer itself when it is one
+        sim = env if isinstance(env, envs.SimEnv) else envs.SimEnv(graph, cluster, executor=config.executor,
+                                                                  microbatches=config.microbatches, inflight=config.inflight)
+        self.lower_bound_s: float | None = float(sim.lower_bound())
+        self.best_h = min(self.heuristics.items(), key=lambda kv: kv[1]) if self.heuristics else ("none", float("inf"))
+        self.state = RunState(setup_s=time.perf_counter() - setup_start)
+        # ---- seed, policy, optimizer
+        torch.manual_seed(config.seed)
+        self.max_groups = config.max_groups if config.max_groups is not None else default_num_groups(len(self.devices))
+        self.warm = config.warm_start == "best" and np.isfinite(self.best_h[1]) and saved is None
+        target = found[self.best_h[0]][1] if self.warm else None
+        if saved is not None:  # the items must be those the checkpoint was trained on
+            self.state = RunState.from_dict(saved[1]["run"])
+            target = np.asarray(self.state.warm_start_indices, dtype=np.int32) if self.state.warm_start_indices else None
+        self.target = target
+        p = config.policy_options
+        self.policy: Policy = POLICIES[config.policy](
+            graph, len(self.devices), max_groups=self.max_groups, hidden=p.hidden, layers=p.layers,
+            temperature=p.temperature, tanh_c=p.tanh_c, refine=target, cluster=cluster,
+            **({"net": policy_file.load(p.init).net} if p.init is not None else {}),  # --init: pretrained weights
+        ).to(device)
+        self.optimizer = torch.optim.Adam(self.policy.parameters(), lr=config.lr)
+        self.gen = torch.Generator(device=device).manual_seed(config.seed)
+        if saved is not None:
+            self._load(saved[0])
+            adopt_newer_best(self.state, logdir, graph, self.devices, self.score, config)
+        self.fail_cost = config.fail_factor * self.t_ref
+        # the simulator that picks the best placement's issue order (built once; --env sim only)
+        self.planner = sim if config.env == "sim" else None
+        self.t0 = time.perf_counter() - self.state.elapsed_s
+
+    def _scored(self, op_devices: np.ndarray) -> float:
+        t, failed = self.score(np.asarray(op_devices, dtype=np.int32)[None])
+        return float("inf") if failed[0] else float(t[0])
+
+    def _load(self, tensors: dict[str, Any]) -> None:
+        try:
+            self.policy.load_state_dict(tensors["policy"])
+            self.optimizer.load_state_dict(tensors["optimizer"])
+            self.gen.set_state(tensors["generator"].cpu())
+        except (KeyError, RuntimeError, ValueError) as e:
+            raise PlacerError(f"--resume: {os.path.join(self.logdir, checkpoint.CHECKPOINT_PT)} does not fit this run "
+                              f"({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''})") from None
+
+    def elapsed(self) -> float:
+        return time.perf_counter() - self.t0
+
+    def done(self) -> bool:
+        c = self.config
+        return (c.iterations is not None and self.state.iteration >= c.iterations) or (
+            c.time_budget_s is not None and self.elapsed() >= c.time_budget_s)
+
+    def start(self, writer: Any) -> None:
+        """Log the hyperparameters; warm-start by imitation (against the time budget); first checkpoint."""
+        c, s = self.config, self.state
+        if not c.resume:
+            writer.add_text("hyperparameters", _hparams_table(c, {
+                "graph": self.graph.name, "num_ops": self.graph.num_ops,
+                "items": getattr(self.policy, "num_items", self.max_groups), "devices": ",".join(self.devices),
+                "reference_step_time_s": self.t_ref, "device": str(self.device),
+                "best_heuristic": f"{self.best_h[0]} {self.best_h[1]}", "setup_s": s.setup_s}))
+        if self.warm:
+            # imitation may use at most half the time budget, so RL always gets its turn
+            deadline = self.t0 + 0.5 * c.time_budget_s if c.time_budget_s is not None else None
+            steps = imitate(self.policy, self.target, c.algo_options, deadline=deadline)
+            s.warm_start, s.warm_start_indices = f"imitation of {self.best_h[0]} ({steps} steps)", self.target.tolist()
+        if not c.resume:
+            # resumable from here on: a run killed before its first periodic checkpoint keeps its policy and items,
+            # and the best it wrote to best_placement.json since is adopted on --resume (adopt_newer_best)
+            self.save_checkpoint()
+        if self.warm:
+            g_idx = self.policy.greedy()[None]
+            g_t, g_failed = self.score(g_idx)
+            s.warm_start_step_time_s = float(g_t[0]) if not g_failed[0] else None
+            self.consider(g_idx, g_t, g_failed, "greedy")  # a run whose budget ends here still has a placement
+
+    def evaluate_greedy(self, writer: Any) -> None:
+        g_idx = self.policy.greedy()[None]
+        g_t, g_failed = self.score(g_idx)
+        self.consider(g_idx, g_t, g_failed, "greedy")
+        writer.add_scalar("charts/greedy_step_time_s", g_t[0] if not g_failed[0] else self.fail_cost, self.state.iteration)
+
+    def iterate(self, writer: Any) -> None:
+        """One iteration: sample K placements, score them in one batch, reward -> advantage -> update, log."""
+        c, s, it = self.config, self.state, self.state.iteration
+        set_logit_noise(self.policy, logit_noise(c, it))
+        sample = self.algo.sample(self.policy, c.samples, self.gen)
+        t, failed = self.score(sample.op_devices)
+        self.consider(sample.op_devices, t, failed, "sample")
+        r = reward(t, failed, self.t_ref, c.fail_factor)
+        adv = advantages(r, failed, s.baseline, c, it)
+        adv_t = torch.as_tensor(adv.advantages, dtype=torch.float32, device=self.device)
+        lr = learning_rate(c, it)
+        for group in self.optimizer.param_groups:
+            group["lr"] = lr
+        policy_loss, entropy = self.algo.update(self.policy, self.optimizer, sample, adv_t, c)
+        s.baseline, s.iteration = adv.baseline, it + 1
+        ok_t = t[~failed]
+        scalars = {
+            "charts/best_step_time_s": s.best_step_time_s, "charts/reward": float(r.mean()),
+            "charts/step_time_s": float(ok_t.mean()) if len(ok_t) else self.fail_cost,
+            "charts/failed_fraction": float(failed.mean()), "charts/baseline": s.baseline,
+            "charts/elapsed_s": self.elapsed(), "charts/learning_rate": lr, "charts/logit_noise": logit_noise(c, it),
+            "losses/policy_loss": policy_loss, "losses/entropy": entropy,
+            **{f"losses/credit/{name}": v for name, v in term_credits(sample, adv_t).items()},
+        }
+        share = np.bincount(sample.op_devices.ravel(), minlength=len(self.devices)) / sample.op_devices.size
+        scalars.update({f"charts/device_share/{dev}": float(share[d]) for d, dev in enumerate(self.devices)})
+        for tag, value in scalars.items():
+            writer.add_scalar(tag, value, it)
+
+    def consider(self, op_devices: np.ndarray, t: np.ndarray, failed: np.ndarray, found_by: str) -> None:
+        """Keep the best successful placement; rewrite best_placement.json when it improves."""
+        ok = np.flatnonzero(~failed & np.isfinite(t))
+        if not len(ok):
+            return
+        j = ok[np.argmin(t[ok])]
+        s = self.state
+        if t[j] < s.best_step_time_s:
+            s.best_step_time_s, s.best_indices, s.best_found_by = float(t[j]), op_devices[j].tolist(), found_by
+            s.best_iteration, s.time_to_best_s = s.iteration, self.elapsed()
+            if s.time_to_beat_heuristic_s is None and t[j] <= self.best_h[1]:
+                s.time_to_beat_heuristic_s = self.elapsed()
+            save_best(os.path.join(self.logdir, BEST_NAME), self.best_placement())
+
+    def best_placement(self) -> Placement:
+        return run_best_placement(self.graph, self.devices, self.cluster, self.config, self.state, self.planner)
+
+    def save_checkpoint(self) -> None:
+        self.state.elapsed_s = self.elapsed()
+        tensors = {"policy": self.policy.state_dict(), "optimizer": self.optimizer.state_dict(),
+                   "generator": self.gen.get_state()}
+        checkpoint.save(self.logdir, tensors, {"config": dataclasses.asdict(self.config),
+                                               "graph_hash": self.graph.content_hash, "devices": self.devices,
+                                               "run": self.state.to_dict()})
+
+    def result(self, interrupted: bool) -> TrainResult:
+        s = self.state
+        best = self.best_placement() if s.best_indices is not None else None
+        result = TrainResult(
+            best_step_time_s=s.best_step_time_s, best_placement=best, iterations=s.iteration, elapsed_s=s.elapsed_s,
+            time_to_best_s=s.time_to_best_s, logdir=self.logdir, heuristics=self.heuristics,
+            score_order=self.config.score_order,
+            lower_bound_s=self.lower_bound_s, reference_step_time_s=self.t_ref,
+            time_to_beat_heuristic_s=s.time_to_beat_heuristic_s, interrupted=interrupted, setup_s=s.setup_s,
+            num_items=getattr(self.policy, "num_items", 0), warm_start=s.warm_start,
+            warm_start_step_time_s=s.warm_start_step_time_s,
+        )
+        if best is not None:
+            save_best(os.path.join(self.logdir, BEST_NAME), best)
+        checkpoint.write_json(os.path.join(self.logdir, "summary.json"), result.to_dict())
+        return result
+
+
+def _progress_bar(config: TrainConfig, run: _Run) -> Any:
+    if not config.progress:
+        return None
+
+    by_iterations = config.iterations is not None
+    return tqdm(total=config.iterations if by_iterations else int(config.time_budget_s),
+                initial=run.state.iteration if by_iterations else int(run.elapsed()),
+                unit="it" if by_iterations else "s", dynamic_ncols=True)

@@ -1,0 +1,180 @@
+"""A training run's directory: its name, its lock, its best placement file, and what a resumed run checks.
+
+``best_placement.json`` is rewritten whenever the best improves and never replaced
+by a slower placement of the same problem, whoever writes it (:func:`save_best`);
+a run killed after its last checkpoint keeps the best it wrote there
+(:func:`adopt_newer_best`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import os
+import re
+import time
+from typing import TYPE_CHECKING, Any, Iterator
+
+import numpy as np
+
+from graphs import OpGraph, PlacerError
+from graphs.plan import Placement
+from placer.learn import checkpoint
+from placer.learn.config import TrainConfig
+from placer.learn.state import RunState, is_int
+
+if TYPE_CHECKING:
+    from envs.cluster import Cluster
+    from placer.learn.scoring import CachedScorer
+
+
+def safe_name(text: str, fallback: str, limit: int = 64) -> str:
+    """``text`` as one short, portable path component: letters, digits, ``.``, ``_``, ``-``; at most ``limit`` chars.
+
+    >>> safe_name("nmt/2 (big)\\x00", "graph"), safe_name("..", "graph"), len(safe_name("x" * 5000, "graph"))
+    ('nmt_2_big', 'graph', 64)
+    """
+    name = re.sub(r"[^A-Za-z0-9._-]+", "_", text).strip("._-")[:limit].rstrip("._-")
+    return name or fallback
+
+
+def default_logdir(config: TrainConfig, graph: OpGraph) -> str:
+    """``runs/<graph>-<cluster>-<time>``, built only from safe characters whatever the graph's name."""
+    stem = safe_name(graph.name or os.path.splitext(os.path.basename(config.source))[0], "graph")
+    cname = safe_name(os.path.splitext(os.path.basename(config.cluster))[0], "cluster")
+    return os.path.join("runs", f"{stem}-{cname}-{time.strftime('%Y%m%d-%H%M%S')}")
+
+
+LOCK_NAME = "train.lock"
+
+
+BEST_NAME = "best_placement.json"
+
+
+@contextlib.contextmanager
+def run_lock(logdir: str) -> Iterator[None]:
+    """Hold an exclusive lock on the run directory (``flock`` on ``logdir/train.lock``) for the run.
+
+    A second run on the same directory gets a PlacerError at once instead of
+    interleaving checkpoints and best placements with the first. The lock goes
+    with the process (a killed run leaves no stale lock); the file stays.
+    """
+    try:
+        import fcntl
+    except ImportError:  # not POSIX: no locking
+        yield
+        return
+    path = os.path.join(logdir, LOCK_NAME)
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0), 0o644)
+    except OSError as e:
+        raise PlacerError(f"--logdir {logdir}: cannot open the lock file {LOCK_NAME} ({e.strerror or e})") from None
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            raise PlacerError(f"--logdir {logdir}: another training run is using this directory "
+                              "(wait for it to end, or choose another --logdir)") from None
+        os.ftruncate(fd, 0)
+        os.write(fd, f"{os.getpid()}\n".encode())
+        yield
+    finally:
+        os.close(fd)  # releases the lock
+
+
+def same_problem(a: Placement, b: Placement) -> bool:
+    """Whether the step times recorded in two placements' meta are comparable (same graph, devices, scorer)."""
+    keys = ("env", "profile")
+    return (a.graph_hash == b.graph_hash and a.devices == b.devices and a.cluster == b.cluster
+            and all(a.meta.get(k) == b.meta.get(k) for k in keys)
+            and a.meta.get("score_order", "node") == b.meta.get("score_order", "node"))  # older files: node order
+
+
+def recorded_step_time(p: Placement) -> float | None:
+    t = p.meta.get("step_time_s")
+    return float(t) if isinstance(t, (int, float)) and not isinstance(t, bool) and math.isfinite(t) else None
+
+
+def save_best(path: str, placement: Placement) -> bool:
+    """Write ``placement`` to ``path`` unless the file already holds one at least as fast.
+
+    The step time is read from the file's ``meta.step_time_s``; a file that is
+    unreadable, made for another graph/cluster/scorer, or without a recorded
+    time is replaced. Returns whether it wrote.
+    """
+    new_t = recorded_step_time(placement)
+    if os.path.exists(path):
+        try:
+            old = Placement.load(path)
+        except PlacerError:
+            old = None
+        if old is not None and same_problem(old, placement):
+            old_t = recorded_step_time(old)
+            if old_t is not None and (new_t is None or old_t <= new_t):
+                return False
+    placement.save(path)
+    return True
+
+
+def run_best_placement(graph: OpGraph, devices: list[str], cluster: Cluster, config: TrainConfig, run: RunState,
+                    planner: Any = None) -> Placement:
+    """The run's best as a placement file: under ``--env sim`` with the issue order chosen for it.
+
+    ``planner`` (a SimEnv; None for a measured run) chooses the order.
+    ``step_time_s`` stays the time the run scored (node order, ``config.executor``),
+    so bests compare alike; with an order, ``issue_order_step_time_s`` is the eager
+    time of the order the file carries, which is what ``placer.apply`` runs. A
+    measured run keeps the node order it was measured with.
+    """
+    meta = {"step_time_s": run.best_step_time_s, "found_by": run.best_found_by,
+            "iteration": run.best_iteration, "warm_start": run.warm_start, "algo": config.algo,
+            "seed": config.seed, "env": config.env, "profile": config.profile, "executor": config.executor,
+            "score_order": config.score_order}
+    order = None
+    if planner is not None:
+        order, how, step_s = planner.plan_order(np.asarray(run.best_indices))
+        meta.update(issue_order=how, issue_order_step_time_s=step_s)
+    return Placement.from_indices(
+        graph, devices, run.best_indices, cluster=getattr(cluster, "name", config.cluster),
+        method=f"rl:{config.policy}", meta=meta, order=order, microbatches=config.microbatches,
+        inflight=config.inflight,
+    )
+
+
+def check_compatible(saved: dict, config: TrainConfig, graph: OpGraph, devices: list[str], logdir: str = "") -> None:
+    """PlacerError unless the checkpoint state ``saved`` was made for this graph, cluster and model settings."""
+    where = os.path.join(logdir, checkpoint.CHECKPOINT_PT)
+    if not (isinstance(saved, dict) and isinstance(saved.get("config"), dict) and isinstance(saved.get("run"), dict)):
+        raise PlacerError(f"--resume: {where} is not a placer training checkpoint")
+    if saved.get("graph_hash") != graph.content_hash:
+        raise PlacerError(f"--resume: {where} is for graph {saved.get('graph_hash')}, not this graph ({graph.content_hash})")
+    if saved.get("devices") != devices:
+        raise PlacerError(f"--resume: {where} is for devices {saved.get('devices')}, not {devices}")
+    for key in ("policy", "samples", "max_groups", "hidden", "layers", "algo"):
+        if saved["config"].get(key) != getattr(config, key):
+            raise PlacerError(f"--resume: the checkpoint used {key}={saved['config'].get(key)!r}, this run {getattr(config, key)!r}")
+    target = saved["run"].get("warm_start_indices")
+    if target is not None and not (isinstance(target, list) and len(target) == graph.num_ops):
+        raise PlacerError(f"--resume: {where} has a warm-start placement for {len(target) if isinstance(target, list) else '?'} "
+                          f"ops, not {graph.num_ops}")
+
+
+def adopt_newer_best(run: RunState, logdir: str, graph: OpGraph, devices: list[str], score: CachedScorer,
+                      config: TrainConfig | None = None) -> None:
+    """A best found after the last checkpoint (then SIGKILL) survives in best_placement.json."""
+    path = os.path.join(logdir, BEST_NAME)
+    if not os.path.exists(path):
+        return
+    try:
+        saved_best = Placement.load(path)
+        idx = saved_best.indices(graph, devices)
+    except PlacerError:
+        return
+    if config is not None and any(saved_best.meta.get(k, getattr(config, k)) != getattr(config, k) for k in ("env", "profile", "score_order")):
+        return  # scored by another scorer: its time says nothing here
+    t, failed = score(idx[None])
+    if not failed[0] and t[0] < run.best_step_time_s:
+        meta = saved_best.meta
+        run.best_step_time_s, run.best_indices = float(t[0]), idx.tolist()
+        run.best_found_by = meta.get("found_by") if isinstance(meta.get("found_by"), str) else ""
+        run.best_iteration = meta.get("iteration") if is_int(meta.get("iteration")) else -1

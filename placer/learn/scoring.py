@@ -1,0 +1,113 @@
+"""What the training loop scores placements with: the scorer protocol, the scorers by name, a cache, the reward scale.
+
+Every scorer has one shape, ``evaluate(placements) -> list[Result]``
+(:class:`envs.SimEnv`, :class:`envs.real.measured.MeasuredEnv`, a test's fake);
+:class:`CachedScorer` scores each distinct placement once per run.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from typing import TYPE_CHECKING, Any, Callable, Protocol, Sequence, runtime_checkable
+
+import numpy as np
+
+import envs
+from graphs import OpGraph, PlacerError, zoo
+from graphs.plan import single_device_rows
+from placer.learn.config import TrainConfig
+from placer.sources import looks_like_callable
+
+if TYPE_CHECKING:
+    from envs.cluster import Cluster
+    from envs.result import Result
+
+
+@runtime_checkable
+class Scorer(Protocol):
+    """What scores placements (``envs.SimEnv``, ``envs.MeasuredEnv``, a test's fake).
+
+    ``evaluate`` scores op-device index arrays one result each; a scorer may also
+    have ``step_times(idx [K, num_ops]) -> (step_time_s [K], failed [K])`` (a fast
+    batch path, used when present) and ``close()`` (called when a run that built
+    it ends).
+    """
+
+    def evaluate(self, placements: Sequence[Any]) -> list[Result]: ...
+
+
+@runtime_checkable
+class BatchScorer(Scorer, Protocol):
+    def step_times(self, op_devices: np.ndarray) -> tuple[np.ndarray, np.ndarray]: ...
+
+
+class CachedScorer:
+    """Scores op-device arrays ``[K, num_ops]`` once each: ``(step_time_s, failed)``.
+
+    Uses the scorer's fast ``step_times`` when it has one (:class:`BatchScorer`),
+    else ``evaluate``. The cache key is a digest of the index array's bytes;
+    identical rows of a batch are scored once.
+    """
+
+    def __init__(self, env: Scorer, order: str | None = None) -> None:
+        self.env = env
+        self.order = order  # passed to env.step_times ("planned": SimEnv's planned order per row)
+        self.cache: dict[bytes, tuple[float, bool]] = {}
+        self.evaluated = 0
+
+    @staticmethod
+    def key(row: np.ndarray) -> bytes:
+        return hashlib.blake2b(np.ascontiguousarray(row, dtype=np.int32).tobytes(), digest_size=16).digest()
+
+    def __call__(self, op_devices: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        op_devices = np.asarray(op_devices, dtype=np.int32)
+        keys = [self.key(r) for r in op_devices]
+        todo = {k: i for i, k in reversed(list(enumerate(keys))) if k not in self.cache}
+        if todo:
+            rows = op_devices[list(todo.values())]
+            if hasattr(self.env, "step_times"):
+                t, failed = self.env.step_times(rows) if self.order is None else self.env.step_times(rows, order=self.order)
+            else:
+                results = self.env.evaluate(list(rows))
+                t = np.array([r.step_time_s for r in results], dtype=float)
+                failed = np.array([not r.ok for r in results])
+            for k, ti, fi in zip(todo, np.asarray(t, dtype=float), np.asarray(failed, dtype=bool)):
+                self.cache[k] = (float(ti), bool(fi))
+            self.evaluated += len(todo)
+        out = [self.cache[k] for k in keys]
+        return np.array([o[0] for o in out]), np.array([o[1] for o in out])
+
+
+def sim_env(config: TrainConfig, graph: OpGraph, cluster: Cluster, logdir: str) -> Scorer:
+    return envs.SimEnv(graph, cluster, executor=config.executor, microbatches=config.microbatches, inflight=config.inflight)
+
+
+def measured_env(config: TrainConfig, graph: OpGraph, cluster: Cluster, logdir: str) -> Scorer:
+    """Real training steps on Ray actors; needs a runnable SOURCE (zoo name or module:callable)."""
+    if not (config.source in zoo.names() or looks_like_callable(config.source)):
+        raise PlacerError(
+            f"--env measured: SOURCE {config.source!r} is not runnable (need a zoo name or module:callable, not a graph file)"
+        )
+    from envs.real.measured import MeasuredEnv  # ray and torch: only for --env measured
+
+    return MeasuredEnv(config.source, cluster, graph=graph, run_dir=logdir, device_map=config.device_map,
+                       workers=config.workers, ray_address=config.ray_address, measure_timeout_s=config.measure_timeout_s)
+
+
+ENVS: dict[str, Callable[[TrainConfig, OpGraph, Cluster, str], Scorer]] = {"sim": sim_env, "measured": measured_env}
+
+
+def reference_time(score: CachedScorer, graph: OpGraph, cluster: Cluster, executor: str) -> float:
+    """The reward scale: the best single-device step time (memory ignored).
+
+    A scorer that gives a failed placement no time (a real device's OOM: ``inf``)
+    may leave every single-device placement without one (a model that fits on no
+    single device); the simulator's time of those placements, memory ignored, is
+    the scale then (an infinite scale made every reward NaN).
+    """
+    single = single_device_rows(len(cluster.device_names), graph.num_ops)
+    t, _ = score(single)
+    t = t[np.isfinite(t) & (t > 0)]
+    if not len(t):
+        t, _ = envs.SimEnv(graph, cluster, executor=executor).step_times(single)
+    return float(np.min(t))

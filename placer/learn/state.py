@@ -1,0 +1,119 @@
+"""What a training run records: :class:`RunState` (the loop's state, saved in every checkpoint) and :class:`TrainResult`."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from graphs import PlacerError
+from graphs.plan import Placement
+from placer.methods import best_heuristic
+
+
+@dataclass
+class RunState:
+    """The training loop's state: everything besides tensors that a resumed run continues from.
+
+    Saved as JSON in every checkpoint (``checkpoint.json``'s ``run``); plain
+    numbers, strings and lists only, so checkpoints load with ``weights_only=True``.
+    """
+
+    iteration: int = 0
+    elapsed_s: float = 0.0
+    baseline: float | None = None  # the EMA reward baseline (None before the first batch)
+    best_step_time_s: float = float("inf")
+    best_indices: list[int] | None = None  # device index per op of the best placement
+    best_found_by: str = ""  # "sample" or "greedy"
+    best_iteration: int = -1
+    time_to_best_s: float = float("nan")
+    time_to_beat_heuristic_s: float | None = None
+    warm_start: str = "none"  # how the policy was warm-started, for the record
+    warm_start_indices: list[int] | None = None  # the imitated placement (the policy's items are cut by it)
+    warm_start_step_time_s: float | None = None
+    setup_s: float = 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, doc: dict[str, Any], where: str = "checkpoint") -> "RunState":
+        """The state of a checkpoint's ``run`` object (unknown keys ignored); PlacerError if a value has the wrong type."""
+        state = cls()
+        for f in dataclasses.fields(cls):
+            if f.name in doc:
+                base, _, optional = str(f.type).partition(" | ")
+                value = doc[f.name]
+                if not ((value is None and optional == "None") or _JSON_CHECKS[base](value)):
+                    raise PlacerError(f"--resume: {where} has run.{f.name} = {value!r}, not a {f.type}")
+                setattr(state, f.name, value)
+        return state
+
+
+def is_int(v: Any) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+_JSON_CHECKS = {"int": is_int, "float": lambda v: is_int(v) or isinstance(v, float), "str": lambda v: isinstance(v, str),
+                "list[int]": lambda v: isinstance(v, list) and all(is_int(i) for i in v)}
+
+
+@dataclass
+class TrainResult:
+    """What a run produced."""
+
+    best_step_time_s: float
+    best_placement: Placement | None
+    iterations: int
+    elapsed_s: float
+    time_to_best_s: float
+    logdir: str
+    heuristics: dict[str, float] = field(default_factory=dict)
+    lower_bound_s: float | None = None
+    reference_step_time_s: float = float("nan")
+    time_to_beat_heuristic_s: float | None = None
+    interrupted: bool = False
+    setup_s: float = 0.0
+    num_items: int = 0
+    warm_start: str = "none"
+    warm_start_step_time_s: float | None = None
+    score_order: str = "node"  # the issue order every time here (samples, heuristics) was scored in
+
+    @property
+    def best_heuristic(self) -> tuple[str, float] | None:
+        """``(name, step time)`` of the fastest heuristic of the run (:func:`placer.methods.best_heuristic`)."""
+        return best_heuristic(self.heuristics)
+
+    def to_dict(self) -> dict[str, Any]:
+        bh = self.best_heuristic
+        fin = lambda x: x if x is not None and np.isfinite(x) else None  # noqa: E731
+        meta = self.best_placement.meta if self.best_placement is not None else {}
+        return {
+            # "no_placement": no sampled placement ran (all out of memory or failed), so the times are null
+            "status": "ok" if self.best_placement is not None else "no_placement",
+            "best_step_time_s": fin(self.best_step_time_s),
+            "iterations": self.iterations,
+            "elapsed_s": self.elapsed_s,
+            "time_to_best_s": fin(self.time_to_best_s),
+            "time_to_beat_heuristic_s": self.time_to_beat_heuristic_s,
+            "best_heuristic": bh[0] if bh else None,
+            "best_heuristic_step_time_s": fin(bh[1]) if bh else None,
+            "expert_step_time_s": fin(self.heuristics.get("expert")),
+            "heuristics": {k: fin(v) for k, v in self.heuristics.items()},
+            "score_order": self.score_order,
+            "lower_bound_s": fin(self.lower_bound_s),
+            "reference_step_time_s": fin(self.reference_step_time_s),
+            "logdir": self.logdir,
+            "interrupted": self.interrupted,
+            "setup_s": self.setup_s,
+            "num_items": self.num_items,
+            "warm_start": self.warm_start,
+            "warm_start_step_time_s": fin(self.warm_start_step_time_s),
+            "best_placement": os.path.join(self.logdir, "best_placement.json") if self.best_placement else None,
+            # the issue order the placement file carries and its simulated (eager) step time
+            "issue_order": meta.get("issue_order"),
+            "issue_order_step_time_s": fin(meta.get("issue_order_step_time_s")),
+        }

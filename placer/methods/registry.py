@@ -1,0 +1,154 @@
+"""The heuristics' registry: ``name -> function``, and running one into a :class:`graphs.Placement`.
+
+A *heuristic* places by rule or search (list schedulers, partitioners, annealing,
+the CP-SAT ``ilp``...). Each lives in its own module of
+:mod:`placer.methods.heuristics` and registers itself with :func:`register`;
+every module there is imported on first use. A heuristic is
+``fn(graph, cluster, **options) -> np.ndarray`` of device indices per op (into
+``cluster.device_names``); a method that plans the issue order as well (``ilp``)
+returns the Placement itself. :func:`placement_of` is the one way a heuristic's
+result becomes a Placement (:func:`place` and :func:`placer.compare.compare`);
+:func:`best_heuristic` the one way to pick the fastest of their step times.
+
+>>> best_heuristic({"single": 2.0, "heft": 1.5, "metis": None, "gpipe": float("inf")})
+('heft', 1.5)
+"""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+import math
+import pkgutil
+from collections.abc import Mapping, Sequence
+from typing import Any, Callable
+
+import numpy as np
+
+import placer.methods.heuristics as _heuristics
+from envs.sim import SimEnv
+from graphs import OpGraph, PlacerError
+from graphs.plan import Placement, check_inflight, check_microbatches
+
+HeuristicFn = Callable[..., np.ndarray]
+#: Bumped when a heuristic's placements change, so results cached by others (imitation labels,
+#: :func:`placer.learn.pretrain.imitation_label`) are recomputed. 2: heft, m_etf and m_sct charge the
+#: copies of shared parameters (:class:`placer.methods.heuristics.scheduling.ParamCopies`); their copy-blind
+#: rule stays as heft_nocopy, m_etf_nocopy and m_sct_nocopy.
+VERSION = 2
+_REGISTRY: dict[str, HeuristicFn] = {}
+_loaded = False
+
+
+class HeuristicUnavailable(PlacerError):
+    """A heuristic cannot run here; ``status`` says why ("not installed", "needs a model")."""
+
+    def __init__(self, message: str, status: str = "not installed") -> None:
+        super().__init__(message)
+        self.status = status
+
+
+def require(module: str, method: str, extra: str = "partition") -> Any:
+    """Import an optional library or raise :class:`HeuristicUnavailable`."""
+    try:
+        return importlib.import_module(module)
+    except ImportError:
+        raise HeuristicUnavailable(
+            f"{method}: needs the {module!r} package (pip install 'placer[{extra}]')", "not installed"
+        ) from None
+
+
+def register(name: str) -> Callable[[HeuristicFn], HeuristicFn]:
+    """Decorator: make ``fn`` available as ``place(name, ...)``."""
+
+    def deco(fn: HeuristicFn) -> HeuristicFn:
+        _REGISTRY[name] = fn
+        return fn
+
+    return deco
+
+
+def _load_all() -> None:
+    """Import every heuristic module; the registry's order is then theirs (by module name), whoever imported one first."""
+    global _loaded
+    if _loaded:
+        return
+    modules = [f"{_heuristics.__name__}.{info.name}" for info in pkgutil.iter_modules(_heuristics.__path__)
+               if not info.name.startswith("_")]
+    for name in modules:
+        importlib.import_module(name)
+    rank = {name: k for k, name in enumerate(modules)}
+    ordered = sorted(_REGISTRY.items(), key=lambda item: rank.get(item[1].__module__, len(rank)))  # stable within a module
+    _REGISTRY.clear()
+    _REGISTRY.update(ordered)
+    _loaded = True
+
+
+def names() -> list[str]:
+    """Registered heuristic names, in registration order."""
+    _load_all()
+    return list(_REGISTRY)
+
+
+def get(name: str) -> HeuristicFn:
+    _load_all()
+    try:
+        return _REGISTRY[name]
+    except KeyError:
+        raise PlacerError(f"unknown placement method {name!r} (known: {', '.join(_REGISTRY)})") from None
+
+
+def accepts(fn: Any, name: str) -> bool:
+    """Whether ``fn`` takes a keyword ``name`` (by name, or through ``**kwargs``)."""
+    try:
+        params = inspect.signature(fn).parameters
+    except (TypeError, ValueError):
+        return False
+    return name in params or any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())
+
+
+def placement_of(out: Any, graph: OpGraph, cluster: Any, method: str, *, meta: Mapping[str, Any] | None = None,
+                 plan: SimEnv | None = None, microbatches: int = 1, inflight: int | None = None) -> Placement:
+    """A heuristic's result as a Placement: its device indices wrapped, or the Placement of a method that plans its own order.
+
+    ``plan``: a simulator that chooses the issue order the file will carry
+    (:meth:`envs.SimEnv.plan_order`, recorded in ``meta``: ``issue_order``,
+    ``step_time_s``, ``executor``); None keeps node order (``compare`` scores
+    every heuristic in node order).
+    """
+    if isinstance(out, Placement):  # a method that plans its issue order too (ilp)
+        return out
+    meta = dict(meta or {})
+    order = None
+    if plan is not None:  # the issue order placer.apply will follow
+        order, how, step_s = plan.plan_order(out)
+        meta.update(issue_order=how, step_time_s=step_s, executor="eager")
+    return Placement.from_indices(graph, cluster.device_names, np.asarray(out), cluster=getattr(cluster, "name", ""),
+                                  method=method, meta=meta, order=order, microbatches=microbatches, inflight=inflight)
+
+
+def place(name: str, graph: OpGraph, cluster: Any, **options: Any) -> Placement:
+    """Run heuristic ``name`` on ``graph`` for ``cluster`` and return a Placement with its planned issue order.
+
+    ``microbatches=M`` and ``inflight=W`` (options every method takes): the plan
+    runs M microbatches, at most W in flight (default M; :mod:`envs.microbatch`);
+    methods that search with the simulator search under them.
+    """
+    fn = get(name)
+    M = check_microbatches(options.pop("microbatches", 1), "--option microbatches")
+    W = check_inflight(options.pop("inflight", None), M, "--option inflight")
+    env = SimEnv(graph, cluster, microbatches=M, inflight=W)
+    kwargs = dict(options)
+    if M > 1 and "env" in inspect.signature(fn).parameters:
+        kwargs["env"] = env
+    meta = {k: v for k, v in options.items() if isinstance(v, (int, float, str, bool))}
+    return placement_of(fn(graph, cluster, **kwargs), graph, cluster, name, meta=meta, plan=env, microbatches=M, inflight=W)
+
+
+def best_heuristic(times: Mapping[str, float | None], exclude: Sequence[str] = ()) -> tuple[str, float] | None:
+    """``(name, step time)`` of the fastest heuristic: the smallest finite time not in ``exclude``; None if none ran.
+
+    Ties keep the first in ``times``' order. A method that failed has ``None`` or ``inf``.
+    """
+    ok = {m: t for m, t in times.items() if t is not None and math.isfinite(t) and m not in exclude}
+    return min(ok.items(), key=lambda kv: kv[1]) if ok else None

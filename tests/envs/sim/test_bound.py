@@ -1,0 +1,144 @@
+"""The lower bound never exceeds a simulated step time, and is tight where it should be."""
+
+from __future__ import annotations
+
+import numpy as np
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from envs import Cluster, SimEnv, lower_bound
+from envs.sim.bound import lp_work_bound_s, work_bound_s
+from graphs import OpGraph
+from graphs.dag import priority_order
+from graphs.synthetic import random_dag
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    n=st.integers(1, 300),
+    seed=st.integers(0, 10_000),
+    preset=st.sampled_from(["k80x2", "k80x4", "v100x4", "h100x8", "h200x1", "mixed"]),
+    degree=st.floats(1.0, 3.0),
+    max_flops=st.sampled_from([1e5, 1e8, 1e11]),
+    executor=st.sampled_from(["eager", "dataflow"]),
+)
+def test_lower_bound_below_every_simulated_time(n, seed, preset, degree, max_flops, executor):
+    g = random_dag(n, seed=seed, avg_degree=degree, max_flops=max_flops)
+    c = mixed_cluster() if preset == "mixed" else Cluster.preset(preset)
+    env = SimEnv(g, c, executor=executor)
+    lb = env.lower_bound()
+    assert lb == lower_bound(g, c, executor) and lb > 0
+    rng = np.random.default_rng(seed)
+    P = np.concatenate([rng.integers(0, c.num_devices, size=(16, n)), np.repeat(np.arange(c.num_devices)[:, None], n, axis=1)])
+    times, _ = env.step_times(P)
+    assert np.all(lb <= times), (lb, times.min())
+
+
+def mixed_cluster() -> Cluster:
+    """Host CPU + three different GPUs (four distinct device columns)."""
+    doc = Cluster.preset("k80x4").to_dict()
+    for d, (flops, bw) in zip(doc["devices"][2:], ((14e12, 7.7e11), (60e12, 2.85e12), (2e12, 1e11))):
+        d["flops_per_s"], d["mem_bw_bytes_per_s"] = flops, bw
+    return Cluster.from_dict(doc)
+
+
+def test_work_bound_with_distinct_devices_near_the_maximum():
+    work = np.random.default_rng(0).random((50, 3)) * np.array([5.0, 1.0, 2.0])
+    grid = max(
+        float(np.min(work * np.array([a, b, 1 - a - b]), axis=1).sum())
+        for a in np.linspace(0, 1, 101) for b in np.linspace(0, 1 - a, 101)
+    )
+    assert grid * 0.999 <= work_bound_s(work) <= grid * 1.01
+
+
+def test_lower_bound_tight_for_a_chain_on_one_fast_device(toy):
+    g = toy.graph(["a", "b", "c"], [("a", "b", 1), ("b", "c", 1)], [1, 2, 3])
+    c = toy.cluster()
+    assert abs(lower_bound(g, c) - 18.0) < 1e-6  # forward 6 + backward 12; nothing runs in parallel
+
+
+def test_work_bound_weights_fast_devices():
+    # one device 10x slower than two others: the best weights give total / 2.1, not / 3
+    work = np.array([[10.0, 1.0, 1.0]] * 21)
+    assert abs(work_bound_s(work, iterations=500) - 21 / 2.1) < 0.05
+    assert work_bound_s(work) >= 21 / 3
+
+
+def _branchy_dag(n: int, seed: int) -> OpGraph:
+    """Random DAG with parallel branches (many issue orders), some zero-time views, some parameters."""
+    rng = np.random.default_rng(seed)
+    names = [f"o{i}" for i in range(n)]
+    edges = []
+    for v in range(1, n):
+        k = int(rng.integers(0, 3))
+        for u in rng.choice(v, size=min(v, k), replace=False):
+            edges.append((names[int(u)], names[v], int(np.exp(rng.uniform(np.log(4), np.log(6e7))))))
+    types = rng.choice(["aten.mm.default", "aten.relu.default", "aten.view.default"], size=n, p=[0.5, 0.35, 0.15]).tolist()
+    flops = np.exp(rng.uniform(np.log(1e3), np.log(1e10), size=n)).tolist()
+    params = ((rng.random(n) < 0.3) * rng.integers(1 << 10, 1 << 26, size=n)).astype(np.int64)
+    return OpGraph.from_edges(names, edges, flops=flops, op_types=types, param_bytes=params)
+
+
+def _random_cluster(preset: str, seed: int) -> Cluster:
+    """A preset with every device and link number scaled at random (and maybe a second host CPU)."""
+    rng = np.random.default_rng(seed)
+    doc = Cluster.preset(preset).to_dict()
+    for d in doc["devices"]:
+        for key in ("flops_per_s", "mem_bw_bytes_per_s", "launch_overhead_s"):
+            d[key] *= float(np.exp(rng.uniform(-1.5, 1.5)))
+    if len(doc["devices"]) > 2 and rng.random() < 0.3:
+        doc["devices"][-1]["kind"] = "cpu"
+    for link in doc.get("links", []):
+        link["bandwidth_bytes_per_s"] *= float(np.exp(rng.uniform(-2, 1)))
+        link["latency_s"] *= float(np.exp(rng.uniform(-1, 1)))
+    return Cluster.from_dict(doc)
+
+
+def _random_topological_order(graph: OpGraph, rng) -> np.ndarray:
+    return priority_order(graph, rng.random(graph.num_ops))
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    n=st.integers(1, 14),
+    seed=st.integers(0, 10_000),
+    preset=st.sampled_from(["k80x2", "k80x4", "v100x4", "h200x1"]),
+    executor=st.sampled_from(["eager", "dataflow"]),
+)
+def test_best_bound_below_random_placements_in_any_order(n, seed, preset, executor):
+    g = _branchy_dag(n, seed)
+    c = _random_cluster(preset, seed)
+    env = SimEnv(g, c, executor=executor)
+    lb = lower_bound(g, c, executor)
+    assert float(lb) == float(env.lower_bound()) and lb >= lb.previous and lb.name in lb.parts
+    rng = np.random.default_rng(seed)
+    P = np.concatenate([rng.integers(0, c.num_devices, size=(8, n)), np.repeat(np.arange(c.num_devices)[:, None], n, axis=1)])
+    for p in P:
+        planned, _, _ = env.plan_order(p)
+        for order in (None, planned, _random_topological_order(g, rng)):
+            t = env.simulate(p, order=order).extra["sim_step_time_s"]
+            assert lb <= t, (lb.name, float(lb), t)
+
+
+def test_host_issue_bound_is_tighter_where_the_host_is_the_bottleneck():
+    # 400 tiny independent ops: every placement pays a dispatch per op on the one host thread
+    n = 400
+    g = OpGraph.from_edges([f"o{i}" for i in range(n)], [], flops=[1e3] * n)
+    c = Cluster.preset("v100x4")
+    lb = lower_bound(g, c)
+    assert lb.name.startswith("host issue") and lb > lb.previous * 1.5
+    assert lower_bound(g, c, "dataflow").name in ("critical path", "work")  # no host thread there
+    env = SimEnv(g, c)
+    rng = np.random.default_rng(0)
+    times, _ = env.step_times(rng.integers(0, c.num_devices, size=(16, n)))
+    assert np.all(lb <= times)
+
+
+def test_lp_work_bound_is_the_maximum():
+    work = np.random.default_rng(0).random((50, 3)) * np.array([5.0, 1.0, 2.0])
+    grid = max(
+        float(np.min(work * np.array([a, b, 1 - a - b]), axis=1).sum())
+        for a in np.linspace(0, 1, 101) for b in np.linspace(0, 1 - a, 101)
+    )
+    assert grid <= lp_work_bound_s(work) * (1 + 1e-9) and lp_work_bound_s(work) <= grid * 1.01
+    assert lp_work_bound_s(work) >= work_bound_s(work) * (1 - 1e-9)

@@ -1,0 +1,174 @@
+"""Hand-computed schedules on toy graphs, for both the kernel and the reference.
+
+Toy cluster: 1 FLOP/s everywhere, no launch cost, links of 1 byte/s, so forward
+time = FLOPs, backward = 2 × FLOPs, a transfer = its bytes (seconds).
+
+Tests parametrised over EXECUTORS hold for both models; ``*_dataflow`` tests
+pin the dataflow model (their numbers need later ready work to overtake), and
+the eager model's own cases are in tests/envs/test_eager.py.
+"""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from envs.sim.simulator import SimEnv
+
+BACKENDS = ["kernel", "reference"]
+EXECUTORS = ["eager", "dataflow"]
+
+
+def sim(graph, cluster, place, backend, executor="dataflow"):
+    env = SimEnv(graph, cluster, backend=backend, executor=executor)
+    return env, env.schedule(place), env.simulate(place)
+
+
+@pytest.mark.parametrize("executor", EXECUTORS)
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_chain_one_device(toy, backend, executor):
+    g = toy.graph(["a", "b", "c"], [("a", "b", 1), ("b", "c", 1)], [1, 2, 3])
+    _, s, r = sim(g, toy.cluster(), [toy.G0] * 3, backend, executor)
+    assert s.fwd_start_s.tolist() == [0, 1, 3] and s.fwd_end_s.tolist() == [1, 3, 6]
+    assert s.bwd_start_s.tolist() == [16, 12, 6] and s.bwd_end_s.tolist() == [18, 16, 12]
+    assert len(s.xfer_op) == 0
+    assert r.status == "ok" and r.step_time_s == 18.0
+    assert r.busy_s["gpu:0"] == 18.0 and r.busy_s["gpu:1"] == 0.0
+
+
+@pytest.mark.parametrize("executor", EXECUTORS)
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_cycle_between_devices(toy, backend, executor):
+    # A on gpu:0 -> B on gpu:1 -> C on gpu:0: activations out and back, gradients in reverse.
+    g = toy.graph(["a", "b", "c"], [("a", "b", 1), ("b", "c", 1)], [1, 2, 3])
+    _, s, r = sim(g, toy.cluster(), [toy.G0, toy.G1, toy.G0], backend, executor)
+    assert s.fwd_start_s.tolist() == [0, 2, 5] and s.fwd_end_s.tolist() == [1, 4, 8]
+    assert s.bwd_start_s.tolist() == [20, 15, 8] and s.bwd_end_s.tolist() == [22, 19, 14]
+    xfers = sorted(zip(s.xfer_kind.tolist(), s.xfer_op.tolist(), s.xfer_src.tolist(), s.xfer_dst.tolist(),
+                       s.xfer_start_s.tolist(), s.xfer_end_s.tolist()))
+    assert xfers == [(0, 0, 1, 2, 1, 2), (0, 1, 2, 1, 4, 5), (1, 0, 2, 1, 19, 20), (1, 1, 1, 2, 14, 15)]
+    assert r.step_time_s == 22.0
+    assert r.busy_s["gpu:0->gpu:1"] == 2.0 and r.busy_s["gpu:1->gpu:0"] == 2.0
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_diamond_dataflow(toy, backend):
+    g = toy.graph(["a", "b", "c", "d"], [("a", "b", 1), ("a", "c", 1), ("b", "d", 1), ("c", "d", 1)], [1, 2, 2, 1])
+    _, s, r = sim(g, toy.cluster(), [toy.G0, toy.G0, toy.G1, toy.G0], backend)
+    assert s.fwd_start_s.tolist() == [0, 1, 2, 5] and s.fwd_end_s.tolist() == [1, 3, 4, 6]
+    assert s.bwd_start_s.tolist() == [14, 8, 9, 6] and s.bwd_end_s.tolist() == [16, 12, 13, 8]
+    assert r.step_time_s == 16.0
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_fork_join_contention_and_ties_dataflow(toy, backend):
+    # b and c both become ready at t=1 on gpu:0 and run one after the other; in
+    # backward, bwd c (lower task id: reverse topological order) goes before bwd b.
+    g = toy.graph(["a", "b", "c", "d", "e"],
+                  [("a", "b", 1), ("a", "c", 1), ("a", "d", 1), ("b", "e", 1), ("c", "e", 1), ("d", "e", 1)],
+                  [1, 2, 2, 2, 1])
+    _, s, r = sim(g, toy.cluster(), [toy.G0, toy.G0, toy.G0, toy.G1, toy.G0], backend)
+    assert s.fwd_start_s.tolist() == [0, 1, 3, 2, 5] and s.fwd_end_s.tolist() == [1, 3, 5, 4, 6]
+    assert s.bwd_start_s.tolist() == [16, 12, 8, 9, 6] and s.bwd_end_s.tolist() == [18, 16, 12, 13, 8]
+    assert r.step_time_s == 18.0
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_shared_tensor_sent_once_per_device_dataflow(toy, backend):
+    # a's output feeds b and c on gpu:1 and d on cpu:0: one copy to each device.
+    g = toy.graph(["a", "b", "c", "d"], [("a", "b", 2), ("a", "c", 2), ("a", "d", 2)], [1, 1, 1, 1])
+    _, s, r = sim(g, toy.cluster(), [toy.G0, toy.G1, toy.G1, toy.CPU], backend)
+    assert sorted(zip(s.xfer_kind.tolist(), s.xfer_dst.tolist())) == [(0, 0), (0, 2), (1, 1), (1, 1)]
+    assert s.fwd_start_s.tolist() == [0, 3, 4, 3] and s.fwd_end_s.tolist() == [1, 4, 5, 4]
+    # backward: FIFO by ready time on gpu:1 (bwd b ready at 4, bwd c at 5)
+    assert s.bwd_start_s.tolist() == [11, 5, 7, 4] and s.bwd_end_s.tolist() == [13, 7, 9, 6]
+    assert r.busy_s["gpu:0->gpu:1"] == 2.0 and r.busy_s["gpu:0->cpu:0"] == 2.0
+    assert r.busy_s["gpu:1->gpu:0"] == 2.0 and r.busy_s["cpu:0->gpu:0"] == 2.0
+    assert r.step_time_s == 13.0
+    assert r.extra["num_transfers"] == 2
+
+
+@pytest.mark.parametrize("executor", EXECUTORS)
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_latency_and_update(toy, backend, executor):
+    # Each transfer costs latency + bytes; the optimizer step follows the backward
+    # pass on every device: launch 0 + 7 passes over the param bytes at mem bandwidth.
+    g = toy.graph(["a", "b"], [("a", "b", 3)], [1, 1], param_bytes=[0, 10])
+    c = toy.cluster(latency_s=0.5, mem_bw_bytes_per_s=70.0)
+    _, s, r = sim(g, c, [toy.G0, toy.G1], backend, executor)
+    assert s.fwd_end_s.tolist() == [1, 5.5]
+    assert s.xfer_start_s.tolist() == [1, 7.5] and s.xfer_end_s.tolist() == [4.5, 11]
+    assert s.bwd_end_s.tolist() == [13, 7.5]
+    assert s.update_s.tolist() == [0.0, 0.0, 1.0]
+    assert r.step_time_s == 14.0 and r.busy_s["gpu:1"] == 1 + 2 + 1
+
+
+@pytest.mark.parametrize("executor", EXECUTORS)
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_memory_peak_exact_and_oom(toy, backend, executor):
+    # a -> b -> c on gpu:0 with outputs of 10, 20, 30 bytes. Live: 60 once c ran,
+    # +30 for c's output gradient during bwd c = 90; static = 4 × 5 param bytes = 20.
+    edges = [("a", "b", 10), ("b", "c", 20)]
+    g = toy.graph(["a", "b", "c"], edges, [1, 2, 3], out_bytes=[10, 20, 30], param_bytes=[5, 0, 0])
+    place = [toy.G0] * 3
+    _, _, r = sim(g, toy.cluster(memory_bytes=110), place, backend, executor)
+    assert r.status == "ok" and r.peak_bytes["gpu:0"] == 110 and r.peak_bytes["gpu:1"] == 0
+    env, _, r = sim(g, toy.cluster(memory_bytes=109), place, backend, executor)
+    assert r.status == "oom" and r.step_time_s == float("inf")
+    assert r.extra["oom_devices"] == ["gpu:0"] and r.message.startswith("out of memory on gpu:0: peak")
+    assert r.extra["sim_step_time_s"] == 18.0 and r.busy_s["gpu:0"] == 18.0
+    times, oom = env.step_times(np.array([place, [toy.G1] * 3]))
+    assert times.tolist() == [18.0, 18.0] and oom.tolist() == [True, True]
+
+
+@pytest.mark.parametrize("executor", EXECUTORS)
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_oom_on_the_right_device(toy, backend, executor):
+    # Received tensors count on the receiver: b on gpu:1 receives a's 50 bytes.
+    g = toy.graph(["a", "b"], [("a", "b", 50)], [1, 1], out_bytes=[50, 1])
+    _, _, r = sim(g, toy.cluster(memory_bytes=60), [toy.G0, toy.G1], backend, executor)
+    # gpu:0: a's output 50 + its gradient coming back 50 (during bwd a: +50) -> 150
+    # gpu:1: received 50 + b's output 1 + its grad 1 -> 52
+    assert r.peak_bytes == {"cpu:0": 0, "gpu:0": 150, "gpu:1": 52}
+    assert r.status == "oom" and r.extra["oom_devices"] == ["gpu:0"]
+    assert r.message.startswith("out of memory on gpu:0")
+
+
+@pytest.mark.parametrize("executor", EXECUTORS)
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_views_are_free(toy, backend, executor):
+    from graphs import OpGraph
+
+    g = OpGraph.from_edges(["a", "v", "b"], [("a", "v", 8), ("v", "b", 8)], flops=[1, 0, 1], out_bytes=[8, 8, 8],
+                           op_types=["aten.mm.default", "aten.view.default", "aten.relu.default"])
+    env, s, r = sim(g, toy.cluster(), [toy.G0] * 3, backend, executor)
+    assert env.fwd_s[1].tolist() == [0.0, 0.0, 0.0]
+    assert r.step_time_s == 6.0
+    assert r.peak_bytes["gpu:0"] == 8 + 0 + 8 + 8  # a, (view: nothing), b, b's gradient
+
+
+@pytest.mark.parametrize("executor", EXECUTORS)
+@pytest.mark.parametrize("seed, preset, spread", [(3, "k80x4", 5), (4, "h100x8", 9), (5, "v100x4", 2)])
+def test_trace_has_no_overlap_per_track(seed, preset, spread, executor):
+    from graphs.synthetic import random_dag
+    from envs.cluster import Cluster
+
+    g = random_dag(300, seed=seed, avg_degree=2.0)
+    env = SimEnv(g, Cluster.preset(preset), executor=executor)
+    place = np.random.default_rng(seed).integers(0, spread, g.num_ops)
+    r = env.simulate(place, trace=True)
+    doc = json.loads(json.dumps(r.extra["trace"]))
+    tracks = {e["tid"]: e["args"]["name"] for e in doc["traceEvents"] if e["name"] == "thread_name"}
+    assert set(env.cluster.device_names) <= set(tracks.values()) and any("->" in t for t in tracks.values())
+    spans = [e for e in doc["traceEvents"] if e["ph"] == "X"]
+    assert sum(e["name"].startswith("fwd ") for e in spans) == g.num_ops
+    assert sum(e["name"].startswith("bwd ") for e in spans) == g.num_ops
+    assert sum(e["name"].startswith(("act ", "grad ")) for e in spans) == 2 * r.extra["num_transfers"]
+    end = max(e["ts"] + e["dur"] for e in spans)
+    assert end == pytest.approx(r.step_time_s * 1e6)
+    for tid in tracks:
+        evs = sorted((e["ts"], e["ts"] + e["dur"]) for e in spans if e["tid"] == tid)
+        for (s0, e0), (s1, _) in zip(evs, evs[1:]):
+            assert s1 >= e0 - 1e-6, (tracks[tid], e0, s1)

@@ -1,0 +1,170 @@
+"""``placer run`` and ``placer profile`` end to end on the CPU."""
+
+from __future__ import annotations
+
+import json
+import statistics
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+
+from envs.real.profiler import load_profile
+from placer.cli import main
+from graphs.plan import Placement
+
+MODEL_SRC = textwrap.dedent(
+    """
+    import torch
+    from torch import nn
+
+    def build():
+        torch.manual_seed(0)
+        model = nn.Sequential(nn.Linear(16, 32), nn.BatchNorm1d(32), nn.ReLU(), nn.Linear(32, 4))
+        return model, (torch.randn(8, 16),)
+    """
+)
+
+
+@pytest.fixture
+def workdir(tmp_path, monkeypatch):
+    (tmp_path / "cli_run_model.py").write_text(MODEL_SRC)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    sys.modules.pop("cli_run_model", None)
+    from graphs.torch_capture import capture
+
+    import cli_run_model
+
+    graph = capture(*cli_run_model.build())
+    idx = np.random.default_rng(0).integers(0, 3, size=graph.num_ops)
+    Placement.from_indices(graph, ["cpu:0", "gpu:0", "gpu:1"], idx, cluster="k80x2").save(tmp_path / "p.json")
+    return tmp_path
+
+
+def test_run_json_reports_step_time_and_peaks(workdir, capsys):
+    rc = main(["run", "cli_run_model:build", "--placement", "p.json", "--cluster", "k80x2", "--device-map", "*=cpu", "--steps", "3", "--warmup", "1", "--json"])
+    out = json.loads(capsys.readouterr().out)
+    assert rc == 0 and out["status"] == "ok" and out["source"] == "measured"
+    assert 0 < out["step_time_s"] == statistics.median(out["extra"]["step_times_s"])  # no wall-clock limit
+    assert len(out["extra"]["step_times_s"]) == 3
+    assert set(out["peak_bytes"]) <= {"cpu:0", "gpu:0", "gpu:1"}
+    assert out["extra"]["device_map"]["gpu:1"] == "cpu"
+
+
+def test_run_text_output(workdir, capsys):
+    rc = main(["run", "cli_run_model:build", "--placement", "p.json", "--cluster", "k80x2", "--device-map", "*=cpu", "--steps", "2"])
+    text = capsys.readouterr().out
+    assert rc == 0 and "step time" in text and "peak memory" in text and "gpu:1" in text
+
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["--cluster", "h200x1", "--device-map", "*=cpu"], "not in cluster h200x1"),
+        (["--cluster", "k80x2", "--device-map", "gpu:0"], "LOGICAL=TORCH_DEVICE"),
+        (["--cluster", "k80x2", "--device-map", "*=cpu", "--steps", "0"], "--steps 0"),
+        (["--cluster", "nowhere"], "nowhere"),
+    ],
+)
+def test_run_bad_input_exits_2_with_one_line(workdir, capsys, argv, message):
+    rc = main(["run", "cli_run_model:build", "--placement", "p.json", *argv])
+    err = capsys.readouterr().err
+    assert rc == 2 and message in err and err.count("\n") == 1
+
+
+def test_run_without_the_gpus_it_needs_says_so(workdir, capsys):
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("this machine has CUDA")
+    rc = main(["run", "cli_run_model:build", "--placement", "p.json", "--cluster", "k80x2"])
+    err = capsys.readouterr().err
+    assert rc == 2 and "does not have" in err and "--device-map" in err
+
+
+def test_run_refuses_a_placement_of_another_graph(workdir, capsys):
+    doc = json.loads((workdir / "p.json").read_text())
+    doc["graph_hash"] = "0123456789abcdef"
+    (workdir / "other.json").write_text(json.dumps(doc))
+    rc = main(["run", "cli_run_model:build", "--placement", "other.json", "--cluster", "k80x2", "--device-map", "*=cpu"])
+    assert rc == 2 and "made for graph 0123456789abcdef" in capsys.readouterr().err
+
+
+def test_profile_writes_a_loadable_profile(workdir, capsys):
+    rc = main(["profile", "cli_run_model:build", "--devices", "cpu", "-o", "prof.json", "--repeats", "2", "--json"])
+    summary = json.loads(capsys.readouterr().out)
+    assert rc == 0 and summary["ops"] > 0 and summary["devices"]["cpu"]["fwd_s"] > 0
+    prof = load_profile(workdir / "prof.json")
+    p = Placement.load(workdir / "p.json")
+    assert prof["graph_hash"] == p.graph_hash  # the same capture as the placement's graph
+    rc = main(["profile", "cli_run_model:build", "--devices", "cpu,warp:9", "-o", "x.json"])
+    assert rc == 2 and "--devices" in capsys.readouterr().err
+    # compare takes it too (and refuses a profile of another graph)
+    rc = main(["compare", "cli_run_model:build", "--cluster", "h200x1", "--methods", "single,m_etf",
+               "--profile", "prof.json", "--json"])
+    assert rc == 0 and {r["method"] for r in json.loads(capsys.readouterr().out)["rows"]} >= {"single", "m_etf"}
+    doc = json.loads((workdir / "prof.json").read_text())
+    doc["graph_hash"] = "0" * 16
+    (workdir / "other.json").write_text(json.dumps(doc))
+    rc = main(["compare", "cli_run_model:build", "--cluster", "h200x1", "--methods", "single", "--profile", "other.json"])
+    assert rc == 2 and "other.json" in capsys.readouterr().err
+
+
+def test_run_steps_past_measure_timeout_are_a_timeout_result(workdir, capsys, monkeypatch):
+    import time
+
+    import envs.real.timing
+
+    def hang(*args, **kwargs):
+        time.sleep(120)
+
+    monkeypatch.setattr(envs.real.timing, "measure_steps", hang)
+    rc = main(["run", "cli_run_model:build", "--placement", "p.json", "--cluster", "k80x2", "--device-map", "*=cpu",
+               "--measure-timeout", "0.5", "--json"])
+    out = json.loads(capsys.readouterr().out)
+    assert rc == 1 and out["status"] == "timeout" and "0.5s" in out["message"]
+
+
+def test_run_memory_error_in_a_step_is_oom(workdir, capsys, monkeypatch):
+    import envs.real.timing
+
+    def no_memory(*args, **kwargs):
+        raise MemoryError()
+
+    monkeypatch.setattr(envs.real.timing, "measure_steps", no_memory)
+    rc = main(["run", "cli_run_model:build", "--placement", "p.json", "--cluster", "k80x2", "--device-map", "*=cpu", "--json"])
+    out = json.loads(capsys.readouterr().out)
+    assert rc == 1 and out["status"] == "oom" and "MemoryError" in out["message"]
+
+
+@pytest.mark.parametrize("value", ["0", "-3", "nan", "inf"])
+def test_run_bad_measure_timeout_exits_2_with_one_line(workdir, capsys, value):
+    rc = main(["run", "cli_run_model:build", "--placement", "p.json", "--cluster", "k80x2", "--device-map", "*=cpu",
+               "--measure-timeout", value])
+    err = capsys.readouterr().err
+    assert rc == 2 and "--measure-timeout" in err and err.count("\n") == 1
+
+
+def test_profile_prints_a_gpus_issue_times(workdir, capsys, monkeypatch):
+    """A GPU profiled in context has the host's issue time beside its kernels': the summary shows both."""
+    import envs.real.profiler as profiler
+
+    real = profiler.profile_model
+
+    def with_a_gpu(model, inputs, devices, **kw):
+        doc = real(model, inputs, ["cpu"], **kw)
+        n = len(doc["ops"])
+        doc["devices"]["cuda:0"] = {"kind": "gpu", "name": "fake", "method": "context", "fwd_s": [1e-5] * n,
+                                    "bwd_s": [2e-5] * n, "issue_fwd_s": [3e-5] * n, "issue_bwd_s": [4e-5] * n}
+        return doc
+
+    monkeypatch.setattr(profiler, "profile_model", with_a_gpu)
+    assert main(["profile", "cli_run_model:build", "--devices", "cpu", "-o", "gpu.json", "--repeats", "2"]) == 0
+    out = capsys.readouterr().out
+    n = len(load_profile(workdir / "gpu.json")["ops"])
+    assert f"issue   {n * 3e-5 * 1e3:10.2f} ms" in out and out.count("(host, sum over ops)") == 1  # the GPU only
+    assert main(["profile", "cli_run_model:build", "--devices", "cpu", "-o", "gpu.json", "--repeats", "2", "--json"]) == 0
+    gpu = json.loads(capsys.readouterr().out)["devices"]["cuda:0"]
+    assert gpu["issue_bwd_s"] == pytest.approx(n * 4e-5)

@@ -1,0 +1,130 @@
+"""`placer clusters`, `placer place`, `placer simulate`: outputs, files, exit status 2 on bad input."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+import graphs
+from graphs.synthetic import random_dag
+from placer.cli import main
+from graphs.plan import Placement
+
+
+@pytest.fixture
+def files(tmp_path):
+    g = random_dag(120, seed=4, name="rand")
+    gpath = tmp_path / "g.json"
+    graphs.save(g, gpath)
+    return tmp_path, g, str(gpath)
+
+
+def run(capsys, *argv):
+    rc = main(list(argv))
+    out, err = capsys.readouterr()
+    return rc, out, err
+
+
+def test_clusters_list_show_and_json_round_trip(capsys, files):
+    tmp, g, gpath = files
+    rc, out, _ = run(capsys, "clusters")
+    assert rc == 0 and all(n in out for n in ("k80x2", "k80x4", "v100x4", "h100x8", "h200x1", "a100-40gx4", "a100-80gx8", "l4x4"))
+    rc, out, _ = run(capsys, "clusters", "v100x4")
+    assert rc == 0 and "gpu:3" in out and "45 GB/s" in out
+    rc, out, _ = run(capsys, "clusters", "k80x2", "--json")
+    cpath = tmp / "c.json"
+    cpath.write_text(out)
+    rc, out, _ = run(capsys, "place", gpath, "--cluster", str(cpath), "--method", "single", "-o", str(tmp / "p.json"))
+    assert rc == 0 and "gpu:0: 120" in out
+    rc, out, _ = run(capsys, "simulate", gpath, str(tmp / "p.json"), "--cluster", str(cpath), "--json")
+    doc = json.loads(out)
+    assert rc == 0 and doc["status"] == "ok" and 0 < doc["lower_bound_s"] <= doc["step_time_s"]
+    rc, out2, _ = run(capsys, "simulate", gpath, str(tmp / "p.json"), "--cluster", "k80x2", "--json")
+    assert json.loads(out2)["step_time_s"] == doc["step_time_s"]
+    rc, out, _ = run(capsys, "clusters", "--json")
+    assert [c["name"] for c in json.loads(out)] == ["k80x2", "k80x4", "v100x4", "h100x8", "h200x1", "a100-40gx4", "a100-80gx8", "l4x4"]
+
+
+def test_place_with_options_and_simulate_with_trace(capsys, files):
+    tmp, g, gpath = files
+    p = tmp / "p.json"
+    rc, _, _ = run(capsys, "place", gpath, "--cluster", "k80x4", "--method", "single", "--option", "device=gpu:2", "-o", str(p))
+    assert rc == 0 and set(Placement.load(p).assignment.values()) == {"gpu:2"}
+    trace = tmp / "t.json"
+    rc, out, _ = run(capsys, "simulate", gpath, str(p), "--cluster", "k80x4", "--trace", str(trace))
+    assert rc == 0
+    for word in ("step time", "lower bound", "status      ok", "gpu:2", "peak memory"):
+        assert word in out
+    doc = json.loads(trace.read_text())
+    spans = [e for e in doc["traceEvents"] if e["ph"] == "X"]
+    assert sum(e["name"].startswith("fwd ") for e in spans) == g.num_ops
+
+
+def test_simulate_reports_oom(capsys, files):
+    tmp, g, gpath = files
+    doc = json.loads((run(capsys, "clusters", "k80x2", "--json"))[1])
+    doc["devices"][1]["memory_bytes"] = 1e6
+    cpath = tmp / "small.json"
+    cpath.write_text(json.dumps(doc))
+    p = tmp / "p.json"
+    assert run(capsys, "place", gpath, "--cluster", str(cpath), "--option", "device=gpu:0", "-o", str(p))[0] == 0
+    rc, out, _ = run(capsys, "simulate", gpath, str(p), "--cluster", str(cpath), "--json")
+    res = json.loads(out)
+    assert rc == 0 and res["status"] == "oom" and res["step_time_s"] is None
+    assert "gpu:0" in res["message"] and res["extra"]["oom_devices"] == ["gpu:0"]
+    # without an explicit device, `single` picks one that fits
+    assert run(capsys, "place", gpath, "--cluster", str(cpath), "-o", str(p))[0] == 0
+    assert set(Placement.load(p).assignment.values()) == {"gpu:1"}
+
+
+def test_bad_inputs_exit_2_with_one_line(capsys, files):
+    tmp, g, gpath = files
+    p = tmp / "p.json"
+    assert run(capsys, "place", gpath, "--cluster", "k80x2", "-o", str(p))[0] == 0
+
+    other = tmp / "other.json"
+    graphs.save(random_dag(120, seed=5, name="other"), other)
+    unknown_dev = tmp / "unknown.json"
+    d = json.loads(p.read_text())
+    d["assignment"] = {k: "gpu:7" for k in d["assignment"]}
+    d["devices"] = ["cpu:0", "gpu:0", "gpu:7"]
+    unknown_dev.write_text(json.dumps(d))
+    missing = tmp / "missing.json"
+    d = json.loads(p.read_text())
+    d["assignment"].pop(g.names[5])
+    missing.write_text(json.dumps(d))
+    bad_cluster = tmp / "bc.json"
+    bad_cluster.write_text(json.dumps({"devices": [{"name": "cpu:0"}]}))
+
+    cases = [
+        (["simulate", str(other), str(p), "--cluster", "k80x2"], "made for graph"),
+        (["simulate", gpath, str(unknown_dev), "--cluster", "k80x2"], "unknown device 'gpu:7'"),
+        (["simulate", gpath, str(missing), "--cluster", "k80x2"], "1 ops have no device"),
+        (["simulate", gpath, str(p), "--cluster", str(bad_cluster)], "is missing 'kind'"),
+        (["simulate", gpath, str(p), "--cluster", "k80x9"], "not a preset"),
+        (["simulate", gpath, str(tmp / "nope.json"), "--cluster", "k80x2"], "no such file"),
+        (["place", gpath, "--cluster", "k80x2", "--method", "nope", "-o", str(p)], "unknown placement method 'nope'"),
+        (["place", gpath, "--cluster", "k80x2", "--option", "device", "-o", str(p)], "expected KEY=VALUE"),
+        (["clusters", "k80x9"], "not a preset"),
+    ]
+    for argv, expected in cases:
+        rc, out, err = run(capsys, *argv)
+        assert rc == 2, (argv, out, err)
+        assert expected in err and err.count("\n") == 1 and err.startswith("placer: error: "), (argv, err)
+
+
+def test_simulate_with_a_profile_uses_measured_times(capsys, files):
+    tmp, g, gpath = files
+    p = tmp / "p.json"
+    assert run(capsys, "place", gpath, "--cluster", "k80x2", "--option", "device=gpu:0", "-o", str(p))[0] == 0
+    prof = {"format": "placer-profile/1", "graph_hash": g.content_hash, "ops": list(g.names),
+            "devices": {"cuda:0": {"kind": "gpu", "fwd_s": [1e-3] * g.num_ops, "bwd_s": [2e-3] * g.num_ops}},
+            "links": []}
+    ppath = tmp / "prof.json"
+    ppath.write_text(json.dumps(prof))
+    rc, out, _ = run(capsys, "simulate", gpath, str(p), "--cluster", "k80x2", "--profile", str(ppath), "--json",
+                     "--executor", "dataflow")  # eager adds the host's dispatch of the first op
+    res = json.loads(out)
+    # every op measured at 1 ms forward + 2 ms backward, all on one GPU, plus the optimizer step
+    assert rc == 0 and res["extra"]["backward_end_s"] == pytest.approx(g.num_ops * 3e-3)

@@ -1,0 +1,132 @@
+"""The ``ilp`` baseline: exact on tiny graphs (brute force), a plan with its order, a clean error without OR-Tools."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import sys
+
+import numpy as np
+import pytest
+
+import envs
+from graphs import OpGraph, save
+from graphs.synthetic import random_dag
+from placer.cli import main
+from placer.compare import compare
+
+pytest.importorskip("ortools")
+
+from placer.methods.heuristics.ilp import ilp  # noqa: E402
+
+
+def tiny_graph(seed: int, n: int) -> OpGraph:
+    """A random DAG of ``n`` non-view ops (every op may go anywhere), 1-2 inputs each, some parameters."""
+    rng = np.random.default_rng(seed)
+    names = [f"o{i}" for i in range(n)]
+    edges = []
+    for v in range(1, n):
+        for u in rng.choice(v, size=min(v, int(rng.integers(1, 3))), replace=False):
+            edges.append((names[int(u)], names[v], int(np.exp(rng.uniform(np.log(1e3), np.log(6e7))))))
+    flops = np.exp(rng.uniform(np.log(1e4), np.log(float(rng.choice([1e7, 5e9]))), size=n)).tolist()
+    params = ((rng.random(n) < 0.4) * rng.integers(1 << 10, 1 << 24, size=n)).astype(np.int64)
+    return OpGraph.from_edges(names, edges, flops=flops, op_types=["aten.mm.default"] * n, param_bytes=params)
+
+
+def topological_orders(graph: OpGraph) -> list[list[int]]:
+    n = graph.num_ops
+    preds = [set() for _ in range(n)]
+    for u, v in zip(graph.edge_src.tolist(), graph.edge_dst.tolist()):
+        preds[v].add(u)
+    out: list[list[int]] = []
+
+    def extend(prefix: list[int], used: set[int]) -> None:
+        if len(prefix) == n:
+            out.append(list(prefix))
+            return
+        for i in range(n):
+            if i not in used and preds[i] <= used:
+                prefix.append(i)
+                used.add(i)
+                extend(prefix, used)
+                prefix.pop()
+                used.remove(i)
+
+    extend([], set())
+    return out
+
+
+def brute_force_s(graph: OpGraph, cluster) -> float:
+    """The fastest eager step over every placement and every valid issue order."""
+    env = envs.SimEnv(graph, cluster)
+    P = np.array(list(itertools.product(range(cluster.num_devices), repeat=graph.num_ops)))
+    best = np.inf
+    for order in topological_orders(graph):
+        times, oom = env.step_times(P, order)
+        best = min(best, float(times[~oom].min()))
+    return best
+
+
+def _check_exact(seed: int, n: int, preset: str) -> None:
+    g = tiny_graph(seed, n)
+    c = envs.Cluster.preset(preset)
+    plan = ilp(g, c, time_limit_s=120, num_workers=1, hint="")  # no heuristic start: the model alone
+    assert plan.meta["solver_status"] == "optimal" and plan.meta["exact"] and plan.meta["items"] == n
+    got = envs.simulate(g, plan, c).step_time_s  # the plan's own issue order
+    best = brute_force_s(g, c)
+    assert got == pytest.approx(best, rel=1e-9, abs=1e-12), (got, best)
+    assert plan.meta["solver_objective_s"] == pytest.approx(got, rel=1e-6)  # the model is the simulator
+
+
+@pytest.mark.parametrize("seed,n,preset", [(0, 6, "k80x2"), (3, 6, "h200x1"), (10, 6, "k80x2")])
+def test_ilp_is_the_brute_force_optimum_on_tiny_graphs(seed, n, preset):
+    _check_exact(seed, n, preset)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("seed", range(20, 26))
+@pytest.mark.parametrize("n,preset", [(7, "k80x2"), (8, "h200x1")])
+def test_ilp_is_the_brute_force_optimum_more_cases(seed, n, preset):
+    _check_exact(seed, n, preset)
+
+
+def test_compare_cli_gives_an_ok_ilp_row_with_its_plan(tmp_path, capsys):
+    g = random_dag(40, seed=2)
+    path = tmp_path / "g.json"
+    save(g, str(path))
+    args = ["compare", str(path), "--cluster", "k80x4", "--methods", "m_etf,ilp", "--option", "ilp.time_limit_s=5",
+            "--option", "num_workers=1", "--json"]
+    assert main(args) == 0
+    doc = json.loads(capsys.readouterr().out)
+    row = next(r for r in doc["rows"] if r["method"] == "ilp")
+    assert row["status"] == "ok", row["message"]
+    meta = row["meta"]
+    assert meta["solver_status"] in ("optimal", "feasible", "hint") and meta["items"] >= 1 and meta["num_workers"] == 1
+    assert sorted(row["order"]) == list(range(g.num_ops))
+    # the row's step time is the simulator's score of the plan (placement + order), not the solver's objective
+    c = envs.Cluster.preset("k80x4")
+    report = compare(g, c, methods=["ilp"], options={"ilp": {"time_limit_s": 5, "num_workers": 1}})
+    r = report.rows[0]
+    place = r.placement.indices(g, c.device_names)
+    assert r.step_time_s == pytest.approx(envs.simulate(g, place, c, order=r.placement.order).step_time_s)
+    assert r.step_time_s >= report.lower_bound_s
+    assert main(["compare", str(path), "--cluster", "k80x4", "--methods", "ilp", "--option", "ilp.bogus=1"]) == 2
+    assert "bogus" in capsys.readouterr().err
+
+
+def test_ilp_without_ortools_says_how_to_install(monkeypatch):
+    monkeypatch.setitem(sys.modules, "ortools", None)
+    report = compare(random_dag(10, seed=0), envs.Cluster.preset("k80x2"), methods=["ilp"])
+    row = report.rows[0]
+    assert row.status == "not installed" and "pip install 'placer[ilp]'" in row.message
+
+
+def test_place_cli_writes_the_ilp_plan_with_its_order(tmp_path, capsys):
+    g = tiny_graph(1, 5)
+    path, out = tmp_path / "g.json", tmp_path / "p.json"
+    save(g, str(path))
+    assert main(["place", str(path), "--cluster", "k80x2", "--method", "ilp", "--option", "time_limit_s=20", "-o", str(out)]) == 0
+    doc = json.loads(out.read_text())
+    assert sorted(doc["order"]) == list(range(5)) and doc["method"] == "ilp"
+    assert main(["place", str(path), "--cluster", "k80x2", "--method", "ilp", "--option", "time_limit_s=0", "-o", str(out)]) == 2
+    assert "time_limit_s" in capsys.readouterr().err

@@ -1,0 +1,160 @@
+"""The packages depend on each other in one direction, and no modules import each other in a loop.
+
+* Direction: ``graphs`` <- ``envs`` <- ``policies`` <- ``placer``. ``graphs`` imports
+  none of the others, ``envs`` only ``graphs``, ``policies`` only ``graphs`` and
+  ``envs``; every import counts, function-level and type-checking ones included.
+* Cycles: the modules' top-level imports (those that run when a module is
+  imported) form a DAG. ``from pkg import name`` is an edge to the module
+  ``pkg.name`` when there is one, else to ``pkg`` (its ``__init__``).
+* ``ray`` is imported in one module, of ``envs.real``.
+
+Each check reads the source (the AST), so it costs no imports; the checks are
+run on a tree with one violation each planted too, to show that they can fail.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+#: Each package, and the packages it may import (itself included).
+ALLOWED = {
+    "graphs": {"graphs"},
+    "envs": {"graphs", "envs"},
+    "policies": {"graphs", "envs", "policies"},
+    "placer": {"graphs", "envs", "policies", "placer"},
+}
+PRODUCT = tuple(ALLOWED)
+
+
+def module_name(root: Path, path: Path) -> str:
+    parts = path.relative_to(root).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def sources(root: Path = ROOT) -> dict[str, str]:
+    """Module name -> its source, for every module of the product packages under ``root``."""
+    return {module_name(root, p): p.read_text() for package in PRODUCT for p in sorted((root / package).rglob("*.py"))}
+
+
+def _is_type_checking(node: ast.AST) -> bool:
+    return isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test)
+
+
+def _targets(node: ast.Import | ast.ImportFrom, modules: set[str], here: str) -> list[str]:
+    """The product modules an import statement names (``from pkg import mod`` names ``pkg.mod``)."""
+    if isinstance(node, ast.Import):
+        return [a.name for a in node.names]
+    if node.level:  # relative: resolve against this module's package
+        base = here.rsplit(".", node.level)[0] if here.count(".") >= node.level else ""
+        module = f"{base}.{node.module}" if node.module else base
+    else:
+        module = node.module or ""
+    subs = [f"{module}.{a.name}" for a in node.names if f"{module}.{a.name}" in modules]
+    return subs if len(subs) == len(node.names) else [*subs, module]
+
+
+def imports(source: str, name: str, modules: set[str], *, top_level_only: bool) -> set[str]:
+    """Product modules imported by one module: everywhere, or only by what runs at its import."""
+    found: set[str] = set()
+
+    def visit(node: ast.AST, in_function: bool) -> None:
+        if top_level_only and (in_function or _is_type_checking(node)):
+            return
+        if isinstance(node, (ast.Import, ast.ImportFrom)):
+            found.update(t for t in _targets(node, modules, name) if t.split(".")[0] in PRODUCT)
+        inner = in_function or isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda))
+        for child in ast.iter_child_nodes(node):
+            visit(child, inner)
+
+    visit(ast.parse(source), False)
+    found.discard(name)
+    return found
+
+
+def direction_violations(srcs: dict[str, str]) -> list[str]:
+    modules = set(srcs)
+    bad = []
+    for name, source in srcs.items():
+        package = name.split(".")[0]
+        for target in sorted(imports(source, name, modules, top_level_only=False)):
+            if target.split(".")[0] not in ALLOWED[package]:
+                bad.append(f"{name} imports {target}")
+    return bad
+
+
+def cycles(srcs: dict[str, str]) -> list[list[str]]:
+    """Every import loop over top-level imports found by a depth-first walk (each reported once)."""
+    modules = set(srcs)
+    graph = {name: sorted(imports(source, name, modules, top_level_only=True) & modules) for name, source in srcs.items()}
+    found, done = [], set()
+
+    def walk(m: str, stack: list[str]) -> None:
+        if m in stack:
+            found.append(stack[stack.index(m):] + [m])
+            return
+        if m in done:
+            return
+        for dep in graph[m]:
+            walk(dep, stack + [m])
+        done.add(m)
+
+    for m in sorted(graph):
+        walk(m, [])
+    return found
+
+
+def ray_importers(srcs: dict[str, str]) -> list[str]:
+    out = []
+    for name, source in srcs.items():
+        for node in ast.walk(ast.parse(source)):
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else \
+                [node.module or ""] if isinstance(node, ast.ImportFrom) and not node.level else []
+            if any(n.split(".")[0] == "ray" for n in names):
+                out.append(name)
+                break
+    return out
+
+
+# ------------------------------------------------------------------ the tree as it is
+def test_packages_import_in_one_direction():
+    assert direction_violations(sources()) == []
+
+
+def test_no_import_cycles_between_modules():
+    loops = cycles(sources())
+    assert not loops, "import loops: " + "; ".join(" -> ".join(c) for c in loops)
+
+
+def test_ray_is_imported_by_one_module_of_envs_real():
+    found = ray_importers(sources())
+    assert len(found) == 1 and found[0].startswith("envs.real."), found
+
+
+# ------------------------------------------------------------------ the checks can fail
+@pytest.mark.parametrize("module, planted", [
+    ("graphs.ir", "from envs.cluster import Cluster"),
+    ("envs.cost", "def f():\n    from policies import POLICIES\n"),
+    ("policies.base", "from placer.methods import registry"),
+    ("graphs.dag", "if True:\n    import placer\n"),
+])
+def test_an_upward_import_is_a_violation(module, planted):
+    srcs = sources()
+    srcs[module] += "\n" + planted + "\n"
+    assert direction_violations(srcs), planted
+
+
+def test_a_planted_cycle_is_found():
+    srcs = sources()
+    srcs["graphs.dag"] += "\nfrom graphs.ir import OpGraph\n"  # ir imports dag at the top: ir -> dag -> ir
+    loops = cycles(srcs)
+    assert any(set(c) >= {"graphs.ir", "graphs.dag"} for c in loops), loops
+
+
+def test_a_second_ray_importer_is_found():
+    srcs = sources()
+    srcs["envs.sim.simulator"] += "\nimport ray\n"
+    assert len(ray_importers(srcs)) == 2
