@@ -5,11 +5,13 @@ from __future__ import annotations
 import json
 
 import pytest
+import torch
 
 import graphs
 from graphs.synthetic import branch_dag
 from placer.cli import main
 from graphs.plan import Placement
+from policies.gnn import GNNNet
 
 
 def run(capsys, *argv):
@@ -157,10 +159,19 @@ def test_train_init_fine_tunes_the_pretrained_policy(pretrained, capsys):
     assert state["config"]["policy"] == "gnn" and state["config"]["init"] == str(tmp / "p.pt")
     # fine-tuning explores more, and imitates at pretraining's rate, unless told otherwise
     assert state["config"]["entropy_coef"] == 0.01 and state["config"]["warm_start_lr"] == 0.003
+    # the weights trained are the pretrained ones: one RL step (no imitation) moves each by at most Adam's lr
+    lr = 1e-4
     rc, out, err = run(capsys, "train", gpath, "--cluster", "k80x2", "--init", str(tmp / "p.pt"), "--iterations", "1",
-                       "--entropy", "0.002", "--logdir", str(tmp / "run2"), "--json", "--no-progress")
+                       "--warm-start", "none", "--lr", str(lr), "--entropy", "0.002", "--logdir", str(tmp / "run2"),
+                       "--json", "--no-progress")
     assert rc == 0, err
     assert json.loads((tmp / "run2" / "checkpoint.json").read_text())["config"]["entropy_coef"] == 0.002
+    pretrained_net = torch.load(tmp / "p.pt", weights_only=True)
+    tuned = torch.load(tmp / "run2" / "checkpoint.pt", weights_only=True)["policy"]
+    assert set(pretrained_net) == {k.removeprefix("net.") for k in tuned}
+    step = max(float((tuned["net." + k] - v).abs().max()) for k, v in pretrained_net.items())
+    fresh = GNNNet(**{k: v for k, v in json.loads((tmp / "p.json").read_text())["architecture"].items()}).state_dict()
+    assert step <= 1.01 * lr < 0.01 < max(float((fresh[k] - v).abs().max()) for k, v in pretrained_net.items())
 
 
 @pytest.mark.slow
