@@ -1,0 +1,319 @@
+"""Move search with a learned critic: local search whose moves a network ranks before they are simulated.
+
+The loop, in the spirit of CleanRL, reads top to bottom in :meth:`MoveSearch.run`:
+from the incumbent placement, describe every move of the current item level
+(:class:`policies.moves.MoveFeatures`), rank them by the critic's predicted change
+of the step time, simulate a batch of the best-ranked ones (and a few drawn
+uniformly, to keep the critic's data honest), train the critic on what the
+simulator returned, and take the best move if it is faster. A level on which
+``patience`` batches in a row found nothing (or whose every move has been tried)
+hands over to the next finer one, round-robin (variable neighbourhood descent);
+when a whole round of levels finds nothing, the best placement is kicked (a few
+random moves of coarse items) and the descent starts again from there (iterated
+local search).
+
+``proposals="uniform"`` is the ablation: the same loop, every batch drawn
+uniformly among the untried moves, the critic never consulted. The gain of
+``"critic"`` over it, at the same budget from the same start, is what the critic
+learned (BENCHMARKS.md, "The learner against search at equal budget").
+
+Every placement simulated counts against ``max_evals`` (the start's draws, the
+moves, the kicks); ``time_budget_s`` stops the run between batches.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import numpy as np
+import torch
+
+from envs.cluster import Cluster
+from graphs import OpGraph, PlacerError
+from policies.moves import ItemLevel, MoveCritic, MoveFeatures, MoveMemory, item_levels
+
+ProposalName = Literal["critic", "uniform"]
+PROPOSALS = ("critic", "uniform")
+#: A failed (out of memory) placement costs this many times its step time.
+OOM_FACTOR = 10.0
+
+
+@dataclass
+class MoveSearchOptions:
+    """The move search's settings (tuned on nmt-2 and inception-v3 on k80x4; BENCHMARKS.md)."""
+
+    proposals: ProposalName = "critic"
+    """"critic": moves ranked by the learned critic; "uniform": drawn uniformly (the ablation)."""
+    scope: str = "each"
+    """"all": every level's moves compete in one ranking; "each": one level at a time, coarse to fine."""
+    batch: int = 16
+    """moves simulated per round."""
+    explore: float = 0.25
+    """share of each batch drawn uniformly among the untried moves (critic only)."""
+    patience: int = 6
+    """rounds in a row without a faster move before a level hands over to the next."""
+    starts: int = 16
+    """uniform draws at the coarsest level that compete with the given start."""
+    kick: int = 3
+    """coarse items moved at random when every level is at a local optimum."""
+    hidden: int = 64
+    """units of the critic's two hidden layers."""
+    lr: float = 2e-3
+    """Adam learning rate of the critic."""
+    train_steps: int = 2
+    """critic updates per round, each on ``train_batch`` moves drawn from everything simulated so far."""
+    train_batch: int = 256
+    """moves per critic update."""
+
+
+@dataclass
+class SearchCurve:
+    """The best step time after each improvement: placements simulated, seconds, step time."""
+
+    evals: list[int] = field(default_factory=list)
+    wall_s: list[float] = field(default_factory=list)
+    best_s: list[float] = field(default_factory=list)
+
+
+@dataclass
+class MoveSearchResult:
+    op_devices: np.ndarray
+    step_time_s: float
+    oom: bool
+    evals: int
+    elapsed_s: float
+    curve: SearchCurve
+    rounds: int
+    kicks: int
+    levels: list[str]
+
+
+class BudgetSpent(Exception):
+    """The search's budget of simulated placements or seconds is used up."""
+
+
+class _Budget:
+    """Scores placements through ``env.step_times``, counting each row against ``max_evals``; records the curve."""
+
+    def __init__(self, env: Any, max_evals: int | None, deadline: float | None, order: str | None) -> None:
+        self.env, self.max_evals, self.deadline, self.order = env, max_evals, deadline, order
+        self.evals, self.t0 = 0, time.perf_counter()
+        self.curve, self.best = SearchCurve(), float("inf")  # the best step time of a placement that fits
+        self.best_cost, self.best_row, self.best_oom = float("inf"), None, False  # the least cost seen
+
+    def left(self) -> int:
+        if self.deadline is not None and time.perf_counter() >= self.deadline:
+            return 0
+        return (self.max_evals - self.evals) if self.max_evals is not None else 1 << 40
+
+    def score(self, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """``(cost, oom)`` of the rows (cost: step time, x OOM_FACTOR when out of memory); at most what is left."""
+        k = min(len(rows), self.left())
+        if k <= 0:
+            raise BudgetSpent
+        rows = np.ascontiguousarray(rows[:k], dtype=np.int32)
+        t, oom = self.env.step_times(rows) if self.order is None else self.env.step_times(rows, order=self.order)
+        t = np.where(np.isfinite(t), np.asarray(t, dtype=np.float64), np.inf)
+        self.evals += k
+        cost = np.where(oom, t * OOM_FACTOR, t)
+        j = int(np.argmin(cost))
+        if cost[j] < self.best_cost:
+            self.best_cost, self.best_row, self.best_oom = float(cost[j]), rows[j].copy(), bool(oom[j])
+        ok = np.flatnonzero(~np.asarray(oom, dtype=bool))
+        if len(ok) and t[ok].min() < self.best:
+            self.best = float(t[ok].min())
+            self.curve.evals.append(self.evals)
+            self.curve.wall_s.append(time.perf_counter() - self.t0)
+            self.curve.best_s.append(self.best)
+        return cost, np.asarray(oom, dtype=bool)
+
+
+@dataclass
+class _Candidates:
+    """The moves from one incumbent: level, item and device of each, their features, and which were simulated."""
+
+    level: np.ndarray
+    item: np.ndarray
+    device: np.ndarray
+    features: np.ndarray
+    tried: np.ndarray = None  # type: ignore[assignment]
+
+    def __post_init__(self) -> None:
+        if self.tried is None:
+            self.tried = np.zeros(len(self.item), dtype=bool)
+
+    def refresh(self, memory: MoveMemory, round_: int) -> None:
+        """Update the columns that remember earlier moves (the rest depend on the incumbent only)."""
+        for lv in np.unique(self.level):
+            on = self.level == lv
+            self.features[on, 16:19] = memory.lookup(int(lv), self.item[on], self.device[on], round_)
+
+
+class MoveSearch:
+    """One run of the move search (see the module docstring); :meth:`run` returns a :class:`MoveSearchResult`."""
+
+    def __init__(self, graph: OpGraph, cluster: Cluster, env: Any, *, options: MoveSearchOptions | None = None,
+                 seed: int = 0, order: str | None = None, levels: list[ItemLevel] | None = None) -> None:
+        self.options = o = options or MoveSearchOptions()
+        if o.proposals not in PROPOSALS:
+            raise PlacerError(f"move search: proposals {o.proposals!r}: unknown (known: {', '.join(PROPOSALS)})")
+        if o.batch < 1 or o.patience < 1 or o.starts < 0 or o.kick < 1 or not 0 <= o.explore <= 1:
+            raise PlacerError(f"move search: bad options {o}")
+        self.graph, self.cluster, self.env, self.order = graph, cluster, env, order
+        self.levels = levels if levels is not None else item_levels(graph)
+        if not self.levels:
+            raise PlacerError(f"move search: {graph.name or 'the graph'} has fewer than 2 ops to move")
+        self.features = MoveFeatures(graph, cluster, self.levels)
+        self.memory = MoveMemory(self.levels, cluster.num_devices)
+        self.rng = np.random.default_rng(seed)
+        torch.manual_seed(seed)
+        self.critic = MoveCritic(o.hidden)
+        self.optimizer = torch.optim.Adam(self.critic.parameters(), lr=o.lr)
+        self.data_x: list[np.ndarray] = []
+        self.data_y: list[np.ndarray] = []
+        self.tries, self.hits = np.zeros(2, dtype=np.int64), np.zeros(2, dtype=np.int64)  # [uniform, ranked] moves
+        gpus = cluster.gpu_indices()
+        self.devices = np.asarray(gpus if gpus else range(cluster.num_devices), dtype=np.int64)
+
+    # ------------------------------------------------------------------ the loop
+    def run(self, start: np.ndarray | None = None, *, max_evals: int | None = None,
+            time_budget_s: float | None = None) -> MoveSearchResult:
+        """Search from ``start`` (op devices; None: the best uniform draw) until the budget is spent."""
+        if max_evals is None and time_budget_s is None:
+            raise PlacerError("move search: give max_evals or time_budget_s")
+        t0 = time.perf_counter()
+        budget = _Budget(self.env, max_evals, t0 + time_budget_s if time_budget_s is not None else None, self.order)
+        self.budget = budget
+        x = cost = None
+        stale = exhausted = kicks = 0
+        self.rounds, self.version, self.level = 0, 0, 0
+        try:
+            x, cost = self._start(start)
+            cand = self._candidates(x, cost)
+            while True:
+                untried = np.flatnonzero(~cand.tried)
+                if stale >= self.options.patience or not len(untried):
+                    stale, exhausted = 0, exhausted + 1
+                    if self.options.scope == "each" and exhausted < len(self.levels):
+                        self.level = (self.level + 1) % len(self.levels)  # the next level, same incumbent
+                    else:  # a local optimum at every level: kick the best
+                        x, cost = self._kick()
+                        kicks, exhausted, self.level, self.version = kicks + 1, 0, 0, self.version + 1
+                    cand = self._candidates(x, cost)
+                    continue
+                pick, ranked = self._choose(cand, untried)
+                rows = self._apply(x, cand, pick)
+                got, _ = budget.score(rows)
+                pick, rows = pick[: len(got)], rows[: len(got)]
+                delta = (got - cost) / cost
+                np.add.at(self.hits, ranked[: len(got)], delta < 0)
+                np.add.at(self.tries, ranked[: len(got)], 1)
+                for lv in np.unique(cand.level[pick]):
+                    on = cand.level[pick] == lv
+                    self.memory.record(int(lv), cand.item[pick][on], cand.device[pick][on], delta[on], self.rounds)
+                self._learn(cand.features[pick], delta)
+                cand.tried[pick] = True
+                self.rounds += 1
+                j = int(np.argmin(got))
+                if got[j] < cost * (1 - 1e-12):
+                    x, cost, stale, exhausted, self.version = rows[j].copy(), float(got[j]), 0, 0, self.version + 1
+                    cand = self._candidates(x, cost)
+                else:
+                    stale += 1
+                    cand.refresh(self.memory, self.rounds)
+        except BudgetSpent:
+            pass
+        if x is None:
+            raise PlacerError("move search: the budget does not allow simulating the start")
+        oom = budget.best_oom
+        return MoveSearchResult(budget.best_row.astype(np.int32), budget.best_cost / OOM_FACTOR if oom else budget.best_cost, oom,
+                                budget.evals, time.perf_counter() - t0, budget.curve, self.rounds, kicks,
+                                [lv.name for lv in self.levels])
+
+    # ------------------------------------------------------------------ the parts
+    def _start(self, start: np.ndarray | None) -> tuple[np.ndarray, float]:
+        """The best of ``start`` and ``starts`` uniform draws of a device per item of the coarsest level."""
+        rows = [] if start is None else [np.asarray(start, dtype=np.int64)]
+        g = self.levels[0].op_group
+        for _ in range(self.options.starts):
+            rows.append(self.devices[self.rng.integers(0, len(self.devices), size=self.levels[0].num_items)][g])
+        if not rows:
+            rows.append(np.full(self.graph.num_ops, self.devices[0], dtype=np.int64))
+        got, _ = self.budget.score(np.stack(rows))
+        j = int(np.argmin(got))
+        return np.stack(rows)[j].astype(np.int64), float(got[j])
+
+    def _candidates(self, x: np.ndarray, cost: float) -> "_Candidates":
+        """Every move of the current level (scope "each") or of every level (scope "all") from ``x``."""
+        levels = range(len(self.levels)) if self.options.scope == "all" else [self.level]
+        schedule = self._schedule(x, self.version)
+        parts = [(k, *self.features.features(k, x, cost, schedule, self.memory, self.rounds)) for k in levels]
+        return _Candidates(np.concatenate([np.full(len(p[1]), p[0], dtype=np.int64) for p in parts]),
+                           np.concatenate([p[1] for p in parts]), np.concatenate([p[2] for p in parts]),
+                           np.concatenate([p[3] for p in parts]))
+
+    def _apply(self, x: np.ndarray, cand: "_Candidates", pick: np.ndarray) -> np.ndarray:
+        """``x`` with each picked move applied, one row per move."""
+        rows = np.repeat(x[None], len(pick), axis=0)
+        for r, j in enumerate(pick):
+            rows[r, self.levels[cand.level[j]].op_group == cand.item[j]] = cand.device[j]
+        return rows
+
+    def _schedule(self, x: np.ndarray, version: int) -> Any:
+        """The incumbent's simulated schedule (cached per incumbent; counted as a simulated placement)."""
+        if getattr(self, "_scheduled", (None,))[0] != version:
+            if self.budget.left() <= 0:
+                raise BudgetSpent
+            self.budget.evals += 1
+            order = None if self.order is None else self.env.schedule_order(x.astype(np.int32))
+            self._scheduled = (version, self.env.schedule(x.astype(np.int32), order))
+        return self._scheduled[1]
+
+    def _choose(self, cand: "_Candidates", untried: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Indices of the moves to simulate, and which of them the critic ranked (1) or were drawn uniformly (0).
+
+        Uniform draws pick a level uniformly, then a move of it, so that the level with the most
+        items does not take every draw.
+        """
+        o = self.options
+        b = min(o.batch, len(untried))
+        n_ranked = 0 if o.proposals == "uniform" or not self.data_y else b - int(round(o.explore * b))
+        chosen = []
+        if n_ranked:
+            with torch.no_grad():
+                pred = self.critic(torch.from_numpy(cand.features[untried])).numpy()
+            chosen = list(untried[np.argsort(-pred, kind="stable")[:n_ranked]])
+        rest = np.setdiff1d(untried, chosen)
+        if b > n_ranked and len(rest):
+            per_level = np.bincount(cand.level[rest], minlength=len(self.levels))
+            w = 1.0 / per_level[cand.level[rest]]
+            chosen += list(self.rng.choice(rest, size=min(b - n_ranked, len(rest)), replace=False, p=w / w.sum()))
+        return np.asarray(chosen, dtype=np.int64), (np.arange(len(chosen)) < n_ranked).astype(np.int64)
+
+    def _learn(self, feats: np.ndarray, delta: np.ndarray) -> None:
+        """Add the simulated moves to the critic's data; a few Adam steps of logistic regression on "was it faster" (critic only)."""
+        o = self.options
+        self.data_x.append(feats)
+        self.data_y.append((delta < 0).astype(np.float32))
+        if o.proposals == "uniform":
+            return
+        x_all, y_all = np.concatenate(self.data_x[-2000:]), np.concatenate(self.data_y[-2000:])
+        for _ in range(o.train_steps):
+            idx = self.rng.integers(0, len(y_all), size=min(o.train_batch, len(y_all)))
+            pred = self.critic(torch.from_numpy(x_all[idx]))
+            loss = torch.nn.functional.binary_cross_entropy_with_logits(pred, torch.from_numpy(y_all[idx]))
+            self.optimizer.zero_grad()
+            loss.backward()
+            self.optimizer.step()
+
+    def _kick(self) -> tuple[np.ndarray, float]:
+        """The best placement with ``kick`` random items of a random coarse level moved to random devices."""
+        coarse = [k for k, lv in enumerate(self.levels) if lv.num_items <= 64] or [0]
+        lv = self.levels[int(self.rng.choice(coarse))]
+        x = self.budget.best_row.astype(np.int64)
+        for g in self.rng.choice(lv.num_items, size=min(self.options.kick, lv.num_items), replace=False):
+            x[lv.op_group == g] = self.devices[self.rng.integers(0, len(self.devices))]
+        got, _ = self.budget.score(x[None])
+        return x, float(got[0])
