@@ -16,7 +16,12 @@ forward and its consumers' backward, and a device runs one op at a time.
   weight; with two kinds of device the best ``λ`` is found exactly, with more by
   exponentiated-gradient ascent (every iterate is a valid bound; the best is kept);
 * update bound: the largest single parameter-owning op's best update time, and
-  the total parameter traffic spread over the aggregate memory bandwidth.
+  the total parameter traffic spread over the aggregate memory bandwidth;
+* communicating path (:func:`communicating_path_s`): the critical path where each
+  op may sit on any device but an edge between two devices pays its copy, each
+  way (an op waits for its inputs' copies, a backward task for its consumers'
+  gradients). It is never below the critical path, and above it where an op's
+  fastest device is not its neighbours' (a host op between GPU ops).
 
 The eager executor (:mod:`envs.sim.schedule`) adds a host-issue bound. One host
 thread issues the whole forward pass before any backward task starts: a GPU op
@@ -51,6 +56,7 @@ from envs import cost
 from envs.cluster import Cluster
 from graphs.dag import critical_path
 from graphs.ir import OpGraph
+from graphs.ops import grad_mask
 
 _SLACK = 1e-9
 
@@ -58,6 +64,64 @@ _SLACK = 1e-9
 def critical_path_s(graph: OpGraph, fwd_min: np.ndarray, bwd_min: np.ndarray) -> float:
     """Seconds of :func:`critical_path`."""
     return critical_path(graph, fwd_min, bwd_min)[0]
+
+
+def _copy_s(cluster: Cluster) -> tuple[np.ndarray, np.ndarray]:
+    """``(latency [D, D], 1 / bandwidth [D, D])`` with zeros on the diagonal: a copy between two devices costs at least this."""
+    lat = np.array(cluster.latency_s, dtype=np.float64)
+    inv_bw = 1.0 / np.array(cluster.bandwidth_bytes_per_s, dtype=np.float64)
+    np.fill_diagonal(lat, 0.0)
+    np.fill_diagonal(inv_bw, 0.0)
+    return lat, inv_bw
+
+
+def communicating_path_s(graph: OpGraph, cluster: Cluster, fwd_s: np.ndarray, bwd_s: np.ndarray,
+                         grad: np.ndarray | None = None) -> float:
+    """The critical path where an edge between two devices costs its copy: a bound on every placement's step.
+
+    ``F[v, d]``, a bound on when ``v``'s forward ends if ``v`` is on ``d``:
+    ``fwd[v, d] + max over inputs u of min over d' (F[u, d'] + copy(u -> v, d' -> d))``,
+    where a copy costs the link's latency plus the edge's bytes over its bandwidth
+    (0 on one device): ``v`` waits for each input's copy, and each input's device is
+    unknown, so each takes its best. ``B[v, d]``, the same for ``v``'s backward:
+    ``bwd[v, d] + max(F[v, d], max over consumers w with a backward of
+    min over d' (B[w, d'] + copy(w -> v, d' -> d)))`` (a gradient is sent back with the
+    activation's bytes once the consumers' backward ran; on one device the
+    consumers' backward runs first, in reverse issue order). The step is at least
+    ``max_v min_d B[v, d]``. With one fastest device for every op it is the
+    critical path; where ops are fastest on different devices (a host op next to
+    GPU ops) it charges the copies the critical path ignores. Consumers outside
+    autograd (``grad`` False: :func:`graphs.ops.grad_mask`) send no gradient and
+    are skipped.
+    """
+    n, D = fwd_s.shape
+    if n == 0:
+        return 0.0
+    lat, inv_bw = _copy_s(cluster)
+    in_ptr, in_src, in_eid = graph.in_csr
+    out_ptr, out_dst, out_eid = graph.out_csr
+    nbytes = graph.edge_bytes.astype(np.float64)
+    F = np.zeros((n, D))
+    for v in range(n):
+        a, b = in_ptr[v], in_ptr[v + 1]
+        ready = 0.0
+        if b > a:  # [k, d', d] -> min over d' -> max over the inputs k
+            arrive = F[in_src[a:b], :, None] + lat[None] + nbytes[in_eid[a:b], None, None] * inv_bw[None]
+            ready = arrive.min(axis=1).max(axis=0)
+        F[v] = fwd_s[v] + ready
+    B = np.zeros((n, D))
+    has_bwd = np.ones(n, dtype=bool) if grad is None else np.asarray(grad, dtype=bool)
+    for v in range(n - 1, -1, -1):
+        a, b = out_ptr[v], out_ptr[v + 1]
+        ready = F[v]
+        if b > a:
+            w = out_dst[a:b]
+            keep = has_bwd[w]
+            if keep.any():  # gradients come back over d' -> d
+                back = B[w[keep], :, None] + lat[None] + nbytes[out_eid[a:b][keep], None, None] * inv_bw[None]
+                ready = np.maximum(ready, back.min(axis=1).max(axis=0))
+        B[v] = bwd_s[v] + ready
+    return float(max(B.min(axis=1).max(), F.min(axis=1).max()))
 
 
 def _two_group_bound(a: np.ndarray, b: np.ndarray) -> float:
@@ -197,7 +261,7 @@ class LowerBound(float):
     """A bound in seconds (a float) that knows which bound it is.
 
     Attributes:
-        name: the bound that gave the value (``"critical path"``, ``"work"``,
+        name: the bound that gave the value (``"critical path"``, ``"communicating path"``, ``"work"``,
             ``"host issue + backward path"``, ``"host issue + backward work"``).
         parts: every bound computed, name -> seconds (updates included).
         previous: the bound of earlier releases (critical path or work, plus updates).
@@ -232,6 +296,8 @@ def lower_bound_from_times(graph: OpGraph, cluster: Cluster, fwd_s: np.ndarray, 
     work_old = work_bound_s(fwd_s + bwd_s)
     work = max(work_old, lp_work_bound_s(fwd_s + bwd_s)) if n and cluster.num_devices > 1 else work_old
     raw = {"critical path": cp, "work": work}
+    if n and cluster.num_devices > 1:
+        raw["communicating path"] = communicating_path_s(graph, cluster, fwd_s, bwd_s, grad_mask(graph))
     if executor == "eager" and n:
         if issue_fwd_s is None:
             issue_fwd_s = cost.issue_times(graph, cluster, fwd_s)[0]

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import numpy as np
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from envs import Cluster, SimEnv, lower_bound
-from envs.sim.bound import lp_work_bound_s, work_bound_s
+from envs.sim.bound import critical_path_s, lp_work_bound_s, work_bound_s
 from graphs import OpGraph
 from graphs.dag import priority_order
 from graphs.synthetic import random_dag
@@ -142,3 +143,36 @@ def test_lp_work_bound_is_the_maximum():
     )
     assert grid <= lp_work_bound_s(work) * (1 + 1e-9) and lp_work_bound_s(work) <= grid * 1.01
     assert lp_work_bound_s(work) >= work_bound_s(work) * (1 - 1e-9)
+
+
+def test_communicating_path_charges_the_copies_the_critical_path_ignores():
+    """a -> b, a fastest on the host and b on a GPU: the path pays a copy each way, or runs one op slowly."""
+    from envs.sim.bound import communicating_path_s
+
+    c = Cluster.preset("k80x2")  # cpu:0, gpu:0, gpu:1
+    lat, bw = np.asarray(c.latency_s), np.asarray(c.bandwidth_bytes_per_s)
+    nbytes = int(bw[0, 1] * (1.0 - lat[0, 1]))  # about one second host -> GPU
+    g = OpGraph.from_edges(["a", "b"], [("a", "b", nbytes)])
+    fwd = np.array([[1.0, 10.0, 10.0], [10.0, 1.0, 1.0]])
+    there, back = lat[0, 1] + nbytes / bw[0, 1], lat[1, 0] + nbytes / bw[1, 0]
+    assert communicating_path_s(g, c, fwd, 2 * fwd) == pytest.approx(1 + there + 1 + 2 + back + 2)  # ~8 s
+    assert critical_path_s(g, fwd.min(axis=1), 2 * fwd.min(axis=1)) == pytest.approx(6.0)  # free copies
+    # with gradients not sent back to a (outside autograd), only the forward copy is charged on b's side
+    assert communicating_path_s(g, c, fwd, 2 * fwd, grad=np.array([True, False])) == pytest.approx(1 + there + 1 + 2)
+
+
+@pytest.mark.parametrize("executor", ["eager", "dataflow"])
+@pytest.mark.parametrize("seed", range(6))
+def test_communicating_path_below_the_best_placement(seed, executor):
+    """Every placement of a 5-op graph on a host and two different GPUs, node and planned order, is no faster."""
+    import itertools
+
+    from envs.sim.bound import communicating_path_s
+
+    g = random_dag(5, seed=seed, avg_degree=2.0, max_flops=1e10)
+    c = mixed_cluster()
+    env = SimEnv(g, c, executor=executor)
+    P = np.array(list(itertools.product(range(c.num_devices), repeat=g.num_ops)), dtype=np.int32)
+    best = min(float(env.step_times(P)[0].min()), float(env.step_times(P, order="planned")[0].min()))
+    bound = communicating_path_s(env.sim_graph, c, env.fwd_s, env.bwd_s)
+    assert bound <= best * (1 + 1e-12) and env.lower_bound() <= best
