@@ -20,8 +20,9 @@ forward and its consumers' backward, and a device runs one op at a time.
 * communicating path (:func:`communicating_path_s`): the critical path where each
   op may sit on any device but an edge between two devices pays its copy, each
   way (an op waits for its inputs' copies, a backward task for its consumers'
-  gradients). It is never below the critical path, and above it where an op's
-  fastest device is not its neighbours' (a host op between GPU ops).
+  gradients). It is above the critical path where an op's fastest device is not
+  its neighbours' (a host op between GPU ops); on the zoo with identical GPUs the
+  two agree to 0.01 ms.
 
 The eager executor (:mod:`envs.sim.schedule`) adds a host-issue bound. One host
 thread issues the whole forward pass before any backward task starts: a GPU op

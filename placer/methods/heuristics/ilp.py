@@ -53,82 +53,18 @@ from typing import Any
 import numpy as np
 
 import envs
-from envs import cost
 from graphs import OpGraph, PlacerError
 from graphs.dag import priority_order_of_edges
-from graphs.grouping import coarsen, vote
+from graphs.grouping import vote
 from graphs.plan import Placement
+from placer.methods.heuristics import ilp_lns as lns
 from placer.methods.heuristics.groups import colocation_groups
-from placer.methods.heuristics.ilp_model import Items, solve
+from placer.methods.heuristics.ilp_items import build_items, choose_items, item_order_to_ops
+from placer.methods.heuristics.ilp_model import solve
 from placer.methods.registry import HeuristicUnavailable, get, register
-
-#: Conditional constraints per second of ``time_limit_s`` the item count is sized for.
-CONSTRAINTS_PER_S = 300
 
 #: Heuristics tried as the solver's starting point (the fastest under the eager simulator wins).
 DEFAULT_HINTS = "m_etf,heft,m_topo,single"
-
-
-def build_items(graph: OpGraph, cluster, op_item: np.ndarray) -> Items:
-    """Sum op costs into items; ``op_item`` must number items in a topological order of their graph."""
-    fwd_s, bwd_s = cost.op_times(graph, cluster)
-    K = int(op_item.max()) + 1 if graph.num_ops else 0
-    D = cluster.num_devices
-    host = np.asarray(cluster.kinds) == "cpu"
-    launch_op = np.where(host[None, :], 0.0, np.where(fwd_s > 0, np.asarray(cluster.launch_overhead_s)[None, :], 0.0))
-    fwd, bwd, launch = (np.zeros((K, D)) for _ in range(3))
-    np.add.at(fwd, op_item, fwd_s)
-    np.add.at(bwd, op_item, bwd_s)
-    np.add.at(launch, op_item, launch_op)
-    mem = np.bincount(op_item, weights=(cost.static_bytes(graph) + cost.activation_bytes(graph)).astype(np.float64), minlength=K)
-    params = np.bincount(op_item, weights=graph.param_bytes.astype(np.float64), minlength=K)
-    in_ptr, in_src, in_eid = graph.in_csr
-    per_consumer: list[dict[int, dict[int, int]]] = [dict() for _ in range(K)]  # v -> u_item -> {u_op: bytes}
-    for v in range(graph.num_ops):
-        iv = int(op_item[v])
-        for k in range(int(in_ptr[v]), int(in_ptr[v + 1])):
-            u = int(in_src[k])
-            iu = int(op_item[u])
-            if iu == iv:
-                continue
-            by_op = per_consumer[iv].setdefault(iu, {})
-            by_op[u] = max(by_op.get(u, 0), int(graph.edge_bytes[in_eid[k]]))
-    edges = [(iu, iv, sum(by_op.values())) for iv in range(K) for iu, by_op in per_consumer[iv].items()]
-    return Items(op_item.astype(np.int64), fwd, bwd, launch, mem, params, edges)
-
-
-def choose_items(graph: OpGraph, cluster, time_limit_s: float, max_items: int | None) -> np.ndarray:
-    """Item per op: single ops (co-located ones joined) when they fit the budget, else coarsened groups."""
-    D = cluster.num_devices
-    budget = CONSTRAINTS_PER_S * max(float(time_limit_s), 1.0)
-    units = colocation_groups(graph)
-    num_units = int(units.max()) + 1 if len(units) else 0
-    cap = num_units if max_items is None else min(num_units, int(max_items))
-    k = max(cap, 1)
-    while True:
-        if k >= num_units and _topological_units(graph, units):
-            op_item = units
-        else:
-            op_item = coarsen(graph, max_groups=k).op_group.astype(np.int64)
-        K = int(op_item.max()) + 1 if len(op_item) else 0
-        a, b = op_item[graph.edge_src], op_item[graph.edge_dst]
-        E = len(np.unique(a[a != b] * K + b[a != b]))
-        if 3 * (K + E) ** 2 * D <= budget or k <= 2:
-            return op_item
-        k = max(2, min(int(k * 0.8), K - 1))
-
-
-def _topological_units(graph: OpGraph, units: np.ndarray) -> bool:
-    """True if co-location units, numbered by first op, have every cross edge going forward."""
-    s, d = units[graph.edge_src], units[graph.edge_dst]
-    return bool(np.all(s <= d))
-
-
-def item_order_to_ops(op_item: np.ndarray, item_order: np.ndarray) -> np.ndarray:
-    """Op issue order: items in ``item_order``, each item's ops in node order."""
-    rank = np.empty(len(item_order), dtype=np.int64)
-    rank[np.asarray(item_order, dtype=np.int64)] = np.arange(len(item_order))
-    return np.lexsort((np.arange(len(op_item)), rank[op_item])).astype(np.int64)
 
 
 def _hint(graph: OpGraph, cluster, env, methods: str, seed: int) -> tuple[str, np.ndarray, np.ndarray, float] | None:
@@ -159,7 +95,7 @@ def _project(op_item: np.ndarray, K: int, op_devices: np.ndarray, order: np.ndar
 
 @register("ilp")
 def ilp(graph: OpGraph, cluster, *, seed: int = 0, time_limit_s: float = 60.0, num_workers: int | None = None,
-        max_items: int | None = None, hint: str = DEFAULT_HINTS, env: Any = None):
+        max_items: int | None = None, hint: str = DEFAULT_HINTS, env: Any = None, window_ops: int = 24):
     """Placement and issue order from CP-SAT (see the module docstring); returns a ``Placement``."""
     try:
         import ortools  # noqa: F401  (an optional extra: checked before any work)
@@ -170,31 +106,53 @@ def ilp(graph: OpGraph, cluster, *, seed: int = 0, time_limit_s: float = 60.0, n
         raise PlacerError(f"ilp: time_limit_s must be positive, got {time_limit_s!r}")
     if max_items is not None and int(max_items) < 1:
         raise PlacerError(f"ilp: max_items must be >= 1, got {max_items!r}")
+    if int(window_ops) < 1:
+        raise PlacerError(f"ilp: window_ops must be >= 1, got {window_ops!r}")
     workers = (os.cpu_count() or 1) if num_workers is None else int(num_workers)
     if workers < 1:
         raise PlacerError(f"ilp: num_workers must be >= 1, got {num_workers!r}")
     eager = env._as("eager") if env is not None and hasattr(env, "_as") else envs.SimEnv(graph, cluster)
     t0 = time.perf_counter()
+    hint_row = _hint(graph, cluster, eager, hint, seed) if hint else None
     op_item = choose_items(graph, cluster, float(time_limit_s), max_items)
+    whole = int(op_item.max()) + 1 == int(colocation_groups(graph).max()) + 1 if graph.num_ops else True
+    meta: dict[str, Any] = {"time_limit_s": float(time_limit_s), "num_workers": workers, "executor": "eager"}
+    if hint_row is not None:
+        meta.update(hint=hint_row[0], hint_step_time_s=hint_row[3])
+    if hint_row is not None and not whole:  # too large for one model of single ops: improve the hint window by window
+        inc, stats = lns.search(graph, cluster, eager, lns.Incumbent(hint_row[1], np.asarray(hint_row[2]), hint_row[3]),
+                                deadline=t0 + float(time_limit_s), workers=workers, seed=seed, window_ops=int(window_ops))
+        idx, order, step_s = inc.op_devices.astype(np.int32), inc.order, inc.step_time_s
+        meta.update(solver_status="windows", windows=stats.windows, windows_improved=stats.improved,
+                    windows_failed=stats.solver_failed, window_ops=int(window_ops), exact=False,
+                    issue_order="windows" if stats.improved else "hint (planned)")
+    else:
+        idx, order, step_s = _solve_whole(graph, cluster, eager, op_item, hint_row, t0 + float(time_limit_s), workers,
+                                          seed, meta)
+    meta["step_time_s"] = step_s
+    return Placement.from_indices(graph, cluster.device_names, idx, cluster=getattr(cluster, "name", ""), method="ilp",
+                                  meta=meta, order=order)
+
+
+def _solve_whole(graph: OpGraph, cluster, eager, op_item: np.ndarray, hint_row, deadline: float, workers: int, seed: int,
+                 meta: dict[str, Any]) -> tuple[np.ndarray, np.ndarray, float]:
+    """One model of the whole graph's items: the solver's plan, or the hint's where the solver's is slower."""
     items = build_items(graph, cluster, op_item)
     K = items.num_items
-    hint_row = _hint(graph, cluster, eager, hint, seed) if hint else None
     hint_dev = hint_order = None
     if hint_row is not None:
         weight = (eager.fwd_s + eager.bwd_s).min(axis=1)
         hint_dev, hint_order = _project(op_item, K, hint_row[1], hint_row[2], weight, cluster.num_devices, items.edges)
-    remaining = max(float(time_limit_s) - (time.perf_counter() - t0), 1.0)
+    remaining = max(deadline - time.perf_counter(), 1.0)
     sol = solve(items, cluster, time_limit_s=remaining, num_workers=workers, seed=seed, hint_device=hint_dev, hint_order=hint_order)
     idx = sol.item_device[op_item].astype(np.int32)
     order = item_order_to_ops(op_item, sol.item_order)
-    meta: dict[str, Any] = {
-        "solver_status": sol.status, "solver_objective_s": sol.objective_s, "solver_bound_s": sol.bound_s,
-        "solve_time_s": sol.solve_s, "items": K, "exact": bool(K == graph.num_ops),
-        "time_limit_s": float(time_limit_s), "num_workers": workers, "executor": "eager",
-    }
-    if hint_row is not None:
-        meta.update(hint=hint_row[0], hint_step_time_s=hint_row[3])
     step_s = float(eager.step_times(idx[None, :], order)[0][0])
-    meta.update(issue_order="solver", step_time_s=step_s)
-    return Placement.from_indices(graph, cluster.device_names, idx, cluster=getattr(cluster, "name", ""), method="ilp",
-                                  meta=meta, order=order)
+    meta.update(solver_status=sol.status, solver_objective_s=sol.objective_s, solver_bound_s=sol.bound_s,
+                solve_time_s=sol.solve_s, items=K, exact=bool(K == int(colocation_groups(graph).max()) + 1),
+                issue_order="solver")
+    if hint_row is not None and hint_row[3] < step_s:  # never worse than the hint it started from
+        meta.update(solver_status=f"{sol.status}, hint kept (the solver's plan: {step_s * 1e3:.3f} ms)",
+                    issue_order="hint (planned)")
+        return np.asarray(hint_row[1], dtype=np.int32), np.asarray(hint_row[2]), float(hint_row[3])
+    return idx, order, step_s

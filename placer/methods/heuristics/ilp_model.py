@@ -15,24 +15,8 @@ import numpy as np
 
 from envs import cost
 from graphs import PlacerError
+from placer.methods.heuristics.ilp_items import Items
 from placer.methods.registry import HeuristicUnavailable
-
-
-@dataclass
-class Items:
-    """The placement problem over items (ops or groups of ops)."""
-
-    op_item: np.ndarray  # item per op
-    fwd: np.ndarray  # [K, D] seconds
-    bwd: np.ndarray  # [K, D]
-    launch: np.ndarray  # [K, D] host dispatch seconds of the item on each GPU (0 on the host)
-    mem: np.ndarray  # [K] static + activation bytes
-    params: np.ndarray  # [K] parameter bytes
-    edges: list[tuple[int, int, int]]  # (producer item, consumer item, bytes), consumers ascending, in_csr order
-
-    @property
-    def num_items(self) -> int:
-        return len(self.fwd)
 
 
 def _reach(K: int, edges: list[tuple[int, int, int]]) -> list[int]:
@@ -178,6 +162,8 @@ class _Model:
         x = self.x = [[m.NewBoolVar(f"x{i}_{d}") for d in range(D)] for i in range(K)]
         for i in range(K):
             m.AddExactlyOne(x[i])
+            if items.fixed is not None and items.fixed[i] >= 0:
+                m.Add(x[i][int(items.fixed[i])] == 1)
         cap = np.asarray(self.cluster.memory_bytes, dtype=np.float64)
         for d in range(D):
             if items.mem.sum() > cap[d]:
@@ -191,8 +177,14 @@ class _Model:
         if K > 1:
             m.AddAllDifferent(pos)
         before = self.before = {}
+        rank = self.items.rank
         for i in range(K):
+            if rank is not None:  # a fixed order: "before" is known for every pair, and most constraints drop out
+                m.Add(pos[i] == int(rank[i]))
             for j in range(i + 1, K):
+                if rank is not None:
+                    before[i, j], before[j, i] = bool(rank[i] < rank[j]), bool(rank[j] < rank[i])
+                    continue
                 if reach[i] >> j & 1:
                     before[i, j], before[j, i] = True, False
                     continue
