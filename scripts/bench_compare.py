@@ -60,9 +60,13 @@ def main() -> None:
             ilp = next((r for r in report.rows if r.method == "ilp"), None)
             if ilp is not None and ilp.meta:
                 m = ilp.meta
-                bound = f"{m['solver_bound_s'] * 1e3:.3f} ms" if m.get("solver_bound_s") is not None else "—"
-                print(f"ilp: status {m['solver_status']}, objective {m['solver_objective_s'] * 1e3:.3f} ms, solver bound {bound} "
-                      f"(over {m['items']} items), solve {m['solve_time_s']:.1f} s, hint {m.get('hint')} {m.get('hint_step_time_s', 0) * 1e3:.3f} ms")
+                hint = f"hint {m.get('hint')} {m.get('hint_step_time_s', 0) * 1e3:.3f} ms"
+                if m["solver_status"] == "windows":  # large-neighbourhood search from the hint
+                    print(f"ilp: {m['windows']} windows of {m['window_ops']} ops, {m['windows_improved']} improved the plan; {hint}")
+                else:
+                    bound = f"{m['solver_bound_s'] * 1e3:.3f} ms" if m.get("solver_bound_s") is not None else "—"
+                    print(f"ilp: status {m['solver_status']}, objective {m['solver_objective_s'] * 1e3:.3f} ms, solver bound "
+                          f"{bound} (over {m['items']} items), solve {m['solve_time_s']:.1f} s, {hint}")
             elif ilp is not None:
                 print(f"ilp: {ilp.status}: {ilp.message}")
             lb, prev = report.lower_bound_s, report.previous_lower_bound_s

@@ -34,12 +34,22 @@ one item per op the solver's optimum is the best placement and issue order
 under the eager simulator. With groups it is an approximation: the plan is
 scored by the simulator, which is what the row reports.
 
-Items: as many as fit ``time_limit_s`` (the model has about ``(items +
-edges)^2 x devices x 3`` conditional constraints); ``max_items`` caps them. The
-solver starts from the best of a few heuristics (``hint``) projected on the
-items, with ``num_workers`` parallel workers. The row's ``meta`` has the
-solver's objective, its proven bound (both for the item problem, in seconds),
-its status, solve time and the item count.
+Items: the co-location groups, one each, when they fit ``time_limit_s`` (the
+model has about ``(items + edges)^2 x devices x 3`` conditional constraints;
+``max_items`` caps them): the model is then exact and its plan the optimum the
+solver found. A larger graph is not coarsened (a grouping that can express the
+best heuristic's placement needs hundreds of items on the zoo's graphs): the
+solver improves the hint instead, window by window
+(:mod:`placer.methods.heuristics.ilp_lns`: the window's groups one by one, the
+rest of the plan kept), each result kept only if the simulator finds it
+faster. The hint is the fastest of ``hint`` (comma-separated heuristics) with
+its planned issue order; the plan returned is never slower than it. Without a
+hint a large graph is solved once on coarsened groups, as before.
+
+The row's ``meta``: ``hint`` and ``hint_step_time_s``; for one model the solver's
+objective and proven bound (both for the item problem, in seconds), its status,
+solve time and the item count; for windows (``solver_status`` "windows") how
+many windows were solved and how many made the plan faster.
 
 Needs the ``ilp`` extra (``pip install 'placer[ilp]'``).
 """
