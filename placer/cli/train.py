@@ -19,7 +19,7 @@ from placer.checks import check_output_dir
 from placer.cli.args import profiled
 from placer.cli.output import print_json
 from placer.learn.config import (
-    RESUME_KEEPS, AlgoOptions, PolicyOptions, RunOptions, TrainConfig, _base_type, field_docs, literal_choices,
+    PRESETS, RESUME_KEEPS, AlgoOptions, PolicyOptions, RunOptions, TrainConfig, _base_type, field_docs, literal_choices,
     option_name,
 )
 
@@ -49,7 +49,7 @@ def _add_field(group: Any, f: dataclasses.Field, help_text: str) -> None:
         group.add_argument("source", metavar="SOURCE", help=help_text)
         return
     kw: dict[str, Any] = {"dest": name, "default": argparse.SUPPRESS, "help": help_text}
-    default = f.default
+    default = PRESETS["tuned"].get(name, f.default)  # what placer train uses (--algo: the tuned preset's "moves")
     if tp is bool:
         if name == "progress":  # --no-progress
             kw.update(action="store_false")
@@ -159,6 +159,12 @@ def _summary(doc: dict) -> str:
         bh, learned = doc["best_heuristic_step_time_s"], doc["best_step_time_s"]
         gain = f"  ({(1 - learned / bh) * 100:+.1f}% vs it)" if bh and learned else ""
         lines.append(f"best heuristic   {_ms(bh)}  ({doc['best_heuristic']}){gain}")
+    eq = doc.get("equal_budget_search")
+    if eq and eq["step_time_s"] is not None:  # the learner's rival at equal budget (issue 33)
+        learned = doc["best_step_time_s"]
+        gain = f"; learned {(1 - learned / eq['step_time_s']) * 100:+.1f}% vs it" if learned else ""
+        lines.append(f"equal budget     {_ms(eq['step_time_s'])}  ({eq['method']} given the {eq['simulated']:,} placements "
+                     f"this run simulated{gain}; {eq['wall_s']:.0f} s, after the budget)")
     if doc["expert_step_time_s"] is not None:
         lines.append(f"expert           {_ms(doc['expert_step_time_s'])}")
     if doc["lower_bound_s"] is not None:

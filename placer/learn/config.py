@@ -38,7 +38,8 @@ from placer.checks import MAX_SEED, check_float, check_int, check_output_dir
 EnvName = Literal["sim", "measured"]
 ExecutorName = Literal["eager", "dataflow"]
 ScoreOrderName = Literal["node", "planned"]
-AlgoName = Literal["reinforce", "ppo"]
+AlgoName = Literal["reinforce", "ppo", "moves"]
+ProposalName = Literal["critic", "uniform"]
 RewardBaselineName = Literal["loo", "ema"]
 WarmStartName = Literal["best", "none"]
 PresetName = Literal["tuned", "paper"]
@@ -99,6 +100,9 @@ class RunOptions:
     """write a checkpoint every this many iterations (and on Ctrl-C and at the end)."""
     progress: bool = True
     """show a tqdm progress bar."""
+    equal_budget_search: bool = True
+    """after training, run module_search with as many simulated placements as the run used (outside the budget) and
+    report it beside the learner's best (--env sim)."""
 
 
 @dataclass
@@ -118,7 +122,11 @@ class AlgoOptions:
     """
 
     algo: AlgoName = "reinforce"
-    """"reinforce" (policy gradient + entropy bonus) or "ppo" (clipped surrogate)."""
+    """"reinforce" (policy gradient + entropy bonus), "ppo" (clipped surrogate), or "moves": local search from the
+    best heuristic whose moves a learned critic ranks before they are simulated (placer.learn.moves; no policy
+    network, so the policy options and the imitation warm start do not apply)."""
+    proposals: ProposalName = "critic"
+    """--algo moves: "critic" ranks the moves by the learned critic; "uniform" draws them uniformly (the ablation)."""
     samples: int = 8
     """K: placements sampled and scored per iteration."""
     lr: float = 5e-4
@@ -199,7 +207,7 @@ class TrainConfig(PolicyOptions, AlgoOptions, RunOptions):
     """
 
     preset: PresetName = "tuned"
-    """"tuned": the defaults (tuned for short CPU runs); "paper": the papers' settings (Adam lr 0.1 x0.95 every
+    """"tuned": the defaults with --algo moves (tuned for short CPU runs); "paper": REINFORCE with the papers' settings (Adam lr 0.1 x0.95 every
     50 steps after 400, EMA reward baseline 0.9, logit noise for the first 500-750 steps, 2x256 LSTMs, failed
     placements masked from the loss after step 1000). Options given with it win."""
 
@@ -209,11 +217,15 @@ class TrainConfig(PolicyOptions, AlgoOptions, RunOptions):
 
         Fine-tuning (``init`` given) changes three defaults that ``options`` does not
         set: ``policy`` "gnn", ``entropy_coef`` :data:`INIT_ENTROPY` and
-        ``warm_start_lr`` :data:`INIT_WARM_START_LR`.
+        ``warm_start_lr`` :data:`INIT_WARM_START_LR`. A ``policy`` or ``init`` given
+        makes ``algo`` "reinforce" unless it is given too (the "tuned" preset's
+        "moves" trains no policy).
         """
         if preset not in PRESETS:
             raise PlacerError(f"--preset {preset!r}: unknown (known: {', '.join(PRESETS)})")
         options = dict(options)
+        if "policy" in options or options.get("init") is not None:  # a policy network to train: policy gradient
+            options.setdefault("algo", "reinforce")
         if options.get("init") is not None:  # a pretrained policy still imitates the best heuristic first
             options.setdefault("policy", "gnn")  # unless warm_start="none" (BENCHMARKS.md, fine-tuning)
             options.setdefault("entropy_coef", INIT_ENTROPY)
@@ -287,8 +299,12 @@ INIT_WARM_START_LR = 0.003
 
 # The presets: name -> the fields it sets (everything else keeps its default).
 PRESETS: dict[str, dict[str, Any]] = {
-    "tuned": {},
+    # the move search with its learned critic: at equal budget it beats module search, annealing and REINFORCE from
+    # the same start (BENCHMARKS.md, "The learner against search at equal budget"); a policy (--policy, --init) or
+    # --algo reinforce|ppo trains a policy network instead
+    "tuned": {"algo": "moves"},
     "paper": dict(
+        algo="reinforce",
         lr=0.1, lr_decay=0.95, lr_decay_every=50, lr_decay_after=400, grad_clip=1.0,
         baseline="ema", baseline_decay=0.9, normalize_advantage=False,
         logit_noise=1.0, logit_noise_steps=500,  # full noise to step 500, fading to 0 at step 750

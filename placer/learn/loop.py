@@ -67,6 +67,7 @@ from placer.learn.algos import (
     ALGOS, advantages, imitate, learning_rate, logit_noise, reward, set_logit_noise, term_credits,
 )
 from placer.learn.config import TrainConfig
+from placer.learn.move_learner import MoveLearner, RunScorer, equal_budget_search
 from placer.learn.rundir import (
     BEST_NAME, adopt_newer_best, check_compatible, default_logdir, run_best_placement, run_lock, save_best,
 )
@@ -187,7 +188,7 @@ class _Run:
     def __init__(self, config: TrainConfig, graph: OpGraph, cluster: Cluster, env: Scorer, logdir: str,
                  device: torch.device, saved: tuple[dict[str, Any], dict[str, Any]] | None) -> None:
         self.config, self.graph, self.cluster, self.logdir, self.device = config, graph, cluster, logdir, device
-        self.algo = ALGOS[config.algo]
+        self.algo = ALGOS.get(config.algo)  # None for "moves", whose learner is not a policy-gradient algorithm
         self.score = CachedScorer(env, "planned" if config.score_order == "planned" else None)
         self.devices = list(cluster.device_names)
         # ---- reference times: the reward scale, heuristics and the lower bound
@@ -210,7 +211,8 @@ class _Run:
         # ---- seed, policy, optimizer
         torch.manual_seed(config.seed)
         self.max_groups = config.max_groups if config.max_groups is not None else default_num_groups(len(self.devices))
-        self.warm = config.warm_start == "best" and np.isfinite(self.best_h[1]) and saved is None
+        moves = config.algo == "moves"  # the best heuristic is the move search's start, not an imitation target
+        self.warm = config.warm_start == "best" and np.isfinite(self.best_h[1]) and saved is None and not moves
         target = found[self.best_h[0]][1] if self.warm else None
         if saved is not None:  # the items must be those the checkpoint was trained on
             self.state = RunState.from_dict(saved[1]["run"])
@@ -230,6 +232,15 @@ class _Run:
         self.fail_cost = config.fail_factor * self.t_ref
         # the simulator that picks the best placement's issue order (built once; --env sim only)
         self.planner = sim if config.env == "sim" else None
+        self.sim = sim
+        self.mover = None
+        if moves:
+            start = (np.asarray(self.state.best_indices) if saved is not None and self.state.best_indices else
+                     found[self.best_h[0]][1] if config.warm_start == "best" and np.isfinite(self.best_h[1]) else None)
+            self.mover = MoveLearner(graph, cluster, RunScorer(self.score, sim, self.consider), start, seed=config.seed,
+                                     proposals=config.proposals, order=self.score.order)
+            if saved is None:
+                self.state.warm_start = f"move search from {self.best_h[0]}" if start is not None else "move search"
         self.t0 = time.perf_counter() - self.state.elapsed_s
 
     def _scored(self, op_devices: np.ndarray) -> float:
@@ -278,6 +289,8 @@ class _Run:
             self.consider(g_idx, g_t, g_failed, "greedy")  # a run whose budget ends here still has a placement
 
     def evaluate_greedy(self, writer: Any) -> None:
+        if self.mover is not None:  # no policy is trained
+            return
         g_idx = self.policy.greedy()[None]
         g_t, g_failed = self.score(g_idx)
         self.consider(g_idx, g_t, g_failed, "greedy")
@@ -286,6 +299,10 @@ class _Run:
     def iterate(self, writer: Any) -> None:
         """One iteration: sample K placements, score them in one batch, reward -> advantage -> update, log."""
         c, s, it = self.config, self.state, self.state.iteration
+        if self.mover is not None:
+            self.mover.iterate(writer, it)
+            s.iteration = it + 1
+            return
         set_logit_noise(self.policy, logit_noise(c, it))
         sample = self.algo.sample(self.policy, c.samples, self.gen)
         t, failed = self.score(sample.op_devices)
@@ -346,9 +363,15 @@ class _Run:
             score_order=self.config.score_order,
             lower_bound_s=self.lower_bound_s, reference_step_time_s=self.t_ref,
             time_to_beat_heuristic_s=s.time_to_beat_heuristic_s, interrupted=interrupted, setup_s=s.setup_s,
-            num_items=getattr(self.policy, "num_items", 0), warm_start=s.warm_start,
+            num_items=getattr(self.policy, "num_items", 0) if self.mover is None else self.mover.search.levels[-1].num_items,
+            warm_start=s.warm_start,
             warm_start_step_time_s=s.warm_start_step_time_s,
         )
+        if self.config.equal_budget_search and self.config.env == "sim" and not interrupted:
+            # every placement the run simulated (the scorer's, and the incumbents' schedules the move search read)
+            simulated = self.score.evaluated + (self.mover.search.schedules if self.mover is not None else 0)
+            result.equal_budget_search = equal_budget_search(self.graph, self.cluster, self.sim, simulated,
+                                                             order=self.score.order, seed=self.config.seed)
         if best is not None:
             save_best(os.path.join(self.logdir, BEST_NAME), best)
         checkpoint.write_json(os.path.join(self.logdir, "summary.json"), result.to_dict())

@@ -46,8 +46,6 @@ class MoveSearchOptions:
 
     proposals: ProposalName = "critic"
     """"critic": moves ranked by the learned critic; "uniform": drawn uniformly (the ablation)."""
-    scope: str = "each"
-    """"all": every level's moves compete in one ranking; "each": one level at a time, coarse to fine."""
     batch: int = 16
     """moves simulated per round."""
     explore: float = 0.25
@@ -132,9 +130,9 @@ class _Budget:
 
 @dataclass
 class _Candidates:
-    """The moves from one incumbent: level, item and device of each, their features, and which were simulated."""
+    """The moves of one level from one incumbent: item and device of each, their features, and which were simulated."""
 
-    level: np.ndarray
+    level: int
     item: np.ndarray
     device: np.ndarray
     features: np.ndarray
@@ -146,9 +144,7 @@ class _Candidates:
 
     def refresh(self, memory: MoveMemory, round_: int) -> None:
         """Update the columns that remember earlier moves (the rest depend on the incumbent only)."""
-        for lv in np.unique(self.level):
-            on = self.level == lv
-            self.features[on, 16:19] = memory.lookup(int(lv), self.item[on], self.device[on], round_)
+        self.features[:, 16:19] = memory.lookup(self.level, self.item, self.device, round_)
 
 
 class MoveSearch:
@@ -174,6 +170,7 @@ class MoveSearch:
         self.data_x: list[np.ndarray] = []
         self.data_y: list[np.ndarray] = []
         self.tries, self.hits = np.zeros(2, dtype=np.int64), np.zeros(2, dtype=np.int64)  # [uniform, ranked] moves
+        self.schedules = 0  # incumbents' schedules simulated for the features
         gpus = cluster.gpu_indices()
         self.devices = np.asarray(gpus if gpus else range(cluster.num_devices), dtype=np.int64)
 
@@ -183,53 +180,69 @@ class MoveSearch:
         """Search from ``start`` (op devices; None: the best uniform draw) until the budget is spent."""
         if max_evals is None and time_budget_s is None:
             raise PlacerError("move search: give max_evals or time_budget_s")
-        t0 = time.perf_counter()
-        budget = _Budget(self.env, max_evals, t0 + time_budget_s if time_budget_s is not None else None, self.order)
-        self.budget = budget
-        x = cost = None
-        stale = exhausted = kicks = 0
-        self.rounds, self.version, self.level = 0, 0, 0
         try:
-            x, cost = self._start(start)
-            cand = self._candidates(x, cost)
+            self.begin(start, max_evals=max_evals, time_budget_s=time_budget_s)
             while True:
-                untried = np.flatnonzero(~cand.tried)
-                if stale >= self.options.patience or not len(untried):
-                    stale, exhausted = 0, exhausted + 1
-                    if self.options.scope == "each" and exhausted < len(self.levels):
-                        self.level = (self.level + 1) % len(self.levels)  # the next level, same incumbent
-                    else:  # a local optimum at every level: kick the best
-                        x, cost = self._kick()
-                        kicks, exhausted, self.level, self.version = kicks + 1, 0, 0, self.version + 1
-                    cand = self._candidates(x, cost)
-                    continue
-                pick, ranked = self._choose(cand, untried)
-                rows = self._apply(x, cand, pick)
-                got, _ = budget.score(rows)
-                pick, rows = pick[: len(got)], rows[: len(got)]
-                delta = (got - cost) / cost
-                np.add.at(self.hits, ranked[: len(got)], delta < 0)
-                np.add.at(self.tries, ranked[: len(got)], 1)
-                for lv in np.unique(cand.level[pick]):
-                    on = cand.level[pick] == lv
-                    self.memory.record(int(lv), cand.item[pick][on], cand.device[pick][on], delta[on], self.rounds)
-                self._learn(cand.features[pick], delta)
-                cand.tried[pick] = True
-                self.rounds += 1
-                j = int(np.argmin(got))
-                if got[j] < cost * (1 - 1e-12):
-                    x, cost, stale, exhausted, self.version = rows[j].copy(), float(got[j]), 0, 0, self.version + 1
-                    cand = self._candidates(x, cost)
-                else:
-                    stale += 1
-                    cand.refresh(self.memory, self.rounds)
+                self.step()
         except BudgetSpent:
             pass
-        if x is None:
+        return self.result()
+
+    def begin(self, start: np.ndarray | None = None, *, max_evals: int | None = None,
+              time_budget_s: float | None = None) -> None:
+        """Score the start (and the uniform draws competing with it); :class:`BudgetSpent` if the budget allows none."""
+        self.t0 = time.perf_counter()
+        deadline = self.t0 + time_budget_s if time_budget_s is not None else None
+        self.budget = _Budget(self.env, max_evals, deadline, self.order)
+        self.stale = self.exhausted = self.kicks = self.rounds = self.version = self.level = 0
+        self._scheduled: tuple[int | None, Any] = (None, None)
+        self.x, self.cost = self._start(start)
+        self.cand = self._candidates(self.x, self.cost)
+
+    def step(self) -> None:
+        """One round: a batch of moves from the incumbent simulated, the critic trained, the best taken if faster.
+
+        A level whose moves are spent hands over to the next; when every level is, the best is kicked.
+        Raises :class:`BudgetSpent` when the budget is used up.
+        """
+        untried = np.flatnonzero(~self.cand.tried)
+        while self.stale >= self.options.patience or not len(untried):
+            self.stale, self.exhausted = 0, self.exhausted + 1
+            if self.exhausted < len(self.levels):
+                self.level = (self.level + 1) % len(self.levels)  # the next level, same incumbent
+            else:  # a local optimum at every level: kick the best
+                self.x, self.cost = self._kick()
+                self.kicks, self.exhausted, self.level, self.version = self.kicks + 1, 0, 0, self.version + 1
+            self.cand = self._candidates(self.x, self.cost)
+            untried = np.flatnonzero(~self.cand.tried)
+        cand = self.cand
+        pick, ranked = self._choose(cand, untried)
+        rows = self._apply(self.x, cand, pick)
+        got, _ = self.budget.score(rows)
+        pick, rows, ranked = pick[: len(got)], rows[: len(got)], ranked[: len(got)]
+        delta = (got - self.cost) / self.cost
+        np.add.at(self.hits, ranked, delta < 0)
+        np.add.at(self.tries, ranked, 1)
+        self.memory.record(self.level, cand.item[pick], cand.device[pick], delta, self.rounds)
+        self._learn(cand.features[pick], delta)
+        cand.tried[pick] = True
+        self.rounds += 1
+        j = int(np.argmin(got))
+        if got[j] < self.cost * (1 - 1e-12):
+            self.x, self.cost, self.stale, self.exhausted = rows[j].copy(), float(got[j]), 0, 0
+            self.version += 1
+            self.cand = self._candidates(self.x, self.cost)
+        else:
+            self.stale += 1
+            cand.refresh(self.memory, self.rounds)
+
+    def result(self) -> MoveSearchResult:
+        """The best placement simulated so far (one that fits in memory, if any did)."""
+        b = self.budget
+        if b.best_row is None:
             raise PlacerError("move search: the budget does not allow simulating the start")
-        oom = budget.best_oom
-        return MoveSearchResult(budget.best_row.astype(np.int32), budget.best_cost / OOM_FACTOR if oom else budget.best_cost, oom,
-                                budget.evals, time.perf_counter() - t0, budget.curve, self.rounds, kicks,
+        return MoveSearchResult(b.best_row.astype(np.int32), b.best_cost / OOM_FACTOR if b.best_oom else b.best_cost,
+                                b.best_oom, b.evals, time.perf_counter() - self.t0, b.curve, self.rounds, self.kicks,
                                 [lv.name for lv in self.levels])
 
     # ------------------------------------------------------------------ the parts
@@ -246,37 +259,31 @@ class MoveSearch:
         return np.stack(rows)[j].astype(np.int64), float(got[j])
 
     def _candidates(self, x: np.ndarray, cost: float) -> "_Candidates":
-        """Every move of the current level (scope "each") or of every level (scope "all") from ``x``."""
-        levels = range(len(self.levels)) if self.options.scope == "all" else [self.level]
-        schedule = self._schedule(x, self.version)
-        parts = [(k, *self.features.features(k, x, cost, schedule, self.memory, self.rounds)) for k in levels]
-        return _Candidates(np.concatenate([np.full(len(p[1]), p[0], dtype=np.int64) for p in parts]),
-                           np.concatenate([p[1] for p in parts]), np.concatenate([p[2] for p in parts]),
-                           np.concatenate([p[3] for p in parts]))
+        """Every move of the current level from ``x``."""
+        items, devices, feats = self.features.features(self.level, x, cost, self._schedule(x, self.version),
+                                                       self.memory, self.rounds)
+        return _Candidates(self.level, items, devices, feats)
 
     def _apply(self, x: np.ndarray, cand: "_Candidates", pick: np.ndarray) -> np.ndarray:
         """``x`` with each picked move applied, one row per move."""
         rows = np.repeat(x[None], len(pick), axis=0)
         for r, j in enumerate(pick):
-            rows[r, self.levels[cand.level[j]].op_group == cand.item[j]] = cand.device[j]
+            rows[r, self.levels[cand.level].op_group == cand.item[j]] = cand.device[j]
         return rows
 
     def _schedule(self, x: np.ndarray, version: int) -> Any:
         """The incumbent's simulated schedule (cached per incumbent; counted as a simulated placement)."""
-        if getattr(self, "_scheduled", (None,))[0] != version:
+        if self._scheduled[0] != version:
             if self.budget.left() <= 0:
                 raise BudgetSpent
             self.budget.evals += 1
+            self.schedules += 1
             order = None if self.order is None else self.env.schedule_order(x.astype(np.int32))
             self._scheduled = (version, self.env.schedule(x.astype(np.int32), order))
         return self._scheduled[1]
 
     def _choose(self, cand: "_Candidates", untried: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """Indices of the moves to simulate, and which of them the critic ranked (1) or were drawn uniformly (0).
-
-        Uniform draws pick a level uniformly, then a move of it, so that the level with the most
-        items does not take every draw.
-        """
+        """Indices of the moves to simulate, and which of them the critic ranked (1) or were drawn uniformly (0)."""
         o = self.options
         b = min(o.batch, len(untried))
         n_ranked = 0 if o.proposals == "uniform" or not self.data_y else b - int(round(o.explore * b))
@@ -287,9 +294,7 @@ class MoveSearch:
             chosen = list(untried[np.argsort(-pred, kind="stable")[:n_ranked]])
         rest = np.setdiff1d(untried, chosen)
         if b > n_ranked and len(rest):
-            per_level = np.bincount(cand.level[rest], minlength=len(self.levels))
-            w = 1.0 / per_level[cand.level[rest]]
-            chosen += list(self.rng.choice(rest, size=min(b - n_ranked, len(rest)), replace=False, p=w / w.sum()))
+            chosen += list(self.rng.choice(rest, size=min(b - n_ranked, len(rest)), replace=False))
         return np.asarray(chosen, dtype=np.int64), (np.arange(len(chosen)) < n_ranked).astype(np.int64)
 
     def _learn(self, feats: np.ndarray, delta: np.ndarray) -> None:

@@ -81,6 +81,8 @@ class TrainResult:
     warm_start: str = "none"
     warm_start_step_time_s: float | None = None
     score_order: str = "node"  # the issue order every time here (samples, heuristics) was scored in
+    # module_search given as many simulated placements as the run used: {method, simulated, step_time_s, wall_s}
+    equal_budget_search: dict[str, Any] | None = None
 
     @property
     def best_heuristic(self) -> tuple[str, float] | None:
@@ -116,4 +118,5 @@ class TrainResult:
             # the issue order the placement file carries and its simulated (eager) step time
             "issue_order": meta.get("issue_order"),
             "issue_order_step_time_s": fin(meta.get("issue_order_step_time_s")),
+            "equal_budget_search": self.equal_budget_search,
         }

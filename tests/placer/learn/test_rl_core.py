@@ -179,7 +179,10 @@ def test_paper_preset_values():
     assert noise[0] == noise[1] == noise[2] > 0 and noise[2] > noise[3] > noise[4] > 0 and noise[5] == noise[6] == 0
     paper.validate()
     tuned = TrainConfig.from_preset("tuned")
-    assert tuned == TrainConfig() and learning_rate(tuned, 10**6) == tuned.lr and logit_noise(tuned, 0) == 0.0
+    # the tuned preset is the dataclass's defaults with the move search as the learner; a policy trains by REINFORCE
+    assert tuned == TrainConfig(algo="moves") and learning_rate(tuned, 10**6) == tuned.lr and logit_noise(tuned, 0) == 0.0
+    assert paper.algo == "reinforce" and TrainConfig.from_preset("tuned", policy="seq2seq").algo == "reinforce"
+    assert TrainConfig.from_preset("tuned", policy="gnn", algo="moves").algo == "moves"
     assert TrainConfig.from_preset("paper", lr=0.05).lr == 0.05  # options given with a preset win
     with pytest.raises(PlacerError, match="--preset 'x'"):
         TrainConfig.from_preset("x")
@@ -409,7 +412,7 @@ def test_every_train_config_field_is_reachable_from_the_cli():
         value = _other_value(f, default) if default is not None or f.name == "heuristics" else \
             {int: 7, float: 2.5}.get(tp, "value-x")
         if tp is bool:
-            argv = [option_name(f.name) if f.name != "normalize_advantage" else "--no-normalize-advantage"]
+            argv = [option_name(f.name) if not (default and f.name != "progress") else "--no-" + f.name.replace("_", "-")]
         elif f.name == "heuristics":
             argv = [option_name(f.name), ",".join(value)]
         else:
@@ -437,7 +440,8 @@ def test_algorithm_registries_match_the_literal_choices():
     from placer.learn.scoring import ENVS
 
     fields = {f.name: f for f in dataclasses.fields(TrainConfig)}
-    assert set(rl_algos.ALGOS) == set(literal_choices(fields["algo"]))
+    # the policy-gradient algorithms, and the move search (placer.learn.moves), which trains a critic, not a policy
+    assert set(rl_algos.ALGOS) | {"moves"} == set(literal_choices(fields["algo"]))
     assert set(ENVS) == set(literal_choices(fields["env"]))
     from envs.sim.schedule import EXECUTORS
 

@@ -1,0 +1,90 @@
+"""``placer train --algo moves``: the move search with its learned critic as the training loop's learner.
+
+One training iteration is one round of :class:`placer.learn.moves.MoveSearch`: a
+batch of moves from the incumbent, ranked by the critic, simulated, the critic
+trained on the outcome. The search starts from the best heuristic's placement
+(the run's warm start; no imitation: there is no policy to imitate with) or, on
+``--resume``, from the run's best placement (the critic starts afresh: its
+weights and the search's memory are not in the checkpoint). Every placement it
+simulates goes through the run's scorer, so the run keeps the best one
+(``best_placement.json``) whichever way it was found.
+
+The features of a move read the simulator's schedule of the incumbent, so the
+simulator is needed even when the scorer measures real steps (``--env
+measured``): it describes the moves, the scorer judges them.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any, Callable
+
+import numpy as np
+
+import envs
+from placer.learn.moves import MoveSearch, MoveSearchOptions
+from placer.methods import get
+from placer.methods.registry import HeuristicUnavailable
+
+
+class RunScorer:
+    """``step_times`` through the run's cached scorer, every batch reported to the run; the simulator's schedules."""
+
+    def __init__(self, score: Callable[[np.ndarray], tuple[np.ndarray, np.ndarray]], sim: envs.SimEnv,
+                 report: Callable[[np.ndarray, np.ndarray, np.ndarray, str], None]) -> None:
+        self.score, self.sim, self.report = score, sim, report
+
+    def step_times(self, op_devices: np.ndarray, order: Any = None) -> tuple[np.ndarray, np.ndarray]:
+        rows = np.asarray(op_devices, dtype=np.int32)
+        t, failed = self.score(rows)  # in the run's score order
+        self.report(rows, t, failed, "move search")
+        return t, failed
+
+    def schedule(self, op_devices: np.ndarray, order: Any = None) -> Any:
+        return self.sim.schedule(op_devices, order)
+
+    def schedule_order(self, op_devices: np.ndarray) -> np.ndarray:
+        return self.sim.schedule_order(op_devices)
+
+
+class MoveLearner:
+    """The move search as ``placer train``'s learner: :meth:`iterate` is one round, logged to TensorBoard."""
+
+    def __init__(self, graph: Any, cluster: Any, scorer: RunScorer, start: np.ndarray | None, *, seed: int,
+                 proposals: str, order: str | None) -> None:
+        self.search = MoveSearch(graph, cluster, scorer, options=MoveSearchOptions(proposals=proposals), seed=seed,
+                                 order=order)
+        self.start = start
+        self.begun = False
+
+    def iterate(self, writer: Any, iteration: int) -> None:
+        s = self.search
+        if not self.begun:
+            s.begin(self.start, time_budget_s=float("inf"))
+            self.begun = True
+        s.step()
+        ranked, uniform = s.tries[1], s.tries[0]
+        scalars = {"charts/incumbent_step_time_s": s.cost, "charts/level": s.level, "charts/kicks": s.kicks,
+                   "charts/simulated": s.budget.evals,
+                   "losses/critic_hit_rate": s.hits[1] / ranked if ranked else 0.0,
+                   "losses/uniform_hit_rate": s.hits[0] / uniform if uniform else 0.0}
+        for tag, value in scalars.items():
+            writer.add_scalar(tag, float(value), iteration)
+
+
+def equal_budget_search(graph: Any, cluster: Any, sim: envs.SimEnv, evals: int, *, order: str | None,
+                        seed: int) -> dict[str, Any] | None:
+    """``module_search`` given ``evals`` simulated placements: the learner's rival at equal budget, for the summary.
+
+    Scored in the run's order (``order`` "planned" or None). None where the graph records no module paths.
+    """
+    if evals < 1:
+        return None
+    t0 = time.perf_counter()
+    try:
+        x = get("module_search")(graph, cluster, seed=seed, n=int(evals), env=sim)
+    except HeuristicUnavailable:
+        return None
+    t, oom = sim.step_times(np.asarray(x, dtype=np.int32)[None], **({} if order is None else {"order": order}))
+    return {"method": "module_search", "simulated": int(evals), "step_time_s": None if oom[0] else float(t[0]),
+            "wall_s": time.perf_counter() - t0}
