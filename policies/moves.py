@@ -160,6 +160,9 @@ class MoveFeatures:
         self.mean_bw = float(np.mean(bw[~np.eye(D, dtype=bool)])) if D > 1 else 1.0
         self.levels = levels
         self.num_devices = D
+        # a random integer per op: the sum over the ops a move changes names the placement it makes (exact in float64
+        # up to 2^13 ops; beyond, two moves may rarely fail to be recognised as the same, which only costs a repeat)
+        self._op_key = np.random.default_rng(0).integers(0, 1 << 40, size=n).astype(np.float64)
         src, dst = sim.edge_src.astype(np.int64), sim.edge_dst.astype(np.int64)
         nbytes = sim.edge_bytes.astype(np.float64)
         self._member, self._neighbours, self._size, self._position = [], [], [], []
@@ -176,10 +179,12 @@ class MoveFeatures:
             self._position.append(np.bincount(g, weights=np.arange(n, dtype=np.float64), minlength=G) / size / max(n - 1, 1))
 
     def features(self, level: int, op_devices: np.ndarray, step_time_s: float, schedule: Schedule, memory: MoveMemory,
-                 round_: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """``(items [m], devices [m], features [m, NUM_FEATURES])`` of every move that changes ``op_devices``.
+                 round_: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """``(items [m], devices [m], features [m, NUM_FEATURES], keys [m])`` of every move that changes ``op_devices``.
 
         ``schedule``: the incumbent's simulated schedule (when each item runs, how busy each device is then).
+        ``keys``: one number per resulting placement (moves of two levels that change the same ops the same
+        way get the same key).
         """
         D, T = self.num_devices, max(step_time_s, 1e-12)
         onehot = np.zeros((len(op_devices), D))
@@ -216,7 +221,8 @@ class MoveFeatures:
         f[:, 16:19] = memory.lookup(level, items, devices, round_)
         f[:, 19] = (devices == np.argmax(near, axis=1)[items]) & (near_total[items] > 0)
         f[:, 20:] = self._schedule_features(level, schedule, items, devices, src, T)
-        return items, devices, f
+        keys = (member @ self._op_key)[items] - (member @ (onehot * self._op_key[:, None]))[items, devices]
+        return items, devices, f, keys * D + devices
 
     def _schedule_features(self, level: int, schedule: Schedule, items: np.ndarray, devices: np.ndarray, src: np.ndarray,
                            T: float) -> np.ndarray:

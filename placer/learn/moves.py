@@ -136,11 +136,8 @@ class _Candidates:
     item: np.ndarray
     device: np.ndarray
     features: np.ndarray
-    tried: np.ndarray = None  # type: ignore[assignment]
-
-    def __post_init__(self) -> None:
-        if self.tried is None:
-            self.tried = np.zeros(len(self.item), dtype=bool)
+    keys: np.ndarray
+    tried: np.ndarray
 
     def refresh(self, memory: MoveMemory, round_: int) -> None:
         """Update the columns that remember earlier moves (the rest depend on the incumbent only)."""
@@ -196,6 +193,8 @@ class MoveSearch:
         self.budget = _Budget(self.env, max_evals, deadline, self.order)
         self.stale = self.exhausted = self.kicks = self.rounds = self.version = self.level = 0
         self._scheduled: tuple[int | None, Any] = (None, None)
+        self._tried_keys: set[float] = set()  # the placements tried from the incumbent (by their move's key)
+        self._tried_version: int | None = None
         self.x, self.cost = self._start(start)
         self.cand = self._candidates(self.x, self.cost)
 
@@ -226,6 +225,7 @@ class MoveSearch:
         self.memory.record(self.level, cand.item[pick], cand.device[pick], delta, self.rounds)
         self._learn(cand.features[pick], delta)
         cand.tried[pick] = True
+        self._tried_keys.update(cand.keys[pick].tolist())
         self.rounds += 1
         j = int(np.argmin(got))
         if got[j] < self.cost * (1 - 1e-12):
@@ -259,10 +259,13 @@ class MoveSearch:
         return np.stack(rows)[j].astype(np.int64), float(got[j])
 
     def _candidates(self, x: np.ndarray, cost: float) -> "_Candidates":
-        """Every move of the current level from ``x``."""
-        items, devices, feats = self.features.features(self.level, x, cost, self._schedule(x, self.version),
-                                                       self.memory, self.rounds)
-        return _Candidates(self.level, items, devices, feats)
+        """Every move of the current level from ``x``; those that make a placement already tried from ``x`` count as tried."""
+        if self._tried_version != self.version:
+            self._tried_keys, self._tried_version = set(), self.version
+        items, devices, feats, keys = self.features.features(self.level, x, cost, self._schedule(x, self.version),
+                                                             self.memory, self.rounds)
+        tried = np.fromiter((k in self._tried_keys for k in keys.tolist()), dtype=bool, count=len(keys))
+        return _Candidates(self.level, items, devices, feats, keys, tried)
 
     def _apply(self, x: np.ndarray, cand: "_Candidates", pick: np.ndarray) -> np.ndarray:
         """``x`` with each picked move applied, one row per move."""

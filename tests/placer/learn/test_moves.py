@@ -1,0 +1,131 @@
+"""The move search: its item levels, its budget, and a critic that learns which moves make the step faster."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import numpy as np
+import pytest
+
+import envs
+from graphs import OpGraph, save
+from graphs.grouping import colocate
+from graphs.synthetic import moe_dag, random_dag, recurrent_dag
+from placer import Placement
+from placer.cli import main
+from placer.learn.config import TrainConfig
+from placer.learn.loop import train
+from placer.learn.moves import MoveSearch, MoveSearchOptions
+from policies.moves import MoveFeatures, MoveMemory, NUM_FEATURES, item_levels
+
+
+def test_item_levels_go_from_modules_to_single_groups():
+    g = recurrent_dag(150, seed=1)
+    levels = item_levels(g)
+    sizes = [lv.num_items for lv in levels]
+    assert sizes == sorted(sizes) and len({lv.op_group.tobytes() for lv in levels}) == len(levels)
+    names = [lv.name for lv in levels]
+    assert any(n.startswith("modules ") and " x chunks " in n for n in names) and names[-1] == "ops"
+    assert sizes[-1] == int(colocate(g).max()) + 1  # the finest level: every co-location group alone
+    for lv in levels:  # a co-location group is never split
+        unit = colocate(g)
+        assert all(len(set(lv.op_group[unit == u])) == 1 for u in np.unique(unit))
+    bare = random_dag(60, seed=0)
+    bare = OpGraph.from_edges(bare.names, list(zip([bare.names[i] for i in bare.edge_src], [bare.names[i] for i in bare.edge_dst],
+                                                   bare.edge_bytes.tolist())))  # no module paths: chunks only
+    assert [lv.name for lv in item_levels(bare)] == ["chunks 8", "chunks 16", "chunks 32", "ops"]
+
+
+def test_move_features_describe_every_move_that_changes_the_placement():
+    g, c = moe_dag(80, seed=2), envs.Cluster.preset("k80x4")
+    env = envs.SimEnv(g, c)
+    levels = item_levels(g)
+    feats = MoveFeatures(g, c, levels)
+    x = np.random.default_rng(0).integers(1, c.num_devices, g.num_ops)
+    t = float(env.step_times(x[None])[0][0])
+    k = len(levels) // 2
+    items, devices, f, keys = feats.features(k, x, t, env.schedule(x), MoveMemory(levels, c.num_devices), 0)
+    assert f.shape == (len(items), NUM_FEATURES) and np.isfinite(f).all()
+    rows = np.repeat(x[None], len(items), axis=0)
+    for r, (i, d) in enumerate(zip(items, devices)):
+        rows[r, levels[k].op_group == i] = d
+    _, first = np.unique(rows, axis=0, return_index=True)  # one key per distinct placement the moves make
+    assert len(np.unique(keys)) == len(first)
+    on_device = np.array([np.all(x[levels[k].op_group == i] == d) for i, d in zip(items, devices)])
+    assert not on_device.any()  # a move sends at least one op somewhere else
+    assert len(items) == sum(len(set(range(c.num_devices)) - ({int(x[levels[k].op_group == i][0])}
+                                                                if len(set(x[levels[k].op_group == i])) == 1 else set()))
+                             for i in range(levels[k].num_items))
+
+
+def test_move_search_spends_its_budget_exactly_and_returns_the_best_it_simulated():
+    g, c = moe_dag(80, seed=2), envs.Cluster.preset("k80x4")
+    env = envs.SimEnv(g, c)
+    start = np.full(g.num_ops, 1, dtype=np.int64)
+    t_start = float(env.step_times(start[None])[0][0])
+    a = MoveSearch(g, c, env, seed=3).run(start, max_evals=300)
+    assert a.evals == 300 and not a.oom
+    assert a.step_time_s == pytest.approx(float(env.step_times(a.op_devices[None])[0][0])) and a.step_time_s < t_start
+    assert a.curve.best_s == sorted(a.curve.best_s, reverse=True) and a.curve.best_s[-1] == pytest.approx(a.step_time_s)
+    b = MoveSearch(g, c, env, seed=3).run(start, max_evals=300)
+    assert np.array_equal(a.op_devices, b.op_devices)  # deterministic for a seed
+
+
+def test_the_critic_learns_which_moves_make_the_step_faster(monkeypatch):
+    """Moves the critic ranks first are faster more often than the uniform share of the same batches.
+
+    With the critic's update removed, its ranking is no better than uniform draws (ratio about 0.7).
+    """
+    g, c = moe_dag(120, seed=1), envs.Cluster.preset("k80x4")
+    env = envs.SimEnv(g, c)
+    hits, tries = np.zeros(2), np.zeros(2)
+    for seed in range(3):
+        search = MoveSearch(g, c, env, options=MoveSearchOptions(proposals="critic"), seed=seed)
+        search.run(None, max_evals=2000)
+        hits, tries = hits + search.hits, tries + search.tries
+    uniform, ranked = hits / tries
+    assert ranked >= 1.5 * uniform, (ranked, uniform)
+
+
+def test_uniform_proposals_never_consult_the_critic():
+    g, c = moe_dag(60, seed=0), envs.Cluster.preset("k80x2")
+    search = MoveSearch(g, c, envs.SimEnv(g, c), options=MoveSearchOptions(proposals="uniform"), seed=0)
+    before = [p.detach().clone() for p in search.critic.parameters()]
+    search.run(None, max_evals=200)
+    assert search.tries[1] == 0 and all(np.array_equal(p0, p1.detach()) for p0, p1 in zip(before, search.critic.parameters()))
+
+
+@pytest.mark.slow
+def test_train_algo_moves_beats_its_start_and_reports_the_equal_budget_search(tmp_path):
+    g, c = recurrent_dag(150, seed=1), envs.Cluster.preset("k80x4")
+    config = TrainConfig(algo="moves", iterations=60, logdir=str(tmp_path / "run"), progress=False,
+                         heuristics=("m_etf", "expert", "single"))
+    r = train(config, graph=g, cluster=c)
+    bh = r.best_heuristic
+    assert r.iterations == 60 and r.best_step_time_s < bh[1] and r.warm_start == f"move search from {bh[0]}"
+    p = Placement.load(os.path.join(r.logdir, "best_placement.json"))
+    assert envs.SimEnv(g, c).simulate(p, order=None).step_time_s == pytest.approx(r.best_step_time_s)
+    eq = json.loads((tmp_path / "run" / "summary.json").read_text())["equal_budget_search"]
+    # every distinct placement the run simulated: 60 rounds of 16 moves, its start, draws and kicks, a few repeats
+    assert eq["method"] == "module_search" and 0.8 * 60 * 16 <= eq["simulated"] <= 60 * 16 + 40 and eq["step_time_s"] > 0
+    # resumed, it continues from the best placement so far and never reports a slower one
+    r2 = train(TrainConfig(**{**vars(config), "iterations": 80, "resume": True}), graph=g, cluster=c)
+    assert r2.iterations == 80 and r2.best_step_time_s <= r.best_step_time_s
+
+
+@pytest.mark.slow
+def test_placer_train_uses_the_move_search_unless_a_policy_is_given(tmp_path, capsys):
+    path = tmp_path / "g.json"
+    save(moe_dag(60, seed=0), str(path))
+    for extra, algo in (([], "moves"), (["--proposals", "uniform"], "moves"), (["--policy", "seq2seq"], "reinforce")):
+        logdir = tmp_path / f"run-{len(extra)}-{algo}"
+        rc = main(["train", str(path), "--cluster", "k80x2", "--iterations", "3", "--logdir", str(logdir), "--json",
+                   "--no-progress", "--heuristics", "m_etf", *extra])
+        doc = json.loads(capsys.readouterr().out)
+        assert rc == 0 and json.loads((logdir / "checkpoint.json").read_text())["config"]["algo"] == algo
+        assert doc["equal_budget_search"]["method"] == "module_search"
+    rc = main(["train", str(path), "--cluster", "k80x2", "--iterations", "1", "--proposals", "best",
+               "--logdir", str(tmp_path / "bad")])
+    err = capsys.readouterr().err
+    assert rc == 2 and "--proposals" in err and len(err.strip().splitlines()) == 1
