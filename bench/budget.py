@@ -104,19 +104,19 @@ class BudgetEnv:
         cut = rows[:left]
         kw = {} if self.order is None else {"order": self.order}
         out = self.env.step_times(cut, overflow=overflow, **kw) if overflow else self.env.step_times(cut, **kw)
-        self.evals += len(cut)
         self._record(cut, out[0], out[1])
+        self.evals += len(cut)
         if len(cut) < len(rows):
             raise BudgetSpent
         return out
 
     def _record(self, rows: np.ndarray, times: np.ndarray, oom: np.ndarray) -> None:
-        for row, t, bad in zip(rows, np.asarray(times, dtype=float), np.asarray(oom, dtype=bool)):
+        for k, (row, t, bad) in enumerate(zip(rows, np.asarray(times, dtype=float), np.asarray(oom, dtype=bool))):
             key = (bool(bad) or not math.isfinite(t), float(t) if math.isfinite(t) else math.inf)
             if key < self.best_key:
                 self.best_key, self.best_row = key, row.copy()
                 if not key[0]:
-                    self.curve["evals"].append(self.evals)
+                    self.curve["evals"].append(self.evals + k + 1)
                     self.curve["wall_s"].append(self.elapsed_s())
                     self.curve["best_s"].append(key[1])
 

@@ -4,7 +4,8 @@
 trace=True).extra["trace"]``, or ``placer simulate --trace`` output) into bars, one
 track per device and per used link; :func:`plot_schedule` draws them as a Gantt
 chart coloured by op kind (forward, backward, transfer, optimizer step) or by
-model layer. :func:`plot_search_curves` draws best-step-time-so-far curves.
+model layer. :func:`plot_search_curves` draws best-step-time-so-far curves, :func:`plot_budget_curves`
+the quality every method reaches at each budget (``scripts/bench_budget.py``).
 matplotlib is optional (the ``plot`` extra); only the drawing functions need it.
 
 >>> doc = {"traceEvents": [
@@ -227,5 +228,39 @@ def plot_search_curves(curves: Sequence[dict[str, Any]], path: str, *, dpi: int 
             ax.set_title(gname)
             ax.grid(alpha=0.3)
         axes[row][1].legend(fontsize=8, loc="upper right")
+    fig.tight_layout()
+    _save(fig, path, dpi)
+
+
+def plot_budget_curves(cells: Sequence[dict[str, Any]], path: str, *, dpi: int = 100) -> None:
+    """Median best step time against the budget, per method: one row per (graph, cluster), placements then seconds.
+
+    ``cells``: :func:`bench.budget.budget_cell` results. The lower bound is drawn dashed.
+    """
+    from bench.budget import METHODS, medians  # bench.budget imports the learner (torch): only when drawing its plot
+
+    plt = _pyplot()
+    if not cells:
+        raise PlacerError(f"{path}: no budget results to plot")
+    fig, axes = plt.subplots(len(cells), 2, figsize=(11, 3.2 * len(cells)), squeeze=False)
+    for row, cell in enumerate(cells):
+        by_budget = medians(cell)
+        for col, kind, label in ((0, "evals", "simulated placements"), (1, "seconds", "seconds")):
+            ax = axes[row][col]
+            budgets = sorted(v for k, v in by_budget if k == kind)
+            for k, method in enumerate(METHODS):
+                pts = [(v, by_budget[(kind, v)].get(method)) for v in budgets]
+                pts = [(v, t * 1e3) for v, t in pts if t is not None]
+                if pts:
+                    ax.plot(*zip(*pts), marker="o", color=f"C{k}", label=method)
+            ax.axhline(cell["lower_bound_s"] * 1e3, color="k", linestyle="--", linewidth=1,
+                       label=f"lower bound ({cell['lower_bound_name']})")
+            if budgets:
+                ax.set_xscale("log")
+            ax.set_xlabel(f"budget ({label})")
+            ax.set_ylabel("best step time (ms)")
+            ax.set_title(f"{cell['graph']} on {cell['cluster']}")
+            ax.grid(alpha=0.3)
+        axes[row][0].legend(fontsize=7, loc="upper right")
     fig.tight_layout()
     _save(fig, path, dpi)

@@ -32,7 +32,7 @@ import torch
 
 from envs.cluster import Cluster
 from graphs import OpGraph, PlacerError
-from policies.moves import ItemLevel, MoveCritic, MoveFeatures, MoveMemory, item_levels
+from policies.moves import NUM_FEATURES, ItemLevel, MoveCritic, MoveFeatures, MoveMemory, item_levels
 
 ProposalName = Literal["critic", "uniform"]
 PROPOSALS = ("critic", "uniform")
@@ -128,6 +128,25 @@ class _Budget:
         return cost, np.asarray(oom, dtype=bool)
 
 
+class Replay:
+    """The critic's data: the features of the last ``capacity`` moves simulated and whether each was faster."""
+
+    def __init__(self, width: int, capacity: int = 32768) -> None:
+        self.x = np.zeros((capacity, width), dtype=np.float32)
+        self.y = np.zeros(capacity, dtype=np.float32)
+        self.size = self.next = 0
+
+    def add(self, x: np.ndarray, y: np.ndarray) -> None:
+        at = (self.next + np.arange(len(y))) % len(self.y)
+        self.x[at], self.y[at] = x, y
+        self.next = int((self.next + len(y)) % len(self.y))
+        self.size = min(self.size + len(y), len(self.y))
+
+    def draw(self, rng: np.random.Generator, k: int) -> tuple[np.ndarray, np.ndarray]:
+        idx = rng.integers(0, self.size, size=min(k, self.size))
+        return self.x[idx], self.y[idx]
+
+
 @dataclass
 class _Candidates:
     """The moves of one level from one incumbent: item and device of each, their features, and which were simulated."""
@@ -164,8 +183,7 @@ class MoveSearch:
         torch.manual_seed(seed)
         self.critic = MoveCritic(o.hidden)
         self.optimizer = torch.optim.Adam(self.critic.parameters(), lr=o.lr)
-        self.data_x: list[np.ndarray] = []
-        self.data_y: list[np.ndarray] = []
+        self.replay = Replay(NUM_FEATURES)
         self.tries, self.hits = np.zeros(2, dtype=np.int64), np.zeros(2, dtype=np.int64)  # [uniform, ranked] moves
         self.schedules = 0  # incumbents' schedules simulated for the features
         gpus = cluster.gpu_indices()
@@ -289,7 +307,7 @@ class MoveSearch:
         """Indices of the moves to simulate, and which of them the critic ranked (1) or were drawn uniformly (0)."""
         o = self.options
         b = min(o.batch, len(untried))
-        n_ranked = 0 if o.proposals == "uniform" or not self.data_y else b - int(round(o.explore * b))
+        n_ranked = 0 if o.proposals == "uniform" or not self.replay.size else b - int(round(o.explore * b))
         chosen = []
         if n_ranked:
             with torch.no_grad():
@@ -303,15 +321,12 @@ class MoveSearch:
     def _learn(self, feats: np.ndarray, delta: np.ndarray) -> None:
         """Add the simulated moves to the critic's data; a few Adam steps of logistic regression on "was it faster" (critic only)."""
         o = self.options
-        self.data_x.append(feats)
-        self.data_y.append((delta < 0).astype(np.float32))
+        self.replay.add(feats, (delta < 0).astype(np.float32))
         if o.proposals == "uniform":
             return
-        x_all, y_all = np.concatenate(self.data_x[-2000:]), np.concatenate(self.data_y[-2000:])
         for _ in range(o.train_steps):
-            idx = self.rng.integers(0, len(y_all), size=min(o.train_batch, len(y_all)))
-            pred = self.critic(torch.from_numpy(x_all[idx]))
-            loss = torch.nn.functional.binary_cross_entropy_with_logits(pred, torch.from_numpy(y_all[idx]))
+            x, y = self.replay.draw(self.rng, o.train_batch)
+            loss = torch.nn.functional.binary_cross_entropy_with_logits(self.critic(torch.from_numpy(x)), torch.from_numpy(y))
             self.optimizer.zero_grad()
             loss.backward()
             self.optimizer.step()

@@ -1,0 +1,72 @@
+"""scripts/bench_budget.py run tiny: every method at equal budgets, every simulated placement counted, one-line errors."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import envs
+from bench import budget as bb
+from graphs.synthetic import moe_dag
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def script():
+    spec = importlib.util.spec_from_file_location("bench_budget", ROOT / "scripts" / "bench_budget.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_budget_env_counts_every_row_and_stops_at_the_budget():
+    g, c = moe_dag(40, seed=0), envs.Cluster.preset("k80x2")
+    rec = bb.BudgetEnv(envs.SimEnv(g, c), max_evals=10)
+    rows = np.ones((6, g.num_ops), dtype=np.int32)
+    rows[1:, 0] = 2
+    rec.step_times(rows)
+    with pytest.raises(bb.BudgetSpent):  # the 4 rows left are scored, then the method is stopped
+        rec.step_times(rows)
+    assert rec.evals == 10 and rec.best_row is not None and rec.curve["evals"][0] == 1
+    assert rec.curve["best_s"] == sorted(rec.curve["best_s"], reverse=True) and rec.best_key[1] == rec.curve["best_s"][-1]
+    with pytest.raises(bb.BudgetSpent):
+        rec.step_times(rows[:1])
+    assert rec.evals == 10
+
+
+@pytest.mark.slow
+def test_tiny_grid_runs_every_method_within_its_budget(tmp_path, capsys):
+    plot = tmp_path / "b.png"
+    rc = script().main(["--graphs", "moe-60", "--clusters", "k80x2", "--evals", "300", "--seconds", "1",
+                        "--seeds", "0", "--plot", str(plot), "--json"])
+    out = capsys.readouterr().out
+    assert rc == 0 and plot.stat().st_size > 0
+    cell = json.loads(out)["cells"][0]
+    assert cell["graph"] == "moe-60" and cell["lower_bound_name"] and cell["start"]["method"]
+    runs = {(r["budget"]["kind"], r["method"]): r for r in cell["runs"]}
+    assert {m for _, m in runs} == set(bb.METHODS)
+    for method in ("learned", "uniform", "module_search", "annealing"):
+        r = runs[("evals", method)]
+        assert r["step_time_s"] is not None and r["evals"] <= 300, (method, r)
+    # the learner and its ablation pay for the start (the rule heuristics, each scored once) from the same 300
+    assert runs[("evals", "learned")]["evals"] == runs[("evals", "uniform")]["evals"] == 300
+    for r in (runs[("evals", "learned")], runs[("seconds", "learned")]):
+        assert r["step_time_s"] <= cell["start"]["step_time_s"]
+    assert runs[("seconds", "module_search")]["wall_s"] <= 1 + 1.0
+    rc = script().main(["--graphs", "moe-60", "--clusters", "k80x2", "--evals", "200", "--seconds", "",
+                        "--methods", "learned,uniform"])
+    table = capsys.readouterr().out
+    assert rc == 0 and "| moe-60 | k80x2 | 0.2k placements |" in table
+
+
+@pytest.mark.parametrize("argv,option", [(["--evals", "abc"], "--evals"), (["--evals", "0"], "--evals"),
+                                         (["--methods", "learned,nope"], "--methods"), (["--graphs", "nope"], "nope"),
+                                         (["--evals", "", "--seconds", ""], "--evals"), (["--clusters", "zz"], "zz")])
+def test_bad_options_exit_2_with_one_line(argv, option, capsys):
+    rc = script().main(["--graphs", "moe-40", "--seconds", "", *argv])
+    err = capsys.readouterr().err
+    assert rc == 2 and option in err and len(err.strip().splitlines()) == 1, err
