@@ -10,5 +10,6 @@ the tests find it through pytest's ``pythonpath = .``.
 - :mod:`bench.report`: the paper's Table 1 in the simulator (``scripts/reproduce_paper.py``).
 - :mod:`bench.scale`: cost of each stage vs graph size (``scripts/bench_scale.py``).
 - :mod:`bench.search`: best step time vs wall time and evaluations (``scripts/bench_search.py``).
+- :mod:`bench.budget`: every method at equal budgets, every simulated placement counted (``scripts/bench_budget.py``).
 - :mod:`bench.plots`: the README's schedule picture and the search curves.
 """
