@@ -92,8 +92,8 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps({"machine": machine_line(), "cells": cells}, indent=1))
     else:
         print(bb.markdown_table(cells))
-        print(f"\nMedians over seeds {','.join(map(str, seeds))}; simulated step times in ms, scored in "
-              f"{args.score_order} order (ilp in its own plan's order). Machine: {machine_line()}.")
+        print(f"\nMedians over seeds {','.join(map(str, seeds))}; simulated step times in ms of each method's best "
+              f"placement in its best issue order (searched in {args.score_order} order). Machine: {machine_line()}.")
     return 0
 
 
