@@ -139,20 +139,22 @@ def two_chains(length: int) -> OpGraph:
     return OpGraph.from_edges(names, edges, flops=[2e11] * len(names), op_types=["aten.mm.default"] * len(names))
 
 
+@pytest.mark.slow
 def test_ilp_windows_improve_a_hint_too_large_for_one_model():
     """Too many items for one model (max_items): CP-SAT re-places a window of single ops and the hint gets faster."""
     g, c = two_chains(8), envs.Cluster.preset("k80x2")
-    plan = ilp(g, c, time_limit_s=20, num_workers=1, max_items=4, hint="single", window_ops=16)
+    plan = ilp(g, c, time_limit_s=8, num_workers=1, max_items=4, hint="single", window_ops=16)
     m = plan.meta
     assert m["solver_status"] == "windows" and m["hint"] == "single" and m["windows_improved"] >= 1
     got = envs.simulate(g, plan, c).step_time_s
     assert got == pytest.approx(m["step_time_s"]) and got < 0.75 * m["hint_step_time_s"]  # the chains run side by side
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("graph", [lambda: moe_dag(41, seed=0), lambda: random_dag(120, seed=3)])
 def test_ilp_never_returns_a_plan_slower_than_its_hint(graph):
     g, c = graph(), envs.Cluster.preset("k80x4")
-    plan = ilp(g, c, time_limit_s=6, num_workers=1)
+    plan = ilp(g, c, time_limit_s=4, num_workers=1)
     got = envs.simulate(g, plan, c).step_time_s
     assert got <= plan.meta["hint_step_time_s"] * (1 + 1e-12) and got == pytest.approx(plan.meta["step_time_s"])
 
@@ -195,6 +197,6 @@ def test_ilp_keeps_its_hint_when_every_window_is_slower(monkeypatch):
 
     monkeypatch.setattr(lns, "solve", host_everything)
     g, c = two_chains(8), envs.Cluster.preset("k80x2")
-    plan = ilp(g, c, time_limit_s=4, num_workers=1, max_items=4, hint="m_etf", window_ops=8)
+    plan = ilp(g, c, time_limit_s=2, num_workers=1, max_items=4, hint="m_etf", window_ops=8)
     assert plan.meta["windows"] >= 1 and plan.meta["windows_improved"] == 0
     assert envs.simulate(g, plan, c).step_time_s == pytest.approx(plan.meta["hint_step_time_s"])
