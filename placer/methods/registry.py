@@ -34,8 +34,10 @@ HeuristicFn = Callable[..., np.ndarray]
 #: Bumped when a heuristic's placements change, so results cached by others (imitation labels,
 #: :func:`placer.learn.pretrain.imitation_label`) are recomputed. 2: heft, m_etf and m_sct charge the
 #: copies of shared parameters (:class:`placer.methods.heuristics.scheduling.ParamCopies`); their copy-blind
-#: rule stays as heft_nocopy, m_etf_nocopy and m_sct_nocopy.
-VERSION = 2
+#: rule stays as heft_nocopy, m_etf_nocopy and m_sct_nocopy. 3: the module groupings keep a co-location group
+#: spanning modules with its first op's module, and the searches rank placements out of memory by how far over
+#: they are (random_modules, module_search, annealing).
+VERSION = 3
 _REGISTRY: dict[str, HeuristicFn] = {}
 _loaded = False
 

@@ -460,7 +460,7 @@ def test_graded_oom_gives_annealing_a_slope_toward_fitting():
     g, cl = _chain(8), _small_gpus(800)
     env = envs.SimEnv(g, cl, microbatches=4)
     # started from single GPUs (all out of memory); same seed and steps, with and without the slope
-    graded = annealing(g, cl, seed=1, init=(), steps=200, env=env)  # on by default for a pipelined env
+    graded = annealing(g, cl, seed=1, init=(), steps=200, env=env)  # on by default
     flat = annealing(g, cl, seed=1, init=(), steps=200, env=env, graded_oom=False)
     assert env.simulate(graded).status == "ok"
     assert env.simulate(flat).status == "oom"
