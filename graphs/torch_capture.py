@@ -328,6 +328,7 @@ class _ProgramReader:
             "unused_params": sorted(f for f in self.params.values() if self.tensor_key[f] not in self.owned),
             "tied_params": _tied_groups(self.tensor_key),
             "constants": sorted(self.constants.values()),  # tensors the program made (torch.tensor(...)), not the model's
+            "outputs": self.outputs(),  # what forward returns: a training step's loss is one float scalar
             "capture_version": CAPTURE_VERSION,
             "torch": torch.__version__,
         }
@@ -336,6 +337,17 @@ class _ProgramReader:
         return OpGraph(names=c["names"], op_types=c["op_types"], out_shapes=c["out_shapes"], out_dtypes=c["out_dtypes"],
                        flops=np.asarray(c["flops"], dtype=np.float64), module_paths=c["module_paths"],
                        params=c["params"], name=name, meta=meta, **ints)
+
+
+    def outputs(self) -> list[dict[str, Any]]:
+        """Shape and dtype of each tensor the model's forward returns (flattened), in order."""
+        by_name = {n.name: n for n in self.ep.graph.nodes}
+        out = []
+        for name in self.ep.graph_signature.user_outputs:
+            val = by_name[name].meta.get("val") if name in by_name else None
+            if isinstance(val, torch.Tensor):
+                out.append({"shape": [int(d) for d in val.shape], "dtype": str(val.dtype).removeprefix("torch.")})
+        return out
 
 
 def _tensor_keys(ep, fqns: list[str]) -> dict[str, str]:

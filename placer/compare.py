@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 import numpy as np
 
@@ -290,6 +290,7 @@ def compare(
     executor: str = "eager",
     microbatches: int | Sequence[int] = 1,
     inflight: int | None | Sequence[int | None] = None,
+    progress: Callable[[int, str], None] | None = None,
 ) -> CompareReport:
     """Run ``methods`` (default: every heuristic), score them and ``placements`` on one SimEnv.
 
@@ -310,6 +311,7 @@ def compare(
         inflight: W, the most microbatches in flight (None: all M, fill-drain),
             or several to search alongside M: each M is tried with every
             ``min(W, M)``. ``options[m]["inflight"]`` overrides it.
+        progress: called with ``(methods done, method name)`` after each method.
 
     Returns:
         A :class:`CompareReport`; a method that cannot run or fails gets a row
@@ -332,6 +334,8 @@ def compare(
         shapes = (_plan_shapes(ms, own.pop("inflight"), f"options[{m!r}]['inflight']") if "inflight" in own
                   else _plan_shapes(ms, inflight, "inflight") if ms is not default_ms else default_shapes)
         rows.append(_Attempt(m, graph, cluster, env, own, seed, model, best_single_s).best(shapes))
+        if progress is not None:
+            progress(len(rows), m)
     for (label, p), (_, idx) in zip(labelled, given):
         row = Row(method=label, kind="placement", placement=p)
         rows.append(_scored_row(row, env.with_microbatches(p.microbatches, p.inflight), idx, best_single_s))

@@ -12,7 +12,7 @@ from graphs import PlacerError
 from graphs.plan import Placement, check_microbatches
 from placer import sources
 from placer.checks import check_output_file, check_seed
-from placer.cli.args import add_executor_argument, add_profile_argument, parse_options, profiled
+from placer.cli.args import add_executor_argument, add_profile_argument, note_stand_in_loss, parse_options, profiled
 from placer.cli.output import print_json
 from placer.compare import compare, plot
 from placer.methods import registry
@@ -92,6 +92,7 @@ def run(args: argparse.Namespace) -> int:
     methods = _methods(args.methods)
     options = _options(args.option, methods)
     graph, model = sources.resolve_graph_and_model(args.graph)  # the model, for the methods that need one (accelerate)
+    note_stand_in_loss(graph, args.graph)
     graph, cluster = profiled(graph, cluster, args.profile)  # measured op times and link speeds
     placements = [(path, Placement.load(path)) for path in args.placement]
     report = compare(graph, cluster, methods=methods, placements=placements, seed=args.seed, model=model, executor=args.executor,

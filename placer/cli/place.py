@@ -18,7 +18,7 @@ from graphs.errors import PlacerError
 from graphs.plan import Placement
 from placer import sources
 from placer.checks import check_int, check_output_file, check_seed, parse_group_counts
-from placer.cli.args import add_profile_argument, parse_options, profiled
+from placer.cli.args import add_profile_argument, note_stand_in_loss, parse_options, profiled
 from placer.methods import registry
 
 
@@ -51,6 +51,7 @@ def run(args: argparse.Namespace) -> int:
     cluster = envs.resolve_cluster(args.cluster)
     options = parse_options(args.option)
     graph, model = sources.resolve_graph_and_model(args.graph)
+    note_stand_in_loss(graph, args.graph)
     graph, cluster = profiled(graph, cluster, args.profile)
     if model is not None and registry.accepts(registry.get(args.method), "model"):
         options["model"] = model  # accelerate's device maps need the module

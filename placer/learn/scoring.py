@@ -16,7 +16,7 @@ import envs
 from graphs import OpGraph, PlacerError, zoo
 from graphs.plan import single_device_rows
 from placer.learn.config import TrainConfig
-from placer.sources import looks_like_callable
+from placer.sources import looks_like_callable, stand_in_loss
 
 if TYPE_CHECKING:
     from envs.cluster import Cluster
@@ -88,6 +88,10 @@ def measured_env(config: TrainConfig, graph: OpGraph, cluster: Cluster, logdir: 
         raise PlacerError(
             f"--env measured: SOURCE {config.source!r} is not runnable (need a zoo name or module:callable, not a graph file)"
         )
+    why = stand_in_loss(graph)
+    if why:  # real training steps train the model as it is: it must return its loss
+        raise PlacerError(f"--env measured: {config.source}: {why}; real training steps need the loss (wrap the model "
+                          "so that forward returns it, e.g. forward(inputs, labels) -> cross_entropy(...))")
     from envs.real.measured import MeasuredEnv  # ray and torch: only for --env measured
 
     return MeasuredEnv(config.source, cluster, graph=graph, run_dir=logdir, device_map=config.device_map,
