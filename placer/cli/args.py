@@ -22,6 +22,21 @@ from placer.checks import check_float, check_int
 DEVICE_MAP_HELP = "logical -> torch devices, e.g. gpu:0=cuda:1,*=cpu (default gpu:i=cuda:i, cpu:0=cpu)"
 
 
+class MethodsHelp(argparse.HelpFormatter):
+    """A help formatter that lists the heuristics where a help text says ``{methods}``.
+
+    The list is made only when help is printed: loading every heuristic takes a second.
+    """
+
+    def _expand_help(self, action: argparse.Action) -> str:
+        text = super()._expand_help(action)
+        if "{methods}" in text:
+            from placer.compare import default_methods  # every heuristic module: only to print help
+
+            text = text.replace("{methods}", ", ".join(default_methods()))
+        return text
+
+
 def add_profile_argument(parser: argparse.ArgumentParser) -> None:
     """Add ``--profile PROFILE.json`` to a command's parser (place, simulate, compare)."""
     parser.add_argument("--profile", metavar="PROFILE.json", default=None, help="calibrate the simulator with a `placer profile` file (per-op times, link speeds)")

@@ -18,6 +18,7 @@ from graphs import PlacerError
 from placer import sources
 from placer.checks import check_output_dir
 from placer.cli.args import captured, note_stand_in_loss, profiled
+from placer.cli.compare import SMALL_GAIN
 from placer.cli.output import print_json
 from placer.learn.config import (
     RESUME_KEEPS, AlgoOptions, PolicyOptions, RunOptions, TrainConfig, _base_type, field_docs, literal_choices,
@@ -211,12 +212,21 @@ def _issue_order_line(doc: dict) -> str | None:
     return None
 
 
+def _small_model_line(doc: dict) -> str | None:
+    best, single = doc["best_step_time_s"], doc.get("reference_step_time_s")
+    if best is None or not single or best * SMALL_GAIN < single:
+        return None
+    return (f"note             within {(SMALL_GAIN - 1) * 100:.0f}% of the best single device ({_ms(single)}): this model is "
+            "too small to gain from splitting it over devices")
+
+
 #: The summary ``placer train`` prints, a line each (None: no line): add a line here.
 SUMMARY_LINES: tuple[Callable[[dict], str | None], ...] = (
     _interrupted_line,
     _best_line,
     _heuristic_line,
     _warm_start_line,
+    _small_model_line,
     lambda doc: f"expert           {_ms(doc['expert_step_time_s'])}" if doc["expert_step_time_s"] is not None else None,
     lambda doc: f"lower bound      {_ms(doc['lower_bound_s'])}" if doc["lower_bound_s"] is not None else None,
     _issue_order_line,

@@ -50,14 +50,26 @@ class HeuristicUnavailable(PlacerError):
         self.status = status
 
 
+#: The optional extras of setup.cfg and the libraries each installs. The hint names the libraries: placer is
+#: installed from its checkout, and ``pip install 'placer[plot]'`` would fetch another project of that name.
+EXTRAS = {"partition": ("pymetis", "pyscotch"), "accelerate": ("accelerate",), "plot": ("matplotlib",), "ilp": ("ortools",)}
+
+
+def install_hint(extra: str) -> str:
+    """How to install an extra's libraries.
+
+    >>> install_hint("plot")
+    "pip install matplotlib, or pip install -e '.[plot]' in placer's checkout"
+    """
+    return f"pip install {' '.join(EXTRAS[extra])}, or pip install -e '.[{extra}]' in placer's checkout"
+
+
 def require(module: str, method: str, extra: str = "partition") -> Any:
     """Import an optional library or raise :class:`HeuristicUnavailable`."""
     try:
         return importlib.import_module(module)
     except ImportError:
-        raise HeuristicUnavailable(
-            f"{method}: needs the {module!r} package (pip install 'placer[{extra}]')", "not installed"
-        ) from None
+        raise HeuristicUnavailable(f"{method}: needs the {module!r} package ({install_hint(extra)})", "not installed") from None
 
 
 def register(name: str) -> Callable[[HeuristicFn], HeuristicFn]:

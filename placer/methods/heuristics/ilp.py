@@ -41,7 +41,7 @@ items, with ``num_workers`` parallel workers. The row's ``meta`` has the
 solver's objective, its proven bound (both for the item problem, in seconds),
 its status, solve time and the item count.
 
-Needs the ``ilp`` extra (``pip install 'placer[ilp]'``).
+Needs the ``ilp`` extra (``pip install ortools``, or ``pip install -e '.[ilp]'`` in placer's checkout).
 """
 
 from __future__ import annotations
@@ -60,7 +60,7 @@ from graphs.grouping import coarsen, vote
 from graphs.plan import Placement
 from placer.methods.heuristics.groups import colocation_groups
 from placer.methods.heuristics.ilp_model import Items, solve
-from placer.methods.registry import HeuristicUnavailable, get, register
+from placer.methods.registry import HeuristicUnavailable, get, install_hint, register
 
 #: Conditional constraints per second of ``time_limit_s`` the item count is sized for.
 CONSTRAINTS_PER_S = 300
@@ -164,7 +164,7 @@ def ilp(graph: OpGraph, cluster, *, seed: int = 0, time_limit_s: float = 60.0, n
     try:
         import ortools  # noqa: F401  (an optional extra: checked before any work)
     except ImportError:
-        raise HeuristicUnavailable("ilp: needs OR-Tools (pip install 'placer[ilp]')", "not installed") from None
+        raise HeuristicUnavailable(f"ilp: needs OR-Tools ({install_hint('ilp')})", "not installed") from None
 
     if not float(time_limit_s) > 0:
         raise PlacerError(f"ilp: time_limit_s must be positive, got {time_limit_s!r}")

@@ -116,3 +116,15 @@ def test_training_again_into_a_used_logdir_needs_resume(tmp_path, graph_file, ca
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and f"--logdir {logdir}: holds an earlier training run" in err and "--resume" in err
     assert len([f for f in os.listdir(logdir) if f.startswith("events.out")]) == 1
+
+
+def test_the_readme_names_every_file_a_run_writes(tmp_path):
+    # it once promised a checkpoint/ folder, and never named summary.json
+    from pathlib import Path
+
+    readme = (Path(__file__).resolve().parents[3] / "README.md").read_text()
+    train(_config(tmp_path, iterations=1), graph=two_chains(), cluster=envs.resolve_cluster("k80x2"))
+    for name in os.listdir(tmp_path / "run"):
+        documented = "`events.out.tfevents.*`" if name.startswith("events.out.tfevents") else f"`{name}`"
+        assert documented in readme, name
+    assert "`checkpoint/`" not in readme

@@ -526,3 +526,20 @@ def test_annealing_returns_a_placement_that_fits_once_it_has_scored_one():
     assert oom.tolist() == [False, True] and t_gpu * 2 * over < t_cpu  # with oom_penalty 1, the chain's cost prefers the GPU
     idx = run("annealing", g, c, devices="all", init=(), steps=32, oom_penalty=1.0)
     assert envs.simulate(g, idx, c).status == "ok"
+
+
+def test_install_hints_name_the_libraries_of_each_extra_in_setup_cfg():
+    # `pip install 'placer[plot]'` fetched an unrelated project named placer from the package index
+    import configparser
+    import pathlib
+    import re
+
+    from placer.methods.registry import EXTRAS, install_hint
+
+    cfg = configparser.ConfigParser()
+    cfg.read(pathlib.Path(__file__).resolve().parents[3] / "setup.cfg")
+    extras = {k: v for k, v in cfg["options.extras_require"].items() if k != "test"}
+    assert set(EXTRAS) == set(extras)
+    for extra, libs in EXTRAS.items():
+        assert set(libs) == {re.split(r"[<>=!~ ]", line.strip())[0] for line in extras[extra].split("\n") if line.strip()}
+        assert "placer[" not in install_hint(extra).replace(f"'.[{extra}]'", "")
