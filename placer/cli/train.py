@@ -34,7 +34,9 @@ HELP_DEFAULTS = {k: getattr(TrainConfig(), k) for k in
 _SECTIONS = (("run options", RunOptions), ("algorithm options", AlgoOptions), ("policy options", PolicyOptions),
              ("preset", TrainConfig))
 # Help that says more than the field's docstring, or in the command line's terms.
-_HELP = {"source": "graph file (.json/.pt2), zoo name or module:callable", "progress": "no progress bar"}
+_HELP = {"source": "graph file (.json/.pt2), zoo name or module:callable",
+         "progress": "print no progress on stderr (a line per phase, then a bar on a terminal or a line every few "
+                     "seconds in a file or a pipe)"}
 _METAVARS = {"profile": "PROFILE.json", "device_map": "MAP", "measure_timeout_s": "SECONDS", "time_budget_s": "SECONDS",
              "heuristics": "NAMES", "logdir": "DIR"}
 

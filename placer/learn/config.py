@@ -98,7 +98,7 @@ class RunOptions:
     checkpoint_every: int = 20
     """write a checkpoint every this many iterations (and on Ctrl-C and at the end)."""
     progress: bool = True
-    """show a tqdm progress bar."""
+    """report progress on stderr: a line per phase, then a bar (on a terminal) or a line every few seconds."""
 
 
 @dataclass
