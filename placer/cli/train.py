@@ -15,7 +15,6 @@ from typing import Any, Callable
 import envs
 from envs.cluster import CLUSTER_ARG_HELP
 from graphs import PlacerError
-from placer import sources
 from placer.checks import check_output_dir
 from placer.cli.args import captured, note_stand_in_loss, profiled
 from placer.cli.compare import SMALL_GAIN

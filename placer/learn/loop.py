@@ -52,6 +52,7 @@ from typing import Any
 import numpy as np
 import torch
 from torch.utils import tensorboard
+
 import envs
 from envs.cluster import Cluster
 from envs.real.profiler import with_profile
@@ -217,7 +218,7 @@ class _Run:
         progress.phase(f"setting up: {graph.name or 'graph'} ({graph.num_ops:,} ops) on {cluster.name}, "
                        f"scored by {'the simulator' if config.env == 'sim' else 'real training steps'}")
         self.t_ref = reference_time(self.score, graph, cluster, config.executor)
-        found = self._found_heuristics()
+        self._found_heuristics()
         # the simulator of this problem (executor, microbatches): the lower bound, and under --env sim the
         # planner of the best placement's issue order; the scorer itself when it is one
         sim = env if isinstance(env, envs.SimEnv) else envs.SimEnv(graph, cluster, executor=config.executor,
@@ -249,8 +250,8 @@ class _Run:
         self.planner = sim if config.env == "sim" else None
         self.t0 = time.perf_counter() - self.state.elapsed_s
 
-    def _found_heuristics(self) -> dict[str, tuple[float, np.ndarray | None]]:
-        """The heuristics' (step time, op devices), scored as the run scores; sets ``heuristics`` and ``best_h``."""
+    def _found_heuristics(self) -> None:
+        """Score the heuristics as the run scores: sets ``heuristics``, ``best_h`` and its ``best_h_op_devices``."""
         found = _heuristics(self.graph, self.cluster, self.config, self.progress)
         if self.score.order is not None:
             # scored in the run's own order, so the warm start, the rival's start and "beat the best
@@ -263,7 +264,6 @@ class _Run:
         if found:
             self.progress.phase(f"best heuristic: {self.best_h[0]} {_ms(self.best_h[1])}" if self.best_h_op_devices is not None
                                 else "no heuristic placement fits")
-        return found
 
     def _scored(self, op_devices: np.ndarray) -> float:
         t, failed = self.score(np.asarray(op_devices, dtype=np.int32)[None])
@@ -318,7 +318,7 @@ class _Run:
         c, s = self.config, self.state
         most = c.algo_options.warm_start_steps
         deadline = self.t0 + 0.5 * c.time_budget_s if c.time_budget_s is not None else None
-        limit = f", {deadline - time.perf_counter():.0f} s at most" if deadline is not None else ""
+        limit = f", {max(deadline - time.perf_counter(), 0.0):.3g} s at most" if deadline is not None else ""
         self.progress.phase(f"warm start: imitating {self.best_h[0]}'s placement, up to {most} steps{limit}")
         steps = imitate(self.policy, self.target, c.algo_options, deadline=deadline)
         s.warm_start, s.warm_start_indices = f"imitation of {self.best_h[0]} ({steps} steps)", self.target.tolist()
