@@ -101,10 +101,12 @@ def _heuristics(graph: OpGraph, cluster: Cluster, config: TrainConfig,
         return {}
     progress.phase(f"scoring {len(methods)} heuristics on {cluster.name} (simulated), the rivals and the warm start")
     progress.start("scoring", total=len(methods), unit="heuristics")
-    report = compare(graph, cluster, methods=methods, seed=config.seed, executor=config.executor,
-                     microbatches=config.microbatches, inflight=config.inflight,
-                     progress=lambda done, name: progress.update(done, name))
-    progress.close()
+    try:
+        report = compare(graph, cluster, methods=methods, seed=config.seed, executor=config.executor,
+                         microbatches=config.microbatches, inflight=config.inflight,
+                         progress=lambda done, name: progress.update(done, name))
+    finally:  # Ctrl-C here too: the bar ends before the message that follows
+        progress.close()
     out: dict[str, tuple[float, np.ndarray | None]] = {}
     for row in report.rows:
         if row.kind != "baseline":  # the kind of a heuristic's row (the report's word, kept in its JSON)
