@@ -179,6 +179,7 @@ def _train(config: TrainConfig, graph: OpGraph, cluster: Cluster, env: Scorer, l
             progress.update(measure(), run.status())
             if run.state.iteration % config.checkpoint_every == 0:
                 run.save_checkpoint()
+        progress.update(float("inf"), run.status())  # done: the budget is spent (its last second may fall short)
     except KeyboardInterrupt:
         interrupted = True
     finally:

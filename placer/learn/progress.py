@@ -67,13 +67,15 @@ class Progress:
         guess = self.total / 10 if unit == "s" else 30.0
         self.interval_s = self.every_s if self.every_s is not None else min(max(guess, lo), hi)
         if self.enabled and self.tty:
-            self.bar = tqdm(total=self.total, unit=unit, desc=label, dynamic_ncols=True, file=self.stream)
+            self.bar = tqdm(total=self.total, unit=unit, desc=label, dynamic_ncols=True, file=self.stream,
+                            bar_format="{desc}: {percentage:3.0f}%|{bar}| {n_fmt}/{total_fmt} {unit} "
+                                       "[{elapsed}<{remaining}{postfix}]")
 
     def update(self, n: float, status: str = "") -> None:
         """The phase has reached ``n`` units (clamped to its total); ``status``: what to show beside the count."""
         if not self.enabled or not self.total:
             return
-        self.n = min(max(int(n), self.n), self.total)
+        self.n = int(min(max(n, self.n), self.total))  # n may be inf: the phase is done
         if self.bar is not None:
             self.bar.set_postfix_str(status, refresh=False)
             self.bar.update(self.n - self.bar.n)
