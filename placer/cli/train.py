@@ -150,21 +150,33 @@ def _ms(x: float | None) -> str:
 
 
 def _summary(doc: dict) -> str:
+    """The result in lines; in a measured run each time says whether it was measured or simulated."""
+    measured = doc.get("env") == "measured"
+    tag = (lambda kind: f"  {kind}") if measured else (lambda kind: "")
     found = f"found at {doc['time_to_best_s']:.0f} s" if doc["time_to_best_s"] is not None else "no placement ran"
     lines = [
-        f"best step time   {_ms(doc['best_step_time_s'])}  (after {doc['iterations']} iterations, "
+        f"best step time   {_ms(doc['best_step_time_s'])}{tag('measured')}  (after {doc['iterations']} iterations, "
         f"{doc['elapsed_s']:.0f} s; {found})",
     ]
     if doc["best_heuristic"]:
-        bh, learned = doc["best_heuristic_step_time_s"], doc["best_step_time_s"]
-        gain = f"  ({(1 - learned / bh) * 100:+.1f}% vs it)" if bh and learned else ""
-        lines.append(f"best heuristic   {_ms(bh)}  ({doc['best_heuristic']}){gain}")
-    if doc["expert_step_time_s"] is not None:
-        lines.append(f"expert           {_ms(doc['expert_step_time_s'])}")
+        bh, learned, source = doc["best_heuristic_step_time_s"], doc["best_step_time_s"], doc.get("best_heuristic_source")
+        comparable = not measured or source == "measured"
+        gain = f"  ({(1 - learned / bh) * 100:+.1f}% vs it)" if bh and learned and comparable else ""
+        if not comparable:
+            gain = "  (no heuristic was measured: not compared)"
+        lines.append(f"best heuristic   {_ms(bh)}{tag(source)}  ({doc['best_heuristic']}){gain}")
+    elif measured and doc.get("measured_heuristics"):
+        lines.append(f"best heuristic   n/a  measured  (all failed: {', '.join(doc['measured_heuristics'])})")
+    expert = (doc.get("measured_heuristics") or {}).get("expert")
+    if expert is not None:
+        lines.append(f"expert           {_ms(expert)}{tag('measured')}")
+    elif doc["expert_step_time_s"] is not None:
+        lines.append(f"expert           {_ms(doc['expert_step_time_s'])}{tag('simulated')}")
     if doc["lower_bound_s"] is not None:
-        lines.append(f"lower bound      {_ms(doc['lower_bound_s'])}")
+        lines.append(f"lower bound      {_ms(doc['lower_bound_s'])}{tag('simulated')}")
     if doc.get("issue_order_step_time_s") is not None and doc["issue_order"] != "node":
-        lines.append(f"issue order      {_ms(doc['issue_order_step_time_s'])}  ({doc['issue_order']} order, in the placement file)")
+        lines.append(f"issue order      {_ms(doc['issue_order_step_time_s'])}{tag('simulated')}  "
+                     f"({doc['issue_order']} order, in the placement file)")
     if doc["best_placement"]:
         lines.append(f"placement        {doc['best_placement']}")
     lines.append(f"logs             {doc['logdir']}  (tensorboard --logdir {doc['logdir']})")

@@ -70,7 +70,7 @@ from placer.learn.config import TrainConfig
 from placer.learn.rundir import (
     BEST_NAME, adopt_newer_best, check_compatible, default_logdir, run_best_placement, run_lock, save_best,
 )
-from placer.learn.scoring import CachedScorer, ENVS, Scorer, reference_time
+from placer.learn.scoring import CachedScorer, ENVS, Scorer, measured_heuristics, reference_time
 from placer.learn.state import RunState, TrainResult
 from placer.sources import resolve_graph
 from policies import POLICIES, policy_file
@@ -200,12 +200,18 @@ class _Run:
             found = {name: (self._scored(idx) if idx is not None and np.isfinite(t) else t, idx)
                      for name, (t, idx) in found.items()}
         self.heuristics = {name: t for name, (t, _) in found.items()}
+        # --env measured: the rivals measured on the same workers, so the comparison is measured with measured
+        measured = config.env == "measured"
+        self.measured = measured_heuristics(self.score, found, config.measure_heuristics) if measured else {}
         # the simulator of this problem (executor, microbatches): the lower bound, and under --env sim the
         # planner of the best placement's issue order; the scorer itself when it is one
         sim = env if isinstance(env, envs.SimEnv) else envs.SimEnv(graph, cluster, executor=config.executor,
                                                                   microbatches=config.microbatches, inflight=config.inflight)
         self.lower_bound_s: float | None = float(sim.lower_bound())
-        self.best_h = min(self.heuristics.items(), key=lambda kv: kv[1]) if self.heuristics else ("none", float("inf"))
+        rivals = self.measured or self.heuristics
+        self.best_h = min(rivals.items(), key=lambda kv: kv[1]) if rivals else ("none", float("inf"))
+        # the time to beat, scored as the samples are (None: a measured run that measured no heuristic has none)
+        self.rival_s = self.best_h[1] if self.measured or not measured else None
         self.state = RunState(setup_s=time.perf_counter() - setup_start)
         # ---- seed, policy, optimizer
         torch.manual_seed(config.seed)
@@ -322,7 +328,7 @@ class _Run:
         if t[j] < s.best_step_time_s:
             s.best_step_time_s, s.best_indices, s.best_found_by = float(t[j]), op_devices[j].tolist(), found_by
             s.best_iteration, s.time_to_best_s = s.iteration, self.elapsed()
-            if s.time_to_beat_heuristic_s is None and t[j] <= self.best_h[1]:
+            if s.time_to_beat_heuristic_s is None and self.rival_s is not None and t[j] <= self.rival_s:
                 s.time_to_beat_heuristic_s = self.elapsed()
             save_best(os.path.join(self.logdir, BEST_NAME), self.best_placement())
 
@@ -343,6 +349,7 @@ class _Run:
         result = TrainResult(
             best_step_time_s=s.best_step_time_s, best_placement=best, iterations=s.iteration, elapsed_s=s.elapsed_s,
             time_to_best_s=s.time_to_best_s, logdir=self.logdir, heuristics=self.heuristics,
+            measured_heuristics=self.measured, env=self.config.env,
             score_order=self.config.score_order,
             lower_bound_s=self.lower_bound_s, reference_step_time_s=self.t_ref,
             time_to_beat_heuristic_s=s.time_to_beat_heuristic_s, interrupted=interrupted, setup_s=s.setup_s,

@@ -63,7 +63,13 @@ _JSON_CHECKS = {"int": is_int, "float": lambda v: is_int(v) or isinstance(v, flo
 
 @dataclass
 class TrainResult:
-    """What a run produced."""
+    """What a run produced.
+
+    ``heuristics``, ``expert_step_time_s`` and ``lower_bound_s`` are simulated, whatever
+    the run's scorer; a measured run (``env == "measured"``) also has
+    ``measured_heuristics``, and its best heuristic is the best of those (its JSON's
+    ``best_heuristic_source`` says which kind of time it is).
+    """
 
     best_step_time_s: float
     best_placement: Placement | None
@@ -81,11 +87,19 @@ class TrainResult:
     warm_start: str = "none"
     warm_start_step_time_s: float | None = None
     score_order: str = "node"  # the issue order every time here (samples, heuristics) was scored in
+    measured_heuristics: dict[str, float] = field(default_factory=dict)  # --env measured: on the run's workers
+    env: str = "sim"  # the scorer of the samples: "sim" or "measured"
 
     @property
     def best_heuristic(self) -> tuple[str, float] | None:
-        """``(name, step time)`` of the fastest heuristic of the run (:func:`placer.methods.best_heuristic`)."""
-        return best_heuristic(self.heuristics)
+        """``(name, step time)`` of the fastest heuristic of the run (:func:`placer.methods.best_heuristic`):
+        of the measured ones in a measured run that measured some, else of the simulated ones."""
+        return best_heuristic(self.measured_heuristics if self.measured_heuristics else self.heuristics)
+
+    @property
+    def best_heuristic_source(self) -> str:
+        """How the best heuristic's time was obtained: "measured" or "simulated"."""
+        return "measured" if self.measured_heuristics else "simulated"
 
     def to_dict(self) -> dict[str, Any]:
         bh = self.best_heuristic
@@ -101,6 +115,9 @@ class TrainResult:
             "time_to_beat_heuristic_s": self.time_to_beat_heuristic_s,
             "best_heuristic": bh[0] if bh else None,
             "best_heuristic_step_time_s": fin(bh[1]) if bh else None,
+            "best_heuristic_source": self.best_heuristic_source,
+            "env": self.env,
+            "measured_heuristics": {k: fin(v) for k, v in self.measured_heuristics.items()},
             "expert_step_time_s": fin(self.heuristics.get("expert")),
             "heuristics": {k: fin(v) for k, v in self.heuristics.items()},
             "score_order": self.score_order,
