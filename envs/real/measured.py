@@ -205,7 +205,8 @@ class MeasuredEnv:
         self.gpus_per_worker = max((d.index or 0) + 1 for d in cuda) if cuda else 0
         self._ray_address, self._workers_wanted = ray_address, workers
         self._actors: list[Any] = []  # by slot; None: retired (its node left the cluster)
-        self._nodes: list[str | None] = []  # the Ray node id of each slot's actor, once it has started
+        # the Ray node id of each slot's actor once it has started (of the one it replaces, until then)
+        self._nodes: list[str | None] = []
         # ready()/prepare() ref -> (actor slot, stage "start" or "build", deadline), until the actor is idle
         self._starting: dict[Any, tuple[int, str, float]] = {}
         self._spawn_failures = 0
@@ -319,7 +320,7 @@ class MeasuredEnv:
         else:
             if self._actors[i] is not None:
                 ray.kill(self._actors[i], no_restart=True)
-            self._actors[i], self._nodes[i] = actor, None
+            self._actors[i] = actor
         self._starting[actor.ready.remote()] = (i, "start", time.monotonic() + self.start_timeout_s)
 
     def _ensure_actors(self, wanted: int) -> None:
@@ -350,11 +351,14 @@ class MeasuredEnv:
     def _check_start_deadlines(self) -> None:
         """Raise :class:`PlacerError` (killing the actor) if an actor is late to start or to build the model.
 
-        An actor late to start while other workers are ready (no room for it, e.g. its node left) is
-        retired instead: the run goes on with those.
+        An actor late to start while other workers are ready (no room for it) is retired instead, and so
+        is, at once, one that replaces an actor whose node has left: the run goes on with the others.
         """
         now = time.monotonic()
         for ref, (i, stage, deadline) in list(self._starting.items()):
+            if stage == "start" and self._ready_slots() and self._node_lost(i):  # a replacement for a lost node's
+                self._retire(i, "a worker's node left the Ray cluster")
+                continue
             if deadline > now:
                 continue
             del self._starting[ref]
