@@ -33,7 +33,7 @@ _SECTIONS = (("run options", RunOptions), ("algorithm options", AlgoOptions), ("
 # Help that says more than the field's docstring, or in the command line's terms.
 _HELP = {"source": "graph file (.json/.pt2), zoo name or module:callable", "progress": "no progress bar"}
 _METAVARS = {"profile": "PROFILE.json", "device_map": "MAP", "measure_timeout_s": "SECONDS", "time_budget_s": "SECONDS",
-             "heuristics": "NAMES", "logdir": "DIR"}
+             "heuristics": "NAMES", "logdir": "DIR", "ray_address": "HOST:PORT", "measure_heuristics": "N"}
 
 
 def _names(value: str) -> tuple[str, ...]:

@@ -88,7 +88,8 @@ class RunOptions:
     workers: int | None = None
     """--env measured: Ray workers (default: one per machine in the Ray cluster)."""
     ray_address: str | None = None
-    """--env measured: join this Ray cluster instead of starting a local one."""
+    """--env measured: join this Ray cluster (HEAD_IP:PORT) instead of starting a local one; the driver sends this
+    machine's Ray token (RAY_AUTH_TOKEN, RAY_AUTH_TOKEN_PATH or ~/.ray/auth_token) and ships SOURCE's module."""
     measure_timeout_s: float = 600.0
     """--env measured: seconds one placement's measurement (its training steps) may take."""
     measure_heuristics: int = 3
