@@ -46,13 +46,12 @@ This is the only module that imports ``ray``; ``import envs`` loads it only on f
 from __future__ import annotations
 
 import atexit
-import contextlib
 import os
 import shutil
 import sys
 import time
 from collections import deque
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -63,7 +62,7 @@ from ray.exceptions import RayActorError, RayTaskError, RuntimeEnvSetupError
 
 from envs.real.measure_log import LOG_NAME, append_log_line, append_record, placement_key, read_log  # noqa: F401
 from envs.real.placing import resolve_devices
-from envs.real.ray_access import ray_temp_dir, refused_message, sends_token
+from envs.real.ray_access import native_stderr_silenced, ray_temp_dir, refused_message, sends_token
 from envs.real.shipping import SHIP_LIMIT_BYTES, Shipment, ship_plan
 from envs.real.timing import check_timeout
 from envs.real.worker import Builder, Worker, build_model, one_line, placement_hash  # noqa: F401  (the actors' side)
@@ -92,13 +91,8 @@ def node_id() -> str:
 
 
 def join_cluster(address: str, runtime_env: dict | None = None) -> None:
-    """``ray.init(address)``, sending this machine's token when it has one, and failing in one line.
-
-    Ray's own client sends a token only when ``RAY_AUTH_MODE=token``; here, with the
-    variable unset and a token at hand, the driver uses it (a cluster without
-    authentication accepts it). A cluster that refuses the token, or that does not
-    answer, is a :class:`PlacerError` naming the address and what to do.
-    """
+    """``ray.init(address)``, sending this machine's token when it has one (:func:`envs.real.ray_access.sends_token`);
+    a cluster that refuses it, or does not answer, is a :class:`PlacerError` naming the address and what to do."""
     has_token = AuthenticationTokenLoader is not None and AuthenticationTokenLoader.instance().has_token(ignore_auth_mode=True)
     if sends_token(os.environ, has_token):
         os.environ["RAY_AUTH_MODE"] = "token"  # as Ray's own ray.init() does for a local cluster
@@ -110,26 +104,12 @@ def join_cluster(address: str, runtime_env: dict | None = None) -> None:
         raise PlacerError(f"--ray-address {address}: {one_line(e)} (is the head node running, and is its port open?)") from None
 
 
-@contextlib.contextmanager
-def _native_stderr_silenced() -> Iterator[None]:
-    """File descriptor 2 goes to /dev/null for the block (what native code prints there; Python's sys.stderr too)."""
-    sys.stderr.flush()
-    saved = os.dup(2)
-    try:
-        with open(os.devnull, "wb") as null:
-            os.dup2(null.fileno(), 2)
-        yield
-    finally:
-        os.dup2(saved, 2)
-        os.close(saved)
-
-
 def _check_token(address: str) -> None:
     """One call to the cluster's GCS: a refused token raises at once (``ray.init`` retries for 20 s)."""
     if GcsClient is None:
         return
     try:
-        with _native_stderr_silenced():  # Ray's C++ client logs each refused call there
+        with native_stderr_silenced():  # Ray's C++ client logs each refused call there
             GcsClient(address=address).internal_kv_get(b"placer", None, timeout=30)
     except AuthenticationError:
         raise PlacerError(f"--ray-address {address}: {refused_message()}") from None

@@ -1,4 +1,4 @@
-"""How the measured env's driver reaches Ray, without Ray: the token it sends, and the local Ray's session directory.
+"""How the measured env's driver reaches Ray, without Ray: the token it sends, the local Ray's session directory.
 
 :mod:`envs.real.measured` (the one module that imports ``ray``) joins a cluster
 and starts a local Ray; what it decides from the environment and the file
@@ -19,9 +19,11 @@ False
 
 from __future__ import annotations
 
+import contextlib
 import os
+import sys
 import tempfile
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 
 #: Longest path of an AF_UNIX socket (``sun_path`` holds 108 bytes with the NUL).
 _UNIX_PATH_MAX = 107
@@ -68,4 +70,18 @@ def ray_temp_dir(run_dir: str | None) -> tuple[str, bool]:
     return tempfile.mkdtemp(prefix="placer-ray-", dir=base), True  # mode 0700
 
 
-__all__ = ["ray_temp_dir", "refused_message", "sends_token", "token_source"]
+@contextlib.contextmanager
+def native_stderr_silenced() -> Iterator[None]:
+    """File descriptor 2 goes to /dev/null for the block (what native code prints there; Python's sys.stderr too)."""
+    sys.stderr.flush()
+    saved = os.dup(2)
+    try:
+        with open(os.devnull, "wb") as null:
+            os.dup2(null.fileno(), 2)
+        yield
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
+
+
+__all__ = ["native_stderr_silenced", "ray_temp_dir", "refused_message", "sends_token", "token_source"]

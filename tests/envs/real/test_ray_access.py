@@ -36,3 +36,14 @@ def test_refusals_say_where_the_token_came_from_and_where_it_must_go(tmp_path, m
     assert "RAY_AUTH_MODE=disabled here" in disabled
     for msg in (wrong, none, disabled):
         assert "\n" not in msg and "~/.ray/auth_token" in msg and "RAY_AUTH_TOKEN" in msg
+
+
+def test_native_stderr_is_silenced_for_the_block_only(capfd):
+    import os
+
+    from envs.real.ray_access import native_stderr_silenced
+
+    with native_stderr_silenced():
+        os.write(2, b"native noise\n")
+    os.write(2, b"after\n")
+    assert capfd.readouterr().err == "after\n"
