@@ -134,6 +134,10 @@ class LocalEnv:
                 self._record(key, self._measure(assignment, order))
         return [self._cache[key] for key, _, _ in keyed]
 
+    def logged(self, placements: Sequence[Any]) -> list[Result | None]:
+        """What each placement measured (here or in the log read at start), None where it is not measured yet."""
+        return [self._cache.get(key) for key, _, _ in self.keys(placements)]
+
     def _measure(self, assignment: dict[str, str], order: list[str] | None) -> Result:
         try:
             with time_limit(self.measure_timeout_s):
