@@ -8,7 +8,7 @@ the same folder measures only what is missing. Files under ``OUT``:
 * ``cluster.json``: the scenario's cluster (``gpu:0``'s memory is the cap);
 * ``plans.json``: every rival's plan and the simulator's view of it (made once);
 * ``measurements.jsonl``: every real measurement, keyed by placement and order;
-* ``fsdp2.json``: FSDP2's offload, measured;
+* ``fsdp2.json``: FSDP2's offload, measured; ``host_adam.json``: the host's Adam rate;
 * ``sim/``: placer's run on the simulator (checkpoint, ``best_placement.json``);
 * ``finetune/``: the run continued on measured rewards, its ``curves.jsonl``;
 * ``rows.json`` and ``table.md``: the table, rewritten by every stage.
@@ -50,8 +50,8 @@ class StageOptions:
     warmup_steps: int = 2
     timed_steps: int = 4
     measure_timeout_s: float = 120.0
-    deadline_s: float = 330.0
-    train_budget_s: float = 45.0
+    deadline_s: float = 300.0
+    train_budget_s: float = 60.0
     budget_s: float = 240.0
     samples: int = 8
     seed: int = 0
@@ -102,21 +102,26 @@ def load_or_make_plans(opts: StageOptions, graph: Any, cluster: Any, cluster_pat
     return plans
 
 
-def measure_plans(env: Any, plans: list[Plan], deadline: float, then: Any = None) -> None:
+def measure_plans(env: Any, plans: list[Plan], deadline: float, then: Any = None, after_each: Any = None) -> None:
     """Measure the plans in :func:`bench.offload.measure_order` until ``deadline`` (``time.monotonic``);
-    ``then()`` (FSDP2's offload) runs after the :func:`bench.offload.leading` ones."""
+    ``then()`` (FSDP2's offload) runs after the :func:`bench.offload.leading` ones, ``after_each()`` after every
+    measurement (the report is rewritten, so a run stopped at any point has its table)."""
     for plan in offload.measure_order(plans):
         if then is not None and not offload.leading(plan):
             then()
             then = None
         if plan.placement is None or not (offload.leading(plan) or offload.sim_fits(plan)):
             continue  # a heuristic's plan the simulator says does not fit: its row says so, unmeasured
-        if env.logged([plan.placement])[0] is None and time.monotonic() > deadline:
+        if env.logged([plan.placement])[0] is not None:
+            continue
+        if time.monotonic() > deadline:
             log(f"  {plan.label}: not measured (past the deadline)")
             continue
         t0 = time.perf_counter()
         r = env.evaluate([plan.placement])[0]
         log(f"  {plan.label}: {r.status} {r.step_time_s:.3f}s ({time.perf_counter() - t0:.0f}s)")
+        if after_each is not None:
+            after_each()
     if then is not None:
         then()
 
@@ -137,13 +142,34 @@ def fsdp2_stage(opts: StageOptions, deadline: float) -> None:
     log(f"  FSDP2 with CPUOffloadPolicy: {r.status} {r.step_time_s:.3f}s ({time.perf_counter() - t0:.0f}s)")
 
 
+def host_adam_stage(opts: StageOptions, parameters: int = 200_000_000) -> dict[str, Any]:
+    """The host's Adam rate with torch's threads (``OUT/host_adam.json``, measured once): what any plan with
+    parameters on the host pays per parameter in its optimizer step (:mod:`bench.host_adam`)."""
+    import torch
+
+    from bench.host_adam import adam_rate
+
+    path = os.path.join(opts.out_dir, "host_adam.json")
+    if os.path.exists(path):
+        return read_json(path)
+    doc = {"parameters": parameters, "threads": torch.get_num_threads(),
+           "params_per_s": adam_rate(parameters, threads=torch.get_num_threads())}
+    _write_json(path, doc)
+    log(f"host Adam: {doc['params_per_s']['foreach'] / 1e6:.0f} M parameters/s (foreach, {doc['threads']} threads)")
+    return doc
+
+
 def run_rivals(opts: StageOptions) -> dict[str, Any]:
     """The ``rivals`` stage (see the module doc); returns the report."""
     start = time.monotonic()
+    os.makedirs(opts.out_dir, exist_ok=True)
+    host_adam_stage(opts, parameters=opts.scenario.vocab_size * opts.scenario.hidden_size // 4)
     env, cluster, cluster_path = open_env(opts)
     plans = load_or_make_plans(opts, env.graph, cluster, cluster_path)
     deadline = start + opts.deadline_s
-    measure_plans(env, plans, deadline, then=lambda: fsdp2_stage(opts, deadline))
+    write_report(opts, env.graph, plans, env)
+    measure_plans(env, plans, deadline, then=lambda: fsdp2_stage(opts, deadline),
+                  after_each=lambda: write_report(opts, env.graph, plans, env))
     return write_report(opts, env.graph, plans, env)
 
 
@@ -212,7 +238,9 @@ def _unmeasured(plan: Plan, env: Any) -> str:
 def write_report(opts: StageOptions, graph: Any, plans: list[Plan], env: Any = None) -> dict[str, Any]:
     rows = table_rows(opts, graph, plans, env)
     s = opts.scenario
+    adam = os.path.join(opts.out_dir, "host_adam.json")
     doc = {"scenario": s.name, "description": s.description, "cap_gib": s.gpu_cap_bytes / (1 << 30),
+           "host_adam": read_json(adam) if os.path.exists(adam) else None,
            "graph_hash": graph.content_hash, "ops": graph.num_ops, "measured": env is not None,
            "parameters": graph.total_param_bytes / 4, "forward_flops": float(graph.flops.sum()),
            "memory_fractions": env.memory_fractions if env is not None else {}, "rows": rows,
