@@ -82,6 +82,9 @@ def test_curves_follow_the_real_best_and_the_simulators_pick():
     assert c["sim_pick_real_s"] == [None, 2.0, 2.0, None, None]  # the simulator keeps its 1.0 s pick, then the 0.5 s one
     assert c["parted_at"] == 2 and c["fit_disagreements"] == [3]
     assert c["median_real_over_sim"] == pytest.approx(np.median([2.0, 1.25, 1.0 / 0.9]))
+    # the simulator's pick ran out of memory for real: they part there, though the real best did not change
+    c = curves(rec[1:2] + rec[3:4])
+    assert c["parted_at"] == 1 and c["sim_pick_real_s"] == [2.0, None] and c["real_best_s"] == [2.0, 2.0]
 
 
 def _two_chains() -> graphs.OpGraph:
