@@ -184,11 +184,15 @@ def run_finetune(opts: StageOptions) -> dict[str, Any]:
     plans = load_or_make_plans(opts, env.graph, cluster, cluster_path)
     sim_plan = next(p for p in plans if p.label == SIM_PLAN)
     measured = env.evaluate([sim_plan.placement])[0] if sim_plan.placement is not None else None
+    if measured is not None and measured.ok:  # a sample 5x slower than the simulator's plan is a failure, not a wait
+        steps = opts.warmup_steps + opts.timed_steps
+        env.measure_timeout_s = min(opts.measure_timeout_s, max(10.0, 5 * measured.step_time_s * steps))
     t_ref = reference_time(CachedScorer(env), env.graph, cluster, "eager")
     # a placement that does not run costs 10x the simulator plan's real step (the paper's failing runtime was
     # ~10x its step times): in the simulator's units (t_ref) that is more than the simulator run's factor
     fail = max(10.0, 10 * measured.step_time_s / t_ref) if measured is not None and measured.ok else None
-    log(f"fine-tuning for {opts.budget_s:g}s: reward scale {t_ref:.3f}s, fail factor {fail}")
+    log(f"fine-tuning for {opts.budget_s:g}s: reward scale {t_ref:.3f}s, fail factor {fail}, "
+        f"{env.measure_timeout_s:g}s at most per measurement")
     result = fine_tune(env.graph, cluster, cluster_path, env, os.path.join(opts.out_dir, "sim"),
                        os.path.join(opts.out_dir, "finetune"), time_budget_s=opts.budget_s, fail_factor=fail,
                        exploration=opts.exploration)
