@@ -162,9 +162,11 @@ def text(doc: dict) -> str:
         lines.append(f"over the cap: {', '.join(s['over_the_cap'])}")
     c = doc.get("curves")
     if c:
-        lines.append(f"fine-tuning: {c['n']} placements measured; Spearman(real, simulated) {c['spearman']}; "
-                     f"median real/simulated {c['median_real_over_sim']}; the simulator's pick parts from the real best "
-                     f"at measurement {c['parted_at']}; fit disagreements at {c['fit_disagreements']}")
+        fmt = lambda x: "-" if x is None else f"{x:.3f}"  # noqa: E731
+        lines.append(f"fine-tuning: {c['n']} placements measured; Spearman(real, simulated) {fmt(c['spearman'])}; "
+                     f"median real/simulated {fmt(c['median_real_over_sim'])}; the simulator's pick parts from the real "
+                     f"best at measurement {'-' if c['parted_at'] is None else c['parted_at'] + 1}; the two disagree on "
+                     f"fitting at measurements {[i + 1 for i in c['fit_disagreements']] or '-'}")
     return "\n".join(lines)
 
 
