@@ -39,7 +39,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from envs.real.measure_log import LOG_NAME, append_record, placement_key, read_log
+from envs.real.measure_log import LOG_NAME, RecordedMeasurements, append_record, placement_key, read_log
 from envs.real.placing import check_available, resolve_devices
 from envs.real.timing import StepTimeout, check_timeout, time_limit
 from envs.real.worker import Builder, Worker
@@ -79,7 +79,7 @@ def cap_cuda_memory(caps: Mapping[torch.device, int]) -> dict[str, float]:
     return fractions
 
 
-class LocalEnv:
+class LocalEnv(RecordedMeasurements):
     """Scores placements by real training steps in this process (see the module doc).
 
     Args:
@@ -151,16 +151,6 @@ class LocalEnv:
                 torch.cuda.empty_cache()
         self.measured += 1
         return result
-
-    def _record(self, key: str, result: Result) -> None:
-        self._cache[key] = result
-        if self.log_path:
-            append_record(self.log_path, self.graph.content_hash, key, result)
-
-    def step_times(self, op_devices: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """Batched ``[K, num_ops]`` device indices -> (step_time_s[K], failed[K]): a failed placement did not run."""
-        results = self.evaluate(list(np.asarray(op_devices)))
-        return np.array([r.step_time_s for r in results]), np.array([not r.ok for r in results])
 
     def close(self) -> None:
         """Drop the worker's model (the memory caps stay: they are the process's)."""

@@ -79,3 +79,27 @@ def read_log(path: str, graph_hash: str) -> dict[str, Result]:
 
 
 __all__ = ["LOG_NAME", "append_log_line", "append_record", "placement_key", "read_log"]
+
+
+class RecordedMeasurements:
+    """What both measured envs share: each result cached by placement key and appended to the log.
+
+    A subclass sets ``graph``, ``log_path`` (or None: no log) and ``_cache`` (key ->
+    :class:`envs.Result`), and implements ``evaluate``.
+    """
+
+    graph: OpGraph
+    log_path: str | None
+    _cache: dict[str, Result]
+
+    def _record(self, key: str, result: Result) -> None:
+        self._cache[key] = result
+        if self.log_path:
+            append_record(self.log_path, self.graph.content_hash, key, result)
+
+    def step_times(self, op_devices: Any) -> tuple[Any, Any]:
+        """Batched ``[K, num_ops]`` device indices -> (step_time_s[K], failed[K]): a failed placement did not run."""
+        import numpy as np
+
+        results = self.evaluate(list(np.asarray(op_devices)))  # type: ignore[attr-defined]
+        return np.array([r.step_time_s for r in results]), np.array([not r.ok for r in results])

@@ -60,7 +60,9 @@ import ray._private.worker as ray_worker
 from ray._private import ray_constants
 from ray.exceptions import RayActorError, RayTaskError, RuntimeEnvSetupError
 
-from envs.real.measure_log import LOG_NAME, append_log_line, append_record, placement_key, read_log  # noqa: F401
+from envs.real.measure_log import (  # noqa: F401
+    LOG_NAME, RecordedMeasurements, append_log_line, append_record, placement_key, read_log,
+)
 from envs.real.placing import resolve_devices
 from envs.real.ray_access import native_stderr_silenced, ray_temp_dir, refused_message, sends_token
 from envs.real.shipping import SHIP_LIMIT_BYTES, Shipment, ship_plan
@@ -118,7 +120,7 @@ def _check_token(address: str) -> None:
             raise PlacerError(f"--ray-address {address}: no Ray cluster answers there ({one_line(e)})") from None
 
 
-class MeasuredEnv:
+class MeasuredEnv(RecordedMeasurements):
     """Scores placements by real training steps on Ray actors.
 
     Args:
@@ -493,16 +495,6 @@ class MeasuredEnv:
                 del running[ref]
                 self._spawn(i)  # kills the hung actor
                 self._record(key, Result(float("inf"), "timeout", f"measurement ran past {self.measure_timeout_s:g}s; worker replaced", source="measured"))
-
-    def _record(self, key: str, result: Result) -> None:
-        self._cache[key] = result
-        if self.log_path:
-            append_record(self.log_path, self.graph.content_hash, key, result)
-
-    def step_times(self, op_devices: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """Batched ``[K, num_ops]`` device indices -> (step_time_s[K], oom[K]), like ``SimEnv.step_times``."""
-        results = self.evaluate(list(np.asarray(op_devices)))
-        return np.array([r.step_time_s for r in results]), np.array([r.status == "oom" for r in results])
 
 
 __all__ = ["MeasuredEnv", "Worker", "append_log_line", "build_model", "join_cluster", "node_id", "placement_hash",
