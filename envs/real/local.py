@@ -36,7 +36,6 @@ import os
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-import numpy as np
 import torch
 
 from envs.real.measure_log import LOG_NAME, RecordedMeasurements, append_record, placement_key, read_log

@@ -54,7 +54,6 @@ from collections import deque
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-import numpy as np
 import ray
 import ray._private.worker as ray_worker
 from ray._private import ray_constants
