@@ -43,8 +43,10 @@ from graphs.plan import as_indices, check_inflight, check_microbatches, check_or
 
 
 #: Bumped whenever a change to the model changes simulated step times (keys of caches of simulated results).
-MODEL_VERSION = 3  # 2: parameters read on another device are copied there (schedule_graph); 3: eager backward
-# gradient copies between a GPU and the host block their issuing thread and drain the stream; per-op issue times
+MODEL_VERSION = 4  # 2: parameters read on another device are copied there (schedule_graph); 3: eager backward
+# gradient copies between a GPU and the host block their issuing thread and drain the stream; per-op issue times;
+# 4: the eager backward simulated in time order over autograd's threads (ready queues by sequence number), the
+# host's staging copies before host -> GPU copies, contention between host ops and GPU workers (envs.sim.eager)
 
 #: ``OpGraph.meta`` key set on :func:`schedule_graph`'s output: its parameter reads are edges already.
 PARAM_EDGES_META = "param_edges"
@@ -123,6 +125,8 @@ class SimEnv:
             fwd, bwd = np.maximum(fwd, issue_f), np.maximum(bwd, issue_b)
         self.fwd_s, self.bwd_s = (fwd, bwd) if M == 1 else (np.tile(fwd, (M, 1)), np.tile(bwd, (M, 1)))
         self.issue_f, self.issue_b = (issue_f, issue_b) if M == 1 else (np.tile(issue_f, (M, 1)), np.tile(issue_b, (M, 1)))
+        # what the host pays beside its ops (eager): staging copies to a GPU, contention with the autograd workers
+        self.host_costs = cost.host_costs(cluster)
         self.static_bytes = cost.static_bytes(self.sim_graph)
         self.act_bytes = cost.activation_bytes(self.sim_graph)
         self._kernel_data: Any = None
@@ -212,7 +216,7 @@ class SimEnv:
             from envs.sim.kernel import KernelData  # numba compiles on first use: import envs stays light
 
             self._kernel_data = KernelData(self.sim_graph, self.cluster, self.fwd_s, self.bwd_s, self.static_bytes, self.act_bytes,
-                                           self.executor, self.segments, self.grad, (self.issue_f, self.issue_b))
+                                           self.executor, self.segments, self.grad, (self.issue_f, self.issue_b), self.host_costs)
         return self._kernel_data
 
     # -------------------------------------------------------------- schedule
@@ -233,7 +237,7 @@ class SimEnv:
             c = self.cluster
             return schedule_reference(self.sim_graph, sim_devices, self.fwd_s, self.bwd_s, c.latency_s, c.bandwidth_bytes_per_s, self.update_s(sim_devices),
                                       executor=self.executor, order=order, host=np.asarray(c.kinds) == "cpu", launch_s=c.launch_overhead_s,
-                                      segments=program, grad=self.grad, issue=(self.issue_f, self.issue_b))
+                                      segments=program, grad=self.grad, issue=(self.issue_f, self.issue_b), host_costs=self.host_costs)
         return self._kernel().schedule(sim_devices, order if self.executor == "eager" else None, program)
 
     def simulate(self, placement: Any, *, trace: bool = False, order: Any = None) -> Result:
@@ -337,7 +341,7 @@ class SimEnv:
                 sched = schedule_reference(self.sim_graph, row, self.fwd_s, self.bwd_s, c.latency_s, c.bandwidth_bytes_per_s, self.update_s(row),
                                            executor=self.executor, order=o, host=np.asarray(c.kinds) == "cpu", launch_s=c.launch_overhead_s,
                                            segments=self.segments if programs is None else programs[k], grad=self.grad,
-                                           issue=(self.issue_f, self.issue_b))
+                                           issue=(self.issue_f, self.issue_b), host_costs=self.host_costs)
                 r = self.result(sched)
                 times[k] = r.extra["sim_step_time_s"]
                 oom[k] = r.status == "oom"
