@@ -33,6 +33,7 @@ from envs.microbatch import expand_order, issue_segments, microbatch_graph, stag
 from envs.result import Result
 from envs.sim.bound import lower_bound_from_times
 from envs.sim.memory import peak_bytes
+from envs.sim.order_trust import ORDER_MARGIN_META, kept
 from envs.sim.schedule import ACT, EXECUTORS, Schedule, schedule_reference
 from envs.sim.trace import chrome_trace
 from graphs.dag import priority_order
@@ -92,13 +93,15 @@ class SimEnv:
     source = "sim"
 
     def __init__(self, graph: OpGraph, cluster: Cluster, *, backend: str = "kernel", executor: str = "eager", microbatches: int = 1,
-                 inflight: int | None = None) -> None:
+                 inflight: int | None = None, order_margin: float | None = None) -> None:
         if backend not in ("kernel", "reference"):
             raise ValueError(f"backend must be 'kernel' or 'reference', not {backend!r}")
         if executor not in EXECUTORS:
             raise PlacerError(f"--executor {executor!r}: unknown (known: {', '.join(EXECUTORS)})")
         self.graph = graph
         self.cluster = cluster
+        # the gain a planned issue order must beat to replace node order (envs.sim.order_trust; a profile's record)
+        self.order_margin = float(graph.meta.get(ORDER_MARGIN_META, 0.0) if order_margin is None else order_margin)
         self.backend = backend
         self.executor = executor
         self.num_ops = graph.num_ops
@@ -190,7 +193,8 @@ class SimEnv:
     def _twin(self, executor: str, M: int, W: int) -> "SimEnv":
         key = (executor, M, W)
         if key not in self._twins:
-            self._twins[key] = SimEnv(self.graph, self.cluster, backend=self.backend, executor=executor, microbatches=M, inflight=W)
+            self._twins[key] = SimEnv(self.graph, self.cluster, backend=self.backend, executor=executor, microbatches=M, inflight=W,
+                                      order_margin=self.order_margin)
         return self._twins[key]
 
     def _for(self, placement: Any) -> "SimEnv":
@@ -396,8 +400,11 @@ class SimEnv:
         """``(order, name, eager step seconds)``: the fastest of :meth:`order_candidates` under the eager model.
 
         The eager executor is what :func:`placer.apply` runs, so the order is
-        judged there whatever this env's executor; ties keep the node order.
-        Memory is ignored here (the order barely moves the peak).
+        judged there whatever this env's executor; ties keep the node order, and
+        so does a gain of at most ``order_margin`` (node order's step times ``1 -
+        order_margin``: where orders measured for real were slower than the
+        simulator said, :mod:`envs.sim.order_trust`). Memory is ignored here (the
+        order barely moves the peak).
         """
         env = self._for(placement)
         if env is not self:
@@ -408,6 +415,8 @@ class SimEnv:
         names = list(cands)
         times, _ = eager.step_times(np.repeat(op_devices[None, :], len(names), axis=0), np.stack([cands[k] for k in names]))
         best = int(np.argmin(times))  # first minimum: "node" on ties
+        if best and not (times[0] > 0 and kept(times[best] / times[0], self.order_margin)):
+            best = 0
         return cands[names[best]], names[best], float(times[best])
 
     def lower_bound(self) -> float:

@@ -17,6 +17,7 @@ import numpy as np
 from envs.cluster import KINDS, MAX_DELAY_S, MIN_RATE
 from graphs import PlacerError, schema
 from graphs.io import read_json, write_text_atomic
+from envs.sim.order_trust import margin_of
 from graphs.ir import PROFILE_COLUMNS
 
 
@@ -72,6 +73,8 @@ def check_profile(doc: Any, *, source: str = "profile") -> None:
                 k = int(np.argmax(bad))
                 raise PlacerError(f"{source}: {where}.{col} has a negative or non-numeric time ({where}.{col}[{k}] is {times[k]!r}; expected 0 to {MAX_DELAY_S:g} s)")
         _check_host_entry(entry, source, where)
+    if doc.get("order_trust") is not None:
+        margin_of(doc["order_trust"], 1, source=f"{source}: order_trust")
     for k, link in enumerate(doc.get("links", [])):
         where = f"links[{k}]"
         schema.obj(link, source, where)

@@ -24,6 +24,8 @@ from envs.cluster import Cluster, Device, Link
 from envs.cost import update_bandwidth
 from envs.real.placing import resolve_devices
 from envs.real.profiler.file import check_profile, device_kind, load_profile
+from envs.sim.order_trust import ORDER_MARGIN_META, margin_of
+from envs.sim.simulator import MODEL_VERSION, SimEnv
 from graphs import OpGraph, PlacerError
 from graphs.ir import PROFILE_COLUMNS
 from graphs.ops import free_mask
@@ -82,10 +84,16 @@ def apply_profile(graph: OpGraph, profile: Mapping[str, Any], *, source: str = "
 
     The content hash is unchanged (it leaves ``profile`` out), so placements made
     for ``graph`` remain valid for the result. Ops the profile lacks stay NaN
-    (the cost model then falls back to its roofline estimate).
+    (the cost model then falls back to its roofline estimate). A profile's
+    ``order_trust`` record measured with this simulator model puts its margin on
+    ``meta`` (:mod:`envs.sim.order_trust`), which the planner then keeps to.
     """
     prof = {**graph.profile, **profile_columns(graph, profile, source=source)}
     meta = {**graph.meta, "profile": {"host": profile.get("host", ""), "devices": sorted(profile["devices"])}}
+    if profile.get("order_trust") is not None:  # orders run for real: the planner's margin (this simulator model's only)
+        margin = margin_of(profile["order_trust"], MODEL_VERSION, source=f"{source}: order_trust")
+        if margin is not None:
+            meta[ORDER_MARGIN_META] = margin
     return dataclasses.replace(graph, profile=prof, meta=meta)
 
 
@@ -257,8 +265,6 @@ def fit_issue_scale(profile: dict[str, Any], graph: OpGraph, *, low: float = 0.2
 def all_on_device_step_s(graph: OpGraph, profile: Mapping[str, Any], device: str, *, issue_scale: float = 1.0) -> float:
     """The eager simulator's step with every op of ``graph`` on ``device``, calibrated by its entry in ``profile``
     (the issue times scaled by ``issue_scale``)."""
-    from envs.sim.simulator import SimEnv  # the simulator, loaded where a profile is fitted to it
-
     entry = dict(profile["devices"][device])
     for col in ("issue_fwd_s", "issue_bwd_s"):
         if col in entry:
