@@ -52,13 +52,17 @@ def trust_record(checks: list[Mapping[str, Any]], model_version: int) -> dict[st
     return {"format": FORMAT, "model_version": int(model_version), "margin": order_margin(checks), "checks": [dict(c) for c in checks]}
 
 
+#: Relative gains below this are float rounding (the same schedule summed in another order), never a reason to reorder.
+TIE = 1e-9
+
+
 def kept(sim_ratio: float, margin: float) -> bool:
     """Whether the planner keeps an order whose simulated step is ``sim_ratio`` x node order's, under ``margin``.
 
-    >>> kept(0.97, 0.0), kept(0.97, 0.05), kept(0.80, 0.05), kept(1.0, 0.0)
-    (True, False, True, False)
+    >>> kept(0.97, 0.0), kept(0.97, 0.05), kept(0.80, 0.05), kept(1.0, 0.0), kept(1.0 - 1e-12, 0.0)
+    (True, False, True, False, False)
     """
-    return sim_ratio < 1.0 - margin
+    return sim_ratio < 1.0 - margin - TIE
 
 
 def margin_of(record: Any, model_version: int, *, source: str = "order_trust") -> float | None:
