@@ -155,9 +155,10 @@ def rescore_model(name: str, group: str, args: argparse.Namespace) -> dict:
 
 # ---------------------------------------------------------------------- output
 def header(args: argparse.Namespace, device: str) -> str:
+    how = ("" if args.rescore else f"median of {args.rounds} interleaved rounds x {args.steps} Adam steps after {args.warmup} warm-up "
+           f"steps and {args.warmup_s:g} s; {args.cpus} host threads; ")
     return (f"Calibrated simulator vs real steps on {device} (cluster {args.cluster}, `--device-map {args.device_map}`, size {args.size}; "
-            f"median of {args.rounds} interleaved rounds x {args.steps} Adam steps after {args.warmup} warm-up steps and "
-            f"{args.warmup_s:g} s; {args.cpus} host threads; `{' '.join(args.command)}`).")
+            f"{how}`{' '.join(args.command)}`).")
 
 
 def _num(x):
