@@ -113,7 +113,10 @@ def run_model(name: str, group: str, args: argparse.Namespace) -> tuple[dict, li
     apply_check = None
     if learned is not None:
         lp = Placement.from_indices(graph, logical.device_names, learned["idx"], method="learned", order=learned["order"])
-        apply_check = check_apply(name, args, lp, graph)
+        try:
+            apply_check = check_apply(name, args, lp, graph)
+        except Exception as e:  # noqa: BLE001  (reported as a failed check, the figures stand)
+            apply_check = {"ok": False, "placement": "learned", "error": f"{type(e).__name__}: {str(e).splitlines()[0][:300] if str(e) else ''}"}
     times["checks_s"] = time.time() - t0
     figures.update(ops=graph.num_ops, graph_hash=graph.content_hash, size=args.size, times_s=times, checks={"apply": apply_check},
                    kinds={k: sum(c["kind"] == k for c in cands) for k in ("learned", "baseline", "single", "random")},
@@ -174,7 +177,7 @@ def _num(x):
 def summary_doc(models: list[dict], summary: dict, args: argparse.Namespace, device: str) -> dict:
     """The ``--json`` document."""
     return _num({"device": device, "command": " ".join(args.command), "targets": TARGETS, "groups": summary["groups"],
-                 "orders": summary["orders"], "models": models})
+                 "orders": summary["orders"], "failures": summary.get("failures", []), "models": models})
 
 
 def merged_summary(path: str, rows: list[dict], args: argparse.Namespace, device: str) -> dict:
@@ -293,19 +296,31 @@ def run(args: argparse.Namespace) -> int:
     os.makedirs(args.out_dir, exist_ok=True)
     device = device_name(args)
     log(f"validate_gpu: {device}; held out {', '.join(args.held) or 'none'}; tuned {', '.join(args.tuned) or 'none'} ({args.size})")
-    models, profiles = [], {}
+    models, profiles, failures = [], {}, []
     path = os.path.join(args.out_dir, "summary.json")
     for name in names:
         t0 = time.time()
-        figures, rows, prof = run_model(name, group_of(name, args), args)
+        try:
+            figures, rows, prof = run_model(name, group_of(name, args), args)
+        except KeyboardInterrupt:  # the deadline (gpu_validate.sh): keep what is done, write the run's figures
+            log(f"[{name}] stopped at the deadline after {time.time() - t0:.0f}s; reporting the {len(models)} model(s) done")
+            failures.append(f"{name}: stopped at the deadline")
+            break
+        except Exception as e:  # noqa: BLE001  (a model that fails on the device is a result; the others still run)
+            log(f"[{name}] failed: {type(e).__name__}: {e}")
+            failures.append(f"{name}: {type(e).__name__}: {str(e).splitlines()[0][:300] if str(e) else ''}")
+            continue
         runs.write_rows(os.path.join(args.out_dir, f"{name}.jsonl"), rows)
         save_profile(prof, os.path.join(args.out_dir, f"{name}.profile.json"))
         models.append(figures)
         profiles[name] = prof
         write_json(path, merged_summary(path, models[-1:], args, device))  # after each model: a run cut short keeps it
         log(f"[{name}] done in {time.time() - t0:.0f}s")
+    if not models:
+        raise PlacerError(f"no model finished: {'; '.join(failures)}")
     summary = run_summary(models, MODEL_VERSION)
-    write_json(path, {**merged_summary(path, [], args, device), **_num({"groups": summary["groups"], "orders": summary["orders"]})})
+    summary["failures"] = failures
+    write_json(path, {**merged_summary(path, [], args, device), **_num({k: summary[k] for k in ("groups", "orders", "failures")})})
     record = summary["orders"]["record"]
     write_json(os.path.join(args.out_dir, "order_trust.json"), record)
     for name, prof in profiles.items():  # the planner keeps to the tuned models' margin wherever these profiles are used

@@ -100,12 +100,16 @@ def markdown(models: Sequence[Mapping[str, Any]], summary: Mapping[str, Any], he
     lines += _order_lines(models, summary["orders"])
     for m in ordered:
         a = (m.get("checks") or {}).get("apply")
-        if a is not None:
+        if a is not None and "error" in a:
+            lines.append(f"\n{m['model']}: `placer.apply` ({a['placement']}) failed: {a['error']} ✗")
+        elif a is not None:
             lines.append(f"\n{m['model']}: `placer.apply` ({a['placement']}): loss {a['output_rel_err']:.1e} "
                          f"({a['output_cpu32_rel_err']:.1e} float32 on the CPU), worst gradient {a['grad_max_rel_err']:.1e} "
                          f"({a['grad_worst_cpu32_rel_err']:.1e}) {a['grad_worst']}{_mark(a['ok'])}")
         if m["failed"]:
             lines.append(f"\n{m['model']}: {len(m['failed'])} placement(s) failed: " + "; ".join(m["failed"]))
+    for f in summary.get("failures", []):
+        lines.append(f"\nNot reported: {f}")
     return "\n".join(lines) + "\n"
 
 

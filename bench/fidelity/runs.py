@@ -193,7 +193,7 @@ def _runs(name: str, args: Any, graph, logical, cands: list[dict], todo: dict[st
     model, inputs = build(name, args.size)
     ep = export_program(model, inputs)
     snapshot = {k: v.detach().clone() for k, v in ep.state_dict.items()}
-    runs = {}
+    runs, failed = {}, {}
     for label, spec in todo.items():
         with torch.no_grad():
             for k, v in ep.state_dict.items():
@@ -201,10 +201,14 @@ def _runs(name: str, args: Any, graph, logical, cands: list[dict], todo: dict[st
         c = cands[spec["cand"]]
         assignment = {op: logical.device_names[d] for op, d in zip(graph.names, c["idx"].tolist())}
         order = None if spec["order"] is None else [graph.names[i] for i in spec["order"].tolist()]
-        module = place_module(ep, assignment, args.device_map, order=order)
-        devices = resolve_devices(sorted(set(assignment.values())), args.device_map)
-        runs[label] = Run(module, torch.optim.Adam(module.parameters(), lr=1e-3), devices)
-    return {"runs": runs, "inputs": inputs}
+        try:
+            module = place_module(ep, assignment, args.device_map, order=order)
+            devices = resolve_devices(sorted(set(assignment.values())), args.device_map)
+            runs[label] = Run(module, torch.optim.Adam(module.parameters(), lr=1e-3), devices)
+        except Exception as e:  # placing failed: a result for this placement, the others go on
+            failed[label] = {"status": "error", "message": f"placing: {type(e).__name__}: {str(e).splitlines()[0][:300] if str(e) else ''}",
+                             "step_time_s": float("inf"), "step_times_s": [], "round_medians_s": [], "peak_bytes": {}}
+    return {"runs": runs, "inputs": inputs, "failed": failed}
 
 
 def measure(name: str, args: Any, graph, logical, cands: list[dict], work: str) -> dict[str, dict]:
@@ -232,6 +236,7 @@ def measure(name: str, args: Any, graph, logical, cands: list[dict], work: str) 
 
     out = measure_interleaved(built["runs"], built["inputs"], rounds=args.rounds, steps=args.steps, warmup_steps=args.warmup,
                               protocol=protocol, timeout_s=args.timeout, done=done, on_block=record)
+    out.update(built["failed"])
     for label, m in out.items():
         m.update(todo[label])
     return out

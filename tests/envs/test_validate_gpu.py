@@ -179,3 +179,32 @@ def test_apply_check_allows_float32s_own_error_and_no_more(vg, monkeypatch):
         check = checks.check_apply("rnnlm", args, P(), None)
         assert check["ok"] is ok, (errors["rows"][0], check)
     assert check["same_grad_keys"] is False
+
+
+def test_a_model_that_fails_is_reported_and_the_others_still_are(vg, monkeypatch, tmp_path, capsys):
+    """A model failing on the device (an error, not bad input) loses that model only; the deadline keeps what is done."""
+    from bench.fidelity.report import model_figures
+
+    args = vg.parse(["--tiny", "--json", "--out-dir", str(tmp_path / "out"), "--work-dir", str(tmp_path / "work")])
+    vg.check(args)
+    row = {"model": "rnnlm", "kind": "random", "methods": ["random 0"], "issue_order": "node", "status": "ok", "real_step_s": 1.0,
+           "sim_step_s": {"eager": 1.1, "dataflow": 1.2}, "ops_per_device": {"cpu:0": 1, "gpu:0": 0}}
+
+    def fake(name, group, args):
+        if name == "gpt2":
+            raise RuntimeError("CUDA error: an illegal memory access was encountered\nmore")
+        return {**model_figures(name, group, [row, {**row, "methods": ["random 1"], "real_step_s": 2.0}]), "ops": 1}, [row], {"devices": {}}
+
+    monkeypatch.setattr(vg, "run_model", fake)
+    assert vg.run(args) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert [m["model"] for m in doc["models"]] == ["rnnlm"]
+    assert doc["failures"] == ["gpt2: RuntimeError: CUDA error: an illegal memory access was encountered"]
+    assert json.loads((tmp_path / "out" / "summary.json").read_text())["failures"] == doc["failures"]
+
+    def stopped(name, group, args):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(vg, "run_model", stopped)
+    with pytest.raises(vg.PlacerError, match="no model finished: gpt2: stopped at the deadline"):
+        vg.run(args)
