@@ -33,7 +33,7 @@ learned placement's ``placer.apply`` is checked against float64 too.
 The GPU command (one GPU, 16 host cores; the lent machines have no Ray and bring
 back only files under ``$OUT``)::
 
-    DEADLINE=470 bash scripts/gpu_validate.sh
+    DEADLINE=450 bash scripts/gpu_validate.sh
 
 runs ``python3 scripts/validate_gpu.py --out-dir $OUT/calibration`` with the
 defaults. Copy ``$OUT/calibration/*`` into ``docs/calibration/``. Each model's
