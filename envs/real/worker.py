@@ -31,7 +31,7 @@ import torch
 
 from envs.real.placing import place_module, resolve_devices
 from envs.real.shipping import shipped_root
-from envs.real.timing import failure_status, measure_steps
+from envs.real.timing import Protocol, failure_status, measure_steps
 from envs.result import Result
 from graphs import PlacerError, zoo
 from graphs.sources import load_callable, model_and_inputs
@@ -105,7 +105,8 @@ class Worker:
 
     def _steps(self, module: Any, optimizer: Any, devices: Mapping[str, Any], warmup_steps: int, timed_steps: int) -> dict[str, Any]:
         """The training steps of one placement (:func:`envs.real.timing.measure_steps`)."""
-        return measure_steps(module, self.inputs, optimizer, devices, warmup_steps=warmup_steps, timed_steps=timed_steps)
+        return measure_steps(module, self.inputs, optimizer, devices, warmup_steps=warmup_steps, timed_steps=timed_steps,
+                             protocol=Protocol())  # the garbage collector kept out of the timed steps
 
     def measure(self, assignment: dict[str, str], graph_hash: str, warmup_steps: int, timed_steps: int,
                 order: list[str] | None = None) -> dict[str, Any]:
