@@ -37,7 +37,7 @@ _HELP = {"source": "graph file (.json/.pt2), zoo name or module:callable",
          "progress": "print no progress on stderr (a line per phase, then a bar on a terminal or a line every few "
                      "seconds in a file or a pipe)"}
 _METAVARS = {"profile": "PROFILE.json", "device_map": "MAP", "measure_timeout_s": "SECONDS", "time_budget_s": "SECONDS",
-             "heuristics": "NAMES", "logdir": "DIR"}
+             "heuristics": "NAMES", "logdir": "DIR", "ray_address": "HOST:PORT", "measure_heuristics": "N"}
 
 
 def _names(value: str) -> tuple[str, ...]:
@@ -172,28 +172,48 @@ def _ms(x: float | None) -> str:
     return "n/a" if x is None else f"{x * 1e3:.3f} ms"
 
 
+def _tag(doc: dict, kind: str) -> str:
+    """In a measured run each time says whether it was measured or simulated."""
+    return f"  {kind}" if doc.get("env") == "measured" else ""
+
+
 def _best_line(doc: dict) -> str:
     where = f"{doc['iterations']} iterations, {doc['elapsed_s']:.0f} s"
-    by = doc.get("found_by") or ""
+    by, best = doc.get("found_by") or "", f"{_ms(doc['best_step_time_s'])}{_tag(doc, 'measured')}"
     if by.startswith("heuristic:"):  # the incumbent: no placement the policy found was faster
-        best, policy = doc["best_step_time_s"], doc.get("policy_step_time_s")
+        t, policy = doc["best_step_time_s"], doc.get("policy_step_time_s")
         if policy is None:
             theirs = "the policy found no placement that runs"
-        elif policy <= best:
+        elif policy <= t:
             theirs = "the policy's best equals it"
         else:
-            theirs = f"the policy's best, {_ms(policy)}, is {(policy / best - 1) * 100:.1f}% slower"
-        return f"best step time   {_ms(best)}  ({by.removeprefix('heuristic:')}'s placement, kept: {theirs}; {where})"
+            theirs = f"the policy's best, {_ms(policy)}, is {(policy / t - 1) * 100:.1f}% slower"
+        return f"best step time   {best}  ({by.removeprefix('heuristic:')}'s placement, kept: {theirs}; {where})"
     found = f"found at {doc['time_to_best_s']:.0f} s" if doc["time_to_best_s"] is not None else "no placement ran"
-    return f"best step time   {_ms(doc['best_step_time_s'])}  (after {where}; {found})"
+    return f"best step time   {best}  (after {where}; {found})"
 
 
 def _heuristic_line(doc: dict) -> str | None:
+    measured = doc.get("env") == "measured"
     if not doc["best_heuristic"]:
+        if measured and doc.get("measured_heuristics"):
+            return f"best heuristic   n/a  measured  (all failed: {', '.join(doc['measured_heuristics'])})"
         return None
-    bh, learned = doc["best_heuristic_step_time_s"], doc["best_step_time_s"]
-    gain = f"  ({(1 - learned / bh) * 100:+.1f}% vs it)" if bh and learned else ""
-    return f"best heuristic   {_ms(bh)}  ({doc['best_heuristic']}){gain}"
+    bh, learned, source = doc["best_heuristic_step_time_s"], doc["best_step_time_s"], doc.get("best_heuristic_source")
+    comparable = not measured or source == "measured"
+    gain = f"  ({(1 - learned / bh) * 100:+.1f}% vs it)" if bh and learned and comparable else ""
+    if not comparable:
+        gain = "  (no heuristic was measured: not compared)"
+    return f"best heuristic   {_ms(bh)}{_tag(doc, source)}  ({doc['best_heuristic']}){gain}"
+
+
+def _expert_line(doc: dict) -> str | None:
+    expert = (doc.get("measured_heuristics") or {}).get("expert")
+    if expert is not None:
+        return f"expert           {_ms(expert)}{_tag(doc, 'measured')}"
+    if doc["expert_step_time_s"] is not None:
+        return f"expert           {_ms(doc['expert_step_time_s'])}{_tag(doc, 'simulated')}"
+    return None
 
 
 def _warm_start_line(doc: dict) -> str | None:
@@ -209,13 +229,14 @@ def _interrupted_line(doc: dict) -> str | None:
 
 def _issue_order_line(doc: dict) -> str | None:
     if doc.get("issue_order_step_time_s") is not None and doc["issue_order"] != "node":
-        return f"issue order      {_ms(doc['issue_order_step_time_s'])}  ({doc['issue_order']} order, in the placement file)"
+        return (f"issue order      {_ms(doc['issue_order_step_time_s'])}{_tag(doc, 'simulated')}  "
+                f"({doc['issue_order']} order, in the placement file)")
     return None
 
 
 def _small_model_line(doc: dict) -> str | None:
     best, single = doc["best_step_time_s"], doc.get("reference_step_time_s")
-    if best is None or not single or best * SMALL_GAIN < single:
+    if best is None or not single or best * SMALL_GAIN < single or doc.get("env") == "measured":
         return None
     return (f"note             within {(SMALL_GAIN - 1) * 100:.0f}% of the best single device ({_ms(single)}): this model is "
             "too small to gain from splitting it over devices")
@@ -228,8 +249,8 @@ SUMMARY_LINES: tuple[Callable[[dict], str | None], ...] = (
     _heuristic_line,
     _warm_start_line,
     _small_model_line,
-    lambda doc: f"expert           {_ms(doc['expert_step_time_s'])}" if doc["expert_step_time_s"] is not None else None,
-    lambda doc: f"lower bound      {_ms(doc['lower_bound_s'])}" if doc["lower_bound_s"] is not None else None,
+    _expert_line,
+    lambda doc: f"lower bound      {_ms(doc['lower_bound_s'])}{_tag(doc, 'simulated')}" if doc["lower_bound_s"] is not None else None,
     _issue_order_line,
     lambda doc: f"placement        {doc['best_placement']}" if doc["best_placement"] else None,
     lambda doc: f"logs             {doc['logdir']}  (tensorboard --logdir {doc['logdir']}; summary.json, checkpoint.pt)",

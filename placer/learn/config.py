@@ -88,9 +88,14 @@ class RunOptions:
     workers: int | None = None
     """--env measured: Ray workers (default: one per machine in the Ray cluster)."""
     ray_address: str | None = None
-    """--env measured: join this Ray cluster instead of starting a local one."""
+    """--env measured: join this Ray cluster (HEAD_IP:PORT) instead of starting a local one; the driver sends this
+    machine's Ray token (RAY_AUTH_TOKEN, RAY_AUTH_TOKEN_PATH or ~/.ray/auth_token) and ships SOURCE's module."""
     measure_timeout_s: float = 600.0
     """--env measured: seconds one placement's measurement (its training steps) may take."""
+    measure_heuristics: int = 3
+    """--env measured: measure the heuristics with this many fastest simulated placements on the same workers, and
+    compare the learned placement with the best of those measured (0: none; the comparison is then with a
+    simulated time, and says so)."""
     heuristics: tuple[str, ...] | None = None
     """heuristics to compare with and warm-start from (None: all registered; on the command line a comma list)."""
     eval_every: int = 10
@@ -324,6 +329,7 @@ _INT_BOUNDS: dict[str, dict[str, int]] = {
     "eval_every": dict(least=1),
     "checkpoint_every": dict(least=1),
     "workers": dict(least=1),
+    "measure_heuristics": dict(least=0, most=64),
     "lr_decay_every": dict(least=1),
     "lr_decay_after": dict(least=0),
     "fail_mask_after": dict(least=0),
@@ -351,7 +357,7 @@ _OPTIONAL = {"iterations", "time_budget_s", "max_groups", "workers", "fail_mask_
 
 # On --resume these options are taken from the command line; every other one from the checkpoint.
 RESUME_KEEPS = ("iterations", "time_budget_s", "resume", "logdir", "progress", "device", "device_map", "workers",
-                "ray_address", "source", "cluster", "measure_timeout_s")
+                "ray_address", "source", "cluster", "measure_timeout_s", "measure_heuristics")
 
 
 # ----------------------------------------------------------------- field introspection (for the CLI)

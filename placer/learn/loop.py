@@ -70,7 +70,7 @@ from placer.learn.progress import Progress
 from placer.learn.rundir import (
     BEST_NAME, adopt_newer_best, check_compatible, check_fresh, default_logdir, run_best_placement, run_lock, save_best,
 )
-from placer.learn.scoring import CachedScorer, ENVS, Scorer, reference_time
+from placer.learn.scoring import CachedScorer, ENVS, Scorer, measured_heuristics, reference_time
 from placer.learn.state import RunState, TrainResult
 from placer.sources import resolve_graph
 from policies import POLICIES, policy_file
@@ -262,11 +262,21 @@ class _Run:
             found = {name: (self._scored(idx) if idx is not None and np.isfinite(t) else t, idx)
                      for name, (t, idx) in found.items()}
         self.heuristics = {name: t for name, (t, _) in found.items()}
-        self.best_h = min(self.heuristics.items(), key=lambda kv: kv[1]) if self.heuristics else ("none", float("inf"))
+        # --env measured: the rivals measured on the same workers, so the comparison is measured with measured
+        measured = self.config.env == "measured"
+        if measured and self.config.measure_heuristics:
+            self.progress.phase(f"measuring the heuristics of the {self.config.measure_heuristics} fastest simulated "
+                                "placements on the workers")
+        self.measured = measured_heuristics(self.score, found, self.config.measure_heuristics) if measured else {}
+        rivals = self.measured or self.heuristics
+        self.best_h = min(rivals.items(), key=lambda kv: kv[1]) if rivals else ("none", float("inf"))
+        # the time to beat, scored as the samples are (None: a measured run that measured no heuristic has none)
+        self.rival_s = self.best_h[1] if self.measured or not measured else None
         self.best_h_op_devices = found[self.best_h[0]][1] if np.isfinite(self.best_h[1]) else None
         if found:
-            self.progress.phase(f"best heuristic: {self.best_h[0]} {_ms(self.best_h[1])}" if self.best_h_op_devices is not None
-                                else "no heuristic placement fits")
+            kind = " (measured)" if self.measured else " (simulated)" if measured else ""
+            self.progress.phase(f"best heuristic: {self.best_h[0]} {_ms(self.best_h[1])}{kind}"
+                                if self.best_h_op_devices is not None else "no heuristic placement fits")
 
     def _scored(self, op_devices: np.ndarray) -> float:
         t, failed = self.score(np.asarray(op_devices, dtype=np.int32)[None])
@@ -298,8 +308,9 @@ class _Run:
                 "items": self.num_items, "devices": ",".join(self.devices),
                 "reference_step_time_s": self.t_ref, "device": str(self.device),
                 "best_heuristic": f"{self.best_h[0]} {self.best_h[1]}", "setup_s": s.setup_s}))
-        if self.best_h_op_devices is not None:
+        if self.best_h_op_devices is not None and self.rival_s is not None:
             # the incumbent: best_placement.json is never slower than the best placement scored, heuristics included
+            # (a measured run's heuristics count when it measured them: their simulated times say nothing here)
             idx = np.asarray(self.best_h_op_devices, dtype=np.int32)[None]
             self.consider(idx, *self.score(idx), f"heuristic:{self.best_h[0]}")
         if self.warm:
@@ -386,7 +397,7 @@ class _Run:
         s = self.state
         if not found_by.startswith("heuristic:"):  # the policy's own best, apart from the incumbent
             s.policy_step_time_s = min(s.policy_step_time_s, float(t[j]))
-            if s.time_to_beat_heuristic_s is None and t[j] <= self.best_h[1]:
+            if s.time_to_beat_heuristic_s is None and self.rival_s is not None and t[j] <= self.rival_s:
                 s.time_to_beat_heuristic_s = self.elapsed()
         if t[j] < s.best_step_time_s:
             s.best_step_time_s, s.best_indices, s.best_found_by = float(t[j]), op_devices[j].tolist(), found_by
@@ -410,6 +421,7 @@ class _Run:
         result = TrainResult(
             best_step_time_s=s.best_step_time_s, best_placement=best, iterations=s.iteration, elapsed_s=s.elapsed_s,
             time_to_best_s=s.time_to_best_s, logdir=self.logdir, heuristics=self.heuristics,
+            measured_heuristics=self.measured, env=self.config.env,
             score_order=self.config.score_order,
             lower_bound_s=self.lower_bound_s, reference_step_time_s=self.t_ref,
             time_to_beat_heuristic_s=s.time_to_beat_heuristic_s, interrupted=interrupted, setup_s=s.setup_s,

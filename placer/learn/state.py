@@ -67,7 +67,13 @@ _JSON_CHECKS = {"bool": lambda v: isinstance(v, bool), "int": is_int, "float": l
 
 @dataclass
 class TrainResult:
-    """What a run produced."""
+    """What a run produced.
+
+    ``heuristics``, ``expert_step_time_s`` and ``lower_bound_s`` are simulated, whatever
+    the run's scorer; a measured run (``env == "measured"``) also has
+    ``measured_heuristics``, and its best heuristic is the best of those (its JSON's
+    ``best_heuristic_source`` says which kind of time it is).
+    """
 
     best_step_time_s: float
     best_placement: Placement | None
@@ -88,11 +94,19 @@ class TrainResult:
     warm_start_cut_short: bool = False
     policy_step_time_s: float = float("inf")  # the policy's own best (best_step_time_s may be a heuristic's)
     found_by: str = ""  # of the best placement: "sample", "greedy" or "heuristic:<name>"
+    measured_heuristics: dict[str, float] = field(default_factory=dict)  # --env measured: on the run's workers
+    env: str = "sim"  # the scorer of the samples: "sim" or "measured"
 
     @property
     def best_heuristic(self) -> tuple[str, float] | None:
-        """``(name, step time)`` of the fastest heuristic of the run (:func:`placer.methods.best_heuristic`)."""
-        return best_heuristic(self.heuristics)
+        """``(name, step time)`` of the fastest heuristic of the run (:func:`placer.methods.best_heuristic`):
+        of the measured ones in a measured run that measured some, else of the simulated ones."""
+        return best_heuristic(self.measured_heuristics if self.measured_heuristics else self.heuristics)
+
+    @property
+    def best_heuristic_source(self) -> str:
+        """How the best heuristic's time was obtained: "measured" or "simulated"."""
+        return "measured" if self.measured_heuristics else "simulated"
 
     def to_dict(self) -> dict[str, Any]:
         bh = self.best_heuristic
@@ -108,6 +122,9 @@ class TrainResult:
             "time_to_beat_heuristic_s": self.time_to_beat_heuristic_s,
             "best_heuristic": bh[0] if bh else None,
             "best_heuristic_step_time_s": fin(bh[1]) if bh else None,
+            "best_heuristic_source": self.best_heuristic_source,
+            "env": self.env,
+            "measured_heuristics": {k: fin(v) for k, v in self.measured_heuristics.items()},
             "expert_step_time_s": fin(self.heuristics.get("expert")),
             "heuristics": {k: fin(v) for k, v in self.heuristics.items()},
             "score_order": self.score_order,

@@ -27,11 +27,15 @@ of :func:`graphs.grouping.coarsen`, co-located ops always together):
   them are live when its first backward task starts, so this is necessary);
 * objective: the last end plus the largest optimizer update.
 
-Every constraint is a lower bound on a start (``>=``), and the simulator's
-schedule is the least solution of them, so for fixed decisions the model's
-optimum *is* the simulated step (up to rounding to integer time units); with
-one item per op the solver's optimum is the best placement and issue order
-under the eager simulator. With groups it is an approximation: the plan is
+Every constraint is a lower bound on a start (``>=``), and the schedule of
+simulator model 3 is the least solution of them, so for fixed decisions the
+model's optimum is that simulated step (up to rounding to integer time units).
+Since model 4 the simulator runs each thread's *ready* backward task with the
+highest sequence number (:mod:`envs.sim.eager`), not strict reverse issue order:
+the two differ where a task waits for a gradient from another device (0.3% on one
+of the 15 brute-force cases in the tests), so with one item per op the solver's
+optimum is the best plan under model 3's backward, and every plan is scored by
+the simulator. With groups it is an approximation: the plan is
 scored by the simulator, which is what the row reports.
 
 Items: as many as fit ``time_limit_s`` (the model has about ``(items +

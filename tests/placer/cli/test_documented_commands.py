@@ -29,6 +29,7 @@ from placer.cli import build_parser, main
 ROOT = Path(__file__).resolve().parents[3]
 README = ROOT / "README.md"
 METAVAR = re.compile(r"^([A-Z][A-Z0-9_]*|K=V|\[?[A-Z]+\.\]?K=V)$")
+PLACEHOLDER = re.compile(r"(^|[^A-Za-z0-9])[A-Z][A-Z0-9]*_[A-Z0-9_]+([^A-Za-z0-9]|$)")  # HEAD_IP: yours to fill in
 
 
 def _parts(line: str) -> list[str]:
@@ -81,9 +82,10 @@ def runnable(command: str, in_block: bool) -> bool:
 
 
 def is_synopsis(command: str) -> bool:
-    """A command's form rather than a command: brackets, alternatives, ``...`` or a metavar (``SOURCE``, ``k=M``)."""
+    """A command's form rather than a command: brackets, alternatives, ``...`` or a metavar (``SOURCE``, ``k=M``,
+    ``HEAD_IP:6379``)."""
     return any(s in command for s in ("[", "\\|", "|", "...")) or any(
-        METAVAR.match(t) or METAVAR.match(t.rpartition("=")[2]) for t in command.split()[2:])
+        METAVAR.match(t) or METAVAR.match(t.rpartition("=")[2]) or PLACEHOLDER.search(t) for t in command.split()[2:])
 
 
 def _tokens(command: str) -> list[str]:
