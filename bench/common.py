@@ -6,8 +6,10 @@
 
 from __future__ import annotations
 
+import argparse
 import os
 import platform
+import sys
 from typing import Callable, Sequence
 
 from graphs import PlacerError
@@ -30,3 +32,11 @@ def parse_list(arg: str, *, what: str, known: Sequence[str] | None = None) -> li
 def machine_line() -> str:
     """One line naming the machine the numbers were produced on."""
     return f"{platform.platform()}, Python {platform.python_version()}, {os.cpu_count()} CPU cores"
+
+
+class OneLineParser(argparse.ArgumentParser):
+    """An argument parser whose usage errors are one line (``<script>: <message>``, exit status 2)."""
+
+    def error(self, message: str) -> None:  # type: ignore[override]
+        print(f"{os.path.splitext(self.prog)[0]}: {message}", file=sys.stderr)
+        raise SystemExit(2)

@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from typing import Any, Sequence
 
 from graphs import OpGraph, PlacerError
+from placer.methods.registry import install_hint
 
 KIND_COLOURS = {"forward": "#4878d0", "backward": "#ee854a", "transfer": "#8c8c8c", "update": "#6acc64"}
 MAX_LAYER_COLOURS = 12
@@ -148,7 +149,7 @@ def _pyplot():
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
     except ImportError:
-        raise PlacerError("plotting needs matplotlib (pip install 'placer[plot]')") from None
+        raise PlacerError(f"plotting needs matplotlib ({install_hint('plot')})") from None
     return plt
 
 

@@ -86,12 +86,12 @@ class RecordingEnv:
                 self.evals_at.append(self.evals)
                 self.best_s.append(self.best)
 
-    def step_times(self, idx: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """``env.step_times``, recorded."""
+    def step_times(self, idx: np.ndarray, *args: Any, **kwargs: Any) -> tuple[np.ndarray, ...]:
+        """``env.step_times`` (with its options: ``order``, ``overflow``), recorded."""
         self._check_deadline()
-        times, oom = self.env.step_times(idx)
-        self._record(times, oom)
-        return times, oom
+        out = self.env.step_times(idx, *args, **kwargs)
+        self._record(out[0], out[1])
+        return out
 
     def evaluate(self, placements: Sequence[Any]) -> list[Any]:
         """``env.evaluate``, recorded."""

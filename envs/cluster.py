@@ -55,6 +55,9 @@ MAX_DELAY_S = 1e6
 MIN_MEMORY_BYTES = 1.0
 
 _DEVICE_KEYS = ("name", "kind", "memory_bytes", "flops_per_s", "mem_bw_bytes_per_s", "launch_overhead_s")
+# optional, a host's costs under the eager executor (envs.cost.host_costs); written only when set
+_HOST_KEYS = ("stage_latency_s", "stage_bandwidth_bytes_per_s", "contention_op", "contention_issue")
+_HOST_DEFAULTS = {"stage_latency_s": 0.0, "stage_bandwidth_bytes_per_s": math.inf, "contention_op": 0.0, "contention_issue": 0.0}
 _LINK_KEYS = ("src", "dst", "bandwidth_bytes_per_s", "latency_s")
 _TOP_KEYS = ("format", "name", "description", "devices", "links")
 
@@ -70,6 +73,14 @@ class Device:
         flops_per_s: effective compute rate for the roofline estimate.
         mem_bw_bytes_per_s: effective memory bandwidth for the roofline estimate.
         launch_overhead_s: fixed cost per (non-view) op: dispatch + kernel launch.
+        stage_latency_s, stage_bandwidth_bytes_per_s: a host (``cpu``) device's copy of a
+            tensor into a pinned staging buffer before it goes to a GPU
+            (``latency + bytes / bandwidth`` of host time); default none (0, ``inf``).
+        contention_op: a host device's ops run ``1 + contention_op`` times slower while a
+            GPU's autograd worker thread is busy beside them (default 0).
+        contention_issue: a GPU's autograd worker issues ``1 + contention_issue`` times
+            slower while this host device runs an op (default 0). The last three are measured
+            by a profile (:mod:`envs.real.profiler`); the presets have none.
     """
 
     name: str
@@ -78,6 +89,10 @@ class Device:
     flops_per_s: float
     mem_bw_bytes_per_s: float
     launch_overhead_s: float
+    stage_latency_s: float = 0.0
+    stage_bandwidth_bytes_per_s: float = math.inf
+    contention_op: float = 0.0
+    contention_issue: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -217,7 +232,7 @@ class Cluster:
             where = f"devices[{k}]"
             if not isinstance(d, dict):
                 raise PlacerError(f"{source}: {where} must be an object")
-            _no_unknown(d, _DEVICE_KEYS, source, where + ".")
+            _no_unknown(d, _DEVICE_KEYS + _HOST_KEYS, source, where + ".")
             for key in _DEVICE_KEYS:
                 if key not in d:
                     raise PlacerError(f"{source}: {where} is missing {key!r}")
@@ -233,6 +248,7 @@ class Cluster:
                     flops_per_s=_number(d["flops_per_s"], source, where + ".flops_per_s"),
                     mem_bw_bytes_per_s=_number(d["mem_bw_bytes_per_s"], source, where + ".mem_bw_bytes_per_s"),
                     launch_overhead_s=_number(d["launch_overhead_s"], source, where + ".launch_overhead_s"),
+                    **{k: _number(d[k], source, f"{where}.{k}") for k in _HOST_KEYS if k in d},
                 )
             )
         links_doc = doc.get("links", [])
@@ -289,7 +305,8 @@ class Cluster:
             "format": FORMAT,
             "name": self.name,
             "description": self.description,
-            "devices": [{k: getattr(d, k) for k in _DEVICE_KEYS} for d in self.devices],
+            "devices": [{**{k: getattr(d, k) for k in _DEVICE_KEYS},
+                         **{k: getattr(d, k) for k in _HOST_KEYS if getattr(d, k) != _HOST_DEFAULTS[k]}} for d in self.devices],
             "links": links,
         }
 
@@ -324,6 +341,11 @@ def _validate(c: Cluster, label: str) -> None:
         for attr in ("flops_per_s", "mem_bw_bytes_per_s"):
             _check(getattr(d, attr), label, f"device {d.name} {attr}", low=MIN_RATE, what="positive and finite")
         _check(d.launch_overhead_s, label, f"device {d.name} launch_overhead_s", low=0.0, high=MAX_DELAY_S, what=">= 0")
+        _check(d.stage_latency_s, label, f"device {d.name} stage_latency_s", low=0.0, high=MAX_DELAY_S, what=">= 0")
+        if d.stage_bandwidth_bytes_per_s != math.inf:
+            _check(d.stage_bandwidth_bytes_per_s, label, f"device {d.name} stage_bandwidth_bytes_per_s", low=MIN_RATE, what="positive")
+        for attr in ("contention_op", "contention_issue"):
+            _check(getattr(d, attr), label, f"device {d.name} {attr}", low=0.0, high=100.0, what=">= 0")
     for (a, b), link in c.links.items():
         if a not in seen or b not in seen or a == b:
             raise PlacerError(f"{label}: link {a}->{b} does not join two distinct devices of the cluster")

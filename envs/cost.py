@@ -26,6 +26,8 @@ view. Transfers cost ``latency_s + bytes / bandwidth_bytes_per_s`` of the link.
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import numpy as np
 
 from envs.cluster import Cluster
@@ -124,6 +126,44 @@ def issue_times(graph: OpGraph, cluster: Cluster, fwd_s: np.ndarray) -> tuple[np
                 have = ~np.isnan(measured)
                 out[have, d] = measured[have]
     return issue_f, issue_b
+
+
+class HostCosts(NamedTuple):
+    """What the host pays beside its ops under the eager executor, per device (``[D]`` each; 0 off the host).
+
+    * ``stage_latency_s``, ``stage_s_per_byte``: the copy of a tensor into a dense pinned
+      buffer that :func:`placer.apply` makes on the host thread before each host -> GPU
+      copy (:func:`envs.real.placing.staged`): ``latency + bytes * s_per_byte`` seconds
+      of the host device the tensor leaves;
+    * ``contention_op``: a host op runs ``1 + contention_op`` times slower for the time
+      a GPU's autograd worker thread is busy beside it;
+    * ``contention_issue``: a GPU's autograd worker issues ``1 + contention_issue`` times
+      slower for the time the host thread runs one of this device's ops.
+    """
+
+    stage_latency_s: np.ndarray
+    stage_s_per_byte: np.ndarray
+    contention_op: np.ndarray
+    contention_issue: np.ndarray
+
+
+def host_costs(cluster: Cluster) -> HostCosts:
+    """The :class:`HostCosts` of ``cluster``'s host (``cpu``) devices (their ``stage_*`` and ``contention_*`` fields).
+
+    >>> host_costs(Cluster.preset("h200x1")).stage_s_per_byte.tolist()  # the presets measured none
+    [0.0, 0.0]
+    """
+    host = np.asarray(cluster.kinds) == "cpu"
+    col = lambda attr: np.array([float(getattr(d, attr)) for d in cluster.devices]) * host  # noqa: E731
+    per_byte = np.array([0.0 if d.stage_bandwidth_bytes_per_s == np.inf else 1.0 / d.stage_bandwidth_bytes_per_s
+                         for d in cluster.devices]) * host
+    return HostCosts(col("stage_latency_s"), per_byte, col("contention_op"), col("contention_issue"))
+
+
+def no_host_costs(num_devices: int) -> HostCosts:
+    """:class:`HostCosts` of a host that pays nothing beside its ops (the model before simulator model 4)."""
+    z = np.zeros(num_devices)
+    return HostCosts(z, z.copy(), z.copy(), z.copy())
 
 
 def transfer_time_s(nbytes: float, src_dev: int | str, dst_dev: int | str, cluster: Cluster) -> float:

@@ -22,7 +22,10 @@ def module_grouping(graph: OpGraph, depth: int) -> Grouping:
 
     Every op whose ``module_paths`` entry starts with the same ``depth`` dotted
     components (``lstm.layers.0.ih`` at depth 3 is ``lstm.layers.0``) joins one
-    group, together with its co-location group (:func:`colocate`). Ops recorded at
+    group, together with its co-location group (:func:`colocate`). A co-location
+    group that spans modules (a layer's view of the previous layer's output) goes
+    with the module of its first op: joining every module it touches chained the
+    layers of a Hugging Face GPT-2 into one group at every depth. Ops recorded at
     the top level (an empty path) keep their co-location groups. Where joining
     makes the group graph cyclic (a module whose output a top-level op turns
     into its own input), each strongly connected component becomes one group
@@ -34,6 +37,13 @@ def module_grouping(graph: OpGraph, depth: int) -> Grouping:
     ...     module_paths=["emb", "rnn.l0.ih", "rnn.l0.hh", "rnn.l1.ih", "rnn.l1.hh", ""])
     >>> module_grouping(g, 2).op_group.tolist(), module_grouping(g, 1).op_group.tolist()
     ([0, 1, 1, 2, 2, 3], [0, 1, 1, 1, 1, 2])
+
+    A view (``b0``) of one layer's output taken in the next layer stays with the first:
+
+    >>> v = OpGraph.from_edges(["a0", "b0", "b1"], [("a0", "b0", 8), ("b0", "b1", 8)],
+    ...     op_types=["aten.mm.default", "aten.view.default", "aten.mm.default"], module_paths=["h.0", "h.1", "h.1"])
+    >>> module_grouping(v, 2).op_group.tolist()
+    [0, 0, 1]
 
     A top-level op between two ops of one module would close a cycle; the three become one group:
 
@@ -51,16 +61,17 @@ def module_grouping(graph: OpGraph, depth: int) -> Grouping:
 def _module_grouping(graph: OpGraph, depth: int, unit: np.ndarray) -> Grouping:
     """:func:`module_grouping` given the co-location group of each op (``unit``, int64)."""
     n = graph.num_ops
+    key_of_unit: dict[int, str] = {}  # a unit's module: that of its first op recorded in one
+    for i, path in enumerate(graph.module_paths):
+        if path and int(unit[i]) not in key_of_unit:
+            key_of_unit[int(unit[i])] = ".".join(path.split(".")[:depth])
     first: dict[str, int] = {}
     a, b = [], []
-    for i, path in enumerate(graph.module_paths):
-        if not path:
-            continue
-        key = ".".join(path.split(".")[:depth])
-        j = first.setdefault(key, i)
-        if j != i:
-            a.append(unit[j])
-            b.append(unit[i])
+    for u, key in key_of_unit.items():
+        j = first.setdefault(key, u)
+        if j != u:
+            a.append(j)
+            b.append(u)
     num_units = int(unit.max()) + 1 if n else 0
     if a:
         adj = coo_matrix((np.ones(len(a), dtype=np.int8), (a, b)), shape=(num_units, num_units)).tocsr()

@@ -3,8 +3,8 @@
 A SOURCE such as ``mypkg.models:build`` names a function returning
 ``(model, example_inputs)``. The module is imported the way ``python -m`` would:
 with the directory the command runs in (``search_dir``, default the current
-one) first on ``sys.path``. The measured env passes its driver's directory to
-its Ray workers, so both resolve the same SOURCE to the same file.
+one) first on ``sys.path``. The measured env ships the module to its Ray workers
+(``envs.real.shipping``), which load it with the shipped copy's directory first.
 
 >>> looks_like_callable("mypkg.models:build"), looks_like_callable("nmt-2")
 (True, False)
@@ -29,8 +29,10 @@ def looks_like_callable(source: str) -> bool:
 def search_path(search_dir: str | None = None) -> str:
     """Put ``search_dir`` (default: the current directory) first on ``sys.path``; returns it, absolute."""
     directory = os.path.abspath(search_dir or os.getcwd())
-    if directory not in sys.path:
-        sys.path.insert(0, directory)  # like `python -m`: the user's own modules in that directory
+    if sys.path[:1] != [directory]:  # like `python -m`: the user's own modules in that directory, before any other
+        if directory in sys.path:
+            sys.path.remove(directory)
+        sys.path.insert(0, directory)
     return directory
 
 

@@ -328,6 +328,7 @@ class _ProgramReader:
             "unused_params": sorted(f for f in self.params.values() if self.tensor_key[f] not in self.owned),
             "tied_params": _tied_groups(self.tensor_key),
             "constants": sorted(self.constants.values()),  # tensors the program made (torch.tensor(...)), not the model's
+            "outputs": self.outputs(),  # what forward returns: a training step's loss is one float scalar
             "capture_version": CAPTURE_VERSION,
             "torch": torch.__version__,
         }
@@ -336,6 +337,17 @@ class _ProgramReader:
         return OpGraph(names=c["names"], op_types=c["op_types"], out_shapes=c["out_shapes"], out_dtypes=c["out_dtypes"],
                        flops=np.asarray(c["flops"], dtype=np.float64), module_paths=c["module_paths"],
                        params=c["params"], name=name, meta=meta, **ints)
+
+
+    def outputs(self) -> list[dict[str, Any]]:
+        """Shape and dtype of each tensor the model's forward returns (flattened), in order."""
+        by_name = {n.name: n for n in self.ep.graph.nodes}
+        out = []
+        for name in self.ep.graph_signature.user_outputs:
+            val = by_name[name].meta.get("val") if name in by_name else None
+            if isinstance(val, torch.Tensor):
+                out.append({"shape": [int(d) for d in val.shape], "dtype": str(val.dtype).removeprefix("torch.")})
+        return out
 
 
 def _tensor_keys(ep, fqns: list[str]) -> dict[str, str]:
@@ -372,11 +384,39 @@ def _edge_bytes(producer: torch.fx.Node, consumer: torch.fx.Node) -> int:
 
 
 def _module_path(node: torch.fx.Node) -> str:
+    """The dotted path of the innermost module ``node`` ran in, from the root model ("" for the root itself)."""
     stack = node.meta.get("nn_module_stack") or {}
     if not stack:
         return ""
     path = list(stack.values())[-1][0]
-    return path if isinstance(path, str) else ""
+    return module_fqn(path) if isinstance(path, str) else ""
+
+
+_ROOT_PREFIX = re.compile(r"^L\[['\"]self['\"]\]\.?|^L__self__\.?")
+_GETATTR = re.compile(r"getattr\(([^()]*?),\s*['\"]([^'\"]+)['\"]\)")
+_INDEX = re.compile(r"(?:\.?_modules)?\[['\"]?([^\]'\"]+)['\"]?\]")
+
+
+def module_fqn(path: str) -> str:
+    """A module path as torch.export records it, as the dotted name ``model.named_modules()`` gives it.
+
+    torch.export normalizes most paths (``model.h.0.attn``) but leaves the
+    tracer's form where it does not add a root entry (``L['self'].model.h[0]``,
+    ``getattr(L['self'].model.h, '0')``); a wrapper model then got paths that
+    matched no module of the one it wraps.
+
+    >>> module_fqn("L['self'].model.transformer.h[0].attn"), module_fqn("getattr(L['self'].h, '1').mlp")
+    ('model.transformer.h.0.attn', 'h.1.mlp')
+    >>> module_fqn("L['self']"), module_fqn("L['self']._modules['enc']._modules['0']"), module_fqn("model.h.0")
+    ('', 'enc.0', 'model.h.0')
+    """
+    while True:
+        inner = _GETATTR.sub(lambda m: f"{m.group(1)}.{m.group(2)}", path)
+        if inner == path:
+            break
+        path = inner
+    path = _ROOT_PREFIX.sub("", path)
+    return _INDEX.sub(lambda m: f".{m.group(1)}", path).strip(".")
 
 
 def _node_flops(node: torch.fx.Node) -> float:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 import numpy as np
 
@@ -24,7 +24,6 @@ from graphs.schema import check_int
 from placer.methods import registry
 from placer.methods.registry import HeuristicUnavailable, accepts, placement_of
 
-GIB = float(1 << 30)
 
 #: Table order for ``methods=None``: naive, practitioners', partitioners, list
 #: schedulers, search. Heuristics registered later follow in registration order.
@@ -134,24 +133,44 @@ class CompareReport:
         }
 
     def table(self) -> str:
-        """A markdown table: one row per method, then the previous bound and the (best) lower bound."""
+        """A markdown table: one row per method, then the lower bound (the JSON also has the previous bound).
+
+        Peak memory is in GB (1e9 bytes, as the simulator's out-of-memory messages
+        say), or MB / kB when no peak reaches a GB / MB, so a small model's peaks
+        are not all 0.0.
+        """
+        unit, scale = _memory_unit(max((v for r in self.rows for v in (r.peak_bytes or {}).values()), default=0))
         head = (
-            f"| method | status | step time (ms) | speed-up | place time (s) | peak GiB ({', '.join(self.devices)}) |\n"
+            f"| method | status | step time (ms) | speed-up | place time (s) | peak {unit} ({', '.join(self.devices)}) |\n"
             "|---|---|---:|---:|---:|---|\n"
         )
         lines = []
         for r in self.rows:
+            if r.method == "previous bound":
+                continue
             step = f"{r.step_time_s * 1e3:.3f}" if r.step_time_s is not None else "—"
             if r.status == "oom" and r.sim_step_time_s is not None:
                 step = f"({r.sim_step_time_s * 1e3:.3f})"
             speed = f"{r.speedup:.2f}x" if r.speedup is not None else "—"
             place = f"{r.place_time_s:.2f}" if r.place_time_s is not None else "—"
-            peaks = "/".join(f"{r.peak_bytes.get(d, 0) / GIB:.1f}" for d in self.devices) if r.peak_bytes else "—"
+            peaks = "/".join(f"{r.peak_bytes.get(d, 0) / scale:.1f}" for d in self.devices) if r.peak_bytes else "—"
             status = f"{r.status}: {r.message}" if r.status not in ("ok",) and r.message else r.status
             label = r.method if r.microbatches == 1 else (
                 f"{r.method} (M={r.microbatches})" if r.inflight is None else f"{r.method} (M={r.microbatches}, W={r.inflight})")
             lines.append(f"| {label} | {status.replace('|', '/')} | {step} | {speed} | {place} | {peaks} |")
         return head + "\n".join(lines)
+
+
+def _memory_unit(most_bytes: float) -> tuple[str, float]:
+    """The unit a table of peaks up to ``most_bytes`` reads best in: GB, MB or kB (powers of 1000).
+
+    >>> _memory_unit(38.6e9), _memory_unit(2.5e6), _memory_unit(900)
+    (('GB', 1000000000.0), ('MB', 1000000.0), ('kB', 1000.0))
+    """
+    for unit, scale in (("GB", 1e9), ("MB", 1e6)):
+        if most_bytes >= scale:
+            return unit, scale
+    return "kB", 1e3
 
 
 def default_methods(exclude: Sequence[str] = ()) -> list[str]:
@@ -290,6 +309,7 @@ def compare(
     executor: str = "eager",
     microbatches: int | Sequence[int] = 1,
     inflight: int | None | Sequence[int | None] = None,
+    progress: Callable[[int, str], None] | None = None,
 ) -> CompareReport:
     """Run ``methods`` (default: every heuristic), score them and ``placements`` on one SimEnv.
 
@@ -310,6 +330,7 @@ def compare(
         inflight: W, the most microbatches in flight (None: all M, fill-drain),
             or several to search alongside M: each M is tried with every
             ``min(W, M)``. ``options[m]["inflight"]`` overrides it.
+        progress: called with ``(methods done, method name)`` after each method.
 
     Returns:
         A :class:`CompareReport`; a method that cannot run or fails gets a row
@@ -332,6 +353,8 @@ def compare(
         shapes = (_plan_shapes(ms, own.pop("inflight"), f"options[{m!r}]['inflight']") if "inflight" in own
                   else _plan_shapes(ms, inflight, "inflight") if ms is not default_ms else default_shapes)
         rows.append(_Attempt(m, graph, cluster, env, own, seed, model, best_single_s).best(shapes))
+        if progress is not None:
+            progress(len(rows), m)
     for (label, p), (_, idx) in zip(labelled, given):
         row = Row(method=label, kind="placement", placement=p)
         rows.append(_scored_row(row, env.with_microbatches(p.microbatches, p.inflight), idx, best_single_s))
@@ -356,7 +379,7 @@ def plot(report: CompareReport, path: str) -> None:
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
     except ImportError:
-        raise PlacerError(f"{path}: --plot needs matplotlib (pip install 'placer[plot]')") from None
+        raise PlacerError(f"{path}: --plot needs matplotlib ({registry.install_hint('plot')})") from None
     rows = [r for r in report.rows if r.kind != "bound" and r.status == "ok" and r.step_time_s is not None]
     fig, ax = plt.subplots(figsize=(7, 0.35 * len(rows) + 1.5))
     y = np.arange(len(rows))

@@ -25,6 +25,15 @@ def resolve_model(source: str) -> tuple[Any, tuple]:
     )
 
 
+def will_capture(source: str) -> bool:
+    """Whether resolving ``source`` runs ``torch.export`` (a ``module:callable``, or a zoo model not cached yet)."""
+    if os.path.exists(source):
+        return False
+    if source in zoo.names():
+        return not zoo.cache_path(source).exists()
+    return looks_like_callable(source)
+
+
 def resolve_graph(source: str, **capture_options: Any) -> OpGraph:
     """An :class:`OpGraph` from any SOURCE."""
     return resolve_graph_and_model(source, **capture_options)[0]
@@ -52,3 +61,48 @@ def resolve_graph_and_model(source: str, **capture_options: Any) -> tuple[OpGrap
     raise PlacerError(
         f"{source}: not a graph file, zoo name ({', '.join(zoo.names())}) or module:callable"
     )
+
+
+#: What a model's training step is scored with when its forward does not return a scalar loss.
+STAND_IN_LOSS = "the sum of the means of its floating-point outputs"
+
+
+def describe_outputs(outputs: list[dict[str, Any]]) -> str:
+    """What a forward returns, in words, from ``[{"shape": [...], "dtype": ...}, ...]``.
+
+    >>> describe_outputs([{"shape": [4, 16, 1000], "dtype": "float32"}])
+    'a float32 tensor of shape [4, 16, 1000]'
+    >>> describe_outputs([{"shape": [], "dtype": "float32"}, {"shape": [2, 3], "dtype": "float16"}])
+    '2 tensors (float32 [], float16 [2, 3])'
+    >>> describe_outputs([])
+    'no tensor'
+    """
+    if not outputs:
+        return "no tensor"
+    if len(outputs) == 1:
+        return f"a {outputs[0]['dtype']} tensor of shape {list(outputs[0]['shape'])}"
+    parts = ", ".join(f"{o['dtype']} {list(o['shape'])}" for o in outputs)
+    return f"{len(outputs)} tensors ({parts})"
+
+
+def is_scalar_loss(outputs: list[dict[str, Any]]) -> bool:
+    """Whether a forward returning ``outputs`` returns its training loss: one floating-point scalar.
+
+    >>> is_scalar_loss([{"shape": [], "dtype": "float32"}]), is_scalar_loss([{"shape": [2], "dtype": "float32"}])
+    (True, False)
+    """
+    return (len(outputs) == 1 and list(outputs[0]["shape"]) == []
+            and str(outputs[0]["dtype"]).startswith(("float", "bfloat", "half", "double")))
+
+
+def stand_in_loss(graph: OpGraph) -> str | None:
+    """None when ``graph``'s model returns a scalar loss (or the graph does not record what it returns), else why not.
+
+    The simulator times the same forward and backward whatever the loss, so a
+    model returning logits can be placed and compared; it cannot be trained
+    as it is (``placer run``, ``placer train --env measured`` refuse it).
+    """
+    outputs = graph.meta.get("outputs")
+    if not isinstance(outputs, list) or is_scalar_loss(outputs):
+        return None
+    return f"the model returns {describe_outputs(outputs)}, not a scalar loss"

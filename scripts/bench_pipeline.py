@@ -14,7 +14,7 @@ Usage:
         [--microbatches 1,2,4,8] [--inflight all|W[,W...]] [--methods accelerate,gpipe,expert,m_topo,m_sct,annealing]
         [--anneal-s 60] [--host-input-free] [--json]
 
-``accelerate`` needs ``pip install 'placer[accelerate]'``. Clusters are presets
+``accelerate`` needs ``pip install accelerate``. Clusters are presets
 (``a100-40gx4`` among them) or placer-cluster/1 files.
 """
 

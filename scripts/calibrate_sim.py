@@ -31,79 +31,13 @@ import time
 
 import numpy as np
 
-from graphs import PlacerError
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # the repository root, for bench/
 
-SMALL = {
-    "rnnlm": ("graphs.models.rnnlm", "RNNLM", dict(vocab_size=2000, hidden_size=128, num_layers=2), ("tokens", 16, 10, 2000, 2)),
-    "nmt-2": ("graphs.models.nmt", "NMT", dict(num_layers=2, src_vocab=2000, tgt_vocab=2000, hidden_size=128), ("tokens", 16, 8, 2000, 3)),
-    "nmt-4": ("graphs.models.nmt", "NMT", dict(num_layers=4, src_vocab=2000, tgt_vocab=2000, hidden_size=128), ("tokens", 16, 8, 2000, 3)),
-    "gpt2": ("graphs.models.gpt2", "GPT2", dict(vocab_size=2000, context=64, width=128, layers=2, heads=4), ("tokens", 8, 64, 2000, 2)),
-    "resnet50": ("graphs.models.resnet", "ResNet50", dict(num_classes=100), ("images", 4, 64, 100)),
-    "inception-v3": ("graphs.models.inception", "InceptionV3", dict(num_classes=100), ("images", 2, 299, 100)),
-}
-# Between the toy sizes and the zoo's: steps of tens of ms on one GPU (host-bound eager launches) and of
-# 0.1-0.3 s on a 16-core host, so that a placement's CPU/GPU split moves its step time
-# (scripts/validate_gpu.py; not yet timed on a GPU, see BENCHMARKS.md).
-MEDIUM = {
-    "rnnlm": ("graphs.models.rnnlm", "RNNLM", dict(vocab_size=8000, hidden_size=512, num_layers=2), ("tokens", 32, 20, 8000, 2)),
-    "nmt-2": ("graphs.models.nmt", "NMT", dict(num_layers=2, src_vocab=8000, tgt_vocab=8000, hidden_size=512), ("tokens", 32, 15, 8000, 3)),
-    "nmt-4": ("graphs.models.nmt", "NMT", dict(num_layers=4, src_vocab=8000, tgt_vocab=8000, hidden_size=512), ("tokens", 32, 15, 8000, 3)),
-    "gpt2": ("graphs.models.gpt2", "GPT2", dict(vocab_size=8000, context=128, width=384, layers=4, heads=6), ("tokens", 8, 128, 8000, 2)),
-    "resnet50": ("graphs.models.resnet", "ResNet50", dict(num_classes=1000), ("images", 8, 128, 1000)),
-    "inception-v3": ("graphs.models.inception", "InceptionV3", dict(num_classes=1000), ("images", 4, 299, 1000)),
-}
-SIZES = {"small": SMALL, "medium": MEDIUM}  # and "full": the zoo's own sizes
-
-
-def build(name: str, size: str):
-    """``(model, example_inputs)``: the zoo model (``size="full"``), or the same architecture at a size of :data:`SIZES`."""
-    import importlib
-
-    import torch
-
-    if size == "full":
-        from graphs import zoo
-
-        return zoo.build(name)
-    module, cls, kwargs, spec = SIZES[size][name]
-    torch.manual_seed(0)
-    model = getattr(importlib.import_module(module), cls)(**kwargs).train()
-    gen = torch.Generator().manual_seed(0)
-    if spec[0] == "tokens":
-        _, batch, steps, vocab, count = spec
-        return model, tuple(torch.randint(0, vocab, (batch, steps), generator=gen) for _ in range(count))
-    _, batch, side, classes = spec
-    return model, (torch.randn(batch, 3, side, side, generator=gen), torch.randint(0, classes, (batch,), generator=gen))
-
-
-def random_placements(num_ops: int, num_devices: int, count: int, seed: int) -> list[np.ndarray]:
-    """Half biased i.i.d. placements, half contiguous segments (see the module docstring)."""
-    rng = np.random.default_rng(seed)
-    out = []
-    for k in range(count):
-        if k % 2 == 0:
-            bias = rng.dirichlet(np.ones(num_devices))
-            out.append(rng.choice(num_devices, size=num_ops, p=bias).astype(np.int32))
-        else:
-            cuts = np.sort(rng.choice(np.arange(1, num_ops), size=min(rng.integers(1, 6), num_ops - 1), replace=False))
-            seg_dev = rng.integers(0, num_devices, size=len(cuts) + 1)
-            out.append(np.repeat(seg_dev, np.diff(np.concatenate([[0], cuts, [num_ops]]))).astype(np.int32))
-    return out
-
-
-def mape(sim: np.ndarray, real: np.ndarray) -> float:
-    return float(np.mean(np.abs(sim - real) / real))
-
-
-def spearman(sim: np.ndarray, real: np.ndarray) -> float:
-    """Spearman's rank correlation of simulated and real step times; NaN where ranks are undefined
-    (two or fewer points, or every placement simulated alike, e.g. one physical device)."""
-    from scipy.stats import spearmanr
-
-    if len(real) <= 2 or np.ptp(sim) == 0:
-        return float("nan")
-    return float(spearmanr(sim, real).statistic)
-
+from bench.common import OneLineParser  # noqa: E402,F401  (gpu_profile.py)
+from bench.fidelity.models import SIZES, SMALL, build, model_names, zoo_names  # noqa: E402,F401  (model_names: gpu_profile.py)
+from bench.fidelity.runs import calibrated, physical  # noqa: E402,F401
+from bench.fidelity.scoring import mape, random_placements, spearman  # noqa: E402
+from graphs import PlacerError  # noqa: E402
 
 def simulator_executor(requested: str | None) -> tuple[str, dict]:
     """The executor model scored with (default: the simulator's, eager), and the keyword that selects it."""
@@ -125,37 +59,6 @@ def sim_times(graph, cluster, placements, executor: dict | None = None, orders=N
         r = envs.simulate(graph, p, cluster, **(executor or {}), order=None if orders is None else orders[k])
         out.append(r.step_time_s if r.ok else r.extra.get("sim_step_time_s", float("inf")))
     return np.asarray(out)
-
-
-def calibrated(graph, prof, cluster, device_map):
-    """``(profiled graph, calibrated cluster, its physical cluster, logical -> physical device index)``."""
-    from envs.real.profiler import apply_profile, calibrate_cluster
-
-    logical = calibrate_cluster(cluster, prof, graph=graph, device_map=device_map)
-    phys, to_phys = physical(logical, device_map)
-    return apply_profile(graph, prof), logical, phys, to_phys
-
-
-def physical(cluster, device_map):
-    """The cluster of distinct torch devices, and each logical device's index into it.
-
-    Logical devices mapped to one torch device share its queue in reality (on a
-    CPU-only machine every placement is a single-device run), so the calibrated
-    simulation runs on the physical devices.
-    """
-    import envs
-    from envs.real.placing import resolve_devices
-
-    torch_of = resolve_devices(cluster.device_names, device_map)
-    first: dict[str, int] = {}
-    for i, name in enumerate(cluster.device_names):
-        first.setdefault(str(torch_of[name]), i)
-    keep = sorted(first.values())
-    to_phys = np.array([keep.index(first[str(torch_of[name])]) for name in cluster.device_names], dtype=np.int32)
-    names = [cluster.device_names[i] for i in keep]
-    links = {(a, b): link for (a, b), link in cluster.links.items() if a in names and b in names}
-    phys = envs.Cluster(name=cluster.name, devices=[cluster.devices[i] for i in keep], links=links, description=cluster.description)
-    return phys, to_phys
 
 
 def measure_local(name: str, args: argparse.Namespace, cluster, graph, placements) -> list:
@@ -350,7 +253,7 @@ def run(args: argparse.Namespace) -> int:
     if args.device_map is None and "cuda" not in args.devices:
         args.device_map = "*=cpu"
     names = [m.strip() for m in args.models.split(",") if m.strip()]
-    known = set(SMALL) if args.size == "small" else set(SMALL) | set(_zoo_names())
+    known = set(SMALL) if args.size == "small" else set(SMALL) | set(zoo_names())
     unknown = [m for m in names if m not in known]
     if not names or unknown:
         raise PlacerError(f"--models: {', '.join(unknown) or 'none given'}: not one of {', '.join(sorted(known))}")
@@ -379,30 +282,6 @@ def run(args: argparse.Namespace) -> int:
     else:
         print(md)
     return 0
-
-
-class OneLineParser(argparse.ArgumentParser):
-    """An argument parser whose usage errors are one line (``<script>: <message>``, exit status 2), for the GPU scripts."""
-
-    def error(self, message: str) -> None:  # type: ignore[override]
-        print(f"{os.path.splitext(self.prog)[0]}: {message}", file=sys.stderr)
-        raise SystemExit(2)
-
-
-def model_names(text: str, size: str, option: str = "--models", *, empty_ok: bool = False) -> list[str]:
-    """The comma-separated model names of ``option``, each one :func:`build` knows at ``size``; else PlacerError (one line)."""
-    names = [m.strip() for m in text.split(",") if m.strip()]
-    known = set(SIZES[size]) if size in SIZES else set(_zoo_names())
-    unknown = [m for m in names if m not in known]
-    if unknown or (not names and not empty_ok):
-        raise PlacerError(f"{option}: {', '.join(unknown) or 'none given'}: not one of {', '.join(sorted(known))}")
-    return names
-
-
-def _zoo_names() -> list[str]:
-    from graphs import zoo
-
-    return list(zoo.names())
 
 
 if __name__ == "__main__":

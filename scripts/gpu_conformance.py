@@ -34,16 +34,10 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # the repository root, for bench/
 
 from bench import conformance, corpus  # noqa: E402
-from bench.common import machine_line  # noqa: E402
+from bench.common import OneLineParser, machine_line  # noqa: E402
 from graphs import PlacerError  # noqa: E402
 
 DEFAULT_MAP = "cpu:0=cpu,*=cuda:0"
-
-
-class OneLineParser(argparse.ArgumentParser):
-    def error(self, message: str) -> None:  # type: ignore[override]
-        print(f"gpu_conformance: {message}", file=sys.stderr)
-        raise SystemExit(2)
 
 
 def parse(argv: list[str] | None) -> argparse.Namespace:

@@ -42,7 +42,7 @@ from typing import Any
 import numpy as np
 
 import calibrate_sim as cs
-from validate_gpu import grad_errors
+from bench.fidelity.checks import grad_errors  # noqa: E402  (calibrate_sim put the repository root on sys.path)
 from graphs import PlacerError
 
 

@@ -1,21 +1,32 @@
 #!/usr/bin/env bash
 # The GPU validation as one call of the lent GPU machine (the device tool), from the repository root:
 #
-#     bash scripts/gpu_validate.sh [validate_gpu.py options...]
+#     DEADLINE=450 bash scripts/gpu_validate.sh [validate_gpu.py options...]
 #
-# Writes under $OUT (what comes back from that machine: at most 8 files): log.txt (the machine, the
-# software versions, validate_gpu.py's progress and report) and calibration/ (validate_gpu.py's
-# <model>.jsonl, <model>.profile.json and summary.json, written after each model, so a run stopped at
-# the deadline keeps every model it finished). DEADLINE (seconds, default 560) stops validate_gpu.py
-# before the call's 10-minute limit. Copy calibration/* into docs/calibration/ afterwards.
+# With no options: the held-out models (gpt2, nmt-4, llama, bert) and the tuned ones (rnnlm, nmt-2, resnet50) at
+# the medium size on cuda:0 and its host, 12+ placements each measured in interleaved rounds (scripts/validate_gpu.py).
+# Writes under $OUT (what comes back from that machine: at most 8 files) three files: log.txt (the machine, the
+# software versions, validate_gpu.py's progress and report), summary.json (every figure) and calibration.tar.gz
+# (calibration/: validate_gpu.py's <model>.jsonl and <model>.profile.json, order_trust.json, summary.json, written
+# after each model, so a run stopped at the deadline keeps every model it finished; the held-out models run first).
+# DEADLINE (seconds, default 450) interrupts validate_gpu.py (which then reports the models it finished; killed 20 s later
+# if it does not stop); the resumable state is under $WORK
+# (default /tmp/placer_validate). Afterwards, here: `tar xzf calibration.tar.gz -C docs/`. Without a GPU,
+# `bash scripts/gpu_validate.sh --tiny` runs the same pipeline on the CPU.
 set -o pipefail
 OUT=${OUT:-runs/gpu_out}
-mkdir -p "$OUT/calibration"
+WORK=${WORK:-/tmp/placer_validate}
+mkdir -p "$OUT" "$WORK/calibration"
 {
   date -u
-  nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.sm,clocks.max.sm --format=csv
+  nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.sm,clocks.max.sm --format=csv || echo "no nvidia-smi"
   nproc
-  python3 -c "import sys, torch, numpy, numba, networkx, scipy; print('python', sys.version.split()[0], 'torch', torch.__version__, 'numpy', numpy.__version__, 'numba', numba.__version__, 'networkx', networkx.__version__, 'scipy', scipy.__version__, 'cuda', torch.cuda.is_available())"
+  python3 -c "import sys, torch, numpy, numba, networkx, scipy, transformers; print('python', sys.version.split()[0], 'torch', torch.__version__, 'numpy', numpy.__version__, 'numba', numba.__version__, 'networkx', networkx.__version__, 'scipy', scipy.__version__, 'transformers', transformers.__version__, 'cuda', torch.cuda.is_available())"
 } 2>&1 | tee "$OUT/log.txt"
-PYTHONUNBUFFERED=1 PYTHONPATH=. timeout --signal=INT "${DEADLINE:-560}" \
-  python3 scripts/validate_gpu.py --out-dir "$OUT/calibration" "$@" 2>&1 | grep --line-buffered -v "FutureWarning\|return cls.__new__" | tee -a "$OUT/log.txt"
+PYTHONUNBUFFERED=1 PYTHONPATH=. timeout --signal=INT --kill-after=20 "${DEADLINE:-450}" \
+  python3 scripts/validate_gpu.py --out-dir "$WORK/calibration" --work-dir "$WORK/state" "$@" 2>&1 \
+  | grep --line-buffered -v "FutureWarning\|return cls.__new__" | tee -a "$OUT/log.txt"
+status=$?
+cp "$WORK/calibration/summary.json" "$OUT/summary.json" 2>/dev/null
+tar czf "$OUT/calibration.tar.gz" -C "$WORK" calibration
+exit $status

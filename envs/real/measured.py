@@ -6,7 +6,8 @@ devices (``num_gpus`` = the CUDA devices the device map uses); ``evaluate``
 spreads a batch over the actors, each of which builds the placed module
 (:func:`envs.real.placing.place_module`, the pass behind :func:`placer.apply`), runs
 ``warmup_steps`` then ``timed_steps`` training steps (forward, loss, backward,
-Adam step, CUDA synchronised) and reports the median step time.
+Adam step, CUDA synchronised) and reports the median step time and the peak
+memory per logical device (:mod:`envs.real.worker` says how it is measured).
 
 Failures are results, not crashes: out of memory (torch's or Python's
 ``MemoryError``) -> ``"oom"``; any other exception -> ``"error"`` with its
@@ -16,8 +17,18 @@ a fresh one (at most ``max_retries`` times). A worker that does not start, or do
 not build the model, within ``start_timeout_s`` (each) is a :class:`PlacerError`
 naming the stage (every worker builds the same model, so nothing else could be
 measured). Every result is appended to ``run_dir/measurements.jsonl`` (flushed
-and fsynced) as it arrives, keyed by graph hash and placement hash, so a resumed
-run measures nothing twice.
+and fsynced) as it arrives (:mod:`envs.real.measure_log`), so a resumed run
+measures nothing twice. A worker whose node leaves the Ray cluster is not
+replaced: its placement is measured again on another worker (not counted as a
+retry), and the run goes on with the workers left.
+
+The user's code travels with the job: a ``module:callable`` SOURCE's module (its
+file, or its whole package) is shipped through Ray's runtime environment
+(:mod:`envs.real.shipping`) and the workers import that copy, so no node needs
+the driver's files (Ray initialised by the caller: its job; nothing is shipped).
+Joining a cluster (``ray_address``) with token authentication: the driver sends
+this machine's token when it has one (:mod:`envs.real.ray_access`); a cluster that
+refuses it is one line, at once, not after Ray's 20 s of retries.
 
 The local Ray this env starts (no ``ray_address`` and Ray not yet initialised)
 listens on the loopback interface only, uses Ray's token authentication
@@ -28,12 +39,6 @@ private temporary directory removed by :meth:`MeasuredEnv.close`), and prints
 Ray's own messages ("A worker died ...") on stderr, so stdout carries only the
 caller's output.
 
-Peak memory per logical device: ``torch.cuda.max_memory_allocated`` for CUDA
-devices; for the CPU, how far the process's peak resident set (``VmHWM``, reset
-through ``/proc/self/clear_refs`` on Linux) rose above its resident set at the
-start of the measurement (0 where ``/proc`` is unavailable). Logical devices
-mapped to the same torch device report that device's peak.
-
 This is the only module that imports ``ray``; ``import envs`` loads it only on first use of
 ``envs.MeasuredEnv``. The actors' side is :mod:`envs.real.worker`.
 """
@@ -41,53 +46,80 @@ This is the only module that imports ``ray``; ``import envs`` loads it only on f
 from __future__ import annotations
 
 import atexit
-import json
 import os
 import shutil
 import sys
-import tempfile
 import time
 from collections import deque
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-import numpy as np
 import ray
 import ray._private.worker as ray_worker
 from ray._private import ray_constants
-from ray.exceptions import RayActorError, RayTaskError
+from ray.exceptions import RayActorError, RayTaskError, RuntimeEnvSetupError
 
+from envs.real.measure_log import (  # noqa: F401
+    LOG_NAME, RecordedMeasurements, append_log_line, append_record, placement_key, read_log,
+)
 from envs.real.placing import resolve_devices
+from envs.real.ray_access import native_stderr_silenced, ray_temp_dir, refused_message, sends_token
+from envs.real.shipping import SHIP_LIMIT_BYTES, Shipment, ship_plan
 from envs.real.timing import check_timeout
 from envs.real.worker import Builder, Worker, build_model, one_line, placement_hash  # noqa: F401  (the actors' side)
 from envs.result import Result
 from graphs import OpGraph, PlacerError
-from graphs.plan import as_indices, check_order
 from graphs.torch_capture import export_program, graph_from_program
 
-LOG_NAME = "measurements.jsonl"
-
-
-
-
-
-
-
-
+try:  # token authentication: Ray >= 2.52
+    from ray._raylet import AuthenticationTokenLoader, Config, GcsClient
+    from ray.exceptions import AuthenticationError
+except ImportError:  # pragma: no cover - an older Ray has no tokens to check
+    AuthenticationTokenLoader = Config = GcsClient = None
+    AuthenticationError = ()
 
 
 # ---------------------------------------------------------------------- env
-#: Longest path of an AF_UNIX socket (``sun_path`` holds 108 bytes with the NUL).
-_UNIX_PATH_MAX = 107
-#: What Ray appends to its temp dir for its longest socket path (a 7-digit pid).
-_RAY_SOCKET_SUFFIX = len("/session_2000-01-01_00-00-00_000000_1234567/sockets/plasma_store")
 #: Ray keeps a node's IP 127.0.0.1 (so its servers listen on loopback only) only
 #: while "Ray clusters" are off; it reads this variable into
 #: ``ray._private.ray_constants.ENABLE_RAY_CLUSTER`` when imported.
 _RAY_CLUSTER_ENV = "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"
 
 
-class MeasuredEnv:
+def node_id() -> str:
+    """The id of the Ray node this process runs on (a worker calls it, :class:`envs.real.worker.Worker`)."""
+    return ray.get_runtime_context().get_node_id()
+
+
+def join_cluster(address: str, runtime_env: dict | None = None) -> None:
+    """``ray.init(address)``, sending this machine's token when it has one (:func:`envs.real.ray_access.sends_token`);
+    a cluster that refuses it, or does not answer, is a :class:`PlacerError` naming the address and what to do."""
+    has_token = AuthenticationTokenLoader is not None and AuthenticationTokenLoader.instance().has_token(ignore_auth_mode=True)
+    if sends_token(os.environ, has_token):
+        os.environ["RAY_AUTH_MODE"] = "token"  # as Ray's own ray.init() does for a local cluster
+        Config.initialize("")
+    _check_token(address)
+    try:
+        ray.init(address=address, include_dashboard=False, log_to_driver=False, configure_logging=False, runtime_env=runtime_env)
+    except ConnectionError as e:
+        raise PlacerError(f"--ray-address {address}: {one_line(e)} (is the head node running, and is its port open?)") from None
+
+
+def _check_token(address: str) -> None:
+    """One call to the cluster's GCS: a refused token raises at once (``ray.init`` retries for 20 s)."""
+    if GcsClient is None:
+        return
+    try:
+        with native_stderr_silenced():  # Ray's C++ client logs each refused call there
+            GcsClient(address=address).internal_kv_get(b"placer", None, timeout=30)
+    except AuthenticationError:
+        raise PlacerError(f"--ray-address {address}: {refused_message()}") from None
+    except Exception as e:  # noqa: BLE001  (not answering: ray.init says so, after its own retries)
+        if "Timed out" in str(e):
+            raise PlacerError(f"--ray-address {address}: no Ray cluster answers there ({one_line(e)})") from None
+
+
+class MeasuredEnv(RecordedMeasurements):
     """Scores placements by real training steps on Ray actors.
 
     Args:
@@ -110,6 +142,7 @@ class MeasuredEnv:
         graph: the graph placements refer to (default: captured from ``source``).
         cpus_per_worker: Ray CPUs (and torch threads) per actor (default: a whole
             node's CPUs shared by the actors on it, so CPU ops run as in a real job).
+        ship_limit_bytes: the most a shipped ``module:callable`` module may hold.
 
     The actors run :attr:`worker_cls` (:class:`Worker`; a subclass may override
     its ``_steps``, e.g. to inject faults in tests).
@@ -134,6 +167,7 @@ class MeasuredEnv:
         graph: OpGraph | None = None,
         cpus_per_worker: int | None = None,
         lr: float = 1e-3,
+        ship_limit_bytes: int = SHIP_LIMIT_BYTES,
     ) -> None:
         if timed_steps < 1 or warmup_steps < 0:
             raise PlacerError(f"measured env: need timed_steps >= 1 and warmup_steps >= 0, got {timed_steps}, {warmup_steps}")
@@ -142,6 +176,8 @@ class MeasuredEnv:
         self.warmup_steps, self.timed_steps, self.measure_timeout_s = warmup_steps, timed_steps, check_timeout(measure_timeout_s)
         self.start_timeout_s = check_timeout(start_timeout_s, "start_timeout_s")
         self.max_retries, self.cpus_per_worker, self.lr = max_retries, cpus_per_worker, lr
+        self.ship_limit_bytes = ship_limit_bytes
+        self.shipment: Shipment | None = None  # what _ensure_ray shipped with the job
         if graph is None:
             model, inputs = build_model(source, search_dir=self.source_dir)
             graph = graph_from_program(export_program(model, inputs), name=source if isinstance(source, str) else "")
@@ -149,7 +185,9 @@ class MeasuredEnv:
         cuda = [d for d in resolve_devices(cluster.device_names, device_map).values() if d.type == "cuda"]
         self.gpus_per_worker = max((d.index or 0) + 1 for d in cuda) if cuda else 0
         self._ray_address, self._workers_wanted = ray_address, workers
-        self._actors: list[Any] = []
+        self._actors: list[Any] = []  # by slot; None: retired (its node left the cluster)
+        # the Ray node id of each slot's actor once it has started (of the one it replaces, until then)
+        self._nodes: list[str | None] = []
         # ready()/prepare() ref -> (actor slot, stage "start" or "build", deadline), until the actor is idle
         self._starting: dict[Any, tuple[int, str, float]] = {}
         self._spawn_failures = 0
@@ -166,13 +204,19 @@ class MeasuredEnv:
 
     # ------------------------------------------------------------- actors
     def _ensure_ray(self) -> Any:
+        """Start or join Ray (shipping the user's module with the job), unless Ray is already initialised."""
         if not ray.is_initialized():
+            self.shipment = ship_plan(self.source, self.source_dir, self.ship_limit_bytes)
+            runtime_env = self.shipment.runtime_env() if self.shipment else None
             self._route_ray_messages_to_stderr()
             try:
                 if self._ray_address is None:
-                    self._start_local_ray()
+                    self._start_local_ray(runtime_env)
                 else:
-                    ray.init(address=self._ray_address, include_dashboard=False, log_to_driver=False, configure_logging=False)
+                    join_cluster(self._ray_address, runtime_env)
+            except RuntimeEnvSetupError as e:
+                self._restore_ray_messages()
+                raise PlacerError(f"{self.source}: Ray could not ship {self.shipment.describe()} ({one_line(e)})") from None
             except BaseException:
                 self._restore_ray_messages()
                 raise
@@ -181,19 +225,13 @@ class MeasuredEnv:
         return ray
 
     def _ray_temp_dir(self) -> str:
-        """``run_dir/ray`` if Ray's socket paths under it fit AF_UNIX's limit, else a private temp dir."""
-        if self.run_dir is not None:
-            path = os.path.join(os.path.abspath(self.run_dir), "ray")
-            if len(os.fsencode(path)) + _RAY_SOCKET_SUFFIX <= _UNIX_PATH_MAX:
-                os.makedirs(path, exist_ok=True)
-                return path
-        base = tempfile.gettempdir()
-        if len(os.fsencode(base)) + len("/placer-ray-XXXXXXXX") + _RAY_SOCKET_SUFFIX > _UNIX_PATH_MAX:
-            base = "/tmp"
-        self._ray_tmp = tempfile.mkdtemp(prefix="placer-ray-", dir=base)  # mode 0700
-        return self._ray_tmp
+        """The local Ray's session directory (:func:`envs.real.ray_access.ray_temp_dir`); a private one is removed by close()."""
+        path, private = ray_temp_dir(self.run_dir)
+        if private:
+            self._ray_tmp = path
+        return path
 
-    def _start_local_ray(self) -> None:
+    def _start_local_ray(self, runtime_env: dict | None = None) -> None:
         """Start a local Ray listening on loopback only, with its session files in :meth:`_ray_temp_dir`.
 
         Token authentication: a new local Ray (>= 2.59) enables it unless
@@ -204,7 +242,7 @@ class MeasuredEnv:
         os.environ[_RAY_CLUSTER_ENV] = "0"  # for Ray's own processes
         ray_constants.ENABLE_RAY_CLUSTER = False  # for this one (read at import)
         try:
-            ray.init(include_dashboard=False, log_to_driver=False, configure_logging=False,
+            ray.init(include_dashboard=False, log_to_driver=False, configure_logging=False, runtime_env=runtime_env,
                      _temp_dir=self._ray_temp_dir(), _node_ip_address="127.0.0.1")
         except BaseException:
             self._remove_ray_tmp()
@@ -253,12 +291,16 @@ class MeasuredEnv:
         """Start an actor (in slot ``i``, replacing a dead or hung one); it becomes idle once built."""
         ray = self._ensure_ray()
         cls = ray.remote(num_cpus=self.cpus_per_worker, num_gpus=self.gpus_per_worker, max_restarts=0)(self.worker_cls)
-        actor = cls.options(scheduling_strategy="SPREAD").remote(self.source, self.device_map, self.cpus_per_worker, self.lr, self.source_dir)
+        shipped = self.shipment.module if self.shipment else None
+        actor = cls.options(scheduling_strategy="SPREAD").remote(self.source, self.device_map, self.cpus_per_worker, self.lr,
+                                                                 self.source_dir, shipped, node_id)
         if i is None:
             i = len(self._actors)
             self._actors.append(actor)
+            self._nodes.append(None)
         else:
-            ray.kill(self._actors[i], no_restart=True)
+            if self._actors[i] is not None:
+                ray.kill(self._actors[i], no_restart=True)
             self._actors[i] = actor
         self._starting[actor.ready.remote()] = (i, "start", time.monotonic() + self.start_timeout_s)
 
@@ -288,12 +330,22 @@ class MeasuredEnv:
         return max(0.0, min(deadlines) - time.monotonic()) if deadlines else None
 
     def _check_start_deadlines(self) -> None:
-        """Raise :class:`PlacerError` (killing the actor) if an actor is late to start or to build the model."""
+        """Raise :class:`PlacerError` (killing the actor) if an actor is late to start or to build the model.
+
+        An actor late to start while other workers are ready (no room for it) is retired instead, and so
+        is, at once, one that replaces an actor whose node has left: the run goes on with the others.
+        """
         now = time.monotonic()
         for ref, (i, stage, deadline) in list(self._starting.items()):
+            if stage == "start" and self._ready_slots() and self._node_lost(i):  # a replacement for a lost node's
+                self._retire(i, "a worker's node left the Ray cluster")
+                continue
             if deadline > now:
                 continue
             del self._starting[ref]
+            if stage == "start" and self._ready_slots() - {i}:
+                self._retire(i, f"a worker could not start within {self.start_timeout_s:g}s (no room on the Ray cluster?)")
+                continue
             ray.kill(self._actors[i], no_restart=True)
             if stage == "start":
                 gpus = f" and {self.gpus_per_worker} GPUs" if self.gpus_per_worker else ""
@@ -304,32 +356,66 @@ class MeasuredEnv:
             raise PlacerError(f"measured env: could not {what} within {self.start_timeout_s:g}s")
 
     def _started(self, ref: Any) -> int:
-        """The slot whose actor is now idle (built), or -1 (still building, or re-spawned after dying)."""
+        """The slot whose actor is now idle (built), or -1 (still building, re-spawned after dying, or retired)."""
         i, stage, _ = self._starting.pop(ref)
         try:
             value = ray.get(ref)
         except RayActorError as e:
+            if self._node_lost(i):
+                self._retire(i, "a worker's node left the Ray cluster")
+                return -1
             self._spawn_failures += 1
             if self._spawn_failures > 3 * max(1, len(self._actors)):
                 raise PlacerError(f"measured env: workers keep dying while starting or building the model ({one_line(e)})") from None
             self._spawn(i)
             return -1
         except RayTaskError as e:
-            raise PlacerError(f"measured env: a worker could not build the model ({one_line(e.cause or e)})") from None
+            why = f"{one_line(e.cause or e)}{self._ship_hint()}"
+            raise PlacerError(f"measured env: a worker could not build the model ({why})") from None
         if stage == "start":
+            self._nodes[i] = value
             self._starting[self._actors[i].prepare.remote()] = (i, "build", time.monotonic() + self.start_timeout_s)
             return -1
         if value != self.graph.content_hash:
             raise PlacerError(f"measured env: a worker captured graph {value}, not {self.graph.content_hash} (different torch version?)")
         return i
 
+    def _ship_hint(self) -> str:
+        """What a failed build in a worker should say about the shipped module (a sibling module left behind)."""
+        if self.shipment is None:
+            return ""
+        return (f"; placer shipped the {self.shipment.describe()}: a module of yours that it imports must be inside "
+                f"that package or installed on every node")
+
+    def _ready_slots(self) -> set[int]:
+        """Slots whose actor is built (idle or measuring)."""
+        starting = {i for i, _, _ in self._starting.values()}
+        return {i for i, a in enumerate(self._actors) if a is not None and i not in starting}
+
+    def _node_lost(self, i: int) -> bool:
+        """True when slot ``i``'s actor ran on a node that is no longer alive in the Ray cluster."""
+        node = self._nodes[i]
+        return node is not None and node not in {n["NodeID"] for n in ray.nodes() if n.get("Alive")}
+
+    def _retire(self, i: int, why: str) -> None:
+        """Stop using slot ``i`` (its actor is killed, not replaced); the run goes on with the other workers."""
+        if self._actors[i] is not None:
+            ray.kill(self._actors[i], no_restart=True)
+        self._actors[i] = None
+        for ref, (j, _, _) in list(self._starting.items()):
+            if j == i:
+                del self._starting[ref]
+        live = sum(a is not None for a in self._actors)
+        print(f"placer: note: measured env: {why}; measuring with {live} worker(s)", file=sys.stderr)
+
     def close(self) -> None:
         """Kill the actors (and the local Ray this env started, removing its private temp dir)."""
         atexit.unregister(self.close)
         if ray.is_initialized():
             for a in self._actors:
-                ray.kill(a, no_restart=True)
-        self._actors, self._starting = [], {}
+                if a is not None:
+                    ray.kill(a, no_restart=True)
+        self._actors, self._nodes, self._starting = [], [], {}
         if self._started_ray:
             ray.shutdown()
             self._started_ray = False
@@ -345,17 +431,10 @@ class MeasuredEnv:
     # ----------------------------------------------------------- scoring
     def keys(self, placements: Sequence[Any]) -> list[tuple[str, dict[str, str]]]:
         """(placement hash, op name -> device) of each placement, checked against the graph."""
-        names = self.cluster.device_names
         out = []
         for k, p in enumerate(placements):
-            idx = as_indices(p, self.graph, names, source=f"placement {k}")
-            devs = [names[i] for i in idx.tolist()]
-            order = getattr(p, "order", None)
-            if order is not None:
-                order = [self.graph.names[i] for i in check_order(order, self.graph, source=f"placement {k}: order").tolist()]
-            key = placement_hash(devs, order)
-            self._orders[key] = order
-            out.append((key, dict(zip(self.graph.names, devs))))
+            key, assignment, self._orders[key] = placement_key(p, self.graph, self.cluster.device_names, f"placement {k}")
+            out.append((key, assignment))
         return out
 
     def evaluate(self, placements: Sequence[Any]) -> list[Result]:
@@ -366,8 +445,7 @@ class MeasuredEnv:
         attempts: dict[str, int] = {}
         if pending:
             self._ensure_actors(len(pending))
-        building = {i for i, _, _ in self._starting.values()}
-        idle = deque(i for i in range(len(self._actors)) if i not in building)
+        idle = deque(sorted(self._ready_slots()))
         running: dict[Any, tuple[int, str, float]] = {}  # measure() ref -> (slot, key, deadline)
         while pending or running:
             while pending and idle:
@@ -375,6 +453,8 @@ class MeasuredEnv:
                 ref = self._actors[i].measure.remote(todo[key], self.graph.content_hash, self.warmup_steps, self.timed_steps,
                                                        self._orders.get(key))
                 running[ref] = (i, key, time.monotonic() + self.measure_timeout_s)
+            if pending and not running and not self._starting:  # every worker is gone: start one where there is room
+                self._spawn()
             ready, _ = ray.wait(list(running) + list(self._starting), num_returns=1, timeout=self._seconds_left(running))
             for ref in ready:
                 if ref in self._starting:
@@ -386,69 +466,35 @@ class MeasuredEnv:
                 try:
                     self._record(key, Result.from_dict(ray.get(ref)))
                     idle.append(i)
-                except RayActorError as e:  # the actor died: replace it, retry the placement (bounded)
-                    attempts[key] = attempts.get(key, 0) + 1
-                    self._spawn(i)
-                    if attempts[key] > self.max_retries:
-                        self._record(key, Result(float("inf"), "error", f"worker died {attempts[key]} times: {one_line(e)}", source="measured"))
-                    else:
-                        pending.appendleft(key)
+                except RayActorError as e:
+                    self._measurement_lost(i, key, e, pending, attempts)
             self._check_start_deadlines()
-            now = time.monotonic()
-            for ref, (i, key, deadline) in list(running.items()):
-                if deadline <= now:
-                    del running[ref]
-                    self._spawn(i)  # kills the hung actor
-                    self._record(key, Result(float("inf"), "timeout", f"measurement ran past {self.measure_timeout_s:g}s; worker replaced", source="measured"))
+            self._check_measure_deadlines(running)
         return [self._cache[h] for h, _ in keyed]
 
-    def _record(self, key: str, result: Result) -> None:
-        self._cache[key] = result
-        if self.log_path:
-            line = json.dumps({"graph_hash": self.graph.content_hash, "placement_hash": key, "time_unix": time.time(), "result": result.to_dict()})
-            append_log_line(self.log_path, line)
+    def _measurement_lost(self, i: int, key: str, e: RayActorError, pending: deque, attempts: dict[str, int]) -> None:
+        """Slot ``i``'s actor died measuring ``key``: measure it again on a fresh actor, at most ``max_retries``
+        times, or, when the actor's node left the cluster, on the workers left (not counted as a retry)."""
+        if self._node_lost(i):
+            self._retire(i, "a worker's node left the Ray cluster")
+            pending.appendleft(key)
+            return
+        attempts[key] = attempts.get(key, 0) + 1
+        self._spawn(i)
+        if attempts[key] > self.max_retries:
+            self._record(key, Result(float("inf"), "error", f"worker died {attempts[key]} times: {one_line(e)}", source="measured"))
+        else:
+            pending.appendleft(key)
 
-    def step_times(self, op_devices: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """Batched ``[K, num_ops]`` device indices -> (step_time_s[K], oom[K]), like ``SimEnv.step_times``."""
-        results = self.evaluate(list(np.asarray(op_devices)))
-        return np.array([r.step_time_s for r in results]), np.array([r.status == "oom" for r in results])
-
-
-def append_log_line(path: str, line: str) -> None:
-    """Append one record to the log (flushed and fsynced), first ending a torn last line of a killed run,
-    so that the new record never joins it."""
-    with open(path, "ab+") as f:  # writes go to the end whatever the read position
-        if f.seek(0, os.SEEK_END) > 0:
-            f.seek(-1, os.SEEK_END)
-            if f.read(1) != b"\n":
-                f.write(b"\n")
-        f.write(line.encode() + b"\n")
-        f.flush()
-        os.fsync(f.fileno())
-
-
-def read_log(path: str, graph_hash: str) -> dict[str, Result]:
-    """Placement hash -> Result of every logged measurement of ``graph_hash``.
-
-    Unreadable lines (a torn line of a killed run) are skipped and counted in one warning on stderr.
-    """
-    out: dict[str, Result] = {}
-    if not os.path.exists(path):
-        return out
-    skipped = 0
-    with open(path, encoding="utf-8", errors="replace") as f:
-        for line in f:
-            if not line.strip():
-                continue
-            try:
-                rec = json.loads(line)
-                if rec.get("graph_hash") == graph_hash:
-                    out[rec["placement_hash"]] = Result.from_dict(rec["result"])
-            except (ValueError, KeyError, TypeError, AttributeError):
-                skipped += 1  # the run was killed mid-write, or the line is not a record
-    if skipped:
-        print(f"placer: warning: {path}: skipped {skipped} unreadable line(s)", file=sys.stderr)
-    return out
+    def _check_measure_deadlines(self, running: dict[Any, tuple[int, str, float]]) -> None:
+        """A measurement past ``measure_timeout_s`` is a ``"timeout"`` result; its hung actor is replaced."""
+        now = time.monotonic()
+        for ref, (i, key, deadline) in list(running.items()):
+            if deadline <= now:
+                del running[ref]
+                self._spawn(i)  # kills the hung actor
+                self._record(key, Result(float("inf"), "timeout", f"measurement ran past {self.measure_timeout_s:g}s; worker replaced", source="measured"))
 
 
-__all__ = ["MeasuredEnv", "Worker", "append_log_line", "build_model", "placement_hash", "read_log", "LOG_NAME"]
+__all__ = ["MeasuredEnv", "Worker", "append_log_line", "build_model", "join_cluster", "node_id", "placement_hash",
+           "read_log", "LOG_NAME"]

@@ -6,6 +6,16 @@ model once, then for each placement builds the placed module
 (:func:`envs.real.placing.place_module`), runs warm-up and timed training steps
 (:func:`envs.real.timing.measure_steps`) and returns a :class:`envs.Result` as a
 dict; a failure of the model on a placement is a result, never an exception.
+
+Peak memory per logical device: ``torch.cuda.max_memory_allocated`` for CUDA
+devices; for the CPU, how far the process's peak resident set (``VmHWM``, reset
+through ``/proc/self/clear_refs`` on Linux) rose above its resident set at the
+start of the measurement (0 where ``/proc`` is unavailable). Logical devices
+mapped to the same torch device report that device's peak.
+
+A ``module:callable`` SOURCE that the driver shipped (:mod:`envs.real.shipping`)
+is imported from the shipped copy; otherwise with the driver's working
+directory first on ``sys.path``.
 """
 
 from __future__ import annotations
@@ -20,7 +30,8 @@ from typing import Any
 import torch
 
 from envs.real.placing import place_module, resolve_devices
-from envs.real.timing import failure_status, measure_steps
+from envs.real.shipping import shipped_root
+from envs.real.timing import Protocol, failure_status, measure_steps
 from envs.result import Result
 from graphs import PlacerError, zoo
 from graphs.sources import load_callable, model_and_inputs
@@ -59,21 +70,25 @@ class Worker:
     """One Ray actor: builds the exported program once, measures placements on it."""
 
     def __init__(self, source: str | Builder, device_map: Mapping[str, str] | str | None, threads: int, lr: float = 1e-3,
-                 source_dir: str | None = None) -> None:
+                 source_dir: str | None = None, shipped: str | None = None, where: Callable[[], str] | None = None) -> None:
+        """``source_dir``: the driver's working directory; ``shipped``: the top-level module the driver shipped
+        (imported from that copy instead); ``where``: returns the id of the node this actor runs on."""
         torch.set_num_threads(max(1, threads))
         self.source, self.device_map, self.lr = source, device_map, lr
-        self.source_dir = source_dir  # the driver's working directory: the same sys.path rule
+        self.source_dir, self.shipped = source_dir, shipped
         self.ep = None
         self.name = f"{socket.gethostname()}:{os.getpid()}"
+        self.node = where() if where is not None else socket.gethostname()
 
     def ready(self) -> str:
-        """Answers once the actor process runs (the end of the "start" stage)."""
-        return self.name
+        """Answers once the actor process runs (the end of the "start" stage): the id of its node."""
+        return self.node
 
     def prepare(self) -> str:
         """Build and export the model (once); returns its graph hash."""
         if self.ep is None:
-            model, inputs = build_model(self.source, search_dir=self.source_dir)
+            search_dir = (shipped_root(self.shipped) or self.source_dir) if self.shipped else self.source_dir
+            model, inputs = build_model(self.source, search_dir=search_dir)
             self.ep = export_program(model, inputs)
             self.inputs = inputs
             self.graph_hash = graph_from_program(self.ep).content_hash
@@ -90,12 +105,13 @@ class Worker:
 
     def _steps(self, module: Any, optimizer: Any, devices: Mapping[str, Any], warmup_steps: int, timed_steps: int) -> dict[str, Any]:
         """The training steps of one placement (:func:`envs.real.timing.measure_steps`)."""
-        return measure_steps(module, self.inputs, optimizer, devices, warmup_steps=warmup_steps, timed_steps=timed_steps)
+        return measure_steps(module, self.inputs, optimizer, devices, warmup_steps=warmup_steps, timed_steps=timed_steps,
+                             protocol=Protocol())  # the garbage collector kept out of the timed steps
 
     def measure(self, assignment: dict[str, str], graph_hash: str, warmup_steps: int, timed_steps: int,
                 order: list[str] | None = None) -> dict[str, Any]:
         """Measure one placement; returns ``Result.to_dict()`` (never raises for a bad placement)."""
-        extra: dict[str, Any] = {"worker": self.name}
+        extra: dict[str, Any] = {"worker": self.name, "node": self.node}
         try:
             if self.prepare() != graph_hash:
                 return Result(float("inf"), "error", f"worker built graph {self.graph_hash}, expected {graph_hash}", source="measured", extra=extra).to_dict()

@@ -4,8 +4,9 @@ Both executor models, with the same tasks, task ids and tie-breaks as
 :func:`envs.sim.schedule.schedule_reference`, but with no task graph built.
 ``dataflow`` (:func:`_schedule`) walks the op graph's CSR arrays and keeps one
 4-ary heap ordered by ``(ready time, task id)`` plus the best newly ready task
-outside it. ``eager`` (:func:`_eager`) needs no heap: one pass over the issue
-order for the forward, one over its reverse for the backward, ``O(n + edges)``.
+outside it. ``eager`` (:func:`envs.sim.kernel_eager._eager`) is one pass over the
+issue order for the forward and, per ``backward()`` call, autograd's threads in
+time order with two heaps per thread (:mod:`envs.sim.kernel_eager`).
 Task ids (``n`` ops, ``D`` devices): ``fwd i = i``,
 ``bwd i = 2n-1-i``, ``act (u, d) = 2n + u*D + d``, ``grad (u, d) = 2n + nD + u*D + d``.
 Resources: device ``d`` is ``d``; link ``a -> b`` is ``D + a*D + b``.
@@ -27,90 +28,11 @@ from envs.cluster import Cluster
 from envs.sim.schedule import ACT, GRAD, Schedule
 from graphs.ir import OpGraph
 
-try:
-    from numba import njit
-
-    HAVE_NUMBA = True
-except ImportError:  # pragma: no cover - exercised only without numba
-    HAVE_NUMBA = False
-
-    def njit(*args, **kwargs):
-        if args and callable(args[0]):
-            return args[0]
-        return lambda fn: fn
-
+from envs.sim.compiled import HAVE_NUMBA, _offer, _pop, _push, njit  # noqa: F401  (HAVE_NUMBA: re-exported)
+from envs.sim.kernel_eager import _eager
 
 # The optimizer step's time: envs.cost's one formula, compiled.
 _update_time_s = njit(cache=True)(cost.update_time_s)
-
-
-# The heap is a 4-ary min-heap of (ready time, task id) stored interleaved in one
-# float64 array ``h`` (h[2j] = key, h[2j+1] = id; ids < 2**53 are exact), so a
-# sift touches one cache line per level and has half the levels of a binary heap.
-@njit(cache=True)
-def _push(h, size, key, tid):
-    j = size
-    fid = float(tid)
-    while j > 0:
-        parent = (j - 1) >> 2
-        pk = h[2 * parent]
-        pi = h[2 * parent + 1]
-        if key < pk or (key == pk and fid < pi):
-            h[2 * j] = pk
-            h[2 * j + 1] = pi
-            j = parent
-        else:
-            break
-    h[2 * j] = key
-    h[2 * j + 1] = fid
-    return size + 1
-
-
-@njit(cache=True)
-def _pop(h, size):
-    """Remove the root; returns the new size (read the root ``h[0], h[1]`` before)."""
-    size -= 1
-    key = h[2 * size]
-    fid = h[2 * size + 1]
-    j = 0
-    while True:
-        c = 4 * j + 1
-        if c >= size:
-            break
-        best = c
-        bk = h[2 * c]
-        bi = h[2 * c + 1]
-        last = c + 4 if c + 4 <= size else size
-        for x in range(c + 1, last):
-            xk = h[2 * x]
-            if xk < bk or (xk == bk and h[2 * x + 1] < bi):
-                best = x
-                bk = xk
-                bi = h[2 * x + 1]
-        if bk < key or (bk == key and bi < fid):
-            h[2 * j] = bk
-            h[2 * j + 1] = bi
-            j = best
-        else:
-            break
-    if size > 0:
-        h[2 * j] = key
-        h[2 * j + 1] = fid
-    return size
-
-
-@njit(cache=True)
-def _offer(h, size, ck, ct, key, tid):
-    """Make task ``tid`` ready: it becomes the held candidate if it beats the current one.
-
-    The candidate ``(ck, ct)`` (``ct < 0``: none) is kept outside the heap, so a
-    task that is also the next one to run skips a push and a pop (chains).
-    """
-    if ct < 0:
-        return size, key, tid
-    if key < ck or (key == ck and tid < ct):
-        return _push(h, size, ck, ct), key, tid
-    return _push(h, size, key, tid), ck, ct
 
 
 @njit(cache=True)
@@ -243,215 +165,6 @@ def _schedule(p, n, D, out_ptr, out_dst, out_eb, in_ptr, in_src, fwd_t, bwd_t, l
 
 
 @njit(cache=True)
-def _count(p, n, D, out_ptr, out_dst, out_eb, tcount, tbytes, gpend):
-    """Fill ``tcount``/``tbytes`` (see :func:`_schedule`) and zero ``gpend`` of every used slot."""
-    for u in range(n):
-        pu = p[u]
-        for k in range(out_ptr[u], out_ptr[u + 1]):
-            d = p[out_dst[k]]
-            if d != pu:
-                slot = u * D + d
-                if tcount[slot] == 0:
-                    gpend[slot] = 0
-                tcount[slot] += 1
-                if out_eb[k] > tbytes[slot]:
-                    tbytes[slot] = out_eb[k]
-
-
-@njit(cache=True)
-def _eager_fwd(p, order, lo, hi, n, D, in_ptr, in_src, fwd_t, lat, bw, host, issue_f,
-               tbytes, gpend, gready, free, start, end, h, t_end):
-    """Issue the forwards of ``order[lo:hi]`` from host time ``h``; returns ``(h, t_end)``.
-
-    ``issue_f[i, d]``: the host seconds issuing op ``i`` on (non-host) device ``d`` costs.
-    """
-    for x in range(lo, hi):
-        i = order[x]
-        b = p[i]
-        for k in range(in_ptr[i], in_ptr[i + 1]):
-            u = in_src[k]
-            a = p[u]
-            if a == b:
-                continue
-            slot = u * D + b
-            if gpend[slot] != 0:
-                continue
-            gpend[slot] = 1
-            gready[slot] = 0.0
-            lk = D + a * D + b
-            s = free[lk]
-            if h > s:
-                s = h
-            if host[a] and host[b]:
-                e = s + (lat[a, b] + tbytes[slot] / bw[a, b])
-                h = e
-            elif host[a]:
-                if free[b] > s:
-                    s = free[b]
-                e = s + (lat[a, b] + tbytes[slot] / bw[a, b])
-                free[b] = e
-            elif host[b]:
-                if free[a] > s:
-                    s = free[a]
-                e = s + (lat[a, b] + tbytes[slot] / bw[a, b])
-                free[a] = e
-                h = e
-            else:
-                if free[a] > s:
-                    s = free[a]
-                if free[b] > s:
-                    s = free[b]
-                e = s + (lat[a, b] + tbytes[slot] / bw[a, b])
-                free[a] = e
-                free[b] = e
-            free[lk] = e
-            start[2 * n + slot] = s
-            end[2 * n + slot] = e
-            if e > t_end:
-                t_end = e
-        t = fwd_t[i, b]
-        if host[b]:
-            s = h if h > free[b] else free[b]
-            e = s + t
-            h = e
-            free[b] = e
-        else:
-            h += issue_f[i, b]
-            s = h if h > free[b] else free[b]
-            e = s + t
-            free[b] = e
-        start[i] = s
-        end[i] = e
-        if e > t_end:
-            t_end = e
-    return h, t_end
-
-
-@njit(cache=True)
-def _eager_bwd(p, order, lo, hi, n, D, out_ptr, out_dst, bwd_t, lat, bw, host, issue_b, grad,
-               tbytes, gpend, gready, free, start, end, h, t_end):
-    """One ``backward()`` call over ``order[lo:hi]`` (reversed) made at host time ``h``; returns ``(h, t_end)``.
-
-    Each non-host device's autograd worker issues its tasks one after another,
-    ``issue_b[j, d]`` seconds each, from ``h``: a task's kernel starts no earlier
-    than its issue ends.
-
-    The call returns when the calling thread has run its last host task (``h``
-    unchanged when there is none). An op without a backward (``grad`` False)
-    runs nothing and is sent no gradient: its "backward" is the instant its last
-    consumer's ended (when its output may be freed), on no queue.
-    """
-    nD = n * D
-    h_f = h
-    hq = h_f
-    wk = np.full(D, h_f)  # each device worker's issue clock
-    for x in range(hi - 1, lo - 1, -1):
-        j = order[x]
-        d = p[j]
-        for k in range(out_ptr[j], out_ptr[j + 1]):
-            v = out_dst[k]
-            if p[v] != d:
-                slot = j * D + p[v]
-                if end[2 * n - 1 - v] > gready[slot]:
-                    gready[slot] = end[2 * n - 1 - v]
-        if not grad[j]:
-            s = h_f
-            for k in range(out_ptr[j], out_ptr[j + 1]):
-                ev = end[2 * n - 1 - out_dst[k]]
-                if ev > s:
-                    s = ev
-                ed = p[out_dst[k]]
-                if ed != d:
-                    slot = j * D + ed
-                    if gpend[slot] == 1:  # nothing is sent back: the copy's storage is free once its readers are done
-                        gpend[slot] = 0
-                        start[2 * n + nD + slot] = gready[slot]
-                        end[2 * n + nD + slot] = gready[slot]
-            start[2 * n - 1 - j] = s
-            end[2 * n - 1 - j] = s
-            if s > t_end:
-                t_end = s
-            continue
-        s = hq if host[d] else free[d]
-        if h_f > s:
-            s = h_f
-        g_end = 0.0
-        for k in range(out_ptr[j], out_ptr[j + 1]):
-            ed = p[out_dst[k]]
-            if ed != d:
-                slot = j * D + ed
-                if gpend[slot] == 1:
-                    gpend[slot] = 0
-                    lk = D + ed * D + d
-                    gs = gready[slot] if gready[slot] > free[lk] else free[lk]
-                    if host[ed] != host[d]:  # a blocking copy: the issuing thread waits, the GPU stream drains first
-                        g = ed if host[d] else d  # the GPU
-                        th = wk[ed] if host[d] else hq  # the issuing thread: the GPU's worker, or the host
-                        if free[g] > gs:
-                            gs = free[g]
-                        if th > gs:
-                            gs = th
-                    ge = gs + (lat[ed, d] + tbytes[slot] / bw[ed, d])
-                    free[lk] = ge
-                    if host[ed] != host[d]:
-                        if host[d]:
-                            wk[ed] = ge
-                            free[ed] = ge
-                        else:
-                            hq = ge
-                            free[d] = ge
-                    start[2 * n + nD + slot] = gs
-                    end[2 * n + nD + slot] = ge
-                    if ge > g_end:
-                        g_end = ge
-                    if ge > t_end:
-                        t_end = ge
-        if g_end > s:
-            s = g_end
-        if not host[d]:  # the worker issues the task once its gradients are in
-            if g_end > wk[d]:
-                wk[d] = g_end
-            wk[d] += issue_b[j, d]
-            if wk[d] > s:
-                s = wk[d]
-        e = s + bwd_t[j, d]
-        if host[d]:
-            hq = e
-        else:
-            free[d] = e
-        start[2 * n - 1 - j] = s
-        end[2 * n - 1 - j] = e
-        if e > t_end:
-            t_end = e
-    return hq, t_end
-
-
-@njit(cache=True)
-def _eager(p, order, segs, n, D, out_ptr, out_dst, out_eb, in_ptr, in_src, fwd_t, bwd_t, lat, bw, host, issue_f, issue_b, grad,
-           tcount, tbytes, gpend, gready, free, start, end):
-    """The eager schedule of one placement in issue ``order`` (see :mod:`envs.sim.schedule`).
-
-    ``segs`` (``[S, 3]``: kind, lo, hi) is the host thread's program over the
-    positions of ``order``: kind 0 issues the forwards of ``order[lo:hi]``, kind
-    1 is one ``backward()`` call over them (``[[0, 0, n], [1, 0, n]]``: one
-    forward, then one backward). Same workspaces and outputs as
-    :func:`_schedule` (``gpend[slot]`` is 1 once the activation copy is made, 0
-    again once its gradient came back). Returns the backward end.
-    """
-    _count(p, n, D, out_ptr, out_dst, out_eb, tcount, tbytes, gpend)
-    h = 0.0
-    t_end = 0.0
-    for q in range(segs.shape[0]):
-        if segs[q, 0] == 0:
-            h, t_end = _eager_fwd(p, order, segs[q, 1], segs[q, 2], n, D, in_ptr, in_src, fwd_t, lat, bw, host, issue_f,
-                                  tbytes, gpend, gready, free, start, end, h, t_end)
-        else:
-            h, t_end = _eager_bwd(p, order, segs[q, 1], segs[q, 2], n, D, out_ptr, out_dst, bwd_t, lat, bw, host, issue_b, grad,
-                                  tbytes, gpend, gready, free, start, end, h, t_end)
-    return t_end
-
-
-@njit(cache=True)
 def _reset(p, n, D, out_ptr, out_dst, tcount, tbytes, free):
     for u in range(n):
         for k in range(out_ptr[u], out_ptr[u + 1]):
@@ -527,7 +240,7 @@ def _peak(dev, p, n, D, act_b, grad, tcount, tbytes, start, end):
 
 @njit(cache=True)
 def _batch(P, n, D, out_ptr, out_dst, out_eb, in_ptr, in_src, fwd_t, bwd_t, lat, bw,
-           static_b, act_b, param_b, cap, launch, membw, times, oom, eager, orders, host, issue_f, issue_b, segs, nseg, grad,
+           static_b, act_b, param_b, cap, launch, membw, times, oom, eager, orders, host, issue_f, issue_b, segs, nseg, grad, hc,
            want_over, over):
     """Step time and OOM flag of every row of ``P``.
 
@@ -549,6 +262,11 @@ def _batch(P, n, D, out_ptr, out_dst, out_eb, in_ptr, in_src, fwd_t, bwd_t, lat,
     gready = np.zeros(nD)
     free = np.zeros(D + D * D)
     ntask = 2 * n + 2 * nD
+    seq = np.zeros(ntask, dtype=np.int64)
+    pend = np.zeros(ntask, dtype=np.int64)
+    ready = np.zeros(ntask)
+    fut = np.empty(2 * ntask)
+    avl = np.empty(2 * ntask)
     h = np.empty(2 * ntask)
     start = np.zeros(ntask)
     end = np.zeros(ntask)
@@ -561,7 +279,7 @@ def _batch(P, n, D, out_ptr, out_dst, out_eb, in_ptr, in_src, fwd_t, bwd_t, lat,
             order = orders[k] if orders.shape[0] > 1 else orders[0]
             q = k if segs.shape[0] > 1 else 0
             t_end = _eager(p, order, segs[q, :nseg[q]], n, D, out_ptr, out_dst, out_eb, in_ptr, in_src, fwd_t, bwd_t, lat, bw, host,
-                           issue_f, issue_b, grad, tcount, tbytes, gpend, gready, free, start, end)
+                           issue_f, issue_b, grad, hc, tcount, tbytes, gpend, gready, seq, pend, ready, fut, avl, free, start, end)
         else:
             t_end = _schedule(p, n, D, out_ptr, out_dst, out_eb, in_ptr, in_src, fwd_t, bwd_t, lat, bw,
                               pend_f, ready_f, pend_b, ready_b, tcount, tbytes, gpend, gready, free, h, start, end)
@@ -621,7 +339,8 @@ class KernelData:
 
     def __init__(self, g: OpGraph, c: Cluster, fwd_s: np.ndarray, bwd_s: np.ndarray, static_bytes: np.ndarray,
                  act_bytes: np.ndarray, executor: str, segments: np.ndarray | None = None,
-                 grad: np.ndarray | None = None, issue: tuple[np.ndarray, np.ndarray] | None = None) -> None:
+                 grad: np.ndarray | None = None, issue: tuple[np.ndarray, np.ndarray] | None = None,
+                 host_costs: cost.HostCosts | None = None) -> None:
         self.n, self.D = g.num_ops, c.num_devices
         # which ops have a backward (graphs.ops.grad_mask); default all
         self.grad = np.ones(self.n, dtype=np.bool_) if grad is None else np.ascontiguousarray(grad, dtype=np.bool_)
@@ -652,6 +371,8 @@ class KernelData:
             issue = cost.issue_times(g, c, self.fwd_t)
         self.issue_f = np.ascontiguousarray(issue[0], dtype=np.float64)
         self.issue_b = np.ascontiguousarray(issue[1], dtype=np.float64)
+        # the host's staging copies and contention (envs.cost.host_costs), as one [4, D] array
+        self.hc = np.ascontiguousarray(np.stack(cost.host_costs(c) if host_costs is None else host_costs), dtype=np.float64)
         self.eager = executor == "eager"
         self.node_order = np.arange(self.n, dtype=np.int64)[None, :]
 
@@ -689,7 +410,7 @@ class KernelData:
         _batch(P, self.n, self.D, self.out_ptr, self.out_dst, self.out_eb, self.in_ptr, self.in_src,
                self.fwd_t, self.bwd_t, self.lat, self.bw, self.static_b, self.act_b, self.param_b,
                self.cap, self.launch, self.membw, times, oom,
-               self.eager, self._orders(order), self.host, self.issue_f, self.issue_b, segs, nseg, self.grad,
+               self.eager, self._orders(order), self.host, self.issue_f, self.issue_b, segs, nseg, self.grad, self.hc,
                over is not None, over if over is not None else np.zeros(K))
         return times, oom
 
@@ -705,7 +426,9 @@ class KernelData:
         if self.eager:
             t_end = _eager(p, self._orders(order)[0], self.segs if program is None else np.ascontiguousarray(program, dtype=np.int64), n, D, self.out_ptr, self.out_dst, self.out_eb, self.in_ptr,
                            self.in_src, self.fwd_t, self.bwd_t, self.lat, self.bw, self.host, self.issue_f, self.issue_b, self.grad,
-                           tcount, tbytes, np.zeros(nD, dtype=np.int64), np.zeros(nD), np.zeros(D + D * D), start, end)
+                           self.hc, tcount, tbytes, np.zeros(nD, dtype=np.int64), np.zeros(nD), np.zeros(ntask, dtype=np.int64),
+                           np.zeros(ntask, dtype=np.int64), np.zeros(ntask), np.empty(2 * ntask), np.empty(2 * ntask),
+                           np.zeros(D + D * D), start, end)
         else:
             t_end = _schedule(p, n, D, self.out_ptr, self.out_dst, self.out_eb, self.in_ptr, self.in_src,
                               self.fwd_t, self.bwd_t, self.lat, self.bw,

@@ -33,6 +33,7 @@ from envs.microbatch import expand_order, issue_segments, microbatch_graph, stag
 from envs.result import Result
 from envs.sim.bound import lower_bound_from_times
 from envs.sim.memory import peak_bytes
+from envs.sim.order_trust import ORDER_MARGIN_META, kept
 from envs.sim.schedule import ACT, EXECUTORS, Schedule, schedule_reference
 from envs.sim.trace import chrome_trace
 from graphs.dag import priority_order
@@ -43,8 +44,10 @@ from graphs.plan import as_indices, check_inflight, check_microbatches, check_or
 
 
 #: Bumped whenever a change to the model changes simulated step times (keys of caches of simulated results).
-MODEL_VERSION = 3  # 2: parameters read on another device are copied there (schedule_graph); 3: eager backward
-# gradient copies between a GPU and the host block their issuing thread and drain the stream; per-op issue times
+MODEL_VERSION = 4  # 2: parameters read on another device are copied there (schedule_graph); 3: eager backward
+# gradient copies between a GPU and the host block their issuing thread and drain the stream; per-op issue times;
+# 4: the eager backward simulated in time order over autograd's threads (ready queues by sequence number), the
+# host's staging copies before host -> GPU copies, contention between host ops and GPU workers (envs.sim.eager)
 
 #: ``OpGraph.meta`` key set on :func:`schedule_graph`'s output: its parameter reads are edges already.
 PARAM_EDGES_META = "param_edges"
@@ -90,13 +93,15 @@ class SimEnv:
     source = "sim"
 
     def __init__(self, graph: OpGraph, cluster: Cluster, *, backend: str = "kernel", executor: str = "eager", microbatches: int = 1,
-                 inflight: int | None = None) -> None:
+                 inflight: int | None = None, order_margin: float | None = None) -> None:
         if backend not in ("kernel", "reference"):
             raise ValueError(f"backend must be 'kernel' or 'reference', not {backend!r}")
         if executor not in EXECUTORS:
             raise PlacerError(f"--executor {executor!r}: unknown (known: {', '.join(EXECUTORS)})")
         self.graph = graph
         self.cluster = cluster
+        # the gain a planned issue order must beat to replace node order (envs.sim.order_trust; a profile's record)
+        self.order_margin = float(graph.meta.get(ORDER_MARGIN_META, 0.0) if order_margin is None else order_margin)
         self.backend = backend
         self.executor = executor
         self.num_ops = graph.num_ops
@@ -123,6 +128,8 @@ class SimEnv:
             fwd, bwd = np.maximum(fwd, issue_f), np.maximum(bwd, issue_b)
         self.fwd_s, self.bwd_s = (fwd, bwd) if M == 1 else (np.tile(fwd, (M, 1)), np.tile(bwd, (M, 1)))
         self.issue_f, self.issue_b = (issue_f, issue_b) if M == 1 else (np.tile(issue_f, (M, 1)), np.tile(issue_b, (M, 1)))
+        # what the host pays beside its ops (eager): staging copies to a GPU, contention with the autograd workers
+        self.host_costs = cost.host_costs(cluster)
         self.static_bytes = cost.static_bytes(self.sim_graph)
         self.act_bytes = cost.activation_bytes(self.sim_graph)
         self._kernel_data: Any = None
@@ -186,7 +193,8 @@ class SimEnv:
     def _twin(self, executor: str, M: int, W: int) -> "SimEnv":
         key = (executor, M, W)
         if key not in self._twins:
-            self._twins[key] = SimEnv(self.graph, self.cluster, backend=self.backend, executor=executor, microbatches=M, inflight=W)
+            self._twins[key] = SimEnv(self.graph, self.cluster, backend=self.backend, executor=executor, microbatches=M, inflight=W,
+                                      order_margin=self.order_margin)
         return self._twins[key]
 
     def _for(self, placement: Any) -> "SimEnv":
@@ -212,7 +220,7 @@ class SimEnv:
             from envs.sim.kernel import KernelData  # numba compiles on first use: import envs stays light
 
             self._kernel_data = KernelData(self.sim_graph, self.cluster, self.fwd_s, self.bwd_s, self.static_bytes, self.act_bytes,
-                                           self.executor, self.segments, self.grad, (self.issue_f, self.issue_b))
+                                           self.executor, self.segments, self.grad, (self.issue_f, self.issue_b), self.host_costs)
         return self._kernel_data
 
     # -------------------------------------------------------------- schedule
@@ -233,7 +241,7 @@ class SimEnv:
             c = self.cluster
             return schedule_reference(self.sim_graph, sim_devices, self.fwd_s, self.bwd_s, c.latency_s, c.bandwidth_bytes_per_s, self.update_s(sim_devices),
                                       executor=self.executor, order=order, host=np.asarray(c.kinds) == "cpu", launch_s=c.launch_overhead_s,
-                                      segments=program, grad=self.grad, issue=(self.issue_f, self.issue_b))
+                                      segments=program, grad=self.grad, issue=(self.issue_f, self.issue_b), host_costs=self.host_costs)
         return self._kernel().schedule(sim_devices, order if self.executor == "eager" else None, program)
 
     def simulate(self, placement: Any, *, trace: bool = False, order: Any = None) -> Result:
@@ -337,7 +345,7 @@ class SimEnv:
                 sched = schedule_reference(self.sim_graph, row, self.fwd_s, self.bwd_s, c.latency_s, c.bandwidth_bytes_per_s, self.update_s(row),
                                            executor=self.executor, order=o, host=np.asarray(c.kinds) == "cpu", launch_s=c.launch_overhead_s,
                                            segments=self.segments if programs is None else programs[k], grad=self.grad,
-                                           issue=(self.issue_f, self.issue_b))
+                                           issue=(self.issue_f, self.issue_b), host_costs=self.host_costs)
                 r = self.result(sched)
                 times[k] = r.extra["sim_step_time_s"]
                 oom[k] = r.status == "oom"
@@ -392,8 +400,11 @@ class SimEnv:
         """``(order, name, eager step seconds)``: the fastest of :meth:`order_candidates` under the eager model.
 
         The eager executor is what :func:`placer.apply` runs, so the order is
-        judged there whatever this env's executor; ties keep the node order.
-        Memory is ignored here (the order barely moves the peak).
+        judged there whatever this env's executor; ties keep the node order, and
+        so does a gain of at most ``order_margin`` (node order's step times ``1 -
+        order_margin``: where orders measured for real were slower than the
+        simulator said, :mod:`envs.sim.order_trust`). Memory is ignored here (the
+        order barely moves the peak).
         """
         env = self._for(placement)
         if env is not self:
@@ -404,6 +415,8 @@ class SimEnv:
         names = list(cands)
         times, _ = eager.step_times(np.repeat(op_devices[None, :], len(names), axis=0), np.stack([cands[k] for k in names]))
         best = int(np.argmin(times))  # first minimum: "node" on ties
+        if best and not (times[0] > 0 and kept(times[best] / times[0], self.order_margin)):
+            best = 0
         return cands[names[best]], names[best], float(times[best])
 
     def lower_bound(self) -> float:

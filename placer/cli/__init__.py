@@ -29,8 +29,8 @@ typical session:
   placer graphs                                  # the model zoo
   placer export nmt-2 -o nmt2.json               # capture a model's training step
   placer compare nmt2.json --cluster k80x4       # every heuristic, one table
-  placer train nmt2.json --cluster k80x4 --time-budget 300
-  placer simulate nmt2.json runs/latest/best_placement.json --cluster k80x4
+  placer train nmt2.json --cluster k80x4 --time-budget 300 --logdir runs/nmt2
+  placer simulate nmt2.json runs/nmt2/best_placement.json --cluster k80x4
 
 SOURCE (where a command takes one) is a graph file (.json), a zoo name,
 a module:callable returning (model, example_inputs), or an exported .pt2 file.

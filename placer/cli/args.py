@@ -8,15 +8,33 @@ from __future__ import annotations
 
 import argparse
 import math
+import sys
+import time
 from typing import Any
 
 from envs.sim.schedule import EXECUTORS
 from envs.sim.simulator import EXECUTOR_ARG_HELP
-from graphs import OpGraph
+from graphs import OpGraph, zoo
 from graphs.errors import PlacerError
+from placer import sources
 from placer.checks import check_float, check_int
 
 DEVICE_MAP_HELP = "logical -> torch devices, e.g. gpu:0=cuda:1,*=cpu (default gpu:i=cuda:i, cpu:0=cpu)"
+
+
+class MethodsHelp(argparse.HelpFormatter):
+    """A help formatter that lists the heuristics where a help text says ``{methods}``.
+
+    The list is made only when help is printed: loading every heuristic takes a second.
+    """
+
+    def _expand_help(self, action: argparse.Action) -> str:
+        text = super()._expand_help(action)
+        if "{methods}" in text:
+            from placer.compare import default_methods  # every heuristic module: only to print help
+
+            text = text.replace("{methods}", ", ".join(default_methods()))
+        return text
 
 
 def add_profile_argument(parser: argparse.ArgumentParser) -> None:
@@ -39,6 +57,27 @@ def profiled(graph: OpGraph, cluster: Any, profile: str | None, device_map: str 
     from envs.real.profiler import with_profile  # the real runtime's side (torch): loaded only with --profile
 
     return with_profile(graph, cluster, profile, device_map=device_map)
+
+
+def captured(source: str, progress: Any) -> OpGraph:
+    """SOURCE's graph, with a line on ``progress`` (a :class:`placer.learn.progress.Progress`) before and after a capture."""
+    if not sources.will_capture(source):
+        return sources.resolve_graph(source)
+    once = f"once: cached in {zoo.cache_dir()}" if source in zoo.names() else "a minute for a large model"
+    progress.phase(f"capturing {source} with torch.export ({once})")
+    t0 = time.perf_counter()
+    graph = sources.resolve_graph(source)
+    progress.phase(f"captured {graph.num_ops:,} ops in {time.perf_counter() - t0:.0f} s")
+    return graph
+
+
+def note_stand_in_loss(graph: OpGraph, source: str) -> None:
+    """One line on stderr when SOURCE's model does not return a scalar loss: what the simulator scores instead."""
+    why = sources.stand_in_loss(graph)
+    if why:
+        print(f"placer: note: {source}: {why}; its step is scored with a stand-in loss, {sources.STAND_IN_LOSS} "
+              "(`placer run` and `placer train --env measured` need the loss: wrap the model so forward returns it)",
+              file=sys.stderr)
 
 
 def parse_options(items: list[str]) -> dict[str, Any]:

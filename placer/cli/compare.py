@@ -12,15 +12,19 @@ from graphs import PlacerError
 from graphs.plan import Placement, check_microbatches
 from placer import sources
 from placer.checks import check_output_file, check_seed
-from placer.cli.args import add_executor_argument, add_profile_argument, parse_options, profiled
+from placer.cli.args import MethodsHelp, add_executor_argument, add_profile_argument, note_stand_in_loss, parse_options, profiled
 from placer.cli.output import print_json
 from placer.compare import compare, plot
 from placer.methods import registry
 
 
+#: A best speed-up over the best single device below this: nothing gains from being split (a tiny model).
+SMALL_GAIN = 1.01
+
+
 def add_command(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
-        "compare",
+        "compare", formatter_class=MethodsHelp,
         help="compare the heuristics and learned placements on the simulator",
         description="Place GRAPH with every heuristic (or --methods), score each with the same simulator, "
         "and print one table: step time, speed-up over the best single device, peak memory per device, "
@@ -28,7 +32,7 @@ def add_command(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("graph", metavar="GRAPH", help="graph file, zoo name or module:callable")
     p.add_argument("--cluster", required=True, help=CLUSTER_ARG_HELP)
-    p.add_argument("--methods", default="all", help="comma-separated heuristic names, or 'all' (default)")
+    p.add_argument("--methods", default="all", help="comma-separated heuristic names, or 'all' (default): {methods}")
     p.add_argument("--placement", action="append", default=[], metavar="FILE", help="a placement file to add as a row (repeatable)")
     p.add_argument("--seed", type=int, default=0, help="seed for the randomised methods (default 0)")
     add_executor_argument(p)
@@ -92,6 +96,7 @@ def run(args: argparse.Namespace) -> int:
     methods = _methods(args.methods)
     options = _options(args.option, methods)
     graph, model = sources.resolve_graph_and_model(args.graph)  # the model, for the methods that need one (accelerate)
+    note_stand_in_loss(graph, args.graph)
     graph, cluster = profiled(graph, cluster, args.profile)  # measured op times and link speeds
     placements = [(path, Placement.load(path)) for path in args.placement]
     report = compare(graph, cluster, methods=methods, placements=placements, seed=args.seed, model=model, executor=args.executor,
@@ -109,6 +114,11 @@ def run(args: argparse.Namespace) -> int:
     else:
         print("no single device fits the graph; ", end="")
     print(f"best heuristic: {best.method} {best.step_time_s * 1e3:.3f} ms" if best else "no heuristic fits")
+    print(f"lower bound: no placement runs a step faster on this cluster ({report.lower_bound_name}); "
+          "--json also gives the looser bound of earlier releases")
+    if best is not None and best.speedup is not None and best.speedup < SMALL_GAIN:
+        print(f"every method is within {(SMALL_GAIN - 1) * 100:.0f}% of the best single device: this model is too small "
+              "to gain from splitting it over devices (copies and launches cost more than the work they spread)")
     if args.plot:
         print(f"plot: {args.plot}")
     return 0

@@ -9,6 +9,7 @@ import graphs
 from graphs import PlacerError
 from placer import sources
 from placer.checks import check_output_file
+from placer.cli.args import note_stand_in_loss
 from placer.cli.output import flops, nbytes, print_json
 
 
@@ -35,6 +36,7 @@ def run(args: argparse.Namespace) -> int:
         raise PlacerError(f"{source}: --decompose needs a model (zoo name, module:callable or .pt2), not a graph file")
     else:
         graph = sources.resolve_graph(source, decompose=args.decompose)
+    note_stand_in_loss(graph, source)
     try:
         graphs.save(graph, out)
     except OSError as e:

@@ -18,16 +18,17 @@ from graphs.errors import PlacerError
 from graphs.plan import Placement
 from placer import sources
 from placer.checks import check_int, check_output_file, check_seed, parse_group_counts
-from placer.cli.args import add_profile_argument, parse_options, profiled
+from placer.cli.args import MethodsHelp, add_profile_argument, note_stand_in_loss, parse_options, profiled
 from placer.methods import registry
 
 
 def add_command(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("place", help="place a graph with a heuristic", description="Place GRAPH on a cluster with a heuristic and write the placement file.")
+    p = sub.add_parser("place", help="place a graph with a heuristic", formatter_class=MethodsHelp,
+                       description="Place GRAPH on a cluster with a heuristic and write the placement file.")
     p.add_argument("graph", metavar="GRAPH", help="graph file, zoo name or module:callable")
     p.add_argument("--cluster", required=True, help=CLUSTER_ARG_HELP)
-    p.add_argument("--method", default="single", help="heuristic name (see `placer compare --help`), or learned "
-                   "(a pretrained gnn policy, zero-shot); default single")
+    p.add_argument("--method", default="single", help="a heuristic: {methods}; or learned (a pretrained gnn policy, "
+                   "zero-shot); default single")
     p.add_argument("--policy-file", default=None, metavar="FILE", help="--method learned: policy .pt (default: the one shipped with placer)")
     p.add_argument("--samples", type=int, default=None, help="--method learned: placements sampled per group count "
                    "besides the greedy ones; the best simulated is kept (default 48)")
@@ -51,6 +52,7 @@ def run(args: argparse.Namespace) -> int:
     cluster = envs.resolve_cluster(args.cluster)
     options = parse_options(args.option)
     graph, model = sources.resolve_graph_and_model(args.graph)
+    note_stand_in_loss(graph, args.graph)
     graph, cluster = profiled(graph, cluster, args.profile)
     if model is not None and registry.accepts(registry.get(args.method), "model"):
         options["model"] = model  # accelerate's device maps need the module

@@ -9,6 +9,7 @@ Typical use::
 from __future__ import annotations
 
 import argparse
+from typing import Any
 
 import envs
 from envs.cluster import CLUSTER_ARG_HELP
@@ -58,7 +59,8 @@ def run(args: argparse.Namespace) -> int:
     opt = torch.optim.Adam(module.parameters(), lr=args.lr)
     try:
         with timing.time_limit(args.measure_timeout):
-            m = timing.measure_steps(module, inputs, opt, devices, warmup_steps=args.warmup, timed_steps=args.steps)
+            m = timing.measure_steps(module, inputs, opt, devices, warmup_steps=args.warmup, timed_steps=args.steps,
+                                     loss_fn=_the_loss(args.source))
         result = envs.Result(m["step_time_s"], "ok", peak_bytes=m["peak_bytes"], source="measured",
                              extra={"step_times_s": m["step_times_s"], "losses": m["losses"], "device_map": {k: str(v) for k, v in devices.items()}})
     except (torch.OutOfMemoryError, MemoryError, timing.StepTimeout) as e:
@@ -79,3 +81,23 @@ def run(args: argparse.Namespace) -> int:
         print(f"{name:<8} {str(dev):<8} {counts.get(name, 0):>6} {result.peak_bytes.get(name, 0) / 1e9:>11.3f} GB")
     print(f"loss {result.extra['losses'][0]:.4f} -> {result.extra['losses'][-1]:.4f}")
     return 0
+
+
+def _the_loss(source: str) -> Any:
+    """The training objective of ``placer run``: what the model returns, which must be a scalar loss.
+
+    A stand-in (the mean of logits) would train the model toward nothing and
+    report its "loss" as if it had; such a model is refused at its first step.
+    """
+    import torch  # the real runtime: loaded only to run
+
+    def loss_fn(outputs: Any) -> Any:
+        leaves = [t for t in torch.utils._pytree.tree_leaves(outputs) if isinstance(t, torch.Tensor)]
+        described = [{"shape": list(t.shape), "dtype": str(t.dtype).removeprefix("torch.")} for t in leaves]
+        if isinstance(outputs, torch.Tensor) and sources.is_scalar_loss(described):
+            return outputs
+        raise PlacerError(f"{source}: the model returns {sources.describe_outputs(described)}, not a scalar loss; "
+                          "`placer run` trains it as it is, so its forward must return the loss (wrap it: "
+                          "forward(inputs, labels) -> loss)")
+
+    return loss_fn

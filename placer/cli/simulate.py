@@ -15,7 +15,7 @@ from graphs.io import write_text_atomic
 from graphs.plan import Placement
 from placer import sources
 from placer.checks import check_output_file
-from placer.cli.args import add_executor_argument, add_profile_argument, profiled
+from placer.cli.args import add_executor_argument, add_profile_argument, note_stand_in_loss, profiled
 from placer.cli.output import gb, print_json, to_json
 
 
@@ -35,7 +35,9 @@ def run(args: argparse.Namespace) -> int:
     if args.trace:
         check_output_file(args.trace, "--trace")
     cluster = envs.resolve_cluster(args.cluster)
-    graph, cluster = profiled(sources.resolve_graph(args.graph), cluster, args.profile)
+    graph = sources.resolve_graph(args.graph)
+    note_stand_in_loss(graph, args.graph)
+    graph, cluster = profiled(graph, cluster, args.profile)
     placement = Placement.load(args.placement)
     env = envs.SimEnv(graph, cluster, executor=args.executor, microbatches=placement.microbatches, inflight=placement.inflight)
     result = env.simulate(placement.indices(graph, cluster.device_names, source=args.placement), trace=bool(args.trace),

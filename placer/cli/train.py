@@ -8,20 +8,22 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import shlex
 import sys
-from typing import Any
+from typing import Any, Callable
 
 import envs
 from envs.cluster import CLUSTER_ARG_HELP
 from graphs import PlacerError
-from placer import sources
 from placer.checks import check_output_dir
-from placer.cli.args import profiled
+from placer.cli.args import captured, note_stand_in_loss, profiled
+from placer.cli.compare import SMALL_GAIN
 from placer.cli.output import print_json
 from placer.learn.config import (
     PRESETS, RESUME_KEEPS, AlgoOptions, PolicyOptions, RunOptions, TrainConfig, _base_type, field_docs, literal_choices,
     option_name,
 )
+from placer.learn.progress import Progress
 
 
 # Kept for callers and tests: TrainConfig's defaults of the most used options (no longer a copy).
@@ -31,9 +33,11 @@ HELP_DEFAULTS = {k: getattr(TrainConfig(), k) for k in
 _SECTIONS = (("run options", RunOptions), ("algorithm options", AlgoOptions), ("policy options", PolicyOptions),
              ("preset", TrainConfig))
 # Help that says more than the field's docstring, or in the command line's terms.
-_HELP = {"source": "graph file (.json/.pt2), zoo name or module:callable", "progress": "no progress bar"}
+_HELP = {"source": "graph file (.json/.pt2), zoo name or module:callable",
+         "progress": "print no progress on stderr (a line per phase, then a bar on a terminal or a line every few "
+                     "seconds in a file or a pipe)"}
 _METAVARS = {"profile": "PROFILE.json", "device_map": "MAP", "measure_timeout_s": "SECONDS", "time_budget_s": "SECONDS",
-             "heuristics": "NAMES", "logdir": "DIR"}
+             "heuristics": "NAMES", "logdir": "DIR", "ray_address": "HOST:PORT", "measure_heuristics": "N"}
 
 
 def _names(value: str) -> tuple[str, ...]:
@@ -104,7 +108,6 @@ def run(args: argparse.Namespace) -> int:
     options = dict(given)
     if "iterations" not in options and "time_budget_s" not in options:
         options["time_budget_s"] = 300.0
-    options["progress"] = options.get("progress", True) and not args.json and sys.stderr.isatty()
     config = TrainConfig.from_preset(options.pop("preset", "tuned"), **options)
     config.validate()  # before the (possibly slow) capture of SOURCE; checks --logdir too
     if config.logdir is None:
@@ -112,15 +115,35 @@ def run(args: argparse.Namespace) -> int:
     if config.resume:
         config = _resumed_config(config, given)
     cluster = envs.resolve_cluster(config.cluster)
-    graph, cluster = profiled(sources.resolve_graph(config.source), cluster, config.profile, device_map=config.device_map)
-    result = loop.train(config, graph=graph, cluster=cluster)
+    progress = Progress(enabled=config.progress)  # phase lines on stderr: a terminal, a file or a pipe alike
+    graph = captured(config.source, progress)
+    if config.env == "sim":  # real steps refuse such a model instead (placer.learn.scoring.measured_env)
+        note_stand_in_loss(graph, config.source)
+    graph, cluster = profiled(graph, cluster, config.profile, device_map=config.device_map)
+    try:
+        result = loop.train(config, graph=graph, cluster=cluster, progress=progress)
+    except KeyboardInterrupt:  # before the run had anything to keep (setting up, scoring the heuristics)
+        print("placer: train interrupted while setting up; nothing to resume yet", file=sys.stderr)
+        return 130
     doc = result.to_dict()
     doc["executor"] = config.executor
+    if result.interrupted:
+        doc["resume_command"] = resume_command(config, result.logdir)
+        if args.json:  # else the summary's first line says it
+            print(f"placer: train interrupted after {result.iterations} iterations; the checkpoint is saved, continue "
+                  f"with: {doc['resume_command']}", file=sys.stderr)
     if args.json:
         print_json(doc)
     else:
-        print(_summary(doc))
+        print(summary(doc))
     return 130 if result.interrupted else 0
+
+
+def resume_command(config: TrainConfig, logdir: str) -> str:
+    """The command line that continues an interrupted run: its SOURCE, cluster, stopping rule and logdir."""
+    stop = (["--iterations", str(config.iterations)] if config.iterations is not None
+            else ["--time-budget", f"{config.time_budget_s:g}"])
+    return shlex.join(["placer", "train", config.source, "--cluster", config.cluster, *stop, "--logdir", logdir, "--resume"])
 
 
 def _resumed_config(config: TrainConfig, given: dict | None = None) -> TrainConfig:
@@ -149,29 +172,103 @@ def _ms(x: float | None) -> str:
     return "n/a" if x is None else f"{x * 1e3:.3f} ms"
 
 
-def _summary(doc: dict) -> str:
+def _tag(doc: dict, kind: str) -> str:
+    """In a measured run each time says whether it was measured or simulated."""
+    return f"  {kind}" if doc.get("env") == "measured" else ""
+
+
+def _best_line(doc: dict) -> str:
+    where = f"{doc['iterations']} iterations, {doc['elapsed_s']:.0f} s"
+    by, best = doc.get("found_by") or "", f"{_ms(doc['best_step_time_s'])}{_tag(doc, 'measured')}"
+    if by.startswith("heuristic:"):  # the incumbent: no placement the policy found was faster
+        t, policy = doc["best_step_time_s"], doc.get("policy_step_time_s")
+        if policy is None:
+            theirs = "the policy found no placement that runs"
+        elif policy <= t:
+            theirs = "the policy's best equals it"
+        else:
+            theirs = f"the policy's best, {_ms(policy)}, is {(policy / t - 1) * 100:.1f}% slower"
+        return f"best step time   {best}  ({by.removeprefix('heuristic:')}'s placement, kept: {theirs}; {where})"
     found = f"found at {doc['time_to_best_s']:.0f} s" if doc["time_to_best_s"] is not None else "no placement ran"
-    lines = [
-        f"best step time   {_ms(doc['best_step_time_s'])}  (after {doc['iterations']} iterations, "
-        f"{doc['elapsed_s']:.0f} s; {found})",
-    ]
-    if doc["best_heuristic"]:
-        bh, learned = doc["best_heuristic_step_time_s"], doc["best_step_time_s"]
-        gain = f"  ({(1 - learned / bh) * 100:+.1f}% vs it)" if bh and learned else ""
-        lines.append(f"best heuristic   {_ms(bh)}  ({doc['best_heuristic']}){gain}")
+    return f"best step time   {best}  (after {where}; {found})"
+
+
+def _heuristic_line(doc: dict) -> str | None:
+    measured = doc.get("env") == "measured"
+    if not doc["best_heuristic"]:
+        if measured and doc.get("measured_heuristics"):
+            return f"best heuristic   n/a  measured  (all failed: {', '.join(doc['measured_heuristics'])})"
+        return None
+    bh, learned, source = doc["best_heuristic_step_time_s"], doc["best_step_time_s"], doc.get("best_heuristic_source")
+    comparable = not measured or source == "measured"
+    gain = f"  ({(1 - learned / bh) * 100:+.1f}% vs it)" if bh and learned and comparable else ""
+    if not comparable:
+        gain = "  (no heuristic was measured: not compared)"
+    return f"best heuristic   {_ms(bh)}{_tag(doc, source)}  ({doc['best_heuristic']}){gain}"
+
+
+def _equal_budget_line(doc: dict) -> str | None:
+    """The learner's rival at equal budget (issue 33): module_search given as many simulated placements."""
     eq = doc.get("equal_budget_search")
-    if eq and eq["step_time_s"] is not None:  # the learner's rival at equal budget (issue 33)
-        learned = doc["best_step_time_s"]
-        gain = f"; learned {(1 - learned / eq['step_time_s']) * 100:+.1f}% vs it" if learned else ""
-        lines.append(f"equal budget     {_ms(eq['step_time_s'])}  ({eq['method']} given the {eq['simulated']:,} placements "
-                     f"this run simulated{gain}; {eq['wall_s']:.0f} s, after the budget)")
+    if not eq or eq.get("step_time_s") is None:
+        return None
+    learned = doc["best_step_time_s"]
+    gain = f"; learned {(1 - learned / eq['step_time_s']) * 100:+.1f}% vs it" if learned else ""
+    return (f"equal budget     {_ms(eq['step_time_s'])}{_tag(doc, 'simulated')}  ({eq['method']} given the "
+            f"{eq['simulated']:,} placements this run simulated{gain}; {eq['wall_s']:.0f} s, after the budget)")
+
+
+def _expert_line(doc: dict) -> str | None:
+    expert = (doc.get("measured_heuristics") or {}).get("expert")
+    if expert is not None:
+        return f"expert           {_ms(expert)}{_tag(doc, 'measured')}"
     if doc["expert_step_time_s"] is not None:
-        lines.append(f"expert           {_ms(doc['expert_step_time_s'])}")
-    if doc["lower_bound_s"] is not None:
-        lines.append(f"lower bound      {_ms(doc['lower_bound_s'])}")
+        return f"expert           {_ms(doc['expert_step_time_s'])}{_tag(doc, 'simulated')}"
+    return None
+
+
+def _warm_start_line(doc: dict) -> str | None:
+    if not doc.get("warm_start_cut_short"):
+        return None
+    return (f"warm start       cut short by the time budget: {doc['warm_start']}, its greedy placement "
+            f"{_ms(doc['warm_start_step_time_s'])}; a longer --time-budget lets RL start from the heuristic")
+
+
+def _interrupted_line(doc: dict) -> str | None:
+    return f"interrupted      continue with: {doc['resume_command']}" if doc.get("resume_command") else None
+
+
+def _issue_order_line(doc: dict) -> str | None:
     if doc.get("issue_order_step_time_s") is not None and doc["issue_order"] != "node":
-        lines.append(f"issue order      {_ms(doc['issue_order_step_time_s'])}  ({doc['issue_order']} order, in the placement file)")
-    if doc["best_placement"]:
-        lines.append(f"placement        {doc['best_placement']}")
-    lines.append(f"logs             {doc['logdir']}  (tensorboard --logdir {doc['logdir']})")
-    return "\n".join(lines)
+        return (f"issue order      {_ms(doc['issue_order_step_time_s'])}{_tag(doc, 'simulated')}  "
+                f"({doc['issue_order']} order, in the placement file)")
+    return None
+
+
+def _small_model_line(doc: dict) -> str | None:
+    best, single = doc["best_step_time_s"], doc.get("reference_step_time_s")
+    if best is None or not single or best * SMALL_GAIN < single or doc.get("env") == "measured":
+        return None
+    return (f"note             within {(SMALL_GAIN - 1) * 100:.0f}% of the best single device ({_ms(single)}): this model is "
+            "too small to gain from splitting it over devices")
+
+
+#: The summary ``placer train`` prints, a line each (None: no line): add a line here.
+SUMMARY_LINES: tuple[Callable[[dict], str | None], ...] = (
+    _interrupted_line,
+    _best_line,
+    _heuristic_line,
+    _equal_budget_line,
+    _warm_start_line,
+    _small_model_line,
+    _expert_line,
+    lambda doc: f"lower bound      {_ms(doc['lower_bound_s'])}{_tag(doc, 'simulated')}" if doc["lower_bound_s"] is not None else None,
+    _issue_order_line,
+    lambda doc: f"placement        {doc['best_placement']}" if doc["best_placement"] else None,
+    lambda doc: f"logs             {doc['logdir']}  (tensorboard --logdir {doc['logdir']}; summary.json, checkpoint.pt)",
+)
+
+
+def summary(doc: dict) -> str:
+    """The lines of :data:`SUMMARY_LINES` for a run's ``summary.json`` document."""
+    return "\n".join(line for make in SUMMARY_LINES if (line := make(doc)) is not None)

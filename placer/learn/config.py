@@ -89,9 +89,14 @@ class RunOptions:
     workers: int | None = None
     """--env measured: Ray workers (default: one per machine in the Ray cluster)."""
     ray_address: str | None = None
-    """--env measured: join this Ray cluster instead of starting a local one."""
+    """--env measured: join this Ray cluster (HEAD_IP:PORT) instead of starting a local one; the driver sends this
+    machine's Ray token (RAY_AUTH_TOKEN, RAY_AUTH_TOKEN_PATH or ~/.ray/auth_token) and ships SOURCE's module."""
     measure_timeout_s: float = 600.0
     """--env measured: seconds one placement's measurement (its training steps) may take."""
+    measure_heuristics: int = 3
+    """--env measured: measure the heuristics with this many fastest simulated placements on the same workers, and
+    compare the learned placement with the best of those measured (0: none; the comparison is then with a
+    simulated time, and says so)."""
     heuristics: tuple[str, ...] | None = None
     """heuristics to compare with and warm-start from (None: all registered; on the command line a comma list)."""
     eval_every: int = 10
@@ -99,7 +104,7 @@ class RunOptions:
     checkpoint_every: int = 20
     """write a checkpoint every this many iterations (and on Ctrl-C and at the end)."""
     progress: bool = True
-    """show a tqdm progress bar."""
+    """report progress on stderr: a line per phase, then a bar (on a terminal) or a line every few seconds."""
     equal_budget_search: bool = True
     """after training, run module_search with as many simulated placements as the run used (outside the budget) and
     report it beside the learner's best (--env sim)."""
@@ -340,6 +345,7 @@ _INT_BOUNDS: dict[str, dict[str, int]] = {
     "eval_every": dict(least=1),
     "checkpoint_every": dict(least=1),
     "workers": dict(least=1),
+    "measure_heuristics": dict(least=0, most=64),
     "lr_decay_every": dict(least=1),
     "lr_decay_after": dict(least=0),
     "fail_mask_after": dict(least=0),
@@ -367,7 +373,7 @@ _OPTIONAL = {"iterations", "time_budget_s", "max_groups", "workers", "fail_mask_
 
 # On --resume these options are taken from the command line; every other one from the checkpoint.
 RESUME_KEEPS = ("iterations", "time_budget_s", "resume", "logdir", "progress", "device", "device_map", "workers",
-                "ray_address", "source", "cluster", "measure_timeout_s")
+                "ray_address", "source", "cluster", "measure_timeout_s", "measure_heuristics")
 
 
 # ----------------------------------------------------------------- field introspection (for the CLI)

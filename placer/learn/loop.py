@@ -52,7 +52,6 @@ from typing import Any
 import numpy as np
 import torch
 from torch.utils import tensorboard
-from tqdm.auto import tqdm
 
 import envs
 from envs.cluster import Cluster
@@ -68,10 +67,11 @@ from placer.learn.algos import (
 )
 from placer.learn.config import TrainConfig
 from placer.learn.move_learner import MoveLearner, RunScorer, equal_budget_search
+from placer.learn.progress import Progress
 from placer.learn.rundir import (
-    BEST_NAME, adopt_newer_best, check_compatible, default_logdir, run_best_placement, run_lock, save_best,
+    BEST_NAME, adopt_newer_best, check_compatible, check_fresh, default_logdir, run_best_placement, run_lock, save_best,
 )
-from placer.learn.scoring import CachedScorer, ENVS, Scorer, reference_time
+from placer.learn.scoring import CachedScorer, ENVS, Scorer, measured_heuristics, reference_time
 from placer.learn.state import RunState, TrainResult
 from placer.sources import resolve_graph
 from policies import POLICIES, policy_file
@@ -90,7 +90,8 @@ def _resolve_device(name: str) -> torch.device:
     return dev
 
 
-def _heuristics(graph: OpGraph, cluster: Cluster, config: TrainConfig) -> dict[str, tuple[float, np.ndarray | None]]:
+def _heuristics(graph: OpGraph, cluster: Cluster, config: TrainConfig,
+                progress: Progress) -> dict[str, tuple[float, np.ndarray | None]]:
     """name -> (simulated step time, op devices) of the heuristics, via ``placer.compare``.
 
     Methods that cannot run get ``inf``.
@@ -99,8 +100,14 @@ def _heuristics(graph: OpGraph, cluster: Cluster, config: TrainConfig) -> dict[s
     methods = list(config.heuristics) if config.heuristics is not None else default_methods(exclude=("ilp",))
     if methods == []:
         return {}
-    report = compare(graph, cluster, methods=methods, seed=config.seed, executor=config.executor,
-                     microbatches=config.microbatches, inflight=config.inflight)
+    progress.phase(f"scoring {len(methods)} heuristics on {cluster.name} (simulated), the rivals and the warm start")
+    progress.start("scoring", total=len(methods), unit="heuristics")
+    try:
+        report = compare(graph, cluster, methods=methods, seed=config.seed, executor=config.executor,
+                         microbatches=config.microbatches, inflight=config.inflight,
+                         progress=lambda done, name: progress.update(done, name))
+    finally:  # Ctrl-C here too: the bar ends before the message that follows
+        progress.close()
     out: dict[str, tuple[float, np.ndarray | None]] = {}
     for row in report.rows:
         if row.kind != "baseline":  # the kind of a heuristic's row (the report's word, kept in its JSON)
@@ -117,12 +124,14 @@ def _hparams_table(config: TrainConfig, extra: dict[str, Any]) -> str:
 
 
 def train(config: TrainConfig, *, graph: OpGraph | None = None, cluster: Cluster | None = None,
-          env: Scorer | None = None) -> TrainResult:
+          env: Scorer | None = None, progress: Progress | None = None) -> TrainResult:
     """Train a placement policy; see :class:`TrainConfig`. Returns the best placement found.
 
     ``graph``, ``cluster`` and ``env`` may be given directly (tests, notebooks);
     otherwise they are resolved from ``config.source`` / ``config.cluster`` / ``config.env``.
+    ``progress``: where the run reports its phases (default: stderr, unless ``config.progress`` is off).
     """
+    progress = progress if progress is not None else Progress(enabled=config.progress)
     # ---- validate and resolve
     config.validate()
     device = _resolve_device(config.device)
@@ -139,6 +148,8 @@ def train(config: TrainConfig, *, graph: OpGraph | None = None, cluster: Cluster
     os.makedirs(logdir, exist_ok=True)
     with run_lock(logdir):
         saved = None
+        if not config.resume:
+            check_fresh(logdir)
         if config.resume:  # before anything is built on it: a checkpoint of another graph is a user error
             if not checkpoint.exists(logdir):
                 raise PlacerError(f"--resume: {logdir} has no {checkpoint.CHECKPOINT_PT}")
@@ -147,73 +158,83 @@ def train(config: TrainConfig, *, graph: OpGraph | None = None, cluster: Cluster
         owns_env = env is None
         env = env if env is not None else ENVS[config.env](config, graph, cluster, logdir)  # checked by validate()
         try:
-            return _train(config, graph, cluster, env, logdir, device, saved)
+            return _train(config, graph, cluster, env, logdir, device, saved, progress)
         finally:
             if owns_env and hasattr(env, "close"):
                 env.close()
 
 
 def _train(config: TrainConfig, graph: OpGraph, cluster: Cluster, env: Scorer, logdir: str, device: torch.device,
-           saved: tuple[dict[str, Any], dict[str, Any]] | None) -> TrainResult:
+           saved: tuple[dict[str, Any], dict[str, Any]] | None, progress: Progress) -> TrainResult:
     """The training run proper, in a locked ``logdir``; ``saved``: the checkpoint to resume (checked)."""
-    run = _Run(config, graph, cluster, env, logdir, device, saved)
+    run = _Run(config, graph, cluster, env, logdir, device, saved, progress)
     writer = tensorboard.SummaryWriter(logdir)
-    bar = None
     interrupted = False
     try:
         run.start(writer)
-        bar = _progress_bar(config, run)
+        measure = _start_rl_progress(config, run, progress)
         while not run.done():
             if run.state.iteration % config.eval_every == 0:  # greedy first: the warm start's mode is scored at 0
                 run.evaluate_greedy(writer)
             run.iterate(writer)
-            if bar is not None:
-                bar.set_postfix(it=run.state.iteration, best=f"{run.state.best_step_time_s * 1e3:.2f}ms", refresh=False)
-                bar.update(1 if config.iterations is not None else int(run.elapsed()) - bar.n)
+            progress.update(measure(), run.status())
             if run.state.iteration % config.checkpoint_every == 0:
                 run.save_checkpoint()
+        progress.update(float("inf"), run.status())  # done: the budget is spent (its last second may fall short)
     except KeyboardInterrupt:
         interrupted = True
     finally:
-        if bar is not None:
-            bar.close()
+        progress.close()
         writer.close()
     run.save_checkpoint()
     return run.result(interrupted)
+
+
+def _start_rl_progress(config: TrainConfig, run: "_Run", progress: Progress) -> Any:
+    """Start the RL phase's progress (what is left of the budget); returns how far the phase has got, in its units."""
+    s = run.state
+    if config.iterations is not None:
+        first = s.iteration
+        progress.phase(f"{run.phase_name()}: {config.iterations - first} iterations of {run.iteration_text()}; "
+                       f"best so far {run.best_text()}")
+        progress.start(run.phase_name(), total=config.iterations - first, unit="it")
+        return lambda: s.iteration - first
+    begun = run.elapsed()
+    left_s = int(np.ceil(max(float(config.time_budget_s) - begun, 0.0)))
+    progress.phase(f"{run.phase_name()}: {left_s} s left of the {config.time_budget_s:g} s budget, "
+                   f"{run.iteration_text()} an iteration; best so far {run.best_text()}")
+    progress.start(run.phase_name(), total=left_s, unit="s")
+    return lambda: run.elapsed() - begun
 
 
 class _Run:
     """One training run: the objects it works with and its :class:`RunState` (what the checkpoint keeps)."""
 
     def __init__(self, config: TrainConfig, graph: OpGraph, cluster: Cluster, env: Scorer, logdir: str,
-                 device: torch.device, saved: tuple[dict[str, Any], dict[str, Any]] | None) -> None:
+                 device: torch.device, saved: tuple[dict[str, Any], dict[str, Any]] | None, progress: Progress) -> None:
         self.config, self.graph, self.cluster, self.logdir, self.device = config, graph, cluster, logdir, device
+        self.progress = progress
         self.algo = ALGOS.get(config.algo)  # None for "moves", whose learner is not a policy-gradient algorithm
         self.score = CachedScorer(env, "planned" if config.score_order == "planned" else None)
         self.devices = list(cluster.device_names)
         # ---- reference times: the reward scale, heuristics and the lower bound
         setup_start = time.perf_counter()
+        progress.phase(f"setting up: {graph.name or 'graph'} ({graph.num_ops:,} ops) on {cluster.name}, "
+                       f"scored by {'the simulator' if config.env == 'sim' else 'real training steps'}")
         self.t_ref = reference_time(self.score, graph, cluster, config.executor)
-        found = _heuristics(graph, cluster, config)
-        if self.score.order is not None:
-            # scored in the run's own order, so the warm start, the rival's start and "beat the best
-            # heuristic" compare like with like (compare's rows are node order)
-            found = {name: (self._scored(idx) if idx is not None and np.isfinite(t) else t, idx)
-                     for name, (t, idx) in found.items()}
-        self.heuristics = {name: t for name, (t, _) in found.items()}
+        self._found_heuristics()
         # the simulator of this problem (executor, microbatches): the lower bound, and under --env sim the
         # planner of the best placement's issue order; the scorer itself when it is one
         sim = env if isinstance(env, envs.SimEnv) else envs.SimEnv(graph, cluster, executor=config.executor,
                                                                   microbatches=config.microbatches, inflight=config.inflight)
         self.lower_bound_s: float | None = float(sim.lower_bound())
-        self.best_h = min(self.heuristics.items(), key=lambda kv: kv[1]) if self.heuristics else ("none", float("inf"))
         self.state = RunState(setup_s=time.perf_counter() - setup_start)
         # ---- seed, policy, optimizer
         torch.manual_seed(config.seed)
         self.max_groups = config.max_groups if config.max_groups is not None else default_num_groups(len(self.devices))
         moves = config.algo == "moves"  # the best heuristic is the move search's start, not an imitation target
         self.warm = config.warm_start == "best" and np.isfinite(self.best_h[1]) and saved is None and not moves
-        target = found[self.best_h[0]][1] if self.warm else None
+        target = self.best_h_op_devices if self.warm else None
         if saved is not None:  # the items must be those the checkpoint was trained on
             self.state = RunState.from_dict(saved[1]["run"])
             target = np.asarray(self.state.warm_start_indices, dtype=np.int32) if self.state.warm_start_indices else None
@@ -236,12 +257,37 @@ class _Run:
         self.mover = None
         if moves:
             start = (np.asarray(self.state.best_indices) if saved is not None and self.state.best_indices else
-                     found[self.best_h[0]][1] if config.warm_start == "best" and np.isfinite(self.best_h[1]) else None)
+                     self.best_h_op_devices if config.warm_start == "best" else None)
             self.mover = MoveLearner(graph, cluster, RunScorer(self.score, sim, self.consider), start, seed=config.seed,
                                      proposals=config.proposals, order=self.score.order)
             if saved is None:
                 self.state.warm_start = f"move search from {self.best_h[0]}" if start is not None else "move search"
         self.t0 = time.perf_counter() - self.state.elapsed_s
+
+    def _found_heuristics(self) -> None:
+        """Score the heuristics as the run scores: sets ``heuristics``, ``best_h`` and its ``best_h_op_devices``."""
+        found = _heuristics(self.graph, self.cluster, self.config, self.progress)
+        if self.score.order is not None:
+            # scored in the run's own order, so the warm start, the rival's start and "beat the best
+            # heuristic" compare like with like (compare's rows are node order)
+            found = {name: (self._scored(idx) if idx is not None and np.isfinite(t) else t, idx)
+                     for name, (t, idx) in found.items()}
+        self.heuristics = {name: t for name, (t, _) in found.items()}
+        # --env measured: the rivals measured on the same workers, so the comparison is measured with measured
+        measured = self.config.env == "measured"
+        if measured and self.config.measure_heuristics:
+            self.progress.phase(f"measuring the heuristics of the {self.config.measure_heuristics} fastest simulated "
+                                "placements on the workers")
+        self.measured = measured_heuristics(self.score, found, self.config.measure_heuristics) if measured else {}
+        rivals = self.measured or self.heuristics
+        self.best_h = min(rivals.items(), key=lambda kv: kv[1]) if rivals else ("none", float("inf"))
+        # the time to beat, scored as the samples are (None: a measured run that measured no heuristic has none)
+        self.rival_s = self.best_h[1] if self.measured or not measured else None
+        self.best_h_op_devices = found[self.best_h[0]][1] if np.isfinite(self.best_h[1]) else None
+        if found:
+            kind = " (measured)" if self.measured else " (simulated)" if measured else ""
+            self.progress.phase(f"best heuristic: {self.best_h[0]} {_ms(self.best_h[1])}{kind}"
+                                if self.best_h_op_devices is not None else "no heuristic placement fits")
 
     def _scored(self, op_devices: np.ndarray) -> float:
         t, failed = self.score(np.asarray(op_devices, dtype=np.int32)[None])
@@ -265,19 +311,21 @@ class _Run:
             c.time_budget_s is not None and self.elapsed() >= c.time_budget_s)
 
     def start(self, writer: Any) -> None:
-        """Log the hyperparameters; warm-start by imitation (against the time budget); first checkpoint."""
+        """Log the hyperparameters; the best heuristic's placement as the incumbent; warm start; first checkpoint."""
         c, s = self.config, self.state
         if not c.resume:
             writer.add_text("hyperparameters", _hparams_table(c, {
                 "graph": self.graph.name, "num_ops": self.graph.num_ops,
-                "items": getattr(self.policy, "num_items", self.max_groups), "devices": ",".join(self.devices),
+                "items": self.num_items, "devices": ",".join(self.devices),
                 "reference_step_time_s": self.t_ref, "device": str(self.device),
                 "best_heuristic": f"{self.best_h[0]} {self.best_h[1]}", "setup_s": s.setup_s}))
+        if self.best_h_op_devices is not None and self.rival_s is not None:
+            # the incumbent: best_placement.json is never slower than the best placement scored, heuristics included
+            # (a measured run's heuristics count when it measured them: their simulated times say nothing here)
+            idx = np.asarray(self.best_h_op_devices, dtype=np.int32)[None]
+            self.consider(idx, *self.score(idx), f"heuristic:{self.best_h[0]}")
         if self.warm:
-            # imitation may use at most half the time budget, so RL always gets its turn
-            deadline = self.t0 + 0.5 * c.time_budget_s if c.time_budget_s is not None else None
-            steps = imitate(self.policy, self.target, c.algo_options, deadline=deadline)
-            s.warm_start, s.warm_start_indices = f"imitation of {self.best_h[0]} ({steps} steps)", self.target.tolist()
+            self._warm_start()
         if not c.resume:
             # resumable from here on: a run killed before its first periodic checkpoint keeps its policy and items,
             # and the best it wrote to best_placement.json since is adopted on --resume (adopt_newer_best)
@@ -287,6 +335,47 @@ class _Run:
             g_t, g_failed = self.score(g_idx)
             s.warm_start_step_time_s = float(g_t[0]) if not g_failed[0] else None
             self.consider(g_idx, g_t, g_failed, "greedy")  # a run whose budget ends here still has a placement
+            self.progress.phase(f"warm start: {s.warm_start}{', cut short by the time budget' if s.warm_start_cut_short else ''}"
+                                f"; the policy's greedy placement: {_ms(s.warm_start_step_time_s)}")
+
+    def _warm_start(self) -> None:
+        """Imitate the best heuristic's placement, within half the time budget (so RL always gets its turn)."""
+        c, s = self.config, self.state
+        most = c.algo_options.warm_start_steps
+        deadline = self.t0 + 0.5 * c.time_budget_s if c.time_budget_s is not None else None
+        limit = f", {max(deadline - time.perf_counter(), 0.0):.3g} s at most" if deadline is not None else ""
+        self.progress.phase(f"warm start: imitating {self.best_h[0]}'s placement, up to {most} steps{limit}")
+        steps = imitate(self.policy, self.target, c.algo_options, deadline=deadline)
+        s.warm_start, s.warm_start_indices = f"imitation of {self.best_h[0]} ({steps} steps)", self.target.tolist()
+        # imitate stops at the deadline (cut short) or once the greedy decoding is the target (done)
+        s.warm_start_cut_short = steps < most and deadline is not None and time.perf_counter() >= deadline
+
+    @property
+    def num_items(self) -> int:
+        if self.mover is not None:  # the move search's finest level
+            return self.mover.search.levels[-1].num_items
+        return getattr(self.policy, "num_items", self.max_groups)
+
+    def phase_name(self) -> str:
+        """The learning phase's name in progress lines: the move search, or RL for a policy network."""
+        return "move search" if self.mover is not None else "RL"
+
+    def iteration_text(self) -> str:
+        """What one iteration does, for the phase's first line."""
+        if self.mover is not None:
+            return (f"one round of {self.config.proposals}-ranked moves ({self.mover.search.levels[0].num_items} "
+                    f"to {self.num_items} items)")
+        return f"{self.config.samples} sampled placements ({self.num_items} items each)"
+
+    def best_text(self) -> str:
+        """The incumbent's step time and where it came from, e.g. ``237.345 ms (module_search)``."""
+        s = self.state
+        by = s.best_found_by.removeprefix("heuristic:") if s.best_found_by.startswith("heuristic:") else "policy"
+        return f"{_ms(s.best_step_time_s)} ({by})" if np.isfinite(s.best_step_time_s) else "none yet"
+
+    def status(self) -> str:
+        """What the RL progress shows beside its count."""
+        return f"iteration {self.state.iteration}, best {self.best_text()}"
 
     def evaluate_greedy(self, writer: Any) -> None:
         if self.mover is not None:  # no policy is trained
@@ -336,11 +425,13 @@ class _Run:
             return
         j = ok[np.argmin(t[ok])]
         s = self.state
+        if not found_by.startswith("heuristic:"):  # the policy's own best, apart from the incumbent
+            s.policy_step_time_s = min(s.policy_step_time_s, float(t[j]))
+            if s.time_to_beat_heuristic_s is None and self.rival_s is not None and t[j] <= self.rival_s:
+                s.time_to_beat_heuristic_s = self.elapsed()
         if t[j] < s.best_step_time_s:
             s.best_step_time_s, s.best_indices, s.best_found_by = float(t[j]), op_devices[j].tolist(), found_by
             s.best_iteration, s.time_to_best_s = s.iteration, self.elapsed()
-            if s.time_to_beat_heuristic_s is None and t[j] <= self.best_h[1]:
-                s.time_to_beat_heuristic_s = self.elapsed()
             save_best(os.path.join(self.logdir, BEST_NAME), self.best_placement())
 
     def best_placement(self) -> Placement:
@@ -360,16 +451,20 @@ class _Run:
         result = TrainResult(
             best_step_time_s=s.best_step_time_s, best_placement=best, iterations=s.iteration, elapsed_s=s.elapsed_s,
             time_to_best_s=s.time_to_best_s, logdir=self.logdir, heuristics=self.heuristics,
+            measured_heuristics=self.measured, env=self.config.env,
             score_order=self.config.score_order,
             lower_bound_s=self.lower_bound_s, reference_step_time_s=self.t_ref,
             time_to_beat_heuristic_s=s.time_to_beat_heuristic_s, interrupted=interrupted, setup_s=s.setup_s,
-            num_items=getattr(self.policy, "num_items", 0) if self.mover is None else self.mover.search.levels[-1].num_items,
+            num_items=self.num_items if self.mover is not None else getattr(self.policy, "num_items", 0),
             warm_start=s.warm_start,
-            warm_start_step_time_s=s.warm_start_step_time_s,
+            warm_start_step_time_s=s.warm_start_step_time_s, warm_start_cut_short=s.warm_start_cut_short,
+            policy_step_time_s=s.policy_step_time_s, found_by=s.best_found_by,
         )
         if self.config.equal_budget_search and self.config.env == "sim" and not interrupted:
             # every placement the run simulated (the scorer's, and the incumbents' schedules the move search read)
             simulated = self.score.evaluated + (self.mover.search.schedules if self.mover is not None else 0)
+            self.progress.phase(f"equal budget: module_search given the {simulated:,} placements this run simulated "
+                                "(outside the budget; --no-equal-budget-search skips it)")
             result.equal_budget_search = equal_budget_search(self.graph, self.cluster, self.sim, simulated,
                                                              order=self.score.order, seed=self.config.seed)
         if best is not None:
@@ -378,11 +473,5 @@ class _Run:
         return result
 
 
-def _progress_bar(config: TrainConfig, run: _Run) -> Any:
-    if not config.progress:
-        return None
-
-    by_iterations = config.iterations is not None
-    return tqdm(total=config.iterations if by_iterations else int(config.time_budget_s),
-                initial=run.state.iteration if by_iterations else int(run.elapsed()),
-                unit="it" if by_iterations else "s", dynamic_ncols=True)
+def _ms(x: float | None) -> str:
+    return "n/a" if x is None or not np.isfinite(x) else f"{x * 1e3:.3f} ms"

@@ -82,6 +82,18 @@ def run_lock(logdir: str) -> Iterator[None]:
         os.close(fd)  # releases the lock
 
 
+def check_fresh(logdir: str) -> None:
+    """PlacerError unless ``logdir`` holds no earlier run: training again into one (without --resume) mixed two runs."""
+    try:
+        names = os.listdir(logdir)
+    except OSError:
+        return
+    earlier = [n for n in names if n in (checkpoint.CHECKPOINT_PT, "summary.json") or n.startswith("events.out.tfevents")]
+    if earlier:
+        raise PlacerError(f"--logdir {logdir}: holds an earlier training run ({sorted(earlier)[0]}); add --resume to "
+                          "continue it, or give another --logdir")
+
+
 def same_problem(a: Placement, b: Placement) -> bool:
     """Whether the step times recorded in two placements' meta are comparable (same graph, devices, scorer)."""
     keys = ("env", "profile")
@@ -120,6 +132,8 @@ def run_best_placement(graph: OpGraph, devices: list[str], cluster: Cluster, con
                     planner: Any = None) -> Placement:
     """The run's best as a placement file: under ``--env sim`` with the issue order chosen for it.
 
+    Its method is ``rl:<policy>``, or the heuristic's name when no placement
+    the policy found beat that heuristic's (``meta.found_by`` ``heuristic:<name>``).
     ``planner`` (a SimEnv; None for a measured run) chooses the order.
     ``step_time_s`` stays the time the run scored (node order, ``config.executor``),
     so bests compare alike; with an order, ``issue_order_step_time_s`` is the eager
@@ -134,9 +148,10 @@ def run_best_placement(graph: OpGraph, devices: list[str], cluster: Cluster, con
     if planner is not None:
         order, how, step_s = planner.plan_order(np.asarray(run.best_indices))
         meta.update(issue_order=how, issue_order_step_time_s=step_s)
+    heuristic = run.best_found_by.removeprefix("heuristic:") if run.best_found_by.startswith("heuristic:") else None
     return Placement.from_indices(
         graph, devices, run.best_indices, cluster=getattr(cluster, "name", config.cluster),
-        method=f"rl:{config.policy}", meta=meta, order=order, microbatches=config.microbatches,
+        method=heuristic or f"rl:{config.policy}", meta=meta, order=order, microbatches=config.microbatches,
         inflight=config.inflight,
     )
 

@@ -8,7 +8,7 @@ Every scorer has one shape, ``evaluate(placements) -> list[Result]``
 from __future__ import annotations
 
 import hashlib
-from typing import TYPE_CHECKING, Any, Callable, Protocol, Sequence, runtime_checkable
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Protocol, Sequence, runtime_checkable
 
 import numpy as np
 
@@ -16,7 +16,7 @@ import envs
 from graphs import OpGraph, PlacerError, zoo
 from graphs.plan import single_device_rows
 from placer.learn.config import TrainConfig
-from placer.sources import looks_like_callable
+from placer.sources import looks_like_callable, stand_in_loss
 
 if TYPE_CHECKING:
     from envs.cluster import Cluster
@@ -88,6 +88,10 @@ def measured_env(config: TrainConfig, graph: OpGraph, cluster: Cluster, logdir: 
         raise PlacerError(
             f"--env measured: SOURCE {config.source!r} is not runnable (need a zoo name or module:callable, not a graph file)"
         )
+    why = stand_in_loss(graph)
+    if why:  # real training steps train the model as it is: it must return its loss
+        raise PlacerError(f"--env measured: {config.source}: {why}; real training steps need the loss (wrap the model "
+                          "so that forward returns it, e.g. forward(inputs, labels) -> cross_entropy(...))")
     from envs.real.measured import MeasuredEnv  # ray and torch: only for --env measured
 
     return MeasuredEnv(config.source, cluster, graph=graph, run_dir=logdir, device_map=config.device_map,
@@ -95,6 +99,30 @@ def measured_env(config: TrainConfig, graph: OpGraph, cluster: Cluster, logdir: 
 
 
 ENVS: dict[str, Callable[[TrainConfig, OpGraph, Cluster, str], Scorer]] = {"sim": sim_env, "measured": measured_env}
+
+
+def measured_heuristics(score: CachedScorer, found: Mapping[str, tuple[float, np.ndarray | None]], count: int
+                        ) -> dict[str, float]:
+    """Step times, on the run's own scorer, of the heuristics with the ``count`` fastest simulated placements.
+
+    ``found``: name -> (simulated step time, op devices). The ``count`` fastest
+    distinct placements are scored in one batch (so a measured run's workers
+    measure them side by side); every heuristic whose placement is one of them gets
+    its time (heuristics often agree), ``inf`` where it failed on the real devices.
+    """
+    ranked = [name for t, name in sorted((t, name) for name, (t, idx) in found.items()
+                                         if idx is not None and np.isfinite(t))]
+    rows: dict[bytes, np.ndarray] = {}
+    for name in ranked:
+        row = np.asarray(found[name][1], dtype=np.int32)
+        if len(rows) < count or CachedScorer.key(row) in rows:
+            rows.setdefault(CachedScorer.key(row), row)
+    if not rows:
+        return {}
+    t, failed = score(np.stack(list(rows.values())))
+    times = {k: float("inf") if f else float(ti) for k, ti, f in zip(rows, t, failed)}
+    keys = {name: CachedScorer.key(np.asarray(found[name][1], dtype=np.int32)) for name in ranked}
+    return {name: times[keys[name]] for name in ranked if keys[name] in times}
 
 
 def reference_time(score: CachedScorer, graph: OpGraph, cluster: Cluster, executor: str) -> float:

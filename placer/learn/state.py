@@ -27,13 +27,15 @@ class RunState:
     baseline: float | None = None  # the EMA reward baseline (None before the first batch)
     best_step_time_s: float = float("inf")
     best_indices: list[int] | None = None  # device index per op of the best placement
-    best_found_by: str = ""  # "sample" or "greedy"
+    best_found_by: str = ""  # "sample", "greedy" or "heuristic:<name>" (the incumbent no sample beat)
     best_iteration: int = -1
     time_to_best_s: float = float("nan")
     time_to_beat_heuristic_s: float | None = None
     warm_start: str = "none"  # how the policy was warm-started, for the record
     warm_start_indices: list[int] | None = None  # the imitated placement (the policy's items are cut by it)
     warm_start_step_time_s: float | None = None
+    warm_start_cut_short: bool = False  # the time budget stopped the imitation before its greedy decoding was the target
+    policy_step_time_s: float = float("inf")  # the best placement the policy sampled or decoded (the incumbent aside)
     setup_s: float = 0.0
 
     def to_dict(self) -> dict[str, Any]:
@@ -50,6 +52,8 @@ class RunState:
                 if not ((value is None and optional == "None") or _JSON_CHECKS[base](value)):
                     raise PlacerError(f"--resume: {where} has run.{f.name} = {value!r}, not a {f.type}")
                 setattr(state, f.name, value)
+        if "policy_step_time_s" not in doc and state.best_found_by in ("sample", "greedy"):  # an older checkpoint
+            state.policy_step_time_s = state.best_step_time_s
         return state
 
 
@@ -57,13 +61,19 @@ def is_int(v: Any) -> bool:
     return isinstance(v, int) and not isinstance(v, bool)
 
 
-_JSON_CHECKS = {"int": is_int, "float": lambda v: is_int(v) or isinstance(v, float), "str": lambda v: isinstance(v, str),
+_JSON_CHECKS = {"bool": lambda v: isinstance(v, bool), "int": is_int, "float": lambda v: is_int(v) or isinstance(v, float), "str": lambda v: isinstance(v, str),
                 "list[int]": lambda v: isinstance(v, list) and all(is_int(i) for i in v)}
 
 
 @dataclass
 class TrainResult:
-    """What a run produced."""
+    """What a run produced.
+
+    ``heuristics``, ``expert_step_time_s`` and ``lower_bound_s`` are simulated, whatever
+    the run's scorer; a measured run (``env == "measured"``) also has
+    ``measured_heuristics``, and its best heuristic is the best of those (its JSON's
+    ``best_heuristic_source`` says which kind of time it is).
+    """
 
     best_step_time_s: float
     best_placement: Placement | None
@@ -83,11 +93,22 @@ class TrainResult:
     score_order: str = "node"  # the issue order every time here (samples, heuristics) was scored in
     # module_search given as many simulated placements as the run used: {method, simulated, step_time_s, wall_s}
     equal_budget_search: dict[str, Any] | None = None
+    warm_start_cut_short: bool = False
+    policy_step_time_s: float = float("inf")  # the policy's own best (best_step_time_s may be a heuristic's)
+    found_by: str = ""  # of the best placement: "sample", "greedy" or "heuristic:<name>"
+    measured_heuristics: dict[str, float] = field(default_factory=dict)  # --env measured: on the run's workers
+    env: str = "sim"  # the scorer of the samples: "sim" or "measured"
 
     @property
     def best_heuristic(self) -> tuple[str, float] | None:
-        """``(name, step time)`` of the fastest heuristic of the run (:func:`placer.methods.best_heuristic`)."""
-        return best_heuristic(self.heuristics)
+        """``(name, step time)`` of the fastest heuristic of the run (:func:`placer.methods.best_heuristic`):
+        of the measured ones in a measured run that measured some, else of the simulated ones."""
+        return best_heuristic(self.measured_heuristics if self.measured_heuristics else self.heuristics)
+
+    @property
+    def best_heuristic_source(self) -> str:
+        """How the best heuristic's time was obtained: "measured" or "simulated"."""
+        return "measured" if self.measured_heuristics else "simulated"
 
     def to_dict(self) -> dict[str, Any]:
         bh = self.best_heuristic
@@ -103,6 +124,9 @@ class TrainResult:
             "time_to_beat_heuristic_s": self.time_to_beat_heuristic_s,
             "best_heuristic": bh[0] if bh else None,
             "best_heuristic_step_time_s": fin(bh[1]) if bh else None,
+            "best_heuristic_source": self.best_heuristic_source,
+            "env": self.env,
+            "measured_heuristics": {k: fin(v) for k, v in self.measured_heuristics.items()},
             "expert_step_time_s": fin(self.heuristics.get("expert")),
             "heuristics": {k: fin(v) for k, v in self.heuristics.items()},
             "score_order": self.score_order,
@@ -114,6 +138,12 @@ class TrainResult:
             "num_items": self.num_items,
             "warm_start": self.warm_start,
             "warm_start_step_time_s": fin(self.warm_start_step_time_s),
+            # the time budget stopped the imitation early: RL started from a policy that is not yet the heuristic
+            "warm_start_cut_short": self.warm_start_cut_short,
+            # who found the best placement ("sample", "greedy", or "heuristic:<name>": no placement the policy
+            # found was faster, so best_placement.json holds that heuristic's), and the policy's own best
+            "found_by": self.found_by,
+            "policy_step_time_s": fin(self.policy_step_time_s),
             "best_placement": os.path.join(self.logdir, "best_placement.json") if self.best_placement else None,
             # the issue order the placement file carries and its simulated (eager) step time
             "issue_order": meta.get("issue_order"),

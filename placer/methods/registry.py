@@ -34,8 +34,10 @@ HeuristicFn = Callable[..., np.ndarray]
 #: Bumped when a heuristic's placements change, so results cached by others (imitation labels,
 #: :func:`placer.learn.pretrain.imitation_label`) are recomputed. 2: heft, m_etf and m_sct charge the
 #: copies of shared parameters (:class:`placer.methods.heuristics.scheduling.ParamCopies`); their copy-blind
-#: rule stays as heft_nocopy, m_etf_nocopy and m_sct_nocopy.
-VERSION = 2
+#: rule stays as heft_nocopy, m_etf_nocopy and m_sct_nocopy. 3: the module groupings keep a co-location group
+#: spanning modules with its first op's module, and the searches rank placements out of memory by how far over
+#: they are (random_modules, module_search, annealing).
+VERSION = 3
 _REGISTRY: dict[str, HeuristicFn] = {}
 _loaded = False
 
@@ -48,14 +50,26 @@ class HeuristicUnavailable(PlacerError):
         self.status = status
 
 
+#: The optional extras of setup.cfg and the libraries each installs. The hint names the libraries: placer is
+#: installed from its checkout, and ``pip install 'placer[plot]'`` would fetch another project of that name.
+EXTRAS = {"partition": ("pymetis", "pyscotch"), "accelerate": ("accelerate",), "plot": ("matplotlib",), "ilp": ("ortools",)}
+
+
+def install_hint(extra: str) -> str:
+    """How to install an extra's libraries.
+
+    >>> install_hint("plot")
+    "pip install matplotlib, or pip install -e '.[plot]' in placer's checkout"
+    """
+    return f"pip install {' '.join(EXTRAS[extra])}, or pip install -e '.[{extra}]' in placer's checkout"
+
+
 def require(module: str, method: str, extra: str = "partition") -> Any:
     """Import an optional library or raise :class:`HeuristicUnavailable`."""
     try:
         return importlib.import_module(module)
     except ImportError:
-        raise HeuristicUnavailable(
-            f"{method}: needs the {module!r} package (pip install 'placer[{extra}]')", "not installed"
-        ) from None
+        raise HeuristicUnavailable(f"{method}: needs the {module!r} package ({install_hint(extra)})", "not installed") from None
 
 
 def register(name: str) -> Callable[[HeuristicFn], HeuristicFn]:

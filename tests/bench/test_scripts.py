@@ -164,3 +164,14 @@ def test_bench_pretrain_places_with_the_shipped_policy(tiny):
     assert bad.returncode == 2 and "--refine" in bad.stderr and len(bad.stderr.strip().splitlines()) == 1
     bad = run("bench_pretrain.py", "default", tiny, "k80x2", "--seeds", "0")
     assert bad.returncode == 2 and "--seeds" in bad.stderr and len(bad.stderr.strip().splitlines()) == 1
+
+
+@pytest.mark.slow
+def test_bench_first_hour_tiny():
+    proc = run("bench_first_hour.py", "--models", "encoder_small", "--json")
+    assert proc.returncode == 0, proc.stderr
+    row = json.loads(proc.stdout)
+    assert row["model"] == "encoder_small" and row["module_levels"] and set(row["methods"]) >= {"module_search", "annealing"}
+    assert all(r["status"] == "ok" for r in row["methods"].values())
+    bad = run("bench_first_hour.py", "--models", "nope")
+    assert bad.returncode == 2 and bad.stderr.strip().count("\n") == 0 and "--models" in bad.stderr

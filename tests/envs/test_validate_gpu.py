@@ -8,8 +8,8 @@ import math
 import os
 import subprocess
 import sys
+import tarfile
 
-import numpy as np
 import pytest
 import torch
 
@@ -28,19 +28,6 @@ def vg(monkeypatch):
     return importlib.import_module("validate_gpu")
 
 
-def test_scores_by_hand(vg):
-    sim, real = np.array([1.0, 2.0, 3.0, 1.0]), np.array([2.0, 1.0, 4.0, 3.0])
-    s = vg.scores(sim, real)
-    # ranks: sim (1.5, 3, 4, 1.5), real (2, 1, 4, 3): Spearman = Pearson of the ranks
-    assert s["spearman"] == pytest.approx(np.corrcoef([1.5, 3, 4, 1.5], [2, 1, 4, 3])[0, 1])
-    assert s["mape"] == pytest.approx((0.5 + 1.0 + 0.25 + 2 / 3) / 4)
-    # the simulator's best is placement 0 (first of two tied), which really takes 2.0; the real best takes 1.0
-    assert (s["sim_best"], s["sim_best_ties"], s["best_ratio"], s["n"]) == (0, 2, 2.0, 4)
-    assert s["pass"] == {"spearman": False, "mape": False, "best_ratio": False}
-    good = vg.scores(np.array([1.0, 2.0, 3.0]), np.array([1.1, 2.1, 3.1]))
-    assert good["best_ratio"] == 1.0 and good["pass"] == {"spearman": True, "mape": True, "best_ratio": True}
-
-
 def test_summary_merges_models_across_calls(vg, tmp_path):
     """One model per call (the device tool's 10-minute limit): summary.json keeps the others."""
     args = vg.parse(["--tiny"])
@@ -53,9 +40,11 @@ def test_summary_merges_models_across_calls(vg, tmp_path):
 
 @pytest.mark.parametrize("args, option", [
     (["--models", "nope"], "--models"),
+    (["--held-out", "rnnlm"], "--held-out"),  # rnnlm is --tiny's tuned model
     (["--placements", "1"], "--placements"),
     (["--train-budget", "0"], "--train-budget"),
-    (["--order-checks", "-1"], "--order-checks"),
+    (["--rounds", "0"], "--rounds"),
+    (["--warmup-s", "-1"], "--warmup-s"),
     (["--size", "huge"], "--size"),
     (["--steps", "x"], "--steps"),
 ])
@@ -74,38 +63,53 @@ def test_gpu_map_without_a_gpu_is_a_one_line_error(tmp_path):
     assert not os.listdir(tmp_path)
 
 
+def run_shell(out, work) -> subprocess.CompletedProcess:
+    """scripts/gpu_validate.sh --tiny: what the GPU machine runs, on the CPU."""
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "OUT": str(out), "WORK": str(work), "DEADLINE": "900"}
+    return subprocess.run(["bash", os.path.join(ROOT, "scripts", "gpu_validate.sh"), "--tiny"], capture_output=True, text=True,
+                          timeout=1000, env=env, cwd=ROOT)
+
+
 @pytest.mark.slow
-def test_tiny_run_end_to_end_and_resumed(tmp_path):
-    out, work = tmp_path / "out", tmp_path / "work"
-    cmd = ("--tiny", "--json", "--out-dir", str(out), "--work-dir", str(work))
-    proc = run(*cmd, "--real", "ray")  # measured in a Ray actor; the rerun below measures in-process
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    doc = json.loads(proc.stdout)
-    assert [(m["model"], m["executor"]) for m in doc["models"]] == [("rnnlm", "eager"), ("rnnlm", "dataflow")]
+def test_tiny_run_end_to_end_rescored_and_resumed(tmp_path):
+    back, work = tmp_path / "back", tmp_path / "work"
+    proc = run_shell(back, work)
+    assert proc.returncode == 0, proc.stdout[-3000:]
+    # three files come back (the device tool brings at most 8), the folder as one archive
+    assert sorted(os.listdir(back)) == ["calibration.tar.gz", "log.txt", "summary.json"]
+    with tarfile.open(back / "calibration.tar.gz") as tar:
+        assert sorted(tar.getnames()) == ["calibration", *sorted(f"calibration/{f}" for f in (
+            "gpt2.jsonl", "gpt2.profile.json", "order_trust.json", "rnnlm.jsonl", "rnnlm.profile.json", "summary.json"))]
+    out = work / "calibration"
+    doc = json.loads((back / "summary.json").read_text())
+    assert doc["format"] == "placer-gpu-validation/2" and "| held-out | gpt2 |" in (back / "log.txt").read_text()
+    assert [(m["model"], m["group"]) for m in doc["models"]] == [("gpt2", "held-out"), ("rnnlm", "tuned")]
+    assert list(doc["groups"]) == ["held-out", "tuned"] and doc["targets"]["repeat_max"] == 0.03
     for m in doc["models"]:
-        assert m["n"] >= 6 and math.isfinite(m["mape"]) and m["best_ratio"] >= 1.0
-        assert m["spearman"] is None  # every logical device is the one CPU: all placements simulate alike
-    (check,) = doc["checks"]
-    assert check["apply"]["ok"] and check["apply"]["same_grad_keys"] and check["apply"]["grad_max_rel_err"] <= 1e-3
-    (order,) = check["orders"]  # --tiny checks the learned placement's order
-    assert order["real_planned_s"] > 0 and order["real_node_s"] > 0 and isinstance(order["ok"], bool)
+        e = m["executors"]["eager"]
+        assert e["n"] >= 5 and math.isfinite(e["mape"]) and e["best_ratio"] >= 1.0
+        assert e["spearman"] is None  # every logical device is the one CPU: all placements simulate alike
+        assert m["repeatability"]["n"] >= 1 and m["repeatability"]["median"] >= 0  # built and measured twice
+        assert m["memory"]["n"] == 0  # no CUDA device: no allocator peak to compare with
+        assert m["checks"]["apply"]["ok"] and m["checks"]["apply"]["grad_max_rel_err"] <= 1e-3
+        assert m["profile_fit"]["cpu"]["contention"]["op"] >= 0 and m["profile_fit"]["cpu"]["staging"]["bandwidth_bytes_per_s"] > 0
+    assert doc["orders"]["record"]["format"] == "placer-order-trust/1"
 
     rows = [json.loads(line) for line in (out / "rnnlm.jsonl").read_text().splitlines()]
-    assert len(rows) == doc["models"][0]["n"] and len({r["placement_hash"] for r in rows}) == len(rows)
-    kinds = {r["kind"] for r in rows}
-    assert {"learned", "baseline", "single"} <= kinds
-    assert all(set(r["sim_step_s"]) == {"eager", "dataflow"} and r["status"] == "ok" and r["real_step_s"] > 0 for r in rows)
-    learned = next(r for r in rows if r["kind"] == "learned")
-    assert sorted(learned["order"]) == list(range(len(learned["devices"])))  # measured with the order it stores
-    summary = json.loads((out / "summary.json").read_text())
-    assert [m["model"] for m in summary["models"]] == ["rnnlm"] and summary["models"][0]["measured_ok"] == len(rows)
-    assert json.loads((out / "rnnlm.profile.json").read_text())["devices"]["cpu"]["fwd_s"]
+    assert len({r["placement_hash"] for r in rows}) == len(rows) and {"learned", "baseline"} <= {r["kind"] for r in rows}
+    assert {"all on cpu:0", "all on gpu:0"} <= {m for r in rows for m in r["methods"]}  # both singles (maybe as a baseline's)
+    for r in rows:
+        assert r["status"] == "ok" and r["real_step_s"] > 0 and set(r["sim_step_s"]) == {"eager", "dataflow"}
+        assert len(r["round_medians_s"]) == 2 and set(r["sim_peak_bytes"]) == {"cpu:0", "gpu:0"} and r["group"] == "tuned"
+    assert sum("repeat" in r for r in rows) >= 1
+    trust = json.loads((out / "order_trust.json").read_text())
+    assert json.loads((out / "rnnlm.profile.json").read_text())["order_trust"]["margin"] == trust["margin"]
 
-    # --rescore: the stored measurements scored again here, with the stored profile, give the same figures
+    # --rescore: the stored measurements scored again here, with the stored profiles, give the same figures
     rescored = run("--tiny", "--json", "--rescore", str(out), "--out-dir", str(tmp_path / "unused"), timeout=300)
     assert rescored.returncode == 0, rescored.stderr[-3000:]
-    assert [(m["model"], m["executor"], m["n"], m["mape"], m["best_ratio"]) for m in json.loads(rescored.stdout)["models"]] == \
-        [(m["model"], m["executor"], m["n"], m["mape"], m["best_ratio"]) for m in doc["models"]]
+    figures = lambda d: [(m["model"], m["executors"]["eager"]["mape"], m["repeatability"]["median"]) for m in d["models"]]  # noqa: E731
+    assert figures(json.loads(rescored.stdout)) == figures(doc)
     assert not (tmp_path / "unused").exists()  # rescoring writes nothing
     missing = run("--tiny", "--rescore", str(tmp_path / "nowhere"), timeout=120)
     assert missing.returncode == 2 and missing.stderr.strip().count("\n") == 0 and "nowhere" in missing.stderr
@@ -120,20 +124,18 @@ def test_tiny_run_end_to_end_and_resumed(tmp_path):
     (entry,) = json.loads((tmp_path / "gp" / "gpu_profile.json").read_text())
     assert len(entry["remeasured"]) == 3 and entry["remeasure_ratio_median"] > 0
     assert [r["methods"] for r in entry["remeasured"]] == [rows[k]["methods"] for k in (0, 4, 8)]
-    assert set(entry["apply_checks"]) == {"learned (earlier run)", "all on the GPU"}
     assert all(c["placed_worst_norm_rel"] < 1e-3 for c in entry["apply_checks"].values())
-    assert json.loads((tmp_path / "gp" / "rnnlm.profile.json").read_text())["devices"]["cpu"]["method"] == "context"
     for bad in (["--models", "nope"], ["--stride", "0"], ["--gpu-name", "gpu:7"]):
         proc = subprocess.run([sys.executable, os.path.join(ROOT, "scripts", "gpu_profile.py"), "--device-map", "*=cpu", *bad],
                               capture_output=True, text=True, timeout=120, env=env, cwd=ROOT)
         assert proc.returncode == 2 and proc.stderr.strip().count("\n") == 0 and bad[0] in proc.stderr, proc.stderr
 
-    log = (work / "rnnlm" / "measurements.jsonl").read_text()
-    # resumed: the profile, learned placement and measurements are reused (--real local reads the Ray run's log)
-    again = run(*cmd, "--real", "local")
-    assert again.returncode == 0, again.stderr[-3000:]
-    assert (work / "rnnlm" / "measurements.jsonl").read_text() == log
-    assert "reusing" in again.stderr and json.loads(again.stdout)["models"][0]["n"] == len(rows)
+    # resumed: the profiles, learned placements and measured blocks are reused, nothing is measured again
+    blocks = (work / "state" / "rnnlm" / "blocks.jsonl").read_text()
+    again = run_shell(tmp_path / "back2", work)
+    assert again.returncode == 0, again.stdout[-3000:]
+    assert (work / "state" / "rnnlm" / "blocks.jsonl").read_text() == blocks and "reusing" in again.stdout
+    assert figures(json.loads((tmp_path / "back2" / "summary.json").read_text())) == figures(doc)
 
 
 def test_in_process_measurement_is_limited_and_logged(monkeypatch, tmp_path):
@@ -155,6 +157,8 @@ def test_in_process_measurement_is_limited_and_logged(monkeypatch, tmp_path):
 
 
 def test_apply_check_allows_float32s_own_error_and_no_more(vg, monkeypatch):
+    from bench.fidelity import checks
+
     """Against float64, the placed model passes where its error is within the tolerance or twice the float32
     CPU model's own error (a gradient that is mostly cancellation), and fails on a larger error or a lost gradient."""
     def rows(placed, cpu32, missing=()):
@@ -171,7 +175,36 @@ def test_apply_check_allows_float32s_own_error_and_no_more(vg, monkeypatch):
 
     for errors, ok in ((rows(0.05, 0.03), True), (rows(5e-4, 1e-7), True), (rows(0.05, 0.01), False),
                        (rows(1e-7, 1e-7, missing=["lost.weight"]), False)):
-        monkeypatch.setattr(vg, "grad_errors", lambda *a, e=errors: e)
-        check = vg.check_apply("rnnlm", args, P(), None)
+        monkeypatch.setattr(checks, "grad_errors", lambda *a, e=errors: e)
+        check = checks.check_apply("rnnlm", args, P(), None)
         assert check["ok"] is ok, (errors["rows"][0], check)
     assert check["same_grad_keys"] is False
+
+
+def test_a_model_that_fails_is_reported_and_the_others_still_are(vg, monkeypatch, tmp_path, capsys):
+    """A model failing on the device (an error, not bad input) loses that model only; the deadline keeps what is done."""
+    from bench.fidelity.report import model_figures
+
+    args = vg.parse(["--tiny", "--json", "--out-dir", str(tmp_path / "out"), "--work-dir", str(tmp_path / "work")])
+    vg.check(args)
+    row = {"model": "rnnlm", "kind": "random", "methods": ["random 0"], "issue_order": "node", "status": "ok", "real_step_s": 1.0,
+           "sim_step_s": {"eager": 1.1, "dataflow": 1.2}, "ops_per_device": {"cpu:0": 1, "gpu:0": 0}}
+
+    def fake(name, group, args):
+        if name == "gpt2":
+            raise RuntimeError("CUDA error: an illegal memory access was encountered\nmore")
+        return {**model_figures(name, group, [row, {**row, "methods": ["random 1"], "real_step_s": 2.0}]), "ops": 1}, [row], {"devices": {}}
+
+    monkeypatch.setattr(vg, "run_model", fake)
+    assert vg.run(args) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert [m["model"] for m in doc["models"]] == ["rnnlm"]
+    assert doc["failures"] == ["gpt2: RuntimeError: CUDA error: an illegal memory access was encountered"]
+    assert json.loads((tmp_path / "out" / "summary.json").read_text())["failures"] == doc["failures"]
+
+    def stopped(name, group, args):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(vg, "run_model", stopped)
+    with pytest.raises(vg.PlacerError, match="no model finished: gpt2: stopped at the deadline"):
+        vg.run(args)

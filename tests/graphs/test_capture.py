@@ -259,3 +259,18 @@ def test_cli_export_of_a_data_dependent_model_is_one_line(tmp_path, builder):
     assert out.stderr.count("\n") == 1 and "Traceback" not in out.stderr
     assert "capture failed" in out.stderr and "mymod.py:" in out.stderr
     assert not (tmp_path / "g.json").exists()
+
+
+@pytest.mark.parametrize("recorded, path", [
+    ("model.transformer.h.0.attn", "model.transformer.h.0.attn"),  # as torch.export gives it today
+    ("L['self'].model.transformer.h[0].attn", "model.transformer.h.0.attn"),  # the tracer's form, left as it was
+    ("getattr(L['self'].model.h, '1').mlp", "model.h.1.mlp"),
+    ("L['self']", ""),
+])
+def test_module_paths_are_dotted_names_of_the_root_model(recorded, path):
+    from types import SimpleNamespace
+
+    from graphs.torch_capture import _module_path
+
+    node = SimpleNamespace(meta={"nn_module_stack": {"L__self__": ("", "Wrap"), "inner": (recorded, "GPT2Attention")}})
+    assert _module_path(node) == path

@@ -411,3 +411,17 @@ def test_module_levels_need_module_paths_and_reject_a_bad_depth():
     # depth 1 joins x and y; depth 2 is every op alone (no coarsening), so it is not a level
     assert [lv.op_group.tolist() for lv in module_levels(g3)] == [[0, 0, 1, 1]]
     assert module_levels(g3, max_groups=1) == []
+
+
+def test_a_view_across_layers_under_a_wrapper_keeps_the_layers_apart():
+    # a wrapper's prefix ("model.") on every path, and each layer viewing the previous layer's output, as a
+    # Hugging Face GPT-2 does: the view's co-location group once chained every layer into one group at every depth
+    names = ["emb", "v0", "a0", "b0", "v1", "a1", "b1", "head"]
+    g = OpGraph.from_edges(names, [(a, b, 64) for a, b in zip(names, names[1:])],
+                           op_types=["aten.embedding.default", "aten.view.default", "aten.mm.default", "aten.relu.default",
+                                     "aten.view.default", "aten.mm.default", "aten.relu.default", "aten.mm.default"],
+                           module_paths=["model.tr.wte", "model.tr.h.0", "model.tr.h.0", "model.tr.h.0", "model.tr.h.1",
+                                         "model.tr.h.1", "model.tr.h.1", "model.lm_head"])
+    levels = {lv.graph.meta["module_depth"]: lv.op_group.tolist() for lv in module_levels(g)}
+    assert levels[2] == [0, 0, 0, 0, 0, 0, 0, 1]  # model.tr | model.lm_head
+    assert levels[4] == [0, 0, 1, 1, 1, 2, 2, 3]  # wte (+ the view of it) | h.0 (+ the view of its output) | h.1 | head

@@ -85,6 +85,12 @@ def build_vit():
     return LossOf(tf.ViTForImageClassification(cfg), ("pixel_values", "labels")), (torch.randn(BATCH, 3, 32, 32, generator=g), torch.randint(0, 10, (BATCH,), generator=g))
 
 
+def build_gpt2():
+    """GPT-2 (library Conv1D layers, tied embeddings) in the README's wrapper: forward returns the loss."""
+    model, (ids,) = build_gpt2_raw()
+    return LossOf(model), (ids, ids.clone())
+
+
 def build_gpt2_raw():
     """A bare GPT-2 LM (library Conv1D layers), no wrapper: its output is a ModelOutput (logits; no cache in training)."""
     tf = _quiet_transformers()

@@ -10,7 +10,7 @@ import pytest
 
 import envs
 import graphs
-from graphs import PlacerError
+from graphs import OpGraph, PlacerError
 from graphs.synthetic import random_dag
 from placer.methods import registry as baselines
 from placer.cli import main
@@ -138,3 +138,33 @@ def test_cli_placement_row(graph, cluster, tmp_path, capsys):
     assert main(["compare", str(path), "--cluster", "k80x4", "--methods", "round_robin", "--placement", str(pfile), "--json"]) == 0
     doc = json.loads(capsys.readouterr().out)
     assert doc["rows"][1]["method"] == str(pfile) and doc["rows"][1]["status"] == "ok"
+
+
+def test_cli_table_says_one_memory_unit_the_bound_and_when_the_model_is_too_small(tmp_path, capsys):
+    # a tiny model: every method at 1.00x, every peak under a GB (the table once said 0.0 GiB for all of them,
+    # beside out-of-memory messages in GB), and a "previous bound" row nothing explained
+    path = str(tmp_path / "tiny.json")
+    graphs.save(OpGraph.from_edges(["a", "b"], [("a", "b", 4096)], flops=[1e6, 1e6], param_bytes=[1 << 20, 0],
+                                   name="tiny"), path)
+    assert main(["compare", path, "--cluster", "k80x4", "--methods", "single,m_etf"]) == 0
+    out = capsys.readouterr().out
+    assert "peak MB (cpu:0, gpu:0" in out and "GiB" not in out and "| single | ok |" in out
+    single = next(line for line in out.splitlines() if line.startswith("| single"))
+    assert single.split("|")[-2].strip() != "0.0/0.0/0.0/0.0/0.0"
+    assert "previous bound" not in out and "lower bound: no placement runs a step faster" in out
+    assert "this model is too small to gain from splitting it over devices" in out
+
+
+def test_cli_table_of_a_model_over_a_gb_is_in_gb_like_the_out_of_memory_messages(graph, cluster, capsys):
+    big = OpGraph.from_edges(["w"], [], flops=[1e9], param_bytes=[4 << 30], name="big")  # 4x with grads and Adam
+    table = compare(big, cluster, methods=["single"]).table()
+    assert "peak GB (" in table and "out of memory on gpu:0: peak 17.18 GB > capacity 12.00 GB" in table
+    assert "| 0.0/17.2/0.0/0.0/0.0 |" in table
+
+
+def test_place_and_compare_help_list_the_heuristics(capsys):
+    for command in ("place", "compare"):
+        with pytest.raises(SystemExit):
+            main([command, "--help"])
+        text = " ".join(capsys.readouterr().out.split())
+        assert all(name in text for name in baselines.names()), command

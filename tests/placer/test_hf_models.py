@@ -222,3 +222,23 @@ def test_export_map_bad_inputs_are_one_line(workdir, capsys):
     assert not Path("m.json").exists()
     rc, out, err = cli(capsys, "export-map", "p.json", "--graph", "g.json", "-o", "m.json")
     assert rc == 0 and json.loads(Path("m.json").read_text()) == {"enc": 0, "head": 1}
+
+
+@pytest.mark.slow
+def test_module_heuristics_place_the_readme_wrapper_of_gpt2_block_by_block(workdir, capsys):
+    # the README's pattern: a wrapper whose forward returns model(...).loss; its paths all start with "model."
+    rc, out, err = cli(capsys, "compare", "hf_tiny:build_gpt2", "--cluster", "k80x4", "--methods",
+                       "random_modules,module_search", "--json")
+    assert rc == 0, err
+    assert {r["method"]: r["status"] for r in json.loads(out)["rows"]}.items() >= {
+        "random_modules": "ok", "module_search": "ok"}.items()
+    from envs.sim.simulator import schedule_graph
+    from graphs import capture
+    from graphs.module_tree import module_levels
+
+    g = schedule_graph(capture(*_build("gpt2")))
+
+    def block_groups(lv, i):
+        return {int(lv.op_group[j]) for j, p in enumerate(g.module_paths) if p.startswith(f"model.transformer.h.{i}.")}
+    assert any(len(block_groups(lv, 0)) == 1 and len(block_groups(lv, 1)) == 1 and block_groups(lv, 0) != block_groups(lv, 1)
+               for lv in module_levels(g))

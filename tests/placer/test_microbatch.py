@@ -459,8 +459,8 @@ def test_graded_oom_gives_annealing_a_slope_toward_fitting():
     assert c[2] < c[1] < c[0]
     g, cl = _chain(8), _small_gpus(800)
     env = envs.SimEnv(g, cl, microbatches=4)
-    # started from single GPUs (all out of memory); same seed and steps, with and without the slope
-    graded = annealing(g, cl, seed=1, init=(), steps=200, env=env)  # on by default for a pipelined env
-    flat = annealing(g, cl, seed=1, init=(), steps=200, env=env, graded_oom=False)
-    assert env.simulate(graded).status == "ok"
-    assert env.simulate(flat).status == "oom"
+    # started from single GPUs (all out of memory); same seeds and steps, with and without the slope: the slope
+    # reaches a placement that fits more often (one seed alone is a coin flip on this landscape: simulator model 4)
+    fits = {graded: sum(env.simulate(annealing(g, cl, seed=seed, init=(), steps=200, env=env, graded_oom=graded)).status == "ok"
+                        for seed in range(1, 9)) for graded in (True, False)}  # graded: on by default
+    assert fits[True] > fits[False], fits

@@ -365,7 +365,7 @@ def test_placer_run_runs_the_order_in_the_file(tmp_path, monkeypatch, capsys):
 
             def forward(self, x):
                 h = torch.relu(self.a(x))
-                return self.b(h) * self.c(h).tanh()
+                return (self.b(h) * self.c(h).tanh()).sum()  # the loss: `placer run` trains what forward returns
 
         def build():
             torch.manual_seed(0)

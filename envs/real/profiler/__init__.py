@@ -29,6 +29,13 @@ links), :mod:`~envs.real.profiler.file` (the document) and :mod:`~envs.real.prof
   every op the autograd engine's start and the dispatch (a median of 130 µs per
   backward op against 5 µs of kernel in a real step): 5-7x too slow.
 
+* **The host beside its ops** (:mod:`~envs.real.profiler.host`): the copy of a tensor
+  into pinned memory before each host -> GPU copy, and how much host ops and a thread
+  issuing GPU work slow each other; they go on the host device
+  (:func:`calibrate_cluster`) and the eager simulator charges them (model 4).
+* **The issue fit**: a GPU's issue times are scaled so that the simulated step with
+  every op on it is the clean step the profile measured (:func:`fit_issue_scale`).
+
 Each time is the median of ``repeats`` runs after ``warmup`` runs.
 :func:`time_link` times copies of a few sizes between two devices and
 :func:`fit_link` fits ``time = latency_s + bytes / bandwidth``.
@@ -58,7 +65,10 @@ optimizer step where there is one. :func:`with_profile` does both for a
 
 from envs.real.profiler.device import CudaMarks, HostMarks, device_mark_cost, profile_device_in_context
 from envs.real.profiler.file import FORMAT, check_profile, device_kind, load_profile, save_profile
-from envs.real.profiler.fit import apply_profile, calibrate_cluster, cluster_with_profile, fit_link, profile_columns, with_profile
+from envs.real.profiler.fit import (
+    apply_profile, calibrate_cluster, cluster_with_profile, fit_issue_scale, fit_link, profile_columns, with_profile,
+)
+from envs.real.profiler.host import time_contention, time_staging
 from envs.real.profiler.probe import host_clock, probe_costs, profile_in_context, time_call
 from envs.real.profiler.program import DEFAULT_TRANSFER_SIZES, profile_model, profile_program, time_link
 
@@ -66,5 +76,5 @@ __all__ = [
     "FORMAT", "DEFAULT_TRANSFER_SIZES", "profile_program", "profile_model", "profile_in_context", "profile_device_in_context",
     "CudaMarks", "HostMarks", "device_mark_cost", "host_clock", "probe_costs", "time_call", "time_link", "fit_link",
     "save_profile", "load_profile", "check_profile", "device_kind", "profile_columns", "apply_profile", "calibrate_cluster",
-    "with_profile", "cluster_with_profile",
+    "with_profile", "cluster_with_profile", "fit_issue_scale", "time_staging", "time_contention",
 ]

@@ -126,6 +126,16 @@ class _DeviceProbes(_Probes):
         return attribute_intervals([o for o, _, _ in intervals], [self.marks.elapsed(a, b) for _, a, b in intervals], num_ops)
 
 
+def cap_to(per_owner_s: np.ndarray, total_s: float) -> np.ndarray:
+    """Per-owner seconds scaled down to sum to ``total_s`` where they sum to more (else unchanged).
+
+    >>> cap_to(np.array([1.0, 3.0]), 2.0).tolist(), cap_to(np.array([1.0, 3.0]), 8.0).tolist()
+    ([0.5, 1.5], [1.0, 3.0])
+    """
+    total = float(np.sum(per_owner_s))
+    return np.asarray(per_owner_s, dtype=np.float64) * (total_s / total if total > total_s > 0 else 1.0)
+
+
 def device_mark_cost(marks: Any, *, count: int = 200, trials: int = 5) -> float:
     """Device seconds one mark adds to the interval it closes: ``count`` marks back to back, queued behind a sleep."""
     best = float("inf")
@@ -264,10 +274,13 @@ def _device_profile(gm: Any, host: dict[str, list[float]], device: dict[str, lis
     mark_s = device_mark_cost(marks)
     med = {key: float(np.median(v)) for key, v in host.items()}
     dmed = {key: float(np.median(v)) for key, v in device.items()}
-    issue_fwd, f_scale = scale_to(remove_probe_cost(np.median(issue_f, axis=0), fcount, fwd_probe_s), med["fwd"])
-    issue_bwd, b_scale = scale_to(remove_probe_cost(np.median(issue_b, axis=0), bcount, bwd_probe_s), med["bwd"])
-    kern_fwd = remove_probe_cost(np.median(kern_f, axis=0), dfcount, mark_s)
-    kern_bwd = remove_probe_cost(np.median(kern_b, axis=0), dbcount, mark_s)
+    # the clean phases say how long the host issued for, whatever the probes cost beyond their measured cost: scaled
+    # to them however far off (a fallback to unscaled times overstated small-kernel models, where probes dominate)
+    issue_fwd, f_scale = scale_to(remove_probe_cost(np.median(issue_f, axis=0), fcount, fwd_probe_s), med["fwd"], limit=np.inf)
+    issue_bwd, b_scale = scale_to(remove_probe_cost(np.median(issue_b, axis=0), bcount, bwd_probe_s), med["bwd"], limit=np.inf)
+    # the kernels of a phase cannot take longer than the phase did on the device, unprobed
+    kern_fwd = cap_to(remove_probe_cost(np.median(kern_f, axis=0), dfcount, mark_s), dmed["fwd"])
+    kern_bwd = cap_to(remove_probe_cost(np.median(kern_b, axis=0), dbcount, mark_s), dmed["bwd"])
     return profile_entry(gm, (kern_fwd, kern_bwd), med, issue=(issue_fwd, issue_bwd), device_med=dmed, update_s=dmed["opt"],
                          overhead_s=float(issue_fwd[0] + issue_bwd[0] + med["zero"] + med["loss"]),
                          outside_s={"forward_kernels": float(kern_fwd[0]), "backward_kernels": float(kern_bwd[0])},

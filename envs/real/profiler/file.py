@@ -17,6 +17,7 @@ import numpy as np
 from envs.cluster import KINDS, MAX_DELAY_S, MIN_RATE
 from graphs import PlacerError, schema
 from graphs.io import read_json, write_text_atomic
+from envs.sim.order_trust import margin_of
 from graphs.ir import PROFILE_COLUMNS
 
 
@@ -71,6 +72,9 @@ def check_profile(doc: Any, *, source: str = "profile") -> None:
             if bad.any():
                 k = int(np.argmax(bad))
                 raise PlacerError(f"{source}: {where}.{col} has a negative or non-numeric time ({where}.{col}[{k}] is {times[k]!r}; expected 0 to {MAX_DELAY_S:g} s)")
+        _check_host_entry(entry, source, where)
+    if doc.get("order_trust") is not None:
+        margin_of(doc["order_trust"], 1, source=f"{source}: order_trust")
     for k, link in enumerate(doc.get("links", [])):
         where = f"links[{k}]"
         schema.obj(link, source, where)
@@ -80,3 +84,15 @@ def check_profile(doc: Any, *, source: str = "profile") -> None:
             raise PlacerError(f"{source}: {where} needs non-negative latency_s and bandwidth_bytes_per_s")
         schema.number(link["latency_s"], source, f"{where}.latency_s", minimum=0.0, maximum=MAX_DELAY_S)
         schema.number(link["bandwidth_bytes_per_s"], source, f"{where}.bandwidth_bytes_per_s", minimum=MIN_RATE)
+
+
+def _check_host_entry(entry: Mapping[str, Any], source: str, where: str) -> None:
+    """A host device's optional ``staging`` (``latency_s``, ``bandwidth_bytes_per_s``) and ``contention`` (``op``,
+    ``issue``), :mod:`envs.real.profiler.host`: objects of finite numbers in range, or absent."""
+    for key, fields in (("staging", {"latency_s": (0.0, MAX_DELAY_S), "bandwidth_bytes_per_s": (MIN_RATE, None)}),
+                        ("contention", {"op": (0.0, None), "issue": (0.0, None)})):
+        if key not in entry:
+            continue
+        schema.obj(entry[key], source, f"{where}.{key}")
+        for name, (low, high) in fields.items():
+            schema.number(entry[key].get(name), source, f"{where}.{key}.{name}", minimum=low, maximum=high)

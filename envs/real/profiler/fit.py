@@ -20,10 +20,12 @@ from typing import Any
 
 import numpy as np
 
-from envs.cluster import Cluster, Link
+from envs.cluster import Cluster, Device, Link
 from envs.cost import update_bandwidth
 from envs.real.placing import resolve_devices
 from envs.real.profiler.file import check_profile, device_kind, load_profile
+from envs.sim.order_trust import ORDER_MARGIN_META, margin_of
+from envs.sim.simulator import MODEL_VERSION, SimEnv
 from graphs import OpGraph, PlacerError
 from graphs.ir import PROFILE_COLUMNS
 from graphs.ops import free_mask
@@ -82,10 +84,16 @@ def apply_profile(graph: OpGraph, profile: Mapping[str, Any], *, source: str = "
 
     The content hash is unchanged (it leaves ``profile`` out), so placements made
     for ``graph`` remain valid for the result. Ops the profile lacks stay NaN
-    (the cost model then falls back to its roofline estimate).
+    (the cost model then falls back to its roofline estimate). A profile's
+    ``order_trust`` record measured with this simulator model puts its margin on
+    ``meta`` (:mod:`envs.sim.order_trust`), which the planner then keeps to.
     """
     prof = {**graph.profile, **profile_columns(graph, profile, source=source)}
     meta = {**graph.meta, "profile": {"host": profile.get("host", ""), "devices": sorted(profile["devices"])}}
+    if profile.get("order_trust") is not None:  # orders run for real: the planner's margin (this simulator model's only)
+        margin = margin_of(profile["order_trust"], MODEL_VERSION, source=f"{source}: order_trust")
+        if margin is not None:
+            meta[ORDER_MARGIN_META] = margin
     return dataclasses.replace(graph, profile=prof, meta=meta)
 
 
@@ -105,7 +113,8 @@ def calibrate_cluster(cluster: Any, profile: Mapping[str, Any], *, graph: OpGrap
     time are estimated at this machine's speed; where the profile measured the
     optimizer step (``update_s``), ``mem_bw_bytes_per_s`` is fitted so that
     :func:`envs.cost.update_times_s` of all the parameters gives that step plus the
-    step's measured ``overhead_s`` (:func:`_fit_update`).
+    step's measured ``overhead_s`` (:func:`_fit_update`). A host device takes the
+    staging copy and contention its torch device's entry measured (:func:`host_fields`).
     """
     torch_of = {name: str(dev) for name, dev in resolve_devices(cluster.device_names, device_map).items()}
     profiled = profile.get("devices", {})
@@ -128,7 +137,25 @@ def calibrate_cluster(cluster: Any, profile: Mapping[str, Any], *, graph: OpGrap
         rates = _fit_rates(graph, profile_columns(graph, profile), ~free_mask(graph))
         _fit_update(rates, profiled)
         devices = [dataclasses.replace(dev, **rates[dev.kind]) if dev.kind in rates else dev for dev in devices]
+    devices = [dataclasses.replace(dev, **host_fields(profiled.get(torch_of[dev.name], {}))) if dev.kind == "cpu" else dev
+               for dev in devices]
     return Cluster(name=f"{cluster.name}+profile", devices=devices, links=links, description=f"{cluster.description} (calibrated by profile from {profile.get('host', '?')})")
+
+
+def host_fields(entry: Mapping[str, Any]) -> dict[str, float]:
+    """The :class:`envs.cluster.Device` host fields a profiled host device's entry measured (its ``staging`` and
+    ``contention``, :mod:`envs.real.profiler.host`); none for an entry without them.
+
+    >>> host_fields({"staging": {"latency_s": 2e-6, "bandwidth_bytes_per_s": 5e9}, "contention": {"op": 0.3, "issue": 0.1}})
+    {'stage_latency_s': 2e-06, 'stage_bandwidth_bytes_per_s': 5000000000.0, 'contention_op': 0.3, 'contention_issue': 0.1}
+    """
+    out: dict[str, float] = {}
+    stage, contention = entry.get("staging"), entry.get("contention")
+    if isinstance(stage, Mapping):
+        out.update(stage_latency_s=float(stage["latency_s"]), stage_bandwidth_bytes_per_s=float(stage["bandwidth_bytes_per_s"]))
+    if isinstance(contention, Mapping):
+        out.update(contention_op=min(float(contention["op"]), 100.0), contention_issue=min(float(contention["issue"]), 100.0))
+    return out
 
 
 def _fit_rates(graph: OpGraph, cols: Mapping[str, Mapping[str, np.ndarray]], compute: np.ndarray) -> dict[str, dict[str, float]]:
@@ -196,3 +223,54 @@ def cluster_with_profile(cluster: Cluster, profile: Any, *, graph: Any = None, d
         check_profile(profile)
         doc = profile
     return calibrate_cluster(cluster, doc, graph=graph, device_map=device_map)
+
+
+def fit_issue_scale(profile: dict[str, Any], graph: OpGraph, *, low: float = 0.25, high: float = 4.0, rtol: float = 1e-3) -> dict[str, Any]:
+    """``profile`` with the issue times of each device profiled in context scaled to match its measured clean step.
+
+    The eager simulator's step with every op on the device (:func:`all_on_device_step_s`)
+    should be the clean step the profile timed (``step_s``). Where it is not, the
+    issue times are what is off: probes cost the host more than taking their
+    measured cost off removes (on small kernels, where the issue is the step). So
+    the issue columns are scaled by the factor in ``[low, high]`` that makes the
+    two equal (bisection; the step grows with the factor), kept as ``issue_scale``
+    beside ``issue_fit`` (the measured step, the simulated one before and after).
+    Devices without issue columns are left as they are. Changes ``profile`` in place.
+    """
+    for dev, entry in profile["devices"].items():
+        target = entry.get("step_s")
+        if entry.get("method") != "context" or "issue_fwd_s" not in entry or not isinstance(target, (int, float)) or target <= 0:
+            continue
+        step = lambda scale: all_on_device_step_s(graph, profile, dev, issue_scale=scale)  # noqa: E731
+        before = step(1.0)
+        scale = 1.0
+        if abs(before - target) > rtol * target:
+            lo, hi = (low, 1.0) if before > target else (1.0, high)
+            for _ in range(40):  # in log space: a factor of 16 to 1e-3 in about 14 halvings
+                scale = float(np.sqrt(lo * hi))
+                if step(scale) > target:
+                    hi = scale
+                else:
+                    lo = scale
+                if hi / lo < 1 + rtol / 4:
+                    break
+        after = step(scale)
+        for col in ("issue_fwd_s", "issue_bwd_s"):
+            entry[col] = [None if x is None else float(x) * scale for x in entry[col]]
+        entry["issue_scale"] = scale
+        entry["issue_fit"] = {"step_s": float(target), "simulated_before_s": before, "simulated_after_s": after}
+    return profile
+
+
+def all_on_device_step_s(graph: OpGraph, profile: Mapping[str, Any], device: str, *, issue_scale: float = 1.0) -> float:
+    """The eager simulator's step with every op of ``graph`` on ``device``, calibrated by its entry in ``profile``
+    (the issue times scaled by ``issue_scale``)."""
+    entry = dict(profile["devices"][device])
+    for col in ("issue_fwd_s", "issue_bwd_s"):
+        if col in entry:
+            entry[col] = [None if x is None else float(x) * issue_scale for x in entry[col]]
+    one = {**profile, "devices": {device: entry}, "links": []}
+    kind = entry.get("kind") or device_kind(device)
+    cluster = Cluster("fit", [Device("d:0", kind, 1e15, 1e12, 1e12, 0.0)], {})
+    cluster = calibrate_cluster(cluster, one, graph=graph, device_map={"d:0": device})
+    return float(SimEnv(apply_profile(graph, one), cluster).simulate(np.zeros(graph.num_ops, dtype=np.int64)).extra["sim_step_time_s"])

@@ -20,7 +20,8 @@ import torch.fx as fx
 
 from envs.real.profiler.device import profile_device_in_context
 from envs.real.profiler.file import FORMAT, device_kind
-from envs.real.profiler.fit import fit_link
+from envs.real.profiler.fit import fit_issue_scale, fit_link
+from envs.real.profiler.host import time_contention, time_staging
 from envs.real.profiler.probe import _concrete_inputs, _op_timer, _sync, profile_in_context, time_call
 from graphs import OpGraph, PlacerError
 from graphs.torch_capture import check_runnable, export_program, graph_from_program
@@ -121,12 +122,12 @@ def profile_program(ep: Any, devices: Sequence[str], *, warmup: int = 1, repeats
         return [None if np.isnan(x) else float(x) for x in a.tolist()]
 
     def entry(d: Any) -> dict[str, Any]:
-        out = {"kind": device_kind(str(d)), "name": _device_name(d)}
+        out = {"kind": device_kind(str(d)), "name": _device_name(d), **(_host_probes(torch_devices, repeats) if d.type == "cpu" else {})}
         if str(d) in context:
             return {**out, "method": "context", **context[str(d)]}
         return {**out, "method": "isolated", "fwd_s": col(fwd[str(d)]), "bwd_s": col(bwd[str(d)])}
 
-    return {
+    doc = {
         "format": FORMAT,
         "graph_hash": graph.content_hash,
         "graph_name": graph.name,
@@ -138,6 +139,13 @@ def profile_program(ep: Any, devices: Sequence[str], *, warmup: int = 1, repeats
         "host": platform.node(),
         "torch": torch.__version__,
     }
+    return fit_issue_scale(doc, graph)
+
+
+def _host_probes(devices: list[Any], repeats: int) -> dict[str, Any]:
+    """The host's staging copy and contention (:mod:`envs.real.profiler.host`), towards the first GPU if there is one."""
+    gpu = next((d for d in devices if d.type == "cuda"), None)
+    return {"staging": time_staging(gpu, repeats=repeats), "contention": time_contention(gpu)}
 
 
 def _device_name(d: Any) -> str:
@@ -153,15 +161,23 @@ def profile_model(model: Any, example_inputs: tuple, devices: Sequence[str], **o
 
 
 def time_link(src: Any, dst: Any, sizes_bytes: Sequence[int] = DEFAULT_TRANSFER_SIZES, *, repeats: int = 5) -> tuple[list[int], list[float]]:
-    """Median seconds to copy a float32 tensor of each size from ``src`` to ``dst``."""
+    """Median seconds to copy a float32 tensor of each size from ``src`` to ``dst``, as :func:`placer.apply` copies it.
+
+    Host -> GPU copies go from pinned memory, ``non_blocking`` (the copy into the pinned
+    buffer is the host's staging cost, :func:`envs.real.profiler.host.time_staging`);
+    others are the ordinary ``copy_``.
+    """
     src, dst = torch.device(src), torch.device(dst)
+    pinned = src.type == "cpu" and dst.type == "cuda"
     times = []
     for n in sizes_bytes:
         x = torch.rand(max(1, int(n) // 4), device=src)
+        if pinned:
+            x = x.pin_memory()
         buf = torch.empty_like(x, device=dst)
 
         def run(_: Any) -> None:
-            buf.copy_(x)
+            buf.copy_(x, non_blocking=pinned)
             _sync(dst)
             _sync(src)
 

@@ -5,9 +5,12 @@ change of one op's configuration, simulate, accept with probability
 ``min(1, exp(-beta * (new - current)))``; the best strategy seen is the answer.
 Here a move sends one co-location group to another device; the cost is the
 simulated step time, multiplied by ``1 + oom_penalty`` for placements that run
-out of memory (on a pipelined env also by their worst peak / capacity:
-``graded_oom``, so that a chain started out of memory has a slope toward fitting). The temperature, relative to the starting cost, cools
-geometrically from ``t0`` to ``t0 / 100`` over the ``steps``.
+out of memory and by their worst peak / capacity (``graded_oom``), so that a
+chain started out of memory has a slope toward fitting. The temperature,
+relative to the starting cost, cools geometrically from ``t0`` to ``t0 / 100``
+over the ``steps``. The answer is the best placement seen that fits, whatever
+the chain's costs: the fastest that fits, or, when none did, the one closest to
+fitting (:func:`~placer.methods.heuristics.search.scored_keys`'s order).
 
 The chain starts from the best of: every GPU alone, and the ``init`` heuristics
 (FlexFlow starts from data parallelism or an expert strategy). Proposals are
@@ -80,12 +83,30 @@ def _block_variants(rows: np.ndarray, block: np.ndarray, num_devices: int) -> np
     return np.concatenate([rows, out])
 
 
+def _keys(t: np.ndarray, oom: np.ndarray, over: np.ndarray) -> list[tuple[bool, float]]:
+    """(out of memory, step time or, out of memory, peak / capacity) per placement: smaller is better."""
+    return [(bool(o), float(v) if o else float(x)) for x, o, v in zip(t, oom, over)]
+
+
+class _Best:
+    """The best placement seen by :func:`_keys`: one that fits beats one that does not, whatever the chain's costs."""
+
+    def __init__(self) -> None:
+        self.key: tuple[bool, float] = (True, float("inf"))
+        self.row: np.ndarray | None = None
+
+    def offer(self, rows: np.ndarray, t: np.ndarray, oom: np.ndarray, over: np.ndarray) -> None:
+        keys = _keys(t, oom, over)
+        j = min(range(len(keys)), key=keys.__getitem__)
+        if keys[j] < self.key:
+            self.key, self.row = keys[j], rows[j].copy()
+
+
 def _anneal(score: Callable[[np.ndarray], tuple], cur: np.ndarray, cur_cost: float, groups: np.ndarray, cand: np.ndarray,
-            block: np.ndarray, num_devices: int, *, steps: int, batch: int, t0: float, oom_penalty: float,
-            rng: np.random.Generator, deadline: float | None) -> np.ndarray:
-    """The Markov chain from ``cur``: batches of single-group moves (and a block move), Metropolis acceptance; the best seen."""
+            block: np.ndarray, num_devices: int, best: _Best, *, steps: int, batch: int, t0: float, oom_penalty: float,
+            graded: bool, rng: np.random.Generator, deadline: float | None) -> None:
+    """The Markov chain from ``cur``: batches of single-group moves (and a block move), Metropolis acceptance; offers ``best`` every placement."""
     num_groups = len(cur)
-    best, best_cost = cur.copy(), cur_cost
     scale = max(cur_cost, 1e-12)
     done = 0
     while done < steps and len(cand) > 1:
@@ -103,17 +124,14 @@ def _anneal(score: Callable[[np.ndarray], tuple], cur: np.ndarray, cur_cost: flo
             props[-1] = cur  # last: tried after the single moves (the first accepted proposal moves the chain)
             props[-1, block] = rng.integers(0, num_devices)
         t, oom, over = score(props[:, groups].astype(np.int32))
-        c = _cost(t, oom, oom_penalty, over)
+        c = _cost(t, oom, oom_penalty, over if graded else None)
         u = rng.random(b)
         done += b
-        j = int(np.argmin(c))
-        if c[j] < best_cost:
-            best, best_cost = props[j].copy(), float(c[j])
+        best.offer(props, t, oom, over)
         for j in range(b):
             if c[j] <= cur_cost or u[j] < np.exp(-(c[j] - cur_cost) / temp):
                 cur, cur_cost = props[j].copy(), float(c[j])
                 break
-    return best
 
 
 @register("annealing")
@@ -132,27 +150,26 @@ def annealing(
     env=None,
     order: str | None = None,
     block_moves: bool | None = None,
-    graded_oom: bool | None = None,
+    graded_oom: bool = True,
 ) -> np.ndarray:
     """MCMC placement search; ``steps`` simulated proposals at most.
 
     ``order="planned"`` scores every proposal in its planned issue order
     (``SimEnv.step_times(..., order="planned")``), as ``placer train`` does with
-    ``score_order="planned"``; None: node order. ``graded_oom`` (default: on for a
-    pipelined env, M > 1): an out-of-memory placement's cost also grows with its
-    worst peak over capacity, so moves that bring it closer to fitting are taken.
+    ``score_order="planned"``; None: node order. ``graded_oom`` (default on): an
+    out-of-memory placement's cost also grows with its worst peak over capacity,
+    so moves that bring it closer to fitting are taken (off, a chain started out
+    of memory on a d=2048 encoder never left it; on the zoo it changes nothing).
     """
     if steps < 0 or batch < 1:
         raise PlacerError(f"annealing: steps must be >= 0 and batch >= 1 (got {steps}, {batch})")
     start_clock = time.perf_counter()
     env = env if env is not None else envs.SimEnv(graph, cluster)
-    graded = graded_oom if graded_oom is not None else getattr(env, "microbatches", 1) > 1
+    graded = bool(graded_oom)
     kw = {} if order is None else {"order": order}
 
-    def score(op_devices: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
-        if graded:
-            return env.step_times(op_devices, overflow=True, **kw)
-        return (*env.step_times(op_devices, **kw), None)
+    def score(op_devices: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        return env.step_times(op_devices, overflow=True, **kw)
 
     cand = candidate_devices(cluster, devices)
     groups = colocation_groups(graph)
@@ -164,13 +181,14 @@ def annealing(
     block = _input_free_block(graph, groups, num_groups) if pipelined else np.zeros(0, dtype=np.int64)
     start_idx = _block_variants(starts, block, cluster.num_devices)
     t, oom, over = score(start_idx[:, groups].astype(np.int32))
-    costs = _cost(t, oom, oom_penalty, over)
+    best = _Best()
+    best.offer(start_idx, t, oom, over)
+    costs = _cost(t, oom, oom_penalty, over if graded else None)
     k = int(np.argmin(costs))
     deadline = start_clock + time_budget_s if time_budget_s is not None else None
-    best = _anneal(score, start_idx[k].copy(), float(costs[k]), groups, cand, block, cluster.num_devices, steps=steps,
-                   batch=batch, t0=t0, oom_penalty=oom_penalty, rng=np.random.default_rng(seed), deadline=deadline)
+    _anneal(score, start_idx[k].copy(), float(costs[k]), groups, cand, block, cluster.num_devices, best, steps=steps,
+            batch=batch, t0=t0, oom_penalty=oom_penalty, graded=graded, rng=np.random.default_rng(seed), deadline=deadline)
     if len(block):  # the best found, with the block on each device
-        finals = _block_variants(best[None], block, cluster.num_devices)
-        t, oom, over = score(finals[:, groups].astype(np.int32))
-        best = finals[int(np.argmin(_cost(t, oom, oom_penalty, over)))]
-    return best[groups].astype(np.int32)
+        finals = _block_variants(best.row[None], block, cluster.num_devices)
+        best.offer(finals, *score(finals[:, groups].astype(np.int32)))
+    return best.row[groups].astype(np.int32)

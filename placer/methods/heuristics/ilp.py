@@ -27,11 +27,15 @@ of :func:`graphs.grouping.coarsen`, co-located ops always together):
   them are live when its first backward task starts, so this is necessary);
 * objective: the last end plus the largest optimizer update.
 
-Every constraint is a lower bound on a start (``>=``), and the simulator's
-schedule is the least solution of them, so for fixed decisions the model's
-optimum *is* the simulated step (up to rounding to integer time units); with
-one item per op the solver's optimum is the best placement and issue order
-under the eager simulator. With groups it is an approximation: the plan is
+Every constraint is a lower bound on a start (``>=``), and the schedule of
+simulator model 3 is the least solution of them, so for fixed decisions the
+model's optimum is that simulated step (up to rounding to integer time units).
+Since model 4 the simulator runs each thread's *ready* backward task with the
+highest sequence number (:mod:`envs.sim.eager`), not strict reverse issue order:
+the two differ where a task waits for a gradient from another device (0.3% on one
+of the 15 brute-force cases in the tests), so with one item per op the solver's
+optimum is the best plan under model 3's backward, and every plan is scored by
+the simulator. With groups it is an approximation: the plan is
 scored by the simulator, which is what the row reports.
 
 Items: the co-location groups, one each, when they fit ``time_limit_s`` (the
@@ -51,7 +55,7 @@ objective and proven bound (both for the item problem, in seconds), its status,
 solve time and the item count; for windows (``solver_status`` "windows") how
 many windows were solved and how many made the plan faster.
 
-Needs the ``ilp`` extra (``pip install 'placer[ilp]'``).
+Needs the ``ilp`` extra (``pip install ortools``, or ``pip install -e '.[ilp]'`` in placer's checkout).
 """
 
 from __future__ import annotations
@@ -71,7 +75,7 @@ from placer.methods.heuristics import ilp_lns as lns
 from placer.methods.heuristics.groups import colocation_groups
 from placer.methods.heuristics.ilp_items import build_items, choose_items, item_order_to_ops
 from placer.methods.heuristics.ilp_model import solve
-from placer.methods.registry import HeuristicUnavailable, get, register
+from placer.methods.registry import HeuristicUnavailable, get, install_hint, register
 
 #: Heuristics tried as the solver's starting point (the fastest under the eager simulator wins).
 DEFAULT_HINTS = "m_etf,heft,m_topo,single"
@@ -110,7 +114,7 @@ def ilp(graph: OpGraph, cluster, *, seed: int = 0, time_limit_s: float = 60.0, n
     try:
         import ortools  # noqa: F401  (an optional extra: checked before any work)
     except ImportError:
-        raise HeuristicUnavailable("ilp: needs OR-Tools (pip install 'placer[ilp]')", "not installed") from None
+        raise HeuristicUnavailable(f"ilp: needs OR-Tools ({install_hint('ilp')})", "not installed") from None
 
     if not float(time_limit_s) > 0:
         raise PlacerError(f"ilp: time_limit_s must be positive, got {time_limit_s!r}")

@@ -16,7 +16,7 @@ import numpy as np
 from envs import cost
 from graphs import PlacerError
 from placer.methods.heuristics.ilp_items import Items
-from placer.methods.registry import HeuristicUnavailable
+from placer.methods.registry import HeuristicUnavailable, install_hint
 
 
 def _reach(K: int, edges: list[tuple[int, int, int]]) -> list[int]:
@@ -441,7 +441,7 @@ def solve(items: Items, cluster, *, time_limit_s: float = 60.0, num_workers: int
     try:
         from ortools.sat.python import cp_model  # an optional extra: loaded only when ilp runs
     except ImportError:
-        raise HeuristicUnavailable("ilp: needs OR-Tools (pip install 'placer[ilp]')", "not installed") from None
+        raise HeuristicUnavailable(f"ilp: needs OR-Tools ({install_hint('ilp')})", "not installed") from None
 
     model = _Model(cp_model, items, cluster).build()
     m, x, pos, D, K = model.m, model.x, model.pos, model.D, model.K

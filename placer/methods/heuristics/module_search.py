@@ -16,7 +16,8 @@ how ``placer place --method learned`` refines the policy's decodes
 (:func:`placer.methods.learned.place_learned`).
 
 Placements that fit in memory beat those that do not; among those, the fastest
-wins. Deterministic for a seed. A graph that records no module paths has
+wins, and among placements out of memory the one closest to fitting, so a descent
+started out of memory moves toward fitting (:func:`scored_keys`). Deterministic for a seed. A graph that records no module paths has
 nothing to search (status "needs module paths").
 """
 
@@ -43,7 +44,8 @@ def descend(env, op_group: np.ndarray, group_devices: np.ndarray, devices: np.nd
     index; a move sends one group to another of ``devices``. Each round
     simulates every move (the ones of a round that the remaining ``budget``
     allows, in ``rng``'s order when given, else in order) and takes the best
-    if it beats the current placement, keyed by (out of memory, step time).
+    if it beats the current placement, keyed by :func:`scored_keys` (out of
+    memory, then step time, or for placements out of memory how far over).
     ``key``: the start's, when already known (else it is simulated first).
     ``deadline``: a :func:`time.perf_counter` time after which no new round starts.
 

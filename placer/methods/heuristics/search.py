@@ -6,12 +6,17 @@ import numpy as np
 
 
 def scored_keys(env, op_devices: np.ndarray, batch: int = 64) -> list[tuple[bool, float]]:
-    """(out of memory, step time) of each row of ``op_devices`` on ``env``, simulated ``batch`` rows at a time.
+    """``(out of memory, x)`` of each row of ``op_devices`` on ``env``, simulated ``batch`` rows at a time.
 
-    Smaller is better: a placement that fits beats one that does not, then the faster wins.
+    ``x`` is the step time of a placement that fits, and how far one that does
+    not is over capacity (its worst peak / capacity, > 1). Smaller is better: a
+    placement that fits beats one that does not, the faster of two that fit
+    wins, and of two that do not, the one closer to fitting. Ranking placements
+    out of memory by step time instead led a search toward all on one GPU,
+    the fastest of them and the furthest from fitting, where a few moves fit.
     """
     out: list[tuple[bool, float]] = []
     for s in range(0, len(op_devices), batch):
-        t, oom = env.step_times(op_devices[s:s + batch])
-        out += [(bool(o), float(x) if np.isfinite(x) else float("inf")) for o, x in zip(oom, t)]
+        t, oom, over = env.step_times(op_devices[s:s + batch], overflow=True)
+        out += [(bool(o), float(v) if o else float(x) if np.isfinite(x) else float("inf")) for o, x, v in zip(oom, t, over)]
     return out

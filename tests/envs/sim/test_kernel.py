@@ -78,11 +78,16 @@ def test_kernel_matches_reference(n, seed, preset, degree, memory_mb):
     hosts=st.sampled_from([1, 2]),
     degree=st.floats(1.0, 3.0),
     memory_mb=st.sampled_from([5.0, 30.0, 100.0, 1e6]),
+    host_costs=st.booleans(),
 )
-def test_eager_kernel_matches_reference(n, seed, preset, hosts, degree, memory_mb):
+def test_eager_kernel_matches_reference(n, seed, preset, hosts, degree, memory_mb, host_costs):
     g = random_dag(n, seed=seed, avg_degree=degree, window=8, max_bytes=4 << 20)
     c = two_hosts(preset, memory_mb * 1e6) if hosts == 2 and preset != "h200x1" else shrunk(preset, memory_mb * 1e6)
     rng = np.random.default_rng(seed)
+    if host_costs:  # measured staging copies and contention (simulator model 4)
+        c = Cluster(c.name, [dataclasses.replace(d, stage_latency_s=rng.random() * 2e-5, stage_bandwidth_bytes_per_s=(0.5 + rng.random()) * 1e10,
+                                                 contention_op=rng.random(), contention_issue=rng.random()) if d.kind == "cpu" else d
+                             for d in c.devices], c.links)
     if seed % 2:  # a GPU profile measured in context: per-op issue times, forward and backward (some unknown)
         issue = lambda scale: np.where(rng.random(n) < 0.1, np.nan, rng.random(n) * scale)  # noqa: E731
         g = dataclasses.replace(g, profile={"gpu": {"issue_fwd_s": issue(2e-4), "issue_bwd_s": issue(3e-4)}})

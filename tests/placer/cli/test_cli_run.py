@@ -19,10 +19,21 @@ MODEL_SRC = textwrap.dedent(
     import torch
     from torch import nn
 
+    class Net(nn.Module):  # forward returns the training loss, as `placer run` needs
+        def __init__(self):
+            super().__init__()
+            self.seq = nn.Sequential(nn.Linear(16, 32), nn.BatchNorm1d(32), nn.ReLU(), nn.Linear(32, 4))
+
+        def forward(self, x, y):
+            return nn.functional.cross_entropy(self.seq(x), y)
+
     def build():
         torch.manual_seed(0)
-        model = nn.Sequential(nn.Linear(16, 32), nn.BatchNorm1d(32), nn.ReLU(), nn.Linear(32, 4))
-        return model, (torch.randn(8, 16),)
+        return Net(), (torch.randn(8, 16), torch.randint(0, 4, (8,)))
+
+    def logits():
+        torch.manual_seed(0)
+        return Net().seq, (torch.randn(8, 16),)
     """
 )
 
@@ -168,3 +179,29 @@ def test_profile_prints_a_gpus_issue_times(workdir, capsys, monkeypatch):
     assert main(["profile", "cli_run_model:build", "--devices", "cpu", "-o", "gpu.json", "--repeats", "2", "--json"]) == 0
     gpu = json.loads(capsys.readouterr().out)["devices"]["cuda:0"]
     assert gpu["issue_bwd_s"] == pytest.approx(n * 4e-5)
+
+
+def test_run_refuses_a_model_that_returns_no_scalar_loss_in_one_line(workdir, capsys):
+    # a stand-in loss (the mean of the logits) once trained it toward nothing and printed "loss ... -> ..." with rc 0
+    from graphs.torch_capture import capture
+
+    import cli_run_model
+
+    graph = capture(*cli_run_model.logits())
+    Placement.from_indices(graph, ["cpu:0", "gpu:0", "gpu:1"], [1] * graph.num_ops, cluster="k80x2").save("l.json")
+    rc = main(["run", "cli_run_model:logits", "--placement", "l.json", "--cluster", "k80x2", "--device-map", "*=cpu"])
+    out, err = capsys.readouterr()
+    assert rc == 2 and "loss" not in out and len(err.strip().splitlines()) == 1
+    assert "returns a float32 tensor of shape [8, 4], not a scalar loss" in err and "Traceback" not in err
+
+
+def test_export_names_the_stand_in_loss_and_train_env_measured_refuses_the_model(workdir, capsys):
+    rc = main(["export", "cli_run_model:logits", "-o", "l.json"])
+    out, err = capsys.readouterr()
+    assert rc == 0 and out.startswith("wrote l.json")
+    assert len(err.strip().splitlines()) == 1 and "not a scalar loss" in err and "stand-in loss, the sum of the means" in err
+    rc = main(["train", "cli_run_model:logits", "--cluster", "k80x2", "--env", "measured", "--iterations", "1",
+               "--no-progress", "--logdir", "run"])
+    err = capsys.readouterr().err
+    assert rc == 2 and len(err.strip().splitlines()) == 1 and "--env measured" in err and "not a scalar loss" in err
+    assert main(["export", "cli_run_model:build", "-o", "b.json"]) == 0 and capsys.readouterr().err == ""

@@ -30,7 +30,15 @@ MODEL_SRC = textwrap.dedent(
             open(marker, "w").close()
             os._exit(1)
         torch.manual_seed(0)
-        return nn.Sequential(nn.Linear(8, 8), nn.ReLU(), nn.Linear(8, 2)), (torch.randn(4, 8),)
+        return Net(), (torch.randn(4, 8),)
+
+    class Net(nn.Module):  # forward returns the training loss, as real training steps need
+        def __init__(self):
+            super().__init__()
+            self.body = nn.Sequential(nn.Linear(8, 8), nn.ReLU(), nn.Linear(8, 2))
+
+        def forward(self, x):
+            return self.body(x).pow(2).mean()
     """
 )
 

@@ -479,3 +479,67 @@ def test_the_registry_lists_the_heuristics_by_module_whoever_imported_one_first(
     modules = [f"{heuristics.__name__}.{m.name}" for m in pkgutil.iter_modules(heuristics.__path__)]
     ranks = [modules.index(baselines.get(name).__module__) for name in baselines.names()]
     assert ranks == sorted(ranks)
+
+
+def heavy_layers(k: int = 4, act_bytes: int = 1600 << 20) -> OpGraph:
+    """A chain of ``k`` layers (modules ``layers.<i>``) of 3 ops whose ``act_bytes`` outputs are kept for the backward:
+    on 12 GB K80s one layer per GPU fits, two on one GPU do not, and all on one GPU is the fastest step (nothing to
+    copy between GPUs)."""
+    names = [f"l{m}_{i}" for m in range(k) for i in range(3)]
+    return OpGraph.from_edges(names, [(a, b, act_bytes) for a, b in zip(names, names[1:])], flops=[4e10] * len(names),
+                              op_types=["aten.mm.default"] * len(names), name="heavy-layers",
+                              module_paths=[f"layers.{n[1]}" for n in names])
+
+
+def test_scored_keys_rank_placements_out_of_memory_by_how_far_over_they_are(k80x4):
+    from placer.methods.heuristics.search import scored_keys
+
+    g, gpus = heavy_layers(), k80x4.gpu_indices()
+    env = envs.SimEnv(g, k80x4)
+    rows = np.array([[gpus[0]] * 12, [gpus[0]] * 6 + [gpus[1]] * 6, [gpus[m] for m in range(4) for _ in range(3)]])
+    (all_oom, all_over), (half_oom, half_over), (fits, t) = scored_keys(env, rows)
+    assert all_oom and half_oom and not fits
+    assert list(env.step_times(rows)[0]) == sorted(env.step_times(rows)[0])  # all on one GPU is the fastest...
+    assert sorted(scored_keys(env, rows)) == scored_keys(env, rows)[::-1]  # ... and the furthest from fitting
+    assert all_over > half_over > 1 and t == pytest.approx(env.step_times(rows[2:])[0][0])
+
+
+def test_a_descent_started_out_of_memory_moves_toward_fitting(k80x4):
+    # ranked by step time, placements out of memory led the descent to all on one GPU (the d=2048 encoder's case)
+    from placer.methods.heuristics.module_search import descend
+
+    g, gpus = heavy_layers(), np.asarray(k80x4.gpu_indices())
+    env = envs.SimEnv(g, k80x4)
+    x, key, used = descend(env, np.repeat(np.arange(4), 3), gpus[[0, 0, 0, 0]], gpus, 100)  # no single move fits
+    assert not key[0] and envs.simulate(g, x[np.repeat(np.arange(4), 3)], k80x4).status == "ok"
+    assert envs.simulate(g, run("module_search", g, k80x4, starts=1, n=100), k80x4).status == "ok"
+
+
+def test_annealing_returns_a_placement_that_fits_once_it_has_scored_one():
+    # the host holds the layer; a GPU is far faster but too small: out of memory, its cost is still below the host's
+    g = OpGraph.from_edges(["w"], [], flops=[4e12], param_bytes=[3 << 30], op_types=["aten.mm.default"], name="one-layer")
+    c = envs.Cluster.preset("k80x2")
+    env = envs.SimEnv(g, c)
+    cpu, gpu = c.device_names.index("cpu:0"), c.gpu_indices()[0]
+    (t_cpu, t_gpu), oom = env.step_times(np.array([[cpu], [gpu]]))
+    over = env.step_times(np.array([[gpu]]), overflow=True)[2][0]
+    assert oom.tolist() == [False, True] and t_gpu * 2 * over < t_cpu  # with oom_penalty 1, the chain's cost prefers the GPU
+    idx = run("annealing", g, c, devices="all", init=(), steps=32, oom_penalty=1.0)
+    assert envs.simulate(g, idx, c).status == "ok"
+
+
+def test_install_hints_name_the_libraries_of_each_extra_in_setup_cfg():
+    # `pip install 'placer[plot]'` fetched an unrelated project named placer from the package index
+    import configparser
+    import pathlib
+    import re
+
+    from placer.methods.registry import EXTRAS, install_hint
+
+    cfg = configparser.ConfigParser()
+    cfg.read(pathlib.Path(__file__).resolve().parents[3] / "setup.cfg")
+    extras = {k: v for k, v in cfg["options.extras_require"].items() if k != "test"}
+    assert set(EXTRAS) == set(extras)
+    for extra, libs in EXTRAS.items():
+        assert set(libs) == {re.split(r"[<>=!~ ]", line.strip())[0] for line in extras[extra].split("\n") if line.strip()}
+        assert "placer[" not in install_hint(extra).replace(f"'.[{extra}]'", "")

@@ -1,0 +1,99 @@
+"""The models the simulator's fidelity is measured on, at the sizes of the CPU and GPU checks.
+
+Zoo architectures (``graphs.models``) at two sizes between the toy ones and the
+zoo's own (``small``: CPU calibration, ``medium``: one GPU and its host), and two
+Hugging Face architectures of the conformance corpus (``bench.corpus``), Llama and
+BERT, built from configs at the same two sizes (nothing downloaded; dropout 0, so a
+placed model's gradients can be checked against the unplaced one's).
+
+The simulator was tuned on :data:`TUNED`; the others are held out (:data:`HELD_OUT`):
+figures quoted as the simulator's fidelity are the held-out models'.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+from graphs import PlacerError
+
+#: The models the simulator's rules and profiler were tuned on (the H200 runs of 2026-11-26).
+TUNED = ("rnnlm", "nmt-2", "resnet50")
+#: Held out: two zoo models and two architectures from outside the zoo (bench.corpus families).
+HELD_OUT = ("gpt2", "nmt-4", "llama", "bert")
+
+SMALL = {
+    "rnnlm": ("graphs.models.rnnlm", "RNNLM", dict(vocab_size=2000, hidden_size=128, num_layers=2), ("tokens", 16, 10, 2000, 2)),
+    "nmt-2": ("graphs.models.nmt", "NMT", dict(num_layers=2, src_vocab=2000, tgt_vocab=2000, hidden_size=128), ("tokens", 16, 8, 2000, 3)),
+    "nmt-4": ("graphs.models.nmt", "NMT", dict(num_layers=4, src_vocab=2000, tgt_vocab=2000, hidden_size=128), ("tokens", 16, 8, 2000, 3)),
+    "gpt2": ("graphs.models.gpt2", "GPT2", dict(vocab_size=2000, context=64, width=128, layers=2, heads=4), ("tokens", 8, 64, 2000, 2)),
+    "resnet50": ("graphs.models.resnet", "ResNet50", dict(num_classes=100), ("images", 4, 64, 100)),
+    "inception-v3": ("graphs.models.inception", "InceptionV3", dict(num_classes=100), ("images", 2, 299, 100)),
+    "llama": ("hf", "llama", dict(vocab_size=2000, hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+                                  num_key_value_heads=2, max_position_embeddings=64), ("tokens", 4, 32, 2000, 2)),
+    "bert": ("hf", "bert", dict(vocab_size=2000, hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+                                max_position_embeddings=64), ("tokens", 4, 32, 2000, 2)),
+}
+# Between the toy sizes and the zoo's: steps of tens of ms on one GPU (host-bound eager launches) and of
+# 0.1-0.3 s on a 16-core host, so that a placement's CPU/GPU split moves its step time.
+MEDIUM = {
+    "rnnlm": ("graphs.models.rnnlm", "RNNLM", dict(vocab_size=8000, hidden_size=512, num_layers=2), ("tokens", 32, 20, 8000, 2)),
+    "nmt-2": ("graphs.models.nmt", "NMT", dict(num_layers=2, src_vocab=8000, tgt_vocab=8000, hidden_size=512), ("tokens", 32, 15, 8000, 3)),
+    "nmt-4": ("graphs.models.nmt", "NMT", dict(num_layers=4, src_vocab=8000, tgt_vocab=8000, hidden_size=512), ("tokens", 32, 15, 8000, 3)),
+    "gpt2": ("graphs.models.gpt2", "GPT2", dict(vocab_size=8000, context=128, width=384, layers=4, heads=6), ("tokens", 8, 128, 8000, 2)),
+    "resnet50": ("graphs.models.resnet", "ResNet50", dict(num_classes=1000), ("images", 8, 128, 1000)),
+    "inception-v3": ("graphs.models.inception", "InceptionV3", dict(num_classes=1000), ("images", 4, 299, 1000)),
+    "llama": ("hf", "llama", dict(vocab_size=8000, hidden_size=256, intermediate_size=688, num_hidden_layers=4, num_attention_heads=4,
+                                  num_key_value_heads=2, max_position_embeddings=256), ("tokens", 8, 128, 8000, 2)),
+    "bert": ("hf", "bert", dict(vocab_size=8000, hidden_size=256, intermediate_size=1024, num_hidden_layers=4, num_attention_heads=4,
+                                max_position_embeddings=256), ("tokens", 8, 128, 8000, 2)),
+}
+SIZES = {"small": SMALL, "medium": MEDIUM}  # and "full": the zoo's own sizes
+
+
+def _hf(family: str, config: dict[str, Any]) -> Any:
+    """A Hugging Face Llama (causal LM) or BERT (masked LM) from a config, its loss as the output (dropout 0)."""
+    from bench.corpus import LossOf, _transformers  # transformers loads only for these two
+
+    tf = _transformers()
+    if family == "llama":
+        return LossOf(tf.LlamaForCausalLM(tf.LlamaConfig(**config, attention_dropout=0.0, use_cache=False)))
+    cfg = tf.BertConfig(**config, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
+    return LossOf(tf.BertForMaskedLM(cfg))
+
+
+def build(name: str, size: str) -> tuple[Any, tuple]:
+    """``(model, example_inputs)``: the zoo model (``size="full"``), or the architecture at a size of :data:`SIZES`."""
+    import torch
+
+    if size == "full":
+        from graphs import zoo
+
+        return zoo.build(name)
+    module, cls, kwargs, spec = SIZES[size][name]
+    torch.manual_seed(0)
+    model = (_hf(cls, kwargs) if module == "hf" else getattr(importlib.import_module(module), cls)(**kwargs)).train()
+    gen = torch.Generator().manual_seed(0)
+    if spec[0] == "tokens":
+        _, batch, steps, vocab, count = spec
+        return model, tuple(torch.randint(0, vocab, (batch, steps), generator=gen) for _ in range(count))
+    _, batch, side, classes = spec
+    return model, (torch.randn(batch, 3, side, side, generator=gen), torch.randint(0, classes, (batch,), generator=gen))
+
+
+def model_names(text: str, size: str, option: str = "--models", *, empty_ok: bool = False) -> list[str]:
+    """The comma-separated model names of ``option``, each one :func:`build` knows at ``size``; else PlacerError (one line)."""
+    names = [m.strip() for m in text.split(",") if m.strip()]
+    known = set(SIZES[size]) if size in SIZES else set(zoo_names())
+    unknown = [m for m in names if m not in known]
+    if unknown or (not names and not empty_ok):
+        raise PlacerError(f"{option}: {', '.join(unknown) or 'none given'}: not one of {', '.join(sorted(known))}")
+    return names
+
+
+def zoo_names() -> list[str]:
+    from graphs import zoo
+
+    return list(zoo.names())
+
+

@@ -1,0 +1,103 @@
+"""FSDP2 with ``CPUOffloadPolicy`` on one process: the rival that keeps every parameter on the host.
+
+What practitioners reach for when a model's training state does not fit one GPU:
+``torch.distributed.fsdp.fully_shard`` on each block and on the root, with
+``offload_policy=CPUOffloadPolicy()``. Parameters, gradients and Adam's moments
+live on the host (pinned); each block's parameters are copied to the GPU before
+its forward and again before its backward (``reshard_after_forward``), its
+gradients copied back, and the optimizer step runs on the CPU. It offloads all
+or nothing: there is no way to keep some parameters on the GPU.
+
+One process is a world of one: a process group over an in-process
+``HashStore`` (``nccl`` for a CUDA device, ``gloo`` for the CPU), so nothing
+listens on a port. It runs on the CPU too (a ``cpu`` device mesh with gloo;
+the "offload" is then a copy from host to host): that is how CI tests it, and
+checks that it trains exactly as the unwrapped model does.
+
+The steps are timed as every placement is (:func:`envs.real.timing.measure_steps`:
+warm-up, then timed steps, the device synchronised, the median), with the same
+seed, weights, inputs, loss and Adam; a failure is a :class:`envs.Result`
+(``oom``, ``timeout``, ``error``), never an exception.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import gc
+from typing import Any, Callable, Iterator
+
+import torch
+import torch.distributed as dist
+from torch import nn
+from torch.distributed.device_mesh import init_device_mesh
+from torch.distributed.fsdp import CPUOffloadPolicy, fully_shard
+
+from envs.real.timing import failure_status, measure_steps, time_limit
+from envs.real.worker import build_model, one_line
+from envs.result import Result
+from placer.methods.heuristics.hf_accelerate import no_split_modules
+
+Builder = Callable[[], tuple[nn.Module, tuple]]
+
+
+@contextlib.contextmanager
+def world_of_one(device: torch.device) -> Iterator[None]:
+    """A process group of this process alone (none listening on a port), destroyed on exit if it made one."""
+    if dist.is_initialized():
+        yield
+        return
+    backend = "nccl" if device.type == "cuda" else "gloo"
+    dist.init_process_group(backend, store=dist.HashStore(), rank=0, world_size=1)
+    try:
+        yield
+    finally:
+        dist.destroy_process_group()
+
+
+def shard_with_offload(model: nn.Module, device: torch.device) -> list[str]:
+    """``fully_shard`` each block (the classes no device map may split) and the root, parameters on the host.
+
+    Returns the names of the sharded blocks (the root last, as ``""``).
+    """
+    mesh = init_device_mesh(device.type, (1,))
+    policy = CPUOffloadPolicy(pin_memory=device.type == "cuda")
+    classes = set(no_split_modules(model))
+    blocks = [name for name, m in model.named_modules() if name and type(m).__name__ in classes]
+    for name in blocks:
+        fully_shard(model.get_submodule(name), mesh=mesh, offload_policy=policy)
+    fully_shard(model, mesh=mesh, offload_policy=policy)
+    return blocks + [""]
+
+
+def measure_offload(source: str | Builder, device: str | torch.device, *, warmup_steps: int = 2, timed_steps: int = 5,
+                    lr: float = 1e-3, timeout_s: float | None = None) -> Result:
+    """Time Adam steps of ``source``'s model under FSDP2 with CPU offload on ``device``; a Result, never raising.
+
+    ``peak_bytes`` has ``gpu:0`` (``max_memory_allocated`` of a CUDA device) and
+    ``cpu:0`` (the host's resident-set rise); ``extra`` the step times, losses and
+    the number of sharded blocks.
+    """
+    device = torch.device(device)
+    if device.type == "cuda":
+        torch.cuda.set_device(device)
+    extra: dict[str, Any] = {"method": "fsdp2_cpu_offload"}
+    try:
+        with world_of_one(device), time_limit(timeout_s):
+            model, inputs = build_model(source)
+            extra["sharded_blocks"] = len(shard_with_offload(model, device)) - 1
+            inputs = tuple(x.to(device) if isinstance(x, torch.Tensor) else x for x in inputs)
+            optimizer = torch.optim.Adam(model.parameters(), lr=lr)
+            m = measure_steps(model, inputs, optimizer, {"cpu:0": torch.device("cpu"), "gpu:0": device},
+                              warmup_steps=warmup_steps, timed_steps=timed_steps)
+        extra.update(step_times_s=m["step_times_s"], losses=m["losses"])
+        return Result(m["step_time_s"], "ok", peak_bytes=m["peak_bytes"], source="measured", extra=extra)
+    except Exception as e:  # noqa: BLE001  (the rival's failure is its row)
+        status = failure_status(e)
+        return Result(float("inf"), status, f"{type(e).__name__}: {one_line(e)}", source="measured", extra=extra)
+    finally:
+        gc.collect()
+        if torch.cuda.is_available():
+            torch.cuda.empty_cache()
+
+
+__all__ = ["measure_offload", "shard_with_offload", "world_of_one"]

@@ -1,0 +1,293 @@
+"""The offload scenario (issue 34): the cap, the rivals' plans, FSDP2's offload, the measured-reward loop (CPU stand-in)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+import envs
+import graphs
+from bench import offload
+from bench.measured_rl import Recorder, curves, fine_tune, hand_off, read_curves
+from bench.offload import SCENARIOS, Plan
+from envs.result import Result
+from graphs.plan import Placement
+from placer.learn import checkpoint
+from placer.learn.config import TrainConfig
+from placer.learn.loop import train
+from policies.seq2seq import Seq2SeqPolicy
+
+pytest.importorskip("transformers")
+pytest.importorskip("accelerate")
+
+ROOT = Path(__file__).resolve().parents[2]
+GIB = 1 << 30
+
+
+def _plan(label: str, kind: str, status: str = "ok", t: float = 1.0) -> Plan:
+    return Plan(label, kind, object(), {"status": status, "step_time_s": t})  # type: ignore[arg-type]
+
+
+def test_measure_order_puts_placer_the_gpu_and_accelerate_first_then_the_host_then_fitting_heuristics():
+    plans = [_plan("heft", "heuristic", t=3.0), _plan("m_etf", "heuristic", "oom", 0.1), _plan("all on cpu:0", "single", t=9.0),
+             _plan("accelerate, a", "accelerate", "oom"), _plan("all on gpu:0", "single", "oom"),
+             _plan("annealing", "heuristic", t=0.5), _plan("placer, trained on the simulator", "placer"),
+             Plan("metis", "heuristic", None, {"status": "no plan"})]
+    assert [p.label for p in offload.measure_order(plans)] == [
+        "placer, trained on the simulator", "all on gpu:0", "accelerate, a", "all on cpu:0", "annealing", "heft",
+        "m_etf", "metis"]
+
+
+@pytest.mark.slow
+def test_the_scenario_does_not_fit_its_cap_but_its_weights_do_and_accelerate_fills_in_module_order():
+    s = SCENARIOS["llama-256k"]
+    model, inputs = offload.build(s, meta=True)
+    g = graphs.capture(model, inputs, name=s.name)
+    c = offload.scenario_cluster(s)
+    assert 1.4e9 < g.total_param_bytes / 4 < 1.7e9 and g.total_param_bytes < 0.3 * s.gpu_cap_bytes
+    gpu, host = offload.single_plans(g, c)[1], offload.single_plans(g, c)[0]
+    assert gpu.sim["status"] == "oom" and gpu.sim["peak_bytes"]["gpu:0"] > 1.1 * s.gpu_cap_bytes  # state + activations
+    assert host.sim["status"] == "ok"
+    at_cap, *lowered = offload.accelerate_plans(g, c, model, fractions=(1.0, 0.2))
+    assert (at_cap.placement.indices(g) == 1).all() and at_cap.sim["status"] == "oom"  # its weights all fit the cap
+    idx = lowered[0].placement.indices(g)
+    head = [i for i, m in enumerate(g.module_paths) if m.endswith("lm_head")]
+    embed = [i for i, m in enumerate(g.module_paths) if "embed_tokens" in m]
+    assert (idx[head] == 0).all() and (idx[embed] == 1).all() and lowered[0].sim["status"] == "ok"
+    # the plan it misses: the embedding (a gather) on the host, the rest, the head included, on the capped GPU
+    emb = np.array([0 if "embed_tokens" in m else 1 for m in g.module_paths])
+    fits = envs.SimEnv(g, c).simulate(emb)
+    assert fits.status == "ok" and fits.step_time_s < lowered[0].sim["step_time_s"] / 5
+
+
+def test_curves_follow_the_real_best_and_the_simulators_pick():
+    rec = [  # n: real (status, s), simulated (status, s)
+        {"real_status": "oom", "real_step_time_s": None, "sim_status": "oom", "sim_step_time_s": None},
+        {"real_status": "ok", "real_step_time_s": 2.0, "sim_status": "ok", "sim_step_time_s": 1.0},
+        {"real_status": "ok", "real_step_time_s": 1.5, "sim_status": "ok", "sim_step_time_s": 1.2},
+        {"real_status": "oom", "real_step_time_s": None, "sim_status": "ok", "sim_step_time_s": 0.5},
+        {"real_status": "ok", "real_step_time_s": 1.0, "sim_status": "ok", "sim_step_time_s": 0.9},
+    ]
+    c = curves(rec)
+    assert c["real_best_s"] == [None, 2.0, 1.5, 1.5, 1.0]
+    assert c["sim_pick_real_s"] == [None, 2.0, 2.0, None, None]  # the simulator keeps its 1.0 s pick, then the 0.5 s one
+    assert c["parted_at"] == 2 and c["fit_disagreements"] == [3]
+    assert c["median_real_over_sim"] == pytest.approx(np.median([2.0, 1.25, 1.0 / 0.9]))
+    # the simulator's pick ran out of memory for real: they part there, though the real best did not change
+    c = curves(rec[1:2] + rec[3:4])
+    assert c["parted_at"] == 1 and c["sim_pick_real_s"] == [2.0, None] and c["real_best_s"] == [2.0, 2.0]
+
+
+def test_the_curves_plot_to_a_png(tmp_path):
+    pytest.importorskip("matplotlib")
+    from bench.measured_rl import plot_curves
+
+    rec = [{"real_status": "ok", "real_step_time_s": 2.0, "sim_status": "ok", "sim_step_time_s": 1.0},
+           {"real_status": "oom", "real_step_time_s": None, "sim_status": "ok", "sim_step_time_s": 0.5}]
+    plot_curves(curves(rec), str(tmp_path / "c.png"))
+    assert (tmp_path / "c.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def _two_chains() -> graphs.OpGraph:
+    names = [f"a{i}" for i in range(4)] + [f"b{i}" for i in range(4)]
+    edges = [(f"a{i}", f"a{i + 1}", 1 << 20) for i in range(3)] + [(f"b{i}", f"b{i + 1}", 1 << 20) for i in range(3)]
+    return graphs.OpGraph.from_edges(names, edges, flops=[2e11] * 8, op_types=["aten.mm.default"] * 8, name="two_chains")
+
+
+class SlowGPU:
+    """A stand-in for measurement that disagrees with the simulator: each op on the GPU costs ``penalty_s`` more."""
+
+    def __init__(self, graph, cluster, penalty_s: float) -> None:
+        self.sim, self.penalty_s, self.calls = envs.SimEnv(graph, cluster), penalty_s, 0
+
+    def evaluate(self, placements):
+        self.calls += len(placements)
+        out = []
+        for p in placements:
+            r = self.sim.simulate(np.asarray(p))
+            out.append(Result(r.step_time_s + self.penalty_s * int(np.sum(np.asarray(p) == 1)), r.status,
+                              source="measured", peak_bytes=r.peak_bytes))
+        return out
+
+
+def _greedy(graph, logdir: str, hidden: int) -> np.ndarray:
+    policy = Seq2SeqPolicy(graph, 2, max_groups=0, hidden=hidden)
+    policy.load_state_dict(torch.load(os.path.join(logdir, checkpoint.CHECKPOINT_PT), weights_only=True)["policy"])
+    return policy.greedy()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("learning", [True, False])
+def test_measured_rewards_move_the_simulators_policy(tmp_path, monkeypatch, learning):
+    """Fine-tuning starts from the simulator's converged policy (all on the GPU) and, exploring around it, follows the
+    measured rewards where they disagree (here every op on the GPU is 1 s slower: all on the host is best)."""
+    g, c = _two_chains(), envs.resolve_cluster("h200x1")
+    cpath = tmp_path / "c.json"
+    cpath.write_text(json.dumps(c.to_dict()))
+    config = TrainConfig(cluster=str(cpath), iterations=30, samples=8, max_groups=0, warm_start="none", lr=0.02,
+                         logdir=str(tmp_path / "sim"), progress=False, heuristics=())
+    train(config, graph=g, cluster=c)
+    before = _greedy(g, str(tmp_path / "sim"), config.hidden)
+    assert (before == 1).all()  # the simulator's optimum
+    measured = SlowGPU(g, c, penalty_s=1.0)
+    if not learning:  # the update switched off: the policy cannot follow the rewards
+        import placer.learn.algos as algos
+
+        monkeypatch.setattr(algos.Reinforce, "update", staticmethod(lambda policy, optimizer, sample, adv, c: (0.0, 0.0)))
+    r = fine_tune(g, c, str(cpath), measured, str(tmp_path / "sim"), str(tmp_path / "ft"), iterations=40, exploration=3.0)
+    after = _greedy(g, str(tmp_path / "ft"), config.hidden)
+    assert checkpoint.load(str(tmp_path / "ft"))[1]["run"]["warm_start"].startswith("the simulator-trained policy")
+    assert r.iterations == 40 and measured.calls > 10
+    records = read_curves(str(tmp_path / "ft" / "curves.jsonl"))
+    assert len(records) == measured.calls  # every placement scored once, and recorded with the simulator's view
+    assert all(rec["sim_step_time_s"] <= rec["real_step_time_s"] for rec in records)
+    if learning:
+        assert (after == 0).all(), (before, after)  # measurement says the host is faster, and the policy followed
+        assert r.best_step_time_s == pytest.approx(measured.evaluate([after])[0].step_time_s)
+    else:
+        assert np.array_equal(after, before)
+
+
+def test_hand_off_keeps_the_policy_and_its_items_and_starts_a_fresh_record(tmp_path):
+    g, c = _two_chains(), envs.resolve_cluster("h200x1")
+    config = TrainConfig(cluster="h200x1", iterations=3, samples=4, logdir=str(tmp_path / "sim"), progress=False,
+                         heuristics=("single",))
+    train(config, graph=g, cluster=c)
+    saved_tensors, saved = checkpoint.load(str(tmp_path / "sim"))
+    assert saved["run"]["iteration"] == 3 and saved["run"]["best_indices"] is not None
+    assert hand_off(str(tmp_path / "sim"), str(tmp_path / "ft"))["samples"] == 4
+    tensors, state = checkpoint.load(str(tmp_path / "ft"))
+    run = state["run"]
+    assert run["iteration"] == 0 and run["best_indices"] is None and run["elapsed_s"] == 0.0
+    assert run["warm_start_indices"] == saved["run"]["warm_start_indices"]  # the items the policy places
+    assert all(torch.equal(tensors["policy"][k], v) for k, v in saved_tensors["policy"].items())
+    with pytest.raises(graphs.PlacerError, match="already holds a checkpoint"):
+        hand_off(str(tmp_path / "sim"), str(tmp_path / "ft"))
+
+
+def test_recorder_records_each_placement_once_with_the_simulators_view(tmp_path):
+    g, c = _two_chains(), envs.resolve_cluster("h200x1")
+    rec = Recorder(SlowGPU(g, c, 0.5), envs.SimEnv(g, c), str(tmp_path / "curves.jsonl"))
+    a, b = np.ones(8, dtype=np.int32), np.zeros(8, dtype=np.int32)
+    t, failed = rec.step_times(np.stack([a, b, a]))
+    assert t[0] == t[2] and not failed.any()
+    rec.evaluate([b])
+    lines = read_curves(str(tmp_path / "curves.jsonl"))
+    assert [x["n"] for x in lines] == [1, 2] and lines[0]["real_step_time_s"] == pytest.approx(lines[0]["sim_step_time_s"] + 4.0)
+    again = Recorder(SlowGPU(g, c, 0.5), envs.SimEnv(g, c), str(tmp_path / "curves.jsonl"))  # a resumed run
+    again.evaluate([a, b])
+    assert len(read_curves(str(tmp_path / "curves.jsonl"))) == 2
+
+
+# ------------------------------------------------------------------ FSDP2's offload
+@pytest.mark.slow
+def test_fsdp2_offload_runs_on_one_process_and_trains_as_the_unwrapped_model():
+    """FSDP2 with CPUOffloadPolicy on a world of one (gloo over an in-process store: a cpu mesh), the tiny scenario:
+    every block sharded, and the same losses as plain Adam steps on the same seeded model."""
+    from bench.fsdp2 import measure_offload
+    from envs.real.timing import train_step
+
+    s = SCENARIOS["tiny"]
+    r = measure_offload(offload.builder(s), "cpu", warmup_steps=1, timed_steps=3)
+    assert r.status == "ok", r.message
+    assert r.extra["sharded_blocks"] == s.num_layers and len(r.extra["step_times_s"]) == 3
+    model, inputs = offload.build(s)
+    opt = torch.optim.Adam(model.parameters(), lr=1e-3)
+    plain = [float(train_step(model, inputs, opt)) for _ in range(4)]
+    assert r.extra["losses"] == pytest.approx(plain[1:], rel=1e-5)
+    assert not torch.distributed.is_initialized()  # the world of one is gone
+
+
+def test_fsdp2_failure_is_a_result():
+    from bench.fsdp2 import measure_offload
+
+    def broken():
+        raise MemoryError()
+
+    r = measure_offload(broken, "cpu")
+    assert r.status == "oom" and np.isinf(r.step_time_s)
+
+
+# ------------------------------------------------------------------ the script, on the CPU stand-in
+def _script(*args: str, timeout: float = 600, **popen) -> subprocess.CompletedProcess:
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
+    return subprocess.run([sys.executable, str(ROOT / "scripts" / "gpu_offload.py"), *args], capture_output=True, text=True,
+                          timeout=timeout, env=env, cwd=ROOT, **popen)
+
+
+def _logged(out: Path) -> int:
+    log = out / "measurements.jsonl"
+    return sum(1 for line in log.read_text().splitlines() if line.strip()) if log.exists() else 0
+
+
+@pytest.mark.slow
+def test_the_pipeline_runs_on_the_cpu_stand_in_resumes_and_a_killed_run_loses_no_measurement(tmp_path):
+    out = tmp_path / "offload"
+    rivals = _script("rivals", "--tiny", "--out-dir", str(out), "--train-budget", "3", "--json")
+    assert rivals.returncode == 0, rivals.stderr[-2000:]
+    doc = json.loads(rivals.stdout)
+    rows = {r["label"]: r for r in doc["rows"]}
+    assert rows["all on gpu:0"]["sim_status"] == "oom" and rows["accelerate, max_memory = the cap"]["sim_status"] == "oom"
+    assert rows["placer, trained on the simulator"]["sim_status"] == "ok"
+    assert rows["placer, trained on the simulator"]["status"] == "ok" and rows["FSDP2, CPUOffloadPolicy (every parameter on the host)"]["status"] == "ok"
+    assert all(r["real_peak_gpu_gib"] is None and r["within_cap"] is None for r in doc["rows"])  # no GPU here: no GPU peak
+    assert json.loads((out / "cluster.json").read_text())["devices"][1]["memory_bytes"] == SCENARIOS["tiny"].gpu_cap_bytes
+    measured = _logged(out)
+    assert measured >= 5
+
+    # the fine-tuning, killed mid-way: every placement it recorded had been measured and logged
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    proc = subprocess.Popen([sys.executable, str(ROOT / "scripts" / "gpu_offload.py"), "finetune", "--tiny", "--out-dir",
+                             str(out), "--budget", "300", "--exploration", "3"], cwd=ROOT, env=env,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    curves_path = out / "finetune" / "curves.jsonl"
+    deadline = time.monotonic() + 240
+    while time.monotonic() < deadline and (not curves_path.exists() or len(read_curves(str(curves_path))) < 6):
+        time.sleep(0.2)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait(timeout=30)
+    records = read_curves(str(curves_path))
+    assert len(records) >= 6
+    from envs.real.local import LocalEnv
+
+    again = LocalEnv(offload.builder(SCENARIOS["tiny"]), offload.scenario_cluster(SCENARIOS["tiny"]), device_map="*=cpu",
+                     run_dir=out)
+    again.evaluate([np.asarray(r["op_devices"], dtype=np.int32) for r in records])
+    assert again.measured == 0
+    logged = _logged(out)
+
+    # resumed: the rivals measure nothing again; the fine-tuning goes on from its checkpoint and its records
+    assert _script("rivals", "--tiny", "--out-dir", str(out)).returncode == 0 and _logged(out) == logged
+    tune = _script("finetune", "--tiny", "--out-dir", str(out), "--budget", "4")
+    assert tune.returncode == 0, tune.stderr[-2000:]
+    resumed = read_curves(str(curves_path))
+    assert resumed[:len(records)] == records and [r["n"] for r in resumed] == list(range(1, len(resumed) + 1))
+    assert "placer, fine-tuned on measured rewards" in (out / "table.md").read_text()
+    report = _script("report", "--out-dir", str(out), "--json")
+    assert report.returncode == 0 and json.loads(report.stdout)["curves"]["n"] == len(resumed)
+
+
+def test_bad_input_is_one_line_and_status_2(tmp_path, capsys):
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("gpu_offload", ROOT / "scripts" / "gpu_offload.py")
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    for args, needle in ((["rivals", "--tiny", "--steps", "0", "--out-dir", str(tmp_path)], "--steps"),
+                         (["rivals", "--scenario", "huge", "--device-map", "*=cpu", "--out-dir", str(tmp_path)], "--scenario"),
+                         (["rivals", "--device-map", "gpu:0=cuda:7", "--out-dir", str(tmp_path)], "cuda:7"),
+                         (["report", "--out-dir", str(tmp_path / "none")], "rows.json"),
+                         (["finetune", "--tiny", "--out-dir", str(tmp_path / "empty")], "rivals stage first"),
+                         (["adam", "--threads", "x"], "--threads")):
+        assert script.main(args) == 2, args
+        err = capsys.readouterr().err
+        assert err.strip().count("\n") == 0 and needle in err, (args, err)

@@ -1,0 +1,133 @@
+"""What ``placer train`` tells its user: a line per phase, a bar that stops at its total, Ctrl-C and --resume,
+a best placement never slower than the best heuristic, a warm start cut short, a used --logdir."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import shlex
+
+import pytest
+
+import envs
+from graphs import OpGraph, save
+from placer import Placement
+from placer.cli import main
+from placer.cli.train import summary
+from placer.learn.config import TrainConfig
+from placer.learn.loop import train
+from placer.learn.progress import Progress
+
+
+def two_chains(length: int = 4) -> OpGraph:
+    """Two independent chains of heavy ops with tiny tensors: the optimum puts one per GPU."""
+    names = [f"{c}{i}" for c in "ab" for i in range(length)]
+    edges = [(f"{c}{i}", f"{c}{i + 1}", 1024) for c in "ab" for i in range(length - 1)]
+    return OpGraph.from_edges(names, edges, flops=[2e11] * len(names), name="two-chains")
+
+
+@pytest.fixture
+def graph_file(tmp_path):
+    path = str(tmp_path / "g.json")
+    save(two_chains(), path)
+    return path
+
+
+def _config(tmp_path, **kw) -> TrainConfig:
+    base = dict(max_groups=0, samples=8, logdir=str(tmp_path / "run"), progress=False, heuristics=("m_etf",), hidden=8)
+    return TrainConfig(**{**base, **kw})
+
+
+def _small(path: str, logdir: str, *more: str) -> list[str]:
+    return ["train", path, "--cluster", "k80x2", "--max-groups", "0", "--hidden", "8", "--heuristics", "m_etf,round_robin",
+            "--logdir", logdir, *more]
+
+
+def test_best_placement_is_never_slower_than_the_best_heuristic(tmp_path):
+    # an untrained policy's one sample is slower than m_etf's placement: the file keeps m_etf's, and says whose it is
+    c = envs.resolve_cluster("k80x2")
+    r = train(_config(tmp_path, iterations=1, samples=1, warm_start="none"), graph=two_chains(), cluster=c)
+    doc = r.to_dict()
+    best = Placement.load(doc["best_placement"])
+    assert r.best_step_time_s <= r.heuristics["m_etf"] and best.meta["step_time_s"] <= r.heuristics["m_etf"]
+    assert doc["found_by"] == "heuristic:m_etf" and best.method == "m_etf" and doc["policy_step_time_s"] > r.best_step_time_s
+    assert "m_etf's placement, kept: the policy's best" in summary(doc)
+
+
+def test_a_warm_start_cut_short_by_the_budget_says_so(tmp_path):
+    c = envs.resolve_cluster("k80x2")
+    cut = train(_config(tmp_path, time_budget_s=1e-3), graph=two_chains(), cluster=c).to_dict()
+    assert cut["warm_start_cut_short"] and "warm start       cut short by the time budget" in summary(cut)
+    whole = train(_config(tmp_path, iterations=1, logdir=str(tmp_path / "whole")), graph=two_chains(), cluster=c).to_dict()
+    assert not whole["warm_start_cut_short"] and "cut short" not in summary(whole)
+
+
+@pytest.mark.parametrize("algo, learning", [
+    ("moves", ["move search: 3 iterations", "move search: 3/3 it (100%)", "equal budget: module_search given"]),
+    ("reinforce", ["warm start: imitating", "warm start: imitation of", "RL: 3 iterations", "RL: 3/3 it (100%)"]),
+])
+def test_train_reports_every_phase_on_stderr_when_it_is_not_a_terminal(tmp_path, graph_file, capsys, algo, learning):
+    rc = main(_small(graph_file, str(tmp_path / "run"), "--iterations", "3", "--algo", algo))
+    out, err = capsys.readouterr()
+    assert rc == 0 and out.startswith("best step time")
+    phases = ["setting up: two-chains (8 ops) on k80x2", "scoring 2 heuristics", "best heuristic: ", *learning]
+    at = [err.find(f"placer: {p}") for p in phases]
+    assert -1 not in at and at == sorted(at), err
+
+
+def test_the_bar_never_runs_past_its_total():
+    out = io.StringIO()
+    p = Progress(out, tty=True)
+    p.start("RL", total=60, unit="s")
+    p.update(41, "iteration 7")
+    p.update(92, "iteration 9")  # the last iteration of a time budget ends after it
+    assert p.bar.n == p.bar.total == 60
+    p.close()
+    assert "92" not in out.getvalue() and "60/60" in out.getvalue()
+
+
+def test_ctrl_c_says_the_run_was_interrupted_and_how_to_resume(tmp_path, graph_file, capsys, monkeypatch):
+    import placer.learn.loop as loop
+
+    real, calls = loop._Run.iterate, []
+
+    def iterate(self, writer):
+        calls.append(1)
+        if len(calls) == 3:
+            raise KeyboardInterrupt
+        return real(self, writer)
+
+    monkeypatch.setattr(loop._Run, "iterate", iterate)
+    logdir = str(tmp_path / "run")
+    assert main(_small(graph_file, logdir, "--iterations", "6", "--no-progress")) == 130
+    first = capsys.readouterr().out.splitlines()[0]
+    assert first.startswith("interrupted      continue with: placer train ") and first.endswith(" --resume")
+    command = shlex.split(first.split("continue with: ")[1])
+    assert command[command.index("--logdir") + 1] == logdir and command[command.index("--iterations") + 1] == "6"
+    monkeypatch.setattr(loop._Run, "iterate", real)
+    assert main(command[1:] + ["--json", "--no-progress"]) == 0  # the command as printed, less the program's name
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["iterations"] == 6 and not doc["interrupted"]
+
+
+def test_training_again_into_a_used_logdir_needs_resume(tmp_path, graph_file, capsys):
+    logdir = str(tmp_path / "run")
+    assert main(_small(graph_file, logdir, "--iterations", "1", "--no-progress")) == 0
+    capsys.readouterr()
+    assert main(_small(graph_file, logdir, "--iterations", "2", "--no-progress")) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and f"--logdir {logdir}: holds an earlier training run" in err and "--resume" in err
+    assert len([f for f in os.listdir(logdir) if f.startswith("events.out")]) == 1
+
+
+def test_the_readme_names_every_file_a_run_writes(tmp_path):
+    # it once promised a checkpoint/ folder, and never named summary.json
+    from pathlib import Path
+
+    readme = (Path(__file__).resolve().parents[3] / "README.md").read_text()
+    train(_config(tmp_path, iterations=1), graph=two_chains(), cluster=envs.resolve_cluster("k80x2"))
+    for name in os.listdir(tmp_path / "run"):
+        documented = "`events.out.tfevents.*`" if name.startswith("events.out.tfevents") else f"`{name}`"
+        assert documented in readme, name
+    assert "`checkpoint/`" not in readme
