@@ -218,6 +218,17 @@ def _equal_budget_line(doc: dict) -> str | None:
             f"{eq['simulated']:,} placements this run simulated{gain}; {eq['wall_s']:.0f} s, after the budget)")
 
 
+def _rematch_line(doc: dict) -> str | None:
+    """--env measured: the best placement and the best heuristic's, re-measured side by side (medians)."""
+    r = doc.get("rematch")
+    if not r:
+        return None
+    learned, rival = r["learned_s"], r["heuristic_s"]
+    gain = f"; learned {(1 - learned / rival) * 100:+.1f}% vs it" if learned and rival else ""
+    return (f"side by side     {_ms(learned)} learned, {_ms(rival)} {r['heuristic']}  measured  "
+            f"(medians of {r['rounds']} re-measurements each, alternating{gain})")
+
+
 def _expert_line(doc: dict) -> str | None:
     expert = (doc.get("measured_heuristics") or {}).get("expert")
     if expert is not None:
@@ -258,6 +269,7 @@ SUMMARY_LINES: tuple[Callable[[dict], str | None], ...] = (
     _interrupted_line,
     _best_line,
     _heuristic_line,
+    _rematch_line,
     _equal_budget_line,
     _warm_start_line,
     _small_model_line,

@@ -97,6 +97,9 @@ class RunOptions:
     """--env measured: measure the heuristics with this many fastest simulated placements on the same workers, and
     compare the learned placement with the best of those measured (0: none; the comparison is then with a
     simulated time, and says so)."""
+    rematch: int = 3
+    """--env measured: at the end, measure the best placement and the best measured heuristic's this many times more
+    each, side by side, and compare their medians (the best of many noisy measurements is biased low; 0: off)."""
     heuristics: tuple[str, ...] | None = None
     """heuristics to compare with and warm-start from (None: all registered; on the command line a comma list)."""
     eval_every: int = 10
@@ -346,6 +349,7 @@ _INT_BOUNDS: dict[str, dict[str, int]] = {
     "checkpoint_every": dict(least=1),
     "workers": dict(least=1),
     "measure_heuristics": dict(least=0, most=64),
+    "rematch": dict(least=0, most=100),
     "lr_decay_every": dict(least=1),
     "lr_decay_after": dict(least=0),
     "fail_mask_after": dict(least=0),
@@ -373,7 +377,8 @@ _OPTIONAL = {"iterations", "time_budget_s", "max_groups", "workers", "fail_mask_
 
 # On --resume these options are taken from the command line; every other one from the checkpoint.
 RESUME_KEEPS = ("iterations", "time_budget_s", "resume", "logdir", "progress", "device", "device_map", "workers",
-                "ray_address", "source", "cluster", "measure_timeout_s", "measure_heuristics")
+                "ray_address", "source", "cluster", "measure_timeout_s", "measure_heuristics",
+                "rematch")
 
 
 # ----------------------------------------------------------------- field introspection (for the CLI)

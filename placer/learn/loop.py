@@ -445,6 +445,28 @@ class _Run:
                                                "graph_hash": self.graph.content_hash, "devices": self.devices,
                                                "run": self.state.to_dict()})
 
+    def _rematch(self, rounds: int) -> dict[str, Any] | None:
+        """Measure the best placement and the best measured heuristic's ``rounds`` more times each, the two in one
+        batch each round, so they share the workers' conditions: the best placement's time is the least of many
+        noisy measurements, the heuristic's a single one, so comparing those two favours the learner. None when
+        there is nothing to compare (no heuristic measured, or the best placement is the heuristic's)."""
+        s, name, rival = self.state, self.best_h[0], self.best_h_op_devices
+        if not self.measured or rival is None or s.best_indices is None or not np.isfinite(self.best_h[1]):
+            return None
+        pair = np.stack([np.asarray(s.best_indices, dtype=np.int32), np.asarray(rival, dtype=np.int32)])
+        if np.array_equal(pair[0], pair[1]):
+            return None
+        self.progress.phase(f"re-measuring the best placement and {name}'s side by side, {rounds} times each "
+                            "(--rematch 0 skips it)")
+        learned, heuristic = [], []
+        for _ in range(rounds):
+            t, failed = self.score.fresh(pair)
+            learned.append(float("inf") if failed[0] else float(t[0]))
+            heuristic.append(float("inf") if failed[1] else float(t[1]))
+        return {"heuristic": name, "rounds": rounds, "learned_s": _median(learned), "heuristic_s": _median(heuristic),
+                "learned_times_s": [t if np.isfinite(t) else None for t in learned],
+                "heuristic_times_s": [t if np.isfinite(t) else None for t in heuristic]}
+
     def result(self, interrupted: bool) -> TrainResult:
         s = self.state
         best = self.best_placement() if s.best_indices is not None else None
@@ -467,10 +489,17 @@ class _Run:
                                 "(outside the budget; --no-equal-budget-search skips it)")
             result.equal_budget_search = equal_budget_search(self.graph, self.cluster, self.sim, simulated,
                                                              order=self.score.order, seed=self.config.seed)
+        if self.config.env == "measured" and self.config.rematch and not interrupted:
+            result.rematch = self._rematch(self.config.rematch)
         if best is not None:
             save_best(os.path.join(self.logdir, BEST_NAME), best)
         checkpoint.write_json(os.path.join(self.logdir, "summary.json"), result.to_dict())
         return result
+
+
+def _median(times: list[float]) -> float | None:
+    ok = [t for t in times if np.isfinite(t)]
+    return float(np.median(ok)) if ok else None
 
 
 def _ms(x: float | None) -> str:

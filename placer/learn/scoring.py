@@ -59,18 +59,20 @@ class CachedScorer:
     def key(row: np.ndarray) -> bytes:
         return hashlib.blake2b(np.ascontiguousarray(row, dtype=np.int32).tobytes(), digest_size=16).digest()
 
+    def fresh(self, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Score ``rows`` on the scorer itself, cache or no cache (a re-measurement); not counted in ``evaluated``."""
+        if hasattr(self.env, "step_times"):
+            t, failed = self.env.step_times(rows) if self.order is None else self.env.step_times(rows, order=self.order)
+            return np.asarray(t, dtype=float), np.asarray(failed, dtype=bool)
+        results = self.env.evaluate(list(rows))
+        return (np.array([r.step_time_s for r in results], dtype=float), np.array([not r.ok for r in results]))
+
     def __call__(self, op_devices: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         op_devices = np.asarray(op_devices, dtype=np.int32)
         keys = [self.key(r) for r in op_devices]
         todo = {k: i for i, k in reversed(list(enumerate(keys))) if k not in self.cache}
         if todo:
-            rows = op_devices[list(todo.values())]
-            if hasattr(self.env, "step_times"):
-                t, failed = self.env.step_times(rows) if self.order is None else self.env.step_times(rows, order=self.order)
-            else:
-                results = self.env.evaluate(list(rows))
-                t = np.array([r.step_time_s for r in results], dtype=float)
-                failed = np.array([not r.ok for r in results])
+            t, failed = self.fresh(op_devices[list(todo.values())])
             for k, ti, fi in zip(todo, np.asarray(t, dtype=float), np.asarray(failed, dtype=bool)):
                 self.cache[k] = (float(ti), bool(fi))
             self.evaluated += len(todo)

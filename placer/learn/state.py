@@ -93,6 +93,9 @@ class TrainResult:
     score_order: str = "node"  # the issue order every time here (samples, heuristics) was scored in
     # module_search given as many simulated placements as the run used: {method, simulated, step_time_s, wall_s}
     equal_budget_search: dict[str, Any] | None = None
+    # --env measured: the best placement and the best heuristic's re-measured side by side
+    # {heuristic, rounds, learned_s, heuristic_s} (medians; None where every re-measurement failed)
+    rematch: dict[str, Any] | None = None
     warm_start_cut_short: bool = False
     policy_step_time_s: float = float("inf")  # the policy's own best (best_step_time_s may be a heuristic's)
     found_by: str = ""  # of the best placement: "sample", "greedy" or "heuristic:<name>"
@@ -149,4 +152,5 @@ class TrainResult:
             "issue_order": meta.get("issue_order"),
             "issue_order_step_time_s": fin(meta.get("issue_order_step_time_s")),
             "equal_budget_search": self.equal_budget_search,
+            "rematch": self.rematch,
         }

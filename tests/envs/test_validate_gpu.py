@@ -65,7 +65,9 @@ def test_gpu_map_without_a_gpu_is_a_one_line_error(tmp_path):
 
 def run_shell(out, work) -> subprocess.CompletedProcess:
     """scripts/gpu_validate.sh --tiny: what the GPU machine runs, on the CPU."""
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "OUT": str(out), "WORK": str(work), "DEADLINE": "900"}
+    # the script runs `python3`: this interpreter's, as on the GPU machine where it is the one with torch
+    path = os.pathsep.join([os.path.dirname(sys.executable), os.environ.get("PATH", "")])
+    env = {**os.environ, "PATH": path, "OMP_NUM_THREADS": "1", "OUT": str(out), "WORK": str(work), "DEADLINE": "900"}
     return subprocess.run(["bash", os.path.join(ROOT, "scripts", "gpu_validate.sh"), "--tiny"], capture_output=True, text=True,
                           timeout=1000, env=env, cwd=ROOT)
 

@@ -12,6 +12,7 @@ import numpy as np
 import envs
 from envs.result import Result
 from graphs import OpGraph
+from placer import Placement
 from placer.cli.train import summary
 from placer.learn.config import TrainConfig
 from placer.learn.loop import train
@@ -86,3 +87,43 @@ def test_a_simulated_run_summary_is_unchanged(tmp_path):
     text = "\n".join(line for line in summary(result.to_dict()).splitlines() if not line.startswith(("placement", "logs")))
     assert result.measured_heuristics == {} and "measured" not in text and "simulated" not in text
     assert "% vs it" in text
+
+
+class NoisyMeasured(FakeMeasured):
+    """FakeMeasured with a lucky draw: each placement's first measurement is 50 ms fast, every later one true."""
+
+    def evaluate(self, placements):
+        seen = set(self.scored)
+        out = super().evaluate(placements)
+        return [Result(r.step_time_s - (0.05 if tuple(int(d) for d in np.asarray(p)) not in seen else 0.0),
+                       source="measured") for r, p in zip(out, placements)]
+
+
+def test_a_measured_run_re_measures_its_best_and_the_rival_side_by_side(tmp_path):
+    config = TrainConfig(env="measured", heuristics=("single", "m_etf"), max_groups=0, samples=4, iterations=3,
+                         hidden=8, logdir=str(tmp_path / "run"), progress=False, measure_heuristics=2, rematch=3)
+    env = NoisyMeasured()
+    graph = two_chains()
+    result = train(config, graph=graph, cluster=envs.resolve_cluster("k80x2"), env=env)
+    best = tuple(Placement.load(result.to_dict()["best_placement"]).indices(graph).tolist())
+    rival_name = result.best_heuristic[0]
+    doc = result.to_dict()
+    r = doc["rematch"]
+    assert r["heuristic"] == rival_name and r["rounds"] == 3
+    # the last 6 measurements are the pair, alternating, 3 rounds; each is its true (second-draw) time
+    last = env.scored[-6:]
+    assert last[0::2] == [best] * 3 and len(set(last[1::2])) == 1 and last[1] != best
+    changes = lambda row: sum(a != b for a, b in zip(row, row[1:]))  # noqa: E731
+    assert r["learned_s"] == 0.3 - 0.01 * changes(best) and r["heuristic_s"] == 0.3 - 0.01 * changes(last[1])
+    assert r["learned_times_s"] == [r["learned_s"]] * 3
+    # the run's own best is its lucky first draw: 50 ms faster than what the side-by-side medians say
+    assert abs(result.best_step_time_s - (r["learned_s"] - 0.05)) < 1e-12
+    (line,) = [line for line in summary(doc).splitlines() if line.startswith("side by side")]
+    assert f"{rival_name}  measured  (medians of 3 re-measurements each" in line
+    assert f"{(1 - r['learned_s'] / r['heuristic_s']) * 100:+.1f}% vs it" in line
+
+
+def test_rematch_zero_skips_the_side_by_side_measurement(tmp_path):
+    result, env = _run(tmp_path, measure_heuristics=2, rematch=0)
+    assert result.to_dict()["rematch"] is None
+    assert "side by side" not in summary(result.to_dict())

@@ -88,8 +88,12 @@ def test_placer_place_takes_the_option(tmp_path, monkeypatch, capsys):
         import torch
         from torch import nn
 
+        class MeanSquare(nn.Module):  # the training loss: a model's forward returns it
+            def forward(self, x):
+                return x.pow(2).mean()
+
         def build():
-            model = nn.Sequential(*[nn.Linear(512, 512, bias=False) for _ in range(4)])
+            model = nn.Sequential(*[nn.Linear(512, 512, bias=False) for _ in range(4)], MeanSquare())
             return model, (torch.randn(2, 512),)
     """))
     monkeypatch.chdir(tmp_path)
