@@ -77,7 +77,7 @@ def test_a_real_row_on_a_small_graph():
     c = envs.Cluster.preset("k80x2")
     lines = []
     r = table1_row(g, c, rl_budget_s=None, rl_iterations=2, policies=("seq2seq",), progress=lines.append,
-                   compare_options={"annealing": {"steps": 32}, "random_search": {"n": 32}})
+                   compare_options={"annealing": {"steps": 32}, "random_search": {"n": 32}, "ilp": {"time_limit_s": 2.0}})
     assert r.graph == "small" and r.cluster == "k80x2" and r.num_ops == 60
     assert {"expert", "metis", "heft"} <= set(r.baselines)
     assert r.rl["seq2seq"] is not None and r.rl["seq2seq"] >= r.lower_bound_s * (1 - 1e-9)

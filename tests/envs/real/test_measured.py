@@ -165,9 +165,9 @@ def hanging_builder():
 
 
 def test_model_build_hanging_in_a_worker_times_out(env):
-    hanging = MeasuredEnv(hanging_builder, env.cluster, graph=env.graph, device_map="*=cpu", workers=1, cpus_per_worker=0, start_timeout_s=45)
+    hanging = MeasuredEnv(hanging_builder, env.cluster, graph=env.graph, device_map="*=cpu", workers=1, cpus_per_worker=0, start_timeout_s=20)
     try:
-        with pytest.raises(PlacerError, match=r"could not build the model .* within 45s"):
+        with pytest.raises(PlacerError, match=r"could not build the model .* within 20s"):
             hanging.evaluate(_placements(env, 1, seed=6))
     finally:
         hanging.close()
