@@ -183,11 +183,11 @@ def _best_line(doc: dict) -> str:
     if by.startswith("heuristic:"):  # the incumbent: no placement the policy found was faster
         t, policy = doc["best_step_time_s"], doc.get("policy_step_time_s")
         if policy is None:
-            theirs = "the policy found no placement that runs"
+            theirs = "the learner found no placement that runs"
         elif policy <= t:
-            theirs = "the policy's best equals it"
+            theirs = "the learner's best equals it"
         else:
-            theirs = f"the policy's best, {_ms(policy)}, is {(policy / t - 1) * 100:.1f}% slower"
+            theirs = f"the learner's best, {_ms(policy)}, is {(policy / t - 1) * 100:.1f}% slower"
         return f"best step time   {best}  ({by.removeprefix('heuristic:')}'s placement, kept: {theirs}; {where})"
     found = f"found at {doc['time_to_best_s']:.0f} s" if doc["time_to_best_s"] is not None else "no placement ran"
     return f"best step time   {best}  (after {where}; {found})"
