@@ -243,10 +243,13 @@ def plot_budget_curves(cells: Sequence[dict[str, Any]], path: str, *, dpi: int =
     plt = _pyplot()
     if not cells:
         raise PlacerError(f"{path}: no budget results to plot")
-    fig, axes = plt.subplots(len(cells), 2, figsize=(11, 3.2 * len(cells)), squeeze=False)
+    # a column per kind of budget the cells were run at (placements, seconds): no empty panels
+    kinds = [(kind, label) for kind, label in (("evals", "simulated placements"), ("seconds", "seconds"))
+             if any(k == kind for cell in cells for k, _ in medians(cell))] or [("evals", "simulated placements")]
+    fig, axes = plt.subplots(len(cells), len(kinds), figsize=(5.5 * len(kinds), 3.2 * len(cells)), squeeze=False)
     for row, cell in enumerate(cells):
         by_budget = medians(cell)
-        for col, kind, label in ((0, "evals", "simulated placements"), (1, "seconds", "seconds")):
+        for col, (kind, label) in enumerate(kinds):
             ax = axes[row][col]
             budgets = sorted(v for k, v in by_budget if k == kind)
             for k, method in enumerate(METHODS):

@@ -70,3 +70,20 @@ def test_bad_options_exit_2_with_one_line(argv, option, capsys):
     rc = script().main(["--graphs", "moe-40", "--seconds", "", *argv])
     err = capsys.readouterr().err
     assert rc == 2 and option in err and len(err.strip().splitlines()) == 1, err
+
+
+def test_the_plot_has_a_panel_per_kind_of_budget_run(tmp_path, monkeypatch):
+    pytest.importorskip("matplotlib")
+    from bench import plots
+
+    shapes = []
+    real = plots._pyplot()
+    subplots = real.subplots
+    monkeypatch.setattr(real, "subplots", lambda *a, **kw: shapes.append(a) or subplots(*a, **kw))
+    run = lambda kind, method: {"budget": {"kind": kind, "value": 10}, "method": method, "plan_step_time_s": 0.1}  # noqa: E731
+    cell = {"graph": "g", "cluster": "c", "lower_bound_s": 0.05, "lower_bound_name": "critical path",
+            "runs": [run("evals", "learned"), run("evals", "uniform")]}
+    plots.plot_budget_curves([cell], str(tmp_path / "a.png"))
+    cell["runs"].append(run("seconds", "learned"))
+    plots.plot_budget_curves([cell], str(tmp_path / "b.png"))
+    assert shapes == [(1, 1), (1, 2)]
