@@ -125,13 +125,15 @@ class LocalEnv(RecordedMeasurements):
         names = list(self.cluster.device_names)
         return [placement_key(p, self.graph, names, f"placement {k}") for k, p in enumerate(placements)]
 
-    def evaluate(self, placements: Sequence[Any]) -> list[Result]:
-        """Measure each placement (those measured or logged before are not measured again)."""
+    def evaluate(self, placements: Sequence[Any], *, again: bool = False) -> list[Result]:
+        """Measure each placement (those measured or logged before are not measured again; ``again``: every one
+        is measured anew, and these results are returned and logged as re-measurements, the cache keeping the first)."""
         keyed = self.keys(placements)
+        self._begin(again)
         for key, assignment, order in keyed:
-            if key not in self._cache:
+            if key not in self._cache or (again and key not in self._again):
                 self._record(key, self._measure(assignment, order))
-        return [self._cache[key] for key, _, _ in keyed]
+        return self._results([key for key, _, _ in keyed])
 
     def logged(self, placements: Sequence[Any]) -> list[Result | None]:
         """What each placement measured (here or in the log read at start), None where it is not measured yet."""

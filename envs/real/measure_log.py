@@ -35,10 +35,11 @@ def placement_key(placement: Any, graph: OpGraph, device_names: list[str], sourc
     return placement_hash(devs, order), dict(zip(graph.names, devs)), order
 
 
-def append_record(path: str, graph_hash: str, key: str, result: Result) -> None:
-    """Append the measurement of placement ``key`` (flushed and fsynced)."""
-    append_log_line(path, json.dumps({"graph_hash": graph_hash, "placement_hash": key, "time_unix": time.time(),
-                                      "result": result.to_dict()}))
+def append_record(path: str, graph_hash: str, key: str, result: Result, *, again: bool = False) -> None:
+    """Append the measurement of placement ``key`` (flushed and fsynced); ``again``: a re-measurement of a
+    placement already measured, kept in the log but not read back as its result (:func:`read_log`)."""
+    record = {"graph_hash": graph_hash, "placement_hash": key, "time_unix": time.time(), "result": result.to_dict()}
+    append_log_line(path, json.dumps({**record, "again": True} if again else record))
 
 
 def append_log_line(path: str, line: str) -> None:
@@ -69,7 +70,7 @@ def read_log(path: str, graph_hash: str) -> dict[str, Result]:
                 continue
             try:
                 rec = json.loads(line)
-                if rec.get("graph_hash") == graph_hash:
+                if rec.get("graph_hash") == graph_hash and not rec.get("again"):
                     out[rec["placement_hash"]] = Result.from_dict(rec["result"])
             except (ValueError, KeyError, TypeError, AttributeError):
                 skipped += 1  # the run was killed mid-write, or the line is not a record
@@ -85,21 +86,37 @@ class RecordedMeasurements:
     """What both measured envs share: each result cached by placement key and appended to the log.
 
     A subclass sets ``graph``, ``log_path`` (or None: no log) and ``_cache`` (key ->
-    :class:`envs.Result`), and implements ``evaluate``.
+    :class:`envs.Result`), and implements ``evaluate(placements, again=False)``. With ``again`` every
+    placement is measured anew, cached or not: the results of that call are its own (``_again``), logged
+    as re-measurements, and the cache keeps each placement's first result.
     """
 
     graph: OpGraph
     log_path: str | None
     _cache: dict[str, Result]
+    _again: dict[str, Result] | None = None  # during evaluate(again=True): that call's results
 
     def _record(self, key: str, result: Result) -> None:
-        self._cache[key] = result
+        again = self._again is not None and key in self._cache  # a placement's first result is its result
+        if self._again is not None:
+            self._again[key] = result
+        if not again:
+            self._cache[key] = result
         if self.log_path:
-            append_record(self.log_path, self.graph.content_hash, key, result)
+            append_record(self.log_path, self.graph.content_hash, key, result, again=again)
 
-    def step_times(self, op_devices: Any) -> tuple[Any, Any]:
-        """Batched ``[K, num_ops]`` device indices -> (step_time_s[K], failed[K]): a failed placement did not run."""
+    def _begin(self, again: bool) -> None:
+        self._again = {} if again else None
+
+    def _results(self, keys: list[str]) -> list[Result]:
+        """The results of this call, in order (its re-measurements where it made them); ends the call."""
+        got, self._again = self._again or {}, None
+        return [got[k] if k in got else self._cache[k] for k in keys]
+
+    def step_times(self, op_devices: Any, *, again: bool = False) -> tuple[Any, Any]:
+        """Batched ``[K, num_ops]`` device indices -> (step_time_s[K], failed[K]): a failed placement did not run.
+        ``again``: measure every row anew (a re-measurement; see the class doc)."""
         import numpy as np
 
-        results = self.evaluate(list(np.asarray(op_devices)))  # type: ignore[attr-defined]
+        results = self.evaluate(list(np.asarray(op_devices)), again=again)  # type: ignore[attr-defined]
         return np.array([r.step_time_s for r in results]), np.array([not r.ok for r in results])

@@ -437,10 +437,12 @@ class MeasuredEnv(RecordedMeasurements):
             out.append((key, assignment))
         return out
 
-    def evaluate(self, placements: Sequence[Any]) -> list[Result]:
-        """Measure each placement (logged ones are read back, not re-measured)."""
+    def evaluate(self, placements: Sequence[Any], *, again: bool = False) -> list[Result]:
+        """Measure each placement (logged ones are read back, not re-measured; ``again``: every one is measured
+        anew, and these results are returned and logged as re-measurements, the cache keeping the first)."""
         keyed = self.keys(placements)
-        todo = {h: a for h, a in keyed if h not in self._cache}
+        self._begin(again)
+        todo = {h: a for h, a in keyed if again or h not in self._cache}
         pending = deque(todo)
         attempts: dict[str, int] = {}
         if pending:
@@ -470,7 +472,7 @@ class MeasuredEnv(RecordedMeasurements):
                     self._measurement_lost(i, key, e, pending, attempts)
             self._check_start_deadlines()
             self._check_measure_deadlines(running)
-        return [self._cache[h] for h, _ in keyed]
+        return self._results([h for h, _ in keyed])
 
     def _measurement_lost(self, i: int, key: str, e: RayActorError, pending: deque, attempts: dict[str, int]) -> None:
         """Slot ``i``'s actor died measuring ``key``: measure it again on a fresh actor, at most ``max_retries``

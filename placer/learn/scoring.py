@@ -61,6 +61,11 @@ class CachedScorer:
 
     def fresh(self, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Score ``rows`` on the scorer itself, cache or no cache (a re-measurement); not counted in ``evaluated``."""
+        from envs.real.measure_log import RecordedMeasurements  # the real runtime: only for a re-measurement
+
+        if isinstance(self.env, RecordedMeasurements):  # a measured env caches its results: ask it to measure again
+            t, failed = self.env.step_times(rows, again=True)
+            return np.asarray(t, dtype=float), np.asarray(failed, dtype=bool)
         if hasattr(self.env, "step_times"):
             t, failed = self.env.step_times(rows) if self.order is None else self.env.step_times(rows, order=self.order)
             return np.asarray(t, dtype=float), np.asarray(failed, dtype=bool)

@@ -50,6 +50,21 @@ def test_measures_each_placement_once_and_logs_it(env, tmp_path):
 
 
 @pytest.mark.slow
+def test_again_measures_anew_logs_it_as_a_re_measurement_and_keeps_the_first(env, tmp_path):
+    n = env.graph.num_ops
+    a, b = np.zeros(n, dtype=np.int32), np.ones(n, dtype=np.int32)
+    first = env.evaluate([a])[0]
+    t, failed = env.step_times(np.stack([a, b]), again=True)
+    assert env.measured == 3 and not failed.any()  # a measured again, b measured for the first time
+    assert t[0] != first.step_time_s  # a fresh measurement (timings of real steps never repeat to the bit)
+    assert env.evaluate([a])[0] is first and env.measured == 3  # the cache keeps the first
+    lines = [json.loads(line) for line in (tmp_path / LOG_NAME).read_text().splitlines()]
+    assert [bool(r.get("again")) for r in lines] == [False, True, False]  # nothing measured is lost; b's is its first
+    logged = read_log(str(tmp_path / LOG_NAME), env.graph.content_hash)
+    assert list(logged.values()) == [first, env.evaluate([b])[0]]  # a re-measurement is not read back as a result
+
+
+@pytest.mark.slow
 def test_a_rerun_on_the_same_run_dir_measures_nothing_again(env, tmp_path):
     n = env.graph.num_ops
     first = env.evaluate([np.zeros(n, dtype=np.int32)])[0]
