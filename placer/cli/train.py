@@ -37,7 +37,7 @@ _HELP = {"source": "graph file (.json/.pt2), zoo name or module:callable",
          "progress": "print no progress on stderr (a line per phase, then a bar on a terminal or a line every few "
                      "seconds in a file or a pipe)"}
 _METAVARS = {"profile": "PROFILE.json", "device_map": "MAP", "measure_timeout_s": "SECONDS", "time_budget_s": "SECONDS",
-             "heuristics": "NAMES", "logdir": "DIR", "ray_address": "HOST:PORT", "measure_heuristics": "N"}
+             "heuristics": "NAMES", "logdir": "DIR", "ray_address": "HOST:PORT", "measure_heuristics": "N", "rematch": "N"}
 
 
 def _names(value: str) -> tuple[str, ...]:
