@@ -109,8 +109,8 @@ class RunOptions:
     progress: bool = True
     """report progress on stderr: a line per phase, then a bar (on a terminal) or a line every few seconds."""
     equal_budget_search: bool = True
-    """after training, run module_search with as many simulated placements as the run used (outside the budget) and
-    report it beside the learner's best (--env sim)."""
+    """after training, run module_search with as many simulated placements as the run used (outside the budget, for at
+    most as long as the run took) and report it beside the learner's best (--env sim)."""
 
 
 @dataclass

@@ -486,10 +486,12 @@ class _Run:
         if self.config.equal_budget_search and self.config.env == "sim" and not interrupted:
             # every placement the run simulated (the scorer's, and the incumbents' schedules the move search read)
             simulated = self.score.evaluated + (self.mover.search.schedules if self.mover is not None else 0)
+            limit = max(self.elapsed(), 1.0)  # never longer than the run itself
             self.progress.phase(f"equal budget: module_search given the {simulated:,} placements this run simulated "
                                 "(outside the budget; --no-equal-budget-search skips it)")
             result.equal_budget_search = equal_budget_search(self.graph, self.cluster, self.sim, simulated,
-                                                             order=self.score.order, seed=self.config.seed)
+                                                             time_limit_s=limit, order=self.score.order,
+                                                             seed=self.config.seed)
         if self.config.env == "measured" and self.config.rematch and not interrupted:
             result.rematch = self._rematch(self.config.rematch)
         if best is not None:

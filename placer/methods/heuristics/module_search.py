@@ -86,8 +86,11 @@ def descend(env, op_group: np.ndarray, group_devices: np.ndarray, devices: np.nd
 
 @register("module_search")
 def module_search(graph: OpGraph, cluster, *, seed: int = 0, n: int = 1000, starts: int = 16, devices: str = "gpus",
-                  env=None) -> np.ndarray:
-    """Steepest descent over whole modules from uniform starts, ``n`` simulated placements in all."""
+                  env=None, deadline: float | None = None) -> np.ndarray:
+    """Steepest descent over whole modules from uniform starts, ``n`` simulated placements in all.
+
+    ``deadline``: a :func:`time.perf_counter` time after which no new round starts (the first always runs).
+    """
     if n < 1 or starts < 1:
         raise PlacerError(f"module_search: n and starts must be >= 1, got n={n}, starts={starts}")
     levels = [lv.op_group.astype(np.int64) for lv in module_levels(schedule_graph(graph))]
@@ -98,14 +101,14 @@ def module_search(graph: OpGraph, cluster, *, seed: int = 0, n: int = 1000, star
     cand = np.asarray(candidate_devices(cluster, devices), dtype=np.int64)
     rng = np.random.default_rng(seed)
     best_key, best, used, r = (True, float("inf")), None, 0, 0
-    while used < n:
+    while used < n and (r == 0 or deadline is None or time.perf_counter() < deadline):
         g = levels[r % len(levels)]
         r += 1
         draws = cand[rng.integers(0, len(cand), size=(min(starts, n - used), int(g.max()) + 1))]
         keys = scored_keys(env, draws[:, g])
         used += len(draws)
         j = min(range(len(keys)), key=keys.__getitem__)
-        x, key, spent = descend(env, g, draws[j], cand, n - used, key=keys[j], rng=rng)
+        x, key, spent = descend(env, g, draws[j], cand, n - used, key=keys[j], rng=rng, deadline=deadline)
         used += spent
         if key < best_key:
             best_key, best = key, x[g]

@@ -129,3 +129,19 @@ def test_placer_train_uses_the_move_search_unless_a_policy_is_given(tmp_path, ca
                "--logdir", str(tmp_path / "bad")])
     err = capsys.readouterr().err
     assert rc == 2 and "--proposals" in err and len(err.strip().splitlines()) == 1
+
+
+def test_the_equal_budget_search_never_takes_longer_than_the_run():
+    from placer.cli.train import _equal_budget_line
+    from placer.learn.move_learner import equal_budget_search
+
+    g, c = moe_dag(60, seed=0), envs.Cluster.preset("k80x2")
+    sim = envs.SimEnv(g, c)
+    whole = equal_budget_search(g, c, sim, 300, order=None, seed=0)
+    assert whole["simulated"] == whole["evals"] == 300 and not whole["stopped"]
+    # a limit already past: one round of draws and its descent, far short of the placements it was given
+    cut = equal_budget_search(g, c, sim, 10**6, order=None, seed=0, time_limit_s=1e-9)
+    assert cut["stopped"] and 0 < cut["simulated"] < 10**6 and cut["step_time_s"] > 0
+    doc = {"best_step_time_s": cut["step_time_s"], "equal_budget_search": cut}
+    line = _equal_budget_line(doc)
+    assert f"{cut['simulated']:,} of the 1,000,000 placements this run simulated, stopped at the run's own time" in line
