@@ -60,12 +60,17 @@ class CachedScorer:
         return hashlib.blake2b(np.ascontiguousarray(row, dtype=np.int32).tobytes(), digest_size=16).digest()
 
     def fresh(self, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """Score ``rows`` on the scorer itself, cache or no cache (a re-measurement); not counted in ``evaluated``."""
+        """Score ``rows`` anew, on the scorer itself (a re-measurement): this cache is bypassed, and a measured
+        env, which caches its own results, is asked to measure again. Not counted in ``evaluated``."""
         from envs.real.measure_log import RecordedMeasurements  # the real runtime: only for a re-measurement
 
-        if isinstance(self.env, RecordedMeasurements):  # a measured env caches its results: ask it to measure again
+        if isinstance(self.env, RecordedMeasurements):
             t, failed = self.env.step_times(rows, again=True)
             return np.asarray(t, dtype=float), np.asarray(failed, dtype=bool)
+        return self._score(rows)
+
+    def _score(self, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """``rows`` through the scorer's ``step_times`` (in this scorer's order) or ``evaluate``."""
         if hasattr(self.env, "step_times"):
             t, failed = self.env.step_times(rows) if self.order is None else self.env.step_times(rows, order=self.order)
             return np.asarray(t, dtype=float), np.asarray(failed, dtype=bool)
@@ -77,7 +82,7 @@ class CachedScorer:
         keys = [self.key(r) for r in op_devices]
         todo = {k: i for i, k in reversed(list(enumerate(keys))) if k not in self.cache}
         if todo:
-            t, failed = self.fresh(op_devices[list(todo.values())])
+            t, failed = self._score(op_devices[list(todo.values())])
             for k, ti, fi in zip(todo, np.asarray(t, dtype=float), np.asarray(failed, dtype=bool)):
                 self.cache[k] = (float(ti), bool(fi))
             self.evaluated += len(todo)

@@ -10,12 +10,14 @@ from __future__ import annotations
 import numpy as np
 
 import envs
+from envs.real.measure_log import RecordedMeasurements
 from envs.result import Result
 from graphs import OpGraph
 from placer import Placement
 from placer.cli.train import summary
 from placer.learn.config import TrainConfig
 from placer.learn.loop import train
+from placer.learn.scoring import CachedScorer
 
 HEURISTICS = ("single", "m_etf", "heft", "round_robin")
 
@@ -127,3 +129,29 @@ def test_rematch_zero_skips_the_side_by_side_measurement(tmp_path):
     result, env = _run(tmp_path, measure_heuristics=2, rematch=0)
     assert result.to_dict()["rematch"] is None
     assert "side by side" not in summary(result.to_dict())
+
+
+class Logged(RecordedMeasurements):
+    """A measured env whose results are cached (as one that read its log back on --resume): counts measurements."""
+
+    def __init__(self, graph: OpGraph, cached: dict[str, Result]) -> None:
+        self.graph, self.log_path, self._cache, self.measured = graph, None, dict(cached), 0
+
+    def evaluate(self, placements, *, again=False):
+        keys = ["".join(map(str, np.asarray(p).tolist())) for p in placements]
+        self._begin(again)
+        for k in keys:
+            if again or k not in self._cache:
+                self.measured += 1
+                self._record(k, Result(0.1 * self.measured, source="measured"))
+        return self._results(keys)
+
+
+def test_the_scorer_reads_a_measured_envs_results_back_and_measures_again_only_when_asked():
+    g = two_chains()
+    row = np.zeros((1, g.num_ops), dtype=np.int32)
+    env = Logged(g, {"0" * g.num_ops: Result(0.5, source="measured")})
+    score = CachedScorer(env)
+    assert score(row)[0].tolist() == [0.5] and env.measured == 0  # read back, not measured again
+    assert score.fresh(row)[0].tolist() == [0.1] and env.measured == 1  # a re-measurement
+    assert score(row)[0].tolist() == [0.5] and env.evaluate(list(row))[0].step_time_s == 0.5  # the first result stays
