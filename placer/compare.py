@@ -53,6 +53,8 @@ class Row:
         inflight: W, its most microbatches in flight (None: all M, fill-drain).
         placement: the placement itself (not serialised).
         meta: what the method reports about its run (a solver's status and bound...).
+        simulated: placements simulated for this row: the method's own search (over every M tried)
+            and the scoring of its plans (:attr:`envs.SimEnv.simulated`).
     """
 
     method: str
@@ -68,6 +70,7 @@ class Row:
     inflight: int | None = None
     placement: Placement | None = None
     meta: dict[str, Any] = field(default_factory=dict)
+    simulated: int = 0
 
     def to_dict(self) -> dict[str, Any]:
         out = {
@@ -82,6 +85,7 @@ class Row:
             "sim_step_time_s": self.sim_step_time_s,
             "microbatches": self.microbatches,
             "inflight": self.inflight,
+            "simulated": self.simulated,
         }
         if self.meta:
             out["meta"] = self.meta
@@ -352,7 +356,9 @@ def compare(
         ms = _microbatch_counts(own.pop("microbatches"), f"options[{m!r}]['microbatches']") if "microbatches" in own else default_ms
         shapes = (_plan_shapes(ms, own.pop("inflight"), f"options[{m!r}]['inflight']") if "inflight" in own
                   else _plan_shapes(ms, inflight, "inflight") if ms is not default_ms else default_shapes)
+        before = env.simulated
         rows.append(_Attempt(m, graph, cluster, env, own, seed, model, best_single_s).best(shapes))
+        rows[-1].simulated = env.simulated - before
         if progress is not None:
             progress(len(rows), m)
     for (label, p), (_, idx) in zip(labelled, given):

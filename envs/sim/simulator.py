@@ -134,6 +134,7 @@ class SimEnv:
         self.act_bytes = cost.activation_bytes(self.sim_graph)
         self._kernel_data: Any = None
         self._twins: dict[Any, SimEnv] = {}  # this env under another executor model or M (see _as)
+        self._simulated = [0]  # placements simulated (shared with the twins): see `simulated`
         self._lower_bound: float | None = None
 
     # --------------------------------------------------------------- helpers
@@ -195,7 +196,17 @@ class SimEnv:
         if key not in self._twins:
             self._twins[key] = SimEnv(self.graph, self.cluster, backend=self.backend, executor=executor, microbatches=M, inflight=W,
                                       order_margin=self.order_margin)
+            self._twins[key]._simulated = self._simulated
         return self._twins[key]
+
+    @property
+    def simulated(self) -> int:
+        """Placements this env and its twins have simulated: a row of :meth:`step_times` or a :meth:`schedule` each.
+
+        What a method that searches with the simulator spent (``placer.compare`` reports it per
+        comparison; ``placer train`` counts it in its equal-budget line).
+        """
+        return self._simulated[0]
 
     def _for(self, placement: Any) -> "SimEnv":
         """The env that scores ``placement``: this one, or its twin for the placement's ``microbatches`` and ``inflight``."""
@@ -230,9 +241,14 @@ class SimEnv:
         With M microbatches its per-op arrays are those of ``sim_graph`` (op ``m * n + i``
         is op ``i`` of microbatch ``m``).
         """
+        self._simulated[0] += 1
+        return self._schedule(placement, order)
+
+    def _schedule(self, placement: Any, order: Any = None) -> Schedule:
+        """:meth:`schedule`, not counted in :attr:`simulated` (the planner's own dataflow schedule)."""
         env = self._for(placement)
         if env is not self:
-            return env.schedule(placement, order)
+            return env._schedule(placement, order)
         op_devices = self.indices(placement)
         graph_order = self.check_order(getattr(placement, "order", None) if order is None else order)
         program = self.program(op_devices, graph_order)
@@ -328,6 +344,7 @@ class SimEnv:
             order = self.check_order(order, rows=len(op_devices))
         if order is not None and order.ndim == 2 and len(order) == 1:
             order = order[0]
+        self._simulated[0] += len(op_devices)
         programs = None
         if self.inflight < self.microbatches and self.executor == "eager":  # each placement's own stages
             programs = [self.program(row, order[k] if order is not None and order.ndim == 2 else order) for k, row in enumerate(op_devices)]
@@ -387,7 +404,7 @@ class SimEnv:
         """
         op_devices = self.indices(placement)
         host = (np.asarray(self.cluster.kinds) == "cpu")[op_devices]
-        start = self._as("dataflow").schedule(op_devices).fwd_start_s[: self.num_ops]  # with microbatches: microbatch 0's
+        start = self._as("dataflow")._schedule(op_devices).fwd_start_s[: self.num_ops]  # with microbatches: microbatch 0's
         return np.lexsort((np.arange(self.num_ops), host, start)).astype(np.int64)
 
     def _as(self, executor: str) -> "SimEnv":

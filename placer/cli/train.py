@@ -214,10 +214,11 @@ def _equal_budget_line(doc: dict) -> str | None:
         return None
     learned = doc["best_step_time_s"]
     gain = f"; learned {(1 - learned / eq['step_time_s']) * 100:+.1f}% vs it" if learned else ""
-    given = f"the {eq['simulated']:,} placements this run simulated"
+    by_h = f" ({eq['heuristics_simulated']:,} of them by the heuristics)" if eq.get("heuristics_simulated") else ""
+    given = f"the {eq['simulated']:,} placements this run simulated{by_h}"
     if eq.get("stopped"):  # it ran out of the run's own time first
-        given = (f"{eq['simulated']:,} of the {eq['evals']:,} placements this run simulated, stopped at the run's "
-                 "own time")
+        given = (f"{eq['simulated']:,} of the {eq['evals']:,} placements this run simulated{by_h}, stopped at the "
+                 "run's own time")
     return (f"equal budget     {_ms(eq['step_time_s'])}{_tag(doc, 'simulated')}  ({eq['method']} given "
             f"{given}{gain}; {eq['wall_s']:.0f} s, after the budget)")
 

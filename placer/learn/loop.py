@@ -91,15 +91,16 @@ def _resolve_device(name: str) -> torch.device:
 
 
 def _heuristics(graph: OpGraph, cluster: Cluster, config: TrainConfig,
-                progress: Progress) -> dict[str, tuple[float, np.ndarray | None]]:
-    """name -> (simulated step time, op devices) of the heuristics, via ``placer.compare``.
+                progress: Progress) -> tuple[dict[str, tuple[float, np.ndarray | None]], int]:
+    """name -> (simulated step time, op devices) of the heuristics, via ``placer.compare``; and the placements
+    they simulated in all (their searches and their scoring).
 
     Methods that cannot run get ``inf``.
     """
     # by default every heuristic but ilp: a solver run of a minute whose plan rests on its own issue order
     methods = list(config.heuristics) if config.heuristics is not None else default_methods(exclude=("ilp",))
     if methods == []:
-        return {}
+        return {}, 0
     progress.phase(f"scoring {len(methods)} heuristics on {cluster.name} (simulated), the rivals and the warm start")
     progress.start("scoring", total=len(methods), unit="heuristics")
     try:
@@ -115,7 +116,7 @@ def _heuristics(graph: OpGraph, cluster: Cluster, config: TrainConfig,
         ok = row.status == "ok" and row.step_time_s is not None and row.placement is not None
         idx = row.placement.indices(graph, cluster.device_names) if row.placement is not None else None
         out[row.method] = (float(row.step_time_s) if ok else float("inf"), idx)
-    return out
+    return out, sum(row.simulated for row in report.rows if row.kind == "baseline")
 
 
 def _hparams_table(config: TrainConfig, extra: dict[str, Any]) -> str:
@@ -266,7 +267,7 @@ class _Run:
 
     def _found_heuristics(self) -> None:
         """Score the heuristics as the run scores: sets ``heuristics``, ``best_h`` and its ``best_h_op_devices``."""
-        found = _heuristics(self.graph, self.cluster, self.config, self.progress)
+        found, self.heuristics_simulated = _heuristics(self.graph, self.cluster, self.config, self.progress)
         if self.score.order is not None:
             # scored in the run's own order, so the warm start, the rival's start and "beat the best
             # heuristic" compare like with like (compare's rows are node order)
@@ -484,14 +485,18 @@ class _Run:
             policy_step_time_s=s.policy_step_time_s, found_by=s.best_found_by,
         )
         if self.config.equal_budget_search and self.config.env == "sim" and not interrupted:
-            # every placement the run simulated (the scorer's, and the incumbents' schedules the move search read)
-            simulated = self.score.evaluated + (self.mover.search.schedules if self.mover is not None else 0)
+            # every placement the run simulated: the heuristics' searches and scoring, the scorer's, and the
+            # incumbents' schedules the move search read
+            simulated = (self.heuristics_simulated + self.score.evaluated
+                         + (self.mover.search.schedules if self.mover is not None else 0))
             limit = max(self.elapsed(), 1.0)  # never longer than the run itself
             self.progress.phase(f"equal budget: module_search given the {simulated:,} placements this run simulated "
                                 "(outside the budget; --no-equal-budget-search skips it)")
             result.equal_budget_search = equal_budget_search(self.graph, self.cluster, self.sim, simulated,
                                                              time_limit_s=limit, order=self.score.order,
                                                              seed=self.config.seed)
+            if result.equal_budget_search is not None:
+                result.equal_budget_search["heuristics_simulated"] = self.heuristics_simulated
         if self.config.env == "measured" and self.config.rematch and not interrupted:
             result.rematch = self._rematch(self.config.rematch)
         if best is not None:

@@ -168,3 +168,14 @@ def test_place_and_compare_help_list_the_heuristics(capsys):
             main([command, "--help"])
         text = " ".join(capsys.readouterr().out.split())
         assert all(name in text for name in baselines.names()), command
+
+
+def test_each_row_counts_the_placements_its_method_simulated(graph, cluster):
+    r = compare(graph, cluster, methods=["random_search", "m_etf", "single"], options={"random_search": {"n": 32}})
+    sims = {row.method: row.simulated for row in r.rows}
+    gpus = len(cluster.gpu_indices())
+    # its 32 draws and its scoring; a rule heuristic's scoring alone; one placement per GPU and the scoring
+    assert sims == {"random_search": 33, "m_etf": 1, "single": gpus + 1, "previous bound": 0, "lower bound": 0}
+    assert r.to_dict()["rows"][0]["simulated"] == 33
+    # searched over two microbatch counts: every plan is counted
+    assert compare(graph, cluster, methods=["m_etf"], microbatches=[1, 2]).rows[0].simulated == 2

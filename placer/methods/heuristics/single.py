@@ -28,8 +28,9 @@ from placer.methods.registry import register
 
 
 @register("single")
-def single(graph: OpGraph, cluster, *, seed: int = 0, device: str | int | None = None, cpu: bool = False) -> np.ndarray:
-    """All ops on ``device`` (name or index), or on the fastest GPU (any device with ``cpu``) that fits."""
+def single(graph: OpGraph, cluster, *, seed: int = 0, device: str | int | None = None, cpu: bool = False,
+           env: SimEnv | None = None) -> np.ndarray:
+    """All ops on ``device`` (name or index), or on the fastest GPU (any device with ``cpu``) that fits (simulated in ``env``)."""
     del seed  # deterministic
     n, D = graph.num_ops, cluster.num_devices
     if isinstance(device, int) and not isinstance(device, bool):
@@ -42,7 +43,7 @@ def single(graph: OpGraph, cluster, *, seed: int = 0, device: str | int | None =
         return np.full(n, cluster.device_names.index(device), dtype=np.int32)
 
     devices = np.arange(D, dtype=np.int32) if cpu else gpu_devices(cluster).astype(np.int32)
-    env = SimEnv(graph, cluster)
+    env = env if env is not None else SimEnv(graph, cluster)
     times, oom = env.step_times(np.repeat(devices[:, None], n, axis=1))
     if np.all(oom):
         best = int(devices[np.argmax(np.asarray(cluster.memory_bytes)[devices])])

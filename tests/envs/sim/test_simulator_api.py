@@ -80,3 +80,20 @@ def test_executor_is_chosen_and_reported(setup):
     assert envs.SimEnv(g, c, executor="dataflow").step_times(place[None, :])[0][0] == dataflow.step_time_s
     with pytest.raises(PlacerError, match="executor"):
         envs.simulate(g, place, c, executor="TF")
+
+
+def test_the_env_counts_every_placement_it_simulates_twins_included():
+    g, c = random_dag(30, seed=2), envs.Cluster.preset("k80x2")
+    env = envs.SimEnv(g, c)
+    rows = np.zeros((5, g.num_ops), dtype=np.int32)
+    assert env.simulated == 0
+    env.step_times(rows)
+    assert env.simulated == 5
+    env.simulate(rows[0])
+    env.schedule(rows[0])
+    assert env.simulated == 7
+    twin = env.with_microbatches(2)
+    twin.step_times(rows[:3])
+    assert env.simulated == twin.simulated == 10  # one count for the env and its twins
+    env.step_times(rows[:2], order="planned")  # the planner's orders are not simulations; the two rows are
+    assert env.simulated == 12

@@ -109,6 +109,8 @@ def test_train_algo_moves_beats_its_start_and_reports_the_equal_budget_search(tm
     eq = json.loads((tmp_path / "run" / "summary.json").read_text())["equal_budget_search"]
     # every distinct placement the run simulated: 60 rounds of 16 moves, its start, draws and kicks, a few repeats
     assert eq["method"] == "module_search" and 0.8 * 60 * 16 <= eq["simulated"] <= 60 * 16 + 40 and eq["step_time_s"] > 0
+    # the heuristics' own simulations count too: m_etf and expert scored once, single one per GPU and its scoring
+    assert eq["heuristics_simulated"] == 1 + 1 + len(c.gpu_indices()) + 1 and eq["evals"] == eq["simulated"]
     # resumed, it continues from the best placement so far and never reports a slower one
     r2 = train(TrainConfig(**{**vars(config), "iterations": 80, "resume": True}), graph=g, cluster=c)
     assert r2.iterations == 80 and r2.best_step_time_s <= r.best_step_time_s
@@ -142,6 +144,7 @@ def test_the_equal_budget_search_never_takes_longer_than_the_run():
     # a limit already past: one round of draws and its descent, far short of the placements it was given
     cut = equal_budget_search(g, c, sim, 10**6, order=None, seed=0, time_limit_s=1e-9)
     assert cut["stopped"] and 0 < cut["simulated"] < 10**6 and cut["step_time_s"] > 0
-    doc = {"best_step_time_s": cut["step_time_s"], "equal_budget_search": cut}
+    doc = {"best_step_time_s": cut["step_time_s"], "equal_budget_search": {**cut, "heuristics_simulated": 5034}}
     line = _equal_budget_line(doc)
-    assert f"{cut['simulated']:,} of the 1,000,000 placements this run simulated, stopped at the run's own time" in line
+    assert (f"{cut['simulated']:,} of the 1,000,000 placements this run simulated (5,034 of them by the heuristics), "
+            "stopped at the run's own time") in line

@@ -65,7 +65,7 @@ def test_score_order_planned_scores_the_heuristics_in_the_planned_order(tmp_path
     node = float(env.step_times(idx[None])[0][0])
     planned = float(env.step_times(idx[None], order="planned")[0][0])
     assert planned < node * 0.99
-    monkeypatch.setattr(train_mod, "_heuristics", lambda *a: {"crafted": (node, idx), "broken": (float("inf"), None)})
+    monkeypatch.setattr(train_mod, "_heuristics", lambda *a: ({"crafted": (node, idx), "broken": (float("inf"), None)}, 2))
     r = train(_config(tmp_path, iterations=1, warm_start="best", score_order="planned", heuristics=None), graph=g, cluster=c)
     assert r.heuristics == {"crafted": pytest.approx(planned), "broken": float("inf")}
     assert r.to_dict()["score_order"] == "planned" and r.best_step_time_s <= planned + 1e-12
