@@ -37,7 +37,7 @@ from placer.checks import MAX_SEED, check_float, check_int, check_output_dir
 
 EnvName = Literal["sim", "measured"]
 ExecutorName = Literal["eager", "dataflow"]
-ScoreOrderName = Literal["node", "planned"]
+ScoreOrderName = Literal["auto", "node", "planned"]
 AlgoName = Literal["reinforce", "ppo", "moves"]
 ProposalName = Literal["critic", "uniform"]
 RewardBaselineName = Literal["loo", "ema"]
@@ -60,10 +60,12 @@ class RunOptions:
     needs a zoo name or module:callable)."""
     executor: ExecutorName = "eager"
     """simulator executor model (--env sim and the heuristics): "eager" (PyTorch) or "dataflow" (TensorFlow)."""
-    score_order: ScoreOrderName = "node"
-    """issue order the samples are scored in (--env sim, eager): "node", or "planned" (each sample in its
-    envs.SimEnv.schedule_order, the order the best placement's file carries; ~2 ms more per sample on nmt-2).
-    "node" stays the default so the learner's times compare with the heuristics' node-order times."""
+    score_order: ScoreOrderName = "auto"
+    """issue order the samples (and the heuristics, and the equal-budget search) are scored in: "planned" (each
+    placement in its envs.SimEnv.schedule_order, the order the best placement's file carries; ~2 ms more per
+    sample on nmt-2), or "node". "auto": planned under --env sim with the eager executor and one microbatch,
+    node otherwise. The learner then optimises the plan it ships: on nmt-2 / k80x4, 120 s, the file's plan
+    was 199.1 ms scored planned against 212.2 ms scored in node order (BENCHMARKS.md)."""
     microbatches: int = 1
     """M: the plan runs M microbatches per step, gradients accumulated (a pipelined plan, envs.microbatch);
     --env sim only."""
@@ -251,6 +253,16 @@ class TrainConfig(PolicyOptions, AlgoOptions, RunOptions):
     @property
     def policy_options(self) -> PolicyOptions:
         return _part(PolicyOptions, self)
+
+    def resolved(self, env: Any = None) -> "TrainConfig":
+        """This config with ``score_order`` "auto" decided (see the field), for a run scored by ``env`` when given."""
+        if self.score_order != "auto":
+            return self
+        from envs.sim import SimEnv  # numpy and torch: TrainConfig itself stays light for placer --help
+
+        planned = (self.env == "sim" and self.executor == "eager" and self.microbatches == 1
+                   and (env is None or isinstance(env, SimEnv)))
+        return dataclasses.replace(self, score_order="planned" if planned else "node")
 
     def validate(self) -> None:
         """Raise :class:`PlacerError` (one line, naming the option) for a bad setting."""

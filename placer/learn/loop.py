@@ -135,6 +135,7 @@ def train(config: TrainConfig, *, graph: OpGraph | None = None, cluster: Cluster
     progress = progress if progress is not None else Progress(enabled=config.progress)
     # ---- validate and resolve
     config.validate()
+    config = config.resolved(env)
     device = _resolve_device(config.device)
     if graph is None:
         graph = resolve_graph(config.source)

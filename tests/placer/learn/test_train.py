@@ -69,9 +69,25 @@ def test_score_order_planned_scores_the_heuristics_in_the_planned_order(tmp_path
     r = train(_config(tmp_path, iterations=1, warm_start="best", score_order="planned", heuristics=None), graph=g, cluster=c)
     assert r.heuristics == {"crafted": pytest.approx(planned), "broken": float("inf")}
     assert r.to_dict()["score_order"] == "planned" and r.best_step_time_s <= planned + 1e-12
-    r = train(_config(tmp_path, iterations=1, warm_start="best", heuristics=None, logdir=str(tmp_path / "node")),
-              graph=g, cluster=c)
+    r = train(_config(tmp_path, iterations=1, warm_start="best", heuristics=None, score_order="node",
+                      logdir=str(tmp_path / "node")), graph=g, cluster=c)
     assert r.heuristics["crafted"] == node and r.to_dict()["score_order"] == "node"
+    # the default ("auto") scores in the planned order under the simulator's eager executor
+    r = train(_config(tmp_path, iterations=1, warm_start="best", heuristics=None, logdir=str(tmp_path / "auto")),
+              graph=g, cluster=c)
+    assert r.heuristics["crafted"] == pytest.approx(planned) and r.to_dict()["score_order"] == "planned"
+
+
+def test_score_order_auto_is_planned_only_where_the_order_is_simulated():
+    base = TrainConfig(iterations=1)
+    assert base.score_order == "auto" and base.resolved().score_order == "planned"
+    assert base.resolved(envs.SimEnv(two_chains(), envs.resolve_cluster("k80x2"))).score_order == "planned"
+    assert TrainConfig(iterations=1, executor="dataflow").resolved().score_order == "node"  # no issue order
+    assert TrainConfig(iterations=1, microbatches=2).resolved().score_order == "node"
+    assert TrainConfig(iterations=1, env="measured").resolved().score_order == "node"  # real steps: node order
+    assert base.resolved(env=object()).score_order == "node"  # a scorer that is not the simulator
+    assert TrainConfig(iterations=1, score_order="node").resolved().score_order == "node"  # a choice is kept
+    TrainConfig(iterations=1, env="measured", source="nmt-2").validate()  # "auto" is no error under --env measured
 
 
 def test_score_order_planned_rewards_the_planned_step_time(tmp_path):
@@ -349,7 +365,7 @@ def test_best_placement_is_never_replaced_by_a_worse_one(tmp_path):
     path = tmp_path / "run" / "best_placement.json"
     Placement.from_indices(g, c.device_names, optimum, cluster=c.name, method="hand",
                            meta={"step_time_s": t_opt, "env": "sim", "profile": None}).save(path)
-    r = train(_config(tmp_path, iterations=1, warm_start="none"), graph=g, cluster=c)
+    r = train(_config(tmp_path, iterations=1, warm_start="none", score_order="node"), graph=g, cluster=c)
     assert r.best_step_time_s > t_opt  # this run alone found a worse one...
     kept = Placement.load(path)
     assert kept.method == "hand" and kept.meta["step_time_s"] == t_opt  # ...and did not write it
