@@ -72,35 +72,37 @@ class MoveLearner:
             writer.add_scalar(tag, float(value), iteration)
 
 
-class _Counted:
-    """A scorer that counts the rows it simulates."""
+class _InOrder:
+    """``env.step_times`` in one issue order, whatever the caller asks (None: node order)."""
 
-    def __init__(self, env: Any) -> None:
-        self.env, self.rows = env, 0
+    def __init__(self, env: Any, order: str | None) -> None:
+        self.env, self.order = env, order
 
     def step_times(self, op_devices: Any, **kw: Any) -> Any:
-        self.rows += len(op_devices)
-        return self.env.step_times(op_devices, **kw)
+        return self.env.step_times(op_devices, **kw) if self.order is None else \
+            self.env.step_times(op_devices, order=self.order, **kw)
 
 
 def equal_budget_search(graph: Any, cluster: Any, sim: envs.SimEnv, evals: int, *, order: str | None,
                         seed: int, time_limit_s: float | None = None) -> dict[str, Any] | None:
     """``module_search`` given ``evals`` simulated placements: the learner's rival at equal budget, for the summary.
 
-    Scored in the run's order (``order`` "planned" or None). None where the graph records no module paths.
+    It searches in the run's order (``order`` "planned" or None), as the learner did. None where the graph
+    records no module paths.
     ``time_limit_s``: no new round of the search starts after this many seconds (the run's own time, so the
     comparison never takes longer than the run); ``simulated`` is then what it had simulated, ``evals`` the
     placements it was given, and ``stopped`` True.
     """
     if evals < 1:
         return None
-    t0 = time.perf_counter()
-    env = _Counted(sim)
+    t0, before = time.perf_counter(), sim.simulated
+    env = _InOrder(sim, order)
     deadline = t0 + time_limit_s if time_limit_s is not None else None
     try:
         x = get("module_search")(graph, cluster, seed=seed, n=int(evals), env=env, deadline=deadline)
     except HeuristicUnavailable:
         return None
-    t, oom = sim.step_times(np.asarray(x, dtype=np.int32)[None], **({} if order is None else {"order": order}))
-    return {"method": "module_search", "evals": int(evals), "simulated": env.rows, "stopped": env.rows < evals,
+    simulated = sim.simulated - before
+    t, oom = env.step_times(np.asarray(x, dtype=np.int32)[None])
+    return {"method": "module_search", "evals": int(evals), "simulated": simulated, "stopped": simulated < evals,
             "step_time_s": None if oom[0] else float(t[0]), "wall_s": time.perf_counter() - t0}

@@ -144,6 +144,16 @@ def test_the_equal_budget_search_never_takes_longer_than_the_run():
     # a limit already past: one round of draws and its descent, far short of the placements it was given
     cut = equal_budget_search(g, c, sim, 10**6, order=None, seed=0, time_limit_s=1e-9)
     assert cut["stopped"] and 0 < cut["simulated"] < 10**6 and cut["step_time_s"] > 0
+    # a planned-order run's rival searches in the planned order too, every placement it simulates
+    seen = []
+
+    class Spy(envs.SimEnv):
+        def step_times(self, op_devices, order=None, **kw):
+            seen.append(order)
+            return super().step_times(op_devices, order=order, **kw)
+
+    planned = equal_budget_search(g, c, Spy(g, c), 200, order="planned", seed=0)
+    assert seen and set(seen) == {"planned"} and planned["simulated"] == 200
     doc = {"best_step_time_s": cut["step_time_s"], "equal_budget_search": {**cut, "heuristics_simulated": 5034}}
     line = _equal_budget_line(doc)
     assert (f"{cut['simulated']:,} of the 1,000,000 placements this run simulated (5,034 of them by the heuristics), "
