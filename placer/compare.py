@@ -111,6 +111,7 @@ class CompareReport:
     lower_bound_name: str = ""
     previous_lower_bound_s: float | None = None
     previous_lower_bound_name: str = ""
+    score_order: str = "node"
 
     def best(self, kind: str = "baseline") -> Row | None:
         """The fastest ``ok`` row of a kind (``"baseline"``: the best heuristic)."""
@@ -126,6 +127,7 @@ class CompareReport:
             "devices": self.devices,
             "seed": self.seed,
             "executor": self.executor,
+            "score_order": self.score_order,
             "best_single_s": self.best_single_s,
             "best_single_device": self.best_single_device,
             "best_heuristic": best.method if best else None,
@@ -175,6 +177,10 @@ def _memory_unit(most_bytes: float) -> tuple[str, float]:
         if most_bytes >= scale:
             return unit, scale
     return "kB", 1e3
+
+
+#: The issue orders a comparison searches and scores in (see :func:`compare`).
+SCORE_ORDERS = ("node", "planned")
 
 
 def default_methods(exclude: Sequence[str] = ()) -> list[str]:
@@ -235,9 +241,10 @@ class _Attempt:
     """One heuristic placed and scored under several plan shapes ``(M, W)``, its output kept when it is blind to M."""
 
     def __init__(self, method: str, graph: OpGraph, cluster: Any, env: SimEnv, own: dict[str, Any], seed: int, model: Any,
-                 best_single_s: float | None) -> None:
+                 best_single_s: float | None, order: str | None = None) -> None:
         self.method, self.graph, self.cluster, self.env = method, graph, cluster, env
         self.own, self.seed, self.model, self.best_single_s = own, seed, model, best_single_s
+        self.order = order  # "planned": searched and scored in each placement's planned issue order; None: node order
         self.fn = registry.get(method)
         self.uses_env = accepts(self.fn, "env")
         self.placed: tuple[Any, float] | None = None  # a method blind to M places once for all of them
@@ -247,7 +254,7 @@ class _Attempt:
         if self.model is not None and accepts(self.fn, "model"):
             kwargs["model"] = self.model
         if self.uses_env:
-            kwargs["env"] = self.env.with_microbatches(M, W)
+            kwargs["env"] = self.env.with_microbatches(M, W).in_order(self.order)
         return kwargs
 
     def row(self, M: int, W: int) -> Row:
@@ -269,6 +276,10 @@ class _Attempt:
             if isinstance(out, Placement):  # a method that plans its issue order too (ilp): its run's record
                 row.meta = dict(out.meta)
             try:
+                if self.order == "planned" and row.placement.order is None:  # the order the searches scored in
+                    p = row.placement
+                    p.order = self.env.with_microbatches(M, W).schedule_order(p.indices(self.graph, self.cluster.device_names))
+                    p.meta["issue_order"] = "schedule"
                 _scored_row(row, self.env, row.placement, self.best_single_s)
             except Exception as e:
                 row.status, row.message = "error", _one_line(e)
@@ -314,6 +325,7 @@ def compare(
     microbatches: int | Sequence[int] = 1,
     inflight: int | None | Sequence[int | None] = None,
     progress: Callable[[int, str], None] | None = None,
+    score_order: str = "node",
 ) -> CompareReport:
     """Run ``methods`` (default: every heuristic), score them and ``placements`` on one SimEnv.
 
@@ -335,11 +347,18 @@ def compare(
             or several to search alongside M: each M is tried with every
             ``min(W, M)``. ``options[m]["inflight"]`` overrides it.
         progress: called with ``(methods done, method name)`` after each method.
+        score_order: ``"node"`` (default): every method searches and is scored in node order;
+            ``"planned"``: in each placement's planned issue order (:meth:`envs.SimEnv.schedule_order`,
+            what ``placer train`` scores its samples in by default), and each heuristic's placement
+            carries that order. Given placements are scored in the order they carry either way.
 
     Returns:
         A :class:`CompareReport`; a method that cannot run or fails gets a row
         saying so instead of stopping the comparison.
     """
+    if score_order not in SCORE_ORDERS:
+        raise PlacerError(f"score order {score_order!r}: unknown (known: {', '.join(SCORE_ORDERS)})")
+    order = None if score_order == "node" else score_order
     names = default_methods() if methods is None else list(methods)
     for m in names:
         registry.get(m)  # unknown names: PlacerError before any work
@@ -357,7 +376,7 @@ def compare(
         shapes = (_plan_shapes(ms, own.pop("inflight"), f"options[{m!r}]['inflight']") if "inflight" in own
                   else _plan_shapes(ms, inflight, "inflight") if ms is not default_ms else default_shapes)
         before = env.simulated
-        rows.append(_Attempt(m, graph, cluster, env, own, seed, model, best_single_s).best(shapes))
+        rows.append(_Attempt(m, graph, cluster, env, own, seed, model, best_single_s, order).best(shapes))
         rows[-1].simulated = env.simulated - before
         if progress is not None:
             progress(len(rows), m)
@@ -374,6 +393,7 @@ def compare(
         devices=list(cluster.device_names), rows=rows, lower_bound_s=bound.step_time_s,
         best_single_s=best_single_s, best_single_device=best_dev, seed=seed, executor=executor,
         lower_bound_name=bound.message, previous_lower_bound_s=previous.step_time_s, previous_lower_bound_name=previous.message,
+        score_order=score_order,
     )
 
 

@@ -199,6 +199,11 @@ class SimEnv:
             self._twins[key]._simulated = self._simulated
         return self._twins[key]
 
+    def in_order(self, order: str | None) -> "SimEnv | InOrder":
+        """This env with ``step_times`` scoring in ``order`` ("planned": each row's planned issue order) where
+        the caller gives none; itself for None (node order). What a search in a planned run searches with."""
+        return self if order is None else InOrder(self, order)
+
     @property
     def simulated(self) -> int:
         """Placements this env and its twins have simulated: a row of :meth:`step_times` or a :meth:`schedule` each.
@@ -490,6 +495,27 @@ def schedule_graph(graph: OpGraph, microbatches: int = 1) -> OpGraph:
         edge_bytes=np.concatenate([sim.edge_bytes + np.tile(add, M), np.tile(nbytes[~hit], M)]), name=sim.name,
         meta={**sim.meta, PARAM_EDGES_META: True},
     )
+
+
+class InOrder:
+    """A :class:`SimEnv` whose :meth:`~SimEnv.step_times` scores in one issue order where the caller gives none.
+
+    Everything else is the env's own; :meth:`with_microbatches` keeps the order. Made by :meth:`SimEnv.in_order`.
+    """
+
+    def __init__(self, env: SimEnv, order: str) -> None:
+        if order != "planned":
+            raise PlacerError(f"in_order: order {order!r}: give 'planned' or None")
+        self.env, self.order = env, order
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.env, name)
+
+    def step_times(self, op_devices: np.ndarray, order: Any = None, **kw: Any):
+        return self.env.step_times(op_devices, self.order if order is None else order, **kw)
+
+    def with_microbatches(self, microbatches: int, inflight: int | None = None) -> "InOrder":
+        return InOrder(self.env.with_microbatches(microbatches, inflight), self.order)
 
 
 def simulate(graph: OpGraph, placement: Any, cluster: Cluster, *, trace: bool = False, executor: str = "eager", order: Any = None) -> Result:

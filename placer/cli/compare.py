@@ -45,6 +45,10 @@ def add_command(sub: argparse._SubParsersAction) -> None:
                    "would not fit otherwise); several, e.g. 2,4,all, to search alongside --microbatches")
     p.add_argument("--option", action="append", default=[], metavar="[METHOD.]KEY=VALUE",
                    help="an option for every method that takes KEY (or for METHOD only), e.g. time_limit_s=30 or ilp.num_workers=2 (repeatable)")
+    p.add_argument("--score-order", choices=("node", "planned"), default="node",
+                   help="issue order the methods search and are scored in: node (default, the graph's own order) or "
+                   "planned (each placement in its planned order, the order `placer train` scores in by default and "
+                   "each heuristic's placement file then carries)")
     p.add_argument("--json", action="store_true", help="print the report as JSON")
     p.add_argument("--plot", metavar="FILE.png", help="also draw a bar chart of the step times")
     add_profile_argument(p)
@@ -100,14 +104,16 @@ def run(args: argparse.Namespace) -> int:
     graph, cluster = profiled(graph, cluster, args.profile)  # measured op times and link speeds
     placements = [(path, Placement.load(path)) for path in args.placement]
     report = compare(graph, cluster, methods=methods, placements=placements, seed=args.seed, model=model, executor=args.executor,
-                     microbatches=microbatches, inflight=inflight, options=options)
+                     microbatches=microbatches, inflight=inflight, options=options, score_order=args.score_order)
     if args.plot:
         plot(report, args.plot)
     if args.json:
         print_json(report.to_dict())
         return 0
     best = report.best()
-    print(f"{report.graph} ({graph.num_ops} ops) on {report.cluster}; scored by the simulator ({report.executor} executor), seed {report.seed}")
+    order = "; each placement in its planned issue order" if report.score_order == "planned" else ""
+    print(f"{report.graph} ({graph.num_ops} ops) on {report.cluster}; scored by the simulator ({report.executor} executor{order}), "
+          f"seed {report.seed}")
     print(report.table())
     if report.best_single_s is not None:
         print(f"best single device: {report.best_single_device} {report.best_single_s * 1e3:.3f} ms; ", end="")

@@ -105,7 +105,7 @@ def _heuristics(graph: OpGraph, cluster: Cluster, config: TrainConfig,
     progress.start("scoring", total=len(methods), unit="heuristics")
     try:
         report = compare(graph, cluster, methods=methods, seed=config.seed, executor=config.executor,
-                         microbatches=config.microbatches, inflight=config.inflight,
+                         microbatches=config.microbatches, inflight=config.inflight, score_order=config.score_order,
                          progress=lambda done, name: progress.update(done, name))
     finally:  # Ctrl-C here too: the bar ends before the message that follows
         progress.close()
@@ -270,8 +270,8 @@ class _Run:
         """Score the heuristics as the run scores: sets ``heuristics``, ``best_h`` and its ``best_h_op_devices``."""
         found, self.heuristics_simulated = _heuristics(self.graph, self.cluster, self.config, self.progress)
         if self.score.order is not None:
-            # scored in the run's own order, so the warm start, the rival's start and "beat the best
-            # heuristic" compare like with like (compare's rows are node order)
+            # compare searched and scored them in the run's order already; scored again through the run's
+            # scorer, so the warm start, the rival's start and "beat the best heuristic" are its own numbers
             found = {name: (self._scored(idx) if idx is not None and np.isfinite(t) else t, idx)
                      for name, (t, idx) in found.items()}
         self.heuristics = {name: t for name, (t, _) in found.items()}

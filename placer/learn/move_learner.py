@@ -72,17 +72,6 @@ class MoveLearner:
             writer.add_scalar(tag, float(value), iteration)
 
 
-class _InOrder:
-    """``env.step_times`` in one issue order, whatever the caller asks (None: node order)."""
-
-    def __init__(self, env: Any, order: str | None) -> None:
-        self.env, self.order = env, order
-
-    def step_times(self, op_devices: Any, **kw: Any) -> Any:
-        return self.env.step_times(op_devices, **kw) if self.order is None else \
-            self.env.step_times(op_devices, order=self.order, **kw)
-
-
 def equal_budget_search(graph: Any, cluster: Any, sim: envs.SimEnv, evals: int, *, order: str | None,
                         seed: int, time_limit_s: float | None = None) -> dict[str, Any] | None:
     """``module_search`` given ``evals`` simulated placements: the learner's rival at equal budget, for the summary.
@@ -96,7 +85,7 @@ def equal_budget_search(graph: Any, cluster: Any, sim: envs.SimEnv, evals: int, 
     if evals < 1:
         return None
     t0, before = time.perf_counter(), sim.simulated
-    env = _InOrder(sim, order)
+    env = sim.in_order(order)
     deadline = t0 + time_limit_s if time_limit_s is not None else None
     try:
         x = get("module_search")(graph, cluster, seed=seed, n=int(evals), env=env, deadline=deadline)

@@ -128,6 +128,17 @@ def test_cli_json_table_and_bad_placement(graph, cluster, tmp_path, capsys):
     err = capsys.readouterr().err
     assert str(foreign) in err and "made for graph" in err and len(err.strip().splitlines()) == 1
     assert main(["compare", str(path), "--cluster", "k80x4", "--methods", "nope"]) == 2
+    capsys.readouterr()
+    assert main(["compare", str(path), "--cluster", "k80x4", "--methods", "m_etf", "--score-order", "planned", "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["score_order"] == "planned" and len(doc["rows"][0]["order"]) == graph.num_ops
+    assert main(["compare", str(path), "--cluster", "k80x4", "--methods", "m_etf", "--score-order", "planned"]) == 0
+    assert "each placement in its planned issue order" in capsys.readouterr().out
+    with pytest.raises(SystemExit) as e:
+        main(["compare", str(path), "--cluster", "k80x4", "--score-order", "best"])
+    assert e.value.code == 2
+    err = capsys.readouterr().err
+    assert "--score-order" in err and len(err.strip().splitlines()) == 1
 
 
 def test_cli_placement_row(graph, cluster, tmp_path, capsys):
@@ -168,6 +179,34 @@ def test_place_and_compare_help_list_the_heuristics(capsys):
             main([command, "--help"])
         text = " ".join(capsys.readouterr().out.split())
         assert all(name in text for name in baselines.names()), command
+
+
+def test_a_planned_comparison_searches_and_scores_every_heuristic_in_its_planned_order(graph, cluster, monkeypatch):
+    """score_order="planned": the searches score their candidates in the planned order (as placer train's
+    samples are) and each row is timed in, and carries, its placement's planned order."""
+    asked = []
+    step_times = envs.SimEnv.step_times
+
+    def spy(self, op_devices, order=None, **kw):
+        asked.append(order)
+        return step_times(self, op_devices, order, **kw)
+
+    monkeypatch.setattr(envs.SimEnv, "step_times", spy)
+    r = compare(graph, cluster, methods=["random_search", "m_etf"], options={"random_search": {"n": 16}},
+                score_order="planned")
+    assert asked and all(o == "planned" for o in asked)  # random_search's draws and every row's scoring
+    env = envs.SimEnv(graph, cluster)
+    for row in r.rows[:2]:
+        idx = row.placement.indices(graph, cluster.device_names)
+        np.testing.assert_array_equal(row.placement.order, env.schedule_order(idx))
+        assert row.placement.meta["issue_order"] == "schedule"
+        assert row.step_time_s == pytest.approx(float(step_times(env, idx[None], order="planned")[0][0]))
+    assert r.score_order == "planned" and r.to_dict()["score_order"] == "planned"
+    asked.clear()
+    r = compare(graph, cluster, methods=["random_search"], options={"random_search": {"n": 16}})
+    assert r.rows[0].placement.order is None and set(asked) == {None} and r.score_order == "node"
+    with pytest.raises(PlacerError, match="score order 'best'"):
+        compare(graph, cluster, methods=["m_etf"], score_order="best")
 
 
 def test_each_row_counts_the_placements_its_method_simulated(graph, cluster):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import re
@@ -76,6 +77,28 @@ def test_score_order_planned_scores_the_heuristics_in_the_planned_order(tmp_path
     r = train(_config(tmp_path, iterations=1, warm_start="best", heuristics=None, logdir=str(tmp_path / "auto")),
               graph=g, cluster=c)
     assert r.heuristics["crafted"] == pytest.approx(planned) and r.to_dict()["score_order"] == "planned"
+
+
+def test_a_planned_run_has_the_heuristics_search_in_the_planned_order(monkeypatch):
+    """The rivals a planned run reports search the objective the learner has (not node order, re-timed after)."""
+    import placer.learn.loop as train_mod
+    from placer.learn.progress import Progress
+
+    asked = []
+    step_times = envs.SimEnv.step_times
+
+    def spy(self, op_devices, order=None, **kw):
+        asked.append(order)
+        return step_times(self, op_devices, order, **kw)
+
+    monkeypatch.setattr(envs.SimEnv, "step_times", spy)
+    g, c = two_chains(), envs.resolve_cluster("k80x2")
+    config = TrainConfig(iterations=1, heuristics=("random_search",)).resolved()
+    found, simulated = train_mod._heuristics(g, c, config, Progress(enabled=False))
+    assert config.score_order == "planned" and simulated > 1 and asked and set(asked) == {"planned"}
+    asked.clear()
+    train_mod._heuristics(g, c, dataclasses.replace(config, score_order="node"), Progress(enabled=False))
+    assert set(asked) == {None}
 
 
 def test_score_order_auto_is_planned_only_where_the_order_is_simulated():
