@@ -19,6 +19,22 @@ def zoo_cache(tmp_path_factory):
         yield path
 
 
+@pytest.fixture
+def step_time_orders(monkeypatch):
+    """The ``order`` of every :meth:`envs.SimEnv.step_times` call made while the test runs, in call order."""
+    import envs
+
+    asked: list = []
+    step_times = envs.SimEnv.step_times
+
+    def spy(self, op_devices, order=None, **kw):
+        asked.append(order)
+        return step_times(self, op_devices, order, **kw)
+
+    monkeypatch.setattr(envs.SimEnv, "step_times", spy)
+    return asked
+
+
 #: What the ``test`` extra installs that some tests import (and would otherwise skip without).
 TEST_EXTRAS = ("transformers", "accelerate", "ortools", "matplotlib", "pymetis", "pyscotch", "hypothesis", "ray", "psutil")
 

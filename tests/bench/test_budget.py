@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -13,14 +11,10 @@ import envs
 from bench import budget as bb
 from graphs.synthetic import moe_dag
 
-ROOT = Path(__file__).resolve().parents[2]
 
-
-def script():
-    spec = importlib.util.spec_from_file_location("bench_budget", ROOT / "scripts" / "bench_budget.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+@pytest.fixture
+def script(script_module):
+    return script_module("bench_budget")
 
 
 def test_budget_env_counts_every_row_and_stops_at_the_budget():
@@ -39,9 +33,9 @@ def test_budget_env_counts_every_row_and_stops_at_the_budget():
 
 
 @pytest.mark.slow
-def test_tiny_grid_runs_every_method_within_its_budget(tmp_path, capsys):
+def test_tiny_grid_runs_every_method_within_its_budget(tmp_path, capsys, script):
     plot = tmp_path / "b.png"
-    rc = script().main(["--graphs", "moe-60", "--clusters", "k80x2", "--evals", "300", "--seconds", "1",
+    rc = script.main(["--graphs", "moe-60", "--clusters", "k80x2", "--evals", "300", "--seconds", "1",
                         "--seeds", "0", "--plot", str(plot), "--json"])
     out = capsys.readouterr().out
     assert rc == 0 and plot.stat().st_size > 0
@@ -57,7 +51,7 @@ def test_tiny_grid_runs_every_method_within_its_budget(tmp_path, capsys):
     for r in (runs[("evals", "learned")], runs[("seconds", "learned")]):
         assert r["step_time_s"] <= cell["start"]["step_time_s"]
     assert runs[("seconds", "module_search")]["wall_s"] <= 1 + 1.0
-    rc = script().main(["--graphs", "moe-60", "--clusters", "k80x2", "--evals", "200", "--seconds", "",
+    rc = script.main(["--graphs", "moe-60", "--clusters", "k80x2", "--evals", "200", "--seconds", "",
                         "--methods", "learned,uniform"])
     table = capsys.readouterr().out
     assert rc == 0 and "| moe-60 | k80x2 | 0.2k placements |" in table
@@ -66,8 +60,8 @@ def test_tiny_grid_runs_every_method_within_its_budget(tmp_path, capsys):
 @pytest.mark.parametrize("argv,option", [(["--evals", "abc"], "--evals"), (["--evals", "0"], "--evals"),
                                          (["--methods", "learned,nope"], "--methods"), (["--graphs", "nope"], "nope"),
                                          (["--evals", "", "--seconds", ""], "--evals"), (["--clusters", "zz"], "zz")])
-def test_bad_options_exit_2_with_one_line(argv, option, capsys):
-    rc = script().main(["--graphs", "moe-40", "--seconds", "", *argv])
+def test_bad_options_exit_2_with_one_line(argv, option, capsys, script):
+    rc = script.main(["--graphs", "moe-40", "--seconds", "", *argv])
     err = capsys.readouterr().err
     assert rc == 2 and option in err and len(err.strip().splitlines()) == 1, err
 

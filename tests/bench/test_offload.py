@@ -20,7 +20,6 @@ from bench import offload
 from bench.measured_rl import Recorder, curves, fine_tune, hand_off, read_curves
 from bench.offload import SCENARIOS, Plan
 from envs.result import Result
-from graphs.plan import Placement
 from placer.learn import checkpoint
 from placer.learn.config import TrainConfig
 from placer.learn.loop import train
@@ -276,12 +275,8 @@ def test_the_pipeline_runs_on_the_cpu_stand_in_resumes_and_a_killed_run_loses_no
     assert report.returncode == 0 and json.loads(report.stdout)["curves"]["n"] == len(resumed)
 
 
-def test_bad_input_is_one_line_and_status_2(tmp_path, capsys):
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location("gpu_offload", ROOT / "scripts" / "gpu_offload.py")
-    script = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(script)
+def test_bad_input_is_one_line_and_status_2(tmp_path, capsys, script_module):
+    script = script_module("gpu_offload")
     for args, needle in ((["rivals", "--tiny", "--steps", "0", "--out-dir", str(tmp_path)], "--steps"),
                          (["rivals", "--scenario", "huge", "--device-map", "*=cpu", "--out-dir", str(tmp_path)], "--scenario"),
                          (["rivals", "--device-map", "gpu:0=cuda:7", "--out-dir", str(tmp_path)], "cuda:7"),

@@ -2,24 +2,18 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
-from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
+
+@pytest.fixture
+def script(script_module):
+    return script_module("bench_score_order")
 
 
-def script():
-    spec = importlib.util.spec_from_file_location("bench_score_order", ROOT / "scripts" / "bench_score_order.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
-
-
-def test_each_heuristic_is_timed_planned_both_ways(capsys):
-    assert script().main(["--graphs", "moe-60", "--clusters", "k80x2", "--json"]) == 0
+def test_each_heuristic_is_timed_planned_both_ways(capsys, script):
+    assert script.main(["--graphs", "moe-60", "--clusters", "k80x2", "--json"]) == 0
     (cell,) = json.loads(capsys.readouterr().out)
     rows = {r["method"]: r for r in cell["rows"]}
     # a rule heuristic places without the simulator: the same placement, so the same planned time both ways
@@ -29,11 +23,11 @@ def test_each_heuristic_is_timed_planned_both_ways(capsys):
     best = cell["best_planned_searched"]
     assert best["step_time_s"] == min(r["planned_searched_s"] for r in cell["rows"] if r["planned_searched_s"])
     assert cell["lower_bound_s"] <= best["step_time_s"]
-    assert script().main(["--graphs", "moe-60", "--clusters", "k80x2"]) == 0
+    assert script.main(["--graphs", "moe-60", "--clusters", "k80x2"]) == 0
     assert "| random_search |" in capsys.readouterr().out
 
 
-def test_an_unknown_graph_exits_2_with_one_line(capsys):
-    assert script().main(["--graphs", "nope"]) == 2
+def test_an_unknown_graph_exits_2_with_one_line(capsys, script):
+    assert script.main(["--graphs", "nope"]) == 2
     err = capsys.readouterr().err
     assert "nope" in err and len(err.strip().splitlines()) == 1

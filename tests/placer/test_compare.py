@@ -181,17 +181,10 @@ def test_place_and_compare_help_list_the_heuristics(capsys):
         assert all(name in text for name in baselines.names()), command
 
 
-def test_a_planned_comparison_searches_and_scores_every_heuristic_in_its_planned_order(graph, cluster, monkeypatch):
+def test_a_planned_comparison_searches_and_scores_every_heuristic_in_its_planned_order(graph, cluster, step_time_orders):
     """score_order="planned": the searches score their candidates in the planned order (as placer train's
     samples are) and each row is timed in, and carries, its placement's planned order."""
-    asked = []
-    step_times = envs.SimEnv.step_times
-
-    def spy(self, op_devices, order=None, **kw):
-        asked.append(order)
-        return step_times(self, op_devices, order, **kw)
-
-    monkeypatch.setattr(envs.SimEnv, "step_times", spy)
+    asked = step_time_orders
     r = compare(graph, cluster, methods=["random_search", "m_etf"], options={"random_search": {"n": 16}},
                 score_order="planned")
     assert asked and all(o == "planned" for o in asked)  # random_search's draws and every row's scoring
@@ -200,7 +193,7 @@ def test_a_planned_comparison_searches_and_scores_every_heuristic_in_its_planned
         idx = row.placement.indices(graph, cluster.device_names)
         np.testing.assert_array_equal(row.placement.order, env.schedule_order(idx))
         assert row.placement.meta["issue_order"] == "schedule"
-        assert row.step_time_s == pytest.approx(float(step_times(env, idx[None], order="planned")[0][0]))
+        assert row.step_time_s == pytest.approx(float(env.step_times(idx[None], order="planned")[0][0]))
     assert r.score_order == "planned" and r.to_dict()["score_order"] == "planned"
     asked.clear()
     r = compare(graph, cluster, methods=["random_search"], options={"random_search": {"n": 16}})

@@ -79,19 +79,12 @@ def test_score_order_planned_scores_the_heuristics_in_the_planned_order(tmp_path
     assert r.heuristics["crafted"] == pytest.approx(planned) and r.to_dict()["score_order"] == "planned"
 
 
-def test_a_planned_run_has_the_heuristics_search_in_the_planned_order(monkeypatch):
+def test_a_planned_run_has_the_heuristics_search_in_the_planned_order(step_time_orders):
     """The rivals a planned run reports search the objective the learner has (not node order, re-timed after)."""
     import placer.learn.loop as train_mod
     from placer.learn.progress import Progress
 
-    asked = []
-    step_times = envs.SimEnv.step_times
-
-    def spy(self, op_devices, order=None, **kw):
-        asked.append(order)
-        return step_times(self, op_devices, order, **kw)
-
-    monkeypatch.setattr(envs.SimEnv, "step_times", spy)
+    asked = step_time_orders
     g, c = two_chains(), envs.resolve_cluster("k80x2")
     config = TrainConfig(iterations=1, heuristics=("random_search",)).resolved()
     found, simulated = train_mod._heuristics(g, c, config, Progress(enabled=False))
