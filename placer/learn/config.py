@@ -61,9 +61,9 @@ class RunOptions:
     executor: ExecutorName = "eager"
     """simulator executor model (--env sim and the heuristics): "eager" (PyTorch) or "dataflow" (TensorFlow)."""
     score_order: ScoreOrderName = "auto"
-    """issue order the samples (and the heuristics, their searches too, and the equal-budget search) are scored in: "planned" (each
-    placement in its envs.SimEnv.schedule_order, the order the best placement's file carries; ~2 ms more per
-    sample on nmt-2), or "node". "auto": planned under --env sim with the eager executor and one microbatch,
+    """issue order the samples (and the heuristics, their searches too, and the equal-budget search) are scored
+    in: "planned" (each placement in its envs.SimEnv.schedule_order, the order the best placement's file carries;
+    ~2 ms more per sample on nmt-2), or "node". "auto": planned under --env sim with the eager executor and one microbatch,
     node otherwise. The learner then optimises the plan it ships: on nmt-2 / k80x4, 120 s, the file's plan
     was 199.1 ms scored planned against 212.2 ms scored in node order (BENCHMARKS.md)."""
     microbatches: int = 1
