@@ -223,6 +223,15 @@ def _equal_budget_line(doc: dict) -> str | None:
             f"{given}{gain}; {eq['wall_s']:.0f} s, after the budget)")
 
 
+def _rival_line(doc: dict) -> str | None:
+    """Where the equal-budget search beat the learner: the file its placement was kept in."""
+    eq = doc.get("equal_budget_search") or {}
+    if not eq.get("placement"):
+        return None
+    return (f"faster rival     {eq['placement']}  (the equal-budget search's placement, {_ms(eq['step_time_s'])}; "
+            "best_placement.json stays the learner's)")
+
+
 def _rematch_line(doc: dict) -> str | None:
     """--env measured: the best placement and the best heuristic's, re-measured side by side (medians)."""
     r = doc.get("rematch")
@@ -276,6 +285,7 @@ SUMMARY_LINES: tuple[Callable[[dict], str | None], ...] = (
     _heuristic_line,
     _rematch_line,
     _equal_budget_line,
+    _rival_line,
     _warm_start_line,
     _small_model_line,
     _expert_line,

@@ -112,7 +112,8 @@ class RunOptions:
     """report progress on stderr: a line per phase, then a bar (on a terminal) or a line every few seconds."""
     equal_budget_search: bool = True
     """after training, run module_search with as many simulated placements as the run used (outside the budget, for at
-    most as long as the run took) and report it beside the learner's best (--env sim)."""
+    most as long as the run took) and report it beside the learner's best (--env sim); a placement of it faster than
+    the learner's is kept as equal_budget_placement.json."""
 
 
 @dataclass

@@ -69,7 +69,7 @@ from placer.learn.config import TrainConfig
 from placer.learn.move_learner import MoveLearner, RunScorer, equal_budget_search
 from placer.learn.progress import Progress
 from placer.learn.rundir import (
-    BEST_NAME, adopt_newer_best, check_compatible, check_fresh, default_logdir, run_best_placement, run_lock, save_best,
+    BEST_NAME, RIVAL_NAME, adopt_newer_best, check_compatible, check_fresh, default_logdir, run_best_placement, run_lock, save_best,
 )
 from placer.learn.scoring import CachedScorer, ENVS, Scorer, measured_heuristics, reference_time
 from placer.learn.state import RunState, TrainResult
@@ -448,6 +448,23 @@ class _Run:
                                                "graph_hash": self.graph.content_hash, "devices": self.devices,
                                                "run": self.state.to_dict()})
 
+    def _keep_rival(self, eq: dict[str, Any]) -> None:
+        """Where the equal-budget search found a placement faster than the run's best, write it beside the best
+        (``RIVAL_NAME``, with its issue order; ``eq["placement"]`` its path): the comparison stays as it was, and
+        the faster placement is not lost. The run's best is left as the learner's."""
+        x = eq.pop("op_devices")
+        t, best = eq.get("step_time_s"), self.state.best_step_time_s
+        if t is None or not (best is None or t < best * (1 - 1e-12)):
+            return
+        meta = {"step_time_s": t, "found_by": "equal-budget search", "evals": eq["simulated"], "seed": self.config.seed,
+                "env": self.config.env, "executor": self.config.executor, "score_order": self.config.score_order}
+        order, how, step_s = self.planner.plan_order(x)
+        meta.update(issue_order=how, issue_order_step_time_s=step_s)
+        path = os.path.join(self.logdir, RIVAL_NAME)
+        Placement.from_indices(self.graph, self.devices, x, cluster=self.cluster.name, method=eq["method"], meta=meta,
+                               order=order, microbatches=self.config.microbatches, inflight=self.config.inflight).save(path)
+        eq["placement"] = path
+
     def _rematch(self, rounds: int) -> dict[str, Any] | None:
         """Measure the best placement and the best measured heuristic's ``rounds`` more times each, the two in one
         batch each round, so they share the workers' conditions: the best placement's time is the least of many
@@ -498,6 +515,7 @@ class _Run:
                                                              seed=self.config.seed)
             if result.equal_budget_search is not None:
                 result.equal_budget_search["heuristics_simulated"] = self.heuristics_simulated
+                self._keep_rival(result.equal_budget_search)
         if self.config.env == "measured" and self.config.rematch and not interrupted:
             result.rematch = self._rematch(self.config.rematch)
         if best is not None:

@@ -80,7 +80,7 @@ def equal_budget_search(graph: Any, cluster: Any, sim: envs.SimEnv, evals: int, 
     records no module paths.
     ``time_limit_s``: no new round of the search starts after this many seconds (the run's own time, so the
     comparison never takes longer than the run); ``simulated`` is then what it had simulated, ``evals`` the
-    placements it was given, and ``stopped`` True.
+    placements it was given, and ``stopped`` True. ``op_devices``: its placement (device indices).
     """
     if evals < 1:
         return None
@@ -92,6 +92,7 @@ def equal_budget_search(graph: Any, cluster: Any, sim: envs.SimEnv, evals: int, 
     except HeuristicUnavailable:
         return None
     simulated = sim.simulated - before
-    t, oom = env.step_times(np.asarray(x, dtype=np.int32)[None])
+    x = np.asarray(x, dtype=np.int32)
+    t, oom = env.step_times(x[None])
     return {"method": "module_search", "evals": int(evals), "simulated": simulated, "stopped": simulated < evals,
-            "step_time_s": None if oom[0] else float(t[0]), "wall_s": time.perf_counter() - t0}
+            "step_time_s": None if oom[0] else float(t[0]), "wall_s": time.perf_counter() - t0, "op_devices": x}

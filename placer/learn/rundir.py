@@ -49,6 +49,8 @@ LOCK_NAME = "train.lock"
 
 
 BEST_NAME = "best_placement.json"
+#: The equal-budget search's placement (``placer train``), written beside the best when it is faster.
+RIVAL_NAME = "equal_budget_placement.json"
 
 
 @contextlib.contextmanager

@@ -158,3 +158,37 @@ def test_the_equal_budget_search_never_takes_longer_than_the_run():
     line = _equal_budget_line(doc)
     assert (f"{cut['simulated']:,} of the 1,000,000 placements this run simulated (5,034 of them by the heuristics), "
             "stopped at the run's own time") in line
+
+
+@pytest.mark.parametrize("factor", [0.5, 2.0])
+def test_a_faster_equal_budget_placement_is_kept_beside_the_best(tmp_path, monkeypatch, capsys, factor):
+    """The rival at equal budget beat the learner: its placement is written (with its issue order) and the summary
+    names the file; best_placement.json stays the learner's. A slower rival writes nothing."""
+    import placer.learn.loop as train_mod
+
+    path = tmp_path / "g.json"
+    g, c = moe_dag(60, seed=0), envs.Cluster.preset("k80x2")
+    save(g, str(path))
+    rival = np.full(g.num_ops, c.gpu_indices()[-1], dtype=np.int32)
+    real = train_mod.equal_budget_search
+
+    def crafted(*a, **kw):  # the real search, its time scaled: faster (0.5) or slower (2.0) than the learner's
+        eq = real(*a, **kw)
+        best = json.loads((tmp_path / "run" / "checkpoint.json").read_text())["run"]["best_step_time_s"]
+        return {**eq, "op_devices": rival, "step_time_s": best * factor}
+
+    monkeypatch.setattr(train_mod, "equal_budget_search", crafted)
+    rc = main(["train", str(path), "--cluster", "k80x2", "--iterations", "2", "--logdir", str(tmp_path / "run"),
+               "--no-progress", "--heuristics", "m_etf"])
+    out = capsys.readouterr().out
+    kept = tmp_path / "run" / "equal_budget_placement.json"
+    assert rc == 0 and kept.exists() == (factor < 1) and ("faster rival" in out) == (factor < 1)
+    best = Placement.load(str(tmp_path / "run" / "best_placement.json"))
+    assert best.meta["found_by"] != "equal-budget search"
+    if factor < 1:
+        p = Placement.load(str(kept))
+        np.testing.assert_array_equal(p.indices(g, c.device_names), rival)
+        assert p.method == "module_search" and p.meta["found_by"] == "equal-budget search" and p.order is not None
+        assert p.meta["step_time_s"] == pytest.approx(best.meta["step_time_s"] * factor) and str(kept) in out
+    summary = json.loads((tmp_path / "run" / "summary.json").read_text())["equal_budget_search"]
+    assert "op_devices" not in summary and (summary.get("placement") == str(kept)) == (factor < 1)
