@@ -461,8 +461,9 @@ class _Run:
         order, how, step_s = self.planner.plan_order(x)
         meta.update(issue_order=how, issue_order_step_time_s=step_s)
         path = os.path.join(self.logdir, RIVAL_NAME)
-        Placement.from_indices(self.graph, self.devices, x, cluster=self.cluster.name, method=eq["method"], meta=meta,
-                               order=order, microbatches=self.config.microbatches, inflight=self.config.inflight).save(path)
+        save_best(path, Placement.from_indices(self.graph, self.devices, x, cluster=self.cluster.name, method=eq["method"],
+                                               meta=meta, order=order, microbatches=self.config.microbatches,
+                                               inflight=self.config.inflight))  # a resumed run's earlier, faster one stays
         eq["placement"] = path
 
     def _rematch(self, rounds: int) -> dict[str, Any] | None:
