@@ -195,6 +195,11 @@ def test_a_planned_comparison_searches_and_scores_every_heuristic_in_its_planned
         assert row.placement.meta["issue_order"] == "schedule"
         assert row.step_time_s == pytest.approx(float(env.step_times(idx[None], order="planned")[0][0]))
     assert r.score_order == "planned" and r.to_dict()["score_order"] == "planned"
+    # a pipelined plan: the order of microbatch 0, the step of all of them
+    row = compare(graph, cluster, methods=["m_etf"], microbatches=2, score_order="planned").rows[0]
+    idx, env2 = row.placement.indices(graph, cluster.device_names), env.with_microbatches(2)
+    np.testing.assert_array_equal(row.placement.order, env2.schedule_order(idx))
+    assert row.microbatches == 2 and row.step_time_s == pytest.approx(float(env2.step_times(idx[None], order="planned")[0][0]))
     asked.clear()
     r = compare(graph, cluster, methods=["random_search"], options={"random_search": {"n": 16}})
     assert r.rows[0].placement.order is None and set(asked) == {None} and r.score_order == "node"
