@@ -219,15 +219,22 @@ def _finish(method: str, rec: BudgetEnv, start: Start | None, note: str = "") ->
     return Run(method, rec.best_key[1] if ok else None, evals + (PLAN_EVALS if ok else 0), wall, rec.curve, note, plan_s)
 
 
-def run_moves(proposals: str) -> Callable[..., Run]:
+#: The move search's acceptance temperature for the ``*_accept`` methods (MoveSearchOptions.accept), chosen on
+#: moe-400 / k80x4 seeds 0-3 at 10k (0.002 and 0.005 gave the same median).
+ACCEPT = 0.003
+
+
+def run_moves(proposals: str, accept: float = 0.0) -> Callable[..., Run]:
+    name = ("learned" if proposals == "critic" else "uniform") + ("_accept" if accept else "")
+
     def run(graph: OpGraph, cluster: Any, env: envs.SimEnv, budget: Budget, start: Start, seed: int,
             order: str | None, **_: Any) -> Run:
         max_evals, seconds = _limits(budget, start)
         rec = BudgetEnv(env, max_evals=max_evals, order=order)
-        search = MoveSearch(graph, cluster, rec, options=MoveSearchOptions(proposals=proposals), seed=seed, order=order)
+        search = MoveSearch(graph, cluster, rec, options=MoveSearchOptions(proposals=proposals, accept=accept), seed=seed,
+                            order=order)
         result = search.run(start.op_devices, max_evals=max_evals, time_budget_s=seconds)
-        run = _finish("learned" if proposals == "critic" else "uniform", rec, start,
-                      f"{result.rounds} rounds, {result.kicks} kicks")
+        run = _finish(name, rec, start, f"{result.rounds} rounds, {result.kicks} kicks, {search.accepted} accepted")
         run.evals = result.evals + start.evals + PLAN_EVALS  # its count includes the incumbents' schedules it simulated
         return run
     return run
@@ -292,7 +299,10 @@ def run_ilp(graph: OpGraph, cluster: Any, env: envs.SimEnv, budget: Budget, star
 
 RUNNERS: dict[str, Callable[..., Run]] = {"learned": run_moves("critic"), "uniform": run_moves("uniform"),
                                           "module_search": run_module_search, "annealing": run_annealing,
-                                          "ilp": run_ilp}
+                                          "ilp": run_ilp,
+                                          # not in METHODS: the acceptance variant, on request (--methods)
+                                          "learned_accept": run_moves("critic", ACCEPT),
+                                          "uniform_accept": run_moves("uniform", ACCEPT)}
 
 
 def budget_cell(graph: OpGraph, cluster: Any, budgets: Sequence[Budget], *, methods: Sequence[str] = METHODS,
@@ -343,8 +353,10 @@ def _ratio(a: float | None, b: float | None) -> str:
 
 def markdown_table(cells: Sequence[dict[str, Any]]) -> str:
     """One row per graph, cluster and budget: each method's median plan, learned over the best rival and over uniform."""
-    head = ["graph", "cluster", "budget", *METHODS, "best rival", "learned / best rival", "learned / uniform",
-            "best / bound (bound)"]
+    extra = [m for m in RUNNERS if m not in METHODS and any(r["method"] == m for c in cells for r in c["runs"])]
+    accept = "learned_accept" in extra  # the acceptance variant and its own ablation, when run
+    head = ["graph", "cluster", "budget", *METHODS, *extra, "best rival", "learned / best rival", "learned / uniform",
+            *(["learned_accept / best rival", "learned_accept / uniform_accept"] if accept else []), "best / bound (bound)"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * 3 + "---:|" * (len(head) - 3)]
     for cell in cells:
         for (kind, value), by in medians(cell).items():
@@ -352,9 +364,11 @@ def markdown_table(cells: Sequence[dict[str, Any]]) -> str:
             rival = min(rivals.items(), key=lambda kv: kv[1]) if rivals else None
             best = min(v for v in by.values() if v is not None) if any(v is not None for v in by.values()) else None
             budget = Budget(kind, value).label
-            cols = [f"{by[m] * 1e3:.2f}" if by.get(m) is not None else "–" for m in METHODS]
+            cols = [f"{by[m] * 1e3:.2f}" if by.get(m) is not None else "–" for m in (*METHODS, *extra)]
+            ratios = [_ratio(by.get("learned_accept"), rival[1] if rival else None),
+                      _ratio(by.get("learned_accept"), by.get("uniform_accept"))] if accept else []
             lines.append("| " + " | ".join([
                 cell["graph"], cell["cluster"], budget, *cols, f"{rival[0]} {rival[1] * 1e3:.2f}" if rival else "–",
                 _ratio(by.get("learned"), rival[1] if rival else None), _ratio(by.get("learned"), by.get("uniform")),
-                f"{_ratio(best, cell['lower_bound_s'])} ({cell['lower_bound_name']})"]) + " |")
+                *ratios, f"{_ratio(best, cell['lower_bound_s'])} ({cell['lower_bound_name']})"]) + " |")
     return "\n".join(lines)

@@ -8,8 +8,9 @@
 
 Methods (bench/budget.py): learned (the move search with its critic), uniform (the same loop, uniform
 proposals), module_search(n), annealing from the best rule heuristic with the same n, ilp with the same
-seconds. Graphs: zoo names, graph files, module:callable, or synthetic families as family-ops[-seed]
-(moe-400, unet-400-1). Medians over the seeds. Progress on stderr; a markdown table (or --json) on stdout.
+seconds; on request, learned_accept and uniform_accept (the same two loops taking slower moves as
+annealing does). Graphs: zoo names, graph files, module:callable, or synthetic families as
+family-ops[-seed] (moe-400, unet-400-1). Medians over the seeds. Progress on stderr; a markdown table (or --json) on stdout.
 """
 
 from __future__ import annotations
@@ -48,7 +49,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--clusters", default="k80x4", help="comma list of presets or files (default k80x4)")
     ap.add_argument("--evals", default="1000,10000,100000", help="budgets in simulated placements ('' for none)")
     ap.add_argument("--seconds", default="60,300", help="budgets in seconds ('' for none)")
-    ap.add_argument("--methods", default=",".join(bb.METHODS), help=f"default: {','.join(bb.METHODS)}")
+    ap.add_argument("--methods", default=",".join(bb.METHODS),
+                    help=f"default: {','.join(bb.METHODS)}; also learned_accept and uniform_accept (the move search "
+                    f"taking slower moves at temperature {bb.ACCEPT}, with and without its critic)")
     ap.add_argument("--seeds", default="0", help="comma list of seeds (medians are reported)")
     ap.add_argument("--score-order", choices=("node", "planned"), default="node",
                     help="issue order every placement is scored in (default node)")

@@ -65,6 +65,11 @@ class MoveSearchOptions:
     train_batch: int = 128
     """moves per critic update (2 updates of 256 took twice the time for no better placements on nmt-2 and
     inception-v3, 6 seeds at 1k and 10k placements)."""
+    accept: float = 0.0
+    """temperature, relative to the incumbent's step time, at which the best move of a batch that found nothing
+    faster is taken anyway (Metropolis: with probability exp(-slowdown / temperature)), cooled linearly to 0 over
+    the budget (placements, else seconds); 0 (default): never, a pure descent. Off by default: tried on moe-400
+    (k80x4) only so far (BENCHMARKS.md, "Accepting slower moves")."""
 
 
 @dataclass
@@ -172,7 +177,7 @@ class MoveSearch:
         self.options = o = options or MoveSearchOptions()
         if o.proposals not in PROPOSALS:
             raise PlacerError(f"move search: proposals {o.proposals!r}: unknown (known: {', '.join(PROPOSALS)})")
-        if o.batch < 1 or o.patience < 1 or o.starts < 0 or o.kick < 1 or not 0 <= o.explore <= 1:
+        if o.batch < 1 or o.patience < 1 or o.starts < 0 or o.kick < 1 or not 0 <= o.explore <= 1 or not o.accept >= 0:
             raise PlacerError(f"move search: bad options {o}")
         self.graph, self.cluster, self.env, self.order = graph, cluster, env, order
         self.levels = levels if levels is not None else item_levels(graph)
@@ -210,7 +215,7 @@ class MoveSearch:
         self.t0 = time.perf_counter()
         deadline = self.t0 + time_budget_s if time_budget_s is not None else None
         self.budget = _Budget(self.env, max_evals, deadline, self.order)
-        self.stale = self.exhausted = self.kicks = self.rounds = self.version = self.level = 0
+        self.stale = self.exhausted = self.kicks = self.rounds = self.version = self.level = self.accepted = 0
         self._scheduled: tuple[int | None, Any] = (None, None)
         self._tried_keys: set[float] = set()  # the placements tried from the incumbent (by their move's key)
         self._tried_version: int | None = None
@@ -251,9 +256,27 @@ class MoveSearch:
             self.x, self.cost, self.stale, self.exhausted = rows[j].copy(), float(got[j]), 0, 0
             self.version += 1
             self.cand = self._candidates(self.x, self.cost)
+        elif self._accepts(float(got[j])):  # slower, taken anyway (options.accept > 0 only)
+            self.x, self.cost, self.stale, self.exhausted = rows[j].copy(), float(got[j]), 0, 0
+            self.version, self.accepted = self.version + 1, self.accepted + 1
+            self.cand = self._candidates(self.x, self.cost)
         else:
             self.stale += 1
             cand.refresh(self.memory, self.rounds)
+
+    def _accepts(self, cost: float) -> bool:
+        """Whether to move to a slower placement of ``cost`` (Metropolis at the cooled temperature; never when off)."""
+        if self.options.accept <= 0 or not np.isfinite(cost):
+            return False
+        b = self.budget
+        if b.max_evals is not None:
+            left = 1.0 - b.evals / max(b.max_evals, 1)
+        elif b.deadline is not None and b.deadline > b.t0:
+            left = (b.deadline - time.perf_counter()) / (b.deadline - b.t0)
+        else:
+            left = 1.0
+        temperature = self.options.accept * max(left, 0.0) * self.cost
+        return temperature > 0 and self.rng.random() < np.exp(-(cost - self.cost) / temperature)
 
     def result(self) -> MoveSearchResult:
         """The best placement simulated so far (one that fits in memory, if any did)."""

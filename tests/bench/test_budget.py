@@ -55,6 +55,14 @@ def test_tiny_grid_runs_every_method_within_its_budget(tmp_path, capsys, script)
                         "--methods", "learned,uniform"])
     table = capsys.readouterr().out
     assert rc == 0 and "| moe-60 | k80x2 | 0.2k placements |" in table
+    # the acceptance variant and its ablation, on request: their columns and their ratios
+    rc = script.main(["--graphs", "moe-60", "--clusters", "k80x2", "--evals", "200", "--seconds", "",
+                      "--methods", "learned_accept,uniform_accept,annealing", "--json"])
+    cells = json.loads(capsys.readouterr().out)["cells"]
+    runs = {r["method"]: r for r in cells[0]["runs"]}
+    assert rc == 0 and set(runs) == {"learned_accept", "uniform_accept", "annealing"} and "accepted" in runs["learned_accept"]["note"]
+    assert runs["learned_accept"]["evals"] <= 200 + bb.PLAN_EVALS
+    assert "| learned_accept | uniform_accept |" in bb.markdown_table(cells) and "learned_accept / uniform_accept" in bb.markdown_table(cells)
 
 
 @pytest.mark.parametrize("argv,option", [(["--evals", "abc"], "--evals"), (["--evals", "0"], "--evals"),

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 import envs
-from graphs import OpGraph, save
+from graphs import OpGraph, PlacerError, save
 from graphs.grouping import colocate
 from graphs.synthetic import moe_dag, random_dag, recurrent_dag
 from placer import Placement
@@ -192,3 +192,23 @@ def test_a_faster_equal_budget_placement_is_kept_beside_the_best(tmp_path, monke
         assert p.meta["step_time_s"] == pytest.approx(best.meta["step_time_s"] * factor) and str(kept) in out
     summary = json.loads((tmp_path / "run" / "summary.json").read_text())["equal_budget_search"]
     assert "op_devices" not in summary and (summary.get("placement") == str(kept)) == (factor < 1)
+
+
+def test_accepting_slower_moves_is_off_by_default_and_keeps_the_best():
+    """options.accept > 0 takes the best of a fruitless batch anyway (cooling to 0 over the budget); the result is
+    still the best placement simulated. At 0 (the default) nothing is accepted and the run is the default's."""
+    g, c = moe_dag(60, seed=0), envs.Cluster.preset("k80x2")
+    runs = {}
+    for accept in (0.0, 0.5):
+        env = envs.SimEnv(g, c)
+        search = MoveSearch(g, c, env, options=MoveSearchOptions(accept=accept), seed=0)
+        runs[accept] = (search.run(None, max_evals=600), search.accepted)
+    default = MoveSearch(g, c, envs.SimEnv(g, c), seed=0).run(None, max_evals=600)
+    assert runs[0.0][1] == 0 and runs[0.0][0].step_time_s == default.step_time_s
+    np.testing.assert_array_equal(runs[0.0][0].op_devices, default.op_devices)
+    result, accepted = runs[0.5]
+    assert accepted > 0  # a hot search moves to slower placements
+    t, _ = envs.SimEnv(g, c).step_times(result.op_devices[None])
+    assert result.step_time_s == pytest.approx(float(t[0])) and result.step_time_s <= result.curve.best_s[0]
+    with pytest.raises(PlacerError, match="bad options"):
+        MoveSearch(g, c, envs.SimEnv(g, c), options=MoveSearchOptions(accept=-1.0))
