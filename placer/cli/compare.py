@@ -14,7 +14,7 @@ from placer import sources
 from placer.checks import check_output_file, check_seed
 from placer.cli.args import MethodsHelp, add_executor_argument, add_profile_argument, note_stand_in_loss, parse_options, profiled
 from placer.cli.output import print_json
-from placer.compare import compare, plot
+from placer.compare import SCORE_ORDERS, compare, plot
 from placer.methods import registry
 
 
@@ -45,7 +45,7 @@ def add_command(sub: argparse._SubParsersAction) -> None:
                    "would not fit otherwise); several, e.g. 2,4,all, to search alongside --microbatches")
     p.add_argument("--option", action="append", default=[], metavar="[METHOD.]KEY=VALUE",
                    help="an option for every method that takes KEY (or for METHOD only), e.g. time_limit_s=30 or ilp.num_workers=2 (repeatable)")
-    p.add_argument("--score-order", choices=("node", "planned"), default="node",
+    p.add_argument("--score-order", choices=SCORE_ORDERS, default="node",
                    help="issue order the methods search and are scored in: node (default, the graph's own order) or "
                    "planned (each placement in its planned order, the order `placer train` scores in by default and "
                    "each heuristic's placement file then carries)")

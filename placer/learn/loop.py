@@ -69,7 +69,8 @@ from placer.learn.config import TrainConfig
 from placer.learn.move_learner import MoveLearner, RunScorer, equal_budget_search
 from placer.learn.progress import Progress
 from placer.learn.rundir import (
-    BEST_NAME, RIVAL_NAME, adopt_newer_best, check_compatible, check_fresh, default_logdir, run_best_placement, run_lock, save_best,
+    BEST_NAME, RIVAL_NAME, adopt_newer_best, check_compatible, check_fresh, default_logdir, run_best_placement, run_lock,
+    run_placement, save_best,
 )
 from placer.learn.scoring import CachedScorer, ENVS, Scorer, measured_heuristics, reference_time
 from placer.learn.state import RunState, TrainResult
@@ -456,14 +457,10 @@ class _Run:
         t, best = eq.get("step_time_s"), self.state.best_step_time_s
         if t is None or not (best is None or t < best * (1 - 1e-12)):
             return
-        meta = {"step_time_s": t, "found_by": "equal-budget search", "evals": eq["simulated"], "seed": self.config.seed,
-                "env": self.config.env, "executor": self.config.executor, "score_order": self.config.score_order}
-        order, how, step_s = self.planner.plan_order(x)
-        meta.update(issue_order=how, issue_order_step_time_s=step_s)
+        meta = {"step_time_s": t, "found_by": "equal-budget search", "evals": eq["simulated"]}
         path = os.path.join(self.logdir, RIVAL_NAME)
-        save_best(path, Placement.from_indices(self.graph, self.devices, x, cluster=self.cluster.name, method=eq["method"],
-                                               meta=meta, order=order, microbatches=self.config.microbatches,
-                                               inflight=self.config.inflight))  # a resumed run's earlier, faster one stays
+        save_best(path, run_placement(self.graph, self.devices, self.cluster, self.config, x, eq["method"], meta,
+                                      self.planner))  # a resumed run's earlier, faster one stays
         eq["placement"] = path
 
     def _rematch(self, rounds: int) -> dict[str, Any] | None:

@@ -252,13 +252,11 @@ class MoveSearch:
         self._tried_keys.update(cand.keys[pick].tolist())
         self.rounds += 1
         j = int(np.argmin(got))
-        if got[j] < self.cost * (1 - 1e-12):
+        faster = bool(got[j] < self.cost * (1 - 1e-12))
+        if faster or self._accepts(float(got[j])):  # a slower one only when options.accept > 0
+            self.accepted += not faster
             self.x, self.cost, self.stale, self.exhausted = rows[j].copy(), float(got[j]), 0, 0
             self.version += 1
-            self.cand = self._candidates(self.x, self.cost)
-        elif self._accepts(float(got[j])):  # slower, taken anyway (options.accept > 0 only)
-            self.x, self.cost, self.stale, self.exhausted = rows[j].copy(), float(got[j]), 0, 0
-            self.version, self.accepted = self.version + 1, self.accepted + 1
             self.cand = self._candidates(self.x, self.cost)
         else:
             self.stale += 1

@@ -130,6 +130,22 @@ def save_best(path: str, placement: Placement) -> bool:
     return True
 
 
+def run_placement(graph: OpGraph, devices: list[str], cluster: Cluster, config: TrainConfig, op_devices: Any,
+                  method: str, meta: dict[str, Any], planner: Any = None) -> Placement:
+    """A placement of the run as a file: ``meta`` plus the run's settings, under ``--env sim`` with the issue
+    order ``planner`` (a SimEnv; None for a measured run) chooses for it (``issue_order``, and its eager time
+    ``issue_order_step_time_s``)."""
+    meta = {**meta, "seed": config.seed, "env": config.env, "profile": config.profile, "executor": config.executor,
+            "score_order": config.score_order}
+    order = None
+    if planner is not None:
+        order, how, step_s = planner.plan_order(np.asarray(op_devices))
+        meta.update(issue_order=how, issue_order_step_time_s=step_s)
+    return Placement.from_indices(graph, devices, op_devices, cluster=getattr(cluster, "name", config.cluster),
+                                  method=method, meta=meta, order=order, microbatches=config.microbatches,
+                                  inflight=config.inflight)
+
+
 def run_best_placement(graph: OpGraph, devices: list[str], cluster: Cluster, config: TrainConfig, run: RunState,
                     planner: Any = None) -> Placement:
     """The run's best as a placement file: under ``--env sim`` with the issue order chosen for it.
@@ -143,19 +159,10 @@ def run_best_placement(graph: OpGraph, devices: list[str], cluster: Cluster, con
     measured run keeps the node order it was measured with.
     """
     meta = {"step_time_s": run.best_step_time_s, "found_by": run.best_found_by,
-            "iteration": run.best_iteration, "warm_start": run.warm_start, "algo": config.algo,
-            "seed": config.seed, "env": config.env, "profile": config.profile, "executor": config.executor,
-            "score_order": config.score_order}
-    order = None
-    if planner is not None:
-        order, how, step_s = planner.plan_order(np.asarray(run.best_indices))
-        meta.update(issue_order=how, issue_order_step_time_s=step_s)
+            "iteration": run.best_iteration, "warm_start": run.warm_start, "algo": config.algo}
     heuristic = run.best_found_by.removeprefix("heuristic:") if run.best_found_by.startswith("heuristic:") else None
-    return Placement.from_indices(
-        graph, devices, run.best_indices, cluster=getattr(cluster, "name", config.cluster),
-        method=heuristic or f"rl:{config.policy}", meta=meta, order=order, microbatches=config.microbatches,
-        inflight=config.inflight,
-    )
+    return run_placement(graph, devices, cluster, config, run.best_indices, heuristic or f"rl:{config.policy}", meta,
+                         planner)
 
 
 def check_compatible(saved: dict, config: TrainConfig, graph: OpGraph, devices: list[str], logdir: str = "") -> None:
