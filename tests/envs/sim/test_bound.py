@@ -176,3 +176,39 @@ def test_communicating_path_below_the_best_placement(seed, executor):
     best = min(float(env.step_times(P)[0].min()), float(env.step_times(P, order="planned")[0].min()))
     bound = communicating_path_s(env.sim_graph, c, env.fwd_s, env.bwd_s)
     assert bound <= best * (1 + 1e-12) and env.lower_bound() <= best
+
+
+def test_energetic_reasoning_proves_three_unit_tasks_need_two_rounds_on_two_devices():
+    """Three independent unit tasks on two devices: the critical path says 1, the work 1.5; no schedule ends before 2.
+
+    At any T < 2 each task must cover [T - 1, 1] (it starts by T - 1 and ends no earlier than 1), so that window is
+    owed 3 (2 - T) against 2 (2 - T) of capacity."""
+    from envs.sim.bound import energetic_bound_s
+
+    zeros, ones = np.zeros(3), np.ones(3)
+    assert energetic_bound_s(zeros, zeros, ones, 2, lo=1.5) == pytest.approx(2.0, rel=1e-3)
+    assert energetic_bound_s(zeros, zeros, ones, 3, lo=1.0) == 1.0  # three devices: nothing beyond what was known
+    assert energetic_bound_s(zeros, zeros, ones, 2, lo=2.5) == 2.5  # never below the bound it was given
+
+
+def test_the_energetic_bound_charges_parallel_work_wider_than_the_devices(toy):
+    """s -> x1..x4 -> j on three devices at 1 FLOP/s (forward = FLOPs, backward twice that), copies free.
+
+    Critical path 9 (1+1+1 forward, 2+2+2 backward), work 18 / 3 = 6. The four backward tasks of the x ops (2 s each)
+    start after j's backward (at 5 at the earliest) and end before s's backward (by T - 2), so each covers
+    [T - 4, 7]: below T = 11 that window is owed 4 (11 - T) against 3 (11 - T) on three devices (two rounds of
+    them: 5 + 4 + 2). Every placement in both orders takes 12 (two rounds forward too), so the bound holds."""
+    import itertools
+
+    names = ["s", "x1", "x2", "x3", "x4", "j"]
+    edges = [("s", x, 0) for x in names[1:5]] + [(x, "j", 0) for x in names[1:5]]
+    g = toy.graph(names, edges, [1, 1, 1, 1, 1, 1])
+    c = toy.cluster()
+    lb = lower_bound(g, c)
+    assert lb.name == "energetic" and lb == pytest.approx(11.0, rel=1e-3)
+    assert lb.parts["critical path"] == pytest.approx(9.0) and lb.parts["work"] == pytest.approx(6.0)
+    for executor in ("eager", "dataflow"):
+        env = SimEnv(g, c, executor=executor)
+        P = np.array(list(itertools.product(range(c.num_devices), repeat=g.num_ops)), dtype=np.int32)
+        best = min(float(env.step_times(P)[0].min()), float(env.step_times(P, order="planned")[0].min()))
+        assert env.lower_bound() <= best == pytest.approx(12.0), (executor, best)

@@ -1,0 +1,125 @@
+#!/usr/bin/env python
+"""How far the best placements we know are from the lower bound: every bound, which wins, and best / bound.
+
+    python scripts/bench_bound.py                                   # the zoo's five graphs on k80x4 and v100x4
+    python scripts/bench_bound.py --graphs nmt-4 --clusters k80x4 --best docs/budget/planned200k_nmt4.json
+    python scripts/bench_bound.py --best docs/budget/*.json --json
+
+For each graph and cluster it computes :func:`envs.SimEnv.lower_bound` (eager executor, one microbatch)
+and prints each of its parts (critical path, work, communicating path, the host-issue bounds, energetic
+reasoning), the winner, the bound without energetic reasoning (the previous release's) and the seconds it
+took. With ``--best``, files written by ``scripts/bench_budget.py --json`` (read as JSON data), it takes the
+fastest plan any run in them found for that graph and cluster (``plan_step_time_s``, in its best issue
+order) and prints best / bound against both bounds. Simulated step times: they hold inside our simulator only.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # the repository root, for bench/
+
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+
+#: The part this release adds; "previous" is the best of the others.
+NEW_PART = "energetic"
+
+
+class BadFile(Exception):
+    """A ``--best`` file that is not a bench_budget JSON output."""
+
+
+def read_best(paths: list[str]) -> dict[tuple[str, str], dict]:
+    """``(graph, cluster) -> {"step_time_s", "method", "file"}``: the fastest plan in the files' runs."""
+    best: dict[tuple[str, str], dict] = {}
+    for path in paths:
+        try:
+            doc = json.loads(Path(path).read_text())
+            cells = doc["cells"]
+            for c in cells:
+                key = (str(c["graph"]), str(c["cluster"]))
+                for r in c["runs"]:
+                    t = r.get("plan_step_time_s")
+                    if t is not None and (key not in best or float(t) < best[key]["step_time_s"]):
+                        best[key] = {"step_time_s": float(t), "method": str(r["method"]), "file": path}
+        except OSError as e:
+            raise BadFile(f"{path}: cannot read it ({e.strerror or e})") from None
+        except (ValueError, KeyError, TypeError) as e:
+            raise BadFile(f"{path}: not a bench_budget.py --json output ({type(e).__name__}: {e})") from None
+    return best
+
+
+def cell(graph, cluster, best: dict | None) -> dict:
+    """Every bound of one graph and cluster, and best / bound where a best plan is known."""
+    import envs
+
+    env = envs.SimEnv(graph, cluster)
+    t0 = time.perf_counter()
+    lb = env.lower_bound()
+    seconds = time.perf_counter() - t0
+    others = {k: v for k, v in lb.parts.items() if k != NEW_PART}
+    before = max(others.values())
+    out = {"graph": graph.name, "cluster": cluster.name, "num_ops": graph.num_ops, "bound_s": float(lb),
+           "bound_name": lb.name, "parts_s": dict(lb.parts), "without_energetic_s": before,
+           "without_energetic_name": max(others, key=lambda k: others[k]), "seconds": seconds, "best": best}
+    if best is not None:
+        out["best_over_bound"] = best["step_time_s"] / float(lb)
+        out["best_over_bound_without_energetic"] = best["step_time_s"] / before
+    return out
+
+
+def table(cells: list[dict]) -> str:
+    ms = lambda v: f"{v * 1e3:.2f}"  # noqa: E731
+    out = ["| graph | cluster | ops | critical path | communicating path | work | host issue + backward path | "
+           "energetic | bound (winner) | without energetic | seconds | best known | best / bound (without energetic) |",
+           "|---|---|---:|---:|---:|---:|---:|---:|---|---:|---:|---|---:|"]
+    for c in cells:
+        p = c["parts_s"]
+        part = lambda k: ms(p[k]) if k in p else "—"  # noqa: E731
+        b = c["best"]
+        known = f"{ms(b['step_time_s'])} ({b['method']})" if b else "—"
+        ratio = f"{c['best_over_bound']:.3f} ({c['best_over_bound_without_energetic']:.3f})" if b else "—"
+        out.append(f"| {c['graph']} | {c['cluster']} | {c['num_ops']:,} | {part('critical path')} | "
+                   f"{part('communicating path')} | {part('work')} | {part('host issue + backward path')} | "
+                   f"{part(NEW_PART)} | {ms(c['bound_s'])} ({c['bound_name']}) | {ms(c['without_energetic_s'])} | "
+                   f"{c['seconds']:.2f} | {known} | {ratio} |")
+    return "\n".join(out)
+
+
+def main(argv: list[str] | None = None) -> int:
+    import envs
+    from bench import budget as bb
+    from bench.common import parse_list
+    from graphs import PlacerError
+
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--graphs", default="nmt-2,nmt-4,inception-v3,gpt2,resnet50",
+                    help="comma list of zoo names, graph files, module:callable or synthetic families (moe-400)")
+    ap.add_argument("--clusters", default="k80x4,v100x4", help="comma list of presets or files (default k80x4,v100x4)")
+    ap.add_argument("--best", nargs="*", default=[], metavar="FILE",
+                    help="scripts/bench_budget.py --json outputs: the fastest plan in them is each cell's best known")
+    ap.add_argument("--json", action="store_true", help="print every cell as JSON instead of the table")
+    args = ap.parse_args(argv)
+    try:
+        best = read_best(args.best)
+        graphs = [bb.resolve(g) for g in parse_list(args.graphs, what="graphs")]
+        clusters = [envs.resolve_cluster(c) for c in parse_list(args.clusters, what="clusters")]
+    except (PlacerError, BadFile) as e:
+        print(f"bench_bound: {e}", file=sys.stderr)
+        return 2
+    cells = []
+    for cluster in clusters:
+        for graph in graphs:
+            print(f"{graph.name} on {cluster.name}...", file=sys.stderr, flush=True)
+            cells.append(cell(graph, cluster, best.get((graph.name, cluster.name))))
+    print(json.dumps(cells, indent=1) if args.json else table(cells))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
