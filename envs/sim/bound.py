@@ -32,8 +32,7 @@ forward and its consumers' backward, and a device runs one op at a time.
   than the devices can do in it (``D`` x its length) no schedule ends by ``T``.
   The largest ``T`` proven impossible (bisection) is a bound. It is above the
   critical path and the work bound where the near-critical work is wider than the
-  devices in places (nmt-4 on four GPUs: 6% over the critical path), and equal
-  to them elsewhere.
+  devices in places, and equal to them elsewhere.
 
 The eager executor (:mod:`envs.sim.schedule`) adds a host-issue bound. One host
 thread issues the whole forward pass before any backward task starts: a GPU op
@@ -46,7 +45,14 @@ Every backward task starts at or after ``h_f``, so
 * host issue + backward work: for any ``λ`` on the simplex, ``backward_end >= h_f +
   max_d B_d >= Σ_i min_d (c_id + λ_d b_id)``, maximised over ``λ`` by a linear
   program (:func:`scipy.optimize.linprog`, HiGHS; the bound is recomputed from
-  the returned ``λ``, so solver tolerance cannot make it invalid).
+  the returned ``λ``, so solver tolerance cannot make it invalid);
+* host issue + path: the issue order is topological, so no op's forward starts
+  before the host has issued all its ancestors, ``Σ_{u ancestor of v} min_d c_ud``
+  (:func:`ancestor_sums`), and, with one ``backward()`` (one microbatch), no
+  backward task starts before ``Σ_i min_d c_id``. These releases raise the tasks'
+  heads, and the longest path with them is a bound (a join of many cheap ops
+  waits for all of them to be issued, where the critical path waits for the
+  slowest). The energetic bound then uses the same heads.
 
 The same linear program gives the work bound its exact maximum for any number of
 distinct devices. :func:`lower_bound` returns the best of the bounds valid for
@@ -259,8 +265,37 @@ def lp_work_bound_s(work: np.ndarray, add: np.ndarray | None = None) -> float:
     return float(np.min(full_add + lam[None, :] * full_work, axis=1).sum())
 
 
-def task_windows(graph: OpGraph, fwd: np.ndarray, bwd: np.ndarray,
-                 grad: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def ancestor_sums(graph: OpGraph, cost_s: np.ndarray, exact_ops: int = 12_000) -> np.ndarray:
+    """Per op, ``cost_s`` summed over its ancestors (every op with a path to it, not itself).
+
+    Exact (a bit set of ancestors per op) up to ``exact_ops`` ops; above that, the
+    largest sum along one path into the op (a lower value, so still a valid
+    head), to keep memory linear.
+    """
+    n = graph.num_ops
+    in_ptr, in_src, _ = (a.tolist() for a in graph.in_csr)
+    c = np.asarray(cost_s, dtype=np.float64)
+    out = np.zeros(n)
+    if n > exact_ops:
+        cl, ol = c.tolist(), [0.0] * n
+        for v in range(n):
+            ol[v] = max((ol[u] + cl[u] for u in in_src[in_ptr[v]:in_ptr[v + 1]]), default=0.0)
+        return np.array(ol)
+    anc: list[int] = [0] * n
+    nbytes = (n + 7) // 8
+    for v in range(n):
+        bits = 0
+        for u in in_src[in_ptr[v]:in_ptr[v + 1]]:
+            bits |= anc[u] | (1 << u)
+        anc[v] = bits
+        if bits:
+            mask = np.unpackbits(np.frombuffer(bits.to_bytes(nbytes, "little"), dtype=np.uint8), bitorder="little")[:n]
+            out[v] = float(c[mask.astype(bool)].sum())
+    return out
+
+
+def task_windows(graph: OpGraph, fwd: np.ndarray, bwd: np.ndarray, grad: np.ndarray | None = None,
+                 release: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """``(head, tail, duration)`` of the step's ``2 n`` tasks: each op's forward, then each op's backward.
 
     ``fwd``, ``bwd``: per-op seconds (``[n]``, each op at its fastest device); a
@@ -269,7 +304,9 @@ def task_windows(graph: OpGraph, fwd: np.ndarray, bwd: np.ndarray,
     edges are the simulator's: ``fwd u -> fwd v`` for an edge ``u -> v``;
     ``fwd v -> bwd v``; ``bwd w -> bwd u`` for an edge ``u -> w`` where ``w`` is
     in autograd (``grad``, default every op). Ops outside autograd get no
-    backward time.
+    backward time. ``release`` (``[2 n]``, default 0): a time before which each
+    task cannot start whatever its predecessors (the eager host's issue); heads
+    start from it and carry it to the task's successors.
     """
     n = graph.num_ops
     grad_b = np.ones(n, dtype=bool) if grad is None else np.asarray(grad, dtype=bool)
@@ -278,11 +315,13 @@ def task_windows(graph: OpGraph, fwd: np.ndarray, bwd: np.ndarray,
     in_ptr, in_src, _ = (a.tolist() for a in graph.in_csr)
     out_ptr, out_dst, _ = (a.tolist() for a in graph.out_csr)
     f, b, g = pf.tolist(), pb.tolist(), grad_b.tolist()
+    rel = [0.0] * (2 * n) if release is None else np.asarray(release, dtype=np.float64).tolist()
     hf, hb, tf, tb = [0.0] * n, [0.0] * n, [0.0] * n, [0.0] * n
     for v in range(n):  # forward heads, in topological order
-        hf[v] = max((hf[u] + f[u] for u in in_src[in_ptr[v]:in_ptr[v + 1]]), default=0.0)
+        hf[v] = max((hf[u] + f[u] for u in in_src[in_ptr[v]:in_ptr[v + 1]]), default=rel[v])
+        hf[v] = max(hf[v], rel[v])
     for v in range(n - 1, -1, -1):  # backward heads: after the op's own forward and its consumers' backward
-        hb[v] = max([hf[v] + f[v]] + [hb[w] + b[w] for w in out_dst[out_ptr[v]:out_ptr[v + 1]] if g[w]])
+        hb[v] = max([hf[v] + f[v], rel[n + v]] + [hb[w] + b[w] for w in out_dst[out_ptr[v]:out_ptr[v + 1]] if g[w]])
     for v in range(n):  # backward tails: an op's backward comes before its inputs' backward
         if g[v]:
             tb[v] = max((b[u] + tb[u] for u in in_src[in_ptr[v]:in_ptr[v + 1]]), default=0.0)
@@ -369,7 +408,7 @@ class LowerBound(float):
 
     Attributes:
         name: the bound that gave the value (``"critical path"``, ``"communicating path"``, ``"work"``,
-            ``"energetic"``, ``"host issue + backward path"``, ``"host issue + backward work"``).
+            ``"energetic"``, ``"host issue + backward path"``, ``"host issue + backward work"``, ``"host issue + path"``).
         parts: every bound computed, name -> seconds (updates included).
         previous: the bound of earlier releases (critical path or work, plus updates).
         previous_name: its name.
@@ -390,10 +429,13 @@ class LowerBound(float):
 
 
 def lower_bound_from_times(graph: OpGraph, cluster: Cluster, fwd_s: np.ndarray, bwd_s: np.ndarray, executor: str = "eager",
-                           issue_fwd_s: np.ndarray | None = None) -> LowerBound:
+                           issue_fwd_s: np.ndarray | None = None, *, one_backward: bool = True) -> LowerBound:
     """The bound from precomputed ``[num_ops, num_devices]`` op times, for ``executor`` (``"eager"`` or ``"dataflow"``).
 
     ``issue_fwd_s``: the host's issue seconds per op and device (default :func:`envs.cost.issue_times` of ``graph``).
+    ``one_backward``: the step is one forward then one ``backward()`` (one microbatch), so in ``eager`` no
+    backward task starts before the host has issued the whole forward; False for a pipelined step's graph,
+    whose plans may call ``backward()`` between forwards (one-forward-one-backward).
     """
     if executor not in ("eager", "dataflow"):
         raise ValueError(f"executor must be 'eager' or 'dataflow', not {executor!r}")
@@ -411,9 +453,16 @@ def lower_bound_from_times(graph: OpGraph, cluster: Cluster, fwd_s: np.ndarray, 
         issue = host_issue_s(cluster, fwd_s, issue_fwd_s)
         raw["host issue + backward path"] = float(issue.min(axis=1).sum()) + critical_path_s(graph, np.zeros(n), bwd_s.min(axis=1))
         raw["host issue + backward work"] = max(lp_work_bound_s(bwd_s, issue), float(issue.min(axis=1).sum() + bwd_s.min(axis=1).sum() / cluster.num_devices))
-    if n and cluster.num_devices > 1:  # last: it only bisects where it can beat every bound above
-        head, tail, p = task_windows(graph, fwd_s.min(axis=1), bwd_s.min(axis=1), grad_mask(graph))
-        raw["energetic"] = energetic_bound_s(head, tail, p, cluster.num_devices, max(raw.values()))
+        c = issue.min(axis=1)
+        release = np.concatenate([ancestor_sums(graph, c), np.full(n, float(c.sum()) if one_backward else 0.0)])
+    else:
+        release = None
+    if n:
+        head, tail, p = task_windows(graph, fwd_s.min(axis=1), bwd_s.min(axis=1), grad_mask(graph), release)
+        if release is not None:
+            raw["host issue + path"] = float((head + p + tail).max())
+        if cluster.num_devices > 1:  # last: it only bisects where it can beat every bound above
+            raw["energetic"] = energetic_bound_s(head, tail, p, cluster.num_devices, max(raw.values()))
     parts = {k: (v + update) * (1.0 - _SLACK) for k, v in raw.items()}
     name = max(parts, key=lambda k: parts[k])
     prev_name = "critical path" if cp >= work_old else "work"

@@ -285,3 +285,31 @@ def test_energetic_reasoning_wins_on_bursty_graphs_with_microbatches():
     wins = {(preset, M): sum(SimEnv(_bursty_dag(3, seed), Cluster.preset(preset), microbatches=M).lower_bound().name
                              == "energetic" for seed in range(10)) for preset, M in (("k80x2", 1), ("k80x4", 2))}
     assert min(wins.values()) >= 3, wins
+
+
+def test_the_host_issue_path_waits_for_every_ancestor_to_be_issued():
+    """s -> x1..x4 -> j -> k1 -> k2 on a slow host and two GPUs (1 s launch and issue per GPU op; small ops 1.1 s on a
+    GPU, 10 s on the host; k1, k2 6 s; backward twice the FLOPs). The host issues j's five ancestors before j, one
+    second each, so j starts at 5 at the earliest, where the critical path has 2.2: forward 5 + 1.1 + 6 + 6, backward
+    12 + 12 + 2.2 + 2.2 + 2.2, 48.7 s against the critical path's 45.9. Every placement in both orders is slower."""
+    import itertools
+
+    from envs.cluster import Device, Link
+
+    devices = [Device("cpu:0", "cpu", 1e15, 1.0, 1e30, 0.0)] + [Device(f"gpu:{i}", "gpu", 1e15, 100.0, 1e30, 1.0) for i in range(2)]
+    c = Cluster(name="slow host", devices=devices,
+                links={(a.name, b.name): Link(1.0, 0.0) for a in devices for b in devices if a.name != b.name})
+    names = ["s", "x1", "x2", "x3", "x4", "j", "k1", "k2"]
+    edges = [("s", x, 0) for x in names[1:5]] + [(x, "j", 0) for x in names[1:5]] + [("j", "k1", 0), ("k1", "k2", 0)]
+    g = OpGraph.from_edges(names, edges, flops=[10] * 6 + [500, 500], op_types=["aten.mm.default"] * 8)
+    env = SimEnv(g, c)
+    lb = env.lower_bound()
+    assert lb.parts["host issue + path"] == pytest.approx(48.7) and lb.parts["critical path"] == pytest.approx(45.9)
+    assert lb >= lb.parts["host issue + path"]
+    P = np.array(list(itertools.product(range(c.num_devices), repeat=g.num_ops)), dtype=np.int32)
+    best = min(float(env.step_times(P)[0].min()), float(env.step_times(P, order="planned")[0].min()))
+    assert lb <= best == pytest.approx(52.0)
+    # a pipelined step may call backward() between forwards (1F1B): its bound does not wait for the whole forward
+    for inflight in (1, 2):
+        env2 = SimEnv(g, c, microbatches=2, inflight=inflight)
+        assert env2.lower_bound() <= min(float(env2.step_times(P)[0].min()), float(env2.step_times(P, order="planned")[0].min()))
