@@ -141,6 +141,15 @@ def resolve(source: str) -> OpGraph:
     return graph
 
 
+def graphs_and_clusters(graphs: str, clusters: str) -> tuple[list[OpGraph], list[Any]]:
+    """The scripts' ``--graphs`` and ``--clusters`` comma lists, resolved (:func:`resolve`; presets or files);
+    PlacerError names the first bad one."""
+    from bench.common import parse_list
+
+    return ([resolve(g) for g in parse_list(graphs, what="graphs")],
+            [envs.resolve_cluster(c) for c in parse_list(clusters, what="clusters")])
+
+
 def plan_time(env: envs.SimEnv, op_devices: np.ndarray | None, own: float | None = None) -> float | None:
     """The placement's step time in the best issue order ``env.plan_order`` finds (or ``own``, if faster)."""
     if op_devices is None:

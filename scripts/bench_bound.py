@@ -93,9 +93,7 @@ def table(cells: list[dict]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    import envs
     from bench import budget as bb
-    from bench.common import parse_list
     from graphs import PlacerError
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -108,8 +106,7 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     try:
         best = read_best(args.best)
-        graphs = [bb.resolve(g) for g in parse_list(args.graphs, what="graphs")]
-        clusters = [envs.resolve_cluster(c) for c in parse_list(args.clusters, what="clusters")]
+        graphs, clusters = bb.graphs_and_clusters(args.graphs, args.clusters)
     except (PlacerError, BadFile) as e:
         print(f"bench_bound: {e}", file=sys.stderr)
         return 2

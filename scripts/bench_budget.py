@@ -64,8 +64,6 @@ def main(argv: list[str] | None = None) -> int:
         print(line, file=sys.stderr, flush=True)
 
     try:
-        import envs
-
         budgets = [bb.Budget("evals", v) for v in _numbers(args.evals, "--evals", int)]
         budgets += [bb.Budget("seconds", v) for v in _numbers(args.seconds, "--seconds", float)]
         if not budgets:
@@ -74,8 +72,7 @@ def main(argv: list[str] | None = None) -> int:
         seeds = [int(s) for s in parse_list(args.seeds, what="seeds") if s.isdigit()] or [0]
         if args.ilp_workers < 1:
             raise PlacerError(f"--ilp-workers {args.ilp_workers}: must be at least 1")
-        clusters = [envs.resolve_cluster(c) for c in parse_list(args.clusters, what="clusters")]
-        graphs = [bb.resolve(g) for g in parse_list(args.graphs, what="graphs")]
+        graphs, clusters = bb.graphs_and_clusters(args.graphs, args.clusters)
         cells = []
         for graph in graphs:
             for cluster in clusters:

@@ -72,9 +72,7 @@ def table(c: dict) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    import envs
     from bench import budget as bb
-    from bench.common import parse_list
     from graphs import PlacerError
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -84,8 +82,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--json", action="store_true", help="print every cell as JSON instead of the tables")
     args = ap.parse_args(argv)
     try:
-        graphs = [bb.resolve(g) for g in parse_list(args.graphs, what="graphs")]
-        clusters = [envs.resolve_cluster(c) for c in parse_list(args.clusters, what="clusters")]
+        graphs, clusters = bb.graphs_and_clusters(args.graphs, args.clusters)
     except PlacerError as e:
         print(f"bench_score_order: {e}", file=sys.stderr)
         return 2
