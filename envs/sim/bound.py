@@ -464,10 +464,11 @@ def lower_bound_from_times(graph: OpGraph, cluster: Cluster, fwd_s: np.ndarray, 
         if cluster.num_devices > 1:  # last: it only bisects where it can beat every bound above
             raw["energetic"] = energetic_bound_s(head, tail, p, cluster.num_devices, max(raw.values()))
     parts = {k: (v + update) * (1.0 - _SLACK) for k, v in raw.items()}
-    name = max(parts, key=lambda k: parts[k])
+    top = max(parts.values())
+    name = next(k for k, v in parts.items() if v >= top * (1.0 - _SLACK))  # a tie to rounding goes to the simpler bound
     prev_name = "critical path" if cp >= work_old else "work"
     previous = (max(cp, work_old) + update) * (1.0 - _SLACK)
-    return LowerBound(max(parts[name], previous), name, parts, previous, prev_name)
+    return LowerBound(max(top, previous), name, parts, previous, prev_name)
 
 
 def lower_bound(graph: OpGraph, cluster: Cluster, executor: str = "eager") -> LowerBound:
