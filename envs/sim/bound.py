@@ -72,7 +72,7 @@ from scipy.optimize import linprog
 
 from envs import cost
 from envs.cluster import Cluster
-from graphs.dag import critical_path
+from graphs.dag import critical_path, top_level
 from graphs.ir import OpGraph
 from graphs.ops import grad_mask
 
@@ -273,14 +273,11 @@ def ancestor_sums(graph: OpGraph, cost_s: np.ndarray, exact_ops: int = 12_000) -
     head), to keep memory linear.
     """
     n = graph.num_ops
-    in_ptr, in_src, _ = (a.tolist() for a in graph.in_csr)
     c = np.asarray(cost_s, dtype=np.float64)
-    out = np.zeros(n)
     if n > exact_ops:
-        cl, ol = c.tolist(), [0.0] * n
-        for v in range(n):
-            ol[v] = max((ol[u] + cl[u] for u in in_src[in_ptr[v]:in_ptr[v + 1]]), default=0.0)
-        return np.array(ol)
+        return top_level(graph, c)
+    in_ptr, in_src, _ = (a.tolist() for a in graph.in_csr)
+    out = np.zeros(n)
     anc: list[int] = [0] * n
     nbytes = (n + 7) // 8
     for v in range(n):
@@ -445,20 +442,20 @@ def lower_bound_from_times(graph: OpGraph, cluster: Cluster, fwd_s: np.ndarray, 
     work_old = work_bound_s(fwd_s + bwd_s)
     work = max(work_old, lp_work_bound_s(fwd_s + bwd_s)) if n and cluster.num_devices > 1 else work_old
     raw = {"critical path": cp, "work": work}
+    grad = grad_mask(graph)
     if n and cluster.num_devices > 1:
-        raw["communicating path"] = communicating_path_s(graph, cluster, fwd_s, bwd_s, grad_mask(graph))
+        raw["communicating path"] = communicating_path_s(graph, cluster, fwd_s, bwd_s, grad)
+    release = None
     if executor == "eager" and n:
         if issue_fwd_s is None:
             issue_fwd_s = cost.issue_times(graph, cluster, fwd_s)[0]
         issue = host_issue_s(cluster, fwd_s, issue_fwd_s)
-        raw["host issue + backward path"] = float(issue.min(axis=1).sum()) + critical_path_s(graph, np.zeros(n), bwd_s.min(axis=1))
-        raw["host issue + backward work"] = max(lp_work_bound_s(bwd_s, issue), float(issue.min(axis=1).sum() + bwd_s.min(axis=1).sum() / cluster.num_devices))
-        c = issue.min(axis=1)
+        c = issue.min(axis=1)  # each op's cheapest host cost
+        raw["host issue + backward path"] = float(c.sum()) + critical_path_s(graph, np.zeros(n), bwd_s.min(axis=1))
+        raw["host issue + backward work"] = max(lp_work_bound_s(bwd_s, issue), float(c.sum() + bwd_s.min(axis=1).sum() / cluster.num_devices))
         release = np.concatenate([ancestor_sums(graph, c), np.full(n, float(c.sum()) if one_backward else 0.0)])
-    else:
-        release = None
     if n:
-        head, tail, p = task_windows(graph, fwd_s.min(axis=1), bwd_s.min(axis=1), grad_mask(graph), release)
+        head, tail, p = task_windows(graph, fwd_s.min(axis=1), bwd_s.min(axis=1), grad, release)
         if release is not None:
             raw["host issue + path"] = float((head + p + tail).max())
         if cluster.num_devices > 1:  # last: it only bisects where it can beat every bound above

@@ -313,3 +313,13 @@ def test_the_host_issue_path_waits_for_every_ancestor_to_be_issued():
     for inflight in (1, 2):
         env2 = SimEnv(g, c, microbatches=2, inflight=inflight)
         assert env2.lower_bound() <= min(float(env2.step_times(P)[0].min()), float(env2.step_times(P, order="planned")[0].min()))
+
+
+def test_ancestor_sums_exact_and_past_the_limit_the_longest_path():
+    """A diamond a -> b, c -> d: d's ancestors cost a + b + c; past ``exact_ops`` the heaviest path into d (a + c)."""
+    from envs.sim.bound import ancestor_sums
+
+    g = OpGraph.from_edges(["a", "b", "c", "d"], [("a", "b", 1), ("a", "c", 1), ("b", "d", 1), ("c", "d", 1)])
+    cost = np.array([1.0, 2.0, 4.0, 8.0])
+    assert ancestor_sums(g, cost).tolist() == [0.0, 1.0, 1.0, 7.0]
+    assert ancestor_sums(g, cost, exact_ops=3).tolist() == [0.0, 1.0, 1.0, 5.0]
