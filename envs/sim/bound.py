@@ -35,11 +35,11 @@ forward and its consumers' backward, and a device runs one op at a time.
   devices in places, and equal to them elsewhere.
 
 The eager executor (:mod:`envs.sim.schedule`) adds a host-issue bound. One host
-thread issues the whole forward pass before any backward task starts: a GPU op
-with nonzero time costs the host its dispatch ``launch_overhead_s``, a host op
-its whole forward time, so the host's clock ``h_f`` when the forward has been
-issued is at least ``Σ_i c_{i,p_i}`` with ``c_{id}`` that per-op host cost.
-Every backward task starts at or after ``h_f``, so
+thread issues the forward pass, and one microbatch's ``backward()`` is called
+after it: a GPU op costs the host its issue time (``launch_overhead_s`` unless
+profiled), a host op its whole forward time, so the host's clock ``h_f`` when the
+forward has been issued is at least ``Σ_i c_{i,p_i}`` with ``c_{id}`` that per-op
+host cost. With one microbatch every backward task starts at or after ``h_f``, so
 
 * host issue + backward path: ``Σ_i min_d c_id`` + the longest backward-only path;
 * host issue + backward work: for any ``λ`` on the simplex, ``backward_end >= h_f +
@@ -48,11 +48,19 @@ Every backward task starts at or after ``h_f``, so
   the returned ``λ``, so solver tolerance cannot make it invalid);
 * host issue + path: the issue order is topological, so no op's forward starts
   before the host has issued all its ancestors, ``Σ_{u ancestor of v} min_d c_ud``
-  (:func:`ancestor_sums`), and, with one ``backward()`` (one microbatch), no
-  backward task starts before ``Σ_i min_d c_id``. These releases raise the tasks'
+  (:func:`ancestor_sums`), and no backward task of the last ``backward()`` starts
+  before ``Σ_i min_d c_id``. These releases raise the tasks'
   heads, and the longest path with them is a bound (a join of many cheap ops
   waits for all of them to be issued, where the critical path waits for the
   slowest). The energetic bound then uses the same heads.
+
+A pipelined step of ``M`` microbatches may call ``backward()`` between forwards
+(one-forward-one-backward), and an early microbatch's backward kernels then run
+while the host issues later forwards. Only the last microbatch's backward is sure
+to follow ``h_f`` (the last call comes after the last forward), so with ``M > 1``
+the backward terms above count only its tasks (backward work: ``Σ_i min_d (c_id +
+λ_d b_id [i in the last microbatch])``; backward path: in host issue + path), and
+the bound holds for every in-flight window.
 
 The same linear program gives the work bound its exact maximum for any number of
 distinct devices. :func:`lower_bound` returns the best of the bounds valid for
@@ -426,13 +434,14 @@ class LowerBound(float):
 
 
 def lower_bound_from_times(graph: OpGraph, cluster: Cluster, fwd_s: np.ndarray, bwd_s: np.ndarray, executor: str = "eager",
-                           issue_fwd_s: np.ndarray | None = None, *, one_backward: bool = True) -> LowerBound:
+                           issue_fwd_s: np.ndarray | None = None, *, microbatches: int = 1) -> LowerBound:
     """The bound from precomputed ``[num_ops, num_devices]`` op times, for ``executor`` (``"eager"`` or ``"dataflow"``).
 
     ``issue_fwd_s``: the host's issue seconds per op and device (default :func:`envs.cost.issue_times` of ``graph``).
-    ``one_backward``: the step is one forward then one ``backward()`` (one microbatch), so in ``eager`` no
-    backward task starts before the host has issued the whole forward; False for a pipelined step's graph,
-    whose plans may call ``backward()`` between forwards (one-forward-one-backward).
+    ``microbatches``: ``M``, where ``graph`` is a pipelined step's ``M`` microbatch copies (op ``m * n + i``,
+    :func:`envs.microbatch.microbatch_graph`). In ``eager`` only the last microbatch's backward is sure to
+    follow the whole forward's issue: a one-forward-one-backward plan runs earlier microbatches' backward while
+    the host issues later forwards. The bound holds for every in-flight window of ``M``.
     """
     if executor not in ("eager", "dataflow"):
         raise ValueError(f"executor must be 'eager' or 'dataflow', not {executor!r}")
@@ -451,9 +460,15 @@ def lower_bound_from_times(graph: OpGraph, cluster: Cluster, fwd_s: np.ndarray, 
             issue_fwd_s = cost.issue_times(graph, cluster, fwd_s)[0]
         issue = host_issue_s(cluster, fwd_s, issue_fwd_s)
         c = issue.min(axis=1)  # each op's cheapest host cost
-        raw["host issue + backward path"] = float(c.sum()) + critical_path_s(graph, np.zeros(n), bwd_s.min(axis=1))
-        raw["host issue + backward work"] = max(lp_work_bound_s(bwd_s, issue), float(c.sum() + bwd_s.min(axis=1).sum() / cluster.num_devices))
-        release = np.concatenate([ancestor_sums(graph, c), np.full(n, float(c.sum()) if one_backward else 0.0)])
+        if n % microbatches:
+            raise ValueError(f"a graph of {microbatches} microbatch copies has a multiple of {microbatches} ops, not {n}")
+        last = np.arange(n) >= n - n // microbatches  # the ops whose backward follows the whole forward's issue
+        bwd_last = np.where(last[:, None], bwd_s, 0.0)
+        if microbatches == 1:  # with several, the backward path from the last microbatch is in "host issue + path"
+            raw["host issue + backward path"] = float(c.sum()) + critical_path_s(graph, np.zeros(n), bwd_s.min(axis=1))
+        raw["host issue + backward work"] = max(lp_work_bound_s(bwd_last, issue),
+                                                float(c.sum() + bwd_last.min(axis=1).sum() / cluster.num_devices))
+        release = np.concatenate([ancestor_sums(graph, c), np.where(last, float(c.sum()), 0.0)])
     if n:
         head, tail, p = task_windows(graph, fwd_s.min(axis=1), bwd_s.min(axis=1), grad, release)
         if release is not None:

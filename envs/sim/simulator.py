@@ -445,7 +445,7 @@ class SimEnv:
         """:func:`envs.sim.bound.lower_bound` for this graph, cluster and executor (cached; a :class:`envs.sim.bound.LowerBound`)."""
         if self._lower_bound is None:
             self._lower_bound = lower_bound_from_times(self.sim_graph, self.cluster, self.fwd_s, self.bwd_s, self.executor, self.issue_f,
-                                                       one_backward=self.microbatches == 1)
+                                                       microbatches=self.microbatches)
         return self._lower_bound
 
 

@@ -264,7 +264,8 @@ def test_the_energetic_bound_is_below_the_best_placement_of_a_burst(seed, microb
 )
 def test_the_bound_holds_on_bursty_graphs_and_pipelined_steps(bursts, seed, preset, executor, microbatches):
     """Bursty graphs on randomly scaled presets (copies, a host, maybe two): the bound is below the list schedulers'
-    placements and random ones, in node and planned order, with one or several microbatches."""
+    placements and random ones, in node and planned order, with one or several microbatches, fill-drain and (the
+    same bound, as compare uses it) one-forward-one-backward."""
     from placer.methods import get
 
     g = _bursty_dag(bursts, seed)
@@ -273,11 +274,13 @@ def test_the_bound_holds_on_bursty_graphs_and_pipelined_steps(bursts, seed, pres
     lb = env.lower_bound()
     P = [np.random.default_rng(seed).integers(0, c.num_devices, size=g.num_ops), np.arange(g.num_ops) % c.num_devices]
     P += [np.asarray(get(h)(g, c, seed=seed)) for h in ("m_etf", "heft")]
-    for p in P:
-        planned, _, _ = env.plan_order(p)
-        for order in (None, planned):
-            t = env.simulate(p, order=order).extra["sim_step_time_s"]
-            assert lb <= t, (lb.name, float(lb), t)
+    envs = [env] + ([env.with_microbatches(microbatches, 1)] if microbatches > 1 and executor == "eager" else [])
+    for e in envs:
+        for p in P:
+            planned, _, _ = e.plan_order(p)
+            for order in (None, planned):
+                t = e.simulate(p, order=order).extra["sim_step_time_s"]
+                assert lb <= t, (lb.name, float(lb), t, e.inflight)
 
 
 def test_energetic_reasoning_wins_on_bursty_graphs_with_microbatches():
@@ -323,3 +326,28 @@ def test_ancestor_sums_exact_and_past_the_limit_the_longest_path():
     cost = np.array([1.0, 2.0, 4.0, 8.0])
     assert ancestor_sums(g, cost).tolist() == [0.0, 1.0, 1.0, 7.0]
     assert ancestor_sums(g, cost, exact_ops=3).tolist() == [0.0, 1.0, 1.0, 5.0]
+
+
+def test_a_pipelined_bound_holds_for_one_forward_one_backward():
+    """One op a on one GPU whose host issue (3 s, profiled) outlasts its kernels (1 s forward, 2 s backward per
+    microbatch), two microbatches. 1F1B (W = 1): issue a@0 [0, 3], kernel [3, 4], backward [4, 6] while the host
+    issues a@1 [3, 6], kernel [6, 7], backward [7, 9]: 9 s. Fill-drain (W = 2): both forwards, then both backwards,
+    11 s. Only the last microbatch's backward must follow the whole forward's issue, so the bound is
+    3 + 3 + 2 = 8 s, for either window; charging every backward after the issue (10 s) is above the 1F1B step."""
+    import dataclasses
+
+    from envs.cluster import Device, Link
+
+    devices = [Device("cpu:0", "cpu", 1e15, 1.0, 1e30, 0.0), Device("gpu:0", "gpu", 1e15, 100.0, 1e30, 0.0)]
+    c = Cluster(name="slow issue", devices=devices,
+                links={(a.name, b.name): Link(1.0, 0.0) for a in devices for b in devices if a.name != b.name})
+    g = OpGraph.from_edges(["a"], [], flops=[200.0], op_types=["aten.mm.default"])
+    g = dataclasses.replace(g, profile={"gpu": {"issue_fwd_s": np.array([3.0])}})
+    steps = {W: SimEnv(g, c, microbatches=2, inflight=W).simulate(np.array([1])).step_time_s for W in (1, 2)}
+    assert steps == {1: pytest.approx(9.0), 2: pytest.approx(11.0)}
+    for W in (1, 2):
+        lb = SimEnv(g, c, microbatches=2, inflight=W).lower_bound()
+        assert lb == pytest.approx(8.0) and lb.name.startswith("host issue")
+        assert max(lb.parts.values()) <= steps[1]
+    one = SimEnv(g, c)  # one microbatch (2 s forward, 4 s backward): every backward follows the issue, 3 + 4
+    assert one.lower_bound() == pytest.approx(7.0) and one.simulate(np.array([1])).step_time_s == pytest.approx(9.0)
