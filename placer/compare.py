@@ -326,6 +326,7 @@ def compare(
     inflight: int | None | Sequence[int | None] = None,
     progress: Callable[[int, str], None] | None = None,
     score_order: str = "node",
+    bound_s: float = 0.0,
 ) -> CompareReport:
     """Run ``methods`` (default: every heuristic), score them and ``placements`` on one SimEnv.
 
@@ -351,6 +352,9 @@ def compare(
             ``"planned"``: in each placement's planned issue order (:meth:`envs.SimEnv.schedule_order`,
             what ``placer train`` scores its samples in by default), and each heuristic's placement
             carries that order. Given placements are scored in the order they carry either way.
+        bound_s: seconds for the lower bound's block programs (:mod:`envs.sim.blocks`: each stretch of
+            the step between two of its cut points placed exactly, copies charged); 0 (default): the
+            fast bounds only.
 
     Returns:
         A :class:`CompareReport`; a method that cannot run or fails gets a row
@@ -385,7 +389,7 @@ def compare(
         rows.append(_scored_row(row, env.with_microbatches(p.microbatches, p.inflight), idx, best_single_s))
     scored_ms = sorted(set(default_ms) | {p.microbatches for _, p in labelled})
     # no plan scored here beats the smallest bound over the Ms scored
-    lb = min((env.with_microbatches(M).lower_bound() for M in scored_ms), key=float)
+    lb = min((env.with_microbatches(M).lower_bound(blocks_s=bound_s) for M in scored_ms), key=float)
     rows += _bound_rows(lb, best_single_s)
     bound, previous = rows[-1], rows[-2]
     return CompareReport(

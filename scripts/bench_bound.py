@@ -4,11 +4,12 @@
     python scripts/bench_bound.py                                   # the zoo's five graphs on k80x4 and v100x4
     python scripts/bench_bound.py --graphs nmt-4 --clusters k80x4 --best docs/budget/planned200k_nmt4.json
     python scripts/bench_bound.py --best docs/budget/*.json --json
+    python scripts/bench_bound.py --blocks-s 0                      # without the block bound (fast)
 
 For each graph and cluster it computes :func:`envs.SimEnv.lower_bound` (eager executor, one microbatch)
-and prints each of its parts (critical path, work, communicating path, the host-issue bounds, energetic
-reasoning), the winner, the bound before this release (the best part but host issue + path and energetic)
-and the seconds it took. With ``--best``, files written by ``scripts/bench_budget.py --json`` (read as JSON data), it takes the
+with the block bound (:mod:`envs.sim.blocks`, its programs given ``--blocks-s`` seconds per cell) and prints
+each of its parts (critical path, work, communicating path, the host-issue bounds, energetic reasoning,
+blocks), the winner, the bound before this release (the best part but blocks) and the seconds it took. With ``--best``, files written by ``scripts/bench_budget.py --json`` (read as JSON data), it takes the
 fastest plan any run in them found for that graph and cluster (``plan_step_time_s``, in its best issue
 order) and prints best / bound against both bounds. Simulated step times: they hold inside our simulator only.
 """
@@ -27,7 +28,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__)))) 
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 #: The parts this release adds; "before" is the best of the others.
-NEW_PARTS = ("host issue + path", "energetic")
+NEW_PARTS = ("blocks",)
 
 
 class BadFile(Exception):
@@ -54,13 +55,13 @@ def read_best(paths: list[str]) -> dict[tuple[str, str], dict]:
     return best
 
 
-def cell(graph, cluster, best: dict | None) -> dict:
+def cell(graph, cluster, best: dict | None, blocks_s: float = 60.0) -> dict:
     """Every bound of one graph and cluster, and best / bound where a best plan is known."""
     import envs
 
     env = envs.SimEnv(graph, cluster)
     t0 = time.perf_counter()
-    lb = env.lower_bound()
+    lb = env.lower_bound(blocks_s=blocks_s)
     seconds = time.perf_counter() - t0
     others = {k: v for k, v in lb.parts.items() if k not in NEW_PARTS}
     before = max(others.values())
@@ -76,8 +77,8 @@ def cell(graph, cluster, best: dict | None) -> dict:
 def table(cells: list[dict]) -> str:
     ms = lambda v: f"{v * 1e3:.2f}"  # noqa: E731
     out = ["| graph | cluster | ops | critical path | communicating path | work | host issue + backward path | "
-           "host issue + path | energetic | bound (winner) | before | seconds | best known | best / bound (before) |",
-           "|---|---|---:|---:|---:|---:|---:|---:|---:|---|---:|---:|---|---:|"]
+           "host issue + path | energetic | blocks | bound (winner) | before | seconds | best known | best / bound (before) |",
+           "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|---:|---|---:|"]
     for c in cells:
         p = c["parts_s"]
         part = lambda k: ms(p[k]) if k in p else "—"  # noqa: E731
@@ -86,7 +87,7 @@ def table(cells: list[dict]) -> str:
         ratio = f"{c['best_over_bound']:.3f} ({c['best_over_bound_before']:.3f})" if b else "—"
         out.append(f"| {c['graph']} | {c['cluster']} | {c['num_ops']:,} | {part('critical path')} | "
                    f"{part('communicating path')} | {part('work')} | {part('host issue + backward path')} | "
-                   f"{part('host issue + path')} | {part('energetic')} | {ms(c['bound_s'])} ({c['bound_name']}) | "
+                   f"{part('host issue + path')} | {part('energetic')} | {part('blocks')} | {ms(c['bound_s'])} ({c['bound_name']}) | "
                    f"{ms(c['before_s'])} | "
                    f"{c['seconds']:.2f} | {known} | {ratio} |")
     return "\n".join(out)
@@ -102,6 +103,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--clusters", default="k80x4,v100x4", help="comma list of presets or files (default k80x4,v100x4)")
     ap.add_argument("--best", nargs="*", default=[], metavar="FILE",
                     help="scripts/bench_budget.py --json outputs: the fastest plan in them is each cell's best known")
+    ap.add_argument("--blocks-s", type=float, default=60.0, metavar="SECONDS",
+                    help="seconds per cell for the block bound's programs (default 60; 0: no block bound)")
     ap.add_argument("--json", action="store_true", help="print every cell as JSON instead of the table")
     args = ap.parse_args(argv)
     try:
@@ -114,7 +117,7 @@ def main(argv: list[str] | None = None) -> int:
     for cluster in clusters:
         for graph in graphs:
             print(f"{graph.name} on {cluster.name}...", file=sys.stderr, flush=True)
-            cells.append(cell(graph, cluster, best.get((graph.name, cluster.name))))
+            cells.append(cell(graph, cluster, best.get((graph.name, cluster.name)), args.blocks_s))
     print(json.dumps(cells, indent=1) if args.json else table(cells))
     return 0
 

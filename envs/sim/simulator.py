@@ -135,7 +135,7 @@ class SimEnv:
         self._kernel_data: Any = None
         self._twins: dict[Any, SimEnv] = {}  # this env under another executor model or M (see _as)
         self._simulated = [0]  # placements simulated (shared with the twins): see `simulated`
-        self._lower_bound: float | None = None
+        self._lower_bound: dict[float, float] = {}
 
     # --------------------------------------------------------------- helpers
     def indices(self, placement: Any) -> np.ndarray:
@@ -441,12 +441,15 @@ class SimEnv:
             best = 0
         return cands[names[best]], names[best], float(times[best])
 
-    def lower_bound(self) -> float:
-        """:func:`envs.sim.bound.lower_bound` for this graph, cluster and executor (cached; a :class:`envs.sim.bound.LowerBound`)."""
-        if self._lower_bound is None:
-            self._lower_bound = lower_bound_from_times(self.sim_graph, self.cluster, self.fwd_s, self.bwd_s, self.executor, self.issue_f,
-                                                       microbatches=self.microbatches)
-        return self._lower_bound
+    def lower_bound(self, blocks_s: float = 0.0) -> float:
+        """:func:`envs.sim.bound.lower_bound` for this graph, cluster and executor (cached; a :class:`envs.sim.bound.LowerBound`).
+
+        ``blocks_s`` > 0: with the block bound, its programs given that many seconds (:mod:`envs.sim.blocks`).
+        """
+        if blocks_s not in self._lower_bound:
+            self._lower_bound[blocks_s] = lower_bound_from_times(self.sim_graph, self.cluster, self.fwd_s, self.bwd_s, self.executor,
+                                                                 self.issue_f, microbatches=self.microbatches, blocks_s=blocks_s)
+        return self._lower_bound[blocks_s]
 
 
 def schedule_graph(graph: OpGraph, microbatches: int = 1) -> OpGraph:

@@ -9,6 +9,7 @@ import envs
 from envs.cluster import CLUSTER_ARG_HELP
 from envs.microbatch import parse_windows
 from graphs import PlacerError
+from graphs.schema import check_float
 from graphs.plan import Placement, check_microbatches
 from placer import sources
 from placer.checks import check_output_file, check_seed
@@ -49,6 +50,10 @@ def add_command(sub: argparse._SubParsersAction) -> None:
                    help="issue order the methods search and are scored in: node (default, the graph's own order) or "
                    "planned (each placement in its planned order, the order `placer train` scores in by default and "
                    "each heuristic's placement file then carries)")
+    p.add_argument("--bound-seconds", type=float, default=0.0, metavar="SECONDS",
+                   help="also prove the block bound, giving its exact programs this many seconds: each stretch of the "
+                   "step between two points every op passes through is placed exactly, copies charged (tighter on "
+                   "branchy models such as Inception; 0, the default: the fast bounds only)")
     p.add_argument("--json", action="store_true", help="print the report as JSON")
     p.add_argument("--plot", metavar="FILE.png", help="also draw a bar chart of the step times")
     add_profile_argument(p)
@@ -92,6 +97,7 @@ def _options(items: list[str], methods: list[str] | None) -> dict[str, dict]:
 
 def run(args: argparse.Namespace) -> int:
     check_seed(args.seed)
+    check_float(args.bound_seconds, "--bound-seconds", least=0)
     microbatches = _microbatches(args.microbatches)
     inflight = parse_windows(args.inflight)
     if args.plot:
@@ -104,7 +110,8 @@ def run(args: argparse.Namespace) -> int:
     graph, cluster = profiled(graph, cluster, args.profile)  # measured op times and link speeds
     placements = [(path, Placement.load(path)) for path in args.placement]
     report = compare(graph, cluster, methods=methods, placements=placements, seed=args.seed, model=model, executor=args.executor,
-                     microbatches=microbatches, inflight=inflight, options=options, score_order=args.score_order)
+                     microbatches=microbatches, inflight=inflight, options=options, score_order=args.score_order,
+                     bound_s=args.bound_seconds)
     if args.plot:
         plot(report, args.plot)
     if args.json:

@@ -216,3 +216,25 @@ def test_each_row_counts_the_placements_its_method_simulated(graph, cluster):
     assert r.to_dict()["rows"][0]["simulated"] == 33
     # searched over two microbatch counts: every plan is counted
     assert compare(graph, cluster, methods=["m_etf"], microbatches=[1, 2]).rows[0].simulated == 2
+
+
+def test_cli_bound_seconds_adds_the_block_bound(tmp_path, capsys):
+    """A fan s -> b0, b1 -> j on two GPUs with 0.5 s copies: the block bound (10.5 s, what the best placement takes)
+    beats the path bounds (9 s) only when asked for; a negative or non-finite --bound-seconds exits 2 on one line."""
+    from tests.envs.sim.test_blocks import _fan
+
+    g, c = _fan(2, 0.5)
+    gpath, cpath = tmp_path / "fan.json", tmp_path / "two_gpus.json"
+    graphs.save(g, str(gpath))
+    cpath.write_text(json.dumps(c.to_dict()))
+    assert main(["compare", str(gpath), "--cluster", str(cpath), "--methods", "single,m_etf", "--json"]) == 0
+    fast = json.loads(capsys.readouterr().out)
+    assert fast["lower_bound_name"] != "blocks" and fast["lower_bound_s"] == pytest.approx(9.0)
+    assert main(["compare", str(gpath), "--cluster", str(cpath), "--methods", "single,m_etf", "--bound-seconds", "10", "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["lower_bound_name"] == "blocks" and doc["lower_bound_s"] == pytest.approx(10.5)
+    assert all(r["step_time_s"] >= doc["lower_bound_s"] * (1 - 1e-9) for r in doc["rows"] if r["status"] == "ok")
+    for bad in ("-1", "nan"):
+        assert main(["compare", str(gpath), "--cluster", str(cpath), "--bound-seconds", bad]) == 2
+        err = capsys.readouterr().err
+        assert "--bound-seconds" in err and len(err.strip().splitlines()) == 1
