@@ -59,7 +59,7 @@ host cost. With one microbatch every backward task starts at or after ``h_f``, s
   follows, each block between two of them solved exactly for its placement,
   copies and (eager) the streams copies hold. It charges a branch its copies
   jointly with the placement, which the path bounds cannot: on Inception-v3
-  (k80x4) 276 ms where the communicating path says 252.
+  (k80x4) 277 ms where the communicating path says 252.
 
 A pipelined step of ``M`` microbatches may call ``backward()`` between forwards
 (one-forward-one-backward), and an early microbatch's backward kernels then run
