@@ -46,8 +46,10 @@ class MoveSearchOptions:
 
     proposals: ProposalName = "critic"
     """"critic": moves ranked by the learned critic; "uniform": drawn uniformly (the ablation)."""
-    batch: int = 16
-    """moves simulated per round."""
+    batch: int = 4
+    """moves simulated per round. Small, so that the critic's ranking decides which moves are tried: at 16 the
+    descent tried most of a level's good moves whichever proposer drew them, and the critic made no difference
+    (BENCHMARKS.md, "A smaller batch: the critic's ranking counts")."""
     explore: float = 0.25
     """share of each batch drawn uniformly among the untried moves (critic only)."""
     patience: int = 6

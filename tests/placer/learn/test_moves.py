@@ -107,8 +107,9 @@ def test_train_algo_moves_beats_its_start_and_reports_the_equal_budget_search(tm
     p = Placement.load(os.path.join(r.logdir, "best_placement.json"))
     assert envs.SimEnv(g, c).simulate(p, order=None).step_time_s == pytest.approx(r.best_step_time_s)
     eq = json.loads((tmp_path / "run" / "summary.json").read_text())["equal_budget_search"]
-    # every distinct placement the run simulated: 60 rounds of 16 moves, its start, draws and kicks, a few repeats
-    assert eq["method"] == "module_search" and 0.8 * 60 * 16 <= eq["simulated"] <= 60 * 16 + 40 and eq["step_time_s"] > 0
+    # every distinct placement the run simulated: 60 rounds of a batch of moves, its start, draws and kicks, a few repeats
+    b = MoveSearchOptions().batch
+    assert eq["method"] == "module_search" and 0.8 * 60 * b <= eq["simulated"] <= 60 * b + 40 and eq["step_time_s"] > 0
     # the heuristics' own simulations count too: m_etf and expert scored once, single one per GPU and its scoring
     assert eq["heuristics_simulated"] == 1 + 1 + len(c.gpu_indices()) + 1 and eq["evals"] == eq["simulated"]
     # resumed, it continues from the best placement so far and never reports a slower one
