@@ -107,6 +107,9 @@ def main(argv: list[str] | None = None) -> int:
                     help="seconds per cell for the block bound's programs (default 60; 0: no block bound)")
     ap.add_argument("--json", action="store_true", help="print every cell as JSON instead of the table")
     args = ap.parse_args(argv)
+    if not args.blocks_s >= 0 or args.blocks_s == float("inf"):
+        print(f"bench_bound: --blocks-s {args.blocks_s}: give a finite number of seconds >= 0", file=sys.stderr)
+        return 2
     try:
         best = read_best(args.best)
         graphs, clusters = bb.graphs_and_clusters(args.graphs, args.clusters)

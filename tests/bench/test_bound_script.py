@@ -46,6 +46,10 @@ def test_a_bad_best_file_or_graph_exits_2_with_one_line(capsys, script, tmp_path
     assert script.main(["--graphs", "moe-60", "--best", str(path)]) == 2
     err = capsys.readouterr().err.strip()
     assert str(path) in err and problem in err and len(err.splitlines()) == 1
+    for bad in ("-1", "nan"):
+        assert script.main(["--graphs", "moe-60", "--blocks-s", bad]) == 2
+        err = capsys.readouterr().err
+        assert "--blocks-s" in err and len(err.strip().splitlines()) == 1
     assert script.main(["--graphs", "nope"]) == 2
     err = capsys.readouterr().err
     assert "nope" in err and len(err.strip().splitlines()) == 1
