@@ -179,6 +179,16 @@ def transfer_time_s(nbytes: float, src_dev: int | str, dst_dev: int | str, clust
     return float(cluster.latency_s[a, b] + nbytes / cluster.bandwidth_bytes_per_s[a, b])
 
 
+def copy_costs(cluster: Cluster) -> tuple[np.ndarray, np.ndarray]:
+    """``(latency [D, D], 1 / bandwidth [D, D])`` with zeros on the diagonal: copying ``b`` bytes from ``d`` to
+    ``d'`` costs ``latency[d, d'] + b * inverse[d, d']`` (:func:`transfer_time_s`), 0 on one device."""
+    lat = np.array(cluster.latency_s, dtype=np.float64)
+    inv_bw = 1.0 / np.array(cluster.bandwidth_bytes_per_s, dtype=np.float64)
+    np.fill_diagonal(lat, 0.0)
+    np.fill_diagonal(inv_bw, 0.0)
+    return lat, inv_bw
+
+
 def update_times_s(param_bytes_per_device: np.ndarray, cluster: Cluster) -> np.ndarray:
     """Optimizer-step seconds per device holding ``param_bytes_per_device`` (Adam, foreach).
 

@@ -96,6 +96,7 @@ def table(cells: list[dict]) -> str:
 def main(argv: list[str] | None = None) -> int:
     from bench import budget as bb
     from graphs import PlacerError
+    from graphs.schema import check_float
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--graphs", default="nmt-2,nmt-4,inception-v3,gpt2,resnet50",
@@ -107,10 +108,8 @@ def main(argv: list[str] | None = None) -> int:
                     help="seconds per cell for the block bound's programs (default 60; 0: no block bound)")
     ap.add_argument("--json", action="store_true", help="print every cell as JSON instead of the table")
     args = ap.parse_args(argv)
-    if not args.blocks_s >= 0 or args.blocks_s == float("inf"):
-        print(f"bench_bound: --blocks-s {args.blocks_s}: give a finite number of seconds >= 0", file=sys.stderr)
-        return 2
     try:
+        check_float(args.blocks_s, "--blocks-s", least=0)
         best = read_best(args.best)
         graphs, clusters = bb.graphs_and_clusters(args.graphs, args.clusters)
     except (PlacerError, BadFile) as e:

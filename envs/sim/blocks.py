@@ -48,6 +48,7 @@ from scipy import sparse
 from scipy.optimize import Bounds, LinearConstraint, milp
 
 from envs.cluster import Cluster
+from envs.cost import copy_costs
 from graphs.ir import OpGraph
 
 #: Past this many ops the cut analysis (a bit set of ancestors per task) is skipped.
@@ -75,6 +76,7 @@ class TaskGraph:
         touched = np.zeros(n, dtype=bool)
         touched[graph.edge_src] = touched[graph.edge_dst] = True
         self.kept = [t for t in self.order if touched[t % n]]
+        self.kept_bits = sum(1 << t for t in self.kept)
 
     def cuts(self) -> tuple[list[int], list[int], list[int]]:
         """``(cut tasks in order, ancestor bits, descendant bits)`` over the kept tasks (bit ``t``: task ``t``)."""
@@ -95,11 +97,8 @@ class TaskGraph:
             for w in succ[t]:
                 bits |= desc[w] | (1 << w)
             desc[t] = bits
-        kept_bits = 0
-        for t in self.kept:
-            kept_bits |= 1 << t
-        total = len(self.kept)
-        cut = [t for t in self.kept if (anc[t] & kept_bits).bit_count() + (desc[t] & kept_bits).bit_count() + 1 == total]
+        kept, total = self.kept_bits, len(self.kept)
+        cut = [t for t in self.kept if (anc[t] & kept).bit_count() + (desc[t] & kept).bit_count() + 1 == total]
         return cut, anc, desc
 
 
@@ -281,8 +280,7 @@ def block_bound_s(graph: OpGraph, cluster: Cluster, fwd_s: np.ndarray, bwd_s: np
     tg = TaskGraph(graph, grad)
     cut, anc, desc = tg.cuts()
     pos = {t: i for i, t in enumerate(tg.order)}
-    lat = np.array(cluster.latency_s, dtype=np.float64)
-    inv_bw = 1.0 / np.array(cluster.bandwidth_bytes_per_s, dtype=np.float64)
+    lat, inv_bw = copy_costs(cluster)
     off = ~np.eye(D, dtype=bool)
     lat_off, inv_off = lat[off], inv_bw[off]
 
@@ -290,9 +288,7 @@ def block_bound_s(graph: OpGraph, cluster: Cluster, fwd_s: np.ndarray, bwd_s: np
         return float((lat_off + nbytes * inv_off).min())
 
     gpu = np.asarray(cluster.kinds) == "gpu" if executor == "eager" else None
-    kept_bits = 0
-    for t in tg.kept:
-        kept_bits |= 1 << t
+    kept_bits = tg.kept_bits
     ends = [None] + cut + [None]
     blocks: list[Block] = []
     for c0, c1 in zip(ends[:-1], ends[1:]):

@@ -100,15 +100,6 @@ def critical_path_s(graph: OpGraph, fwd_min: np.ndarray, bwd_min: np.ndarray) ->
     return critical_path(graph, fwd_min, bwd_min)[0]
 
 
-def _copy_s(cluster: Cluster) -> tuple[np.ndarray, np.ndarray]:
-    """``(latency [D, D], 1 / bandwidth [D, D])`` with zeros on the diagonal: a copy between two devices costs at least this."""
-    lat = np.array(cluster.latency_s, dtype=np.float64)
-    inv_bw = 1.0 / np.array(cluster.bandwidth_bytes_per_s, dtype=np.float64)
-    np.fill_diagonal(lat, 0.0)
-    np.fill_diagonal(inv_bw, 0.0)
-    return lat, inv_bw
-
-
 def communicating_path_s(graph: OpGraph, cluster: Cluster, fwd_s: np.ndarray, bwd_s: np.ndarray,
                          grad: np.ndarray | None = None) -> float:
     """The critical path where an edge between two devices costs its copy: a bound on every placement's step.
@@ -131,7 +122,7 @@ def communicating_path_s(graph: OpGraph, cluster: Cluster, fwd_s: np.ndarray, bw
     n, D = fwd_s.shape
     if n == 0:
         return 0.0
-    lat, inv_bw = _copy_s(cluster)
+    lat, inv_bw = cost.copy_costs(cluster)
     in_ptr, in_src, in_eid = graph.in_csr
     out_ptr, out_dst, out_eid = graph.out_csr
     nbytes = graph.edge_bytes.astype(np.float64)
@@ -457,6 +448,8 @@ def lower_bound_from_times(graph: OpGraph, cluster: Cluster, fwd_s: np.ndarray, 
     if executor not in ("eager", "dataflow"):
         raise ValueError(f"executor must be 'eager' or 'dataflow', not {executor!r}")
     n = graph.num_ops
+    if n % microbatches:
+        raise ValueError(f"a graph of {microbatches} microbatch copies has a multiple of {microbatches} ops, not {n}")
     update = update_bound_s(graph, cluster)
     cp = critical_path_s(graph, fwd_s.min(axis=1) if n else fwd_s, bwd_s.min(axis=1) if n else bwd_s)
     work_old = work_bound_s(fwd_s + bwd_s)
@@ -471,8 +464,6 @@ def lower_bound_from_times(graph: OpGraph, cluster: Cluster, fwd_s: np.ndarray, 
             issue_fwd_s = cost.issue_times(graph, cluster, fwd_s)[0]
         issue = host_issue_s(cluster, fwd_s, issue_fwd_s)
         c = issue.min(axis=1)  # each op's cheapest host cost
-        if n % microbatches:
-            raise ValueError(f"a graph of {microbatches} microbatch copies has a multiple of {microbatches} ops, not {n}")
         last = np.arange(n) >= n - n // microbatches  # the ops whose backward follows the whole forward's issue
         bwd_last = np.where(last[:, None], bwd_s, 0.0)
         if microbatches == 1:  # with several, the backward path from the last microbatch is in "host issue + path"
