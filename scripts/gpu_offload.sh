@@ -23,7 +23,7 @@ if [ -d docs/offload ] && [ ! -e runs/offload ]; then cp -r docs/offload runs/of
   nproc; free -g | head -2
   python3 -c "import sys, torch, transformers, accelerate; print('python', sys.version.split()[0], 'torch', torch.__version__, 'transformers', transformers.__version__, 'accelerate', accelerate.__version__, 'cuda', torch.cuda.is_available())"
 } 2>&1 | tee "$OUT/log-$STAGE.txt"
-PYTHONUNBUFFERED=1 PYTHONPATH=. timeout --signal=INT "${DEADLINE:-450}" \
+PYTHONUNBUFFERED=1 PYTHONPATH=.${PYTHONPATH:+:$PYTHONPATH} timeout --signal=INT "${DEADLINE:-450}" \
   python3 scripts/gpu_offload.py "$STAGE" --out-dir runs/offload "$@" 2>&1 | grep --line-buffered -v "FutureWarning\|warnings.warn" | tee -a "$OUT/log-$STAGE.txt"
 status=$?
 tar czf "$OUT/offload.tgz" --exclude='events.out.tfevents*' --exclude=train.lock -C runs offload

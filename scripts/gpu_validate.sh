@@ -23,7 +23,7 @@ mkdir -p "$OUT" "$WORK/calibration"
   nproc
   python3 -c "import sys, torch, numpy, numba, networkx, scipy, transformers; print('python', sys.version.split()[0], 'torch', torch.__version__, 'numpy', numpy.__version__, 'numba', numba.__version__, 'networkx', networkx.__version__, 'scipy', scipy.__version__, 'transformers', transformers.__version__, 'cuda', torch.cuda.is_available())"
 } 2>&1 | tee "$OUT/log.txt"
-PYTHONUNBUFFERED=1 PYTHONPATH=. timeout --signal=INT --kill-after=20 "${DEADLINE:-450}" \
+PYTHONUNBUFFERED=1 PYTHONPATH=.${PYTHONPATH:+:$PYTHONPATH} timeout --signal=INT --kill-after=20 "${DEADLINE:-450}" \
   python3 scripts/validate_gpu.py --out-dir "$WORK/calibration" --work-dir "$WORK/state" "$@" 2>&1 \
   | grep --line-buffered -v "FutureWarning\|return cls.__new__" | tee -a "$OUT/log.txt"
 status=$?

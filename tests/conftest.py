@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 import pytest
 
 
@@ -17,6 +19,19 @@ def zoo_cache(tmp_path_factory):
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("PLACER_CACHE_DIR", str(path))
         yield path
+
+
+@pytest.fixture(scope="session")
+def without_ray(tmp_path_factory) -> dict[str, str]:
+    """Environment entries for a subprocess that cannot import ``ray``, as on the lent GPU machines (they have none).
+
+    A ``ray`` package first on ``PYTHONPATH`` that raises on import: what the GPU scripts (validate_gpu, gpu_offload,
+    gpu_conformance) import must not reach :mod:`envs.real.measured`, lazily or not.
+    """
+    shim = tmp_path_factory.mktemp("no_ray") / "ray"
+    shim.mkdir()
+    (shim / "__init__.py").write_text("raise ModuleNotFoundError(\"No module named 'ray' (blocked by the test)\", name='ray')\n")
+    return {"PYTHONPATH": os.pathsep.join(p for p in (str(shim.parent), os.environ.get("PYTHONPATH", "")) if p)}
 
 
 @pytest.fixture

@@ -164,7 +164,7 @@ def labels(cands: list[dict], graph, logical, repeats: int) -> dict[str, dict]:
 
     Label -> ``{"cand": index, "what": "placement" | "node" | "repeat", "order": issue order or None}``.
     """
-    from envs.real.measured import placement_hash
+    from envs.real.worker import placement_hash  # not envs.real.measured: that imports ray, which the GPU machines lack
 
     out: dict[str, dict] = {}
     for k, c in enumerate(cands):

@@ -43,6 +43,7 @@ Transfers are decided on *logical* devices, so a map of every logical device to
 from __future__ import annotations
 
 import contextlib
+import copy
 import heapq
 import re
 from collections.abc import Iterable, Iterator, Mapping, Sequence
@@ -270,7 +271,11 @@ def place_module(
                 raise PlacerError(f"op {node.name}: its body {sub.target} is shared with an op on another device")
         copies.written(node, original_args, dev)
     for target, device in body_device.items():
-        _place_body(_module_tensor(gm, target), device)
+        # ep.module() shares the bodies with the exported program (and every module built from it): place a copy.
+        body = copy.deepcopy(_module_tensor(gm, target))
+        parent, _, leaf = target.rpartition(".")
+        setattr(gm.get_submodule(parent) if parent else gm, leaf, body)
+        _place_body(body, device)
     reshape_views(graph)
     graph.lint()
     gm.recompile()

@@ -217,8 +217,8 @@ def test_fsdp2_failure_is_a_result():
 
 
 # ------------------------------------------------------------------ the script, on the CPU stand-in
-def _script(*args: str, timeout: float = 600, **popen) -> subprocess.CompletedProcess:
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
+def _script(*args: str, timeout: float = 600, env_extra: dict | None = None, **popen) -> subprocess.CompletedProcess:
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1", **(env_extra or {})}
     return subprocess.run([sys.executable, str(ROOT / "scripts" / "gpu_offload.py"), *args], capture_output=True, text=True,
                           timeout=timeout, env=env, cwd=ROOT, **popen)
 
@@ -229,9 +229,10 @@ def _logged(out: Path) -> int:
 
 
 @pytest.mark.slow
-def test_the_pipeline_runs_on_the_cpu_stand_in_resumes_and_a_killed_run_loses_no_measurement(tmp_path):
+def test_the_pipeline_runs_on_the_cpu_stand_in_resumes_and_a_killed_run_loses_no_measurement(tmp_path, without_ray):
+    """Without ray, as on the GPU machines."""
     out = tmp_path / "offload"
-    rivals = _script("rivals", "--tiny", "--out-dir", str(out), "--train-budget", "3", "--json")
+    rivals = _script("rivals", "--tiny", "--out-dir", str(out), "--train-budget", "3", "--json", env_extra=without_ray)
     assert rivals.returncode == 0, rivals.stderr[-2000:]
     doc = json.loads(rivals.stdout)
     rows = {r["label"]: r for r in doc["rows"]}
@@ -244,7 +245,7 @@ def test_the_pipeline_runs_on_the_cpu_stand_in_resumes_and_a_killed_run_loses_no
     assert measured >= 5
 
     # the fine-tuning, killed mid-way: every placement it recorded had been measured and logged
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    env = {**os.environ, "OMP_NUM_THREADS": "1", **without_ray}
     proc = subprocess.Popen([sys.executable, str(ROOT / "scripts" / "gpu_offload.py"), "finetune", "--tiny", "--out-dir",
                              str(out), "--budget", "300", "--exploration", "3"], cwd=ROOT, env=env,
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)

@@ -63,19 +63,20 @@ def test_gpu_map_without_a_gpu_is_a_one_line_error(tmp_path):
     assert not os.listdir(tmp_path)
 
 
-def run_shell(out, work) -> subprocess.CompletedProcess:
-    """scripts/gpu_validate.sh --tiny: what the GPU machine runs, on the CPU."""
+def run_shell(out, work, without_ray) -> subprocess.CompletedProcess:
+    """scripts/gpu_validate.sh --tiny: what the GPU machine runs, on the CPU (and, as there, without ray)."""
     # the script runs `python3`: this interpreter's, as on the GPU machine where it is the one with torch
     path = os.pathsep.join([os.path.dirname(sys.executable), os.environ.get("PATH", "")])
-    env = {**os.environ, "PATH": path, "OMP_NUM_THREADS": "1", "OUT": str(out), "WORK": str(work), "DEADLINE": "900"}
+    env = {**os.environ, "PATH": path, "OMP_NUM_THREADS": "1", "OUT": str(out), "WORK": str(work), "DEADLINE": "900",
+           **without_ray}
     return subprocess.run(["bash", os.path.join(ROOT, "scripts", "gpu_validate.sh"), "--tiny"], capture_output=True, text=True,
                           timeout=1000, env=env, cwd=ROOT)
 
 
 @pytest.mark.slow
-def test_tiny_run_end_to_end_rescored_and_resumed(tmp_path):
+def test_tiny_run_end_to_end_rescored_and_resumed(tmp_path, without_ray):
     back, work = tmp_path / "back", tmp_path / "work"
-    proc = run_shell(back, work)
+    proc = run_shell(back, work, without_ray)
     assert proc.returncode == 0, proc.stdout[-3000:]
     # three files come back (the device tool brings at most 8), the folder as one archive
     assert sorted(os.listdir(back)) == ["calibration.tar.gz", "log.txt", "summary.json"]
@@ -134,7 +135,7 @@ def test_tiny_run_end_to_end_rescored_and_resumed(tmp_path):
 
     # resumed: the profiles, learned placements and measured blocks are reused, nothing is measured again
     blocks = (work / "state" / "rnnlm" / "blocks.jsonl").read_text()
-    again = run_shell(tmp_path / "back2", work)
+    again = run_shell(tmp_path / "back2", work, without_ray)
     assert again.returncode == 0, again.stdout[-3000:]
     assert (work / "state" / "rnnlm" / "blocks.jsonl").read_text() == blocks and "reusing" in again.stdout
     assert figures(json.loads((tmp_path / "back2" / "summary.json").read_text())) == figures(doc)

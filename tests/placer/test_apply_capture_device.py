@@ -27,7 +27,7 @@ from torch import nn
 
 import envs.real.placing as runtime
 from bench.corpus import build
-from graphs.torch_capture import capture
+from graphs.torch_capture import capture, export_program
 from placer.apply import apply, microbatch_plan
 from graphs.plan import Placement
 
@@ -91,6 +91,25 @@ def test_device_arguments_inside_no_grad_regions_name_the_placed_device():
     loss = placed(x, idx)  # a tensor left on the CPU meets a meta tensor: the op raises
     assert loss.device.type == "meta"
     loss.backward()
+
+
+def test_placing_one_program_twice_leaves_the_first_placement_s_bodies_alone():
+    """Placing one exported program twice: the second placement must not see the first one's devices.
+
+    ``ep.module()`` shares the higher-order ops' bodies with the exported program, so placing a body in
+    place wrote the first placement's device into every later module built from that program. On an H100,
+    Llama all on the host then failed with "Tensor device mismatch! Expected: cuda:0, Got: cpu" after a
+    placement on the GPU had been built from the same export (validate_gpu.py measures many)."""
+    torch.manual_seed(0)
+    model, x, idx = Rotary(), torch.randn(6, 8), torch.tensor([1, 2])
+    ep = export_program(model, (x, idx))
+    ops = [n.name for n in ep.graph.nodes if n.op == "call_function"]
+    on_meta = runtime.place_module(ep, {n: "gpu:0" for n in ops}, {"gpu:0": "meta"})
+    on_cpu = runtime.place_module(ep, {n: "cpu:0" for n in ops}, {"cpu:0": "cpu"})
+    assert _device_args(on_meta) == {torch.device("meta")}
+    assert _device_args(on_cpu) == {torch.device("cpu")}
+    assert _device_args(ep.module()) == {torch.device("cpu")}  # the export itself is untouched
+    torch.testing.assert_close(on_cpu(x, idx), model(x, idx))
 
 
 def test_hugging_face_llama_runs_on_another_device_than_the_capture():
