@@ -62,6 +62,7 @@ import os
 import platform
 import sys
 import time
+from typing import Any
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # the repository root, for bench/
 
@@ -84,8 +85,8 @@ DEFAULTS = {
 }
 
 
-def run_model(name: str, group: str, args: argparse.Namespace) -> tuple[dict, list[dict], dict]:
-    """One model end to end: ``(figures, rows, profile)``."""
+def run_model(name: str, group: str, args: argparse.Namespace) -> tuple[dict, list[dict], dict, Any]:
+    """One model end to end: ``(figures, rows, profile, captured graph)``."""
     import envs
     from graphs.plan import Placement
     from graphs.torch_capture import capture
@@ -122,7 +123,7 @@ def run_model(name: str, group: str, args: argparse.Namespace) -> tuple[dict, li
                    kinds={k: sum(c["kind"] == k for c in cands) for k in ("learned", "baseline", "single", "random")},
                    profile_fit={dev: {k: e.get(k) for k in ("issue_scale", "issue_fit", "staging", "contention") if k in e}
                                 for dev, e in prof["devices"].items()})
-    return figures, rows, prof
+    return figures, rows, prof, graph
 
 
 def rescore_model(name: str, group: str, args: argparse.Namespace) -> dict:
@@ -152,8 +153,35 @@ def rescore_model(name: str, group: str, args: argparse.Namespace) -> dict:
     for r, sim in zip(rows, runs.simulated(graph_p, phys, to_phys, logical, cands)):
         r.update(sim)
     log(f"[{name}] rescored {len(rows)} measured placements with {prof_path}")
-    return {**model_figures(name, group, rows), "ops": graph.num_ops, "graph_hash": graph.content_hash, "size": args.size,
-            "checks": {"apply": None}}
+    figures = {**model_figures(name, group, rows), "ops": graph.num_ops, "graph_hash": graph.content_hash, "size": args.size,
+               "checks": {"apply": None}}
+    return {"name": name, "group": group, "figures": figures, "rows": rows, "prof": prof, "graph": graph}
+
+
+def refit_contention(items: list[dict], args: argparse.Namespace) -> dict | None:
+    """The host contention fitted on the tuned items (:mod:`bench.fidelity.contention`); every item rescored with it.
+
+    ``items``: ``{"name", "group", "figures", "rows", "prof", "graph"}``; their rows, profile and figures are replaced
+    where the fit is not each model's own probe. Returns the fit (``None``: nothing to fit on)."""
+    import envs
+    from bench.fidelity import contention
+
+    cluster = envs.resolve_cluster(args.cluster)
+    have = [i for i in items if i.get("graph") is not None]
+    fitted = contention.fit([i for i in have if i["group"] == "tuned"], cluster, args.device_map)
+    if fitted is None:
+        return None
+    log(f"host contention fitted on {', '.join(fitted['models'])}: {fitted['op']} (mean MAPE {100 * fitted['mape']:.1f}%, "
+        f"their probes {100 * (fitted['probe_mape'] or float('nan')):.1f}%)")
+    if fitted["op"] != contention.PROBE:
+        for item in have:
+            item["rows"], item["prof"] = contention.rescored(item, fitted["op"], cluster, args.device_map)
+            item["figures"].update(model_figures(item["name"], item["group"], item["rows"]))
+            fit = item["figures"].get("profile_fit") or {}
+            for d in contention.host_names(item["prof"]):
+                if d in fit:
+                    fit[d]["contention"] = item["prof"]["devices"][d]["contention"]
+    return fitted
 
 
 # ---------------------------------------------------------------------- output
@@ -177,7 +205,8 @@ def _num(x):
 def summary_doc(models: list[dict], summary: dict, args: argparse.Namespace, device: str) -> dict:
     """The ``--json`` document."""
     return _num({"device": device, "command": " ".join(args.command), "targets": TARGETS, "groups": summary["groups"],
-                 "orders": summary["orders"], "failures": summary.get("failures", []), "models": models})
+                 "orders": summary["orders"], "failures": summary.get("failures", []), "contention": summary.get("contention"),
+                 "models": models})
 
 
 def merged_summary(path: str, rows: list[dict], args: argparse.Namespace, device: str) -> dict:
@@ -288,22 +317,24 @@ def run(args: argparse.Namespace) -> int:
     names = args.held + args.tuned  # held out first: the figures that count
     if args.rescore:
         names = [n for n in names if os.path.exists(os.path.join(args.rescore, f"{n}.jsonl"))]
-        models = [rescore_model(n, group_of(n, args), args) for n in names]
+        items = [rescore_model(n, group_of(n, args), args) for n in names]
+        fitted = refit_contention(items, args)
+        models = [i["figures"] for i in items]
         device = f"measurements of {args.rescore}, rescored here"
-        summary = run_summary(models, MODEL_VERSION)
+        summary = {**run_summary(models, MODEL_VERSION), "contention": fitted}
         print(json.dumps(summary_doc(models, summary, args, device), indent=1) if args.json else markdown(models, summary, header(args, device)))
         return 0
     os.makedirs(args.out_dir, exist_ok=True)
     device = device_name(args)
     log(f"validate_gpu: {device}; held out {', '.join(args.held) or 'none'}; tuned {', '.join(args.tuned) or 'none'} ({args.size})")
-    models, profiles, failures = [], {}, []
+    items, failures = [], []
     path = os.path.join(args.out_dir, "summary.json")
     for name in names:
         t0 = time.time()
         try:
-            figures, rows, prof = run_model(name, group_of(name, args), args)
+            figures, rows, prof, graph = run_model(name, group_of(name, args), args)
         except KeyboardInterrupt:  # the deadline (gpu_validate.sh): keep what is done, write the run's figures
-            log(f"[{name}] stopped at the deadline after {time.time() - t0:.0f}s; reporting the {len(models)} model(s) done")
+            log(f"[{name}] stopped at the deadline after {time.time() - t0:.0f}s; reporting the {len(items)} model(s) done")
             failures.append(f"{name}: stopped at the deadline")
             break
         except Exception as e:  # noqa: BLE001  (a model that fails on the device is a result; the others still run)
@@ -312,20 +343,22 @@ def run(args: argparse.Namespace) -> int:
             continue
         runs.write_rows(os.path.join(args.out_dir, f"{name}.jsonl"), rows)
         save_profile(prof, os.path.join(args.out_dir, f"{name}.profile.json"))
-        models.append(figures)
-        profiles[name] = prof
-        write_json(path, merged_summary(path, models[-1:], args, device))  # after each model: a run cut short keeps it
+        items.append({"name": name, "group": group_of(name, args), "figures": figures, "rows": rows, "prof": prof, "graph": graph})
+        write_json(path, merged_summary(path, [figures], args, device))  # after each model: a run cut short keeps it
         log(f"[{name}] done in {time.time() - t0:.0f}s")
-    if not models:
+    if not items:
         raise PlacerError(f"no model finished: {'; '.join(failures)}")
-    summary = run_summary(models, MODEL_VERSION)
-    summary["failures"] = failures
-    write_json(path, {**merged_summary(path, [], args, device), **_num({k: summary[k] for k in ("groups", "orders", "failures")})})
+    fitted = refit_contention(items, args)  # the probe's contention, or the tuned models' fit: every model scored with it
+    models = [i["figures"] for i in items]
+    summary = {**run_summary(models, MODEL_VERSION), "failures": failures, "contention": fitted}
+    write_json(path, {**merged_summary(path, models, args, device),
+                      **_num({k: summary[k] for k in ("groups", "orders", "failures", "contention")})})
     record = summary["orders"]["record"]
     write_json(os.path.join(args.out_dir, "order_trust.json"), record)
-    for name, prof in profiles.items():  # the planner keeps to the tuned models' margin wherever these profiles are used
-        save_profile({**prof, "order_trust": {k: record[k] for k in ("format", "model_version", "margin")}},
-                     os.path.join(args.out_dir, f"{name}.profile.json"))
+    for item in items:  # the planner keeps to the tuned models' margin wherever these profiles are used
+        runs.write_rows(os.path.join(args.out_dir, f"{item['name']}.jsonl"), item["rows"])
+        save_profile({**item["prof"], "order_trust": {k: record[k] for k in ("format", "model_version", "margin")}},
+                     os.path.join(args.out_dir, f"{item['name']}.profile.json"))
     print(json.dumps(summary_doc(models, summary, args, device), indent=1) if args.json else markdown(models, summary, header(args, device)))
     return 0
 

@@ -98,6 +98,7 @@ def markdown(models: Sequence[Mapping[str, Any]], summary: Mapping[str, Any], he
         f"{m['model']} {_f(m['executors']['dataflow']['spearman'], '.3f')} / {_f(m['executors']['dataflow']['mape'], '.1f', 100, '%')}"
         for m in ordered if m["executors"].get("dataflow"))]
     lines += _order_lines(models, summary["orders"])
+    lines += _contention_lines(summary.get("contention"))
     for m in ordered:
         a = (m.get("checks") or {}).get("apply")
         if a is not None and "error" in a:
@@ -111,6 +112,17 @@ def markdown(models: Sequence[Mapping[str, Any]], summary: Mapping[str, Any], he
     for f in summary.get("failures", []):
         lines.append(f"\nNot reported: {f}")
     return "\n".join(lines) + "\n"
+
+
+def _contention_lines(fit: Mapping[str, Any] | None) -> list[str]:
+    """The host contention the figures above use (:mod:`bench.fidelity.contention`)."""
+    if not fit:
+        return []
+    probes = [v for per in fit["probe"].values() for v in per.values()]
+    used = "each model's own probe" if fit["op"] == "probe" else f"`contention_op` {fit['op']:g}"
+    return ["", f"Host contention, fitted on the tuned models ({', '.join(fit['models'])}): {used}, their mean MAPE "
+                f"{_f(fit['mape'], '.1f', 100, '%')} (with their own probes, {min(probes):.3g}-{max(probes):.3g}: "
+                f"{_f(fit['probe_mape'], '.1f', 100, '%')}). Every model above is scored with it."]
 
 
 def _order_lines(models: Sequence[Mapping[str, Any]], orders: Mapping[str, Any]) -> list[str]:

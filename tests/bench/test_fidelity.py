@@ -103,3 +103,78 @@ def test_model_figures_and_the_report():
     assert list(summary["groups"]) == ["held-out"] and summary["orders"]["held_out_checks"] == 1
     text = markdown([m], summary, "header")
     assert text.startswith("header\n") and "| held-out | gpt2 | 2 | 3 |" in text and "`schedule`" in text
+
+
+# ------------------------------------------------------------------ host contention fitted on the tuned models
+def _contention_item(name: str, group: str, real_op: float | None, probe: float = 90.0) -> dict:
+    """A fan ``s -> a_k, b_k -> j`` whose ``b`` ops run on the host beside the GPU's: its rows' real steps are the
+    simulated ones with ``contention_op = real_op`` (``None``: the probe's)."""
+    from bench.fidelity import contention
+    from envs import resolve_cluster
+    from graphs import OpGraph
+
+    k = 4
+    names = ["s", *[f"a{i}" for i in range(k)], *[f"b{i}" for i in range(k)], "j"]
+    edges = [("s", f"{x}{i}", 1 << 16) for x in "ab" for i in range(k)] + [(f"{x}{i}", "j", 1 << 16) for x in "ab" for i in range(k)]
+    g = OpGraph.from_edges(names, edges, flops=[1e6] * len(names), op_types=["aten.mm.default"] * len(names))
+    n = g.num_ops
+    prof = {"format": "placer-profile/1", "graph_hash": g.content_hash, "ops": list(g.names), "links": [],
+            "devices": {"cpu": {"kind": "cpu", "fwd_s": [1e-3] * n, "bwd_s": [2e-3] * n,
+                                "contention": {"op": probe, "issue": 0.0}},
+                        "cuda:0": {"kind": "gpu", "fwd_s": [1e-3] * n, "bwd_s": [2e-3] * n,
+                                   "issue_fwd_s": [2e-4] * n, "issue_bwd_s": [1e-3] * n}}}
+    rng = np.random.default_rng(len(name))
+    rows = [{"methods": [f"random {i}"], "devices": rng.integers(0, 2, n).tolist(), "order": None,
+             "ops_per_device": {"cpu:0": 1, "gpu:0": 1}} for i in range(8)]
+    item = {"name": name, "group": group, "graph": g, "prof": prof, "rows": rows}
+    sims, _ = contention.rescored(item, contention.PROBE if real_op is None else real_op, resolve_cluster("h200x1"),
+                                  "gpu:0=cuda:0,cpu:0=cpu")
+    item["rows"] = [{**r, "real_step_s": s["sim_step_s"]["eager"]} for r, s in zip(rows, sims)]
+    return item
+
+
+def test_contention_is_fitted_on_the_tuned_models_and_a_tie_keeps_the_probe():
+    from bench.fidelity import contention
+    from envs import resolve_cluster
+
+    cluster, dmap = resolve_cluster("h200x1"), "gpu:0=cuda:0,cpu:0=cpu"
+    tuned = [_contention_item("t1", "tuned", 8.0), _contention_item("t22", "tuned", 8.0)]
+    fit = contention.fit(tuned, cluster, dmap)
+    assert fit["op"] == 8.0 and fit["mape"] < 1e-9 < fit["probe_mape"]  # the grid value the real steps came from
+    assert fit["probe"] == {"t1": {"cpu": 90.0}, "t22": {"cpu": 90.0}} and fit["models"] == ["t1", "t22"]
+    assert set(fit["by_op"]) == {"probe", *map(str, contention.GRID)}
+    # contention moves these steps at all (else the fit above proves nothing)
+    assert len({round(v, 9) for v in fit["by_op"].values()}) > 3
+    # real steps as the probe says: the probe stays
+    assert contention.fit([_contention_item("t1", "tuned", None)], cluster, dmap)["op"] == "probe"
+    # where contention changes nothing (every placement on the host), a tie: the probe stays
+    flat = _contention_item("t1", "tuned", 8.0)
+    flat["rows"] = [{**r, "devices": [0] * len(r["devices"])} for r in flat["rows"]]
+    flat_fit = contention.fit([flat], cluster, dmap)
+    assert flat_fit["op"] == "probe" and len(set(flat_fit["by_op"].values())) == 1
+    # the probe is kept beside the value used
+    prof = contention.with_contention(tuned[0]["prof"], 8.0)
+    assert prof["devices"]["cpu"]["contention"] == {"op": 8.0, "issue": 0.0, "op_probe": 90.0}
+    assert tuned[0]["prof"]["devices"]["cpu"]["contention"] == {"op": 90.0, "issue": 0.0}  # the input is not changed
+    assert contention.fit([], cluster, dmap) is None
+
+
+def test_the_tuned_models_contention_scores_the_held_out_ones(monkeypatch):
+    """The fit uses the tuned models only; every model, held out too, is then scored with it (rows, profile, figures)."""
+    import importlib
+    import os
+
+    monkeypatch.syspath_prepend(os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "scripts"))
+    vg = importlib.import_module("validate_gpu")
+    args = vg.parse(["--tiny"])
+    args.device_map, args.cluster = "gpu:0=cuda:0,cpu:0=cpu", "h200x1"
+    items = [_contention_item("t1", "tuned", 8.0), _contention_item("h1", "held-out", 8.0)]
+    for it in items:
+        it["rows"] = [{**r, "sim_step_s": {"eager": 1.0, "dataflow": 1.0}} for r in it["rows"]]  # stale scores
+        it["figures"] = model_figures(it["name"], it["group"], it["rows"])
+    held_rows = items[1]["rows"]
+    fit = vg.refit_contention(items, args)
+    assert fit["op"] == 8.0 and fit["models"] == ["t1"]
+    assert items[1]["figures"]["executors"]["eager"]["mape"] < 1e-9  # rescored with the fit, not left stale
+    assert items[1]["prof"]["devices"]["cpu"]["contention"]["op"] == 8.0 and items[1]["rows"] is not held_rows
+    assert vg.refit_contention([items[1]], args) is None  # no tuned model: nothing to fit

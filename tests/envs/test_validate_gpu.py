@@ -196,7 +196,7 @@ def test_a_model_that_fails_is_reported_and_the_others_still_are(vg, monkeypatch
     def fake(name, group, args):
         if name == "gpt2":
             raise RuntimeError("CUDA error: an illegal memory access was encountered\nmore")
-        return {**model_figures(name, group, [row, {**row, "methods": ["random 1"], "real_step_s": 2.0}]), "ops": 1}, [row], {"devices": {}}
+        return {**model_figures(name, group, [row, {**row, "methods": ["random 1"], "real_step_s": 2.0}]), "ops": 1}, [row], {"devices": {}}, None
 
     monkeypatch.setattr(vg, "run_model", fake)
     assert vg.run(args) == 0
