@@ -27,6 +27,7 @@ from envs import cost
 from envs.cluster import Cluster
 from envs.sim.schedule import ACT, GRAD, Schedule
 from graphs.ir import OpGraph
+from graphs.ops import saved_mask
 
 from envs.sim.compiled import HAVE_NUMBA, _offer, _pop, _push, njit  # noqa: F401  (HAVE_NUMBA: re-exported)
 from envs.sim.kernel_eager import _eager
@@ -176,8 +177,18 @@ def _reset(p, n, D, out_ptr, out_dst, tcount, tbytes, free):
 
 
 @njit(cache=True)
-def _peak(dev, p, n, D, act_b, grad, tcount, tbytes, start, end):
-    """Peak live bytes on ``dev`` (without static bytes): the sweep of envs.sim.memory."""
+def _release(u, out_ptr, out_dst, end):
+    """When the forward last reads op ``u``'s output: its last consumer's forward end (its own without one)."""
+    r = end[u]
+    for k in range(out_ptr[u], out_ptr[u + 1]):
+        if end[out_dst[k]] > r:
+            r = end[out_dst[k]]
+    return r
+
+
+@njit(cache=True)
+def _peak(dev, p, n, D, act_b, grad, kept, out_ptr, out_dst, tcount, tbytes, start, end):
+    """Peak live bytes on ``dev`` (without static bytes): the sweep of envs.sim.memory (``kept``: saved for backward)."""
     nD = n * D
     m = 0
     for i in range(n):
@@ -201,9 +212,17 @@ def _peak(dev, p, n, D, act_b, grad, tcount, tbytes, start, end):
             at[na] = start[2 * n - 1 - i]
             ab[na] = act_b[i] if grad[i] else 0
             na += 1
-            ft[nf] = end[2 * n - 1 - i]
-            fb[nf] = 2 * act_b[i] if grad[i] else act_b[i]
-            nf += 1
+            if kept[i]:
+                ft[nf] = end[2 * n - 1 - i]
+                fb[nf] = 2 * act_b[i] if grad[i] else act_b[i]
+                nf += 1
+            else:  # freed once its consumers have run forward; the gradient buffer at the end of its backward
+                ft[nf] = _release(i, out_ptr, out_dst, end)
+                fb[nf] = act_b[i]
+                nf += 1
+                ft[nf] = end[2 * n - 1 - i]
+                fb[nf] = act_b[i] if grad[i] else 0
+                nf += 1
     for u in range(n):
         for d in range(D):
             slot = u * D + d
@@ -212,7 +231,7 @@ def _peak(dev, p, n, D, act_b, grad, tcount, tbytes, start, end):
                     at[na] = start[2 * n + slot]
                     ab[na] = tbytes[slot]
                     na += 1
-                    ft[nf] = end[2 * n + nD + slot]
+                    ft[nf] = end[2 * n + nD + slot] if kept[u] else _release(u, out_ptr, out_dst, end)
                     fb[nf] = tbytes[slot]
                     nf += 1
                 elif p[u] == dev:  # gradient received here, freed when bwd u ends
@@ -241,7 +260,7 @@ def _peak(dev, p, n, D, act_b, grad, tcount, tbytes, start, end):
 @njit(cache=True)
 def _batch(P, n, D, out_ptr, out_dst, out_eb, in_ptr, in_src, fwd_t, bwd_t, lat, bw,
            static_b, act_b, param_b, cap, launch, membw, times, oom, eager, orders, host, issue_f, issue_b, segs, nseg, grad, hc,
-           want_over, over):
+           want_over, over, kept):
     """Step time and OOM flag of every row of ``P``.
 
     ``eager``: use :func:`_eager` with issue order ``orders[k]`` (or ``orders[0]``
@@ -316,7 +335,7 @@ def _batch(P, n, D, out_ptr, out_dst, out_eb, in_ptr, in_src, fwd_t, bwd_t, lat,
                 is_oom = True
                 break
             if sb[d] + ub[d] > cap[d]:
-                live = sb[d] + _peak(d, p, n, D, act_b, grad, tcount, tbytes, start, end)
+                live = sb[d] + _peak(d, p, n, D, act_b, grad, kept, out_ptr, out_dst, tcount, tbytes, start, end)
                 if live > cap[d]:
                     is_oom = True
                     if live / cap[d] > worst:
@@ -344,6 +363,8 @@ class KernelData:
         self.n, self.D = g.num_ops, c.num_devices
         # which ops have a backward (graphs.ops.grad_mask); default all
         self.grad = np.ones(self.n, dtype=np.bool_) if grad is None else np.ascontiguousarray(grad, dtype=np.bool_)
+        # which outputs autograd keeps for backward (graphs.ops.saved_mask); the others are freed after their consumers
+        self.kept = np.ascontiguousarray(saved_mask(g), dtype=np.bool_)
         # the host thread's program (eager): one forward then one backward, unless given
         self.segs = np.ascontiguousarray(
             [[0, 0, self.n], [1, 0, self.n]] if segments is None else segments, dtype=np.int64).reshape(-1, 3)
@@ -411,7 +432,7 @@ class KernelData:
                self.fwd_t, self.bwd_t, self.lat, self.bw, self.static_b, self.act_b, self.param_b,
                self.cap, self.launch, self.membw, times, oom,
                self.eager, self._orders(order), self.host, self.issue_f, self.issue_b, segs, nseg, self.grad, self.hc,
-               over is not None, over if over is not None else np.zeros(K))
+               over is not None, over if over is not None else np.zeros(K), self.kept)
         return times, oom
 
     def schedule(self, op_devices: np.ndarray, order: np.ndarray | None = None, program: np.ndarray | None = None) -> Schedule:

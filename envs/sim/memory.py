@@ -7,8 +7,9 @@ What a device holds (documented simplifications):
   :func:`envs.cost.static_bytes`). A parameter counts on the device of the op
   that owns it (its first consumer).
 * the output of every op, from the start of its forward until the end of its
-  backward (every activation is kept for backward, as autograd does for most
-  ops; views alias their input and take nothing);
+  backward when autograd keeps it for backward (:func:`graphs.ops.saved_mask`:
+  its own backward or a consumer's reads it), else until the last of its
+  consumers' forwards has ended; views alias their input and take nothing;
 * during an op's backward, the gradient of its output (same bytes), freed when
   the backward ends (the transient buffer); an op without a backward
   (:func:`graphs.ops.grad_mask`) has none, and its output is freed when its last
@@ -30,10 +31,22 @@ import numpy as np
 from envs.sim.schedule import ACT, Schedule
 
 
-def memory_events(schedule: Schedule, act_bytes: np.ndarray, num_devices: int, grad: np.ndarray | None = None):
+def release_times(schedule: Schedule, out_ptr: np.ndarray, out_dst: np.ndarray) -> np.ndarray:
+    """Per op: when the forward last reads its output (its last consumer's forward end; its own without a consumer)."""
+    rel = schedule.fwd_end_s.astype(np.float64).copy()
+    if len(out_dst):
+        src = np.repeat(np.arange(len(rel)), np.diff(out_ptr))
+        np.maximum.at(rel, src, schedule.fwd_end_s[out_dst])
+    return rel
+
+
+def memory_events(schedule: Schedule, act_bytes: np.ndarray, num_devices: int, grad: np.ndarray | None = None,
+                  kept: np.ndarray | None = None, consumers: tuple[np.ndarray, np.ndarray] | None = None):
     """(device, time, bytes) of every allocation and every free, as two triples of arrays.
 
     ``grad``: which ops have a backward (default all); the others get no gradient buffer.
+    ``kept``: which outputs autograd keeps for backward (default all); the others (and their copies on other
+    devices) are freed once ``consumers`` (``(out_ptr, out_dst)``, the graph's consumer lists) have run forward.
     """
     s = schedule
     p = s.op_devices.astype(np.int64)
@@ -52,9 +65,15 @@ def memory_events(schedule: Schedule, act_bytes: np.ndarray, num_devices: int, g
     alloc_dev = np.concatenate([p, p, s.xfer_dst[act_k], s.xfer_dst[grad_k]])
     alloc_t = np.concatenate([s.fwd_start_s, s.bwd_start_s, s.xfer_start_s[act_k], s.xfer_start_s[grad_k]])
     alloc_b = np.concatenate([a, g, s.xfer_bytes[act_k], s.xfer_bytes[grad_k]])
-    free_dev = np.concatenate([p, s.xfer_dst[act_k], s.xfer_dst[grad_k]])
-    free_t = np.concatenate([s.bwd_end_s, act_free, s.bwd_end_s[s.xfer_op[grad_k]] if n else np.zeros(0)])
-    free_b = np.concatenate([a + g, s.xfer_bytes[act_k], s.xfer_bytes[grad_k]])
+    if kept is None:
+        out_free = s.bwd_end_s
+    else:
+        rel = release_times(s, *consumers)
+        out_free = np.where(kept, s.bwd_end_s, rel)
+        act_free = np.where(kept[s.xfer_op[act_k]], act_free, rel[s.xfer_op[act_k]])
+    free_dev = np.concatenate([p, p, s.xfer_dst[act_k], s.xfer_dst[grad_k]])
+    free_t = np.concatenate([out_free, s.bwd_end_s, act_free, s.bwd_end_s[s.xfer_op[grad_k]] if n else np.zeros(0)])
+    free_b = np.concatenate([a, g, s.xfer_bytes[act_k], s.xfer_bytes[grad_k]])
     return (alloc_dev, alloc_t, alloc_b), (free_dev, free_t, free_b)
 
 
@@ -75,9 +94,10 @@ def sweep_peak(alloc_t: np.ndarray, alloc_b: np.ndarray, free_t: np.ndarray, fre
 
 
 def peak_bytes(schedule: Schedule, act_bytes: np.ndarray, static_per_device: np.ndarray, num_devices: int,
-               grad: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
-    """Peak bytes per device (static + the sweep) and the time of each peak (``grad``: see :func:`memory_events`)."""
-    (ad, at, ab), (fd, ft, fb) = memory_events(schedule, act_bytes, num_devices, grad)
+               grad: np.ndarray | None = None, kept: np.ndarray | None = None,
+               consumers: tuple[np.ndarray, np.ndarray] | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """Peak bytes per device (static + the sweep) and the time of each peak (``grad``, ``kept``: see :func:`memory_events`)."""
+    (ad, at, ab), (fd, ft, fb) = memory_events(schedule, act_bytes, num_devices, grad, kept, consumers)
     peaks = np.asarray(static_per_device, dtype=np.int64).copy()
     when = np.zeros(num_devices)
     for d in range(num_devices):

@@ -39,7 +39,7 @@ from envs.sim.trace import chrome_trace
 from graphs.dag import priority_order
 from graphs.errors import PlacerError
 from graphs.ir import OpGraph
-from graphs.ops import free_mask, grad_mask, param_reads
+from graphs.ops import free_mask, grad_mask, param_reads, saved_mask
 from graphs.plan import as_indices, check_inflight, check_microbatches, check_order
 
 
@@ -132,6 +132,9 @@ class SimEnv:
         self.host_costs = cost.host_costs(cluster)
         self.static_bytes = cost.static_bytes(self.sim_graph)
         self.act_bytes = cost.activation_bytes(self.sim_graph)
+        # which outputs autograd keeps for backward (the others are freed once their consumers have run forward)
+        self.kept = saved_mask(self.sim_graph)
+        self.consumers = self.sim_graph.out_csr[:2]
         self._kernel_data: Any = None
         self._twins: dict[Any, SimEnv] = {}  # this env under another executor model or M (see _as)
         self._simulated = [0]  # placements simulated (shared with the twins): see `simulated`
@@ -275,7 +278,7 @@ class SimEnv:
         c = self.cluster
         names = c.device_names
         D = self.num_devices
-        peaks, _ = peak_bytes(sched, self.act_bytes, self.static_per_device(sched.op_devices), D, self.grad)
+        peaks, _ = peak_bytes(sched, self.act_bytes, self.static_per_device(sched.op_devices), D, self.grad, self.kept, self.consumers)
         p = sched.op_devices
         n = len(p)
         dev_busy = np.bincount(p, weights=self.fwd_s[np.arange(n), p] + self.bwd_s[np.arange(n), p], minlength=D)

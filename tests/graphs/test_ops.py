@@ -9,7 +9,7 @@ from envs import cost
 from envs.cluster import Cluster
 from graphs import grouping
 from graphs.ir import OpGraph
-from graphs.ops import SHAPE_OPS, VIEW_OPS, base_op_name, free_mask, is_view_op, view_mask
+from graphs.ops import SHAPE_OPS, VIEW_OPS, base_op_name, free_mask, is_view_op, saved_mask, view_mask
 
 
 @pytest.mark.parametrize("spelling", ["aten.t.default", "torch.ops.aten.t.default", "ops.aten.t.default", "aten.t"])
@@ -92,3 +92,20 @@ def test_input_free_ops_are_those_no_model_input_reaches():
     assert consumers and not free[[g.index[c] for c in consumers]].any()
     # a hand-built graph says nothing about its inputs
     assert input_free_mask(OpGraph.from_edges(["a", "b"], [("a", "b", 4)])) is None
+
+
+def _typed(types: dict[str, str], edges: list[tuple[str, str]]) -> OpGraph:
+    return OpGraph.from_edges(list(types), [(a, b, 4) for a, b in edges], op_types=[f"aten.{t}" for t in types.values()])
+
+
+def test_saved_mask_keeps_what_a_backward_reads():
+    # x (mm) is read through a view by a linear (which saves its input): kept. y (mm) is read through a view by a relu
+    # (which saves its own output): freed. z's type is unknown: kept, as every op was before. s (sdpa) saves its output.
+    g = _typed({"x": "mm.default", "xv": "view.default", "lin": "linear.default",
+                "y": "mm.default", "yv": "t.default", "r": "relu.default",
+                "z": "my_op.default", "s": "scaled_dot_product_attention.default", "add": "add.Tensor", "out": "sum.default"},
+               [("x", "xv"), ("xv", "lin"), ("y", "yv"), ("yv", "r"), ("lin", "add"), ("r", "add"), ("z", "add"),
+                ("s", "add"), ("add", "out")])
+    kept = dict(zip(g.names, saved_mask(g).tolist()))
+    assert kept == {"x": True, "xv": True, "lin": False, "y": False, "yv": True, "r": True, "z": True, "s": True,
+                    "add": False, "out": True}  # add: sum's backward reads no input; out: nothing consumes it

@@ -125,6 +125,31 @@ def test_memory_peak_exact_and_oom(toy, backend, executor):
 
 @pytest.mark.parametrize("executor", EXECUTORS)
 @pytest.mark.parametrize("backend", BACKENDS)
+def test_outputs_no_backward_reads_are_freed_after_their_consumers(toy, backend, executor):
+    from graphs import OpGraph
+
+    # a (mm) -> b (add) -> c (relu), outputs 10, 20, 30 bytes: add's backward reads neither input and relu's reads its
+    # own output, so autograd keeps c alone. Forward a [0, 1], b [1, 3], c [3, 6]; backward c [6, 12], b, a.
+    # Live: a 10 + b 20 = 30; at 3 a is freed, c comes: 20 + 30 = 50; at 6 b is freed, c's gradient comes: 30 + 30 = 60
+    # (keeping every output: 90). Static: 4 x 5 parameter bytes = 20.
+    types = ["aten.mm.default", "aten.add.Tensor", "aten.relu.default"]
+    g = OpGraph.from_edges(["a", "b", "c"], [("a", "b", 10), ("b", "c", 20)], flops=[1, 2, 3], out_bytes=[10, 20, 30],
+                           param_bytes=[5, 0, 0], op_types=types)
+    place = [toy.G0] * 3
+    env, _, r = sim(g, toy.cluster(memory_bytes=80), place, backend, executor)
+    assert r.status == "ok" and r.peak_bytes["gpu:0"] == 20 + 60
+    env, _, r = sim(g, toy.cluster(memory_bytes=79), place, backend, executor)
+    assert r.status == "oom"
+    assert env.step_times(np.array([place]))[1].tolist() == [True]  # the batch scorer frees them alike
+    # across devices, a on gpu:0, b and c on gpu:1: a's copy on gpu:1 goes once b has run (a 10-byte copy over
+    # [1, 11], b [11, 13], c [13, 16]), as does a itself on gpu:0: gpu:1 holds 10 + 20, then 20 + 30, then c and its
+    # gradient, 60; gpu:0 a's gradient, received and its buffer: 20 (keeping every output: 90 and 30)
+    _, _, r = sim(g, toy.cluster(), [toy.G0, toy.G1, toy.G1], backend, executor)
+    assert r.peak_bytes["gpu:1"] == 60 and r.peak_bytes["gpu:0"] == 20 + 20
+
+
+@pytest.mark.parametrize("executor", EXECUTORS)
+@pytest.mark.parametrize("backend", BACKENDS)
 def test_oom_on_the_right_device(toy, backend, executor):
     # Received tensors count on the receiver: b on gpu:1 receives a's 50 bytes.
     g = toy.graph(["a", "b"], [("a", "b", 50)], [1, 1], out_bytes=[50, 1])
@@ -146,7 +171,9 @@ def test_views_are_free(toy, backend, executor):
     env, s, r = sim(g, toy.cluster(), [toy.G0] * 3, backend, executor)
     assert env.fwd_s[1].tolist() == [0.0, 0.0, 0.0]
     assert r.step_time_s == 6.0
-    assert r.peak_bytes["gpu:0"] == 8 + 0 + 8 + 8  # a, (view: nothing), b, b's gradient
+    # a and b in forward (the view takes nothing); a is freed once b has run (relu's backward reads relu's output, not
+    # a), then b and b's gradient in backward
+    assert r.peak_bytes["gpu:0"] == 8 + 0 + 8
 
 
 @pytest.mark.parametrize("executor", EXECUTORS)
