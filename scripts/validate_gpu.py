@@ -48,7 +48,9 @@ placement is a single-device run)::
     python scripts/validate_gpu.py --tiny --out-dir /tmp/validate
 
 ``--rescore DIR`` scores a folder's measurements again with the current simulator
-and the folder's profiles (no device). Output: a markdown report on stdout
+and the folder's profiles (no device). Both a run and a rescore fit the host's
+``contention_op`` on the tuned models' measured placements and score every model
+with it (:mod:`bench.fidelity.contention`: the profiler's probe overstates it). Output: a markdown report on stdout
 (``--json``: JSON), progress on stderr, and under ``--out-dir`` ``<model>.jsonl``,
 ``<model>.profile.json`` (with the order-trust record), ``order_trust.json`` and
 ``summary.json`` (``docs/calibration/README.md``).

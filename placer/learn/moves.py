@@ -52,6 +52,11 @@ class MoveSearchOptions:
     (BENCHMARKS.md, "A smaller batch: the critic's ranking counts")."""
     explore: float = 0.25
     """share of each batch drawn uniformly among the untried moves (critic only)."""
+    adaptive: bool = False
+    """each round, Thompson sampling between the critic's ranking and uniform draws, from their hit rates so far:
+    a round whose draw favours uniform draws its whole batch uniformly (critic only). Off by default: on the tuning
+    cells (k80x4, 4 seeds at 10k) it was no better (inception-v3 316.1 against 316.1 ms, nmt-2 203.6 against 200.8);
+    on nmt-2 / v100x4, where the critic hurts, 67.9 against 68.4 (uniform 68.0). BENCHMARKS.md, "Adaptive rounds"."""
     patience: int = 6
     """rounds in a row without a faster move before a level hands over to the next."""
     starts: int = 16
@@ -332,6 +337,10 @@ class MoveSearch:
         o = self.options
         b = min(o.batch, len(untried))
         n_ranked = 0 if o.proposals == "uniform" or not self.replay.size else b - int(round(o.explore * b))
+        if n_ranked and o.adaptive:  # [uniform, ranked]: the arm whose sampled hit rate is higher takes the round
+            rate = self.rng.beta(1 + self.hits, 1 + self.tries - self.hits)
+            if rate[1] < rate[0]:
+                n_ranked = 0
         chosen = []
         if n_ranked:
             with torch.no_grad():

@@ -88,6 +88,28 @@ def test_the_critic_learns_which_moves_make_the_step_faster(monkeypatch):
     assert ranked >= 1.5 * uniform, (ranked, uniform)
 
 
+@pytest.mark.parametrize("flip", [False, True])
+def test_adaptive_rounds_go_to_whichever_proposer_finds_faster_moves(monkeypatch, flip):
+    """Thompson sampling between the critic's ranking and uniform draws: a critic trained on flipped labels (it ranks
+    the slower moves first) loses most rounds to uniform draws; a sound one keeps most of them. Without the
+    adaptation the ranked share is fixed at 1 - explore = 0.75 either way."""
+    g, c = moe_dag(120, seed=1), envs.Cluster.preset("k80x4")
+    env = envs.SimEnv(g, c)
+    if flip:
+        learn = MoveSearch._learn
+        monkeypatch.setattr(MoveSearch, "_learn", lambda self, feats, delta: learn(self, feats, -delta))
+    tries, hits = np.zeros(2), np.zeros(2)
+    for seed in range(2):
+        search = MoveSearch(g, c, env, options=MoveSearchOptions(adaptive=True), seed=seed)
+        search.run(None, max_evals=2000)
+        tries, hits = tries + search.tries, hits + search.hits
+    ranked_share = tries[1] / tries.sum()
+    if flip:
+        assert hits[1] / tries[1] < hits[0] / tries[0] and ranked_share < 0.4, (ranked_share, hits, tries)
+    else:
+        assert ranked_share > 0.6, (ranked_share, hits, tries)
+
+
 def test_uniform_proposals_never_consult_the_critic():
     g, c = moe_dag(60, seed=0), envs.Cluster.preset("k80x2")
     search = MoveSearch(g, c, envs.SimEnv(g, c), options=MoveSearchOptions(proposals="uniform"), seed=0)
