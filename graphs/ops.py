@@ -177,20 +177,19 @@ def free_mask(graph: "OpGraph") -> np.ndarray:
 
 
 # What autograd keeps of an op for its backward, by the op's name (eager PyTorch's derivative formulas).
-#: The backward reads the op's own output (``result`` in the formula): the output is saved.
+#: The backward reads the op's own output (``result`` in the formula).
 SAVES_OUTPUT = frozenset({"relu", "relu_", "sigmoid", "sigmoid_", "tanh", "tanh_", "softmax", "_softmax", "log_softmax",
                           "_log_softmax", "exp", "sqrt", "rsqrt", "scaled_dot_product_attention"})
-#: The backward reads none of the op's tensor inputs (shapes, a scalar at most).
-SAVES_NO_INPUT = frozenset({"add", "add_", "sub", "sub_", "neg", "cat", "stack", "sum", "mean", "clone", "contiguous",
-                            "_to_copy", "to", "copy", "copy_", "dropout", "relu", "relu_", "sigmoid", "sigmoid_", "tanh",
-                            "tanh_", "softmax", "_softmax", "log_softmax", "_log_softmax", "exp", "sqrt", "rsqrt",
-                            "new_zeros", "new_ones", "zeros", "zeros_like", "ones", "ones_like", "full", "arange",
-                            "fill_", "zero_", "flatten"})
-#: The backward reads the op's inputs, not its output.
-SAVES_INPUTS_ONLY = frozenset({"linear", "mm", "bmm", "matmul", "addmm", "baddbmm", "conv1d", "conv2d", "conv3d", "convolution",
-                               "batch_norm", "layer_norm", "group_norm", "rms_norm", "gelu", "silu", "mul", "mul_", "div",
-                               "div_", "pow", "embedding", "cross_entropy_loss", "nll_loss", "max_pool2d", "avg_pool2d",
-                               "adaptive_avg_pool2d", "masked_fill", "where", "index_select", "gather"})
+#: The backward reads the op's tensor inputs.
+SAVES_INPUTS = frozenset({"linear", "mm", "bmm", "matmul", "addmm", "baddbmm", "conv1d", "conv2d", "conv3d", "convolution",
+                          "batch_norm", "layer_norm", "group_norm", "rms_norm", "gelu", "silu", "mul", "mul_", "div", "div_",
+                          "pow", "embedding", "cross_entropy_loss", "nll_loss", "max_pool2d", "avg_pool2d",
+                          "adaptive_avg_pool2d", "masked_fill", "where", "index_select", "gather",
+                          "scaled_dot_product_attention"})
+#: The backward reads no tensor of the op's (shapes, a scalar at most).
+SAVES_NOTHING = frozenset({"add", "add_", "sub", "sub_", "neg", "cat", "stack", "sum", "mean", "clone", "contiguous",
+                           "_to_copy", "to", "copy", "copy_", "dropout", "new_zeros", "new_ones", "zeros", "zeros_like", "ones",
+                           "ones_like", "full", "arange", "fill_", "zero_", "flatten"})
 
 
 def saved_mask(graph: "OpGraph") -> np.ndarray:
@@ -198,8 +197,8 @@ def saved_mask(graph: "OpGraph") -> np.ndarray:
 
     An output is kept when the op's own backward reads it (:data:`SAVES_OUTPUT`) or a
     consumer's backward reads its inputs, through views too: a ``linear`` saves its
-    input (:data:`SAVES_INPUTS_ONLY`), a ``relu`` its output, an ``add`` nothing
-    (:data:`SAVES_NO_INPUT`). An op of any other type is taken to save its inputs and
+    input (:data:`SAVES_INPUTS`), a ``relu`` its output, an ``add`` nothing
+    (:data:`SAVES_NOTHING`). An op of any other type is taken to save its inputs and
     its output, as if every activation were kept: it errs towards more memory. Views (:func:`free_mask`) take no memory of
     their own and are reported kept; what they alias is kept when they are needed. An op nothing consumes (the loss, an
     output) is kept.
@@ -213,8 +212,8 @@ def saved_mask(graph: "OpGraph") -> np.ndarray:
     n = graph.num_ops
     names = [base_op_name(t) for t in graph.op_types]
     free = free_mask(graph)
-    known = SAVES_OUTPUT | SAVES_NO_INPUT | SAVES_INPUTS_ONLY
-    saves_inputs = np.array([not f and b not in SAVES_NO_INPUT for b, f in zip(names, free)], dtype=bool)
+    known = SAVES_OUTPUT | SAVES_INPUTS | SAVES_NOTHING
+    saves_inputs = np.array([not f and (b in SAVES_INPUTS or b not in known) for b, f in zip(names, free)], dtype=bool)
     kept = np.array([f or b in SAVES_OUTPUT or b not in known for b, f in zip(names, free)], dtype=bool)
     needed = np.zeros(n, dtype=bool)  # a consumer's backward reads it (a view: reads what it aliases)
     out_ptr, out_dst, _ = graph.out_csr

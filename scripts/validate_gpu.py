@@ -147,13 +147,7 @@ def rescore_model(name: str, group: str, args: argparse.Namespace) -> dict:
     graph = capture(model, inputs, name=name)
     if prof.get("graph_hash") != graph.content_hash:
         raise PlacerError(f"{prof_path}: profiled graph {prof.get('graph_hash')}, not {name} ({args.size}) as captured here ({graph.content_hash})")
-    graph_p, logical, phys, to_phys = runs.calibrated(graph, prof, envs.resolve_cluster(args.cluster), args.device_map)
-    import numpy as np
-
-    cands = [{"idx": np.asarray(r["devices"], dtype=np.int32), "order": None if r.get("order") is None else np.asarray(r["order"], dtype=np.int64)}
-             for r in rows]
-    for r, sim in zip(rows, runs.simulated(graph_p, phys, to_phys, logical, cands)):
-        r.update(sim)
+    rows = runs.resimulated(graph, prof, rows, envs.resolve_cluster(args.cluster), args.device_map)
     log(f"[{name}] rescored {len(rows)} measured placements with {prof_path}")
     figures = {**model_figures(name, group, rows), "ops": graph.num_ops, "graph_hash": graph.content_hash, "size": args.size,
                "checks": {"apply": None}}

@@ -48,11 +48,7 @@ def with_contention(prof: Mapping[str, Any], op: float | str) -> dict[str, Any]:
 def rescored(item: Mapping[str, Any], op: float | str, cluster, device_map: str) -> tuple[list[dict], dict]:
     """``item``'s rows (``{"graph", "prof", "rows"}``) simulated again with ``contention_op = op``; and that profile."""
     prof = with_contention(item["prof"], op)
-    graph_p, logical, phys, to_phys = runs.calibrated(item["graph"], prof, cluster, device_map)
-    cands = [{"idx": np.asarray(r["devices"], dtype=np.int32),
-              "order": None if r.get("order") is None else np.asarray(r["order"], dtype=np.int64)} for r in item["rows"]]
-    rows = [{**r, **sim} for r, sim in zip(item["rows"], runs.simulated(graph_p, phys, to_phys, logical, cands))]
-    return rows, prof
+    return runs.resimulated(item["graph"], prof, item["rows"], cluster, device_map), prof
 
 
 def _mape(name: str, rows: Sequence[Mapping[str, Any]]) -> float | None:

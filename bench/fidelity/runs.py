@@ -263,6 +263,14 @@ def simulated(graph_p, phys, to_phys: np.ndarray, logical, cands: list[dict]) ->
     return out
 
 
+def resimulated(graph, prof: dict, rows_: list[dict], cluster, device_map) -> list[dict]:
+    """Stored rows (their ``devices`` and ``order``) with their simulated fields recomputed under ``prof``."""
+    graph_p, logical, phys, to_phys = calibrated(graph, prof, cluster, device_map)
+    cands = [{"idx": np.asarray(r["devices"], dtype=np.int32),
+              "order": None if r.get("order") is None else np.asarray(r["order"], dtype=np.int64)} for r in rows_]
+    return [{**r, **sim} for r, sim in zip(rows_, simulated(graph_p, phys, to_phys, logical, cands))]
+
+
 def rows(name: str, group: str, args: Any, logical, cands: list[dict], measured: dict[str, dict], sims: list[dict]) -> list[dict]:
     """One row per candidate: what it is, its real step (and its second build's, its node order's), its simulated ones."""
     by_cand: dict[int, dict[str, dict]] = {}

@@ -359,12 +359,12 @@ class KernelData:
     def __init__(self, g: OpGraph, c: Cluster, fwd_s: np.ndarray, bwd_s: np.ndarray, static_bytes: np.ndarray,
                  act_bytes: np.ndarray, executor: str, segments: np.ndarray | None = None,
                  grad: np.ndarray | None = None, issue: tuple[np.ndarray, np.ndarray] | None = None,
-                 host_costs: cost.HostCosts | None = None) -> None:
+                 host_costs: cost.HostCosts | None = None, kept: np.ndarray | None = None) -> None:
         self.n, self.D = g.num_ops, c.num_devices
         # which ops have a backward (graphs.ops.grad_mask); default all
         self.grad = np.ones(self.n, dtype=np.bool_) if grad is None else np.ascontiguousarray(grad, dtype=np.bool_)
         # which outputs autograd keeps for backward (graphs.ops.saved_mask); the others are freed after their consumers
-        self.kept = np.ascontiguousarray(saved_mask(g), dtype=np.bool_)
+        self.kept = np.ascontiguousarray(saved_mask(g) if kept is None else kept, dtype=np.bool_)
         # the host thread's program (eager): one forward then one backward, unless given
         self.segs = np.ascontiguousarray(
             [[0, 0, self.n], [1, 0, self.n]] if segments is None else segments, dtype=np.int64).reshape(-1, 3)

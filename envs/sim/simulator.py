@@ -239,7 +239,8 @@ class SimEnv:
             from envs.sim.kernel import KernelData  # numba compiles on first use: import envs stays light
 
             self._kernel_data = KernelData(self.sim_graph, self.cluster, self.fwd_s, self.bwd_s, self.static_bytes, self.act_bytes,
-                                           self.executor, self.segments, self.grad, (self.issue_f, self.issue_b), self.host_costs)
+                                           self.executor, self.segments, self.grad, (self.issue_f, self.issue_b), self.host_costs,
+                                           self.kept)
         return self._kernel_data
 
     # -------------------------------------------------------------- schedule
