@@ -32,6 +32,7 @@ import torch
 
 from envs.cluster import Cluster
 from graphs import OpGraph, PlacerError
+from placer.methods.heuristics.costs import candidate_devices
 from policies.moves import NUM_FEATURES, ItemLevel, MoveCritic, MoveFeatures, MoveMemory, item_levels
 
 ProposalName = Literal["critic", "uniform"]
@@ -199,8 +200,7 @@ class MoveSearch:
         self.replay = Replay(NUM_FEATURES)
         self.tries, self.hits = np.zeros(2, dtype=np.int64), np.zeros(2, dtype=np.int64)  # [uniform, ranked] moves
         self.schedules = 0  # incumbents' schedules simulated for the features
-        gpus = cluster.gpu_indices()
-        self.devices = np.asarray(gpus if gpus else range(cluster.num_devices), dtype=np.int64)
+        self.devices = candidate_devices(cluster, "auto", graph)  # the GPUs, the host too if they cannot hold it
 
     # ------------------------------------------------------------------ the loop
     def run(self, start: np.ndarray | None = None, *, max_evals: int | None = None,

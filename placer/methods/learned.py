@@ -147,7 +147,7 @@ def _decodes(graph: OpGraph, cluster: Any, net: Any, levels: list[int | str], sa
 def _refine(env: Any, cluster: Any, op_devices: np.ndarray, keys: list, found_by: list[str], view_of: list[int],
             groupings: list, budget: int, rng: np.random.Generator, incumbent: tuple, deadline: float) -> tuple:
     """:func:`place_learned`'s descent from its decodes: ``(op devices, key, found by, placements simulated)``."""
-    gpus = np.asarray(candidate_devices(cluster, "gpus"), dtype=np.int64)
+    devices = np.asarray(candidate_devices(cluster, "auto", env.graph), dtype=np.int64)
     ranked: dict[int, list[int]] = {}  # view -> its decodes, best first, one per distinct placement
     seen: set[tuple[int, bytes]] = set()
     for i in sorted(range(len(op_devices)), key=keys.__getitem__):
@@ -165,7 +165,7 @@ def _refine(env: Any, cluster: Any, op_devices: np.ndarray, keys: list, found_by
         g = groupings[view_of[i]]
         start = np.zeros(int(g.max()) + 1, dtype=np.int64)
         start[g] = op_devices[i]  # a decode of a view gives every op of a group the group's device
-        x, key, spent = descend(env, g, start, gpus, budget - used, key=keys[i], rng=rng, deadline=deadline)
+        x, key, spent = descend(env, g, start, devices, budget - used, key=keys[i], rng=rng, deadline=deadline)
         used += spent
         if key < best_key:
             best, best_key, best_how = x[g].astype(np.int32), key, f"descent from {found_by[i]}"

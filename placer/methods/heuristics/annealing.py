@@ -144,7 +144,7 @@ def annealing(
     time_budget_s: float | None = None,
     t0: float = 0.05,
     batch: int = 16,
-    devices: str = "gpus",
+    devices: str = "auto",
     init: tuple[str, ...] = ("m_etf", "expert"),
     oom_penalty: float = 10.0,
     env=None,
@@ -159,7 +159,9 @@ def annealing(
     ``score_order="planned"``; None: node order. ``graded_oom`` (default on): an
     out-of-memory placement's cost also grows with its worst peak over capacity,
     so moves that bring it closer to fitting are taken (off, a chain started out
-    of memory on a d=2048 encoder never left it; on the zoo it changes nothing).
+    of memory on a d=2048 encoder never left it; on the zoo it changes nothing). ``devices``: where a
+    group may move (:func:`placer.methods.heuristics.costs.candidate_devices`; by default the GPUs, and the
+    host too when the model's training state does not fit them).
     """
     if steps < 0 or batch < 1:
         raise PlacerError(f"annealing: steps must be >= 0 and batch >= 1 (got {steps}, {batch})")
@@ -171,7 +173,7 @@ def annealing(
     def score(op_devices: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         return env.step_times(op_devices, overflow=True, **kw)
 
-    cand = candidate_devices(cluster, devices)
+    cand = candidate_devices(cluster, devices, graph)
     groups = colocation_groups(graph)
     num_groups = int(groups.max()) + 1 if len(groups) else 0
     if num_groups == 0:

@@ -25,13 +25,32 @@ def gpu_devices(cluster) -> np.ndarray:
     return np.asarray(gpus if gpus else range(cluster.num_devices), dtype=np.int64)
 
 
-def candidate_devices(cluster, devices: str) -> np.ndarray:
-    """``"gpus"`` -> the GPUs (all devices when none); ``"all"`` -> every device."""
+def candidate_devices(cluster, devices: str, graph: OpGraph | None = None) -> np.ndarray:
+    """``"gpus"`` -> the GPUs (all devices when none); ``"all"`` -> every device; ``"auto"`` -> the GPUs when
+    ``graph``'s training state fits their memory (:func:`fits_gpus`), else every device.
+
+    ``"auto"`` is the searches' default: a model whose weights, gradients and optimizer state do not fit the
+    GPUs must keep some of them on the host, and a search over the GPUs alone finds no placement that runs
+    (measured on an H100 capped at 24 GiB: BENCHMARKS.md, "Offload").
+    """
     if devices == "gpus":
         return gpu_devices(cluster)
     if devices == "all":
         return np.arange(cluster.num_devices, dtype=np.int64)
-    raise PlacerError(f"devices must be 'gpus' or 'all', got {devices!r}")
+    if devices == "auto":
+        if graph is None:
+            raise PlacerError("devices='auto' needs the graph, to check whether it fits the GPUs")
+        return gpu_devices(cluster) if fits_gpus(graph, cluster) else np.arange(cluster.num_devices, dtype=np.int64)
+    raise PlacerError(f"devices must be 'auto', 'gpus' or 'all', got {devices!r}")
+
+
+def fits_gpus(graph: OpGraph, cluster) -> bool:
+    """Whether ``graph``'s footprint (:func:`op_memory_bytes`, summed) fits the GPUs' :func:`capacity_bytes` together.
+
+    A cluster without GPUs "fits" (its searches use every device anyway).
+    """
+    gpus = list(cluster.gpu_indices())
+    return not gpus or float(op_memory_bytes(graph).sum()) <= float(capacity_bytes(cluster)[gpus].sum())
 
 
 def mean_link(cluster, devices: np.ndarray) -> tuple[float, float]:

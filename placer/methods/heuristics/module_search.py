@@ -85,11 +85,13 @@ def descend(env, op_group: np.ndarray, group_devices: np.ndarray, devices: np.nd
 
 
 @register("module_search")
-def module_search(graph: OpGraph, cluster, *, seed: int = 0, n: int = 1000, starts: int = 16, devices: str = "gpus",
+def module_search(graph: OpGraph, cluster, *, seed: int = 0, n: int = 1000, starts: int = 16, devices: str = "auto",
                   env=None, deadline: float | None = None) -> np.ndarray:
     """Steepest descent over whole modules from uniform starts, ``n`` simulated placements in all.
 
     ``deadline``: a :func:`time.perf_counter` time after which no new round starts (the first always runs).
+    ``devices``: where a module may go (:func:`placer.methods.heuristics.costs.candidate_devices`; by default
+    the GPUs, and the host too when the model's training state does not fit them).
     """
     if n < 1 or starts < 1:
         raise PlacerError(f"module_search: n and starts must be >= 1, got n={n}, starts={starts}")
@@ -98,7 +100,7 @@ def module_search(graph: OpGraph, cluster, *, seed: int = 0, n: int = 1000, star
         raise HeuristicUnavailable(f"module_search: {graph.name or 'the graph'} records no module paths to search",
                                   status="needs module paths")
     env = env if env is not None else envs.SimEnv(graph, cluster)
-    cand = np.asarray(candidate_devices(cluster, devices), dtype=np.int64)
+    cand = np.asarray(candidate_devices(cluster, devices, graph), dtype=np.int64)
     rng = np.random.default_rng(seed)
     best_key, best, used, r = (True, float("inf")), None, 0, 0
     while used < n and (r == 0 or deadline is None or time.perf_counter() < deadline):

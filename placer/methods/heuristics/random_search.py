@@ -1,7 +1,9 @@
 """Random search: the best of ``n`` uniformly random placements, scored by the simulator.
 
 ``random_search``: each co-location group gets a device drawn uniformly from the
-GPUs (``devices="gpus"``, default) or from every device (``"all"``).
+GPUs (``devices="gpus"``), from every device (``"all"``), or by default (``"auto"``) from the GPUs
+when the model's training state fits them and from every device when it does not
+(:func:`placer.methods.heuristics.costs.candidate_devices`).
 
 ``random_modules``: each *module* gets one, at every module depth that groups
 the ops differently (:func:`graphs.module_tree.module_levels`), the ``n`` draws
@@ -32,13 +34,13 @@ BATCH = 64
 
 
 @register("random_search")
-def random_search(graph: OpGraph, cluster, *, seed: int = 0, n: int = 1000, devices: str = "gpus", env=None) -> np.ndarray:
+def random_search(graph: OpGraph, cluster, *, seed: int = 0, n: int = 1000, devices: str = "auto", env=None) -> np.ndarray:
     """Best of ``n`` random placements of the co-location groups (``env``: a SimEnv to reuse, else one is built)."""
     return _best_of(graph, cluster, [colocation_groups(graph)], "random_search", seed=seed, n=n, devices=devices, env=env)
 
 
 @register("random_modules")
-def random_modules(graph: OpGraph, cluster, *, seed: int = 0, n: int = 1000, devices: str = "gpus", env=None) -> np.ndarray:
+def random_modules(graph: OpGraph, cluster, *, seed: int = 0, n: int = 1000, devices: str = "auto", env=None) -> np.ndarray:
     """Best of ``n`` random placements of whole modules, the draws shared among the module depths."""
     levels = [lv.op_group.astype(np.int64) for lv in module_levels(schedule_graph(graph))]
     if not levels:
@@ -53,7 +55,7 @@ def _best_of(graph: OpGraph, cluster, groupings: list[np.ndarray], name: str, *,
     if n < 1:
         raise PlacerError(f"{name}: n must be >= 1, got {n}")
     env = env if env is not None else envs.SimEnv(graph, cluster)
-    cand = candidate_devices(cluster, devices)
+    cand = candidate_devices(cluster, devices, graph)
     sizes = [int(g.max()) + 1 if len(g) else 0 for g in groupings]
     rng = np.random.default_rng(seed)
     best_key, best = (True, np.inf), None

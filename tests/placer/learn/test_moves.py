@@ -235,3 +235,18 @@ def test_accepting_slower_moves_is_off_by_default_and_keeps_the_best():
     assert result.step_time_s == pytest.approx(float(t[0])) and result.step_time_s <= result.curve.best_s[0]
     with pytest.raises(PlacerError, match="bad options"):
         MoveSearch(g, c, envs.SimEnv(g, c), options=MoveSearchOptions(accept=-1.0))
+
+
+def test_the_move_search_moves_onto_the_host_when_the_gpus_cannot_hold_the_model():
+    # 24 GiB of training state on two 12 GB GPUs: every placement on the GPUs alone is out of memory
+    from tests.placer.methods.test_heuristics import embedding_and_layers, four_modules
+
+    c = envs.Cluster.preset("k80x2")
+    g = embedding_and_layers()
+    env = envs.SimEnv(g, c)
+    search = MoveSearch(g, c, env, seed=0)
+    assert search.devices.tolist() == [0, 1, 2]
+    gpu = c.gpu_indices()[0]
+    result = search.run(np.full(g.num_ops, gpu, dtype=np.int32), max_evals=200)
+    assert envs.simulate(g, result.op_devices, c).status == "ok"
+    assert MoveSearch(four_modules(), c, envs.SimEnv(four_modules(), c)).devices.tolist() == c.gpu_indices()

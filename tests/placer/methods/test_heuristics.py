@@ -543,3 +543,41 @@ def test_install_hints_name_the_libraries_of_each_extra_in_setup_cfg():
     for extra, libs in EXTRAS.items():
         assert set(libs) == {re.split(r"[<>=!~ ]", line.strip())[0] for line in extras[extra].split("\n") if line.strip()}
         assert "placer[" not in install_hint(extra).replace(f"'.[{extra}]'", "")
+
+
+def embedding_and_layers() -> OpGraph:
+    """A cheap lookup holding 2 GiB of weights, then 4 compute-heavy layers of 1 GiB each: 24 GiB of training state
+    (weights, gradients, two Adam moments), more than k80x2's two 12 GB GPUs hold; with the lookup on the host it fits."""
+    names = ["embed"] + [f"l{m}_{i}" for m in range(4) for i in range(3)]
+    edges = [(a, b, 1 << 20) for a, b in zip(names, names[1:])]
+    gib = 1 << 30
+    return OpGraph.from_edges(names, edges, flops=[1e6] + [4e10] * 12, op_types=["aten.mm.default"] * 13,
+                              param_bytes=[2 * gib] + [gib if n.endswith("_0") else 0 for n in names[1:]],
+                              name="embedding-and-layers", module_paths=["embed"] + [f"layers.{n[1]}" for n in names[1:]])
+
+
+def test_auto_devices_are_the_gpus_when_the_model_fits_them_and_every_device_when_it_does_not(k80x2):
+    from placer.methods.heuristics.costs import candidate_devices, fits_gpus
+
+    small, big = four_modules(), embedding_and_layers()
+    assert fits_gpus(small, k80x2) and not fits_gpus(big, k80x2)
+    assert candidate_devices(k80x2, "auto", small).tolist() == k80x2.gpu_indices()
+    assert candidate_devices(k80x2, "auto", big).tolist() == [0, 1, 2]
+    with pytest.raises(PlacerError, match="needs the graph"):
+        candidate_devices(k80x2, "auto")
+    with pytest.raises(PlacerError, match="'auto', 'gpus' or 'all'"):
+        candidate_devices(k80x2, "host")
+
+
+@pytest.mark.parametrize("name", ["module_search", "random_modules", "random_search", "annealing"])
+def test_searches_use_the_host_by_default_when_the_gpus_cannot_hold_the_model(name, k80x2):
+    # an H100 capped at 24 GiB and a 1.5 B-parameter Llama: every search over the GPU alone ran out of memory
+    g = embedding_and_layers()
+    cpu = k80x2.device_names.index("cpu:0")
+    assert envs.simulate(g, run(name, g, k80x2, devices="gpus"), k80x2).status == "oom"
+    idx = run(name, g, k80x2)
+    assert envs.simulate(g, idx, k80x2).status == "ok"
+    if name == "module_search":  # the lookup on the host, a layer's module per GPU: what the descent finds
+        assert int(idx[0]) == cpu and cpu not in idx[1:]
+    small = four_modules()
+    assert np.array_equal(run(name, small, k80x2), run(name, small, k80x2, devices="gpus"))
