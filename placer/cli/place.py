@@ -71,8 +71,11 @@ def run(args: argparse.Namespace) -> int:
         raise
     placement.save(args.output)
     counts = ", ".join(f"{d}: {k}" for d, k in sorted(placement.device_counts().items()))
+    step_ms = placement.meta["step_time_s"] * 1e3
+    fit = envs.SimEnv(graph, cluster).simulate(placement)  # the planned order's time ignores memory: say when it does not fit
+    timing = f"{step_ms:.3f} ms simulated, eager" if fit.ok else f"{fit.message}; {step_ms:.3f} ms ignoring memory"
     print(f"{args.output}: {args.method} placement of {graph.name or args.graph} ({graph.num_ops} ops) on {cluster.name} ({counts}); "
-          f"issue order: {placement.meta['issue_order']} ({placement.meta['step_time_s'] * 1e3:.3f} ms simulated, eager)")
+          f"issue order: {placement.meta['issue_order']} ({timing})")
     if args.method == "learned":
         m = placement.meta
         refined = (f"; {m['refine_simulated']} placements simulated refining the decodes (stopped: {m['refine_stopped']})"

@@ -68,13 +68,15 @@ def test_simulate_reports_oom(capsys, files):
     cpath = tmp / "small.json"
     cpath.write_text(json.dumps(doc))
     p = tmp / "p.json"
-    assert run(capsys, "place", gpath, "--cluster", str(cpath), "--option", "device=gpu:0", "-o", str(p))[0] == 0
+    rc, out, _ = run(capsys, "place", gpath, "--cluster", str(cpath), "--option", "device=gpu:0", "-o", str(p))
+    assert rc == 0 and "(out of memory on gpu:0: peak" in out and "ms ignoring memory)" in out  # not "ms simulated"
     rc, out, _ = run(capsys, "simulate", gpath, str(p), "--cluster", str(cpath), "--json")
     res = json.loads(out)
     assert rc == 0 and res["status"] == "oom" and res["step_time_s"] is None
     assert "gpu:0" in res["message"] and res["extra"]["oom_devices"] == ["gpu:0"]
     # without an explicit device, `single` picks one that fits
-    assert run(capsys, "place", gpath, "--cluster", str(cpath), "-o", str(p))[0] == 0
+    rc, out, _ = run(capsys, "place", gpath, "--cluster", str(cpath), "-o", str(p))
+    assert rc == 0 and "ms simulated, eager)" in out
     assert set(Placement.load(p).assignment.values()) == {"gpu:1"}
 
 
