@@ -6,6 +6,8 @@ crash loses nothing it measured, and running it again (or the next stage) on
 the same folder measures only what is missing. Files under ``OUT``:
 
 * ``cluster.json``: the scenario's cluster (``gpu:0``'s memory is the cap);
+* ``graph.json``: the graph exported where the stage ran (its torch's), so that the measured plans can be
+  simulated again on any machine (``graphs.load``);
 * ``plans.json``: every rival's plan and the simulator's view of it (made once);
 * ``measurements.jsonl``: every real measurement, keyed by placement and order;
 * ``fsdp2.json``: FSDP2's offload, measured; ``host_adam.json``: the host's Adam rate;
@@ -30,6 +32,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+import graphs
 from bench import offload, offload_report
 from bench.offload import Plan, Scenario
 from envs.result import Result
@@ -77,6 +80,7 @@ def open_env(opts: StageOptions) -> tuple[Any, Any, str]:
     t0 = time.perf_counter()
     env = LocalEnv(offload.builder(opts.scenario), cluster, device_map=opts.device_map, warmup_steps=opts.warmup_steps,
                    timed_steps=opts.timed_steps, measure_timeout_s=opts.measure_timeout_s, run_dir=opts.out_dir)
+    graphs.save(env.graph, os.path.join(opts.out_dir, "graph.json"))  # the export measured: its plans re-simulate anywhere
     log(f"built and exported {opts.scenario.name} ({env.graph.num_ops} ops, {env.graph.total_param_bytes / 4e9:.2f} B "
         f"parameters) in {time.perf_counter() - t0:.0f}s; GPU memory fraction {env.memory_fractions or 'not capped'}")
     return env, cluster, path

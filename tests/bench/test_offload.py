@@ -241,6 +241,8 @@ def test_the_pipeline_runs_on_the_cpu_stand_in_resumes_and_a_killed_run_loses_no
     assert rows["placer, trained on the simulator"]["status"] == "ok" and rows["FSDP2, CPUOffloadPolicy (every parameter on the host)"]["status"] == "ok"
     assert all(r["real_peak_gpu_gib"] is None and r["within_cap"] is None for r in doc["rows"])  # no GPU here: no GPU peak
     assert json.loads((out / "cluster.json").read_text())["devices"][1]["memory_bytes"] == SCENARIOS["tiny"].gpu_cap_bytes
+    import graphs
+    assert graphs.load(out / "graph.json").content_hash == json.loads((out / "plans.json").read_text())["graph_hash"]
     measured = _logged(out)
     assert measured >= 5
 
