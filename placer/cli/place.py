@@ -36,11 +36,14 @@ def add_command(sub: argparse._SubParsersAction) -> None:
                    "(greedy) and the graph coarsened to each of these group counts, or grouped by module at each "
                    "depth (the word modules); none: the ops only, sampled too (default 128,256,512,modules)")
     p.add_argument("--refine", type=int, default=None, metavar="N", help="--method learned: then simulate up to N "
-                   "more placements improving the best decodes, one group moved to another GPU at a time (steepest "
+                   "more placements improving the best decodes, one group moved to another GPU (or to the host, when the "
+                   "model's training state does not fit the GPUs) at a time (steepest "
                    "descent, as the module_search heuristic does from random draws); stops after 2 s; 0: keep the "
                    "best decode (default 1000)")
     p.add_argument("--seed", type=int, default=0, help="seed for randomised methods (default 0)")
-    p.add_argument("--option", action="append", default=[], metavar="KEY=VALUE", help="a method option, e.g. device=gpu:1 (repeatable)")
+    p.add_argument("--option", action="append", default=[], metavar="KEY=VALUE", help="a method option, e.g. device=gpu:1; devices=gpus|all|auto for the searches (random_search, "
+                   "random_modules, module_search, annealing; auto, the default: the GPUs, and the host too when the "
+                   "model's training state does not fit them) (repeatable)")
     p.add_argument("-o", "--output", required=True, metavar="FILE", help="placement file to write (.json)")
     add_profile_argument(p)
     p.set_defaults(func=run)
