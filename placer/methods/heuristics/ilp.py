@@ -46,8 +46,10 @@ best heuristic's placement needs hundreds of items on the zoo's graphs): the
 solver improves the hint instead, window by window
 (:mod:`placer.methods.heuristics.ilp_lns`: the window's groups one by one, the
 rest of the plan kept), each result kept only if the simulator finds it
-faster. The hint is the fastest of ``hint`` (comma-separated heuristics) with
-its planned issue order; the plan returned is never slower than it. Without a
+faster. The hint is the fastest of ``hint`` (comma-separated heuristics) that
+fits in memory, with its planned issue order; the plan returned is never slower
+than it, and never out of memory where the hint fits (plans are compared by
+``(out of memory, step time)``: a plan that fits first). Without a
 hint a large graph is solved once on coarsened groups, as before.
 
 The row's ``meta``: ``hint`` and ``hint_step_time_s``; for one model the solver's
@@ -81,8 +83,9 @@ from placer.methods.registry import HeuristicUnavailable, get, install_hint, reg
 DEFAULT_HINTS = "m_etf,heft,m_topo,single"
 
 
-def _hint(graph: OpGraph, cluster, env, methods: str, seed: int) -> tuple[str, np.ndarray, np.ndarray, float] | None:
-    """The fastest of ``methods`` under the eager simulator, with its planned issue order."""
+def _hint(graph: OpGraph, cluster, env, methods: str, seed: int) -> tuple[str, np.ndarray, np.ndarray, float, bool] | None:
+    """``(name, op devices, planned order, step seconds, out of memory)`` of the best of ``methods`` under the eager
+    simulator, in its planned issue order: the fastest that fits, or the fastest of all when none fits."""
 
     best = None
     for name in [m.strip() for m in methods.split(",") if m.strip()]:
@@ -90,11 +93,12 @@ def _hint(graph: OpGraph, cluster, env, methods: str, seed: int) -> tuple[str, n
             continue
         try:
             idx = np.asarray(get(name)(graph, cluster, seed=seed), dtype=np.int64)
-            order, _, t = env.plan_order(idx)
+            order, _, _ = env.plan_order(idx)
         except PlacerError:
             continue
-        if best is None or t < best[3]:
-            best = (name, idx, order, t)
+        oom, t = lns.fitted_key(env, idx, order)
+        if best is None or (oom, t) < (best[4], best[3]):
+            best = (name, idx, order, t, oom)
     return best
 
 
@@ -134,7 +138,7 @@ def ilp(graph: OpGraph, cluster, *, seed: int = 0, time_limit_s: float = 60.0, n
     if hint_row is not None:
         meta.update(hint=hint_row[0], hint_step_time_s=hint_row[3])
     if hint_row is not None and not whole:  # too large for one model of single ops: improve the hint window by window
-        inc, stats = lns.search(graph, cluster, eager, lns.Incumbent(hint_row[1], np.asarray(hint_row[2]), hint_row[3]),
+        inc, stats = lns.search(graph, cluster, eager, lns.Incumbent(hint_row[1], np.asarray(hint_row[2]), hint_row[3], hint_row[4]),
                                 deadline=t0 + float(time_limit_s), workers=workers, seed=seed, window_ops=int(window_ops))
         idx, order, step_s = inc.op_devices.astype(np.int32), inc.order, inc.step_time_s
         meta.update(solver_status="windows", windows=stats.windows, windows_improved=stats.improved,
@@ -161,11 +165,11 @@ def _solve_whole(graph: OpGraph, cluster, eager, op_item: np.ndarray, hint_row, 
     sol = solve(items, cluster, time_limit_s=remaining, num_workers=workers, seed=seed, hint_device=hint_dev, hint_order=hint_order)
     idx = sol.item_device[op_item].astype(np.int32)
     order = item_order_to_ops(op_item, sol.item_order)
-    step_s = float(eager.step_times(idx[None, :], order)[0][0])
+    oom, step_s = lns.fitted_key(eager, idx, order)
     meta.update(solver_status=sol.status, solver_objective_s=sol.objective_s, solver_bound_s=sol.bound_s,
                 solve_time_s=sol.solve_s, items=K, exact=bool(K == int(colocation_groups(graph).max()) + 1),
                 issue_order="solver")
-    if hint_row is not None and hint_row[3] < step_s:  # never worse than the hint it started from
+    if hint_row is not None and (hint_row[4], hint_row[3]) < (oom, step_s):  # never worse than the hint it started from
         meta.update(solver_status=f"{sol.status}, hint kept (the solver's plan: {step_s * 1e3:.3f} ms)",
                     issue_order="hint (planned)")
         return np.asarray(hint_row[1], dtype=np.int32), np.asarray(hint_row[2]), float(hint_row[3])

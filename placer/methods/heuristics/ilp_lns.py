@@ -47,6 +47,11 @@ class Incumbent:
     op_devices: np.ndarray
     order: np.ndarray
     step_time_s: float
+    oom: bool = False  # out of memory: any plan that fits beats it, whatever its step time
+
+    @property
+    def key(self) -> tuple[bool, float]:
+        return self.oom, self.step_time_s
 
 
 @dataclass
@@ -156,12 +161,19 @@ def improve_window(graph: OpGraph, cluster, env, units: np.ndarray, inc: Incumbe
     order = splice_order(inc, op_item, rank, start, stop)
     if np.array_equal(x, inc.op_devices) and np.array_equal(order, inc.order):
         return None
-    t_kept = float(env.step_times(x[None].astype(np.int32), order)[0][0])
-    planned, _, t_planned = env.plan_order(x)
-    best = min((t_kept, 0), (float(t_planned), 1))
-    if not best[0] < inc.step_time_s:
+    planned, _, _ = env.plan_order(x)
+    planned = np.asarray(planned, dtype=np.int64)
+    kept, replanned = (fitted_key(env, x, o) for o in (order, planned))
+    key, chosen = min((kept, 0), (replanned, 1))
+    if not key < inc.key:
         return None
-    return Incumbent(x, order if best[1] == 0 else np.asarray(planned, dtype=np.int64), best[0])
+    return Incumbent(x, order if chosen == 0 else planned, key[1], key[0])
+
+
+def fitted_key(env, op_devices: np.ndarray, order: np.ndarray) -> tuple[bool, float]:
+    """``(out of memory, step seconds)`` of a plan: what the plans are compared by, a plan that fits first."""
+    t, failed = env.step_times(np.asarray(op_devices, dtype=np.int32)[None], order)[:2]
+    return bool(failed[0]), float(t[0])
 
 
 def search(graph: OpGraph, cluster, env, inc: Incumbent, *, deadline: float, workers: int, seed: int,

@@ -14,6 +14,7 @@ from graphs import OpGraph, save
 from graphs.synthetic import moe_dag, random_dag
 from placer.cli import main
 from placer.compare import compare
+from placer.methods import registry as baselines
 
 pytest.importorskip("ortools")
 
@@ -202,3 +203,18 @@ def test_ilp_keeps_its_hint_when_every_window_is_slower(monkeypatch):
     plan = ilp(g, c, time_limit_s=2, num_workers=1, max_items=4, hint="m_etf", window_ops=8)
     assert plan.meta["windows"] >= 1 and plan.meta["windows_improved"] == 0
     assert envs.simulate(g, plan, c).step_time_s == pytest.approx(plan.meta["hint_step_time_s"])
+
+
+@pytest.mark.parametrize("max_items", [None, 2])  # one model of every item; windows over the hint
+def test_ilp_prefers_a_hint_that_fits_and_never_returns_one_out_of_memory(max_items):
+    # a host and a small GPU: m_etf's plan (all on the GPU) is the fastest ignoring memory but does not fit;
+    # ilp took it as its hint, and wrote an out-of-memory plan where heft's fits
+    from tests.placer.methods.test_heuristics import embedding_and_layers
+
+    g, c = embedding_and_layers(), envs.Cluster.preset("k80x2")
+    etf, heft = (envs.simulate(g, baselines.get(m)(g, c), c) for m in ("m_etf", "heft"))
+    assert etf.status == "oom" and heft.status == "ok"
+    plan = ilp(g, c, time_limit_s=3, num_workers=1, hint="m_etf,heft", max_items=max_items)
+    assert plan.meta["hint"] == "heft"
+    r = envs.simulate(g, plan, c)
+    assert r.status == "ok" and r.step_time_s <= plan.meta["hint_step_time_s"] * (1 + 1e-12)
