@@ -6,6 +6,8 @@ crash loses nothing it measured, and running it again (or the next stage) on
 the same folder measures only what is missing. Files under ``OUT``:
 
 * ``cluster.json``: the scenario's cluster (``gpu:0``'s memory is the cap);
+* ``profile.json`` (the ``profile`` stage): every op timed on this machine's devices; when it is there, the
+  plans, placer's training and every simulated column use the calibrated simulator (:func:`simulator_view`);
 * ``graph.json``: the graph exported where the stage ran (its torch's), so that the measured plans can be
   simulated again on any machine (``graphs.load``);
 * ``plans.json``: every rival's plan and the simulator's view of it (made once);
@@ -16,6 +18,8 @@ the same folder measures only what is missing. Files under ``OUT``:
 * ``rows.json`` and ``table.md``: the table, rewritten by every stage.
 
 ``plan`` (no device): the model captured on the meta device, the plans, the simulator's table.
+``profile``: every op of the exported model timed on each torch device of the device map, in context
+(:func:`envs.real.profiler.profile_model`, the GPU not capped: each device runs every op), for the stages after it.
 ``rivals``: build and export the model (the GPU capped), make the plans (placer
 trained on the simulator for ``train_budget_s``), measure them in
 :func:`bench.offload.measure_order` and FSDP2's offload, until ``deadline_s``.
@@ -59,6 +63,7 @@ class StageOptions:
     samples: int = 8
     seed: int = 0
     exploration: float = 2.0
+    profile_repeats: int = 3
 
 
 def log(msg: str) -> None:
@@ -86,14 +91,43 @@ def open_env(opts: StageOptions) -> tuple[Any, Any, str]:
     return env, cluster, path
 
 
-def load_or_make_plans(opts: StageOptions, graph: Any, cluster: Any, cluster_path: str) -> list[Plan]:
-    """The rivals' plans of ``OUT/plans.json``, or made now (placer trained on the simulator) and saved."""
+PROFILE_NAME = "profile.json"
+
+
+def simulator_view(opts: StageOptions, graph: Any, cluster: Any) -> tuple[Any, Any, str]:
+    """``(graph, cluster, name)`` the stages simulate with: calibrated by ``OUT/profile.json`` when the ``profile``
+    stage wrote one for this graph (``"profile"``), else the scenario's estimates (``"estimates"``)."""
+    from envs.real.profiler import apply_profile, calibrate_cluster, load_profile
+
+    path = os.path.join(opts.out_dir, PROFILE_NAME)
+    if not os.path.exists(path):
+        return graph, cluster, "estimates"
+    prof = load_profile(path)
+    if prof.get("graph_hash") != graph.content_hash:
+        raise PlacerError(f"{path}: profiles graph {prof.get('graph_hash')}, not {graph.content_hash} (another torch or "
+                          "model? run the profile stage again)")
+    return (apply_profile(graph, prof, source=path), calibrate_cluster(cluster, prof, graph=graph, device_map=opts.device_map),
+            "profile")
+
+
+def load_or_make_plans(opts: StageOptions, graph: Any, cluster: Any, cluster_path: str, simulator: str = "estimates") -> list[Plan]:
+    """The rivals' plans of ``OUT/plans.json``, or made now (placer trained on the simulator) and saved.
+
+    ``graph`` and ``cluster`` are what the plans are made and simulated with (:func:`simulator_view`, named
+    ``simulator``); plans made with another simulator keep their placements and are simulated again with this one.
+    """
     path = os.path.join(opts.out_dir, "plans.json")
     if os.path.exists(path):
         doc = read_json(path)
-        if doc.get("graph_hash") == graph.content_hash:
-            return [offload.plan_from_doc(d) for d in doc["plans"]]
-        raise PlacerError(f"{path}: made for graph {doc.get('graph_hash')}, not {graph.content_hash} (another torch or model?)")
+        if doc.get("graph_hash") != graph.content_hash:
+            raise PlacerError(f"{path}: made for graph {doc.get('graph_hash')}, not {graph.content_hash} (another torch or model?)")
+        plans = [offload.plan_from_doc(d) for d in doc["plans"]]
+        made = doc.get("simulator", "estimates")
+        if made != simulator:
+            log(f"plans made with the simulator's {made}: simulated again with its {simulator}")
+            plans = [Plan(p.label, p.kind, p.placement, offload.simulated(graph, cluster, p.placement, p.sim.get("message", "")))
+                     for p in plans]
+        return plans
     t0 = time.perf_counter()
     model, _ = offload.build(opts.scenario, meta=True)  # accelerate needs the modules and shapes only
     plans = offload.single_plans(graph, cluster) + offload.accelerate_plans(graph, cluster, model)
@@ -102,7 +136,7 @@ def load_or_make_plans(opts: StageOptions, graph: Any, cluster: Any, cluster_pat
         f"for {opts.train_budget_s:g}s")
     plans.append(offload.train_on_simulator(graph, cluster, cluster_path, os.path.join(opts.out_dir, "sim"),
                                             time_budget_s=opts.train_budget_s, samples=opts.samples, seed=opts.seed))
-    _write_json(path, {"graph_hash": graph.content_hash, "plans": [offload.plan_doc(p) for p in plans]})
+    _write_json(path, {"graph_hash": graph.content_hash, "simulator": simulator, "plans": [offload.plan_doc(p) for p in plans]})
     return plans
 
 
@@ -169,12 +203,41 @@ def run_rivals(opts: StageOptions) -> dict[str, Any]:
     os.makedirs(opts.out_dir, exist_ok=True)
     host_adam_stage(opts, parameters=opts.scenario.vocab_size * opts.scenario.hidden_size // 4)
     env, cluster, cluster_path = open_env(opts)
-    plans = load_or_make_plans(opts, env.graph, cluster, cluster_path)
+    view = simulator_view(opts, env.graph, cluster)
+    plans = load_or_make_plans(opts, *view[:2], cluster_path, view[2])
     deadline = start + opts.deadline_s
-    write_report(opts, env.graph, plans, env)
+    write_report(opts, env.graph, plans, env, view)
     measure_plans(env, plans, deadline, then=lambda: fsdp2_stage(opts, deadline),
-                  after_each=lambda: write_report(opts, env.graph, plans, env))
-    return write_report(opts, env.graph, plans, env)
+                  after_each=lambda: write_report(opts, env.graph, plans, env, view))
+    return write_report(opts, env.graph, plans, env, view)
+
+
+def run_profile(opts: StageOptions) -> dict[str, Any]:
+    """The ``profile`` stage: ``OUT/profile.json``, every op of the exported model timed on each torch device of the
+    device map (in context: real training steps with every op on the device, the GPU not capped), and the
+    host's probes (staging copies, contention). Returns what it wrote."""
+    import torch
+
+    from envs.real.placing import resolve_devices
+    from envs.real.profiler import profile_model, save_profile
+
+    os.makedirs(opts.out_dir, exist_ok=True)
+    cluster = offload.scenario_cluster(opts.scenario)
+    torch_devices = list(dict.fromkeys(str(d) for d in resolve_devices(cluster.device_names, opts.device_map).values()))
+    t0 = time.perf_counter()
+    model, inputs = offload.builder(opts.scenario)()
+    log(f"profiling {opts.scenario.name} on {', '.join(torch_devices)} ({opts.profile_repeats} timed steps each, "
+        f"{torch.get_num_threads()} host threads)")
+    prof = profile_model(model, inputs, torch_devices, warmup=1, repeats=opts.profile_repeats)
+    path = os.path.join(opts.out_dir, PROFILE_NAME)
+    save_profile(prof, path)
+    took = time.perf_counter() - t0
+    steps = {d: e.get("step_s") for d, e in prof["devices"].items()}
+    log(f"wrote {path} in {took:.0f}s; measured steps with every op on one device: "
+        + ", ".join(f"{d} {s:.3f}s" if s else f"{d} -" for d, s in steps.items())
+        + (f"; errors: {prof['errors']}" if prof.get("errors") else ""))
+    return {"profile": path, "graph_hash": prof["graph_hash"], "devices": torch_devices, "seconds": took,
+            "step_s": steps, "errors": prof.get("errors", {})}
 
 
 def run_finetune(opts: StageOptions) -> dict[str, Any]:
@@ -185,30 +248,32 @@ def run_finetune(opts: StageOptions) -> dict[str, Any]:
     if not os.path.exists(os.path.join(opts.out_dir, "plans.json")):
         raise PlacerError(f"{opts.out_dir}: no plans.json: run the rivals stage first (it trains placer on the simulator)")
     env, cluster, cluster_path = open_env(opts)
-    plans = load_or_make_plans(opts, env.graph, cluster, cluster_path)
+    view = simulator_view(opts, env.graph, cluster)
+    sim_graph, sim_cluster = view[:2]
+    plans = load_or_make_plans(opts, sim_graph, sim_cluster, cluster_path, view[2])
     sim_plan = next(p for p in plans if p.label == SIM_PLAN)
     measured = env.evaluate([sim_plan.placement])[0] if sim_plan.placement is not None else None
     if measured is not None and measured.ok:  # a sample 5x slower than the simulator's plan is a failure, not a wait
         steps = opts.warmup_steps + opts.timed_steps
         env.measure_timeout_s = min(opts.measure_timeout_s, max(10.0, 5 * measured.step_time_s * steps))
-    t_ref = reference_time(CachedScorer(env), env.graph, cluster, "eager")
+    t_ref = reference_time(CachedScorer(env), sim_graph, sim_cluster, "eager")
     # a placement that does not run costs 10x the simulator plan's real step (the paper's failing runtime was
     # ~10x its step times): in the simulator's units (t_ref) that is more than the simulator run's factor
     fail = max(10.0, 10 * measured.step_time_s / t_ref) if measured is not None and measured.ok else None
     log(f"fine-tuning for {opts.budget_s:g}s: reward scale {t_ref:.3f}s, fail factor {fail}, "
         f"{env.measure_timeout_s:g}s at most per measurement")
-    result = fine_tune(env.graph, cluster, cluster_path, env, os.path.join(opts.out_dir, "sim"),
+    result = fine_tune(sim_graph, sim_cluster, cluster_path, env, os.path.join(opts.out_dir, "sim"),
                        os.path.join(opts.out_dir, "finetune"), time_budget_s=opts.budget_s, fail_factor=fail,
                        exploration=opts.exploration)
     log(f"  {result.iterations} iterations, best {result.best_step_time_s:.3f}s, {env.measured} placements measured")
     records = read_curves(os.path.join(opts.out_dir, "finetune", CURVES_NAME))
     _write_json(os.path.join(opts.out_dir, "curves.json"), curves(records))
-    return write_report(opts, env.graph, plans, env)
+    return write_report(opts, env.graph, plans, env, view)
 
 
-def table_rows(opts: StageOptions, graph: Any, plans: list[Plan], env: Any = None) -> list[dict[str, Any]]:
+def table_rows(opts: StageOptions, graph: Any, plans: list[Plan], env: Any = None, view: Any = None) -> list[dict[str, Any]]:
     """The table's rows: every plan with what ``env`` measured (None: simulated only), FSDP2's offload, and the
-    fine-tuned plan."""
+    fine-tuned plan (simulated in ``view``, :func:`simulator_view`'s; default the env's cluster)."""
     cap, on_gpu = opts.scenario.gpu_cap_bytes, bool(env is not None and env.memory_fractions)
     placed = [p for p in plans if p.placement is not None]
     results = env.logged([p.placement for p in placed]) if env is not None else [None] * len(placed)
@@ -227,7 +292,8 @@ def table_rows(opts: StageOptions, graph: Any, plans: list[Plan], env: Any = Non
         from graphs.plan import Placement
 
         p = Placement.load(best)
-        plan = Plan(TUNED_PLAN, "placer", p, offload.simulated(graph, env.cluster, p))
+        sim_graph, sim_cluster = view[:2] if view is not None else (graph, env.cluster)
+        plan = Plan(TUNED_PLAN, "placer", p, offload.simulated(sim_graph, sim_cluster, p))
         rows.insert(1, offload_report.row(TUNED_PLAN, "placer", env.logged([p])[0], plan.sim, cap_bytes=cap,
                                           on_gpu=on_gpu, host_ops=offload.host_ops(plan, graph)))
     return rows
@@ -243,13 +309,14 @@ def _unmeasured(plan: Plan, env: Any) -> str:
     return "not measured: past the deadline"
 
 
-def write_report(opts: StageOptions, graph: Any, plans: list[Plan], env: Any = None) -> dict[str, Any]:
-    rows = table_rows(opts, graph, plans, env)
+def write_report(opts: StageOptions, graph: Any, plans: list[Plan], env: Any = None, view: Any = None) -> dict[str, Any]:
+    rows = table_rows(opts, graph, plans, env, view)
     s = opts.scenario
     adam = os.path.join(opts.out_dir, "host_adam.json")
     doc = {"scenario": s.name, "description": s.description, "cap_gib": s.gpu_cap_bytes / (1 << 30),
            "host_adam": read_json(adam) if os.path.exists(adam) else None,
            "graph_hash": graph.content_hash, "ops": graph.num_ops, "measured": env is not None,
+           "simulator": view[2] if view is not None else "estimates",
            "parameters": graph.total_param_bytes / 4, "forward_flops": float(graph.flops.sum()),
            "memory_fractions": env.memory_fractions if env is not None else {}, "rows": rows,
            "summary": offload_report.summary(rows)}
@@ -274,4 +341,5 @@ def run_plan(opts: StageOptions) -> dict[str, Any]:
     return write_report(opts, graph, load_or_make_plans(opts, graph, cluster, cluster_path))
 
 
-__all__ = ["StageOptions", "run_finetune", "run_plan", "run_rivals", "table_rows", "write_report"]
+__all__ = ["PROFILE_NAME", "StageOptions", "run_finetune", "run_plan", "run_profile", "run_rivals", "simulator_view",
+           "table_rows", "write_report"]

@@ -3,12 +3,14 @@
 The scenario (:mod:`bench.offload`): a Llama-style decoder LM with a 256k vocabulary,
 1.54 B parameters, whose fp32 training state does not fit a GPU capped at 24 GiB
 (``torch.cuda.set_per_process_memory_fraction``; the same capacity is ``gpu:0``'s
-memory in ``OUT/cluster.json``). Three commands, each resumable on the same ``--out-dir``
+memory in ``OUT/cluster.json``). The commands, each resumable on the same ``--out-dir``
 (every measurement is logged as it is taken):
 
 ``plan`` (no device, a minute on a CPU): the model captured on the meta device, every rival's
 plan and the simulator's table (its graph is this machine's torch's, so the GPU stages make
-their own). ``rivals``: builds and exports the model, makes every rival's plan (accelerate's map
+their own). ``profile``: every op of the exported model timed on the host and the GPU
+(``placer profile``'s in-context profiler), so that the stages after it plan and simulate with the
+calibrated simulator (without it, the scenario's estimated rates). ``rivals``: builds and exports the model, makes every rival's plan (accelerate's map
 at max_memory = the cap and at fractions of it, every heuristic, placer trained on the
 simulator), and measures them on the capped GPU with FSDP2's ``CPUOffloadPolicy``,
 until ``--deadline``. ``finetune``: continues placer's simulator-trained policy with
@@ -17,8 +19,10 @@ records the real and simulated curves. ``report``: the table and curves of an
 ``--out-dir`` (no device; ``--plot`` draws the curves). ``adam``: the host's fp32 Adam
 rate (what every plan with parameters on the host pays in its optimizer step).
 
-On one H100 (16 host cores; each command <= 8 minutes, not yet run on a GPU)::
+On one H100 (16 host cores; each command <= 8 minutes; rivals and finetune ran on an H100 on
+2026-11-27, the profile stage not yet)::
 
+    bash scripts/gpu_offload.sh profile     # about 2 minutes (estimated): ~10 s steps on the host, 4 of them
     bash scripts/gpu_offload.sh rivals      # about 6 minutes: measurements start until --deadline 300
     bash scripts/gpu_offload.sh finetune    # about 5 minutes: --budget 240 plus the build
 
@@ -60,7 +64,7 @@ class OneLineParser(argparse.ArgumentParser):
 
 def parse(argv: list[str] | None) -> argparse.Namespace:
     p = OneLineParser(prog="gpu_offload.py", description=__doc__.split("\n\n")[0])
-    p.add_argument("stage", choices=("plan", "rivals", "finetune", "report", "adam"))
+    p.add_argument("stage", choices=("plan", "profile", "rivals", "finetune", "report", "adam"))
     p.add_argument("--tiny", action="store_true", help="the CPU stand-in: a small model, every logical device on the CPU")
     p.add_argument("--scenario", help="llama-256k (default) or tiny (default with --tiny)")
     p.add_argument("--out-dir", default="runs/offload", help="plans, measurements, runs and the table (default runs/offload)")
@@ -74,6 +78,8 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--samples", type=int, default=8, help="placements sampled per iteration, both runs (default 8)")
     p.add_argument("--exploration", type=float, default=2.0,
                    help="finetune: std of the noise on the policy's logits while sampling (default 2; 0: none)")
+    p.add_argument("--profile-repeats", type=int, default=3,
+                   help="profile: timed training steps per device, each op's median kept (default 3)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--plot", help="report: draw the fine-tuning's curves to this PNG (needs matplotlib)")
     p.add_argument("--params", type=int, default=100_000_000, help="adam: parameters updated (default 100 M)")
@@ -97,6 +103,7 @@ def options(args: argparse.Namespace) -> "StageOptions":  # noqa: F821  (bench.o
     check_int(args.warmup, "--warmup", least=0)
     check_int(args.steps, "--steps", least=1)
     check_int(args.samples, "--samples", least=2, most=64)
+    check_int(args.profile_repeats, "--profile-repeats", least=1)
     check_seed(args.seed)
     for name in ("measure_timeout", "deadline", "train_budget", "budget"):
         check_float(getattr(args, name), f"--{name.replace('_', '-')}", above=0)
@@ -107,7 +114,7 @@ def options(args: argparse.Namespace) -> "StageOptions":  # noqa: F821  (bench.o
     return StageOptions(scenario, args.out_dir, args.device_map, warmup_steps=args.warmup, timed_steps=args.steps,
                         measure_timeout_s=args.measure_timeout, deadline_s=args.deadline,
                         train_budget_s=args.train_budget, budget_s=args.budget, samples=args.samples, seed=args.seed,
-                        exploration=args.exploration)
+                        exploration=args.exploration, profile_repeats=args.profile_repeats)
 
 
 def report(args: argparse.Namespace) -> dict:
@@ -141,6 +148,10 @@ def host_adam(args: argparse.Namespace) -> dict:
 
 
 def text(doc: dict) -> str:
+    if "profile" in doc:  # the profile stage
+        steps = ", ".join(f"{d} {s:.3f} s" if s else f"{d} -" for d, s in doc["step_s"].items())
+        return (f"{doc['profile']}: graph {doc['graph_hash']} profiled on {', '.join(doc['devices'])} in {doc['seconds']:.0f} s; "
+                f"a step with every op on one device: {steps}" + (f"; errors: {doc['errors']}" if doc["errors"] else ""))
     if "params_per_s" in doc:  # the adam stage
         return "\n".join(f"{t} threads: " + ", ".join(f"{k} {v / 1e6:.0f} M parameters/s" for k, v in r.items())
                          for t, r in doc["params_per_s"].items())
@@ -148,7 +159,9 @@ def text(doc: dict) -> str:
 
     s = doc["summary"]
     lines = [f"{doc['scenario']}: {doc['description']}; GPU cap {doc['cap_gib']:g} GiB; {doc['ops']} ops, "
-             f"{doc['parameters'] / 1e6:,.1f} M parameters, {doc['forward_flops'] / 1e9:,.1f} GFLOP forward", "",
+             f"{doc['parameters'] / 1e6:,.1f} M parameters, {doc['forward_flops'] / 1e9:,.1f} GFLOP forward; simulated with "
+             f"{'the profile.json of this machine' if doc.get('simulator') == 'profile' else 'the scenario estimates (no profile)'}",
+             "",
              markdown(doc["rows"]), ""]
     for key in ("accelerate_over_placer", "fsdp2_over_placer", "fine_tuned_over_simulator_plan", "noise"):
         value = s.get(key)
@@ -181,7 +194,8 @@ def main(argv: list[str] | None = None) -> int:
             from bench import offload_stages
 
             opts = options(args)
-            run = {"plan": offload_stages.run_plan, "rivals": offload_stages.run_rivals, "finetune": offload_stages.run_finetune}
+            run = {"plan": offload_stages.run_plan, "profile": offload_stages.run_profile, "rivals": offload_stages.run_rivals,
+                   "finetune": offload_stages.run_finetune}
             doc = run[args.stage](opts)
     except PlacerError as e:
         print(f"gpu_offload: {e}", file=sys.stderr)

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # One stage of the offload scenario (scripts/gpu_offload.py) as one call of a lent GPU machine, from the repository root:
 #
+#     bash scripts/gpu_offload.sh profile  [gpu_offload.py options...]    # about 2 minutes (estimated): the calibration
 #     bash scripts/gpu_offload.sh rivals   [gpu_offload.py options...]    # about 6 minutes on one H100
 #     bash scripts/gpu_offload.sh finetune [gpu_offload.py options...]    # about 5 minutes
 #
@@ -12,7 +13,7 @@
 #
 #     rm -rf docs/offload && tar xzf <files_at>/offload.tgz -C docs/ && python scripts/gpu_offload.py report --out-dir docs/offload
 set -o pipefail
-STAGE=${1:?usage: bash scripts/gpu_offload.sh rivals|finetune [options]}
+STAGE=${1:?usage: bash scripts/gpu_offload.sh profile|rivals|finetune [options]}
 shift
 OUT=${OUT:-runs/gpu_out}
 mkdir -p "$OUT" runs

@@ -278,6 +278,45 @@ def test_the_pipeline_runs_on_the_cpu_stand_in_resumes_and_a_killed_run_loses_no
     assert report.returncode == 0 and json.loads(report.stdout)["curves"]["n"] == len(resumed)
 
 
+@pytest.mark.slow
+def test_a_profile_calibrates_the_plans_and_every_simulated_column(tmp_path, without_ray):
+    """The issue's "placer's plan from the calibrated simulator": after the profile stage, the rivals stage plans and
+    simulates with the profile; plans made before it are simulated again; a profile of another graph is refused."""
+    from envs.real.profiler import apply_profile, calibrate_cluster, load_profile
+    from graphs.plan import Placement
+
+    out = tmp_path / "offload"
+    quick = ("--tiny", "--out-dir", str(out), "--train-budget", "2", "--deadline", "0.1", "--json")
+    before = _script("rivals", *quick, env_extra=without_ray)
+    assert before.returncode == 0, before.stderr[-2000:]
+    assert json.loads(before.stdout)["simulator"] == "estimates"
+    prof = _script("profile", "--tiny", "--out-dir", str(out), "--profile-repeats", "1", env_extra=without_ray)
+    assert prof.returncode == 0, prof.stderr[-2000:]
+    g = graphs.load(out / "graph.json")
+    doc = load_profile(out / "profile.json")
+    assert doc["graph_hash"] == g.content_hash and set(doc["devices"]) == {"cpu"} and doc["devices"]["cpu"]["step_s"] > 0
+    after = _script("rivals", *quick, env_extra=without_ray)
+    assert after.returncode == 0, after.stderr[-2000:]
+    assert "plans made with the simulator's estimates: simulated again with its profile" in after.stderr
+    report = json.loads(after.stdout)
+    assert report["simulator"] == "profile"  # plans.json keeps what the plans were made with: the estimates
+    assert json.loads((out / "plans.json").read_text())["simulator"] == "estimates"
+    calibrated = envs.SimEnv(apply_profile(g, doc), calibrate_cluster(offload.scenario_cluster(SCENARIOS["tiny"]), doc, graph=g,
+                                                                        device_map="*=cpu"))
+    plans = {p["label"]: p for p in json.loads((out / "plans.json").read_text())["plans"]}
+    old = {r["label"]: r for r in json.loads(before.stdout)["rows"]}
+    for row in report["rows"]:
+        if row["label"] in ("all on cpu:0", "heft"):
+            want = calibrated.simulate(Placement.from_dict(plans[row["label"]]["placement"])).step_time_s
+            assert row["sim_step_time_s"] == pytest.approx(want) and row["sim_step_time_s"] != pytest.approx(old[row["label"]]["sim_step_time_s"])
+
+    doc["graph_hash"] = "0" * 16
+    (out / "profile.json").write_text(json.dumps(doc))
+    refused = _script("rivals", *quick, env_extra=without_ray)
+    assert refused.returncode == 2 and refused.stderr.strip().splitlines()[-1].startswith("gpu_offload: ")
+    assert "profile.json: profiles graph 0000000000000000" in refused.stderr
+
+
 def test_bad_input_is_one_line_and_status_2(tmp_path, capsys, script_module):
     script = script_module("gpu_offload")
     for args, needle in ((["rivals", "--tiny", "--steps", "0", "--out-dir", str(tmp_path)], "--steps"),
@@ -285,7 +324,8 @@ def test_bad_input_is_one_line_and_status_2(tmp_path, capsys, script_module):
                          (["rivals", "--device-map", "gpu:0=cuda:7", "--out-dir", str(tmp_path)], "cuda:7"),
                          (["report", "--out-dir", str(tmp_path / "none")], "rows.json"),
                          (["finetune", "--tiny", "--out-dir", str(tmp_path / "empty")], "rivals stage first"),
-                         (["adam", "--threads", "x"], "--threads")):
+                         (["adam", "--threads", "x"], "--threads"),
+                         (["profile", "--tiny", "--profile-repeats", "0", "--out-dir", str(tmp_path)], "--profile-repeats")):
         assert script.main(args) == 2, args
         err = capsys.readouterr().err
         assert err.strip().count("\n") == 0 and needle in err, (args, err)
