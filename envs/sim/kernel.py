@@ -292,6 +292,8 @@ def _batch(P, n, D, out_ptr, out_dst, out_eb, in_ptr, in_src, fwd_t, bwd_t, lat,
     pb = np.zeros(D)
     sb = np.zeros(D, dtype=np.int64)
     ub = np.zeros(D, dtype=np.int64)
+    mx = np.zeros(D, dtype=np.int64)  # each device's largest parameter (op)
+    tr = np.zeros(D, dtype=np.int64)  # each device's optimizer-step temporaries
     for k in range(P.shape[0]):
         p = P[k]
         if eager:
@@ -302,15 +304,24 @@ def _batch(P, n, D, out_ptr, out_dst, out_eb, in_ptr, in_src, fwd_t, bwd_t, lat,
         else:
             t_end = _schedule(p, n, D, out_ptr, out_dst, out_eb, in_ptr, in_src, fwd_t, bwd_t, lat, bw,
                               pend_f, ready_f, pend_b, ready_b, tcount, tbytes, gpend, gready, free, h, start, end)
+        any_host = False
         for d in range(D):
             pb[d] = 0.0
             sb[d] = 0
             ub[d] = 0
+            mx[d] = 0
         for i in range(n):
             d = p[i]
             pb[d] += param_b[i]
             sb[d] += static_b[i]
             ub[d] += 2 * act_b[i]
+            if param_b[i] > 0:
+                if host[d]:
+                    any_host = True
+                if np.int64(param_b[i]) > mx[d]:
+                    mx[d] = np.int64(param_b[i])
+        for d in range(D):  # the optimizer step's temporaries (envs.cost.update_transient_bytes)
+            tr[d] = 2 * mx[d] if any_host else np.int64(pb[d])
         upd = 0.0
         for d in range(D):
             if pb[d] > 0:
@@ -334,14 +345,17 @@ def _batch(P, n, D, out_ptr, out_dst, out_eb, in_ptr, in_src, fwd_t, bwd_t, lat,
             if sb[d] > cap[d] and not want_over:
                 is_oom = True
                 break
+            live = sb[d] + tr[d]  # at the optimizer step
             if sb[d] + ub[d] > cap[d]:
-                live = sb[d] + _peak(d, p, n, D, act_b, grad, kept, out_ptr, out_dst, tcount, tbytes, start, end)
-                if live > cap[d]:
-                    is_oom = True
-                    if live / cap[d] > worst:
-                        worst = live / cap[d]
-                    if not want_over:
-                        break
+                swept = sb[d] + _peak(d, p, n, D, act_b, grad, kept, out_ptr, out_dst, tcount, tbytes, start, end)
+                if swept > live:
+                    live = swept
+            if live > cap[d]:
+                is_oom = True
+                if live / cap[d] > worst:
+                    worst = live / cap[d]
+                if not want_over:
+                    break
         oom[k] = is_oom
         over[k] = worst
         _reset(p, n, D, out_ptr, out_dst, tcount, tbytes, free)

@@ -18,7 +18,12 @@ What a device holds (documented simplifications):
   its gradient has been sent back (it is saved for the consumers' backward, and
   its gradient is accumulated in a buffer of the same size);
 * a gradient received from another device, from the start of that transfer
-  until the backward of the op that produced the tensor ends.
+  until the backward of the op that produced the tensor ends;
+* after the backward, the optimizer step's temporaries beside the static state
+  (:func:`envs.cost.update_transient_bytes`: all of a device's parameters once
+  under Adam's foreach path, twice its largest parameter under the single-tensor
+  path that any parameter on the host selects); :meth:`envs.SimEnv.result` and the
+  kernel take the larger of that and the sweep's peak.
 
 Frees at a time come before allocations at the same time. Bytes are integers,
 so the sweep is exact and any two implementations agree bit for bit.

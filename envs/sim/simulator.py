@@ -234,6 +234,10 @@ class SimEnv:
         np.add.at(out, op_devices, self.static_bytes)
         return out
 
+    def update_transient(self, op_devices: np.ndarray) -> np.ndarray:
+        """Bytes the optimizer step allocates beside the static state, per device (:func:`envs.cost.update_transient_bytes`)."""
+        return cost.update_transient_bytes(self.sim_graph.param_bytes, op_devices, [k == "cpu" for k in self.cluster.kinds])
+
     def _kernel(self):
         if self._kernel_data is None:
             from envs.sim.kernel import KernelData  # numba compiles on first use: import envs stays light
@@ -279,7 +283,9 @@ class SimEnv:
         c = self.cluster
         names = c.device_names
         D = self.num_devices
-        peaks, _ = peak_bytes(sched, self.act_bytes, self.static_per_device(sched.op_devices), D, self.grad, self.kept, self.consumers)
+        static = self.static_per_device(sched.op_devices)
+        peaks, _ = peak_bytes(sched, self.act_bytes, static, D, self.grad, self.kept, self.consumers)
+        peaks = np.maximum(peaks, static + self.update_transient(sched.op_devices))  # the optimizer step, after backward
         p = sched.op_devices
         n = len(p)
         dev_busy = np.bincount(p, weights=self.fwd_s[np.arange(n), p] + self.bwd_s[np.arange(n), p], minlength=D)
