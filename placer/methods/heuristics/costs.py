@@ -84,11 +84,13 @@ def op_memory_bytes(graph: OpGraph) -> np.ndarray:
     Its parameters, their gradients, the optimizer state and its buffers
     (:func:`envs.cost.static_bytes`) plus its output, kept for the backward pass
     (:func:`envs.cost.activation_bytes`): the "permanent + activation" footprint
-    Baechi's memory-aware algorithms account against a device's capacity. Summed
-    over a device it bounds the simulator's peak from above, up to the transient
-    gradient buffers and received tensors that :data:`MEMORY_HEADROOM` leaves room for.
+    Baechi's memory-aware algorithms account against a device's capacity; and one
+    more copy of its parameters, the optimizer step's temporary on a GPU
+    (:func:`envs.cost.update_transient_bytes`, Adam's foreach path). Summed over a
+    device it bounds the simulator's peak from above, up to the transient gradient
+    buffers and received tensors that :data:`MEMORY_HEADROOM` leaves room for.
     """
-    return (static_bytes(graph) + activation_bytes(graph)).astype(np.int64)
+    return (static_bytes(graph) + activation_bytes(graph) + graph.param_bytes).astype(np.int64)
 
 
 #: Share of a device's memory the memory-aware heuristics fill with
