@@ -110,7 +110,8 @@ def simulator_view(opts: StageOptions, graph: Any, cluster: Any) -> tuple[Any, A
             "profile")
 
 
-def load_or_make_plans(opts: StageOptions, graph: Any, cluster: Any, cluster_path: str, simulator: str = "estimates") -> list[Plan]:
+def load_or_make_plans(opts: StageOptions, graph: Any, cluster: Any, cluster_path: str,
+                       simulator: str = "estimates") -> list[Plan]:
     """The rivals' plans of ``OUT/plans.json``, or made now (placer trained on the simulator) and saved.
 
     ``graph`` and ``cluster`` are what the plans are made and simulated with (:func:`simulator_view`, named
@@ -120,7 +121,8 @@ def load_or_make_plans(opts: StageOptions, graph: Any, cluster: Any, cluster_pat
     if os.path.exists(path):
         doc = read_json(path)
         if doc.get("graph_hash") != graph.content_hash:
-            raise PlacerError(f"{path}: made for graph {doc.get('graph_hash')}, not {graph.content_hash} (another torch or model?)")
+            raise PlacerError(f"{path}: made for graph {doc.get('graph_hash')}, not {graph.content_hash} "
+                              "(another torch or model?)")
         plans = [offload.plan_from_doc(d) for d in doc["plans"]]
         made = doc.get("simulator", "estimates")
         if made != simulator:

@@ -10,7 +10,8 @@ memory in ``OUT/cluster.json``). The commands, each resumable on the same ``--ou
 plan and the simulator's table (its graph is this machine's torch's, so the GPU stages make
 their own). ``profile``: every op of the exported model timed on the host and the GPU
 (``placer profile``'s in-context profiler), so that the stages after it plan and simulate with the
-calibrated simulator (without it, the scenario's estimated rates). ``rivals``: builds and exports the model, makes every rival's plan (accelerate's map
+calibrated simulator (without it, the scenario's estimated rates). ``rivals``: builds and exports the
+model, makes every rival's plan (accelerate's map
 at max_memory = the cap and at fractions of it, every heuristic, placer trained on the
 simulator), and measures them on the capped GPU with FSDP2's ``CPUOffloadPolicy``,
 until ``--deadline``. ``finetune``: continues placer's simulator-trained policy with

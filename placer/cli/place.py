@@ -41,7 +41,8 @@ def add_command(sub: argparse._SubParsersAction) -> None:
                    "descent, as the module_search heuristic does from random draws); stops after 2 s; 0: keep the "
                    "best decode (default 1000)")
     p.add_argument("--seed", type=int, default=0, help="seed for randomised methods (default 0)")
-    p.add_argument("--option", action="append", default=[], metavar="KEY=VALUE", help="a method option, e.g. device=gpu:1; devices=gpus|all|auto for the searches (random_search, "
+    p.add_argument("--option", action="append", default=[], metavar="KEY=VALUE",
+                   help="a method option, e.g. device=gpu:1; devices=gpus|all|auto for the searches (random_search, "
                    "random_modules, module_search, annealing; auto, the default: the GPUs, and the host too when the "
                    "model's training state does not fit them) (repeatable)")
     p.add_argument("-o", "--output", required=True, metavar="FILE", help="placement file to write (.json)")

@@ -138,7 +138,8 @@ def ilp(graph: OpGraph, cluster, *, seed: int = 0, time_limit_s: float = 60.0, n
     if hint_row is not None:
         meta.update(hint=hint_row[0], hint_step_time_s=hint_row[3])
     if hint_row is not None and not whole:  # too large for one model of single ops: improve the hint window by window
-        inc, stats = lns.search(graph, cluster, eager, lns.Incumbent(hint_row[1], np.asarray(hint_row[2]), hint_row[3], hint_row[4]),
+        start = lns.Incumbent(hint_row[1], np.asarray(hint_row[2]), hint_row[3], hint_row[4])
+        inc, stats = lns.search(graph, cluster, eager, start,
                                 deadline=t0 + float(time_limit_s), workers=workers, seed=seed, window_ops=int(window_ops))
         idx, order, step_s = inc.op_devices.astype(np.int32), inc.order, inc.step_time_s
         meta.update(solver_status="windows", windows=stats.windows, windows_improved=stats.improved,
