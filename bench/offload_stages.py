@@ -97,17 +97,12 @@ PROFILE_NAME = "profile.json"
 def simulator_view(opts: StageOptions, graph: Any, cluster: Any) -> tuple[Any, Any, str]:
     """``(graph, cluster, name)`` the stages simulate with: calibrated by ``OUT/profile.json`` when the ``profile``
     stage wrote one for this graph (``"profile"``), else the scenario's estimates (``"estimates"``)."""
-    from envs.real.profiler import apply_profile, calibrate_cluster, load_profile
+    from envs.real.profiler import with_profile
 
     path = os.path.join(opts.out_dir, PROFILE_NAME)
     if not os.path.exists(path):
         return graph, cluster, "estimates"
-    prof = load_profile(path)
-    if prof.get("graph_hash") != graph.content_hash:
-        raise PlacerError(f"{path}: profiles graph {prof.get('graph_hash')}, not {graph.content_hash} (another torch or "
-                          "model? run the profile stage again)")
-    return (apply_profile(graph, prof, source=path), calibrate_cluster(cluster, prof, graph=graph, device_map=opts.device_map),
-            "profile")
+    return (*with_profile(graph, cluster, path, device_map=opts.device_map), "profile")  # refuses another graph's
 
 
 def load_or_make_plans(opts: StageOptions, graph: Any, cluster: Any, cluster_path: str,

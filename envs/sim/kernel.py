@@ -293,7 +293,6 @@ def _batch(P, n, D, out_ptr, out_dst, out_eb, in_ptr, in_src, fwd_t, bwd_t, lat,
     sb = np.zeros(D, dtype=np.int64)
     ub = np.zeros(D, dtype=np.int64)
     mx = np.zeros(D, dtype=np.int64)  # each device's largest parameter (op)
-    tr = np.zeros(D, dtype=np.int64)  # each device's optimizer-step temporaries
     for k in range(P.shape[0]):
         p = P[k]
         if eager:
@@ -320,8 +319,6 @@ def _batch(P, n, D, out_ptr, out_dst, out_eb, in_ptr, in_src, fwd_t, bwd_t, lat,
                     any_host = True
                 if np.int64(param_b[i]) > mx[d]:
                     mx[d] = np.int64(param_b[i])
-        for d in range(D):  # the optimizer step's temporaries (envs.cost.update_transient_bytes)
-            tr[d] = 2 * mx[d] if any_host else np.int64(pb[d])
         upd = 0.0
         for d in range(D):
             if pb[d] > 0:
@@ -345,7 +342,8 @@ def _batch(P, n, D, out_ptr, out_dst, out_eb, in_ptr, in_src, fwd_t, bwd_t, lat,
             if sb[d] > cap[d] and not want_over:
                 is_oom = True
                 break
-            live = sb[d] + tr[d]  # at the optimizer step
+            # at the optimizer step, its temporaries (envs.cost.update_transient_bytes)
+            live = sb[d] + (2 * mx[d] if any_host else np.int64(pb[d]))
             if sb[d] + ub[d] > cap[d]:
                 swept = sb[d] + _peak(d, p, n, D, act_b, grad, kept, out_ptr, out_dst, tcount, tbytes, start, end)
                 if swept > live:

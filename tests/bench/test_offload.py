@@ -314,7 +314,7 @@ def test_a_profile_calibrates_the_plans_and_every_simulated_column(tmp_path, wit
     (out / "profile.json").write_text(json.dumps(doc))
     refused = _script("rivals", *quick, env_extra=without_ray)
     assert refused.returncode == 2 and refused.stderr.strip().splitlines()[-1].startswith("gpu_offload: ")
-    assert "profile.json: profiles graph 0000000000000000" in refused.stderr
+    assert "profile.json: profiled graph 0000000000000000, not this graph" in refused.stderr
 
 
 def test_bad_input_is_one_line_and_status_2(tmp_path, capsys, script_module):

@@ -83,9 +83,9 @@ from placer.methods.registry import HeuristicUnavailable, get, install_hint, reg
 DEFAULT_HINTS = "m_etf,heft,m_topo,single"
 
 
-def _hint(graph: OpGraph, cluster, env, methods: str, seed: int) -> tuple[str, np.ndarray, np.ndarray, float, bool] | None:
-    """``(name, op devices, planned order, step seconds, out of memory)`` of the best of ``methods`` under the eager
-    simulator, in its planned issue order: the fastest that fits, or the fastest of all when none fits."""
+def _hint(graph: OpGraph, cluster, env, methods: str, seed: int) -> tuple[str, lns.Incumbent] | None:
+    """The best of ``methods`` under the eager simulator, in its planned issue order (the fastest that fits, or the
+    fastest of all when none fits): its name and its plan."""
 
     best = None
     for name in [m.strip() for m in methods.split(",") if m.strip()]:
@@ -97,8 +97,9 @@ def _hint(graph: OpGraph, cluster, env, methods: str, seed: int) -> tuple[str, n
         except PlacerError:
             continue
         oom, t = lns.fitted_key(env, idx, order)
-        if best is None or (oom, t) < (best[4], best[3]):
-            best = (name, idx, order, t, oom)
+        plan = lns.Incumbent(idx, np.asarray(order), t, oom)
+        if best is None or plan.key < best[1].key:
+            best = (name, plan)
     return best
 
 
@@ -131,37 +132,37 @@ def ilp(graph: OpGraph, cluster, *, seed: int = 0, time_limit_s: float = 60.0, n
         raise PlacerError(f"ilp: num_workers must be >= 1, got {num_workers!r}")
     eager = env._as("eager") if env is not None and hasattr(env, "_as") else envs.SimEnv(graph, cluster)
     t0 = time.perf_counter()
-    hint_row = _hint(graph, cluster, eager, hint, seed) if hint else None
+    found = _hint(graph, cluster, eager, hint, seed) if hint else None
+    hint_plan = found[1] if found is not None else None
     op_item = choose_items(graph, cluster, float(time_limit_s), max_items)
     whole = int(op_item.max()) + 1 == int(colocation_groups(graph).max()) + 1 if graph.num_ops else True
     meta: dict[str, Any] = {"time_limit_s": float(time_limit_s), "num_workers": workers, "executor": "eager"}
-    if hint_row is not None:
-        meta.update(hint=hint_row[0], hint_step_time_s=hint_row[3])
-    if hint_row is not None and not whole:  # too large for one model of single ops: improve the hint window by window
-        start = lns.Incumbent(hint_row[1], np.asarray(hint_row[2]), hint_row[3], hint_row[4])
-        inc, stats = lns.search(graph, cluster, eager, start,
+    if found is not None:
+        meta.update(hint=found[0], hint_step_time_s=hint_plan.step_time_s)
+    if hint_plan is not None and not whole:  # too large for one model of single ops: improve the hint window by window
+        inc, stats = lns.search(graph, cluster, eager, hint_plan,
                                 deadline=t0 + float(time_limit_s), workers=workers, seed=seed, window_ops=int(window_ops))
         idx, order, step_s = inc.op_devices.astype(np.int32), inc.order, inc.step_time_s
         meta.update(solver_status="windows", windows=stats.windows, windows_improved=stats.improved,
                     windows_failed=stats.solver_failed, window_ops=int(window_ops), exact=False,
                     issue_order="windows" if stats.improved else "hint (planned)")
     else:
-        idx, order, step_s = _solve_whole(graph, cluster, eager, op_item, hint_row, t0 + float(time_limit_s), workers,
+        idx, order, step_s = _solve_whole(graph, cluster, eager, op_item, hint_plan, t0 + float(time_limit_s), workers,
                                           seed, meta)
     meta["step_time_s"] = step_s
     return Placement.from_indices(graph, cluster.device_names, idx, cluster=getattr(cluster, "name", ""), method="ilp",
                                   meta=meta, order=order)
 
 
-def _solve_whole(graph: OpGraph, cluster, eager, op_item: np.ndarray, hint_row, deadline: float, workers: int, seed: int,
-                 meta: dict[str, Any]) -> tuple[np.ndarray, np.ndarray, float]:
+def _solve_whole(graph: OpGraph, cluster, eager, op_item: np.ndarray, hint: lns.Incumbent | None, deadline: float,
+                 workers: int, seed: int, meta: dict[str, Any]) -> tuple[np.ndarray, np.ndarray, float]:
     """One model of the whole graph's items: the solver's plan, or the hint's where the solver's is slower."""
     items = build_items(graph, cluster, op_item)
     K = items.num_items
     hint_dev = hint_order = None
-    if hint_row is not None:
+    if hint is not None:
         weight = (eager.fwd_s + eager.bwd_s).min(axis=1)
-        hint_dev, hint_order = _project(op_item, K, hint_row[1], hint_row[2], weight, cluster.num_devices, items.edges)
+        hint_dev, hint_order = _project(op_item, K, hint.op_devices, hint.order, weight, cluster.num_devices, items.edges)
     remaining = max(deadline - time.perf_counter(), 1.0)
     sol = solve(items, cluster, time_limit_s=remaining, num_workers=workers, seed=seed, hint_device=hint_dev, hint_order=hint_order)
     idx = sol.item_device[op_item].astype(np.int32)
@@ -170,8 +171,8 @@ def _solve_whole(graph: OpGraph, cluster, eager, op_item: np.ndarray, hint_row, 
     meta.update(solver_status=sol.status, solver_objective_s=sol.objective_s, solver_bound_s=sol.bound_s,
                 solve_time_s=sol.solve_s, items=K, exact=bool(K == int(colocation_groups(graph).max()) + 1),
                 issue_order="solver")
-    if hint_row is not None and (hint_row[4], hint_row[3]) < (oom, step_s):  # never worse than the hint it started from
+    if hint is not None and hint.key < (oom, step_s):  # never worse than the hint it started from
         meta.update(solver_status=f"{sol.status}, hint kept (the solver's plan: {step_s * 1e3:.3f} ms)",
                     issue_order="hint (planned)")
-        return np.asarray(hint_row[1], dtype=np.int32), np.asarray(hint_row[2]), float(hint_row[3])
+        return np.asarray(hint.op_devices, dtype=np.int32), np.asarray(hint.order), float(hint.step_time_s)
     return idx, order, step_s
