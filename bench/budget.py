@@ -8,7 +8,10 @@ Behind ``scripts/bench_budget.py``. For each graph, cluster, budget and seed:
   and its seconds count against the learner's, the ablation's, annealing's and
   ilp's budgets;
 * **learned**: the move search with the learned critic
-  (:class:`placer.learn.moves.MoveSearch`), from the start;
+  (:class:`placer.learn.moves.MoveSearch`), from the best of the start and
+  what ``module_search`` finds on the search's ``module_share`` of the budget
+  (run first, counted; the same seed as the rival below, so it is the rival's
+  first share);
 * **uniform**: the same loop with uniform proposals (the ablation);
 * **module_search**: ``module_search(n)`` from its own uniform draws;
 * **annealing**: annealing started from the start's heuristic, the same n

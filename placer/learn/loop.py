@@ -261,8 +261,12 @@ class _Run:
         if moves:
             start = (np.asarray(self.state.best_indices) if saved is not None and self.state.best_indices else
                      self.best_h_op_devices if config.warm_start == "best" else None)
+            # module_search's share of the time left: under the simulator, with a time budget; not on --resume
+            # (the run's best is the start), nor with measured steps (a round of module moves is measured whole)
+            timed = config.time_budget_s is not None and saved is None and config.env == "sim"
+            left = (lambda: config.time_budget_s - self.elapsed()) if timed else (lambda: None)
             self.mover = MoveLearner(graph, cluster, RunScorer(self.score, sim, self.consider), start, seed=config.seed,
-                                     proposals=config.proposals, order=self.score.order)
+                                     proposals=config.proposals, order=self.score.order, time_left=left)
             if saved is None:
                 self.state.warm_start = f"move search from {self.best_h[0]}" if start is not None else "move search"
         self.t0 = time.perf_counter() - self.state.elapsed_s
@@ -393,6 +397,11 @@ class _Run:
         """One iteration: sample K placements, score them in one batch, reward -> advantage -> update, log."""
         c, s, it = self.config, self.state, self.state.iteration
         if self.mover is not None:
+            first = 0.0 if self.mover.begun else self.mover.module_seconds()
+            if first > 0:
+                self.progress.phase(f"move search: module_search first, for {first:.0f} s "
+                                    f"({self.mover.search.options.module_share:.0%} of the time left); the moves start "
+                                    "from the best of its placement and the warm start")
             self.mover.iterate(writer, it)
             s.iteration = it + 1
             return

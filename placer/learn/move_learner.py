@@ -2,9 +2,11 @@
 
 One training iteration is one round of :class:`placer.learn.moves.MoveSearch`: a
 batch of moves from the incumbent, ranked by the critic, simulated, the critic
-trained on the outcome. The search starts from the best heuristic's placement
-(the run's warm start; no imitation: there is no policy to imitate with) or, on
-``--resume``, from the run's best placement (the critic starts afresh: its
+trained on the outcome. The search starts from the best of the best heuristic's
+placement (the run's warm start; no imitation: there is no policy to imitate
+with) and what ``module_search`` finds in the first iteration, given the
+search's ``module_share`` of the time left (a simulated run with a time budget only); or,
+on ``--resume``, from the run's best placement (the critic starts afresh: its
 weights and the search's memory are not in the checkpoint). Every placement it
 simulates goes through the run's scorer, so the run keeps the best one
 (``best_placement.json``) whichever way it was found.
@@ -51,21 +53,27 @@ class MoveLearner:
     """The move search as ``placer train``'s learner: :meth:`iterate` is one round, logged to TensorBoard."""
 
     def __init__(self, graph: Any, cluster: Any, scorer: RunScorer, start: np.ndarray | None, *, seed: int,
-                 proposals: str, order: str | None) -> None:
+                 proposals: str, order: str | None, time_left: Callable[[], float | None] = lambda: None) -> None:
         self.search = MoveSearch(graph, cluster, scorer, options=MoveSearchOptions(proposals=proposals), seed=seed,
                                  order=order)
         self.start = start
+        self.time_left = time_left
         self.begun = False
+
+    def module_seconds(self) -> float:
+        """module_search's share of the run's time left (0 without a time budget: the run's length is unknown)."""
+        left = self.time_left()
+        return self.search.options.module_share * max(left, 0.0) if left is not None else 0.0
 
     def iterate(self, writer: Any, iteration: int) -> None:
         s = self.search
         if not self.begun:
-            s.begin(self.start, time_budget_s=float("inf"))
+            s.begin(self.start, time_budget_s=float("inf"), module_s=self.module_seconds())
             self.begun = True
         s.step()
         ranked, uniform = s.tries[1], s.tries[0]
         scalars = {"charts/incumbent_step_time_s": s.cost, "charts/level": s.level, "charts/kicks": s.kicks,
-                   "charts/simulated": s.budget.evals,
+                   "charts/simulated": s.budget.evals, "charts/module_search_simulated": s.module_evals,
                    "losses/critic_hit_rate": s.hits[1] / ranked if ranked else 0.0,
                    "losses/uniform_hit_rate": s.hits[0] / uniform if uniform else 0.0}
         for tag, value in scalars.items():

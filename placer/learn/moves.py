@@ -12,6 +12,12 @@ when a whole round of levels finds nothing, the best placement is kicked (a few
 random moves of coarse items) and the descent starts again from there (iterated
 local search).
 
+The start: the best of the given placement, a few uniform draws of a device per
+coarse item and, first, :func:`module_search` given ``module_share`` of the
+budget. A descent finds better placements inside its start's basin than the
+restarts of ``module_search`` do, and those restarts find better basins than
+one start does (BENCHMARKS.md, "A share of the budget for module_search").
+
 ``proposals="uniform"`` is the ablation: the same loop, every batch drawn
 uniformly among the untried moves, the critic never consulted. The gain of
 ``"critic"`` over it, at the same budget from the same start, is what the critic
@@ -23,6 +29,7 @@ moves, the kicks); ``time_budget_s`` stops the run between batches.
 
 from __future__ import annotations
 
+import inspect
 import time
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -33,12 +40,17 @@ import torch
 from envs.cluster import Cluster
 from graphs import OpGraph, PlacerError
 from placer.methods.heuristics.costs import candidate_devices
+from placer.methods.heuristics.module_search import module_search
+from placer.methods.registry import HeuristicUnavailable
 from policies.moves import NUM_FEATURES, ItemLevel, MoveCritic, MoveFeatures, MoveMemory, item_levels
 
 ProposalName = Literal["critic", "uniform"]
 PROPOSALS = ("critic", "uniform")
 #: A failed (out of memory) placement costs this many times its step time.
 OOM_FACTOR = 10.0
+#: module_search's share of a budget of placements is spent only when it comes to at least this many: at 1k
+#: placements its 200 cost the descent more than its few restarts found (nmt-2, nmt-4, inception-v3 at 1k).
+MODULE_MIN_EVALS = 1000
 
 
 @dataclass
@@ -73,6 +85,12 @@ class MoveSearchOptions:
     train_batch: int = 128
     """moves per critic update (2 updates of 256 took twice the time for no better placements on nmt-2 and
     inception-v3, 6 seeds at 1k and 10k placements)."""
+    module_share: float = 0.2
+    """share of the budget (placements, else seconds) spent first on :func:`module_search` (uniform draws per module,
+    descents over whole modules); the move search then starts from the best of its placement and the given start.
+    0: none; nor when the share of a budget of placements is under :data:`MODULE_MIN_EVALS`. Chosen among 0, 0.2 and
+    0.5 on nmt-2 / k80x4 (10k placements, 8 seeds: 203.1, 199.7, 200.3 ms), nmt-2 / v100x4 and nmt-4 / k80x4
+    (BENCHMARKS.md, "A share of the budget for module_search")."""
     accept: float = 0.0
     """temperature, relative to the incumbent's step time, at which the best move of a batch that found nothing
     faster is taken anyway (Metropolis: with probability exp(-slowdown / temperature)), cooled linearly to 0 over
@@ -114,6 +132,8 @@ class _Budget:
         self.evals, self.t0 = 0, time.perf_counter()
         self.curve, self.best = SearchCurve(), float("inf")  # the best step time of a placement that fits
         self.best_cost, self.best_row, self.best_oom = float("inf"), None, False  # the least cost seen
+        # whether the scorer can say how far over capacity a placement is (the simulator can; a run's scorer cannot)
+        self.overflow = "overflow" in inspect.signature(env.step_times).parameters
 
     def left(self) -> int:
         if self.deadline is not None and time.perf_counter() >= self.deadline:
@@ -122,12 +142,26 @@ class _Budget:
 
     def score(self, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """``(cost, oom)`` of the rows (cost: step time, x OOM_FACTOR when out of memory); at most what is left."""
+        t, oom, _ = self.simulate(rows)
+        return np.where(oom, t * OOM_FACTOR, t), oom
+
+    def simulate(self, rows: np.ndarray, overflow: bool = False) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
+        """``(step time, oom, how far over capacity or None)`` of the rows, at most what is left; counted, recorded.
+
+        ``overflow``: ask the scorer how far over capacity each row is (a scorer that cannot tell gives None).
+        """
         k = min(len(rows), self.left())
         if k <= 0:
             raise BudgetSpent
         rows = np.ascontiguousarray(rows[:k], dtype=np.int32)
-        t, oom = self.env.step_times(rows) if self.order is None else self.env.step_times(rows, order=self.order)
+        kw = {} if self.order is None else {"order": self.order}
+        over = None
+        if overflow and self.overflow:
+            t, oom, over = self.env.step_times(rows, overflow=True, **kw)
+        else:
+            t, oom = self.env.step_times(rows, **kw)
         t = np.where(np.isfinite(t), np.asarray(t, dtype=np.float64), np.inf)
+        oom = np.asarray(oom, dtype=bool)
         self.evals += k
         cost = np.where(oom, t * OOM_FACTOR, t)
         j = int(np.argmin(cost))
@@ -139,7 +173,26 @@ class _Budget:
             self.curve.evals.append(self.evals)
             self.curve.wall_s.append(time.perf_counter() - self.t0)
             self.curve.best_s.append(self.best)
-        return cost, np.asarray(oom, dtype=bool)
+        return t, oom, over
+
+
+class _Scoring:
+    """``step_times`` for :func:`module_search` through a :class:`_Budget`: counted, recorded, in the search's order.
+
+    Where the scorer cannot say how far over capacity a placement is, its step time stands in for it (placements
+    out of memory then rank by step time, as the move search ranks them).
+    """
+
+    def __init__(self, budget: _Budget) -> None:
+        self.budget = budget
+
+    def step_times(self, rows: np.ndarray, overflow: bool = False):
+        t, oom, over = self.budget.simulate(np.asarray(rows), overflow)
+        if len(t) < len(rows):  # the budget ran out within the batch
+            raise BudgetSpent
+        if not overflow:
+            return t, oom
+        return t, oom, over if over is not None else t
 
 
 class Replay:
@@ -185,7 +238,8 @@ class MoveSearch:
         self.options = o = options or MoveSearchOptions()
         if o.proposals not in PROPOSALS:
             raise PlacerError(f"move search: proposals {o.proposals!r}: unknown (known: {', '.join(PROPOSALS)})")
-        if o.batch < 1 or o.patience < 1 or o.starts < 0 or o.kick < 1 or not 0 <= o.explore <= 1 or not o.accept >= 0:
+        if (o.batch < 1 or o.patience < 1 or o.starts < 0 or o.kick < 1 or not 0 <= o.explore <= 1 or not o.accept >= 0
+                or not 0 <= o.module_share < 1):
             raise PlacerError(f"move search: bad options {o}")
         self.graph, self.cluster, self.env, self.order = graph, cluster, env, order
         self.levels = levels if levels is not None else item_levels(graph)
@@ -193,7 +247,7 @@ class MoveSearch:
             raise PlacerError(f"move search: {graph.name or 'the graph'} has fewer than 2 ops to move")
         self.features = MoveFeatures(graph, cluster, self.levels)
         self.memory = MoveMemory(self.levels, cluster.num_devices)
-        self.rng = np.random.default_rng(seed)
+        self.rng, self.seed = np.random.default_rng(seed), seed
         torch.manual_seed(seed)
         self.critic = MoveCritic(o.hidden)
         self.optimizer = torch.optim.Adam(self.critic.parameters(), lr=o.lr)
@@ -217,15 +271,22 @@ class MoveSearch:
         return self.result()
 
     def begin(self, start: np.ndarray | None = None, *, max_evals: int | None = None,
-              time_budget_s: float | None = None) -> None:
-        """Score the start (and the uniform draws competing with it); :class:`BudgetSpent` if the budget allows none."""
+              time_budget_s: float | None = None, module_s: float | None = None) -> None:
+        """Score the start (module_search's share first, then the draws competing with the start);
+        :class:`BudgetSpent` if the budget allows none.
+
+        ``module_s``: module_search's seconds, where the run's budget is kept by the caller (``time_budget_s``
+        infinite); by default ``module_share`` of ``max_evals``, else of ``time_budget_s``.
+        """
         self.t0 = time.perf_counter()
         deadline = self.t0 + time_budget_s if time_budget_s is not None else None
         self.budget = _Budget(self.env, max_evals, deadline, self.order)
         self.stale = self.exhausted = self.kicks = self.rounds = self.version = self.level = self.accepted = 0
+        self.module_evals = 0
         self._scheduled: tuple[int | None, Any] = (None, None)
         self._tried_keys: set[float] = set()  # the placements tried from the incumbent (by their move's key)
         self._tried_version: int | None = None
+        self._module_phase(max_evals, time_budget_s, module_s)
         self.x, self.cost = self._start(start)
         self.cand = self._candidates(self.x, self.cost)
 
@@ -293,17 +354,35 @@ class MoveSearch:
                                 [lv.name for lv in self.levels])
 
     # ------------------------------------------------------------------ the parts
+    def _module_phase(self, max_evals: int | None, time_budget_s: float | None, module_s: float | None) -> None:
+        """:func:`module_search` on ``module_share`` of the budget, scored through it (nothing without module paths)."""
+        share = self.options.module_share
+        if share <= 0:
+            return
+        n = int(share * max_evals) if max_evals is not None else None
+        seconds = module_s if module_s is not None else (
+            share * time_budget_s if time_budget_s is not None and np.isfinite(time_budget_s) else None)
+        if (n is None and seconds is None) or (n is not None and n < MODULE_MIN_EVALS):
+            return
+        try:
+            module_search(self.graph, self.cluster, seed=self.seed, n=n if n is not None else 1 << 40,
+                          env=_Scoring(self.budget), deadline=None if seconds is None else time.perf_counter() + seconds)
+        except HeuristicUnavailable:  # the graph records no modules
+            pass
+        self.module_evals = self.budget.evals
+
     def _start(self, start: np.ndarray | None) -> tuple[np.ndarray, float]:
-        """The best of ``start`` and ``starts`` uniform draws of a device per item of the coarsest level."""
+        """The best of ``start``, ``starts`` uniform draws of a device per item of the coarsest level and the
+        placements already simulated (module_search's)."""
         rows = [] if start is None else [np.asarray(start, dtype=np.int64)]
         g = self.levels[0].op_group
         for _ in range(self.options.starts):
             rows.append(self.devices[self.rng.integers(0, len(self.devices), size=self.levels[0].num_items)][g])
-        if not rows:
+        if not rows and self.budget.best_row is None:
             rows.append(np.full(self.graph.num_ops, self.devices[0], dtype=np.int64))
-        got, _ = self.budget.score(np.stack(rows))
-        j = int(np.argmin(got))
-        return np.stack(rows)[j].astype(np.int64), float(got[j])
+        if rows:
+            self.budget.score(np.stack(rows))
+        return self.budget.best_row.astype(np.int64), float(self.budget.best_cost)
 
     def _candidates(self, x: np.ndarray, cost: float) -> "_Candidates":
         """Every move of the current level from ``x``; those that make a placement already tried from ``x`` count as tried."""

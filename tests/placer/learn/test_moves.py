@@ -250,3 +250,65 @@ def test_the_move_search_moves_onto_the_host_when_the_gpus_cannot_hold_the_model
     result = search.run(np.full(g.num_ops, gpu, dtype=np.int32), max_evals=200)
     assert envs.simulate(g, result.op_devices, c).status == "ok"
     assert MoveSearch(four_modules(), c, envs.SimEnv(four_modules(), c)).devices.tolist() == c.gpu_indices()
+
+
+def test_module_search_takes_its_share_of_the_budget_first_and_the_moves_start_from_its_best():
+    """module_share of max_evals goes to module_search (the same seed gives its placement), counted in the budget;
+    the move search then starts from the best of that and the given start, and never ends slower than either.
+    A share under MODULE_MIN_EVALS placements is not spent."""
+    from placer.learn.moves import MODULE_MIN_EVALS
+    from placer.methods.heuristics.module_search import module_search
+
+    g, c = recurrent_dag(150, seed=1), envs.Cluster.preset("k80x4")
+    env = envs.SimEnv(g, c)
+    start = np.full(g.num_ops, c.gpu_indices()[0], dtype=np.int64)  # one GPU: far from the best basin
+    n = MODULE_MIN_EVALS
+    alone = module_search(g, c, seed=4, n=n, env=envs.SimEnv(g, c))
+    t_alone = float(env.step_times(alone[None])[0][0])
+    search = MoveSearch(g, c, env, options=MoveSearchOptions(module_share=0.25, starts=0), seed=4)
+    search.begin(start, max_evals=4 * n)
+    assert search.module_evals == n and search.budget.evals == n + 2  # its share, the start, the incumbent's schedule
+    assert search.cost == pytest.approx(t_alone) and t_alone < float(env.step_times(start[None])[0][0])
+    result = MoveSearch(g, c, env, options=MoveSearchOptions(module_share=0.25), seed=4).run(start, max_evals=4 * n)
+    assert result.evals == 4 * n and result.step_time_s <= t_alone
+    for share, evals in ((0.0, 4 * n), (0.25, 4 * n - 4)):  # none; a share just under the minimum
+        none = MoveSearch(g, c, env, options=MoveSearchOptions(module_share=share, starts=0), seed=4)
+        none.begin(start, max_evals=evals)
+        assert none.module_evals == 0 and none.budget.evals == 2
+    with pytest.raises(PlacerError, match="bad options"):
+        MoveSearch(g, c, env, options=MoveSearchOptions(module_share=1.0))
+
+
+def test_module_search_s_share_in_seconds_and_on_a_graph_without_modules():
+    g, c = recurrent_dag(150, seed=1), envs.Cluster.preset("k80x4")
+    search = MoveSearch(g, c, envs.SimEnv(g, c), seed=0)
+    t0 = __import__("time").perf_counter()
+    search.begin(None, time_budget_s=float("inf"), module_s=0.3)  # placer train keeps the run's clock itself
+    assert search.module_evals > 0 and __import__("time").perf_counter() - t0 >= 0.3
+    inf = MoveSearch(g, c, envs.SimEnv(g, c), seed=0)
+    inf.begin(None, time_budget_s=float("inf"))  # no length known: no share
+    assert inf.module_evals == 0
+    bare = random_dag(60, seed=0)
+    bare = OpGraph.from_edges(bare.names, list(zip([bare.names[i] for i in bare.edge_src],
+                                                   [bare.names[i] for i in bare.edge_dst], bare.edge_bytes.tolist())))
+    r = MoveSearch(bare, c, envs.SimEnv(bare, c), seed=0).run(None, max_evals=200)  # no module paths: moves only
+    assert r.evals == 200
+
+
+@pytest.mark.parametrize("budget", ["time", "iterations"])
+def test_placer_train_gives_module_search_its_share_of_the_time_left(tmp_path, monkeypatch, budget):
+    """With a time budget, the move search's first round runs module_search for module_share of the time left,
+    through the run's scorer (which cannot say how far over capacity a placement is); without one, not at all."""
+    seen = []
+    phase = MoveSearch._module_phase
+    monkeypatch.setattr(MoveSearch, "_module_phase", lambda self, n, s, module_s: (seen.append(module_s),
+                                                                                    phase(self, n, s, module_s))[1])
+    g, c = recurrent_dag(150, seed=1), envs.Cluster.preset("k80x4")
+    limit = {"time_budget_s": 3.0} if budget == "time" else {"iterations": 5}
+    r = train(TrainConfig(algo="moves", logdir=str(tmp_path / "run"), progress=False, heuristics=("m_etf",), **limit),
+              graph=g, cluster=c)
+    assert len(seen) == 1
+    if budget == "time":
+        assert 0.2 * 1.5 < seen[0] <= 0.2 * 3.0 and r.best_step_time_s < r.best_heuristic[1]
+    else:
+        assert seen[0] == 0.0
