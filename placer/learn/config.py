@@ -320,10 +320,11 @@ INIT_WARM_START_LR = 0.003
 
 # The presets: name -> the fields it sets (everything else keeps its default).
 PRESETS: dict[str, dict[str, Any]] = {
-    # the move search: at equal budget it is 0.94-0.98x the best rival on nmt-4 and inception-v3, equal on gpt2,
-    # resnet50 and unet, and behind module_search on nmt-2 from a rule start; its critic has not been shown to beat
-    # uniform proposals (BENCHMARKS.md, "The learner against search at equal budget"). A policy (--policy, --init)
-    # or --algo reinforce|ppo trains a policy network instead
+    # the move search, after module_search's share of the budget: at equal budget (10k placements) it is 0.94-0.98x
+    # the best rival on nmt-4 and inception-v3, level with module_search on nmt-2 (1.000-1.002, 8 seeds) and equal
+    # on gpt2 and resnet50; its critic beats uniform proposals on moe-400 (8 of 8 seeds), not on nmt-2 (BENCHMARKS.md,
+    # "Eight seeds, and a share of the budget for module_search"). A policy (--policy, --init) or --algo
+    # reinforce|ppo trains a policy network instead
     "tuned": {"algo": "moves"},
     "paper": dict(
         algo="reinforce",

@@ -35,11 +35,12 @@ class RunScorer:
     def __init__(self, score: Callable[[np.ndarray], tuple[np.ndarray, np.ndarray]], sim: envs.SimEnv,
                  report: Callable[[np.ndarray, np.ndarray, np.ndarray, str], None]) -> None:
         self.score, self.sim, self.report = score, sim, report
+        self.source = "move search"  # what found the placements scored now (the run's "found by")
 
     def step_times(self, op_devices: np.ndarray, order: Any = None) -> tuple[np.ndarray, np.ndarray]:
         rows = np.asarray(op_devices, dtype=np.int32)
         t, failed = self.score(rows)  # in the run's score order
-        self.report(rows, t, failed, "move search")
+        self.report(rows, t, failed, self.source)
         return t, failed
 
     def schedule(self, op_devices: np.ndarray, order: Any = None) -> Any:

@@ -362,13 +362,20 @@ class MoveSearch:
         n = int(share * max_evals) if max_evals is not None else None
         seconds = module_s if module_s is not None else (
             share * time_budget_s if time_budget_s is not None and np.isfinite(time_budget_s) else None)
-        if (n is None and seconds is None) or (n is not None and n < MODULE_MIN_EVALS):
+        if (n is None and seconds is None) or (n is not None and n < MODULE_MIN_EVALS) or (seconds is not None
+                                                                                        and seconds <= 0):
             return
+        source = getattr(self.env, "source", None)  # a run's scorer says who found what it scores
+        if source is not None:
+            self.env.source = "module_search, the move search's start"
         try:
             module_search(self.graph, self.cluster, seed=self.seed, n=n if n is not None else 1 << 40,
                           env=_Scoring(self.budget), deadline=None if seconds is None else time.perf_counter() + seconds)
         except HeuristicUnavailable:  # the graph records no modules
             pass
+        finally:
+            if source is not None:
+                self.env.source = source
         self.module_evals = self.budget.evals
 
     def _start(self, start: np.ndarray | None) -> tuple[np.ndarray, float]:

@@ -299,16 +299,22 @@ def test_module_search_s_share_in_seconds_and_on_a_graph_without_modules():
 def test_placer_train_gives_module_search_its_share_of_the_time_left(tmp_path, monkeypatch, budget):
     """With a time budget, the move search's first round runs module_search for module_share of the time left,
     through the run's scorer (which cannot say how far over capacity a placement is); without one, not at all."""
-    seen = []
+    from placer.learn.move_learner import RunScorer
+
+    seen, found_by = [], set()
     phase = MoveSearch._module_phase
     monkeypatch.setattr(MoveSearch, "_module_phase", lambda self, n, s, module_s: (seen.append(module_s),
                                                                                     phase(self, n, s, module_s))[1])
+    times = RunScorer.step_times
+    monkeypatch.setattr(RunScorer, "step_times", lambda self, rows, order=None: (found_by.add(self.source),
+                                                                                   times(self, rows, order))[1])
     g, c = recurrent_dag(150, seed=1), envs.Cluster.preset("k80x4")
     limit = {"time_budget_s": 3.0} if budget == "time" else {"iterations": 5}
     r = train(TrainConfig(algo="moves", logdir=str(tmp_path / "run"), progress=False, heuristics=("m_etf",), **limit),
               graph=g, cluster=c)
     assert len(seen) == 1
-    if budget == "time":
+    if budget == "time":  # what module_search found is labelled as its own
         assert 0.2 * 1.5 < seen[0] <= 0.2 * 3.0 and r.best_step_time_s < r.best_heuristic[1]
+        assert found_by == {"module_search, the move search's start", "move search"}
     else:
-        assert seen[0] == 0.0
+        assert seen[0] == 0.0 and found_by == {"move search"}
