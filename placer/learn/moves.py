@@ -16,7 +16,7 @@ The start: the best of the given placement, a few uniform draws of a device per
 coarse item and, first, :func:`module_search` given ``module_share`` of the
 budget. A descent finds better placements inside its start's basin than the
 restarts of ``module_search`` do, and those restarts find better basins than
-one start does (BENCHMARKS.md, "A share of the budget for module_search").
+one start does (BENCHMARKS.md, "Eight seeds, and a share of the budget for module_search").
 
 ``proposals="uniform"`` is the ablation: the same loop, every batch drawn
 uniformly among the untried moves, the critic never consulted. The gain of
@@ -90,7 +90,7 @@ class MoveSearchOptions:
     descents over whole modules); the move search then starts from the best of its placement and the given start.
     0: none; nor when the share of a budget of placements is under :data:`MODULE_MIN_EVALS`. Chosen among 0, 0.2 and
     0.5 on nmt-2 / k80x4 (10k placements, 8 seeds: 203.1, 199.7, 200.3 ms), nmt-2 / v100x4 and nmt-4 / k80x4
-    (BENCHMARKS.md, "A share of the budget for module_search")."""
+    (BENCHMARKS.md, "Eight seeds, and a share of the budget for module_search")."""
     accept: float = 0.0
     """temperature, relative to the incumbent's step time, at which the best move of a batch that found nothing
     faster is taken anyway (Metropolis: with probability exp(-slowdown / temperature)), cooled linearly to 0 over
@@ -362,8 +362,9 @@ class MoveSearch:
         n = int(share * max_evals) if max_evals is not None else None
         seconds = module_s if module_s is not None else (
             share * time_budget_s if time_budget_s is not None and np.isfinite(time_budget_s) else None)
-        if (n is None and seconds is None) or (n is not None and n < MODULE_MIN_EVALS) or (seconds is not None
-                                                                                        and seconds <= 0):
+        if n is None and seconds is None:  # a budget of unknown length
+            return
+        if (n is not None and n < MODULE_MIN_EVALS) or (seconds is not None and seconds <= 0):
             return
         source = getattr(self.env, "source", None)  # a run's scorer says who found what it scores
         if source is not None:
