@@ -6,10 +6,11 @@
     python scripts/bench_budget.py --evals 1000 --seconds "" --methods learned,uniform,module_search --json
     python scripts/bench_budget.py --plot docs/budget.png
 
-Methods (bench/budget.py): learned (the move search with its critic, after module_search's share of the
-budget when that is 1,000 placements or more), uniform (the same loop, uniform proposals), module_search(n), annealing from the best rule heuristic with the same n, ilp with the same
-seconds; on request, learned_accept and uniform_accept (the same two loops taking slower moves as
-annealing does). Graphs: zoo names, graph files, module:callable, or synthetic families as
+Methods (bench/budget.py): learned (the move search with its critic, after module_search's share of
+the budget when that is 1,000 placements or more), uniform (the same loop, uniform proposals),
+module_search(n), annealing from the best rule heuristic with the same n, ilp with the same seconds;
+on request, learned_accept and uniform_accept (the same two loops taking slower moves as annealing
+does). Graphs: zoo names, graph files, module:callable, or synthetic families as
 family-ops[-seed] (moe-400, unet-400-1). Medians over the seeds. Progress on stderr; a markdown table (or --json) on stdout.
 """
 
