@@ -135,7 +135,8 @@ class AlgoOptions:
     algo: AlgoName = "reinforce"
     """"reinforce" (policy gradient + entropy bonus), "ppo" (clipped surrogate), or "moves": local search from the
     best heuristic whose moves a learned critic ranks before they are simulated (placer.learn.moves; no policy
-    network, so the policy options and the imitation warm start do not apply)."""
+    network, so the policy options and the imitation warm start do not apply). With a time budget and the
+    simulator, its first 20% of the time goes to module_search, and the moves start from the better placement."""
     proposals: ProposalName = "critic"
     """--algo moves: "critic" ranks the moves by the learned critic; "uniform" draws them uniformly (the ablation)."""
     samples: int = 8
