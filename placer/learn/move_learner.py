@@ -62,9 +62,12 @@ class MoveLearner:
         self.begun = False
 
     def module_seconds(self) -> float:
-        """module_search's share of the run's time left (0 without a time budget: the run's length is unknown)."""
+        """module_search's share of the run's time left (0 without a time budget, whose length is unknown, or
+        without module paths)."""
         left = self.time_left()
-        return self.search.options.module_share * max(left, 0.0) if left is not None else 0.0
+        if left is None or not any(lv.name.startswith("modules ") for lv in self.search.levels):
+            return 0.0  # no module paths: nothing for module_search to search
+        return self.search.options.module_share * max(left, 0.0)
 
     def iterate(self, writer: Any, iteration: int) -> None:
         s = self.search

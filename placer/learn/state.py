@@ -27,7 +27,8 @@ class RunState:
     baseline: float | None = None  # the EMA reward baseline (None before the first batch)
     best_step_time_s: float = float("inf")
     best_indices: list[int] | None = None  # device index per op of the best placement
-    best_found_by: str = ""  # "sample", "greedy" or "heuristic:<name>" (the incumbent no sample beat)
+    best_found_by: str = ""  # "sample", "greedy", "heuristic:<name>" (the incumbent no sample beat), or the move
+    # search's: "move search", "module_search, the move search's start"
     best_iteration: int = -1
     time_to_best_s: float = float("nan")
     time_to_beat_heuristic_s: float | None = None

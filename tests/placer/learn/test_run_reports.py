@@ -78,6 +78,22 @@ def test_train_reports_every_phase_on_stderr_when_it_is_not_a_terminal(tmp_path,
         assert "(policy)" not in err
 
 
+def test_a_timed_move_search_says_module_search_goes_first_where_the_graph_has_modules(tmp_path, capsys):
+    from graphs.synthetic import recurrent_dag
+
+    path = tmp_path / "rnn.json"
+    save(recurrent_dag(150, seed=1), str(path))
+    for source, first in ((str(path), True), (None, False)):  # two-chains records no module paths
+        args = _small(source or str(tmp_path / "two.json"), str(tmp_path / f"run-{first}"), "--time-budget", "2",
+                      "--algo", "moves", "--no-equal-budget-search")
+        if source is None:
+            save(two_chains(), str(tmp_path / "two.json"))
+        assert main(args) == 0
+        err = capsys.readouterr().err
+        assert ("placer: move search: module_search first, for " in err) == first, err
+        assert "(policy)" not in err
+
+
 def test_the_bar_never_runs_past_its_total():
     out = io.StringIO()
     p = Progress(out, tty=True)
