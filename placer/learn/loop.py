@@ -378,7 +378,7 @@ class _Run:
         """The incumbent's step time and where it came from, e.g. ``237.345 ms (module_search)``."""
         s = self.state
         by = s.best_found_by.removeprefix("heuristic:") if s.best_found_by.startswith("heuristic:") else (
-            "policy" if s.best_found_by in ("sample", "greedy") else s.best_found_by)  # or the move search's
+            "policy" if s.best_found_by in ("sample", "greedy", "") else s.best_found_by)  # or the move search's
         return f"{_ms(s.best_step_time_s)} ({by})" if np.isfinite(s.best_step_time_s) else "none yet"
 
     def status(self) -> str:
