@@ -11,9 +11,8 @@ plan and the simulator's table (its graph is this machine's torch's, so the GPU 
 their own). ``profile``: every op of the exported model timed on the host and the GPU
 (``placer profile``'s in-context profiler), so that the stages after it plan and simulate with the
 calibrated simulator (without it, the scenario's estimated rates). ``rivals``: builds and exports the
-model, makes every rival's plan (accelerate's map
-at max_memory = the cap and at fractions of it, every heuristic, placer trained on the
-simulator), and measures them on the capped GPU with FSDP2's ``CPUOffloadPolicy``,
+model, makes every rival's plan (accelerate's map at max_memory = the cap and at fractions of it,
+every heuristic, placer trained on the simulator), and measures them on the capped GPU with FSDP2's ``CPUOffloadPolicy``,
 until ``--deadline``. ``finetune``: continues placer's simulator-trained policy with
 REINFORCE on measured step times, in this process (no Ray), for ``--budget`` s, and
 records the real and simulated curves. ``report``: the table and curves of an

@@ -397,11 +397,13 @@ class _Run:
         """One iteration: sample K placements, score them in one batch, reward -> advantage -> update, log."""
         c, s, it = self.config, self.state, self.state.iteration
         if self.mover is not None:
-            first = 0.0 if self.mover.begun else self.mover.module_seconds()
-            if first > 0:
-                self.progress.phase(f"move search: module_search first, for {first:.0f} s "
-                                    f"({self.mover.search.options.module_share:.0%} of the time left); the moves start "
-                                    "from the best of its placement and the warm start")
+            if not self.mover.begun:
+                first = self.mover.module_seconds()
+                if first > 0:
+                    self.progress.phase(f"move search: module_search first, for {first:.0f} s "
+                                        f"({self.mover.search.options.module_share:.0%} of the time left); the moves "
+                                        "start from the best of its placement and the warm start")
+                self.mover.begin(first)
             self.mover.iterate(writer, it)
             s.iteration = it + 1
             return

@@ -69,11 +69,15 @@ class MoveLearner:
             return 0.0  # no module paths: nothing for module_search to search
         return self.search.options.module_share * max(left, 0.0)
 
+    def begin(self, module_s: float) -> None:
+        """Score the start, after ``module_s`` seconds of module_search (:meth:`module_seconds`; 0: none)."""
+        self.search.begin(self.start, time_budget_s=float("inf"), module_s=module_s)
+        self.begun = True
+
     def iterate(self, writer: Any, iteration: int) -> None:
         s = self.search
         if not self.begun:
-            s.begin(self.start, time_budget_s=float("inf"), module_s=self.module_seconds())
-            self.begun = True
+            self.begin(self.module_seconds())
         s.step()
         ranked, uniform = s.tries[1], s.tries[0]
         scalars = {"charts/incumbent_step_time_s": s.cost, "charts/level": s.level, "charts/kicks": s.kicks,
