@@ -86,8 +86,14 @@ class BudgetEnv:
     (and count), then :class:`BudgetSpent` is raised.
     """
 
-    def __init__(self, env: envs.SimEnv, *, max_evals: int | None = None, deadline_s: float | None = None,
-                 order: str | None = None) -> None:
+    def __init__(
+        self,
+        env: envs.SimEnv,
+        *,
+        max_evals: int | None = None,
+        deadline_s: float | None = None,
+        order: str | None = None,
+    ) -> None:
         self.env, self.max_evals, self.deadline_s, self.order = env, max_evals, deadline_s, order
         self.t0 = time.perf_counter()
         self.evals = 0
@@ -149,8 +155,10 @@ def graphs_and_clusters(graphs: str, clusters: str) -> tuple[list[OpGraph], list
     PlacerError names the first bad one."""
     from bench.common import parse_list
 
-    return ([resolve(g) for g in parse_list(graphs, what="graphs")],
-            [envs.resolve_cluster(c) for c in parse_list(clusters, what="clusters")])
+    return (
+        [resolve(g) for g in parse_list(graphs, what="graphs")],
+        [envs.resolve_cluster(c) for c in parse_list(clusters, what="clusters")],
+    )
 
 
 def plan_time(env: envs.SimEnv, op_devices: np.ndarray | None, own: float | None = None) -> float | None:
@@ -187,7 +195,9 @@ def best_start(graph: OpGraph, cluster: Any, env: envs.SimEnv, order: str | None
     cost = np.where(oom, np.inf, t)
     j = int(np.argmin(cost))
     plan_s = plan_time(env, rows[j])
-    return Start(names[j], rows[j].astype(np.int64), float(t[j]), len(rows) + PLAN_EVALS, time.perf_counter() - t0, plan_s)
+    return Start(
+        names[j], rows[j].astype(np.int64), float(t[j]), len(rows) + PLAN_EVALS, time.perf_counter() - t0, plan_s
+    )
 
 
 @dataclass
@@ -209,8 +219,15 @@ class Run:
     plan_step_time_s: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        return {"method": self.method, "step_time_s": self.step_time_s, "plan_step_time_s": self.plan_step_time_s,
-                "evals": self.evals, "wall_s": self.wall_s, "curve": self.curve, "note": self.note}
+        return {
+            "method": self.method,
+            "step_time_s": self.step_time_s,
+            "plan_step_time_s": self.plan_step_time_s,
+            "evals": self.evals,
+            "wall_s": self.wall_s,
+            "curve": self.curve,
+            "note": self.note,
+        }
 
 
 def _limits(budget: Budget, start: Start | None) -> tuple[int | None, float | None]:
@@ -228,7 +245,9 @@ def _finish(method: str, rec: BudgetEnv, start: Start | None, note: str = "") ->
     plan_s = plan_time(rec.env, rec.best_row) if ok else None
     if start is not None and plan_s is not None:  # it started there: its plan is never slower than the start's
         plan_s = min(plan_s, start.plan_step_time_s)
-    return Run(method, rec.best_key[1] if ok else None, evals + (PLAN_EVALS if ok else 0), wall, rec.curve, note, plan_s)
+    return Run(
+        method, rec.best_key[1] if ok else None, evals + (PLAN_EVALS if ok else 0), wall, rec.curve, note, plan_s
+    )
 
 
 #: The move search's acceptance temperature for the ``*_accept`` methods (MoveSearchOptions.accept), chosen on
@@ -239,21 +258,32 @@ ACCEPT = 0.003
 def run_moves(proposals: str, accept: float = 0.0) -> Callable[..., Run]:
     name = ("learned" if proposals == "critic" else "uniform") + ("_accept" if accept else "")
 
-    def run(graph: OpGraph, cluster: Any, env: envs.SimEnv, budget: Budget, start: Start, seed: int,
-            order: str | None, **_: Any) -> Run:
+    def run(
+        graph: OpGraph,
+        cluster: Any,
+        env: envs.SimEnv,
+        budget: Budget,
+        start: Start,
+        seed: int,
+        order: str | None,
+        **_: Any,
+    ) -> Run:
         max_evals, seconds = _limits(budget, start)
         rec = BudgetEnv(env, max_evals=max_evals, order=order)
-        search = MoveSearch(graph, cluster, rec, options=MoveSearchOptions(proposals=proposals, accept=accept), seed=seed,
-                            order=order)
+        search = MoveSearch(
+            graph, cluster, rec, options=MoveSearchOptions(proposals=proposals, accept=accept), seed=seed, order=order
+        )
         result = search.run(start.op_devices, max_evals=max_evals, time_budget_s=seconds)
         run = _finish(name, rec, start, f"{result.rounds} rounds, {result.kicks} kicks, {search.accepted} accepted")
         run.evals = result.evals + start.evals + PLAN_EVALS  # its count includes the incumbents' schedules it simulated
         return run
+
     return run
 
 
-def run_module_search(graph: OpGraph, cluster: Any, env: envs.SimEnv, budget: Budget, start: Start, seed: int,
-                      order: str | None, **_: Any) -> Run:
+def run_module_search(
+    graph: OpGraph, cluster: Any, env: envs.SimEnv, budget: Budget, start: Start, seed: int, order: str | None, **_: Any
+) -> Run:
     max_evals, seconds = _limits(budget, None)
     rec = BudgetEnv(env, max_evals=max_evals, deadline_s=seconds, order=order)
     try:
@@ -277,49 +307,87 @@ def _moves_per_s(env: envs.SimEnv, start: Start, order: str | None, seed: int) -
     return len(rows) / max(time.perf_counter() - t0, 1e-9)
 
 
-def run_annealing(graph: OpGraph, cluster: Any, env: envs.SimEnv, budget: Budget, start: Start, seed: int,
-                  order: str | None, **_: Any) -> Run:
+def run_annealing(
+    graph: OpGraph, cluster: Any, env: envs.SimEnv, budget: Budget, start: Start, seed: int, order: str | None, **_: Any
+) -> Run:
     max_evals, seconds = _limits(budget, start)
     steps = max_evals if max_evals is not None else int(0.9 * _moves_per_s(env, start, order, seed) * seconds)
     rec = BudgetEnv(env, max_evals=max_evals, order=order)
     init = () if start.name == "single" else (start.name,)  # every GPU alone is among its starts anyway
     try:
-        get("annealing")(graph, cluster, seed=seed, steps=max(steps - len(cluster.gpu_indices()) - len(init), 1),
-                         time_budget_s=seconds, init=init, env=rec, t0=ANNEALING_T0)
+        get("annealing")(
+            graph,
+            cluster,
+            seed=seed,
+            steps=max(steps - len(cluster.gpu_indices()) - len(init), 1),
+            time_budget_s=seconds,
+            init=init,
+            env=rec,
+            t0=ANNEALING_T0,
+        )
     except BudgetSpent:
         pass
     return _finish("annealing", rec, start)
 
 
-def run_ilp(graph: OpGraph, cluster: Any, env: envs.SimEnv, budget: Budget, start: Start, seed: int,
-            order: str | None, seconds: float | None = None, ilp_workers: int = 1, **_: Any) -> Run:
+def run_ilp(
+    graph: OpGraph,
+    cluster: Any,
+    env: envs.SimEnv,
+    budget: Budget,
+    start: Start,
+    seed: int,
+    order: str | None,
+    seconds: float | None = None,
+    ilp_workers: int = 1,
+    **_: Any,
+) -> Run:
     if seconds is None:
         seconds = _limits(budget, start)[1]
     t0 = time.perf_counter()
     try:
-        p = get("ilp")(graph, cluster, seed=seed, time_limit_s=max(seconds, 1.0), num_workers=ilp_workers,
-                       hint=start.name, env=env)
+        p = get("ilp")(
+            graph, cluster, seed=seed, time_limit_s=max(seconds, 1.0), num_workers=ilp_workers, hint=start.name, env=env
+        )
     except HeuristicUnavailable as e:
         return Run("ilp", None, 0, 0.0, note=e.status)
     r = env.simulate(p)  # its own plan: the placement and the issue order the solver chose
     wall = time.perf_counter() - t0 + start.wall_s
     note = f"{p.meta.get('solver_status')}, {p.meta.get('windows', p.meta.get('items'))} windows/items"
     own = float(r.step_time_s) if r.ok else None
-    return Run("ilp", own, start.evals, wall, note=note,
-               plan_step_time_s=plan_time(env, p.indices(graph, cluster.device_names), own) if r.ok else None)
+    return Run(
+        "ilp",
+        own,
+        start.evals,
+        wall,
+        note=note,
+        plan_step_time_s=plan_time(env, p.indices(graph, cluster.device_names), own) if r.ok else None,
+    )
 
 
-RUNNERS: dict[str, Callable[..., Run]] = {"learned": run_moves("critic"), "uniform": run_moves("uniform"),
-                                          "module_search": run_module_search, "annealing": run_annealing,
-                                          "ilp": run_ilp,
-                                          # not in METHODS: the acceptance variant, on request (--methods)
-                                          "learned_accept": run_moves("critic", ACCEPT),
-                                          "uniform_accept": run_moves("uniform", ACCEPT)}
+RUNNERS: dict[str, Callable[..., Run]] = {
+    "learned": run_moves("critic"),
+    "uniform": run_moves("uniform"),
+    "module_search": run_module_search,
+    "annealing": run_annealing,
+    "ilp": run_ilp,
+    # not in METHODS: the acceptance variant, on request (--methods)
+    "learned_accept": run_moves("critic", ACCEPT),
+    "uniform_accept": run_moves("uniform", ACCEPT),
+}
 
 
-def budget_cell(graph: OpGraph, cluster: Any, budgets: Sequence[Budget], *, methods: Sequence[str] = METHODS,
-                seeds: Sequence[int] = (0,), order: str | None = None, ilp_workers: int = 1,
-                progress: Progress | None = None) -> dict[str, Any]:
+def budget_cell(
+    graph: OpGraph,
+    cluster: Any,
+    budgets: Sequence[Budget],
+    *,
+    methods: Sequence[str] = METHODS,
+    seeds: Sequence[int] = (0,),
+    order: str | None = None,
+    ilp_workers: int = 1,
+    progress: Progress | None = None,
+) -> dict[str, Any]:
     """Every method at every budget and seed on one graph and cluster (see the module docstring)."""
     bad = [m for m in methods if m not in RUNNERS]
     if bad:
@@ -327,9 +395,15 @@ def budget_cell(graph: OpGraph, cluster: Any, budgets: Sequence[Budget], *, meth
     say = progress or (lambda line: None)
     env = envs.SimEnv(graph, cluster)
     bound = env.lower_bound()
-    out: dict[str, Any] = {"graph": graph.name, "cluster": cluster.name, "num_ops": graph.num_ops,
-                           "score_order": order or "node", "lower_bound_s": float(bound),
-                           "lower_bound_name": getattr(bound, "name", ""), "runs": []}
+    out: dict[str, Any] = {
+        "graph": graph.name,
+        "cluster": cluster.name,
+        "num_ops": graph.num_ops,
+        "score_order": order or "node",
+        "lower_bound_s": float(bound),
+        "lower_bound_name": getattr(bound, "name", ""),
+        "runs": [],
+    }
     for budget in budgets:
         for seed in seeds:
             start = best_start(graph, cluster, env, order, seed)
@@ -337,18 +411,25 @@ def budget_cell(graph: OpGraph, cluster: Any, budgets: Sequence[Budget], *, meth
             learner_s = None
             for method in methods:
                 seconds = learner_s if (method == "ilp" and budget.kind == "evals") else None
-                run = RUNNERS[method](graph, cluster, env, budget, start, seed, order, seconds=seconds,
-                                      ilp_workers=ilp_workers)
+                run = RUNNERS[method](
+                    graph, cluster, env, budget, start, seed, order, seconds=seconds, ilp_workers=ilp_workers
+                )
                 if method == "learned":
                     learner_s = run.wall_s
                 best = f"{run.step_time_s * 1e3:.2f} ms" if run.step_time_s is not None else run.note or "none"
-                say(f"  {graph.name}/{cluster.name} {budget.label} seed {seed} {method}: {best} "
-                    f"({run.evals:,} placements, {run.wall_s:.1f} s)")
-                out["runs"].append({"budget": {"kind": budget.kind, "value": budget.value}, "seed": seed, **run.to_dict()})
+                say(
+                    f"  {graph.name}/{cluster.name} {budget.label} seed {seed} {method}: {best} "
+                    f"({run.evals:,} placements, {run.wall_s:.1f} s)"
+                )
+                out["runs"].append(
+                    {"budget": {"kind": budget.kind, "value": budget.value}, "seed": seed, **run.to_dict()}
+                )
     return out
 
 
-def medians(cell: dict[str, Any], time_key: str = "plan_step_time_s") -> dict[tuple[str, float], dict[str, float | None]]:
+def medians(
+    cell: dict[str, Any], time_key: str = "plan_step_time_s"
+) -> dict[tuple[str, float], dict[str, float | None]]:
     """(budget kind, value) -> method -> median over the seeds of ``time_key`` (None if it never placed)."""
     found: dict[tuple[str, float], dict[str, list[float]]] = {}
     for r in cell["runs"]:
@@ -367,8 +448,18 @@ def markdown_table(cells: Sequence[dict[str, Any]]) -> str:
     """One row per graph, cluster and budget: each method's median plan, learned over the best rival and over uniform."""
     extra = [m for m in RUNNERS if m not in METHODS and any(r["method"] == m for c in cells for r in c["runs"])]
     accept = "learned_accept" in extra  # the acceptance variant and its own ablation, when run
-    head = ["graph", "cluster", "budget", *METHODS, *extra, "best rival", "learned / best rival", "learned / uniform",
-            *(["learned_accept / best rival", "learned_accept / uniform_accept"] if accept else []), "best / bound (bound)"]
+    head = [
+        "graph",
+        "cluster",
+        "budget",
+        *METHODS,
+        *extra,
+        "best rival",
+        "learned / best rival",
+        "learned / uniform",
+        *(["learned_accept / best rival", "learned_accept / uniform_accept"] if accept else []),
+        "best / bound (bound)",
+    ]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * 3 + "---:|" * (len(head) - 3)]
     for cell in cells:
         for (kind, value), by in medians(cell).items():
@@ -377,10 +468,29 @@ def markdown_table(cells: Sequence[dict[str, Any]]) -> str:
             best = min(v for v in by.values() if v is not None) if any(v is not None for v in by.values()) else None
             budget = Budget(kind, value).label
             cols = [f"{by[m] * 1e3:.2f}" if by.get(m) is not None else "–" for m in (*METHODS, *extra)]
-            ratios = [_ratio(by.get("learned_accept"), rival[1] if rival else None),
-                      _ratio(by.get("learned_accept"), by.get("uniform_accept"))] if accept else []
-            lines.append("| " + " | ".join([
-                cell["graph"], cell["cluster"], budget, *cols, f"{rival[0]} {rival[1] * 1e3:.2f}" if rival else "–",
-                _ratio(by.get("learned"), rival[1] if rival else None), _ratio(by.get("learned"), by.get("uniform")),
-                *ratios, f"{_ratio(best, cell['lower_bound_s'])} ({cell['lower_bound_name']})"]) + " |")
+            ratios = (
+                [
+                    _ratio(by.get("learned_accept"), rival[1] if rival else None),
+                    _ratio(by.get("learned_accept"), by.get("uniform_accept")),
+                ]
+                if accept
+                else []
+            )
+            lines.append(
+                "| "
+                + " | ".join(
+                    [
+                        cell["graph"],
+                        cell["cluster"],
+                        budget,
+                        *cols,
+                        f"{rival[0]} {rival[1] * 1e3:.2f}" if rival else "–",
+                        _ratio(by.get("learned"), rival[1] if rival else None),
+                        _ratio(by.get("learned"), by.get("uniform")),
+                        *ratios,
+                        f"{_ratio(best, cell['lower_bound_s'])} ({cell['lower_bound_name']})",
+                    ]
+                )
+                + " |"
+            )
     return "\n".join(lines)

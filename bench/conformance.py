@@ -43,9 +43,9 @@ from torch import nn
 from bench.corpus import build
 from envs.cluster import resolve_cluster
 from graphs import OpGraph
+from graphs.plan import Placement
 from graphs.torch_capture import capture
 from placer.apply import apply
-from graphs.plan import Placement
 
 CLUSTER = "h100x8"
 PLANS = ("gpu", "split", "split_m2", "round_robin", "heuristic", "pipe_m2", "pipe_m4", "1f1b")
@@ -125,7 +125,11 @@ def _float64(value: Any) -> Any:
 
 
 def _grads(model: nn.Module) -> dict[str, torch.Tensor]:
-    return {k: p.grad.detach().double().cpu() for k, p in model.named_parameters(remove_duplicate=False) if p.grad is not None}
+    return {
+        k: p.grad.detach().double().cpu()
+        for k, p in model.named_parameters(remove_duplicate=False)
+        if p.grad is not None
+    }
 
 
 def _eager_experts(model: nn.Module) -> nn.Module:
@@ -167,7 +171,9 @@ def reference(model: nn.Module, inputs: tuple) -> Reference:
     return ref
 
 
-def compare(loss: torch.Tensor, grads: Mapping[str, torch.Tensor], ref: Reference) -> tuple[bool, float, float, str, float]:
+def compare(
+    loss: torch.Tensor, grads: Mapping[str, torch.Tensor], ref: Reference
+) -> tuple[bool, float, float, str, float]:
     """``(ok, loss error, largest gradient error, worst tensor, its error / allowed)`` of a placed step."""
     errors = {"loss": relative_error(loss, torch.tensor(ref.loss, dtype=torch.float64))}
     missing = [k for k in ref.grads if k not in grads]
@@ -181,9 +187,18 @@ def compare(loss: torch.Tensor, grads: Mapping[str, torch.Tensor], ref: Referenc
 
 
 # ------------------------------------------------------------------ running
-def run_plan(model: nn.Module, inputs: tuple, graph: OpGraph, placement: Placement, ref: Reference, *,
-             device_map: Any = "*=cpu", timed_steps: int = 0, warmup_steps: int = 1,
-             synchronize: Callable[[], None] = lambda: None) -> tuple[bool, float, float, str, float, float]:
+def run_plan(
+    model: nn.Module,
+    inputs: tuple,
+    graph: OpGraph,
+    placement: Placement,
+    ref: Reference,
+    *,
+    device_map: Any = "*=cpu",
+    timed_steps: int = 0,
+    warmup_steps: int = 1,
+    synchronize: Callable[[], None] = lambda: None,
+) -> tuple[bool, float, float, str, float, float]:
     """Apply ``placement`` to a copy of ``model``, check one step against ``ref``, then time ``timed_steps`` steps.
 
     Returns ``compare``'s tuple plus the median step time (NaN when nothing is timed).
@@ -209,9 +224,16 @@ def run_plan(model: nn.Module, inputs: tuple, graph: OpGraph, placement: Placeme
     return (*check, step)
 
 
-def check_model(name: str, plan_names: Sequence[str] = PLANS, *, device_map: Any = "*=cpu", timed_steps: int = 0,
-                warmup_steps: int = 1, synchronize: Callable[[], None] = lambda: None,
-                built: tuple[nn.Module, tuple] | None = None) -> list[PlanResult]:
+def check_model(
+    name: str,
+    plan_names: Sequence[str] = PLANS,
+    *,
+    device_map: Any = "*=cpu",
+    timed_steps: int = 0,
+    warmup_steps: int = 1,
+    synchronize: Callable[[], None] = lambda: None,
+    built: tuple[nn.Module, tuple] | None = None,
+) -> list[PlanResult]:
     """Every plan of ``plan_names`` on corpus model ``name``: one :class:`PlanResult` each (never raises for a plan)."""
     model, inputs = built if built is not None else build(name)
     graph = capture(model, inputs, name=name)
@@ -221,12 +243,22 @@ def check_model(name: str, plan_names: Sequence[str] = PLANS, *, device_map: Any
         t0 = time.perf_counter()
         try:
             ok, loss_err, grad_err, worst, ratio, step = run_plan(
-                model, inputs, graph, placement, ref, device_map=device_map, timed_steps=timed_steps,
-                warmup_steps=warmup_steps, synchronize=synchronize)
+                model,
+                inputs,
+                graph,
+                placement,
+                ref,
+                device_map=device_map,
+                timed_steps=timed_steps,
+                warmup_steps=warmup_steps,
+                synchronize=synchronize,
+            )
             rows.append(PlanResult(name, plan_name, ok, loss_err, grad_err, worst, ratio, step_time_s=step))
         except Exception as e:  # a failing plan is a row, with its first line
             text = str(e).strip().splitlines()
-            rows.append(PlanResult(name, plan_name, False, message=f"{type(e).__name__}: {text[0][:300] if text else ''}"))
+            rows.append(
+                PlanResult(name, plan_name, False, message=f"{type(e).__name__}: {text[0][:300] if text else ''}")
+            )
         rows[-1].seconds = time.perf_counter() - t0
     return rows
 
@@ -243,11 +275,16 @@ def format_rows(rows: Sequence[PlanResult], baseline_plan: str = "gpu") -> list[
             line = f"| {r.model} | {r.plan} | FAIL | {r.message} | | |"
         else:
             worst = r.worst if len(r.worst) <= 32 else "…" + r.worst[-31:]
-            line = (f"| {r.model} | {r.plan} | {'ok' if r.ok else 'FAIL'} | {r.loss_error:.1e} | {r.grad_error:.1e} | "
-                    f"{r.allowed_ratio:.2f} ({worst}) |")
+            line = (
+                f"| {r.model} | {r.plan} | {'ok' if r.ok else 'FAIL'} | {r.loss_error:.1e} | {r.grad_error:.1e} | "
+                f"{r.allowed_ratio:.2f} ({worst}) |"
+            )
         if timed:
             b = base.get(r.model, math.nan)
-            line += (f" {r.step_time_s * 1e3:.2f} | {r.step_time_s / b:.2f}x |" if not math.isnan(r.step_time_s) and b > 0
-                     else " | |")
+            line += (
+                f" {r.step_time_s * 1e3:.2f} | {r.step_time_s / b:.2f}x |"
+                if not math.isnan(r.step_time_s) and b > 0
+                else " | |"
+            )
         lines.append(line)
     return lines

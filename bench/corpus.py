@@ -56,8 +56,15 @@ def _transformers() -> Any:
 
 
 # ------------------------------------------------------------- causal LMs
-_DECODER = dict(vocab_size=VOCAB, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
-                num_key_value_heads=2, max_position_embeddings=64)
+_DECODER = dict(
+    vocab_size=VOCAB,
+    hidden_size=32,
+    intermediate_size=64,
+    num_hidden_layers=2,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    max_position_embeddings=64,
+)
 
 
 def _causal(config_cls: str, model_cls: str, **config: Any) -> Callable[[], Built]:
@@ -77,18 +84,63 @@ _CAUSAL: dict[str, Callable[[], Built]] = {
     "qwen2": _causal("Qwen2Config", "Qwen2ForCausalLM", **_DECODER),
     "qwen3": _causal("Qwen3Config", "Qwen3ForCausalLM", **_DECODER, head_dim=8),
     "gemma": _causal("GemmaConfig", "GemmaForCausalLM", **_DECODER, head_dim=8),
-    "phi": _causal("PhiConfig", "PhiForCausalLM", vocab_size=VOCAB, hidden_size=32, intermediate_size=64,
-                   num_hidden_layers=2, num_attention_heads=4, max_position_embeddings=64, resid_pdrop=0.0,
-                   embd_pdrop=0.0, attention_dropout=0.0),
-    "gpt2": _causal("GPT2Config", "GPT2LMHeadModel", vocab_size=VOCAB, n_embd=32, n_layer=2, n_head=4, n_positions=64,
-                    bos_token_id=0, eos_token_id=0),
-    "gpt_neox": _causal("GPTNeoXConfig", "GPTNeoXForCausalLM", vocab_size=VOCAB, hidden_size=32, intermediate_size=64,
-                        num_hidden_layers=2, num_attention_heads=4, max_position_embeddings=64),
-    "opt": _causal("OPTConfig", "OPTForCausalLM", vocab_size=VOCAB, hidden_size=32, ffn_dim=64, num_hidden_layers=2,
-                   num_attention_heads=4, max_position_embeddings=64, word_embed_proj_dim=32, pad_token_id=1),
+    "phi": _causal(
+        "PhiConfig",
+        "PhiForCausalLM",
+        vocab_size=VOCAB,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        max_position_embeddings=64,
+        resid_pdrop=0.0,
+        embd_pdrop=0.0,
+        attention_dropout=0.0,
+    ),
+    "gpt2": _causal(
+        "GPT2Config",
+        "GPT2LMHeadModel",
+        vocab_size=VOCAB,
+        n_embd=32,
+        n_layer=2,
+        n_head=4,
+        n_positions=64,
+        bos_token_id=0,
+        eos_token_id=0,
+    ),
+    "gpt_neox": _causal(
+        "GPTNeoXConfig",
+        "GPTNeoXForCausalLM",
+        vocab_size=VOCAB,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        max_position_embeddings=64,
+    ),
+    "opt": _causal(
+        "OPTConfig",
+        "OPTForCausalLM",
+        vocab_size=VOCAB,
+        hidden_size=32,
+        ffn_dim=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        max_position_embeddings=64,
+        word_embed_proj_dim=32,
+        pad_token_id=1,
+    ),
     "mixtral": _causal("MixtralConfig", "MixtralForCausalLM", **_DECODER, num_local_experts=4, num_experts_per_tok=2),
-    "qwen2_moe": _causal("Qwen2MoeConfig", "Qwen2MoeForCausalLM", **_DECODER, num_experts=4, num_experts_per_tok=2,
-                         moe_intermediate_size=32, shared_expert_intermediate_size=32, decoder_sparse_step=1),
+    "qwen2_moe": _causal(
+        "Qwen2MoeConfig",
+        "Qwen2MoeForCausalLM",
+        **_DECODER,
+        num_experts=4,
+        num_experts_per_tok=2,
+        moe_intermediate_size=32,
+        shared_expert_intermediate_size=32,
+        decoder_sparse_step=1,
+    ),
 }
 
 
@@ -96,19 +148,32 @@ _CAUSAL: dict[str, Callable[[], Built]] = {
 def build_bert() -> Built:
     """BERT masked LM: tied decoder weights, position-id buffers, a padded attention mask as input."""
     tf = _transformers()
-    cfg = tf.BertConfig(vocab_size=VOCAB, hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64,
-                        max_position_embeddings=64)
+    cfg = tf.BertConfig(
+        vocab_size=VOCAB,
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        intermediate_size=64,
+        max_position_embeddings=64,
+    )
     ids = _ids(2)
     mask = torch.ones_like(ids)
-    mask[1, SEQ // 2:] = 0  # the second sequence is padded
+    mask[1, SEQ // 2 :] = 0  # the second sequence is padded
     return LossOf(tf.BertForMaskedLM(cfg), ("input_ids", "attention_mask", "labels")), (ids, mask, ids.clone())
 
 
 def build_roberta() -> Built:
     """RoBERTa masked LM (position ids from the padding, a learned embedding offset)."""
     tf = _transformers()
-    cfg = tf.RobertaConfig(vocab_size=VOCAB, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
-                           intermediate_size=64, max_position_embeddings=64, pad_token_id=1)
+    cfg = tf.RobertaConfig(
+        vocab_size=VOCAB,
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        intermediate_size=64,
+        max_position_embeddings=64,
+        pad_token_id=1,
+    )
     ids = _ids(3).clamp(min=2)
     return LossOf(tf.RobertaForMaskedLM(cfg)), (ids, ids.clone())
 
@@ -116,7 +181,9 @@ def build_roberta() -> Built:
 def build_distilbert() -> Built:
     """DistilBERT masked LM (sinusoidal-free, no token types)."""
     tf = _transformers()
-    cfg = tf.DistilBertConfig(vocab_size=VOCAB, dim=32, n_layers=2, n_heads=4, hidden_dim=64, max_position_embeddings=64)
+    cfg = tf.DistilBertConfig(
+        vocab_size=VOCAB, dim=32, n_layers=2, n_heads=4, hidden_dim=64, max_position_embeddings=64
+    )
     ids = _ids(4)
     return LossOf(tf.DistilBertForMaskedLM(cfg)), (ids, ids.clone())
 
@@ -124,8 +191,16 @@ def build_distilbert() -> Built:
 def build_vit() -> Built:
     """A vision transformer classifier: patch convolution, CLS token, position embeddings."""
     tf = _transformers()
-    cfg = tf.ViTConfig(image_size=16, patch_size=4, num_channels=3, hidden_size=32, num_hidden_layers=2,
-                       num_attention_heads=4, intermediate_size=64, num_labels=10)
+    cfg = tf.ViTConfig(
+        image_size=16,
+        patch_size=4,
+        num_channels=3,
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        intermediate_size=64,
+        num_labels=10,
+    )
     g = torch.Generator().manual_seed(5)
     pixels, labels = torch.randn(BATCH, 3, 16, 16, generator=g), torch.randint(0, 10, (BATCH,), generator=g)
     return LossOf(tf.ViTForImageClassification(cfg), ("pixel_values", "labels")), (pixels, labels)
@@ -134,17 +209,37 @@ def build_vit() -> Built:
 def build_t5() -> Built:
     """T5: shared embeddings, relative position buckets, decoder inputs shifted from the labels."""
     tf = _transformers()
-    cfg = tf.T5Config(vocab_size=VOCAB, d_model=32, d_kv=8, d_ff=64, num_layers=2, num_heads=4,
-                      decoder_start_token_id=0, pad_token_id=0)
+    cfg = tf.T5Config(
+        vocab_size=VOCAB,
+        d_model=32,
+        d_kv=8,
+        d_ff=64,
+        num_layers=2,
+        num_heads=4,
+        decoder_start_token_id=0,
+        pad_token_id=0,
+    )
     return LossOf(tf.T5ForConditionalGeneration(cfg)), (_ids(6), _ids(7))
 
 
 def build_bart() -> Built:
     """BART: learned positions, encoder-decoder cross attention, labels shifted into decoder inputs."""
     tf = _transformers()
-    cfg = tf.BartConfig(vocab_size=VOCAB, d_model=32, encoder_layers=2, decoder_layers=2, encoder_attention_heads=4,
-                        decoder_attention_heads=4, encoder_ffn_dim=64, decoder_ffn_dim=64, max_position_embeddings=64,
-                        pad_token_id=1, bos_token_id=0, eos_token_id=2, decoder_start_token_id=2)
+    cfg = tf.BartConfig(
+        vocab_size=VOCAB,
+        d_model=32,
+        encoder_layers=2,
+        decoder_layers=2,
+        encoder_attention_heads=4,
+        decoder_attention_heads=4,
+        encoder_ffn_dim=64,
+        decoder_ffn_dim=64,
+        max_position_embeddings=64,
+        pad_token_id=1,
+        bos_token_id=0,
+        eos_token_id=2,
+        decoder_start_token_id=2,
+    )
     return LossOf(tf.BartForConditionalGeneration(cfg)), (_ids(8).clamp(min=3), _ids(9).clamp(min=3))
 
 
@@ -218,9 +313,15 @@ class _ResNetBN(nn.Module):
         super().__init__()
         self.stem = nn.Sequential(nn.Conv2d(3, width, 3, padding=1, bias=False), nn.BatchNorm2d(width), nn.ReLU())
         self.blocks = nn.ModuleList(
-            nn.Sequential(nn.Conv2d(width, width, 3, padding=1, bias=False), nn.BatchNorm2d(width), nn.ReLU(),
-                          nn.Conv2d(width, width, 3, padding=1, bias=False), nn.BatchNorm2d(width))
-            for _ in range(2))
+            nn.Sequential(
+                nn.Conv2d(width, width, 3, padding=1, bias=False),
+                nn.BatchNorm2d(width),
+                nn.ReLU(),
+                nn.Conv2d(width, width, 3, padding=1, bias=False),
+                nn.BatchNorm2d(width),
+            )
+            for _ in range(2)
+        )
         self.head = nn.Linear(width, classes)
 
     def forward(self, images: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:

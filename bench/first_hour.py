@@ -82,7 +82,10 @@ def encoder_2048() -> tuple[nn.Module, tuple]:
 
 
 MODELS: list[tuple[str, Callable[[], tuple[nn.Module, tuple]]]] = [
-    ("encoder_small", encoder_small), ("gpt2_wrapped", gpt2_wrapped), ("encoder_2048", encoder_2048)]
+    ("encoder_small", encoder_small),
+    ("gpt2_wrapped", gpt2_wrapped),
+    ("encoder_2048", encoder_2048),
+]
 
 
 def report(name: str, cluster_name: str, seed: int = 0) -> dict[str, Any]:
@@ -97,7 +100,19 @@ def report(name: str, cluster_name: str, seed: int = 0) -> dict[str, Any]:
     levels = [(lv.graph.meta["module_depth"], lv.num_groups) for lv in module_levels(schedule_graph(graph))]
     cluster = envs.resolve_cluster(cluster_name)
     rows = compare(graph, cluster, methods=list(METHODS), seed=seed).rows
-    return {"model": name, "cluster": cluster_name, "ops": graph.num_ops, "module_levels": levels,
-            "methods": {r.method: {"status": r.status, "step_time_s": r.step_time_s,
-                                   "peak_bytes": max(r.peak_bytes.values(), default=0) if r.peak_bytes else None,
-                                   "message": r.message} for r in rows if r.kind == "baseline"}}
+    return {
+        "model": name,
+        "cluster": cluster_name,
+        "ops": graph.num_ops,
+        "module_levels": levels,
+        "methods": {
+            r.method: {
+                "status": r.status,
+                "step_time_s": r.step_time_s,
+                "peak_bytes": max(r.peak_bytes.values(), default=0) if r.peak_bytes else None,
+                "message": r.message,
+            }
+            for r in rows
+            if r.kind == "baseline"
+        },
+    }

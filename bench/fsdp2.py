@@ -69,8 +69,15 @@ def shard_with_offload(model: nn.Module, device: torch.device) -> list[str]:
     return blocks + [""]
 
 
-def measure_offload(source: str | Builder, device: str | torch.device, *, warmup_steps: int = 2, timed_steps: int = 5,
-                    lr: float = 1e-3, timeout_s: float | None = None) -> Result:
+def measure_offload(
+    source: str | Builder,
+    device: str | torch.device,
+    *,
+    warmup_steps: int = 2,
+    timed_steps: int = 5,
+    lr: float = 1e-3,
+    timeout_s: float | None = None,
+) -> Result:
     """Time Adam steps of ``source``'s model under FSDP2 with CPU offload on ``device``; a Result, never raising.
 
     ``peak_bytes`` has ``gpu:0`` (``max_memory_allocated`` of a CUDA device) and
@@ -87,8 +94,14 @@ def measure_offload(source: str | Builder, device: str | torch.device, *, warmup
             extra["sharded_blocks"] = len(shard_with_offload(model, device)) - 1
             inputs = tuple(x.to(device) if isinstance(x, torch.Tensor) else x for x in inputs)
             optimizer = torch.optim.Adam(model.parameters(), lr=lr)
-            m = measure_steps(model, inputs, optimizer, {"cpu:0": torch.device("cpu"), "gpu:0": device},
-                              warmup_steps=warmup_steps, timed_steps=timed_steps)
+            m = measure_steps(
+                model,
+                inputs,
+                optimizer,
+                {"cpu:0": torch.device("cpu"), "gpu:0": device},
+                warmup_steps=warmup_steps,
+                timed_steps=timed_steps,
+            )
         extra.update(step_times_s=m["step_times_s"], losses=m["losses"])
         return Result(m["step_time_s"], "ok", peak_bytes=m["peak_bytes"], source="measured", extra=extra)
     except Exception as e:  # noqa: BLE001  (the rival's failure is its row)

@@ -92,7 +92,9 @@ def bench_coarsen(graph: OpGraph, max_groups: int = 256, *, repeats: int = 3) ->
     }
 
 
-def bench_capture(names: list[str] | None = None, *, progress: Callable[[str], None] | None = None) -> list[dict[str, Any]]:
+def bench_capture(
+    names: list[str] | None = None, *, progress: Callable[[str], None] | None = None
+) -> list[dict[str, Any]]:
     """Build each zoo model on the meta device and capture it, bypassing the disk cache.
 
     Returns one row per model: build and capture seconds, ops, edges.
@@ -106,13 +108,28 @@ def bench_capture(names: list[str] | None = None, *, progress: Callable[[str], N
         t1, c1 = time.perf_counter(), time.process_time()
         graph = capture(model, inputs, name=name)
         t2, c2 = time.perf_counter(), time.process_time()
-        rows.append({"model": name, "ops": graph.num_ops, "edges": graph.num_edges, "build_s": t1 - t0,
-                     "capture_s": t2 - t1, "capture_cpu_s": c2 - c1})
+        rows.append(
+            {
+                "model": name,
+                "ops": graph.num_ops,
+                "edges": graph.num_edges,
+                "build_s": t1 - t0,
+                "capture_s": t2 - t1,
+                "capture_cpu_s": c2 - c1,
+            }
+        )
     return rows
 
 
-def run(num_ops: int = 100_000, *, max_groups: int = 256, repeats: int = 3, capture: bool = True,
-        models: list[str] | None = None, progress: Callable[[str], None] | None = None) -> dict[str, Any]:
+def run(
+    num_ops: int = 100_000,
+    *,
+    max_groups: int = 256,
+    repeats: int = 3,
+    capture: bool = True,
+    models: list[str] | None = None,
+    progress: Callable[[str], None] | None = None,
+) -> dict[str, Any]:
     """All graph benchmarks; the JSON object ``scripts/bench_graphs.py --json`` prints."""
     if progress is not None:
         progress(f"load: synthetic graph of {num_ops:,} ops")

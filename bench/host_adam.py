@@ -25,7 +25,9 @@ def adam_rate(parameters: int, *, threads: int, repeats: int = 3, tensor_params:
     before = torch.get_num_threads()
     torch.set_num_threads(threads)
     try:
-        sizes = [tensor_params] * (parameters // tensor_params) + ([parameters % tensor_params] if parameters % tensor_params else [])
+        sizes = [tensor_params] * (parameters // tensor_params) + (
+            [parameters % tensor_params] if parameters % tensor_params else []
+        )
         out = {}
         for name, foreach in (("foreach", True), ("single_tensor", False)):
             params = [torch.nn.Parameter(torch.randn(n)) for n in sizes]

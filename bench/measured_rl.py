@@ -50,11 +50,15 @@ def hand_off(sim_logdir: str, logdir: str) -> dict[str, Any]:
     times are not the measured ones.
     """
     if checkpoint.exists(logdir):
-        raise PlacerError(f"{logdir}: already holds a checkpoint (a fine-tuning run there would not start from the simulator's)")
+        raise PlacerError(
+            f"{logdir}: already holds a checkpoint (a fine-tuning run there would not start from the simulator's)"
+        )
     tensors, state = checkpoint.load(sim_logdir)
     old = RunState.from_dict(state["run"], where=os.path.join(sim_logdir, checkpoint.CHECKPOINT_PT))
-    fresh = RunState(warm_start=f"the simulator-trained policy ({old.iteration} iterations; {old.warm_start})",
-                     warm_start_indices=old.warm_start_indices)
+    fresh = RunState(
+        warm_start=f"the simulator-trained policy ({old.iteration} iterations; {old.warm_start})",
+        warm_start_indices=old.warm_start_indices,
+    )
     checkpoint.save(logdir, tensors, {**state, "run": fresh.to_dict()})
     return state["config"]
 
@@ -79,12 +83,22 @@ class Recorder:
             self.seen.add(key)
             s = self.sim.simulate(idx)
             self.count += 1
-            append_log_line(self.path, json.dumps({
-                "n": self.count, "elapsed_s": time.perf_counter() - self.t0,
-                "real_status": r.status, "real_step_time_s": _finite(r.step_time_s),
-                "real_peak_bytes": r.peak_bytes, "sim_status": s.status,
-                "sim_step_time_s": _finite(s.extra.get("sim_step_time_s", s.step_time_s)),
-                "sim_peak_bytes": s.peak_bytes, "op_devices": idx.tolist()}))
+            append_log_line(
+                self.path,
+                json.dumps(
+                    {
+                        "n": self.count,
+                        "elapsed_s": time.perf_counter() - self.t0,
+                        "real_status": r.status,
+                        "real_step_time_s": _finite(r.step_time_s),
+                        "real_peak_bytes": r.peak_bytes,
+                        "sim_status": s.status,
+                        "sim_step_time_s": _finite(s.extra.get("sim_step_time_s", s.step_time_s)),
+                        "sim_peak_bytes": s.peak_bytes,
+                        "op_devices": idx.tolist(),
+                    }
+                ),
+            )
         return results
 
     def step_times(self, op_devices: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -96,9 +110,20 @@ def _finite(x: Any) -> float | None:
     return float(x) if x is not None and math.isfinite(float(x)) else None
 
 
-def fine_tune(graph: OpGraph, cluster: Any, cluster_path: str, env: Any, sim_logdir: str, logdir: str, *,
-              time_budget_s: float | None = None, iterations: int | None = None, fail_factor: float | None = None,
-              exploration: float = 0.0, progress: bool = False) -> Any:
+def fine_tune(
+    graph: OpGraph,
+    cluster: Any,
+    cluster_path: str,
+    env: Any,
+    sim_logdir: str,
+    logdir: str,
+    *,
+    time_budget_s: float | None = None,
+    iterations: int | None = None,
+    fail_factor: float | None = None,
+    exploration: float = 0.0,
+    progress: bool = False,
+) -> Any:
     """Continue the simulator run of ``sim_logdir`` with rewards measured by ``env``, for ``time_budget_s`` in all
     (or ``iterations``).
 
@@ -116,13 +141,40 @@ def fine_tune(graph: OpGraph, cluster: Any, cluster_path: str, env: Any, sim_log
     from placer.learn.loop import train
 
     saved = checkpoint.load(logdir)[1]["config"] if checkpoint.exists(logdir) else hand_off(sim_logdir, logdir)
-    keep = {k: saved[k] for k in ("policy", "samples", "max_groups", "hidden", "layers", "algo", "seed", "lr",
-                                  "entropy_coef", "temperature", "tanh_c", "baseline", "fail_factor") if k in saved}
+    keep = {
+        k: saved[k]
+        for k in (
+            "policy",
+            "samples",
+            "max_groups",
+            "hidden",
+            "layers",
+            "algo",
+            "seed",
+            "lr",
+            "entropy_coef",
+            "temperature",
+            "tanh_c",
+            "baseline",
+            "fail_factor",
+        )
+        if k in saved
+    }
     if fail_factor is not None:
         keep["fail_factor"] = fail_factor
     keep.update(logit_noise=exploration, logit_noise_steps=1 << 30)
-    config = TrainConfig(**keep, source=graph.name, cluster=cluster_path, env="measured", resume=True, logdir=logdir,
-                         time_budget_s=time_budget_s, iterations=iterations, heuristics=(), progress=progress)
+    config = TrainConfig(
+        **keep,
+        source=graph.name,
+        cluster=cluster_path,
+        env="measured",
+        resume=True,
+        logdir=logdir,
+        time_budget_s=time_budget_s,
+        iterations=iterations,
+        heuristics=(),
+        progress=progress,
+    )
     recorder = Recorder(env, envs.SimEnv(graph, cluster), os.path.join(logdir, CURVES_NAME))
     return train(config, graph=graph, cluster=cluster, env=recorder)
 
@@ -159,9 +211,15 @@ def curves(records: list[dict[str, Any]]) -> dict[str, Any]:
     disagree = [i for i, r in enumerate(records) if (r["real_status"] == "ok") != (r["sim_status"] == "ok")]
     both = [(t, s) for t, s in zip(real, sim) if t is not None and s is not None]
     return {
-        "n": len(records), "real_step_time_s": real, "real_best_s": real_best, "sim_step_time_s": sim,
-        "sim_pick_real_s": sim_pick_real, "parted_at": parted_at, "fit_disagreements": disagree,
-        "spearman": _spearman(both), "median_real_over_sim": float(np.median([t / s for t, s in both])) if both else None,
+        "n": len(records),
+        "real_step_time_s": real,
+        "real_best_s": real_best,
+        "sim_step_time_s": sim,
+        "sim_pick_real_s": sim_pick_real,
+        "parted_at": parted_at,
+        "fit_disagreements": disagree,
+        "spearman": _spearman(both),
+        "median_real_over_sim": float(np.median([t / s for t, s in both])) if both else None,
     }
 
 
@@ -189,7 +247,9 @@ def plot_curves(c: dict[str, Any], path: str, *, title: str = "", dpi: int = 100
     ax.plot(n, ms(c["real_step_time_s"]), "o", color="C0", markersize=4, label="real step time")
     ax.plot(n, ms(c["sim_step_time_s"]), "x", color="C1", markersize=4, label="simulated, same placement")
     ax.step(n, ms(c["real_best_s"]), where="post", color="C0", label="real best so far")
-    ax.step(n, ms(c["sim_pick_real_s"]), where="post", color="C1", linestyle="--", label="real time of the simulator's pick")
+    ax.step(
+        n, ms(c["sim_pick_real_s"]), where="post", color="C1", linestyle="--", label="real time of the simulator's pick"
+    )
     if c.get("parted_at") is not None:
         ax.axvline(c["parted_at"] + 1, color="0.4", linestyle=":", label="they part")
     for i in c.get("fit_disagreements", []):

@@ -69,10 +69,34 @@ class Scenario:
 #: there. One step is 2 x 512 tokens: 2.1 TFLOP forward, ~6.3 TFLOP with backward, ~0.15 s of fp32 matmul on an
 #: H100 (~45 of its 67 TFLOP/s without TF32) if all of it ran there. ``tiny``: the same shape of problem for a CPU.
 SCENARIOS: dict[str, Scenario] = {
-    "llama-256k": Scenario("llama-256k", 256000, 2048, 8192, 8, 32, 8, 2, 512, 24 * GIB, 100 * GIB,
-                           "Llama-style decoder, 8 layers of Llama-3.2-1B's shape, 256k vocabulary untied, batch 2 x 512"),
-    "tiny": Scenario("tiny", 8192, 64, 128, 2, 4, 2, 2, 32, 20 * MIB, 8 * GIB,
-                     "the same shape on a CPU: 8k vocabulary untied, width 64, 2 layers, batch 2 x 32"),
+    "llama-256k": Scenario(
+        "llama-256k",
+        256000,
+        2048,
+        8192,
+        8,
+        32,
+        8,
+        2,
+        512,
+        24 * GIB,
+        100 * GIB,
+        "Llama-style decoder, 8 layers of Llama-3.2-1B's shape, 256k vocabulary untied, batch 2 x 512",
+    ),
+    "tiny": Scenario(
+        "tiny",
+        8192,
+        64,
+        128,
+        2,
+        4,
+        2,
+        2,
+        32,
+        20 * MIB,
+        8 * GIB,
+        "the same shape on a CPU: 8k vocabulary untied, width 64, 2 layers, batch 2 x 32",
+    ),
 }
 
 
@@ -92,9 +116,15 @@ def build(scenario: Scenario, *, meta: bool = False) -> tuple[Any, tuple]:
     transformers.logging.set_verbosity_error()
     s = scenario
     config = transformers.LlamaConfig(
-        vocab_size=s.vocab_size, hidden_size=s.hidden_size, intermediate_size=s.intermediate_size,
-        num_hidden_layers=s.num_layers, num_attention_heads=s.heads, num_key_value_heads=s.kv_heads,
-        max_position_embeddings=s.seq, tie_word_embeddings=False)
+        vocab_size=s.vocab_size,
+        hidden_size=s.hidden_size,
+        intermediate_size=s.intermediate_size,
+        num_hidden_layers=s.num_layers,
+        num_attention_heads=s.heads,
+        num_key_value_heads=s.kv_heads,
+        max_position_embeddings=s.seq,
+        tie_word_embeddings=False,
+    )
     torch.manual_seed(0)
     with torch.device("meta") if meta else torch.device("cpu"):
         model = LossOf(transformers.LlamaForCausalLM(config)).eval()  # Llama has no dropout: eval() changes nothing
@@ -116,18 +146,27 @@ def scenario_cluster(scenario: Scenario) -> Cluster:
     56-core host scaled to the 16 cores of the lent machines (2e12 -> 0.6e12 FLOP/s,
     and ~1e11 B/s): estimates, not calibrated (``placer profile`` would calibrate them).
     """
-    devices = [Device("cpu:0", "cpu", float(scenario.host_bytes), 0.6e12, 1e11, 5e-6),
-               Device("gpu:0", "gpu", float(scenario.gpu_cap_bytes), 60e12, 2.85e12, 6e-6)]
+    devices = [
+        Device("cpu:0", "cpu", float(scenario.host_bytes), 0.6e12, 1e11, 5e-6),
+        Device("gpu:0", "gpu", float(scenario.gpu_cap_bytes), 60e12, 2.85e12, 6e-6),
+    ]
     links = {("cpu:0", "gpu:0"): PCIE5, ("gpu:0", "cpu:0"): PCIE5}
-    return Cluster(name=f"offload-{scenario.name}", devices=devices, links=links,
-                   description=f"16 host cores + one H100 capped at {scenario.gpu_cap_bytes / GIB:g} GiB; {scenario.description}")
+    return Cluster(
+        name=f"offload-{scenario.name}",
+        devices=devices,
+        links=links,
+        description=f"16 host cores + one H100 capped at {scenario.gpu_cap_bytes / GIB:g} GiB; {scenario.description}",
+    )
 
 
 # ------------------------------------------------------------------ plans
 #: Options that let the searches use the host: by default they place on GPUs only, and on one GPU that is one plan.
 HEURISTIC_OPTIONS: dict[str, dict[str, Any]] = {
-    "single": {"cpu": True}, "random_search": {"devices": "all"}, "random_modules": {"devices": "all"},
-    "module_search": {"devices": "all"}, "annealing": {"devices": "all"},
+    "single": {"cpu": True},
+    "random_search": {"devices": "all"},
+    "random_modules": {"devices": "all"},
+    "module_search": {"devices": "all"},
+    "annealing": {"devices": "all"},
 }
 #: accelerate's max_memory as fractions of the cap: the cap itself, then what a user lowers it to for training.
 ACCELERATE_FRACTIONS = (1.0, 0.5, 0.25, 0.2, 0.125)
@@ -149,29 +188,42 @@ def simulated(graph: OpGraph, cluster: Cluster, placement: Placement | None, mes
     if placement is None:
         return {"status": "no plan", "message": message}
     r = envs.SimEnv(graph, cluster).simulate(placement)
-    return {"status": r.status, "step_time_s": r.step_time_s if r.ok else r.extra.get("sim_step_time_s"),
-            "peak_bytes": {k: int(v) for k, v in r.peak_bytes.items()}, "message": r.message}
+    return {
+        "status": r.status,
+        "step_time_s": r.step_time_s if r.ok else r.extra.get("sim_step_time_s"),
+        "peak_bytes": {k: int(v) for k, v in r.peak_bytes.items()},
+        "message": r.message,
+    }
 
 
 def node_order_if_same(placement: Placement, graph: OpGraph) -> Placement:
     """The placement without its order when that order is node order, so both are measured once (one key)."""
     order = placement.issue_order(graph)
     if order is not None and np.array_equal(order, np.arange(graph.num_ops)):
-        return Placement.from_indices(graph, placement.devices, placement.indices(graph), cluster=placement.cluster,
-                                      method=placement.method, meta=placement.meta)
+        return Placement.from_indices(
+            graph,
+            placement.devices,
+            placement.indices(graph),
+            cluster=placement.cluster,
+            method=placement.method,
+            meta=placement.meta,
+        )
     return placement
 
 
 def single_plans(graph: OpGraph, cluster: Cluster) -> list[Plan]:
     out = []
     for d, name in enumerate(cluster.device_names):
-        p = Placement.from_indices(graph, cluster.device_names, np.full(graph.num_ops, d), cluster=cluster.name,
-                                   method="single")
+        p = Placement.from_indices(
+            graph, cluster.device_names, np.full(graph.num_ops, d), cluster=cluster.name, method="single"
+        )
         out.append(Plan(f"all on {name}", "single", p, simulated(graph, cluster, p)))
     return out
 
 
-def accelerate_plans(graph: OpGraph, cluster: Cluster, model: Any, fractions: tuple[float, ...] = ACCELERATE_FRACTIONS) -> list[Plan]:
+def accelerate_plans(
+    graph: OpGraph, cluster: Cluster, model: Any, fractions: tuple[float, ...] = ACCELERATE_FRACTIONS
+) -> list[Plan]:
     """accelerate's map (``device_map="auto"``) at ``max_memory`` = each fraction of the cap, as placements."""
     out = []
     for f in fractions:
@@ -203,14 +255,30 @@ def _placed(name: str, graph: OpGraph, cluster: Cluster, **options: Any) -> tupl
         return None, str(e)
 
 
-def train_on_simulator(graph: OpGraph, cluster: Cluster, cluster_path: str, logdir: str, *, time_budget_s: float,
-                       samples: int, seed: int = 0) -> Plan:
+def train_on_simulator(
+    graph: OpGraph,
+    cluster: Cluster,
+    cluster_path: str,
+    logdir: str,
+    *,
+    time_budget_s: float,
+    samples: int,
+    seed: int = 0,
+) -> Plan:
     """placer's plan from the simulator: ``placer.train`` on the scenario's cluster file, ``--env sim``."""
     from placer.learn.config import TrainConfig
     from placer.learn.loop import train
 
-    config = TrainConfig(source=graph.name, cluster=cluster_path, env="sim", time_budget_s=time_budget_s, samples=samples,
-                         seed=seed, logdir=logdir, progress=False)
+    config = TrainConfig(
+        source=graph.name,
+        cluster=cluster_path,
+        env="sim",
+        time_budget_s=time_budget_s,
+        samples=samples,
+        seed=seed,
+        logdir=logdir,
+        progress=False,
+    )
     t0 = time.perf_counter()
     result = train(config, graph=graph, cluster=cluster)
     p = result.best_placement
@@ -221,8 +289,12 @@ def train_on_simulator(graph: OpGraph, cluster: Cluster, cluster_path: str, logd
 
 
 def plan_doc(plan: Plan) -> dict[str, Any]:
-    return {"label": plan.label, "kind": plan.kind, "sim": plan.sim,
-            "placement": plan.placement.to_dict() if plan.placement is not None else None}
+    return {
+        "label": plan.label,
+        "kind": plan.kind,
+        "sim": plan.sim,
+        "placement": plan.placement.to_dict() if plan.placement is not None else None,
+    }
 
 
 def plan_from_doc(doc: dict[str, Any]) -> Plan:
@@ -258,6 +330,23 @@ def measure_order(plans: list[Plan]) -> list[Plan]:
     return sorted(plans, key=key)
 
 
-__all__ = ["ACCELERATE_FRACTIONS", "HEURISTIC_OPTIONS", "Plan", "SCENARIOS", "Scenario", "accelerate_plans", "build",
-           "builder", "check_scenario", "heuristic_plans", "leading", "measure_order", "plan_doc", "plan_from_doc",
-           "scenario_cluster", "simulated", "single_plans", "train_on_simulator"]
+__all__ = [
+    "ACCELERATE_FRACTIONS",
+    "HEURISTIC_OPTIONS",
+    "Plan",
+    "SCENARIOS",
+    "Scenario",
+    "accelerate_plans",
+    "build",
+    "builder",
+    "check_scenario",
+    "heuristic_plans",
+    "leading",
+    "measure_order",
+    "plan_doc",
+    "plan_from_doc",
+    "scenario_cluster",
+    "simulated",
+    "single_plans",
+    "train_on_simulator",
+]

@@ -83,11 +83,22 @@ def open_env(opts: StageOptions) -> tuple[Any, Any, str]:
     path = os.path.join(opts.out_dir, "cluster.json")
     _write_json(path, cluster.to_dict())
     t0 = time.perf_counter()
-    env = LocalEnv(offload.builder(opts.scenario), cluster, device_map=opts.device_map, warmup_steps=opts.warmup_steps,
-                   timed_steps=opts.timed_steps, measure_timeout_s=opts.measure_timeout_s, run_dir=opts.out_dir)
-    graphs.save(env.graph, os.path.join(opts.out_dir, "graph.json"))  # the export measured: its plans re-simulate anywhere
-    log(f"built and exported {opts.scenario.name} ({env.graph.num_ops} ops, {env.graph.total_param_bytes / 4e9:.2f} B "
-        f"parameters) in {time.perf_counter() - t0:.0f}s; GPU memory fraction {env.memory_fractions or 'not capped'}")
+    env = LocalEnv(
+        offload.builder(opts.scenario),
+        cluster,
+        device_map=opts.device_map,
+        warmup_steps=opts.warmup_steps,
+        timed_steps=opts.timed_steps,
+        measure_timeout_s=opts.measure_timeout_s,
+        run_dir=opts.out_dir,
+    )
+    graphs.save(
+        env.graph, os.path.join(opts.out_dir, "graph.json")
+    )  # the export measured: its plans re-simulate anywhere
+    log(
+        f"built and exported {opts.scenario.name} ({env.graph.num_ops} ops, {env.graph.total_param_bytes / 4e9:.2f} B "
+        f"parameters) in {time.perf_counter() - t0:.0f}s; GPU memory fraction {env.memory_fractions or 'not capped'}"
+    )
     return env, cluster, path
 
 
@@ -105,8 +116,9 @@ def simulator_view(opts: StageOptions, graph: Any, cluster: Any) -> tuple[Any, A
     return (*with_profile(graph, cluster, path, device_map=opts.device_map), "profile")  # refuses another graph's
 
 
-def load_or_make_plans(opts: StageOptions, graph: Any, cluster: Any, cluster_path: str,
-                       simulator: str = "estimates") -> list[Plan]:
+def load_or_make_plans(
+    opts: StageOptions, graph: Any, cluster: Any, cluster_path: str, simulator: str = "estimates"
+) -> list[Plan]:
     """The rivals' plans of ``OUT/plans.json``, or made now (placer trained on the simulator) and saved.
 
     ``graph`` and ``cluster`` are what the plans are made and simulated with (:func:`simulator_view`, named
@@ -116,24 +128,45 @@ def load_or_make_plans(opts: StageOptions, graph: Any, cluster: Any, cluster_pat
     if os.path.exists(path):
         doc = read_json(path)
         if doc.get("graph_hash") != graph.content_hash:
-            raise PlacerError(f"{path}: made for graph {doc.get('graph_hash')}, not {graph.content_hash} "
-                              "(another torch or model?)")
+            raise PlacerError(
+                f"{path}: made for graph {doc.get('graph_hash')}, not {graph.content_hash} (another torch or model?)"
+            )
         plans = [offload.plan_from_doc(d) for d in doc["plans"]]
         made = doc.get("simulator", "estimates")
         if made != simulator:
             log(f"plans made with the simulator's {made}: simulated again with its {simulator}")
-            plans = [Plan(p.label, p.kind, p.placement, offload.simulated(graph, cluster, p.placement, p.sim.get("message", "")))
-                     for p in plans]
+            plans = [
+                Plan(
+                    p.label,
+                    p.kind,
+                    p.placement,
+                    offload.simulated(graph, cluster, p.placement, p.sim.get("message", "")),
+                )
+                for p in plans
+            ]
         return plans
     t0 = time.perf_counter()
     model, _ = offload.build(opts.scenario, meta=True)  # accelerate needs the modules and shapes only
     plans = offload.single_plans(graph, cluster) + offload.accelerate_plans(graph, cluster, model)
     plans += offload.heuristic_plans(graph, cluster, seed=opts.seed)
-    log(f"heuristic and accelerate plans in {time.perf_counter() - t0:.0f}s; training placer on the simulator "
-        f"for {opts.train_budget_s:g}s")
-    plans.append(offload.train_on_simulator(graph, cluster, cluster_path, os.path.join(opts.out_dir, "sim"),
-                                            time_budget_s=opts.train_budget_s, samples=opts.samples, seed=opts.seed))
-    _write_json(path, {"graph_hash": graph.content_hash, "simulator": simulator, "plans": [offload.plan_doc(p) for p in plans]})
+    log(
+        f"heuristic and accelerate plans in {time.perf_counter() - t0:.0f}s; training placer on the simulator "
+        f"for {opts.train_budget_s:g}s"
+    )
+    plans.append(
+        offload.train_on_simulator(
+            graph,
+            cluster,
+            cluster_path,
+            os.path.join(opts.out_dir, "sim"),
+            time_budget_s=opts.train_budget_s,
+            samples=opts.samples,
+            seed=opts.seed,
+        )
+    )
+    _write_json(
+        path, {"graph_hash": graph.content_hash, "simulator": simulator, "plans": [offload.plan_doc(p) for p in plans]}
+    )
     return plans
 
 
@@ -171,8 +204,13 @@ def fsdp2_stage(opts: StageOptions, deadline: float) -> None:
         return
     device = resolve_devices(["gpu:0"], opts.device_map)["gpu:0"]
     t0 = time.perf_counter()
-    r = measure_offload(offload.builder(opts.scenario), device, warmup_steps=opts.warmup_steps, timed_steps=opts.timed_steps,
-                        timeout_s=opts.measure_timeout_s)
+    r = measure_offload(
+        offload.builder(opts.scenario),
+        device,
+        warmup_steps=opts.warmup_steps,
+        timed_steps=opts.timed_steps,
+        timeout_s=opts.measure_timeout_s,
+    )
     _write_json(path, r.to_dict())
     log(f"  FSDP2 with CPUOffloadPolicy: {r.status} {r.step_time_s:.3f}s ({time.perf_counter() - t0:.0f}s)")
 
@@ -187,8 +225,11 @@ def host_adam_stage(opts: StageOptions, parameters: int = 200_000_000) -> dict[s
     path = os.path.join(opts.out_dir, "host_adam.json")
     if os.path.exists(path):
         return read_json(path)
-    doc = {"parameters": parameters, "threads": torch.get_num_threads(),
-           "params_per_s": adam_rate(parameters, threads=torch.get_num_threads())}
+    doc = {
+        "parameters": parameters,
+        "threads": torch.get_num_threads(),
+        "params_per_s": adam_rate(parameters, threads=torch.get_num_threads()),
+    }
     _write_json(path, doc)
     log(f"host Adam: {doc['params_per_s']['foreach'] / 1e6:.0f} M parameters/s (foreach, {doc['threads']} threads)")
     return doc
@@ -204,8 +245,13 @@ def run_rivals(opts: StageOptions) -> dict[str, Any]:
     plans = load_or_make_plans(opts, *view[:2], cluster_path, view[2])
     deadline = start + opts.deadline_s
     write_report(opts, env.graph, plans, env, view)
-    measure_plans(env, plans, deadline, then=lambda: fsdp2_stage(opts, deadline),
-                  after_each=lambda: write_report(opts, env.graph, plans, env, view))
+    measure_plans(
+        env,
+        plans,
+        deadline,
+        then=lambda: fsdp2_stage(opts, deadline),
+        after_each=lambda: write_report(opts, env.graph, plans, env, view),
+    )
     return write_report(opts, env.graph, plans, env, view)
 
 
@@ -223,18 +269,28 @@ def run_profile(opts: StageOptions) -> dict[str, Any]:
     torch_devices = list(dict.fromkeys(str(d) for d in resolve_devices(cluster.device_names, opts.device_map).values()))
     t0 = time.perf_counter()
     model, inputs = offload.builder(opts.scenario)()
-    log(f"profiling {opts.scenario.name} on {', '.join(torch_devices)} ({opts.profile_repeats} timed steps each, "
-        f"{torch.get_num_threads()} host threads)")
+    log(
+        f"profiling {opts.scenario.name} on {', '.join(torch_devices)} ({opts.profile_repeats} timed steps each, "
+        f"{torch.get_num_threads()} host threads)"
+    )
     prof = profile_model(model, inputs, torch_devices, warmup=1, repeats=opts.profile_repeats)
     path = os.path.join(opts.out_dir, PROFILE_NAME)
     save_profile(prof, path)
     took = time.perf_counter() - t0
     steps = {d: e.get("step_s") for d, e in prof["devices"].items()}
-    log(f"wrote {path} in {took:.0f}s; measured steps with every op on one device: "
+    log(
+        f"wrote {path} in {took:.0f}s; measured steps with every op on one device: "
         + ", ".join(f"{d} {s:.3f}s" if s else f"{d} -" for d, s in steps.items())
-        + (f"; errors: {prof['errors']}" if prof.get("errors") else ""))
-    return {"profile": path, "graph_hash": prof["graph_hash"], "devices": torch_devices, "seconds": took,
-            "step_s": steps, "errors": prof.get("errors", {})}
+        + (f"; errors: {prof['errors']}" if prof.get("errors") else "")
+    )
+    return {
+        "profile": path,
+        "graph_hash": prof["graph_hash"],
+        "devices": torch_devices,
+        "seconds": took,
+        "step_s": steps,
+        "errors": prof.get("errors", {}),
+    }
 
 
 def run_finetune(opts: StageOptions) -> dict[str, Any]:
@@ -243,7 +299,9 @@ def run_finetune(opts: StageOptions) -> dict[str, Any]:
     from placer.learn.scoring import CachedScorer, reference_time
 
     if not os.path.exists(os.path.join(opts.out_dir, "plans.json")):
-        raise PlacerError(f"{opts.out_dir}: no plans.json: run the rivals stage first (it trains placer on the simulator)")
+        raise PlacerError(
+            f"{opts.out_dir}: no plans.json: run the rivals stage first (it trains placer on the simulator)"
+        )
     env, cluster, cluster_path = open_env(opts)
     view = simulator_view(opts, env.graph, cluster)
     sim_graph, sim_cluster = view[:2]
@@ -257,33 +315,63 @@ def run_finetune(opts: StageOptions) -> dict[str, Any]:
     # a placement that does not run costs 10x the simulator plan's real step (the paper's failing runtime was
     # ~10x its step times): in the simulator's units (t_ref) that is more than the simulator run's factor
     fail = max(10.0, 10 * measured.step_time_s / t_ref) if measured is not None and measured.ok else None
-    log(f"fine-tuning for {opts.budget_s:g}s: reward scale {t_ref:.3f}s, fail factor {fail}, "
-        f"{env.measure_timeout_s:g}s at most per measurement")
-    result = fine_tune(sim_graph, sim_cluster, cluster_path, env, os.path.join(opts.out_dir, "sim"),
-                       os.path.join(opts.out_dir, "finetune"), time_budget_s=opts.budget_s, fail_factor=fail,
-                       exploration=opts.exploration)
+    log(
+        f"fine-tuning for {opts.budget_s:g}s: reward scale {t_ref:.3f}s, fail factor {fail}, "
+        f"{env.measure_timeout_s:g}s at most per measurement"
+    )
+    result = fine_tune(
+        sim_graph,
+        sim_cluster,
+        cluster_path,
+        env,
+        os.path.join(opts.out_dir, "sim"),
+        os.path.join(opts.out_dir, "finetune"),
+        time_budget_s=opts.budget_s,
+        fail_factor=fail,
+        exploration=opts.exploration,
+    )
     log(f"  {result.iterations} iterations, best {result.best_step_time_s:.3f}s, {env.measured} placements measured")
     records = read_curves(os.path.join(opts.out_dir, "finetune", CURVES_NAME))
     _write_json(os.path.join(opts.out_dir, "curves.json"), curves(records))
     return write_report(opts, env.graph, plans, env, view)
 
 
-def table_rows(opts: StageOptions, graph: Any, plans: list[Plan], env: Any = None, view: Any = None) -> list[dict[str, Any]]:
+def table_rows(
+    opts: StageOptions, graph: Any, plans: list[Plan], env: Any = None, view: Any = None
+) -> list[dict[str, Any]]:
     """The table's rows: every plan with what ``env`` measured (None: simulated only), FSDP2's offload, and the
     fine-tuned plan (simulated in ``view``, :func:`simulator_view`'s; default the env's cluster)."""
     cap, on_gpu = opts.scenario.gpu_cap_bytes, bool(env is not None and env.memory_fractions)
     placed = [p for p in plans if p.placement is not None]
     results = env.logged([p.placement for p in placed]) if env is not None else [None] * len(placed)
     by_label = dict(zip([p.label for p in placed], results))
-    rows = [offload_report.row(p.label, p.kind, by_label.get(p.label), p.sim, cap_bytes=cap, on_gpu=on_gpu,
-                               host_ops=offload.host_ops(p, graph), note=_unmeasured(p, env))
-            for p in offload.measure_order(plans)]
+    rows = [
+        offload_report.row(
+            p.label,
+            p.kind,
+            by_label.get(p.label),
+            p.sim,
+            cap_bytes=cap,
+            on_gpu=on_gpu,
+            host_ops=offload.host_ops(p, graph),
+            note=_unmeasured(p, env),
+        )
+        for p in offload.measure_order(plans)
+    ]
     fsdp = os.path.join(opts.out_dir, "fsdp2.json")
     if os.path.exists(fsdp):
         after = max((i for i, r in enumerate(rows) if r["kind"] in ("placer", "accelerate")), default=-1)
-        rows.insert(after + 1, offload_report.row(
-            "FSDP2, CPUOffloadPolicy (every parameter on the host)", "fsdp2", Result.from_dict(read_json(fsdp)), None,
-            cap_bytes=cap, on_gpu=on_gpu))
+        rows.insert(
+            after + 1,
+            offload_report.row(
+                "FSDP2, CPUOffloadPolicy (every parameter on the host)",
+                "fsdp2",
+                Result.from_dict(read_json(fsdp)),
+                None,
+                cap_bytes=cap,
+                on_gpu=on_gpu,
+            ),
+        )
     best = os.path.join(opts.out_dir, "finetune", "best_placement.json")
     if env is not None and os.path.exists(best):
         from graphs.plan import Placement
@@ -291,8 +379,18 @@ def table_rows(opts: StageOptions, graph: Any, plans: list[Plan], env: Any = Non
         p = Placement.load(best)
         sim_graph, sim_cluster = view[:2] if view is not None else (graph, env.cluster)
         plan = Plan(TUNED_PLAN, "placer", p, offload.simulated(sim_graph, sim_cluster, p))
-        rows.insert(1, offload_report.row(TUNED_PLAN, "placer", env.logged([p])[0], plan.sim, cap_bytes=cap,
-                                          on_gpu=on_gpu, host_ops=offload.host_ops(plan, graph)))
+        rows.insert(
+            1,
+            offload_report.row(
+                TUNED_PLAN,
+                "placer",
+                env.logged([p])[0],
+                plan.sim,
+                cap_bytes=cap,
+                on_gpu=on_gpu,
+                host_ops=offload.host_ops(plan, graph),
+            ),
+        )
     return rows
 
 
@@ -306,17 +404,27 @@ def _unmeasured(plan: Plan, env: Any) -> str:
     return "not measured: past the deadline"
 
 
-def write_report(opts: StageOptions, graph: Any, plans: list[Plan], env: Any = None, view: Any = None) -> dict[str, Any]:
+def write_report(
+    opts: StageOptions, graph: Any, plans: list[Plan], env: Any = None, view: Any = None
+) -> dict[str, Any]:
     rows = table_rows(opts, graph, plans, env, view)
     s = opts.scenario
     adam = os.path.join(opts.out_dir, "host_adam.json")
-    doc = {"scenario": s.name, "description": s.description, "cap_gib": s.gpu_cap_bytes / (1 << 30),
-           "host_adam": read_json(adam) if os.path.exists(adam) else None,
-           "graph_hash": graph.content_hash, "ops": graph.num_ops, "measured": env is not None,
-           "simulator": view[2] if view is not None else "estimates",
-           "parameters": graph.total_param_bytes / 4, "forward_flops": float(graph.flops.sum()),
-           "memory_fractions": env.memory_fractions if env is not None else {}, "rows": rows,
-           "summary": offload_report.summary(rows)}
+    doc = {
+        "scenario": s.name,
+        "description": s.description,
+        "cap_gib": s.gpu_cap_bytes / (1 << 30),
+        "host_adam": read_json(adam) if os.path.exists(adam) else None,
+        "graph_hash": graph.content_hash,
+        "ops": graph.num_ops,
+        "measured": env is not None,
+        "simulator": view[2] if view is not None else "estimates",
+        "parameters": graph.total_param_bytes / 4,
+        "forward_flops": float(graph.flops.sum()),
+        "memory_fractions": env.memory_fractions if env is not None else {},
+        "rows": rows,
+        "summary": offload_report.summary(rows),
+    }
     _write_json(os.path.join(opts.out_dir, "rows.json"), doc)
     write_text_atomic(os.path.join(opts.out_dir, "table.md"), offload_report.markdown(rows) + "\n")
     return doc
@@ -338,5 +446,14 @@ def run_plan(opts: StageOptions) -> dict[str, Any]:
     return write_report(opts, graph, load_or_make_plans(opts, graph, cluster, cluster_path))
 
 
-__all__ = ["PROFILE_NAME", "StageOptions", "run_finetune", "run_plan", "run_profile", "run_rivals", "simulator_view",
-           "table_rows", "write_report"]
+__all__ = [
+    "PROFILE_NAME",
+    "StageOptions",
+    "run_finetune",
+    "run_plan",
+    "run_profile",
+    "run_rivals",
+    "simulator_view",
+    "table_rows",
+    "write_report",
+]

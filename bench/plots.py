@@ -94,8 +94,15 @@ def schedule_bars(trace: dict[str, Any], graph: OpGraph | None = None) -> Schedu
         op = args.get("op_index")
         if op is None and "op" in args:
             op = index.get(args["op"])
-        out.bars.append(Bar(row[int(e["tid"])], float(e["ts"]) / 1e6, float(e["dur"]) / 1e6, str(e.get("cat", "")),
-                            int(op) if op is not None else None))
+        out.bars.append(
+            Bar(
+                row[int(e["tid"])],
+                float(e["ts"]) / 1e6,
+                float(e["dur"]) / 1e6,
+                str(e.get("cat", "")),
+                int(op) if op is not None else None,
+            )
+        )
     return out
 
 
@@ -163,8 +170,15 @@ def _save(fig: Any, path: str, dpi: int) -> None:
         plt.close(fig)
 
 
-def plot_schedule(trace: dict[str, Any], path: str, *, graph: OpGraph | None = None, color_by: str = "kind",
-                  title: str | None = None, dpi: int = 100) -> ScheduleBars:
+def plot_schedule(
+    trace: dict[str, Any],
+    path: str,
+    *,
+    graph: OpGraph | None = None,
+    color_by: str = "kind",
+    title: str | None = None,
+    dpi: int = 100,
+) -> ScheduleBars:
     """Draw the schedule of a simulated step as a Gantt chart (one row per device/link) into ``path``."""
     plt = _pyplot()
     bars = schedule_bars(trace, graph)
@@ -219,8 +233,16 @@ def plot_search_curves(curves: Sequence[dict[str, Any]], path: str, *, dpi: int 
             for name, t in refs.items():
                 if t:
                     ax.axhline(t * 1e3, color="0.45", linestyle=":", linewidth=1)
-                    ax.text(0.995, t * 1e3, name, transform=ax.get_yaxis_transform(), ha="right", va="bottom",
-                            fontsize=7, color="0.3")
+                    ax.text(
+                        0.995,
+                        t * 1e3,
+                        name,
+                        transform=ax.get_yaxis_transform(),
+                        ha="right",
+                        va="bottom",
+                        fontsize=7,
+                        color="0.3",
+                    )
             if key == "evals":
                 ax.set_xscale("log")
                 ax.set_xlim(left=1)
@@ -244,8 +266,11 @@ def plot_budget_curves(cells: Sequence[dict[str, Any]], path: str, *, dpi: int =
     if not cells:
         raise PlacerError(f"{path}: no budget results to plot")
     # a column per kind of budget the cells were run at (placements, seconds): no empty panels
-    kinds = [(kind, label) for kind, label in (("evals", "simulated placements"), ("seconds", "seconds"))
-             if any(k == kind for cell in cells for k, _ in medians(cell))] or [("evals", "simulated placements")]
+    kinds = [
+        (kind, label)
+        for kind, label in (("evals", "simulated placements"), ("seconds", "seconds"))
+        if any(k == kind for cell in cells for k, _ in medians(cell))
+    ] or [("evals", "simulated placements")]
     fig, axes = plt.subplots(len(cells), len(kinds), figsize=(5.5 * len(kinds), 3.2 * len(cells)), squeeze=False)
     for row, cell in enumerate(cells):
         by_budget = medians(cell)
@@ -257,8 +282,13 @@ def plot_budget_curves(cells: Sequence[dict[str, Any]], path: str, *, dpi: int =
                 pts = [(v, t * 1e3) for v, t in pts if t is not None]
                 if pts:
                     ax.plot(*zip(*pts), marker="o", color=f"C{k}", label=method)
-            ax.axhline(cell["lower_bound_s"] * 1e3, color="k", linestyle="--", linewidth=1,
-                       label=f"lower bound ({cell['lower_bound_name']})")
+            ax.axhline(
+                cell["lower_bound_s"] * 1e3,
+                color="k",
+                linestyle="--",
+                linewidth=1,
+                label=f"lower bound ({cell['lower_bound_name']})",
+            )
             if budgets:
                 ax.set_xscale("log")
             ax.set_xlabel(f"budget ({label})")

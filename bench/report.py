@@ -44,7 +44,6 @@ NAMED_COLUMNS = ("scotch", "metis", "expert", "ilp")
 NOT_A_RIVAL = ("single",)
 
 
-
 @dataclass
 class Table1Row:
     """One model on one cluster. Times are simulated seconds; None: no valid placement.
@@ -96,9 +95,12 @@ class Table1Row:
         out = asdict(self)
         best, other, rl = self.best_heuristic(), self.best_other(), self.best_rl()
         out.update(
-            best_heuristic=best[0] if best else None, best_heuristic_s=best[1] if best else None,
-            best_other=other[0] if other else None, best_other_s=other[1] if other else None,
-            best_rl=rl[0] if rl else None, best_rl_s=rl[1] if rl else None,
+            best_heuristic=best[0] if best else None,
+            best_heuristic_s=best[1] if best else None,
+            best_other=other[0] if other else None,
+            best_other_s=other[1] if other else None,
+            best_rl=rl[0] if rl else None,
+            best_rl_s=rl[1] if rl else None,
             rl_speedup_over_expert_pct=self.rl_speedup_pct("expert"),
             rl_speedup_over_best_heuristic_pct=self.rl_speedup_pct(),
         )
@@ -109,7 +111,9 @@ def _finite(x: float | None) -> float | None:
     return float(x) if x is not None and math.isfinite(x) else None
 
 
-def _singles(graph: OpGraph, cluster: Any, executor: str = "eager") -> tuple[tuple[float | None, str], tuple[float | None, str]]:
+def _singles(
+    graph: OpGraph, cluster: Any, executor: str = "eager"
+) -> tuple[tuple[float | None, str], tuple[float | None, str]]:
     """((step, status) of everything on cpu:0, the same on the first GPU)."""
     env = envs.SimEnv(graph, cluster, executor=executor)
     gpus = cluster.gpu_indices()
@@ -155,7 +159,9 @@ def table1_row(
     say = progress or (lambda line: None)
     t0 = time.perf_counter()
     report = compare(graph, cluster, seed=seed, options=compare_options, executor=executor)
-    row = Table1Row(graph=graph.name, num_ops=graph.num_ops, cluster=cluster.name, lower_bound_s=float(report.lower_bound_s))
+    row = Table1Row(
+        graph=graph.name, num_ops=graph.num_ops, cluster=cluster.name, lower_bound_s=float(report.lower_bound_s)
+    )
     for r in report.rows:
         if r.kind != "baseline":
             continue
@@ -168,15 +174,25 @@ def table1_row(
             row.statuses[col] = status
     row.compare_s = time.perf_counter() - t0
     best = row.best_heuristic()
-    say(f"  heuristics scored in {row.compare_s:.1f} s; best {best[0]} {best[1] * 1e3:.2f} ms" if best
-        else f"  heuristics scored in {row.compare_s:.1f} s; none found a valid placement")
+    say(
+        f"  heuristics scored in {row.compare_s:.1f} s; best {best[0]} {best[1] * 1e3:.2f} ms"
+        if best
+        else f"  heuristics scored in {row.compare_s:.1f} s; none found a valid placement"
+    )
     with tempfile.TemporaryDirectory(prefix="placer-table1-") as tmp:
         root = logdir or tmp
         for policy in policies:
             config = TrainConfig(
-                cluster=cluster.name, policy=policy, seed=seed, time_budget_s=rl_budget_s, iterations=rl_iterations,
-                warm_start=warm_start, executor=executor, heuristics=(best[0],) if best and warm_start == "best" else (),
-                progress=False, logdir=os.path.join(root, f"{graph.name or 'graph'}-{cluster.name}-{policy}"),
+                cluster=cluster.name,
+                policy=policy,
+                seed=seed,
+                time_budget_s=rl_budget_s,
+                iterations=rl_iterations,
+                warm_start=warm_start,
+                executor=executor,
+                heuristics=(best[0],) if best and warm_start == "best" else (),
+                progress=False,
+                logdir=os.path.join(root, f"{graph.name or 'graph'}-{cluster.name}-{policy}"),
             )
             result = train(config, graph=graph, cluster=cluster)
             row.rl[policy] = _finite(result.best_step_time_s)
@@ -247,19 +263,28 @@ def markdown_table(rows: Sequence[Table1Row]) -> str:
         if other and best and best[0] == other[0]:
             other_s = f"**{other_s}**"
         cells = [
-            r.graph, f"{r.num_ops:,}", r.cluster,
-            _ms(r.single_cpu_s, r.statuses.get("single_cpu")), _ms(r.single_gpu_s, r.statuses.get("single_gpu")),
-            *[_ms(r.baselines.get(m), r.statuses.get(m, "n/a" if m not in r.baselines else None)) for m in NAMED_COLUMNS],
+            r.graph,
+            f"{r.num_ops:,}",
+            r.cluster,
+            _ms(r.single_cpu_s, r.statuses.get("single_cpu")),
+            _ms(r.single_gpu_s, r.statuses.get("single_gpu")),
+            *[
+                _ms(r.baselines.get(m), r.statuses.get(m, "n/a" if m not in r.baselines else None))
+                for m in NAMED_COLUMNS
+            ],
             other_s,
             *[_rl_cell(r, p) for p in RL_POLICIES],
             _ms(r.lower_bound_s),
-            _pct(r.rl_speedup_pct("expert")), _pct(r.rl_speedup_pct()),
+            _pct(r.rl_speedup_pct("expert")),
+            _pct(r.rl_speedup_pct()),
         ]
         lines.append("| " + " | ".join(c.replace("|", "/") for c in cells) + " |")
     return "\n".join(lines)
 
 
-def markdown_report(rows: Sequence[Table1Row], *, budget_s: float | None, warm_start: str, seed: int, command: str = "") -> str:
+def markdown_report(
+    rows: Sequence[Table1Row], *, budget_s: float | None, warm_start: str, seed: int, command: str = ""
+) -> str:
     """The tables split into the paper's clusters and the others, with how they were made."""
     paper = [r for r in rows if r.cluster in PAPER_CLUSTERS]
     other = [r for r in rows if r.cluster not in PAPER_CLUSTERS]
@@ -270,7 +295,8 @@ def markdown_report(rows: Sequence[Table1Row], *, budget_s: float | None, warm_s
         parts += ["#### Modern machines", "", markdown_table(other), ""]
     how = (
         f"Simulated step times in ms (lower is better); OOM: does not fit in memory. "
-        f"RL: best placement found in {budget_s:g} s of training per policy" if budget_s is not None
+        f"RL: best placement found in {budget_s:g} s of training per policy"
+        if budget_s is not None
         else "Simulated step times in ms (lower is better); OOM: does not fit in memory. RL: best placement found"
     )
     how += (

@@ -37,7 +37,8 @@ from bench.common import Progress
 from graphs import PlacerError, io
 from graphs.grouping import coarsen, default_num_groups
 from graphs.synthetic import random_dag
-from placer.learn.algos import ALGOS, reward as batch_reward
+from placer.learn.algos import ALGOS
+from placer.learn.algos import reward as batch_reward
 from placer.learn.config import TrainConfig
 from policies import POLICIES
 
@@ -68,7 +69,9 @@ def measure(
 ) -> dict[str, Any]:
     """Time every stage for one synthetic graph of ``num_ops`` ops (in this process)."""
     if num_ops < 2 or samples < 1 or iterations < 1:
-        raise PlacerError(f"scale: need num_ops >= 2, samples >= 1, iterations >= 1 (got {num_ops}, {samples}, {iterations})")
+        raise PlacerError(
+            f"scale: need num_ops >= 2, samples >= 1, iterations >= 1 (got {num_ops}, {samples}, {iterations})"
+        )
     bad = [p for p in policies if p not in POLICIES]
     if bad:
         raise PlacerError(f"--policies: unknown {', '.join(bad)} (known: {', '.join(POLICIES)})")
@@ -94,8 +97,11 @@ def measure(
     for name in policies:
         torch.manual_seed(seed)
         gen = torch.Generator().manual_seed(seed)
-        init_s, policy = _timed(lambda: POLICIES[name](graph, c.num_devices, max_groups=max_groups,
-                                                       hidden=config.hidden, layers=config.layers))
+        init_s, policy = _timed(
+            lambda: POLICIES[name](
+                graph, c.num_devices, max_groups=max_groups, hidden=config.hidden, layers=config.layers
+            )
+        )
         opt = torch.optim.Adam(policy.parameters(), lr=config.lr)
         parts: dict[str, float] = {}
         for it in range(iterations):
@@ -108,8 +114,12 @@ def measure(
                 continue  # the first iteration pays one-time initialisation
             for key, v in (("sample_s", sample_s), ("simulate_s", simulate_s), ("update_s", update_s)):
                 parts[key] = min(parts.get(key, math.inf), v)
-        row["policies"][name] = {"policy_init_s": init_s, "items": int(getattr(policy, "num_items", 0)), **parts,
-                                 "iteration_s": sum(parts.values())}
+        row["policies"][name] = {
+            "policy_init_s": init_s,
+            "items": int(getattr(policy, "num_items", 0)),
+            **parts,
+            "iteration_s": sum(parts.values()),
+        }
     first = row["policies"][policies[0]] if policies else {}
     for key in ("policy_init_s", "sample_s", "simulate_s", "update_s", "iteration_s"):
         row[key] = first.get(key, math.nan)
@@ -141,7 +151,9 @@ def _sim_env(envs: Any, graph: Any, cluster: Any) -> Any:
     return env
 
 
-def run(sizes: Sequence[int], *, isolate: bool = True, progress: Progress | None = None, **options: Any) -> list[dict[str, Any]]:
+def run(
+    sizes: Sequence[int], *, isolate: bool = True, progress: Progress | None = None, **options: Any
+) -> list[dict[str, Any]]:
     """:func:`measure` for each size, each in a fresh Python process when ``isolate`` (so RSS is per size)."""
     say = progress or (lambda line: None)
     rows = []
@@ -153,8 +165,12 @@ def run(sizes: Sequence[int], *, isolate: bool = True, progress: Progress | None
         opts = {k: list(v) if isinstance(v, tuple) else v for k, v in options.items()}
         path = os.pathsep.join(p for p in (ROOT, os.environ.get("PYTHONPATH", "")) if p)
         env = {**os.environ, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1"), "PYTHONPATH": path}
-        proc = subprocess.run([sys.executable, "-m", "bench.scale", "--one", str(int(n)), json.dumps(opts)],
-                              capture_output=True, text=True, env=env)
+        proc = subprocess.run(
+            [sys.executable, "-m", "bench.scale", "--one", str(int(n)), json.dumps(opts)],
+            capture_output=True,
+            text=True,
+            env=env,
+        )
         if proc.returncode != 0:
             tail = (proc.stderr.strip().splitlines() or ["no output"])[-1]
             raise PlacerError(f"scale: the {n:,}-op measurement failed ({tail})")
@@ -190,24 +206,39 @@ def _get(row: dict[str, Any], key: str) -> float | None:
 def markdown_table(rows: Sequence[dict[str, Any]]) -> str:
     """Stages as rows, sizes as columns, and the fitted growth exponent; then memory."""
     policies = list(rows[0]["policies"]) if rows else []
-    stages = [("save (JSON)", "save_s"), ("load (JSON)", "load_s"), ("coarsen", "coarsen_s"), ("simulator init", "sim_init_s")]
+    stages = [
+        ("save (JSON)", "save_s"),
+        ("load (JSON)", "load_s"),
+        ("coarsen", "coarsen_s"),
+        ("simulator init", "sim_init_s"),
+    ]
     for p in policies:
-        stages += [(f"{p}: policy init", f"{p}/policy_init_s"), (f"{p}: sample K", f"{p}/sample_s"),
-                   (f"{p}: simulate K", f"{p}/simulate_s"), (f"{p}: update", f"{p}/update_s"),
-                   (f"{p}: one iteration", f"{p}/iteration_s")]
+        stages += [
+            (f"{p}: policy init", f"{p}/policy_init_s"),
+            (f"{p}: sample K", f"{p}/sample_s"),
+            (f"{p}: simulate K", f"{p}/simulate_s"),
+            (f"{p}: update", f"{p}/update_s"),
+            (f"{p}: one iteration", f"{p}/iteration_s"),
+        ]
     head = "| stage | " + " | ".join(f"{r['ops']:,} ops" for r in rows) + " | growth exponent (two largest) |"
     lines = [head, "|---|" + "---:|" * (len(rows) + 1)]
     for label, key in stages:
         vals = [_get(r, key) for r in rows]
         b = growth(rows, key)
         flag = " **superlinear**" if b is not None and b > 1.15 else ""
-        lines.append(f"| {label} | " + " | ".join(f"{v:.3f} s" if v is not None else "—" for v in vals)
-                     + (f" | {b:.2f}{flag} |" if b is not None else " | — |"))
+        lines.append(
+            f"| {label} | "
+            + " | ".join(f"{v:.3f} s" if v is not None else "—" for v in vals)
+            + (f" | {b:.2f}{flag} |" if b is not None else " | — |")
+        )
     mib = float(1 << 20)
     lines.append("| peak RSS | " + " | ".join(f"{r['rss_peak_bytes'] / mib:.0f} MiB" for r in rows) + " | — |")
     b = growth(rows, "rss_growth")
-    lines.append("| RSS above warm-up | " + " | ".join(f"{(r['rss_peak_bytes'] - r['rss_warm_bytes']) / mib:.0f} MiB" for r in rows)
-                 + (f" | {b:.2f} |" if b is not None else " | — |"))
+    lines.append(
+        "| RSS above warm-up | "
+        + " | ".join(f"{(r['rss_peak_bytes'] - r['rss_warm_bytes']) / mib:.0f} MiB" for r in rows)
+        + (f" | {b:.2f} |" if b is not None else " | — |")
+    )
     return "\n".join(lines)
 
 

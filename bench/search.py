@@ -102,8 +102,15 @@ class RecordingEnv:
 
     def curve(self, graph: str, method: str) -> dict[str, Any]:
         """The recorded curve as a JSON-ready dict (see :func:`bench.plots.plot_search_curves`)."""
-        return {"graph": graph, "method": method, "wall_s": list(self.wall_s), "evals": list(self.evals_at),
-                "best_s": list(self.best_s), "end_wall_s": self.elapsed_s(), "end_evals": self.evals}
+        return {
+            "graph": graph,
+            "method": method,
+            "wall_s": list(self.wall_s),
+            "evals": list(self.evals_at),
+            "best_s": list(self.best_s),
+            "end_wall_s": self.elapsed_s(),
+            "end_evals": self.evals,
+        }
 
 
 def evals_per_s(env: Any, num_ops: int, num_devices: int, *, batch: int = 16, seed: int = 0) -> float:
@@ -119,9 +126,17 @@ def evals_per_s(env: Any, num_ops: int, num_devices: int, *, batch: int = 16, se
 def _run_rl(policy: str) -> Callable[..., None]:
     def run(graph: OpGraph, cluster: Any, rec: RecordingEnv, budget_s: float, rate: float, seed: int) -> None:
         with tempfile.TemporaryDirectory(prefix="placer-search-") as tmp:
-            config = TrainConfig(cluster=cluster.name, policy=policy, time_budget_s=budget_s, seed=seed,
-                                 warm_start="none", heuristics=(), progress=False, logdir=tmp,
-                                 executor=getattr(rec, "executor", "eager"))
+            config = TrainConfig(
+                cluster=cluster.name,
+                policy=policy,
+                time_budget_s=budget_s,
+                seed=seed,
+                warm_start="none",
+                heuristics=(),
+                progress=False,
+                logdir=tmp,
+                executor=getattr(rec, "executor", "eager"),
+            )
             train(config, graph=graph, cluster=cluster, env=rec)
 
     return run
@@ -198,9 +213,17 @@ def search_curves(
     for name in ("expert", "m_etf"):
         r = env.simulate(registry.get(name)(graph, cluster, seed=seed))
         reference[name] = float(r.step_time_s) if r.ok else None
-    out: dict[str, Any] = {"graph": graph.name, "cluster": cluster.name, "num_ops": graph.num_ops,
-                           "lower_bound_s": float(env.lower_bound()), "reference": reference, "evals_per_s": rate, "executor": executor,
-                           "budget_s": budget_s, "curves": []}
+    out: dict[str, Any] = {
+        "graph": graph.name,
+        "cluster": cluster.name,
+        "num_ops": graph.num_ops,
+        "lower_bound_s": float(env.lower_bound()),
+        "reference": reference,
+        "evals_per_s": rate,
+        "executor": executor,
+        "budget_s": budget_s,
+        "curves": [],
+    }
     for method in methods:
         say(f"  {method}: {budget_s:g} s")
         rec = RecordingEnv(env)
@@ -237,7 +260,9 @@ def markdown_table(results: Sequence[dict[str, Any]]) -> str:
             beat = _first_at_or_below(c, expert)
             beat_s = f"{beat[0]:.1f} / {beat[1]:,}" if beat else "not reached"
             rate = c["end_evals"] / c["end_wall_s"] if c["end_wall_s"] > 0 else 0.0
-            lines.append(f"| {res['graph']} | {c['method']} | {c['end_evals']:,} | {rate:.0f} | {best} | {reached} | {beat_s} |")
+            lines.append(
+                f"| {res['graph']} | {c['method']} | {c['end_evals']:,} | {rate:.0f} | {best} | {reached} | {beat_s} |"
+            )
     return "\n".join(lines)
 
 
@@ -246,6 +271,8 @@ def reference_lines(results: Sequence[dict[str, Any]]) -> str:
     out = []
     for res in results:
         refs = ", ".join(f"{k} {v * 1e3:.2f} ms" if v is not None else f"{k} OOM" for k, v in res["reference"].items())
-        out.append(f"- {res['graph']} ({res['num_ops']:,} ops) on {res['cluster']}: lower bound "
-                   f"{res['lower_bound_s'] * 1e3:.2f} ms; {refs}; simulator {res['evals_per_s']:.0f} placements/s")
+        out.append(
+            f"- {res['graph']} ({res['num_ops']:,} ops) on {res['cluster']}: lower bound "
+            f"{res['lower_bound_s'] * 1e3:.2f} ms; {refs}; simulator {res['evals_per_s']:.0f} placements/s"
+        )
     return "\n".join(out)

@@ -57,7 +57,12 @@ MIN_MEMORY_BYTES = 1.0
 _DEVICE_KEYS = ("name", "kind", "memory_bytes", "flops_per_s", "mem_bw_bytes_per_s", "launch_overhead_s")
 # optional, a host's costs under the eager executor (envs.cost.host_costs); written only when set
 _HOST_KEYS = ("stage_latency_s", "stage_bandwidth_bytes_per_s", "contention_op", "contention_issue")
-_HOST_DEFAULTS = {"stage_latency_s": 0.0, "stage_bandwidth_bytes_per_s": math.inf, "contention_op": 0.0, "contention_issue": 0.0}
+_HOST_DEFAULTS = {
+    "stage_latency_s": 0.0,
+    "stage_bandwidth_bytes_per_s": math.inf,
+    "contention_op": 0.0,
+    "contention_issue": 0.0,
+}
 _LINK_KEYS = ("src", "dst", "bandwidth_bytes_per_s", "latency_s")
 _TOP_KEYS = ("format", "name", "description", "devices", "links")
 
@@ -297,7 +302,12 @@ class Cluster:
                 ab, ba = self.links[(a, b)], self.links[(b, a)]
                 if ab == ba and j < i:
                     continue  # written with the (b, a) entry
-                entry: dict[str, Any] = {"src": a, "dst": b, "bandwidth_bytes_per_s": ab.bandwidth_bytes_per_s, "latency_s": ab.latency_s}
+                entry: dict[str, Any] = {
+                    "src": a,
+                    "dst": b,
+                    "bandwidth_bytes_per_s": ab.bandwidth_bytes_per_s,
+                    "latency_s": ab.latency_s,
+                }
                 if ab == ba:
                     entry["bidirectional"] = True
                 links.append(entry)
@@ -305,8 +315,13 @@ class Cluster:
             "format": FORMAT,
             "name": self.name,
             "description": self.description,
-            "devices": [{**{k: getattr(d, k) for k in _DEVICE_KEYS},
-                         **{k: getattr(d, k) for k in _HOST_KEYS if getattr(d, k) != _HOST_DEFAULTS[k]}} for d in self.devices],
+            "devices": [
+                {
+                    **{k: getattr(d, k) for k in _DEVICE_KEYS},
+                    **{k: getattr(d, k) for k in _HOST_KEYS if getattr(d, k) != _HOST_DEFAULTS[k]},
+                }
+                for d in self.devices
+            ],
             "links": links,
         }
 
@@ -343,13 +358,25 @@ def _validate(c: Cluster, label: str) -> None:
         _check(d.launch_overhead_s, label, f"device {d.name} launch_overhead_s", low=0.0, high=MAX_DELAY_S, what=">= 0")
         _check(d.stage_latency_s, label, f"device {d.name} stage_latency_s", low=0.0, high=MAX_DELAY_S, what=">= 0")
         if d.stage_bandwidth_bytes_per_s != math.inf:
-            _check(d.stage_bandwidth_bytes_per_s, label, f"device {d.name} stage_bandwidth_bytes_per_s", low=MIN_RATE, what="positive")
+            _check(
+                d.stage_bandwidth_bytes_per_s,
+                label,
+                f"device {d.name} stage_bandwidth_bytes_per_s",
+                low=MIN_RATE,
+                what="positive",
+            )
         for attr in ("contention_op", "contention_issue"):
             _check(getattr(d, attr), label, f"device {d.name} {attr}", low=0.0, high=100.0, what=">= 0")
     for (a, b), link in c.links.items():
         if a not in seen or b not in seen or a == b:
             raise PlacerError(f"{label}: link {a}->{b} does not join two distinct devices of the cluster")
-        _check(link.bandwidth_bytes_per_s, label, f"link {a}->{b} bandwidth_bytes_per_s", low=MIN_RATE, what="positive and finite")
+        _check(
+            link.bandwidth_bytes_per_s,
+            label,
+            f"link {a}->{b} bandwidth_bytes_per_s",
+            low=MIN_RATE,
+            what="positive and finite",
+        )
         _check(link.latency_s, label, f"link {a}->{b} latency_s", low=0.0, high=MAX_DELAY_S, what=">= 0")
     for a in c.devices:
         for b in c.devices:
@@ -368,9 +395,13 @@ def _check(v: Any, label: str, what_field: str, *, low: float, high: float = mat
     if not math.isfinite(v) or (low == 0.0 and v < 0) or (low > 0 and v <= 0):
         raise PlacerError(f"{label}: {what_field} must be {what}, got {v!r}")
     if v < low:
-        raise PlacerError(f"{label}: {what_field} must be at least {low:g} (smaller makes simulated times infinite), got {v!r}")
+        raise PlacerError(
+            f"{label}: {what_field} must be at least {low:g} (smaller makes simulated times infinite), got {v!r}"
+        )
     if v > high:
-        raise PlacerError(f"{label}: {what_field} must be at most {high:g} s (larger makes simulated times infinite), got {v!r}")
+        raise PlacerError(
+            f"{label}: {what_field} must be at most {high:g} s (larger makes simulated times infinite), got {v!r}"
+        )
 
 
 # ---------------------------------------------------------------- presets
@@ -464,32 +495,94 @@ MACHINES: dict[str, Machine] = {
     "k80x4": Machine(_K80.format(n=4), 256 * GIB, 0.5e12, 5e10, 4, 11441, 4.0e12, 2.0e11, 8e-6, PCIE3, PCIE3),
     "v100x4": Machine(
         "Broadwell host + 4 V100-SXM2 (16 GB, ~14 TFLOP/s fp32, 900 GB/s); NVLink 2 between GPUs (~45 GB/s per pair), PCIe 3.0 to host",
-        256 * GIB, 0.7e12, 6e10, 4, 16160, 14e12, 7.7e11, 8e-6, PCIE3, NVLINK2_PAIR),
+        256 * GIB,
+        0.7e12,
+        6e10,
+        4,
+        16160,
+        14e12,
+        7.7e11,
+        8e-6,
+        PCIE3,
+        NVLINK2_PAIR,
+    ),
     "h100x8": Machine(
         "Sapphire Rapids host + 8 H100-SXM (80 GB, ~60 TFLOP/s fp32 without TF32, 3.35 TB/s); NVLink 4 via NVSwitch (~375 GB/s), PCIe 5.0 to host",
-        2048 * GIB, 2e12, 2.5e11, 8, 81559, 60e12, 2.85e12, 6e-6, PCIE5, NVLINK4_SWITCH),
+        2048 * GIB,
+        2e12,
+        2.5e11,
+        8,
+        81559,
+        60e12,
+        2.85e12,
+        6e-6,
+        PCIE5,
+        NVLINK4_SWITCH,
+    ),
     "h200x1": Machine(
         "Sapphire Rapids host + 1 H200 (141 GB, ~60 TFLOP/s fp32 without TF32, 4.8 TB/s); PCIe 5.0 to host (~50 GB/s)",
-        512 * GIB, 2e12, 2.5e11, 1, 143771, 60e12, 4.1e12, 6e-6, PCIE5, PCIE5),
+        512 * GIB,
+        2e12,
+        2.5e11,
+        1,
+        143771,
+        60e12,
+        4.1e12,
+        6e-6,
+        PCIE5,
+        PCIE5,
+    ),
     "a100-40gx4": Machine(
         "Cascade Lake host (24 cores) + 4 A100-SXM4 (40 GB, ~17.5 TFLOP/s fp32 without TF32, 1.55 TB/s); "
         "NVLink 3 via NVSwitch (~250 GB/s), PCIe 4.0 to host",
-        340e9, 1e12, 1e11, 4, 40960, 17.5e12, 1.32e12, 6e-6, PCIE4, NVLINK3_SWITCH),
+        340e9,
+        1e12,
+        1e11,
+        4,
+        40960,
+        17.5e12,
+        1.32e12,
+        6e-6,
+        PCIE4,
+        NVLINK3_SWITCH,
+    ),
     "a100-80gx8": Machine(
         "2x EPYC 7742 host + 8 A100-SXM4 (80 GB, ~17.5 TFLOP/s fp32 without TF32, 2.04 TB/s); "
         "NVLink 3 via NVSwitch (~250 GB/s), PCIe 4.0 to host",
-        2048 * GIB, 2e12, 2.5e11, 8, 81920, 17.5e12, 1.73e12, 6e-6, PCIE4, NVLINK3_SWITCH),
+        2048 * GIB,
+        2e12,
+        2.5e11,
+        8,
+        81920,
+        17.5e12,
+        1.73e12,
+        6e-6,
+        PCIE4,
+        NVLINK3_SWITCH,
+    ),
     "l4x4": Machine(
         "Sapphire Rapids host (24 cores) + 4 L4 (24 GB, ~27 TFLOP/s fp32, 300 GB/s); all links PCIe 4.0 (~25 GB/s, 8 us)",
-        192e9, 1e12, 1e11, 4, 23034, 27e12, 2.55e11, 6e-6, PCIE4, PCIE4),
+        192e9,
+        1e12,
+        1e11,
+        4,
+        23034,
+        27e12,
+        2.55e11,
+        6e-6,
+        PCIE4,
+        PCIE4,
+    ),
 }
 
 
 def build(name: str, m: Machine) -> Cluster:
     """The cluster of one table row: ``cpu:0`` then ``gpu:0..``, every pair linked."""
     devices = [Device("cpu:0", "cpu", float(m.cpu_memory_bytes), m.cpu_flops_per_s, m.cpu_mem_bw, CPU_LAUNCH_S)]
-    devices += [Device(f"gpu:{i}", "gpu", float(m.gpu_memory_mib * MIB), m.gpu_flops_per_s, m.gpu_mem_bw, m.gpu_launch_s)
-                for i in range(m.gpus)]
+    devices += [
+        Device(f"gpu:{i}", "gpu", float(m.gpu_memory_mib * MIB), m.gpu_flops_per_s, m.gpu_mem_bw, m.gpu_launch_s)
+        for i in range(m.gpus)
+    ]
     links = {}
     for a in devices:
         for b in devices:
@@ -499,7 +592,9 @@ def build(name: str, m: Machine) -> Cluster:
 
 
 #: Preset name -> builder (a fresh Cluster per call).
-PRESETS: dict[str, Callable[[], Cluster]] = {name: (lambda name=name, m=m: build(name, m)) for name, m in MACHINES.items()}
+PRESETS: dict[str, Callable[[], Cluster]] = {
+    name: (lambda name=name, m=m: build(name, m)) for name, m in MACHINES.items()
+}
 
 
 def preset(name: str) -> Cluster:

@@ -46,6 +46,7 @@ OPTIMIZER_STATE_MULTIPLIER = 2
 #: exp_avg_sq, writes param, exp_avg and exp_avg_sq (7 passes over memory).
 UPDATE_TRAFFIC_MULTIPLIER = 7.0
 
+
 def bytes_touched(graph: OpGraph) -> np.ndarray:
     """Bytes each op reads and writes: input edges + owned params/buffers + outputs."""
     inputs = np.bincount(graph.edge_dst, weights=graph.edge_bytes.astype(np.float64), minlength=graph.num_ops)
@@ -62,8 +63,13 @@ def op_times(graph: OpGraph, cluster: Cluster, microbatches: int = 1) -> tuple[n
     n, D = graph.num_ops, cluster.num_devices
     M = float(microbatches)
     compute_s = graph.flops[:, None] / M / cluster.flops_per_s[None, :]
-    touched = bytes_touched(graph) if microbatches == 1 else (
-        (bytes_touched(graph) - graph.param_bytes - graph.buffer_bytes) / M + graph.param_bytes + graph.buffer_bytes)
+    touched = (
+        bytes_touched(graph)
+        if microbatches == 1
+        else (
+            (bytes_touched(graph) - graph.param_bytes - graph.buffer_bytes) / M + graph.param_bytes + graph.buffer_bytes
+        )
+    )
     memory_s = touched[:, None] / cluster.mem_bw_bytes_per_s[None, :]
     fwd = np.maximum(compute_s, memory_s) + cluster.launch_overhead_s[None, :]
     fwd[free_mask(graph)] = 0.0
@@ -89,7 +95,9 @@ def default_issue_times(fwd_s: np.ndarray, host: np.ndarray, launch_s: np.ndarra
     """:func:`issue_times` without a profile: ``launch_s[d]`` for an op with a kernel on a non-host device, else 0;
     nothing for a backward."""
     fwd_s = np.asarray(fwd_s, dtype=np.float64)
-    issue_f = np.where((fwd_s > 0) & ~np.asarray(host, dtype=bool)[None, :], np.asarray(launch_s, dtype=np.float64)[None, :], 0.0)
+    issue_f = np.where(
+        (fwd_s > 0) & ~np.asarray(host, dtype=bool)[None, :], np.asarray(launch_s, dtype=np.float64)[None, :], 0.0
+    )
     return issue_f, np.zeros_like(issue_f)
 
 
@@ -155,8 +163,15 @@ def host_costs(cluster: Cluster) -> HostCosts:
     """
     host = np.asarray(cluster.kinds) == "cpu"
     col = lambda attr: np.array([float(getattr(d, attr)) for d in cluster.devices]) * host  # noqa: E731
-    per_byte = np.array([0.0 if d.stage_bandwidth_bytes_per_s == np.inf else 1.0 / d.stage_bandwidth_bytes_per_s
-                         for d in cluster.devices]) * host
+    per_byte = (
+        np.array(
+            [
+                0.0 if d.stage_bandwidth_bytes_per_s == np.inf else 1.0 / d.stage_bandwidth_bytes_per_s
+                for d in cluster.devices
+            ]
+        )
+        * host
+    )
     return HostCosts(col("stage_latency_s"), per_byte, col("contention_op"), col("contention_issue"))
 
 

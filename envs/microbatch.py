@@ -71,6 +71,7 @@ from graphs.ir import OpGraph
 from graphs.plan import MAX_MICROBATCHES, check_inflight, check_microbatches
 from graphs.schema import check_int
 
+
 def plan_shapes(microbatches: list[int], windows: list[int | None]) -> list[tuple[int, int]]:
     """Every ``(M, W)`` to try: each M with each window (None: all M, fill-drain; larger than M: M), once each."""
     return list(dict.fromkeys((M, M if w is None else min(w, M)) for M in microbatches for w in windows))
@@ -186,6 +187,6 @@ def issue_segments(num_ops: int, microbatches: int, inflight: int | None = None,
             forward(m, c)
     # the backwards after the last forward are one call (what loss.backward() runs)
     last = max(i for i, it in enumerate(items) if it[0] == FORWARD)
-    tail = items[last + 1:]
+    tail = items[last + 1 :]
     items = items[: last + 1] + [(BACKWARD, tail[0][1], tail[-1][2])]
     return np.array(items, dtype=np.int64)

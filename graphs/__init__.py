@@ -14,7 +14,18 @@ from graphs.io import load, save
 from graphs.ir import FORMAT, OpGraph
 from graphs.plan import Placement
 
-__all__ = ["OpGraph", "FORMAT", "Placement", "load", "save", "capture", "zoo", "PlacerError", "GraphFormatError", "CaptureError"]
+__all__ = [
+    "OpGraph",
+    "FORMAT",
+    "Placement",
+    "load",
+    "save",
+    "capture",
+    "zoo",
+    "PlacerError",
+    "GraphFormatError",
+    "CaptureError",
+]
 
 
 def capture(model, example_inputs, **options) -> OpGraph:

@@ -101,7 +101,7 @@ def _priority_kahn(n: int, indptr: np.ndarray, nbr: np.ndarray, indeg: np.ndarra
     while ready:
         _, u = heapq.heappop(ready)
         order.append(u)
-        for v in nbr[indptr[u]:indptr[u + 1]].tolist():
+        for v in nbr[indptr[u] : indptr[u + 1]].tolist():
             indeg[v] -= 1
             if indeg[v] == 0:
                 heapq.heappush(ready, (key[v], v))

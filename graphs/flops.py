@@ -44,7 +44,6 @@ _DATA_MOVEMENT = frozenset(
 )
 
 
-
 def _shape(x: Any) -> Any:
     return tuple(int(d) for d in x.shape) if isinstance(x, torch.Tensor) else x
 

@@ -95,11 +95,18 @@ def cut_bytes(graph: OpGraph, op_devices: Any) -> np.ndarray:
     a = np.asarray(op_devices)
     if a.ndim == 0 or a.shape[-1] != graph.num_ops:
         raise PlacerError(f"cut_bytes: expected {graph.num_ops} op devices in the last axis, got shape {a.shape}")
-    table = CutTable(graph.edge_src.astype(np.int64), graph.edge_src.astype(np.int64), graph.edge_dst.astype(np.int64), graph.edge_bytes)
+    table = CutTable(
+        graph.edge_src.astype(np.int64),
+        graph.edge_src.astype(np.int64),
+        graph.edge_dst.astype(np.int64),
+        graph.edge_bytes,
+    )
     return cut_bytes_batched(table, a)
 
 
-def build_group_graph(graph: OpGraph, op_group: np.ndarray, num_groups: int, *, meta: dict[str, Any]) -> tuple[OpGraph, CutTable]:
+def build_group_graph(
+    graph: OpGraph, op_group: np.ndarray, num_groups: int, *, meta: dict[str, Any]
+) -> tuple[OpGraph, CutTable]:
     """The group DAG (see :class:`graphs.grouping.Grouping`) and its cut table.
 
     ``op_group`` must number groups topologically (every edge from a lower or

@@ -194,13 +194,19 @@ class Grouping:
     :func:`graphs.group_graph.cut_bytes` does on the expanded op placement.
     """
 
-    def __init__(self, op_group: np.ndarray, graph: OpGraph, source_hash: str, *, cut_table: CutTable | None = None) -> None:
+    def __init__(
+        self, op_group: np.ndarray, graph: OpGraph, source_hash: str, *, cut_table: CutTable | None = None
+    ) -> None:
         self.op_group = np.asarray(op_group, dtype=np.int32)
         self.graph = graph
         self.source_hash = source_hash
         self._cut_table = cut_table
         members = np.argsort(self.op_group, kind="stable")
-        counts = np.bincount(self.op_group, minlength=graph.num_ops) if len(self.op_group) else np.zeros(graph.num_ops, np.int64)
+        counts = (
+            np.bincount(self.op_group, minlength=graph.num_ops)
+            if len(self.op_group)
+            else np.zeros(graph.num_ops, np.int64)
+        )
         self._members = members.astype(np.int64)
         self._indptr = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
         self._first = self._members[self._indptr[:-1]] if graph.num_ops else np.zeros(0, np.int64)
@@ -245,7 +251,9 @@ class Grouping:
         """Device per op from device per group; ``[..., G] -> [..., num_ops]`` (batched)."""
         a = np.asarray(group_devices)
         if a.ndim == 0 or a.shape[-1] != self.num_groups:
-            raise PlacerError(f"grouping: expected {self.num_groups} group devices in the last axis, got shape {a.shape}")
+            raise PlacerError(
+                f"grouping: expected {self.num_groups} group devices in the last axis, got shape {a.shape}"
+            )
         return a[..., self.op_group]
 
     def contract(self, op_devices: Any) -> np.ndarray:
@@ -261,7 +269,9 @@ class Grouping:
         if split.any():
             op = int(np.argwhere(split)[0][-1])
             g = int(self.op_group[op])
-            raise PlacerError(f"grouping: group g{g} is split across devices (op {op} differs from op {int(self._first[g])})")
+            raise PlacerError(
+                f"grouping: group g{g} is split across devices (op {op} differs from op {int(self._first[g])})"
+            )
         return rep
 
     def vote(self, op_devices: Any, num_devices: int) -> np.ndarray:
@@ -291,10 +301,14 @@ class Grouping:
         Equal to :func:`graphs.group_graph.cut_bytes` of the op graph on ``self.expand(group_devices)``.
         """
         if self._cut_table is None:
-            raise PlacerError("grouping: cut_bytes needs the op graph; load the grouping with Grouping.from_dict(doc, graph)")
+            raise PlacerError(
+                "grouping: cut_bytes needs the op graph; load the grouping with Grouping.from_dict(doc, graph)"
+            )
         a = np.asarray(group_devices)
         if a.ndim == 0 or a.shape[-1] != self.num_groups:
-            raise PlacerError(f"grouping: expected {self.num_groups} group devices in the last axis, got shape {a.shape}")
+            raise PlacerError(
+                f"grouping: expected {self.num_groups} group devices in the last axis, got shape {a.shape}"
+            )
         return cut_bytes_batched(self._cut_table, a)
 
     # ------------------------------------------------------------------ JSON
@@ -322,8 +336,14 @@ class Grouping:
                 raise GraphFormatError(f"{source}: op_group names groups outside 0..{stored.num_ops - 1}")
             return cls(np.asarray(op_group, dtype=np.int32), stored, str(doc.get("source_hash", "")))
         if doc.get("source_hash") != graph.content_hash:
-            raise GraphFormatError(f"{source}: made for graph {doc.get('source_hash')}, not {graph.content_hash} ({graph.name or 'graph'})")
-        rebuilt = cls.from_assignment(graph, np.asarray(op_group, dtype=np.int64), meta={k: v for k, v in stored.meta.items() if k not in _DERIVED_META})
+            raise GraphFormatError(
+                f"{source}: made for graph {doc.get('source_hash')}, not {graph.content_hash} ({graph.name or 'graph'})"
+            )
+        rebuilt = cls.from_assignment(
+            graph,
+            np.asarray(op_group, dtype=np.int64),
+            meta={k: v for k, v in stored.meta.items() if k not in _DERIVED_META},
+        )
         if rebuilt.graph.content_hash != stored.content_hash or not np.array_equal(rebuilt.op_group, op_group):
             raise GraphFormatError(f"{source}: the stored group graph does not match the op graph's grouping")
         return rebuilt
@@ -332,7 +352,9 @@ class Grouping:
 _DERIVED_META = ("member_ops", "member_out_bytes", "source_hash", "source_name")
 
 
-def vote(op_group: np.ndarray, op_devices: Any, num_groups: int, num_devices: int, weight: np.ndarray | None = None) -> np.ndarray:
+def vote(
+    op_group: np.ndarray, op_devices: Any, num_groups: int, num_devices: int, weight: np.ndarray | None = None
+) -> np.ndarray:
     """Device per group by majority vote of its ops (ties: the lowest device): the one definition of the vote.
 
     ``op_group`` is a group id per op ``[N]``, or one grouping per row ``[K, N]``;
@@ -396,7 +418,9 @@ def merge_cycles(graph: OpGraph, unit: np.ndarray) -> tuple[np.ndarray, int]:
     cross = us != ud
     if n_units == 0 or not cross.any():
         return unit, 0
-    adj = coo_matrix((np.ones(int(cross.sum()), dtype=np.int8), (us[cross], ud[cross])), shape=(n_units, n_units)).tocsr()
+    adj = coo_matrix(
+        (np.ones(int(cross.sum()), dtype=np.int8), (us[cross], ud[cross])), shape=(n_units, n_units)
+    ).tocsr()
     n_scc, scc = connected_components(adj, directed=True, connection="strong")
     if n_scc == n_units:
         return unit, 0
@@ -412,7 +436,9 @@ def _topological_ids(graph: OpGraph, op_group: np.ndarray, num_groups: int) -> n
         return op_group
     order, _ = kahn(num_groups, gs[cross], gd[cross])
     if len(order) != num_groups:
-        raise PlacerError(f"grouping: the groups form a cycle, so the group graph would not be a DAG ({graph.name or 'graph'})")
+        raise PlacerError(
+            f"grouping: the groups form a cycle, so the group graph would not be a DAG ({graph.name or 'graph'})"
+        )
     new_id = np.empty(num_groups, dtype=np.int64)
     new_id[np.asarray(order, dtype=np.int64)] = np.arange(num_groups)
     return new_id[op_group]
@@ -436,7 +462,9 @@ def _water_fill(unit_weight: np.ndarray, max_groups: int) -> np.ndarray:
         return np.where(unit_weight > cap, cap / unit_weight, 1.0)
 
 
-def _choose_cuts(graph: OpGraph, order: np.ndarray, unit: np.ndarray, max_groups: int, slack: float = 0.3) -> np.ndarray:
+def _choose_cuts(
+    graph: OpGraph, order: np.ndarray, unit: np.ndarray, max_groups: int, slack: float = 0.3
+) -> np.ndarray:
     """Positions (in ``order``) that start groups 1..K-1: balanced weight, few live bytes."""
     n = graph.num_ops
     pos = np.empty(n, dtype=np.int64)

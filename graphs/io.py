@@ -180,13 +180,19 @@ def from_dict(doc: Any, *, source: str = "graph", verify_hash: bool = True) -> O
     params = ops["params"]
     if not all(isinstance(p, list) and set(map(type, p)) <= {str} for p in params):
         k = next(i for i, p in enumerate(params) if not (isinstance(p, list) and set(map(type, p)) <= {str}))
-        schema.strings(schema.array(params[k], source, f"ops.params[{k}]", error=E), source, f"ops.params[{k}]", error=E)
+        schema.strings(
+            schema.array(params[k], source, f"ops.params[{k}]", error=E), source, f"ops.params[{k}]", error=E
+        )
     profile = {}
     for kind, cols in schema.obj(doc.get("profile") or {}, source, "profile", error=E).items():
         profile[kind] = {
             c: schema.column(
                 [np.nan if x is None else x for x in schema.array(arr, source, f"profile.{kind}.{c}", error=E)],
-                source, f"profile.{kind}.{c}", whole=False, nan_ok=True, error=E,
+                source,
+                f"profile.{kind}.{c}",
+                whole=False,
+                nan_ok=True,
+                error=E,
             )
             for c, arr in schema.obj(cols, source, f"profile.{kind}", error=E).items()
         }
@@ -195,13 +201,22 @@ def from_dict(doc: Any, *, source: str = "graph", verify_hash: bool = True) -> O
         schema.string(doc["hash"], source, "hash", error=E)
     columns = {
         key: schema.column(ops[col], source, f"ops.{col}", whole=col != "flops", error=E)
-        for key, col in (("out_bytes", "out_bytes"), ("param_bytes", "param_bytes"), ("buffer_bytes", "buffer_bytes"), ("flops", "flops"))
+        for key, col in (
+            ("out_bytes", "out_bytes"),
+            ("param_bytes", "param_bytes"),
+            ("buffer_bytes", "buffer_bytes"),
+            ("flops", "flops"),
+        )
     }
-    src, dst, nbytes = (schema.column(edges[k], source, f"edges.{k}", whole=True, error=E) for k in ("src", "dst", "bytes"))
+    src, dst, nbytes = (
+        schema.column(edges[k], source, f"edges.{k}", whole=True, error=E) for k in ("src", "dst", "bytes")
+    )
     for col, arr in (("edges.src", src), ("edges.dst", dst)):
         if len(arr) and (arr.min() < 0 or arr.max() >= n):
             k = int(np.argmax((arr < 0) | (arr >= n)))
-            raise GraphFormatError(f"{source}: {col}[{k}] is {int(arr[k])}: a dangling edge (op indices must be in [0, {n}))")
+            raise GraphFormatError(
+                f"{source}: {col}[{k}] is {int(arr[k])}: a dangling edge (op indices must be in [0, {n}))"
+            )
     try:
         graph = OpGraph(
             names=ops["name"],
@@ -220,7 +235,7 @@ def from_dict(doc: Any, *, source: str = "graph", verify_hash: bool = True) -> O
         )
     except GraphFormatError as e:
         msg, label = str(e), f"{name or 'graph'}: "
-        raise GraphFormatError(f"{source}: {msg[len(label):] if msg.startswith(label) else msg}") from None
+        raise GraphFormatError(f"{source}: {msg[len(label) :] if msg.startswith(label) else msg}") from None
     if verify_hash and "hash" in doc:
         # Hash what was parsed, in canonical form (graph.to_dict()), so the cached
         # hash is exactly what a re-save writes, whatever number spelling the file used.

@@ -86,8 +86,7 @@ class OpGraph:
         self.edge_dst = np.asarray(self.edge_dst, dtype=np.int32).reshape(-1)
         self.edge_bytes = np.asarray(self.edge_bytes, dtype=np.int64).reshape(-1)
         self.profile = {
-            kind: {k: np.asarray(v, dtype=np.float64) for k, v in cols.items()}
-            for kind, cols in self.profile.items()
+            kind: {k: np.asarray(v, dtype=np.float64) for k, v in cols.items()} for kind, cols in self.profile.items()
         }
         self.validate()
 
@@ -196,14 +195,18 @@ class OpGraph:
             lo = min(int(self.edge_src.min()), int(self.edge_dst.min()))
             hi = max(int(self.edge_src.max()), int(self.edge_dst.max()))
             if lo < 0 or hi >= n:
-                bad = int(np.argmax((self.edge_src < 0) | (self.edge_src >= n) | (self.edge_dst < 0) | (self.edge_dst >= n)))
+                bad = int(
+                    np.argmax((self.edge_src < 0) | (self.edge_src >= n) | (self.edge_dst < 0) | (self.edge_dst >= n))
+                )
                 raise GraphFormatError(
                     f"{label}: edge {bad} ({int(self.edge_src[bad])}->{int(self.edge_dst[bad])}) is dangling: "
                     f"op indices must be in [0, {n})"
                 )
             if self.edge_bytes.min() < 0:
                 bad = int(np.argmax(self.edge_bytes < 0))
-                raise GraphFormatError(f"{label}: edge {self.names[self.edge_src[bad]]}->{self.names[self.edge_dst[bad]]} has negative bytes")
+                raise GraphFormatError(
+                    f"{label}: edge {self.names[self.edge_src[bad]]}->{self.names[self.edge_dst[bad]]} has negative bytes"
+                )
             back = self.edge_src >= self.edge_dst
             if back.any():
                 cycle = find_cycle(n, self.edge_src, self.edge_dst)
@@ -217,7 +220,9 @@ class OpGraph:
         for kind, cols in self.profile.items():
             for k, arr in cols.items():
                 if k not in PROFILE_COLUMNS:
-                    raise GraphFormatError(f"{label}: profile[{kind!r}] has unknown column {k!r} (expected {', '.join(PROFILE_COLUMNS)})")
+                    raise GraphFormatError(
+                        f"{label}: profile[{kind!r}] has unknown column {k!r} (expected {', '.join(PROFILE_COLUMNS)})"
+                    )
                 if arr.shape != (n,):
                     raise GraphFormatError(f"{label}: profile[{kind!r}][{k!r}] has shape {arr.shape}, expected ({n},)")
                 if np.any(arr[~np.isnan(arr)] < 0):
@@ -272,6 +277,7 @@ class OpGraph:
     # ------------------------------------------------------------------ hash
     def to_dict(self) -> dict[str, Any]:
         """The JSON document (placer-graph/1), without the hash."""
+
         def col(a: np.ndarray) -> list:
             return a.tolist()
 
@@ -431,14 +437,21 @@ def _check_outputs(names: Sequence[str], shapes: Sequence, dtypes: Sequence, lab
     except TypeError:
         pass
     for i, (shp, dts) in enumerate(zip(shapes, dtypes)):
-        if not isinstance(shp, list) or not isinstance(dts, list) or len(shp) != len(dts) or not all(isinstance(d, str) for d in dts):
+        if (
+            not isinstance(shp, list)
+            or not isinstance(dts, list)
+            or len(shp) != len(dts)
+            or not all(isinstance(d, str) for d in dts)
+        ):
             raise GraphFormatError(
                 f"{label}: op {names[i]!r} needs a list of output shapes and a dtype string per shape "
                 f"(got shapes {shp!r}, dtypes {dts!r})"
             )
         for dims in shp:
             if not isinstance(dims, list) or not all(type(d) is int and d >= 0 for d in dims):
-                raise GraphFormatError(f"{label}: op {names[i]!r} has an output shape {dims!r} that is not a list of sizes >= 0")
+                raise GraphFormatError(
+                    f"{label}: op {names[i]!r} has an output shape {dims!r} that is not a list of sizes >= 0"
+                )
 
 
 def _permute(fields: dict[str, Any], order: np.ndarray) -> dict[str, Any]:
@@ -452,7 +465,9 @@ def _permute(fields: dict[str, Any], order: np.ndarray) -> dict[str, Any]:
     for key in _INT_COLS + _FLOAT_COLS:
         out[key] = np.asarray(fields[key])[order]
     if fields.get("profile"):
-        out["profile"] = {k: {c: np.asarray(a)[order] for c, a in cols.items()} for k, cols in fields["profile"].items()}
+        out["profile"] = {
+            k: {c: np.asarray(a)[order] for c, a in cols.items()} for k, cols in fields["profile"].items()
+        }
     out["edge_src"] = old_to_new[np.asarray(fields["edge_src"], dtype=np.int64)]
     out["edge_dst"] = old_to_new[np.asarray(fields["edge_dst"], dtype=np.int64)]
     return out

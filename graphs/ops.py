@@ -43,12 +43,50 @@ if TYPE_CHECKING:
 #: Base names (see :func:`base_op_name`) of ops whose output always aliases an input.
 VIEW_OPS = frozenset(
     {
-        "view", "_unsafe_view", "reshape", "_reshape_alias", "view_as", "flatten", "unflatten",
-        "t", "transpose", "permute", "adjoint", "mT", "mH", "numpy_T", "movedim", "moveaxis", "swapaxes", "swapdims",
-        "expand", "expand_as", "broadcast_to", "squeeze", "unsqueeze",
-        "slice", "select", "narrow", "as_strided", "diagonal", "unfold",
-        "split", "split_with_sizes", "tensor_split", "chunk", "unbind", "hsplit", "vsplit", "dsplit",
-        "alias", "detach", "lift_fresh", "real", "imag", "view_as_real", "view_as_complex",
+        "view",
+        "_unsafe_view",
+        "reshape",
+        "_reshape_alias",
+        "view_as",
+        "flatten",
+        "unflatten",
+        "t",
+        "transpose",
+        "permute",
+        "adjoint",
+        "mT",
+        "mH",
+        "numpy_T",
+        "movedim",
+        "moveaxis",
+        "swapaxes",
+        "swapdims",
+        "expand",
+        "expand_as",
+        "broadcast_to",
+        "squeeze",
+        "unsqueeze",
+        "slice",
+        "select",
+        "narrow",
+        "as_strided",
+        "diagonal",
+        "unfold",
+        "split",
+        "split_with_sizes",
+        "tensor_split",
+        "chunk",
+        "unbind",
+        "hsplit",
+        "vsplit",
+        "dsplit",
+        "alias",
+        "detach",
+        "lift_fresh",
+        "real",
+        "imag",
+        "view_as_real",
+        "view_as_complex",
         "getitem",
     }
 )
@@ -178,18 +216,93 @@ def free_mask(graph: "OpGraph") -> np.ndarray:
 
 # What autograd keeps of an op for its backward, by the op's name (eager PyTorch's derivative formulas).
 #: The backward reads the op's own output (``result`` in the formula).
-SAVES_OUTPUT = frozenset({"relu", "relu_", "sigmoid", "sigmoid_", "tanh", "tanh_", "softmax", "_softmax", "log_softmax",
-                          "_log_softmax", "exp", "sqrt", "rsqrt", "scaled_dot_product_attention"})
+SAVES_OUTPUT = frozenset(
+    {
+        "relu",
+        "relu_",
+        "sigmoid",
+        "sigmoid_",
+        "tanh",
+        "tanh_",
+        "softmax",
+        "_softmax",
+        "log_softmax",
+        "_log_softmax",
+        "exp",
+        "sqrt",
+        "rsqrt",
+        "scaled_dot_product_attention",
+    }
+)
 #: The backward reads the op's tensor inputs.
-SAVES_INPUTS = frozenset({"linear", "mm", "bmm", "matmul", "addmm", "baddbmm", "conv1d", "conv2d", "conv3d", "convolution",
-                          "batch_norm", "layer_norm", "group_norm", "rms_norm", "gelu", "silu", "mul", "mul_", "div", "div_",
-                          "pow", "embedding", "cross_entropy_loss", "nll_loss", "max_pool2d", "avg_pool2d",
-                          "adaptive_avg_pool2d", "masked_fill", "where", "index_select", "gather",
-                          "scaled_dot_product_attention"})
+SAVES_INPUTS = frozenset(
+    {
+        "linear",
+        "mm",
+        "bmm",
+        "matmul",
+        "addmm",
+        "baddbmm",
+        "conv1d",
+        "conv2d",
+        "conv3d",
+        "convolution",
+        "batch_norm",
+        "layer_norm",
+        "group_norm",
+        "rms_norm",
+        "gelu",
+        "silu",
+        "mul",
+        "mul_",
+        "div",
+        "div_",
+        "pow",
+        "embedding",
+        "cross_entropy_loss",
+        "nll_loss",
+        "max_pool2d",
+        "avg_pool2d",
+        "adaptive_avg_pool2d",
+        "masked_fill",
+        "where",
+        "index_select",
+        "gather",
+        "scaled_dot_product_attention",
+    }
+)
 #: The backward reads no tensor of the op's (shapes, a scalar at most).
-SAVES_NOTHING = frozenset({"add", "add_", "sub", "sub_", "neg", "cat", "stack", "sum", "mean", "clone", "contiguous",
-                           "_to_copy", "to", "copy", "copy_", "dropout", "new_zeros", "new_ones", "zeros", "zeros_like", "ones",
-                           "ones_like", "full", "arange", "fill_", "zero_", "flatten"})
+SAVES_NOTHING = frozenset(
+    {
+        "add",
+        "add_",
+        "sub",
+        "sub_",
+        "neg",
+        "cat",
+        "stack",
+        "sum",
+        "mean",
+        "clone",
+        "contiguous",
+        "_to_copy",
+        "to",
+        "copy",
+        "copy_",
+        "dropout",
+        "new_zeros",
+        "new_ones",
+        "zeros",
+        "zeros_like",
+        "ones",
+        "ones_like",
+        "full",
+        "arange",
+        "fill_",
+        "zero_",
+        "flatten",
+    }
+)
 
 
 def saved_mask(graph: "OpGraph") -> np.ndarray:
@@ -218,7 +331,7 @@ def saved_mask(graph: "OpGraph") -> np.ndarray:
     needed = np.zeros(n, dtype=bool)  # a consumer's backward reads it (a view: reads what it aliases)
     out_ptr, out_dst, _ = graph.out_csr
     for u in range(n - 1, -1, -1):  # consumers come later in the order: their verdict is in
-        needed[u] = any(saves_inputs[v] or (free[v] and needed[v]) for v in out_dst[out_ptr[u]:out_ptr[u + 1]])
+        needed[u] = any(saves_inputs[v] or (free[v] and needed[v]) for v in out_dst[out_ptr[u] : out_ptr[u + 1]])
     sink = np.diff(out_ptr) == 0  # the program's outputs (the loss) live until backward
     return kept | needed | sink
 
@@ -247,7 +360,7 @@ def input_free_mask(graph: "OpGraph") -> np.ndarray | None:
         if reached[i]:
             continue
         reached[i] = True
-        stack.extend(int(j) for j in out_dst[out_ptr[i]:out_ptr[i + 1]] if not reached[j])
+        stack.extend(int(j) for j in out_dst[out_ptr[i] : out_ptr[i + 1]] if not reached[j])
     return ~reached
 
 
@@ -299,8 +412,11 @@ def grad_mask(graph: "OpGraph") -> np.ndarray:
     in_ptr, in_src, _ = graph.in_csr
     for i in range(n):  # node order is topological
         if floating[i]:
-            grad[i] = (graph.param_bytes[i] > 0 or any(name in param_names for name in reads[i])
-                       or bool(grad[in_src[in_ptr[i]:in_ptr[i + 1]]].any()))
+            grad[i] = (
+                graph.param_bytes[i] > 0
+                or any(name in param_names for name in reads[i])
+                or bool(grad[in_src[in_ptr[i] : in_ptr[i + 1]]].any())
+            )
     return grad
 
 

@@ -104,15 +104,35 @@ class Placement:
         if self.order is not None:
             # a permutation here; its length and edges are checked against the graph where it is used,
             # after the assignment (so a placement missing an op is reported as that)
-            self.order = check_order(self.order, len(self.order) if hasattr(self.order, "__len__") else len(self.assignment),
-                                     source=f"{self.source or 'placement'}: order")
+            self.order = check_order(
+                self.order,
+                len(self.order) if hasattr(self.order, "__len__") else len(self.assignment),
+                source=f"{self.source or 'placement'}: order",
+            )
 
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, Placement):
             return NotImplemented
-        same_order = (self.order is None) == (other.order is None) and (self.order is None or np.array_equal(self.order, other.order))
-        return same_order and (self.assignment, self.graph_hash, self.devices, self.cluster, self.method, self.meta, self.microbatches, self.inflight) == (
-            other.assignment, other.graph_hash, other.devices, other.cluster, other.method, other.meta, other.microbatches,
+        same_order = (self.order is None) == (other.order is None) and (
+            self.order is None or np.array_equal(self.order, other.order)
+        )
+        return same_order and (
+            self.assignment,
+            self.graph_hash,
+            self.devices,
+            self.cluster,
+            self.method,
+            self.meta,
+            self.microbatches,
+            self.inflight,
+        ) == (
+            other.assignment,
+            other.graph_hash,
+            other.devices,
+            other.cluster,
+            other.method,
+            other.meta,
+            other.microbatches,
             other.inflight,
         )
 
@@ -120,8 +140,16 @@ class Placement:
 
     @classmethod
     def from_indices(
-        cls, graph: OpGraph, devices: Sequence[str], op_devices: Sequence[int] | np.ndarray, *, cluster: str = "", method: str = "",
-        meta: dict | None = None, order: Sequence[int] | np.ndarray | None = None, microbatches: int = 1,
+        cls,
+        graph: OpGraph,
+        devices: Sequence[str],
+        op_devices: Sequence[int] | np.ndarray,
+        *,
+        cluster: str = "",
+        method: str = "",
+        meta: dict | None = None,
+        order: Sequence[int] | np.ndarray | None = None,
+        microbatches: int = 1,
         inflight: int | None = None,
     ) -> "Placement":
         """Device ``devices[indices[i]]`` for op ``i``; ``order``: issue order (op indices), checked against ``graph``."""
@@ -151,7 +179,9 @@ class Placement:
             return None
         source = self.source or "placement"
         if self.graph_hash and self.graph_hash != graph.content_hash:
-            raise PlacerError(f"{source}: made for graph {self.graph_hash}, not for this graph ({graph.name or 'graph'} {graph.content_hash})")
+            raise PlacerError(
+                f"{source}: made for graph {self.graph_hash}, not for this graph ({graph.name or 'graph'} {graph.content_hash})"
+            )
         return check_order(self.order, graph, source=f"{source}: order")
 
     def device_counts(self) -> dict[str, int]:
@@ -211,10 +241,17 @@ class Placement:
             cluster=schema.string(doc.get("cluster", ""), source, "cluster"),
             method=schema.string(doc.get("method", ""), source, "method"),
             meta=_check_meta(doc.get("meta", {}), source),
-            order=None if doc.get("order") is None else check_order(
-                doc["order"], len(doc["order"]) if isinstance(doc["order"], list) else len(a), source=f"{source}: 'order'"),
+            order=None
+            if doc.get("order") is None
+            else check_order(
+                doc["order"],
+                len(doc["order"]) if isinstance(doc["order"], list) else len(a),
+                source=f"{source}: 'order'",
+            ),
             microbatches=M,
-            inflight=None if doc.get("inflight") is None else schema.integer(doc["inflight"], source, "inflight", minimum=1, maximum=M),
+            inflight=None
+            if doc.get("inflight") is None
+            else schema.integer(doc["inflight"], source, "inflight", minimum=1, maximum=M),
         )
 
 
@@ -269,7 +306,9 @@ def as_indices(placement: Any, graph: OpGraph, device_names: Sequence[str], *, s
             continue
         j = dev_index.get(dev)
         if j is None:
-            raise PlacerError(f"{source}: op {name!r} is placed on unknown device {dev!r} (cluster has {', '.join(device_names)})")
+            raise PlacerError(
+                f"{source}: op {name!r} is placed on unknown device {dev!r} (cluster has {', '.join(device_names)})"
+            )
         out[i] = j
     if missing:
         raise PlacerError(f"{source}: {len(missing)} ops have no device, e.g. {missing[0]!r}")
@@ -324,7 +363,9 @@ def check_order(order: Any, graph: OpGraph | int, *, source: str = "order") -> n
         late = np.flatnonzero(pos[graph.edge_src] > pos[graph.edge_dst])
         if late.size:
             s, d = int(graph.edge_src[late[0]]), int(graph.edge_dst[late[0]])
-            raise PlacerError(f"{source}: op {graph.names[d]!r} ({d}) is issued before its input {graph.names[s]!r} ({s})")
+            raise PlacerError(
+                f"{source}: op {graph.names[d]!r} ({d}) is issued before its input {graph.names[s]!r} ({s})"
+            )
     return arr.astype(np.int32, copy=False)
 
 

@@ -149,7 +149,10 @@ def _check_layout(path: str, records: list[str], models: set[str]) -> None:
 
 def _check_tensors(path: str, archive: _Archive, model: str) -> None:
     """The model's weights and constants are raw tensor bytes that exist, each with its tensor_meta."""
-    for config, kind in ((f"data/weights/{model}_weights_config.json", "weight"), (f"data/constants/{model}_constants_config.json", "constant")):
+    for config, kind in (
+        (f"data/weights/{model}_weights_config.json", "weight"),
+        (f"data/constants/{model}_constants_config.json", "constant"),
+    ):
         if config not in archive.records:
             raise GraphFormatError(f"{path}: not a loadable torch.export program (no {config})")
         doc = archive.read_json(config)
@@ -190,7 +193,7 @@ def check_archive(path: str, data: bytes) -> None:
     names, prefix = _zip_names(path, data)
     archive = _Archive(path, data)
     records = archive.records
-    if records != sorted(n[len(prefix):] for n in names):
+    if records != sorted(n[len(prefix) :] for n in names):
         raise GraphFormatError(f"{path}: the zip's directory is inconsistent (torch and Python read different entries)")
     if archive.read("archive_format") != b"pt2":
         raise GraphFormatError(f"{path}: not a loadable torch.export program (archive_format is not 'pt2')")

@@ -33,7 +33,15 @@ from graphs.errors import PlacerError
 
 INT64_MAX = 2**63 - 1
 
-_TYPE_NAMES = {bool: "a bool", int: "an integer", float: "a number", str: "a string", list: "a list", dict: "an object", type(None): "null"}
+_TYPE_NAMES = {
+    bool: "a bool",
+    int: "an integer",
+    float: "a number",
+    str: "a string",
+    list: "a list",
+    dict: "an object",
+    type(None): "null",
+}
 
 
 def describe(x: Any) -> str:
@@ -49,7 +57,9 @@ def fail(source: str, field: str, problem: str, error: type[PlacerError] = Place
     raise error(f"{source}: {field} {problem}")
 
 
-def document(doc: Any, source: str, fmt: str, *, error: type[PlacerError] = PlacerError, format_optional: bool = False) -> dict:
+def document(
+    doc: Any, source: str, fmt: str, *, error: type[PlacerError] = PlacerError, format_optional: bool = False
+) -> dict:
     """The top level of every placer file: a JSON object whose ``format`` is ``fmt``.
 
     The one header check of graphs, groupings, placements, clusters and profiles
@@ -247,8 +257,12 @@ def check_float(
     if isinstance(value, bool) or not isinstance(value, numbers.Real):
         raise PlacerError(f"{option} {value!r}: must be a number")
     value = float(value)
-    bounds = [f"> {above:g}" if above is not None else "", f">= {least:g}" if least is not None else "",
-              f"< {below:g}" if below is not None else "", f"<= {most:g}" if most is not None else ""]
+    bounds = [
+        f"> {above:g}" if above is not None else "",
+        f">= {least:g}" if least is not None else "",
+        f"< {below:g}" if below is not None else "",
+        f"<= {most:g}" if most is not None else "",
+    ]
     want = " and ".join(b for b in bounds if b)
     ok = math.isfinite(value)
     ok = ok and (above is None or value > above) and (least is None or value >= least)

@@ -58,7 +58,9 @@ def random_dag(
     out_bytes = np.exp(rng.uniform(np.log(1024), np.log(max_bytes), size=n)).astype(np.int64) // 4 * 4
     flops = np.exp(rng.uniform(np.log(1e5), np.log(max_flops), size=n))
     has_param = rng.random(n) < param_fraction
-    param_bytes = np.where(has_param, np.exp(rng.uniform(np.log(4096), np.log(max_bytes), size=n)), 0).astype(np.int64) // 4 * 4
+    param_bytes = (
+        np.where(has_param, np.exp(rng.uniform(np.log(4096), np.log(max_bytes), size=n)), 0).astype(np.int64) // 4 * 4
+    )
     types = rng.integers(0, len(_OP_TYPES), size=n)
     # A view has exactly one tensor input in ATen: ops drawn as views that have
     # several (or no) inputs become adds, so co-location sees realistic views.
@@ -100,8 +102,16 @@ class _Builder:
         self.dst: list[int] = []
         self.scope = ""
 
-    def op(self, kind: str, inputs: list[int], *, scale: float = 1.0, weight: bool = False, out_scale: float = 1.0,
-           shares: int | None = None) -> int:
+    def op(
+        self,
+        kind: str,
+        inputs: list[int],
+        *,
+        scale: float = 1.0,
+        weight: bool = False,
+        out_scale: float = 1.0,
+        shares: int | None = None,
+    ) -> int:
         """A ``kind`` op ("mm", "conv", "ew" for elementwise, "view") reading ``inputs``.
 
         ``weight``: it owns a weight; ``shares``: it reads the weight op ``shares`` owns
@@ -117,9 +127,15 @@ class _Builder:
             op_type = "aten.mm.default" if kind == "mm" else "aten.convolution.default"
         else:
             flops, param = float(self.tokens * w * jitter), 0
-            op_type = {"ew": "aten.add.Tensor", "view": "aten.view.default", "act": "aten.relu.default",
-                       "softmax": "aten._softmax.default", "cat": "aten.cat.default", "norm": "aten.native_layer_norm.default",
-                       "bmm": "aten.bmm.default"}[kind]
+            op_type = {
+                "ew": "aten.add.Tensor",
+                "view": "aten.view.default",
+                "act": "aten.relu.default",
+                "softmax": "aten._softmax.default",
+                "cat": "aten.cat.default",
+                "norm": "aten.native_layer_norm.default",
+                "bmm": "aten.bmm.default",
+            }[kind]
             if kind == "bmm":
                 flops = 2.0 * self.tokens * w * 128 * jitter
         self.types.append(op_type)
@@ -151,14 +167,25 @@ class _Builder:
         dst = np.asarray(self.dst, dtype=np.int64)
         # A view has exactly one tensor input in ATen: other "views" become adds.
         indeg = np.bincount(dst, minlength=n)
-        types = ["aten.add.Tensor" if t == "aten.view.default" and indeg[i] != 1 else t for i, t in enumerate(self.types)]
+        types = [
+            "aten.add.Tensor" if t == "aten.view.default" and indeg[i] != 1 else t for i, t in enumerate(self.types)
+        ]
         param = np.asarray(self.param, dtype=np.int64)
         return OpGraph(
-            names=[f"op{i}" for i in range(n)], op_types=types, out_shapes=[[[int(b) // 4]] for b in out],
-            out_dtypes=[["float32"] for _ in range(n)], out_bytes=out, param_bytes=param,
-            buffer_bytes=np.zeros(n, dtype=np.int64), flops=np.asarray(self.flops, dtype=np.float64),
-            module_paths=list(self.module), params=[[f"w{r}"] if r >= 0 else [] for r in self.reads],
-            edge_src=src, edge_dst=dst, edge_bytes=out[src], name=name,
+            names=[f"op{i}" for i in range(n)],
+            op_types=types,
+            out_shapes=[[[int(b) // 4]] for b in out],
+            out_dtypes=[["float32"] for _ in range(n)],
+            out_bytes=out,
+            param_bytes=param,
+            buffer_bytes=np.zeros(n, dtype=np.int64),
+            flops=np.asarray(self.flops, dtype=np.float64),
+            module_paths=list(self.module),
+            params=[[f"w{r}"] if r >= 0 else [] for r in self.reads],
+            edge_src=src,
+            edge_dst=dst,
+            edge_bytes=out[src],
+            name=name,
             meta={"synthetic": True, "family": family, "seed": seed},
         )
 
@@ -210,14 +237,24 @@ def unet_dag(num_ops: int, *, seed: int = 0, depth: int = 4) -> OpGraph:
         skips = []
         for lvl in range(depth):
             b.scope = f"unet{net}.down{lvl}"
-            s = 2.0 ** lvl
-            x = b.op("act", [b.op("conv", [x], weight=True, scale=s, out_scale=1 / (4 ** lvl) / s)], scale=s, out_scale=1 / (4 ** lvl) / s)
+            s = 2.0**lvl
+            x = b.op(
+                "act",
+                [b.op("conv", [x], weight=True, scale=s, out_scale=1 / (4**lvl) / s)],
+                scale=s,
+                out_scale=1 / (4**lvl) / s,
+            )
             skips.append(x)
         for lvl in reversed(range(depth)):
             b.scope = f"unet{net}.up{lvl}"
-            s = 2.0 ** lvl
-            x = b.op("cat", [x, skips[lvl]], scale=s, out_scale=2 / (4 ** lvl) / s)
-            x = b.op("act", [b.op("conv", [x], weight=True, scale=s, out_scale=1 / (4 ** lvl) / s)], scale=s, out_scale=1 / (4 ** lvl) / s)
+            s = 2.0**lvl
+            x = b.op("cat", [x, skips[lvl]], scale=s, out_scale=2 / (4**lvl) / s)
+            x = b.op(
+                "act",
+                [b.op("conv", [x], weight=True, scale=s, out_scale=1 / (4**lvl) / s)],
+                scale=s,
+                out_scale=1 / (4**lvl) / s,
+            )
         net += 1
     return b.graph(f"unet-{num_ops}-s{seed}", seed, "unet")
 
@@ -235,7 +272,12 @@ def moe_dag(num_ops: int, *, seed: int = 0, experts: int = 8) -> OpGraph:
         outs = []
         for e in range(experts):
             b.scope = f"moe{layer}.expert{e}"
-            h = b.op("act", [b.op("mm", [x, gate], weight=True, scale=2.0, out_scale=1 / experts)], scale=2.0, out_scale=1 / experts)
+            h = b.op(
+                "act",
+                [b.op("mm", [x, gate], weight=True, scale=2.0, out_scale=1 / experts)],
+                scale=2.0,
+                out_scale=1 / experts,
+            )
             outs.append(b.op("mm", [h], weight=True, scale=2.0, out_scale=0.5 / experts))
         b.scope = f"moe{layer}"
         x = b.op("norm", [b.op("ew", outs + [x])])
@@ -303,7 +345,11 @@ def recurrent_dag(num_ops: int, *, seed: int = 0) -> OpGraph:
         for l in range(layers):
             b.scope = f"rnn.layer{l}"
             gx = tied_mm(f"x{l}", x, scale=g, out_scale=g)
-            pre = gx if h[l] is None else b.op("ew", [gx, tied_mm(f"h{l}", h[l], scale=g, out_scale=g)], scale=g, out_scale=g)
+            pre = (
+                gx
+                if h[l] is None
+                else b.op("ew", [gx, tied_mm(f"h{l}", h[l], scale=g, out_scale=g)], scale=g, out_scale=g)
+            )
             if gated:
                 gates = b.op("act", [pre], scale=g, out_scale=g)
                 cell = b.op("ew", [gates] + ([c[l]] if c[l] is not None else []))
@@ -320,5 +366,11 @@ def recurrent_dag(num_ops: int, *, seed: int = 0) -> OpGraph:
 
 
 #: The structured families: name -> builder ``fn(num_ops, *, seed)``.
-FAMILIES = {"chain": chain_dag, "branches": branch_dag, "unet": unet_dag, "moe": moe_dag, "attention": attention_dag,
-            "recurrent": recurrent_dag}
+FAMILIES = {
+    "chain": chain_dag,
+    "branches": branch_dag,
+    "unet": unet_dag,
+    "moe": moe_dag,
+    "attention": attention_dag,
+    "recurrent": recurrent_dag,
+}

@@ -259,9 +259,26 @@ class _ProgramReader:
         self.user_inputs = set(sig.user_inputs)
         self.tensor_key = _tensor_keys(ep, list(self.params.values()) + list(self.buffers.values()))
         self.index: dict[str, int] = {}
-        self.cols: dict[str, list] = {k: [] for k in (
-            "names", "op_types", "out_shapes", "out_dtypes", "module_paths", "params", "out_bytes", "flops",
-            "param_bytes", "buffer_bytes", "edge_src", "edge_dst", "edge_bytes", "alias_ops", "inplace_ops")}
+        self.cols: dict[str, list] = {
+            k: []
+            for k in (
+                "names",
+                "op_types",
+                "out_shapes",
+                "out_dtypes",
+                "module_paths",
+                "params",
+                "out_bytes",
+                "flops",
+                "param_bytes",
+                "buffer_bytes",
+                "edge_src",
+                "edge_dst",
+                "edge_bytes",
+                "alias_ops",
+                "inplace_ops",
+            )
+        }
         self.owned: set[str] = set()
         self.input_consumers: dict[str, list[str]] = {}
         self.placeholder_bytes: dict[str, int] = {}
@@ -316,7 +333,9 @@ class _ProgramReader:
             "inputs": [
                 {
                     "name": n.name,
-                    "shape": [int(d) for d in n.meta["val"].shape] if isinstance(n.meta.get("val"), torch.Tensor) else [],
+                    "shape": [int(d) for d in n.meta["val"].shape]
+                    if isinstance(n.meta.get("val"), torch.Tensor)
+                    else [],
                     "bytes": self.placeholder_bytes.get(n.name, 0),
                     "consumers": self.input_consumers.get(n.name, []),
                 }
@@ -327,17 +346,29 @@ class _ProgramReader:
             "inplace_ops": c["inplace_ops"],
             "unused_params": sorted(f for f in self.params.values() if self.tensor_key[f] not in self.owned),
             "tied_params": _tied_groups(self.tensor_key),
-            "constants": sorted(self.constants.values()),  # tensors the program made (torch.tensor(...)), not the model's
+            "constants": sorted(
+                self.constants.values()
+            ),  # tensors the program made (torch.tensor(...)), not the model's
             "outputs": self.outputs(),  # what forward returns: a training step's loss is one float scalar
             "capture_version": CAPTURE_VERSION,
             "torch": torch.__version__,
         }
-        ints = {k: np.asarray(c[k], dtype=np.int64) for k in
-                ("out_bytes", "param_bytes", "buffer_bytes", "edge_src", "edge_dst", "edge_bytes")}
-        return OpGraph(names=c["names"], op_types=c["op_types"], out_shapes=c["out_shapes"], out_dtypes=c["out_dtypes"],
-                       flops=np.asarray(c["flops"], dtype=np.float64), module_paths=c["module_paths"],
-                       params=c["params"], name=name, meta=meta, **ints)
-
+        ints = {
+            k: np.asarray(c[k], dtype=np.int64)
+            for k in ("out_bytes", "param_bytes", "buffer_bytes", "edge_src", "edge_dst", "edge_bytes")
+        }
+        return OpGraph(
+            names=c["names"],
+            op_types=c["op_types"],
+            out_shapes=c["out_shapes"],
+            out_dtypes=c["out_dtypes"],
+            flops=np.asarray(c["flops"], dtype=np.float64),
+            module_paths=c["module_paths"],
+            params=c["params"],
+            name=name,
+            meta=meta,
+            **ints,
+        )
 
     def outputs(self) -> list[dict[str, Any]]:
         """Shape and dtype of each tensor the model's forward returns (flattened), in order."""
@@ -457,7 +488,9 @@ def capture_pt2(path: str | os.PathLike, *, decompose: bool = False) -> OpGraph:
     except GraphFormatError:
         raise
     except Exception as e:
-        raise GraphFormatError(f"{path}: not a loadable torch.export program ({type(e).__name__}: {_first_line(e)})") from None
+        raise GraphFormatError(
+            f"{path}: not a loadable torch.export program ({type(e).__name__}: {_first_line(e)})"
+        ) from None
     if decompose:
         with _quiet():
             try:

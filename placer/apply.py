@@ -42,12 +42,12 @@ from typing import Any, NamedTuple
 import numpy as np
 from torch import nn
 
-from graphs.plan import as_indices, check_order
 from envs.microbatch import check_inflight, check_microbatches, stage_starts
 from envs.real.pipeline import MicrobatchedModule, split_batch
 from envs.real.placing import place_module
 from graphs import OpGraph, PlacerError
 from graphs.ops import free_mask
+from graphs.plan import as_indices, check_order
 from graphs.torch_capture import check_runnable, export_program, graph_from_program
 from placer._callable import make_module_callable
 
@@ -134,20 +134,26 @@ def apply(
     names = None
     if order is not None:
         names = [captured.names[i] for i in check_order(order, captured, source=f"{source}: order").tolist()]
-    M = check_microbatches(getattr(placement, "microbatches", 1) if microbatches is None else microbatches,
-                           f"{source}: microbatches" if microbatches is None else "microbatches")
+    M = check_microbatches(
+        getattr(placement, "microbatches", 1) if microbatches is None else microbatches,
+        f"{source}: microbatches" if microbatches is None else "microbatches",
+    )
     if M == 1:
         return place_module(ep, assignment, device_map, order=names)
     if isinstance(batch_dim, bool) or not isinstance(batch_dim, int) or batch_dim < 0:
         raise PlacerError(f"batch_dim {batch_dim!r}: must be a dimension index >= 0")
-    W = check_inflight(getattr(placement, "inflight", None) if inflight is None else inflight, M,
-                       f"{source}: inflight" if inflight is None else "inflight")
+    W = check_inflight(
+        getattr(placement, "inflight", None) if inflight is None else inflight,
+        M,
+        f"{source}: inflight" if inflight is None else "inflight",
+    )
     part = split_batch(example_inputs, M, batch_dim, source="example_inputs")[0]
     ep_mb = export_program(model, part, decompose=decompose)
     stages = _stage_names(captured, assignment, names) if W < M else []
     plan = microbatch_plan(captured, graph_from_program(ep_mb), assignment, names, stages)
-    return MicrobatchedModule(place_module(ep_mb, plan.assignment, device_map, order=plan.order), M, batch_dim,
-                              loss_reduction, W, plan.stages)
+    return MicrobatchedModule(
+        place_module(ep_mb, plan.assignment, device_map, order=plan.order), M, batch_dim, loss_reduction, W, plan.stages
+    )
 
 
 def _exported(model: nn.Module, example_inputs: tuple, graph: OpGraph | None, decompose: bool) -> tuple[Any, OpGraph]:
@@ -180,8 +186,13 @@ class MicrobatchPlan(NamedTuple):
     stages: list[str]  # first op of each stage after the first (microbatch program names)
 
 
-def microbatch_plan(whole: OpGraph, part: OpGraph, assignment: Mapping[str, str], order: Sequence[str] | None = None,
-                    stages: Sequence[str] = ()) -> MicrobatchPlan:
+def microbatch_plan(
+    whole: OpGraph,
+    part: OpGraph,
+    assignment: Mapping[str, str],
+    order: Sequence[str] | None = None,
+    stages: Sequence[str] = (),
+) -> MicrobatchPlan:
     """Carry a plan of ``whole`` over to ``part``, the same model exported at a microbatch's size.
 
     A smaller batch can specialise the export: at batch 1, torch drops ``expand``
@@ -218,7 +229,7 @@ def microbatch_plan(whole: OpGraph, part: OpGraph, assignment: Mapping[str, str]
     rank = {w: r for r, w in enumerate(sequence)}
     part_stages = []
     for start in stages:
-        nxt = next((by_whole[w] for w in sequence[rank[start]:] if w in by_whole), None)
+        nxt = next((by_whole[w] for w in sequence[rank[start] :] if w in by_whole), None)
         if nxt is not None and nxt not in part_stages:
             part_stages.append(nxt)
     return MicrobatchPlan(placed, part_order, part_stages)
@@ -251,7 +262,9 @@ def validated_assignment(placement: Any, graph: OpGraph, *, source: str = "place
     elif isinstance(placement, Mapping):
         devices = sorted(set(placement.values()))
     else:
-        raise PlacerError(f"{source}: expected a Placement or a mapping op name -> device, got {type(placement).__name__}")
+        raise PlacerError(
+            f"{source}: expected a Placement or a mapping op name -> device, got {type(placement).__name__}"
+        )
     idx = as_indices(placement, graph, devices, source=source)
     return {name: devices[int(i)] for name, i in zip(graph.names, idx)}
 

@@ -34,8 +34,9 @@ def check_seed(value: object, option: str = "--seed") -> int:
     return check_int(value, option, least=0, most=MAX_SEED)
 
 
-def parse_group_counts(text: str, option: str = "--groups", *, ops: bool = False,
-                       modules: bool = False) -> tuple[int | str, ...]:
+def parse_group_counts(
+    text: str, option: str = "--groups", *, ops: bool = False, modules: bool = False
+) -> tuple[int | str, ...]:
     """A comma list of group counts (2..100000); "none" -> (). With ``ops``, 0 (the ops themselves) is allowed too;
     with ``modules``, the word ``modules`` (the graph grouped by module at each depth).
 
@@ -54,8 +55,10 @@ def parse_group_counts(text: str, option: str = "--groups", *, ops: bool = False
     if not counts or any(n != "modules" and not (2 <= n <= 100_000 or (ops and n == 0)) for n in counts):
         zero = "0 (the ops) or " if ops else ""
         word = " or the word modules" if modules else ""
-        raise PlacerError(f"{option}: expected 'none' or a comma list of group counts, each {zero}from 2 to 100000{word}, "
-                          f"got {text!r}")
+        raise PlacerError(
+            f"{option}: expected 'none' or a comma list of group counts, each {zero}from 2 to 100000{word}, "
+            f"got {text!r}"
+        )
     return counts
 
 

@@ -24,13 +24,28 @@ from graphs.schema import check_int
 from placer.methods import registry
 from placer.methods.registry import HeuristicUnavailable, accepts, placement_of
 
-
 #: Table order for ``methods=None``: naive, practitioners', partitioners, list
 #: schedulers, search. Heuristics registered later follow in registration order.
 ORDER = (
-    "single", "round_robin", "expert", "gpipe", "accelerate", "accelerate_low_0", "accelerate_sequential",
-    "scotch", "metis", "kernighan_lin",
-    "heft", "m_topo", "m_etf", "m_sct", "random_search", "random_modules", "module_search", "annealing", "ilp",
+    "single",
+    "round_robin",
+    "expert",
+    "gpipe",
+    "accelerate",
+    "accelerate_low_0",
+    "accelerate_sequential",
+    "scotch",
+    "metis",
+    "kernighan_lin",
+    "heft",
+    "m_topo",
+    "m_etf",
+    "m_sct",
+    "random_search",
+    "random_modules",
+    "module_search",
+    "annealing",
+    "ilp",
 )
 
 
@@ -161,8 +176,15 @@ class CompareReport:
             place = f"{r.place_time_s:.2f}" if r.place_time_s is not None else "—"
             peaks = "/".join(f"{r.peak_bytes.get(d, 0) / scale:.1f}" for d in self.devices) if r.peak_bytes else "—"
             status = f"{r.status}: {r.message}" if r.status not in ("ok",) and r.message else r.status
-            label = r.method if r.microbatches == 1 else (
-                f"{r.method} (M={r.microbatches})" if r.inflight is None else f"{r.method} (M={r.microbatches}, W={r.inflight})")
+            label = (
+                r.method
+                if r.microbatches == 1
+                else (
+                    f"{r.method} (M={r.microbatches})"
+                    if r.inflight is None
+                    else f"{r.method} (M={r.microbatches}, W={r.inflight})"
+                )
+            )
             lines.append(f"| {label} | {status.replace('|', '/')} | {step} | {speed} | {place} | {peaks} |")
         return head + "\n".join(lines)
 
@@ -240,8 +262,18 @@ def _best_single(env: SimEnv, graph: OpGraph, cluster: Any) -> tuple[float | Non
 class _Attempt:
     """One heuristic placed and scored under several plan shapes ``(M, W)``, its output kept when it is blind to M."""
 
-    def __init__(self, method: str, graph: OpGraph, cluster: Any, env: SimEnv, own: dict[str, Any], seed: int, model: Any,
-                 best_single_s: float | None, order: str | None = None) -> None:
+    def __init__(
+        self,
+        method: str,
+        graph: OpGraph,
+        cluster: Any,
+        env: SimEnv,
+        own: dict[str, Any],
+        seed: int,
+        model: Any,
+        best_single_s: float | None,
+        order: str | None = None,
+    ) -> None:
         self.method, self.graph, self.cluster, self.env = method, graph, cluster, env
         self.own, self.seed, self.model, self.best_single_s = own, seed, model, best_single_s
         self.order = order  # "planned": searched and scored in each placement's planned issue order; None: node order
@@ -271,14 +303,17 @@ class _Attempt:
         except Exception as e:  # one failing method must not sink the table
             row.status, row.message = "error", _one_line(e)
         else:
-            row.placement = placement_of(out, self.graph, self.cluster, self.method, meta={"seed": self.seed},
-                                         microbatches=M, inflight=W)
+            row.placement = placement_of(
+                out, self.graph, self.cluster, self.method, meta={"seed": self.seed}, microbatches=M, inflight=W
+            )
             if isinstance(out, Placement):  # a method that plans its issue order too (ilp): its run's record
                 row.meta = dict(out.meta)
             try:
                 if self.order == "planned" and row.placement.order is None:  # the order the searches scored in
                     p = row.placement
-                    p.order = self.env.with_microbatches(M, W).schedule_order(p.indices(self.graph, self.cluster.device_names))
+                    p.order = self.env.with_microbatches(M, W).schedule_order(
+                        p.indices(self.graph, self.cluster.device_names)
+                    )
                     p.meta["issue_order"] = "schedule"
                 _scored_row(row, self.env, row.placement, self.best_single_s)
             except Exception as e:
@@ -304,12 +339,28 @@ class _Attempt:
 def _bound_rows(lb: float, best_single_s: float | None) -> list[Row]:
     """The previous and the tightest valid lower bound as rows (a :class:`envs.sim.LowerBound` names both)."""
     bound = float(lb)
-    name, previous, previous_name = getattr(lb, "name", ""), float(getattr(lb, "previous", bound)), getattr(lb, "previous_name", "")
+    name, previous, previous_name = (
+        getattr(lb, "name", ""),
+        float(getattr(lb, "previous", bound)),
+        getattr(lb, "previous_name", ""),
+    )
     return [
-        Row(method="previous bound", kind="bound", status="bound", step_time_s=previous, message=previous_name,
-            speedup=(best_single_s / previous) if best_single_s and previous > 0 else None),
-        Row(method="lower bound", kind="bound", status="bound", step_time_s=bound, message=name,
-            speedup=(best_single_s / bound) if best_single_s and bound > 0 else None),
+        Row(
+            method="previous bound",
+            kind="bound",
+            status="bound",
+            step_time_s=previous,
+            message=previous_name,
+            speedup=(best_single_s / previous) if best_single_s and previous > 0 else None,
+        ),
+        Row(
+            method="lower bound",
+            kind="bound",
+            status="bound",
+            step_time_s=bound,
+            message=name,
+            speedup=(best_single_s / bound) if best_single_s and bound > 0 else None,
+        ),
     ]
 
 
@@ -376,9 +427,18 @@ def compare(
     rows: list[Row] = []
     for m in names:
         own = dict((options or {}).get(m, {}))
-        ms = _microbatch_counts(own.pop("microbatches"), f"options[{m!r}]['microbatches']") if "microbatches" in own else default_ms
-        shapes = (_plan_shapes(ms, own.pop("inflight"), f"options[{m!r}]['inflight']") if "inflight" in own
-                  else _plan_shapes(ms, inflight, "inflight") if ms is not default_ms else default_shapes)
+        ms = (
+            _microbatch_counts(own.pop("microbatches"), f"options[{m!r}]['microbatches']")
+            if "microbatches" in own
+            else default_ms
+        )
+        shapes = (
+            _plan_shapes(ms, own.pop("inflight"), f"options[{m!r}]['inflight']")
+            if "inflight" in own
+            else _plan_shapes(ms, inflight, "inflight")
+            if ms is not default_ms
+            else default_shapes
+        )
         before = env.simulated
         rows.append(_Attempt(m, graph, cluster, env, own, seed, model, best_single_s, order).best(shapes))
         rows[-1].simulated = env.simulated - before
@@ -393,10 +453,19 @@ def compare(
     rows += _bound_rows(lb, best_single_s)
     bound, previous = rows[-1], rows[-2]
     return CompareReport(
-        graph=graph.name, graph_hash=graph.content_hash, cluster=getattr(cluster, "name", ""),
-        devices=list(cluster.device_names), rows=rows, lower_bound_s=bound.step_time_s,
-        best_single_s=best_single_s, best_single_device=best_dev, seed=seed, executor=executor,
-        lower_bound_name=bound.message, previous_lower_bound_s=previous.step_time_s, previous_lower_bound_name=previous.message,
+        graph=graph.name,
+        graph_hash=graph.content_hash,
+        cluster=getattr(cluster, "name", ""),
+        devices=list(cluster.device_names),
+        rows=rows,
+        lower_bound_s=bound.step_time_s,
+        best_single_s=best_single_s,
+        best_single_device=best_dev,
+        seed=seed,
+        executor=executor,
+        lower_bound_name=bound.message,
+        previous_lower_bound_s=previous.step_time_s,
+        previous_lower_bound_name=previous.message,
         score_order=score_order,
     )
 
@@ -413,7 +482,11 @@ def plot(report: CompareReport, path: str) -> None:
     rows = [r for r in report.rows if r.kind != "bound" and r.status == "ok" and r.step_time_s is not None]
     fig, ax = plt.subplots(figsize=(7, 0.35 * len(rows) + 1.5))
     y = np.arange(len(rows))
-    ax.barh(y, [r.step_time_s * 1e3 for r in rows], color=["tab:orange" if r.kind == "placement" else "tab:blue" for r in rows])
+    ax.barh(
+        y,
+        [r.step_time_s * 1e3 for r in rows],
+        color=["tab:orange" if r.kind == "placement" else "tab:blue" for r in rows],
+    )
     ax.set_yticks(y, [r.method for r in rows])
     ax.invert_yaxis()
     if math.isfinite(report.lower_bound_s):

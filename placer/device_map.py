@@ -60,7 +60,9 @@ def accelerate_device(cluster, d: int) -> int | str:
     return [int(g) for g in cluster.gpu_indices()].index(int(d))
 
 
-def project(graph: OpGraph, op_devices: Sequence[int] | np.ndarray, cluster, *, module: str = "") -> dict[str, int | str]:
+def project(
+    graph: OpGraph, op_devices: Sequence[int] | np.ndarray, cluster, *, module: str = ""
+) -> dict[str, int | str]:
     """The module-level device map closest to op placement ``op_devices`` (see the module doc).
 
     Raises:
@@ -70,7 +72,9 @@ def project(graph: OpGraph, op_devices: Sequence[int] | np.ndarray, cluster, *, 
     idx = np.asarray(op_devices, dtype=np.int64)
     D = cluster.num_devices
     if not any(graph.module_paths) and not any(graph.params):
-        raise PlacerError(f"graph {graph.name or '?'} has no module names (capture it from an nn.Module to export a device map)")
+        raise PlacerError(
+            f"graph {graph.name or '?'} has no module names (capture it from an nn.Module to export a device map)"
+        )
     cost = step_costs_s(graph, cluster)[np.arange(graph.num_ops), idx] + 1e-9  # every op counts a little
     weight: dict[str, np.ndarray] = {}
     children: dict[str, set[str]] = {}
@@ -100,7 +104,9 @@ def project(graph: OpGraph, op_devices: Sequence[int] | np.ndarray, cluster, *, 
             own_params.setdefault(mod, {})[fqn] = d
     if module not in weight:
         known = sorted({p.split(".")[0] for p in graph.module_paths if p})
-        raise PlacerError(f"--module {module!r}: no module of that name in graph {graph.name or '?'} (top-level modules: {', '.join(known) or 'none'})")
+        raise PlacerError(
+            f"--module {module!r}: no module of that name in graph {graph.name or '?'} (top-level modules: {', '.join(known) or 'none'})"
+        )
     unused = [f for f in graph.meta.get("unused_params", []) if _within(_parent(f), module)]
 
     out: dict[str, int | str] = {}
@@ -140,8 +146,9 @@ def projected_indices(graph: OpGraph, device_map: dict[str, Any], cluster, *, mo
     return map_onto_ops(graph, full, cluster)
 
 
-def projection_cost(graph: OpGraph, placement: Any, cluster, device_map: dict[str, Any], *, module: str = "",
-                    executor: str = "eager") -> dict[str, Any]:
+def projection_cost(
+    graph: OpGraph, placement: Any, cluster, device_map: dict[str, Any], *, module: str = "", executor: str = "eager"
+) -> dict[str, Any]:
     """Simulated step time of ``placement`` (its own issue order) and of ``device_map`` run as accelerate does (node order)."""
     env = envs.SimEnv(graph, cluster, executor=executor)
     idx = placement.indices(graph, cluster.device_names, source=getattr(placement, "source", "") or "placement")

@@ -58,9 +58,7 @@ def resolve_graph_and_model(source: str, **capture_options: Any) -> tuple[OpGrap
         return graph, model
     if source.endswith((".json", ".gz", ".pt2")):
         raise PlacerError(f"{source}: no such file")
-    raise PlacerError(
-        f"{source}: not a graph file, zoo name ({', '.join(zoo.names())}) or module:callable"
-    )
+    raise PlacerError(f"{source}: not a graph file, zoo name ({', '.join(zoo.names())}) or module:callable")
 
 
 #: What a model's training step is scored with when its forward does not return a scalar loss.
@@ -91,8 +89,11 @@ def is_scalar_loss(outputs: list[dict[str, Any]]) -> bool:
     >>> is_scalar_loss([{"shape": [], "dtype": "float32"}]), is_scalar_loss([{"shape": [2], "dtype": "float32"}])
     (True, False)
     """
-    return (len(outputs) == 1 and list(outputs[0]["shape"]) == []
-            and str(outputs[0]["dtype"]).startswith(("float", "bfloat", "half", "double")))
+    return (
+        len(outputs) == 1
+        and list(outputs[0]["shape"]) == []
+        and str(outputs[0]["dtype"]).startswith(("float", "bfloat", "half", "double"))
+    )
 
 
 def stand_in_loss(graph: OpGraph) -> str | None:

@@ -13,6 +13,16 @@ from placer.learn.loop import train
 from placer.learn.rundir import BEST_NAME
 from placer.learn.state import RunState, TrainResult
 
-__all__ = ["train", "TrainConfig", "RunOptions", "AlgoOptions", "PolicyOptions", "PRESETS", "TrainResult", "RunState", "BEST_NAME"]
+__all__ = [
+    "train",
+    "TrainConfig",
+    "RunOptions",
+    "AlgoOptions",
+    "PolicyOptions",
+    "PRESETS",
+    "TrainResult",
+    "RunState",
+    "BEST_NAME",
+]
 
 make_module_callable(__name__, train)  # `placer.train(config)` calls train()

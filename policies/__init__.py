@@ -8,9 +8,9 @@ with ``sample(k) -> PolicySample``, ``log_prob(actions)``, ``greedy()`` and
 
 from __future__ import annotations
 
+from policies.base import PolicySample
 from policies.gnn import GNNPolicy
 from policies.hierarchical import HierarchicalPolicy
-from policies.base import PolicySample
 from policies.seq2seq import Seq2SeqPolicy
 
 POLICIES: dict[str, type] = {

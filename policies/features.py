@@ -121,7 +121,9 @@ def featurize(graph: OpGraph) -> OpFeatures:
     return OpFeatures(type_ids=type_ids, vocab=vocab, dense=dense.astype(np.float32))
 
 
-def group_features(graph: OpGraph, op_group: np.ndarray, num_groups: int, type_ids: np.ndarray, vocab_size: int) -> np.ndarray:
+def group_features(
+    graph: OpGraph, op_group: np.ndarray, num_groups: int, type_ids: np.ndarray, vocab_size: int
+) -> np.ndarray:
     """HDP group embedding: op-type counts, summed output sizes, group adjacency.
 
     Returns float32 ``[num_groups, vocab_size + 3 + num_groups]``: per group the

@@ -111,8 +111,14 @@ PAIR_DIM = 2
 
 def feature_spec() -> dict[str, Any]:
     """The feature layout a checkpoint was trained with (recorded in its sidecar, checked on load)."""
-    return {"version": FEATURE_VERSION, "type_buckets": TYPE_BUCKETS, "node_dim": NODE_DIM, "edge_dim": EDGE_DIM,
-            "device_dim": DEVICE_DIM, "pair_dim": PAIR_DIM}
+    return {
+        "version": FEATURE_VERSION,
+        "type_buckets": TYPE_BUCKETS,
+        "node_dim": NODE_DIM,
+        "edge_dim": EDGE_DIM,
+        "device_dim": DEVICE_DIM,
+        "pair_dim": PAIR_DIM,
+    }
 
 
 def op_type_bucket(op_type: str) -> int:
@@ -143,24 +149,34 @@ def graph_inputs(graph: OpGraph, cluster: Any) -> dict[str, np.ndarray]:
     off = ~np.eye(d, dtype=bool)
     mean_bw = float(np.mean(bw[off])) if d > 1 else 1e12
     mean_lat = float(np.mean(np.asarray(cluster.latency_s)[off])) if d > 1 else 0.0
-    gpu_mem = max((m for m, k in zip(cluster.memory_bytes, cluster.kinds) if k == "gpu"), default=float(np.max(cluster.memory_bytes)))
+    gpu_mem = max(
+        (m for m, k in zip(cluster.memory_bytes, cluster.kinds) if k == "gpu"),
+        default=float(np.max(cluster.memory_bytes)),
+    )
     send_s = mean_lat + graph.out_bytes.astype(np.float64) / mean_bw
-    rel = np.stack([
-        np.log(np.maximum(tmin / total_t * n, 1e-9)) / 5.0,  # compute share vs the mean op
-        np.log(np.maximum(mem / total_mem * n, 1e-9)) / 5.0,  # memory share vs the mean op
-        top / cp, (top + tmin) / cp, (cp - bottom - top) / cp,  # start, end, slack on the critical path
-        np.clip(np.log10(np.maximum(send_s, 1e-12) / np.maximum(tmin, 1e-9)), -4, 4) / 4.0,
-        np.full(n, np.clip(_log10(total_mem / gpu_mem), -3, 3) / 3.0),
-        np.full(n, np.log10(max(n, 1)) / 5.0),
-        np.full(n, np.clip(_log10(total_t / cp), 0, 4) / 4.0),  # parallelism of the graph
-    ], axis=1)
+    rel = np.stack(
+        [
+            np.log(np.maximum(tmin / total_t * n, 1e-9)) / 5.0,  # compute share vs the mean op
+            np.log(np.maximum(mem / total_mem * n, 1e-9)) / 5.0,  # memory share vs the mean op
+            top / cp,
+            (top + tmin) / cp,
+            (cp - bottom - top) / cp,  # start, end, slack on the critical path
+            np.clip(np.log10(np.maximum(send_s, 1e-12) / np.maximum(tmin, 1e-9)), -4, 4) / 4.0,
+            np.full(n, np.clip(_log10(total_mem / gpu_mem), -3, 3) / 3.0),
+            np.full(n, np.log10(max(n, 1)) / 5.0),
+            np.full(n, np.clip(_log10(total_t / cp), 0, 4) / 4.0),  # parallelism of the graph
+        ],
+        axis=1,
+    )
     cost = cost_features(graph)[:, :8] if n else np.zeros((0, 8))  # column 8 is the op's index: order-dependent
     node = np.concatenate([shape_features(graph) / 10.0, cost, rel], axis=1)
     type_ids = np.fromiter((op_type_bucket(s) for s in graph.op_types), dtype=np.int64, count=n)
 
     mean_t = total_t / max(n, 1)
     eb = graph.edge_bytes.astype(np.float64)
-    edge = np.stack([np.log1p(eb) / 20.0, np.clip(np.log10((mean_lat + eb / mean_bw) / mean_t + 1e-9), -4, 4) / 4.0], axis=1)
+    edge = np.stack(
+        [np.log1p(eb) / 20.0, np.clip(np.log10((mean_lat + eb / mean_bw) / mean_t + 1e-9), -4, 4) / 4.0], axis=1
+    )
 
     kinds = list(cluster.kinds)
     rank = np.zeros(d)
@@ -170,22 +186,43 @@ def graph_inputs(graph: OpGraph, cluster: Any) -> dict[str, np.ndarray]:
         rank[idx] = np.arange(len(idx)) / max(len(idx) - 1, 1) if len(idx) > 1 else 0.5
         count[idx] = len(idx)
     bw_in = np.where(off, bw, np.nan)
-    dev = np.stack([
-        np.array([k == "gpu" for k in kinds], dtype=np.float64), np.array([k == "cpu" for k in kinds], dtype=np.float64),
-        _log10(cluster.flops_per_s) - 12.0, _log10(cluster.mem_bw_bytes_per_s) - 11.0,
-        _log10(cluster.memory_bytes) - 10.0, _log10(cluster.launch_overhead_s) + 5.0,
-        (np.nanmean(_log10(bw_in), axis=1) - 10.0) if d > 1 else np.zeros(d),
-        (np.nanmean(np.where(off, _log10(np.asarray(cluster.latency_s) + 1e-9), np.nan), axis=1) + 5.0) if d > 1 else np.zeros(d),
-        rank, np.log2(count) / 3.0,
-        np.clip(_log10(total_mem / np.asarray(cluster.memory_bytes, dtype=np.float64)), -3, 3) / 3.0,
-        np.clip(_log10(t.sum(axis=0) / total_t), 0, 4) / 2.0,  # slowdown of the whole graph on this device
-    ], axis=1)
+    dev = np.stack(
+        [
+            np.array([k == "gpu" for k in kinds], dtype=np.float64),
+            np.array([k == "cpu" for k in kinds], dtype=np.float64),
+            _log10(cluster.flops_per_s) - 12.0,
+            _log10(cluster.mem_bw_bytes_per_s) - 11.0,
+            _log10(cluster.memory_bytes) - 10.0,
+            _log10(cluster.launch_overhead_s) + 5.0,
+            (np.nanmean(_log10(bw_in), axis=1) - 10.0) if d > 1 else np.zeros(d),
+            (np.nanmean(np.where(off, _log10(np.asarray(cluster.latency_s) + 1e-9), np.nan), axis=1) + 5.0)
+            if d > 1
+            else np.zeros(d),
+            rank,
+            np.log2(count) / 3.0,
+            np.clip(_log10(total_mem / np.asarray(cluster.memory_bytes, dtype=np.float64)), -3, 3) / 3.0,
+            np.clip(_log10(t.sum(axis=0) / total_t), 0, 4) / 2.0,  # slowdown of the whole graph on this device
+        ],
+        axis=1,
+    )
     pos = (top + 0.5 * tmin) / cp
-    pair = np.stack([np.clip(np.log(np.maximum(t, 1e-30) / np.maximum(tmin, 1e-30)[:, None]), 0, 10) / 2.0,
-                     pos[:, None] - rank[None, :]], axis=2)
+    pair = np.stack(
+        [
+            np.clip(np.log(np.maximum(t, 1e-30) / np.maximum(tmin, 1e-30)[:, None]), 0, 10) / 2.0,
+            pos[:, None] - rank[None, :],
+        ],
+        axis=2,
+    )
     f32 = lambda a: np.ascontiguousarray(a, dtype=np.float32)  # noqa: E731
-    return {"node": f32(node), "type_ids": type_ids, "edge_src": graph.edge_src.astype(np.int64),
-            "edge_dst": graph.edge_dst.astype(np.int64), "edge": f32(edge), "device": f32(dev), "pair": f32(pair)}
+    return {
+        "node": f32(node),
+        "type_ids": type_ids,
+        "edge_src": graph.edge_src.astype(np.int64),
+        "edge_dst": graph.edge_dst.astype(np.int64),
+        "edge": f32(edge),
+        "device": f32(dev),
+        "pair": f32(pair),
+    }
 
 
 def switches(share: np.ndarray, target: np.ndarray) -> np.ndarray:
@@ -221,7 +258,9 @@ def switch_weights(switch: np.ndarray, switch_share: float) -> np.ndarray:
 class GNNNet(nn.Module):
     """The weights: node encoder, ``rounds`` of bidirectional message passing, device encoder, pair scorer."""
 
-    def __init__(self, *, hidden: int = 64, rounds: int = 3, logit_cap: float = 10.0, decoder: str = "schedule") -> None:
+    def __init__(
+        self, *, hidden: int = 64, rounds: int = 3, logit_cap: float = 10.0, decoder: str = "schedule"
+    ) -> None:
         super().__init__()
         if decoder not in DECODERS:
             raise PlacerError(f"--policy gnn: unknown decoder {decoder!r} (one of {', '.join(DECODERS)})")
@@ -258,8 +297,16 @@ class GNNNet(nn.Module):
         h = self.node_in(torch.cat([x["node"], self.type_embed(x["type_ids"])], dim=1))
         src, dst, e = x["edge_src"], x["edge_dst"], x["edge"]
         n = h.shape[0]
-        indeg = torch.zeros(n, device=h.device).index_add_(0, dst, torch.ones_like(dst, dtype=h.dtype)).clamp(min=1)[:, None]
-        outdeg = torch.zeros(n, device=h.device).index_add_(0, src, torch.ones_like(src, dtype=h.dtype)).clamp(min=1)[:, None]
+        indeg = (
+            torch.zeros(n, device=h.device)
+            .index_add_(0, dst, torch.ones_like(dst, dtype=h.dtype))
+            .clamp(min=1)[:, None]
+        )
+        outdeg = (
+            torch.zeros(n, device=h.device)
+            .index_add_(0, src, torch.ones_like(src, dtype=h.dtype))
+            .clamp(min=1)[:, None]
+        )
         for fwd, bwd, upd, norm in zip(self.fwd_msg, self.bwd_msg, self.update, self.norm):
             m_f = torch.relu(fwd(torch.cat([h[src], e], dim=1)))
             m_b = torch.relu(bwd(torch.cat([h[dst], e], dim=1)))
@@ -303,15 +350,30 @@ class GNNPolicy(ItemPolicy):
 
     name = "gnn"
 
-    def __init__(self, graph: OpGraph, num_devices: int, *, cluster: Any = None, max_groups: int = 0,
-                 grouping: Any = None, refine: np.ndarray | None = None, hidden: int = 64, rounds: int = 3,
-                 logit_cap: float = 10.0, decoder: str = "schedule", net: GNNNet | None = None, **_: Any) -> None:
+    def __init__(
+        self,
+        graph: OpGraph,
+        num_devices: int,
+        *,
+        cluster: Any = None,
+        max_groups: int = 0,
+        grouping: Any = None,
+        refine: np.ndarray | None = None,
+        hidden: int = 64,
+        rounds: int = 3,
+        logit_cap: float = 10.0,
+        decoder: str = "schedule",
+        net: GNNNet | None = None,
+        **_: Any,
+    ) -> None:
         super().__init__()
 
         if cluster is None:
             raise PlacerError("--policy gnn: needs the cluster (its devices are described by their features)")
         if cluster.num_devices != num_devices:
-            raise PlacerError(f"--policy gnn: {num_devices} devices, but cluster {cluster.name} has {cluster.num_devices}")
+            raise PlacerError(
+                f"--policy gnn: {num_devices} devices, but cluster {cluster.name} has {cluster.num_devices}"
+            )
         # the network reads the graph the simulator schedules: a parameter read by several ops is an edge
         # from its owner to each other reader (placing them apart copies it), as it is a cost
         graph = schedule_graph(graph)
@@ -324,7 +386,9 @@ class GNNPolicy(ItemPolicy):
         items = self.grouping.graph if self.grouping is not None else graph
         self.num_ops, self.num_items = graph.num_ops, items.num_ops
         self.num_devices = num_devices
-        self.net = net if net is not None else GNNNet(hidden=hidden, rounds=rounds, logit_cap=logit_cap, decoder=decoder)
+        self.net = (
+            net if net is not None else GNNNet(hidden=hidden, rounds=rounds, logit_cap=logit_cap, decoder=decoder)
+        )
         self.graph, self.cluster = items, cluster  # the graph the network reads and decodes: ops, or groups
         self._forced: dict[bytes, torch.Tensor] = {}  # decoding features along given placements (labels, samples)
         for key, arr in graph_inputs(self.graph, cluster).items():
@@ -439,8 +503,13 @@ class GNNPolicy(ItemPolicy):
 
     def _gumbel(self, k: int, generator: torch.Generator | None) -> np.ndarray:
         """Gumbel noise ``[K, items, devices]`` (float64) from ``generator``: the draws of :meth:`sample` and :meth:`decode`."""
-        u = torch.rand(k, self.num_items, self.num_devices, generator=generator, dtype=torch.float64,
-                       device=self.x_node.device).cpu().numpy()
+        u = (
+            torch.rand(
+                k, self.num_items, self.num_devices, generator=generator, dtype=torch.float64, device=self.x_node.device
+            )
+            .cpu()
+            .numpy()
+        )
         return -np.log(-np.log(np.clip(u, 1e-12, 1 - 1e-12)))
 
     @torch.no_grad()
@@ -467,8 +536,9 @@ class GNNPolicy(ItemPolicy):
             return self.expand(self._decode(1, None)[0])
         return self.expand(self.log_probs().argmax(dim=1).cpu().numpy())
 
-    def imitation_loss(self, op_devices: np.ndarray, *, along: np.ndarray | None = None,
-                       switch_share: float = 0.0) -> torch.Tensor:
+    def imitation_loss(
+        self, op_devices: np.ndarray, *, along: np.ndarray | None = None, switch_share: float = 0.0
+    ) -> torch.Tensor:
         """Mean negative log-likelihood per item of a target placement (a device per op; per group by majority).
 
         Schedule decoder: each item's decoding features are those of the target's own
@@ -503,10 +573,11 @@ class GNNPolicy(ItemPolicy):
         Schedule decoder only (the switches are read from its decoding features).
         """
         if not self.sequential:
-            raise PlacerError("switches are defined by the schedule decoder's features; this policy decodes independently")
+            raise PlacerError(
+                "switches are defined by the schedule decoder's features; this policy decodes independently"
+            )
         target = self.contract(op_devices)
         rows = target[None] if along is None else self.contract(np.atleast_2d(along))
         with torch.no_grad():
             share = self._dyn(rows)[..., 1].cpu().numpy()  # [K, N, D]: input bytes already on each device
         return switches(share, target)
-

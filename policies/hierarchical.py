@@ -40,8 +40,8 @@ from torch import nn
 
 from graphs import OpGraph
 from graphs.grouping import default_num_groups, vote
-from policies.features import featurize, group_features
 from policies.base import PolicySample
+from policies.features import featurize, group_features
 from policies.seq2seq import DecoderOptions, Seq2SeqPlacer
 
 
@@ -68,8 +68,17 @@ class HierarchicalPolicy(nn.Module):
 
     name = "hierarchical"
 
-    def __init__(self, graph: OpGraph, num_devices: int, *, num_groups: int | None = None, max_groups: int | None = None,
-                 grouper_hidden: int = 64, refine: np.ndarray | None = None, **options: Any) -> None:
+    def __init__(
+        self,
+        graph: OpGraph,
+        num_devices: int,
+        *,
+        num_groups: int | None = None,
+        max_groups: int | None = None,
+        grouper_hidden: int = 64,
+        refine: np.ndarray | None = None,
+        **options: Any,
+    ) -> None:
         super().__init__()
         g = num_groups or max_groups or default_num_groups(num_devices)
         self.num_groups = max(1, min(int(g), graph.num_ops))
@@ -111,12 +120,16 @@ class HierarchicalPolicy(nn.Module):
         k, n = groups.shape
         gcount = self.num_groups
         flat = (groups + (np.arange(k, dtype=np.int64) * gcount)[:, None]).ravel()
-        pos = np.bincount(flat, weights=np.tile(np.arange(n, dtype=np.float64), k), minlength=k * gcount).reshape(k, gcount)
+        pos = np.bincount(flat, weights=np.tile(np.arange(n, dtype=np.float64), k), minlength=k * gcount).reshape(
+            k, gcount
+        )
         size = np.bincount(flat, minlength=k * gcount).reshape(k, gcount)
         mean_pos = np.where(size > 0, pos / np.maximum(size, 1), n + np.arange(gcount))  # empty groups last
         order = np.argsort(mean_pos, axis=1, kind="stable")
         feats = group_features(self.graph, groups, gcount, self._type_ids_np, self.vocab_size)  # [K, G, F]
-        shares = np.zeros((k, gcount, self.num_devices), dtype=np.float32)  # fraction of each group's ops per incumbent device
+        shares = np.zeros(
+            (k, gcount, self.num_devices), dtype=np.float32
+        )  # fraction of each group's ops per incumbent device
         if self._incumbent is not None:
             cell = flat * self.num_devices + np.tile(self._incumbent, k)
             shares = np.bincount(cell, minlength=k * gcount * self.num_devices).reshape(k, gcount, self.num_devices)
@@ -133,8 +146,9 @@ class HierarchicalPolicy(nn.Module):
         np.put_along_axis(rank, order, np.broadcast_to(np.arange(order.shape[1]), order.shape), axis=1)
         return np.asarray(devices, dtype=np.int32)[np.arange(k)[:, None], np.take_along_axis(rank, groups, axis=1)]
 
-    def _joint(self, groups_t: torch.Tensor, devices: torch.Tensor | None, k: int,
-               generator: torch.Generator | None) -> tuple[dict[str, torch.Tensor], torch.Tensor, torch.Tensor, np.ndarray]:
+    def _joint(
+        self, groups_t: torch.Tensor, devices: torch.Tensor | None, k: int, generator: torch.Generator | None
+    ) -> tuple[dict[str, torch.Tensor], torch.Tensor, torch.Tensor, np.ndarray]:
         """Score (or, with ``devices`` None, sample) placements of groupings ``groups_t [K, N]``."""
         logp_g = self._group_logp()  # [N, G]
         groups = groups_t.cpu().numpy()
@@ -143,7 +157,12 @@ class HierarchicalPolicy(nn.Module):
         grouping_logp = logp_g.gather(1, groups_t.t()).sum(dim=0)  # [K]: log p(grouping_k)
         grouping_ent = -(logp_g.exp() * logp_g).sum(dim=1).mean()  # mean per-op entropy (same for every k)
         actions = {"groups": groups_t, "devices": d.actions}
-        return actions, d.log_prob + grouping_logp, d.entropy + grouping_ent, self._to_ops(groups, order, d.actions.cpu().numpy())
+        return (
+            actions,
+            d.log_prob + grouping_logp,
+            d.entropy + grouping_ent,
+            self._to_ops(groups, order, d.actions.cpu().numpy()),
+        )
 
     # ------------------------------------------------------------- interface
     def sample(self, k: int, *, generator: torch.Generator | None = None) -> PolicySample:
@@ -238,7 +257,9 @@ class HierarchicalPolicy(nn.Module):
             drawn = torch.multinomial(logp_g.exp(), 1, generator=generator).t()
         groups = torch.cat([groups_t.unsqueeze(0), drawn]).cpu().numpy()  # [2, N]
         x, order = self._group_inputs(groups)
-        target = np.take_along_axis(vote(groups, np.tile(dev, (2, 1)), self.num_groups, self.num_devices), order, axis=1)
+        target = np.take_along_axis(
+            vote(groups, np.tile(dev, (2, 1)), self.num_groups, self.num_devices), order, axis=1
+        )
         target_t = torch.as_tensor(target, device=self.dense.device)
         placer_nll = -self.placer.decode(x, 2, actions=target_t).log_prob.mean() / self.num_groups
         return grouper_nll + placer_nll

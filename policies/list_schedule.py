@@ -61,7 +61,9 @@ def decode_order(graph: OpGraph, top: np.ndarray) -> np.ndarray:
     """
     depth = top_level(graph, np.ones(graph.num_ops))  # hops: the longest path in edges from a source
     names = graph.names
-    return np.asarray(sorted(range(graph.num_ops), key=lambda i: (float(top[i]), float(depth[i]), names[i])), dtype=np.int64)
+    return np.asarray(
+        sorted(range(graph.num_ops), key=lambda i: (float(top[i]), float(depth[i]), names[i])), dtype=np.int64
+    )
 
 
 class ListSchedule:
@@ -71,8 +73,9 @@ class ListSchedule:
     choose devices ``d`` (``[K]``), then ``place(v, d)``.
     """
 
-    def __init__(self, graph: OpGraph, cluster: Any, k: int, *, times: np.ndarray | None = None,
-                 order: np.ndarray | None = None) -> None:
+    def __init__(
+        self, graph: OpGraph, cluster: Any, k: int, *, times: np.ndarray | None = None, order: np.ndarray | None = None
+    ) -> None:
         if times is None:
             fwd, bwd = op_times(graph, cluster)
             times = fwd + bwd
@@ -121,8 +124,16 @@ class ListSchedule:
         tau = self.tau[v]
         late = finish - finish.min(axis=1, keepdims=True)
         load = self.ready - self.ready.min(axis=1, keepdims=True)
-        return np.stack([np.log1p(late / tau), share, np.minimum((self.used + self.mem[v]) / self.cap, 2.0),
-                         np.log1p(load / tau), (late <= 0).astype(np.float64)], axis=2)
+        return np.stack(
+            [
+                np.log1p(late / tau),
+                share,
+                np.minimum((self.used + self.mem[v]) / self.cap, 2.0),
+                np.log1p(load / tau),
+                (late <= 0).astype(np.float64),
+            ],
+            axis=2,
+        )
 
     def place(self, v: int, devices: np.ndarray) -> None:
         """Put op ``v`` on ``devices[k]`` in placement k (after :meth:`features` for ``v``)."""
@@ -134,8 +145,14 @@ class ListSchedule:
         self.used[self._rows, dsel] += self.mem[v]
 
 
-def teacher_forced(graph: OpGraph, cluster: Any, op_devices: np.ndarray, *, times: np.ndarray | None = None,
-                   order: np.ndarray | None = None) -> np.ndarray:
+def teacher_forced(
+    graph: OpGraph,
+    cluster: Any,
+    op_devices: np.ndarray,
+    *,
+    times: np.ndarray | None = None,
+    order: np.ndarray | None = None,
+) -> np.ndarray:
     """The decoder's features ``[K, N, D, DYN_DIM]`` along the given placements ``[K, N]`` (row order = op index)."""
     idx = np.atleast_2d(np.asarray(op_devices, dtype=np.int64))
     s = ListSchedule(graph, cluster, idx.shape[0], times=times, order=order)

@@ -72,8 +72,15 @@ class BusyTimeline:
     def _before(self, d: int, x: np.ndarray) -> np.ndarray:
         k = np.searchsorted(self.starts[d], x, side="right")  # tasks started by x
         last = np.maximum(k - 1, 0)
-        part = np.where(k > 0, np.clip(x - self.starts[d][last] if len(self.starts[d]) else 0.0, 0.0,
-                                       self.lengths[d][last] if len(self.lengths[d]) else 0.0), 0.0)
+        part = np.where(
+            k > 0,
+            np.clip(
+                x - self.starts[d][last] if len(self.starts[d]) else 0.0,
+                0.0,
+                self.lengths[d][last] if len(self.lengths[d]) else 0.0,
+            ),
+            0.0,
+        )
         return self.prefix[d][last] * (k > 0) + part
 
     def busy(self, devices: np.ndarray, a: np.ndarray, b: np.ndarray) -> np.ndarray:
@@ -173,13 +180,24 @@ class MoveFeatures:
             cross = g[src] != g[dst]
             rows = np.concatenate([g[src[cross]], g[dst[cross]]])
             cols = np.concatenate([dst[cross], src[cross]])
-            self._neighbours.append(sparse.csr_matrix((np.concatenate([nbytes[cross]] * 2), (rows, cols)), shape=(G, n)))
+            self._neighbours.append(
+                sparse.csr_matrix((np.concatenate([nbytes[cross]] * 2), (rows, cols)), shape=(G, n))
+            )
             size = np.bincount(g, minlength=G).astype(np.float64)
             self._size.append(np.log1p(size) / np.log1p(max(n, 2)))
-            self._position.append(np.bincount(g, weights=np.arange(n, dtype=np.float64), minlength=G) / size / max(n - 1, 1))
+            self._position.append(
+                np.bincount(g, weights=np.arange(n, dtype=np.float64), minlength=G) / size / max(n - 1, 1)
+            )
 
-    def features(self, level: int, op_devices: np.ndarray, step_time_s: float, schedule: Schedule, memory: MoveMemory,
-                 round_: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    def features(
+        self,
+        level: int,
+        op_devices: np.ndarray,
+        step_time_s: float,
+        schedule: Schedule,
+        memory: MoveMemory,
+        round_: int,
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """``(items [m], devices [m], features [m, NUM_FEATURES], keys [m])`` of every move that changes ``op_devices``.
 
         ``schedule``: the incumbent's simulated schedule (when each item runs, how busy each device is then).
@@ -224,8 +242,9 @@ class MoveFeatures:
         keys = (member @ self._op_key)[items] - (member @ (onehot * self._op_key[:, None]))[items, devices]
         return items, devices, f, keys * D + devices
 
-    def _schedule_features(self, level: int, schedule: Schedule, items: np.ndarray, devices: np.ndarray, src: np.ndarray,
-                           T: float) -> np.ndarray:
+    def _schedule_features(
+        self, level: int, schedule: Schedule, items: np.ndarray, devices: np.ndarray, src: np.ndarray, T: float
+    ) -> np.ndarray:
         """How busy the target and the source are while the item runs (forward and backward), and when it runs."""
         g, G = self.levels[level].op_group, self.levels[level].num_items
         n = len(g)
@@ -235,8 +254,12 @@ class MoveFeatures:
         np.minimum.at(ba, g, schedule.bwd_start_s[:n])
         np.maximum.at(bb, g, schedule.bwd_end_s[:n])
         dev = schedule.op_devices[:n]
-        timeline = BusyTimeline(np.concatenate([dev, dev]), np.concatenate([schedule.fwd_start_s[:n], schedule.bwd_start_s[:n]]),
-                                np.concatenate([schedule.fwd_end_s[:n], schedule.bwd_end_s[:n]]), self.num_devices)
+        timeline = BusyTimeline(
+            np.concatenate([dev, dev]),
+            np.concatenate([schedule.fwd_start_s[:n], schedule.bwd_start_s[:n]]),
+            np.concatenate([schedule.fwd_end_s[:n], schedule.bwd_end_s[:n]]),
+            self.num_devices,
+        )
         fwin, bwin = np.maximum(fb - fa, 1e-12)[items], np.maximum(bb - ba, 1e-12)[items]
         out = np.empty((len(items), 6), dtype=np.float32)
         out[:, 0] = timeline.busy(devices, fa[items], fb[items]) / fwin
@@ -259,8 +282,9 @@ class MoveCritic(nn.Module):
 
     def __init__(self, hidden: int = 64) -> None:
         super().__init__()
-        self.net = nn.Sequential(nn.Linear(NUM_FEATURES, hidden), nn.ReLU(), nn.Linear(hidden, hidden), nn.ReLU(),
-                                 nn.Linear(hidden, 1))
+        self.net = nn.Sequential(
+            nn.Linear(NUM_FEATURES, hidden), nn.ReLU(), nn.Linear(hidden, hidden), nn.ReLU(), nn.Linear(hidden, 1)
+        )
 
     def forward(self, features: torch.Tensor) -> torch.Tensor:
         return self.net(features).squeeze(-1)

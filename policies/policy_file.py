@@ -64,15 +64,26 @@ def check_sidecar(doc: Any, where: str) -> dict[str, Any]:
         raise PlacerError(f"{where}: architecture must have the fields {', '.join(_ARCH)} (and optionally decoder)")
     if "decoder" in arch:  # absent in files written before the schedule decoder: independent
         if arch["decoder"] not in DECODERS:
-            raise PlacerError(f"{where}: architecture.decoder {arch['decoder']!r}: must be one of {', '.join(DECODERS)}")
+            raise PlacerError(
+                f"{where}: architecture.decoder {arch['decoder']!r}: must be one of {', '.join(DECODERS)}"
+            )
         arch = {k: v for k, v in arch.items() if k != "decoder"}
     for key, (typ, low, high) in _ARCH.items():
         v = arch[key]
-        if isinstance(v, bool) or not isinstance(v, (int, float)) or (typ is int and not isinstance(v, int)) or not low <= v <= high:
-            raise PlacerError(f"{where}: architecture.{key} {v!r}: must be a{'n integer' if typ is int else ' number'} in [{low}, {high}]")
+        if (
+            isinstance(v, bool)
+            or not isinstance(v, (int, float))
+            or (typ is int and not isinstance(v, int))
+            or not low <= v <= high
+        ):
+            raise PlacerError(
+                f"{where}: architecture.{key} {v!r}: must be a{'n integer' if typ is int else ' number'} in [{low}, {high}]"
+            )
     if doc["features"] != feature_spec():
-        raise PlacerError(f"{where}: features {json.dumps(doc['features'])[:120]} do not match this placer's "
-                          f"({feature_spec()['version']}); retrain with `placer pretrain`")
+        raise PlacerError(
+            f"{where}: features {json.dumps(doc['features'])[:120]} do not match this placer's "
+            f"({feature_spec()['version']}); retrain with `placer pretrain`"
+        )
     if not (isinstance(doc["clusters"], list) and all(isinstance(c, str) for c in doc["clusters"])):
         raise PlacerError(f"{where}: clusters must be a list of names")
     if not isinstance(doc["corpus"], list):
@@ -94,8 +105,10 @@ def load(path: str | os.PathLike | None = None, *, map_location: str = "cpu") ->
     """Load a policy file (default: the shipped one) and its sidecar; PlacerError on any problem."""
     path = os.fspath(path) if path is not None else DEFAULT_POLICY
     if not os.path.isfile(path):
-        raise PlacerError(f"{path}: no such policy file" + (" (the package was built without its pretrained policy)"
-                                                             if path == DEFAULT_POLICY else ""))
+        raise PlacerError(
+            f"{path}: no such policy file"
+            + (" (the package was built without its pretrained policy)" if path == DEFAULT_POLICY else "")
+        )
     side = sidecar_path(path)
     if not os.path.isfile(side):
         raise PlacerError(f"{path}: its sidecar {side} is missing (a policy file needs both)")
@@ -103,12 +116,16 @@ def load(path: str | os.PathLike | None = None, *, map_location: str = "cpu") ->
     try:
         state = torch.load(path, map_location=map_location, weights_only=True)
     except Exception as e:  # truncated, not a torch file, or pickled objects weights_only refuses
-        raise PlacerError(f"{path}: cannot read policy weights ({type(e).__name__}: {str(e).splitlines()[0][:200] if str(e) else ''})") from None
+        raise PlacerError(
+            f"{path}: cannot read policy weights ({type(e).__name__}: {str(e).splitlines()[0][:200] if str(e) else ''})"
+        ) from None
     if not isinstance(state, dict) or not all(isinstance(v, torch.Tensor) for v in state.values()):
         raise PlacerError(f"{path}: not a tensor-only state dict")
     net = GNNNet(**{"decoder": "independent", **doc["architecture"]})  # files from before the schedule decoder
     try:
         net.load_state_dict(state)
     except RuntimeError as e:
-        raise PlacerError(f"{path}: weights do not fit the architecture in {side} ({str(e).splitlines()[0][:200]})") from None
+        raise PlacerError(
+            f"{path}: weights do not fit the architecture in {side} ({str(e).splitlines()[0][:200]})"
+        ) from None
     return PolicyFile(net, doc, path)

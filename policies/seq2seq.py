@@ -144,7 +144,9 @@ class Seq2SeqPlacer(nn.Module):
         ctx = torch.softmax(score, dim=-1) @ enc  # [..., 2H]
         return self.tanh_c * torch.tanh(self.out(torch.cat([h, ctx], dim=-1)) / self.temperature)
 
-    def _sample(self, enc: torch.Tensor, keys: torch.Tensor, k: int, greedy: bool, generator: torch.Generator | None) -> torch.Tensor:
+    def _sample(
+        self, enc: torch.Tensor, keys: torch.Tensor, k: int, greedy: bool, generator: torch.Generator | None
+    ) -> torch.Tensor:
         # The decoder's input is [device embedding ; enc[t]]: both input
         # projections are computed once, outside the sequential loop, and the
         # loop itself is TorchScript (no Python overhead per item).
@@ -155,13 +157,31 @@ class Seq2SeqPlacer(nn.Module):
         h, c = self._init_state(enc, k)
         # one uniform per (item, sample), drawn up front: inverse-CDF sampling in the loop
         u = torch.rand(enc.shape[-2], k, generator=generator, device=enc.device)
-        noisy = self.logit_noise > 0 and not greedy  # exploration noise (drawn only when used: same RNG stream otherwise)
-        z = (self.logit_noise * torch.randn(enc.shape[-2], k, self.num_devices, generator=generator, device=enc.device)
-             if noisy else u.new_zeros(0))
+        noisy = (
+            self.logit_noise > 0 and not greedy
+        )  # exploration noise (drawn only when used: same RNG stream otherwise)
+        z = (
+            self.logit_noise * torch.randn(enc.shape[-2], k, self.num_devices, generator=generator, device=enc.device)
+            if noisy
+            else u.new_zeros(0)
+        )
         return _sample_loop(
-            enc_gates, dev_gates, self.decoder.weight_hh_l0.t().contiguous(), h, c, enc, keys,
-            self.attn_query.weight * self.attn_scale, self.attn_query.bias * self.attn_scale, self.out.weight, self.out.bias,
-            self.temperature, self.tanh_c, greedy, u, z,
+            enc_gates,
+            dev_gates,
+            self.decoder.weight_hh_l0.t().contiguous(),
+            h,
+            c,
+            enc,
+            keys,
+            self.attn_query.weight * self.attn_scale,
+            self.attn_query.bias * self.attn_scale,
+            self.out.weight,
+            self.out.bias,
+            self.temperature,
+            self.tanh_c,
+            greedy,
+            u,
+            z,
         )
 
     def score(self, enc: torch.Tensor, keys: torch.Tensor, actions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -169,7 +189,9 @@ class Seq2SeqPlacer(nn.Module):
         k, g = actions.shape
         start = torch.full((k, 1), self.num_devices, dtype=torch.long, device=actions.device)
         prev = torch.cat([start, actions[:, :-1]], dim=1)
-        inp = torch.cat([self.device_embed(prev), (enc if enc.dim() == 3 else enc.unsqueeze(0)).expand(k, -1, -1)], dim=2)
+        inp = torch.cat(
+            [self.device_embed(prev), (enc if enc.dim() == 3 else enc.unsqueeze(0)).expand(k, -1, -1)], dim=2
+        )
         h0, c0 = self._init_state(enc, k)
         states, _ = self.decoder(inp, (h0.unsqueeze(0), c0.unsqueeze(0)))  # [K, G, H]
         # attention over all steps at once, in chunks of steps to bound the [K, T, G] scores
@@ -183,9 +205,21 @@ class Seq2SeqPlacer(nn.Module):
 
 @torch.jit.script
 def _sample_loop(
-    enc_gates: torch.Tensor, dev_gates: torch.Tensor, w_hh: torch.Tensor, h: torch.Tensor, c: torch.Tensor,
-    enc: torch.Tensor, keys: torch.Tensor, w_q: torch.Tensor, b_q: torch.Tensor,
-    w_out: torch.Tensor, b_out: torch.Tensor, temperature: float, tanh_c: float, greedy: bool, u: torch.Tensor,
+    enc_gates: torch.Tensor,
+    dev_gates: torch.Tensor,
+    w_hh: torch.Tensor,
+    h: torch.Tensor,
+    c: torch.Tensor,
+    enc: torch.Tensor,
+    keys: torch.Tensor,
+    w_q: torch.Tensor,
+    b_q: torch.Tensor,
+    w_out: torch.Tensor,
+    b_out: torch.Tensor,
+    temperature: float,
+    tanh_c: float,
+    greedy: bool,
+    u: torch.Tensor,
     noise: torch.Tensor,
 ) -> torch.Tensor:
     """The decoder's sequential sampling loop (same maths as ``Seq2SeqPlacer._logits``).
@@ -254,8 +288,15 @@ class Seq2SeqPolicy(ItemPolicy):
 
     name = "seq2seq"
 
-    def __init__(self, graph: OpGraph, num_devices: int, *, max_groups: int = 256, refine: np.ndarray | None = None,
-                 **options: Any) -> None:
+    def __init__(
+        self,
+        graph: OpGraph,
+        num_devices: int,
+        *,
+        max_groups: int = 256,
+        refine: np.ndarray | None = None,
+        **options: Any,
+    ) -> None:
         super().__init__()
         decoder = DecoderOptions.pick(options)
         self.num_ops = graph.num_ops

@@ -65,9 +65,18 @@ def cell(graph, cluster, best: dict | None, blocks_s: float = 60.0) -> dict:
     seconds = time.perf_counter() - t0
     others = {k: v for k, v in lb.parts.items() if k not in NEW_PARTS}
     before = max(others.values())
-    out = {"graph": graph.name, "cluster": cluster.name, "num_ops": graph.num_ops, "bound_s": float(lb),
-           "bound_name": lb.name, "parts_s": dict(lb.parts), "before_s": before,
-           "before_name": max(others, key=lambda k: others[k]), "seconds": seconds, "best": best}
+    out = {
+        "graph": graph.name,
+        "cluster": cluster.name,
+        "num_ops": graph.num_ops,
+        "bound_s": float(lb),
+        "bound_name": lb.name,
+        "parts_s": dict(lb.parts),
+        "before_s": before,
+        "before_name": max(others, key=lambda k: others[k]),
+        "seconds": seconds,
+        "best": best,
+    }
     if best is not None:
         out["best_over_bound"] = best["step_time_s"] / float(lb)
         out["best_over_bound_before"] = best["step_time_s"] / before
@@ -76,20 +85,24 @@ def cell(graph, cluster, best: dict | None, blocks_s: float = 60.0) -> dict:
 
 def table(cells: list[dict]) -> str:
     ms = lambda v: f"{v * 1e3:.2f}"  # noqa: E731
-    out = ["| graph | cluster | ops | critical path | communicating path | work | host issue + backward path | "
-           "host issue + path | energetic | blocks | bound (winner) | before | seconds | best known | best / bound (before) |",
-           "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|---:|---|---:|"]
+    out = [
+        "| graph | cluster | ops | critical path | communicating path | work | host issue + backward path | "
+        "host issue + path | energetic | blocks | bound (winner) | before | seconds | best known | best / bound (before) |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|---:|---|---:|",
+    ]
     for c in cells:
         p = c["parts_s"]
         part = lambda k: ms(p[k]) if k in p else "—"  # noqa: E731
         b = c["best"]
         known = f"{ms(b['step_time_s'])} ({b['method']})" if b else "—"
         ratio = f"{c['best_over_bound']:.3f} ({c['best_over_bound_before']:.3f})" if b else "—"
-        out.append(f"| {c['graph']} | {c['cluster']} | {c['num_ops']:,} | {part('critical path')} | "
-                   f"{part('communicating path')} | {part('work')} | {part('host issue + backward path')} | "
-                   f"{part('host issue + path')} | {part('energetic')} | {part('blocks')} | {ms(c['bound_s'])} ({c['bound_name']}) | "
-                   f"{ms(c['before_s'])} | "
-                   f"{c['seconds']:.2f} | {known} | {ratio} |")
+        out.append(
+            f"| {c['graph']} | {c['cluster']} | {c['num_ops']:,} | {part('critical path')} | "
+            f"{part('communicating path')} | {part('work')} | {part('host issue + backward path')} | "
+            f"{part('host issue + path')} | {part('energetic')} | {part('blocks')} | {ms(c['bound_s'])} ({c['bound_name']}) | "
+            f"{ms(c['before_s'])} | "
+            f"{c['seconds']:.2f} | {known} | {ratio} |"
+        )
     return "\n".join(out)
 
 
@@ -99,13 +112,26 @@ def main(argv: list[str] | None = None) -> int:
     from graphs.schema import check_float
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--graphs", default="nmt-2,nmt-4,inception-v3,gpt2,resnet50",
-                    help="comma list of zoo names, graph files, module:callable or synthetic families (moe-400)")
+    ap.add_argument(
+        "--graphs",
+        default="nmt-2,nmt-4,inception-v3,gpt2,resnet50",
+        help="comma list of zoo names, graph files, module:callable or synthetic families (moe-400)",
+    )
     ap.add_argument("--clusters", default="k80x4,v100x4", help="comma list of presets or files (default k80x4,v100x4)")
-    ap.add_argument("--best", nargs="*", default=[], metavar="FILE",
-                    help="scripts/bench_budget.py --json outputs: the fastest plan in them is each cell's best known")
-    ap.add_argument("--blocks-s", type=float, default=60.0, metavar="SECONDS",
-                    help="seconds per cell for the block bound's programs (default 60; 0: no block bound)")
+    ap.add_argument(
+        "--best",
+        nargs="*",
+        default=[],
+        metavar="FILE",
+        help="scripts/bench_budget.py --json outputs: the fastest plan in them is each cell's best known",
+    )
+    ap.add_argument(
+        "--blocks-s",
+        type=float,
+        default=60.0,
+        metavar="SECONDS",
+        help="seconds per cell for the block bound's programs (default 60; 0: no block bound)",
+    )
     ap.add_argument("--json", action="store_true", help="print every cell as JSON instead of the table")
     args = ap.parse_args(argv)
     try:

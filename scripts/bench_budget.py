@@ -41,21 +41,28 @@ def _numbers(arg: str, option: str, cast) -> list:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from graphs import PlacerError
     from bench import budget as bb
     from bench.common import machine_line, parse_list
+    from graphs import PlacerError
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--graphs", default="nmt-2", help="comma list (default nmt-2)")
     ap.add_argument("--clusters", default="k80x4", help="comma list of presets or files (default k80x4)")
     ap.add_argument("--evals", default="1000,10000,100000", help="budgets in simulated placements ('' for none)")
     ap.add_argument("--seconds", default="60,300", help="budgets in seconds ('' for none)")
-    ap.add_argument("--methods", default=",".join(bb.METHODS),
-                    help=f"default: {','.join(bb.METHODS)}; also learned_accept and uniform_accept (the move search "
-                    f"taking slower moves at temperature {bb.ACCEPT}, with and without its critic)")
+    ap.add_argument(
+        "--methods",
+        default=",".join(bb.METHODS),
+        help=f"default: {','.join(bb.METHODS)}; also learned_accept and uniform_accept (the move search "
+        f"taking slower moves at temperature {bb.ACCEPT}, with and without its critic)",
+    )
     ap.add_argument("--seeds", default="0", help="comma list of seeds (medians are reported)")
-    ap.add_argument("--score-order", choices=("node", "planned"), default="node",
-                    help="issue order every placement is scored in (default node)")
+    ap.add_argument(
+        "--score-order",
+        choices=("node", "planned"),
+        default="node",
+        help="issue order every placement is scored in (default node)",
+    )
     ap.add_argument("--ilp-workers", type=int, default=1, help="CP-SAT workers (default 1: the others use one core)")
     ap.add_argument("--plot", default=None, metavar="FILE.png", help="draw quality against budget (the plot extra)")
     ap.add_argument("--json", action="store_true", help="print every run as JSON instead of the table")
@@ -78,9 +85,18 @@ def main(argv: list[str] | None = None) -> int:
         for graph in graphs:
             for cluster in clusters:
                 say(f"{graph.name} ({graph.num_ops:,} ops) on {cluster.name}")
-                cells.append(bb.budget_cell(graph, cluster, budgets, methods=methods, seeds=seeds,
-                                            order=None if args.score_order == "node" else "planned",
-                                            ilp_workers=args.ilp_workers, progress=say))
+                cells.append(
+                    bb.budget_cell(
+                        graph,
+                        cluster,
+                        budgets,
+                        methods=methods,
+                        seeds=seeds,
+                        order=None if args.score_order == "node" else "planned",
+                        ilp_workers=args.ilp_workers,
+                        progress=say,
+                    )
+                )
         if args.plot:
             from bench.plots import plot_budget_curves
 
@@ -93,8 +109,10 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps({"machine": machine_line(), "cells": cells}, indent=1))
     else:
         print(bb.markdown_table(cells))
-        print(f"\nMedians over seeds {','.join(map(str, seeds))}; simulated step times in ms of each method's best "
-              f"placement in its best issue order (searched in {args.score_order} order). Machine: {machine_line()}.")
+        print(
+            f"\nMedians over seeds {','.join(map(str, seeds))}; simulated step times in ms of each method's best "
+            f"placement in its best issue order (searched in {args.score_order} order). Machine: {machine_line()}."
+        )
     return 0
 
 

@@ -51,29 +51,47 @@ def main() -> None:
             report = compare(graph, cluster, methods=methods, seed=args.seed, options={"ilp": ilp_options})
             wall_s = time.perf_counter() - t0
             best = report.best()
-            below = [r.method for r in report.rows if r.kind != "bound" and r.status == "ok" and r.step_time_s < report.lower_bound_s * (1 - 1e-9)]
+            below = [
+                r.method
+                for r in report.rows
+                if r.kind != "bound" and r.status == "ok" and r.step_time_s < report.lower_bound_s * (1 - 1e-9)
+            ]
             print(f"\n### {gname} ({graph.num_ops} ops) on {cname}\n")
             print(report.table())
-            single = f"{report.best_single_device} {report.best_single_s * 1e3:.3f} ms" if report.best_single_s else "none fits"
-            print(f"\nbest single device: {single}; best heuristic: {best.method if best else '—'}; "
-                  f"compare took {wall_s:.1f} s (seed {args.seed}){'; BELOW BOUND: ' + ', '.join(below) if below else ''}", flush=True)
+            single = (
+                f"{report.best_single_device} {report.best_single_s * 1e3:.3f} ms"
+                if report.best_single_s
+                else "none fits"
+            )
+            print(
+                f"\nbest single device: {single}; best heuristic: {best.method if best else '—'}; "
+                f"compare took {wall_s:.1f} s (seed {args.seed}){'; BELOW BOUND: ' + ', '.join(below) if below else ''}",
+                flush=True,
+            )
             ilp = next((r for r in report.rows if r.method == "ilp"), None)
             if ilp is not None and ilp.meta:
                 m = ilp.meta
                 hint = f"hint {m.get('hint')} {m.get('hint_step_time_s', 0) * 1e3:.3f} ms"
                 if m["solver_status"] == "windows":  # large-neighbourhood search from the hint
-                    print(f"ilp: {m['windows']} windows of {m['window_ops']} ops, {m['windows_improved']} improved the plan; {hint}")
+                    print(
+                        f"ilp: {m['windows']} windows of {m['window_ops']} ops, {m['windows_improved']} improved the plan; {hint}"
+                    )
                 else:
                     bound = f"{m['solver_bound_s'] * 1e3:.3f} ms" if m.get("solver_bound_s") is not None else "—"
-                    print(f"ilp: status {m['solver_status']}, objective {m['solver_objective_s'] * 1e3:.3f} ms, solver bound "
-                          f"{bound} (over {m['items']} items), solve {m['solve_time_s']:.1f} s, {hint}")
+                    print(
+                        f"ilp: status {m['solver_status']}, objective {m['solver_objective_s'] * 1e3:.3f} ms, solver bound "
+                        f"{bound} (over {m['items']} items), solve {m['solve_time_s']:.1f} s, {hint}"
+                    )
             elif ilp is not None:
                 print(f"ilp: {ilp.status}: {ilp.message}")
             lb, prev = report.lower_bound_s, report.previous_lower_bound_s
             if best is not None and lb > 0:
-                print(f"best known {best.step_time_s * 1e3:.3f} ms ({best.method}); lower bound {lb * 1e3:.3f} ms ({report.lower_bound_name}), "
-                      f"headroom {100 * (best.step_time_s / lb - 1):.1f}%; previous bound {prev * 1e3:.3f} ms ({report.previous_lower_bound_name}), "
-                      f"headroom {100 * (best.step_time_s / prev - 1):.1f}%", flush=True)
+                print(
+                    f"best known {best.step_time_s * 1e3:.3f} ms ({best.method}); lower bound {lb * 1e3:.3f} ms ({report.lower_bound_name}), "
+                    f"headroom {100 * (best.step_time_s / lb - 1):.1f}%; previous bound {prev * 1e3:.3f} ms ({report.previous_lower_bound_name}), "
+                    f"headroom {100 * (best.step_time_s / prev - 1):.1f}%",
+                    flush=True,
+                )
 
 
 if __name__ == "__main__":

@@ -25,7 +25,9 @@ def main(argv: list[str] | None = None) -> int:
     from graphs import PlacerError
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--models", default=",".join(name for name, _ in MODELS), help="comma list of bench/first_hour.py models")
+    ap.add_argument(
+        "--models", default=",".join(name for name, _ in MODELS), help="comma list of bench/first_hour.py models"
+    )
     ap.add_argument("--clusters", default="k80x4", help="comma list of cluster presets or files (default k80x4)")
     ap.add_argument("--seed", type=int, default=0, help="seed of the randomised heuristics (default 0)")
     ap.add_argument("--json", action="store_true", help="one JSON object per (model, cluster)")
@@ -49,10 +51,14 @@ def main(argv: list[str] | None = None) -> int:
 
 def _markdown(row: dict) -> str:
     levels = ", ".join(f"depth {d}: {k}" for d, k in row["module_levels"]) or "none"
-    lines = [f"**{row['model']}** ({row['ops']} ops) on {row['cluster']}; module levels: {levels}", "",
-             "| method | status | step time (ms) | largest peak (GB) |", "|---|---|---:|---:|"]
+    lines = [
+        f"**{row['model']}** ({row['ops']} ops) on {row['cluster']}; module levels: {levels}",
+        "",
+        "| method | status | step time (ms) | largest peak (GB) |",
+        "|---|---|---:|---:|",
+    ]
     for method, r in row["methods"].items():
-        step = f"{r['step_time_s'] * 1e3:.3f}" if r['step_time_s'] is not None else "—"
+        step = f"{r['step_time_s'] * 1e3:.3f}" if r["step_time_s"] is not None else "—"
         peak = f"{r['peak_bytes'] / 1e9:.2f}" if r["peak_bytes"] is not None else "—"
         lines.append(f"| {method} | {r['status']} | {step} | {peak} |")
     return "\n".join(lines) + "\n"

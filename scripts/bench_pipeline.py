@@ -33,19 +33,62 @@ GIB = float(1 << 30)
 # name -> (transformers config class, kwargs); sequence 2048, global batch 8 unless --seq/--batch
 MODELS = {
     # Llama-3-8B: 32 layers, d 4096, FFN 14336, 32 heads / 8 KV heads, vocab 128256
-    "llama8b": ("LlamaConfig", dict(hidden_size=4096, intermediate_size=14336, num_hidden_layers=32, num_attention_heads=32,
-                                    num_key_value_heads=8, vocab_size=128256, max_position_embeddings=8192, rope_theta=500000.0)),
+    "llama8b": (
+        "LlamaConfig",
+        dict(
+            hidden_size=4096,
+            intermediate_size=14336,
+            num_hidden_layers=32,
+            num_attention_heads=32,
+            num_key_value_heads=8,
+            vocab_size=128256,
+            max_position_embeddings=8192,
+            rope_theta=500000.0,
+        ),
+    ),
     # Llama-3.2-1B: 16 layers, d 2048, FFN 8192, 32 / 8 heads, vocab 128256, tied embeddings
-    "llama1b": ("LlamaConfig", dict(hidden_size=2048, intermediate_size=8192, num_hidden_layers=16, num_attention_heads=32,
-                                    num_key_value_heads=8, vocab_size=128256, max_position_embeddings=8192, rope_theta=500000.0,
-                                    tie_word_embeddings=True)),
+    "llama1b": (
+        "LlamaConfig",
+        dict(
+            hidden_size=2048,
+            intermediate_size=8192,
+            num_hidden_layers=16,
+            num_attention_heads=32,
+            num_key_value_heads=8,
+            vocab_size=128256,
+            max_position_embeddings=8192,
+            rope_theta=500000.0,
+            tie_word_embeddings=True,
+        ),
+    ),
     # a toy Llama for smoke tests: 2 layers, d 64
-    "llama-tiny": ("LlamaConfig", dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
-                                       num_key_value_heads=2, vocab_size=256, max_position_embeddings=256)),
+    "llama-tiny": (
+        "LlamaConfig",
+        dict(
+            hidden_size=64,
+            intermediate_size=128,
+            num_hidden_layers=2,
+            num_attention_heads=4,
+            num_key_value_heads=2,
+            vocab_size=256,
+            max_position_embeddings=256,
+        ),
+    ),
     # a small Mixtral: 8 layers, d 1024, 8 experts of FFN 3584, top-2, vocab 32000
-    "mixtral": ("MixtralConfig", dict(hidden_size=1024, intermediate_size=3584, num_hidden_layers=8, num_attention_heads=16,
-                                      num_key_value_heads=8, num_local_experts=8, num_experts_per_tok=2, vocab_size=32000,
-                                      max_position_embeddings=4096)),
+    "mixtral": (
+        "MixtralConfig",
+        dict(
+            hidden_size=1024,
+            intermediate_size=3584,
+            num_hidden_layers=8,
+            num_attention_heads=16,
+            num_key_value_heads=8,
+            num_local_experts=8,
+            num_experts_per_tok=2,
+            vocab_size=32000,
+            max_position_embeddings=4096,
+        ),
+    ),
 }
 
 
@@ -69,7 +112,9 @@ def build(name: str, seq: int, batch: int):
         def __init__(self) -> None:
             super().__init__()
             self.model = getattr(transformers, cls_name.replace("Config", "ForCausalLM"))(cfg)
-            self._no_split_modules = list(getattr(self.model, "_no_split_modules", None) or [])  # accelerate keeps a block whole
+            self._no_split_modules = list(
+                getattr(self.model, "_no_split_modules", None) or []
+            )  # accelerate keeps a block whole
 
         def forward(self, input_ids, labels):
             return self.model(input_ids=input_ids, labels=labels, use_cache=False).loss
@@ -83,15 +128,24 @@ def build(name: str, seq: int, batch: int):
 _CAPTURED: dict = {}
 
 
-def run_one(model_name: str, cluster_name: str, ms: list[int], methods: list[str], seq: int, batch: int, anneal_s: float = 60.0,
-            host_input_free: bool = False, ws: list[int | None] | None = None) -> dict:
+def run_one(
+    model_name: str,
+    cluster_name: str,
+    ms: list[int],
+    methods: list[str],
+    seq: int,
+    batch: int,
+    anneal_s: float = 60.0,
+    host_input_free: bool = False,
+    ws: list[int | None] | None = None,
+) -> dict:
     import numpy as np
 
     import envs
     from graphs import capture
+    from graphs.ops import input_free_mask
     from placer.methods import registry
     from placer.methods.registry import HeuristicUnavailable
-    from graphs.ops import input_free_mask
     from placer.methods.registry import accepts as _accepts
 
     key = (model_name, seq, batch)
@@ -141,33 +195,69 @@ def run_one(model_name: str, cluster_name: str, ms: list[int], methods: list[str
                 # queue only, instead of peer copies, which are two-way stream barriers
                 moved = placed.copy()
                 moved[free] = host
-                rows.append(_scored({"method": f"{m}+host-input-free", "microbatches": M, "inflight": W, "moved_ops": int(free.sum())},
-                                    env, moved, place_s))
+                rows.append(
+                    _scored(
+                        {
+                            "method": f"{m}+host-input-free",
+                            "microbatches": M,
+                            "inflight": W,
+                            "moved_ops": int(free.sum()),
+                        },
+                        env,
+                        moved,
+                        place_s,
+                    )
+                )
     bounds = {M: base.with_microbatches(M).lower_bound() for M in ms}
-    return {"model": model_name, "cluster": cluster_name, "ops": graph.num_ops, "param_gib": graph.total_param_bytes / GIB,
-            "capture_s": capture_s, "seq": seq, "batch": batch, "rows": rows, "lower_bound_s": bounds}
+    return {
+        "model": model_name,
+        "cluster": cluster_name,
+        "ops": graph.num_ops,
+        "param_gib": graph.total_param_bytes / GIB,
+        "capture_s": capture_s,
+        "seq": seq,
+        "batch": batch,
+        "rows": rows,
+        "lower_bound_s": bounds,
+    }
 
 
 def _scored(row: dict, env, placed, place_s: float) -> dict:
     r = env.simulate(placed)
-    row.update(status=r.status, step_time_s=r.step_time_s if r.status == "ok" else None,
-               sim_step_time_s=r.extra["sim_step_time_s"], place_s=place_s,
-               peak_gib={d: round(b / GIB, 2) for d, b in r.peak_bytes.items() if d.startswith("gpu")},
-               gpus_used=int(len(set(placed.tolist()) - {0})), message=r.message)
+    row.update(
+        status=r.status,
+        step_time_s=r.step_time_s if r.status == "ok" else None,
+        sim_step_time_s=r.extra["sim_step_time_s"],
+        place_s=place_s,
+        peak_gib={d: round(b / GIB, 2) for d, b in r.peak_bytes.items() if d.startswith("gpu")},
+        gpus_used=int(len(set(placed.tolist()) - {0})),
+        message=r.message,
+    )
     return row
 
 
 def table(res: dict) -> str:
-    out = [f"### {res['model']} on {res['cluster']} ({res['ops']} ops, {res['param_gib']:.1f} GiB bf16 parameters, "
-           f"batch {res['batch']} x seq {res['seq']})", "",
-           "| method | M | W | status | step (ms) | peak GiB per GPU |", "|---|---:|---:|---|---:|---|"]
+    out = [
+        f"### {res['model']} on {res['cluster']} ({res['ops']} ops, {res['param_gib']:.1f} GiB bf16 parameters, "
+        f"batch {res['batch']} x seq {res['seq']})",
+        "",
+        "| method | M | W | status | step (ms) | peak GiB per GPU |",
+        "|---|---:|---:|---|---:|---|",
+    ]
     for r in res["rows"]:
-        step = f"{r['step_time_s'] * 1e3:.0f}" if r.get("step_time_s") else (
-            f"({r['sim_step_time_s'] * 1e3:.0f})" if r.get("sim_step_time_s") else "—")
+        step = (
+            f"{r['step_time_s'] * 1e3:.0f}"
+            if r.get("step_time_s")
+            else (f"({r['sim_step_time_s'] * 1e3:.0f})" if r.get("sim_step_time_s") else "—")
+        )
         peaks = "/".join(f"{v:.1f}" for v in r.get("peak_gib", {}).values()) or "—"
         status = r["status"] if r["status"] == "ok" else f"{r['status']}: {r.get('message', '')[:60]}"
-        out.append(f"| {r['method']} | {r['microbatches']} | {r.get('inflight', r['microbatches'])} | {status} | {step} | {peaks} |")
-    out.append("| lower bound | " + ", ".join(f"M={M}: {b * 1e3:.0f}" for M, b in res["lower_bound_s"].items()) + " | | | | |")
+        out.append(
+            f"| {r['method']} | {r['microbatches']} | {r.get('inflight', r['microbatches'])} | {status} | {step} | {peaks} |"
+        )
+    out.append(
+        "| lower bound | " + ", ".join(f"M={M}: {b * 1e3:.0f}" for M, b in res["lower_bound_s"].items()) + " | | | | |"
+    )
     return "\n".join(out)
 
 
@@ -176,14 +266,20 @@ def main() -> int:
     ap.add_argument("--models", default="llama8b")
     ap.add_argument("--clusters", default="h100x8")
     ap.add_argument("--microbatches", default="1,2,4,8")
-    ap.add_argument("--inflight", default="all",
-                    help="in-flight windows W to score at each M: 'all' (fill-drain) and/or numbers (one-forward-one-backward)")
+    ap.add_argument(
+        "--inflight",
+        default="all",
+        help="in-flight windows W to score at each M: 'all' (fill-drain) and/or numbers (one-forward-one-backward)",
+    )
     ap.add_argument("--methods", default="accelerate,gpipe,expert,m_topo,m_sct,annealing")
     ap.add_argument("--anneal-s", type=float, default=60.0, help="annealing's time budget per M (seconds)")
     ap.add_argument("--seq", type=int, default=2048)
     ap.add_argument("--batch", type=int, default=8)
-    ap.add_argument("--host-input-free", action="store_true",
-                    help="also score each plan with the ops no model input reaches (masks, rotary tables) on the host")
+    ap.add_argument(
+        "--host-input-free",
+        action="store_true",
+        help="also score each plan with the ops no model input reaches (masks, rotary tables) on the host",
+    )
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
     for m in args.models.split(","):
@@ -202,7 +298,17 @@ def main() -> int:
     results = []
     for model_name in args.models.split(","):
         for cl in args.clusters.split(","):
-            res = run_one(model_name, cl, ms, args.methods.split(","), args.seq, args.batch, args.anneal_s, args.host_input_free, ws)
+            res = run_one(
+                model_name,
+                cl,
+                ms,
+                args.methods.split(","),
+                args.seq,
+                args.batch,
+                args.anneal_s,
+                args.host_input_free,
+                ws,
+            )
             results.append(res)
             if not args.json:
                 print(table(res), flush=True)

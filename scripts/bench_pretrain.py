@@ -28,10 +28,16 @@ import time
 
 import envs
 from graphs import PlacerError
-from placer.compare import compare
 from placer.checks import check_int, parse_group_counts
+from placer.compare import compare
+from placer.methods.learned import (
+    ZERO_SHOT_GROUPS,
+    ZERO_SHOT_MODULE_TEMPERATURES,
+    ZERO_SHOT_REFINE,
+    ZERO_SHOT_SAMPLES,
+    place_learned,
+)
 from placer.sources import resolve_graph
-from placer.methods.learned import ZERO_SHOT_GROUPS, ZERO_SHOT_MODULE_TEMPERATURES, ZERO_SHOT_REFINE, ZERO_SHOT_SAMPLES, place_learned
 from policies.views import group_views
 
 
@@ -49,21 +55,36 @@ def main() -> None:
     ap.add_argument("policy", help="a policy file (.pt with its .json sidecar), or 'default' for the shipped one")
     ap.add_argument("graphs", help="comma list of zoo names, graph files or module:callable sources")
     ap.add_argument("clusters", help="comma list of cluster presets or files")
-    ap.add_argument("--samples", type=int, default=ZERO_SHOT_SAMPLES, help=f"samples per group count (default {ZERO_SHOT_SAMPLES})")
-    ap.add_argument("--groups", default=",".join(map(str, ZERO_SHOT_GROUPS)),
-                    help="group counts decoded besides the ops, 'modules', or none (default: placer place's)")
-    ap.add_argument("--refine", type=int, default=ZERO_SHOT_REFINE,
-                    help=f"placements simulated refining the decodes (0: none; default {ZERO_SHOT_REFINE})")
-    ap.add_argument("--seeds", type=int, default=1,
-                    help="place with seeds 0..N-1 and print the medians (a best-of-K sample is noisy; default 1)")
+    ap.add_argument(
+        "--samples", type=int, default=ZERO_SHOT_SAMPLES, help=f"samples per group count (default {ZERO_SHOT_SAMPLES})"
+    )
+    ap.add_argument(
+        "--groups",
+        default=",".join(map(str, ZERO_SHOT_GROUPS)),
+        help="group counts decoded besides the ops, 'modules', or none (default: placer place's)",
+    )
+    ap.add_argument(
+        "--refine",
+        type=int,
+        default=ZERO_SHOT_REFINE,
+        help=f"placements simulated refining the decodes (0: none; default {ZERO_SHOT_REFINE})",
+    )
+    ap.add_argument(
+        "--seeds",
+        type=int,
+        default=1,
+        help="place with seeds 0..N-1 and print the medians (a best-of-K sample is noisy; default 1)",
+    )
     ap.add_argument("--json", action="store_true", help="one JSON object per (graph, cluster)")
     args = ap.parse_args()
     groups = parse_group_counts(args.groups, modules=True)
     check_int(args.seeds, "--seeds", least=1, most=100)
     check_int(args.refine, "--refine", least=0, most=10**6)
     if not args.json:
-        print("| graph | cluster | greedy ms | best decode ms | zero-shot ms | time s | uniform modules ms | "
-              "module search ms | best heuristic ms | gap |")
+        print(
+            "| graph | cluster | greedy ms | best decode ms | zero-shot ms | time s | uniform modules ms | "
+            "module search ms | best heuristic ms | gap |"
+        )
         print("|---|---|---:|---:|---:|---:|---:|---:|---|---:|")
     draws = args.samples * len(ZERO_SHOT_MODULE_TEMPERATURES) + 1  # per module view, as many as the policy's decodes
     for name in args.graphs.split(","):
@@ -73,8 +94,15 @@ def main() -> None:
             zs, dec, took, found, unis, searched = [], [], [], [], [], []
             for seed in range(args.seeds):
                 t0 = time.perf_counter()
-                p = place_learned(g, c, policy_file=None if args.policy == "default" else args.policy,
-                                  samples=args.samples, groups=groups, seed=seed, refine=args.refine)
+                p = place_learned(
+                    g,
+                    c,
+                    policy_file=None if args.policy == "default" else args.policy,
+                    samples=args.samples,
+                    groups=groups,
+                    seed=seed,
+                    refine=args.refine,
+                )
                 took.append(time.perf_counter() - t0)
                 zs.append(p.meta["node_order_step_time_s"])
                 dec.append(p.meta["decode_step_time_s"])
@@ -88,19 +116,41 @@ def main() -> None:
             median = lambda xs: float(statistics.median(xs)) if xs and None not in xs else None  # noqa: E731
             z, d, uni, ms_t, gr = median(zs), median(dec), median(unis), median(searched), p.meta["greedy_step_time_s"]
             if args.json:
-                print(json.dumps({"graph": name, "cluster": cname, "policy": args.policy, "greedy_step_time_s": gr,
-                                  "best_decode_step_time_s": d, "best_decode_by_seed": dec,
-                                  "zero_shot_step_time_s": z, "zero_shot_by_seed": zs, "place_s": max(took),
-                                  "samples": args.samples, "groups": list(groups), "refine": args.refine, "found_by": found,
-                                  "uniform_modules_step_time_s": uni, "uniform_modules_by_seed": unis,
-                                  "module_search_step_time_s": ms_t, "module_search_by_seed": searched,
-                                  "best_heuristic": best.method, "best_heuristic_step_time_s": best.step_time_s,
-                                  "gap": (z / best.step_time_s - 1) if z else None}), flush=True)
+                print(
+                    json.dumps(
+                        {
+                            "graph": name,
+                            "cluster": cname,
+                            "policy": args.policy,
+                            "greedy_step_time_s": gr,
+                            "best_decode_step_time_s": d,
+                            "best_decode_by_seed": dec,
+                            "zero_shot_step_time_s": z,
+                            "zero_shot_by_seed": zs,
+                            "place_s": max(took),
+                            "samples": args.samples,
+                            "groups": list(groups),
+                            "refine": args.refine,
+                            "found_by": found,
+                            "uniform_modules_step_time_s": uni,
+                            "uniform_modules_by_seed": unis,
+                            "module_search_step_time_s": ms_t,
+                            "module_search_by_seed": searched,
+                            "best_heuristic": best.method,
+                            "best_heuristic_step_time_s": best.step_time_s,
+                            "gap": (z / best.step_time_s - 1) if z else None,
+                        }
+                    ),
+                    flush=True,
+                )
                 continue
             gap = f"{(z / best.step_time_s - 1) * 100:+.1f}%" if z else "fails"
             ms = lambda x: f"{x * 1e3:.1f}" if x else "oom"  # noqa: E731
-            print(f"| {name} | {cname} | {ms(gr)} | {ms(d)} | {ms(z)} | {max(took):.1f} | {ms(uni) if uni else '-'} | "
-                  f"{ms(ms_t) if ms_t else '-'} | {best.step_time_s * 1e3:.1f} ({best.method}) | {gap} |", flush=True)
+            print(
+                f"| {name} | {cname} | {ms(gr)} | {ms(d)} | {ms(z)} | {max(took):.1f} | {ms(uni) if uni else '-'} | "
+                f"{ms(ms_t) if ms_t else '-'} | {best.step_time_s * 1e3:.1f} ({best.method}) | {gap} |",
+                flush=True,
+            )
 
 
 if __name__ == "__main__":

@@ -22,9 +22,9 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 
 def main(argv: list[str] | None = None) -> int:
-    from graphs import PlacerError
     from bench import scale
     from bench.common import machine_line, parse_list
+    from graphs import PlacerError
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", default="1000,10000,100000", help="comma-separated op counts")
@@ -40,18 +40,29 @@ def main(argv: list[str] | None = None) -> int:
                 raise PlacerError(f"--sizes: {s!r} is not an op count >= 2")
             sizes.append(int(s))
         policies = parse_list(args.policies, what="policies")
-        rows = scale.run(sizes, samples=args.samples, cluster=args.cluster, policies=policies,
-                         progress=lambda line: print(line, file=sys.stderr, flush=True))
+        rows = scale.run(
+            sizes,
+            samples=args.samples,
+            cluster=args.cluster,
+            policies=policies,
+            progress=lambda line: print(line, file=sys.stderr, flush=True),
+        )
     except PlacerError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
     if args.json:
-        print(json.dumps({"machine": machine_line(), "memory_measure": "ru_maxrss of a fresh process per size",
-                          "rows": rows}, indent=2))
+        print(
+            json.dumps(
+                {"machine": machine_line(), "memory_measure": "ru_maxrss of a fresh process per size", "rows": rows},
+                indent=2,
+            )
+        )
     else:
         print(scale.markdown_table(rows))
-        print(f"\nK = {args.samples} samples on {args.cluster}; times in wall-clock seconds (fastest of 2 iterations after a first one); "
-              f"memory: peak RSS (ru_maxrss) of a fresh process per size. Machine: {machine_line()}.")
+        print(
+            f"\nK = {args.samples} samples on {args.cluster}; times in wall-clock seconds (fastest of 2 iterations after a first one); "
+            f"memory: peak RSS (ru_maxrss) of a fresh process per size. Machine: {machine_line()}."
+        )
     return 0
 
 

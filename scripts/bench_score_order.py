@@ -46,28 +46,55 @@ def cell(graph, cluster, seed: int) -> dict:
         if a.status == "ok" and a.placement is not None:
             t, oom = env.step_times(a.placement.indices(graph, cluster.device_names)[None], order="planned")
             retimed = None if oom[0] else float(t[0])
-        rows.append({"method": a.method, "node_searched_s": retimed, "simulated_node": a.simulated,
-                     "planned_searched_s": b.step_time_s if b.status == "ok" else None, "simulated_planned": b.simulated})
-    best = {k: min((r[k], r["method"]) for r in rows if r[k] is not None) for k in ("node_searched_s", "planned_searched_s")}
-    return {"graph": graph.name, "cluster": cluster.name, "seed": seed, "rows": rows,
-            "best_node_searched": {"method": best["node_searched_s"][1], "step_time_s": best["node_searched_s"][0]},
-            "best_planned_searched": {"method": best["planned_searched_s"][1], "step_time_s": best["planned_searched_s"][0]},
-            "compare_s": {"node": node_s, "planned": planned_s}, "lower_bound_s": float(env.lower_bound())}
+        rows.append(
+            {
+                "method": a.method,
+                "node_searched_s": retimed,
+                "simulated_node": a.simulated,
+                "planned_searched_s": b.step_time_s if b.status == "ok" else None,
+                "simulated_planned": b.simulated,
+            }
+        )
+    best = {
+        k: min((r[k], r["method"]) for r in rows if r[k] is not None) for k in ("node_searched_s", "planned_searched_s")
+    }
+    return {
+        "graph": graph.name,
+        "cluster": cluster.name,
+        "seed": seed,
+        "rows": rows,
+        "best_node_searched": {"method": best["node_searched_s"][1], "step_time_s": best["node_searched_s"][0]},
+        "best_planned_searched": {
+            "method": best["planned_searched_s"][1],
+            "step_time_s": best["planned_searched_s"][0],
+        },
+        "compare_s": {"node": node_s, "planned": planned_s},
+        "lower_bound_s": float(env.lower_bound()),
+    }
 
 
 def table(c: dict) -> str:
     ms = lambda v: f"{v * 1e3:.2f}" if v is not None else "—"  # noqa: E731
-    out = [f"### {c['graph']} on {c['cluster']} (seed {c['seed']})", "",
-           "| heuristic | searched in node order, timed planned (ms) | searched planned (ms) | ratio | placements simulated (node / planned) |",
-           "|---|---:|---:|---:|---:|"]
+    out = [
+        f"### {c['graph']} on {c['cluster']} (seed {c['seed']})",
+        "",
+        "| heuristic | searched in node order, timed planned (ms) | searched planned (ms) | ratio | placements simulated (node / planned) |",
+        "|---|---:|---:|---:|---:|",
+    ]
     for r in c["rows"]:
         a, b = r["node_searched_s"], r["planned_searched_s"]
         ratio = f"{b / a:.3f}" if a and b else "—"
-        out.append(f"| {r['method']} | {ms(a)} | {ms(b)} | {ratio} | {r['simulated_node']:,} / {r['simulated_planned']:,} |")
+        out.append(
+            f"| {r['method']} | {ms(a)} | {ms(b)} | {ratio} | {r['simulated_node']:,} / {r['simulated_planned']:,} |"
+        )
     bn, bp = c["best_node_searched"], c["best_planned_searched"]
-    out += ["", f"best heuristic: {bn['method']} {ms(bn['step_time_s'])} ms searched in node order; {bp['method']} "
-            f"{ms(bp['step_time_s'])} ms searched planned ({bp['step_time_s'] / bn['step_time_s']:.3f}x); lower bound "
-            f"{ms(c['lower_bound_s'])} ms; compare took {c['compare_s']['node']:.1f} s node, {c['compare_s']['planned']:.1f} s planned", ""]
+    out += [
+        "",
+        f"best heuristic: {bn['method']} {ms(bn['step_time_s'])} ms searched in node order; {bp['method']} "
+        f"{ms(bp['step_time_s'])} ms searched planned ({bp['step_time_s'] / bn['step_time_s']:.3f}x); lower bound "
+        f"{ms(c['lower_bound_s'])} ms; compare took {c['compare_s']['node']:.1f} s node, {c['compare_s']['planned']:.1f} s planned",
+        "",
+    ]
     return "\n".join(out)
 
 
@@ -76,7 +103,9 @@ def main(argv: list[str] | None = None) -> int:
     from graphs import PlacerError
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--graphs", default="nmt-2,nmt-4,inception-v3", help="comma list of zoo names, graph files or module:callable")
+    ap.add_argument(
+        "--graphs", default="nmt-2,nmt-4,inception-v3", help="comma list of zoo names, graph files or module:callable"
+    )
     ap.add_argument("--clusters", default="k80x4", help="comma list of presets or files (default k80x4)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--json", action="store_true", help="print every cell as JSON instead of the tables")

@@ -23,14 +23,16 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 
 def main(argv: list[str] | None = None) -> int:
-    from graphs import PlacerError
     from bench import search
     from bench.common import machine_line, parse_list
+    from graphs import PlacerError
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--graphs", default="nmt-2,inception-v3", help="comma-separated zoo names or graph files")
     parser.add_argument("--cluster", default="k80x4", help="cluster preset or JSON file (default k80x4)")
-    parser.add_argument("--budget", type=float, default=60.0, metavar="S", help="seconds per method and graph (default 60)")
+    parser.add_argument(
+        "--budget", type=float, default=60.0, metavar="S", help="seconds per method and graph (default 60)"
+    )
     parser.add_argument("--methods", default=",".join(search.METHODS), help=f"default: {','.join(search.METHODS)}")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--plot", default=None, metavar="FILE.png", help="draw the curves into this PNG")
@@ -52,8 +54,11 @@ def main(argv: list[str] | None = None) -> int:
             graph = resolve_graph(source)
             graph.name = graph.name or os.path.splitext(os.path.basename(source))[0]
             say(f"{graph.name} ({graph.num_ops:,} ops) on {cluster.name}")
-            results.append(search.search_curves(graph, cluster, budget_s=args.budget, methods=methods,
-                                                seed=args.seed, progress=say))
+            results.append(
+                search.search_curves(
+                    graph, cluster, budget_s=args.budget, methods=methods, seed=args.seed, progress=say
+                )
+            )
         if args.plot:
             from bench.plots import plot_search_curves
 
@@ -68,8 +73,10 @@ def main(argv: list[str] | None = None) -> int:
         print(search.markdown_table(results))
         print()
         print(search.reference_lines(results))
-        print(f"\nBudget {args.budget:g} s per method; every method from scratch; seed {args.seed}. "
-              f"Machine: {machine_line()}.")
+        print(
+            f"\nBudget {args.budget:g} s per method; every method from scratch; seed {args.seed}. "
+            f"Machine: {machine_line()}."
+        )
     return 0
 
 

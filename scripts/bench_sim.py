@@ -34,8 +34,12 @@ def main() -> int:
     ap.add_argument("--cluster", default="k80x4", help="cluster preset or file (default k80x4)")
     ap.add_argument("--batch", type=int, default=64, help="placements per step_times call (default 64)")
     ap.add_argument("--seconds", type=float, default=3.0, help="measure for about this long (default 3)")
-    ap.add_argument("--executor", choices=("eager", "dataflow", "both"), default="eager",
-                    help="executor model to time (default eager)")
+    ap.add_argument(
+        "--executor",
+        choices=("eager", "dataflow", "both"),
+        default="eager",
+        help="executor model to time (default eager)",
+    )
     ap.add_argument("--json", action="store_true", help="print one JSON object")
     args = ap.parse_args()
 
@@ -47,11 +51,19 @@ def main() -> int:
         print(json.dumps(reports if len(executors) > 1 else reports[executors[0]], indent=1))
         return 0
     for ex, report in reports.items():
-        print(f"executor {ex}: graph random_dag({graph.num_ops}) ({graph.num_edges} edges) on {cluster.name}, batches of {args.batch} random placements")
-        print(f"op-placements per second (one core): {report['op_placements_per_s']:,.0f}  ({report['placements_per_s']:,.1f} placements/s, per CPU second)")
-        print(f"  per wall-clock second:             {report['op_placements_per_wall_s']:,.0f}  (this process had {report['cpu_share']:.0%} of a core)")
+        print(
+            f"executor {ex}: graph random_dag({graph.num_ops}) ({graph.num_edges} edges) on {cluster.name}, batches of {args.batch} random placements"
+        )
+        print(
+            f"op-placements per second (one core): {report['op_placements_per_s']:,.0f}  ({report['placements_per_s']:,.1f} placements/s, per CPU second)"
+        )
+        print(
+            f"  per wall-clock second:             {report['op_placements_per_wall_s']:,.0f}  (this process had {report['cpu_share']:.0%} of a core)"
+        )
         print(f"one scalar envs.simulate:            {report['scalar_simulate_s'] * 1e3:.1f} ms (full Result)")
-        print(f"lower_bound:                         {report['lower_bound_call_s'] * 1e3:.1f} ms; warm-up (compile or cache load) {report['warmup_s']:.2f} s")
+        print(
+            f"lower_bound:                         {report['lower_bound_call_s'] * 1e3:.1f} ms; warm-up (compile or cache load) {report['warmup_s']:.2f} s"
+        )
         print(f"compiled kernel: {report['compiled']}")
     return 0
 

@@ -29,9 +29,9 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 
 def _policy(name: str, graph, num_devices: int, args: argparse.Namespace, device):
-    from policies import POLICIES
-
     import torch
+
+    from policies import POLICIES
 
     torch.manual_seed(0)
     return POLICIES[name](graph, num_devices, max_groups=args.max_groups, hidden=args.hidden).to(device)
@@ -72,19 +72,31 @@ def measure(graph, cluster, name: str, k: int, args: argparse.Namespace) -> dict
             parts["update_s"].append(t3 - t2)
     row = {key: statistics.median(v) for key, v in parts.items()}
     it_s = sum(row.values())
-    row.update(policy=name, samples=k, items=int(getattr(policy, "num_items", 0)), iteration_s=it_s,
-               iterations_per_s=1.0 / it_s, placements_per_s=k / it_s,
-               policy_share=(row["sample_s"] + row["update_s"]) / it_s, order=args.order, device=str(device))
+    row.update(
+        policy=name,
+        samples=k,
+        items=int(getattr(policy, "num_items", 0)),
+        iteration_s=it_s,
+        iterations_per_s=1.0 / it_s,
+        placements_per_s=k / it_s,
+        policy_share=(row["sample_s"] + row["update_s"]) / it_s,
+        order=args.order,
+        device=str(device),
+    )
     return row
 
 
 def table(rows: list[dict]) -> str:
-    lines = ["| policy | K | items | sample s | simulate s | update s | iteration s | iterations/s | placements/s | policy share |",
-             "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    lines = [
+        "| policy | K | items | sample s | simulate s | update s | iteration s | iterations/s | placements/s | policy share |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
     for r in rows:
-        lines.append(f"| {r['policy']} | {r['samples']} | {r['items']} | {r['sample_s']:.4f} | {r['simulate_s']:.4f} | "
-                     f"{r['update_s']:.4f} | {r['iteration_s']:.4f} | {r['iterations_per_s']:.2f} | "
-                     f"{r['placements_per_s']:.0f} | {r['policy_share'] * 100:.0f}% |")
+        lines.append(
+            f"| {r['policy']} | {r['samples']} | {r['items']} | {r['sample_s']:.4f} | {r['simulate_s']:.4f} | "
+            f"{r['update_s']:.4f} | {r['iteration_s']:.4f} | {r['iterations_per_s']:.2f} | "
+            f"{r['placements_per_s']:.0f} | {r['policy_share'] * 100:.0f}% |"
+        )
     return "\n".join(lines)
 
 
@@ -97,8 +109,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--max-groups", type=int, default=None, help="items / groups (default min(256, 20 x devices))")
     parser.add_argument("--hidden", type=int, default=64, help="LSTM units (default 64, train's default)")
     parser.add_argument("--repeats", type=int, default=3, help="timed iterations per cell (median; default 3)")
-    parser.add_argument("--order", choices=("node", "planned"), default="node",
-                        help="issue order the samples are scored in (default node)")
+    parser.add_argument(
+        "--order",
+        choices=("node", "planned"),
+        default="node",
+        help="issue order the samples are scored in (default node)",
+    )
     parser.add_argument("--device", default="cpu", help="torch device of the policy (cpu, cuda, cuda:N)")
     parser.add_argument("--json", action="store_true", help="print the rows as JSON instead of markdown")
     args = parser.parse_args(argv)
@@ -140,8 +156,10 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps({"graph": args.graph, "cluster": args.cluster, "rows": rows}, indent=1))
     else:
         print(table(rows))
-        print(f"\n{args.graph} on {args.cluster}, policy on {args.device}, samples scored in {args.order} order; "
-              f"medians of {args.repeats} iterations (wall clock).")
+        print(
+            f"\n{args.graph} on {args.cluster}, policy on {args.device}, samples scored in {args.order} order; "
+            f"medians of {args.repeats} iterations (wall clock)."
+        )
     return 0
 
 

@@ -38,14 +38,26 @@ def run_one(name: str, args: argparse.Namespace, seed: int, warm_start: str) -> 
     graph = zoo.graph(name)
     cluster = envs.resolve_cluster(args.cluster)
     config = TrainConfig(
-        source=name, cluster=args.cluster, policy=args.policy, algo=args.algo, samples=args.samples,
-        time_budget_s=args.time_budget, seed=seed, warm_start=warm_start, progress=False,
-        score_order=args.score_order, **({"lr": args.scratch_lr} if warm_start == "none" else {}),
-        logdir=os.path.join(args.logdir, f"{name}-{args.cluster}-{args.policy}-{warm_start}-{args.score_order}-s{seed}"),
+        source=name,
+        cluster=args.cluster,
+        policy=args.policy,
+        algo=args.algo,
+        samples=args.samples,
+        time_budget_s=args.time_budget,
+        seed=seed,
+        warm_start=warm_start,
+        progress=False,
+        score_order=args.score_order,
+        **({"lr": args.scratch_lr} if warm_start == "none" else {}),
+        logdir=os.path.join(
+            args.logdir, f"{name}-{args.cluster}-{args.policy}-{warm_start}-{args.score_order}-s{seed}"
+        ),
     )
     result = train(config, graph=graph, cluster=cluster)
     doc = result.to_dict()
-    doc.update(graph=name, num_ops=graph.num_ops, wall_s=time.perf_counter() - t0, seed=seed, warm_start_mode=warm_start)
+    doc.update(
+        graph=name, num_ops=graph.num_ops, wall_s=time.perf_counter() - t0, seed=seed, warm_start_mode=warm_start
+    )
     if args.annealing and doc["best_heuristic"]:
         doc["annealing_from_best_s"] = annealing_from_best(graph, cluster, doc["best_heuristic"], args, seed)
     return doc
@@ -60,8 +72,17 @@ def annealing_from_best(graph, cluster, best: str, args: argparse.Namespace, see
 
     env = envs.SimEnv(graph, cluster)
     order = "planned" if args.score_order == "planned" else None
-    idx = get("annealing")(graph, cluster, seed=seed, steps=10**9, time_budget_s=args.time_budget, t0=0.002,
-                           init=(best,), env=env, order=order)
+    idx = get("annealing")(
+        graph,
+        cluster,
+        seed=seed,
+        steps=10**9,
+        time_budget_s=args.time_budget,
+        t0=0.002,
+        init=(best,),
+        env=env,
+        order=order,
+    )
     t, failed = env.step_times(np.asarray(idx, dtype=np.int32)[None], order=order)
     return float("inf") if failed[0] else float(t[0])
 
@@ -75,7 +96,9 @@ def median_rows(rows: list[dict]) -> list[dict]:
         out.setdefault((r["graph"], r["warm_start_mode"]), []).append(r)
     merged = []
     for group in out.values():
-        ranked = sorted(group, key=lambda r: r["best_step_time_s"] if r["best_step_time_s"] is not None else float("inf"))
+        ranked = sorted(
+            group, key=lambda r: r["best_step_time_s"] if r["best_step_time_s"] is not None else float("inf")
+        )
         row = dict(ranked[(len(ranked) - 1) // 2])
         finite = [r["annealing_from_best_s"] for r in group if r.get("annealing_from_best_s") is not None]
         if finite:
@@ -94,8 +117,10 @@ def _s(x: float | None) -> str:
 
 
 def table(rows: list[dict]) -> str:
-    head = ("| graph | start | seeds | ops | items | learned ms | best heuristic ms | annealing from best ms | expert ms | "
-            "lower bound ms | learned / annealing | vs best heur. | vs expert | s to match heur. | s to best | iters | setup s |")
+    head = (
+        "| graph | start | seeds | ops | items | learned ms | best heuristic ms | annealing from best ms | expert ms | "
+        "lower bound ms | learned / annealing | vs best heur. | vs expert | s to match heur. | s to best | iters | setup s |"
+    )
     lines = [head, "|" + "---|" * 17]
     for r in rows:
         learned, bh, ex = r["best_step_time_s"], r["best_heuristic_step_time_s"], r["expert_step_time_s"]
@@ -124,11 +149,21 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--seeds", default="0", help="comma-separated seeds; rows report the median (default 0)")
     p.add_argument("--warm-start", default="best")
     p.add_argument("--scratch", action="store_true", help="also a --warm-start none row per graph")
-    p.add_argument("--scratch-lr", type=float, default=0.01, help="learning rate of the from-scratch rows (default 0.01)")
-    p.add_argument("--score-order", choices=("node", "planned"), default="node",
-                   help="issue order samples (and annealing's proposals) are scored in (default node)")
-    p.add_argument("--no-annealing", dest="annealing", action="store_false",
-                   help="skip the annealing-from-best column (it takes another time budget per row)")
+    p.add_argument(
+        "--scratch-lr", type=float, default=0.01, help="learning rate of the from-scratch rows (default 0.01)"
+    )
+    p.add_argument(
+        "--score-order",
+        choices=("node", "planned"),
+        default="node",
+        help="issue order samples (and annealing's proposals) are scored in (default node)",
+    )
+    p.add_argument(
+        "--no-annealing",
+        dest="annealing",
+        action="store_false",
+        help="skip the annealing-from-best column (it takes another time budget per row)",
+    )
     p.add_argument("--logdir", default="runs/bench")
     p.add_argument("--json", action="store_true", help="print the rows as JSON")
     args = p.parse_args(argv)
@@ -151,9 +186,13 @@ def main(argv: list[str] | None = None) -> int:
             for seed in seeds:
                 rows.append(run_one(name, args, seed, start))
                 if not args.json:
-                    print(f"{name} ({start}, seed {seed}): learned {_ms(rows[-1]['best_step_time_s'])} ms, best heuristic "
-                          f"{_ms(rows[-1]['best_heuristic_step_time_s'])} ms, annealing from best "
-                          f"{_ms(rows[-1].get('annealing_from_best_s'))} ms", file=sys.stderr, flush=True)
+                    print(
+                        f"{name} ({start}, seed {seed}): learned {_ms(rows[-1]['best_step_time_s'])} ms, best heuristic "
+                        f"{_ms(rows[-1]['best_heuristic_step_time_s'])} ms, annealing from best "
+                        f"{_ms(rows[-1].get('annealing_from_best_s'))} ms",
+                        file=sys.stderr,
+                        flush=True,
+                    )
     print(json.dumps({"runs": rows, "median": median_rows(rows)}, indent=1) if args.json else table(median_rows(rows)))
     return 0
 

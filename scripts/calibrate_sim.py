@@ -39,6 +39,7 @@ from bench.fidelity.runs import calibrated, physical  # noqa: E402,F401
 from bench.fidelity.scoring import mape, random_placements, spearman  # noqa: E402
 from graphs import PlacerError  # noqa: E402
 
+
 def simulator_executor(requested: str | None) -> tuple[str, dict]:
     """The executor model scored with (default: the simulator's, eager), and the keyword that selects it."""
     from envs.sim.schedule import EXECUTORS
@@ -70,10 +71,10 @@ def measure_local(name: str, args: argparse.Namespace, cluster, graph, placement
 
     import torch
 
-    from envs.real.profiler import host_clock
-    from envs.result import Result
     from envs.real.placing import place_module
+    from envs.real.profiler import host_clock
     from envs.real.timing import train_step
+    from envs.result import Result
     from graphs.torch_capture import export_program
 
     model, inputs = build(name, args.size)
@@ -97,35 +98,79 @@ def measure_local(name: str, args: argparse.Namespace, cluster, graph, placement
     return results
 
 
-def measure_ray(name: str, size: str, cluster, graph, placements, run_dir: str, *, device_map, warmup: int, steps: int,
-                cpus: int, timeout: float) -> list:
+def measure_ray(
+    name: str,
+    size: str,
+    cluster,
+    graph,
+    placements,
+    run_dir: str,
+    *,
+    device_map,
+    warmup: int,
+    steps: int,
+    cpus: int,
+    timeout: float,
+) -> list:
     """Measure each placement in a Ray actor (:class:`envs.MeasuredEnv`, one worker, wall clock); results are
     logged to ``run_dir/measurements.jsonl``, so a rerun measures only what is not there yet."""
     from envs.real.measured import MeasuredEnv
 
-    env = MeasuredEnv(functools.partial(build, name, size), cluster, graph=graph, workers=1, device_map=device_map,
-                      warmup_steps=warmup, timed_steps=steps, run_dir=run_dir, cpus_per_worker=cpus, measure_timeout_s=timeout)
+    env = MeasuredEnv(
+        functools.partial(build, name, size),
+        cluster,
+        graph=graph,
+        workers=1,
+        device_map=device_map,
+        warmup_steps=warmup,
+        timed_steps=steps,
+        run_dir=run_dir,
+        cpus_per_worker=cpus,
+        measure_timeout_s=timeout,
+    )
     try:
         return env.evaluate(placements)
     finally:
         env.close()
 
 
-def measure_here(name: str, size: str, cluster, graph, placements, run_dir: str, *, device_map, warmup: int, steps: int,
-                 cpus: int, timeout: float) -> list:
+def measure_here(
+    name: str,
+    size: str,
+    cluster,
+    graph,
+    placements,
+    run_dir: str,
+    *,
+    device_map,
+    warmup: int,
+    steps: int,
+    cpus: int,
+    timeout: float,
+) -> list:
     """As :func:`measure_ray`, without Ray: the actor's own code (``envs.real.measured.Worker.measure``: the module
     ``placer.apply`` builds, ``warmup`` then ``steps`` Adam steps, wall clock, CUDA synchronised) runs in this
     process, each placement under ``timeout`` (SIGALRM), logged to the same resumable ``measurements.jsonl``.
     For a machine without Ray (the lent GPU machines have none, and its wheel is too big to carry there)."""
     from envs.real.measured import MeasuredEnv, Worker
-    from envs.result import Result
     from envs.real.timing import StepTimeout, time_limit
+    from envs.result import Result
 
     source = functools.partial(build, name, size)
     # The env only keys placements and keeps the log here (it starts Ray only in evaluate()); it has no public
     # writer for its log, so its own _record is used, keeping one log format for both ways of measuring.
-    env = MeasuredEnv(source, cluster, graph=graph, workers=1, device_map=device_map, warmup_steps=warmup,
-                      timed_steps=steps, run_dir=run_dir, cpus_per_worker=cpus, measure_timeout_s=timeout)
+    env = MeasuredEnv(
+        source,
+        cluster,
+        graph=graph,
+        workers=1,
+        device_map=device_map,
+        warmup_steps=warmup,
+        timed_steps=steps,
+        run_dir=run_dir,
+        cpus_per_worker=cpus,
+        measure_timeout_s=timeout,
+    )
     keyed = env.keys(placements)
     worker = None
     for key, assignment in keyed:
@@ -134,7 +179,9 @@ def measure_here(name: str, size: str, cluster, graph, placements, run_dir: str,
         worker = worker or Worker(source, device_map, cpus)
         try:
             with time_limit(timeout):
-                result = Result.from_dict(worker.measure(assignment, graph.content_hash, warmup, steps, env._orders.get(key)))
+                result = Result.from_dict(
+                    worker.measure(assignment, graph.content_hash, warmup, steps, env._orders.get(key))
+                )
         except StepTimeout:  # the alarm rang after measure() returned or before it started
             result = Result(float("inf"), "timeout", f"measurement ran past {timeout:g}s", source="measured")
         env._record(key, result)
@@ -142,11 +189,11 @@ def measure_here(name: str, size: str, cluster, graph, placements, run_dir: str,
 
 
 def run_model(name: str, args: argparse.Namespace) -> dict:
+    import torch
+
     import envs
     from envs.real.profiler import profile_model, save_profile
     from graphs.torch_capture import capture
-
-    import torch
 
     cluster = envs.resolve_cluster(args.cluster)
     executor, executor_kw = simulator_executor(args.executor)
@@ -154,7 +201,9 @@ def run_model(name: str, args: argparse.Namespace) -> dict:
     graph = capture(model, inputs, name=name)
     torch.set_num_threads(max(1, args.cpus))  # profile with the threads the measuring actor uses
     t0 = time.time()
-    prof = profile_model(model, inputs, args.devices.split(","), warmup=1, repeats=args.repeats, method=args.profile_method)
+    prof = profile_model(
+        model, inputs, args.devices.split(","), warmup=1, repeats=args.repeats, method=args.profile_method
+    )
     profile_s = time.time() - t0
     run_dir = os.path.join(args.out_dir, name)
     os.makedirs(run_dir, exist_ok=True)
@@ -165,8 +214,19 @@ def run_model(name: str, args: argparse.Namespace) -> dict:
     if args.real == "local":
         results = measure_local(name, args, cluster, graph, placements)
     else:
-        results = measure_ray(name, args.size, cluster, graph, placements, run_dir, device_map=args.device_map, warmup=args.warmup,
-                              steps=args.steps, cpus=args.cpus, timeout=args.timeout)
+        results = measure_ray(
+            name,
+            args.size,
+            cluster,
+            graph,
+            placements,
+            run_dir,
+            device_map=args.device_map,
+            warmup=args.warmup,
+            steps=args.steps,
+            cpus=args.cpus,
+            timeout=args.timeout,
+        )
     measure_s = time.time() - t0
     ok = np.array([r.ok for r in results])
     real = np.array([r.step_time_s for r in results])[ok]
@@ -176,14 +236,25 @@ def run_model(name: str, args: argparse.Namespace) -> dict:
     rho_cal = spearman(sim_cal, real)
     rho_raw = spearman(sim_raw, real)
     return {
-        "model": name, "size": args.size, "executor": executor, "profile_method": args.profile_method, "real": args.real,
+        "model": name,
+        "size": args.size,
+        "executor": executor,
+        "profile_method": args.profile_method,
+        "real": args.real,
         "profile_clock": prof["devices"].get("cpu", {}).get("clock", "wall"),
-        "ops": graph.num_ops, "placements": len(placements), "measured_ok": int(ok.sum()),
+        "ops": graph.num_ops,
+        "placements": len(placements),
+        "measured_ok": int(ok.sum()),
         "failed": [f"{r.status}: {r.message}" for r in results if not r.ok][:5],
-        "spearman_calibrated": rho_cal, "mape_calibrated": mape(sim_cal, real),
-        "spearman_uncalibrated": rho_raw, "mape_uncalibrated": mape(sim_raw, real),
-        "real_step_s": real.tolist(), "sim_calibrated_step_s": sim_cal.tolist(), "sim_uncalibrated_step_s": sim_raw.tolist(),
-        "profile_s": profile_s, "measure_s": measure_s,
+        "spearman_calibrated": rho_cal,
+        "mape_calibrated": mape(sim_cal, real),
+        "spearman_uncalibrated": rho_raw,
+        "mape_uncalibrated": mape(sim_raw, real),
+        "real_step_s": real.tolist(),
+        "sim_calibrated_step_s": sim_cal.tolist(),
+        "sim_uncalibrated_step_s": sim_raw.tolist(),
+        "profile_s": profile_s,
+        "measure_s": measure_s,
         "links": [{k: lk[k] for k in ("src", "dst", "latency_s", "bandwidth_bytes_per_s")} for lk in prof["links"]],
     }
 
@@ -215,8 +286,18 @@ def summary(rows: list[dict]) -> dict:
     def num(x: float) -> float | None:
         return None if x is None or not np.isfinite(x) else float(x)
 
-    return {"models": [{"model": r["model"], "executor": r["executor"], "mape": num(r["mape_calibrated"]),
-                        "spearman": num(r["spearman_calibrated"]), "n": r["measured_ok"]} for r in rows]}
+    return {
+        "models": [
+            {
+                "model": r["model"],
+                "executor": r["executor"],
+                "mape": num(r["mape_calibrated"]),
+                "spearman": num(r["spearman_calibrated"]),
+                "n": r["measured_ok"],
+            }
+            for r in rows
+        ]
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -225,18 +306,32 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--devices", default="cpu", help="torch devices to profile: cpu, or cpu,cuda:0 (default cpu)")
     p.add_argument("--cluster", default="h200x1", help="cluster whose logical devices placements use (default h200x1)")
     p.add_argument("--device-map", default=None, help="logical -> torch devices (default: *=cpu when --devices is cpu)")
-    p.add_argument("--size", choices=("small", "full"), default="small", help="toy-sized architectures or the zoo's sizes")
+    p.add_argument(
+        "--size", choices=("small", "full"), default="small", help="toy-sized architectures or the zoo's sizes"
+    )
     p.add_argument("--placements", type=int, default=20)
     p.add_argument("--warmup", type=int, default=2)
     p.add_argument("--steps", type=int, default=5)
     p.add_argument("--repeats", type=int, default=5, help="profiler repeats (in-context steps, or runs per op)")
-    p.add_argument("--profile-method", choices=("context", "isolated"), default="context",
-                   help="time CPU ops inside real training steps (default) or each op alone")
-    p.add_argument("--real", choices=("ray", "local"), default="ray",
-                   help="measure real steps in a Ray actor, wall clock (default), or in this process by host_clock "
-                        "(CPU time of the one torch thread: for a machine other jobs keep busy)")
-    p.add_argument("--executor", default=None, help="simulator executor model: eager (default, the PyTorch runtime) or dataflow")
-    p.add_argument("--json", action="store_true", help='print {"models": [{"model", "executor", "mape", "spearman", "n"}...]}')
+    p.add_argument(
+        "--profile-method",
+        choices=("context", "isolated"),
+        default="context",
+        help="time CPU ops inside real training steps (default) or each op alone",
+    )
+    p.add_argument(
+        "--real",
+        choices=("ray", "local"),
+        default="ray",
+        help="measure real steps in a Ray actor, wall clock (default), or in this process by host_clock "
+        "(CPU time of the one torch thread: for a machine other jobs keep busy)",
+    )
+    p.add_argument(
+        "--executor", default=None, help="simulator executor model: eager (default, the PyTorch runtime) or dataflow"
+    )
+    p.add_argument(
+        "--json", action="store_true", help='print {"models": [{"model", "executor", "mape", "spearman", "n"}...]}'
+    )
     p.add_argument("--cpus", type=int, default=os.cpu_count() or 1, help="CPU threads for the measuring actor")
     p.add_argument("--timeout", type=float, default=600.0, help="seconds allowed per measured placement")
     p.add_argument("--seed", type=int, default=0)
@@ -266,12 +361,20 @@ def run(args: argparse.Namespace) -> int:
     os.makedirs(args.out_dir, exist_ok=True)
     rows = []
     for name in names:
-        print(f"[{name}] profiling on {args.devices}, measuring {args.placements} placements...", file=sys.stderr, flush=True)
+        print(
+            f"[{name}] profiling on {args.devices}, measuring {args.placements} placements...",
+            file=sys.stderr,
+            flush=True,
+        )
         rows.append(run_model(name, args))
         r = rows[-1]
-        print(f"[{name}] spearman {r['spearman_calibrated']:.3f}, MAPE {100 * r['mape_calibrated']:.1f}% "
-              f"(preset: {r['spearman_uncalibrated']:.3f}, {100 * r['mape_uncalibrated']:.1f}%); "
-              f"profile {r['profile_s']:.0f}s, measure {r['measure_s']:.0f}s", file=sys.stderr, flush=True)
+        print(
+            f"[{name}] spearman {r['spearman_calibrated']:.3f}, MAPE {100 * r['mape_calibrated']:.1f}% "
+            f"(preset: {r['spearman_uncalibrated']:.3f}, {100 * r['mape_uncalibrated']:.1f}%); "
+            f"profile {r['profile_s']:.0f}s, measure {r['measure_s']:.0f}s",
+            file=sys.stderr,
+            flush=True,
+        )
     with open(os.path.join(args.out_dir, "calibration.json"), "w") as f:
         json.dump({"args": vars(args), "results": rows}, f, indent=1, default=str)
     md = markdown(rows, args)

@@ -41,17 +41,29 @@ DEFAULT_MAP = "cpu:0=cpu,*=cuda:0"
 
 
 def parse(argv: list[str] | None) -> argparse.Namespace:
-    p = OneLineParser(prog="gpu_conformance.py", description=__doc__.split("\n\n")[0],
-                      formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = OneLineParser(
+        prog="gpu_conformance.py",
+        description=__doc__.split("\n\n")[0],
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     p.add_argument("--models", default="all", help="comma-separated corpus entries, or 'all' (default)")
-    p.add_argument("--plans", default=",".join(conformance.PLANS),
-                   help=f"comma-separated plans (default all: {','.join(conformance.PLANS)})")
+    p.add_argument(
+        "--plans",
+        default=",".join(conformance.PLANS),
+        help=f"comma-separated plans (default all: {','.join(conformance.PLANS)})",
+    )
     p.add_argument("--device-map", default=DEFAULT_MAP, help=f"logical -> torch devices (default {DEFAULT_MAP})")
-    p.add_argument("--steps", type=int, default=10, help="timed steps per plan, median reported (default 10; 0: no timing)")
+    p.add_argument(
+        "--steps", type=int, default=10, help="timed steps per plan, median reported (default 10; 0: no timing)"
+    )
     p.add_argument("--warmup", type=int, default=2, help="untimed steps before them (default 2)")
     p.add_argument("--threads", type=int, default=0, help="torch CPU threads (default: torch's own)")
     p.add_argument("--deadline", type=float, default=450.0, help="start no model after this many seconds (default 450)")
-    p.add_argument("--out", default="runs/gpu_conformance.jsonl", help="rows, appended per model (default runs/gpu_conformance.jsonl)")
+    p.add_argument(
+        "--out",
+        default="runs/gpu_conformance.jsonl",
+        help="rows, appended per model (default runs/gpu_conformance.jsonl)",
+    )
     p.add_argument("--table", default="", help="also write the Markdown table here")
     p.add_argument("--json", action="store_true", help="print the rows as JSON instead of the table")
     return p.parse_args(argv)
@@ -67,8 +79,8 @@ def _names(text: str, known: list[str], option: str) -> list[str]:
 
 def check(args: argparse.Namespace) -> None:
     """PlacerError (one line, naming the option) for a bad option, before any work."""
-    from envs.real.placing import check_available, resolve_devices
     from envs.cluster import resolve_cluster
+    from envs.real.placing import check_available, resolve_devices
 
     args.model_names = _names(args.models, corpus.available(), "--models")
     args.plan_names = _names(args.plans, list(conformance.PLANS), "--plans")
@@ -120,28 +132,46 @@ def main(argv: list[str] | None = None) -> int:
             print(f"[{k + 1}/{len(args.model_names)}] {name}: already in {args.out}", file=sys.stderr)
             continue
         if time.time() - t_start > args.deadline:
-            print(f"[{k + 1}/{len(args.model_names)}] {name}: not started (past --deadline {args.deadline:g}s)", file=sys.stderr)
+            print(
+                f"[{k + 1}/{len(args.model_names)}] {name}: not started (past --deadline {args.deadline:g}s)",
+                file=sys.stderr,
+            )
             continue
         t0 = time.time()
-        results = conformance.check_model(name, args.plan_names, device_map=args.device_map, timed_steps=args.steps,
-                                          warmup_steps=args.warmup, synchronize=synchronize)
+        results = conformance.check_model(
+            name,
+            args.plan_names,
+            device_map=args.device_map,
+            timed_steps=args.steps,
+            warmup_steps=args.warmup,
+            synchronize=synchronize,
+        )
         new = [r.to_dict() | {"device": device, "torch": torch.__version__} for r in results]
         with open(args.out, "a", encoding="utf-8") as f:  # per model: a run cut short keeps what it measured
             f.writelines(json.dumps(r) + "\n" for r in new)
         rows.extend(new)
         passed = sum(r.ok for r in results)
-        print(f"[{k + 1}/{len(args.model_names)}] {name}: {passed}/{len(results)} plans pass ({time.time() - t0:.0f}s)",
-              file=sys.stderr)
-    table = conformance.format_rows([conformance.PlanResult(**{k: (float('nan') if v is None else v)
-                                                               for k, v in r.items() if k not in ("device", "torch")})
-                                     for r in rows])
+        print(
+            f"[{k + 1}/{len(args.model_names)}] {name}: {passed}/{len(results)} plans pass ({time.time() - t0:.0f}s)",
+            file=sys.stderr,
+        )
+    table = conformance.format_rows(
+        [
+            conformance.PlanResult(
+                **{k: (float("nan") if v is None else v) for k, v in r.items() if k not in ("device", "torch")}
+            )
+            for r in rows
+        ]
+    )
     if args.table:
         with open(args.table, "w", encoding="utf-8") as f:
             f.write("\n".join(table) + "\n")
     print(json.dumps(rows, indent=1) if args.json else "\n".join(table))
     failed = [f"{r['model']}/{r['plan']}" for r in rows if not r["ok"]]
-    print(f"{len(rows) - len(failed)}/{len(rows)} rows pass" + (f"; failing: {', '.join(failed)}" if failed else ""),
-          file=sys.stderr)
+    print(
+        f"{len(rows) - len(failed)}/{len(rows)} rows pass" + (f"; failing: {', '.join(failed)}" if failed else ""),
+        file=sys.stderr,
+    )
     return 1 if failed else 0
 
 

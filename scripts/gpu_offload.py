@@ -49,10 +49,26 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__)))) 
 from graphs import PlacerError  # noqa: E402
 
 DEFAULTS = {
-    "gpu": dict(scenario="llama-256k", device_map="cpu:0=cpu,gpu:0=cuda:0", warmup=1, steps=4, measure_timeout=120.0,
-                deadline=300.0, train_budget=60.0, budget=240.0),
-    "tiny": dict(scenario="tiny", device_map="*=cpu", warmup=1, steps=3, measure_timeout=60.0, deadline=120.0,
-                 train_budget=5.0, budget=10.0),
+    "gpu": dict(
+        scenario="llama-256k",
+        device_map="cpu:0=cpu,gpu:0=cuda:0",
+        warmup=1,
+        steps=4,
+        measure_timeout=120.0,
+        deadline=300.0,
+        train_budget=60.0,
+        budget=240.0,
+    ),
+    "tiny": dict(
+        scenario="tiny",
+        device_map="*=cpu",
+        warmup=1,
+        steps=3,
+        measure_timeout=60.0,
+        deadline=120.0,
+        train_budget=5.0,
+        budget=10.0,
+    ),
 }
 
 
@@ -65,9 +81,13 @@ class OneLineParser(argparse.ArgumentParser):
 def parse(argv: list[str] | None) -> argparse.Namespace:
     p = OneLineParser(prog="gpu_offload.py", description=__doc__.split("\n\n")[0])
     p.add_argument("stage", choices=("plan", "profile", "rivals", "finetune", "report", "adam"))
-    p.add_argument("--tiny", action="store_true", help="the CPU stand-in: a small model, every logical device on the CPU")
+    p.add_argument(
+        "--tiny", action="store_true", help="the CPU stand-in: a small model, every logical device on the CPU"
+    )
     p.add_argument("--scenario", help="llama-256k (default) or tiny (default with --tiny)")
-    p.add_argument("--out-dir", default="runs/offload", help="plans, measurements, runs and the table (default runs/offload)")
+    p.add_argument(
+        "--out-dir", default="runs/offload", help="plans, measurements, runs and the table (default runs/offload)"
+    )
     p.add_argument("--device-map", help="logical -> torch devices (default cpu:0=cpu,gpu:0=cuda:0; --tiny: *=cpu)")
     p.add_argument("--warmup", type=int, help="untimed steps per placement (default 1)")
     p.add_argument("--steps", type=int, help="timed steps per placement, median reported (default 4; --tiny: 3)")
@@ -76,10 +96,18 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--train-budget", type=float, help="rivals: seconds of placer.train on the simulator (default 60)")
     p.add_argument("--budget", type=float, help="finetune: seconds of REINFORCE on measured rewards (default 240)")
     p.add_argument("--samples", type=int, default=8, help="placements sampled per iteration, both runs (default 8)")
-    p.add_argument("--exploration", type=float, default=2.0,
-                   help="finetune: std of the noise on the policy's logits while sampling (default 2; 0: none)")
-    p.add_argument("--profile-repeats", type=int, default=3,
-                   help="profile: timed training steps per device, each op's median kept (default 3)")
+    p.add_argument(
+        "--exploration",
+        type=float,
+        default=2.0,
+        help="finetune: std of the noise on the policy's logits while sampling (default 2; 0: none)",
+    )
+    p.add_argument(
+        "--profile-repeats",
+        type=int,
+        default=3,
+        help="profile: timed training steps per device, each op's median kept (default 3)",
+    )
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--plot", help="report: draw the fine-tuning's curves to this PNG (needs matplotlib)")
     p.add_argument("--params", type=int, default=100_000_000, help="adam: parameters updated (default 100 M)")
@@ -111,10 +139,21 @@ def options(args: argparse.Namespace) -> "StageOptions":  # noqa: F821  (bench.o
     check_output_dir(args.out_dir, "--out-dir")
     if args.stage != "plan":  # the plan stage runs nothing
         check_available(resolve_devices(["cpu:0", "gpu:0"], args.device_map))
-    return StageOptions(scenario, args.out_dir, args.device_map, warmup_steps=args.warmup, timed_steps=args.steps,
-                        measure_timeout_s=args.measure_timeout, deadline_s=args.deadline,
-                        train_budget_s=args.train_budget, budget_s=args.budget, samples=args.samples, seed=args.seed,
-                        exploration=args.exploration, profile_repeats=args.profile_repeats)
+    return StageOptions(
+        scenario,
+        args.out_dir,
+        args.device_map,
+        warmup_steps=args.warmup,
+        timed_steps=args.steps,
+        measure_timeout_s=args.measure_timeout,
+        deadline_s=args.deadline,
+        train_budget_s=args.train_budget,
+        budget_s=args.budget,
+        samples=args.samples,
+        seed=args.seed,
+        exploration=args.exploration,
+        profile_repeats=args.profile_repeats,
+    )
 
 
 def report(args: argparse.Namespace) -> dict:
@@ -142,44 +181,60 @@ def host_adam(args: argparse.Namespace) -> dict:
     from placer.checks import check_int
 
     check_int(args.params, "--params", least=1000)
-    threads = [check_int(int(t) if t.isdigit() else t, "--threads", least=1) for t in parse_list(args.threads, what="threads")]
-    return {"machine": machine_line(), "parameters": args.params,
-            "params_per_s": {str(t): adam_rate(args.params, threads=t) for t in threads}}
+    threads = [
+        check_int(int(t) if t.isdigit() else t, "--threads", least=1) for t in parse_list(args.threads, what="threads")
+    ]
+    return {
+        "machine": machine_line(),
+        "parameters": args.params,
+        "params_per_s": {str(t): adam_rate(args.params, threads=t) for t in threads},
+    }
 
 
 def text(doc: dict) -> str:
     if "profile" in doc:  # the profile stage
         steps = ", ".join(f"{d} {s:.3f} s" if s else f"{d} -" for d, s in doc["step_s"].items())
-        return (f"{doc['profile']}: graph {doc['graph_hash']} profiled on {', '.join(doc['devices'])} in {doc['seconds']:.0f} s; "
-                f"a step with every op on one device: {steps}" + (f"; errors: {doc['errors']}" if doc["errors"] else ""))
+        return (
+            f"{doc['profile']}: graph {doc['graph_hash']} profiled on {', '.join(doc['devices'])} in {doc['seconds']:.0f} s; "
+            f"a step with every op on one device: {steps}" + (f"; errors: {doc['errors']}" if doc["errors"] else "")
+        )
     if "params_per_s" in doc:  # the adam stage
-        return "\n".join(f"{t} threads: " + ", ".join(f"{k} {v / 1e6:.0f} M parameters/s" for k, v in r.items())
-                         for t, r in doc["params_per_s"].items())
+        return "\n".join(
+            f"{t} threads: " + ", ".join(f"{k} {v / 1e6:.0f} M parameters/s" for k, v in r.items())
+            for t, r in doc["params_per_s"].items()
+        )
     from bench.offload_report import markdown
 
     s = doc["summary"]
-    lines = [f"{doc['scenario']}: {doc['description']}; GPU cap {doc['cap_gib']:g} GiB; {doc['ops']} ops, "
-             f"{doc['parameters'] / 1e6:,.1f} M parameters, {doc['forward_flops'] / 1e9:,.1f} GFLOP forward; simulated with "
-             f"{'the profile.json of this machine' if doc.get('simulator') == 'profile' else 'the scenario estimates (no profile)'}",
-             "",
-             markdown(doc["rows"]), ""]
+    lines = [
+        f"{doc['scenario']}: {doc['description']}; GPU cap {doc['cap_gib']:g} GiB; {doc['ops']} ops, "
+        f"{doc['parameters'] / 1e6:,.1f} M parameters, {doc['forward_flops'] / 1e9:,.1f} GFLOP forward; simulated with "
+        f"{'the profile.json of this machine' if doc.get('simulator') == 'profile' else 'the scenario estimates (no profile)'}",
+        "",
+        markdown(doc["rows"]),
+        "",
+    ]
     for key in ("accelerate_over_placer", "fsdp2_over_placer", "fine_tuned_over_simulator_plan", "noise"):
         value = s.get(key)
         lines.append(f"{key}: {'-' if value is None else f'{value:.3f}'}")
     adam = doc.get("host_adam")
     if adam:
         rate = adam["params_per_s"]["foreach"]
-        lines.append(f"host Adam: {rate / 1e6:.0f} M parameters/s ({adam['threads']} threads): an Adam step over all "
-                     f"{doc['parameters'] / 1e6:,.1f} M parameters on the host (FSDP2's) takes >= {doc['parameters'] / rate:.3f} s")
+        lines.append(
+            f"host Adam: {rate / 1e6:.0f} M parameters/s ({adam['threads']} threads): an Adam step over all "
+            f"{doc['parameters'] / 1e6:,.1f} M parameters on the host (FSDP2's) takes >= {doc['parameters'] / rate:.3f} s"
+        )
     if s.get("over_the_cap"):
         lines.append(f"over the cap: {', '.join(s['over_the_cap'])}")
     c = doc.get("curves")
     if c:
         fmt = lambda x: "-" if x is None else f"{x:.3f}"  # noqa: E731
-        lines.append(f"fine-tuning: {c['n']} placements measured; Spearman(real, simulated) {fmt(c['spearman'])}; "
-                     f"median real/simulated {fmt(c['median_real_over_sim'])}; the simulator's pick parts from the real "
-                     f"best at measurement {'-' if c['parted_at'] is None else c['parted_at'] + 1}; the two disagree on "
-                     f"fitting at measurements {[i + 1 for i in c['fit_disagreements']] or '-'}")
+        lines.append(
+            f"fine-tuning: {c['n']} placements measured; Spearman(real, simulated) {fmt(c['spearman'])}; "
+            f"median real/simulated {fmt(c['median_real_over_sim'])}; the simulator's pick parts from the real "
+            f"best at measurement {'-' if c['parted_at'] is None else c['parted_at'] + 1}; the two disagree on "
+            f"fitting at measurements {[i + 1 for i in c['fit_disagreements']] or '-'}"
+        )
     return "\n".join(lines)
 
 
@@ -194,8 +249,12 @@ def main(argv: list[str] | None = None) -> int:
             from bench import offload_stages
 
             opts = options(args)
-            run = {"plan": offload_stages.run_plan, "profile": offload_stages.run_profile, "rivals": offload_stages.run_rivals,
-                   "finetune": offload_stages.run_finetune}
+            run = {
+                "plan": offload_stages.run_plan,
+                "profile": offload_stages.run_profile,
+                "rivals": offload_stages.run_rivals,
+                "finetune": offload_stages.run_finetune,
+            }
             doc = run[args.stage](opts)
     except PlacerError as e:
         print(f"gpu_offload: {e}", file=sys.stderr)

@@ -39,9 +39,9 @@ import sys
 import time
 from typing import Any
 
+import calibrate_sim as cs
 import numpy as np
 
-import calibrate_sim as cs
 from bench.fidelity.checks import grad_errors  # noqa: E402  (calibrate_sim put the repository root on sys.path)
 from graphs import PlacerError
 
@@ -57,7 +57,9 @@ def earlier_rows(path: str) -> list[dict]:
         return [json.loads(line) for line in f if line.strip()]
 
 
-def _profile(name: str, args: argparse.Namespace, model: Any, inputs: tuple, torch_devices: list[str], out: dict) -> None:
+def _profile(
+    name: str, args: argparse.Namespace, model: Any, inputs: tuple, torch_devices: list[str], out: dict
+) -> None:
     """Profile the model in context (and op by op with --isolated) into ``out``: the file, each device's sums, errors."""
     import torch
 
@@ -68,7 +70,9 @@ def _profile(name: str, args: argparse.Namespace, model: Any, inputs: tuple, tor
     prof = profile_model(model, inputs, torch_devices, warmup=1, repeats=args.repeats)
     check_profile(prof)
     if args.isolated:  # the old op-by-op columns beside the new ones, for the comparison
-        iso = profile_model(model, inputs, [d for d in torch_devices if d != "cpu"], warmup=1, repeats=args.repeats, method="isolated")
+        iso = profile_model(
+            model, inputs, [d for d in torch_devices if d != "cpu"], warmup=1, repeats=args.repeats, method="isolated"
+        )
         for dev, entry in iso["devices"].items():
             prof["devices"][dev]["isolated_fwd_s"] = entry["fwd_s"]
             prof["devices"][dev]["isolated_bwd_s"] = entry["bwd_s"]
@@ -78,8 +82,11 @@ def _profile(name: str, args: argparse.Namespace, model: Any, inputs: tuple, tor
     if out["profile_errors"]:
         log(f"[{name}] profile errors: {out['profile_errors']}")
     for dev, entry in prof["devices"].items():
-        summary = {"method": entry.get("method"), "fwd_sum_s": float(np.nansum(np.array(entry["fwd_s"], dtype=float))),
-                   "bwd_sum_s": float(np.nansum(np.array(entry["bwd_s"], dtype=float)))}
+        summary = {
+            "method": entry.get("method"),
+            "fwd_sum_s": float(np.nansum(np.array(entry["fwd_s"], dtype=float))),
+            "bwd_sum_s": float(np.nansum(np.array(entry["bwd_s"], dtype=float))),
+        }
         for key in ("issue_fwd_s", "issue_bwd_s"):
             if key in entry:
                 summary[key.replace("_s", "_sum_s")] = float(np.sum(entry[key]))
@@ -89,10 +96,18 @@ def _profile(name: str, args: argparse.Namespace, model: Any, inputs: tuple, tor
         out.setdefault("devices", {})[dev] = summary
         if torch.cuda.is_available():
             torch.cuda.empty_cache()
-    log(f"[{name}] profiled in {out['profile_s']:.0f}s: " + "; ".join(
-        f"{d} {s['method']} fwd {s['fwd_sum_s'] * 1e3:.1f} bwd {s['bwd_sum_s'] * 1e3:.1f} ms"
-        + (f", issue fwd {s['issue_fwd_sum_s'] * 1e3:.1f} bwd {s['issue_bwd_sum_s'] * 1e3:.1f} ms, step {s['step_s'] * 1e3:.1f} ms" if "issue_fwd_sum_s" in s else "")
-        for d, s in out["devices"].items()))
+    log(
+        f"[{name}] profiled in {out['profile_s']:.0f}s: "
+        + "; ".join(
+            f"{d} {s['method']} fwd {s['fwd_sum_s'] * 1e3:.1f} bwd {s['bwd_sum_s'] * 1e3:.1f} ms"
+            + (
+                f", issue fwd {s['issue_fwd_sum_s'] * 1e3:.1f} bwd {s['issue_bwd_sum_s'] * 1e3:.1f} ms, step {s['step_s'] * 1e3:.1f} ms"
+                if "issue_fwd_sum_s" in s
+                else ""
+            )
+            for d, s in out["devices"].items()
+        )
+    )
 
 
 def _remeasure(name: str, args: argparse.Namespace, cluster: Any, graph: Any, rows: list[dict], out: dict) -> None:
@@ -103,20 +118,48 @@ def _remeasure(name: str, args: argparse.Namespace, cluster: Any, graph: Any, ro
     chosen = [r for k, r in enumerate(rows) if k % args.stride == 0 and r.get("real_step_s")][: args.remeasure]
     if chosen:
         t0 = time.time()
-        placements = [Placement.from_indices(graph, names, np.array(r["devices"]), order=None if r["order"] is None else np.array(r["order"]))
-                      for r in chosen]
-        results = cs.measure_here(name, args.size, cluster, graph, placements, os.path.join(args.work_dir, name),
-                                  device_map=args.device_map, warmup=args.warmup, steps=args.steps, cpus=args.cpus, timeout=args.timeout)
-        out["remeasured"] = [{"methods": r["methods"], "earlier_s": r["real_step_s"], "now_s": res.step_time_s if res.ok else None,
-                              "status": res.status} for r, res in zip(chosen, results)]
+        placements = [
+            Placement.from_indices(
+                graph, names, np.array(r["devices"]), order=None if r["order"] is None else np.array(r["order"])
+            )
+            for r in chosen
+        ]
+        results = cs.measure_here(
+            name,
+            args.size,
+            cluster,
+            graph,
+            placements,
+            os.path.join(args.work_dir, name),
+            device_map=args.device_map,
+            warmup=args.warmup,
+            steps=args.steps,
+            cpus=args.cpus,
+            timeout=args.timeout,
+        )
+        out["remeasured"] = [
+            {
+                "methods": r["methods"],
+                "earlier_s": r["real_step_s"],
+                "now_s": res.step_time_s if res.ok else None,
+                "status": res.status,
+            }
+            for r, res in zip(chosen, results)
+        ]
         ratios = [m["now_s"] / m["earlier_s"] for m in out["remeasured"] if m["now_s"]]
         out["remeasure_ratio_median"] = float(np.median(ratios)) if ratios else None
         out["remeasure_s"] = time.time() - t0
-        log(f"[{name}] re-measured {len(ratios)} placements in {out['remeasure_s']:.0f}s: now / earlier median "
-            f"{out['remeasure_ratio_median']:.3f}, range {min(ratios):.3f}-{max(ratios):.3f}" if ratios else f"[{name}] nothing re-measured")
+        log(
+            f"[{name}] re-measured {len(ratios)} placements in {out['remeasure_s']:.0f}s: now / earlier median "
+            f"{out['remeasure_ratio_median']:.3f}, range {min(ratios):.3f}-{max(ratios):.3f}"
+            if ratios
+            else f"[{name}] nothing re-measured"
+        )
 
 
-def _apply_checks(name: str, args: argparse.Namespace, graph: Any, names: list[str], rows: list[dict], out: dict) -> None:
+def _apply_checks(
+    name: str, args: argparse.Namespace, graph: Any, names: list[str], rows: list[dict], out: dict
+) -> None:
     """``placer.apply``'s gradients against float64: the earlier run's learned placement, and all on the GPU."""
     from graphs.plan import Placement
 
@@ -138,9 +181,11 @@ def _apply_checks(name: str, args: argparse.Namespace, graph: Any, names: list[s
             c["placed_worst_norm_rel"] = max(r["placed_norm_rel"] or 0.0 for r in c["worst"])
             c["cpu32_worst_norm_rel"] = max(r["cpu32_norm_rel"] or 0.0 for r in c["worst"])
             w = c["worst"][0]
-            log(f"[{name}] apply vs float64, {label}: worst {w['param']} max-rel placed {w['placed_max_rel']:.1e} "
+            log(
+                f"[{name}] apply vs float64, {label}: worst {w['param']} max-rel placed {w['placed_max_rel']:.1e} "
                 f"cpu32 {w['cpu32_max_rel']:.1e} (max |grad| {w['max_abs']:.1e}); worst norm-rel placed "
-                f"{c['placed_worst_norm_rel']:.1e} cpu32 {c['cpu32_worst_norm_rel']:.1e}")
+                f"{c['placed_worst_norm_rel']:.1e} cpu32 {c['cpu32_worst_norm_rel']:.1e}"
+            )
     out["apply_checks"] = checks
     out["apply_s"] = time.time() - t0
 
@@ -169,13 +214,30 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--models", default="rnnlm,nmt-2,resnet50", help="comma-separated (default rnnlm,nmt-2,resnet50)")
     p.add_argument("--size", default="medium", choices=("small", "medium", "full"), help="model sizes (default medium)")
     p.add_argument("--cluster", default="h200x1", help="cluster of the earlier placements (default h200x1)")
-    p.add_argument("--device-map", default="gpu:0=cuda:0,cpu:0=cpu", help="logical -> torch devices (default gpu:0=cuda:0,cpu:0=cpu)")
-    p.add_argument("--gpu-name", default="gpu:0", help="logical device of 'all on the GPU' in the apply check (default gpu:0)")
-    p.add_argument("--from", dest="earlier", default="docs/calibration", help="folder of the earlier run's <model>.jsonl (default docs/calibration)")
+    p.add_argument(
+        "--device-map",
+        default="gpu:0=cuda:0,cpu:0=cpu",
+        help="logical -> torch devices (default gpu:0=cuda:0,cpu:0=cpu)",
+    )
+    p.add_argument(
+        "--gpu-name", default="gpu:0", help="logical device of 'all on the GPU' in the apply check (default gpu:0)"
+    )
+    p.add_argument(
+        "--from",
+        dest="earlier",
+        default="docs/calibration",
+        help="folder of the earlier run's <model>.jsonl (default docs/calibration)",
+    )
     p.add_argument("--stride", type=int, default=3, help="re-measure every STRIDE-th earlier placement (default 3)")
     p.add_argument("--remeasure", type=int, default=10, help="at most this many per model (default 10; 0: none)")
-    p.add_argument("--apply-check", default="resnet50", help="models whose gradients are checked against float64 (default resnet50)")
-    p.add_argument("--isolated", action="store_true", help="also time the GPU op by op (the old method) into the profile")
+    p.add_argument(
+        "--apply-check",
+        default="resnet50",
+        help="models whose gradients are checked against float64 (default resnet50)",
+    )
+    p.add_argument(
+        "--isolated", action="store_true", help="also time the GPU op by op (the old method) into the profile"
+    )
     p.add_argument("--repeats", type=int, default=5)
     p.add_argument("--warmup", type=int, default=2)
     p.add_argument("--steps", type=int, default=5)
@@ -202,7 +264,9 @@ def check(args: argparse.Namespace) -> None:
     check_float(args.timeout, "--timeout", above=0)
     cluster = envs.resolve_cluster(args.cluster)
     if args.gpu_name not in cluster.device_names:
-        raise PlacerError(f"--gpu-name {args.gpu_name}: not a device of {args.cluster} ({', '.join(cluster.device_names)})")
+        raise PlacerError(
+            f"--gpu-name {args.gpu_name}: not a device of {args.cluster} ({', '.join(cluster.device_names)})"
+        )
     check_available(resolve_devices(cluster.device_names, args.device_map))
 
 
@@ -228,7 +292,15 @@ def main(argv: list[str] | None = None) -> int:
                 json.dump(done, f, indent=1)
             log(f"[{name}] done in {time.time() - t0:.0f}s")
     finally:
-        print(json.dumps([{k: v for k, v in d.items() if k in ("model", "ops", "devices", "remeasure_ratio_median", "error")} for d in done], indent=1))
+        print(
+            json.dumps(
+                [
+                    {k: v for k, v in d.items() if k in ("model", "ops", "devices", "remeasure_ratio_median", "error")}
+                    for d in done
+                ],
+                indent=1,
+            )
+        )
     return 0
 
 

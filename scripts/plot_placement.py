@@ -33,8 +33,12 @@ def main(argv: list[str] | None = None) -> int:
     what.add_argument("--method", default=None, help="a baseline name instead of RL")
     parser.add_argument("--policy", default="seq2seq", help="RL policy when training (default seq2seq)")
     parser.add_argument("--time-budget", type=float, default=60.0, metavar="S", help="RL training seconds (default 60)")
-    parser.add_argument("--warm-start", choices=("best", "none"), default="best",
-                        help="RL imitates the best heuristic first (default) or starts from scratch")
+    parser.add_argument(
+        "--warm-start",
+        choices=("best", "none"),
+        default="best",
+        help="RL imitates the best heuristic first (default) or starts from scratch",
+    )
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--color-by", choices=("layer", "kind"), default="layer")
     parser.add_argument("-o", "--output", required=True, help="PNG file to write")
@@ -60,13 +64,27 @@ def main(argv: list[str] | None = None) -> int:
             from placer.learn.loop import train
 
             with tempfile.TemporaryDirectory(prefix="placer-plot-") as tmp:
-                result = train(TrainConfig(cluster=cluster.name, policy=args.policy, time_budget_s=args.time_budget,
-                                           warm_start=args.warm_start, seed=args.seed, progress=False, logdir=tmp), graph=graph, cluster=cluster)
+                result = train(
+                    TrainConfig(
+                        cluster=cluster.name,
+                        policy=args.policy,
+                        time_budget_s=args.time_budget,
+                        warm_start=args.warm_start,
+                        seed=args.seed,
+                        progress=False,
+                        logdir=tmp,
+                    ),
+                    graph=graph,
+                    cluster=cluster,
+                )
             if result.best_placement is None:
                 raise PlacerError(f"{args.source}: RL found no valid placement in {args.time_budget:g} s")
             placement, label = result.best_placement, f"RL {args.policy}, {args.time_budget:g} s"
-            print(f"RL {args.policy}: {result.best_step_time_s * 1e3:.2f} ms after {result.iterations} iterations "
-                  f"({result.warm_start})", file=sys.stderr)
+            print(
+                f"RL {args.policy}: {result.best_step_time_s * 1e3:.2f} ms after {result.iterations} iterations "
+                f"({result.warm_start})",
+                file=sys.stderr,
+            )
         sim = envs.simulate(graph, placement, cluster, trace=True)
         trace = sim.extra["trace"]
         if args.trace:

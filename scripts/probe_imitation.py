@@ -28,40 +28,71 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 def _parse(argv: list[str] | None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("graph", nargs="?", default="inception-v3",
-                    help="zoo graph or pretraining corpus item such as recurrent-1500-s51 (default inception-v3)")
+    ap.add_argument(
+        "graph",
+        nargs="?",
+        default="inception-v3",
+        help="zoo graph or pretraining corpus item such as recurrent-1500-s51 (default inception-v3)",
+    )
     ap.add_argument("--cluster", default="k80x4")
     ap.add_argument("--steps", type=int, default=300)
     ap.add_argument("--every", type=int, default=50)
     ap.add_argument("--lr", type=float, default=3e-3)
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--decoder", default="independent", choices=("independent", "schedule"),
-                    help="the gnn policy's decoder (default independent)")
-    ap.add_argument("--dagger", type=float, default=0.0,
-                    help="schedule decoder: share of steps that imitate along the policy's own samples (default 0)")
-    ap.add_argument("--switch-share", type=float, default=0.0,
-                    help="schedule decoder: share of the loss on the label's switches (placer pretrain --switch-share; default 0)")
+    ap.add_argument(
+        "--decoder",
+        default="independent",
+        choices=("independent", "schedule"),
+        help="the gnn policy's decoder (default independent)",
+    )
+    ap.add_argument(
+        "--dagger",
+        type=float,
+        default=0.0,
+        help="schedule decoder: share of steps that imitate along the policy's own samples (default 0)",
+    )
+    ap.add_argument(
+        "--switch-share",
+        type=float,
+        default=0.0,
+        help="schedule decoder: share of the loss on the label's switches (placer pretrain --switch-share; default 0)",
+    )
     ap.add_argument("--json", action="store_true")
     return ap.parse_args(argv)
 
 
-def _report(args: argparse.Namespace, g, c, method: str, label_s: float, label, single_s: float, switch, rows: list[dict]) -> int:
+def _report(
+    args: argparse.Namespace, g, c, method: str, label_s: float, label, single_s: float, switch, rows: list[dict]
+) -> int:
     import numpy as np
 
-    head = {"graph": g.name, "ops": g.num_ops, "cluster": c.name, "decoder": args.decoder, "label": method, "label_step_time_s": label_s,
-            "label_ops_per_device": np.bincount(label, minlength=c.num_devices).tolist(), "best_single_s": single_s,
-            "switches": int(switch.sum()), "switch_share": args.switch_share}
+    head = {
+        "graph": g.name,
+        "ops": g.num_ops,
+        "cluster": c.name,
+        "decoder": args.decoder,
+        "label": method,
+        "label_step_time_s": label_s,
+        "label_ops_per_device": np.bincount(label, minlength=c.num_devices).tolist(),
+        "best_single_s": single_s,
+        "switches": int(switch.sum()),
+        "switch_share": args.switch_share,
+    }
     if args.json:
         print(json.dumps({**head, "rows": rows}, indent=1))
         return 0
-    print(f"{g.name} ({g.num_ops} ops) on {c.name}, {args.decoder} decoder: label {method} {label_s * 1e3:.1f} ms "
-          f"{head['label_ops_per_device']}, best single device {single_s * 1e3:.1f} ms; {head['switches']} switches, "
-          f"switch share {args.switch_share:g}")
+    print(
+        f"{g.name} ({g.num_ops} ops) on {c.name}, {args.decoder} decoder: label {method} {label_s * 1e3:.1f} ms "
+        f"{head['label_ops_per_device']}, best single device {single_s * 1e3:.1f} ms; {head['switches']} switches, "
+        f"switch share {args.switch_share:g}"
+    )
     print("| step | loss | agreement | on switches | greedy ms | ops per device |")
     print("|---:|---:|---:|---:|---:|---|")
     for r in rows:
         ms = "fails" if r["greedy_step_time_s"] is None else f"{r['greedy_step_time_s'] * 1e3:.1f}"
-        print(f"| {r['step']} | {r['loss']:.3f} | {r['agreement']:.3f} | {r['switch_agreement']:.3f} | {ms} | {r['ops_per_device']} |")
+        print(
+            f"| {r['step']} | {r['loss']:.3f} | {r['agreement']:.3f} | {r['switch_agreement']:.3f} | {ms} | {r['ops_per_device']} |"
+        )
     return 0
 
 
@@ -72,12 +103,16 @@ def main(argv: list[str] | None = None) -> int:
     import envs
     from graphs import PlacerError, plan, zoo
     from placer.learn.corpus import build_corpus
-    from placer.learn.pretrain import imitation_label as best_heuristic, canonical_label
+    from placer.learn.pretrain import canonical_label
+    from placer.learn.pretrain import imitation_label as best_heuristic
     from policies.gnn import GNNNet, GNNPolicy
 
     args = _parse(argv)
     if args.steps < 0 or args.every < 1 or not args.lr > 0 or not 0 <= args.switch_share < 1:
-        print("probe_imitation: --steps must be >= 0, --every >= 1, --lr > 0 and --switch-share in [0, 1)", file=sys.stderr)
+        print(
+            "probe_imitation: --steps must be >= 0, --every >= 1, --lr > 0 and --switch-share in [0, 1)",
+            file=sys.stderr,
+        )
         return 2
     try:
         if args.graph in zoo.names():
@@ -105,16 +140,23 @@ def main(argv: list[str] | None = None) -> int:
     t0 = time.perf_counter()
     for step in range(args.steps + 1):
         own = args.decoder == "schedule" and coin.random() < args.dagger
-        loss = policy.imitation_loss(label, along=policy.sample(4, generator=gen).op_devices if own else None,
-                                     switch_share=args.switch_share)
+        loss = policy.imitation_loss(
+            label, along=policy.sample(4, generator=gen).op_devices if own else None, switch_share=args.switch_share
+        )
         if step % args.every == 0 or step == args.steps:
             greedy = policy.greedy()
             t, failed = env.step_times(greedy[None])
-            rows.append({"step": step, "loss": float(loss.detach()), "agreement": float((greedy == label).mean()),
-                         "switch_agreement": float((greedy[switch] == label[switch]).mean()) if switch.any() else 1.0,
-                         "greedy_step_time_s": None if failed[0] else float(t[0]),
-                         "ops_per_device": np.bincount(greedy, minlength=c.num_devices).tolist(),
-                         "seconds": time.perf_counter() - t0})
+            rows.append(
+                {
+                    "step": step,
+                    "loss": float(loss.detach()),
+                    "agreement": float((greedy == label).mean()),
+                    "switch_agreement": float((greedy[switch] == label[switch]).mean()) if switch.any() else 1.0,
+                    "greedy_step_time_s": None if failed[0] else float(t[0]),
+                    "ops_per_device": np.bincount(greedy, minlength=c.num_devices).tolist(),
+                    "seconds": time.perf_counter() - t0,
+                }
+            )
         if step < args.steps:
             opt.zero_grad()
             loss.backward()

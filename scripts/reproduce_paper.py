@@ -29,26 +29,50 @@ DEFAULT_BUDGET_S = 45.0
 
 
 def main(argv: list[str] | None = None) -> int:
-    from graphs import PlacerError
     from bench import report
     from bench.common import machine_line, parse_list
+    from graphs import PlacerError
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--time-budget", type=float, default=DEFAULT_BUDGET_S, metavar="S",
-                        help=f"seconds of training per RL run (default {DEFAULT_BUDGET_S:g})")
-    parser.add_argument("--graphs", default=",".join(report.PAPER_GRAPHS),
-                        help="comma-separated zoo names or graph files (default: the paper's four models)")
-    parser.add_argument("--clusters", default=",".join(report.PAPER_CLUSTERS + report.MODERN_CLUSTERS),
-                        help="comma-separated cluster presets or JSON files (default: k80x2,k80x4,v100x4,h100x8)")
+    parser.add_argument(
+        "--time-budget",
+        type=float,
+        default=DEFAULT_BUDGET_S,
+        metavar="S",
+        help=f"seconds of training per RL run (default {DEFAULT_BUDGET_S:g})",
+    )
+    parser.add_argument(
+        "--graphs",
+        default=",".join(report.PAPER_GRAPHS),
+        help="comma-separated zoo names or graph files (default: the paper's four models)",
+    )
+    parser.add_argument(
+        "--clusters",
+        default=",".join(report.PAPER_CLUSTERS + report.MODERN_CLUSTERS),
+        help="comma-separated cluster presets or JSON files (default: k80x2,k80x4,v100x4,h100x8)",
+    )
     parser.add_argument("--policies", default=",".join(report.RL_POLICIES), help="RL policies to train (default: both)")
-    parser.add_argument("--warm-start", choices=("best", "none"), default="best",
-                        help="RL starts by imitating the best heuristic (default, as placer train) or from scratch")
+    parser.add_argument(
+        "--warm-start",
+        choices=("best", "none"),
+        default="best",
+        help="RL starts by imitating the best heuristic (default, as placer train) or from scratch",
+    )
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--ilp-time-limit", type=float, default=60.0, metavar="S",
-                        help="seconds for the ilp baseline's solver per (model, cluster) (default 60)")
-    parser.add_argument("--executor", choices=("dataflow", "eager"), default="dataflow",
-                        help="simulator executor model (default dataflow: the paper's TensorFlow setting; "
-                             "eager is the PyTorch runtime placer.apply builds)")
+    parser.add_argument(
+        "--ilp-time-limit",
+        type=float,
+        default=60.0,
+        metavar="S",
+        help="seconds for the ilp baseline's solver per (model, cluster) (default 60)",
+    )
+    parser.add_argument(
+        "--executor",
+        choices=("dataflow", "eager"),
+        default="dataflow",
+        help="simulator executor model (default dataflow: the paper's TensorFlow setting; "
+        "eager is the PyTorch runtime placer.apply builds)",
+    )
     parser.add_argument("--logdir", default=None, help="keep the RL runs' TensorBoard logs here (default: discarded)")
     parser.add_argument("--json", action="store_true", help="print the numbers as JSON instead of markdown")
     parser.add_argument("--out", default=None, metavar="FILE.md", help="also write the markdown report to this file")
@@ -66,20 +90,33 @@ def main(argv: list[str] | None = None) -> int:
 
         policies = parse_list(args.policies, what="policies", known=list(POLICIES))
         pairs = len(graphs) * len(clusters)
-        say(f"{pairs} (model, cluster) pairs x {len(policies)} RL runs of {args.time_budget:g} s: "
-            f"at least {pairs * len(policies) * args.time_budget / 60:.0f} min of training")
+        say(
+            f"{pairs} (model, cluster) pairs x {len(policies)} RL runs of {args.time_budget:g} s: "
+            f"at least {pairs * len(policies) * args.time_budget / 60:.0f} min of training"
+        )
         t0 = time.perf_counter()
         rows = report.run_table1(
-            graphs, clusters, rl_budget_s=args.time_budget, policies=policies, seed=args.seed,
-            warm_start=args.warm_start, logdir=args.logdir, progress=say, executor=args.executor,
+            graphs,
+            clusters,
+            rl_budget_s=args.time_budget,
+            policies=policies,
+            seed=args.seed,
+            warm_start=args.warm_start,
+            logdir=args.logdir,
+            progress=say,
+            executor=args.executor,
             compare_options={"ilp": {"time_limit_s": args.ilp_time_limit}},
         )
     except PlacerError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
     say(f"done in {(time.perf_counter() - t0) / 60:.1f} min")
-    command = "python scripts/reproduce_paper.py " + " ".join(shlex.quote(a) for a in (argv if argv is not None else sys.argv[1:]))
-    text = report.markdown_report(rows, budget_s=args.time_budget, warm_start=args.warm_start, seed=args.seed, command=command.strip())
+    command = "python scripts/reproduce_paper.py " + " ".join(
+        shlex.quote(a) for a in (argv if argv is not None else sys.argv[1:])
+    )
+    text = report.markdown_report(
+        rows, budget_s=args.time_budget, warm_start=args.warm_start, seed=args.seed, command=command.strip()
+    )
     if args.out:
         try:
             with open(args.out, "w") as f:
@@ -88,8 +125,18 @@ def main(argv: list[str] | None = None) -> int:
             print(f"error: {args.out}: cannot write ({e.strerror})", file=sys.stderr)
             return 2
     if args.json:
-        print(json.dumps({"machine": machine_line(), "time_budget_s": args.time_budget,
-                          "warm_start": args.warm_start, "seed": args.seed, "rows": [r.to_dict() for r in rows]}, indent=2))
+        print(
+            json.dumps(
+                {
+                    "machine": machine_line(),
+                    "time_budget_s": args.time_budget,
+                    "warm_start": args.warm_start,
+                    "seed": args.seed,
+                    "rows": [r.to_dict() for r in rows],
+                },
+                indent=2,
+            )
+        )
     else:
         print(text)
     return 0

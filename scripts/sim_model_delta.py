@@ -37,8 +37,10 @@ def place(path: str) -> None:
             c = envs.Cluster.preset(cname)
             for m in METHODS:
                 p = place_with(m, g, c)
-                out[f"{gname}|{cname}|{m}"] = {"devices": p.indices(g, c.device_names).tolist(),
-                                               "order": None if p.order is None else np.asarray(p.order).tolist()}
+                out[f"{gname}|{cname}|{m}"] = {
+                    "devices": p.indices(g, c.device_names).tolist(),
+                    "order": None if p.order is None else np.asarray(p.order).tolist(),
+                }
     with open(path, "w", encoding="utf-8") as f:
         json.dump(out, f)
 
@@ -71,8 +73,10 @@ def compare(a_path: str, b_path: str) -> str:
     lines = [f"| placement | node: model {a['model_version']} -> {b['model_version']} | planned |", "|---|---|---|"]
     for key, (n_a, p_a) in a["steps_s"].items():
         n_b, p_b = b["steps_s"][key]
-        lines.append(f"| {key.replace('|', ', ')} | {n_a * 1e3:.2f} -> {n_b * 1e3:.2f} ms ({n_b / n_a:.3f}) | "
-                     f"{p_a * 1e3:.2f} -> {p_b * 1e3:.2f} ms ({p_b / p_a:.3f}) |")
+        lines.append(
+            f"| {key.replace('|', ', ')} | {n_a * 1e3:.2f} -> {n_b * 1e3:.2f} ms ({n_b / n_a:.3f}) | "
+            f"{p_a * 1e3:.2f} -> {p_b * 1e3:.2f} ms ({p_b / p_a:.3f}) |"
+        )
     return "\n".join(lines)
 
 
@@ -88,7 +92,11 @@ def main(argv: list[str] | None = None) -> int:
         place(args.place)
     elif args.score:
         doc = score(args.score)
-        print(json.dumps(doc) if args.json else "\n".join(f"{k}: {v[0] * 1e3:.2f} / {v[1] * 1e3:.2f} ms" for k, v in doc["steps_s"].items()))
+        print(
+            json.dumps(doc)
+            if args.json
+            else "\n".join(f"{k}: {v[0] * 1e3:.2f} / {v[1] * 1e3:.2f} ms" for k, v in doc["steps_s"].items())
+        )
     else:
         print(compare(*args.compare))
     return 0

@@ -79,11 +79,36 @@ from graphs import PlacerError  # noqa: E402
 log = runs.log
 # Per mode, the defaults of the options left unset on the command line.
 DEFAULTS = {
-    "gpu": dict(models=",".join(TUNED), held_out=",".join(HELD_OUT), size="medium", device_map="gpu:0=cuda:0,cpu:0=cpu",
-                placements=12, train_budget=6.0, warmup=2, warmup_s=1.0, rounds=4, steps=2, repeat_placements=3, repeats=3,
-                cpus=os.cpu_count() or 1),
-    "tiny": dict(models="rnnlm", held_out="gpt2", size="small", device_map="*=cpu", placements=5, train_budget=3.0, warmup=1,
-                 warmup_s=0.0, rounds=2, steps=1, repeat_placements=2, repeats=2, cpus=1),
+    "gpu": dict(
+        models=",".join(TUNED),
+        held_out=",".join(HELD_OUT),
+        size="medium",
+        device_map="gpu:0=cuda:0,cpu:0=cpu",
+        placements=12,
+        train_budget=6.0,
+        warmup=2,
+        warmup_s=1.0,
+        rounds=4,
+        steps=2,
+        repeat_placements=3,
+        repeats=3,
+        cpus=os.cpu_count() or 1,
+    ),
+    "tiny": dict(
+        models="rnnlm",
+        held_out="gpt2",
+        size="small",
+        device_map="*=cpu",
+        placements=5,
+        train_budget=3.0,
+        warmup=1,
+        warmup_s=0.0,
+        rounds=2,
+        steps=1,
+        repeat_placements=2,
+        repeats=2,
+        cpus=1,
+    ),
 }
 
 
@@ -109,22 +134,38 @@ def run_model(name: str, group: str, args: argparse.Namespace) -> tuple[dict, li
     t0 = time.time()
     measured = runs.measure(name, args, graph, logical, cands, work)
     times["measure_s"] = time.time() - t0
-    rows = runs.rows(name, group, args, logical, cands, measured, runs.simulated(graph_p, phys, to_phys, logical, cands))
+    rows = runs.rows(
+        name, group, args, logical, cands, measured, runs.simulated(graph_p, phys, to_phys, logical, cands)
+    )
     figures = model_figures(name, group, rows)
     t0 = time.time()
     learned = next((c for c in cands if c["kind"] == "learned"), None)
     apply_check = None
     if learned is not None:
-        lp = Placement.from_indices(graph, logical.device_names, learned["idx"], method="learned", order=learned["order"])
+        lp = Placement.from_indices(
+            graph, logical.device_names, learned["idx"], method="learned", order=learned["order"]
+        )
         try:
             apply_check = check_apply(name, args, lp, graph)
         except Exception as e:  # noqa: BLE001  (reported as a failed check, the figures stand)
-            apply_check = {"ok": False, "placement": "learned", "error": f"{type(e).__name__}: {str(e).splitlines()[0][:300] if str(e) else ''}"}
+            apply_check = {
+                "ok": False,
+                "placement": "learned",
+                "error": f"{type(e).__name__}: {str(e).splitlines()[0][:300] if str(e) else ''}",
+            }
     times["checks_s"] = time.time() - t0
-    figures.update(ops=graph.num_ops, graph_hash=graph.content_hash, size=args.size, times_s=times, checks={"apply": apply_check},
-                   kinds={k: sum(c["kind"] == k for c in cands) for k in ("learned", "baseline", "single", "random")},
-                   profile_fit={dev: {k: e.get(k) for k in ("issue_scale", "issue_fit", "staging", "contention") if k in e}
-                                for dev, e in prof["devices"].items()})
+    figures.update(
+        ops=graph.num_ops,
+        graph_hash=graph.content_hash,
+        size=args.size,
+        times_s=times,
+        checks={"apply": apply_check},
+        kinds={k: sum(c["kind"] == k for c in cands) for k in ("learned", "baseline", "single", "random")},
+        profile_fit={
+            dev: {k: e.get(k) for k in ("issue_scale", "issue_fit", "staging", "contention") if k in e}
+            for dev, e in prof["devices"].items()
+        },
+    )
     return figures, rows, prof, graph
 
 
@@ -146,11 +187,18 @@ def rescore_model(name: str, group: str, args: argparse.Namespace) -> dict:
     model, inputs = build(name, args.size)
     graph = capture(model, inputs, name=name)
     if prof.get("graph_hash") != graph.content_hash:
-        raise PlacerError(f"{prof_path}: profiled graph {prof.get('graph_hash')}, not {name} ({args.size}) as captured here ({graph.content_hash})")
+        raise PlacerError(
+            f"{prof_path}: profiled graph {prof.get('graph_hash')}, not {name} ({args.size}) as captured here ({graph.content_hash})"
+        )
     rows = runs.resimulated(graph, prof, rows, envs.resolve_cluster(args.cluster), args.device_map)
     log(f"[{name}] rescored {len(rows)} measured placements with {prof_path}")
-    figures = {**model_figures(name, group, rows), "ops": graph.num_ops, "graph_hash": graph.content_hash, "size": args.size,
-               "checks": {"apply": None}}
+    figures = {
+        **model_figures(name, group, rows),
+        "ops": graph.num_ops,
+        "graph_hash": graph.content_hash,
+        "size": args.size,
+        "checks": {"apply": None},
+    }
     return {"name": name, "group": group, "figures": figures, "rows": rows, "prof": prof, "graph": graph}
 
 
@@ -167,8 +215,10 @@ def refit_contention(items: list[dict], args: argparse.Namespace) -> dict | None
     fitted = contention.fit([i for i in have if i["group"] == "tuned"], cluster, args.device_map)
     if fitted is None:
         return None
-    log(f"host contention fitted on {', '.join(fitted['models'])}: {fitted['op']} (mean MAPE {100 * fitted['mape']:.1f}%, "
-        f"their probes {100 * (fitted['probe_mape'] or float('nan')):.1f}%)")
+    log(
+        f"host contention fitted on {', '.join(fitted['models'])}: {fitted['op']} (mean MAPE {100 * fitted['mape']:.1f}%, "
+        f"their probes {100 * (fitted['probe_mape'] or float('nan')):.1f}%)"
+    )
     if fitted["op"] != contention.PROBE:
         for item in have:
             item["rows"], item["prof"] = contention.rescored(item, fitted["op"], cluster, args.device_map)
@@ -182,10 +232,16 @@ def refit_contention(items: list[dict], args: argparse.Namespace) -> dict | None
 
 # ---------------------------------------------------------------------- output
 def header(args: argparse.Namespace, device: str) -> str:
-    how = ("" if args.rescore else f"median of {args.rounds} interleaved rounds x {args.steps} Adam steps after {args.warmup} warm-up "
-           f"steps and {args.warmup_s:g} s; {args.cpus} host threads; ")
-    return (f"Calibrated simulator vs real steps on {device} (cluster {args.cluster}, `--device-map {args.device_map}`, size {args.size}; "
-            f"{how}`{' '.join(args.command)}`).")
+    how = (
+        ""
+        if args.rescore
+        else f"median of {args.rounds} interleaved rounds x {args.steps} Adam steps after {args.warmup} warm-up "
+        f"steps and {args.warmup_s:g} s; {args.cpus} host threads; "
+    )
+    return (
+        f"Calibrated simulator vs real steps on {device} (cluster {args.cluster}, `--device-map {args.device_map}`, size {args.size}; "
+        f"{how}`{' '.join(args.command)}`)."
+    )
 
 
 def _num(x):
@@ -200,9 +256,18 @@ def _num(x):
 
 def summary_doc(models: list[dict], summary: dict, args: argparse.Namespace, device: str) -> dict:
     """The ``--json`` document."""
-    return _num({"device": device, "command": " ".join(args.command), "targets": TARGETS, "groups": summary["groups"],
-                 "orders": summary["orders"], "failures": summary.get("failures", []), "contention": summary.get("contention"),
-                 "models": models})
+    return _num(
+        {
+            "device": device,
+            "command": " ".join(args.command),
+            "targets": TARGETS,
+            "groups": summary["groups"],
+            "orders": summary["orders"],
+            "failures": summary.get("failures", []),
+            "contention": summary.get("contention"),
+            "models": models,
+        }
+    )
 
 
 def merged_summary(path: str, rows: list[dict], args: argparse.Namespace, device: str) -> dict:
@@ -226,31 +291,55 @@ def device_name(args: argparse.Namespace) -> str:
 # ------------------------------------------------------------------------ CLI
 def parse(argv: list[str] | None) -> argparse.Namespace:
     p = OneLineParser(prog="validate_gpu.py", description=__doc__.split("\n\n")[0])
-    p.add_argument("--tiny", action="store_true", help="CPU-only smoke test: every logical device on the CPU, small models")
+    p.add_argument(
+        "--tiny", action="store_true", help="CPU-only smoke test: every logical device on the CPU, small models"
+    )
     p.add_argument("--models", help=f"tuned models, comma-separated (default {DEFAULTS['gpu']['models']}; '' for none)")
     p.add_argument("--held-out", help=f"held-out models (default {DEFAULTS['gpu']['held_out']}; '' for none)")
     p.add_argument("--size", choices=("small", "medium", "full"), help="model sizes (default medium)")
     p.add_argument("--cluster", default="h200x1", help="cluster whose logical devices placements use (default h200x1)")
-    p.add_argument("--device-map", help=f"logical -> torch devices (default {DEFAULTS['gpu']['device_map']}; --tiny: *=cpu)")
+    p.add_argument(
+        "--device-map", help=f"logical -> torch devices (default {DEFAULTS['gpu']['device_map']}; --tiny: *=cpu)"
+    )
     p.add_argument("--placements", type=int, help="distinct placements measured per model, at least (default 12)")
-    p.add_argument("--train-budget", "--time-budget", dest="train_budget", type=float, help="seconds of placer.train (default 6)")
+    p.add_argument(
+        "--train-budget", "--time-budget", dest="train_budget", type=float, help="seconds of placer.train (default 6)"
+    )
     p.add_argument("--warmup", type=int, help="warm-up steps per placed module (default 2)")
     p.add_argument("--warmup-s", type=float, help="the warm-up lasts at least this long in all (default 1)")
     p.add_argument("--rounds", type=int, help="interleaved rounds (default 4)")
     p.add_argument("--steps", type=int, help="timed steps per module per round (default 2)")
     p.add_argument("--repeat-placements", type=int, help="placements built and measured twice (default 3)")
     p.add_argument("--repeats", type=int, help="profiler repeats (default 3)")
-    p.add_argument("--tolerance", type=float, default=1e-3,
-                   help="apply check: an error against float64 always allowed, beside twice the float32 CPU model's own (default 1e-3)")
-    p.add_argument("--cpus", type=int, help="host threads for profiling and measuring; the process is pinned to that many cores (default all)")
+    p.add_argument(
+        "--tolerance",
+        type=float,
+        default=1e-3,
+        help="apply check: an error against float64 always allowed, beside twice the float32 CPU model's own (default 1e-3)",
+    )
+    p.add_argument(
+        "--cpus",
+        type=int,
+        help="host threads for profiling and measuring; the process is pinned to that many cores (default all)",
+    )
     p.add_argument("--timeout", type=float, default=120.0, help="seconds allowed per block of steps (default 120)")
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--rescore", metavar="DIR", help="no device: score DIR's measurements (<model>.jsonl) again with the current "
-                   "simulator and a profile (--profile-dir, default DIR/<model>.profile.json)")
+    p.add_argument(
+        "--rescore",
+        metavar="DIR",
+        help="no device: score DIR's measurements (<model>.jsonl) again with the current "
+        "simulator and a profile (--profile-dir, default DIR/<model>.profile.json)",
+    )
     p.add_argument("--profile-dir", help="with --rescore: the folder of the <model>.profile.json to score with")
     p.add_argument("--json", action="store_true", help="print the JSON summary instead of the markdown report")
-    p.add_argument("--out-dir", default="docs/calibration", help="rows, profiles, order_trust.json, summary.json (default docs/calibration)")
-    p.add_argument("--work-dir", default="runs/validate_gpu", help="resumable state: profiles, training runs, measured blocks")
+    p.add_argument(
+        "--out-dir",
+        default="docs/calibration",
+        help="rows, profiles, order_trust.json, summary.json (default docs/calibration)",
+    )
+    p.add_argument(
+        "--work-dir", default="runs/validate_gpu", help="resumable state: profiles, training runs, measured blocks"
+    )
     args = p.parse_args(argv)
     args.command = ["python", "scripts/validate_gpu.py", *(sys.argv[1:] if argv is None else argv)]
     for key, value in DEFAULTS["tiny" if args.tiny else "gpu"].items():
@@ -270,14 +359,20 @@ def check(args: argparse.Namespace) -> None:
     if not args.tuned + args.held:
         raise PlacerError("--models, --held-out: no model to run")
     if set(args.tuned) & set(args.held):
-        raise PlacerError(f"--held-out: {', '.join(sorted(set(args.tuned) & set(args.held)))} is also in --models (the tuned set)")
+        raise PlacerError(
+            f"--held-out: {', '.join(sorted(set(args.tuned) & set(args.held)))} is also in --models (the tuned set)"
+        )
     check_int(args.placements, "--placements", least=2)
     check_int(args.warmup, "--warmup", least=0)
     check_int(args.repeat_placements, "--repeat-placements", least=0)
     for opt in ("rounds", "steps", "repeats", "cpus"):
         check_int(getattr(args, opt), f"--{opt.replace('_', '-')}", least=1)
     check_seed(args.seed)
-    for opt, value in (("--train-budget", args.train_budget), ("--timeout", args.timeout), ("--tolerance", args.tolerance)):
+    for opt, value in (
+        ("--train-budget", args.train_budget),
+        ("--timeout", args.timeout),
+        ("--tolerance", args.tolerance),
+    ):
         check_float(value, opt, above=0)
     check_float(args.warmup_s, "--warmup-s", least=0)
     torch_of = resolve_devices(envs.resolve_cluster(args.cluster).device_names, args.device_map)
@@ -306,8 +401,8 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def run(args: argparse.Namespace) -> int:
-    from envs.sim.simulator import MODEL_VERSION
     from envs.real.profiler import save_profile
+    from envs.sim.simulator import MODEL_VERSION
     from placer.learn.checkpoint import write_json
 
     names = args.held + args.tuned  # held out first: the figures that count
@@ -318,11 +413,17 @@ def run(args: argparse.Namespace) -> int:
         models = [i["figures"] for i in items]
         device = f"measurements of {args.rescore}, rescored here"
         summary = {**run_summary(models, MODEL_VERSION), "contention": fitted}
-        print(json.dumps(summary_doc(models, summary, args, device), indent=1) if args.json else markdown(models, summary, header(args, device)))
+        print(
+            json.dumps(summary_doc(models, summary, args, device), indent=1)
+            if args.json
+            else markdown(models, summary, header(args, device))
+        )
         return 0
     os.makedirs(args.out_dir, exist_ok=True)
     device = device_name(args)
-    log(f"validate_gpu: {device}; held out {', '.join(args.held) or 'none'}; tuned {', '.join(args.tuned) or 'none'} ({args.size})")
+    log(
+        f"validate_gpu: {device}; held out {', '.join(args.held) or 'none'}; tuned {', '.join(args.tuned) or 'none'} ({args.size})"
+    )
     items, failures = [], []
     path = os.path.join(args.out_dir, "summary.json")
     for name in names:
@@ -330,7 +431,9 @@ def run(args: argparse.Namespace) -> int:
         try:
             figures, rows, prof, graph = run_model(name, group_of(name, args), args)
         except KeyboardInterrupt:  # the deadline (gpu_validate.sh): keep what is done, write the run's figures
-            log(f"[{name}] stopped at the deadline after {time.time() - t0:.0f}s; reporting the {len(items)} model(s) done")
+            log(
+                f"[{name}] stopped at the deadline after {time.time() - t0:.0f}s; reporting the {len(items)} model(s) done"
+            )
             failures.append(f"{name}: stopped at the deadline")
             break
         except Exception as e:  # noqa: BLE001  (a model that fails on the device is a result; the others still run)
@@ -339,23 +442,45 @@ def run(args: argparse.Namespace) -> int:
             continue
         runs.write_rows(os.path.join(args.out_dir, f"{name}.jsonl"), rows)
         save_profile(prof, os.path.join(args.out_dir, f"{name}.profile.json"))
-        items.append({"name": name, "group": group_of(name, args), "figures": figures, "rows": rows, "prof": prof, "graph": graph})
+        items.append(
+            {
+                "name": name,
+                "group": group_of(name, args),
+                "figures": figures,
+                "rows": rows,
+                "prof": prof,
+                "graph": graph,
+            }
+        )
         write_json(path, merged_summary(path, [figures], args, device))  # after each model: a run cut short keeps it
         log(f"[{name}] done in {time.time() - t0:.0f}s")
     if not items:
         raise PlacerError(f"no model finished: {'; '.join(failures)}")
-    fitted = refit_contention(items, args)  # the probe's contention, or the tuned models' fit: every model scored with it
+    fitted = refit_contention(
+        items, args
+    )  # the probe's contention, or the tuned models' fit: every model scored with it
     models = [i["figures"] for i in items]
     summary = {**run_summary(models, MODEL_VERSION), "failures": failures, "contention": fitted}
-    write_json(path, {**merged_summary(path, models, args, device),
-                      **_num({k: summary[k] for k in ("groups", "orders", "failures", "contention")})})
+    write_json(
+        path,
+        {
+            **merged_summary(path, models, args, device),
+            **_num({k: summary[k] for k in ("groups", "orders", "failures", "contention")}),
+        },
+    )
     record = summary["orders"]["record"]
     write_json(os.path.join(args.out_dir, "order_trust.json"), record)
     for item in items:  # the planner keeps to the tuned models' margin wherever these profiles are used
         runs.write_rows(os.path.join(args.out_dir, f"{item['name']}.jsonl"), item["rows"])
-        save_profile({**item["prof"], "order_trust": {k: record[k] for k in ("format", "model_version", "margin")}},
-                     os.path.join(args.out_dir, f"{item['name']}.profile.json"))
-    print(json.dumps(summary_doc(models, summary, args, device), indent=1) if args.json else markdown(models, summary, header(args, device)))
+        save_profile(
+            {**item["prof"], "order_trust": {k: record[k] for k in ("format", "model_version", "margin")}},
+            os.path.join(args.out_dir, f"{item['name']}.profile.json"),
+        )
+    print(
+        json.dumps(summary_doc(models, summary, args, device), indent=1)
+        if args.json
+        else markdown(models, summary, header(args, device))
+    )
     return 0
 
 

@@ -30,7 +30,9 @@ def without_ray(tmp_path_factory) -> dict[str, str]:
     """
     shim = tmp_path_factory.mktemp("no_ray") / "ray"
     shim.mkdir()
-    (shim / "__init__.py").write_text("raise ModuleNotFoundError(\"No module named 'ray' (blocked by the test)\", name='ray')\n")
+    (shim / "__init__.py").write_text(
+        "raise ModuleNotFoundError(\"No module named 'ray' (blocked by the test)\", name='ray')\n"
+    )
     return {"PYTHONPATH": os.pathsep.join(p for p in (str(shim.parent), os.environ.get("PYTHONPATH", "")) if p)}
 
 
@@ -51,7 +53,17 @@ def step_time_orders(monkeypatch):
 
 
 #: What the ``test`` extra installs that some tests import (and would otherwise skip without).
-TEST_EXTRAS = ("transformers", "accelerate", "ortools", "matplotlib", "pymetis", "pyscotch", "hypothesis", "ray", "psutil")
+TEST_EXTRAS = (
+    "transformers",
+    "accelerate",
+    "ortools",
+    "matplotlib",
+    "pymetis",
+    "pyscotch",
+    "hypothesis",
+    "ray",
+    "psutil",
+)
 
 
 def missing_test_extras(modules=TEST_EXTRAS) -> list[str]:

@@ -27,7 +27,13 @@ def test_a_missing_extra_is_named(monkeypatch):
 def test_ci_run_stops_when_an_extra_is_missing(tmp_path):
     (tmp_path / "transformers.py").write_text("raise ImportError('broken on purpose')\n")
     env = {"CI": "true", "PYTHONPATH": str(tmp_path), "PATH": "/usr/bin:/bin"}
-    proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "tests/test_wheel.py", "--co"], cwd=ROOT, env=env,
-                          capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "tests/test_wheel.py", "--co"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert proc.returncode != 0
     assert "transformers (ImportError: broken on purpose)" in proc.stdout + proc.stderr

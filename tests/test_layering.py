@@ -89,12 +89,14 @@ def direction_violations(srcs: dict[str, str]) -> list[str]:
 def cycles(srcs: dict[str, str]) -> list[list[str]]:
     """Every import loop over top-level imports found by a depth-first walk (each reported once)."""
     modules = set(srcs)
-    graph = {name: sorted(imports(source, name, modules, top_level_only=True) & modules) for name, source in srcs.items()}
+    graph = {
+        name: sorted(imports(source, name, modules, top_level_only=True) & modules) for name, source in srcs.items()
+    }
     found, done = [], set()
 
     def walk(m: str, stack: list[str]) -> None:
         if m in stack:
-            found.append(stack[stack.index(m):] + [m])
+            found.append(stack[stack.index(m) :] + [m])
             return
         if m in done:
             return
@@ -111,8 +113,13 @@ def ray_importers(srcs: dict[str, str]) -> list[str]:
     out = []
     for name, source in srcs.items():
         for node in ast.walk(ast.parse(source)):
-            names = [a.name for a in node.names] if isinstance(node, ast.Import) else \
-                [node.module or ""] if isinstance(node, ast.ImportFrom) and not node.level else []
+            names = (
+                [a.name for a in node.names]
+                if isinstance(node, ast.Import)
+                else [node.module or ""]
+                if isinstance(node, ast.ImportFrom) and not node.level
+                else []
+            )
             if any(n.split(".")[0] == "ray" for n in names):
                 out.append(name)
                 break
@@ -135,12 +142,15 @@ def test_ray_is_imported_by_one_module_of_envs_real():
 
 
 # ------------------------------------------------------------------ the checks can fail
-@pytest.mark.parametrize("module, planted", [
-    ("graphs.ir", "from envs.cluster import Cluster"),
-    ("envs.cost", "def f():\n    from policies import POLICIES\n"),
-    ("policies.base", "from placer.methods import registry"),
-    ("graphs.dag", "if True:\n    import placer\n"),
-])
+@pytest.mark.parametrize(
+    "module, planted",
+    [
+        ("graphs.ir", "from envs.cluster import Cluster"),
+        ("envs.cost", "def f():\n    from policies import POLICIES\n"),
+        ("policies.base", "from placer.methods import registry"),
+        ("graphs.dag", "if True:\n    import placer\n"),
+    ],
+)
 def test_an_upward_import_is_a_violation(module, planted):
     srcs = sources()
     srcs[module] += "\n" + planted + "\n"

@@ -19,7 +19,12 @@ MOVED_OUT = {"placer/report.py", "placer/scale.py", "placer/search.py", "placer/
 
 def _tracked_tree(dest: Path) -> Path:
     """The checkout's files (tracked, or new and not ignored), copied to ``dest`` (so the build leaves the checkout untouched)."""
-    files = subprocess.run(["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"], cwd=ROOT, capture_output=True, check=True).stdout
+    files = subprocess.run(
+        ["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
+        cwd=ROOT,
+        capture_output=True,
+        check=True,
+    ).stdout
     names = [n for n in files.decode().split("\0") if n and (ROOT / n).is_file()]
     archive = dest / "src.tar"
     with tarfile.open(archive, "w") as tar:
@@ -40,8 +45,13 @@ def test_wheel_contains_the_product_only(tmp_path):
     assert (src / "bench").is_dir() and (src / "scripts").is_dir() and (src / "tests").is_dir()
     out = tmp_path / "wheels"
     # no build isolation: the build backend (setuptools) comes from this environment, not the network
-    proc = subprocess.run([sys.executable, "-m", "pip", "wheel", ".", "--no-deps", "--no-build-isolation", "-q", "-w", str(out)],
-                          cwd=src, capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", ".", "--no-deps", "--no-build-isolation", "-q", "-w", str(out)],
+        cwd=src,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert proc.returncode == 0, proc.stderr
     (wheel,) = out.glob("placer-*.whl")
     names = zipfile.ZipFile(wheel).namelist()
@@ -58,7 +68,14 @@ def test_the_product_never_imports_bench_or_scripts():
     for package in sorted(PRODUCT):
         for path in sorted((ROOT / package).rglob("*.py")):
             for node in ast.walk(ast.parse(path.read_text(), str(path))):
-                names = [a.name for a in node.names] if isinstance(node, ast.Import) else \
-                    [node.module or ""] if isinstance(node, ast.ImportFrom) and not node.level else []
-                bad += [f"{path.relative_to(ROOT)}: {n}" for n in names if n.split(".")[0] in ("bench", "scripts", "tests")]
+                names = (
+                    [a.name for a in node.names]
+                    if isinstance(node, ast.Import)
+                    else [node.module or ""]
+                    if isinstance(node, ast.ImportFrom) and not node.level
+                    else []
+                )
+                bad += [
+                    f"{path.relative_to(ROOT)}: {n}" for n in names if n.split(".")[0] in ("bench", "scripts", "tests")
+                ]
     assert not bad, bad

@@ -37,14 +37,19 @@ def grad_errors(name: str, size: str, placement, graph, device_map: str) -> dict
     try:
         placed = apply(model, placement, inputs, device_map=device_map, graph=graph)
         runs, losses = {}, {}
-        for label, module, args in (("placed", placed, inputs), ("cpu32", cpu32, inputs),
-                                    ("ref64", ref64, tuple(t.double() if t.is_floating_point() else t for t in inputs))):
+        for label, module, args in (
+            ("placed", placed, inputs),
+            ("cpu32", cpu32, inputs),
+            ("ref64", ref64, tuple(t.double() if t.is_floating_point() else t for t in inputs)),
+        ):
             torch.manual_seed(5)  # dropout draws alike where they run on the CPU
             out = module(*args)
             loss = default_loss(out)
             loss.backward()
             losses[label] = loss.detach().double().cpu().reshape(1)
-            runs[label] = {k: p.grad.detach().double().cpu() for k, p in module.named_parameters() if p.grad is not None}
+            runs[label] = {
+                k: p.grad.detach().double().cpu() for k, p in module.named_parameters() if p.grad is not None
+            }
     finally:
         torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = saved
 
@@ -62,9 +67,14 @@ def grad_errors(name: str, size: str, placement, graph, device_map: str) -> dict
             row[f"{label}_norm_rel"] = None if got is None else rel(got, want, True)
         rows.append(row)
     rows.sort(key=lambda r: -(r["placed_norm_rel"] if r["placed_norm_rel"] is not None else float("inf")))
-    return {"grads": len(rows), "missing": sorted(set(runs["ref64"]) - set(runs["placed"])),
-            "extra": sorted(set(runs["placed"]) - set(runs["ref64"])), "rows": rows,
-            "loss_placed_rel": rel(losses["placed"], losses["ref64"], True), "loss_cpu32_rel": rel(losses["cpu32"], losses["ref64"], True)}
+    return {
+        "grads": len(rows),
+        "missing": sorted(set(runs["ref64"]) - set(runs["placed"])),
+        "extra": sorted(set(runs["placed"]) - set(runs["ref64"])),
+        "rows": rows,
+        "loss_placed_rel": rel(losses["placed"], losses["ref64"], True),
+        "loss_cpu32_rel": rel(losses["cpu32"], losses["ref64"], True),
+    }
 
 
 def check_apply(name: str, args: Any, placement, graph) -> dict:
@@ -82,14 +92,25 @@ def check_apply(name: str, args: Any, placement, graph) -> dict:
     """
     e = grad_errors(name, args.size, placement, graph, args.device_map)
     allowed = lambda cpu32: max(args.tolerance, 2.0 * cpu32)  # noqa: E731
-    bad = [r["param"] for r in e["rows"] if r["placed_norm_rel"] is None or r["placed_norm_rel"] > allowed(r["cpu32_norm_rel"] or 0.0)]
+    bad = [
+        r["param"]
+        for r in e["rows"]
+        if r["placed_norm_rel"] is None or r["placed_norm_rel"] > allowed(r["cpu32_norm_rel"] or 0.0)
+    ]
     worst = e["rows"][0] if e["rows"] else None
     loss_ok = e["loss_placed_rel"] <= allowed(e["loss_cpu32_rel"])
-    return {"placement": placement.method, "reference": "float64 on the CPU", "output_rel_err": e["loss_placed_rel"],
-            "output_cpu32_rel_err": e["loss_cpu32_rel"],
-            "grad_max_rel_err": worst["placed_norm_rel"] if worst else float("nan"),
-            "grad_worst_cpu32_rel_err": worst["cpu32_norm_rel"] if worst else float("nan"),
-            "grad_worst": worst["param"] if worst else None, "grads": e["grads"], "over_allowed": bad[:10],
-            "same_grad_keys": not e["missing"] and not e["extra"] and bool(e["rows"]), "tolerance": args.tolerance,
-            "worst": e["rows"][:5],
-            "ok": bool(not e["missing"] and not e["extra"] and e["rows"] and not bad and loss_ok)}
+    return {
+        "placement": placement.method,
+        "reference": "float64 on the CPU",
+        "output_rel_err": e["loss_placed_rel"],
+        "output_cpu32_rel_err": e["loss_cpu32_rel"],
+        "grad_max_rel_err": worst["placed_norm_rel"] if worst else float("nan"),
+        "grad_worst_cpu32_rel_err": worst["cpu32_norm_rel"] if worst else float("nan"),
+        "grad_worst": worst["param"] if worst else None,
+        "grads": e["grads"],
+        "over_allowed": bad[:10],
+        "same_grad_keys": not e["missing"] and not e["extra"] and bool(e["rows"]),
+        "tolerance": args.tolerance,
+        "worst": e["rows"][:5],
+        "ok": bool(not e["missing"] and not e["extra"] and e["rows"] and not bad and loss_ok),
+    }

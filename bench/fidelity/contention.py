@@ -56,7 +56,9 @@ def _mape(name: str, rows: Sequence[Mapping[str, Any]]) -> float | None:
     return None if eager is None else eager["mape"]
 
 
-def fit(tuned: Sequence[Mapping[str, Any]], cluster, device_map: str, grid: Sequence[float] = GRID) -> dict[str, Any] | None:
+def fit(
+    tuned: Sequence[Mapping[str, Any]], cluster, device_map: str, grid: Sequence[float] = GRID
+) -> dict[str, Any] | None:
     """The ``contention_op`` that fits the tuned models best: ``{"op", "mape", "probe_mape", "by_op", "models"}``.
 
     ``tuned``: ``{"name", "graph", "prof", "rows"}`` per tuned model. ``op`` is
@@ -76,7 +78,17 @@ def fit(tuned: Sequence[Mapping[str, Any]], cluster, device_map: str, grid: Sequ
     if not by_op:
         return None
     best = min(by_op, key=lambda k: (by_op[k], k != PROBE))  # a tie keeps the probe
-    return {"op": best if best == PROBE else float(best), "mape": by_op[best], "probe_mape": by_op.get(PROBE),
-            "by_op": by_op, "models": [t["name"] for t in usable],
-            "probe": {t["name"]: {d: t["prof"]["devices"][d]["contention"].get("op_probe", t["prof"]["devices"][d]["contention"]["op"])
-                                  for d in host_names(t["prof"])} for t in usable}}
+    return {
+        "op": best if best == PROBE else float(best),
+        "mape": by_op[best],
+        "probe_mape": by_op.get(PROBE),
+        "by_op": by_op,
+        "models": [t["name"] for t in usable],
+        "probe": {
+            t["name"]: {
+                d: t["prof"]["devices"][d]["contention"].get("op_probe", t["prof"]["devices"][d]["contention"]["op"])
+                for d in host_names(t["prof"])
+            }
+            for t in usable
+        },
+    }

@@ -23,30 +23,116 @@ TUNED = ("rnnlm", "nmt-2", "resnet50")
 HELD_OUT = ("gpt2", "nmt-4", "llama", "bert")
 
 SMALL = {
-    "rnnlm": ("graphs.models.rnnlm", "RNNLM", dict(vocab_size=2000, hidden_size=128, num_layers=2), ("tokens", 16, 10, 2000, 2)),
-    "nmt-2": ("graphs.models.nmt", "NMT", dict(num_layers=2, src_vocab=2000, tgt_vocab=2000, hidden_size=128), ("tokens", 16, 8, 2000, 3)),
-    "nmt-4": ("graphs.models.nmt", "NMT", dict(num_layers=4, src_vocab=2000, tgt_vocab=2000, hidden_size=128), ("tokens", 16, 8, 2000, 3)),
-    "gpt2": ("graphs.models.gpt2", "GPT2", dict(vocab_size=2000, context=64, width=128, layers=2, heads=4), ("tokens", 8, 64, 2000, 2)),
+    "rnnlm": (
+        "graphs.models.rnnlm",
+        "RNNLM",
+        dict(vocab_size=2000, hidden_size=128, num_layers=2),
+        ("tokens", 16, 10, 2000, 2),
+    ),
+    "nmt-2": (
+        "graphs.models.nmt",
+        "NMT",
+        dict(num_layers=2, src_vocab=2000, tgt_vocab=2000, hidden_size=128),
+        ("tokens", 16, 8, 2000, 3),
+    ),
+    "nmt-4": (
+        "graphs.models.nmt",
+        "NMT",
+        dict(num_layers=4, src_vocab=2000, tgt_vocab=2000, hidden_size=128),
+        ("tokens", 16, 8, 2000, 3),
+    ),
+    "gpt2": (
+        "graphs.models.gpt2",
+        "GPT2",
+        dict(vocab_size=2000, context=64, width=128, layers=2, heads=4),
+        ("tokens", 8, 64, 2000, 2),
+    ),
     "resnet50": ("graphs.models.resnet", "ResNet50", dict(num_classes=100), ("images", 4, 64, 100)),
     "inception-v3": ("graphs.models.inception", "InceptionV3", dict(num_classes=100), ("images", 2, 299, 100)),
-    "llama": ("hf", "llama", dict(vocab_size=2000, hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
-                                  num_key_value_heads=2, max_position_embeddings=64), ("tokens", 4, 32, 2000, 2)),
-    "bert": ("hf", "bert", dict(vocab_size=2000, hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
-                                max_position_embeddings=64), ("tokens", 4, 32, 2000, 2)),
+    "llama": (
+        "hf",
+        "llama",
+        dict(
+            vocab_size=2000,
+            hidden_size=64,
+            intermediate_size=128,
+            num_hidden_layers=2,
+            num_attention_heads=4,
+            num_key_value_heads=2,
+            max_position_embeddings=64,
+        ),
+        ("tokens", 4, 32, 2000, 2),
+    ),
+    "bert": (
+        "hf",
+        "bert",
+        dict(
+            vocab_size=2000,
+            hidden_size=64,
+            intermediate_size=128,
+            num_hidden_layers=2,
+            num_attention_heads=4,
+            max_position_embeddings=64,
+        ),
+        ("tokens", 4, 32, 2000, 2),
+    ),
 }
 # Between the toy sizes and the zoo's: steps of tens of ms on one GPU (host-bound eager launches) and of
 # 0.1-0.3 s on a 16-core host, so that a placement's CPU/GPU split moves its step time.
 MEDIUM = {
-    "rnnlm": ("graphs.models.rnnlm", "RNNLM", dict(vocab_size=8000, hidden_size=512, num_layers=2), ("tokens", 32, 20, 8000, 2)),
-    "nmt-2": ("graphs.models.nmt", "NMT", dict(num_layers=2, src_vocab=8000, tgt_vocab=8000, hidden_size=512), ("tokens", 32, 15, 8000, 3)),
-    "nmt-4": ("graphs.models.nmt", "NMT", dict(num_layers=4, src_vocab=8000, tgt_vocab=8000, hidden_size=512), ("tokens", 32, 15, 8000, 3)),
-    "gpt2": ("graphs.models.gpt2", "GPT2", dict(vocab_size=8000, context=128, width=384, layers=4, heads=6), ("tokens", 8, 128, 8000, 2)),
+    "rnnlm": (
+        "graphs.models.rnnlm",
+        "RNNLM",
+        dict(vocab_size=8000, hidden_size=512, num_layers=2),
+        ("tokens", 32, 20, 8000, 2),
+    ),
+    "nmt-2": (
+        "graphs.models.nmt",
+        "NMT",
+        dict(num_layers=2, src_vocab=8000, tgt_vocab=8000, hidden_size=512),
+        ("tokens", 32, 15, 8000, 3),
+    ),
+    "nmt-4": (
+        "graphs.models.nmt",
+        "NMT",
+        dict(num_layers=4, src_vocab=8000, tgt_vocab=8000, hidden_size=512),
+        ("tokens", 32, 15, 8000, 3),
+    ),
+    "gpt2": (
+        "graphs.models.gpt2",
+        "GPT2",
+        dict(vocab_size=8000, context=128, width=384, layers=4, heads=6),
+        ("tokens", 8, 128, 8000, 2),
+    ),
     "resnet50": ("graphs.models.resnet", "ResNet50", dict(num_classes=1000), ("images", 8, 128, 1000)),
     "inception-v3": ("graphs.models.inception", "InceptionV3", dict(num_classes=1000), ("images", 4, 299, 1000)),
-    "llama": ("hf", "llama", dict(vocab_size=8000, hidden_size=256, intermediate_size=688, num_hidden_layers=4, num_attention_heads=4,
-                                  num_key_value_heads=2, max_position_embeddings=256), ("tokens", 8, 128, 8000, 2)),
-    "bert": ("hf", "bert", dict(vocab_size=8000, hidden_size=256, intermediate_size=1024, num_hidden_layers=4, num_attention_heads=4,
-                                max_position_embeddings=256), ("tokens", 8, 128, 8000, 2)),
+    "llama": (
+        "hf",
+        "llama",
+        dict(
+            vocab_size=8000,
+            hidden_size=256,
+            intermediate_size=688,
+            num_hidden_layers=4,
+            num_attention_heads=4,
+            num_key_value_heads=2,
+            max_position_embeddings=256,
+        ),
+        ("tokens", 8, 128, 8000, 2),
+    ),
+    "bert": (
+        "hf",
+        "bert",
+        dict(
+            vocab_size=8000,
+            hidden_size=256,
+            intermediate_size=1024,
+            num_hidden_layers=4,
+            num_attention_heads=4,
+            max_position_embeddings=256,
+        ),
+        ("tokens", 8, 128, 8000, 2),
+    ),
 }
 SIZES = {"small": SMALL, "medium": MEDIUM}  # and "full": the zoo's own sizes
 
@@ -95,5 +181,3 @@ def zoo_names() -> list[str]:
     from graphs import zoo
 
     return list(zoo.names())
-
-

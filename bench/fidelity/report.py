@@ -12,7 +12,16 @@ from typing import Any
 
 import numpy as np
 
-from bench.fidelity.scoring import EXECUTORS, TARGETS, group_summary, memory, order_checks, repeatability, scores, trusted_orders
+from bench.fidelity.scoring import (
+    EXECUTORS,
+    TARGETS,
+    group_summary,
+    memory,
+    order_checks,
+    repeatability,
+    scores,
+    trusted_orders,
+)
 
 
 def model_figures(name: str, group: str, rows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
@@ -29,11 +38,24 @@ def model_figures(name: str, group: str, rows: Sequence[Mapping[str, Any]]) -> d
             per_exec[e] = s
         best = ", ".join(methods[int(np.argmin(real))])
     gpu = next((r for r in ok if all_on_a_gpu(r["ops_per_device"])), None)
-    return {"model": name, "group": group, "placements": len(rows), "measured_ok": len(ok),
-            "real_step_s_range": [float(real.min()), float(real.max())] if len(real) else None, "real_best": best,
-            "executors": per_exec, "repeatability": repeatability(rows), "memory": memory(rows), "orders": order_checks(rows, name),
-            "all_on_gpu": None if gpu is None else {"sim_s": gpu["sim_step_s"]["eager"], "real_s": gpu["real_step_s"]},
-            "failed": [f"{', '.join(r['methods'])}: {r['status']}: {r.get('message', '')}" for r in rows if not r.get("real_step_s")][:10]}
+    return {
+        "model": name,
+        "group": group,
+        "placements": len(rows),
+        "measured_ok": len(ok),
+        "real_step_s_range": [float(real.min()), float(real.max())] if len(real) else None,
+        "real_best": best,
+        "executors": per_exec,
+        "repeatability": repeatability(rows),
+        "memory": memory(rows),
+        "orders": order_checks(rows, name),
+        "all_on_gpu": None if gpu is None else {"sim_s": gpu["sim_step_s"]["eager"], "real_s": gpu["real_step_s"]},
+        "failed": [
+            f"{', '.join(r['methods'])}: {r['status']}: {r.get('message', '')}"
+            for r in rows
+            if not r.get("real_step_s")
+        ][:10],
+    }
 
 
 def all_on_a_gpu(ops_per_device: Mapping[str, int]) -> bool:
@@ -50,8 +72,10 @@ def run_summary(models: Sequence[dict], model_version: int) -> dict[str, Any]:
     """Groups' worst figures, and the order-trust record of the tuned models' checks applied to the held-out ones."""
     tuned = [c for m in models if m["group"] == "tuned" for c in m["orders"]]
     held = [c for m in models if m["group"] != "tuned" for c in m["orders"]]
-    return {"groups": {g: group_summary(models, g) for g in ("held-out", "tuned") if any(m["group"] == g for m in models)},
-            "orders": trusted_orders(tuned, held, model_version)}
+    return {
+        "groups": {g: group_summary(models, g) for g in ("held-out", "tuned") if any(m["group"] == g for m in models)},
+        "orders": trusted_orders(tuned, held, model_version),
+    }
 
 
 def _f(x, spec: str, scale: float = 1.0, suffix: str = "") -> str:
@@ -71,32 +95,48 @@ def _model_line(m: Mapping[str, Any]) -> str:
     p = s["pass"]
     gpu_s = "—" if gpu is None else f"{gpu['sim_s'] * 1e3:.2f} / {gpu['real_s'] * 1e3:.2f} ms"
     rng_s = "—" if rng is None else f"{rng[0] * 1e3:.1f}-{rng[1] * 1e3:.1f} ms"
-    return (f"| {m['group']} | {m['model']} | {m.get('ops', '?')} | {s['n']} | {_f(s['spearman'], '.3f')}"
-            f"{_mark(p['spearman'] if np.isfinite(s['spearman']) else None)} | {_f(s['mape'], '.1f', 100, '%')}{_mark(p['mape'])} | "
-            f"{_f(s['best_ratio'], '.3f')}{_mark(p['best_ratio'])} | {_f(rep['median'], '.1f', 100, '%')} / {_f(rep['max'], '.1f', 100, '%')} "
-            f"(n {rep['n']}){_mark(rep['pass'])}, drift {_f(rep['drift_median'], '.1f', 100, '%')} | "
-            f"{_f(mem['median_abs'], '.1f', 100, '%')} / {_f(mem['max_abs'], '.1f', 100, '%')} ({mem['within']} of {mem['n']}){_mark(mem['pass'])} | "
-            f"{gpu_s} | {rng_s} |")
+    return (
+        f"| {m['group']} | {m['model']} | {m.get('ops', '?')} | {s['n']} | {_f(s['spearman'], '.3f')}"
+        f"{_mark(p['spearman'] if np.isfinite(s['spearman']) else None)} | {_f(s['mape'], '.1f', 100, '%')}{_mark(p['mape'])} | "
+        f"{_f(s['best_ratio'], '.3f')}{_mark(p['best_ratio'])} | {_f(rep['median'], '.1f', 100, '%')} / {_f(rep['max'], '.1f', 100, '%')} "
+        f"(n {rep['n']}){_mark(rep['pass'])}, drift {_f(rep['drift_median'], '.1f', 100, '%')} | "
+        f"{_f(mem['median_abs'], '.1f', 100, '%')} / {_f(mem['max_abs'], '.1f', 100, '%')} ({mem['within']} of {mem['n']}){_mark(mem['pass'])} | "
+        f"{gpu_s} | {rng_s} |"
+    )
 
 
 def markdown(models: Sequence[Mapping[str, Any]], summary: Mapping[str, Any], header: str) -> str:
     """The report: eager figures per model (held-out first), the dataflow model's, orders, the apply checks, failures."""
     t = TARGETS
     ordered = sorted(models, key=lambda m: (m["group"] == "tuned", m["model"]))
-    lines = [header, "",
-             f"| group | model | ops | n | Spearman (≥ {t['spearman_min']}) | MAPE (≤ {100 * t['mape_max']:.0f}%) | "
-             f"sim-best / real-best (≤ {t['best_ratio_max']}) | repeat: median / max (≤ {100 * t['repeat_max']:.0f}%) | "
-             f"peak memory error: median / max (≤ {100 * t['memory_max']:.0f}%) | all on the GPU: sim / real | real steps |",
-             "|---|---|---:|---:|---:|---:|---:|---|---|---|---|"]
+    lines = [
+        header,
+        "",
+        f"| group | model | ops | n | Spearman (≥ {t['spearman_min']}) | MAPE (≤ {100 * t['mape_max']:.0f}%) | "
+        f"sim-best / real-best (≤ {t['best_ratio_max']}) | repeat: median / max (≤ {100 * t['repeat_max']:.0f}%) | "
+        f"peak memory error: median / max (≤ {100 * t['memory_max']:.0f}%) | all on the GPU: sim / real | real steps |",
+        "|---|---|---:|---:|---:|---:|---:|---|---|---|---|",
+    ]
     lines += [_model_line(m) for m in ordered]
-    lines += ["", "| group | worst Spearman | worst MAPE | worst sim-best / real-best | worst repeat median | worst memory error |",
-              "|---|---:|---:|---:|---:|---:|"]
+    lines += [
+        "",
+        "| group | worst Spearman | worst MAPE | worst sim-best / real-best | worst repeat median | worst memory error |",
+        "|---|---:|---:|---:|---:|---:|",
+    ]
     for g, s in summary["groups"].items():
-        lines.append(f"| {g} ({', '.join(s['models'])}) | {_f(s['spearman_min'], '.3f')} | {_f(s['mape_max'], '.1f', 100, '%')} | "
-                     f"{_f(s['best_ratio_max'], '.3f')} | {_f(s['repeat_median_max'], '.1f', 100, '%')} | {_f(s['memory_max_abs'], '.1f', 100, '%')} |")
-    lines += ["", "Dataflow executor (TensorFlow's, for comparison): " + "; ".join(
-        f"{m['model']} {_f(m['executors']['dataflow']['spearman'], '.3f')} / {_f(m['executors']['dataflow']['mape'], '.1f', 100, '%')}"
-        for m in ordered if m["executors"].get("dataflow"))]
+        lines.append(
+            f"| {g} ({', '.join(s['models'])}) | {_f(s['spearman_min'], '.3f')} | {_f(s['mape_max'], '.1f', 100, '%')} | "
+            f"{_f(s['best_ratio_max'], '.3f')} | {_f(s['repeat_median_max'], '.1f', 100, '%')} | {_f(s['memory_max_abs'], '.1f', 100, '%')} |"
+        )
+    lines += [
+        "",
+        "Dataflow executor (TensorFlow's, for comparison): "
+        + "; ".join(
+            f"{m['model']} {_f(m['executors']['dataflow']['spearman'], '.3f')} / {_f(m['executors']['dataflow']['mape'], '.1f', 100, '%')}"
+            for m in ordered
+            if m["executors"].get("dataflow")
+        ),
+    ]
     lines += _order_lines(models, summary["orders"])
     lines += _contention_lines(summary.get("contention"))
     for m in ordered:
@@ -104,9 +144,11 @@ def markdown(models: Sequence[Mapping[str, Any]], summary: Mapping[str, Any], he
         if a is not None and "error" in a:
             lines.append(f"\n{m['model']}: `placer.apply` ({a['placement']}) failed: {a['error']} ✗")
         elif a is not None:
-            lines.append(f"\n{m['model']}: `placer.apply` ({a['placement']}): loss {a['output_rel_err']:.1e} "
-                         f"({a['output_cpu32_rel_err']:.1e} float32 on the CPU), worst gradient {a['grad_max_rel_err']:.1e} "
-                         f"({a['grad_worst_cpu32_rel_err']:.1e}) {a['grad_worst']}{_mark(a['ok'])}")
+            lines.append(
+                f"\n{m['model']}: `placer.apply` ({a['placement']}): loss {a['output_rel_err']:.1e} "
+                f"({a['output_cpu32_rel_err']:.1e} float32 on the CPU), worst gradient {a['grad_max_rel_err']:.1e} "
+                f"({a['grad_worst_cpu32_rel_err']:.1e}) {a['grad_worst']}{_mark(a['ok'])}"
+            )
         if m["failed"]:
             lines.append(f"\n{m['model']}: {len(m['failed'])} placement(s) failed: " + "; ".join(m["failed"]))
     for f in summary.get("failures", []):
@@ -120,22 +162,32 @@ def _contention_lines(fit: Mapping[str, Any] | None) -> list[str]:
         return []
     probes = [v for per in fit["probe"].values() for v in per.values()]
     used = "each model's own probe" if fit["op"] == "probe" else f"`contention_op` {fit['op']:g}"
-    return ["", f"Host contention, fitted on the tuned models ({', '.join(fit['models'])}): {used}, their mean MAPE "
-                f"{_f(fit['mape'], '.1f', 100, '%')} (with their own probes, {min(probes):.3g}-{max(probes):.3g}: "
-                f"{_f(fit['probe_mape'], '.1f', 100, '%')}). Every model above is scored with it."]
+    return [
+        "",
+        f"Host contention, fitted on the tuned models ({', '.join(fit['models'])}): {used}, their mean MAPE "
+        f"{_f(fit['mape'], '.1f', 100, '%')} (with their own probes, {min(probes):.3g}-{max(probes):.3g}: "
+        f"{_f(fit['probe_mape'], '.1f', 100, '%')}). Every model above is scored with it.",
+    ]
 
 
 def _order_lines(models: Sequence[Mapping[str, Any]], orders: Mapping[str, Any]) -> list[str]:
     rec = orders["record"]
-    lines = ["", f"Issue orders run for real against node order (interleaved; planned / node, target ≤ {1 + TARGETS['order_slack']:g} "
-             f"for the orders the planner keeps). Margin from the tuned models' checks: {rec['margin']:.3f} "
-             f"(simulator model {rec['model_version']}); on the held-out models it keeps {orders['held_out_kept']} of "
-             f"{orders['held_out_checks']} orders, the slowest kept at {_f(orders['held_out_worst_kept'], '.3f')} "
-             f"(all planned: {_f(orders['raw_worst'], '.3f')}){_mark(orders['pass'])}.", "",
-             "| group | model | placement | order | simulated | real | kept |", "|---|---|---|---|---:|---:|---|"]
+    lines = [
+        "",
+        f"Issue orders run for real against node order (interleaved; planned / node, target ≤ {1 + TARGETS['order_slack']:g} "
+        f"for the orders the planner keeps). Margin from the tuned models' checks: {rec['margin']:.3f} "
+        f"(simulator model {rec['model_version']}); on the held-out models it keeps {orders['held_out_kept']} of "
+        f"{orders['held_out_checks']} orders, the slowest kept at {_f(orders['held_out_worst_kept'], '.3f')} "
+        f"(all planned: {_f(orders['raw_worst'], '.3f')}){_mark(orders['pass'])}.",
+        "",
+        "| group | model | placement | order | simulated | real | kept |",
+        "|---|---|---|---|---:|---:|---|",
+    ]
     for m in sorted(models, key=lambda m: (m["group"] == "tuned", m["model"])):
         for c in m["orders"]:
             keep = c["sim_ratio"] < 1 - rec["margin"]
-            lines.append(f"| {m['group']} | {m['model']} | {c['placement']} | `{c['order']}` | {c['sim_ratio']:.3f} | "
-                         f"{c['real_ratio']:.3f}{_mark(c['ok'])} | {'yes' if keep else 'no (node order)'} |")
+            lines.append(
+                f"| {m['group']} | {m['model']} | {c['placement']} | `{c['order']}` | {c['sim_ratio']:.3f} | "
+                f"{c['real_ratio']:.3f}{_mark(c['ok'])} | {'yes' if keep else 'no (node order)'} |"
+            )
     return lines

@@ -38,7 +38,9 @@ def profiled(name: str, args: Any, model, inputs: tuple, graph, work: str) -> di
 
     prof_path = os.path.join(work, "profile.json")
     prof = load_profile(prof_path) if os.path.exists(prof_path) else None
-    if prof is not None and (prof.get("graph_hash") != graph.content_hash or not set(args.torch_devices) <= set(prof["devices"])):
+    if prof is not None and (
+        prof.get("graph_hash") != graph.content_hash or not set(args.torch_devices) <= set(prof["devices"])
+    ):
         prof = None
     if prof is None:
         torch.set_num_threads(max(1, args.cpus))
@@ -79,7 +81,9 @@ def physical(cluster, device_map):
     to_phys = np.array([keep.index(first[str(torch_of[name])]) for name in cluster.device_names], dtype=np.int32)
     names = [cluster.device_names[i] for i in keep]
     links = {(a, b): link for (a, b), link in cluster.links.items() if a in names and b in names}
-    phys = envs.Cluster(name=cluster.name, devices=[cluster.devices[i] for i in keep], links=links, description=cluster.description)
+    phys = envs.Cluster(
+        name=cluster.name, devices=[cluster.devices[i] for i in keep], links=links, description=cluster.description
+    )
     return phys, to_phys
 
 
@@ -99,23 +103,39 @@ def candidates(name: str, args: Any, graph, logical, model, work: str) -> list[d
 
     def add(kind: str, method: str, idx, order=None, order_name: str = "node") -> None:
         idx = np.asarray(idx, dtype=np.int32)
-        order = None if order is None or np.array_equal(order, np.arange(len(idx))) else np.asarray(order, dtype=np.int64)
+        order = (
+            None if order is None or np.array_equal(order, np.arange(len(idx))) else np.asarray(order, dtype=np.int64)
+        )
         key = (idx.tobytes(), None if order is None else order.tobytes())
         if key in seen:
             seen[key]["methods"].append(method)
             return
-        seen[key] = {"kind": kind, "methods": [method], "idx": idx, "order": order, "order_name": order_name if order is not None else "node"}
+        seen[key] = {
+            "kind": kind,
+            "methods": [method],
+            "idx": idx,
+            "order": order,
+            "order_name": order_name if order is not None else "node",
+        }
         out.append(seen[key])
 
     # every baseline but ilp: a time-limited solve may give another plan on a rerun (so a resumed run could
     # not reuse its measurements), and it adds a minute per model
-    report = compare(graph, logical, model=model, seed=args.seed, executor="eager", methods=default_methods(exclude=("ilp",)))
+    report = compare(
+        graph, logical, model=model, seed=args.seed, executor="eager", methods=default_methods(exclude=("ilp",))
+    )
     baselines = [r for r in report.rows if r.kind == "baseline"]
     ok = [r for r in baselines if r.status == "ok" and r.placement is not None]
     best = min(ok, key=lambda r: r.step_time_s).method if ok else None
     learned = learn(name, args, graph, logical, best, work)
     if learned is not None:
-        add("learned", learned.method or "rl", learned.indices(graph, names), learned.order, learned.meta.get("issue_order", "?"))
+        add(
+            "learned",
+            learned.method or "rl",
+            learned.indices(graph, names),
+            learned.order,
+            learned.meta.get("issue_order", "?"),
+        )
     planner = SimEnv(graph, logical, order_margin=0.0)
     for r in ok:
         idx = r.placement.indices(graph, names)
@@ -148,12 +168,23 @@ def learn(name: str, args: Any, graph, logical, heuristic: str | None, work: str
         if p.graph_hash == graph.content_hash and p.devices == list(logical.device_names):
             log(f"[{name}] learned placement: reusing {best}")
             return p
-    config = TrainConfig(source=name, cluster=args.cluster, env="sim", executor="eager", time_budget_s=args.train_budget,
-                         seed=args.seed, logdir=logdir, progress=False, heuristics=(heuristic,) if heuristic else ())
+    config = TrainConfig(
+        source=name,
+        cluster=args.cluster,
+        env="sim",
+        executor="eager",
+        time_budget_s=args.train_budget,
+        seed=args.seed,
+        logdir=logdir,
+        progress=False,
+        heuristics=(heuristic,) if heuristic else (),
+    )
     t0 = time.time()
     result = train(config, graph=graph, cluster=logical)
-    log(f"[{name}] trained {result.iterations} iterations in {time.time() - t0:.0f}s: simulated best "
-        f"{result.best_step_time_s * 1e3:.2f} ms (best heuristic {heuristic})")
+    log(
+        f"[{name}] trained {result.iterations} iterations in {time.time() - t0:.0f}s: simulated best "
+        f"{result.best_step_time_s * 1e3:.2f} ms (best heuristic {heuristic})"
+    )
     return result.best_placement
 
 
@@ -168,15 +199,23 @@ def labels(cands: list[dict], graph, logical, repeats: int) -> dict[str, dict]:
 
     out: dict[str, dict] = {}
     for k, c in enumerate(cands):
-        key = placement_hash([logical.device_names[i] for i in c["idx"].tolist()],
-                             None if c["order"] is None else [graph.names[i] for i in c["order"].tolist()])
+        key = placement_hash(
+            [logical.device_names[i] for i in c["idx"].tolist()],
+            None if c["order"] is None else [graph.names[i] for i in c["order"].tolist()],
+        )
         c["key"] = key
         out[key] = {"cand": k, "what": "placement", "order": c["order"]}
         if c["order"] is not None:
             out[key + "@node"] = {"cand": k, "what": "node", "order": None}
     gpu = [i for i, name in enumerate(logical.device_names) if name.startswith("gpu")][:1]
-    firsts = [next((k for k, c in enumerate(cands) if pred(c)), None) for pred in (
-        lambda c: bool(gpu) and bool(np.all(c["idx"] == gpu[0])), lambda c: c["kind"] == "learned", lambda c: c["kind"] == "random")]
+    firsts = [
+        next((k for k, c in enumerate(cands) if pred(c)), None)
+        for pred in (
+            lambda c: bool(gpu) and bool(np.all(c["idx"] == gpu[0])),
+            lambda c: c["kind"] == "learned",
+            lambda c: c["kind"] == "random",
+        )
+    ]
     for k in [k for k in dict.fromkeys(firsts) if k is not None][:repeats]:
         out[cands[k]["key"] + "~2"] = {"cand": k, "what": "repeat", "order": cands[k]["order"]}
     return out
@@ -206,8 +245,14 @@ def _runs(name: str, args: Any, graph, logical, cands: list[dict], todo: dict[st
             devices = resolve_devices(sorted(set(assignment.values())), args.device_map)
             runs[label] = Run(module, torch.optim.Adam(module.parameters(), lr=1e-3), devices)
         except Exception as e:  # placing failed: a result for this placement, the others go on
-            failed[label] = {"status": "error", "message": f"placing: {type(e).__name__}: {str(e).splitlines()[0][:300] if str(e) else ''}",
-                             "step_time_s": float("inf"), "step_times_s": [], "round_medians_s": [], "peak_bytes": {}}
+            failed[label] = {
+                "status": "error",
+                "message": f"placing: {type(e).__name__}: {str(e).splitlines()[0][:300] if str(e) else ''}",
+                "step_time_s": float("inf"),
+                "step_times_s": [],
+                "round_medians_s": [],
+                "peak_bytes": {},
+            }
     return {"runs": runs, "inputs": inputs, "failed": failed}
 
 
@@ -227,15 +272,26 @@ def measure(name: str, args: Any, graph, logical, cands: list[dict], work: str) 
     cpus = sorted(os.sched_getaffinity(0))[: args.cpus] if hasattr(os, "sched_getaffinity") else None
     protocol = Protocol(threads=args.cpus, cpus=tuple(cpus) if cpus else None, gc_off=True, warmup_s=args.warmup_s)
     built = _runs(name, args, graph, logical, cands, todo)
-    log(f"[{name}] measuring {len(todo)} placed modules in {args.rounds} interleaved rounds of {args.steps} steps "
-        f"({len(done)} resumed)")
+    log(
+        f"[{name}] measuring {len(todo)} placed modules in {args.rounds} interleaved rounds of {args.steps} steps "
+        f"({len(done)} resumed)"
+    )
 
     def record(label: str, r: int, block: dict) -> None:
         with open(path, "a", encoding="utf-8") as f:
             f.write(json.dumps({"label": label, "round": r, "block": block}) + "\n")
 
-    out = measure_interleaved(built["runs"], built["inputs"], rounds=args.rounds, steps=args.steps, warmup_steps=args.warmup,
-                              protocol=protocol, timeout_s=args.timeout, done=done, on_block=record)
+    out = measure_interleaved(
+        built["runs"],
+        built["inputs"],
+        rounds=args.rounds,
+        steps=args.steps,
+        warmup_steps=args.warmup,
+        protocol=protocol,
+        timeout_s=args.timeout,
+        done=done,
+        on_block=record,
+    )
     out.update(built["failed"])
     for label, m in out.items():
         m.update(todo[label])
@@ -254,9 +310,13 @@ def simulated(graph_p, phys, to_phys: np.ndarray, logical, cands: list[dict]) ->
     for c in cands:
         idx = to_phys[c["idx"]]
         res = {e: envs_[e].simulate(idx, order=c["order"]) for e in EXECUTORS}
-        row = {"sim_step_s": {e: round(float(r.extra["sim_step_time_s"]), 12) for e, r in res.items()},
-               "sim_peak_bytes": {name: int(res["eager"].peak_bytes[phys.device_names[to_phys[i]]])
-                                  for i, name in enumerate(logical.device_names)}}
+        row = {
+            "sim_step_s": {e: round(float(r.extra["sim_step_time_s"]), 12) for e, r in res.items()},
+            "sim_peak_bytes": {
+                name: int(res["eager"].peak_bytes[phys.device_names[to_phys[i]]])
+                for i, name in enumerate(logical.device_names)
+            },
+        }
         if c["order"] is not None:
             row["sim_node_step_s"] = round(float(envs_["eager"].simulate(idx).extra["sim_step_time_s"]), 12)
         out.append(row)
@@ -266,12 +326,19 @@ def simulated(graph_p, phys, to_phys: np.ndarray, logical, cands: list[dict]) ->
 def resimulated(graph, prof: dict, rows_: list[dict], cluster, device_map) -> list[dict]:
     """Stored rows (their ``devices`` and ``order``) with their simulated fields recomputed under ``prof``."""
     graph_p, logical, phys, to_phys = calibrated(graph, prof, cluster, device_map)
-    cands = [{"idx": np.asarray(r["devices"], dtype=np.int32),
-              "order": None if r.get("order") is None else np.asarray(r["order"], dtype=np.int64)} for r in rows_]
+    cands = [
+        {
+            "idx": np.asarray(r["devices"], dtype=np.int32),
+            "order": None if r.get("order") is None else np.asarray(r["order"], dtype=np.int64),
+        }
+        for r in rows_
+    ]
     return [{**r, **sim} for r, sim in zip(rows_, simulated(graph_p, phys, to_phys, logical, cands))]
 
 
-def rows(name: str, group: str, args: Any, logical, cands: list[dict], measured: dict[str, dict], sims: list[dict]) -> list[dict]:
+def rows(
+    name: str, group: str, args: Any, logical, cands: list[dict], measured: dict[str, dict], sims: list[dict]
+) -> list[dict]:
     """One row per candidate: what it is, its real step (and its second build's, its node order's), its simulated ones."""
     by_cand: dict[int, dict[str, dict]] = {}
     for m in measured.values():
@@ -282,17 +349,34 @@ def rows(name: str, group: str, args: Any, logical, cands: list[dict], measured:
         m = got.get("placement", {"status": "error", "message": "not measured", "step_time_s": float("inf")})
         devs = [logical.device_names[i] for i in c["idx"].tolist()]
         ok = m["status"] == "ok"
-        row = {"model": name, "size": args.size, "group": group, "kind": c["kind"], "methods": c["methods"],
-               "placement_hash": c["key"], "issue_order": c["order_name"], "status": m["status"], "message": m.get("message", ""),
-               "real_step_s": m["step_time_s"] if ok else None, "real_step_times_s": m.get("step_times_s"),
-               "round_medians_s": m.get("round_medians_s"), "real_peak_bytes": m.get("peak_bytes") or {},
-               **sims[k], "ops_per_device": {d: devs.count(d) for d in logical.device_names},
-               "devices": c["idx"].tolist(), "order": None if c["order"] is None else c["order"].tolist()}
+        row = {
+            "model": name,
+            "size": args.size,
+            "group": group,
+            "kind": c["kind"],
+            "methods": c["methods"],
+            "placement_hash": c["key"],
+            "issue_order": c["order_name"],
+            "status": m["status"],
+            "message": m.get("message", ""),
+            "real_step_s": m["step_time_s"] if ok else None,
+            "real_step_times_s": m.get("step_times_s"),
+            "round_medians_s": m.get("round_medians_s"),
+            "real_peak_bytes": m.get("peak_bytes") or {},
+            **sims[k],
+            "ops_per_device": {d: devs.count(d) for d in logical.device_names},
+            "devices": c["idx"].tolist(),
+            "order": None if c["order"] is None else c["order"].tolist(),
+        }
         for what, field in (("repeat", "repeat"), ("node", "node_order")):
             if what in got:
                 g = got[what]
-                row[field] = {"status": g["status"], "real_step_s": g["step_time_s"] if g["status"] == "ok" else None,
-                              "real_step_times_s": g.get("step_times_s"), "round_medians_s": g.get("round_medians_s")}
+                row[field] = {
+                    "status": g["status"],
+                    "real_step_s": g["step_time_s"] if g["status"] == "ok" else None,
+                    "real_step_times_s": g.get("step_times_s"),
+                    "round_medians_s": g.get("round_medians_s"),
+                }
         out.append(row)
     return out
 

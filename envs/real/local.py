@@ -38,7 +38,7 @@ from typing import Any
 
 import torch
 
-from envs.real.measure_log import LOG_NAME, RecordedMeasurements, append_record, placement_key, read_log
+from envs.real.measure_log import LOG_NAME, RecordedMeasurements, placement_key, read_log
 from envs.real.placing import check_available, resolve_devices
 from envs.real.timing import StepTimeout, check_timeout, time_limit
 from envs.real.worker import Builder, Worker
@@ -96,20 +96,38 @@ class LocalEnv(RecordedMeasurements):
         cap_memory: limit each mapped CUDA device to the cluster's memory (see the module doc).
     """
 
-    def __init__(self, source: str | Builder, cluster: Any, *, graph: OpGraph | None = None,
-                 device_map: Mapping[str, str] | str | None = None, warmup_steps: int = 2, timed_steps: int = 5,
-                 measure_timeout_s: float = 600.0, run_dir: str | os.PathLike | None = None, lr: float = 1e-3,
-                 threads: int | None = None, cap_memory: bool = True) -> None:
+    def __init__(
+        self,
+        source: str | Builder,
+        cluster: Any,
+        *,
+        graph: OpGraph | None = None,
+        device_map: Mapping[str, str] | str | None = None,
+        warmup_steps: int = 2,
+        timed_steps: int = 5,
+        measure_timeout_s: float = 600.0,
+        run_dir: str | os.PathLike | None = None,
+        lr: float = 1e-3,
+        threads: int | None = None,
+        cap_memory: bool = True,
+    ) -> None:
         if timed_steps < 1 or warmup_steps < 0:
-            raise PlacerError(f"local env: need timed_steps >= 1 and warmup_steps >= 0, got {timed_steps}, {warmup_steps}")
+            raise PlacerError(
+                f"local env: need timed_steps >= 1 and warmup_steps >= 0, got {timed_steps}, {warmup_steps}"
+            )
         self.cluster, self.device_map = cluster, device_map
         self.warmup_steps, self.timed_steps = warmup_steps, timed_steps
         self.measure_timeout_s = check_timeout(measure_timeout_s)
         self.memory_fractions = cap_cuda_memory(cuda_caps(cluster, device_map)) if cap_memory else {}
         self.worker = Worker(source, device_map, threads or torch.get_num_threads(), lr, source_dir=os.getcwd())
         graph_hash = self.worker.prepare()  # builds and exports the model once, here
-        self.graph = graph if graph is not None else graph_from_program(
-            self.worker.ep, name=source if isinstance(source, str) else getattr(source, "__name__", ""))
+        self.graph = (
+            graph
+            if graph is not None
+            else graph_from_program(
+                self.worker.ep, name=source if isinstance(source, str) else getattr(source, "__name__", "")
+            )
+        )
         if graph is None and self.graph.content_hash != graph_hash:
             raise PlacerError("local env: the graph of the exported program does not hash as the worker's")
         self.run_dir = os.fspath(run_dir) if run_dir is not None else None
@@ -142,10 +160,14 @@ class LocalEnv(RecordedMeasurements):
     def _measure(self, assignment: dict[str, str], order: list[str] | None) -> Result:
         try:
             with time_limit(self.measure_timeout_s):
-                doc = self.worker.measure(assignment, self.graph.content_hash, self.warmup_steps, self.timed_steps, order)
+                doc = self.worker.measure(
+                    assignment, self.graph.content_hash, self.warmup_steps, self.timed_steps, order
+                )
             result = Result.from_dict(doc)
         except StepTimeout:  # the alarm rang after measure() had caught everything it could
-            result = Result(float("inf"), "timeout", f"measurement ran past {self.measure_timeout_s:g}s", source="measured")
+            result = Result(
+                float("inf"), "timeout", f"measurement ran past {self.measure_timeout_s:g}s", source="measured"
+            )
         finally:
             gc.collect()  # the placed module and its optimizer state, before the next placement
             if torch.cuda.is_available():

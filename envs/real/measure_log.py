@@ -24,8 +24,9 @@ from graphs.plan import as_indices, check_order
 LOG_NAME = "measurements.jsonl"
 
 
-def placement_key(placement: Any, graph: OpGraph, device_names: list[str], source: str
-                  ) -> tuple[str, dict[str, str], list[str] | None]:
+def placement_key(
+    placement: Any, graph: OpGraph, device_names: list[str], source: str
+) -> tuple[str, dict[str, str], list[str] | None]:
     """(placement hash, op name -> device, op names in issue order or None) of a placement, checked against the graph."""
     idx = as_indices(placement, graph, device_names, source=source)
     devs = [device_names[i] for i in idx.tolist()]

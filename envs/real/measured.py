@@ -60,7 +60,12 @@ from ray._private import ray_constants
 from ray.exceptions import RayActorError, RayTaskError, RuntimeEnvSetupError
 
 from envs.real.measure_log import (  # noqa: F401
-    LOG_NAME, RecordedMeasurements, append_log_line, append_record, placement_key, read_log,
+    LOG_NAME,
+    RecordedMeasurements,
+    append_log_line,
+    append_record,
+    placement_key,
+    read_log,
 )
 from envs.real.placing import resolve_devices
 from envs.real.ray_access import native_stderr_silenced, ray_temp_dir, refused_message, sends_token
@@ -94,15 +99,25 @@ def node_id() -> str:
 def join_cluster(address: str, runtime_env: dict | None = None) -> None:
     """``ray.init(address)``, sending this machine's token when it has one (:func:`envs.real.ray_access.sends_token`);
     a cluster that refuses it, or does not answer, is a :class:`PlacerError` naming the address and what to do."""
-    has_token = AuthenticationTokenLoader is not None and AuthenticationTokenLoader.instance().has_token(ignore_auth_mode=True)
+    has_token = AuthenticationTokenLoader is not None and AuthenticationTokenLoader.instance().has_token(
+        ignore_auth_mode=True
+    )
     if sends_token(os.environ, has_token):
         os.environ["RAY_AUTH_MODE"] = "token"  # as Ray's own ray.init() does for a local cluster
         Config.initialize("")
     _check_token(address)
     try:
-        ray.init(address=address, include_dashboard=False, log_to_driver=False, configure_logging=False, runtime_env=runtime_env)
+        ray.init(
+            address=address,
+            include_dashboard=False,
+            log_to_driver=False,
+            configure_logging=False,
+            runtime_env=runtime_env,
+        )
     except ConnectionError as e:
-        raise PlacerError(f"--ray-address {address}: {one_line(e)} (is the head node running, and is its port open?)") from None
+        raise PlacerError(
+            f"--ray-address {address}: {one_line(e)} (is the head node running, and is its port open?)"
+        ) from None
 
 
 def _check_token(address: str) -> None:
@@ -170,10 +185,16 @@ class MeasuredEnv(RecordedMeasurements):
         ship_limit_bytes: int = SHIP_LIMIT_BYTES,
     ) -> None:
         if timed_steps < 1 or warmup_steps < 0:
-            raise PlacerError(f"measured env: need timed_steps >= 1 and warmup_steps >= 0, got {timed_steps}, {warmup_steps}")
+            raise PlacerError(
+                f"measured env: need timed_steps >= 1 and warmup_steps >= 0, got {timed_steps}, {warmup_steps}"
+            )
         self.source, self.cluster, self.device_map = source, cluster, device_map
         self.source_dir = os.getcwd()  # where a module:callable SOURCE resolves, here and in the workers
-        self.warmup_steps, self.timed_steps, self.measure_timeout_s = warmup_steps, timed_steps, check_timeout(measure_timeout_s)
+        self.warmup_steps, self.timed_steps, self.measure_timeout_s = (
+            warmup_steps,
+            timed_steps,
+            check_timeout(measure_timeout_s),
+        )
         self.start_timeout_s = check_timeout(start_timeout_s, "start_timeout_s")
         self.max_retries, self.cpus_per_worker, self.lr = max_retries, cpus_per_worker, lr
         self.ship_limit_bytes = ship_limit_bytes
@@ -216,7 +237,9 @@ class MeasuredEnv(RecordedMeasurements):
                     join_cluster(self._ray_address, runtime_env)
             except RuntimeEnvSetupError as e:
                 self._restore_ray_messages()
-                raise PlacerError(f"{self.source}: Ray could not ship {self.shipment.describe()} ({one_line(e)})") from None
+                raise PlacerError(
+                    f"{self.source}: Ray could not ship {self.shipment.describe()} ({one_line(e)})"
+                ) from None
             except BaseException:
                 self._restore_ray_messages()
                 raise
@@ -242,8 +265,14 @@ class MeasuredEnv(RecordedMeasurements):
         os.environ[_RAY_CLUSTER_ENV] = "0"  # for Ray's own processes
         ray_constants.ENABLE_RAY_CLUSTER = False  # for this one (read at import)
         try:
-            ray.init(include_dashboard=False, log_to_driver=False, configure_logging=False, runtime_env=runtime_env,
-                     _temp_dir=self._ray_temp_dir(), _node_ip_address="127.0.0.1")
+            ray.init(
+                include_dashboard=False,
+                log_to_driver=False,
+                configure_logging=False,
+                runtime_env=runtime_env,
+                _temp_dir=self._ray_temp_dir(),
+                _node_ip_address="127.0.0.1",
+            )
         except BaseException:
             self._remove_ray_tmp()
             raise
@@ -257,8 +286,10 @@ class MeasuredEnv(RecordedMeasurements):
         if ip not in ("127.0.0.1", "::1"):
             ray.shutdown()
             self._remove_ray_tmp()
-            raise PlacerError(f"measured env: the local Ray cluster runs on {ip}, not loopback (this Ray version ignores "
-                              f"{_RAY_CLUSTER_ENV}=0); start Ray yourself and pass --ray-address")
+            raise PlacerError(
+                f"measured env: the local Ray cluster runs on {ip}, not loopback (this Ray version ignores "
+                f"{_RAY_CLUSTER_ENV}=0); start Ray yourself and pass --ray-address"
+            )
 
     def _route_ray_messages_to_stderr(self) -> None:
         """Print Ray's driver messages ("A worker died ...") on stderr, not stdout.
@@ -292,8 +323,9 @@ class MeasuredEnv(RecordedMeasurements):
         ray = self._ensure_ray()
         cls = ray.remote(num_cpus=self.cpus_per_worker, num_gpus=self.gpus_per_worker, max_restarts=0)(self.worker_cls)
         shipped = self.shipment.module if self.shipment else None
-        actor = cls.options(scheduling_strategy="SPREAD").remote(self.source, self.device_map, self.cpus_per_worker, self.lr,
-                                                                 self.source_dir, shipped, node_id)
+        actor = cls.options(scheduling_strategy="SPREAD").remote(
+            self.source, self.device_map, self.cpus_per_worker, self.lr, self.source_dir, shipped, node_id
+        )
         if i is None:
             i = len(self._actors)
             self._actors.append(actor)
@@ -311,7 +343,9 @@ class MeasuredEnv(RecordedMeasurements):
             self._workers_wanted = max(1, len(nodes))
         if self.cpus_per_worker is None:
             per_node = max(1, self._workers_wanted // max(1, len(nodes)))
-            self.cpus_per_worker = max(1, int(min(n["Resources"].get("CPU", 1) for n in nodes) // per_node)) if nodes else 1
+            self.cpus_per_worker = (
+                max(1, int(min(n["Resources"].get("CPU", 1) for n in nodes) // per_node)) if nodes else 1
+            )
         while len(self._actors) < min(self._workers_wanted, max(wanted, 1)):
             self._spawn()
 
@@ -344,15 +378,21 @@ class MeasuredEnv(RecordedMeasurements):
                 continue
             del self._starting[ref]
             if stage == "start" and self._ready_slots() - {i}:
-                self._retire(i, f"a worker could not start within {self.start_timeout_s:g}s (no room on the Ray cluster?)")
+                self._retire(
+                    i, f"a worker could not start within {self.start_timeout_s:g}s (no room on the Ray cluster?)"
+                )
                 continue
             ray.kill(self._actors[i], no_restart=True)
             if stage == "start":
                 gpus = f" and {self.gpus_per_worker} GPUs" if self.gpus_per_worker else ""
-                what = (f"start a worker (does the Ray cluster have {self.cpus_per_worker} CPUs{gpus} free "
-                        f"for each of {len(self._actors)} workers?)")
+                what = (
+                    f"start a worker (does the Ray cluster have {self.cpus_per_worker} CPUs{gpus} free "
+                    f"for each of {len(self._actors)} workers?)"
+                )
             else:
-                what = f"build the model from {self.source if isinstance(self.source, str) else 'its builder'} in a worker"
+                what = (
+                    f"build the model from {self.source if isinstance(self.source, str) else 'its builder'} in a worker"
+                )
             raise PlacerError(f"measured env: could not {what} within {self.start_timeout_s:g}s")
 
     def _started(self, ref: Any) -> int:
@@ -366,7 +406,9 @@ class MeasuredEnv(RecordedMeasurements):
                 return -1
             self._spawn_failures += 1
             if self._spawn_failures > 3 * max(1, len(self._actors)):
-                raise PlacerError(f"measured env: workers keep dying while starting or building the model ({one_line(e)})") from None
+                raise PlacerError(
+                    f"measured env: workers keep dying while starting or building the model ({one_line(e)})"
+                ) from None
             self._spawn(i)
             return -1
         except RayTaskError as e:
@@ -377,15 +419,19 @@ class MeasuredEnv(RecordedMeasurements):
             self._starting[self._actors[i].prepare.remote()] = (i, "build", time.monotonic() + self.start_timeout_s)
             return -1
         if value != self.graph.content_hash:
-            raise PlacerError(f"measured env: a worker captured graph {value}, not {self.graph.content_hash} (different torch version?)")
+            raise PlacerError(
+                f"measured env: a worker captured graph {value}, not {self.graph.content_hash} (different torch version?)"
+            )
         return i
 
     def _ship_hint(self) -> str:
         """What a failed build in a worker should say about the shipped module (a sibling module left behind)."""
         if self.shipment is None:
             return ""
-        return (f"; placer shipped the {self.shipment.describe()}: a module of yours that it imports must be inside "
-                f"that package or installed on every node")
+        return (
+            f"; placer shipped the {self.shipment.describe()}: a module of yours that it imports must be inside "
+            f"that package or installed on every node"
+        )
 
     def _ready_slots(self) -> set[int]:
         """Slots whose actor is built (idle or measuring)."""
@@ -433,7 +479,9 @@ class MeasuredEnv(RecordedMeasurements):
         """(placement hash, op name -> device) of each placement, checked against the graph."""
         out = []
         for k, p in enumerate(placements):
-            key, assignment, self._orders[key] = placement_key(p, self.graph, self.cluster.device_names, f"placement {k}")
+            key, assignment, self._orders[key] = placement_key(
+                p, self.graph, self.cluster.device_names, f"placement {k}"
+            )
             out.append((key, assignment))
         return out
 
@@ -452,12 +500,15 @@ class MeasuredEnv(RecordedMeasurements):
         while pending or running:
             while pending and idle:
                 i, key = idle.popleft(), pending.popleft()
-                ref = self._actors[i].measure.remote(todo[key], self.graph.content_hash, self.warmup_steps, self.timed_steps,
-                                                       self._orders.get(key))
+                ref = self._actors[i].measure.remote(
+                    todo[key], self.graph.content_hash, self.warmup_steps, self.timed_steps, self._orders.get(key)
+                )
                 running[ref] = (i, key, time.monotonic() + self.measure_timeout_s)
             if pending and not running and not self._starting:  # every worker is gone: start one where there is room
                 self._spawn()
-            ready, _ = ray.wait(list(running) + list(self._starting), num_returns=1, timeout=self._seconds_left(running))
+            ready, _ = ray.wait(
+                list(running) + list(self._starting), num_returns=1, timeout=self._seconds_left(running)
+            )
             for ref in ready:
                 if ref in self._starting:
                     i = self._started(ref)
@@ -484,7 +535,10 @@ class MeasuredEnv(RecordedMeasurements):
         attempts[key] = attempts.get(key, 0) + 1
         self._spawn(i)
         if attempts[key] > self.max_retries:
-            self._record(key, Result(float("inf"), "error", f"worker died {attempts[key]} times: {one_line(e)}", source="measured"))
+            self._record(
+                key,
+                Result(float("inf"), "error", f"worker died {attempts[key]} times: {one_line(e)}", source="measured"),
+            )
         else:
             pending.appendleft(key)
 
@@ -495,8 +549,25 @@ class MeasuredEnv(RecordedMeasurements):
             if deadline <= now:
                 del running[ref]
                 self._spawn(i)  # kills the hung actor
-                self._record(key, Result(float("inf"), "timeout", f"measurement ran past {self.measure_timeout_s:g}s; worker replaced", source="measured"))
+                self._record(
+                    key,
+                    Result(
+                        float("inf"),
+                        "timeout",
+                        f"measurement ran past {self.measure_timeout_s:g}s; worker replaced",
+                        source="measured",
+                    ),
+                )
 
 
-__all__ = ["MeasuredEnv", "Worker", "append_log_line", "build_model", "join_cluster", "node_id", "placement_hash",
-           "read_log", "LOG_NAME"]
+__all__ = [
+    "MeasuredEnv",
+    "Worker",
+    "append_log_line",
+    "build_model",
+    "join_cluster",
+    "node_id",
+    "placement_hash",
+    "read_log",
+    "LOG_NAME",
+]

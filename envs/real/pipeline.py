@@ -19,7 +19,6 @@ from envs.real.placing import MOVE_META, global_state_kept
 from graphs import PlacerError
 from graphs.plan import check_inflight
 
-
 MICROBATCH_META = "placer_microbatches"  # meta key of a MicrobatchedModule: its number of microbatches
 
 
@@ -34,12 +33,20 @@ def split_batch(inputs: tuple, microbatches: int, batch_dim: int = 0, *, source:
     """
     tensors = [t for t in inputs if isinstance(t, torch.Tensor) and t.dim() > batch_dim]
     if not tensors:
-        raise PlacerError(f"{source}: no tensor input has a dimension {batch_dim} to split into microbatches (batch_dim)")
+        raise PlacerError(
+            f"{source}: no tensor input has a dimension {batch_dim} to split into microbatches (batch_dim)"
+        )
     B = tensors[0].shape[batch_dim]
     if B % microbatches:
-        raise PlacerError(f"{source}: batch size {B} (dimension {batch_dim}) is not a multiple of {microbatches} microbatches")
-    parts = [t.chunk(microbatches, dim=batch_dim) if isinstance(t, torch.Tensor) and t.dim() > batch_dim and t.shape[batch_dim] == B else None
-             for t in inputs]
+        raise PlacerError(
+            f"{source}: batch size {B} (dimension {batch_dim}) is not a multiple of {microbatches} microbatches"
+        )
+    parts = [
+        t.chunk(microbatches, dim=batch_dim)
+        if isinstance(t, torch.Tensor) and t.dim() > batch_dim and t.shape[batch_dim] == B
+        else None
+        for t in inputs
+    ]
     return [tuple(x if p is None else p[m] for x, p in zip(inputs, parts)) for m in range(microbatches)]
 
 
@@ -96,8 +103,15 @@ class MicrobatchedModule(nn.Module):
     as with W = M.
     """
 
-    def __init__(self, placed: nn.Module, microbatches: int, batch_dim: int = 0, reduction: str = "mean",
-                 inflight: int | None = None, stages: Sequence[str] = ()) -> None:
+    def __init__(
+        self,
+        placed: nn.Module,
+        microbatches: int,
+        batch_dim: int = 0,
+        reduction: str = "mean",
+        inflight: int | None = None,
+        stages: Sequence[str] = (),
+    ) -> None:
         super().__init__()
         if reduction not in ("mean", "sum"):
             raise PlacerError(f"loss reduction {reduction!r}: must be 'mean' or 'sum'")
@@ -105,8 +119,13 @@ class MicrobatchedModule(nn.Module):
         self.stages = list(stages)
         # one-forward-one-backward: the placed program's nodes and the host program over them, built once
         self._nodes = list(placed.graph.nodes) if self.inflight < microbatches else []
-        self._program = (issue_segments(len(self._nodes), microbatches, self.inflight, _stage_nodes(self._nodes, self.stages)).tolist()
-                         if self._nodes else [])
+        self._program = (
+            issue_segments(
+                len(self._nodes), microbatches, self.inflight, _stage_nodes(self._nodes, self.stages)
+            ).tolist()
+            if self._nodes
+            else []
+        )
         # the placed module's parameters, buffers and submodules under their own names (the
         # state dict of the unpipelined placed module), the module itself outside the tree
         object.__setattr__(self, "placed", placed)
@@ -133,12 +152,13 @@ class MicrobatchedModule(nn.Module):
         for q, (kind, lo, hi) in enumerate(program):
             if kind != BACKWARD:
                 m = lo // N
-                out = runs[m].run(nodes[lo - m * N: hi - m * N])
+                out = runs[m].run(nodes[lo - m * N : hi - m * N])
                 if out is not _StageRunner.PENDING:
                     if not (isinstance(out, torch.Tensor) and out.dim() == 0 and out.is_floating_point()):
                         raise PlacerError(
                             f"a plan with at most {W} of {M} microbatches in flight runs backward inside the step, so "
-                            f"the model's output must be its loss (one 0-dim floating tensor), not {_describe(out)}")
+                            f"the model's output must be its loss (one 0-dim floating tensor), not {_describe(out)}"
+                        )
                     losses[m] = out
                 continue
             if q == len(program) - 1:
@@ -180,7 +200,11 @@ class _StageRunner:
         for node in nodes:
             value = self.interp.run_node(node)
             if node.op == "output":
-                out = torch.utils._pytree.tree_unflatten(list(value), self.out_spec) if self.out_spec is not None else value
+                out = (
+                    torch.utils._pytree.tree_unflatten(list(value), self.out_spec)
+                    if self.out_spec is not None
+                    else value
+                )
             else:
                 self.interp.env[node] = value
         return out
@@ -204,5 +228,6 @@ class _GradientOne(torch.autograd.Function):
         if not bool(torch.all(grad == 1)):
             raise PlacerError(
                 "a plan with fewer microbatches in flight than microbatches ran the first ones' backward with gradient 1 "
-                "inside the step; call backward() on its loss unscaled (scale the learning rate instead)")
+                "inside the step; call backward() on its loss unscaled (scale the learning rate instead)"
+            )
         return grad

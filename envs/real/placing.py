@@ -57,7 +57,6 @@ from graphs import PlacerError
 from graphs.flops import is_alias
 from graphs.ops import written_arguments
 
-
 MOVE_META = "placer_transfer"  # node.meta key on inserted copies: (source node name, logical device)
 DEVICE_META = "placer_device"  # node.meta key: the logical device a node runs on
 WRITEBACK_META = "placer_writeback"  # node.meta key on inserted write-backs: master node name
@@ -82,7 +81,9 @@ def parse_device_map(text: str) -> dict[str, str]:
     return out
 
 
-def resolve_devices(logical: Iterable[str], device_map: Mapping[str, str] | str | None = None) -> dict[str, torch.device]:
+def resolve_devices(
+    logical: Iterable[str], device_map: Mapping[str, str] | str | None = None
+) -> dict[str, torch.device]:
     """Torch device of each logical device name.
 
     Explicit entries of ``device_map`` win, then its ``"*"`` wildcard, then the
@@ -113,7 +114,9 @@ def check_available(devices: Mapping[str, torch.device]) -> None:
     """Raise :class:`PlacerError` if a logical device maps to a CUDA device this machine lacks."""
     for name, dev in devices.items():
         if dev.type == "cuda" and (not torch.cuda.is_available() or (dev.index or 0) >= torch.cuda.device_count()):
-            raise PlacerError(f"{name} maps to {dev}, which this machine does not have (use a device map, e.g. --device-map '*=cpu')")
+            raise PlacerError(
+                f"{name} maps to {dev}, which this machine does not have (use a device map, e.g. --device-map '*=cpu')"
+            )
 
 
 # ------------------------------------------------------------------ transfers
@@ -190,7 +193,9 @@ def _write_back(master: torch.Tensor, copy: torch.Tensor) -> None:
 
 def _written_args(node: fx.Node) -> list[fx.Node]:
     """Node arguments that ``node`` mutates in place (:func:`graphs.ops.written_arguments`: schema and known composites)."""
-    written = [node.args[i] if i < len(node.args) else node.kwargs.get(name) for i, name in written_arguments(node.target)]
+    written = [
+        node.args[i] if i < len(node.args) else node.kwargs.get(name) for i, name in written_arguments(node.target)
+    ]
     return [w for w in written if isinstance(w, fx.Node)]
 
 
@@ -283,8 +288,9 @@ def place_module(
     return gm
 
 
-def _home_parameters(gm: fx.GraphModule, assignment: Mapping[str, str], devices: Mapping[str, torch.device]
-                     ) -> tuple[dict[fx.Node, str], dict[fx.Node, Any]]:
+def _home_parameters(
+    gm: fx.GraphModule, assignment: Mapping[str, str], devices: Mapping[str, torch.device]
+) -> tuple[dict[fx.Node, str], dict[fx.Node, Any]]:
     """Move each parameter and buffer to its owner's device: the first placed op reading it (tied weights share one).
 
     Returns the logical device of each ``get_attr`` node that now holds a tensor,
@@ -333,8 +339,9 @@ class _Copies:
         key = (arg, dev)
         if key not in self.made:
             with self.graph.inserting_before(before):
-                copy = self.graph.create_node("call_function", _to_device, (arg, str(torch_dev)),
-                                              name=f"{arg.name}_to_{dev.replace(':', '')}")
+                copy = self.graph.create_node(
+                    "call_function", _to_device, (arg, str(torch_dev)), name=f"{arg.name}_to_{dev.replace(':', '')}"
+                )
             copy.meta[MOVE_META] = (arg.name, dev)
             copy.meta[DEVICE_META] = dev
             if "val" in arg.meta:
@@ -367,6 +374,7 @@ def on_device(node: fx.Node, device: torch.device) -> None:
     the op runs on, or it makes its tensor on the capture device (or asserts that
     it is there).
     """
+
     def swap(value: Any) -> Any:
         return device if isinstance(value, torch.device) else value
 
@@ -404,8 +412,13 @@ def reshape_views(graph: fx.Graph) -> int:
 
 def _submodule_args(gm: nn.Module, node: fx.Node) -> list[fx.Node]:
     """The ``get_attr`` arguments of ``node`` that name a graph module (a higher-order op's body)."""
-    return [a for a in node.args if isinstance(a, fx.Node) and a.op == "get_attr"
-            and isinstance(_module_tensor(gm, str(a.target)), fx.GraphModule)]
+    return [
+        a
+        for a in node.args
+        if isinstance(a, fx.Node)
+        and a.op == "get_attr"
+        and isinstance(_module_tensor(gm, str(a.target)), fx.GraphModule)
+    ]
 
 
 def _place_body(body: fx.GraphModule, device: torch.device) -> None:
@@ -543,7 +556,11 @@ def _order_constraints(nodes: Sequence[fx.Node]) -> list[tuple[fx.Node, fx.Node]
             for u in readers.get(r, ()):
                 if u is not w:
                     pairs.append((u, w) if position[u] < position[w] else (w, u))
-    seeded = [n for n in nodes if n.op == "call_function" and torch.Tag.nondeterministic_seeded in getattr(n.target, "tags", ())]
+    seeded = [
+        n
+        for n in nodes
+        if n.op == "call_function" and torch.Tag.nondeterministic_seeded in getattr(n.target, "tags", ())
+    ]
     pairs.extend(zip(seeded, seeded[1:]))
     return pairs
 
@@ -556,12 +573,13 @@ def _alias_roots(nodes: Sequence[fx.Node]) -> dict[fx.Node, fx.Node]:
         if n.op != "call_function":
             continue
         schema = getattr(n.target, "_schema", None)
-        returns_written = schema is not None and any(r.alias_info is not None and r.alias_info.is_write for r in schema.returns)
+        returns_written = schema is not None and any(
+            r.alias_info is not None and r.alias_info.is_write for r in schema.returns
+        )
         base = n.args[0] if n.args and isinstance(n.args[0], fx.Node) else None
         if base is not None and (is_alias(n.target) or returns_written):
             root[n] = root.get(base, base)
     return root
-
 
 
 def transfers(gm: fx.GraphModule) -> list[tuple[str, str]]:

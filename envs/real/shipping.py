@@ -75,8 +75,10 @@ def ship_plan(source: object, search_dir: str | None = None, limit_bytes: int = 
         return None
     size = _size_bytes(path, limit_bytes)
     if size > limit_bytes:
-        raise PlacerError(f"{source}: {path}, shipped to the Ray workers, holds more than {_mib(limit_bytes)} "
-                          f"(the limit for model code); move data files out of it")
+        raise PlacerError(
+            f"{source}: {path}, shipped to the Ray workers, holds more than {_mib(limit_bytes)} "
+            f"(the limit for model code); move data files out of it"
+        )
     return Shipment(top, path, size)
 
 
@@ -130,7 +132,9 @@ def shipped_root(module: str) -> str | None:
     None when no entry holds it (the worker was started without the runtime environment).
     """
     for entry in os.environ.get("PYTHONPATH", "").split(os.pathsep):
-        if entry and (os.path.isfile(os.path.join(entry, module + ".py")) or os.path.isdir(os.path.join(entry, module))):
+        if entry and (
+            os.path.isfile(os.path.join(entry, module + ".py")) or os.path.isdir(os.path.join(entry, module))
+        ):
             return entry
     return None
 

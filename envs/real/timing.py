@@ -39,7 +39,9 @@ def default_loss(outputs: Any) -> torch.Tensor:
     A stand-in training objective that touches every output, so backward runs
     through the whole graph; a model whose output is its loss gives that loss.
     """
-    leaves = [t for t in torch.utils._pytree.tree_leaves(outputs) if isinstance(t, torch.Tensor) and t.is_floating_point()]
+    leaves = [
+        t for t in torch.utils._pytree.tree_leaves(outputs) if isinstance(t, torch.Tensor) and t.is_floating_point()
+    ]
     if not leaves:
         raise PlacerError("model: returns no floating-point tensor to build a loss from")
     device = leaves[0].device
@@ -56,7 +58,12 @@ def synchronize(devices: Iterable[torch.device]) -> None:
             torch.cuda.synchronize(d)
 
 
-def train_step(module: nn.Module, inputs: tuple, optimizer: torch.optim.Optimizer, loss_fn: Callable[[Any], torch.Tensor] = default_loss) -> torch.Tensor:
+def train_step(
+    module: nn.Module,
+    inputs: tuple,
+    optimizer: torch.optim.Optimizer,
+    loss_fn: Callable[[Any], torch.Tensor] = default_loss,
+) -> torch.Tensor:
     """One training step: forward, loss, backward, optimizer step; returns the (detached) loss."""
     optimizer.zero_grad(set_to_none=True)
     loss = loss_fn(module(*inputs))
@@ -65,7 +72,17 @@ def train_step(module: nn.Module, inputs: tuple, optimizer: torch.optim.Optimize
     return loss.detach()
 
 
-def run_steps(module: nn.Module, inputs: tuple, optimizer: torch.optim.Optimizer, *, warmup_steps: int, timed_steps: int, devices: Iterable[torch.device], loss_fn: Callable[[Any], torch.Tensor] = default_loss, protocol: "Protocol | None" = None) -> tuple[list[float], list[float]]:
+def run_steps(
+    module: nn.Module,
+    inputs: tuple,
+    optimizer: torch.optim.Optimizer,
+    *,
+    warmup_steps: int,
+    timed_steps: int,
+    devices: Iterable[torch.device],
+    loss_fn: Callable[[Any], torch.Tensor] = default_loss,
+    protocol: "Protocol | None" = None,
+) -> tuple[list[float], list[float]]:
     """Run warm-up then timed training steps; returns (step seconds, losses) of the timed ones.
 
     Each timed step is bracketed by a synchronisation of every CUDA device used,
@@ -222,7 +239,17 @@ def _reset_cpu_peak() -> None:
         pass
 
 
-def measure_steps(module: nn.Module, inputs: tuple, optimizer: torch.optim.Optimizer, devices: Mapping[str, torch.device], *, warmup_steps: int, timed_steps: int, loss_fn: Callable[[Any], torch.Tensor] = default_loss, protocol: Protocol | None = None) -> dict[str, Any]:
+def measure_steps(
+    module: nn.Module,
+    inputs: tuple,
+    optimizer: torch.optim.Optimizer,
+    devices: Mapping[str, torch.device],
+    *,
+    warmup_steps: int,
+    timed_steps: int,
+    loss_fn: Callable[[Any], torch.Tensor] = default_loss,
+    protocol: Protocol | None = None,
+) -> dict[str, Any]:
     """Time training steps of a placed module and record peak memory per logical device.
 
     Peak memory: ``torch.cuda.max_memory_allocated`` for CUDA devices; for the
@@ -239,8 +266,16 @@ def measure_steps(module: nn.Module, inputs: tuple, optimizer: torch.optim.Optim
     _reset_cpu_peak()
     rss0 = _proc_status_bytes("VmRSS")
     with pinned_host(protocol):
-        times_s, losses = run_steps(module, inputs, optimizer, warmup_steps=warmup_steps, timed_steps=timed_steps, devices=devices.values(),
-                                    loss_fn=loss_fn, protocol=protocol)
+        times_s, losses = run_steps(
+            module,
+            inputs,
+            optimizer,
+            warmup_steps=warmup_steps,
+            timed_steps=timed_steps,
+            devices=devices.values(),
+            loss_fn=loss_fn,
+            protocol=protocol,
+        )
     peak = {str(d): int(torch.cuda.max_memory_allocated(d)) for d in cuda}
     peak["cpu"] = max(0, _proc_status_bytes("VmHWM") - rss0)
     out = {
@@ -276,7 +311,9 @@ def resident_bytes(module: nn.Module, optimizer: torch.optim.Optimizer, device: 
     return int(sum(seen.values()))
 
 
-def _block(run: Run, inputs: tuple, steps: int, loss_fn: Callable[[Any], torch.Tensor], timeout_s: float | None) -> dict[str, Any]:
+def _block(
+    run: Run, inputs: tuple, steps: int, loss_fn: Callable[[Any], torch.Tensor], timeout_s: float | None
+) -> dict[str, Any]:
     """``steps`` timed steps of one run: seconds per step, and its peak bytes per logical CUDA device.
 
     Other runs' tensors stay allocated meanwhile, so a device's peak is the
@@ -299,15 +336,32 @@ def _block(run: Run, inputs: tuple, steps: int, loss_fn: Callable[[Any], torch.T
                 times_s.append(time.perf_counter() - t0)
     except Exception as e:  # the model failed on this placement: a result, the other runs go on
         status = failure_status(e)
-        return {"step_times_s": times_s, "status": status, "message": f"{type(e).__name__}: {str(e).splitlines()[0][:300] if str(e) else ''}"}
+        return {
+            "step_times_s": times_s,
+            "status": status,
+            "message": f"{type(e).__name__}: {str(e).splitlines()[0][:300] if str(e) else ''}",
+        }
     peak = {str(d): int(torch.cuda.max_memory_allocated(d)) + base[d] for d in cuda}
-    return {"step_times_s": times_s, "status": "ok", "peak_bytes": {name: peak[str(dev)] for name, dev in run.devices.items() if str(dev) in peak}}
+    return {
+        "step_times_s": times_s,
+        "status": "ok",
+        "peak_bytes": {name: peak[str(dev)] for name, dev in run.devices.items() if str(dev) in peak},
+    }
 
 
-def measure_interleaved(runs: Mapping[str, Run], inputs: tuple, *, rounds: int, steps: int, warmup_steps: int,
-                        protocol: Protocol | None = None, loss_fn: Callable[[Any], torch.Tensor] = default_loss,
-                        timeout_s: float | None = None, done: Mapping[str, Sequence[dict]] | None = None,
-                        on_block: Callable[[str, int, dict], None] | None = None) -> dict[str, dict[str, Any]]:
+def measure_interleaved(
+    runs: Mapping[str, Run],
+    inputs: tuple,
+    *,
+    rounds: int,
+    steps: int,
+    warmup_steps: int,
+    protocol: Protocol | None = None,
+    loss_fn: Callable[[Any], torch.Tensor] = default_loss,
+    timeout_s: float | None = None,
+    done: Mapping[str, Sequence[dict]] | None = None,
+    on_block: Callable[[str, int, dict], None] | None = None,
+) -> dict[str, dict[str, Any]]:
     """Time several placements' training steps interleaved, so that drift over the run falls on all alike.
 
     Each run is warmed up (``warmup_steps``, then round-robin until ``protocol.warmup_s``
@@ -341,7 +395,7 @@ def measure_interleaved(runs: Mapping[str, Run], inputs: tuple, *, rounds: int, 
                 _block(runs[k], inputs, 1, loss_fn, timeout_s)
         for r in range(rounds):
             with no_gc(protocol is None or protocol.gc_off):  # collected once per round, not inside it
-                for k in (labels if r % 2 == 0 else labels[::-1]):
+                for k in labels if r % 2 == 0 else labels[::-1]:
                     if len(blocks[k]) > r or any(b.get("status", "ok") != "ok" for b in blocks[k]):
                         continue
                     b = _block(runs[k], inputs, steps, loss_fn, timeout_s)
@@ -365,8 +419,19 @@ def summarize_blocks(blocks: Sequence[dict]) -> dict[str, Any]:
         for name, v in (b.get("peak_bytes") or {}).items():
             peak[name] = max(peak.get(name, 0), int(v))
     if failed or not times:
-        return {"status": failed[0]["status"] if failed else "error", "message": failed[0].get("message", "") if failed else "no steps",
-                "step_time_s": float("inf"), "step_times_s": times, "round_medians_s": [], "peak_bytes": peak}
-    return {"status": "ok", "message": "", "step_time_s": float(statistics.median(times)), "step_times_s": times,
-            "round_medians_s": [float(statistics.median(b["step_times_s"])) for b in blocks if b.get("step_times_s")],
-            "peak_bytes": peak}
+        return {
+            "status": failed[0]["status"] if failed else "error",
+            "message": failed[0].get("message", "") if failed else "no steps",
+            "step_time_s": float("inf"),
+            "step_times_s": times,
+            "round_medians_s": [],
+            "peak_bytes": peak,
+        }
+    return {
+        "status": "ok",
+        "message": "",
+        "step_time_s": float(statistics.median(times)),
+        "step_times_s": times,
+        "round_medians_s": [float(statistics.median(b["step_times_s"])) for b in blocks if b.get("step_times_s")],
+        "peak_bytes": peak,
+    }

@@ -69,8 +69,16 @@ def placement_hash(assignment_list: Sequence[str], order: Sequence[str] | None =
 class Worker:
     """One Ray actor: builds the exported program once, measures placements on it."""
 
-    def __init__(self, source: str | Builder, device_map: Mapping[str, str] | str | None, threads: int, lr: float = 1e-3,
-                 source_dir: str | None = None, shipped: str | None = None, where: Callable[[], str] | None = None) -> None:
+    def __init__(
+        self,
+        source: str | Builder,
+        device_map: Mapping[str, str] | str | None,
+        threads: int,
+        lr: float = 1e-3,
+        source_dir: str | None = None,
+        shipped: str | None = None,
+        where: Callable[[], str] | None = None,
+    ) -> None:
         """``source_dir``: the driver's working directory; ``shipped``: the top-level module the driver shipped
         (imported from that copy instead); ``where``: returns the id of the node this actor runs on."""
         torch.set_num_threads(max(1, threads))
@@ -93,7 +101,9 @@ class Worker:
             self.inputs = inputs
             self.graph_hash = graph_from_program(self.ep).content_hash
             self.snapshot = {k: v.detach().clone() for k, v in self.ep.state_dict.items()}
-            self.constants = {k: v.detach().clone() for k, v in self.ep.constants.items() if isinstance(v, torch.Tensor)}
+            self.constants = {
+                k: v.detach().clone() for k, v in self.ep.constants.items() if isinstance(v, torch.Tensor)
+            }
         return self.graph_hash
 
     def _restore(self) -> None:
@@ -103,18 +113,39 @@ class Worker:
             for k, v in self.constants.items():
                 self.ep.constants[k].copy_(v)
 
-    def _steps(self, module: Any, optimizer: Any, devices: Mapping[str, Any], warmup_steps: int, timed_steps: int) -> dict[str, Any]:
+    def _steps(
+        self, module: Any, optimizer: Any, devices: Mapping[str, Any], warmup_steps: int, timed_steps: int
+    ) -> dict[str, Any]:
         """The training steps of one placement (:func:`envs.real.timing.measure_steps`)."""
-        return measure_steps(module, self.inputs, optimizer, devices, warmup_steps=warmup_steps, timed_steps=timed_steps,
-                             protocol=Protocol())  # the garbage collector kept out of the timed steps
+        return measure_steps(
+            module,
+            self.inputs,
+            optimizer,
+            devices,
+            warmup_steps=warmup_steps,
+            timed_steps=timed_steps,
+            protocol=Protocol(),
+        )  # the garbage collector kept out of the timed steps
 
-    def measure(self, assignment: dict[str, str], graph_hash: str, warmup_steps: int, timed_steps: int,
-                order: list[str] | None = None) -> dict[str, Any]:
+    def measure(
+        self,
+        assignment: dict[str, str],
+        graph_hash: str,
+        warmup_steps: int,
+        timed_steps: int,
+        order: list[str] | None = None,
+    ) -> dict[str, Any]:
         """Measure one placement; returns ``Result.to_dict()`` (never raises for a bad placement)."""
         extra: dict[str, Any] = {"worker": self.name, "node": self.node}
         try:
             if self.prepare() != graph_hash:
-                return Result(float("inf"), "error", f"worker built graph {self.graph_hash}, expected {graph_hash}", source="measured", extra=extra).to_dict()
+                return Result(
+                    float("inf"),
+                    "error",
+                    f"worker built graph {self.graph_hash}, expected {graph_hash}",
+                    source="measured",
+                    extra=extra,
+                ).to_dict()
             self._restore()
             devices = resolve_devices(sorted(set(assignment.values())), self.device_map)
             module = place_module(self.ep, assignment, self.device_map, order=order)
@@ -124,7 +155,11 @@ class Worker:
             return Result(m["step_time_s"], "ok", peak_bytes=m["peak_bytes"], source="measured", extra=extra).to_dict()
         except Exception as e:  # any failure of the user's model on this placement is a result
             status = failure_status(e)
-            message = f"out of memory: {type(e).__name__}: {one_line(e)}" if status == "oom" else f"{type(e).__name__}: {one_line(e)}"
+            message = (
+                f"out of memory: {type(e).__name__}: {one_line(e)}"
+                if status == "oom"
+                else f"{type(e).__name__}: {one_line(e)}"
+            )
             return Result(float("inf"), status, message, source="measured", extra=extra).to_dict()
         finally:
             if torch.cuda.is_available():

@@ -63,7 +63,11 @@ class TaskGraph:
 
     def __init__(self, graph: OpGraph, grad: np.ndarray) -> None:
         n = self.n = graph.num_ops
-        src, dst, nbytes = graph.edge_src.tolist(), graph.edge_dst.tolist(), graph.edge_bytes.astype(np.float64).tolist()
+        src, dst, nbytes = (
+            graph.edge_src.tolist(),
+            graph.edge_dst.tolist(),
+            graph.edge_bytes.astype(np.float64).tolist(),
+        )
         g = np.asarray(grad, dtype=bool).tolist()
         # (from, to, bytes copied when the two are on different devices; NO_COPY: none)
         self.edges: list[tuple[int, int, float]] = []
@@ -111,7 +115,9 @@ def _bits(b: int) -> list[int]:
     return out
 
 
-def _longest_path(tasks: list[int], order_pos: dict[int, int], edges: list[tuple[int, int, float]], p: np.ndarray) -> float:
+def _longest_path(
+    tasks: list[int], order_pos: dict[int, int], edges: list[tuple[int, int, float]], p: np.ndarray
+) -> float:
     """The longest path through ``tasks`` (each at its fastest device, copies free)."""
     inside = set(tasks)
     preds: dict[int, list[int]] = {}
@@ -154,8 +160,15 @@ class Block(NamedTuple):
     edges: list[tuple[int, int, float]]
 
 
-def block_windows_s(blocks: list[Block], dur: np.ndarray, copy_s: Callable[[float], float], n: int, *,
-                    gpu: np.ndarray | None = None, time_limit_s: float = 10.0) -> float:
+def block_windows_s(
+    blocks: list[Block],
+    dur: np.ndarray,
+    copy_s: Callable[[float], float],
+    n: int,
+    *,
+    gpu: np.ndarray | None = None,
+    time_limit_s: float = 10.0,
+) -> float:
     """The least sum of the blocks' windows ``[end(before), start(after)]`` over the placements of their tasks
     (a proven lower bound, seconds). Blocks solved together share one placement: an op's forward in one and
     its backward in another take the same device.
@@ -255,16 +268,30 @@ def block_windows_s(blocks: list[Block], dur: np.ndarray, copy_s: Callable[[floa
     objective = np.zeros(nv)
     objective[windows] = 1.0
     with _quiet_stdout():
-        res = milp(objective, constraints=LinearConstraint(A, lo, hi), integrality=np.array(integral),
-                   bounds=Bounds(0.0, np.array(upper)), options={"time_limit": max(time_limit_s, 0.05), "mip_rel_gap": 1e-6})
+        res = milp(
+            objective,
+            constraints=LinearConstraint(A, lo, hi),
+            integrality=np.array(integral),
+            bounds=Bounds(0.0, np.array(upper)),
+            options={"time_limit": max(time_limit_s, 0.05), "mip_rel_gap": 1e-6},
+        )
     bound = getattr(res, "mip_dual_bound", None)
     if bound is None or not np.isfinite(bound):
         return 0.0
     return max(float(bound), 0.0) / _US
 
 
-def block_bound_s(graph: OpGraph, cluster: Cluster, fwd_s: np.ndarray, bwd_s: np.ndarray, grad: np.ndarray,
-                  executor: str = "eager", *, time_budget_s: float = 30.0, max_tasks: int = 400) -> float | None:
+def block_bound_s(
+    graph: OpGraph,
+    cluster: Cluster,
+    fwd_s: np.ndarray,
+    bwd_s: np.ndarray,
+    grad: np.ndarray,
+    executor: str = "eager",
+    *,
+    time_budget_s: float = 30.0,
+    max_tasks: int = 400,
+) -> float | None:
     """The block bound (see the module docstring) in seconds, or None past :data:`MAX_OPS` ops or with one device.
 
     ``time_budget_s``: the solver's seconds, shared by the blocks; a block left without time, or with more
@@ -297,8 +324,11 @@ def block_bound_s(graph: OpGraph, cluster: Cluster, fwd_s: np.ndarray, bwd_s: np
         if tasks:
             members = set(tasks)
             inside = members | {c0, c1}
-            edges = [(a, b, nb) for a, b, nb in tg.edges
-                     if a in inside and b in inside and (a in members or b in members or (a == c0 and b == c1))]
+            edges = [
+                (a, b, nb)
+                for a, b, nb in tg.edges
+                if a in inside and b in inside and (a in members or b in members or (a == c0 and b == c1))
+            ]
             blocks.append(Block(tasks, c0, c1, edges))
     total = float(fastest[cut].sum()) if cut else 0.0
     # a forward block and the backward block of the same ops are solved together (one placement)
@@ -323,7 +353,9 @@ def block_bound_s(graph: OpGraph, cluster: Cluster, fwd_s: np.ndarray, bwd_s: np
         if 1 < size(group) <= max_tasks:
             remaining = time_budget_s - (time.perf_counter() - t0)
             if remaining > 0:
-                window = max(window, block_windows_s(group, dur, copy_s, n, gpu=gpu, time_limit_s=remaining / max(left, 1)))
+                window = max(
+                    window, block_windows_s(group, dur, copy_s, n, gpu=gpu, time_limit_s=remaining / max(left, 1))
+                )
             left -= 1
         total += window
     return total

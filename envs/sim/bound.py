@@ -100,8 +100,9 @@ def critical_path_s(graph: OpGraph, fwd_min: np.ndarray, bwd_min: np.ndarray) ->
     return critical_path(graph, fwd_min, bwd_min)[0]
 
 
-def communicating_path_s(graph: OpGraph, cluster: Cluster, fwd_s: np.ndarray, bwd_s: np.ndarray,
-                         grad: np.ndarray | None = None) -> float:
+def communicating_path_s(
+    graph: OpGraph, cluster: Cluster, fwd_s: np.ndarray, bwd_s: np.ndarray, grad: np.ndarray | None = None
+) -> float:
     """The critical path where an edge between two devices costs its copy: a bound on every placement's step.
 
     ``F[v, d]``, a bound on when ``v``'s forward ends if ``v`` is on ``d``:
@@ -289,7 +290,7 @@ def ancestor_sums(graph: OpGraph, cost_s: np.ndarray, exact_ops: int = 12_000) -
     nbytes = (n + 7) // 8
     for v in range(n):
         bits = 0
-        for u in in_src[in_ptr[v]:in_ptr[v + 1]]:
+        for u in in_src[in_ptr[v] : in_ptr[v + 1]]:
             bits |= anc[u] | (1 << u)
         anc[v] = bits
         if bits:
@@ -298,8 +299,9 @@ def ancestor_sums(graph: OpGraph, cost_s: np.ndarray, exact_ops: int = 12_000) -
     return out
 
 
-def task_windows(graph: OpGraph, fwd: np.ndarray, bwd: np.ndarray, grad: np.ndarray | None = None,
-                 release: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def task_windows(
+    graph: OpGraph, fwd: np.ndarray, bwd: np.ndarray, grad: np.ndarray | None = None, release: np.ndarray | None = None
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """``(head, tail, duration)`` of the step's ``2 n`` tasks: each op's forward, then each op's backward.
 
     ``fwd``, ``bwd``: per-op seconds (``[n]``, each op at its fastest device); a
@@ -322,15 +324,15 @@ def task_windows(graph: OpGraph, fwd: np.ndarray, bwd: np.ndarray, grad: np.ndar
     rel = [0.0] * (2 * n) if release is None else np.asarray(release, dtype=np.float64).tolist()
     hf, hb, tf, tb = [0.0] * n, [0.0] * n, [0.0] * n, [0.0] * n
     for v in range(n):  # forward heads, in topological order
-        hf[v] = max((hf[u] + f[u] for u in in_src[in_ptr[v]:in_ptr[v + 1]]), default=rel[v])
+        hf[v] = max((hf[u] + f[u] for u in in_src[in_ptr[v] : in_ptr[v + 1]]), default=rel[v])
         hf[v] = max(hf[v], rel[v])
     for v in range(n - 1, -1, -1):  # backward heads: after the op's own forward and its consumers' backward
-        hb[v] = max([hf[v] + f[v], rel[n + v]] + [hb[w] + b[w] for w in out_dst[out_ptr[v]:out_ptr[v + 1]] if g[w]])
+        hb[v] = max([hf[v] + f[v], rel[n + v]] + [hb[w] + b[w] for w in out_dst[out_ptr[v] : out_ptr[v + 1]] if g[w]])
     for v in range(n):  # backward tails: an op's backward comes before its inputs' backward
         if g[v]:
-            tb[v] = max((b[u] + tb[u] for u in in_src[in_ptr[v]:in_ptr[v + 1]]), default=0.0)
+            tb[v] = max((b[u] + tb[u] for u in in_src[in_ptr[v] : in_ptr[v + 1]]), default=0.0)
     for v in range(n - 1, -1, -1):  # forward tails: its own backward, or its consumers' forward
-        tf[v] = max([b[v] + tb[v]] + [f[w] + tf[w] for w in out_dst[out_ptr[v]:out_ptr[v + 1]]])
+        tf[v] = max([b[v] + tb[v]] + [f[w] + tf[w] for w in out_dst[out_ptr[v] : out_ptr[v + 1]]])
     return np.array(hf + hb), np.array(tf + tb), np.concatenate([pf, pb])
 
 
@@ -358,15 +360,25 @@ def _overloaded(T: float, head: np.ndarray, tail: np.ndarray, p: np.ndarray, cap
         if not len(t2):
             continue
         length = t2 - t1
-        owed = np.minimum(np.minimum(length[:, None], p[None, :]),
-                          np.minimum(earliest_end[None, :] - t1, t2[:, None] - latest_start[None, :]))
+        owed = np.minimum(
+            np.minimum(length[:, None], p[None, :]),
+            np.minimum(earliest_end[None, :] - t1, t2[:, None] - latest_start[None, :]),
+        )
         if np.any(np.maximum(owed, 0.0).sum(axis=1) > capacity * length + slack):
             return True
     return False
 
 
-def energetic_bound_s(head: np.ndarray, tail: np.ndarray, p: np.ndarray, capacity: float, lo: float = 0.0, *,
-                      windows: int | None = None, rel_tol: float = 1e-4) -> float:
+def energetic_bound_s(
+    head: np.ndarray,
+    tail: np.ndarray,
+    p: np.ndarray,
+    capacity: float,
+    lo: float = 0.0,
+    *,
+    windows: int | None = None,
+    rel_tol: float = 1e-4,
+) -> float:
     """The largest ``T >= lo`` that energetic reasoning proves no schedule of the tasks on ``capacity`` devices ends by.
 
     ``head``, ``tail``, ``p``: per task (:func:`task_windows`); ``lo``: a value
@@ -424,7 +436,9 @@ class LowerBound(float):
     previous: float
     previous_name: str
 
-    def __new__(cls, value: float, name: str, parts: dict[str, float], previous: float, previous_name: str) -> "LowerBound":
+    def __new__(
+        cls, value: float, name: str, parts: dict[str, float], previous: float, previous_name: str
+    ) -> "LowerBound":
         obj = super().__new__(cls, value)
         obj.name, obj.parts, obj.previous, obj.previous_name = name, dict(parts), float(previous), previous_name
         return obj
@@ -433,8 +447,17 @@ class LowerBound(float):
         return (LowerBound, (float(self), self.name, self.parts, self.previous, self.previous_name))
 
 
-def lower_bound_from_times(graph: OpGraph, cluster: Cluster, fwd_s: np.ndarray, bwd_s: np.ndarray, executor: str = "eager",
-                           issue_fwd_s: np.ndarray | None = None, *, microbatches: int = 1, blocks_s: float = 0.0) -> LowerBound:
+def lower_bound_from_times(
+    graph: OpGraph,
+    cluster: Cluster,
+    fwd_s: np.ndarray,
+    bwd_s: np.ndarray,
+    executor: str = "eager",
+    issue_fwd_s: np.ndarray | None = None,
+    *,
+    microbatches: int = 1,
+    blocks_s: float = 0.0,
+) -> LowerBound:
     """The bound from precomputed ``[num_ops, num_devices]`` op times, for ``executor`` (``"eager"`` or ``"dataflow"``).
 
     ``issue_fwd_s``: the host's issue seconds per op and device (default :func:`envs.cost.issue_times` of ``graph``).
@@ -468,8 +491,9 @@ def lower_bound_from_times(graph: OpGraph, cluster: Cluster, fwd_s: np.ndarray, 
         bwd_last = np.where(last[:, None], bwd_s, 0.0)
         if microbatches == 1:  # with several, the backward path from the last microbatch is in "host issue + path"
             raw["host issue + backward path"] = float(c.sum()) + critical_path_s(graph, np.zeros(n), bwd_s.min(axis=1))
-        raw["host issue + backward work"] = max(lp_work_bound_s(bwd_last, issue),
-                                                float(c.sum() + bwd_last.min(axis=1).sum() / cluster.num_devices))
+        raw["host issue + backward work"] = max(
+            lp_work_bound_s(bwd_last, issue), float(c.sum() + bwd_last.min(axis=1).sum() / cluster.num_devices)
+        )
         release = np.concatenate([ancestor_sums(graph, c), np.where(last, float(c.sum()), 0.0)])
     if n:
         head, tail, p = task_windows(graph, fwd_s.min(axis=1), bwd_s.min(axis=1), grad, release)

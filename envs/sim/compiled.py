@@ -8,7 +8,6 @@ heap. Ties on the key go to the lower id.
 
 from __future__ import annotations
 
-
 try:
     from numba import njit
 
@@ -86,5 +85,3 @@ def _offer(h, size, ck, ct, key, tid):
     if key < ck or (key == ck and tid < ct):
         return _push(h, size, ck, ct), key, tid
     return _push(h, size, key, tid), ck, ct
-
-

@@ -96,7 +96,9 @@ from graphs.ir import OpGraph
 class _EagerRun:
     """The eager model's state while the host program runs: task times, streams, links, sequence numbers."""
 
-    def __init__(self, graph, op_devices, fwd_t, bwd_t, latency_s, bandwidth_bytes_per_s, host, issue, grad, hc: HostCosts) -> None:
+    def __init__(
+        self, graph, op_devices, fwd_t, bwd_t, latency_s, bandwidth_bytes_per_s, host, issue, grad, hc: HostCosts
+    ) -> None:
         n, D = graph.num_ops, latency_s.shape[0]
         self.n, self.D = n, D
         self.p = np.asarray(op_devices, dtype=np.int64).tolist()
@@ -206,7 +208,9 @@ class _EagerRun:
                 if self.grad_id(j, e_dev) not in end:
                     self.start[self.grad_id(j, e_dev)] = end[self.grad_id(j, e_dev)] = r
             if not self.grad[j]:
-                self.start[self.bwd_id(j)] = end[self.bwd_id(j)] = max([h_f] + [end[self.bwd_id(v)] for v in self.consumers[j]])
+                self.start[self.bwd_id(j)] = end[self.bwd_id(j)] = max(
+                    [h_f] + [end[self.bwd_id(v)] for v in self.consumers[j]]
+                )
 
 
 class _BackwardCall:
@@ -362,8 +366,21 @@ class _BackwardCall:
         self._dep_done(self.r.bwd_id(u), at)
 
 
-def eager_reference(graph: OpGraph, op_devices, fwd_t, bwd_t, latency_s, bandwidth_bytes_per_s, update_s, order, host, issue,
-                    segments=None, grad=None, host_costs: HostCosts | None = None) -> Schedule:
+def eager_reference(
+    graph: OpGraph,
+    op_devices,
+    fwd_t,
+    bwd_t,
+    latency_s,
+    bandwidth_bytes_per_s,
+    update_s,
+    order,
+    host,
+    issue,
+    segments=None,
+    grad=None,
+    host_costs: HostCosts | None = None,
+) -> Schedule:
     """The eager schedule of the module docstring, step by step.
 
     ``segments`` (``[S, 3]`` rows ``(kind, lo, hi)``, :func:`envs.microbatch.issue_segments`)
@@ -378,8 +395,12 @@ def eager_reference(graph: OpGraph, op_devices, fwd_t, bwd_t, latency_s, bandwid
     hc = no_host_costs(D) if host_costs is None else host_costs
     run = _EagerRun(graph, op_devices, fwd_t, bwd_t, latency_s, bandwidth_bytes_per_s, host, issue, grad.tolist(), hc)
     order = [int(i) for i in np.asarray(order).tolist()]
-    program = [(0, 0, n), (1, 0, n)] if segments is None else [tuple(int(v) for v in row) for row in np.asarray(segments)]
+    program = (
+        [(0, 0, n), (1, 0, n)] if segments is None else [tuple(int(v) for v in row) for row in np.asarray(segments)]
+    )
     h = 0.0  # the host thread's clock
     for kind, lo, hi in program:
         h = (run.forward if kind == 0 else run.backward)(order[lo:hi], h)
-    return collect_schedule(np.asarray(op_devices, dtype=np.int64), run.keys, run.start, run.end, run.act_id, run.grad_id, update_s, grad)
+    return collect_schedule(
+        np.asarray(op_devices, dtype=np.int64), run.keys, run.start, run.end, run.act_id, run.grad_id, update_s, grad
+    )

@@ -25,20 +25,43 @@ import numpy as np
 
 from envs import cost
 from envs.cluster import Cluster
+from envs.sim.compiled import HAVE_NUMBA, _offer, _pop, _push, njit  # noqa: F401  (HAVE_NUMBA: re-exported)
+from envs.sim.kernel_eager import _eager
 from envs.sim.schedule import ACT, GRAD, Schedule
 from graphs.ir import OpGraph
 from graphs.ops import saved_mask
-
-from envs.sim.compiled import HAVE_NUMBA, _offer, _pop, _push, njit  # noqa: F401  (HAVE_NUMBA: re-exported)
-from envs.sim.kernel_eager import _eager
 
 # The optimizer step's time: envs.cost's one formula, compiled.
 _update_time_s = njit(cache=True)(cost.update_time_s)
 
 
 @njit(cache=True)
-def _schedule(p, n, D, out_ptr, out_dst, out_eb, in_ptr, in_src, fwd_t, bwd_t, lat, bw,
-              pend_f, ready_f, pend_b, ready_b, tcount, tbytes, gpend, gready, free, h, start, end):
+def _schedule(
+    p,
+    n,
+    D,
+    out_ptr,
+    out_dst,
+    out_eb,
+    in_ptr,
+    in_src,
+    fwd_t,
+    bwd_t,
+    lat,
+    bw,
+    pend_f,
+    ready_f,
+    pend_b,
+    ready_b,
+    tcount,
+    tbytes,
+    gpend,
+    gready,
+    free,
+    h,
+    start,
+    end,
+):
     """Schedule one placement; fills ``start``/``end`` (by task id) and ``tcount``/``tbytes``.
 
     ``tcount[u*D+d]`` is the number of consumers of ``u`` on remote device ``d``
@@ -258,9 +281,40 @@ def _peak(dev, p, n, D, act_b, grad, kept, out_ptr, out_dst, tcount, tbytes, sta
 
 
 @njit(cache=True)
-def _batch(P, n, D, out_ptr, out_dst, out_eb, in_ptr, in_src, fwd_t, bwd_t, lat, bw,
-           static_b, act_b, param_b, cap, launch, membw, times, oom, eager, orders, host, issue_f, issue_b, segs, nseg, grad, hc,
-           want_over, over, kept):
+def _batch(
+    P,
+    n,
+    D,
+    out_ptr,
+    out_dst,
+    out_eb,
+    in_ptr,
+    in_src,
+    fwd_t,
+    bwd_t,
+    lat,
+    bw,
+    static_b,
+    act_b,
+    param_b,
+    cap,
+    launch,
+    membw,
+    times,
+    oom,
+    eager,
+    orders,
+    host,
+    issue_f,
+    issue_b,
+    segs,
+    nseg,
+    grad,
+    hc,
+    want_over,
+    over,
+    kept,
+):
     """Step time and OOM flag of every row of ``P``.
 
     ``eager``: use :func:`_eager` with issue order ``orders[k]`` (or ``orders[0]``
@@ -298,11 +352,66 @@ def _batch(P, n, D, out_ptr, out_dst, out_eb, in_ptr, in_src, fwd_t, bwd_t, lat,
         if eager:
             order = orders[k] if orders.shape[0] > 1 else orders[0]
             q = k if segs.shape[0] > 1 else 0
-            t_end = _eager(p, order, segs[q, :nseg[q]], n, D, out_ptr, out_dst, out_eb, in_ptr, in_src, fwd_t, bwd_t, lat, bw, host,
-                           issue_f, issue_b, grad, hc, tcount, tbytes, gpend, gready, seq, pend, ready, fut, avl, free, start, end)
+            t_end = _eager(
+                p,
+                order,
+                segs[q, : nseg[q]],
+                n,
+                D,
+                out_ptr,
+                out_dst,
+                out_eb,
+                in_ptr,
+                in_src,
+                fwd_t,
+                bwd_t,
+                lat,
+                bw,
+                host,
+                issue_f,
+                issue_b,
+                grad,
+                hc,
+                tcount,
+                tbytes,
+                gpend,
+                gready,
+                seq,
+                pend,
+                ready,
+                fut,
+                avl,
+                free,
+                start,
+                end,
+            )
         else:
-            t_end = _schedule(p, n, D, out_ptr, out_dst, out_eb, in_ptr, in_src, fwd_t, bwd_t, lat, bw,
-                              pend_f, ready_f, pend_b, ready_b, tcount, tbytes, gpend, gready, free, h, start, end)
+            t_end = _schedule(
+                p,
+                n,
+                D,
+                out_ptr,
+                out_dst,
+                out_eb,
+                in_ptr,
+                in_src,
+                fwd_t,
+                bwd_t,
+                lat,
+                bw,
+                pend_f,
+                ready_f,
+                pend_b,
+                ready_b,
+                tcount,
+                tbytes,
+                gpend,
+                gready,
+                free,
+                h,
+                start,
+                end,
+            )
         any_host = False
         for d in range(D):
             pb[d] = 0.0
@@ -368,10 +477,21 @@ class KernelData:
     ``segments`` over issue positions (:func:`envs.microbatch.issue_segments`).
     """
 
-    def __init__(self, g: OpGraph, c: Cluster, fwd_s: np.ndarray, bwd_s: np.ndarray, static_bytes: np.ndarray,
-                 act_bytes: np.ndarray, executor: str, segments: np.ndarray | None = None,
-                 grad: np.ndarray | None = None, issue: tuple[np.ndarray, np.ndarray] | None = None,
-                 host_costs: cost.HostCosts | None = None, kept: np.ndarray | None = None) -> None:
+    def __init__(
+        self,
+        g: OpGraph,
+        c: Cluster,
+        fwd_s: np.ndarray,
+        bwd_s: np.ndarray,
+        static_bytes: np.ndarray,
+        act_bytes: np.ndarray,
+        executor: str,
+        segments: np.ndarray | None = None,
+        grad: np.ndarray | None = None,
+        issue: tuple[np.ndarray, np.ndarray] | None = None,
+        host_costs: cost.HostCosts | None = None,
+        kept: np.ndarray | None = None,
+    ) -> None:
         self.n, self.D = g.num_ops, c.num_devices
         # which ops have a backward (graphs.ops.grad_mask); default all
         self.grad = np.ones(self.n, dtype=np.bool_) if grad is None else np.ascontiguousarray(grad, dtype=np.bool_)
@@ -379,7 +499,8 @@ class KernelData:
         self.kept = np.ascontiguousarray(saved_mask(g) if kept is None else kept, dtype=np.bool_)
         # the host thread's program (eager): one forward then one backward, unless given
         self.segs = np.ascontiguousarray(
-            [[0, 0, self.n], [1, 0, self.n]] if segments is None else segments, dtype=np.int64).reshape(-1, 3)
+            [[0, 0, self.n], [1, 0, self.n]] if segments is None else segments, dtype=np.int64
+        ).reshape(-1, 3)
         self.cluster = c
         out_ptr, out_dst, out_eid = g.out_csr
         in_ptr, in_src, _ = g.in_csr
@@ -405,7 +526,9 @@ class KernelData:
         self.issue_f = np.ascontiguousarray(issue[0], dtype=np.float64)
         self.issue_b = np.ascontiguousarray(issue[1], dtype=np.float64)
         # the host's staging copies and contention (envs.cost.host_costs), as one [4, D] array
-        self.hc = np.ascontiguousarray(np.stack(cost.host_costs(c) if host_costs is None else host_costs), dtype=np.float64)
+        self.hc = np.ascontiguousarray(
+            np.stack(cost.host_costs(c) if host_costs is None else host_costs), dtype=np.float64
+        )
         self.eager = executor == "eager"
         self.node_order = np.arange(self.n, dtype=np.int64)[None, :]
 
@@ -428,8 +551,13 @@ class KernelData:
             out[k, : len(s)] = s
         return out, np.array([len(s) for s in programs], dtype=np.int64)
 
-    def step_times(self, P: np.ndarray, order: np.ndarray | None = None,
-                   programs: list[np.ndarray] | None = None, over: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+    def step_times(
+        self,
+        P: np.ndarray,
+        order: np.ndarray | None = None,
+        programs: list[np.ndarray] | None = None,
+        over: np.ndarray | None = None,
+    ) -> tuple[np.ndarray, np.ndarray]:
         """``order``: None (node order), one issue order for every row, or one per row.
 
         ``programs``: one host program per row (eager; default this data's own for every row).
@@ -440,14 +568,45 @@ class KernelData:
         times = np.empty(K)
         oom = np.zeros(K, dtype=np.bool_)
         segs, nseg = self._programs(programs)
-        _batch(P, self.n, self.D, self.out_ptr, self.out_dst, self.out_eb, self.in_ptr, self.in_src,
-               self.fwd_t, self.bwd_t, self.lat, self.bw, self.static_b, self.act_b, self.param_b,
-               self.cap, self.launch, self.membw, times, oom,
-               self.eager, self._orders(order), self.host, self.issue_f, self.issue_b, segs, nseg, self.grad, self.hc,
-               over is not None, over if over is not None else np.zeros(K), self.kept)
+        _batch(
+            P,
+            self.n,
+            self.D,
+            self.out_ptr,
+            self.out_dst,
+            self.out_eb,
+            self.in_ptr,
+            self.in_src,
+            self.fwd_t,
+            self.bwd_t,
+            self.lat,
+            self.bw,
+            self.static_b,
+            self.act_b,
+            self.param_b,
+            self.cap,
+            self.launch,
+            self.membw,
+            times,
+            oom,
+            self.eager,
+            self._orders(order),
+            self.host,
+            self.issue_f,
+            self.issue_b,
+            segs,
+            nseg,
+            self.grad,
+            self.hc,
+            over is not None,
+            over if over is not None else np.zeros(K),
+            self.kept,
+        )
         return times, oom
 
-    def schedule(self, op_devices: np.ndarray, order: np.ndarray | None = None, program: np.ndarray | None = None) -> Schedule:
+    def schedule(
+        self, op_devices: np.ndarray, order: np.ndarray | None = None, program: np.ndarray | None = None
+    ) -> Schedule:
         n, D = self.n, self.D
         nD = n * D
         p = np.ascontiguousarray(op_devices, dtype=np.int64)
@@ -457,17 +616,66 @@ class KernelData:
         tcount = np.zeros(nD, dtype=np.int64)
         tbytes = np.zeros(nD, dtype=np.int64)
         if self.eager:
-            t_end = _eager(p, self._orders(order)[0], self.segs if program is None else np.ascontiguousarray(program, dtype=np.int64), n, D, self.out_ptr, self.out_dst, self.out_eb, self.in_ptr,
-                           self.in_src, self.fwd_t, self.bwd_t, self.lat, self.bw, self.host, self.issue_f, self.issue_b, self.grad,
-                           self.hc, tcount, tbytes, np.zeros(nD, dtype=np.int64), np.zeros(nD), np.zeros(ntask, dtype=np.int64),
-                           np.zeros(ntask, dtype=np.int64), np.zeros(ntask), np.empty(2 * ntask), np.empty(2 * ntask),
-                           np.zeros(D + D * D), start, end)
+            t_end = _eager(
+                p,
+                self._orders(order)[0],
+                self.segs if program is None else np.ascontiguousarray(program, dtype=np.int64),
+                n,
+                D,
+                self.out_ptr,
+                self.out_dst,
+                self.out_eb,
+                self.in_ptr,
+                self.in_src,
+                self.fwd_t,
+                self.bwd_t,
+                self.lat,
+                self.bw,
+                self.host,
+                self.issue_f,
+                self.issue_b,
+                self.grad,
+                self.hc,
+                tcount,
+                tbytes,
+                np.zeros(nD, dtype=np.int64),
+                np.zeros(nD),
+                np.zeros(ntask, dtype=np.int64),
+                np.zeros(ntask, dtype=np.int64),
+                np.zeros(ntask),
+                np.empty(2 * ntask),
+                np.empty(2 * ntask),
+                np.zeros(D + D * D),
+                start,
+                end,
+            )
         else:
-            t_end = _schedule(p, n, D, self.out_ptr, self.out_dst, self.out_eb, self.in_ptr, self.in_src,
-                              self.fwd_t, self.bwd_t, self.lat, self.bw,
-                              np.zeros(n, dtype=np.int64), np.zeros(n), np.zeros(n, dtype=np.int64), np.zeros(n),
-                              tcount, tbytes, np.zeros(nD, dtype=np.int64), np.zeros(nD), np.zeros(D + D * D),
-                              np.empty(2 * ntask), start, end)
+            t_end = _schedule(
+                p,
+                n,
+                D,
+                self.out_ptr,
+                self.out_dst,
+                self.out_eb,
+                self.in_ptr,
+                self.in_src,
+                self.fwd_t,
+                self.bwd_t,
+                self.lat,
+                self.bw,
+                np.zeros(n, dtype=np.int64),
+                np.zeros(n),
+                np.zeros(n, dtype=np.int64),
+                np.zeros(n),
+                tcount,
+                tbytes,
+                np.zeros(nD, dtype=np.int64),
+                np.zeros(nD),
+                np.zeros(D + D * D),
+                np.empty(2 * ntask),
+                start,
+                end,
+            )
         slots = np.flatnonzero(tcount > 0)
         u, d = slots // D, slots % D
         both = lambda a, b: np.concatenate([a, b])  # noqa: E731

@@ -33,8 +33,31 @@ def _count(p, n, D, out_ptr, out_dst, out_eb, tcount, tbytes, gpend):
 
 
 @njit(cache=True)
-def _eager_fwd(p, order, lo, hi, n, D, in_ptr, in_src, fwd_t, lat, bw, host, issue_f, hc,
-               tbytes, gpend, seq, counter, free, start, end, h, t_end):
+def _eager_fwd(
+    p,
+    order,
+    lo,
+    hi,
+    n,
+    D,
+    in_ptr,
+    in_src,
+    fwd_t,
+    lat,
+    bw,
+    host,
+    issue_f,
+    hc,
+    tbytes,
+    gpend,
+    seq,
+    counter,
+    free,
+    start,
+    end,
+    h,
+    t_end,
+):
     """Issue the forwards of ``order[lo:hi]`` from host time ``h``; returns ``(h, t_end, counter)``.
 
     ``seq[task]``: the autograd sequence number of each op's backward and each copy's gradient copy, from ``counter``.
@@ -173,9 +196,9 @@ def _enqueue(task, r, th, q):
     """
     fut, avl, base, nf, na, clock, seq = q
     if r <= clock[th]:
-        na[th] = _push(avl[base[th]:], na[th], -float(seq[task]), task)
+        na[th] = _push(avl[base[th] :], na[th], -float(seq[task]), task)
     else:
-        nf[th] = _push(fut[base[th]:], nf[th], r, task)
+        nf[th] = _push(fut[base[th] :], nf[th], r, task)
 
 
 @njit(cache=True)
@@ -216,8 +239,8 @@ def _next(q):
 def _take(th, when, q):
     """The task thread ``th`` runs at ``when``: the highest sequence number among those ready by then."""
     fut, avl, base, nf, na, clock, seq = q
-    fb = fut[base[th]:]
-    ab = avl[base[th]:]
+    fb = fut[base[th] :]
+    ab = avl[base[th] :]
     while nf[th] > 0 and fb[0] <= when:
         task = int(fb[1])
         nf[th] = _pop(fb, nf[th])
@@ -280,7 +303,9 @@ def _run(j, t, D, p, host, hc, issue_b, bwd_t, free, clock, hd, he):
 
 
 @njit(cache=True)
-def _released(j, done, e, n, D, p, host, in_ptr, in_src, grad, lat, bw, tbytes, gpend, pend, ready, free, start, end, q, t_end):
+def _released(
+    j, done, e, n, D, p, host, in_ptr, in_src, grad, lat, bw, tbytes, gpend, pend, ready, free, start, end, q, t_end
+):
     """What ``bwd j`` (issued at ``done``, its kernel ending at ``e``) makes ready: its producers' backwards on its
     device, the gradient copies to the others (a peer or host -> host copy runs at once, on no thread). Returns t_end."""
     d = p[j]
@@ -311,8 +336,38 @@ def _released(j, done, e, n, D, p, host, in_ptr, in_src, grad, lat, bw, tbytes, 
 
 
 @njit(cache=True)
-def _eager_bwd(p, order, lo, hi, n, D, out_ptr, out_dst, in_ptr, in_src, bwd_t, lat, bw, host, issue_b, grad,
-               hc, tbytes, gpend, gready, seq, pend, ready, fut, avl, free, start, end, h, t_end):
+def _eager_bwd(
+    p,
+    order,
+    lo,
+    hi,
+    n,
+    D,
+    out_ptr,
+    out_dst,
+    in_ptr,
+    in_src,
+    bwd_t,
+    lat,
+    bw,
+    host,
+    issue_b,
+    grad,
+    hc,
+    tbytes,
+    gpend,
+    gready,
+    seq,
+    pend,
+    ready,
+    fut,
+    avl,
+    free,
+    start,
+    end,
+    h,
+    t_end,
+):
     """One ``backward()`` call over ``order[lo:hi]`` made at host time ``h``; returns ``(h, t_end)`` (see :mod:`envs.sim.eager`).
 
     ``hc``: :class:`envs.cost.HostCosts` as a ``[4, D]`` array; ``fut``/``avl``: heap storage (``2 * ntask`` floats
@@ -354,7 +409,29 @@ def _eager_bwd(p, order, lo, hi, n, D, out_ptr, out_dst, in_ptr, in_src, bwd_t, 
         end[task] = e
         if e > t_end:
             t_end = e
-        t_end = _released(j, done, e, n, D, p, host, in_ptr, in_src, grad, lat, bw, tbytes, gpend, pend, ready, free, start, end, q, t_end)
+        t_end = _released(
+            j,
+            done,
+            e,
+            n,
+            D,
+            p,
+            host,
+            in_ptr,
+            in_src,
+            grad,
+            lat,
+            bw,
+            tbytes,
+            gpend,
+            pend,
+            ready,
+            free,
+            start,
+            end,
+            q,
+            t_end,
+        )
     t_end = _silent(p, order, lo, hi, n, D, out_ptr, out_dst, grad, pend, gpend, gready, start, end, h_f, t_end)
     return max(h_f, clock.max()), t_end
 
@@ -395,8 +472,39 @@ def _silent(p, order, lo, hi, n, D, out_ptr, out_dst, grad, pend, gpend, gready,
 
 
 @njit(cache=True)
-def _eager(p, order, segs, n, D, out_ptr, out_dst, out_eb, in_ptr, in_src, fwd_t, bwd_t, lat, bw, host, issue_f, issue_b, grad,
-           hc, tcount, tbytes, gpend, gready, seq, pend, ready, fut, avl, free, start, end):
+def _eager(
+    p,
+    order,
+    segs,
+    n,
+    D,
+    out_ptr,
+    out_dst,
+    out_eb,
+    in_ptr,
+    in_src,
+    fwd_t,
+    bwd_t,
+    lat,
+    bw,
+    host,
+    issue_f,
+    issue_b,
+    grad,
+    hc,
+    tcount,
+    tbytes,
+    gpend,
+    gready,
+    seq,
+    pend,
+    ready,
+    fut,
+    avl,
+    free,
+    start,
+    end,
+):
     """The eager schedule of one placement in issue ``order`` (see :mod:`envs.sim.eager`).
 
     ``segs`` (``[S, 3]``: kind, lo, hi) is the host thread's program over the
@@ -411,10 +519,62 @@ def _eager(p, order, segs, n, D, out_ptr, out_dst, out_eb, in_ptr, in_src, fwd_t
     counter = 0
     for q in range(segs.shape[0]):
         if segs[q, 0] == 0:
-            h, t_end, counter = _eager_fwd(p, order, segs[q, 1], segs[q, 2], n, D, in_ptr, in_src, fwd_t, lat, bw, host, issue_f,
-                                           hc, tbytes, gpend, seq, counter, free, start, end, h, t_end)
+            h, t_end, counter = _eager_fwd(
+                p,
+                order,
+                segs[q, 1],
+                segs[q, 2],
+                n,
+                D,
+                in_ptr,
+                in_src,
+                fwd_t,
+                lat,
+                bw,
+                host,
+                issue_f,
+                hc,
+                tbytes,
+                gpend,
+                seq,
+                counter,
+                free,
+                start,
+                end,
+                h,
+                t_end,
+            )
         else:
-            h, t_end = _eager_bwd(p, order, segs[q, 1], segs[q, 2], n, D, out_ptr, out_dst, in_ptr, in_src, bwd_t, lat, bw, host,
-                                  issue_b, grad, hc, tbytes, gpend, gready, seq, pend, ready, fut, avl,
-                                  free, start, end, h, t_end)
+            h, t_end = _eager_bwd(
+                p,
+                order,
+                segs[q, 1],
+                segs[q, 2],
+                n,
+                D,
+                out_ptr,
+                out_dst,
+                in_ptr,
+                in_src,
+                bwd_t,
+                lat,
+                bw,
+                host,
+                issue_b,
+                grad,
+                hc,
+                tbytes,
+                gpend,
+                gready,
+                seq,
+                pend,
+                ready,
+                fut,
+                avl,
+                free,
+                start,
+                end,
+                h,
+                t_end,
+            )
     return t_end

@@ -45,8 +45,14 @@ def release_times(schedule: Schedule, out_ptr: np.ndarray, out_dst: np.ndarray) 
     return rel
 
 
-def memory_events(schedule: Schedule, act_bytes: np.ndarray, num_devices: int, grad: np.ndarray | None = None,
-                  kept: np.ndarray | None = None, consumers: tuple[np.ndarray, np.ndarray] | None = None):
+def memory_events(
+    schedule: Schedule,
+    act_bytes: np.ndarray,
+    num_devices: int,
+    grad: np.ndarray | None = None,
+    kept: np.ndarray | None = None,
+    consumers: tuple[np.ndarray, np.ndarray] | None = None,
+):
     """(device, time, bytes) of every allocation and every free, as two triples of arrays.
 
     ``grad``: which ops have a backward (default all); the others get no gradient buffer.
@@ -98,9 +104,15 @@ def sweep_peak(alloc_t: np.ndarray, alloc_b: np.ndarray, free_t: np.ndarray, fre
     return max(int(live[k]), 0), float(at[k])
 
 
-def peak_bytes(schedule: Schedule, act_bytes: np.ndarray, static_per_device: np.ndarray, num_devices: int,
-               grad: np.ndarray | None = None, kept: np.ndarray | None = None,
-               consumers: tuple[np.ndarray, np.ndarray] | None = None) -> tuple[np.ndarray, np.ndarray]:
+def peak_bytes(
+    schedule: Schedule,
+    act_bytes: np.ndarray,
+    static_per_device: np.ndarray,
+    num_devices: int,
+    grad: np.ndarray | None = None,
+    kept: np.ndarray | None = None,
+    consumers: tuple[np.ndarray, np.ndarray] | None = None,
+) -> tuple[np.ndarray, np.ndarray]:
     """Peak bytes per device (static + the sweep) and the time of each peak (``grad``, ``kept``: see :func:`memory_events`)."""
     (ad, at, ab), (fd, ft, fb) = memory_events(schedule, act_bytes, num_devices, grad, kept, consumers)
     peaks = np.asarray(static_per_device, dtype=np.int64).copy()

@@ -49,7 +49,12 @@ def order_margin(checks: Iterable[Mapping[str, Any]]) -> float:
 
 def trust_record(checks: list[Mapping[str, Any]], model_version: int) -> dict[str, Any]:
     """The ``placer-order-trust/1`` record of ``checks`` (their margin, :func:`order_margin`)."""
-    return {"format": FORMAT, "model_version": int(model_version), "margin": order_margin(checks), "checks": [dict(c) for c in checks]}
+    return {
+        "format": FORMAT,
+        "model_version": int(model_version),
+        "margin": order_margin(checks),
+        "checks": [dict(c) for c in checks],
+    }
 
 
 #: Relative gains below this are float rounding (the same schedule summed in another order), never a reason to reorder.

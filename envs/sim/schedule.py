@@ -105,17 +105,28 @@ def schedule_reference(
         if issue is None:
             issue = default_issue_times(fwd_t, is_host, np.zeros(D) if launch_s is None else launch_s)
         return eager_reference(
-            graph, op_devices, fwd_t, bwd_t, latency_s, bandwidth_bytes_per_s, update_s,
+            graph,
+            op_devices,
+            fwd_t,
+            bwd_t,
+            latency_s,
+            bandwidth_bytes_per_s,
+            update_s,
             np.arange(graph.num_ops) if order is None else order,
-            is_host, issue, segments,
-            np.ones(graph.num_ops, dtype=bool) if grad is None else np.asarray(grad, dtype=bool), host_costs,
+            is_host,
+            issue,
+            segments,
+            np.ones(graph.num_ops, dtype=bool) if grad is None else np.asarray(grad, dtype=bool),
+            host_costs,
         )
     if executor != "dataflow":
         raise ValueError(f"executor must be one of {EXECUTORS}, not {executor!r}")
     return _dataflow_reference(graph, op_devices, fwd_t, bwd_t, latency_s, bandwidth_bytes_per_s, update_s, grad)
 
 
-def _dataflow_reference(graph, op_devices, fwd_t, bwd_t, latency_s, bandwidth_bytes_per_s, update_s, grad=None) -> Schedule:
+def _dataflow_reference(
+    graph, op_devices, fwd_t, bwd_t, latency_s, bandwidth_bytes_per_s, update_s, grad=None
+) -> Schedule:
     n, D = graph.num_ops, latency_s.shape[0]
     op_devices = np.asarray(op_devices, dtype=np.int64)
     p = op_devices.tolist()

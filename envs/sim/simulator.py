@@ -42,7 +42,6 @@ from graphs.ir import OpGraph
 from graphs.ops import free_mask, grad_mask, param_reads, saved_mask
 from graphs.plan import as_indices, check_inflight, check_microbatches, check_order
 
-
 #: Bumped whenever a change to the model changes simulated step times (keys of caches of simulated results).
 MODEL_VERSION = 4  # 2: parameters read on another device are copied there (schedule_graph); 3: eager backward
 # gradient copies between a GPU and the host block their issuing thread and drain the stream; per-op issue times;
@@ -92,8 +91,17 @@ class SimEnv:
 
     source = "sim"
 
-    def __init__(self, graph: OpGraph, cluster: Cluster, *, backend: str = "kernel", executor: str = "eager", microbatches: int = 1,
-                 inflight: int | None = None, order_margin: float | None = None) -> None:
+    def __init__(
+        self,
+        graph: OpGraph,
+        cluster: Cluster,
+        *,
+        backend: str = "kernel",
+        executor: str = "eager",
+        microbatches: int = 1,
+        inflight: int | None = None,
+        order_margin: float | None = None,
+    ) -> None:
         if backend not in ("kernel", "reference"):
             raise ValueError(f"backend must be 'kernel' or 'reference', not {backend!r}")
         if executor not in EXECUTORS:
@@ -127,7 +135,9 @@ class SimEnv:
         if executor == "dataflow":  # no issuing thread: an op takes at least its issue time on its device
             fwd, bwd = np.maximum(fwd, issue_f), np.maximum(bwd, issue_b)
         self.fwd_s, self.bwd_s = (fwd, bwd) if M == 1 else (np.tile(fwd, (M, 1)), np.tile(bwd, (M, 1)))
-        self.issue_f, self.issue_b = (issue_f, issue_b) if M == 1 else (np.tile(issue_f, (M, 1)), np.tile(issue_b, (M, 1)))
+        self.issue_f, self.issue_b = (
+            (issue_f, issue_b) if M == 1 else (np.tile(issue_f, (M, 1)), np.tile(issue_b, (M, 1)))
+        )
         # what the host pays beside its ops (eager): staging copies to a GPU, contention with the autograd workers
         self.host_costs = cost.host_costs(cluster)
         self.static_bytes = cost.static_bytes(self.sim_graph)
@@ -157,8 +167,14 @@ class SimEnv:
         arr = np.asarray(order) if isinstance(order, np.ndarray) or rows is not None else order
         if rows is not None and isinstance(arr, np.ndarray) and arr.ndim == 2:
             if arr.shape[0] not in (1, rows):
-                raise PlacerError(f"order: expected a [{n}] or [{rows}, {n}] array of op indices, got shape {arr.shape}")
-            return np.stack([check_order(row, self.graph).astype(np.int64) for row in arr]) if len(arr) else arr.astype(np.int64)
+                raise PlacerError(
+                    f"order: expected a [{n}] or [{rows}, {n}] array of op indices, got shape {arr.shape}"
+                )
+            return (
+                np.stack([check_order(row, self.graph).astype(np.int64) for row in arr])
+                if len(arr)
+                else arr.astype(np.int64)
+            )
         return check_order(arr, self.graph).astype(np.int64)
 
     def expand(self, op_devices: np.ndarray) -> np.ndarray:
@@ -180,8 +196,9 @@ class SimEnv:
         if self.inflight == self.microbatches:
             return self.segments
         o = np.arange(self.num_ops) if order is None else order
-        return issue_segments(self.num_ops, self.microbatches, self.inflight,
-                              stage_starts(op_devices, o, self._host, self._free))
+        return issue_segments(
+            self.num_ops, self.microbatches, self.inflight, stage_starts(op_devices, o, self._host, self._free)
+        )
 
     def with_microbatches(self, microbatches: int, inflight: int | None = None) -> "SimEnv":
         """This env for plans of ``microbatches`` microbatches, ``inflight`` of them in flight (default all).
@@ -197,8 +214,15 @@ class SimEnv:
     def _twin(self, executor: str, M: int, W: int) -> "SimEnv":
         key = (executor, M, W)
         if key not in self._twins:
-            self._twins[key] = SimEnv(self.graph, self.cluster, backend=self.backend, executor=executor, microbatches=M, inflight=W,
-                                      order_margin=self.order_margin)
+            self._twins[key] = SimEnv(
+                self.graph,
+                self.cluster,
+                backend=self.backend,
+                executor=executor,
+                microbatches=M,
+                inflight=W,
+                order_margin=self.order_margin,
+            )
             self._twins[key]._simulated = self._simulated
         return self._twins[key]
 
@@ -225,7 +249,9 @@ class SimEnv:
 
     def update_s(self, op_devices: np.ndarray) -> np.ndarray:
         """Optimizer seconds per device for ``op_devices``, device per op of ``sim_graph`` (parameters of copy 0)."""
-        params = np.bincount(op_devices, weights=self.sim_graph.param_bytes.astype(np.float64), minlength=self.num_devices)
+        params = np.bincount(
+            op_devices, weights=self.sim_graph.param_bytes.astype(np.float64), minlength=self.num_devices
+        )
         return cost.update_times_s(params, self.cluster)
 
     def static_per_device(self, op_devices: np.ndarray) -> np.ndarray:
@@ -236,15 +262,28 @@ class SimEnv:
 
     def update_transient(self, op_devices: np.ndarray) -> np.ndarray:
         """Bytes the optimizer step allocates beside the static state, per device (:func:`envs.cost.update_transient_bytes`)."""
-        return cost.update_transient_bytes(self.sim_graph.param_bytes, op_devices, [k == "cpu" for k in self.cluster.kinds])
+        return cost.update_transient_bytes(
+            self.sim_graph.param_bytes, op_devices, [k == "cpu" for k in self.cluster.kinds]
+        )
 
     def _kernel(self):
         if self._kernel_data is None:
             from envs.sim.kernel import KernelData  # numba compiles on first use: import envs stays light
 
-            self._kernel_data = KernelData(self.sim_graph, self.cluster, self.fwd_s, self.bwd_s, self.static_bytes, self.act_bytes,
-                                           self.executor, self.segments, self.grad, (self.issue_f, self.issue_b), self.host_costs,
-                                           self.kept)
+            self._kernel_data = KernelData(
+                self.sim_graph,
+                self.cluster,
+                self.fwd_s,
+                self.bwd_s,
+                self.static_bytes,
+                self.act_bytes,
+                self.executor,
+                self.segments,
+                self.grad,
+                (self.issue_f, self.issue_b),
+                self.host_costs,
+                self.kept,
+            )
         return self._kernel_data
 
     # -------------------------------------------------------------- schedule
@@ -268,9 +307,23 @@ class SimEnv:
         sim_devices, order = self.expand(op_devices), self.sim_order(graph_order)
         if self.backend == "reference":
             c = self.cluster
-            return schedule_reference(self.sim_graph, sim_devices, self.fwd_s, self.bwd_s, c.latency_s, c.bandwidth_bytes_per_s, self.update_s(sim_devices),
-                                      executor=self.executor, order=order, host=np.asarray(c.kinds) == "cpu", launch_s=c.launch_overhead_s,
-                                      segments=program, grad=self.grad, issue=(self.issue_f, self.issue_b), host_costs=self.host_costs)
+            return schedule_reference(
+                self.sim_graph,
+                sim_devices,
+                self.fwd_s,
+                self.bwd_s,
+                c.latency_s,
+                c.bandwidth_bytes_per_s,
+                self.update_s(sim_devices),
+                executor=self.executor,
+                order=order,
+                host=np.asarray(c.kinds) == "cpu",
+                launch_s=c.launch_overhead_s,
+                segments=program,
+                grad=self.grad,
+                issue=(self.issue_f, self.issue_b),
+                host_costs=self.host_costs,
+            )
         return self._kernel().schedule(sim_devices, order if self.executor == "eager" else None, program)
 
     def simulate(self, placement: Any, *, trace: bool = False, order: Any = None) -> Result:
@@ -285,7 +338,9 @@ class SimEnv:
         D = self.num_devices
         static = self.static_per_device(sched.op_devices)
         peaks, _ = peak_bytes(sched, self.act_bytes, static, D, self.grad, self.kept, self.consumers)
-        peaks = np.maximum(peaks, static + self.update_transient(sched.op_devices))  # the optimizer step, after backward
+        peaks = np.maximum(
+            peaks, static + self.update_transient(sched.op_devices)
+        )  # the optimizer step, after backward
         p = sched.op_devices
         n = len(p)
         dev_busy = np.bincount(p, weights=self.fwd_s[np.arange(n), p] + self.bwd_s[np.arange(n), p], minlength=D)
@@ -348,13 +403,17 @@ class SimEnv:
         if op_devices.ndim == 1:
             op_devices = op_devices[None, :]
         if op_devices.ndim != 2 or op_devices.shape[1] != self.num_ops:
-            raise PlacerError(f"step_times: expected a [K, {self.num_ops}] array of device indices, got shape {op_devices.shape}")
+            raise PlacerError(
+                f"step_times: expected a [K, {self.num_ops}] array of device indices, got shape {op_devices.shape}"
+            )
         if op_devices.size and (op_devices.min() < 0 or op_devices.max() >= self.num_devices):
             raise PlacerError(f"step_times: device index out of range [0, {self.num_devices})")
         if isinstance(order, str):
             if order != "planned":
                 raise PlacerError(f"step_times: order {order!r}: give op indices or 'planned'")
-            order = np.stack([self.schedule_order(row) for row in op_devices]) if len(op_devices) else None  # valid by construction
+            order = (
+                np.stack([self.schedule_order(row) for row in op_devices]) if len(op_devices) else None
+            )  # valid by construction
         else:
             order = self.check_order(order, rows=len(op_devices))
         if order is not None and order.ndim == 2 and len(order) == 1:
@@ -362,7 +421,10 @@ class SimEnv:
         self._simulated[0] += len(op_devices)
         programs = None
         if self.inflight < self.microbatches and self.executor == "eager":  # each placement's own stages
-            programs = [self.program(row, order[k] if order is not None and order.ndim == 2 else order) for k, row in enumerate(op_devices)]
+            programs = [
+                self.program(row, order[k] if order is not None and order.ndim == 2 else order)
+                for k, row in enumerate(op_devices)
+            ]
         if self.microbatches > 1:  # the same placements and orders, on the expanded graph
             op_devices = np.tile(op_devices, (1, self.microbatches))
             order = self.sim_order(order)
@@ -374,10 +436,23 @@ class SimEnv:
             for k, row in enumerate(op_devices):
                 o = order[k] if order is not None and order.ndim == 2 else order
                 c = self.cluster
-                sched = schedule_reference(self.sim_graph, row, self.fwd_s, self.bwd_s, c.latency_s, c.bandwidth_bytes_per_s, self.update_s(row),
-                                           executor=self.executor, order=o, host=np.asarray(c.kinds) == "cpu", launch_s=c.launch_overhead_s,
-                                           segments=self.segments if programs is None else programs[k], grad=self.grad,
-                                           issue=(self.issue_f, self.issue_b), host_costs=self.host_costs)
+                sched = schedule_reference(
+                    self.sim_graph,
+                    row,
+                    self.fwd_s,
+                    self.bwd_s,
+                    c.latency_s,
+                    c.bandwidth_bytes_per_s,
+                    self.update_s(row),
+                    executor=self.executor,
+                    order=o,
+                    host=np.asarray(c.kinds) == "cpu",
+                    launch_s=c.launch_overhead_s,
+                    segments=self.segments if programs is None else programs[k],
+                    grad=self.grad,
+                    issue=(self.issue_f, self.issue_b),
+                    host_costs=self.host_costs,
+                )
                 r = self.result(sched)
                 times[k] = r.extra["sim_step_time_s"]
                 oom[k] = r.status == "oom"
@@ -385,8 +460,9 @@ class SimEnv:
                     over[k] = max(r.peak_bytes[d] / caps[d] for d in r.extra["oom_devices"])
             return (times, oom, over) if overflow else (times, oom)
         over = np.zeros(len(op_devices)) if overflow else None
-        times, oom = self._kernel().step_times(op_devices.astype(np.int32, copy=False), order if self.executor == "eager" else None,
-                                               programs, over)
+        times, oom = self._kernel().step_times(
+            op_devices.astype(np.int32, copy=False), order if self.executor == "eager" else None, programs, over
+        )
         return (times, oom, over) if overflow else (times, oom)
 
     # ------------------------------------------------------------ issue order
@@ -419,7 +495,9 @@ class SimEnv:
         """
         op_devices = self.indices(placement)
         host = (np.asarray(self.cluster.kinds) == "cpu")[op_devices]
-        start = self._as("dataflow")._schedule(op_devices).fwd_start_s[: self.num_ops]  # with microbatches: microbatch 0's
+        start = (
+            self._as("dataflow")._schedule(op_devices).fwd_start_s[: self.num_ops]
+        )  # with microbatches: microbatch 0's
         return np.lexsort((np.arange(self.num_ops), host, start)).astype(np.int64)
 
     def _as(self, executor: str) -> "SimEnv":
@@ -445,7 +523,9 @@ class SimEnv:
         cands = self.order_candidates(placement)
         op_devices = self.indices(placement)
         names = list(cands)
-        times, _ = eager.step_times(np.repeat(op_devices[None, :], len(names), axis=0), np.stack([cands[k] for k in names]))
+        times, _ = eager.step_times(
+            np.repeat(op_devices[None, :], len(names), axis=0), np.stack([cands[k] for k in names])
+        )
         best = int(np.argmin(times))  # first minimum: "node" on ties
         if best and not (times[0] > 0 and kept(times[best] / times[0], self.order_margin)):
             best = 0
@@ -457,8 +537,16 @@ class SimEnv:
         ``blocks_s`` > 0: with the block bound, its programs given that many seconds (:mod:`envs.sim.blocks`).
         """
         if blocks_s not in self._lower_bound:
-            self._lower_bound[blocks_s] = lower_bound_from_times(self.sim_graph, self.cluster, self.fwd_s, self.bwd_s, self.executor,
-                                                                 self.issue_f, microbatches=self.microbatches, blocks_s=blocks_s)
+            self._lower_bound[blocks_s] = lower_bound_from_times(
+                self.sim_graph,
+                self.cluster,
+                self.fwd_s,
+                self.bwd_s,
+                self.executor,
+                self.issue_f,
+                microbatches=self.microbatches,
+                blocks_s=blocks_s,
+            )
         return self._lower_bound[blocks_s]
 
 
@@ -502,11 +590,20 @@ def schedule_graph(graph: OpGraph, microbatches: int = 1) -> OpGraph:
     shift = (np.arange(M, dtype=np.int64) * n)[:, None]
     new_src, new_dst = (src[~hit][None, :] + shift).reshape(-1), (dst[~hit][None, :] + shift).reshape(-1)
     return OpGraph(
-        names=sim.names, op_types=sim.op_types, out_shapes=sim.out_shapes, out_dtypes=sim.out_dtypes,
-        out_bytes=sim.out_bytes, param_bytes=sim.param_bytes, buffer_bytes=sim.buffer_bytes, flops=sim.flops,
-        module_paths=sim.module_paths, params=sim.params,
-        edge_src=np.concatenate([sim.edge_src, new_src]), edge_dst=np.concatenate([sim.edge_dst, new_dst]),
-        edge_bytes=np.concatenate([sim.edge_bytes + np.tile(add, M), np.tile(nbytes[~hit], M)]), name=sim.name,
+        names=sim.names,
+        op_types=sim.op_types,
+        out_shapes=sim.out_shapes,
+        out_dtypes=sim.out_dtypes,
+        out_bytes=sim.out_bytes,
+        param_bytes=sim.param_bytes,
+        buffer_bytes=sim.buffer_bytes,
+        flops=sim.flops,
+        module_paths=sim.module_paths,
+        params=sim.params,
+        edge_src=np.concatenate([sim.edge_src, new_src]),
+        edge_dst=np.concatenate([sim.edge_dst, new_dst]),
+        edge_bytes=np.concatenate([sim.edge_bytes + np.tile(add, M), np.tile(nbytes[~hit], M)]),
+        name=sim.name,
         meta={**sim.meta, PARAM_EDGES_META: True},
     )
 
@@ -532,7 +629,9 @@ class InOrder:
         return InOrder(self.env.with_microbatches(microbatches, inflight), self.order)
 
 
-def simulate(graph: OpGraph, placement: Any, cluster: Cluster, *, trace: bool = False, executor: str = "eager", order: Any = None) -> Result:
+def simulate(
+    graph: OpGraph, placement: Any, cluster: Cluster, *, trace: bool = False, executor: str = "eager", order: Any = None
+) -> Result:
     """Simulate one training step of ``graph`` placed by ``placement`` on ``cluster``.
 
     Args:

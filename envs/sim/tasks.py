@@ -99,5 +99,3 @@ def collect_schedule(op_devices, keys, start, end, act_id, grad_id, update_s, gr
         backward_end_s=max(end.values(), default=0.0),
         update_s=np.asarray(update_s, dtype=np.float64),
     )
-
-

@@ -27,7 +27,12 @@ def chrome_trace(env: "SimEnv", sched: Schedule) -> dict[str, Any]:
     D = c.num_devices
     us = 1e6
     events: list[dict[str, Any]] = [
-        {"name": "process_name", "ph": "M", "pid": PID, "args": {"name": f"placer sim: {g.name or 'graph'} on {c.name}"}}
+        {
+            "name": "process_name",
+            "ph": "M",
+            "pid": PID,
+            "args": {"name": f"placer sim: {g.name or 'graph'} on {c.name}"},
+        }
     ]
     tids: dict[str, int] = {}
 
@@ -35,7 +40,15 @@ def chrome_trace(env: "SimEnv", sched: Schedule) -> dict[str, Any]:
         if label not in tids:
             tids[label] = len(tids)
             events.append({"name": "thread_name", "ph": "M", "pid": PID, "tid": tids[label], "args": {"name": label}})
-            events.append({"name": "thread_sort_index", "ph": "M", "pid": PID, "tid": tids[label], "args": {"sort_index": tids[label]}})
+            events.append(
+                {
+                    "name": "thread_sort_index",
+                    "ph": "M",
+                    "pid": PID,
+                    "tid": tids[label],
+                    "args": {"sort_index": tids[label]},
+                }
+            )
         return tids[label]
 
     for d in range(D):
@@ -44,24 +57,68 @@ def chrome_trace(env: "SimEnv", sched: Schedule) -> dict[str, Any]:
     for i in range(g.num_ops):
         tid = tids[names[p[i]]]
         args = {"op_type": g.op_types[i], "op_index": i}
-        events.append({"name": f"fwd {g.names[i]}", "cat": "forward", "ph": "X", "pid": PID, "tid": tid,
-                       "ts": sched.fwd_start_s[i] * us, "dur": (sched.fwd_end_s[i] - sched.fwd_start_s[i]) * us, "args": args})
-        events.append({"name": f"bwd {g.names[i]}", "cat": "backward", "ph": "X", "pid": PID, "tid": tid,
-                       "ts": sched.bwd_start_s[i] * us, "dur": (sched.bwd_end_s[i] - sched.bwd_start_s[i]) * us, "args": args})
+        events.append(
+            {
+                "name": f"fwd {g.names[i]}",
+                "cat": "forward",
+                "ph": "X",
+                "pid": PID,
+                "tid": tid,
+                "ts": sched.fwd_start_s[i] * us,
+                "dur": (sched.fwd_end_s[i] - sched.fwd_start_s[i]) * us,
+                "args": args,
+            }
+        )
+        events.append(
+            {
+                "name": f"bwd {g.names[i]}",
+                "cat": "backward",
+                "ph": "X",
+                "pid": PID,
+                "tid": tid,
+                "ts": sched.bwd_start_s[i] * us,
+                "dur": (sched.bwd_end_s[i] - sched.bwd_start_s[i]) * us,
+                "args": args,
+            }
+        )
     order = np.lexsort((sched.xfer_start_s, sched.xfer_dst, sched.xfer_src))
     for k in order.tolist():
         src, dst, u = int(sched.xfer_src[k]), int(sched.xfer_dst[k]), int(sched.xfer_op[k])
         kind = "act" if sched.xfer_kind[k] == ACT else "grad"
-        events.append({"name": f"{kind} {g.names[u]}->{names[dst]}", "cat": "transfer", "ph": "X", "pid": PID,
-                       "tid": track(f"{names[src]}->{names[dst]}"), "ts": sched.xfer_start_s[k] * us,
-                       "dur": (sched.xfer_end_s[k] - sched.xfer_start_s[k]) * us,
-                       "args": {"bytes": int(sched.xfer_bytes[k]), "op": g.names[u]}})
+        events.append(
+            {
+                "name": f"{kind} {g.names[u]}->{names[dst]}",
+                "cat": "transfer",
+                "ph": "X",
+                "pid": PID,
+                "tid": track(f"{names[src]}->{names[dst]}"),
+                "ts": sched.xfer_start_s[k] * us,
+                "dur": (sched.xfer_end_s[k] - sched.xfer_start_s[k]) * us,
+                "args": {"bytes": int(sched.xfer_bytes[k]), "op": g.names[u]},
+            }
+        )
     for d in range(D):
         if sched.update_s[d] > 0:
-            events.append({"name": "optimizer step", "cat": "update", "ph": "X", "pid": PID, "tid": tids[names[d]],
-                           "ts": sched.backward_end_s * us, "dur": sched.update_s[d] * us, "args": {}})
+            events.append(
+                {
+                    "name": "optimizer step",
+                    "cat": "update",
+                    "ph": "X",
+                    "pid": PID,
+                    "tid": tids[names[d]],
+                    "ts": sched.backward_end_s * us,
+                    "dur": sched.update_s[d] * us,
+                    "args": {},
+                }
+            )
     return {
         "traceEvents": events,
         "displayTimeUnit": "ms",
-        "otherData": {"graph": env.graph.name, "graph_hash": env.graph.content_hash, "microbatches": env.microbatches, "cluster": c.name, "step_time_s": sched.step_time_s},
+        "otherData": {
+            "graph": env.graph.name,
+            "graph_hash": env.graph.content_hash,
+            "microbatches": env.microbatches,
+            "cluster": c.name,
+            "step_time_s": sched.step_time_s,
+        },
     }

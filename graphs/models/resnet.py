@@ -20,7 +20,9 @@ class Bottleneck(nn.Module):
         self.relu = nn.ReLU()
         self.downsample = None
         if stride != 1 or in_ch != out_ch:
-            self.downsample = nn.Sequential(nn.Conv2d(in_ch, out_ch, 1, stride=stride, bias=False), nn.BatchNorm2d(out_ch))
+            self.downsample = nn.Sequential(
+                nn.Conv2d(in_ch, out_ch, 1, stride=stride, bias=False), nn.BatchNorm2d(out_ch)
+            )
 
     def forward(self, x: Tensor) -> Tensor:
         out = self.relu(self.bn1(self.conv1(x)))

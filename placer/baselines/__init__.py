@@ -16,4 +16,6 @@ BaselineFn = HeuristicFn
 
 __all__ = ["VERSION", "BaselineFn", "BaselineUnavailable", "get", "names", "place", "register"]
 
-warnings.warn("placer.baselines is deprecated: use placer.methods (the heuristics' registry)", DeprecationWarning, stacklevel=2)
+warnings.warn(
+    "placer.baselines is deprecated: use placer.methods (the heuristics' registry)", DeprecationWarning, stacklevel=2
+)

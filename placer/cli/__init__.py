@@ -21,8 +21,20 @@ from placer.cli.output import json_safe, print_json, to_json
 __all__ = ["main", "build_parser", "COMMANDS", "json_safe", "to_json", "print_json"]
 
 # The commands, one module each; their order here is the order in `placer --help`.
-COMMANDS = ("graphs", "export", "inspect", "clusters", "place", "simulate", "export_map", "compare", "train", "pretrain", "run",
-            "profile")
+COMMANDS = (
+    "graphs",
+    "export",
+    "inspect",
+    "clusters",
+    "place",
+    "simulate",
+    "export_map",
+    "compare",
+    "train",
+    "pretrain",
+    "run",
+    "profile",
+)
 
 EPILOG = """\
 typical session:

@@ -39,7 +39,12 @@ class MethodsHelp(argparse.HelpFormatter):
 
 def add_profile_argument(parser: argparse.ArgumentParser) -> None:
     """Add ``--profile PROFILE.json`` to a command's parser (place, simulate, compare)."""
-    parser.add_argument("--profile", metavar="PROFILE.json", default=None, help="calibrate the simulator with a `placer profile` file (per-op times, link speeds)")
+    parser.add_argument(
+        "--profile",
+        metavar="PROFILE.json",
+        default=None,
+        help="calibrate the simulator with a `placer profile` file (per-op times, link speeds)",
+    )
 
 
 def add_executor_argument(parser: argparse.ArgumentParser) -> None:
@@ -75,9 +80,11 @@ def note_stand_in_loss(graph: OpGraph, source: str) -> None:
     """One line on stderr when SOURCE's model does not return a scalar loss: what the simulator scores instead."""
     why = sources.stand_in_loss(graph)
     if why:
-        print(f"placer: note: {source}: {why}; its step is scored with a stand-in loss, {sources.STAND_IN_LOSS} "
-              "(`placer run` and `placer train --env measured` need the loss: wrap the model so forward returns it)",
-              file=sys.stderr)
+        print(
+            f"placer: note: {source}: {why}; its step is scored with a stand-in loss, {sources.STAND_IN_LOSS} "
+            "(`placer run` and `placer train --env measured` need the loss: wrap the model so forward returns it)",
+            file=sys.stderr,
+        )
 
 
 def parse_options(items: list[str]) -> dict[str, Any]:

@@ -15,7 +15,11 @@ from placer.cli.output import gb, print_json, rate
 
 
 def add_command(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("clusters", help="list the preset clusters, or show one", description="List the preset clusters, or show one (with --json: a loadable placer-cluster/1 file).")
+    p = sub.add_parser(
+        "clusters",
+        help="list the preset clusters, or show one",
+        description="List the preset clusters, or show one (with --json: a loadable placer-cluster/1 file).",
+    )
     p.add_argument("name", nargs="?", metavar="NAME", help="a preset name or cluster JSON file to show")
     p.add_argument("--json", action="store_true", help="print JSON (a loadable cluster file when NAME is given)")
     p.set_defaults(func=run)
@@ -40,8 +44,10 @@ def run(args: argparse.Namespace) -> int:
     print(f"{c.name}: {c.description}")
     print(f"{'device':<8} {'kind':<5} {'memory':>10} {'compute':>14} {'mem bw':>12} {'launch':>8}")
     for d in c.devices:
-        print(f"{d.name:<8} {d.kind:<5} {gb(d.memory_bytes):>10} {rate(d.flops_per_s, 'FLOP/s'):>14} "
-              f"{rate(d.mem_bw_bytes_per_s, 'B/s'):>12} {d.launch_overhead_s * 1e6:>6.1f}us")
+        print(
+            f"{d.name:<8} {d.kind:<5} {gb(d.memory_bytes):>10} {rate(d.flops_per_s, 'FLOP/s'):>14} "
+            f"{rate(d.mem_bw_bytes_per_s, 'B/s'):>12} {d.launch_overhead_s * 1e6:>6.1f}us"
+        )
     print("links (bandwidth, latency):")
     names = c.device_names
     for i, a in enumerate(names):

@@ -9,15 +9,21 @@ import envs
 from envs.cluster import CLUSTER_ARG_HELP
 from envs.microbatch import parse_windows
 from graphs import PlacerError
-from graphs.schema import check_float
 from graphs.plan import Placement, check_microbatches
+from graphs.schema import check_float
 from placer import sources
 from placer.checks import check_output_file, check_seed
-from placer.cli.args import MethodsHelp, add_executor_argument, add_profile_argument, note_stand_in_loss, parse_options, profiled
+from placer.cli.args import (
+    MethodsHelp,
+    add_executor_argument,
+    add_profile_argument,
+    note_stand_in_loss,
+    parse_options,
+    profiled,
+)
 from placer.cli.output import print_json
 from placer.compare import SCORE_ORDERS, compare, plot
 from placer.methods import registry
-
 
 #: A best speed-up over the best single device below this: nothing gains from being split (a tiny model).
 SMALL_GAIN = 1.01
@@ -25,7 +31,8 @@ SMALL_GAIN = 1.01
 
 def add_command(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
-        "compare", formatter_class=MethodsHelp,
+        "compare",
+        formatter_class=MethodsHelp,
         help="compare the heuristics and learned placements on the simulator",
         description="Place GRAPH with every heuristic (or --methods), score each with the same simulator, "
         "and print one table: step time, speed-up over the best single device, peak memory per device, "
@@ -34,26 +41,50 @@ def add_command(sub: argparse._SubParsersAction) -> None:
     p.add_argument("graph", metavar="GRAPH", help="graph file, zoo name or module:callable")
     p.add_argument("--cluster", required=True, help=CLUSTER_ARG_HELP)
     p.add_argument("--methods", default="all", help="comma-separated heuristic names, or 'all' (default): {methods}")
-    p.add_argument("--placement", action="append", default=[], metavar="FILE", help="a placement file to add as a row (repeatable)")
+    p.add_argument(
+        "--placement", action="append", default=[], metavar="FILE", help="a placement file to add as a row (repeatable)"
+    )
     p.add_argument("--seed", type=int, default=0, help="seed for the randomised methods (default 0)")
     add_executor_argument(p)
-    p.add_argument("--microbatches", default="1", metavar="M[,M...]",
-                   help="microbatches per step (a pipelined plan, the batch split M ways with gradient accumulation); "
-                   "several, e.g. 1,2,4,8, to search: each method's row is its fastest M (default 1)")
-    p.add_argument("--inflight", default="all", metavar="W[,W...]",
-                   help="the most microbatches in flight: 'all' (default, fill-drain: every forward, then the backward) "
-                   "or W < M (one-forward-one-backward: activations of at most W microbatches held, for plans that "
-                   "would not fit otherwise); several, e.g. 2,4,all, to search alongside --microbatches")
-    p.add_argument("--option", action="append", default=[], metavar="[METHOD.]KEY=VALUE",
-                   help="an option for every method that takes KEY (or for METHOD only), e.g. time_limit_s=30 or ilp.num_workers=2 (repeatable)")
-    p.add_argument("--score-order", choices=SCORE_ORDERS, default="node",
-                   help="issue order the methods search and are scored in: node (default, the graph's own order) or "
-                   "planned (each placement in its planned order, the order `placer train` scores in by default and "
-                   "each heuristic's placement file then carries)")
-    p.add_argument("--bound-seconds", type=float, default=0.0, metavar="SECONDS",
-                   help="also prove the block bound, giving its exact programs this many seconds: each stretch of the "
-                   "step between two points every op passes through is placed exactly, copies charged (tighter on "
-                   "branchy models such as Inception; 0, the default: the fast bounds only)")
+    p.add_argument(
+        "--microbatches",
+        default="1",
+        metavar="M[,M...]",
+        help="microbatches per step (a pipelined plan, the batch split M ways with gradient accumulation); "
+        "several, e.g. 1,2,4,8, to search: each method's row is its fastest M (default 1)",
+    )
+    p.add_argument(
+        "--inflight",
+        default="all",
+        metavar="W[,W...]",
+        help="the most microbatches in flight: 'all' (default, fill-drain: every forward, then the backward) "
+        "or W < M (one-forward-one-backward: activations of at most W microbatches held, for plans that "
+        "would not fit otherwise); several, e.g. 2,4,all, to search alongside --microbatches",
+    )
+    p.add_argument(
+        "--option",
+        action="append",
+        default=[],
+        metavar="[METHOD.]KEY=VALUE",
+        help="an option for every method that takes KEY (or for METHOD only), e.g. time_limit_s=30 or ilp.num_workers=2 (repeatable)",
+    )
+    p.add_argument(
+        "--score-order",
+        choices=SCORE_ORDERS,
+        default="node",
+        help="issue order the methods search and are scored in: node (default, the graph's own order) or "
+        "planned (each placement in its planned order, the order `placer train` scores in by default and "
+        "each heuristic's placement file then carries)",
+    )
+    p.add_argument(
+        "--bound-seconds",
+        type=float,
+        default=0.0,
+        metavar="SECONDS",
+        help="also prove the block bound, giving its exact programs this many seconds: each stretch of the "
+        "step between two points every op passes through is placed exactly, copies charged (tighter on "
+        "branchy models such as Inception; 0, the default: the fast bounds only)",
+    )
     p.add_argument("--json", action="store_true", help="print the report as JSON")
     p.add_argument("--plot", metavar="FILE.png", help="also draw a bar chart of the step times")
     add_profile_argument(p)
@@ -83,7 +114,7 @@ def _options(items: list[str], methods: list[str] | None) -> dict[str, dict]:
     names = methods if methods is not None else registry.names()
     out: dict[str, dict] = {}
     for item in items:
-        (key, value), = parse_options([item]).items()
+        ((key, value),) = parse_options([item]).items()
         method, dot, key = key.rpartition(".")
         if dot and method not in names:
             raise PlacerError(f"--option {item!r}: method {method!r} is not compared")
@@ -109,9 +140,20 @@ def run(args: argparse.Namespace) -> int:
     note_stand_in_loss(graph, args.graph)
     graph, cluster = profiled(graph, cluster, args.profile)  # measured op times and link speeds
     placements = [(path, Placement.load(path)) for path in args.placement]
-    report = compare(graph, cluster, methods=methods, placements=placements, seed=args.seed, model=model, executor=args.executor,
-                     microbatches=microbatches, inflight=inflight, options=options, score_order=args.score_order,
-                     bound_s=args.bound_seconds)
+    report = compare(
+        graph,
+        cluster,
+        methods=methods,
+        placements=placements,
+        seed=args.seed,
+        model=model,
+        executor=args.executor,
+        microbatches=microbatches,
+        inflight=inflight,
+        options=options,
+        score_order=args.score_order,
+        bound_s=args.bound_seconds,
+    )
     if args.plot:
         plot(report, args.plot)
     if args.json:
@@ -119,19 +161,25 @@ def run(args: argparse.Namespace) -> int:
         return 0
     best = report.best()
     order = "; each placement in its planned issue order" if report.score_order == "planned" else ""
-    print(f"{report.graph} ({graph.num_ops} ops) on {report.cluster}; scored by the simulator ({report.executor} executor{order}), "
-          f"seed {report.seed}")
+    print(
+        f"{report.graph} ({graph.num_ops} ops) on {report.cluster}; scored by the simulator ({report.executor} executor{order}), "
+        f"seed {report.seed}"
+    )
     print(report.table())
     if report.best_single_s is not None:
         print(f"best single device: {report.best_single_device} {report.best_single_s * 1e3:.3f} ms; ", end="")
     else:
         print("no single device fits the graph; ", end="")
     print(f"best heuristic: {best.method} {best.step_time_s * 1e3:.3f} ms" if best else "no heuristic fits")
-    print(f"lower bound: no placement runs a step faster on this cluster ({report.lower_bound_name}); "
-          "--json also gives the looser bound of earlier releases")
+    print(
+        f"lower bound: no placement runs a step faster on this cluster ({report.lower_bound_name}); "
+        "--json also gives the looser bound of earlier releases"
+    )
     if best is not None and best.speedup is not None and best.speedup < SMALL_GAIN:
-        print(f"every method is within {(SMALL_GAIN - 1) * 100:.0f}% of the best single device: this model is too small "
-              "to gain from splitting it over devices (copies and launches cost more than the work they spread)")
+        print(
+            f"every method is within {(SMALL_GAIN - 1) * 100:.0f}% of the best single device: this model is too small "
+            "to gain from splitting it over devices (copies and launches cost more than the work they spread)"
+        )
     if args.plot:
         print(f"plot: {args.plot}")
     return 0

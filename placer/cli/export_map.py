@@ -23,16 +23,29 @@ from placer.device_map import project, projection_cost
 
 def add_command(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
-        "export-map", help="project a placement onto module names: a device_map for from_pretrained/accelerate",
+        "export-map",
+        help="project a placement onto module names: a device_map for from_pretrained/accelerate",
         description="Project PLACEMENT onto module names and write the device_map that from_pretrained(device_map=...) "
-        "and accelerate.dispatch_model accept (module name -> GPU index or \"cpu\"); say how much simulated step time "
+        'and accelerate.dispatch_model accept (module name -> GPU index or "cpu"); say how much simulated step time '
         "the projection gives up (placer.apply stays the full-speed path).",
     )
     p.add_argument("placement", metavar="PLACEMENT", help="placement file (from `placer place` or `placer train`)")
-    p.add_argument("--graph", required=True, metavar="SOURCE", help="the placement's graph: graph file, zoo name or module:callable")
-    p.add_argument("--cluster", default=None, help="the placement's cluster (default: the one it records). " + CLUSTER_ARG_HELP)
-    p.add_argument("--module", default="", metavar="NAME", help="the submodule to map, keys relative to it (e.g. model, "
-                   "for a callable wrapping a Hugging Face model as self.model); default the whole captured module")
+    p.add_argument(
+        "--graph",
+        required=True,
+        metavar="SOURCE",
+        help="the placement's graph: graph file, zoo name or module:callable",
+    )
+    p.add_argument(
+        "--cluster", default=None, help="the placement's cluster (default: the one it records). " + CLUSTER_ARG_HELP
+    )
+    p.add_argument(
+        "--module",
+        default="",
+        metavar="NAME",
+        help="the submodule to map, keys relative to it (e.g. model, "
+        "for a callable wrapping a Hugging Face model as self.model); default the whole captured module",
+    )
     p.add_argument("-o", "--output", required=True, metavar="FILE.json", help="device map to write (.json)")
     add_executor_argument(p)
     p.add_argument("--json", action="store_true", help="print the map and the simulated cost as JSON")
@@ -50,7 +63,9 @@ def run(args: argparse.Namespace) -> int:
         try:
             cluster = envs.resolve_cluster(placement.cluster)
         except PlacerError:
-            raise PlacerError(f"{args.placement}: its cluster {placement.cluster!r} is not a preset; pass --cluster") from None
+            raise PlacerError(
+                f"{args.placement}: its cluster {placement.cluster!r} is not a preset; pass --cluster"
+            ) from None
     else:
         cluster = envs.resolve_cluster(args.cluster)
     graph = sources.resolve_graph(args.graph)
@@ -62,14 +77,18 @@ def run(args: argparse.Namespace) -> int:
         print_json({"output": out, "device_map": device_map, **cost})
         return 0
     t0, t1 = cost["placement_step_time_s"], cost["projected_step_time_s"]
-    print(f"wrote {out}: {len(device_map)} module keys for {args.module or 'the whole model'} "
-          f"({cost['ops_moved']} of {cost['ops']} ops move when run by module)")
+    print(
+        f"wrote {out}: {len(device_map)} module keys for {args.module or 'the whole model'} "
+        f"({cost['ops_moved']} of {cost['ops']} ops move when run by module)"
+    )
     placed = f"{t0 * 1e3:.3f} ms" if t0 is not None else cost["placement_status"]
     if t1 is None:
         print(f"simulated step: placement {placed}; device map {cost['projected_status']}: {cost['projected_message']}")
     elif t0 is not None:
-        print(f"simulated step: placement {placed}, device map {t1 * 1e3:.3f} ms "
-              f"(gives up {(t1 - t0) * 1e3:+.3f} ms, {100 * (t1 - t0) / t0:+.1f}%); placer.apply runs the placement itself")
+        print(
+            f"simulated step: placement {placed}, device map {t1 * 1e3:.3f} ms "
+            f"(gives up {(t1 - t0) * 1e3:+.3f} ms, {100 * (t1 - t0) / t0:+.1f}%); placer.apply runs the placement itself"
+        )
     else:
         print(f"simulated step: placement {placed}, device map {t1 * 1e3:.3f} ms")
     return 0

@@ -28,6 +28,8 @@ def run(args: argparse.Namespace) -> int:
         return 0
     cells = [["name", "ops", "edges", "params", "fwd FLOPs", "description"]]
     for r in rows:
-        cells.append([r["name"], f"{r['ops']:,}", f"{r['edges']:,}", count(r["params"]), flops(r["flops"]), r["description"]])
+        cells.append(
+            [r["name"], f"{r['ops']:,}", f"{r['edges']:,}", count(r["params"]), flops(r["flops"]), r["description"]]
+        )
     print(table(cells, right={1, 2, 3, 4}))
     return 0

@@ -37,7 +37,9 @@ def add_command(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("inspect", help="summarise a graph", description=run.__doc__)
     p.add_argument("graph", metavar="GRAPH", help="graph file (.json/.pt2), zoo name or module:callable")
     p.add_argument("--top", type=int, default=12, help="op types to list (default 12)")
-    p.add_argument("--cluster", default=None, help=f"times on this cluster: {CLUSTER_ARG_HELP} (default: the first preset)")
+    p.add_argument(
+        "--cluster", default=None, help=f"times on this cluster: {CLUSTER_ARG_HELP} (default: the first preset)"
+    )
     p.add_argument("--json", action="store_true", help="print the summary as JSON")
     p.set_defaults(func=run)
 
@@ -102,8 +104,13 @@ def summarize(graph: OpGraph, cluster: Any, *, top: int = 12) -> dict[str, Any]:
         "lower_bound_s": float(bound.lower_bound_from_times(graph, cluster, fwd, bwd)),
         "parallelism": total_time_s / path_time_s if path_time_s > 0 else 1.0,
         "op_types": [
-            {"type": t, "count": c, "flops": type_flops[t], "flops_share": type_flops[t] / total_flops if total_flops else 0.0,
-             "time_s": type_time[t]}
+            {
+                "type": t,
+                "count": c,
+                "flops": type_flops[t],
+                "flops_share": type_flops[t] / total_flops if total_flops else 0.0,
+                "time_s": type_time[t],
+            }
             for t, c in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))[:top]
         ],
         "op_type_count": len(counts),
@@ -114,7 +121,12 @@ def _largest(graph: OpGraph) -> dict[str, Any] | None:
     if graph.num_ops == 0:
         return None
     i = int(np.argmax(graph.flops))
-    return {"name": graph.names[i], "type": graph.op_types[i], "flops": float(graph.flops[i]), "module": graph.module_paths[i]}
+    return {
+        "name": graph.names[i],
+        "type": graph.op_types[i],
+        "flops": float(graph.flops[i]),
+        "module": graph.module_paths[i],
+    }
 
 
 def format_summary(s: dict[str, Any]) -> str:
@@ -142,6 +154,14 @@ def format_summary(s: dict[str, Any]) -> str:
         lines.append("")
         cells = [["op type", "count", "FLOPs", "share", "time"]]
         for r in s["op_types"]:
-            cells.append([r["type"], f"{r['count']:,}", flops(r["flops"]), f"{100 * r['flops_share']:.1f}%", f"{r['time_s'] * 1e3:.3f} ms"])
+            cells.append(
+                [
+                    r["type"],
+                    f"{r['count']:,}",
+                    flops(r["flops"]),
+                    f"{100 * r['flops_share']:.1f}%",
+                    f"{r['time_s'] * 1e3:.3f} ms",
+                ]
+            )
         lines.append(table(cells, right={1, 2, 3, 4}))
     return "\n".join(lines)

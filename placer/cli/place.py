@@ -23,28 +23,61 @@ from placer.methods import registry
 
 
 def add_command(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("place", help="place a graph with a heuristic", formatter_class=MethodsHelp,
-                       description="Place GRAPH on a cluster with a heuristic and write the placement file.")
+    p = sub.add_parser(
+        "place",
+        help="place a graph with a heuristic",
+        formatter_class=MethodsHelp,
+        description="Place GRAPH on a cluster with a heuristic and write the placement file.",
+    )
     p.add_argument("graph", metavar="GRAPH", help="graph file, zoo name or module:callable")
     p.add_argument("--cluster", required=True, help=CLUSTER_ARG_HELP)
-    p.add_argument("--method", default="single", help="a heuristic: {methods}; or learned (a pretrained gnn policy, "
-                   "zero-shot); default single")
-    p.add_argument("--policy-file", default=None, metavar="FILE", help="--method learned: policy .pt (default: the one shipped with placer)")
-    p.add_argument("--samples", type=int, default=None, help="--method learned: placements sampled per group count "
-                   "besides the greedy ones; the best simulated is kept (default 48)")
-    p.add_argument("--groups", default=None, metavar="N[,N...]", help="--method learned: the policy decodes the ops "
-                   "(greedy) and the graph coarsened to each of these group counts, or grouped by module at each "
-                   "depth (the word modules); none: the ops only, sampled too (default 128,256,512,modules)")
-    p.add_argument("--refine", type=int, default=None, metavar="N", help="--method learned: then simulate up to N "
-                   "more placements improving the best decodes, one group moved to another GPU (or to the host, when the "
-                   "model's training state does not fit the GPUs) at a time (steepest "
-                   "descent, as the module_search heuristic does from random draws); stops after 2 s; 0: keep the "
-                   "best decode (default 1000)")
+    p.add_argument(
+        "--method",
+        default="single",
+        help="a heuristic: {methods}; or learned (a pretrained gnn policy, zero-shot); default single",
+    )
+    p.add_argument(
+        "--policy-file",
+        default=None,
+        metavar="FILE",
+        help="--method learned: policy .pt (default: the one shipped with placer)",
+    )
+    p.add_argument(
+        "--samples",
+        type=int,
+        default=None,
+        help="--method learned: placements sampled per group count "
+        "besides the greedy ones; the best simulated is kept (default 48)",
+    )
+    p.add_argument(
+        "--groups",
+        default=None,
+        metavar="N[,N...]",
+        help="--method learned: the policy decodes the ops "
+        "(greedy) and the graph coarsened to each of these group counts, or grouped by module at each "
+        "depth (the word modules); none: the ops only, sampled too (default 128,256,512,modules)",
+    )
+    p.add_argument(
+        "--refine",
+        type=int,
+        default=None,
+        metavar="N",
+        help="--method learned: then simulate up to N "
+        "more placements improving the best decodes, one group moved to another GPU (or to the host, when the "
+        "model's training state does not fit the GPUs) at a time (steepest "
+        "descent, as the module_search heuristic does from random draws); stops after 2 s; 0: keep the "
+        "best decode (default 1000)",
+    )
     p.add_argument("--seed", type=int, default=0, help="seed for randomised methods (default 0)")
-    p.add_argument("--option", action="append", default=[], metavar="KEY=VALUE",
-                   help="a method option, e.g. device=gpu:1; devices=gpus|all|auto for the searches (random_search, "
-                   "random_modules, module_search, annealing; auto, the default: the GPUs, and the host too when the "
-                   "model's training state does not fit them) (repeatable)")
+    p.add_argument(
+        "--option",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a method option, e.g. device=gpu:1; devices=gpus|all|auto for the searches (random_search, "
+        "random_modules, module_search, annealing; auto, the default: the GPUs, and the host too when the "
+        "model's training state does not fit them) (repeatable)",
+    )
     p.add_argument("-o", "--output", required=True, metavar="FILE", help="placement file to write (.json)")
     add_profile_argument(p)
     p.set_defaults(func=run)
@@ -60,8 +93,12 @@ def run(args: argparse.Namespace) -> int:
     graph, cluster = profiled(graph, cluster, args.profile)
     if model is not None and registry.accepts(registry.get(args.method), "model"):
         options["model"] = model  # accelerate's device maps need the module
-    for flag, value in (("--policy-file", args.policy_file), ("--samples", args.samples), ("--groups", args.groups),
-                        ("--refine", args.refine)):
+    for flag, value in (
+        ("--policy-file", args.policy_file),
+        ("--samples", args.samples),
+        ("--groups", args.groups),
+        ("--refine", args.refine),
+    ):
         if args.method != "learned" and value is not None:
             raise PlacerError(f"{flag}: only with --method learned")
     try:
@@ -76,14 +113,21 @@ def run(args: argparse.Namespace) -> int:
     placement.save(args.output)
     counts = ", ".join(f"{d}: {k}" for d, k in sorted(placement.device_counts().items()))
     step_ms = placement.meta["step_time_s"] * 1e3
-    fit = envs.SimEnv(graph, cluster).simulate(placement)  # the planned order's time ignores memory: say when it does not fit
+    fit = envs.SimEnv(graph, cluster).simulate(
+        placement
+    )  # the planned order's time ignores memory: say when it does not fit
     timing = f"{step_ms:.3f} ms simulated, eager" if fit.ok else f"{fit.message}; {step_ms:.3f} ms ignoring memory"
-    print(f"{args.output}: {args.method} placement of {graph.name or args.graph} ({graph.num_ops} ops) on {cluster.name} ({counts}); "
-          f"issue order: {placement.meta['issue_order']} ({timing})")
+    print(
+        f"{args.output}: {args.method} placement of {graph.name or args.graph} ({graph.num_ops} ops) on {cluster.name} ({counts}); "
+        f"issue order: {placement.meta['issue_order']} ({timing})"
+    )
     if args.method == "learned":
         m = placement.meta
-        refined = (f"; {m['refine_simulated']} placements simulated refining the decodes (stopped: {m['refine_stopped']})"
-                   if m["refine"] else "")
+        refined = (
+            f"; {m['refine_simulated']} placements simulated refining the decodes (stopped: {m['refine_stopped']})"
+            if m["refine"]
+            else ""
+        )
         print(f"  best of {m['decodes']} decodes of the policy{refined}: {m['found_by']}, in {m['place_time_s']:.1f} s")
     return 0
 
@@ -100,4 +144,6 @@ def _learned(args: argparse.Namespace, graph: OpGraph, cluster: Any, options: di
     groups = ZERO_SHOT_GROUPS if args.groups is None else parse_group_counts(args.groups, modules=True)
     if options:
         raise PlacerError("--option: --method learned takes none (use --policy-file, --samples, --groups, --refine)")
-    return place_learned(graph, cluster, policy_file=args.policy_file, samples=samples, groups=groups, seed=args.seed, refine=refine)
+    return place_learned(
+        graph, cluster, policy_file=args.policy_file, samples=samples, groups=groups, seed=args.seed, refine=refine
+    )

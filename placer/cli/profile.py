@@ -24,7 +24,8 @@ from placer.cli.output import print_json
 
 def add_command(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
-        "profile", help="time every op and link on real devices (calibrates the simulator)",
+        "profile",
+        help="time every op and link on real devices (calibrates the simulator)",
         description="Time the forward and backward of every op of SOURCE on each device, and copies between each "
         "pair of devices; write a placer-profile/1 file for --profile on simulate, compare and train. Each device is "
         "timed inside real training steps with every op on it: on the CPU each op's time; on a GPU each op's kernel "
@@ -69,8 +70,10 @@ def run(args: argparse.Namespace) -> int:
         "output": args.output,
         "graph_hash": prof["graph_hash"],
         "ops": len(prof["ops"]),
-        "devices": {d: {k: float(np.nansum(np.array(e[k], dtype=float)))
-                        for k in PROFILE_COLUMNS if k in e} for d, e in prof["devices"].items()},
+        "devices": {
+            d: {k: float(np.nansum(np.array(e[k], dtype=float))) for k in PROFILE_COLUMNS if k in e}
+            for d, e in prof["devices"].items()
+        },
         "links": [{k: lk[k] for k in ("src", "dst", "latency_s", "bandwidth_bytes_per_s")} for lk in prof["links"]],
         "errors": len(prof["errors"]),
     }
@@ -81,9 +84,13 @@ def run(args: argparse.Namespace) -> int:
     for d, s in summary["devices"].items():
         print(f"  {d:<8} forward {s['fwd_s'] * 1e3:10.2f} ms   backward {s['bwd_s'] * 1e3:10.2f} ms   (sum over ops)")
         if "issue_fwd_s" in s:  # a GPU profiled in context: the host's time to issue those kernels
-            print(f"  {'':<8} issue   {s['issue_fwd_s'] * 1e3:10.2f} ms   issue    {s['issue_bwd_s'] * 1e3:10.2f} ms   (host, sum over ops)")
+            print(
+                f"  {'':<8} issue   {s['issue_fwd_s'] * 1e3:10.2f} ms   issue    {s['issue_bwd_s'] * 1e3:10.2f} ms   (host, sum over ops)"
+            )
     for lk in summary["links"]:
-        print(f"  {lk['src']} -> {lk['dst']}: {lk['bandwidth_bytes_per_s'] / 1e9:.2f} GB/s, latency {lk['latency_s'] * 1e6:.1f} us")
+        print(
+            f"  {lk['src']} -> {lk['dst']}: {lk['bandwidth_bytes_per_s'] / 1e9:.2f} GB/s, latency {lk['latency_s'] * 1e6:.1f} us"
+        )
     if summary["errors"]:
         print(f"  {summary['errors']} ops could not run on some device (left unknown): see 'errors' in the file")
     return 0

@@ -22,18 +22,27 @@ from placer.cli.output import print_json
 
 def add_command(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
-        "run", help="train a placed model on real devices and time its steps",
+        "run",
+        help="train a placed model on real devices and time its steps",
         description="Run real training steps (forward, loss, backward, Adam step) of SOURCE with every op on the "
         "device PLACEMENT gives it; print the median step time and the peak memory per device.",
     )
     p.add_argument("source", metavar="SOURCE", help="zoo name or module:callable returning (model, example_inputs)")
-    p.add_argument("--placement", required=True, metavar="FILE", help="placement file (from `placer place` or `placer train`)")
+    p.add_argument(
+        "--placement", required=True, metavar="FILE", help="placement file (from `placer place` or `placer train`)"
+    )
     p.add_argument("--cluster", required=True, help=CLUSTER_ARG_HELP)
     p.add_argument("--device-map", default=None, metavar="MAP", help=DEVICE_MAP_HELP)
     p.add_argument("--steps", type=int, default=10, help="timed training steps (default 10)")
     p.add_argument("--warmup", type=int, default=2, help="untimed warm-up steps first (default 2)")
     p.add_argument("--lr", type=float, default=1e-3, help="Adam learning rate (default 1e-3)")
-    p.add_argument("--measure-timeout", type=float, default=600.0, metavar="SECONDS", help="seconds the steps may take (default 600)")
+    p.add_argument(
+        "--measure-timeout",
+        type=float,
+        default=600.0,
+        metavar="SECONDS",
+        help="seconds the steps may take (default 600)",
+    )
     p.add_argument("--json", action="store_true", help="print the result as JSON (step_time_s, peak_bytes, ...)")
     p.set_defaults(func=run)
 
@@ -51,7 +60,9 @@ def run(args: argparse.Namespace) -> int:
     placement = Placement.load(args.placement)
     unknown = sorted(set(placement.assignment.values()) - set(cluster.device_names))
     if unknown:
-        raise PlacerError(f"{args.placement}: uses device {unknown[0]!r}, not in cluster {cluster.name} ({', '.join(cluster.device_names)})")
+        raise PlacerError(
+            f"{args.placement}: uses device {unknown[0]!r}, not in cluster {cluster.name} ({', '.join(cluster.device_names)})"
+        )
     devices = resolve_devices(sorted(set(placement.assignment.values())), args.device_map)
     check_available(devices)
     model, inputs = sources.resolve_model(args.source)
@@ -59,13 +70,34 @@ def run(args: argparse.Namespace) -> int:
     opt = torch.optim.Adam(module.parameters(), lr=args.lr)
     try:
         with timing.time_limit(args.measure_timeout):
-            m = timing.measure_steps(module, inputs, opt, devices, warmup_steps=args.warmup, timed_steps=args.steps,
-                                     loss_fn=_the_loss(args.source))
-        result = envs.Result(m["step_time_s"], "ok", peak_bytes=m["peak_bytes"], source="measured",
-                             extra={"step_times_s": m["step_times_s"], "losses": m["losses"], "device_map": {k: str(v) for k, v in devices.items()}})
+            m = timing.measure_steps(
+                module,
+                inputs,
+                opt,
+                devices,
+                warmup_steps=args.warmup,
+                timed_steps=args.steps,
+                loss_fn=_the_loss(args.source),
+            )
+        result = envs.Result(
+            m["step_time_s"],
+            "ok",
+            peak_bytes=m["peak_bytes"],
+            source="measured",
+            extra={
+                "step_times_s": m["step_times_s"],
+                "losses": m["losses"],
+                "device_map": {k: str(v) for k, v in devices.items()},
+            },
+        )
     except (torch.OutOfMemoryError, MemoryError, timing.StepTimeout) as e:
         status = timing.failure_status(e)
-        result = envs.Result(float("inf"), status, f"{'out of memory' if status == 'oom' else 'timeout'}: {str(e).splitlines()[0] if str(e) else type(e).__name__}", source="measured")
+        result = envs.Result(
+            float("inf"),
+            status,
+            f"{'out of memory' if status == 'oom' else 'timeout'}: {str(e).splitlines()[0] if str(e) else type(e).__name__}",
+            source="measured",
+        )
     if args.json:
         print_json(result.to_dict())
         return 0 if result.ok else 1
@@ -73,8 +105,10 @@ def run(args: argparse.Namespace) -> int:
         print(f"{args.source}: {result.status}: {result.message}")
         return 1
     times = result.extra["step_times_s"]
-    print(f"{args.source} on {cluster.name} ({placement.method or 'placement'} {args.placement}): "
-          f"step time {result.step_time_s * 1e3:.2f} ms (median of {len(times)}; min {min(times) * 1e3:.2f}, max {max(times) * 1e3:.2f})")
+    print(
+        f"{args.source} on {cluster.name} ({placement.method or 'placement'} {args.placement}): "
+        f"step time {result.step_time_s * 1e3:.2f} ms (median of {len(times)}; min {min(times) * 1e3:.2f}, max {max(times) * 1e3:.2f})"
+    )
     print(f"{'device':<8} {'torch':<8} {'ops':>6} {'peak memory':>14}")
     counts = placement.device_counts()
     for name, dev in devices.items():
@@ -96,8 +130,10 @@ def _the_loss(source: str) -> Any:
         described = [{"shape": list(t.shape), "dtype": str(t.dtype).removeprefix("torch.")} for t in leaves]
         if isinstance(outputs, torch.Tensor) and sources.is_scalar_loss(described):
             return outputs
-        raise PlacerError(f"{source}: the model returns {sources.describe_outputs(described)}, not a scalar loss; "
-                          "`placer run` trains it as it is, so its forward must return the loss (wrap it: "
-                          "forward(inputs, labels) -> loss)")
+        raise PlacerError(
+            f"{source}: the model returns {sources.describe_outputs(described)}, not a scalar loss; "
+            "`placer run` trains it as it is, so its forward must return the loss (wrap it: "
+            "forward(inputs, labels) -> loss)"
+        )
 
     return loss_fn

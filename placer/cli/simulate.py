@@ -20,7 +20,11 @@ from placer.cli.output import gb, print_json, to_json
 
 
 def add_command(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("simulate", help="simulate one training step of a placed graph", description="Simulate one training step of GRAPH placed by PLACEMENT: step time, lower bound, per-device busy time and peak memory, status.")
+    p = sub.add_parser(
+        "simulate",
+        help="simulate one training step of a placed graph",
+        description="Simulate one training step of GRAPH placed by PLACEMENT: step time, lower bound, per-device busy time and peak memory, status.",
+    )
     p.add_argument("graph", metavar="GRAPH", help="graph file, zoo name or module:callable")
     p.add_argument("placement", metavar="PLACEMENT", help="placement file (from `placer place` or `placer train`)")
     p.add_argument("--cluster", required=True, help=CLUSTER_ARG_HELP)
@@ -39,9 +43,14 @@ def run(args: argparse.Namespace) -> int:
     note_stand_in_loss(graph, args.graph)
     graph, cluster = profiled(graph, cluster, args.profile)
     placement = Placement.load(args.placement)
-    env = envs.SimEnv(graph, cluster, executor=args.executor, microbatches=placement.microbatches, inflight=placement.inflight)
-    result = env.simulate(placement.indices(graph, cluster.device_names, source=args.placement), trace=bool(args.trace),
-                          order=getattr(placement, "order", None))
+    env = envs.SimEnv(
+        graph, cluster, executor=args.executor, microbatches=placement.microbatches, inflight=placement.inflight
+    )
+    result = env.simulate(
+        placement.indices(graph, cluster.device_names, source=args.placement),
+        trace=bool(args.trace),
+        order=getattr(placement, "order", None),
+    )
     bound = env.lower_bound()
     if args.trace:
         write_text_atomic(args.trace, to_json(result.extra.pop("trace"), indent=None))
@@ -55,19 +64,32 @@ def run(args: argparse.Namespace) -> int:
         print_json(doc)
         return 0
     sim_s = result.extra["sim_step_time_s"]
-    plan = "" if env.microbatches == 1 else (
-        f", {env.microbatches} microbatches ({'fill-drain' if env.inflight == env.microbatches else f'at most {env.inflight} in flight'})")
-    print(f"{graph.name or args.graph} ({graph.num_ops} ops) on {cluster.name}, placement {args.placement}, {args.executor} executor{plan}")
+    plan = (
+        ""
+        if env.microbatches == 1
+        else (
+            f", {env.microbatches} microbatches ({'fill-drain' if env.inflight == env.microbatches else f'at most {env.inflight} in flight'})"
+        )
+    )
+    print(
+        f"{graph.name or args.graph} ({graph.num_ops} ops) on {cluster.name}, placement {args.placement}, {args.executor} executor{plan}"
+    )
     if result.ok:
         named = f": {bound.name}" if getattr(bound, "name", "") else ""
-        print(f"step time   {result.step_time_s * 1e3:.3f} ms  (lower bound {bound * 1e3:.3f} ms{named}, {result.step_time_s / bound:.2f}x)" if bound > 0 else f"step time   {result.step_time_s * 1e3:.3f} ms")
+        print(
+            f"step time   {result.step_time_s * 1e3:.3f} ms  (lower bound {bound * 1e3:.3f} ms{named}, {result.step_time_s / bound:.2f}x)"
+            if bound > 0
+            else f"step time   {result.step_time_s * 1e3:.3f} ms"
+        )
     else:
         print(f"step time   -  ({sim_s * 1e3:.3f} ms ignoring memory; lower bound {bound * 1e3:.3f} ms)")
     print(f"status      {result.status}{': ' + result.message if result.message else ''}")
     print(f"{'device':<8} {'ops':>6} {'busy ms':>10} {'peak memory':>12} {'capacity':>10}")
     counts = placement.device_counts()
     for d, name in enumerate(cluster.device_names):
-        print(f"{name:<8} {counts.get(name, 0):>6} {result.busy_s[name] * 1e3:>10.3f} {gb(result.peak_bytes[name]):>12} {gb(cluster.memory_bytes[d]):>10}")
+        print(
+            f"{name:<8} {counts.get(name, 0):>6} {result.busy_s[name] * 1e3:>10.3f} {gb(result.peak_bytes[name]):>12} {gb(cluster.memory_bytes[d]):>10}"
+        )
     links = [(k, v) for k, v in result.busy_s.items() if "->" in k]
     if links:
         print("links busy: " + ", ".join(f"{k} {v * 1e3:.3f} ms" for k, v in sorted(links)))

@@ -20,24 +20,47 @@ from placer.cli.args import captured, note_stand_in_loss, profiled
 from placer.cli.compare import SMALL_GAIN
 from placer.cli.output import print_json
 from placer.learn.config import (
-    PRESETS, RESUME_KEEPS, AlgoOptions, PolicyOptions, RunOptions, TrainConfig, _base_type, field_docs, literal_choices,
+    PRESETS,
+    RESUME_KEEPS,
+    AlgoOptions,
+    PolicyOptions,
+    RunOptions,
+    TrainConfig,
+    _base_type,
+    field_docs,
+    literal_choices,
     option_name,
 )
 from placer.learn.progress import Progress
 
-
 # Kept for callers and tests: TrainConfig's defaults of the most used options (no longer a copy).
-HELP_DEFAULTS = {k: getattr(TrainConfig(), k) for k in
-                 ("lr", "entropy_coef", "hidden", "samples", "seed", "policy", "algo", "env")}
+HELP_DEFAULTS = {
+    k: getattr(TrainConfig(), k) for k in ("lr", "entropy_coef", "hidden", "samples", "seed", "policy", "algo", "env")
+}
 
-_SECTIONS = (("run options", RunOptions), ("algorithm options", AlgoOptions), ("policy options", PolicyOptions),
-             ("preset", TrainConfig))
+_SECTIONS = (
+    ("run options", RunOptions),
+    ("algorithm options", AlgoOptions),
+    ("policy options", PolicyOptions),
+    ("preset", TrainConfig),
+)
 # Help that says more than the field's docstring, or in the command line's terms.
-_HELP = {"source": "graph file (.json/.pt2), zoo name or module:callable",
-         "progress": "print no progress on stderr (a line per phase, then a bar on a terminal or a line every few "
-                     "seconds in a file or a pipe)"}
-_METAVARS = {"profile": "PROFILE.json", "device_map": "MAP", "measure_timeout_s": "SECONDS", "time_budget_s": "SECONDS",
-             "heuristics": "NAMES", "logdir": "DIR", "ray_address": "HOST:PORT", "measure_heuristics": "N", "rematch": "N"}
+_HELP = {
+    "source": "graph file (.json/.pt2), zoo name or module:callable",
+    "progress": "print no progress on stderr (a line per phase, then a bar on a terminal or a line every few "
+    "seconds in a file or a pipe)",
+}
+_METAVARS = {
+    "profile": "PROFILE.json",
+    "device_map": "MAP",
+    "measure_timeout_s": "SECONDS",
+    "time_budget_s": "SECONDS",
+    "heuristics": "NAMES",
+    "logdir": "DIR",
+    "ray_address": "HOST:PORT",
+    "measure_heuristics": "N",
+    "rematch": "N",
+}
 
 
 def _names(value: str) -> tuple[str, ...]:
@@ -130,8 +153,11 @@ def run(args: argparse.Namespace) -> int:
     if result.interrupted:
         doc["resume_command"] = resume_command(config, result.logdir)
         if args.json:  # else the summary's first line says it
-            print(f"placer: train interrupted after {result.iterations} iterations; the checkpoint is saved, continue "
-                  f"with: {doc['resume_command']}", file=sys.stderr)
+            print(
+                f"placer: train interrupted after {result.iterations} iterations; the checkpoint is saved, continue "
+                f"with: {doc['resume_command']}",
+                file=sys.stderr,
+            )
     if args.json:
         print_json(doc)
     else:
@@ -141,9 +167,14 @@ def run(args: argparse.Namespace) -> int:
 
 def resume_command(config: TrainConfig, logdir: str) -> str:
     """The command line that continues an interrupted run: its SOURCE, cluster, stopping rule and logdir."""
-    stop = (["--iterations", str(config.iterations)] if config.iterations is not None
-            else ["--time-budget", f"{config.time_budget_s:g}"])
-    return shlex.join(["placer", "train", config.source, "--cluster", config.cluster, *stop, "--logdir", logdir, "--resume"])
+    stop = (
+        ["--iterations", str(config.iterations)]
+        if config.iterations is not None
+        else ["--time-budget", f"{config.time_budget_s:g}"]
+    )
+    return shlex.join(
+        ["placer", "train", config.source, "--cluster", config.cluster, *stop, "--logdir", logdir, "--resume"]
+    )
 
 
 def _resumed_config(config: TrainConfig, given: dict | None = None) -> TrainConfig:
@@ -159,8 +190,11 @@ def _resumed_config(config: TrainConfig, given: dict | None = None) -> TrainConf
     old = {k: v for k, v in saved["config"].items() if k in fields}
     if isinstance(old.get("heuristics"), list):
         old["heuristics"] = tuple(old["heuristics"])
-    ignored = [f"{option_name(k)} {v} (checkpoint: {old[k]})" for k, v in (given or {}).items()
-               if k not in RESUME_KEEPS and k in old and old[k] != v]
+    ignored = [
+        f"{option_name(k)} {v} (checkpoint: {old[k]})"
+        for k, v in (given or {}).items()
+        if k not in RESUME_KEEPS and k in old and old[k] != v
+    ]
     if ignored:
         print(f"placer: note: --resume uses the checkpoint's settings; ignored: {', '.join(ignored)}", file=sys.stderr)
     resumed = dataclasses.replace(config, **{k: v for k, v in old.items() if k not in RESUME_KEEPS})
@@ -217,10 +251,14 @@ def _equal_budget_line(doc: dict) -> str | None:
     by_h = f" ({eq['heuristics_simulated']:,} of them by the heuristics)" if eq.get("heuristics_simulated") else ""
     given = f"the {eq['simulated']:,} placements this run simulated{by_h}"
     if eq.get("stopped"):  # it ran out of the run's own time first
-        given = (f"{eq['simulated']:,} of the {eq['evals']:,} placements this run simulated{by_h}, stopped at the "
-                 "run's own time")
-    return (f"equal budget     {_ms(eq['step_time_s'])}{_tag(doc, 'simulated')}  ({eq['method']} given "
-            f"{given}{gain}; {eq['wall_s']:.0f} s, after the budget)")
+        given = (
+            f"{eq['simulated']:,} of the {eq['evals']:,} placements this run simulated{by_h}, stopped at the "
+            "run's own time"
+        )
+    return (
+        f"equal budget     {_ms(eq['step_time_s'])}{_tag(doc, 'simulated')}  ({eq['method']} given "
+        f"{given}{gain}; {eq['wall_s']:.0f} s, after the budget)"
+    )
 
 
 def _rival_line(doc: dict) -> str | None:
@@ -228,8 +266,10 @@ def _rival_line(doc: dict) -> str | None:
     eq = doc.get("equal_budget_search") or {}
     if not eq.get("placement"):
         return None
-    return (f"faster rival     {eq['placement']}  (the equal-budget search's placement, {_ms(eq['step_time_s'])}; "
-            "best_placement.json stays the learner's)")
+    return (
+        f"faster rival     {eq['placement']}  (the equal-budget search's placement, {_ms(eq['step_time_s'])}; "
+        "best_placement.json stays the learner's)"
+    )
 
 
 def _rematch_line(doc: dict) -> str | None:
@@ -239,8 +279,10 @@ def _rematch_line(doc: dict) -> str | None:
         return None
     learned, rival = r["learned_s"], r["heuristic_s"]
     gain = f"; learned {(1 - learned / rival) * 100:+.1f}% vs it" if learned and rival else ""
-    return (f"side by side     {_ms(learned)} learned, {_ms(rival)} {r['heuristic']}  measured  "
-            f"(medians of {r['rounds']} re-measurements each, alternating{gain})")
+    return (
+        f"side by side     {_ms(learned)} learned, {_ms(rival)} {r['heuristic']}  measured  "
+        f"(medians of {r['rounds']} re-measurements each, alternating{gain})"
+    )
 
 
 def _expert_line(doc: dict) -> str | None:
@@ -255,8 +297,10 @@ def _expert_line(doc: dict) -> str | None:
 def _warm_start_line(doc: dict) -> str | None:
     if not doc.get("warm_start_cut_short"):
         return None
-    return (f"warm start       cut short by the time budget: {doc['warm_start']}, its greedy placement "
-            f"{_ms(doc['warm_start_step_time_s'])}; a longer --time-budget lets RL start from the heuristic")
+    return (
+        f"warm start       cut short by the time budget: {doc['warm_start']}, its greedy placement "
+        f"{_ms(doc['warm_start_step_time_s'])}; a longer --time-budget lets RL start from the heuristic"
+    )
 
 
 def _interrupted_line(doc: dict) -> str | None:
@@ -265,8 +309,10 @@ def _interrupted_line(doc: dict) -> str | None:
 
 def _issue_order_line(doc: dict) -> str | None:
     if doc.get("issue_order_step_time_s") is not None and doc["issue_order"] != "node":
-        return (f"issue order      {_ms(doc['issue_order_step_time_s'])}{_tag(doc, 'simulated')}  "
-                f"({doc['issue_order']} order, in the placement file)")
+        return (
+            f"issue order      {_ms(doc['issue_order_step_time_s'])}{_tag(doc, 'simulated')}  "
+            f"({doc['issue_order']} order, in the placement file)"
+        )
     return None
 
 
@@ -274,8 +320,10 @@ def _small_model_line(doc: dict) -> str | None:
     best, single = doc["best_step_time_s"], doc.get("reference_step_time_s")
     if best is None or not single or best * SMALL_GAIN < single or doc.get("env") == "measured":
         return None
-    return (f"note             within {(SMALL_GAIN - 1) * 100:.0f}% of the best single device ({_ms(single)}): this model is "
-            "too small to gain from splitting it over devices")
+    return (
+        f"note             within {(SMALL_GAIN - 1) * 100:.0f}% of the best single device ({_ms(single)}): this model is "
+        "too small to gain from splitting it over devices"
+    )
 
 
 #: The summary ``placer train`` prints, a line each (None: no line): add a line here.
@@ -289,10 +337,16 @@ SUMMARY_LINES: tuple[Callable[[dict], str | None], ...] = (
     _warm_start_line,
     _small_model_line,
     _expert_line,
-    lambda doc: f"lower bound      {_ms(doc['lower_bound_s'])}{_tag(doc, 'simulated')}" if doc["lower_bound_s"] is not None else None,
+    lambda doc: (
+        f"lower bound      {_ms(doc['lower_bound_s'])}{_tag(doc, 'simulated')}"
+        if doc["lower_bound_s"] is not None
+        else None
+    ),
     _issue_order_line,
     lambda doc: f"placement        {doc['best_placement']}" if doc["best_placement"] else None,
-    lambda doc: f"logs             {doc['logdir']}  (tensorboard --logdir {doc['logdir']}; summary.json, checkpoint.pt)",
+    lambda doc: (
+        f"logs             {doc['logdir']}  (tensorboard --logdir {doc['logdir']}; summary.json, checkpoint.pt)"
+    ),
 )
 
 

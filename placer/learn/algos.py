@@ -52,8 +52,9 @@ class Advantages(NamedTuple):
     in_loss: np.ndarray  # [K] bool: the samples that count
 
 
-def advantages(rewards: np.ndarray, failed: np.ndarray, ema: float | None, opts: AlgoOptions,
-               iteration: int = 0) -> Advantages:
+def advantages(
+    rewards: np.ndarray, failed: np.ndarray, ema: float | None, opts: AlgoOptions, iteration: int = 0
+) -> Advantages:
     """Advantages of K rewards and the updated EMA reward baseline (``ema`` None: the first batch's mean).
 
     ``opts.baseline == "loo"``: each sample's reward baseline is the mean of the other K-1
@@ -124,8 +125,9 @@ class Algorithm(Protocol):
     def sample(policy: Policy, k: int, gen: torch.Generator) -> PolicySampleLike: ...
 
     @staticmethod
-    def update(policy: Policy, optimizer: torch.optim.Optimizer, sample: PolicySampleLike, adv: torch.Tensor,
-               opts: AlgoOptions) -> tuple[float, float]:
+    def update(
+        policy: Policy, optimizer: torch.optim.Optimizer, sample: PolicySampleLike, adv: torch.Tensor, opts: AlgoOptions
+    ) -> tuple[float, float]:
         """One update; returns (policy loss, mean entropy)."""
         ...
 
@@ -147,8 +149,9 @@ class Reinforce:
         return policy.sample(k, generator=gen)
 
     @staticmethod
-    def update(policy: Policy, optimizer: torch.optim.Optimizer, sample: PolicySampleLike, adv: torch.Tensor,
-               opts: AlgoOptions) -> tuple[float, float]:
+    def update(
+        policy: Policy, optimizer: torch.optim.Optimizer, sample: PolicySampleLike, adv: torch.Tensor, opts: AlgoOptions
+    ) -> tuple[float, float]:
         num_items = getattr(policy, "num_items", 1)
         loss_pg = policy_gradient_loss(terms_of(sample), adv) / num_items  # per item: lr independent of graph size
         entropy = sample.entropy.mean()
@@ -171,8 +174,9 @@ class PPO:
             return policy.sample(k, generator=gen)
 
     @staticmethod
-    def update(policy: Policy, optimizer: torch.optim.Optimizer, sample: PolicySampleLike, adv: torch.Tensor,
-               opts: AlgoOptions) -> tuple[float, float]:
+    def update(
+        policy: Policy, optimizer: torch.optim.Optimizer, sample: PolicySampleLike, adv: torch.Tensor, opts: AlgoOptions
+    ) -> tuple[float, float]:
         old = sample.log_prob.detach()
         loss_pg = entropy = torch.zeros(())
         for _ in range(opts.ppo_epochs):

@@ -262,8 +262,12 @@ class TrainConfig(PolicyOptions, AlgoOptions, RunOptions):
             return self
         from envs.sim import SimEnv  # numpy and torch: TrainConfig itself stays light for placer --help
 
-        planned = (self.env == "sim" and self.executor == "eager" and self.microbatches == 1
-                   and (env is None or isinstance(env, SimEnv)))
+        planned = (
+            self.env == "sim"
+            and self.executor == "eager"
+            and self.microbatches == 1
+            and (env is None or isinstance(env, SimEnv))
+        )
         return dataclasses.replace(self, score_order="planned" if planned else "node")
 
     def validate(self) -> None:
@@ -275,7 +279,9 @@ class TrainConfig(PolicyOptions, AlgoOptions, RunOptions):
         for f in dataclasses.fields(self):  # the Literal-typed choices
             choices = literal_choices(f)
             if choices and getattr(self, f.name) not in choices:
-                raise PlacerError(f"{option_name(f.name)} {getattr(self, f.name)!r}: unknown (known: {', '.join(choices)})")
+                raise PlacerError(
+                    f"{option_name(f.name)} {getattr(self, f.name)!r}: unknown (known: {', '.join(choices)})"
+                )
         if self.iterations is None and self.time_budget_s is None:
             raise PlacerError("train: give --iterations or --time-budget")
         for name, (option, bounds) in _INT_FIELDS.items():
@@ -289,8 +295,9 @@ class TrainConfig(PolicyOptions, AlgoOptions, RunOptions):
         for f in dataclasses.fields(self):
             if _base_type(f) is bool and not isinstance(getattr(self, f.name), bool):
                 raise PlacerError(f"{f.name} {getattr(self, f.name)!r}: must be true or false")
-        if self.heuristics is not None and not (isinstance(self.heuristics, tuple)
-                                                and all(isinstance(h, str) for h in self.heuristics)):
+        if self.heuristics is not None and not (
+            isinstance(self.heuristics, tuple) and all(isinstance(h, str) for h in self.heuristics)
+        ):
             raise PlacerError(f"--heuristics {self.heuristics!r}: must be a tuple of heuristic names")
         if self.score_order == "planned" and self.env != "sim":
             raise PlacerError("--score-order planned: only with --env sim (a measured run runs node order)")
@@ -329,18 +336,32 @@ PRESETS: dict[str, dict[str, Any]] = {
     "tuned": {"algo": "moves"},
     "paper": dict(
         algo="reinforce",
-        lr=0.1, lr_decay=0.95, lr_decay_every=50, lr_decay_after=400, grad_clip=1.0,
-        baseline="ema", baseline_decay=0.9, normalize_advantage=False,
-        logit_noise=1.0, logit_noise_steps=500,  # full noise to step 500, fading to 0 at step 750
-        hidden=256, layers=2,
-        fail_factor=10.0, fail_mask_after=1000,  # 100 s failing runtime ~ 10x the papers' step times
+        lr=0.1,
+        lr_decay=0.95,
+        lr_decay_every=50,
+        lr_decay_after=400,
+        grad_clip=1.0,
+        baseline="ema",
+        baseline_decay=0.9,
+        normalize_advantage=False,
+        logit_noise=1.0,
+        logit_noise_steps=500,  # full noise to step 500, fading to 0 at step 750
+        hidden=256,
+        layers=2,
+        fail_factor=10.0,
+        fail_mask_after=1000,  # 100 s failing runtime ~ 10x the papers' step times
         warm_start="none",
     ),
 }
 
 # Options whose name on the command line is not --<field-name-with-dashes>.
-OPTION_NAMES = {"time_budget_s": "--time-budget", "measure_timeout_s": "--measure-timeout", "entropy_coef": "--entropy",
-                "progress": "--no-progress", "source": "SOURCE"}
+OPTION_NAMES = {
+    "time_budget_s": "--time-budget",
+    "measure_timeout_s": "--measure-timeout",
+    "entropy_coef": "--entropy",
+    "progress": "--no-progress",
+    "source": "SOURCE",
+}
 
 
 def option_name(field_name: str) -> str:
@@ -392,9 +413,22 @@ _FLOAT_FIELDS = {name: (option_name(name), b) for name, b in _FLOAT_BOUNDS.items
 _OPTIONAL = {"iterations", "time_budget_s", "max_groups", "workers", "fail_mask_after", "inflight"}  # None: not set
 
 # On --resume these options are taken from the command line; every other one from the checkpoint.
-RESUME_KEEPS = ("iterations", "time_budget_s", "resume", "logdir", "progress", "device", "device_map", "workers",
-                "ray_address", "source", "cluster", "measure_timeout_s", "measure_heuristics",
-                "rematch")
+RESUME_KEEPS = (
+    "iterations",
+    "time_budget_s",
+    "resume",
+    "logdir",
+    "progress",
+    "device",
+    "device_map",
+    "workers",
+    "ray_address",
+    "source",
+    "cluster",
+    "measure_timeout_s",
+    "measure_heuristics",
+    "rematch",
+)
 
 
 # ----------------------------------------------------------------- field introspection (for the CLI)
@@ -432,7 +466,12 @@ def field_docs() -> dict[str, str]:
             continue
         body = node.body
         for a, b in zip(body, body[1:]):
-            if (isinstance(a, ast.AnnAssign) and isinstance(a.target, ast.Name) and isinstance(b, ast.Expr)
-                    and isinstance(b.value, ast.Constant) and isinstance(b.value.value, str)):
+            if (
+                isinstance(a, ast.AnnAssign)
+                and isinstance(a.target, ast.Name)
+                and isinstance(b, ast.Expr)
+                and isinstance(b.value, ast.Constant)
+                and isinstance(b.value.value, str)
+            ):
                 docs[a.target.id] = " ".join(b.value.value.split())
     return docs

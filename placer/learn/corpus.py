@@ -29,13 +29,24 @@ from graphs import OpGraph, PlacerError, io, zoo
 from graphs.synthetic import FAMILIES
 from graphs.torch_capture import capture
 
+ZOO_TAGS = {
+    "rnnlm": {"lstm"},
+    "nmt-2": {"lstm"},
+    "nmt-4": {"lstm"},
+    "inception-v3": {"cnn"},
+    "resnet50": {"cnn"},
+    "gpt2": {"transformer"},
+}
 
-ZOO_TAGS = {"rnnlm": {"lstm"}, "nmt-2": {"lstm"}, "nmt-4": {"lstm"}, "inception-v3": {"cnn"}, "resnet50": {"cnn"},
-            "gpt2": {"transformer"}}
 
-
-FAMILY_TAGS = {"chain": set(), "branches": {"cnn"}, "unet": {"cnn"}, "moe": {"transformer"}, "attention": {"transformer"},
-               "recurrent": {"recurrent"}}
+FAMILY_TAGS = {
+    "chain": set(),
+    "branches": {"cnn"},
+    "unet": {"cnn"},
+    "moe": {"transformer"},
+    "attention": {"transformer"},
+    "recurrent": {"recurrent"},
+}
 
 
 LIBRARY = {"transformer-layers": {"transformer"}, "lstm-layers": {"lstm"}, "conv-stack": {"cnn"}}
@@ -65,16 +76,22 @@ def _library_module(name: str) -> tuple[Any, tuple]:
 
     if name == "transformer-layers":
         layer = nn.TransformerEncoderLayer(1024, 16, 4096, batch_first=True)
-        return Loss(nn.TransformerEncoder(layer, 12, enable_nested_tensor=False), 1024), (torch.empty(16, 512, 1024, device="meta"),)
+        return Loss(nn.TransformerEncoder(layer, 12, enable_nested_tensor=False), 1024), (
+            torch.empty(16, 512, 1024, device="meta"),
+        )
     if name == "lstm-layers":
-        return Loss(nn.LSTM(1024, 1024, num_layers=4, batch_first=True), 1024), (torch.empty(64, 40, 1024, device="meta"),)
+        return Loss(nn.LSTM(1024, 1024, num_layers=4, batch_first=True), 1024), (
+            torch.empty(64, 40, 1024, device="meta"),
+        )
     if name == "conv-stack":
         layers: list[nn.Module] = []
         ch = 3
         for out in (64, 64, 128, 128, 256, 256, 512, 512):
             layers += [nn.Conv2d(ch, out, 3, padding=1), nn.BatchNorm2d(out), nn.ReLU()]
             ch = out
-        return Loss(nn.Sequential(*layers, nn.AdaptiveAvgPool2d(1)), 512), (torch.empty(32, 3, 128, 128, device="meta"),)
+        return Loss(nn.Sequential(*layers, nn.AdaptiveAvgPool2d(1)), 512), (
+            torch.empty(32, 3, 128, 128, device="meta"),
+        )
     raise PlacerError(f"unknown library graph {name!r}")
 
 
@@ -95,8 +112,9 @@ def library_graph(name: str) -> OpGraph:
     return g
 
 
-def build_corpus(corpus: str, *, exclude: set[str] = frozenset(), synthetic_sizes: tuple[int, ...] = (300, 1500, 5000),
-                 seed: int = 0) -> list[CorpusItem]:
+def build_corpus(
+    corpus: str, *, exclude: set[str] = frozenset(), synthetic_sizes: tuple[int, ...] = (300, 1500, 5000), seed: int = 0
+) -> list[CorpusItem]:
     """Corpus items for ``corpus`` (a directory, or a comma list of zoo/synthetic/library and zoo names).
 
     ``exclude``: tags (lstm, cnn, transformer, recurrent) or item names to leave out.
@@ -119,16 +137,26 @@ def build_corpus(corpus: str, *, exclude: set[str] = frozenset(), synthetic_size
                 for k, (fam, fn) in enumerate(FAMILIES.items()):
                     for j, size in enumerate(synthetic_sizes):
                         s = seed * 1000 + 10 * k + j
-                        items.append(CorpusItem(f"{fam}-{size}-s{s}", "synthetic", FAMILY_TAGS[fam],
-                                                lambda fn=fn, size=size, s=s: fn(size, seed=s)))
+                        items.append(
+                            CorpusItem(
+                                f"{fam}-{size}-s{s}",
+                                "synthetic",
+                                FAMILY_TAGS[fam],
+                                lambda fn=fn, size=size, s=s: fn(size, seed=s),
+                            )
+                        )
             elif part == "library":
                 items += [CorpusItem(n, "library", tags, lambda n=n: library_graph(n)) for n, tags in LIBRARY.items()]
             else:
-                raise PlacerError(f"--corpus {corpus!r}: {part!r} is not a directory, zoo, synthetic, library or a zoo name")
+                raise PlacerError(
+                    f"--corpus {corpus!r}: {part!r} is not a directory, zoo, synthetic, library or a zoo name"
+                )
     families = set().union(*ZOO_TAGS.values(), *FAMILY_TAGS.values(), *LIBRARY.values())
     unknown = sorted(set(exclude) - families - {it.name for it in items})
     if unknown:
-        raise PlacerError(f"--exclude {','.join(unknown)}: not a family ({', '.join(sorted(families))}) nor an item of --corpus {corpus}")
+        raise PlacerError(
+            f"--exclude {','.join(unknown)}: not a family ({', '.join(sorted(families))}) nor an item of --corpus {corpus}"
+        )
     kept = [it for it in items if not (it.tags & set(exclude)) and it.name not in exclude]
     if not kept:
         raise PlacerError(f"--corpus {corpus}: nothing left after --exclude {','.join(sorted(exclude))}")

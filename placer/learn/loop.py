@@ -63,16 +63,31 @@ from placer.checks import check_output_dir
 from placer.compare import compare, default_methods
 from placer.learn import checkpoint
 from placer.learn.algos import (
-    ALGOS, advantages, imitate, learning_rate, logit_noise, reward, set_logit_noise, term_credits,
+    ALGOS,
+    advantages,
+    imitate,
+    learning_rate,
+    logit_noise,
+    reward,
+    set_logit_noise,
+    term_credits,
 )
 from placer.learn.config import TrainConfig
 from placer.learn.move_learner import MoveLearner, RunScorer, equal_budget_search
 from placer.learn.progress import Progress
 from placer.learn.rundir import (
-    BEST_NAME, RIVAL_NAME, adopt_newer_best, check_compatible, check_fresh, default_logdir, run_best_placement, run_lock,
-    run_placement, save_best,
+    BEST_NAME,
+    RIVAL_NAME,
+    adopt_newer_best,
+    check_compatible,
+    check_fresh,
+    default_logdir,
+    run_best_placement,
+    run_lock,
+    run_placement,
+    save_best,
 )
-from placer.learn.scoring import CachedScorer, ENVS, Scorer, measured_heuristics, reference_time
+from placer.learn.scoring import ENVS, CachedScorer, Scorer, measured_heuristics, reference_time
 from placer.learn.state import RunState, TrainResult
 from placer.sources import resolve_graph
 from policies import POLICIES, policy_file
@@ -91,8 +106,9 @@ def _resolve_device(name: str) -> torch.device:
     return dev
 
 
-def _heuristics(graph: OpGraph, cluster: Cluster, config: TrainConfig,
-                progress: Progress) -> tuple[dict[str, tuple[float, np.ndarray | None]], int]:
+def _heuristics(
+    graph: OpGraph, cluster: Cluster, config: TrainConfig, progress: Progress
+) -> tuple[dict[str, tuple[float, np.ndarray | None]], int]:
     """name -> (simulated step time, op devices) of the heuristics, via ``placer.compare``; and the placements
     they simulated in all (their searches and their scoring).
 
@@ -105,9 +121,17 @@ def _heuristics(graph: OpGraph, cluster: Cluster, config: TrainConfig,
     progress.phase(f"scoring {len(methods)} heuristics on {cluster.name} (simulated), the rivals and the warm start")
     progress.start("scoring", total=len(methods), unit="heuristics")
     try:
-        report = compare(graph, cluster, methods=methods, seed=config.seed, executor=config.executor,
-                         microbatches=config.microbatches, inflight=config.inflight, score_order=config.score_order,
-                         progress=lambda done, name: progress.update(done, name))
+        report = compare(
+            graph,
+            cluster,
+            methods=methods,
+            seed=config.seed,
+            executor=config.executor,
+            microbatches=config.microbatches,
+            inflight=config.inflight,
+            score_order=config.score_order,
+            progress=lambda done, name: progress.update(done, name),
+        )
     finally:  # Ctrl-C here too: the bar ends before the message that follows
         progress.close()
     out: dict[str, tuple[float, np.ndarray | None]] = {}
@@ -125,8 +149,14 @@ def _hparams_table(config: TrainConfig, extra: dict[str, Any]) -> str:
     return "|param|value|\n|-|-|\n" + "\n".join(f"|{k}|{v}|" for k, v in rows.items())
 
 
-def train(config: TrainConfig, *, graph: OpGraph | None = None, cluster: Cluster | None = None,
-          env: Scorer | None = None, progress: Progress | None = None) -> TrainResult:
+def train(
+    config: TrainConfig,
+    *,
+    graph: OpGraph | None = None,
+    cluster: Cluster | None = None,
+    env: Scorer | None = None,
+    progress: Progress | None = None,
+) -> TrainResult:
     """Train a placement policy; see :class:`TrainConfig`. Returns the best placement found.
 
     ``graph``, ``cluster`` and ``env`` may be given directly (tests, notebooks);
@@ -145,7 +175,9 @@ def train(config: TrainConfig, *, graph: OpGraph | None = None, cluster: Cluster
         if config.profile:
             graph, cluster = with_profile(graph, cluster, config.profile, device_map=config.device_map)
     if graph.num_ops == 0:
-        raise PlacerError(f"{config.source or graph.name or 'graph'}: the graph has no ops, so there is nothing to place")
+        raise PlacerError(
+            f"{config.source or graph.name or 'graph'}: the graph has no ops, so there is nothing to place"
+        )
     logdir = config.logdir or default_logdir(config, graph)
     check_output_dir(logdir, "--logdir")
     os.makedirs(logdir, exist_ok=True)
@@ -167,8 +199,16 @@ def train(config: TrainConfig, *, graph: OpGraph | None = None, cluster: Cluster
                 env.close()
 
 
-def _train(config: TrainConfig, graph: OpGraph, cluster: Cluster, env: Scorer, logdir: str, device: torch.device,
-           saved: tuple[dict[str, Any], dict[str, Any]] | None, progress: Progress) -> TrainResult:
+def _train(
+    config: TrainConfig,
+    graph: OpGraph,
+    cluster: Cluster,
+    env: Scorer,
+    logdir: str,
+    device: torch.device,
+    saved: tuple[dict[str, Any], dict[str, Any]] | None,
+    progress: Progress,
+) -> TrainResult:
     """The training run proper, in a locked ``logdir``; ``saved``: the checkpoint to resume (checked)."""
     run = _Run(config, graph, cluster, env, logdir, device, saved, progress)
     writer = tensorboard.SummaryWriter(logdir)
@@ -198,14 +238,18 @@ def _start_rl_progress(config: TrainConfig, run: "_Run", progress: Progress) -> 
     s = run.state
     if config.iterations is not None:
         first = s.iteration
-        progress.phase(f"{run.phase_name()}: {config.iterations - first} iterations of {run.iteration_text()}; "
-                       f"best so far {run.best_text()}")
+        progress.phase(
+            f"{run.phase_name()}: {config.iterations - first} iterations of {run.iteration_text()}; "
+            f"best so far {run.best_text()}"
+        )
         progress.start(run.phase_name(), total=config.iterations - first, unit="it")
         return lambda: s.iteration - first
     begun = run.elapsed()
     left_s = int(np.ceil(max(float(config.time_budget_s) - begun, 0.0)))
-    progress.phase(f"{run.phase_name()}: {left_s} s left of the {config.time_budget_s:g} s budget, "
-                   f"{run.iteration_text()} an iteration; best so far {run.best_text()}")
+    progress.phase(
+        f"{run.phase_name()}: {left_s} s left of the {config.time_budget_s:g} s budget, "
+        f"{run.iteration_text()} an iteration; best so far {run.best_text()}"
+    )
     progress.start(run.phase_name(), total=left_s, unit="s")
     return lambda: run.elapsed() - begun
 
@@ -213,8 +257,17 @@ def _start_rl_progress(config: TrainConfig, run: "_Run", progress: Progress) -> 
 class _Run:
     """One training run: the objects it works with and its :class:`RunState` (what the checkpoint keeps)."""
 
-    def __init__(self, config: TrainConfig, graph: OpGraph, cluster: Cluster, env: Scorer, logdir: str,
-                 device: torch.device, saved: tuple[dict[str, Any], dict[str, Any]] | None, progress: Progress) -> None:
+    def __init__(
+        self,
+        config: TrainConfig,
+        graph: OpGraph,
+        cluster: Cluster,
+        env: Scorer,
+        logdir: str,
+        device: torch.device,
+        saved: tuple[dict[str, Any], dict[str, Any]] | None,
+        progress: Progress,
+    ) -> None:
         self.config, self.graph, self.cluster, self.logdir, self.device = config, graph, cluster, logdir, device
         self.progress = progress
         self.algo = ALGOS.get(config.algo)  # None for "moves", whose learner is not a policy-gradient algorithm
@@ -222,14 +275,21 @@ class _Run:
         self.devices = list(cluster.device_names)
         # ---- reference times: the reward scale, heuristics and the lower bound
         setup_start = time.perf_counter()
-        progress.phase(f"setting up: {graph.name or 'graph'} ({graph.num_ops:,} ops) on {cluster.name}, "
-                       f"scored by {'the simulator' if config.env == 'sim' else 'real training steps'}")
+        progress.phase(
+            f"setting up: {graph.name or 'graph'} ({graph.num_ops:,} ops) on {cluster.name}, "
+            f"scored by {'the simulator' if config.env == 'sim' else 'real training steps'}"
+        )
         self.t_ref = reference_time(self.score, graph, cluster, config.executor)
         self._found_heuristics()
         # the simulator of this problem (executor, microbatches): the lower bound, and under --env sim the
         # planner of the best placement's issue order; the scorer itself when it is one
-        sim = env if isinstance(env, envs.SimEnv) else envs.SimEnv(graph, cluster, executor=config.executor,
-                                                                  microbatches=config.microbatches, inflight=config.inflight)
+        sim = (
+            env
+            if isinstance(env, envs.SimEnv)
+            else envs.SimEnv(
+                graph, cluster, executor=config.executor, microbatches=config.microbatches, inflight=config.inflight
+            )
+        )
         self.lower_bound_s: float | None = float(sim.lower_bound())
         self.state = RunState(setup_s=time.perf_counter() - setup_start)
         # ---- seed, policy, optimizer
@@ -240,12 +300,21 @@ class _Run:
         target = self.best_h_op_devices if self.warm else None
         if saved is not None:  # the items must be those the checkpoint was trained on
             self.state = RunState.from_dict(saved[1]["run"])
-            target = np.asarray(self.state.warm_start_indices, dtype=np.int32) if self.state.warm_start_indices else None
+            target = (
+                np.asarray(self.state.warm_start_indices, dtype=np.int32) if self.state.warm_start_indices else None
+            )
         self.target = target
         p = config.policy_options
         self.policy: Policy = POLICIES[config.policy](
-            graph, len(self.devices), max_groups=self.max_groups, hidden=p.hidden, layers=p.layers,
-            temperature=p.temperature, tanh_c=p.tanh_c, refine=target, cluster=cluster,
+            graph,
+            len(self.devices),
+            max_groups=self.max_groups,
+            hidden=p.hidden,
+            layers=p.layers,
+            temperature=p.temperature,
+            tanh_c=p.tanh_c,
+            refine=target,
+            cluster=cluster,
             **({"net": policy_file.load(p.init).net} if p.init is not None else {}),  # --init: pretrained weights
         ).to(device)
         self.optimizer = torch.optim.Adam(self.policy.parameters(), lr=config.lr)
@@ -259,14 +328,27 @@ class _Run:
         self.sim = sim
         self.mover = None
         if moves:
-            start = (np.asarray(self.state.best_indices) if saved is not None and self.state.best_indices else
-                     self.best_h_op_devices if config.warm_start == "best" else None)
+            start = (
+                np.asarray(self.state.best_indices)
+                if saved is not None and self.state.best_indices
+                else self.best_h_op_devices
+                if config.warm_start == "best"
+                else None
+            )
             # module_search's share of the time left: under the simulator, with a time budget; not on --resume
             # (the run's best is the start), nor with measured steps (a round of module moves is measured whole)
             timed = config.time_budget_s is not None and saved is None and config.env == "sim"
             left = (lambda: config.time_budget_s - self.elapsed()) if timed else (lambda: None)
-            self.mover = MoveLearner(graph, cluster, RunScorer(self.score, sim, self.consider), start, seed=config.seed,
-                                     proposals=config.proposals, order=self.score.order, time_left=left)
+            self.mover = MoveLearner(
+                graph,
+                cluster,
+                RunScorer(self.score, sim, self.consider),
+                start,
+                seed=config.seed,
+                proposals=config.proposals,
+                order=self.score.order,
+                time_left=left,
+            )
             if saved is None:
                 self.state.warm_start = f"move search from {self.best_h[0]}" if start is not None else "move search"
         self.t0 = time.perf_counter() - self.state.elapsed_s
@@ -277,14 +359,18 @@ class _Run:
         if self.score.order is not None:
             # compare searched and scored them in the run's order already; scored again through the run's
             # scorer, so the warm start, the rival's start and "beat the best heuristic" are its own numbers
-            found = {name: (self._scored(idx) if idx is not None and np.isfinite(t) else t, idx)
-                     for name, (t, idx) in found.items()}
+            found = {
+                name: (self._scored(idx) if idx is not None and np.isfinite(t) else t, idx)
+                for name, (t, idx) in found.items()
+            }
         self.heuristics = {name: t for name, (t, _) in found.items()}
         # --env measured: the rivals measured on the same workers, so the comparison is measured with measured
         measured = self.config.env == "measured"
         if measured and self.config.measure_heuristics:
-            self.progress.phase(f"measuring the heuristics of the {self.config.measure_heuristics} fastest simulated "
-                                "placements on the workers")
+            self.progress.phase(
+                f"measuring the heuristics of the {self.config.measure_heuristics} fastest simulated "
+                "placements on the workers"
+            )
         self.measured = measured_heuristics(self.score, found, self.config.measure_heuristics) if measured else {}
         rivals = self.measured or self.heuristics
         self.best_h = min(rivals.items(), key=lambda kv: kv[1]) if rivals else ("none", float("inf"))
@@ -293,8 +379,11 @@ class _Run:
         self.best_h_op_devices = found[self.best_h[0]][1] if np.isfinite(self.best_h[1]) else None
         if found:
             kind = " (measured)" if self.measured else " (simulated)" if measured else ""
-            self.progress.phase(f"best heuristic: {self.best_h[0]} {_ms(self.best_h[1])}{kind}"
-                                if self.best_h_op_devices is not None else "no heuristic placement fits")
+            self.progress.phase(
+                f"best heuristic: {self.best_h[0]} {_ms(self.best_h[1])}{kind}"
+                if self.best_h_op_devices is not None
+                else "no heuristic placement fits"
+            )
 
     def _scored(self, op_devices: np.ndarray) -> float:
         t, failed = self.score(np.asarray(op_devices, dtype=np.int32)[None])
@@ -306,8 +395,10 @@ class _Run:
             self.optimizer.load_state_dict(tensors["optimizer"])
             self.gen.set_state(tensors["generator"].cpu())
         except (KeyError, RuntimeError, ValueError) as e:
-            raise PlacerError(f"--resume: {os.path.join(self.logdir, checkpoint.CHECKPOINT_PT)} does not fit this run "
-                              f"({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''})") from None
+            raise PlacerError(
+                f"--resume: {os.path.join(self.logdir, checkpoint.CHECKPOINT_PT)} does not fit this run "
+                f"({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''})"
+            ) from None
 
     def elapsed(self) -> float:
         return time.perf_counter() - self.t0
@@ -315,17 +406,29 @@ class _Run:
     def done(self) -> bool:
         c = self.config
         return (c.iterations is not None and self.state.iteration >= c.iterations) or (
-            c.time_budget_s is not None and self.elapsed() >= c.time_budget_s)
+            c.time_budget_s is not None and self.elapsed() >= c.time_budget_s
+        )
 
     def start(self, writer: Any) -> None:
         """Log the hyperparameters; the best heuristic's placement as the incumbent; warm start; first checkpoint."""
         c, s = self.config, self.state
         if not c.resume:
-            writer.add_text("hyperparameters", _hparams_table(c, {
-                "graph": self.graph.name, "num_ops": self.graph.num_ops,
-                "items": self.num_items, "devices": ",".join(self.devices),
-                "reference_step_time_s": self.t_ref, "device": str(self.device),
-                "best_heuristic": f"{self.best_h[0]} {self.best_h[1]}", "setup_s": s.setup_s}))
+            writer.add_text(
+                "hyperparameters",
+                _hparams_table(
+                    c,
+                    {
+                        "graph": self.graph.name,
+                        "num_ops": self.graph.num_ops,
+                        "items": self.num_items,
+                        "devices": ",".join(self.devices),
+                        "reference_step_time_s": self.t_ref,
+                        "device": str(self.device),
+                        "best_heuristic": f"{self.best_h[0]} {self.best_h[1]}",
+                        "setup_s": s.setup_s,
+                    },
+                ),
+            )
         if self.best_h_op_devices is not None and self.rival_s is not None:
             # the incumbent: best_placement.json is never slower than the best placement scored, heuristics included
             # (a measured run's heuristics count when it measured them: their simulated times say nothing here)
@@ -342,8 +445,10 @@ class _Run:
             g_t, g_failed = self.score(g_idx)
             s.warm_start_step_time_s = float(g_t[0]) if not g_failed[0] else None
             self.consider(g_idx, g_t, g_failed, "greedy")  # a run whose budget ends here still has a placement
-            self.progress.phase(f"warm start: {s.warm_start}{', cut short by the time budget' if s.warm_start_cut_short else ''}"
-                                f"; the policy's greedy placement: {_ms(s.warm_start_step_time_s)}")
+            self.progress.phase(
+                f"warm start: {s.warm_start}{', cut short by the time budget' if s.warm_start_cut_short else ''}"
+                f"; the policy's greedy placement: {_ms(s.warm_start_step_time_s)}"
+            )
 
     def _warm_start(self) -> None:
         """Imitate the best heuristic's placement, within half the time budget (so RL always gets its turn)."""
@@ -370,15 +475,20 @@ class _Run:
     def iteration_text(self) -> str:
         """What one iteration does, for the phase's first line."""
         if self.mover is not None:
-            return (f"one round of {self.config.proposals}-ranked moves ({self.mover.search.levels[0].num_items} "
-                    f"to {self.num_items} items)")
+            return (
+                f"one round of {self.config.proposals}-ranked moves ({self.mover.search.levels[0].num_items} "
+                f"to {self.num_items} items)"
+            )
         return f"{self.config.samples} sampled placements ({self.num_items} items each)"
 
     def best_text(self) -> str:
         """The incumbent's step time and where it came from, e.g. ``237.345 ms (module_search)``."""
         s = self.state
-        by = s.best_found_by.removeprefix("heuristic:") if s.best_found_by.startswith("heuristic:") else (
-            "policy" if s.best_found_by in ("sample", "greedy", "") else s.best_found_by)  # or the move search's
+        by = (
+            s.best_found_by.removeprefix("heuristic:")
+            if s.best_found_by.startswith("heuristic:")
+            else ("policy" if s.best_found_by in ("sample", "greedy", "") else s.best_found_by)
+        )  # or the move search's
         return f"{_ms(s.best_step_time_s)} ({by})" if np.isfinite(s.best_step_time_s) else "none yet"
 
     def status(self) -> str:
@@ -391,7 +501,9 @@ class _Run:
         g_idx = self.policy.greedy()[None]
         g_t, g_failed = self.score(g_idx)
         self.consider(g_idx, g_t, g_failed, "greedy")
-        writer.add_scalar("charts/greedy_step_time_s", g_t[0] if not g_failed[0] else self.fail_cost, self.state.iteration)
+        writer.add_scalar(
+            "charts/greedy_step_time_s", g_t[0] if not g_failed[0] else self.fail_cost, self.state.iteration
+        )
 
     def iterate(self, writer: Any) -> None:
         """One iteration: sample K placements, score them in one batch, reward -> advantage -> update, log."""
@@ -400,9 +512,11 @@ class _Run:
             if not self.mover.begun:
                 first = self.mover.module_seconds()
                 if first > 0:
-                    self.progress.phase(f"move search: module_search first, for {first:.0f} s "
-                                        f"({self.mover.search.options.module_share:.0%} of the time left); the moves "
-                                        "start from the best of its placement and the warm start")
+                    self.progress.phase(
+                        f"move search: module_search first, for {first:.0f} s "
+                        f"({self.mover.search.options.module_share:.0%} of the time left); the moves "
+                        "start from the best of its placement and the warm start"
+                    )
                 self.mover.begin(first)
             self.mover.iterate(writer, it)
             s.iteration = it + 1
@@ -421,11 +535,16 @@ class _Run:
         s.baseline, s.iteration = adv.baseline, it + 1
         ok_t = t[~failed]
         scalars = {
-            "charts/best_step_time_s": s.best_step_time_s, "charts/reward": float(r.mean()),
+            "charts/best_step_time_s": s.best_step_time_s,
+            "charts/reward": float(r.mean()),
             "charts/step_time_s": float(ok_t.mean()) if len(ok_t) else self.fail_cost,
-            "charts/failed_fraction": float(failed.mean()), "charts/baseline": s.baseline,
-            "charts/elapsed_s": self.elapsed(), "charts/learning_rate": lr, "charts/logit_noise": logit_noise(c, it),
-            "losses/policy_loss": policy_loss, "losses/entropy": entropy,
+            "charts/failed_fraction": float(failed.mean()),
+            "charts/baseline": s.baseline,
+            "charts/elapsed_s": self.elapsed(),
+            "charts/learning_rate": lr,
+            "charts/logit_noise": logit_noise(c, it),
+            "losses/policy_loss": policy_loss,
+            "losses/entropy": entropy,
             **{f"losses/credit/{name}": v for name, v in term_credits(sample, adv_t).items()},
         }
         share = np.bincount(sample.op_devices.ravel(), minlength=len(self.devices)) / sample.op_devices.size
@@ -454,11 +573,21 @@ class _Run:
 
     def save_checkpoint(self) -> None:
         self.state.elapsed_s = self.elapsed()
-        tensors = {"policy": self.policy.state_dict(), "optimizer": self.optimizer.state_dict(),
-                   "generator": self.gen.get_state()}
-        checkpoint.save(self.logdir, tensors, {"config": dataclasses.asdict(self.config),
-                                               "graph_hash": self.graph.content_hash, "devices": self.devices,
-                                               "run": self.state.to_dict()})
+        tensors = {
+            "policy": self.policy.state_dict(),
+            "optimizer": self.optimizer.state_dict(),
+            "generator": self.gen.get_state(),
+        }
+        checkpoint.save(
+            self.logdir,
+            tensors,
+            {
+                "config": dataclasses.asdict(self.config),
+                "graph_hash": self.graph.content_hash,
+                "devices": self.devices,
+                "run": self.state.to_dict(),
+            },
+        )
 
     def _keep_rival(self, eq: dict[str, Any]) -> None:
         """Where the equal-budget search found a placement faster than the run's best, write it beside the best
@@ -470,8 +599,10 @@ class _Run:
             return
         meta = {"step_time_s": t, "found_by": "equal-budget search", "evals": eq["simulated"]}
         path = os.path.join(self.logdir, RIVAL_NAME)
-        save_best(path, run_placement(self.graph, self.devices, self.cluster, self.config, x, eq["method"], meta,
-                                      self.planner))  # a resumed run's earlier, faster one stays
+        save_best(
+            path,
+            run_placement(self.graph, self.devices, self.cluster, self.config, x, eq["method"], meta, self.planner),
+        )  # a resumed run's earlier, faster one stays
         eq["placement"] = path
 
     def _rematch(self, rounds: int) -> dict[str, Any] | None:
@@ -485,43 +616,71 @@ class _Run:
         pair = np.stack([np.asarray(s.best_indices, dtype=np.int32), np.asarray(rival, dtype=np.int32)])
         if np.array_equal(pair[0], pair[1]):
             return None
-        self.progress.phase(f"re-measuring the best placement and {name}'s side by side, {rounds} times each "
-                            "(--rematch 0 skips it)")
+        self.progress.phase(
+            f"re-measuring the best placement and {name}'s side by side, {rounds} times each (--rematch 0 skips it)"
+        )
         learned, heuristic = [], []
         for _ in range(rounds):
             t, failed = self.score.fresh(pair)
             learned.append(float("inf") if failed[0] else float(t[0]))
             heuristic.append(float("inf") if failed[1] else float(t[1]))
-        return {"heuristic": name, "rounds": rounds, "learned_s": _median(learned), "heuristic_s": _median(heuristic),
-                "learned_times_s": [t if np.isfinite(t) else None for t in learned],
-                "heuristic_times_s": [t if np.isfinite(t) else None for t in heuristic]}
+        return {
+            "heuristic": name,
+            "rounds": rounds,
+            "learned_s": _median(learned),
+            "heuristic_s": _median(heuristic),
+            "learned_times_s": [t if np.isfinite(t) else None for t in learned],
+            "heuristic_times_s": [t if np.isfinite(t) else None for t in heuristic],
+        }
 
     def result(self, interrupted: bool) -> TrainResult:
         s = self.state
         best = self.best_placement() if s.best_indices is not None else None
         result = TrainResult(
-            best_step_time_s=s.best_step_time_s, best_placement=best, iterations=s.iteration, elapsed_s=s.elapsed_s,
-            time_to_best_s=s.time_to_best_s, logdir=self.logdir, heuristics=self.heuristics,
-            measured_heuristics=self.measured, env=self.config.env,
+            best_step_time_s=s.best_step_time_s,
+            best_placement=best,
+            iterations=s.iteration,
+            elapsed_s=s.elapsed_s,
+            time_to_best_s=s.time_to_best_s,
+            logdir=self.logdir,
+            heuristics=self.heuristics,
+            measured_heuristics=self.measured,
+            env=self.config.env,
             score_order=self.config.score_order,
-            lower_bound_s=self.lower_bound_s, reference_step_time_s=self.t_ref,
-            time_to_beat_heuristic_s=s.time_to_beat_heuristic_s, interrupted=interrupted, setup_s=s.setup_s,
+            lower_bound_s=self.lower_bound_s,
+            reference_step_time_s=self.t_ref,
+            time_to_beat_heuristic_s=s.time_to_beat_heuristic_s,
+            interrupted=interrupted,
+            setup_s=s.setup_s,
             num_items=self.num_items if self.mover is not None else getattr(self.policy, "num_items", 0),
             warm_start=s.warm_start,
-            warm_start_step_time_s=s.warm_start_step_time_s, warm_start_cut_short=s.warm_start_cut_short,
-            policy_step_time_s=s.policy_step_time_s, found_by=s.best_found_by,
+            warm_start_step_time_s=s.warm_start_step_time_s,
+            warm_start_cut_short=s.warm_start_cut_short,
+            policy_step_time_s=s.policy_step_time_s,
+            found_by=s.best_found_by,
         )
         if self.config.equal_budget_search and self.config.env == "sim" and not interrupted:
             # every placement the run simulated: the heuristics' searches and scoring, the scorer's, and the
             # incumbents' schedules the move search read
-            simulated = (self.heuristics_simulated + self.score.evaluated
-                         + (self.mover.search.schedules if self.mover is not None else 0))
+            simulated = (
+                self.heuristics_simulated
+                + self.score.evaluated
+                + (self.mover.search.schedules if self.mover is not None else 0)
+            )
             limit = max(self.elapsed(), 1.0)  # never longer than the run itself
-            self.progress.phase(f"equal budget: module_search given the {simulated:,} placements this run simulated "
-                                "(outside the budget; --no-equal-budget-search skips it)")
-            result.equal_budget_search = equal_budget_search(self.graph, self.cluster, self.sim, simulated,
-                                                             time_limit_s=limit, order=self.score.order,
-                                                             seed=self.config.seed)
+            self.progress.phase(
+                f"equal budget: module_search given the {simulated:,} placements this run simulated "
+                "(outside the budget; --no-equal-budget-search skips it)"
+            )
+            result.equal_budget_search = equal_budget_search(
+                self.graph,
+                self.cluster,
+                self.sim,
+                simulated,
+                time_limit_s=limit,
+                order=self.score.order,
+                seed=self.config.seed,
+            )
             if result.equal_budget_search is not None:
                 result.equal_budget_search["heuristics_simulated"] = self.heuristics_simulated
                 self._keep_rival(result.equal_budget_search)

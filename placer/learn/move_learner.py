@@ -32,8 +32,12 @@ from placer.methods.registry import HeuristicUnavailable
 class RunScorer:
     """``step_times`` through the run's cached scorer, every batch reported to the run; the simulator's schedules."""
 
-    def __init__(self, score: Callable[[np.ndarray], tuple[np.ndarray, np.ndarray]], sim: envs.SimEnv,
-                 report: Callable[[np.ndarray, np.ndarray, np.ndarray, str], None]) -> None:
+    def __init__(
+        self,
+        score: Callable[[np.ndarray], tuple[np.ndarray, np.ndarray]],
+        sim: envs.SimEnv,
+        report: Callable[[np.ndarray, np.ndarray, np.ndarray, str], None],
+    ) -> None:
         self.score, self.sim, self.report = score, sim, report
         self.source = "move search"  # what found the placements scored now (the run's "found by")
 
@@ -53,10 +57,21 @@ class RunScorer:
 class MoveLearner:
     """The move search as ``placer train``'s learner: :meth:`iterate` is one round, logged to TensorBoard."""
 
-    def __init__(self, graph: Any, cluster: Any, scorer: RunScorer, start: np.ndarray | None, *, seed: int,
-                 proposals: str, order: str | None, time_left: Callable[[], float | None] = lambda: None) -> None:
-        self.search = MoveSearch(graph, cluster, scorer, options=MoveSearchOptions(proposals=proposals), seed=seed,
-                                 order=order)
+    def __init__(
+        self,
+        graph: Any,
+        cluster: Any,
+        scorer: RunScorer,
+        start: np.ndarray | None,
+        *,
+        seed: int,
+        proposals: str,
+        order: str | None,
+        time_left: Callable[[], float | None] = lambda: None,
+    ) -> None:
+        self.search = MoveSearch(
+            graph, cluster, scorer, options=MoveSearchOptions(proposals=proposals), seed=seed, order=order
+        )
         self.start = start
         self.time_left = time_left
         self.begun = False
@@ -80,16 +95,29 @@ class MoveLearner:
             self.begin(self.module_seconds())
         s.step()
         ranked, uniform = s.tries[1], s.tries[0]
-        scalars = {"charts/incumbent_step_time_s": s.cost, "charts/level": s.level, "charts/kicks": s.kicks,
-                   "charts/simulated": s.budget.evals, "charts/module_search_simulated": s.module_evals,
-                   "losses/critic_hit_rate": s.hits[1] / ranked if ranked else 0.0,
-                   "losses/uniform_hit_rate": s.hits[0] / uniform if uniform else 0.0}
+        scalars = {
+            "charts/incumbent_step_time_s": s.cost,
+            "charts/level": s.level,
+            "charts/kicks": s.kicks,
+            "charts/simulated": s.budget.evals,
+            "charts/module_search_simulated": s.module_evals,
+            "losses/critic_hit_rate": s.hits[1] / ranked if ranked else 0.0,
+            "losses/uniform_hit_rate": s.hits[0] / uniform if uniform else 0.0,
+        }
         for tag, value in scalars.items():
             writer.add_scalar(tag, float(value), iteration)
 
 
-def equal_budget_search(graph: Any, cluster: Any, sim: envs.SimEnv, evals: int, *, order: str | None,
-                        seed: int, time_limit_s: float | None = None) -> dict[str, Any] | None:
+def equal_budget_search(
+    graph: Any,
+    cluster: Any,
+    sim: envs.SimEnv,
+    evals: int,
+    *,
+    order: str | None,
+    seed: int,
+    time_limit_s: float | None = None,
+) -> dict[str, Any] | None:
     """``module_search`` given ``evals`` simulated placements: the learner's rival at equal budget, for the summary.
 
     It searches in the run's order (``order`` "planned" or None), as the learner did. None where the graph
@@ -110,5 +138,12 @@ def equal_budget_search(graph: Any, cluster: Any, sim: envs.SimEnv, evals: int, 
     simulated = sim.simulated - before
     x = np.asarray(x, dtype=np.int32)
     t, oom = env.step_times(x[None])
-    return {"method": "module_search", "evals": int(evals), "simulated": simulated, "stopped": simulated < evals,
-            "step_time_s": None if oom[0] else float(t[0]), "wall_s": time.perf_counter() - t0, "op_devices": x}
+    return {
+        "method": "module_search",
+        "evals": int(evals),
+        "simulated": simulated,
+        "stopped": simulated < evals,
+        "step_time_s": None if oom[0] else float(t[0]),
+        "wall_s": time.perf_counter() - t0,
+        "op_devices": x,
+    }

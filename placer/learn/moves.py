@@ -233,13 +233,29 @@ class _Candidates:
 class MoveSearch:
     """One run of the move search (see the module docstring); :meth:`run` returns a :class:`MoveSearchResult`."""
 
-    def __init__(self, graph: OpGraph, cluster: Cluster, env: Any, *, options: MoveSearchOptions | None = None,
-                 seed: int = 0, order: str | None = None, levels: list[ItemLevel] | None = None) -> None:
+    def __init__(
+        self,
+        graph: OpGraph,
+        cluster: Cluster,
+        env: Any,
+        *,
+        options: MoveSearchOptions | None = None,
+        seed: int = 0,
+        order: str | None = None,
+        levels: list[ItemLevel] | None = None,
+    ) -> None:
         self.options = o = options or MoveSearchOptions()
         if o.proposals not in PROPOSALS:
             raise PlacerError(f"move search: proposals {o.proposals!r}: unknown (known: {', '.join(PROPOSALS)})")
-        if (o.batch < 1 or o.patience < 1 or o.starts < 0 or o.kick < 1 or not 0 <= o.explore <= 1 or not o.accept >= 0
-                or not 0 <= o.module_share < 1):
+        if (
+            o.batch < 1
+            or o.patience < 1
+            or o.starts < 0
+            or o.kick < 1
+            or not 0 <= o.explore <= 1
+            or not o.accept >= 0
+            or not 0 <= o.module_share < 1
+        ):
             raise PlacerError(f"move search: bad options {o}")
         self.graph, self.cluster, self.env, self.order = graph, cluster, env, order
         self.levels = levels if levels is not None else item_levels(graph)
@@ -257,8 +273,9 @@ class MoveSearch:
         self.devices = candidate_devices(cluster, "auto", graph)  # the GPUs, the host too if they cannot hold it
 
     # ------------------------------------------------------------------ the loop
-    def run(self, start: np.ndarray | None = None, *, max_evals: int | None = None,
-            time_budget_s: float | None = None) -> MoveSearchResult:
+    def run(
+        self, start: np.ndarray | None = None, *, max_evals: int | None = None, time_budget_s: float | None = None
+    ) -> MoveSearchResult:
         """Search from ``start`` (op devices; None: the best uniform draw) until the budget is spent."""
         if max_evals is None and time_budget_s is None:
             raise PlacerError("move search: give max_evals or time_budget_s")
@@ -270,8 +287,14 @@ class MoveSearch:
             pass
         return self.result()
 
-    def begin(self, start: np.ndarray | None = None, *, max_evals: int | None = None,
-              time_budget_s: float | None = None, module_s: float | None = None) -> None:
+    def begin(
+        self,
+        start: np.ndarray | None = None,
+        *,
+        max_evals: int | None = None,
+        time_budget_s: float | None = None,
+        module_s: float | None = None,
+    ) -> None:
         """Score the start (module_search's share first, then the draws competing with the start);
         :class:`BudgetSpent` if the budget allows none.
 
@@ -349,9 +372,17 @@ class MoveSearch:
         b = self.budget
         if b.best_row is None:
             raise PlacerError("move search: the budget does not allow simulating the start")
-        return MoveSearchResult(b.best_row.astype(np.int32), b.best_cost / OOM_FACTOR if b.best_oom else b.best_cost,
-                                b.best_oom, b.evals, time.perf_counter() - self.t0, b.curve, self.rounds, self.kicks,
-                                [lv.name for lv in self.levels])
+        return MoveSearchResult(
+            b.best_row.astype(np.int32),
+            b.best_cost / OOM_FACTOR if b.best_oom else b.best_cost,
+            b.best_oom,
+            b.evals,
+            time.perf_counter() - self.t0,
+            b.curve,
+            self.rounds,
+            self.kicks,
+            [lv.name for lv in self.levels],
+        )
 
     # ------------------------------------------------------------------ the parts
     def _module_phase(self, max_evals: int | None, time_budget_s: float | None, module_s: float | None) -> None:
@@ -360,8 +391,11 @@ class MoveSearch:
         if share <= 0:
             return
         n = int(share * max_evals) if max_evals is not None else None
-        seconds = module_s if module_s is not None else (
-            share * time_budget_s if time_budget_s is not None and np.isfinite(time_budget_s) else None)
+        seconds = (
+            module_s
+            if module_s is not None
+            else (share * time_budget_s if time_budget_s is not None and np.isfinite(time_budget_s) else None)
+        )
         if n is None and seconds is None:  # a budget of unknown length
             return
         if (n is not None and n < MODULE_MIN_EVALS) or (seconds is not None and seconds <= 0):
@@ -370,8 +404,14 @@ class MoveSearch:
         if source is not None:
             self.env.source = "module_search, the move search's start"
         try:
-            module_search(self.graph, self.cluster, seed=self.seed, n=n if n is not None else 1 << 40,
-                          env=_Scoring(self.budget), deadline=None if seconds is None else time.perf_counter() + seconds)
+            module_search(
+                self.graph,
+                self.cluster,
+                seed=self.seed,
+                n=n if n is not None else 1 << 40,
+                env=_Scoring(self.budget),
+                deadline=None if seconds is None else time.perf_counter() + seconds,
+            )
         except HeuristicUnavailable:  # the graph records no modules
             pass
         finally:
@@ -396,8 +436,9 @@ class MoveSearch:
         """Every move of the current level from ``x``; those that make a placement already tried from ``x`` count as tried."""
         if self._tried_version != self.version:
             self._tried_keys, self._tried_version = set(), self.version
-        items, devices, feats, keys = self.features.features(self.level, x, cost, self._schedule(x, self.version),
-                                                             self.memory, self.rounds)
+        items, devices, feats, keys = self.features.features(
+            self.level, x, cost, self._schedule(x, self.version), self.memory, self.rounds
+        )
         tried = np.fromiter((k in self._tried_keys for k in keys.tolist()), dtype=bool, count=len(keys))
         return _Candidates(self.level, items, devices, feats, keys, tried)
 
@@ -446,7 +487,9 @@ class MoveSearch:
             return
         for _ in range(o.train_steps):
             x, y = self.replay.draw(self.rng, o.train_batch)
-            loss = torch.nn.functional.binary_cross_entropy_with_logits(self.critic(torch.from_numpy(x)), torch.from_numpy(y))
+            loss = torch.nn.functional.binary_cross_entropy_with_logits(
+                self.critic(torch.from_numpy(x)), torch.from_numpy(y)
+            )
             self.optimizer.zero_grad()
             loss.backward()
             self.optimizer.step()

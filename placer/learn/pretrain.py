@@ -27,13 +27,13 @@ import numpy as np
 import torch
 
 import envs
+import placer.compare
 from envs.cost import op_times
 from envs.sim import simulator
 from envs.sim.simulator import schedule_graph
 from graphs import OpGraph, PlacerError, plan, zoo
 from graphs.dag import top_level
 from graphs.io import read_json, write_text_atomic
-import placer.compare
 from placer.learn.algos import advantages, reward
 from placer.learn.config import INIT_WARM_START_LR, AlgoOptions
 from placer.learn.corpus import build_corpus
@@ -41,19 +41,24 @@ from placer.methods import registry
 from policies.gnn import GNNNet, GNNPolicy, feature_spec
 from policies.views import group_views
 
-
 #: Heuristics whose best placement is the imitation label (the fast ones; see `placer compare`).
 LABEL_METHODS = ("single", "expert", "scotch", "heft", "m_topo", "m_etf", "m_sct")
 
 
-def imitation_label(graph: OpGraph, cluster: Any, methods: tuple[str, ...] = LABEL_METHODS) -> tuple[str, float, np.ndarray]:
+def imitation_label(
+    graph: OpGraph, cluster: Any, methods: tuple[str, ...] = LABEL_METHODS
+) -> tuple[str, float, np.ndarray]:
     """(method, step time, op devices) of the best heuristic (:meth:`placer.compare.CompareReport.best`), the label.
 
     Cached on disk by graph hash, cluster, and the simulator's and the heuristics'
     versions (read when called: a change to either makes new labels).
     """
-    key = hashlib.sha256(json.dumps([graph.content_hash, cluster.to_dict(), list(methods), simulator.MODEL_VERSION, registry.VERSION],
-                                    sort_keys=True).encode()).hexdigest()[:20]
+    key = hashlib.sha256(
+        json.dumps(
+            [graph.content_hash, cluster.to_dict(), list(methods), simulator.MODEL_VERSION, registry.VERSION],
+            sort_keys=True,
+        ).encode()
+    ).hexdigest()[:20]
     path = zoo.cache_dir() / "labels" / f"{key}.json"
     if path.exists():
         try:
@@ -68,7 +73,9 @@ def imitation_label(graph: OpGraph, cluster: Any, methods: tuple[str, ...] = LAB
         raise PlacerError(f"{graph.name} on {cluster.name}: no heuristic placement runs (all out of memory)")
     idx = best.placement.indices(graph, cluster.device_names)
     path.parent.mkdir(parents=True, exist_ok=True)
-    write_text_atomic(path, json.dumps({"method": best.method, "step_time_s": best.step_time_s, "devices": idx.tolist()}))
+    write_text_atomic(
+        path, json.dumps({"method": best.method, "step_time_s": best.step_time_s, "devices": idx.tolist()})
+    )
     return best.method, float(best.step_time_s), idx
 
 
@@ -185,7 +192,9 @@ class PretrainResult:
 
 
 def _setup_pairs(config: PretrainConfig, net: Any, say: Callable[[str], None]) -> tuple[list[Pair], list[str]]:
-    items = build_corpus(config.corpus, exclude=set(config.exclude), synthetic_sizes=config.synthetic_sizes, seed=config.seed)
+    items = build_corpus(
+        config.corpus, exclude=set(config.exclude), synthetic_sizes=config.synthetic_sizes, seed=config.seed
+    )
     clusters = [envs.resolve_cluster(c) for c in config.clusters]
     pairs: list[Pair] = []
     skipped: list[str] = []
@@ -211,8 +220,15 @@ def _setup_pairs(config: PretrainConfig, net: Any, say: Callable[[str], None]) -
     return pairs, skipped
 
 
-def _imitate(config: PretrainConfig, pairs: list[Pair], step: Callable[[Any], None], rng: np.random.Generator,
-             gen: torch.Generator, end: float, say: Callable[[str], None]) -> int:
+def _imitate(
+    config: PretrainConfig,
+    pairs: list[Pair],
+    step: Callable[[Any], None],
+    rng: np.random.Generator,
+    gen: torch.Generator,
+    end: float,
+    say: Callable[[str], None],
+) -> int:
     """Fit the labels of minibatches of pairs until ``end`` (a ``perf_counter`` value); returns the steps taken."""
     steps = 0
     while time.perf_counter() < end:
@@ -222,8 +238,11 @@ def _imitate(config: PretrainConfig, pairs: list[Pair], step: Callable[[Any], No
             p = pairs[i]
             # DAgger: part of the steps imitate the label from the states the policy's own samples reach
             own = p.policy.sequential and rng.random() < config.dagger
-            loss = loss + p.policy.imitation_loss(p.label, along=p.policy.sample(2, generator=gen).op_devices if own else None,
-                                                  switch_share=config.switch_share)
+            loss = loss + p.policy.imitation_loss(
+                p.label,
+                along=p.policy.sample(2, generator=gen).op_devices if own else None,
+                switch_share=config.switch_share,
+            )
         loss = loss / len(batch)
         step(loss)
         steps += 1
@@ -232,8 +251,15 @@ def _imitate(config: PretrainConfig, pairs: list[Pair], step: Callable[[Any], No
     return steps
 
 
-def _reinforce(config: PretrainConfig, pairs: list[Pair], step: Callable[[Any], None], rng: np.random.Generator,
-               gen: torch.Generator, end: float, say: Callable[[str], None]) -> int:
+def _reinforce(
+    config: PretrainConfig,
+    pairs: list[Pair],
+    step: Callable[[Any], None],
+    rng: np.random.Generator,
+    gen: torch.Generator,
+    end: float,
+    say: Callable[[str], None],
+) -> int:
     """REINFORCE on a random pair at a time until ``end``, the imitation loss kept as a regulariser; returns the steps."""
     a = config.algo
     steps = 0
@@ -250,23 +276,45 @@ def _reinforce(config: PretrainConfig, pairs: list[Pair], step: Callable[[Any], 
         step(loss)
         steps += 1
         if steps % 20 == 0:
-            say(f"rl step {steps}: {p.name}@{p.cluster} best sample {np.min(np.where(failed, np.inf, t)) / p.label_s:.3f}x the label")
+            say(
+                f"rl step {steps}: {p.name}@{p.cluster} best sample {np.min(np.where(failed, np.inf, t)) / p.label_s:.3f}x the label"
+            )
     return steps
 
 
-def _sidecar(config: PretrainConfig, pairs: list[Pair], steps: dict[str, int], setup_s: float, skipped: list[str]) -> dict[str, Any]:
+def _sidecar(
+    config: PretrainConfig, pairs: list[Pair], steps: dict[str, int], setup_s: float, skipped: list[str]
+) -> dict[str, Any]:
     """The policy file's JSON sidecar: architecture, features, corpus, and how it was trained."""
     return {
-        "architecture": {"hidden": config.hidden, "rounds": config.rounds, "logit_cap": float(config.logit_cap),
-                         "decoder": config.decoder},
-        "features": feature_spec(), "clusters": list(config.clusters),
-        "corpus": sorted({p.name.split("/")[0] for p in pairs}), "corpus_spec": config.corpus, "excluded": list(config.exclude),
-        "seed": config.seed, "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-        "training": {"time_budget_s": config.time_budget_s, "setup_s": round(setup_s, 1), "steps": steps,
-                     "samples": config.algo.samples, "lr": config.algo.warm_start_lr, "rl_lr": config.algo.lr,
-                     "imitation_share": config.imitation_share, "dagger": config.dagger,
-                     "switch_share": config.switch_share, "label_methods": list(LABEL_METHODS),
-                     "synthetic_sizes": list(config.synthetic_sizes), "groups": list(config.groups), "skipped": skipped},
+        "architecture": {
+            "hidden": config.hidden,
+            "rounds": config.rounds,
+            "logit_cap": float(config.logit_cap),
+            "decoder": config.decoder,
+        },
+        "features": feature_spec(),
+        "clusters": list(config.clusters),
+        "corpus": sorted({p.name.split("/")[0] for p in pairs}),
+        "corpus_spec": config.corpus,
+        "excluded": list(config.exclude),
+        "seed": config.seed,
+        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "training": {
+            "time_budget_s": config.time_budget_s,
+            "setup_s": round(setup_s, 1),
+            "steps": steps,
+            "samples": config.algo.samples,
+            "lr": config.algo.warm_start_lr,
+            "rl_lr": config.algo.lr,
+            "imitation_share": config.imitation_share,
+            "dagger": config.dagger,
+            "switch_share": config.switch_share,
+            "label_methods": list(LABEL_METHODS),
+            "synthetic_sizes": list(config.synthetic_sizes),
+            "groups": list(config.groups),
+            "skipped": skipped,
+        },
     }
 
 
@@ -297,6 +345,13 @@ def pretrain(config: PretrainConfig) -> PretrainResult:
     rows = []
     for p in pairs:
         g_t, g_failed = p.env.step_times(p.policy.greedy()[None])
-        rows.append({"graph": p.name, "cluster": p.cluster, "label": p.label_method, "label_step_time_s": p.label_s,
-                     "greedy_step_time_s": None if g_failed[0] else float(g_t[0])})
+        rows.append(
+            {
+                "graph": p.name,
+                "cluster": p.cluster,
+                "label": p.label_method,
+                "label_step_time_s": p.label_s,
+                "greedy_step_time_s": None if g_failed[0] else float(g_t[0]),
+            }
+        )
     return PretrainResult(net, _sidecar(config, pairs, steps, setup_s, skipped), rows)

@@ -39,8 +39,14 @@ class Progress:
     ``enabled=False`` prints nothing.
     """
 
-    def __init__(self, stream: IO[str] | None = None, *, tty: bool | None = None, every_s: float | None = None,
-                 enabled: bool = True) -> None:
+    def __init__(
+        self,
+        stream: IO[str] | None = None,
+        *,
+        tty: bool | None = None,
+        every_s: float | None = None,
+        enabled: bool = True,
+    ) -> None:
         self.stream = stream if stream is not None else sys.stderr
         self.tty = bool(tty if tty is not None else getattr(self.stream, "isatty", lambda: False)())
         self.enabled, self.every_s = enabled, every_s
@@ -67,9 +73,15 @@ class Progress:
         guess = self.total / 10 if unit == "s" else 30.0
         self.interval_s = self.every_s if self.every_s is not None else min(max(guess, lo), hi)
         if self.enabled and self.tty:
-            self.bar = tqdm(total=self.total, unit=unit, desc=label, dynamic_ncols=True, file=self.stream,
-                            bar_format="{desc}: {percentage:3.0f}%|{bar}| {n_fmt}/{total_fmt} {unit} "
-                                       "[{elapsed}<{remaining}{postfix}]")
+            self.bar = tqdm(
+                total=self.total,
+                unit=unit,
+                desc=label,
+                dynamic_ncols=True,
+                file=self.stream,
+                bar_format="{desc}: {percentage:3.0f}%|{bar}| {n_fmt}/{total_fmt} {unit} "
+                "[{elapsed}<{remaining}{postfix}]",
+            )
 
     def update(self, n: float, status: str = "") -> None:
         """The phase has reached ``n`` units (clamped to its total); ``status``: what to show beside the count."""
@@ -83,8 +95,11 @@ class Progress:
         now = time.perf_counter()
         if self.n != self.shown_n and (now - self.last_line_s >= self.interval_s or self.n >= self.total):
             pct = 100 * self.n // self.total
-            print(f"placer: {self.label}: {self.n}/{self.total} {self.unit} ({pct}%)" + (f", {status}" if status else ""),
-                  file=self.stream, flush=True)
+            print(
+                f"placer: {self.label}: {self.n}/{self.total} {self.unit} ({pct}%)" + (f", {status}" if status else ""),
+                file=self.stream,
+                flush=True,
+            )
             self.last_line_s, self.shown_n = now, self.n
 
     def close(self) -> None:

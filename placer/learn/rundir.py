@@ -75,8 +75,10 @@ def run_lock(logdir: str) -> Iterator[None]:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError:
-            raise PlacerError(f"--logdir {logdir}: another training run is using this directory "
-                              "(wait for it to end, or choose another --logdir)") from None
+            raise PlacerError(
+                f"--logdir {logdir}: another training run is using this directory "
+                "(wait for it to end, or choose another --logdir)"
+            ) from None
         os.ftruncate(fd, 0)
         os.write(fd, f"{os.getpid()}\n".encode())
         yield
@@ -90,18 +92,26 @@ def check_fresh(logdir: str) -> None:
         names = os.listdir(logdir)
     except OSError:
         return
-    earlier = [n for n in names if n in (checkpoint.CHECKPOINT_PT, "summary.json") or n.startswith("events.out.tfevents")]
+    earlier = [
+        n for n in names if n in (checkpoint.CHECKPOINT_PT, "summary.json") or n.startswith("events.out.tfevents")
+    ]
     if earlier:
-        raise PlacerError(f"--logdir {logdir}: holds an earlier training run ({sorted(earlier)[0]}); add --resume to "
-                          "continue it, or give another --logdir")
+        raise PlacerError(
+            f"--logdir {logdir}: holds an earlier training run ({sorted(earlier)[0]}); add --resume to "
+            "continue it, or give another --logdir"
+        )
 
 
 def same_problem(a: Placement, b: Placement) -> bool:
     """Whether the step times recorded in two placements' meta are comparable (same graph, devices, scorer)."""
     keys = ("env", "profile")
-    return (a.graph_hash == b.graph_hash and a.devices == b.devices and a.cluster == b.cluster
-            and all(a.meta.get(k) == b.meta.get(k) for k in keys)
-            and a.meta.get("score_order", "node") == b.meta.get("score_order", "node"))  # older files: node order
+    return (
+        a.graph_hash == b.graph_hash
+        and a.devices == b.devices
+        and a.cluster == b.cluster
+        and all(a.meta.get(k) == b.meta.get(k) for k in keys)
+        and a.meta.get("score_order", "node") == b.meta.get("score_order", "node")
+    )  # older files: node order
 
 
 def recorded_step_time(p: Placement) -> float | None:
@@ -130,24 +140,47 @@ def save_best(path: str, placement: Placement) -> bool:
     return True
 
 
-def run_placement(graph: OpGraph, devices: list[str], cluster: Cluster, config: TrainConfig, op_devices: Any,
-                  method: str, meta: dict[str, Any], planner: Any = None) -> Placement:
+def run_placement(
+    graph: OpGraph,
+    devices: list[str],
+    cluster: Cluster,
+    config: TrainConfig,
+    op_devices: Any,
+    method: str,
+    meta: dict[str, Any],
+    planner: Any = None,
+) -> Placement:
     """A placement of the run as a file: ``meta`` plus the run's settings, under ``--env sim`` with the issue
     order ``planner`` (a SimEnv; None for a measured run) chooses for it (``issue_order``, and its eager time
     ``issue_order_step_time_s``)."""
-    meta = {**meta, "seed": config.seed, "env": config.env, "profile": config.profile, "executor": config.executor,
-            "score_order": config.score_order}
+    meta = {
+        **meta,
+        "seed": config.seed,
+        "env": config.env,
+        "profile": config.profile,
+        "executor": config.executor,
+        "score_order": config.score_order,
+    }
     order = None
     if planner is not None:
         order, how, step_s = planner.plan_order(np.asarray(op_devices))
         meta.update(issue_order=how, issue_order_step_time_s=step_s)
-    return Placement.from_indices(graph, devices, op_devices, cluster=getattr(cluster, "name", config.cluster),
-                                  method=method, meta=meta, order=order, microbatches=config.microbatches,
-                                  inflight=config.inflight)
+    return Placement.from_indices(
+        graph,
+        devices,
+        op_devices,
+        cluster=getattr(cluster, "name", config.cluster),
+        method=method,
+        meta=meta,
+        order=order,
+        microbatches=config.microbatches,
+        inflight=config.inflight,
+    )
 
 
-def run_best_placement(graph: OpGraph, devices: list[str], cluster: Cluster, config: TrainConfig, run: RunState,
-                    planner: Any = None) -> Placement:
+def run_best_placement(
+    graph: OpGraph, devices: list[str], cluster: Cluster, config: TrainConfig, run: RunState, planner: Any = None
+) -> Placement:
     """The run's best as a placement file: under ``--env sim`` with the issue order chosen for it.
 
     Its method is ``rl:<policy>``, or the heuristic's name when no placement
@@ -158,11 +191,17 @@ def run_best_placement(graph: OpGraph, devices: list[str], cluster: Cluster, con
     time of the order the file carries, which is what ``placer.apply`` runs. A
     measured run keeps the node order it was measured with.
     """
-    meta = {"step_time_s": run.best_step_time_s, "found_by": run.best_found_by,
-            "iteration": run.best_iteration, "warm_start": run.warm_start, "algo": config.algo}
+    meta = {
+        "step_time_s": run.best_step_time_s,
+        "found_by": run.best_found_by,
+        "iteration": run.best_iteration,
+        "warm_start": run.warm_start,
+        "algo": config.algo,
+    }
     heuristic = run.best_found_by.removeprefix("heuristic:") if run.best_found_by.startswith("heuristic:") else None
-    return run_placement(graph, devices, cluster, config, run.best_indices, heuristic or f"rl:{config.policy}", meta,
-                         planner)
+    return run_placement(
+        graph, devices, cluster, config, run.best_indices, heuristic or f"rl:{config.policy}", meta, planner
+    )
 
 
 def check_compatible(saved: dict, config: TrainConfig, graph: OpGraph, devices: list[str], logdir: str = "") -> None:
@@ -171,20 +210,32 @@ def check_compatible(saved: dict, config: TrainConfig, graph: OpGraph, devices: 
     if not (isinstance(saved, dict) and isinstance(saved.get("config"), dict) and isinstance(saved.get("run"), dict)):
         raise PlacerError(f"--resume: {where} is not a placer training checkpoint")
     if saved.get("graph_hash") != graph.content_hash:
-        raise PlacerError(f"--resume: {where} is for graph {saved.get('graph_hash')}, not this graph ({graph.content_hash})")
+        raise PlacerError(
+            f"--resume: {where} is for graph {saved.get('graph_hash')}, not this graph ({graph.content_hash})"
+        )
     if saved.get("devices") != devices:
         raise PlacerError(f"--resume: {where} is for devices {saved.get('devices')}, not {devices}")
     for key in ("policy", "samples", "max_groups", "hidden", "layers", "algo"):
         if saved["config"].get(key) != getattr(config, key):
-            raise PlacerError(f"--resume: the checkpoint used {key}={saved['config'].get(key)!r}, this run {getattr(config, key)!r}")
+            raise PlacerError(
+                f"--resume: the checkpoint used {key}={saved['config'].get(key)!r}, this run {getattr(config, key)!r}"
+            )
     target = saved["run"].get("warm_start_indices")
     if target is not None and not (isinstance(target, list) and len(target) == graph.num_ops):
-        raise PlacerError(f"--resume: {where} has a warm-start placement for {len(target) if isinstance(target, list) else '?'} "
-                          f"ops, not {graph.num_ops}")
+        raise PlacerError(
+            f"--resume: {where} has a warm-start placement for {len(target) if isinstance(target, list) else '?'} "
+            f"ops, not {graph.num_ops}"
+        )
 
 
-def adopt_newer_best(run: RunState, logdir: str, graph: OpGraph, devices: list[str], score: CachedScorer,
-                      config: TrainConfig | None = None) -> None:
+def adopt_newer_best(
+    run: RunState,
+    logdir: str,
+    graph: OpGraph,
+    devices: list[str],
+    score: CachedScorer,
+    config: TrainConfig | None = None,
+) -> None:
     """A best found after the last checkpoint (then SIGKILL) survives in best_placement.json."""
     path = os.path.join(logdir, BEST_NAME)
     if not os.path.exists(path):
@@ -194,7 +245,9 @@ def adopt_newer_best(run: RunState, logdir: str, graph: OpGraph, devices: list[s
         idx = saved_best.indices(graph, devices)
     except PlacerError:
         return
-    if config is not None and any(saved_best.meta.get(k, getattr(config, k)) != getattr(config, k) for k in ("env", "profile", "score_order")):
+    if config is not None and any(
+        saved_best.meta.get(k, getattr(config, k)) != getattr(config, k) for k in ("env", "profile", "score_order")
+    ):
         return  # scored by another scorer: its time says nothing here
     t, failed = score(idx[None])
     if not failed[0] and t[0] < run.best_step_time_s:

@@ -91,7 +91,9 @@ class CachedScorer:
 
 
 def sim_env(config: TrainConfig, graph: OpGraph, cluster: Cluster, logdir: str) -> Scorer:
-    return envs.SimEnv(graph, cluster, executor=config.executor, microbatches=config.microbatches, inflight=config.inflight)
+    return envs.SimEnv(
+        graph, cluster, executor=config.executor, microbatches=config.microbatches, inflight=config.inflight
+    )
 
 
 def measured_env(config: TrainConfig, graph: OpGraph, cluster: Cluster, logdir: str) -> Scorer:
@@ -102,19 +104,30 @@ def measured_env(config: TrainConfig, graph: OpGraph, cluster: Cluster, logdir: 
         )
     why = stand_in_loss(graph)
     if why:  # real training steps train the model as it is: it must return its loss
-        raise PlacerError(f"--env measured: {config.source}: {why}; real training steps need the loss (wrap the model "
-                          "so that forward returns it, e.g. forward(inputs, labels) -> cross_entropy(...))")
+        raise PlacerError(
+            f"--env measured: {config.source}: {why}; real training steps need the loss (wrap the model "
+            "so that forward returns it, e.g. forward(inputs, labels) -> cross_entropy(...))"
+        )
     from envs.real.measured import MeasuredEnv  # ray and torch: only for --env measured
 
-    return MeasuredEnv(config.source, cluster, graph=graph, run_dir=logdir, device_map=config.device_map,
-                       workers=config.workers, ray_address=config.ray_address, measure_timeout_s=config.measure_timeout_s)
+    return MeasuredEnv(
+        config.source,
+        cluster,
+        graph=graph,
+        run_dir=logdir,
+        device_map=config.device_map,
+        workers=config.workers,
+        ray_address=config.ray_address,
+        measure_timeout_s=config.measure_timeout_s,
+    )
 
 
 ENVS: dict[str, Callable[[TrainConfig, OpGraph, Cluster, str], Scorer]] = {"sim": sim_env, "measured": measured_env}
 
 
-def measured_heuristics(score: CachedScorer, found: Mapping[str, tuple[float, np.ndarray | None]], count: int
-                        ) -> dict[str, float]:
+def measured_heuristics(
+    score: CachedScorer, found: Mapping[str, tuple[float, np.ndarray | None]], count: int
+) -> dict[str, float]:
     """Step times, on the run's own scorer, of the heuristics with the ``count`` fastest simulated placements.
 
     ``found``: name -> (simulated step time, op devices). The ``count`` fastest
@@ -122,8 +135,9 @@ def measured_heuristics(score: CachedScorer, found: Mapping[str, tuple[float, np
     measure them side by side); every heuristic whose placement is one of them gets
     its time (heuristics often agree), ``inf`` where it failed on the real devices.
     """
-    ranked = [name for t, name in sorted((t, name) for name, (t, idx) in found.items()
-                                         if idx is not None and np.isfinite(t))]
+    ranked = [
+        name for t, name in sorted((t, name) for name, (t, idx) in found.items() if idx is not None and np.isfinite(t))
+    ]
     rows: dict[bytes, np.ndarray] = {}
     for name in ranked:
         row = np.asarray(found[name][1], dtype=np.int32)

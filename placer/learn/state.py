@@ -35,7 +35,9 @@ class RunState:
     warm_start: str = "none"  # how the policy was warm-started, for the record
     warm_start_indices: list[int] | None = None  # the imitated placement (the policy's items are cut by it)
     warm_start_step_time_s: float | None = None
-    warm_start_cut_short: bool = False  # the time budget stopped the imitation before its greedy decoding was the target
+    warm_start_cut_short: bool = (
+        False  # the time budget stopped the imitation before its greedy decoding was the target
+    )
     policy_step_time_s: float = float("inf")  # the best placement the policy sampled or decoded (the incumbent aside)
     setup_s: float = 0.0
 
@@ -62,8 +64,13 @@ def is_int(v: Any) -> bool:
     return isinstance(v, int) and not isinstance(v, bool)
 
 
-_JSON_CHECKS = {"bool": lambda v: isinstance(v, bool), "int": is_int, "float": lambda v: is_int(v) or isinstance(v, float), "str": lambda v: isinstance(v, str),
-                "list[int]": lambda v: isinstance(v, list) and all(is_int(i) for i in v)}
+_JSON_CHECKS = {
+    "bool": lambda v: isinstance(v, bool),
+    "int": is_int,
+    "float": lambda v: is_int(v) or isinstance(v, float),
+    "str": lambda v: isinstance(v, str),
+    "list[int]": lambda v: isinstance(v, list) and all(is_int(i) for i in v),
+}
 
 
 @dataclass

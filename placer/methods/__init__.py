@@ -15,8 +15,29 @@ heuristic shares (:func:`place`, :func:`placement_of`, :func:`best_heuristic`);
 from __future__ import annotations
 
 from placer.methods.registry import (
-    VERSION, HeuristicFn, HeuristicUnavailable, accepts, best_heuristic, get, names, place, placement_of, register, require,
+    VERSION,
+    HeuristicFn,
+    HeuristicUnavailable,
+    accepts,
+    best_heuristic,
+    get,
+    names,
+    place,
+    placement_of,
+    register,
+    require,
 )
 
-__all__ = ["VERSION", "HeuristicFn", "HeuristicUnavailable", "accepts", "best_heuristic", "get", "names", "place",
-           "placement_of", "register", "require"]
+__all__ = [
+    "VERSION",
+    "HeuristicFn",
+    "HeuristicUnavailable",
+    "accepts",
+    "best_heuristic",
+    "get",
+    "names",
+    "place",
+    "placement_of",
+    "register",
+    "require",
+]

@@ -28,7 +28,6 @@ from policies import policy_file as pf
 from policies.gnn import GNNPolicy
 from policies.views import group_views
 
-
 #: ``placer place --method learned`` defaults: group counts decoded besides the ops, and samples per group count.
 ZERO_SHOT_GROUPS: tuple[int | str, ...] = (128, 256, 512, "modules")
 
@@ -53,10 +52,18 @@ ZERO_SHOT_REFINE_MAX_ITEMS = 128
 ZERO_SHOT_REFINE_TIME_S = 2.0
 
 
-def place_learned(graph: OpGraph, cluster: Any, *, policy_file: str | None = None, samples: int = ZERO_SHOT_SAMPLES,
-                  groups: Sequence[int | str] = ZERO_SHOT_GROUPS, seed: int = 0,
-                  module_temperatures: Sequence[float] = ZERO_SHOT_MODULE_TEMPERATURES,
-                  refine: int = ZERO_SHOT_REFINE, refine_time_s: float = ZERO_SHOT_REFINE_TIME_S) -> Placement:
+def place_learned(
+    graph: OpGraph,
+    cluster: Any,
+    *,
+    policy_file: str | None = None,
+    samples: int = ZERO_SHOT_SAMPLES,
+    groups: Sequence[int | str] = ZERO_SHOT_GROUPS,
+    seed: int = 0,
+    module_temperatures: Sequence[float] = ZERO_SHOT_MODULE_TEMPERATURES,
+    refine: int = ZERO_SHOT_REFINE,
+    refine_time_s: float = ZERO_SHOT_REFINE_TIME_S,
+) -> Placement:
     """Zero-shot placement with a pretrained policy: the best on the simulator of several decodes.
 
     The policy decodes the ops (greedy), the co-location groups of
@@ -98,25 +105,52 @@ def place_learned(graph: OpGraph, cluster: Any, *, policy_file: str | None = Non
     refined, stopped = 0, "off"
     if refine > 0:
         deadline = time.perf_counter() + float(refine_time_s)
-        best, best_key, best_how, refined = _refine(env, cluster, idx, keys, found_by, view_of, groupings, refine,
-                                                    np.random.default_rng(seed), (best, best_key, best_how), deadline)
+        best, best_key, best_how, refined = _refine(
+            env,
+            cluster,
+            idx,
+            keys,
+            found_by,
+            view_of,
+            groupings,
+            refine,
+            np.random.default_rng(seed),
+            (best, best_key, best_how),
+            deadline,
+        )
         stopped = "budget" if refined >= refine else "time" if time.perf_counter() >= deadline else "no start left"
     step = best_key[1] if not best_key[0] else float("inf")
-    meta = {"policy_file": loaded.path, "samples": samples, "groups": levels, "seed": seed, "found_by": best_how,
-            "module_temperatures": [float(t) for t in module_temperatures],
-            "decodes": len(idx), "refine": int(refine), "refine_simulated": int(refined),
-            "refine_time_s": float(refine_time_s), "refine_stopped": stopped,
-            "node_order_step_time_s": float(step) if np.isfinite(step) else None,
-            "decode_step_time_s": float(decode_t) if np.isfinite(decode_t) else None,
-            "greedy_step_time_s": float(greedy_t) if np.isfinite(greedy_t) else None,
-            "place_time_s": None}
+    meta = {
+        "policy_file": loaded.path,
+        "samples": samples,
+        "groups": levels,
+        "seed": seed,
+        "found_by": best_how,
+        "module_temperatures": [float(t) for t in module_temperatures],
+        "decodes": len(idx),
+        "refine": int(refine),
+        "refine_simulated": int(refined),
+        "refine_time_s": float(refine_time_s),
+        "refine_stopped": stopped,
+        "node_order_step_time_s": float(step) if np.isfinite(step) else None,
+        "decode_step_time_s": float(decode_t) if np.isfinite(decode_t) else None,
+        "greedy_step_time_s": float(greedy_t) if np.isfinite(greedy_t) else None,
+        "place_time_s": None,
+    }
     placement = placement_of(best, graph, cluster, "learned", meta=meta, plan=env)
     placement.meta["place_time_s"] = time.perf_counter() - t0  # the issue order's planning included
     return placement
 
 
-def _decodes(graph: OpGraph, cluster: Any, net: Any, levels: list[int | str], samples: int, seed: int,
-             module_temperatures: Sequence[float]) -> tuple[np.ndarray, list[str], list[int], list[np.ndarray | None]]:
+def _decodes(
+    graph: OpGraph,
+    cluster: Any,
+    net: Any,
+    levels: list[int | str],
+    samples: int,
+    seed: int,
+    module_temperatures: Sequence[float],
+) -> tuple[np.ndarray, list[str], list[int], list[np.ndarray | None]]:
     """Every decode of every view: ``(op devices [K, num_ops], how each was found, its view, each view's op -> group)``."""
     cand, found_by, items_seen = [], [], set()
     view_of, groupings = [], []  # per decode: its view's index; per view: its op -> group map (None: the ops)
@@ -130,8 +164,13 @@ def _decodes(graph: OpGraph, cluster: Any, net: Any, levels: list[int | str], sa
             items_seen.add(policy.num_items)
             groupings.append(None if policy.grouping is None else np.asarray(policy.grouping.op_group, dtype=np.int64))
             first = len(found_by)
-            what = "ops" if view == "ops" else f"{policy.num_items} groups" if "max_groups" in kwargs \
+            what = (
+                "ops"
+                if view == "ops"
+                else f"{policy.num_items} groups"
+                if "max_groups" in kwargs
                 else f"{view}: {policy.num_items} groups"
+            )
             cand.append(policy.greedy()[None])
             found_by.append(f"greedy ({what})")
             k = samples if (view != "ops" or not levels) else 0
@@ -144,8 +183,19 @@ def _decodes(graph: OpGraph, cluster: Any, net: Any, levels: list[int | str], sa
     return np.concatenate(cand, axis=0), found_by, view_of, groupings
 
 
-def _refine(env: Any, cluster: Any, op_devices: np.ndarray, keys: list, found_by: list[str], view_of: list[int],
-            groupings: list, budget: int, rng: np.random.Generator, incumbent: tuple, deadline: float) -> tuple:
+def _refine(
+    env: Any,
+    cluster: Any,
+    op_devices: np.ndarray,
+    keys: list,
+    found_by: list[str],
+    view_of: list[int],
+    groupings: list,
+    budget: int,
+    rng: np.random.Generator,
+    incumbent: tuple,
+    deadline: float,
+) -> tuple:
     """:func:`place_learned`'s descent from its decodes: ``(op devices, key, found by, placements simulated)``."""
     devices = np.asarray(candidate_devices(cluster, "auto", env.graph), dtype=np.int64)
     ranked: dict[int, list[int]] = {}  # view -> its decodes, best first, one per distinct placement

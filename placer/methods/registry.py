@@ -52,7 +52,12 @@ class HeuristicUnavailable(PlacerError):
 
 #: The optional extras of setup.cfg and the libraries each installs. The hint names the libraries: placer is
 #: installed from its checkout, and ``pip install 'placer[plot]'`` would fetch another project of that name.
-EXTRAS = {"partition": ("pymetis", "pyscotch"), "accelerate": ("accelerate",), "plot": ("matplotlib",), "ilp": ("ortools",)}
+EXTRAS = {
+    "partition": ("pymetis", "pyscotch"),
+    "accelerate": ("accelerate",),
+    "plot": ("matplotlib",),
+    "ilp": ("ortools",),
+}
 
 
 def install_hint(extra: str) -> str:
@@ -69,7 +74,9 @@ def require(module: str, method: str, extra: str = "partition") -> Any:
     try:
         return importlib.import_module(module)
     except ImportError:
-        raise HeuristicUnavailable(f"{method}: needs the {module!r} package ({install_hint(extra)})", "not installed") from None
+        raise HeuristicUnavailable(
+            f"{method}: needs the {module!r} package ({install_hint(extra)})", "not installed"
+        ) from None
 
 
 def register(name: str) -> Callable[[HeuristicFn], HeuristicFn]:
@@ -87,12 +94,17 @@ def _load_all() -> None:
     global _loaded
     if _loaded:
         return
-    modules = [f"{_heuristics.__name__}.{info.name}" for info in pkgutil.iter_modules(_heuristics.__path__)
-               if not info.name.startswith("_")]
+    modules = [
+        f"{_heuristics.__name__}.{info.name}"
+        for info in pkgutil.iter_modules(_heuristics.__path__)
+        if not info.name.startswith("_")
+    ]
     for name in modules:
         importlib.import_module(name)
     rank = {name: k for k, name in enumerate(modules)}
-    ordered = sorted(_REGISTRY.items(), key=lambda item: rank.get(item[1].__module__, len(rank)))  # stable within a module
+    ordered = sorted(
+        _REGISTRY.items(), key=lambda item: rank.get(item[1].__module__, len(rank))
+    )  # stable within a module
     _REGISTRY.clear()
     _REGISTRY.update(ordered)
     _loaded = True
@@ -121,8 +133,17 @@ def accepts(fn: Any, name: str) -> bool:
     return name in params or any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())
 
 
-def placement_of(out: Any, graph: OpGraph, cluster: Any, method: str, *, meta: Mapping[str, Any] | None = None,
-                 plan: SimEnv | None = None, microbatches: int = 1, inflight: int | None = None) -> Placement:
+def placement_of(
+    out: Any,
+    graph: OpGraph,
+    cluster: Any,
+    method: str,
+    *,
+    meta: Mapping[str, Any] | None = None,
+    plan: SimEnv | None = None,
+    microbatches: int = 1,
+    inflight: int | None = None,
+) -> Placement:
     """A heuristic's result as a Placement: its device indices wrapped, or the Placement of a method that plans its own order.
 
     ``plan``: a simulator that chooses the issue order the file will carry
@@ -137,8 +158,17 @@ def placement_of(out: Any, graph: OpGraph, cluster: Any, method: str, *, meta: M
     if plan is not None:  # the issue order placer.apply will follow
         order, how, step_s = plan.plan_order(out)
         meta.update(issue_order=how, step_time_s=step_s, executor="eager")
-    return Placement.from_indices(graph, cluster.device_names, np.asarray(out), cluster=getattr(cluster, "name", ""),
-                                  method=method, meta=meta, order=order, microbatches=microbatches, inflight=inflight)
+    return Placement.from_indices(
+        graph,
+        cluster.device_names,
+        np.asarray(out),
+        cluster=getattr(cluster, "name", ""),
+        method=method,
+        meta=meta,
+        order=order,
+        microbatches=microbatches,
+        inflight=inflight,
+    )
 
 
 def place(name: str, graph: OpGraph, cluster: Any, **options: Any) -> Placement:
@@ -156,7 +186,9 @@ def place(name: str, graph: OpGraph, cluster: Any, **options: Any) -> Placement:
     if M > 1 and "env" in inspect.signature(fn).parameters:
         kwargs["env"] = env
     meta = {k: v for k, v in options.items() if isinstance(v, (int, float, str, bool))}
-    return placement_of(fn(graph, cluster, **kwargs), graph, cluster, name, meta=meta, plan=env, microbatches=M, inflight=W)
+    return placement_of(
+        fn(graph, cluster, **kwargs), graph, cluster, name, meta=meta, plan=env, microbatches=M, inflight=W
+    )
 
 
 def best_heuristic(times: Mapping[str, float | None], exclude: Sequence[str] = ()) -> tuple[str, float] | None:

@@ -37,8 +37,10 @@ def test_each_part_and_best_over_bound_from_the_fastest_run(capsys, script, tmp_
     assert "| moe-60 | k80x2 |" in out and "(m2)" in out
 
 
-@pytest.mark.parametrize("content, problem", [(None, "cannot read"), ("{", "not a bench_budget"),
-                                              ('{"cells": [{"graph": "g"}]}', "not a bench_budget")])
+@pytest.mark.parametrize(
+    "content, problem",
+    [(None, "cannot read"), ("{", "not a bench_budget"), ('{"cells": [{"graph": "g"}]}', "not a bench_budget")],
+)
 def test_a_bad_best_file_or_graph_exits_2_with_one_line(capsys, script, tmp_path, content, problem):
     path = tmp_path / "runs.json"
     if content is not None:

@@ -26,7 +26,9 @@ def test_budget_env_counts_every_row_and_stops_at_the_budget():
     with pytest.raises(bb.BudgetSpent):  # the 4 rows left are scored, then the method is stopped
         rec.step_times(rows)
     assert rec.evals == 10 and rec.best_row is not None and rec.curve["evals"][0] == 1
-    assert rec.curve["best_s"] == sorted(rec.curve["best_s"], reverse=True) and rec.best_key[1] == rec.curve["best_s"][-1]
+    assert (
+        rec.curve["best_s"] == sorted(rec.curve["best_s"], reverse=True) and rec.best_key[1] == rec.curve["best_s"][-1]
+    )
     with pytest.raises(bb.BudgetSpent):
         rec.step_times(rows[:1])
     assert rec.evals == 10
@@ -35,8 +37,23 @@ def test_budget_env_counts_every_row_and_stops_at_the_budget():
 @pytest.mark.slow
 def test_tiny_grid_runs_every_method_within_its_budget(tmp_path, capsys, script):
     plot = tmp_path / "b.png"
-    rc = script.main(["--graphs", "moe-60", "--clusters", "k80x2", "--evals", "300", "--seconds", "1",
-                        "--seeds", "0", "--plot", str(plot), "--json"])
+    rc = script.main(
+        [
+            "--graphs",
+            "moe-60",
+            "--clusters",
+            "k80x2",
+            "--evals",
+            "300",
+            "--seconds",
+            "1",
+            "--seeds",
+            "0",
+            "--plot",
+            str(plot),
+            "--json",
+        ]
+    )
     out = capsys.readouterr().out
     assert rc == 0 and plot.stat().st_size > 0
     cell = json.loads(out)["cells"][0]
@@ -51,23 +68,51 @@ def test_tiny_grid_runs_every_method_within_its_budget(tmp_path, capsys, script)
     for r in (runs[("evals", "learned")], runs[("seconds", "learned")]):
         assert r["step_time_s"] <= cell["start"]["step_time_s"]
     assert runs[("seconds", "module_search")]["wall_s"] <= 1 + 1.0
-    rc = script.main(["--graphs", "moe-60", "--clusters", "k80x2", "--evals", "200", "--seconds", "",
-                        "--methods", "learned,uniform"])
+    rc = script.main(
+        ["--graphs", "moe-60", "--clusters", "k80x2", "--evals", "200", "--seconds", "", "--methods", "learned,uniform"]
+    )
     table = capsys.readouterr().out
     assert rc == 0 and "| moe-60 | k80x2 | 0.2k placements |" in table
     # the acceptance variant and its ablation, on request: their columns and their ratios
-    rc = script.main(["--graphs", "moe-60", "--clusters", "k80x2", "--evals", "200", "--seconds", "",
-                      "--methods", "learned_accept,uniform_accept,annealing", "--json"])
+    rc = script.main(
+        [
+            "--graphs",
+            "moe-60",
+            "--clusters",
+            "k80x2",
+            "--evals",
+            "200",
+            "--seconds",
+            "",
+            "--methods",
+            "learned_accept,uniform_accept,annealing",
+            "--json",
+        ]
+    )
     cells = json.loads(capsys.readouterr().out)["cells"]
     runs = {r["method"]: r for r in cells[0]["runs"]}
-    assert rc == 0 and set(runs) == {"learned_accept", "uniform_accept", "annealing"} and "accepted" in runs["learned_accept"]["note"]
+    assert (
+        rc == 0
+        and set(runs) == {"learned_accept", "uniform_accept", "annealing"}
+        and "accepted" in runs["learned_accept"]["note"]
+    )
     assert runs["learned_accept"]["evals"] <= 200 + bb.PLAN_EVALS
-    assert "| learned_accept | uniform_accept |" in bb.markdown_table(cells) and "learned_accept / uniform_accept" in bb.markdown_table(cells)
+    assert "| learned_accept | uniform_accept |" in bb.markdown_table(
+        cells
+    ) and "learned_accept / uniform_accept" in bb.markdown_table(cells)
 
 
-@pytest.mark.parametrize("argv,option", [(["--evals", "abc"], "--evals"), (["--evals", "0"], "--evals"),
-                                         (["--methods", "learned,nope"], "--methods"), (["--graphs", "nope"], "nope"),
-                                         (["--evals", "", "--seconds", ""], "--evals"), (["--clusters", "zz"], "zz")])
+@pytest.mark.parametrize(
+    "argv,option",
+    [
+        (["--evals", "abc"], "--evals"),
+        (["--evals", "0"], "--evals"),
+        (["--methods", "learned,nope"], "--methods"),
+        (["--graphs", "nope"], "nope"),
+        (["--evals", "", "--seconds", ""], "--evals"),
+        (["--clusters", "zz"], "zz"),
+    ],
+)
 def test_bad_options_exit_2_with_one_line(argv, option, capsys, script):
     rc = script.main(["--graphs", "moe-40", "--seconds", "", *argv])
     err = capsys.readouterr().err
@@ -83,8 +128,13 @@ def test_the_plot_has_a_panel_per_kind_of_budget_run(tmp_path, monkeypatch):
     subplots = real.subplots
     monkeypatch.setattr(real, "subplots", lambda *a, **kw: shapes.append(a) or subplots(*a, **kw))
     run = lambda kind, method: {"budget": {"kind": kind, "value": 10}, "method": method, "plan_step_time_s": 0.1}  # noqa: E731
-    cell = {"graph": "g", "cluster": "c", "lower_bound_s": 0.05, "lower_bound_name": "critical path",
-            "runs": [run("evals", "learned"), run("evals", "uniform")]}
+    cell = {
+        "graph": "g",
+        "cluster": "c",
+        "lower_bound_s": 0.05,
+        "lower_bound_name": "critical path",
+        "runs": [run("evals", "learned"), run("evals", "uniform")],
+    }
     plots.plot_budget_curves([cell], str(tmp_path / "a.png"))
     cell["runs"].append(run("seconds", "learned"))
     plots.plot_budget_curves([cell], str(tmp_path / "b.png"))

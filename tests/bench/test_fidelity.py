@@ -14,9 +14,17 @@ from bench.fidelity.scoring import memory, order_checks, repeatability, scores, 
 
 def row(methods, real, sim, **kw):
     """A measured placement's row, as runs.rows writes it (``kind`` random, two logical devices)."""
-    return {"model": "m", "kind": kw.pop("kind", "random"), "methods": methods, "issue_order": kw.pop("issue_order", "node"),
-            "status": "ok", "real_step_s": real, "sim_step_s": {"eager": sim, "dataflow": sim * 1.5},
-            "ops_per_device": kw.pop("ops_per_device", {"cpu:0": 1, "gpu:0": 1}), **kw}
+    return {
+        "model": "m",
+        "kind": kw.pop("kind", "random"),
+        "methods": methods,
+        "issue_order": kw.pop("issue_order", "node"),
+        "status": "ok",
+        "real_step_s": real,
+        "sim_step_s": {"eager": sim, "dataflow": sim * 1.5},
+        "ops_per_device": kw.pop("ops_per_device", {"cpu:0": 1, "gpu:0": 1}),
+        **kw,
+    }
 
 
 def test_scores_by_hand():
@@ -33,10 +41,12 @@ def test_scores_by_hand():
 
 
 def test_repeatability_is_the_median_difference_of_two_builds_and_drift_the_halves_of_the_rounds():
-    rows = [row(["a"], 100.0, 1.0, repeat={"real_step_s": 102.0}, round_medians_s=[99.0, 101.0, 100.0, 104.0]),
-            row(["b"], 50.0, 1.0, repeat={"real_step_s": 45.0}),
-            row(["c"], 10.0, 1.0, repeat={"real_step_s": 10.1}),
-            row(["d"], 20.0, 1.0)]
+    rows = [
+        row(["a"], 100.0, 1.0, repeat={"real_step_s": 102.0}, round_medians_s=[99.0, 101.0, 100.0, 104.0]),
+        row(["b"], 50.0, 1.0, repeat={"real_step_s": 45.0}),
+        row(["c"], 10.0, 1.0, repeat={"real_step_s": 10.1}),
+        row(["d"], 20.0, 1.0),
+    ]
     r = repeatability(rows)
     # |100-102|/101 = 1.98%, |50-45|/47.5 = 10.5%, |10-10.1|/10.05 = 1.0%: median 1.98%, worst 10.5%
     assert r["n"] == 3 and r["median"] == pytest.approx(2 / 101) and r["max"] == pytest.approx(5 / 47.5)
@@ -47,9 +57,11 @@ def test_repeatability_is_the_median_difference_of_two_builds_and_drift_the_halv
 
 
 def test_memory_compares_the_simulated_peak_with_the_allocators_per_gpu():
-    rows = [row(["a"], 1.0, 1.0, real_peak_bytes={"gpu:0": 1000}, sim_peak_bytes={"cpu:0": 5, "gpu:0": 1080}),
-            row(["b"], 1.0, 1.0, real_peak_bytes={"gpu:0": 2000}, sim_peak_bytes={"cpu:0": 5, "gpu:0": 1900}),
-            row(["c"], 1.0, 1.0, real_peak_bytes={}, sim_peak_bytes={"cpu:0": 5, "gpu:0": 0})]  # all on the host: no GPU peak
+    rows = [
+        row(["a"], 1.0, 1.0, real_peak_bytes={"gpu:0": 1000}, sim_peak_bytes={"cpu:0": 5, "gpu:0": 1080}),
+        row(["b"], 1.0, 1.0, real_peak_bytes={"gpu:0": 2000}, sim_peak_bytes={"cpu:0": 5, "gpu:0": 1900}),
+        row(["c"], 1.0, 1.0, real_peak_bytes={}, sim_peak_bytes={"cpu:0": 5, "gpu:0": 0}),
+    ]  # all on the host: no GPU peak
     m = memory(rows)
     assert m["n"] == 2 and m["max_abs"] == pytest.approx(0.08) and m["median_abs"] == pytest.approx((0.08 + 0.05) / 2)
     assert m["within"] == 2 and m["pass"] is True and m["worst"][0]["placement"] == "a"
@@ -58,9 +70,11 @@ def test_memory_compares_the_simulated_peak_with_the_allocators_per_gpu():
 
 
 def test_order_checks_and_the_margin_from_the_tuned_models_applied_to_the_held_out_ones():
-    ordered = [row(["heft"], 1.143, 0.97, issue_order="schedule", sim_node_step_s=1.0, node_order={"real_step_s": 1.0}),
-               row(["m_etf"], 0.80, 0.83, issue_order="devices-first", sim_node_step_s=1.0, node_order={"real_step_s": 1.0}),
-               row(["plain"], 1.0, 1.0)]
+    ordered = [
+        row(["heft"], 1.143, 0.97, issue_order="schedule", sim_node_step_s=1.0, node_order={"real_step_s": 1.0}),
+        row(["m_etf"], 0.80, 0.83, issue_order="devices-first", sim_node_step_s=1.0, node_order={"real_step_s": 1.0}),
+        row(["plain"], 1.0, 1.0),
+    ]
     checks = order_checks(ordered, "nmt-4")
     assert [(c["placement"], c["ok"]) for c in checks] == [("heft", False), ("m_etf", True)]
     assert checks[0]["sim_ratio"] == pytest.approx(0.97) and checks[0]["real_ratio"] == pytest.approx(1.143)
@@ -77,22 +91,42 @@ def test_order_checks_and_the_margin_from_the_tuned_models_applied_to_the_held_o
 def test_labels_measure_each_ordered_placement_in_node_order_and_a_few_twice():
     logical = types.SimpleNamespace(device_names=["cpu:0", "gpu:0"])
     graph = types.SimpleNamespace(names=["a", "b", "c"])
-    cands = [{"kind": "learned", "methods": ["rl"], "idx": np.array([1, 1, 1]), "order": None},
-             {"kind": "baseline", "methods": ["heft"], "idx": np.array([0, 1, 1]), "order": np.array([0, 2, 1])},
-             {"kind": "single", "methods": ["all on cpu:0"], "idx": np.array([0, 0, 0]), "order": None},
-             {"kind": "random", "methods": ["random 0"], "idx": np.array([1, 0, 1]), "order": None}]
+    cands = [
+        {"kind": "learned", "methods": ["rl"], "idx": np.array([1, 1, 1]), "order": None},
+        {"kind": "baseline", "methods": ["heft"], "idx": np.array([0, 1, 1]), "order": np.array([0, 2, 1])},
+        {"kind": "single", "methods": ["all on cpu:0"], "idx": np.array([0, 0, 0]), "order": None},
+        {"kind": "random", "methods": ["random 0"], "idx": np.array([1, 0, 1]), "order": None},
+    ]
     out = labels(cands, graph, logical, repeats=3)
     what = [(v["cand"], v["what"]) for v in out.values()]
     # the learned placement is all on the GPU: it and the first random one are built twice, last
-    assert what == [(0, "placement"), (1, "placement"), (1, "node"), (2, "placement"), (3, "placement"), (0, "repeat"), (3, "repeat")]
+    assert what == [
+        (0, "placement"),
+        (1, "placement"),
+        (1, "node"),
+        (2, "placement"),
+        (3, "placement"),
+        (0, "repeat"),
+        (3, "repeat"),
+    ]
     assert out[cands[1]["key"]]["order"].tolist() == [0, 2, 1] and out[cands[1]["key"] + "@node"]["order"] is None
     assert len({c["key"] for c in cands}) == 4
 
 
 def test_model_figures_and_the_report():
-    rows = [row(["all on gpu:0"], 1.0, 1.05, kind="single", ops_per_device={"cpu:0": 0, "gpu:0": 2}, repeat={"real_step_s": 1.01}),
-            row(["heft"], 1.5, 1.4, issue_order="schedule", sim_node_step_s=1.5, node_order={"real_step_s": 1.4}),
-            row(["random 0"], 3.0, 2.9), {**row(["random 1"], 0.0, 2.0), "status": "oom", "real_step_s": None, "message": "out of memory"}]
+    rows = [
+        row(
+            ["all on gpu:0"],
+            1.0,
+            1.05,
+            kind="single",
+            ops_per_device={"cpu:0": 0, "gpu:0": 2},
+            repeat={"real_step_s": 1.01},
+        ),
+        row(["heft"], 1.5, 1.4, issue_order="schedule", sim_node_step_s=1.5, node_order={"real_step_s": 1.4}),
+        row(["random 0"], 3.0, 2.9),
+        {**row(["random 1"], 0.0, 2.0), "status": "oom", "real_step_s": None, "message": "out of memory"},
+    ]
     m = {**model_figures("gpt2", "held-out", rows), "ops": 2}
     assert m["measured_ok"] == 3 and m["failed"] == ["random 1: oom: out of memory"]
     assert m["executors"]["eager"]["best_ratio"] == 1.0 and m["executors"]["eager"]["sim_best"] == "all on gpu:0"
@@ -115,20 +149,41 @@ def _contention_item(name: str, group: str, real_op: float | None, probe: float 
 
     k = 4
     names = ["s", *[f"a{i}" for i in range(k)], *[f"b{i}" for i in range(k)], "j"]
-    edges = [("s", f"{x}{i}", 1 << 16) for x in "ab" for i in range(k)] + [(f"{x}{i}", "j", 1 << 16) for x in "ab" for i in range(k)]
+    edges = [("s", f"{x}{i}", 1 << 16) for x in "ab" for i in range(k)] + [
+        (f"{x}{i}", "j", 1 << 16) for x in "ab" for i in range(k)
+    ]
     g = OpGraph.from_edges(names, edges, flops=[1e6] * len(names), op_types=["aten.mm.default"] * len(names))
     n = g.num_ops
-    prof = {"format": "placer-profile/1", "graph_hash": g.content_hash, "ops": list(g.names), "links": [],
-            "devices": {"cpu": {"kind": "cpu", "fwd_s": [1e-3] * n, "bwd_s": [2e-3] * n,
-                                "contention": {"op": probe, "issue": 0.0}},
-                        "cuda:0": {"kind": "gpu", "fwd_s": [1e-3] * n, "bwd_s": [2e-3] * n,
-                                   "issue_fwd_s": [2e-4] * n, "issue_bwd_s": [1e-3] * n}}}
+    prof = {
+        "format": "placer-profile/1",
+        "graph_hash": g.content_hash,
+        "ops": list(g.names),
+        "links": [],
+        "devices": {
+            "cpu": {"kind": "cpu", "fwd_s": [1e-3] * n, "bwd_s": [2e-3] * n, "contention": {"op": probe, "issue": 0.0}},
+            "cuda:0": {
+                "kind": "gpu",
+                "fwd_s": [1e-3] * n,
+                "bwd_s": [2e-3] * n,
+                "issue_fwd_s": [2e-4] * n,
+                "issue_bwd_s": [1e-3] * n,
+            },
+        },
+    }
     rng = np.random.default_rng(len(name))
-    rows = [{"methods": [f"random {i}"], "devices": rng.integers(0, 2, n).tolist(), "order": None,
-             "ops_per_device": {"cpu:0": 1, "gpu:0": 1}} for i in range(8)]
+    rows = [
+        {
+            "methods": [f"random {i}"],
+            "devices": rng.integers(0, 2, n).tolist(),
+            "order": None,
+            "ops_per_device": {"cpu:0": 1, "gpu:0": 1},
+        }
+        for i in range(8)
+    ]
     item = {"name": name, "group": group, "graph": g, "prof": prof, "rows": rows}
-    sims, _ = contention.rescored(item, contention.PROBE if real_op is None else real_op, resolve_cluster("h200x1"),
-                                  "gpu:0=cuda:0,cpu:0=cpu")
+    sims, _ = contention.rescored(
+        item, contention.PROBE if real_op is None else real_op, resolve_cluster("h200x1"), "gpu:0=cuda:0,cpu:0=cpu"
+    )
     item["rows"] = [{**r, "real_step_s": s["sim_step_s"]["eager"]} for r, s in zip(rows, sims)]
     return item
 
@@ -164,7 +219,9 @@ def test_the_tuned_models_contention_scores_the_held_out_ones(monkeypatch):
     import importlib
     import os
 
-    monkeypatch.syspath_prepend(os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "scripts"))
+    monkeypatch.syspath_prepend(
+        os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "scripts")
+    )
     vg = importlib.import_module("validate_gpu")
     args = vg.parse(["--tiny"])
     args.device_map, args.cluster = "gpu:0=cuda:0,cpu:0=cpu", "h200x1"

@@ -22,8 +22,22 @@ def test_run_and_table_without_capture():
 
 def test_script_prints_json():
     out = subprocess.run(
-        [sys.executable, os.path.join(ROOT, "scripts", "bench_graphs.py"), "--ops", "1000", "--groups", "16", "--repeats", "1", "--skip-capture", "--json"],
-        capture_output=True, text=True, check=True, env={**os.environ, "OMP_NUM_THREADS": "1"},
+        [
+            sys.executable,
+            os.path.join(ROOT, "scripts", "bench_graphs.py"),
+            "--ops",
+            "1000",
+            "--groups",
+            "16",
+            "--repeats",
+            "1",
+            "--skip-capture",
+            "--json",
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+        env={**os.environ, "OMP_NUM_THREADS": "1"},
     )
     doc = json.loads(out.stdout)
     assert doc["load"]["ops"] == 1000 and doc["coarsen"]["max_groups"] == 16 and doc["load"]["load_s"] > 0

@@ -37,13 +37,26 @@ def _plan(label: str, kind: str, status: str = "ok", t: float = 1.0) -> Plan:
 
 
 def test_measure_order_puts_placer_the_gpu_and_accelerate_first_then_the_host_then_fitting_heuristics():
-    plans = [_plan("heft", "heuristic", t=3.0), _plan("m_etf", "heuristic", "oom", 0.1), _plan("all on cpu:0", "single", t=9.0),
-             _plan("accelerate, a", "accelerate", "oom"), _plan("all on gpu:0", "single", "oom"),
-             _plan("annealing", "heuristic", t=0.5), _plan("placer, trained on the simulator", "placer"),
-             Plan("metis", "heuristic", None, {"status": "no plan"})]
+    plans = [
+        _plan("heft", "heuristic", t=3.0),
+        _plan("m_etf", "heuristic", "oom", 0.1),
+        _plan("all on cpu:0", "single", t=9.0),
+        _plan("accelerate, a", "accelerate", "oom"),
+        _plan("all on gpu:0", "single", "oom"),
+        _plan("annealing", "heuristic", t=0.5),
+        _plan("placer, trained on the simulator", "placer"),
+        Plan("metis", "heuristic", None, {"status": "no plan"}),
+    ]
     assert [p.label for p in offload.measure_order(plans)] == [
-        "placer, trained on the simulator", "all on gpu:0", "accelerate, a", "all on cpu:0", "annealing", "heft",
-        "m_etf", "metis"]
+        "placer, trained on the simulator",
+        "all on gpu:0",
+        "accelerate, a",
+        "all on cpu:0",
+        "annealing",
+        "heft",
+        "m_etf",
+        "metis",
+    ]
 
 
 @pytest.mark.slow
@@ -78,7 +91,13 @@ def test_curves_follow_the_real_best_and_the_simulators_pick():
     ]
     c = curves(rec)
     assert c["real_best_s"] == [None, 2.0, 1.5, 1.5, 1.0]
-    assert c["sim_pick_real_s"] == [None, 2.0, 2.0, None, None]  # the simulator keeps its 1.0 s pick, then the 0.5 s one
+    assert c["sim_pick_real_s"] == [
+        None,
+        2.0,
+        2.0,
+        None,
+        None,
+    ]  # the simulator keeps its 1.0 s pick, then the 0.5 s one
     assert c["parted_at"] == 2 and c["fit_disagreements"] == [3]
     assert c["median_real_over_sim"] == pytest.approx(np.median([2.0, 1.25, 1.0 / 0.9]))
     # the simulator's pick ran out of memory for real: they part there, though the real best did not change
@@ -90,8 +109,10 @@ def test_the_curves_plot_to_a_png(tmp_path):
     pytest.importorskip("matplotlib")
     from bench.measured_rl import plot_curves
 
-    rec = [{"real_status": "ok", "real_step_time_s": 2.0, "sim_status": "ok", "sim_step_time_s": 1.0},
-           {"real_status": "oom", "real_step_time_s": None, "sim_status": "ok", "sim_step_time_s": 0.5}]
+    rec = [
+        {"real_status": "ok", "real_step_time_s": 2.0, "sim_status": "ok", "sim_step_time_s": 1.0},
+        {"real_status": "oom", "real_step_time_s": None, "sim_status": "ok", "sim_step_time_s": 0.5},
+    ]
     plot_curves(curves(rec), str(tmp_path / "c.png"))
     assert (tmp_path / "c.png").read_bytes()[:4] == b"\x89PNG"
 
@@ -99,7 +120,9 @@ def test_the_curves_plot_to_a_png(tmp_path):
 def _two_chains() -> graphs.OpGraph:
     names = [f"a{i}" for i in range(4)] + [f"b{i}" for i in range(4)]
     edges = [(f"a{i}", f"a{i + 1}", 1 << 20) for i in range(3)] + [(f"b{i}", f"b{i + 1}", 1 << 20) for i in range(3)]
-    return graphs.OpGraph.from_edges(names, edges, flops=[2e11] * 8, op_types=["aten.mm.default"] * 8, name="two_chains")
+    return graphs.OpGraph.from_edges(
+        names, edges, flops=[2e11] * 8, op_types=["aten.mm.default"] * 8, name="two_chains"
+    )
 
 
 class SlowGPU:
@@ -113,8 +136,14 @@ class SlowGPU:
         out = []
         for p in placements:
             r = self.sim.simulate(np.asarray(p))
-            out.append(Result(r.step_time_s + self.penalty_s * int(np.sum(np.asarray(p) == 1)), r.status,
-                              source="measured", peak_bytes=r.peak_bytes))
+            out.append(
+                Result(
+                    r.step_time_s + self.penalty_s * int(np.sum(np.asarray(p) == 1)),
+                    r.status,
+                    source="measured",
+                    peak_bytes=r.peak_bytes,
+                )
+            )
         return out
 
 
@@ -132,8 +161,17 @@ def test_measured_rewards_move_the_simulators_policy(tmp_path, monkeypatch, lear
     g, c = _two_chains(), envs.resolve_cluster("h200x1")
     cpath = tmp_path / "c.json"
     cpath.write_text(json.dumps(c.to_dict()))
-    config = TrainConfig(cluster=str(cpath), iterations=30, samples=8, max_groups=0, warm_start="none", lr=0.02,
-                         logdir=str(tmp_path / "sim"), progress=False, heuristics=())
+    config = TrainConfig(
+        cluster=str(cpath),
+        iterations=30,
+        samples=8,
+        max_groups=0,
+        warm_start="none",
+        lr=0.02,
+        logdir=str(tmp_path / "sim"),
+        progress=False,
+        heuristics=(),
+    )
     train(config, graph=g, cluster=c)
     before = _greedy(g, str(tmp_path / "sim"), config.hidden)
     assert (before == 1).all()  # the simulator's optimum
@@ -141,8 +179,12 @@ def test_measured_rewards_move_the_simulators_policy(tmp_path, monkeypatch, lear
     if not learning:  # the update switched off: the policy cannot follow the rewards
         import placer.learn.algos as algos
 
-        monkeypatch.setattr(algos.Reinforce, "update", staticmethod(lambda policy, optimizer, sample, adv, c: (0.0, 0.0)))
-    r = fine_tune(g, c, str(cpath), measured, str(tmp_path / "sim"), str(tmp_path / "ft"), iterations=40, exploration=3.0)
+        monkeypatch.setattr(
+            algos.Reinforce, "update", staticmethod(lambda policy, optimizer, sample, adv, c: (0.0, 0.0))
+        )
+    r = fine_tune(
+        g, c, str(cpath), measured, str(tmp_path / "sim"), str(tmp_path / "ft"), iterations=40, exploration=3.0
+    )
     after = _greedy(g, str(tmp_path / "ft"), config.hidden)
     assert checkpoint.load(str(tmp_path / "ft"))[1]["run"]["warm_start"].startswith("the simulator-trained policy")
     assert r.iterations == 40 and measured.calls > 10
@@ -158,8 +200,9 @@ def test_measured_rewards_move_the_simulators_policy(tmp_path, monkeypatch, lear
 
 def test_hand_off_keeps_the_policy_and_its_items_and_starts_a_fresh_record(tmp_path):
     g, c = _two_chains(), envs.resolve_cluster("h200x1")
-    config = TrainConfig(cluster="h200x1", iterations=3, samples=4, logdir=str(tmp_path / "sim"), progress=False,
-                         heuristics=("single",))
+    config = TrainConfig(
+        cluster="h200x1", iterations=3, samples=4, logdir=str(tmp_path / "sim"), progress=False, heuristics=("single",)
+    )
     train(config, graph=g, cluster=c)
     saved_tensors, saved = checkpoint.load(str(tmp_path / "sim"))
     assert saved["run"]["iteration"] == 3 and saved["run"]["best_indices"] is not None
@@ -181,7 +224,9 @@ def test_recorder_records_each_placement_once_with_the_simulators_view(tmp_path)
     assert t[0] == t[2] and not failed.any()
     rec.evaluate([b])
     lines = read_curves(str(tmp_path / "curves.jsonl"))
-    assert [x["n"] for x in lines] == [1, 2] and lines[0]["real_step_time_s"] == pytest.approx(lines[0]["sim_step_time_s"] + 4.0)
+    assert [x["n"] for x in lines] == [1, 2] and lines[0]["real_step_time_s"] == pytest.approx(
+        lines[0]["sim_step_time_s"] + 4.0
+    )
     again = Recorder(SlowGPU(g, c, 0.5), envs.SimEnv(g, c), str(tmp_path / "curves.jsonl"))  # a resumed run
     again.evaluate([a, b])
     assert len(read_curves(str(tmp_path / "curves.jsonl"))) == 2
@@ -219,8 +264,15 @@ def test_fsdp2_failure_is_a_result():
 # ------------------------------------------------------------------ the script, on the CPU stand-in
 def _script(*args: str, timeout: float = 600, env_extra: dict | None = None, **popen) -> subprocess.CompletedProcess:
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1", **(env_extra or {})}
-    return subprocess.run([sys.executable, str(ROOT / "scripts" / "gpu_offload.py"), *args], capture_output=True, text=True,
-                          timeout=timeout, env=env, cwd=ROOT, **popen)
+    return subprocess.run(
+        [sys.executable, str(ROOT / "scripts" / "gpu_offload.py"), *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=env,
+        cwd=ROOT,
+        **popen,
+    )
 
 
 def _logged(out: Path) -> int:
@@ -236,21 +288,46 @@ def test_the_pipeline_runs_on_the_cpu_stand_in_resumes_and_a_killed_run_loses_no
     assert rivals.returncode == 0, rivals.stderr[-2000:]
     doc = json.loads(rivals.stdout)
     rows = {r["label"]: r for r in doc["rows"]}
-    assert rows["all on gpu:0"]["sim_status"] == "oom" and rows["accelerate, max_memory = the cap"]["sim_status"] == "oom"
+    assert (
+        rows["all on gpu:0"]["sim_status"] == "oom" and rows["accelerate, max_memory = the cap"]["sim_status"] == "oom"
+    )
     assert rows["placer, trained on the simulator"]["sim_status"] == "ok"
-    assert rows["placer, trained on the simulator"]["status"] == "ok" and rows["FSDP2, CPUOffloadPolicy (every parameter on the host)"]["status"] == "ok"
-    assert all(r["real_peak_gpu_gib"] is None and r["within_cap"] is None for r in doc["rows"])  # no GPU here: no GPU peak
-    assert json.loads((out / "cluster.json").read_text())["devices"][1]["memory_bytes"] == SCENARIOS["tiny"].gpu_cap_bytes
+    assert (
+        rows["placer, trained on the simulator"]["status"] == "ok"
+        and rows["FSDP2, CPUOffloadPolicy (every parameter on the host)"]["status"] == "ok"
+    )
+    assert all(
+        r["real_peak_gpu_gib"] is None and r["within_cap"] is None for r in doc["rows"]
+    )  # no GPU here: no GPU peak
+    assert (
+        json.loads((out / "cluster.json").read_text())["devices"][1]["memory_bytes"] == SCENARIOS["tiny"].gpu_cap_bytes
+    )
     import graphs
+
     assert graphs.load(out / "graph.json").content_hash == json.loads((out / "plans.json").read_text())["graph_hash"]
     measured = _logged(out)
     assert measured >= 5
 
     # the fine-tuning, killed mid-way: every placement it recorded had been measured and logged
     env = {**os.environ, "OMP_NUM_THREADS": "1", **without_ray}
-    proc = subprocess.Popen([sys.executable, str(ROOT / "scripts" / "gpu_offload.py"), "finetune", "--tiny", "--out-dir",
-                             str(out), "--budget", "300", "--exploration", "3"], cwd=ROOT, env=env,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            str(ROOT / "scripts" / "gpu_offload.py"),
+            "finetune",
+            "--tiny",
+            "--out-dir",
+            str(out),
+            "--budget",
+            "300",
+            "--exploration",
+            "3",
+        ],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     curves_path = out / "finetune" / "curves.jsonl"
     deadline = time.monotonic() + 240
     while time.monotonic() < deadline and (not curves_path.exists() or len(read_curves(str(curves_path))) < 6):
@@ -261,8 +338,9 @@ def test_the_pipeline_runs_on_the_cpu_stand_in_resumes_and_a_killed_run_loses_no
     assert len(records) >= 6
     from envs.real.local import LocalEnv
 
-    again = LocalEnv(offload.builder(SCENARIOS["tiny"]), offload.scenario_cluster(SCENARIOS["tiny"]), device_map="*=cpu",
-                     run_dir=out)
+    again = LocalEnv(
+        offload.builder(SCENARIOS["tiny"]), offload.scenario_cluster(SCENARIOS["tiny"]), device_map="*=cpu", run_dir=out
+    )
     again.evaluate([np.asarray(r["op_devices"], dtype=np.int32) for r in records])
     assert again.measured == 0
     logged = _logged(out)
@@ -272,7 +350,7 @@ def test_the_pipeline_runs_on_the_cpu_stand_in_resumes_and_a_killed_run_loses_no
     tune = _script("finetune", "--tiny", "--out-dir", str(out), "--budget", "4")
     assert tune.returncode == 0, tune.stderr[-2000:]
     resumed = read_curves(str(curves_path))
-    assert resumed[:len(records)] == records and [r["n"] for r in resumed] == list(range(1, len(resumed) + 1))
+    assert resumed[: len(records)] == records and [r["n"] for r in resumed] == list(range(1, len(resumed) + 1))
     assert "placer, fine-tuned on measured rewards" in (out / "table.md").read_text()
     report = _script("report", "--out-dir", str(out), "--json")
     assert report.returncode == 0 and json.loads(report.stdout)["curves"]["n"] == len(resumed)
@@ -294,21 +372,27 @@ def test_a_profile_calibrates_the_plans_and_every_simulated_column(tmp_path, wit
     assert prof.returncode == 0, prof.stderr[-2000:]
     g = graphs.load(out / "graph.json")
     doc = load_profile(out / "profile.json")
-    assert doc["graph_hash"] == g.content_hash and set(doc["devices"]) == {"cpu"} and doc["devices"]["cpu"]["step_s"] > 0
+    assert (
+        doc["graph_hash"] == g.content_hash and set(doc["devices"]) == {"cpu"} and doc["devices"]["cpu"]["step_s"] > 0
+    )
     after = _script("rivals", *quick, env_extra=without_ray)
     assert after.returncode == 0, after.stderr[-2000:]
     assert "plans made with the simulator's estimates: simulated again with its profile" in after.stderr
     report = json.loads(after.stdout)
     assert report["simulator"] == "profile"  # plans.json keeps what the plans were made with: the estimates
     assert json.loads((out / "plans.json").read_text())["simulator"] == "estimates"
-    calibrated = envs.SimEnv(apply_profile(g, doc), calibrate_cluster(offload.scenario_cluster(SCENARIOS["tiny"]), doc, graph=g,
-                                                                        device_map="*=cpu"))
+    calibrated = envs.SimEnv(
+        apply_profile(g, doc),
+        calibrate_cluster(offload.scenario_cluster(SCENARIOS["tiny"]), doc, graph=g, device_map="*=cpu"),
+    )
     plans = {p["label"]: p for p in json.loads((out / "plans.json").read_text())["plans"]}
     old = {r["label"]: r for r in json.loads(before.stdout)["rows"]}
     for row in report["rows"]:
         if row["label"] in ("all on cpu:0", "heft"):
             want = calibrated.simulate(Placement.from_dict(plans[row["label"]]["placement"])).step_time_s
-            assert row["sim_step_time_s"] == pytest.approx(want) and row["sim_step_time_s"] != pytest.approx(old[row["label"]]["sim_step_time_s"])
+            assert row["sim_step_time_s"] == pytest.approx(want) and row["sim_step_time_s"] != pytest.approx(
+                old[row["label"]]["sim_step_time_s"]
+            )
 
     doc["graph_hash"] = "0" * 16
     (out / "profile.json").write_text(json.dumps(doc))
@@ -319,13 +403,15 @@ def test_a_profile_calibrates_the_plans_and_every_simulated_column(tmp_path, wit
 
 def test_bad_input_is_one_line_and_status_2(tmp_path, capsys, script_module):
     script = script_module("gpu_offload")
-    for args, needle in ((["rivals", "--tiny", "--steps", "0", "--out-dir", str(tmp_path)], "--steps"),
-                         (["rivals", "--scenario", "huge", "--device-map", "*=cpu", "--out-dir", str(tmp_path)], "--scenario"),
-                         (["rivals", "--device-map", "gpu:0=cuda:7", "--out-dir", str(tmp_path)], "cuda:7"),
-                         (["report", "--out-dir", str(tmp_path / "none")], "rows.json"),
-                         (["finetune", "--tiny", "--out-dir", str(tmp_path / "empty")], "rivals stage first"),
-                         (["adam", "--threads", "x"], "--threads"),
-                         (["profile", "--tiny", "--profile-repeats", "0", "--out-dir", str(tmp_path)], "--profile-repeats")):
+    for args, needle in (
+        (["rivals", "--tiny", "--steps", "0", "--out-dir", str(tmp_path)], "--steps"),
+        (["rivals", "--scenario", "huge", "--device-map", "*=cpu", "--out-dir", str(tmp_path)], "--scenario"),
+        (["rivals", "--device-map", "gpu:0=cuda:7", "--out-dir", str(tmp_path)], "cuda:7"),
+        (["report", "--out-dir", str(tmp_path / "none")], "rows.json"),
+        (["finetune", "--tiny", "--out-dir", str(tmp_path / "empty")], "rivals stage first"),
+        (["adam", "--threads", "x"], "--threads"),
+        (["profile", "--tiny", "--profile-repeats", "0", "--out-dir", str(tmp_path)], "--profile-repeats"),
+    ):
         assert script.main(args) == 2, args
         err = capsys.readouterr().err
         assert err.strip().count("\n") == 0 and needle in err, (args, err)

@@ -8,10 +8,10 @@ import numpy as np
 import pytest
 
 import envs
+from bench import plots
 from envs.cluster import Cluster, Device, Link
 from graphs import OpGraph, PlacerError
 from graphs.synthetic import random_dag
-from bench import plots
 
 
 def toy_cluster() -> Cluster:
@@ -34,12 +34,21 @@ def test_bars_of_a_hand_computed_schedule(two_ops):
     bars = plots.schedule_bars(trace, two_ops)
     assert bars.tracks[:3] == ["cpu:0", "gpu:0", "gpu:1"]
     assert set(bars.tracks[3:]) == {"gpu:0->gpu:1", "gpu:1->gpu:0"}
-    got = sorted((bars.tracks[b.track], b.kind, round(b.start_s, 9), round(b.dur_s, 9), b.op_index)
-                 for b in bars.bars if b.kind != "update")
-    assert got == sorted([
-        ("gpu:0", "forward", 0.0, 1.0, 0), ("gpu:0->gpu:1", "transfer", 1.0, 2.0, 0), ("gpu:1", "forward", 3.0, 1.0, 1),
-        ("gpu:1", "backward", 4.0, 2.0, 1), ("gpu:1->gpu:0", "transfer", 6.0, 2.0, 0), ("gpu:0", "backward", 8.0, 2.0, 0),
-    ])
+    got = sorted(
+        (bars.tracks[b.track], b.kind, round(b.start_s, 9), round(b.dur_s, 9), b.op_index)
+        for b in bars.bars
+        if b.kind != "update"
+    )
+    assert got == sorted(
+        [
+            ("gpu:0", "forward", 0.0, 1.0, 0),
+            ("gpu:0->gpu:1", "transfer", 1.0, 2.0, 0),
+            ("gpu:1", "forward", 3.0, 1.0, 1),
+            ("gpu:1", "backward", 4.0, 2.0, 1),
+            ("gpu:1->gpu:0", "transfer", 6.0, 2.0, 0),
+            ("gpu:0", "backward", 8.0, 2.0, 0),
+        ]
+    )
     assert bars.title == "toy on toy"
 
 
@@ -49,10 +58,16 @@ def test_transfers_without_a_graph_have_no_op(two_ops):
     assert {b.op_index for b in bars.bars if b.kind == "transfer"} == {None}
 
 
-@pytest.mark.parametrize("path, layer", [
-    ("encoder.layers.1.cell", "encoder.layers.1"), ("attention.combine", "attention"), ("Mixed_5b", "Mixed_5b"),
-    ("", "(no module)"), ("h.0", "h.0"),
-])
+@pytest.mark.parametrize(
+    "path, layer",
+    [
+        ("encoder.layers.1.cell", "encoder.layers.1"),
+        ("attention.combine", "attention"),
+        ("Mixed_5b", "Mixed_5b"),
+        ("", "(no module)"),
+        ("h.0", "h.0"),
+    ],
+)
 def test_layer_of(path, layer):
     assert plots.layer_of(path) == layer
 
@@ -102,8 +117,16 @@ def test_plot_schedule_writes_a_small_png(tmp_path):
 
 
 def test_plot_search_curves(tmp_path):
-    curve = {"graph": "g", "method": "random_search", "wall_s": [0.0, 1.0], "evals": [1, 50], "best_s": [0.2, 0.1],
-             "end_wall_s": 2.0, "end_evals": 80, "lower_bound_s": 0.05}
+    curve = {
+        "graph": "g",
+        "method": "random_search",
+        "wall_s": [0.0, 1.0],
+        "evals": [1, 50],
+        "best_s": [0.2, 0.1],
+        "end_wall_s": 2.0,
+        "end_evals": 80,
+        "lower_bound_s": 0.05,
+    }
     out = tmp_path / "c.png"
     plots.plot_search_curves([curve, {**curve, "method": "annealing"}], str(out))
     assert out.read_bytes()[:4] == b"\x89PNG"

@@ -7,16 +7,24 @@ import math
 import pytest
 
 import envs
-from graphs import PlacerError
-from graphs.synthetic import random_dag
 from bench.common import parse_list
 from bench.report import Table1Row, markdown_report, markdown_table, table1_row
+from graphs import PlacerError
+from graphs.synthetic import random_dag
 
 
 def row(**kw) -> Table1Row:
-    base = dict(graph="nmt", num_ops=10, cluster="k80x4", lower_bound_s=0.1, single_cpu_s=None, single_gpu_s=0.4,
-                baselines={"single": 0.05, "expert": 0.3, "scotch": 0.25, "metis": None, "heft": 0.2, "m_etf": 0.22},
-                statuses={"metis": "oom", "single_cpu": "oom"}, rl={"seq2seq": 0.15, "hierarchical": 0.18})
+    base = dict(
+        graph="nmt",
+        num_ops=10,
+        cluster="k80x4",
+        lower_bound_s=0.1,
+        single_cpu_s=None,
+        single_gpu_s=0.4,
+        baselines={"single": 0.05, "expert": 0.3, "scotch": 0.25, "metis": None, "heft": 0.2, "m_etf": 0.22},
+        statuses={"metis": "oom", "single_cpu": "oom"},
+        rl={"seq2seq": 0.15, "hierarchical": 0.18},
+    )
     base.update(kw)
     return Table1Row(**base)
 
@@ -50,7 +58,18 @@ def test_markdown_cells():
     text = markdown_table([row(), row(baselines={"expert": 0.3, "heft": 0.2}, statuses={})])
     first, second = text.splitlines()[2:4]
     cells = [c.strip() for c in first.strip("|").split("|")]
-    assert cells[:10] == ["nmt", "10", "k80x4", "OOM", "400", "250", "OOM", "300", "n/a", "**heft 200**"]  # n/a: no ilp row
+    assert cells[:10] == [
+        "nmt",
+        "10",
+        "k80x4",
+        "OOM",
+        "400",
+        "250",
+        "OOM",
+        "300",
+        "n/a",
+        "**heft 200**",
+    ]  # n/a: no ilp row
     assert cells[10:] == ["150", "180", "100", "+50.0%", "+25.0%"]
     assert "| n/a | n/a |" in second  # no scotch/metis row at all (not installed / not run)
     starved = row(rl={"seq2seq": None}, rl_runs={"seq2seq": {"iterations": 0}})
@@ -76,8 +95,15 @@ def test_a_real_row_on_a_small_graph():
     g = random_dag(60, seed=5, name="small")
     c = envs.Cluster.preset("k80x2")
     lines = []
-    r = table1_row(g, c, rl_budget_s=None, rl_iterations=2, policies=("seq2seq",), progress=lines.append,
-                   compare_options={"annealing": {"steps": 32}, "random_search": {"n": 32}, "ilp": {"time_limit_s": 2.0}})
+    r = table1_row(
+        g,
+        c,
+        rl_budget_s=None,
+        rl_iterations=2,
+        policies=("seq2seq",),
+        progress=lines.append,
+        compare_options={"annealing": {"steps": 32}, "random_search": {"n": 32}, "ilp": {"time_limit_s": 2.0}},
+    )
     assert r.graph == "small" and r.cluster == "k80x2" and r.num_ops == 60
     assert {"expert", "metis", "heft"} <= set(r.baselines)
     assert r.rl["seq2seq"] is not None and r.rl["seq2seq"] >= r.lower_bound_s * (1 - 1e-9)

@@ -6,16 +6,31 @@ import math
 
 import pytest
 
-from graphs import PlacerError
 from bench import scale
+from graphs import PlacerError
 
 
 def rows():
     def r(n, t, rss):
-        return {"ops": n, "save_s": t, "load_s": t, "coarsen_s": 0.1 * n / 1000, "sim_init_s": 0.01,
-                "rss_warm_bytes": 100 << 20, "rss_peak_bytes": (100 << 20) + rss,
-                "policies": {"seq2seq": {"policy_init_s": 0.1, "sample_s": 0.1, "simulate_s": 1e-6 * n,
-                                         "update_s": 0.1, "iteration_s": 0.2}}}
+        return {
+            "ops": n,
+            "save_s": t,
+            "load_s": t,
+            "coarsen_s": 0.1 * n / 1000,
+            "sim_init_s": 0.01,
+            "rss_warm_bytes": 100 << 20,
+            "rss_peak_bytes": (100 << 20) + rss,
+            "policies": {
+                "seq2seq": {
+                    "policy_init_s": 0.1,
+                    "sample_s": 0.1,
+                    "simulate_s": 1e-6 * n,
+                    "update_s": 0.1,
+                    "iteration_s": 0.2,
+                }
+            },
+        }
+
     return [r(1000, 0.01, 1 << 20), r(10_000, 1.0, 10 << 20), r(100_000, 100.0, 100 << 20)]
 
 

@@ -18,8 +18,14 @@ ROOT = Path(__file__).resolve().parents[2]
 
 def run(script: str, *args: str, timeout: float = 300) -> subprocess.CompletedProcess:
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    return subprocess.run([sys.executable, str(ROOT / "scripts" / script), *args], capture_output=True, text=True,
-                          timeout=timeout, env=env, cwd=ROOT)
+    return subprocess.run(
+        [sys.executable, str(ROOT / "scripts" / script), *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=env,
+        cwd=ROOT,
+    )
 
 
 @pytest.fixture(scope="module")
@@ -37,13 +43,40 @@ def test_reproduce_paper_rejects_bad_input_in_one_line():
 @pytest.mark.slow
 def test_reproduce_paper_tiny(tiny, tmp_path):
     out = tmp_path / "t.md"
-    proc = run("reproduce_paper.py", "--graphs", tiny, "--clusters", "k80x2", "--policies", "seq2seq",
-               "--time-budget", "2", "--ilp-time-limit", "2", "--out", str(out))
+    proc = run(
+        "reproduce_paper.py",
+        "--graphs",
+        tiny,
+        "--clusters",
+        "k80x2",
+        "--policies",
+        "seq2seq",
+        "--time-budget",
+        "2",
+        "--ilp-time-limit",
+        "2",
+        "--out",
+        str(out),
+    )
     assert proc.returncode == 0, proc.stderr
     assert "| tiny | 50 | k80x2 |" in proc.stdout and "[1/1] tiny" in proc.stderr
     assert out.read_text().strip() == proc.stdout.strip()
-    proc = run("reproduce_paper.py", "--graphs", tiny, "--clusters", "v100x4", "--policies", "hierarchical",
-               "--time-budget", "1", "--warm-start", "none", "--ilp-time-limit", "2", "--json")
+    proc = run(
+        "reproduce_paper.py",
+        "--graphs",
+        tiny,
+        "--clusters",
+        "v100x4",
+        "--policies",
+        "hierarchical",
+        "--time-budget",
+        "1",
+        "--warm-start",
+        "none",
+        "--ilp-time-limit",
+        "2",
+        "--json",
+    )
     assert proc.returncode == 0, proc.stderr
     (row,) = json.loads(proc.stdout)["rows"]
     assert row["cluster"] == "v100x4" and row["rl"]["hierarchical"] >= row["lower_bound_s"] * (1 - 1e-9)
@@ -52,8 +85,17 @@ def test_reproduce_paper_tiny(tiny, tmp_path):
 @pytest.mark.slow
 def test_bench_search_tiny(tiny, tmp_path):
     png = tmp_path / "c.png"
-    proc = run("bench_search.py", "--graphs", tiny, "--budget", "1", "--methods", "annealing,random_search,rl-seq2seq",
-               "--plot", str(png))
+    proc = run(
+        "bench_search.py",
+        "--graphs",
+        tiny,
+        "--budget",
+        "1",
+        "--methods",
+        "annealing,random_search,rl-seq2seq",
+        "--plot",
+        str(png),
+    )
     assert proc.returncode == 0, proc.stderr
     assert "| tiny | annealing |" in proc.stdout and "| tiny | rl-seq2seq |" in proc.stdout
     assert png.read_bytes()[:4] == b"\x89PNG"
@@ -72,22 +114,56 @@ def test_bench_scale_tiny():
 @pytest.mark.slow
 def test_plot_placement_tiny(tiny, tmp_path):
     png, trace = tmp_path / "p.png", tmp_path / "t.json"
-    proc = run("plot_placement.py", tiny, "--cluster", "k80x2", "--method", "round_robin", "--color-by", "kind",
-               "-o", str(png), "--trace", str(trace))
+    proc = run(
+        "plot_placement.py",
+        tiny,
+        "--cluster",
+        "k80x2",
+        "--method",
+        "round_robin",
+        "--color-by",
+        "kind",
+        "-o",
+        str(png),
+        "--trace",
+        str(trace),
+    )
     assert proc.returncode == 0, proc.stderr
     assert png.read_bytes()[:4] == b"\x89PNG" and json.loads(trace.read_text())["traceEvents"]
-    proc = run("plot_placement.py", tiny, "--cluster", "k80x2", "--time-budget", "1", "--warm-start", "none", "-o", str(png))
+    proc = run(
+        "plot_placement.py", tiny, "--cluster", "k80x2", "--time-budget", "1", "--warm-start", "none", "-o", str(png)
+    )
     assert proc.returncode == 0, proc.stderr
     assert "RL seq2seq" in proc.stderr
     assert run("plot_placement.py", "no-such-graph", "-o", str(png)).returncode == 2
 
 
 def test_bench_throughput_tiny(tiny):
-    proc = run("bench_throughput.py", tiny, "--samples", "2,4", "--policies", "seq2seq,hierarchical", "--max-groups", "8",
-               "--hidden", "8", "--repeats", "1", "--order", "planned", "--json")
+    proc = run(
+        "bench_throughput.py",
+        tiny,
+        "--samples",
+        "2,4",
+        "--policies",
+        "seq2seq,hierarchical",
+        "--max-groups",
+        "8",
+        "--hidden",
+        "8",
+        "--repeats",
+        "1",
+        "--order",
+        "planned",
+        "--json",
+    )
     assert proc.returncode == 0, proc.stderr
     rows = json.loads(proc.stdout)["rows"]
-    assert [(r["policy"], r["samples"]) for r in rows] == [("seq2seq", 2), ("seq2seq", 4), ("hierarchical", 2), ("hierarchical", 4)]
+    assert [(r["policy"], r["samples"]) for r in rows] == [
+        ("seq2seq", 2),
+        ("seq2seq", 4),
+        ("hierarchical", 2),
+        ("hierarchical", 4),
+    ]
     for r in rows:
         parts = r["sample_s"] + r["simulate_s"] + r["update_s"]
         assert r["iteration_s"] == pytest.approx(parts) and r["placements_per_s"] == pytest.approx(r["samples"] / parts)
@@ -98,16 +174,35 @@ def test_bench_throughput_tiny(tiny):
 @pytest.mark.slow
 def test_bench_pipeline_tiny_llama_with_host_input_free_rows():
     pytest.importorskip("transformers")
-    proc = run("bench_pipeline.py", "--models", "llama-tiny", "--clusters", "h100x8", "--microbatches", "1,2",
-               "--inflight", "1,all", "--methods", "gpipe,m_topo", "--seq", "32", "--batch", "4", "--host-input-free", "--json")
+    proc = run(
+        "bench_pipeline.py",
+        "--models",
+        "llama-tiny",
+        "--clusters",
+        "h100x8",
+        "--microbatches",
+        "1,2",
+        "--inflight",
+        "1,all",
+        "--methods",
+        "gpipe,m_topo",
+        "--seq",
+        "32",
+        "--batch",
+        "4",
+        "--host-input-free",
+        "--json",
+    )
     assert proc.returncode == 0, proc.stderr
     (res,) = json.loads(proc.stdout)
     rows = {(r["method"], r["microbatches"], r["inflight"]): r for r in res["rows"]}
     methods = ("gpipe", "m_topo", "gpipe+host-input-free", "m_topo+host-input-free")
     assert set(rows) == {(m, M, W) for m in methods for M, W in ((1, 1), (2, 1), (2, 2))}
     rows = {(m, M): r for (m, M, W), r in rows.items() if W == M}
-    assert all(r["status"] == "ok" and r["step_time_s"] >= res["lower_bound_s"][str(r["microbatches"])] * (1 - 1e-9)
-               for r in rows.values())
+    assert all(
+        r["status"] == "ok" and r["step_time_s"] >= res["lower_bound_s"][str(r["microbatches"])] * (1 - 1e-9)
+        for r in rows.values()
+    )
     assert rows[("gpipe+host-input-free", 2)]["moved_ops"] > 0
     assert run("bench_pipeline.py", "--inflight", "0").returncode == 2
 
@@ -120,8 +215,23 @@ def test_probe_imitation_prints_agreement_rows():
     assert [r["step"] for r in doc["rows"]] == [0, 2, 4] and doc["ops"] == 229
     assert all(0.0 <= r["agreement"] <= 1.0 and sum(r["ops_per_device"]) == 229 for r in doc["rows"])
     assert run("probe_imitation.py", "no-such-graph").returncode == 2
-    proc = run("probe_imitation.py", "resnet50", "--cluster", "k80x2", "--steps", "2", "--every", "2", "--decoder",
-               "schedule", "--dagger", "1", "--switch-share", "0.5", "--json")
+    proc = run(
+        "probe_imitation.py",
+        "resnet50",
+        "--cluster",
+        "k80x2",
+        "--steps",
+        "2",
+        "--every",
+        "2",
+        "--decoder",
+        "schedule",
+        "--dagger",
+        "1",
+        "--switch-share",
+        "0.5",
+        "--json",
+    )
     assert proc.returncode == 0, proc.stderr
     doc = json.loads(proc.stdout)
     assert doc["decoder"] == "schedule" and [r["step"] for r in doc["rows"]] == [0, 2]
@@ -138,8 +248,18 @@ def test_bench_modules_compares_draws_with_search_at_equal_budget(tiny, tmp_path
     assert row["module_search_step_time_s"] > 0 and row["ratio_median"] > 0
     flat = tmp_path / "flat.json"  # no module paths: nothing to draw or search
     g = random_dag(30, seed=1, name="flat")
-    graphs.save(graphs.OpGraph.from_edges(g.names, [(g.names[s], g.names[d], b) for s, d, b in
-                zip(g.edge_src.tolist(), g.edge_dst.tolist(), g.edge_bytes.tolist())], flops=g.flops, name="flat"), flat)
+    graphs.save(
+        graphs.OpGraph.from_edges(
+            g.names,
+            [
+                (g.names[s], g.names[d], b)
+                for s, d, b in zip(g.edge_src.tolist(), g.edge_dst.tolist(), g.edge_bytes.tolist())
+            ],
+            flops=g.flops,
+            name="flat",
+        ),
+        flat,
+    )
     proc = run("bench_modules.py", "--graphs", str(flat), "--clusters", "k80x2", "--n", "8", "--seeds", "1")
     assert proc.returncode == 0 and "needs module paths" in proc.stdout, proc.stderr
     bad = run("bench_modules.py", "--graphs", tiny, "--n", "0")
@@ -171,7 +291,11 @@ def test_bench_first_hour_tiny():
     proc = run("bench_first_hour.py", "--models", "encoder_small", "--json")
     assert proc.returncode == 0, proc.stderr
     row = json.loads(proc.stdout)
-    assert row["model"] == "encoder_small" and row["module_levels"] and set(row["methods"]) >= {"module_search", "annealing"}
+    assert (
+        row["model"] == "encoder_small"
+        and row["module_levels"]
+        and set(row["methods"]) >= {"module_search", "annealing"}
+    )
     assert all(r["status"] == "ok" for r in row["methods"].values())
     bad = run("bench_first_hour.py", "--models", "nope")
     assert bad.returncode == 2 and bad.stderr.strip().count("\n") == 0 and "--models" in bad.stderr

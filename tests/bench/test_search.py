@@ -6,9 +6,9 @@ import numpy as np
 import pytest
 
 import envs
+from bench import search
 from graphs import PlacerError
 from graphs.synthetic import random_dag
-from bench import search
 
 
 class FakeEnv:
@@ -51,10 +51,24 @@ def test_evaluate_is_recorded_too():
 
 
 def test_table_reports_when_the_expert_was_beaten():
-    curve = {"graph": "g", "method": "annealing", "wall_s": [0.0, 2.0, 5.0], "evals": [1, 40, 90],
-             "best_s": [0.3, 0.19, 0.15], "end_wall_s": 10.0, "end_evals": 200}
-    res = {"graph": "g", "cluster": "k80x4", "num_ops": 9, "lower_bound_s": 0.1, "evals_per_s": 20.0,
-           "reference": {"expert": 0.2, "m_etf": None}, "curves": [curve]}
+    curve = {
+        "graph": "g",
+        "method": "annealing",
+        "wall_s": [0.0, 2.0, 5.0],
+        "evals": [1, 40, 90],
+        "best_s": [0.3, 0.19, 0.15],
+        "end_wall_s": 10.0,
+        "end_evals": 200,
+    }
+    res = {
+        "graph": "g",
+        "cluster": "k80x4",
+        "num_ops": 9,
+        "lower_bound_s": 0.1,
+        "evals_per_s": 20.0,
+        "reference": {"expert": 0.2, "m_etf": None},
+        "curves": [curve],
+    }
     line = search.markdown_table([res]).splitlines()[2]
     assert line == "| g | annealing | 200 | 20 | 150.00 | 5.0 / 90 | 2.0 / 40 |"
     assert "m_etf OOM" in search.reference_lines([res])

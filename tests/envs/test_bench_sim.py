@@ -15,9 +15,23 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 @pytest.mark.slow
 def test_bench_sim_json():
     out = subprocess.run(
-        [sys.executable, os.path.join(ROOT, "scripts", "bench_sim.py"), "--ops", "300", "--batch", "4", "--seconds", "0.2", "--json",
-         "--executor", "both"],
-        capture_output=True, text=True, timeout=300, check=True,
+        [
+            sys.executable,
+            os.path.join(ROOT, "scripts", "bench_sim.py"),
+            "--ops",
+            "300",
+            "--batch",
+            "4",
+            "--seconds",
+            "0.2",
+            "--json",
+            "--executor",
+            "both",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=True,
     ).stdout
     both = json.loads(out)
     assert sorted(both) == ["dataflow", "eager"]

@@ -77,8 +77,14 @@ def _doc():
         # Strict types (schema layer): a list is not a string, a string not a bool, a bool not a number.
         (lambda d: d["links"][0].update(src=["cpu:0"]), "links[0].src must be a string, got ['cpu:0'] (a list)"),
         (lambda d: d["links"][0].update(dst={"a": 1}), "links[0].dst must be a string"),
-        (lambda d: d["links"][0].update(bidirectional="false"), "links[0].bidirectional must be true or false, got 'false'"),
-        (lambda d: d["devices"][1].update(flops_per_s=True), "devices[1] (gpu:0).flops_per_s must be a number, got True (a bool)"),
+        (
+            lambda d: d["links"][0].update(bidirectional="false"),
+            "links[0].bidirectional must be true or false, got 'false'",
+        ),
+        (
+            lambda d: d["devices"][1].update(flops_per_s=True),
+            "devices[1] (gpu:0).flops_per_s must be a number, got True (a bool)",
+        ),
         (lambda d: d["devices"][1].update(memory_bytes=10**400), "devices[1] (gpu:0).memory_bytes is too large"),
         (lambda d: d["devices"][1].update(kind=["gpu"]), "devices[1] (gpu:0).kind must be a string"),
         (lambda d: d["devices"][0].update(name=7), "devices[0].name must be a string"),
@@ -117,7 +123,8 @@ def test_resolve_cluster_errors(tmp_path):
 def test_asymmetric_links_round_trip():
     doc = _doc()
     doc["links"] = [dict(l, bidirectional=False) for l in doc["links"]] + [
-        {k: (v if k not in ("src", "dst") else l["dst" if k == "src" else "src"]) for k, v in l.items()} | {"bandwidth_bytes_per_s": 5e9, "bidirectional": False}
+        {k: (v if k not in ("src", "dst") else l["dst" if k == "src" else "src"]) for k, v in l.items()}
+        | {"bandwidth_bytes_per_s": 5e9, "bidirectional": False}
         for l in doc["links"]
     ]
     c = Cluster.from_dict(doc)
@@ -126,8 +133,13 @@ def test_asymmetric_links_round_trip():
 
 
 def test_with_profile_takes_measured_links(tmp_path):
-    doc = {"format": "placer-profile/1", "graph_hash": "", "ops": [], "devices": {},
-           "links": [{"src": "cpu", "dst": "cuda:0", "latency_s": 2e-5, "bandwidth_bytes_per_s": 2e10}]}
+    doc = {
+        "format": "placer-profile/1",
+        "graph_hash": "",
+        "ops": [],
+        "devices": {},
+        "links": [{"src": "cpu", "dst": "cuda:0", "latency_s": 2e-5, "bandwidth_bytes_per_s": 2e10}],
+    }
     path = tmp_path / "prof.json"
     path.write_text(json.dumps(doc))
     c = Cluster.preset("k80x2")
@@ -151,9 +163,22 @@ def test_a_tiny_rate_is_refused_before_it_can_simulate_an_infinite_ok_step(tmp_p
     for dev in doc["devices"]:
         dev["flops_per_s"] = 1e-300
     (tmp_path / "c.json").write_text(json.dumps(doc))
-    rc = main(["place", str(tmp_path / "g.json"), "--cluster", str(tmp_path / "c.json"), "--method", "single", "-o", str(tmp_path / "p.json")])
+    rc = main(
+        [
+            "place",
+            str(tmp_path / "g.json"),
+            "--cluster",
+            str(tmp_path / "c.json"),
+            "--method",
+            "single",
+            "-o",
+            str(tmp_path / "p.json"),
+        ]
+    )
     err = capsys.readouterr().err
-    assert rc == 2 and err.count("\n") == 1 and "flops_per_s must be at least 1" in err and str(tmp_path / "c.json") in err
+    assert (
+        rc == 2 and err.count("\n") == 1 and "flops_per_s must be at least 1" in err and str(tmp_path / "c.json") in err
+    )
 
 
 def test_rates_at_the_floor_keep_simulated_times_finite():

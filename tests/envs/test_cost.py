@@ -4,15 +4,16 @@ from __future__ import annotations
 
 import numpy as np
 
-from envs import Cluster
-from envs import cost
+from envs import Cluster, cost
 from graphs import OpGraph
 
 
 def test_roofline_profile_and_views():
     g = OpGraph.from_edges(
-        ["mm", "relu", "view"], [("mm", "relu", 8_000_000), ("relu", "view", 8_000_000)],
-        flops=[8e9, 0.0, 0.0], op_types=["aten.mm.default", "aten.relu.default", "aten.view.default"],
+        ["mm", "relu", "view"],
+        [("mm", "relu", 8_000_000), ("relu", "view", 8_000_000)],
+        flops=[8e9, 0.0, 0.0],
+        op_types=["aten.mm.default", "aten.relu.default", "aten.view.default"],
     )
     c = Cluster.preset("k80x2")
     fwd, bwd = cost.op_times(g, c)
@@ -38,7 +39,13 @@ def test_transfer_and_update_times():
 
 
 def test_static_and_activation_bytes():
-    g = OpGraph.from_edges(["a", "v"], [("a", "v", 40)], op_types=["aten.mm.default", "aten.t.default"],
-                           param_bytes=[100, 0], buffer_bytes=[8, 0], out_bytes=[40, 40])
+    g = OpGraph.from_edges(
+        ["a", "v"],
+        [("a", "v", 40)],
+        op_types=["aten.mm.default", "aten.t.default"],
+        param_bytes=[100, 0],
+        buffer_bytes=[8, 0],
+        out_bytes=[40, 40],
+    )
     assert cost.static_bytes(g).tolist() == [408, 0]
     assert cost.activation_bytes(g).tolist() == [40, 0]

@@ -11,7 +11,9 @@ import pytest
 
 ENVS = Path(__file__).resolve().parents[2] / "envs"
 #: Every module of envs by its name under envs (``cluster``, ``sim.kernel``, ``real.profiler.fit``...).
-MODULES = sorted(".".join(p.relative_to(ENVS).with_suffix("").parts) for p in ENVS.rglob("*.py") if p.stem != "__init__")
+MODULES = sorted(
+    ".".join(p.relative_to(ENVS).with_suffix("").parts) for p in ENVS.rglob("*.py") if p.stem != "__init__"
+)
 PACKAGES = sorted(".".join(p.parent.relative_to(ENVS).parts) for p in ENVS.rglob("__init__.py") if p.parent != ENVS)
 
 
@@ -62,7 +64,7 @@ def test_envs_modules_import_each_other_without_a_cycle():
 
     def walk(m: str, stack: list[str]) -> None:
         if m in stack:
-            pytest.fail("import loop: " + " -> ".join(stack[stack.index(m):] + [m]))
+            pytest.fail("import loop: " + " -> ".join(stack[stack.index(m) :] + [m]))
         if m in done:
             return
         for dep in sorted(graph[m]):
@@ -92,6 +94,7 @@ def test_the_api_kept_on_cluster_is_there():
 @pytest.mark.slow
 @pytest.mark.parametrize("module", MODULES)
 def test_each_envs_module_imports_alone_in_a_fresh_interpreter(module):
-    out = subprocess.run([sys.executable, "-c", f"import envs.{module}"], capture_output=True, text=True,
-                         cwd=ENVS.parent, timeout=300)
+    out = subprocess.run(
+        [sys.executable, "-c", f"import envs.{module}"], capture_output=True, text=True, cwd=ENVS.parent, timeout=300
+    )
     assert out.returncode == 0, out.stderr

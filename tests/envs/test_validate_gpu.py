@@ -18,8 +18,14 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 
 def run(*args: str, timeout: float = 600) -> subprocess.CompletedProcess:
     env = {**os.environ, "OMP_NUM_THREADS": "1", "RAY_DISABLE_USAGE_STATS": "1"}
-    return subprocess.run([sys.executable, os.path.join(ROOT, "scripts", "validate_gpu.py"), *args],
-                          capture_output=True, text=True, timeout=timeout, env=env, cwd=ROOT)
+    return subprocess.run(
+        [sys.executable, os.path.join(ROOT, "scripts", "validate_gpu.py"), *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=env,
+        cwd=ROOT,
+    )
 
 
 @pytest.fixture
@@ -38,16 +44,19 @@ def test_summary_merges_models_across_calls(vg, tmp_path):
     assert [(m["model"], m["n"]) for m in doc["models"]] == [("nmt-2", 2), ("rnnlm", 3)]
 
 
-@pytest.mark.parametrize("args, option", [
-    (["--models", "nope"], "--models"),
-    (["--held-out", "rnnlm"], "--held-out"),  # rnnlm is --tiny's tuned model
-    (["--placements", "1"], "--placements"),
-    (["--train-budget", "0"], "--train-budget"),
-    (["--rounds", "0"], "--rounds"),
-    (["--warmup-s", "-1"], "--warmup-s"),
-    (["--size", "huge"], "--size"),
-    (["--steps", "x"], "--steps"),
-])
+@pytest.mark.parametrize(
+    "args, option",
+    [
+        (["--models", "nope"], "--models"),
+        (["--held-out", "rnnlm"], "--held-out"),  # rnnlm is --tiny's tuned model
+        (["--placements", "1"], "--placements"),
+        (["--train-budget", "0"], "--train-budget"),
+        (["--rounds", "0"], "--rounds"),
+        (["--warmup-s", "-1"], "--warmup-s"),
+        (["--size", "huge"], "--size"),
+        (["--steps", "x"], "--steps"),
+    ],
+)
 @pytest.mark.slow
 def test_bad_options_are_one_line_errors(args, option, tmp_path):
     proc = run("--tiny", *args, "--out-dir", str(tmp_path / "out"), "--work-dir", str(tmp_path / "work"), timeout=120)
@@ -67,10 +76,23 @@ def run_shell(out, work, without_ray) -> subprocess.CompletedProcess:
     """scripts/gpu_validate.sh --tiny: what the GPU machine runs, on the CPU (and, as there, without ray)."""
     # the script runs `python3`: this interpreter's, as on the GPU machine where it is the one with torch
     path = os.pathsep.join([os.path.dirname(sys.executable), os.environ.get("PATH", "")])
-    env = {**os.environ, "PATH": path, "OMP_NUM_THREADS": "1", "OUT": str(out), "WORK": str(work), "DEADLINE": "900",
-           **without_ray}
-    return subprocess.run(["bash", os.path.join(ROOT, "scripts", "gpu_validate.sh"), "--tiny"], capture_output=True, text=True,
-                          timeout=1000, env=env, cwd=ROOT)
+    env = {
+        **os.environ,
+        "PATH": path,
+        "OMP_NUM_THREADS": "1",
+        "OUT": str(out),
+        "WORK": str(work),
+        "DEADLINE": "900",
+        **without_ray,
+    }
+    return subprocess.run(
+        ["bash", os.path.join(ROOT, "scripts", "gpu_validate.sh"), "--tiny"],
+        capture_output=True,
+        text=True,
+        timeout=1000,
+        env=env,
+        cwd=ROOT,
+    )
 
 
 @pytest.mark.slow
@@ -81,8 +103,20 @@ def test_tiny_run_end_to_end_rescored_and_resumed(tmp_path, without_ray):
     # three files come back (the device tool brings at most 8), the folder as one archive
     assert sorted(os.listdir(back)) == ["calibration.tar.gz", "log.txt", "summary.json"]
     with tarfile.open(back / "calibration.tar.gz") as tar:
-        assert sorted(tar.getnames()) == ["calibration", *sorted(f"calibration/{f}" for f in (
-            "gpt2.jsonl", "gpt2.profile.json", "order_trust.json", "rnnlm.jsonl", "rnnlm.profile.json", "summary.json"))]
+        assert sorted(tar.getnames()) == [
+            "calibration",
+            *sorted(
+                f"calibration/{f}"
+                for f in (
+                    "gpt2.jsonl",
+                    "gpt2.profile.json",
+                    "order_trust.json",
+                    "rnnlm.jsonl",
+                    "rnnlm.profile.json",
+                    "summary.json",
+                )
+            ),
+        ]
     out = work / "calibration"
     doc = json.loads((back / "summary.json").read_text())
     assert doc["format"] == "placer-gpu-validation/2" and "| held-out | gpt2 |" in (back / "log.txt").read_text()
@@ -95,15 +129,24 @@ def test_tiny_run_end_to_end_rescored_and_resumed(tmp_path, without_ray):
         assert m["repeatability"]["n"] >= 1 and m["repeatability"]["median"] >= 0  # built and measured twice
         assert m["memory"]["n"] == 0  # no CUDA device: no allocator peak to compare with
         assert m["checks"]["apply"]["ok"] and m["checks"]["apply"]["grad_max_rel_err"] <= 1e-3
-        assert m["profile_fit"]["cpu"]["contention"]["op"] >= 0 and m["profile_fit"]["cpu"]["staging"]["bandwidth_bytes_per_s"] > 0
+        assert (
+            m["profile_fit"]["cpu"]["contention"]["op"] >= 0
+            and m["profile_fit"]["cpu"]["staging"]["bandwidth_bytes_per_s"] > 0
+        )
     assert doc["orders"]["record"]["format"] == "placer-order-trust/1"
 
     rows = [json.loads(line) for line in (out / "rnnlm.jsonl").read_text().splitlines()]
-    assert len({r["placement_hash"] for r in rows}) == len(rows) and {"learned", "baseline"} <= {r["kind"] for r in rows}
-    assert {"all on cpu:0", "all on gpu:0"} <= {m for r in rows for m in r["methods"]}  # both singles (maybe as a baseline's)
+    assert len({r["placement_hash"] for r in rows}) == len(rows) and {"learned", "baseline"} <= {
+        r["kind"] for r in rows
+    }
+    assert {"all on cpu:0", "all on gpu:0"} <= {
+        m for r in rows for m in r["methods"]
+    }  # both singles (maybe as a baseline's)
     for r in rows:
         assert r["status"] == "ok" and r["real_step_s"] > 0 and set(r["sim_step_s"]) == {"eager", "dataflow"}
-        assert len(r["round_medians_s"]) == 2 and set(r["sim_peak_bytes"]) == {"cpu:0", "gpu:0"} and r["group"] == "tuned"
+        assert (
+            len(r["round_medians_s"]) == 2 and set(r["sim_peak_bytes"]) == {"cpu:0", "gpu:0"} and r["group"] == "tuned"
+        )
     assert sum("repeat" in r for r in rows) >= 1
     trust = json.loads((out / "order_trust.json").read_text())
     assert json.loads((out / "rnnlm.profile.json").read_text())["order_trust"]["margin"] == trust["margin"]
@@ -111,7 +154,9 @@ def test_tiny_run_end_to_end_rescored_and_resumed(tmp_path, without_ray):
     # --rescore: the stored measurements scored again here, with the stored profiles, give the same figures
     rescored = run("--tiny", "--json", "--rescore", str(out), "--out-dir", str(tmp_path / "unused"), timeout=300)
     assert rescored.returncode == 0, rescored.stderr[-3000:]
-    figures = lambda d: [(m["model"], m["executors"]["eager"]["mape"], m["repeatability"]["median"]) for m in d["models"]]  # noqa: E731
+    figures = lambda d: [
+        (m["model"], m["executors"]["eager"]["mape"], m["repeatability"]["median"]) for m in d["models"]
+    ]  # noqa: E731
     assert figures(json.loads(rescored.stdout)) == figures(doc)
     assert not (tmp_path / "unused").exists()  # rescoring writes nothing
     missing = run("--tiny", "--rescore", str(tmp_path / "nowhere"), timeout=120)
@@ -119,18 +164,57 @@ def test_tiny_run_end_to_end_rescored_and_resumed(tmp_path, without_ray):
 
     # scripts/gpu_profile.py on the same run: a profile in context, three placements re-measured, apply vs float64
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    gp = subprocess.run([sys.executable, os.path.join(ROOT, "scripts", "gpu_profile.py"), "--models", "rnnlm", "--size", "small",
-                         "--device-map", "*=cpu", "--from", str(out), "--stride", "4", "--remeasure", "3", "--apply-check", "rnnlm",
-                         "--repeats", "2", "--steps", "2", "--warmup", "1", "--cpus", "1", "--out-dir", str(tmp_path / "gp"),
-                         "--work-dir", str(tmp_path / "gpw")], capture_output=True, text=True, timeout=300, env=env, cwd=ROOT)
+    gp = subprocess.run(
+        [
+            sys.executable,
+            os.path.join(ROOT, "scripts", "gpu_profile.py"),
+            "--models",
+            "rnnlm",
+            "--size",
+            "small",
+            "--device-map",
+            "*=cpu",
+            "--from",
+            str(out),
+            "--stride",
+            "4",
+            "--remeasure",
+            "3",
+            "--apply-check",
+            "rnnlm",
+            "--repeats",
+            "2",
+            "--steps",
+            "2",
+            "--warmup",
+            "1",
+            "--cpus",
+            "1",
+            "--out-dir",
+            str(tmp_path / "gp"),
+            "--work-dir",
+            str(tmp_path / "gpw"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=env,
+        cwd=ROOT,
+    )
     assert gp.returncode == 0, gp.stderr[-3000:]
     (entry,) = json.loads((tmp_path / "gp" / "gpu_profile.json").read_text())
     assert len(entry["remeasured"]) == 3 and entry["remeasure_ratio_median"] > 0
     assert [r["methods"] for r in entry["remeasured"]] == [rows[k]["methods"] for k in (0, 4, 8)]
     assert all(c["placed_worst_norm_rel"] < 1e-3 for c in entry["apply_checks"].values())
     for bad in (["--models", "nope"], ["--stride", "0"], ["--gpu-name", "gpu:7"]):
-        proc = subprocess.run([sys.executable, os.path.join(ROOT, "scripts", "gpu_profile.py"), "--device-map", "*=cpu", *bad],
-                              capture_output=True, text=True, timeout=120, env=env, cwd=ROOT)
+        proc = subprocess.run(
+            [sys.executable, os.path.join(ROOT, "scripts", "gpu_profile.py"), "--device-map", "*=cpu", *bad],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            env=env,
+            cwd=ROOT,
+        )
         assert proc.returncode == 2 and proc.stderr.strip().count("\n") == 0 and bad[0] in proc.stderr, proc.stderr
 
     # resumed: the profiles, learned placements and measured blocks are reused, nothing is measured again
@@ -164,20 +248,45 @@ def test_apply_check_allows_float32s_own_error_and_no_more(vg, monkeypatch):
 
     """Against float64, the placed model passes where its error is within the tolerance or twice the float32
     CPU model's own error (a gradient that is mostly cancellation), and fails on a larger error or a lost gradient."""
+
     def rows(placed, cpu32, missing=()):
-        return {"grads": 2, "missing": list(missing), "extra": [], "loss_placed_rel": 1e-7, "loss_cpu32_rel": 1e-7,
-                "rows": [{"param": "bn.bias", "max_abs": 1e-3, "placed_norm_rel": placed, "cpu32_norm_rel": cpu32,
-                          "placed_max_rel": placed, "cpu32_max_rel": cpu32},
-                         {"param": "fc.weight", "max_abs": 1.0, "placed_norm_rel": 1e-7, "cpu32_norm_rel": 1e-7,
-                          "placed_max_rel": 1e-7, "cpu32_max_rel": 1e-7}]}
+        return {
+            "grads": 2,
+            "missing": list(missing),
+            "extra": [],
+            "loss_placed_rel": 1e-7,
+            "loss_cpu32_rel": 1e-7,
+            "rows": [
+                {
+                    "param": "bn.bias",
+                    "max_abs": 1e-3,
+                    "placed_norm_rel": placed,
+                    "cpu32_norm_rel": cpu32,
+                    "placed_max_rel": placed,
+                    "cpu32_max_rel": cpu32,
+                },
+                {
+                    "param": "fc.weight",
+                    "max_abs": 1.0,
+                    "placed_norm_rel": 1e-7,
+                    "cpu32_norm_rel": 1e-7,
+                    "placed_max_rel": 1e-7,
+                    "cpu32_max_rel": 1e-7,
+                },
+            ],
+        }
 
     args = vg.parse(["--tiny"])
 
     class P:
         method = "learned"
 
-    for errors, ok in ((rows(0.05, 0.03), True), (rows(5e-4, 1e-7), True), (rows(0.05, 0.01), False),
-                       (rows(1e-7, 1e-7, missing=["lost.weight"]), False)):
+    for errors, ok in (
+        (rows(0.05, 0.03), True),
+        (rows(5e-4, 1e-7), True),
+        (rows(0.05, 0.01), False),
+        (rows(1e-7, 1e-7, missing=["lost.weight"]), False),
+    ):
         monkeypatch.setattr(checks, "grad_errors", lambda *a, e=errors: e)
         check = checks.check_apply("rnnlm", args, P(), None)
         assert check["ok"] is ok, (errors["rows"][0], check)
@@ -190,13 +299,26 @@ def test_a_model_that_fails_is_reported_and_the_others_still_are(vg, monkeypatch
 
     args = vg.parse(["--tiny", "--json", "--out-dir", str(tmp_path / "out"), "--work-dir", str(tmp_path / "work")])
     vg.check(args)
-    row = {"model": "rnnlm", "kind": "random", "methods": ["random 0"], "issue_order": "node", "status": "ok", "real_step_s": 1.0,
-           "sim_step_s": {"eager": 1.1, "dataflow": 1.2}, "ops_per_device": {"cpu:0": 1, "gpu:0": 0}}
+    row = {
+        "model": "rnnlm",
+        "kind": "random",
+        "methods": ["random 0"],
+        "issue_order": "node",
+        "status": "ok",
+        "real_step_s": 1.0,
+        "sim_step_s": {"eager": 1.1, "dataflow": 1.2},
+        "ops_per_device": {"cpu:0": 1, "gpu:0": 0},
+    }
 
     def fake(name, group, args):
         if name == "gpt2":
             raise RuntimeError("CUDA error: an illegal memory access was encountered\nmore")
-        return {**model_figures(name, group, [row, {**row, "methods": ["random 1"], "real_step_s": 2.0}]), "ops": 1}, [row], {"devices": {}}, None
+        return (
+            {**model_figures(name, group, [row, {**row, "methods": ["random 1"], "real_step_s": 2.0}]), "ops": 1},
+            [row],
+            {"devices": {}},
+            None,
+        )
 
     monkeypatch.setattr(vg, "run_model", fake)
     assert vg.run(args) == 0

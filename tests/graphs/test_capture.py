@@ -184,7 +184,7 @@ def test_model_errors_are_one_line(capsys):
     assert capsys.readouterr().err == ""  # torch's logs and graph dumps are silenced
 
 
-_NONZERO_MODULE = '''
+_NONZERO_MODULE = """
 import torch
 
 
@@ -209,7 +209,7 @@ def build():
 
 def build_masked():
     return Masked(), (torch.randn(3, 4),)
-'''
+"""
 
 
 class _Nonzero(nn.Module):
@@ -236,7 +236,9 @@ def test_graph_building_failures_are_capture_errors(monkeypatch):
         raise RuntimeError("boom\nsecond line")
 
     monkeypatch.setattr(tc, "_nbytes", broken)
-    with pytest.raises(CaptureError, match=r"capture failed: cannot convert node \w+ \(placeholder\) \(RuntimeError: boom\)$") as info:
+    with pytest.raises(
+        CaptureError, match=r"capture failed: cannot convert node \w+ \(placeholder\) \(RuntimeError: boom\)$"
+    ) as info:
         graph_from_program(ep)
     assert "\n" not in str(info.value)
 
@@ -253,7 +255,11 @@ def test_cli_export_of_a_data_dependent_model_is_one_line(tmp_path, builder):
     env = dict(os.environ, PYTHONPATH=root)
     out = subprocess.run(
         [sys.executable, "-m", "placer", "export", f"mymod:{builder}", "-o", "g.json"],
-        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300,
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
     assert out.returncode == 2, out.stderr
     assert out.stderr.count("\n") == 1 and "Traceback" not in out.stderr
@@ -261,12 +267,15 @@ def test_cli_export_of_a_data_dependent_model_is_one_line(tmp_path, builder):
     assert not (tmp_path / "g.json").exists()
 
 
-@pytest.mark.parametrize("recorded, path", [
-    ("model.transformer.h.0.attn", "model.transformer.h.0.attn"),  # as torch.export gives it today
-    ("L['self'].model.transformer.h[0].attn", "model.transformer.h.0.attn"),  # the tracer's form, left as it was
-    ("getattr(L['self'].model.h, '1').mlp", "model.h.1.mlp"),
-    ("L['self']", ""),
-])
+@pytest.mark.parametrize(
+    "recorded, path",
+    [
+        ("model.transformer.h.0.attn", "model.transformer.h.0.attn"),  # as torch.export gives it today
+        ("L['self'].model.transformer.h[0].attn", "model.transformer.h.0.attn"),  # the tracer's form, left as it was
+        ("getattr(L['self'].model.h, '1').mlp", "model.h.1.mlp"),
+        ("L['self']", ""),
+    ],
+)
 def test_module_paths_are_dotted_names_of_the_root_model(recorded, path):
     from types import SimpleNamespace
 

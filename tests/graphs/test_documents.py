@@ -21,7 +21,7 @@ READERS = {
 
 @pytest.mark.parametrize("kind", READERS)
 def test_same_header_errors_for_every_file_kind(kind):
-    with pytest.raises(PlacerError, match=rf"^x\.json: expected a JSON object at top level$"):
+    with pytest.raises(PlacerError, match=r"^x\.json: expected a JSON object at top level$"):
         READERS[kind]([1, 2], source="x.json")
     with pytest.raises(PlacerError, match=r"^x\.json: format is 'other/9', expected 'placer-"):
         READERS[kind]({"format": "other/9"}, source="x.json")

@@ -101,7 +101,14 @@ def test_a_view_joins_the_producer_of_its_largest_input():
     g = OpGraph.from_edges(
         ["x", "s", "v", "sp", "w", "y"],
         [("x", "v", 400), ("s", "v", 8), ("x", "sp", 400), ("sp", "w", 200), ("v", "y", 400), ("w", "y", 200)],
-        op_types=["aten.relu.default", "aten.sym_size.int", "aten.view.default", "aten.split.Tensor", "getitem", "aten.add.Tensor"],
+        op_types=[
+            "aten.relu.default",
+            "aten.sym_size.int",
+            "aten.view.default",
+            "aten.split.Tensor",
+            "getitem",
+            "aten.add.Tensor",
+        ],
     )
     lab = colocate(g).tolist()
     x, s, v, sp, w, y = (g.index[k] for k in ["x", "s", "v", "sp", "w", "y"])
@@ -126,8 +133,10 @@ def test_an_inplace_op_joins_what_it_mutates_and_shared_params_do_not_join():
 def test_colocation_cycle_is_merged():
     # a -> b -> c and a -> c, c = a.add_(b): joining a with c puts b on a cycle.
     g = OpGraph.from_edges(
-        ["a", "b", "c", "d"], [("a", "b", 64), ("b", "c", 16), ("a", "c", 64), ("c", "d", 64)],
-        op_types=["aten.relu.default", "aten.sum.default", "aten.add_.Tensor", "aten.relu.default"], flops=[1, 2, 3, 4],
+        ["a", "b", "c", "d"],
+        [("a", "b", 64), ("b", "c", 16), ("a", "c", 64), ("c", "d", 64)],
+        op_types=["aten.relu.default", "aten.sum.default", "aten.add_.Tensor", "aten.relu.default"],
+        flops=[1, 2, 3, 4],
     )
     grouping = coarsen(g, max_groups=10)
     assert grouping.num_groups == 2 and grouping.graph.meta["merged_cycles"] == 1
@@ -180,9 +189,12 @@ def test_cuts_prefer_small_tensors():
 
 def test_group_columns():
     g = OpGraph.from_edges(
-        ["a", "b", "c", "d"], [("a", "b", 8), ("b", "c", 8), ("a", "d", 4), ("c", "d", 8)],
+        ["a", "b", "c", "d"],
+        [("a", "b", 8), ("b", "c", 8), ("a", "d", 4), ("c", "d", 8)],
         op_types=["aten.add.Tensor", "aten.mm.default", "aten.add.Tensor", "aten.add.Tensor"],
-        flops=[1.0, 10.0, 1.0, 1.0], param_bytes=[0, 400, 0, 4], module_paths=["enc.l0.fc", "enc.l0.act", "enc.l1", "dec"],
+        flops=[1.0, 10.0, 1.0, 1.0],
+        param_bytes=[0, 400, 0, 4],
+        module_paths=["enc.l0.fc", "enc.l0.act", "enc.l1", "dec"],
     )
     g.params[1] = ["enc.l0.fc.weight"]
     g.profile = {"gpu": {"fwd_s": np.array([1.0, 2.0, np.nan, 4.0])}}
@@ -217,7 +229,9 @@ def test_expand_batched_is_a_fancy_index():
     np.testing.assert_array_equal(out, P[..., grouping.op_group])
     for gid in range(grouping.num_groups):
         assert (out[..., grouping.members(gid)] == P[..., gid : gid + 1]).all()
-    np.testing.assert_array_equal(np.sort(np.concatenate([grouping.members(i) for i in range(grouping.num_groups)])), np.arange(200))
+    np.testing.assert_array_equal(
+        np.sort(np.concatenate([grouping.members(i) for i in range(grouping.num_groups)])), np.arange(200)
+    )
 
 
 def test_contract_rejects_a_split_group_and_bad_shapes():
@@ -301,26 +315,68 @@ def test_one_dominant_op_still_gives_max_groups(heavy):
     g = random_dag(500, seed=12)
     flops = g.flops.copy()
     flops[heavy] = 1e6 * flops.sum()
-    g2 = OpGraph(**{**{k: getattr(g, k) for k in ("names", "op_types", "out_shapes", "out_dtypes", "out_bytes", "param_bytes",
-                                                   "buffer_bytes", "module_paths", "params", "edge_src", "edge_dst", "edge_bytes")},
-                    "flops": flops})
+    g2 = OpGraph(
+        **{
+            **{
+                k: getattr(g, k)
+                for k in (
+                    "names",
+                    "op_types",
+                    "out_shapes",
+                    "out_dtypes",
+                    "out_bytes",
+                    "param_bytes",
+                    "buffer_bytes",
+                    "module_paths",
+                    "params",
+                    "edge_src",
+                    "edge_dst",
+                    "edge_bytes",
+                )
+            },
+            "flops": flops,
+        }
+    )
     grouping = coarsen(g2, max_groups=50, colocate=False)
     assert grouping.num_groups == 50
     assert len(grouping.members(int(grouping.op_group[heavy]))) <= 10
 
 
 @settings(max_examples=30, deadline=None)
-@given(n=st.integers(2, 200), seed=st.integers(0, 10_000), max_groups=st.integers(1, 40), alias_share=st.floats(0.0, 0.6))
+@given(
+    n=st.integers(2, 200), seed=st.integers(0, 10_000), max_groups=st.integers(1, 40), alias_share=st.floats(0.0, 0.6)
+)
 def test_coarsen_properties_with_many_views_and_inplace_ops(n, seed, max_groups, alias_share):
     # Views with several inputs and in-place ops everywhere: co-location joins far
     # apart ops, so its quotient graph has cycles that coarsen must merge.
     g = random_dag(n, seed=seed, avg_degree=2.0)
     rng = np.random.default_rng(seed)
     draw = rng.random(n)
-    types = np.where(draw < alias_share / 2, "aten.view.default", np.where(draw < alias_share, "aten.add_.Tensor", "aten.mm.default"))
-    g2 = OpGraph(**{**{k: getattr(g, k) for k in ("names", "out_shapes", "out_dtypes", "out_bytes", "param_bytes", "buffer_bytes",
-                                                   "flops", "module_paths", "params", "edge_src", "edge_dst", "edge_bytes")},
-                    "op_types": types.tolist()})
+    types = np.where(
+        draw < alias_share / 2, "aten.view.default", np.where(draw < alias_share, "aten.add_.Tensor", "aten.mm.default")
+    )
+    g2 = OpGraph(
+        **{
+            **{
+                k: getattr(g, k)
+                for k in (
+                    "names",
+                    "out_shapes",
+                    "out_dtypes",
+                    "out_bytes",
+                    "param_bytes",
+                    "buffer_bytes",
+                    "flops",
+                    "module_paths",
+                    "params",
+                    "edge_src",
+                    "edge_dst",
+                    "edge_bytes",
+                )
+            },
+            "op_types": types.tolist(),
+        }
+    )
     check_grouping(g2, coarsen(g2, max_groups), max_groups, colocated=True, seed=seed)
 
 
@@ -401,13 +457,19 @@ def test_module_levels_of_a_captured_recurrent_model_put_each_layer_in_one_group
 
 def test_module_levels_need_module_paths_and_reject_a_bad_depth():
     g = random_dag(40, seed=2)
-    no_paths = OpGraph.from_edges(g.names, [(g.names[s], g.names[d], b) for s, d, b in
-                                            zip(g.edge_src.tolist(), g.edge_dst.tolist(), g.edge_bytes.tolist())])
+    no_paths = OpGraph.from_edges(
+        g.names,
+        [
+            (g.names[s], g.names[d], b)
+            for s, d, b in zip(g.edge_src.tolist(), g.edge_dst.tolist(), g.edge_bytes.tolist())
+        ],
+    )
     assert not any(no_paths.module_paths) and module_levels(no_paths) == []
     with pytest.raises(PlacerError, match="depth"):
         module_grouping(g, 0)
-    g3 = OpGraph.from_edges(["a", "b", "c", "d"], [("a", "b", 8), ("b", "c", 8), ("c", "d", 8)],
-                            module_paths=["x.p", "x.q", "y.p", "y.q"])
+    g3 = OpGraph.from_edges(
+        ["a", "b", "c", "d"], [("a", "b", 8), ("b", "c", 8), ("c", "d", 8)], module_paths=["x.p", "x.q", "y.p", "y.q"]
+    )
     # depth 1 joins x and y; depth 2 is every op alone (no coarsening), so it is not a level
     assert [lv.op_group.tolist() for lv in module_levels(g3)] == [[0, 0, 1, 1]]
     assert module_levels(g3, max_groups=1) == []
@@ -417,11 +479,30 @@ def test_a_view_across_layers_under_a_wrapper_keeps_the_layers_apart():
     # a wrapper's prefix ("model.") on every path, and each layer viewing the previous layer's output, as a
     # Hugging Face GPT-2 does: the view's co-location group once chained every layer into one group at every depth
     names = ["emb", "v0", "a0", "b0", "v1", "a1", "b1", "head"]
-    g = OpGraph.from_edges(names, [(a, b, 64) for a, b in zip(names, names[1:])],
-                           op_types=["aten.embedding.default", "aten.view.default", "aten.mm.default", "aten.relu.default",
-                                     "aten.view.default", "aten.mm.default", "aten.relu.default", "aten.mm.default"],
-                           module_paths=["model.tr.wte", "model.tr.h.0", "model.tr.h.0", "model.tr.h.0", "model.tr.h.1",
-                                         "model.tr.h.1", "model.tr.h.1", "model.lm_head"])
+    g = OpGraph.from_edges(
+        names,
+        [(a, b, 64) for a, b in zip(names, names[1:])],
+        op_types=[
+            "aten.embedding.default",
+            "aten.view.default",
+            "aten.mm.default",
+            "aten.relu.default",
+            "aten.view.default",
+            "aten.mm.default",
+            "aten.relu.default",
+            "aten.mm.default",
+        ],
+        module_paths=[
+            "model.tr.wte",
+            "model.tr.h.0",
+            "model.tr.h.0",
+            "model.tr.h.0",
+            "model.tr.h.1",
+            "model.tr.h.1",
+            "model.tr.h.1",
+            "model.lm_head",
+        ],
+    )
     levels = {lv.graph.meta["module_depth"]: lv.op_group.tolist() for lv in module_levels(g)}
     assert levels[2] == [0, 0, 0, 0, 0, 0, 0, 1]  # model.tr | model.lm_head
     assert levels[4] == [0, 0, 1, 1, 1, 2, 2, 3]  # wte (+ the view of it) | h.0 (+ the view of its output) | h.1 | head

@@ -83,24 +83,43 @@ def _edit(fn):
     def apply(doc):
         fn(doc)
         return doc
+
     return apply
 
 
 BAD_DOCS = {
-    "wrong format version": (_edit(lambda d: d.update(format="placer-graph/2")), "format is 'placer-graph/2', expected 'placer-graph/1'"),
-    "a cycle": (_edit(lambda d: (d["edges"]["src"].append(9), d["edges"]["dst"].append(2), d["edges"]["bytes"].append(4))), "contain a cycle"),
-    "dangling edge": (_edit(lambda d: (d["edges"]["src"].append(3), d["edges"]["dst"].append(500), d["edges"]["bytes"].append(4))), "dangling"),
-    "negative out_bytes": (_edit(lambda d: d["ops"]["out_bytes"].__setitem__(5, -8)), "negative or non-finite out_bytes"),
+    "wrong format version": (
+        _edit(lambda d: d.update(format="placer-graph/2")),
+        "format is 'placer-graph/2', expected 'placer-graph/1'",
+    ),
+    "a cycle": (
+        _edit(lambda d: (d["edges"]["src"].append(9), d["edges"]["dst"].append(2), d["edges"]["bytes"].append(4))),
+        "contain a cycle",
+    ),
+    "dangling edge": (
+        _edit(lambda d: (d["edges"]["src"].append(3), d["edges"]["dst"].append(500), d["edges"]["bytes"].append(4))),
+        "dangling",
+    ),
+    "negative out_bytes": (
+        _edit(lambda d: d["ops"]["out_bytes"].__setitem__(5, -8)),
+        "negative or non-finite out_bytes",
+    ),
     "negative edge bytes": (_edit(lambda d: d["edges"]["bytes"].__setitem__(5, -8)), "negative bytes"),
     "negative shape": (_edit(lambda d: d["ops"]["shapes"].__setitem__(5, [[-1, 4]])), r"output shape \[-1, 4\]"),
     "fractional bytes": (_edit(lambda d: d["ops"]["param_bytes"].__setitem__(5, 2.5)), r"ops.param_bytes\[5\] is 2.5"),
-    "text in a number column": (_edit(lambda d: d["ops"]["flops"].__setitem__(5, "many")), r"ops.flops\[5\] must be a number, got 'many' \(a string\)"),
+    "text in a number column": (
+        _edit(lambda d: d["ops"]["flops"].__setitem__(5, "many")),
+        r"ops.flops\[5\] must be a number, got 'many' \(a string\)",
+    ),
     "short op column": (_edit(lambda d: d["ops"]["flops"].pop()), "ops.flops has 119 entries but there are 120 ops"),
     "short edge column": (_edit(lambda d: d["edges"]["bytes"].pop()), "edge arrays have different lengths"),
     "missing column": (_edit(lambda d: d["ops"].pop("module")), "ops.module is missing"),
     "missing table": (_edit(lambda d: d.pop("edges")), "missing 'ops' or 'edges' table"),
     "hash mismatch": (_edit(lambda d: d["ops"]["flops"].__setitem__(5, 1.0)), "content hash mismatch"),
-    "unsorted ops": (_edit(lambda d: (d["edges"]["src"].append(9), d["edges"]["dst"].append(8), d["edges"]["bytes"].append(4))), "not in topological order|cycle"),
+    "unsorted ops": (
+        _edit(lambda d: (d["edges"]["src"].append(9), d["edges"]["dst"].append(8), d["edges"]["bytes"].append(4))),
+        "not in topological order|cycle",
+    ),
     "bad profile": (_edit(lambda d: d["profile"]["gpu"]["fwd_s"].pop()), r"profile\['gpu'\]\['fwd_s'\] has shape"),
 }
 

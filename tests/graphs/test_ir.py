@@ -13,10 +13,21 @@ from graphs.synthetic import random_dag
 
 def _columns(g: OpGraph, **override) -> dict:
     cols = dict(
-        names=list(g.names), op_types=list(g.op_types), out_shapes=g.out_shapes, out_dtypes=g.out_dtypes,
-        out_bytes=g.out_bytes, param_bytes=g.param_bytes, buffer_bytes=g.buffer_bytes, flops=g.flops,
-        module_paths=list(g.module_paths), params=g.params, edge_src=g.edge_src, edge_dst=g.edge_dst,
-        edge_bytes=g.edge_bytes, profile=g.profile, name=g.name,
+        names=list(g.names),
+        op_types=list(g.op_types),
+        out_shapes=g.out_shapes,
+        out_dtypes=g.out_dtypes,
+        out_bytes=g.out_bytes,
+        param_bytes=g.param_bytes,
+        buffer_bytes=g.buffer_bytes,
+        flops=g.flops,
+        module_paths=list(g.module_paths),
+        params=g.params,
+        edge_src=g.edge_src,
+        edge_dst=g.edge_dst,
+        edge_bytes=g.edge_bytes,
+        profile=g.profile,
+        name=g.name,
     )
     cols.update(override)
     return cols
@@ -24,12 +35,17 @@ def _columns(g: OpGraph, **override) -> dict:
 
 def test_from_edges_reorders_topologically_and_carries_columns():
     # Given in reverse order: c consumes b, b consumes a.
-    g = OpGraph.from_edges(["c", "b", "a"], [("b", "c", 8), ("a", "b", 4)], flops=[3.0, 2.0, 1.0], op_types=["tc", "tb", "ta"])
+    g = OpGraph.from_edges(
+        ["c", "b", "a"], [("b", "c", 8), ("a", "b", 4)], flops=[3.0, 2.0, 1.0], op_types=["tc", "tb", "ta"]
+    )
     assert g.names == ["a", "b", "c"]
     assert g.flops.tolist() == [1.0, 2.0, 3.0]
     assert g.op_types == ["ta", "tb", "tc"]
     assert bool((g.edge_src < g.edge_dst).all())
-    assert {(g.names[s], g.names[d], int(b)) for s, d, b in zip(g.edge_src, g.edge_dst, g.edge_bytes)} == {("a", "b", 4), ("b", "c", 8)}
+    assert {(g.names[s], g.names[d], int(b)) for s, d, b in zip(g.edge_src, g.edge_dst, g.edge_bytes)} == {
+        ("a", "b", 4),
+        ("b", "c", 8),
+    }
     assert g.out_bytes.tolist() == [4, 8, 0]  # default: largest outgoing edge
 
 
@@ -39,7 +55,10 @@ def test_from_edges_keeps_an_order_that_is_already_topological():
 
 
 def test_from_edges_cycle_names_the_ops_on_it():
-    with pytest.raises(GraphFormatError, match=r"cycle \('b' -> 'c' -> 'a' -> 'b'\)|cycle \('a' -> 'b' -> 'c' -> 'a'\)|cycle \('c' -> 'a' -> 'b' -> 'c'\)"):
+    with pytest.raises(
+        GraphFormatError,
+        match=r"cycle \('b' -> 'c' -> 'a' -> 'b'\)|cycle \('a' -> 'b' -> 'c' -> 'a'\)|cycle \('c' -> 'a' -> 'b' -> 'c'\)",
+    ):
         OpGraph.from_edges(["a", "b", "c", "d"], [("a", "b", 1), ("b", "c", 1), ("c", "a", 1), ("c", "d", 1)])
 
 
@@ -80,7 +99,9 @@ def test_csr_successors_and_predecessors_match_networkx():
     assert indptr[-1] == g.num_edges and (g.edge_src[eid] == np.repeat(np.arange(g.num_ops), np.diff(indptr))).all()
     assert (g.edge_dst[eid] == dst).all()
     indptr, src, eid = g.in_csr
-    assert (g.edge_src[eid] == src).all() and (g.edge_dst[eid] == np.repeat(np.arange(g.num_ops), np.diff(indptr))).all()
+    assert (g.edge_src[eid] == src).all() and (
+        g.edge_dst[eid] == np.repeat(np.arange(g.num_ops), np.diff(indptr))
+    ).all()
 
 
 def test_csr_of_a_graph_without_edges():
@@ -90,8 +111,14 @@ def test_csr_of_a_graph_without_edges():
 
 def test_networkx_round_trip_keeps_everything():
     g = random_dag(200, seed=4)
-    g.profile = {"gpu": {"fwd_s": np.where(np.arange(200) % 3 == 0, np.nan, 1e-3), "bwd_s": np.full(200, 2e-3),
-                         "issue_fwd_s": np.full(200, 1e-5), "issue_bwd_s": np.full(200, 3e-5)}}
+    g.profile = {
+        "gpu": {
+            "fwd_s": np.where(np.arange(200) % 3 == 0, np.nan, 1e-3),
+            "bwd_s": np.full(200, 2e-3),
+            "issue_fwd_s": np.full(200, 1e-5),
+            "issue_bwd_s": np.full(200, 3e-5),
+        }
+    }
     g.invalidate()
     g2 = OpGraph.from_networkx(g.to_networkx())
     assert g2.content_hash == g.content_hash
@@ -144,7 +171,7 @@ BAD_COLUMNS = [
 @pytest.mark.parametrize("change,message", BAD_COLUMNS)
 def test_validate_names_the_problem(change, message):
     g = random_dag(50, seed=6, name="toy")
-    (col, how), = change.items()
+    ((col, how),) = change.items()
     cols = _columns(g)
     if how == "neg":
         if col == "out_shapes":

@@ -20,8 +20,9 @@ def test_one_base_name_for_every_spelling_of_an_op(spelling):
 
 
 def test_base_names_of_python_callables():
-    assert [base_op_name(t) for t in ("getitem", "_operator.getitem", "torch.nn.functional.relu", "mylib.fused.default")] == [
-        "getitem", "getitem", "relu", "fused"]
+    assert [
+        base_op_name(t) for t in ("getitem", "_operator.getitem", "torch.nn.functional.relu", "mylib.fused.default")
+    ] == ["getitem", "getitem", "relu", "fused"]
 
 
 def _schema_aliases() -> dict[str, bool]:
@@ -46,15 +47,25 @@ def test_every_listed_view_aliases_its_input_by_torch_schema():
 
 
 def test_cost_grouping_and_capture_agree_on_views():
-    from graphs.flops import is_alias
     import torch
+
+    from graphs.flops import is_alias
 
     for name in ("t", "transpose", "adjoint", "numpy_T", "lift_fresh", "diagonal", "unfold", "_unsafe_view"):
         op = getattr(torch.ops.aten, name).default if hasattr(getattr(torch.ops.aten, name), "default") else None
         if op is not None:
             assert is_alias(op) and is_view_op(f"aten.{name}.default"), name
-    types = ["aten.mm.default", "aten.t.default", "aten.numpy_T.default", "aten.diagonal.default", "aten.sym_size.int", "aten.relu.default"]
-    g = OpGraph.from_edges(list("abcdef"), [("a", x, 64) for x in "bcdef"], flops=[8.0, 0, 0, 0, 0, 1.0], op_types=types)
+    types = [
+        "aten.mm.default",
+        "aten.t.default",
+        "aten.numpy_T.default",
+        "aten.diagonal.default",
+        "aten.sym_size.int",
+        "aten.relu.default",
+    ]
+    g = OpGraph.from_edges(
+        list("abcdef"), [("a", x, 64) for x in "bcdef"], flops=[8.0, 0, 0, 0, 0, 1.0], op_types=types
+    )
     g.meta["alias_ops"] = ["f"]  # what capture recorded counts as well
     views = view_mask(g)
     assert views.tolist() == [False, True, True, True, False, True]
@@ -95,17 +106,49 @@ def test_input_free_ops_are_those_no_model_input_reaches():
 
 
 def _typed(types: dict[str, str], edges: list[tuple[str, str]]) -> OpGraph:
-    return OpGraph.from_edges(list(types), [(a, b, 4) for a, b in edges], op_types=[f"aten.{t}" for t in types.values()])
+    return OpGraph.from_edges(
+        list(types), [(a, b, 4) for a, b in edges], op_types=[f"aten.{t}" for t in types.values()]
+    )
 
 
 def test_saved_mask_keeps_what_a_backward_reads():
     # x (mm) is read through a view by a linear (which saves its input): kept. y (mm) is read through a view by a relu
     # (which saves its own output): freed. z's type is unknown: kept, as every op was before. s (sdpa) saves its output.
-    g = _typed({"x": "mm.default", "xv": "view.default", "lin": "linear.default",
-                "y": "mm.default", "yv": "t.default", "r": "relu.default",
-                "z": "my_op.default", "s": "scaled_dot_product_attention.default", "add": "add.Tensor", "out": "sum.default"},
-               [("x", "xv"), ("xv", "lin"), ("y", "yv"), ("yv", "r"), ("lin", "add"), ("r", "add"), ("z", "add"),
-                ("s", "add"), ("add", "out")])
+    g = _typed(
+        {
+            "x": "mm.default",
+            "xv": "view.default",
+            "lin": "linear.default",
+            "y": "mm.default",
+            "yv": "t.default",
+            "r": "relu.default",
+            "z": "my_op.default",
+            "s": "scaled_dot_product_attention.default",
+            "add": "add.Tensor",
+            "out": "sum.default",
+        },
+        [
+            ("x", "xv"),
+            ("xv", "lin"),
+            ("y", "yv"),
+            ("yv", "r"),
+            ("lin", "add"),
+            ("r", "add"),
+            ("z", "add"),
+            ("s", "add"),
+            ("add", "out"),
+        ],
+    )
     kept = dict(zip(g.names, saved_mask(g).tolist()))
-    assert kept == {"x": True, "xv": True, "lin": False, "y": False, "yv": True, "r": True, "z": True, "s": True,
-                    "add": False, "out": True}  # add: sum's backward reads no input; out: nothing consumes it
+    assert kept == {
+        "x": True,
+        "xv": True,
+        "lin": False,
+        "y": False,
+        "yv": True,
+        "r": True,
+        "z": True,
+        "s": True,
+        "add": False,
+        "out": True,
+    }  # add: sum's backward reads no input; out: nothing consumes it

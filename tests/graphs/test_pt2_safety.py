@@ -61,7 +61,7 @@ def _rezip(src, dst, edit) -> None:
     """Copy the archive ``src`` to ``dst``, passing ``{name: bytes}`` (names without the top folder) through ``edit``."""
     with zipfile.ZipFile(src) as zin:
         prefix = zin.namelist()[0].split("/", 1)[0] + "/"
-        entries = {n[len(prefix):]: zin.read(n) for n in zin.namelist()}
+        entries = {n[len(prefix) :]: zin.read(n) for n in zin.namelist()}
     edit(entries)
     with zipfile.ZipFile(dst, "w", zipfile.ZIP_STORED) as zout:
         for name, data in entries.items():
@@ -75,6 +75,7 @@ def _pickled_weight(marker):
         meta["use_pickle"] = True
         entries["data/weights/" + meta["path_name"]] = _pickled(_Payload(marker))
         entries["data/weights/model_weights_config.json"] = json.dumps(cfg).encode()
+
     return edit, "data/weights/weight_0"
 
 
@@ -85,6 +86,7 @@ def _pickled_constant(marker):
         meta["use_pickle"] = True
         entries["data/constants/" + meta["path_name"]] = _pickled(_Payload(marker))
         entries["data/constants/model_constants_config.json"] = json.dumps(cfg).encode()
+
     return edit, "data/constants/tensor_0"
 
 
@@ -97,12 +99,14 @@ def _opaque_constant(marker):
         meta.update(path_name="opaque_obj_0", use_pickle=True)
         entries["data/constants/opaque_obj_0"] = pickle.dumps(_Payload(marker))
         entries["data/constants/model_constants_config.json"] = json.dumps(cfg).encode()
+
     return edit, "data/constants/opaque_obj_0"
 
 
 def _pickled_inputs(marker):
     def edit(entries):
         entries["data/sample_inputs/model.pt"] = _pickled(((_Payload(marker),), {}))
+
     return edit, "data/sample_inputs/model.pt"
 
 
@@ -112,8 +116,11 @@ def _sympy_eval(marker):
         # A symbolic size whose expression sympify would eval.
         meta = doc["graph_module"]["graph"]["tensor_values"]
         name, value = next(iter(meta.items()))
-        value["sizes"][0] = {"as_expr": {"expr_str": f"__import__('builtins').open({str(marker)!r}, 'w') and 2", "hint": {"as_int": 2}}}
+        value["sizes"][0] = {
+            "as_expr": {"expr_str": f"__import__('builtins').open({str(marker)!r}, 'w') and 2", "hint": {"as_int": 2}}
+        }
         entries["models/model.json"] = json.dumps(doc).encode()
+
     return edit, "models/model.json"
 
 
@@ -218,8 +225,8 @@ def _commands(evil, tmp):
 
 @pytest.mark.parametrize("command", ["inspect", "export", "simulate", "compare", "place", "train"])
 def test_every_source_command_refuses_the_pickled_weight(tmp_path, clean_pt2, capsys, command):
-    from placer.cli import main
     from graphs.plan import Placement
+    from placer.cli import main
 
     marker = tmp_path / "PWNED"
     edit, entry = _pickled_weight(marker)
@@ -242,6 +249,13 @@ def test_the_real_cli_refuses_in_a_subprocess(tmp_path, clean_pt2):
     evil = tmp_path / "evil.pt2"
     _rezip(clean_pt2, evil, edit)
     env = dict(os.environ, PYTHONPATH=os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
-    out = subprocess.run([sys.executable, "-m", "placer", "inspect", str(evil)], capture_output=True, text=True, env=env, cwd=tmp_path, timeout=300)
+    out = subprocess.run(
+        [sys.executable, "-m", "placer", "inspect", str(evil)],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=tmp_path,
+        timeout=300,
+    )
     assert out.returncode == 2 and out.stderr.count("\n") == 1 and entry in out.stderr, out.stderr
     assert not marker.exists()

@@ -13,7 +13,9 @@ from graphs.io import read_json
 
 
 def _doc() -> dict:
-    g = OpGraph.from_edges(["a", "b", "c"], [("a", "b", 8), ("b", "c", 4)], flops=[1.0, 2.0, 3.0], param_bytes=[16, 0, 0])
+    g = OpGraph.from_edges(
+        ["a", "b", "c"], [("a", "b", 8), ("b", "c", 4)], flops=[1.0, 2.0, 3.0], param_bytes=[16, 0, 0]
+    )
     g.meta.update(alias_ops=["b"], decomposed=False)
     return g.to_dict()  # no hash: edits below must be judged on their types
 
@@ -24,6 +26,7 @@ def _set(path, value):
         for key in path[:-1]:
             target = target[key]
         target[path[-1]] = value
+
     return edit
 
 
@@ -32,8 +35,14 @@ BAD = {
     "meta is a string": (_set(["meta"], "abc"), "meta must be an object"),
     "alias_ops is a string": (_set(["meta", "alias_ops"], "b"), "meta.alias_ops must be a list, got 'b' (a string)"),
     "alias_ops holds a number": (_set(["meta", "alias_ops"], ["b", 3]), "meta.alias_ops[1] must be a string, got 3"),
-    "decomposed is the string false": (_set(["meta", "decomposed"], "false"), "meta.decomposed must be true or false, got 'false'"),
-    "param_bytes 2**63": (_set(["ops", "param_bytes", 0], 2**63), "ops.param_bytes[0] is too large (9223372036854775808"),
+    "decomposed is the string false": (
+        _set(["meta", "decomposed"], "false"),
+        "meta.decomposed must be true or false, got 'false'",
+    ),
+    "param_bytes 2**63": (
+        _set(["ops", "param_bytes", 0], 2**63),
+        "ops.param_bytes[0] is too large (9223372036854775808",
+    ),
     "param_bytes 2**64": (_set(["ops", "param_bytes", 0], 2**64), "ops.param_bytes[0] is too large"),
     "int too large for a float": (_set(["ops", "flops", 1], 10**400), "ops.flops[1] is too large"),
     "bool among ints": (_set(["ops", "out_bytes", 2], True), "ops.out_bytes[2] must be a number, got True (a bool)"),
@@ -43,8 +52,14 @@ BAD = {
     "op type is a list": (_set(["ops", "type", 1], ["x"]), "ops.type[1] must be a string"),
     "params entry is a string": (_set(["ops", "params", 0], "w"), "ops.params[0] must be a list"),
     "graph name is a list": (_set(["name"], ["g"]), "name must be a string"),
-    "profile time is a string": (_set(["profile"], {"gpu": {"fwd_s": ["1", None, 0.1]}}), "profile.gpu.fwd_s[0] must be a number"),
-    "inputs bytes is a bool": (_set(["meta", "inputs"], [{"name": "x", "bytes": True}]), "meta.inputs[0].bytes must be an integer"),
+    "profile time is a string": (
+        _set(["profile"], {"gpu": {"fwd_s": ["1", None, 0.1]}}),
+        "profile.gpu.fwd_s[0] must be a number",
+    ),
+    "inputs bytes is a bool": (
+        _set(["meta", "inputs"], [{"name": "x", "bytes": True}]),
+        "meta.inputs[0].bytes must be an integer",
+    ),
 }
 
 

@@ -36,7 +36,9 @@ def test_a_worker_resolves_source_in_the_drivers_directory(tmp_path, monkeypatch
     monkeypatch.setattr(sys, "path", [p for p in sys.path if p not in ("", str(driver_dir))])
     model, inputs = measured.build_model(f"{name}:build", search_dir=str(driver_dir))
     assert model.out_features == 3 and isinstance(inputs, tuple) and len(inputs) == 1
-    assert measured.Worker(f"{name}:build", "*=cpu", threads=1, source_dir=str(driver_dir)).source_dir == str(driver_dir)
+    assert measured.Worker(f"{name}:build", "*=cpu", threads=1, source_dir=str(driver_dir)).source_dir == str(
+        driver_dir
+    )
 
 
 def test_the_current_directory_is_searched_by_default(tmp_path, monkeypatch):

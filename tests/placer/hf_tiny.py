@@ -34,8 +34,17 @@ def _ids(seed: int) -> torch.Tensor:
 
 def _llama_model():
     tf = _quiet_transformers()
-    cfg = tf.LlamaConfig(vocab_size=VOCAB, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
-                         num_key_value_heads=2, max_position_embeddings=64, tie_word_embeddings=True, attention_dropout=0.0)
+    cfg = tf.LlamaConfig(
+        vocab_size=VOCAB,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=64,
+        tie_word_embeddings=True,
+        attention_dropout=0.0,
+    )
     return tf.LlamaForCausalLM(cfg)
 
 
@@ -58,8 +67,16 @@ def build_bert():
     """An encoder (BERT masked LM: tied decoder weights, position-id buffers, a padding attention mask as input)."""
     tf = _quiet_transformers()
     torch.manual_seed(0)
-    cfg = tf.BertConfig(vocab_size=VOCAB, hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64,
-                        max_position_embeddings=64, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
+    cfg = tf.BertConfig(
+        vocab_size=VOCAB,
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        intermediate_size=64,
+        max_position_embeddings=64,
+        hidden_dropout_prob=0.0,
+        attention_probs_dropout_prob=0.0,
+    )
     ids = _ids(2)
     mask = torch.ones_like(ids)
     mask[1, SEQ // 2 :] = 0  # the second sequence is padded
@@ -70,8 +87,17 @@ def build_t5():
     """An encoder-decoder (T5: shared embeddings, relative position buckets, decoder inputs shifted from labels)."""
     tf = _quiet_transformers()
     torch.manual_seed(0)
-    cfg = tf.T5Config(vocab_size=VOCAB, d_model=32, d_kv=8, d_ff=64, num_layers=2, num_heads=4, dropout_rate=0.0,
-                      decoder_start_token_id=0, pad_token_id=0)
+    cfg = tf.T5Config(
+        vocab_size=VOCAB,
+        d_model=32,
+        d_kv=8,
+        d_ff=64,
+        num_layers=2,
+        num_heads=4,
+        dropout_rate=0.0,
+        decoder_start_token_id=0,
+        pad_token_id=0,
+    )
     return LossOf(tf.T5ForConditionalGeneration(cfg)), (_ids(3), _ids(4))
 
 
@@ -79,10 +105,23 @@ def build_vit():
     """A vision transformer (ViT image classifier: patch convolution, CLS token, position embeddings)."""
     tf = _quiet_transformers()
     torch.manual_seed(0)
-    cfg = tf.ViTConfig(image_size=32, patch_size=8, num_channels=3, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
-                       intermediate_size=64, num_labels=10, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
+    cfg = tf.ViTConfig(
+        image_size=32,
+        patch_size=8,
+        num_channels=3,
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        intermediate_size=64,
+        num_labels=10,
+        hidden_dropout_prob=0.0,
+        attention_probs_dropout_prob=0.0,
+    )
     g = torch.Generator().manual_seed(5)
-    return LossOf(tf.ViTForImageClassification(cfg), ("pixel_values", "labels")), (torch.randn(BATCH, 3, 32, 32, generator=g), torch.randint(0, 10, (BATCH,), generator=g))
+    return LossOf(tf.ViTForImageClassification(cfg), ("pixel_values", "labels")), (
+        torch.randn(BATCH, 3, 32, 32, generator=g),
+        torch.randint(0, 10, (BATCH,), generator=g),
+    )
 
 
 def build_gpt2():
@@ -95,6 +134,16 @@ def build_gpt2_raw():
     """A bare GPT-2 LM (library Conv1D layers), no wrapper: its output is a ModelOutput (logits; no cache in training)."""
     tf = _quiet_transformers()
     torch.manual_seed(0)
-    cfg = tf.GPT2Config(vocab_size=VOCAB, n_embd=32, n_layer=2, n_head=4, n_positions=64, resid_pdrop=0.0, embd_pdrop=0.0,
-                        attn_pdrop=0.0, bos_token_id=0, eos_token_id=0)
+    cfg = tf.GPT2Config(
+        vocab_size=VOCAB,
+        n_embd=32,
+        n_layer=2,
+        n_head=4,
+        n_positions=64,
+        resid_pdrop=0.0,
+        embd_pdrop=0.0,
+        attn_pdrop=0.0,
+        bos_token_id=0,
+        eos_token_id=0,
+    )
     return tf.GPT2LMHeadModel(cfg), (_ids(6),)

@@ -246,8 +246,14 @@ def _tiny_zoo():
 
     return {
         "rnnlm": lambda: (RNNLM(vocab_size=50, hidden_size=16, num_layers=2), (tokens(2, 4), tokens(2, 4))),
-        "nmt-2": lambda: (NMT(num_layers=2, src_vocab=50, tgt_vocab=50, hidden_size=16), (tokens(2, 4), tokens(2, 3), tokens(2, 3))),
-        "nmt-4": lambda: (NMT(num_layers=4, src_vocab=50, tgt_vocab=50, hidden_size=16), (tokens(2, 3), tokens(2, 3), tokens(2, 3))),
+        "nmt-2": lambda: (
+            NMT(num_layers=2, src_vocab=50, tgt_vocab=50, hidden_size=16),
+            (tokens(2, 4), tokens(2, 3), tokens(2, 3)),
+        ),
+        "nmt-4": lambda: (
+            NMT(num_layers=4, src_vocab=50, tgt_vocab=50, hidden_size=16),
+            (tokens(2, 3), tokens(2, 3), tokens(2, 3)),
+        ),
         "inception-v3": lambda: (InceptionV3(num_classes=10), images(299)),  # its aux head needs 299x299
         "gpt2": lambda: (GPT2(vocab_size=50, context=8, width=16, layers=2, heads=2), (tokens(2, 8), tokens(2, 8))),
         "resnet50": lambda: (ResNet50(num_classes=10), images(32)),
@@ -315,8 +321,8 @@ def test_missing_cuda_device_is_a_one_line_error():
 @pytest.mark.parametrize("name", ["nmt-2", "inception-v3", "gpt2", "resnet50"])
 def test_zoo_models_follow_a_random_issue_order(name):
     """Any topological order keeps outputs and gradients (dropout, batch norm, LSTMs, tied weights)."""
-    from graphs.plan import check_order
     from envs.real.placing import ORDER_META
+    from graphs.plan import check_order
 
     torch.manual_seed(0)
     model, inputs = _tiny_zoo()[name]()

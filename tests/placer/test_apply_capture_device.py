@@ -27,9 +27,9 @@ from torch import nn
 
 import envs.real.placing as runtime
 from bench.corpus import build
+from graphs.plan import Placement
 from graphs.torch_capture import capture, export_program
 from placer.apply import apply, microbatch_plan
-from graphs.plan import Placement
 
 DEVICES = ["cpu:0", "gpu:0", "gpu:1", "gpu:2"]
 
@@ -68,7 +68,9 @@ class Rotary(nn.Module):
 # ------------------------------------------------------------- 1. device arguments
 def _device_args_of(node: torch.fx.Node) -> set[torch.device]:
     found: set[torch.device] = set()
-    torch.fx.node.map_aggregate((node.args, node.kwargs), lambda v: found.add(v) if isinstance(v, torch.device) else None)
+    torch.fx.node.map_aggregate(
+        (node.args, node.kwargs), lambda v: found.add(v) if isinstance(v, torch.device) else None
+    )
     return found
 
 
@@ -213,7 +215,9 @@ def test_a_view_whose_storage_is_written_in_place_stays_a_view():
 
 
 # ------------------------------------------------------------- 4. copies
-@pytest.mark.parametrize("make", [lambda t: t.expand(3, 4), lambda t: t.expand(3, 4)[:, ::2], lambda t: t.expand(3, 4).t()])
+@pytest.mark.parametrize(
+    "make", [lambda t: t.expand(3, 4), lambda t: t.expand(3, 4)[:, ::2], lambda t: t.expand(3, 4).t()]
+)
 def test_staging_buffer_takes_any_strided_tensor(make):
     base = torch.randn(3, 1, requires_grad=True)
     t = make(base)
@@ -264,10 +268,16 @@ def test_llama_at_batch_4_runs_in_microbatches_with_the_unsplit_gradients(microb
 def test_microbatch_plan_places_the_ops_only_the_small_batch_has_with_their_input():
     from graphs import OpGraph
 
-    whole = OpGraph.from_edges(["a", "b", "c"], [("a", "b", 8), ("b", "c", 8)],
-                               op_types=["aten.mm.default", "aten.relu.default", "aten.sum.default"])
-    part = OpGraph.from_edges(["a", "x", "b", "c"], [("a", "x", 8), ("x", "b", 8), ("b", "c", 8)],
-                              op_types=["aten.mm.default", "aten.squeeze.dim", "aten.relu.default", "aten.sum.default"])
+    whole = OpGraph.from_edges(
+        ["a", "b", "c"],
+        [("a", "b", 8), ("b", "c", 8)],
+        op_types=["aten.mm.default", "aten.relu.default", "aten.sum.default"],
+    )
+    part = OpGraph.from_edges(
+        ["a", "x", "b", "c"],
+        [("a", "x", 8), ("x", "b", 8), ("b", "c", 8)],
+        op_types=["aten.mm.default", "aten.squeeze.dim", "aten.relu.default", "aten.sum.default"],
+    )
     plan = microbatch_plan(whole, part, {"a": "gpu:0", "b": "gpu:1", "c": "gpu:2"}, ["a", "b", "c"], ["b", "c"])
     assert plan.assignment == {"a": "gpu:0", "x": "gpu:0", "b": "gpu:1", "c": "gpu:2"}
     assert plan.order == ["a", "b", "c"] and plan.stages == ["b", "c"]

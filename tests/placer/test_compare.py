@@ -11,11 +11,11 @@ import pytest
 import envs
 import graphs
 from graphs import OpGraph, PlacerError
+from graphs.plan import Placement
 from graphs.synthetic import random_dag
-from placer.methods import registry as baselines
 from placer.cli import main
 from placer.compare import compare, plot
-from graphs.plan import Placement
+from placer.methods import registry as baselines
 
 QUICK = {"random_search": {"n": 32}, "annealing": {"steps": 32}, "ilp": {"time_limit_s": 5, "num_workers": 1}}
 
@@ -52,7 +52,9 @@ def test_every_method_is_a_row_and_the_bound_is_last(report):
 
 def test_best_heuristic(report):
     best = report.best()
-    assert best is not None and best.step_time_s == min(r.step_time_s for r in report.rows if r.kind == "baseline" and r.status == "ok")
+    assert best is not None and best.step_time_s == min(
+        r.step_time_s for r in report.rows if r.kind == "baseline" and r.status == "ok"
+    )
 
 
 def test_json_shape(report):
@@ -118,7 +120,11 @@ def test_cli_json_table_and_bad_placement(graph, cluster, tmp_path, capsys):
     assert main(["compare", str(path), "--cluster", "k80x4", "--methods", "round_robin,m_etf", "--json"]) == 0
     doc = json.loads(capsys.readouterr().out)
     assert [r["method"] for r in doc["rows"]] == ["round_robin", "m_etf", "previous bound", "lower bound"]
-    assert doc["lower_bound_s"] >= doc["previous_lower_bound_s"] and doc["lower_bound_name"] and doc["previous_lower_bound_name"]
+    assert (
+        doc["lower_bound_s"] >= doc["previous_lower_bound_s"]
+        and doc["lower_bound_name"]
+        and doc["previous_lower_bound_name"]
+    )
     assert main(["compare", str(path), "--cluster", "k80x4", "--methods", "gpipe"]) == 0
     out = capsys.readouterr().out
     assert "| gpipe | ok |" in out and "| lower bound |" in out
@@ -129,7 +135,10 @@ def test_cli_json_table_and_bad_placement(graph, cluster, tmp_path, capsys):
     assert str(foreign) in err and "made for graph" in err and len(err.strip().splitlines()) == 1
     assert main(["compare", str(path), "--cluster", "k80x4", "--methods", "nope"]) == 2
     capsys.readouterr()
-    assert main(["compare", str(path), "--cluster", "k80x4", "--methods", "m_etf", "--score-order", "planned", "--json"]) == 0
+    assert (
+        main(["compare", str(path), "--cluster", "k80x4", "--methods", "m_etf", "--score-order", "planned", "--json"])
+        == 0
+    )
     doc = json.loads(capsys.readouterr().out)
     assert doc["score_order"] == "planned" and len(doc["rows"][0]["order"]) == graph.num_ops
     assert main(["compare", str(path), "--cluster", "k80x4", "--methods", "m_etf", "--score-order", "planned"]) == 0
@@ -146,7 +155,22 @@ def test_cli_placement_row(graph, cluster, tmp_path, capsys):
     graphs.save(graph, str(path))
     pfile = tmp_path / "best.json"
     Placement.from_indices(graph, cluster.device_names, np.full(graph.num_ops, 1), method="rl").save(pfile)
-    assert main(["compare", str(path), "--cluster", "k80x4", "--methods", "round_robin", "--placement", str(pfile), "--json"]) == 0
+    assert (
+        main(
+            [
+                "compare",
+                str(path),
+                "--cluster",
+                "k80x4",
+                "--methods",
+                "round_robin",
+                "--placement",
+                str(pfile),
+                "--json",
+            ]
+        )
+        == 0
+    )
     doc = json.loads(capsys.readouterr().out)
     assert doc["rows"][1]["method"] == str(pfile) and doc["rows"][1]["status"] == "ok"
 
@@ -155,8 +179,10 @@ def test_cli_table_says_one_memory_unit_the_bound_and_when_the_model_is_too_smal
     # a tiny model: every method at 1.00x, every peak under a GB (the table once said 0.0 GiB for all of them,
     # beside out-of-memory messages in GB), and a "previous bound" row nothing explained
     path = str(tmp_path / "tiny.json")
-    graphs.save(OpGraph.from_edges(["a", "b"], [("a", "b", 4096)], flops=[1e6, 1e6], param_bytes=[1 << 20, 0],
-                                   name="tiny"), path)
+    graphs.save(
+        OpGraph.from_edges(["a", "b"], [("a", "b", 4096)], flops=[1e6, 1e6], param_bytes=[1 << 20, 0], name="tiny"),
+        path,
+    )
     assert main(["compare", path, "--cluster", "k80x4", "--methods", "single,m_etf"]) == 0
     out = capsys.readouterr().out
     assert "peak MB (cpu:0, gpu:0" in out and "GiB" not in out and "| single | ok |" in out
@@ -182,12 +208,15 @@ def test_place_and_compare_help_list_the_heuristics(capsys):
         assert all(name in text for name in baselines.names()), command
 
 
-def test_a_planned_comparison_searches_and_scores_every_heuristic_in_its_planned_order(graph, cluster, step_time_orders):
+def test_a_planned_comparison_searches_and_scores_every_heuristic_in_its_planned_order(
+    graph, cluster, step_time_orders
+):
     """score_order="planned": the searches score their candidates in the planned order (as placer train's
     samples are) and each row is timed in, and carries, its placement's planned order."""
     asked = step_time_orders
-    r = compare(graph, cluster, methods=["random_search", "m_etf"], options={"random_search": {"n": 16}},
-                score_order="planned")
+    r = compare(
+        graph, cluster, methods=["random_search", "m_etf"], options={"random_search": {"n": 16}}, score_order="planned"
+    )
     assert asked and all(o == "planned" for o in asked)  # random_search's draws and every row's scoring
     env = envs.SimEnv(graph, cluster)
     for row in r.rows[:2]:
@@ -200,7 +229,9 @@ def test_a_planned_comparison_searches_and_scores_every_heuristic_in_its_planned
     row = compare(graph, cluster, methods=["m_etf"], microbatches=2, score_order="planned").rows[0]
     idx, env2 = row.placement.indices(graph, cluster.device_names), env.with_microbatches(2)
     np.testing.assert_array_equal(row.placement.order, env2.schedule_order(idx))
-    assert row.microbatches == 2 and row.step_time_s == pytest.approx(float(env2.step_times(idx[None], order="planned")[0][0]))
+    assert row.microbatches == 2 and row.step_time_s == pytest.approx(
+        float(env2.step_times(idx[None], order="planned")[0][0])
+    )
     asked.clear()
     r = compare(graph, cluster, methods=["random_search"], options={"random_search": {"n": 16}})
     assert r.rows[0].placement.order is None and set(asked) == {None} and r.score_order == "node"
@@ -231,7 +262,22 @@ def test_cli_bound_seconds_adds_the_block_bound(tmp_path, capsys):
     assert main(["compare", str(gpath), "--cluster", str(cpath), "--methods", "single,m_etf", "--json"]) == 0
     fast = json.loads(capsys.readouterr().out)
     assert fast["lower_bound_name"] != "blocks" and fast["lower_bound_s"] == pytest.approx(9.0)
-    assert main(["compare", str(gpath), "--cluster", str(cpath), "--methods", "single,m_etf", "--bound-seconds", "10", "--json"]) == 0
+    assert (
+        main(
+            [
+                "compare",
+                str(gpath),
+                "--cluster",
+                str(cpath),
+                "--methods",
+                "single,m_etf",
+                "--bound-seconds",
+                "10",
+                "--json",
+            ]
+        )
+        == 0
+    )
     doc = json.loads(capsys.readouterr().out)
     assert doc["lower_bound_name"] == "blocks" and doc["lower_bound_s"] == pytest.approx(10.5)
     assert all(r["step_time_s"] >= doc["lower_bound_s"] * (1 - 1e-9) for r in doc["rows"] if r["status"] == "ok")

@@ -27,8 +27,26 @@ ENTRIES = [pytest.param(n, marks=() if n in FAST else pytest.mark.slow) for n in
 
 def test_the_corpus_covers_the_architectures_people_train():
     assert len(corpus.FAMILIES) >= 20
-    for family in ("llama", "mistral", "qwen2", "gpt2", "gpt_neox", "phi", "mixtral", "bert", "roberta", "vit", "t5",
-                   "bart", "nn_transformer", "nn_encoder", "nn_decoder", "cnn_bn", "recommender", "rnn"):
+    for family in (
+        "llama",
+        "mistral",
+        "qwen2",
+        "gpt2",
+        "gpt_neox",
+        "phi",
+        "mixtral",
+        "bert",
+        "roberta",
+        "vit",
+        "t5",
+        "bart",
+        "nn_transformer",
+        "nn_encoder",
+        "nn_decoder",
+        "cnn_bn",
+        "recommender",
+        "rnn",
+    ):
         assert family in corpus.FAMILIES
     assert len(conformance.PLANS) >= 7
 
@@ -39,7 +57,9 @@ def test_every_plan_keeps_the_float64_loss_and_gradients(name):
         pytest.importorskip("transformers")
     rows = conformance.check_model(name)
     assert [r.plan for r in rows] == list(conformance.PLANS)
-    bad = [f"{r.plan}: {r.message or f'{r.worst} at {r.allowed_ratio:.1f}x the allowed error'}" for r in rows if not r.ok]
+    bad = [
+        f"{r.plan}: {r.message or f'{r.worst} at {r.allowed_ratio:.1f}x the allowed error'}" for r in rows if not r.ok
+    ]
     assert not bad, f"{name}: " + "; ".join(bad)
     for r in rows:
         assert r.loss_error < 1e-4 and r.grad_error < 1e-3

@@ -9,16 +9,23 @@ import pytest
 import graphs
 from envs.real.profiler import check_profile
 from graphs import PlacerError
+from graphs.plan import Placement
 from graphs.synthetic import random_dag
 from placer.cli import main
-from graphs.plan import Placement
 
 
 @pytest.fixture
 def files(tmp_path):
     g = random_dag(20, seed=5, name="g")
     graphs.save(g, tmp_path / "g.json")
-    p = Placement.from_indices(g, ["cpu:0", "gpu:0", "gpu:1"], [1] * g.num_ops, cluster="k80x2", method="single", meta={"step_time_s": 0.1, "iteration": 3, "found_by": "policy"})
+    p = Placement.from_indices(
+        g,
+        ["cpu:0", "gpu:0", "gpu:1"],
+        [1] * g.num_ops,
+        cluster="k80x2",
+        method="single",
+        meta={"step_time_s": 0.1, "iteration": 3, "found_by": "policy"},
+    )
     return tmp_path, g, p.to_dict()
 
 
@@ -42,7 +49,9 @@ def test_bad_placement_fields(files, capsys, field, value, message):
     path.write_text(json.dumps(doc))
     with pytest.raises(PlacerError) as info:
         Placement.load(path)
-    assert str(info.value) == f"{path}: {message}" or (str(info.value).startswith(f"{path}: {message}") and "\n" not in str(info.value))
+    assert str(info.value) == f"{path}: {message}" or (
+        str(info.value).startswith(f"{path}: {message}") and "\n" not in str(info.value)
+    )
     rc = main(["simulate", str(tmp / "g.json"), str(path), "--cluster", "k80x2"])
     err = capsys.readouterr().err
     assert rc == 2 and err.count("\n") == 1 and message in err
@@ -57,7 +66,9 @@ def test_a_placement_with_an_infinite_step_time_still_loads(files):
 
 def _profile(n_ops=2):
     return {
-        "format": "placer-profile/1", "graph_hash": "", "ops": [f"op{i}" for i in range(n_ops)],
+        "format": "placer-profile/1",
+        "graph_hash": "",
+        "ops": [f"op{i}" for i in range(n_ops)],
         "devices": {"cpu": {"kind": "cpu", "fwd_s": [1e-4] * n_ops, "bwd_s": [2e-4] * n_ops}},
         "links": [{"src": "cpu", "dst": "cuda:0", "latency_s": 1e-5, "bandwidth_bytes_per_s": 1e10}],
     }
@@ -66,7 +77,10 @@ def _profile(n_ops=2):
 @pytest.mark.parametrize(
     "edit, message",
     [
-        (lambda d: d["devices"]["cpu"]["fwd_s"].__setitem__(0, True), "devices['cpu'].fwd_s[0] must be a number, got True (a bool)"),
+        (
+            lambda d: d["devices"]["cpu"]["fwd_s"].__setitem__(0, True),
+            "devices['cpu'].fwd_s[0] must be a number, got True (a bool)",
+        ),
         (lambda d: d["devices"]["cpu"]["fwd_s"].__setitem__(0, "0.1"), "devices['cpu'].fwd_s[0] must be a number"),
         (lambda d: d["devices"]["cpu"]["bwd_s"].__setitem__(1, 10**400), "devices['cpu'].bwd_s[1] is too large"),
         (lambda d: d["devices"]["cpu"]["bwd_s"].__setitem__(1, 1e300), "negative or non-numeric time"),
@@ -74,7 +88,10 @@ def _profile(n_ops=2):
         (lambda d: d["devices"]["cpu"].__setitem__("kind", ["cpu"]), "devices['cpu'].kind must be a string"),
         (lambda d: d["links"][0].__setitem__("src", ["cpu"]), "links[0].src must be a string"),
         (lambda d: d["links"][0].__setitem__("bandwidth_bytes_per_s", True), "links[0] needs non-negative"),
-        (lambda d: d["links"][0].__setitem__("bandwidth_bytes_per_s", 1e-300), "links[0].bandwidth_bytes_per_s must be >= 1"),
+        (
+            lambda d: d["links"][0].__setitem__("bandwidth_bytes_per_s", 1e-300),
+            "links[0].bandwidth_bytes_per_s must be >= 1",
+        ),
         (lambda d: d["links"].__setitem__(0, "fast"), "links[0] must be an object"),
         (lambda d: d.__setitem__("ops", ["op0", 1]), "ops[1] must be a string"),
     ],

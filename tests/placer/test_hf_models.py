@@ -19,8 +19,8 @@ os.environ["HF_HUB_OFFLINE"] = "1"
 
 import torch  # noqa: E402
 
-from placer.cli import main  # noqa: E402
 from graphs.plan import Placement  # noqa: E402
+from placer.cli import main  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
 FAMILIES = ["llama", "bert", "t5", "vit"]
@@ -78,11 +78,40 @@ def test_family_captures_compares_trains_runs_and_applies(family, workdir, capsy
     line = next(ln for ln in out.splitlines() if ln.startswith("| accelerate "))
     assert "needs a model" in line and source in line  # how to get the row, in the row
 
-    rc, out, err = cli(capsys, "train", "g.json", "--cluster", "k80x2", "--iterations", "1", "--hidden", "8",
-                       "--max-groups", "4", "--no-progress", "--logdir", "run", "--json")
+    rc, out, err = cli(
+        capsys,
+        "train",
+        "g.json",
+        "--cluster",
+        "k80x2",
+        "--iterations",
+        "1",
+        "--hidden",
+        "8",
+        "--max-groups",
+        "4",
+        "--no-progress",
+        "--logdir",
+        "run",
+        "--json",
+    )
     assert rc == 0 and json.loads(out)["status"] == "ok", err
-    rc, out, err = cli(capsys, "run", source, "--placement", "run/best_placement.json", "--cluster", "k80x2",
-                       "--device-map", "*=cpu", "--steps", "1", "--warmup", "0", "--json")
+    rc, out, err = cli(
+        capsys,
+        "run",
+        source,
+        "--placement",
+        "run/best_placement.json",
+        "--cluster",
+        "k80x2",
+        "--device-map",
+        "*=cpu",
+        "--steps",
+        "1",
+        "--warmup",
+        "0",
+        "--json",
+    )
     assert rc == 0 and json.loads(out)["status"] == "ok", err
 
     import graphs
@@ -115,12 +144,30 @@ def test_meta_device_model_is_captured_compared_and_refused_at_run(workdir, caps
     real_info = json.loads(out)
     assert meta_info["param_bytes"] == real_info["param_bytes"] and meta_info["flops"] == real_info["flops"]
 
-    rc, out, err = cli(capsys, "compare", "hf_tiny:build_llama_meta", "--cluster", "k80x2", "--methods", "single,accelerate", "--json")
+    rc, out, err = cli(
+        capsys, "compare", "hf_tiny:build_llama_meta", "--cluster", "k80x2", "--methods", "single,accelerate", "--json"
+    )
     assert rc == 0 and {r["method"]: r["status"] for r in json.loads(out)["rows"]} == {
-        "single": "ok", "accelerate": "ok", "previous bound": "bound", "lower bound": "bound"}, err
-    rc, _, err = cli(capsys, "place", "hf_tiny:build_llama_meta", "--cluster", "k80x2", "--method", "accelerate", "-o", "p.json")
+        "single": "ok",
+        "accelerate": "ok",
+        "previous bound": "bound",
+        "lower bound": "bound",
+    }, err
+    rc, _, err = cli(
+        capsys, "place", "hf_tiny:build_llama_meta", "--cluster", "k80x2", "--method", "accelerate", "-o", "p.json"
+    )
     assert rc == 0, err
-    rc, _, err = cli(capsys, "run", "hf_tiny:build_llama_meta", "--placement", "p.json", "--cluster", "k80x2", "--device-map", "*=cpu")
+    rc, _, err = cli(
+        capsys,
+        "run",
+        "hf_tiny:build_llama_meta",
+        "--placement",
+        "p.json",
+        "--cluster",
+        "k80x2",
+        "--device-map",
+        "*=cpu",
+    )
     assert rc == 2 and "meta device" in one_line(err)
 
 
@@ -160,7 +207,9 @@ def test_export_map_loads_in_accelerate_and_says_what_it_gives_up(workdir, capsy
     rc, _, err = cli(capsys, "export", "hf_tiny:build_llama", "-o", "g.json")
     rc, _, err = cli(capsys, "place", "g.json", "--cluster", "k80x4", "--method", "expert", "-o", "p.json")
     assert rc == 0, err
-    rc, out, err = cli(capsys, "export-map", "p.json", "--graph", "g.json", "--module", "model", "-o", "map.json", "--json")
+    rc, out, err = cli(
+        capsys, "export-map", "p.json", "--graph", "g.json", "--module", "model", "-o", "map.json", "--json"
+    )
     assert rc == 0, err
     doc = json.loads(out)
     device_map = json.loads(Path("map.json").read_text())
@@ -186,8 +235,10 @@ def test_export_map_projects_whole_modules():
     from placer.device_map import project, projected_indices
 
     g = OpGraph.from_edges(
-        ["emb", "q", "k", "add", "head"], [("emb", "q", 4), ("emb", "k", 4), ("q", "add", 4), ("k", "add", 4), ("add", "head", 4)],
-        flops=[1e6, 1e9, 1e9, 1e3, 1e9], module_paths=["embed", "layers.0.q", "layers.0.k", "layers.0", "head"],
+        ["emb", "q", "k", "add", "head"],
+        [("emb", "q", 4), ("emb", "k", 4), ("q", "add", 4), ("k", "add", 4), ("add", "head", 4)],
+        flops=[1e6, 1e9, 1e9, 1e3, 1e9],
+        module_paths=["embed", "layers.0.q", "layers.0.k", "layers.0", "head"],
     )
     g.params = [["embed.weight"], ["layers.0.q.weight"], ["layers.0.k.weight"], [], ["head.weight"]]
     k80 = Cluster.preset("k80x4")
@@ -198,9 +249,9 @@ def test_export_map_projects_whole_modules():
 
 
 def test_export_map_bad_inputs_are_one_line(workdir, capsys):
-    from graphs.synthetic import random_dag
     import graphs
     from graphs import OpGraph
+    from graphs.synthetic import random_dag
 
     g = OpGraph.from_edges(["a", "b"], [("a", "b", 4)], flops=[1e9, 1e9], module_paths=["enc", "head"])
     graphs.save(g, "g.json")
@@ -227,11 +278,21 @@ def test_export_map_bad_inputs_are_one_line(workdir, capsys):
 @pytest.mark.slow
 def test_module_heuristics_place_the_readme_wrapper_of_gpt2_block_by_block(workdir, capsys):
     # the README's pattern: a wrapper whose forward returns model(...).loss; its paths all start with "model."
-    rc, out, err = cli(capsys, "compare", "hf_tiny:build_gpt2", "--cluster", "k80x4", "--methods",
-                       "random_modules,module_search", "--json")
+    rc, out, err = cli(
+        capsys,
+        "compare",
+        "hf_tiny:build_gpt2",
+        "--cluster",
+        "k80x4",
+        "--methods",
+        "random_modules,module_search",
+        "--json",
+    )
     assert rc == 0, err
     assert {r["method"]: r["status"] for r in json.loads(out)["rows"]}.items() >= {
-        "random_modules": "ok", "module_search": "ok"}.items()
+        "random_modules": "ok",
+        "module_search": "ok",
+    }.items()
     from envs.sim.simulator import schedule_graph
     from graphs import capture
     from graphs.module_tree import module_levels
@@ -240,5 +301,8 @@ def test_module_heuristics_place_the_readme_wrapper_of_gpt2_block_by_block(workd
 
     def block_groups(lv, i):
         return {int(lv.op_group[j]) for j, p in enumerate(g.module_paths) if p.startswith(f"model.transformer.h.{i}.")}
-    assert any(len(block_groups(lv, 0)) == 1 and len(block_groups(lv, 1)) == 1 and block_groups(lv, 0) != block_groups(lv, 1)
-               for lv in module_levels(g))
+
+    assert any(
+        len(block_groups(lv, 0)) == 1 and len(block_groups(lv, 1)) == 1 and block_groups(lv, 0) != block_groups(lv, 1)
+        for lv in module_levels(g)
+    )

@@ -24,8 +24,13 @@ DEVICES = ["cpu:0", "gpu:0", "gpu:1"]
 
 def _chain(n: int = 8) -> OpGraph:
     names = [f"l{i}" for i in range(n)]
-    return OpGraph.from_edges(names, [(names[i], names[i + 1], 64 << 20) for i in range(n - 1)], flops=[2e12] * n,
-                              param_bytes=[1 << 26] * n, op_types=["aten.mm.default"] * n)
+    return OpGraph.from_edges(
+        names,
+        [(names[i], names[i + 1], 64 << 20) for i in range(n - 1)],
+        flops=[2e12] * n,
+        param_bytes=[1 << 26] * n,
+        op_types=["aten.mm.default"] * n,
+    )
 
 
 # ------------------------------------------------------------------ simulator
@@ -34,14 +39,22 @@ def test_expanded_graph_has_m_independent_copies_and_parameters_once():
     x = microbatch_graph(g, 3)
     assert x.num_ops == 3 * g.num_ops and x.num_edges == 3 * g.num_edges
     assert int(x.param_bytes.sum()) == int(g.param_bytes.sum())
-    assert np.all(x.param_bytes[g.num_ops:] == 0)
+    assert np.all(x.param_bytes[g.num_ops :] == 0)
     # no edge between copies
     assert np.all(x.edge_src // g.num_ops == x.edge_dst // g.num_ops)
     assert microbatch_graph(g, 1) is g
 
 
-@pytest.mark.parametrize("executor,inflight,captured", [("eager", None, False), ("dataflow", None, False), ("eager", 1, False),
-                                                         ("eager", 2, True), ("dataflow", None, True)])
+@pytest.mark.parametrize(
+    "executor,inflight,captured",
+    [
+        ("eager", None, False),
+        ("dataflow", None, False),
+        ("eager", 1, False),
+        ("eager", 2, True),
+        ("dataflow", None, True),
+    ],
+)
 def test_kernel_and_reference_agree_with_microbatches(executor, inflight, captured):
     g = random_dag(25, seed=3)
     rng = np.random.default_rng(0)
@@ -114,8 +127,9 @@ def test_microbatch_op_times_scale_compute_but_not_weight_reads():
     from envs import cost
 
     # a compute-bound op and a memory-bound one (weights read whole by every microbatch)
-    g = OpGraph.from_edges(["mm", "mv"], [("mm", "mv", 4)], flops=[4e12, 1e3], param_bytes=[0, 8 << 30],
-                           op_types=["aten.mm.default"] * 2)
+    g = OpGraph.from_edges(
+        ["mm", "mv"], [("mm", "mv", 4)], flops=[4e12, 1e3], param_bytes=[0, 8 << 30], op_types=["aten.mm.default"] * 2
+    )
     c = Cluster.preset("h100x8")
     f1, _ = cost.op_times(g, c)
     f4, _ = cost.op_times(g, c, microbatches=4)
@@ -130,7 +144,10 @@ def test_inflight_round_trips_and_bad_values_are_one_line(tmp_path):
     p.save(path)
     assert Placement.load(path) == p and Placement.load(path).inflight == 2
     # W = M is fill-drain, stored as absent
-    assert Placement.from_indices(g, ["cpu:0", "gpu:0"], np.ones(4, dtype=int), microbatches=4, inflight=4).inflight is None
+    assert (
+        Placement.from_indices(g, ["cpu:0", "gpu:0"], np.ones(4, dtype=int), microbatches=4, inflight=4).inflight
+        is None
+    )
     doc = json.loads(path.read_text())
     for bad in (5, 0, "2"):
         doc["inflight"] = bad
@@ -354,7 +371,9 @@ def test_compare_searches_the_window_and_fits_a_plan_fill_drain_cannot():
     g = _chain(8)
     base = Cluster.preset("a100-40gx4")
     # four GPUs with room for a 2-op stage's weights and Adam state (512 MiB) and about 4 microbatches' activations
-    small = [dataclasses.replace(d, memory_bytes=float((512 + 128) << 20)) if d.kind == "gpu" else d for d in base.devices]
+    small = [
+        dataclasses.replace(d, memory_bytes=float((512 + 128) << 20)) if d.kind == "gpu" else d for d in base.devices
+    ]
     c = dataclasses.replace(base, devices=small)
     place = np.repeat(np.arange(1, 5), 2).astype(np.int32)
     assert envs.SimEnv(g, c, microbatches=8).simulate(place).status == "oom"
@@ -382,8 +401,24 @@ def test_place_option_microbatches():
 def test_compare_cli_inflight_search_and_bad_values(capsys):
     from placer.cli import main
 
-    assert main(["compare", "gpt2", "--cluster", "k80x4", "--methods", "gpipe", "--microbatches", "4",
-                 "--inflight", "1,all", "--json"]) == 0
+    assert (
+        main(
+            [
+                "compare",
+                "gpt2",
+                "--cluster",
+                "k80x4",
+                "--methods",
+                "gpipe",
+                "--microbatches",
+                "4",
+                "--inflight",
+                "1,all",
+                "--json",
+            ]
+        )
+        == 0
+    )
     (row,) = [r for r in json.loads(capsys.readouterr().out)["rows"] if r["kind"] == "baseline"]
     assert row["microbatches"] == 4 and row["inflight"] is None  # fill-drain is the faster where both fit
     for bad in ("0", "two", ""):
@@ -392,14 +427,17 @@ def test_compare_cli_inflight_search_and_bad_values(capsys):
         assert "--inflight" in err and err.strip().count("\n") == 0
 
 
-@pytest.mark.parametrize("W,expected", [
-    (1, "F0.0 F0.1 B F1.0 F1.1 B F2.0 F2.1 B F3.0 F3.1"),
-    (2, "F0.0 F0.1 F1.0 B F1.1 F2.0 B F2.1 F3.0 B F3.1"),
-])
+@pytest.mark.parametrize(
+    "W,expected",
+    [
+        (1, "F0.0 F0.1 B F1.0 F1.1 B F2.0 F2.1 B F3.0 F3.1"),
+        (2, "F0.0 F0.1 F1.0 B F1.1 F2.0 B F2.1 F3.0 B F3.1"),
+    ],
+)
 def test_apply_runs_the_stages_in_the_simulated_1f1b_order(monkeypatch, W, expected):
     """Two stages (gpu:0 then gpu:1), M = 4: apply issues stage c of microbatch m where the simulator's program does."""
-    from envs.real import pipeline as runtime
     from envs.microbatch import issue_segments, stage_starts
+    from envs.real import pipeline as runtime
     from graphs.ops import free_mask
 
     torch.manual_seed(4)
@@ -441,8 +479,12 @@ def _small_gpus(mem_mib: int) -> Cluster:
     import dataclasses
 
     base = Cluster.preset("a100-40gx4")
-    return dataclasses.replace(base, devices=[dataclasses.replace(d, memory_bytes=float(mem_mib << 20)) if d.kind == "gpu" else d
-                                              for d in base.devices])
+    return dataclasses.replace(
+        base,
+        devices=[
+            dataclasses.replace(d, memory_bytes=float(mem_mib << 20)) if d.kind == "gpu" else d for d in base.devices
+        ],
+    )
 
 
 def test_step_times_overflow_is_the_worst_peak_over_capacity():
@@ -471,7 +513,14 @@ def test_graded_oom_gives_annealing_a_slope_toward_fitting():
     # started from single GPUs (all out of memory); same seeds and steps, with and without the slope: the slope
     # reaches a placement that fits more often (one seed alone is a coin flip on this landscape: simulator model 4)
     # (on the GPUs: the host, which "auto" allows here since the chain's state does not fit them, would make it easy)
-    fits = {graded: sum(env.simulate(annealing(g, cl, seed=seed, init=(), steps=200, env=env, graded_oom=graded,
-                                               devices="gpus")).status == "ok"
-                        for seed in range(1, 9)) for graded in (True, False)}  # graded: on by default
+    fits = {
+        graded: sum(
+            env.simulate(
+                annealing(g, cl, seed=seed, init=(), steps=200, env=env, graded_oom=graded, devices="gpus")
+            ).status
+            == "ok"
+            for seed in range(1, 9)
+        )
+        for graded in (True, False)
+    }  # graded: on by default
     assert fits[True] > fits[False], fits

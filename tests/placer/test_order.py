@@ -11,14 +11,13 @@ import pytest
 import torch
 from torch import nn
 
-from graphs.plan import check_order
-from envs.real.placing import MOVE_META, ORDER_META, WRITEBACK_META, _to_device, copy_kind, place_module, transfers
+from envs.real.placing import MOVE_META, ORDER_META, _to_device, copy_kind, place_module, transfers
 from envs.real.timing import default_loss
 from graphs import OpGraph, PlacerError
 from graphs.dag import random_order
+from graphs.plan import Placement, check_order
 from graphs.torch_capture import capture, export_program
 from placer.apply import apply
-from graphs.plan import Placement
 
 DEVICES = ["cpu:0", "gpu:0", "gpu:1"]
 ALL_CPU = "*=cpu"  # three logical devices on one real one: every copy is built, as a no-op
@@ -40,7 +39,12 @@ class Inceptionish(nn.Module):
 
     def forward(self, x):
         h = torch.relu(self.stem(x))
-        branches = [self.b1(h), self.b2(h), self.b3(nn.functional.avg_pool2d(h, 3, 1, 1)), self.b4b(torch.relu(self.b4a(h)))]
+        branches = [
+            self.b1(h),
+            self.b2(h),
+            self.b3(nn.functional.avg_pool2d(h, 3, 1, 1)),
+            self.b4b(torch.relu(self.b4a(h))),
+        ]
         y = torch.relu(self.bn(torch.cat(branches, 1)))
         return self.head(y.mean((2, 3)))
 
@@ -281,10 +285,18 @@ def test_any_order_on_a_decomposed_graph(seed):
     g = capture(model, inputs, decompose=True)
     rng = np.random.default_rng(seed)
     order = random_topological_order(g, rng)
-    placed = apply(model, Placement.from_indices(g, DEVICES, rng.integers(0, 3, size=g.num_ops), order=order), inputs, device_map=ALL_CPU, graph=g)
+    placed = apply(
+        model,
+        Placement.from_indices(g, DEVICES, rng.integers(0, 3, size=g.num_ops), order=order),
+        inputs,
+        device_map=ALL_CPU,
+        graph=g,
+    )
     nodes = list(placed.graph.nodes)
     last_op = max(i for i, n in enumerate(nodes) if n.name in g.index)
-    assert all(i > last_op for i, n in enumerate(nodes) if n.op == "call_function" and n.target is torch.ops.aten.copy_.default)
+    assert all(
+        i > last_op for i, n in enumerate(nodes) if n.op == "call_function" and n.target is torch.ops.aten.copy_.default
+    )
     for _ in range(2):
         out, ref = placed(*inputs), ref_model(*inputs)
         for a, b in zip(out, ref, strict=True):
@@ -343,7 +355,9 @@ def test_place_module_takes_the_order_by_name():
     with pytest.raises(PlacerError, match="op 'nope' is not an op"):
         place_module(export_program(model, inputs), {n: "cpu:0" for n in g.names}, ALL_CPU, order=names[:-1] + ["nope"])
     with pytest.raises(PlacerError, match="names it twice"):
-        place_module(export_program(model, inputs), {n: "cpu:0" for n in g.names}, ALL_CPU, order=names[:-1] + names[:1])
+        place_module(
+            export_program(model, inputs), {n: "cpu:0" for n in g.names}, ALL_CPU, order=names[:-1] + names[:1]
+        )
 
 
 def test_placer_run_runs_the_order_in_the_file(tmp_path, monkeypatch, capsys):
@@ -353,8 +367,9 @@ def test_placer_run_runs_the_order_in_the_file(tmp_path, monkeypatch, capsys):
     import envs.real.timing
     from placer.cli import main
 
-    (tmp_path / "order_model.py").write_text(textwrap.dedent(
-        """
+    (tmp_path / "order_model.py").write_text(
+        textwrap.dedent(
+            """
         import torch
         from torch import nn
 
@@ -371,13 +386,18 @@ def test_placer_run_runs_the_order_in_the_file(tmp_path, monkeypatch, capsys):
             torch.manual_seed(0)
             return TwoHeads(), (torch.randn(4, 6),)
         """
-    ))
+        )
+    )
     monkeypatch.syspath_prepend(str(tmp_path))
     sys.modules.pop("order_model", None)
     import order_model
 
     g = capture(*order_model.build())
-    order = next(o for o in (random_topological_order(g, np.random.default_rng(s)) for s in range(50)) if o != list(range(g.num_ops)))
+    order = next(
+        o
+        for o in (random_topological_order(g, np.random.default_rng(s)) for s in range(50))
+        if o != list(range(g.num_ops))
+    )
     Placement.from_indices(g, DEVICES, [1] * g.num_ops, cluster="k80x2", order=order).save(tmp_path / "p.json")
     seen = []
     real = envs.real.timing.measure_steps
@@ -387,13 +407,40 @@ def test_placer_run_runs_the_order_in_the_file(tmp_path, monkeypatch, capsys):
         return real(module, *args, **kwargs)
 
     monkeypatch.setattr(envs.real.timing, "measure_steps", spy)
-    rc = main(["run", "order_model:build", "--placement", str(tmp_path / "p.json"), "--cluster", "k80x2", "--device-map", ALL_CPU, "--steps", "1", "--warmup", "0", "--json"])
+    rc = main(
+        [
+            "run",
+            "order_model:build",
+            "--placement",
+            str(tmp_path / "p.json"),
+            "--cluster",
+            "k80x2",
+            "--device-map",
+            ALL_CPU,
+            "--steps",
+            "1",
+            "--warmup",
+            "0",
+            "--json",
+        ]
+    )
     assert rc == 0, capsys.readouterr()
     assert seen == [[g.names[i] for i in order]]
     doc = json.loads((tmp_path / "p.json").read_text())
     doc["order"] = order[::-1]
     (tmp_path / "bad.json").write_text(json.dumps(doc))
-    rc = main(["run", "order_model:build", "--placement", str(tmp_path / "bad.json"), "--cluster", "k80x2", "--device-map", ALL_CPU])
+    rc = main(
+        [
+            "run",
+            "order_model:build",
+            "--placement",
+            str(tmp_path / "bad.json"),
+            "--cluster",
+            "k80x2",
+            "--device-map",
+            ALL_CPU,
+        ]
+    )
     err = capsys.readouterr().err.strip().splitlines()
     assert rc == 2 and len(err) == 1 and "bad.json: order: op" in err[0]
 
@@ -462,7 +509,9 @@ def test_place_and_train_write_the_order_they_scored(tmp_path, capsys):
     assert best.order is not None and best.meta["issue_order_step_time_s"] <= best.meta["step_time_s"] * (1 + 1e-12)
     capsys.readouterr()
     assert main(["simulate", gpath, os.path.join(run, "best_placement.json"), "--cluster", "k80x4", "--json"]) == 0
-    assert json.loads(capsys.readouterr().out)["step_time_s"] == pytest.approx(best.meta["issue_order_step_time_s"], rel=1e-12)
+    assert json.loads(capsys.readouterr().out)["step_time_s"] == pytest.approx(
+        best.meta["issue_order_step_time_s"], rel=1e-12
+    )
 
 
 def test_step_times_planned_scores_each_row_in_its_schedule_order():

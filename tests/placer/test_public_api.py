@@ -29,7 +29,9 @@ def test_train_and_apply_are_callable_whichever_import_came_first():
     import tempfile
 
     with tempfile.TemporaryDirectory() as d:
-        out = subprocess.run([sys.executable, "-c", "import sys\n" + code, d], capture_output=True, text=True, timeout=300)
+        out = subprocess.run(
+            [sys.executable, "-c", "import sys\n" + code, d], capture_output=True, text=True, timeout=300
+        )
     assert out.returncode == 0, out.stderr[-2000:]
 
 

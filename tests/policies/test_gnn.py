@@ -94,8 +94,14 @@ def test_registered_and_needs_a_cluster():
 def _sidecar(**over):
     from policies.gnn import feature_spec
 
-    doc = {"architecture": {"hidden": 8, "rounds": 1, "logit_cap": 10.0}, "features": feature_spec(),
-           "clusters": ["k80x2"], "corpus": ["x"], "seed": 0, "date": "2025-01-01T00:00:00+00:00"}
+    doc = {
+        "architecture": {"hidden": 8, "rounds": 1, "logit_cap": 10.0},
+        "features": feature_spec(),
+        "clusters": ["k80x2"],
+        "corpus": ["x"],
+        "seed": 0,
+        "date": "2025-01-01T00:00:00+00:00",
+    }
     doc.update(over)
     return doc
 
@@ -112,14 +118,17 @@ def test_policy_file_round_trip_loads_with_weights_only(tmp_path):
     assert json.loads((tmp_path / "p.json").read_text())["format"] == "placer-policy/1"
 
 
-@pytest.mark.parametrize("damage, message", [
-    (lambda d: d.pop("seed"), "missing field"),
-    (lambda d: d.update(format="placer-policy/9"), "format"),
-    (lambda d: d["architecture"].update(hidden=16), "do not fit"),
-    (lambda d: d["architecture"].update(hidden="8"), "architecture.hidden"),
-    (lambda d: d["features"].update(version="gnn-features/0"), "features"),
-    (lambda d: d.update(policy="seq2seq"), "only 'gnn'"),
-])
+@pytest.mark.parametrize(
+    "damage, message",
+    [
+        (lambda d: d.pop("seed"), "missing field"),
+        (lambda d: d.update(format="placer-policy/9"), "format"),
+        (lambda d: d["architecture"].update(hidden=16), "do not fit"),
+        (lambda d: d["architecture"].update(hidden="8"), "architecture.hidden"),
+        (lambda d: d["features"].update(version="gnn-features/0"), "features"),
+        (lambda d: d.update(policy="seq2seq"), "only 'gnn'"),
+    ],
+)
 def test_bad_sidecar_is_one_placer_error(tmp_path, damage, message):
     path = tmp_path / "p.pt"
     policy_file.save(path, GNNNet(hidden=8, rounds=1), _sidecar())
@@ -169,15 +178,18 @@ def test_a_policy_file_without_a_decoder_is_an_independent_one(tmp_path):
 def test_the_network_reads_shared_parameters_as_edges():
     # c reads the weight a owns: placing them apart copies it (the simulator charges that), so the
     # network sees an edge a -> c carrying the weight's bytes, beside the data edges
-    g = OpGraph.from_edges(["a", "b", "c"], [("a", "b", 4), ("b", "c", 4)], flops=[1e9] * 3, param_bytes=[1 << 20, 0, 0])
+    g = OpGraph.from_edges(
+        ["a", "b", "c"], [("a", "b", 4), ("b", "c", 4)], flops=[1e9] * 3, param_bytes=[1 << 20, 0, 0]
+    )
     c = envs.resolve_cluster("v100x4")
     plain = GNNPolicy(g, c.num_devices, cluster=c, net=GNNNet(hidden=8, rounds=1))
     assert plain.graph.num_edges == 2
     g.params = [["w"], [], ["w"]]
     g.invalidate()
     shared = GNNPolicy(g, c.num_devices, cluster=c, net=plain.net)
-    assert sorted(zip(shared.graph.edge_src.tolist(), shared.graph.edge_dst.tolist(), shared.graph.edge_bytes.tolist())) == [
-        (0, 1, 4), (0, 2, 1 << 20), (1, 2, 4)]
+    assert sorted(
+        zip(shared.graph.edge_src.tolist(), shared.graph.edge_dst.tolist(), shared.graph.edge_bytes.tolist())
+    ) == [(0, 1, 4), (0, 2, 1 << 20), (1, 2, 4)]
     assert not torch.equal(shared.x_edge, plain.x_edge) and shared.greedy().shape == (3,)
 
 

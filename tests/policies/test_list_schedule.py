@@ -17,8 +17,13 @@ from policies.list_schedule import DYN_DIM, ListSchedule, decode_order, teacher_
 
 
 def _two_ops() -> OpGraph:
-    return OpGraph.from_edges(["a", "b"], [("a", "b", 40_000_000)], op_types=["aten.mm.default", "aten.relu.default"],
-                              flops=[4e11, 1e9], param_bytes=[1_000_000, 0])
+    return OpGraph.from_edges(
+        ["a", "b"],
+        [("a", "b", 40_000_000)],
+        op_types=["aten.mm.default", "aten.relu.default"],
+        flops=[4e11, 1e9],
+        param_bytes=[1_000_000, 0],
+    )
 
 
 def test_features_of_an_op_whose_input_sits_on_gpu0_match_a_hand_computed_list_schedule():
@@ -38,13 +43,16 @@ def test_features_of_an_op_whose_input_sits_on_gpu0_match_a_hand_computed_list_s
     tau = tmin[1] + tmin.mean()
     mem = static_bytes(g) + activation_bytes(g)
     cap = np.asarray(c.memory_bytes, dtype=float)
-    expect = np.stack([
-        np.log1p((finish - finish.min()) / tau),
-        [0.0, 1.0, 0.0],  # all of b's input bytes are on gpu:0
-        np.minimum((np.array([0, mem[0], 0]) + mem[1]) / cap, 2.0),
-        np.log1p(np.array([0.0, fin_a, 0.0]) / tau),  # gpu:0's queue runs fin_a past the idle devices'
-        (finish == finish.min()).astype(float),
-    ], axis=1)
+    expect = np.stack(
+        [
+            np.log1p((finish - finish.min()) / tau),
+            [0.0, 1.0, 0.0],  # all of b's input bytes are on gpu:0
+            np.minimum((np.array([0, mem[0], 0]) + mem[1]) / cap, 2.0),
+            np.log1p(np.array([0.0, fin_a, 0.0]) / tau),  # gpu:0's queue runs fin_a past the idle devices'
+            (finish == finish.min()).astype(float),
+        ],
+        axis=1,
+    )
     assert f.shape == (3, DYN_DIM)
     np.testing.assert_allclose(f, expect, rtol=1e-9)
     assert f[1, 4] == 1.0  # staying beside its input is what finishes first here

@@ -6,13 +6,16 @@ import numpy as np
 import pytest
 import torch
 
+from graphs import OpGraph
 from graphs.synthetic import random_dag
 from policies import POLICIES
 from policies.features import featurize, group_features, shape_features
-from graphs import OpGraph
 
-OPTIONS = {"seq2seq": {"max_groups": 0, "hidden": 16}, "hierarchical": {"num_groups": 6, "hidden": 16, "grouper_hidden": 16},
-           "gnn": {"hidden": 16}}
+OPTIONS = {
+    "seq2seq": {"max_groups": 0, "hidden": 16},
+    "hierarchical": {"num_groups": 6, "hidden": 16, "grouper_hidden": 16},
+    "gnn": {"hidden": 16},
+}
 # the gnn policy describes devices by their features: a preset with that many devices
 CLUSTER_OF_SIZE = {2: "h200x1", 3: "k80x2", 5: "k80x4"}
 

@@ -66,15 +66,43 @@ optimizer step where there is one. :func:`with_profile` does both for a
 from envs.real.profiler.device import CudaMarks, HostMarks, device_mark_cost, profile_device_in_context
 from envs.real.profiler.file import FORMAT, check_profile, device_kind, load_profile, save_profile
 from envs.real.profiler.fit import (
-    apply_profile, calibrate_cluster, cluster_with_profile, fit_issue_scale, fit_link, profile_columns, with_profile,
+    apply_profile,
+    calibrate_cluster,
+    cluster_with_profile,
+    fit_issue_scale,
+    fit_link,
+    profile_columns,
+    with_profile,
 )
 from envs.real.profiler.host import time_contention, time_staging
 from envs.real.profiler.probe import host_clock, probe_costs, profile_in_context, time_call
 from envs.real.profiler.program import DEFAULT_TRANSFER_SIZES, profile_model, profile_program, time_link
 
 __all__ = [
-    "FORMAT", "DEFAULT_TRANSFER_SIZES", "profile_program", "profile_model", "profile_in_context", "profile_device_in_context",
-    "CudaMarks", "HostMarks", "device_mark_cost", "host_clock", "probe_costs", "time_call", "time_link", "fit_link",
-    "save_profile", "load_profile", "check_profile", "device_kind", "profile_columns", "apply_profile", "calibrate_cluster",
-    "with_profile", "cluster_with_profile", "fit_issue_scale", "time_staging", "time_contention",
+    "FORMAT",
+    "DEFAULT_TRANSFER_SIZES",
+    "profile_program",
+    "profile_model",
+    "profile_in_context",
+    "profile_device_in_context",
+    "CudaMarks",
+    "HostMarks",
+    "device_mark_cost",
+    "host_clock",
+    "probe_costs",
+    "time_call",
+    "time_link",
+    "fit_link",
+    "save_profile",
+    "load_profile",
+    "check_profile",
+    "device_kind",
+    "profile_columns",
+    "apply_profile",
+    "calibrate_cluster",
+    "with_profile",
+    "cluster_with_profile",
+    "fit_issue_scale",
+    "time_staging",
+    "time_contention",
 ]

@@ -17,8 +17,17 @@ import numpy as np
 import torch
 
 from envs.real.profiler.probe import (
-    _grad_fns, _host_probed_step, _probed_program, _Probes, _restoring, attribute_intervals, backward_intervals,
-    probe_costs, profile_entry, remove_probe_cost, scale_to,
+    _grad_fns,
+    _host_probed_step,
+    _probed_program,
+    _Probes,
+    _restoring,
+    attribute_intervals,
+    backward_intervals,
+    probe_costs,
+    profile_entry,
+    remove_probe_cost,
+    scale_to,
 )
 from envs.real.timing import default_loss
 from graphs import OpGraph, PlacerError
@@ -123,7 +132,9 @@ class _DeviceProbes(_Probes):
 
     def seconds(self, intervals: list, num_ops: int) -> tuple[np.ndarray, np.ndarray]:
         """After ``marks.sync()``: seconds and interval counts per owner (as :func:`attribute_intervals`)."""
-        return attribute_intervals([o for o, _, _ in intervals], [self.marks.elapsed(a, b) for _, a, b in intervals], num_ops)
+        return attribute_intervals(
+            [o for o, _, _ in intervals], [self.marks.elapsed(a, b) for _, a, b in intervals], num_ops
+        )
 
 
 def cap_to(per_owner_s: np.ndarray, total_s: float) -> np.ndarray:
@@ -151,7 +162,18 @@ def device_mark_cost(marks: Any, *, count: int = 200, trials: int = 5) -> float:
     return max(best, 0.0)
 
 
-def profile_device_in_context(ep: Any, graph: OpGraph, device: str, *, warmup: int = 2, repeats: int = 5, inputs: Sequence[Any] | None = None, lr: float = 1e-3, marks: Any = None, every: int = 32) -> dict[str, Any]:
+def profile_device_in_context(
+    ep: Any,
+    graph: OpGraph,
+    device: str,
+    *,
+    warmup: int = 2,
+    repeats: int = 5,
+    inputs: Sequence[Any] | None = None,
+    lr: float = 1e-3,
+    marks: Any = None,
+    every: int = 32,
+) -> dict[str, Any]:
     """Per-op kernel and host-issue seconds inside real training steps with every op on ``device``.
 
     An asynchronous device (a GPU) costs an eager step twice per op: the host
@@ -191,24 +213,33 @@ def _clean_step(gm: Any, inputs: tuple, opt: Any, marks: Any, clock: Any) -> tup
     t = [clock()]
     m = [marks.mark()]
     opt.zero_grad(set_to_none=True)
-    t.append(clock()); m.append(marks.mark())
+    t.append(clock())
+    m.append(marks.mark())
     out = gm(*inputs)
-    t.append(clock()); m.append(marks.mark())
+    t.append(clock())
+    m.append(marks.mark())
     loss = default_loss(out)
-    t.append(clock()); m.append(marks.mark())
+    t.append(clock())
+    m.append(marks.mark())
     loss.backward()
-    t.append(clock()); m.append(marks.mark())
+    t.append(clock())
+    m.append(marks.mark())
     opt.step()
-    t.append(clock()); m.append(marks.mark())
+    t.append(clock())
+    m.append(marks.mark())
     marks.sync()
     t_end = clock()
     del out, loss
-    return ([t[j + 1] - t[j] for j in range(len(_PHASES))], [marks.elapsed(m[j], m[j + 1]) for j in range(len(_PHASES))],
-            t_end - t[0])
+    return (
+        [t[j + 1] - t[j] for j in range(len(_PHASES))],
+        [marks.elapsed(m[j], m[j + 1]) for j in range(len(_PHASES))],
+        t_end - t[0],
+    )
 
 
-def _device_probed_step(probed_gm: Any, inputs: tuple, opt: Any, marks: Any, current: list, every: int,
-                        sleep_s: float) -> "_DeviceProbes":
+def _device_probed_step(
+    probed_gm: Any, inputs: tuple, opt: Any, marks: Any, current: list, every: int, sleep_s: float
+) -> "_DeviceProbes":
     """One step with device marks at every probe, the device held back so that the host runs ahead."""
     opt.zero_grad(set_to_none=True)
     marks.sync()
@@ -226,8 +257,17 @@ def _device_probed_step(probed_gm: Any, inputs: tuple, opt: Any, marks: Any, cur
     return dp
 
 
-def _device_in_context(ep: Any, graph: OpGraph, dev: Any, warmup: int, repeats: int, inputs: Sequence[Any] | None, lr: float,
-                       marks: Any, every: int) -> dict[str, Any]:
+def _device_in_context(
+    ep: Any,
+    graph: OpGraph,
+    dev: Any,
+    warmup: int,
+    repeats: int,
+    inputs: Sequence[Any] | None,
+    lr: float,
+    marks: Any,
+    every: int,
+) -> dict[str, Any]:
     n = graph.num_ops
     current: list = [_Probes(time.perf_counter)]
     gm, probed_gm, inputs, opt = _probed_program(ep, graph, dev, inputs, lr, current)
@@ -248,7 +288,10 @@ def _device_in_context(ep: Any, graph: OpGraph, dev: Any, warmup: int, repeats: 
         # a host-probed step: issue time per op
         pr, tail, b0, b1 = _host_probed_step(probed_gm, inputs, opt, current, clock, marks.sync)
         # host seconds per forward op and per backward probe: the sleeps' length
-        per_op_host = [max(float(np.median(pr.fwd_s)), 1e-6) if pr.fwd_s else 1e-4, max((b1 - b0) / max(len(pr.bwd), 1), 1e-6)]
+        per_op_host = [
+            max(float(np.median(pr.fwd_s)), 1e-6) if pr.fwd_s else 1e-4,
+            max((b1 - b0) / max(len(pr.bwd), 1), 1e-6),
+        ]
         if k >= warmup:
             f_s, fcount = attribute_intervals(pr.fwd_owner + [-1], pr.fwd_s + [tail], n)
             b_s, bcount = attribute_intervals(*backward_intervals(b0, pr.bwd, b1), n)
@@ -262,11 +305,20 @@ def _device_in_context(ep: Any, graph: OpGraph, dev: Any, warmup: int, repeats: 
             kern_f.append(f_s)
             kern_b.append(b_s)
     current[0] = _Probes(clock)
-    return _device_profile(gm, host, device, (issue_f, issue_b, fcount, bcount), (kern_f, kern_b, dfcount, dbcount), marks, clock)
+    return _device_profile(
+        gm, host, device, (issue_f, issue_b, fcount, bcount), (kern_f, kern_b, dfcount, dbcount), marks, clock
+    )
 
 
-def _device_profile(gm: Any, host: dict[str, list[float]], device: dict[str, list[float]], issue: tuple, kernels: tuple,
-                    marks: Any, clock: Any) -> dict[str, Any]:
+def _device_profile(
+    gm: Any,
+    host: dict[str, list[float]],
+    device: dict[str, list[float]],
+    issue: tuple,
+    kernels: tuple,
+    marks: Any,
+    clock: Any,
+) -> dict[str, Any]:
     """The profile entry of a device from its steps' samples: medians, the probes' costs taken off, scaled to the clean phases."""
     issue_f, issue_b, fcount, bcount = issue
     kern_f, kern_b, dfcount, dbcount = kernels
@@ -276,13 +328,25 @@ def _device_profile(gm: Any, host: dict[str, list[float]], device: dict[str, lis
     dmed = {key: float(np.median(v)) for key, v in device.items()}
     # the clean phases say how long the host issued for, whatever the probes cost beyond their measured cost: scaled
     # to them however far off (a fallback to unscaled times overstated small-kernel models, where probes dominate)
-    issue_fwd, f_scale = scale_to(remove_probe_cost(np.median(issue_f, axis=0), fcount, fwd_probe_s), med["fwd"], limit=np.inf)
-    issue_bwd, b_scale = scale_to(remove_probe_cost(np.median(issue_b, axis=0), bcount, bwd_probe_s), med["bwd"], limit=np.inf)
+    issue_fwd, f_scale = scale_to(
+        remove_probe_cost(np.median(issue_f, axis=0), fcount, fwd_probe_s), med["fwd"], limit=np.inf
+    )
+    issue_bwd, b_scale = scale_to(
+        remove_probe_cost(np.median(issue_b, axis=0), bcount, bwd_probe_s), med["bwd"], limit=np.inf
+    )
     # the kernels of a phase cannot take longer than the phase did on the device, unprobed
     kern_fwd = cap_to(remove_probe_cost(np.median(kern_f, axis=0), dfcount, mark_s), dmed["fwd"])
     kern_bwd = cap_to(remove_probe_cost(np.median(kern_b, axis=0), dbcount, mark_s), dmed["bwd"])
-    return profile_entry(gm, (kern_fwd, kern_bwd), med, issue=(issue_fwd, issue_bwd), device_med=dmed, update_s=dmed["opt"],
-                         overhead_s=float(issue_fwd[0] + issue_bwd[0] + med["zero"] + med["loss"]),
-                         outside_s={"forward_kernels": float(kern_fwd[0]), "backward_kernels": float(kern_bwd[0])},
-                         probe_s={"forward": fwd_probe_s, "backward": bwd_probe_s, "device_mark": mark_s},
-                         scale={"forward": f_scale, "backward": b_scale}, clock="wall")
+    return profile_entry(
+        gm,
+        (kern_fwd, kern_bwd),
+        med,
+        issue=(issue_fwd, issue_bwd),
+        device_med=dmed,
+        update_s=dmed["opt"],
+        overhead_s=float(issue_fwd[0] + issue_bwd[0] + med["zero"] + med["loss"]),
+        outside_s={"forward_kernels": float(kern_fwd[0]), "backward_kernels": float(kern_bwd[0])},
+        probe_s={"forward": fwd_probe_s, "backward": bwd_probe_s, "device_mark": mark_s},
+        scale={"forward": f_scale, "backward": b_scale},
+        clock="wall",
+    )

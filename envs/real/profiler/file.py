@@ -15,11 +15,10 @@ from typing import Any
 import numpy as np
 
 from envs.cluster import KINDS, MAX_DELAY_S, MIN_RATE
+from envs.sim.order_trust import margin_of
 from graphs import PlacerError, schema
 from graphs.io import read_json, write_text_atomic
-from envs.sim.order_trust import margin_of
 from graphs.ir import PROFILE_COLUMNS
-
 
 FORMAT = "placer-profile/1"
 
@@ -50,7 +49,11 @@ def check_profile(doc: Any, *, source: str = "profile") -> None:
     """
     schema.document(doc, source, FORMAT)
     ops = doc.get("ops")
-    if not isinstance(ops, list) or not isinstance(doc.get("devices"), dict) or not isinstance(doc.get("links", []), list):
+    if (
+        not isinstance(ops, list)
+        or not isinstance(doc.get("devices"), dict)
+        or not isinstance(doc.get("links", []), list)
+    ):
         raise PlacerError(f"{source}: needs 'ops' (list), 'devices' (object) and 'links' (list)")
     schema.strings(ops, source, "ops")
     for key in ("graph_hash", "host"):
@@ -67,11 +70,15 @@ def check_profile(doc: Any, *, source: str = "profile") -> None:
                 continue
             if not isinstance(arr, list) or len(arr) != len(ops):
                 raise PlacerError(f"{source}: {where}.{col} must list one time per op ({len(ops)})")
-            times = schema.column([np.nan if x is None else x for x in arr], source, f"{where}.{col}", whole=False, nan_ok=True)
+            times = schema.column(
+                [np.nan if x is None else x for x in arr], source, f"{where}.{col}", whole=False, nan_ok=True
+            )
             bad = ~np.isnan(times) & ((times < 0) | (times > MAX_DELAY_S))
             if bad.any():
                 k = int(np.argmax(bad))
-                raise PlacerError(f"{source}: {where}.{col} has a negative or non-numeric time ({where}.{col}[{k}] is {times[k]!r}; expected 0 to {MAX_DELAY_S:g} s)")
+                raise PlacerError(
+                    f"{source}: {where}.{col} has a negative or non-numeric time ({where}.{col}[{k}] is {times[k]!r}; expected 0 to {MAX_DELAY_S:g} s)"
+                )
         _check_host_entry(entry, source, where)
     if doc.get("order_trust") is not None:
         margin_of(doc["order_trust"], 1, source=f"{source}: order_trust")
@@ -80,7 +87,10 @@ def check_profile(doc: Any, *, source: str = "profile") -> None:
         schema.obj(link, source, where)
         for end in ("src", "dst"):
             schema.string(link.get(end), source, f"{where}.{end}")
-        if not all(isinstance(link.get(key), (int, float)) and not isinstance(link.get(key), bool) for key in ("latency_s", "bandwidth_bytes_per_s")):
+        if not all(
+            isinstance(link.get(key), (int, float)) and not isinstance(link.get(key), bool)
+            for key in ("latency_s", "bandwidth_bytes_per_s")
+        ):
             raise PlacerError(f"{source}: {where} needs non-negative latency_s and bandwidth_bytes_per_s")
         schema.number(link["latency_s"], source, f"{where}.latency_s", minimum=0.0, maximum=MAX_DELAY_S)
         schema.number(link["bandwidth_bytes_per_s"], source, f"{where}.bandwidth_bytes_per_s", minimum=MIN_RATE)
@@ -89,8 +99,10 @@ def check_profile(doc: Any, *, source: str = "profile") -> None:
 def _check_host_entry(entry: Mapping[str, Any], source: str, where: str) -> None:
     """A host device's optional ``staging`` (``latency_s``, ``bandwidth_bytes_per_s``) and ``contention`` (``op``,
     ``issue``), :mod:`envs.real.profiler.host`: objects of finite numbers in range, or absent."""
-    for key, fields in (("staging", {"latency_s": (0.0, MAX_DELAY_S), "bandwidth_bytes_per_s": (MIN_RATE, None)}),
-                        ("contention", {"op": (0.0, None), "issue": (0.0, None)})):
+    for key, fields in (
+        ("staging", {"latency_s": (0.0, MAX_DELAY_S), "bandwidth_bytes_per_s": (MIN_RATE, None)}),
+        ("contention", {"op": (0.0, None), "issue": (0.0, None)}),
+    ):
         if key not in entry:
             continue
         schema.obj(entry[key], source, f"{where}.{key}")

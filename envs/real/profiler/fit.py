@@ -53,10 +53,14 @@ def fit_link(sizes_bytes: Sequence[float], times_s: Sequence[float]) -> tuple[fl
     return float(max(latency_s, 0.0)), float(1.0 / per_byte_s)
 
 
-def profile_columns(graph: OpGraph, profile: Mapping[str, Any], *, source: str = "profile") -> dict[str, dict[str, np.ndarray]]:
+def profile_columns(
+    graph: OpGraph, profile: Mapping[str, Any], *, source: str = "profile"
+) -> dict[str, dict[str, np.ndarray]]:
     """Device kind -> {"fwd_s", "bwd_s"[, "issue_fwd_s", "issue_bwd_s"]} arrays aligned with ``graph`` (median over devices of a kind)."""
     if profile.get("graph_hash") and profile["graph_hash"] != graph.content_hash:
-        raise PlacerError(f"{source}: profiled graph {profile['graph_hash']}, not this graph ({graph.name or 'graph'} {graph.content_hash})")
+        raise PlacerError(
+            f"{source}: profiled graph {profile['graph_hash']}, not this graph ({graph.name or 'graph'} {graph.content_hash})"
+        )
     pos = {name: k for k, name in enumerate(profile["ops"])}
     rows = np.array([pos.get(name, -1) for name in graph.names])
     if np.all(rows < 0) and graph.num_ops:
@@ -68,7 +72,9 @@ def profile_columns(graph: OpGraph, profile: Mapping[str, Any], *, source: str =
             if col not in entry:  # the issue columns: devices profiled in context only
                 continue
             vals = np.array([np.nan if x is None else x for x in entry[col]], dtype=np.float64)
-            aligned = np.where(rows >= 0, vals[np.maximum(rows, 0)], np.nan) if len(vals) else np.full(graph.num_ops, np.nan)
+            aligned = (
+                np.where(rows >= 0, vals[np.maximum(rows, 0)], np.nan) if len(vals) else np.full(graph.num_ops, np.nan)
+            )
             by_kind.setdefault(kind, {}).setdefault(col, []).append(aligned)
     out = {}
     for kind, cols in by_kind.items():
@@ -90,14 +96,22 @@ def apply_profile(graph: OpGraph, profile: Mapping[str, Any], *, source: str = "
     """
     prof = {**graph.profile, **profile_columns(graph, profile, source=source)}
     meta = {**graph.meta, "profile": {"host": profile.get("host", ""), "devices": sorted(profile["devices"])}}
-    if profile.get("order_trust") is not None:  # orders run for real: the planner's margin (this simulator model's only)
+    if (
+        profile.get("order_trust") is not None
+    ):  # orders run for real: the planner's margin (this simulator model's only)
         margin = margin_of(profile["order_trust"], MODEL_VERSION, source=f"{source}: order_trust")
         if margin is not None:
             meta[ORDER_MARGIN_META] = margin
     return dataclasses.replace(graph, profile=prof, meta=meta)
 
 
-def calibrate_cluster(cluster: Any, profile: Mapping[str, Any], *, graph: OpGraph | None = None, device_map: Mapping[str, str] | str | None = None) -> Any:
+def calibrate_cluster(
+    cluster: Any,
+    profile: Mapping[str, Any],
+    *,
+    graph: OpGraph | None = None,
+    device_map: Mapping[str, str] | str | None = None,
+) -> Any:
     """A copy of ``cluster`` calibrated to the profiled machine.
 
     Each logical device is mapped to its torch device (``device_map``, default
@@ -119,10 +133,15 @@ def calibrate_cluster(cluster: Any, profile: Mapping[str, Any], *, graph: OpGrap
     torch_of = {name: str(dev) for name, dev in resolve_devices(cluster.device_names, device_map).items()}
     profiled = profile.get("devices", {})
     kind_of = {
-        dev.name: (profiled[torch_of[dev.name]].get("kind") or device_kind(torch_of[dev.name])) if torch_of[dev.name] in profiled else dev.kind
+        dev.name: (profiled[torch_of[dev.name]].get("kind") or device_kind(torch_of[dev.name]))
+        if torch_of[dev.name] in profiled
+        else dev.kind
         for dev in cluster.devices
     }
-    measured = {(lk["src"], lk["dst"]): Link(float(lk["bandwidth_bytes_per_s"]), float(lk["latency_s"])) for lk in profile.get("links", [])}
+    measured = {
+        (lk["src"], lk["dst"]): Link(float(lk["bandwidth_bytes_per_s"]), float(lk["latency_s"]))
+        for lk in profile.get("links", [])
+    }
     by_kinds: dict[tuple[str, str], Link] = {}
     for (s, d), link in measured.items():
         by_kinds.setdefault((device_kind(s), device_kind(d)), link)
@@ -137,9 +156,16 @@ def calibrate_cluster(cluster: Any, profile: Mapping[str, Any], *, graph: OpGrap
         rates = _fit_rates(graph, profile_columns(graph, profile), ~free_mask(graph))
         _fit_update(rates, profiled)
         devices = [dataclasses.replace(dev, **rates[dev.kind]) if dev.kind in rates else dev for dev in devices]
-    devices = [dataclasses.replace(dev, **host_fields(profiled.get(torch_of[dev.name], {}))) if dev.kind == "cpu" else dev
-               for dev in devices]
-    return Cluster(name=f"{cluster.name}+profile", devices=devices, links=links, description=f"{cluster.description} (calibrated by profile from {profile.get('host', '?')})")
+    devices = [
+        dataclasses.replace(dev, **host_fields(profiled.get(torch_of[dev.name], {}))) if dev.kind == "cpu" else dev
+        for dev in devices
+    ]
+    return Cluster(
+        name=f"{cluster.name}+profile",
+        devices=devices,
+        links=links,
+        description=f"{cluster.description} (calibrated by profile from {profile.get('host', '?')})",
+    )
 
 
 def host_fields(entry: Mapping[str, Any]) -> dict[str, float]:
@@ -152,13 +178,19 @@ def host_fields(entry: Mapping[str, Any]) -> dict[str, float]:
     out: dict[str, float] = {}
     stage, contention = entry.get("staging"), entry.get("contention")
     if isinstance(stage, Mapping):
-        out.update(stage_latency_s=float(stage["latency_s"]), stage_bandwidth_bytes_per_s=float(stage["bandwidth_bytes_per_s"]))
+        out.update(
+            stage_latency_s=float(stage["latency_s"]), stage_bandwidth_bytes_per_s=float(stage["bandwidth_bytes_per_s"])
+        )
     if isinstance(contention, Mapping):
-        out.update(contention_op=min(float(contention["op"]), 100.0), contention_issue=min(float(contention["issue"]), 100.0))
+        out.update(
+            contention_op=min(float(contention["op"]), 100.0), contention_issue=min(float(contention["issue"]), 100.0)
+        )
     return out
 
 
-def _fit_rates(graph: OpGraph, cols: Mapping[str, Mapping[str, np.ndarray]], compute: np.ndarray) -> dict[str, dict[str, float]]:
+def _fit_rates(
+    graph: OpGraph, cols: Mapping[str, Mapping[str, np.ndarray]], compute: np.ndarray
+) -> dict[str, dict[str, float]]:
     out = {}
     for kind, c in cols.items():
         fwd = c.get("fwd_s")
@@ -198,7 +230,13 @@ def _fit_update(rates: dict[str, dict[str, float]], devices: Mapping[str, Any]) 
         rates.setdefault(kind, {})["mem_bw_bytes_per_s"] = float(np.median(bws))
 
 
-def with_profile(graph: OpGraph, cluster: Any, profile: str | os.PathLike | Mapping[str, Any] | None, *, device_map: Mapping[str, str] | str | None = None) -> tuple[OpGraph, Any]:
+def with_profile(
+    graph: OpGraph,
+    cluster: Any,
+    profile: str | os.PathLike | Mapping[str, Any] | None,
+    *,
+    device_map: Mapping[str, str] | str | None = None,
+) -> tuple[OpGraph, Any]:
     """``--profile`` in one call: the profiled graph and the calibrated cluster (both unchanged if None)."""
     if profile is None:
         return graph, cluster
@@ -225,7 +263,9 @@ def cluster_with_profile(cluster: Cluster, profile: Any, *, graph: Any = None, d
     return calibrate_cluster(cluster, doc, graph=graph, device_map=device_map)
 
 
-def fit_issue_scale(profile: dict[str, Any], graph: OpGraph, *, low: float = 0.25, high: float = 4.0, rtol: float = 1e-3) -> dict[str, Any]:
+def fit_issue_scale(
+    profile: dict[str, Any], graph: OpGraph, *, low: float = 0.25, high: float = 4.0, rtol: float = 1e-3
+) -> dict[str, Any]:
     """``profile`` with the issue times of each device profiled in context scaled to match its measured clean step.
 
     The eager simulator's step with every op on the device (:func:`all_on_device_step_s`)
@@ -239,7 +279,12 @@ def fit_issue_scale(profile: dict[str, Any], graph: OpGraph, *, low: float = 0.2
     """
     for dev, entry in profile["devices"].items():
         target = entry.get("step_s")
-        if entry.get("method") != "context" or "issue_fwd_s" not in entry or not isinstance(target, (int, float)) or target <= 0:
+        if (
+            entry.get("method") != "context"
+            or "issue_fwd_s" not in entry
+            or not isinstance(target, (int, float))
+            or target <= 0
+        ):
             continue
         step = lambda scale: all_on_device_step_s(graph, profile, dev, issue_scale=scale)  # noqa: E731
         before = step(1.0)
@@ -273,4 +318,8 @@ def all_on_device_step_s(graph: OpGraph, profile: Mapping[str, Any], device: str
     kind = entry.get("kind") or device_kind(device)
     cluster = Cluster("fit", [Device("d:0", kind, 1e15, 1e12, 1e12, 0.0)], {})
     cluster = calibrate_cluster(cluster, one, graph=graph, device_map={"d:0": device})
-    return float(SimEnv(apply_profile(graph, one), cluster).simulate(np.zeros(graph.num_ops, dtype=np.int64)).extra["sim_step_time_s"])
+    return float(
+        SimEnv(apply_profile(graph, one), cluster)
+        .simulate(np.zeros(graph.num_ops, dtype=np.int64))
+        .extra["sim_step_time_s"]
+    )

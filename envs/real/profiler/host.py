@@ -33,7 +33,9 @@ from envs.real.profiler.fit import fit_link
 DEFAULT_STAGE_SIZES = (4 << 10, 256 << 10, 4 << 20, 32 << 20)
 
 
-def time_staging(device: Any = None, sizes_bytes: Sequence[int] = DEFAULT_STAGE_SIZES, *, repeats: int = 5) -> dict[str, Any]:
+def time_staging(
+    device: Any = None, sizes_bytes: Sequence[int] = DEFAULT_STAGE_SIZES, *, repeats: int = 5
+) -> dict[str, Any]:
     """Host seconds of :func:`placer.apply`'s staging copy of a host tensor of each size, and the fit.
 
     Towards a CUDA ``device`` the asynchronous copy is issued too (its host cost:
@@ -61,8 +63,13 @@ def time_staging(device: Any = None, sizes_bytes: Sequence[int] = DEFAULT_STAGE_
                 samples.append(t1 - t0)
         times.append(float(np.median(samples)))
     lat, bw = fit_link(list(sizes_bytes), times)
-    return {"latency_s": lat, "bandwidth_bytes_per_s": bw, "sizes_bytes": [int(s) for s in sizes_bytes], "times_s": times,
-            "device": str(dev) if to_gpu else "cpu"}
+    return {
+        "latency_s": lat,
+        "bandwidth_bytes_per_s": bw,
+        "sizes_bytes": [int(s) for s in sizes_bytes],
+        "times_s": times,
+        "device": str(dev) if to_gpu else "cpu",
+    }
 
 
 def _host_work(a: torch.Tensor, seconds: float) -> float:
@@ -128,9 +135,19 @@ def time_contention(device: Any = None, *, seconds: float = 0.2, trials: int = 3
         issuer.join()
         if dev.type == "cuda":
             torch.cuda.synchronize(dev)
-    rates = {"host_alone": host_alone, "host_beside": host_beside, "issue_alone": issue_alone, "issue_beside": issue_beside}
-    return {"op": slowdown(host_alone, host_beside), "issue": slowdown(issue_alone, issue_beside),
-            "threads": torch.get_num_threads(), "device": str(dev), "rates": rates}
+    rates = {
+        "host_alone": host_alone,
+        "host_beside": host_beside,
+        "issue_alone": issue_alone,
+        "issue_beside": issue_beside,
+    }
+    return {
+        "op": slowdown(host_alone, host_beside),
+        "issue": slowdown(issue_alone, issue_beside),
+        "threads": torch.get_num_threads(),
+        "device": str(dev),
+        "rates": rates,
+    }
 
 
 def slowdown(alone_per_s: float, beside_per_s: float) -> float:

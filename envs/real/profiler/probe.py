@@ -31,7 +31,9 @@ def _sync(device: Any) -> None:
         torch.cuda.synchronize(device)
 
 
-def time_call(run: Callable[[Any], Any], setup: Callable[[], Any], device: Any, *, warmup: int = 1, repeats: int = 5) -> float:
+def time_call(
+    run: Callable[[Any], Any], setup: Callable[[], Any], device: Any, *, warmup: int = 1, repeats: int = 5
+) -> float:
     """Median seconds of ``run(setup())`` on ``device``; ``setup`` is not timed."""
     times = []
     for k in range(warmup + repeats):
@@ -56,6 +58,7 @@ def time_call(run: Callable[[Any], Any], setup: Callable[[], Any], device: Any, 
 
 def _op_timer(node: Any, args: tuple, kwargs: dict, device: Any, warmup: int, repeats: int) -> tuple[float, float]:
     """(forward s, backward s) of one fx node's call on ``device``."""
+
     def fresh(grad: bool) -> tuple[tuple, dict, list]:
         leaves: list = []
 
@@ -74,7 +77,9 @@ def _op_timer(node: Any, args: tuple, kwargs: dict, device: Any, warmup: int, re
 
     target = node.target
     with torch.enable_grad():
-        fwd_s = time_call(lambda st: target(*st[0], **st[1]), lambda: fresh(True), device, warmup=warmup, repeats=repeats)
+        fwd_s = time_call(
+            lambda st: target(*st[0], **st[1]), lambda: fresh(True), device, warmup=warmup, repeats=repeats
+        )
 
         def setup_bwd() -> tuple:
             a, kw, leaves = fresh(True)
@@ -106,10 +111,14 @@ def attribute_intervals(owners: Sequence[int], seconds: Sequence[float], num_ops
     ([1.0, 6.0, 3.0], [1, 2, 1])
     """
     idx = np.asarray(owners, dtype=np.int64) + 1
-    return np.bincount(idx, weights=np.asarray(seconds, dtype=np.float64), minlength=num_ops + 1), np.bincount(idx, minlength=num_ops + 1)
+    return np.bincount(idx, weights=np.asarray(seconds, dtype=np.float64), minlength=num_ops + 1), np.bincount(
+        idx, minlength=num_ops + 1
+    )
 
 
-def backward_intervals(start_s: float, hooks: Sequence[tuple[int, float]], end_s: float) -> tuple[list[int], np.ndarray]:
+def backward_intervals(
+    start_s: float, hooks: Sequence[tuple[int, float]], end_s: float
+) -> tuple[list[int], np.ndarray]:
     """Owners and seconds of a probed backward: from its start to the first node's pre-hook
     (autograd's start: outside the graph), then from each pre-hook to the next (that
     node's work, charged to its owner), the last one up to the end.
@@ -247,7 +256,9 @@ def _probed(target: Callable[..., Any], op: int, current: list) -> Callable[...,
     return probed
 
 
-def probe_costs(*, calls: int = 2000, nodes: int = 100, trials: int = 15, clock: Callable[[], float] = time.perf_counter) -> tuple[float, float]:
+def probe_costs(
+    *, calls: int = 2000, nodes: int = 100, trials: int = 15, clock: Callable[[], float] = time.perf_counter
+) -> tuple[float, float]:
     """Seconds one forward probe and one backward pre-hook add to the interval they sit in.
 
     The forward: the median interval a probe records around a trivial function
@@ -310,7 +321,11 @@ def _probed_program(ep: Any, graph: OpGraph, dev: Any, inputs: Sequence[Any] | N
     reports to ``current[0]`` after it ran (:func:`_probed`; it shares the module's parameters and buffers)."""
     gm = place_module(ep, {name: "d:0" for name in graph.names}, {"d:0": str(dev)})
     if inputs is None:
-        example = [p.meta["val"] for p in ep.graph.nodes if p.op == "placeholder" and p.name in set(ep.graph_signature.user_inputs)]
+        example = [
+            p.meta["val"]
+            for p in ep.graph.nodes
+            if p.op == "placeholder" and p.name in set(ep.graph_signature.user_inputs)
+        ]
         inputs = _concrete_inputs(ep, example)
     inputs = tuple(t.to(dev) if isinstance(t, torch.Tensor) else t for t in inputs)
     probed_graph = fx.Graph()
@@ -344,11 +359,23 @@ def _param_bytes(gm: Any) -> int:
 
 def _phases(med: Mapping[str, float]) -> dict[str, float]:
     """A step's phase medians under the names a profile gives them."""
-    return {"zero_grad": med["zero"], "forward": med["fwd"], "loss": med["loss"], "backward": med["bwd"], "optimizer": med["opt"]}
+    return {
+        "zero_grad": med["zero"],
+        "forward": med["fwd"],
+        "loss": med["loss"],
+        "backward": med["bwd"],
+        "optimizer": med["opt"],
+    }
 
 
-def _host_probed_step(probed_gm: Any, inputs: tuple, opt: Any, current: list, clock: Callable[[], float],
-                      sync: Callable[[], None] = lambda: None) -> tuple:
+def _host_probed_step(
+    probed_gm: Any,
+    inputs: tuple,
+    opt: Any,
+    current: list,
+    clock: Callable[[], float],
+    sync: Callable[[], None] = lambda: None,
+) -> tuple:
     """One training step of the probed module with host stamps: ``(probes, tail, backward start, backward end)``.
 
     ``tail`` is the time from the last forward op to the module's return; ``sync``
@@ -371,7 +398,17 @@ def _host_probed_step(probed_gm: Any, inputs: tuple, opt: Any, current: list, cl
     return pr, tail, b0, b1
 
 
-def profile_in_context(ep: Any, graph: OpGraph, device: str = "cpu", *, warmup: int = 2, repeats: int = 5, inputs: Sequence[Any] | None = None, lr: float = 1e-3, clock: str = "auto") -> dict[str, Any]:
+def profile_in_context(
+    ep: Any,
+    graph: OpGraph,
+    device: str = "cpu",
+    *,
+    warmup: int = 2,
+    repeats: int = 5,
+    inputs: Sequence[Any] | None = None,
+    lr: float = 1e-3,
+    clock: str = "auto",
+) -> dict[str, Any]:
     """Per-op forward/backward seconds measured inside real training steps on one device.
 
     Every op of ``graph`` runs on ``device`` in the module :func:`envs.real.placing.place_module`
@@ -411,7 +448,16 @@ def profile_in_context(ep: Any, graph: OpGraph, device: str = "cpu", *, warmup: 
         return _in_context(ep, graph, dev, warmup, repeats, inputs, lr, clock)
 
 
-def _in_context(ep: Any, graph: OpGraph, dev: Any, warmup: int, repeats: int, inputs: Sequence[Any] | None, lr: float, clock_name: str) -> dict[str, Any]:
+def _in_context(
+    ep: Any,
+    graph: OpGraph,
+    dev: Any,
+    warmup: int,
+    repeats: int,
+    inputs: Sequence[Any] | None,
+    lr: float,
+    clock_name: str,
+) -> dict[str, Any]:
     n = graph.num_ops
     clock_name, clock = host_clock(clock_name)
     current = [_Probes(clock)]
@@ -451,20 +497,44 @@ def _in_context(ep: Any, graph: OpGraph, dev: Any, warmup: int, repeats: int, in
     bwd = remove_probe_cost(np.median(bwd_rows, axis=0), bwd_counts, bwd_probe_s)
     fwd, f_scale = scale_to(fwd, med["fwd"])
     bwd, b_scale = scale_to(bwd, med["bwd"])
-    return profile_entry(gm, (fwd, bwd), med, update_s=med["opt"], overhead_s=float(fwd[0] + bwd[0] + med["zero"] + med["loss"]),
-                         probe_s={"forward": fwd_probe_s, "backward": bwd_probe_s},
-                         scale={"forward": f_scale, "backward": b_scale}, clock=clock_name)
+    return profile_entry(
+        gm,
+        (fwd, bwd),
+        med,
+        update_s=med["opt"],
+        overhead_s=float(fwd[0] + bwd[0] + med["zero"] + med["loss"]),
+        probe_s={"forward": fwd_probe_s, "backward": bwd_probe_s},
+        scale={"forward": f_scale, "backward": b_scale},
+        clock=clock_name,
+    )
 
 
-def profile_entry(gm: Any, times: tuple[np.ndarray, np.ndarray], med: Mapping[str, float], *, update_s: float, overhead_s: float,
-                  probe_s: dict[str, float], scale: dict[str, float], clock: str, issue: tuple[np.ndarray, np.ndarray] | None = None,
-                  device_med: Mapping[str, float] | None = None, outside_s: dict[str, float] | None = None) -> dict[str, Any]:
+def profile_entry(
+    gm: Any,
+    times: tuple[np.ndarray, np.ndarray],
+    med: Mapping[str, float],
+    *,
+    update_s: float,
+    overhead_s: float,
+    probe_s: dict[str, float],
+    scale: dict[str, float],
+    clock: str,
+    issue: tuple[np.ndarray, np.ndarray] | None = None,
+    device_med: Mapping[str, float] | None = None,
+    outside_s: dict[str, float] | None = None,
+) -> dict[str, Any]:
     """A device's entry of a profile, in context: per-op ``fwd_s``/``bwd_s`` (index 0 of each array: outside the ops)
     and, for an asynchronous device, ``issue_fwd_s``/``issue_bwd_s``; the step's phases and what was taken off."""
     entry: dict[str, Any] = {"fwd_s": [float(x) for x in times[0][1:]], "bwd_s": [float(x) for x in times[1][1:]]}
     if issue is not None:
         entry.update(issue_fwd_s=[float(x) for x in issue[0][1:]], issue_bwd_s=[float(x) for x in issue[1][1:]])
-    entry.update(update_s=update_s, update_bytes=_param_bytes(gm), overhead_s=overhead_s, step_s=med["step"], phases_s=_phases(med))
+    entry.update(
+        update_s=update_s,
+        update_bytes=_param_bytes(gm),
+        overhead_s=overhead_s,
+        step_s=med["step"],
+        phases_s=_phases(med),
+    )
     if device_med is not None:
         entry["device_phases_s"] = _phases(device_med)
     if outside_s is not None:

@@ -26,7 +26,6 @@ from envs.real.profiler.probe import _concrete_inputs, _op_timer, _sync, profile
 from graphs import OpGraph, PlacerError
 from graphs.torch_capture import check_runnable, export_program, graph_from_program
 
-
 DEFAULT_TRANSFER_SIZES = (4 << 10, 256 << 10, 4 << 20, 32 << 20)
 
 
@@ -34,7 +33,9 @@ def _error(e: BaseException) -> str:
     return f"{type(e).__name__}: {str(e).splitlines()[0][:200] if str(e) else ''}"
 
 
-def _in_context(ep: Any, graph: OpGraph, devices: list[Any], warmup: int, repeats: int, errors: dict[str, str]) -> dict[str, dict[str, Any]]:
+def _in_context(
+    ep: Any, graph: OpGraph, devices: list[Any], warmup: int, repeats: int, errors: dict[str, str]
+) -> dict[str, dict[str, Any]]:
     """The CPU and CUDA devices profiled inside real training steps; a device whose run fails is left out (noted)."""
     context: dict[str, dict[str, Any]] = {}
     for d in devices:
@@ -43,14 +44,23 @@ def _in_context(ep: Any, graph: OpGraph, devices: list[Any], warmup: int, repeat
                 if d.type == "cpu":
                     context[str(d)] = profile_in_context(ep, graph, str(d), warmup=max(warmup, 1), repeats=repeats)
                 else:
-                    context[str(d)] = profile_device_in_context(ep, graph, str(d), warmup=max(warmup, 1), repeats=repeats)
+                    context[str(d)] = profile_device_in_context(
+                        ep, graph, str(d), warmup=max(warmup, 1), repeats=repeats
+                    )
             except Exception as e:  # time it op by op instead
                 errors[f"in-context@{d}"] = _error(e)
     return context
 
 
-def _isolated(ep: Any, graph: OpGraph, devices: list[Any], warmup: int, repeats: int, errors: dict[str, str],
-              progress: Callable[[int, int], None] | None) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
+def _isolated(
+    ep: Any,
+    graph: OpGraph,
+    devices: list[Any],
+    warmup: int,
+    repeats: int,
+    errors: dict[str, str],
+    progress: Callable[[int, int], None] | None,
+) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
     """Forward and backward seconds of every op alone on each of ``devices``: one walk of the graph with concrete values."""
     gm = copy.deepcopy(ep.module())  # the reference run mutates buffers; keep the model's intact
     index = graph.index
@@ -74,7 +84,9 @@ def _isolated(ep: Any, graph: OpGraph, devices: list[Any], warmup: int, repeats:
                     progress(done[0], graph.num_ops)
             return result
 
-    example = [p.meta["val"] for p in ep.graph.nodes if p.op == "placeholder" and p.name in set(ep.graph_signature.user_inputs)]
+    example = [
+        p.meta["val"] for p in ep.graph.nodes if p.op == "placeholder" and p.name in set(ep.graph_signature.user_inputs)
+    ]
     inputs = _concrete_inputs(ep, example)
     if devices:
         with torch.enable_grad():
@@ -92,11 +104,30 @@ def _links(devices: list[Any], transfer_sizes: Sequence[int], repeats: int) -> l
             if a != b:
                 sizes, times = time_link(a, b, transfer_sizes, repeats=repeats)
                 lat, bw = fit_link(sizes, times)
-                links.append({"src": str(a), "dst": str(b), "latency_s": lat, "bandwidth_bytes_per_s": bw, "sizes_bytes": list(sizes), "times_s": times})
+                links.append(
+                    {
+                        "src": str(a),
+                        "dst": str(b),
+                        "latency_s": lat,
+                        "bandwidth_bytes_per_s": bw,
+                        "sizes_bytes": list(sizes),
+                        "times_s": times,
+                    }
+                )
     return links
 
 
-def profile_program(ep: Any, devices: Sequence[str], *, warmup: int = 1, repeats: int = 5, transfer_sizes: Sequence[int] = DEFAULT_TRANSFER_SIZES, graph: OpGraph | None = None, progress: Callable[[int, int], None] | None = None, method: str = "context") -> dict[str, Any]:
+def profile_program(
+    ep: Any,
+    devices: Sequence[str],
+    *,
+    warmup: int = 1,
+    repeats: int = 5,
+    transfer_sizes: Sequence[int] = DEFAULT_TRANSFER_SIZES,
+    graph: OpGraph | None = None,
+    progress: Callable[[int, int], None] | None = None,
+    method: str = "context",
+) -> dict[str, Any]:
     """Profile every op of an ``ExportedProgram`` on each torch device in ``devices``.
 
     ``method="context"`` (default) times the CPU and CUDA devices inside real
@@ -115,14 +146,20 @@ def profile_program(ep: Any, devices: Sequence[str], *, warmup: int = 1, repeats
     if method not in ("context", "isolated"):
         raise PlacerError(f"profile method must be 'context' or 'isolated', not {method!r}")
     context = _in_context(ep, graph, torch_devices, warmup, repeats, errors) if method == "context" else {}
-    fwd, bwd = _isolated(ep, graph, [d for d in torch_devices if str(d) not in context], warmup, repeats, errors, progress)
+    fwd, bwd = _isolated(
+        ep, graph, [d for d in torch_devices if str(d) not in context], warmup, repeats, errors, progress
+    )
     links = _links(torch_devices, transfer_sizes, repeats)
 
     def col(a: np.ndarray) -> list:
         return [None if np.isnan(x) else float(x) for x in a.tolist()]
 
     def entry(d: Any) -> dict[str, Any]:
-        out = {"kind": device_kind(str(d)), "name": _device_name(d), **(_host_probes(torch_devices, repeats) if d.type == "cpu" else {})}
+        out = {
+            "kind": device_kind(str(d)),
+            "name": _device_name(d),
+            **(_host_probes(torch_devices, repeats) if d.type == "cpu" else {}),
+        }
         if str(d) in context:
             return {**out, "method": "context", **context[str(d)]}
         return {**out, "method": "isolated", "fwd_s": col(fwd[str(d)]), "bwd_s": col(bwd[str(d)])}
@@ -160,7 +197,9 @@ def profile_model(model: Any, example_inputs: tuple, devices: Sequence[str], **o
     return profile_program(export_program(model, example_inputs), devices, **options)
 
 
-def time_link(src: Any, dst: Any, sizes_bytes: Sequence[int] = DEFAULT_TRANSFER_SIZES, *, repeats: int = 5) -> tuple[list[int], list[float]]:
+def time_link(
+    src: Any, dst: Any, sizes_bytes: Sequence[int] = DEFAULT_TRANSFER_SIZES, *, repeats: int = 5
+) -> tuple[list[int], list[float]]:
     """Median seconds to copy a float32 tensor of each size from ``src`` to ``dst``, as :func:`placer.apply` copies it.
 
     Host -> GPU copies go from pinned memory, ``non_blocking`` (the copy into the pinned

@@ -55,8 +55,15 @@ def _cost(times: np.ndarray, oom: np.ndarray, penalty: float, over: np.ndarray |
     return times * factor
 
 
-def _starting_points(graph: OpGraph, cluster: Any, groups: np.ndarray, num_groups: int, cand: np.ndarray,
-                     init: tuple[str, ...], seed: int) -> np.ndarray:
+def _starting_points(
+    graph: OpGraph,
+    cluster: Any,
+    groups: np.ndarray,
+    num_groups: int,
+    cand: np.ndarray,
+    init: tuple[str, ...],
+    seed: int,
+) -> np.ndarray:
     """Each candidate device alone, then the ``init`` heuristics' placements (a device per group: its first op's)."""
     starts = [np.full(num_groups, d, dtype=np.int64) for d in cand]
     first_op = np.unique(groups, return_index=True)[1]
@@ -102,9 +109,24 @@ class _Best:
             self.key, self.row = keys[j], rows[j].copy()
 
 
-def _anneal(score: Callable[[np.ndarray], tuple], cur: np.ndarray, cur_cost: float, groups: np.ndarray, cand: np.ndarray,
-            block: np.ndarray, num_devices: int, best: _Best, *, steps: int, batch: int, t0: float, oom_penalty: float,
-            graded: bool, rng: np.random.Generator, deadline: float | None) -> None:
+def _anneal(
+    score: Callable[[np.ndarray], tuple],
+    cur: np.ndarray,
+    cur_cost: float,
+    groups: np.ndarray,
+    cand: np.ndarray,
+    block: np.ndarray,
+    num_devices: int,
+    best: _Best,
+    *,
+    steps: int,
+    batch: int,
+    t0: float,
+    oom_penalty: float,
+    graded: bool,
+    rng: np.random.Generator,
+    deadline: float | None,
+) -> None:
     """The Markov chain from ``cur``: batches of single-group moves (and a block move), Metropolis acceptance; offers ``best`` every placement."""
     num_groups = len(cur)
     scale = max(cur_cost, 1e-12)
@@ -188,8 +210,23 @@ def annealing(
     costs = _cost(t, oom, oom_penalty, over if graded else None)
     k = int(np.argmin(costs))
     deadline = start_clock + time_budget_s if time_budget_s is not None else None
-    _anneal(score, start_idx[k].copy(), float(costs[k]), groups, cand, block, cluster.num_devices, best, steps=steps,
-            batch=batch, t0=t0, oom_penalty=oom_penalty, graded=graded, rng=np.random.default_rng(seed), deadline=deadline)
+    _anneal(
+        score,
+        start_idx[k].copy(),
+        float(costs[k]),
+        groups,
+        cand,
+        block,
+        cluster.num_devices,
+        best,
+        steps=steps,
+        batch=batch,
+        t0=t0,
+        oom_penalty=oom_penalty,
+        graded=graded,
+        rng=np.random.default_rng(seed),
+        deadline=deadline,
+    )
     if len(block):  # the best found, with the block on each device
         finals = _block_variants(best.row[None], block, cluster.num_devices)
         best.offer(finals, *score(finals[:, groups].astype(np.int32)))

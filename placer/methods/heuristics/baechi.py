@@ -34,7 +34,13 @@ from scipy.sparse import coo_matrix
 from graphs import OpGraph, PlacerError
 from graphs.dag import bottom_level
 from placer.methods.heuristics.costs import (
-    COMM_DIRECTIONS, capacity_bytes, gpu_devices, link_arrays, mean_link, op_memory_bytes, step_costs_s,
+    COMM_DIRECTIONS,
+    capacity_bytes,
+    gpu_devices,
+    link_arrays,
+    mean_link,
+    op_memory_bytes,
+    step_costs_s,
 )
 from placer.methods.heuristics.groups import colocation_groups
 from placer.methods.heuristics.scheduling import ParamCopies
@@ -112,7 +118,9 @@ def _favourite_edges(graph: OpGraph, node_s: np.ndarray, edge_s: np.ndarray) -> 
     return res.x[n : n + m] < 0.5
 
 
-def _list_schedule(graph: OpGraph, cluster, favourite_parent: np.ndarray | None, param_copies: bool = True) -> np.ndarray:
+def _list_schedule(
+    graph: OpGraph, cluster, favourite_parent: np.ndarray | None, param_copies: bool = True
+) -> np.ndarray:
     """Memory-aware ETF over the GPUs; with ``favourite_parent``, the SCT rule first.
 
     ``param_copies``: charge a shared parameter's copy once per device (:class:`ParamCopies`).

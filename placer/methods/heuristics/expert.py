@@ -30,9 +30,9 @@ import numpy as np
 
 from graphs import OpGraph
 from graphs.ops import base_op_name
-from placer.methods.registry import register
 from placer.methods.heuristics.costs import capacity_bytes, gpu_devices, op_memory_bytes, step_costs_s
 from placer.methods.heuristics.groups import colocation_groups, linear_partition, snap_to_groups
+from placer.methods.registry import register
 
 _RECURRENT = re.compile(r"lstm|gru|rnn", re.IGNORECASE)
 _ATTENTION = re.compile(r"attn|attention", re.IGNORECASE)
@@ -56,7 +56,9 @@ def _recurrent_mask(graph: OpGraph) -> tuple[np.ndarray, list[str]]:
     unrolled over time steps).
     """
     keys = [_layer_key(p) or graph.names[i] for i, p in enumerate(graph.module_paths)]
-    named = np.array([bool(_RECURRENT.search(t) or _RECURRENT.search(p)) for t, p in zip(graph.op_types, graph.module_paths)])
+    named = np.array(
+        [bool(_RECURRENT.search(t) or _RECURRENT.search(p)) for t, p in zip(graph.op_types, graph.module_paths)]
+    )
     sig: dict[str, int] = {}
     tanh: dict[str, int] = {}
     for k, t in zip(keys, graph.op_types):
@@ -109,7 +111,9 @@ def _recurrent(graph: OpGraph, cluster, is_rec: np.ndarray, keys: list[str]) -> 
     tail = (np.arange(n) > last_rec) & ~is_rec & ~is_attn
     dev[tail] = gpus[nxt % len(gpus)]
     # Embeddings: with the first layer they feed, or on the CPU when huge.
-    emb = np.array([bool(_EMBEDDING.search(t) or _EMBEDDING.search(p)) for t, p in zip(graph.op_types, graph.module_paths)])
+    emb = np.array(
+        [bool(_EMBEDDING.search(t) or _EMBEDDING.search(p)) for t, p in zip(graph.op_types, graph.module_paths)]
+    )
     emb &= ~is_rec
     cpu = [d for d, k in enumerate(cluster.kinds) if k == "cpu"]
     table_bytes = float(graph.param_bytes[emb].sum()) if emb.any() else 0.0

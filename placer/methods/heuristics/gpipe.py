@@ -14,9 +14,9 @@ from __future__ import annotations
 import numpy as np
 
 from graphs import OpGraph
-from placer.methods.registry import register
 from placer.methods.heuristics.costs import gpu_devices, step_costs_s
 from placer.methods.heuristics.groups import colocation_groups, linear_partition, snap_to_groups
+from placer.methods.registry import register
 
 
 @register("gpipe")

@@ -33,7 +33,9 @@ def to_int_weights(w: np.ndarray, top: int = 10_000, floor: int = 1) -> np.ndarr
     return np.maximum(np.rint(w / m * top), floor).astype(np.int64)
 
 
-def linear_partition(costs: np.ndarray, parts: int, capacity: np.ndarray | None = None, sizes: np.ndarray | None = None) -> np.ndarray:
+def linear_partition(
+    costs: np.ndarray, parts: int, capacity: np.ndarray | None = None, sizes: np.ndarray | None = None
+) -> np.ndarray:
     """Split a sequence into ``parts`` contiguous blocks minimising the largest block cost.
 
     Binary search on the bottleneck with a greedy feasibility check (exact up to

@@ -26,10 +26,18 @@ import numpy as np
 
 from graphs import OpGraph
 from graphs.dag import bottom_level
-from placer.methods.registry import register
-from placer.methods.heuristics.costs import candidate_devices, capacity_bytes, COMM_DIRECTIONS, link_arrays, mean_link, op_memory_bytes, step_costs_s
+from placer.methods.heuristics.costs import (
+    COMM_DIRECTIONS,
+    candidate_devices,
+    capacity_bytes,
+    link_arrays,
+    mean_link,
+    op_memory_bytes,
+    step_costs_s,
+)
 from placer.methods.heuristics.groups import colocation_groups
 from placer.methods.heuristics.scheduling import ParamCopies
+from placer.methods.registry import register
 
 
 def _earliest_slot(starts: list[float], ends: list[float], ready_s: float, dur_s: float) -> tuple[float, int]:
@@ -44,8 +52,15 @@ def _earliest_slot(starts: list[float], ends: list[float], ready_s: float, dur_s
 
 
 @register("heft")
-def heft(graph: OpGraph, cluster, *, seed: int = 0, devices: str = "all", memory_check: bool = True,
-         param_copies: bool = True) -> np.ndarray:
+def heft(
+    graph: OpGraph,
+    cluster,
+    *,
+    seed: int = 0,
+    devices: str = "all",
+    memory_check: bool = True,
+    param_copies: bool = True,
+) -> np.ndarray:
     """HEFT placement. ``devices``: "all" (the paper: every processor) or "gpus".
 
     ``param_copies``: a shared parameter's copy to another device is charged once
@@ -105,6 +120,8 @@ def heft(graph: OpGraph, cluster, *, seed: int = 0, devices: str = "all", memory
 
 
 @register("heft_nocopy")
-def heft_nocopy(graph: OpGraph, cluster, *, seed: int = 0, devices: str = "all", memory_check: bool = True) -> np.ndarray:
+def heft_nocopy(
+    graph: OpGraph, cluster, *, seed: int = 0, devices: str = "all", memory_check: bool = True
+) -> np.ndarray:
     """HEFT blind to shared-parameter copies (heft's rule before the heuristics' version 2; neither wins everywhere)."""
     return heft(graph, cluster, seed=seed, devices=devices, memory_check=memory_check, param_copies=False)

@@ -173,15 +173,21 @@ def _accelerate_key(cluster, gpus: list[int], device: Any) -> Any:
             return k
     elif logical and cluster.index(device) in gpus:
         return gpus.index(cluster.index(device))
-    raise PlacerError(f"--option max_memory: {device!r} is not a device of cluster {cluster.name or '?'} "
-                      f"({', '.join(cluster.device_names)}, or accelerate's 0..{len(gpus) - 1}, cpu)")
+    raise PlacerError(
+        f"--option max_memory: {device!r} is not a device of cluster {cluster.name or '?'} "
+        f"({', '.join(cluster.device_names)}, or accelerate's 0..{len(gpus) - 1}, cpu)"
+    )
 
 
 def _size_bytes(size: Any, device: Any) -> int:
     from accelerate.utils import convert_file_size_to_int  # an optional extra
 
     try:
-        value = int(size) if isinstance(size, int) or (isinstance(size, str) and size.isdigit()) else convert_file_size_to_int(size)
+        value = (
+            int(size)
+            if isinstance(size, int) or (isinstance(size, str) and size.isdigit())
+            else convert_file_size_to_int(size)
+        )
     except (ValueError, TypeError):
         value = None
     if not isinstance(value, int) or value <= 0:
@@ -189,8 +195,13 @@ def _size_bytes(size: Any, device: Any) -> int:
     return value
 
 
-def device_map(model: Any, cluster, strategy: str = "balanced", no_split_module_classes: list[str] | None = None,
-               max_memory: Any = None) -> dict[str, Any]:
+def device_map(
+    model: Any,
+    cluster,
+    strategy: str = "balanced",
+    no_split_module_classes: list[str] | None = None,
+    max_memory: Any = None,
+) -> dict[str, Any]:
     """accelerate's module -> device map of ``model`` for ``cluster``, as ``from_pretrained(device_map=strategy)`` makes it.
 
     ``strategy`` is one of :data:`STRATEGIES`: ``"balanced"`` (what ``"auto"``
@@ -219,37 +230,61 @@ def device_map(model: Any, cluster, strategy: str = "balanced", no_split_module_
 STRATEGIES = {"balanced": "accelerate", "balanced_low_0": "accelerate_low_0", "sequential": "accelerate_sequential"}
 
 
-def _placed(graph: OpGraph, cluster, model: Any, strategy: str, no_split_module_classes: list[str] | None,
-            max_memory: Any) -> np.ndarray:
+def _placed(
+    graph: OpGraph, cluster, model: Any, strategy: str, no_split_module_classes: list[str] | None, max_memory: Any
+) -> np.ndarray:
     method = STRATEGIES[strategy]
     require("accelerate", method, extra="accelerate")
     if model is None:
         model = _meta_model(graph)
     if model is None:
         source = graph.meta.get("source") or "the module:callable the graph was captured from"
-        raise HeuristicUnavailable(f"{method}: pass {source} instead of the graph file to get this row", "needs a model")
+        raise HeuristicUnavailable(
+            f"{method}: pass {source} instead of the graph file to get this row", "needs a model"
+        )
     return map_onto_ops(graph, device_map(model, cluster, strategy, no_split_module_classes, max_memory), cluster)
 
 
 @register("accelerate")
-def accelerate(graph: OpGraph, cluster, *, seed: int = 0, model: Any = None, no_split_module_classes: list[str] | None = None,
-                max_memory: Any = None) -> np.ndarray:
+def accelerate(
+    graph: OpGraph,
+    cluster,
+    *,
+    seed: int = 0,
+    model: Any = None,
+    no_split_module_classes: list[str] | None = None,
+    max_memory: Any = None,
+) -> np.ndarray:
     """``device_map="auto"`` (= ``"balanced"``): ``infer_auto_device_map(model, max_memory=get_balanced_memory(...))``, mapped onto ops."""
     del seed
     return _placed(graph, cluster, model, "balanced", no_split_module_classes, max_memory)
 
 
 @register("accelerate_low_0")
-def accelerate_low_0(graph: OpGraph, cluster, *, seed: int = 0, model: Any = None, no_split_module_classes: list[str] | None = None,
-                     max_memory: Any = None) -> np.ndarray:
+def accelerate_low_0(
+    graph: OpGraph,
+    cluster,
+    *,
+    seed: int = 0,
+    model: Any = None,
+    no_split_module_classes: list[str] | None = None,
+    max_memory: Any = None,
+) -> np.ndarray:
     """``device_map="balanced_low_0"``: balanced over the GPUs but GPU 0, which gets as little as possible."""
     del seed
     return _placed(graph, cluster, model, "balanced_low_0", no_split_module_classes, max_memory)
 
 
 @register("accelerate_sequential")
-def accelerate_sequential(graph: OpGraph, cluster, *, seed: int = 0, model: Any = None, no_split_module_classes: list[str] | None = None,
-                          max_memory: Any = None) -> np.ndarray:
+def accelerate_sequential(
+    graph: OpGraph,
+    cluster,
+    *,
+    seed: int = 0,
+    model: Any = None,
+    no_split_module_classes: list[str] | None = None,
+    max_memory: Any = None,
+) -> np.ndarray:
     """``device_map="sequential"``: fill GPU 0 to its capacity, then GPU 1, and so on."""
     del seed
     return _placed(graph, cluster, model, "sequential", no_split_module_classes, max_memory)

@@ -103,7 +103,9 @@ def _hint(graph: OpGraph, cluster, env, methods: str, seed: int) -> tuple[str, l
     return best
 
 
-def _project(op_item: np.ndarray, K: int, op_devices: np.ndarray, order: np.ndarray, weight: np.ndarray, D: int, edges) -> tuple[np.ndarray, np.ndarray]:
+def _project(
+    op_item: np.ndarray, K: int, op_devices: np.ndarray, order: np.ndarray, weight: np.ndarray, D: int, edges
+) -> tuple[np.ndarray, np.ndarray]:
     """Item devices (the device holding most of an item's weight) and an item order (topological, by first issue)."""
     dev = vote(op_item, op_devices, K, D, weight + 1e-12)
     first = np.full(K, np.inf)
@@ -113,8 +115,18 @@ def _project(op_item: np.ndarray, K: int, op_devices: np.ndarray, order: np.ndar
 
 
 @register("ilp")
-def ilp(graph: OpGraph, cluster, *, seed: int = 0, time_limit_s: float = 60.0, num_workers: int | None = None,
-        max_items: int | None = None, hint: str = DEFAULT_HINTS, env: Any = None, window_ops: int = 24):
+def ilp(
+    graph: OpGraph,
+    cluster,
+    *,
+    seed: int = 0,
+    time_limit_s: float = 60.0,
+    num_workers: int | None = None,
+    max_items: int | None = None,
+    hint: str = DEFAULT_HINTS,
+    env: Any = None,
+    window_ops: int = 24,
+):
     """Placement and issue order from CP-SAT (see the module docstring); returns a ``Placement``."""
     try:
         import ortools  # noqa: F401  (an optional extra: checked before any work)
@@ -140,39 +152,82 @@ def ilp(graph: OpGraph, cluster, *, seed: int = 0, time_limit_s: float = 60.0, n
     if found is not None:
         meta.update(hint=found[0], hint_step_time_s=hint_plan.step_time_s)
     if hint_plan is not None and not whole:  # too large for one model of single ops: improve the hint window by window
-        inc, stats = lns.search(graph, cluster, eager, hint_plan,
-                                deadline=t0 + float(time_limit_s), workers=workers, seed=seed, window_ops=int(window_ops))
+        inc, stats = lns.search(
+            graph,
+            cluster,
+            eager,
+            hint_plan,
+            deadline=t0 + float(time_limit_s),
+            workers=workers,
+            seed=seed,
+            window_ops=int(window_ops),
+        )
         idx, order, step_s = inc.op_devices.astype(np.int32), inc.order, inc.step_time_s
-        meta.update(solver_status="windows", windows=stats.windows, windows_improved=stats.improved,
-                    windows_failed=stats.solver_failed, window_ops=int(window_ops), exact=False,
-                    issue_order="windows" if stats.improved else "hint (planned)")
+        meta.update(
+            solver_status="windows",
+            windows=stats.windows,
+            windows_improved=stats.improved,
+            windows_failed=stats.solver_failed,
+            window_ops=int(window_ops),
+            exact=False,
+            issue_order="windows" if stats.improved else "hint (planned)",
+        )
     else:
-        idx, order, step_s = _solve_whole(graph, cluster, eager, op_item, hint_plan, t0 + float(time_limit_s), workers,
-                                          seed, meta)
+        idx, order, step_s = _solve_whole(
+            graph, cluster, eager, op_item, hint_plan, t0 + float(time_limit_s), workers, seed, meta
+        )
     meta["step_time_s"] = step_s
-    return Placement.from_indices(graph, cluster.device_names, idx, cluster=getattr(cluster, "name", ""), method="ilp",
-                                  meta=meta, order=order)
+    return Placement.from_indices(
+        graph, cluster.device_names, idx, cluster=getattr(cluster, "name", ""), method="ilp", meta=meta, order=order
+    )
 
 
-def _solve_whole(graph: OpGraph, cluster, eager, op_item: np.ndarray, hint: lns.Incumbent | None, deadline: float,
-                 workers: int, seed: int, meta: dict[str, Any]) -> tuple[np.ndarray, np.ndarray, float]:
+def _solve_whole(
+    graph: OpGraph,
+    cluster,
+    eager,
+    op_item: np.ndarray,
+    hint: lns.Incumbent | None,
+    deadline: float,
+    workers: int,
+    seed: int,
+    meta: dict[str, Any],
+) -> tuple[np.ndarray, np.ndarray, float]:
     """One model of the whole graph's items: the solver's plan, or the hint's where the solver's is slower."""
     items = build_items(graph, cluster, op_item)
     K = items.num_items
     hint_dev = hint_order = None
     if hint is not None:
         weight = (eager.fwd_s + eager.bwd_s).min(axis=1)
-        hint_dev, hint_order = _project(op_item, K, hint.op_devices, hint.order, weight, cluster.num_devices, items.edges)
+        hint_dev, hint_order = _project(
+            op_item, K, hint.op_devices, hint.order, weight, cluster.num_devices, items.edges
+        )
     remaining = max(deadline - time.perf_counter(), 1.0)
-    sol = solve(items, cluster, time_limit_s=remaining, num_workers=workers, seed=seed, hint_device=hint_dev, hint_order=hint_order)
+    sol = solve(
+        items,
+        cluster,
+        time_limit_s=remaining,
+        num_workers=workers,
+        seed=seed,
+        hint_device=hint_dev,
+        hint_order=hint_order,
+    )
     idx = sol.item_device[op_item].astype(np.int32)
     order = item_order_to_ops(op_item, sol.item_order)
     oom, step_s = lns.fitted_key(eager, idx, order)
-    meta.update(solver_status=sol.status, solver_objective_s=sol.objective_s, solver_bound_s=sol.bound_s,
-                solve_time_s=sol.solve_s, items=K, exact=bool(K == int(colocation_groups(graph).max()) + 1),
-                issue_order="solver")
+    meta.update(
+        solver_status=sol.status,
+        solver_objective_s=sol.objective_s,
+        solver_bound_s=sol.bound_s,
+        solve_time_s=sol.solve_s,
+        items=K,
+        exact=bool(K == int(colocation_groups(graph).max()) + 1),
+        issue_order="solver",
+    )
     if hint is not None and hint.key < (oom, step_s):  # never worse than the hint it started from
-        meta.update(solver_status=f"{sol.status}, hint kept (the solver's plan: {step_s * 1e3:.3f} ms)",
-                    issue_order="hint (planned)")
+        meta.update(
+            solver_status=f"{sol.status}, hint kept (the solver's plan: {step_s * 1e3:.3f} ms)",
+            issue_order="hint (planned)",
+        )
         return np.asarray(hint.op_devices, dtype=np.int32), np.asarray(hint.order), float(hint.step_time_s)
     return idx, order, step_s

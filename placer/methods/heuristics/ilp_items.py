@@ -51,7 +51,9 @@ def build_items(graph: OpGraph, cluster, op_item: np.ndarray) -> Items:
     np.add.at(fwd, op_item, fwd_s)
     np.add.at(bwd, op_item, bwd_s)
     np.add.at(launch, op_item, launch_op)
-    mem = np.bincount(op_item, weights=(cost.static_bytes(graph) + cost.activation_bytes(graph)).astype(np.float64), minlength=K)
+    mem = np.bincount(
+        op_item, weights=(cost.static_bytes(graph) + cost.activation_bytes(graph)).astype(np.float64), minlength=K
+    )
     params = np.bincount(op_item, weights=graph.param_bytes.astype(np.float64), minlength=K)
     in_ptr, in_src, in_eid = graph.in_csr
     per_consumer: list[dict[int, dict[int, int]]] = [dict() for _ in range(K)]  # v -> u_item -> {u_op: bytes}

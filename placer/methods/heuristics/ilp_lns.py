@@ -75,7 +75,9 @@ def window_groups(graph: OpGraph, units: np.ndarray, inside: np.ndarray, positio
     s, d = scc[s[cross]], scc[d[cross]]
     first = np.full(n_scc, np.inf)
     np.minimum.at(first, scc[lab[inside]], position[inside].astype(np.float64))
-    order = priority_order_of_edges(n_scc, s[s != d], d[s != d], first)  # topological, as close to the incumbent's as can be
+    order = priority_order_of_edges(
+        n_scc, s[s != d], d[s != d], first
+    )  # topological, as close to the incumbent's as can be
     rank = np.empty(n_scc, dtype=np.int64)
     rank[np.asarray(order, dtype=np.int64)] = np.arange(n_scc)
     out = np.full(graph.num_ops, -1, dtype=np.int64)
@@ -83,8 +85,9 @@ def window_groups(graph: OpGraph, units: np.ndarray, inside: np.ndarray, positio
     return out
 
 
-def window_items(graph: OpGraph, units: np.ndarray, inc: Incumbent, start: int,
-                 stop: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, int, int]:
+def window_items(
+    graph: OpGraph, units: np.ndarray, inc: Incumbent, start: int, stop: int
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, int, int]:
     """``(op_item, fixed, movable, num_before, num_window)`` for the window ``order[start:stop]``.
 
     Items are numbered: the context before the window (one per device), the
@@ -108,19 +111,19 @@ def window_items(graph: OpGraph, units: np.ndarray, inc: Incumbent, start: int,
     op_item[after] = nb + nw + np.searchsorted(ctx_after, x[after])
     K = nb + nw + len(ctx_after)
     fixed = np.full(K, -1, dtype=np.int64)
-    fixed[:nb], fixed[nb + nw:] = ctx_before, ctx_after
+    fixed[:nb], fixed[nb + nw :] = ctx_before, ctx_after
     first_op = np.full(nw, n, dtype=np.int64)
     np.minimum.at(first_op, win[inside], np.flatnonzero(inside))
-    fixed[nb:nb + nw] = x[first_op]
+    fixed[nb : nb + nw] = x[first_op]
     movable = np.zeros(K, dtype=bool)
-    movable[nb:nb + nw] = True
+    movable[nb : nb + nw] = True
     # a group with ops outside the window keeps its device there, so its ops inside keep it too; so does an
     # item that merged groups now on different devices (the model gives an item one device)
     partial = inside & np.isin(units, np.unique(units[~inside]))
     movable[nb + np.unique(win[partial])] = False
     mixed = np.zeros(nw, dtype=bool)
     np.logical_or.at(mixed, win[inside], x[inside] != fixed[nb + win[inside]])
-    movable[nb:nb + nw] &= ~mixed
+    movable[nb : nb + nw] &= ~mixed
     return op_item, fixed, movable, nb, nw
 
 
@@ -132,7 +135,9 @@ def context_edges(items: Items, num_before: int, num_window: int) -> Items:
         return 0 if i < lo else (2 if i >= hi else 1)
 
     edges = [(u, v, b) for u, v, b in items.edges if not (ctx(u) == ctx(v) != 1)]
-    return Items(items.op_item, items.fwd, items.bwd, items.launch, items.mem, items.params, edges, items.fixed, items.rank)
+    return Items(
+        items.op_item, items.fwd, items.bwd, items.launch, items.mem, items.params, edges, items.fixed, items.rank
+    )
 
 
 def splice_order(inc: Incumbent, op_item: np.ndarray, rank: np.ndarray, start: int, stop: int) -> np.ndarray:
@@ -142,8 +147,19 @@ def splice_order(inc: Incumbent, op_item: np.ndarray, rank: np.ndarray, start: i
     return np.concatenate([inc.order[:start], keyed, inc.order[stop:]])
 
 
-def improve_window(graph: OpGraph, cluster, env, units: np.ndarray, inc: Incumbent, start: int, stop: int, *,
-                   seconds: float, workers: int, seed: int) -> Incumbent | None:
+def improve_window(
+    graph: OpGraph,
+    cluster,
+    env,
+    units: np.ndarray,
+    inc: Incumbent,
+    start: int,
+    stop: int,
+    *,
+    seconds: float,
+    workers: int,
+    seed: int,
+) -> Incumbent | None:
     """CP-SAT's placement of the window's items (order fixed), spliced in; the better plan if it is faster, else None."""
     op_item, fixed, movable, nb, nw = window_items(graph, units, inc, start, stop)
     if not movable.any():
@@ -152,9 +168,12 @@ def improve_window(graph: OpGraph, cluster, env, units: np.ndarray, inc: Incumbe
     rank = np.arange(K)  # context before, the window's items in a topological order, context after
     model_fixed = np.where(movable, -1, fixed)
     items = context_edges(build_items(graph, cluster, op_item), nb, nw)
-    items = Items(items.op_item, items.fwd, items.bwd, items.launch, items.mem, items.params, items.edges,
-                  model_fixed, rank)
-    sol = solve(items, cluster, time_limit_s=seconds, num_workers=workers, seed=seed, hint_device=fixed, hint_order=rank)
+    items = Items(
+        items.op_item, items.fwd, items.bwd, items.launch, items.mem, items.params, items.edges, model_fixed, rank
+    )
+    sol = solve(
+        items, cluster, time_limit_s=seconds, num_workers=workers, seed=seed, hint_device=fixed, hint_order=rank
+    )
     x = inc.op_devices.copy()
     free = movable[op_item]
     x[free] = sol.item_device[op_item[free]]
@@ -176,8 +195,9 @@ def fitted_key(env, op_devices: np.ndarray, order: np.ndarray) -> tuple[bool, fl
     return bool(failed[0]), float(t[0])
 
 
-def search(graph: OpGraph, cluster, env, inc: Incumbent, *, deadline: float, workers: int, seed: int,
-           window_ops: int = 24) -> tuple[Incumbent, LnsStats]:
+def search(
+    graph: OpGraph, cluster, env, inc: Incumbent, *, deadline: float, workers: int, seed: int, window_ops: int = 24
+) -> tuple[Incumbent, LnsStats]:
     """Windows of about ``window_ops`` ops at random places of the incumbent's order until ``deadline``."""
     rng = np.random.default_rng(seed)
     units = colocation_groups(graph)
@@ -188,8 +208,18 @@ def search(graph: OpGraph, cluster, env, inc: Incumbent, *, deadline: float, wor
         start = int(rng.integers(0, n - width + 1))
         seconds = min(WINDOW_S, deadline - time.perf_counter())
         try:
-            better = improve_window(graph, cluster, env, units, inc, start, start + width, seconds=seconds,
-                                    workers=workers, seed=seed + stats.windows)
+            better = improve_window(
+                graph,
+                cluster,
+                env,
+                units,
+                inc,
+                start,
+                start + width,
+                seconds=seconds,
+                workers=workers,
+                seed=seed + stats.windows,
+            )
         except PlacerError:  # no solution in the window's time: the incumbent stays
             stats.solver_failed += 1
             better = None

@@ -78,7 +78,11 @@ class _Model:
         """Integer time: a unit fine enough that rounding cannot reorder plans that differ by more than a few ns."""
         items, K, D = self.items, self.K, self.D
         longest = (items.fwd + items.bwd + items.launch).max(axis=1).sum() if K else 0.0
-        comm = sum(2 * max(self.copy_s(a, b, nb) for a in range(D) for b in range(D) if a != b) for _, _, nb in self.edges) if D > 1 else 0.0
+        comm = (
+            sum(2 * max(self.copy_s(a, b, nb) for a in range(D) for b in range(D) if a != b) for _, _, nb in self.edges)
+            if D > 1
+            else 0.0
+        )
         upd = float(cost.update_times_s(np.array([items.params.sum()] * D), self.cluster).max()) if K else 0.0
         horizon_s = 2.0 * (longest + comm + upd) + 1e-6
         self.unit = max(horizon_s / 1e9, 1e-13)
@@ -199,7 +203,7 @@ class _Model:
         """The items' forward events: start, end, and the host clock before and after each."""
         m, items, x, K, D, q, newt = self.m, self.items, self.x, self.K, self.D, self.q, self.newt
         self.ev_item = list(range(K)) + [v for _, v, _ in self.edges]
-        self.slot = [10 ** 9] * K
+        self.slot = [10**9] * K
         count = [0] * K
         for u, v, _ in self.edges:
             self.slot.append(count[v])
@@ -223,7 +227,15 @@ class _Model:
     def forward_copies(self) -> None:
         """One copy per (producer, consumer device), made at the first consumer issued there: ``active``, ``link``."""
         m, x, K, D, q, same, conj = self.m, self.x, self.K, self.D, self.q, self.same, self.conj
-        S, En, hpre, hpost, before, copy_s, on_if = self.S, self.En, self.hpre, self.hpost, self.before, self.copy_s, self.on_if
+        S, En, hpre, hpost, before, copy_s, on_if = (
+            self.S,
+            self.En,
+            self.hpre,
+            self.hpost,
+            self.before,
+            self.copy_s,
+            self.on_if,
+        )
         active, link = self.active, self.link = [], []
         for k, (u, v, nb) in enumerate(self.edges):
             e = K + k
@@ -295,7 +307,17 @@ class _Model:
 
     def backward_tasks(self) -> None:
         """Backward tasks after the forward is issued, each GPU and the host queue in reverse issue order."""
-        m, items, x, K, D, q, newt, on_if, before = self.m, self.items, self.x, self.K, self.D, self.q, self.newt, self.on_if, self.before
+        m, items, x, K, D, q, newt, on_if, before = (
+            self.m,
+            self.items,
+            self.x,
+            self.K,
+            self.D,
+            self.q,
+            self.newt,
+            self.on_if,
+            self.before,
+        )
         HF = newt("hf")
         for e in range(self.N):
             m.Add(HF >= self.hpost[e])
@@ -329,7 +351,16 @@ class _Model:
 
     def gradient_copies(self) -> None:
         """A gradient copy waits for its consumers' backward and its link, a producer's backward for its copies."""
-        m, K, E, q, newt, on_if, same, before = self.m, self.K, self.E, self.q, self.newt, self.on_if, self.same, self.before
+        m, K, E, q, newt, on_if, same, before = (
+            self.m,
+            self.K,
+            self.E,
+            self.q,
+            self.newt,
+            self.on_if,
+            self.same,
+            self.before,
+        )
         link, active, BS, BE, En, copy_s = self.link, self.active, self.BS, self.BE, self.En, self.copy_s
         GS = self.GS = [newt(f"gs{k}") for k in range(E)]
         GE = self.GE = [newt(f"ge{k}") for k in range(E)]
@@ -361,9 +392,26 @@ class _Model:
         queue) continues from its end.
         """
         m, K, E, host, on_if, any_of, before = self.m, self.K, self.E, self.host, self.on_if, self.any_of, self.before
-        link, x, GS, GE, BS, BE, FD, ishost = self.link, self.x, self.GS, self.GE, self.BS, self.BE, self.FD, self.ishost
-        blk = [{c: any_of([lk for (a, b), lk in link[k].items() if (a == c and host[b]) or (b == c and host[a])], f"blk{k}_{c}")
-                for c in self.gpus} for k in range(E)]
+        link, x, GS, GE, BS, BE, FD, ishost = (
+            self.link,
+            self.x,
+            self.GS,
+            self.GE,
+            self.BS,
+            self.BE,
+            self.FD,
+            self.ishost,
+        )
+        blk = [
+            {
+                c: any_of(
+                    [lk for (a, b), lk in link[k].items() if (a == c and host[b]) or (b == c and host[a])],
+                    f"blk{k}_{c}",
+                )
+                for c in self.gpus
+            }
+            for k in range(E)
+        ]
         h2d = [any_of([lk for (a, b), lk in link[k].items() if not host[a] and host[b]], f"h2d{k}") for k in range(E)]
         for k, (u, _, _) in enumerate(self.edges):
             for c in self.gpus:
@@ -404,8 +452,14 @@ class _Model:
                     continue
                 ivs = []
                 for k, (_, _, nb) in enumerate(self.edges):
-                    ivs.append(m.NewOptionalFixedSizeIntervalVar(self.S[K + k], q(self.copy_s(a, b, nb)), self.link[k][a, b], ""))
-                    ivs.append(m.NewOptionalFixedSizeIntervalVar(self.GS[k], q(self.copy_s(a, b, nb)), self.link[k][b, a], ""))
+                    ivs.append(
+                        m.NewOptionalFixedSizeIntervalVar(
+                            self.S[K + k], q(self.copy_s(a, b, nb)), self.link[k][a, b], ""
+                        )
+                    )
+                    ivs.append(
+                        m.NewOptionalFixedSizeIntervalVar(self.GS[k], q(self.copy_s(a, b, nb)), self.link[k][b, a], "")
+                    )
                 m.AddNoOverlap(ivs)
 
     def objective(self) -> None:
@@ -429,14 +483,32 @@ class _Model:
         m.Minimize(M + U)
 
     def build(self) -> "_Model":
-        for part in (self.devices, self.issue_order, self.forward_ops, self.forward_copies, self.forward_streams,
-                     self.backward_tasks, self.gradient_copies, self.blocking_copies, self.no_overlaps, self.objective):
+        for part in (
+            self.devices,
+            self.issue_order,
+            self.forward_ops,
+            self.forward_copies,
+            self.forward_streams,
+            self.backward_tasks,
+            self.gradient_copies,
+            self.blocking_copies,
+            self.no_overlaps,
+            self.objective,
+        ):
             part()
         return self
 
 
-def solve(items: Items, cluster, *, time_limit_s: float = 60.0, num_workers: int = 1, seed: int = 0,
-          hint_device: np.ndarray | None = None, hint_order: np.ndarray | None = None) -> Solution:
+def solve(
+    items: Items,
+    cluster,
+    *,
+    time_limit_s: float = 60.0,
+    num_workers: int = 1,
+    seed: int = 0,
+    hint_device: np.ndarray | None = None,
+    hint_order: np.ndarray | None = None,
+) -> Solution:
     """Build and solve the CP-SAT model of :mod:`placer.methods.heuristics.ilp`'s docstring."""
     try:
         from ortools.sat.python import cp_model  # an optional extra: loaded only when ilp runs

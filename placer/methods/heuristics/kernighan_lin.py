@@ -32,7 +32,9 @@ def _bisect(G, nodes: np.ndarray, parts: np.ndarray, out: np.ndarray, seed: int,
     a, b = nodes[:cut], nodes[cut:]
     sub = G.subgraph(nodes.tolist())
     if sub.number_of_edges():
-        sa, sb = kernighan_lin_bisection(sub, partition=(set(a.tolist()), set(b.tolist())), max_iter=max_iter, weight="weight", seed=seed)
+        sa, sb = kernighan_lin_bisection(
+            sub, partition=(set(a.tolist()), set(b.tolist())), max_iter=max_iter, weight="weight", seed=seed
+        )
         a, b = np.sort(np.fromiter(sa, dtype=np.int64)), np.sort(np.fromiter(sb, dtype=np.int64))
     _bisect(G, a, parts[:k1], out, seed, max_iter)
     _bisect(G, b, parts[k1:], out, seed, max_iter)

@@ -14,10 +14,9 @@ import numpy as np
 
 from graphs import OpGraph
 from graphs.group_graph import quotient
-from placer.methods.registry import register
 from placer.methods.heuristics.costs import gpu_devices, step_costs_s
 from placer.methods.heuristics.groups import colocation_groups, to_int_weights
-from placer.methods.registry import require
+from placer.methods.registry import register, require
 
 
 @register("metis")
@@ -33,7 +32,9 @@ def metis(graph: OpGraph, cluster, *, seed: int = 0) -> np.ndarray:
         return gpus[np.arange(q.num_nodes)[groups] % len(gpus)].astype(np.int32)
     opts = pymetis.Options(seed=int(seed))
     _, parts = pymetis.part_graph(
-        len(gpus), xadj=q.xadj.tolist(), adjncy=q.adjncy.tolist(),
+        len(gpus),
+        xadj=q.xadj.tolist(),
+        adjncy=q.adjncy.tolist(),
         vweights=to_int_weights(q.vweights).tolist(),
         eweights=to_int_weights(q.eweights).tolist() if len(q.eweights) else None,
         options=opts,

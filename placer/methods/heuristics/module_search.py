@@ -35,9 +35,18 @@ from placer.methods.heuristics.costs import candidate_devices
 from placer.methods.heuristics.search import scored_keys
 from placer.methods.registry import HeuristicUnavailable, register
 
-def descend(env, op_group: np.ndarray, group_devices: np.ndarray, devices: np.ndarray, budget: int, *,
-            key: tuple[bool, float] | None = None, rng: np.random.Generator | None = None,
-            deadline: float | None = None) -> tuple[np.ndarray, tuple[bool, float], int]:
+
+def descend(
+    env,
+    op_group: np.ndarray,
+    group_devices: np.ndarray,
+    devices: np.ndarray,
+    budget: int,
+    *,
+    key: tuple[bool, float] | None = None,
+    rng: np.random.Generator | None = None,
+    deadline: float | None = None,
+) -> tuple[np.ndarray, tuple[bool, float], int]:
     """Steepest descent over single-group moves: ``(group devices, their key, placements simulated)``.
 
     ``op_group[i]`` is op i's group and ``group_devices[g]`` group g's device
@@ -85,8 +94,17 @@ def descend(env, op_group: np.ndarray, group_devices: np.ndarray, devices: np.nd
 
 
 @register("module_search")
-def module_search(graph: OpGraph, cluster, *, seed: int = 0, n: int = 1000, starts: int = 16, devices: str = "auto",
-                  env=None, deadline: float | None = None) -> np.ndarray:
+def module_search(
+    graph: OpGraph,
+    cluster,
+    *,
+    seed: int = 0,
+    n: int = 1000,
+    starts: int = 16,
+    devices: str = "auto",
+    env=None,
+    deadline: float | None = None,
+) -> np.ndarray:
     """Steepest descent over whole modules from uniform starts, ``n`` simulated placements in all.
 
     ``deadline``: a :func:`time.perf_counter` time after which no new round starts (the first always runs).
@@ -97,8 +115,9 @@ def module_search(graph: OpGraph, cluster, *, seed: int = 0, n: int = 1000, star
         raise PlacerError(f"module_search: n and starts must be >= 1, got n={n}, starts={starts}")
     levels = [lv.op_group.astype(np.int64) for lv in module_levels(schedule_graph(graph))]
     if not levels:
-        raise HeuristicUnavailable(f"module_search: {graph.name or 'the graph'} records no module paths to search",
-                                  status="needs module paths")
+        raise HeuristicUnavailable(
+            f"module_search: {graph.name or 'the graph'} records no module paths to search", status="needs module paths"
+        )
     env = env if env is not None else envs.SimEnv(graph, cluster)
     cand = np.asarray(candidate_devices(cluster, devices, graph), dtype=np.int64)
     rng = np.random.default_rng(seed)

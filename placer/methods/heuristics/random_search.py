@@ -34,23 +34,32 @@ BATCH = 64
 
 
 @register("random_search")
-def random_search(graph: OpGraph, cluster, *, seed: int = 0, n: int = 1000, devices: str = "auto", env=None) -> np.ndarray:
+def random_search(
+    graph: OpGraph, cluster, *, seed: int = 0, n: int = 1000, devices: str = "auto", env=None
+) -> np.ndarray:
     """Best of ``n`` random placements of the co-location groups (``env``: a SimEnv to reuse, else one is built)."""
-    return _best_of(graph, cluster, [colocation_groups(graph)], "random_search", seed=seed, n=n, devices=devices, env=env)
+    return _best_of(
+        graph, cluster, [colocation_groups(graph)], "random_search", seed=seed, n=n, devices=devices, env=env
+    )
 
 
 @register("random_modules")
-def random_modules(graph: OpGraph, cluster, *, seed: int = 0, n: int = 1000, devices: str = "auto", env=None) -> np.ndarray:
+def random_modules(
+    graph: OpGraph, cluster, *, seed: int = 0, n: int = 1000, devices: str = "auto", env=None
+) -> np.ndarray:
     """Best of ``n`` random placements of whole modules, the draws shared among the module depths."""
     levels = [lv.op_group.astype(np.int64) for lv in module_levels(schedule_graph(graph))]
     if not levels:
-        raise HeuristicUnavailable(f"random_modules: {graph.name or 'the graph'} records no module paths to place by",
-                                  status="needs module paths")
+        raise HeuristicUnavailable(
+            f"random_modules: {graph.name or 'the graph'} records no module paths to place by",
+            status="needs module paths",
+        )
     return _best_of(graph, cluster, levels, "random_modules", seed=seed, n=n, devices=devices, env=env)
 
 
-def _best_of(graph: OpGraph, cluster, groupings: list[np.ndarray], name: str, *, seed: int, n: int, devices: str,
-             env) -> np.ndarray:
+def _best_of(
+    graph: OpGraph, cluster, groupings: list[np.ndarray], name: str, *, seed: int, n: int, devices: str, env
+) -> np.ndarray:
     """The best of ``n`` placements, draw ``i`` giving each group of ``groupings[i % len]`` a uniform device."""
     if n < 1:
         raise PlacerError(f"{name}: n must be >= 1, got {n}")

@@ -17,9 +17,9 @@ from __future__ import annotations
 import numpy as np
 
 from graphs import OpGraph
-from placer.methods.registry import register
 from placer.methods.heuristics.costs import gpu_devices
 from placer.methods.heuristics.groups import colocation_groups
+from placer.methods.registry import register
 
 
 @register("round_robin")

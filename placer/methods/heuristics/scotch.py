@@ -21,11 +21,9 @@ import numpy as np
 
 from graphs import OpGraph
 from graphs.group_graph import quotient
-from placer.methods.registry import register
 from placer.methods.heuristics.costs import gpu_devices, step_costs_s
 from placer.methods.heuristics.groups import colocation_groups, to_int_weights
-from placer.methods.registry import require
-
+from placer.methods.registry import register, require
 
 # Scotch 7 context options (library.h): reproducible runs, and a seed we choose.
 SCOTCH_OPTIONNUMDETERMINISTIC = 0

@@ -28,8 +28,15 @@ from placer.methods.registry import register
 
 
 @register("single")
-def single(graph: OpGraph, cluster, *, seed: int = 0, device: str | int | None = None, cpu: bool = False,
-           env: SimEnv | None = None) -> np.ndarray:
+def single(
+    graph: OpGraph,
+    cluster,
+    *,
+    seed: int = 0,
+    device: str | int | None = None,
+    cpu: bool = False,
+    env: SimEnv | None = None,
+) -> np.ndarray:
     """All ops on ``device`` (name or index), or on the fastest GPU (any device with ``cpu``) that fits (simulated in ``env``)."""
     del seed  # deterministic
     n, D = graph.num_ops, cluster.num_devices
@@ -39,7 +46,9 @@ def single(graph: OpGraph, cluster, *, seed: int = 0, device: str | int | None =
         return np.full(n, device, dtype=np.int32)
     if device is not None:
         if device not in cluster.device_names:
-            raise PlacerError(f"single: cluster {cluster.name} has no device {device!r} (has {', '.join(cluster.device_names)})")
+            raise PlacerError(
+                f"single: cluster {cluster.name} has no device {device!r} (has {', '.join(cluster.device_names)})"
+            )
         return np.full(n, cluster.device_names.index(device), dtype=np.int32)
 
     devices = np.arange(D, dtype=np.int32) if cpu else gpu_devices(cluster).astype(np.int32)

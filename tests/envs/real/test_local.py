@@ -42,7 +42,11 @@ def test_measures_each_placement_once_and_logs_it(env, tmp_path):
     results = env.evaluate([a, b, a])
     assert [r.status for r in results] == ["ok"] * 3 and env.measured == 2
     assert results[0] is results[2] and results[0].source == "measured"
-    assert len(results[0].extra["step_times_s"]) == 2 and set(results[0].peak_bytes) == {"cpu:0"} and set(results[1].peak_bytes) == {"gpu:0"}
+    assert (
+        len(results[0].extra["step_times_s"]) == 2
+        and set(results[0].peak_bytes) == {"cpu:0"}
+        and set(results[1].peak_bytes) == {"gpu:0"}
+    )
     t, failed = env.step_times(np.stack([b, a]))
     assert env.measured == 2 and t.tolist() == [results[1].step_time_s, results[0].step_time_s] and not failed.any()
     logged = read_log(str(tmp_path / LOG_NAME), env.graph.content_hash)
@@ -111,8 +115,15 @@ def test_a_placement_for_another_graph_is_refused_in_one_line(env):
 def test_a_placement_that_fails_gives_a_result_not_an_exception(tmp_path):
     if torch.cuda.is_available():
         pytest.skip("needs a machine without CUDA: gpu:0 is mapped to a missing cuda:0")
-    env = LocalEnv(branchy, CLUSTER, device_map="gpu:0=cuda:0,cpu:0=cpu", warmup_steps=0, timed_steps=1,
-                   run_dir=tmp_path, cap_memory=False)
+    env = LocalEnv(
+        branchy,
+        CLUSTER,
+        device_map="gpu:0=cuda:0,cpu:0=cpu",
+        warmup_steps=0,
+        timed_steps=1,
+        run_dir=tmp_path,
+        cap_memory=False,
+    )
     r = env.evaluate([np.ones(env.graph.num_ops, dtype=np.int32)])[0]
     assert r.status == "error" and r.message and r.step_time_s == float("inf")
     t, failed = env.step_times(np.ones((1, env.graph.num_ops), dtype=np.int32))
@@ -131,7 +142,9 @@ def test_a_measurement_past_its_time_is_a_timeout(tmp_path):
 def test_the_memory_cap_of_a_cuda_device_is_the_clusters():
     assert cuda_caps(CLUSTER, "gpu:0=cuda:0,cpu:0=cpu") == {torch.device("cuda", 0): int(CLUSTER.memory_bytes[1])}
     two = envs.resolve_cluster("k80x2")  # two logical GPUs on one CUDA device share it
-    assert cuda_caps(two, "gpu:0=cuda:0,gpu:1=cuda:0,cpu:0=cpu") == {torch.device("cuda", 0): int(2 * two.memory_bytes[1])}
+    assert cuda_caps(two, "gpu:0=cuda:0,gpu:1=cuda:0,cpu:0=cpu") == {
+        torch.device("cuda", 0): int(2 * two.memory_bytes[1])
+    }
     assert cuda_caps(CLUSTER, "*=cpu") == {}
     if not torch.cuda.is_available():
         with pytest.raises(PlacerError, match="cuda:0"):

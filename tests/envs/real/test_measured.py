@@ -88,7 +88,17 @@ def local_ray():
 @pytest.fixture(scope="module")
 def env(local_ray, tmp_path_factory):
     run_dir = tmp_path_factory.mktemp("measured")
-    e = FaultyEnv(tiny_builder, Cluster.preset("k80x2"), workers=2, device_map="*=cpu", warmup_steps=1, timed_steps=3, measure_timeout_s=10, start_timeout_s=300, run_dir=run_dir)
+    e = FaultyEnv(
+        tiny_builder,
+        Cluster.preset("k80x2"),
+        workers=2,
+        device_map="*=cpu",
+        warmup_steps=1,
+        timed_steps=3,
+        measure_timeout_s=10,
+        start_timeout_s=300,
+        run_dir=run_dir,
+    )
     yield e
     e.close()
 
@@ -110,7 +120,10 @@ def test_batch_is_measured_by_two_workers(env):
     results = env.evaluate(ps)
     assert [r.status for r in results] == ["ok"] * 4, [r.message for r in results]
     assert all(0 < r.step_time_s and r.source == "measured" for r in results)
-    assert all(len(r.extra["step_times_s"]) == 3 and r.step_time_s == float(np.median(r.extra["step_times_s"])) for r in results)
+    assert all(
+        len(r.extra["step_times_s"]) == 3 and r.step_time_s == float(np.median(r.extra["step_times_s"]))
+        for r in results
+    )
     assert len({r.extra["worker"] for r in results}) == 2
     used = {env.cluster.device_names[i] for i in ps[0]}
     assert set(results[0].peak_bytes) == used
@@ -165,7 +178,15 @@ def hanging_builder():
 
 
 def test_model_build_hanging_in_a_worker_times_out(env):
-    hanging = MeasuredEnv(hanging_builder, env.cluster, graph=env.graph, device_map="*=cpu", workers=1, cpus_per_worker=0, start_timeout_s=20)
+    hanging = MeasuredEnv(
+        hanging_builder,
+        env.cluster,
+        graph=env.graph,
+        device_map="*=cpu",
+        workers=1,
+        cpus_per_worker=0,
+        start_timeout_s=20,
+    )
     try:
         with pytest.raises(PlacerError, match=r"could not build the model .* within 20s"):
             hanging.evaluate(_placements(env, 1, seed=6))
@@ -174,7 +195,9 @@ def test_model_build_hanging_in_a_worker_times_out(env):
 
 
 def test_worker_that_cannot_start_times_out(env):
-    starved = MeasuredEnv(tiny_builder, env.cluster, graph=env.graph, device_map="*=cpu", workers=1, cpus_per_worker=64, start_timeout_s=3)
+    starved = MeasuredEnv(
+        tiny_builder, env.cluster, graph=env.graph, device_map="*=cpu", workers=1, cpus_per_worker=64, start_timeout_s=3
+    )
     try:
         with pytest.raises(PlacerError, match=r"could not start a worker .*64 CPUs.* within 3s"):
             starved.start()
@@ -193,7 +216,9 @@ def test_measure_timeout_must_be_a_positive_finite_number(env):
 def test_resumed_run_reads_its_log(env):
     ps = _placements(env, 2, seed=0)  # measured by the first test
     first = env.evaluate(ps)
-    again = MeasuredEnv(tiny_builder, env.cluster, device_map="*=cpu", run_dir=os.path.dirname(env.log_path), graph=env.graph)
+    again = MeasuredEnv(
+        tiny_builder, env.cluster, device_map="*=cpu", run_dir=os.path.dirname(env.log_path), graph=env.graph
+    )
     results = again.evaluate(ps)
     assert again._actors == []  # nothing measured again
     assert [r.step_time_s for r in results] == [r.step_time_s for r in first]

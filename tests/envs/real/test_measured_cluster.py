@@ -90,18 +90,38 @@ class StallingEnv(MeasuredEnv):
 def cluster():
     if ray.is_initialized():
         pytest.skip("Ray is already running in this process")
-    saved = {k: os.environ.get(k) for k in ("RAY_AUTH_MODE", "RAY_AUTH_TOKEN", "RAY_AUTH_TOKEN_PATH", "RAY_TMPDIR",
-                                            "PLACER_TEST_IMPORTS", "PLACER_TEST_CONTROL")}
+    saved = {
+        k: os.environ.get(k)
+        for k in (
+            "RAY_AUTH_MODE",
+            "RAY_AUTH_TOKEN",
+            "RAY_AUTH_TOKEN_PATH",
+            "RAY_TMPDIR",
+            "PLACER_TEST_IMPORTS",
+            "PLACER_TEST_CONTROL",
+        )
+    }
     private = Path(tempfile.mkdtemp(prefix="plc", dir="/tmp"))  # short: Ray's socket paths fit under it
     (private / "token").write_text(uuid.uuid4().hex * 2)
     os.environ.pop("RAY_AUTH_TOKEN", None)
-    os.environ.update(RAY_AUTH_MODE="token", RAY_AUTH_TOKEN_PATH=str(private / "token"), RAY_TMPDIR=str(private),
-                      PLACER_TEST_IMPORTS=str(private / "imports.txt"), PLACER_TEST_CONTROL=str(private / "control.json"))
+    os.environ.update(
+        RAY_AUTH_MODE="token",
+        RAY_AUTH_TOKEN_PATH=str(private / "token"),
+        RAY_TMPDIR=str(private),
+        PLACER_TEST_IMPORTS=str(private / "imports.txt"),
+        PLACER_TEST_CONTROL=str(private / "control.json"),
+    )
     # (the nodes inherit these)
     reset_auth_token_state()
     ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])
-    fast_health = {"health_check_period_ms": 500, "health_check_failure_threshold": 3, "health_check_initial_delay_ms": 0}
-    c = Cluster(initialize_head=True, head_node_args={"num_cpus": 1, "include_dashboard": False, "_system_config": fast_health})
+    fast_health = {
+        "health_check_period_ms": 500,
+        "health_check_failure_threshold": 3,
+        "health_check_initial_delay_ms": 0,
+    }
+    c = Cluster(
+        initialize_head=True, head_node_args={"num_cpus": 1, "include_dashboard": False, "_system_config": fast_health}
+    )
     second = c.add_node(num_cpus=1)
     c.wait_for_nodes()
     c.private, c.second = private, second
@@ -124,15 +144,38 @@ def test_a_wrong_token_is_one_line(cluster, user_dir, tmp_path):
     env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_AUTH")}
     env.update(RAY_AUTH_TOKEN="0" * 64, PYTHONPATH=os.pathsep.join([str(user_dir), str(REPO)]))
     proc = subprocess.run(
-        [sys.executable, "-m", "placer", "train", f"{MODULE}:build", "--env", "measured", "--ray-address", cluster.address,
-         "--cluster", "k80x2", "--device-map", "*=cpu", "--iterations", "1", "--logdir", str(tmp_path / "run"),
-         "--no-progress"],  # the error alone on stderr (else the capture's progress lines come first)
-        env=env, cwd=tmp_path, capture_output=True, text=True, timeout=300)
+        [
+            sys.executable,
+            "-m",
+            "placer",
+            "train",
+            f"{MODULE}:build",
+            "--env",
+            "measured",
+            "--ray-address",
+            cluster.address,
+            "--cluster",
+            "k80x2",
+            "--device-map",
+            "*=cpu",
+            "--iterations",
+            "1",
+            "--logdir",
+            str(tmp_path / "run"),
+            "--no-progress",
+        ],  # the error alone on stderr (else the capture's progress lines come first)
+        env=env,
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert proc.returncode == 2, proc.stderr[-3000:]
     assert proc.stderr.strip().splitlines() == [
         f"placer: error: --ray-address {cluster.address}: the Ray cluster refused the authentication token from "
         "RAY_AUTH_TOKEN (not the cluster's token: copy the head node's ~/.ray/auth_token here, or set RAY_AUTH_TOKEN "
-        "or RAY_AUTH_TOKEN_PATH)"]
+        "or RAY_AUTH_TOKEN_PATH)"
+    ]
 
 
 def _nodes_see(cluster, module: str) -> dict[str, bool]:
@@ -141,8 +184,10 @@ def _nodes_see(cluster, module: str) -> dict[str, bool]:
     try:
         can_import = ray.remote(num_cpus=0)(lambda m: __import__("importlib.util").util.find_spec(m) is not None)
         nodes = [n["NodeID"] for n in ray.nodes() if n["Alive"]]
-        refs = [can_import.options(scheduling_strategy=NodeAffinitySchedulingStrategy(n, soft=False)).remote(module)
-                for n in nodes]
+        refs = [
+            can_import.options(scheduling_strategy=NodeAffinitySchedulingStrategy(n, soft=False)).remote(module)
+            for n in nodes
+        ]
         return dict(zip(nodes, ray.get(refs)))
     finally:
         ray.shutdown()
@@ -175,12 +220,34 @@ def test_a_run_on_two_nodes_survives_losing_one(cluster, user_dir, tmp_path, mon
     control.write_text(json.dumps({"node": cluster.second.node_id, "after": 1, "marker": str(marker)}))
     killed: dict = {}
     killer = _kill_when_stalled(cluster, marker, logdir / LOG_NAME, killed)
-    config = TrainConfig(source=f"{MODULE}:build", cluster="k80x2", env="measured", ray_address=cluster.address,
-                         device_map="*=cpu", workers=2, iterations=3, samples=2, heuristics=("single", "m_etf", "round_robin"),
-                         measure_heuristics=2, warm_start="none", logdir=str(logdir), progress=False, hidden=8)
-    env = StallingEnv(config.source, envs.resolve_cluster("k80x2"), ray_address=cluster.address, workers=2,
-                      device_map="*=cpu", run_dir=logdir, warmup_steps=1, timed_steps=2, start_timeout_s=120,
-                      measure_timeout_s=200)
+    config = TrainConfig(
+        source=f"{MODULE}:build",
+        cluster="k80x2",
+        env="measured",
+        ray_address=cluster.address,
+        device_map="*=cpu",
+        workers=2,
+        iterations=3,
+        samples=2,
+        heuristics=("single", "m_etf", "round_robin"),
+        measure_heuristics=2,
+        warm_start="none",
+        logdir=str(logdir),
+        progress=False,
+        hidden=8,
+    )
+    env = StallingEnv(
+        config.source,
+        envs.resolve_cluster("k80x2"),
+        ray_address=cluster.address,
+        workers=2,
+        device_map="*=cpu",
+        run_dir=logdir,
+        warmup_steps=1,
+        timed_steps=2,
+        start_timeout_s=120,
+        measure_timeout_s=200,
+    )
     try:
         result = train(config, graph=env.graph, cluster=env.cluster, env=env)
         workers_left = [a for a in env._actors if a is not None] + list(env._starting)  # no replacement pending
@@ -193,7 +260,9 @@ def test_a_run_on_two_nodes_survives_losing_one(cluster, user_dir, tmp_path, mon
     assert "at" in killed, f"the second node was never killed; measurements by node: {nodes}"
     # measurements landed on both nodes; after the kill, only on the head
     assert set(nodes) == {cluster.head_node.node_id, cluster.second.node_id}
-    assert all(r["result"]["extra"]["node"] == cluster.head_node.node_id for r in records if r["time_unix"] > killed["at"])
+    assert all(
+        r["result"]["extra"]["node"] == cluster.head_node.node_id for r in records if r["time_unix"] > killed["at"]
+    )
     # nothing measured is lost; the measurement cut by the kill was taken again, not failed; the run finished
     assert (logdir / LOG_NAME).read_text().startswith(killed["log"]) and len(records) > killed["log"].count("\n")
     assert all(r["result"]["status"] == "ok" for r in records)

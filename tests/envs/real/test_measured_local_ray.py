@@ -32,7 +32,15 @@ def env():
     if ray.is_initialized():
         pytest.skip("Ray is already running in this process")
     run_dir = tempfile.mkdtemp(prefix="plr", dir="/tmp")  # short: Ray's sockets fit under it
-    e = MeasuredEnv(tiny_builder, Cluster.preset("k80x2"), workers=1, device_map="*=cpu", warmup_steps=0, timed_steps=1, run_dir=run_dir)
+    e = MeasuredEnv(
+        tiny_builder,
+        Cluster.preset("k80x2"),
+        workers=1,
+        device_map="*=cpu",
+        warmup_steps=0,
+        timed_steps=1,
+        run_dir=run_dir,
+    )
     e.start()  # starts the local Ray, one worker, builds the model
     yield e
     e.close()
@@ -65,9 +73,17 @@ def test_a_client_without_the_token_is_refused(env):
     address = ray.get_runtime_context().gcs_address
     probe = "import ray, sys; ray.init(address=sys.argv[1], log_to_driver=False); print('CONNECTED')"
     ours = {**os.environ, "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0"}  # else the client swaps 127.0.0.1 for the host's IP
-    wrong = {**{k: v for k, v in ours.items() if not k.startswith("RAY_AUTH_")}, "RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": "0" * 32}
-    clients = {name: subprocess.Popen([sys.executable, "-c", probe, address], env=e, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
-               for name, e in (("our token", ours), ("wrong token", wrong))}
+    wrong = {
+        **{k: v for k, v in ours.items() if not k.startswith("RAY_AUTH_")},
+        "RAY_AUTH_MODE": "token",
+        "RAY_AUTH_TOKEN": "0" * 32,
+    }
+    clients = {
+        name: subprocess.Popen(
+            [sys.executable, "-c", probe, address], env=e, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True
+        )
+        for name, e in (("our token", ours), ("wrong token", wrong))
+    }
     out = {name: p.communicate(timeout=300)[0] for name, p in clients.items()}
     assert "CONNECTED" in out["our token"]  # the probe itself works
     assert "CONNECTED" not in out["wrong token"]

@@ -15,7 +15,12 @@ from graphs import OpGraph
 def test_a_record_after_a_torn_line_is_kept(tmp_path, capsys):
     g = OpGraph.from_edges(["a", "b"], [("a", "b", 8)], name="ab")
     log = tmp_path / LOG_NAME
-    good = {"graph_hash": g.content_hash, "placement_hash": "p1", "time_unix": 0.0, "result": Result(0.5, "ok").to_dict()}
+    good = {
+        "graph_hash": g.content_hash,
+        "placement_hash": "p1",
+        "time_unix": 0.0,
+        "result": Result(0.5, "ok").to_dict(),
+    }
     log.write_text(json.dumps(good) + "\n" + json.dumps(good)[:30])  # a run killed mid-write
     env = MeasuredEnv("unused:build", envs.resolve_cluster("k80x2"), graph=g, run_dir=tmp_path, device_map="*=cpu")
     assert set(env._cache) == {"p1"}
@@ -50,8 +55,8 @@ def test_a_placements_issue_order_reaches_the_worker_and_its_key(tmp_path):
 
     from envs.real.measured import Worker
     from envs.real.placing import ORDER_META
-    from graphs.torch_capture import capture
     from graphs.plan import Placement
+    from graphs.torch_capture import capture
 
     model, inputs = _branchy()
     g = capture(model, inputs)

@@ -11,7 +11,6 @@ import torch
 from torch import nn
 
 import envs
-from graphs.ops import grad_mask
 from envs.real.profiler import (
     FORMAT,
     apply_profile,
@@ -24,8 +23,16 @@ from envs.real.profiler import (
     time_link,
     with_profile,
 )
-from envs.real.profiler.probe import _autograd_nodes, _grad_fns, attribute_intervals, backward_intervals, remove_probe_cost, scale_to
+from envs.real.profiler.probe import (
+    _autograd_nodes,
+    _grad_fns,
+    attribute_intervals,
+    backward_intervals,
+    remove_probe_cost,
+    scale_to,
+)
 from graphs import PlacerError
+from graphs.ops import grad_mask
 from graphs.torch_capture import capture
 
 
@@ -93,9 +100,13 @@ def test_time_link_on_the_cpu_is_monotone_and_fits():
 def _fake_profile(graph, links):
     n = graph.num_ops
     return {
-        "format": FORMAT, "graph_hash": graph.content_hash, "ops": list(graph.names),
-        "devices": {"cpu": {"kind": "cpu", "fwd_s": [1e-3] * n, "bwd_s": [2e-3] * n},
-                    "cuda:0": {"kind": "gpu", "fwd_s": [1e-5] * n, "bwd_s": [None] * n}},
+        "format": FORMAT,
+        "graph_hash": graph.content_hash,
+        "ops": list(graph.names),
+        "devices": {
+            "cpu": {"kind": "cpu", "fwd_s": [1e-3] * n, "bwd_s": [2e-3] * n},
+            "cuda:0": {"kind": "gpu", "fwd_s": [1e-5] * n, "bwd_s": [None] * n},
+        },
         "links": [{"src": s, "dst": d, "latency_s": lat, "bandwidth_bytes_per_s": bw} for s, d, lat, bw in links],
     }
 
@@ -251,9 +262,19 @@ def test_measured_update_and_overhead_reach_the_simulated_step(profiled):
     graph, _ = profiled
     n = graph.num_ops
     prof = {
-        "format": FORMAT, "graph_hash": graph.content_hash, "ops": list(graph.names),
-        "devices": {"cpu": {"kind": "cpu", "fwd_s": [2e-4] * n, "bwd_s": [3e-4] * n, "update_s": 4e-3, "overhead_s": 1e-3,
-                            "update_bytes": int(graph.param_bytes.sum())}},
+        "format": FORMAT,
+        "graph_hash": graph.content_hash,
+        "ops": list(graph.names),
+        "devices": {
+            "cpu": {
+                "kind": "cpu",
+                "fwd_s": [2e-4] * n,
+                "bwd_s": [3e-4] * n,
+                "update_s": 4e-3,
+                "overhead_s": 1e-3,
+                "update_bytes": int(graph.param_bytes.sum()),
+            }
+        },
         "links": [],
     }
     for preset in ("h200x1", "k80x2"):
@@ -330,7 +351,13 @@ def test_device_profile_on_the_host_timeline_adds_up(small_program):
     for col in ("fwd_s", "bwd_s", "issue_fwd_s", "issue_bwd_s"):
         assert len(r[col]) == n and min(r[col]) >= 0.0
     assert sum(r["issue_fwd_s"]) > 0 and sum(r["fwd_s"]) > 0 and sum(r["bwd_s"]) > 0
-    assert r["step_s"] > 0 and set(r["phases_s"]) == set(r["device_phases_s"]) == {"zero_grad", "forward", "loss", "backward", "optimizer"}
+    assert r["step_s"] > 0 and set(r["phases_s"]) == set(r["device_phases_s"]) == {
+        "zero_grad",
+        "forward",
+        "loss",
+        "backward",
+        "optimizer",
+    }
     if r["scale"]["forward"] != 1.0:  # scaled: the op columns and the outside interval make up the clean forward
         assert sum(r["issue_fwd_s"]) <= r["phases_s"]["forward"] * (1 + 1e-9)
     with pytest.raises(PlacerError, match="CUDA events"):
@@ -344,8 +371,15 @@ def test_issue_columns_reach_the_simulator_through_a_profile(profiled):
     graph, prof = profiled
     n = graph.num_ops
     doc = json.loads(json.dumps(prof))
-    doc["devices"]["cuda:0"] = {"kind": "gpu", "name": "fake", "method": "context", "fwd_s": [1e-5] * n, "bwd_s": [2e-5] * n,
-                                "issue_fwd_s": [3e-5] * n, "issue_bwd_s": [4e-5] * n}
+    doc["devices"]["cuda:0"] = {
+        "kind": "gpu",
+        "name": "fake",
+        "method": "context",
+        "fwd_s": [1e-5] * n,
+        "bwd_s": [2e-5] * n,
+        "issue_fwd_s": [3e-5] * n,
+        "issue_bwd_s": [4e-5] * n,
+    }
     g = apply_profile(graph, doc)
     assert g.content_hash == graph.content_hash and np.allclose(g.profile["gpu"]["issue_bwd_s"], 4e-5)
     cluster = envs.Cluster.preset("h200x1")

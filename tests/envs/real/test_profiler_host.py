@@ -33,9 +33,22 @@ def test_contention_is_measured_as_two_slowdowns():
 def two_op_profile(issue: float, step_s: float) -> tuple[OpGraph, dict]:
     """a -> b on one GPU with free kernels and ``issue`` seconds of host issue per op, forward and backward."""
     g = OpGraph.from_edges(["a", "b"], [("a", "b", 4)], flops=[1e6, 1e6], op_types=["aten.mm.default"] * 2)
-    entry = {"kind": "gpu", "method": "context", "fwd_s": [0.0, 0.0], "bwd_s": [0.0, 0.0],
-             "issue_fwd_s": [issue, issue], "issue_bwd_s": [issue, issue], "step_s": step_s}
-    return g, {"format": "placer-profile/1", "graph_hash": g.content_hash, "ops": g.names, "devices": {"cuda:0": entry}, "links": []}
+    entry = {
+        "kind": "gpu",
+        "method": "context",
+        "fwd_s": [0.0, 0.0],
+        "bwd_s": [0.0, 0.0],
+        "issue_fwd_s": [issue, issue],
+        "issue_bwd_s": [issue, issue],
+        "step_s": step_s,
+    }
+    return g, {
+        "format": "placer-profile/1",
+        "graph_hash": g.content_hash,
+        "ops": g.names,
+        "devices": {"cuda:0": entry},
+        "links": [],
+    }
 
 
 def test_issue_times_are_scaled_until_the_simulated_step_is_the_measured_one():
@@ -46,7 +59,9 @@ def test_issue_times_are_scaled_until_the_simulated_step_is_the_measured_one():
     entry = prof["devices"]["cuda:0"]
     assert entry["issue_scale"] == pytest.approx(0.5, rel=1e-3)
     assert entry["issue_fwd_s"] == pytest.approx([1.0, 1.0], rel=1e-3)
-    assert entry["issue_fit"]["simulated_before_s"] == 8.0 and entry["issue_fit"]["simulated_after_s"] == pytest.approx(4.0, rel=1e-3)
+    assert entry["issue_fit"]["simulated_before_s"] == 8.0 and entry["issue_fit"]["simulated_after_s"] == pytest.approx(
+        4.0, rel=1e-3
+    )
     g2, prof2 = two_op_profile(1.0, step_s=4.0)  # already right: left alone
     fit_issue_scale(prof2, g2)
     assert prof2["devices"]["cuda:0"]["issue_scale"] == 1.0 and prof2["devices"]["cuda:0"]["issue_fwd_s"] == [1.0, 1.0]
@@ -69,7 +84,12 @@ def test_calibrated_host_pays_for_staging_and_contention():
     check_profile(prof)
     c = calibrate_cluster(Cluster.preset("h200x1"), prof, device_map="gpu:0=cuda:0,cpu:0=cpu")
     host = c.devices[0]
-    assert (host.stage_latency_s, host.stage_bandwidth_bytes_per_s, host.contention_op, host.contention_issue) == (1e-5, 1e9, 0.3, 0.2)
+    assert (host.stage_latency_s, host.stage_bandwidth_bytes_per_s, host.contention_op, host.contention_issue) == (
+        1e-5,
+        1e9,
+        0.3,
+        0.2,
+    )
     assert c.devices[1].stage_bandwidth_bytes_per_s == math.inf  # a GPU stages nothing
     assert Cluster.from_dict(c.to_dict()).devices[0] == host  # and a cluster file keeps them
     assert "stage_latency_s" not in Cluster.preset("h200x1").to_dict()["devices"][0]  # written only when measured
@@ -81,12 +101,15 @@ def test_calibrated_host_pays_for_staging_and_contention():
     assert host_fields({"kind": "cpu"}) == {}
 
 
-@pytest.mark.parametrize("entry, field", [
-    ({"staging": {"latency_s": -1.0, "bandwidth_bytes_per_s": 1e9}}, "staging.latency_s"),
-    ({"staging": {"latency_s": 0.0}}, "staging.bandwidth_bytes_per_s"),
-    ({"contention": {"op": "a lot", "issue": 0.1}}, "contention.op"),
-    ({"contention": [0.1, 0.2]}, "contention"),
-])
+@pytest.mark.parametrize(
+    "entry, field",
+    [
+        ({"staging": {"latency_s": -1.0, "bandwidth_bytes_per_s": 1e9}}, "staging.latency_s"),
+        ({"staging": {"latency_s": 0.0}}, "staging.bandwidth_bytes_per_s"),
+        ({"contention": {"op": "a lot", "issue": 0.1}}, "contention.op"),
+        ({"contention": [0.1, 0.2]}, "contention"),
+    ],
+)
 def test_bad_host_entries_are_one_line_errors(entry, field):
     prof = host_profile()
     prof["devices"]["cpu"].update(copy.deepcopy(entry))
@@ -97,7 +120,10 @@ def test_bad_host_entries_are_one_line_errors(entry, field):
 
 def test_a_cpu_profile_carries_the_host_probes(small_program_profile):
     entry = small_program_profile["devices"]["cpu"]
-    assert set(entry["staging"]) >= {"latency_s", "bandwidth_bytes_per_s"} and set(entry["contention"]) >= {"op", "issue"}
+    assert set(entry["staging"]) >= {"latency_s", "bandwidth_bytes_per_s"} and set(entry["contention"]) >= {
+        "op",
+        "issue",
+    }
     check_profile(small_program_profile)
     assert np.isfinite(entry["contention"]["op"])
 

@@ -44,8 +44,16 @@ def test_measure_steps_under_a_protocol_pins_threads_and_cores_and_holds_the_col
     opt = torch.optim.Adam(model.parameters())
     threads, cores = torch.get_num_threads(), os.sched_getaffinity(0)
     core = min(cores)
-    m = measure_steps(model, x, opt, CPU, warmup_steps=1, timed_steps=3, loss_fn=loss,
-                      protocol=Protocol(threads=1, cpus=(core,), warmup_s=0.0))
+    m = measure_steps(
+        model,
+        x,
+        opt,
+        CPU,
+        warmup_steps=1,
+        timed_steps=3,
+        loss_fn=loss,
+        protocol=Protocol(threads=1, cpus=(core,), warmup_s=0.0),
+    )
     assert set(m) == {"step_time_s", "step_times_s", "losses", "peak_bytes", "protocol"} and len(m["step_times_s"]) == 3
     assert m["protocol"] == {"threads": 1, "cpus": [core], "gc_off": True, "warmup_s": 0.0}
     assert seen[0][:2] == (1, True)  # the warm-up step: the collector still on
@@ -61,8 +69,14 @@ def test_interleaved_rounds_alternate_the_order_and_a_resumed_run_skips_what_it_
     log: list[str] = []
     runs = {k: run_of(Tagged(k, log)) for k in "ABC"}
     blocks = []
-    out = measure_interleaved(runs, (torch.randn(2, 4),), rounds=3, steps=2, warmup_steps=1,
-                              on_block=lambda k, r, b: blocks.append((k, r, len(b["step_times_s"]))))
+    out = measure_interleaved(
+        runs,
+        (torch.randn(2, 4),),
+        rounds=3,
+        steps=2,
+        warmup_steps=1,
+        on_block=lambda k, r, b: blocks.append((k, r, len(b["step_times_s"]))),
+    )
     # warm-up A B C, then rounds A B C | C B A | A B C, two steps per block
     assert "".join(log) == "ABC" + "AABBCC" + "CCBBAA" + "AABBCC"
     assert blocks == [(k, r, 2) for r, order in enumerate(("ABC", "CBA", "ABC")) for k in order]
@@ -81,7 +95,11 @@ def test_a_run_that_fails_is_recorded_and_the_others_go_on():
     runs = {"ok": run_of(Tagged("ok", log)), "bad": run_of(Tagged("bad", log, fail_at=3))}
     out = measure_interleaved(runs, (torch.randn(2, 4),), rounds=3, steps=1, warmup_steps=1)
     assert out["ok"]["status"] == "ok" and len(out["ok"]["step_times_s"]) == 3
-    assert out["bad"]["status"] == "oom" and "no room" in out["bad"]["message"] and out["bad"]["step_time_s"] == float("inf")
+    assert (
+        out["bad"]["status"] == "oom"
+        and "no room" in out["bad"]["message"]
+        and out["bad"]["step_time_s"] == float("inf")
+    )
     assert log.count("bad") == 2  # its warm-up and round 0; round 1 raised, round 2 did not run
 
 
@@ -97,5 +115,7 @@ def test_resident_bytes_count_parameters_gradients_and_optimizer_state_once():
 
 
 def test_summarize_blocks_of_a_failed_run():
-    s = summarize_blocks([{"step_times_s": [1.0], "status": "ok"}, {"step_times_s": [], "status": "timeout", "message": "ran past 1s"}])
+    s = summarize_blocks(
+        [{"step_times_s": [1.0], "status": "ok"}, {"step_times_s": [], "status": "timeout", "message": "ran past 1s"}]
+    )
     assert (s["status"], s["message"], s["step_time_s"]) == ("timeout", "ran past 1s", float("inf"))

@@ -21,13 +21,22 @@ from tests.envs.sim.test_bound import _bursty_dag, _random_cluster, _random_topo
 def _fan(branches: int, latency: float) -> tuple[OpGraph, Cluster]:
     """s -> b0..bk -> j: every op 1 s forward and 2 s backward on either of two GPUs (100 s on the host),
     every copy ``latency`` seconds."""
-    devices = [Device("cpu:0", "cpu", 1e15, 1.0, 1e30, 0.0)] + [Device(f"gpu:{i}", "gpu", 1e15, 100.0, 1e30, 0.0) for i in range(2)]
-    c = Cluster(name="fan", devices=devices,
-                links={(a.name, b.name): Link(1e30, latency) for a in devices for b in devices if a.name != b.name})
+    devices = [Device("cpu:0", "cpu", 1e15, 1.0, 1e30, 0.0)] + [
+        Device(f"gpu:{i}", "gpu", 1e15, 100.0, 1e30, 0.0) for i in range(2)
+    ]
+    c = Cluster(
+        name="fan",
+        devices=devices,
+        links={(a.name, b.name): Link(1e30, latency) for a in devices for b in devices if a.name != b.name},
+    )
     br = [f"b{i}" for i in range(branches)]
     names = ["s"] + br + ["j"]
-    g = OpGraph.from_edges(names, [("s", b, 0) for b in br] + [(b, "j", 0) for b in br], flops=[100.0] * len(names),
-                           op_types=["aten.mm.default"] * len(names))
+    g = OpGraph.from_edges(
+        names,
+        [("s", b, 0) for b in br] + [(b, "j", 0) for b in br],
+        flops=[100.0] * len(names),
+        op_types=["aten.mm.default"] * len(names),
+    )
     return g, c
 
 
@@ -77,15 +86,21 @@ def test_the_block_bound_is_below_every_placement_of_small_graphs(seed):
         c = _fast_host(c)
     for executor in ("eager", "dataflow"):
         env = SimEnv(g, c, executor=executor)
-        b = block_bound_s(env.sim_graph, c, env.fwd_s, env.bwd_s, grad_mask(env.sim_graph), executor, time_budget_s=20.0)
+        b = block_bound_s(
+            env.sim_graph, c, env.fwd_s, env.bwd_s, grad_mask(env.sim_graph), executor, time_budget_s=20.0
+        )
         b += update_bound_s(env.sim_graph, c)
         orders = (None, "planned", _random_topological_order(g, rng)) if executor == "eager" else (None,)
         assert b * (1 - 1e-9) <= _best(env, orders)
 
 
 @settings(max_examples=15, deadline=None)
-@given(bursts=st.integers(1, 3), seed=st.integers(0, 10_000), preset=st.sampled_from(["k80x2", "k80x4", "v100x4"]),
-       executor=st.sampled_from(["eager", "dataflow"]))
+@given(
+    bursts=st.integers(1, 3),
+    seed=st.integers(0, 10_000),
+    preset=st.sampled_from(["k80x2", "k80x4", "v100x4"]),
+    executor=st.sampled_from(["eager", "dataflow"]),
+)
 def test_the_block_bound_holds_on_bursty_graphs(bursts, seed, preset, executor):
     """Larger bursty graphs: the bound with blocks is below random placements and the list schedulers', in node
     and planned order."""

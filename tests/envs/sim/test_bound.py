@@ -30,7 +30,9 @@ def test_lower_bound_below_every_simulated_time(n, seed, preset, degree, max_flo
     lb = env.lower_bound()
     assert lb == lower_bound(g, c, executor) and lb > 0
     rng = np.random.default_rng(seed)
-    P = np.concatenate([rng.integers(0, c.num_devices, size=(16, n)), np.repeat(np.arange(c.num_devices)[:, None], n, axis=1)])
+    P = np.concatenate(
+        [rng.integers(0, c.num_devices, size=(16, n)), np.repeat(np.arange(c.num_devices)[:, None], n, axis=1)]
+    )
     times, _ = env.step_times(P)
     assert np.all(lb <= times), (lb, times.min())
 
@@ -47,7 +49,8 @@ def test_work_bound_with_distinct_devices_near_the_maximum():
     work = np.random.default_rng(0).random((50, 3)) * np.array([5.0, 1.0, 2.0])
     grid = max(
         float(np.min(work * np.array([a, b, 1 - a - b]), axis=1).sum())
-        for a in np.linspace(0, 1, 101) for b in np.linspace(0, 1 - a, 101)
+        for a in np.linspace(0, 1, 101)
+        for b in np.linspace(0, 1 - a, 101)
     )
     assert grid * 0.999 <= work_bound_s(work) <= grid * 1.01
 
@@ -74,7 +77,9 @@ def _branchy_dag(n: int, seed: int) -> OpGraph:
         k = int(rng.integers(0, 3))
         for u in rng.choice(v, size=min(v, k), replace=False):
             edges.append((names[int(u)], names[v], int(np.exp(rng.uniform(np.log(4), np.log(6e7))))))
-    types = rng.choice(["aten.mm.default", "aten.relu.default", "aten.view.default"], size=n, p=[0.5, 0.35, 0.15]).tolist()
+    types = rng.choice(
+        ["aten.mm.default", "aten.relu.default", "aten.view.default"], size=n, p=[0.5, 0.35, 0.15]
+    ).tolist()
     flops = np.exp(rng.uniform(np.log(1e3), np.log(1e10), size=n)).tolist()
     params = ((rng.random(n) < 0.3) * rng.integers(1 << 10, 1 << 26, size=n)).astype(np.int64)
     return OpGraph.from_edges(names, edges, flops=flops, op_types=types, param_bytes=params)
@@ -113,7 +118,9 @@ def test_best_bound_below_random_placements_in_any_order(n, seed, preset, execut
     lb = lower_bound(g, c, executor)
     assert float(lb) == float(env.lower_bound()) and lb >= lb.previous and lb.name in lb.parts
     rng = np.random.default_rng(seed)
-    P = np.concatenate([rng.integers(0, c.num_devices, size=(8, n)), np.repeat(np.arange(c.num_devices)[:, None], n, axis=1)])
+    P = np.concatenate(
+        [rng.integers(0, c.num_devices, size=(8, n)), np.repeat(np.arange(c.num_devices)[:, None], n, axis=1)]
+    )
     for p in P:
         planned, _, _ = env.plan_order(p)
         for order in (None, planned, _random_topological_order(g, rng)):
@@ -139,7 +146,8 @@ def test_lp_work_bound_is_the_maximum():
     work = np.random.default_rng(0).random((50, 3)) * np.array([5.0, 1.0, 2.0])
     grid = max(
         float(np.min(work * np.array([a, b, 1 - a - b]), axis=1).sum())
-        for a in np.linspace(0, 1, 101) for b in np.linspace(0, 1 - a, 101)
+        for a in np.linspace(0, 1, 101)
+        for b in np.linspace(0, 1 - a, 101)
     )
     assert grid <= lp_work_bound_s(work) * (1 + 1e-9) and lp_work_bound_s(work) <= grid * 1.01
     assert lp_work_bound_s(work) >= work_bound_s(work) * (1 - 1e-9)
@@ -226,7 +234,10 @@ def _bursty_dag(bursts: int, seed: int) -> OpGraph:
         join = f"j{b}"
         for k in range(int(rng.integers(2, 9))):  # the burst
             names.append(f"x{b}_{k}")
-            edges += [(last, names[-1], int(rng.integers(4, 1 << 20))), (names[-1], join, int(rng.integers(4, 1 << 20)))]
+            edges += [
+                (last, names[-1], int(rng.integers(4, 1 << 20))),
+                (names[-1], join, int(rng.integers(4, 1 << 20))),
+            ]
         names.append(join)
         last = join
     flops = np.exp(rng.uniform(np.log(1e8), np.log(4e9), size=len(names))).tolist()
@@ -285,8 +296,13 @@ def test_the_bound_holds_on_bursty_graphs_and_pipelined_steps(bursts, seed, pres
 
 def test_energetic_reasoning_wins_on_bursty_graphs_with_microbatches():
     """The bursty family does exercise the energetic bound, pipelined too (so the property test above tests it)."""
-    wins = {(preset, M): sum(SimEnv(_bursty_dag(3, seed), Cluster.preset(preset), microbatches=M).lower_bound().name
-                             == "energetic" for seed in range(10)) for preset, M in (("k80x2", 1), ("k80x4", 2))}
+    wins = {
+        (preset, M): sum(
+            SimEnv(_bursty_dag(3, seed), Cluster.preset(preset), microbatches=M).lower_bound().name == "energetic"
+            for seed in range(10)
+        )
+        for preset, M in (("k80x2", 1), ("k80x4", 2))
+    }
     assert min(wins.values()) >= 3, wins
 
 
@@ -299,9 +315,14 @@ def test_the_host_issue_path_waits_for_every_ancestor_to_be_issued():
 
     from envs.cluster import Device, Link
 
-    devices = [Device("cpu:0", "cpu", 1e15, 1.0, 1e30, 0.0)] + [Device(f"gpu:{i}", "gpu", 1e15, 100.0, 1e30, 1.0) for i in range(2)]
-    c = Cluster(name="slow host", devices=devices,
-                links={(a.name, b.name): Link(1.0, 0.0) for a in devices for b in devices if a.name != b.name})
+    devices = [Device("cpu:0", "cpu", 1e15, 1.0, 1e30, 0.0)] + [
+        Device(f"gpu:{i}", "gpu", 1e15, 100.0, 1e30, 1.0) for i in range(2)
+    ]
+    c = Cluster(
+        name="slow host",
+        devices=devices,
+        links={(a.name, b.name): Link(1.0, 0.0) for a in devices for b in devices if a.name != b.name},
+    )
     names = ["s", "x1", "x2", "x3", "x4", "j", "k1", "k2"]
     edges = [("s", x, 0) for x in names[1:5]] + [(x, "j", 0) for x in names[1:5]] + [("j", "k1", 0), ("k1", "k2", 0)]
     g = OpGraph.from_edges(names, edges, flops=[10] * 6 + [500, 500], op_types=["aten.mm.default"] * 8)
@@ -315,7 +336,9 @@ def test_the_host_issue_path_waits_for_every_ancestor_to_be_issued():
     # a pipelined step may call backward() between forwards (1F1B): its bound does not wait for the whole forward
     for inflight in (1, 2):
         env2 = SimEnv(g, c, microbatches=2, inflight=inflight)
-        assert env2.lower_bound() <= min(float(env2.step_times(P)[0].min()), float(env2.step_times(P, order="planned")[0].min()))
+        assert env2.lower_bound() <= min(
+            float(env2.step_times(P)[0].min()), float(env2.step_times(P, order="planned")[0].min())
+        )
 
 
 def test_ancestor_sums_exact_and_past_the_limit_the_longest_path():
@@ -339,8 +362,11 @@ def test_a_pipelined_bound_holds_for_one_forward_one_backward():
     from envs.cluster import Device, Link
 
     devices = [Device("cpu:0", "cpu", 1e15, 1.0, 1e30, 0.0), Device("gpu:0", "gpu", 1e15, 100.0, 1e30, 0.0)]
-    c = Cluster(name="slow issue", devices=devices,
-                links={(a.name, b.name): Link(1.0, 0.0) for a in devices for b in devices if a.name != b.name})
+    c = Cluster(
+        name="slow issue",
+        devices=devices,
+        links={(a.name, b.name): Link(1.0, 0.0) for a in devices for b in devices if a.name != b.name},
+    )
     g = OpGraph.from_edges(["a"], [], flops=[200.0], op_types=["aten.mm.default"])
     g = dataclasses.replace(g, profile={"gpu": {"issue_fwd_s": np.array([3.0])}})
     steps = {W: SimEnv(g, c, microbatches=2, inflight=W).simulate(np.array([1])).step_time_s for W in (1, 2)}

@@ -24,8 +24,16 @@ def run(graph, cluster, place, backend, order=None, executor="eager"):
 
 
 def xfers(s):
-    return sorted(zip(s.xfer_kind.tolist(), s.xfer_op.tolist(), s.xfer_src.tolist(), s.xfer_dst.tolist(),
-                      s.xfer_start_s.tolist(), s.xfer_end_s.tolist()))
+    return sorted(
+        zip(
+            s.xfer_kind.tolist(),
+            s.xfer_op.tolist(),
+            s.xfer_src.tolist(),
+            s.xfer_dst.tolist(),
+            s.xfer_start_s.tolist(),
+            s.xfer_end_s.tolist(),
+        )
+    )
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
@@ -130,8 +138,13 @@ def test_order_sources_and_validation(toy):
     assert times.tolist() == [28.0, 19.0]
     assert env.step_times(np.array([place, place]), [0, 2, 1])[0].tolist() == [19.0, 19.0]
     # the one order validation (graphs.plan.check_order) words these
-    for bad, match in (([0, 1], "2 entries for 3 ops"), ([0, 1, 1], "permutation"), ([0, 1, 3], "out of range"),
-                       ([1, 0, 2], r"op 'b' \(1\) is issued before its input 'a' \(0\)"), ([0.5, 1, 2], "op indices")):
+    for bad, match in (
+        ([0, 1], "2 entries for 3 ops"),
+        ([0, 1, 1], "permutation"),
+        ([0, 1, 3], "out of range"),
+        ([1, 0, 2], r"op 'b' \(1\) is issued before its input 'a' \(0\)"),
+        ([0.5, 1, 2], "op indices"),
+    ):
         with pytest.raises(PlacerError, match=match) as e:
             env.simulate(place, order=bad)
         assert "\n" not in str(e.value)
@@ -153,7 +166,11 @@ def test_plan_order_issues_device_work_before_blocking_the_host(toy, backend):
     env = SimEnv(g, toy.cluster(), backend=backend)
     place = [toy.CPU, toy.CPU, toy.G0]
     cands = env.order_candidates(place)
-    assert {k: v.tolist() for k, v in cands.items()} == {"node": [0, 1, 2], "devices-first": [0, 2, 1], "schedule": [0, 1, 2]}
+    assert {k: v.tolist() for k, v in cands.items()} == {
+        "node": [0, 1, 2],
+        "devices-first": [0, 2, 1],
+        "schedule": [0, 1, 2],
+    }
     assert env.simulate(place).step_time_s == 45.0
     order, name, t = env.plan_order(place)
     assert (order.tolist(), name, t) == ([0, 2, 1], "devices-first", 35.0)
@@ -247,7 +264,12 @@ def test_every_microbatch_copies_the_whole_parameter(toy):
     g = toy.graph(["a", "b", "c"], [("a", "b", 2), ("b", "c", 2)], [4, 1, 1], param_bytes=[4, 0, 0])
     g.params = [["w"], [], ["w"]]
     s = SimEnv(g, toy.cluster(), microbatches=2).schedule([toy.G0, toy.G0, toy.G1])
-    assert sorted(zip(s.xfer_op[s.xfer_kind == 0].tolist(), s.xfer_bytes[s.xfer_kind == 0].tolist())) == [(0, 4), (1, 1), (3, 4), (4, 1)]
+    assert sorted(zip(s.xfer_op[s.xfer_kind == 0].tolist(), s.xfer_bytes[s.xfer_kind == 0].tolist())) == [
+        (0, 4),
+        (1, 1),
+        (3, 4),
+        (4, 1),
+    ]
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
@@ -260,8 +282,14 @@ def test_profiled_issue_times_cost_the_host_and_the_autograd_worker(toy, backend
     import dataclasses
 
     g = toy.graph(["a", "b"], [("a", "b", 1)], [1, 1])
-    prof = {"gpu": {"fwd_s": np.array([1.0, 1.0]), "bwd_s": np.array([2.0, 2.0]),
-                    "issue_fwd_s": np.array([3.0, 0.5]), "issue_bwd_s": np.array([1.0, 4.0])}}
+    prof = {
+        "gpu": {
+            "fwd_s": np.array([1.0, 1.0]),
+            "bwd_s": np.array([2.0, 2.0]),
+            "issue_fwd_s": np.array([3.0, 0.5]),
+            "issue_bwd_s": np.array([1.0, 4.0]),
+        }
+    }
     g = dataclasses.replace(g, profile=prof)
     s, r = run(g, toy.cluster(gpu_launch_s=100.0), [toy.G0, toy.G0], backend)  # the launch default is replaced
     assert s.fwd_start_s.tolist() == [3.0, 4.0] and s.fwd_end_s.tolist() == [4.0, 5.0]

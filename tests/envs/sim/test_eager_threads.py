@@ -73,13 +73,19 @@ def test_the_host_stages_every_tensor_it_sends_to_a_gpu(toy, backend):
     g = toy.graph(["a", "b"], [("a", "b", 4)], [1, 1])
     s, r = run(g, staged, [toy.CPU, toy.G0], backend)
     assert s.fwd_start_s.tolist() == [0, 7.5] and s.bwd_start_s.tolist() == [14.5, 8.5]
-    assert sorted(zip(s.xfer_kind.tolist(), s.xfer_start_s.tolist(), s.xfer_end_s.tolist())) == [(0, 3.5, 7.5), (1, 10.5, 14.5)]
+    assert sorted(zip(s.xfer_kind.tolist(), s.xfer_start_s.tolist(), s.xfer_end_s.tolist())) == [
+        (0, 3.5, 7.5),
+        (1, 10.5, 14.5),
+    ]
     assert r.step_time_s == 16.5 and run(g, toy.cluster(), [toy.CPU, toy.G0], backend)[1].step_time_s == 14.0
     # backward: c (gpu:0, 1) -> d (cpu, 1), 4 bytes. c [0, 1]; copy to the host [1, 5], h = 5; d [5, 6].  h_f = 6
     #   d [6, 8]; c's gradient, cpu -> gpu:0 from pageable memory on the calling thread: staged [8, 10.5], copied
     #   [10.5, 14.5]; c [14.5, 16.5]  (without staging: [8, 12], c [12, 14])
     s, r = run(g, staged, [toy.G0, toy.CPU], backend)
-    assert sorted(zip(s.xfer_kind.tolist(), s.xfer_start_s.tolist(), s.xfer_end_s.tolist())) == [(0, 1, 5), (1, 10.5, 14.5)]
+    assert sorted(zip(s.xfer_kind.tolist(), s.xfer_start_s.tolist(), s.xfer_end_s.tolist())) == [
+        (0, 1, 5),
+        (1, 10.5, 14.5),
+    ]
     assert s.bwd_start_s.tolist() == [14.5, 6] and r.step_time_s == 16.5
     assert run(g, toy.cluster(), [toy.G0, toy.CPU], backend)[1].step_time_s == 14.0
 
@@ -95,7 +101,9 @@ def test_host_ops_and_gpu_issue_slow_each_other_where_they_overlap(toy, backend)
     #   a at 9 beside the worker (busy to 9.5): 9 + 2 + 0.5 x 0.5 = 11.25.  Step 11.5.
     # Without contention: g kernel [7, 9]; b [3, 7]; h2 issued [7, 9], kernel [9, 11]; a [7, 9].  Step 11.
     g = toy.graph(["h2", "g", "a", "b"], [("a", "b", 1)], [1, 1, 1, 2])
-    g = dataclasses.replace(g, profile={"gpu": {"issue_fwd_s": np.zeros(4), "issue_bwd_s": np.array([2.0, 4.0, 0.0, 0.0])}})
+    g = dataclasses.replace(
+        g, profile={"gpu": {"issue_fwd_s": np.zeros(4), "issue_bwd_s": np.array([2.0, 4.0, 0.0, 0.0])}}
+    )
     place = [toy.G0, toy.G0, toy.CPU, toy.CPU]
     s, r = run(g, with_host(toy.cluster(), contention_op=0.5, contention_issue=0.25), place, backend)
     assert s.bwd_start_s.tolist() == [9.5, 7, 9, 3] and s.bwd_end_s.tolist() == [11.5, 9, 11.25, 9]

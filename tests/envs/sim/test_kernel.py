@@ -33,7 +33,14 @@ def two_hosts(name: str, memory_bytes: float) -> Cluster:
 random_topological_order = random_order  # Kahn's algorithm taking a uniformly random ready op each time
 
 #: Op types drawn for random graphs: what autograd keeps differs (graphs.ops.saved_mask), views take no memory.
-TYPES = ("aten.relu.default", "aten.add.Tensor", "aten.linear.default", "aten.view.default", "aten.mul.Tensor", "custom.op")
+TYPES = (
+    "aten.relu.default",
+    "aten.add.Tensor",
+    "aten.linear.default",
+    "aten.view.default",
+    "aten.mul.Tensor",
+    "custom.op",
+)
 
 
 def typed(g, rng):
@@ -41,8 +48,20 @@ def typed(g, rng):
     return dataclasses.replace(g, op_types=[TYPES[i] for i in rng.integers(0, len(TYPES), g.num_ops)])
 
 
-FIELDS = ("fwd_start_s", "fwd_end_s", "bwd_start_s", "bwd_end_s", "xfer_kind", "xfer_op", "xfer_src",
-          "xfer_dst", "xfer_bytes", "xfer_start_s", "xfer_end_s", "update_s")
+FIELDS = (
+    "fwd_start_s",
+    "fwd_end_s",
+    "bwd_start_s",
+    "bwd_end_s",
+    "xfer_kind",
+    "xfer_op",
+    "xfer_src",
+    "xfer_dst",
+    "xfer_bytes",
+    "xfer_start_s",
+    "xfer_end_s",
+    "update_s",
+)
 
 
 def test_numba_is_used():
@@ -97,9 +116,22 @@ def test_eager_kernel_matches_reference(n, seed, preset, hosts, degree, memory_m
     if seed % 3:
         g = typed(g, rng)
     if host_costs:  # measured staging copies and contention (simulator model 4)
-        c = Cluster(c.name, [dataclasses.replace(d, stage_latency_s=rng.random() * 2e-5, stage_bandwidth_bytes_per_s=(0.5 + rng.random()) * 1e10,
-                                                 contention_op=rng.random(), contention_issue=rng.random()) if d.kind == "cpu" else d
-                             for d in c.devices], c.links)
+        c = Cluster(
+            c.name,
+            [
+                dataclasses.replace(
+                    d,
+                    stage_latency_s=rng.random() * 2e-5,
+                    stage_bandwidth_bytes_per_s=(0.5 + rng.random()) * 1e10,
+                    contention_op=rng.random(),
+                    contention_issue=rng.random(),
+                )
+                if d.kind == "cpu"
+                else d
+                for d in c.devices
+            ],
+            c.links,
+        )
     if seed % 2:  # a GPU profile measured in context: per-op issue times, forward and backward (some unknown)
         issue = lambda scale: np.where(rng.random(n) < 0.1, np.nan, rng.random(n) * scale)  # noqa: E731
         g = dataclasses.replace(g, profile={"gpu": {"issue_fwd_s": issue(2e-4), "issue_bwd_s": issue(3e-4)}})

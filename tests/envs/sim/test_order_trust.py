@@ -17,8 +17,14 @@ def planner_case(toy):
 
 
 def profile_with(graph, record) -> dict:
-    return {"format": "placer-profile/1", "graph_hash": graph.content_hash, "ops": graph.names, "devices": {}, "links": [],
-            "order_trust": record}
+    return {
+        "format": "placer-profile/1",
+        "graph_hash": graph.content_hash,
+        "ops": graph.names,
+        "devices": {},
+        "links": [],
+        "order_trust": record,
+    }
 
 
 def test_an_order_is_kept_only_where_its_gain_beats_the_margin(toy):
@@ -28,14 +34,18 @@ def test_an_order_is_kept_only_where_its_gain_beats_the_margin(toy):
     assert SimEnv(g, c, order_margin=0.2).plan_order(place)[1] == "devices-first"
     order, name, t = SimEnv(g, c, order_margin=0.25).plan_order(place)
     assert (order.tolist(), name, t) == ([0, 1, 2], "node", 45.0)
-    assert SimEnv(g, c, order_margin=0.25, executor="dataflow").plan_order(place)[1] == "node"  # its eager twin keeps it
+    assert (
+        SimEnv(g, c, order_margin=0.25, executor="dataflow").plan_order(place)[1] == "node"
+    )  # its eager twin keeps it
 
 
 def test_a_profiles_record_reaches_the_planner_for_its_own_model_only(toy):
     g, place = planner_case(toy)
     # the checks: an order predicted 3% faster ran 14.3% slower; another was right
-    checks = [{"model": "nmt-4", "placement": "heft", "order": "schedule", "sim_ratio": 0.97, "real_ratio": 1.143},
-              {"model": "rnnlm", "placement": "heft", "order": "devices-first", "sim_ratio": 0.83, "real_ratio": 0.80}]
+    checks = [
+        {"model": "nmt-4", "placement": "heft", "order": "schedule", "sim_ratio": 0.97, "real_ratio": 1.143},
+        {"model": "rnnlm", "placement": "heft", "order": "devices-first", "sim_ratio": 0.83, "real_ratio": 0.80},
+    ]
     record = trust_record(checks, MODEL_VERSION)
     assert record["margin"] == pytest.approx(0.173) == order_margin(checks)
     prof = profile_with(g, record)
@@ -50,12 +60,15 @@ def test_a_profiles_record_reaches_the_planner_for_its_own_model_only(toy):
     assert ORDER_MARGIN_META not in apply_profile(g, profile_with(g, old)).meta
 
 
-@pytest.mark.parametrize("record, match", [
-    ({"format": "placer-order-trust/1", "model_version": 4, "margin": -0.1}, "margin"),
-    ({"format": "placer-order-trust/1", "model_version": 4, "margin": "big"}, "margin"),
-    ({"format": "placer-order-trust/1", "margin": 0.1}, "model_version"),
-    ({"format": "something-else/1", "model_version": 4, "margin": 0.1}, "format"),
-])
+@pytest.mark.parametrize(
+    "record, match",
+    [
+        ({"format": "placer-order-trust/1", "model_version": 4, "margin": -0.1}, "margin"),
+        ({"format": "placer-order-trust/1", "model_version": 4, "margin": "big"}, "margin"),
+        ({"format": "placer-order-trust/1", "margin": 0.1}, "model_version"),
+        ({"format": "something-else/1", "model_version": 4, "margin": 0.1}, "format"),
+    ],
+)
 def test_a_malformed_record_is_a_one_line_error(toy, record, match):
     g, _ = planner_case(toy)
     with pytest.raises(PlacerError, match=match) as e:

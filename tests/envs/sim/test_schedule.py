@@ -46,8 +46,16 @@ def test_cycle_between_devices(toy, backend, executor):
     _, s, r = sim(g, toy.cluster(), [toy.G0, toy.G1, toy.G0], backend, executor)
     assert s.fwd_start_s.tolist() == [0, 2, 5] and s.fwd_end_s.tolist() == [1, 4, 8]
     assert s.bwd_start_s.tolist() == [20, 15, 8] and s.bwd_end_s.tolist() == [22, 19, 14]
-    xfers = sorted(zip(s.xfer_kind.tolist(), s.xfer_op.tolist(), s.xfer_src.tolist(), s.xfer_dst.tolist(),
-                       s.xfer_start_s.tolist(), s.xfer_end_s.tolist()))
+    xfers = sorted(
+        zip(
+            s.xfer_kind.tolist(),
+            s.xfer_op.tolist(),
+            s.xfer_src.tolist(),
+            s.xfer_dst.tolist(),
+            s.xfer_start_s.tolist(),
+            s.xfer_end_s.tolist(),
+        )
+    )
     assert xfers == [(0, 0, 1, 2, 1, 2), (0, 1, 2, 1, 4, 5), (1, 0, 2, 1, 19, 20), (1, 1, 1, 2, 14, 15)]
     assert r.step_time_s == 22.0
     assert r.busy_s["gpu:0->gpu:1"] == 2.0 and r.busy_s["gpu:1->gpu:0"] == 2.0
@@ -66,9 +74,11 @@ def test_diamond_dataflow(toy, backend):
 def test_fork_join_contention_and_ties_dataflow(toy, backend):
     # b and c both become ready at t=1 on gpu:0 and run one after the other; in
     # backward, bwd c (lower task id: reverse topological order) goes before bwd b.
-    g = toy.graph(["a", "b", "c", "d", "e"],
-                  [("a", "b", 1), ("a", "c", 1), ("a", "d", 1), ("b", "e", 1), ("c", "e", 1), ("d", "e", 1)],
-                  [1, 2, 2, 2, 1])
+    g = toy.graph(
+        ["a", "b", "c", "d", "e"],
+        [("a", "b", 1), ("a", "c", 1), ("a", "d", 1), ("b", "e", 1), ("c", "e", 1), ("d", "e", 1)],
+        [1, 2, 2, 2, 1],
+    )
     _, s, r = sim(g, toy.cluster(), [toy.G0, toy.G0, toy.G0, toy.G1, toy.G0], backend)
     assert s.fwd_start_s.tolist() == [0, 1, 3, 2, 5] and s.fwd_end_s.tolist() == [1, 3, 5, 4, 6]
     assert s.bwd_start_s.tolist() == [16, 12, 8, 9, 6] and s.bwd_end_s.tolist() == [18, 16, 12, 13, 8]
@@ -133,8 +143,14 @@ def test_outputs_no_backward_reads_are_freed_after_their_consumers(toy, backend,
     # Live: a 10 + b 20 = 30; at 3 a is freed, c comes: 20 + 30 = 50; at 6 b is freed, c's gradient comes: 30 + 30 = 60
     # (keeping every output: 90). Static: 4 x 5 parameter bytes = 20.
     types = ["aten.mm.default", "aten.add.Tensor", "aten.relu.default"]
-    g = OpGraph.from_edges(["a", "b", "c"], [("a", "b", 10), ("b", "c", 20)], flops=[1, 2, 3], out_bytes=[10, 20, 30],
-                           param_bytes=[5, 0, 0], op_types=types)
+    g = OpGraph.from_edges(
+        ["a", "b", "c"],
+        [("a", "b", 10), ("b", "c", 20)],
+        flops=[1, 2, 3],
+        out_bytes=[10, 20, 30],
+        param_bytes=[5, 0, 0],
+        op_types=types,
+    )
     place = [toy.G0] * 3
     env, _, r = sim(g, toy.cluster(memory_bytes=80), place, backend, executor)
     assert r.status == "ok" and r.peak_bytes["gpu:0"] == 20 + 60
@@ -166,8 +182,13 @@ def test_oom_on_the_right_device(toy, backend, executor):
 def test_views_are_free(toy, backend, executor):
     from graphs import OpGraph
 
-    g = OpGraph.from_edges(["a", "v", "b"], [("a", "v", 8), ("v", "b", 8)], flops=[1, 0, 1], out_bytes=[8, 8, 8],
-                           op_types=["aten.mm.default", "aten.view.default", "aten.relu.default"])
+    g = OpGraph.from_edges(
+        ["a", "v", "b"],
+        [("a", "v", 8), ("v", "b", 8)],
+        flops=[1, 0, 1],
+        out_bytes=[8, 8, 8],
+        op_types=["aten.mm.default", "aten.view.default", "aten.relu.default"],
+    )
     env, s, r = sim(g, toy.cluster(), [toy.G0] * 3, backend, executor)
     assert env.fwd_s[1].tolist() == [0.0, 0.0, 0.0]
     assert r.step_time_s == 6.0
@@ -179,8 +200,8 @@ def test_views_are_free(toy, backend, executor):
 @pytest.mark.parametrize("executor", EXECUTORS)
 @pytest.mark.parametrize("seed, preset, spread", [(3, "k80x4", 5), (4, "h100x8", 9), (5, "v100x4", 2)])
 def test_trace_has_no_overlap_per_track(seed, preset, spread, executor):
-    from graphs.synthetic import random_dag
     from envs.cluster import Cluster
+    from graphs.synthetic import random_dag
 
     g = random_dag(300, seed=seed, avg_degree=2.0)
     env = SimEnv(g, Cluster.preset(preset), executor=executor)

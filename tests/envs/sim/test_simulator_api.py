@@ -9,8 +9,8 @@ import pytest
 
 import envs
 from graphs import PlacerError
-from graphs.synthetic import random_dag
 from graphs.plan import Placement
+from graphs.synthetic import random_dag
 
 
 @pytest.fixture(scope="module")

@@ -22,9 +22,9 @@ import pytest
 
 import graphs
 from envs.cluster import Cluster
+from graphs.plan import Placement
 from graphs.synthetic import random_dag
 from placer.cli import main
-from graphs.plan import Placement
 
 CLUSTER = "k80x2"
 
@@ -151,7 +151,9 @@ BAD_CLUSTERS: dict[str, Callable[[World], str]] = {
     "negative-memory": _cluster_variant(lambda d: d["devices"][1].__setitem__("memory_bytes", -1)),
     "tiny-rate": _cluster_variant(lambda d: d["devices"][1].__setitem__("flops_per_s", 1e-300)),
     "tiny-mem-bw": _cluster_variant(lambda d: d["devices"][1].__setitem__("mem_bw_bytes_per_s", 1e-300)),
-    "nan-latency": lambda w: w.write("nan.json", json.dumps(w.cluster_doc).replace('"latency_s": 1e-05', '"latency_s": NaN', 1)),
+    "nan-latency": lambda w: w.write(
+        "nan.json", json.dumps(w.cluster_doc).replace('"latency_s": 1e-05', '"latency_s": NaN', 1)
+    ),
     "string-rate": _cluster_variant(lambda d: d["devices"][1].__setitem__("flops_per_s", "fast")),
     "bool-rate": _cluster_variant(lambda d: d["devices"][1].__setitem__("flops_per_s", True)),
     "link-src-list": _cluster_variant(lambda d: d["links"][0].__setitem__("src", ["cpu:0"])),
@@ -205,58 +207,166 @@ def _cases() -> list[Case]:
         "place": lambda w, g: ["place", g, "--cluster", CLUSTER, "--method", "single", "-o", w.path("out.json")],
         "simulate": lambda w, g: ["simulate", g, w.placement, "--cluster", CLUSTER],
         "compare": lambda w, g: ["compare", g, "--cluster", CLUSTER, "--methods", "single"],
-        "train": lambda w, g: ["train", g, "--cluster", CLUSTER, "--iterations", "1", "--no-progress", "--logdir", w.path("run")],
+        "train": lambda w, g: [
+            "train",
+            g,
+            "--cluster",
+            CLUSTER,
+            "--iterations",
+            "1",
+            "--no-progress",
+            "--logdir",
+            w.path("run"),
+        ],
     }
     for bad_name, make_bad in BAD_GRAPH_FILES.items():
         for cmd, argv in graph_commands.items():
             # every corruption through inspect and simulate; the others through a sample
-            if cmd not in ("inspect", "simulate") and bad_name not in ("truncated", "deeply-nested", "param-bytes-2**63", "meta-not-dict", "pt2-garbage"):
+            if cmd not in ("inspect", "simulate") and bad_name not in (
+                "truncated",
+                "deeply-nested",
+                "param-bytes-2**63",
+                "meta-not-dict",
+                "pt2-garbage",
+            ):
                 continue
-            cases.append(Case(
-                f"graph-{bad_name}-{cmd}",
-                (lambda mb, av: lambda w: av(w, mb(w)))(make_bad, argv),
-                (lambda mb: lambda w: os.path.basename(mb(w)))(make_bad),
-            ))
+            cases.append(
+                Case(
+                    f"graph-{bad_name}-{cmd}",
+                    (lambda mb, av: lambda w: av(w, mb(w)))(make_bad, argv),
+                    (lambda mb: lambda w: os.path.basename(mb(w)))(make_bad),
+                )
+            )
     # A bad cluster given to simulate (and a sample to place/compare/train).
     for bad_name, make_bad in BAD_CLUSTERS.items():
-        for cmd in ("simulate", "place", "compare", "train") if bad_name in ("tiny-rate", "link-src-list") else ("simulate",):
+        for cmd in (
+            ("simulate", "place", "compare", "train") if bad_name in ("tiny-rate", "link-src-list") else ("simulate",)
+        ):
+
             def argv(w, mb=make_bad, cmd=cmd):
                 c = mb(w)
                 return {
                     "simulate": ["simulate", w.graph, w.placement, "--cluster", c],
                     "place": ["place", w.graph, "--cluster", c, "-o", w.path("out.json")],
                     "compare": ["compare", w.graph, "--cluster", c, "--methods", "single"],
-                    "train": ["train", w.graph, "--cluster", c, "--iterations", "1", "--no-progress", "--logdir", w.path("run")],
+                    "train": [
+                        "train",
+                        w.graph,
+                        "--cluster",
+                        c,
+                        "--iterations",
+                        "1",
+                        "--no-progress",
+                        "--logdir",
+                        w.path("run"),
+                    ],
                 }[cmd]
 
-            cases.append(Case(f"cluster-{bad_name}-{cmd}", argv, (lambda mb: lambda w: os.path.basename(mb(w)))(make_bad)))
+            cases.append(
+                Case(f"cluster-{bad_name}-{cmd}", argv, (lambda mb: lambda w: os.path.basename(mb(w)))(make_bad))
+            )
     # A bad placement given to simulate and compare --placement.
     for bad_name, make_bad in BAD_PLACEMENTS.items():
-        cases.append(Case(f"placement-{bad_name}-simulate", (lambda mb: lambda w: ["simulate", w.graph, mb(w), "--cluster", CLUSTER])(make_bad),
-                          (lambda mb: lambda w: os.path.basename(mb(w)))(make_bad)))
-        cases.append(Case(f"placement-{bad_name}-compare",
-                          (lambda mb: lambda w: ["compare", w.graph, "--cluster", CLUSTER, "--methods", "single", "--placement", mb(w)])(make_bad),
-                          (lambda mb: lambda w: os.path.basename(mb(w)))(make_bad)))
+        cases.append(
+            Case(
+                f"placement-{bad_name}-simulate",
+                (lambda mb: lambda w: ["simulate", w.graph, mb(w), "--cluster", CLUSTER])(make_bad),
+                (lambda mb: lambda w: os.path.basename(mb(w)))(make_bad),
+            )
+        )
+        cases.append(
+            Case(
+                f"placement-{bad_name}-compare",
+                (
+                    lambda mb: (
+                        lambda w: [
+                            "compare",
+                            w.graph,
+                            "--cluster",
+                            CLUSTER,
+                            "--methods",
+                            "single",
+                            "--placement",
+                            mb(w),
+                        ]
+                    )
+                )(make_bad),
+                (lambda mb: lambda w: os.path.basename(mb(w)))(make_bad),
+            )
+        )
+
     # Numeric options out of range or not finite.
     def train(w, *opt):
         budget = [] if "--time-budget" in opt or "--iterations" in opt else ["--iterations", "1"]
         return ["train", w.graph, "--cluster", CLUSTER, *budget, "--no-progress", "--logdir", w.path("run"), *opt]
+
     bad_train_options = [
-        ("--hidden", "0"), ("--hidden", "-4"), ("--lr", "-1"), ("--lr", "nan"), ("--lr", "inf"), ("--entropy", "nan"),
-        ("--entropy", "-1"), ("--samples", "0"), ("--time-budget", "-5"), ("--time-budget", "nan"), ("--iterations", "0"),
-        ("--max-groups", "-1"), ("--policy", "nope"), ("--algo", "nope"), ("--env", "nope"), ("--warm-start", "nope"),
-        ("--device", "tpu:0"), ("--hidden", "many"),
+        ("--hidden", "0"),
+        ("--hidden", "-4"),
+        ("--lr", "-1"),
+        ("--lr", "nan"),
+        ("--lr", "inf"),
+        ("--entropy", "nan"),
+        ("--entropy", "-1"),
+        ("--samples", "0"),
+        ("--time-budget", "-5"),
+        ("--time-budget", "nan"),
+        ("--iterations", "0"),
+        ("--max-groups", "-1"),
+        ("--policy", "nope"),
+        ("--algo", "nope"),
+        ("--env", "nope"),
+        ("--warm-start", "nope"),
+        ("--device", "tpu:0"),
+        ("--hidden", "many"),
     ]
     for opt, val in bad_train_options:
-        cases.append(Case(f"train-option{opt}={val}", (lambda o, v: lambda w: train(w, o, v))(opt, val), (lambda o: lambda w: o)(opt)))
+        cases.append(
+            Case(
+                f"train-option{opt}={val}",
+                (lambda o, v: lambda w: train(w, o, v))(opt, val),
+                (lambda o: lambda w: o)(opt),
+            )
+        )
     other_options = [
         ("inspect-top", lambda w: ["inspect", w.graph, "--top", "-1"], "--top"),
-        ("place-method", lambda w: ["place", w.graph, "--cluster", CLUSTER, "--method", "nope", "-o", w.path("o.json")], "nope"),
-        ("place-option-syntax", lambda w: ["place", w.graph, "--cluster", CLUSTER, "--option", "novalue", "-o", w.path("o.json")], "novalue"),
-        ("place-option-unknown", lambda w: ["place", w.graph, "--cluster", CLUSTER, "--method", "single", "--option", "bogus=1", "-o", w.path("o.json")], "bogus"),
+        (
+            "place-method",
+            lambda w: ["place", w.graph, "--cluster", CLUSTER, "--method", "nope", "-o", w.path("o.json")],
+            "nope",
+        ),
+        (
+            "place-option-syntax",
+            lambda w: ["place", w.graph, "--cluster", CLUSTER, "--option", "novalue", "-o", w.path("o.json")],
+            "novalue",
+        ),
+        (
+            "place-option-unknown",
+            lambda w: [
+                "place",
+                w.graph,
+                "--cluster",
+                CLUSTER,
+                "--method",
+                "single",
+                "--option",
+                "bogus=1",
+                "-o",
+                w.path("o.json"),
+            ],
+            "bogus",
+        ),
         ("compare-methods", lambda w: ["compare", w.graph, "--cluster", CLUSTER, "--methods", "single,nope"], "nope"),
-        ("run-steps", lambda w: ["run", "rnnlm", "--placement", w.placement, "--cluster", CLUSTER, "--steps", "0"], "--steps"),
-        ("run-warmup", lambda w: ["run", "rnnlm", "--placement", w.placement, "--cluster", CLUSTER, "--warmup", "-1"], "--warmup"),
+        (
+            "run-steps",
+            lambda w: ["run", "rnnlm", "--placement", w.placement, "--cluster", CLUSTER, "--steps", "0"],
+            "--steps",
+        ),
+        (
+            "run-warmup",
+            lambda w: ["run", "rnnlm", "--placement", w.placement, "--cluster", CLUSTER, "--warmup", "-1"],
+            "--warmup",
+        ),
         ("run-lr", lambda w: ["run", "rnnlm", "--placement", w.placement, "--cluster", CLUSTER, "--lr", "nan"], "--lr"),
         ("profile-repeats", lambda w: ["profile", "rnnlm", "-o", w.path("prof.json"), "--repeats", "0"], "--repeats"),
         ("profile-warmup", lambda w: ["profile", "rnnlm", "-o", w.path("prof.json"), "--warmup", "-1"], "--warmup"),
@@ -267,14 +377,34 @@ def _cases() -> list[Case]:
         cases.append(Case(name, argv, (lambda n: lambda w: n)(needle)))
     # Output paths that cannot be written (checked before any work starts).
     outputs = [
-        ("place-o-missing-dir", lambda w: ["place", w.graph, "--cluster", CLUSTER, "--method", "single", "-o", w.path("no/dir/p.json")], "p.json"),
-        ("place-o-directory", lambda w: ["place", w.graph, "--cluster", CLUSTER, "--method", "single", "-o", w.tmp], os.sep),
-        ("simulate-trace-missing-dir", lambda w: ["simulate", w.graph, w.placement, "--cluster", CLUSTER, "--trace", w.path("no/t.json")], "t.json"),
-        ("simulate-trace-directory", lambda w: ["simulate", w.graph, w.placement, "--cluster", CLUSTER, "--trace", w.tmp], os.sep),
+        (
+            "place-o-missing-dir",
+            lambda w: ["place", w.graph, "--cluster", CLUSTER, "--method", "single", "-o", w.path("no/dir/p.json")],
+            "p.json",
+        ),
+        (
+            "place-o-directory",
+            lambda w: ["place", w.graph, "--cluster", CLUSTER, "--method", "single", "-o", w.tmp],
+            os.sep,
+        ),
+        (
+            "simulate-trace-missing-dir",
+            lambda w: ["simulate", w.graph, w.placement, "--cluster", CLUSTER, "--trace", w.path("no/t.json")],
+            "t.json",
+        ),
+        (
+            "simulate-trace-directory",
+            lambda w: ["simulate", w.graph, w.placement, "--cluster", CLUSTER, "--trace", w.tmp],
+            os.sep,
+        ),
         ("train-logdir-is-file", lambda w: [*train(w)[:-1], w.graph], "g.json"),
         ("export-o-missing-dir", lambda w: ["export", "rnnlm", "-o", w.path("no/g.json")], "g.json"),
         ("profile-o-missing-dir", lambda w: ["profile", "rnnlm", "-o", w.path("no/prof.json")], "prof.json"),
-        ("compare-plot-missing-dir", lambda w: ["compare", w.graph, "--cluster", CLUSTER, "--methods", "single", "--plot", w.path("no/x.png")], "x.png"),
+        (
+            "compare-plot-missing-dir",
+            lambda w: ["compare", w.graph, "--cluster", CLUSTER, "--methods", "single", "--plot", w.path("no/x.png")],
+            "x.png",
+        ),
     ]
     for name, argv, needle in outputs:
         cases.append(Case(name, argv, (lambda n: lambda w: n)(needle)))

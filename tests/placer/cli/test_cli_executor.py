@@ -9,10 +9,10 @@ import pytest
 
 import envs
 import graphs
+from graphs.plan import Placement
 from graphs.synthetic import random_dag
 from placer.cli import main
 from placer.compare import compare
-from graphs.plan import Placement
 from placer.learn.config import TrainConfig
 from placer.learn.scoring import sim_env as _sim_env
 
@@ -55,8 +55,20 @@ def test_simulate_executor(capsys, files):
 def test_compare_executor(capsys, files):
     g, c, place, gpath, ppath = files
     for ex in ("eager", "dataflow"):
-        rc, out, _ = run(capsys, "compare", gpath, "--cluster", "k80x4", "--methods", "round_robin,m_topo",
-                         "--placement", ppath, "--executor", ex, "--json")
+        rc, out, _ = run(
+            capsys,
+            "compare",
+            gpath,
+            "--cluster",
+            "k80x4",
+            "--methods",
+            "round_robin,m_topo",
+            "--placement",
+            ppath,
+            "--executor",
+            ex,
+            "--json",
+        )
         doc = json.loads(out)
         assert rc == 0 and doc["executor"] == ex
         row = next(r for r in doc["rows"] if r["kind"] == "placement")
@@ -78,9 +90,31 @@ def test_train_config_executor(files):
 
 def test_train_cli_executor(tmp_path, capsys, files):
     _, _, _, gpath, _ = files
-    rc, out, _ = run(capsys, "train", gpath, "--cluster", "k80x4", "--iterations", "1", "--samples", "2",
-                     "--max-groups", "0", "--hidden", "8", "--warm-start", "none", "--executor", "dataflow",
-                     "--logdir", str(tmp_path / "run"), "--json", "--no-progress")
+    rc, out, _ = run(
+        capsys,
+        "train",
+        gpath,
+        "--cluster",
+        "k80x4",
+        "--iterations",
+        "1",
+        "--samples",
+        "2",
+        "--max-groups",
+        "0",
+        "--hidden",
+        "8",
+        "--warm-start",
+        "none",
+        "--executor",
+        "dataflow",
+        "--logdir",
+        str(tmp_path / "run"),
+        "--json",
+        "--no-progress",
+    )
     assert rc == 0 and json.loads(out)["executor"] == "dataflow"
-    rc, _, err = run(capsys, "train", gpath, "--cluster", "k80x4", "--iterations", "1", "--executor", "tf", "--no-progress")
+    rc, _, err = run(
+        capsys, "train", gpath, "--cluster", "k80x4", "--iterations", "1", "--executor", "tf", "--no-progress"
+    )
     assert rc == 2 and "--executor 'tf'" in err and len(err.strip().splitlines()) == 1

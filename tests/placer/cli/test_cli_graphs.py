@@ -77,7 +77,11 @@ def test_export_user_module_from_its_directory(tmp_path):
     env = dict(os.environ, OMP_NUM_THREADS="1")
     proc = subprocess.run(
         [sys.executable, "-m", "placer", "export", "mymod:build", "-o", "g.json"],
-        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300,
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.startswith("wrote g.json: Net, 3 ops, 2 edges")
@@ -161,7 +165,9 @@ def test_critical_path_by_time_and_views_excluded():
     # a -> c, b -> c, c -> v (a free view): the path goes through the heavier b.
     # (Times were a nominal-V100 roofline before; they are the simulator's now.)
     g = OpGraph.from_edges(
-        ["a", "b", "c", "v"], [("a", "c", 4), ("b", "c", 4), ("c", "v", 4)], flops=[1e9, 5e9, 2e9, 0.0],
+        ["a", "b", "c", "v"],
+        [("a", "c", 4), ("b", "c", 4), ("c", "v", 4)],
+        flops=[1e9, 5e9, 2e9, 0.0],
         out_bytes=[4, 4, 1 << 20, 1 << 20],
     )
     g.meta["alias_ops"] = ["v"]

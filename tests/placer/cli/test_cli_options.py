@@ -18,9 +18,9 @@ import pytest
 
 import graphs
 from graphs import OpGraph, PlacerError
+from graphs.plan import Placement
 from graphs.synthetic import random_dag
 from placer.cli import main
-from graphs.plan import Placement
 
 MODEL_SRC = textwrap.dedent(
     """
@@ -132,7 +132,9 @@ def test_bad_logdirs_exit_2_before_any_work(work, no_work, capsys):
     if os.path.isdir(READ_ONLY_DIR):
         cases["read-only location"] = (f"{READ_ONLY_DIR}/placer-run", "cannot write")
     for case, (logdir, why) in cases.items():
-        line = one_error_line(capsys, main(["train", "g.json", "--cluster", "k80x2", "--iterations", "1", "--logdir", logdir]))
+        line = one_error_line(
+            capsys, main(["train", "g.json", "--cluster", "k80x2", "--iterations", "1", "--logdir", logdir])
+        )
         assert "--logdir" in line and why in line, (case, line)
     assert (work / "afile").read_text() == "x"
 
@@ -148,25 +150,32 @@ def test_output_checks_leave_nothing_behind(tmp_path):
 # ------------------------------------------------------------------ item 6: numeric options
 # command -> (argv template, option -> bad values); generated into one case per (command, option, value)
 NUMERIC_OPTIONS = {
-    "train": (["train", "g.json", "--cluster", "k80x2", "--no-progress", "--logdir", "run"], {
-        "--samples": ["0", "-1", "100000"],
-        "--iterations": ["0", "-3"],
-        "--time-budget": ["0", "-1", "nan", "inf"],
-        "--seed": ["-1", str(2**64)],
-        "--max-groups": ["-1"],
-        "--lr": ["-1", "0", "nan", "inf", "-inf", "2"],
-        "--entropy": ["-1", "nan", "inf"],
-        "--hidden": ["0", "-4", "1000000"],
-        "--workers": ["0", "-2"],
-    }),
+    "train": (
+        ["train", "g.json", "--cluster", "k80x2", "--no-progress", "--logdir", "run"],
+        {
+            "--samples": ["0", "-1", "100000"],
+            "--iterations": ["0", "-3"],
+            "--time-budget": ["0", "-1", "nan", "inf"],
+            "--seed": ["-1", str(2**64)],
+            "--max-groups": ["-1"],
+            "--lr": ["-1", "0", "nan", "inf", "-inf", "2"],
+            "--entropy": ["-1", "nan", "inf"],
+            "--hidden": ["0", "-4", "1000000"],
+            "--workers": ["0", "-2"],
+        },
+    ),
     "place": (["place", "g.json", "--cluster", "k80x2", "-o", "p2.json"], {"--seed": ["-1", str(2**70)]}),
     "compare": (["compare", "g.json", "--cluster", "k80x2"], {"--seed": ["-5", str(2**64)]}),
-    "run": (["run", "MODEL", "--placement", "p.json", "--cluster", "k80x2"], {
-        "--steps": ["0", "-1"], "--warmup": ["-1"], "--lr": ["nan", "-1", "0", "inf"]}),
+    "run": (
+        ["run", "MODEL", "--placement", "p.json", "--cluster", "k80x2"],
+        {"--steps": ["0", "-1"], "--warmup": ["-1"], "--lr": ["nan", "-1", "0", "inf"]},
+    ),
     "profile": (["profile", "MODEL", "-o", "prof.json"], {"--warmup": ["-1"], "--repeats": ["0", "-2"]}),
     "inspect": (["inspect", "g.json"], {"--top": ["-1"]}),
 }
-NUMERIC_CASES = [(cmd, opt, v) for cmd, (_, opts) in NUMERIC_OPTIONS.items() for opt, vals in opts.items() for v in vals]
+NUMERIC_CASES = [
+    (cmd, opt, v) for cmd, (_, opts) in NUMERIC_OPTIONS.items() for opt, vals in opts.items() for v in vals
+]
 
 
 @pytest.mark.parametrize("command, option, value", NUMERIC_CASES)
@@ -180,8 +189,23 @@ def test_bad_numbers_exit_2_naming_the_option(work, model_module, no_work, capsy
 
 @pytest.mark.parametrize("value", ["nan", "inf", "-inf"])
 def test_place_option_values_must_be_finite(work, no_work, capsys, value):
-    line = one_error_line(capsys, main(["place", "g.json", "--cluster", "k80x2", "-o", "q.json", "--method", "annealing",
-                                        "--option", f"steps={value}"]))
+    line = one_error_line(
+        capsys,
+        main(
+            [
+                "place",
+                "g.json",
+                "--cluster",
+                "k80x2",
+                "-o",
+                "q.json",
+                "--method",
+                "annealing",
+                "--option",
+                f"steps={value}",
+            ]
+        ),
+    )
     assert "--option" in line and "not a finite number" in line
 
 
@@ -202,8 +226,7 @@ def _bad_values(bounds: dict, integer: bool) -> list:
 
 
 def test_every_numeric_train_config_field_is_range_checked():
-    from placer.learn.config import _FLOAT_FIELDS, _INT_FIELDS, TrainConfig
-    from placer.learn.config import _OPTIONAL
+    from placer.learn.config import _FLOAT_FIELDS, _INT_FIELDS, _OPTIONAL, TrainConfig
 
     assert _OPTIONAL >= {"iterations", "time_budget_s", "max_groups", "workers"}
     numeric = {f.name for f in dataclasses.fields(TrainConfig) if any(t in str(f.type) for t in ("int", "float"))}
@@ -226,7 +249,9 @@ def test_entropy_nan_no_longer_trains_to_nan(tmp_path):
     from placer.learn.loop import train
 
     g = random_dag(20, seed=0, name="r20")
-    config = TrainConfig(iterations=2, entropy_coef=float("nan"), logdir=str(tmp_path / "run"), progress=False, heuristics=())
+    config = TrainConfig(
+        iterations=2, entropy_coef=float("nan"), logdir=str(tmp_path / "run"), progress=False, heuristics=()
+    )
     with pytest.raises(PlacerError, match="--entropy nan"):
         train(config, graph=g, cluster=envs.resolve_cluster("k80x2"))
     assert not (tmp_path / "run").exists()
@@ -244,7 +269,11 @@ def strict_loads(text: str):
 def test_json_safe_nulls_non_finite_numbers():
     from placer.cli import json_safe, to_json
 
-    doc = {"a": float("inf"), "b": [float("nan"), 1.5, np.float64("-inf"), np.int64(3)], "c": (np.array([1.0, np.inf]),)}
+    doc = {
+        "a": float("inf"),
+        "b": [float("nan"), 1.5, np.float64("-inf"), np.int64(3)],
+        "c": (np.array([1.0, np.inf]),),
+    }
     assert strict_loads(to_json(doc)) == {"a": None, "b": [None, 1.5, None, 3], "c": [[1.0, None]]}
     assert json_safe({"ok": True, "n": 0}) == {"ok": True, "n": 0}
 
@@ -262,8 +291,9 @@ def oom_cluster(work):
     return str(path)
 
 
-def test_every_json_output_is_strict_json_on_oom_and_infinite_values(work, model_module, model_placement, oom_cluster,
-                                                                    capsys, monkeypatch):
+def test_every_json_output_is_strict_json_on_oom_and_infinite_values(
+    work, model_module, model_placement, oom_cluster, capsys, monkeypatch
+):
     import torch
 
     import envs
@@ -283,8 +313,21 @@ def test_every_json_output_is_strict_json_on_oom_and_infinite_values(work, model
         "clusters": ["clusters", oom_cluster, "--json"],
         "simulate": ["simulate", "g.json", "p.json", "--cluster", oom_cluster, "--json"],
         "compare": ["compare", "g.json", "--cluster", oom_cluster, "--methods", "single,round_robin", "--json"],
-        "train": ["train", "g.json", "--cluster", oom_cluster, "--iterations", "2", "--hidden", "8", "--max-groups", "4",
-                  "--logdir", "run", "--json"],
+        "train": [
+            "train",
+            "g.json",
+            "--cluster",
+            oom_cluster,
+            "--iterations",
+            "2",
+            "--hidden",
+            "8",
+            "--max-groups",
+            "4",
+            "--logdir",
+            "run",
+            "--json",
+        ],
         "run": ["run", model, "--placement", model_placement, "--cluster", "k80x2", "--device-map", "*=cpu", "--json"],
         "profile": ["profile", model, "-o", "prof.json", "--repeats", "1", "--json"],
         "graphs": ["graphs", "--json"],
@@ -306,7 +349,9 @@ def test_every_json_output_is_strict_json_on_oom_and_infinite_values(work, model
 # ------------------------------------------------------------------ item 7: a graph without ops
 def test_zero_op_graph(work, capsys):
     graphs.save(OpGraph.from_edges([], [], name="empty"), work / "empty.json")
-    line = one_error_line(capsys, main(["train", "empty.json", "--cluster", "k80x2", "--iterations", "1", "--logdir", "run"]))
+    line = one_error_line(
+        capsys, main(["train", "empty.json", "--cluster", "k80x2", "--iterations", "1", "--logdir", "run"])
+    )
     assert "empty.json" in line and "no ops" in line
     # the commands that have an answer for an empty graph give it
     assert main(["place", "empty.json", "--cluster", "k80x2", "-o", "e.json"]) == 0

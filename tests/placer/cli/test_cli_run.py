@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 
 from envs.real.profiler import load_profile
-from placer.cli import main
 from graphs.plan import Placement
+from placer.cli import main
 
 MODEL_SRC = textwrap.dedent(
     """
@@ -44,9 +44,9 @@ def workdir(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     monkeypatch.syspath_prepend(str(tmp_path))
     sys.modules.pop("cli_run_model", None)
-    from graphs.torch_capture import capture
-
     import cli_run_model
+
+    from graphs.torch_capture import capture
 
     graph = capture(*cli_run_model.build())
     idx = np.random.default_rng(0).integers(0, 3, size=graph.num_ops)
@@ -55,7 +55,23 @@ def workdir(tmp_path, monkeypatch):
 
 
 def test_run_json_reports_step_time_and_peaks(workdir, capsys):
-    rc = main(["run", "cli_run_model:build", "--placement", "p.json", "--cluster", "k80x2", "--device-map", "*=cpu", "--steps", "3", "--warmup", "1", "--json"])
+    rc = main(
+        [
+            "run",
+            "cli_run_model:build",
+            "--placement",
+            "p.json",
+            "--cluster",
+            "k80x2",
+            "--device-map",
+            "*=cpu",
+            "--steps",
+            "3",
+            "--warmup",
+            "1",
+            "--json",
+        ]
+    )
     out = json.loads(capsys.readouterr().out)
     assert rc == 0 and out["status"] == "ok" and out["source"] == "measured"
     assert 0 < out["step_time_s"] == statistics.median(out["extra"]["step_times_s"])  # no wall-clock limit
@@ -65,7 +81,20 @@ def test_run_json_reports_step_time_and_peaks(workdir, capsys):
 
 
 def test_run_text_output(workdir, capsys):
-    rc = main(["run", "cli_run_model:build", "--placement", "p.json", "--cluster", "k80x2", "--device-map", "*=cpu", "--steps", "2"])
+    rc = main(
+        [
+            "run",
+            "cli_run_model:build",
+            "--placement",
+            "p.json",
+            "--cluster",
+            "k80x2",
+            "--device-map",
+            "*=cpu",
+            "--steps",
+            "2",
+        ]
+    )
     text = capsys.readouterr().out
     assert rc == 0 and "step time" in text and "peak memory" in text and "gpu:1" in text
 
@@ -99,7 +128,9 @@ def test_run_refuses_a_placement_of_another_graph(workdir, capsys):
     doc = json.loads((workdir / "p.json").read_text())
     doc["graph_hash"] = "0123456789abcdef"
     (workdir / "other.json").write_text(json.dumps(doc))
-    rc = main(["run", "cli_run_model:build", "--placement", "other.json", "--cluster", "k80x2", "--device-map", "*=cpu"])
+    rc = main(
+        ["run", "cli_run_model:build", "--placement", "other.json", "--cluster", "k80x2", "--device-map", "*=cpu"]
+    )
     assert rc == 2 and "made for graph 0123456789abcdef" in capsys.readouterr().err
 
 
@@ -113,13 +144,26 @@ def test_profile_writes_a_loadable_profile(workdir, capsys):
     rc = main(["profile", "cli_run_model:build", "--devices", "cpu,warp:9", "-o", "x.json"])
     assert rc == 2 and "--devices" in capsys.readouterr().err
     # compare takes it too (and refuses a profile of another graph)
-    rc = main(["compare", "cli_run_model:build", "--cluster", "h200x1", "--methods", "single,m_etf",
-               "--profile", "prof.json", "--json"])
+    rc = main(
+        [
+            "compare",
+            "cli_run_model:build",
+            "--cluster",
+            "h200x1",
+            "--methods",
+            "single,m_etf",
+            "--profile",
+            "prof.json",
+            "--json",
+        ]
+    )
     assert rc == 0 and {r["method"] for r in json.loads(capsys.readouterr().out)["rows"]} >= {"single", "m_etf"}
     doc = json.loads((workdir / "prof.json").read_text())
     doc["graph_hash"] = "0" * 16
     (workdir / "other.json").write_text(json.dumps(doc))
-    rc = main(["compare", "cli_run_model:build", "--cluster", "h200x1", "--methods", "single", "--profile", "other.json"])
+    rc = main(
+        ["compare", "cli_run_model:build", "--cluster", "h200x1", "--methods", "single", "--profile", "other.json"]
+    )
     assert rc == 2 and "other.json" in capsys.readouterr().err
 
 
@@ -132,8 +176,21 @@ def test_run_steps_past_measure_timeout_are_a_timeout_result(workdir, capsys, mo
         time.sleep(120)
 
     monkeypatch.setattr(envs.real.timing, "measure_steps", hang)
-    rc = main(["run", "cli_run_model:build", "--placement", "p.json", "--cluster", "k80x2", "--device-map", "*=cpu",
-               "--measure-timeout", "0.5", "--json"])
+    rc = main(
+        [
+            "run",
+            "cli_run_model:build",
+            "--placement",
+            "p.json",
+            "--cluster",
+            "k80x2",
+            "--device-map",
+            "*=cpu",
+            "--measure-timeout",
+            "0.5",
+            "--json",
+        ]
+    )
     out = json.loads(capsys.readouterr().out)
     assert rc == 1 and out["status"] == "timeout" and "0.5s" in out["message"]
 
@@ -145,15 +202,29 @@ def test_run_memory_error_in_a_step_is_oom(workdir, capsys, monkeypatch):
         raise MemoryError()
 
     monkeypatch.setattr(envs.real.timing, "measure_steps", no_memory)
-    rc = main(["run", "cli_run_model:build", "--placement", "p.json", "--cluster", "k80x2", "--device-map", "*=cpu", "--json"])
+    rc = main(
+        ["run", "cli_run_model:build", "--placement", "p.json", "--cluster", "k80x2", "--device-map", "*=cpu", "--json"]
+    )
     out = json.loads(capsys.readouterr().out)
     assert rc == 1 and out["status"] == "oom" and "MemoryError" in out["message"]
 
 
 @pytest.mark.parametrize("value", ["0", "-3", "nan", "inf"])
 def test_run_bad_measure_timeout_exits_2_with_one_line(workdir, capsys, value):
-    rc = main(["run", "cli_run_model:build", "--placement", "p.json", "--cluster", "k80x2", "--device-map", "*=cpu",
-               "--measure-timeout", value])
+    rc = main(
+        [
+            "run",
+            "cli_run_model:build",
+            "--placement",
+            "p.json",
+            "--cluster",
+            "k80x2",
+            "--device-map",
+            "*=cpu",
+            "--measure-timeout",
+            value,
+        ]
+    )
     err = capsys.readouterr().err
     assert rc == 2 and "--measure-timeout" in err and err.count("\n") == 1
 
@@ -167,8 +238,15 @@ def test_profile_prints_a_gpus_issue_times(workdir, capsys, monkeypatch):
     def with_a_gpu(model, inputs, devices, **kw):
         doc = real(model, inputs, ["cpu"], **kw)
         n = len(doc["ops"])
-        doc["devices"]["cuda:0"] = {"kind": "gpu", "name": "fake", "method": "context", "fwd_s": [1e-5] * n,
-                                    "bwd_s": [2e-5] * n, "issue_fwd_s": [3e-5] * n, "issue_bwd_s": [4e-5] * n}
+        doc["devices"]["cuda:0"] = {
+            "kind": "gpu",
+            "name": "fake",
+            "method": "context",
+            "fwd_s": [1e-5] * n,
+            "bwd_s": [2e-5] * n,
+            "issue_fwd_s": [3e-5] * n,
+            "issue_bwd_s": [4e-5] * n,
+        }
         return doc
 
     monkeypatch.setattr(profiler, "profile_model", with_a_gpu)
@@ -176,16 +254,18 @@ def test_profile_prints_a_gpus_issue_times(workdir, capsys, monkeypatch):
     out = capsys.readouterr().out
     n = len(load_profile(workdir / "gpu.json")["ops"])
     assert f"issue   {n * 3e-5 * 1e3:10.2f} ms" in out and out.count("(host, sum over ops)") == 1  # the GPU only
-    assert main(["profile", "cli_run_model:build", "--devices", "cpu", "-o", "gpu.json", "--repeats", "2", "--json"]) == 0
+    assert (
+        main(["profile", "cli_run_model:build", "--devices", "cpu", "-o", "gpu.json", "--repeats", "2", "--json"]) == 0
+    )
     gpu = json.loads(capsys.readouterr().out)["devices"]["cuda:0"]
     assert gpu["issue_bwd_s"] == pytest.approx(n * 4e-5)
 
 
 def test_run_refuses_a_model_that_returns_no_scalar_loss_in_one_line(workdir, capsys):
     # a stand-in loss (the mean of the logits) once trained it toward nothing and printed "loss ... -> ..." with rc 0
-    from graphs.torch_capture import capture
-
     import cli_run_model
+
+    from graphs.torch_capture import capture
 
     graph = capture(*cli_run_model.logits())
     Placement.from_indices(graph, ["cpu:0", "gpu:0", "gpu:1"], [1] * graph.num_ops, cluster="k80x2").save("l.json")
@@ -199,9 +279,26 @@ def test_export_names_the_stand_in_loss_and_train_env_measured_refuses_the_model
     rc = main(["export", "cli_run_model:logits", "-o", "l.json"])
     out, err = capsys.readouterr()
     assert rc == 0 and out.startswith("wrote l.json")
-    assert len(err.strip().splitlines()) == 1 and "not a scalar loss" in err and "stand-in loss, the sum of the means" in err
-    rc = main(["train", "cli_run_model:logits", "--cluster", "k80x2", "--env", "measured", "--iterations", "1",
-               "--no-progress", "--logdir", "run"])
+    assert (
+        len(err.strip().splitlines()) == 1
+        and "not a scalar loss" in err
+        and "stand-in loss, the sum of the means" in err
+    )
+    rc = main(
+        [
+            "train",
+            "cli_run_model:logits",
+            "--cluster",
+            "k80x2",
+            "--env",
+            "measured",
+            "--iterations",
+            "1",
+            "--no-progress",
+            "--logdir",
+            "run",
+        ]
+    )
     err = capsys.readouterr().err
     assert rc == 2 and len(err.strip().splitlines()) == 1 and "--env measured" in err and "not a scalar loss" in err
     assert main(["export", "cli_run_model:build", "-o", "b.json"]) == 0 and capsys.readouterr().err == ""

@@ -7,9 +7,9 @@ import json
 import pytest
 
 import graphs
+from graphs.plan import Placement
 from graphs.synthetic import random_dag
 from placer.cli import main
-from graphs.plan import Placement
 
 
 @pytest.fixture
@@ -29,7 +29,9 @@ def run(capsys, *argv):
 def test_clusters_list_show_and_json_round_trip(capsys, files):
     tmp, g, gpath = files
     rc, out, _ = run(capsys, "clusters")
-    assert rc == 0 and all(n in out for n in ("k80x2", "k80x4", "v100x4", "h100x8", "h200x1", "a100-40gx4", "a100-80gx8", "l4x4"))
+    assert rc == 0 and all(
+        n in out for n in ("k80x2", "k80x4", "v100x4", "h100x8", "h200x1", "a100-40gx4", "a100-80gx8", "l4x4")
+    )
     rc, out, _ = run(capsys, "clusters", "v100x4")
     assert rc == 0 and "gpu:3" in out and "45 GB/s" in out
     rc, out, _ = run(capsys, "clusters", "k80x2", "--json")
@@ -43,13 +45,24 @@ def test_clusters_list_show_and_json_round_trip(capsys, files):
     rc, out2, _ = run(capsys, "simulate", gpath, str(tmp / "p.json"), "--cluster", "k80x2", "--json")
     assert json.loads(out2)["step_time_s"] == doc["step_time_s"]
     rc, out, _ = run(capsys, "clusters", "--json")
-    assert [c["name"] for c in json.loads(out)] == ["k80x2", "k80x4", "v100x4", "h100x8", "h200x1", "a100-40gx4", "a100-80gx8", "l4x4"]
+    assert [c["name"] for c in json.loads(out)] == [
+        "k80x2",
+        "k80x4",
+        "v100x4",
+        "h100x8",
+        "h200x1",
+        "a100-40gx4",
+        "a100-80gx8",
+        "l4x4",
+    ]
 
 
 def test_place_with_options_and_simulate_with_trace(capsys, files):
     tmp, g, gpath = files
     p = tmp / "p.json"
-    rc, _, _ = run(capsys, "place", gpath, "--cluster", "k80x4", "--method", "single", "--option", "device=gpu:2", "-o", str(p))
+    rc, _, _ = run(
+        capsys, "place", gpath, "--cluster", "k80x4", "--method", "single", "--option", "device=gpu:2", "-o", str(p)
+    )
     assert rc == 0 and set(Placement.load(p).assignment.values()) == {"gpu:2"}
     trace = tmp / "t.json"
     rc, out, _ = run(capsys, "simulate", gpath, str(p), "--cluster", "k80x4", "--trace", str(trace))
@@ -120,13 +133,28 @@ def test_simulate_with_a_profile_uses_measured_times(capsys, files):
     tmp, g, gpath = files
     p = tmp / "p.json"
     assert run(capsys, "place", gpath, "--cluster", "k80x2", "--option", "device=gpu:0", "-o", str(p))[0] == 0
-    prof = {"format": "placer-profile/1", "graph_hash": g.content_hash, "ops": list(g.names),
-            "devices": {"cuda:0": {"kind": "gpu", "fwd_s": [1e-3] * g.num_ops, "bwd_s": [2e-3] * g.num_ops}},
-            "links": []}
+    prof = {
+        "format": "placer-profile/1",
+        "graph_hash": g.content_hash,
+        "ops": list(g.names),
+        "devices": {"cuda:0": {"kind": "gpu", "fwd_s": [1e-3] * g.num_ops, "bwd_s": [2e-3] * g.num_ops}},
+        "links": [],
+    }
     ppath = tmp / "prof.json"
     ppath.write_text(json.dumps(prof))
-    rc, out, _ = run(capsys, "simulate", gpath, str(p), "--cluster", "k80x2", "--profile", str(ppath), "--json",
-                     "--executor", "dataflow")  # eager adds the host's dispatch of the first op
+    rc, out, _ = run(
+        capsys,
+        "simulate",
+        gpath,
+        str(p),
+        "--cluster",
+        "k80x2",
+        "--profile",
+        str(ppath),
+        "--json",
+        "--executor",
+        "dataflow",
+    )  # eager adds the host's dispatch of the first op
     res = json.loads(out)
     # every op measured at 1 ms forward + 2 ms backward, all on one GPU, plus the optimizer step
     assert rc == 0 and res["extra"]["backward_end_s"] == pytest.approx(g.num_ops * 3e-3)

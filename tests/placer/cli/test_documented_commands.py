@@ -51,8 +51,11 @@ def readme_commands() -> list[tuple[str, bool]]:
         elif fence is None:
             if line.startswith("    ") and line.strip():
                 found += [(offset, p, True) for p in _parts(line)]
-            found += [(offset + m.start(), p, False) for m in re.finditer(r"(?<!`)`([^`\n]+)`(?!`)", line)
-                      for p in _parts(m.group(1))]
+            found += [
+                (offset + m.start(), p, False)
+                for m in re.finditer(r"(?<!`)`([^`\n]+)`(?!`)", line)
+                for p in _parts(m.group(1))
+            ]
         offset += len(line)
     programs = re.compile(r"^(OMP_NUM_THREADS=\d+ )?(placer|python3?(\.\d+)?|pip|bash|tensorboard|\.) ")
     return [(c, block) for _, c, block in sorted(found, key=lambda x: x[0]) if programs.match(c + " ")]
@@ -77,15 +80,19 @@ def help_commands() -> list[tuple[str, bool]]:
 def runnable(command: str, in_block: bool) -> bool:
     """Whether a quoted command is meant to be run as it is (not a synopsis, nor a command named in passing)."""
     words = command.split()
-    return command.startswith(("placer ", "OMP_NUM_THREADS")) and not is_synopsis(command) and (
-        in_block or len(words) > 2 or words[-1].startswith("-"))
+    return (
+        command.startswith(("placer ", "OMP_NUM_THREADS"))
+        and not is_synopsis(command)
+        and (in_block or len(words) > 2 or words[-1].startswith("-"))
+    )
 
 
 def is_synopsis(command: str) -> bool:
     """A command's form rather than a command: brackets, alternatives, ``...`` or a metavar (``SOURCE``, ``k=M``,
     ``HEAD_IP:6379``)."""
     return any(s in command for s in ("[", "\\|", "|", "...")) or any(
-        METAVAR.match(t) or METAVAR.match(t.rpartition("=")[2]) or PLACEHOLDER.search(t) for t in command.split()[2:])
+        METAVAR.match(t) or METAVAR.match(t.rpartition("=")[2]) or PLACEHOLDER.search(t) for t in command.split()[2:]
+    )
 
 
 def _tokens(command: str) -> list[str]:
@@ -177,8 +184,13 @@ def _run_other(command: str) -> None:
     tokens = _tokens(command)
     program = tokens[0]
     if program.startswith("python") and tokens[1].endswith(".py"):
-        done = subprocess.run([sys.executable, str(ROOT / tokens[1]), "--help"], capture_output=True, text=True,
-                              cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)})
+        done = subprocess.run(
+            [sys.executable, str(ROOT / tokens[1]), "--help"],
+            capture_output=True,
+            text=True,
+            cwd=ROOT,
+            env={**os.environ, "PYTHONPATH": str(ROOT)},
+        )
         assert done.returncode == 0, (command, done.stderr[-2000:])
     elif program == "bash":
         assert (ROOT / tokens[1]).is_file(), command

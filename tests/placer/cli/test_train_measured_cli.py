@@ -47,14 +47,46 @@ def test_train_json_stdout_is_json_when_a_worker_dies(tmp_path):
     (tmp_path / "dying_model.py").write_text(MODEL_SRC)
     tmp = tempfile.mkdtemp(prefix="t", dir="/tmp")  # TMPDIR: the private Ray dir must be made and removed here
     repo = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), repo, os.environ.get("PYTHONPATH", "")]),
-           "DIE_ONCE_MARKER": str(tmp_path / "died"), "TMPDIR": tmp}
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(tmp_path), repo, os.environ.get("PYTHONPATH", "")]),
+        "DIE_ONCE_MARKER": str(tmp_path / "died"),
+        "TMPDIR": tmp,
+    }
     logdir = tmp_path / ("run-with-a-long-name-" + "x" * 40)  # too long for Ray's sockets under it
     proc = subprocess.run(
-        [sys.executable, "-m", "placer", "train", "dying_model:build", "--cluster", "k80x2", "--env", "measured",
-         "--device-map", "*=cpu", "--workers", "1", "--iterations", "1", "--samples", "2", "--warm-start", "none",
-         "--measure-timeout", "120", "--logdir", str(logdir), "--json", "--no-progress"],
-        env=env, cwd=tmp_path, capture_output=True, text=True, timeout=580,
+        [
+            sys.executable,
+            "-m",
+            "placer",
+            "train",
+            "dying_model:build",
+            "--cluster",
+            "k80x2",
+            "--env",
+            "measured",
+            "--device-map",
+            "*=cpu",
+            "--workers",
+            "1",
+            "--iterations",
+            "1",
+            "--samples",
+            "2",
+            "--warm-start",
+            "none",
+            "--measure-timeout",
+            "120",
+            "--logdir",
+            str(logdir),
+            "--json",
+            "--no-progress",
+        ],
+        env=env,
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=580,
     )
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert (tmp_path / "died").exists()  # a worker really died

@@ -45,8 +45,17 @@ class FakeMeasured:
 
 
 def _run(tmp_path, **kw):
-    config = TrainConfig(env="measured", heuristics=HEURISTICS, max_groups=0, samples=4, iterations=2, hidden=8,
-                         logdir=str(tmp_path / "run"), progress=False, **kw)
+    config = TrainConfig(
+        env="measured",
+        heuristics=HEURISTICS,
+        max_groups=0,
+        samples=4,
+        iterations=2,
+        hidden=8,
+        logdir=str(tmp_path / "run"),
+        progress=False,
+        **kw,
+    )
     env = FakeMeasured()
     result = train(config, graph=two_chains(), cluster=envs.resolve_cluster("k80x2"), env=env)
     return result, env
@@ -83,10 +92,19 @@ def test_a_measured_run_that_measures_no_heuristic_says_its_rival_is_simulated(t
 
 
 def test_a_simulated_run_summary_is_unchanged(tmp_path):
-    config = TrainConfig(heuristics=HEURISTICS, max_groups=0, samples=4, iterations=1, hidden=8,
-                         logdir=str(tmp_path / "run"), progress=False)
+    config = TrainConfig(
+        heuristics=HEURISTICS,
+        max_groups=0,
+        samples=4,
+        iterations=1,
+        hidden=8,
+        logdir=str(tmp_path / "run"),
+        progress=False,
+    )
     result = train(config, graph=two_chains(), cluster=envs.resolve_cluster("k80x2"))
-    text = "\n".join(line for line in summary(result.to_dict()).splitlines() if not line.startswith(("placement", "logs")))
+    text = "\n".join(
+        line for line in summary(result.to_dict()).splitlines() if not line.startswith(("placement", "logs"))
+    )
     assert result.measured_heuristics == {} and "measured" not in text and "simulated" not in text
     assert "% vs it" in text
 
@@ -97,13 +115,27 @@ class NoisyMeasured(FakeMeasured):
     def evaluate(self, placements):
         seen = set(self.scored)
         out = super().evaluate(placements)
-        return [Result(r.step_time_s - (0.05 if tuple(int(d) for d in np.asarray(p)) not in seen else 0.0),
-                       source="measured") for r, p in zip(out, placements)]
+        return [
+            Result(
+                r.step_time_s - (0.05 if tuple(int(d) for d in np.asarray(p)) not in seen else 0.0), source="measured"
+            )
+            for r, p in zip(out, placements)
+        ]
 
 
 def test_a_measured_run_re_measures_its_best_and_the_rival_side_by_side(tmp_path):
-    config = TrainConfig(env="measured", heuristics=("single", "m_etf"), max_groups=0, samples=4, iterations=3,
-                         hidden=8, logdir=str(tmp_path / "run"), progress=False, measure_heuristics=2, rematch=3)
+    config = TrainConfig(
+        env="measured",
+        heuristics=("single", "m_etf"),
+        max_groups=0,
+        samples=4,
+        iterations=3,
+        hidden=8,
+        logdir=str(tmp_path / "run"),
+        progress=False,
+        measure_heuristics=2,
+        rematch=3,
+    )
     env = NoisyMeasured()
     graph = two_chains()
     result = train(config, graph=graph, cluster=envs.resolve_cluster("k80x2"), env=env)

@@ -17,7 +17,7 @@ from placer.cli import main
 from placer.learn.config import TrainConfig
 from placer.learn.loop import train
 from placer.learn.moves import MoveSearch, MoveSearchOptions
-from policies.moves import MoveFeatures, MoveMemory, NUM_FEATURES, item_levels
+from policies.moves import NUM_FEATURES, MoveFeatures, MoveMemory, item_levels
 
 
 def test_item_levels_go_from_modules_to_single_groups():
@@ -32,8 +32,14 @@ def test_item_levels_go_from_modules_to_single_groups():
         unit = colocate(g)
         assert all(len(set(lv.op_group[unit == u])) == 1 for u in np.unique(unit))
     bare = random_dag(60, seed=0)
-    bare = OpGraph.from_edges(bare.names, list(zip([bare.names[i] for i in bare.edge_src], [bare.names[i] for i in bare.edge_dst],
-                                                   bare.edge_bytes.tolist())))  # no module paths: chunks only
+    bare = OpGraph.from_edges(
+        bare.names,
+        list(
+            zip(
+                [bare.names[i] for i in bare.edge_src], [bare.names[i] for i in bare.edge_dst], bare.edge_bytes.tolist()
+            )
+        ),
+    )  # no module paths: chunks only
     assert [lv.name for lv in item_levels(bare)] == ["chunks 8", "chunks 16", "chunks 32", "ops"]
 
 
@@ -54,9 +60,13 @@ def test_move_features_describe_every_move_that_changes_the_placement():
     assert len(np.unique(keys)) == len(first)
     on_device = np.array([np.all(x[levels[k].op_group == i] == d) for i, d in zip(items, devices)])
     assert not on_device.any()  # a move sends at least one op somewhere else
-    assert len(items) == sum(len(set(range(c.num_devices)) - ({int(x[levels[k].op_group == i][0])}
-                                                                if len(set(x[levels[k].op_group == i])) == 1 else set()))
-                             for i in range(levels[k].num_items))
+    assert len(items) == sum(
+        len(
+            set(range(c.num_devices))
+            - ({int(x[levels[k].op_group == i][0])} if len(set(x[levels[k].op_group == i])) == 1 else set())
+        )
+        for i in range(levels[k].num_items)
+    )
 
 
 def test_move_search_spends_its_budget_exactly_and_returns_the_best_it_simulated():
@@ -115,14 +125,21 @@ def test_uniform_proposals_never_consult_the_critic():
     search = MoveSearch(g, c, envs.SimEnv(g, c), options=MoveSearchOptions(proposals="uniform"), seed=0)
     before = [p.detach().clone() for p in search.critic.parameters()]
     search.run(None, max_evals=200)
-    assert search.tries[1] == 0 and all(np.array_equal(p0, p1.detach()) for p0, p1 in zip(before, search.critic.parameters()))
+    assert search.tries[1] == 0 and all(
+        np.array_equal(p0, p1.detach()) for p0, p1 in zip(before, search.critic.parameters())
+    )
 
 
 @pytest.mark.slow
 def test_train_algo_moves_beats_its_start_and_reports_the_equal_budget_search(tmp_path):
     g, c = recurrent_dag(150, seed=1), envs.Cluster.preset("k80x4")
-    config = TrainConfig(algo="moves", iterations=60, logdir=str(tmp_path / "run"), progress=False,
-                         heuristics=("m_etf", "expert", "single"))
+    config = TrainConfig(
+        algo="moves",
+        iterations=60,
+        logdir=str(tmp_path / "run"),
+        progress=False,
+        heuristics=("m_etf", "expert", "single"),
+    )
     r = train(config, graph=g, cluster=c)
     bh = r.best_heuristic
     assert r.iterations == 60 and r.best_step_time_s < bh[1] and r.warm_start == f"move search from {bh[0]}"
@@ -145,13 +162,40 @@ def test_placer_train_uses_the_move_search_unless_a_policy_is_given(tmp_path, ca
     save(moe_dag(60, seed=0), str(path))
     for extra, algo in (([], "moves"), (["--proposals", "uniform"], "moves"), (["--policy", "seq2seq"], "reinforce")):
         logdir = tmp_path / f"run-{len(extra)}-{algo}"
-        rc = main(["train", str(path), "--cluster", "k80x2", "--iterations", "3", "--logdir", str(logdir), "--json",
-                   "--no-progress", "--heuristics", "m_etf", *extra])
+        rc = main(
+            [
+                "train",
+                str(path),
+                "--cluster",
+                "k80x2",
+                "--iterations",
+                "3",
+                "--logdir",
+                str(logdir),
+                "--json",
+                "--no-progress",
+                "--heuristics",
+                "m_etf",
+                *extra,
+            ]
+        )
         doc = json.loads(capsys.readouterr().out)
         assert rc == 0 and json.loads((logdir / "checkpoint.json").read_text())["config"]["algo"] == algo
         assert doc["equal_budget_search"]["method"] == "module_search"
-    rc = main(["train", str(path), "--cluster", "k80x2", "--iterations", "1", "--proposals", "best",
-               "--logdir", str(tmp_path / "bad")])
+    rc = main(
+        [
+            "train",
+            str(path),
+            "--cluster",
+            "k80x2",
+            "--iterations",
+            "1",
+            "--proposals",
+            "best",
+            "--logdir",
+            str(tmp_path / "bad"),
+        ]
+    )
     err = capsys.readouterr().err
     assert rc == 2 and "--proposals" in err and len(err.strip().splitlines()) == 1
 
@@ -179,8 +223,10 @@ def test_the_equal_budget_search_never_takes_longer_than_the_run():
     assert seen and set(seen) == {"planned"} and planned["simulated"] == 200
     doc = {"best_step_time_s": cut["step_time_s"], "equal_budget_search": {**cut, "heuristics_simulated": 5034}}
     line = _equal_budget_line(doc)
-    assert (f"{cut['simulated']:,} of the 1,000,000 placements this run simulated (5,034 of them by the heuristics), "
-            "stopped at the run's own time") in line
+    assert (
+        f"{cut['simulated']:,} of the 1,000,000 placements this run simulated (5,034 of them by the heuristics), "
+        "stopped at the run's own time"
+    ) in line
 
 
 @pytest.mark.parametrize("factor", [0.5, 2.0])
@@ -201,8 +247,21 @@ def test_a_faster_equal_budget_placement_is_kept_beside_the_best(tmp_path, monke
         return {**eq, "op_devices": rival, "step_time_s": best * factor}
 
     monkeypatch.setattr(train_mod, "equal_budget_search", crafted)
-    rc = main(["train", str(path), "--cluster", "k80x2", "--iterations", "2", "--logdir", str(tmp_path / "run"),
-               "--no-progress", "--heuristics", "m_etf"])
+    rc = main(
+        [
+            "train",
+            str(path),
+            "--cluster",
+            "k80x2",
+            "--iterations",
+            "2",
+            "--logdir",
+            str(tmp_path / "run"),
+            "--no-progress",
+            "--heuristics",
+            "m_etf",
+        ]
+    )
     out = capsys.readouterr().out
     kept = tmp_path / "run" / "equal_budget_placement.json"
     assert rc == 0 and kept.exists() == (factor < 1) and ("faster rival" in out) == (factor < 1)
@@ -289,8 +348,14 @@ def test_module_search_s_share_in_seconds_and_on_a_graph_without_modules():
     inf.begin(None, time_budget_s=float("inf"))  # no length known: no share
     assert inf.module_evals == 0
     bare = random_dag(60, seed=0)
-    bare = OpGraph.from_edges(bare.names, list(zip([bare.names[i] for i in bare.edge_src],
-                                                   [bare.names[i] for i in bare.edge_dst], bare.edge_bytes.tolist())))
+    bare = OpGraph.from_edges(
+        bare.names,
+        list(
+            zip(
+                [bare.names[i] for i in bare.edge_src], [bare.names[i] for i in bare.edge_dst], bare.edge_bytes.tolist()
+            )
+        ),
+    )
     r = MoveSearch(bare, c, envs.SimEnv(bare, c), seed=0).run(None, max_evals=200)  # no module paths: moves only
     assert r.evals == 200
 
@@ -303,15 +368,22 @@ def test_placer_train_gives_module_search_its_share_of_the_time_left(tmp_path, m
 
     seen, found_by = [], set()
     phase = MoveSearch._module_phase
-    monkeypatch.setattr(MoveSearch, "_module_phase", lambda self, n, s, module_s: (seen.append(module_s),
-                                                                                    phase(self, n, s, module_s))[1])
+    monkeypatch.setattr(
+        MoveSearch,
+        "_module_phase",
+        lambda self, n, s, module_s: (seen.append(module_s), phase(self, n, s, module_s))[1],
+    )
     times = RunScorer.step_times
-    monkeypatch.setattr(RunScorer, "step_times", lambda self, rows, order=None: (found_by.add(self.source),
-                                                                                   times(self, rows, order))[1])
+    monkeypatch.setattr(
+        RunScorer, "step_times", lambda self, rows, order=None: (found_by.add(self.source), times(self, rows, order))[1]
+    )
     g, c = recurrent_dag(150, seed=1), envs.Cluster.preset("k80x4")
     limit = {"time_budget_s": 3.0} if budget == "time" else {"iterations": 5}
-    r = train(TrainConfig(algo="moves", logdir=str(tmp_path / "run"), progress=False, heuristics=("m_etf",), **limit),
-              graph=g, cluster=c)
+    r = train(
+        TrainConfig(algo="moves", logdir=str(tmp_path / "run"), progress=False, heuristics=("m_etf",), **limit),
+        graph=g,
+        cluster=c,
+    )
     assert len(seen) == 1
     if budget == "time":  # what module_search found is labelled as its own
         assert 0.2 * 1.5 < seen[0] <= 0.2 * 3.0 and r.best_step_time_s < r.best_heuristic[1]

@@ -103,6 +103,8 @@ def test_the_recurrent_family_is_held_out_by_its_own_tag_not_by_lstm():
     assert any(n.startswith("recurrent-") for n in every)
     assert names({"lstm"}) == every  # no synthetic family is an LSTM
     kept = names({"lstm", "recurrent"})
-    assert not any(n.startswith("recurrent-") for n in kept) and kept == {n for n in every if not n.startswith("recurrent-")}
+    assert not any(n.startswith("recurrent-") for n in kept) and kept == {
+        n for n in every if not n.startswith("recurrent-")
+    }
     with pytest.raises(PlacerError, match="--exclude lstn: not a family .*lstm.*recurrent"):
         build_corpus("synthetic", exclude={"lstn"}, synthetic_sizes=(300,))  # a typo holds nothing out silently

@@ -16,14 +16,13 @@ import torch
 import envs
 from envs.result import Result
 from graphs import OpGraph, PlacerError
-from placer.learn import algos as rl_algos
 from placer.cli import build_parser, main
+from placer.learn import algos as rl_algos
 from placer.learn.algos import advantages, credit, learning_rate, logit_noise, policy_gradient_loss, reward
-from placer.learn.config import TrainConfig
+from placer.learn.config import PRESETS, AlgoOptions, TrainConfig, literal_choices, option_name
 from placer.learn.loop import train
 from placer.learn.scoring import CachedScorer
 from placer.learn.state import RunState
-from placer.learn.config import PRESETS, AlgoOptions, literal_choices, option_name
 from policies.base import LogProbTerm
 
 
@@ -34,8 +33,15 @@ def two_chains(length: int = 4) -> OpGraph:
 
 
 def _config(tmp_path, **kw) -> TrainConfig:
-    base = dict(max_groups=0, samples=8, logdir=str(tmp_path / "run"), progress=False, heuristics=(), hidden=8,
-                warm_start="none")
+    base = dict(
+        max_groups=0,
+        samples=8,
+        logdir=str(tmp_path / "run"),
+        progress=False,
+        heuristics=(),
+        hidden=8,
+        warm_start="none",
+    )
     return TrainConfig(**{**base, **kw})
 
 
@@ -96,8 +102,10 @@ def _theta_grads(owner, adv):
     g = torch.tensor([1] * (1 if owner == "shared" else k))  # the grouping action(s) taken
     logp_g = torch.log_softmax(shared_logits, 0)[g]  # [1] shared, or [K] one per sample
     logp_d = torch.log_softmax(own_logits, 1)[torch.arange(k), torch.tensor([0, 1] * (k // 2))]
-    terms = [LogProbTerm(logp_g, torch.zeros(k, dtype=torch.long) if owner == "shared" else None, "grouping"),
-             LogProbTerm(logp_d, None, "placement")]
+    terms = [
+        LogProbTerm(logp_g, torch.zeros(k, dtype=torch.long) if owner == "shared" else None, "grouping"),
+        LogProbTerm(logp_d, None, "placement"),
+    ]
     policy_gradient_loss(terms, torch.as_tensor(adv, dtype=torch.float32)).backward()
     return shared_logits.grad, own_logits.grad, terms
 
@@ -105,8 +113,12 @@ def _theta_grads(owner, adv):
 def test_an_action_shared_by_every_sample_gets_the_summed_advantage():
     """Which samples share an action is explicit: a shared action is credited with the sum of their advantages."""
     r = np.array([-1.0, -2.0, -1.5, -3.0])
-    loo = torch.as_tensor(advantages(r, np.zeros(4, bool), None, AlgoOptions(baseline="loo")).advantages, dtype=torch.float32)
-    ema = torch.as_tensor(advantages(r, np.zeros(4, bool), -1.0, AlgoOptions(baseline="ema")).advantages, dtype=torch.float32)
+    loo = torch.as_tensor(
+        advantages(r, np.zeros(4, bool), None, AlgoOptions(baseline="loo")).advantages, dtype=torch.float32
+    )
+    ema = torch.as_tensor(
+        advantages(r, np.zeros(4, bool), -1.0, AlgoOptions(baseline="ema")).advantages, dtype=torch.float32
+    )
     shared = LogProbTerm(torch.zeros(1), torch.zeros(4, dtype=torch.long))
     assert credit(shared, loo).item() == pytest.approx(0.0, abs=1e-6)  # leave-one-out: a shared action never learns
     assert credit(shared, ema).item() == pytest.approx(float(ema.sum()))
@@ -170,7 +182,13 @@ def test_reinforce_update_uses_the_samples_terms_and_logs_their_credit():
 # ------------------------------------------------------------------ schedules and the paper preset
 def test_paper_preset_values():
     paper = TrainConfig.from_preset("paper", iterations=1)
-    assert (paper.lr, paper.lr_decay, paper.lr_decay_every, paper.lr_decay_after, paper.grad_clip) == (0.1, 0.95, 50, 400, 1.0)
+    assert (paper.lr, paper.lr_decay, paper.lr_decay_every, paper.lr_decay_after, paper.grad_clip) == (
+        0.1,
+        0.95,
+        50,
+        400,
+        1.0,
+    )
     assert (paper.baseline, paper.baseline_decay) == ("ema", 0.9)
     assert (paper.hidden, paper.layers) == (256, 2)
     assert paper.fail_mask_after == 1000 and paper.fail_factor == 10.0 and paper.preset == "paper"
@@ -180,7 +198,9 @@ def test_paper_preset_values():
     paper.validate()
     tuned = TrainConfig.from_preset("tuned")
     # the tuned preset is the dataclass's defaults with the move search as the learner; a policy trains by REINFORCE
-    assert tuned == TrainConfig(algo="moves") and learning_rate(tuned, 10**6) == tuned.lr and logit_noise(tuned, 0) == 0.0
+    assert (
+        tuned == TrainConfig(algo="moves") and learning_rate(tuned, 10**6) == tuned.lr and logit_noise(tuned, 0) == 0.0
+    )
     assert paper.algo == "reinforce" and TrainConfig.from_preset("tuned", policy="seq2seq").algo == "reinforce"
     assert TrainConfig.from_preset("tuned", policy="gnn", algo="moves").algo == "moves"
     assert TrainConfig.from_preset("paper", lr=0.05).lr == 0.05  # options given with a preset win
@@ -213,8 +233,22 @@ def test_cli_preset_paper_with_an_override(tmp_path, monkeypatch):
     monkeypatch.setattr(train_mod, "train", fake_train)
     save(two_chains(), str(tmp_path / "g.json"))
     with pytest.raises(_Stop):
-        main(["train", str(tmp_path / "g.json"), "--cluster", "k80x2", "--preset", "paper", "--hidden", "32",
-              "--iterations", "1", "--logdir", str(tmp_path / "run")])
+        main(
+            [
+                "train",
+                str(tmp_path / "g.json"),
+                "--cluster",
+                "k80x2",
+                "--preset",
+                "paper",
+                "--hidden",
+                "32",
+                "--iterations",
+                "1",
+                "--logdir",
+                str(tmp_path / "run"),
+            ]
+        )
     config = seen["config"]
     assert config.preset == "paper" and config.hidden == 32 and config.lr == 0.1 and config.layers == 2
 
@@ -298,9 +332,18 @@ def test_tensorboard_events_are_written(tmp_path):
     ea = EventAccumulator(r.logdir)
     ea.Reload()
     tags = set(ea.Tags()["scalars"])
-    for tag in ("charts/reward", "charts/best_step_time_s", "charts/baseline", "charts/failed_fraction",
-                "charts/learning_rate", "losses/policy_loss", "losses/entropy", "losses/credit/placement",
-                "charts/greedy_step_time_s", "charts/device_share/gpu:0"):
+    for tag in (
+        "charts/reward",
+        "charts/best_step_time_s",
+        "charts/baseline",
+        "charts/failed_fraction",
+        "charts/learning_rate",
+        "losses/policy_loss",
+        "losses/entropy",
+        "losses/credit/placement",
+        "charts/greedy_step_time_s",
+        "charts/device_share/gpu:0",
+    ):
         assert tag in tags, tag
     assert [e.step for e in ea.Scalars("charts/reward")] == [0, 1, 2, 3]
     assert [e.step for e in ea.Scalars("charts/greedy_step_time_s")] == [0, 2]
@@ -346,8 +389,13 @@ def test_run_state_round_trips_through_json_and_rejects_bad_values():
     s = RunState(iteration=3, baseline=-1.5, best_indices=[0, 1], warm_start="x", time_to_best_s=2.0)
     doc = json.loads(json.dumps(s.to_dict()))
     assert RunState.from_dict(doc) == s and RunState.from_dict({**doc, "future_key": 1}) == s
-    for key, bad in (("iteration", "3"), ("iteration", 1.5), ("best_indices", [0, "1"]), ("warm_start", 3),
-                     ("baseline", True)):
+    for key, bad in (
+        ("iteration", "3"),
+        ("iteration", 1.5),
+        ("best_indices", [0, "1"]),
+        ("warm_start", 3),
+        ("baseline", True),
+    ):
         with pytest.raises(PlacerError, match=f"run.{key}"):
             RunState.from_dict({**doc, key: bad})
 
@@ -357,8 +405,21 @@ def test_resume_rejects_a_checkpoint_with_a_bad_run_state(tmp_path, capsys):
 
     path = str(tmp_path / "g.json")
     save(two_chains(), path)
-    argv = ["train", path, "--cluster", "k80x2", "--max-groups", "0", "--hidden", "8", "--no-progress",
-            "--warm-start", "none", "--logdir", str(tmp_path / "run")]
+    argv = [
+        "train",
+        path,
+        "--cluster",
+        "k80x2",
+        "--max-groups",
+        "0",
+        "--hidden",
+        "8",
+        "--no-progress",
+        "--warm-start",
+        "none",
+        "--logdir",
+        str(tmp_path / "run"),
+    ]
     assert main(argv + ["--iterations", "1"]) == 0
     from placer.learn import checkpoint
 
@@ -409,10 +470,15 @@ def test_every_train_config_field_is_reachable_from_the_cli():
             continue
         default = getattr(defaults, f.name)
         tp = _base_type(f)
-        value = _other_value(f, default) if default is not None or f.name == "heuristics" else \
-            {int: 7, float: 2.5}.get(tp, "value-x")
+        value = (
+            _other_value(f, default)
+            if default is not None or f.name == "heuristics"
+            else {int: 7, float: 2.5}.get(tp, "value-x")
+        )
         if tp is bool:
-            argv = [option_name(f.name) if not (default and f.name != "progress") else "--no-" + f.name.replace("_", "-")]
+            argv = [
+                option_name(f.name) if not (default and f.name != "progress") else "--no-" + f.name.replace("_", "-")
+            ]
         elif f.name == "heuristics":
             argv = [option_name(f.name), ",".join(value)]
         else:
@@ -420,8 +486,11 @@ def test_every_train_config_field_is_reachable_from_the_cli():
         base = ["train", "g.json"] + (["--cluster", "k80x2"] if f.name != "cluster" else [])
         args = build_parser().parse_args(base + argv)
         assert getattr(args, f.name) == value, f.name
-        assert not any(getattr(args, other.name, None) is not None for other in dataclasses.fields(TrainConfig)
-                       if other.name not in (f.name, "source", "cluster")), f"{f.name}: defaults must not be set"
+        assert not any(
+            getattr(args, other.name, None) is not None
+            for other in dataclasses.fields(TrainConfig)
+            if other.name not in (f.name, "source", "cluster")
+        ), f"{f.name}: defaults must not be set"
 
 
 def test_train_help_lists_every_option(capsys):
@@ -431,8 +500,16 @@ def test_train_help_lists_every_option(capsys):
     for f in dataclasses.fields(TrainConfig):
         if f.name != "source":
             assert option_name(f.name) in out, f.name
-    for legacy in ("--time-budget", "--warm-start", "--executor", "--measure-timeout", "--entropy", "--no-progress",
-                   "--json", "--preset"):
+    for legacy in (
+        "--time-budget",
+        "--warm-start",
+        "--executor",
+        "--measure-timeout",
+        "--entropy",
+        "--no-progress",
+        "--json",
+        "--preset",
+    ):
         assert legacy in out
 
 

@@ -40,8 +40,21 @@ def _config(tmp_path, **kw) -> TrainConfig:
 
 
 def _small(path: str, logdir: str, *more: str) -> list[str]:
-    return ["train", path, "--cluster", "k80x2", "--max-groups", "0", "--hidden", "8", "--heuristics", "m_etf,round_robin",
-            "--logdir", logdir, *more]
+    return [
+        "train",
+        path,
+        "--cluster",
+        "k80x2",
+        "--max-groups",
+        "0",
+        "--hidden",
+        "8",
+        "--heuristics",
+        "m_etf,round_robin",
+        "--logdir",
+        logdir,
+        *more,
+    ]
 
 
 def test_best_placement_is_never_slower_than_the_best_heuristic(tmp_path):
@@ -51,7 +64,11 @@ def test_best_placement_is_never_slower_than_the_best_heuristic(tmp_path):
     doc = r.to_dict()
     best = Placement.load(doc["best_placement"])
     assert r.best_step_time_s <= r.heuristics["m_etf"] and best.meta["step_time_s"] <= r.heuristics["m_etf"]
-    assert doc["found_by"] == "heuristic:m_etf" and best.method == "m_etf" and doc["policy_step_time_s"] > r.best_step_time_s
+    assert (
+        doc["found_by"] == "heuristic:m_etf"
+        and best.method == "m_etf"
+        and doc["policy_step_time_s"] > r.best_step_time_s
+    )
     assert "m_etf's placement, kept: the learner's best" in summary(doc)
 
 
@@ -59,14 +76,19 @@ def test_a_warm_start_cut_short_by_the_budget_says_so(tmp_path):
     c = envs.resolve_cluster("k80x2")
     cut = train(_config(tmp_path, time_budget_s=1e-3), graph=two_chains(), cluster=c).to_dict()
     assert cut["warm_start_cut_short"] and "warm start       cut short by the time budget" in summary(cut)
-    whole = train(_config(tmp_path, iterations=1, logdir=str(tmp_path / "whole")), graph=two_chains(), cluster=c).to_dict()
+    whole = train(
+        _config(tmp_path, iterations=1, logdir=str(tmp_path / "whole")), graph=two_chains(), cluster=c
+    ).to_dict()
     assert not whole["warm_start_cut_short"] and "cut short" not in summary(whole)
 
 
-@pytest.mark.parametrize("algo, learning", [
-    ("moves", ["move search: 3 iterations", "move search: 3/3 it (100%)", "equal budget: module_search given"]),
-    ("reinforce", ["warm start: imitating", "warm start: imitation of", "RL: 3 iterations", "RL: 3/3 it (100%)"]),
-])
+@pytest.mark.parametrize(
+    "algo, learning",
+    [
+        ("moves", ["move search: 3 iterations", "move search: 3/3 it (100%)", "equal budget: module_search given"]),
+        ("reinforce", ["warm start: imitating", "warm start: imitation of", "RL: 3 iterations", "RL: 3/3 it (100%)"]),
+    ],
+)
 def test_train_reports_every_phase_on_stderr_when_it_is_not_a_terminal(tmp_path, graph_file, capsys, algo, learning):
     rc = main(_small(graph_file, str(tmp_path / "run"), "--iterations", "3", "--algo", algo))
     out, err = capsys.readouterr()
@@ -84,8 +106,15 @@ def test_a_timed_move_search_says_module_search_goes_first_where_the_graph_has_m
     path = tmp_path / "rnn.json"
     save(recurrent_dag(150, seed=1), str(path))
     for source, first in ((str(path), True), (None, False)):  # two-chains records no module paths
-        args = _small(source or str(tmp_path / "two.json"), str(tmp_path / f"run-{first}"), "--time-budget", "2",
-                      "--algo", "moves", "--no-equal-budget-search")
+        args = _small(
+            source or str(tmp_path / "two.json"),
+            str(tmp_path / f"run-{first}"),
+            "--time-budget",
+            "2",
+            "--algo",
+            "moves",
+            "--no-equal-budget-search",
+        )
         if source is None:
             save(two_chains(), str(tmp_path / "two.json"))
         assert main(args) == 0
@@ -135,7 +164,9 @@ def test_training_again_into_a_used_logdir_needs_resume(tmp_path, graph_file, ca
     capsys.readouterr()
     assert main(_small(graph_file, logdir, "--iterations", "2", "--no-progress")) == 2
     err = capsys.readouterr().err.strip()
-    assert len(err.splitlines()) == 1 and f"--logdir {logdir}: holds an earlier training run" in err and "--resume" in err
+    assert (
+        len(err.splitlines()) == 1 and f"--logdir {logdir}: holds an earlier training run" in err and "--resume" in err
+    )
     assert len([f for f in os.listdir(logdir) if f.startswith("events.out")]) == 1
 
 

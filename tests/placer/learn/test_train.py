@@ -66,16 +66,33 @@ def test_score_order_planned_scores_the_heuristics_in_the_planned_order(tmp_path
     node = float(env.step_times(idx[None])[0][0])
     planned = float(env.step_times(idx[None], order="planned")[0][0])
     assert planned < node * 0.99
-    monkeypatch.setattr(train_mod, "_heuristics", lambda *a: ({"crafted": (node, idx), "broken": (float("inf"), None)}, 2))
-    r = train(_config(tmp_path, iterations=1, warm_start="best", score_order="planned", heuristics=None), graph=g, cluster=c)
+    monkeypatch.setattr(
+        train_mod, "_heuristics", lambda *a: ({"crafted": (node, idx), "broken": (float("inf"), None)}, 2)
+    )
+    r = train(
+        _config(tmp_path, iterations=1, warm_start="best", score_order="planned", heuristics=None), graph=g, cluster=c
+    )
     assert r.heuristics == {"crafted": pytest.approx(planned), "broken": float("inf")}
     assert r.to_dict()["score_order"] == "planned" and r.best_step_time_s <= planned + 1e-12
-    r = train(_config(tmp_path, iterations=1, warm_start="best", heuristics=None, score_order="node",
-                      logdir=str(tmp_path / "node")), graph=g, cluster=c)
+    r = train(
+        _config(
+            tmp_path,
+            iterations=1,
+            warm_start="best",
+            heuristics=None,
+            score_order="node",
+            logdir=str(tmp_path / "node"),
+        ),
+        graph=g,
+        cluster=c,
+    )
     assert r.heuristics["crafted"] == node and r.to_dict()["score_order"] == "node"
     # the default ("auto") scores in the planned order under the simulator's eager executor
-    r = train(_config(tmp_path, iterations=1, warm_start="best", heuristics=None, logdir=str(tmp_path / "auto")),
-              graph=g, cluster=c)
+    r = train(
+        _config(tmp_path, iterations=1, warm_start="best", heuristics=None, logdir=str(tmp_path / "auto")),
+        graph=g,
+        cluster=c,
+    )
     assert r.heuristics["crafted"] == pytest.approx(planned) and r.to_dict()["score_order"] == "planned"
 
 
@@ -112,7 +129,9 @@ def test_score_order_planned_rewards_the_planned_step_time(tmp_path):
 
     g = random_dag(40, seed=2, name="rd40")
     c = envs.resolve_cluster("k80x4")
-    r = train(_config(tmp_path, iterations=3, warm_start="none", max_groups=8, score_order="planned"), graph=g, cluster=c)
+    r = train(
+        _config(tmp_path, iterations=3, warm_start="none", max_groups=8, score_order="planned"), graph=g, cluster=c
+    )
     p = Placement.load(os.path.join(r.logdir, "best_placement.json"))
     env = envs.SimEnv(g, c)
     idx = p.indices(g, c.device_names)
@@ -126,7 +145,9 @@ def _greedy(graph: OpGraph, config: TrainConfig, logdir: str | None = None) -> n
     """The greedy decode of a seq2seq policy over every op: the one a run's checkpoint holds, or (no ``logdir``)
     a fresh one built as the run builds it after ``torch.manual_seed(config.seed)``."""
     torch.manual_seed(config.seed)
-    policy = Seq2SeqPolicy(graph, 3, max_groups=0, hidden=config.hidden, temperature=config.temperature, tanh_c=config.tanh_c)
+    policy = Seq2SeqPolicy(
+        graph, 3, max_groups=0, hidden=config.hidden, temperature=config.temperature, tanh_c=config.tanh_c
+    )
     if logdir is not None:
         policy.load_state_dict(torch.load(os.path.join(logdir, "checkpoint.pt"), weights_only=True)["policy"])
     return policy.greedy()
@@ -151,8 +172,9 @@ def test_learns_two_chains_from_scratch(tmp_path, algo):
     assert optimum < 0.7 * single
     iterations = {"reinforce": 150, "ppo": 50}[algo]
     samples = {"reinforce": 8, "ppo": 16}[algo]
-    config = _config(tmp_path, iterations=iterations, warm_start="none", algo=algo, lr=0.02, executor="dataflow",
-                     samples=samples)
+    config = _config(
+        tmp_path, iterations=iterations, warm_start="none", algo=algo, lr=0.02, executor="dataflow", samples=samples
+    )
     before = float(env.step_times(_greedy(g, config)[None])[0][0])  # the run's own initialisation, before any update
     r = train(config, graph=g, cluster=c)
     after = float(env.step_times(_greedy(g, config, r.logdir)[None])[0][0])
@@ -182,7 +204,9 @@ def test_hierarchical_policy_trains_and_resumes(tmp_path, algo):
 def test_measured_env_needs_a_runnable_source(tmp_path, capsys):
     path = str(tmp_path / "g.json")
     save(two_chains(), path)
-    rc = main(["train", path, "--cluster", "k80x2", "--env", "measured", "--iterations", "1", "--logdir", str(tmp_path / "r")])
+    rc = main(
+        ["train", path, "--cluster", "k80x2", "--env", "measured", "--iterations", "1", "--logdir", str(tmp_path / "r")]
+    )
     assert rc == 2 and "not runnable" in capsys.readouterr().err
 
 
@@ -219,7 +243,9 @@ def test_resume_without_checkpoint_is_a_user_error(tmp_path, capsys):
     g = two_chains()
     path = str(tmp_path / "g.json")
     save(g, path)
-    rc = main(["train", path, "--cluster", "k80x2", "--iterations", "2", "--logdir", str(tmp_path / "none"), "--resume"])
+    rc = main(
+        ["train", path, "--cluster", "k80x2", "--iterations", "2", "--logdir", str(tmp_path / "none"), "--resume"]
+    )
     assert rc == 2 and "no checkpoint to resume" in capsys.readouterr().err
 
 
@@ -250,8 +276,23 @@ def test_cli_json_prints_best_step_time(tmp_path, capsys):
     g = two_chains()
     path = str(tmp_path / "g.json")
     save(g, path)
-    rc = main(["train", path, "--cluster", "k80x2", "--iterations", "3", "--max-groups", "0", "--hidden", "16",
-               "--logdir", str(tmp_path / "run"), "--json"])
+    rc = main(
+        [
+            "train",
+            path,
+            "--cluster",
+            "k80x2",
+            "--iterations",
+            "3",
+            "--max-groups",
+            "0",
+            "--hidden",
+            "16",
+            "--logdir",
+            str(tmp_path / "run"),
+            "--json",
+        ]
+    )
     doc = json.loads(capsys.readouterr().out)
     assert rc == 0 and doc["best_step_time_s"] > 0 and os.path.exists(doc["best_placement"])
 
@@ -263,11 +304,30 @@ def test_sigkill_then_resume_never_loses_the_best(tmp_path):
     path = str(tmp_path / "g.json")
     save(random_dag(60, seed=3, name="rd60"), path)
     logdir = str(tmp_path / "run")
-    cmd = [sys.executable, "-m", "placer", "train", path, "--cluster", "k80x4", "--max-groups", "0", "--hidden", "16",
-           "--iterations", "100000", "--logdir", logdir, "--no-progress", "--warm-start", "none"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "placer",
+        "train",
+        path,
+        "--cluster",
+        "k80x4",
+        "--max-groups",
+        "0",
+        "--hidden",
+        "16",
+        "--iterations",
+        "100000",
+        "--logdir",
+        logdir,
+        "--no-progress",
+        "--warm-start",
+        "none",
+    ]
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     ckpt = os.path.join(logdir, "checkpoint.json")
+
     def iteration() -> int:
         try:
             return json.load(open(ckpt))["run"]["iteration"]
@@ -287,8 +347,13 @@ def test_sigkill_then_resume_never_loses_the_best(tmp_path):
     before = Placement.load(os.path.join(logdir, "best_placement.json"))
     t_before = before.meta["step_time_s"]
     done = json.load(open(ckpt))["run"]["iteration"]
-    rc = subprocess.run(cmd[:cmd.index("--iterations")] + ["--iterations", str(done + 5), "--logdir", logdir,
-                        "--no-progress", "--resume", "--json"], env=env, capture_output=True, text=True)
+    rc = subprocess.run(
+        cmd[: cmd.index("--iterations")]
+        + ["--iterations", str(done + 5), "--logdir", logdir, "--no-progress", "--resume", "--json"],
+        env=env,
+        capture_output=True,
+        text=True,
+    )
     assert rc.returncode == 0, rc.stderr
     doc = json.loads(rc.stdout)
     assert doc["iterations"] == done + 5
@@ -309,8 +374,15 @@ def test_warm_start_is_bounded_by_the_time_budget_and_its_placement_kept(tmp_pat
 
     g = random_dag(300, seed=3)
     c = envs.resolve_cluster("k80x4")
-    config = _config(tmp_path, time_budget_s=0.3, heuristics=("m_topo",), warm_start="best",
-                     warm_start_steps=100_000, warm_start_nll=0.0, max_groups=None)
+    config = _config(
+        tmp_path,
+        time_budget_s=0.3,
+        heuristics=("m_topo",),
+        warm_start="best",
+        warm_start_steps=100_000,
+        warm_start_nll=0.0,
+        max_groups=None,
+    )
     r = train(config, graph=g, cluster=c)
     # the budget, not the 100,000 allowed steps, ended the imitation
     steps = int(re.search(r"\((\d+) steps\)", r.warm_start).group(1))
@@ -321,8 +393,20 @@ def test_warm_start_is_bounded_by_the_time_budget_and_its_placement_kept(tmp_pat
 
 # ------------------------------------------------------------------ issue 10: resume, logdir, lock, best file
 def _cli_train(path, logdir, *extra):
-    return ["train", path, "--cluster", "k80x2", "--max-groups", "0", "--hidden", "8", "--no-progress",
-            "--logdir", str(logdir), *extra]
+    return [
+        "train",
+        path,
+        "--cluster",
+        "k80x2",
+        "--max-groups",
+        "0",
+        "--hidden",
+        "8",
+        "--no-progress",
+        "--logdir",
+        str(logdir),
+        *extra,
+    ]
 
 
 def test_resume_with_another_graphs_checkpoint_is_a_user_error(tmp_path, capsys):
@@ -388,8 +472,14 @@ def test_best_placement_is_never_replaced_by_a_worse_one(tmp_path):
     t_opt = float(env.step_times(np.array([optimum]))[0][0])
     (tmp_path / "run").mkdir()
     path = tmp_path / "run" / "best_placement.json"
-    Placement.from_indices(g, c.device_names, optimum, cluster=c.name, method="hand",
-                           meta={"step_time_s": t_opt, "env": "sim", "profile": None}).save(path)
+    Placement.from_indices(
+        g,
+        c.device_names,
+        optimum,
+        cluster=c.name,
+        method="hand",
+        meta={"step_time_s": t_opt, "env": "sim", "profile": None},
+    ).save(path)
     r = train(_config(tmp_path, iterations=1, warm_start="none", score_order="node"), graph=g, cluster=c)
     assert r.best_step_time_s > t_opt  # this run alone found a worse one...
     kept = Placement.load(path)
@@ -397,14 +487,19 @@ def test_best_placement_is_never_replaced_by_a_worse_one(tmp_path):
     from placer.learn.rundir import save_best as _save_best
 
     # a better one replaces it; an unreadable file or one of another graph is replaced
-    worse = Placement.from_indices(g, c.device_names, [1] * 8, cluster=c.name, meta={"step_time_s": 2 * t_opt, "env": "sim"})
+    worse = Placement.from_indices(
+        g, c.device_names, [1] * 8, cluster=c.name, meta={"step_time_s": 2 * t_opt, "env": "sim"}
+    )
     assert not _save_best(str(path), worse)
     path.write_text("{torn")
     assert _save_best(str(path), worse) and Placement.load(path).meta["step_time_s"] == 2 * t_opt
-    better = Placement.from_indices(g, c.device_names, optimum, cluster=c.name, meta={"step_time_s": t_opt, "env": "sim"})
+    better = Placement.from_indices(
+        g, c.device_names, optimum, cluster=c.name, meta={"step_time_s": t_opt, "env": "sim"}
+    )
     assert _save_best(str(path), better) and Placement.load(path).meta["step_time_s"] == t_opt
-    other = Placement.from_indices(OpGraph.from_edges(["x"], []), c.device_names, [0], cluster=c.name,
-                                   meta={"step_time_s": 9.0, "env": "sim"})
+    other = Placement.from_indices(
+        OpGraph.from_edges(["x"], []), c.device_names, [0], cluster=c.name, meta={"step_time_s": 9.0, "env": "sim"}
+    )
     assert _save_best(str(path), other)
 
 
@@ -428,7 +523,9 @@ def test_a_second_run_on_a_locked_logdir_exits_2(tmp_path, capsys):
 def test_default_logdir_is_safe_for_any_graph_name(tmp_path, monkeypatch, name):
     monkeypatch.chdir(tmp_path)
     g = OpGraph.from_edges(["a", "b"], [("a", "b", 8)], flops=[1e9, 1e9], name=name)
-    r = train(_config(tmp_path, iterations=1, logdir=None, warm_start="none"), graph=g, cluster=envs.resolve_cluster("k80x2"))
+    r = train(
+        _config(tmp_path, iterations=1, logdir=None, warm_start="none"), graph=g, cluster=envs.resolve_cluster("k80x2")
+    )
     rel = os.path.relpath(r.logdir, tmp_path / "runs")
     assert os.path.isdir(r.logdir) and os.sep not in rel and not rel.startswith(".") and len(rel) < 120
 
@@ -441,10 +538,26 @@ def test_two_processes_on_one_logdir(tmp_path):
     path = str(tmp_path / "g.json")
     save(random_dag(60, seed=3, name="rd60"), path)
     logdir = str(tmp_path / "run")
-    base = [sys.executable, "-m", "placer", "train", path, "--cluster", "k80x4", "--max-groups", "0", "--hidden", "16",
-            "--logdir", logdir, "--no-progress"]
+    base = [
+        sys.executable,
+        "-m",
+        "placer",
+        "train",
+        path,
+        "--cluster",
+        "k80x4",
+        "--max-groups",
+        "0",
+        "--hidden",
+        "16",
+        "--logdir",
+        logdir,
+        "--no-progress",
+    ]
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    first = subprocess.Popen(base + ["--iterations", "100000"], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    first = subprocess.Popen(
+        base + ["--iterations", "100000"], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
+    )
     best_file = os.path.join(logdir, "best_placement.json")
     deadline = time.time() + 120
     while time.time() < deadline and not os.path.exists(best_file):
@@ -462,8 +575,9 @@ def test_two_processes_on_one_logdir(tmp_path):
     fresh = subprocess.run(base + ["--iterations", "1", "--json"], env=env, capture_output=True, text=True)
     assert fresh.returncode == 2 and "holds an earlier training run" in fresh.stderr and fresh.stdout == ""
     done = json.load(open(os.path.join(logdir, "checkpoint.json")))["run"]["iteration"]
-    resumed = subprocess.run(base + ["--iterations", str(done + 1), "--resume", "--json"], env=env,
-                             capture_output=True, text=True)
+    resumed = subprocess.run(
+        base + ["--iterations", str(done + 1), "--resume", "--json"], env=env, capture_output=True, text=True
+    )
     assert resumed.returncode == 0, resumed.stderr
     assert json.loads(resumed.stdout)["best_step_time_s"] <= t_first
     assert Placement.load(best_file).meta["step_time_s"] <= t_first

@@ -28,8 +28,9 @@ class Net(nn.Module):
 
     def __init__(self):
         super().__init__()
-        self.layers = nn.ModuleList([nn.Linear(1024, 256, bias=False) if i % 2 == 0 else nn.Linear(256, 1024, bias=False)
-                                     for i in range(8)])
+        self.layers = nn.ModuleList(
+            [nn.Linear(1024, 256, bias=False) if i % 2 == 0 else nn.Linear(256, 1024, bias=False) for i in range(8)]
+        )
 
     def forward(self, x):
         for layer in self.layers:
@@ -59,16 +60,28 @@ def test_max_memory_caps_the_gpus_weights_and_fills_in_module_order(net):
 def test_a_fraction_is_of_every_gpus_capacity(net):
     model, g = net
     fraction = 3 * MIB / float(H200.memory_bytes[1])
-    by_fraction = place("accelerate_sequential", g, H200, model=model, max_memory=fraction).indices(g, H200.device_names)
-    by_size = place("accelerate_sequential", g, H200, model=model, max_memory={"gpu:0": 3 * MIB}).indices(g, H200.device_names)
+    by_fraction = place("accelerate_sequential", g, H200, model=model, max_memory=fraction).indices(
+        g, H200.device_names
+    )
+    by_size = place("accelerate_sequential", g, H200, model=model, max_memory={"gpu:0": 3 * MIB}).indices(
+        g, H200.device_names
+    )
     assert by_fraction.tolist() == by_size.tolist() and (by_size == 0).any()
     assert max_memory_of(H200, fraction)["cpu"] == int(H200.memory_bytes[0])  # the host keeps its own
 
 
-@pytest.mark.parametrize("value,match", [
-    (1.5, "in \\(0, 1\\]"), (0, "in \\(0, 1\\]"), ("gpu:3=1GiB", "gpu:3"), ("gpu:0=lots", "lots"),
-    ("gpu:0", "DEVICE=SIZE"), ({"gpu:0": -5}, "not a size"), ([1, 2], "expected a fraction"),
-])
+@pytest.mark.parametrize(
+    "value,match",
+    [
+        (1.5, "in \\(0, 1\\]"),
+        (0, "in \\(0, 1\\]"),
+        ("gpu:3=1GiB", "gpu:3"),
+        ("gpu:0=lots", "lots"),
+        ("gpu:0", "DEVICE=SIZE"),
+        ({"gpu:0": -5}, "not a size"),
+        ([1, 2], "expected a fraction"),
+    ],
+)
 def test_a_bad_max_memory_is_one_line_naming_the_option(value, match):
     with pytest.raises(PlacerError, match=match) as e:
         max_memory_of(H200, value)
@@ -78,13 +91,18 @@ def test_a_bad_max_memory_is_one_line_naming_the_option(value, match):
 def test_accelerate_keys_and_logical_names_say_the_same():
     k80 = envs.resolve_cluster("k80x2")
     assert max_memory_of(k80, "1=2GiB,cpu=5GiB") == max_memory_of(k80, "gpu:1=2GiB,cpu:0=5GiB")
-    assert max_memory_of(k80, None) == {0: int(k80.memory_bytes[1]), 1: int(k80.memory_bytes[2]), "cpu": int(k80.memory_bytes[0])}
+    assert max_memory_of(k80, None) == {
+        0: int(k80.memory_bytes[1]),
+        1: int(k80.memory_bytes[2]),
+        "cpu": int(k80.memory_bytes[0]),
+    }
 
 
 def test_placer_place_takes_the_option(tmp_path, monkeypatch, capsys):
     from placer.cli import main
 
-    (tmp_path / "mymodel_acc.py").write_text(textwrap.dedent("""
+    (tmp_path / "mymodel_acc.py").write_text(
+        textwrap.dedent("""
         import torch
         from torch import nn
 
@@ -95,7 +113,8 @@ def test_placer_place_takes_the_option(tmp_path, monkeypatch, capsys):
         def build():
             model = nn.Sequential(*[nn.Linear(512, 512, bias=False) for _ in range(4)], MeanSquare())
             return model, (torch.randn(2, 512),)
-    """))
+    """)
+    )
     monkeypatch.chdir(tmp_path)
     base = ["place", "mymodel_acc:build", "--cluster", "h200x1", "--method", "accelerate"]
     assert main(base + ["--option", "max_memory=gpu:0=2MiB", "-o", "p.json"]) == 0

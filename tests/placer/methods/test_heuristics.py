@@ -14,7 +14,22 @@ from placer.methods import registry as baselines
 from placer.methods.heuristics.groups import linear_partition
 from placer.methods.registry import HeuristicUnavailable as BaselineUnavailable
 
-MINE = ["round_robin", "expert", "gpipe", "scotch", "metis", "kernighan_lin", "heft", "m_topo", "m_etf", "m_sct", "random_search", "random_modules", "module_search", "annealing"]
+MINE = [
+    "round_robin",
+    "expert",
+    "gpipe",
+    "scotch",
+    "metis",
+    "kernighan_lin",
+    "heft",
+    "m_topo",
+    "m_etf",
+    "m_sct",
+    "random_search",
+    "random_modules",
+    "module_search",
+    "annealing",
+]
 FAST = {"random_search": {"n": 64}, "random_modules": {"n": 64}, "module_search": {"n": 64}, "annealing": {"steps": 64}}
 
 
@@ -38,8 +53,12 @@ def two_chains(length: int = 8, flops: float = 4e10, nbytes: int = 1 << 10, para
     edges = [(f"{c}{i}", f"{c}{i + 1}", nbytes) for c in "ab" for i in range(length - 1)]
     n = len(names)
     return OpGraph.from_edges(
-        names, edges, flops=[flops] * n, op_types=["aten.mm.default"] * n,
-        param_bytes=[param_bytes] * n, name="two-chains",
+        names,
+        edges,
+        flops=[flops] * n,
+        op_types=["aten.mm.default"] * n,
+        param_bytes=[param_bytes] * n,
+        name="two-chains",
     )
 
 
@@ -58,7 +77,9 @@ def test_valid_and_deterministic(name, k80x4):
     assert envs.simulate(g, a, k80x4).status in ("ok", "oom")
 
 
-@pytest.mark.parametrize("name", ["heft", "m_etf", "m_sct", "metis", "scotch", "kernighan_lin", "gpipe", "expert", "m_topo", "annealing"])
+@pytest.mark.parametrize(
+    "name", ["heft", "m_etf", "m_sct", "metis", "scotch", "kernighan_lin", "gpipe", "expert", "m_topo", "annealing"]
+)
 def test_two_independent_chains_are_split(name, k80x2):
     g = two_chains(param_bytes=1 << 20)
     idx = run(name, g, k80x2)
@@ -73,7 +94,9 @@ def test_two_independent_chains_are_split(name, k80x2):
 @pytest.mark.parametrize("name", ["heft", "m_etf", "m_sct"])
 def test_chain_with_heavy_tensors_stays_on_one_gpu(name, k80x4):
     names = [f"x{i}" for i in range(6)]
-    g = OpGraph.from_edges(names, [(names[i], names[i + 1], 1 << 28) for i in range(5)], flops=[1e9] * 6, op_types=["aten.mm.default"] * 6)
+    g = OpGraph.from_edges(
+        names, [(names[i], names[i + 1], 1 << 28) for i in range(5)], flops=[1e9] * 6, op_types=["aten.mm.default"] * 6
+    )
     idx = run(name, g, k80x4)
     assert len(set(idx.tolist())) == 1 and k80x4.kinds[int(idx[0])] == "gpu"
 
@@ -83,8 +106,12 @@ def test_memory_aware_methods_fit_a_graph_too_big_for_one_gpu(name, k80x4):
     n = 40
     names = [f"l{i}" for i in range(n)]
     g = OpGraph.from_edges(
-        names, [(names[i], names[i + 1], 1 << 20) for i in range(n - 1)], flops=[1e9] * n,
-        param_bytes=[200 << 20] * n, op_types=["aten.mm.default"] * n, module_paths=[f"layers.{i}" for i in range(n)],
+        names,
+        [(names[i], names[i + 1], 1 << 20) for i in range(n - 1)],
+        flops=[1e9] * n,
+        param_bytes=[200 << 20] * n,
+        op_types=["aten.mm.default"] * n,
+        module_paths=[f"layers.{i}" for i in range(n)],
     )
     assert envs.simulate(g, np.full(n, 1), k80x4).status == "oom"  # precondition
     idx = run(name, g, k80x4)
@@ -122,11 +149,43 @@ def test_round_robin_deals_over_gpus(k80x4):
 
 
 def recurrent_graph() -> OpGraph:
-    paths = ["embedding", "encoder.layers.0", "encoder.layers.1", "decoder.layers.0", "decoder.layers.1", "attention", "attention", "softmax", "softmax"]
-    types = ["aten.embedding.default", "aten.lstm.input", "aten.lstm.input", "aten.lstm.input", "aten.lstm.input", "aten.bmm.default", "aten.softmax.int", "aten.mm.default", "aten._log_softmax.default"]
+    paths = [
+        "embedding",
+        "encoder.layers.0",
+        "encoder.layers.1",
+        "decoder.layers.0",
+        "decoder.layers.1",
+        "attention",
+        "attention",
+        "softmax",
+        "softmax",
+    ]
+    types = [
+        "aten.embedding.default",
+        "aten.lstm.input",
+        "aten.lstm.input",
+        "aten.lstm.input",
+        "aten.lstm.input",
+        "aten.bmm.default",
+        "aten.softmax.int",
+        "aten.mm.default",
+        "aten._log_softmax.default",
+    ]
     names = [f"op{i}" for i in range(len(paths))]
-    edges = [("op0", "op1", 4), ("op1", "op2", 4), ("op2", "op3", 4), ("op3", "op4", 4), ("op4", "op5", 4), ("op2", "op5", 4), ("op5", "op6", 4), ("op6", "op7", 4), ("op7", "op8", 4)]
-    return OpGraph.from_edges(names, edges, op_types=types, module_paths=paths, flops=[1e8] * 9, param_bytes=[1 << 20] * 9)
+    edges = [
+        ("op0", "op1", 4),
+        ("op1", "op2", 4),
+        ("op2", "op3", 4),
+        ("op3", "op4", 4),
+        ("op4", "op5", 4),
+        ("op2", "op5", 4),
+        ("op5", "op6", 4),
+        ("op6", "op7", 4),
+        ("op7", "op8", 4),
+    ]
+    return OpGraph.from_edges(
+        names, edges, op_types=types, module_paths=paths, flops=[1e8] * 9, param_bytes=[1 << 20] * 9
+    )
 
 
 def test_expert_recurrent_layout(k80x4):
@@ -181,7 +240,11 @@ def test_accelerate_maps_its_device_map_onto_ops(k80x4):
 def test_accelerate_map_lookup(k80x4):
     from placer.methods.heuristics.hf_accelerate import map_onto_ops
 
-    g = OpGraph.from_edges(["a", "b", "c", "d"], [("a", "b", 4), ("b", "c", 4), ("c", "d", 4)], module_paths=["enc.0", "enc.1.fc", "", "head"])
+    g = OpGraph.from_edges(
+        ["a", "b", "c", "d"],
+        [("a", "b", 4), ("b", "c", 4), ("c", "d", 4)],
+        module_paths=["enc.0", "enc.1.fc", "", "head"],
+    )
     idx = map_onto_ops(g, {"enc.0": 0, "enc.1": 1, "head": "cpu"}, k80x4)
     assert idx.tolist() == [1, 2, 2, 0]  # "" follows its producer; cpu -> cpu:0
 
@@ -219,12 +282,22 @@ def test_random_search_seed_matters(k80x4):
 def test_random_modules_places_whole_modules_and_finds_a_layer_per_gpu(k80x4):
     # two independent compute-heavy chains, each one module: apart they run in parallel
     g = two_chains()
-    g = OpGraph.from_edges(g.names, [(g.names[s], g.names[d], b) for s, d, b in
-                                     zip(g.edge_src.tolist(), g.edge_dst.tolist(), g.edge_bytes.tolist())],
-                           flops=g.flops, op_types=g.op_types, name="two-chains",
-                           module_paths=[f"layers.{n[0]}.cell" for n in g.names])
+    g = OpGraph.from_edges(
+        g.names,
+        [
+            (g.names[s], g.names[d], b)
+            for s, d, b in zip(g.edge_src.tolist(), g.edge_dst.tolist(), g.edge_bytes.tolist())
+        ],
+        flops=g.flops,
+        op_types=g.op_types,
+        name="two-chains",
+        module_paths=[f"layers.{n[0]}.cell" for n in g.names],
+    )
     idx = run("random_modules", g, k80x4, n=16)
-    a, b = {int(idx[i]) for i, n in enumerate(g.names) if n[0] == "a"}, {int(idx[i]) for i, n in enumerate(g.names) if n[0] == "b"}
+    a, b = (
+        {int(idx[i]) for i, n in enumerate(g.names) if n[0] == "a"},
+        {int(idx[i]) for i, n in enumerate(g.names) if n[0] == "b"},
+    )
     assert len(a) == len(b) == 1 and a != b and a | b <= set(k80x4.gpu_indices())
     with pytest.raises(PlacerError, match="random_modules: two-chains records no module paths"):
         run("random_modules", two_chains(), k80x4)
@@ -236,8 +309,14 @@ def four_modules(k: int = 4) -> OpGraph:
     """``k`` independent compute-heavy chains, each one module (``layers.<i>``): best with a chain per GPU."""
     names = [f"c{m}_{i}" for m in range(k) for i in range(4)]
     edges = [(f"c{m}_{i}", f"c{m}_{i + 1}", 1 << 10) for m in range(k) for i in range(3)]
-    return OpGraph.from_edges(names, edges, flops=[4e10] * len(names), op_types=["aten.mm.default"] * len(names),
-                              name="four-modules", module_paths=[f"layers.{n[1]}" for n in names])
+    return OpGraph.from_edges(
+        names,
+        edges,
+        flops=[4e10] * len(names),
+        op_types=["aten.mm.default"] * len(names),
+        name="four-modules",
+        module_paths=[f"layers.{n[1]}" for n in names],
+    )
 
 
 def test_module_search_places_whole_modules_within_its_budget(k80x4):
@@ -252,7 +331,9 @@ def test_module_search_places_whole_modules_within_its_budget(k80x4):
     idx = run("module_search", g, k80x4, n=40, starts=1, env=env)
     assert sum(simulated) == 40
     assert float(step_times(idx[None])[0][0]) == pytest.approx(opt)
-    assert {int(idx[i]) for i in range(16)} == gpus and all(len(set(idx[4 * m:4 * m + 4].tolist())) == 1 for m in range(4))
+    assert {int(idx[i]) for i in range(16)} == gpus and all(
+        len(set(idx[4 * m : 4 * m + 4].tolist())) == 1 for m in range(4)
+    )
     assert np.array_equal(run("module_search", g, k80x4, n=40, seed=3), run("module_search", g, k80x4, n=40, seed=3))
     with pytest.raises(PlacerError, match="module_search: two-chains records no module paths"):
         run("module_search", two_chains(), k80x4)
@@ -345,8 +426,10 @@ def test_accelerate_strategies_follow_from_pretrained(k80x4):
     g = graphs.capture(model, inputs)
     maps = {s: device_map(model, k80x4, s) for s in ("balanced", "balanced_low_0", "sequential")}
     assert set(maps["sequential"].values()) == {0}  # 8 MiB of weights fit GPU 0 whole
-    per_gpu = {s: np.bincount(run(m, g, k80x4, model=model), minlength=5) for s, m in
-               (("balanced", "accelerate"), ("balanced_low_0", "accelerate_low_0"))}
+    per_gpu = {
+        s: np.bincount(run(m, g, k80x4, model=model), minlength=5)
+        for s, m in (("balanced", "accelerate"), ("balanced_low_0", "accelerate_low_0"))
+    }
     assert per_gpu["balanced_low_0"][1] < per_gpu["balanced"][1]  # gpu:0 is device 1
     assert (np.diff(run("accelerate_sequential", g, k80x4, model=model)) == 0).all()
 
@@ -432,20 +515,30 @@ def test_annealing_moves_the_input_free_block_of_a_pipelined_plan(monkeypatch):
     t_gpu, t_host = env.simulate(on_gpu).step_time_s, env.simulate(on_host).step_time_s
     assert t_host < 0.9 * t_gpu  # the premise
     real_get = annealing_mod.get
-    monkeypatch.setattr(annealing_mod, "get", lambda name: (lambda *a, **k: on_gpu) if name == "stages" else real_get(name))
+    monkeypatch.setattr(
+        annealing_mod, "get", lambda name: (lambda *a, **k: on_gpu) if name == "stages" else real_get(name)
+    )
     run = lambda **kw: annealing_mod.annealing(g, c, env=env, steps=0, init=("stages",), **kw)  # noqa: E731
     assert run().tolist() == on_host.tolist()  # on by default for a pipelined env
     assert run(block_moves=False).tolist() == on_gpu.tolist()
     # not a pipelined plan: off by default
-    assert annealing_mod.annealing(g, c, env=envs.SimEnv(g, c), steps=0, init=("stages",)).tolist() == \
-        annealing_mod.annealing(g, c, env=envs.SimEnv(g, c), steps=0, init=("stages",), block_moves=False).tolist()
+    assert (
+        annealing_mod.annealing(g, c, env=envs.SimEnv(g, c), steps=0, init=("stages",)).tolist()
+        == annealing_mod.annealing(g, c, env=envs.SimEnv(g, c), steps=0, init=("stages",), block_moves=False).tolist()
+    )
 
 
 def _fan(param_bytes: int, readers: int = 3) -> OpGraph:
     """``a`` owns a weight that ``readers`` later ops, each fed a small tensor by ``a``, read too."""
     names = ["a"] + [f"r{i}" for i in range(readers)]
-    g = OpGraph.from_edges(names, [("a", f"r{i}", 1024) for i in range(readers)], flops=[4e10] * (readers + 1),
-                           op_types=["aten.mm.default"] * (readers + 1), param_bytes=[param_bytes] + [0] * readers, name="fan")
+    g = OpGraph.from_edges(
+        names,
+        [("a", f"r{i}", 1024) for i in range(readers)],
+        flops=[4e10] * (readers + 1),
+        op_types=["aten.mm.default"] * (readers + 1),
+        param_bytes=[param_bytes] + [0] * readers,
+        name="fan",
+    )
     g.params = [["w"]] * (readers + 1)
     return g
 
@@ -486,9 +579,14 @@ def heavy_layers(k: int = 4, act_bytes: int = 1600 << 20) -> OpGraph:
     on 12 GB K80s one layer per GPU fits, two on one GPU do not, and all on one GPU is the fastest step (nothing to
     copy between GPUs)."""
     names = [f"l{m}_{i}" for m in range(k) for i in range(3)]
-    return OpGraph.from_edges(names, [(a, b, act_bytes) for a, b in zip(names, names[1:])], flops=[4e10] * len(names),
-                              op_types=["aten.mm.default"] * len(names), name="heavy-layers",
-                              module_paths=[f"layers.{n[1]}" for n in names])
+    return OpGraph.from_edges(
+        names,
+        [(a, b, act_bytes) for a, b in zip(names, names[1:])],
+        flops=[4e10] * len(names),
+        op_types=["aten.mm.default"] * len(names),
+        name="heavy-layers",
+        module_paths=[f"layers.{n[1]}" for n in names],
+    )
 
 
 def test_scored_keys_rank_placements_out_of_memory_by_how_far_over_they_are(k80x4):
@@ -517,13 +615,17 @@ def test_a_descent_started_out_of_memory_moves_toward_fitting(k80x4):
 
 def test_annealing_returns_a_placement_that_fits_once_it_has_scored_one():
     # the host holds the layer; a GPU is far faster but too small: out of memory, its cost is still below the host's
-    g = OpGraph.from_edges(["w"], [], flops=[4e12], param_bytes=[3 << 30], op_types=["aten.mm.default"], name="one-layer")
+    g = OpGraph.from_edges(
+        ["w"], [], flops=[4e12], param_bytes=[3 << 30], op_types=["aten.mm.default"], name="one-layer"
+    )
     c = envs.Cluster.preset("k80x2")
     env = envs.SimEnv(g, c)
     cpu, gpu = c.device_names.index("cpu:0"), c.gpu_indices()[0]
     (t_cpu, t_gpu), oom = env.step_times(np.array([[cpu], [gpu]]))
     over = env.step_times(np.array([[gpu]]), overflow=True)[2][0]
-    assert oom.tolist() == [False, True] and t_gpu * 2 * over < t_cpu  # with oom_penalty 1, the chain's cost prefers the GPU
+    assert (
+        oom.tolist() == [False, True] and t_gpu * 2 * over < t_cpu
+    )  # with oom_penalty 1, the chain's cost prefers the GPU
     idx = run("annealing", g, c, devices="all", init=(), steps=32, oom_penalty=1.0)
     assert envs.simulate(g, idx, c).status == "ok"
 
@@ -541,7 +643,9 @@ def test_install_hints_name_the_libraries_of_each_extra_in_setup_cfg():
     extras = {k: v for k, v in cfg["options.extras_require"].items() if k != "test"}
     assert set(EXTRAS) == set(extras)
     for extra, libs in EXTRAS.items():
-        assert set(libs) == {re.split(r"[<>=!~ ]", line.strip())[0] for line in extras[extra].split("\n") if line.strip()}
+        assert set(libs) == {
+            re.split(r"[<>=!~ ]", line.strip())[0] for line in extras[extra].split("\n") if line.strip()
+        }
         assert "placer[" not in install_hint(extra).replace(f"'.[{extra}]'", "")
 
 
@@ -551,9 +655,15 @@ def embedding_and_layers() -> OpGraph:
     names = ["embed"] + [f"l{m}_{i}" for m in range(4) for i in range(3)]
     edges = [(a, b, 1 << 20) for a, b in zip(names, names[1:])]
     gib = 1 << 30
-    return OpGraph.from_edges(names, edges, flops=[1e6] + [4e10] * 12, op_types=["aten.mm.default"] * 13,
-                              param_bytes=[2 * gib] + [gib if n.endswith("_0") else 0 for n in names[1:]],
-                              name="embedding-and-layers", module_paths=["embed"] + [f"layers.{n[1]}" for n in names[1:]])
+    return OpGraph.from_edges(
+        names,
+        edges,
+        flops=[1e6] + [4e10] * 12,
+        op_types=["aten.mm.default"] * 13,
+        param_bytes=[2 * gib] + [gib if n.endswith("_0") else 0 for n in names[1:]],
+        name="embedding-and-layers",
+        module_paths=["embed"] + [f"layers.{n[1]}" for n in names[1:]],
+    )
 
 
 def test_auto_devices_are_the_gpus_when_the_model_fits_them_and_every_device_when_it_does_not(k80x2):

@@ -97,8 +97,19 @@ def test_compare_cli_gives_an_ok_ilp_row_with_its_plan(tmp_path, capsys):
     g = random_dag(40, seed=2)
     path = tmp_path / "g.json"
     save(g, str(path))
-    args = ["compare", str(path), "--cluster", "k80x4", "--methods", "m_etf,ilp", "--option", "ilp.time_limit_s=5",
-            "--option", "num_workers=1", "--json"]
+    args = [
+        "compare",
+        str(path),
+        "--cluster",
+        "k80x4",
+        "--methods",
+        "m_etf,ilp",
+        "--option",
+        "ilp.time_limit_s=5",
+        "--option",
+        "num_workers=1",
+        "--json",
+    ]
     assert main(args) == 0
     doc = json.loads(capsys.readouterr().out)
     row = next(r for r in doc["rows"] if r["method"] == "ilp")
@@ -129,10 +140,20 @@ def test_place_cli_writes_the_ilp_plan_with_its_order(tmp_path, capsys):
     g = tiny_graph(1, 5)
     path, out = tmp_path / "g.json", tmp_path / "p.json"
     save(g, str(path))
-    assert main(["place", str(path), "--cluster", "k80x2", "--method", "ilp", "--option", "time_limit_s=20", "-o", str(out)]) == 0
+    assert (
+        main(
+            ["place", str(path), "--cluster", "k80x2", "--method", "ilp", "--option", "time_limit_s=20", "-o", str(out)]
+        )
+        == 0
+    )
     doc = json.loads(out.read_text())
     assert sorted(doc["order"]) == list(range(5)) and doc["method"] == "ilp"
-    assert main(["place", str(path), "--cluster", "k80x2", "--method", "ilp", "--option", "time_limit_s=0", "-o", str(out)]) == 2
+    assert (
+        main(
+            ["place", str(path), "--cluster", "k80x2", "--method", "ilp", "--option", "time_limit_s=0", "-o", str(out)]
+        )
+        == 2
+    )
     assert "time_limit_s" in capsys.readouterr().err
 
 
@@ -180,7 +201,7 @@ def test_window_items_keep_the_context_and_order():
     assert np.array_equal(fixed[op_item[~inside]], x[~inside])  # the context: one item per device, where its ops are
     for w in np.flatnonzero(movable):  # a movable item is on one device now: the incumbent is one of its choices
         assert len(set(x[op_item == w])) == 1 and fixed[w] == x[op_item == w][0]
-    assert not movable[:nb].any() and not movable[nb + nw:].any()
+    assert not movable[:nb].any() and not movable[nb + nw :].any()
     a, b = op_item[g.edge_src], op_item[g.edge_dst]
     window_edge = (a >= nb) & (a < nb + nw) | (b >= nb) & (b < nb + nw)
     assert np.all(a[window_edge] <= b[window_edge])  # the items are numbered in a topological order

@@ -8,9 +8,9 @@ import pytest
 import torch
 
 import graphs
+from graphs.plan import Placement
 from graphs.synthetic import branch_dag
 from placer.cli import main
-from graphs.plan import Placement
 from policies.gnn import GNNNet
 
 
@@ -28,8 +28,25 @@ def pretrained(tmp_path, monkeypatch, capsys):
     graphs.save(branch_dag(120, seed=1), corpus / "b1.json")
     gpath = tmp_path / "g.json"
     graphs.save(branch_dag(150, seed=5, width=3), gpath)
-    rc, out, err = run(capsys, "pretrain", "--corpus", str(corpus), "--clusters", "k80x2", "--time-budget", "2",
-                       "--hidden", "16", "--rounds", "1", "--switch-share", "0.3", "-o", str(tmp_path / "p.pt"), "--json")
+    rc, out, err = run(
+        capsys,
+        "pretrain",
+        "--corpus",
+        str(corpus),
+        "--clusters",
+        "k80x2",
+        "--time-budget",
+        "2",
+        "--hidden",
+        "16",
+        "--rounds",
+        "1",
+        "--switch-share",
+        "0.3",
+        "-o",
+        str(tmp_path / "p.pt"),
+        "--json",
+    )
     assert rc == 0, err
     doc = json.loads(out)
     assert doc["pairs"][0]["graph"] == "b1.json" and (tmp_path / "p.json").exists()
@@ -40,12 +57,29 @@ def pretrained(tmp_path, monkeypatch, capsys):
 @pytest.mark.slow
 def test_pretrain_then_place_learned_on_an_unseen_cluster_size(pretrained, capsys):
     tmp, gpath = pretrained
-    rc, out, err = run(capsys, "place", gpath, "--cluster", "k80x4", "--method", "learned", "--policy-file",
-                       str(tmp / "p.pt"), "--samples", "4", "-o", str(tmp / "out.json"))
+    rc, out, err = run(
+        capsys,
+        "place",
+        gpath,
+        "--cluster",
+        "k80x4",
+        "--method",
+        "learned",
+        "--policy-file",
+        str(tmp / "p.pt"),
+        "--samples",
+        "4",
+        "-o",
+        str(tmp / "out.json"),
+    )
     assert rc == 0, err
     assert "best of " in out and " decodes of the policy" in out
     p = Placement.load(str(tmp / "out.json"))
-    assert p.method == "learned" and p.meta["policy_file"] == str(tmp / "p.pt") and len(p.assignment) == graphs.load(gpath).num_ops
+    assert (
+        p.method == "learned"
+        and p.meta["policy_file"] == str(tmp / "p.pt")
+        and len(p.assignment) == graphs.load(gpath).num_ops
+    )
     # greedy over the ops, then greedy + 4 samples at each group count that gives a new number of groups
     assert p.meta["groups"] == [128, 256, 512, "modules"] and p.meta["decodes"] >= 1 + 5
     assert p.meta["found_by"].removeprefix("descent from ").split(" (")[0] in ("greedy", "sample")
@@ -94,8 +128,21 @@ def test_place_learned_decodes_each_module_level(tmp_path, capsys):
             assert len({int(dev[i]) for i, q in enumerate(g.module_paths) if q == path}) == 1, path
     gpath = tmp_path / "g.json"
     graphs.save(g, gpath)
-    rc, out, err = run(capsys, "place", str(gpath), "--cluster", "k80x2", "--method", "learned", "--groups", "modules",
-                       "--samples", "2", "-o", str(tmp_path / "o.json"))
+    rc, out, err = run(
+        capsys,
+        "place",
+        str(gpath),
+        "--cluster",
+        "k80x2",
+        "--method",
+        "learned",
+        "--groups",
+        "modules",
+        "--samples",
+        "2",
+        "-o",
+        str(tmp_path / "o.json"),
+    )
     assert rc == 0, err
     assert Placement.load(str(tmp_path / "o.json")).meta["decodes"] == 1 + 5 * len(levels)
 
@@ -119,15 +166,46 @@ def test_place_learned_refines_its_decodes_by_descent_within_the_budget(tmp_path
         dev = refined.indices(g, c.device_names)  # a descent moves whole groups: a block is never split
         for path in set(g.module_paths) - {""}:
             assert len({int(dev[i]) for i, q in enumerate(g.module_paths) if q == path}) == 1, path
-    assert place_learned(g, c, samples=3, groups=(20, "modules"), refine=200, refine_time_s=0).meta["refine_stopped"] == "time"
+    assert (
+        place_learned(g, c, samples=3, groups=(20, "modules"), refine=200, refine_time_s=0).meta["refine_stopped"]
+        == "time"
+    )
     gpath = tmp_path / "g.json"
     graphs.save(g, gpath)
-    rc, out, err = run(capsys, "place", str(gpath), "--cluster", "k80x4", "--method", "learned", "--samples", "3",
-                       "--groups", "20,modules", "--refine", "0", "-o", str(tmp_path / "o.json"))
+    rc, out, err = run(
+        capsys,
+        "place",
+        str(gpath),
+        "--cluster",
+        "k80x4",
+        "--method",
+        "learned",
+        "--samples",
+        "3",
+        "--groups",
+        "20,modules",
+        "--refine",
+        "0",
+        "-o",
+        str(tmp_path / "o.json"),
+    )
     assert rc == 0, err
     assert "refining" not in out and Placement.load(str(tmp_path / "o.json")).meta["refine"] == 0
-    rc, out, err = run(capsys, "place", str(gpath), "--cluster", "k80x4", "--method", "learned", "--samples", "3",
-                       "--groups", "20", "-o", str(tmp_path / "o.json"))
+    rc, out, err = run(
+        capsys,
+        "place",
+        str(gpath),
+        "--cluster",
+        "k80x4",
+        "--method",
+        "learned",
+        "--samples",
+        "3",
+        "--groups",
+        "20",
+        "-o",
+        str(tmp_path / "o.json"),
+    )
     assert rc == 0, err
     assert " placements simulated refining the decodes (stopped: " in out
 
@@ -135,12 +213,15 @@ def test_place_learned_refines_its_decodes_by_descent_within_the_budget(tmp_path
 def test_place_learned_bad_groups_and_stray_options_exit_2(tmp_path, capsys):
     gpath = tmp_path / "g.json"
     graphs.save(branch_dag(60, seed=1), gpath)
-    for argv, msg in ((["--method", "learned", "--groups", "1"], "--groups"), (["--method", "learned", "--groups", "a,b"], "--groups"),
-                      (["--method", "learned", "--groups", "128,module"], "the word modules"),
-                      (["--method", "m_etf", "--groups", "64"], "only with --method learned"),
-                      (["--method", "m_etf", "--samples", "4"], "only with --method learned"),
-                      (["--method", "m_etf", "--refine", "10"], "only with --method learned"),
-                      (["--method", "learned", "--refine", "-1"], "--refine")):
+    for argv, msg in (
+        (["--method", "learned", "--groups", "1"], "--groups"),
+        (["--method", "learned", "--groups", "a,b"], "--groups"),
+        (["--method", "learned", "--groups", "128,module"], "the word modules"),
+        (["--method", "m_etf", "--groups", "64"], "only with --method learned"),
+        (["--method", "m_etf", "--samples", "4"], "only with --method learned"),
+        (["--method", "m_etf", "--refine", "10"], "only with --method learned"),
+        (["--method", "learned", "--refine", "-1"], "--refine"),
+    ):
         rc, out, err = run(capsys, "place", str(gpath), "--cluster", "k80x2", *argv, "-o", str(tmp_path / "o.json"))
         assert rc == 2 and msg in err and len(err.strip().splitlines()) == 1, err
 
@@ -148,8 +229,21 @@ def test_place_learned_bad_groups_and_stray_options_exit_2(tmp_path, capsys):
 @pytest.mark.slow
 def test_train_init_fine_tunes_the_pretrained_policy(pretrained, capsys):
     tmp, gpath = pretrained
-    rc, out, err = run(capsys, "train", gpath, "--cluster", "k80x2", "--init", str(tmp / "p.pt"), "--iterations", "2",
-                       "--logdir", str(tmp / "run"), "--json", "--no-progress")
+    rc, out, err = run(
+        capsys,
+        "train",
+        gpath,
+        "--cluster",
+        "k80x2",
+        "--init",
+        str(tmp / "p.pt"),
+        "--iterations",
+        "2",
+        "--logdir",
+        str(tmp / "run"),
+        "--json",
+        "--no-progress",
+    )
     assert rc == 0, err
     doc = json.loads(out)
     # the pretrained weights first imitate the best heuristic (over groups cut where it changes device)
@@ -161,9 +255,27 @@ def test_train_init_fine_tunes_the_pretrained_policy(pretrained, capsys):
     assert state["config"]["entropy_coef"] == 0.01 and state["config"]["warm_start_lr"] == 0.003
     # the weights trained are the pretrained ones: one RL step (no imitation) moves each by at most Adam's lr
     lr = 1e-4
-    rc, out, err = run(capsys, "train", gpath, "--cluster", "k80x2", "--init", str(tmp / "p.pt"), "--iterations", "1",
-                       "--warm-start", "none", "--lr", str(lr), "--entropy", "0.002", "--logdir", str(tmp / "run2"),
-                       "--json", "--no-progress")
+    rc, out, err = run(
+        capsys,
+        "train",
+        gpath,
+        "--cluster",
+        "k80x2",
+        "--init",
+        str(tmp / "p.pt"),
+        "--iterations",
+        "1",
+        "--warm-start",
+        "none",
+        "--lr",
+        str(lr),
+        "--entropy",
+        "0.002",
+        "--logdir",
+        str(tmp / "run2"),
+        "--json",
+        "--no-progress",
+    )
     assert rc == 0, err
     assert json.loads((tmp / "run2" / "checkpoint.json").read_text())["config"]["entropy_coef"] == 0.002
     pretrained_net = torch.load(tmp / "p.pt", weights_only=True)
@@ -183,24 +295,72 @@ def test_bad_policy_files_exit_2_with_one_line(pretrained, capsys):
     (tmp / "bad.pt").write_bytes((tmp / "p.pt").read_bytes())
     (tmp / "junk.pt").write_bytes(b"not a torch file")
     (tmp / "junk.json").write_text((tmp / "p.json").read_text())
-    for f, msg in (("bad.pt", "do not fit"), ("junk.pt", "cannot read policy weights"), ("none.pt", "no such policy file")):
-        rc, out, err = run(capsys, "place", gpath, "--cluster", "k80x2", "--method", "learned", "--policy-file",
-                           str(tmp / f), "-o", str(tmp / "o.json"))
+    for f, msg in (
+        ("bad.pt", "do not fit"),
+        ("junk.pt", "cannot read policy weights"),
+        ("none.pt", "no such policy file"),
+    ):
+        rc, out, err = run(
+            capsys,
+            "place",
+            gpath,
+            "--cluster",
+            "k80x2",
+            "--method",
+            "learned",
+            "--policy-file",
+            str(tmp / f),
+            "-o",
+            str(tmp / "o.json"),
+        )
         assert rc == 2 and len(err.strip().splitlines()) == 1 and msg in err and f in err, err
-        rc, out, err = run(capsys, "train", gpath, "--cluster", "k80x2", "--init", str(tmp / f), "--iterations", "1",
-                           "--logdir", str(tmp / f"run-{f}"), "--no-progress")
+        rc, out, err = run(
+            capsys,
+            "train",
+            gpath,
+            "--cluster",
+            "k80x2",
+            "--init",
+            str(tmp / f),
+            "--iterations",
+            "1",
+            "--logdir",
+            str(tmp / f"run-{f}"),
+            "--no-progress",
+        )
         assert rc == 2 and len(err.strip().splitlines()) == 1 and msg in err, err
-    rc, out, err = run(capsys, "train", gpath, "--cluster", "k80x2", "--init", str(tmp / "p.pt"), "--policy", "seq2seq",
-                       "--iterations", "1", "--no-progress")
+    rc, out, err = run(
+        capsys,
+        "train",
+        gpath,
+        "--cluster",
+        "k80x2",
+        "--init",
+        str(tmp / "p.pt"),
+        "--policy",
+        "seq2seq",
+        "--iterations",
+        "1",
+        "--no-progress",
+    )
     assert rc == 2 and "--init" in err
-    rc, out, err = run(capsys, "place", gpath, "--cluster", "k80x2", "--policy-file", str(tmp / "p.pt"), "-o", str(tmp / "o.json"))
+    rc, out, err = run(
+        capsys, "place", gpath, "--cluster", "k80x2", "--policy-file", str(tmp / "p.pt"), "-o", str(tmp / "o.json")
+    )
     assert rc == 2 and "--policy-file" in err
 
 
 def test_pretrain_bad_options_exit_2(tmp_path, capsys):
-    for argv, msg in ((["--clusters", "nope"], "nope"), (["--sizes", "5"], "--sizes"), (["--corpus", "zzz"], "zzz"),
-                      (["--dagger", "2"], "--dagger"), (["--groups", "1"], "--groups"), (["--groups", "x"], "--groups"),
-                      (["--switch-share", "1"], "--switch-share"), (["--switch-share", "-0.1"], "--switch-share")):
+    for argv, msg in (
+        (["--clusters", "nope"], "nope"),
+        (["--sizes", "5"], "--sizes"),
+        (["--corpus", "zzz"], "zzz"),
+        (["--dagger", "2"], "--dagger"),
+        (["--groups", "1"], "--groups"),
+        (["--groups", "x"], "--groups"),
+        (["--switch-share", "1"], "--switch-share"),
+        (["--switch-share", "-0.1"], "--switch-share"),
+    ):
         rc, out, err = run(capsys, "pretrain", *argv, "--time-budget", "1", "-o", str(tmp_path / "p.pt"))
         assert rc == 2 and msg in err and len(err.strip().splitlines()) == 1, err
     rc, out, err = run(capsys, "pretrain", "-o", str(tmp_path / "p.bin"))
