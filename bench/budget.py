@@ -445,7 +445,8 @@ def _ratio(a: float | None, b: float | None) -> str:
 
 
 def markdown_table(cells: Sequence[dict[str, Any]]) -> str:
-    """One row per graph, cluster and budget: each method's median plan, learned over the best rival and over uniform."""
+    """One row per graph, cluster and budget: each method's median plan, learned over the best rival and over
+    uniform."""
     extra = [m for m in RUNNERS if m not in METHODS and any(r["method"] == m for c in cells for r in c["runs"])]
     accept = "learned_accept" in extra  # the acceptance variant and its own ablation, when run
     head = [

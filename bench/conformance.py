@@ -264,7 +264,8 @@ def check_model(
 
 
 def format_rows(rows: Sequence[PlanResult], baseline_plan: str = "gpu") -> list[str]:
-    """A Markdown table of ``rows``: errors, pass/fail and, when timed, each plan's step time beside ``baseline_plan``'s."""
+    """A Markdown table of ``rows``: errors, pass/fail and, when timed, each plan's step time beside
+    ``baseline_plan``'s."""
     timed = any(not math.isnan(r.step_time_s) for r in rows)
     base = {r.model: r.step_time_s for r in rows if r.plan == baseline_plan}
     head = "| model | plan | ok | loss rel. err | worst grad rel. err | worst / allowed |"

@@ -48,7 +48,7 @@ def _ids(seed: int, vocab: int = VOCAB) -> torch.Tensor:
     return torch.randint(0, vocab, (BATCH, SEQ), generator=torch.Generator().manual_seed(seed))
 
 
-def _transformers() -> Any:
+def load_transformers() -> Any:
     import transformers
 
     transformers.logging.set_verbosity_error()
@@ -69,7 +69,7 @@ _DECODER = dict(
 
 def _causal(config_cls: str, model_cls: str, **config: Any) -> Callable[[], Built]:
     def build() -> Built:
-        tf = _transformers()
+        tf = load_transformers()
         model = getattr(tf, model_cls)(getattr(tf, config_cls)(**config))
         ids = _ids(1)
         return LossOf(model), (ids, ids.clone())
@@ -147,7 +147,7 @@ _CAUSAL: dict[str, Callable[[], Built]] = {
 # ------------------------------------------------------------- encoders, encoder-decoders
 def build_bert() -> Built:
     """BERT masked LM: tied decoder weights, position-id buffers, a padded attention mask as input."""
-    tf = _transformers()
+    tf = load_transformers()
     cfg = tf.BertConfig(
         vocab_size=VOCAB,
         hidden_size=32,
@@ -164,7 +164,7 @@ def build_bert() -> Built:
 
 def build_roberta() -> Built:
     """RoBERTa masked LM (position ids from the padding, a learned embedding offset)."""
-    tf = _transformers()
+    tf = load_transformers()
     cfg = tf.RobertaConfig(
         vocab_size=VOCAB,
         hidden_size=32,
@@ -180,7 +180,7 @@ def build_roberta() -> Built:
 
 def build_distilbert() -> Built:
     """DistilBERT masked LM (sinusoidal-free, no token types)."""
-    tf = _transformers()
+    tf = load_transformers()
     cfg = tf.DistilBertConfig(
         vocab_size=VOCAB, dim=32, n_layers=2, n_heads=4, hidden_dim=64, max_position_embeddings=64
     )
@@ -190,7 +190,7 @@ def build_distilbert() -> Built:
 
 def build_vit() -> Built:
     """A vision transformer classifier: patch convolution, CLS token, position embeddings."""
-    tf = _transformers()
+    tf = load_transformers()
     cfg = tf.ViTConfig(
         image_size=16,
         patch_size=4,
@@ -208,7 +208,7 @@ def build_vit() -> Built:
 
 def build_t5() -> Built:
     """T5: shared embeddings, relative position buckets, decoder inputs shifted from the labels."""
-    tf = _transformers()
+    tf = load_transformers()
     cfg = tf.T5Config(
         vocab_size=VOCAB,
         d_model=32,
@@ -224,7 +224,7 @@ def build_t5() -> Built:
 
 def build_bart() -> Built:
     """BART: learned positions, encoder-decoder cross attention, labels shifted into decoder inputs."""
-    tf = _transformers()
+    tf = load_transformers()
     cfg = tf.BartConfig(
         vocab_size=VOCAB,
         d_model=32,
@@ -338,7 +338,8 @@ def build_cnn_bn() -> Built:
 
 
 class _Recommender(nn.Module):
-    """Embedding-heavy recommender (DLRM-like): sparse features through embedding bags, a dense MLP, dot interactions."""
+    """Embedding-heavy recommender (DLRM-like): sparse features through embedding bags, a dense MLP, dot
+    interactions."""
 
     def __init__(self, tables: tuple[int, ...] = (500, 300, 200), d: int = 16, dense: int = 8) -> None:
         super().__init__()
@@ -403,7 +404,7 @@ NEEDS_TRANSFORMERS = frozenset(_CAUSAL) | {"bert", "roberta", "distilbert", "vit
 def available() -> list[str]:
     """The entries that can be built here (the Hugging Face ones need ``transformers``)."""
     try:
-        _transformers()
+        load_transformers()
         return list(FAMILIES)
     except ImportError:
         return [n for n in FAMILIES if n not in NEEDS_TRANSFORMERS]

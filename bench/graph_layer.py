@@ -148,9 +148,12 @@ def format_table(result: dict[str, Any]) -> str:
     mib = 1 << 20
     lines = [
         f"synthetic graph: {ld['ops']:,} ops, {ld['edges']:,} edges, JSON {ld['file_bytes'] / mib:.1f} MiB",
-        f"  load          {ld['load_s']:7.2f} s  (best {ld['load_best_s']:.2f} s, CPU {ld['load_cpu_s']:.2f} s; target < 2 s)",
-        f"  load peak     {ld['load_peak_bytes'] / mib:7.1f} MiB (tracemalloc); graph held {ld['graph_bytes'] / mib:.1f} MiB",
-        f"  coarsen       {co['coarsen_s']:7.2f} s  (best {co['coarsen_best_s']:.2f} s, CPU {co['coarsen_cpu_s']:.2f} s; target < 10 s) "
+        f"  load          {ld['load_s']:7.2f} s  (best {ld['load_best_s']:.2f} s, CPU {ld['load_cpu_s']:.2f} "
+        "s; target < 2 s)",
+        f"  load peak     {ld['load_peak_bytes'] / mib:7.1f} MiB (tracemalloc); graph held "
+        f"{ld['graph_bytes'] / mib:.1f} MiB",
+        f"  coarsen       {co['coarsen_s']:7.2f} s  (best {co['coarsen_best_s']:.2f} s, CPU "
+        f"{co['coarsen_cpu_s']:.2f} s; target < 10 s) "
         f"-> {co['groups']} groups, {co['group_edges']} group edges",
     ]
     if result["capture"]:

@@ -107,7 +107,8 @@ def check_scenario(name: str) -> Scenario:
 
 
 def build(scenario: Scenario, *, meta: bool = False) -> tuple[Any, tuple]:
-    """``(model, (input_ids, labels))``: a seeded LlamaForCausalLM behind a loss wrapper (on the meta device if asked)."""
+    """``(model, (input_ids, labels))``: a seeded LlamaForCausalLM behind a loss wrapper (on the meta device if
+    asked)."""
     import torch
     import transformers
 
@@ -234,7 +235,8 @@ def accelerate_plans(
 
 
 def heuristic_plans(graph: OpGraph, cluster: Cluster, *, seed: int = 0, skip: tuple[str, ...] = SKIPPED) -> list[Plan]:
-    """Every other heuristic's plan with its planned issue order (as ``placer place`` writes it), searches on the host too."""
+    """Every other heuristic's plan with its planned issue order (as ``placer place`` writes it), searches on the host
+    too."""
     out = []
     for name in registry.names():
         if name in skip:

@@ -7,7 +7,8 @@ fastest map that ran over placer's plan (target >= 1.5), FSDP2's offload over
 placer's plan (target >= 1.0), and the fine-tuned plan against the simulator's
 with the measurements' own spread beside it.
 
->>> r = row("x", "heuristic", Result(0.5, "ok", peak_bytes={"gpu:0": 3 << 30}, extra={"step_times_s": [0.5, 0.75, 0.25]}),
+>>> r = row("x", "heuristic",
+...         Result(0.5, "ok", peak_bytes={"gpu:0": 3 << 30}, extra={"step_times_s": [0.5, 0.75, 0.25]}),
 ...         {"status": "ok", "step_time_s": 0.25, "peak_bytes": {"gpu:0": 2 << 30}}, cap_bytes=4 << 30)
 >>> r["real_step_time_s"], r["real_peak_gpu_gib"], r["within_cap"], r["spread"]
 (0.5, 3.0, True, 1.0)
@@ -76,9 +77,11 @@ def _fmt(x: Any, spec: str = ".3f") -> str:
 
 
 def markdown(rows: list[dict[str, Any]]) -> str:
-    """The table: rival, real status, real step (s), real peak GPU (GiB), simulated step (s), simulated peak, host ops."""
+    """The table: rival, real status, real step (s), real peak GPU (GiB), simulated step (s), simulated peak, host
+    ops."""
     lines = [
-        "| rival | real | step (s) | peak GPU (GiB) | simulated step (s) | simulated peak GPU (GiB) | ops on the host |",
+        "| rival | real | step (s) | peak GPU (GiB) | simulated step (s) | simulated peak GPU (GiB) | ops on "
+        "the host |",
         "|---|---|---:|---:|---:|---:|---:|",
     ]
     for r in rows:

@@ -11,7 +11,8 @@ matplotlib is optional (the ``plot`` extra); only the drawing functions need it.
 >>> doc = {"traceEvents": [
 ...     {"ph": "M", "name": "thread_name", "pid": 1, "tid": 0, "args": {"name": "gpu:0"}},
 ...     {"ph": "X", "name": "fwd a", "cat": "forward", "pid": 1, "tid": 0, "ts": 0, "dur": 5, "args": {"op_index": 0}},
-...     {"ph": "X", "name": "bwd a", "cat": "backward", "pid": 1, "tid": 0, "ts": 5, "dur": 10, "args": {"op_index": 0}}]}
+...     {"ph": "X", "name": "bwd a", "cat": "backward", "pid": 1, "tid": 0, "ts": 5, "dur": 10,
+...      "args": {"op_index": 0}}]}
 >>> bars = schedule_bars(doc)
 >>> bars.tracks, [(b.track, b.start_s, b.kind) for b in bars.bars]
 (['gpu:0'], [(0, 0.0, 'forward'), (0, 5e-06, 'backward')])

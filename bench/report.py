@@ -251,7 +251,8 @@ def _rl_cell(r: Table1Row, policy: str) -> str:
 def markdown_table(rows: Sequence[Table1Row]) -> str:
     """Table 1 as markdown: one line per (model, cluster), step times in ms."""
     head = (
-        "| model | ops | cluster | single CPU | single GPU | Scotch | METIS | expert | ILP (CP-SAT) | best other heuristic "
+        "| model | ops | cluster | single CPU | single GPU | Scotch | METIS | expert | ILP (CP-SAT) | best "
+        "other heuristic "
         "| RL seq2seq | RL hierarchical | lower bound | RL vs expert | RL vs best heuristic |\n"
         "|---|---:|---|---:|---:|---:|---:|---:|---:|---|---:|---:|---:|---:|---:|"
     )

@@ -249,7 +249,8 @@ def _first_at_or_below(curve: dict[str, Any], target: float | None) -> tuple[flo
 def markdown_table(results: Sequence[dict[str, Any]]) -> str:
     """One line per (graph, method): evaluations, best step time, when it was reached, when it beat the expert."""
     lines = [
-        "| graph | method | evaluated placements | evals/s | best step (ms) | reached at (s / evals) | beat expert at (s / evals) |",
+        "| graph | method | evaluated placements | evals/s | best step (ms) | reached at (s / evals) | beat "
+        "expert at (s / evals) |",
         "|---|---|---:|---:|---:|---:|---:|",
     ]
     for res in results:

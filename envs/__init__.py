@@ -31,7 +31,7 @@ __all__ = [
     "SimEnv",
     "lower_bound",
     "Result",
-    "MeasuredEnv",
+    "MeasuredEnv",  # noqa: F822 (module __getattr__ loads it on first use)
 ]
 
 

@@ -326,7 +326,10 @@ class Cluster:
         }
 
 
-CLUSTER_ARG_HELP = "a preset (k80x2, k80x4, v100x4, h100x8, h200x1, a100-40gx4, a100-80gx8, l4x4; see `placer clusters`) or a placer-cluster/1 JSON file"
+CLUSTER_ARG_HELP = (
+    "a preset (k80x2, k80x4, v100x4, h100x8, h200x1, a100-40gx4, a100-80gx8, l4x4; see `placer "
+    "clusters`) or a placer-cluster/1 JSON file"
+)
 
 
 # ---------------------------------------------------------------- validation
@@ -494,7 +497,8 @@ MACHINES: dict[str, Machine] = {
     "k80x2": Machine(_K80.format(n=2), 256 * GIB, 0.5e12, 5e10, 2, 11441, 4.0e12, 2.0e11, 8e-6, PCIE3, PCIE3),
     "k80x4": Machine(_K80.format(n=4), 256 * GIB, 0.5e12, 5e10, 4, 11441, 4.0e12, 2.0e11, 8e-6, PCIE3, PCIE3),
     "v100x4": Machine(
-        "Broadwell host + 4 V100-SXM2 (16 GB, ~14 TFLOP/s fp32, 900 GB/s); NVLink 2 between GPUs (~45 GB/s per pair), PCIe 3.0 to host",
+        "Broadwell host + 4 V100-SXM2 (16 GB, ~14 TFLOP/s fp32, 900 GB/s); NVLink 2 between GPUs (~45 GB/s per "
+        "pair), PCIe 3.0 to host",
         256 * GIB,
         0.7e12,
         6e10,
@@ -507,7 +511,8 @@ MACHINES: dict[str, Machine] = {
         NVLINK2_PAIR,
     ),
     "h100x8": Machine(
-        "Sapphire Rapids host + 8 H100-SXM (80 GB, ~60 TFLOP/s fp32 without TF32, 3.35 TB/s); NVLink 4 via NVSwitch (~375 GB/s), PCIe 5.0 to host",
+        "Sapphire Rapids host + 8 H100-SXM (80 GB, ~60 TFLOP/s fp32 without TF32, 3.35 TB/s); NVLink 4 via "
+        "NVSwitch (~375 GB/s), PCIe 5.0 to host",
         2048 * GIB,
         2e12,
         2.5e11,
@@ -561,7 +566,8 @@ MACHINES: dict[str, Machine] = {
         NVLINK3_SWITCH,
     ),
     "l4x4": Machine(
-        "Sapphire Rapids host (24 cores) + 4 L4 (24 GB, ~27 TFLOP/s fp32, 300 GB/s); all links PCIe 4.0 (~25 GB/s, 8 us)",
+        "Sapphire Rapids host (24 cores) + 4 L4 (24 GB, ~27 TFLOP/s fp32, 300 GB/s); all links PCIe 4.0 (~25 "
+        "GB/s, 8 us)",
         192e9,
         1e12,
         1e11,

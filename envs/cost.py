@@ -11,8 +11,8 @@ Forward time of op ``i`` on device ``d``:
 Backward time: the profiled ``bwd_s``, else ``BACKWARD_MULTIPLIER`` × forward
 (the profiled forward where there is one).
 Without a profile, view ops (``aten.view``, ``aten.t``, ``getitem``... see
-:mod:`graphs.ops`, the one definition) and shape queries (``sym_size``) cost nothing; they never allocate: in eager PyTorch a view only makes a new tensor
-header over the same storage, launches no kernel, and its backward is another
+:mod:`graphs.ops`, the one definition) and shape queries (``sym_size``) cost nothing; they never allocate: in eager
+PyTorch a view only makes a new tensor header over the same storage, launches no kernel, and its backward is another
 view. Transfers cost ``latency_s + bytes / bandwidth_bytes_per_s`` of the link.
 
 >>> from graphs import OpGraph

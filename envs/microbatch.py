@@ -78,7 +78,8 @@ def plan_shapes(microbatches: list[int], windows: list[int | None]) -> list[tupl
 
 
 def parse_windows(text: str, option: str = "--inflight") -> list[int | None]:
-    """``"2,4,all"`` -> ``[2, 4, None]`` (None: all in flight); anything else a one-line PlacerError naming ``option``."""
+    """``"2,4,all"`` -> ``[2, 4, None]`` (None: all in flight); anything else a one-line PlacerError naming
+    ``option``."""
     items = [t.strip() for t in text.split(",") if t.strip()]
     if not items or not all(t.isdigit() or t == "all" for t in items):
         raise PlacerError(f"{option} {text!r}: give whole numbers or 'all' separated by commas, e.g. 2,4,all")

@@ -1,4 +1,5 @@
-"""Graphs: the graph and the plan. The op-graph IR, capture from PyTorch, the Placement, DAG algorithms, grouping, the model zoo.
+"""Graphs: the graph and the plan. The op-graph IR, capture from PyTorch, the Placement, DAG algorithms, grouping, the
+model zoo.
 
 The bottom of the import graph: imports nothing from ``envs``, ``policies`` or
 ``placer``. torch is imported only when capture or the zoo is used, so loading
@@ -21,7 +22,7 @@ __all__ = [
     "load",
     "save",
     "capture",
-    "zoo",
+    "zoo",  # noqa: F822 (a submodule, module __getattr__ loads it on first use)
     "PlacerError",
     "GraphFormatError",
     "CaptureError",

@@ -5,8 +5,8 @@ an :class:`graphs.OpGraph` (ops in topological order, CSR adjacency), or bare ed
 arrays where the graph is still being built (:func:`kahn`, :func:`find_cycle`).
 
 * orders: :func:`kahn` (depth-first Kahn over edge arrays), :func:`priority_order`
-  (the ready op of smallest priority first; :func:`priority_order_of_edges` over edge arrays), :func:`random_order` (a uniformly
-  random ready op: any topological order can come out);
+  (the ready op of smallest priority first; :func:`priority_order_of_edges` over edge arrays), :func:`random_order` (a
+  uniformly random ready op: any topological order can come out);
 * cycles: :func:`find_cycle`, :func:`cycle_text`;
 * levels: :func:`top_level` (longest path ending before an op), :func:`bottom_level`
   (longest path from an op on, inclusive; with edge costs it is HEFT's upward rank),
@@ -35,7 +35,8 @@ if TYPE_CHECKING:
 
 # ---------------------------------------------------------------- orders
 def csr(n: int, key: np.ndarray, other: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """``(indptr, other sorted by key, edge ids)``: the neighbours ``other`` of node ``i`` are ``[indptr[i]:indptr[i+1]]``."""
+    """``(indptr, other sorted by key, edge ids)``: the neighbours ``other`` of node ``i`` are
+    ``[indptr[i]:indptr[i+1]]``."""
     order = np.argsort(key, kind="stable")
     counts = np.bincount(key, minlength=n) if len(key) else np.zeros(n, dtype=np.int64)
     indptr = np.zeros(n + 1, dtype=np.int64)
@@ -109,7 +110,8 @@ def _priority_kahn(n: int, indptr: np.ndarray, nbr: np.ndarray, indeg: np.ndarra
 
 
 def random_order(graph: OpGraph, rng: np.random.Generator) -> np.ndarray:
-    """A topological order taking a uniformly random ready op at each step: any topological order can come out (int64)."""
+    """A topological order taking a uniformly random ready op at each step: any topological order can come out
+    (int64)."""
     indeg = np.bincount(graph.edge_dst, minlength=graph.num_ops)
     ready = list(np.flatnonzero(indeg == 0))
     order = []

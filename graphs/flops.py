@@ -25,7 +25,7 @@ from typing import Any, Callable
 
 import torch
 from torch.utils import flop_counter as fc
-from torch.utils._pytree import tree_flatten, tree_map
+from torch.utils._pytree import tree_flatten, tree_map  # noqa: PLC2701 (torch has no public pytree module)
 
 from graphs.ops import VIEW_OPS
 

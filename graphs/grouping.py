@@ -291,7 +291,8 @@ class Grouping:
         return vote(self.op_group, a, self.num_groups, num_devices)
 
     def refined(self, graph: OpGraph, op_devices: np.ndarray) -> "Grouping":
-        """Each group split into runs (in op order) of constant device under ``op_devices``: see :func:`refine_grouping`."""
+        """Each group split into runs (in op order) of constant device under ``op_devices``: see
+        :func:`refine_grouping`."""
         return refine_grouping(graph, self, op_devices)
 
     # ------------------------------------------------------------ cut bytes

@@ -162,7 +162,7 @@ class OpGraph:
         n = len(fields["names"])
         if len(src) and bool(np.any(src >= dst)):
             order = _topological_order(n, src, dst, fields["names"])
-            fields = _permute(fields, order)
+            fields = permute(fields, order)
         return cls(**fields)
 
     # ------------------------------------------------------------- validation
@@ -205,7 +205,8 @@ class OpGraph:
             if self.edge_bytes.min() < 0:
                 bad = int(np.argmax(self.edge_bytes < 0))
                 raise GraphFormatError(
-                    f"{label}: edge {self.names[self.edge_src[bad]]}->{self.names[self.edge_dst[bad]]} has negative bytes"
+                    f"{label}: edge {self.names[self.edge_src[bad]]}->{self.names[self.edge_dst[bad]]} has "
+                    "negative bytes"
                 )
             back = self.edge_src >= self.edge_dst
             if back.any():
@@ -454,7 +455,7 @@ def _check_outputs(names: Sequence[str], shapes: Sequence, dtypes: Sequence, lab
                 )
 
 
-def _permute(fields: dict[str, Any], order: np.ndarray) -> dict[str, Any]:
+def permute(fields: dict[str, Any], order: np.ndarray) -> dict[str, Any]:
     """Reorder per-op columns by ``order`` (new position -> old index) and remap edges."""
     out = dict(fields)
     old_to_new = np.empty_like(order)

@@ -156,7 +156,8 @@ def written_arguments(target: Any, *, hidden: bool = True) -> list[tuple[int, st
     >>> import torch
     >>> written_arguments(torch.ops.aten.add_.Tensor), written_arguments(torch.ops.aten.add.Tensor)
     ([(0, 'self')], [])
-    >>> written_arguments(torch.ops.aten.batch_norm.default), written_arguments(torch.ops.aten.batch_norm.default, hidden=False)
+    >>> bn = torch.ops.aten.batch_norm.default
+    >>> written_arguments(bn), written_arguments(bn, hidden=False)
     ([(3, 'running_mean'), (4, 'running_var')], [])
     """
     schema = getattr(target, "_schema", None)
@@ -175,7 +176,8 @@ def is_inplace(target: Any) -> bool:
 
 
 def is_inplace_op(op_type: str) -> bool:
-    """True for ATen in-place ops by their type string: the base name ends in ``_`` (``add_``, ``copy_``), dunders excluded.
+    """True for ATen in-place ops by their type string: the base name ends in ``_`` (``add_``, ``copy_``), dunders
+    excluded.
 
     For graphs without capture's record (:func:`is_inplace` of each target, in
     ``meta["inplace_ops"]``); :func:`inplace_mask` takes either.
@@ -312,9 +314,9 @@ def saved_mask(graph: "OpGraph") -> np.ndarray:
     consumer's backward reads its inputs, through views too: a ``linear`` saves its
     input (:data:`SAVES_INPUTS`), a ``relu`` its output, an ``add`` nothing
     (:data:`SAVES_NOTHING`). An op of any other type is taken to save its inputs and
-    its output, as if every activation were kept: it errs towards more memory. Views (:func:`free_mask`) take no memory of
-    their own and are reported kept; what they alias is kept when they are needed. An op nothing consumes (the loss, an
-    output) is kept.
+    its output, as if every activation were kept: it errs towards more memory. Views (:func:`free_mask`) take no memory
+    of their own and are reported kept; what they alias is kept when they are needed. An op nothing consumes (the loss,
+    an output) is kept.
 
     >>> from graphs.ir import OpGraph
     >>> g = OpGraph.from_edges(["mm", "add", "relu", "lin"], [("mm", "add", 4), ("add", "relu", 4), ("relu", "lin", 4)],

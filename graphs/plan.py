@@ -152,7 +152,8 @@ class Placement:
         microbatches: int = 1,
         inflight: int | None = None,
     ) -> "Placement":
-        """Device ``devices[indices[i]]`` for op ``i``; ``order``: issue order (op indices), checked against ``graph``."""
+        """Device ``devices[indices[i]]`` for op ``i``; ``order``: issue order (op indices), checked against
+        ``graph``."""
         idx = np.asarray(op_devices).tolist()
         if len(idx) != graph.num_ops:
             raise PlacerError(f"placement: {len(idx)} devices for {graph.num_ops} ops")
@@ -180,7 +181,8 @@ class Placement:
         source = self.source or "placement"
         if self.graph_hash and self.graph_hash != graph.content_hash:
             raise PlacerError(
-                f"{source}: made for graph {self.graph_hash}, not for this graph ({graph.name or 'graph'} {graph.content_hash})"
+                f"{source}: made for graph {self.graph_hash}, not for this graph ({graph.name or 'graph'} "
+                f"{graph.content_hash})"
             )
         return check_order(self.order, graph, source=f"{source}: order")
 
@@ -384,7 +386,8 @@ def check_microbatches(value: Any, option: str = "microbatches") -> int:
 
 
 def check_inflight(value: Any, microbatches: int, option: str = "inflight") -> int:
-    """``value`` as an in-flight window for ``microbatches`` (an int in ``[1, M]``; None: M), else one-line PlacerError."""
+    """``value`` as an in-flight window for ``microbatches`` (an int in ``[1, M]``; None: M), else one-line
+    PlacerError."""
     if value is None:
         return int(microbatches)
     return check_int(value, option, least=1, most=int(microbatches))

@@ -87,7 +87,7 @@ def random_dag(
 
 
 # ------------------------------------------------------------------ structured families
-class _Builder:
+class Builder:
     """Appends ops in topological order; each op's FLOPs and bytes come from a matmul-like size model."""
 
     def __init__(self, rng: np.random.Generator, tokens: float, width: float) -> None:
@@ -198,7 +198,7 @@ def _sizes(rng: np.random.Generator) -> tuple[float, float]:
 def chain_dag(num_ops: int, *, seed: int = 0) -> OpGraph:
     """An MLP-like chain: (matmul with weights, bias add, activation) repeated."""
     rng = np.random.default_rng(seed)
-    b = _Builder(rng, *_sizes(rng))
+    b = Builder(rng, *_sizes(rng))
     x = b.op("view", [])
     while len(b.types) < num_ops:
         b.scope = f"layer{len(b.types) // 3}"
@@ -210,7 +210,7 @@ def branch_dag(num_ops: int, *, seed: int = 0, width: int = 4) -> OpGraph:
     """Inception-like blocks: ``width`` parallel conv branches of different depths, concatenated."""
     rng = np.random.default_rng(seed)
     tokens, w = _sizes(rng)
-    b = _Builder(rng, tokens / 4, w / 4)
+    b = Builder(rng, tokens / 4, w / 4)
     x = b.op("conv", [], weight=True)
     blk = 0
     while len(b.types) < num_ops:
@@ -230,7 +230,7 @@ def unet_dag(num_ops: int, *, seed: int = 0, depth: int = 4) -> OpGraph:
     """U-Nets: conv levels down (activations shrink 4x per level), up again, with skips across; stacked."""
     rng = np.random.default_rng(seed)
     tokens, w = _sizes(rng)
-    b = _Builder(rng, tokens / 4, w / 8)
+    b = Builder(rng, tokens / 4, w / 8)
     x = b.op("conv", [], weight=True)
     net = 0
     while len(b.types) < num_ops:
@@ -263,7 +263,7 @@ def moe_dag(num_ops: int, *, seed: int = 0, experts: int = 8) -> OpGraph:
     """Mixture-of-experts layers: a router, ``experts`` parallel two-matmul experts on a slice of the tokens, a sum."""
     rng = np.random.default_rng(seed)
     tokens, w = _sizes(rng)
-    b = _Builder(rng, tokens, w)
+    b = Builder(rng, tokens, w)
     x = b.op("view", [])
     layer = 0
     while len(b.types) < num_ops:
@@ -288,7 +288,7 @@ def moe_dag(num_ops: int, *, seed: int = 0, experts: int = 8) -> OpGraph:
 def attention_dag(num_ops: int, *, seed: int = 0) -> OpGraph:
     """Transformer encoder layers: q/k/v projections, two batched matmuls around a softmax, MLP, residuals."""
     rng = np.random.default_rng(seed)
-    b = _Builder(rng, *_sizes(rng))
+    b = Builder(rng, *_sizes(rng))
     x = b.op("view", [])
     layer = 0
     while len(b.types) < num_ops:
@@ -319,7 +319,7 @@ def recurrent_dag(num_ops: int, *, seed: int = 0) -> OpGraph:
     rng = np.random.default_rng(seed)
     rows = float(np.exp(rng.uniform(np.log(16), np.log(256))))
     width = float(np.exp(rng.uniform(np.log(1024), np.log(4096))))
-    b = _Builder(rng, rows, width)
+    b = Builder(rng, rows, width)
     layers = int(rng.integers(2, 7))
     gated = bool(rng.integers(0, 2))
     per_cell = 7 if gated else 4
@@ -342,22 +342,22 @@ def recurrent_dag(num_ops: int, *, seed: int = 0) -> OpGraph:
     tops: list[int] = []
     for t in range(steps):
         x = xs[t]
-        for l in range(layers):
-            b.scope = f"rnn.layer{l}"
-            gx = tied_mm(f"x{l}", x, scale=g, out_scale=g)
+        for layer in range(layers):
+            b.scope = f"rnn.layer{layer}"
+            gx = tied_mm(f"x{layer}", x, scale=g, out_scale=g)
             pre = (
                 gx
-                if h[l] is None
-                else b.op("ew", [gx, tied_mm(f"h{l}", h[l], scale=g, out_scale=g)], scale=g, out_scale=g)
+                if h[layer] is None
+                else b.op("ew", [gx, tied_mm(f"h{layer}", h[layer], scale=g, out_scale=g)], scale=g, out_scale=g)
             )
             if gated:
                 gates = b.op("act", [pre], scale=g, out_scale=g)
-                cell = b.op("ew", [gates] + ([c[l]] if c[l] is not None else []))
-                c[l] = cell
+                cell = b.op("ew", [gates] + ([c[layer]] if c[layer] is not None else []))
+                c[layer] = cell
                 x = b.op("ew", [b.op("act", [cell]), gates])
             else:
                 x = b.op("act", [pre])
-            h[l] = x
+            h[layer] = x
         tops.append(x)
     b.scope = "head"  # one projection, its weights shared by every step, and a loss over all of them
     logits = [tied_mm("head", x, scale=2.0, out_scale=2.0) for x in tops]

@@ -37,7 +37,7 @@ from typing import Any, Iterator
 
 import numpy as np
 import torch
-from torch.utils._pytree import tree_flatten, tree_map
+from torch.utils._pytree import tree_flatten, tree_map  # noqa: PLC2701 (torch has no public pytree module)
 
 from graphs import flops as _flops
 from graphs.errors import CaptureError, GraphFormatError
@@ -293,7 +293,7 @@ class _ProgramReader:
         c["out_shapes"].append([[int(d) for d in t.shape] for t in tensors])
         c["out_dtypes"].append([str(t.dtype).removeprefix("torch.") for t in tensors])
         c["out_bytes"].append(sum(_nbytes(t) for t in tensors))
-        c["module_paths"].append(_module_path(node))
+        c["module_paths"].append(module_path(node))
         if _flops.is_alias(node.target):
             c["alias_ops"].append(node.name)
         if is_inplace(node.target):
@@ -414,7 +414,7 @@ def _edge_bytes(producer: torch.fx.Node, consumer: torch.fx.Node) -> int:
     return _nbytes(val)
 
 
-def _module_path(node: torch.fx.Node) -> str:
+def module_path(node: torch.fx.Node) -> str:
     """The dotted path of the innermost module ``node`` ran in, from the root model ("" for the root itself)."""
     stack = node.meta.get("nn_module_stack") or {}
     if not stack:

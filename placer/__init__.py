@@ -12,7 +12,7 @@ import importlib
 
 from graphs.plan import Placement
 
-__all__ = ["Placement", "train", "apply", "methods", "baselines"]
+__all__ = ["Placement", "train", "apply", "methods", "baselines"]  # noqa: F822 (submodules: __getattr__)
 
 
 def __getattr__(name: str):

@@ -169,7 +169,8 @@ def _exported(model: nn.Module, example_inputs: tuple, graph: OpGraph | None, de
 
 
 def _stage_names(graph: OpGraph, assignment: Mapping[str, str], order: Sequence[str] | None) -> list[str]:
-    """The first op of each stage after the first, where the simulator cuts the plan (:func:`envs.microbatch.stage_starts`)."""
+    """The first op of each stage after the first, where the simulator cuts the plan
+    (:func:`envs.microbatch.stage_starts`)."""
     devices = sorted(set(assignment.values()))
     position = {d: i for i, d in enumerate(devices)}
     idx = np.array([position[assignment[name]] for name in graph.names])

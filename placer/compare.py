@@ -162,7 +162,8 @@ class CompareReport:
         """
         unit, scale = _memory_unit(max((v for r in self.rows for v in (r.peak_bytes or {}).values()), default=0))
         head = (
-            f"| method | status | step time (ms) | speed-up | place time (s) | peak {unit} ({', '.join(self.devices)}) |\n"
+            f"| method | status | step time (ms) | speed-up | place time (s) | peak {unit} "
+            f"({', '.join(self.devices)}) |\n"
             "|---|---|---:|---:|---:|---|\n"
         )
         lines = []
@@ -323,7 +324,8 @@ class _Attempt:
         return row
 
     def best(self, shapes: list[tuple[int, int]]) -> Row:
-        """The fastest row over ``shapes`` (the first row if none ran); its place time is the search's, over all of them."""
+        """The fastest row over ``shapes`` (the first row if none ran); its place time is the search's, over all of
+        them."""
         tried: list[Row] = []
         for M, W in shapes:
             tried.append(self.row(M, W))

@@ -105,7 +105,8 @@ def project(
     if module not in weight:
         known = sorted({p.split(".")[0] for p in graph.module_paths if p})
         raise PlacerError(
-            f"--module {module!r}: no module of that name in graph {graph.name or '?'} (top-level modules: {', '.join(known) or 'none'})"
+            f"--module {module!r}: no module of that name in graph {graph.name or '?'} (top-level modules: "
+            f"{', '.join(known) or 'none'})"
         )
     unused = [f for f in graph.meta.get("unused_params", []) if _within(_parent(f), module)]
 
@@ -149,7 +150,8 @@ def projected_indices(graph: OpGraph, device_map: dict[str, Any], cluster, *, mo
 def projection_cost(
     graph: OpGraph, placement: Any, cluster, device_map: dict[str, Any], *, module: str = "", executor: str = "eager"
 ) -> dict[str, Any]:
-    """Simulated step time of ``placement`` (its own issue order) and of ``device_map`` run as accelerate does (node order)."""
+    """Simulated step time of ``placement`` (its own issue order) and of ``device_map`` run as accelerate does (node
+    order)."""
     env = envs.SimEnv(graph, cluster, executor=executor)
     idx = placement.indices(graph, cluster.device_names, source=getattr(placement, "source", "") or "placement")
     placed = env.simulate(placement)

@@ -236,7 +236,8 @@ def switches(share: np.ndarray, target: np.ndarray) -> np.ndarray:
 
 
 def switch_weights(switch: np.ndarray, switch_share: float) -> np.ndarray:
-    """Per-item loss weights ``[K, N]`` that give the switches ``switch`` ``[K, N]`` ``switch_share`` of each row's weight.
+    """Per-item loss weights ``[K, N]`` that give the switches ``switch`` ``[K, N]`` ``switch_share`` of each row's
+    weight.
 
     A *switch* (:func:`switches`) is an item that has inputs and whose target device is not
     the one holding most of them: the decisions that make a placement what it is, where
@@ -286,7 +287,8 @@ class GNNNet(nn.Module):
         return self.head(self.static_scores(x))
 
     def head(self, a: torch.Tensor, dyn: torch.Tensor | None = None) -> torch.Tensor:
-        """Logits from static scores ``a`` ``[..., D, h]`` plus, for the schedule decoder, features ``dyn`` ``[..., D, DYN_DIM]``."""
+        """Logits from static scores ``a`` ``[..., D, h]`` plus, for the schedule decoder, features ``dyn`` ``[..., D,
+        DYN_DIM]``."""
         if dyn is not None:
             a = a + self.score_dyn(dyn)
         logits = self.score_out(torch.relu(a)).squeeze(-1)
@@ -502,7 +504,8 @@ class GNNPolicy(ItemPolicy):
         return self._score(self._logp_along(acts.cpu().numpy()), acts)
 
     def _gumbel(self, k: int, generator: torch.Generator | None) -> np.ndarray:
-        """Gumbel noise ``[K, items, devices]`` (float64) from ``generator``: the draws of :meth:`sample` and :meth:`decode`."""
+        """Gumbel noise ``[K, items, devices]`` (float64) from ``generator``: the draws of :meth:`sample` and
+        :meth:`decode`."""
         u = (
             torch.rand(
                 k, self.num_items, self.num_devices, generator=generator, dtype=torch.float64, device=self.x_node.device
@@ -568,7 +571,8 @@ class GNNPolicy(ItemPolicy):
         return (nll * w).sum() / w.sum()
 
     def switch_mask(self, op_devices: np.ndarray, *, along: np.ndarray | None = None) -> np.ndarray:
-        """``[K or 1, num_items]``: the target's switches (:func:`switches`), decided along ``along`` or the target itself.
+        """``[K or 1, num_items]``: the target's switches (:func:`switches`), decided along ``along`` or the target
+        itself.
 
         Schedule decoder only (the switches are read from its decoding features).
         """

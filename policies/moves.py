@@ -1,4 +1,5 @@
-"""A move-proposing policy: item levels, the features of a move, and the critic that ranks moves before they are simulated.
+"""A move-proposing policy: item levels, the features of a move, and the critic that ranks moves before they are
+simulated.
 
 A *move* sends one item (a group of ops) of one *level* to one device. The levels
 (:func:`item_levels`) are groupings of the ops from coarse to fine: the model's

@@ -77,7 +77,8 @@ def check_sidecar(doc: Any, where: str) -> dict[str, Any]:
             or not low <= v <= high
         ):
             raise PlacerError(
-                f"{where}: architecture.{key} {v!r}: must be a{'n integer' if typ is int else ' number'} in [{low}, {high}]"
+                f"{where}: architecture.{key} {v!r}: must be a{'n integer' if typ is int else ' number'} in "
+                f"[{low}, {high}]"
             )
     if doc["features"] != feature_spec():
         raise PlacerError(

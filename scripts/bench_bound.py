@@ -9,9 +9,10 @@
 For each graph and cluster it computes :func:`envs.SimEnv.lower_bound` (eager executor, one microbatch)
 with the block bound (:mod:`envs.sim.blocks`, its programs given ``--blocks-s`` seconds per cell) and prints
 each of its parts (critical path, work, communicating path, the host-issue bounds, energetic reasoning,
-blocks), the winner, the bound before this release (the best part but blocks) and the seconds it took. With ``--best``, files written by ``scripts/bench_budget.py --json`` (read as JSON data), it takes the
-fastest plan any run in them found for that graph and cluster (``plan_step_time_s``, in its best issue
-order) and prints best / bound against both bounds. Simulated step times: they hold inside our simulator only.
+blocks), the winner, the bound before this release (the best part but blocks) and the seconds it took. With ``--best``,
+files written by ``scripts/bench_budget.py --json`` (read as JSON data), it takes the fastest plan any run in them found
+for that graph and cluster (``plan_step_time_s``, in its best issue order) and prints best / bound against both bounds.
+Simulated step times: they hold inside our simulator only.
 """
 
 from __future__ import annotations
@@ -87,7 +88,8 @@ def table(cells: list[dict]) -> str:
     ms = lambda v: f"{v * 1e3:.2f}"  # noqa: E731
     out = [
         "| graph | cluster | ops | critical path | communicating path | work | host issue + backward path | "
-        "host issue + path | energetic | blocks | bound (winner) | before | seconds | best known | best / bound (before) |",
+        "host issue + path | energetic | blocks | bound (winner) | before | seconds | best known | best / "
+        "bound (before) |",
         "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|---:|---|---:|",
     ]
     for c in cells:
@@ -99,7 +101,8 @@ def table(cells: list[dict]) -> str:
         out.append(
             f"| {c['graph']} | {c['cluster']} | {c['num_ops']:,} | {part('critical path')} | "
             f"{part('communicating path')} | {part('work')} | {part('host issue + backward path')} | "
-            f"{part('host issue + path')} | {part('energetic')} | {part('blocks')} | {ms(c['bound_s'])} ({c['bound_name']}) | "
+            f"{part('host issue + path')} | {part('energetic')} | {part('blocks')} | {ms(c['bound_s'])} "
+            f"({c['bound_name']}) | "
             f"{ms(c['before_s'])} | "
             f"{c['seconds']:.2f} | {known} | {ratio} |"
         )

@@ -11,7 +11,8 @@ the budget when that is 1,000 placements or more), uniform (the same loop, unifo
 module_search(n), annealing from the best rule heuristic with the same n, ilp with the same seconds;
 on request, learned_accept and uniform_accept (the same two loops taking slower moves as annealing
 does). Graphs: zoo names, graph files, module:callable, or synthetic families as
-family-ops[-seed] (moe-400, unet-400-1). Medians over the seeds. Progress on stderr; a markdown table (or --json) on stdout.
+family-ops[-seed] (moe-400, unet-400-1). Medians over the seeds. Progress on stderr; a markdown table (or --json) on
+stdout.
 """
 
 from __future__ import annotations

@@ -65,7 +65,8 @@ def main() -> None:
             )
             print(
                 f"\nbest single device: {single}; best heuristic: {best.method if best else '—'}; "
-                f"compare took {wall_s:.1f} s (seed {args.seed}){'; BELOW BOUND: ' + ', '.join(below) if below else ''}",
+                f"compare took {wall_s:.1f} s (seed "
+                f"{args.seed}){'; BELOW BOUND: ' + ', '.join(below) if below else ''}",
                 flush=True,
             )
             ilp = next((r for r in report.rows if r.method == "ilp"), None)
@@ -74,12 +75,14 @@ def main() -> None:
                 hint = f"hint {m.get('hint')} {m.get('hint_step_time_s', 0) * 1e3:.3f} ms"
                 if m["solver_status"] == "windows":  # large-neighbourhood search from the hint
                     print(
-                        f"ilp: {m['windows']} windows of {m['window_ops']} ops, {m['windows_improved']} improved the plan; {hint}"
+                        f"ilp: {m['windows']} windows of {m['window_ops']} ops, {m['windows_improved']} "
+                        f"improved the plan; {hint}"
                     )
                 else:
                     bound = f"{m['solver_bound_s'] * 1e3:.3f} ms" if m.get("solver_bound_s") is not None else "—"
                     print(
-                        f"ilp: status {m['solver_status']}, objective {m['solver_objective_s'] * 1e3:.3f} ms, solver bound "
+                        f"ilp: status {m['solver_status']}, objective {m['solver_objective_s'] * 1e3:.3f} ms, "
+                        "solver bound "
                         f"{bound} (over {m['items']} items), solve {m['solve_time_s']:.1f} s, {hint}"
                     )
             elif ilp is not None:
@@ -87,8 +90,10 @@ def main() -> None:
             lb, prev = report.lower_bound_s, report.previous_lower_bound_s
             if best is not None and lb > 0:
                 print(
-                    f"best known {best.step_time_s * 1e3:.3f} ms ({best.method}); lower bound {lb * 1e3:.3f} ms ({report.lower_bound_name}), "
-                    f"headroom {100 * (best.step_time_s / lb - 1):.1f}%; previous bound {prev * 1e3:.3f} ms ({report.previous_lower_bound_name}), "
+                    f"best known {best.step_time_s * 1e3:.3f} ms ({best.method}); lower bound {lb * 1e3:.3f} "
+                    f"ms ({report.lower_bound_name}), "
+                    f"headroom {100 * (best.step_time_s / lb - 1):.1f}%; previous bound {prev * 1e3:.3f} ms "
+                    f"({report.previous_lower_bound_name}), "
                     f"headroom {100 * (best.step_time_s / prev - 1):.1f}%",
                     flush=True,
                 )

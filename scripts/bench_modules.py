@@ -49,7 +49,8 @@ def main(argv: list[str] | None = None) -> int:
         check_int(args.seeds, "--seeds", least=1, most=100)
         if not args.json:
             print(
-                "| graph | cluster | random_modules ms [range] | module_search ms [range] | ratio (median) | s per run |"
+                "| graph | cluster | random_modules ms [range] | module_search ms [range] | ratio (median) | s "
+                "per run |"
             )
             print("|---|---|---:|---:|---:|---:|")
         for name in args.graphs.split(","):

@@ -253,7 +253,8 @@ def table(res: dict) -> str:
         peaks = "/".join(f"{v:.1f}" for v in r.get("peak_gib", {}).values()) or "—"
         status = r["status"] if r["status"] == "ok" else f"{r['status']}: {r.get('message', '')[:60]}"
         out.append(
-            f"| {r['method']} | {r['microbatches']} | {r.get('inflight', r['microbatches'])} | {status} | {step} | {peaks} |"
+            f"| {r['method']} | {r['microbatches']} | {r.get('inflight', r['microbatches'])} | {status} | "
+            f"{step} | {peaks} |"
         )
     out.append(
         "| lower bound | " + ", ".join(f"M={M}: {b * 1e3:.0f}" for M, b in res["lower_bound_s"].items()) + " | | | | |"

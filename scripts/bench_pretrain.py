@@ -1,6 +1,7 @@
 """Zero-shot generalization table for a pretrained gnn policy (BENCHMARKS.md, "Pretrained policy").
 
-    python scripts/bench_pretrain.py POLICY.pt|default GRAPH[,GRAPH...] CLUSTER[,CLUSTER...] [--samples K] [--groups N,N|none] [--refine N] [--seeds N] [--json]
+    python scripts/bench_pretrain.py POLICY.pt|default GRAPH[,GRAPH...] CLUSTER[,CLUSTER...]
+        [--samples K] [--groups N,N|none] [--refine N] [--seeds N] [--json]
 
 Per (graph, cluster): the policy's greedy placement of the ops; its best decode (`placer place --method
 learned --refine 0`: greedy over the ops, greedy plus K samples over the graph coarsened to each group count

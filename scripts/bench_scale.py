@@ -60,7 +60,8 @@ def main(argv: list[str] | None = None) -> int:
     else:
         print(scale.markdown_table(rows))
         print(
-            f"\nK = {args.samples} samples on {args.cluster}; times in wall-clock seconds (fastest of 2 iterations after a first one); "
+            f"\nK = {args.samples} samples on {args.cluster}; times in wall-clock seconds (fastest of 2 "
+            "iterations after a first one); "
             f"memory: peak RSS (ru_maxrss) of a fresh process per size. Machine: {machine_line()}."
         )
     return 0

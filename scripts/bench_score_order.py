@@ -78,7 +78,8 @@ def table(c: dict) -> str:
     out = [
         f"### {c['graph']} on {c['cluster']} (seed {c['seed']})",
         "",
-        "| heuristic | searched in node order, timed planned (ms) | searched planned (ms) | ratio | placements simulated (node / planned) |",
+        "| heuristic | searched in node order, timed planned (ms) | searched planned (ms) | ratio | placements "
+        "simulated (node / planned) |",
         "|---|---:|---:|---:|---:|",
     ]
     for r in c["rows"]:
@@ -92,7 +93,8 @@ def table(c: dict) -> str:
         "",
         f"best heuristic: {bn['method']} {ms(bn['step_time_s'])} ms searched in node order; {bp['method']} "
         f"{ms(bp['step_time_s'])} ms searched planned ({bp['step_time_s'] / bn['step_time_s']:.3f}x); lower bound "
-        f"{ms(c['lower_bound_s'])} ms; compare took {c['compare_s']['node']:.1f} s node, {c['compare_s']['planned']:.1f} s planned",
+        f"{ms(c['lower_bound_s'])} ms; compare took {c['compare_s']['node']:.1f} s node, "
+        f"{c['compare_s']['planned']:.1f} s planned",
         "",
     ]
     return "\n".join(out)

@@ -52,17 +52,21 @@ def main() -> int:
         return 0
     for ex, report in reports.items():
         print(
-            f"executor {ex}: graph random_dag({graph.num_ops}) ({graph.num_edges} edges) on {cluster.name}, batches of {args.batch} random placements"
+            f"executor {ex}: graph random_dag({graph.num_ops}) ({graph.num_edges} edges) on {cluster.name}, "
+            f"batches of {args.batch} random placements"
         )
         print(
-            f"op-placements per second (one core): {report['op_placements_per_s']:,.0f}  ({report['placements_per_s']:,.1f} placements/s, per CPU second)"
+            f"op-placements per second (one core): {report['op_placements_per_s']:,.0f}  "
+            f"({report['placements_per_s']:,.1f} placements/s, per CPU second)"
         )
         print(
-            f"  per wall-clock second:             {report['op_placements_per_wall_s']:,.0f}  (this process had {report['cpu_share']:.0%} of a core)"
+            f"  per wall-clock second:             {report['op_placements_per_wall_s']:,.0f}  (this process "
+            f"had {report['cpu_share']:.0%} of a core)"
         )
         print(f"one scalar envs.simulate:            {report['scalar_simulate_s'] * 1e3:.1f} ms (full Result)")
         print(
-            f"lower_bound:                         {report['lower_bound_call_s'] * 1e3:.1f} ms; warm-up (compile or cache load) {report['warmup_s']:.2f} s"
+            f"lower_bound:                         {report['lower_bound_call_s'] * 1e3:.1f} ms; warm-up "
+            f"(compile or cache load) {report['warmup_s']:.2f} s"
         )
         print(f"compiled kernel: {report['compiled']}")
     return 0

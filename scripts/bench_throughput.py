@@ -88,7 +88,8 @@ def measure(graph, cluster, name: str, k: int, args: argparse.Namespace) -> dict
 
 def table(rows: list[dict]) -> str:
     lines = [
-        "| policy | K | items | sample s | simulate s | update s | iteration s | iterations/s | placements/s | policy share |",
+        "| policy | K | items | sample s | simulate s | update s | iteration s | iterations/s | placements/s | "
+        "policy share |",
         "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for r in rows:
@@ -121,7 +122,7 @@ def main(argv: list[str] | None = None) -> int:
 
     import envs
     from graphs import PlacerError
-    from placer.learn.loop import _resolve_device
+    from placer.learn.loop import resolve_device
     from policies import POLICIES
 
     try:
@@ -136,7 +137,7 @@ def main(argv: list[str] | None = None) -> int:
             raise PlacerError(f"--policies: unknown policy {unknown[0]!r} (known: {', '.join(POLICIES)})")
         if args.repeats < 1:
             raise PlacerError("--repeats: must be >= 1")
-        _resolve_device(args.device)
+        resolve_device(args.device)
         graph = resolve_graph(args.graph)
         cluster = envs.resolve_cluster(args.cluster)
         if args.max_groups is None:

@@ -119,7 +119,8 @@ def _s(x: float | None) -> str:
 def table(rows: list[dict]) -> str:
     head = (
         "| graph | start | seeds | ops | items | learned ms | best heuristic ms | annealing from best ms | expert ms | "
-        "lower bound ms | learned / annealing | vs best heur. | vs expert | s to match heur. | s to best | iters | setup s |"
+        "lower bound ms | learned / annealing | vs best heur. | vs expert | s to match heur. | s to best | "
+        "iters | setup s |"
     )
     lines = [head, "|" + "---|" * 17]
     for r in rows:
@@ -128,9 +129,11 @@ def table(rows: list[dict]) -> str:
         gain = lambda ref: f"{(1 - learned / ref) * 100:+.1f}%" if learned and ref else "–"  # noqa: E731
         ratio = f"{learned / ann:.3f}" if learned and ann else "–"
         lines.append(
-            f"| {r['graph']} | {r['warm_start_mode']} | {','.join(map(str, r.get('seeds', [r['seed']])))} | {r['num_ops']} | "
+            f"| {r['graph']} | {r['warm_start_mode']} | {','.join(map(str, r.get('seeds', [r['seed']])))} | "
+            f"{r['num_ops']} | "
             f"{r['num_items']} | {_ms(learned)} | {_ms(bh)} ({r['best_heuristic']}) | {_ms(ann)} | "
-            f"{_ms(ex)} | {_ms(r['lower_bound_s'])} | {ratio} | {gain(bh)} | {gain(ex)} | {_s(r['time_to_beat_heuristic_s'])} | "
+            f"{_ms(ex)} | {_ms(r['lower_bound_s'])} | {ratio} | {gain(bh)} | {gain(ex)} | "
+            f"{_s(r['time_to_beat_heuristic_s'])} | "
             f"{_s(r['time_to_best_s'])} | {r['iterations']} | {_s(r['setup_s'])} |"
         )
     return "\n".join(lines)
@@ -187,7 +190,8 @@ def main(argv: list[str] | None = None) -> int:
                 rows.append(run_one(name, args, seed, start))
                 if not args.json:
                     print(
-                        f"{name} ({start}, seed {seed}): learned {_ms(rows[-1]['best_step_time_s'])} ms, best heuristic "
+                        f"{name} ({start}, seed {seed}): learned {_ms(rows[-1]['best_step_time_s'])} ms, best "
+                        "heuristic "
                         f"{_ms(rows[-1]['best_heuristic_step_time_s'])} ms, annealing from best "
                         f"{_ms(rows[-1].get('annealing_from_best_s'))} ms",
                         file=sys.stderr,

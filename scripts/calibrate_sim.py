@@ -261,20 +261,26 @@ def run_model(name: str, args: argparse.Namespace) -> dict:
 
 def markdown(rows: list[dict], args: argparse.Namespace) -> str:
     lines = [
-        f"Calibrated simulator vs real training steps: `python scripts/calibrate_sim.py --devices {args.devices} --size {args.size} "
-        f"--cluster {args.cluster}{' --device-map ' + repr(args.device_map) if args.device_map else ''} --placements {args.placements} "
-        f"--steps {args.steps} --warmup {args.warmup} --repeats {args.repeats} --cpus {args.cpus} --profile-method {args.profile_method} --real {args.real}` "
+        "Calibrated simulator vs real training steps: `python scripts/calibrate_sim.py --devices "
+        f"{args.devices} --size {args.size} "
+        f"--cluster {args.cluster}{' --device-map ' + repr(args.device_map) if args.device_map else ''} "
+        f"--placements {args.placements} "
+        f"--steps {args.steps} --warmup {args.warmup} --repeats {args.repeats} --cpus {args.cpus} "
+        f"--profile-method {args.profile_method} --real {args.real}` "
         f"(median of {args.steps} timed steps after {args.warmup} warm-up, Adam; simulated with the "
         f"{rows[0]['executor'] if rows else '?'} executor).",
         "",
-        "| model | ops | placements ok | Spearman (calibrated) | MAPE (calibrated) | Spearman (preset) | MAPE (preset) | real step time range |",
+        "| model | ops | placements ok | Spearman (calibrated) | MAPE (calibrated) | Spearman (preset) | MAPE "
+        "(preset) | real step time range |",
         "|---|---:|---:|---:|---:|---:|---:|---|",
     ]
     for r in rows:
         real = r["real_step_s"] or [float("nan")]
         lines.append(
-            f"| {r['model']} ({r['size']}) | {r['ops']} | {r['measured_ok']}/{r['placements']} | {r['spearman_calibrated']:.3f} | "
-            f"{100 * r['mape_calibrated']:.1f}% | {r['spearman_uncalibrated']:.3f} | {100 * r['mape_uncalibrated']:.1f}% | "
+            f"| {r['model']} ({r['size']}) | {r['ops']} | {r['measured_ok']}/{r['placements']} | "
+            f"{r['spearman_calibrated']:.3f} | "
+            f"{100 * r['mape_calibrated']:.1f}% | {r['spearman_uncalibrated']:.3f} | "
+            f"{100 * r['mape_uncalibrated']:.1f}% | "
             f"{min(real) * 1e3:.1f}-{max(real) * 1e3:.1f} ms |"
         )
     return "\n".join(lines) + "\n"

@@ -12,8 +12,8 @@ their own). ``profile``: every op of the exported model timed on the host and th
 (``placer profile``'s in-context profiler), so that the stages after it plan and simulate with the
 calibrated simulator (without it, the scenario's estimated rates). ``rivals``: builds and exports the
 model, makes every rival's plan (accelerate's map at max_memory = the cap and at fractions of it,
-every heuristic, placer trained on the simulator), and measures them on the capped GPU with FSDP2's ``CPUOffloadPolicy``,
-until ``--deadline``. ``finetune``: continues placer's simulator-trained policy with
+every heuristic, placer trained on the simulator), and measures them on the capped GPU with FSDP2's
+``CPUOffloadPolicy``, until ``--deadline``. ``finetune``: continues placer's simulator-trained policy with
 REINFORCE on measured step times, in this process (no Ray), for ``--budget`` s, and
 records the real and simulated curves. ``report``: the table and curves of an
 ``--out-dir`` (no device; ``--plot`` draws the curves). ``adam``: the host's fp32 Adam
@@ -195,7 +195,8 @@ def text(doc: dict) -> str:
     if "profile" in doc:  # the profile stage
         steps = ", ".join(f"{d} {s:.3f} s" if s else f"{d} -" for d, s in doc["step_s"].items())
         return (
-            f"{doc['profile']}: graph {doc['graph_hash']} profiled on {', '.join(doc['devices'])} in {doc['seconds']:.0f} s; "
+            f"{doc['profile']}: graph {doc['graph_hash']} profiled on {', '.join(doc['devices'])} in "
+            f"{doc['seconds']:.0f} s; "
             f"a step with every op on one device: {steps}" + (f"; errors: {doc['errors']}" if doc["errors"] else "")
         )
     if "params_per_s" in doc:  # the adam stage
@@ -206,10 +207,15 @@ def text(doc: dict) -> str:
     from bench.offload_report import markdown
 
     s = doc["summary"]
+    rates = (
+        "the profile.json of this machine"
+        if doc.get("simulator") == "profile"
+        else "the scenario estimates (no profile)"
+    )
     lines = [
         f"{doc['scenario']}: {doc['description']}; GPU cap {doc['cap_gib']:g} GiB; {doc['ops']} ops, "
         f"{doc['parameters'] / 1e6:,.1f} M parameters, {doc['forward_flops'] / 1e9:,.1f} GFLOP forward; simulated with "
-        f"{'the profile.json of this machine' if doc.get('simulator') == 'profile' else 'the scenario estimates (no profile)'}",
+        f"{rates}",
         "",
         markdown(doc["rows"]),
         "",
@@ -222,7 +228,8 @@ def text(doc: dict) -> str:
         rate = adam["params_per_s"]["foreach"]
         lines.append(
             f"host Adam: {rate / 1e6:.0f} M parameters/s ({adam['threads']} threads): an Adam step over all "
-            f"{doc['parameters'] / 1e6:,.1f} M parameters on the host (FSDP2's) takes >= {doc['parameters'] / rate:.3f} s"
+            f"{doc['parameters'] / 1e6:,.1f} M parameters on the host (FSDP2's) takes >= "
+            f"{doc['parameters'] / rate:.3f} s"
         )
     if s.get("over_the_cap"):
         lines.append(f"over the cap: {', '.join(s['over_the_cap'])}")

@@ -60,7 +60,8 @@ def earlier_rows(path: str) -> list[dict]:
 def _profile(
     name: str, args: argparse.Namespace, model: Any, inputs: tuple, torch_devices: list[str], out: dict
 ) -> None:
-    """Profile the model in context (and op by op with --isolated) into ``out``: the file, each device's sums, errors."""
+    """Profile the model in context (and op by op with --isolated) into ``out``: the file, each device's sums,
+    errors."""
     import torch
 
     from envs.real.profiler import check_profile, profile_model, save_profile
@@ -101,7 +102,8 @@ def _profile(
         + "; ".join(
             f"{d} {s['method']} fwd {s['fwd_sum_s'] * 1e3:.1f} bwd {s['bwd_sum_s'] * 1e3:.1f} ms"
             + (
-                f", issue fwd {s['issue_fwd_sum_s'] * 1e3:.1f} bwd {s['issue_bwd_sum_s'] * 1e3:.1f} ms, step {s['step_s'] * 1e3:.1f} ms"
+                f", issue fwd {s['issue_fwd_sum_s'] * 1e3:.1f} bwd {s['issue_bwd_sum_s'] * 1e3:.1f} ms, step "
+                f"{s['step_s'] * 1e3:.1f} ms"
                 if "issue_fwd_sum_s" in s
                 else ""
             )

@@ -91,7 +91,8 @@ def _report(
     for r in rows:
         ms = "fails" if r["greedy_step_time_s"] is None else f"{r['greedy_step_time_s'] * 1e3:.1f}"
         print(
-            f"| {r['step']} | {r['loss']:.3f} | {r['agreement']:.3f} | {r['switch_agreement']:.3f} | {ms} | {r['ops_per_device']} |"
+            f"| {r['step']} | {r['loss']:.3f} | {r['agreement']:.3f} | {r['switch_agreement']:.3f} | {ms} | "
+            f"{r['ops_per_device']} |"
         )
     return 0
 

@@ -1,7 +1,7 @@
 #!/usr/bin/env python
 """Reproduce the paper's Table 1 in the simulator: heuristics, RL (seq2seq, hierarchical), the bound.
 
-    python scripts/reproduce_paper.py                       # 4 models x (k80x2, k80x4, v100x4, h100x8), < 1 h on 2 cores
+    python scripts/reproduce_paper.py  # 4 models x (k80x2, k80x4, v100x4, h100x8), < 1 h on 2 cores
     python scripts/reproduce_paper.py --graphs nmt-2 --clusters k80x4 --time-budget 20
     python scripts/reproduce_paper.py --json > table1.json
 

@@ -46,7 +46,8 @@ def place(path: str) -> None:
 
 
 def score(path: str) -> dict:
-    """``key -> [node-order step, planned-order step]`` (seconds) under the importable simulator, and its model version."""
+    """``key -> [node-order step, planned-order step]`` (seconds) under the importable simulator, and its model
+    version."""
     import envs
     import graphs
     from envs.sim.simulator import MODEL_VERSION

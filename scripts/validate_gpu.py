@@ -1,4 +1,5 @@
-"""Does the calibrated simulator rank, predict and size real steps on one GPU and its host, on models it was not tuned on?
+"""Does the calibrated simulator rank, predict and size real steps on one GPU and its host, on models it was not tuned
+on?
 
 For each model, on the cluster ``h200x1`` (``cpu:0`` + ``gpu:0``, run as ``cpu`` +
 ``cuda:0``): profile it once on both torch devices (``envs.real.profiler``: kernels,
@@ -188,7 +189,8 @@ def rescore_model(name: str, group: str, args: argparse.Namespace) -> dict:
     graph = capture(model, inputs, name=name)
     if prof.get("graph_hash") != graph.content_hash:
         raise PlacerError(
-            f"{prof_path}: profiled graph {prof.get('graph_hash')}, not {name} ({args.size}) as captured here ({graph.content_hash})"
+            f"{prof_path}: profiled graph {prof.get('graph_hash')}, not {name} ({args.size}) as captured here "
+            f"({graph.content_hash})"
         )
     rows = runs.resimulated(graph, prof, rows, envs.resolve_cluster(args.cluster), args.device_map)
     log(f"[{name}] rescored {len(rows)} measured placements with {prof_path}")
@@ -216,7 +218,8 @@ def refit_contention(items: list[dict], args: argparse.Namespace) -> dict | None
     if fitted is None:
         return None
     log(
-        f"host contention fitted on {', '.join(fitted['models'])}: {fitted['op']} (mean MAPE {100 * fitted['mape']:.1f}%, "
+        f"host contention fitted on {', '.join(fitted['models'])}: {fitted['op']} (mean MAPE "
+        f"{100 * fitted['mape']:.1f}%, "
         f"their probes {100 * (fitted['probe_mape'] or float('nan')):.1f}%)"
     )
     if fitted["op"] != contention.PROBE:
@@ -239,7 +242,8 @@ def header(args: argparse.Namespace, device: str) -> str:
         f"steps and {args.warmup_s:g} s; {args.cpus} host threads; "
     )
     return (
-        f"Calibrated simulator vs real steps on {device} (cluster {args.cluster}, `--device-map {args.device_map}`, size {args.size}; "
+        f"Calibrated simulator vs real steps on {device} (cluster {args.cluster}, `--device-map "
+        f"{args.device_map}`, size {args.size}; "
         f"{how}`{' '.join(args.command)}`)."
     )
 
@@ -271,7 +275,8 @@ def summary_doc(models: list[dict], summary: dict, args: argparse.Namespace, dev
 
 
 def merged_summary(path: str, rows: list[dict], args: argparse.Namespace, device: str) -> dict:
-    """``summary.json``: this run's models replace their earlier entries; other models' stay (one model per call works)."""
+    """``summary.json``: this run's models replace their earlier entries; other models' stay (one model per call
+    works)."""
     from graphs.io import read_json
 
     doc = read_json(path) if os.path.exists(path) else {}
@@ -315,7 +320,8 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
         "--tolerance",
         type=float,
         default=1e-3,
-        help="apply check: an error against float64 always allowed, beside twice the float32 CPU model's own (default 1e-3)",
+        help="apply check: an error against float64 always allowed, beside twice the float32 CPU model's own "
+        "(default 1e-3)",
     )
     p.add_argument(
         "--cpus",
@@ -422,7 +428,8 @@ def run(args: argparse.Namespace) -> int:
     os.makedirs(args.out_dir, exist_ok=True)
     device = device_name(args)
     log(
-        f"validate_gpu: {device}; held out {', '.join(args.held) or 'none'}; tuned {', '.join(args.tuned) or 'none'} ({args.size})"
+        f"validate_gpu: {device}; held out {', '.join(args.held) or 'none'}; tuned "
+        f"{', '.join(args.tuned) or 'none'} ({args.size})"
     )
     items, failures = [], []
     path = os.path.join(args.out_dir, "summary.json")
@@ -432,7 +439,8 @@ def run(args: argparse.Namespace) -> int:
             figures, rows, prof, graph = run_model(name, group_of(name, args), args)
         except KeyboardInterrupt:  # the deadline (gpu_validate.sh): keep what is done, write the run's figures
             log(
-                f"[{name}] stopped at the deadline after {time.time() - t0:.0f}s; reporting the {len(items)} model(s) done"
+                f"[{name}] stopped at the deadline after {time.time() - t0:.0f}s; reporting the {len(items)} "
+                "model(s) done"
             )
             failures.append(f"{name}: stopped at the deadline")
             break

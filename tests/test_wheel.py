@@ -18,7 +18,8 @@ MOVED_OUT = {"placer/report.py", "placer/scale.py", "placer/search.py", "placer/
 
 
 def _tracked_tree(dest: Path) -> Path:
-    """The checkout's files (tracked, or new and not ignored), copied to ``dest`` (so the build leaves the checkout untouched)."""
+    """The checkout's files (tracked, or new and not ignored), copied to ``dest`` (so the build leaves the checkout
+    untouched)."""
     files = subprocess.run(
         ["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
         cwd=ROOT,

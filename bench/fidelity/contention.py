@@ -25,7 +25,8 @@ import numpy as np
 from bench.fidelity import runs
 from bench.fidelity.report import model_figures
 
-#: ``contention_op`` values tried beside each model's own probe (a host op runs ``1 + op`` times slower while overlapped).
+#: ``contention_op`` values tried beside each model's own probe (a host op runs ``1 + op`` times slower while
+#: overlapped).
 GRID = (0.0, 0.5, 1.0, 2.0, 4.0, 8.0, 12.0, 16.0, 24.0, 32.0, 48.0, 64.0, 96.0)
 PROBE = "probe"
 
@@ -36,7 +37,8 @@ def host_names(prof: Mapping[str, Any]) -> list[str]:
 
 
 def with_contention(prof: Mapping[str, Any], op: float | str) -> dict[str, Any]:
-    """A copy of ``prof`` whose hosts' ``contention.op`` is ``op`` (``PROBE``: as probed), the probe kept as ``op_probe``."""
+    """A copy of ``prof`` whose hosts' ``contention.op`` is ``op`` (``PROBE``: as probed), the probe kept as
+    ``op_probe``."""
     out = copy.deepcopy(dict(prof))
     for d in host_names(out):
         c = out["devices"][d]["contention"]

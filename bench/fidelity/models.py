@@ -139,9 +139,9 @@ SIZES = {"small": SMALL, "medium": MEDIUM}  # and "full": the zoo's own sizes
 
 def _hf(family: str, config: dict[str, Any]) -> Any:
     """A Hugging Face Llama (causal LM) or BERT (masked LM) from a config, its loss as the output (dropout 0)."""
-    from bench.corpus import LossOf, _transformers  # transformers loads only for these two
+    from bench.corpus import LossOf, load_transformers  # transformers loads only for these two
 
-    tf = _transformers()
+    tf = load_transformers()
     if family == "llama":
         return LossOf(tf.LlamaForCausalLM(tf.LlamaConfig(**config, attention_dropout=0.0, use_cache=False)))
     cfg = tf.BertConfig(**config, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
@@ -168,7 +168,8 @@ def build(name: str, size: str) -> tuple[Any, tuple]:
 
 
 def model_names(text: str, size: str, option: str = "--models", *, empty_ok: bool = False) -> list[str]:
-    """The comma-separated model names of ``option``, each one :func:`build` knows at ``size``; else PlacerError (one line)."""
+    """The comma-separated model names of ``option``, each one :func:`build` knows at ``size``; else PlacerError (one
+    line)."""
     names = [m.strip() for m in text.split(",") if m.strip()]
     known = set(SIZES[size]) if size in SIZES else set(zoo_names())
     unknown = [m for m in names if m not in known]

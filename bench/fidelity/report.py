@@ -97,16 +97,20 @@ def _model_line(m: Mapping[str, Any]) -> str:
     rng_s = "—" if rng is None else f"{rng[0] * 1e3:.1f}-{rng[1] * 1e3:.1f} ms"
     return (
         f"| {m['group']} | {m['model']} | {m.get('ops', '?')} | {s['n']} | {_f(s['spearman'], '.3f')}"
-        f"{_mark(p['spearman'] if np.isfinite(s['spearman']) else None)} | {_f(s['mape'], '.1f', 100, '%')}{_mark(p['mape'])} | "
-        f"{_f(s['best_ratio'], '.3f')}{_mark(p['best_ratio'])} | {_f(rep['median'], '.1f', 100, '%')} / {_f(rep['max'], '.1f', 100, '%')} "
+        f"{_mark(p['spearman'] if np.isfinite(s['spearman']) else None)} | "
+        f"{_f(s['mape'], '.1f', 100, '%')}{_mark(p['mape'])} | "
+        f"{_f(s['best_ratio'], '.3f')}{_mark(p['best_ratio'])} | {_f(rep['median'], '.1f', 100, '%')} / "
+        f"{_f(rep['max'], '.1f', 100, '%')} "
         f"(n {rep['n']}){_mark(rep['pass'])}, drift {_f(rep['drift_median'], '.1f', 100, '%')} | "
-        f"{_f(mem['median_abs'], '.1f', 100, '%')} / {_f(mem['max_abs'], '.1f', 100, '%')} ({mem['within']} of {mem['n']}){_mark(mem['pass'])} | "
+        f"{_f(mem['median_abs'], '.1f', 100, '%')} / {_f(mem['max_abs'], '.1f', 100, '%')} ({mem['within']} of "
+        f"{mem['n']}){_mark(mem['pass'])} | "
         f"{gpu_s} | {rng_s} |"
     )
 
 
 def markdown(models: Sequence[Mapping[str, Any]], summary: Mapping[str, Any], header: str) -> str:
-    """The report: eager figures per model (held-out first), the dataflow model's, orders, the apply checks, failures."""
+    """The report: eager figures per model (held-out first), the dataflow model's, orders, the apply checks,
+    failures."""
     t = TARGETS
     ordered = sorted(models, key=lambda m: (m["group"] == "tuned", m["model"]))
     lines = [
@@ -120,19 +124,23 @@ def markdown(models: Sequence[Mapping[str, Any]], summary: Mapping[str, Any], he
     lines += [_model_line(m) for m in ordered]
     lines += [
         "",
-        "| group | worst Spearman | worst MAPE | worst sim-best / real-best | worst repeat median | worst memory error |",
+        "| group | worst Spearman | worst MAPE | worst sim-best / real-best | worst repeat median | worst "
+        "memory error |",
         "|---|---:|---:|---:|---:|---:|",
     ]
     for g, s in summary["groups"].items():
         lines.append(
-            f"| {g} ({', '.join(s['models'])}) | {_f(s['spearman_min'], '.3f')} | {_f(s['mape_max'], '.1f', 100, '%')} | "
-            f"{_f(s['best_ratio_max'], '.3f')} | {_f(s['repeat_median_max'], '.1f', 100, '%')} | {_f(s['memory_max_abs'], '.1f', 100, '%')} |"
+            f"| {g} ({', '.join(s['models'])}) | {_f(s['spearman_min'], '.3f')} | "
+            f"{_f(s['mape_max'], '.1f', 100, '%')} | "
+            f"{_f(s['best_ratio_max'], '.3f')} | {_f(s['repeat_median_max'], '.1f', 100, '%')} | "
+            f"{_f(s['memory_max_abs'], '.1f', 100, '%')} |"
         )
     lines += [
         "",
         "Dataflow executor (TensorFlow's, for comparison): "
         + "; ".join(
-            f"{m['model']} {_f(m['executors']['dataflow']['spearman'], '.3f')} / {_f(m['executors']['dataflow']['mape'], '.1f', 100, '%')}"
+            f"{m['model']} {_f(m['executors']['dataflow']['spearman'], '.3f')} / "
+            f"{_f(m['executors']['dataflow']['mape'], '.1f', 100, '%')}"
             for m in ordered
             if m["executors"].get("dataflow")
         ),
@@ -174,7 +182,8 @@ def _order_lines(models: Sequence[Mapping[str, Any]], orders: Mapping[str, Any])
     rec = orders["record"]
     lines = [
         "",
-        f"Issue orders run for real against node order (interleaved; planned / node, target ≤ {1 + TARGETS['order_slack']:g} "
+        "Issue orders run for real against node order (interleaved; planned / node, target ≤ "
+        f"{1 + TARGETS['order_slack']:g} "
         f"for the orders the planner keeps). Margin from the tuned models' checks: {rec['margin']:.3f} "
         f"(simulator model {rec['model_version']}); on the held-out models it keeps {orders['held_out_kept']} of "
         f"{orders['held_out_checks']} orders, the slowest kept at {_f(orders['held_out_worst_kept'], '.3f')} "

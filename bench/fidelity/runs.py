@@ -30,8 +30,8 @@ def log(msg: str) -> None:
 
 # ---------------------------------------------------------------- calibration
 def profiled(name: str, args: Any, model, inputs: tuple, graph, work: str) -> dict:
-    """The model's profile on ``args.torch_devices``: the one in ``work`` if it is this graph's and covers them, else a new one
-    (with ``args.cpus`` intra-op threads, the measurement's)."""
+    """The model's profile on ``args.torch_devices``: the one in ``work`` if it is this graph's and covers them, else a
+    new one (with ``args.cpus`` intra-op threads, the measurement's)."""
     import torch
 
     from envs.real.profiler import check_profile, load_profile, profile_model, save_profile
@@ -155,7 +155,8 @@ def candidates(name: str, args: Any, graph, logical, model, work: str) -> list[d
 
 
 def learn(name: str, args: Any, graph, logical, heuristic: str | None, work: str):
-    """The learned placement: a short ``placer.train`` run on the calibrated simulator (reused when its run finished)."""
+    """The learned placement: a short ``placer.train`` run on the calibrated simulator (reused when its run
+    finished)."""
     from graphs.plan import Placement
     from placer.learn.config import TrainConfig
     from placer.learn.loop import train
@@ -339,7 +340,8 @@ def resimulated(graph, prof: dict, rows_: list[dict], cluster, device_map) -> li
 def rows(
     name: str, group: str, args: Any, logical, cands: list[dict], measured: dict[str, dict], sims: list[dict]
 ) -> list[dict]:
-    """One row per candidate: what it is, its real step (and its second build's, its node order's), its simulated ones."""
+    """One row per candidate: what it is, its real step (and its second build's, its node order's), its simulated
+    ones."""
     by_cand: dict[int, dict[str, dict]] = {}
     for m in measured.values():
         by_cand.setdefault(m["cand"], {})[m["what"]] = m

@@ -144,7 +144,8 @@ def memory(rows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
 
 
 def order_checks(rows: Sequence[Mapping[str, Any]], model: str) -> list[dict[str, Any]]:
-    """Each placement measured in its planned issue order and in node order: simulated and real ratios (planned / node)."""
+    """Each placement measured in its planned issue order and in node order: simulated and real ratios (planned /
+    node)."""
     out = []
     for r in rows:
         node = r.get("node_order") or {}

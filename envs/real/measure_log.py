@@ -27,7 +27,8 @@ LOG_NAME = "measurements.jsonl"
 def placement_key(
     placement: Any, graph: OpGraph, device_names: list[str], source: str
 ) -> tuple[str, dict[str, str], list[str] | None]:
-    """(placement hash, op name -> device, op names in issue order or None) of a placement, checked against the graph."""
+    """(placement hash, op name -> device, op names in issue order or None) of a placement, checked against the
+    graph."""
     idx = as_indices(placement, graph, device_names, source=source)
     devs = [device_names[i] for i in idx.tolist()]
     order = getattr(placement, "order", None)

@@ -55,8 +55,8 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 import ray
-import ray._private.worker as ray_worker
-from ray._private import ray_constants
+import ray._private.worker as ray_worker  # noqa: PLC2701 (ray has no public equivalent)
+from ray._private import ray_constants  # noqa: PLC2701 (ray has no public equivalent)
 from ray.exceptions import RayActorError, RayTaskError, RuntimeEnvSetupError
 
 from envs.real.measure_log import (  # noqa: F401
@@ -248,7 +248,8 @@ class MeasuredEnv(RecordedMeasurements):
         return ray
 
     def _ray_temp_dir(self) -> str:
-        """The local Ray's session directory (:func:`envs.real.ray_access.ray_temp_dir`); a private one is removed by close()."""
+        """The local Ray's session directory (:func:`envs.real.ray_access.ray_temp_dir`); a private one is removed by
+        close()."""
         path, private = ray_temp_dir(self.run_dir)
         if private:
             self._ray_tmp = path
@@ -420,7 +421,8 @@ class MeasuredEnv(RecordedMeasurements):
             return -1
         if value != self.graph.content_hash:
             raise PlacerError(
-                f"measured env: a worker captured graph {value}, not {self.graph.content_hash} (different torch version?)"
+                f"measured env: a worker captured graph {value}, not {self.graph.content_hash} (different "
+                "torch version?)"
             )
         return i
 

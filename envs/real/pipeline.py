@@ -185,7 +185,8 @@ def _stage_nodes(nodes: list[fx.Node], stages: Sequence[str]) -> list[int]:
 
 
 class _StageRunner:
-    """One microbatch of a placed program, run a slice of its nodes at a time (an ``fx.Interpreter`` with its own values)."""
+    """One microbatch of a placed program, run a slice of its nodes at a time (an ``fx.Interpreter`` with its own
+    values)."""
 
     PENDING = object()  # what run() returns before the output node has run
 
@@ -227,7 +228,8 @@ class _GradientOne(torch.autograd.Function):
     def backward(ctx: Any, grad: torch.Tensor) -> torch.Tensor:
         if not bool(torch.all(grad == 1)):
             raise PlacerError(
-                "a plan with fewer microbatches in flight than microbatches ran the first ones' backward with gradient 1 "
+                "a plan with fewer microbatches in flight than microbatches ran the first ones' backward with "
+                "gradient 1 "
                 "inside the step; call backward() on its loss unscaled (scale the learning rate instead)"
             )
         return grad

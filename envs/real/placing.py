@@ -11,7 +11,7 @@ names, i.e. ``OpGraph.names``:
 * every placed ``call_function`` node runs on its device: a ``device=`` keyword
   (factory ops such as ``aten.ones``) is rewritten to it, and each tensor argument
   produced on another logical device is copied there by one inserted
-  ``_to_device`` node per (tensor, device), shared by all consumers on that device;
+  ``to_device`` node per (tensor, device), shared by all consumers on that device;
 * a parameter or buffer lives on the device of its first consumer (the op that
   "owns" it in ``OpGraph.param_bytes``); other consumers read a differentiable
   ``.to()`` copy, so gradients flow back into the one master tensor;
@@ -31,7 +31,7 @@ names, i.e. ``OpGraph.names``:
   they draw the same numbers. Where the order crosses one, the later op waits (the
   rest of the order is followed as given); ``gm.meta[ORDER_META]`` is the order run.
 
-Copies avoid host synchronisation where torch allows (:func:`_to_device`): GPU->GPU
+Copies avoid host synchronisation where torch allows (:func:`to_device`): GPU->GPU
 copies are ``non_blocking`` peer copies, host->GPU copies go from pinned memory
 with ``non_blocking=True``, and GPU->host copies stay synchronous, as the host op
 that reads the result needs the data at once.
@@ -121,7 +121,7 @@ def check_available(devices: Mapping[str, torch.device]) -> None:
 
 # ------------------------------------------------------------------ transfers
 def copy_kind(src: torch.device, dst: torch.device) -> str:
-    """How :func:`_to_device` copies a tensor from ``src`` to ``dst``.
+    """How :func:`to_device` copies a tensor from ``src`` to ``dst``.
 
     ``"same"``: no copy; ``"peer"``: GPU->GPU, ``non_blocking``; ``"pinned"``: host->GPU
     from pinned memory, ``non_blocking``; ``"sync"``: any other pair (GPU->host, which
@@ -172,16 +172,16 @@ def staged(t: torch.Tensor) -> torch.Tensor:
     return buffer.copy_(t)
 
 
-def _to_device(value: Any, device: str | torch.device) -> Any:
+def to_device(value: Any, device: str | torch.device) -> Any:
     """Copy a tensor (or a tuple/list of them) to ``device``; other values pass through.
 
-    >>> _to_device((torch.ones(1), [torch.zeros(2), 3]), "cpu")
+    >>> to_device((torch.ones(1), [torch.zeros(2), 3]), "cpu")
     (tensor([1.]), [tensor([0., 0.]), 3])
     """
     if isinstance(value, torch.Tensor):
         return _copy_tensor(value, torch.device(device))
     if isinstance(value, (tuple, list)):
-        return type(value)(_to_device(v, device) for v in value)
+        return type(value)(to_device(v, device) for v in value)
     return value
 
 
@@ -192,7 +192,8 @@ def _write_back(master: torch.Tensor, copy: torch.Tensor) -> None:
 
 
 def _written_args(node: fx.Node) -> list[fx.Node]:
-    """Node arguments that ``node`` mutates in place (:func:`graphs.ops.written_arguments`: schema and known composites)."""
+    """Node arguments that ``node`` mutates in place (:func:`graphs.ops.written_arguments`: schema and known
+    composites)."""
     written = [
         node.args[i] if i < len(node.args) else node.kwargs.get(name) for i, name in written_arguments(node.target)
     ]
@@ -340,7 +341,7 @@ class _Copies:
         if key not in self.made:
             with self.graph.inserting_before(before):
                 copy = self.graph.create_node(
-                    "call_function", _to_device, (arg, str(torch_dev)), name=f"{arg.name}_to_{dev.replace(':', '')}"
+                    "call_function", to_device, (arg, str(torch_dev)), name=f"{arg.name}_to_{dev.replace(':', '')}"
                 )
             copy.meta[MOVE_META] = (arg.name, dev)
             copy.meta[DEVICE_META] = dev
@@ -351,7 +352,8 @@ class _Copies:
         return self.made[key]
 
     def written(self, node: fx.Node, original_args: list[fx.Node], dev: str) -> None:
-        """After an op that writes in place: drop stale copies of what it wrote; push a write on a copy back into its master."""
+        """After an op that writes in place: drop stale copies of what it wrote; push a write on a copy back into its
+        master."""
         inverse = {self.made[(a, dev)]: a for a in original_args if (a, dev) in self.made}
         for w in _written_args(node):
             master = inverse.get(w, w)

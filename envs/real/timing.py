@@ -131,7 +131,8 @@ class Protocol:
 
 @contextlib.contextmanager
 def no_gc(on: bool = True) -> Iterator[None]:
-    """Collect now, then keep Python's garbage collector off inside the block (restored after); ``on=False``: nothing."""
+    """Collect now, then keep Python's garbage collector off inside the block (restored after); ``on=False``:
+    nothing."""
     if not on:
         yield
         return
@@ -406,9 +407,11 @@ def measure_interleaved(
 
 
 def summarize_blocks(blocks: Sequence[dict]) -> dict[str, Any]:
-    """One run's blocks (:func:`measure_interleaved`) as its measurement: the median step, the per-round medians, the peaks.
+    """One run's blocks (:func:`measure_interleaved`) as its measurement: the median step, the per-round medians, the
+    peaks.
 
-    >>> s = summarize_blocks([{"step_times_s": [3.0, 1.0], "peak_bytes": {"gpu:0": 5}}, {"step_times_s": [2.0], "peak_bytes": {"gpu:0": 7}}])
+    >>> s = summarize_blocks([{"step_times_s": [3.0, 1.0], "peak_bytes": {"gpu:0": 5}},
+    ...                       {"step_times_s": [2.0], "peak_bytes": {"gpu:0": 7}}])
     >>> s["status"], s["step_time_s"], s["round_medians_s"], s["peak_bytes"]
     ('ok', 2.0, [2.0, 2.0], {'gpu:0': 7})
     """

@@ -59,7 +59,8 @@ _US = 1e6  # the programs are solved in microseconds, so that their numbers are 
 
 
 class TaskGraph:
-    """The step's ``2 n`` tasks (forward ``v``, backward ``n + v``), their edges and copy bytes, in a topological order."""
+    """The step's ``2 n`` tasks (forward ``v``, backward ``n + v``), their edges and copy bytes, in a topological
+    order."""
 
     def __init__(self, graph: OpGraph, grad: np.ndarray) -> None:
         n = self.n = graph.num_ops
@@ -131,7 +132,7 @@ def _longest_path(
 
 
 @contextlib.contextmanager
-def _quiet_stdout() -> Iterator[None]:
+def quiet_stdout() -> Iterator[None]:
     """Send the process's standard output to the null device meanwhile: HiGHS's MIP solver prints debugging lines
     to it from C++ whatever its options, which would corrupt a command's ``--json`` output."""
     sys.stdout.flush()
@@ -267,7 +268,7 @@ def block_windows_s(
     A = sparse.csr_matrix((vals, (rows, cols)), shape=(len(lo), nv))
     objective = np.zeros(nv)
     objective[windows] = 1.0
-    with _quiet_stdout():
+    with quiet_stdout():
         res = milp(
             objective,
             constraints=LinearConstraint(A, lo, hi),

@@ -337,7 +337,8 @@ def task_windows(
 
 
 def _overloaded(T: float, head: np.ndarray, tail: np.ndarray, p: np.ndarray, capacity: float, windows: int) -> bool:
-    """Whether some window ``[t1, t2]`` is owed more work than ``capacity`` devices do in it, if every task ends by ``T``.
+    """Whether some window ``[t1, t2]`` is owed more work than ``capacity`` devices do in it, if every task ends by
+    ``T``.
 
     A task with release ``r = head``, deadline ``d = T - tail`` and duration ``p``
     overlaps ``[t1, t2]`` by at least ``max(0, min(t2 - t1, p, r + p - t1, t2 - d + p))``
@@ -424,8 +425,8 @@ class LowerBound(float):
 
     Attributes:
         name: the bound that gave the value (``"critical path"``, ``"communicating path"``, ``"work"``,
-            ``"energetic"``, ``"host issue + backward path"``, ``"host issue + backward work"``, ``"host issue + path"``,
-            ``"blocks"``).
+            ``"energetic"``, ``"host issue + backward path"``, ``"host issue + backward work"``,
+            ``"host issue + path"``, ``"blocks"``).
         parts: every bound computed, name -> seconds (updates included).
         previous: the bound of earlier releases (critical path or work, plus updates).
         previous_name: its name.

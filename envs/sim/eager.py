@@ -1,4 +1,5 @@
-"""The eager executor model (simulator model 4), written out in plain Python: the reference the kernel is tested against.
+"""The eager executor model (simulator model 4), written out in plain Python: the reference the kernel is tested
+against.
 
 It models the module :func:`placer.apply` builds, as eager PyTorch runs it. One
 host thread runs the FX graph node by node in an issue ``order`` (a topological
@@ -190,14 +191,16 @@ class _EagerRun:
 
     # --------------------------------------------------------------- backward
     def backward(self, ops: list[int], h_f: float) -> float:
-        """One ``backward()`` call over ``ops`` from host clock ``h_f``; returns when it does (every task dispatched)."""
+        """One ``backward()`` call over ``ops`` from host clock ``h_f``; returns when it does (every task
+        dispatched)."""
         call = _BackwardCall(self, ops, h_f)
         call.run()
         self._silent(ops, h_f)
         return max(call.clock)
 
     def _silent(self, ops: list[int], h_f: float) -> None:
-        """Times of what runs nothing: backwards of ops without one, and gradient copies no consumer sends (reverse order)."""
+        """Times of what runs nothing: backwards of ops without one, and gradient copies no consumer sends (reverse
+        order)."""
         p, end = self.p, self.end
         for j in reversed(ops):
             by_dev: dict[int, float] = {}
@@ -341,7 +344,8 @@ class _BackwardCall:
                 self._off_thread_copy(g)
 
     def _dep_done(self, task: int, at: float) -> bool:
-        """One dependency of ``task`` done at ``at``; True (and ``task`` queued, if on a thread) once it has none left."""
+        """One dependency of ``task`` done at ``at``; True (and ``task`` queued, if on a thread) once it has none
+        left."""
         self.ready[task] = max(self.ready[task], at)
         self.pend[task] -= 1
         if self.pend[task]:

@@ -211,7 +211,8 @@ def _release(u, out_ptr, out_dst, end):
 
 @njit(cache=True)
 def _peak(dev, p, n, D, act_b, grad, kept, out_ptr, out_dst, tcount, tbytes, start, end):
-    """Peak live bytes on ``dev`` (without static bytes): the sweep of envs.sim.memory (``kept``: saved for backward)."""
+    """Peak live bytes on ``dev`` (without static bytes): the sweep of envs.sim.memory (``kept``: saved for
+    backward)."""
     nD = n * D
     m = 0
     for i in range(n):

@@ -18,7 +18,8 @@ from envs.sim.compiled import _pop, _push, njit
 
 @njit(cache=True)
 def _count(p, n, D, out_ptr, out_dst, out_eb, tcount, tbytes, gpend):
-    """Fill ``tcount``/``tbytes`` (consumers of ``u`` on remote ``d``, largest edge) and zero ``gpend`` of every used slot."""
+    """Fill ``tcount``/``tbytes`` (consumers of ``u`` on remote ``d``, largest edge) and zero ``gpend`` of every used
+    slot."""
     for u in range(n):
         pu = p[u]
         for k in range(out_ptr[u], out_ptr[u + 1]):
@@ -216,7 +217,8 @@ def _dep_done(task, at, pend, ready, n, D, p, host, q):
 
 @njit(cache=True)
 def _next(q):
-    """``(thread, time)`` of the next dispatch: the thread that can start a task earliest (ties: the lowest); -1 if none."""
+    """``(thread, time)`` of the next dispatch: the thread that can start a task earliest (ties: the lowest); -1 if
+    none."""
     fut, avl, base, nf, na, clock, seq = q
     best = -1
     when = np.inf
@@ -307,7 +309,8 @@ def _released(
     j, done, e, n, D, p, host, in_ptr, in_src, grad, lat, bw, tbytes, gpend, pend, ready, free, start, end, q, t_end
 ):
     """What ``bwd j`` (issued at ``done``, its kernel ending at ``e``) makes ready: its producers' backwards on its
-    device, the gradient copies to the others (a peer or host -> host copy runs at once, on no thread). Returns t_end."""
+    device, the gradient copies to the others (a peer or host -> host copy runs at once, on no thread). Returns
+    t_end."""
     d = p[j]
     for k in range(in_ptr[j], in_ptr[j + 1]):
         u = in_src[k]
@@ -368,7 +371,8 @@ def _eager_bwd(
     h,
     t_end,
 ):
-    """One ``backward()`` call over ``order[lo:hi]`` made at host time ``h``; returns ``(h, t_end)`` (see :mod:`envs.sim.eager`).
+    """One ``backward()`` call over ``order[lo:hi]`` made at host time ``h``; returns ``(h, t_end)`` (see
+    :mod:`envs.sim.eager`).
 
     ``hc``: :class:`envs.cost.HostCosts` as a ``[4, D]`` array; ``fut``/``avl``: heap storage (``2 * ntask`` floats
     each); ``pend``/``ready``: per task id.
@@ -438,7 +442,8 @@ def _eager_bwd(
 
 @njit(cache=True)
 def _silent(p, order, lo, hi, n, D, out_ptr, out_dst, grad, pend, gpend, gready, start, end, h_f, t_end):
-    """Times of what runs nothing, in reverse order: backwards of ops without one, and copies of gradients no consumer sends."""
+    """Times of what runs nothing, in reverse order: backwards of ops without one, and copies of gradients no consumer
+    sends."""
     nD = n * D
     for x in range(hi - 1, lo - 1, -1):
         j = order[x]

@@ -113,7 +113,8 @@ def peak_bytes(
     kept: np.ndarray | None = None,
     consumers: tuple[np.ndarray, np.ndarray] | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
-    """Peak bytes per device (static + the sweep) and the time of each peak (``grad``, ``kept``: see :func:`memory_events`)."""
+    """Peak bytes per device (static + the sweep) and the time of each peak (``grad``, ``kept``: see
+    :func:`memory_events`)."""
     (ad, at, ab), (fd, ft, fb) = memory_events(schedule, act_bytes, num_devices, grad, kept, consumers)
     peaks = np.asarray(static_per_device, dtype=np.int64).copy()
     when = np.zeros(num_devices)

@@ -241,7 +241,8 @@ class SimEnv:
         return self._simulated[0]
 
     def _for(self, placement: Any) -> "SimEnv":
-        """The env that scores ``placement``: this one, or its twin for the placement's ``microbatches`` and ``inflight``."""
+        """The env that scores ``placement``: this one, or its twin for the placement's ``microbatches`` and
+        ``inflight``."""
         M = getattr(placement, "microbatches", None)
         if M is None:
             return self
@@ -261,7 +262,8 @@ class SimEnv:
         return out
 
     def update_transient(self, op_devices: np.ndarray) -> np.ndarray:
-        """Bytes the optimizer step allocates beside the static state, per device (:func:`envs.cost.update_transient_bytes`)."""
+        """Bytes the optimizer step allocates beside the static state, per device
+        (:func:`envs.cost.update_transient_bytes`)."""
         return cost.update_transient_bytes(
             self.sim_graph.param_bytes, op_devices, [k == "cpu" for k in self.cluster.kinds]
         )
@@ -532,7 +534,8 @@ class SimEnv:
         return cands[names[best]], names[best], float(times[best])
 
     def lower_bound(self, blocks_s: float = 0.0) -> float:
-        """:func:`envs.sim.bound.lower_bound` for this graph, cluster and executor (cached; a :class:`envs.sim.bound.LowerBound`).
+        """:func:`envs.sim.bound.lower_bound` for this graph, cluster and executor (cached; a
+        :class:`envs.sim.bound.LowerBound`).
 
         ``blocks_s`` > 0: with the block bound, its programs given that many seconds (:mod:`envs.sim.blocks`).
         """

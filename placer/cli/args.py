@@ -65,7 +65,8 @@ def profiled(graph: OpGraph, cluster: Any, profile: str | None, device_map: str 
 
 
 def captured(source: str, progress: Any) -> OpGraph:
-    """SOURCE's graph, with a line on ``progress`` (a :class:`placer.learn.progress.Progress`) before and after a capture."""
+    """SOURCE's graph, with a line on ``progress`` (a :class:`placer.learn.progress.Progress`) before and after a
+    capture."""
     if not sources.will_capture(source):
         return sources.resolve_graph(source)
     once = f"once: cached in {zoo.cache_dir()}" if source in zoo.names() else "a minute for a large model"

@@ -66,7 +66,8 @@ def add_command(sub: argparse._SubParsersAction) -> None:
         action="append",
         default=[],
         metavar="[METHOD.]KEY=VALUE",
-        help="an option for every method that takes KEY (or for METHOD only), e.g. time_limit_s=30 or ilp.num_workers=2 (repeatable)",
+        help="an option for every method that takes KEY (or for METHOD only), e.g. time_limit_s=30 or "
+        "ilp.num_workers=2 (repeatable)",
     )
     p.add_argument(
         "--score-order",
@@ -110,7 +111,8 @@ def _microbatches(text: str) -> list[int]:
 
 
 def _options(items: list[str], methods: list[str] | None) -> dict[str, dict]:
-    """``--option`` values per method: ``KEY=VALUE`` for every method whose function takes KEY, ``METHOD.KEY=VALUE`` for one."""
+    """``--option`` values per method: ``KEY=VALUE`` for every method whose function takes KEY, ``METHOD.KEY=VALUE`` for
+    one."""
     names = methods if methods is not None else registry.names()
     out: dict[str, dict] = {}
     for item in items:
@@ -162,7 +164,8 @@ def run(args: argparse.Namespace) -> int:
     best = report.best()
     order = "; each placement in its planned issue order" if report.score_order == "planned" else ""
     print(
-        f"{report.graph} ({graph.num_ops} ops) on {report.cluster}; scored by the simulator ({report.executor} executor{order}), "
+        f"{report.graph} ({graph.num_ops} ops) on {report.cluster}; scored by the simulator ({report.executor} "
+        f"executor{order}), "
         f"seed {report.seed}"
     )
     print(report.table())

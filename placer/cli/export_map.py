@@ -87,7 +87,8 @@ def run(args: argparse.Namespace) -> int:
     elif t0 is not None:
         print(
             f"simulated step: placement {placed}, device map {t1 * 1e3:.3f} ms "
-            f"(gives up {(t1 - t0) * 1e3:+.3f} ms, {100 * (t1 - t0) / t0:+.1f}%); placer.apply runs the placement itself"
+            f"(gives up {(t1 - t0) * 1e3:+.3f} ms, {100 * (t1 - t0) / t0:+.1f}%); placer.apply runs the "
+            "placement itself"
         )
     else:
         print(f"simulated step: placement {placed}, device map {t1 * 1e3:.3f} ms")

@@ -1,4 +1,5 @@
-"""``placer inspect``: a graph's sizes, parameters, FLOPs, activation bytes and op types, and the simulator's view of it.
+"""``placer inspect``: a graph's sizes, parameters, FLOPs, activation bytes and op types, and the simulator's view of
+it.
 
 For one cluster (``--cluster``, default the first preset) it gives the simulator's
 own figures: op times from :func:`envs.cost.op_times` (each op at its fastest
@@ -143,7 +144,8 @@ def format_summary(s: dict[str, Any]) -> str:
         lo = s["largest_op"]
         lines.append(f"largest op   {lo['name']} ({lo['type']}, {flops(lo['flops'])}, module {lo['module'] or '-'})")
     lines.append(
-        f"critical path {cp['length']:,} ops, {flops(cp['flops'])}, {cp['est_time_s'] * 1e3:.2f} ms forward + backward of"
+        f"critical path {cp['length']:,} ops, {flops(cp['flops'])}, {cp['est_time_s'] * 1e3:.2f} ms forward + "
+        "backward of"
         f" {s['est_total_time_s'] * 1e3:.2f} ms total op time on {s['cluster']['name']}, each op on its fastest device"
         f" (parallelism {s['parallelism']:.2f}; simulated step >= {s['lower_bound_s'] * 1e3:.2f} ms)"
     )

@@ -118,7 +118,8 @@ def run(args: argparse.Namespace) -> int:
     )  # the planned order's time ignores memory: say when it does not fit
     timing = f"{step_ms:.3f} ms simulated, eager" if fit.ok else f"{fit.message}; {step_ms:.3f} ms ignoring memory"
     print(
-        f"{args.output}: {args.method} placement of {graph.name or args.graph} ({graph.num_ops} ops) on {cluster.name} ({counts}); "
+        f"{args.output}: {args.method} placement of {graph.name or args.graph} ({graph.num_ops} ops) on "
+        f"{cluster.name} ({counts}); "
         f"issue order: {placement.meta['issue_order']} ({timing})"
     )
     if args.method == "learned":

@@ -85,11 +85,13 @@ def run(args: argparse.Namespace) -> int:
         print(f"  {d:<8} forward {s['fwd_s'] * 1e3:10.2f} ms   backward {s['bwd_s'] * 1e3:10.2f} ms   (sum over ops)")
         if "issue_fwd_s" in s:  # a GPU profiled in context: the host's time to issue those kernels
             print(
-                f"  {'':<8} issue   {s['issue_fwd_s'] * 1e3:10.2f} ms   issue    {s['issue_bwd_s'] * 1e3:10.2f} ms   (host, sum over ops)"
+                f"  {'':<8} issue   {s['issue_fwd_s'] * 1e3:10.2f} ms   issue    "
+                f"{s['issue_bwd_s'] * 1e3:10.2f} ms   (host, sum over ops)"
             )
     for lk in summary["links"]:
         print(
-            f"  {lk['src']} -> {lk['dst']}: {lk['bandwidth_bytes_per_s'] / 1e9:.2f} GB/s, latency {lk['latency_s'] * 1e6:.1f} us"
+            f"  {lk['src']} -> {lk['dst']}: {lk['bandwidth_bytes_per_s'] / 1e9:.2f} GB/s, latency "
+            f"{lk['latency_s'] * 1e6:.1f} us"
         )
     if summary["errors"]:
         print(f"  {summary['errors']} ops could not run on some device (left unknown): see 'errors' in the file")

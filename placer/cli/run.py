@@ -61,7 +61,8 @@ def run(args: argparse.Namespace) -> int:
     unknown = sorted(set(placement.assignment.values()) - set(cluster.device_names))
     if unknown:
         raise PlacerError(
-            f"{args.placement}: uses device {unknown[0]!r}, not in cluster {cluster.name} ({', '.join(cluster.device_names)})"
+            f"{args.placement}: uses device {unknown[0]!r}, not in cluster {cluster.name} "
+            f"({', '.join(cluster.device_names)})"
         )
     devices = resolve_devices(sorted(set(placement.assignment.values())), args.device_map)
     check_available(devices)
@@ -95,7 +96,8 @@ def run(args: argparse.Namespace) -> int:
         result = envs.Result(
             float("inf"),
             status,
-            f"{'out of memory' if status == 'oom' else 'timeout'}: {str(e).splitlines()[0] if str(e) else type(e).__name__}",
+            f"{'out of memory' if status == 'oom' else 'timeout'}: "
+            f"{str(e).splitlines()[0] if str(e) else type(e).__name__}",
             source="measured",
         )
     if args.json:
@@ -107,7 +109,8 @@ def run(args: argparse.Namespace) -> int:
     times = result.extra["step_times_s"]
     print(
         f"{args.source} on {cluster.name} ({placement.method or 'placement'} {args.placement}): "
-        f"step time {result.step_time_s * 1e3:.2f} ms (median of {len(times)}; min {min(times) * 1e3:.2f}, max {max(times) * 1e3:.2f})"
+        f"step time {result.step_time_s * 1e3:.2f} ms (median of {len(times)}; min {min(times) * 1e3:.2f}, max "
+        f"{max(times) * 1e3:.2f})"
     )
     print(f"{'device':<8} {'torch':<8} {'ops':>6} {'peak memory':>14}")
     counts = placement.device_counts()

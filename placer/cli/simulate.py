@@ -23,7 +23,8 @@ def add_command(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "simulate",
         help="simulate one training step of a placed graph",
-        description="Simulate one training step of GRAPH placed by PLACEMENT: step time, lower bound, per-device busy time and peak memory, status.",
+        description="Simulate one training step of GRAPH placed by PLACEMENT: step time, lower bound, per-device "
+        "busy time and peak memory, status.",
     )
     p.add_argument("graph", metavar="GRAPH", help="graph file, zoo name or module:callable")
     p.add_argument("placement", metavar="PLACEMENT", help="placement file (from `placer place` or `placer train`)")
@@ -68,16 +69,19 @@ def run(args: argparse.Namespace) -> int:
         ""
         if env.microbatches == 1
         else (
-            f", {env.microbatches} microbatches ({'fill-drain' if env.inflight == env.microbatches else f'at most {env.inflight} in flight'})"
+            f", {env.microbatches} microbatches "
+            f"({'fill-drain' if env.inflight == env.microbatches else f'at most {env.inflight} in flight'})"
         )
     )
     print(
-        f"{graph.name or args.graph} ({graph.num_ops} ops) on {cluster.name}, placement {args.placement}, {args.executor} executor{plan}"
+        f"{graph.name or args.graph} ({graph.num_ops} ops) on {cluster.name}, placement {args.placement}, "
+        f"{args.executor} executor{plan}"
     )
     if result.ok:
         named = f": {bound.name}" if getattr(bound, "name", "") else ""
         print(
-            f"step time   {result.step_time_s * 1e3:.3f} ms  (lower bound {bound * 1e3:.3f} ms{named}, {result.step_time_s / bound:.2f}x)"
+            f"step time   {result.step_time_s * 1e3:.3f} ms  (lower bound {bound * 1e3:.3f} ms{named}, "
+            f"{result.step_time_s / bound:.2f}x)"
             if bound > 0
             else f"step time   {result.step_time_s * 1e3:.3f} ms"
         )
@@ -88,7 +92,8 @@ def run(args: argparse.Namespace) -> int:
     counts = placement.device_counts()
     for d, name in enumerate(cluster.device_names):
         print(
-            f"{name:<8} {counts.get(name, 0):>6} {result.busy_s[name] * 1e3:>10.3f} {gb(result.peak_bytes[name]):>12} {gb(cluster.memory_bytes[d]):>10}"
+            f"{name:<8} {counts.get(name, 0):>6} {result.busy_s[name] * 1e3:>10.3f} "
+            f"{gb(result.peak_bytes[name]):>12} {gb(cluster.memory_bytes[d]):>10}"
         )
     links = [(k, v) for k, v in result.busy_s.items() if "->" in k]
     if links:

@@ -26,7 +26,7 @@ from placer.learn.config import (
     PolicyOptions,
     RunOptions,
     TrainConfig,
-    _base_type,
+    base_type,
     field_docs,
     literal_choices,
     option_name,
@@ -70,7 +70,7 @@ def _names(value: str) -> tuple[str, ...]:
 
 def _add_field(group: Any, f: dataclasses.Field, help_text: str) -> None:
     """Add TrainConfig field ``f`` as an option (or SOURCE) whose default is the dataclass's (not set: absent)."""
-    name, tp, choices = f.name, _base_type(f), literal_choices(f)
+    name, tp, choices = f.name, base_type(f), literal_choices(f)
     help_text = help_text.replace("%", "%%")  # argparse formats help with %
     if name == "source":
         group.add_argument("source", metavar="SOURCE", help=help_text)
@@ -241,7 +241,7 @@ def _heuristic_line(doc: dict) -> str | None:
     return f"best heuristic   {_ms(bh)}{_tag(doc, source)}  ({doc['best_heuristic']}){gain}"
 
 
-def _equal_budget_line(doc: dict) -> str | None:
+def equal_budget_line(doc: dict) -> str | None:
     """The learner's rival at equal budget (issue 33): module_search given as many simulated placements."""
     eq = doc.get("equal_budget_search")
     if not eq or eq.get("step_time_s") is None:
@@ -321,7 +321,8 @@ def _small_model_line(doc: dict) -> str | None:
     if best is None or not single or best * SMALL_GAIN < single or doc.get("env") == "measured":
         return None
     return (
-        f"note             within {(SMALL_GAIN - 1) * 100:.0f}% of the best single device ({_ms(single)}): this model is "
+        f"note             within {(SMALL_GAIN - 1) * 100:.0f}% of the best single device ({_ms(single)}): "
+        "this model is "
         "too small to gain from splitting it over devices"
     )
 
@@ -332,7 +333,7 @@ SUMMARY_LINES: tuple[Callable[[dict], str | None], ...] = (
     _best_line,
     _heuristic_line,
     _rematch_line,
-    _equal_budget_line,
+    equal_budget_line,
     _rival_line,
     _warm_start_line,
     _small_model_line,

@@ -63,8 +63,8 @@ class RunOptions:
     score_order: ScoreOrderName = "auto"
     """issue order the samples (and the heuristics, their searches too, and the equal-budget search) are scored
     in: "planned" (each placement in its envs.SimEnv.schedule_order, the order the best placement's file carries;
-    ~2 ms more per sample on nmt-2), or "node". "auto": planned under --env sim with the eager executor and one microbatch,
-    node otherwise. The learner then optimises the plan it ships: on nmt-2 / k80x4, 120 s, the file's plan
+    ~2 ms more per sample on nmt-2), or "node". "auto": planned under --env sim with the eager executor and one
+    microbatch, node otherwise. The learner then optimises the plan it ships: on nmt-2 / k80x4, 120 s, the file's plan
     was 199.1 ms scored planned against 212.2 ms scored in node order (BENCHMARKS.md)."""
     microbatches: int = 1
     """M: the plan runs M microbatches per step, gradients accumulated (a pipelined plan, envs.microbatch);
@@ -219,9 +219,9 @@ class TrainConfig(PolicyOptions, AlgoOptions, RunOptions):
     """
 
     preset: PresetName = "tuned"
-    """"tuned": the defaults with --algo moves (tuned for short CPU runs); "paper": REINFORCE with the papers' settings (Adam lr 0.1 x0.95 every
-    50 steps after 400, EMA reward baseline 0.9, logit noise for the first 500-750 steps, 2x256 LSTMs, failed
-    placements masked from the loss after step 1000). Options given with it win."""
+    """"tuned": the defaults with --algo moves (tuned for short CPU runs); "paper": REINFORCE with the papers' settings
+    (Adam lr 0.1 x0.95 every 50 steps after 400, EMA reward baseline 0.9, logit noise for the first 500-750 steps, 2x256
+    LSTMs, failed placements masked from the loss after step 1000). Options given with it win."""
 
     @classmethod
     def from_preset(cls, preset: str = "tuned", **options: Any) -> "TrainConfig":
@@ -284,16 +284,16 @@ class TrainConfig(PolicyOptions, AlgoOptions, RunOptions):
                 )
         if self.iterations is None and self.time_budget_s is None:
             raise PlacerError("train: give --iterations or --time-budget")
-        for name, (option, bounds) in _INT_FIELDS.items():
+        for name, (option, bounds) in INT_FIELDS.items():
             value = getattr(self, name)
-            if value is not None or name not in _OPTIONAL:
+            if value is not None or name not in OPTIONAL:
                 check_int(value, option, **bounds)
-        for name, (option, bounds) in _FLOAT_FIELDS.items():
+        for name, (option, bounds) in FLOAT_FIELDS.items():
             value = getattr(self, name)
-            if value is not None or name not in _OPTIONAL:
+            if value is not None or name not in OPTIONAL:
                 check_float(value, option, **bounds)
         for f in dataclasses.fields(self):
-            if _base_type(f) is bool and not isinstance(getattr(self, f.name), bool):
+            if base_type(f) is bool and not isinstance(getattr(self, f.name), bool):
                 raise PlacerError(f"{f.name} {getattr(self, f.name)!r}: must be true or false")
         if self.heuristics is not None and not (
             isinstance(self.heuristics, tuple) and all(isinstance(h, str) for h in self.heuristics)
@@ -408,9 +408,9 @@ _FLOAT_BOUNDS: dict[str, dict[str, float]] = {
     "ppo_clip": dict(above=0, below=1),
     "measure_timeout_s": dict(above=0),
 }
-_INT_FIELDS = {name: (option_name(name), b) for name, b in _INT_BOUNDS.items()}
-_FLOAT_FIELDS = {name: (option_name(name), b) for name, b in _FLOAT_BOUNDS.items()}
-_OPTIONAL = {"iterations", "time_budget_s", "max_groups", "workers", "fail_mask_after", "inflight"}  # None: not set
+INT_FIELDS = {name: (option_name(name), b) for name, b in _INT_BOUNDS.items()}
+FLOAT_FIELDS = {name: (option_name(name), b) for name, b in _FLOAT_BOUNDS.items()}
+OPTIONAL = {"iterations", "time_budget_s", "max_groups", "workers", "fail_mask_after", "inflight"}  # None: not set
 
 # On --resume these options are taken from the command line; every other one from the checkpoint.
 RESUME_KEEPS = (
@@ -437,7 +437,7 @@ def _hints() -> dict[str, Any]:
     return typing.get_type_hints(TrainConfig)
 
 
-def _base_type(f: dataclasses.Field) -> Any:
+def base_type(f: dataclasses.Field) -> Any:
     """The field's type without ``| None``."""
     tp = _hints()[f.name]
     args = [a for a in typing.get_args(tp) if a is not type(None)]
@@ -448,7 +448,7 @@ def _base_type(f: dataclasses.Field) -> Any:
 
 def literal_choices(f: dataclasses.Field) -> tuple[str, ...]:
     """The allowed values of a ``Literal``-typed field (empty for other fields)."""
-    tp = _base_type(f)
+    tp = base_type(f)
     return tuple(typing.get_args(tp)) if typing.get_origin(tp) is Literal else ()
 
 

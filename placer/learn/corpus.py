@@ -155,7 +155,8 @@ def build_corpus(
     unknown = sorted(set(exclude) - families - {it.name for it in items})
     if unknown:
         raise PlacerError(
-            f"--exclude {','.join(unknown)}: not a family ({', '.join(sorted(families))}) nor an item of --corpus {corpus}"
+            f"--exclude {','.join(unknown)}: not a family ({', '.join(sorted(families))}) nor an item of "
+            f"--corpus {corpus}"
         )
     kept = [it for it in items if not (it.tags & set(exclude)) and it.name not in exclude]
     if not kept:

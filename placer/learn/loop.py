@@ -94,7 +94,7 @@ from policies import POLICIES, policy_file
 from policies.base import Policy
 
 
-def _resolve_device(name: str) -> torch.device:
+def resolve_device(name: str) -> torch.device:
     if name == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     try:
@@ -167,7 +167,7 @@ def train(
     # ---- validate and resolve
     config.validate()
     config = config.resolved(env)
-    device = _resolve_device(config.device)
+    device = resolve_device(config.device)
     if graph is None:
         graph = resolve_graph(config.source)
     if cluster is None:

@@ -433,7 +433,8 @@ class MoveSearch:
         return self.budget.best_row.astype(np.int64), float(self.budget.best_cost)
 
     def _candidates(self, x: np.ndarray, cost: float) -> "_Candidates":
-        """Every move of the current level from ``x``; those that make a placement already tried from ``x`` count as tried."""
+        """Every move of the current level from ``x``; those that make a placement already tried from ``x`` count as
+        tried."""
         if self._tried_version != self.version:
             self._tried_keys, self._tried_version = set(), self.version
         items, devices, feats, keys = self.features.features(
@@ -480,7 +481,8 @@ class MoveSearch:
         return np.asarray(chosen, dtype=np.int64), (np.arange(len(chosen)) < n_ranked).astype(np.int64)
 
     def _learn(self, feats: np.ndarray, delta: np.ndarray) -> None:
-        """Add the simulated moves to the critic's data; a few Adam steps of logistic regression on "was it faster" (critic only)."""
+        """Add the simulated moves to the critic's data; a few Adam steps of logistic regression on "was it faster"
+        (critic only)."""
         o = self.options
         self.replay.add(feats, (delta < 0).astype(np.float32))
         if o.proposals == "uniform":

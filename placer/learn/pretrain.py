@@ -191,7 +191,7 @@ class PretrainResult:
     pairs: list[dict[str, Any]] = field(default_factory=list)
 
 
-def _setup_pairs(config: PretrainConfig, net: Any, say: Callable[[str], None]) -> tuple[list[Pair], list[str]]:
+def setup_pairs(config: PretrainConfig, net: Any, say: Callable[[str], None]) -> tuple[list[Pair], list[str]]:
     items = build_corpus(
         config.corpus, exclude=set(config.exclude), synthetic_sizes=config.synthetic_sizes, seed=config.seed
     )
@@ -260,7 +260,8 @@ def _reinforce(
     end: float,
     say: Callable[[str], None],
 ) -> int:
-    """REINFORCE on a random pair at a time until ``end``, the imitation loss kept as a regulariser; returns the steps."""
+    """REINFORCE on a random pair at a time until ``end``, the imitation loss kept as a regulariser; returns the
+    steps."""
     a = config.algo
     steps = 0
     while time.perf_counter() < end:
@@ -277,7 +278,8 @@ def _reinforce(
         steps += 1
         if steps % 20 == 0:
             say(
-                f"rl step {steps}: {p.name}@{p.cluster} best sample {np.min(np.where(failed, np.inf, t)) / p.label_s:.3f}x the label"
+                f"rl step {steps}: {p.name}@{p.cluster} best sample "
+                f"{np.min(np.where(failed, np.inf, t)) / p.label_s:.3f}x the label"
             )
     return steps
 
@@ -326,7 +328,7 @@ def pretrain(config: PretrainConfig) -> PretrainResult:
     gen = torch.Generator().manual_seed(config.seed)
     net = GNNNet(hidden=config.hidden, rounds=config.rounds, logit_cap=config.logit_cap, decoder=config.decoder)
     t0 = time.perf_counter()
-    pairs, skipped = _setup_pairs(config, net, say)
+    pairs, skipped = setup_pairs(config, net, say)
     setup_s = time.perf_counter() - t0
     budget_end = time.perf_counter() + config.time_budget_s  # the budget is training time: labels are cached on disk
     imitation_end = time.perf_counter() + config.imitation_share * max(budget_end - time.perf_counter(), 0.0)

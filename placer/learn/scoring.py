@@ -100,7 +100,8 @@ def measured_env(config: TrainConfig, graph: OpGraph, cluster: Cluster, logdir: 
     """Real training steps on Ray actors; needs a runnable SOURCE (zoo name or module:callable)."""
     if not (config.source in zoo.names() or looks_like_callable(config.source)):
         raise PlacerError(
-            f"--env measured: SOURCE {config.source!r} is not runnable (need a zoo name or module:callable, not a graph file)"
+            f"--env measured: SOURCE {config.source!r} is not runnable (need a zoo name or module:callable, "
+            "not a graph file)"
         )
     why = stand_in_loss(graph)
     if why:  # real training steps train the model as it is: it must return its loss

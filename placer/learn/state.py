@@ -1,4 +1,5 @@
-"""What a training run records: :class:`RunState` (the loop's state, saved in every checkpoint) and :class:`TrainResult`."""
+"""What a training run records: :class:`RunState` (the loop's state, saved in every checkpoint) and
+:class:`TrainResult`."""
 
 from __future__ import annotations
 
@@ -46,7 +47,8 @@ class RunState:
 
     @classmethod
     def from_dict(cls, doc: dict[str, Any], where: str = "checkpoint") -> "RunState":
-        """The state of a checkpoint's ``run`` object (unknown keys ignored); PlacerError if a value has the wrong type."""
+        """The state of a checkpoint's ``run`` object (unknown keys ignored); PlacerError if a value has the wrong
+        type."""
         state = cls()
         for f in dataclasses.fields(cls):
             if f.name in doc:

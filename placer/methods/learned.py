@@ -36,7 +36,8 @@ ZERO_SHOT_SAMPLES = 48
 
 
 #: Temperatures of the samples of each module view (``samples`` at each): the policy's own distribution, and one
-#: spread over more devices, which found the held-out LSTMs' layer-per-GPU placements (BENCHMARKS.md, "Placing modules").
+#: spread over more devices, which found the held-out LSTMs' layer-per-GPU placements (BENCHMARKS.md, "Placing
+#: modules").
 ZERO_SHOT_MODULE_TEMPERATURES = (1.0, 4.0)
 
 
@@ -151,7 +152,8 @@ def _decodes(
     seed: int,
     module_temperatures: Sequence[float],
 ) -> tuple[np.ndarray, list[str], list[int], list[np.ndarray | None]]:
-    """Every decode of every view: ``(op devices [K, num_ops], how each was found, its view, each view's op -> group)``."""
+    """Every decode of every view: ``(op devices [K, num_ops], how each was found, its view, each view's op ->
+    group)``."""
     cand, found_by, items_seen = [], [], set()
     view_of, groupings = [], []  # per decode: its view's index; per view: its op -> group map (None: the ops)
     torch.manual_seed(seed)

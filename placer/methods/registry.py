@@ -90,7 +90,8 @@ def register(name: str) -> Callable[[HeuristicFn], HeuristicFn]:
 
 
 def _load_all() -> None:
-    """Import every heuristic module; the registry's order is then theirs (by module name), whoever imported one first."""
+    """Import every heuristic module; the registry's order is then theirs (by module name), whoever imported one
+    first."""
     global _loaded
     if _loaded:
         return
@@ -144,7 +145,8 @@ def placement_of(
     microbatches: int = 1,
     inflight: int | None = None,
 ) -> Placement:
-    """A heuristic's result as a Placement: its device indices wrapped, or the Placement of a method that plans its own order.
+    """A heuristic's result as a Placement: its device indices wrapped, or the Placement of a method that plans its own
+    order.
 
     ``plan``: a simulator that chooses the issue order the file will carry
     (:meth:`envs.SimEnv.plan_order`, recorded in ``meta``: ``issue_order``,

@@ -1,4 +1,5 @@
-"""scripts/bench_budget.py run tiny: every method at equal budgets, every simulated placement counted, one-line errors."""
+"""scripts/bench_budget.py run tiny: every method at equal budgets, every simulated placement counted, one-line
+errors."""
 
 from __future__ import annotations
 

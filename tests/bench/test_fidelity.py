@@ -215,7 +215,8 @@ def test_contention_is_fitted_on_the_tuned_models_and_a_tie_keeps_the_probe():
 
 
 def test_the_tuned_models_contention_scores_the_held_out_ones(monkeypatch):
-    """The fit uses the tuned models only; every model, held out too, is then scored with it (rows, profile, figures)."""
+    """The fit uses the tuned models only; every model, held out too, is then scored with it (rows, profile,
+    figures)."""
     import importlib
     import os
 

@@ -1,4 +1,5 @@
-"""The offload scenario (issue 34): the cap, the rivals' plans, FSDP2's offload, the measured-reward loop (CPU stand-in)."""
+"""The offload scenario (issue 34): the cap, the rivals' plans, FSDP2's offload, the measured-reward loop (CPU
+stand-in)."""
 
 from __future__ import annotations
 

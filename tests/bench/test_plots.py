@@ -29,7 +29,8 @@ def two_ops():
 
 
 def test_bars_of_a_hand_computed_schedule(two_ops):
-    # a on gpu:0, b on gpu:1: fwd a [0,1], act a->gpu:1 [1,3], fwd b [3,4], bwd b [4,6], grad -> gpu:0 [6,8], bwd a [8,10]
+    # a on gpu:0, b on gpu:1: fwd a [0,1], act a->gpu:1 [1,3], fwd b [3,4], bwd b [4,6], grad -> gpu:0 [6,8], bwd a
+    # [8,10]
     trace = envs.simulate(two_ops, [1, 2], toy_cluster(), trace=True).extra["trace"]
     bars = plots.schedule_bars(trace, two_ops)
     assert bars.tracks[:3] == ["cpu:0", "gpu:0", "gpu:1"]

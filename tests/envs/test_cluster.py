@@ -122,10 +122,10 @@ def test_resolve_cluster_errors(tmp_path):
 
 def test_asymmetric_links_round_trip():
     doc = _doc()
-    doc["links"] = [dict(l, bidirectional=False) for l in doc["links"]] + [
-        {k: (v if k not in ("src", "dst") else l["dst" if k == "src" else "src"]) for k, v in l.items()}
+    doc["links"] = [dict(link, bidirectional=False) for link in doc["links"]] + [
+        {k: (v if k not in ("src", "dst") else link["dst" if k == "src" else "src"]) for k, v in link.items()}
         | {"bandwidth_bytes_per_s": 5e9, "bidirectional": False}
-        for l in doc["links"]
+        for link in doc["links"]
     ]
     c = Cluster.from_dict(doc)
     assert c.bandwidth_bytes_per_s[1, 0] == 5e9 and c.bandwidth_bytes_per_s[0, 1] == 10e9

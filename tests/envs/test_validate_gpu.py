@@ -154,9 +154,10 @@ def test_tiny_run_end_to_end_rescored_and_resumed(tmp_path, without_ray):
     # --rescore: the stored measurements scored again here, with the stored profiles, give the same figures
     rescored = run("--tiny", "--json", "--rescore", str(out), "--out-dir", str(tmp_path / "unused"), timeout=300)
     assert rescored.returncode == 0, rescored.stderr[-3000:]
-    figures = lambda d: [
-        (m["model"], m["executors"]["eager"]["mape"], m["repeatability"]["median"]) for m in d["models"]
-    ]  # noqa: E731
+
+    def figures(d):
+        return [(m["model"], m["executors"]["eager"]["mape"], m["repeatability"]["median"]) for m in d["models"]]
+
     assert figures(json.loads(rescored.stdout)) == figures(doc)
     assert not (tmp_path / "unused").exists()  # rescoring writes nothing
     missing = run("--tiny", "--rescore", str(tmp_path / "nowhere"), timeout=120)
@@ -294,7 +295,8 @@ def test_apply_check_allows_float32s_own_error_and_no_more(vg, monkeypatch):
 
 
 def test_a_model_that_fails_is_reported_and_the_others_still_are(vg, monkeypatch, tmp_path, capsys):
-    """A model failing on the device (an error, not bad input) loses that model only; the deadline keeps what is done."""
+    """A model failing on the device (an error, not bad input) loses that model only; the deadline keeps what is
+    done."""
     from bench.fidelity.report import model_figures
 
     args = vg.parse(["--tiny", "--json", "--out-dir", str(tmp_path / "out"), "--work-dir", str(tmp_path / "work")])

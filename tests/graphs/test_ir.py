@@ -57,7 +57,8 @@ def test_from_edges_keeps_an_order_that_is_already_topological():
 def test_from_edges_cycle_names_the_ops_on_it():
     with pytest.raises(
         GraphFormatError,
-        match=r"cycle \('b' -> 'c' -> 'a' -> 'b'\)|cycle \('a' -> 'b' -> 'c' -> 'a'\)|cycle \('c' -> 'a' -> 'b' -> 'c'\)",
+        match=r"cycle \('b' -> 'c' -> 'a' -> 'b'\)|cycle \('a' -> 'b' -> 'c' -> 'a'\)|cycle \('c' -> 'a' -> 'b' -> "
+        r"'c'\)",
     ):
         OpGraph.from_edges(["a", "b", "c", "d"], [("a", "b", 1), ("b", "c", 1), ("c", "a", 1), ("c", "d", 1)])
 

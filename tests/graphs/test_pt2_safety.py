@@ -58,7 +58,8 @@ def _pickled(obj) -> bytes:
 
 
 def _rezip(src, dst, edit) -> None:
-    """Copy the archive ``src`` to ``dst``, passing ``{name: bytes}`` (names without the top folder) through ``edit``."""
+    """Copy the archive ``src`` to ``dst``, passing ``{name: bytes}`` (names without the top folder) through
+    ``edit``."""
     with zipfile.ZipFile(src) as zin:
         prefix = zin.namelist()[0].split("/", 1)[0] + "/"
         entries = {n[len(prefix) :]: zin.read(n) for n in zin.namelist()}

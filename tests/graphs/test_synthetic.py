@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from graphs.ops import param_reads
-from graphs.synthetic import FAMILIES, _Builder, recurrent_dag
+from graphs.synthetic import FAMILIES, Builder, recurrent_dag
 
 
 @pytest.mark.parametrize("family", sorted(FAMILIES))
@@ -53,7 +53,7 @@ def test_a_state_edge_joins_each_layers_consecutive_steps():
 
 
 def test_a_builder_refuses_to_share_a_weight_nobody_owns():
-    b = _Builder(np.random.default_rng(0), 16, 16)
+    b = Builder(np.random.default_rng(0), 16, 16)
     x = b.op("view", [])
     with pytest.raises(ValueError, match="owns no weight"):
         b.op("mm", [x], shares=x)

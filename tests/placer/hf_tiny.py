@@ -131,7 +131,8 @@ def build_gpt2():
 
 
 def build_gpt2_raw():
-    """A bare GPT-2 LM (library Conv1D layers), no wrapper: its output is a ModelOutput (logits; no cache in training)."""
+    """A bare GPT-2 LM (library Conv1D layers), no wrapper: its output is a ModelOutput (logits; no cache in
+    training)."""
     tf = _quiet_transformers()
     torch.manual_seed(0)
     cfg = tf.GPT2Config(

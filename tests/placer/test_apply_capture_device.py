@@ -151,7 +151,8 @@ _OTHER_LAYOUT = {"on": False}  # the "device" the program runs on returns anothe
 
 @torch.library.custom_op("placer_test::heads_first", mutates_args=())
 def heads_first(x: torch.Tensor) -> torch.Tensor:
-    """``x`` [B, L, H, D] as [B, H, L, D]: a transposed view's copy with the input's layout, or (switched) contiguous."""
+    """``x`` [B, L, H, D] as [B, H, L, D]: a transposed view's copy with the input's layout, or (switched)
+    contiguous."""
     out = x.transpose(1, 2)
     return out.contiguous() if _OTHER_LAYOUT["on"] else out.clone(memory_format=torch.preserve_format)
 

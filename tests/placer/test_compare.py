@@ -253,9 +253,9 @@ def test_each_row_counts_the_placements_its_method_simulated(graph, cluster):
 def test_cli_bound_seconds_adds_the_block_bound(tmp_path, capsys):
     """A fan s -> b0, b1 -> j on two GPUs with 0.5 s copies: the block bound (10.5 s, what the best placement takes)
     beats the path bounds (9 s) only when asked for; a negative or non-finite --bound-seconds exits 2 on one line."""
-    from tests.envs.sim.test_blocks import _fan
+    from tests.envs.sim.test_blocks import fan
 
-    g, c = _fan(2, 0.5)
+    g, c = fan(2, 0.5)
     gpath, cpath = tmp_path / "fan.json", tmp_path / "two_gpus.json"
     graphs.save(g, str(gpath))
     cpath.write_text(json.dumps(c.to_dict()))

@@ -503,10 +503,10 @@ def test_step_times_overflow_is_the_worst_peak_over_capacity():
 
 
 def test_graded_oom_gives_annealing_a_slope_toward_fitting():
-    from placer.methods.heuristics.annealing import _cost, annealing
+    from placer.methods.heuristics.annealing import annealing, cost
 
     # equal times: the OOM placement closer to fitting costs less, and any fitting one less than both
-    c = _cost(np.array([1.0, 1.0, 1.0]), np.array([True, True, False]), 10.0, np.array([1.5, 1.1, 0.0]))
+    c = cost(np.array([1.0, 1.0, 1.0]), np.array([True, True, False]), 10.0, np.array([1.5, 1.1, 0.0]))
     assert c[2] < c[1] < c[0]
     g, cl = _chain(8), _small_gpus(800)
     env = envs.SimEnv(g, cl, microbatches=4)

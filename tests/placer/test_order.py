@@ -11,7 +11,7 @@ import pytest
 import torch
 from torch import nn
 
-from envs.real.placing import MOVE_META, ORDER_META, _to_device, copy_kind, place_module, transfers
+from envs.real.placing import MOVE_META, ORDER_META, copy_kind, place_module, to_device, transfers
 from envs.real.timing import default_loss
 from graphs import OpGraph, PlacerError
 from graphs.dag import random_order
@@ -456,21 +456,21 @@ def test_copy_kinds():
 
 def test_to_device_keeps_containers_and_gradients():
     a = torch.randn(3, requires_grad=True)
-    out = _to_device((a, [a * 2, 5], "x"), "cpu")
+    out = to_device((a, [a * 2, 5], "x"), "cpu")
     assert isinstance(out, tuple) and isinstance(out[1], list) and out[1][1] == 5 and out[2] == "x"
     assert out[0] is a  # same device: no copy
-    m = _to_device([a], "meta")
+    m = to_device([a], "meta")
     assert isinstance(m, list) and m[0].device.type == "meta" and m[0].requires_grad
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 def test_cuda_copies_are_non_blocking_and_keep_gradients():
     x = torch.randn(64, 64, requires_grad=True)
-    y = _to_device(x, "cuda:0")
+    y = to_device(x, "cuda:0")
     assert y.device.type == "cuda" and not x.is_pinned()  # the source is pinned through a copy
     last = f"cuda:{torch.cuda.device_count() - 1}"
-    z = _to_device(y * 2, last)
-    back = _to_device(z.sin(), "cpu")
+    z = to_device(y * 2, last)
+    back = to_device(z.sin(), "cpu")
     back.sum().backward()
     torch.testing.assert_close(x.grad, 2 * torch.cos(2 * x.detach()), rtol=1e-5, atol=1e-6)
     model, inputs = _cases()["inception"]

@@ -12,7 +12,7 @@ import torch
 import envs
 from graphs import OpGraph, PlacerError
 from graphs.dag import random_order
-from graphs.ir import _permute
+from graphs.ir import permute
 from graphs.synthetic import attention_dag, branch_dag, moe_dag, random_dag
 from policies import POLICIES, policy_file
 from policies.gnn import GNNNet, GNNPolicy
@@ -24,7 +24,7 @@ def _random_topological_order(g: OpGraph, seed: int) -> np.ndarray:
 
 def _reordered(g: OpGraph, order: np.ndarray) -> OpGraph:
     fields = {f.name: getattr(g, f.name) for f in dataclasses.fields(OpGraph) if f.init}
-    return OpGraph(**_permute(fields, order))
+    return OpGraph(**permute(fields, order))
 
 
 @pytest.mark.parametrize("make", [lambda: moe_dag(120, seed=3), lambda: branch_dag(150, seed=1)])

@@ -17,13 +17,13 @@ import numpy as np
 import torch
 
 from envs.real.profiler.probe import (
-    _grad_fns,
     _host_probed_step,
     _probed_program,
     _Probes,
     _restoring,
     attribute_intervals,
     backward_intervals,
+    grad_fns,
     probe_costs,
     profile_entry,
     remove_probe_cost,
@@ -110,7 +110,7 @@ class _DeviceProbes(_Probes):
         close = self.marks.mark()
         self.fwd_iv.append((op, self.open, close))
         self.fwd_owner.append(op)
-        self.heads.append(_grad_fns(out))
+        self.heads.append(grad_fns(out))
         self.count += 1
         self.open = self._hold() if self.count % self.every == 0 else close
 
@@ -319,7 +319,8 @@ def _device_profile(
     marks: Any,
     clock: Any,
 ) -> dict[str, Any]:
-    """The profile entry of a device from its steps' samples: medians, the probes' costs taken off, scaled to the clean phases."""
+    """The profile entry of a device from its steps' samples: medians, the probes' costs taken off, scaled to the clean
+    phases."""
     issue_f, issue_b, fcount, bcount = issue
     kern_f, kern_b, dfcount, dbcount = kernels
     fwd_probe_s, bwd_probe_s = probe_costs(clock=clock)

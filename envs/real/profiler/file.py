@@ -77,7 +77,8 @@ def check_profile(doc: Any, *, source: str = "profile") -> None:
             if bad.any():
                 k = int(np.argmax(bad))
                 raise PlacerError(
-                    f"{source}: {where}.{col} has a negative or non-numeric time ({where}.{col}[{k}] is {times[k]!r}; expected 0 to {MAX_DELAY_S:g} s)"
+                    f"{source}: {where}.{col} has a negative or non-numeric time ({where}.{col}[{k}] is "
+                    f"{times[k]!r}; expected 0 to {MAX_DELAY_S:g} s)"
                 )
         _check_host_entry(entry, source, where)
     if doc.get("order_trust") is not None:

@@ -56,10 +56,12 @@ def fit_link(sizes_bytes: Sequence[float], times_s: Sequence[float]) -> tuple[fl
 def profile_columns(
     graph: OpGraph, profile: Mapping[str, Any], *, source: str = "profile"
 ) -> dict[str, dict[str, np.ndarray]]:
-    """Device kind -> {"fwd_s", "bwd_s"[, "issue_fwd_s", "issue_bwd_s"]} arrays aligned with ``graph`` (median over devices of a kind)."""
+    """Device kind -> {"fwd_s", "bwd_s"[, "issue_fwd_s", "issue_bwd_s"]} arrays aligned with ``graph`` (median over
+    devices of a kind)."""
     if profile.get("graph_hash") and profile["graph_hash"] != graph.content_hash:
         raise PlacerError(
-            f"{source}: profiled graph {profile['graph_hash']}, not this graph ({graph.name or 'graph'} {graph.content_hash})"
+            f"{source}: profiled graph {profile['graph_hash']}, not this graph ({graph.name or 'graph'} "
+            f"{graph.content_hash})"
         )
     pos = {name: k for k, name in enumerate(profile["ops"])}
     rows = np.array([pos.get(name, -1) for name in graph.names])
@@ -172,8 +174,11 @@ def host_fields(entry: Mapping[str, Any]) -> dict[str, float]:
     """The :class:`envs.cluster.Device` host fields a profiled host device's entry measured (its ``staging`` and
     ``contention``, :mod:`envs.real.profiler.host`); none for an entry without them.
 
-    >>> host_fields({"staging": {"latency_s": 2e-6, "bandwidth_bytes_per_s": 5e9}, "contention": {"op": 0.3, "issue": 0.1}})
-    {'stage_latency_s': 2e-06, 'stage_bandwidth_bytes_per_s': 5000000000.0, 'contention_op': 0.3, 'contention_issue': 0.1}
+    >>> host_fields(
+    ...     {"staging": {"latency_s": 2e-6, "bandwidth_bytes_per_s": 5e9}, "contention": {"op": 0.3, "issue": 0.1}}
+    ... )  # doctest: +NORMALIZE_WHITESPACE
+    {'stage_latency_s': 2e-06, 'stage_bandwidth_bytes_per_s': 5000000000.0,
+     'contention_op': 0.3, 'contention_issue': 0.1}
     """
     out: dict[str, float] = {}
     stage, contention = entry.get("staging"), entry.get("contention")

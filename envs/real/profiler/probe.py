@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 import torch
 import torch.fx as fx
-from torch.utils._pytree import tree_flatten, tree_map
+from torch.utils._pytree import tree_flatten, tree_map  # noqa: PLC2701 (torch has no public pytree module)
 
 from envs.real.placing import place_module
 from envs.real.timing import default_loss
@@ -163,12 +163,12 @@ def scale_to(per_owner_s: np.ndarray, total_s: float, *, limit: float = 2.0) -> 
     return np.asarray(per_owner_s, dtype=np.float64) * factor, float(factor)
 
 
-def _grad_fns(values: Any) -> list:
+def grad_fns(values: Any) -> list:
     """The autograd nodes that produced the tensors in ``values`` (now: an in-place op may replace one later)."""
     return [t.grad_fn for t in tree_flatten(values)[0] if isinstance(t, torch.Tensor) and t.grad_fn is not None]
 
 
-def _autograd_nodes(heads: list, seen: dict) -> list:
+def autograd_nodes(heads: list, seen: dict) -> list:
     """Autograd nodes reachable from the nodes ``heads`` that are not in ``seen`` yet (added to it).
 
     Edges point from a node to older ones, so walking, after the forward, from the
@@ -221,7 +221,7 @@ class _Probes:
         t = self.clock()
         self.fwd_owner.append(op)
         self.fwd_s.append(t - self.resume)
-        self.heads.append(_grad_fns(out))  # the graph is walked after the forward, not inside it
+        self.heads.append(grad_fns(out))  # the graph is walked after the forward, not inside it
         self.resume = self.clock()
 
     def hook(self, fns: list, owner: int) -> None:
@@ -235,8 +235,8 @@ class _Probes:
     def hook_all(self, loss: Any) -> None:
         """Before backward: hook every node, owned by the first op (in forward order) whose outputs reach it."""
         for op, heads in zip(self.fwd_owner, self.heads):
-            self.hook(_autograd_nodes(heads, self.seen), op)
-        self.hook(_autograd_nodes(_grad_fns(loss), self.seen), -1)  # the loss's own nodes
+            self.hook(autograd_nodes(heads, self.seen), op)
+        self.hook(autograd_nodes(grad_fns(loss), self.seen), -1)  # the loss's own nodes
 
     def unhook(self) -> None:
         for h in self.handles:
@@ -291,7 +291,7 @@ def probe_costs(
                 y = y * 1.0
             pr = _Probes(clock)
             if hooked:
-                pr.hook(_autograd_nodes(_grad_fns(y), pr.seen), 0)
+                pr.hook(autograd_nodes(grad_fns(y), pr.seen), 0)
             t0 = clock()
             y.backward()
             times[hooked].append(clock() - t0)

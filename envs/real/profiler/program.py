@@ -61,7 +61,8 @@ def _isolated(
     errors: dict[str, str],
     progress: Callable[[int, int], None] | None,
 ) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
-    """Forward and backward seconds of every op alone on each of ``devices``: one walk of the graph with concrete values."""
+    """Forward and backward seconds of every op alone on each of ``devices``: one walk of the graph with concrete
+    values."""
     gm = copy.deepcopy(ep.module())  # the reference run mutates buffers; keep the model's intact
     index = graph.index
     fwd = {str(d): np.full(graph.num_ops, np.nan) for d in devices}
@@ -180,7 +181,8 @@ def profile_program(
 
 
 def _host_probes(devices: list[Any], repeats: int) -> dict[str, Any]:
-    """The host's staging copy and contention (:mod:`envs.real.profiler.host`), towards the first GPU if there is one."""
+    """The host's staging copy and contention (:mod:`envs.real.profiler.host`), towards the first GPU if there is
+    one."""
     gpu = next((d for d in devices if d.type == "cuda"), None)
     return {"staging": time_staging(gpu, repeats=repeats), "contention": time_contention(gpu)}
 

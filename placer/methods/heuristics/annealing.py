@@ -47,7 +47,7 @@ from placer.methods.heuristics.groups import colocation_groups
 from placer.methods.registry import get, register
 
 
-def _cost(times: np.ndarray, oom: np.ndarray, penalty: float, over: np.ndarray | None = None) -> np.ndarray:
+def cost(times: np.ndarray, oom: np.ndarray, penalty: float, over: np.ndarray | None = None) -> np.ndarray:
     """Step time, times ``1 + penalty`` when out of memory (and by the worst peak / capacity, when graded)."""
     factor = np.where(oom, 1.0 + penalty, 1.0)
     if over is not None:
@@ -127,7 +127,8 @@ def _anneal(
     rng: np.random.Generator,
     deadline: float | None,
 ) -> None:
-    """The Markov chain from ``cur``: batches of single-group moves (and a block move), Metropolis acceptance; offers ``best`` every placement."""
+    """The Markov chain from ``cur``: batches of single-group moves (and a block move), Metropolis acceptance; offers
+    ``best`` every placement."""
     num_groups = len(cur)
     scale = max(cur_cost, 1e-12)
     done = 0
@@ -146,7 +147,7 @@ def _anneal(
             props[-1] = cur  # last: tried after the single moves (the first accepted proposal moves the chain)
             props[-1, block] = rng.integers(0, num_devices)
         t, oom, over = score(props[:, groups].astype(np.int32))
-        c = _cost(t, oom, oom_penalty, over if graded else None)
+        c = cost(t, oom, oom_penalty, over if graded else None)
         u = rng.random(b)
         done += b
         best.offer(props, t, oom, over)
@@ -207,7 +208,7 @@ def annealing(
     t, oom, over = score(start_idx[:, groups].astype(np.int32))
     best = _Best()
     best.offer(start_idx, t, oom, over)
-    costs = _cost(t, oom, oom_penalty, over if graded else None)
+    costs = cost(t, oom, oom_penalty, over if graded else None)
     k = int(np.argmin(costs))
     deadline = start_clock + time_budget_s if time_budget_s is not None else None
     _anneal(

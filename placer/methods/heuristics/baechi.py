@@ -75,7 +75,7 @@ def m_topo(graph: OpGraph, cluster, *, seed: int = 0) -> np.ndarray:
     return cand[group_dev[groups]].astype(np.int32)
 
 
-def _favourite_edges(graph: OpGraph, node_s: np.ndarray, edge_s: np.ndarray) -> np.ndarray:
+def favourite_edges(graph: OpGraph, node_s: np.ndarray, edge_s: np.ndarray) -> np.ndarray:
     """Hanen–Munier SCT LP: True for edges whose relaxed x_ij rounds to 0 (favourite)."""
     n, m = graph.num_ops, graph.num_edges
     if m == 0:
@@ -218,7 +218,7 @@ def m_sct(graph: OpGraph, cluster, *, seed: int = 0, param_copies: bool = True) 
     cost = step_costs_s(graph, cluster)[:, cand]
     mean_spb, mean_lat = mean_link(cluster, cand)
     edge_s = COMM_DIRECTIONS * (graph.edge_bytes * mean_spb + mean_lat)
-    fav = _favourite_edges(graph, cost.mean(axis=1), edge_s)
+    fav = favourite_edges(graph, cost.mean(axis=1), edge_s)
     favourite_parent = np.full(graph.num_ops, -1, dtype=np.int64)
     favourite_parent[graph.edge_dst[fav]] = graph.edge_src[fav]
     return _list_schedule(graph, cluster, favourite_parent, param_copies)

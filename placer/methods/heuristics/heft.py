@@ -14,7 +14,7 @@ memory-aware; pass ``memory_check=False`` for it.
 
 Insertion: an op of 2 s, ready at 0.5 s, fits in the gap between busy [0, 1] and [5, 6]:
 
->>> _earliest_slot([0.0, 5.0], [1.0, 6.0], 0.5, 2.0)
+>>> earliest_slot([0.0, 5.0], [1.0, 6.0], 0.5, 2.0)
 (1.0, 1)
 """
 
@@ -40,7 +40,7 @@ from placer.methods.heuristics.scheduling import ParamCopies
 from placer.methods.registry import register
 
 
-def _earliest_slot(starts: list[float], ends: list[float], ready_s: float, dur_s: float) -> tuple[float, int]:
+def earliest_slot(starts: list[float], ends: list[float], ready_s: float, dur_s: float) -> tuple[float, int]:
     """Earliest start >= ready_s of a ``dur_s`` gap in sorted busy intervals, and its insert position."""
     k = bisect_right(ends, ready_s)
     t = ready_s
@@ -105,7 +105,7 @@ def heft(
             options = np.flatnonzero(fits).tolist() or [int(np.argmax(cap - used))]
         best = None
         for d in options:
-            st, pos = _earliest_slot(starts[d], ends[d], float(ready[d]), float(cost[i, d]))
+            st, pos = earliest_slot(starts[d], ends[d], float(ready[d]), float(cost[i, d]))
             ft = st + float(cost[i, d])
             if best is None or ft < best[0] - 1e-15:
                 best = (ft, d, st, pos)

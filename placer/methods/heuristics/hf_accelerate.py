@@ -103,7 +103,8 @@ def map_onto_ops(graph: OpGraph, device_map: dict[str, Any], cluster) -> np.ndar
 
 
 def no_split_modules(model: Any) -> list[str]:
-    """The class names no device map may split: every submodule's ``_no_split_modules``, as from_pretrained gathers them.
+    """The class names no device map may split: every submodule's ``_no_split_modules``, as from_pretrained gathers
+    them.
 
     A ``module:callable`` that wraps a Hugging Face model (for its loss) hides the
     model's own list from a look at the wrapper alone.
@@ -202,7 +203,8 @@ def device_map(
     no_split_module_classes: list[str] | None = None,
     max_memory: Any = None,
 ) -> dict[str, Any]:
-    """accelerate's module -> device map of ``model`` for ``cluster``, as ``from_pretrained(device_map=strategy)`` makes it.
+    """accelerate's module -> device map of ``model`` for ``cluster``, as ``from_pretrained(device_map=strategy)`` makes
+    it.
 
     ``strategy`` is one of :data:`STRATEGIES`: ``"balanced"`` (what ``"auto"``
     means) and ``"balanced_low_0"`` size ``max_memory`` with
@@ -255,7 +257,8 @@ def accelerate(
     no_split_module_classes: list[str] | None = None,
     max_memory: Any = None,
 ) -> np.ndarray:
-    """``device_map="auto"`` (= ``"balanced"``): ``infer_auto_device_map(model, max_memory=get_balanced_memory(...))``, mapped onto ops."""
+    """``device_map="auto"`` (= ``"balanced"``): ``infer_auto_device_map(model, max_memory=get_balanced_memory(...))``,
+    mapped onto ops."""
     del seed
     return _placed(graph, cluster, model, "balanced", no_split_module_classes, max_memory)
 

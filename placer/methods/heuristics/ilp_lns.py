@@ -160,7 +160,8 @@ def improve_window(
     workers: int,
     seed: int,
 ) -> Incumbent | None:
-    """CP-SAT's placement of the window's items (order fixed), spliced in; the better plan if it is faster, else None."""
+    """CP-SAT's placement of the window's items (order fixed), spliced in; the better plan if it is faster, else
+    None."""
     op_item, fixed, movable, nb, nw = window_items(graph, units, inc, start, stop)
     if not movable.any():
         return None

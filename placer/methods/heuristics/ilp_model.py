@@ -385,7 +385,8 @@ class _Model:
                     on_if(lambda: m.Add(GS[k1] >= GE[k2]), [before[u1, u2], l1, link[k2][ab]])
 
     def blocking_copies(self) -> None:
-        """A gradient copy between a GPU c and the host waits for c's stream and (host -> GPU) the host queue, and holds them.
+        """A gradient copy between a GPU c and the host waits for c's stream and (host -> GPU) the host queue, and holds
+        them.
 
         It waits for c's forward work and the backward tasks and blocking copies the
         reverse pass ran before it; afterwards c's stream (and, host -> GPU, the host

@@ -17,8 +17,8 @@ how ``placer place --method learned`` refines the policy's decodes
 
 Placements that fit in memory beat those that do not; among those, the fastest
 wins, and among placements out of memory the one closest to fitting, so a descent
-started out of memory moves toward fitting (:func:`scored_keys`). Deterministic for a seed. A graph that records no module paths has
-nothing to search (status "needs module paths").
+started out of memory moves toward fitting (:func:`scored_keys`). Deterministic for a seed. A graph that records no
+module paths has nothing to search (status "needs module paths").
 """
 
 from __future__ import annotations

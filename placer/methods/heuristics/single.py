@@ -37,7 +37,8 @@ def single(
     cpu: bool = False,
     env: SimEnv | None = None,
 ) -> np.ndarray:
-    """All ops on ``device`` (name or index), or on the fastest GPU (any device with ``cpu``) that fits (simulated in ``env``)."""
+    """All ops on ``device`` (name or index), or on the fastest GPU (any device with ``cpu``) that fits (simulated in
+    ``env``)."""
     del seed  # deterministic
     n, D = graph.num_ops, cluster.num_devices
     if isinstance(device, int) and not isinstance(device, bool):

@@ -26,7 +26,7 @@ pytestmark = pytest.mark.slow
 
 ray = pytest.importorskip("ray")
 
-from ray._private.authentication_test_utils import reset_auth_token_state  # noqa: E402
+from ray._private.authentication_test_utils import reset_auth_token_state  # noqa: E402, PLC2701
 from ray.cluster_utils import Cluster  # noqa: E402
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy  # noqa: E402
 

@@ -24,10 +24,10 @@ from envs.real.profiler import (
     with_profile,
 )
 from envs.real.profiler.probe import (
-    _autograd_nodes,
-    _grad_fns,
     attribute_intervals,
+    autograd_nodes,
     backward_intervals,
+    grad_fns,
     remove_probe_cost,
     scale_to,
 )
@@ -228,15 +228,15 @@ def test_autograd_nodes_belong_to_the_first_op_that_reaches_them():
     x = torch.randn(2, 3)
     ops = []  # (op, its outputs' nodes) in forward order, as the probes record them
     h = torch.mm(x, w)
-    ops.append(_grad_fns(h))
+    ops.append(grad_fns(h))
     v = h.view(6)
-    ops.append(_grad_fns(v))
+    ops.append(grad_fns(v))
     r = torch.relu(v)
-    ops.append(_grad_fns(r))
+    ops.append(grad_fns(r))
     loss = r.mean()
     seen: dict = {}
-    owned = [sorted(type(fn).__name__ for fn in _autograd_nodes(heads, seen)) for heads in ops]
-    rest = sorted(type(fn).__name__ for fn in _autograd_nodes(_grad_fns(loss), seen))
+    owned = [sorted(type(fn).__name__ for fn in autograd_nodes(heads, seen)) for heads in ops]
+    rest = sorted(type(fn).__name__ for fn in autograd_nodes(grad_fns(loss), seen))
     # the parameter's gradient accumulation goes to its first consumer, each node to one op
     assert owned == [["AccumulateGrad", "MmBackward0"], ["ViewBackward0"], ["ReluBackward0"]]
     assert rest == ["MeanBackward0"]

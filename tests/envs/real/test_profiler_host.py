@@ -1,4 +1,5 @@
-"""The host's costs beside its ops (staging, contention) measured and taken in; the issue times fitted to the clean step."""
+"""The host's costs beside its ops (staging, contention) measured and taken in; the issue times fitted to the clean
+step."""
 
 from __future__ import annotations
 

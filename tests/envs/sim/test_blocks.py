@@ -15,10 +15,10 @@ from envs.sim.blocks import MAX_OPS, TaskGraph, block_bound_s
 from envs.sim.bound import update_bound_s
 from graphs import OpGraph
 from graphs.ops import grad_mask
-from tests.envs.sim.test_bound import _bursty_dag, _random_cluster, _random_topological_order
+from tests.envs.sim.test_bound import bursty_dag, random_cluster, random_topological_order
 
 
-def _fan(branches: int, latency: float) -> tuple[OpGraph, Cluster]:
+def fan(branches: int, latency: float) -> tuple[OpGraph, Cluster]:
     """s -> b0..bk -> j: every op 1 s forward and 2 s backward on either of two GPUs (100 s on the host),
     every copy ``latency`` seconds."""
     devices = [Device("cpu:0", "cpu", 1e15, 1.0, 1e30, 0.0)] + [
@@ -53,7 +53,7 @@ def test_the_block_bound_charges_a_split_branch_its_copies(branches, latency, ea
     an op on each branch), 2 s in eager, where the two copies hold both GPUs' streams (0.5 + 1 + 0.5 on the GPU
     that runs s). So 10.5 s eager and 10 s dataflow, which brute force over every placement attains; three
     branches with 0.25 s copies: 12.5 and 12."""
-    g, c = _fan(branches, latency)
+    g, c = fan(branches, latency)
     for executor, want in (("eager", eager), ("dataflow", dataflow)):
         lb = lower_bound(g, c, executor, blocks_s=10.0)
         assert lb.name == "blocks" and lb == pytest.approx(want)
@@ -77,11 +77,11 @@ def test_the_block_bound_is_below_every_placement_of_small_graphs(seed):
     seeds): every placement, in node, planned and a random topological order, both executors, is no faster
     than the block bound."""
     rng = np.random.default_rng(seed)
-    g = _bursty_dag(1, seed)
+    g = bursty_dag(1, seed)
     while g.num_ops > 7:
         seed += 1000
-        g = _bursty_dag(1, seed)
-    c = _random_cluster("k80x2", seed)
+        g = bursty_dag(1, seed)
+    c = random_cluster("k80x2", seed)
     if seed % 2:
         c = _fast_host(c)
     for executor in ("eager", "dataflow"):
@@ -90,7 +90,7 @@ def test_the_block_bound_is_below_every_placement_of_small_graphs(seed):
             env.sim_graph, c, env.fwd_s, env.bwd_s, grad_mask(env.sim_graph), executor, time_budget_s=20.0
         )
         b += update_bound_s(env.sim_graph, c)
-        orders = (None, "planned", _random_topological_order(g, rng)) if executor == "eager" else (None,)
+        orders = (None, "planned", random_topological_order(g, rng)) if executor == "eager" else (None,)
         assert b * (1 - 1e-9) <= _best(env, orders)
 
 
@@ -106,8 +106,8 @@ def test_the_block_bound_holds_on_bursty_graphs(bursts, seed, preset, executor):
     and planned order."""
     from placer.methods import get
 
-    g = _bursty_dag(bursts, seed)
-    c = _random_cluster(preset, seed)
+    g = bursty_dag(bursts, seed)
+    c = random_cluster(preset, seed)
     env = SimEnv(g, c, executor=executor)
     lb = env.lower_bound(blocks_s=10.0)
     assert "blocks" in lb.parts and lb >= env.lower_bound()
@@ -131,7 +131,7 @@ def test_cut_tasks_leave_out_ops_that_touch_no_other():
 
 def test_the_block_bound_without_time_is_the_blocks_longest_paths():
     """No seconds for the programs: each block counts its longest path, which never exceeds what the programs prove."""
-    g, c = _fan(2, 0.5)
+    g, c = fan(2, 0.5)
     env = SimEnv(g, c)
     args = (env.sim_graph, c, env.fwd_s, env.bwd_s, grad_mask(env.sim_graph))
     assert block_bound_s(*args, time_budget_s=0.0) == pytest.approx(9.0)  # the critical path: 3 + 6
@@ -146,9 +146,9 @@ def test_the_solver_cannot_write_to_standard_output(capfd):
     """HiGHS prints debugging lines from C++ to file descriptor 1; while it solves, that goes nowhere."""
     import os
 
-    from envs.sim.blocks import _quiet_stdout
+    from envs.sim.blocks import quiet_stdout
 
-    with _quiet_stdout():
+    with quiet_stdout():
         os.write(1, b"solver chatter\n")
     print("after")
     out = capfd.readouterr().out

@@ -85,7 +85,7 @@ def _branchy_dag(n: int, seed: int) -> OpGraph:
     return OpGraph.from_edges(names, edges, flops=flops, op_types=types, param_bytes=params)
 
 
-def _random_cluster(preset: str, seed: int) -> Cluster:
+def random_cluster(preset: str, seed: int) -> Cluster:
     """A preset with every device and link number scaled at random (and maybe a second host CPU)."""
     rng = np.random.default_rng(seed)
     doc = Cluster.preset(preset).to_dict()
@@ -100,7 +100,7 @@ def _random_cluster(preset: str, seed: int) -> Cluster:
     return Cluster.from_dict(doc)
 
 
-def _random_topological_order(graph: OpGraph, rng) -> np.ndarray:
+def random_topological_order(graph: OpGraph, rng) -> np.ndarray:
     return priority_order(graph, rng.random(graph.num_ops))
 
 
@@ -113,7 +113,7 @@ def _random_topological_order(graph: OpGraph, rng) -> np.ndarray:
 )
 def test_best_bound_below_random_placements_in_any_order(n, seed, preset, executor):
     g = _branchy_dag(n, seed)
-    c = _random_cluster(preset, seed)
+    c = random_cluster(preset, seed)
     env = SimEnv(g, c, executor=executor)
     lb = lower_bound(g, c, executor)
     assert float(lb) == float(env.lower_bound()) and lb >= lb.previous and lb.name in lb.parts
@@ -123,7 +123,7 @@ def test_best_bound_below_random_placements_in_any_order(n, seed, preset, execut
     )
     for p in P:
         planned, _, _ = env.plan_order(p)
-        for order in (None, planned, _random_topological_order(g, rng)):
+        for order in (None, planned, random_topological_order(g, rng)):
             t = env.simulate(p, order=order).extra["sim_step_time_s"]
             assert lb <= t, (lb.name, float(lb), t)
 
@@ -222,7 +222,7 @@ def test_the_energetic_bound_charges_parallel_work_wider_than_the_devices(toy):
         assert env.lower_bound() <= best == pytest.approx(12.0), (executor, best)
 
 
-def _bursty_dag(bursts: int, seed: int) -> OpGraph:
+def bursty_dag(bursts: int, seed: int) -> OpGraph:
     """Chains that fork into bursts of 2-8 parallel ops and join again: in the bursts, work wider than the devices."""
     rng = np.random.default_rng(seed)
     names, edges, last = ["in"], [], "in"
@@ -279,8 +279,8 @@ def test_the_bound_holds_on_bursty_graphs_and_pipelined_steps(bursts, seed, pres
     same bound, as compare uses it) one-forward-one-backward."""
     from placer.methods import get
 
-    g = _bursty_dag(bursts, seed)
-    c = _random_cluster(preset, seed)
+    g = bursty_dag(bursts, seed)
+    c = random_cluster(preset, seed)
     env = SimEnv(g, c, executor=executor, microbatches=microbatches)
     lb = env.lower_bound()
     P = [np.random.default_rng(seed).integers(0, c.num_devices, size=g.num_ops), np.arange(g.num_ops) % c.num_devices]
@@ -298,7 +298,7 @@ def test_energetic_reasoning_wins_on_bursty_graphs_with_microbatches():
     """The bursty family does exercise the energetic bound, pipelined too (so the property test above tests it)."""
     wins = {
         (preset, M): sum(
-            SimEnv(_bursty_dag(3, seed), Cluster.preset(preset), microbatches=M).lower_bound().name == "energetic"
+            SimEnv(bursty_dag(3, seed), Cluster.preset(preset), microbatches=M).lower_bound().name == "energetic"
             for seed in range(10)
         )
         for preset, M in (("k80x2", 1), ("k80x4", 2))

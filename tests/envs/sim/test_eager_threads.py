@@ -49,7 +49,8 @@ def test_a_worker_runs_an_older_ready_task_while_a_newer_one_waits_for_its_gradi
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_a_gradient_copy_to_the_host_is_issued_right_after_its_last_consumer(toy, backend):
     # a (cpu, 1) -> b (gpu:0, 1), 1 byte; z (gpu:0, 5) and y (gpu:0, 1) independent. Order a z b y.
-    # forward: a [0, 1], h = 1; z [1, 6]; copy a -> gpu:0 (pinned) [max(1, free0 6) = 6, 7]; b [7, 8]; y [8, 9].  h_f = 1
+    # forward: a [0, 1], h = 1; z [1, 6]; copy a -> gpu:0 (pinned) [max(1, free0 6) = 6, 7]; b [7, 8]; y [8, 9].  h_f =
+    # 1
     # backward on gpu:0's worker, highest seq first (a 0, z 1, the copy 2, b 3, y 4): y [9, 11]; b [11, 13];
     #   then the copy of a's gradient (seq 2, before z): blocking, once the stream drained [13, 14];
     #   z [14, 24]; a on the host [14, 16].  Step 24.

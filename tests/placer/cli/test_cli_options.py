@@ -226,16 +226,16 @@ def _bad_values(bounds: dict, integer: bool) -> list:
 
 
 def test_every_numeric_train_config_field_is_range_checked():
-    from placer.learn.config import _FLOAT_FIELDS, _INT_FIELDS, _OPTIONAL, TrainConfig
+    from placer.learn.config import FLOAT_FIELDS, INT_FIELDS, OPTIONAL, TrainConfig
 
-    assert _OPTIONAL >= {"iterations", "time_budget_s", "max_groups", "workers"}
+    assert OPTIONAL >= {"iterations", "time_budget_s", "max_groups", "workers"}
     numeric = {f.name for f in dataclasses.fields(TrainConfig) if any(t in str(f.type) for t in ("int", "float"))}
     numeric -= {"heuristics"}
-    assert numeric == set(_INT_FIELDS) | set(_FLOAT_FIELDS)
-    for table, integer in ((_INT_FIELDS, True), (_FLOAT_FIELDS, False)):
+    assert numeric == set(INT_FIELDS) | set(FLOAT_FIELDS)
+    for table, integer in ((INT_FIELDS, True), (FLOAT_FIELDS, False)):
         for name, (option, bounds) in table.items():
             for bad in _bad_values(bounds, integer):
-                if bad is None and name in _OPTIONAL:
+                if bad is None and name in OPTIONAL:
                     continue  # None means "not set" there
                 config = TrainConfig(**{name: bad, "iterations": 1 if name != "iterations" else bad, "logdir": None})
                 with pytest.raises(PlacerError, match=f"^{option} "):

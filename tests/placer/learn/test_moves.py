@@ -146,7 +146,8 @@ def test_train_algo_moves_beats_its_start_and_reports_the_equal_budget_search(tm
     p = Placement.load(os.path.join(r.logdir, "best_placement.json"))
     assert envs.SimEnv(g, c).simulate(p, order=None).step_time_s == pytest.approx(r.best_step_time_s)
     eq = json.loads((tmp_path / "run" / "summary.json").read_text())["equal_budget_search"]
-    # every distinct placement the run simulated: 60 rounds of a batch of moves, its start, draws and kicks, a few repeats
+    # every distinct placement the run simulated: 60 rounds of a batch of moves, its start, draws and kicks, a few
+    # repeats
     b = MoveSearchOptions().batch
     assert eq["method"] == "module_search" and 0.8 * 60 * b <= eq["simulated"] <= 60 * b + 40 and eq["step_time_s"] > 0
     # the heuristics' own simulations count too: m_etf and expert scored once, single one per GPU and its scoring
@@ -201,7 +202,7 @@ def test_placer_train_uses_the_move_search_unless_a_policy_is_given(tmp_path, ca
 
 
 def test_the_equal_budget_search_never_takes_longer_than_the_run():
-    from placer.cli.train import _equal_budget_line
+    from placer.cli.train import equal_budget_line
     from placer.learn.move_learner import equal_budget_search
 
     g, c = moe_dag(60, seed=0), envs.Cluster.preset("k80x2")
@@ -222,7 +223,7 @@ def test_the_equal_budget_search_never_takes_longer_than_the_run():
     planned = equal_budget_search(g, c, Spy(g, c), 200, order="planned", seed=0)
     assert seen and set(seen) == {"planned"} and planned["simulated"] == 200
     doc = {"best_step_time_s": cut["step_time_s"], "equal_budget_search": {**cut, "heuristics_simulated": 5034}}
-    line = _equal_budget_line(doc)
+    line = equal_budget_line(doc)
     assert (
         f"{cut['simulated']:,} of the 1,000,000 placements this run simulated (5,034 of them by the heuristics), "
         "stopped at the run's own time"

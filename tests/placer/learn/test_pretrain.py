@@ -46,14 +46,14 @@ def test_devices_whose_links_differ_keep_their_numbers():
 
 def test_each_group_count_is_a_pair_whose_items_express_the_label_exactly(tmp_path, monkeypatch):
     import graphs
-    from placer.learn.pretrain import PretrainConfig, _setup_pairs
+    from placer.learn.pretrain import PretrainConfig, setup_pairs
     from policies.gnn import GNNNet
 
     monkeypatch.setenv("PLACER_CACHE_DIR", str(tmp_path / "cache"))
     (tmp_path / "corpus").mkdir()
     graphs.save(branch_dag(200, seed=1), tmp_path / "corpus" / "b.json")
     config = PretrainConfig(corpus=str(tmp_path / "corpus"), clusters=("k80x2",), groups=(0, 16, 16, "modules"))
-    pairs, skipped = _setup_pairs(config, GNNNet(hidden=8, rounds=1), lambda s: None)
+    pairs, skipped = setup_pairs(config, GNNNet(hidden=8, rounds=1), lambda s: None)
     # branch_dag records one module per block: one module level, at depth 1
     assert [p.name for p in pairs] == ["b.json", "b.json/16g", "b.json/m1"] and not skipped
     ops, grouped, modules = pairs[0].policy, pairs[1].policy, pairs[2].policy

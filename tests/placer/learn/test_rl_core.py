@@ -458,7 +458,7 @@ def _other_value(f: dataclasses.Field, default):
 
 def test_every_train_config_field_is_reachable_from_the_cli():
     """Each field is an option (SOURCE for source) with help text, and a value given there reaches the config."""
-    from placer.learn.config import _base_type
+    from placer.learn.config import base_type
 
     parser = _train_parser()
     by_dest = {a.dest: a for a in parser._actions}
@@ -469,7 +469,7 @@ def test_every_train_config_field_is_reachable_from_the_cli():
         if f.name == "source":
             continue
         default = getattr(defaults, f.name)
-        tp = _base_type(f)
+        tp = base_type(f)
         value = (
             _other_value(f, default)
             if default is not None or f.name == "heuristics"

@@ -121,18 +121,18 @@ def test_memory_aware_methods_fit_a_graph_too_big_for_one_gpu(name, k80x4):
 
 def test_sct_lp_picks_the_critical_child():
     # a -> b (long) and a -> c (short): b must be a's favourite child.
-    from placer.methods.heuristics.baechi import _favourite_edges
+    from placer.methods.heuristics.baechi import favourite_edges
 
     g = OpGraph.from_edges(["a", "b", "c"], [("a", "b", 8), ("a", "c", 8)])
-    fav = _favourite_edges(g, np.array([1.0, 10.0, 1.0]), np.array([5.0, 5.0]))
+    fav = favourite_edges(g, np.array([1.0, 10.0, 1.0]), np.array([5.0, 5.0]))
     assert fav.tolist() == [True, False]
 
 
 def test_heft_insertion_fills_a_gap():
-    from placer.methods.heuristics.heft import _earliest_slot
+    from placer.methods.heuristics.heft import earliest_slot
 
-    assert _earliest_slot([0.0, 5.0], [1.0, 6.0], 0.0, 4.0) == (1.0, 1)
-    assert _earliest_slot([0.0, 5.0], [1.0, 6.0], 0.0, 4.5) == (6.0, 2)
+    assert earliest_slot([0.0, 5.0], [1.0, 6.0], 0.0, 4.0) == (1.0, 1)
+    assert earliest_slot([0.0, 5.0], [1.0, 6.0], 0.0, 4.5) == (6.0, 2)
 
 
 def test_linear_partition_minimises_the_largest_block():
@@ -651,7 +651,8 @@ def test_install_hints_name_the_libraries_of_each_extra_in_setup_cfg():
 
 def embedding_and_layers() -> OpGraph:
     """A cheap lookup holding 2 GiB of weights, then 4 compute-heavy layers of 1 GiB each: 24 GiB of training state
-    (weights, gradients, two Adam moments), more than k80x2's two 12 GB GPUs hold; with the lookup on the host it fits."""
+    (weights, gradients, two Adam moments), more than k80x2's two 12 GB GPUs hold; with the lookup on the host it
+    fits."""
     names = ["embed"] + [f"l{m}_{i}" for m in range(4) for i in range(3)]
     edges = [(a, b, 1 << 20) for a, b in zip(names, names[1:])]
     gib = 1 << 30

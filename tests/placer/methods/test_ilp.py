@@ -1,4 +1,5 @@
-"""The ``ilp`` baseline: exact on tiny graphs (brute force), windows of single ops on larger ones, never slower than its hint."""
+"""The ``ilp`` baseline: exact on tiny graphs (brute force), windows of single ops on larger ones, never slower than its
+hint."""
 
 from __future__ import annotations
 
