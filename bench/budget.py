@@ -109,7 +109,14 @@ class BudgetEnv:
     def elapsed_s(self) -> float:
         return time.perf_counter() - self.t0
 
-    def step_times(self, op_devices: np.ndarray, order: Any = None, *, overflow: bool = False):
+    def step_times(self, op_devices: np.ndarray, order: Any = None) -> tuple[np.ndarray, np.ndarray]:
+        t, oom, _ = self._scored(op_devices, order, overflow=False)
+        return t, oom
+
+    def overflow(self, op_devices: np.ndarray, order: Any = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        return self._scored(op_devices, order, overflow=True)
+
+    def _scored(self, op_devices: np.ndarray, order: Any, *, overflow: bool):
         if self.deadline_s is not None and self.elapsed_s() >= self.deadline_s:
             raise BudgetSpent
         rows = np.asarray(op_devices, dtype=np.int32)
@@ -118,7 +125,9 @@ class BudgetEnv:
             raise BudgetSpent
         cut = rows[:left]
         kw = {} if self.order is None else {"order": self.order}
-        out = self.env.step_times(cut, overflow=overflow, **kw) if overflow else self.env.step_times(cut, **kw)
+        if order is not None:
+            kw = {"order": order}
+        out = self.env.overflow(cut, **kw) if overflow else (*self.env.step_times(cut, **kw), None)
         self._record(cut, out[0], out[1])
         self.evals += len(cut)
         if len(cut) < len(rows):

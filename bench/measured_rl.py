@@ -101,7 +101,9 @@ class Recorder:
             )
         return results
 
-    def step_times(self, op_devices: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    def step_times(self, op_devices: np.ndarray, order: Any = None) -> tuple[np.ndarray, np.ndarray]:
+        if order is not None:
+            raise PlacerError("the measured fine-tuning measures each placement in node order; give order=None")
         results = self.evaluate(list(np.asarray(op_devices)))
         return np.array([r.step_time_s for r in results]), np.array([not r.ok for r in results])
 
@@ -235,9 +237,9 @@ def _spearman(pairs: list[tuple[float, float]]) -> float | None:
 def plot_curves(c: dict[str, Any], path: str, *, title: str = "", dpi: int = 100) -> None:
     """Draw the three curves of :func:`curves`: real and simulated step time per measurement, the running best,
     the real time of the simulator's pick, and where they part."""
-    from bench.plots import _pyplot, _save  # matplotlib: the plot extra, loaded when drawing
+    from bench.plots import pyplot, save_figure  # matplotlib: the plot extra, loaded when drawing
 
-    plt = _pyplot()
+    plt = pyplot()
     n = range(1, c["n"] + 1)
 
     def ms(xs: list) -> list:
@@ -261,7 +263,7 @@ def plot_curves(c: dict[str, Any], path: str, *, title: str = "", dpi: int = 100
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
     fig.tight_layout()
-    _save(fig, path, dpi)
+    save_figure(fig, path, dpi)
 
 
 __all__ = ["CURVES_NAME", "Recorder", "curves", "fine_tune", "hand_off", "plot_curves", "read_curves"]

@@ -150,7 +150,7 @@ def _hex(rgba: Sequence[float]) -> str:
     return "#" + "".join(f"{int(round(255 * c)):02x}" for c in rgba[:3])
 
 
-def _pyplot():
+def pyplot():
     try:
         import matplotlib
 
@@ -161,8 +161,8 @@ def _pyplot():
     return plt
 
 
-def _save(fig: Any, path: str, dpi: int) -> None:
-    plt = _pyplot()
+def save_figure(fig: Any, path: str, dpi: int) -> None:
+    plt = pyplot()
     try:
         fig.savefig(path, dpi=dpi)
     except OSError as e:
@@ -181,7 +181,7 @@ def plot_schedule(
     dpi: int = 100,
 ) -> ScheduleBars:
     """Draw the schedule of a simulated step as a Gantt chart (one row per device/link) into ``path``."""
-    plt = _pyplot()
+    plt = pyplot()
     bars = schedule_bars(trace, graph)
     cols, legend = bar_colours(bars, graph, color_by)
     fig, ax = plt.subplots(figsize=(11, 0.45 * len(bars.tracks) + 1.8))
@@ -199,7 +199,7 @@ def plot_schedule(
     ax.legend(handles, list(legend), loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8, frameon=False)
     ax.grid(axis="x", alpha=0.3)
     fig.tight_layout()
-    _save(fig, path, dpi)
+    save_figure(fig, path, dpi)
     return bars
 
 
@@ -210,7 +210,7 @@ def plot_search_curves(curves: Sequence[dict[str, Any]], path: str, *, dpi: int 
     plus optional ``"lower_bound_s"`` and ``"reference_s"`` (name -> seconds, drawn
     dotted); points are where the best improved.
     """
-    plt = _pyplot()
+    plt = pyplot()
     graphs = list(dict.fromkeys(c["graph"] for c in curves))
     if not graphs:
         raise PlacerError(f"{path}: no search curves to plot")
@@ -253,7 +253,7 @@ def plot_search_curves(curves: Sequence[dict[str, Any]], path: str, *, dpi: int 
             ax.grid(alpha=0.3)
         axes[row][1].legend(fontsize=8, loc="upper right")
     fig.tight_layout()
-    _save(fig, path, dpi)
+    save_figure(fig, path, dpi)
 
 
 def plot_budget_curves(cells: Sequence[dict[str, Any]], path: str, *, dpi: int = 100) -> None:
@@ -263,7 +263,7 @@ def plot_budget_curves(cells: Sequence[dict[str, Any]], path: str, *, dpi: int =
     """
     from bench.budget import METHODS, medians  # bench.budget imports the learner (torch): only when drawing its plot
 
-    plt = _pyplot()
+    plt = pyplot()
     if not cells:
         raise PlacerError(f"{path}: no budget results to plot")
     # a column per kind of budget the cells were run at (placements, seconds): no empty panels
@@ -298,4 +298,4 @@ def plot_budget_curves(cells: Sequence[dict[str, Any]], path: str, *, dpi: int =
             ax.grid(alpha=0.3)
         axes[row][0].legend(fontsize=7, loc="upper right")
     fig.tight_layout()
-    _save(fig, path, dpi)
+    save_figure(fig, path, dpi)

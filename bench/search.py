@@ -86,10 +86,17 @@ class RecordingEnv:
                 self.evals_at.append(self.evals)
                 self.best_s.append(self.best)
 
-    def step_times(self, idx: np.ndarray, *args: Any, **kwargs: Any) -> tuple[np.ndarray, ...]:
-        """``env.step_times`` (with its options: ``order``, ``overflow``), recorded."""
+    def step_times(self, op_devices: np.ndarray, order: Any = None) -> tuple[np.ndarray, np.ndarray]:
+        """``env.step_times``, recorded."""
         self._check_deadline()
-        out = self.env.step_times(idx, *args, **kwargs)
+        out = self.env.step_times(op_devices, order)
+        self._record(out[0], out[1])
+        return out
+
+    def overflow(self, op_devices: np.ndarray, order: Any = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """``env.overflow``, recorded."""
+        self._check_deadline()
+        out = self.env.overflow(op_devices, order)
         self._record(out[0], out[1])
         return out
 

@@ -38,7 +38,7 @@ import numpy as np
 import envs
 from graphs import OpGraph, PlacerError
 from placer.methods.heuristics.costs import step_costs_s
-from placer.methods.heuristics.hf_accelerate import _lookup, map_onto_ops
+from placer.methods.heuristics.hf_accelerate import lookup_device, map_onto_ops
 
 
 def _parent(path: str) -> str:
@@ -135,7 +135,7 @@ def project(
 
     visit(module)
     for fqn in unused:  # never read: with the nearest mapped module, or the heaviest device
-        if _lookup(out, _relative(fqn, module)) is None:
+        if lookup_device(out, _relative(fqn, module)) is None:
             out[_relative(fqn, module)] = accelerate_device(cluster, int(np.argmax(weight[module])))
     return out
 

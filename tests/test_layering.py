@@ -126,6 +126,31 @@ def ray_importers(srcs: dict[str, str]) -> list[str]:
     return out
 
 
+def private_imports(srcs: dict[str, str]) -> list[str]:
+    """``module imports pkg.name`` for every private name (``_x``, not dunder) taken from another project module."""
+    out = []
+    project = (*PRODUCT, "bench")
+    for name, source in srcs.items():
+        for node in ast.walk(ast.parse(source)):
+            if not isinstance(node, ast.ImportFrom) or node.level or not node.module:
+                continue
+            if node.module.split(".")[0] not in project or node.module == name:
+                continue
+            for alias in node.names:
+                if alias.name.startswith("_") and not alias.name.startswith("__"):
+                    out.append(f"{name} imports {node.module}.{alias.name}")
+    return out
+
+
+def tree_sources(root: Path = ROOT) -> dict[str, str]:
+    """:func:`sources` with ``bench``, ``scripts`` and ``tests`` too: every module of the checkout."""
+    more = ("bench", "scripts", "tests")
+    return {
+        **sources(root),
+        **{module_name(root, p): p.read_text() for f in more for p in sorted((root / f).rglob("*.py"))},
+    }
+
+
 # ------------------------------------------------------------------ the tree as it is
 def test_packages_import_in_one_direction():
     assert direction_violations(sources()) == []
@@ -134,6 +159,10 @@ def test_packages_import_in_one_direction():
 def test_no_import_cycles_between_modules():
     loops = cycles(sources())
     assert not loops, "import loops: " + "; ".join(" -> ".join(c) for c in loops)
+
+
+def test_no_private_name_is_imported_from_another_module():
+    assert private_imports(tree_sources()) == []
 
 
 def test_ray_is_imported_by_one_module_of_envs_real():
@@ -162,6 +191,12 @@ def test_a_planted_cycle_is_found():
     srcs["graphs.dag"] += "\nfrom graphs.ir import OpGraph\n"  # ir imports dag at the top: ir -> dag -> ir
     loops = cycles(srcs)
     assert any(set(c) >= {"graphs.ir", "graphs.dag"} for c in loops), loops
+
+
+def test_a_planted_private_import_is_found():
+    srcs = tree_sources()
+    srcs["placer.device_map"] += "\nfrom placer.methods.heuristics.hf_accelerate import _lookup\n"
+    assert private_imports(srcs) == ["placer.device_map imports placer.methods.heuristics.hf_accelerate._lookup"]
 
 
 def test_a_second_ray_importer_is_found():

@@ -18,7 +18,7 @@ from typing import Any
 
 from envs.real.worker import placement_hash
 from envs.result import Result
-from graphs import OpGraph
+from graphs import OpGraph, PlacerError
 from graphs.plan import as_indices, check_order
 
 LOG_NAME = "measurements.jsonl"
@@ -115,10 +115,20 @@ class RecordedMeasurements:
         got, self._again = self._again or {}, None
         return [got[k] if k in got else self._cache[k] for k in keys]
 
-    def step_times(self, op_devices: Any, *, again: bool = False) -> tuple[Any, Any]:
-        """Batched ``[K, num_ops]`` device indices -> (step_time_s[K], failed[K]): a failed placement did not run.
-        ``again``: measure every row anew (a re-measurement; see the class doc)."""
+    def step_times(self, op_devices: Any, order: Any = None) -> tuple[Any, Any]:
+        """Batched ``[K, num_ops]`` placement vectors -> (step_time_s[K], failed[K]): a failed placement did not
+        run (the scorer protocol, :mod:`envs.scorer`). Each is measured in node order: to measure an issue
+        order, evaluate a :class:`graphs.Placement` that carries it."""
+        return self._measured(op_devices, order, again=False)
+
+    def measure_again(self, op_devices: Any) -> tuple[Any, Any]:
+        """:meth:`step_times`, every row measured anew (a re-measurement; see the class doc)."""
+        return self._measured(op_devices, None, again=True)
+
+    def _measured(self, op_devices: Any, order: Any, *, again: bool) -> tuple[Any, Any]:
         import numpy as np
 
+        if order is not None:
+            raise PlacerError("a measured env measures placement vectors in node order; give order=None")
         results = self.evaluate(list(np.asarray(op_devices)), again=again)  # type: ignore[attr-defined]
         return np.array([r.step_time_s for r in results]), np.array([not r.ok for r in results])

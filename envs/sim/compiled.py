@@ -22,7 +22,7 @@ except ImportError:  # pragma: no cover - exercised only without numba
 
 
 @njit(cache=True)
-def _push(h, size, key, tid):
+def heap_push(h, size, key, tid):
     j = size
     fid = float(tid)
     while j > 0:
@@ -41,7 +41,7 @@ def _push(h, size, key, tid):
 
 
 @njit(cache=True)
-def _pop(h, size):
+def heap_pop(h, size):
     """Remove the root; returns the new size (read the root ``h[0], h[1]`` before)."""
     size -= 1
     key = h[2 * size]
@@ -74,7 +74,7 @@ def _pop(h, size):
 
 
 @njit(cache=True)
-def _offer(h, size, ck, ct, key, tid):
+def heap_offer(h, size, ck, ct, key, tid):
     """Make task ``tid`` ready: it becomes the held candidate if it beats the current one.
 
     The candidate ``(ck, ct)`` (``ct < 0``: none) is kept outside the heap, so a
@@ -83,5 +83,5 @@ def _offer(h, size, ck, ct, key, tid):
     if ct < 0:
         return size, key, tid
     if key < ck or (key == ck and tid < ct):
-        return _push(h, size, ck, ct), key, tid
-    return _push(h, size, key, tid), ck, ct
+        return heap_push(h, size, ck, ct), key, tid
+    return heap_push(h, size, key, tid), ck, ct

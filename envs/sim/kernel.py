@@ -4,7 +4,7 @@ Both executor models, with the same tasks, task ids and tie-breaks as
 :func:`envs.sim.schedule.schedule_reference`, but with no task graph built.
 ``dataflow`` (:func:`_schedule`) walks the op graph's CSR arrays and keeps one
 4-ary heap ordered by ``(ready time, task id)`` plus the best newly ready task
-outside it. ``eager`` (:func:`envs.sim.kernel_eager._eager`) is one pass over the
+outside it. ``eager`` (:func:`envs.sim.kernel_eager.eager_schedule`) is one pass over the
 issue order for the forward and, per ``backward()`` call, autograd's threads in
 time order with two heaps per thread (:mod:`envs.sim.kernel_eager`).
 Task ids (``n`` ops, ``D`` devices): ``fwd i = i``,
@@ -25,8 +25,8 @@ import numpy as np
 
 from envs import cost
 from envs.cluster import Cluster
-from envs.sim.compiled import HAVE_NUMBA, _offer, _pop, _push, njit  # noqa: F401  (HAVE_NUMBA: re-exported)
-from envs.sim.kernel_eager import _eager
+from envs.sim.compiled import HAVE_NUMBA, heap_offer, heap_pop, heap_push, njit  # noqa: F401  (HAVE_NUMBA: re-exported)
+from envs.sim.kernel_eager import eager_schedule
 from envs.sim.schedule import ACT, GRAD, Schedule
 from graphs.ir import OpGraph
 from graphs.ops import saved_mask
@@ -93,7 +93,7 @@ def _schedule(
     ct = -1
     for i in range(n):
         if pend_f[i] == 0:
-            size, ck, ct = _offer(h, size, ck, ct, 0.0, i)
+            size, ck, ct = heap_offer(h, size, ck, ct, 0.0, i)
     t_end = 0.0
     while size > 0 or ct >= 0:
         if ct >= 0 and (size == 0 or ck < h[0] or (ck == h[0] and ct < h[1])):
@@ -103,7 +103,7 @@ def _schedule(
         else:
             r = h[0]
             t = int(h[1])
-            size = _pop(h, size)
+            size = heap_pop(h, size)
         if t < n:
             i = t
             res = p[i]
@@ -141,18 +141,18 @@ def _schedule(
                         ready_f[v] = e
                     pend_f[v] -= 1
                     if pend_f[v] == 0:
-                        size, ck, ct = _offer(h, size, ck, ct, ready_f[v], v)
+                        size, ck, ct = heap_offer(h, size, ck, ct, ready_f[v], v)
                 else:
                     slot = i * D + d
                     if gpend[slot] == 0:  # first consumer on d: send once
                         gpend[slot] = tcount[slot]  # consumers whose gradient it waits for
                         gready[slot] = 0.0
-                        size, ck, ct = _offer(h, size, ck, ct, e, 2 * n + slot)
+                        size, ck, ct = heap_offer(h, size, ck, ct, e, 2 * n + slot)
             if e > ready_b[i]:
                 ready_b[i] = e
             pend_b[i] -= 1
             if pend_b[i] == 0:
-                size, ck, ct = _offer(h, size, ck, ct, ready_b[i], 2 * n - 1 - i)
+                size, ck, ct = heap_offer(h, size, ck, ct, ready_b[i], 2 * n - 1 - i)
         elif t < 2 * n:  # backward done: producers here, gradient transfers out
             pi = p[i]
             for k in range(in_ptr[i], in_ptr[i + 1]):
@@ -162,14 +162,14 @@ def _schedule(
                         ready_b[u] = e
                     pend_b[u] -= 1
                     if pend_b[u] == 0:
-                        size, ck, ct = _offer(h, size, ck, ct, ready_b[u], 2 * n - 1 - u)
+                        size, ck, ct = heap_offer(h, size, ck, ct, ready_b[u], 2 * n - 1 - u)
                 else:
                     slot = u * D + pi
                     if e > gready[slot]:
                         gready[slot] = e
                     gpend[slot] -= 1
                     if gpend[slot] == 0:
-                        size, ck, ct = _offer(h, size, ck, ct, gready[slot], 2 * n + nD + slot)
+                        size, ck, ct = heap_offer(h, size, ck, ct, gready[slot], 2 * n + nD + slot)
         elif t < 2 * n + nD:  # activation arrived on d
             for k in range(out_ptr[i], out_ptr[i + 1]):
                 v = out_dst[k]
@@ -178,13 +178,13 @@ def _schedule(
                         ready_f[v] = e
                     pend_f[v] -= 1
                     if pend_f[v] == 0:
-                        size, ck, ct = _offer(h, size, ck, ct, ready_f[v], v)
+                        size, ck, ct = heap_offer(h, size, ck, ct, ready_f[v], v)
         else:  # gradient arrived back on p[i]
             if e > ready_b[i]:
                 ready_b[i] = e
             pend_b[i] -= 1
             if pend_b[i] == 0:
-                size, ck, ct = _offer(h, size, ck, ct, ready_b[i], 2 * n - 1 - i)
+                size, ck, ct = heap_offer(h, size, ck, ct, ready_b[i], 2 * n - 1 - i)
     return t_end
 
 
@@ -318,7 +318,7 @@ def _batch(
 ):
     """Step time and OOM flag of every row of ``P``.
 
-    ``eager``: use :func:`_eager` with issue order ``orders[k]`` (or ``orders[0]``
+    ``eager``: use :func:`eager_schedule` with issue order ``orders[k]`` (or ``orders[0]``
     for every row when ``orders`` has one row) and host program
     ``segs[k, :nseg[k]]`` (or row 0's for every row); else :func:`_schedule`.
     ``want_over``: fill ``over[k]``, for an OOM row, with the largest peak over
@@ -353,7 +353,7 @@ def _batch(
         if eager:
             order = orders[k] if orders.shape[0] > 1 else orders[0]
             q = k if segs.shape[0] > 1 else 0
-            t_end = _eager(
+            t_end = eager_schedule(
                 p,
                 order,
                 segs[q, : nseg[q]],
@@ -552,7 +552,7 @@ class KernelData:
             out[k, : len(s)] = s
         return out, np.array([len(s) for s in programs], dtype=np.int64)
 
-    def step_times(
+    def run_batch(
         self,
         P: np.ndarray,
         order: np.ndarray | None = None,
@@ -617,7 +617,7 @@ class KernelData:
         tcount = np.zeros(nD, dtype=np.int64)
         tbytes = np.zeros(nD, dtype=np.int64)
         if self.eager:
-            t_end = _eager(
+            t_end = eager_schedule(
                 p,
                 self._orders(order)[0],
                 self.segs if program is None else np.ascontiguousarray(program, dtype=np.int64),

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from envs.sim.compiled import _pop, _push, njit
+from envs.sim.compiled import heap_pop, heap_push, njit
 
 
 @njit(cache=True)
@@ -197,9 +197,9 @@ def _enqueue(task, r, th, q):
     """
     fut, avl, base, nf, na, clock, seq = q
     if r <= clock[th]:
-        na[th] = _push(avl[base[th] :], na[th], -float(seq[task]), task)
+        na[th] = heap_push(avl[base[th] :], na[th], -float(seq[task]), task)
     else:
-        nf[th] = _push(fut[base[th] :], nf[th], r, task)
+        nf[th] = heap_push(fut[base[th] :], nf[th], r, task)
 
 
 @njit(cache=True)
@@ -245,10 +245,10 @@ def _take(th, when, q):
     ab = avl[base[th] :]
     while nf[th] > 0 and fb[0] <= when:
         task = int(fb[1])
-        nf[th] = _pop(fb, nf[th])
-        na[th] = _push(ab, na[th], -float(seq[task]), task)
+        nf[th] = heap_pop(fb, nf[th])
+        na[th] = heap_push(ab, na[th], -float(seq[task]), task)
     task = int(ab[1])
-    na[th] = _pop(ab, na[th])
+    na[th] = heap_pop(ab, na[th])
     return task
 
 
@@ -477,7 +477,7 @@ def _silent(p, order, lo, hi, n, D, out_ptr, out_dst, grad, pend, gpend, gready,
 
 
 @njit(cache=True)
-def _eager(
+def eager_schedule(
     p,
     order,
     segs,

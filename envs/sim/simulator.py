@@ -390,17 +390,27 @@ class SimEnv:
         """Score each placement (the scorer protocol shared with MeasuredEnv)."""
         return [self.simulate(p) for p in placements]
 
-    def step_times(self, op_devices: np.ndarray, order: Any = None, *, overflow: bool = False):
-        """Simulated step time ignoring memory, and the OOM flag, for a ``[K, num_ops]`` batch.
+    def step_times(self, op_devices: np.ndarray, order: Any = None) -> tuple[np.ndarray, np.ndarray]:
+        """``(step_time_s, failed)`` of a ``[K, num_ops]`` batch: the scorer protocol (:mod:`envs.scorer`).
 
-        ``order``: None (node order), one issue order shared by the batch, a
-        ``[K, num_ops]`` array of them (used by the eager executor), or
-        ``"planned"``: each row in its own :meth:`schedule_order` (the cheap
-        planner; about 2 ms per row on nmt-2 against 0.7 ms for the step itself).
-        ``overflow``: also return, per row, the largest peak / capacity over the
-        devices that run out of memory (0 for a row that fits): how far an OOM
-        placement is from fitting.
+        The step time ignores memory; ``failed`` is out of memory. ``order`` as for :meth:`overflow`.
         """
+        times, oom, _ = self._batch(op_devices, order, overflow=False)
+        return times, oom
+
+    def overflow(self, op_devices: np.ndarray, order: Any = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """``(step_time_s, failed, over)``: :meth:`step_times`, and how far each placement is over capacity.
+
+        ``over``: per row, the largest peak / capacity over the devices that run out of memory (0 for a row
+        that fits). ``order``: None (node order), one issue order shared by the batch, a ``[K, num_ops]``
+        array of them (used by the eager executor), or ``"planned"``: each row in its own
+        :meth:`schedule_order` (the cheap planner; about 2 ms per row on nmt-2 against 0.7 ms for the step
+        itself).
+        """
+        return self._batch(op_devices, order, overflow=True)
+
+    def _batch(self, op_devices: np.ndarray, order: Any, *, overflow: bool):
+        """``(step_time_s, failed, over)`` of a batch (:meth:`overflow`); ``over`` only computed with ``overflow``."""
         op_devices = np.asarray(op_devices)
         if op_devices.ndim == 1:
             op_devices = op_devices[None, :]
@@ -460,12 +470,12 @@ class SimEnv:
                 oom[k] = r.status == "oom"
                 if oom[k]:
                     over[k] = max(r.peak_bytes[d] / caps[d] for d in r.extra["oom_devices"])
-            return (times, oom, over) if overflow else (times, oom)
+            return times, oom, over
         over = np.zeros(len(op_devices)) if overflow else None
-        times, oom = self._kernel().step_times(
+        times, oom = self._kernel().run_batch(
             op_devices.astype(np.int32, copy=False), order if self.executor == "eager" else None, programs, over
         )
-        return (times, oom, over) if overflow else (times, oom)
+        return times, oom, over
 
     # ------------------------------------------------------------ issue order
     def order_candidates(self, placement: Any) -> dict[str, np.ndarray]:
@@ -625,8 +635,11 @@ class InOrder:
     def __getattr__(self, name: str) -> Any:
         return getattr(self.env, name)
 
-    def step_times(self, op_devices: np.ndarray, order: Any = None, **kw: Any):
-        return self.env.step_times(op_devices, self.order if order is None else order, **kw)
+    def step_times(self, op_devices: np.ndarray, order: Any = None) -> tuple[np.ndarray, np.ndarray]:
+        return self.env.step_times(op_devices, self.order if order is None else order)
+
+    def overflow(self, op_devices: np.ndarray, order: Any = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        return self.env.overflow(op_devices, self.order if order is None else order)
 
     def with_microbatches(self, microbatches: int, inflight: int | None = None) -> "InOrder":
         return InOrder(self.env.with_microbatches(microbatches, inflight), self.order)

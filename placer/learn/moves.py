@@ -29,7 +29,6 @@ moves, the kicks); ``time_budget_s`` stops the run between batches.
 
 from __future__ import annotations
 
-import inspect
 import time
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -38,6 +37,7 @@ import numpy as np
 import torch
 
 from envs.cluster import Cluster
+from envs.scorer import can_overflow
 from graphs import OpGraph, PlacerError
 from placer.methods.heuristics.costs import candidate_devices
 from placer.methods.heuristics.module_search import module_search
@@ -133,7 +133,7 @@ class _Budget:
         self.curve, self.best = SearchCurve(), float("inf")  # the best step time of a placement that fits
         self.best_cost, self.best_row, self.best_oom = float("inf"), None, False  # the least cost seen
         # whether the scorer can say how far over capacity a placement is (the simulator can; a run's scorer cannot)
-        self.overflow = "overflow" in inspect.signature(env.step_times).parameters
+        self.overflow = can_overflow(env)
 
     def left(self) -> int:
         if self.deadline is not None and time.perf_counter() >= self.deadline:
@@ -157,7 +157,7 @@ class _Budget:
         kw = {} if self.order is None else {"order": self.order}
         over = None
         if overflow and self.overflow:
-            t, oom, over = self.env.step_times(rows, overflow=True, **kw)
+            t, oom, over = self.env.overflow(rows, **kw)
         else:
             t, oom = self.env.step_times(rows, **kw)
         t = np.where(np.isfinite(t), np.asarray(t, dtype=np.float64), np.inf)
@@ -186,13 +186,21 @@ class _Scoring:
     def __init__(self, budget: _Budget) -> None:
         self.budget = budget
 
-    def step_times(self, rows: np.ndarray, overflow: bool = False):
-        t, oom, over = self.budget.simulate(np.asarray(rows), overflow)
-        if len(t) < len(rows):  # the budget ran out within the batch
-            raise BudgetSpent
-        if not overflow:
-            return t, oom
+    def step_times(self, op_devices: np.ndarray, order: Any = None) -> tuple[np.ndarray, np.ndarray]:
+        t, oom, _ = self._scored(op_devices, order, overflow=False)
+        return t, oom
+
+    def overflow(self, op_devices: np.ndarray, order: Any = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        t, oom, over = self._scored(op_devices, order, overflow=True)
         return t, oom, over if over is not None else t
+
+    def _scored(self, op_devices: np.ndarray, order: Any, *, overflow: bool):
+        if order is not None:
+            raise PlacerError("the move search scores in its own issue order; give order=None")
+        t, oom, over = self.budget.simulate(np.asarray(op_devices), overflow)
+        if len(t) < len(op_devices):  # the budget ran out within the batch
+            raise BudgetSpent
+        return t, oom, over
 
 
 class Replay:

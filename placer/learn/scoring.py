@@ -1,18 +1,19 @@
-"""What the training loop scores placements with: the scorer protocol, the scorers by name, a cache, the reward scale.
+"""What the training loop scores placements with: the scorers by name, a cache, the reward scale.
 
-Every scorer has one shape, ``evaluate(placements) -> list[Result]``
-(:class:`envs.SimEnv`, :class:`envs.real.measured.MeasuredEnv`, a test's fake);
-:class:`CachedScorer` scores each distinct placement once per run.
+Every scorer has one shape, :class:`envs.scorer.Scorer` (:class:`envs.SimEnv`,
+:class:`envs.real.measured.MeasuredEnv`, a test's fake); :class:`CachedScorer`
+scores each distinct placement once per run.
 """
 
 from __future__ import annotations
 
 import hashlib
-from typing import TYPE_CHECKING, Any, Callable, Mapping, Protocol, Sequence, runtime_checkable
+from typing import TYPE_CHECKING, Callable, Mapping
 
 import numpy as np
 
 import envs
+from envs.scorer import Scorer, can_measure_again
 from graphs import OpGraph, PlacerError, zoo
 from graphs.plan import single_device_rows
 from placer.learn.config import TrainConfig
@@ -20,32 +21,13 @@ from placer.sources import looks_like_callable, stand_in_loss
 
 if TYPE_CHECKING:
     from envs.cluster import Cluster
-    from envs.result import Result
-
-
-@runtime_checkable
-class Scorer(Protocol):
-    """What scores placements (``envs.SimEnv``, ``envs.MeasuredEnv``, a test's fake).
-
-    ``evaluate`` scores op-device index arrays one result each; a scorer may also
-    have ``step_times(idx [K, num_ops]) -> (step_time_s [K], failed [K])`` (a fast
-    batch path, used when present) and ``close()`` (called when a run that built
-    it ends).
-    """
-
-    def evaluate(self, placements: Sequence[Any]) -> list[Result]: ...
-
-
-@runtime_checkable
-class BatchScorer(Scorer, Protocol):
-    def step_times(self, op_devices: np.ndarray) -> tuple[np.ndarray, np.ndarray]: ...
 
 
 class CachedScorer:
     """Scores op-device arrays ``[K, num_ops]`` once each: ``(step_time_s, failed)``.
 
-    Uses the scorer's fast ``step_times`` when it has one (:class:`BatchScorer`),
-    else ``evaluate``. The cache key is a digest of the index array's bytes;
+    Uses the scorer's ``step_times`` (:class:`envs.scorer.Scorer`); an object with ``evaluate``
+    only (a test's fake) is scored through that. The cache key is a digest of the index array's bytes;
     identical rows of a batch are scored once.
     """
 
@@ -62,10 +44,8 @@ class CachedScorer:
     def fresh(self, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Score ``rows`` anew, on the scorer itself (a re-measurement): this cache is bypassed, and a measured
         env, which caches its own results, is asked to measure again. Not counted in ``evaluated``."""
-        from envs.real.measure_log import RecordedMeasurements  # the real runtime: only for a re-measurement
-
-        if isinstance(self.env, RecordedMeasurements):
-            t, failed = self.env.step_times(rows, again=True)
+        if can_measure_again(self.env):
+            t, failed = self.env.measure_again(rows)
             return np.asarray(t, dtype=float), np.asarray(failed, dtype=bool)
         return self._score(rows)
 

@@ -125,7 +125,7 @@ def test_the_plot_has_a_panel_per_kind_of_budget_run(tmp_path, monkeypatch):
     from bench import plots
 
     shapes = []
-    real = plots._pyplot()
+    real = plots.pyplot()
     subplots = real.subplots
     monkeypatch.setattr(real, "subplots", lambda *a, **kw: shapes.append(a) or subplots(*a, **kw))
     run = lambda kind, method: {"budget": {"kind": kind, "value": 10}, "method": method, "plan_step_time_s": 0.1}  # noqa: E731

@@ -16,8 +16,8 @@ class FakeEnv:
 
     marker = "fake"
 
-    def step_times(self, idx):
-        t = np.asarray(idx, dtype=float)[:, 0]
+    def step_times(self, op_devices, order=None):
+        t = np.asarray(op_devices, dtype=float)[:, 0]
         return np.abs(t), t < 0
 
 

@@ -492,8 +492,8 @@ def test_step_times_overflow_is_the_worst_peak_over_capacity():
     P = np.array([[1] * 8, [1, 1, 2, 2, 3, 3, 4, 4], [1, 1, 1, 2, 2, 3, 3, 4]], dtype=np.int32)
     k = envs.SimEnv(g, c, microbatches=4)
     r = envs.SimEnv(g, c, microbatches=4, backend="reference")
-    tk, ok, vk = k.step_times(P, overflow=True)
-    tr, orr, vr = r.step_times(P, overflow=True)
+    tk, ok, vk = k.overflow(P)
+    tr, orr, vr = r.overflow(P)
     assert ok.tolist() == orr.tolist() == [True, False, True]
     np.testing.assert_allclose(vk, vr, rtol=1e-12)
     assert vk[1] == 0 and vk[0] > vk[2] > 1  # everything on one GPU is further from fitting

@@ -17,16 +17,16 @@ import numpy as np
 import torch
 
 from envs.real.profiler.probe import (
-    _host_probed_step,
-    _probed_program,
-    _Probes,
-    _restoring,
+    Probes,
     attribute_intervals,
     backward_intervals,
     grad_fns,
+    host_probed_step,
     probe_costs,
+    probed_program,
     profile_entry,
     remove_probe_cost,
+    restoring,
     scale_to,
 )
 from envs.real.timing import default_loss
@@ -83,7 +83,7 @@ class CudaMarks:
         self.torch.cuda.synchronize(self.device)
 
 
-class _DeviceProbes(_Probes):
+class _DeviceProbes(Probes):
     """Device marks after each forward op and at each autograd node's start.
 
     The device is held back (``marks.sleep``) before the forward, before the
@@ -185,7 +185,7 @@ def profile_device_in_context(
     * clean steps time each phase on the host (issue) and in the device's
       timeline (``marks``: CUDA events), and the whole step, synchronised;
     * host-probed steps stamp the host clock after each forward op and in a
-      pre-hook of every autograd node (:class:`_Probes`, as the CPU profile):
+      pre-hook of every autograd node (:class:`Probes`, as the CPU profile):
       each op's issue time, less the probes' cost, scaled to the clean host phase;
     * device-probed steps mark the device's timeline at the same points, with
       the device held back so that the host runs ahead (:class:`_DeviceProbes`):
@@ -200,7 +200,7 @@ def profile_device_in_context(
         if dev.type != "cuda":
             raise PlacerError(f"device in-context profiling needs CUDA events, not {device}")
         marks = CudaMarks(dev)
-    with _restoring(ep):
+    with restoring(ep):
         return _device_in_context(ep, graph, dev, warmup, repeats, inputs, lr, marks, every)
 
 
@@ -269,8 +269,8 @@ def _device_in_context(
     every: int,
 ) -> dict[str, Any]:
     n = graph.num_ops
-    current: list = [_Probes(time.perf_counter)]
-    gm, probed_gm, inputs, opt = _probed_program(ep, graph, dev, inputs, lr, current)
+    current: list = [Probes(time.perf_counter)]
+    gm, probed_gm, inputs, opt = probed_program(ep, graph, dev, inputs, lr, current)
     clock = time.perf_counter
     host: dict[str, list[float]] = {k: [] for k in _PHASES + ("step",)}
     device: dict[str, list[float]] = {k: [] for k in _PHASES}
@@ -286,7 +286,7 @@ def _device_in_context(
                 device[key].append(device_s[j])
             host["step"].append(step_s)
         # a host-probed step: issue time per op
-        pr, tail, b0, b1 = _host_probed_step(probed_gm, inputs, opt, current, clock, marks.sync)
+        pr, tail, b0, b1 = host_probed_step(probed_gm, inputs, opt, current, clock, marks.sync)
         # host seconds per forward op and per backward probe: the sleeps' length
         per_op_host = [
             max(float(np.median(pr.fwd_s)), 1e-6) if pr.fwd_s else 1e-4,
@@ -304,7 +304,7 @@ def _device_in_context(
             b_s, dbcount = dp.seconds(dp.bwd_iv, n)
             kern_f.append(f_s)
             kern_b.append(b_s)
-    current[0] = _Probes(clock)
+    current[0] = Probes(clock)
     return _device_profile(
         gm, host, device, (issue_f, issue_b, fcount, bcount), (kern_f, kern_b, dfcount, dbcount), marks, clock
     )

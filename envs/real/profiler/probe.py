@@ -4,9 +4,9 @@
 on the CPU, as :func:`envs.real.timing.train_step` runs a placed module, and
 charges the time between consecutive probes (a timestamp after each forward op, a
 pre-hook on each autograd node) to the op that owns it. The machinery here
-(:class:`_Probes`, the probed twin of a placed program, interval attribution and
+(:class:`Probes`, the probed twin of a placed program, interval attribution and
 the probe-cost correction) is shared with :mod:`envs.real.profiler.device`;
-:func:`time_call` and :func:`_op_timer` time one call or one op alone.
+:func:`time_call` and :func:`op_timer` time one call or one op alone.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from envs.real.timing import default_loss
 from graphs import OpGraph, PlacerError
 
 
-def _sync(device: Any) -> None:
+def sync_device(device: Any) -> None:
     if device.type == "cuda":
         torch.cuda.synchronize(device)
 
@@ -41,7 +41,7 @@ def time_call(
         if device.type == "cuda":
             with torch.cuda.device(device):  # events record on this device's current stream
                 start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-                _sync(device)
+                sync_device(device)
                 start.record()
                 run(state)
                 end.record()
@@ -56,7 +56,7 @@ def time_call(
     return float(np.median(times))
 
 
-def _op_timer(node: Any, args: tuple, kwargs: dict, device: Any, warmup: int, repeats: int) -> tuple[float, float]:
+def op_timer(node: Any, args: tuple, kwargs: dict, device: Any, warmup: int, repeats: int) -> tuple[float, float]:
     """(forward s, backward s) of one fx node's call on ``device``."""
 
     def fresh(grad: bool) -> tuple[tuple, dict, list]:
@@ -203,7 +203,7 @@ def host_clock(clock: str = "auto") -> tuple[str, Callable[[], float]]:
     raise PlacerError(f"clock must be 'auto', 'thread' or 'wall', not {clock!r}")
 
 
-class _Probes:
+class Probes:
     """The probes of one step: forward stamps per op, then a pre-hook on every autograd node."""
 
     def __init__(self, clock: Callable[[], float] = time.perf_counter) -> None:
@@ -245,7 +245,7 @@ class _Probes:
 
 
 def _probed(target: Callable[..., Any], op: int, current: list) -> Callable[..., Any]:
-    """``target`` reporting to ``current[0]`` (a :class:`_Probes`) after each call."""
+    """``target`` reporting to ``current[0]`` (a :class:`Probes`) after each call."""
 
     def probed(*args: Any, **kwargs: Any) -> Any:
         out = target(*args, **kwargs)
@@ -272,7 +272,7 @@ def probe_costs(
     def plain(t: Any) -> Any:
         return t
 
-    current = [_Probes(clock)]
+    current = [Probes(clock)]
     probed = _probed(plain, 0, current)
     plain_s, probed_s, times = [], [], {False: [], True: []}
     for _ in range(trials):
@@ -280,7 +280,7 @@ def probe_costs(
         for _ in range(calls):
             plain(x)
         plain_s.append((clock() - t0) / calls)
-        current[0] = _Probes(clock)
+        current[0] = Probes(clock)
         for _ in range(calls):
             probed(x)
         probed_s.append(float(np.median(current[0].fwd_s[1:])))
@@ -289,7 +289,7 @@ def probe_costs(
             y = leaf
             for _ in range(nodes):
                 y = y * 1.0
-            pr = _Probes(clock)
+            pr = Probes(clock)
             if hooked:
                 pr.hook(autograd_nodes(grad_fns(y), pr.seen), 0)
             t0 = clock()
@@ -302,7 +302,7 @@ def probe_costs(
 
 
 @contextlib.contextmanager
-def _restoring(ep: Any):
+def restoring(ep: Any):
     """Training steps on ``ep``'s own tensors, put back afterwards (the profile must not train the model)."""
     snapshot = {k: v.detach().clone() for k, v in ep.state_dict.items()}
     constants = {k: v.detach().clone() for k, v in ep.constants.items() if isinstance(v, torch.Tensor)}
@@ -316,7 +316,7 @@ def _restoring(ep: Any):
                 ep.constants[k].copy_(v.to(ep.constants[k].device))
 
 
-def _probed_program(ep: Any, graph: OpGraph, dev: Any, inputs: Sequence[Any] | None, lr: float, current: list) -> tuple:
+def probed_program(ep: Any, graph: OpGraph, dev: Any, inputs: Sequence[Any] | None, lr: float, current: list) -> tuple:
     """``(module, probed twin, inputs on dev, Adam)``: ``ep`` with every op on ``dev``, and a twin whose every op
     reports to ``current[0]`` after it ran (:func:`_probed`; it shares the module's parameters and buffers)."""
     gm = place_module(ep, {name: "d:0" for name in graph.names}, {"d:0": str(dev)})
@@ -326,7 +326,7 @@ def _probed_program(ep: Any, graph: OpGraph, dev: Any, inputs: Sequence[Any] | N
             for p in ep.graph.nodes
             if p.op == "placeholder" and p.name in set(ep.graph_signature.user_inputs)
         ]
-        inputs = _concrete_inputs(ep, example)
+        inputs = concrete_inputs(ep, example)
     inputs = tuple(t.to(dev) if isinstance(t, torch.Tensor) else t for t in inputs)
     probed_graph = fx.Graph()
     env: dict = {}
@@ -338,7 +338,7 @@ def _probed_program(ep: Any, graph: OpGraph, dev: Any, inputs: Sequence[Any] | N
     return gm, fx.GraphModule(gm, probed_graph), inputs, torch.optim.Adam(gm.parameters(), lr=lr)
 
 
-def _concrete_inputs(ep: Any, example: list) -> list:
+def concrete_inputs(ep: Any, example: list) -> list:
     """Inputs for the reference run: the captured example inputs if kept, else random ones of their shapes."""
     stored = getattr(ep, "example_inputs", None)
     if stored is not None and stored[0]:
@@ -368,7 +368,7 @@ def _phases(med: Mapping[str, float]) -> dict[str, float]:
     }
 
 
-def _host_probed_step(
+def host_probed_step(
     probed_gm: Any,
     inputs: tuple,
     opt: Any,
@@ -384,7 +384,7 @@ def _host_probed_step(
     """
     opt.zero_grad(set_to_none=True)
     sync()
-    pr = current[0] = _Probes(clock)
+    pr = current[0] = Probes(clock)
     out = probed_gm(*inputs)
     tail = clock() - pr.resume
     loss = default_loss(out)
@@ -444,7 +444,7 @@ def profile_in_context(
     dev = torch.device(device)
     if dev.type != "cpu":
         raise PlacerError(f"in-context profiling times host ops only, not {device}")
-    with _restoring(ep):
+    with restoring(ep):
         return _in_context(ep, graph, dev, warmup, repeats, inputs, lr, clock)
 
 
@@ -460,8 +460,8 @@ def _in_context(
 ) -> dict[str, Any]:
     n = graph.num_ops
     clock_name, clock = host_clock(clock_name)
-    current = [_Probes(clock)]
-    gm, probed_gm, inputs, opt = _probed_program(ep, graph, dev, inputs, lr, current)
+    current = [Probes(clock)]
+    gm, probed_gm, inputs, opt = probed_program(ep, graph, dev, inputs, lr, current)
 
     clean: dict[str, list[float]] = {k: [] for k in ("zero", "fwd", "loss", "bwd", "opt", "step")}
     fwd_rows, bwd_rows = [], []
@@ -484,13 +484,13 @@ def _in_context(
             for key, v in zip(clean, (t1 - t0, t2 - t1, t3 - t2, t4 - t3, t5 - t4, t5 - t0)):
                 clean[key].append(v)
         # a probed step
-        pr, tail, b0, b1 = _host_probed_step(probed_gm, inputs, opt, current, clock)
+        pr, tail, b0, b1 = host_probed_step(probed_gm, inputs, opt, current, clock)
         if k >= warmup:
             f_s, fwd_counts = attribute_intervals(pr.fwd_owner + [-1], pr.fwd_s + [tail], n)
             b_s, bwd_counts = attribute_intervals(*backward_intervals(b0, pr.bwd, b1), n)
             fwd_rows.append(f_s)
             bwd_rows.append(b_s)
-    current[0] = _Probes(clock)
+    current[0] = Probes(clock)
     fwd_probe_s, bwd_probe_s = probe_costs(clock=clock)
     med = {key: float(np.median(v)) for key, v in clean.items()}
     fwd = remove_probe_cost(np.median(fwd_rows, axis=0), fwd_counts, fwd_probe_s)

@@ -22,7 +22,7 @@ from envs.real.profiler.device import profile_device_in_context
 from envs.real.profiler.file import FORMAT, device_kind
 from envs.real.profiler.fit import fit_issue_scale, fit_link
 from envs.real.profiler.host import time_contention, time_staging
-from envs.real.profiler.probe import _concrete_inputs, _op_timer, _sync, profile_in_context, time_call
+from envs.real.profiler.probe import concrete_inputs, op_timer, profile_in_context, sync_device, time_call
 from graphs import OpGraph, PlacerError
 from graphs.torch_capture import check_runnable, export_program, graph_from_program
 
@@ -77,7 +77,7 @@ def _isolated(
                 args, kwargs = self.fetch_args_kwargs_from_env(n)
                 for d in devices:
                     try:
-                        fwd[str(d)][i], bwd[str(d)][i] = _op_timer(n, args, kwargs, d, warmup, repeats)
+                        fwd[str(d)][i], bwd[str(d)][i] = op_timer(n, args, kwargs, d, warmup, repeats)
                     except Exception as e:  # an op this device cannot run: unknown (NaN), noted
                         errors.setdefault(f"{n.name}@{d}", _error(e))
                 done[0] += 1
@@ -88,7 +88,7 @@ def _isolated(
     example = [
         p.meta["val"] for p in ep.graph.nodes if p.op == "placeholder" and p.name in set(ep.graph_signature.user_inputs)
     ]
-    inputs = _concrete_inputs(ep, example)
+    inputs = concrete_inputs(ep, example)
     if devices:
         with torch.enable_grad():
             _Timer(gm).run(*inputs)
@@ -219,8 +219,8 @@ def time_link(
 
         def run(_: Any) -> None:
             buf.copy_(x, non_blocking=pinned)
-            _sync(dst)
-            _sync(src)
+            sync_device(dst)
+            sync_device(src)
 
         timing_dev = dst if dst.type == "cuda" else src
         times.append(time_call(run, lambda: None, timing_dev, warmup=1, repeats=repeats))

@@ -194,7 +194,7 @@ def annealing(
     kw = {} if order is None else {"order": order}
 
     def score(op_devices: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        return env.step_times(op_devices, overflow=True, **kw)
+        return env.overflow(op_devices, **kw)
 
     cand = candidate_devices(cluster, devices, graph)
     groups = colocation_groups(graph)

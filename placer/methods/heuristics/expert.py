@@ -72,7 +72,7 @@ def _recurrent_mask(graph: OpGraph) -> tuple[np.ndarray, list[str]]:
     return rec & np.array([bool(graph.module_paths[i]) or named[i] for i in range(graph.num_ops)]), keys
 
 
-def _follow_producers(graph: OpGraph, dev: np.ndarray, default: int) -> np.ndarray:
+def follow_producers(graph: OpGraph, dev: np.ndarray, default: int) -> np.ndarray:
     """Unplaced ops take the device of their largest input's producer, else of a consumer."""
     in_ptr, in_src, in_eid = graph.in_csr
     for i in range(graph.num_ops):
@@ -119,7 +119,7 @@ def _recurrent(graph: OpGraph, cluster, is_rec: np.ndarray, keys: list[str]) -> 
     table_bytes = float(graph.param_bytes[emb].sum()) if emb.any() else 0.0
     huge = bool(cpu) and table_bytes > EMBEDDING_ON_CPU_FRACTION * float(capacity_bytes(cluster)[gpus[0]])
     dev[emb] = cpu[0] if huge else gpus[0]
-    return _follow_producers(graph, dev, int(gpus[0]))
+    return follow_producers(graph, dev, int(gpus[0]))
 
 
 def _feed_forward(graph: OpGraph, cluster) -> np.ndarray:
@@ -136,7 +136,7 @@ def _feed_forward(graph: OpGraph, cluster) -> np.ndarray:
     block = linear_partition(ucost, len(gpus), capacity_bytes(cluster)[gpus], umem)
     dev = np.full(graph.num_ops, -1, dtype=np.int64)
     dev[inside] = gpus[block[unit[inside]]]
-    return _follow_producers(graph, dev, int(gpus[0]))
+    return follow_producers(graph, dev, int(gpus[0]))
 
 
 @register("expert")

@@ -40,7 +40,7 @@ import numpy as np
 
 from graphs import OpGraph, PlacerError, zoo
 from placer.methods.heuristics.costs import gpu_devices
-from placer.methods.heuristics.expert import _follow_producers
+from placer.methods.heuristics.expert import follow_producers
 from placer.methods.registry import HeuristicUnavailable, register, require
 
 
@@ -63,7 +63,7 @@ def _meta_model(graph: OpGraph) -> Any:
     return model
 
 
-def _lookup(device_map: dict[str, Any], path: str) -> Any:
+def lookup_device(device_map: dict[str, Any], path: str) -> Any:
     """Device of the longest key of ``device_map`` that is ``path`` or a dotted prefix of it."""
     while True:
         if path in device_map:
@@ -88,10 +88,10 @@ def map_onto_ops(graph: OpGraph, device_map: dict[str, Any], cluster) -> np.ndar
     root = device_map.get("")
     dev = np.full(graph.num_ops, -1, dtype=np.int64)
     for i, path in enumerate(graph.module_paths):
-        v = _lookup(device_map, path) if path else None
+        v = lookup_device(device_map, path) if path else None
         if v is None:
             for fqn in graph.params[i]:
-                v = _lookup(device_map, fqn.rsplit(".", 1)[0] if "." in fqn else "")
+                v = lookup_device(device_map, fqn.rsplit(".", 1)[0] if "." in fqn else "")
                 if v is not None:
                     break
         if v is None and root is not None:
@@ -99,7 +99,7 @@ def map_onto_ops(graph: OpGraph, device_map: dict[str, Any], cluster) -> np.ndar
         if v is not None:
             dev[i] = to_index(v)
 
-    return _follow_producers(graph, dev, int(gpus[0])).astype(np.int32)
+    return follow_producers(graph, dev, int(gpus[0])).astype(np.int32)
 
 
 def no_split_modules(model: Any) -> list[str]:

@@ -17,7 +17,7 @@ def scored_keys(env, op_devices: np.ndarray, batch: int = 64) -> list[tuple[bool
     """
     out: list[tuple[bool, float]] = []
     for s in range(0, len(op_devices), batch):
-        t, oom, over = env.step_times(op_devices[s : s + batch], overflow=True)
+        t, oom, over = env.overflow(op_devices[s : s + batch])
         out += [
             (bool(o), float(v) if o else float(x) if np.isfinite(x) else float("inf")) for o, x, v in zip(oom, t, over)
         ]

@@ -58,7 +58,7 @@ def test_again_measures_anew_logs_it_as_a_re_measurement_and_keeps_the_first(env
     n = env.graph.num_ops
     a, b = np.zeros(n, dtype=np.int32), np.ones(n, dtype=np.int32)
     first = env.evaluate([a])[0]
-    t, failed = env.step_times(np.stack([a, b]), again=True)
+    t, failed = env.measure_again(np.stack([a, b]))
     assert env.measured == 3 and not failed.any()  # a measured again, b measured for the first time
     assert t[0] != first.step_time_s  # a fresh measurement (timings of real steps never repeat to the bit)
     assert env.evaluate([a])[0] is first and env.measured == 3  # the cache keeps the first

@@ -216,9 +216,13 @@ def test_the_equal_budget_search_never_takes_longer_than_the_run():
     seen = []
 
     class Spy(envs.SimEnv):
-        def step_times(self, op_devices, order=None, **kw):
+        def step_times(self, op_devices, order=None):
             seen.append(order)
-            return super().step_times(op_devices, order=order, **kw)
+            return super().step_times(op_devices, order)
+
+        def overflow(self, op_devices, order=None):
+            seen.append(order)
+            return super().overflow(op_devices, order)
 
     planned = equal_budget_search(g, c, Spy(g, c), 200, order="planned", seed=0)
     assert seen and set(seen) == {"planned"} and planned["simulated"] == 200

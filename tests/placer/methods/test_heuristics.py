@@ -324,13 +324,11 @@ def test_module_search_places_whole_modules_within_its_budget(k80x4):
     env = envs.SimEnv(g, k80x4)
     per_gpu = np.repeat(np.asarray(sorted(gpus)), 4)  # chain m on GPU m: the optimum (4 equal chains, 4 GPUs)
     opt = float(env.step_times(per_gpu[None])[0][0])
-    simulated = []
-    step_times = env.step_times
-    env.step_times = lambda idx, *a, **kw: (simulated.append(len(idx)), step_times(idx, *a, **kw))[1]
+    before = env.simulated
     # one uniform draw per start, then single-module moves: 12 per round (4 modules x 3 other GPUs)
     idx = run("module_search", g, k80x4, n=40, starts=1, env=env)
-    assert sum(simulated) == 40
-    assert float(step_times(idx[None])[0][0]) == pytest.approx(opt)
+    assert env.simulated - before == 40
+    assert float(env.step_times(idx[None])[0][0]) == pytest.approx(opt)
     assert {int(idx[i]) for i in range(16)} == gpus and all(
         len(set(idx[4 * m : 4 * m + 4].tolist())) == 1 for m in range(4)
     )
@@ -622,7 +620,7 @@ def test_annealing_returns_a_placement_that_fits_once_it_has_scored_one():
     env = envs.SimEnv(g, c)
     cpu, gpu = c.device_names.index("cpu:0"), c.gpu_indices()[0]
     (t_cpu, t_gpu), oom = env.step_times(np.array([[cpu], [gpu]]))
-    over = env.step_times(np.array([[gpu]]), overflow=True)[2][0]
+    over = env.overflow(np.array([[gpu]]))[2][0]
     assert (
         oom.tolist() == [False, True] and t_gpu * 2 * over < t_cpu
     )  # with oom_penalty 1, the chain's cost prefers the GPU
