@@ -38,17 +38,19 @@ def without_ray(tmp_path_factory) -> dict[str, str]:
 
 @pytest.fixture
 def step_time_orders(monkeypatch):
-    """The ``order`` of every :meth:`envs.SimEnv.step_times` call made while the test runs, in call order."""
+    """The ``order`` of every :meth:`envs.SimEnv.step_times` and :meth:`~envs.SimEnv.overflow` call made while
+    the test runs, in call order."""
     import envs
 
     asked: list = []
-    step_times = envs.SimEnv.step_times
+    for name in ("step_times", "overflow"):
+        method = getattr(envs.SimEnv, name)
 
-    def spy(self, op_devices, order=None, **kw):
-        asked.append(order)
-        return step_times(self, op_devices, order, **kw)
+        def spy(self, op_devices, order=None, method=method):
+            asked.append(order)
+            return method(self, op_devices, order)
 
-    monkeypatch.setattr(envs.SimEnv, "step_times", spy)
+        monkeypatch.setattr(envs.SimEnv, name, spy)
     return asked
 
 
