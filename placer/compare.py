@@ -448,7 +448,7 @@ def compare(
             progress(len(rows), m)
     for (label, p), (_, idx) in zip(labelled, given):
         row = Row(method=label, kind="placement", placement=p)
-        rows.append(_scored_row(row, env.with_microbatches(p.microbatches, p.inflight), idx, best_single_s))
+        rows.append(_scored_row(row, env.with_microbatches(p.microbatches, p.inflight), idx, best_single_s, p.order))
     scored_ms = sorted(set(default_ms) | {p.microbatches for _, p in labelled})
     # no plan scored here beats the smallest bound over the Ms scored
     lb = min((env.with_microbatches(M).lower_bound(blocks_s=bound_s) for M in scored_ms), key=float)

@@ -178,7 +178,8 @@ def run(args: argparse.Namespace) -> int:
         f"lower bound: no placement runs a step faster on this cluster ({report.lower_bound_name}); "
         "--json also gives the looser bound of earlier releases"
     )
-    if best is not None and best.speedup is not None and best.speedup < SMALL_GAIN:
+    speedups = [r.speedup for r in report.rows if r.kind != "bound" and r.status == "ok" and r.speedup is not None]
+    if speedups and max(speedups) < SMALL_GAIN:  # every row, the given placements too
         print(
             f"every method is within {(SMALL_GAIN - 1) * 100:.0f}% of the best single device: this model is too small "
             "to gain from splitting it over devices (copies and launches cost more than the work they spread)"
