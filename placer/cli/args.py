@@ -14,10 +14,9 @@ from typing import Any
 
 from envs.sim.schedule import EXECUTORS
 from envs.sim.simulator import EXECUTOR_ARG_HELP
-from graphs import OpGraph, zoo
+from graphs import OpGraph, sources, zoo
 from graphs.errors import PlacerError
-from placer import sources
-from placer.checks import check_float, check_int
+from placer.option_checks import check_float, check_int
 
 DEVICE_MAP_HELP = "logical -> torch devices, e.g. gpu:0=cuda:1,*=cpu (default gpu:i=cuda:i, cpu:0=cpu)"
 

@@ -8,11 +8,9 @@ import inspect
 import envs
 from envs.cluster import CLUSTER_ARG_HELP
 from envs.microbatch import parse_windows
-from graphs import PlacerError
+from graphs import PlacerError, sources
 from graphs.plan import Placement, check_microbatches
 from graphs.schema import check_float
-from placer import sources
-from placer.checks import check_output_file, check_seed
 from placer.cli.args import (
     MethodsHelp,
     add_executor_argument,
@@ -24,6 +22,7 @@ from placer.cli.args import (
 from placer.cli.output import print_json
 from placer.compare import SCORE_ORDERS, compare, plot
 from placer.methods import registry
+from placer.option_checks import check_input_file, check_output_file, check_seed
 
 #: A best speed-up over the best single device below this: nothing gains from being split (a tiny model).
 SMALL_GAIN = 1.01
@@ -135,13 +134,15 @@ def run(args: argparse.Namespace) -> int:
     inflight = parse_windows(args.inflight)
     if args.plot:
         check_output_file(args.plot, "--plot")
+    if args.profile:
+        check_input_file(args.profile, "--profile")
+    placements = [(path, Placement.load(check_input_file(path, "--placement"))) for path in args.placement]
     cluster = envs.resolve_cluster(args.cluster)
     methods = _methods(args.methods)
     options = _options(args.option, methods)
     graph, model = sources.resolve_graph_and_model(args.graph)  # the model, for the methods that need one (accelerate)
     note_stand_in_loss(graph, args.graph)
     graph, cluster = profiled(graph, cluster, args.profile)  # measured op times and link speeds
-    placements = [(path, Placement.load(path)) for path in args.placement]
     report = compare(
         graph,
         cluster,

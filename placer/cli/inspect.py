@@ -26,12 +26,11 @@ import envs
 from envs import cost
 from envs.cluster import CLUSTER_ARG_HELP, PRESETS
 from envs.sim import bound
-from graphs import OpGraph
+from graphs import OpGraph, sources
 from graphs.dag import critical_path
 from graphs.ops import view_mask
-from placer import sources
-from placer.checks import check_int
 from placer.cli.output import flops, nbytes, print_json, table
+from placer.option_checks import check_int
 
 
 def add_command(sub: argparse._SubParsersAction) -> None:

@@ -13,13 +13,12 @@ from typing import Any
 
 import envs
 from envs.cluster import CLUSTER_ARG_HELP
-from graphs import OpGraph
+from graphs import OpGraph, sources
 from graphs.errors import PlacerError
 from graphs.plan import Placement
-from placer import sources
-from placer.checks import check_int, check_output_file, check_seed, parse_group_counts
 from placer.cli.args import MethodsHelp, add_profile_argument, note_stand_in_loss, parse_options, profiled
 from placer.methods import registry
+from placer.option_checks import check_input_file, check_int, check_output_file, check_seed, parse_group_counts
 
 
 def add_command(sub: argparse._SubParsersAction) -> None:
@@ -86,6 +85,9 @@ def add_command(sub: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     check_output_file(args.output, "-o")
     check_seed(args.seed)
+    for option, path in (("--profile", args.profile), ("--policy-file", args.policy_file)):
+        if path:
+            check_input_file(path, option)
     cluster = envs.resolve_cluster(args.cluster)
     options = parse_options(args.option)
     graph, model = sources.resolve_graph_and_model(args.graph)

@@ -14,12 +14,12 @@ import sys
 import numpy as np
 from tqdm import tqdm
 
+from graphs import sources
 from graphs.errors import PlacerError
 from graphs.ir import PROFILE_COLUMNS
-from placer import sources
-from placer.checks import check_output_file
 from placer.cli.args import check_step_counts
 from placer.cli.output import print_json
+from placer.option_checks import check_output_file
 
 
 def add_command(sub: argparse._SubParsersAction) -> None:

@@ -11,12 +11,12 @@ import argparse
 
 import envs
 from envs.cluster import CLUSTER_ARG_HELP
+from graphs import sources
 from graphs.io import write_text_atomic
 from graphs.plan import Placement
-from placer import sources
-from placer.checks import check_output_file
 from placer.cli.args import add_executor_argument, add_profile_argument, note_stand_in_loss, profiled
 from placer.cli.output import gb, print_json, to_json
+from placer.option_checks import check_input_file, check_output_file
 
 
 def add_command(sub: argparse._SubParsersAction) -> None:
@@ -39,11 +39,13 @@ def add_command(sub: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     if args.trace:
         check_output_file(args.trace, "--trace")
+    if args.profile:
+        check_input_file(args.profile, "--profile")
+    placement = Placement.load(check_input_file(args.placement))  # before a capture: a bad file is said at once
     cluster = envs.resolve_cluster(args.cluster)
     graph = sources.resolve_graph(args.graph)
     note_stand_in_loss(graph, args.graph)
     graph, cluster = profiled(graph, cluster, args.profile)
-    placement = Placement.load(args.placement)
     env = envs.SimEnv(
         graph, cluster, executor=args.executor, microbatches=placement.microbatches, inflight=placement.inflight
     )

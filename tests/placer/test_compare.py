@@ -310,7 +310,9 @@ def test_a_given_placement_is_scored_in_its_own_issue_order_in_the_table_and_the
     assert report.to_dict()["rows"][1]["order"] == [1, 0, 2]
     drawn = []
     barh = Axes.barh
-    monkeypatch.setattr(Axes, "barh", lambda self, y, width, **kw: drawn.append(list(width)) or barh(self, y, width, **kw))
+    monkeypatch.setattr(
+        Axes, "barh", lambda self, y, width, **kw: drawn.append(list(width)) or barh(self, y, width, **kw)
+    )
     plot(report, str(tmp_path / "bars.png"))
     assert drawn[0][1] == pytest.approx(own * 1e3)
 
