@@ -57,8 +57,8 @@ def model_module(work, monkeypatch):
 @pytest.fixture
 def model_placement(work, model_module):
     """mp.json: a placement of the user model's graph."""
-    from graphs.torch_capture import capture
     from graphs.sources import load_callable
+    from graphs.torch_capture import capture
 
     g = capture(*load_callable(model_module + ":build"))
     Placement.from_indices(g, ["cpu:0", "gpu:0", "gpu:1"], [1] * g.num_ops, cluster="k80x2").save(work / "mp.json")
