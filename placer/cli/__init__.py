@@ -17,6 +17,7 @@ import sys
 
 from graphs.errors import PlacerError
 from placer.cli.output import json_safe, print_json, to_json
+from placer.cli.parser import Parser
 
 __all__ = ["main", "build_parser", "COMMANDS", "json_safe", "to_json", "print_json"]
 
@@ -49,20 +50,8 @@ a module:callable returning (model, example_inputs), or an exported .pt2 file.
 """
 
 
-class _Parser(argparse.ArgumentParser):
-    """An argument parser whose usage errors are one line, like every other error.
-
-    argparse prints the whole usage block before the message; a bad option is
-    bad input like any other, so it gets the one line (and exit status 2) that
-    names the option, plus where to read more.
-    """
-
-    def error(self, message: str):  # type: ignore[override]
-        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
-
-
 def build_parser() -> argparse.ArgumentParser:
-    parser = _Parser(
+    parser = Parser(
         prog="placer",
         description="Reinforcement-learning device placement for PyTorch training steps.",
         epilog=EPILOG,

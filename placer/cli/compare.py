@@ -15,6 +15,7 @@ from placer.cli.args import (
     MethodsHelp,
     add_executor_argument,
     add_profile_argument,
+    check_method,
     note_stand_in_loss,
     parse_options,
     profiled,
@@ -98,7 +99,7 @@ def _methods(text: str) -> list[str] | None:
     if not names:
         raise PlacerError("--methods: give heuristic names separated by commas, or 'all'")
     for m in names:
-        registry.get(m)
+        check_method(m, "--methods")
     return names
 
 

@@ -16,7 +16,14 @@ from envs.cluster import CLUSTER_ARG_HELP
 from graphs import OpGraph, sources
 from graphs.errors import PlacerError
 from graphs.plan import Placement
-from placer.cli.args import MethodsHelp, add_profile_argument, note_stand_in_loss, parse_options, profiled
+from placer.cli.args import (
+    MethodsHelp,
+    add_profile_argument,
+    check_method,
+    note_stand_in_loss,
+    parse_options,
+    profiled,
+)
 from placer.methods import registry
 from placer.option_checks import check_input_file, check_int, check_output_file, check_seed, parse_group_counts
 
@@ -88,6 +95,8 @@ def run(args: argparse.Namespace) -> int:
     for option, path in (("--profile", args.profile), ("--policy-file", args.policy_file)):
         if path:
             check_input_file(path, option)
+    if args.method != "learned":
+        check_method(args.method, "--method")
     cluster = envs.resolve_cluster(args.cluster)
     options = parse_options(args.option)
     graph, model = sources.resolve_graph_and_model(args.graph)
