@@ -17,6 +17,7 @@ from __future__ import annotations
 import importlib
 import os
 import sys
+from importlib.metadata import packages_distributions
 from typing import Any
 
 from graphs import zoo
@@ -58,9 +59,12 @@ def shadowing_folders(package: str) -> list[str]:
 
 
 def shadowing_message(package: str) -> str | None:
-    """One line naming the folder that shadows ``package`` and what to do, or None when nothing does."""
+    """One line naming the folder that shadows ``package`` and what to do, or None when nothing does.
+
+    Only an installed package is shadowed: a namespace package of the user's own that lacks a name is not.
+    """
     folders = shadowing_folders(package)
-    if not folders:
+    if not folders or package not in packages_distributions():  # (read only then: it takes 0.1 s)
         return None
     return (
         f"the folder {folders[0]} (no __init__.py) shadows the installed {package} package: rename or move it, "

@@ -16,6 +16,7 @@ import importlib
 import sys
 
 from graphs.errors import PlacerError
+from graphs.sources import shadowing_message
 from placer.cli.output import json_safe, print_json, to_json
 from placer.cli.parser import Parser
 
@@ -64,6 +65,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    shadowed = shadowing_message("placer")  # `python -m placer` beside a folder named placer
+    if shadowed:
+        print(f"placer: error: {shadowed}", file=sys.stderr)
+        return 2
     parser = build_parser()
     args = parser.parse_args(argv)
     if not getattr(args, "func", None):
