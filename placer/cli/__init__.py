@@ -38,6 +38,14 @@ COMMANDS = (
     "profile",
 )
 
+DESCRIPTION = """\
+Find a faster placement of a PyTorch training step's ops on devices. `placer train`
+learns one: by default a move search whose moves a learned critic ranks (--algo moves);
+--algo reinforce|ppo trains the paper's seq2seq policy instead. Every heuristic and
+the lower bound are scored beside it on the same simulator (`placer compare`), or on
+real devices through Ray (`placer train` with --env measured).
+"""
+
 EPILOG = """\
 typical session:
   placer graphs                                  # the model zoo
@@ -54,7 +62,7 @@ a module:callable returning (model, example_inputs), or an exported .pt2 file.
 def build_parser() -> argparse.ArgumentParser:
     parser = Parser(
         prog="placer",
-        description="Reinforcement-learning device placement for PyTorch training steps.",
+        description=DESCRIPTION,
         epilog=EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )

@@ -63,3 +63,11 @@ def test_a_mistyped_heuristic_gets_a_suggestion(argv, needle, tmp_path, monkeypa
     assert main(argv) == 2
     err = capsys.readouterr().err
     assert len(err.strip().splitlines()) == 1 and needle in err and "did you mean" in err, err
+
+
+def test_the_top_level_help_says_what_the_default_learner_is():
+    """The default learner has no policy network: a move search whose moves a learned critic ranks."""
+    text = " ".join(build_parser().format_help().split())
+    description = text.split("positional arguments")[0]
+    assert "move search" in description and "critic" in description and "--algo moves" in description
+    assert "--algo reinforce" in description and "seq2seq policy" in description
