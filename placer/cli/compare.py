@@ -22,11 +22,9 @@ from placer.cli.args import (
 )
 from placer.cli.output import print_json
 from placer.compare import SCORE_ORDERS, compare, plot
+from placer.compare.table import SMALL_GAIN, summary_lines  # noqa: F401  (SMALL_GAIN: train's summary reads it here)
 from placer.methods import registry
 from placer.option_checks import check_input_file, check_output_file, check_seed
-
-#: A best speed-up over the best single device below this: nothing gains from being split (a tiny model).
-SMALL_GAIN = 1.01
 
 
 def add_command(sub: argparse._SubParsersAction) -> None:
@@ -163,29 +161,13 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         print_json(report.to_dict())
         return 0
-    best = report.best()
     order = "; each placement in its planned issue order" if report.score_order == "planned" else ""
     print(
         f"{report.graph} ({graph.num_ops} ops) on {report.cluster}; scored by the simulator ({report.executor} "
-        f"executor{order}), "
-        f"seed {report.seed}"
+        f"executor{order}), seed {report.seed}"
     )
     print(report.table())
-    if report.best_single_s is not None:
-        print(f"best single device: {report.best_single_device} {report.best_single_s * 1e3:.3f} ms; ", end="")
-    else:
-        print("no single device fits the graph; ", end="")
-    print(f"best heuristic: {best.method} {best.step_time_s * 1e3:.3f} ms" if best else "no heuristic fits")
-    print(
-        f"lower bound: no placement runs a step faster on this cluster ({report.lower_bound_name}); "
-        "--json also gives the looser bound of earlier releases"
-    )
-    speedups = [r.speedup for r in report.rows if r.kind != "bound" and r.status == "ok" and r.speedup is not None]
-    if speedups and max(speedups) < SMALL_GAIN:  # every row, the given placements too
-        print(
-            f"every method is within {(SMALL_GAIN - 1) * 100:.0f}% of the best single device: this model is too small "
-            "to gain from splitting it over devices (copies and launches cost more than the work they spread)"
-        )
+    print("\n".join(summary_lines(report)))
     if args.plot:
         print(f"plot: {args.plot}")
     return 0

@@ -53,7 +53,7 @@ def test_every_method_is_a_row_and_the_bound_is_last(report):
 def test_best_heuristic(report):
     best = report.best()
     assert best is not None and best.step_time_s == min(
-        r.step_time_s for r in report.rows if r.kind == "baseline" and r.status == "ok"
+        r.step_time_s for r in report.rows if r.kind == "heuristic" and r.status == "ok"
     )
 
 
@@ -331,3 +331,25 @@ def test_cli_footer_weighs_every_row_and_scores_a_placement_file_in_its_order(fo
     assert "too small" not in out
     assert main(["compare", gpath, "--cluster", "k80x2", "--methods", "single"]) == 0
     assert "too small to gain from splitting" in capsys.readouterr().out  # the heuristics alone are all 1.00x
+
+
+def test_a_heuristic_row_is_of_kind_heuristic_and_an_old_report_with_baseline_rows_still_reads(report):
+    from placer.compare import CompareReport
+
+    doc = json.loads(json.dumps(report.to_dict()))
+    kinds = {r["method"]: r["kind"] for r in doc["rows"]}
+    assert kinds["m_etf"] == "heuristic" and kinds["lower bound"] == "bound" and "baseline" not in kinds.values()
+    again = CompareReport.from_dict(doc)
+    assert again.to_dict() == doc and again.best().method == doc["best_heuristic"]
+    old = json.loads(json.dumps(doc).replace('"kind": "heuristic"', '"kind": "baseline"'))  # as earlier releases wrote
+    read = CompareReport.from_dict(old)
+    assert [r.kind for r in read.rows] == [r.kind for r in report.rows] and read.best().method == doc["best_heuristic"]
+
+
+def test_the_chart_draws_every_ok_row_but_the_bound(report):
+    from placer.compare import bars
+
+    drawn = bars(report)
+    ok = [r for r in report.rows if r.kind != "bound" and r.status == "ok"]
+    assert [(m, k) for m, _, k in drawn] == [(r.method, r.kind) for r in ok]
+    assert [t for _, t, _ in drawn] == pytest.approx([r.step_time_s * 1e3 for r in ok])
