@@ -50,7 +50,7 @@ def parse_group_counts(
         return ()
     counts: tuple[int | str, ...]
     try:
-        counts = tuple("modules" if modules and t.strip() == "modules" else int(t) for t in text.split(","))
+        counts = tuple("modules" if modules and item.strip() == "modules" else int(item) for item in text.split(","))
     except ValueError:
         counts = ()
     if not counts or any(n != "modules" and not (2 <= n <= 100_000 or (ops and n == 0)) for n in counts):

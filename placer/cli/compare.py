@@ -102,10 +102,10 @@ def _methods(text: str) -> list[str] | None:
 
 
 def _microbatches(text: str) -> list[int]:
-    items = [t.strip() for t in text.split(",") if t.strip()]
-    if not items or not all(t.isdigit() for t in items):
+    items = [item.strip() for item in text.split(",") if item.strip()]
+    if not items or not all(item.isdigit() for item in items):
         raise PlacerError(f"--microbatches {text!r}: give whole numbers separated by commas, e.g. 1,2,4,8")
-    return [check_microbatches(int(t), "--microbatches") for t in items]
+    return [check_microbatches(int(item), "--microbatches") for item in items]
 
 
 def _options(items: list[str], methods: list[str] | None) -> dict[str, dict]:

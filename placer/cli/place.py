@@ -122,7 +122,7 @@ def run(args: argparse.Namespace) -> int:
             raise PlacerError(f"--method {args.method}: {str(e).split(') ', 1)[-1]}") from None
         raise
     placement.save(args.output)
-    counts = ", ".join(f"{d}: {k}" for d, k in sorted(placement.device_counts().items()))
+    counts = ", ".join(f"{device}: {ops}" for device, ops in sorted(placement.device_counts().items()))
     step_ms = placement.meta["step_time_s"] * 1e3
     fit = envs.SimEnv(graph, cluster).simulate(
         placement

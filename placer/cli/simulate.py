@@ -8,6 +8,7 @@ Typical use::
 from __future__ import annotations
 
 import argparse
+from typing import Any
 
 import envs
 from envs.cluster import CLUSTER_ARG_HELP
@@ -66,19 +67,26 @@ def run(args: argparse.Namespace) -> int:
         doc["executor"] = args.executor
         print_json(doc)
         return 0
-    sim_s = result.extra["sim_step_time_s"]
-    plan = (
-        ""
-        if env.microbatches == 1
-        else (
-            f", {env.microbatches} microbatches "
-            f"({'fill-drain' if env.inflight == env.microbatches else f'at most {env.inflight} in flight'})"
-        )
-    )
     print(
         f"{graph.name or args.graph} ({graph.num_ops} ops) on {cluster.name}, placement {args.placement}, "
-        f"{args.executor} executor{plan}"
+        f"{args.executor} executor{_pipelining(env)}"
     )
+    _print_result(result, bound, placement, cluster)
+    if args.trace:
+        print(f"trace: {args.trace} (open in https://ui.perfetto.dev)")
+    return 0
+
+
+def _pipelining(env: envs.SimEnv) -> str:
+    """How the plan pipelines its step, for the title line (nothing for one microbatch)."""
+    if env.microbatches == 1:
+        return ""
+    window = "fill-drain" if env.inflight == env.microbatches else f"at most {env.inflight} in flight"
+    return f", {env.microbatches} microbatches ({window})"
+
+
+def _print_result(result: Any, bound: float, placement: Placement, cluster: Any) -> None:
+    """The step time against the bound, the status, and each device's ops, busy time and peak memory."""
     if result.ok:
         named = f": {bound.name}" if getattr(bound, "name", "") else ""
         print(
@@ -88,18 +96,16 @@ def run(args: argparse.Namespace) -> int:
             else f"step time   {result.step_time_s * 1e3:.3f} ms"
         )
     else:
-        print(f"step time   -  ({sim_s * 1e3:.3f} ms ignoring memory; lower bound {bound * 1e3:.3f} ms)")
+        sim_step_time_s = result.extra["sim_step_time_s"]
+        print(f"step time   -  ({sim_step_time_s * 1e3:.3f} ms ignoring memory; lower bound {bound * 1e3:.3f} ms)")
     print(f"status      {result.status}{': ' + result.message if result.message else ''}")
     print(f"{'device':<8} {'ops':>6} {'busy ms':>10} {'peak memory':>12} {'capacity':>10}")
     counts = placement.device_counts()
-    for d, name in enumerate(cluster.device_names):
+    for device_index, device in enumerate(cluster.device_names):
         print(
-            f"{name:<8} {counts.get(name, 0):>6} {result.busy_s[name] * 1e3:>10.3f} "
-            f"{gb(result.peak_bytes[name]):>12} {gb(cluster.memory_bytes[d]):>10}"
+            f"{device:<8} {counts.get(device, 0):>6} {result.busy_s[device] * 1e3:>10.3f} "
+            f"{gb(result.peak_bytes[device]):>12} {gb(cluster.memory_bytes[device_index]):>10}"
         )
     links = [(k, v) for k, v in result.busy_s.items() if "->" in k]
     if links:
         print("links busy: " + ", ".join(f"{k} {v * 1e3:.3f} ms" for k, v in sorted(links)))
-    if args.trace:
-        print(f"trace: {args.trace} (open in https://ui.perfetto.dev)")
-    return 0
