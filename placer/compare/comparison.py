@@ -63,29 +63,16 @@ def best_single(env: SimEnv, graph: OpGraph, cluster: Any) -> tuple[float | None
 
 def bound_rows(bound: float, best_single_s: float | None) -> list[Row]:
     """The previous and the tightest valid lower bound as rows (a :class:`envs.sim.LowerBound` names both)."""
+
+    def row(method: str, step_time_s: float, name: str) -> Row:
+        speedup = best_single_s / step_time_s if best_single_s and step_time_s > 0 else None
+        return Row(method, "bound", "bound", step_time_s=step_time_s, message=name, speedup=speedup)
+
     step_time_s = float(bound)
-    name, previous, previous_name = (
-        getattr(bound, "name", ""),
-        float(getattr(bound, "previous", step_time_s)),
-        getattr(bound, "previous_name", ""),
-    )
+    previous = float(getattr(bound, "previous", step_time_s))
     return [
-        Row(
-            method="previous bound",
-            kind="bound",
-            status="bound",
-            step_time_s=previous,
-            message=previous_name,
-            speedup=(best_single_s / previous) if best_single_s and previous > 0 else None,
-        ),
-        Row(
-            method="lower bound",
-            kind="bound",
-            status="bound",
-            step_time_s=step_time_s,
-            message=name,
-            speedup=(best_single_s / step_time_s) if best_single_s and step_time_s > 0 else None,
-        ),
+        row("previous bound", previous, getattr(bound, "previous_name", "")),
+        row("lower bound", step_time_s, getattr(bound, "name", "")),
     ]
 
 

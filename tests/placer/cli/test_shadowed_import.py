@@ -74,14 +74,8 @@ EDITABLE = textwrap.dedent(
 def test_python_m_placer_beside_a_placer_folder_says_so_in_one_line(tmp_path):
     (tmp_path / "placer").mkdir()
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}  # the checkout comes from the finder only
-    done = subprocess.run(
-        [sys.executable, "-c", EDITABLE, str(REPO), "graphs"],
-        cwd=tmp_path,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    argv = [sys.executable, "-c", EDITABLE, str(REPO), "graphs"]
+    done = subprocess.run(argv, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
     assert done.returncode == 2, done.stderr[-2000:]
     assert done.stderr.strip() == (
         f"placer: error: the folder {tmp_path / 'placer'} (no __init__.py) shadows the installed placer package: "
