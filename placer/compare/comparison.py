@@ -76,6 +76,19 @@ def bound_rows(bound: float, best_single_s: float | None) -> list[Row]:
     ]
 
 
+def method_shapes(method: str, own: dict[str, Any], default_ms: list[int], inflight: Any) -> list[tuple[int, int]]:
+    """The plan shapes ``(M, W)`` one method searches, from its own ``microbatches`` and ``inflight`` options (taken
+    out of ``own``), else the comparison's."""
+    ms = (
+        microbatch_counts(own.pop("microbatches"), f"options[{method!r}]['microbatches']")
+        if "microbatches" in own
+        else default_ms
+    )
+    if "inflight" in own:
+        return plan_shapes(ms, own.pop("inflight"), f"options[{method!r}]['inflight']")
+    return plan_shapes(ms, inflight, "inflight")
+
+
 def given_rows(
     env: SimEnv, graph: OpGraph, cluster: Any, labelled: list[tuple[str, Placement]], best_single_s: float | None
 ) -> list[Row]:
@@ -153,17 +166,8 @@ def compare(
     rows: list[Row] = []
     for m in names:
         own = dict((options or {}).get(m, {}))
-        ms = (
-            microbatch_counts(own.pop("microbatches"), f"options[{m!r}]['microbatches']")
-            if "microbatches" in own
-            else default_ms
-        )
         shapes = (
-            plan_shapes(ms, own.pop("inflight"), f"options[{m!r}]['inflight']")
-            if "inflight" in own
-            else plan_shapes(ms, inflight, "inflight")
-            if ms is not default_ms
-            else default_shapes
+            method_shapes(m, own, default_ms, inflight) if {"microbatches", "inflight"} & set(own) else default_shapes
         )
         before = env.simulated
         rows.append(HeuristicAttempt(m, graph, cluster, env, own, seed, model, best_single_s, order).best(shapes))
