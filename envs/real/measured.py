@@ -27,8 +27,8 @@ file, or its whole package) is shipped through Ray's runtime environment
 (:mod:`envs.real.shipping`) and the workers import that copy, so no node needs
 the driver's files (Ray initialised by the caller: its job; nothing is shipped).
 Joining a cluster (``ray_address``) with token authentication: the driver sends
-this machine's token when it has one (:mod:`envs.real.ray_access`); a cluster that
-refuses it is one line, at once, not after Ray's 20 s of retries.
+this machine's token when it has one and the cluster asks for one (:mod:`envs.real.ray_access`);
+a cluster that refuses it is one line, at once, not after Ray's 20 s of retries.
 
 The local Ray this env starts (no ``ray_address`` and Ray not yet initialised)
 listens on the loopback interface only, uses Ray's token authentication
