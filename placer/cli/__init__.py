@@ -4,9 +4,11 @@ Each module of this package (``placer/cli/<command>.py``) adds its command with
 ``add_command(sub)`` and runs it with ``run(args)``. Commands import light
 modules at the top and heavy ones (torch, ray: the real runtime, the training
 loop, the policies) inside ``run``, on purpose, so ``placer --help`` stays fast.
-:mod:`~placer.cli.output` prints (strict JSON, tables, units) and
-:mod:`~placer.cli.args` parses what several commands share. Bad input (a
-:class:`graphs.PlacerError`) exits 2 with one line on stderr; Ctrl-C exits 130.
+:mod:`~placer.cli.output` prints (strict JSON, tables, units),
+:mod:`~placer.cli.args` parses what several commands share and
+:mod:`~placer.cli.parser` is every command's parser (usage errors in one line,
+with a suggestion for a mistyped name). Bad input (a :class:`graphs.PlacerError`)
+exits 2 with one line on stderr; Ctrl-C exits 130.
 """
 
 from __future__ import annotations
