@@ -1,7 +1,7 @@
 """placer: the product's front — training, the heuristics, compare, apply, the CLI.
 
 ``placer.Placement`` is the plan (:mod:`graphs.plan`); ``placer.train(config)``
-trains a policy (:mod:`placer.learn.loop`), ``placer.apply(model, placement,
+learns a placement (:mod:`placer.learn.loop`), ``placer.apply(model, placement,
 inputs)`` runs a placement for real, ``placer.methods.place(name, graph,
 cluster)`` runs a heuristic (``placer.baselines``: its deprecated name).
 """

@@ -112,7 +112,7 @@ def main() -> None:
                 unis.append(rival(g, c, "random_modules", draws * views, seed) if views else None)
                 n = p.meta["decodes"] + p.meta["refine_simulated"]
                 searched.append(rival(g, c, "module_search", n, seed) if views else None)
-            rows = [r for r in compare(g, c).rows if r.kind == "baseline" and r.status == "ok" and r.step_time_s]
+            rows = [r for r in compare(g, c).rows if r.kind == "heuristic" and r.status == "ok" and r.step_time_s]
             best = min(rows, key=lambda r: r.step_time_s)
             median = lambda xs: float(statistics.median(xs)) if xs and None not in xs else None  # noqa: E731
             z, d, uni, ms_t, gr = median(zs), median(dec), median(unis), median(searched), p.meta["greedy_step_time_s"]

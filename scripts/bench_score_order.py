@@ -40,7 +40,7 @@ def cell(graph, cluster, seed: int) -> dict:
     planned_s = time.perf_counter() - t0
     rows = []
     for a, b in zip(node.rows, planned.rows):
-        if a.kind != "baseline":
+        if a.kind != "heuristic":
             continue
         retimed = None
         if a.status == "ok" and a.placement is not None:

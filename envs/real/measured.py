@@ -27,8 +27,8 @@ file, or its whole package) is shipped through Ray's runtime environment
 (:mod:`envs.real.shipping`) and the workers import that copy, so no node needs
 the driver's files (Ray initialised by the caller: its job; nothing is shipped).
 Joining a cluster (``ray_address``) with token authentication: the driver sends
-this machine's token when it has one (:mod:`envs.real.ray_access`); a cluster that
-refuses it is one line, at once, not after Ray's 20 s of retries.
+this machine's token when it has one and the cluster asks for one (:mod:`envs.real.ray_access`);
+a cluster that refuses it is one line, at once, not after Ray's 20 s of retries.
 
 The local Ray this env starts (no ``ray_address`` and Ray not yet initialised)
 listens on the loopback interface only, uses Ray's token authentication
@@ -68,7 +68,13 @@ from envs.real.measure_log import (  # noqa: F401
     read_log,
 )
 from envs.real.placing import resolve_devices
-from envs.real.ray_access import native_stderr_silenced, ray_temp_dir, refused_message, sends_token
+from envs.real.ray_access import (
+    native_stderr_silenced,
+    ray_temp_dir,
+    refused_message,
+    sends_token,
+    unasked_token_message,
+)
 from envs.real.shipping import SHIP_LIMIT_BYTES, Shipment, ship_plan
 from envs.real.timing import check_timeout
 from envs.real.worker import Builder, Worker, build_model, one_line, placement_hash  # noqa: F401  (the actors' side)
@@ -97,12 +103,16 @@ def node_id() -> str:
 
 
 def join_cluster(address: str, runtime_env: dict | None = None) -> None:
-    """``ray.init(address)``, sending this machine's token when it has one (:func:`envs.real.ray_access.sends_token`);
-    a cluster that refuses it, or does not answer, is a :class:`PlacerError` naming the address and what to do."""
-    has_token = AuthenticationTokenLoader is not None and AuthenticationTokenLoader.instance().has_token(
-        ignore_auth_mode=True
-    )
-    if sends_token(os.environ, has_token):
+    """``ray.init(address)``, sending this machine's token when it has one and the cluster asks for one
+    (:func:`envs.real.ray_access.sends_token`); a cluster that refuses it, or does not answer, is a
+    :class:`PlacerError` naming the address and what to do."""
+    asks = _asks_for_token(address)
+    if not asks and unasked_token_message():
+        raise PlacerError(f"--ray-address {address}: {unasked_token_message()}")
+    # read only for a cluster that asks: Ray's loader keeps the token it reads, and a driver holding one refuses
+    # the calls of workers that have none
+    has_token = asks and AuthenticationTokenLoader.instance().has_token(ignore_auth_mode=True)
+    if sends_token(os.environ, has_token, asks):
         os.environ["RAY_AUTH_MODE"] = "token"  # as Ray's own ray.init() does for a local cluster
         Config.initialize("")
     _check_token(address)
@@ -118,6 +128,30 @@ def join_cluster(address: str, runtime_env: dict | None = None) -> None:
         raise PlacerError(
             f"--ray-address {address}: {one_line(e)} (is the head node running, and is its port open?)"
         ) from None
+
+
+def _asks_for_token(address: str) -> bool:
+    """Whether the cluster refuses a call that carries no token (made with token authentication off for it)."""
+    if GcsClient is None:
+        return False
+    saved = os.environ.get("RAY_AUTH_MODE")
+    os.environ["RAY_AUTH_MODE"] = "disabled"
+    Config.initialize("")
+    try:
+        with native_stderr_silenced():  # Ray's C++ client logs each refused call there
+            GcsClient(address=address).internal_kv_get(b"placer", None, timeout=30)
+    except AuthenticationError:
+        return True
+    except Exception as e:  # noqa: BLE001  (not answering: said at once; anything else, ray.init says)
+        if "Timed out" in str(e):
+            raise PlacerError(f"--ray-address {address}: no Ray cluster answers there ({one_line(e)})") from None
+    finally:
+        if saved is None:
+            os.environ.pop("RAY_AUTH_MODE", None)
+        else:
+            os.environ["RAY_AUTH_MODE"] = saved
+        Config.initialize("")
+    return False
 
 
 def _check_token(address: str) -> None:

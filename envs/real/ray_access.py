@@ -7,11 +7,15 @@ system alone lives here.
 Token authentication (Ray >= 2.52): Ray reads this machine's token from
 ``RAY_AUTH_TOKEN``, else the file ``RAY_AUTH_TOKEN_PATH`` names, else
 ``~/.ray/auth_token`` (:func:`token_source`). A client sends it only when
-``RAY_AUTH_MODE=token``; the driver sets that itself when the variable is unset
-and a token is at hand (:func:`sends_token`), since a cluster without
-authentication accepts a client that sends one.
+``RAY_AUTH_MODE=token``; the driver sets that itself when the variable is unset,
+a token is at hand and the cluster asks for one (:func:`sends_token`: it refuses
+a call without). A driver in token mode must not join a cluster without
+authentication: its workers, started without a token, cannot call the driver
+back and die at start (:func:`unasked_token_message`).
 
->>> sends_token({"RAY_AUTH_MODE": "disabled"}, has_token=True)
+>>> sends_token({"RAY_AUTH_MODE": "disabled"}, has_token=True, cluster_asks=True)
+False
+>>> sends_token({}, has_token=True, cluster_asks=False)
 False
 >>> refused_message({"RAY_AUTH_TOKEN": "x"}).split(" (")[0]
 'the Ray cluster refused the authentication token from RAY_AUTH_TOKEN'
@@ -40,9 +44,24 @@ def token_source(environ: Mapping[str, str] = os.environ) -> str | None:
     return path if os.path.isfile(path) else None
 
 
-def sends_token(environ: Mapping[str, str], has_token: bool) -> bool:
-    """True when the driver should switch token authentication on: ``RAY_AUTH_MODE`` unset, a token at hand."""
-    return environ.get("RAY_AUTH_MODE") is None and has_token
+def sends_token(environ: Mapping[str, str], has_token: bool, cluster_asks: bool = True) -> bool:
+    """True when the driver should switch token authentication on: ``RAY_AUTH_MODE`` unset, a token at hand, and a
+    cluster that asks for one (a token left by a local run must not reach a cluster without authentication)."""
+    return environ.get("RAY_AUTH_MODE") is None and has_token and cluster_asks
+
+
+def unasked_token_message(environ: Mapping[str, str] = os.environ) -> str | None:
+    """Why this driver cannot join a cluster without token authentication (None: it can).
+
+    Only ``RAY_AUTH_MODE=token``, set by the user, stands in the way: such a driver accepts calls only with a
+    token, and the cluster's workers have none.
+    """
+    if environ.get("RAY_AUTH_MODE", "").lower() != "token":
+        return None
+    return (
+        "the Ray cluster does not use token authentication, and RAY_AUTH_MODE=token here (its workers could not "
+        "call this driver back): unset RAY_AUTH_MODE, or start the cluster with RAY_AUTH_MODE=token"
+    )
 
 
 def refused_message(environ: Mapping[str, str] = os.environ) -> str:
@@ -84,4 +103,11 @@ def native_stderr_silenced() -> Iterator[None]:
         os.close(saved)
 
 
-__all__ = ["native_stderr_silenced", "ray_temp_dir", "refused_message", "sends_token", "token_source"]
+__all__ = [
+    "native_stderr_silenced",
+    "ray_temp_dir",
+    "refused_message",
+    "sends_token",
+    "token_source",
+    "unasked_token_message",
+]

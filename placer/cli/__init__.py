@@ -4,9 +4,11 @@ Each module of this package (``placer/cli/<command>.py``) adds its command with
 ``add_command(sub)`` and runs it with ``run(args)``. Commands import light
 modules at the top and heavy ones (torch, ray: the real runtime, the training
 loop, the policies) inside ``run``, on purpose, so ``placer --help`` stays fast.
-:mod:`~placer.cli.output` prints (strict JSON, tables, units) and
-:mod:`~placer.cli.args` parses what several commands share. Bad input (a
-:class:`graphs.PlacerError`) exits 2 with one line on stderr; Ctrl-C exits 130.
+:mod:`~placer.cli.output` prints (strict JSON, tables, units),
+:mod:`~placer.cli.args` parses what several commands share and
+:mod:`~placer.cli.parser` is every command's parser (usage errors in one line,
+with a suggestion for a mistyped name). Bad input (a :class:`graphs.PlacerError`)
+exits 2 with one line on stderr; Ctrl-C exits 130.
 """
 
 from __future__ import annotations
@@ -16,7 +18,9 @@ import importlib
 import sys
 
 from graphs.errors import PlacerError
+from graphs.sources import shadowing_message
 from placer.cli.output import json_safe, print_json, to_json
+from placer.cli.parser import Parser
 
 __all__ = ["main", "build_parser", "COMMANDS", "json_safe", "to_json", "print_json"]
 
@@ -36,6 +40,14 @@ COMMANDS = (
     "profile",
 )
 
+DESCRIPTION = """\
+Find a faster placement of a PyTorch training step's ops on devices. `placer train`
+learns one: by default a move search whose moves a learned critic ranks (--algo moves);
+--algo reinforce|ppo trains the paper's seq2seq policy instead. Every heuristic and
+the lower bound are scored beside it on the same simulator (`placer compare`), or on
+real devices through Ray (`placer train` with --env measured).
+"""
+
 EPILOG = """\
 typical session:
   placer graphs                                  # the model zoo
@@ -49,22 +61,10 @@ a module:callable returning (model, example_inputs), or an exported .pt2 file.
 """
 
 
-class _Parser(argparse.ArgumentParser):
-    """An argument parser whose usage errors are one line, like every other error.
-
-    argparse prints the whole usage block before the message; a bad option is
-    bad input like any other, so it gets the one line (and exit status 2) that
-    names the option, plus where to read more.
-    """
-
-    def error(self, message: str):  # type: ignore[override]
-        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
-
-
 def build_parser() -> argparse.ArgumentParser:
-    parser = _Parser(
+    parser = Parser(
         prog="placer",
-        description="Reinforcement-learning device placement for PyTorch training steps.",
+        description=DESCRIPTION,
         epilog=EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
@@ -75,6 +75,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    shadowed = shadowing_message("placer")  # `python -m placer` beside a folder named placer
+    if shadowed:
+        print(f"placer: error: {shadowed}", file=sys.stderr)
+        return 2
     parser = build_parser()
     args = parser.parse_args(argv)
     if not getattr(args, "func", None):

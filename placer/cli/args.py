@@ -14,10 +14,11 @@ from typing import Any
 
 from envs.sim.schedule import EXECUTORS
 from envs.sim.simulator import EXECUTOR_ARG_HELP
-from graphs import OpGraph, zoo
+from graphs import OpGraph, sources, zoo
 from graphs.errors import PlacerError
-from placer import sources
-from placer.checks import check_float, check_int
+from placer.cli.parser import closest
+from placer.methods import registry
+from placer.option_checks import check_float, check_int
 
 DEVICE_MAP_HELP = "logical -> torch devices, e.g. gpu:0=cuda:1,*=cpu (default gpu:i=cuda:i, cpu:0=cpu)"
 
@@ -86,6 +87,19 @@ def note_stand_in_loss(graph: OpGraph, source: str) -> None:
             "(`placer run` and `placer train --env measured` need the loss: wrap the model so forward returns it)",
             file=sys.stderr,
         )
+
+
+def check_method(name: str, option: str) -> str:
+    """``name`` if it is a registered heuristic, else a one-line :class:`PlacerError` naming ``option`` and the
+    closest name (every heuristic when none is close)."""
+    known = registry.names()
+    if name not in known:
+        suggestion = closest(name, known)
+        raise PlacerError(
+            f"{option}: unknown placement method {name!r} "
+            + (f"(did you mean {suggestion!r}?)" if suggestion else f"(known: {', '.join(known)})")
+        )
+    return name
 
 
 def parse_options(items: list[str]) -> dict[str, Any]:

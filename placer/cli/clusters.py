@@ -27,34 +27,32 @@ def add_command(sub: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     if args.name is None:
-        clusters = [Cluster.preset(n) for n in Cluster.presets()]
+        clusters = [Cluster.preset(name) for name in Cluster.presets()]
         if args.json:
-            print_json([c.to_dict() for c in clusters])
+            print_json([cluster.to_dict() for cluster in clusters])
             return 0
-        w = max(len(c.name) for c in clusters)
-        print(f"{'name':<{w}} {'devices':<44} description")
-        for c in clusters:
-            print(f"{c.name:<{w}} {', '.join(c.device_names):<44} {c.description}")
+        width = max(len(cluster.name) for cluster in clusters)
+        print(f"{'name':<{width}} {'devices':<44} description")
+        for cluster in clusters:
+            print(f"{cluster.name:<{width}} {', '.join(cluster.device_names):<44} {cluster.description}")
         print("\nshow one: placer clusters NAME; save an editable file: placer clusters NAME --json > my.json")
         return 0
-    c = resolve_cluster(args.name)
+    cluster = resolve_cluster(args.name)
     if args.json:
-        print_json(c.to_dict())
+        print_json(cluster.to_dict())
         return 0
-    print(f"{c.name}: {c.description}")
+    print(f"{cluster.name}: {cluster.description}")
     print(f"{'device':<8} {'kind':<5} {'memory':>10} {'compute':>14} {'mem bw':>12} {'launch':>8}")
-    for d in c.devices:
+    for spec in cluster.devices:
         print(
-            f"{d.name:<8} {d.kind:<5} {gb(d.memory_bytes):>10} {rate(d.flops_per_s, 'FLOP/s'):>14} "
-            f"{rate(d.mem_bw_bytes_per_s, 'B/s'):>12} {d.launch_overhead_s * 1e6:>6.1f}us"
+            f"{spec.name:<8} {spec.kind:<5} {gb(spec.memory_bytes):>10} {rate(spec.flops_per_s, 'FLOP/s'):>14} "
+            f"{rate(spec.mem_bw_bytes_per_s, 'B/s'):>12} {spec.launch_overhead_s * 1e6:>6.1f}us"
         )
     print("links (bandwidth, latency):")
-    names = c.device_names
-    for i, a in enumerate(names):
-        row = []
-        for j, b in enumerate(names):
-            if i != j:
-                lk = c.links[(a, b)]
-                row.append(f"{b} {rate(lk.bandwidth_bytes_per_s, 'B/s')} {lk.latency_s * 1e6:g}us")
-        print(f"  {a} -> " + "; ".join(row))
+    for src in cluster.device_names:
+        links = [
+            f"{dst} {rate(link.bandwidth_bytes_per_s, 'B/s')} {link.latency_s * 1e6:g}us"
+            for dst, link in ((dst, cluster.links[(src, dst)]) for dst in cluster.device_names if dst != src)
+        ]
+        print(f"  {src} -> " + "; ".join(links))
     return 0

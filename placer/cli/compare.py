@@ -8,25 +8,23 @@ import inspect
 import envs
 from envs.cluster import CLUSTER_ARG_HELP
 from envs.microbatch import parse_windows
-from graphs import PlacerError
+from graphs import PlacerError, sources
 from graphs.plan import Placement, check_microbatches
 from graphs.schema import check_float
-from placer import sources
-from placer.checks import check_output_file, check_seed
 from placer.cli.args import (
     MethodsHelp,
     add_executor_argument,
     add_profile_argument,
+    check_method,
     note_stand_in_loss,
     parse_options,
     profiled,
 )
 from placer.cli.output import print_json
 from placer.compare import SCORE_ORDERS, compare, plot
+from placer.compare.table import SMALL_GAIN, summary_lines  # noqa: F401  (SMALL_GAIN: train's summary reads it here)
 from placer.methods import registry
-
-#: A best speed-up over the best single device below this: nothing gains from being split (a tiny model).
-SMALL_GAIN = 1.01
+from placer.option_checks import check_input_file, check_output_file, check_seed
 
 
 def add_command(sub: argparse._SubParsersAction) -> None:
@@ -99,15 +97,15 @@ def _methods(text: str) -> list[str] | None:
     if not names:
         raise PlacerError("--methods: give heuristic names separated by commas, or 'all'")
     for m in names:
-        registry.get(m)
+        check_method(m, "--methods")
     return names
 
 
 def _microbatches(text: str) -> list[int]:
-    items = [t.strip() for t in text.split(",") if t.strip()]
-    if not items or not all(t.isdigit() for t in items):
+    items = [item.strip() for item in text.split(",") if item.strip()]
+    if not items or not all(item.isdigit() for item in items):
         raise PlacerError(f"--microbatches {text!r}: give whole numbers separated by commas, e.g. 1,2,4,8")
-    return [check_microbatches(int(t), "--microbatches") for t in items]
+    return [check_microbatches(int(item), "--microbatches") for item in items]
 
 
 def _options(items: list[str], methods: list[str] | None) -> dict[str, dict]:
@@ -135,13 +133,15 @@ def run(args: argparse.Namespace) -> int:
     inflight = parse_windows(args.inflight)
     if args.plot:
         check_output_file(args.plot, "--plot")
+    if args.profile:
+        check_input_file(args.profile, "--profile")
+    placements = [(path, Placement.load(check_input_file(path, "--placement"))) for path in args.placement]
     cluster = envs.resolve_cluster(args.cluster)
     methods = _methods(args.methods)
     options = _options(args.option, methods)
     graph, model = sources.resolve_graph_and_model(args.graph)  # the model, for the methods that need one (accelerate)
     note_stand_in_loss(graph, args.graph)
     graph, cluster = profiled(graph, cluster, args.profile)  # measured op times and link speeds
-    placements = [(path, Placement.load(path)) for path in args.placement]
     report = compare(
         graph,
         cluster,
@@ -161,28 +161,13 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         print_json(report.to_dict())
         return 0
-    best = report.best()
     order = "; each placement in its planned issue order" if report.score_order == "planned" else ""
     print(
         f"{report.graph} ({graph.num_ops} ops) on {report.cluster}; scored by the simulator ({report.executor} "
-        f"executor{order}), "
-        f"seed {report.seed}"
+        f"executor{order}), seed {report.seed}"
     )
     print(report.table())
-    if report.best_single_s is not None:
-        print(f"best single device: {report.best_single_device} {report.best_single_s * 1e3:.3f} ms; ", end="")
-    else:
-        print("no single device fits the graph; ", end="")
-    print(f"best heuristic: {best.method} {best.step_time_s * 1e3:.3f} ms" if best else "no heuristic fits")
-    print(
-        f"lower bound: no placement runs a step faster on this cluster ({report.lower_bound_name}); "
-        "--json also gives the looser bound of earlier releases"
-    )
-    if best is not None and best.speedup is not None and best.speedup < SMALL_GAIN:
-        print(
-            f"every method is within {(SMALL_GAIN - 1) * 100:.0f}% of the best single device: this model is too small "
-            "to gain from splitting it over devices (copies and launches cost more than the work they spread)"
-        )
+    print("\n".join(summary_lines(report)))
     if args.plot:
         print(f"plot: {args.plot}")
     return 0

@@ -26,12 +26,11 @@ import envs
 from envs import cost
 from envs.cluster import CLUSTER_ARG_HELP, PRESETS
 from envs.sim import bound
-from graphs import OpGraph
+from graphs import OpGraph, sources
 from graphs.dag import critical_path
 from graphs.ops import view_mask
-from placer import sources
-from placer.checks import check_int
 from placer.cli.output import flops, nbytes, print_json, table
+from placer.option_checks import check_int
 
 
 def add_command(sub: argparse._SubParsersAction) -> None:
@@ -76,9 +75,9 @@ def summarize(graph: OpGraph, cluster: Any, *, top: int = 12) -> dict[str, Any]:
     counts = Counter(graph.op_types)
     type_flops: Counter[str] = Counter()
     type_time: Counter[str] = Counter()
-    for t, f, ts in zip(graph.op_types, graph.flops.tolist(), op_time_s.tolist()):
-        type_flops[t] += f
-        type_time[t] += ts
+    for op_type, flops_of_op, time_s in zip(graph.op_types, graph.flops.tolist(), op_time_s.tolist()):
+        type_flops[op_type] += flops_of_op
+        type_time[op_type] += time_s
     total_flops = graph.total_flops
     return {
         "name": graph.name,
@@ -91,7 +90,7 @@ def summarize(graph: OpGraph, cluster: Any, *, top: int = 12) -> dict[str, Any]:
         "activation_bytes": int(graph.out_bytes[~views].sum()),
         "view_ops": int(views.sum()),
         "edge_bytes": int(graph.edge_bytes.sum()),
-        "input_bytes": int(sum(x.get("bytes", 0) for x in graph.meta.get("inputs", []))),
+        "input_bytes": int(sum(entry.get("bytes", 0) for entry in graph.meta.get("inputs", []))),
         "largest_op": _largest(graph),
         "cluster": {"name": cluster.name, "devices": cluster.device_names},
         "critical_path": {
@@ -106,13 +105,13 @@ def summarize(graph: OpGraph, cluster: Any, *, top: int = 12) -> dict[str, Any]:
         "parallelism": total_time_s / path_time_s if path_time_s > 0 else 1.0,
         "op_types": [
             {
-                "type": t,
-                "count": c,
-                "flops": type_flops[t],
-                "flops_share": type_flops[t] / total_flops if total_flops else 0.0,
-                "time_s": type_time[t],
+                "type": op_type,
+                "count": count,
+                "flops": type_flops[op_type],
+                "flops_share": type_flops[op_type] / total_flops if total_flops else 0.0,
+                "time_s": type_time[op_type],
             }
-            for t, c in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))[:top]
+            for op_type, count in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))[:top]
         ],
         "op_type_count": len(counts),
     }

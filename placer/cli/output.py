@@ -55,32 +55,32 @@ def table(rows: list[list[str]], right: set[int] = frozenset()) -> str:
     return "\n".join(out)
 
 
-def _scaled(x: float, units: tuple[str, ...], base: float) -> str:
+def _scaled(value: float, units: tuple[str, ...], base: float) -> str:
     for unit in units[:-1]:
-        if abs(x) < base:
-            return f"{x:.3g} {unit}" if unit else f"{x:.3g}"
-        x /= base
-    return f"{x:.3g} {units[-1]}"
+        if abs(value) < base:
+            return f"{value:.3g} {unit}" if unit else f"{value:.3g}"
+        value /= base
+    return f"{value:.3g} {units[-1]}"
 
 
-def flops(x: float) -> str:
-    return _scaled(x, ("FLOP", "KFLOP", "MFLOP", "GFLOP", "TFLOP", "PFLOP"), 1000.0)
+def flops(value: float) -> str:
+    return _scaled(value, ("FLOP", "KFLOP", "MFLOP", "GFLOP", "TFLOP", "PFLOP"), 1000.0)
 
 
-def nbytes(x: float) -> str:
-    return _scaled(x, ("B", "KiB", "MiB", "GiB", "TiB"), 1024.0)
+def nbytes(value: float) -> str:
+    return _scaled(value, ("B", "KiB", "MiB", "GiB", "TiB"), 1024.0)
 
 
-def count(x: float) -> str:
-    return _scaled(x, ("", "K", "M", "G"), 1000.0)
+def count(value: float) -> str:
+    return _scaled(value, ("", "K", "M", "G"), 1000.0)
 
 
 def gb(b: float) -> str:
     return f"{b / 1e9:.2f} GB"
 
 
-def rate(x: float, unit: str) -> str:
+def rate(value: float, unit: str) -> str:
     for scale, prefix in ((1e12, "T"), (1e9, "G"), (1e6, "M")):
-        if x >= scale:
-            return f"{x / scale:g} {prefix}{unit}"
-    return f"{x:g} {unit}"
+        if value >= scale:
+            return f"{value / scale:g} {prefix}{unit}"
+    return f"{value:g} {unit}"

@@ -13,13 +13,19 @@ from typing import Any
 
 import envs
 from envs.cluster import CLUSTER_ARG_HELP
-from graphs import OpGraph
+from graphs import OpGraph, sources
 from graphs.errors import PlacerError
 from graphs.plan import Placement
-from placer import sources
-from placer.checks import check_int, check_output_file, check_seed, parse_group_counts
-from placer.cli.args import MethodsHelp, add_profile_argument, note_stand_in_loss, parse_options, profiled
+from placer.cli.args import (
+    MethodsHelp,
+    add_profile_argument,
+    check_method,
+    note_stand_in_loss,
+    parse_options,
+    profiled,
+)
 from placer.methods import registry
+from placer.option_checks import check_input_file, check_int, check_output_file, check_seed, parse_group_counts
 
 
 def add_command(sub: argparse._SubParsersAction) -> None:
@@ -86,6 +92,11 @@ def add_command(sub: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     check_output_file(args.output, "-o")
     check_seed(args.seed)
+    for option, path in (("--profile", args.profile), ("--policy-file", args.policy_file)):
+        if path:
+            check_input_file(path, option)
+    if args.method != "learned":
+        check_method(args.method, "--method")
     cluster = envs.resolve_cluster(args.cluster)
     options = parse_options(args.option)
     graph, model = sources.resolve_graph_and_model(args.graph)
@@ -111,7 +122,7 @@ def run(args: argparse.Namespace) -> int:
             raise PlacerError(f"--method {args.method}: {str(e).split(') ', 1)[-1]}") from None
         raise
     placement.save(args.output)
-    counts = ", ".join(f"{d}: {k}" for d, k in sorted(placement.device_counts().items()))
+    counts = ", ".join(f"{device}: {ops}" for device, ops in sorted(placement.device_counts().items()))
     step_ms = placement.meta["step_time_s"] * 1e3
     fit = envs.SimEnv(graph, cluster).simulate(
         placement

@@ -14,12 +14,12 @@ import sys
 import numpy as np
 from tqdm import tqdm
 
+from graphs import sources
 from graphs.errors import PlacerError
 from graphs.ir import PROFILE_COLUMNS
-from placer import sources
-from placer.checks import check_output_file
 from placer.cli.args import check_step_counts
 from placer.cli.output import print_json
+from placer.option_checks import check_output_file
 
 
 def add_command(sub: argparse._SubParsersAction) -> None:
@@ -48,12 +48,12 @@ def run(args: argparse.Namespace) -> int:
 
     check_step_counts(args)
     check_output_file(args.output, "-o")
-    devices = [d.strip() for d in args.devices.split(",") if d.strip()]
-    if not devices:
+    torch_devices = [name.strip() for name in args.devices.split(",") if name.strip()]
+    if not torch_devices:
         raise PlacerError("--devices: name at least one torch device, e.g. cpu or cpu,cuda:0")
     try:
-        for d in devices:
-            torch.device(d)
+        for torch_device in torch_devices:
+            torch.device(torch_device)
     except (RuntimeError, ValueError):
         raise PlacerError(f"--devices {args.devices}: not a list of torch devices") from None
     model, inputs = sources.resolve_model(args.source)
@@ -63,7 +63,9 @@ def run(args: argparse.Namespace) -> int:
         bar.total = total
         bar.update(done - bar.n)
 
-    prof = profiler.profile_model(model, inputs, devices, warmup=args.warmup, repeats=args.repeats, progress=progress)
+    prof = profiler.profile_model(
+        model, inputs, torch_devices, warmup=args.warmup, repeats=args.repeats, progress=progress
+    )
     bar.close()
     profiler.save_profile(prof, args.output)
     summary = {

@@ -8,15 +8,16 @@ Typical use::
 from __future__ import annotations
 
 import argparse
+from typing import Any
 
 import envs
 from envs.cluster import CLUSTER_ARG_HELP
+from graphs import sources
 from graphs.io import write_text_atomic
 from graphs.plan import Placement
-from placer import sources
-from placer.checks import check_output_file
 from placer.cli.args import add_executor_argument, add_profile_argument, note_stand_in_loss, profiled
 from placer.cli.output import gb, print_json, to_json
+from placer.option_checks import check_input_file, check_output_file
 
 
 def add_command(sub: argparse._SubParsersAction) -> None:
@@ -39,11 +40,13 @@ def add_command(sub: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     if args.trace:
         check_output_file(args.trace, "--trace")
+    if args.profile:
+        check_input_file(args.profile, "--profile")
+    placement = Placement.load(check_input_file(args.placement))  # before a capture: a bad file is said at once
     cluster = envs.resolve_cluster(args.cluster)
     graph = sources.resolve_graph(args.graph)
     note_stand_in_loss(graph, args.graph)
     graph, cluster = profiled(graph, cluster, args.profile)
-    placement = Placement.load(args.placement)
     env = envs.SimEnv(
         graph, cluster, executor=args.executor, microbatches=placement.microbatches, inflight=placement.inflight
     )
@@ -64,19 +67,26 @@ def run(args: argparse.Namespace) -> int:
         doc["executor"] = args.executor
         print_json(doc)
         return 0
-    sim_s = result.extra["sim_step_time_s"]
-    plan = (
-        ""
-        if env.microbatches == 1
-        else (
-            f", {env.microbatches} microbatches "
-            f"({'fill-drain' if env.inflight == env.microbatches else f'at most {env.inflight} in flight'})"
-        )
-    )
     print(
         f"{graph.name or args.graph} ({graph.num_ops} ops) on {cluster.name}, placement {args.placement}, "
-        f"{args.executor} executor{plan}"
+        f"{args.executor} executor{_pipelining(env)}"
     )
+    _print_result(result, bound, placement, cluster)
+    if args.trace:
+        print(f"trace: {args.trace} (open in https://ui.perfetto.dev)")
+    return 0
+
+
+def _pipelining(env: envs.SimEnv) -> str:
+    """How the plan pipelines its step, for the title line (nothing for one microbatch)."""
+    if env.microbatches == 1:
+        return ""
+    window = "fill-drain" if env.inflight == env.microbatches else f"at most {env.inflight} in flight"
+    return f", {env.microbatches} microbatches ({window})"
+
+
+def _print_result(result: Any, bound: float, placement: Placement, cluster: Any) -> None:
+    """The step time against the bound, the status, and each device's ops, busy time and peak memory."""
     if result.ok:
         named = f": {bound.name}" if getattr(bound, "name", "") else ""
         print(
@@ -86,18 +96,16 @@ def run(args: argparse.Namespace) -> int:
             else f"step time   {result.step_time_s * 1e3:.3f} ms"
         )
     else:
-        print(f"step time   -  ({sim_s * 1e3:.3f} ms ignoring memory; lower bound {bound * 1e3:.3f} ms)")
+        sim_step_time_s = result.extra["sim_step_time_s"]
+        print(f"step time   -  ({sim_step_time_s * 1e3:.3f} ms ignoring memory; lower bound {bound * 1e3:.3f} ms)")
     print(f"status      {result.status}{': ' + result.message if result.message else ''}")
     print(f"{'device':<8} {'ops':>6} {'busy ms':>10} {'peak memory':>12} {'capacity':>10}")
     counts = placement.device_counts()
-    for d, name in enumerate(cluster.device_names):
+    for device_index, device in enumerate(cluster.device_names):
         print(
-            f"{name:<8} {counts.get(name, 0):>6} {result.busy_s[name] * 1e3:>10.3f} "
-            f"{gb(result.peak_bytes[name]):>12} {gb(cluster.memory_bytes[d]):>10}"
+            f"{device:<8} {counts.get(device, 0):>6} {result.busy_s[device] * 1e3:>10.3f} "
+            f"{gb(result.peak_bytes[device]):>12} {gb(cluster.memory_bytes[device_index]):>10}"
         )
     links = [(k, v) for k, v in result.busy_s.items() if "->" in k]
     if links:
         print("links busy: " + ", ".join(f"{k} {v * 1e3:.3f} ms" for k, v in sorted(links)))
-    if args.trace:
-        print(f"trace: {args.trace} (open in https://ui.perfetto.dev)")
-    return 0

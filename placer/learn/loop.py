@@ -136,12 +136,12 @@ def _heuristics(
         progress.close()
     out: dict[str, tuple[float, np.ndarray | None]] = {}
     for row in report.rows:
-        if row.kind != "baseline":  # the kind of a heuristic's row (the report's word, kept in its JSON)
+        if row.kind not in ("heuristic", "baseline"):  # a heuristic's row ("baseline" before the compare split)
             continue
         ok = row.status == "ok" and row.step_time_s is not None and row.placement is not None
         idx = row.placement.indices(graph, cluster.device_names) if row.placement is not None else None
         out[row.method] = (float(row.step_time_s) if ok else float("inf"), idx)
-    return out, sum(row.simulated for row in report.rows if row.kind == "baseline")
+    return out, sum(row.simulated for row in report.rows if row.kind in ("heuristic", "baseline"))
 
 
 def _hparams_table(config: TrainConfig, extra: dict[str, Any]) -> str:

@@ -53,7 +53,7 @@ def test_every_method_is_a_row_and_the_bound_is_last(report):
 def test_best_heuristic(report):
     best = report.best()
     assert best is not None and best.step_time_s == min(
-        r.step_time_s for r in report.rows if r.kind == "baseline" and r.status == "ok"
+        r.step_time_s for r in report.rows if r.kind == "heuristic" and r.status == "ok"
     )
 
 
@@ -285,3 +285,71 @@ def test_cli_bound_seconds_adds_the_block_bound(tmp_path, capsys):
         assert main(["compare", str(gpath), "--cluster", str(cpath), "--bound-seconds", bad]) == 2
         err = capsys.readouterr().err
         assert "--bound-seconds" in err and len(err.strip().splitlines()) == 1
+
+
+@pytest.fixture(scope="module")
+def fork():
+    """a on cpu:0, b and c on gpu:0: issuing b before a overlaps them (the eager host blocks while a runs)."""
+    g = OpGraph.from_edges(["a", "b", "c"], [("a", "c", 4), ("b", "c", 4)], flops=[2e9, 2e10, 1e6], name="fork")
+    c = envs.Cluster.preset("k80x2")
+    p = Placement.from_indices(g, c.device_names, [0, 1, 1], method="learned")
+    p.order = np.array([1, 0, 2])
+    return g, c, p
+
+
+def test_a_given_placement_is_scored_in_its_own_issue_order_in_the_table_and_the_plot(fork, tmp_path, monkeypatch):
+    pytest.importorskip("matplotlib")
+    from matplotlib.axes import Axes
+
+    g, c, p = fork
+    own = envs.simulate(g, p, c).step_time_s
+    assert own < envs.simulate(g, p, c, order=np.arange(3)).step_time_s * 0.9  # the order matters here
+    report = compare(g, c, methods=["single"], placements=[("learned", p)])
+    assert report.rows[1].step_time_s == pytest.approx(own)
+    assert report.to_dict()["rows"][1]["step_time_s"] == pytest.approx(own)
+    assert report.to_dict()["rows"][1]["order"] == [1, 0, 2]
+    drawn = []
+    barh = Axes.barh
+    monkeypatch.setattr(
+        Axes, "barh", lambda self, y, width, **kw: drawn.append(list(width)) or barh(self, y, width, **kw)
+    )
+    plot(report, str(tmp_path / "bars.png"))
+    assert drawn[0][1] == pytest.approx(own * 1e3)
+
+
+def test_cli_footer_weighs_every_row_and_scores_a_placement_file_in_its_order(fork, tmp_path, capsys):
+    """--methods single --placement P: P's row, 1.1x faster than single, is not 'within 1% of the best single
+    device' (the footer once looked at the heuristics alone), and is timed in the order its file carries."""
+    g, c, p = fork
+    gpath, ppath = str(tmp_path / "fork.json"), str(tmp_path / "p.json")
+    graphs.save(g, gpath)
+    p.save(ppath)
+    own = envs.simulate(g, p, c).step_time_s
+    assert main(["compare", gpath, "--cluster", "k80x2", "--methods", "single", "--placement", ppath]) == 0
+    out = capsys.readouterr().out
+    assert f"| {ppath} | ok | {own * 1e3:.3f} | 1.10x |" in out
+    assert "too small" not in out
+    assert main(["compare", gpath, "--cluster", "k80x2", "--methods", "single"]) == 0
+    assert "too small to gain from splitting" in capsys.readouterr().out  # the heuristics alone are all 1.00x
+
+
+def test_a_heuristic_row_is_of_kind_heuristic_and_an_old_report_with_baseline_rows_still_reads(report):
+    from placer.compare import CompareReport
+
+    doc = json.loads(json.dumps(report.to_dict()))
+    kinds = {r["method"]: r["kind"] for r in doc["rows"]}
+    assert kinds["m_etf"] == "heuristic" and kinds["lower bound"] == "bound" and "baseline" not in kinds.values()
+    again = CompareReport.from_dict(doc)
+    assert again.to_dict() == doc and again.best().method == doc["best_heuristic"]
+    old = json.loads(json.dumps(doc).replace('"kind": "heuristic"', '"kind": "baseline"'))  # as earlier releases wrote
+    read = CompareReport.from_dict(old)
+    assert [r.kind for r in read.rows] == [r.kind for r in report.rows] and read.best().method == doc["best_heuristic"]
+
+
+def test_the_chart_draws_every_ok_row_but_the_bound(report):
+    from placer.compare import bars
+
+    drawn = bars(report)
+    ok = [r for r in report.rows if r.kind != "bound" and r.status == "ok"]
+    assert [(m, k) for m, _, k in drawn] == [(r.method, r.kind) for r in ok]
+    assert [t for _, t, _ in drawn] == pytest.approx([r.step_time_s * 1e3 for r in ok])

@@ -1,4 +1,5 @@
-"""The local Ray that MeasuredEnv starts: loopback only, token authentication, session files kept in the run dir."""
+"""The local Ray that MeasuredEnv starts (loopback only, token authentication, session files kept in the run dir), and
+joining a cluster without token authentication while a local run's token is left in ~/.ray."""
 
 from __future__ import annotations
 
@@ -6,6 +7,8 @@ import os
 import subprocess
 import sys
 import tempfile
+import textwrap
+from pathlib import Path
 
 import pytest
 
@@ -69,9 +72,17 @@ def test_session_files_are_under_the_run_dir(env):
     assert env._ray_tmp is None  # no private temp dir was needed
 
 
+#: A call to the cluster's GCS: refused at once (``ray.init`` would retry for 20 s before it gives up).
+GCS_CALL = (
+    "import sys; from ray._raylet import GcsClient; from ray.exceptions import AuthenticationError\n"
+    "try:\n    GcsClient(address=sys.argv[1]).internal_kv_get(b'placer', None, timeout=30)\n"
+    "except AuthenticationError:\n    print('REFUSED')"
+)
+
+
 def test_a_client_without_the_token_is_refused(env):
     address = ray.get_runtime_context().gcs_address
-    probe = "import ray, sys; ray.init(address=sys.argv[1], log_to_driver=False); print('CONNECTED')"
+    connect = "import ray, sys; ray.init(address=sys.argv[1], log_to_driver=False); print('CONNECTED')"
     ours = {**os.environ, "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0"}  # else the client swaps 127.0.0.1 for the host's IP
     wrong = {
         **{k: v for k, v in ours.items() if not k.startswith("RAY_AUTH_")},
@@ -80,13 +91,13 @@ def test_a_client_without_the_token_is_refused(env):
     }
     clients = {
         name: subprocess.Popen(
-            [sys.executable, "-c", probe, address], env=e, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True
+            [sys.executable, "-c", code, address], env=e, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True
         )
-        for name, e in (("our token", ours), ("wrong token", wrong))
+        for name, code, e in (("our token", connect, ours), ("wrong token", GCS_CALL, wrong))
     }
     out = {name: p.communicate(timeout=300)[0] for name, p in clients.items()}
-    assert "CONNECTED" in out["our token"]  # the probe itself works
-    assert "CONNECTED" not in out["wrong token"]
+    assert "CONNECTED" in out["our token"]  # the token the local Ray made lets a client in
+    assert out["wrong token"].strip() == "REFUSED"
 
 
 def test_a_run_dir_too_long_for_ray_sockets_gets_a_private_temp_dir(env, tmp_path):
@@ -97,3 +108,94 @@ def test_a_run_dir_too_long_for_ray_sockets_gets_a_private_temp_dir(env, tmp_pat
     assert oct(os.stat(path).st_mode & 0o777) == "0o700"
     other.close()
     assert not os.path.exists(path)
+
+
+REPO = Path(__file__).resolve().parents[3]
+
+# A head node without token authentication, in its own process: it prints its address and runs until stdin closes.
+OPEN_HEAD = textwrap.dedent(
+    """
+    import sys
+    from ray.cluster_utils import Cluster
+
+    c = Cluster(initialize_head=True, head_node_args={"num_cpus": 1, "include_dashboard": False})
+    print(c.address, flush=True)
+    sys.stdin.read()
+    c.shutdown()
+    """
+)
+# A driver that joins it twice: with RAY_AUTH_MODE=token set (one line says why it cannot), then as it comes (it
+# measures one placement, or says in one line why it cannot).
+DRIVER = textwrap.dedent(
+    """
+    import os, sys
+    import numpy as np
+    from envs import Cluster
+    from envs.real.measured import MeasuredEnv, join_cluster
+    from graphs import PlacerError
+
+    def build():
+        import torch
+        return torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.ReLU()), (torch.randn(2, 4),)
+
+    os.environ["RAY_AUTH_MODE"] = "token"
+    try:
+        join_cluster(sys.argv[1])
+        print("joined in token mode")
+    except PlacerError as e:
+        print(e)
+    del os.environ["RAY_AUTH_MODE"]
+    env = MeasuredEnv(build, Cluster.preset("k80x2"), workers=1, device_map="*=cpu", warmup_steps=0, timed_steps=1,
+                      ray_address=sys.argv[1], start_timeout_s=60)
+    try:
+        print(env.evaluate([np.zeros(env.graph.num_ops, dtype=np.int32)])[0].status)
+    except PlacerError as e:
+        print(e)
+    finally:
+        env.close()
+    """
+)
+
+
+@pytest.fixture(scope="module")
+def open_cluster(tmp_path_factory):
+    """``(address, environment)``: a cluster started without token authentication, and the environment of a machine
+    where a local ``placer train --env measured`` left its token at ``~/.ray/auth_token`` (a temporary HOME)."""
+    home = tmp_path_factory.mktemp("home")
+    (home / ".ray").mkdir()
+    (home / ".ray" / "auth_token").write_text("7" * 64)
+    environ = {k: v for k, v in os.environ.items() if not k.startswith("RAY_AUTH_")}
+    environ.update(HOME=str(home), PYTHONPATH=str(REPO), RAY_TMPDIR=tempfile.mkdtemp(prefix="plo", dir="/tmp"))
+    head = subprocess.Popen(
+        [sys.executable, "-c", OPEN_HEAD],
+        env={**environ, "RAY_AUTH_MODE": "disabled"},
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+    )
+    address = head.stdout.readline().strip()
+    yield address, environ
+    head.communicate("", timeout=60)  # the head shuts its cluster down
+
+
+@pytest.fixture(scope="module")
+def joined(open_cluster) -> tuple[str, list[str]]:
+    """The address, and what the driver printed: its join in token mode, then its measurement."""
+    address, environ = open_cluster
+    done = subprocess.run(
+        [sys.executable, "-c", DRIVER, address], env=environ, capture_output=True, text=True, timeout=300
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    return address, done.stdout.strip().splitlines()[-2:]
+
+
+def test_a_cluster_without_token_authentication_is_sent_no_token(joined):
+    """The token a local run left in ~/.ray once made every worker of such a cluster die at start."""
+    assert joined[1][1] == "ok"
+
+
+def test_token_authentication_asked_for_by_the_driver_alone_is_one_line_naming_the_mismatch(joined):
+    address, (line, _) = joined
+    assert line.startswith(f"--ray-address {address}: the Ray cluster does not use token authentication"), line
+    assert "RAY_AUTH_MODE=token here" in line

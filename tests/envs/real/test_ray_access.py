@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from envs.real.ray_access import refused_message, sends_token, token_source
+from envs.real.ray_access import refused_message, sends_token, token_source, unasked_token_message
 
 
 def test_token_sources_in_rays_order(tmp_path, monkeypatch):
@@ -17,11 +17,18 @@ def test_token_sources_in_rays_order(tmp_path, monkeypatch):
     assert token_source({"RAY_AUTH_TOKEN_PATH": str(token), "RAY_AUTH_TOKEN": "x"}) == "RAY_AUTH_TOKEN"
 
 
-def test_the_driver_sends_a_token_only_when_ray_auth_mode_is_unset():
-    assert sends_token({}, has_token=True)
-    assert not sends_token({}, has_token=False)
-    assert not sends_token({"RAY_AUTH_MODE": "disabled"}, has_token=True)  # the user's explicit choice
-    assert not sends_token({"RAY_AUTH_MODE": "token"}, has_token=True)  # already on
+def test_the_driver_sends_a_token_only_when_ray_auth_mode_is_unset_and_the_cluster_asks():
+    assert sends_token({}, has_token=True, cluster_asks=True)
+    assert not sends_token({}, has_token=False, cluster_asks=True)
+    assert not sends_token({}, has_token=True, cluster_asks=False)  # a token left by a local run, say
+    assert not sends_token({"RAY_AUTH_MODE": "disabled"}, has_token=True, cluster_asks=True)  # the user's choice
+    assert not sends_token({"RAY_AUTH_MODE": "token"}, has_token=True, cluster_asks=True)  # already on
+
+
+def test_only_a_driver_set_to_token_mode_cannot_join_a_cluster_without_authentication():
+    assert unasked_token_message({}) is None and unasked_token_message({"RAY_AUTH_MODE": "disabled"}) is None
+    msg = unasked_token_message({"RAY_AUTH_MODE": "token"})
+    assert "\n" not in msg and "does not use token authentication" in msg and "unset RAY_AUTH_MODE" in msg
 
 
 def test_refusals_say_where_the_token_came_from_and_where_it_must_go(tmp_path, monkeypatch):

@@ -105,8 +105,8 @@ def test_export_json_and_inspect(user_module, capsys, tmp_path):
 
 
 def test_export_pt2_with_decompose(user_module, capsys, tmp_path):
+    from graphs.sources import load_callable
     from graphs.torch_capture import export_program
-    from placer.sources import load_callable
 
     model, inputs = load_callable(f"{user_module}:build")
     torch.export.save(export_program(model, inputs), tmp_path / "net.pt2")

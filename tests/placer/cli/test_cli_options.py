@@ -57,8 +57,8 @@ def model_module(work, monkeypatch):
 @pytest.fixture
 def model_placement(work, model_module):
     """mp.json: a placement of the user model's graph."""
+    from graphs.sources import load_callable
     from graphs.torch_capture import capture
-    from placer.sources import load_callable
 
     g = capture(*load_callable(model_module + ":build"))
     Placement.from_indices(g, ["cpu:0", "gpu:0", "gpu:1"], [1] * g.num_ops, cluster="k80x2").save(work / "mp.json")
@@ -72,10 +72,10 @@ def no_work(monkeypatch):
     def fail(*a, **k):
         raise AssertionError("the command started its work before checking its options")
 
-    import placer.sources
+    from graphs import sources
 
-    monkeypatch.setattr(placer.sources, "resolve_graph", fail)
-    monkeypatch.setattr(placer.sources, "resolve_model", fail)
+    for name in ("resolve_graph", "resolve_graph_and_model", "resolve_model"):
+        monkeypatch.setattr(sources, name, fail)
 
 
 def one_error_line(capsys, rc: int) -> str:
@@ -137,6 +137,32 @@ def test_bad_logdirs_exit_2_before_any_work(work, no_work, capsys):
         )
         assert "--logdir" in line and why in line, (case, line)
     assert (work / "afile").read_text() == "x"
+
+
+# ------------------------------------------------------------------ input files, checked before a capture
+# command -> argv with IN where the input file goes (MODEL: a module:callable, which a capture would take seconds on)
+FILE_INPUTS = {
+    "simulate PLACEMENT": ["simulate", "MODEL", "IN", "--cluster", "k80x2"],
+    "simulate --profile": ["simulate", "MODEL", "p.json", "--cluster", "k80x2", "--profile", "IN"],
+    "compare --placement": ["compare", "MODEL", "--cluster", "k80x2", "--methods", "single", "--placement", "IN"],
+    "compare --profile": ["compare", "MODEL", "--cluster", "k80x2", "--methods", "single", "--profile", "IN"],
+    "place --profile": ["place", "MODEL", "--cluster", "k80x2", "-o", "out.json", "--profile", "IN"],
+    "place --policy-file": [
+        *("place", "MODEL", "--cluster", "k80x2", "--method", "learned", "-o", "out.json", "--policy-file", "IN")
+    ],
+}
+
+
+@pytest.mark.parametrize("case", sorted(FILE_INPUTS))
+def test_missing_input_files_exit_2_before_the_model_is_captured(work, model_module, no_work, capsys, case):
+    """`placer simulate mymodels:build missing.json` once captured the model (seconds) before saying so."""
+    (work / "adir").mkdir()
+    for path, why in (("missing.json", "no such file"), ("adir", "is a directory")):
+        argv = [path if a == "IN" else model_module + ":build" if a == "MODEL" else a for a in FILE_INPUTS[case]]
+        line = one_error_line(capsys, main(argv))
+        assert path in line and why in line, (case, line)
+        option = case.split()[1]
+        assert option in line or option == "PLACEMENT", (case, line)
 
 
 def test_output_checks_leave_nothing_behind(tmp_path):

@@ -5,10 +5,13 @@ A quoted command is one of:
 * a *synopsis* (``placer train SOURCE --cluster C [--resume]``: metavars, brackets, alternatives): its
   command and every option it names must exist;
 * a *runnable* line (``placer export mymodels:build -o g.json``): run in order, in one working directory
-  holding the README's ``mymodels.py``, as a user would. What would take minutes is kept tiny, and only
-  that: a training run gets ``--time-budget 2``, ``compare`` with every method gives ``ilp`` 2 s,
-  ``run`` times 2 steps, and ``pretrain`` (a corpus of graphs) stops once its arguments are checked;
-* any other program (``python scripts/X.py``: its ``--help`` runs; ``bash .ci/run``: the file exists).
+  holding the README's ``mymodels.py``, as a user would, in this process (``placer.cli.main``; the zoo's
+  captures are the test session's). What would take minutes is kept tiny, and only that: a training run
+  gets ``--time-budget 2`` and three fast heuristics to start from, ``compare`` with every method gives
+  ``ilp`` 2 s and the searches 100 placements (annealing 200 steps), ``run`` times 2 steps, and
+  ``pretrain`` (a corpus of graphs) stops once its arguments are checked;
+* any other program (``python scripts/X.py`` or ``python -m bench.X``: its ``--help`` runs, in this
+  process; ``bash .ci/run``: the file exists).
 """
 
 from __future__ import annotations
@@ -16,8 +19,8 @@ from __future__ import annotations
 import argparse
 import contextlib
 import io
-import os
 import re
+import runpy
 import shlex
 import sys
 from pathlib import Path
@@ -132,6 +135,10 @@ class _Checked(Exception):
     """Raised where a command's arguments are all checked and the minutes of work would begin."""
 
 
+#: The heuristics a quoted training run starts from here (all of them take a minute on nmt-2).
+TINY_HEURISTICS = "single,m_topo,m_etf"
+
+
 def _tiny(tokens: list[str]) -> list[str]:
     """The command kept tiny where it would take minutes (see the module's docstring); otherwise as written."""
     command = tokens[1]
@@ -140,8 +147,10 @@ def _tiny(tokens: list[str]) -> list[str]:
             tokens[tokens.index("--time-budget") + 1] = "2"
         elif "--iterations" not in tokens:
             tokens += ["--time-budget", "2"]
+        if "--heuristics" not in tokens:
+            tokens += ["--heuristics", TINY_HEURISTICS]
     if command == "compare" and "--methods" not in tokens:
-        tokens += ["--option", "ilp.time_limit_s=2"]
+        tokens += ["--option", "ilp.time_limit_s=2", "--option", "n=100", "--option", "annealing.steps=200"]
     if command == "run":
         tokens += ["--steps", "2", "--warmup", "1"]
     return tokens
@@ -177,28 +186,39 @@ def _run_placer(command: str, monkeypatch) -> tuple[int, str, str]:
     return rc, out.getvalue(), err.getvalue()
 
 
-def _run_other(command: str) -> None:
-    """What is not a placer command: a script's --help runs, a file it names exists; installs are the fresh clone's."""
-    import subprocess
+#: ``python -m`` modules the fresh-clone check runs as written (installs, the test suite), not here.
+NOT_RUN_HERE = ("venv", "pytest", "pip", "placer")
 
+
+def _run_other(command: str, monkeypatch) -> None:
+    """What is not a placer command: a script's or a module's --help runs, a file it names exists; installs are the
+    fresh clone's."""
     tokens = _tokens(command)
     program = tokens[0]
-    if program.startswith("python") and tokens[1].endswith(".py"):
-        done = subprocess.run(
-            [sys.executable, str(ROOT / tokens[1]), "--help"],
-            capture_output=True,
-            text=True,
-            cwd=ROOT,
-            env={**os.environ, "PYTHONPATH": str(ROOT)},
+    if program.startswith("python") and len(tokens) > 1 and tokens[1].endswith(".py"):
+        assert _help_runs(lambda: runpy.run_path(str(ROOT / tokens[1]), run_name="__main__"), monkeypatch), command
+    elif program.startswith("python") and tokens[1:2] == ["-m"] and tokens[2] not in NOT_RUN_HERE:
+        assert _help_runs(lambda: runpy.run_module(tokens[2], run_name="__main__", alter_sys=True), monkeypatch), (
+            command
         )
-        assert done.returncode == 0, (command, done.stderr[-2000:])
     elif program == "bash":
         assert (ROOT / tokens[1]).is_file(), command
     # pip, venvs, pytest and tensorboard: the fresh-clone check runs those (README's install lines as written)
 
 
+def _help_runs(run, monkeypatch) -> bool:
+    """Whether ``run`` (a script or module run as ``__main__`` with ``--help``) prints its help and exits 0."""
+    monkeypatch.setattr(sys, "argv", ["prog", "--help"])
+    monkeypatch.setattr(sys, "path", list(sys.path))  # (a script may put its directory first)
+    monkeypatch.chdir(ROOT)
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out), pytest.raises(SystemExit) as e:
+        run()
+    return e.value.code in (0, None) and "usage:" in out.getvalue()
+
+
 @pytest.fixture
-def session(tmp_path, monkeypatch):
+def session(tmp_path, monkeypatch, zoo_cache):
     """The README's working directory: its mymodels.py, and a placement of it for the commands that take one."""
     block = re.search(r"```python\n(# mymodels\.py\n.*?)```", README.read_text(), re.S)
     assert block, "the README shows mymodels.py"
@@ -214,7 +234,8 @@ def _run_all(commands: list[tuple[str, bool]], monkeypatch, prepare=None) -> Non
         if prepare is not None:
             prepare(command)
         if not command.startswith(("placer ", "OMP_NUM_THREADS")):
-            _run_other(command)
+            with monkeypatch.context() as scoped:
+                _run_other(command, scoped)
         elif runnable(command, in_block):
             rc, out, err = _run_placer(command, monkeypatch)
             assert rc == 0, (command, out[-2000:], err[-2000:])

@@ -1,0 +1,78 @@
+"""The README's table of commands names every option each command has, so the lists cannot rot.
+
+An option counts as documented when its command's row in "The command line" names it (any of its spellings,
+``-o`` or ``--output``), or a ``placer <command> ...`` line quoted elsewhere in the README does (the zero-shot
+options of ``place``, say). The reverse, that every option the README names exists, is
+``test_documented_commands.py``'s.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+from pathlib import Path
+
+import pytest
+
+from placer.cli import build_parser
+
+README = (Path(__file__).resolve().parents[3] / "README.md").read_text()
+#: Rows other engineers own in this round, not yet complete: strict, so a fixed row fails here until unmarked.
+OTHERS = {
+    "train": "placer train's row (the learner's) lists a few of its generated options",
+    "export": "placer export's row (the runtime's) lacks --json",
+    "export-map": "placer export-map's row (the runtime's) lacks --cluster, --executor, --json",
+    "run": "placer run's row (the runtime's) lacks --steps, --warmup, --lr, --measure-timeout, --json",
+}
+
+
+def _commands() -> dict[str, argparse.ArgumentParser]:
+    parser = build_parser()
+    action = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    return dict(action.choices)
+
+
+def _row(command: str) -> str:
+    rows = [line for line in README.splitlines() if line.startswith(f"| `placer {command} ")]
+    rows += [line for line in README.splitlines() if line.startswith(f"| `placer {command}` ")]
+    assert len(rows) == 1, f"the README's table has {len(rows)} rows for placer {command}"
+    return rows[0]
+
+
+def _quoted(command: str) -> str:
+    """Every ``placer <command> ...`` the README quotes, joined."""
+    return "\n".join(m.group(0) for m in re.finditer(rf"placer {re.escape(command)}(?![\w-])[^`\n]*", README))
+
+
+def _named(option: str, text: str) -> bool:
+    return re.search(rf"(?<![\w-]){re.escape(option)}(?![\w-])", text) is not None
+
+
+def undocumented(command: str, parser: argparse.ArgumentParser) -> list[str]:
+    """The options of ``command`` that neither its row nor a quoted line of it names."""
+    text = _row(command) + "\n" + _quoted(command)
+    return [
+        "/".join(a.option_strings)
+        for a in parser._actions
+        if a.option_strings and "--help" not in a.option_strings and not any(_named(o, text) for o in a.option_strings)
+    ]
+
+
+def _cases() -> list:
+    return [
+        pytest.param(c, marks=pytest.mark.xfail(reason=OTHERS[c], strict=True)) if c in OTHERS else c
+        for c in _commands()
+    ]
+
+
+@pytest.mark.parametrize("command", _cases())
+def test_the_readme_row_of_each_command_names_all_its_options(command):
+    assert undocumented(command, _commands()[command]) == []
+
+
+def test_an_option_left_out_of_a_row_is_found():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--cluster")
+    parser.add_argument("-o", "--output")  # the row says -o
+    parser.add_argument("--no-such-option-anywhere")
+    assert undocumented("place", parser) == ["--no-such-option-anywhere"]
