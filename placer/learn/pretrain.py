@@ -1,6 +1,6 @@
 """Pretrain one graph-network policy (:mod:`policies.gnn`) over a corpus of graphs and clusters.
 
-The corpus is :func:`placer.learn.corpus.build_corpus`'s. Training (:func:`pretrain`):
+The corpus is :func:`placer.learn.pretrain_corpus.build_corpus`'s. Training (:func:`pretrain`):
 per (graph, cluster) the label is the best of a set of fast heuristics
 (:func:`imitation_label`, cached on disk by graph hash and cluster). A share of
 the time budget (``imitation_share``) fits the labels (mean per-op cross-entropy
@@ -36,7 +36,7 @@ from graphs.dag import top_level
 from graphs.io import read_json, write_text_atomic
 from placer.learn.algos import advantages, reward
 from placer.learn.config import INIT_WARM_START_LR, AlgoOptions
-from placer.learn.corpus import build_corpus
+from placer.learn.pretrain_corpus import build_corpus
 from placer.methods import registry
 from policies.gnn import GNNNet, GNNPolicy, feature_spec
 from policies.views import group_views

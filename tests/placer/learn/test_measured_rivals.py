@@ -7,6 +7,8 @@ fastest "measured" one), so a summary built from simulated times shows it.
 
 from __future__ import annotations
 
+import io
+
 import numpy as np
 
 import envs
@@ -16,8 +18,9 @@ from graphs import OpGraph
 from placer import Placement
 from placer.cli.train import summary
 from placer.learn.config import TrainConfig
-from placer.learn.loop import train
-from placer.learn.scoring import CachedScorer
+from placer.learn.progress import Progress
+from placer.learn.run_scorers import CachedScorer
+from placer.learn.runners import train
 
 HEURISTICS = ("single", "m_etf", "heft", "round_robin")
 
@@ -138,7 +141,15 @@ def test_a_measured_run_re_measures_its_best_and_the_rival_side_by_side(tmp_path
     )
     env = NoisyMeasured()
     graph = two_chains()
-    result = train(config, graph=graph, cluster=envs.resolve_cluster("k80x2"), env=env)
+    out = io.StringIO()
+    progress = Progress(out, tty=False, every_s=0.0)
+    result = train(config, graph=graph, cluster=envs.resolve_cluster("k80x2"), env=env, progress=progress)
+    lines = out.getvalue().split("side by side, 3 times each")[1].splitlines()[1:]
+    assert lines[:3] == [  # after the budget, the rematch shows its progress and ETA (it once printed nothing)
+        f"placer: rematch: 1/3 rounds (33%, ETA {lines[0].split('ETA ')[-1]}",
+        f"placer: rematch: 2/3 rounds (66%, ETA {lines[1].split('ETA ')[-1]}",
+        "placer: rematch: 3/3 rounds (100%)",
+    ]
     best = tuple(Placement.load(result.to_dict()["best_placement"]).indices(graph).tolist())
     rival_name = result.best_heuristic[0]
     doc = result.to_dict()

@@ -1,4 +1,4 @@
-"""The RL training loop: learning a known optimum, exact resume, SIGKILL safety, CLI errors."""
+"""The training run and its policy-gradient loop: learning a known optimum, exact resume, SIGKILL safety, CLI errors."""
 
 from __future__ import annotations
 
@@ -20,8 +20,8 @@ from graphs import OpGraph, PlacerError, save
 from placer import Placement
 from placer.cli import main
 from placer.learn.config import TrainConfig
-from placer.learn.loop import train
-from placer.learn.scoring import CachedScorer
+from placer.learn.run_scorers import CachedScorer
+from placer.learn.runners import train
 from policies.seq2seq import Seq2SeqPolicy
 
 
@@ -55,7 +55,7 @@ def test_score_order_planned_scores_the_heuristics_in_the_planned_order(tmp_path
     A host-blocking CPU chain listed before a GPU chain: in node order the host runs the CPU chain
     before it launches the GPU's, in the planned order the GPU chain is launched first and they overlap.
     """
-    import placer.learn.loop as train_mod
+    import placer.learn.run_heuristics as run_heuristics
 
     names = [f"{ch}{i}" for ch in "ab" for i in range(4)]
     edges = [(f"{ch}{i}", f"{ch}{i + 1}", 1024) for ch in "ab" for i in range(3)]
@@ -67,7 +67,7 @@ def test_score_order_planned_scores_the_heuristics_in_the_planned_order(tmp_path
     planned = float(env.step_times(idx[None], order="planned")[0][0])
     assert planned < node * 0.99
     monkeypatch.setattr(
-        train_mod, "_heuristics", lambda *a: ({"crafted": (node, idx), "broken": (float("inf"), None)}, 2)
+        run_heuristics, "compare_heuristics", lambda *a: ({"crafted": (node, idx), "broken": (float("inf"), None)}, 2)
     )
     r = train(
         _config(tmp_path, iterations=1, warm_start="best", score_order="planned", heuristics=None), graph=g, cluster=c
@@ -98,16 +98,16 @@ def test_score_order_planned_scores_the_heuristics_in_the_planned_order(tmp_path
 
 def test_a_planned_run_has_the_heuristics_search_in_the_planned_order(step_time_orders):
     """The rivals a planned run reports search the objective the learner has (not node order, re-timed after)."""
-    import placer.learn.loop as train_mod
     from placer.learn.progress import Progress
+    from placer.learn.run_heuristics import compare_heuristics
 
     asked = step_time_orders
     g, c = two_chains(), envs.resolve_cluster("k80x2")
     config = TrainConfig(iterations=1, heuristics=("random_search",)).resolved()
-    found, simulated = train_mod._heuristics(g, c, config, Progress(enabled=False))
+    found, simulated = compare_heuristics(g, c, config, Progress(enabled=False))
     assert config.score_order == "planned" and simulated > 1 and asked and set(asked) == {"planned"}
     asked.clear()
-    train_mod._heuristics(g, c, dataclasses.replace(config, score_order="node"), Progress(enabled=False))
+    compare_heuristics(g, c, dataclasses.replace(config, score_order="node"), Progress(enabled=False))
     assert set(asked) == {None}
 
 
@@ -444,7 +444,6 @@ def test_resume_reports_the_options_the_checkpoint_overrides(tmp_path, capsys):
 def test_run_killed_before_its_first_checkpoint_can_be_resumed(tmp_path, monkeypatch):
     """A crash (or SIGKILL) in the first iterations left a best placement but nothing to resume from."""
     from placer.learn import algos as rl_algos
-    from placer.learn import loop as train_mod
 
     g = two_chains()
     c = envs.resolve_cluster("k80x2")
@@ -454,7 +453,7 @@ def test_run_killed_before_its_first_checkpoint_can_be_resumed(tmp_path, monkeyp
         def update(*a, **k):
             raise RuntimeError("killed")
 
-    monkeypatch.setitem(train_mod.ALGOS, "reinforce", Crash)
+    monkeypatch.setitem(rl_algos.ALGOS, "reinforce", Crash)
     with pytest.raises(RuntimeError, match="killed"):
         train(_config(tmp_path, iterations=100, heuristics=None), graph=g, cluster=c)
     best = Placement.load(tmp_path / "run" / "best_placement.json")
