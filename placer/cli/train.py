@@ -224,13 +224,13 @@ def _best_line(doc: dict) -> str:
     where = f"{doc['iterations']} iterations, {doc['elapsed_s']:.0f} s"
     by, best = doc.get("found_by") or "", f"{_ms(doc['best_step_time_s'])}{_tag(doc, 'measured')}"
     if by.startswith("heuristic:"):  # the incumbent: no placement the policy found was faster
-        t, policy = doc["best_step_time_s"], doc.get("policy_step_time_s")
-        if policy is None:
+        best_s, learner_s = doc["best_step_time_s"], doc.get("policy_step_time_s")
+        if learner_s is None:
             theirs = "the learner found no placement that runs"
-        elif policy <= t:
+        elif learner_s <= best_s:
             theirs = "the learner's best equals it"
         else:
-            theirs = f"the learner's best, {_ms(policy)}, is {(policy / t - 1) * 100:.1f}% slower"
+            theirs = f"the learner's best, {_ms(learner_s)}, is {(learner_s / best_s - 1) * 100:.1f}% slower"
         return f"best step time   {best}  ({by.removeprefix('heuristic:')}'s placement, kept: {theirs}; {where})"
     found = f"found at {doc['time_to_best_s']:.0f} s" if doc["time_to_best_s"] is not None else "no placement ran"
     return f"best step time   {best}  (after {where}; {found})"
@@ -276,13 +276,13 @@ def equal_budget_line(doc: dict) -> str | None:
     )
 
 
-def _rival_line(doc: dict) -> str | None:
+def _faster_placement_line(doc: dict) -> str | None:
     """Where the equal-budget search beat the learner: the file its placement was kept in."""
     eq = doc.get("equal_budget_search") or {}
     if not eq.get("placement"):
         return None
     return (
-        f"faster rival     {eq['placement']}  (the equal-budget search's placement, {_ms(eq['step_time_s'])}; "
+        f"faster placement {eq['placement']}  (the equal-budget search's placement, {_ms(eq['step_time_s'])}; "
         "best_placement.json stays the learner's)"
     )
 
@@ -292,10 +292,10 @@ def _rematch_line(doc: dict) -> str | None:
     r = doc.get("rematch")
     if not r:
         return None
-    learned, rival = r["learned_s"], r["heuristic_s"]
-    gain = f"; learned {(1 - learned / rival) * 100:+.1f}% vs it" if learned and rival else ""
+    learned, heuristic = r["learned_s"], r["heuristic_s"]
+    gain = f"; learned {(1 - learned / heuristic) * 100:+.1f}% vs it" if learned and heuristic else ""
     return (
-        f"side by side     {_ms(learned)} learned, {_ms(rival)} {r['heuristic']}  measured  "
+        f"side by side     {_ms(learned)} learned, {_ms(heuristic)} {r['heuristic']}  measured  "
         f"(medians of {r['rounds']} re-measurements each, alternating{gain})"
     )
 
@@ -349,7 +349,7 @@ SUMMARY_LINES: tuple[Callable[[dict], str | None], ...] = (
     _heuristic_line,
     _rematch_line,
     equal_budget_line,
-    _rival_line,
+    _faster_placement_line,
     _warm_start_line,
     _small_model_line,
     _expert_line,

@@ -28,7 +28,7 @@ import envs
 from envs.cluster import Cluster
 from graphs import OpGraph
 from placer.learn.progress import Progress
-from placer.learn.rundir import RIVAL_NAME, run_placement, save_best
+from placer.learn.rundir import EQUAL_BUDGET_NAME, run_placement, save_best
 from placer.learn.session import Session
 from placer.learn.state import TrainResult
 from placer.methods import get
@@ -79,7 +79,7 @@ def equal_budget_search(
     time_limit_s: float | None = None,
     progress: Progress | None = None,
 ) -> dict[str, Any] | None:
-    """``module_search`` given ``evals`` simulated placements: the learner's rival at equal budget, for the summary.
+    """``module_search`` given ``evals`` simulated placements: search at equal budget, to compare the learner with.
 
     It searches in the run's order (``order`` "planned" or None), as the learner did. None where the graph
     records no module paths.
@@ -141,14 +141,14 @@ class Reporting:
 
 def keep_faster_placement(session: Session, eq: dict[str, Any]) -> None:
     """Where the equal-budget search found a placement faster than the run's best, write it beside the best
-    (``RIVAL_NAME``, with its issue order; ``eq["placement"]`` its path): the comparison stays as it was, and
+    (``EQUAL_BUDGET_NAME``, with its issue order; ``eq["placement"]`` its path): the comparison stays as it was, and
     the faster placement is not lost. The run's best is left as the learner's."""
     op_devices = eq.pop("op_devices")
     step_time_s, best = eq.get("step_time_s"), session.state.best_step_time_s
     if step_time_s is None or not (best is None or step_time_s < best * (1 - 1e-12)):
         return
     meta = {"step_time_s": step_time_s, "found_by": EQUAL_BUDGET, "evals": eq["simulated"]}
-    path = os.path.join(session.logdir, RIVAL_NAME)
+    path = os.path.join(session.logdir, EQUAL_BUDGET_NAME)
     placement = run_placement(
         session.graph,
         session.devices,

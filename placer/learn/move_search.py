@@ -115,19 +115,19 @@ class Replay:
     """The critic's data: the features of the last ``capacity`` moves simulated and whether each was faster."""
 
     def __init__(self, width: int, capacity: int = 32768) -> None:
-        self.op_devices = np.zeros((capacity, width), dtype=np.float32)
-        self.y = np.zeros(capacity, dtype=np.float32)
+        self.features = np.zeros((capacity, width), dtype=np.float32)
+        self.faster = np.zeros(capacity, dtype=np.float32)
         self.size = self.next = 0
 
-    def add(self, x: np.ndarray, y: np.ndarray) -> None:
-        at = (self.next + np.arange(len(y))) % len(self.y)
-        self.op_devices[at], self.y[at] = x, y
-        self.next = int((self.next + len(y)) % len(self.y))
-        self.size = min(self.size + len(y), len(self.y))
+    def add(self, features: np.ndarray, faster: np.ndarray) -> None:
+        at = (self.next + np.arange(len(faster))) % len(self.faster)
+        self.features[at], self.faster[at] = features, faster
+        self.next = int((self.next + len(faster)) % len(self.faster))
+        self.size = min(self.size + len(faster), len(self.faster))
 
     def draw(self, rng: np.random.Generator, k: int) -> tuple[np.ndarray, np.ndarray]:
-        idx = rng.integers(0, self.size, size=min(k, self.size))
-        return self.op_devices[idx], self.y[idx]
+        drawn = rng.integers(0, self.size, size=min(k, self.size))
+        return self.features[drawn], self.faster[drawn]
 
 
 @dataclass

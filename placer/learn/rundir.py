@@ -50,7 +50,7 @@ LOCK_NAME = "train.lock"
 
 BEST_NAME = "best_placement.json"
 #: The equal-budget search's placement (``placer train``), written beside the best when it is faster.
-RIVAL_NAME = "equal_budget_placement.json"
+EQUAL_BUDGET_NAME = "equal_budget_placement.json"
 
 
 @contextlib.contextmanager
@@ -128,8 +128,9 @@ def same_problem(a: Placement, b: Placement) -> bool:
 
 
 def recorded_step_time(p: Placement) -> float | None:
-    t = p.meta.get("step_time_s")
-    return float(t) if isinstance(t, (int, float)) and not isinstance(t, bool) and math.isfinite(t) else None
+    step_time_s = p.meta.get("step_time_s")
+    ok = isinstance(step_time_s, (int, float)) and not isinstance(step_time_s, bool) and math.isfinite(step_time_s)
+    return float(step_time_s) if ok else None
 
 
 def save_best(path: str, placement: Placement) -> bool:

@@ -1,6 +1,6 @@
 """The move search's budget: every placement it simulates counted against a number or a deadline, and its curve.
 
-:class:`SearchBudget` scores rows through a scorer's ``step_times`` (or ``overflow``), counts
+:class:`SearchBudget` scores placements through a scorer's ``step_times`` (or ``overflow``), counts
 each against ``max_evals``, stops at ``deadline``, and records the best placement
 and the curve of the best step time; :class:`BudgetScorer` lends that budget to
 :func:`~placer.methods.heuristics.module_search.module_search` as a scorer, so
@@ -37,7 +37,7 @@ class BudgetSpent(Exception):
 
 
 class SearchBudget:
-    """Scores placements through ``env.step_times``, counting each row against ``max_evals``; records the curve."""
+    """Scores placements through ``env.step_times``, each counted against ``max_evals``; records the curve."""
 
     def __init__(self, env: Any, max_evals: int | None, deadline: float | None, order: str | None) -> None:
         self.env, self.max_evals, self.deadline, self.order = env, max_evals, deadline, order
@@ -53,16 +53,17 @@ class SearchBudget:
         return (self.max_evals - self.evals) if self.max_evals is not None else 1 << 40
 
     def score(self, op_devices: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """``(cost, oom)`` of the rows (cost: step time, x OOM_FACTOR when out of memory); at most what is left."""
+        """``(cost, oom)`` of the placements (cost: step time, x OOM_FACTOR out of memory); at most what is left."""
         step_time_s, oom, _ = self.simulate(op_devices)
         return np.where(oom, step_time_s * OOM_FACTOR, step_time_s), oom
 
     def simulate(
         self, op_devices: np.ndarray, overflow: bool = False
     ) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
-        """``(step time, oom, how far over capacity or None)`` of the rows, at most what is left; counted, recorded.
+        """``(step time, oom, how far over capacity or None)`` of the placements, at most what is left; counted and
+        recorded.
 
-        ``overflow``: ask the scorer how far over capacity each row is (a scorer that cannot tell gives None).
+        ``overflow``: ask the scorer how far over capacity each placement is (a scorer that cannot tell gives None).
         """
         k = min(len(op_devices), self.left())
         if k <= 0:

@@ -123,8 +123,8 @@ class Session:
                 "best_heuristic": f"{h.best_name} {h.best_step_time_s}",
                 "setup_s": s.setup_s,
             }
-            rows = {**dataclasses.asdict(c), **extra}
-            table = "|param|value|\n|-|-|\n" + "\n".join(f"|{k}|{v}|" for k, v in rows.items())
+            params = {**dataclasses.asdict(c), **extra}
+            table = "|param|value|\n|-|-|\n" + "\n".join(f"|{k}|{v}|" for k, v in params.items())
             writer.add_text("hyperparameters", table)
         if h.best_op_devices is not None and h.time_to_beat_s is not None:
             # the incumbent: best_placement.json is never slower than the best placement scored, heuristics included
@@ -164,14 +164,14 @@ class Session:
         if not len(ok):
             return
         j = ok[np.argmin(step_time_s[ok])]
-        s, t = self.state, float(step_time_s[j])
+        s, batch_best_s = self.state, float(step_time_s[j])
         if not found_by.startswith("heuristic:"):  # the learner's own best, apart from the incumbent
-            s.policy_step_time_s = min(s.policy_step_time_s, t)
+            s.policy_step_time_s = min(s.policy_step_time_s, batch_best_s)
             beat = self.heuristics.time_to_beat_s
-            if s.time_to_beat_heuristic_s is None and beat is not None and t <= beat:
+            if s.time_to_beat_heuristic_s is None and beat is not None and batch_best_s <= beat:
                 s.time_to_beat_heuristic_s = self.elapsed()
-        if t < s.best_step_time_s:
-            s.best_step_time_s, s.best_indices, s.best_found_by = t, op_devices[j].tolist(), found_by
+        if batch_best_s < s.best_step_time_s:
+            s.best_step_time_s, s.best_indices, s.best_found_by = batch_best_s, op_devices[j].tolist(), found_by
             s.best_iteration, s.time_to_best_s = s.iteration, self.elapsed()
             save_best(os.path.join(self.logdir, BEST_NAME), self.best_placement())
 

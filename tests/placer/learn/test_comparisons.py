@@ -25,7 +25,7 @@ def test_the_equal_budget_search_never_takes_longer_than_the_run():
     # a limit already past: one round of draws and its descent, far short of the placements it was given
     cut = equal_budget_search(g, c, sim, 10**6, order=None, seed=0, time_limit_s=1e-9)
     assert cut["stopped"] and 0 < cut["simulated"] < 10**6 and cut["step_time_s"] > 0
-    # a planned-order run's rival searches in the planned order too, every placement it simulates
+    # a planned-order run's equal-budget search searches in the planned order too, every placement it simulates
     seen = []
 
     class Spy(envs.SimEnv):
@@ -49,20 +49,20 @@ def test_the_equal_budget_search_never_takes_longer_than_the_run():
 
 @pytest.mark.parametrize("factor", [0.5, 2.0])
 def test_a_faster_equal_budget_placement_is_kept_beside_the_best(tmp_path, monkeypatch, capsys, factor):
-    """The rival at equal budget beat the learner: its placement is written (with its issue order) and the summary
-    names the file; best_placement.json stays the learner's. A slower rival writes nothing."""
+    """The search at equal budget beat the learner: its placement is written (with its issue order) and the summary
+    names the file; best_placement.json stays the learner's. A slower one writes nothing."""
     import placer.learn.comparisons as comparisons
 
     path = tmp_path / "g.json"
     g, c = moe_dag(60, seed=0), envs.Cluster.preset("k80x2")
     save(g, str(path))
-    rival = np.full(g.num_ops, c.gpu_indices()[-1], dtype=np.int32)
+    searched = np.full(g.num_ops, c.gpu_indices()[-1], dtype=np.int32)
     real = comparisons.equal_budget_search
 
     def crafted(*a, **kw):  # the real search, its time scaled: faster (0.5) or slower (2.0) than the learner's
         eq = real(*a, **kw)
         best = json.loads((tmp_path / "run" / "checkpoint.json").read_text())["run"]["best_step_time_s"]
-        return {**eq, "op_devices": rival, "step_time_s": best * factor}
+        return {**eq, "op_devices": searched, "step_time_s": best * factor}
 
     monkeypatch.setattr(comparisons, "equal_budget_search", crafted)
     rc = main(
@@ -82,12 +82,12 @@ def test_a_faster_equal_budget_placement_is_kept_beside_the_best(tmp_path, monke
     )
     out = capsys.readouterr().out
     kept = tmp_path / "run" / "equal_budget_placement.json"
-    assert rc == 0 and kept.exists() == (factor < 1) and ("faster rival" in out) == (factor < 1)
+    assert rc == 0 and kept.exists() == (factor < 1) and ("faster placement" in out) == (factor < 1)
     best = Placement.load(str(tmp_path / "run" / "best_placement.json"))
     assert best.meta["found_by"] != "equal-budget search"
     if factor < 1:
         p = Placement.load(str(kept))
-        np.testing.assert_array_equal(p.indices(g, c.device_names), rival)
+        np.testing.assert_array_equal(p.indices(g, c.device_names), searched)
         assert (
             p.method == "heuristic:module_search"
             and p.meta["found_by"] == "equal-budget search"
