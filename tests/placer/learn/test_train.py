@@ -298,33 +298,17 @@ def test_cli_json_prints_best_step_time(tmp_path, capsys):
 
 
 @pytest.mark.slow
-def test_sigkill_then_resume_never_loses_the_best(tmp_path):
+def test_sigkill_then_resume_never_loses_the_best(tmp_path, capsys):
     from graphs.synthetic import random_dag
 
     path = str(tmp_path / "g.json")
     save(random_dag(60, seed=3, name="rd60"), path)
     logdir = str(tmp_path / "run")
-    cmd = [
-        sys.executable,
-        "-m",
-        "placer",
-        "train",
-        path,
-        "--cluster",
-        "k80x4",
-        "--max-groups",
-        "0",
-        "--hidden",
-        "16",
-        "--iterations",
-        "100000",
-        "--logdir",
-        logdir,
-        "--no-progress",
-        "--warm-start",
-        "none",
-    ]
+    args = ["train", path, "--cluster", "k80x4", "--max-groups", "0", "--hidden", "16", "--logdir", logdir]
+    # a few heuristics and no equal-budget search: neither is what is tested, and each costs seconds
+    args += ["--no-progress", "--warm-start", "none", "--heuristics", "m_etf,single", "--no-equal-budget-search"]
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    cmd = [sys.executable, "-m", "placer", *args, "--iterations", "100000"]  # a process of its own, to be killed
     proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     ckpt = os.path.join(logdir, "checkpoint.json")
 
@@ -347,15 +331,9 @@ def test_sigkill_then_resume_never_loses_the_best(tmp_path):
     before = Placement.load(os.path.join(logdir, "best_placement.json"))
     t_before = before.meta["step_time_s"]
     done = json.load(open(ckpt))["run"]["iteration"]
-    rc = subprocess.run(
-        cmd[: cmd.index("--iterations")]
-        + ["--iterations", str(done + 5), "--logdir", logdir, "--no-progress", "--resume", "--json"],
-        env=env,
-        capture_output=True,
-        text=True,
-    )
-    assert rc.returncode == 0, rc.stderr
-    doc = json.loads(rc.stdout)
+    capsys.readouterr()
+    assert main([*args, "--iterations", str(done + 5), "--resume", "--json"]) == 0  # resumed here: no new process
+    doc = json.loads(capsys.readouterr().out)
     assert doc["iterations"] == done + 5
     assert doc["best_step_time_s"] <= t_before
 
@@ -530,55 +508,44 @@ def test_default_logdir_is_safe_for_any_graph_name(tmp_path, monkeypatch, name):
 
 
 @pytest.mark.slow
-def test_two_processes_on_one_logdir(tmp_path):
+def test_two_processes_on_one_logdir(tmp_path, capsys):
     """A second `placer train` on a running run's logdir exits 2 naming it; a later, worse run keeps the best."""
     from graphs.synthetic import random_dag
 
     path = str(tmp_path / "g.json")
     save(random_dag(60, seed=3, name="rd60"), path)
     logdir = str(tmp_path / "run")
-    base = [
-        sys.executable,
-        "-m",
-        "placer",
-        "train",
-        path,
-        "--cluster",
-        "k80x4",
-        "--max-groups",
-        "0",
-        "--hidden",
-        "16",
-        "--logdir",
-        logdir,
-        "--no-progress",
-    ]
+    args = ["train", path, "--cluster", "k80x4", "--max-groups", "0", "--hidden", "16", "--logdir", logdir]
+    args += ["--no-progress", "--heuristics", "m_etf,single", "--no-equal-budget-search"]  # seconds saved
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    first = subprocess.Popen(
-        base + ["--iterations", "100000"], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
+    first = subprocess.Popen(  # the running run: another process holds the lock
+        [sys.executable, "-m", "placer", *args, "--iterations", "100000"],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
     )
-    best_file = os.path.join(logdir, "best_placement.json")
+    best_file, ckpt = os.path.join(logdir, "best_placement.json"), os.path.join(logdir, "checkpoint.json")
     deadline = time.time() + 120
-    while time.time() < deadline and not os.path.exists(best_file):
+    while time.time() < deadline and not (os.path.exists(best_file) and os.path.exists(ckpt)):
         assert first.poll() is None, first.stderr.read().decode()
         time.sleep(0.2)
-    second = subprocess.run(base + ["--iterations", "2", "--json"], env=env, capture_output=True, text=True)
+    capsys.readouterr()
+    rc = main([*args, "--iterations", "2", "--json"])  # the second run, in this process
+    second = capsys.readouterr()
     assert first.poll() is None  # the first run was still running while the second was refused
     first.send_signal(signal.SIGKILL)
     first.wait()
-    assert second.returncode == 2 and second.stdout == ""
-    assert len(second.stderr.strip().splitlines()) == 1 and logdir in second.stderr
+    assert rc == 2 and second.out == ""
+    assert len(second.err.strip().splitlines()) == 1 and logdir in second.err
     t_first = Placement.load(best_file).meta["step_time_s"]
     # the lock went with the killed process; a new run on the logdir of an earlier one needs --resume (it once
     # started over, two runs' events in one folder), and the resumed run keeps the best
-    fresh = subprocess.run(base + ["--iterations", "1", "--json"], env=env, capture_output=True, text=True)
-    assert fresh.returncode == 2 and "holds an earlier training run" in fresh.stderr and fresh.stdout == ""
-    done = json.load(open(os.path.join(logdir, "checkpoint.json")))["run"]["iteration"]
-    resumed = subprocess.run(
-        base + ["--iterations", str(done + 1), "--resume", "--json"], env=env, capture_output=True, text=True
-    )
-    assert resumed.returncode == 0, resumed.stderr
-    assert json.loads(resumed.stdout)["best_step_time_s"] <= t_first
+    rc = main([*args, "--iterations", "1", "--json"])
+    fresh = capsys.readouterr()
+    assert rc == 2 and "holds an earlier training run" in fresh.err and fresh.out == ""
+    done = json.load(open(ckpt))["run"]["iteration"]
+    assert main([*args, "--iterations", str(done + 1), "--resume", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["best_step_time_s"] <= t_first
     assert Placement.load(best_file).meta["step_time_s"] <= t_first
 
 
