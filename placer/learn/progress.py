@@ -37,7 +37,7 @@ class Progress:
 
     ``tty``: draw a bar (default: whether ``stream`` is a terminal).
     ``every_s``: seconds between plain lines (default: a tenth of the phase's
-    total when it counts seconds, else 30 s, bounded by :data:`PLAIN_EVERY_S`).
+    total when it counts seconds, or of its ``within_s``, else 30 s, bounded by :data:`PLAIN_EVERY_S`).
     ``enabled=False`` prints nothing.
     """
 
@@ -78,7 +78,8 @@ class Progress:
         self.last_line_s = self.started_s = time.perf_counter()
         self.within_s = within_s
         lo, hi = PLAIN_EVERY_S
-        guess = self.total / 10 if unit == "s" else 30.0
+        # a tenth of the phase when its length is known (a time budget, or a search's time limit), else 30 s
+        guess = self.total / 10 if unit == "s" else within_s / 10 if within_s is not None else 30.0
         self.interval_s = self.every_s if self.every_s is not None else min(max(guess, lo), hi)
         if self.enabled and self.tty:
             self.bar = tqdm(

@@ -89,7 +89,7 @@ def test_placer_train_uses_the_move_search_unless_a_policy_is_given(tmp_path, ca
     assert rc == 2 and "--proposals" in err and len(err.strip().splitlines()) == 1
 
 
-@pytest.mark.parametrize("budget", ["time", "iterations"])
+@pytest.mark.parametrize("budget", [pytest.param("time", marks=pytest.mark.slow), "iterations"])  # a 3 s budget
 def test_placer_train_gives_module_search_its_share_of_the_time_left(tmp_path, monkeypatch, budget):
     """With a time budget, the move search's first round runs module_search for module_share of the time left,
     through the run's scorer (which cannot say how far over capacity a placement is); without one, not at all."""

@@ -75,6 +75,7 @@ def test_move_search_spends_its_budget_exactly_and_returns_the_best_it_simulated
     assert np.array_equal(a.op_devices, b.op_devices)  # deterministic for a seed
 
 
+@pytest.mark.slow  # trains the critic over 6,000 simulated placements (~6 s)
 def test_the_critic_learns_which_moves_make_the_step_faster(monkeypatch):
     """Moves the critic ranks first are faster more often than the uniform share of the same batches.
 
@@ -91,6 +92,7 @@ def test_the_critic_learns_which_moves_make_the_step_faster(monkeypatch):
     assert ranked >= 1.5 * uniform, (ranked, uniform)
 
 
+@pytest.mark.slow  # trains the critic over 4,000 simulated placements (~4 s)
 @pytest.mark.parametrize("flip", [False, True])
 def test_adaptive_rounds_go_to_whichever_proposer_finds_faster_moves(monkeypatch, flip):
     """Thompson sampling between the critic's ranking and uniform draws: a critic trained on flipped labels (it ranks
@@ -158,6 +160,7 @@ def test_the_move_search_moves_onto_the_host_when_the_gpus_cannot_hold_the_model
     assert MoveSearch(four_modules(), c, envs.SimEnv(four_modules(), c)).devices.tolist() == c.gpu_indices()
 
 
+@pytest.mark.slow  # 9,000 simulated placements of a 150-op graph (~4 s)
 def test_module_search_takes_its_share_of_the_budget_first_and_the_moves_start_from_its_best():
     """module_share of max_evals goes to module_search (the same seed gives its placement), counted in the budget;
     the move search then starts from the best of that and the given start, and never ends slower than either.

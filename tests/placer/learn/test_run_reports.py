@@ -101,6 +101,7 @@ def test_train_reports_every_phase_on_stderr_when_it_is_not_a_terminal(tmp_path,
         assert "(policy)" not in err
 
 
+@pytest.mark.slow  # two runs of a time budget
 def test_a_timed_move_search_says_module_search_goes_first_where_the_graph_has_modules(tmp_path, capsys):
     from graphs.synthetic import recurrent_dag
 
@@ -111,7 +112,7 @@ def test_a_timed_move_search_says_module_search_goes_first_where_the_graph_has_m
             source or str(tmp_path / "two.json"),
             str(tmp_path / f"run-{first}"),
             "--time-budget",
-            "2",
+            "1",
             "--algo",
             "moves",
             "--no-equal-budget-search",
@@ -204,6 +205,12 @@ def test_progress_lines_in_a_file_carry_an_eta(monkeypatch):
         "placer: equal budget: 1000/1000 placements (100%)",
         "placer: equal budget: 250/1000 placements (25%, ETA 00:05)",
     ]
+    # by default a line every tenth of a phase whose length is known (it once waited 30 s in a 30 s phase)
+    plain = Progress(out, tty=False)
+    plain.start("equal budget", total=1000, unit="placements", within_s=80.0)
+    assert plain.interval_s == 8.0
+    plain.start("RL", total=120, unit="s")
+    assert plain.interval_s == 12.0
 
 
 def test_train_help_says_what_the_default_learner_is(capsys):
