@@ -142,7 +142,7 @@ def run(args: argparse.Namespace) -> int:
     config.validate()  # before the (possibly slow) capture of SOURCE; checks --logdir too
     if config.logdir is None:
         check_output_dir("runs", "--logdir (default runs/...)")
-    if config.logdir is not None:  # before the (possibly slow) capture: a --logdir in use, or used without --resume
+    else:  # before the (possibly slow) capture: a --logdir in use, or used without --resume
         check_free(config.logdir, resume=config.resume)
     if config.resume:
         config = _resumed_config(config, given)

@@ -95,17 +95,16 @@ def train(
     check_output_dir(logdir, "--logdir")
     os.makedirs(logdir, exist_ok=True)
     with run_lock(logdir):
-        saved = None
+        tensors, state = None, None  # the checkpoint's, on --resume
         if not config.resume:
             check_fresh(logdir)
         else:  # before anything is built on it: a checkpoint of another graph is a user error
             if not checkpoint.exists(logdir):
                 raise PlacerError(f"--resume: {logdir} has no {checkpoint.CHECKPOINT_PT}")
-            saved = checkpoint.load(logdir, map_location=device)
-            check_compatible(saved[1], config, graph, list(cluster.device_names), logdir)
+            tensors, state = checkpoint.load(logdir, map_location=device)
+            check_compatible(state, config, graph, list(cluster.device_names), logdir)
         owns_env = env is None
         env = env if env is not None else ENVS[config.env](config, graph, cluster, logdir)  # checked by validate()
-        tensors, state = saved if saved is not None else (None, None)
         try:
             return _learn(Session(config, graph, cluster, env, logdir, device, state, progress), tensors)
         finally:

@@ -79,12 +79,12 @@ class Session:
         if saved is not None:
             self.state = RunState.from_dict(saved["run"])
             adopt_newer_best(self.state, logdir, graph, self.devices, self.scorer, config)
-        # what the run simulated before this session (a resumed run's earlier ones), and in this one besides its
-        # scorer's placements and the heuristics' (the move search's incumbents' schedules)
+        # placements simulated in the run's earlier sessions (a resumed run), and in this one besides the heuristics'
+        # and the scorer's: the simulator's schedules a search reads (the move search's incumbents)
         self.simulated_before, self.heuristics_simulated_before = self.state.simulated, self.state.heuristics_simulated
         self.schedules = 0
-        self.t0 = time.perf_counter() - self.state.elapsed_s
-        self.measure: Callable[[], float] = lambda: 0.0
+        self.measure: Callable[[], float] = lambda: 0.0  # how far the learner's phase has got (start_progress)
+        self.start_clock()
 
     # ------------------------------------------------------------------ the budget
     def start_clock(self) -> None:
