@@ -19,6 +19,7 @@ import envs
 from graphs import OpGraph, PlacerError, save
 from placer import Placement
 from placer.cli import main
+from placer.learn import checkpoint
 from placer.learn.config import TrainConfig
 from placer.learn.run_scorers import CachedScorer
 from placer.learn.runners import train
@@ -330,7 +331,9 @@ def test_sigkill_then_resume_never_loses_the_best(tmp_path, capsys):
     proc.wait()
     before = Placement.load(os.path.join(logdir, "best_placement.json"))
     t_before = before.meta["step_time_s"]
-    done = json.load(open(ckpt))["run"]["iteration"]
+    # the iteration of checkpoint.pt, which --resume reads (its readable copy, checkpoint.json, is written after it
+    # and may lag it by one save when the kill falls between the two)
+    done = checkpoint.load(logdir)[1]["run"]["iteration"]
     capsys.readouterr()
     assert main([*args, "--iterations", str(done + 5), "--resume", "--json"]) == 0  # resumed here: no new process
     doc = json.loads(capsys.readouterr().out)
@@ -543,7 +546,7 @@ def test_two_processes_on_one_logdir(tmp_path, capsys):
     rc = main([*args, "--iterations", "1", "--json"])
     fresh = capsys.readouterr()
     assert rc == 2 and "holds an earlier training run" in fresh.err and fresh.out == ""
-    done = json.load(open(ckpt))["run"]["iteration"]
+    done = checkpoint.load(logdir)[1]["run"]["iteration"]  # checkpoint.pt's, which --resume reads
     assert main([*args, "--iterations", str(done + 1), "--resume", "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["best_step_time_s"] <= t_first
     assert Placement.load(best_file).meta["step_time_s"] <= t_first
