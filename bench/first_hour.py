@@ -113,6 +113,6 @@ def report(name: str, cluster_name: str, seed: int = 0) -> dict[str, Any]:
                 "message": r.message,
             }
             for r in rows
-            if r.kind == "baseline"
+            if r.kind == "heuristic"
         },
     }

@@ -163,7 +163,7 @@ def table1_row(
         graph=graph.name, num_ops=graph.num_ops, cluster=cluster.name, lower_bound_s=float(report.lower_bound_s)
     )
     for r in report.rows:
-        if r.kind != "baseline":
+        if r.kind != "heuristic":
             continue
         row.baselines[r.method] = _finite(r.step_time_s) if r.status == "ok" else None
         if r.status != "ok":

@@ -124,7 +124,7 @@ def candidates(name: str, args: Any, graph, logical, model, work: str) -> list[d
     report = compare(
         graph, logical, model=model, seed=args.seed, executor="eager", methods=default_methods(exclude=("ilp",))
     )
-    baselines = [r for r in report.rows if r.kind == "baseline"]
+    baselines = [r for r in report.rows if r.kind == "heuristic"]
     ok = [r for r in baselines if r.status == "ok" and r.placement is not None]
     best = min(ok, key=lambda r: r.step_time_s).method if ok else None
     learned = learn(name, args, graph, logical, best, work)

@@ -1,4 +1,8 @@
-"""``placer train``: learn a placement with the RL placer.
+"""``placer train``: learn a placement, by default with the move search whose moves a learned critic ranks.
+
+``--algo reinforce|ppo`` trains the paper's policy network instead. The run
+itself is :func:`placer.learn.runners.train`; this module builds its config from
+the command line and prints its summary.
 
 Example:
     placer train nmt-2 --cluster k80x4 --time-budget 300
@@ -100,10 +104,12 @@ def _add_field(group: Any, f: dataclasses.Field, help_text: str) -> None:
 def add_command(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "train",
-        help="learn a placement with the RL placer (seq2seq, hierarchical or gnn policy)",
-        description="Train a placement policy on SOURCE's graph. Writes TensorBoard logs, a resumable "
-        "checkpoint and best_placement.json under --logdir. Every option is a field of "
-        "placer.learn.config.TrainConfig (same name, with - for _).",
+        help="learn a placement: a move search ranked by a learned critic, or a policy network (--algo)",
+        description="Learn a placement of SOURCE's graph. The default learner (--algo moves) is a move search "
+        "whose moves a learned critic ranks before they are simulated: it trains no policy network. --algo "
+        "reinforce|ppo trains the paper's policy network instead (--policy seq2seq, hierarchical or gnn). "
+        "Writes TensorBoard logs, a resumable checkpoint and best_placement.json under --logdir. Every option is a "
+        "field of placer.learn.config.TrainConfig (same name, with - for _).",
     )
     docs = {**field_docs(), **_HELP, "cluster": CLUSTER_ARG_HELP}
     seen: set[str] = set()
@@ -124,7 +130,8 @@ def add_command(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from placer.learn import loop  # torch and TensorBoard: loaded only to train
+    from placer.learn import runners  # torch and TensorBoard: loaded only to train
+    from placer.learn.rundir import check_free
 
     fields = {f.name for f in dataclasses.fields(TrainConfig)}
     given = {k: v for k, v in vars(args).items() if k in fields}  # what the command line set
@@ -135,16 +142,18 @@ def run(args: argparse.Namespace) -> int:
     config.validate()  # before the (possibly slow) capture of SOURCE; checks --logdir too
     if config.logdir is None:
         check_output_dir("runs", "--logdir (default runs/...)")
+    else:  # before the (possibly slow) capture: a --logdir in use, or used without --resume
+        check_free(config.logdir, resume=config.resume)
     if config.resume:
         config = _resumed_config(config, given)
     cluster = envs.resolve_cluster(config.cluster)
     progress = Progress(enabled=config.progress)  # phase lines on stderr: a terminal, a file or a pipe alike
     graph = captured(config.source, progress)
-    if config.env == "sim":  # real steps refuse such a model instead (placer.learn.scoring.measured_env)
+    if config.env == "sim":  # real steps refuse such a model instead (placer.learn.run_scorers.measured_env)
         note_stand_in_loss(graph, config.source)
     graph, cluster = profiled(graph, cluster, config.profile, device_map=config.device_map)
     try:
-        result = loop.train(config, graph=graph, cluster=cluster, progress=progress)
+        result = runners.train(config, graph=graph, cluster=cluster, progress=progress)
     except KeyboardInterrupt:  # before the run had anything to keep (setting up, scoring the heuristics)
         print("placer: train interrupted while setting up; nothing to resume yet", file=sys.stderr)
         return 130
@@ -215,13 +224,13 @@ def _best_line(doc: dict) -> str:
     where = f"{doc['iterations']} iterations, {doc['elapsed_s']:.0f} s"
     by, best = doc.get("found_by") or "", f"{_ms(doc['best_step_time_s'])}{_tag(doc, 'measured')}"
     if by.startswith("heuristic:"):  # the incumbent: no placement the policy found was faster
-        t, policy = doc["best_step_time_s"], doc.get("policy_step_time_s")
-        if policy is None:
+        best_s, learner_s = doc["best_step_time_s"], doc.get("policy_step_time_s")
+        if learner_s is None:
             theirs = "the learner found no placement that runs"
-        elif policy <= t:
+        elif learner_s <= best_s:
             theirs = "the learner's best equals it"
         else:
-            theirs = f"the learner's best, {_ms(policy)}, is {(policy / t - 1) * 100:.1f}% slower"
+            theirs = f"the learner's best, {_ms(learner_s)}, is {(learner_s / best_s - 1) * 100:.1f}% slower"
         return f"best step time   {best}  ({by.removeprefix('heuristic:')}'s placement, kept: {theirs}; {where})"
     found = f"found at {doc['time_to_best_s']:.0f} s" if doc["time_to_best_s"] is not None else "no placement ran"
     return f"best step time   {best}  (after {where}; {found})"
@@ -242,12 +251,11 @@ def _heuristic_line(doc: dict) -> str | None:
 
 
 def equal_budget_line(doc: dict) -> str | None:
-    """The learner's rival at equal budget (issue 33): module_search given as many simulated placements."""
+    """The learner against search at equal budget: module_search given as many simulated placements, or the best
+    heuristic where that is faster (the gain is against the better of the two, named)."""
     eq = doc.get("equal_budget_search")
     if not eq or eq.get("step_time_s") is None:
         return None
-    learned = doc["best_step_time_s"]
-    gain = f"; learned {(1 - learned / eq['step_time_s']) * 100:+.1f}% vs it" if learned else ""
     by_h = f" ({eq['heuristics_simulated']:,} of them by the heuristics)" if eq.get("heuristics_simulated") else ""
     given = f"the {eq['simulated']:,} placements this run simulated{by_h}"
     if eq.get("stopped"):  # it ran out of the run's own time first
@@ -255,19 +263,26 @@ def equal_budget_line(doc: dict) -> str | None:
             f"{eq['simulated']:,} of the {eq['evals']:,} placements this run simulated{by_h}, stopped at the "
             "run's own time"
         )
+    search = f"{eq['method']} given {given}"
+    best, name, heuristic = eq["step_time_s"], eq["method"], doc.get("best_heuristic_step_time_s")
+    if heuristic is not None and heuristic < best:  # a poor search at equal budget must not flatter the learner
+        best, name = heuristic, doc["best_heuristic"]
+        search = f"{name}, the best heuristic, faster than {search}: {_ms(eq['step_time_s'])}"
+    learned = doc["best_step_time_s"]
+    gain = f"; learned {(1 - learned / best) * 100:+.1f}% vs {name}" if learned else ""
     return (
-        f"equal budget     {_ms(eq['step_time_s'])}{_tag(doc, 'simulated')}  ({eq['method']} given "
-        f"{given}{gain}; {eq['wall_s']:.0f} s, after the budget)"
+        f"equal budget     {_ms(best)}{_tag(doc, 'simulated')}  ({search}{gain}; {eq['wall_s']:.0f} s, after the "
+        "budget)"
     )
 
 
-def _rival_line(doc: dict) -> str | None:
+def _faster_placement_line(doc: dict) -> str | None:
     """Where the equal-budget search beat the learner: the file its placement was kept in."""
     eq = doc.get("equal_budget_search") or {}
     if not eq.get("placement"):
         return None
     return (
-        f"faster rival     {eq['placement']}  (the equal-budget search's placement, {_ms(eq['step_time_s'])}; "
+        f"faster placement {eq['placement']}  (the equal-budget search's placement, {_ms(eq['step_time_s'])}; "
         "best_placement.json stays the learner's)"
     )
 
@@ -277,10 +292,10 @@ def _rematch_line(doc: dict) -> str | None:
     r = doc.get("rematch")
     if not r:
         return None
-    learned, rival = r["learned_s"], r["heuristic_s"]
-    gain = f"; learned {(1 - learned / rival) * 100:+.1f}% vs it" if learned and rival else ""
+    learned, heuristic = r["learned_s"], r["heuristic_s"]
+    gain = f"; learned {(1 - learned / heuristic) * 100:+.1f}% vs it" if learned and heuristic else ""
     return (
-        f"side by side     {_ms(learned)} learned, {_ms(rival)} {r['heuristic']}  measured  "
+        f"side by side     {_ms(learned)} learned, {_ms(heuristic)} {r['heuristic']}  measured  "
         f"(medians of {r['rounds']} re-measurements each, alternating{gain})"
     )
 
@@ -334,7 +349,7 @@ SUMMARY_LINES: tuple[Callable[[dict], str | None], ...] = (
     _heuristic_line,
     _rematch_line,
     equal_budget_line,
-    _rival_line,
+    _faster_placement_line,
     _warm_start_line,
     _small_model_line,
     _expert_line,

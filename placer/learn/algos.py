@@ -39,9 +39,9 @@ def reward(step_time_s: np.ndarray, failed: np.ndarray, t_ref: float, fail_facto
     >>> reward(np.array([1.0, 4.0, 2.0]), np.array([False, False, True]), t_ref=1.0, fail_factor=9.0)
     array([-1., -2., -3.])
     """
-    t = np.asarray(step_time_s, dtype=float)
-    failed = np.asarray(failed, dtype=bool) | ~np.isfinite(t)
-    cost = np.where(failed, fail_factor * t_ref, t)
+    step_time_s = np.asarray(step_time_s, dtype=float)
+    failed = np.asarray(failed, dtype=bool) | ~np.isfinite(step_time_s)
+    cost = np.where(failed, fail_factor * t_ref, step_time_s)
     return -np.sqrt(cost / t_ref)
 
 

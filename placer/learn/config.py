@@ -78,14 +78,15 @@ class RunOptions:
     """stop after this many seconds of training, warm start included (None: only iterations;
     the command line's default is 300 when neither is given)."""
     seed: int = 0
-    """seed of the policy initialisation and sampling (a CPU run is reproducible)."""
+    """seed of the learner: the move search's draws and critic, or the policy's initialisation and sampling (a CPU
+    run is reproducible)."""
     logdir: str | None = None
     """run directory (default runs/<graph>-<cluster>-<time>): TensorBoard, checkpoint, best_placement.json."""
     resume: bool = False
     """continue from logdir's checkpoint with the same best, optimizer and RNG states (the checkpoint's model and
     training options win over those given now, which are reported on stderr)."""
     device: str = "cpu"
-    """torch device of the policy: "cpu", "cuda", "cuda:N" or "auto"."""
+    """torch device of the policy (--algo reinforce|ppo): "cpu", "cuda", "cuda:N" or "auto"."""
     device_map: str | None = None
     """logical -> torch devices for --env measured and --profile, e.g. "gpu:0=cuda:1,*=cpu"."""
     workers: int | None = None
@@ -105,7 +106,7 @@ class RunOptions:
     heuristics: tuple[str, ...] | None = None
     """heuristics to compare with and warm-start from (None: all registered; on the command line a comma list)."""
     eval_every: int = 10
-    """score the greedy decoding every this many iterations."""
+    """score the policy's greedy decoding every this many iterations (--algo reinforce|ppo)."""
     checkpoint_every: int = 20
     """write a checkpoint every this many iterations (and on Ctrl-C and at the end)."""
     progress: bool = True
@@ -133,14 +134,15 @@ class AlgoOptions:
     """
 
     algo: AlgoName = "reinforce"
-    """"reinforce" (policy gradient + entropy bonus), "ppo" (clipped surrogate), or "moves": local search from the
-    best heuristic whose moves a learned critic ranks before they are simulated (placer.learn.moves; no policy
-    network, so the policy options and the imitation warm start do not apply). With a time budget and the
-    simulator, its first 20% of the time goes to module_search, and the moves start from the better placement."""
+    """"moves" (the default preset's): local search from the best heuristic whose moves a learned critic ranks before
+    they are simulated (placer.learn.move_search; no policy network, so the policy options and the imitation warm
+    start do not apply; with a time budget and the simulator, its first 20% of the time goes to module_search, and
+    the moves start from the better placement); or the paper's policy network trained by "reinforce" (policy
+    gradient + entropy bonus) or "ppo" (clipped surrogate)."""
     proposals: ProposalName = "critic"
     """--algo moves: "critic" ranks the moves by the learned critic; "uniform" draws them uniformly (the ablation)."""
     samples: int = 8
-    """K: placements sampled and scored per iteration."""
+    """K: placements the policy samples and the run scores per iteration (--algo reinforce|ppo)."""
     lr: float = 5e-4
     """Adam learning rate of the RL updates; measured: 2e-3 already drifts a warm-started policy away
     from its incumbent within a few steps; from scratch (warm_start="none") 1e-2 learns faster."""
@@ -177,7 +179,8 @@ class AlgoOptions:
     ppo_clip: float = 0.2
     """PPO: ratio clip."""
     warm_start: WarmStartName = "best"
-    """"best": first imitate the best heuristic's placement, then RL; "none": pure RL from scratch."""
+    """"best": start from the best heuristic's placement (the move search's start; a policy first imitates it, then
+    RL); "none": from scratch."""
     warm_start_steps: int = 150
     """at most this many imitation steps."""
     warm_start_lr: float = 0.02
@@ -329,7 +332,7 @@ INIT_WARM_START_LR = 0.003
 # The presets: name -> the fields it sets (everything else keeps its default).
 PRESETS: dict[str, dict[str, Any]] = {
     # the move search, after module_search's share of the budget: at equal budget (10k placements) it is 0.94-0.98x
-    # the best rival on nmt-4 and inception-v3, level with module_search on nmt-2 (1.000-1.002, 8 seeds) and equal
+    # the best heuristic on nmt-4 and inception-v3, level with module_search on nmt-2 (1.000-1.002, 8 seeds) and equal
     # on gpt2 and resnet50; its critic beats uniform proposals on moe-400 (8 of 8 seeds), not on nmt-2 (BENCHMARKS.md,
     # "Eight seeds, and a share of the budget for module_search"). A policy (--policy, --init) or --algo
     # reinforce|ppo trains a policy network instead

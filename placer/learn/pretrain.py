@@ -1,6 +1,6 @@
 """Pretrain one graph-network policy (:mod:`policies.gnn`) over a corpus of graphs and clusters.
 
-The corpus is :func:`placer.learn.corpus.build_corpus`'s. Training (:func:`pretrain`):
+The corpus is :func:`placer.learn.pretrain_corpus.build_corpus`'s. Training (:func:`pretrain`):
 per (graph, cluster) the label is the best of a set of fast heuristics
 (:func:`imitation_label`, cached on disk by graph hash and cluster). A share of
 the time budget (``imitation_share``) fits the labels (mean per-op cross-entropy
@@ -36,7 +36,7 @@ from graphs.dag import top_level
 from graphs.io import read_json, write_text_atomic
 from placer.learn.algos import advantages, reward
 from placer.learn.config import INIT_WARM_START_LR, AlgoOptions
-from placer.learn.corpus import build_corpus
+from placer.learn.pretrain_corpus import build_corpus
 from placer.methods import registry
 from policies.gnn import GNNNet, GNNPolicy, feature_spec
 from policies.views import group_views
@@ -63,20 +63,20 @@ def imitation_label(
     if path.exists():
         try:
             doc = read_json(path)
-            idx = np.asarray(doc["devices"], dtype=np.int32)
-            if len(idx) == graph.num_ops:
-                return doc["method"], float(doc["step_time_s"]), idx
+            op_devices = np.asarray(doc["devices"], dtype=np.int32)
+            if len(op_devices) == graph.num_ops:
+                return doc["method"], float(doc["step_time_s"]), op_devices
         except (PlacerError, KeyError, TypeError, ValueError):
             pass
     best = placer.compare.compare(graph, cluster, methods=list(methods)).best()
     if best is None:  # nothing fits: no label (memory ignored is not one)
         raise PlacerError(f"{graph.name} on {cluster.name}: no heuristic placement runs (all out of memory)")
-    idx = best.placement.indices(graph, cluster.device_names)
+    op_devices = best.placement.indices(graph, cluster.device_names)
     path.parent.mkdir(parents=True, exist_ok=True)
     write_text_atomic(
-        path, json.dumps({"method": best.method, "step_time_s": best.step_time_s, "devices": idx.tolist()})
+        path, json.dumps({"method": best.method, "step_time_s": best.step_time_s, "devices": op_devices.tolist()})
     )
-    return best.method, float(best.step_time_s), idx
+    return best.method, float(best.step_time_s), op_devices
 
 
 def canonical_label(graph: OpGraph, cluster: Any, op_devices: np.ndarray, env: Any = None) -> np.ndarray:
@@ -94,7 +94,7 @@ def canonical_label(graph: OpGraph, cluster: Any, op_devices: np.ndarray, env: A
     ``SimEnv``) times it exactly as the original: links between "identical"
     devices may differ (a K80's two GPUs share a board).
     """
-    idx = np.asarray(op_devices, dtype=np.int32)
+    op_devices = np.asarray(op_devices, dtype=np.int32)
     fwd, bwd = op_times(graph, cluster)
     tmin = (fwd + bwd).min(axis=1)
     top = top_level(graph, tmin)
@@ -107,18 +107,18 @@ def canonical_label(graph: OpGraph, cluster: Any, op_devices: np.ndarray, env: A
     for members in classes.values():
         if len(members) < 2:
             continue
-        used = [d for d in members if (idx == d).any()]
-        start = {d: float(np.average(top[idx == d], weights=weight[idx == d])) for d in used}
+        used = [d for d in members if (op_devices == d).any()]
+        start = {d: float(np.average(top[op_devices == d], weights=weight[op_devices == d])) for d in used}
         ranked = sorted(used, key=lambda d: (start[d], d)) + [d for d in members if d not in start]
         for new, old in zip(members, ranked):
             mapping[old] = new
-    out = mapping[idx]
-    if np.array_equal(out, idx):
-        return idx
+    renumbered = mapping[op_devices]
+    if np.array_equal(renumbered, op_devices):
+        return op_devices
     env = env if env is not None else envs.SimEnv(graph, cluster)
-    t, failed = env.step_times(np.stack([idx, out]))
-    same = failed[0] == failed[1] and (failed[0] or np.isclose(t[1], t[0], rtol=1e-9, atol=0.0))
-    return out if same else idx
+    step_time_s, failed = env.step_times(np.stack([op_devices, renumbered]))
+    same = failed[0] == failed[1] and (failed[0] or np.isclose(step_time_s[1], step_time_s[0], rtol=1e-9, atol=0.0))
+    return renumbered if same else op_devices
 
 
 def pretrain_algo_options(**options: Any) -> AlgoOptions:
@@ -267,9 +267,9 @@ def _reinforce(
     while time.perf_counter() < end:
         p = pairs[int(rng.integers(len(pairs)))]
         s = p.policy.sample(a.samples, generator=gen)
-        t, failed = p.env.step_times(s.op_devices)
+        step_time_s, failed = p.env.step_times(s.op_devices)
         # the training reward and advantages of placer train (leave-one-out reward baseline, normalised)
-        adv = advantages(reward(t, failed, p.t_ref, fail_factor=a.fail_factor), failed, None, a).advantages
+        adv = advantages(reward(step_time_s, failed, p.t_ref, fail_factor=a.fail_factor), failed, None, a).advantages
         adv_t = torch.as_tensor(adv, dtype=torch.float32)
         loss = -(adv_t * s.log_prob).mean() / p.policy.num_items - a.entropy_coef * s.entropy.mean()
         if config.imitation_weight > 0:
@@ -279,7 +279,7 @@ def _reinforce(
         if steps % 20 == 0:
             say(
                 f"rl step {steps}: {p.name}@{p.cluster} best sample "
-                f"{np.min(np.where(failed, np.inf, t)) / p.label_s:.3f}x the label"
+                f"{np.min(np.where(failed, np.inf, step_time_s)) / p.label_s:.3f}x the label"
             )
     return steps
 

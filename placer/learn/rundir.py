@@ -21,11 +21,11 @@ from graphs import OpGraph, PlacerError
 from graphs.plan import Placement
 from placer.learn import checkpoint
 from placer.learn.config import TrainConfig
-from placer.learn.state import RunState, is_int
+from placer.learn.state import MODULE_SHARE, MOVE_SEARCH, RunState, is_int
 
 if TYPE_CHECKING:
     from envs.cluster import Cluster
-    from placer.learn.scoring import CachedScorer
+    from placer.learn.run_scorers import CachedScorer
 
 
 def safe_name(text: str, fallback: str, limit: int = 64) -> str:
@@ -50,7 +50,7 @@ LOCK_NAME = "train.lock"
 
 BEST_NAME = "best_placement.json"
 #: The equal-budget search's placement (``placer train``), written beside the best when it is faster.
-RIVAL_NAME = "equal_budget_placement.json"
+EQUAL_BUDGET_NAME = "equal_budget_placement.json"
 
 
 @contextlib.contextmanager
@@ -102,6 +102,19 @@ def check_fresh(logdir: str) -> None:
         )
 
 
+def check_free(logdir: str, resume: bool = False) -> None:
+    """PlacerError if another run is using ``logdir`` now, or (``resume`` False) it holds an earlier one.
+
+    What :func:`run_lock` and :func:`check_fresh` say once the run has started, said before it starts (before a
+    slow capture of its model); the run checks again under its lock.
+    """
+    if not os.path.isdir(logdir):
+        return
+    with run_lock(logdir):
+        if not resume:
+            check_fresh(logdir)
+
+
 def same_problem(a: Placement, b: Placement) -> bool:
     """Whether the step times recorded in two placements' meta are comparable (same graph, devices, scorer)."""
     keys = ("env", "profile")
@@ -115,8 +128,9 @@ def same_problem(a: Placement, b: Placement) -> bool:
 
 
 def recorded_step_time(p: Placement) -> float | None:
-    t = p.meta.get("step_time_s")
-    return float(t) if isinstance(t, (int, float)) and not isinstance(t, bool) and math.isfinite(t) else None
+    step_time_s = p.meta.get("step_time_s")
+    ok = isinstance(step_time_s, (int, float)) and not isinstance(step_time_s, bool) and math.isfinite(step_time_s)
+    return float(step_time_s) if ok else None
 
 
 def save_best(path: str, placement: Placement) -> bool:
@@ -178,13 +192,37 @@ def run_placement(
     )
 
 
+#: ``found_by`` of a run's best -> the method its file names, its true finder (``heuristic:<name>`` names itself).
+FINDER_METHODS = {
+    "sample": "rl:{policy}",
+    "greedy": "rl:{policy}",
+    MOVE_SEARCH: "moves:{proposals}",
+    MODULE_SHARE: "moves:module_search",
+}
+
+
+def finder_method(found_by: str, config: TrainConfig) -> str:
+    """The method a file of the run's best names: the finder ``found_by`` records.
+
+    >>> c = TrainConfig(algo="moves")
+    >>> finder_method("heuristic:heft", c), finder_method("move search", c), finder_method("greedy", c)
+    ('heuristic:heft', 'moves:critic', 'rl:seq2seq')
+    """
+    if found_by.startswith("heuristic:"):
+        return found_by
+    unknown = "moves:{proposals}" if config.algo == "moves" else "rl:{policy}"  # e.g. "" (an older run's file)
+    return FINDER_METHODS.get(found_by, unknown).format(policy=config.policy, proposals=config.proposals)
+
+
 def run_best_placement(
     graph: OpGraph, devices: list[str], cluster: Cluster, config: TrainConfig, run: RunState, planner: Any = None
 ) -> Placement:
     """The run's best as a placement file: under ``--env sim`` with the issue order chosen for it.
 
-    Its method is ``rl:<policy>``, or the heuristic's name when no placement
-    the policy found beat that heuristic's (``meta.found_by`` ``heuristic:<name>``).
+    Its method is its true finder (:func:`finder_method`): ``rl:<policy>`` for a
+    policy's sample or greedy decoding, ``moves:critic`` (``moves:uniform``) for
+    the move search's moves and ``moves:module_search`` for its module_search
+    share, ``heuristic:<name>`` when nothing the learner found beat that heuristic.
     ``planner`` (a SimEnv; None for a measured run) chooses the order.
     ``step_time_s`` stays the time the run scored (node order, ``config.executor``),
     so bests compare alike; with an order, ``issue_order_step_time_s`` is the eager
@@ -198,10 +236,8 @@ def run_best_placement(
         "warm_start": run.warm_start,
         "algo": config.algo,
     }
-    heuristic = run.best_found_by.removeprefix("heuristic:") if run.best_found_by.startswith("heuristic:") else None
-    return run_placement(
-        graph, devices, cluster, config, run.best_indices, heuristic or f"rl:{config.policy}", meta, planner
-    )
+    method = finder_method(run.best_found_by, config)
+    return run_placement(graph, devices, cluster, config, run.best_indices, method, meta, planner)
 
 
 def check_compatible(saved: dict, config: TrainConfig, graph: OpGraph, devices: list[str], logdir: str = "") -> None:
@@ -242,16 +278,16 @@ def adopt_newer_best(
         return
     try:
         saved_best = Placement.load(path)
-        idx = saved_best.indices(graph, devices)
+        op_devices = saved_best.indices(graph, devices)
     except PlacerError:
         return
     if config is not None and any(
         saved_best.meta.get(k, getattr(config, k)) != getattr(config, k) for k in ("env", "profile", "score_order")
     ):
         return  # scored by another scorer: its time says nothing here
-    t, failed = score(idx[None])
-    if not failed[0] and t[0] < run.best_step_time_s:
+    step_time_s, failed = score(op_devices[None])
+    if not failed[0] and step_time_s[0] < run.best_step_time_s:
         meta = saved_best.meta
-        run.best_step_time_s, run.best_indices = float(t[0]), idx.tolist()
+        run.best_step_time_s, run.best_indices = float(step_time_s[0]), op_devices.tolist()
         run.best_found_by = meta.get("found_by") if isinstance(meta.get("found_by"), str) else ""
         run.best_iteration = meta.get("iteration") if is_int(meta.get("iteration")) else -1

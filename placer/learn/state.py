@@ -14,6 +14,10 @@ from graphs import PlacerError
 from graphs.plan import Placement
 from placer.methods import best_heuristic
 
+#: ``found_by`` of a placement the move search found, and of one its module_search share found (the search's start).
+MOVE_SEARCH = "move search"
+MODULE_SHARE = "module_search, the move search's start"
+
 
 @dataclass
 class RunState:
@@ -29,7 +33,7 @@ class RunState:
     best_step_time_s: float = float("inf")
     best_indices: list[int] | None = None  # device index per op of the best placement
     best_found_by: str = ""  # "sample", "greedy", "heuristic:<name>" (the incumbent no sample beat), or the move
-    # search's: "move search", "module_search, the move search's start"
+    # search's: MOVE_SEARCH, MODULE_SHARE
     best_iteration: int = -1
     time_to_best_s: float = float("nan")
     time_to_beat_heuristic_s: float | None = None
@@ -39,8 +43,12 @@ class RunState:
     warm_start_cut_short: bool = (
         False  # the time budget stopped the imitation before its greedy decoding was the target
     )
-    policy_step_time_s: float = float("inf")  # the best placement the policy sampled or decoded (the incumbent aside)
+    policy_step_time_s: float = float("inf")  # the best placement the learner found (the incumbent aside)
     setup_s: float = 0.0
+    # placements the run simulated up to this checkpoint, every session of it (resumed ones too), and of them the
+    # heuristics': the equal-budget search is given the whole run's
+    simulated: int = 0
+    heuristics_simulated: int = 0
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -107,8 +115,8 @@ class TrainResult:
     # {heuristic, rounds, learned_s, heuristic_s} (medians; None where every re-measurement failed)
     rematch: dict[str, Any] | None = None
     warm_start_cut_short: bool = False
-    policy_step_time_s: float = float("inf")  # the policy's own best (best_step_time_s may be a heuristic's)
-    found_by: str = ""  # of the best placement: "sample", "greedy" or "heuristic:<name>"
+    policy_step_time_s: float = float("inf")  # the learner's own best (best_step_time_s may be a heuristic's)
+    found_by: str = ""  # of the best placement: "sample", "greedy", "heuristic:<name>" or the move search's
     measured_heuristics: dict[str, float] = field(default_factory=dict)  # --env measured: on the run's workers
     env: str = "sim"  # the scorer of the samples: "sim" or "measured"
 
@@ -153,8 +161,8 @@ class TrainResult:
             "warm_start_step_time_s": fin(self.warm_start_step_time_s),
             # the time budget stopped the imitation early: RL started from a policy that is not yet the heuristic
             "warm_start_cut_short": self.warm_start_cut_short,
-            # who found the best placement ("sample", "greedy", or "heuristic:<name>": no placement the policy
-            # found was faster, so best_placement.json holds that heuristic's), and the policy's own best
+            # who found the best placement ("sample", "greedy", the move search's, or "heuristic:<name>": no placement
+            # the learner found was faster, so best_placement.json holds that heuristic's), and the learner's own best
             "found_by": self.found_by,
             "policy_step_time_s": fin(self.policy_step_time_s),
             "best_placement": os.path.join(self.logdir, "best_placement.json") if self.best_placement else None,

@@ -23,7 +23,7 @@ from bench.offload import SCENARIOS, Plan
 from envs.result import Result
 from placer.learn import checkpoint
 from placer.learn.config import TrainConfig
-from placer.learn.loop import train
+from placer.learn.runners import train
 from policies.seq2seq import Seq2SeqPolicy
 
 pytest.importorskip("transformers")

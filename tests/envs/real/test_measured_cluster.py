@@ -34,7 +34,7 @@ import envs  # noqa: E402
 from envs.real.measured import LOG_NAME, MeasuredEnv, Worker  # noqa: E402
 from placer.cli.train import summary  # noqa: E402
 from placer.learn.config import TrainConfig  # noqa: E402
-from placer.learn.loop import train  # noqa: E402
+from placer.learn.runners import train  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[3]
 MODULE = f"placer_user_model_{uuid.uuid4().hex[:8]}"  # a name nothing else on any path has

@@ -14,7 +14,7 @@ from graphs.synthetic import random_dag
 from placer.cli import main
 from placer.compare import compare
 from placer.learn.config import TrainConfig
-from placer.learn.scoring import sim_env as _sim_env
+from placer.learn.run_scorers import sim_env as _sim_env
 
 
 @pytest.fixture

@@ -272,7 +272,7 @@ def test_entropy_nan_no_longer_trains_to_nan(tmp_path):
     """`--entropy nan` used to train silently to NaN weights with exit 0."""
     import envs
     from placer.learn.config import TrainConfig
-    from placer.learn.loop import train
+    from placer.learn.runners import train
 
     g = random_dag(20, seed=0, name="r20")
     config = TrainConfig(

@@ -77,6 +77,11 @@ def test_train_json_stdout_is_json_when_a_worker_dies(tmp_path):
             "none",
             "--measure-timeout",
             "120",
+            # one heuristic measured and no rematch: measurements this test does not need (each a Ray round trip)
+            "--heuristics",
+            "m_etf",
+            "--rematch",
+            "0",
             "--logdir",
             str(logdir),
             "--json",

@@ -96,7 +96,7 @@ def test_cached_labels_are_recomputed_when_the_simulator_model_or_a_baseline_cha
 
 
 def test_the_recurrent_family_is_held_out_by_its_own_tag_not_by_lstm():
-    from placer.learn.corpus import build_corpus
+    from placer.learn.pretrain_corpus import build_corpus
 
     names = lambda exclude: {it.name for it in build_corpus("synthetic", exclude=exclude, synthetic_sizes=(300,))}  # noqa: E731
     every = names(set())

@@ -20,10 +20,11 @@ from placer.cli import build_parser, main
 from placer.learn import algos as rl_algos
 from placer.learn.algos import advantages, credit, learning_rate, logit_noise, policy_gradient_loss, reward
 from placer.learn.config import PRESETS, AlgoOptions, TrainConfig, literal_choices, option_name
-from placer.learn.loop import train
-from placer.learn.scoring import CachedScorer
+from placer.learn.run_scorers import CachedScorer
+from placer.learn.runners import train
 from placer.learn.state import RunState
 from policies.base import LogProbTerm
+from tests.placer.learn.test_move_runner import documented_in_readme
 
 
 def two_chains(length: int = 4) -> OpGraph:
@@ -221,7 +222,7 @@ def test_fine_tuning_defaults_hold_for_the_python_api_too():
 
 
 def test_cli_preset_paper_with_an_override(tmp_path, monkeypatch):
-    import placer.learn.loop as train_mod
+    import placer.learn.runners as runners
     from graphs import save
 
     seen = {}
@@ -230,7 +231,7 @@ def test_cli_preset_paper_with_an_override(tmp_path, monkeypatch):
         seen["config"] = config
         raise _Stop()
 
-    monkeypatch.setattr(train_mod, "train", fake_train)
+    monkeypatch.setattr(runners, "train", fake_train)
     save(two_chains(), str(tmp_path / "g.json"))
     with pytest.raises(_Stop):
         main(
@@ -350,13 +351,14 @@ def test_tensorboard_events_are_written(tmp_path):
     assert "hyperparameters/text_summary" in ea.Tags()["tensors"]
     best = [e.value for e in ea.Scalars("charts/best_step_time_s")]
     assert best == sorted(best, reverse=True) and best[-1] == pytest.approx(r.best_step_time_s)
+    documented_in_readme(tags, envs.resolve_cluster("k80x2").device_names)
 
 
 # ------------------------------------------------------------------ cleanup on error
 def test_env_and_writer_are_closed_when_the_loop_raises(tmp_path, monkeypatch):
     import torch.utils.tensorboard as tb
 
-    import placer.learn.loop as train_mod
+    import placer.learn.runners as runners
 
     writers = []
 
@@ -377,8 +379,8 @@ def test_env_and_writer_are_closed_when_the_loop_raises(tmp_path, monkeypatch):
 
     env = EvaluateOnly()
     monkeypatch.setattr(tb, "SummaryWriter", Writer)
-    monkeypatch.setitem(train_mod.ENVS, "sim", lambda *a: env)
-    monkeypatch.setitem(train_mod.ALGOS, "reinforce", Crash)
+    monkeypatch.setitem(runners.ENVS, "sim", lambda *a: env)
+    monkeypatch.setitem(rl_algos.ALGOS, "reinforce", Crash)
     with pytest.raises(RuntimeError, match="boom"):
         train(_config(tmp_path, iterations=5), graph=two_chains(), cluster=envs.resolve_cluster("k80x2"))
     assert env.closed and len(writers) == 1 and writers[0].closed
@@ -514,10 +516,10 @@ def test_train_help_lists_every_option(capsys):
 
 
 def test_algorithm_registries_match_the_literal_choices():
-    from placer.learn.scoring import ENVS
+    from placer.learn.run_scorers import ENVS
 
     fields = {f.name: f for f in dataclasses.fields(TrainConfig)}
-    # the policy-gradient algorithms, and the move search (placer.learn.moves), which trains a critic, not a policy
+    # the policy-gradient algorithms, and the move search (placer.learn.move_search): it trains a critic, no policy
     assert set(rl_algos.ALGOS) | {"moves"} == set(literal_choices(fields["algo"]))
     assert set(ENVS) == set(literal_choices(fields["env"]))
     from envs.sim.schedule import EXECUTORS

@@ -6,6 +6,7 @@ from __future__ import annotations
 import io
 import json
 import os
+import re
 import shlex
 
 import pytest
@@ -16,8 +17,8 @@ from placer import Placement
 from placer.cli import main
 from placer.cli.train import summary
 from placer.learn.config import TrainConfig
-from placer.learn.loop import train
 from placer.learn.progress import Progress
+from placer.learn.runners import train
 
 
 def two_chains(length: int = 4) -> OpGraph:
@@ -66,7 +67,7 @@ def test_best_placement_is_never_slower_than_the_best_heuristic(tmp_path):
     assert r.best_step_time_s <= r.heuristics["m_etf"] and best.meta["step_time_s"] <= r.heuristics["m_etf"]
     assert (
         doc["found_by"] == "heuristic:m_etf"
-        and best.method == "m_etf"
+        and best.method == "heuristic:m_etf"
         and doc["policy_step_time_s"] > r.best_step_time_s
     )
     assert "m_etf's placement, kept: the learner's best" in summary(doc)
@@ -100,6 +101,7 @@ def test_train_reports_every_phase_on_stderr_when_it_is_not_a_terminal(tmp_path,
         assert "(policy)" not in err
 
 
+@pytest.mark.slow  # two runs of a time budget
 def test_a_timed_move_search_says_module_search_goes_first_where_the_graph_has_modules(tmp_path, capsys):
     from graphs.synthetic import recurrent_dag
 
@@ -110,7 +112,7 @@ def test_a_timed_move_search_says_module_search_goes_first_where_the_graph_has_m
             source or str(tmp_path / "two.json"),
             str(tmp_path / f"run-{first}"),
             "--time-budget",
-            "2",
+            "1",
             "--algo",
             "moves",
             "--no-equal-budget-search",
@@ -135,24 +137,24 @@ def test_the_bar_never_runs_past_its_total():
 
 
 def test_ctrl_c_says_the_run_was_interrupted_and_how_to_resume(tmp_path, graph_file, capsys, monkeypatch):
-    import placer.learn.loop as loop
+    from placer.learn.move_search import MoveSearch
 
-    real, calls = loop._Run.iterate, []
+    real, calls = MoveSearch.step, []
 
-    def iterate(self, writer):
+    def step(self):  # the move search's third round: Ctrl-C
         calls.append(1)
         if len(calls) == 3:
             raise KeyboardInterrupt
-        return real(self, writer)
+        return real(self)
 
-    monkeypatch.setattr(loop._Run, "iterate", iterate)
+    monkeypatch.setattr(MoveSearch, "step", step)
     logdir = str(tmp_path / "run")
     assert main(_small(graph_file, logdir, "--iterations", "6", "--no-progress")) == 130
     first = capsys.readouterr().out.splitlines()[0]
     assert first.startswith("interrupted      continue with: placer train ") and first.endswith(" --resume")
     command = shlex.split(first.split("continue with: ")[1])
     assert command[command.index("--logdir") + 1] == logdir and command[command.index("--iterations") + 1] == "6"
-    monkeypatch.setattr(loop._Run, "iterate", real)
+    monkeypatch.setattr(MoveSearch, "step", real)
     assert main(command[1:] + ["--json", "--no-progress"]) == 0  # the command as printed, less the program's name
     doc = json.loads(capsys.readouterr().out)
     assert doc["iterations"] == 6 and not doc["interrupted"]
@@ -180,3 +182,77 @@ def test_the_readme_names_every_file_a_run_writes(tmp_path):
         documented = "`events.out.tfevents.*`" if name.startswith("events.out.tfevents") else f"`{name}`"
         assert documented in readme, name
     assert "`checkpoint/`" not in readme
+
+
+def test_progress_lines_in_a_file_carry_an_eta(monkeypatch):
+    """The plain lines of a file or a pipe said how far a phase had got, not how long it had left."""
+    import placer.learn.progress as progress_module
+
+    now = [100.0]
+    monkeypatch.setattr(progress_module.time, "perf_counter", lambda: now[0])
+    out = io.StringIO()
+    p = Progress(out, tty=False, every_s=0.0)
+    p.start("equal budget", total=1000, unit="placements")
+    now[0] = 110.0
+    p.update(250)  # a quarter in 10 s: 30 s left
+    now[0] = 120.0
+    p.update(1000)
+    p.start("equal budget", total=1000, unit="placements", within_s=15.0)  # stopped at 15 s whatever its count
+    now[0] = 130.0
+    p.update(250)
+    assert out.getvalue().splitlines() == [
+        "placer: equal budget: 250/1000 placements (25%, ETA 00:30)",
+        "placer: equal budget: 1000/1000 placements (100%)",
+        "placer: equal budget: 250/1000 placements (25%, ETA 00:05)",
+    ]
+    # by default a line every tenth of a phase whose length is known (it once waited 30 s in a 30 s phase)
+    plain = Progress(out, tty=False)
+    plain.start("equal budget", total=1000, unit="placements", within_s=80.0)
+    assert plain.interval_s == 8.0
+    plain.start("RL", total=120, unit="s")
+    assert plain.interval_s == 12.0
+
+
+def test_train_help_says_what_the_default_learner_is(capsys):
+    """It said "Train a placement policy", but the default learner trains no policy network."""
+    with pytest.raises(SystemExit):
+        main(["train", "--help"])
+    out = " ".join(capsys.readouterr().out.split())
+    assert "Train a placement policy" not in out
+    assert "The default learner (--algo moves) is a move search whose moves a learned critic ranks" in out
+    assert "--algo reinforce|ppo trains the paper's policy network" in out
+
+
+@pytest.mark.parametrize("held", [False, True])
+def test_a_used_or_busy_logdir_is_refused_before_the_model_is_captured(tmp_path, capsys, monkeypatch, held):
+    """`placer train SOURCE --logdir DIR` captured the model (seconds) before saying DIR already holds a run."""
+    import fcntl
+
+    import placer.cli.train as train_command
+
+    def captured(*args, **kw):
+        raise AssertionError("the model was captured before the --logdir check")
+
+    monkeypatch.setattr(train_command, "captured", captured)
+    logdir = tmp_path / "run"
+    logdir.mkdir()
+    with open(logdir / "train.lock", "w") as lock:
+        if held:  # as a run in another process holds it
+            fcntl.flock(lock, fcntl.LOCK_EX)
+        else:  # an earlier run's
+            (logdir / "summary.json").write_text("{}")
+        rc = main(["train", "nmt-2", "--cluster", "k80x2", "--iterations", "1", "--logdir", str(logdir)])
+    err = capsys.readouterr().err.strip()
+    assert rc == 2 and len(err.splitlines()) == 1 and str(logdir) in err
+    assert ("another training run" if held else "holds an earlier training run") in err
+
+
+def test_the_readme_names_every_train_option(capsys):
+    from pathlib import Path
+
+    readme = (Path(__file__).resolve().parents[3] / "README.md").read_text()
+    with pytest.raises(SystemExit):
+        main(["train", "--help"])
+    options = set(re.findall(r"--[a-z][a-z-]*[a-z]", capsys.readouterr().out))
+    assert len(options) > 50 and "--algo" in options
+    assert [o for o in sorted(options) if f"`{o}`" not in readme] == []

@@ -1,4 +1,4 @@
-"""The RL training loop: learning a known optimum, exact resume, SIGKILL safety, CLI errors."""
+"""The training run and its policy-gradient loop: learning a known optimum, exact resume, SIGKILL safety, CLI errors."""
 
 from __future__ import annotations
 
@@ -19,9 +19,10 @@ import envs
 from graphs import OpGraph, PlacerError, save
 from placer import Placement
 from placer.cli import main
+from placer.learn import checkpoint
 from placer.learn.config import TrainConfig
-from placer.learn.loop import train
-from placer.learn.scoring import CachedScorer
+from placer.learn.run_scorers import CachedScorer
+from placer.learn.runners import train
 from policies.seq2seq import Seq2SeqPolicy
 
 
@@ -55,7 +56,7 @@ def test_score_order_planned_scores_the_heuristics_in_the_planned_order(tmp_path
     A host-blocking CPU chain listed before a GPU chain: in node order the host runs the CPU chain
     before it launches the GPU's, in the planned order the GPU chain is launched first and they overlap.
     """
-    import placer.learn.loop as train_mod
+    import placer.learn.run_heuristics as run_heuristics
 
     names = [f"{ch}{i}" for ch in "ab" for i in range(4)]
     edges = [(f"{ch}{i}", f"{ch}{i + 1}", 1024) for ch in "ab" for i in range(3)]
@@ -67,7 +68,7 @@ def test_score_order_planned_scores_the_heuristics_in_the_planned_order(tmp_path
     planned = float(env.step_times(idx[None], order="planned")[0][0])
     assert planned < node * 0.99
     monkeypatch.setattr(
-        train_mod, "_heuristics", lambda *a: ({"crafted": (node, idx), "broken": (float("inf"), None)}, 2)
+        run_heuristics, "compare_heuristics", lambda *a: ({"crafted": (node, idx), "broken": (float("inf"), None)}, 2)
     )
     r = train(
         _config(tmp_path, iterations=1, warm_start="best", score_order="planned", heuristics=None), graph=g, cluster=c
@@ -98,16 +99,16 @@ def test_score_order_planned_scores_the_heuristics_in_the_planned_order(tmp_path
 
 def test_a_planned_run_has_the_heuristics_search_in_the_planned_order(step_time_orders):
     """The rivals a planned run reports search the objective the learner has (not node order, re-timed after)."""
-    import placer.learn.loop as train_mod
     from placer.learn.progress import Progress
+    from placer.learn.run_heuristics import compare_heuristics
 
     asked = step_time_orders
     g, c = two_chains(), envs.resolve_cluster("k80x2")
     config = TrainConfig(iterations=1, heuristics=("random_search",)).resolved()
-    found, simulated = train_mod._heuristics(g, c, config, Progress(enabled=False))
+    found, simulated = compare_heuristics(g, c, config, Progress(enabled=False))
     assert config.score_order == "planned" and simulated > 1 and asked and set(asked) == {"planned"}
     asked.clear()
-    train_mod._heuristics(g, c, dataclasses.replace(config, score_order="node"), Progress(enabled=False))
+    compare_heuristics(g, c, dataclasses.replace(config, score_order="node"), Progress(enabled=False))
     assert set(asked) == {None}
 
 
@@ -298,33 +299,17 @@ def test_cli_json_prints_best_step_time(tmp_path, capsys):
 
 
 @pytest.mark.slow
-def test_sigkill_then_resume_never_loses_the_best(tmp_path):
+def test_sigkill_then_resume_never_loses_the_best(tmp_path, capsys):
     from graphs.synthetic import random_dag
 
     path = str(tmp_path / "g.json")
     save(random_dag(60, seed=3, name="rd60"), path)
     logdir = str(tmp_path / "run")
-    cmd = [
-        sys.executable,
-        "-m",
-        "placer",
-        "train",
-        path,
-        "--cluster",
-        "k80x4",
-        "--max-groups",
-        "0",
-        "--hidden",
-        "16",
-        "--iterations",
-        "100000",
-        "--logdir",
-        logdir,
-        "--no-progress",
-        "--warm-start",
-        "none",
-    ]
+    args = ["train", path, "--cluster", "k80x4", "--max-groups", "0", "--hidden", "16", "--logdir", logdir]
+    # a few heuristics and no equal-budget search: neither is what is tested, and each costs seconds
+    args += ["--no-progress", "--warm-start", "none", "--heuristics", "m_etf,single", "--no-equal-budget-search"]
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    cmd = [sys.executable, "-m", "placer", *args, "--iterations", "100000"]  # a process of its own, to be killed
     proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     ckpt = os.path.join(logdir, "checkpoint.json")
 
@@ -346,16 +331,12 @@ def test_sigkill_then_resume_never_loses_the_best(tmp_path):
     proc.wait()
     before = Placement.load(os.path.join(logdir, "best_placement.json"))
     t_before = before.meta["step_time_s"]
-    done = json.load(open(ckpt))["run"]["iteration"]
-    rc = subprocess.run(
-        cmd[: cmd.index("--iterations")]
-        + ["--iterations", str(done + 5), "--logdir", logdir, "--no-progress", "--resume", "--json"],
-        env=env,
-        capture_output=True,
-        text=True,
-    )
-    assert rc.returncode == 0, rc.stderr
-    doc = json.loads(rc.stdout)
+    # the iteration of checkpoint.pt, which --resume reads (its readable copy, checkpoint.json, is written after it
+    # and may lag it by one save when the kill falls between the two)
+    done = checkpoint.load(logdir)[1]["run"]["iteration"]
+    capsys.readouterr()
+    assert main([*args, "--iterations", str(done + 5), "--resume", "--json"]) == 0  # resumed here: no new process
+    doc = json.loads(capsys.readouterr().out)
     assert doc["iterations"] == done + 5
     assert doc["best_step_time_s"] <= t_before
 
@@ -444,7 +425,6 @@ def test_resume_reports_the_options_the_checkpoint_overrides(tmp_path, capsys):
 def test_run_killed_before_its_first_checkpoint_can_be_resumed(tmp_path, monkeypatch):
     """A crash (or SIGKILL) in the first iterations left a best placement but nothing to resume from."""
     from placer.learn import algos as rl_algos
-    from placer.learn import loop as train_mod
 
     g = two_chains()
     c = envs.resolve_cluster("k80x2")
@@ -454,7 +434,7 @@ def test_run_killed_before_its_first_checkpoint_can_be_resumed(tmp_path, monkeyp
         def update(*a, **k):
             raise RuntimeError("killed")
 
-    monkeypatch.setitem(train_mod.ALGOS, "reinforce", Crash)
+    monkeypatch.setitem(rl_algos.ALGOS, "reinforce", Crash)
     with pytest.raises(RuntimeError, match="killed"):
         train(_config(tmp_path, iterations=100, heuristics=None), graph=g, cluster=c)
     best = Placement.load(tmp_path / "run" / "best_placement.json")
@@ -531,55 +511,44 @@ def test_default_logdir_is_safe_for_any_graph_name(tmp_path, monkeypatch, name):
 
 
 @pytest.mark.slow
-def test_two_processes_on_one_logdir(tmp_path):
+def test_two_processes_on_one_logdir(tmp_path, capsys):
     """A second `placer train` on a running run's logdir exits 2 naming it; a later, worse run keeps the best."""
     from graphs.synthetic import random_dag
 
     path = str(tmp_path / "g.json")
     save(random_dag(60, seed=3, name="rd60"), path)
     logdir = str(tmp_path / "run")
-    base = [
-        sys.executable,
-        "-m",
-        "placer",
-        "train",
-        path,
-        "--cluster",
-        "k80x4",
-        "--max-groups",
-        "0",
-        "--hidden",
-        "16",
-        "--logdir",
-        logdir,
-        "--no-progress",
-    ]
+    args = ["train", path, "--cluster", "k80x4", "--max-groups", "0", "--hidden", "16", "--logdir", logdir]
+    args += ["--no-progress", "--heuristics", "m_etf,single", "--no-equal-budget-search"]  # seconds saved
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    first = subprocess.Popen(
-        base + ["--iterations", "100000"], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
+    first = subprocess.Popen(  # the running run: another process holds the lock
+        [sys.executable, "-m", "placer", *args, "--iterations", "100000"],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
     )
-    best_file = os.path.join(logdir, "best_placement.json")
+    best_file, ckpt = os.path.join(logdir, "best_placement.json"), os.path.join(logdir, "checkpoint.json")
     deadline = time.time() + 120
-    while time.time() < deadline and not os.path.exists(best_file):
+    while time.time() < deadline and not (os.path.exists(best_file) and os.path.exists(ckpt)):
         assert first.poll() is None, first.stderr.read().decode()
         time.sleep(0.2)
-    second = subprocess.run(base + ["--iterations", "2", "--json"], env=env, capture_output=True, text=True)
+    capsys.readouterr()
+    rc = main([*args, "--iterations", "2", "--json"])  # the second run, in this process
+    second = capsys.readouterr()
     assert first.poll() is None  # the first run was still running while the second was refused
     first.send_signal(signal.SIGKILL)
     first.wait()
-    assert second.returncode == 2 and second.stdout == ""
-    assert len(second.stderr.strip().splitlines()) == 1 and logdir in second.stderr
+    assert rc == 2 and second.out == ""
+    assert len(second.err.strip().splitlines()) == 1 and logdir in second.err
     t_first = Placement.load(best_file).meta["step_time_s"]
     # the lock went with the killed process; a new run on the logdir of an earlier one needs --resume (it once
     # started over, two runs' events in one folder), and the resumed run keeps the best
-    fresh = subprocess.run(base + ["--iterations", "1", "--json"], env=env, capture_output=True, text=True)
-    assert fresh.returncode == 2 and "holds an earlier training run" in fresh.stderr and fresh.stdout == ""
-    done = json.load(open(os.path.join(logdir, "checkpoint.json")))["run"]["iteration"]
-    resumed = subprocess.run(
-        base + ["--iterations", str(done + 1), "--resume", "--json"], env=env, capture_output=True, text=True
-    )
-    assert resumed.returncode == 0, resumed.stderr
-    assert json.loads(resumed.stdout)["best_step_time_s"] <= t_first
+    rc = main([*args, "--iterations", "1", "--json"])
+    fresh = capsys.readouterr()
+    assert rc == 2 and "holds an earlier training run" in fresh.err and fresh.out == ""
+    done = checkpoint.load(logdir)[1]["run"]["iteration"]  # checkpoint.pt's, which --resume reads
+    assert main([*args, "--iterations", str(done + 1), "--resume", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["best_step_time_s"] <= t_first
     assert Placement.load(best_file).meta["step_time_s"] <= t_first
 
 

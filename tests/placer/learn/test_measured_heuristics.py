@@ -1,4 +1,4 @@
-"""A measured run compares measured with measured: its rivals are measured on the run's own scorer.
+"""A measured run compares measured with measured: its heuristics are measured on the run's own scorer.
 
 The scorer here is a stand-in for the Ray harness whose times rank the heuristics
 otherwise than the simulator does (the simulator's best, m_etf, is not the
@@ -6,6 +6,8 @@ fastest "measured" one), so a summary built from simulated times shows it.
 """
 
 from __future__ import annotations
+
+import io
 
 import numpy as np
 
@@ -16,8 +18,9 @@ from graphs import OpGraph
 from placer import Placement
 from placer.cli.train import summary
 from placer.learn.config import TrainConfig
-from placer.learn.loop import train
-from placer.learn.scoring import CachedScorer
+from placer.learn.progress import Progress
+from placer.learn.run_scorers import CachedScorer
+from placer.learn.runners import train
 
 HEURISTICS = ("single", "m_etf", "heft", "round_robin")
 
@@ -82,7 +85,7 @@ def test_the_best_heuristic_of_a_measured_run_is_the_best_measured_one(tmp_path)
     assert lines["lower bound"].endswith("  simulated")
 
 
-def test_a_measured_run_that_measures_no_heuristic_says_its_rival_is_simulated(tmp_path):
+def test_a_measured_run_that_measures_no_heuristic_says_its_best_heuristic_is_simulated(tmp_path):
     result, _ = _run(tmp_path, measure_heuristics=0)
     assert result.measured_heuristics == {} and result.time_to_beat_heuristic_s is None
     doc = result.to_dict()
@@ -123,7 +126,7 @@ class NoisyMeasured(FakeMeasured):
         ]
 
 
-def test_a_measured_run_re_measures_its_best_and_the_rival_side_by_side(tmp_path):
+def test_a_measured_run_re_measures_its_best_and_the_best_heuristic_s_side_by_side(tmp_path):
     config = TrainConfig(
         env="measured",
         heuristics=("single", "m_etf"),
@@ -138,12 +141,20 @@ def test_a_measured_run_re_measures_its_best_and_the_rival_side_by_side(tmp_path
     )
     env = NoisyMeasured()
     graph = two_chains()
-    result = train(config, graph=graph, cluster=envs.resolve_cluster("k80x2"), env=env)
+    out = io.StringIO()
+    progress = Progress(out, tty=False, every_s=0.0)
+    result = train(config, graph=graph, cluster=envs.resolve_cluster("k80x2"), env=env, progress=progress)
+    lines = out.getvalue().split("side by side, 3 times each")[1].splitlines()[1:]
+    assert lines[:3] == [  # after the budget, the rematch shows its progress and ETA (it once printed nothing)
+        f"placer: rematch: 1/3 rounds (33%, ETA {lines[0].split('ETA ')[-1]}",
+        f"placer: rematch: 2/3 rounds (66%, ETA {lines[1].split('ETA ')[-1]}",
+        "placer: rematch: 3/3 rounds (100%)",
+    ]
     best = tuple(Placement.load(result.to_dict()["best_placement"]).indices(graph).tolist())
-    rival_name = result.best_heuristic[0]
+    heuristic = result.best_heuristic[0]
     doc = result.to_dict()
     r = doc["rematch"]
-    assert r["heuristic"] == rival_name and r["rounds"] == 3
+    assert r["heuristic"] == heuristic and r["rounds"] == 3
     # the last 6 measurements are the pair, alternating, 3 rounds; each is its true (second-draw) time
     last = env.scored[-6:]
     assert last[0::2] == [best] * 3 and len(set(last[1::2])) == 1 and last[1] != best
@@ -153,7 +164,7 @@ def test_a_measured_run_re_measures_its_best_and_the_rival_side_by_side(tmp_path
     # the run's own best is its lucky first draw: 50 ms faster than what the side-by-side medians say
     assert abs(result.best_step_time_s - (r["learned_s"] - 0.05)) < 1e-12
     (line,) = [line for line in summary(doc).splitlines() if line.startswith("side by side")]
-    assert f"{rival_name}  measured  (medians of 3 re-measurements each" in line
+    assert f"{heuristic}  measured  (medians of 3 re-measurements each" in line
     assert f"{(1 - r['learned_s'] / r['heuristic_s']) * 100:+.1f}% vs it" in line
 
 

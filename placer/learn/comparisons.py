@@ -1,0 +1,202 @@
+"""What a training run compares its learner with once it has returned: search at equal budget, a re-measurement.
+
+Run by ``placer train`` after the learner (not after Ctrl-C), outside the budget,
+each phase showing its progress with an ETA:
+
+- the equal-budget search (``--env sim``; ``--no-equal-budget-search`` skips it):
+  :func:`equal_budget_search`, ``module_search`` given as many simulated
+  placements as the whole run used (the heuristics' own included, and every
+  session of a resumed run), in the run's issue order, for at most as long as
+  the run took. Where its placement is faster than the learner's, it is written
+  beside the best as ``equal_budget_placement.json`` (:func:`keep_faster_placement`);
+  ``best_placement.json`` stays the learner's. The summary compares the learner
+  with the better of it and the best heuristic;
+- the rematch (``--env measured``, ``--rematch N``): :func:`rematch`, the best
+  placement and the best measured heuristic's measured N more times each, side
+  by side.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from typing import Any, Callable
+
+import numpy as np
+
+import envs
+from envs.cluster import Cluster
+from graphs import OpGraph
+from placer.learn.progress import Progress
+from placer.learn.rundir import EQUAL_BUDGET_NAME, run_placement, save_best
+from placer.learn.session import Session
+from placer.learn.state import TrainResult
+from placer.methods import get
+from placer.methods.registry import HeuristicUnavailable
+
+#: ``found_by`` of the equal-budget search's placement file.
+EQUAL_BUDGET = "equal-budget search"
+
+
+def compare_after_learning(session: Session, result: TrainResult) -> None:
+    """The comparisons the run's options ask for, into ``result`` (``equal_budget_search``, ``rematch``)."""
+    c = session.config
+    if c.equal_budget_search and c.env == "sim":
+        # every placement the run simulated: the heuristics' searches and scoring, the scorer's, and the
+        # incumbents' schedules the move search read, in every session of the run
+        simulated = session.simulated()
+        limit = max(session.elapsed(), 1.0)  # never longer than the run itself
+        session.progress.phase(
+            f"equal budget: module_search given the {simulated:,} placements this run simulated "
+            "(outside the budget; --no-equal-budget-search skips it)"
+        )
+        eq = equal_budget_search(
+            session.graph,
+            session.cluster,
+            session.sim,
+            simulated,
+            time_limit_s=limit,
+            order=session.scorer.order,
+            seed=c.seed,
+            progress=session.progress,
+        )
+        if eq is not None:
+            eq["heuristics_simulated"] = session.heuristics_simulated()
+            keep_faster_placement(session, eq)
+        result.equal_budget_search = eq
+    if c.env == "measured" and c.rematch:
+        result.rematch = rematch(session, c.rematch)
+
+
+def equal_budget_search(
+    graph: OpGraph,
+    cluster: Cluster,
+    sim: envs.SimEnv,
+    evals: int,
+    *,
+    order: str | None,
+    seed: int,
+    time_limit_s: float | None = None,
+    progress: Progress | None = None,
+) -> dict[str, Any] | None:
+    """``module_search`` given ``evals`` simulated placements: search at equal budget, to compare the learner with.
+
+    It searches in the run's order (``order`` "planned" or None), as the learner did. None where the graph
+    records no module paths.
+    ``time_limit_s``: no new round of the search starts after this many seconds (the run's own time, so the
+    comparison never takes longer than the run); ``simulated`` is then what it had simulated, ``evals`` the
+    placements it was given, and ``stopped`` True. ``op_devices``: its placement (device indices).
+    ``progress``: where it shows how many placements it has simulated, and its ETA.
+    """
+    if evals < 1:
+        return None
+    progress = progress if progress is not None else Progress(enabled=False)
+    t0, before = time.perf_counter(), sim.simulated
+    env = sim.in_order(order)
+    deadline = t0 + time_limit_s if time_limit_s is not None else None
+    progress.start("equal budget", total=int(evals), unit="placements", within_s=time_limit_s)
+    try:
+        op_devices = get("module_search")(
+            graph,
+            cluster,
+            seed=seed,
+            n=int(evals),
+            env=Reporting(env, lambda: progress.update(sim.simulated - before)),
+            deadline=deadline,
+        )
+    except HeuristicUnavailable:
+        return None
+    finally:
+        progress.close()
+    simulated = sim.simulated - before
+    op_devices = np.asarray(op_devices, dtype=np.int32)
+    step_time_s, oom = env.step_times(op_devices[None])
+    return {
+        "method": "module_search",
+        "evals": int(evals),
+        "simulated": simulated,
+        "stopped": simulated < evals,
+        "step_time_s": None if oom[0] else float(step_time_s[0]),
+        "wall_s": time.perf_counter() - t0,
+        "op_devices": op_devices,
+    }
+
+
+class Reporting:
+    """A simulator (:class:`envs.scorer.Scorer`, with ``overflow``) that calls ``report()`` after every batch."""
+
+    def __init__(self, env: Any, report: Callable[[], None]) -> None:
+        self.env, self.report = env, report
+
+    def step_times(self, op_devices: np.ndarray, order: Any = None) -> tuple[np.ndarray, np.ndarray]:
+        scored = self.env.step_times(op_devices, order)
+        self.report()
+        return scored
+
+    def overflow(self, op_devices: np.ndarray, order: Any = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        scored = self.env.overflow(op_devices, order)
+        self.report()
+        return scored
+
+
+def keep_faster_placement(session: Session, eq: dict[str, Any]) -> None:
+    """Where the equal-budget search found a placement faster than the run's best, write it beside the best
+    (``EQUAL_BUDGET_NAME``, with its issue order; ``eq["placement"]`` its path): the comparison stays as it was, and
+    the faster placement is not lost. The run's best is left as the learner's."""
+    op_devices = eq.pop("op_devices")
+    step_time_s, best = eq.get("step_time_s"), session.state.best_step_time_s
+    if step_time_s is None or not (best is None or step_time_s < best * (1 - 1e-12)):
+        return
+    meta = {"step_time_s": step_time_s, "found_by": EQUAL_BUDGET, "evals": eq["simulated"]}
+    path = os.path.join(session.logdir, EQUAL_BUDGET_NAME)
+    placement = run_placement(
+        session.graph,
+        session.devices,
+        session.cluster,
+        session.config,
+        op_devices,
+        f"heuristic:{eq['method']}",
+        meta,
+        session.planner,
+    )
+    save_best(path, placement)  # a resumed run's earlier, faster one stays
+    eq["placement"] = path
+
+
+def rematch(session: Session, rounds: int) -> dict[str, Any] | None:
+    """Measure the best placement and the best measured heuristic's ``rounds`` more times each, the two in one
+    batch each round, so they share the workers' conditions: the best placement's time is the least of many
+    noisy measurements, the heuristic's a single one, so comparing those two favours the learner. None when
+    there is nothing to compare (no heuristic measured, or the best placement is the heuristic's)."""
+    s, h = session.state, session.heuristics
+    if not h.measured or h.best_op_devices is None or s.best_indices is None or not np.isfinite(h.best_step_time_s):
+        return None
+    pair = np.stack([np.asarray(s.best_indices, dtype=np.int32), np.asarray(h.best_op_devices, dtype=np.int32)])
+    if np.array_equal(pair[0], pair[1]):
+        return None
+    session.progress.phase(
+        f"re-measuring the best placement and {h.best_name}'s side by side, {rounds} times each (--rematch 0 skips it)"
+    )
+    learned, heuristic = [], []
+    session.progress.start("rematch", total=rounds, unit="rounds")
+    try:
+        for r in range(rounds):
+            step_time_s, failed = session.scorer.fresh(pair)
+            learned.append(float("inf") if failed[0] else float(step_time_s[0]))
+            heuristic.append(float("inf") if failed[1] else float(step_time_s[1]))
+            session.progress.update(r + 1)
+    finally:
+        session.progress.close()
+    return {
+        "heuristic": h.best_name,
+        "rounds": rounds,
+        "learned_s": _median(learned),
+        "heuristic_s": _median(heuristic),
+        "learned_times_s": [t if np.isfinite(t) else None for t in learned],
+        "heuristic_times_s": [t if np.isfinite(t) else None for t in heuristic],
+    }
+
+
+def _median(step_time_s: list[float]) -> float | None:
+    ok = [t for t in step_time_s if np.isfinite(t)]
+    return float(np.median(ok)) if ok else None

@@ -1,0 +1,126 @@
+"""``placer train --algo moves`` (the default): the move search with its learned critic as the run's learner.
+
+One iteration is one round of :class:`placer.learn.move_search.MoveSearch`: a
+batch of moves from the incumbent, ranked by the critic, simulated, the critic
+trained on the outcome. The search starts from the best of the best heuristic's
+placement (the run's warm start; no imitation: there is no policy to imitate
+with) and what ``module_search`` finds before the first round, given the
+search's ``module_share`` of the time left (a simulated run with a time budget
+only); or, on ``--resume``, from the run's best placement (the critic starts
+afresh: its weights and the search's memory are not in the checkpoint, which
+holds the run's state only). Every placement it simulates goes through the
+run's scorer (:class:`~placer.learn.session.RunScorer`), so the run keeps the
+best one (``best_placement.json``) and knows which part of the search found it.
+
+The features of a move read the simulator's schedule of the incumbent, so the
+simulator is needed even when the scorer measures real steps (``--env
+measured``): it describes the moves, the scorer judges them.
+
+TensorBoard, per round: ``charts/best_step_time_s`` (the run's best, which the
+curve ends at), ``charts/incumbent_step_time_s`` (where the search is now; above
+the best after a kick), ``charts/device_share/<device>`` (the incumbent's ops
+per device), the item level, kicks, placements simulated, and the hit rates of
+the critic's and the uniform proposals.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from placer.learn.move_search import MoveSearch, MoveSearchOptions
+from placer.learn.session import RunScorer, Session, add_scalars, device_share
+from placer.learn.state import MOVE_SEARCH
+
+
+class MoveRunner:
+    """``--algo moves``: the move search as the run's learner; :meth:`run` is the loop.
+
+    ``saved``: the checkpoint's tensors (none are kept for the move search; an older checkpoint's policy is
+    ignored), or None for a fresh run.
+    """
+
+    phase = "move search"
+
+    def __init__(self, session: Session, saved: dict[str, Any] | None) -> None:
+        c, s, h = session.config, session.state, session.heuristics
+        self.session, self.resumed = session, saved is not None
+        self.search = MoveSearch(
+            session.graph,
+            session.cluster,
+            RunScorer(session, MOVE_SEARCH),
+            options=MoveSearchOptions(proposals=c.proposals),
+            seed=c.seed,
+            order=session.scorer.order,
+        )
+        if self.resumed and s.best_indices:  # the run's best: the critic is not in the checkpoint, the best is
+            self.start = np.asarray(s.best_indices)
+        else:
+            self.start = h.best_op_devices if c.warm_start == "best" else None
+        if not self.resumed:
+            s.warm_start = f"move search from {h.best_name}" if self.start is not None else "move search"
+
+    @property
+    def num_items(self) -> int:
+        """The items of the search's finest level."""
+        return self.search.levels[-1].num_items
+
+    def tensors(self) -> dict[str, Any]:
+        """Nothing: a resumed move search starts from the run's best (in the run's state) with a fresh critic."""
+        return {}
+
+    def run(self, writer: Any) -> None:
+        """Until the budget is spent: one round of ranked moves -> log -> checkpoint (module_search first)."""
+        session, c, s = self.session, self.session.config, self.session.state
+        if not c.resume:
+            session.save_checkpoint(self.tensors())  # resumable from here on
+        levels = self.search.levels
+        session.start_progress(
+            self.phase,
+            f"one round of {c.proposals}-ranked moves ({levels[0].num_items} to {self.num_items} items)",
+        )
+        if session.done():
+            return
+        self._begin()
+        while True:
+            it = s.iteration
+            # one round: a batch of moves from the incumbent, ranked, simulated (through the run's scorer), learned
+            self.search.step()
+            # log
+            search = self.search
+            ranked, uniform = search.tries[1], search.tries[0]
+            scalars = {
+                "charts/best_step_time_s": s.best_step_time_s,
+                "charts/incumbent_step_time_s": search.cost,
+                "charts/level": search.level,
+                "charts/kicks": search.kicks,
+                "charts/simulated": search.budget.evals,
+                "charts/module_search_simulated": search.module_evals,
+                "losses/critic_hit_rate": search.hits[1] / ranked if ranked else 0.0,
+                "losses/uniform_hit_rate": search.hits[0] / uniform if uniform else 0.0,
+                **device_share(search.op_devices, session.devices),
+            }
+            add_scalars(writer, scalars, it)
+            # checkpoint (when due)
+            session.iteration_done(self.tensors)
+            if session.done():
+                return
+
+    def _begin(self) -> None:
+        """Score the search's start, after module_search's share of the time left where it has one."""
+        session, c = self.session, self.session.config
+        module_s = 0.0
+        # module_search's share of the time left: under the simulator, with a time budget; not on --resume (the
+        # run's best is the start), nor with measured steps (a round of module moves is measured whole); not
+        # without module paths (nothing for it to search)
+        timed = c.time_budget_s is not None and not self.resumed and c.env == "sim"
+        if timed and any(level.name.startswith("modules ") for level in self.search.levels):
+            share = self.search.options.module_share
+            module_s = share * max(c.time_budget_s - session.elapsed(), 0.0)
+            if module_s > 0:
+                session.progress.phase(
+                    f"move search: module_search first, for {module_s:.0f} s ({share:.0%} of the time left); the "
+                    "moves start from the best of its placement and the warm start"
+                )
+        self.search.begin(self.start, time_budget_s=float("inf"), module_s=module_s)

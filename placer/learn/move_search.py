@@ -1,0 +1,423 @@
+"""Move search with a learned critic: local search whose moves a network ranks before they are simulated.
+
+The loop, in the spirit of CleanRL, reads top to bottom in :meth:`MoveSearch.run`:
+from the incumbent placement, describe every move of the current item level
+(:class:`policies.moves.MoveFeatures`), rank them by the critic's predicted change
+of the step time, simulate a batch of the best-ranked ones (and a few drawn
+uniformly, to keep the critic's data honest), train the critic on what the
+simulator returned, and take the best move if it is faster. A level on which
+``patience`` batches in a row found nothing (or whose every move has been tried)
+hands over to the next finer one, round-robin (variable neighbourhood descent);
+when a whole round of levels finds nothing, the best placement is kicked (a few
+random moves of coarse items) and the descent starts again from there (iterated
+local search).
+
+The start: the best of the given placement, a few uniform draws of a device per
+coarse item and, first, :func:`module_search` given ``module_share`` of the
+budget. A descent finds better placements inside its start's basin than the
+restarts of ``module_search`` do, and those restarts find better basins than
+one start does (BENCHMARKS.md, "Eight seeds, and a share of the budget for module_search").
+
+``proposals="uniform"`` is the ablation: the same loop, every batch drawn
+uniformly among the untried moves, the critic never consulted. The gain of
+``"critic"`` over it, at the same budget from the same start, is what the critic
+learned (BENCHMARKS.md, "The learner against search at equal budget").
+
+Every placement simulated counts against ``max_evals`` (the start's draws, the
+moves, the kicks); ``time_budget_s`` stops the run between batches
+(:mod:`placer.learn.search_budget`).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import numpy as np
+import torch
+
+from envs.cluster import Cluster
+from graphs import OpGraph, PlacerError
+from placer.learn.search_budget import OOM_FACTOR, BudgetScorer, BudgetSpent, SearchBudget, SearchCurve
+from placer.learn.state import MODULE_SHARE
+from placer.methods.heuristics.costs import candidate_devices
+from placer.methods.heuristics.module_search import module_search
+from placer.methods.registry import HeuristicUnavailable
+from policies.moves import NUM_FEATURES, ItemLevel, MoveCritic, MoveFeatures, MoveMemory, item_levels
+
+ProposalName = Literal["critic", "uniform"]
+PROPOSALS = ("critic", "uniform")
+#: module_search's share of a budget of placements is spent only when it comes to at least this many: at 1k
+#: placements its 200 cost the descent more than its few restarts found (nmt-2, nmt-4, inception-v3 at 1k).
+MODULE_MIN_EVALS = 1000
+
+
+@dataclass
+class MoveSearchOptions:
+    """The move search's settings (tuned on nmt-2 and inception-v3 on k80x4; BENCHMARKS.md)."""
+
+    proposals: ProposalName = "critic"
+    """"critic": moves ranked by the learned critic; "uniform": drawn uniformly (the ablation)."""
+    batch: int = 4
+    """moves simulated per round. Small, so that the critic's ranking decides which moves are tried: at 16 the
+    descent tried most of a level's good moves whichever proposer drew them, and the critic made no difference
+    (BENCHMARKS.md, "A smaller batch: the critic's ranking counts")."""
+    explore: float = 0.25
+    """share of each batch drawn uniformly among the untried moves (critic only)."""
+    adaptive: bool = False
+    """each round, Thompson sampling between the critic's ranking and uniform draws, from their hit rates so far:
+    a round whose draw favours uniform draws its whole batch uniformly (critic only). Off by default: on the tuning
+    cells (k80x4, 4 seeds at 10k) it was no better (inception-v3 316.1 against 316.1 ms, nmt-2 203.6 against 200.8);
+    on nmt-2 / v100x4, where the critic hurts, 67.9 against 68.4 (uniform 68.0). BENCHMARKS.md, "Adaptive rounds"."""
+    patience: int = 6
+    """rounds in a row without a faster move before a level hands over to the next."""
+    starts: int = 16
+    """uniform draws at the coarsest level that compete with the given start."""
+    kick: int = 3
+    """coarse items moved at random when every level is at a local optimum."""
+    hidden: int = 64
+    """units of the critic's two hidden layers."""
+    lr: float = 2e-3
+    """Adam learning rate of the critic."""
+    train_steps: int = 1
+    """critic updates per round, each on ``train_batch`` moves drawn from the last 32,768 simulated."""
+    train_batch: int = 128
+    """moves per critic update (2 updates of 256 took twice the time for no better placements on nmt-2 and
+    inception-v3, 6 seeds at 1k and 10k placements)."""
+    module_share: float = 0.2
+    """share of the budget (placements, else seconds) spent first on :func:`module_search` (uniform draws per module,
+    descents over whole modules); the move search then starts from the best of its placement and the given start.
+    0: none; nor when the share of a budget of placements is under :data:`MODULE_MIN_EVALS`. Chosen among 0, 0.2 and
+    0.5 on nmt-2 / k80x4 (10k placements, 8 seeds: 203.1, 199.7, 200.3 ms), nmt-2 / v100x4 and nmt-4 / k80x4
+    (BENCHMARKS.md, "Eight seeds, and a share of the budget for module_search")."""
+    accept: float = 0.0
+    """temperature, relative to the incumbent's step time, at which the best move of a batch that found nothing
+    faster is taken anyway (Metropolis: with probability exp(-slowdown / temperature)), cooled linearly to 0 over
+    the budget (placements, else seconds); 0 (default): never, a pure descent. Off by default: tried on moe-400
+    (k80x4) only so far (BENCHMARKS.md, "Accepting slower moves")."""
+
+
+@dataclass
+class MoveSearchResult:
+    op_devices: np.ndarray
+    step_time_s: float
+    oom: bool
+    evals: int
+    elapsed_s: float
+    curve: SearchCurve
+    rounds: int
+    kicks: int
+    levels: list[str]
+
+
+class Replay:
+    """The critic's data: the features of the last ``capacity`` moves simulated and whether each was faster."""
+
+    def __init__(self, width: int, capacity: int = 32768) -> None:
+        self.features = np.zeros((capacity, width), dtype=np.float32)
+        self.faster = np.zeros(capacity, dtype=np.float32)
+        self.size = self.next = 0
+
+    def add(self, features: np.ndarray, faster: np.ndarray) -> None:
+        at = (self.next + np.arange(len(faster))) % len(self.faster)
+        self.features[at], self.faster[at] = features, faster
+        self.next = int((self.next + len(faster)) % len(self.faster))
+        self.size = min(self.size + len(faster), len(self.faster))
+
+    def draw(self, rng: np.random.Generator, k: int) -> tuple[np.ndarray, np.ndarray]:
+        drawn = rng.integers(0, self.size, size=min(k, self.size))
+        return self.features[drawn], self.faster[drawn]
+
+
+@dataclass
+class _Candidates:
+    """The moves of one level from one incumbent: item and device of each, their features, and which were simulated."""
+
+    level: int
+    item: np.ndarray
+    device: np.ndarray
+    features: np.ndarray
+    keys: np.ndarray
+    tried: np.ndarray
+
+    def refresh(self, memory: MoveMemory, round_: int) -> None:
+        """Update the columns that remember earlier moves (the rest depend on the incumbent only)."""
+        self.features[:, 16:19] = memory.lookup(self.level, self.item, self.device, round_)
+
+
+class MoveSearch:
+    """One run of the move search (see the module docstring); :meth:`run` returns a :class:`MoveSearchResult`."""
+
+    def __init__(
+        self,
+        graph: OpGraph,
+        cluster: Cluster,
+        env: Any,
+        *,
+        options: MoveSearchOptions | None = None,
+        seed: int = 0,
+        order: str | None = None,
+        levels: list[ItemLevel] | None = None,
+    ) -> None:
+        self.options = o = options or MoveSearchOptions()
+        if o.proposals not in PROPOSALS:
+            raise PlacerError(f"move search: proposals {o.proposals!r}: unknown (known: {', '.join(PROPOSALS)})")
+        if (
+            o.batch < 1
+            or o.patience < 1
+            or o.starts < 0
+            or o.kick < 1
+            or not 0 <= o.explore <= 1
+            or not o.accept >= 0
+            or not 0 <= o.module_share < 1
+        ):
+            raise PlacerError(f"move search: bad options {o}")
+        self.graph, self.cluster, self.env, self.order = graph, cluster, env, order
+        self.levels = levels if levels is not None else item_levels(graph)
+        if not self.levels:
+            raise PlacerError(f"move search: {graph.name or 'the graph'} has fewer than 2 ops to move")
+        self.features = MoveFeatures(graph, cluster, self.levels)
+        self.memory = MoveMemory(self.levels, cluster.num_devices)
+        self.rng, self.seed = np.random.default_rng(seed), seed
+        torch.manual_seed(seed)
+        self.critic = MoveCritic(o.hidden)
+        self.optimizer = torch.optim.Adam(self.critic.parameters(), lr=o.lr)
+        self.replay = Replay(NUM_FEATURES)
+        self.tries, self.hits = np.zeros(2, dtype=np.int64), np.zeros(2, dtype=np.int64)  # [uniform, ranked] moves
+        self.schedules = 0  # incumbents' schedules simulated for the features
+        self.devices = candidate_devices(cluster, "auto", graph)  # the GPUs, the host too if they cannot hold it
+
+    # ------------------------------------------------------------------ the loop
+    def run(
+        self, start: np.ndarray | None = None, *, max_evals: int | None = None, time_budget_s: float | None = None
+    ) -> MoveSearchResult:
+        """Search from ``start`` (op devices; None: the best uniform draw) until the budget is spent."""
+        if max_evals is None and time_budget_s is None:
+            raise PlacerError("move search: give max_evals or time_budget_s")
+        try:
+            self.begin(start, max_evals=max_evals, time_budget_s=time_budget_s)
+            while True:
+                self.step()
+        except BudgetSpent:
+            pass
+        return self.result()
+
+    def begin(
+        self,
+        start: np.ndarray | None = None,
+        *,
+        max_evals: int | None = None,
+        time_budget_s: float | None = None,
+        module_s: float | None = None,
+    ) -> None:
+        """Score the start (module_search's share first, then the draws competing with the start);
+        :class:`BudgetSpent` if the budget allows none.
+
+        ``module_s``: module_search's seconds, where the run's budget is kept by the caller (``time_budget_s``
+        infinite); by default ``module_share`` of ``max_evals``, else of ``time_budget_s``.
+        """
+        self.t0 = time.perf_counter()
+        deadline = self.t0 + time_budget_s if time_budget_s is not None else None
+        self.budget = SearchBudget(self.env, max_evals, deadline, self.order)
+        self.stale = self.exhausted = self.kicks = self.rounds = self.version = self.level = self.accepted = 0
+        self.module_evals = 0
+        self._scheduled: tuple[int | None, Any] = (None, None)
+        self._tried_keys: set[float] = set()  # the placements tried from the incumbent (by their move's key)
+        self._tried_version: int | None = None
+        self._module_phase(max_evals, time_budget_s, module_s)
+        self.op_devices, self.cost = self._start(start)
+        self.cand = self._candidates(self.op_devices, self.cost)
+
+    def step(self) -> None:
+        """One round: a batch of moves from the incumbent simulated, the critic trained, the best taken if faster.
+
+        A level whose moves are spent hands over to the next; when every level is, the best is kicked.
+        Raises :class:`BudgetSpent` when the budget is used up.
+        """
+        untried = np.flatnonzero(~self.cand.tried)
+        while self.stale >= self.options.patience or not len(untried):
+            self.stale, self.exhausted = 0, self.exhausted + 1
+            if self.exhausted < len(self.levels):
+                self.level = (self.level + 1) % len(self.levels)  # the next level, same incumbent
+            else:  # a local optimum at every level: kick the best
+                self.op_devices, self.cost = self._kick()
+                self.kicks, self.exhausted, self.level, self.version = self.kicks + 1, 0, 0, self.version + 1
+            self.cand = self._candidates(self.op_devices, self.cost)
+            untried = np.flatnonzero(~self.cand.tried)
+        cand = self.cand
+        pick, ranked = self._choose(cand, untried)
+        op_devices = self._apply(self.op_devices, cand, pick)
+        costs, _ = self.budget.score(op_devices)
+        pick, op_devices, ranked = pick[: len(costs)], op_devices[: len(costs)], ranked[: len(costs)]
+        delta = (costs - self.cost) / self.cost
+        np.add.at(self.hits, ranked, delta < 0)
+        np.add.at(self.tries, ranked, 1)
+        self.memory.record(self.level, cand.item[pick], cand.device[pick], delta, self.rounds)
+        self._learn(cand.features[pick], delta)
+        cand.tried[pick] = True
+        self._tried_keys.update(cand.keys[pick].tolist())
+        self.rounds += 1
+        j = int(np.argmin(costs))
+        faster = bool(costs[j] < self.cost * (1 - 1e-12))
+        if faster or self._accepts(float(costs[j])):  # a slower one only when options.accept > 0
+            self.accepted += not faster
+            self.op_devices, self.cost, self.stale, self.exhausted = op_devices[j].copy(), float(costs[j]), 0, 0
+            self.version += 1
+            self.cand = self._candidates(self.op_devices, self.cost)
+        else:
+            self.stale += 1
+            cand.refresh(self.memory, self.rounds)
+
+    def _accepts(self, cost: float) -> bool:
+        """Whether to move to a slower placement of ``cost`` (Metropolis at the cooled temperature; never when off)."""
+        if self.options.accept <= 0 or not np.isfinite(cost):
+            return False
+        b = self.budget
+        if b.max_evals is not None:
+            left = 1.0 - b.evals / max(b.max_evals, 1)
+        elif b.deadline is not None and b.deadline > b.t0:
+            left = (b.deadline - time.perf_counter()) / (b.deadline - b.t0)
+        else:
+            left = 1.0
+        temperature = self.options.accept * max(left, 0.0) * self.cost
+        return temperature > 0 and self.rng.random() < np.exp(-(cost - self.cost) / temperature)
+
+    def result(self) -> MoveSearchResult:
+        """The best placement simulated so far (one that fits in memory, if any did)."""
+        b = self.budget
+        if b.best_op_devices is None:
+            raise PlacerError("move search: the budget does not allow simulating the start")
+        return MoveSearchResult(
+            b.best_op_devices.astype(np.int32),
+            b.best_cost / OOM_FACTOR if b.best_oom else b.best_cost,
+            b.best_oom,
+            b.evals,
+            time.perf_counter() - self.t0,
+            b.curve,
+            self.rounds,
+            self.kicks,
+            [lv.name for lv in self.levels],
+        )
+
+    # ------------------------------------------------------------------ the parts
+    def _module_phase(self, max_evals: int | None, time_budget_s: float | None, module_s: float | None) -> None:
+        """:func:`module_search` on ``module_share`` of the budget, scored through it (nothing without module paths)."""
+        share = self.options.module_share
+        if share <= 0:
+            return
+        n = int(share * max_evals) if max_evals is not None else None
+        seconds = (
+            module_s
+            if module_s is not None
+            else (share * time_budget_s if time_budget_s is not None and np.isfinite(time_budget_s) else None)
+        )
+        if n is None and seconds is None:  # a budget of unknown length
+            return
+        if (n is not None and n < MODULE_MIN_EVALS) or (seconds is not None and seconds <= 0):
+            return
+        source = getattr(self.env, "source", None)  # a run's scorer says who found what it scores
+        if source is not None:
+            self.env.source = MODULE_SHARE
+        try:
+            module_search(
+                self.graph,
+                self.cluster,
+                seed=self.seed,
+                n=n if n is not None else 1 << 40,
+                env=BudgetScorer(self.budget),
+                deadline=None if seconds is None else time.perf_counter() + seconds,
+            )
+        except HeuristicUnavailable:  # the graph records no modules
+            pass
+        finally:
+            if source is not None:
+                self.env.source = source
+        self.module_evals = self.budget.evals
+
+    def _start(self, start: np.ndarray | None) -> tuple[np.ndarray, float]:
+        """The best of ``start``, ``starts`` uniform draws of a device per item of the coarsest level and the
+        placements already simulated (module_search's)."""
+        op_devices = [] if start is None else [np.asarray(start, dtype=np.int64)]
+        g = self.levels[0].op_group
+        for _ in range(self.options.starts):
+            op_devices.append(self.devices[self.rng.integers(0, len(self.devices), size=self.levels[0].num_items)][g])
+        if not op_devices and self.budget.best_op_devices is None:
+            op_devices.append(np.full(self.graph.num_ops, self.devices[0], dtype=np.int64))
+        if op_devices:
+            self.budget.score(np.stack(op_devices))
+        return self.budget.best_op_devices.astype(np.int64), float(self.budget.best_cost)
+
+    def _candidates(self, op_devices: np.ndarray, cost: float) -> "_Candidates":
+        """Every move of the current level from ``op_devices``; those that make a placement already tried from it
+        count as tried."""
+        if self._tried_version != self.version:
+            self._tried_keys, self._tried_version = set(), self.version
+        items, devices, feats, keys = self.features.features(
+            self.level, op_devices, cost, self._schedule(op_devices, self.version), self.memory, self.rounds
+        )
+        tried = np.fromiter((k in self._tried_keys for k in keys.tolist()), dtype=bool, count=len(keys))
+        return _Candidates(self.level, items, devices, feats, keys, tried)
+
+    def _apply(self, op_devices: np.ndarray, cand: "_Candidates", pick: np.ndarray) -> np.ndarray:
+        """``op_devices`` with each picked move applied, one row per move."""
+        moved = np.repeat(op_devices[None], len(pick), axis=0)
+        for r, j in enumerate(pick):
+            moved[r, self.levels[cand.level].op_group == cand.item[j]] = cand.device[j]
+        return moved
+
+    def _schedule(self, op_devices: np.ndarray, version: int) -> Any:
+        """The incumbent's simulated schedule (cached per incumbent; counted as a simulated placement)."""
+        if self._scheduled[0] != version:
+            if self.budget.left() <= 0:
+                raise BudgetSpent
+            self.budget.evals += 1
+            self.schedules += 1
+            order = None if self.order is None else self.env.schedule_order(op_devices.astype(np.int32))
+            self._scheduled = (version, self.env.schedule(op_devices.astype(np.int32), order))
+        return self._scheduled[1]
+
+    def _choose(self, cand: "_Candidates", untried: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Indices of the moves to simulate, and which of them the critic ranked (1) or were drawn uniformly (0)."""
+        o = self.options
+        b = min(o.batch, len(untried))
+        n_ranked = 0 if o.proposals == "uniform" or not self.replay.size else b - int(round(o.explore * b))
+        if n_ranked and o.adaptive:  # [uniform, ranked]: the arm whose sampled hit rate is higher takes the round
+            rate = self.rng.beta(1 + self.hits, 1 + self.tries - self.hits)
+            if rate[1] < rate[0]:
+                n_ranked = 0
+        chosen = []
+        if n_ranked:
+            with torch.no_grad():
+                pred = self.critic(torch.from_numpy(cand.features[untried])).numpy()
+            chosen = list(untried[np.argsort(-pred, kind="stable")[:n_ranked]])
+        rest = np.setdiff1d(untried, chosen)
+        if b > n_ranked and len(rest):
+            chosen += list(self.rng.choice(rest, size=min(b - n_ranked, len(rest)), replace=False))
+        return np.asarray(chosen, dtype=np.int64), (np.arange(len(chosen)) < n_ranked).astype(np.int64)
+
+    def _learn(self, feats: np.ndarray, delta: np.ndarray) -> None:
+        """Add the simulated moves to the critic's data; a few Adam steps of logistic regression on "was it faster"
+        (critic only)."""
+        o = self.options
+        self.replay.add(feats, (delta < 0).astype(np.float32))
+        if o.proposals == "uniform":
+            return
+        for _ in range(o.train_steps):
+            x, y = self.replay.draw(self.rng, o.train_batch)
+            loss = torch.nn.functional.binary_cross_entropy_with_logits(
+                self.critic(torch.from_numpy(x)), torch.from_numpy(y)
+            )
+            self.optimizer.zero_grad()
+            loss.backward()
+            self.optimizer.step()
+
+    def _kick(self) -> tuple[np.ndarray, float]:
+        """The best placement with ``kick`` random items of a random coarse level moved to random devices."""
+        coarse = [k for k, lv in enumerate(self.levels) if lv.num_items <= 64] or [0]
+        lv = self.levels[int(self.rng.choice(coarse))]
+        op_devices = self.budget.best_op_devices.astype(np.int64)
+        for g in self.rng.choice(lv.num_items, size=min(self.options.kick, lv.num_items), replace=False):
+            op_devices[lv.op_group == g] = self.devices[self.rng.integers(0, len(self.devices))]
+        costs, _ = self.budget.score(op_devices[None])
+        return op_devices, float(costs[0])

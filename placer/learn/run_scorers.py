@@ -1,0 +1,126 @@
+"""What a training run scores placements with: the scorers by name, a cache, the reward scale.
+
+Every scorer has one shape, :class:`envs.scorer.Scorer` (:class:`envs.SimEnv`,
+:class:`envs.real.measured.MeasuredEnv`, a test's fake); :data:`ENVS` builds the
+one ``--env`` names, :class:`CachedScorer` scores each distinct placement once per
+run, and :func:`reference_time` is the reward scale.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from typing import TYPE_CHECKING, Callable
+
+import numpy as np
+
+import envs
+from envs.scorer import Scorer, can_measure_again
+from graphs import OpGraph, PlacerError, zoo
+from graphs.plan import single_device_rows
+from placer.learn.config import TrainConfig
+from placer.sources import looks_like_callable, stand_in_loss
+
+if TYPE_CHECKING:
+    from envs.cluster import Cluster
+
+
+class CachedScorer:
+    """Scores op-device arrays ``[K, num_ops]`` once each: ``(step_time_s, failed)``.
+
+    Uses the scorer's ``step_times`` (:class:`envs.scorer.Scorer`); an object with ``evaluate``
+    only (a test's fake) is scored through that. The cache key is a digest of the index array's bytes;
+    identical placements of a batch are scored once.
+    """
+
+    def __init__(self, env: Scorer, order: str | None = None) -> None:
+        self.env = env
+        self.order = order  # passed to env.step_times ("planned": SimEnv's planned order per placement)
+        self.cache: dict[bytes, tuple[float, bool]] = {}
+        self.evaluated = 0
+
+    @staticmethod
+    def key(op_devices: np.ndarray) -> bytes:
+        return hashlib.blake2b(np.ascontiguousarray(op_devices, dtype=np.int32).tobytes(), digest_size=16).digest()
+
+    def fresh(self, op_devices: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Score ``op_devices`` anew, on the scorer itself (a re-measurement): this cache is bypassed, and a measured
+        env, which caches its own results, is asked to measure again. Not counted in ``evaluated``."""
+        if can_measure_again(self.env):
+            step_time_s, failed = self.env.measure_again(op_devices)
+            return np.asarray(step_time_s, dtype=float), np.asarray(failed, dtype=bool)
+        return self._score(op_devices)
+
+    def _score(self, op_devices: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """``op_devices`` through the scorer's ``step_times`` (in this scorer's order) or ``evaluate``."""
+        if hasattr(self.env, "step_times"):
+            if self.order is None:
+                step_time_s, failed = self.env.step_times(op_devices)
+            else:
+                step_time_s, failed = self.env.step_times(op_devices, order=self.order)
+            return np.asarray(step_time_s, dtype=float), np.asarray(failed, dtype=bool)
+        results = self.env.evaluate(list(op_devices))
+        return (np.array([r.step_time_s for r in results], dtype=float), np.array([not r.ok for r in results]))
+
+    def __call__(self, op_devices: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        op_devices = np.asarray(op_devices, dtype=np.int32)
+        keys = [self.key(p) for p in op_devices]
+        todo = {k: i for i, k in reversed(list(enumerate(keys))) if k not in self.cache}
+        if todo:
+            step_time_s, failed = self._score(op_devices[list(todo.values())])
+            for k, t, f in zip(todo, np.asarray(step_time_s, dtype=float), np.asarray(failed, dtype=bool)):
+                self.cache[k] = (float(t), bool(f))
+            self.evaluated += len(todo)
+        out = [self.cache[k] for k in keys]
+        return np.array([o[0] for o in out]), np.array([o[1] for o in out])
+
+
+def sim_env(config: TrainConfig, graph: OpGraph, cluster: Cluster, logdir: str) -> Scorer:
+    return envs.SimEnv(
+        graph, cluster, executor=config.executor, microbatches=config.microbatches, inflight=config.inflight
+    )
+
+
+def measured_env(config: TrainConfig, graph: OpGraph, cluster: Cluster, logdir: str) -> Scorer:
+    """Real training steps on Ray actors; needs a runnable SOURCE (zoo name or module:callable)."""
+    if not (config.source in zoo.names() or looks_like_callable(config.source)):
+        raise PlacerError(
+            f"--env measured: SOURCE {config.source!r} is not runnable (need a zoo name or module:callable, "
+            "not a graph file)"
+        )
+    why = stand_in_loss(graph)
+    if why:  # real training steps train the model as it is: it must return its loss
+        raise PlacerError(
+            f"--env measured: {config.source}: {why}; real training steps need the loss (wrap the model "
+            "so that forward returns it, e.g. forward(inputs, labels) -> cross_entropy(...))"
+        )
+    from envs.real.measured import MeasuredEnv  # ray and torch: only for --env measured
+
+    return MeasuredEnv(
+        config.source,
+        cluster,
+        graph=graph,
+        run_dir=logdir,
+        device_map=config.device_map,
+        workers=config.workers,
+        ray_address=config.ray_address,
+        measure_timeout_s=config.measure_timeout_s,
+    )
+
+
+ENVS: dict[str, Callable[[TrainConfig, OpGraph, Cluster, str], Scorer]] = {"sim": sim_env, "measured": measured_env}
+
+
+def reference_time(score: CachedScorer, graph: OpGraph, cluster: Cluster, executor: str) -> float:
+    """The reward scale: the best single-device step time (memory ignored).
+
+    A scorer that gives a failed placement no time (a real device's OOM: ``inf``)
+    may leave every single-device placement without one (a model that fits on no
+    single device); the simulator's time of those placements, memory ignored, is
+    the scale then (an infinite scale made every reward NaN).
+    """
+    single = single_device_rows(len(cluster.device_names), graph.num_ops)
+    step_time_s, _ = score(single)
+    step_time_s = step_time_s[np.isfinite(step_time_s) & (step_time_s > 0)]
+    if not len(step_time_s):
+        step_time_s, _ = envs.SimEnv(graph, cluster, executor=executor).step_times(single)
+    return float(np.min(step_time_s))

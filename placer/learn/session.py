@@ -1,0 +1,285 @@
+"""One training run's shared part, whichever learner runs it: set up, the best placement, checkpoints, the result.
+
+A :class:`Session` sets the run up (the scorer and its cache, the reward scale,
+the heuristics and the incumbent, the lower bound, the run's :class:`RunState`,
+continued from a checkpoint on ``--resume``), and then serves the learner:
+:meth:`Session.score` scores a batch and keeps its best in
+``best_placement.json``, :meth:`Session.iteration_done` counts an iteration,
+reports it and writes the checkpoint when due, :meth:`Session.result` is the
+run's :class:`TrainResult`. :class:`RunScorer` lends the session's scoring to a
+search as a scorer (:class:`envs.scorer.Scorer`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import time
+from typing import Any, Callable
+
+import numpy as np
+import torch
+
+import envs
+from envs.cluster import Cluster
+from envs.scorer import Scorer
+from graphs import OpGraph
+from graphs.plan import Placement
+from placer.learn import checkpoint
+from placer.learn.config import TrainConfig
+from placer.learn.progress import Progress, ms
+from placer.learn.run_heuristics import score_heuristics
+from placer.learn.run_scorers import CachedScorer, reference_time
+from placer.learn.rundir import BEST_NAME, adopt_newer_best, run_best_placement, save_best
+from placer.learn.state import RunState, TrainResult
+
+
+class Session:
+    """One training run: what it works with, its :class:`RunState` (what the checkpoint keeps), its best placement.
+
+    ``saved``: the run state of the checkpoint to continue (``checkpoint.json``'s document, checked), or None.
+    The clock of the budget starts at :meth:`start_clock`, once the learner is built.
+    """
+
+    def __init__(
+        self,
+        config: TrainConfig,
+        graph: OpGraph,
+        cluster: Cluster,
+        env: Scorer,
+        logdir: str,
+        device: torch.device,
+        saved: dict[str, Any] | None,
+        progress: Progress,
+    ) -> None:
+        self.config, self.graph, self.cluster, self.logdir, self.device = config, graph, cluster, logdir, device
+        self.progress = progress
+        self.devices = list(cluster.device_names)
+        self.scorer = CachedScorer(env, "planned" if config.score_order == "planned" else None)
+        # ---- reference times: the reward scale, the heuristics and the lower bound
+        setup_start = time.perf_counter()
+        progress.phase(
+            f"setting up: {graph.name or 'graph'} ({graph.num_ops:,} ops) on {cluster.name}, "
+            f"scored by {'the simulator' if config.env == 'sim' else 'real training steps'}"
+        )
+        self.t_ref = reference_time(self.scorer, graph, cluster, config.executor)
+        self.heuristics = score_heuristics(graph, cluster, config, self.scorer, progress)
+        # the simulator of this problem (executor, microbatches): the lower bound, the move search's schedules, and
+        # under --env sim the planner of the best placement's issue order; the scorer itself when it is one
+        self.sim = (
+            env
+            if isinstance(env, envs.SimEnv)
+            else envs.SimEnv(
+                graph, cluster, executor=config.executor, microbatches=config.microbatches, inflight=config.inflight
+            )
+        )
+        self.planner = self.sim if config.env == "sim" else None
+        self.lower_bound_s: float | None = float(self.sim.lower_bound())
+        self.state = RunState(setup_s=time.perf_counter() - setup_start)
+        if saved is not None:
+            self.state = RunState.from_dict(saved["run"])
+            adopt_newer_best(self.state, logdir, graph, self.devices, self.scorer, config)
+        # placements simulated in the run's earlier sessions (a resumed run), and in this one besides the heuristics'
+        # and the scorer's: the simulator's schedules a search reads (the move search's incumbents)
+        self.simulated_before, self.heuristics_simulated_before = self.state.simulated, self.state.heuristics_simulated
+        self.schedules = 0
+        self.measure: Callable[[], float] = lambda: 0.0  # how far the learner's phase has got (start_progress)
+        self.start_clock()
+
+    # ------------------------------------------------------------------ the budget
+    def start_clock(self) -> None:
+        """The budget's clock starts now (at the time the run had spent before, on --resume)."""
+        self.t0 = time.perf_counter() - self.state.elapsed_s
+
+    def elapsed(self) -> float:
+        return time.perf_counter() - self.t0
+
+    def done(self) -> bool:
+        c = self.config
+        return (c.iterations is not None and self.state.iteration >= c.iterations) or (
+            c.time_budget_s is not None and self.elapsed() >= c.time_budget_s
+        )
+
+    def simulated(self) -> int:
+        """Placements the whole run has simulated: earlier sessions', the heuristics', the scorer's, schedules."""
+        return self.simulated_before + self.heuristics.simulated + self.scorer.evaluated + self.schedules
+
+    def heuristics_simulated(self) -> int:
+        """Of :meth:`simulated`, the heuristics' (their searches and scoring), in every session of the run."""
+        return self.heuristics_simulated_before + self.heuristics.simulated
+
+    # ------------------------------------------------------------------ the start
+    def begin(self, writer: Any, num_items: int) -> None:
+        """Log the hyperparameters (a fresh run); the best heuristic's placement as the incumbent."""
+        c, s, h = self.config, self.state, self.heuristics
+        if not c.resume:
+            extra = {
+                "graph": self.graph.name,
+                "num_ops": self.graph.num_ops,
+                "items": num_items,
+                "devices": ",".join(self.devices),
+                "reference_step_time_s": self.t_ref,
+                "device": str(self.device),
+                "best_heuristic": f"{h.best_name} {h.best_step_time_s}",
+                "setup_s": s.setup_s,
+            }
+            params = {**dataclasses.asdict(c), **extra}
+            table = "|param|value|\n|-|-|\n" + "\n".join(f"|{k}|{v}|" for k, v in params.items())
+            writer.add_text("hyperparameters", table)
+        if h.best_op_devices is not None and h.time_to_beat_s is not None:
+            # the incumbent: best_placement.json is never slower than the best placement scored, heuristics included
+            # (a measured run's heuristics count when it measured them: their simulated times say nothing here)
+            self.score(np.asarray(h.best_op_devices, dtype=np.int32)[None], f"heuristic:{h.best_name}")
+
+    def start_progress(self, phase: str, iteration: str) -> None:
+        """Start the learner's progress (what is left of the budget); ``iteration``: what one iteration does."""
+        c, s = self.config, self.state
+        if c.iterations is not None:
+            first = s.iteration
+            self.progress.phase(
+                f"{phase}: {c.iterations - first} iterations of {iteration}; best so far {self.best_text()}"
+            )
+            self.progress.start(phase, total=c.iterations - first, unit="it")
+            self.measure = lambda: s.iteration - first
+            return
+        begun = self.elapsed()
+        left_s = int(np.ceil(max(float(c.time_budget_s) - begun, 0.0)))
+        self.progress.phase(
+            f"{phase}: {left_s} s left of the {c.time_budget_s:g} s budget, {iteration} an iteration; "
+            f"best so far {self.best_text()}"
+        )
+        self.progress.start(phase, total=left_s, unit="s")
+        self.measure = lambda: self.elapsed() - begun
+
+    # ------------------------------------------------------------------ each iteration
+    def score(self, op_devices: np.ndarray, found_by: str) -> tuple[np.ndarray, np.ndarray]:
+        """``(step_time_s, failed)`` of a batch ``[K, num_ops]``; its best is kept as found by ``found_by``."""
+        step_time_s, failed = self.scorer(op_devices)
+        self.keep_best(np.asarray(op_devices), step_time_s, failed, found_by)
+        return step_time_s, failed
+
+    def keep_best(self, op_devices: np.ndarray, step_time_s: np.ndarray, failed: np.ndarray, found_by: str) -> None:
+        """Keep the best successful placement; rewrite best_placement.json when it improves."""
+        ok = np.flatnonzero(~failed & np.isfinite(step_time_s))
+        if not len(ok):
+            return
+        j = ok[np.argmin(step_time_s[ok])]
+        s, batch_best_s = self.state, float(step_time_s[j])
+        if not found_by.startswith("heuristic:"):  # the learner's own best, apart from the incumbent
+            s.policy_step_time_s = min(s.policy_step_time_s, batch_best_s)
+            beat = self.heuristics.time_to_beat_s
+            if s.time_to_beat_heuristic_s is None and beat is not None and batch_best_s <= beat:
+                s.time_to_beat_heuristic_s = self.elapsed()
+        if batch_best_s < s.best_step_time_s:
+            s.best_step_time_s, s.best_indices, s.best_found_by = batch_best_s, op_devices[j].tolist(), found_by
+            s.best_iteration, s.time_to_best_s = s.iteration, self.elapsed()
+            save_best(os.path.join(self.logdir, BEST_NAME), self.best_placement())
+
+    def schedule(self, op_devices: np.ndarray, order: Any = None) -> Any:
+        """The simulator's schedule of a placement (a search reads it), counted as a placement simulated."""
+        self.schedules += 1
+        return self.sim.schedule(op_devices, order)
+
+    def iteration_done(self, tensors: Callable[[], dict[str, Any]]) -> None:
+        """Count the iteration, show it, and write the checkpoint (``tensors()``: the learner's) when it is due."""
+        s = self.state
+        s.iteration += 1
+        self.progress.update(self.measure(), self.status())
+        if s.iteration % self.config.checkpoint_every == 0:
+            self.save_checkpoint(tensors())
+
+    def best_text(self) -> str:
+        """The incumbent's step time and where it came from, e.g. ``237.345 ms (module_search)``."""
+        by = self.state.best_found_by
+        if by.startswith("heuristic:"):
+            by = by.removeprefix("heuristic:")
+        elif by in ("sample", "greedy", ""):
+            by = "policy"
+        return f"{ms(self.state.best_step_time_s)} ({by})" if np.isfinite(self.state.best_step_time_s) else "none yet"
+
+    def status(self) -> str:
+        """What the learner's progress shows beside its count."""
+        return f"iteration {self.state.iteration}, best {self.best_text()}"
+
+    # ------------------------------------------------------------------ what the run keeps
+    def best_placement(self) -> Placement:
+        return run_best_placement(self.graph, self.devices, self.cluster, self.config, self.state, self.planner)
+
+    def save_checkpoint(self, tensors: dict[str, Any]) -> None:
+        """The learner's ``tensors`` and the run's state, atomically (:mod:`placer.learn.checkpoint`)."""
+        s = self.state
+        s.elapsed_s = self.elapsed()
+        s.simulated = self.simulated()
+        s.heuristics_simulated = self.heuristics_simulated()
+        doc = {
+            "config": dataclasses.asdict(self.config),
+            "graph_hash": self.graph.content_hash,
+            "devices": self.devices,
+            "run": s.to_dict(),
+        }
+        checkpoint.save(self.logdir, tensors, doc)
+
+    def result(self, interrupted: bool, num_items: int) -> TrainResult:
+        """The run's result, the comparisons after the budget aside (:mod:`placer.learn.comparisons`)."""
+        s, h = self.state, self.heuristics
+        return TrainResult(
+            best_step_time_s=s.best_step_time_s,
+            best_placement=self.best_placement() if s.best_indices is not None else None,
+            iterations=s.iteration,
+            elapsed_s=s.elapsed_s,
+            time_to_best_s=s.time_to_best_s,
+            logdir=self.logdir,
+            heuristics=h.times,
+            measured_heuristics=h.measured,
+            env=self.config.env,
+            score_order=self.config.score_order,
+            lower_bound_s=self.lower_bound_s,
+            reference_step_time_s=self.t_ref,
+            time_to_beat_heuristic_s=s.time_to_beat_heuristic_s,
+            interrupted=interrupted,
+            setup_s=s.setup_s,
+            num_items=num_items,
+            warm_start=s.warm_start,
+            warm_start_step_time_s=s.warm_start_step_time_s,
+            warm_start_cut_short=s.warm_start_cut_short,
+            policy_step_time_s=s.policy_step_time_s,
+            found_by=s.best_found_by,
+        )
+
+    def finish(self, result: TrainResult) -> None:
+        """Write the run's best placement (never over a faster one) and ``summary.json``."""
+        if result.best_placement is not None:
+            save_best(os.path.join(self.logdir, BEST_NAME), result.best_placement)
+        checkpoint.write_json(os.path.join(self.logdir, "summary.json"), result.to_dict())
+
+
+class RunScorer:
+    """The session's scoring as a scorer (:class:`envs.scorer.Scorer`) for a search.
+
+    Every batch is scored through the session (cached, in the run's order, its best
+    kept as found by ``source``, which the search may change while it scores), and
+    the simulator's schedules of the search's placements are counted as simulated.
+    """
+
+    def __init__(self, session: Session, source: str) -> None:
+        self.session, self.source = session, source
+
+    def step_times(self, op_devices: np.ndarray, order: Any = None) -> tuple[np.ndarray, np.ndarray]:
+        return self.session.score(np.asarray(op_devices, dtype=np.int32), self.source)  # in the run's score order
+
+    def schedule(self, op_devices: np.ndarray, order: Any = None) -> Any:
+        return self.session.schedule(op_devices, order)
+
+    def schedule_order(self, op_devices: np.ndarray) -> np.ndarray:
+        return self.session.sim.schedule_order(op_devices)
+
+
+def device_share(op_devices: np.ndarray, devices: list[str]) -> dict[str, float]:
+    """``charts/device_share/<device>``: the share of the ops of ``op_devices`` (one or a batch) on each device."""
+    share = np.bincount(np.ravel(op_devices), minlength=len(devices)) / np.size(op_devices)
+    return {f"charts/device_share/{device}": float(share[d]) for d, device in enumerate(devices)}
+
+
+def add_scalars(writer: Any, scalars: dict[str, float], step: int) -> None:
+    for tag, value in scalars.items():
+        writer.add_scalar(tag, float(value), step)
