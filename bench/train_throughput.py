@@ -1,4 +1,3 @@
-#!/usr/bin/env python
 """Training throughput: placements scored per second and iterations per second at several K.
 
 One iteration is what ``placer train`` does per step: sample K placements from the
@@ -6,9 +5,9 @@ policy, score them with the simulator, and one REINFORCE update. Each part is
 timed separately (policy sampling, simulator, update), so the table shows where
 an iteration's time goes:
 
-    OMP_NUM_THREADS=1 python scripts/bench_throughput.py                       # nmt-2, k80x4, K = 8, 64, 256
-    OMP_NUM_THREADS=1 python scripts/bench_throughput.py --samples 8,64 --policies seq2seq --json
-    python scripts/bench_throughput.py --device cuda                            # the policy on a GPU
+    OMP_NUM_THREADS=1 python -m bench.train_throughput                       # nmt-2, k80x4, K = 8, 64, 256
+    OMP_NUM_THREADS=1 python -m bench.train_throughput --samples 8,64 --policies seq2seq --json
+    python -m bench.train_throughput --device cuda                            # the policy on a GPU
 
 GRAPH is a zoo name or a graph file. Times are wall-clock medians over
 ``--repeats`` iterations after one uncounted warm-up iteration (which compiles
@@ -18,34 +17,37 @@ its planned issue order (``SimEnv.plan_order``) instead of node order.
 
 from __future__ import annotations
 
+import os
+
+os.environ.setdefault("OMP_NUM_THREADS", "1")  # one thread unless told otherwise: read as numpy and torch load
+
 import argparse
 import json
-import os
 import statistics
 import sys
 import time
 
-os.environ.setdefault("OMP_NUM_THREADS", "1")
+import numpy as np
+import torch
+
+import envs
+from bench.common import OneLineParser
+from graphs import PlacerError
+from graphs.grouping import default_num_groups
+from placer.learn.algos import Reinforce
+from placer.learn.config import TrainConfig
+from placer.learn.loop import resolve_device
+from placer.sources import resolve_graph
+from policies import POLICIES
 
 
 def _policy(name: str, graph, num_devices: int, args: argparse.Namespace, device):
-    import torch
-
-    from policies import POLICIES
-
     torch.manual_seed(0)
     return POLICIES[name](graph, num_devices, max_groups=args.max_groups, hidden=args.hidden).to(device)
 
 
 def measure(graph, cluster, name: str, k: int, args: argparse.Namespace) -> dict:
     """Median seconds per part of one training iteration with K samples."""
-    import numpy as np
-    import torch
-
-    import envs
-    from placer.learn.algos import Reinforce
-    from placer.learn.config import TrainConfig
-
     device = torch.device(args.device)
     env = envs.SimEnv(graph, cluster)
     policy = _policy(name, graph, cluster.num_devices, args, device)
@@ -59,9 +61,9 @@ def measure(graph, cluster, name: str, k: int, args: argparse.Namespace) -> dict
         s = Reinforce.sample(policy, k, gen)
         sync()
         t1 = time.perf_counter()
-        t, failed = env.step_times(s.op_devices, order=None if args.order == "node" else args.order)
+        step_time_s, failed = env.step_times(s.op_devices, order=None if args.order == "node" else args.order)
         t2 = time.perf_counter()
-        reward = -np.sqrt(np.where(failed, 10 * t.max(), t) / t.min())
+        reward = -np.sqrt(np.where(failed, 10 * step_time_s.max(), step_time_s) / step_time_s.min())
         adv = torch.as_tensor((reward - reward.mean()) / (reward.std() + 1e-8), dtype=torch.float32, device=device)
         Reinforce.update(policy, opt, s, adv, config)
         sync()
@@ -102,7 +104,7 @@ def table(rows: list[dict]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = OneLineParser(prog="python -m bench.train_throughput", description=__doc__.splitlines()[0])
     parser.add_argument("graph", nargs="?", default="nmt-2", help="zoo name or graph file (default nmt-2)")
     parser.add_argument("--cluster", default="k80x4", help="cluster preset or JSON file (default k80x4)")
     parser.add_argument("--samples", default="8,64,256", help="comma-separated K values (default 8,64,256)")
@@ -119,15 +121,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--device", default="cpu", help="torch device of the policy (cpu, cuda, cuda:N)")
     parser.add_argument("--json", action="store_true", help="print the rows as JSON instead of markdown")
     args = parser.parse_args(argv)
-
-    import envs
-    from graphs import PlacerError
-    from placer.learn.loop import resolve_device
-    from policies import POLICIES
-
     try:
-        from placer.sources import resolve_graph
-
         ks = [int(x) for x in args.samples.split(",") if x.strip()]
         if not ks or min(ks) < 1:
             raise PlacerError(f"--samples {args.samples!r}: give positive integers, e.g. 8,64,256")
@@ -141,11 +135,9 @@ def main(argv: list[str] | None = None) -> int:
         graph = resolve_graph(args.graph)
         cluster = envs.resolve_cluster(args.cluster)
         if args.max_groups is None:
-            from graphs.grouping import default_num_groups
-
             args.max_groups = default_num_groups(cluster.num_devices)
     except PlacerError as e:
-        print(f"bench_throughput: {e}", file=sys.stderr)
+        print(f"train_throughput: {e}", file=sys.stderr)
         return 2
     rows = []
     for name in policies:

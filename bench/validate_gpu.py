@@ -36,7 +36,7 @@ back only files under ``$OUT``)::
 
     DEADLINE=450 bash scripts/gpu_validate.sh
 
-runs ``python3 scripts/validate_gpu.py --out-dir $OUT/calibration`` with the
+runs ``python3 -m bench.validate_gpu --out-dir $OUT/calibration`` with the
 defaults. Copy ``$OUT/calibration/*`` into ``docs/calibration/``. Each model's
 profile, learned placement and measured blocks stay under ``--work-dir`` (default
 ``runs/validate_gpu``), so a run cut short resumes where it stopped while the
@@ -46,7 +46,7 @@ Without a GPU, ``--tiny`` runs the same pipeline with every logical device on th
 CPU (small models, few placements: a smoke test whose figures mean nothing, as every
 placement is a single-device run)::
 
-    python scripts/validate_gpu.py --tiny --out-dir /tmp/validate
+    python -m bench.validate_gpu --tiny --out-dir /tmp/validate
 
 ``--rescore DIR`` scores a folder's measurements again with the current simulator
 and the folder's profiles (no device). Both a run and a rescore fit the host's
@@ -67,15 +67,12 @@ import sys
 import time
 from typing import Any
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # the repository root, for bench/
-
-from bench.common import OneLineParser  # noqa: E402
-from bench.fidelity import runs  # noqa: E402
-from bench.fidelity.checks import check_apply  # noqa: E402
-from bench.fidelity.models import HELD_OUT, TUNED, build, model_names  # noqa: E402
-from bench.fidelity.report import markdown, model_figures, run_summary  # noqa: E402
-from bench.fidelity.scoring import TARGETS  # noqa: E402
-from graphs import PlacerError  # noqa: E402
+from bench.common import OneLineParser
+from bench.fidelity import contention, runs
+from bench.fidelity.apply_check import check_apply
+from bench.fidelity.models import HELD_OUT, TUNED, build, model_names
+from bench.fidelity.report import finite, header, markdown, merged_summary, model_figures, run_summary, summary_doc
+from graphs import PlacerError
 
 log = runs.log
 # Per mode, the defaults of the options left unset on the command line.
@@ -144,7 +141,7 @@ def run_model(name: str, group: str, args: argparse.Namespace) -> tuple[dict, li
     apply_check = None
     if learned is not None:
         lp = Placement.from_indices(
-            graph, logical.device_names, learned["idx"], method="learned", order=learned["order"]
+            graph, logical.device_names, learned["op_devices"], method="learned", order=learned["order"]
         )
         try:
             apply_check = check_apply(name, args, lp, graph)
@@ -204,87 +201,6 @@ def rescore_model(name: str, group: str, args: argparse.Namespace) -> dict:
     return {"name": name, "group": group, "figures": figures, "rows": rows, "prof": prof, "graph": graph}
 
 
-def refit_contention(items: list[dict], args: argparse.Namespace) -> dict | None:
-    """The host contention fitted on the tuned items (:mod:`bench.fidelity.contention`); every item rescored with it.
-
-    ``items``: ``{"name", "group", "figures", "rows", "prof", "graph"}``; their rows, profile and figures are replaced
-    where the fit is not each model's own probe. Returns the fit (``None``: nothing to fit on)."""
-    import envs
-    from bench.fidelity import contention
-
-    cluster = envs.resolve_cluster(args.cluster)
-    have = [i for i in items if i.get("graph") is not None]
-    fitted = contention.fit([i for i in have if i["group"] == "tuned"], cluster, args.device_map)
-    if fitted is None:
-        return None
-    log(
-        f"host contention fitted on {', '.join(fitted['models'])}: {fitted['op']} (mean MAPE "
-        f"{100 * fitted['mape']:.1f}%, "
-        f"their probes {100 * (fitted['probe_mape'] or float('nan')):.1f}%)"
-    )
-    if fitted["op"] != contention.PROBE:
-        for item in have:
-            item["rows"], item["prof"] = contention.rescored(item, fitted["op"], cluster, args.device_map)
-            item["figures"].update(model_figures(item["name"], item["group"], item["rows"]))
-            fit = item["figures"].get("profile_fit") or {}
-            for d in contention.host_names(item["prof"]):
-                if d in fit:
-                    fit[d]["contention"] = item["prof"]["devices"][d]["contention"]
-    return fitted
-
-
-# ---------------------------------------------------------------------- output
-def header(args: argparse.Namespace, device: str) -> str:
-    how = (
-        ""
-        if args.rescore
-        else f"median of {args.rounds} interleaved rounds x {args.steps} Adam steps after {args.warmup} warm-up "
-        f"steps and {args.warmup_s:g} s; {args.cpus} host threads; "
-    )
-    return (
-        f"Calibrated simulator vs real steps on {device} (cluster {args.cluster}, `--device-map "
-        f"{args.device_map}`, size {args.size}; "
-        f"{how}`{' '.join(args.command)}`)."
-    )
-
-
-def _num(x):
-    if isinstance(x, float):
-        return x if x == x and abs(x) != float("inf") else None
-    if isinstance(x, dict):
-        return {k: _num(v) for k, v in x.items()}
-    if isinstance(x, (list, tuple)):
-        return [_num(v) for v in x]
-    return x
-
-
-def summary_doc(models: list[dict], summary: dict, args: argparse.Namespace, device: str) -> dict:
-    """The ``--json`` document."""
-    return _num(
-        {
-            "device": device,
-            "command": " ".join(args.command),
-            "targets": TARGETS,
-            "groups": summary["groups"],
-            "orders": summary["orders"],
-            "failures": summary.get("failures", []),
-            "contention": summary.get("contention"),
-            "models": models,
-        }
-    )
-
-
-def merged_summary(path: str, rows: list[dict], args: argparse.Namespace, device: str) -> dict:
-    """``summary.json``: this run's models replace their earlier entries; other models' stay (one model per call
-    works)."""
-    from graphs.io import read_json
-
-    doc = read_json(path) if os.path.exists(path) else {}
-    old = [m for m in doc.get("models", []) if isinstance(m, dict) and m.get("model") not in {r["model"] for r in rows}]
-    new = [{**r, "device": device, "command": " ".join(args.command), "time_unix": time.time()} for r in rows]
-    return _num({"format": "placer-gpu-validation/2", "targets": TARGETS, "models": old + new})
-
-
 def device_name(args: argparse.Namespace) -> str:
     import torch
 
@@ -295,7 +211,7 @@ def device_name(args: argparse.Namespace) -> str:
 
 # ------------------------------------------------------------------------ CLI
 def parse(argv: list[str] | None) -> argparse.Namespace:
-    p = OneLineParser(prog="validate_gpu.py", description=__doc__.split("\n\n")[0])
+    p = OneLineParser(prog="python -m bench.validate_gpu", description=__doc__.split("\n\n")[0])
     p.add_argument(
         "--tiny", action="store_true", help="CPU-only smoke test: every logical device on the CPU, small models"
     )
@@ -347,7 +263,7 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
         "--work-dir", default="runs/validate_gpu", help="resumable state: profiles, training runs, measured blocks"
     )
     args = p.parse_args(argv)
-    args.command = ["python", "scripts/validate_gpu.py", *(sys.argv[1:] if argv is None else argv)]
+    args.command = ["python", "-m", "bench.validate_gpu", *(sys.argv[1:] if argv is None else argv)]
     for key, value in DEFAULTS["tiny" if args.tiny else "gpu"].items():
         if getattr(args, key) is None:
             setattr(args, key, value)
@@ -406,33 +322,32 @@ def main(argv: list[str] | None = None) -> int:
         return 2
 
 
-def run(args: argparse.Namespace) -> int:
-    from envs.real.profiler import save_profile
+def rescore(args: argparse.Namespace, names: list[str]) -> int:
+    """``--rescore``: the folder's measurements scored again here, with its profiles; nothing written."""
+    import envs
     from envs.sim.simulator import MODEL_VERSION
+
+    names = [n for n in names if os.path.exists(os.path.join(args.rescore, f"{n}.jsonl"))]
+    items = [rescore_model(n, group_of(n, args), args) for n in names]
+    fitted = contention.refit(items, envs.resolve_cluster(args.cluster), args.device_map)
+    models = [i["figures"] for i in items]
+    device = f"measurements of {args.rescore}, rescored here"
+    summary = {**run_summary(models, MODEL_VERSION), "contention": fitted}
+    print(
+        json.dumps(summary_doc(models, summary, args, device), indent=1)
+        if args.json
+        else markdown(models, summary, header(args, device))
+    )
+    return 0
+
+
+def run_models(args: argparse.Namespace, names: list[str], device: str, path: str) -> tuple[list[dict], list[str]]:
+    """Each model end to end, its rows, profile and ``summary.json`` entry written as it finishes: ``(items,
+    failures)``. A model that fails is a failure, the others still run; the deadline stops the run."""
+    from envs.real.profiler import save_profile
     from placer.learn.checkpoint import write_json
 
-    names = args.held + args.tuned  # held out first: the figures that count
-    if args.rescore:
-        names = [n for n in names if os.path.exists(os.path.join(args.rescore, f"{n}.jsonl"))]
-        items = [rescore_model(n, group_of(n, args), args) for n in names]
-        fitted = refit_contention(items, args)
-        models = [i["figures"] for i in items]
-        device = f"measurements of {args.rescore}, rescored here"
-        summary = {**run_summary(models, MODEL_VERSION), "contention": fitted}
-        print(
-            json.dumps(summary_doc(models, summary, args, device), indent=1)
-            if args.json
-            else markdown(models, summary, header(args, device))
-        )
-        return 0
-    os.makedirs(args.out_dir, exist_ok=True)
-    device = device_name(args)
-    log(
-        f"validate_gpu: {device}; held out {', '.join(args.held) or 'none'}; tuned "
-        f"{', '.join(args.tuned) or 'none'} ({args.size})"
-    )
     items, failures = [], []
-    path = os.path.join(args.out_dir, "summary.json")
     for name in names:
         t0 = time.time()
         try:
@@ -450,32 +365,39 @@ def run(args: argparse.Namespace) -> int:
             continue
         runs.write_rows(os.path.join(args.out_dir, f"{name}.jsonl"), rows)
         save_profile(prof, os.path.join(args.out_dir, f"{name}.profile.json"))
-        items.append(
-            {
-                "name": name,
-                "group": group_of(name, args),
-                "figures": figures,
-                "rows": rows,
-                "prof": prof,
-                "graph": graph,
-            }
-        )
+        group = group_of(name, args)
+        items.append({"name": name, "group": group, "figures": figures, "rows": rows, "prof": prof, "graph": graph})
         write_json(path, merged_summary(path, [figures], args, device))  # after each model: a run cut short keeps it
         log(f"[{name}] done in {time.time() - t0:.0f}s")
+    return items, failures
+
+
+def run(args: argparse.Namespace) -> int:
+    """Every model (held out first: the figures that count), the contention fitted, the summary and report."""
+    import envs
+    from envs.real.profiler import save_profile
+    from envs.sim.simulator import MODEL_VERSION
+    from placer.learn.checkpoint import write_json
+
+    names = args.held + args.tuned
+    if args.rescore:
+        return rescore(args, names)
+    os.makedirs(args.out_dir, exist_ok=True)
+    device = device_name(args)
+    log(
+        f"validate_gpu: {device}; held out {', '.join(args.held) or 'none'}; tuned "
+        f"{', '.join(args.tuned) or 'none'} ({args.size})"
+    )
+    path = os.path.join(args.out_dir, "summary.json")
+    items, failures = run_models(args, names, device, path)
     if not items:
         raise PlacerError(f"no model finished: {'; '.join(failures)}")
-    fitted = refit_contention(
-        items, args
-    )  # the probe's contention, or the tuned models' fit: every model scored with it
+    # the probe's contention, or the tuned models' fit: every model scored with it
+    fitted = contention.refit(items, envs.resolve_cluster(args.cluster), args.device_map)
     models = [i["figures"] for i in items]
     summary = {**run_summary(models, MODEL_VERSION), "failures": failures, "contention": fitted}
-    write_json(
-        path,
-        {
-            **merged_summary(path, models, args, device),
-            **_num({k: summary[k] for k in ("groups", "orders", "failures", "contention")}),
-        },
-    )
+    kept = finite({k: summary[k] for k in ("groups", "orders", "failures", "contention")})
+    write_json(path, {**merged_summary(path, models, args, device), **kept})
     record = summary["orders"]["record"]
     write_json(os.path.join(args.out_dir, "order_trust.json"), record)
     for item in items:  # the planner keeps to the tuned models' margin wherever these profiles are used

@@ -6,7 +6,7 @@ step time, the best heuristic of ``placer compare`` (and which), the expert
 placement, the lower bound, the time to first match the best heuristic and to the
 best, and the setup time (capture + heuristics, not in the budget).
 
-The fair rival of a warm-started learner is local search from the same start with
+The fair comparison for a warm-started learner is local search from the same start with
 the same budget: the "annealing from best" column is
 ``placer.methods.get("annealing")(g, c, steps=10**9, time_budget_s=B, t0=0.002,
 init=(best,))`` scored in the same issue order as the learner (``--score-order``).
@@ -14,9 +14,9 @@ init=(best,))`` scored in the same issue order as the learner (``--score-order``
 each row per seed and reports the median.
 
 Usage:
-    OMP_NUM_THREADS=1 python scripts/bench_train.py --time-budget 300 nmt-2 rnnlm
-    OMP_NUM_THREADS=1 python scripts/bench_train.py --time-budget 300 --seeds 0,1,2 --scratch --json nmt-2
-    python scripts/bench_train.py --json > bench.json
+    OMP_NUM_THREADS=1 python -m bench.zoo_train --time-budget 300 nmt-2 rnnlm
+    OMP_NUM_THREADS=1 python -m bench.zoo_train --time-budget 300 --seeds 0,1,2 --scratch --json nmt-2
+    python -m bench.zoo_train --json > bench.json
 """
 
 from __future__ import annotations
@@ -24,16 +24,21 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import statistics
 import sys
 import time
 
+import numpy as np
+
+import envs
+from bench.common import OneLineParser
+from graphs import zoo
+from placer.learn.config import TrainConfig
+from placer.learn.loop import train
+from placer.methods import get
+
 
 def run_one(name: str, args: argparse.Namespace, seed: int, warm_start: str) -> dict:
-    import envs
-    from graphs import zoo
-    from placer.learn.config import TrainConfig
-    from placer.learn.loop import train
-
     t0 = time.perf_counter()
     graph = zoo.graph(name)
     cluster = envs.resolve_cluster(args.cluster)
@@ -65,14 +70,9 @@ def run_one(name: str, args: argparse.Namespace, seed: int, warm_start: str) -> 
 
 def annealing_from_best(graph, cluster, best: str, args: argparse.Namespace, seed: int) -> float:
     """Annealing started from the best heuristic with the learner's budget, scored in the learner's order."""
-    import numpy as np
-
-    import envs
-    from placer.methods import get
-
     env = envs.SimEnv(graph, cluster)
     order = "planned" if args.score_order == "planned" else None
-    idx = get("annealing")(
+    op_devices = get("annealing")(
         graph,
         cluster,
         seed=seed,
@@ -83,14 +83,12 @@ def annealing_from_best(graph, cluster, best: str, args: argparse.Namespace, see
         env=env,
         order=order,
     )
-    t, failed = env.step_times(np.asarray(idx, dtype=np.int32)[None], order=order)
-    return float("inf") if failed[0] else float(t[0])
+    step_time_s, failed = env.step_times(np.asarray(op_devices, dtype=np.int32)[None], order=order)
+    return float("inf") if failed[0] else float(step_time_s[0])
 
 
 def median_rows(rows: list[dict]) -> list[dict]:
     """One row per (graph, warm start): the median over seeds of the step times (the median seed's row)."""
-    import statistics
-
     out: dict[tuple, list[dict]] = {}
     for r in rows:
         out.setdefault((r["graph"], r["warm_start_mode"]), []).append(r)
@@ -108,12 +106,12 @@ def median_rows(rows: list[dict]) -> list[dict]:
     return merged
 
 
-def _ms(x: float | None) -> str:
-    return "–" if x is None else f"{x * 1e3:.2f}"
+def _ms(seconds: float | None) -> str:
+    return "–" if seconds is None else f"{seconds * 1e3:.2f}"
 
 
-def _s(x: float | None) -> str:
-    return "–" if x is None or x != x else f"{x:.0f}"
+def _s(seconds: float | None) -> str:
+    return "–" if seconds is None or seconds != seconds else f"{seconds:.0f}"
 
 
 def table(rows: list[dict]) -> str:
@@ -140,9 +138,9 @@ def table(rows: list[dict]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from graphs import zoo
-
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = OneLineParser(
+        prog="python -m bench.zoo_train", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     p.add_argument("graphs", nargs="*", help=f"zoo graphs (default: all of {', '.join(zoo.names())})")
     p.add_argument("--cluster", default="k80x4")
     p.add_argument("--time-budget", type=float, default=300.0, help="training seconds per graph")
@@ -173,14 +171,14 @@ def main(argv: list[str] | None = None) -> int:
     names = args.graphs or zoo.names()
     unknown = [n for n in names if n not in zoo.names()]
     if unknown:
-        print(f"bench_train: unknown zoo graph {unknown[0]!r} (known: {', '.join(zoo.names())})", file=sys.stderr)
+        print(f"zoo_train: unknown zoo graph {unknown[0]!r} (known: {', '.join(zoo.names())})", file=sys.stderr)
         return 2
     try:
         seeds = [int(x) for x in args.seeds.split(",") if x.strip()]
     except ValueError:
         seeds = []
     if not seeds or min(seeds) < 0:
-        print(f"bench_train: --seeds {args.seeds!r}: give non-negative integers, e.g. 0,1,2", file=sys.stderr)
+        print(f"zoo_train: --seeds {args.seeds!r}: give non-negative integers, e.g. 0,1,2", file=sys.stderr)
         return 2
     starts = [args.warm_start] + (["none"] if args.scratch and args.warm_start != "none" else [])
     rows = []

@@ -1,10 +1,10 @@
 """Profile models in context on a GPU, re-measure earlier placements, and check apply's gradients in float64.
 
-The second half of the GPU validation (``scripts/validate_gpu.py`` is the first).
+The second half of the GPU validation (``python -m bench.validate_gpu`` is the first).
 That run found the op-by-op CUDA profile 5-7x too slow against real steps (each
 op timed alone pays the autograd engine's start and the launch that a real step
 overlaps), so this one collects what a faithful eager model needs, per model
-(``calibrate_sim``'s sizes):
+(:mod:`bench.fidelity.models`' sizes):
 
 * **a profile in context** on ``cpu`` and ``cuda:0`` (``envs.real.profiler``, method
   ``context``): on the GPU each op's kernel seconds and host issue seconds,
@@ -22,7 +22,7 @@ overlaps), so this one collects what a faithful eager model needs, per model
 Run on the lent GPU machine from the repository root (files come back from
 ``$OUT``; at most 8)::
 
-    PYTHONPATH=. python3 scripts/gpu_profile.py --from docs/calibration --out-dir $OUT
+    python3 -m bench.gpu_profile --from docs/calibration --out-dir $OUT
 
 On a machine without CUDA, ``--device-map '*=cpu'`` runs the same pipeline on
 the CPU (a smoke test). Output: progress on stderr, a short report on stdout,
@@ -39,10 +39,12 @@ import sys
 import time
 from typing import Any
 
-import calibrate_sim as cs
 import numpy as np
 
-from bench.fidelity.checks import grad_errors  # noqa: E402  (calibrate_sim put the repository root on sys.path)
+from bench.common import OneLineParser
+from bench.fidelity.apply_check import grad_errors
+from bench.fidelity.measuring import measure_here
+from bench.fidelity.models import build, model_names
 from graphs import PlacerError
 
 
@@ -126,7 +128,7 @@ def _remeasure(name: str, args: argparse.Namespace, cluster: Any, graph: Any, ro
             )
             for r in chosen
         ]
-        results = cs.measure_here(
+        results = measure_here(
             name,
             args.size,
             cluster,
@@ -171,8 +173,8 @@ def _apply_checks(
     cases = [("all on the GPU", np.full(graph.num_ops, names.index(args.gpu_name)))]
     if learned:
         cases.insert(0, ("learned (earlier run)", np.array(learned[0]["devices"])))
-    for label, idx in cases:
-        placement = Placement.from_indices(graph, names, idx, method=label)
+    for label, op_devices in cases:
+        placement = Placement.from_indices(graph, names, op_devices, method=label)
         try:
             checks[label] = grad_errors(name, args.size, placement, graph, args.device_map)
         except Exception as e:  # a diagnosis: report, go on
@@ -199,7 +201,7 @@ def run_model(name: str, args: argparse.Namespace) -> dict:
 
     out: dict = {"model": name, "size": args.size}
     cluster = envs.resolve_cluster(args.cluster)
-    model, inputs = cs.build(name, args.size)
+    model, inputs = build(name, args.size)
     graph = capture(model, inputs, name=name)
     torch_devices = list(dict.fromkeys(str(d) for d in resolve_devices(cluster.device_names, args.device_map).values()))
     out["ops"] = graph.num_ops
@@ -212,7 +214,7 @@ def run_model(name: str, args: argparse.Namespace) -> dict:
 
 
 def parse(argv: list[str] | None) -> argparse.Namespace:
-    p = cs.OneLineParser(prog="gpu_profile.py", description=__doc__.split("\n\n")[0])
+    p = OneLineParser(prog="python -m bench.gpu_profile", description=__doc__.split("\n\n")[0])
     p.add_argument("--models", default="rnnlm,nmt-2,resnet50", help="comma-separated (default rnnlm,nmt-2,resnet50)")
     p.add_argument("--size", default="medium", choices=("small", "medium", "full"), help="model sizes (default medium)")
     p.add_argument("--cluster", default="h200x1", help="cluster of the earlier placements (default h200x1)")
@@ -257,8 +259,8 @@ def check(args: argparse.Namespace) -> None:
     from envs.real.placing import check_available, resolve_devices
     from placer.checks import check_float, check_int
 
-    args.model_names = cs.model_names(args.models, args.size)
-    args.apply_check = cs.model_names(args.apply_check, args.size, "--apply-check", empty_ok=True)
+    args.model_names = model_names(args.models, args.size)
+    args.apply_check = model_names(args.apply_check, args.size, "--apply-check", empty_ok=True)
     for opt in ("stride", "repeats", "steps", "cpus"):
         check_int(getattr(args, opt), f"--{opt}", least=1)
     check_int(args.remeasure, "--remeasure", least=0)

@@ -30,9 +30,9 @@ On a CPU, ``--tiny`` runs the whole pipeline with a small model and every logica
 device on the CPU (a stand-in: the cap is in the cluster file only, and the figures
 say nothing about a GPU)::
 
-    python scripts/gpu_offload.py rivals --tiny --out-dir /tmp/offload
-    python scripts/gpu_offload.py finetune --tiny --out-dir /tmp/offload
-    python scripts/gpu_offload.py report --out-dir /tmp/offload
+    python -m bench.gpu_offload rivals --tiny --out-dir /tmp/offload
+    python -m bench.gpu_offload finetune --tiny --out-dir /tmp/offload
+    python -m bench.gpu_offload report --out-dir /tmp/offload
 
 Progress goes to stderr; the table to stdout (``--json``: the report as JSON).
 """
@@ -44,9 +44,8 @@ import json
 import os
 import sys
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # the repository root, for bench/
-
-from graphs import PlacerError  # noqa: E402
+from bench.common import OneLineParser
+from graphs import PlacerError
 
 DEFAULTS = {
     "gpu": dict(
@@ -72,14 +71,8 @@ DEFAULTS = {
 }
 
 
-class OneLineParser(argparse.ArgumentParser):
-    def error(self, message: str) -> None:  # type: ignore[override]
-        print(f"gpu_offload: {message}", file=sys.stderr)
-        raise SystemExit(2)
-
-
 def parse(argv: list[str] | None) -> argparse.Namespace:
-    p = OneLineParser(prog="gpu_offload.py", description=__doc__.split("\n\n")[0])
+    p = OneLineParser(prog="python -m bench.gpu_offload", description=__doc__.split("\n\n")[0])
     p.add_argument("stage", choices=("plan", "profile", "rivals", "finetune", "report", "adam"))
     p.add_argument(
         "--tiny", action="store_true", help="the CPU stand-in: a small model, every logical device on the CPU"

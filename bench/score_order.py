@@ -1,8 +1,7 @@
-#!/usr/bin/env python
-"""The rivals of a planned-order run: every heuristic searched in node order and re-timed, or searched planned.
+"""The heuristics of a planned-order run: each searched in node order and re-timed, or searched planned.
 
-    python scripts/bench_score_order.py                                 # nmt-2,nmt-4,inception-v3 on k80x4
-    python scripts/bench_score_order.py --graphs gpt2,resnet50 --clusters k80x4,v100x4 --json
+    python -m bench.score_order                                 # nmt-2,nmt-4,inception-v3 on k80x4
+    python -m bench.score_order --graphs gpt2,resnet50 --clusters k80x4,v100x4 --json
 
 ``placer train`` scores its samples in each placement's planned issue order (``--score-order auto``). Its
 "best heuristic" used to come from ``placer compare`` in node order, each row re-timed in its planned order
@@ -14,22 +13,23 @@ solver), seed 0. Simulated step times: they hold inside our simulator only.
 
 from __future__ import annotations
 
-import argparse
-import json
 import os
+
+os.environ.setdefault("OMP_NUM_THREADS", "1")  # one thread unless told otherwise: read as numpy and torch load
+
+import json
 import sys
 import time
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # the repository root, for bench/
-
-os.environ.setdefault("OMP_NUM_THREADS", "1")
+import envs
+from bench.common import OneLineParser
+from bench.graph_sources import graphs_and_clusters
+from graphs import PlacerError
+from placer.compare import compare, default_methods
 
 
 def cell(graph, cluster, seed: int) -> dict:
     """Both comparisons of one graph and cluster: per heuristic, its planned-order time each way."""
-    import envs
-    from placer.compare import compare, default_methods
-
     methods = default_methods(exclude=("ilp",))
     env = envs.SimEnv(graph, cluster)
     t0 = time.perf_counter()
@@ -44,8 +44,9 @@ def cell(graph, cluster, seed: int) -> dict:
             continue
         retimed = None
         if a.status == "ok" and a.placement is not None:
-            t, oom = env.step_times(a.placement.indices(graph, cluster.device_names)[None], order="planned")
-            retimed = None if oom[0] else float(t[0])
+            op_devices = a.placement.indices(graph, cluster.device_names)
+            step_time_s, failed = env.step_times(op_devices[None], order="planned")
+            retimed = None if failed[0] else float(step_time_s[0])
         rows.append(
             {
                 "method": a.method,
@@ -101,10 +102,7 @@ def table(c: dict) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from bench import budget as bb
-    from graphs import PlacerError
-
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = OneLineParser(prog="python -m bench.score_order", description=__doc__.splitlines()[0])
     ap.add_argument(
         "--graphs", default="nmt-2,nmt-4,inception-v3", help="comma list of zoo names, graph files or module:callable"
     )
@@ -113,9 +111,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--json", action="store_true", help="print every cell as JSON instead of the tables")
     args = ap.parse_args(argv)
     try:
-        graphs, clusters = bb.graphs_and_clusters(args.graphs, args.clusters)
+        graphs, clusters = graphs_and_clusters(args.graphs, args.clusters)
     except PlacerError as e:
-        print(f"bench_score_order: {e}", file=sys.stderr)
+        print(f"score_order: {e}", file=sys.stderr)
         return 2
     cells = []
     for cluster in clusters:

@@ -1,39 +1,42 @@
-#!/usr/bin/env python
 """How far the best placements we know are from the lower bound: every bound, which wins, and best / bound.
 
-    python scripts/bench_bound.py                                   # the zoo's five graphs on k80x4 and v100x4
-    python scripts/bench_bound.py --graphs nmt-4 --clusters k80x4 --best docs/budget/planned200k_nmt4.json
-    python scripts/bench_bound.py --best docs/budget/*.json --json
-    python scripts/bench_bound.py --blocks-s 0                      # without the block bound (fast)
+    python -m bench.bound_gap                                   # the zoo's five graphs on k80x4 and v100x4
+    python -m bench.bound_gap --graphs nmt-4 --clusters k80x4 --best docs/budget/planned200k_nmt4.json
+    python -m bench.bound_gap --best docs/budget/*.json --json
+    python -m bench.bound_gap --blocks-s 0                      # without the block bound (fast)
 
 For each graph and cluster it computes :func:`envs.SimEnv.lower_bound` (eager executor, one microbatch)
 with the block bound (:mod:`envs.sim.blocks`, its programs given ``--blocks-s`` seconds per cell) and prints
 each of its parts (critical path, work, communicating path, the host-issue bounds, energetic reasoning,
 blocks), the winner, the bound before this release (the best part but blocks) and the seconds it took. With ``--best``,
-files written by ``scripts/bench_budget.py --json`` (read as JSON data), it takes the fastest plan any run in them found
+files written by ``python -m bench.budget --json`` (read as JSON data), it takes the fastest plan any run in them found
 for that graph and cluster (``plan_step_time_s``, in its best issue order) and prints best / bound against both bounds.
 Simulated step times: they hold inside our simulator only.
 """
 
 from __future__ import annotations
 
-import argparse
-import json
 import os
+
+os.environ.setdefault("OMP_NUM_THREADS", "1")  # one thread unless told otherwise: read as numpy and torch load
+
+import json
 import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # the repository root, for bench/
-
-os.environ.setdefault("OMP_NUM_THREADS", "1")
+import envs
+from bench.common import OneLineParser
+from bench.graph_sources import graphs_and_clusters
+from graphs import PlacerError
+from graphs.schema import check_float
 
 #: The parts this release adds; "before" is the best of the others.
 NEW_PARTS = ("blocks",)
 
 
 class BadFile(Exception):
-    """A ``--best`` file that is not a bench_budget JSON output."""
+    """A ``--best`` file that is not a ``python -m bench.budget --json`` output."""
 
 
 def read_best(paths: list[str]) -> dict[tuple[str, str], dict]:
@@ -46,20 +49,18 @@ def read_best(paths: list[str]) -> dict[tuple[str, str], dict]:
             for c in cells:
                 key = (str(c["graph"]), str(c["cluster"]))
                 for r in c["runs"]:
-                    t = r.get("plan_step_time_s")
-                    if t is not None and (key not in best or float(t) < best[key]["step_time_s"]):
-                        best[key] = {"step_time_s": float(t), "method": str(r["method"]), "file": path}
+                    step_time_s = r.get("plan_step_time_s")
+                    if step_time_s is not None and (key not in best or float(step_time_s) < best[key]["step_time_s"]):
+                        best[key] = {"step_time_s": float(step_time_s), "method": str(r["method"]), "file": path}
         except OSError as e:
             raise BadFile(f"{path}: cannot read it ({e.strerror or e})") from None
         except (ValueError, KeyError, TypeError) as e:
-            raise BadFile(f"{path}: not a bench_budget.py --json output ({type(e).__name__}: {e})") from None
+            raise BadFile(f"{path}: not a bench.budget --json output ({type(e).__name__}: {e})") from None
     return best
 
 
 def cell(graph, cluster, best: dict | None, blocks_s: float = 60.0) -> dict:
     """Every bound of one graph and cluster, and best / bound where a best plan is known."""
-    import envs
-
     env = envs.SimEnv(graph, cluster)
     t0 = time.perf_counter()
     lb = env.lower_bound(blocks_s=blocks_s)
@@ -110,11 +111,7 @@ def table(cells: list[dict]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from bench import budget as bb
-    from graphs import PlacerError
-    from graphs.schema import check_float
-
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = OneLineParser(prog="python -m bench.bound_gap", description=__doc__.splitlines()[0])
     ap.add_argument(
         "--graphs",
         default="nmt-2,nmt-4,inception-v3,gpt2,resnet50",
@@ -126,7 +123,7 @@ def main(argv: list[str] | None = None) -> int:
         nargs="*",
         default=[],
         metavar="FILE",
-        help="scripts/bench_budget.py --json outputs: the fastest plan in them is each cell's best known",
+        help="python -m bench.budget --json outputs: the fastest plan in them is each cell's best known",
     )
     ap.add_argument(
         "--blocks-s",
@@ -140,9 +137,9 @@ def main(argv: list[str] | None = None) -> int:
     try:
         check_float(args.blocks_s, "--blocks-s", least=0)
         best = read_best(args.best)
-        graphs, clusters = bb.graphs_and_clusters(args.graphs, args.clusters)
+        graphs, clusters = graphs_and_clusters(args.graphs, args.clusters)
     except (PlacerError, BadFile) as e:
-        print(f"bench_bound: {e}", file=sys.stderr)
+        print(f"bound_gap: {e}", file=sys.stderr)
         return 2
     cells = []
     for cluster in clusters:

@@ -1,6 +1,6 @@
 """Run the conformance corpus on one GPU and its host: every model, every plan, errors against float64 and step times.
 
-The same corpus (:mod:`bench.corpus`, 23 architectures built from configs) and
+The same corpus (:mod:`bench.conformance_corpus`, 23 architectures built from configs) and
 plans (:mod:`bench.conformance`) as ``tests/placer/test_conformance.py``, on real
 devices: the host ``cpu:0`` runs on ``cpu`` and every logical GPU of the
 ``h100x8`` cluster on ``cuda:0`` (so a pipeline over 8 logical GPUs runs its
@@ -13,7 +13,7 @@ synchronised) beside all on ``gpu:0``.
 
 Run from the repository root, on the lent GPU machine (files come back from ``$OUT``)::
 
-    PYTHONUNBUFFERED=1 python3 scripts/gpu_conformance.py --out $OUT/conformance.jsonl --table $OUT/conformance.md
+    PYTHONUNBUFFERED=1 python3 -m bench.gpu_conformance --out $OUT/conformance.jsonl --table $OUT/conformance.md
 
 Not yet timed on a GPU; 95 s on a 2-core CPU with every device mapped to ``cpu``.
 Rows are appended to ``--out`` as each model finishes, so a run cut short keeps
@@ -31,18 +31,16 @@ import os
 import sys
 import time
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # the repository root, for bench/
-
-from bench import conformance, corpus  # noqa: E402
-from bench.common import OneLineParser, machine_line  # noqa: E402
-from graphs import PlacerError  # noqa: E402
+from bench import conformance, conformance_corpus
+from bench.common import OneLineParser, machine_line
+from graphs import PlacerError
 
 DEFAULT_MAP = "cpu:0=cpu,*=cuda:0"
 
 
 def parse(argv: list[str] | None) -> argparse.Namespace:
     p = OneLineParser(
-        prog="gpu_conformance.py",
+        prog="python -m bench.gpu_conformance",
         description=__doc__.split("\n\n")[0],
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
@@ -82,7 +80,7 @@ def check(args: argparse.Namespace) -> None:
     from envs.cluster import resolve_cluster
     from envs.real.placing import check_available, resolve_devices
 
-    args.model_names = _names(args.models, corpus.available(), "--models")
+    args.model_names = _names(args.models, conformance_corpus.available(), "--models")
     args.plan_names = _names(args.plans, list(conformance.PLANS), "--plans")
     for opt, least in (("steps", 0), ("warmup", 0), ("threads", 0)):
         if getattr(args, opt) < least:

@@ -1,6 +1,6 @@
 """How well the gnn policy can imitate one heuristic placement: agreement and greedy step time per step.
 
-    OMP_NUM_THREADS=1 python scripts/probe_imitation.py [GRAPH] [--cluster k80x4] [--steps 300] [--every 50]
+    OMP_NUM_THREADS=1 python -m bench.probe_imitation [GRAPH] [--cluster k80x4] [--steps 300] [--every 50]
         [--lr 3e-3] [--decoder independent|schedule] [--dagger P] [--switch-share S] [--json]
 
 GRAPH: a zoo graph, or a pretraining corpus item (``recurrent-1500-s51``: ``placer pretrain``'s synthetic
@@ -17,17 +17,29 @@ reproduce a placement of a graph it is trained on, zero-shot on unseen graphs ca
 
 from __future__ import annotations
 
+import os
+
+os.environ.setdefault("OMP_NUM_THREADS", "1")  # one thread unless told otherwise: read as numpy and torch load
+
 import argparse
 import json
-import os
 import sys
 import time
 
-os.environ.setdefault("OMP_NUM_THREADS", "1")
+import numpy as np
+import torch
+
+import envs
+from bench.common import OneLineParser
+from graphs import PlacerError, plan, zoo
+from placer.learn.corpus import build_corpus
+from placer.learn.pretrain import canonical_label
+from placer.learn.pretrain import imitation_label as best_heuristic
+from policies.gnn import GNNNet, GNNPolicy
 
 
 def _parse(argv: list[str] | None) -> argparse.Namespace:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = OneLineParser(prog="python -m bench.probe_imitation", description=__doc__.splitlines()[0])
     ap.add_argument(
         "graph",
         nargs="?",
@@ -64,8 +76,6 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
 def _report(
     args: argparse.Namespace, g, c, method: str, label_s: float, label, single_s: float, switch, rows: list[dict]
 ) -> int:
-    import numpy as np
-
     head = {
         "graph": g.name,
         "ops": g.num_ops,
@@ -98,16 +108,6 @@ def _report(
 
 
 def main(argv: list[str] | None = None) -> int:
-    import numpy as np
-    import torch
-
-    import envs
-    from graphs import PlacerError, plan, zoo
-    from placer.learn.corpus import build_corpus
-    from placer.learn.pretrain import canonical_label
-    from placer.learn.pretrain import imitation_label as best_heuristic
-    from policies.gnn import GNNNet, GNNPolicy
-
     args = _parse(argv)
     if args.steps < 0 or args.every < 1 or not args.lr > 0 or not 0 <= args.switch_share < 1:
         print(
@@ -146,14 +146,14 @@ def main(argv: list[str] | None = None) -> int:
         )
         if step % args.every == 0 or step == args.steps:
             greedy = policy.greedy()
-            t, failed = env.step_times(greedy[None])
+            step_time_s, failed = env.step_times(greedy[None])
             rows.append(
                 {
                     "step": step,
                     "loss": float(loss.detach()),
                     "agreement": float((greedy == label).mean()),
                     "switch_agreement": float((greedy[switch] == label[switch]).mean()) if switch.any() else 1.0,
-                    "greedy_step_time_s": None if failed[0] else float(t[0]),
+                    "greedy_step_time_s": None if failed[0] else float(step_time_s[0]),
                     "ops_per_device": np.bincount(greedy, minlength=c.num_devices).tolist(),
                     "seconds": time.perf_counter() - t0,
                 }

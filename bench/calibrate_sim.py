@@ -8,22 +8,21 @@ for reference, the uncalibrated preset), then report Spearman's rank correlation
 and the mean absolute percentage error (MAPE) of simulated vs measured step time.
 
     # CPU only (every logical device runs on the CPU), toy-sized zoo models:
-    python scripts/calibrate_sim.py --devices cpu --size small
+    python -m bench.calibrate_sim --devices cpu --size small
     # one GPU and its host, the zoo's real sizes:
-    python scripts/calibrate_sim.py --devices cpu,cuda:0 --size full
+    python -m bench.calibrate_sim --devices cpu,cuda:0 --size full
 
 Placements: half draw each op's device independently with a per-placement bias
 (from "all on the CPU" to "all on the GPU"), half cut the op sequence into 2-6
 contiguous segments with a random device each (few transfers), so step times
 spread over the range a placer explores. Results go to ``--out-dir``
 (``calibration.json``, ``calibration.md`` and each model's resumable
-``measurements.jsonl``).
+``measurements.jsonl``). The measurements are :mod:`bench.fidelity.measuring`'s.
 """
 
 from __future__ import annotations
 
 import argparse
-import functools
 import json
 import os
 import sys
@@ -31,13 +30,12 @@ import time
 
 import numpy as np
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # the repository root, for bench/
-
-from bench.common import OneLineParser  # noqa: E402,F401  (gpu_profile.py)
-from bench.fidelity.models import SIZES, SMALL, build, model_names, zoo_names  # noqa: E402,F401  (model_names: gpu_profile.py)
-from bench.fidelity.runs import calibrated, physical  # noqa: E402,F401
-from bench.fidelity.scoring import mape, random_placements, spearman  # noqa: E402
-from graphs import PlacerError  # noqa: E402
+from bench.common import OneLineParser
+from bench.fidelity.measuring import measure_local, measure_ray
+from bench.fidelity.metrics import mape, spearman
+from bench.fidelity.models import SMALL, build, zoo_names
+from bench.fidelity.runs import calibrated, random_placements
+from graphs import PlacerError
 
 
 def simulator_executor(requested: str | None) -> tuple[str, dict]:
@@ -56,136 +54,10 @@ def sim_times(graph, cluster, placements, executor: dict | None = None, orders=N
     import envs
 
     out = []
-    for k, p in enumerate(placements):
-        r = envs.simulate(graph, p, cluster, **(executor or {}), order=None if orders is None else orders[k])
+    for k, op_devices in enumerate(placements):
+        r = envs.simulate(graph, op_devices, cluster, **(executor or {}), order=None if orders is None else orders[k])
         out.append(r.step_time_s if r.ok else r.extra.get("sim_step_time_s", float("inf")))
     return np.asarray(out)
-
-
-def measure_local(name: str, args: argparse.Namespace, cluster, graph, placements) -> list:
-    """Measure each placement in this process: the module ``placer.apply`` builds, trained by
-    ``envs.real.timing.train_step`` (``--warmup`` then ``--steps`` steps, median), each step timed
-    by ``envs.real.profiler.host_clock`` (this thread's CPU time when torch uses one thread: on a
-    busy machine the time other processes held the core does not count)."""
-    import statistics
-
-    import torch
-
-    from envs.real.placing import place_module
-    from envs.real.profiler import host_clock
-    from envs.real.timing import train_step
-    from envs.result import Result
-    from graphs.torch_capture import export_program
-
-    model, inputs = build(name, args.size)
-    ep = export_program(model, inputs)
-    snapshot = {k: v.detach().clone() for k, v in ep.state_dict.items()}
-    _, clock = host_clock()
-    results = []
-    for p in placements:
-        with torch.no_grad():
-            for k, v in ep.state_dict.items():
-                v.copy_(snapshot[k])
-        module = place_module(ep, {op: cluster.device_names[d] for op, d in zip(graph.names, p)}, args.device_map)
-        opt = torch.optim.Adam(module.parameters(), lr=1e-3)
-        times = []
-        for k in range(args.warmup + args.steps):
-            t0 = clock()
-            train_step(module, inputs, opt)
-            if k >= args.warmup:
-                times.append(clock() - t0)
-        results.append(Result(float(statistics.median(times)), "ok", source="measured", extra={"step_times_s": times}))
-    return results
-
-
-def measure_ray(
-    name: str,
-    size: str,
-    cluster,
-    graph,
-    placements,
-    run_dir: str,
-    *,
-    device_map,
-    warmup: int,
-    steps: int,
-    cpus: int,
-    timeout: float,
-) -> list:
-    """Measure each placement in a Ray actor (:class:`envs.MeasuredEnv`, one worker, wall clock); results are
-    logged to ``run_dir/measurements.jsonl``, so a rerun measures only what is not there yet."""
-    from envs.real.measured import MeasuredEnv
-
-    env = MeasuredEnv(
-        functools.partial(build, name, size),
-        cluster,
-        graph=graph,
-        workers=1,
-        device_map=device_map,
-        warmup_steps=warmup,
-        timed_steps=steps,
-        run_dir=run_dir,
-        cpus_per_worker=cpus,
-        measure_timeout_s=timeout,
-    )
-    try:
-        return env.evaluate(placements)
-    finally:
-        env.close()
-
-
-def measure_here(
-    name: str,
-    size: str,
-    cluster,
-    graph,
-    placements,
-    run_dir: str,
-    *,
-    device_map,
-    warmup: int,
-    steps: int,
-    cpus: int,
-    timeout: float,
-) -> list:
-    """As :func:`measure_ray`, without Ray: the actor's own code (``envs.real.measured.Worker.measure``: the module
-    ``placer.apply`` builds, ``warmup`` then ``steps`` Adam steps, wall clock, CUDA synchronised) runs in this
-    process, each placement under ``timeout`` (SIGALRM), logged to the same resumable ``measurements.jsonl``.
-    For a machine without Ray (the lent GPU machines have none, and its wheel is too big to carry there)."""
-    from envs.real.measured import MeasuredEnv, Worker
-    from envs.real.timing import StepTimeout, time_limit
-    from envs.result import Result
-
-    source = functools.partial(build, name, size)
-    # The env only keys placements and keeps the log here (it starts Ray only in evaluate()); it has no public
-    # writer for its log, so its own _record is used, keeping one log format for both ways of measuring.
-    env = MeasuredEnv(
-        source,
-        cluster,
-        graph=graph,
-        workers=1,
-        device_map=device_map,
-        warmup_steps=warmup,
-        timed_steps=steps,
-        run_dir=run_dir,
-        cpus_per_worker=cpus,
-        measure_timeout_s=timeout,
-    )
-    keyed = env.keys(placements)
-    worker = None
-    for key, assignment in keyed:
-        if key in env._cache:
-            continue
-        worker = worker or Worker(source, device_map, cpus)
-        try:
-            with time_limit(timeout):
-                result = Result.from_dict(
-                    worker.measure(assignment, graph.content_hash, warmup, steps, env._orders.get(key))
-                )
-        except StepTimeout:  # the alarm rang after measure() returned or before it started
-            result = Result(float("inf"), "timeout", f"measurement ran past {timeout:g}s", source="measured")
-        env._record(key, result)
-    return [env._cache[key] for key, _ in keyed]
 
 
 def run_model(name: str, args: argparse.Namespace) -> dict:
@@ -261,7 +133,7 @@ def run_model(name: str, args: argparse.Namespace) -> dict:
 
 def markdown(rows: list[dict], args: argparse.Namespace) -> str:
     lines = [
-        "Calibrated simulator vs real training steps: `python scripts/calibrate_sim.py --devices "
+        "Calibrated simulator vs real training steps: `python -m bench.calibrate_sim --devices "
         f"{args.devices} --size {args.size} "
         f"--cluster {args.cluster}{' --device-map ' + repr(args.device_map) if args.device_map else ''} "
         f"--placements {args.placements} "
@@ -307,7 +179,7 @@ def summary(rows: list[dict]) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p = OneLineParser(prog="python -m bench.calibrate_sim", description=__doc__.split("\n\n")[0])
     p.add_argument("--models", default="rnnlm,resnet50", help="comma-separated zoo names (default rnnlm,resnet50)")
     p.add_argument("--devices", default="cpu", help="torch devices to profile: cpu, or cpu,cuda:0 (default cpu)")
     p.add_argument("--cluster", default="h200x1", help="cluster whose logical devices placements use (default h200x1)")

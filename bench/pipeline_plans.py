@@ -10,7 +10,7 @@ W < M one-forward-one-backward, at most W in flight). Prints one markdown table
 per (model, cluster), or ``--json``.
 
 Usage:
-    python scripts/bench_pipeline.py [--models llama8b,llama1b,mixtral] [--clusters h100x8,a100-40gx4]
+    python -m bench.pipeline_plans [--models llama8b,llama1b,mixtral] [--clusters h100x8,a100-40gx4]
         [--microbatches 1,2,4,8] [--inflight all|W[,W...]] [--methods accelerate,gpipe,expert,m_topo,m_sct,annealing]
         [--anneal-s 60] [--host-input-free] [--json]
 
@@ -20,13 +20,26 @@ Usage:
 
 from __future__ import annotations
 
+import os
+
+os.environ.setdefault("OMP_NUM_THREADS", "1")  # one thread unless told otherwise: read as numpy and torch load
+
 import argparse
 import json
-import os
 import sys
 import time
+from typing import Any
 
-os.environ.setdefault("OMP_NUM_THREADS", "1")
+import numpy as np
+import torch
+
+import envs
+from bench.common import OneLineParser
+from envs.microbatch import parse_windows, plan_shapes
+from graphs import PlacerError, capture
+from graphs.ops import input_free_mask
+from placer.methods import registry
+from placer.methods.registry import HeuristicUnavailable, accepts
 
 GIB = float(1 << 30)
 
@@ -92,16 +105,9 @@ MODELS = {
 }
 
 
-def cluster(name: str):
-    import envs
-
-    return envs.resolve_cluster(name)
-
-
 def build(name: str, seq: int, batch: int):
     """(model on meta in bf16, (input_ids, labels)) for ``name``."""
-    import torch
-    import transformers
+    import transformers  # an extra: only the models need it
 
     cls_name, kw = MODELS[name]
     cfg = getattr(transformers, cls_name)(**kw)
@@ -128,6 +134,56 @@ def build(name: str, seq: int, batch: int):
 _CAPTURED: dict = {}
 
 
+def captured(model_name: str, seq: int, batch: int) -> tuple[Any, Any, float]:
+    """``(model, graph, capture seconds)``: one capture per model, shared by the clusters."""
+    key = (model_name, seq, batch)
+    if key not in _CAPTURED:
+        t0 = time.perf_counter()
+        model, inputs = build(model_name, seq, batch)
+        _CAPTURED[key] = (model, capture(model, inputs), time.perf_counter() - t0)
+    return _CAPTURED[key]
+
+
+def method_rows(
+    method: str, model: Any, graph: Any, cluster: Any, base: Any, shapes: list, anneal_s: float, free: Any
+) -> list[dict]:
+    """One method's plan scored at every (M, W) of ``shapes`` (placed again per shape when it searches with the
+    simulator), and each plan with the input-free ops on the host beside it when ``free`` is given."""
+    fn = registry.get(method)
+    host = cluster.kinds.index("cpu") if "cpu" in cluster.kinds else None
+    rows, placed = [], None
+    for M, W in shapes:
+        env = base.with_microbatches(M, W)
+        kwargs: dict[str, Any] = {"seed": 0}
+        if accepts(fn, "model"):
+            kwargs["model"] = model
+        if accepts(fn, "env"):
+            kwargs["env"] = env
+        if method == "annealing":  # placer's search, started from the list schedulers' and the equal-block plans
+            kwargs.update(init=("m_topo", "gpipe"), time_budget_s=anneal_s)
+        row = {"method": method, "microbatches": M, "inflight": W}
+        t = time.perf_counter()
+        try:
+            if placed is None or accepts(fn, "env"):
+                placed = np.asarray(fn(graph, cluster, **kwargs))
+        except HeuristicUnavailable as e:
+            return [*rows, {**row, "status": e.status, "message": str(e)}]
+        except Exception as e:  # noqa: BLE001 - one failing method must not sink the table
+            message = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
+            return [*rows, {**row, "status": "error", "message": message}]
+        place_s = time.perf_counter() - t
+        rows.append(_scored(row, env, placed, place_s))
+        if free is not None and host is not None and free.any():
+            # the same plan with the ops no model input reaches (masks, rotary tables, positions) on the
+            # host: their copies to the stages are then host -> GPU, which wait for the destination's
+            # queue only, instead of peer copies, which are two-way stream barriers
+            moved = placed.copy()
+            moved[free] = host
+            row = {"method": f"{method}+host-input-free", "microbatches": M, "inflight": W}
+            rows.append(_scored({**row, "moved_ops": int(free.sum())}, env, moved, place_s))
+    return rows
+
+
 def run_one(
     model_name: str,
     cluster_name: str,
@@ -139,75 +195,13 @@ def run_one(
     host_input_free: bool = False,
     ws: list[int | None] | None = None,
 ) -> dict:
-    import numpy as np
-
-    import envs
-    from graphs import capture
-    from graphs.ops import input_free_mask
-    from placer.methods import registry
-    from placer.methods.registry import HeuristicUnavailable
-    from placer.methods.registry import accepts as _accepts
-
-    key = (model_name, seq, batch)
-    if key not in _CAPTURED:  # one capture per model, shared by the clusters
-        t0 = time.perf_counter()
-        model, inputs = build(model_name, seq, batch)
-        _CAPTURED[key] = (model, capture(model, inputs), time.perf_counter() - t0)
-    model, graph, capture_s = _CAPTURED[key]
-    c = cluster(cluster_name)
-    base = envs.SimEnv(graph, c)
-    rows = []
+    """Every method's plan of one model on one cluster, scored at every M and W, and the bound at each M."""
+    model, graph, capture_s = captured(model_name, seq, batch)
+    cluster = envs.resolve_cluster(cluster_name)
+    base = envs.SimEnv(graph, cluster)
     free = input_free_mask(graph) if host_input_free else None
-    host = c.kinds.index("cpu") if "cpu" in c.kinds else None
-    from envs.microbatch import plan_shapes
-
     shapes = plan_shapes(ms, ws or [None])
-    for m in methods:
-        fn = registry.get(m)
-        placed = None
-        for M, W in shapes:
-            env = base.with_microbatches(M, W)
-            kwargs = {"seed": 0}
-            if _accepts(fn, "model"):
-                kwargs["model"] = model
-            if _accepts(fn, "env"):
-                kwargs["env"] = env
-            if m == "annealing":  # placer's search, started from the list schedulers' and the equal-block plans
-                kwargs.update(init=("m_topo", "gpipe"), time_budget_s=anneal_s)
-            row = {"method": m, "microbatches": M, "inflight": W}
-            t = time.perf_counter()
-            try:
-                if placed is None or _accepts(fn, "env"):
-                    placed = np.asarray(fn(graph, c, **kwargs))
-            except HeuristicUnavailable as e:
-                row.update(status=e.status, message=str(e))
-                rows.append(row)
-                break
-            except Exception as e:  # noqa: BLE001 - one failing method must not sink the table
-                row.update(status="error", message=f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}")
-                rows.append(row)
-                break
-            place_s = time.perf_counter() - t
-            rows.append(_scored(row, env, placed, place_s))
-            if free is not None and host is not None and free.any():
-                # the same plan with the ops no model input reaches (masks, rotary tables, positions) on the
-                # host: their copies to the stages are then host -> GPU, which wait for the destination's
-                # queue only, instead of peer copies, which are two-way stream barriers
-                moved = placed.copy()
-                moved[free] = host
-                rows.append(
-                    _scored(
-                        {
-                            "method": f"{m}+host-input-free",
-                            "microbatches": M,
-                            "inflight": W,
-                            "moved_ops": int(free.sum()),
-                        },
-                        env,
-                        moved,
-                        place_s,
-                    )
-                )
+    rows = [r for m in methods for r in method_rows(m, model, graph, cluster, base, shapes, anneal_s, free)]
     bounds = {M: base.with_microbatches(M).lower_bound() for M in ms}
     return {
         "model": model_name,
@@ -262,8 +256,8 @@ def table(res: dict) -> str:
     return "\n".join(out)
 
 
-def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def parse(argv: list[str] | None) -> argparse.Namespace:
+    ap = OneLineParser(prog="python -m bench.pipeline_plans", description=__doc__.splitlines()[0])
     ap.add_argument("--models", default="llama8b")
     ap.add_argument("--clusters", default="h100x8")
     ap.add_argument("--microbatches", default="1,2,4,8")
@@ -282,19 +276,20 @@ def main() -> int:
         help="also score each plan with the ops no model input reaches (masks, rotary tables) on the host",
     )
     ap.add_argument("--json", action="store_true")
-    args = ap.parse_args()
+    return ap.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse(argv)
     for m in args.models.split(","):
         if m not in MODELS:
-            print(f"bench_pipeline: --models {m!r}: unknown (known: {', '.join(MODELS)})", file=sys.stderr)
+            print(f"pipeline_plans: --models {m!r}: unknown (known: {', '.join(MODELS)})", file=sys.stderr)
             return 2
     ms = [int(x) for x in args.microbatches.split(",")]
-    from envs.microbatch import parse_windows
-    from graphs import PlacerError
-
     try:
         ws = parse_windows(args.inflight)
     except PlacerError as e:
-        print(f"bench_pipeline: {e}", file=sys.stderr)
+        print(f"pipeline_plans: {e}", file=sys.stderr)
         return 2
     results = []
     for model_name in args.models.split(","):

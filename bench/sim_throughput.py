@@ -7,29 +7,32 @@ times one scalar ``envs.simulate`` call (full Result: memory sweep, busy times),
 for one executor model (``--executor eager``, the default, or ``dataflow``) or
 both (``--executor both``: the JSON is then ``{"eager": {...}, "dataflow": {...}}``).
 
-    python scripts/bench_sim.py [--ops 10000] [--cluster k80x4] [--batch 64] [--executor eager|dataflow|both] [--json]
+    python -m bench.sim_throughput [--ops 10000] [--cluster k80x4] [--batch 64] [--executor eager|dataflow|both]
+        [--json]
 """
 
 from __future__ import annotations
 
 import os
 
-os.environ.setdefault("OMP_NUM_THREADS", "1")
+os.environ.setdefault("OMP_NUM_THREADS", "1")  # one thread unless told otherwise: read as numpy and numba load
 os.environ.setdefault("NUMBA_NUM_THREADS", "1")
 
-import argparse  # noqa: E402
-import json  # noqa: E402
-import platform  # noqa: E402
-import time  # noqa: E402
+import argparse
+import json
+import platform
+import sys
+import time
 
-import numpy as np  # noqa: E402
+import numpy as np
 
-import envs  # noqa: E402
-from graphs.synthetic import random_dag  # noqa: E402
+import envs
+from bench.common import OneLineParser
+from graphs.synthetic import random_dag
 
 
-def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def main(argv: list[str] | None = None) -> int:
+    ap = OneLineParser(prog="python -m bench.sim_throughput", description=__doc__.split("\n\n")[0])
     ap.add_argument("--ops", type=int, default=10_000, help="graph size (default 10000)")
     ap.add_argument("--cluster", default="k80x4", help="cluster preset or file (default k80x4)")
     ap.add_argument("--batch", type=int, default=64, help="placements per step_times call (default 64)")
@@ -41,12 +44,12 @@ def main() -> int:
         help="executor model to time (default eager)",
     )
     ap.add_argument("--json", action="store_true", help="print one JSON object")
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
 
     graph = random_dag(args.ops, seed=0)
     cluster = envs.resolve_cluster(args.cluster)
     executors = ("eager", "dataflow") if args.executor == "both" else (args.executor,)
-    reports = {ex: bench(graph, cluster, ex, args) for ex in executors}
+    reports = {ex: measure(graph, cluster, ex, args) for ex in executors}
     if args.json:
         print(json.dumps(reports if len(executors) > 1 else reports[executors[0]], indent=1))
         return 0
@@ -72,21 +75,21 @@ def main() -> int:
     return 0
 
 
-def bench(graph, cluster, executor: str, args: argparse.Namespace) -> dict:
+def measure(graph, cluster, executor: str, args: argparse.Namespace) -> dict:
     """The figures for one executor model."""
     rng = np.random.default_rng(0)
-    batch = rng.integers(0, cluster.num_devices, size=(args.batch, graph.num_ops), dtype=np.int32)
+    op_devices = rng.integers(0, cluster.num_devices, size=(args.batch, graph.num_ops), dtype=np.int32)
 
     t0 = time.perf_counter()
     env = envs.SimEnv(graph, cluster, executor=executor)
-    env.step_times(batch[:1])  # compiles the kernel (or loads it from numba's cache)
+    env.step_times(op_devices[:1])  # compiles the kernel (or loads it from numba's cache)
     warmup_s = time.perf_counter() - t0
 
     # The kernel is single-threaded, so CPU time is one core's time; on a shared
     # machine wall time also counts the time other processes held the core.
     calls, t0, c0 = 0, time.perf_counter(), time.process_time()
     while True:
-        times, oom = env.step_times(batch)
+        step_time_s, failed = env.step_times(op_devices)
         calls += 1
         elapsed = time.perf_counter() - t0
         if elapsed >= args.seconds:
@@ -98,13 +101,13 @@ def bench(graph, cluster, executor: str, args: argparse.Namespace) -> dict:
     scalar = []
     for k in range(5):
         t = time.perf_counter()
-        result = envs.simulate(graph, batch[k % args.batch], cluster, executor=executor)
+        result = envs.simulate(graph, op_devices[k % args.batch], cluster, executor=executor)
         scalar.append(time.perf_counter() - t)
     t = time.perf_counter()
     bound = envs.lower_bound(graph, cluster)
     bound_s = time.perf_counter() - t
 
-    from envs.sim.kernel import HAVE_NUMBA
+    from envs.sim.kernel import HAVE_NUMBA  # after the timings: loading numba is part of the warm-up figure
 
     return {
         "executor": executor,
@@ -121,8 +124,8 @@ def bench(graph, cluster, executor: str, args: argparse.Namespace) -> dict:
         "scalar_simulate_s": float(np.median(scalar)),
         "lower_bound_call_s": bound_s,
         "warmup_s": warmup_s,
-        "median_step_time_s": float(np.median(times)),
-        "oom_fraction": float(oom.mean()),
+        "median_step_time_s": float(np.median(step_time_s)),
+        "oom_fraction": float(failed.mean()),
         "lower_bound_s": bound,
         "scalar_status": result.status,
         "compiled": HAVE_NUMBA,
@@ -132,4 +135,4 @@ def bench(graph, cluster, executor: str, args: argparse.Namespace) -> dict:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    sys.exit(main())

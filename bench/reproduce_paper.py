@@ -1,26 +1,29 @@
-#!/usr/bin/env python
 """Reproduce the paper's Table 1 in the simulator: heuristics, RL (seq2seq, hierarchical), the bound.
 
-    python scripts/reproduce_paper.py  # 4 models x (k80x2, k80x4, v100x4, h100x8), < 1 h on 2 cores
-    python scripts/reproduce_paper.py --graphs nmt-2 --clusters k80x4 --time-budget 20
-    python scripts/reproduce_paper.py --json > table1.json
+    python -m bench.reproduce_paper  # 4 models x (k80x2, k80x4, v100x4, h100x8), < 1 h on 2 cores
+    python -m bench.reproduce_paper --graphs nmt-2 --clusters k80x4 --time-budget 20
+    python -m bench.reproduce_paper --json > table1.json
 
 Progress goes to stderr, the markdown table to stdout (or --out FILE.md); --json
-prints the numbers instead. Logic lives in bench.report.
+prints the numbers instead. The rows and tables are :mod:`bench.table1`'s.
 """
 
 from __future__ import annotations
 
+import os
+
+os.environ.setdefault("OMP_NUM_THREADS", "1")  # one thread unless told otherwise: read as numpy and torch load
+
 import argparse
 import json
-import os
 import shlex
 import sys
 import time
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # the repository root, for bench/
-
-os.environ.setdefault("OMP_NUM_THREADS", "1")
+from bench import table1
+from bench.common import OneLineParser, machine_line, parse_list
+from graphs import PlacerError
+from policies import POLICIES
 
 #: Seconds per RL run. 16 (model, cluster) pairs x 2 policies x 45 s (24 min), plus the
 #: heuristics and each run's setup and warm start (~40-60 s per pair measured with 2 models
@@ -28,12 +31,8 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 DEFAULT_BUDGET_S = 45.0
 
 
-def main(argv: list[str] | None = None) -> int:
-    from bench import report
-    from bench.common import machine_line, parse_list
-    from graphs import PlacerError
-
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def parse(argv: list[str] | None) -> argparse.Namespace:
+    parser = OneLineParser(prog="python -m bench.reproduce_paper", description=__doc__.splitlines()[0])
     parser.add_argument(
         "--time-budget",
         type=float,
@@ -43,15 +42,15 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument(
         "--graphs",
-        default=",".join(report.PAPER_GRAPHS),
+        default=",".join(table1.PAPER_GRAPHS),
         help="comma-separated zoo names or graph files (default: the paper's four models)",
     )
     parser.add_argument(
         "--clusters",
-        default=",".join(report.PAPER_CLUSTERS + report.MODERN_CLUSTERS),
+        default=",".join(table1.PAPER_CLUSTERS + table1.MODERN_CLUSTERS),
         help="comma-separated cluster presets or JSON files (default: k80x2,k80x4,v100x4,h100x8)",
     )
-    parser.add_argument("--policies", default=",".join(report.RL_POLICIES), help="RL policies to train (default: both)")
+    parser.add_argument("--policies", default=",".join(table1.RL_POLICIES), help="RL policies to train (default: both)")
     parser.add_argument(
         "--warm-start",
         choices=("best", "none"),
@@ -64,7 +63,7 @@ def main(argv: list[str] | None = None) -> int:
         type=float,
         default=60.0,
         metavar="S",
-        help="seconds for the ilp baseline's solver per (model, cluster) (default 60)",
+        help="seconds for the ilp heuristic's solver per (model, cluster) (default 60)",
     )
     parser.add_argument(
         "--executor",
@@ -76,7 +75,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--logdir", default=None, help="keep the RL runs' TensorBoard logs here (default: discarded)")
     parser.add_argument("--json", action="store_true", help="print the numbers as JSON instead of markdown")
     parser.add_argument("--out", default=None, metavar="FILE.md", help="also write the markdown report to this file")
-    args = parser.parse_args(argv)
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse(argv)
 
     def say(line: str) -> None:
         print(line, file=sys.stderr, flush=True)
@@ -86,8 +89,6 @@ def main(argv: list[str] | None = None) -> int:
             raise PlacerError(f"--time-budget {args.time_budget:g}: must be positive")
         graphs = parse_list(args.graphs, what="graphs")
         clusters = parse_list(args.clusters, what="clusters")
-        from policies import POLICIES
-
         policies = parse_list(args.policies, what="policies", known=list(POLICIES))
         pairs = len(graphs) * len(clusters)
         say(
@@ -95,7 +96,7 @@ def main(argv: list[str] | None = None) -> int:
             f"at least {pairs * len(policies) * args.time_budget / 60:.0f} min of training"
         )
         t0 = time.perf_counter()
-        rows = report.run_table1(
+        rows = table1.run_table1(
             graphs,
             clusters,
             rl_budget_s=args.time_budget,
@@ -111,10 +112,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {e}", file=sys.stderr)
         return 2
     say(f"done in {(time.perf_counter() - t0) / 60:.1f} min")
-    command = "python scripts/reproduce_paper.py " + " ".join(
+    command = "python -m bench.reproduce_paper " + " ".join(
         shlex.quote(a) for a in (argv if argv is not None else sys.argv[1:])
     )
-    text = report.markdown_report(
+    text = table1.markdown_report(
         rows, budget_s=args.time_budget, warm_start=args.warm_start, seed=args.seed, command=command.strip()
     )
     if args.out:
