@@ -19,7 +19,8 @@ import math
 import pytest
 import torch
 
-from bench import conformance, corpus
+from bench import conformance
+from bench import conformance_corpus as corpus
 
 FAST = ("llama", "nn_encoder", "bert")
 ENTRIES = [pytest.param(n, marks=() if n in FAST else pytest.mark.slow) for n in corpus.FAMILIES]

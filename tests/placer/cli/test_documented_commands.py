@@ -8,7 +8,7 @@ A quoted command is one of:
   holding the README's ``mymodels.py``, as a user would. What would take minutes is kept tiny, and only
   that: a training run gets ``--time-budget 2``, ``compare`` with every method gives ``ilp`` 2 s,
   ``run`` times 2 steps, and ``pretrain`` (a corpus of graphs) stops once its arguments are checked;
-* any other program (``python scripts/X.py``: its ``--help`` runs; ``bash .ci/run``: the file exists).
+* any other program (``python -m bench.X``: its ``--help`` runs; ``bash .ci/run``: the file exists).
 """
 
 from __future__ import annotations
@@ -183,9 +183,9 @@ def _run_other(command: str) -> None:
 
     tokens = _tokens(command)
     program = tokens[0]
-    if program.startswith("python") and tokens[1].endswith(".py"):
+    if program.startswith("python") and tokens[1] == "-m" and tokens[2].startswith("bench."):
         done = subprocess.run(
-            [sys.executable, str(ROOT / tokens[1]), "--help"],
+            [sys.executable, "-m", tokens[2], "--help"],
             capture_output=True,
             text=True,
             cwd=ROOT,

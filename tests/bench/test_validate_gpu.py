@@ -1,8 +1,8 @@
-"""scripts/validate_gpu.py: the figures it reports, one-line errors, and a CPU-only run end to end (--tiny)."""
+"""bench.validate_gpu (and bench.gpu_profile on its output): the figures it reports, one-line errors, and a CPU-only
+run end to end (--tiny) through scripts/gpu_validate.sh."""
 
 from __future__ import annotations
 
-import importlib
 import json
 import math
 import os
@@ -13,35 +13,32 @@ import tarfile
 import pytest
 import torch
 
+from bench import gpu_profile
+from bench import validate_gpu as vg
+from bench.fidelity.measuring import measure_here
+from bench.fidelity.models import build
+from bench.fidelity.report import merged_summary
+from bench.fidelity.runs import random_placements
+
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
-def run(*args: str, timeout: float = 600) -> subprocess.CompletedProcess:
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "RAY_DISABLE_USAGE_STATS": "1"}
-    return subprocess.run(
-        [sys.executable, os.path.join(ROOT, "scripts", "validate_gpu.py"), *args],
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        env=env,
-        cwd=ROOT,
-    )
-
-
 @pytest.fixture
-def vg(monkeypatch):
-    monkeypatch.syspath_prepend(os.path.join(ROOT, "scripts"))
-    return importlib.import_module("validate_gpu")
+def run_here(run_entry):
+    """``main(ARGS)`` of ``entry`` (validate_gpu or gpu_profile) in this process: ``(status, stdout, stderr)``; without
+    ray unless ``ray``."""
+    return lambda *args, entry=vg, ray=False: run_entry(entry, *args, ray=ray)
 
 
-def test_summary_merges_models_across_calls(vg, tmp_path):
+def test_summary_merges_models_across_calls(tmp_path):
     """One model per call (the device tool's 10-minute limit): summary.json keeps the others."""
     args = vg.parse(["--tiny"])
     path = str(tmp_path / "summary.json")
-    first = vg.merged_summary(path, [{"model": "rnnlm", "n": 1}, {"model": "nmt-2", "n": 2}], args, "dev")
+    first = merged_summary(path, [{"model": "rnnlm", "n": 1}, {"model": "nmt-2", "n": 2}], args, "dev")
     (tmp_path / "summary.json").write_text(json.dumps(first))
-    doc = vg.merged_summary(path, [{"model": "rnnlm", "n": 3}], args, "dev")
+    doc = merged_summary(path, [{"model": "rnnlm", "n": 3}], args, "dev")
     assert [(m["model"], m["n"]) for m in doc["models"]] == [("nmt-2", 2), ("rnnlm", 3)]
+    assert first["models"][0]["command"] == "python -m bench.validate_gpu --tiny"
 
 
 @pytest.mark.parametrize(
@@ -57,23 +54,22 @@ def test_summary_merges_models_across_calls(vg, tmp_path):
         (["--steps", "x"], "--steps"),
     ],
 )
-@pytest.mark.slow
-def test_bad_options_are_one_line_errors(args, option, tmp_path):
-    proc = run("--tiny", *args, "--out-dir", str(tmp_path / "out"), "--work-dir", str(tmp_path / "work"), timeout=120)
-    assert proc.returncode == 2 and proc.stderr.strip().count("\n") == 0 and option in proc.stderr, proc.stderr
+def test_bad_options_are_one_line_errors(args, option, tmp_path, run_here):
+    status, _, err = run_here("--tiny", *args, "--out-dir", str(tmp_path / "out"), "--work-dir", str(tmp_path / "work"))
+    assert status == 2 and err.strip().count("\n") == 0 and option in err, err
     assert not os.listdir(tmp_path)  # refused before any profiling or measuring
 
 
-@pytest.mark.slow
 @pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has CUDA")
-def test_gpu_map_without_a_gpu_is_a_one_line_error(tmp_path):
-    proc = run("--out-dir", str(tmp_path / "out"), "--work-dir", str(tmp_path / "work"), timeout=120)
-    assert proc.returncode == 2 and proc.stderr.strip().count("\n") == 0 and "cuda:0" in proc.stderr, proc.stderr
+def test_gpu_map_without_a_gpu_is_a_one_line_error(tmp_path, run_here):
+    status, _, err = run_here("--out-dir", str(tmp_path / "out"), "--work-dir", str(tmp_path / "work"))
+    assert status == 2 and err.strip().count("\n") == 0 and "cuda:0" in err, err
     assert not os.listdir(tmp_path)
 
 
 def run_shell(out, work, without_ray) -> subprocess.CompletedProcess:
-    """scripts/gpu_validate.sh --tiny: what the GPU machine runs, on the CPU (and, as there, without ray)."""
+    """scripts/gpu_validate.sh --tiny: what the GPU machine runs, on the CPU (and, as there, without ray): the shell
+    entry point, run as a user runs it."""
     # the script runs `python3`: this interpreter's, as on the GPU machine where it is the one with torch
     path = os.pathsep.join([os.path.dirname(sys.executable), os.environ.get("PATH", "")])
     env = {
@@ -96,7 +92,7 @@ def run_shell(out, work, without_ray) -> subprocess.CompletedProcess:
 
 
 @pytest.mark.slow
-def test_tiny_run_end_to_end_rescored_and_resumed(tmp_path, without_ray):
+def test_tiny_run_end_to_end_rescored_and_resumed(tmp_path, without_ray, run_here):
     back, work = tmp_path / "back", tmp_path / "work"
     proc = run_shell(back, work, without_ray)
     assert proc.returncode == 0, proc.stdout[-3000:]
@@ -152,100 +148,59 @@ def test_tiny_run_end_to_end_rescored_and_resumed(tmp_path, without_ray):
     assert json.loads((out / "rnnlm.profile.json").read_text())["order_trust"]["margin"] == trust["margin"]
 
     # --rescore: the stored measurements scored again here, with the stored profiles, give the same figures
-    rescored = run("--tiny", "--json", "--rescore", str(out), "--out-dir", str(tmp_path / "unused"), timeout=300)
-    assert rescored.returncode == 0, rescored.stderr[-3000:]
+    status, stdout, stderr = run_here("--tiny", "--json", "--rescore", str(out), "--out-dir", str(tmp_path / "unused"))
+    assert status == 0, stderr[-3000:]
 
     def figures(d):
         return [(m["model"], m["executors"]["eager"]["mape"], m["repeatability"]["median"]) for m in d["models"]]
 
-    assert figures(json.loads(rescored.stdout)) == figures(doc)
+    assert figures(json.loads(stdout)) == figures(doc)
     assert not (tmp_path / "unused").exists()  # rescoring writes nothing
-    missing = run("--tiny", "--rescore", str(tmp_path / "nowhere"), timeout=120)
-    assert missing.returncode == 2 and missing.stderr.strip().count("\n") == 0 and "nowhere" in missing.stderr
+    status, _, stderr = run_here("--tiny", "--rescore", str(tmp_path / "nowhere"))
+    assert status == 2 and stderr.strip().count("\n") == 0 and "nowhere" in stderr
 
-    # scripts/gpu_profile.py on the same run: a profile in context, three placements re-measured, apply vs float64
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    gp = subprocess.run(
-        [
-            sys.executable,
-            os.path.join(ROOT, "scripts", "gpu_profile.py"),
-            "--models",
-            "rnnlm",
-            "--size",
-            "small",
-            "--device-map",
-            "*=cpu",
-            "--from",
-            str(out),
-            "--stride",
-            "4",
-            "--remeasure",
-            "3",
-            "--apply-check",
-            "rnnlm",
-            "--repeats",
-            "2",
-            "--steps",
-            "2",
-            "--warmup",
-            "1",
-            "--cpus",
-            "1",
-            "--out-dir",
-            str(tmp_path / "gp"),
-            "--work-dir",
-            str(tmp_path / "gpw"),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        env=env,
-        cwd=ROOT,
-    )
-    assert gp.returncode == 0, gp.stderr[-3000:]
+    # bench.gpu_profile on the same run: a profile in context, three placements re-measured, apply vs float64
+    # (it measures as the Ray worker does, in this process: with envs.real.measured, which imports ray)
+    argv = ["--models", "rnnlm", "--size", "small", "--device-map", "*=cpu", "--from", str(out), "--stride", "4"]
+    argv += ["--remeasure", "3", "--apply-check", "rnnlm", "--repeats", "2", "--steps", "2", "--warmup", "1"]
+    argv += ["--cpus", "1", "--out-dir", str(tmp_path / "gp"), "--work-dir", str(tmp_path / "gpw")]
+    status, _, stderr = run_here(*argv, entry=gpu_profile, ray=True)
+    assert status == 0, stderr[-3000:]
     (entry,) = json.loads((tmp_path / "gp" / "gpu_profile.json").read_text())
     assert len(entry["remeasured"]) == 3 and entry["remeasure_ratio_median"] > 0
     assert [r["methods"] for r in entry["remeasured"]] == [rows[k]["methods"] for k in (0, 4, 8)]
     assert all(c["placed_worst_norm_rel"] < 1e-3 for c in entry["apply_checks"].values())
     for bad in (["--models", "nope"], ["--stride", "0"], ["--gpu-name", "gpu:7"]):
-        proc = subprocess.run(
-            [sys.executable, os.path.join(ROOT, "scripts", "gpu_profile.py"), "--device-map", "*=cpu", *bad],
-            capture_output=True,
-            text=True,
-            timeout=120,
-            env=env,
-            cwd=ROOT,
-        )
-        assert proc.returncode == 2 and proc.stderr.strip().count("\n") == 0 and bad[0] in proc.stderr, proc.stderr
+        status, _, stderr = run_here("--device-map", "*=cpu", *bad, entry=gpu_profile, ray=True)
+        assert status == 2 and stderr.strip().count("\n") == 0 and bad[0] in stderr, stderr
 
     # resumed: the profiles, learned placements and measured blocks are reused, nothing is measured again
     blocks = (work / "state" / "rnnlm" / "blocks.jsonl").read_text()
-    again = run_shell(tmp_path / "back2", work, without_ray)
-    assert again.returncode == 0, again.stdout[-3000:]
-    assert (work / "state" / "rnnlm" / "blocks.jsonl").read_text() == blocks and "reusing" in again.stdout
-    assert figures(json.loads((tmp_path / "back2" / "summary.json").read_text())) == figures(doc)
+    again = tmp_path / "again"
+    status, _, stderr = run_here("--tiny", "--out-dir", str(again), "--work-dir", str(work / "state"))
+    assert status == 0, stderr[-3000:]
+    assert (work / "state" / "rnnlm" / "blocks.jsonl").read_text() == blocks and "reusing" in stderr
+    assert figures(json.loads((again / "summary.json").read_text())) == figures(doc)
 
 
-def test_in_process_measurement_is_limited_and_logged(monkeypatch, tmp_path):
-    """calibrate_sim.measure_here (validate_gpu's default, no Ray): a placement past --timeout is a "timeout"
+def test_in_process_measurement_is_limited_and_logged(tmp_path):
+    """bench.fidelity.measuring.measure_here (gpu_profile's, no Ray): a placement past --timeout is a "timeout"
     result in the resumable log, not a hang or a crash."""
-    monkeypatch.syspath_prepend(os.path.join(ROOT, "scripts"))
-    cs = importlib.import_module("calibrate_sim")
     import envs
     from graphs.torch_capture import capture
 
-    model, inputs = cs.build("gpt2", "small")
+    model, inputs = build("gpt2", "small")
     graph = capture(model, inputs, name="gpt2")
     cluster = envs.resolve_cluster("h200x1")
-    placements = cs.random_placements(graph.num_ops, cluster.num_devices, 2, seed=0)
+    placements = random_placements(graph.num_ops, cluster.num_devices, 2, seed=0)
     kw = dict(device_map="*=cpu", warmup=1, steps=1, cpus=1)
-    results = cs.measure_here("gpt2", "small", cluster, graph, placements, str(tmp_path), timeout=1e-3, **kw)
+    results = measure_here("gpt2", "small", cluster, graph, placements, str(tmp_path), timeout=1e-3, **kw)
     assert [r.status for r in results] == ["timeout", "timeout"]
     assert len((tmp_path / "measurements.jsonl").read_text().splitlines()) == 2
 
 
-def test_apply_check_allows_float32s_own_error_and_no_more(vg, monkeypatch):
-    from bench.fidelity import checks
+def test_apply_check_allows_float32s_own_error_and_no_more(monkeypatch):
+    from bench.fidelity import apply_check
 
     """Against float64, the placed model passes where its error is within the tolerance or twice the float32
     CPU model's own error (a gradient that is mostly cancellation), and fails on a larger error or a lost gradient."""
@@ -288,13 +243,13 @@ def test_apply_check_allows_float32s_own_error_and_no_more(vg, monkeypatch):
         (rows(0.05, 0.01), False),
         (rows(1e-7, 1e-7, missing=["lost.weight"]), False),
     ):
-        monkeypatch.setattr(checks, "grad_errors", lambda *a, e=errors: e)
-        check = checks.check_apply("rnnlm", args, P(), None)
+        monkeypatch.setattr(apply_check, "grad_errors", lambda *a, e=errors: e)
+        check = apply_check.check_apply("rnnlm", args, P(), None)
         assert check["ok"] is ok, (errors["rows"][0], check)
     assert check["same_grad_keys"] is False
 
 
-def test_a_model_that_fails_is_reported_and_the_others_still_are(vg, monkeypatch, tmp_path, capsys):
+def test_a_model_that_fails_is_reported_and_the_others_still_are(monkeypatch, tmp_path, capsys):
     """A model failing on the device (an error, not bad input) loses that model only; the deadline keeps what is
     done."""
     from bench.fidelity.report import model_figures

@@ -1,4 +1,4 @@
-"""bench.report: Table 1 rows, speed-ups, the markdown, and one real (tiny) row."""
+"""bench.table1: Table 1 rows, speed-ups, the markdown, and one real (tiny) row."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import pytest
 
 import envs
 from bench.common import parse_list
-from bench.report import Table1Row, markdown_report, markdown_table, table1_row
+from bench.table1 import Table1Row, markdown_report, markdown_table, table1_row
 from graphs import PlacerError
 from graphs.synthetic import random_dag
 

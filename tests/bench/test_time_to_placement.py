@@ -1,4 +1,4 @@
-"""bench.search: the recording scorer, the table, and real (tiny) search curves."""
+"""bench.time_to_placement: the recording scorer, the table, and real (tiny) search curves."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 import envs
-from bench import search
+from bench import time_to_placement
 from graphs import PlacerError
 from graphs.synthetic import random_dag
 
@@ -22,7 +22,7 @@ class FakeEnv:
 
 
 def test_recording_counts_every_placement_and_keeps_the_best_that_fits():
-    rec = search.RecordingEnv(FakeEnv())
+    rec = time_to_placement.RecordingEnv(FakeEnv())
     rec.step_times(np.array([[5], [3], [-1], [4]]))
     rec.step_times(np.array([[2], [6]]))
     assert rec.evals == 6
@@ -34,8 +34,8 @@ def test_recording_counts_every_placement_and_keeps_the_best_that_fits():
 
 
 def test_deadline_stops_the_search():
-    rec = search.RecordingEnv(FakeEnv(), deadline_s=0.0)
-    with pytest.raises(search.SearchBudgetExhausted):
+    rec = time_to_placement.RecordingEnv(FakeEnv(), deadline_s=0.0)
+    with pytest.raises(time_to_placement.SearchBudgetExhausted):
         rec.step_times(np.array([[1]]))
     rec.deadline_s = None
     rec.restart()
@@ -45,7 +45,7 @@ def test_deadline_stops_the_search():
 
 def test_evaluate_is_recorded_too():
     g = random_dag(20, seed=0)
-    rec = search.RecordingEnv(envs.SimEnv(g, envs.Cluster.preset("k80x2")))
+    rec = time_to_placement.RecordingEnv(envs.SimEnv(g, envs.Cluster.preset("k80x2")))
     results = rec.evaluate([np.ones(20, dtype=np.int32), np.zeros(20, dtype=np.int32)])
     assert rec.evals == 2 and rec.best == min(r.step_time_s for r in results)
 
@@ -69,18 +69,18 @@ def test_table_reports_when_the_expert_was_beaten():
         "reference": {"expert": 0.2, "m_etf": None},
         "curves": [curve],
     }
-    line = search.markdown_table([res]).splitlines()[2]
+    line = time_to_placement.markdown_table([res]).splitlines()[2]
     assert line == "| g | annealing | 200 | 20 | 150.00 | 5.0 / 90 | 2.0 / 40 |"
-    assert "m_etf OOM" in search.reference_lines([res])
+    assert "m_etf OOM" in time_to_placement.reference_lines([res])
 
 
 def test_unknown_method_or_bad_budget():
     g = random_dag(20, seed=0)
     c = envs.Cluster.preset("k80x2")
     with pytest.raises(PlacerError, match="unknown"):
-        search.search_curves(g, c, budget_s=1, methods=["gradient_descent"])
+        time_to_placement.search_curves(g, c, budget_s=1, methods=["gradient_descent"])
     with pytest.raises(PlacerError, match="positive"):
-        search.search_curves(g, c, budget_s=0, methods=["annealing"])
+        time_to_placement.search_curves(g, c, budget_s=0, methods=["annealing"])
 
 
 @pytest.mark.slow
@@ -88,7 +88,7 @@ def test_unknown_method_or_bad_budget():
 def test_real_curves_are_monotone_and_above_the_bound():
     g = random_dag(80, seed=3, name="g80")
     c = envs.Cluster.preset("k80x4")
-    out = search.search_curves(g, c, budget_s=1.0, methods=["annealing", "random_search", "rl-seq2seq"])
+    out = time_to_placement.search_curves(g, c, budget_s=1.0, methods=["annealing", "random_search", "rl-seq2seq"])
     assert [cv["method"] for cv in out["curves"]] == ["annealing", "random_search", "rl-seq2seq"]
     for cv in out["curves"]:
         assert cv["best_s"], cv["method"]
