@@ -1,4 +1,6 @@
-"""What every benchmark script shares: comma-separated options and the machine line.
+"""What every benchmark shares: comma-separated options, the machine line and a parser whose usage errors are one
+line. Light on purpose (of the project, only ``graphs.PlacerError``): :mod:`bench.sim_model_delta` imports it
+beside an older tree's ``envs``.
 
 >>> parse_list("a, b", what="graphs")
 ['a', 'b']
@@ -34,9 +36,18 @@ def machine_line() -> str:
     return f"{platform.platform()}, Python {platform.python_version()}, {os.cpu_count()} CPU cores"
 
 
+def entry_name(prog: str) -> str:
+    """The short name a benchmark's messages start with: ``validate_gpu`` for ``python -m bench.validate_gpu``.
+
+    >>> entry_name("python -m bench.validate_gpu"), entry_name("gpu_offload.py")
+    ('validate_gpu', 'gpu_offload')
+    """
+    return prog.split()[-1].removesuffix(".py").rpartition(".")[2]
+
+
 class OneLineParser(argparse.ArgumentParser):
-    """An argument parser whose usage errors are one line (``<script>: <message>``, exit status 2)."""
+    """An argument parser whose usage errors are one line (``<name>: <message>``, exit status 2)."""
 
     def error(self, message: str) -> None:  # type: ignore[override]
-        print(f"{os.path.splitext(self.prog)[0]}: {message}", file=sys.stderr)
+        print(f"{entry_name(self.prog)}: {message}", file=sys.stderr)
         raise SystemExit(2)

@@ -1,6 +1,6 @@
 """Conformance: every corpus model, under every kind of plan, computes its float64 loss and gradients.
 
-For one model of :mod:`bench.corpus`, :func:`check_model` captures it once,
+For one model of :mod:`bench.conformance_corpus`, :func:`check_model` captures it once,
 computes a float64 reference (a float64 copy of the model on the CPU) and the
 unplaced float32 step's own error against it, then applies each plan of
 :data:`PLANS` with :func:`placer.apply` and compares the placed step's loss and
@@ -23,7 +23,7 @@ The plans (logical devices of :data:`CLUSTER`, ``cpu:0`` + ``gpu:0..7``):
 ==============  ==================================================================
 
 On the CPU every logical device maps to ``cpu`` (``device_map="*=cpu"``), so
-every cross-device copy is built; on a GPU machine ``scripts/gpu_conformance.py``
+every cross-device copy is built; on a GPU machine ``python -m bench.gpu_conformance``
 maps the host to ``cpu`` and every logical GPU to ``cuda:0``.
 """
 
@@ -40,7 +40,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from bench.corpus import build
+from bench.conformance_corpus import build
 from envs.cluster import resolve_cluster
 from graphs import OpGraph
 from graphs.plan import Placement

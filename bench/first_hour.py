@@ -9,7 +9,11 @@ Three models from outside the zoo, as a user writes them (each a ``module:callab
 * ``encoder_2048``: a d=2048, 8-layer encoder on the meta device, too big for one 12 GB K80.
 
 :func:`report` places each with the search heuristics and says, per method, whether the placement fits
-and its simulated step time, and how many groups each module depth gives.
+and its simulated step time (node order, eager) and largest peak, and how many groups each module depth gives;
+markdown rows, or with ``--json`` one JSON object per (model, cluster)::
+
+    python -m bench.first_hour [--models encoder_small,gpt2_wrapped,encoder_2048] [--clusters k80x4] [--seed 0]
+        [--json]
 
 >>> [name for name, _ in MODELS]
 ['encoder_small', 'gpt2_wrapped', 'encoder_2048']
@@ -18,10 +22,18 @@ and its simulated step time, and how many groups each module depth gives.
 from __future__ import annotations
 
 import os
+
+os.environ.setdefault("OMP_NUM_THREADS", "1")  # one thread unless told otherwise: read as numpy and torch load
+
+import json
+import sys
 from typing import Any, Callable
 
 import torch
 from torch import nn
+
+from bench.common import OneLineParser
+from graphs import PlacerError
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
@@ -116,3 +128,47 @@ def report(name: str, cluster_name: str, seed: int = 0) -> dict[str, Any]:
             if r.kind == "heuristic"
         },
     }
+
+
+def markdown(row: dict[str, Any]) -> str:
+    """One (model, cluster) of :func:`report`: its module levels, then a row per method."""
+    levels = ", ".join(f"depth {d}: {k}" for d, k in row["module_levels"]) or "none"
+    lines = [
+        f"**{row['model']}** ({row['ops']} ops) on {row['cluster']}; module levels: {levels}",
+        "",
+        "| method | status | step time (ms) | largest peak (GB) |",
+        "|---|---|---:|---:|",
+    ]
+    for method, r in row["methods"].items():
+        step = f"{r['step_time_s'] * 1e3:.3f}" if r["step_time_s"] is not None else "—"
+        peak = f"{r['peak_bytes'] / 1e9:.2f}" if r["peak_bytes"] is not None else "—"
+        lines.append(f"| {method} | {r['status']} | {step} | {peak} |")
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = OneLineParser(prog="python -m bench.first_hour", description=__doc__.splitlines()[0])
+    ap.add_argument("--models", default=",".join(name for name, _ in MODELS), help="comma list of the models above")
+    ap.add_argument("--clusters", default="k80x4", help="comma list of cluster presets or files (default k80x4)")
+    ap.add_argument("--seed", type=int, default=0, help="seed of the randomised heuristics (default 0)")
+    ap.add_argument("--json", action="store_true", help="one JSON object per (model, cluster)")
+    args = ap.parse_args(argv)
+    known = dict(MODELS)
+    try:
+        for name in args.models.split(","):
+            if name not in known:
+                raise PlacerError(f"--models: {name!r} is not one of {', '.join(known)}")
+            for cluster in args.clusters.split(","):
+                row = report(name, cluster, seed=args.seed)
+                print(json.dumps(row) if args.json else markdown(row), flush=True)
+    except PlacerError as e:
+        print(f"first_hour: {e}", file=sys.stderr)
+        return 2
+    except ImportError as e:
+        print(f"first_hour: needs {e.name} (pip install {e.name})", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

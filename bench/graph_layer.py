@@ -1,4 +1,7 @@
-"""Benchmarks of the graph layer: load, coarsen, capture (``scripts/bench_graphs.py``).
+"""Benchmark the graph layer: load and memory of a synthetic graph, coarsening, zoo capture.
+
+    python -m bench.graph_layer                  # table; 100,000-op graph; all zoo models
+    python -m bench.graph_layer --skip-capture --json
 
 Times are wall-clock seconds from :func:`time.perf_counter`; the median of
 ``repeats`` runs is reported (with the best run), and the process's CPU seconds
@@ -13,14 +16,20 @@ run because tracing slows allocation down.
 
 from __future__ import annotations
 
-import gc
 import os
+
+os.environ.setdefault("OMP_NUM_THREADS", "1")  # one thread unless told otherwise: read as numpy and torch load
+
+import gc
+import json
 import statistics
+import sys
 import tempfile
 import time
 import tracemalloc
 from typing import Any, Callable
 
+from bench.common import OneLineParser
 from graphs import zoo
 from graphs.grouping import coarsen
 from graphs.io import load, save
@@ -130,7 +139,7 @@ def run(
     models: list[str] | None = None,
     progress: Callable[[str], None] | None = None,
 ) -> dict[str, Any]:
-    """All graph benchmarks; the JSON object ``scripts/bench_graphs.py --json`` prints."""
+    """All graph benchmarks; the JSON object ``python -m bench.graph_layer --json`` prints."""
     if progress is not None:
         progress(f"load: synthetic graph of {num_ops:,} ops")
     load_row = bench_load(num_ops, repeats=repeats)
@@ -163,3 +172,28 @@ def format_table(result: dict[str, Any]) -> str:
                 f"{r['model']:<14}{r['ops']:>8,}{r['edges']:>8,}{r['build_s']:>10.2f}{r['capture_s']:>11.2f}{r['capture_cpu_s']:>8.2f}"
             )
     return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = OneLineParser(prog="python -m bench.graph_layer", description=__doc__.splitlines()[0])
+    parser.add_argument("--ops", type=int, default=100_000, help="ops in the synthetic graph (default 100000)")
+    parser.add_argument("--groups", type=int, default=256, help="max_groups for coarsening (default 256)")
+    parser.add_argument("--repeats", type=int, default=3, help="timed runs; the median is reported (default 3)")
+    parser.add_argument("--skip-capture", action="store_true", help="do not capture the zoo models")
+    parser.add_argument("--models", nargs="*", default=None, help="zoo models to capture (default: all)")
+    parser.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
+    args = parser.parse_args(argv)
+    result = run(
+        args.ops,
+        max_groups=args.groups,
+        repeats=args.repeats,
+        capture=not args.skip_capture,
+        models=args.models,
+        progress=lambda line: print(line, file=sys.stderr),
+    )
+    print(json.dumps(result, indent=2) if args.json else format_table(result))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

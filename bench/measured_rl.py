@@ -76,12 +76,12 @@ class Recorder:
     def evaluate(self, placements: Sequence[Any]) -> list[Result]:
         results = self.env.evaluate(placements)
         for p, r in zip(placements, results):
-            idx = np.asarray(p, dtype=np.int32)
-            key = idx.tobytes()
+            op_devices = np.asarray(p, dtype=np.int32)
+            key = op_devices.tobytes()
             if key in self.seen:
                 continue
             self.seen.add(key)
-            s = self.sim.simulate(idx)
+            s = self.sim.simulate(op_devices)
             self.count += 1
             append_log_line(
                 self.path,
@@ -95,7 +95,7 @@ class Recorder:
                         "sim_status": s.status,
                         "sim_step_time_s": _finite(s.extra.get("sim_step_time_s", s.step_time_s)),
                         "sim_peak_bytes": s.peak_bytes,
-                        "op_devices": idx.tolist(),
+                        "op_devices": op_devices.tolist(),
                     }
                 ),
             )

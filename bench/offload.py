@@ -112,7 +112,7 @@ def build(scenario: Scenario, *, meta: bool = False) -> tuple[Any, tuple]:
     import torch
     import transformers
 
-    from bench.corpus import LossOf
+    from bench.conformance_corpus import LossOf
 
     transformers.logging.set_verbosity_error()
     s = scenario

@@ -1,4 +1,4 @@
-"""The offload scenario's two GPU stages and its report, behind ``scripts/gpu_offload.py`` (issue 34).
+"""The offload scenario's two GPU stages and its report, behind ``python -m bench.gpu_offload`` (issue 34).
 
 Everything a stage measures goes to ``OUT/measurements.jsonl`` as it is taken
 (:class:`envs.real.local.LocalEnv`), so a stage killed at its deadline or by a
@@ -49,7 +49,7 @@ TUNED_PLAN = "placer, fine-tuned on measured rewards"
 
 @dataclass
 class StageOptions:
-    """What both stages take (``scripts/gpu_offload.py``'s options)."""
+    """What both stages take (``python -m bench.gpu_offload``'s options)."""
 
     scenario: Scenario
     out_dir: str

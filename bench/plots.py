@@ -5,7 +5,7 @@ trace=True).extra["trace"]``, or ``placer simulate --trace`` output) into bars, 
 track per device and per used link; :func:`plot_schedule` draws them as a Gantt
 chart coloured by op kind (forward, backward, transfer, optimizer step) or by
 model layer. :func:`plot_search_curves` draws best-step-time-so-far curves, :func:`plot_budget_curves`
-the quality every method reaches at each budget (``scripts/bench_budget.py``).
+the quality every method reaches at each budget (``python -m bench.budget``).
 matplotlib is optional (the ``plot`` extra); only the drawing functions need it.
 
 >>> doc = {"traceEvents": [
@@ -261,7 +261,9 @@ def plot_budget_curves(cells: Sequence[dict[str, Any]], path: str, *, dpi: int =
 
     ``cells``: :func:`bench.budget.budget_cell` results. The lower bound is drawn dashed.
     """
-    from bench.budget import METHODS, medians  # bench.budget imports the learner (torch): only when drawing its plot
+    # bench.budget imports the learner (torch): only when drawing its plot
+    from bench.budget import medians
+    from bench.budget_runs import METHODS
 
     plt = pyplot()
     if not cells:

@@ -1,4 +1,7 @@
-"""How the cost of each stage grows with graph size (``scripts/bench_scale.py``).
+"""How cost grows with graph size: save/load, coarsening, one training iteration, memory.
+
+    python -m bench.scale                        # 1,000 / 10,000 / 100,000 ops
+    python -m bench.scale --sizes 1000,10000 --json
 
 For a synthetic graph (:func:`graphs.synthetic.random_dag`) of N ops,
 :func:`measure` times: save + load of the JSON file, coarsening to the policy's
@@ -12,16 +15,21 @@ and compiled kernels are not charged to the first size.
 Memory is the process's peak resident set size (``resource.getrusage``
 ``ru_maxrss``) — it sees torch's and numba's allocations, which tracemalloc does
 not — measured in a fresh Python process per size by :func:`run` (``python -m
-bench.scale --one N OPTIONS_JSON``, which prints :func:`measure`'s row as JSON),
+bench.scale --one N --measure OPTIONS_JSON``, which prints :func:`measure`'s row as JSON),
 with the RSS after that warm-up reported separately so the growth is visible.
+The growth exponent b fits cost ~ ops**b between the two largest sizes (1: linear).
 The iteration's reward is the training loop's own (:func:`placer.learn.algos.reward`).
 """
 
 from __future__ import annotations
 
+import os
+
+os.environ.setdefault("OMP_NUM_THREADS", "1")  # one thread unless told otherwise: read as numpy and torch load
+
+import argparse
 import json
 import math
-import os
 import resource
 import subprocess
 import sys
@@ -33,7 +41,7 @@ import numpy as np
 import torch
 
 import envs
-from bench.common import Progress
+from bench.common import OneLineParser, Progress, machine_line, parse_list
 from graphs import PlacerError, io
 from graphs.grouping import coarsen, default_num_groups
 from graphs.synthetic import random_dag
@@ -91,8 +99,8 @@ def measure(
     row["groups"] = grouping.num_groups
     row["sim_init_s"], env = _timed(lambda: _sim_env(envs, graph, c))
     config = TrainConfig(samples=samples)
-    single_t, _ = env.step_times(np.repeat(np.arange(c.num_devices, dtype=np.int32)[:, None], graph.num_ops, axis=1))
-    t_ref = max(float(np.min(single_t)), 1e-12)  # the reward scale, as in training: best single device
+    single_s, _ = env.step_times(np.repeat(np.arange(c.num_devices, dtype=np.int32)[:, None], graph.num_ops, axis=1))
+    t_ref = max(float(np.min(single_s)), 1e-12)  # the reward scale, as in training: best single device
     row["policies"] = {}
     for name in policies:
         torch.manual_seed(seed)
@@ -106,8 +114,8 @@ def measure(
         parts: dict[str, float] = {}
         for it in range(iterations):
             sample_s, sample = _timed(lambda: policy.sample(samples, generator=gen))
-            simulate_s, (t, failed) = _timed(lambda: env.step_times(sample.op_devices))
-            reward = batch_reward(t, failed, t_ref, config.fail_factor)
+            simulate_s, (step_time_s, failed) = _timed(lambda: env.step_times(sample.op_devices))
+            reward = batch_reward(step_time_s, failed, t_ref, config.fail_factor)
             adv = torch.as_tensor((reward - reward.mean()) / (reward.std() + 1e-8), dtype=torch.float32)
             update_s, _ = _timed(lambda: ALGOS["reinforce"].update(policy, opt, sample, adv, config))
             if it == 0 and iterations > 1:
@@ -166,7 +174,7 @@ def run(
         path = os.pathsep.join(p for p in (ROOT, os.environ.get("PYTHONPATH", "")) if p)
         env = {**os.environ, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1"), "PYTHONPATH": path}
         proc = subprocess.run(
-            [sys.executable, "-m", "bench.scale", "--one", str(int(n)), json.dumps(opts)],
+            [sys.executable, "-m", "bench.scale", "--one", str(int(n)), "--measure", json.dumps(opts)],
             capture_output=True,
             text=True,
             env=env,
@@ -242,17 +250,56 @@ def markdown_table(rows: Sequence[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
-def _main(argv: Sequence[str] | None = None) -> int:
-    """``python -m bench.scale --one N OPTIONS_JSON``: one :func:`measure` row as JSON on stdout (for :func:`run`)."""
-    import argparse
+def _sizes(arg: str) -> list[int]:
+    sizes = []
+    for s in parse_list(arg, what="sizes"):
+        if not s.isdigit() or int(s) < 2:
+            raise PlacerError(f"--sizes: {s!r} is not an op count >= 2")
+        sizes.append(int(s))
+    return sizes
 
-    parser = argparse.ArgumentParser(prog="python -m bench.scale", description=_main.__doc__)
-    parser.add_argument("--one", type=int, required=True, metavar="N", help="op count of the synthetic graph")
-    parser.add_argument("options", nargs="?", default="{}", help="keyword arguments of measure(), as a JSON object")
-    args = parser.parse_args(argv)
-    print(json.dumps(measure(args.one, **json.loads(args.options))))
+
+def parse(argv: Sequence[str] | None) -> argparse.Namespace:
+    parser = OneLineParser(prog="python -m bench.scale", description=__doc__.splitlines()[0])
+    parser.add_argument("--sizes", default="1000,10000,100000", help="comma-separated op counts")
+    parser.add_argument("--samples", type=int, default=8, help="K placements per iteration (default 8)")
+    parser.add_argument("--cluster", default="k80x4", help="cluster preset or JSON file (default k80x4)")
+    parser.add_argument("--policies", default="seq2seq,hierarchical", help="policies to time (default both)")
+    parser.add_argument("--json", action="store_true", help="print the rows as JSON instead of markdown")
+    # run()'s child process: one measure() row as JSON for --one N ops, its keyword arguments in --measure
+    parser.add_argument("--one", type=int, default=None, help=argparse.SUPPRESS)
+    parser.add_argument("--measure", default="{}", help=argparse.SUPPRESS)
+    return parser.parse_args(argv)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parse(argv)
+    if args.one is not None:
+        print(json.dumps(measure(args.one, **json.loads(args.measure))))
+        return 0
+    try:
+        rows = run(
+            _sizes(args.sizes),
+            samples=args.samples,
+            cluster=args.cluster,
+            policies=parse_list(args.policies, what="policies"),
+            progress=lambda line: print(line, file=sys.stderr, flush=True),
+        )
+    except PlacerError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    if args.json:
+        doc = {"machine": machine_line(), "memory_measure": "ru_maxrss of a fresh process per size", "rows": rows}
+        print(json.dumps(doc, indent=2))
+    else:
+        print(markdown_table(rows))
+        print(
+            f"\nK = {args.samples} samples on {args.cluster}; times in wall-clock seconds (fastest of 2 "
+            "iterations after a first one); "
+            f"memory: peak RSS (ru_maxrss) of a fresh process per size. Machine: {machine_line()}."
+        )
     return 0
 
 
 if __name__ == "__main__":
-    sys.exit(_main())
+    sys.exit(main())

@@ -44,7 +44,7 @@ and zero-shot placement (``placer place --method learned``) need:
     log-probabilities of the K placements with gradients. Imitation uses
     teacher forcing along the label and, for a share of steps, along the
     policy's own samples (DAgger), without which greedy decoding follows its
-    first mistake to the end (``scripts/probe_imitation.py --decoder``).
+    first mistake to the end (``bench/probe_imitation.py --decoder``).
   - ``independent``: every op from its own logits, K placements in one
     vectorised draw. Measured on inception-v3/k80x4 and nmt-2/k80x4 by
     imitation of one label: a greedy placement that agrees with the label on
@@ -555,7 +555,7 @@ class GNNPolicy(ItemPolicy):
         placement's structure: on a synthetic recurrent graph of 1,494 ops, 41 switches
         (39 of them reads of a weight every time step shares) had a mean loss of 2.26 nats against 0.02 for the
         others, so a plain mean looked fit while the greedy placement took 1.7x the label.
-        Weighting them did not pay: on that graph alone (``scripts/probe_imitation.py
+        Weighting them did not pay: on that graph alone (``bench/probe_imitation.py
         --switch-share 0.5``) the greedy placement got slower, and a policy pretrained with
         it placed the held-out LSTMs worse (BENCHMARKS.md), so ``placer pretrain`` defaults to 0.
         """

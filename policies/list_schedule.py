@@ -3,7 +3,7 @@
 Deciding every op independently (the ``independent`` decoder) needs a policy
 that already agrees with a good placement on ~80% of the ops before its greedy
 placement beats one device: the 20% it gets wrong scatter across devices and
-every one of them costs a transfer (``scripts/probe_imitation.py``). The
+every one of them costs a transfer (``bench/probe_imitation.py``). The
 ``schedule`` decoder makes each decision see the ones before it, as list
 schedulers (HEFT, Baechi's m-ETF/m-SCT) and DOPPLER's placement policy do:
 

@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
-# One stage of the offload scenario (scripts/gpu_offload.py) as one call of a lent GPU machine, from the repository root:
+# One stage of the offload scenario (bench/gpu_offload.py) as one call of a lent GPU machine, run in the repository
+# root (relative paths are the root's):
 #
-#     bash scripts/gpu_offload.sh profile  [gpu_offload.py options...]    # about 2 minutes (estimated): the calibration
-#     bash scripts/gpu_offload.sh rivals   [gpu_offload.py options...]    # about 6 minutes on one H100
-#     bash scripts/gpu_offload.sh finetune [gpu_offload.py options...]    # about 5 minutes
+#     bash scripts/gpu_offload.sh profile  [options...]    # about 2 minutes (estimated): the calibration
+#     bash scripts/gpu_offload.sh rivals   [options...]    # about 6 minutes on one H100
+#     bash scripts/gpu_offload.sh finetune [options...]    # about 5 minutes
 #
 # The stage works in runs/offload, started from docs/offload when the checkout has it (what earlier calls
 # measured: their measurements are read back, not taken again). Writes under $OUT (at most 8 files come
@@ -11,10 +12,11 @@
 # offload.tgz (runs/offload without TensorBoard events). DEADLINE (seconds, default 450) interrupts the stage
 # before the 8-minute mark; every measurement taken is in the log by then. Afterwards, here:
 #
-#     rm -rf docs/offload && tar xzf <files_at>/offload.tgz -C docs/ && python scripts/gpu_offload.py report --out-dir docs/offload
+#     rm -rf docs/offload && tar xzf <files_at>/offload.tgz -C docs/ && python -m bench.gpu_offload report --out-dir docs/offload
 set -o pipefail
 STAGE=${1:?usage: bash scripts/gpu_offload.sh profile|rivals|finetune [options]}
 shift
+cd "$(dirname "$0")/.." || exit 2
 OUT=${OUT:-runs/gpu_out}
 mkdir -p "$OUT" runs
 if [ -d docs/offload ] && [ ! -e runs/offload ]; then cp -r docs/offload runs/offload; fi
@@ -24,8 +26,8 @@ if [ -d docs/offload ] && [ ! -e runs/offload ]; then cp -r docs/offload runs/of
   nproc; free -g | head -2
   python3 -c "import sys, torch, transformers, accelerate; print('python', sys.version.split()[0], 'torch', torch.__version__, 'transformers', transformers.__version__, 'accelerate', accelerate.__version__, 'cuda', torch.cuda.is_available())"
 } 2>&1 | tee "$OUT/log-$STAGE.txt"
-PYTHONUNBUFFERED=1 PYTHONPATH=.${PYTHONPATH:+:$PYTHONPATH} timeout --signal=INT "${DEADLINE:-450}" \
-  python3 scripts/gpu_offload.py "$STAGE" --out-dir runs/offload "$@" 2>&1 | grep --line-buffered -v "FutureWarning\|warnings.warn" | tee -a "$OUT/log-$STAGE.txt"
+PYTHONUNBUFFERED=1 timeout --signal=INT "${DEADLINE:-450}" \
+  python3 -m bench.gpu_offload "$STAGE" --out-dir runs/offload "$@" 2>&1 | grep --line-buffered -v "FutureWarning\|warnings.warn" | tee -a "$OUT/log-$STAGE.txt"
 status=$?
 tar czf "$OUT/offload.tgz" --exclude='events.out.tfevents*' --exclude=train.lock -C runs offload
 exit $status

@@ -10,7 +10,7 @@ the RNNs came out 2.1-2.5x slower than measured (``docs/calibration/h100-2026-11
 So :func:`fit` picks ``contention_op`` on the **tuned** models only: the value, of
 each model's own probe and a fixed grid, whose simulated steps miss that run's
 measured ones least (mean eager MAPE over the tuned models). :func:`rescored` then
-scores every model, held out too, with it. The probe is kept beside it, as
+scores every model, held out too, with it (:func:`refit` does both for a run's models). The probe is kept beside it, as
 ``contention.op_probe`` in the profiles this writes.
 """
 
@@ -94,3 +94,28 @@ def fit(
             for t in usable
         },
     }
+
+
+def refit(items: list[dict], cluster, device_map: str) -> dict | None:
+    """The host contention fitted on the tuned items (:func:`fit`); every item rescored with it.
+
+    ``items``: ``{"name", "group", "figures", "rows", "prof", "graph"}``; their rows, profile and figures are replaced
+    where the fit is not each model's own probe. Returns the fit (``None``: nothing to fit on)."""
+    have = [i for i in items if i.get("graph") is not None]
+    fitted = fit([i for i in have if i["group"] == "tuned"], cluster, device_map)
+    if fitted is None:
+        return None
+    runs.log(
+        f"host contention fitted on {', '.join(fitted['models'])}: {fitted['op']} (mean MAPE "
+        f"{100 * fitted['mape']:.1f}%, "
+        f"their probes {100 * (fitted['probe_mape'] or float('nan')):.1f}%)"
+    )
+    if fitted["op"] != PROBE:
+        for item in have:
+            item["rows"], item["prof"] = rescored(item, fitted["op"], cluster, device_map)
+            item["figures"].update(model_figures(item["name"], item["group"], item["rows"]))
+            profile_fit = item["figures"].get("profile_fit") or {}
+            for d in host_names(item["prof"]):
+                if d in profile_fit:
+                    profile_fit[d]["contention"] = item["prof"]["devices"][d]["contention"]
+    return fitted

@@ -1,18 +1,22 @@
 """A fidelity run's figures per model, per group (tuned, held out) and for issue orders: markdown and JSON.
 
-:func:`model_figures` scores one model's rows (:mod:`bench.fidelity.scoring`);
+:func:`model_figures` scores one model's rows (:mod:`bench.fidelity.metrics`);
 :func:`run_summary` adds the groups and the order-trust record; :func:`markdown`
-prints them, held-out models first.
+prints them, held-out models first; :func:`summary_doc` is the ``--json`` document and
+:func:`merged_summary` the ``summary.json`` a run keeps (``docs/calibration/README.md``).
 """
 
 from __future__ import annotations
 
+import argparse
+import os
+import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
 
-from bench.fidelity.scoring import (
+from bench.fidelity.metrics import (
     EXECUTORS,
     TARGETS,
     group_summary,
@@ -200,3 +204,55 @@ def _order_lines(models: Sequence[Mapping[str, Any]], orders: Mapping[str, Any])
                 f"{c['real_ratio']:.3f}{_mark(c['ok'])} | {'yes' if keep else 'no (node order)'} |"
             )
     return lines
+
+
+def header(args: argparse.Namespace, device: str) -> str:
+    how = (
+        ""
+        if args.rescore
+        else f"median of {args.rounds} interleaved rounds x {args.steps} Adam steps after {args.warmup} warm-up "
+        f"steps and {args.warmup_s:g} s; {args.cpus} host threads; "
+    )
+    return (
+        f"Calibrated simulator vs real steps on {device} (cluster {args.cluster}, `--device-map "
+        f"{args.device_map}`, size {args.size}; "
+        f"{how}`{' '.join(args.command)}`)."
+    )
+
+
+def finite(x):
+    """``x`` with every NaN and infinity (in dicts and lists too) as None, for JSON."""
+    if isinstance(x, float):
+        return x if x == x and abs(x) != float("inf") else None
+    if isinstance(x, dict):
+        return {k: finite(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [finite(v) for v in x]
+    return x
+
+
+def summary_doc(models: list[dict], summary: dict, args: argparse.Namespace, device: str) -> dict:
+    """The ``--json`` document."""
+    return finite(
+        {
+            "device": device,
+            "command": " ".join(args.command),
+            "targets": TARGETS,
+            "groups": summary["groups"],
+            "orders": summary["orders"],
+            "failures": summary.get("failures", []),
+            "contention": summary.get("contention"),
+            "models": models,
+        }
+    )
+
+
+def merged_summary(path: str, rows: list[dict], args: argparse.Namespace, device: str) -> dict:
+    """``summary.json``: this run's models replace their earlier entries; other models' stay (one model per call
+    works)."""
+    from graphs.io import read_json
+
+    doc = read_json(path) if os.path.exists(path) else {}
+    old = [m for m in doc.get("models", []) if isinstance(m, dict) and m.get("model") not in {r["model"] for r in rows}]
+    new = [{**r, "device": device, "command": " ".join(args.command), "time_unix": time.time()} for r in rows]
+    return finite({"format": "placer-gpu-validation/2", "targets": TARGETS, "models": old + new})

@@ -1,7 +1,7 @@
 """One model's fidelity run: the placements to measure, their real steps (interleaved), their simulated ones, the rows.
 
 :func:`candidates` picks the placements (learned, every heuristic's with its planned
-issue order, both single devices, random ones). :func:`measure` builds every placed
+issue order, both single devices, random ones: :func:`random_placements`). :func:`measure` builds every placed
 module once and times them in interleaved rounds (:func:`envs.real.timing.measure_interleaved`),
 beside a second build of a few placements (repeatability) and each ordered placement
 in node order (the order check), logging every block so a run cut short resumes.
@@ -19,8 +19,8 @@ from typing import Any
 
 import numpy as np
 
+from bench.fidelity.metrics import EXECUTORS
 from bench.fidelity.models import build
-from bench.fidelity.scoring import EXECUTORS, random_placements
 from graphs.io import write_text_atomic
 
 
@@ -88,10 +88,25 @@ def physical(cluster, device_map):
 
 
 # ----------------------------------------------------------------- candidates
-def candidates(name: str, args: Any, graph, logical, model, work: str) -> list[dict]:
-    """The placements to measure: learned, baselines, single devices, random; distinct, with their issue orders.
+def random_placements(num_ops: int, num_devices: int, count: int, seed: int) -> list[np.ndarray]:
+    """Half draw each op's device with a per-placement bias, half cut the op sequence into 2-6 segments."""
+    rng = np.random.default_rng(seed)
+    out = []
+    for k in range(count):
+        if k % 2 == 0:
+            bias = rng.dirichlet(np.ones(num_devices))
+            out.append(rng.choice(num_devices, size=num_ops, p=bias).astype(np.int32))
+        else:
+            cuts = np.sort(rng.choice(np.arange(1, num_ops), size=min(rng.integers(1, 6), num_ops - 1), replace=False))
+            seg_dev = rng.integers(0, num_devices, size=len(cuts) + 1)
+            out.append(np.repeat(seg_dev, np.diff(np.concatenate([[0], cuts, [num_ops]]))).astype(np.int32))
+    return out
 
-    A baseline carries the order the planner picks for it with no margin (:meth:`envs.SimEnv.plan_order`):
+
+def candidates(name: str, args: Any, graph, logical, model, work: str) -> list[dict]:
+    """The placements to measure: learned, heuristics', single devices, random; distinct, with their issue orders.
+
+    A heuristic's placement carries the order the planner picks for it with no margin (:meth:`envs.SimEnv.plan_order`):
     the orders whose error the run measures.
     """
     from envs.sim.simulator import SimEnv
@@ -101,31 +116,30 @@ def candidates(name: str, args: Any, graph, logical, model, work: str) -> list[d
     out: list[dict] = []
     seen: dict[tuple, dict] = {}
 
-    def add(kind: str, method: str, idx, order=None, order_name: str = "node") -> None:
-        idx = np.asarray(idx, dtype=np.int32)
-        order = (
-            None if order is None or np.array_equal(order, np.arange(len(idx))) else np.asarray(order, dtype=np.int64)
-        )
-        key = (idx.tobytes(), None if order is None else order.tobytes())
+    def add(kind: str, method: str, op_devices, order=None, order_name: str = "node") -> None:
+        op_devices = np.asarray(op_devices, dtype=np.int32)
+        in_node_order = order is None or np.array_equal(order, np.arange(len(op_devices)))
+        order = None if in_node_order else np.asarray(order, dtype=np.int64)
+        key = (op_devices.tobytes(), None if order is None else order.tobytes())
         if key in seen:
             seen[key]["methods"].append(method)
             return
         seen[key] = {
             "kind": kind,
             "methods": [method],
-            "idx": idx,
+            "op_devices": op_devices,
             "order": order,
             "order_name": order_name if order is not None else "node",
         }
         out.append(seen[key])
 
-    # every baseline but ilp: a time-limited solve may give another plan on a rerun (so a resumed run could
+    # every heuristic but ilp: a time-limited solve may give another plan on a rerun (so a resumed run could
     # not reuse its measurements), and it adds a minute per model
     report = compare(
         graph, logical, model=model, seed=args.seed, executor="eager", methods=default_methods(exclude=("ilp",))
     )
-    baselines = [r for r in report.rows if r.kind == "heuristic"]
-    ok = [r for r in baselines if r.status == "ok" and r.placement is not None]
+    heuristics = [r for r in report.rows if r.kind == "heuristic"]
+    ok = [r for r in heuristics if r.status == "ok" and r.placement is not None]
     best = min(ok, key=lambda r: r.step_time_s).method if ok else None
     learned = learn(name, args, graph, logical, best, work)
     if learned is not None:
@@ -138,19 +152,19 @@ def candidates(name: str, args: Any, graph, logical, model, work: str) -> list[d
         )
     planner = SimEnv(graph, logical, order_margin=0.0)
     for r in ok:
-        idx = r.placement.indices(graph, names)
-        order, how, _ = planner.plan_order(idx)
-        add("baseline", r.method, idx, order, how)
+        op_devices = r.placement.indices(graph, names)
+        order, how, _ = planner.plan_order(op_devices)
+        add("baseline", r.method, op_devices, order, how)
     for d, dev in enumerate(names):
         add("single", f"all on {dev}", np.full(graph.num_ops, d))
     pool = random_placements(graph.num_ops, logical.num_devices, 50 * args.placements, seed=args.seed)
-    for k, idx in enumerate(pool):
+    for k, op_devices in enumerate(pool):
         if len(out) >= args.placements:
             break
-        add("random", f"random {k}", idx)
-    skipped = [f"{r.method} ({r.status})" for r in baselines if r.status != "ok" or r.placement is None]
+        add("random", f"random {k}", op_devices)
+    skipped = [f"{r.method} ({r.status})" for r in heuristics if r.status != "ok" or r.placement is None]
     if skipped:
-        log(f"[{name}] baselines not measured: {', '.join(skipped)}")
+        log(f"[{name}] heuristics not measured: {', '.join(skipped)}")
     return out
 
 
@@ -201,7 +215,7 @@ def labels(cands: list[dict], graph, logical, repeats: int) -> dict[str, dict]:
     out: dict[str, dict] = {}
     for k, c in enumerate(cands):
         key = placement_hash(
-            [logical.device_names[i] for i in c["idx"].tolist()],
+            [logical.device_names[i] for i in c["op_devices"].tolist()],
             None if c["order"] is None else [graph.names[i] for i in c["order"].tolist()],
         )
         c["key"] = key
@@ -212,7 +226,7 @@ def labels(cands: list[dict], graph, logical, repeats: int) -> dict[str, dict]:
     firsts = [
         next((k for k, c in enumerate(cands) if pred(c)), None)
         for pred in (
-            lambda c: bool(gpu) and bool(np.all(c["idx"] == gpu[0])),
+            lambda c: bool(gpu) and bool(np.all(c["op_devices"] == gpu[0])),
             lambda c: c["kind"] == "learned",
             lambda c: c["kind"] == "random",
         )
@@ -239,7 +253,7 @@ def _runs(name: str, args: Any, graph, logical, cands: list[dict], todo: dict[st
             for k, v in ep.state_dict.items():
                 v.copy_(snapshot[k])
         c = cands[spec["cand"]]
-        assignment = {op: logical.device_names[d] for op, d in zip(graph.names, c["idx"].tolist())}
+        assignment = {op: logical.device_names[d] for op, d in zip(graph.names, c["op_devices"].tolist())}
         order = None if spec["order"] is None else [graph.names[i] for i in spec["order"].tolist()]
         try:
             module = place_module(ep, assignment, args.device_map, order=order)
@@ -306,11 +320,11 @@ def simulated(graph_p, phys, to_phys: np.ndarray, logical, cands: list[dict]) ->
     float bits, which must not rank placements (on one physical device every placement simulates alike)."""
     from envs.sim.simulator import SimEnv
 
-    envs_ = {e: SimEnv(graph_p, phys, executor=e) for e in EXECUTORS}
+    sim_envs = {e: SimEnv(graph_p, phys, executor=e) for e in EXECUTORS}
     out = []
     for c in cands:
-        idx = to_phys[c["idx"]]
-        res = {e: envs_[e].simulate(idx, order=c["order"]) for e in EXECUTORS}
+        phys_devices = to_phys[c["op_devices"]]
+        res = {e: sim_envs[e].simulate(phys_devices, order=c["order"]) for e in EXECUTORS}
         row = {
             "sim_step_s": {e: round(float(r.extra["sim_step_time_s"]), 12) for e, r in res.items()},
             "sim_peak_bytes": {
@@ -319,7 +333,7 @@ def simulated(graph_p, phys, to_phys: np.ndarray, logical, cands: list[dict]) ->
             },
         }
         if c["order"] is not None:
-            row["sim_node_step_s"] = round(float(envs_["eager"].simulate(idx).extra["sim_step_time_s"]), 12)
+            row["sim_node_step_s"] = round(float(sim_envs["eager"].simulate(phys_devices).extra["sim_step_time_s"]), 12)
         out.append(row)
     return out
 
@@ -329,7 +343,7 @@ def resimulated(graph, prof: dict, rows_: list[dict], cluster, device_map) -> li
     graph_p, logical, phys, to_phys = calibrated(graph, prof, cluster, device_map)
     cands = [
         {
-            "idx": np.asarray(r["devices"], dtype=np.int32),
+            "op_devices": np.asarray(r["devices"], dtype=np.int32),
             "order": None if r.get("order") is None else np.asarray(r["order"], dtype=np.int64),
         }
         for r in rows_
@@ -349,7 +363,7 @@ def rows(
     for k, c in enumerate(cands):
         got = by_cand.get(k, {})
         m = got.get("placement", {"status": "error", "message": "not measured", "step_time_s": float("inf")})
-        devs = [logical.device_names[i] for i in c["idx"].tolist()]
+        devs = [logical.device_names[i] for i in c["op_devices"].tolist()]
         ok = m["status"] == "ok"
         row = {
             "model": name,
@@ -367,7 +381,7 @@ def rows(
             "real_peak_bytes": m.get("peak_bytes") or {},
             **sims[k],
             "ops_per_device": {d: devs.count(d) for d in logical.device_names},
-            "devices": c["idx"].tolist(),
+            "devices": c["op_devices"].tolist(),
             "order": None if c["order"] is None else c["order"].tolist(),
         }
         for what, field in (("repeat", "repeat"), ("node", "node_order")):

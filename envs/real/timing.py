@@ -10,7 +10,7 @@ host's threads fixed and the process pinned to fixed cores, Python's garbage
 collector run before the timed steps and kept out of them, a warm-up long enough
 for the allocator and the clocks, every CUDA device synchronised around each step,
 several placements' steps interleaved in rounds (each round in the other order,
-ABBA), and the median as the statistic. ``scripts/validate_gpu.py`` measures with it.
+ABBA), and the median as the statistic. ``bench/validate_gpu.py`` measures with it.
 """
 
 from __future__ import annotations

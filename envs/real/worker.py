@@ -1,7 +1,7 @@
 """One machine's side of the Ray measurement harness: build the model once, measure placements on it.
 
 A :class:`Worker` runs in a Ray actor of :class:`envs.real.measured.MeasuredEnv`
-(or in this process, ``scripts/calibrate_sim.py --real local``): it exports the
+(or in this process, ``bench/calibrate_sim.py --real local``): it exports the
 model once, then for each placement builds the placed module
 (:func:`envs.real.placing.place_module`), runs warm-up and timed training steps
 (:func:`envs.real.timing.measure_steps`) and returns a :class:`envs.Result` as a

@@ -2,7 +2,7 @@
 
 The planner (:meth:`envs.sim.simulator.SimEnv.plan_order`) keeps an issue order
 other than node order only where its predicted gain exceeds the margin. The
-margin comes from order checks (``scripts/validate_gpu.py``): each planned order
+margin comes from order checks (``bench/validate_gpu.py``): each planned order
 run for real against node order, interleaved. A check whose simulated ratio
 (planned / node) is ``s`` and real ratio ``r`` over-predicted the gain by ``r - s``;
 the margin is the largest over-prediction (0 if none), so every checked order that

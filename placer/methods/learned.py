@@ -89,7 +89,7 @@ def place_learned(
     machine's speed; ``meta["refine_stopped"]`` says which ended it). The
     ``module_search`` heuristic is the same descent from uniform draws; given as
     many simulated placements it is this refinement's rival
-    (``scripts/bench_pretrain.py``). ``refine=0`` keeps the best decode.
+    (``bench/zero_shot.py``). ``refine=0`` keeps the best decode.
 
     Returns a :class:`placer.Placement` (method ``learned``) whose meta records the policy file and timings.
     """

@@ -1,25 +1,28 @@
-"""Shared by the tests of the scripts under scripts/: a script loaded as a module, to call its main() in-process."""
+"""Shared by the tests of the benchmarks: an entry point's ``main`` run in this process, as on a lent GPU machine."""
 
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
-from types import ModuleType
+import sys
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
-
-
-def load_script(name: str) -> ModuleType:
-    """``scripts/<name>.py`` as a fresh module."""
-    spec = importlib.util.spec_from_file_location(name, ROOT / "scripts" / f"{name}.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
-
 
 @pytest.fixture
-def script_module():
-    """:func:`load_script`, for tests that run a script's ``main`` with arguments."""
-    return load_script
+def run_entry(capsys):
+    """``run(module, *ARGS, ray=False)``: ``module.main(ARGS)`` here, ``(exit status, stdout, stderr)``. Without
+    ray unless ``ray``, as on the lent GPU machines: ``import ray`` fails, and so does the one module that imports it
+    (:mod:`envs.real.measured`), however much of it an earlier test imported."""
+
+    def run(module, *args: str, ray: bool = False) -> tuple[int, str, str]:
+        with pytest.MonkeyPatch.context() as mp:
+            if not ray:
+                mp.setitem(sys.modules, "ray", None)
+                mp.setitem(sys.modules, "envs.real.measured", None)
+            try:
+                status = module.main(list(args))
+            except SystemExit as e:  # a usage error (argparse): the status the process would exit with
+                status = e.code
+        out, err = capsys.readouterr()
+        return status, out, err
+
+    return run

@@ -1,5 +1,4 @@
-"""scripts/bench_budget.py run tiny: every method at equal budgets, every simulated placement counted, one-line
-errors."""
+"""bench.budget run tiny: every method at equal budgets, every simulated placement counted, one-line errors."""
 
 from __future__ import annotations
 
@@ -9,36 +8,33 @@ import numpy as np
 import pytest
 
 import envs
-from bench import budget as bb
+from bench import budget
+from bench.budget_env import BudgetEnv, BudgetSpent
+from bench.budget_runs import METHODS, PLAN_EVALS
 from graphs.synthetic import moe_dag
-
-
-@pytest.fixture
-def script(script_module):
-    return script_module("bench_budget")
 
 
 def test_budget_env_counts_every_row_and_stops_at_the_budget():
     g, c = moe_dag(40, seed=0), envs.Cluster.preset("k80x2")
-    rec = bb.BudgetEnv(envs.SimEnv(g, c), max_evals=10)
-    rows = np.ones((6, g.num_ops), dtype=np.int32)
-    rows[1:, 0] = 2
-    rec.step_times(rows)
-    with pytest.raises(bb.BudgetSpent):  # the 4 rows left are scored, then the method is stopped
-        rec.step_times(rows)
-    assert rec.evals == 10 and rec.best_row is not None and rec.curve["evals"][0] == 1
+    rec = BudgetEnv(envs.SimEnv(g, c), max_evals=10)
+    op_devices = np.ones((6, g.num_ops), dtype=np.int32)
+    op_devices[1:, 0] = 2
+    rec.step_times(op_devices)
+    with pytest.raises(BudgetSpent):  # the 4 placements left are scored, then the method is stopped
+        rec.step_times(op_devices)
+    assert rec.evals == 10 and rec.best_op_devices is not None and rec.curve["evals"][0] == 1
     assert (
         rec.curve["best_s"] == sorted(rec.curve["best_s"], reverse=True) and rec.best_key[1] == rec.curve["best_s"][-1]
     )
-    with pytest.raises(bb.BudgetSpent):
-        rec.step_times(rows[:1])
+    with pytest.raises(BudgetSpent):
+        rec.step_times(op_devices[:1])
     assert rec.evals == 10
 
 
 @pytest.mark.slow
-def test_tiny_grid_runs_every_method_within_its_budget(tmp_path, capsys, script):
+def test_tiny_grid_runs_every_method_within_its_budget(tmp_path, capsys):
     plot = tmp_path / "b.png"
-    rc = script.main(
+    rc = budget.main(
         [
             "--graphs",
             "moe-60",
@@ -60,7 +56,7 @@ def test_tiny_grid_runs_every_method_within_its_budget(tmp_path, capsys, script)
     cell = json.loads(out)["cells"][0]
     assert cell["graph"] == "moe-60" and cell["lower_bound_name"] and cell["start"]["method"]
     runs = {(r["budget"]["kind"], r["method"]): r for r in cell["runs"]}
-    assert {m for _, m in runs} == set(bb.METHODS)
+    assert {m for _, m in runs} == set(METHODS)
     for method in ("learned", "uniform", "module_search", "annealing"):
         r = runs[("evals", method)]
         assert r["step_time_s"] is not None and r["evals"] <= 300, (method, r)
@@ -69,13 +65,13 @@ def test_tiny_grid_runs_every_method_within_its_budget(tmp_path, capsys, script)
     for r in (runs[("evals", "learned")], runs[("seconds", "learned")]):
         assert r["step_time_s"] <= cell["start"]["step_time_s"]
     assert runs[("seconds", "module_search")]["wall_s"] <= 1 + 1.0
-    rc = script.main(
+    rc = budget.main(
         ["--graphs", "moe-60", "--clusters", "k80x2", "--evals", "200", "--seconds", "", "--methods", "learned,uniform"]
     )
     table = capsys.readouterr().out
     assert rc == 0 and "| moe-60 | k80x2 | 0.2k placements |" in table
     # the acceptance variant and its ablation, on request: their columns and their ratios
-    rc = script.main(
+    rc = budget.main(
         [
             "--graphs",
             "moe-60",
@@ -97,10 +93,10 @@ def test_tiny_grid_runs_every_method_within_its_budget(tmp_path, capsys, script)
         and set(runs) == {"learned_accept", "uniform_accept", "annealing"}
         and "accepted" in runs["learned_accept"]["note"]
     )
-    assert runs["learned_accept"]["evals"] <= 200 + bb.PLAN_EVALS
-    assert "| learned_accept | uniform_accept |" in bb.markdown_table(
+    assert runs["learned_accept"]["evals"] <= 200 + PLAN_EVALS
+    assert "| learned_accept | uniform_accept |" in budget.markdown_table(
         cells
-    ) and "learned_accept / uniform_accept" in bb.markdown_table(cells)
+    ) and "learned_accept / uniform_accept" in budget.markdown_table(cells)
 
 
 @pytest.mark.parametrize(
@@ -114,8 +110,8 @@ def test_tiny_grid_runs_every_method_within_its_budget(tmp_path, capsys, script)
         (["--clusters", "zz"], "zz"),
     ],
 )
-def test_bad_options_exit_2_with_one_line(argv, option, capsys, script):
-    rc = script.main(["--graphs", "moe-40", "--seconds", "", *argv])
+def test_bad_options_exit_2_with_one_line(argv, option, capsys):
+    rc = budget.main(["--graphs", "moe-40", "--seconds", "", *argv])
     err = capsys.readouterr().err
     assert rc == 2 and option in err and len(err.strip().splitlines()) == 1, err
 

@@ -1,4 +1,4 @@
-"""bench.fidelity: the figures of a fidelity run, computed by hand from rows (what scripts/validate_gpu.py reports)."""
+"""bench.fidelity: the figures of a fidelity run, computed by hand from rows (what bench.validate_gpu reports)."""
 
 from __future__ import annotations
 
@@ -7,9 +7,9 @@ import types
 import numpy as np
 import pytest
 
+from bench.fidelity.metrics import memory, order_checks, repeatability, scores, trusted_orders
 from bench.fidelity.report import markdown, model_figures, run_summary
 from bench.fidelity.runs import labels
-from bench.fidelity.scoring import memory, order_checks, repeatability, scores, trusted_orders
 
 
 def row(methods, real, sim, **kw):
@@ -92,10 +92,10 @@ def test_labels_measure_each_ordered_placement_in_node_order_and_a_few_twice():
     logical = types.SimpleNamespace(device_names=["cpu:0", "gpu:0"])
     graph = types.SimpleNamespace(names=["a", "b", "c"])
     cands = [
-        {"kind": "learned", "methods": ["rl"], "idx": np.array([1, 1, 1]), "order": None},
-        {"kind": "baseline", "methods": ["heft"], "idx": np.array([0, 1, 1]), "order": np.array([0, 2, 1])},
-        {"kind": "single", "methods": ["all on cpu:0"], "idx": np.array([0, 0, 0]), "order": None},
-        {"kind": "random", "methods": ["random 0"], "idx": np.array([1, 0, 1]), "order": None},
+        {"kind": "learned", "methods": ["rl"], "op_devices": np.array([1, 1, 1]), "order": None},
+        {"kind": "baseline", "methods": ["heft"], "op_devices": np.array([0, 1, 1]), "order": np.array([0, 2, 1])},
+        {"kind": "single", "methods": ["all on cpu:0"], "op_devices": np.array([0, 0, 0]), "order": None},
+        {"kind": "random", "methods": ["random 0"], "op_devices": np.array([1, 0, 1]), "order": None},
     ]
     out = labels(cands, graph, logical, repeats=3)
     what = [(v["cand"], v["what"]) for v in out.values()]
@@ -214,25 +214,20 @@ def test_contention_is_fitted_on_the_tuned_models_and_a_tie_keeps_the_probe():
     assert contention.fit([], cluster, dmap) is None
 
 
-def test_the_tuned_models_contention_scores_the_held_out_ones(monkeypatch):
+def test_the_tuned_models_contention_scores_the_held_out_ones():
     """The fit uses the tuned models only; every model, held out too, is then scored with it (rows, profile,
     figures)."""
-    import importlib
-    import os
+    from bench.fidelity import contention
+    from envs import resolve_cluster
 
-    monkeypatch.syspath_prepend(
-        os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "scripts")
-    )
-    vg = importlib.import_module("validate_gpu")
-    args = vg.parse(["--tiny"])
-    args.device_map, args.cluster = "gpu:0=cuda:0,cpu:0=cpu", "h200x1"
+    cluster, dmap = resolve_cluster("h200x1"), "gpu:0=cuda:0,cpu:0=cpu"
     items = [_contention_item("t1", "tuned", 8.0), _contention_item("h1", "held-out", 8.0)]
     for it in items:
         it["rows"] = [{**r, "sim_step_s": {"eager": 1.0, "dataflow": 1.0}} for r in it["rows"]]  # stale scores
         it["figures"] = model_figures(it["name"], it["group"], it["rows"])
     held_rows = items[1]["rows"]
-    fit = vg.refit_contention(items, args)
+    fit = contention.refit(items, cluster, dmap)
     assert fit["op"] == 8.0 and fit["models"] == ["t1"]
     assert items[1]["figures"]["executors"]["eager"]["mape"] < 1e-9  # rescored with the fit, not left stale
     assert items[1]["prof"]["devices"]["cpu"]["contention"]["op"] == 8.0 and items[1]["rows"] is not held_rows
-    assert vg.refit_contention([items[1]], args) is None  # no tuned model: nothing to fit
+    assert contention.refit([items[1]], cluster, dmap) is None  # no tuned model: nothing to fit

@@ -1,15 +1,10 @@
-"""scripts/bench_graphs.py and bench.graph_layer on a small graph (no zoo capture)."""
+"""bench.graph_layer on a small graph (no zoo capture), and its command line."""
 
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 
 from bench import graph_layer as bench
-
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 def test_run_and_table_without_capture():
@@ -20,24 +15,7 @@ def test_run_and_table_without_capture():
     assert "load" in table and "-> 32 groups" in table and "model" not in table
 
 
-def test_script_prints_json():
-    out = subprocess.run(
-        [
-            sys.executable,
-            os.path.join(ROOT, "scripts", "bench_graphs.py"),
-            "--ops",
-            "1000",
-            "--groups",
-            "16",
-            "--repeats",
-            "1",
-            "--skip-capture",
-            "--json",
-        ],
-        capture_output=True,
-        text=True,
-        check=True,
-        env={**os.environ, "OMP_NUM_THREADS": "1"},
-    )
-    doc = json.loads(out.stdout)
+def test_main_prints_json(capsys):
+    assert bench.main(["--ops", "1000", "--groups", "16", "--repeats", "1", "--skip-capture", "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
     assert doc["load"]["ops"] == 1000 and doc["coarsen"]["max_groups"] == 16 and doc["load"]["load_s"] > 0

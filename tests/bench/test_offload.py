@@ -262,18 +262,20 @@ def test_fsdp2_failure_is_a_result():
     assert r.status == "oom" and np.isinf(r.step_time_s)
 
 
-# ------------------------------------------------------------------ the script, on the CPU stand-in
-def _script(*args: str, timeout: float = 600, env_extra: dict | None = None, **popen) -> subprocess.CompletedProcess:
+# ------------------------------------------------------------------ bench.gpu_offload, on the CPU stand-in
+def _subprocess(*args: str, env_extra: dict | None = None) -> subprocess.CompletedProcess:
+    """``python -m bench.gpu_offload ARGS`` in the checkout's root."""
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1", **(env_extra or {})}
-    return subprocess.run(
-        [sys.executable, str(ROOT / "scripts" / "gpu_offload.py"), *args],
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        env=env,
-        cwd=ROOT,
-        **popen,
-    )
+    command = [sys.executable, "-m", "bench.gpu_offload", *args]
+    return subprocess.run(command, capture_output=True, text=True, timeout=600, env=env, cwd=ROOT)
+
+
+@pytest.fixture
+def run_here(run_entry):
+    """``gpu_offload.main(ARGS)`` in this process, without ray: ``(status, stdout, stderr)``."""
+    from bench import gpu_offload
+
+    return lambda *args: run_entry(gpu_offload, *args)
 
 
 def _logged(out: Path) -> int:
@@ -282,12 +284,14 @@ def _logged(out: Path) -> int:
 
 
 @pytest.mark.slow
-def test_the_pipeline_runs_on_the_cpu_stand_in_resumes_and_a_killed_run_loses_no_measurement(tmp_path, without_ray):
+def test_the_pipeline_runs_on_the_cpu_stand_in_resumes_and_a_killed_run_loses_no_measurement(
+    tmp_path, without_ray, run_here
+):
     """Without ray, as on the GPU machines."""
     out = tmp_path / "offload"
-    rivals = _script("rivals", "--tiny", "--out-dir", str(out), "--train-budget", "3", "--json", env_extra=without_ray)
-    assert rivals.returncode == 0, rivals.stderr[-2000:]
-    doc = json.loads(rivals.stdout)
+    status, stdout, stderr = run_here("rivals", "--tiny", "--out-dir", str(out), "--train-budget", "3", "--json")
+    assert status == 0, stderr[-2000:]
+    doc = json.loads(stdout)
     rows = {r["label"]: r for r in doc["rows"]}
     assert (
         rows["all on gpu:0"]["sim_status"] == "oom" and rows["accelerate, max_memory = the cap"]["sim_status"] == "oom"
@@ -303,18 +307,17 @@ def test_the_pipeline_runs_on_the_cpu_stand_in_resumes_and_a_killed_run_loses_no
     assert (
         json.loads((out / "cluster.json").read_text())["devices"][1]["memory_bytes"] == SCENARIOS["tiny"].gpu_cap_bytes
     )
-    import graphs
-
     assert graphs.load(out / "graph.json").content_hash == json.loads((out / "plans.json").read_text())["graph_hash"]
     measured = _logged(out)
     assert measured >= 5
 
-    # the fine-tuning, killed mid-way: every placement it recorded had been measured and logged
+    # the fine-tuning, killed mid-way (a process of its own): every placement it recorded had been measured and logged
     env = {**os.environ, "OMP_NUM_THREADS": "1", **without_ray}
     proc = subprocess.Popen(
         [
             sys.executable,
-            str(ROOT / "scripts" / "gpu_offload.py"),
+            "-m",
+            "bench.gpu_offload",
             "finetune",
             "--tiny",
             "--out-dir",
@@ -347,39 +350,40 @@ def test_the_pipeline_runs_on_the_cpu_stand_in_resumes_and_a_killed_run_loses_no
     logged = _logged(out)
 
     # resumed: the rivals measure nothing again; the fine-tuning goes on from its checkpoint and its records
-    assert _script("rivals", "--tiny", "--out-dir", str(out)).returncode == 0 and _logged(out) == logged
-    tune = _script("finetune", "--tiny", "--out-dir", str(out), "--budget", "4")
-    assert tune.returncode == 0, tune.stderr[-2000:]
+    assert run_here("rivals", "--tiny", "--out-dir", str(out))[0] == 0 and _logged(out) == logged
+    status, _, stderr = run_here("finetune", "--tiny", "--out-dir", str(out), "--budget", "4")
+    assert status == 0, stderr[-2000:]
     resumed = read_curves(str(curves_path))
     assert resumed[: len(records)] == records and [r["n"] for r in resumed] == list(range(1, len(resumed) + 1))
     assert "placer, fine-tuned on measured rewards" in (out / "table.md").read_text()
-    report = _script("report", "--out-dir", str(out), "--json")
-    assert report.returncode == 0 and json.loads(report.stdout)["curves"]["n"] == len(resumed)
+    status, stdout, _ = run_here("report", "--out-dir", str(out), "--json")
+    assert status == 0 and json.loads(stdout)["curves"]["n"] == len(resumed)
 
 
 @pytest.mark.slow
-def test_a_profile_calibrates_the_plans_and_every_simulated_column(tmp_path, without_ray):
+def test_a_profile_calibrates_the_plans_and_every_simulated_column(tmp_path, without_ray, run_here):
     """The issue's "placer's plan from the calibrated simulator": after the profile stage, the rivals stage plans and
-    simulates with the profile; plans made before it are simulated again; a profile of another graph is refused."""
+    simulates with the profile; plans made before it are simulated again; a profile of another graph is refused.
+    The first stage runs as the GPU machine runs it: ``python -m``, without ray."""
     from envs.real.profiler import apply_profile, calibrate_cluster, load_profile
     from graphs.plan import Placement
 
     out = tmp_path / "offload"
     quick = ("--tiny", "--out-dir", str(out), "--train-budget", "2", "--deadline", "0.1", "--json")
-    before = _script("rivals", *quick, env_extra=without_ray)
+    before = _subprocess("rivals", *quick, env_extra=without_ray)
     assert before.returncode == 0, before.stderr[-2000:]
     assert json.loads(before.stdout)["simulator"] == "estimates"
-    prof = _script("profile", "--tiny", "--out-dir", str(out), "--profile-repeats", "1", env_extra=without_ray)
-    assert prof.returncode == 0, prof.stderr[-2000:]
+    status, _, stderr = run_here("profile", "--tiny", "--out-dir", str(out), "--profile-repeats", "1")
+    assert status == 0, stderr[-2000:]
     g = graphs.load(out / "graph.json")
     doc = load_profile(out / "profile.json")
     assert (
         doc["graph_hash"] == g.content_hash and set(doc["devices"]) == {"cpu"} and doc["devices"]["cpu"]["step_s"] > 0
     )
-    after = _script("rivals", *quick, env_extra=without_ray)
-    assert after.returncode == 0, after.stderr[-2000:]
-    assert "plans made with the simulator's estimates: simulated again with its profile" in after.stderr
-    report = json.loads(after.stdout)
+    status, stdout, stderr = run_here("rivals", *quick)
+    assert status == 0, stderr[-2000:]
+    assert "plans made with the simulator's estimates: simulated again with its profile" in stderr
+    report = json.loads(stdout)
     assert report["simulator"] == "profile"  # plans.json keeps what the plans were made with: the estimates
     assert json.loads((out / "plans.json").read_text())["simulator"] == "estimates"
     calibrated = envs.SimEnv(
@@ -397,13 +401,14 @@ def test_a_profile_calibrates_the_plans_and_every_simulated_column(tmp_path, wit
 
     doc["graph_hash"] = "0" * 16
     (out / "profile.json").write_text(json.dumps(doc))
-    refused = _script("rivals", *quick, env_extra=without_ray)
-    assert refused.returncode == 2 and refused.stderr.strip().splitlines()[-1].startswith("gpu_offload: ")
-    assert "profile.json: profiled graph 0000000000000000, not this graph" in refused.stderr
+    status, _, stderr = run_here("rivals", *quick)
+    assert status == 2 and stderr.strip().splitlines()[-1].startswith("gpu_offload: ")
+    assert "profile.json: profiled graph 0000000000000000, not this graph" in stderr
 
 
-def test_bad_input_is_one_line_and_status_2(tmp_path, capsys, script_module):
-    script = script_module("gpu_offload")
+def test_bad_input_is_one_line_and_status_2(tmp_path, capsys):
+    from bench import gpu_offload
+
     for args, needle in (
         (["rivals", "--tiny", "--steps", "0", "--out-dir", str(tmp_path)], "--steps"),
         (["rivals", "--scenario", "huge", "--device-map", "*=cpu", "--out-dir", str(tmp_path)], "--scenario"),
@@ -413,6 +418,6 @@ def test_bad_input_is_one_line_and_status_2(tmp_path, capsys, script_module):
         (["adam", "--threads", "x"], "--threads"),
         (["profile", "--tiny", "--profile-repeats", "0", "--out-dir", str(tmp_path)], "--profile-repeats"),
     ):
-        assert script.main(args) == 2, args
+        assert gpu_offload.main(args) == 2, args
         err = capsys.readouterr().err
         assert err.strip().count("\n") == 0 and needle in err, (args, err)

@@ -284,7 +284,7 @@ def test_from_dict_rejects_mismatches():
 # ---------------------------------------------------------------------- speed
 @pytest.mark.slow
 def test_coarsen_100k_ops():
-    # How long it takes is scripts/bench_graphs.py's figure (target < 10 s), not a test's assertion.
+    # How long it takes is bench/graph_layer.py's figure (target < 10 s), not a test's assertion.
     g = random_dag(100_000, seed=0)
     grouping = coarsen(g, max_groups=256)
     assert grouping.num_groups == 256

@@ -26,7 +26,7 @@ import torch
 from torch import nn
 
 import envs.real.placing as runtime
-from bench.corpus import build
+from bench.conformance_corpus import build
 from graphs.plan import Placement
 from graphs.torch_capture import capture, export_program
 from placer.apply import apply, microbatch_plan

@@ -7,7 +7,7 @@ GPUs, a heuristic's plan with its issue order, a pipeline over 8 logical GPUs in
 and 4 microbatches, and one-forward-one-backward) and checks that the placed
 step's loss and every gradient are as close to a float64 reference as the
 unplaced float32 step is. Every logical device is the CPU here, so every copy is
-built; ``scripts/gpu_conformance.py`` runs the same on a GPU.
+built; ``bench/gpu_conformance.py`` runs the same on a GPU.
 
 Three models run in the fast tier; the rest are marked slow (CI runs both).
 """
@@ -19,7 +19,8 @@ import math
 import pytest
 import torch
 
-from bench import conformance, corpus
+from bench import conformance
+from bench import conformance_corpus as corpus
 
 FAST = ("llama", "nn_encoder", "bert")
 ENTRIES = [pytest.param(n, marks=() if n in FAST else pytest.mark.slow) for n in corpus.FAMILIES]

@@ -10,7 +10,7 @@ A quoted command is one of:
   gets ``--time-budget 2`` and three fast heuristics to start from, ``compare`` with every method gives
   ``ilp`` 2 s and the searches 100 placements (annealing 200 steps), ``run`` times 2 steps, and
   ``pretrain`` (a corpus of graphs) stops once its arguments are checked;
-* any other program (``python scripts/X.py`` or ``python -m bench.X``: its ``--help`` runs, in this
+* any other program (``python -m bench.X``, or a ``python X.py``: its ``--help`` runs, in this
   process; ``bash .ci/run``: the file exists).
 """
 

@@ -1,0 +1,19 @@
+"""bench.sim_throughput runs and reports the figures BENCHMARKS.md quotes."""
+
+from __future__ import annotations
+
+import json
+
+from bench import sim_throughput
+
+
+def test_sim_throughput_json(capsys):
+    argv = ["--ops", "300", "--batch", "4", "--seconds", "0.2", "--json", "--executor", "both"]
+    assert sim_throughput.main(argv) == 0
+    both = json.loads(capsys.readouterr().out)
+    assert sorted(both) == ["dataflow", "eager"]
+    for executor, doc in both.items():
+        assert doc["executor"] == executor
+        assert doc["num_ops"] == 300 and doc["cluster"] == "k80x4"
+        assert doc["op_placements_per_s"] > 0 and doc["scalar_simulate_s"] > 0
+        assert 0 < doc["lower_bound_s"] <= doc["median_step_time_s"]
