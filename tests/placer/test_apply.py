@@ -9,7 +9,8 @@ import pytest
 import torch
 from torch import nn
 
-from envs.real.placing import DEVICE_META, MOVE_META, WRITEBACK_META, parse_device_map, resolve_devices, transfers
+from envs.real.devices import parse_device_map, resolve_devices
+from envs.real.placing import DEVICE_META, MOVE_META, WRITEBACK_META, transfers
 from envs.real.timing import default_loss
 from graphs import PlacerError
 from graphs.torch_capture import capture

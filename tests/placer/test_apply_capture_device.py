@@ -26,10 +26,12 @@ import torch
 from torch import nn
 
 import envs.real.placing as runtime
+import envs.real.transfers as transfers
 from bench.corpus import build
+from envs.real.alignment import ProgramPlan, carry_plan
 from graphs.plan import Placement
 from graphs.torch_capture import capture, export_program
-from placer.apply import apply, microbatch_plan
+from placer.apply import apply
 
 DEVICES = ["cpu:0", "gpu:0", "gpu:1", "gpu:2"]
 
@@ -222,7 +224,7 @@ def test_a_view_whose_storage_is_written_in_place_stays_a_view():
 def test_staging_buffer_takes_any_strided_tensor(make):
     base = torch.randn(3, 1, requires_grad=True)
     t = make(base)
-    s = runtime.staged(t)
+    s = transfers.staged(t)
     assert s.is_contiguous() and torch.equal(s, t) and s.data_ptr() != base.data_ptr()
     s.sum().backward()
     torch.testing.assert_close(base.grad, torch.autograd.grad(make(base).sum(), base)[0])
@@ -237,13 +239,13 @@ def test_forced_copy_paths_keep_every_gradient(kind, monkeypatch):
     g = capture(model, inputs)
     split = Placement.from_indices(g, DEVICES, np.minimum(np.arange(g.num_ops) * 3 // g.num_ops, 2))
     calls = []
-    real = runtime.copy_kind
+    real = transfers.copy_kind
 
     def forced(src, dst):
         calls.append(kind)
         return kind if real(src, dst) == "same" else real(src, dst)
 
-    monkeypatch.setattr(runtime, "copy_kind", forced)
+    monkeypatch.setattr(transfers, "copy_kind", forced)
     placed = apply(model, split, inputs, device_map="*=cpu")
     loss = placed(*inputs)
     loss.backward()
@@ -266,7 +268,7 @@ def test_llama_at_batch_4_runs_in_microbatches_with_the_unsplit_gradients(microb
     _assert_same_step(loss, placed, ref, inputs)
 
 
-def test_microbatch_plan_places_the_ops_only_the_small_batch_has_with_their_input():
+def test_a_carried_plan_places_the_ops_only_the_small_batch_has_with_their_input():
     from graphs import OpGraph
 
     whole = OpGraph.from_edges(
@@ -279,6 +281,6 @@ def test_microbatch_plan_places_the_ops_only_the_small_batch_has_with_their_inpu
         [("a", "x", 8), ("x", "b", 8), ("b", "c", 8)],
         op_types=["aten.mm.default", "aten.squeeze.dim", "aten.relu.default", "aten.sum.default"],
     )
-    plan = microbatch_plan(whole, part, {"a": "gpu:0", "b": "gpu:1", "c": "gpu:2"}, ["a", "b", "c"], ["b", "c"])
+    plan = carry_plan(whole, ProgramPlan({"a": "gpu:0", "b": "gpu:1", "c": "gpu:2"}, ["a", "b", "c"], ["b", "c"]), part)
     assert plan.assignment == {"a": "gpu:0", "x": "gpu:0", "b": "gpu:1", "c": "gpu:2"}
     assert plan.order == ["a", "b", "c"] and plan.stages == ["b", "c"]
