@@ -100,7 +100,7 @@ def apply(
       is ``result.meta["placer_issue_order"]`` (op names);
     * inputs at other sizes (a smaller last batch, another sequence length) run the
       model's program with dynamic dimensions under the same plan
-      (:mod:`envs.real.shapes`); its dynamic dimensions are then
+      (:mod:`envs.real.programs`); its dynamic dimensions are then
       ``result.meta["placer_dynamic_dims"]``. A size the model fixes raises
       :class:`envs.real.shapes.ShapeError`, one line naming the input, the dimension
       and the size it was captured at.

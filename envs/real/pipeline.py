@@ -26,7 +26,8 @@ from torch import nn
 from envs.microbatch import BACKWARD, issue_segments, stage_starts
 from envs.real.global_state import global_state_kept
 from envs.real.placing import MOVE_META
-from envs.real.shapes import PROGRAMS_ATTR, ShapeError, guard_failure, tensors_of
+from envs.real.programs import PROGRAMS_ATTR
+from envs.real.shapes import ShapeError, guard_failure, tensors_of
 from graphs import OpGraph, PlacerError
 from graphs.ops import free_mask
 from graphs.plan import check_inflight
@@ -159,7 +160,8 @@ class MicrobatchedModule(nn.Module):
     as with W = M.
 
     Microbatches at other sizes than ``placed`` was built for run another program
-    of the model (:class:`envs.real.shapes.ProgramsBySize`), with that program's stages.
+    of the model (:class:`envs.real.programs.Programs`), with that program's stages;
+    ``train()``/``eval()`` switch ``placed``'s mode, which picks its program too.
     """
 
     def __init__(
@@ -185,6 +187,13 @@ class MicrobatchedModule(nn.Module):
         self.batch_dim = int(batch_dim)
         self.reduction = reduction
         self.meta = {**getattr(placed, "meta", {}), MICROBATCH_META: self.microbatches}
+        self.training = placed.training
+
+    def train(self, mode: bool = True) -> MicrobatchedModule:
+        """Set the mode of this module and of ``placed`` (whose program follows it)."""
+        super().train(mode)
+        self.placed.train(mode)
+        return self
 
     def forward(self, *inputs: Any) -> Any:
         with global_state_kept():  # a stage run by the interpreter below is not the placed module's guarded call
@@ -206,13 +215,18 @@ class MicrobatchedModule(nn.Module):
             raise error from None
 
     def _program_for(self, parts: list[tuple]) -> tuple[fx.GraphModule, list[str]]:
-        """The one program every microbatch runs (:class:`envs.real.shapes.ProgramsBySize`), and its stages."""
+        """The one program every microbatch runs (:class:`envs.real.programs.Programs`), and its stages."""
         programs = getattr(self.placed, PROGRAMS_ATTR, None)
         if programs is None:
             return self.placed, self.stages
-        chosen = {id(p): p for p in (programs.program_for(part, {}) for part in parts)}
-        dynamic = programs.dynamic
-        if len(chosen) > 1 and dynamic is not None and all(programs.refusal(part, {}) is None for part in parts):
+        training = self.placed.training
+        chosen = {id(p): p for p in (programs.program_for(part, {}, training) for part in parts)}
+        dynamic = programs.mode(training).dynamic
+        if (
+            len(chosen) > 1
+            and dynamic is not None
+            and all(programs.refusal(training, part, {}) is None for part in parts)
+        ):
             chosen = {id(dynamic): dynamic}  # microbatches of two sizes: the program that takes both
         if len(chosen) > 1:
             sizes = sorted({tuple(t.shape) for part in parts for t in tensors_of(part, {})})

@@ -4,7 +4,7 @@
 checked: the program placed (:func:`envs.real.placing.place_module`), for a
 pipelined plan exported at a microbatch's size and wrapped in a
 :class:`envs.real.pipeline.MicrobatchedModule`, and given its twin with dynamic
-dimensions for other sizes (:mod:`envs.real.shapes`). :func:`unwrap` goes back to
+dimensions for other sizes, and in the other mode (:mod:`envs.real.programs`). :func:`unwrap` goes back to
 the user's model, which then shares the placed module's parameters and buffers.
 """
 
@@ -19,7 +19,7 @@ from torch import nn
 from envs.real.alignment import ProgramPlan, carry_plan, program_graph
 from envs.real.pipeline import MicrobatchedModule, split_batch
 from envs.real.placing import module_tensor, place_module, set_module_tensor
-from envs.real.shapes import PROGRAMS_ATTR, ProgramsBySize, dispatch_on_sizes
+from envs.real.programs import PROGRAMS_ATTR, Programs, dispatch
 from graphs import OpGraph, PlacerError
 from graphs.export import export_program
 
@@ -74,13 +74,11 @@ def _by_size(
     device_map: Any,
     dynamic: Any,
 ) -> None:
-    """Let ``placed`` take inputs at other sizes (:class:`envs.real.shapes.ProgramsBySize`)."""
-    programs = ProgramsBySize(
-        model, example_inputs, options, graph, plan, device_map, placed, stages, allowed=dynamic is not False
-    )
-    dispatch_on_sizes(placed, programs)
-    if dynamic is True and programs.build_dynamic() is None:
-        raise PlacerError(f"dynamic=True: {type(model).__name__}: {programs.why_not}")
+    """Let ``placed`` take inputs at other sizes, and in the other mode (:class:`envs.real.programs.Programs`)."""
+    programs = Programs(model, example_inputs, options, graph, plan, device_map, placed, stages, dynamic is not False)
+    dispatch(placed, programs)
+    if dynamic is True and programs.build_dynamic(programs.training) is None:
+        raise PlacerError(f"dynamic=True: {type(model).__name__}: {programs.mode(programs.training).why_not}")
 
 
 def unwrap(placed: nn.Module) -> nn.Module:
@@ -95,7 +93,7 @@ def unwrap(placed: nn.Module) -> nn.Module:
     """
     program = placed.placed if isinstance(placed, MicrobatchedModule) else placed
     programs = getattr(program, PROGRAMS_ATTR, None)
-    if not isinstance(programs, ProgramsBySize):
+    if not isinstance(programs, Programs):
         raise PlacerError(f"unwrap: a {type(placed).__name__} is not a module placer.apply returned")
     model = programs.model
     tensors = chain(program.named_parameters(remove_duplicate=False), program.named_buffers(remove_duplicate=False))
