@@ -147,6 +147,81 @@ def test_a_call_that_raises_inside_no_grad_restores_grad_mode(microbatches, infl
     placed(x, idx).backward()  # and the module still works
 
 
+class AutocastTable(nn.Module):
+    """A lookup inside an autocast region: an index out of range raises there, with autocast on."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.lin = nn.Linear(8, 8)
+        self.table = nn.Embedding(10, 8)
+
+    def forward(self, x: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            h = self.lin(x) + self.table(idx).sum()
+        return h.float().square().mean()
+
+
+@pytest.mark.parametrize("microbatches,inflight", [(1, None), (2, 1)])
+def test_a_call_that_raises_inside_an_autocast_region_restores_autocast(microbatches, inflight):
+    torch.manual_seed(0)
+    model, x, idx = AutocastTable(), torch.randn(6, 8), torch.tensor([1, 2])
+    g = capture(model, (x, idx))
+    assert any("autocast" in t for t in g.op_types)  # the region is an op of the program
+    p = Placement.from_indices(g, DEVICES, np.arange(g.num_ops) % 2, microbatches=microbatches, inflight=inflight)
+    placed = apply(model, p, (x, idx), device_map="*=cpu")
+    with pytest.raises(IndexError):
+        placed(x, torch.tensor([1, 99]))  # raises inside the region, which switched autocast on
+    assert not torch.is_autocast_enabled("cpu")
+    assert torch.get_autocast_dtype("cpu") == torch.bfloat16  # the default, as before the call
+    placed(x, idx).backward()  # and the module still works
+
+
+_LEAK = {"on": False}  # the op below switches autocast on and raises, as a region left by an error does
+
+
+@torch.library.custom_op("placer_test::autocast_then_raise", mutates_args=())
+def autocast_then_raise(x: torch.Tensor) -> torch.Tensor:
+    """``x`` copied; switched on, it enters an autocast region and raises inside it (nothing restores the state)."""
+    if _LEAK["on"]:
+        torch.set_autocast_enabled("cpu", True)
+        torch.set_autocast_dtype("cpu", torch.float16)
+        raise RuntimeError("failed inside an autocast region")
+    return x.clone()
+
+
+autocast_then_raise.register_fake(lambda x: torch.empty_like(x))
+
+
+class LeavesAutocastOn(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.lin = nn.Linear(8, 8)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return autocast_then_raise(self.lin(x)).square().mean()
+
+
+@pytest.fixture
+def autocast_leaks():
+    yield _LEAK
+    _LEAK["on"] = False
+    torch.set_autocast_enabled("cpu", False)
+    torch.set_autocast_dtype("cpu", torch.bfloat16)
+
+
+@pytest.mark.parametrize("microbatches,inflight", [(1, None), (2, 1)])
+def test_a_call_that_raises_with_autocast_switched_on_restores_it(microbatches, inflight, autocast_leaks):
+    """Whatever a call leaves switched on when it raises (an older torch's autocast region does), it is restored."""
+    model, x = LeavesAutocastOn(), torch.randn(6, 8)
+    g = capture(model, (x,))
+    p = Placement.from_indices(g, DEVICES, np.arange(g.num_ops) % 2, microbatches=microbatches, inflight=inflight)
+    placed = apply(model, p, (x,), device_map="*=cpu")
+    autocast_leaks["on"] = True
+    with pytest.raises(RuntimeError, match="inside an autocast region"):
+        placed(x)
+    assert not torch.is_autocast_enabled("cpu") and torch.get_autocast_dtype("cpu") == torch.bfloat16
+
+
 # ------------------------------------------------------------- 3. layouts
 _OTHER_LAYOUT = {"on": False}  # the "device" the program runs on returns another layout than the capture's
 

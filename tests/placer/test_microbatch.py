@@ -315,6 +315,30 @@ def test_apply_microbatched_batched_outputs_and_the_default_loss():
         torch.testing.assert_close(_grads(placed)[k], v, rtol=1e-5, atol=1e-6)
 
 
+@pytest.mark.parametrize("W", [None, 1])
+def test_a_pipelined_plan_runs_the_placement_s_issue_order(W):
+    """The program each microbatch runs issues its ops in the plan's order, not in node order."""
+
+    class Branches(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.a, self.b = nn.Linear(6, 6), nn.Linear(6, 6)
+
+        def forward(self, x):
+            return self.a(x).square().mean() + self.b(x).abs().mean()
+
+    model, x = Branches(), torch.randn(4, 6)
+    g = capture(model, (x,))
+    order = [g.index[n] for n in g.names if n in ("linear_1", "abs_1", "mean_1")]
+    order += [i for i in range(g.num_ops) if i not in order]  # branch b first: a topological order
+    p = Placement.from_indices(g, DEVICES, np.arange(g.num_ops) % 3, order=order, microbatches=2, inflight=W)
+    placed = apply(model, p, (x,), device_map="*=cpu")
+    ran = [n.name for n in placed.placed.graph.nodes if n.op == "call_function" and n.name in g.index]
+    assert ran == [g.names[i] for i in order] != g.names
+    assert placed.meta["placer_issue_order"] == [g.names[i] for i in order]
+    torch.testing.assert_close(placed(x), model(x))
+
+
 def test_apply_sum_reduction_and_batch_dim():
     class SumLoss(nn.Module):
         def __init__(self) -> None:
