@@ -183,6 +183,7 @@ class MicrobatchedModule(nn.Module):
         # state dict of the unpipelined placed module), the module itself outside the tree
         object.__setattr__(self, "placed", placed)
         self._parameters, self._buffers, self._modules = placed._parameters, placed._buffers, placed._modules
+        self._non_persistent_buffers_set = placed._non_persistent_buffers_set  # the same state dict, key for key
         self.microbatches = int(microbatches)
         self.batch_dim = int(batch_dim)
         self.reduction = reduction

@@ -13,7 +13,9 @@ on the CPU:
 * host->GPU copies through the pinned staging path, and GPU->GPU peer copies, with
   the copy kind forced (every logical device is the CPU here), for expanded tensors
   and with gradients flowing through;
-* a Hugging Face Llama at batch 4 in 2 and 4 microbatches (batch 1 specialises its export).
+* a Hugging Face Llama at batch 4 in 2 and 4 microbatches (batch 1 specialises its export);
+* the programs a placed module exports for inputs at other sizes (:mod:`envs.real.programs`), device arguments
+  included.
 """
 
 from __future__ import annotations
@@ -95,6 +97,36 @@ def test_device_arguments_inside_no_grad_regions_name_the_placed_device():
     loss = placed(x, idx)  # a tensor left on the CPU meets a meta tensor: the op raises
     assert loss.device.type == "meta"
     loss.backward()
+
+
+class CausalMix(nn.Module):
+    """A causal mask made on the input's device from its length, as a decoder makes it."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.lin = nn.Linear(8, 8)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        B, L, _ = x.shape
+        mask = torch.ones(L, L, device=x.device).tril()[None].expand(B, L, L)
+        return (mask @ self.lin(x)).square().mean()
+
+
+def test_the_programs_for_other_sizes_name_the_placed_device_too():
+    """The programs exported for other sizes are captured on the CPU as well: none of their devices may leak."""
+    torch.manual_seed(0)
+    model, x = CausalMix(), torch.randn(2, 5, 8)
+    g = capture(model, (x,))
+    placed = apply(model, {n: "gpu:0" for n in g.names}, (x,), device_map={"gpu:0": "meta"})
+    for length in (3, 1):  # 1: the dynamic program's guard (L != 1) refuses it, a program of that size runs
+        loss = placed(torch.randn(2, length, 8))  # a tensor left on the CPU meets a meta tensor: the op raises
+        assert loss.device.type == "meta"
+        loss.backward()
+    programs = placed.placer_programs.mode(True)
+    others = [programs.dynamic, *programs.specialized.values()]
+    assert len(others) == 2 and all(_device_args(m) == {torch.device("meta")} for m in others)
+    for name, p in placed.named_parameters():  # every program reads the first one's tensors
+        assert all(m.get_parameter(name) is p for m in others)
 
 
 def test_placing_one_program_twice_leaves_the_first_placement_s_bodies_alone():
