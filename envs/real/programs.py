@@ -11,13 +11,15 @@ buffers of the first program:
 * at other sizes: the program with dynamic dimensions (``Dim.AUTO`` on every
   input dimension, :func:`graphs.export.export_program`), its sizes checked
   first (:func:`envs.real.shapes.check_sizes`);
-* at sizes that program refuses (its shape guards, ``batch != 1``, or a size
-  range): the model exported at exactly those sizes, once per such size;
+* at sizes that program refuses (a dimension the model fixed in it, its shape
+  guards such as ``batch != 1``, a size range): the model exported at exactly
+  those sizes, once per such size;
 * in the other mode: the same, from the model exported in that mode.
 
-Where the model fixes a dimension, a call at another size raises
-:class:`envs.real.shapes.ShapeError`, one line naming the input, the dimension
-and the size it was captured at.
+Where no program of the model takes the sizes (the model fixes a dimension), a
+call raises :class:`envs.real.shapes.ShapeError`, one line naming the input, the
+dimension and the size it was captured at. ``dynamic=False`` keeps the example's
+sizes only.
 """
 
 from __future__ import annotations
@@ -41,6 +43,7 @@ from graphs.export import export_program, input_dims, size_bound
 
 DYNAMIC_META = "placer_dynamic_dims"  # GraphModule.meta key: each input's dynamic dimensions (graphs.export.input_dims)
 PROGRAMS_ATTR = "placer_programs"  # attribute of a placed GraphModule: its Programs
+ONLY_THE_EXAMPLE = "placer.apply(..., dynamic=False) takes the example's sizes only"
 
 
 @dataclass
@@ -87,7 +90,7 @@ class Programs:
         self.captured = dict(input_specs(static))  # the static program's inputs: every size a number
         self.modes = {self.training: _ModePrograms(static)}
         if not dynamic:
-            self.modes[self.training].why_not = "placer.apply(..., dynamic=False)"
+            self.modes[self.training].why_not = ONLY_THE_EXAMPLE
         self.stages: dict[int, list[str]] = {id(static): list(stages)}  # id(program) -> its stage starts
 
     def mode(self, training: bool) -> _ModePrograms:
@@ -100,19 +103,16 @@ class Programs:
         """The program that runs a call with ``args`` and ``kwargs`` in mode ``training``; ShapeError when none can."""
         mode = self.mode(training)
         tensors = tensors_of(args, kwargs)
-        specs = list(self.captured.values())
-        at_example = len(specs) == len(tensors) and all(list(t.shape) == spec for spec, t in zip(specs, tensors))
-        if at_example and mode.static is not None:
+        refused = check_sizes(list(self.captured.items()), {}, self.captured, tensors)
+        if refused is None and mode.static is not None:
             return mode.static
-        dynamic = self.build_dynamic(training)
-        if dynamic is None:
-            if at_example:  # the other mode, at the example's sizes
-                return self._specialized(mode, training, tensors, "")
-            fixed = f"the placed program takes no other size: {mode.why_not}"
-            check_sizes(list(self.captured.items()), {}, self.captured, tensors, fixed)  # raises: a size differs
-            raise ShapeError(f"the placed program takes its inputs at {specs} only ({mode.why_not})")
-        refused = self.refusal(training, args, kwargs)
-        return dynamic if refused is None else self._specialized(mode, training, tensors, refused)
+        if refused is not None and self.build_dynamic(training) is not None:
+            refused = self.refusal(training, args, kwargs)
+            if refused is None:
+                return mode.dynamic
+        if refused is not None and mode.why_not == ONLY_THE_EXAMPLE:
+            raise ShapeError(f"{refused} ({ONLY_THE_EXAMPLE})")
+        return self._specialized(mode, training, tensors, refused)
 
     def build_dynamic(self, training: bool) -> fx.GraphModule | None:
         """Mode ``training``'s program with dynamic dimensions, placed (built once); None when there is none."""
@@ -146,9 +146,10 @@ class Programs:
         return refused
 
     def _specialized(
-        self, mode: _ModePrograms, training: bool, tensors: list[torch.Tensor], refused: str
+        self, mode: _ModePrograms, training: bool, tensors: list[torch.Tensor], refused: str | None
     ) -> fx.GraphModule:
-        """The model's program at exactly the sizes of ``tensors``, which no other program takes (``refused``: why)."""
+        """The model's program at exactly the sizes of ``tensors``, which no other program takes (``refused``: why;
+        None: the example's sizes, in the mode without a program yet)."""
         key = tuple(tuple(t.shape) for t in tensors)
         if key not in mode.specialized:
             sizes = iter(key)
@@ -161,9 +162,9 @@ class Programs:
             try:
                 ep = self._export(inputs, training, dynamic=False)
             except CaptureError as e:
-                raise ShapeError(
-                    f"{refused}, and the model cannot be exported at these sizes" if refused else str(e)
-                ) from None
+                if refused is None:
+                    raise
+                raise ShapeError(f"{refused}, and the model cannot be exported at these sizes ({e})") from None
             mode.specialized[key] = self._placed(ep)
         return mode.specialized[key]
 

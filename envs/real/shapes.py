@@ -40,31 +40,29 @@ def check_sizes(
     ranges: dict[str, list],
     captured: dict[str, list[int]],
     tensors: list[torch.Tensor],
-    fixed: str = "the model fixes it",
 ) -> str | None:
-    """Raise :class:`ShapeError` where a call's ``tensors`` cannot fit a program's input ``specs``; say where the
-    program refuses their sizes.
+    """Why a program with input ``specs`` cannot take a call's ``tensors`` (one line), or None when it can.
 
-    A dimension written as a number is static: only that size (``fixed`` says
-    why), else a ShapeError. A dimension named by a symbol takes ``ranges[symbol]``
-    (``[min, max]``, None: no bound), and two dimensions with one symbol must be
-    equal: a size that breaks either is returned as a one-line reason (the model
-    may still run at exactly those sizes); None when the sizes fit.
-    ``captured``: each input's shape as captured, for the messages.
+    A dimension written as a number is static: only that size. A dimension named
+    by a symbol takes ``ranges[symbol]`` (``[min, max]``, None: no bound), and two
+    dimensions with one symbol must be equal. ``captured``: each input's shape as
+    captured, for the reason. Another number of inputs or of dimensions is a
+    :class:`ShapeError` (no program of the model takes it).
     """
     if len(specs) != len(tensors):
         raise ShapeError(f"the placed module takes {len(specs)} tensor inputs, got {len(tensors)}")
-    seen: dict[str, tuple[str, int, int]] = {}
     for (name, spec), t in zip(specs, tensors):
         if t.dim() != len(spec):
             raise ShapeError(f"input {name}: {t.dim()} dimensions, but the placed program takes {len(spec)}")
+    seen: dict[str, tuple[str, int, int]] = {}
+    for (name, spec), t in zip(specs, tensors):
         for d, (want, size) in enumerate(zip(spec, t.shape)):
             at = captured.get(name, spec)[d]
             if isinstance(want, int):
                 if size != want:
-                    raise ShapeError(
+                    return (
                         f"input {name}: dimension {d} is {size}, but the placed program takes only {want} there, "
-                        f"the size it was captured at ({fixed})"
+                        "the size it was captured at"
                     )
                 continue
             low, high = ranges.get(want, [0, None])
