@@ -53,6 +53,27 @@ def _relative(path: str, module: str) -> str:
     return path[len(module) + 1 :] if module and path != module else ("" if path == module else path)
 
 
+def wrapped_module(graph: OpGraph) -> str:
+    """The one top-level submodule holding every parameter and every module of ``graph``, else ``""``.
+
+    A ``module:callable`` often wraps the model (``forward`` returns its loss, the
+    model is ``self.model``): ``from_pretrained(device_map=...)`` wants keys
+    relative to the model, so a map defaults to them.
+
+    >>> g = OpGraph.from_edges(["a", "b"], [("a", "b", 4)], module_paths=["m.enc", ""])
+    >>> g.params = [["m.enc.weight"], []]
+    >>> wrapped_module(g)
+    'm'
+    """
+    constants = set(graph.meta.get("constants", []))
+    names = [p for ps in graph.params or () for p in ps if p not in constants]
+    names += [path for path in graph.module_paths if path]
+    tops = {name.split(".")[0] for name in names}
+    if len(tops) != 1 or any("." not in p for ps in graph.params or () for p in ps if p not in constants):
+        return ""
+    return tops.pop()
+
+
 def accelerate_device(cluster, d: int) -> int | str:
     """accelerate's name of cluster device ``d``: its index among the GPUs, or ``"cpu"``."""
     if cluster.kinds[d] != "gpu":

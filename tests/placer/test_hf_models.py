@@ -275,6 +275,25 @@ def test_export_map_bad_inputs_are_one_line(workdir, capsys):
     assert rc == 0 and json.loads(Path("m.json").read_text()) == {"enc": 0, "head": 1}
 
 
+def test_export_map_of_a_wrapper_keys_the_wrapped_model_and_says_so(workdir, capsys):
+    """A callable's wrapper (forward returns the loss, the model is self.m): from_pretrained needs the model's keys."""
+    import graphs
+    from graphs import OpGraph
+
+    g = OpGraph.from_edges(["a", "b"], [("a", "b", 4)], flops=[1e9, 1e9], module_paths=["m.enc", "m.head"])
+    g.params = [["m.enc.weight"], ["m.head.weight"]]
+    graphs.save(g, "g.json")
+    Placement.from_indices(g, ["cpu:0", "gpu:0", "gpu:1"], [1, 2], cluster="k80x2").save("p.json")
+    rc, out, err = cli(capsys, "export-map", "p.json", "--graph", "g.json", "-o", "m.json")
+    assert rc == 0, err
+    assert json.loads(Path("m.json").read_text()) == {"enc": 0, "head": 1}
+    assert "keys relative to submodule 'm'" in out and "--module ''" in out
+    rc, out, err = cli(capsys, "export-map", "p.json", "--graph", "g.json", "-o", "m.json", "--module", "")
+    assert rc == 0 and json.loads(Path("m.json").read_text()) == {"m.enc": 0, "m.head": 1}
+    rc, out, err = cli(capsys, "export-map", "p.json", "--graph", "g.json", "-o", "m.json", "--json")
+    assert json.loads(out)["module"] == "m"
+
+
 @pytest.mark.slow
 def test_module_heuristics_place_the_readme_wrapper_of_gpt2_block_by_block(workdir, capsys):
     # the README's pattern: a wrapper whose forward returns model(...).loss; its paths all start with "model."
