@@ -134,6 +134,51 @@ def test_family_captures_compares_trains_runs_and_applies(family, workdir, capsy
 
 
 @pytest.mark.slow
+def test_a_placed_llama_trains_like_the_model_at_two_batch_sizes_and_two_lengths(workdir, tmp_path):
+    """A training loop: batches of 4 and 2 sequences of 12 and 7 tokens; every step's gradients are the model's.
+
+    Then the way back: a checkpoint of the placed model loads into a fresh model, and
+    unwrap() gives the model (tied embeddings and all) to save_pretrained."""
+    import copy
+
+    import hf_tiny
+    from transformers import LlamaForCausalLM
+
+    from graphs.torch_capture import capture
+    from placer.apply import apply, unwrap
+
+    torch.manual_seed(0)
+    model = hf_tiny.LossOf(hf_tiny.llama_model())
+    ref = copy.deepcopy(model)
+    fresh = copy.deepcopy(model)
+    ids = torch.randint(0, hf_tiny.VOCAB, (4, 12), generator=torch.Generator().manual_seed(1))
+    g = capture(model, (ids, ids))
+    op_devices = np.random.default_rng(4).integers(0, 3, size=g.num_ops)
+    placed = apply(model, Placement.from_indices(g, ["cpu:0", "gpu:0", "gpu:1"], op_devices), (ids, ids), "*=cpu")
+    opt = torch.optim.SGD(placed.parameters(), lr=0.1)
+    ref_opt = torch.optim.SGD(ref.parameters(), lr=0.1)
+    for step, (batch, length) in enumerate([(4, 12), (2, 12), (4, 7), (2, 7), (4, 12)]):
+        x = torch.randint(0, hf_tiny.VOCAB, (batch, length), generator=torch.Generator().manual_seed(step))
+        for module, optimizer in ((placed, opt), (ref, ref_opt)):
+            optimizer.zero_grad()
+            module(x, x).backward()
+        for name, p in ref.named_parameters():
+            torch.testing.assert_close(placed.get_parameter(name).grad, p.grad, rtol=1e-4, atol=1e-6, msg=name)
+        opt.step()
+        ref_opt.step()
+    assert {d["name"]: sorted(d["dynamic"]) for d in placed.meta["placer_dynamic_dims"]} == {
+        "inputs_0": ["0", "1"],
+        "inputs_1": ["0", "1"],
+    }
+    torch.save(placed.state_dict(), tmp_path / "placed.pt")
+    fresh.load_state_dict(torch.load(tmp_path / "placed.pt", weights_only=True))
+    torch.testing.assert_close(fresh(ids, ids), ref(ids, ids))
+    unwrap(placed).model.save_pretrained(tmp_path / "hf")
+    loaded = hf_tiny.LossOf(LlamaForCausalLM.from_pretrained(tmp_path / "hf"))
+    torch.testing.assert_close(loaded(ids, ids), ref(ids, ids))
+
+
+@pytest.mark.slow
 def test_meta_device_model_is_captured_compared_and_refused_at_run(workdir, capsys):
     """A model built under torch.device("meta") has shapes but no weights: enough to capture, simulate and place."""
     pytest.importorskip("accelerate")
