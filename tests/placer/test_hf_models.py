@@ -277,7 +277,7 @@ def test_export_map_loads_in_accelerate_and_says_what_it_gives_up(workdir, capsy
 def test_export_map_projects_whole_modules():
     from envs import Cluster
     from graphs import OpGraph
-    from placer.device_map import project, projected_indices
+    from placer.device_map import project, projected_op_devices
 
     g = OpGraph.from_edges(
         ["emb", "q", "k", "add", "head"],
@@ -289,7 +289,7 @@ def test_export_map_projects_whole_modules():
     k80 = Cluster.preset("k80x4")
     dm = project(g, [1, 2, 3, 2, 0], k80)
     assert dm == {"embed": 0, "head": "cpu", "layers.0.k": 2, "layers.0.q": 1}
-    assert projected_indices(g, dm, k80).tolist() == [1, 2, 3, 2, 0]  # add follows its (first) input
+    assert projected_op_devices(g, dm, k80).tolist() == [1, 2, 3, 2, 0]  # add follows its (first) input
     assert project(g, [1, 2, 2, 2, 1], k80) == {"embed": 0, "head": 0, "layers": 1}
 
 
