@@ -22,7 +22,7 @@ from typing import Any, NamedTuple
 
 from graphs import OpGraph
 from graphs.flops import op_type
-from graphs.torch_capture import module_path, shape_nodes
+from graphs.program_nodes import module_path, shape_nodes
 
 
 class ProgramPlan(NamedTuple):

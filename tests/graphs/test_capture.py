@@ -279,7 +279,7 @@ def test_cli_export_of_a_data_dependent_model_is_one_line(tmp_path, builder):
 def test_module_paths_are_dotted_names_of_the_root_model(recorded, path):
     from types import SimpleNamespace
 
-    from graphs.torch_capture import module_path
+    from graphs.program_nodes import module_path
 
     node = SimpleNamespace(meta={"nn_module_stack": {"L__self__": ("", "Wrap"), "inner": (recorded, "GPT2Attention")}})
     assert module_path(node) == path
