@@ -268,7 +268,7 @@ def test_tiny_zoo_covers_the_zoo():
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("name", ["rnnlm", "nmt-2", "nmt-4", "inception-v3", "gpt2", "resnet50"])
+@pytest.mark.parametrize("name", ["rnnlm", "nmt-2", "nmt-4", "gpt2"])  # the CNNs: in the issue-order test below
 def test_zoo_models_outputs_and_gradients_equal(name):
     torch.manual_seed(0)
     model, inputs = _tiny_zoo()[name]()
@@ -321,7 +321,8 @@ def test_missing_cuda_device_is_a_one_line_error():
 @pytest.mark.slow
 @pytest.mark.parametrize("name", ["nmt-2", "inception-v3", "gpt2", "resnet50"])
 def test_zoo_models_follow_a_random_issue_order(name):
-    """Any topological order keeps outputs and gradients (dropout, batch norm, LSTMs, tied weights)."""
+    """A random placement in any topological order keeps outputs and gradients (dropout, batch norm, LSTMs, tied
+    weights)."""
     from envs.real.placing import ORDER_META
     from graphs.plan import check_order
 
@@ -341,6 +342,7 @@ def test_zoo_models_follow_a_random_issue_order(name):
                 ready.append(j)
     p = Placement.from_indices(g, DEVICES, rng.integers(0, len(DEVICES), size=g.num_ops), order=order)
     placed = apply(model, p, inputs, device_map=ALL_CPU)
+    assert transfers(placed)  # a random placement over 3 devices crosses edges
     run = [g.index[n] for n in placed.meta[ORDER_META]]
     check_order(run, g)
     assert run != list(range(g.num_ops))  # the order moved ops
