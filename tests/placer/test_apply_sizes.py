@@ -75,13 +75,15 @@ def test_a_placed_model_takes_other_batch_sizes_and_sequence_lengths():
     assert ids["name"] == "ids" and ids["shape"] == [4, 6] and set(ids["dynamic"]) == {"0", "1"}
 
 
+@pytest.mark.parametrize("microbatches", [2, 4])
 @pytest.mark.parametrize("inflight", [None, 1])
-def test_a_pipelined_plan_follows_the_batch_given_at_call_time(inflight):
+def test_a_pipelined_plan_follows_the_batch_given_at_call_time(microbatches, inflight):
+    """M microbatches of whatever batch arrives, one apart in size where M does not divide it (6 in 4: 2+2+1+1)."""
     torch.manual_seed(1)
     model = CausalLM()
     ref = copy.deepcopy(model)
-    placed = _placed(model, _batch(6, 4), microbatches=2, inflight=inflight)
-    for b, length in [(6, 4), (4, 4), (5, 3), (6, 2)]:  # 5: microbatches of 3 and 2
+    placed = _placed(model, _batch(6, 4), microbatches=microbatches, inflight=inflight)
+    for b, length in [(6, 4), (4, 4), (5, 3), (7, 2)]:  # 5: 3+2 or 2+1+1+1; 7: 4+3 or 2+2+2+1
         _same_step(placed, ref, _batch(b, length, seed=b + length))
 
 

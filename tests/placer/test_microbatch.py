@@ -362,29 +362,6 @@ def test_apply_sum_reduction_and_batch_dim():
     torch.testing.assert_close(_grads(placed)["l.weight"], ref.l.weight.grad)
 
 
-@pytest.mark.parametrize("W", [None, 1])
-def test_apply_uneven_microbatches_keep_the_unsplit_loss_and_gradients(W):
-    """A batch M does not divide (at capture, and later at call time) runs as microbatches one apart in size."""
-    torch.manual_seed(4)
-    model, x, y = MLPLoss(), torch.randn(6, 6), torch.randint(0, 5, (6,))
-    g = capture(model, (x, y))
-    p = Placement.from_indices(g, DEVICES, np.arange(g.num_ops) % 3, microbatches=4, inflight=W)
-    ref = copy.deepcopy(model)
-    placed = apply(model, p, (x, y), device_map="*=cpu")
-    for batch in (6, 7):  # 2+2+1+1, then 2+2+2+1
-        x, y = torch.randn(batch, 6), torch.randint(0, 5, (batch,))
-        placed.zero_grad(set_to_none=True)
-        ref.zero_grad(set_to_none=True)
-        loss, ref_loss = placed(x, y), ref(x, y)
-        loss.backward()
-        ref_loss.backward()
-        torch.testing.assert_close(loss, ref_loss, rtol=1e-5, atol=1e-6)
-        got, want = _grads(placed), _grads(ref)
-        assert set(got) == set(want) and want
-        for k in want:
-            torch.testing.assert_close(got[k], want[k], rtol=1e-5, atol=1e-6, msg=k)
-
-
 def test_a_batch_smaller_than_the_microbatches_is_one_line():
     model, x, y = MLPLoss(), torch.randn(4, 6), torch.randint(0, 5, (4,))
     g = capture(model, (x, y))
