@@ -49,7 +49,7 @@ from torch import nn
 from envs.microbatch import check_inflight, check_microbatches
 from envs.real.alignment import ProgramPlan, carry_plan
 from envs.real.pipeline import stage_names
-from envs.real.placed_model import build_placed_model, unwrap  # noqa: F401  (unwrap: placer.apply.unwrap)
+from envs.real.placed_model import Pipelining, build_placed_model, unwrap  # noqa: F401  (placer.apply.unwrap)
 from envs.real.shapes import ShapeError  # noqa: F401  (what a placed module raises at sizes it cannot take)
 from graphs import OpGraph, PlacerError
 from graphs.plan import as_indices, check_order
@@ -176,20 +176,9 @@ def apply(
             f"{source}: inflight" if inflight is None else "inflight",
         )
     stages = stage_names(captured, assignment, names) if W < M else []
-    return build_placed_model(
-        model,
-        example_inputs,
-        ep,
-        captured,
-        ProgramPlan(assignment, names, stages),
-        device_map,
-        options=options,
-        microbatches=M,
-        inflight=W,
-        batch_dim=batch_dim,
-        loss_reduction=loss_reduction,
-        dynamic=dynamic,
-    )
+    plan = ProgramPlan(assignment, names, stages)
+    pipelining = Pipelining(M, W, batch_dim, loss_reduction)
+    return build_placed_model(model, example_inputs, ep, captured, plan, device_map, options, pipelining, dynamic)
 
 
 def _export_options(graph: OpGraph | None, decompose: bool | None, unroll_rnn: bool | None) -> dict[str, bool]:

@@ -11,7 +11,7 @@ the user's model, which then shares the placed module's parameters and buffers.
 from __future__ import annotations
 
 from itertools import chain
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch.fx as fx
 from torch import nn
@@ -24,6 +24,15 @@ from graphs import OpGraph, PlacerError
 from graphs.export import export_program
 
 
+class Pipelining(NamedTuple):
+    """How a plan splits a step into microbatches (see :class:`envs.real.pipeline.MicrobatchedModule`)."""
+
+    microbatches: int = 1  # M
+    inflight: int | None = None  # W, the most microbatches in flight (None: M)
+    batch_dim: int = 0  # the inputs' batch dimension
+    loss_reduction: str = "mean"  # how the model's loss reduces over the batch: "mean" or "sum"
+
+
 def build_placed_model(
     model: nn.Module,
     example_inputs: tuple,
@@ -31,19 +40,15 @@ def build_placed_model(
     graph: OpGraph,
     plan: ProgramPlan,
     device_map: Any,
-    *,
     options: dict[str, Any],
-    microbatches: int = 1,
-    inflight: int | None = None,
-    batch_dim: int = 0,
-    loss_reduction: str = "mean",
+    pipelining: Pipelining = Pipelining(),
     dynamic: Any = "auto",
 ) -> nn.Module:
     """The placed module of a checked ``plan`` of ``graph``, the OpGraph of program ``ep`` (the model at the example).
 
     ``options``: the export options of ``ep`` (``decompose``, ``unroll_rnn``), used
-    for every other program of the model. With ``microbatches`` M > 1 the model is
-    exported again at a microbatch's size and the plan carried over to that
+    for every other program of the model. With ``pipelining.microbatches`` M > 1 the
+    model is exported again at a microbatch's size and the plan carried over to that
     program (:func:`envs.real.alignment.carry_plan`). ``dynamic``: build the program
     with dynamic dimensions on the first call at other sizes (``"auto"``), now
     (True: a model that allows none raises here), or never (False: other sizes
@@ -51,16 +56,17 @@ def build_placed_model(
     """
     if not (isinstance(dynamic, bool) or dynamic == "auto"):
         raise PlacerError(f"dynamic {dynamic!r}: must be 'auto', True or False")
-    if microbatches == 1:
+    if pipelining.microbatches == 1:
         placed = place_module(ep, plan.assignment, device_map, order=plan.order)
         _by_size(placed, [], model, example_inputs, options, graph, plan, device_map, dynamic)
         return placed
-    part = split_batch(example_inputs, microbatches, batch_dim, source="example_inputs")[0]
+    M, W, batch_dim, reduction = pipelining
+    part = split_batch(example_inputs, M, batch_dim, source="example_inputs")[0]
     ep_part = export_program(model, part, **options)
     carried = carry_plan(graph, plan, program_graph(ep_part))
     placed = place_module(ep_part, carried.assignment, device_map, order=carried.order)
     _by_size(placed, carried.stages, model, example_inputs, options, graph, plan, device_map, dynamic)
-    return MicrobatchedModule(placed, microbatches, batch_dim, loss_reduction, inflight, carried.stages)
+    return MicrobatchedModule(placed, M, batch_dim, reduction, W, carried.stages)
 
 
 def _by_size(
