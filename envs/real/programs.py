@@ -55,6 +55,7 @@ class _ModePrograms:
     why_not: str = ""  # why there is no dynamic program ("" while it may still be built)
     ranges: dict[str, list] = field(default_factory=dict)  # the dynamic program's size ranges, by symbol
     specialized: dict[tuple, fx.GraphModule] = field(default_factory=dict)  # by the inputs' shapes
+    impossible: dict[tuple, str] = field(default_factory=dict)  # shapes no program takes -> why (not tried again)
 
 
 class Programs:
@@ -151,6 +152,8 @@ class Programs:
         """The model's program at exactly the sizes of ``tensors``, which no other program takes (``refused``: why;
         None: the example's sizes, in the mode without a program yet)."""
         key = tuple(tuple(t.shape) for t in tensors)
+        if key in mode.impossible:
+            raise ShapeError(mode.impossible[key])
         if key not in mode.specialized:
             sizes = iter(key)
             inputs = tree_map(
@@ -164,7 +167,8 @@ class Programs:
             except CaptureError as e:
                 if refused is None:
                     raise
-                raise ShapeError(f"{refused}, and the model cannot be exported at these sizes ({e})") from None
+                mode.impossible[key] = f"{refused}, and the model cannot be exported at these sizes ({e})"
+                raise ShapeError(mode.impossible[key]) from None
             mode.specialized[key] = self._placed(ep)
         return mode.specialized[key]
 

@@ -107,6 +107,10 @@ def test_a_size_the_model_fixes_is_one_line_naming_the_dimension_and_its_capture
     message = str(e.value)
     assert "\n" not in message and type(e.value).__name__ == "ShapeError"
     assert message.startswith("input x: dimension 1 is 5, but the placed program takes only 8 there")
+    assert message.split(", and ")[1].startswith("the model cannot be exported at these sizes")
+    with pytest.raises(PlacerError) as again:  # not exported again: the answer is kept
+        placed(torch.randn(4, 5))
+    assert str(again.value) == message and list(placed.placer_programs.mode(True).impossible) == [((4, 5),)]
     with pytest.raises(PlacerError, match="input x: 3 dimensions, but the placed program takes 2"):
         placed(torch.randn(4, 8, 1))
 
