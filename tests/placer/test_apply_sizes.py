@@ -87,6 +87,30 @@ def test_a_pipelined_plan_follows_the_batch_given_at_call_time(microbatches, inf
         _same_step(placed, ref, _batch(b, length, seed=b + length))
 
 
+class ConvBN(nn.Module):
+    """A ConvNet with batch norm: images of any size (adaptive pooling), statistics per batch."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.body = nn.Sequential(nn.Conv2d(3, 6, 3, padding=1), nn.BatchNorm2d(6), nn.ReLU(), nn.AdaptiveAvgPool2d(1))
+        self.head = nn.Linear(6, 4)
+
+    def forward(self, images: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+        return F.cross_entropy(self.head(self.body(images).flatten(1)), labels)
+
+
+def test_a_placed_convnet_takes_other_batch_sizes_and_image_sizes():
+    torch.manual_seed(3)
+    model = ConvBN()
+    ref = copy.deepcopy(model)
+    placed = _placed(model, (torch.randn(4, 3, 8, 8), torch.randint(0, 4, (4,))))
+    for b, side in [(4, 8), (3, 8), (4, 6), (2, 5)]:
+        g = torch.Generator().manual_seed(b * side)
+        _same_step(placed, ref, (torch.randn(b, 3, side, side, generator=g), torch.randint(0, 4, (b,), generator=g)))
+    for key, buffer in ref.named_buffers():  # the running statistics followed every batch
+        torch.testing.assert_close(placed.get_buffer(key), buffer, msg=key)
+
+
 class FixedWidth(nn.Module):
     """Its input's last dimension is the layer's width: the model fixes it."""
 
