@@ -61,8 +61,8 @@ def _cases():
 
 def _random_placement(model, inputs, seed, devices=DEVICES):
     g = capture(model, inputs)
-    idx = np.random.default_rng(seed).integers(0, len(devices), size=g.num_ops)
-    return g, Placement.from_indices(g, devices, idx)
+    op_devices = np.random.default_rng(seed).integers(0, len(devices), size=g.num_ops)
+    return g, Placement.from_indices(g, devices, op_devices)
 
 
 def _grads(model):
@@ -180,8 +180,8 @@ def test_real_second_device_meta():
     model = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 2))
     x = torch.randn(3, 4)
     g = capture(model, (x,))
-    idx = [0] * (g.num_ops - 1) + [1]
-    p = Placement.from_indices(g, ["cpu:0", "gpu:0"], idx)
+    op_devices = [0] * (g.num_ops - 1) + [1]
+    p = Placement.from_indices(g, ["cpu:0", "gpu:0"], op_devices)
     placed = apply(model, p, (x,), device_map={"gpu:0": "meta"})
     out = placed(x)
     assert out.device.type == "meta"

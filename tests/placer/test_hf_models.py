@@ -118,8 +118,10 @@ def test_family_captures_compares_trains_runs_and_applies(family, workdir, capsy
     from placer.apply import apply
 
     g = graphs.load("g.json")
-    idx = np.random.default_rng(1).integers(0, 3, size=g.num_ops)  # every op anywhere: the hardest case
-    placed = apply(model, Placement.from_indices(g, ["cpu:0", "gpu:0", "gpu:1"], idx), inputs, device_map="*=cpu")
+    op_devices = np.random.default_rng(1).integers(0, 3, size=g.num_ops)  # every op anywhere: the hardest case
+    placed = apply(
+        model, Placement.from_indices(g, ["cpu:0", "gpu:0", "gpu:1"], op_devices), inputs, device_map="*=cpu"
+    )
     want = model(*inputs)
     want.backward()
     want_grads = _grads(model)
@@ -226,8 +228,10 @@ def test_bare_causal_lm_is_captured_without_its_kv_cache_and_applied(workdir):
     g = graphs.capture(model, inputs)
     assert model.config.use_cache is True  # restored after the export
     assert g.meta["tied_params"] == [["lm_head.weight", "transformer.wte.weight"]]
-    idx = np.random.default_rng(2).integers(0, 3, size=g.num_ops)
-    placed = apply(model, Placement.from_indices(g, ["cpu:0", "gpu:0", "gpu:1"], idx), inputs, device_map="*=cpu")
+    op_devices = np.random.default_rng(2).integers(0, 3, size=g.num_ops)
+    placed = apply(
+        model, Placement.from_indices(g, ["cpu:0", "gpu:0", "gpu:1"], op_devices), inputs, device_map="*=cpu"
+    )
     want = model(*inputs, use_cache=False).logits
     got = placed(*inputs)
     assert torch.allclose(got["logits"], want, atol=1e-6)

@@ -254,8 +254,8 @@ def test_apply_microbatched_loss_and_gradients_equal_the_unsplit_step(M, W):
     model = MLPLoss()
     x, y = torch.randn(12, 6), torch.randint(0, 5, (12,))
     g = capture(model, (x, y))
-    idx = np.random.default_rng(M + (W or 0)).integers(0, len(DEVICES), size=g.num_ops)
-    p = Placement.from_indices(g, DEVICES, idx, microbatches=M, inflight=W)
+    op_devices = np.random.default_rng(M + (W or 0)).integers(0, len(DEVICES), size=g.num_ops)
+    p = Placement.from_indices(g, DEVICES, op_devices, microbatches=M, inflight=W)
     ref = copy.deepcopy(model)
     placed = apply(model, p, (x, y), device_map="*=cpu")
     assert placed.meta["placer_microbatches"] == M and placed.inflight == (W or M)
@@ -474,10 +474,10 @@ def test_apply_runs_the_stages_in_the_simulated_1f1b_order(monkeypatch, W, expec
     model, x, y = MLPLoss(), torch.randn(8, 6), torch.randint(0, 5, (8,))
     g = capture(model, (x, y))
     half = g.num_ops // 2
-    idx = np.array([1] * half + [2] * (g.num_ops - half))
-    starts = stage_starts(idx, np.arange(g.num_ops), np.array([True, False, False]), free_mask(g))
+    op_devices = np.array([1] * half + [2] * (g.num_ops - half))
+    starts = stage_starts(op_devices, np.arange(g.num_ops), np.array([True, False, False]), free_mask(g))
     assert starts.tolist() == [0, half]
-    p = Placement.from_indices(g, DEVICES, idx, microbatches=4, inflight=W)
+    p = Placement.from_indices(g, DEVICES, op_devices, microbatches=4, inflight=W)
     placed = apply(model, p, (x, y), device_map="*=cpu")
     events, runners = [], []
     run, backward = runtime._StageRunner.run, torch.Tensor.backward
