@@ -144,10 +144,10 @@ def stage_starts(op_devices: Any, order: Any, host: Any, free: Any) -> np.ndarra
     that take no time belong to the stage they are issued in. A pipeline of S
     GPUs has S stages; a placement that goes back and forth between GPUs has more.
     """
-    o = np.asarray(order, dtype=np.int64)
-    d = np.asarray(op_devices, dtype=np.int64)[o]
-    on_gpu = np.flatnonzero(~np.asarray(host, dtype=bool)[d] & ~np.asarray(free, dtype=bool)[o])
-    gpus = d[on_gpu]
+    issued = np.asarray(order, dtype=np.int64)
+    device_index = np.asarray(op_devices, dtype=np.int64)[issued]  # of each op, in issue order
+    on_gpu = np.flatnonzero(~np.asarray(host, dtype=bool)[device_index] & ~np.asarray(free, dtype=bool)[issued])
+    gpus = device_index[on_gpu]
     change = on_gpu[1:][gpus[1:] != gpus[:-1]]
     return np.concatenate([[0], change]).astype(np.int64)
 

@@ -24,16 +24,10 @@ Example:
 
 from __future__ import annotations
 
-import contextlib
-import io
-import logging
 import operator
 import os
 import re
-import sysconfig
-import traceback
-import warnings
-from typing import Any, Iterator
+from typing import Any
 
 import numpy as np
 import torch
@@ -41,148 +35,21 @@ from torch.utils._pytree import tree_flatten, tree_map  # noqa: PLC2701 (torch h
 
 from graphs import flops as _flops
 from graphs.errors import CaptureError, GraphFormatError
+from graphs.export import (  # noqa: F401  (check_runnable, export_program: imported from here by the runtime)
+    check_runnable,
+    describe_failure,
+    export_program,
+    first_line,
+    input_dims,
+    quiet,
+    user_line,
+)
 from graphs.ir import OpGraph
 from graphs.ops import is_inplace
+from graphs.program_nodes import concrete, module_path, shape_nodes
 
 # Bump when the graph built from the same program changes (invalidates zoo caches).
 CAPTURE_VERSION = 1
-
-_TORCH_DIR = os.path.dirname(torch.__file__)
-_HERE = os.path.abspath(__file__)
-_STDLIB_DIR = os.path.abspath(sysconfig.get_paths()["stdlib"])
-
-
-# ------------------------------------------------------------------ export
-def export_program(model: torch.nn.Module, example_inputs: tuple, *, decompose: bool = False):
-    """The one ``torch.export`` call of the project; failures become :class:`CaptureError`.
-
-    A training step keeps no key/value cache: a module whose ``config`` has
-    ``use_cache`` (Hugging Face models) is exported with it off (see
-    :func:`_no_kv_cache`), so a causal LM's output is its logits, not a cache object.
-
-    A model built on the meta device (``with torch.device("meta"):``, or
-    accelerate's ``init_empty_weights()``) has shapes but no weights, which is
-    all a capture needs: its tensor inputs are moved to the meta device too (see
-    :func:`on_meta`). The program of a meta model can be simulated, not run.
-
-    Args:
-        model: the module; captured in its current train/eval mode.
-        example_inputs: positional inputs of one forward call.
-        decompose: lower to core ATen (``ep.run_decompositions()``), which unrolls
-            ``nn.LSTM`` over time and splits ``linear`` into ``permute`` + ``addmm``.
-    """
-    if not isinstance(model, torch.nn.Module):
-        raise CaptureError(f"capture failed: model is a {type(model).__name__}, not a torch.nn.Module")
-    if isinstance(example_inputs, list):
-        example_inputs = tuple(example_inputs)
-    elif not isinstance(example_inputs, tuple):
-        example_inputs = (example_inputs,)
-    if on_meta(model):
-        example_inputs = tree_map(lambda x: x.to("meta") if isinstance(x, torch.Tensor) else x, example_inputs)
-    with _quiet(), _no_kv_cache(model):
-        try:
-            ep = torch.export.export(model, example_inputs)
-        except Exception as e:
-            raise CaptureError(describe_failure(e)) from None
-        if decompose:
-            try:
-                ep = ep.run_decompositions()
-            except Exception as e:
-                raise CaptureError(describe_failure(e, stage="decomposition")) from None
-    return ep
-
-
-def on_meta(model: torch.nn.Module) -> bool:
-    """Whether ``model`` has a parameter on the meta device (it was built without weights).
-
-    >>> with torch.device("meta"):
-    ...     m = torch.nn.Linear(2, 2)
-    >>> on_meta(m), on_meta(torch.nn.Linear(2, 2))
-    (True, False)
-    """
-    return any(p.is_meta for p in model.parameters())
-
-
-def check_runnable(model: Any) -> None:
-    """Raise :class:`CaptureError` if ``model`` has no weights (meta device): it cannot run."""
-    if isinstance(model, torch.nn.Module) and on_meta(model):
-        raise CaptureError(
-            f"{type(model).__name__} has its parameters on the meta device (built without weights): "
-            "it can be captured, simulated, compared and placed, but not run; build it with weights to run it"
-        )
-
-
-@contextlib.contextmanager
-def _no_kv_cache(model: torch.nn.Module) -> Iterator[None]:
-    """``config.use_cache = False`` on every submodule's config while exporting (restored after).
-
-    Generation's key/value cache (transformers' ``DynamicCache``) is an output
-    that torch.export cannot flatten and a training step never reads.
-    """
-    configs = {}
-    for module in model.modules():
-        config = getattr(module, "config", None)
-        if getattr(config, "use_cache", None) is True and id(config) not in configs:
-            configs[id(config)] = config
-    for config in configs.values():
-        config.use_cache = False
-    try:
-        yield
-    finally:
-        for config in configs.values():
-            config.use_cache = True
-
-
-@contextlib.contextmanager
-def _quiet() -> Iterator[None]:
-    """Silence torch's logging and graph dumps while exporting (errors are re-raised)."""
-    logger = logging.getLogger("torch")
-    level = logger.level
-    logger.setLevel(logging.CRITICAL)
-    sink = io.StringIO()
-    try:
-        with contextlib.redirect_stdout(sink), contextlib.redirect_stderr(sink), warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            yield
-    finally:
-        logger.setLevel(level)
-
-
-def describe_failure(exc: BaseException, stage: str = "capture") -> str:
-    """One line naming the cause and the user's source line of an export failure.
-
-    >>> describe_failure(RuntimeError("boom\\nmore"))
-    'capture failed: RuntimeError (boom)'
-    """
-    text = str(exc).strip()
-    first = text.splitlines()[0] if text else type(exc).__name__
-    first = re.split(r"\s\s|\s\(unhinted", first)[0]  # drop torch's debugging hints
-    if len(first) > 200:
-        first = first[:197] + "..."
-    name = type(exc).__name__
-    if name.startswith("GuardOnDataDependent") or "data-dependent" in text or "data dependent" in text:
-        cause = "data-dependent control flow"
-    elif name == "UnsupportedOperatorException" or "Unsupported" in name or "not supported" in text:
-        cause = "unsupported operation"
-    else:
-        cause = name
-    where = _user_frame(exc)
-    loc = f" at {where}" if where else ""
-    if cause == name:
-        return f"{stage} failed: {name}{loc} ({first})"
-    return f"{stage} failed: {cause}{loc} ({name}: {first})"
-
-
-def _user_frame(exc: BaseException) -> str:
-    """``file.py:line`` of the innermost traceback frame outside torch and this module."""
-    best = ""
-    for frame in traceback.extract_tb(exc.__traceback__):
-        path = os.path.abspath(frame.filename) if not frame.filename.startswith("<") else ""
-        skip = path.startswith((_TORCH_DIR, _STDLIB_DIR)) or path == _HERE or "/site-packages/" in path
-        if not path or skip:
-            continue
-        best = f"{os.path.basename(path)}:{frame.lineno}"
-    return best
 
 
 # ------------------------------------------------------------------ program -> graph
@@ -205,9 +72,8 @@ def graph_from_program(ep, name: str = "") -> OpGraph:
 
 def describe_node_failure(exc: BaseException, node: Any) -> str:
     """One line for a failure while turning exported node ``node`` into an op."""
-    text = str(exc).strip()
-    first = text.splitlines()[0] if text else type(exc).__name__
-    first = re.split(r"\s\s|\s\(unhinted", first)[0][:200]
+    text = str(exc)
+    first = first_line(exc)
     if node is None:
         return f"capture failed: cannot read the exported program ({type(exc).__name__}: {first})"
     where = _node_source(node)
@@ -225,22 +91,17 @@ def describe_node_failure(exc: BaseException, node: Any) -> str:
 def _node_source(node: Any) -> str:
     """``file.py:line`` of the user's code that made ``node`` (from its recorded stack trace)."""
     trace = node.meta.get("stack_trace") or ""
-    best = ""
-    for path, line in re.findall(r'File "([^"]+)", line (\d+)', trace):
-        full = os.path.abspath(path) if not path.startswith("<") else ""
-        if not full or full.startswith((_TORCH_DIR, _STDLIB_DIR)) or full == _HERE or "/site-packages/" in full:
-            continue
-        best = f"{os.path.basename(full)}:{line}"
-    return best
+    return user_line(re.findall(r'File "([^"]+)", line (\d+)', trace))
 
 
 def _graph_from_program(ep, name: str, current: list) -> OpGraph:
     reader = _ProgramReader(ep)
+    shapes = shape_nodes(ep.graph.nodes)
     for node in ep.graph.nodes:
         current[0] = node
         if node.op == "placeholder":
-            reader.placeholder_bytes[node.name] = _nbytes(node.meta.get("val"))
-        elif node.op == "call_function":
+            reader.placeholder_bytes[node.name] = _nbytes(reader.val(node))
+        elif node.op == "call_function" and node not in shapes:
             reader.add_op(node)
     current[0] = None
     return reader.graph(name)
@@ -282,12 +143,19 @@ class _ProgramReader:
         self.owned: set[str] = set()
         self.input_consumers: dict[str, list[str]] = {}
         self.placeholder_bytes: dict[str, int] = {}
+        self.values: dict[torch.fx.Node, Any] = {}
+
+    def val(self, node: torch.fx.Node) -> Any:
+        """``node``'s value as traced (:func:`concrete`)."""
+        if node not in self.values:
+            self.values[node] = concrete(node.meta.get("val"))
+        return self.values[node]
 
     def add_op(self, node: torch.fx.Node) -> None:
         c = self.cols
         i = len(c["names"])
         self.index[node.name] = i
-        tensors = [t for t in tree_flatten(node.meta.get("val"))[0] if isinstance(t, torch.Tensor)]
+        tensors = [t for t in tree_flatten(self.val(node))[0] if isinstance(t, torch.Tensor)]
         c["names"].append(node.name)
         c["op_types"].append(_flops.op_type(node.target))
         c["out_shapes"].append([[int(d) for d in t.shape] for t in tensors])
@@ -299,7 +167,7 @@ class _ProgramReader:
         if is_inplace(node.target):
             c["inplace_ops"].append(node.name)
         try:
-            c["flops"].append(_node_flops(node))
+            c["flops"].append(_node_flops(node, self.val))
         except Exception as e:  # a formula that cannot handle this call: name the node
             raise CaptureError(f"capture failed: cannot count FLOPs of node {node.format_node()} ({e})") from None
         own_p = own_b = 0
@@ -309,7 +177,7 @@ class _ProgramReader:
                 if arg.name in self.index:
                     c["edge_src"].append(self.index[arg.name])
                     c["edge_dst"].append(i)
-                    c["edge_bytes"].append(_edge_bytes(arg, node))
+                    c["edge_bytes"].append(_edge_bytes(self.val(arg), node, self.val(node)))
                 continue
             fqn = self.params.get(arg.name) or self.buffers.get(arg.name)
             if fqn is None:
@@ -333,9 +201,7 @@ class _ProgramReader:
             "inputs": [
                 {
                     "name": n.name,
-                    "shape": [int(d) for d in n.meta["val"].shape]
-                    if isinstance(n.meta.get("val"), torch.Tensor)
-                    else [],
+                    "shape": [int(d) for d in self.val(n).shape] if isinstance(self.val(n), torch.Tensor) else [],
                     "bytes": self.placeholder_bytes.get(n.name, 0),
                     "consumers": self.input_consumers.get(n.name, []),
                 }
@@ -375,7 +241,7 @@ class _ProgramReader:
         by_name = {n.name: n for n in self.ep.graph.nodes}
         out = []
         for name in self.ep.graph_signature.user_outputs:
-            val = by_name[name].meta.get("val") if name in by_name else None
+            val = self.val(by_name[name]) if name in by_name else None
             if isinstance(val, torch.Tensor):
                 out.append({"shape": [int(d) for d in val.shape], "dtype": str(val.dtype).removeprefix("torch.")})
         return out
@@ -406,103 +272,92 @@ def _nbytes(val: Any) -> int:
     return 0
 
 
-def _edge_bytes(producer: torch.fx.Node, consumer: torch.fx.Node) -> int:
-    """Bytes the consumer reads from the producer: one element for ``getitem``."""
-    val = producer.meta.get("val")
-    if consumer.target is operator.getitem and isinstance(val, (list, tuple)):
-        return _nbytes(consumer.meta.get("val"))
-    return _nbytes(val)
+def _edge_bytes(produced: Any, consumer: torch.fx.Node, consumed: Any) -> int:
+    """Bytes ``consumer`` reads of the value ``produced``: one element (``consumed``, its own value) for ``getitem``."""
+    if consumer.target is operator.getitem and isinstance(produced, (list, tuple)):
+        return _nbytes(consumed)
+    return _nbytes(produced)
 
 
-def module_path(node: torch.fx.Node) -> str:
-    """The dotted path of the innermost module ``node`` ran in, from the root model ("" for the root itself)."""
-    stack = node.meta.get("nn_module_stack") or {}
-    if not stack:
-        return ""
-    path = list(stack.values())[-1][0]
-    return module_fqn(path) if isinstance(path, str) else ""
-
-
-_ROOT_PREFIX = re.compile(r"^L\[['\"]self['\"]\]\.?|^L__self__\.?")
-_GETATTR = re.compile(r"getattr\(([^()]*?),\s*['\"]([^'\"]+)['\"]\)")
-_INDEX = re.compile(r"(?:\.?_modules)?\[['\"]?([^\]'\"]+)['\"]?\]")
-
-
-def module_fqn(path: str) -> str:
-    """A module path as torch.export records it, as the dotted name ``model.named_modules()`` gives it.
-
-    torch.export normalizes most paths (``model.h.0.attn``) but leaves the
-    tracer's form where it does not add a root entry (``L['self'].model.h[0]``,
-    ``getattr(L['self'].model.h, '0')``); a wrapper model then got paths that
-    matched no module of the one it wraps.
-
-    >>> module_fqn("L['self'].model.transformer.h[0].attn"), module_fqn("getattr(L['self'].h, '1').mlp")
-    ('model.transformer.h.0.attn', 'h.1.mlp')
-    >>> module_fqn("L['self']"), module_fqn("L['self']._modules['enc']._modules['0']"), module_fqn("model.h.0")
-    ('', 'enc.0', 'model.h.0')
-    """
-    while True:
-        inner = _GETATTR.sub(lambda m: f"{m.group(1)}.{m.group(2)}", path)
-        if inner == path:
-            break
-        path = inner
-    path = _ROOT_PREFIX.sub("", path)
-    return _INDEX.sub(lambda m: f".{m.group(1)}", path).strip(".")
-
-
-def _node_flops(node: torch.fx.Node) -> float:
-    def val(x: Any) -> Any:
-        return x.meta.get("val") if isinstance(x, torch.fx.Node) else x
-
-    args, kwargs = tree_map(val, (node.args, node.kwargs))
-    return _flops.op_flops(node.target, args, kwargs, node.meta.get("val"))
+def _node_flops(node: torch.fx.Node, val: Any) -> float:
+    args, kwargs = tree_map(lambda x: val(x) if isinstance(x, torch.fx.Node) else x, (node.args, node.kwargs))
+    return _flops.op_flops(node.target, args, kwargs, val(node))
 
 
 # ------------------------------------------------------------------ entry points
-def capture(model: torch.nn.Module, example_inputs: tuple, *, decompose: bool = False, name: str = "") -> OpGraph:
+def capture(
+    model: torch.nn.Module,
+    example_inputs: tuple,
+    *,
+    decompose: bool = False,
+    unroll_rnn: bool = False,
+    dynamic: bool = False,
+    name: str = "",
+) -> OpGraph:
     """Export one forward of ``model`` on ``example_inputs`` and build its :class:`OpGraph`.
+
+    The graph is that of the program at the example's sizes, whatever ``dynamic``
+    says. ``decompose`` and ``unroll_rnn`` (see :func:`graphs.export.export_program`)
+    are recorded in ``meta`` (``"decomposed"``, ``"unroll_rnn"``), so
+    :func:`placer.apply` exports the same program again. ``dynamic``: also export
+    with dynamic dimensions and record, for each input of ``meta["inputs"]``, which
+    dimensions the placed program takes at other sizes (``"dynamic"``:
+    :func:`graphs.export.input_dims`); ``meta["dynamic_error"]`` says why when none can.
 
     Raises:
         CaptureError: the model cannot be exported; the message names the cause
             and the user's source line.
     """
-    ep = export_program(model, example_inputs, decompose=decompose)
+    ep = export_program(model, example_inputs, decompose=decompose, unroll_rnn=unroll_rnn)
     graph = graph_from_program(ep, name=name or type(model).__name__)
     graph.meta["decomposed"] = bool(decompose)
+    if unroll_rnn:
+        graph.meta["unroll_rnn"] = True
+    if dynamic:
+        try:
+            _record_dims(graph, input_dims(export_program(model, example_inputs, unroll_rnn=unroll_rnn, dynamic=True)))
+        except CaptureError as e:
+            graph.meta["dynamic_error"] = str(e)
     graph.invalidate()
     return graph
+
+
+def _record_dims(graph: OpGraph, dims: list[dict[str, Any]]) -> None:
+    """Each input of ``graph.meta["inputs"]`` gets the dynamic dimensions of the same input in ``dims``."""
+    for entry, found in zip(graph.meta.get("inputs", []), dims):
+        entry["dynamic"] = found["dynamic"]
 
 
 def capture_pt2(path: str | os.PathLike, *, decompose: bool = False) -> OpGraph:
     """The :class:`OpGraph` of a program saved with ``torch.export.save``.
 
     The archive is checked first (:mod:`graphs.pt2`): nothing in it is ever
-    unpickled or run; a pickled weight, constant or input is refused.
+    unpickled or run; a pickled weight, constant or input is refused. A program
+    saved with dynamic dimensions is read at the sizes it was traced with, and
+    its inputs' ``"dynamic"`` dimensions are recorded.
     """
     from graphs.pt2 import load_program
 
     path = os.fspath(path)
     try:
-        with _quiet():
+        with quiet():
             ep = load_program(path)
     except GraphFormatError:
         raise
     except Exception as e:
         raise GraphFormatError(
-            f"{path}: not a loadable torch.export program ({type(e).__name__}: {_first_line(e)})"
+            f"{path}: not a loadable torch.export program ({type(e).__name__}: {first_line(e)})"
         ) from None
     if decompose:
-        with _quiet():
+        with quiet():
             try:
                 ep = ep.run_decompositions()
             except Exception as e:
                 raise CaptureError(f"{path}: {describe_failure(e, stage='decomposition')}") from None
     graph = graph_from_program(ep, name=os.path.splitext(os.path.basename(path))[0])
     graph.meta["decomposed"] = bool(decompose)
+    dims = input_dims(ep)
+    if any(d["dynamic"] for d in dims):
+        _record_dims(graph, dims)
     graph.invalidate()
     return graph
-
-
-def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip()
-    return (text.splitlines()[0] if text else "")[:200]

@@ -10,6 +10,12 @@
 >>> torch.equal(placed(x), model(x))
 True
 
+Inputs at other sizes than the example's run too (the program with dynamic
+dimensions, built on the first such call):
+
+>>> torch.equal(placed(torch.ones(5, 4)), model(torch.ones(5, 4)))
+True
+
 A placement's issue order (``Placement.order``, or ``order=``) is the order the
 module runs its ops in:
 
@@ -35,21 +41,23 @@ unsplit step's:
 
 from __future__ import annotations
 
-import difflib
 from collections.abc import Mapping, Sequence
-from typing import Any, NamedTuple
+from typing import Any
 
-import numpy as np
 from torch import nn
 
-from envs.microbatch import check_inflight, check_microbatches, stage_starts
-from envs.real.pipeline import MicrobatchedModule, split_batch
-from envs.real.placing import place_module
+from envs.microbatch import check_inflight, check_microbatches
+from envs.real.alignment import ProgramPlan, carry_plan
+from envs.real.pipeline import stage_names
+from envs.real.placed_model import Pipelining, build_placed_model, unwrap  # noqa: F401  (placer.apply.unwrap)
+from envs.real.shapes import ShapeError  # noqa: F401  (what a placed module raises at sizes it cannot take)
 from graphs import OpGraph, PlacerError
-from graphs.ops import free_mask
 from graphs.plan import as_indices, check_order
 from graphs.torch_capture import check_runnable, export_program, graph_from_program
 from placer._callable import make_module_callable
+
+#: Deprecated name of :func:`envs.real.alignment.carry_plan` (kept for one release).
+microbatch_plan = carry_plan
 
 
 def apply(
@@ -60,11 +68,13 @@ def apply(
     *,
     graph: OpGraph | None = None,
     decompose: bool | None = None,
+    unroll_rnn: bool | None = None,
     order: Sequence[int] | None = None,
     microbatches: int | None = None,
     inflight: int | None = None,
     batch_dim: int = 0,
     loss_reduction: str = "mean",
+    dynamic: bool | str = "auto",
 ) -> nn.Module:
     """A module computing ``model`` with each op on the device ``placement`` gives it.
 
@@ -75,58 +85,76 @@ def apply(
 
     * outputs and gradients equal the unplaced model's; outputs are returned on
       the device of the op that produced them;
-    * parameters and buffers live on their first consumer's device (other devices
-      read differentiable copies); parameters that stay on their device are the
-      model's own tensors, so the result shares them, like ``model.to(device)``
-      does; build the optimizer on the *returned* module's parameters;
+    * its parameters and buffers have the model's names (``state_dict`` loads into
+      either); each lives on its first consumer's device (other devices read
+      differentiable copies); those that stay on their device are the model's own
+      tensors, like ``model.to(device)`` makes them; build the optimizer on the
+      *returned* module's parameters. :func:`unwrap` gives the model back, sharing them all;
     * buffers (batch-norm running statistics) update in place as in the model;
     * the train/eval mode is the one the model had when this was called;
     * random ops (dropout) draw from their placed device's generator, so their
       masks match the unplaced model's only where both run on the same device;
     * the ops run in the placement's issue order (``placement.order``, or ``order``),
       each cross-device copy issued right before its first consumer in that order;
-      without one, in node order (see :func:`envs.real.placing.reorder`). The order run
-      is ``result.meta["placer_issue_order"]`` (op names).
+      without one, in node order (see :func:`envs.real.reorder.reorder`). The order run
+      is ``result.meta["placer_issue_order"]`` (op names);
+    * inputs at other sizes (a smaller last batch, another sequence length) run the
+      model's program with dynamic dimensions under the same plan
+      (:mod:`envs.real.programs`); its dynamic dimensions are then
+      ``result.meta["placer_dynamic_dims"]``. A size the model fixes raises
+      :class:`envs.real.shapes.ShapeError`, one line naming the input, the dimension
+      and the size it was captured at.
 
     Args:
         model: the module to place.
         placement: a :class:`placer.Placement` or a mapping op name -> logical device.
-        example_inputs: positional inputs of one forward call (same shapes as later calls).
+        example_inputs: positional inputs of one forward call (the sizes the graph was captured at).
         device_map: logical -> torch device, e.g. ``{"gpu:0": "cuda:1", "*": "cpu"}``
             or ``"gpu:0=cuda:1,*=cpu"``; default ``gpu:i -> cuda:i``, ``cpu:0 -> cpu``.
         graph: the OpGraph the placement was made for, if it was captured with other
-            options; its ``meta["decomposed"]`` selects the export flavour.
+            options; its ``meta["decomposed"]`` and ``meta["unroll_rnn"]`` select the export.
         decompose: export with core-ATen decomposition (default: as ``graph`` says, else False).
+        unroll_rnn: export ``nn.LSTM``/``nn.GRU`` one op per layer and step (default: as ``graph`` says).
         order: issue order, op indices of the graph (a topological order); overrides
             ``placement.order``. A bad order raises :class:`graphs.PlacerError`.
         microbatches: M; overrides ``placement.microbatches`` (default 1). With M > 1
             the result is an :class:`envs.real.pipeline.MicrobatchedModule`: each call
-            splits its inputs into M microbatches along ``batch_dim``, runs them one
-            after the other through the placed program (exported at the microbatch
-            size, the plan carried over to it by :func:`microbatch_plan`), the issue
-            order within each, and
-            joins the outputs: 0-dim outputs (the loss) averaged (``loss_reduction=
-            "mean"``) or summed (``"sum"``), so one ``backward()`` accumulates
-            gradients equal to the unsplit step's; batched outputs concatenated.
+            splits its inputs into M microbatches along ``batch_dim`` (of whatever
+            batch arrives; sizes differ by one where M does not divide it), runs them
+            one after the other through the placed program (exported at the
+            microbatch size, the plan carried over to it by
+            :func:`envs.real.alignment.carry_plan`), the issue order within each, and
+            joins the outputs: 0-dim outputs (the loss) averaged, each weighted by its
+            share of the batch (``loss_reduction="mean"``), or summed (``"sum"``), so
+            one ``backward()`` accumulates gradients equal to the unsplit step's;
+            batched outputs concatenated.
         inflight: W, the most microbatches in flight; overrides ``placement.inflight``
             (default M, fill-drain). Fewer than M is one-forward-one-backward: the
             issue order is cut into stages where the GPU changes
-            (:func:`envs.microbatch.stage_starts`; logical devices named ``cpu...``
+            (:func:`envs.real.pipeline.stage_names`; logical devices named ``cpu...``
             are the host), and the program runs stage by stage in the simulator's
             host program, each stage holding at most W microbatches' activations;
             the model's output must then be its loss, and ``loss.backward()``
             finishes the step (see :class:`envs.real.pipeline.MicrobatchedModule`).
         batch_dim: the dimension of the inputs that holds the batch (default 0).
         loss_reduction: how the model's loss reduces over the batch, ``"mean"`` or ``"sum"``.
+        dynamic: when to build the program with dynamic dimensions: on the first call
+            at other sizes (``"auto"``), now (True; raises if the model allows none),
+            or never (False: other sizes raise ``ShapeError``).
     """
     if isinstance(example_inputs, list):
         example_inputs = tuple(example_inputs)
     elif not isinstance(example_inputs, tuple):
         example_inputs = (example_inputs,)
     check_runnable(model)
-    if decompose is None:
-        decompose = bool(graph.meta.get("decomposed", False)) if graph is not None else False
-    ep, captured = _exported(model, example_inputs, graph, decompose)
+    options = _export_options(graph, decompose, unroll_rnn)
+    ep = export_program(model, example_inputs, **options)
+    captured = graph_from_program(ep, name=graph.name if graph is not None else "")
+    if graph is not None and graph.content_hash != captured.content_hash:
+        raise PlacerError(
+            f"graph {graph.name or ''} ({graph.content_hash}) is not the graph of this model and inputs "
+            f"({captured.content_hash}); was it captured from another model, batch size or torch version?"
+        )
     source = getattr(placement, "source", "") or "placement"
     assignment = validated_assignment(placement, captured, source=source)
     if order is None:
@@ -138,118 +166,28 @@ def apply(
         getattr(placement, "microbatches", 1) if microbatches is None else microbatches,
         f"{source}: microbatches" if microbatches is None else "microbatches",
     )
-    if M == 1:
-        return place_module(ep, assignment, device_map, order=names)
-    if isinstance(batch_dim, bool) or not isinstance(batch_dim, int) or batch_dim < 0:
-        raise PlacerError(f"batch_dim {batch_dim!r}: must be a dimension index >= 0")
-    W = check_inflight(
-        getattr(placement, "inflight", None) if inflight is None else inflight,
-        M,
-        f"{source}: inflight" if inflight is None else "inflight",
-    )
-    part = split_batch(example_inputs, M, batch_dim, source="example_inputs")[0]
-    ep_mb = export_program(model, part, decompose=decompose)
-    stages = _stage_names(captured, assignment, names) if W < M else []
-    plan = microbatch_plan(captured, graph_from_program(ep_mb), assignment, names, stages)
-    return MicrobatchedModule(
-        place_module(ep_mb, plan.assignment, device_map, order=plan.order), M, batch_dim, loss_reduction, W, plan.stages
-    )
-
-
-def _exported(model: nn.Module, example_inputs: tuple, graph: OpGraph | None, decompose: bool) -> tuple[Any, OpGraph]:
-    """The model's program and its OpGraph, which must be ``graph`` (same hash) when one is given."""
-    ep = export_program(model, example_inputs, decompose=decompose)
-    captured = graph_from_program(ep, name=graph.name if graph is not None else "")
-    if graph is not None and graph.content_hash != captured.content_hash:
-        raise PlacerError(
-            f"graph {graph.name or ''} ({graph.content_hash}) is not the graph of this model and inputs "
-            f"({captured.content_hash}); was it captured from another model, batch size or torch version?"
+    W = M
+    if M > 1:
+        if isinstance(batch_dim, bool) or not isinstance(batch_dim, int) or batch_dim < 0:
+            raise PlacerError(f"batch_dim {batch_dim!r}: must be a dimension index >= 0")
+        W = check_inflight(
+            getattr(placement, "inflight", None) if inflight is None else inflight,
+            M,
+            f"{source}: inflight" if inflight is None else "inflight",
         )
-    return ep, captured
+    stages = stage_names(captured, assignment, names) if W < M else []
+    plan = ProgramPlan(assignment, names, stages)
+    pipelining = Pipelining(M, W, batch_dim, loss_reduction)
+    return build_placed_model(model, example_inputs, ep, captured, plan, device_map, options, pipelining, dynamic)
 
 
-def _stage_names(graph: OpGraph, assignment: Mapping[str, str], order: Sequence[str] | None) -> list[str]:
-    """The first op of each stage after the first, where the simulator cuts the plan
-    (:func:`envs.microbatch.stage_starts`)."""
-    devices = sorted(set(assignment.values()))
-    position = {d: i for i, d in enumerate(devices)}
-    idx = np.array([position[assignment[name]] for name in graph.names])
-    host = np.array([d.startswith("cpu") for d in devices])
-    op_order = np.arange(graph.num_ops) if order is None else np.array([graph.index[x] for x in order])
-    return [graph.names[op_order[s]] for s in stage_starts(idx, op_order, host, free_mask(graph))[1:]]
-
-
-class MicrobatchPlan(NamedTuple):
-    """A whole-batch plan carried over to the program exported at the microbatch size."""
-
-    assignment: dict[str, str]  # every op of the microbatch program -> logical device
-    order: list[str] | None  # issue order (microbatch program names), None for node order
-    stages: list[str]  # first op of each stage after the first (microbatch program names)
-
-
-def microbatch_plan(
-    whole: OpGraph,
-    part: OpGraph,
-    assignment: Mapping[str, str],
-    order: Sequence[str] | None = None,
-    stages: Sequence[str] = (),
-) -> MicrobatchPlan:
-    """Carry a plan of ``whole`` over to ``part``, the same model exported at a microbatch's size.
-
-    A smaller batch can specialise the export: at batch 1, torch drops ``expand``
-    and ``contiguous`` ops that are no-ops there, and the ops after them are
-    numbered differently. The two programs are aligned by their op types and
-    module paths, in program order (:func:`align_programs`). A matched op takes
-    its whole-batch op's device; an op only the microbatch program has runs with
-    its first input's op, or else with the op before it. The issue order and the
-    stage starts follow the matched ops (an op with no match runs right after the
-    op before it in program order, as :func:`envs.runtime.reorder` places it).
-
-    >>> from graphs import OpGraph
-    >>> whole = OpGraph.from_edges(["a", "expand", "b"], [("a", "expand", 8), ("expand", "b", 8)],
-    ...                            op_types=["aten.mm.default", "aten.expand.default", "aten.relu.default"])
-    >>> part = OpGraph.from_edges(["a", "b"], [("a", "b", 8)], op_types=["aten.mm.default", "aten.relu.default"])
-    >>> microbatch_plan(whole, part, {"a": "cpu:0", "expand": "gpu:0", "b": "gpu:1"}, ["a", "expand", "b"], ["b"])
-    MicrobatchPlan(assignment={'a': 'cpu:0', 'b': 'gpu:1'}, order=['a', 'b'], stages=['b'])
-    """
-    match = align_programs(whole, part)  # part name -> whole name
-    by_whole = {w: p for p, w in match.items()}
-    placed: dict[str, str] = {}
-    preds: list[list[int]] = [[] for _ in range(part.num_ops)]
-    for s, d in zip(part.edge_src.tolist(), part.edge_dst.tolist()):
-        preds[d].append(s)
-    previous = assignment[whole.names[0]] if whole.num_ops else ""
-    for i, name in enumerate(part.names):
-        if name in match:
-            placed[name] = assignment[match[name]]
-        else:
-            placed[name] = next((placed[part.names[p]] for p in preds[i]), previous)
-        previous = placed[name]
-    part_order = None if order is None else [by_whole[w] for w in order if w in by_whole]
-    sequence = list(order) if order is not None else whole.names
-    rank = {w: r for r, w in enumerate(sequence)}
-    part_stages = []
-    for start in stages:
-        nxt = next((by_whole[w] for w in sequence[rank[start] :] if w in by_whole), None)
-        if nxt is not None and nxt not in part_stages:
-            part_stages.append(nxt)
-    return MicrobatchPlan(placed, part_order, part_stages)
-
-
-def align_programs(whole: OpGraph, part: OpGraph) -> dict[str, str]:
-    """``part``'s op names -> the ``whole`` op each stands for, matched by op type and module path in order.
-
-    Identical programs map every name to itself; otherwise the longest matching
-    runs of (op type, module path), in program order (``difflib``), are paired.
-    """
-    if whole.names == part.names:
-        return {n: n for n in part.names}
-
-    def tokens(g: OpGraph) -> list[str]:
-        return [f"{t}@{m}" for t, m in zip(g.op_types, g.module_paths)]
-
-    matcher = difflib.SequenceMatcher(None, tokens(whole), tokens(part), autojunk=False)
-    return {part.names[b + k]: whole.names[a + k] for a, b, size in matcher.get_matching_blocks() for k in range(size)}
+def _export_options(graph: OpGraph | None, decompose: bool | None, unroll_rnn: bool | None) -> dict[str, bool]:
+    """The export options of the placement's program: as given, else as ``graph`` records, else off."""
+    meta = graph.meta if graph is not None else {}
+    return {
+        "decompose": bool(meta.get("decomposed", False)) if decompose is None else bool(decompose),
+        "unroll_rnn": bool(meta.get("unroll_rnn", False)) if unroll_rnn is None else bool(unroll_rnn),
+    }
 
 
 def validated_assignment(placement: Any, graph: OpGraph, *, source: str = "placement") -> dict[str, str]:
@@ -266,8 +204,8 @@ def validated_assignment(placement: Any, graph: OpGraph, *, source: str = "place
         raise PlacerError(
             f"{source}: expected a Placement or a mapping op name -> device, got {type(placement).__name__}"
         )
-    idx = as_indices(placement, graph, devices, source=source)
-    return {name: devices[int(i)] for name, i in zip(graph.names, idx)}
+    op_devices = as_indices(placement, graph, devices, source=source)
+    return {name: devices[int(d)] for name, d in zip(graph.names, op_devices)}
 
 
 make_module_callable(__name__, apply)  # `placer.apply(model, ...)` calls apply()

@@ -53,11 +53,32 @@ def _relative(path: str, module: str) -> str:
     return path[len(module) + 1 :] if module and path != module else ("" if path == module else path)
 
 
-def accelerate_device(cluster, d: int) -> int | str:
-    """accelerate's name of cluster device ``d``: its index among the GPUs, or ``"cpu"``."""
-    if cluster.kinds[d] != "gpu":
+def wrapped_module(graph: OpGraph) -> str:
+    """The one top-level submodule holding every parameter and every module of ``graph``, else ``""``.
+
+    A ``module:callable`` often wraps the model (``forward`` returns its loss, the
+    model is ``self.model``): ``from_pretrained(device_map=...)`` wants keys
+    relative to the model, so a map defaults to them.
+
+    >>> g = OpGraph.from_edges(["a", "b"], [("a", "b", 4)], module_paths=["m.enc", ""])
+    >>> g.params = [["m.enc.weight"], []]
+    >>> wrapped_module(g)
+    'm'
+    """
+    constants = set(graph.meta.get("constants", []))
+    names = [p for ps in graph.params or () for p in ps if p not in constants]
+    names += [path for path in graph.module_paths if path]
+    tops = {name.split(".")[0] for name in names}
+    if len(tops) != 1 or any("." not in p for ps in graph.params or () for p in ps if p not in constants):
+        return ""
+    return tops.pop()
+
+
+def accelerate_device(cluster, device_index: int) -> int | str:
+    """accelerate's name of cluster device ``device_index``: its index among the GPUs, or ``"cpu"``."""
+    if cluster.kinds[device_index] != "gpu":
         return "cpu"
-    return [int(g) for g in cluster.gpu_indices()].index(int(d))
+    return [int(g) for g in cluster.gpu_indices()].index(int(device_index))
 
 
 def project(
@@ -69,20 +90,20 @@ def project(
         PlacerError: ``module`` is not a module of the graph, or the graph has no
             module paths (it was not captured from an ``nn.Module``).
     """
-    idx = np.asarray(op_devices, dtype=np.int64)
+    op_devices = np.asarray(op_devices, dtype=np.int64)
     D = cluster.num_devices
     if not any(graph.module_paths) and not any(graph.params):
         raise PlacerError(
             f"graph {graph.name or '?'} has no module names (capture it from an nn.Module to export a device map)"
         )
-    cost = step_costs_s(graph, cluster)[np.arange(graph.num_ops), idx] + 1e-9  # every op counts a little
+    op_time_s = step_costs_s(graph, cluster)[np.arange(graph.num_ops), op_devices] + 1e-9  # every op counts a little
     weight: dict[str, np.ndarray] = {}
     children: dict[str, set[str]] = {}
     own_params: dict[str, dict[str, int]] = {}  # module -> {param fqn: device}
 
-    def add(path: str, d: int, w: float) -> None:
+    def add(path: str, device_index: int, w: float) -> None:
         while True:
-            weight.setdefault(path, np.zeros(D))[d] += w
+            weight.setdefault(path, np.zeros(D))[device_index] += w
             if path == module or not path:
                 return
             parent = _parent(path)
@@ -93,15 +114,15 @@ def project(
     constants = set(graph.meta.get("constants", []))  # made by the program, not the model's tensors
     for i, path in enumerate(graph.module_paths):
         if _within(path, module):
-            add(path, int(idx[i]), float(cost[i]))
+            add(path, int(op_devices[i]), float(op_time_s[i]))
         for fqn in graph.params[i]:
             if fqn not in constants:
-                owner.setdefault(fqn, int(idx[i]))  # a parameter lives with its first reader
-    for fqn, d in owner.items():
+                owner.setdefault(fqn, int(op_devices[i]))  # a parameter lives with its first reader
+    for fqn, device_index in owner.items():
         mod = _parent(fqn)
         if _within(mod, module):
-            add(mod, d, 0.0)
-            own_params.setdefault(mod, {})[fqn] = d
+            add(mod, device_index, 0.0)
+            own_params.setdefault(mod, {})[fqn] = device_index
     if module not in weight:
         known = sorted({p.split(".")[0] for p in graph.module_paths if p})
         raise PlacerError(
@@ -122,16 +143,16 @@ def project(
         return found
 
     def visit(path: str) -> None:
-        devs = devices_below(path)
+        below = devices_below(path)
         kids = sorted(children.get(path, ()))
-        if len(devs) <= 1 or not kids:
-            d = next(iter(devs)) if len(devs) == 1 else int(np.argmax(weight[path]))
-            out[_relative(path, module)] = accelerate_device(cluster, d)
+        if len(below) <= 1 or not kids:
+            device_index = next(iter(below)) if len(below) == 1 else int(np.argmax(weight[path]))
+            out[_relative(path, module)] = accelerate_device(cluster, device_index)
             return
         for kid in kids:
             visit(kid)
-        for fqn, d in sorted(own_params.get(path, {}).items()):
-            out[_relative(fqn, module)] = accelerate_device(cluster, d)
+        for fqn, device_index in sorted(own_params.get(path, {}).items()):
+            out[_relative(fqn, module)] = accelerate_device(cluster, device_index)
 
     visit(module)
     for fqn in unused:  # never read: with the nearest mapped module, or the heaviest device
@@ -140,7 +161,7 @@ def project(
     return out
 
 
-def projected_indices(graph: OpGraph, device_map: dict[str, Any], cluster, *, module: str = "") -> np.ndarray:
+def projected_op_devices(graph: OpGraph, device_map: dict[str, Any], cluster, *, module: str = "") -> np.ndarray:
     """The op placement a module-level ``device_map`` (keys relative to ``module``) gives, as accelerate runs it."""
     prefix = f"{module}." if module else ""
     full = {(prefix + k if k else module): v for k, v in device_map.items()}
@@ -153,11 +174,11 @@ def projection_cost(
     """Simulated step time of ``placement`` (its own issue order) and of ``device_map`` run as accelerate does (node
     order)."""
     env = envs.SimEnv(graph, cluster, executor=executor)
-    idx = placement.indices(graph, cluster.device_names, source=getattr(placement, "source", "") or "placement")
+    op_devices = placement.indices(graph, cluster.device_names, source=getattr(placement, "source", "") or "placement")
     placed = env.simulate(placement)
-    proj_idx = projected_indices(graph, device_map, cluster, module=module)
-    projected = env.simulate(proj_idx)
-    moved = int(np.sum(proj_idx != idx))
+    projected_devices = projected_op_devices(graph, device_map, cluster, module=module)
+    projected = env.simulate(projected_devices)
+    moved = int(np.sum(projected_devices != op_devices))
     return {
         "placement_status": placed.status,
         "placement_step_time_s": placed.step_time_s if placed.ok else None,

@@ -2,7 +2,15 @@
 
 :class:`MicrobatchedModule` runs the module :func:`envs.real.placing.place_module`
 built once per microbatch, in the host program the simulator scores
-(:func:`envs.microbatch.issue_segments`); :func:`split_batch` cuts the inputs.
+(:func:`envs.microbatch.issue_segments`); :func:`split_batch` cuts the inputs;
+:func:`stage_names` says where the plan's stages begin.
+
+The batch is the one given at call time: M microbatches of whatever batch
+arrives. A batch that M does not divide is cut into microbatches whose sizes
+differ by one (the first ones larger, as ``torch.tensor_split`` cuts), and a
+mean loss is weighted by each microbatch's share of the batch, so the step's
+loss and gradients stay the unsplit step's; a batch smaller than M is a
+:class:`graphs.PlacerError`.
 """
 
 from __future__ import annotations
@@ -10,26 +18,35 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+import numpy as np
 import torch
 import torch.fx as fx
 from torch import nn
 
-from envs.microbatch import BACKWARD, issue_segments
-from envs.real.placing import MOVE_META, global_state_kept
-from graphs import PlacerError
+from envs.microbatch import BACKWARD, issue_segments, stage_starts
+from envs.real.global_state import global_state_kept
+from envs.real.placing import MOVE_META
+from envs.real.programs import PROGRAMS_ATTR
+from envs.real.shapes import ShapeError, guard_failure, tensors_of
+from graphs import OpGraph, PlacerError
+from graphs.ops import free_mask
 from graphs.plan import check_inflight
 
 MICROBATCH_META = "placer_microbatches"  # meta key of a MicrobatchedModule: its number of microbatches
 
 
 def split_batch(inputs: tuple, microbatches: int, batch_dim: int = 0, *, source: str = "inputs") -> list[tuple]:
-    """``inputs`` cut into ``microbatches`` equal parts along ``batch_dim``: one tuple per microbatch.
+    """``inputs`` cut into ``microbatches`` parts along ``batch_dim``: one tuple per microbatch.
 
     The batch size ``B`` is the size along ``batch_dim`` of the first tensor input
     that has that dimension; every tensor input with ``B`` there is split, every
     other input (a scalar, a table shared by the batch) goes whole to every
-    microbatch. ``B`` must be a multiple of ``microbatches`` (the placed program has
-    one static shape); otherwise :class:`PlacerError`.
+    microbatch. Parts differ in size by one at most where ``microbatches`` does not
+    divide ``B`` (:func:`microbatch_sizes`); a ``B`` smaller than ``microbatches``
+    is a :class:`PlacerError`.
+
+    >>> [tuple(p[0].tolist()) for p in split_batch((torch.arange(5),), 2)]
+    [(0, 1, 2), (3, 4)]
     """
     tensors = [t for t in inputs if isinstance(t, torch.Tensor) and t.dim() > batch_dim]
     if not tensors:
@@ -37,12 +54,12 @@ def split_batch(inputs: tuple, microbatches: int, batch_dim: int = 0, *, source:
             f"{source}: no tensor input has a dimension {batch_dim} to split into microbatches (batch_dim)"
         )
     B = tensors[0].shape[batch_dim]
-    if B % microbatches:
+    if B < microbatches:
         raise PlacerError(
-            f"{source}: batch size {B} (dimension {batch_dim}) is not a multiple of {microbatches} microbatches"
+            f"{source}: batch size {B} (dimension {batch_dim}) is smaller than the plan's {microbatches} microbatches"
         )
     parts = [
-        t.chunk(microbatches, dim=batch_dim)
+        t.tensor_split(microbatches, dim=batch_dim)
         if isinstance(t, torch.Tensor) and t.dim() > batch_dim and t.shape[batch_dim] == B
         else None
         for t in inputs
@@ -50,11 +67,40 @@ def split_batch(inputs: tuple, microbatches: int, batch_dim: int = 0, *, source:
     return [tuple(x if p is None else p[m] for x, p in zip(inputs, parts)) for m in range(microbatches)]
 
 
-def _join_outputs(outs: list[Any], batch_dim: int, reduction: str) -> Any:
-    """One output from the microbatches' outputs: scalars reduced, batched tensors concatenated."""
+def microbatch_sizes(batch: int, microbatches: int) -> list[int]:
+    """The size of each microbatch :func:`split_batch` cuts a batch of ``batch`` into.
+
+    >>> microbatch_sizes(8, 4), microbatch_sizes(7, 3)
+    ([2, 2, 2, 2], [3, 2, 2])
+    """
+    small, extra = divmod(batch, microbatches)
+    return [small + (m < extra) for m in range(microbatches)]
+
+
+def _shares(parts: list[tuple], batch_dim: int) -> list[float] | None:
+    """Each microbatch's share of the batch, or None when the shares are equal."""
+    sizes = [
+        next(t.shape[batch_dim] for t in part if isinstance(t, torch.Tensor) and t.dim() > batch_dim) for part in parts
+    ]
+    if len(set(sizes)) == 1:
+        return None
+    total = sum(sizes)
+    return [size / total for size in sizes]
+
+
+def _join_outputs(outs: list[Any], batch_dim: int, reduction: str, shares: list[float] | None = None) -> Any:
+    """One output from the microbatches' outputs: scalars reduced, batched tensors concatenated.
+
+    A mean over microbatches of unequal sizes (``shares``) weights each by its share of the batch.
+    """
     first = outs[0]
     if isinstance(first, torch.Tensor):
         if first.dim() == 0:  # a loss: the mean over equal microbatches is the whole batch's mean
+            if reduction == "mean" and shares is not None:
+                total = outs[0] * shares[0]
+                for o, share in zip(outs[1:], shares[1:]):
+                    total = total + o.to(total.device) * share
+                return total
             total = outs[0]
             for o in outs[1:]:
                 total = total + o.to(total.device)
@@ -63,13 +109,24 @@ def _join_outputs(outs: list[Any], batch_dim: int, reduction: str) -> Any:
             return torch.cat([o.to(first.device) for o in outs], dim=batch_dim)
         return first
     if isinstance(first, (tuple, list)):
-        joined = [_join_outputs([o[k] for o in outs], batch_dim, reduction) for k in range(len(first))]
+        joined = [_join_outputs([o[k] for o in outs], batch_dim, reduction, shares) for k in range(len(first))]
         if isinstance(first, tuple):
             return type(first)(*joined) if hasattr(first, "_fields") else tuple(joined)
         return joined
     if isinstance(first, dict):
-        return {k: _join_outputs([o[k] for o in outs], batch_dim, reduction) for k in first}
+        return {k: _join_outputs([o[k] for o in outs], batch_dim, reduction, shares) for k in first}
     return first
+
+
+def stage_names(graph: OpGraph, assignment: dict[str, str], order: Sequence[str] | None) -> list[str]:
+    """The first op of each stage after the first, where the simulator cuts the plan
+    (:func:`envs.microbatch.stage_starts`; logical devices named ``cpu...`` are the host)."""
+    devices = sorted(set(assignment.values()))
+    position = {device: i for i, device in enumerate(devices)}
+    op_devices = np.array([position[assignment[name]] for name in graph.names])
+    host = np.array([device.startswith("cpu") for device in devices])
+    op_order = np.arange(graph.num_ops) if order is None else np.array([graph.index[x] for x in order])
+    return [graph.names[op_order[s]] for s in stage_starts(op_devices, op_order, host, free_mask(graph))[1:]]
 
 
 class MicrobatchedModule(nn.Module):
@@ -91,16 +148,20 @@ class MicrobatchedModule(nn.Module):
     ``inflight`` W < M (one-forward-one-backward, :func:`envs.microbatch.issue_segments`)
     bounds the activations each stage holds to W microbatches: the placed program
     is run stage by stage (``stages``: the op names where a stage after the first
-    begins, :func:`envs.microbatch.stage_starts`; each stage's nodes through an
-    ``fx.Interpreter``, one environment per microbatch), in the simulator's host
-    program: a stage of microbatch ``m`` after the ``backward()`` of microbatch
-    ``m - w``, run here, inside the call, with the loss's share of the batch
-    (``1/M`` for a mean). The result is then the loss (the program's output must
+    begins, :func:`stage_names`; each stage's nodes through an ``fx.Interpreter``,
+    one environment per microbatch), in the simulator's host program: a stage of
+    microbatch ``m`` after the ``backward()`` of microbatch ``m - w``, run here,
+    inside the call, with the loss's share of the batch (``1/M`` for a mean of M
+    equal microbatches). The result is then the loss (the program's output must
     be one 0-dim tensor), and its ``backward()`` runs the microbatches still in
     flight; it must be called with gradient 1 (plain ``loss.backward()``: the
     earlier microbatches' gradients are already in the parameters, taken with 1),
     else it raises. Under ``torch.no_grad()`` every microbatch runs forward only,
     as with W = M.
+
+    Microbatches at other sizes than ``placed`` was built for run another program
+    of the model (:class:`envs.real.programs.Programs`), with that program's stages;
+    ``train()``/``eval()`` switch ``placed``'s mode, which picks its program too.
     """
 
     def __init__(
@@ -117,23 +178,23 @@ class MicrobatchedModule(nn.Module):
             raise PlacerError(f"loss reduction {reduction!r}: must be 'mean' or 'sum'")
         self.inflight = check_inflight(inflight, microbatches)
         self.stages = list(stages)
-        # one-forward-one-backward: the placed program's nodes and the host program over them, built once
-        self._nodes = list(placed.graph.nodes) if self.inflight < microbatches else []
-        self._program = (
-            issue_segments(
-                len(self._nodes), microbatches, self.inflight, _stage_nodes(self._nodes, self.stages)
-            ).tolist()
-            if self._nodes
-            else []
-        )
+        self._schedules: dict[int, tuple[list[fx.Node], list[list[int]]]] = {}  # id(program) -> nodes, host program
         # the placed module's parameters, buffers and submodules under their own names (the
         # state dict of the unpipelined placed module), the module itself outside the tree
         object.__setattr__(self, "placed", placed)
         self._parameters, self._buffers, self._modules = placed._parameters, placed._buffers, placed._modules
+        self._non_persistent_buffers_set = placed._non_persistent_buffers_set  # the same state dict, key for key
         self.microbatches = int(microbatches)
         self.batch_dim = int(batch_dim)
         self.reduction = reduction
         self.meta = {**getattr(placed, "meta", {}), MICROBATCH_META: self.microbatches}
+        self.training = placed.training
+
+    def train(self, mode: bool = True) -> MicrobatchedModule:
+        """Set the mode of this module and of ``placed`` (whose program follows it)."""
+        super().train(mode)
+        self.placed.train(mode)
+        return self
 
     def forward(self, *inputs: Any) -> Any:
         with global_state_kept():  # a stage run by the interpreter below is not the placed module's guarded call
@@ -141,13 +202,62 @@ class MicrobatchedModule(nn.Module):
 
     def _forward(self, inputs: tuple) -> Any:
         parts = split_batch(inputs, self.microbatches, self.batch_dim)
+        shares = _shares(parts, self.batch_dim)
+        if self.inflight >= self.microbatches or not torch.is_grad_enabled():
+            return _join_outputs([self.placed(*part) for part in parts], self.batch_dim, self.reduction, shares)
+        program, stages = self._program_for(parts)
+        try:
+            return self._one_forward_one_backward(program, stages, parts, shares)
+        except AssertionError as e:  # a shape guard the program's _guards_fn did not check first (another torch)
+            programs = getattr(self.placed, PROGRAMS_ATTR, None)
+            error = guard_failure(e, programs.captured) if programs is not None else None
+            if error is None:
+                raise
+            raise error from None
+
+    def _program_for(self, parts: list[tuple]) -> tuple[fx.GraphModule, list[str]]:
+        """The one program every microbatch runs (:class:`envs.real.programs.Programs`), and its stages."""
+        programs = getattr(self.placed, PROGRAMS_ATTR, None)
+        if programs is None:
+            return self.placed, self.stages
+        training = self.placed.training
+        chosen = {id(p): p for p in (programs.program_for(part, {}, training) for part in parts)}
+        dynamic = programs.mode(training).dynamic
+        if (
+            len(chosen) > 1
+            and dynamic is not None
+            and all(programs.refusal(training, part, {}) is None for part in parts)
+        ):
+            chosen = {id(dynamic): dynamic}  # microbatches of two sizes: the program that takes both
+        if len(chosen) > 1:
+            sizes = sorted({tuple(t.shape) for part in parts for t in tensors_of(part, {})})
+            raise ShapeError(
+                f"microbatches of shapes {sizes} run different programs of the model, and one-forward-one-backward "
+                f"interleaves one program: use a batch that {self.microbatches} microbatches divide"
+            )
+        program = next(iter(chosen.values()))
+        return program, programs.stages[id(program)]
+
+    def _schedule(self, program: fx.GraphModule, stages: list[str]) -> tuple[list[fx.Node], list[list[int]]]:
+        """The program's nodes and the host program over them (:func:`envs.microbatch.issue_segments`), built once."""
+        if id(program) not in self._schedules:
+            nodes = list(program.graph.nodes)
+            segments = issue_segments(len(nodes), self.microbatches, self.inflight, _stage_nodes(nodes, stages))
+            self._schedules[id(program)] = (nodes, segments.tolist())
+        return self._schedules[id(program)]
+
+    def _one_forward_one_backward(
+        self, gm: fx.GraphModule, stages: list[str], parts: list[tuple], shares: list[float] | None
+    ) -> Any:
+        """Run the microbatches stage by stage in the host program, the early ones' backward inside the call."""
         M, W = self.microbatches, self.inflight
-        if W >= M or not torch.is_grad_enabled():
-            return _join_outputs([self.placed(*part) for part in parts], self.batch_dim, self.reduction)
-        share = 1.0 / M if self.reduction == "mean" else 1.0
-        nodes, program = self._nodes, self._program
+        if self.reduction == "sum":
+            weights = [1.0] * M
+        else:
+            weights = shares if shares is not None else [1.0 / M] * M
+        nodes, program = self._schedule(gm, stages)
         N = len(nodes)
-        runs = [_StageRunner(self.placed, part) for part in parts]
+        runs = [_StageRunner(gm, part) for part in parts]
         losses: list[Any] = [None] * M
         for q, (kind, lo, hi) in enumerate(program):
             if kind != BACKWARD:
@@ -166,9 +276,9 @@ class MicrobatchedModule(nn.Module):
             for m in range(lo // N, hi // N):
                 runs[m] = None  # its forward values are no longer needed here
                 if losses[m].requires_grad:
-                    (losses[m] * share).backward()
+                    (losses[m] * weights[m]).backward()
                     losses[m] = losses[m].detach()
-        total = _join_outputs(losses, self.batch_dim, self.reduction)
+        total = _join_outputs(losses, self.batch_dim, self.reduction, shares)
         return _GradientOne.apply(total) if total.requires_grad else total
 
 

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import argparse
 import os
+from typing import Any
 
 import graphs
-from graphs import PlacerError
+from graphs import OpGraph, PlacerError, zoo
 from placer import sources
 from placer.checks import check_output_file
 from placer.cli.args import note_stand_in_loss
@@ -18,6 +19,18 @@ def add_command(sub: argparse._SubParsersAction) -> None:
     p.add_argument("source", metavar="SOURCE", help="zoo name, module:callable returning (model, inputs), or .pt2 file")
     p.add_argument("-o", "--output", required=True, metavar="FILE.json", help="where to write (.json or .json.gz)")
     p.add_argument("--decompose", action="store_true", help="decompose to core ATen (unrolls nn.LSTM over time)")
+    p.add_argument(
+        "--unroll-rnn",
+        action="store_true",
+        help="write every nn.LSTM and nn.GRU as one op per layer and time step, so a placement can split it "
+        "(recorded in the graph: placer.apply exports the same way)",
+    )
+    p.add_argument(
+        "--dynamic",
+        action="store_true",
+        help="also export with dynamic dimensions and record which input dimensions the placed model takes at "
+        "other sizes (meta inputs[].dynamic)",
+    )
     p.add_argument("--json", action="store_true", help="print the summary as JSON")
     p.set_defaults(func=run)
 
@@ -27,21 +40,14 @@ def run(args: argparse.Namespace) -> int:
     out = check_output_file(args.output, "-o")
     if not out.endswith((".json", ".json.gz")):
         raise PlacerError(f"{out}: output must end in .json or .json.gz")
-    source = args.source
-    if source.endswith(".pt2") and os.path.exists(source):
-        from graphs.torch_capture import capture_pt2  # torch: loaded only to capture
-
-        graph = capture_pt2(source, decompose=args.decompose)
-    elif os.path.exists(source) and args.decompose:
-        raise PlacerError(f"{source}: --decompose needs a model (zoo name, module:callable or .pt2), not a graph file")
-    else:
-        graph = sources.resolve_graph(source, decompose=args.decompose)
-    note_stand_in_loss(graph, source)
+    graph = _captured(args.source, args)
+    note_stand_in_loss(graph, args.source)
     try:
         graphs.save(graph, out)
     except OSError as e:
         raise PlacerError(f"{out}: cannot write ({e.strerror or e})") from None
-    info = {
+    dynamic = {x["name"]: sorted(int(d) for d in x["dynamic"]) for x in graph.meta.get("inputs", []) if "dynamic" in x}
+    info: dict[str, Any] = {
         "path": out,
         "name": graph.name,
         "ops": graph.num_ops,
@@ -50,11 +56,38 @@ def run(args: argparse.Namespace) -> int:
         "flops": graph.total_flops,
         "hash": graph.content_hash,
     }
+    if args.dynamic:
+        info["dynamic_dims"] = dynamic
     if args.json:
         print_json(info, indent=2)
-    else:
-        print(
-            f"wrote {out}: {graph.name}, {graph.num_ops:,} ops, {graph.num_edges:,} edges, "
-            f"{nbytes(graph.total_param_bytes)} params, {flops(graph.total_flops)} forward, hash {graph.content_hash}"
-        )
+        return 0
+    print(
+        f"wrote {out}: {graph.name}, {graph.num_ops:,} ops, {graph.num_edges:,} edges, "
+        f"{nbytes(graph.total_param_bytes)} params, {flops(graph.total_flops)} forward, hash {graph.content_hash}"
+    )
+    if args.dynamic:
+        dims = "; ".join(f"{name} {', '.join(map(str, d)) or 'none'}" for name, d in dynamic.items())
+        print(f"dynamic dimensions: {dims or graph.meta.get('dynamic_error', 'none')}")
     return 0
+
+
+def _captured(source: str, args: argparse.Namespace) -> OpGraph:
+    """The graph of SOURCE, captured with the options asked for."""
+    if source.endswith(".pt2") and os.path.exists(source):
+        if args.unroll_rnn:
+            raise PlacerError(f"{source}: --unroll-rnn needs a model (zoo name or module:callable), not a program")
+        from graphs.torch_capture import capture_pt2  # torch: loaded only to capture
+
+        return capture_pt2(source, decompose=args.decompose)  # a program with dynamic dimensions records them
+    if os.path.exists(source) and (args.decompose or args.unroll_rnn or args.dynamic):
+        option = "--decompose" if args.decompose else "--unroll-rnn" if args.unroll_rnn else "--dynamic"
+        raise PlacerError(f"{source}: {option} needs a model (zoo name, module:callable or .pt2), not a graph file")
+    if not (args.unroll_rnn or args.dynamic):
+        return sources.resolve_graph(source, decompose=args.decompose)
+    options = dict(decompose=args.decompose, unroll_rnn=args.unroll_rnn, dynamic=args.dynamic)
+    if source in zoo.names():
+        return graphs.capture(*zoo.build(source, device="meta"), name=source, **options)
+    model, inputs = sources.resolve_model(source)
+    graph = graphs.capture(model, inputs, **options)
+    graph.meta["source"] = source
+    return graph

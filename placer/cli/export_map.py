@@ -18,7 +18,7 @@ from placer import sources
 from placer.checks import check_output_file
 from placer.cli.args import add_executor_argument
 from placer.cli.output import print_json, to_json
-from placer.device_map import project, projection_cost
+from placer.device_map import project, projection_cost, wrapped_module
 
 
 def add_command(sub: argparse._SubParsersAction) -> None:
@@ -41,10 +41,11 @@ def add_command(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument(
         "--module",
-        default="",
+        default=None,
         metavar="NAME",
-        help="the submodule to map, keys relative to it (e.g. model, "
-        "for a callable wrapping a Hugging Face model as self.model); default the whole captured module",
+        help="the submodule to map, keys relative to it (e.g. model, for a callable wrapping a Hugging Face model "
+        "as self.model); default: the one submodule holding every parameter, if there is one (said in a line), "
+        "else the whole captured module ('' asks for the whole module)",
     )
     p.add_argument("-o", "--output", required=True, metavar="FILE.json", help="device map to write (.json)")
     add_executor_argument(p)
@@ -69,18 +70,24 @@ def run(args: argparse.Namespace) -> int:
     else:
         cluster = envs.resolve_cluster(args.cluster)
     graph = sources.resolve_graph(args.graph)
-    idx = placement.indices(graph, cluster.device_names, source=args.placement)
-    device_map = project(graph, idx, cluster, module=args.module)
-    cost = projection_cost(graph, placement, cluster, device_map, module=args.module, executor=args.executor)
+    op_devices = placement.indices(graph, cluster.device_names, source=args.placement)
+    module = wrapped_module(graph) if args.module is None else args.module
+    device_map = project(graph, op_devices, cluster, module=module)
+    cost = projection_cost(graph, placement, cluster, device_map, module=module, executor=args.executor)
     write_text_atomic(out, to_json(device_map) + "\n")
     if args.json:
-        print_json({"output": out, "device_map": device_map, **cost})
+        print_json({"output": out, "module": module, "device_map": device_map, **cost})
         return 0
     t0, t1 = cost["placement_step_time_s"], cost["projected_step_time_s"]
     print(
-        f"wrote {out}: {len(device_map)} module keys for {args.module or 'the whole model'} "
+        f"wrote {out}: {len(device_map)} module keys for {module or 'the whole model'} "
         f"({cost['ops_moved']} of {cost['ops']} ops move when run by module)"
     )
+    if args.module is None and module:
+        print(
+            f"keys relative to submodule {module!r}, which holds every parameter (as from_pretrained on it "
+            "expects); --module '' keeps the whole captured module's names"
+        )
     placed = f"{t0 * 1e3:.3f} ms" if t0 is not None else cost["placement_status"]
     if t1 is None:
         print(f"simulated step: placement {placed}; device map {cost['projected_status']}: {cost['projected_message']}")

@@ -52,7 +52,7 @@ def run(args: argparse.Namespace) -> int:
     import torch
 
     from envs.real import timing
-    from envs.real.placing import check_available, resolve_devices
+    from envs.real.devices import check_available, resolve_devices
     from placer.apply import apply
 
     check_step_counts(args)
@@ -64,8 +64,8 @@ def run(args: argparse.Namespace) -> int:
             f"{args.placement}: uses device {unknown[0]!r}, not in cluster {cluster.name} "
             f"({', '.join(cluster.device_names)})"
         )
-    devices = resolve_devices(sorted(set(placement.assignment.values())), args.device_map)
-    check_available(devices)
+    torch_devices = resolve_devices(sorted(set(placement.assignment.values())), args.device_map)
+    check_available(torch_devices)
     model, inputs = sources.resolve_model(args.source)
     module = apply(model, placement, inputs, device_map=args.device_map)
     opt = torch.optim.Adam(module.parameters(), lr=args.lr)
@@ -75,7 +75,7 @@ def run(args: argparse.Namespace) -> int:
                 module,
                 inputs,
                 opt,
-                devices,
+                torch_devices,
                 warmup_steps=args.warmup,
                 timed_steps=args.steps,
                 loss_fn=_the_loss(args.source),
@@ -88,7 +88,7 @@ def run(args: argparse.Namespace) -> int:
             extra={
                 "step_times_s": m["step_times_s"],
                 "losses": m["losses"],
-                "device_map": {k: str(v) for k, v in devices.items()},
+                "device_map": {device: str(torch_device) for device, torch_device in torch_devices.items()},
             },
         )
     except (torch.OutOfMemoryError, MemoryError, timing.StepTimeout) as e:
@@ -114,8 +114,9 @@ def run(args: argparse.Namespace) -> int:
     )
     print(f"{'device':<8} {'torch':<8} {'ops':>6} {'peak memory':>14}")
     counts = placement.device_counts()
-    for name, dev in devices.items():
-        print(f"{name:<8} {str(dev):<8} {counts.get(name, 0):>6} {result.peak_bytes.get(name, 0) / 1e9:>11.3f} GB")
+    for device, torch_device in torch_devices.items():
+        peak_gb = result.peak_bytes.get(device, 0) / 1e9
+        print(f"{device:<8} {str(torch_device):<8} {counts.get(device, 0):>6} {peak_gb:>11.3f} GB")
     print(f"loss {result.extra['losses'][0]:.4f} -> {result.extra['losses'][-1]:.4f}")
     return 0
 

@@ -243,27 +243,21 @@ def test_graph_building_failures_are_capture_errors(monkeypatch):
     assert "\n" not in str(info.value)
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize("builder", ["build", "build_masked"])
-def test_cli_export_of_a_data_dependent_model_is_one_line(tmp_path, builder):
-    import os
-    import subprocess
+def test_cli_export_of_a_data_dependent_model_is_one_line(tmp_path, monkeypatch, capsys, builder):
     import sys
 
+    from placer.cli import main
+
     (tmp_path / "mymod.py").write_text(_NONZERO_MODULE)
-    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    env = dict(os.environ, PYTHONPATH=root)
-    out = subprocess.run(
-        [sys.executable, "-m", "placer", "export", f"mymod:{builder}", "-o", "g.json"],
-        cwd=tmp_path,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert out.returncode == 2, out.stderr
-    assert out.stderr.count("\n") == 1 and "Traceback" not in out.stderr
-    assert "capture failed" in out.stderr and "mymod.py:" in out.stderr
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    sys.modules.pop("mymod", None)
+    rc = main(["export", f"mymod:{builder}", "-o", "g.json"])
+    err = capsys.readouterr().err
+    assert rc == 2, err
+    assert err.count("\n") == 1 and "Traceback" not in err
+    assert "capture failed" in err and "mymod.py:" in err
     assert not (tmp_path / "g.json").exists()
 
 
@@ -279,7 +273,7 @@ def test_cli_export_of_a_data_dependent_model_is_one_line(tmp_path, builder):
 def test_module_paths_are_dotted_names_of_the_root_model(recorded, path):
     from types import SimpleNamespace
 
-    from graphs.torch_capture import module_path
+    from graphs.program_nodes import module_path
 
     node = SimpleNamespace(meta={"nn_module_stack": {"L__self__": ("", "Wrap"), "inner": (recorded, "GPT2Attention")}})
     assert module_path(node) == path

@@ -134,16 +134,32 @@ ATTACKS = {
 }
 
 
-def _torch_load_runs_it(path, marker) -> bool:
-    """What the archive does to a trusting loader (run in a child, so a payload cannot touch this process)."""
-    code = "import sys, torch\ntry:\n    torch.export.load(sys.argv[1])\nexcept Exception:\n    pass\n"
-    subprocess.run([sys.executable, "-c", code, str(path)], capture_output=True, timeout=300)
-    return os.path.exists(marker)
+@pytest.fixture(scope="module")
+def trusting_loader_runs(tmp_path_factory, clean_pt2) -> dict[str, bool]:
+    """Attack -> whether ``torch.export.load`` runs its payload: a copy of every archive loaded in one child
+    process (one torch import for all; a payload cannot touch this process)."""
+    folder = tmp_path_factory.mktemp("trusting")
+    paths = {}
+    for attack, make in ATTACKS.items():
+        stem = attack.replace(" ", "_")
+        edit, _ = make(folder / f"{stem}.PWNED")
+        paths[attack] = folder / f"{stem}.pt2"
+        _rezip(clean_pt2, paths[attack], edit)
+    code = (
+        "import sys, torch\n"
+        "for path in sys.argv[1:]:\n"
+        "    try:\n"
+        "        torch.export.load(path)\n"
+        "    except Exception:\n"
+        "        pass\n"
+    )
+    subprocess.run([sys.executable, "-c", code, *map(str, paths.values())], capture_output=True, timeout=300)
+    return {attack: path.with_suffix(".PWNED").exists() for attack, path in paths.items()}
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("attack", sorted(ATTACKS))
-def test_graphs_load_refuses_and_runs_nothing(tmp_path, clean_pt2, attack):
+def test_graphs_load_refuses_and_runs_nothing(tmp_path, clean_pt2, attack, trusting_loader_runs):
     marker = tmp_path / "PWNED"
     edit, entry = ATTACKS[attack](marker)
     evil = tmp_path / "evil.pt2"
@@ -153,7 +169,7 @@ def test_graphs_load_refuses_and_runs_nothing(tmp_path, clean_pt2, attack):
     msg = str(info.value)
     assert msg.startswith(f"{evil}: refusing entry {entry!r}") and "\n" not in msg
     assert not marker.exists()
-    assert _torch_load_runs_it(evil, marker), "the crafted archive should run its payload under torch.export.load"
+    assert trusting_loader_runs[attack], "the crafted archive should run its payload under torch.export.load"
 
 
 def test_the_clean_archive_loads_and_matches_capture(clean_pt2, tmp_path):

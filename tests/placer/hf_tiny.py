@@ -32,7 +32,8 @@ def _ids(seed: int) -> torch.Tensor:
     return torch.randint(0, VOCAB, (BATCH, SEQ), generator=torch.Generator().manual_seed(seed))
 
 
-def _llama_model():
+def llama_model():
+    """A tiny LlamaForCausalLM from its config (tied input and output embeddings)."""
     tf = _quiet_transformers()
     cfg = tf.LlamaConfig(
         vocab_size=VOCAB,
@@ -52,13 +53,13 @@ def build_llama():
     """A decoder LM (Llama: RMSNorm, rotary buffers, GQA, tied input/output embeddings)."""
     torch.manual_seed(0)
     ids = _ids(1)
-    return LossOf(_llama_model()), (ids, ids.clone())
+    return LossOf(llama_model()), (ids, ids.clone())
 
 
 def build_llama_meta():
     """The same Llama on the meta device: shapes, no weights."""
     with torch.device("meta"):
-        model = _llama_model()
+        model = llama_model()
     ids = _ids(1)
     return LossOf(model), (ids, ids.clone())
 

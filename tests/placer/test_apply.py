@@ -9,7 +9,8 @@ import pytest
 import torch
 from torch import nn
 
-from envs.real.placing import DEVICE_META, MOVE_META, WRITEBACK_META, parse_device_map, resolve_devices, transfers
+from envs.real.devices import parse_device_map, resolve_devices
+from envs.real.placing import DEVICE_META, MOVE_META, WRITEBACK_META, transfers
 from envs.real.timing import default_loss
 from graphs import PlacerError
 from graphs.torch_capture import capture
@@ -60,8 +61,8 @@ def _cases():
 
 def _random_placement(model, inputs, seed, devices=DEVICES):
     g = capture(model, inputs)
-    idx = np.random.default_rng(seed).integers(0, len(devices), size=g.num_ops)
-    return g, Placement.from_indices(g, devices, idx)
+    op_devices = np.random.default_rng(seed).integers(0, len(devices), size=g.num_ops)
+    return g, Placement.from_indices(g, devices, op_devices)
 
 
 def _grads(model):
@@ -179,8 +180,8 @@ def test_real_second_device_meta():
     model = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 2))
     x = torch.randn(3, 4)
     g = capture(model, (x,))
-    idx = [0] * (g.num_ops - 1) + [1]
-    p = Placement.from_indices(g, ["cpu:0", "gpu:0"], idx)
+    op_devices = [0] * (g.num_ops - 1) + [1]
+    p = Placement.from_indices(g, ["cpu:0", "gpu:0"], op_devices)
     placed = apply(model, p, (x,), device_map={"gpu:0": "meta"})
     out = placed(x)
     assert out.device.type == "meta"
@@ -267,7 +268,7 @@ def test_tiny_zoo_covers_the_zoo():
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("name", ["rnnlm", "nmt-2", "nmt-4", "inception-v3", "gpt2", "resnet50"])
+@pytest.mark.parametrize("name", ["rnnlm", "nmt-2", "nmt-4", "gpt2"])  # the CNNs: in the issue-order test below
 def test_zoo_models_outputs_and_gradients_equal(name):
     torch.manual_seed(0)
     model, inputs = _tiny_zoo()[name]()
@@ -320,7 +321,8 @@ def test_missing_cuda_device_is_a_one_line_error():
 @pytest.mark.slow
 @pytest.mark.parametrize("name", ["nmt-2", "inception-v3", "gpt2", "resnet50"])
 def test_zoo_models_follow_a_random_issue_order(name):
-    """Any topological order keeps outputs and gradients (dropout, batch norm, LSTMs, tied weights)."""
+    """A random placement in any topological order keeps outputs and gradients (dropout, batch norm, LSTMs, tied
+    weights)."""
     from envs.real.placing import ORDER_META
     from graphs.plan import check_order
 
@@ -340,6 +342,7 @@ def test_zoo_models_follow_a_random_issue_order(name):
                 ready.append(j)
     p = Placement.from_indices(g, DEVICES, rng.integers(0, len(DEVICES), size=g.num_ops), order=order)
     placed = apply(model, p, inputs, device_map=ALL_CPU)
+    assert transfers(placed)  # a random placement over 3 devices crosses edges
     run = [g.index[n] for n in placed.meta[ORDER_META]]
     check_order(run, g)
     assert run != list(range(g.num_ops))  # the order moved ops

@@ -13,7 +13,9 @@ on the CPU:
 * host->GPU copies through the pinned staging path, and GPU->GPU peer copies, with
   the copy kind forced (every logical device is the CPU here), for expanded tensors
   and with gradients flowing through;
-* a Hugging Face Llama at batch 4 in 2 and 4 microbatches (batch 1 specialises its export).
+* a Hugging Face Llama at batch 4 in 2 and 4 microbatches (batch 1 specialises its export);
+* the programs a placed module exports for inputs at other sizes (:mod:`envs.real.programs`), device arguments
+  included.
 """
 
 from __future__ import annotations
@@ -26,10 +28,12 @@ import torch
 from torch import nn
 
 import envs.real.placing as runtime
+import envs.real.transfers as transfers
 from bench.conformance_corpus import build
+from envs.real.alignment import ProgramPlan, carry_plan
 from graphs.plan import Placement
 from graphs.torch_capture import capture, export_program
-from placer.apply import apply, microbatch_plan
+from placer.apply import apply
 
 DEVICES = ["cpu:0", "gpu:0", "gpu:1", "gpu:2"]
 
@@ -95,6 +99,36 @@ def test_device_arguments_inside_no_grad_regions_name_the_placed_device():
     loss.backward()
 
 
+class CausalMix(nn.Module):
+    """A causal mask made on the input's device from its length, as a decoder makes it."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.lin = nn.Linear(8, 8)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        B, L, _ = x.shape
+        mask = torch.ones(L, L, device=x.device).tril()[None].expand(B, L, L)
+        return (mask @ self.lin(x)).square().mean()
+
+
+def test_the_programs_for_other_sizes_name_the_placed_device_too():
+    """The programs exported for other sizes are captured on the CPU as well: none of their devices may leak."""
+    torch.manual_seed(0)
+    model, x = CausalMix(), torch.randn(2, 5, 8)
+    g = capture(model, (x,))
+    placed = apply(model, {n: "gpu:0" for n in g.names}, (x,), device_map={"gpu:0": "meta"})
+    for length in (3, 1):  # 1: the dynamic program's guard (L != 1) refuses it, a program of that size runs
+        loss = placed(torch.randn(2, length, 8))  # a tensor left on the CPU meets a meta tensor: the op raises
+        assert loss.device.type == "meta"
+        loss.backward()
+    programs = placed.placer_programs.mode(True)
+    others = [programs.dynamic, *programs.specialized.values()]
+    assert len(others) == 2 and all(_device_args(m) == {torch.device("meta")} for m in others)
+    for name, p in placed.named_parameters():  # every program reads the first one's tensors
+        assert all(m.get_parameter(name) is p for m in others)
+
+
 def test_placing_one_program_twice_leaves_the_first_placement_s_bodies_alone():
     """Placing one exported program twice: the second placement must not see the first one's devices.
 
@@ -143,6 +177,81 @@ def test_a_call_that_raises_inside_no_grad_restores_grad_mode(microbatches, infl
         placed(x, torch.tensor([1, 99]))
     assert not torch.is_autocast_enabled("cpu") and torch.is_grad_enabled()
     placed(x, idx).backward()  # and the module still works
+
+
+class AutocastTable(nn.Module):
+    """A lookup inside an autocast region: an index out of range raises there, with autocast on."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.lin = nn.Linear(8, 8)
+        self.table = nn.Embedding(10, 8)
+
+    def forward(self, x: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            h = self.lin(x) + self.table(idx).sum()
+        return h.float().square().mean()
+
+
+@pytest.mark.parametrize("microbatches,inflight", [(1, None), (2, 1)])
+def test_a_call_that_raises_inside_an_autocast_region_restores_autocast(microbatches, inflight):
+    torch.manual_seed(0)
+    model, x, idx = AutocastTable(), torch.randn(6, 8), torch.tensor([1, 2])
+    g = capture(model, (x, idx))
+    assert any("autocast" in t for t in g.op_types)  # the region is an op of the program
+    p = Placement.from_indices(g, DEVICES, np.arange(g.num_ops) % 2, microbatches=microbatches, inflight=inflight)
+    placed = apply(model, p, (x, idx), device_map="*=cpu")
+    with pytest.raises(IndexError):
+        placed(x, torch.tensor([1, 99]))  # raises inside the region, which switched autocast on
+    assert not torch.is_autocast_enabled("cpu")
+    assert torch.get_autocast_dtype("cpu") == torch.bfloat16  # the default, as before the call
+    placed(x, idx).backward()  # and the module still works
+
+
+_LEAK = {"on": False}  # the op below switches autocast on and raises, as a region left by an error does
+
+
+@torch.library.custom_op("placer_test::autocast_then_raise", mutates_args=())
+def autocast_then_raise(x: torch.Tensor) -> torch.Tensor:
+    """``x`` copied; switched on, it enters an autocast region and raises inside it (nothing restores the state)."""
+    if _LEAK["on"]:
+        torch.set_autocast_enabled("cpu", True)
+        torch.set_autocast_dtype("cpu", torch.float16)
+        raise RuntimeError("failed inside an autocast region")
+    return x.clone()
+
+
+autocast_then_raise.register_fake(lambda x: torch.empty_like(x))
+
+
+class LeavesAutocastOn(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.lin = nn.Linear(8, 8)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return autocast_then_raise(self.lin(x)).square().mean()
+
+
+@pytest.fixture
+def autocast_leaks():
+    yield _LEAK
+    _LEAK["on"] = False
+    torch.set_autocast_enabled("cpu", False)
+    torch.set_autocast_dtype("cpu", torch.bfloat16)
+
+
+@pytest.mark.parametrize("microbatches,inflight", [(1, None), (2, 1)])
+def test_a_call_that_raises_with_autocast_switched_on_restores_it(microbatches, inflight, autocast_leaks):
+    """Whatever a call leaves switched on when it raises (an older torch's autocast region does), it is restored."""
+    model, x = LeavesAutocastOn(), torch.randn(6, 8)
+    g = capture(model, (x,))
+    p = Placement.from_indices(g, DEVICES, np.arange(g.num_ops) % 2, microbatches=microbatches, inflight=inflight)
+    placed = apply(model, p, (x,), device_map="*=cpu")
+    autocast_leaks["on"] = True
+    with pytest.raises(RuntimeError, match="inside an autocast region"):
+        placed(x)
+    assert not torch.is_autocast_enabled("cpu") and torch.get_autocast_dtype("cpu") == torch.bfloat16
 
 
 # ------------------------------------------------------------- 3. layouts
@@ -222,7 +331,7 @@ def test_a_view_whose_storage_is_written_in_place_stays_a_view():
 def test_staging_buffer_takes_any_strided_tensor(make):
     base = torch.randn(3, 1, requires_grad=True)
     t = make(base)
-    s = runtime.staged(t)
+    s = transfers.staged(t)
     assert s.is_contiguous() and torch.equal(s, t) and s.data_ptr() != base.data_ptr()
     s.sum().backward()
     torch.testing.assert_close(base.grad, torch.autograd.grad(make(base).sum(), base)[0])
@@ -237,13 +346,13 @@ def test_forced_copy_paths_keep_every_gradient(kind, monkeypatch):
     g = capture(model, inputs)
     split = Placement.from_indices(g, DEVICES, np.minimum(np.arange(g.num_ops) * 3 // g.num_ops, 2))
     calls = []
-    real = runtime.copy_kind
+    real = transfers.copy_kind
 
     def forced(src, dst):
         calls.append(kind)
         return kind if real(src, dst) == "same" else real(src, dst)
 
-    monkeypatch.setattr(runtime, "copy_kind", forced)
+    monkeypatch.setattr(transfers, "copy_kind", forced)
     placed = apply(model, split, inputs, device_map="*=cpu")
     loss = placed(*inputs)
     loss.backward()
@@ -266,7 +375,7 @@ def test_llama_at_batch_4_runs_in_microbatches_with_the_unsplit_gradients(microb
     _assert_same_step(loss, placed, ref, inputs)
 
 
-def test_microbatch_plan_places_the_ops_only_the_small_batch_has_with_their_input():
+def test_a_carried_plan_places_the_ops_only_the_small_batch_has_with_their_input():
     from graphs import OpGraph
 
     whole = OpGraph.from_edges(
@@ -279,6 +388,6 @@ def test_microbatch_plan_places_the_ops_only_the_small_batch_has_with_their_inpu
         [("a", "x", 8), ("x", "b", 8), ("b", "c", 8)],
         op_types=["aten.mm.default", "aten.squeeze.dim", "aten.relu.default", "aten.sum.default"],
     )
-    plan = microbatch_plan(whole, part, {"a": "gpu:0", "b": "gpu:1", "c": "gpu:2"}, ["a", "b", "c"], ["b", "c"])
+    plan = carry_plan(whole, ProgramPlan({"a": "gpu:0", "b": "gpu:1", "c": "gpu:2"}, ["a", "b", "c"], ["b", "c"]), part)
     assert plan.assignment == {"a": "gpu:0", "x": "gpu:0", "b": "gpu:1", "c": "gpu:2"}
     assert plan.order == ["a", "b", "c"] and plan.stages == ["b", "c"]

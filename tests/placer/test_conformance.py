@@ -1,6 +1,6 @@
 """The conformance corpus on the CPU: every architecture, every kind of plan, float64's loss and gradients.
 
-:mod:`bench.corpus` builds each model from a config (nothing downloaded);
+:mod:`bench.conformance_corpus` builds each model from a config (nothing downloaded);
 :mod:`bench.conformance` applies eight plans to it (all on one device, a
 host/device split and that split in 2 microbatches, round-robin over 4 logical
 GPUs, a heuristic's plan with its issue order, a pipeline over 8 logical GPUs in 2

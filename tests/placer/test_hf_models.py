@@ -118,8 +118,10 @@ def test_family_captures_compares_trains_runs_and_applies(family, workdir, capsy
     from placer.apply import apply
 
     g = graphs.load("g.json")
-    idx = np.random.default_rng(1).integers(0, 3, size=g.num_ops)  # every op anywhere: the hardest case
-    placed = apply(model, Placement.from_indices(g, ["cpu:0", "gpu:0", "gpu:1"], idx), inputs, device_map="*=cpu")
+    op_devices = np.random.default_rng(1).integers(0, 3, size=g.num_ops)  # every op anywhere: the hardest case
+    placed = apply(
+        model, Placement.from_indices(g, ["cpu:0", "gpu:0", "gpu:1"], op_devices), inputs, device_map="*=cpu"
+    )
     want = model(*inputs)
     want.backward()
     want_grads = _grads(model)
@@ -131,6 +133,51 @@ def test_family_captures_compares_trains_runs_and_applies(family, workdir, capsy
     assert set(got_grads) == set(want_grads)
     for name, grad in want_grads.items():
         assert torch.allclose(got_grads[name], grad, rtol=1e-4, atol=1e-6), name
+
+
+@pytest.mark.slow
+def test_a_placed_llama_trains_like_the_model_at_two_batch_sizes_and_two_lengths(workdir, tmp_path):
+    """A training loop: batches of 4 and 2 sequences of 12 and 7 tokens; every step's gradients are the model's.
+
+    Then the way back: a checkpoint of the placed model loads into a fresh model, and
+    unwrap() gives the model (tied embeddings and all) to save_pretrained."""
+    import copy
+
+    import hf_tiny
+    from transformers import LlamaForCausalLM
+
+    from graphs.torch_capture import capture
+    from placer.apply import apply, unwrap
+
+    torch.manual_seed(0)
+    model = hf_tiny.LossOf(hf_tiny.llama_model())
+    ref = copy.deepcopy(model)
+    fresh = copy.deepcopy(model)
+    ids = torch.randint(0, hf_tiny.VOCAB, (4, 12), generator=torch.Generator().manual_seed(1))
+    g = capture(model, (ids, ids))
+    op_devices = np.random.default_rng(4).integers(0, 3, size=g.num_ops)
+    placed = apply(model, Placement.from_indices(g, ["cpu:0", "gpu:0", "gpu:1"], op_devices), (ids, ids), "*=cpu")
+    opt = torch.optim.SGD(placed.parameters(), lr=0.1)
+    ref_opt = torch.optim.SGD(ref.parameters(), lr=0.1)
+    for step, (batch, length) in enumerate([(4, 12), (2, 12), (4, 7), (2, 7), (4, 12)]):
+        x = torch.randint(0, hf_tiny.VOCAB, (batch, length), generator=torch.Generator().manual_seed(step))
+        for module, optimizer in ((placed, opt), (ref, ref_opt)):
+            optimizer.zero_grad()
+            module(x, x).backward()
+        for name, p in ref.named_parameters():
+            torch.testing.assert_close(placed.get_parameter(name).grad, p.grad, rtol=1e-4, atol=1e-6, msg=name)
+        opt.step()
+        ref_opt.step()
+    assert {d["name"]: sorted(d["dynamic"]) for d in placed.meta["placer_dynamic_dims"]} == {
+        "inputs_0": ["0", "1"],
+        "inputs_1": ["0", "1"],
+    }
+    torch.save(placed.state_dict(), tmp_path / "placed.pt")
+    fresh.load_state_dict(torch.load(tmp_path / "placed.pt", weights_only=True))
+    torch.testing.assert_close(fresh(ids, ids), ref(ids, ids))
+    unwrap(placed).model.save_pretrained(tmp_path / "hf")
+    loaded = hf_tiny.LossOf(LlamaForCausalLM.from_pretrained(tmp_path / "hf"))
+    torch.testing.assert_close(loaded(ids, ids), ref(ids, ids))
 
 
 @pytest.mark.slow
@@ -181,8 +228,10 @@ def test_bare_causal_lm_is_captured_without_its_kv_cache_and_applied(workdir):
     g = graphs.capture(model, inputs)
     assert model.config.use_cache is True  # restored after the export
     assert g.meta["tied_params"] == [["lm_head.weight", "transformer.wte.weight"]]
-    idx = np.random.default_rng(2).integers(0, 3, size=g.num_ops)
-    placed = apply(model, Placement.from_indices(g, ["cpu:0", "gpu:0", "gpu:1"], idx), inputs, device_map="*=cpu")
+    op_devices = np.random.default_rng(2).integers(0, 3, size=g.num_ops)
+    placed = apply(
+        model, Placement.from_indices(g, ["cpu:0", "gpu:0", "gpu:1"], op_devices), inputs, device_map="*=cpu"
+    )
     want = model(*inputs, use_cache=False).logits
     got = placed(*inputs)
     assert torch.allclose(got["logits"], want, atol=1e-6)
@@ -232,7 +281,7 @@ def test_export_map_loads_in_accelerate_and_says_what_it_gives_up(workdir, capsy
 def test_export_map_projects_whole_modules():
     from envs import Cluster
     from graphs import OpGraph
-    from placer.device_map import project, projected_indices
+    from placer.device_map import project, projected_op_devices
 
     g = OpGraph.from_edges(
         ["emb", "q", "k", "add", "head"],
@@ -244,7 +293,7 @@ def test_export_map_projects_whole_modules():
     k80 = Cluster.preset("k80x4")
     dm = project(g, [1, 2, 3, 2, 0], k80)
     assert dm == {"embed": 0, "head": "cpu", "layers.0.k": 2, "layers.0.q": 1}
-    assert projected_indices(g, dm, k80).tolist() == [1, 2, 3, 2, 0]  # add follows its (first) input
+    assert projected_op_devices(g, dm, k80).tolist() == [1, 2, 3, 2, 0]  # add follows its (first) input
     assert project(g, [1, 2, 2, 2, 1], k80) == {"embed": 0, "head": 0, "layers": 1}
 
 
@@ -273,6 +322,25 @@ def test_export_map_bad_inputs_are_one_line(workdir, capsys):
     assert not Path("m.json").exists()
     rc, out, err = cli(capsys, "export-map", "p.json", "--graph", "g.json", "-o", "m.json")
     assert rc == 0 and json.loads(Path("m.json").read_text()) == {"enc": 0, "head": 1}
+
+
+def test_export_map_of_a_wrapper_keys_the_wrapped_model_and_says_so(workdir, capsys):
+    """A callable's wrapper (forward returns the loss, the model is self.m): from_pretrained needs the model's keys."""
+    import graphs
+    from graphs import OpGraph
+
+    g = OpGraph.from_edges(["a", "b"], [("a", "b", 4)], flops=[1e9, 1e9], module_paths=["m.enc", "m.head"])
+    g.params = [["m.enc.weight"], ["m.head.weight"]]
+    graphs.save(g, "g.json")
+    Placement.from_indices(g, ["cpu:0", "gpu:0", "gpu:1"], [1, 2], cluster="k80x2").save("p.json")
+    rc, out, err = cli(capsys, "export-map", "p.json", "--graph", "g.json", "-o", "m.json")
+    assert rc == 0, err
+    assert json.loads(Path("m.json").read_text()) == {"enc": 0, "head": 1}
+    assert "keys relative to submodule 'm'" in out and "--module ''" in out
+    rc, out, err = cli(capsys, "export-map", "p.json", "--graph", "g.json", "-o", "m.json", "--module", "")
+    assert rc == 0 and json.loads(Path("m.json").read_text()) == {"m.enc": 0, "m.head": 1}
+    rc, out, err = cli(capsys, "export-map", "p.json", "--graph", "g.json", "-o", "m.json", "--json")
+    assert json.loads(out)["module"] == "m"
 
 
 @pytest.mark.slow

@@ -254,8 +254,8 @@ def test_apply_microbatched_loss_and_gradients_equal_the_unsplit_step(M, W):
     model = MLPLoss()
     x, y = torch.randn(12, 6), torch.randint(0, 5, (12,))
     g = capture(model, (x, y))
-    idx = np.random.default_rng(M + (W or 0)).integers(0, len(DEVICES), size=g.num_ops)
-    p = Placement.from_indices(g, DEVICES, idx, microbatches=M, inflight=W)
+    op_devices = np.random.default_rng(M + (W or 0)).integers(0, len(DEVICES), size=g.num_ops)
+    p = Placement.from_indices(g, DEVICES, op_devices, microbatches=M, inflight=W)
     ref = copy.deepcopy(model)
     placed = apply(model, p, (x, y), device_map="*=cpu")
     assert placed.meta["placer_microbatches"] == M and placed.inflight == (W or M)
@@ -315,6 +315,30 @@ def test_apply_microbatched_batched_outputs_and_the_default_loss():
         torch.testing.assert_close(_grads(placed)[k], v, rtol=1e-5, atol=1e-6)
 
 
+@pytest.mark.parametrize("W", [None, 1])
+def test_a_pipelined_plan_runs_the_placement_s_issue_order(W):
+    """The program each microbatch runs issues its ops in the plan's order, not in node order."""
+
+    class Branches(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.a, self.b = nn.Linear(6, 6), nn.Linear(6, 6)
+
+        def forward(self, x):
+            return self.a(x).square().mean() + self.b(x).abs().mean()
+
+    model, x = Branches(), torch.randn(4, 6)
+    g = capture(model, (x,))
+    order = [g.index[n] for n in g.names if n in ("linear_1", "abs_1", "mean_1")]
+    order += [i for i in range(g.num_ops) if i not in order]  # branch b first: a topological order
+    p = Placement.from_indices(g, DEVICES, np.arange(g.num_ops) % 3, order=order, microbatches=2, inflight=W)
+    placed = apply(model, p, (x,), device_map="*=cpu")
+    ran = [n.name for n in placed.placed.graph.nodes if n.op == "call_function" and n.name in g.index]
+    assert ran == [g.names[i] for i in order] != g.names
+    assert placed.meta["placer_issue_order"] == [g.names[i] for i in order]
+    torch.testing.assert_close(placed(x), model(x))
+
+
 def test_apply_sum_reduction_and_batch_dim():
     class SumLoss(nn.Module):
         def __init__(self) -> None:
@@ -338,12 +362,18 @@ def test_apply_sum_reduction_and_batch_dim():
     torch.testing.assert_close(_grads(placed)["l.weight"], ref.l.weight.grad)
 
 
-def test_apply_batch_not_a_multiple_of_microbatches_is_one_line():
-    model, x, y = MLPLoss(), torch.randn(6, 6), torch.randint(0, 5, (6,))
+def test_a_batch_smaller_than_the_microbatches_is_one_line():
+    model, x, y = MLPLoss(), torch.randn(4, 6), torch.randint(0, 5, (4,))
     g = capture(model, (x, y))
     p = Placement.from_indices(g, DEVICES, np.ones(g.num_ops, dtype=int), microbatches=4)
-    with pytest.raises(PlacerError, match="not a multiple of 4 microbatches"):
-        apply(model, p, (x, y), device_map="*=cpu")
+    placed = apply(model, p, (x, y), device_map="*=cpu")
+    with pytest.raises(PlacerError, match="batch size 3 .* smaller than the plan's 4 microbatches") as e:
+        placed(x[:3], y[:3])
+    assert "\n" not in str(e.value)
+    g3 = capture(model, (x[:3], y[:3]))
+    p3 = Placement.from_indices(g3, DEVICES, np.ones(g3.num_ops, dtype=int), microbatches=4)
+    with pytest.raises(PlacerError, match="example_inputs: batch size 3"):
+        apply(model, p3, (x[:3], y[:3]), device_map="*=cpu")
 
 
 # ------------------------------------------------------------------ search over M
@@ -444,10 +474,10 @@ def test_apply_runs_the_stages_in_the_simulated_1f1b_order(monkeypatch, W, expec
     model, x, y = MLPLoss(), torch.randn(8, 6), torch.randint(0, 5, (8,))
     g = capture(model, (x, y))
     half = g.num_ops // 2
-    idx = np.array([1] * half + [2] * (g.num_ops - half))
-    starts = stage_starts(idx, np.arange(g.num_ops), np.array([True, False, False]), free_mask(g))
+    op_devices = np.array([1] * half + [2] * (g.num_ops - half))
+    starts = stage_starts(op_devices, np.arange(g.num_ops), np.array([True, False, False]), free_mask(g))
     assert starts.tolist() == [0, half]
-    p = Placement.from_indices(g, DEVICES, idx, microbatches=4, inflight=W)
+    p = Placement.from_indices(g, DEVICES, op_devices, microbatches=4, inflight=W)
     placed = apply(model, p, (x, y), device_map="*=cpu")
     events, runners = [], []
     run, backward = runtime._StageRunner.run, torch.Tensor.backward

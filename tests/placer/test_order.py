@@ -11,8 +11,9 @@ import pytest
 import torch
 from torch import nn
 
-from envs.real.placing import MOVE_META, ORDER_META, copy_kind, place_module, to_device, transfers
+from envs.real.placing import MOVE_META, ORDER_META, place_module, transfers
 from envs.real.timing import default_loss
+from envs.real.transfers import copy_kind, to_device
 from graphs import OpGraph, PlacerError
 from graphs.dag import random_order
 from graphs.plan import Placement, check_order

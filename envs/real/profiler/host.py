@@ -27,8 +27,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from envs.real.placing import staged
 from envs.real.profiler.fit import fit_link
+from envs.real.transfers import staged
 
 DEFAULT_STAGE_SIZES = (4 << 10, 256 << 10, 4 << 20, 32 << 20)
 

@@ -49,8 +49,8 @@ def workdir(tmp_path, monkeypatch):
     from graphs.torch_capture import capture
 
     graph = capture(*cli_run_model.build())
-    idx = np.random.default_rng(0).integers(0, 3, size=graph.num_ops)
-    Placement.from_indices(graph, ["cpu:0", "gpu:0", "gpu:1"], idx, cluster="k80x2").save(tmp_path / "p.json")
+    op_devices = np.random.default_rng(0).integers(0, 3, size=graph.num_ops)
+    Placement.from_indices(graph, ["cpu:0", "gpu:0", "gpu:1"], op_devices, cluster="k80x2").save(tmp_path / "p.json")
     return tmp_path
 
 

@@ -1,0 +1,245 @@
+"""The one ``torch.export`` call of the project, its options, and its failures as one line.
+
+:func:`export_program` exports a model's forward as captured (static shapes: the
+program an OpGraph is built from) or with dynamic dimensions (``dynamic=True``:
+every dimension of every tensor input is ``Dim.AUTO``, so torch keeps dynamic
+what the model allows and specialises the rest); :func:`input_dims` says which
+dimensions of a program's inputs are dynamic.
+
+Example:
+    >>> import torch
+    >>> ep = export_program(torch.nn.Linear(8, 16), (torch.randn(4, 8),), dynamic=True)
+    >>> input_dims(ep)
+    [{'name': 'input', 'shape': [4, 8], 'dynamic': {'0': [0, None]}}]
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import logging
+import os
+import re
+import sysconfig
+import traceback
+import warnings
+from typing import Any, Iterator
+
+import torch
+import torch.fx.experimental._config as fx_config  # noqa: PLC2701 (the switch for size-oblivious tracing)
+from torch.fx.experimental.symbolic_shapes import optimization_hint
+from torch.utils._pytree import tree_leaves, tree_map  # noqa: PLC2701 (torch has no public pytree module)
+
+from graphs.errors import CaptureError
+
+_TORCH_DIR = os.path.dirname(torch.__file__)
+_STDLIB_DIR = os.path.abspath(sysconfig.get_paths()["stdlib"])
+#: This package's capture modules: their frames are never "the user's line" of an error.
+CAPTURE_FILES = frozenset(
+    os.path.join(os.path.dirname(os.path.abspath(__file__)), f) for f in ("export.py", "torch_capture.py", "rnn.py")
+)
+
+
+def export_program(
+    model: torch.nn.Module,
+    example_inputs: tuple,
+    *,
+    decompose: bool = False,
+    unroll_rnn: bool = False,
+    dynamic: bool = False,
+):
+    """``torch.export`` of ``model`` on ``example_inputs``; failures become :class:`CaptureError`.
+
+    A training step keeps no key/value cache: a module whose ``config`` has
+    ``use_cache`` (Hugging Face models) is exported with it off (see
+    :func:`_no_kv_cache`), so a causal LM's output is its logits, not a cache object.
+
+    A model built on the meta device (``with torch.device("meta"):``, or
+    accelerate's ``init_empty_weights()``) has shapes but no weights, which is
+    all a capture needs: its tensor inputs are moved to the meta device too (see
+    :func:`on_meta`). The program of a meta model can be simulated, not run.
+
+    Args:
+        model: the module; captured in its current train/eval mode.
+        example_inputs: positional inputs of one forward call.
+        decompose: lower to core ATen (``ep.run_decompositions()``), which unrolls
+            ``nn.LSTM`` over time and splits ``linear`` into ``permute`` + ``addmm``.
+        unroll_rnn: write every ``nn.LSTM`` and ``nn.GRU`` as one op per layer and
+            time step (:mod:`graphs.rnn`), so a placement can split a recurrent layer.
+        dynamic: every dimension of every tensor input ``Dim.AUTO``, traced
+            size-obliviously (a dimension of size 1 is not assumed to be 1, so
+            the program says, by a guard, where a size of 1 would change it).
+    """
+    if not isinstance(model, torch.nn.Module):
+        raise CaptureError(f"capture failed: model is a {type(model).__name__}, not a torch.nn.Module")
+    if isinstance(example_inputs, list):
+        example_inputs = tuple(example_inputs)
+    elif not isinstance(example_inputs, tuple):
+        example_inputs = (example_inputs,)
+    if on_meta(model):
+        example_inputs = tree_map(lambda x: x.to("meta") if isinstance(x, torch.Tensor) else x, example_inputs)
+    with quiet(), _no_kv_cache(model), _rnn_written_out(model, unroll_rnn):
+        try:
+            if dynamic:
+                with fx_config.patch(backed_size_oblivious=True):
+                    ep = torch.export.export(model, example_inputs, dynamic_shapes=_auto_dims(model, example_inputs))
+            else:
+                ep = torch.export.export(model, example_inputs)
+        except Exception as e:
+            raise CaptureError(describe_failure(e)) from None
+        if decompose:
+            try:
+                ep = ep.run_decompositions()
+            except Exception as e:
+                raise CaptureError(describe_failure(e, stage="decomposition")) from None
+    return ep
+
+
+def _auto_dims(model: torch.nn.Module, example_inputs: tuple) -> Any:
+    """``dynamic_shapes`` marking every dimension of every tensor input ``Dim.AUTO``, whatever the signature."""
+    shapes = torch.export.ShapesCollection()
+    for t in tree_leaves(example_inputs):
+        if isinstance(t, torch.Tensor) and t.dim():
+            shapes[t] = {d: torch.export.Dim.AUTO for d in range(t.dim())}
+    return shapes.dynamic_shapes(model, example_inputs)
+
+
+def _rnn_written_out(model: torch.nn.Module, unroll: bool) -> contextlib.AbstractContextManager:
+    if not unroll:
+        return contextlib.nullcontext()
+    from graphs.rnn import written_out  # only when asked: the unrolled layers
+
+    return written_out(model)
+
+
+def input_dims(ep: Any) -> list[dict[str, Any]]:
+    """Each user input of program ``ep``: its name, its size as captured, and its dynamic dimensions.
+
+    ``dynamic`` maps a dimension (as a string, a JSON key) to the ``[min, max]``
+    sizes the program takes there (``None``: no bound); a dimension not listed is
+    static: the program takes only the captured size there.
+    """
+    ranges = {str(s): r for s, r in ep.range_constraints.items()}
+    user = set(ep.graph_signature.user_inputs)
+    out = []
+    for node in ep.graph.nodes:
+        if node.op != "placeholder" or node.name not in user:
+            continue
+        val = node.meta.get("val")
+        shape = list(val.shape) if isinstance(val, torch.Tensor) else []
+        dynamic = {}
+        for d, size in enumerate(shape):
+            if static_size(size) is None:
+                r = ranges.get(str(size))
+                dynamic[str(d)] = [size_bound(r.lower) if r else 0, size_bound(r.upper) if r else None]
+        out.append({"name": node.name, "shape": [optimization_hint(s) for s in shape], "dynamic": dynamic})
+    return out
+
+
+def static_size(size: int | torch.SymInt) -> int | None:
+    """A program's size as an int when it is one (a symbol the trace fixed included), else None (dynamic)."""
+    return size if isinstance(size, int) else size.node.maybe_as_int()
+
+
+def size_bound(value: Any) -> int | None:
+    """A bound of a dynamic size's range as an int; None for no bound (torch's sympy infinity)."""
+    return int(value) if isinstance(value, int) or getattr(value, "is_Integer", False) else None
+
+
+def on_meta(model: torch.nn.Module) -> bool:
+    """Whether ``model`` has a parameter on the meta device (it was built without weights).
+
+    >>> with torch.device("meta"):
+    ...     m = torch.nn.Linear(2, 2)
+    >>> on_meta(m), on_meta(torch.nn.Linear(2, 2))
+    (True, False)
+    """
+    return any(p.is_meta for p in model.parameters())
+
+
+def check_runnable(model: Any) -> None:
+    """Raise :class:`CaptureError` if ``model`` has no weights (meta device): it cannot run."""
+    if isinstance(model, torch.nn.Module) and on_meta(model):
+        raise CaptureError(
+            f"{type(model).__name__} has its parameters on the meta device (built without weights): "
+            "it can be captured, simulated, compared and placed, but not run; build it with weights to run it"
+        )
+
+
+@contextlib.contextmanager
+def _no_kv_cache(model: torch.nn.Module) -> Iterator[None]:
+    """``config.use_cache = False`` on every submodule's config while exporting (restored after).
+
+    Generation's key/value cache (transformers' ``DynamicCache``) is an output
+    that torch.export cannot flatten and a training step never reads.
+    """
+    configs = {}
+    for module in model.modules():
+        config = getattr(module, "config", None)
+        if getattr(config, "use_cache", None) is True and id(config) not in configs:
+            configs[id(config)] = config
+    for config in configs.values():
+        config.use_cache = False
+    try:
+        yield
+    finally:
+        for config in configs.values():
+            config.use_cache = True
+
+
+@contextlib.contextmanager
+def quiet() -> Iterator[None]:
+    """Silence torch's logging and graph dumps while exporting (errors are re-raised)."""
+    logger = logging.getLogger("torch")
+    level = logger.level
+    logger.setLevel(logging.CRITICAL)
+    sink = io.StringIO()
+    try:
+        with contextlib.redirect_stdout(sink), contextlib.redirect_stderr(sink), warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            yield
+    finally:
+        logger.setLevel(level)
+
+
+def first_line(exc: BaseException, limit: int = 200) -> str:
+    """The first line of ``exc``'s message, without torch's debugging hints (its type name if empty)."""
+    text = str(exc).strip()
+    first = text.splitlines()[0] if text else type(exc).__name__
+    return re.split(r"\s\s|\s\(unhinted", first)[0][:limit]
+
+
+def describe_failure(exc: BaseException, stage: str = "capture") -> str:
+    """One line naming the cause and the user's source line of an export failure.
+
+    >>> describe_failure(RuntimeError("boom\\nmore"))
+    'capture failed: RuntimeError (boom)'
+    """
+    first = first_line(exc, limit=10_000)
+    if len(first) > 200:
+        first = first[:197] + "..."
+    name = type(exc).__name__
+    text = str(exc)
+    if name.startswith("GuardOnDataDependent") or "data-dependent" in text or "data dependent" in text:
+        cause = "data-dependent control flow"
+    elif name == "UnsupportedOperatorException" or "Unsupported" in name or "not supported" in text:
+        cause = "unsupported operation"
+    else:
+        cause = name
+    frames = [(f.filename, f.lineno) for f in traceback.extract_tb(exc.__traceback__)]
+    where = user_line(frames)
+    loc = f" at {where}" if where else ""
+    if cause == name:
+        return f"{stage} failed: {name}{loc} ({first})"
+    return f"{stage} failed: {cause}{loc} ({name}: {first})"
+
+
+def user_line(frames: list[tuple[str, Any]]) -> str:
+    """``file.py:line`` of the innermost of ``(file, line)`` frames outside torch, the stdlib and capture itself."""
+    best = ""
+    for filename, line in frames:
+        path = os.path.abspath(filename) if not filename.startswith("<") else ""
+        skip = path.startswith((_TORCH_DIR, _STDLIB_DIR)) or path in CAPTURE_FILES or "/site-packages/" in path
+        if path and not skip:
+            best = f"{os.path.basename(path)}:{line}"
+    return best
