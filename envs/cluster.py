@@ -55,7 +55,7 @@ MAX_DELAY_S = 1e6
 MIN_MEMORY_BYTES = 1.0
 
 _DEVICE_KEYS = ("name", "kind", "memory_bytes", "flops_per_s", "mem_bw_bytes_per_s", "launch_overhead_s")
-# optional, a host's costs under the eager executor (envs.cost.host_costs); written only when set
+# optional, a host's costs under the eager executor (envs.sim.cost.host_costs); written only when set
 _HOST_KEYS = ("stage_latency_s", "stage_bandwidth_bytes_per_s", "contention_op", "contention_issue")
 _HOST_DEFAULTS = {
     "stage_latency_s": 0.0,

@@ -87,8 +87,8 @@ import numpy as np
 import torch
 from torch import nn
 
-from envs.cost import activation_bytes, op_times, static_bytes
-from envs.sim.simulator import schedule_graph
+from envs.sim.cost import activation_bytes, op_times, static_bytes
+from envs.sim.sim_graph import schedule_graph
 from graphs import OpGraph, PlacerError
 from graphs.dag import levels, top_level
 from graphs.ops import base_op_name
@@ -100,7 +100,7 @@ from policies.list_schedule import DYN_DIM, ListSchedule, decode_order, teacher_
 DECODERS = ("independent", "schedule")
 
 #: Version of the feature definitions below; a pretrained policy records it (its sidecar's "features").
-FEATURE_VERSION = "gnn-features/2"  # 2: parameters read by several ops are edges (envs.sim.simulator.schedule_graph)
+FEATURE_VERSION = "gnn-features/2"  # 2: parameters read by several ops are edges (envs.sim.sim_graph.schedule_graph)
 TYPE_BUCKETS = 64
 TYPE_DIM = 16
 NODE_DIM = 25 + 8 + 9  # shapes, standardised cost columns (policies.features), cluster-relative columns
@@ -327,7 +327,7 @@ class GNNPolicy(ItemPolicy):
     Args:
         graph: the op graph to place. The network reads it with every parameter read by
             several ops as an edge from its owner to each other reader
-            (:func:`envs.sim.simulator.schedule_graph`): splitting them costs a copy.
+            (:func:`envs.sim.sim_graph.schedule_graph`): splitting them costs a copy.
         num_devices: must equal ``cluster.num_devices``.
         cluster: the :class:`envs.Cluster` (required: devices are described by its features).
         max_groups: 0 (the default): every op is an item. Otherwise the items are the
@@ -336,7 +336,7 @@ class GNNPolicy(ItemPolicy):
             features do not depend on the graph's size. ``placer train`` places
             groups (``--max-groups``), which makes a decode tens of times
             faster on a graph of thousands of ops.
-        grouping: a :class:`graphs.grouping.Grouping` of ``envs.sim.simulator.schedule_graph(graph)``
+        grouping: a :class:`graphs.grouping.Grouping` of ``envs.sim.sim_graph.schedule_graph(graph)``
             whose groups are the items instead (``max_groups`` is then ignored), such as
             :func:`graphs.module_tree.module_grouping`'s.
         refine: with ``max_groups`` or ``grouping``, a device per op (the warm-start placement);

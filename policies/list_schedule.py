@@ -46,7 +46,7 @@ from typing import Any
 
 import numpy as np
 
-from envs.cost import activation_bytes, op_times, static_bytes
+from envs.sim.cost import activation_bytes, op_times, static_bytes
 from graphs import OpGraph
 from graphs.dag import top_level
 

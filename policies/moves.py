@@ -36,10 +36,10 @@ import torch
 from scipy import sparse
 from torch import nn
 
-from envs import cost
 from envs.cluster import Cluster
+from envs.sim import cost
 from envs.sim.schedule import Schedule
-from envs.sim.simulator import schedule_graph
+from envs.sim.sim_graph import schedule_graph
 from graphs import OpGraph
 from graphs.grouping import coarsen, colocate, renumber_by_first_op
 from graphs.module_tree import module_levels

@@ -48,7 +48,7 @@ from scipy import sparse
 from scipy.optimize import Bounds, LinearConstraint, milp
 
 from envs.cluster import Cluster
-from envs.cost import copy_costs
+from envs.sim.cost import copy_costs
 from graphs.ir import OpGraph
 
 #: Past this many ops the cut analysis (a bit set of ancestors per task) is skipped.

@@ -85,8 +85,8 @@ import numpy as np
 from scipy import sparse
 from scipy.optimize import linprog
 
-from envs import cost
 from envs.cluster import Cluster
+from envs.sim import cost
 from envs.sim.blocks import block_bound_s
 from graphs.dag import critical_path, top_level
 from graphs.ir import OpGraph
@@ -414,7 +414,7 @@ def host_issue_s(cluster: Cluster, fwd_s: np.ndarray, issue_fwd_s: np.ndarray) -
     """``[num_ops, D]`` host seconds to issue each op's forward on each device (eager executor).
 
     A host device's op runs on the host (``fwd_s``); another device's costs its
-    issue time (``issue_fwd_s``, :func:`envs.cost.issue_times`).
+    issue time (``issue_fwd_s``, :func:`envs.sim.cost.issue_times`).
     """
     host = np.asarray(cluster.kinds) == "cpu"
     return np.where(host[None, :], fwd_s, issue_fwd_s)
@@ -461,7 +461,8 @@ def lower_bound_from_times(
 ) -> LowerBound:
     """The bound from precomputed ``[num_ops, num_devices]`` op times, for ``executor`` (``"eager"`` or ``"dataflow"``).
 
-    ``issue_fwd_s``: the host's issue seconds per op and device (default :func:`envs.cost.issue_times` of ``graph``).
+    ``issue_fwd_s``: the host's issue seconds per op and device (default :func:`envs.sim.cost.issue_times` of
+    ``graph``).
     ``microbatches``: ``M``, where ``graph`` is a pipelined step's ``M`` microbatch copies (op ``m * n + i``,
     :func:`envs.microbatch.microbatch_graph`). In ``eager`` only the last microbatch's backward is sure to
     follow the whole forward's issue: a one-forward-one-backward plan runs earlier microbatches' backward while

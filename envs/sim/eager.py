@@ -21,13 +21,13 @@ bandwidth`` of the link ``a = p[u] -> b = p[i]``, ``L`` its free time):
   ``free[a] = L = end``; the host waits: ``h = end``;
 * host -> GPU: the host thread first copies the tensor into a dense pinned
   buffer (:func:`envs.real.placing.staged`), ``h += stage(a, bytes)`` (the host
-  device's ``stage_latency_s + bytes * stage_s_per_byte``, :func:`envs.cost.host_costs`;
+  device's ``stage_latency_s + bytes * stage_s_per_byte``, :func:`envs.sim.cost.host_costs`;
   0 unless measured), then the asynchronous copy: ``start = max(h, free[b], L)``;
   ``free[b] = L = end``; ``h`` unchanged;
 * host -> host (another ``cpu`` device): ``start = max(h, L)``; ``h = L = end``.
 
 Then op ``i`` runs. On a GPU the host pays the issue cost ``issue_f[i, d]``
-(:func:`envs.cost.issue_times`), ``h += issue``, and the kernel is enqueued:
+(:func:`envs.sim.cost.issue_times`), ``h += issue``, and the kernel is enqueued:
 ``start = max(h, free[d])``, ``free[d] = end`` (a kernel waiting for a copy holds
 back every later kernel on that stream). On the host: ``start = max(h,
 free[d])``, ``h = free[d] = end``. Every op and every copy gets autograd's
@@ -61,7 +61,7 @@ highest sequence number first, as autograd's does. The tasks:
 * Contention: a host op run while GPU workers are busy takes ``contention_op``
   times its overlap with their busy time longer; a GPU issue made while the host
   runs an op takes ``contention_issue`` times its overlap with that op longer
-  (:func:`envs.cost.host_costs`; 0 unless measured).
+  (:func:`envs.sim.cost.host_costs`; 0 unless measured).
 
 Dispatch: the thread that can start a task earliest goes next (``max(its clock,
 the earliest ready time in its queue)``; ties: the lowest thread index, the GPUs'
@@ -89,7 +89,7 @@ import heapq
 
 import numpy as np
 
-from envs.cost import HostCosts, no_host_costs
+from envs.sim.cost import HostCosts, no_host_costs
 from envs.sim.tasks import Schedule, collect_schedule, transfer_keys
 from graphs.ir import OpGraph
 
@@ -391,7 +391,7 @@ def eager_reference(
     is the host thread's program over positions of ``order``: kind 0 issues the
     forwards of ``order[lo:hi]``, kind 1 makes one ``backward()`` call over them.
     Default: one forward over everything, then one backward. ``grad``: which ops
-    have a backward (default all). ``host_costs``: :func:`envs.cost.host_costs`
+    have a backward (default all). ``host_costs``: :func:`envs.sim.cost.host_costs`
     (default none: no staging, no contention).
     """
     n, D = graph.num_ops, latency_s.shape[0]

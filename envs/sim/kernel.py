@@ -23,15 +23,15 @@ from __future__ import annotations
 
 import numpy as np
 
-from envs import cost
 from envs.cluster import Cluster
+from envs.sim import cost
 from envs.sim.compiled import HAVE_NUMBA, heap_offer, heap_pop, heap_push, njit  # noqa: F401  (HAVE_NUMBA: re-exported)
 from envs.sim.kernel_eager import eager_schedule
 from envs.sim.schedule import ACT, GRAD, Schedule
 from graphs.ir import OpGraph
 from graphs.ops import saved_mask
 
-# The optimizer step's time: envs.cost's one formula, compiled.
+# The optimizer step's time: envs.sim.cost's one formula, compiled.
 _update_time_s = njit(cache=True)(cost.update_time_s)
 
 
@@ -452,7 +452,7 @@ def _batch(
             if sb[d] > cap[d] and not want_over:
                 is_oom = True
                 break
-            # at the optimizer step, its temporaries (envs.cost.update_transient_bytes)
+            # at the optimizer step, its temporaries (envs.sim.cost.update_transient_bytes)
             live = sb[d] + (2 * mx[d] if any_host else np.int64(pb[d]))
             if sb[d] + ub[d] > cap[d]:
                 swept = sb[d] + _peak(d, p, n, D, act_b, grad, kept, out_ptr, out_dst, tcount, tbytes, start, end)
@@ -473,7 +473,7 @@ class KernelData:
     """Per-(graph, cluster) arrays in the layout the kernel wants.
 
     Built from plain data: the graph and cluster, the ``[num_ops, num_devices]``
-    op times and the per-op byte counts of :mod:`envs.cost`, the executor
+    op times and the per-op byte counts of :mod:`envs.sim.cost`, the executor
     model (``"eager"`` or ``"dataflow"``) and, for eager, the host program
     ``segments`` over issue positions (:func:`envs.microbatch.issue_segments`).
     """
@@ -521,12 +521,12 @@ class KernelData:
         self.launch = c.launch_overhead_s.astype(np.float64)
         self.membw = c.mem_bw_bytes_per_s.astype(np.float64)
         self.host = np.asarray([k == "cpu" for k in c.kinds], dtype=np.bool_)
-        # host seconds issuing each op's forward / backward on each device (envs.cost.issue_times)
+        # host seconds issuing each op's forward / backward on each device (envs.sim.cost.issue_times)
         if issue is None:
             issue = cost.issue_times(g, c, self.fwd_t)
         self.issue_f = np.ascontiguousarray(issue[0], dtype=np.float64)
         self.issue_b = np.ascontiguousarray(issue[1], dtype=np.float64)
-        # the host's staging copies and contention (envs.cost.host_costs), as one [4, D] array
+        # the host's staging copies and contention (envs.sim.cost.host_costs), as one [4, D] array
         self.hc = np.ascontiguousarray(
             np.stack(cost.host_costs(c) if host_costs is None else host_costs), dtype=np.float64
         )
@@ -534,7 +534,7 @@ class KernelData:
         self.node_order = np.arange(self.n, dtype=np.int64)[None, :]
 
     def update_s(self, op_devices: np.ndarray) -> np.ndarray:
-        """Optimizer-step seconds per device under ``op_devices`` (:func:`envs.cost.update_times_s`)."""
+        """Optimizer-step seconds per device under ``op_devices`` (:func:`envs.sim.cost.update_times_s`)."""
         return cost.update_times_s(np.bincount(op_devices, weights=self.param_b, minlength=self.D), self.cluster)
 
     def _orders(self, order: np.ndarray | None) -> np.ndarray:

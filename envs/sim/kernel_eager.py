@@ -62,7 +62,7 @@ def _eager_fwd(
     """Issue the forwards of ``order[lo:hi]`` from host time ``h``; returns ``(h, t_end, counter)``.
 
     ``seq[task]``: the autograd sequence number of each op's backward and each copy's gradient copy, from ``counter``.
-    ``hc``: :class:`envs.cost.HostCosts` as a ``[4, D]`` array (staging latency and seconds per byte, contention).
+    ``hc``: :class:`envs.sim.cost.HostCosts` as a ``[4, D]`` array (staging latency and seconds per byte, contention).
     """
     nD = n * D
     stage_lat = hc[0]
@@ -374,7 +374,7 @@ def _eager_bwd(
     """One ``backward()`` call over ``order[lo:hi]`` made at host time ``h``; returns ``(h, t_end)`` (see
     :mod:`envs.sim.eager`).
 
-    ``hc``: :class:`envs.cost.HostCosts` as a ``[4, D]`` array; ``fut``/``avl``: heap storage (``2 * ntask`` floats
+    ``hc``: :class:`envs.sim.cost.HostCosts` as a ``[4, D]`` array; ``fut``/``avl``: heap storage (``2 * ntask`` floats
     each); ``pend``/``ready``: per task id.
     """
     h_f = h

@@ -55,7 +55,7 @@ import heapq
 
 import numpy as np
 
-from envs.cost import HostCosts, default_issue_times
+from envs.sim.cost import HostCosts, default_issue_times
 from envs.sim.eager import eager_reference
 from envs.sim.tasks import ACT, GRAD, Schedule, collect_schedule, transfer_keys
 from graphs.ir import OpGraph
@@ -94,10 +94,10 @@ def schedule_reference(
     (:func:`graphs.ops.grad_mask`): under eager the others run none and are sent
     no gradient; under both, no gradient bytes are counted for them. ``issue``
     (eager): ``([n, D] forward, [n, D] backward)`` host issue seconds per op and
-    device (:func:`envs.cost.issue_times`); it replaces ``launch_s``, which
+    device (:func:`envs.sim.cost.issue_times`); it replaces ``launch_s``, which
     otherwise costs each op with a kernel on a non-host device its forward issue
     (and its backward nothing). ``host_costs`` (eager): the host's staging copies and
-    contention (:func:`envs.cost.host_costs`; default none).
+    contention (:func:`envs.sim.cost.host_costs`; default none).
     """
     if executor == "eager":
         D = latency_s.shape[0]

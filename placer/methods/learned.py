@@ -17,7 +17,7 @@ import numpy as np
 import torch
 
 import envs
-from envs.sim.simulator import schedule_graph
+from envs.sim.sim_graph import schedule_graph
 from graphs import OpGraph
 from graphs.plan import Placement
 from placer.methods.heuristics.costs import candidate_devices

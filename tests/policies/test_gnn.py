@@ -211,7 +211,7 @@ def test_switch_share_splits_the_imitation_loss_between_switches_and_the_other_o
 
 
 def test_a_given_grouping_is_what_the_policy_places():
-    from envs.sim.simulator import schedule_graph
+    from envs.sim.sim_graph import schedule_graph
     from graphs.module_tree import module_grouping
 
     g, c = branch_dag(200, seed=2), envs.resolve_cluster("k80x4")

@@ -18,7 +18,7 @@ links), :mod:`~envs.real.profiler.file` (the document) and :mod:`~envs.real.prof
   back so that the host runs ahead) and the host's time to issue it (host stamps;
   in the backward, the autograd worker's). The simulator charges the first to the
   GPU's stream and the second to the issuing thread (``issue_fwd_s``,
-  ``issue_bwd_s``; :func:`envs.cost.issue_times`): an eager step of small ops on
+  ``issue_bwd_s``; :func:`envs.sim.cost.issue_times`): an eager step of small ops on
   a fast GPU is bound by the issuing.
 * **Other devices (and ``method="isolated"``), op by op**: one walk of the graph
   with concrete values (a ``torch.fx.Interpreter`` on the CPU) times each op alone

@@ -21,9 +21,9 @@ from typing import Any
 import numpy as np
 
 from envs.cluster import Cluster, Device, Link
-from envs.cost import update_bandwidth
 from envs.real.placing import resolve_devices
 from envs.real.profiler.file import check_profile, device_kind, load_profile
+from envs.sim.cost import update_bandwidth
 from envs.sim.order_trust import ORDER_MARGIN_META, margin_of
 from envs.sim.simulator import MODEL_VERSION, SimEnv
 from graphs import OpGraph, PlacerError
@@ -128,7 +128,7 @@ def calibrate_cluster(
     fitted on the ops doing nine tenths of the FLOPs, so ops without a profiled
     time are estimated at this machine's speed; where the profile measured the
     optimizer step (``update_s``), ``mem_bw_bytes_per_s`` is fitted so that
-    :func:`envs.cost.update_times_s` of all the parameters gives that step plus the
+    :func:`envs.sim.cost.update_times_s` of all the parameters gives that step plus the
     step's measured ``overhead_s`` (:func:`_fit_update`). A host device takes the
     staging copy and contention its torch device's entry measured (:func:`host_fields`).
     """

@@ -3,7 +3,7 @@
 The eager simulator (:mod:`envs.sim.eager`, model 4) charges the host thread for
 copying every tensor it sends to a GPU into a pinned buffer
 (:func:`envs.real.placing.staged`) and slows host ops and a GPU's autograd worker
-where they run side by side (:class:`envs.cost.HostCosts`). These probes measure
+where they run side by side (:class:`envs.sim.cost.HostCosts`). These probes measure
 both on this machine, with the intra-op threads torch uses now:
 
 * :func:`time_staging`: host seconds of ``staged(x)`` (and, towards a GPU, the

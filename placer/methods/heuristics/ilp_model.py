@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from envs import cost
+from envs.sim import cost
 from graphs import PlacerError
 from placer.methods.heuristics.ilp_items import Items
 from placer.methods.registry import HeuristicUnavailable, install_hint

@@ -28,7 +28,7 @@ import time
 import numpy as np
 
 import envs
-from envs.sim.simulator import schedule_graph
+from envs.sim.sim_graph import schedule_graph
 from graphs import OpGraph, PlacerError
 from graphs.module_tree import module_levels
 from placer.methods.heuristics.costs import candidate_devices

@@ -22,7 +22,7 @@ from __future__ import annotations
 import numpy as np
 
 import envs
-from envs.sim.simulator import schedule_graph
+from envs.sim.sim_graph import schedule_graph
 from graphs import OpGraph, PlacerError
 from graphs.module_tree import module_levels
 from placer.methods.heuristics.costs import candidate_devices

@@ -104,7 +104,7 @@ def test_place_learned_decodes_each_group_count_and_keeps_the_best_simulated():
 
 def test_place_learned_decodes_each_module_level(tmp_path, capsys):
     import envs
-    from envs.sim.simulator import schedule_graph
+    from envs.sim.sim_graph import schedule_graph
     from graphs.module_tree import module_levels
     from placer.methods.learned import place_learned
 
