@@ -93,7 +93,7 @@ def _hint(graph: OpGraph, cluster, env, methods: str, seed: int) -> tuple[str, l
             continue
         try:
             idx = np.asarray(get(name)(graph, cluster, seed=seed), dtype=np.int64)
-            order, _, _ = env.plan_order(idx)
+            order, _, _ = env.planner.plan(idx)
         except PlacerError:
             continue
         oom, t = lns.fitted_key(env, idx, order)
@@ -142,7 +142,7 @@ def ilp(
     workers = (os.cpu_count() or 1) if num_workers is None else int(num_workers)
     if workers < 1:
         raise PlacerError(f"ilp: num_workers must be >= 1, got {num_workers!r}")
-    eager = env._as("eager") if env is not None and hasattr(env, "_as") else envs.SimEnv(graph, cluster)
+    eager = env.with_executor("eager") if hasattr(env, "with_executor") else envs.SimEnv(graph, cluster)
     t0 = time.perf_counter()
     found = _hint(graph, cluster, eager, hint, seed) if hint else None
     hint_plan = found[1] if found is not None else None

@@ -181,7 +181,7 @@ def improve_window(
     order = splice_order(inc, op_item, rank, start, stop)
     if np.array_equal(x, inc.op_devices) and np.array_equal(order, inc.order):
         return None
-    planned, _, _ = env.plan_order(x)
+    planned, _, _ = env.planner.plan(x)
     planned = np.asarray(planned, dtype=np.int64)
     kept, replanned = (fitted_key(env, x, o) for o in (order, planned))
     key, chosen = min((kept, 0), (replanned, 1))

@@ -114,7 +114,7 @@ def test_the_block_bound_holds_on_bursty_graphs(bursts, seed, preset, executor):
     P = [np.random.default_rng(seed).integers(0, c.num_devices, size=g.num_ops), np.arange(g.num_ops) % c.num_devices]
     P += [np.asarray(get(h)(g, c, seed=seed)) for h in ("m_etf", "heft")]
     for p in P:
-        for order in (None, env.plan_order(p)[0]):
+        for order in (None, env.planner.plan(p)[0]):
             t = env.simulate(p, order=order).extra["sim_step_time_s"]
             assert lb <= t, (lb.name, float(lb), t)
 

@@ -122,7 +122,7 @@ def test_best_bound_below_random_placements_in_any_order(n, seed, preset, execut
         [rng.integers(0, c.num_devices, size=(8, n)), np.repeat(np.arange(c.num_devices)[:, None], n, axis=1)]
     )
     for p in P:
-        planned, _, _ = env.plan_order(p)
+        planned, _, _ = env.planner.plan(p)
         for order in (None, planned, random_topological_order(g, rng)):
             t = env.simulate(p, order=order).extra["sim_step_time_s"]
             assert lb <= t, (lb.name, float(lb), t)
@@ -288,7 +288,7 @@ def test_the_bound_holds_on_bursty_graphs_and_pipelined_steps(bursts, seed, pres
     envs = [env] + ([env.with_microbatches(microbatches, 1)] if microbatches > 1 and executor == "eager" else [])
     for e in envs:
         for p in P:
-            planned, _, _ = e.plan_order(p)
+            planned, _, _ = e.planner.plan(p)
             for order in (None, planned):
                 t = e.simulate(p, order=order).extra["sim_step_time_s"]
                 assert lb <= t, (lb.name, float(lb), t, e.inflight)

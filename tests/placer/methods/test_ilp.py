@@ -192,7 +192,7 @@ def test_window_items_keep_the_context_and_order():
     g, c = random_dag(60, seed=4), envs.Cluster.preset("k80x4")
     env = envs.SimEnv(g, c)
     x = np.random.default_rng(0).integers(0, c.num_devices, g.num_ops)
-    order, _, t = env.plan_order(x)
+    order, _, t = env.planner.plan(x)
     inc = lns.Incumbent(x, np.asarray(order), t)
     op_item, fixed, movable, nb, nw = lns.window_items(g, colocation_groups(g), inc, 20, 35)
     pos = np.empty(g.num_ops, dtype=np.int64)
