@@ -2,7 +2,7 @@
 placement and copies solved exactly.
 
 The step's tasks are each op's forward and backward, with the edges of
-:func:`envs.sim.bound.task_windows`. A *cut task* is one that every other task
+:func:`envs.sim.energetic.task_windows`. A *cut task* is one that every other task
 either precedes or follows (an Inception block's concatenation, in the forward
 and again in the backward). Every schedule runs the tasks between two
 consecutive cut tasks ``c`` and ``c'`` (a *block*) inside ``[end(c), start(c')]``,

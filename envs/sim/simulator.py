@@ -33,12 +33,11 @@ from envs.microbatch import expand_order, issue_segments, stage_starts
 from envs.result import Result
 from envs.sim import cost
 from envs.sim.bound import lower_bound_from_times
-from envs.sim.memory import peak_bytes
 from envs.sim.order_planner import InOrder, OrderPlanner
 from envs.sim.order_trust import ORDER_MARGIN_META
-from envs.sim.schedule import ACT, EXECUTORS, Schedule, schedule_reference
+from envs.sim.schedule import EXECUTORS, Schedule, schedule_reference
 from envs.sim.sim_graph import schedule_graph
-from envs.sim.trace import chrome_trace
+from envs.sim.step_result import step_result
 from graphs.errors import PlacerError
 from graphs.ir import OpGraph
 from graphs.ops import free_mask, grad_mask, saved_mask
@@ -55,10 +54,6 @@ EXECUTOR_ARG_HELP = (
     "executor model scoring a step: eager (default: the PyTorch module placer.apply builds, one host "
     "thread issuing ops in order to in-order GPU streams) or dataflow (TensorFlow's executor, the paper's setting)"
 )
-
-
-def _fmt_bytes(b: float) -> str:
-    return f"{b / 1e9:.2f} GB" if b >= 1e8 else f"{b / 1e6:.1f} MB"
 
 
 class SimEnv:
@@ -342,56 +337,8 @@ class SimEnv:
         return env.result(env.schedule(placement, order), trace=trace)
 
     def result(self, sched: Schedule, *, trace: bool = False) -> Result:
-        """The Result of a schedule (memory sweep, busy times, OOM check)."""
-        c = self.cluster
-        names = c.device_names
-        D = self.num_devices
-        static = self.static_per_device(sched.op_devices)
-        peaks, _ = peak_bytes(sched, self.act_bytes, static, D, self.grad, self.kept, self.consumers)
-        peaks = np.maximum(
-            peaks, static + self.update_transient(sched.op_devices)
-        )  # the optimizer step, after backward
-        p = sched.op_devices
-        n = len(p)
-        dev_busy = np.bincount(p, weights=self.fwd_s[np.arange(n), p] + self.bwd_s[np.arange(n), p], minlength=D)
-        dev_busy = dev_busy + sched.update_s
-        busy = {names[d]: float(dev_busy[d]) for d in range(D)}
-        link_busy = np.zeros((D, D))
-        np.add.at(link_busy, (sched.xfer_src, sched.xfer_dst), sched.xfer_end_s - sched.xfer_start_s)
-        for a, b in zip(*np.nonzero(link_busy)):
-            busy[f"{names[a]}->{names[b]}"] = float(link_busy[a, b])
-        over = [d for d in range(D) if peaks[d] > c.memory_bytes[d]]
-        sim_time = sched.step_time_s
-        extra: dict[str, Any] = {
-            "sim_step_time_s": sim_time,
-            "oom_devices": [names[d] for d in over],
-            "backward_end_s": float(sched.backward_end_s),
-            "update_s": float(sched.update_s.max()) if D else 0.0,
-            "num_transfers": int(np.sum(sched.xfer_kind == ACT)),
-            "transfer_bytes": int(sched.xfer_bytes.sum()),
-            "executor": self.executor,
-            "microbatches": self.microbatches,
-            "inflight": self.inflight,
-        }
-        if trace:
-            extra["trace"] = chrome_trace(self, sched)
-        result = Result(
-            step_time_s=sim_time,
-            peak_bytes={names[d]: int(peaks[d]) for d in range(D)},
-            busy_s=busy,
-            source=self.source,
-            extra=extra,
-        )
-        if over:
-            worst = max(over, key=lambda d: peaks[d] / c.memory_bytes[d])
-            others = f" (also {', '.join(names[d] for d in over if d != worst)})" if len(over) > 1 else ""
-            result.status = "oom"
-            result.step_time_s = float("inf")
-            result.message = (
-                f"out of memory on {names[worst]}: peak {_fmt_bytes(peaks[worst])} > capacity "
-                f"{_fmt_bytes(c.memory_bytes[worst])}{others}"
-            )
-        return result
+        """The Result of a schedule of this env (:func:`envs.sim.step_result.step_result`)."""
+        return step_result(self, sched, trace=trace)
 
     # ---------------------------------------------------------------- scorer
     def evaluate(self, placements: Sequence[Any]) -> list[Result]:

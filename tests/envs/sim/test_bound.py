@@ -8,7 +8,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from envs import Cluster, SimEnv, lower_bound
-from envs.sim.bound import critical_path_s, lp_work_bound_s, work_bound_s
+from envs.sim.bound import critical_path_s
+from envs.sim.work_bound import lp_work_bound_s, work_bound_s
 from graphs import OpGraph
 from graphs.dag import priority_order
 from graphs.synthetic import random_dag
@@ -191,7 +192,7 @@ def test_energetic_reasoning_proves_three_unit_tasks_need_two_rounds_on_two_devi
 
     At any T < 2 each task must cover [T - 1, 1] (it starts by T - 1 and ends no earlier than 1), so that window is
     owed 3 (2 - T) against 2 (2 - T) of capacity."""
-    from envs.sim.bound import energetic_bound_s
+    from envs.sim.energetic import energetic_bound_s
 
     zeros, ones = np.zeros(3), np.ones(3)
     assert energetic_bound_s(zeros, zeros, ones, 2, lo=1.5) == pytest.approx(2.0, rel=1e-3)
