@@ -75,9 +75,13 @@ def test_envs_modules_import_each_other_without_a_cycle():
         walk(m, [])
 
 
-def test_cluster_is_a_leaf_and_the_kernel_does_not_know_the_simulator():
-    assert _envs_imports(ENVS / "cluster.py") == set()
-    assert "sim.simulator" not in _envs_imports(ENVS / "sim" / "kernel.py")
+def test_cluster_is_at_the_bottom_and_the_kernel_does_not_know_the_simulator():
+    # the cluster imports only its parts and the preset table, which import nothing else of envs but the parts
+    assert _envs_imports(ENVS / "cluster.py") == {"devices", "machines"}
+    assert _envs_imports(ENVS / "machines.py") == {"devices"}
+    assert _envs_imports(ENVS / "devices.py") == set()
+    for kernel in (ENVS / "sim").glob("kernel*.py"):
+        assert not {"sim.simulator", "sim.schedule"} & _envs_imports(kernel), kernel.name
 
 
 def test_the_api_kept_on_cluster_is_there():
