@@ -131,6 +131,22 @@ def test_batch_is_measured_by_two_workers(env):
     assert {_key(env, p) for p in ps} <= set(logged)
 
 
+def test_again_measures_anew_on_the_workers_logs_a_re_measurement_and_keeps_the_first(env):
+    ps = _placements(env, 2, seed=10)
+    first = env.evaluate(ps[:1])[0]
+    with open(env.log_path) as f:
+        before = len(f.readlines())
+    t, failed = env.measure_again(np.stack(ps))  # ps[0] measured again, ps[1] for the first time
+    assert not failed.any()
+    assert t[0] != first.step_time_s  # a fresh measurement (timings of real steps never repeat to the bit)
+    with open(env.log_path) as f:
+        added = [json.loads(x) for x in f.readlines()[before:]]
+    assert sorted((rec["placement_hash"], bool(rec.get("again"))) for rec in added) == sorted(
+        [(_key(env, ps[0]), True), (_key(env, ps[1]), False)]
+    )
+    assert env.evaluate(ps[:1])[0] is first  # the cache keeps the first result
+
+
 def test_worker_killed_mid_measurement_is_remeasured(env, tmp_path):
     ps = _placements(env, 3, seed=1)
     marker = tmp_path / "died"
