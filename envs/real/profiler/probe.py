@@ -316,10 +316,13 @@ def restoring(ep: Any):
                 ep.constants[k].copy_(v.to(ep.constants[k].device))
 
 
-def probed_program(ep: Any, graph: OpGraph, dev: Any, inputs: Sequence[Any] | None, lr: float, current: list) -> tuple:
-    """``(module, probed twin, inputs on dev, Adam)``: ``ep`` with every op on ``dev``, and a twin whose every op
-    reports to ``current[0]`` after it ran (:func:`_probed`; it shares the module's parameters and buffers)."""
-    gm = place_module(ep, {name: "d:0" for name in graph.names}, {"d:0": str(dev)})
+def probed_program(
+    ep: Any, graph: OpGraph, torch_device: Any, inputs: Sequence[Any] | None, lr: float, current: list
+) -> tuple:
+    """``(module, probed twin, inputs on torch_device, Adam)``: ``ep`` with every op on ``torch_device``, and a twin
+    whose every op reports to ``current[0]`` after it ran (:func:`_probed`; it shares the module's parameters and
+    buffers)."""
+    gm = place_module(ep, {name: "d:0" for name in graph.names}, {"d:0": str(torch_device)})
     if inputs is None:
         example = [
             p.meta["val"]
@@ -327,7 +330,7 @@ def probed_program(ep: Any, graph: OpGraph, dev: Any, inputs: Sequence[Any] | No
             if p.op == "placeholder" and p.name in set(ep.graph_signature.user_inputs)
         ]
         inputs = concrete_inputs(ep, example)
-    inputs = tuple(t.to(dev) if isinstance(t, torch.Tensor) else t for t in inputs)
+    inputs = tuple(t.to(torch_device) if isinstance(t, torch.Tensor) else t for t in inputs)
     probed_graph = fx.Graph()
     env: dict = {}
     for node in gm.graph.nodes:
@@ -441,17 +444,17 @@ def profile_in_context(
     its phases (robuster than the step's median on a busy machine, where a step is
     often preempted); ``probe_s`` the probe costs taken off.
     """
-    dev = torch.device(device)
-    if dev.type != "cpu":
+    torch_device = torch.device(device)
+    if torch_device.type != "cpu":
         raise PlacerError(f"in-context profiling times host ops only, not {device}")
     with restoring(ep):
-        return _in_context(ep, graph, dev, warmup, repeats, inputs, lr, clock)
+        return _in_context(ep, graph, torch_device, warmup, repeats, inputs, lr, clock)
 
 
 def _in_context(
     ep: Any,
     graph: OpGraph,
-    dev: Any,
+    torch_device: Any,
     warmup: int,
     repeats: int,
     inputs: Sequence[Any] | None,
@@ -461,7 +464,7 @@ def _in_context(
     n = graph.num_ops
     clock_name, clock = host_clock(clock_name)
     current = [Probes(clock)]
-    gm, probed_gm, inputs, opt = probed_program(ep, graph, dev, inputs, lr, current)
+    gm, probed_gm, inputs, opt = probed_program(ep, graph, torch_device, inputs, lr, current)
 
     clean: dict[str, list[float]] = {k: [] for k in ("zero", "fwd", "loss", "bwd", "opt", "step")}
     fwd_rows, bwd_rows = [], []

@@ -588,7 +588,7 @@ def heavy_layers(k: int = 4, act_bytes: int = 1600 << 20) -> OpGraph:
 
 
 def test_scored_keys_rank_placements_out_of_memory_by_how_far_over_they_are(k80x4):
-    from placer.methods.heuristics.search import scored_keys
+    from placer.methods.heuristics.ranking import scored_keys
 
     g, gpus = heavy_layers(), k80x4.gpu_indices()
     env = envs.SimEnv(g, k80x4)
