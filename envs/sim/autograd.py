@@ -82,8 +82,8 @@ class BackwardCall:
             for e_dev in sorted({p[v] for v in run.consumers[j] if p[v] != p[j] and grad[v]}):
                 self.pend[run.grad_id(j, e_dev)] = sum(1 for v in run.consumers[j] if p[v] == e_dev and grad[v])
                 self.pend[run.bwd_id(j)] += 1
-        for t, k in self.pend.items():
-            self.ready[t] = h_f
+        for task in self.pend:
+            self.ready[task] = h_f
         for j in ops:
             if grad[j] and self.pend[run.bwd_id(j)] == 0:
                 self._queue(run.bwd_id(j))
@@ -118,13 +118,13 @@ class BackwardCall:
             best, when = -1, np.inf
             for th in range(len(self.clock)):
                 if self.avail[th]:
-                    t = self.clock[th]
+                    task = self.clock[th]
                 elif self.future[th]:
-                    t = max(self.clock[th], self.future[th][0][0])
+                    task = max(self.clock[th], self.future[th][0][0])
                 else:
                     continue
-                if t < when:
-                    best, when = th, t
+                if task < when:
+                    best, when = th, task
             if best < 0:
                 return
             fut, av = self.future[best], self.avail[best]
@@ -134,10 +134,10 @@ class BackwardCall:
             _, task = heapq.heappop(av)
             self._dispatch(best, task, when)
 
-    def _dispatch(self, th: int, task: int, t: float) -> None:
+    def _dispatch(self, th: int, task: int, now: float) -> None:
         r = self.r
         if task >= 2 * r.n:  # a blocking gradient copy
-            end = self._blocking_copy(th, task, t)
+            end = self._blocking_copy(th, task, now)
             self._arrived(task, end)
             return
         j = 2 * r.n - 1 - task
@@ -145,16 +145,16 @@ class BackwardCall:
         hc = r.hc
         if r.is_host[d]:
             run_s = float(r.bwd_t[j, d])
-            busy = sum(max(0.0, min(t + run_s, self.clock[w]) - t) for w in range(r.D))  # GPU workers beside it
-            e = t + run_s + float(hc.contention_op[d]) * busy
+            busy = sum(max(0.0, min(now + run_s, self.clock[w]) - now) for w in range(r.D))  # GPU workers beside it
+            e = now + run_s + float(hc.contention_op[d]) * busy
             self.clock[th] = e
             self.host_op = (d, e)
-            r.start[task], r.end[task] = t, e
+            r.start[task], r.end[task] = now, e
             self._issued(j, e, e)
             return
         issue = float(r.issue[1][j, d])
         hd, he = self.host_op
-        done = t + issue + float(hc.contention_issue[hd]) * max(0.0, min(t + issue, he) - t)
+        done = now + issue + float(hc.contention_issue[hd]) * max(0.0, min(now + issue, he) - now)
         self.clock[th] = done
         s = max(done, r.free[d])
         e = s + float(r.bwd_t[j, d])
@@ -162,17 +162,17 @@ class BackwardCall:
         r.start[task], r.end[task] = s, e
         self._issued(j, done, e)
 
-    def _blocking_copy(self, th: int, task: int, t: float) -> float:
+    def _blocking_copy(self, th: int, task: int, now: float) -> float:
         r = self.r
         u, e_dev = self._slot(task)
         d = r.p[u]
         lk = r.link.get((e_dev, d), 0.0)
         dur = float(r.latency_s[e_dev, d] + float(r.keys[(u, e_dev)]) / r.bandwidth[e_dev, d])
         if r.is_host[d]:  # GPU e -> host, on e's worker: the stream drains first
-            s = max(t, r.free[e_dev], lk)
+            s = max(now, r.free[e_dev], lk)
             gpu = e_dev
         else:  # host -> GPU d, on the calling thread, staged from pageable memory
-            s = max(t + r.stage_s(e_dev, u, e_dev), r.free[d], lk)
+            s = max(now + r.stage_s(e_dev, u, e_dev), r.free[d], lk)
             gpu = d
         e = s + dur
         r.link[(e_dev, d)] = r.free[gpu] = self.clock[th] = e

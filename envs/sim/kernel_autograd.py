@@ -105,16 +105,16 @@ def _next(q):
     when = np.inf
     for th in range(clock.shape[0]):
         if na[th] > 0:
-            t = clock[th]
+            start_s = clock[th]
         elif nf[th] > 0:
-            t = fut[base[th]]
-            if clock[th] > t:
-                t = clock[th]
+            start_s = fut[base[th]]
+            if clock[th] > start_s:
+                start_s = clock[th]
         else:
             continue
-        if t < when:
+        if start_s < when:
             best = th
-            when = t
+            when = start_s
     return best, when
 
 
@@ -134,18 +134,18 @@ def _take(th, when, q):
 
 
 @njit(cache=True)
-def _copy_back(task, t, n, D, p, host, hc, tbytes, lat, bw, free, start, end):
-    """A blocking gradient copy between a GPU and the host, picked at ``t`` by its thread; returns its end."""
+def _copy_back(task, now, n, D, p, host, hc, tbytes, lat, bw, free, start, end):
+    """A blocking gradient copy between a GPU and the host, picked at ``now`` by its thread; returns its end."""
     slot = task - 2 * n - n * D
     u = slot // D
     ed = slot - u * D
     d = p[u]
     lk = D + ed * D + d
     if host[d]:  # GPU ed -> host, on ed's worker, once its stream has drained
-        s = t
+        s = now
         g = ed
     else:  # host ed -> GPU d, on the calling thread, staged from pageable memory first
-        s = t + (hc[0, ed] + tbytes[slot] * hc[1, ed])
+        s = now + (hc[0, ed] + tbytes[slot] * hc[1, ed])
         g = d
     if free[g] > s:
         s = free[g]
@@ -160,8 +160,8 @@ def _copy_back(task, t, n, D, p, host, hc, tbytes, lat, bw, free, start, end):
 
 
 @njit(cache=True)
-def _run(j, t, D, p, host, hc, issue_b, bwd_t, free, clock, hd, he):
-    """``bwd j`` picked at ``t`` by its thread: ``(thread done, start, end, host op's device, its end)``.
+def _run(j, now, D, p, host, hc, issue_b, bwd_t, free, clock, hd, he):
+    """``bwd j`` picked at ``now`` by its thread: ``(thread done, start, end, host op's device, its end)``.
 
     A host op runs on the calling thread, slowed where GPU workers are busy beside it; a GPU's worker issues its
     kernel, slowed where the host runs an op (``(hd, he)``), and the kernel queues on the stream.
@@ -171,14 +171,14 @@ def _run(j, t, D, p, host, hc, issue_b, bwd_t, free, clock, hd, he):
         run_s = bwd_t[j, d]
         busy = 0.0
         for w in range(D):
-            o = clock[w] if clock[w] < t + run_s else t + run_s
-            if o - t > 0.0:
-                busy += o - t
-        e = t + run_s + hc[2, d] * busy
-        return e, t, e, d, e
+            o = clock[w] if clock[w] < now + run_s else now + run_s
+            if o - now > 0.0:
+                busy += o - now
+        e = now + run_s + hc[2, d] * busy
+        return e, now, e, d, e
     iss = issue_b[j, d]
-    o = he if he < t + iss else t + iss
-    done = t + iss + hc[3, hd] * (o - t if o - t > 0.0 else 0.0)
+    o = he if he < now + iss else now + iss
+    done = now + iss + hc[3, hd] * (o - now if o - now > 0.0 else 0.0)
     s = done if done > free[d] else free[d]
     e = s + bwd_t[j, d]
     free[d] = e
@@ -274,12 +274,12 @@ def eager_backward(
     hd = 0
     he = -np.inf
     while True:
-        th, t = _next(q)
+        th, now = _next(q)
         if th < 0:
             break
-        task = _take(th, t, q)
+        task = _take(th, now, q)
         if task >= 2 * n:  # a blocking gradient copy between a GPU and the host
-            e = _copy_back(task, t, n, D, p, host, hc, tbytes, lat, bw, free, start, end)
+            e = _copy_back(task, now, n, D, p, host, hc, tbytes, lat, bw, free, start, end)
             clock[th] = e
             if e > t_end:
                 t_end = e
@@ -288,7 +288,7 @@ def eager_backward(
             _dep_done(2 * n - 1 - slot // D, e, pend, ready, n, D, p, host, q)
             continue
         j = 2 * n - 1 - task
-        done, s, e, hd, he = _run(j, t, D, p, host, hc, issue_b, bwd_t, free, clock, hd, he)
+        done, s, e, hd, he = _run(j, now, D, p, host, hc, issue_b, bwd_t, free, clock, hd, he)
         clock[th] = done
         start[task] = s
         end[task] = e

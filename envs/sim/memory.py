@@ -119,7 +119,7 @@ def peak_bytes(
     peaks = np.asarray(static_per_device, dtype=np.int64).copy()
     when = np.zeros(num_devices)
     for d in range(num_devices):
-        pk, t = sweep_peak(at[ad == d], ab[ad == d], ft[fd == d], fb[fd == d])
+        pk, at_s = sweep_peak(at[ad == d], ab[ad == d], ft[fd == d], fb[fd == d])
         peaks[d] += pk
-        when[d] = t
+        when[d] = at_s
     return peaks, when
