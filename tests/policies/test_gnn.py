@@ -92,7 +92,7 @@ def test_registered_and_needs_a_cluster():
 
 
 def _sidecar(**over):
-    from policies.gnn import feature_spec
+    from policies.gnn_features import feature_spec
 
     doc = {
         "architecture": {"hidden": 8, "rounds": 1, "logit_cap": 10.0},

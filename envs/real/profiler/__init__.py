@@ -75,7 +75,8 @@ from envs.real.profiler.fit import (
     with_profile,
 )
 from envs.real.profiler.host import time_contention, time_staging
-from envs.real.profiler.probe import host_clock, probe_costs, profile_in_context, time_call
+from envs.real.profiler.op_timing import time_call
+from envs.real.profiler.probe import host_clock, probe_costs, profile_in_context
 from envs.real.profiler.program import DEFAULT_TRANSFER_SIZES, profile_model, profile_program, time_link
 
 __all__ = [
