@@ -94,6 +94,7 @@ def test_the_block_bound_is_below_every_placement_of_small_graphs(seed):
         assert b * (1 - 1e-9) <= _best(env, orders)
 
 
+@pytest.mark.slow  # 15 block bounds' programs: seconds
 @settings(max_examples=15, deadline=None)
 @given(
     bursts=st.integers(1, 3),
