@@ -12,7 +12,7 @@ Rules, reference | kernel:
 * the eager executor's issue, the host thread's forward: ``eager.py:EagerRun.forward`` |
   ``kernel_eager.py:eager_forward``
 * a copy made before its first consumer on a device (eager; peer copies hold both streams, a copy to the host holds
-  the host, pinned staging from it): ``eager.py:EagerRun.copy_in`` | ``kernel_eager.py:copy_in``
+  the host, pinned staging from it): ``eager.py:EagerRun.copy_in`` | ``kernel_eager.py:eager_forward``
 * the host program, forward segments and ``backward()`` calls (microbatches, 1F1B:
   ``envs/microbatch.py:issue_segments``): ``eager.py:eager_reference`` | ``kernel_eager.py:eager_schedule``
 * autograd's backward call: threads, ready queues by sequence number, blocking gradient copies, contention:
@@ -24,7 +24,7 @@ Rules, reference | kernel:
 * memory, the peak sweep: ``memory.py:peak_bytes`` | ``kernel_memory.py:peak_live_bytes``
 * out of memory, the optimizer step's temporaries included: ``step_result.py:step_result`` |
   ``kernel_memory.py:over_capacity``
-* the optimizer step after the backward: ``cost.py:update_times_s`` | ``kernel.py:optimizer_step_s``
+* the optimizer step after the backward: ``cost.py:update_time_s`` | ``kernel.py:update_time_s``
 * one placement's schedule under either model: ``schedule.py:schedule_reference`` | ``kernel.py:KernelData.schedule``
 
 Rules in Python only:

@@ -6,8 +6,9 @@ Both executor models, with the same tasks, task ids and tie-breaks as
 (:func:`envs.sim.kernel_eager.eager_schedule`, its backward calls in
 :mod:`envs.sim.kernel_autograd`). :class:`KernelData` holds a graph and
 cluster's arrays in the kernels' layout. For each placement of a batch the step
-is the schedule's backward end plus :func:`optimizer_step_s`, and
-:func:`envs.sim.kernel_memory.over_capacity` decides OOM exactly.
+is the schedule's backward end plus the slowest device's optimizer step
+(:data:`update_time_s`), and :func:`envs.sim.kernel_memory.over_capacity` decides
+OOM exactly.
 
 Compiled with numba when it is installed (one core, no parallelism); otherwise
 the same functions run as plain Python (correct, ~100× slower).
@@ -27,25 +28,8 @@ from envs.sim.tasks import ACT, GRAD, Schedule
 from graphs.ir import OpGraph
 from graphs.ops import saved_mask
 
-# The optimizer step's time: envs.sim.cost's one formula, compiled.
-_update_time_s = njit(cache=True)(cost.update_time_s)
-
-
-@njit(cache=True)
-def optimizer_step_s(p, n, D, param_b, launch, membw, pb):
-    """Seconds of the optimizer step after the backward: the slowest device's update of its parameters under ``p``
-    (:func:`envs.sim.cost.update_times_s`; ``pb``: a ``[D]`` workspace)."""
-    for d in range(D):
-        pb[d] = 0.0
-    for i in range(n):
-        pb[p[i]] += param_b[i]
-    slowest = 0.0
-    for d in range(D):
-        if pb[d] > 0:
-            update_s = _update_time_s(pb[d], launch[d], membw[d])
-            if update_s > slowest:
-                slowest = update_s
-    return slowest
+#: The optimizer step's time on one device: envs.sim.cost's one formula, compiled (the slowest device's is the step's).
+update_time_s = njit(cache=True)(cost.update_time_s)
 
 
 @njit(cache=True)
@@ -127,6 +111,12 @@ def _batch(
     sb = np.zeros(D, dtype=np.int64)
     ub = np.zeros(D, dtype=np.int64)
     mx = np.zeros(D, dtype=np.int64)  # each device's largest parameter (op)
+    bytes_of, consumers, copies, ws = (
+        (param_b, static_b, act_b),
+        (out_ptr, out_dst),
+        (tcount, tbytes, gpend),
+        (pb, sb, ub, mx),
+    )
     for k in range(op_devices.shape[0]):
         p = op_devices[k]
         if eager:
@@ -192,30 +182,21 @@ def _batch(
                 start,
                 end,
             )
-        step_time_s[k] = t_end + optimizer_step_s(p, n, D, param_b, launch, membw, pb)
+        # the optimizer step after the backward, kept in this loop: as a call of its own the eager batch ran ~9%
+        # slower (LLVM then inlined the schedule into this loop)
+        for d in range(D):
+            pb[d] = 0.0
+        for i in range(n):
+            pb[p[i]] += param_b[i]
+        update_s = 0.0
+        for d in range(D):
+            if pb[d] > 0:
+                device_update_s = update_time_s(pb[d], launch[d], membw[d])
+                if device_update_s > update_s:
+                    update_s = device_update_s
+        step_time_s[k] = t_end + update_s
         oom[k], over[k] = over_capacity(
-            p,
-            n,
-            D,
-            param_b,
-            static_b,
-            act_b,
-            host,
-            cap,
-            grad,
-            kept,
-            out_ptr,
-            out_dst,
-            tcount,
-            tbytes,
-            gpend,
-            start,
-            end,
-            want_over,
-            pb,
-            sb,
-            ub,
-            mx,
+            p, n, D, bytes_of, host, cap, grad, kept, consumers, copies, start, end, want_over, ws
         )
         _reset(p, n, D, out_ptr, out_dst, tcount, tbytes, free)
 

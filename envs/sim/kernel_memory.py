@@ -98,38 +98,19 @@ def peak_live_bytes(device_index, p, n, D, act_b, grad, kept, out_ptr, out_dst, 
 
 
 @njit(cache=True)
-def over_capacity(
-    p,
-    n,
-    D,
-    param_b,
-    static_b,
-    act_b,
-    host,
-    cap,
-    grad,
-    kept,
-    out_ptr,
-    out_dst,
-    tcount,
-    tbytes,
-    gpend,
-    start,
-    end,
-    want_over,
-    pb,
-    sb,
-    ub,
-    mx,
-):
-    """``(out of memory, worst)`` of a scheduled placement ``p`` (task times ``start``/``end``, copies ``tcount``).
+def over_capacity(p, n, D, bytes_of, host, cap, grad, kept, consumers, copies, start, end, want_over, ws):
+    """``(out of memory, worst)`` of a scheduled placement ``p`` (task times ``start``/``end``).
 
-    ``worst``: with ``want_over``, the largest peak / capacity over the devices
-    that overflow (0 when it fits); without, the check stops at the first device
-    that overflows. ``pb``, ``sb``, ``ub``, ``mx``: ``[D]`` workspaces (parameter,
-    static and upper-bound bytes, largest parameter). Marks each counted copy
-    slot in ``gpend`` with -2.
+    ``bytes_of``: per op, ``(param_b, static_b, act_b)``; ``consumers``: ``(out_ptr, out_dst)``; ``copies``:
+    ``(tcount, tbytes, gpend)`` of the schedule (each counted copy slot is marked -2 in ``gpend``). ``worst``: with
+    ``want_over``, the largest peak / capacity over the devices that overflow (0 when it fits); without, the check
+    stops at the first device that overflows. ``ws``: ``[D]`` workspaces ``(pb, sb, ub, mx)`` (parameter, static
+    and upper-bound bytes, largest parameter).
     """
+    param_b, static_b, act_b = bytes_of
+    out_ptr, out_dst = consumers
+    tcount, tbytes, gpend = copies
+    pb, sb, ub, mx = ws
     any_host = False
     for d in range(D):
         pb[d] = 0.0
