@@ -254,9 +254,9 @@ class MoveFeatures:
         np.maximum.at(fb, g, schedule.fwd_end_s[:n])
         np.minimum.at(ba, g, schedule.bwd_start_s[:n])
         np.maximum.at(bb, g, schedule.bwd_end_s[:n])
-        dev = schedule.op_devices[:n]
+        op_devices = schedule.op_devices[:n]
         timeline = BusyTimeline(
-            np.concatenate([dev, dev]),
+            np.concatenate([op_devices, op_devices]),
             np.concatenate([schedule.fwd_start_s[:n], schedule.bwd_start_s[:n]]),
             np.concatenate([schedule.fwd_end_s[:n], schedule.bwd_end_s[:n]]),
             self.num_devices,

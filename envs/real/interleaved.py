@@ -84,7 +84,9 @@ def _block(
     return {
         "step_times_s": times_s,
         "status": "ok",
-        "peak_bytes": {name: peak[str(dev)] for name, dev in run.devices.items() if str(dev) in peak},
+        "peak_bytes": {
+            name: peak[str(torch_device)] for name, torch_device in run.devices.items() if str(torch_device) in peak
+        },
     }
 
 

@@ -283,7 +283,7 @@ def measure_steps(
         "step_time_s": float(statistics.median(times_s)),
         "step_times_s": times_s,
         "losses": losses,
-        "peak_bytes": {name: peak.get(str(dev), 0) for name, dev in devices.items()},
+        "peak_bytes": {name: peak.get(str(torch_device), 0) for name, torch_device in devices.items()},
     }
     if protocol is not None:
         out["protocol"] = protocol.describe()

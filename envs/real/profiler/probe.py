@@ -37,9 +37,9 @@ def attribute_intervals(owners: Sequence[int], seconds: Sequence[float], num_ops
     >>> t.tolist(), n.tolist()
     ([1.0, 6.0, 3.0], [1, 2, 1])
     """
-    idx = np.asarray(owners, dtype=np.int64) + 1
-    return np.bincount(idx, weights=np.asarray(seconds, dtype=np.float64), minlength=num_ops + 1), np.bincount(
-        idx, minlength=num_ops + 1
+    slots = np.asarray(owners, dtype=np.int64) + 1
+    return np.bincount(slots, weights=np.asarray(seconds, dtype=np.float64), minlength=num_ops + 1), np.bincount(
+        slots, minlength=num_ops + 1
     )
 
 
