@@ -59,7 +59,7 @@ def eager_forward(
     """Issue the forwards of ``order[lo:hi]`` from host time ``h``; returns ``(h, t_end, counter)``.
 
     ``seq[task]``: the autograd sequence number of each op's backward and each copy's gradient copy, from ``counter``.
-    ``hc``: :class:`envs.cost.HostCosts` as a ``[4, D]`` array (staging latency and seconds per byte, contention).
+    ``hc``: :class:`envs.sim.cost.HostCosts` as a ``[4, D]`` array (staging latency and seconds per byte, contention).
     """
     nD = n * D
     stage_lat = hc[0]
