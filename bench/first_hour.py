@@ -103,7 +103,7 @@ MODELS: list[tuple[str, Callable[[], tuple[nn.Module, tuple]]]] = [
 def report(name: str, cluster_name: str, seed: int = 0) -> dict[str, Any]:
     """The module levels of model ``name`` and each of :data:`METHODS`' placement of it on the cluster."""
     import envs
-    from envs.sim.simulator import schedule_graph
+    from envs.sim.sim_graph import schedule_graph
     from graphs import capture
     from graphs.module_tree import module_levels
     from placer.compare import compare

@@ -34,7 +34,8 @@ from typing import Any, Callable, NamedTuple
 import numpy as np
 
 import envs
-from envs.cluster import GIB, PCIE5, Cluster, Device
+from envs.cluster import Cluster, Device
+from envs.machines import GIB, PCIE5
 from graphs import OpGraph, PlacerError
 from graphs.plan import Placement
 from placer.methods import registry

@@ -208,10 +208,10 @@ class HierarchicalPolicy(nn.Module):
         lost about 30% of its quality, the reason the hierarchical warm start
         trailed seq2seq's.)
         """
-        dev = np.asarray(op_devices, dtype=np.int64)
-        counts = np.bincount(dev, minlength=self.num_devices)
+        op_devices = np.asarray(op_devices, dtype=np.int64)
+        counts = np.bincount(op_devices, minlength=self.num_devices)
         used = np.flatnonzero(counts)
-        share = counts[used] * self.num_groups / max(len(dev), 1)
+        share = counts[used] * self.num_groups / max(len(op_devices), 1)
         alloc = np.maximum(1, np.floor(share).astype(np.int64))
         while alloc.sum() > self.num_groups:  # more used devices than groups can only happen with tiny num_groups
             alloc[np.argmax(alloc)] -= 1
@@ -220,10 +220,10 @@ class HierarchicalPolicy(nn.Module):
                 break
             alloc[j] += 1
         alloc = np.minimum(alloc, counts[used])
-        groups = np.empty(len(dev), dtype=np.int64)
+        groups = np.empty(len(op_devices), dtype=np.int64)
         offset = 0
         for d, n_d in zip(used, alloc):
-            ops = np.flatnonzero(dev == d)
+            ops = np.flatnonzero(op_devices == d)
             n_d = max(int(n_d), 1)
             groups[ops] = offset + (np.arange(len(ops)) * n_d) // len(ops)
             offset += n_d

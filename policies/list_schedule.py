@@ -46,7 +46,7 @@ from typing import Any
 
 import numpy as np
 
-from envs.cost import activation_bytes, op_times, static_bytes
+from envs.sim.cost import activation_bytes, op_times, static_bytes
 from graphs import OpGraph
 from graphs.dag import top_level
 
@@ -98,7 +98,7 @@ class ListSchedule:
         self.ready = np.zeros((self.k, d))
         self.used = np.zeros((self.k, d))
         self.fin = np.zeros((self.k, n))
-        self.dev = np.zeros((self.k, n), dtype=np.int64)
+        self.op_devices = np.zeros((self.k, n), dtype=np.int64)
         self._finish: np.ndarray | None = None
         self._rows = np.arange(self.k)
 
@@ -110,7 +110,7 @@ class ListSchedule:
         if b > a:
             p = self.pred[a:b]
             byt = self.in_bytes[a:b]
-            src = self.dev[:, p]  # [K, P]
+            src = self.op_devices[:, p]  # [K, P]
             arrive = self.fin[:, p][:, :, None] + self.lat[src] + byt[None, :, None] * self.inv_bw[src]  # [K, P, D]
             data = arrive.max(axis=1)
             tot = float(byt.sum())
@@ -140,7 +140,7 @@ class ListSchedule:
         dsel = np.asarray(devices, dtype=np.int64)
         f = self._finish[self._rows, dsel]
         self.fin[:, v] = f
-        self.dev[:, v] = dsel
+        self.op_devices[:, v] = dsel
         self.ready[self._rows, dsel] = f
         self.used[self._rows, dsel] += self.mem[v]
 
@@ -154,10 +154,10 @@ def teacher_forced(
     order: np.ndarray | None = None,
 ) -> np.ndarray:
     """The decoder's features ``[K, N, D, DYN_DIM]`` along the given placements ``[K, N]`` (row order = op index)."""
-    idx = np.atleast_2d(np.asarray(op_devices, dtype=np.int64))
-    s = ListSchedule(graph, cluster, idx.shape[0], times=times, order=order)
-    out = np.zeros((idx.shape[0], graph.num_ops, s.d, DYN_DIM), dtype=np.float32)
+    op_devices = np.atleast_2d(np.asarray(op_devices, dtype=np.int64))
+    s = ListSchedule(graph, cluster, op_devices.shape[0], times=times, order=order)
+    out = np.zeros((op_devices.shape[0], graph.num_ops, s.d, DYN_DIM), dtype=np.float32)
     for v in s.order:
         out[:, v] = s.features(int(v))
-        s.place(int(v), idx[:, v])
+        s.place(int(v), op_devices[:, v])
     return out

@@ -36,10 +36,10 @@ import torch
 from scipy import sparse
 from torch import nn
 
-from envs import cost
 from envs.cluster import Cluster
+from envs.sim import cost
 from envs.sim.schedule import Schedule
-from envs.sim.simulator import schedule_graph
+from envs.sim.sim_graph import schedule_graph
 from graphs import OpGraph
 from graphs.grouping import coarsen, colocate, renumber_by_first_op
 from graphs.module_tree import module_levels
@@ -254,9 +254,9 @@ class MoveFeatures:
         np.maximum.at(fb, g, schedule.fwd_end_s[:n])
         np.minimum.at(ba, g, schedule.bwd_start_s[:n])
         np.maximum.at(bb, g, schedule.bwd_end_s[:n])
-        dev = schedule.op_devices[:n]
+        op_devices = schedule.op_devices[:n]
         timeline = BusyTimeline(
-            np.concatenate([dev, dev]),
+            np.concatenate([op_devices, op_devices]),
             np.concatenate([schedule.fwd_start_s[:n], schedule.bwd_start_s[:n]]),
             np.concatenate([schedule.fwd_end_s[:n], schedule.bwd_end_s[:n]]),
             self.num_devices,

@@ -28,7 +28,8 @@ import torch
 
 from graphs import PlacerError
 from graphs.io import read_json, write_atomic, write_text_atomic
-from policies.gnn import DECODERS, GNNNet, feature_spec
+from policies.gnn import DECODERS, GNNNet
+from policies.gnn_features import feature_spec
 
 FORMAT = "placer-policy/1"
 DEFAULT_POLICY = str(Path(__file__).resolve().parent / "pretrained" / "gnn-default.pt")

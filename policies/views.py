@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any, Sequence
 
-from envs.sim.simulator import schedule_graph
+from envs.sim.sim_graph import schedule_graph
 from graphs import OpGraph
 from graphs.module_tree import module_levels
 
@@ -14,7 +14,7 @@ def group_views(graph: OpGraph, groups: Sequence[int | str]) -> list[tuple[str, 
 
     0 is the ops; N the graph coarsened to N co-location groups (``max_groups``);
     ``"modules"`` one view per :func:`graphs.module_tree.module_levels` partition of the
-    graph the policy reads (``envs.sim.simulator.schedule_graph``), a group per module
+    graph the policy reads (``envs.sim.sim_graph.schedule_graph``), a group per module
     at each depth. Pass that graph itself (as the callers here do) and the policies
     built on it neither rebuild it nor hash it again.
     """

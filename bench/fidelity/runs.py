@@ -240,8 +240,8 @@ def _runs(name: str, args: Any, graph, logical, cands: list[dict], todo: dict[st
     """Every placed module of ``todo``, built once from one export (each from the same initial weights)."""
     import torch
 
+    from envs.real.interleaved import Run
     from envs.real.placing import place_module, resolve_devices
-    from envs.real.timing import Run
     from graphs.torch_capture import export_program
 
     model, inputs = build(name, args.size)
@@ -273,7 +273,8 @@ def _runs(name: str, args: Any, graph, logical, cands: list[dict], todo: dict[st
 
 def measure(name: str, args: Any, graph, logical, cands: list[dict], work: str) -> dict[str, dict]:
     """Each label's measurement (:func:`envs.real.timing.measure_interleaved`), resumed from ``work/blocks.jsonl``."""
-    from envs.real.timing import Protocol, measure_interleaved
+    from envs.real.interleaved import measure_interleaved
+    from envs.real.timing import Protocol
 
     todo = labels(cands, graph, logical, args.repeat_placements)
     path = os.path.join(work, "blocks.jsonl")

@@ -57,10 +57,10 @@ def cuda_caps(cluster: Any, device_map: Mapping[str, str] | str | None) -> dict[
     caps: dict[torch.device, int] = {}
     devices = resolve_devices(cluster.device_names, device_map)
     for d, name in enumerate(cluster.device_names):
-        dev = devices[name]
-        if dev.type == "cuda":
-            dev = torch.device("cuda", dev.index or 0)
-            caps[dev] = caps.get(dev, 0) + int(cluster.memory_bytes[d])
+        torch_device = devices[name]
+        if torch_device.type == "cuda":
+            torch_device = torch.device("cuda", torch_device.index or 0)
+            caps[torch_device] = caps.get(torch_device, 0) + int(cluster.memory_bytes[d])
     return caps
 
 
@@ -70,11 +70,11 @@ def cap_cuda_memory(caps: Mapping[torch.device, int]) -> dict[str, float]:
     Raises :class:`PlacerError` if a device is missing.
     """
     fractions: dict[str, float] = {}
-    for dev, cap_bytes in caps.items():
-        check_available({str(dev): dev})
-        total = torch.cuda.get_device_properties(dev).total_memory
-        fractions[str(dev)] = min(1.0, cap_bytes / total)
-        torch.cuda.set_per_process_memory_fraction(fractions[str(dev)], dev)
+    for torch_device, cap_bytes in caps.items():
+        check_available({str(torch_device): torch_device})
+        total = torch.cuda.get_device_properties(torch_device).total_memory
+        fractions[str(torch_device)] = min(1.0, cap_bytes / total)
+        torch.cuda.set_per_process_memory_fraction(fractions[str(torch_device)], torch_device)
     return fractions
 
 

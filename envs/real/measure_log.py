@@ -29,12 +29,12 @@ def placement_key(
 ) -> tuple[str, dict[str, str], list[str] | None]:
     """(placement hash, op name -> device, op names in issue order or None) of a placement, checked against the
     graph."""
-    idx = as_indices(placement, graph, device_names, source=source)
-    devs = [device_names[i] for i in idx.tolist()]
+    op_devices = as_indices(placement, graph, device_names, source=source)
+    devices = [device_names[i] for i in op_devices.tolist()]
     order = getattr(placement, "order", None)
     if order is not None:
         order = [graph.names[i] for i in check_order(order, graph, source=f"{source}: order").tolist()]
-    return placement_hash(devs, order), dict(zip(graph.names, devs)), order
+    return placement_hash(devices, order), dict(zip(graph.names, devices)), order
 
 
 def append_record(path: str, graph_hash: str, key: str, result: Result, *, again: bool = False) -> None:

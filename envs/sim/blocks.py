@@ -2,7 +2,7 @@
 placement and copies solved exactly.
 
 The step's tasks are each op's forward and backward, with the edges of
-:func:`envs.sim.bound.task_windows`. A *cut task* is one that every other task
+:func:`envs.sim.energetic.task_windows`. A *cut task* is one that every other task
 either precedes or follows (an Inception block's concatenation, in the forward
 and again in the backward). Every schedule runs the tasks between two
 consecutive cut tasks ``c`` and ``c'`` (a *block*) inside ``[end(c), start(c')]``,
@@ -48,7 +48,7 @@ from scipy import sparse
 from scipy.optimize import Bounds, LinearConstraint, milp
 
 from envs.cluster import Cluster
-from envs.cost import copy_costs
+from envs.sim.cost import copy_costs
 from graphs.ir import OpGraph
 
 #: Past this many ops the cut analysis (a bit set of ancestors per task) is skipped.
@@ -80,11 +80,11 @@ class TaskGraph:
         self.order = list(range(n)) + [n + v for v in range(n - 1, -1, -1)]
         touched = np.zeros(n, dtype=bool)
         touched[graph.edge_src] = touched[graph.edge_dst] = True
-        self.kept = [t for t in self.order if touched[t % n]]
-        self.kept_bits = sum(1 << t for t in self.kept)
+        self.kept = [task for task in self.order if touched[task % n]]
+        self.kept_bits = sum(1 << task for task in self.kept)
 
     def cuts(self) -> tuple[list[int], list[int], list[int]]:
-        """``(cut tasks in order, ancestor bits, descendant bits)`` over the kept tasks (bit ``t``: task ``t``)."""
+        """``(cut tasks in order, ancestor bits, descendant bits)`` over the kept tasks (bit ``i``: task ``i``)."""
         N = 2 * self.n
         pred: list[list[int]] = [[] for _ in range(N)]
         succ: list[list[int]] = [[] for _ in range(N)]
@@ -92,18 +92,20 @@ class TaskGraph:
             pred[b].append(a)
             succ[a].append(b)
         anc, desc = [0] * N, [0] * N
-        for t in self.order:
+        for task in self.order:
             bits = 0
-            for u in pred[t]:
+            for u in pred[task]:
                 bits |= anc[u] | (1 << u)
-            anc[t] = bits
-        for t in reversed(self.order):
+            anc[task] = bits
+        for task in reversed(self.order):
             bits = 0
-            for w in succ[t]:
+            for w in succ[task]:
                 bits |= desc[w] | (1 << w)
-            desc[t] = bits
+            desc[task] = bits
         kept, total = self.kept_bits, len(self.kept)
-        cut = [t for t in self.kept if (anc[t] & kept).bit_count() + (desc[t] & kept).bit_count() + 1 == total]
+        cut = [
+            task for task in self.kept if (anc[task] & kept).bit_count() + (desc[task] & kept).bit_count() + 1 == total
+        ]
         return cut, anc, desc
 
 
@@ -126,9 +128,9 @@ def _longest_path(
         if a in inside and b in inside:
             preds.setdefault(b, []).append(a)
     start: dict[int, float] = {}
-    for t in sorted(tasks, key=order_pos.__getitem__):
-        start[t] = max((start[u] + p[u] for u in preds.get(t, ())), default=0.0)
-    return max((start[t] + p[t] for t in tasks), default=0.0)
+    for task in sorted(tasks, key=order_pos.__getitem__):
+        start[task] = max((start[u] + p[u] for u in preds.get(task, ())), default=0.0)
+    return max((start[task] + p[task] for task in tasks), default=0.0)
 
 
 @contextlib.contextmanager
@@ -182,8 +184,8 @@ def block_windows_s(
     D = dur.shape[1]
     nodes: list[int] = []
     for b in blocks:
-        nodes += [t for t in b.tasks + [b.before, b.after] if t is not None and t not in nodes]
-    at = {t: i for i, t in enumerate(nodes)}
+        nodes += [task for task in b.tasks + [b.before, b.after] if task is not None and task not in nodes]
+    at = {task: i for i, task in enumerate(nodes)}
     V = len(nodes)
     integral: list[int] = [1] * (V * D)  # x[i, d]: node i on device d
     upper: list[float] = [1.0] * (V * D)
@@ -207,12 +209,12 @@ def block_windows_s(
         return len(upper) - 1
 
     us = dur * _US
-    x = lambda t, d: at[t] * D + d  # noqa: E731
-    for t in nodes:
-        row({x(t, d): 1.0 for d in range(D)}, 1.0, 1.0)
-        if t < n and n + t in at:  # an op's forward and backward on one device
+    x = lambda task, d: at[task] * D + d  # noqa: E731
+    for task in nodes:
+        row({x(task, d): 1.0 for d in range(D)}, 1.0, 1.0)
+        if task < n and n + task in at:  # an op's forward and backward on one device
             for d in range(D):
-                row({x(t, d): 1.0, x(n + t, d): -1.0}, 0.0, 0.0)
+                row({x(task, d): 1.0, x(n + task, d): -1.0}, 0.0, 0.0)
     # devices with the same times for every node are interchangeable here (a copy costs the same on every
     # link), so the first node takes the first of each such class
     seen: set[bytes] = set()
@@ -226,7 +228,7 @@ def block_windows_s(
         G = var()
         windows.append(G)
         members = set(b.tasks)
-        start = {t: var() for t in b.tasks + ([b.after] if b.after is not None else [])}
+        start = {task: var() for task in b.tasks + ([b.after] if b.after is not None else [])}
         consumers: dict[int, list[tuple[int, float]]] = {}
         for a, c, nbytes in b.edges:  # start(c) >= end(a) + copy x [devices differ]; end(before) = 0
             coefs: dict[int, float] = {start[c]: 1.0}
@@ -243,11 +245,11 @@ def block_windows_s(
                 if gpu is not None and a < n and c < n:
                     consumers.setdefault(a, []).append((c, cost))
             row(coefs, 0.0)
-        for t in b.tasks:  # every task ends inside the window
-            row({G: 1.0, start[t]: -1.0, **{x(t, d): -us[t, d] for d in range(D)}}, 0.0)
+        for task in b.tasks:  # every task ends inside the window
+            row({G: 1.0, start[task]: -1.0, **{x(task, d): -us[task, d] for d in range(D)}}, 0.0)
         if b.after is not None:
             row({G: 1.0, start[b.after]: -1.0}, 0.0)
-        load: list[dict[int, float]] = [{G: 1.0, **{x(t, d): -us[t, d] for t in b.tasks}} for d in range(D)]
+        load: list[dict[int, float]] = [{G: 1.0, **{x(task, d): -us[task, d] for task in b.tasks}} for d in range(D)]
         for u, cons in consumers.items():  # eager forward copies hold streams
             cost = min(c for _, c in cons)
             ys = []
@@ -307,7 +309,7 @@ def block_bound_s(
     fastest = dur.min(axis=1)
     tg = TaskGraph(graph, grad)
     cut, anc, desc = tg.cuts()
-    pos = {t: i for i, t in enumerate(tg.order)}
+    pos = {task: i for i, task in enumerate(tg.order)}
     lat, inv_bw = copy_costs(cluster)
     off = ~np.eye(D, dtype=bool)
     lat_off, inv_off = lat[off], inv_bw[off]
@@ -333,7 +335,7 @@ def block_bound_s(
             blocks.append(Block(tasks, c0, c1, edges))
     total = float(fastest[cut].sum()) if cut else 0.0
     # a forward block and the backward block of the same ops are solved together (one placement)
-    backward_of = {frozenset(t - n for t in b.tasks): i for i, b in enumerate(blocks) if min(b.tasks) >= n}
+    backward_of = {frozenset(task - n for task in b.tasks): i for i, b in enumerate(blocks) if min(b.tasks) >= n}
     groups: list[list[Block]] = []
     paired: set[int] = set()
     for i, b in enumerate(blocks):

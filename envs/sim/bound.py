@@ -8,7 +8,7 @@ forward and its consumers' backward, and a device runs one op at a time.
 
 * critical path: forward then backward through the graph with every op at its
   fastest device for that pass and communication free;
-* work bound: devices run one op at a time, so for any weights ``λ`` on the
+* work bound (:mod:`envs.sim.work_bound`): devices run one op at a time, so for any weights ``λ`` on the
   simplex, ``backward_end >= max_d busy_d >= Σ_d λ_d busy_d >= Σ_i min_d λ_d w_id``
   with ``w_id`` the forward + backward time of op ``i`` on ``d``. Uniform ``λ``
   gives "total work over the number of devices"; the best ``λ`` matters when
@@ -24,7 +24,7 @@ forward and its consumers' backward, and a device runs one op at a time.
   its neighbours' (a host op between GPU ops); on the zoo with identical GPUs the
   two agree to 0.01 ms.
 
-* energetic (:func:`energetic_bound_s`): energetic reasoning over the step's
+* energetic (:mod:`envs.sim.energetic`): energetic reasoning over the step's
   tasks (each op's forward and backward at its fastest device, each with a head,
   the longest path before it, and a tail, the longest path after it). For a
   candidate ``backward_end`` ``T`` a task must run inside ``[head, T - tail]``, so
@@ -82,12 +82,12 @@ can never push it above a tight simulated time.
 from __future__ import annotations
 
 import numpy as np
-from scipy import sparse
-from scipy.optimize import linprog
 
-from envs import cost
 from envs.cluster import Cluster
+from envs.sim import cost
 from envs.sim.blocks import block_bound_s
+from envs.sim.energetic import energetic_bound_s, task_windows
+from envs.sim.work_bound import lp_work_bound_s, work_bound_s
 from graphs.dag import critical_path, top_level
 from graphs.ir import OpGraph
 from graphs.ops import grad_mask
@@ -150,69 +150,6 @@ def communicating_path_s(
     return float(max(B.min(axis=1).max(), F.min(axis=1).max()))
 
 
-def _two_group_bound(a: np.ndarray, b: np.ndarray) -> float:
-    """``max over μ in [0, 1] of Σ_i min(μ a_i, (1 - μ) b_i)``, exactly (concave, piecewise linear)."""
-    with np.errstate(divide="ignore", invalid="ignore"):
-        brk = np.where(a + b > 0, b / (a + b), 0.0)  # where μ a_i = (1 - μ) b_i
-    order = np.argsort(brk)
-    mu, a, b = brk[order], a[order], b[order]
-    # at μ = mu[k]: ops k' < k have switched to (1 - μ) b, the others still give μ a
-    a_after = np.concatenate([np.cumsum(a[::-1])[::-1], [0.0]])
-    b_before = np.concatenate([[0.0], np.cumsum(b)])
-    values = mu * a_after[:-1] + (1.0 - mu) * b_before[:-1]
-    return float(values.max()) if len(values) else 0.0
-
-
-def work_bound_s(work: np.ndarray, iterations: int = 200) -> float:
-    """``max over λ in the simplex of Σ_i min_d λ_d work[i, d]`` (a valid bound, usually the maximum).
-
-    Devices with identical columns (the GPUs of a preset) share one weight, which
-    loses nothing (the function is concave and symmetric in them). Two distinct
-    columns are solved exactly; more go through exponentiated-gradient ascent,
-    keeping the best value seen (every λ gives a valid bound).
-    """
-    n, D = work.shape
-    if n == 0:
-        return 0.0
-    reps: list[int] = []  # one column per group of identical columns
-    counts: list[int] = []
-    for d in range(D):
-        for g, r in enumerate(reps):
-            if np.array_equal(work[:, d], work[:, r]):
-                counts[g] += 1
-                break
-        else:
-            reps.append(d)
-            counts.append(1)
-    mult = np.asarray(counts, dtype=np.float64)
-    scaled = work[:, reps] / mult[None, :]  # weight μ_g of a group spread evenly over its m_g devices
-    G = scaled.shape[1]
-    best = float(np.min(work, axis=1).sum() / D)  # uniform λ
-    if G == 1:
-        return max(best, float(scaled[:, 0].sum()))
-    if G == 2:
-        return max(best, _two_group_bound(scaled[:, 0], scaled[:, 1]))
-    mu = mult / D
-    scale = max(float(np.sum(work.min(axis=1))), 1e-300)
-    step, stale = 1.0, 0
-    rows = np.arange(n)
-    for _ in range(iterations):
-        weighted = scaled * mu
-        arg = np.argmin(weighted, axis=1)
-        value = float(weighted[rows, arg].sum())
-        if value > best * (1 + 1e-9):
-            best, stale = value, 0
-        else:
-            stale += 1
-            if stale >= 25:
-                break
-        grad = np.bincount(arg, weights=scaled[rows, arg], minlength=G) / scale
-        mu = mu * np.exp(step * (grad - grad.max()))
-        mu /= mu.sum()
-        step *= 0.98
-    return best
-
-
 def update_bound_s(graph: OpGraph, cluster: Cluster) -> float:
     """No placement updates its parameters faster than this after the backward pass."""
     p = graph.param_bytes.astype(np.float64)
@@ -222,55 +159,6 @@ def update_bound_s(graph: OpGraph, cluster: Cluster) -> float:
     largest = float(per_op.min(axis=1).max())
     spread = float(cost.update_time_s(p.sum(), 0.0, cluster.mem_bw_bytes_per_s.sum()))  # no launch: a bound
     return max(largest, spread)
-
-
-def lp_work_bound_s(work: np.ndarray, add: np.ndarray | None = None) -> float:
-    """``max over λ in the simplex of Σ_i min_d (add[i, d] + λ_d work[i, d])``, by linear programming.
-
-    Variables ``t_i`` (one per op) and ``λ_d``: maximise ``Σ t_i`` subject to
-    ``t_i <= add_id + λ_d work_id`` and ``Σ λ = 1``. The value returned is the
-    objective recomputed from the solver's ``λ`` (clipped and normalised), so it
-    is a valid bound whatever the solver's tolerance; 0 if the solver fails.
-    """
-    n, D = work.shape
-    if n == 0:
-        return 0.0
-    add = np.zeros_like(work) if add is None else add
-    full_work, full_add = work, add
-    # identical devices share one weight (spread evenly: no loss, the problem is symmetric in them),
-    # identical ops one row (weighted by their count)
-    _, col_first, col_inv = np.unique(np.concatenate([work, add]).T, axis=0, return_index=True, return_inverse=True)
-    col_inv = col_inv.reshape(-1)
-    mult = np.bincount(col_inv).astype(np.float64)
-    work, add = work[:, col_first] / mult[None, :], add[:, col_first]
-    rows_u, count = np.unique(np.concatenate([work, add], axis=1), axis=0, return_counts=True)
-    G = work.shape[1]
-    work, add = rows_u[:, :G], rows_u[:, G:]
-    n, D = work.shape
-    scale = max(float(np.abs(work).max()), float(np.abs(add).max()), 1e-300)
-    w, a = work / scale, add / scale
-    rows = np.arange(n * D)
-    i = np.repeat(np.arange(n), D)
-    d = np.tile(np.arange(D), n)
-    # t_i - w_id λ_d <= a_id
-    A = sparse.csr_matrix(
-        (np.concatenate([np.ones(n * D), -w.reshape(-1)]), (np.concatenate([rows, rows]), np.concatenate([i, n + d]))),
-        shape=(n * D, n + D),
-    )
-    c = np.concatenate([-count.astype(np.float64), np.zeros(D)])
-    A_eq = sparse.csr_matrix(np.concatenate([np.zeros(n), np.ones(D)])[None, :])
-    bounds = [(None, None)] * n + [(0.0, 1.0)] * D
-    try:
-        res = linprog(c, A_ub=A, b_ub=a.reshape(-1), A_eq=A_eq, b_eq=[1.0], bounds=bounds, method="highs")
-    except ValueError:
-        return 0.0
-    if res.status != 0 or res.x is None:
-        return 0.0
-    mu = np.clip(res.x[n:], 0.0, None)
-    if mu.sum() <= 0:
-        return 0.0
-    lam = (mu / mu.sum() / mult)[col_inv]  # back to one weight per device, on the simplex
-    return float(np.min(full_add + lam[None, :] * full_work, axis=1).sum())
 
 
 def ancestor_sums(graph: OpGraph, cost_s: np.ndarray, exact_ops: int = 12_000) -> np.ndarray:
@@ -299,122 +187,11 @@ def ancestor_sums(graph: OpGraph, cost_s: np.ndarray, exact_ops: int = 12_000) -
     return out
 
 
-def task_windows(
-    graph: OpGraph, fwd: np.ndarray, bwd: np.ndarray, grad: np.ndarray | None = None, release: np.ndarray | None = None
-) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """``(head, tail, duration)`` of the step's ``2 n`` tasks: each op's forward, then each op's backward.
-
-    ``fwd``, ``bwd``: per-op seconds (``[n]``, each op at its fastest device); a
-    head is the longest path of tasks that must end before the task starts, a
-    tail the longest that must start after it ends (both without the task). The
-    edges are the simulator's: ``fwd u -> fwd v`` for an edge ``u -> v``;
-    ``fwd v -> bwd v``; ``bwd w -> bwd u`` for an edge ``u -> w`` where ``w`` is
-    in autograd (``grad``, default every op). Ops outside autograd get no
-    backward time. ``release`` (``[2 n]``, default 0): a time before which each
-    task cannot start whatever its predecessors (the eager host's issue); heads
-    start from it and carry it to the task's successors.
-    """
-    n = graph.num_ops
-    grad_b = np.ones(n, dtype=bool) if grad is None else np.asarray(grad, dtype=bool)
-    pf = np.asarray(fwd, dtype=np.float64)
-    pb = np.where(grad_b, np.asarray(bwd, dtype=np.float64), 0.0)
-    in_ptr, in_src, _ = (a.tolist() for a in graph.in_csr)
-    out_ptr, out_dst, _ = (a.tolist() for a in graph.out_csr)
-    f, b, g = pf.tolist(), pb.tolist(), grad_b.tolist()
-    rel = [0.0] * (2 * n) if release is None else np.asarray(release, dtype=np.float64).tolist()
-    hf, hb, tf, tb = [0.0] * n, [0.0] * n, [0.0] * n, [0.0] * n
-    for v in range(n):  # forward heads, in topological order
-        hf[v] = max((hf[u] + f[u] for u in in_src[in_ptr[v] : in_ptr[v + 1]]), default=rel[v])
-        hf[v] = max(hf[v], rel[v])
-    for v in range(n - 1, -1, -1):  # backward heads: after the op's own forward and its consumers' backward
-        hb[v] = max([hf[v] + f[v], rel[n + v]] + [hb[w] + b[w] for w in out_dst[out_ptr[v] : out_ptr[v + 1]] if g[w]])
-    for v in range(n):  # backward tails: an op's backward comes before its inputs' backward
-        if g[v]:
-            tb[v] = max((b[u] + tb[u] for u in in_src[in_ptr[v] : in_ptr[v + 1]]), default=0.0)
-    for v in range(n - 1, -1, -1):  # forward tails: its own backward, or its consumers' forward
-        tf[v] = max([b[v] + tb[v]] + [f[w] + tf[w] for w in out_dst[out_ptr[v] : out_ptr[v + 1]]])
-    return np.array(hf + hb), np.array(tf + tb), np.concatenate([pf, pb])
-
-
-def _overloaded(T: float, head: np.ndarray, tail: np.ndarray, p: np.ndarray, capacity: float, windows: int) -> bool:
-    """Whether some window ``[t1, t2]`` is owed more work than ``capacity`` devices do in it, if every task ends by
-    ``T``.
-
-    A task with release ``r = head``, deadline ``d = T - tail`` and duration ``p``
-    overlaps ``[t1, t2]`` by at least ``max(0, min(t2 - t1, p, r + p - t1, t2 - d + p))``
-    (left-shifted or right-shifted as far as it can go). Windows open at a task's
-    release or latest start and close at an earliest end or deadline (the points
-    where the owed work changes slope); past ``windows`` of each, an even spread of
-    their quantiles is checked (any window checked is a valid test).
-    """
-    earliest_end = head + p
-    latest_start = T - tail - p
-    opens = np.unique(np.concatenate([head, latest_start]))
-    closes = np.unique(np.concatenate([earliest_end, T - tail]))
-    if len(opens) > windows:
-        opens = np.quantile(opens, np.linspace(0.0, 1.0, windows))
-    if len(closes) > windows:
-        closes = np.quantile(closes, np.linspace(0.0, 1.0, windows))
-    slack = 1e-12 * T
-    for t1 in opens:
-        t2 = closes[closes > t1]
-        if not len(t2):
-            continue
-        length = t2 - t1
-        owed = np.minimum(
-            np.minimum(length[:, None], p[None, :]),
-            np.minimum(earliest_end[None, :] - t1, t2[:, None] - latest_start[None, :]),
-        )
-        if np.any(np.maximum(owed, 0.0).sum(axis=1) > capacity * length + slack):
-            return True
-    return False
-
-
-def energetic_bound_s(
-    head: np.ndarray,
-    tail: np.ndarray,
-    p: np.ndarray,
-    capacity: float,
-    lo: float = 0.0,
-    *,
-    windows: int | None = None,
-    rel_tol: float = 1e-4,
-) -> float:
-    """The largest ``T >= lo`` that energetic reasoning proves no schedule of the tasks on ``capacity`` devices ends by.
-
-    ``head``, ``tail``, ``p``: per task (:func:`task_windows`); ``lo``: a value
-    already known to be a bound (the result is never below it); ``windows``: the
-    opening and closing points tried (default: 128, fewer past 12,000 tasks, so
-    that one test costs at most about 2e8 operations). Bisection
-    between ``lo`` and the serial time ``sum(p)`` (every task on one device, which
-    passes the test) to a relative ``rel_tol``; every ``T`` it returns was shown
-    impossible, so the result is a bound whatever the tolerance.
-    """
-    keep = p > 0
-    head, tail, p = head[keep], tail[keep], p[keep]
-    if not len(p):
-        return lo
-    given = lo
-    if windows is None:
-        windows = int(np.clip(np.sqrt(2e8 / len(p)), 32, 128))
-    lo = max(lo, float((head + p + tail).max()))  # the critical path: below it every window test is moot
-    hi = max(float(p.sum()), lo)
-    if not _overloaded(lo * (1 + rel_tol), head, tail, p, capacity, windows):
-        return given  # nothing proven beyond what was known
-    while hi - lo > rel_tol * hi:
-        mid = 0.5 * (lo + hi)
-        if _overloaded(mid, head, tail, p, capacity, windows):
-            lo = mid
-        else:
-            hi = mid
-    return lo
-
-
 def host_issue_s(cluster: Cluster, fwd_s: np.ndarray, issue_fwd_s: np.ndarray) -> np.ndarray:
     """``[num_ops, D]`` host seconds to issue each op's forward on each device (eager executor).
 
     A host device's op runs on the host (``fwd_s``); another device's costs its
-    issue time (``issue_fwd_s``, :func:`envs.cost.issue_times`).
+    issue time (``issue_fwd_s``, :func:`envs.sim.cost.issue_times`).
     """
     host = np.asarray(cluster.kinds) == "cpu"
     return np.where(host[None, :], fwd_s, issue_fwd_s)
@@ -461,7 +238,8 @@ def lower_bound_from_times(
 ) -> LowerBound:
     """The bound from precomputed ``[num_ops, num_devices]`` op times, for ``executor`` (``"eager"`` or ``"dataflow"``).
 
-    ``issue_fwd_s``: the host's issue seconds per op and device (default :func:`envs.cost.issue_times` of ``graph``).
+    ``issue_fwd_s``: the host's issue seconds per op and device (default :func:`envs.sim.cost.issue_times` of
+    ``graph``).
     ``microbatches``: ``M``, where ``graph`` is a pipelined step's ``M`` microbatch copies (op ``m * n + i``,
     :func:`envs.microbatch.microbatch_graph`). In ``eager`` only the last microbatch's backward is sure to
     follow the whole forward's issue: a one-forward-one-backward plan runs earlier microbatches' backward while

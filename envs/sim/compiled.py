@@ -55,12 +55,12 @@ def heap_pop(h, size):
         bk = h[2 * c]
         bi = h[2 * c + 1]
         last = c + 4 if c + 4 <= size else size
-        for x in range(c + 1, last):
-            xk = h[2 * x]
-            if xk < bk or (xk == bk and h[2 * x + 1] < bi):
-                best = x
+        for child in range(c + 1, last):
+            xk = h[2 * child]
+            if xk < bk or (xk == bk and h[2 * child + 1] < bi):
+                best = child
                 bk = xk
-                bi = h[2 * x + 1]
+                bi = h[2 * child + 1]
         if bk < key or (bk == key and bi < fid):
             h[2 * j] = bk
             h[2 * j + 1] = bi

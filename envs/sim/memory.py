@@ -4,7 +4,7 @@ What a device holds (documented simplifications):
 
 * static, for the whole step: parameters, their gradients, Adam's two moments
   and buffers of the ops placed on it (``4 × param_bytes + buffer_bytes``,
-  :func:`envs.cost.static_bytes`). A parameter counts on the device of the op
+  :func:`envs.sim.cost.static_bytes`). A parameter counts on the device of the op
   that owns it (its first consumer).
 * the output of every op, from the start of its forward until the end of its
   backward when autograd keeps it for backward (:func:`graphs.ops.saved_mask`:
@@ -20,7 +20,7 @@ What a device holds (documented simplifications):
 * a gradient received from another device, from the start of that transfer
   until the backward of the op that produced the tensor ends;
 * after the backward, the optimizer step's temporaries beside the static state
-  (:func:`envs.cost.update_transient_bytes`: all of a device's parameters once
+  (:func:`envs.sim.cost.update_transient_bytes`: all of a device's parameters once
   under Adam's foreach path, twice its largest parameter under the single-tensor
   path that any parameter on the host selects); :meth:`envs.SimEnv.result` and the
   kernel take the larger of that and the sweep's peak.
@@ -119,7 +119,7 @@ def peak_bytes(
     peaks = np.asarray(static_per_device, dtype=np.int64).copy()
     when = np.zeros(num_devices)
     for d in range(num_devices):
-        pk, t = sweep_peak(at[ad == d], ab[ad == d], ft[fd == d], fb[fd == d])
+        pk, at_s = sweep_peak(at[ad == d], ab[ad == d], ft[fd == d], fb[fd == d])
         peaks[d] += pk
-        when[d] = t
+        when[d] = at_s
     return peaks, when

@@ -1,6 +1,6 @@
 """How far the planner may trust the simulator's issue orders: a margin measured by running orders for real.
 
-The planner (:meth:`envs.sim.simulator.SimEnv.plan_order`) keeps an issue order
+The order planner (:meth:`envs.sim.order_planner.OrderPlanner.plan`) keeps an issue order
 other than node order only where its predicted gain exceeds the margin. The
 margin comes from order checks (``bench/validate_gpu.py``): each planned order
 run for real against node order, interleaved. A check whose simulated ratio

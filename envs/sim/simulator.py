@@ -5,10 +5,11 @@ precomputation and scores many (``evaluate`` for Results, ``step_times`` for a
 ``[K, num_ops]`` batch of device indices in the inner loop of search and RL).
 The schedule semantics (the ``eager`` PyTorch executor, the default, and the
 ``dataflow`` TensorFlow one) are in :mod:`envs.sim.schedule`, the memory model in
-:mod:`envs.sim.memory`, the costs in :mod:`envs.cost`. They run on
-:func:`schedule_graph`: the graph (its microbatch copies) with every parameter
-that several ops read as edges from its owner, so reading it on another device
-costs the copy and its gradient, as in the module :func:`placer.apply` builds.
+:mod:`envs.sim.memory`, the costs in :mod:`envs.sim.cost`. They run on
+:func:`envs.sim.sim_graph.schedule_graph`: the graph (its microbatch copies) with
+every parameter that several ops read as edges from its owner, so reading it on
+another device costs the copy and its gradient, as in the module
+:func:`placer.apply` builds. Issue orders are picked by :mod:`envs.sim.order_planner`.
 
 >>> from graphs import OpGraph
 >>> from envs.cluster import Cluster
@@ -27,19 +28,19 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from envs import cost
 from envs.cluster import Cluster
-from envs.microbatch import expand_order, issue_segments, microbatch_graph, stage_starts
+from envs.microbatch import expand_order, issue_segments, stage_starts
 from envs.result import Result
+from envs.sim import cost
 from envs.sim.bound import lower_bound_from_times
-from envs.sim.memory import peak_bytes
-from envs.sim.order_trust import ORDER_MARGIN_META, kept
-from envs.sim.schedule import ACT, EXECUTORS, Schedule, schedule_reference
-from envs.sim.trace import chrome_trace
-from graphs.dag import priority_order
+from envs.sim.order_planner import InOrder, OrderPlanner
+from envs.sim.order_trust import ORDER_MARGIN_META
+from envs.sim.schedule import EXECUTORS, Schedule, schedule_reference
+from envs.sim.sim_graph import schedule_graph
+from envs.sim.step_result import step_result
 from graphs.errors import PlacerError
 from graphs.ir import OpGraph
-from graphs.ops import free_mask, grad_mask, param_reads, saved_mask
+from graphs.ops import free_mask, grad_mask, saved_mask
 from graphs.plan import as_indices, check_inflight, check_microbatches, check_order
 
 #: Bumped whenever a change to the model changes simulated step times (keys of caches of simulated results).
@@ -48,18 +49,11 @@ MODEL_VERSION = 4  # 2: parameters read on another device are copied there (sche
 # 4: the eager backward simulated in time order over autograd's threads (ready queues by sequence number), the
 # host's staging copies before host -> GPU copies, contention between host ops and GPU workers (envs.sim.eager)
 
-#: ``OpGraph.meta`` key set on :func:`schedule_graph`'s output: its parameter reads are edges already.
-PARAM_EDGES_META = "param_edges"
-
 #: The ``--executor`` help shared by ``placer simulate``, ``compare`` and ``train``.
 EXECUTOR_ARG_HELP = (
     "executor model scoring a step: eager (default: the PyTorch module placer.apply builds, one host "
     "thread issuing ops in order to in-order GPU streams) or dataflow (TensorFlow's executor, the paper's setting)"
 )
-
-
-def _fmt_bytes(b: float) -> str:
-    return f"{b / 1e9:.2f} GB" if b >= 1e8 else f"{b / 1e6:.1f} MB"
 
 
 class SimEnv:
@@ -146,7 +140,8 @@ class SimEnv:
         self.kept = saved_mask(self.sim_graph)
         self.consumers = self.sim_graph.out_csr[:2]
         self._kernel_data: Any = None
-        self._twins: dict[Any, SimEnv] = {}  # this env under another executor model or M (see _as)
+        self.planner = OrderPlanner(self)  # picks issue orders (order_candidates, schedule_order, plan_order)
+        self._twins: dict[Any, SimEnv] = {}  # this env under another executor model or M (see _twin)
         self._simulated = [0]  # placements simulated (shared with the twins): see `simulated`
         self._lower_bound: dict[float, float] = {}
 
@@ -240,7 +235,13 @@ class SimEnv:
         """
         return self._simulated[0]
 
-    def _for(self, placement: Any) -> "SimEnv":
+    def with_executor(self, executor: str) -> "SimEnv":
+        """This env under another executor model (same graph, cluster, backend and M; each twin is built once)."""
+        if executor == self.executor:
+            return self
+        return self._twin(executor, self.microbatches, self.inflight)
+
+    def for_placement(self, placement: Any) -> "SimEnv":
         """The env that scores ``placement``: this one, or its twin for the placement's ``microbatches`` and
         ``inflight``."""
         M = getattr(placement, "microbatches", None)
@@ -263,7 +264,7 @@ class SimEnv:
 
     def update_transient(self, op_devices: np.ndarray) -> np.ndarray:
         """Bytes the optimizer step allocates beside the static state, per device
-        (:func:`envs.cost.update_transient_bytes`)."""
+        (:func:`envs.sim.cost.update_transient_bytes`)."""
         return cost.update_transient_bytes(
             self.sim_graph.param_bytes, op_devices, [k == "cpu" for k in self.cluster.kinds]
         )
@@ -289,101 +290,55 @@ class SimEnv:
         return self._kernel_data
 
     # -------------------------------------------------------------- schedule
-    def schedule(self, placement: Any, order: Any = None) -> Schedule:
+    def schedule(self, placement: Any, order: Any = None, *, count: bool = True) -> Schedule:
         """The full simulated schedule of one placement (issue ``order``: see the class doc).
 
         With M microbatches its per-op arrays are those of ``sim_graph`` (op ``m * n + i``
-        is op ``i`` of microbatch ``m``).
+        is op ``i`` of microbatch ``m``). ``count``: add it to :attr:`simulated` (off for
+        the order planner's own dataflow schedule).
         """
-        self._simulated[0] += 1
-        return self._schedule(placement, order)
-
-    def _schedule(self, placement: Any, order: Any = None) -> Schedule:
-        """:meth:`schedule`, not counted in :attr:`simulated` (the planner's own dataflow schedule)."""
-        env = self._for(placement)
+        env = self.for_placement(placement)
         if env is not self:
-            return env._schedule(placement, order)
+            return env.schedule(placement, order, count=count)
+        if count:
+            self._simulated[0] += 1
         op_devices = self.indices(placement)
         graph_order = self.check_order(getattr(placement, "order", None) if order is None else order)
         program = self.program(op_devices, graph_order)
         sim_devices, order = self.expand(op_devices), self.sim_order(graph_order)
         if self.backend == "reference":
-            c = self.cluster
-            return schedule_reference(
-                self.sim_graph,
-                sim_devices,
-                self.fwd_s,
-                self.bwd_s,
-                c.latency_s,
-                c.bandwidth_bytes_per_s,
-                self.update_s(sim_devices),
-                executor=self.executor,
-                order=order,
-                host=np.asarray(c.kinds) == "cpu",
-                launch_s=c.launch_overhead_s,
-                segments=program,
-                grad=self.grad,
-                issue=(self.issue_f, self.issue_b),
-                host_costs=self.host_costs,
-            )
+            return self._reference_schedule(sim_devices, order, program)
         return self._kernel().schedule(sim_devices, order if self.executor == "eager" else None, program)
+
+    def _reference_schedule(self, sim_devices: np.ndarray, order: np.ndarray | None, program: np.ndarray) -> Schedule:
+        """The pure-Python schedule of a placement of ``sim_graph``'s ops, in issue ``order`` and host ``program``."""
+        c = self.cluster
+        return schedule_reference(
+            self.sim_graph,
+            sim_devices,
+            self.fwd_s,
+            self.bwd_s,
+            c.latency_s,
+            c.bandwidth_bytes_per_s,
+            self.update_s(sim_devices),
+            executor=self.executor,
+            order=order,
+            host=self._host,
+            launch_s=c.launch_overhead_s,
+            segments=program,
+            grad=self.grad,
+            issue=(self.issue_f, self.issue_b),
+            host_costs=self.host_costs,
+        )
 
     def simulate(self, placement: Any, *, trace: bool = False, order: Any = None) -> Result:
         """Score one placement; see :func:`simulate`."""
-        env = self._for(placement)
+        env = self.for_placement(placement)
         return env.result(env.schedule(placement, order), trace=trace)
 
     def result(self, sched: Schedule, *, trace: bool = False) -> Result:
-        """The Result of a schedule (memory sweep, busy times, OOM check)."""
-        c = self.cluster
-        names = c.device_names
-        D = self.num_devices
-        static = self.static_per_device(sched.op_devices)
-        peaks, _ = peak_bytes(sched, self.act_bytes, static, D, self.grad, self.kept, self.consumers)
-        peaks = np.maximum(
-            peaks, static + self.update_transient(sched.op_devices)
-        )  # the optimizer step, after backward
-        p = sched.op_devices
-        n = len(p)
-        dev_busy = np.bincount(p, weights=self.fwd_s[np.arange(n), p] + self.bwd_s[np.arange(n), p], minlength=D)
-        dev_busy = dev_busy + sched.update_s
-        busy = {names[d]: float(dev_busy[d]) for d in range(D)}
-        link_busy = np.zeros((D, D))
-        np.add.at(link_busy, (sched.xfer_src, sched.xfer_dst), sched.xfer_end_s - sched.xfer_start_s)
-        for a, b in zip(*np.nonzero(link_busy)):
-            busy[f"{names[a]}->{names[b]}"] = float(link_busy[a, b])
-        over = [d for d in range(D) if peaks[d] > c.memory_bytes[d]]
-        sim_time = sched.step_time_s
-        extra: dict[str, Any] = {
-            "sim_step_time_s": sim_time,
-            "oom_devices": [names[d] for d in over],
-            "backward_end_s": float(sched.backward_end_s),
-            "update_s": float(sched.update_s.max()) if D else 0.0,
-            "num_transfers": int(np.sum(sched.xfer_kind == ACT)),
-            "transfer_bytes": int(sched.xfer_bytes.sum()),
-            "executor": self.executor,
-            "microbatches": self.microbatches,
-            "inflight": self.inflight,
-        }
-        if trace:
-            extra["trace"] = chrome_trace(self, sched)
-        result = Result(
-            step_time_s=sim_time,
-            peak_bytes={names[d]: int(peaks[d]) for d in range(D)},
-            busy_s=busy,
-            source=self.source,
-            extra=extra,
-        )
-        if over:
-            worst = max(over, key=lambda d: peaks[d] / c.memory_bytes[d])
-            others = f" (also {', '.join(names[d] for d in over if d != worst)})" if len(over) > 1 else ""
-            result.status = "oom"
-            result.step_time_s = float("inf")
-            result.message = (
-                f"out of memory on {names[worst]}: peak {_fmt_bytes(peaks[worst])} > capacity "
-                f"{_fmt_bytes(c.memory_bytes[worst])}{others}"
-            )
-        return result
+        """The Result of a schedule of this env (:func:`envs.sim.step_result.step_result`)."""
+        return step_result(self, sched, trace=trace)
 
     # ---------------------------------------------------------------- scorer
     def evaluate(self, placements: Sequence[Any]) -> list[Result]:
@@ -404,32 +359,15 @@ class SimEnv:
         ``over``: per row, the largest peak / capacity over the devices that run out of memory (0 for a row
         that fits). ``order``: None (node order), one issue order shared by the batch, a ``[K, num_ops]``
         array of them (used by the eager executor), or ``"planned"``: each row in its own
-        :meth:`schedule_order` (the cheap planner; about 2 ms per row on nmt-2 against 0.7 ms for the step
-        itself).
+        :meth:`envs.sim.order_planner.OrderPlanner.schedule_order` (the cheap planner; about 2 ms per row on
+        nmt-2 against 0.7 ms for the step itself).
         """
         return self._batch(op_devices, order, overflow=True)
 
     def _batch(self, op_devices: np.ndarray, order: Any, *, overflow: bool):
         """``(step_time_s, failed, over)`` of a batch (:meth:`overflow`); ``over`` only computed with ``overflow``."""
-        op_devices = np.asarray(op_devices)
-        if op_devices.ndim == 1:
-            op_devices = op_devices[None, :]
-        if op_devices.ndim != 2 or op_devices.shape[1] != self.num_ops:
-            raise PlacerError(
-                f"step_times: expected a [K, {self.num_ops}] array of device indices, got shape {op_devices.shape}"
-            )
-        if op_devices.size and (op_devices.min() < 0 or op_devices.max() >= self.num_devices):
-            raise PlacerError(f"step_times: device index out of range [0, {self.num_devices})")
-        if isinstance(order, str):
-            if order != "planned":
-                raise PlacerError(f"step_times: order {order!r}: give op indices or 'planned'")
-            order = (
-                np.stack([self.schedule_order(row) for row in op_devices]) if len(op_devices) else None
-            )  # valid by construction
-        else:
-            order = self.check_order(order, rows=len(op_devices))
-        if order is not None and order.ndim == 2 and len(order) == 1:
-            order = order[0]
+        op_devices = self._check_batch(op_devices)
+        order = self._batch_order(op_devices, order)
         self._simulated[0] += len(op_devices)
         programs = None
         if self.inflight < self.microbatches and self.executor == "eager":  # each placement's own stages
@@ -441,107 +379,71 @@ class SimEnv:
             op_devices = np.tile(op_devices, (1, self.microbatches))
             order = self.sim_order(order)
         if self.backend == "reference":
-            times = np.empty(len(op_devices))
-            oom = np.zeros(len(op_devices), dtype=bool)
-            over = np.zeros(len(op_devices))
-            caps = dict(zip(self.cluster.device_names, self.cluster.memory_bytes.tolist()))
-            for k, row in enumerate(op_devices):
-                o = order[k] if order is not None and order.ndim == 2 else order
-                c = self.cluster
-                sched = schedule_reference(
-                    self.sim_graph,
-                    row,
-                    self.fwd_s,
-                    self.bwd_s,
-                    c.latency_s,
-                    c.bandwidth_bytes_per_s,
-                    self.update_s(row),
-                    executor=self.executor,
-                    order=o,
-                    host=np.asarray(c.kinds) == "cpu",
-                    launch_s=c.launch_overhead_s,
-                    segments=self.segments if programs is None else programs[k],
-                    grad=self.grad,
-                    issue=(self.issue_f, self.issue_b),
-                    host_costs=self.host_costs,
-                )
-                r = self.result(sched)
-                times[k] = r.extra["sim_step_time_s"]
-                oom[k] = r.status == "oom"
-                if oom[k]:
-                    over[k] = max(r.peak_bytes[d] / caps[d] for d in r.extra["oom_devices"])
-            return times, oom, over
+            return self._reference_batch(op_devices, order, programs)
         over = np.zeros(len(op_devices)) if overflow else None
-        times, oom = self._kernel().run_batch(
+        step_time_s, oom = self._kernel().run_batch(
             op_devices.astype(np.int32, copy=False), order if self.executor == "eager" else None, programs, over
         )
-        return times, oom, over
+        return step_time_s, oom, over
+
+    def _check_batch(self, op_devices: Any) -> np.ndarray:
+        """``op_devices`` as a ``[K, num_ops]`` array of device indices; a :class:`PlacerError` otherwise."""
+        op_devices = np.asarray(op_devices)
+        if op_devices.ndim == 1:
+            op_devices = op_devices[None, :]
+        if op_devices.ndim != 2 or op_devices.shape[1] != self.num_ops:
+            raise PlacerError(
+                f"step_times: expected a [K, {self.num_ops}] array of device indices, got shape {op_devices.shape}"
+            )
+        if op_devices.size and (op_devices.min() < 0 or op_devices.max() >= self.num_devices):
+            raise PlacerError(f"step_times: device index out of range [0, {self.num_devices})")
+        return op_devices
+
+    def _batch_order(self, op_devices: np.ndarray, order: Any) -> np.ndarray | None:
+        """The checked issue order of a batch: None, one ``[n]`` order for every row, or ``[K, n]``."""
+        if isinstance(order, str):
+            if order != "planned":
+                raise PlacerError(f"step_times: order {order!r}: give op indices or 'planned'")
+            order = (
+                np.stack([self.planner.schedule_order(row) for row in op_devices]) if len(op_devices) else None
+            )  # valid by construction
+        else:
+            order = self.check_order(order, rows=len(op_devices))
+        if order is not None and order.ndim == 2 and len(order) == 1:
+            order = order[0]
+        return order
+
+    def _reference_batch(
+        self, op_devices: np.ndarray, order: np.ndarray | None, programs: list[np.ndarray] | None
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """:meth:`_batch` of placements of ``sim_graph``'s ops, one pure-Python schedule and Result each."""
+        step_time_s = np.empty(len(op_devices))
+        oom = np.zeros(len(op_devices), dtype=bool)
+        over = np.zeros(len(op_devices))
+        caps = dict(zip(self.cluster.device_names, self.cluster.memory_bytes.tolist()))
+        for k, row in enumerate(op_devices):
+            row_order = order[k] if order is not None and order.ndim == 2 else order
+            program = self.segments if programs is None else programs[k]
+            r = self.result(self._reference_schedule(row, row_order, program))
+            step_time_s[k] = r.extra["sim_step_time_s"]
+            oom[k] = r.status == "oom"
+            if oom[k]:
+                over[k] = max(r.peak_bytes[device] / caps[device] for device in r.extra["oom_devices"])
+        return step_time_s, oom, over
 
     # ------------------------------------------------------------ issue order
+    # The order planner (envs.sim.order_planner) picks issue orders; these delegate to it for callers that hold an env.
     def order_candidates(self, placement: Any) -> dict[str, np.ndarray]:
-        """Issue orders worth trying for ``placement`` (each a topological order of the graph).
-
-        * ``node``: the graph's own order (what an unordered placement runs);
-        * ``devices-first``: Kahn's algorithm issuing every ready op placed on a
-          device before any ready host (``cpu``) op, in node order otherwise: the
-          host launches the asynchronous work before it blocks on its own;
-        * ``schedule``: the forward start times of the dataflow schedule (the
-          paper's executor, which overlaps all that the graph allows), host ops
-          after device ops on ties, then node order.
-        """
-        op_devices = self.indices(placement)
-        g, n = self.graph, self.num_ops
-        host = (np.asarray(self.cluster.kinds) == "cpu")[op_devices]
-        out = {"node": np.arange(n, dtype=np.int64)}
-        out["devices-first"] = priority_order(g, host)  # ready host ops last
-        out["schedule"] = self.schedule_order(op_devices)
-        return out
+        """:meth:`envs.sim.order_planner.OrderPlanner.candidates` on this env."""
+        return self.planner.candidates(placement)
 
     def schedule_order(self, placement: Any) -> np.ndarray:
-        """The ``schedule`` issue order of :meth:`order_candidates` (forward starts of the dataflow schedule).
-
-        On the zoo graphs it is the candidate :meth:`plan_order` picks for heuristic
-        and sampled placements alike (nmt-2, k80x4: 16 of 16, 15% faster than node
-        order on average), and the cheapest to compute (one dataflow schedule):
-        what ``step_times(..., order="planned")`` scores samples with.
-        """
-        op_devices = self.indices(placement)
-        host = (np.asarray(self.cluster.kinds) == "cpu")[op_devices]
-        start = (
-            self._as("dataflow")._schedule(op_devices).fwd_start_s[: self.num_ops]
-        )  # with microbatches: microbatch 0's
-        return np.lexsort((np.arange(self.num_ops), host, start)).astype(np.int64)
-
-    def _as(self, executor: str) -> "SimEnv":
-        """This env under another executor model (same graph, cluster and backend; built once)."""
-        if executor == self.executor:
-            return self
-        return self._twin(executor, self.microbatches, self.inflight)
+        """:meth:`envs.sim.order_planner.OrderPlanner.schedule_order` on this env."""
+        return self.planner.schedule_order(placement)
 
     def plan_order(self, placement: Any) -> tuple[np.ndarray, str, float]:
-        """``(order, name, eager step seconds)``: the fastest of :meth:`order_candidates` under the eager model.
-
-        The eager executor is what :func:`placer.apply` runs, so the order is
-        judged there whatever this env's executor; ties keep the node order, and
-        so does a gain of at most ``order_margin`` (node order's step times ``1 -
-        order_margin``: where orders measured for real were slower than the
-        simulator said, :mod:`envs.sim.order_trust`). Memory is ignored here (the
-        order barely moves the peak).
-        """
-        env = self._for(placement)
-        if env is not self:
-            return env.plan_order(placement)
-        eager = self._as("eager")
-        cands = self.order_candidates(placement)
-        op_devices = self.indices(placement)
-        names = list(cands)
-        times, _ = eager.step_times(
-            np.repeat(op_devices[None, :], len(names), axis=0), np.stack([cands[k] for k in names])
-        )
-        best = int(np.argmin(times))  # first minimum: "node" on ties
-        if best and not (times[0] > 0 and kept(times[best] / times[0], self.order_margin)):
-            best = 0
-        return cands[names[best]], names[best], float(times[best])
+        """:meth:`envs.sim.order_planner.OrderPlanner.plan` on this env: ``(order, name, step_time_s)``."""
+        return self.planner.plan(placement)
 
     def lower_bound(self, blocks_s: float = 0.0) -> float:
         """:func:`envs.sim.bound.lower_bound` for this graph, cluster and executor (cached; a
@@ -561,88 +463,6 @@ class SimEnv:
                 blocks_s=blocks_s,
             )
         return self._lower_bound[blocks_s]
-
-
-def schedule_graph(graph: OpGraph, microbatches: int = 1) -> OpGraph:
-    """The graph the schedulers run: :func:`envs.microbatch.microbatch_graph`, plus parameter reads as edges.
-
-    A parameter (or buffer) read by ops on several devices is copied by
-    :func:`placer.apply` from its owner's device to each other device before its
-    first reader there, and its gradient flows back (:func:`graphs.ops.param_reads`).
-    The schedulers charge exactly that for an edge ``owner -> reader`` carrying the
-    tensor's bytes: a copy ``(owner, d)`` once per device ``d``, made before the
-    first consumer on ``d`` in issue order, kept (in memory) until its gradient
-    has been sent back, and a gradient copy back. In each microbatch copy (every
-    microbatch's forward makes its own copies) the edge carries the whole tensor.
-
-    Documented simplifications of modelling the tensor as the owner's output: a
-    reader waits for the owner's forward (its first reader, which in a recurrent
-    layer or a tied embedding runs before the others anyway), the owner's backward
-    waits for the gradient copies, and where the owner's output also goes to the
-    reader's device, one copy carries the larger of the two (a reader that reads
-    both gets an edge of their sum). A graph that already has these edges
-    (``meta[PARAM_EDGES_META]``: this function's output) gets none added again.
-    """
-    sim = microbatch_graph(graph, microbatches)
-    if graph.meta.get(PARAM_EDGES_META):
-        return sim
-    src, dst, nbytes = param_reads(graph)
-    if not len(src):
-        return sim
-    # on the graph's own edges (the microbatch copies repeat them): a pair that is already an edge (the reader
-    # also reads the owner's output, so it needs both) adds the tensor's bytes to it; the others are new edges
-    n, E = graph.num_ops, graph.num_edges
-    key = graph.edge_src.astype(np.int64) * n + graph.edge_dst
-    by_key = np.argsort(key, kind="stable")
-    want = src * n + dst
-    at = np.minimum(np.searchsorted(key[by_key], want), max(E - 1, 0))
-    hit = (key[by_key[at]] == want) if E else np.zeros(len(want), dtype=bool)
-    add = np.zeros(E, dtype=np.int64)
-    np.add.at(add, by_key[at[hit]], nbytes[hit])
-    M = check_microbatches(microbatches)
-    shift = (np.arange(M, dtype=np.int64) * n)[:, None]
-    new_src, new_dst = (src[~hit][None, :] + shift).reshape(-1), (dst[~hit][None, :] + shift).reshape(-1)
-    return OpGraph(
-        names=sim.names,
-        op_types=sim.op_types,
-        out_shapes=sim.out_shapes,
-        out_dtypes=sim.out_dtypes,
-        out_bytes=sim.out_bytes,
-        param_bytes=sim.param_bytes,
-        buffer_bytes=sim.buffer_bytes,
-        flops=sim.flops,
-        module_paths=sim.module_paths,
-        params=sim.params,
-        edge_src=np.concatenate([sim.edge_src, new_src]),
-        edge_dst=np.concatenate([sim.edge_dst, new_dst]),
-        edge_bytes=np.concatenate([sim.edge_bytes + np.tile(add, M), np.tile(nbytes[~hit], M)]),
-        name=sim.name,
-        meta={**sim.meta, PARAM_EDGES_META: True},
-    )
-
-
-class InOrder:
-    """A :class:`SimEnv` whose :meth:`~SimEnv.step_times` scores in one issue order where the caller gives none.
-
-    Everything else is the env's own; :meth:`with_microbatches` keeps the order. Made by :meth:`SimEnv.in_order`.
-    """
-
-    def __init__(self, env: SimEnv, order: str) -> None:
-        if order != "planned":
-            raise PlacerError(f"in_order: order {order!r}: give 'planned' or None")
-        self.env, self.order = env, order
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self.env, name)
-
-    def step_times(self, op_devices: np.ndarray, order: Any = None) -> tuple[np.ndarray, np.ndarray]:
-        return self.env.step_times(op_devices, self.order if order is None else order)
-
-    def overflow(self, op_devices: np.ndarray, order: Any = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        return self.env.overflow(op_devices, self.order if order is None else order)
-
-    def with_microbatches(self, microbatches: int, inflight: int | None = None) -> "InOrder":
-        return InOrder(self.env.with_microbatches(microbatches, inflight), self.order)
 
 
 def simulate(
@@ -669,5 +489,6 @@ def simulate(
 
 
 def plan_order(graph: OpGraph, placement: Any, cluster: Cluster) -> tuple[np.ndarray, str, float]:
-    """``(order, name, eager step seconds)``: the issue order to run ``placement`` with (:meth:`SimEnv.plan_order`)."""
-    return SimEnv(graph, cluster).plan_order(placement)
+    """``(order, name, step_time_s)``: the issue order to run ``placement`` with
+    (:meth:`envs.sim.order_planner.OrderPlanner.plan`), and its eager step time."""
+    return OrderPlanner(SimEnv(graph, cluster)).plan(placement)

@@ -74,14 +74,14 @@ def collect_schedule(op_devices, keys, start, end, act_id, grad_id, update_s, gr
     kinds, ops, srcs, dsts, nbytes, xs, xe = [], [], [], [], [], [], []
     for kind, make in ((ACT, act_id), (GRAD, grad_id)):
         for (u, d), b in items:
-            t = make(u, d)
+            task = make(u, d)
             kinds.append(kind)
             ops.append(u)
             srcs.append(p[u] if kind == ACT else d)
             dsts.append(d if kind == ACT else p[u])
             nbytes.append(0 if kind == GRAD and grad is not None and not grad[u] else b)
-            xs.append(start[t])
-            xe.append(end[t])
+            xs.append(start[task])
+            xe.append(end[task])
     f = lambda seq: np.asarray(seq, dtype=np.float64)  # noqa: E731
     return Schedule(
         op_devices=op_devices.astype(np.int32),

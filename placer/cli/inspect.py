@@ -23,9 +23,8 @@ from typing import Any
 import numpy as np
 
 import envs
-from envs import cost
 from envs.cluster import CLUSTER_ARG_HELP, PRESETS
-from envs.sim import bound
+from envs.sim import bound, cost
 from graphs import OpGraph, sources
 from graphs.dag import critical_path
 from graphs.ops import view_mask

@@ -28,9 +28,9 @@ import torch
 
 import envs
 import placer.compare
-from envs.cost import op_times
 from envs.sim import simulator
-from envs.sim.simulator import schedule_graph
+from envs.sim.cost import op_times
+from envs.sim.sim_graph import schedule_graph
 from graphs import OpGraph, PlacerError, plan, zoo
 from graphs.dag import top_level
 from graphs.io import read_json, write_text_atomic

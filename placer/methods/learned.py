@@ -17,12 +17,12 @@ import numpy as np
 import torch
 
 import envs
-from envs.sim.simulator import schedule_graph
+from envs.sim.sim_graph import schedule_graph
 from graphs import OpGraph
 from graphs.plan import Placement
 from placer.methods.heuristics.costs import candidate_devices
 from placer.methods.heuristics.module_search import descend
-from placer.methods.heuristics.search import scored_keys
+from placer.methods.heuristics.ranking import scored_keys
 from placer.methods.registry import placement_of
 from policies import policy_file as pf
 from policies.gnn import GNNPolicy
@@ -88,7 +88,7 @@ def place_learned(
     is spent, or ``refine_time_s`` has passed (then the result depends on the
     machine's speed; ``meta["refine_stopped"]`` says which ended it). The
     ``module_search`` heuristic is the same descent from uniform draws; given as
-    many simulated placements it is this refinement's rival
+    many simulated placements it is what this refinement is measured against
     (``bench/zero_shot.py``). ``refine=0`` keeps the best decode.
 
     Returns a :class:`placer.Placement` (method ``learned``) whose meta records the policy file and timings.
@@ -96,20 +96,22 @@ def place_learned(
     t0 = time.perf_counter()
     loaded = pf.load(policy_file)
     levels = [g for g in groups if g == "modules" or int(g) > 0]
-    idx, found_by, view_of, groupings = _decodes(graph, cluster, loaded.net, levels, samples, seed, module_temperatures)
+    op_devices, found_by, view_of, groupings = _decodes(
+        graph, cluster, loaded.net, levels, samples, seed, module_temperatures
+    )
     env = envs.SimEnv(graph, cluster)
-    keys = scored_keys(env, idx)
-    t = np.asarray([np.inf if failed else x for failed, x in keys])
-    j = int(np.argmin(t))
-    greedy_t, decode_t = t[0], t[j]
-    best, best_key, best_how = idx[j], keys[j], found_by[j]
+    keys = scored_keys(env, op_devices)
+    step_time_s = np.asarray([np.inf if failed else x for failed, x in keys])
+    j = int(np.argmin(step_time_s))
+    greedy_t, decode_t = step_time_s[0], step_time_s[j]
+    best, best_key, best_how = op_devices[j], keys[j], found_by[j]
     refined, stopped = 0, "off"
     if refine > 0:
         deadline = time.perf_counter() + float(refine_time_s)
         best, best_key, best_how, refined = _refine(
             env,
             cluster,
-            idx,
+            op_devices,
             keys,
             found_by,
             view_of,
@@ -128,7 +130,7 @@ def place_learned(
         "seed": seed,
         "found_by": best_how,
         "module_temperatures": [float(t) for t in module_temperatures],
-        "decodes": len(idx),
+        "decodes": len(op_devices),
         "refine": int(refine),
         "refine_simulated": int(refined),
         "refine_time_s": float(refine_time_s),
@@ -217,8 +219,10 @@ def _refine(
         g = groupings[view_of[i]]
         start = np.zeros(int(g.max()) + 1, dtype=np.int64)
         start[g] = op_devices[i]  # a decode of a view gives every op of a group the group's device
-        x, key, spent = descend(env, g, start, devices, budget - used, key=keys[i], rng=rng, deadline=deadline)
+        group_devices, key, spent = descend(
+            env, g, start, devices, budget - used, key=keys[i], rng=rng, deadline=deadline
+        )
         used += spent
         if key < best_key:
-            best, best_key, best_how = x[g].astype(np.int32), key, f"descent from {found_by[i]}"
+            best, best_key, best_how = group_devices[g].astype(np.int32), key, f"descent from {found_by[i]}"
     return best, best_key, best_how, used

@@ -149,7 +149,7 @@ def placement_of(
     order.
 
     ``plan``: a simulator that chooses the issue order the file will carry
-    (:meth:`envs.SimEnv.plan_order`, recorded in ``meta``: ``issue_order``,
+    (:meth:`envs.sim.order_planner.OrderPlanner.plan`, recorded in ``meta``: ``issue_order``,
     ``step_time_s``, ``executor``); None keeps node order (``compare`` scores
     every heuristic in node order).
     """
@@ -158,8 +158,8 @@ def placement_of(
     meta = dict(meta or {})
     order = None
     if plan is not None:  # the issue order placer.apply will follow
-        order, how, step_s = plan.plan_order(out)
-        meta.update(issue_order=how, step_time_s=step_s, executor="eager")
+        order, how, step_time_s = plan.planner.plan(out)
+        meta.update(issue_order=how, step_time_s=step_time_s, executor="eager")
     return Placement.from_indices(
         graph,
         cluster.device_names,

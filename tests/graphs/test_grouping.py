@@ -439,7 +439,7 @@ def test_module_levels_of_a_captured_recurrent_model_put_each_layer_in_one_group
                 outs.append(x)
             return self.head(torch.stack(outs)).sum()
 
-    from envs.sim.simulator import schedule_graph
+    from envs.sim.sim_graph import schedule_graph
 
     g = schedule_graph(capture(Net(), (torch.randn(4, 2, 8),)))
     levels = module_levels(g)

@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from envs import cost
 from envs.cluster import Cluster
+from envs.sim import cost
 from graphs import grouping
 from graphs.ir import OpGraph
 from graphs.ops import SHAPE_OPS, VIEW_OPS, base_op_name, free_mask, is_view_op, saved_mask, view_mask

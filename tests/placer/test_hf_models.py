@@ -361,7 +361,7 @@ def test_module_heuristics_place_the_readme_wrapper_of_gpt2_block_by_block(workd
         "random_modules": "ok",
         "module_search": "ok",
     }.items()
-    from envs.sim.simulator import schedule_graph
+    from envs.sim.sim_graph import schedule_graph
     from graphs import capture
     from graphs.module_tree import module_levels
 

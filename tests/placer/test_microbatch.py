@@ -124,7 +124,7 @@ def test_static_memory_is_counted_once_and_activations_per_microbatch():
 
 
 def test_microbatch_op_times_scale_compute_but_not_weight_reads():
-    from envs import cost
+    from envs.sim import cost
 
     # a compute-bound op and a memory-bound one (weights read whole by every microbatch)
     g = OpGraph.from_edges(

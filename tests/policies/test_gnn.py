@@ -92,7 +92,7 @@ def test_registered_and_needs_a_cluster():
 
 
 def _sidecar(**over):
-    from policies.gnn import feature_spec
+    from policies.gnn_features import feature_spec
 
     doc = {
         "architecture": {"hidden": 8, "rounds": 1, "logit_cap": 10.0},
@@ -211,7 +211,7 @@ def test_switch_share_splits_the_imitation_loss_between_switches_and_the_other_o
 
 
 def test_a_given_grouping_is_what_the_policy_places():
-    from envs.sim.simulator import schedule_graph
+    from envs.sim.sim_graph import schedule_graph
     from graphs.module_tree import module_grouping
 
     g, c = branch_dag(200, seed=2), envs.resolve_cluster("k80x4")

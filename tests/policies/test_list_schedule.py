@@ -7,7 +7,7 @@ import pytest
 import torch
 
 import envs
-from envs.cost import activation_bytes, op_times, static_bytes
+from envs.sim.cost import activation_bytes, op_times, static_bytes
 from graphs.ir import OpGraph
 from graphs.synthetic import branch_dag, chain_dag
 from placer.learn.algos import imitate

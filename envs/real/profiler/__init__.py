@@ -18,7 +18,7 @@ links), :mod:`~envs.real.profiler.file` (the document) and :mod:`~envs.real.prof
   back so that the host runs ahead) and the host's time to issue it (host stamps;
   in the backward, the autograd worker's). The simulator charges the first to the
   GPU's stream and the second to the issuing thread (``issue_fwd_s``,
-  ``issue_bwd_s``; :func:`envs.cost.issue_times`): an eager step of small ops on
+  ``issue_bwd_s``; :func:`envs.sim.cost.issue_times`): an eager step of small ops on
   a fast GPU is bound by the issuing.
 * **Other devices (and ``method="isolated"``), op by op**: one walk of the graph
   with concrete values (a ``torch.fx.Interpreter`` on the CPU) times each op alone
@@ -75,7 +75,8 @@ from envs.real.profiler.fit import (
     with_profile,
 )
 from envs.real.profiler.host import time_contention, time_staging
-from envs.real.profiler.probe import host_clock, probe_costs, profile_in_context, time_call
+from envs.real.profiler.op_timing import time_call
+from envs.real.profiler.probe import host_clock, probe_costs, profile_in_context
 from envs.real.profiler.program import DEFAULT_TRANSFER_SIZES, profile_model, profile_program, time_link
 
 __all__ = [

@@ -195,13 +195,13 @@ def profile_device_in_context(
     ``update_s`` the optimizer step in the device's timeline) plus
     ``issue_fwd_s``/``issue_bwd_s`` (host seconds per op) and ``device_phases_s``.
     """
-    dev = torch.device(device)
+    torch_device = torch.device(device)
     if marks is None:
-        if dev.type != "cuda":
+        if torch_device.type != "cuda":
             raise PlacerError(f"device in-context profiling needs CUDA events, not {device}")
-        marks = CudaMarks(dev)
+        marks = CudaMarks(torch_device)
     with restoring(ep):
-        return _device_in_context(ep, graph, dev, warmup, repeats, inputs, lr, marks, every)
+        return _device_in_context(ep, graph, torch_device, warmup, repeats, inputs, lr, marks, every)
 
 
 _PHASES = ("zero", "fwd", "loss", "bwd", "opt")
@@ -260,7 +260,7 @@ def _device_probed_step(
 def _device_in_context(
     ep: Any,
     graph: OpGraph,
-    dev: Any,
+    torch_device: Any,
     warmup: int,
     repeats: int,
     inputs: Sequence[Any] | None,
@@ -270,7 +270,7 @@ def _device_in_context(
 ) -> dict[str, Any]:
     n = graph.num_ops
     current: list = [Probes(time.perf_counter)]
-    gm, probed_gm, inputs, opt = probed_program(ep, graph, dev, inputs, lr, current)
+    gm, probed_gm, inputs, opt = probed_program(ep, graph, torch_device, inputs, lr, current)
     clock = time.perf_counter
     host: dict[str, list[float]] = {k: [] for k in _PHASES + ("step",)}
     device: dict[str, list[float]] = {k: [] for k in _PHASES}

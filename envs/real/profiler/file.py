@@ -59,8 +59,8 @@ def check_profile(doc: Any, *, source: str = "profile") -> None:
     for key in ("graph_hash", "host"):
         if key in doc:
             schema.string(doc[key], source, key)
-    for dev, entry in doc["devices"].items():
-        where = f"devices[{dev!r}]"
+    for torch_device, entry in doc["devices"].items():
+        where = f"devices[{torch_device!r}]"
         schema.obj(entry, source, where)
         if entry.get("kind") is not None and schema.string(entry["kind"], source, f"{where}.kind") not in KINDS:
             raise PlacerError(f"{source}: {where}.kind is {entry['kind']!r}, expected one of {', '.join(KINDS)}")

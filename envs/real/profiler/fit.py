@@ -21,9 +21,9 @@ from typing import Any
 import numpy as np
 
 from envs.cluster import Cluster, Device, Link
-from envs.cost import update_bandwidth
 from envs.real.placing import resolve_devices
 from envs.real.profiler.file import check_profile, device_kind, load_profile
+from envs.sim.cost import update_bandwidth
 from envs.sim.order_trust import ORDER_MARGIN_META, margin_of
 from envs.sim.simulator import MODEL_VERSION, SimEnv
 from graphs import OpGraph, PlacerError
@@ -68,8 +68,8 @@ def profile_columns(
     if np.all(rows < 0) and graph.num_ops:
         raise PlacerError(f"{source}: names none of the graph's ops")
     by_kind: dict[str, dict[str, list[np.ndarray]]] = {}
-    for dev, entry in profile["devices"].items():
-        kind = entry.get("kind") or device_kind(dev)
+    for torch_device, entry in profile["devices"].items():
+        kind = entry.get("kind") or device_kind(torch_device)
         for col in PROFILE_COLUMNS:
             if col not in entry:  # the issue columns: devices profiled in context only
                 continue
@@ -128,17 +128,19 @@ def calibrate_cluster(
     fitted on the ops doing nine tenths of the FLOPs, so ops without a profiled
     time are estimated at this machine's speed; where the profile measured the
     optimizer step (``update_s``), ``mem_bw_bytes_per_s`` is fitted so that
-    :func:`envs.cost.update_times_s` of all the parameters gives that step plus the
+    :func:`envs.sim.cost.update_times_s` of all the parameters gives that step plus the
     step's measured ``overhead_s`` (:func:`_fit_update`). A host device takes the
     staging copy and contention its torch device's entry measured (:func:`host_fields`).
     """
-    torch_of = {name: str(dev) for name, dev in resolve_devices(cluster.device_names, device_map).items()}
+    torch_of = {
+        name: str(torch_device) for name, torch_device in resolve_devices(cluster.device_names, device_map).items()
+    }
     profiled = profile.get("devices", {})
     kind_of = {
-        dev.name: (profiled[torch_of[dev.name]].get("kind") or device_kind(torch_of[dev.name]))
-        if torch_of[dev.name] in profiled
-        else dev.kind
-        for dev in cluster.devices
+        device.name: (profiled[torch_of[device.name]].get("kind") or device_kind(torch_of[device.name]))
+        if torch_of[device.name] in profiled
+        else device.kind
+        for device in cluster.devices
     }
     measured = {
         (lk["src"], lk["dst"]): Link(float(lk["bandwidth_bytes_per_s"]), float(lk["latency_s"]))
@@ -153,14 +155,18 @@ def calibrate_cluster(
             links[(a, b)] = _same_device_link()
         else:
             links[(a, b)] = measured.get((torch_of[a], torch_of[b])) or by_kinds.get((kind_of[a], kind_of[b])) or link
-    devices = [dataclasses.replace(dev, kind=kind_of[dev.name]) for dev in cluster.devices]
+    devices = [dataclasses.replace(device, kind=kind_of[device.name]) for device in cluster.devices]
     if graph is not None:
         rates = _fit_rates(graph, profile_columns(graph, profile), ~free_mask(graph))
         _fit_update(rates, profiled)
-        devices = [dataclasses.replace(dev, **rates[dev.kind]) if dev.kind in rates else dev for dev in devices]
+        devices = [
+            dataclasses.replace(device, **rates[device.kind]) if device.kind in rates else device for device in devices
+        ]
     devices = [
-        dataclasses.replace(dev, **host_fields(profiled.get(torch_of[dev.name], {}))) if dev.kind == "cpu" else dev
-        for dev in devices
+        dataclasses.replace(device, **host_fields(profiled.get(torch_of[device.name], {})))
+        if device.kind == "cpu"
+        else device
+        for device in devices
     ]
     return Cluster(
         name=f"{cluster.name}+profile",
@@ -222,13 +228,13 @@ def _fit_update(rates: dict[str, dict[str, float]], devices: Mapping[str, Any]) 
     after (or around) the ops. Median over the kind's devices that measured one.
     """
     by_kind: dict[str, list[float]] = {}
-    for dev, entry in devices.items():
+    for torch_device, entry in devices.items():
         upd, nbytes = entry.get("update_s"), entry.get("update_bytes")
         if not isinstance(upd, (int, float)) or not isinstance(nbytes, (int, float)) or upd <= 0 or nbytes <= 0:
             continue
         extra = entry.get("overhead_s")
         total = float(upd) + (float(extra) if isinstance(extra, (int, float)) and extra > 0 else 0.0)
-        kind = entry.get("kind") or device_kind(dev)
+        kind = entry.get("kind") or device_kind(torch_device)
         launch = rates.get(kind, {}).get("launch_overhead_s", 0.0)
         by_kind.setdefault(kind, []).append(update_bandwidth(total, float(nbytes), launch))
     for kind, bws in by_kind.items():
@@ -282,7 +288,7 @@ def fit_issue_scale(
     beside ``issue_fit`` (the measured step, the simulated one before and after).
     Devices without issue columns are left as they are. Changes ``profile`` in place.
     """
-    for dev, entry in profile["devices"].items():
+    for torch_device, entry in profile["devices"].items():
         target = entry.get("step_s")
         if (
             entry.get("method") != "context"
@@ -291,7 +297,7 @@ def fit_issue_scale(
             or target <= 0
         ):
             continue
-        step = lambda scale: all_on_device_step_s(graph, profile, dev, issue_scale=scale)  # noqa: E731
+        step = lambda scale: all_on_device_step_s(graph, profile, torch_device, issue_scale=scale)  # noqa: E731
         before = step(1.0)
         scale = 1.0
         if abs(before - target) > rtol * target:

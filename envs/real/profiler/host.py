@@ -3,7 +3,7 @@
 The eager simulator (:mod:`envs.sim.eager`, model 4) charges the host thread for
 copying every tensor it sends to a GPU into a pinned buffer
 (:func:`envs.real.placing.staged`) and slows host ops and a GPU's autograd worker
-where they run side by side (:class:`envs.cost.HostCosts`). These probes measure
+where they run side by side (:class:`envs.sim.cost.HostCosts`). These probes measure
 both on this machine, with the intra-op threads torch uses now:
 
 * :func:`time_staging`: host seconds of ``staged(x)`` (and, towards a GPU, the
@@ -43,8 +43,8 @@ def time_staging(
     outside the timing. Returns ``{"latency_s", "bandwidth_bytes_per_s",
     "sizes_bytes", "times_s", "device"}``.
     """
-    dev = torch.device(device) if device is not None else None
-    to_gpu = dev is not None and dev.type == "cuda"
+    torch_device = torch.device(device) if device is not None else None
+    to_gpu = torch_device is not None and torch_device.type == "cuda"
     times = []
     for n in sizes_bytes:
         x = torch.rand(max(1, int(n) // 4))  # pageable, as a host op's output is
@@ -53,10 +53,10 @@ def time_staging(
             t0 = time.perf_counter()
             buf = staged(x)
             if to_gpu:
-                out = buf.to(dev, non_blocking=True)
+                out = buf.to(torch_device, non_blocking=True)
             t1 = time.perf_counter()
             if to_gpu:
-                torch.cuda.synchronize(dev)
+                torch.cuda.synchronize(torch_device)
                 del out
             del buf
             if k:
@@ -68,7 +68,7 @@ def time_staging(
         "bandwidth_bytes_per_s": bw,
         "sizes_bytes": [int(s) for s in sizes_bytes],
         "times_s": times,
-        "device": str(dev) if to_gpu else "cpu",
+        "device": str(torch_device) if to_gpu else "cpu",
     }
 
 
@@ -114,9 +114,9 @@ def time_contention(device: Any = None, *, seconds: float = 0.2, trials: int = 3
     ``{"op": host slowdown - 1, "issue": issuing slowdown - 1, "threads", "rates": {...}}``,
     both at least 0.
     """
-    dev = torch.device(device) if device is not None else torch.device("cpu")
+    torch_device = torch.device(device) if device is not None else torch.device("cpu")
     a = torch.randn(size, size)
-    x = torch.zeros(1, device=dev)
+    x = torch.zeros(1, device=torch_device)
     _host_work(a, seconds / 4)  # warm: the threads' pool, the caches
     host_alone = max(_host_work(a, seconds) for _ in range(trials))
     issuer = _Issuer(x)
@@ -133,8 +133,8 @@ def time_contention(device: Any = None, *, seconds: float = 0.2, trials: int = 3
     finally:
         issuer.stop.set()
         issuer.join()
-        if dev.type == "cuda":
-            torch.cuda.synchronize(dev)
+        if torch_device.type == "cuda":
+            torch.cuda.synchronize(torch_device)
     rates = {
         "host_alone": host_alone,
         "host_beside": host_beside,
@@ -145,7 +145,7 @@ def time_contention(device: Any = None, *, seconds: float = 0.2, trials: int = 3
         "op": slowdown(host_alone, host_beside),
         "issue": slowdown(issue_alone, issue_beside),
         "threads": torch.get_num_threads(),
-        "device": str(dev),
+        "device": str(torch_device),
         "rates": rates,
     }
 

@@ -6,7 +6,7 @@ charges the time between consecutive probes (a timestamp after each forward op, 
 pre-hook on each autograd node) to the op that owns it. The machinery here
 (:class:`Probes`, the probed twin of a placed program, interval attribution and
 the probe-cost correction) is shared with :mod:`envs.real.profiler.device`;
-:func:`time_call` and :func:`op_timer` time one call or one op alone.
+:mod:`envs.real.profiler.op_timing` times one call or one op alone.
 """
 
 from __future__ import annotations
@@ -19,84 +19,11 @@ from typing import Any
 import numpy as np
 import torch
 import torch.fx as fx
-from torch.utils._pytree import tree_flatten, tree_map  # noqa: PLC2701 (torch has no public pytree module)
+from torch.utils._pytree import tree_flatten  # noqa: PLC2701 (torch has no public pytree module)
 
 from envs.real.placing import place_module
 from envs.real.timing import default_loss
 from graphs import OpGraph, PlacerError
-
-
-def sync_device(device: Any) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-
-
-def time_call(
-    run: Callable[[Any], Any], setup: Callable[[], Any], device: Any, *, warmup: int = 1, repeats: int = 5
-) -> float:
-    """Median seconds of ``run(setup())`` on ``device``; ``setup`` is not timed."""
-    times = []
-    for k in range(warmup + repeats):
-        state = setup()
-        if device.type == "cuda":
-            with torch.cuda.device(device):  # events record on this device's current stream
-                start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-                sync_device(device)
-                start.record()
-                run(state)
-                end.record()
-                end.synchronize()
-                elapsed = start.elapsed_time(end) / 1e3
-        else:
-            t0 = time.perf_counter()
-            run(state)
-            elapsed = time.perf_counter() - t0
-        if k >= warmup:
-            times.append(elapsed)
-    return float(np.median(times))
-
-
-def op_timer(node: Any, args: tuple, kwargs: dict, device: Any, warmup: int, repeats: int) -> tuple[float, float]:
-    """(forward s, backward s) of one fx node's call on ``device``."""
-
-    def fresh(grad: bool) -> tuple[tuple, dict, list]:
-        leaves: list = []
-
-        def move(t: Any) -> Any:
-            if not isinstance(t, torch.Tensor):
-                return t
-            x = t.detach().to(device, copy=True)  # a fresh copy per call: in-place ops cannot leak
-            if grad and t.requires_grad and x.is_floating_point():
-                x.requires_grad_(True)
-                leaves.append(x)
-                return x.clone()  # a non-leaf, so in-place ops are allowed on it
-            return x
-
-        a, kw = tree_map(move, (args, kwargs))
-        return a, kw, leaves
-
-    target = node.target
-    with torch.enable_grad():
-        fwd_s = time_call(
-            lambda st: target(*st[0], **st[1]), lambda: fresh(True), device, warmup=warmup, repeats=repeats
-        )
-
-        def setup_bwd() -> tuple:
-            a, kw, leaves = fresh(True)
-            out = target(*a, **kw)
-            outs = [o for o in tree_flatten(out)[0] if isinstance(o, torch.Tensor) and o.requires_grad]
-            return outs, leaves
-
-        probe_outs, probe_leaves = setup_bwd()
-        if not probe_outs or not probe_leaves:
-            return fwd_s, 0.0  # nothing to differentiate: autograd runs nothing for this op
-
-        def run_bwd(st: tuple) -> None:
-            outs, leaves = st
-            torch.autograd.grad(outs, leaves, [torch.ones_like(o) for o in outs], allow_unused=True)
-
-        bwd_s = time_call(run_bwd, setup_bwd, device, warmup=warmup, repeats=repeats)
-    return fwd_s, bwd_s
 
 
 def attribute_intervals(owners: Sequence[int], seconds: Sequence[float], num_ops: int) -> tuple[np.ndarray, np.ndarray]:
@@ -110,9 +37,9 @@ def attribute_intervals(owners: Sequence[int], seconds: Sequence[float], num_ops
     >>> t.tolist(), n.tolist()
     ([1.0, 6.0, 3.0], [1, 2, 1])
     """
-    idx = np.asarray(owners, dtype=np.int64) + 1
-    return np.bincount(idx, weights=np.asarray(seconds, dtype=np.float64), minlength=num_ops + 1), np.bincount(
-        idx, minlength=num_ops + 1
+    slots = np.asarray(owners, dtype=np.int64) + 1
+    return np.bincount(slots, weights=np.asarray(seconds, dtype=np.float64), minlength=num_ops + 1), np.bincount(
+        slots, minlength=num_ops + 1
     )
 
 
@@ -316,10 +243,13 @@ def restoring(ep: Any):
                 ep.constants[k].copy_(v.to(ep.constants[k].device))
 
 
-def probed_program(ep: Any, graph: OpGraph, dev: Any, inputs: Sequence[Any] | None, lr: float, current: list) -> tuple:
-    """``(module, probed twin, inputs on dev, Adam)``: ``ep`` with every op on ``dev``, and a twin whose every op
-    reports to ``current[0]`` after it ran (:func:`_probed`; it shares the module's parameters and buffers)."""
-    gm = place_module(ep, {name: "d:0" for name in graph.names}, {"d:0": str(dev)})
+def probed_program(
+    ep: Any, graph: OpGraph, torch_device: Any, inputs: Sequence[Any] | None, lr: float, current: list
+) -> tuple:
+    """``(module, probed twin, inputs on torch_device, Adam)``: ``ep`` with every op on ``torch_device``, and a twin
+    whose every op reports to ``current[0]`` after it ran (:func:`_probed`; it shares the module's parameters and
+    buffers)."""
+    gm = place_module(ep, {name: "d:0" for name in graph.names}, {"d:0": str(torch_device)})
     if inputs is None:
         example = [
             p.meta["val"]
@@ -327,7 +257,7 @@ def probed_program(ep: Any, graph: OpGraph, dev: Any, inputs: Sequence[Any] | No
             if p.op == "placeholder" and p.name in set(ep.graph_signature.user_inputs)
         ]
         inputs = concrete_inputs(ep, example)
-    inputs = tuple(t.to(dev) if isinstance(t, torch.Tensor) else t for t in inputs)
+    inputs = tuple(t.to(torch_device) if isinstance(t, torch.Tensor) else t for t in inputs)
     probed_graph = fx.Graph()
     env: dict = {}
     for node in gm.graph.nodes:
@@ -441,17 +371,17 @@ def profile_in_context(
     its phases (robuster than the step's median on a busy machine, where a step is
     often preempted); ``probe_s`` the probe costs taken off.
     """
-    dev = torch.device(device)
-    if dev.type != "cpu":
+    torch_device = torch.device(device)
+    if torch_device.type != "cpu":
         raise PlacerError(f"in-context profiling times host ops only, not {device}")
     with restoring(ep):
-        return _in_context(ep, graph, dev, warmup, repeats, inputs, lr, clock)
+        return _in_context(ep, graph, torch_device, warmup, repeats, inputs, lr, clock)
 
 
 def _in_context(
     ep: Any,
     graph: OpGraph,
-    dev: Any,
+    torch_device: Any,
     warmup: int,
     repeats: int,
     inputs: Sequence[Any] | None,
@@ -461,7 +391,7 @@ def _in_context(
     n = graph.num_ops
     clock_name, clock = host_clock(clock_name)
     current = [Probes(clock)]
-    gm, probed_gm, inputs, opt = probed_program(ep, graph, dev, inputs, lr, current)
+    gm, probed_gm, inputs, opt = probed_program(ep, graph, torch_device, inputs, lr, current)
 
     clean: dict[str, list[float]] = {k: [] for k in ("zero", "fwd", "loss", "bwd", "opt", "step")}
     fwd_rows, bwd_rows = [], []

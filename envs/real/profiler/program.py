@@ -22,7 +22,8 @@ from envs.real.profiler.device import profile_device_in_context
 from envs.real.profiler.file import FORMAT, device_kind
 from envs.real.profiler.fit import fit_issue_scale, fit_link
 from envs.real.profiler.host import time_contention, time_staging
-from envs.real.profiler.probe import concrete_inputs, op_timer, profile_in_context, sync_device, time_call
+from envs.real.profiler.op_timing import op_timer, sync_device, time_call
+from envs.real.profiler.probe import concrete_inputs, profile_in_context
 from graphs import OpGraph, PlacerError
 from graphs.torch_capture import check_runnable, export_program, graph_from_program
 

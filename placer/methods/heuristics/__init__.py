@@ -11,5 +11,5 @@ The pieces they share: :mod:`~placer.methods.heuristics.costs` (op costs,
 memory, devices and links), :mod:`~placer.methods.heuristics.groups`
 (co-location groups, snapping, linear partitions),
 :mod:`~placer.methods.heuristics.scheduling` (the list schedulers' charge for
-shared parameters) and :mod:`~placer.methods.heuristics.search` (batched scoring).
+shared parameters) and :mod:`~placer.methods.heuristics.ranking` (how searches rank placements).
 """

@@ -10,7 +10,7 @@ chain started out of memory has a slope toward fitting. The temperature,
 relative to the starting cost, cools geometrically from ``t0`` to ``t0 / 100``
 over the ``steps``. The answer is the best placement seen that fits, whatever
 the chain's costs: the fastest that fits, or, when none did, the one closest to
-fitting (:func:`~placer.methods.heuristics.search.scored_keys`'s order).
+fitting (:func:`~placer.methods.heuristics.ranking.placement_keys`).
 
 The chain starts from the best of: every GPU alone, and the ``init`` heuristics
 (FlexFlow starts from data parallelism or an expert strategy). Proposals are
@@ -44,15 +44,16 @@ from graphs import OpGraph, PlacerError
 from graphs.ops import input_free_mask
 from placer.methods.heuristics.costs import candidate_devices
 from placer.methods.heuristics.groups import colocation_groups
+from placer.methods.heuristics.ranking import placement_keys
 from placer.methods.registry import get, register
 
 
-def cost(times: np.ndarray, oom: np.ndarray, penalty: float, over: np.ndarray | None = None) -> np.ndarray:
+def cost(step_time_s: np.ndarray, oom: np.ndarray, penalty: float, over: np.ndarray | None = None) -> np.ndarray:
     """Step time, times ``1 + penalty`` when out of memory (and by the worst peak / capacity, when graded)."""
     factor = np.where(oom, 1.0 + penalty, 1.0)
     if over is not None:
         factor = factor * np.where(oom, np.maximum(over, 1.0), 1.0)
-    return times * factor
+    return step_time_s * factor
 
 
 def _starting_points(
@@ -90,20 +91,16 @@ def _block_variants(rows: np.ndarray, block: np.ndarray, num_devices: int) -> np
     return np.concatenate([rows, out])
 
 
-def _keys(t: np.ndarray, oom: np.ndarray, over: np.ndarray) -> list[tuple[bool, float]]:
-    """(out of memory, step time or, out of memory, peak / capacity) per placement: smaller is better."""
-    return [(bool(o), float(v) if o else float(x)) for x, o, v in zip(t, oom, over)]
-
-
 class _Best:
-    """The best placement seen by :func:`_keys`: one that fits beats one that does not, whatever the chain's costs."""
+    """The best placement seen by :func:`~placer.methods.heuristics.ranking.placement_keys`: one that fits beats one
+    that does not, whatever the chain's costs."""
 
     def __init__(self) -> None:
         self.key: tuple[bool, float] = (True, float("inf"))
         self.row: np.ndarray | None = None
 
-    def offer(self, rows: np.ndarray, t: np.ndarray, oom: np.ndarray, over: np.ndarray) -> None:
-        keys = _keys(t, oom, over)
+    def offer(self, rows: np.ndarray, step_time_s: np.ndarray, oom: np.ndarray, over: np.ndarray) -> None:
+        keys = placement_keys(step_time_s, oom, over)
         j = min(range(len(keys)), key=keys.__getitem__)
         if keys[j] < self.key:
             self.key, self.row = keys[j], rows[j].copy()
@@ -146,11 +143,11 @@ def _anneal(
         if len(block):
             props[-1] = cur  # last: tried after the single moves (the first accepted proposal moves the chain)
             props[-1, block] = rng.integers(0, num_devices)
-        t, oom, over = score(props[:, groups].astype(np.int32))
-        c = cost(t, oom, oom_penalty, over if graded else None)
+        step_time_s, oom, over = score(props[:, groups].astype(np.int32))
+        c = cost(step_time_s, oom, oom_penalty, over if graded else None)
         u = rng.random(b)
         done += b
-        best.offer(props, t, oom, over)
+        best.offer(props, step_time_s, oom, over)
         for j in range(b):
             if c[j] <= cur_cost or u[j] < np.exp(-(c[j] - cur_cost) / temp):
                 cur, cur_cost = props[j].copy(), float(c[j])
@@ -204,16 +201,16 @@ def annealing(
     starts = _starting_points(graph, cluster, groups, num_groups, cand, init, seed)
     pipelined = block_moves if block_moves is not None else getattr(env, "microbatches", 1) > 1
     block = _input_free_block(graph, groups, num_groups) if pipelined else np.zeros(0, dtype=np.int64)
-    start_idx = _block_variants(starts, block, cluster.num_devices)
-    t, oom, over = score(start_idx[:, groups].astype(np.int32))
+    group_devices = _block_variants(starts, block, cluster.num_devices)  # a device per group, per starting point
+    step_time_s, oom, over = score(group_devices[:, groups].astype(np.int32))
     best = _Best()
-    best.offer(start_idx, t, oom, over)
-    costs = cost(t, oom, oom_penalty, over if graded else None)
+    best.offer(group_devices, step_time_s, oom, over)
+    costs = cost(step_time_s, oom, oom_penalty, over if graded else None)
     k = int(np.argmin(costs))
     deadline = start_clock + time_budget_s if time_budget_s is not None else None
     _anneal(
         score,
-        start_idx[k].copy(),
+        group_devices[k].copy(),
         float(costs[k]),
         groups,
         cand,

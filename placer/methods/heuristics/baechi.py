@@ -134,12 +134,12 @@ def _list_schedule(
     mem = op_memory_bytes(graph).astype(np.float64)
     cap = capacity_bytes(cluster)[cand]
     groups = colocation_groups(graph)
-    group_dev = np.full(int(groups.max()) + 1 if len(groups) else 0, -1)
+    group_cand = np.full(int(groups.max()) + 1 if len(groups) else 0, -1)
     used = np.zeros(nd)
     free_s = np.zeros(nd)
     last_op = np.full(nd, -1)
     finish = np.zeros(graph.num_ops)
-    dev = np.full(graph.num_ops, -1, dtype=np.int64)
+    op_cand = np.full(graph.num_ops, -1, dtype=np.int64)
     in_ptr, in_src, in_eid = graph.in_csr
     out_ptr, out_dst, _ = graph.out_csr
     indeg = np.diff(in_ptr).astype(np.int64)
@@ -152,10 +152,10 @@ def _list_schedule(
         start = np.maximum(data_ready, free_s[None, :])
         if copies.reads:
             for r, i in enumerate(ops.tolist()):
-                start[r] += copies.delay(i, dev, spb, lat)
+                start[r] += copies.delay(i, op_cand, spb, lat)
         fits = used[None, :] + mem[ops][:, None] <= cap[None, :]
         allowed = fits.copy()
-        forced = group_dev[groups[ops]]
+        forced = group_cand[groups[ops]]
         has = forced >= 0
         allowed[has] = False
         allowed[has, forced[has]] = True
@@ -167,7 +167,7 @@ def _list_schedule(
         if favourite_parent is not None:
             fp = favourite_parent[ops]
             for r in np.flatnonzero(fp >= 0).tolist():
-                d = dev[fp[r]]
+                d = op_cand[fp[r]]
                 if last_op[d] == fp[r] and np.isfinite(start[r, d]):
                     if pick is None or start[r, d] < start[pick[0], pick[1]]:
                         pick = (r, int(d))
@@ -183,9 +183,9 @@ def _list_schedule(
         finish[i] = st + cost[i, d]
         free_s[d] = finish[i]
         last_op[d] = i
-        dev[i] = d
+        op_cand[i] = d
         used[d] += mem[i]
-        group_dev[groups[i]] = d
+        group_cand[groups[i]] = d
         copies.placed(i, d)
         del ready[i]
         for j in out_dst[out_ptr[i] : out_ptr[i + 1]].tolist():
@@ -194,9 +194,9 @@ def _list_schedule(
                 a, b = in_ptr[j], in_ptr[j + 1]
                 p = in_src[a:b]
                 nbytes = graph.edge_bytes[in_eid[a:b]].astype(np.float64)
-                arrive = finish[p][:, None] + nbytes[:, None] * spb[dev[p]] + lat[dev[p]]
+                arrive = finish[p][:, None] + nbytes[:, None] * spb[op_cand[p]] + lat[op_cand[p]]
                 ready[j] = arrive.max(axis=0)
-    return cand[dev].astype(np.int32)
+    return cand[op_cand].astype(np.int32)
 
 
 @register("m_etf")

@@ -1,7 +1,7 @@
 """What the heuristics read off the graph and the cluster: op costs, memory, devices and links.
 
 Every heuristic sees the graph through the numbers the simulator uses: per-op
-forward + backward seconds per device (:func:`envs.cost.op_times`), tensor
+forward + backward seconds per device (:func:`envs.sim.cost.op_times`), tensor
 transfer times over the cluster's links, and a per-op memory estimate.
 """
 
@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from envs.cost import activation_bytes, op_times, static_bytes
+from envs.sim.cost import activation_bytes, op_times, static_bytes
 from graphs import OpGraph, PlacerError
 
 
@@ -82,11 +82,11 @@ def op_memory_bytes(graph: OpGraph) -> np.ndarray:
     """Bytes an op pins on its device over a training step (int64).
 
     Its parameters, their gradients, the optimizer state and its buffers
-    (:func:`envs.cost.static_bytes`) plus its output, kept for the backward pass
-    (:func:`envs.cost.activation_bytes`): the "permanent + activation" footprint
+    (:func:`envs.sim.cost.static_bytes`) plus its output, kept for the backward pass
+    (:func:`envs.sim.cost.activation_bytes`): the "permanent + activation" footprint
     Baechi's memory-aware algorithms account against a device's capacity; and one
     more copy of its parameters, the optimizer step's temporary on a GPU
-    (:func:`envs.cost.update_transient_bytes`, Adam's foreach path). Summed over a
+    (:func:`envs.sim.cost.update_transient_bytes`, Adam's foreach path). Summed over a
     device it bounds the simulator's peak from above, up to the transient gradient
     buffers and received tensors that :data:`MEMORY_HEADROOM` leaves room for.
     """

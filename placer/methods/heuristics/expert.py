@@ -72,27 +72,27 @@ def _recurrent_mask(graph: OpGraph) -> tuple[np.ndarray, list[str]]:
     return rec & np.array([bool(graph.module_paths[i]) or named[i] for i in range(graph.num_ops)]), keys
 
 
-def follow_producers(graph: OpGraph, dev: np.ndarray, default: int) -> np.ndarray:
+def follow_producers(graph: OpGraph, op_devices: np.ndarray, default: int) -> np.ndarray:
     """Unplaced ops take the device of their largest input's producer, else of a consumer."""
     in_ptr, in_src, in_eid = graph.in_csr
     for i in range(graph.num_ops):
-        if dev[i] < 0:
+        if op_devices[i] < 0:
             a, b = in_ptr[i], in_ptr[i + 1]
             if b > a:
-                dev[i] = dev[in_src[a:b][np.argmax(graph.edge_bytes[in_eid[a:b]])]]
+                op_devices[i] = op_devices[in_src[a:b][np.argmax(graph.edge_bytes[in_eid[a:b]])]]
     out_ptr, out_dst, _ = graph.out_csr
     for i in range(graph.num_ops - 1, -1, -1):  # sources with no placed producer
-        if dev[i] < 0:
+        if op_devices[i] < 0:
             succ = out_dst[out_ptr[i] : out_ptr[i + 1]]
-            placed = succ[dev[succ] >= 0]
-            dev[i] = dev[placed[0]] if len(placed) else default
-    return dev
+            placed = succ[op_devices[succ] >= 0]
+            op_devices[i] = op_devices[placed[0]] if len(placed) else default
+    return op_devices
 
 
 def _recurrent(graph: OpGraph, cluster, is_rec: np.ndarray, keys: list[str]) -> np.ndarray:
     gpus = gpu_devices(cluster)
     n = graph.num_ops
-    dev = np.full(n, -1, dtype=np.int64)
+    op_devices = np.full(n, -1, dtype=np.int64)
     depth_of_unit: dict[str, int] = {}
     count_by_top: dict[str, int] = {}
     for i in np.flatnonzero(is_rec).tolist():
@@ -101,15 +101,15 @@ def _recurrent(graph: OpGraph, cluster, is_rec: np.ndarray, keys: list[str]) -> 
             top = unit.split(".")[0] if "." in unit else ""
             depth_of_unit[unit] = count_by_top.get(top, 0)
             count_by_top[top] = depth_of_unit[unit] + 1
-        dev[i] = gpus[depth_of_unit[unit] % len(gpus)]
+        op_devices[i] = gpus[depth_of_unit[unit] % len(gpus)]
     nxt = max(depth_of_unit.values()) + 1
     is_attn = np.array([bool(_ATTENTION.search(p)) for p in graph.module_paths]) & ~is_rec
     if is_attn.any():
-        dev[is_attn] = gpus[nxt % len(gpus)]
+        op_devices[is_attn] = gpus[nxt % len(gpus)]
         nxt += 1
     last_rec = int(np.flatnonzero(is_rec).max())
     tail = (np.arange(n) > last_rec) & ~is_rec & ~is_attn
-    dev[tail] = gpus[nxt % len(gpus)]
+    op_devices[tail] = gpus[nxt % len(gpus)]
     # Embeddings: with the first layer they feed, or on the CPU when huge.
     emb = np.array(
         [bool(_EMBEDDING.search(t) or _EMBEDDING.search(p)) for t, p in zip(graph.op_types, graph.module_paths)]
@@ -118,8 +118,8 @@ def _recurrent(graph: OpGraph, cluster, is_rec: np.ndarray, keys: list[str]) -> 
     cpu = [d for d, k in enumerate(cluster.kinds) if k == "cpu"]
     table_bytes = float(graph.param_bytes[emb].sum()) if emb.any() else 0.0
     huge = bool(cpu) and table_bytes > EMBEDDING_ON_CPU_FRACTION * float(capacity_bytes(cluster)[gpus[0]])
-    dev[emb] = cpu[0] if huge else gpus[0]
-    return follow_producers(graph, dev, int(gpus[0]))
+    op_devices[emb] = cpu[0] if huge else gpus[0]
+    return follow_producers(graph, op_devices, int(gpus[0]))
 
 
 def _feed_forward(graph: OpGraph, cluster) -> np.ndarray:
@@ -134,9 +134,9 @@ def _feed_forward(graph: OpGraph, cluster) -> np.ndarray:
     ucost = np.bincount(unit[inside], weights=cost[inside], minlength=len(unit_of))
     umem = np.bincount(unit[inside], weights=op_memory_bytes(graph)[inside].astype(np.float64), minlength=len(unit_of))
     block = linear_partition(ucost, len(gpus), capacity_bytes(cluster)[gpus], umem)
-    dev = np.full(graph.num_ops, -1, dtype=np.int64)
-    dev[inside] = gpus[block[unit[inside]]]
-    return follow_producers(graph, dev, int(gpus[0]))
+    op_devices = np.full(graph.num_ops, -1, dtype=np.int64)
+    op_devices[inside] = gpus[block[unit[inside]]]
+    return follow_producers(graph, op_devices, int(gpus[0]))
 
 
 @register("expert")
@@ -144,5 +144,5 @@ def expert(graph: OpGraph, cluster, *, seed: int = 0) -> np.ndarray:
     """Expert placement: layer-per-GPU for recurrent models, layer blocks otherwise."""
     del seed
     is_rec, keys = _recurrent_mask(graph)
-    dev = _recurrent(graph, cluster, is_rec, keys) if is_rec.any() else _feed_forward(graph, cluster)
-    return snap_to_groups(dev, colocation_groups(graph)).astype(np.int32)
+    op_devices = _recurrent(graph, cluster, is_rec, keys) if is_rec.any() else _feed_forward(graph, cluster)
+    return snap_to_groups(op_devices, colocation_groups(graph)).astype(np.int32)

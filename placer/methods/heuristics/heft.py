@@ -43,12 +43,12 @@ from placer.methods.registry import register
 def earliest_slot(starts: list[float], ends: list[float], ready_s: float, dur_s: float) -> tuple[float, int]:
     """Earliest start >= ready_s of a ``dur_s`` gap in sorted busy intervals, and its insert position."""
     k = bisect_right(ends, ready_s)
-    t = ready_s
+    start_s = ready_s
     for j in range(k, len(starts)):
-        if starts[j] - t >= dur_s:
-            return t, j
-        t = max(t, ends[j])
-    return t, len(starts)
+        if starts[j] - start_s >= dur_s:
+            return start_s, j
+        start_s = max(start_s, ends[j])
+    return start_s, len(starts)
 
 
 @register("heft")
@@ -79,11 +79,11 @@ def heft(
     cap = capacity_bytes(cluster)[cand]
     used = np.zeros(len(cand))
     groups = colocation_groups(graph)
-    group_dev = np.full(int(groups.max()) + 1 if len(groups) else 0, -1)
+    group_cand = np.full(int(groups.max()) + 1 if len(groups) else 0, -1)
     starts: list[list[float]] = [[] for _ in cand]
     ends: list[list[float]] = [[] for _ in cand]
     finish = np.zeros(graph.num_ops)
-    dev = np.full(graph.num_ops, -1, dtype=np.int64)
+    op_cand = np.full(graph.num_ops, -1, dtype=np.int64)
     indptr, src, eid = graph.in_csr
     copies = ParamCopies(graph, len(cand), param_copies)
 
@@ -91,15 +91,15 @@ def heft(
         a, b = indptr[i], indptr[i + 1]
         preds, nbytes = src[a:b], graph.edge_bytes[eid[a:b]].astype(np.float64)
         if len(preds):
-            pd = dev[preds]
+            pd = op_cand[preds]
             arrive = finish[preds][:, None] + nbytes[:, None] * spb[pd] + lat[pd]
             ready = arrive.max(axis=0)
         else:
             ready = np.zeros(len(cand))
-        ready = ready + copies.delay(i, dev, spb, lat)
+        ready = ready + copies.delay(i, op_cand, spb, lat)
         g = groups[i]
-        if group_dev[g] >= 0:
-            options = [int(group_dev[g])]
+        if group_cand[g] >= 0:
+            options = [int(group_cand[g])]
         else:
             fits = used + mem[i] <= cap if memory_check else np.ones(len(cand), bool)
             options = np.flatnonzero(fits).tolist() or [int(np.argmax(cap - used))]
@@ -112,11 +112,11 @@ def heft(
         ft, d, st, pos = best
         starts[d].insert(pos, st)
         ends[d].insert(pos, ft)
-        finish[i], dev[i] = ft, d
+        finish[i], op_cand[i] = ft, d
         used[d] += mem[i]
-        group_dev[g] = d
+        group_cand[g] = d
         copies.placed(i, d)
-    return cand[dev].astype(np.int32)
+    return cand[op_cand].astype(np.int32)
 
 
 @register("heft_nocopy")

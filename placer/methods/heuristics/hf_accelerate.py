@@ -86,7 +86,7 @@ def map_onto_ops(graph: OpGraph, device_map: dict[str, Any], cluster) -> np.ndar
         return cpu  # "cpu", "disk", "meta"
 
     root = device_map.get("")
-    dev = np.full(graph.num_ops, -1, dtype=np.int64)
+    op_devices = np.full(graph.num_ops, -1, dtype=np.int64)
     for i, path in enumerate(graph.module_paths):
         v = lookup_device(device_map, path) if path else None
         if v is None:
@@ -97,9 +97,9 @@ def map_onto_ops(graph: OpGraph, device_map: dict[str, Any], cluster) -> np.ndar
         if v is None and root is not None:
             v = root
         if v is not None:
-            dev[i] = to_index(v)
+            op_devices[i] = to_index(v)
 
-    return follow_producers(graph, dev, int(gpus[0])).astype(np.int32)
+    return follow_producers(graph, op_devices, int(gpus[0])).astype(np.int32)
 
 
 def no_split_modules(model: Any) -> list[str]:

@@ -1,4 +1,4 @@
-"""``ilp``: placement and issue order by a constraint solver (OR-Tools CP-SAT), the exact rival.
+"""``ilp``: placement and issue order by a constraint solver (OR-Tools CP-SAT), the exact method.
 
 The model is the eager executor of :mod:`envs.sim.schedule`, written as constraints
 over *items* (the ops themselves when the graph is small enough, else the groups
@@ -92,12 +92,12 @@ def _hint(graph: OpGraph, cluster, env, methods: str, seed: int) -> tuple[str, l
         if name == "ilp":
             continue
         try:
-            idx = np.asarray(get(name)(graph, cluster, seed=seed), dtype=np.int64)
-            order, _, _ = env.plan_order(idx)
+            op_devices = np.asarray(get(name)(graph, cluster, seed=seed), dtype=np.int64)
+            order, _, _ = env.planner.plan(op_devices)
         except PlacerError:
             continue
-        oom, t = lns.fitted_key(env, idx, order)
-        plan = lns.Incumbent(idx, np.asarray(order), t, oom)
+        oom, step_time_s = lns.fitted_key(env, op_devices, order)
+        plan = lns.Incumbent(op_devices, np.asarray(order), step_time_s, oom)
         if best is None or plan.key < best[1].key:
             best = (name, plan)
     return best
@@ -107,11 +107,13 @@ def _project(
     op_item: np.ndarray, K: int, op_devices: np.ndarray, order: np.ndarray, weight: np.ndarray, D: int, edges
 ) -> tuple[np.ndarray, np.ndarray]:
     """Item devices (the device holding most of an item's weight) and an item order (topological, by first issue)."""
-    dev = vote(op_item, op_devices, K, D, weight + 1e-12)
+    item_devices = vote(op_item, op_devices, K, D, weight + 1e-12)
     first = np.full(K, np.inf)
     np.minimum.at(first, op_item[np.asarray(order)], np.arange(len(order), dtype=np.float64))
     src, dst = [u for u, _, _ in edges], [v for _, v, _ in edges]
-    return dev, priority_order_of_edges(K, np.asarray(src, dtype=np.int64), np.asarray(dst, dtype=np.int64), first)
+    return item_devices, priority_order_of_edges(
+        K, np.asarray(src, dtype=np.int64), np.asarray(dst, dtype=np.int64), first
+    )
 
 
 @register("ilp")
@@ -142,7 +144,7 @@ def ilp(
     workers = (os.cpu_count() or 1) if num_workers is None else int(num_workers)
     if workers < 1:
         raise PlacerError(f"ilp: num_workers must be >= 1, got {num_workers!r}")
-    eager = env._as("eager") if env is not None and hasattr(env, "_as") else envs.SimEnv(graph, cluster)
+    eager = env.with_executor("eager") if hasattr(env, "with_executor") else envs.SimEnv(graph, cluster)
     t0 = time.perf_counter()
     found = _hint(graph, cluster, eager, hint, seed) if hint else None
     hint_plan = found[1] if found is not None else None
@@ -162,7 +164,7 @@ def ilp(
             seed=seed,
             window_ops=int(window_ops),
         )
-        idx, order, step_s = inc.op_devices.astype(np.int32), inc.order, inc.step_time_s
+        op_devices, order, step_time_s = inc.op_devices.astype(np.int32), inc.order, inc.step_time_s
         meta.update(
             solver_status="windows",
             windows=stats.windows,
@@ -173,12 +175,18 @@ def ilp(
             issue_order="windows" if stats.improved else "hint (planned)",
         )
     else:
-        idx, order, step_s = _solve_whole(
+        op_devices, order, step_time_s = _solve_whole(
             graph, cluster, eager, op_item, hint_plan, t0 + float(time_limit_s), workers, seed, meta
         )
-    meta["step_time_s"] = step_s
+    meta["step_time_s"] = step_time_s
     return Placement.from_indices(
-        graph, cluster.device_names, idx, cluster=getattr(cluster, "name", ""), method="ilp", meta=meta, order=order
+        graph,
+        cluster.device_names,
+        op_devices,
+        cluster=getattr(cluster, "name", ""),
+        method="ilp",
+        meta=meta,
+        order=order,
     )
 
 
@@ -212,9 +220,9 @@ def _solve_whole(
         hint_device=hint_dev,
         hint_order=hint_order,
     )
-    idx = sol.item_device[op_item].astype(np.int32)
+    op_devices = sol.item_device[op_item].astype(np.int32)
     order = item_order_to_ops(op_item, sol.item_order)
-    oom, step_s = lns.fitted_key(eager, idx, order)
+    oom, step_time_s = lns.fitted_key(eager, op_devices, order)
     meta.update(
         solver_status=sol.status,
         solver_objective_s=sol.objective_s,
@@ -224,10 +232,10 @@ def _solve_whole(
         exact=bool(K == int(colocation_groups(graph).max()) + 1),
         issue_order="solver",
     )
-    if hint is not None and hint.key < (oom, step_s):  # never worse than the hint it started from
+    if hint is not None and hint.key < (oom, step_time_s):  # never worse than the hint it started from
         meta.update(
-            solver_status=f"{sol.status}, hint kept (the solver's plan: {step_s * 1e3:.3f} ms)",
+            solver_status=f"{sol.status}, hint kept (the solver's plan: {step_time_s * 1e3:.3f} ms)",
             issue_order="hint (planned)",
         )
         return np.asarray(hint.op_devices, dtype=np.int32), np.asarray(hint.order), float(hint.step_time_s)
-    return idx, order, step_s
+    return op_devices, order, step_time_s

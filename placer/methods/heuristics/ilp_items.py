@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from envs import cost
+from envs.sim import cost
 from graphs import OpGraph
 from graphs.grouping import coarsen
 from placer.methods.heuristics.groups import colocation_groups

@@ -100,21 +100,21 @@ def window_items(
     pos = np.empty(n, dtype=np.int64)
     pos[inc.order] = np.arange(n)
     inside = (pos >= start) & (pos < stop)
-    x = inc.op_devices
+    op_devices = inc.op_devices
     win = window_groups(graph, units, inside, pos)
     before, after = ~inside & (pos < start), ~inside & (pos >= stop)
-    ctx_before, ctx_after = np.unique(x[before]), np.unique(x[after])
+    ctx_before, ctx_after = np.unique(op_devices[before]), np.unique(op_devices[after])
     nb, nw = len(ctx_before), int(win.max()) + 1 if inside.any() else 0
     op_item = np.empty(n, dtype=np.int64)
-    op_item[before] = np.searchsorted(ctx_before, x[before])
+    op_item[before] = np.searchsorted(ctx_before, op_devices[before])
     op_item[inside] = nb + win[inside]
-    op_item[after] = nb + nw + np.searchsorted(ctx_after, x[after])
+    op_item[after] = nb + nw + np.searchsorted(ctx_after, op_devices[after])
     K = nb + nw + len(ctx_after)
     fixed = np.full(K, -1, dtype=np.int64)
     fixed[:nb], fixed[nb + nw :] = ctx_before, ctx_after
     first_op = np.full(nw, n, dtype=np.int64)
     np.minimum.at(first_op, win[inside], np.flatnonzero(inside))
-    fixed[nb : nb + nw] = x[first_op]
+    fixed[nb : nb + nw] = op_devices[first_op]
     movable = np.zeros(K, dtype=bool)
     movable[nb : nb + nw] = True
     # a group with ops outside the window keeps its device there, so its ops inside keep it too; so does an
@@ -122,7 +122,7 @@ def window_items(
     partial = inside & np.isin(units, np.unique(units[~inside]))
     movable[nb + np.unique(win[partial])] = False
     mixed = np.zeros(nw, dtype=bool)
-    np.logical_or.at(mixed, win[inside], x[inside] != fixed[nb + win[inside]])
+    np.logical_or.at(mixed, win[inside], op_devices[inside] != fixed[nb + win[inside]])
     movable[nb : nb + nw] &= ~mixed
     return op_item, fixed, movable, nb, nw
 
@@ -175,25 +175,25 @@ def improve_window(
     sol = solve(
         items, cluster, time_limit_s=seconds, num_workers=workers, seed=seed, hint_device=fixed, hint_order=rank
     )
-    x = inc.op_devices.copy()
+    op_devices = inc.op_devices.copy()
     free = movable[op_item]
-    x[free] = sol.item_device[op_item[free]]
+    op_devices[free] = sol.item_device[op_item[free]]
     order = splice_order(inc, op_item, rank, start, stop)
-    if np.array_equal(x, inc.op_devices) and np.array_equal(order, inc.order):
+    if np.array_equal(op_devices, inc.op_devices) and np.array_equal(order, inc.order):
         return None
-    planned, _, _ = env.plan_order(x)
+    planned, _, _ = env.planner.plan(op_devices)
     planned = np.asarray(planned, dtype=np.int64)
-    kept, replanned = (fitted_key(env, x, o) for o in (order, planned))
+    kept, replanned = (fitted_key(env, op_devices, o) for o in (order, planned))
     key, chosen = min((kept, 0), (replanned, 1))
     if not key < inc.key:
         return None
-    return Incumbent(x, order if chosen == 0 else planned, key[1], key[0])
+    return Incumbent(op_devices, order if chosen == 0 else planned, key[1], key[0])
 
 
 def fitted_key(env, op_devices: np.ndarray, order: np.ndarray) -> tuple[bool, float]:
     """``(out of memory, step seconds)`` of a plan: what the plans are compared by, a plan that fits first."""
-    t, failed = env.step_times(np.asarray(op_devices, dtype=np.int32)[None], order)[:2]
-    return bool(failed[0]), float(t[0])
+    step_time_s, failed = env.step_times(np.asarray(op_devices, dtype=np.int32)[None], order)[:2]
+    return bool(failed[0]), float(step_time_s[0])
 
 
 def search(

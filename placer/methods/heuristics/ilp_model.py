@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from envs import cost
+from envs.sim import cost
 from graphs import PlacerError
 from placer.methods.heuristics.ilp_items import Items
 from placer.methods.registry import HeuristicUnavailable, install_hint
@@ -543,9 +543,9 @@ def solve(
         name, objective, bound = "hint", hinted[1] * model.unit, None
     else:
         raise PlacerError(f"ilp: the solver found no plan in {time_limit_s:g} s (status {name})")
-    dev = np.array([next(d for d in range(D) if value(x[i][d])) for i in range(K)], dtype=np.int64)
+    item_device = np.array([next(d for d in range(D) if value(x[i][d])) for i in range(K)], dtype=np.int64)
     order = np.argsort([value(p) for p in pos], kind="stable")
-    return Solution(dev, order, name, objective, bound, solve_s)
+    return Solution(item_device, order, name, objective, bound, solve_s)
 
 
 def _complete_hint(cp_model, m, x, pos, hint_device, hint_order, limit_s: float) -> tuple[list[int], float] | None:

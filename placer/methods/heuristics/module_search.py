@@ -28,11 +28,11 @@ import time
 import numpy as np
 
 import envs
-from envs.sim.simulator import schedule_graph
+from envs.sim.sim_graph import schedule_graph
 from graphs import OpGraph, PlacerError
 from graphs.module_tree import module_levels
 from placer.methods.heuristics.costs import candidate_devices
-from placer.methods.heuristics.search import scored_keys
+from placer.methods.heuristics.ranking import scored_keys
 from placer.methods.registry import HeuristicUnavailable, register
 
 
@@ -63,34 +63,36 @@ def descend(
     >>> g = OpGraph.from_edges(["a", "b"], [], flops=[4e12, 4e12])
     >>> c = envs.Cluster.preset("k80x2")
     >>> gpus = np.asarray(c.gpu_indices())
-    >>> x, key, used = descend(envs.SimEnv(g, c), np.arange(2), np.array([gpus[0], gpus[0]]), gpus, 100)
-    >>> len(set(x.tolist())), used   # the two independent ops end up apart: 1 start + 2 rounds of 2 moves
+    >>> group_devices, key, used = descend(envs.SimEnv(g, c), np.arange(2), np.array([gpus[0], gpus[0]]), gpus, 100)
+    >>> len(set(group_devices.tolist())), used   # the two independent ops end up apart: 1 start + 2 rounds of 2 moves
     (2, 5)
     """
-    x = np.asarray(group_devices, dtype=np.int64).copy()
+    current = np.asarray(group_devices, dtype=np.int64).copy()
     devices = np.asarray(devices, dtype=np.int64)
     used = 0
     if key is None:
         if budget < 1:
             raise PlacerError("descend: the budget must allow simulating the start")
-        key = scored_keys(env, x[op_group][None])[0]
+        key = scored_keys(env, current[op_group][None])[0]
         used = 1
     while used < budget and (deadline is None or time.perf_counter() < deadline):
-        moves = np.asarray([(k, d) for k in range(len(x)) for d in devices if d != x[k]], dtype=np.int64).reshape(-1, 2)
+        moves = np.asarray(
+            [(k, d) for k in range(len(current)) for d in devices if d != current[k]], dtype=np.int64
+        ).reshape(-1, 2)
         if not len(moves):
             break
         if rng is not None:
             moves = moves[rng.permutation(len(moves))]
         moves = moves[: budget - used]
-        cand = np.repeat(x[None], len(moves), axis=0)
+        cand = np.repeat(current[None], len(moves), axis=0)
         cand[np.arange(len(moves)), moves[:, 0]] = moves[:, 1]
         keys = scored_keys(env, cand[:, op_group])
         used += len(moves)
         j = min(range(len(keys)), key=keys.__getitem__)
         if not keys[j] < key:
             break
-        x, key = cand[j], keys[j]
-    return x, key, used
+        current, key = cand[j], keys[j]
+    return current, key, used
 
 
 @register("module_search")
@@ -129,8 +131,10 @@ def module_search(
         keys = scored_keys(env, draws[:, g])
         used += len(draws)
         j = min(range(len(keys)), key=keys.__getitem__)
-        x, key, spent = descend(env, g, draws[j], cand, n - used, key=keys[j], rng=rng, deadline=deadline)
+        op_group_devices, key, spent = descend(
+            env, g, draws[j], cand, n - used, key=keys[j], rng=rng, deadline=deadline
+        )
         used += spent
         if key < best_key:
-            best_key, best = key, x[g]
+            best_key, best = key, op_group_devices[g]
     return np.asarray(best, dtype=np.int32)

@@ -22,12 +22,12 @@ from __future__ import annotations
 import numpy as np
 
 import envs
-from envs.sim.simulator import schedule_graph
+from envs.sim.sim_graph import schedule_graph
 from graphs import OpGraph, PlacerError
 from graphs.module_tree import module_levels
 from placer.methods.heuristics.costs import candidate_devices
 from placer.methods.heuristics.groups import colocation_groups
-from placer.methods.heuristics.search import scored_keys
+from placer.methods.heuristics.ranking import scored_keys
 from placer.methods.registry import HeuristicUnavailable, register
 
 BATCH = 64
@@ -70,11 +70,11 @@ def _best_of(
     best_key, best = (True, np.inf), None
     for start in range(0, n, BATCH):
         k = min(BATCH, n - start)
-        idx = np.empty((k, graph.num_ops), dtype=np.int32)
+        op_devices = np.empty((k, graph.num_ops), dtype=np.int32)
         for j in range(k):
             which = (start + j) % len(groupings)
-            idx[j] = cand[rng.integers(0, len(cand), size=sizes[which])][groupings[which]]
-        for key, row in zip(scored_keys(env, idx, BATCH), idx):
+            op_devices[j] = cand[rng.integers(0, len(cand), size=sizes[which])][groupings[which]]
+        for key, row in zip(scored_keys(env, op_devices, BATCH), op_devices):
             if key < best_key:
                 best_key, best = key, row
     return best.astype(np.int32)

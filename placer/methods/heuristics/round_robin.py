@@ -1,6 +1,6 @@
 """Round robin: co-location groups dealt over the GPUs in topological order.
 
-The naive baseline: group ``k`` (numbered by its first op) goes to GPU
+The naive heuristic: group ``k`` (numbered by its first op) goes to GPU
 ``k mod num_gpus``. It balances op counts, ignores costs, communication and
 memory, and so shows what placement without a model of the machine gives.
 

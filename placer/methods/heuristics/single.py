@@ -54,9 +54,9 @@ def single(
 
     devices = np.arange(D, dtype=np.int32) if cpu else gpu_devices(cluster).astype(np.int32)
     env = env if env is not None else SimEnv(graph, cluster)
-    times, oom = env.step_times(np.repeat(devices[:, None], n, axis=1))
+    step_time_s, oom = env.step_times(np.repeat(devices[:, None], n, axis=1))
     if np.all(oom):
         best = int(devices[np.argmax(np.asarray(cluster.memory_bytes)[devices])])
     else:
-        best = int(devices[np.argmin(np.where(oom, np.inf, times))])
+        best = int(devices[np.argmin(np.where(oom, np.inf, step_time_s))])
     return np.full(n, best, dtype=np.int32)

@@ -160,7 +160,7 @@ def test_device_map_makes_logical_gpus_on_the_cpu_cpus_with_free_links(profiled)
     # optimizer update, priced at the device's unmeasured memory bandwidth, differs).
     on_gpu1 = envs.simulate(g2, [2] * graph.num_ops, c)
     on_cpu0 = envs.simulate(g2, [0] * graph.num_ops, c)
-    from envs.cost import update_times_s
+    from envs.sim.cost import update_times_s
 
     total = np.zeros(c.num_devices)
     total[:] = graph.param_bytes.sum()
@@ -366,7 +366,7 @@ def test_device_profile_on_the_host_timeline_adds_up(small_program):
 
 def test_issue_columns_reach_the_simulator_through_a_profile(profiled):
     """A profile's issue_fwd_s/issue_bwd_s for a kind become the simulator's per-op issue times (cost.issue_times)."""
-    from envs import cost
+    from envs.sim import cost
 
     graph, prof = profiled
     n = graph.num_ops

@@ -8,7 +8,8 @@ import os
 import torch
 from torch import nn
 
-from envs.real.timing import Protocol, Run, measure_interleaved, measure_steps, resident_bytes, summarize_blocks
+from envs.real.interleaved import Run, measure_interleaved, resident_bytes, summarize_blocks
+from envs.real.timing import Protocol, measure_steps
 
 CPU = {"cpu:0": torch.device("cpu")}
 

@@ -94,6 +94,7 @@ def test_the_block_bound_is_below_every_placement_of_small_graphs(seed):
         assert b * (1 - 1e-9) <= _best(env, orders)
 
 
+@pytest.mark.slow  # 15 block bounds' programs: seconds
 @settings(max_examples=15, deadline=None)
 @given(
     bursts=st.integers(1, 3),
@@ -114,7 +115,7 @@ def test_the_block_bound_holds_on_bursty_graphs(bursts, seed, preset, executor):
     P = [np.random.default_rng(seed).integers(0, c.num_devices, size=g.num_ops), np.arange(g.num_ops) % c.num_devices]
     P += [np.asarray(get(h)(g, c, seed=seed)) for h in ("m_etf", "heft")]
     for p in P:
-        for order in (None, env.plan_order(p)[0]):
+        for order in (None, env.planner.plan(p)[0]):
             t = env.simulate(p, order=order).extra["sim_step_time_s"]
             assert lb <= t, (lb.name, float(lb), t)
 

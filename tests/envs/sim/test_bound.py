@@ -8,7 +8,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from envs import Cluster, SimEnv, lower_bound
-from envs.sim.bound import critical_path_s, lp_work_bound_s, work_bound_s
+from envs.sim.bound import critical_path_s
+from envs.sim.work_bound import lp_work_bound_s, work_bound_s
 from graphs import OpGraph
 from graphs.dag import priority_order
 from graphs.synthetic import random_dag
@@ -122,7 +123,7 @@ def test_best_bound_below_random_placements_in_any_order(n, seed, preset, execut
         [rng.integers(0, c.num_devices, size=(8, n)), np.repeat(np.arange(c.num_devices)[:, None], n, axis=1)]
     )
     for p in P:
-        planned, _, _ = env.plan_order(p)
+        planned, _, _ = env.planner.plan(p)
         for order in (None, planned, random_topological_order(g, rng)):
             t = env.simulate(p, order=order).extra["sim_step_time_s"]
             assert lb <= t, (lb.name, float(lb), t)
@@ -191,7 +192,7 @@ def test_energetic_reasoning_proves_three_unit_tasks_need_two_rounds_on_two_devi
 
     At any T < 2 each task must cover [T - 1, 1] (it starts by T - 1 and ends no earlier than 1), so that window is
     owed 3 (2 - T) against 2 (2 - T) of capacity."""
-    from envs.sim.bound import energetic_bound_s
+    from envs.sim.energetic import energetic_bound_s
 
     zeros, ones = np.zeros(3), np.ones(3)
     assert energetic_bound_s(zeros, zeros, ones, 2, lo=1.5) == pytest.approx(2.0, rel=1e-3)
@@ -288,7 +289,7 @@ def test_the_bound_holds_on_bursty_graphs_and_pipelined_steps(bursts, seed, pres
     envs = [env] + ([env.with_microbatches(microbatches, 1)] if microbatches > 1 and executor == "eager" else [])
     for e in envs:
         for p in P:
-            planned, _, _ = e.plan_order(p)
+            planned, _, _ = e.planner.plan(p)
             for order in (None, planned):
                 t = e.simulate(p, order=order).extra["sim_step_time_s"]
                 assert lb <= t, (lb.name, float(lb), t, e.inflight)

@@ -154,33 +154,6 @@ def test_order_sources_and_validation(toy):
         SimEnv(g, c, executor="tf")
 
 
-@pytest.mark.parametrize("backend", BACKENDS)
-def test_plan_order_issues_device_work_before_blocking_the_host(toy, backend):
-    # c0 (cpu, 1) -> c1 (cpu, 10) and c0 -> g2 (gpu:0, 10) over 1 byte; no launch cost.
-    # node order c0 c1 g2: c0 [0, 1]; c1 on the host [1, 11]; copy c0 -> gpu:0 [11, 12]; g2 [12, 22]; h_f = 11
-    #   backward g2 c1 c0: g2 [22, 42]; c1 host [11, 31]; grad g2 -> cpu [42, 43]; c0 [43, 45]   -> 45
-    # devices-first c0 g2 c1: c0 [0, 1]; copy [1, 2]; g2 [2, 12]; c1 [1, 11]; h_f = 11
-    #   backward c1 g2 c0: c1 [11, 31]; g2 [12, 32]; grad [32, 33]; c0 [33, 35]                  -> 35
-    # schedule (dataflow starts c0 0, c1 1, g2 2) is the node order again: 45.
-    g = toy.graph(["c0", "c1", "g2"], [("c0", "c1", 1), ("c0", "g2", 1)], [1, 10, 10])
-    env = SimEnv(g, toy.cluster(), backend=backend)
-    place = [toy.CPU, toy.CPU, toy.G0]
-    cands = env.order_candidates(place)
-    assert {k: v.tolist() for k, v in cands.items()} == {
-        "node": [0, 1, 2],
-        "devices-first": [0, 2, 1],
-        "schedule": [0, 1, 2],
-    }
-    assert env.simulate(place).step_time_s == 45.0
-    order, name, t = env.plan_order(place)
-    assert (order.tolist(), name, t) == ([0, 2, 1], "devices-first", 35.0)
-    assert env.simulate(place, order=order).step_time_s == 35.0
-    # judged under eager even from a dataflow env, where the order does not matter
-    assert SimEnv(g, toy.cluster(), backend=backend, executor="dataflow").plan_order(place)[1] == "devices-first"
-    # all on one GPU: nothing to gain, the node order is kept
-    assert SimEnv(g, toy.cluster(), backend=backend).plan_order([toy.G0] * 3)[1] == "node"
-
-
 # ------------------------------------------------------------ pipelined plans and ops without a backward
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_one_forward_one_backward_holds_one_microbatch(toy, backend):

@@ -30,12 +30,12 @@ def profile_with(graph, record) -> dict:
 def test_an_order_is_kept_only_where_its_gain_beats_the_margin(toy):
     g, place = planner_case(toy)
     c = toy.cluster()
-    assert SimEnv(g, c).plan_order(place)[1:] == ("devices-first", 35.0)  # 35 / 45 = 0.78: a gain of 22%
-    assert SimEnv(g, c, order_margin=0.2).plan_order(place)[1] == "devices-first"
-    order, name, t = SimEnv(g, c, order_margin=0.25).plan_order(place)
+    assert SimEnv(g, c).planner.plan(place)[1:] == ("devices-first", 35.0)  # 35 / 45 = 0.78: a gain of 22%
+    assert SimEnv(g, c, order_margin=0.2).planner.plan(place)[1] == "devices-first"
+    order, name, t = SimEnv(g, c, order_margin=0.25).planner.plan(place)
     assert (order.tolist(), name, t) == ([0, 1, 2], "node", 45.0)
     assert (
-        SimEnv(g, c, order_margin=0.25, executor="dataflow").plan_order(place)[1] == "node"
+        SimEnv(g, c, order_margin=0.25, executor="dataflow").planner.plan(place)[1] == "node"
     )  # its eager twin keeps it
 
 
@@ -52,9 +52,9 @@ def test_a_profiles_record_reaches_the_planner_for_its_own_model_only(toy):
     check_profile(prof)
     gp = apply_profile(g, prof)
     assert gp.meta[ORDER_MARGIN_META] == pytest.approx(0.173)
-    assert SimEnv(gp, toy.cluster()).plan_order(place)[1] == "devices-first"  # 22% beats 17.3%
+    assert SimEnv(gp, toy.cluster()).planner.plan(place)[1] == "devices-first"  # 22% beats 17.3%
     record["margin"] = 0.3
-    assert SimEnv(apply_profile(g, profile_with(g, record)), toy.cluster()).plan_order(place)[1] == "node"
+    assert SimEnv(apply_profile(g, profile_with(g, record)), toy.cluster()).planner.plan(place)[1] == "node"
     old = trust_record(checks, MODEL_VERSION - 1)  # measured against another simulator model: not used
     old["margin"] = 0.3
     assert ORDER_MARGIN_META not in apply_profile(g, profile_with(g, old)).meta

@@ -13,8 +13,7 @@ import torch
 
 import envs
 import graphs
-from envs import cost
-from envs.sim import bound
+from envs.sim import bound, cost
 from graphs import zoo
 from graphs.ir import OpGraph
 from graphs.synthetic import random_dag

@@ -588,7 +588,7 @@ def heavy_layers(k: int = 4, act_bytes: int = 1600 << 20) -> OpGraph:
 
 
 def test_scored_keys_rank_placements_out_of_memory_by_how_far_over_they_are(k80x4):
-    from placer.methods.heuristics.search import scored_keys
+    from placer.methods.heuristics.ranking import scored_keys
 
     g, gpus = heavy_layers(), k80x4.gpu_indices()
     env = envs.SimEnv(g, k80x4)
@@ -626,6 +626,27 @@ def test_annealing_returns_a_placement_that_fits_once_it_has_scored_one():
     )  # with oom_penalty 1, the chain's cost prefers the GPU
     idx = run("annealing", g, c, devices="all", init=(), steps=32, oom_penalty=1.0)
     assert envs.simulate(g, idx, c).status == "ok"
+
+
+def test_annealing_returns_the_placement_closest_to_fitting_when_none_fits():
+    # six 1 GiB layers (4 GiB each with gradients and Adam state) joined by 1.6 GB activations, on two 12 GB K80s:
+    # nothing fits; all on one GPU is the fastest and the furthest from fitting, so a best ranked by step time would
+    # be the chain's start, where a placement split over the GPUs is nearer to fitting
+    names = [f"l{i}" for i in range(6)]
+    g = OpGraph.from_edges(
+        names,
+        [(a, b, 1600 << 20) for a, b in zip(names, names[1:])],
+        flops=[4e10] * 6,
+        op_types=["aten.mm.default"] * 6,
+        param_bytes=[1 << 30] * 6,
+        name="six-layers",
+    )
+    c = envs.Cluster.preset("k80x2")
+    one_gpu = np.full(g.num_ops, c.gpu_indices()[0])
+    best = run("annealing", g, c, init=(), steps=64, devices="gpus")
+    step_time_s, oom, over = envs.SimEnv(g, c).overflow(np.stack([one_gpu, best]))
+    assert oom.all() and step_time_s[0] < step_time_s[1]
+    assert over[1] < over[0]
 
 
 def test_install_hints_name_the_libraries_of_each_extra_in_setup_cfg():

@@ -13,6 +13,9 @@ from graphs.synthetic import branch_dag
 from placer.cli import main
 from policies.gnn import GNNNet
 
+#: What a placer train of these tests needs of the heuristics (the best one to imitate), and no equal-budget search.
+FEW_HEURISTICS = ("--heuristics", "single,m_etf", "--no-equal-budget-search")
+
 
 def run(capsys, *argv):
     rc = main(list(argv))
@@ -104,7 +107,7 @@ def test_place_learned_decodes_each_group_count_and_keeps_the_best_simulated():
 
 def test_place_learned_decodes_each_module_level(tmp_path, capsys):
     import envs
-    from envs.sim.simulator import schedule_graph
+    from envs.sim.sim_graph import schedule_graph
     from graphs.module_tree import module_levels
     from placer.methods.learned import place_learned
 
@@ -243,6 +246,7 @@ def test_train_init_fine_tunes_the_pretrained_policy(pretrained, capsys):
         str(tmp / "run"),
         "--json",
         "--no-progress",
+        *FEW_HEURISTICS,
     )
     assert rc == 0, err
     doc = json.loads(out)
@@ -275,6 +279,7 @@ def test_train_init_fine_tunes_the_pretrained_policy(pretrained, capsys):
         str(tmp / "run2"),
         "--json",
         "--no-progress",
+        *FEW_HEURISTICS,
     )
     assert rc == 0, err
     assert json.loads((tmp / "run2" / "checkpoint.json").read_text())["config"]["entropy_coef"] == 0.002
@@ -327,6 +332,7 @@ def test_bad_policy_files_exit_2_with_one_line(pretrained, capsys):
             "--logdir",
             str(tmp / f"run-{f}"),
             "--no-progress",
+            *FEW_HEURISTICS,
         )
         assert rc == 2 and len(err.strip().splitlines()) == 1 and msg in err, err
     rc, out, err = run(
@@ -342,6 +348,7 @@ def test_bad_policy_files_exit_2_with_one_line(pretrained, capsys):
         "--iterations",
         "1",
         "--no-progress",
+        *FEW_HEURISTICS,
     )
     assert rc == 2 and "--init" in err
     rc, out, err = run(

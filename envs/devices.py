@@ -1,0 +1,50 @@
+"""The parts of a cluster: a compute device and the link between two devices (plain, frozen data).
+
+:class:`envs.cluster.Cluster` holds them (and re-exports both); :mod:`envs.machines` builds the presets' from them.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Device:
+    """One compute device.
+
+    Attributes:
+        name: logical name, ``"cpu:0"``, ``"gpu:1"`` (maps to torch ``cpu``/``cuda:1``).
+        kind: ``"cpu"`` or ``"gpu"``; selects the graph's profile column.
+        memory_bytes: usable memory capacity.
+        flops_per_s: effective compute rate for the roofline estimate.
+        mem_bw_bytes_per_s: effective memory bandwidth for the roofline estimate.
+        launch_overhead_s: fixed cost per (non-view) op: dispatch + kernel launch.
+        stage_latency_s, stage_bandwidth_bytes_per_s: a host (``cpu``) device's copy of a
+            tensor into a pinned staging buffer before it goes to a GPU
+            (``latency + bytes / bandwidth`` of host time); default none (0, ``inf``).
+        contention_op: a host device's ops run ``1 + contention_op`` times slower while a
+            GPU's autograd worker thread is busy beside them (default 0).
+        contention_issue: a GPU's autograd worker issues ``1 + contention_issue`` times
+            slower while this host device runs an op (default 0). The last three are measured
+            by a profile (:mod:`envs.real.profiler`); the presets have none.
+    """
+
+    name: str
+    kind: str
+    memory_bytes: float
+    flops_per_s: float
+    mem_bw_bytes_per_s: float
+    launch_overhead_s: float
+    stage_latency_s: float = 0.0
+    stage_bandwidth_bytes_per_s: float = math.inf
+    contention_op: float = 0.0
+    contention_issue: float = 0.0
+
+
+@dataclass(frozen=True)
+class Link:
+    """A directed connection between two devices: ``time = latency_s + bytes / bandwidth``."""
+
+    bandwidth_bytes_per_s: float
+    latency_s: float

@@ -1,0 +1,283 @@
+"""The cost model: op times per device, transfer times, update time, memory footprints.
+
+Forward time of op ``i`` on device ``d``:
+
+* the graph's profile for ``d``'s kind (``graph.profile["gpu"]["fwd_s"][i]``) when
+  it is there and not NaN;
+* otherwise the roofline estimate ``launch_overhead_s + max(flops / flops_per_s,
+  bytes_touched / mem_bw_bytes_per_s)``, where ``bytes_touched`` is the bytes of
+  every input edge, the op's owned parameters and buffers, and its outputs.
+
+Backward time: the profiled ``bwd_s``, else ``BACKWARD_MULTIPLIER`` × forward
+(the profiled forward where there is one).
+Without a profile, view ops (``aten.view``, ``aten.t``, ``getitem``... see
+:mod:`graphs.ops`, the one definition) and shape queries (``sym_size``) cost nothing; they never allocate: in eager
+PyTorch a view only makes a new tensor header over the same storage, launches no kernel, and its backward is another
+view. Transfers cost ``latency_s + bytes / bandwidth_bytes_per_s`` of the link.
+
+>>> from graphs import OpGraph
+>>> from envs.cluster import Cluster
+>>> g = OpGraph.from_edges(["a", "b"], [("a", "b", 4000)], flops=[4e9, 0.0],
+...                        op_types=["aten.mm.default", "aten.view.default"])
+>>> fwd, bwd = op_times(g, Cluster.preset("k80x2"))
+>>> round(float(fwd[0, 1]) * 1e3, 3), float(fwd[1, 1]), round(float(bwd[0, 1] / fwd[0, 1]), 6)
+(1.008, 0.0, 2.0)
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import numpy as np
+
+from envs.cluster import Cluster
+from graphs.ir import OpGraph
+from graphs.ops import free_mask
+
+#: Backward ≈ 2 × forward: it computes the gradient w.r.t. the inputs (dgrad) and
+#: w.r.t. the weights (wgrad), each about as costly as the forward op (the usual
+#: rule of thumb that a training step is ~3× the forward pass).
+BACKWARD_MULTIPLIER = 2.0
+
+#: Adam keeps two moments per parameter (exp_avg, exp_avg_sq).
+OPTIMIZER_STATE_MULTIPLIER = 2
+
+#: Bytes an Adam step moves per parameter byte: reads param, grad, exp_avg and
+#: exp_avg_sq, writes param, exp_avg and exp_avg_sq (7 passes over memory).
+UPDATE_TRAFFIC_MULTIPLIER = 7.0
+
+
+def bytes_touched(graph: OpGraph) -> np.ndarray:
+    """Bytes each op reads and writes: input edges + owned params/buffers + outputs."""
+    inputs = np.bincount(graph.edge_dst, weights=graph.edge_bytes.astype(np.float64), minlength=graph.num_ops)
+    return inputs + graph.param_bytes + graph.buffer_bytes + graph.out_bytes
+
+
+def op_times(graph: OpGraph, cluster: Cluster, microbatches: int = 1) -> tuple[np.ndarray, np.ndarray]:
+    """Forward and backward seconds of every op on every device, each ``[num_ops, num_devices]``.
+
+    ``microbatches`` M > 1: the times of one op on one microbatch, ``1/M`` of the
+    batch (:mod:`envs.microbatch`): FLOPs, inputs and outputs scaled by ``1/M``,
+    the parameters and buffers still read whole; a profiled time is scaled by ``1/M``.
+    """
+    n, D = graph.num_ops, cluster.num_devices
+    M = float(microbatches)
+    compute_s = graph.flops[:, None] / M / cluster.flops_per_s[None, :]
+    touched = (
+        bytes_touched(graph)
+        if microbatches == 1
+        else (
+            (bytes_touched(graph) - graph.param_bytes - graph.buffer_bytes) / M + graph.param_bytes + graph.buffer_bytes
+        )
+    )
+    memory_s = touched[:, None] / cluster.mem_bw_bytes_per_s[None, :]
+    fwd = np.maximum(compute_s, memory_s) + cluster.launch_overhead_s[None, :]
+    fwd[free_mask(graph)] = 0.0
+    bwd = BACKWARD_MULTIPLIER * fwd
+    for d, kind in enumerate(cluster.kinds):
+        prof = graph.profile.get(kind)
+        if not prof:
+            continue
+        measured_fwd = prof.get("fwd_s")
+        if measured_fwd is not None:
+            have = ~np.isnan(measured_fwd)
+            fwd[have, d] = measured_fwd[have] / M
+            bwd[have, d] = BACKWARD_MULTIPLIER * measured_fwd[have] / M
+        measured_bwd = prof.get("bwd_s")
+        if measured_bwd is not None:
+            have = ~np.isnan(measured_bwd)
+            bwd[have, d] = measured_bwd[have] / M
+    assert fwd.shape == (n, D)
+    return fwd, bwd
+
+
+def default_issue_times(fwd_s: np.ndarray, host: np.ndarray, launch_s: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`issue_times` without a profile: ``launch_s[d]`` for an op with a kernel on a non-host device, else 0;
+    nothing for a backward."""
+    fwd_s = np.asarray(fwd_s, dtype=np.float64)
+    issue_f = np.where(
+        (fwd_s > 0) & ~np.asarray(host, dtype=bool)[None, :], np.asarray(launch_s, dtype=np.float64)[None, :], 0.0
+    )
+    return issue_f, np.zeros_like(issue_f)
+
+
+def issue_times(graph: OpGraph, cluster: Cluster, fwd_s: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Host seconds issuing each op on each device under the eager executor, ``([n, D] forward, [n, D] backward)``.
+
+    A host (``cpu``) device runs its ops on the issuing thread: their time is in
+    ``fwd_s``/``bwd_s``, so their issue time is 0. On another device, by default,
+    an op with a kernel costs the host the device's ``launch_overhead_s`` (a view
+    nothing) and its backward costs its autograd worker nothing. Where the graph's
+    profile for the device's kind measured issue times in context
+    (``issue_fwd_s``/``issue_bwd_s``, :func:`envs.real.profiler.profile_device_in_context`:
+    the FX node's Python, the dispatch and the launch; the worker's time per
+    autograd node), those replace the defaults, views included. ``fwd_s`` is the
+    ``[n, D]`` forward time (:func:`op_times`), which says which ops launch a
+    kernel; issue times are per call, so a microbatch's copy costs the same.
+
+    >>> from graphs import OpGraph
+    >>> g = OpGraph.from_edges(["a", "b"], [("a", "b", 4)], flops=[1e9, 0.0])
+    >>> c = Cluster.preset("k80x2")
+    >>> f, b = issue_times(g, c, np.array([[1.0, 1.0, 1.0], [0.0, 0.0, 0.0]]))
+    >>> (f * 1e6).round(1).tolist(), float(b.sum())
+    ([[0.0, 8.0, 8.0], [0.0, 0.0, 0.0]], 0.0)
+    """
+    host = np.asarray(cluster.kinds) == "cpu"
+    issue_f, issue_b = default_issue_times(fwd_s, host, cluster.launch_overhead_s)
+    for d, kind in enumerate(cluster.kinds):
+        prof = graph.profile.get(kind)
+        if host[d] or not prof:
+            continue
+        for out, col in ((issue_f, "issue_fwd_s"), (issue_b, "issue_bwd_s")):
+            measured = prof.get(col)
+            if measured is not None:
+                have = ~np.isnan(measured)
+                out[have, d] = measured[have]
+    return issue_f, issue_b
+
+
+class HostCosts(NamedTuple):
+    """What the host pays beside its ops under the eager executor, per device (``[D]`` each; 0 off the host).
+
+    * ``stage_latency_s``, ``stage_s_per_byte``: the copy of a tensor into a dense pinned
+      buffer that :func:`placer.apply` makes on the host thread before each host -> GPU
+      copy (:func:`envs.real.placing.staged`): ``latency + bytes * s_per_byte`` seconds
+      of the host device the tensor leaves;
+    * ``contention_op``: a host op runs ``1 + contention_op`` times slower for the time
+      a GPU's autograd worker thread is busy beside it;
+    * ``contention_issue``: a GPU's autograd worker issues ``1 + contention_issue`` times
+      slower for the time the host thread runs one of this device's ops.
+    """
+
+    stage_latency_s: np.ndarray
+    stage_s_per_byte: np.ndarray
+    contention_op: np.ndarray
+    contention_issue: np.ndarray
+
+
+def host_costs(cluster: Cluster) -> HostCosts:
+    """The :class:`HostCosts` of ``cluster``'s host (``cpu``) devices (their ``stage_*`` and ``contention_*`` fields).
+
+    >>> host_costs(Cluster.preset("h200x1")).stage_s_per_byte.tolist()  # the presets measured none
+    [0.0, 0.0]
+    """
+    host = np.asarray(cluster.kinds) == "cpu"
+    col = lambda attr: np.array([float(getattr(d, attr)) for d in cluster.devices]) * host  # noqa: E731
+    per_byte = (
+        np.array(
+            [
+                0.0 if d.stage_bandwidth_bytes_per_s == np.inf else 1.0 / d.stage_bandwidth_bytes_per_s
+                for d in cluster.devices
+            ]
+        )
+        * host
+    )
+    return HostCosts(col("stage_latency_s"), per_byte, col("contention_op"), col("contention_issue"))
+
+
+def no_host_costs(num_devices: int) -> HostCosts:
+    """:class:`HostCosts` of a host that pays nothing beside its ops (the model before simulator model 4)."""
+    z = np.zeros(num_devices)
+    return HostCosts(z, z.copy(), z.copy(), z.copy())
+
+
+def transfer_time_s(nbytes: float, src_dev: int | str, dst_dev: int | str, cluster: Cluster) -> float:
+    """Seconds to copy ``nbytes`` from ``src_dev`` to ``dst_dev`` (index or name); 0 on one device.
+
+    >>> transfer_time_s(1e9, "gpu:0", "gpu:1", Cluster.preset("k80x2"))
+    0.10001
+    """
+    a = cluster.index(src_dev) if isinstance(src_dev, str) else int(src_dev)
+    b = cluster.index(dst_dev) if isinstance(dst_dev, str) else int(dst_dev)
+    if a == b:
+        return 0.0
+    return float(cluster.latency_s[a, b] + nbytes / cluster.bandwidth_bytes_per_s[a, b])
+
+
+def copy_costs(cluster: Cluster) -> tuple[np.ndarray, np.ndarray]:
+    """``(latency [D, D], 1 / bandwidth [D, D])`` with zeros on the diagonal: copying ``b`` bytes from ``d`` to
+    ``d'`` costs ``latency[d, d'] + b * inverse[d, d']`` (:func:`transfer_time_s`), 0 on one device."""
+    lat = np.array(cluster.latency_s, dtype=np.float64)
+    inv_bw = 1.0 / np.array(cluster.bandwidth_bytes_per_s, dtype=np.float64)
+    np.fill_diagonal(lat, 0.0)
+    np.fill_diagonal(inv_bw, 0.0)
+    return lat, inv_bw
+
+
+def update_times_s(param_bytes_per_device: np.ndarray, cluster: Cluster) -> np.ndarray:
+    """Optimizer-step seconds per device holding ``param_bytes_per_device`` (Adam, foreach).
+
+    One fused/multi-tensor launch plus ``UPDATE_TRAFFIC_MULTIPLIER`` passes over
+    the parameter bytes at memory bandwidth; 0 on a device without parameters.
+    """
+    p = np.asarray(param_bytes_per_device, dtype=np.float64)
+    return np.where(p > 0, update_time_s(p, cluster.launch_overhead_s, cluster.mem_bw_bytes_per_s), 0.0)
+
+
+def update_time_s(param_bytes, launch_overhead_s, mem_bw_bytes_per_s):
+    """Seconds of one optimizer step over ``param_bytes`` of parameters: the one formula.
+
+    One fused (multi-tensor) launch plus ``UPDATE_TRAFFIC_MULTIPLIER`` passes over
+    the bytes at memory bandwidth. Plain arithmetic, so it takes scalars or
+    broadcasting arrays and compiles unchanged in :mod:`envs.sim.kernel` (numba), and
+    :mod:`envs.sim.bound` uses it for its update bound.
+    """
+    return launch_overhead_s + UPDATE_TRAFFIC_MULTIPLIER * param_bytes / mem_bw_bytes_per_s
+
+
+def update_bandwidth(update_s: float, param_bytes: float, launch_overhead_s: float) -> float:
+    """The ``mem_bw_bytes_per_s`` under which :func:`update_times_s` of ``param_bytes`` is ``update_s``.
+
+    How a profile's measured optimizer step (``update_s`` in a ``placer-profile/1``
+    device entry) reaches the cost model: the calibrated device's memory bandwidth
+    is fitted to it (the update is one memory-bound pass; on a CPU its per-tensor
+    dispatch is folded into the rate).
+
+    >>> from envs.cluster import Device
+    >>> bw = update_bandwidth(2e-3, 1e6, 1e-5)
+    >>> d = Device("cpu:0", "cpu", 1e9, 1e9, bw, 1e-5)
+    >>> round(float(update_times_s(np.array([1e6]), Cluster("c", [d], {}))[0]) * 1e3, 6)
+    2.0
+    """
+    busy_s = max(float(update_s) - float(launch_overhead_s), 1e-12)
+    return UPDATE_TRAFFIC_MULTIPLIER * max(float(param_bytes), 1.0) / busy_s
+
+
+def update_transient_bytes(param_bytes: np.ndarray, op_devices: np.ndarray, host: np.ndarray) -> np.ndarray:
+    """Bytes ``torch.optim.Adam``'s step allocates beside the static state, per device (int64, ``[D]``).
+
+    With its defaults Adam takes the multi-tensor (foreach) path only when every parameter is on a device
+    with foreach kernels (CUDA; not the host: ``torch.optim.optimizer._default_to_fused_or_foreach``):
+    there ``torch._foreach_sqrt(exp_avg_sqs)`` makes one temporary the size of all of a device's
+    parameters. With any parameter on the host every parameter takes the single-tensor path, where
+    ``exp_avg_sq.sqrt() / c`` holds two temporaries the size of that parameter: twice the largest one
+    (an op's parameters stand for its largest tensor). On an H100 capped at 24 GiB, eight plans with the
+    embedding on the host peaked at the same 19.03 GiB, static state plus twice the 1.95 GiB LM head.
+    ``host[d]``: device ``d`` is the host.
+
+    >>> update_transient_bytes(np.array([4, 0, 6, 2]), np.array([0, 0, 1, 1]), np.array([False, False])).tolist()
+    [4, 8]
+    >>> update_transient_bytes(np.array([4, 0, 6, 2]), np.array([0, 0, 1, 1]), np.array([True, False])).tolist()
+    [8, 12]
+    """
+    p = np.asarray(param_bytes).astype(np.int64)
+    d = np.asarray(op_devices).astype(np.int64)
+    host = np.asarray(host, dtype=bool)
+    out = np.zeros(len(host), dtype=np.int64)
+    owns = p > 0
+    if not host[d[owns]].any():  # foreach: one temporary of every parameter on the device
+        np.add.at(out, d[owns], p[owns])
+    else:
+        np.maximum.at(out, d[owns], 2 * p[owns])
+    return out
+
+
+def static_bytes(graph: OpGraph) -> np.ndarray:
+    """Memory an op pins on its device for the whole step: params, grads, Adam state, buffers."""
+    mult = int(2 + OPTIMIZER_STATE_MULTIPLIER)  # the param itself, its grad, the optimizer state
+    return graph.param_bytes.astype(np.int64) * mult + graph.buffer_bytes
+
+
+def activation_bytes(graph: OpGraph) -> np.ndarray:
+    """Bytes of the output each op keeps for backward (0 for views, which alias, and shape queries)."""
+    return np.where(free_mask(graph), 0, graph.out_bytes).astype(np.int64)

@@ -1,0 +1,158 @@
+"""The memory rule compiled: the peak sweep of :mod:`envs.sim.memory` and the out-of-memory check, exact.
+
+:func:`over_capacity` decides OOM exactly without sweeping every device: a
+device whose static bytes plus every allocation it will ever make fit its
+capacity cannot run out, and only the others get the (sorted) sweep of
+:func:`peak_live_bytes`. After the backward, the optimizer step's temporaries
+(:func:`envs.sim.cost.update_transient_bytes`) count beside the static state.
+Bytes are integers, so the kernel and the reference agree bit for bit.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from envs.sim.compiled import njit
+
+
+@njit(cache=True)
+def release_time(u, out_ptr, out_dst, end):
+    """When the forward last reads op ``u``'s output: its last consumer's forward end (its own without one)."""
+    r = end[u]
+    for k in range(out_ptr[u], out_ptr[u + 1]):
+        if end[out_dst[k]] > r:
+            r = end[out_dst[k]]
+    return r
+
+
+@njit(cache=True)
+def peak_live_bytes(device_index, p, n, D, act_b, grad, kept, out_ptr, out_dst, tcount, tbytes, start, end):
+    """Peak live bytes on ``device_index`` (without static bytes): the sweep of :mod:`envs.sim.memory` (``kept``: saved
+    for backward)."""
+    nD = n * D
+    m = 0
+    for i in range(n):
+        if p[i] == device_index:
+            m += 2
+    for u in range(n):
+        for d in range(D):
+            if tcount[u * D + d] > 0 and (d == device_index or p[u] == device_index):
+                m += 1
+    at = np.empty(m)
+    ab = np.empty(m, dtype=np.int64)
+    ft = np.empty(m)
+    fb = np.empty(m, dtype=np.int64)
+    na = 0
+    nf = 0
+    for i in range(n):
+        if p[i] == device_index:
+            at[na] = start[i]
+            ab[na] = act_b[i]
+            na += 1
+            at[na] = start[2 * n - 1 - i]
+            ab[na] = act_b[i] if grad[i] else 0
+            na += 1
+            if kept[i]:
+                ft[nf] = end[2 * n - 1 - i]
+                fb[nf] = 2 * act_b[i] if grad[i] else act_b[i]
+                nf += 1
+            else:  # freed once its consumers have run forward; the gradient buffer at the end of its backward
+                ft[nf] = release_time(i, out_ptr, out_dst, end)
+                fb[nf] = act_b[i]
+                nf += 1
+                ft[nf] = end[2 * n - 1 - i]
+                fb[nf] = act_b[i] if grad[i] else 0
+                nf += 1
+    for u in range(n):
+        for d in range(D):
+            slot = u * D + d
+            if tcount[slot] > 0:
+                if d == device_index:  # activation received here, freed when its gradient has left
+                    at[na] = start[2 * n + slot]
+                    ab[na] = tbytes[slot]
+                    na += 1
+                    ft[nf] = end[2 * n + nD + slot] if kept[u] else release_time(u, out_ptr, out_dst, end)
+                    fb[nf] = tbytes[slot]
+                    nf += 1
+                elif p[u] == device_index:  # gradient received here, freed when bwd u ends
+                    at[na] = start[2 * n + nD + slot]
+                    ab[na] = tbytes[slot] if grad[u] else 0
+                    na += 1
+                    ft[nf] = end[2 * n - 1 - u]
+                    fb[nf] = tbytes[slot] if grad[u] else 0
+                    nf += 1
+    ao = np.argsort(at[:na])
+    fo = np.argsort(ft[:nf])
+    live = 0
+    peak = 0
+    j = 0
+    for a in range(na):
+        at_s = at[ao[a]]
+        while j < nf and ft[fo[j]] <= at_s:
+            live -= fb[fo[j]]
+            j += 1
+        live += ab[ao[a]]
+        if live > peak:
+            peak = live
+    return peak
+
+
+@njit(cache=True)
+def over_capacity(p, n, D, bytes_of, host, cap, grad, kept, consumers, copies, start, end, want_over, ws):
+    """``(out of memory, worst)`` of a scheduled placement ``p`` (task times ``start``/``end``).
+
+    ``bytes_of``: per op, ``(param_b, static_b, act_b)``; ``consumers``: ``(out_ptr, out_dst)``; ``copies``:
+    ``(tcount, tbytes, gpend)`` of the schedule (each counted copy slot is marked -2 in ``gpend``). ``worst``: with
+    ``want_over``, the largest peak / capacity over the devices that overflow (0 when it fits); without, the check
+    stops at the first device that overflows. ``ws``: ``[D]`` workspaces ``(pb, sb, ub, mx)`` (parameter, static
+    and upper-bound bytes, largest parameter).
+    """
+    param_b, static_b, act_b = bytes_of
+    out_ptr, out_dst = consumers
+    tcount, tbytes, gpend = copies
+    pb, sb, ub, mx = ws
+    any_host = False
+    for d in range(D):
+        pb[d] = 0.0
+        sb[d] = 0
+        ub[d] = 0
+        mx[d] = 0
+    for i in range(n):
+        d = p[i]
+        pb[d] += param_b[i]
+        sb[d] += static_b[i]
+        ub[d] += 2 * act_b[i]
+        if param_b[i] > 0:
+            if host[d]:
+                any_host = True
+            if np.int64(param_b[i]) > mx[d]:
+                mx[d] = np.int64(param_b[i])
+    # upper bound on live bytes: every allocation at once
+    for u in range(n):
+        for k in range(out_ptr[u], out_ptr[u + 1]):
+            d = p[out_dst[k]]
+            if d != p[u]:
+                slot = u * D + d
+                if tcount[slot] > 0 and gpend[slot] != -2:
+                    gpend[slot] = -2  # counted
+                    ub[d] += tbytes[slot]
+                    ub[p[u]] += tbytes[slot]
+    is_oom = False
+    worst = 0.0
+    for d in range(D):
+        if sb[d] > cap[d] and not want_over:
+            is_oom = True
+            break
+        # at the optimizer step, its temporaries (envs.sim.cost.update_transient_bytes)
+        live = sb[d] + (2 * mx[d] if any_host else np.int64(pb[d]))
+        if sb[d] + ub[d] > cap[d]:
+            swept = sb[d] + peak_live_bytes(d, p, n, D, act_b, grad, kept, out_ptr, out_dst, tcount, tbytes, start, end)
+            if swept > live:
+                live = swept
+        if live > cap[d]:
+            is_oom = True
+            if live / cap[d] > worst:
+                worst = live / cap[d]
+            if not want_over:
+                break
+    return is_oom, worst
