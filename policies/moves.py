@@ -50,6 +50,14 @@ CHUNKS = (8, 16, 32, 64)
 MAX_CHUNKED_MODULES = 32
 #: Columns of :meth:`MoveFeatures.features`.
 NUM_FEATURES = 26
+#: What the columns mean; a critic file records it with :data:`NUM_FEATURES` (:func:`feature_spec`), and a critic
+#: trained on other columns is refused. Change it whenever a column changes meaning.
+FEATURES_VERSION = "move-features/1"
+
+
+def feature_spec() -> dict[str, int | str]:
+    """The move features a critic reads: their version and width (a critic file's ``features``)."""
+    return {"version": FEATURES_VERSION, "num_features": NUM_FEATURES}
 
 
 class BusyTimeline:
@@ -281,10 +289,11 @@ class MoveCritic(nn.Module):
     moves (AUC of the held-out improving moves 0.76-0.82, against 0.85-0.92 as a classifier).
     """
 
-    def __init__(self, hidden: int = 64) -> None:
+    def __init__(self, hidden: int = 64, num_features: int = NUM_FEATURES) -> None:
         super().__init__()
+        self.hidden = hidden
         self.net = nn.Sequential(
-            nn.Linear(NUM_FEATURES, hidden), nn.ReLU(), nn.Linear(hidden, hidden), nn.ReLU(), nn.Linear(hidden, 1)
+            nn.Linear(num_features, hidden), nn.ReLU(), nn.Linear(hidden, hidden), nn.ReLU(), nn.Linear(hidden, 1)
         )
 
     def forward(self, features: torch.Tensor) -> torch.Tensor:

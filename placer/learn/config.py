@@ -38,7 +38,7 @@ from placer.checks import MAX_SEED, check_float, check_int, check_output_dir
 EnvName = Literal["sim", "measured"]
 ExecutorName = Literal["eager", "dataflow"]
 ScoreOrderName = Literal["auto", "node", "planned"]
-AlgoName = Literal["reinforce", "ppo", "moves"]
+AlgoName = Literal["reinforce", "ppo", "moves", "corrected"]
 ProposalName = Literal["critic", "uniform"]
 RewardBaselineName = Literal["loo", "ema"]
 WarmStartName = Literal["best", "none"]
@@ -138,9 +138,19 @@ class AlgoOptions:
     they are simulated (placer.learn.move_search; no policy network, so the policy options and the imitation warm
     start do not apply; with a time budget and the simulator, its first 20% of the time goes to module_search, and
     the moves start from the better placement); or the paper's policy network trained by "reinforce" (policy
-    gradient + entropy bonus) or "ppo" (clipped surrogate)."""
+    gradient + entropy bonus) or "ppo" (clipped surrogate); or, with real measurements (--env measured), "corrected":
+    the move search on the simulator corrected by a model of its error fitted to the measurements taken, measuring
+    what the corrected simulator finds most promising (placer.learn.measured_search)."""
     proposals: ProposalName = "critic"
-    """--algo moves: "critic" ranks the moves by the learned critic; "uniform" draws them uniformly (the ablation)."""
+    """--algo moves|corrected: "critic" ranks the moves by the learned critic; "uniform" draws them uniformly (the
+    ablation)."""
+    critic: str = "fresh"
+    """--algo moves|corrected: the critic the move search starts from: "pretrained" (shipped with placer, trained on
+    the moves of many graphs: it ranks from the first round), "fresh" (untrained: it learns from this run's moves
+    only), or a critic file (python -m bench.critic_pretrain)."""
+    fine_tune_critic: bool = True
+    """--algo moves|corrected: train the critic on this run's moves as it goes (--no-fine-tune-critic: it ranks as it
+    started)."""
     samples: int = 8
     """K: placements the policy samples and the run scores per iteration (--algo reinforce|ppo)."""
     lr: float = 5e-4
@@ -308,6 +318,10 @@ class TrainConfig(PolicyOptions, AlgoOptions, RunOptions):
             raise PlacerError(f"--microbatches {self.microbatches}: only --env sim scores microbatched plans")
         if self.inflight is not None and self.inflight > self.microbatches:
             raise PlacerError(f"--inflight {self.inflight}: must be at most --microbatches ({self.microbatches})")
+        if self.critic not in ("pretrained", "fresh"):
+            from policies.policy_file import load_critic
+
+            load_critic(self.critic)  # a bad file is a one-line error now, not after the heuristics
         if self.init is not None and self.policy != "gnn":
             raise PlacerError(f"--init: a pretrained policy is a gnn policy; --policy is {self.policy!r}")
         if self.resume and not self.logdir:

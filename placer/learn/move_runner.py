@@ -29,9 +29,20 @@ from typing import Any
 
 import numpy as np
 
+from placer.learn.config import TrainConfig
 from placer.learn.move_search import MoveSearch, MoveSearchOptions
 from placer.learn.session import RunScorer, Session, add_scalars, device_share
 from placer.learn.state import MOVE_SEARCH
+
+
+def search_options(config: TrainConfig) -> MoveSearchOptions:
+    """The move search's options a run's config asks for: its proposals, the critic it starts from, fine-tuned or
+    not."""
+    return MoveSearchOptions(
+        proposals=config.proposals,
+        critic=None if config.critic == "fresh" else config.critic,
+        fine_tune=config.fine_tune_critic,
+    )
 
 
 class MoveRunner:
@@ -50,7 +61,7 @@ class MoveRunner:
             session.graph,
             session.cluster,
             RunScorer(session, MOVE_SEARCH),
-            options=MoveSearchOptions(proposals=c.proposals),
+            options=search_options(c),
             seed=c.seed,
             order=session.scorer.order,
         )

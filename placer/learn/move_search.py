@@ -45,9 +45,12 @@ from placer.methods.heuristics.costs import candidate_devices
 from placer.methods.heuristics.module_search import module_search
 from placer.methods.registry import HeuristicUnavailable
 from policies.moves import NUM_FEATURES, ItemLevel, MoveCritic, MoveFeatures, MoveMemory, item_levels
+from policies.policy_file import load_critic
 
 ProposalName = Literal["critic", "uniform"]
 PROPOSALS = ("critic", "uniform")
+#: ``MoveSearchOptions.critic`` naming the critic shipped with placer (:data:`policies.policy_file.DEFAULT_CRITIC`).
+PRETRAINED = "pretrained"
 #: module_search's share of a budget of placements is spent only when it comes to at least this many: at 1k
 #: placements its 200 cost the descent more than its few restarts found (nmt-2, nmt-4, inception-v3 at 1k).
 MODULE_MIN_EVALS = 1000
@@ -91,6 +94,13 @@ class MoveSearchOptions:
     0: none; nor when the share of a budget of placements is under :data:`MODULE_MIN_EVALS`. Chosen among 0, 0.2 and
     0.5 on nmt-2 / k80x4 (10k placements, 8 seeds: 203.1, 199.7, 200.3 ms), nmt-2 / v100x4 and nmt-4 / k80x4
     (BENCHMARKS.md, "Eight seeds, and a share of the budget for module_search")."""
+    critic: str | None = None
+    """the critic to start from: a critic file (:func:`policies.policy_file.load_critic`), ``"pretrained"`` for the
+    one shipped with placer (pretrained across graphs: ranks moves from the first round), or None: a fresh,
+    untrained critic that ranks once it has seen a round."""
+    fine_tune: bool = True
+    """train the critic on the moves simulated (False: it ranks as it started; with a pretrained critic, the
+    ablation that shows what the online training adds)."""
     accept: float = 0.0
     """temperature, relative to the incumbent's step time, at which the best move of a batch that found nothing
     faster is taken anyway (Metropolis: with probability exp(-slowdown / temperature)), cooled linearly to 0 over
@@ -159,7 +169,9 @@ class MoveSearch:
         seed: int = 0,
         order: str | None = None,
         levels: list[ItemLevel] | None = None,
+        critic: MoveCritic | None = None,
     ) -> None:
+        """``critic``: a critic to start from (trained elsewhere), instead of the one ``options.critic`` names."""
         self.options = o = options or MoveSearchOptions()
         if o.proposals not in PROPOSALS:
             raise PlacerError(f"move search: proposals {o.proposals!r}: unknown (known: {', '.join(PROPOSALS)})")
@@ -181,7 +193,7 @@ class MoveSearch:
         self.memory = MoveMemory(self.levels, cluster.num_devices)
         self.rng, self.seed = np.random.default_rng(seed), seed
         torch.manual_seed(seed)
-        self.critic = MoveCritic(o.hidden)
+        self.critic, self.pretrained = self._initial_critic(critic)
         self.optimizer = torch.optim.Adam(self.critic.parameters(), lr=o.lr)
         self.replay = Replay(NUM_FEATURES)
         self.tries, self.hits = np.zeros(2, dtype=np.int64), np.zeros(2, dtype=np.int64)  # [uniform, ranked] moves
@@ -301,6 +313,16 @@ class MoveSearch:
         )
 
     # ------------------------------------------------------------------ the parts
+    def _initial_critic(self, critic: MoveCritic | None) -> tuple[MoveCritic, bool]:
+        """The critic the search starts with, and whether it was trained before (then it ranks from the first
+        round)."""
+        if critic is not None:
+            return critic, True
+        name = self.options.critic
+        if name is None:
+            return MoveCritic(self.options.hidden), False
+        return load_critic(None if name == PRETRAINED else name).critic, True
+
     def _module_phase(self, max_evals: int | None, time_budget_s: float | None, module_s: float | None) -> None:
         """:func:`module_search` on ``module_share`` of the budget, scored through it (nothing without module paths)."""
         share = self.options.module_share
@@ -381,7 +403,8 @@ class MoveSearch:
         """Indices of the moves to simulate, and which of them the critic ranked (1) or were drawn uniformly (0)."""
         o = self.options
         b = min(o.batch, len(untried))
-        n_ranked = 0 if o.proposals == "uniform" or not self.replay.size else b - int(round(o.explore * b))
+        ready = self.pretrained or self.replay.size  # a fresh critic ranks once it has seen a round
+        n_ranked = 0 if o.proposals == "uniform" or not ready else b - int(round(o.explore * b))
         if n_ranked and o.adaptive:  # [uniform, ranked]: the arm whose sampled hit rate is higher takes the round
             rate = self.rng.beta(1 + self.hits, 1 + self.tries - self.hits)
             if rate[1] < rate[0]:
@@ -401,7 +424,7 @@ class MoveSearch:
         (critic only)."""
         o = self.options
         self.replay.add(feats, (delta < 0).astype(np.float32))
-        if o.proposals == "uniform":
+        if o.proposals == "uniform" or not o.fine_tune:
             return
         for _ in range(o.train_steps):
             x, y = self.replay.draw(self.rng, o.train_batch)

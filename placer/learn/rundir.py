@@ -21,7 +21,7 @@ from graphs import OpGraph, PlacerError
 from graphs.plan import Placement
 from placer.learn import checkpoint
 from placer.learn.config import TrainConfig
-from placer.learn.state import MODULE_SHARE, MOVE_SEARCH, RunState, is_int
+from placer.learn.state import CORRECTED_SEARCH, MODULE_SHARE, MOVE_SEARCH, RunState, is_int
 
 if TYPE_CHECKING:
     from envs.cluster import Cluster
@@ -198,6 +198,7 @@ FINDER_METHODS = {
     "greedy": "rl:{policy}",
     MOVE_SEARCH: "moves:{proposals}",
     MODULE_SHARE: "moves:module_search",
+    CORRECTED_SEARCH: "corrected",
 }
 
 

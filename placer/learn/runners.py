@@ -25,6 +25,7 @@ from placer.checks import check_output_dir
 from placer.learn import checkpoint
 from placer.learn.comparisons import compare_after_learning
 from placer.learn.config import TrainConfig
+from placer.learn.corrected_runner import CorrectedRunner
 from placer.learn.loop import PolicyGradient, resolve_device
 from placer.learn.move_runner import MoveRunner
 from placer.learn.progress import Progress
@@ -59,7 +60,12 @@ class Runner(Protocol):
 
 
 #: ``--algo`` -> its runner.
-RUNNERS: dict[str, type[Runner]] = {"moves": MoveRunner, "reinforce": PolicyGradient, "ppo": PolicyGradient}
+RUNNERS: dict[str, type[Runner]] = {
+    "moves": MoveRunner,
+    "reinforce": PolicyGradient,
+    "ppo": PolicyGradient,
+    "corrected": CorrectedRunner,
+}
 
 
 def train(

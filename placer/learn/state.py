@@ -17,6 +17,8 @@ from placer.methods import best_heuristic
 #: ``found_by`` of a placement the move search found, and of one its module_search share found (the search's start).
 MOVE_SEARCH = "move search"
 MODULE_SHARE = "module_search, the move search's start"
+#: ``found_by`` of a placement the measured loop found (``--algo corrected``: the simulator corrected by measurements).
+CORRECTED_SEARCH = "corrected search"
 
 
 @dataclass

@@ -1,0 +1,287 @@
+"""Learning from measurements: the corrected loop against its ablations, at an equal number of measurements.
+
+    python -m bench.correction stand-in --graphs unet-80,moe-60 --slow gpu:1 --slowdown 3 --seeds 0,1
+    python -m bench.correction local --scenario tiny --measurements 20 --out-dir runs/correction-tiny
+    python -m bench.correction local --source nmt-2 --cluster k80x2 --device-map '*=cpu' --measurements 30
+
+Each method gets the same number of real measurements and keeps its fastest measured placement:
+
+* **simulator**: the simulator's best (the move search on the simulator), measured once;
+* **measured moves**: the move search from the simulator's best whose every placement is measured, no model
+  (:func:`placer.learn.measured_moves.measured_move_search`; what ``placer train --env measured --algo moves``
+  does);
+* **simulator rank**: the measured loop without its correction: each round measures the simulator's own next-best
+  candidate (:class:`placer.learn.measured_search.CorrectedSearch`, ``correction=False``);
+* **corrected**: the measured loop (``CorrectedSearch``): the simulator corrected by a model of its error fitted to
+  the measurements so far chooses what to measure next.
+
+Then every method's placement and the simulator's best are measured again side by side (``--rematch`` rounds,
+interleaved) and compared by their medians: the best of many noisy measurements is biased low.
+
+``stand-in``: the reality is the simulator on a distorted copy of the cluster (:class:`placer.learn.stand_in.StandIn`:
+a device ``--slowdown`` times slower, host links ``--copy-factor`` times slower, lognormal ``--noise``); its true
+best (a long search on the distorted simulator) is known, and the table says how far each method is from it.
+``local``: real training steps in this process (:class:`envs.real.local.LocalEnv`): a zoo name or
+``module:callable`` (``--source``), or the offload scenario (``--scenario tiny`` on a CPU, ``llama-256k`` on a GPU
+capped at 24 GiB, as in ``bench.gpu_offload``). Each method measures anew (a placement measured by another method
+is measured again for it), so no method is helped by another's measurements.
+
+A markdown table on stdout (``--json``: every run with its curves); progress on stderr.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import hashlib
+import json
+import sys
+import time
+from typing import Any, Callable
+
+import numpy as np
+
+import envs
+from bench.common import OneLineParser, machine_line, parse_list
+from bench.graph_sources import graphs_and_clusters
+from graphs import PlacerError
+from placer.learn.measured_moves import measured_move_search
+from placer.learn.measured_search import CorrectedSearch, CorrectedSearchOptions
+from placer.learn.move_search import MoveSearch
+from placer.learn.stand_in import StandIn
+
+METHODS = ("simulator", "measured moves", "simulator rank", "corrected")
+
+
+class Fresh:
+    """A method's own measurements on a shared real env: each new placement measured anew (``measure_again``
+    where the env has it), cached for this method only; counts them."""
+
+    def __init__(self, real: Any) -> None:
+        self.real, self.cache, self.measured = real, {}, 0
+
+    def step_times(self, op_devices: np.ndarray, order: Any = None) -> tuple[np.ndarray, np.ndarray]:
+        op_devices = np.atleast_2d(np.asarray(op_devices, dtype=np.int32))
+        keys = [hashlib.blake2b(p.tobytes(), digest_size=16).digest() for p in op_devices]
+        todo = [k for k, key in enumerate(keys) if key not in self.cache]
+        if todo:
+            again = getattr(self.real, "measure_again", self.real.step_times)
+            step_time_s, failed = again(op_devices[todo])
+            self.measured += len(todo)
+            for j, k in enumerate(todo):
+                self.cache[keys[k]] = (float(step_time_s[j]), bool(failed[j]))
+        out = [self.cache[key] for key in keys]
+        return np.array([t for t, _ in out]), np.array([f for _, f in out])
+
+    def measure_again(self, op_devices: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        return self.real.measure_again(op_devices)
+
+
+def run_methods(
+    graph: Any,
+    cluster: Any,
+    real: Any,
+    *,
+    options: CorrectedSearchOptions,
+    seed: int,
+    rematch: int,
+    say: Callable[[str], Any],
+) -> dict[str, Any]:
+    """Every method of :data:`METHODS` at ``options.measurements`` measurements, then the side-by-side."""
+    out: dict[str, Any] = {"measurements": options.measurements, "methods": {}}
+    found: dict[str, np.ndarray] = {}
+    for correction in (True, False):
+        t0, scorer = time.perf_counter(), Fresh(real)
+        o = dataclasses.replace(options, correction=correction, rematch=0)
+        result = CorrectedSearch(graph, cluster, scorer, options=o, seed=seed).run(None)
+        name = "corrected" if correction else "simulator rank"
+        found[name] = result.op_devices
+        found["simulator"] = result.simulator_op_devices  # the same search, the same seed: the same placement
+        out["methods"][name] = {
+            "best_s": result.step_time_s,
+            "measured": scorer.measured,
+            "wall_s": time.perf_counter() - t0,
+            "curve": [m.to_dict() for m in result.curve],
+            **({"weights": result.weights, "noise_std": result.noise_std} if correction else {}),
+        }
+        say(f"    {name}: {result.step_time_s * 1e3:.3f} ms ({scorer.measured} measured)")
+    sim_first = out["methods"]["corrected"]["curve"][0]
+    out["methods"]["simulator"] = {"best_s": sim_first["real_s"], "measured": 1, "curve": [sim_first]}
+    t0, scorer = time.perf_counter(), Fresh(real)
+    moves = measured_move_search(
+        graph, cluster, scorer, found["simulator"], measurements=options.measurements, seed=seed
+    )
+    found["measured moves"] = moves.best_op_devices if moves.best_op_devices is not None else found["simulator"]
+    out["methods"]["measured moves"] = {
+        "best_s": moves.best_s,
+        "measured": scorer.measured,
+        "wall_s": time.perf_counter() - t0,
+        "curve": [{"best_s": b} for b in moves.curve],
+    }
+    say(f"    measured moves: {moves.best_s * 1e3:.3f} ms ({scorer.measured} measured)")
+    out["side_by_side"] = side_by_side(real, found, rematch)
+    if isinstance(real, StandIn):
+        out["true_s"] = {m: float(real.true_step_times(p)[0][0]) for m, p in found.items()}
+    return out
+
+
+def side_by_side(real: Any, found: dict[str, np.ndarray], rounds: int) -> dict[str, list[float]]:
+    """Each method's placement measured again ``rounds`` times, all of them in one batch a round."""
+    names = list(found)
+    times: dict[str, list[float]] = {m: [] for m in names}
+    for _ in range(rounds):
+        step_time_s, failed = real.measure_again(np.stack([found[m] for m in names]))
+        for m, t, f in zip(names, step_time_s, failed):
+            times[m].append(float("inf") if f else float(t))
+    return times
+
+
+def stand_in_cells(args: argparse.Namespace, say: Callable[[str], Any]) -> list[dict[str, Any]]:
+    graphs, clusters = graphs_and_clusters(args.graphs, args.clusters)
+    cells = []
+    for graph in graphs:
+        for cluster in clusters:
+            distortion = dict(slow_device=args.slow, slowdown=args.slowdown, copy_factor=args.copy_factor)
+            truth = StandIn(graph, cluster, **distortion).truth
+            best = MoveSearch(graph, cluster, truth, seed=0).run(None, max_evals=args.truth_evals).step_time_s
+            for seed in _seeds(args.seeds):
+                say(f"  {graph.name} on {cluster.name}, seed {seed} (the stand-in's best {best * 1e3:.3f} ms)")
+                real = StandIn(graph, cluster, **distortion, noise=args.noise, seed=seed)
+                cell = run_methods(
+                    graph, cluster, real, options=_options(args), seed=seed, rematch=args.rematch, say=say
+                )
+                cells.append(
+                    {"graph": graph.name, "cluster": cluster.name, "seed": seed, "stand_in_best_s": best, **cell}
+                )
+    return cells
+
+
+def local_cells(args: argparse.Namespace, say: Callable[[str], Any]) -> list[dict[str, Any]]:
+    from envs.real.local import LocalEnv  # torch: only for real steps
+
+    if args.scenario:
+        from bench.offload import builder, check_scenario, scenario_cluster
+
+        scenario = check_scenario(args.scenario)
+        source, cluster, name = builder(scenario), scenario_cluster(scenario), f"offload-{scenario.name}"
+    else:
+        source, cluster, name = args.source, envs.resolve_cluster(args.cluster), args.source
+    real = LocalEnv(
+        source,
+        cluster,
+        device_map=args.device_map,
+        warmup_steps=args.warmup,
+        timed_steps=args.steps,
+        measure_timeout_s=args.measure_timeout,
+        run_dir=args.out_dir,
+    )
+    cells = []
+    try:
+        for seed in _seeds(args.seeds):
+            say(f"  {name} on {cluster.name} ({real.graph.num_ops} ops), seed {seed}, real steps")
+            cell = run_methods(
+                real.graph, cluster, real, options=_options(args), seed=seed, rematch=args.rematch, say=say
+            )
+            cells.append({"graph": name, "cluster": cluster.name, "seed": seed, "device_map": args.device_map, **cell})
+    finally:
+        real.close()
+    return cells
+
+
+def _seeds(text: str) -> list[int]:
+    return [int(s) for s in parse_list(text, what="seeds") if s.isdigit()] or [0]
+
+
+def _options(args: argparse.Namespace) -> CorrectedSearchOptions:
+    return CorrectedSearchOptions(
+        measurements=args.measurements, sim_evals=args.sim_evals, round_evals=args.round_evals, kappa=args.kappa
+    )
+
+
+def _median(times: list[float]) -> float:
+    ok = [t for t in times if np.isfinite(t)]
+    return float(np.median(ok)) if ok else float("inf")
+
+
+def markdown_table(cells: list[dict[str, Any]]) -> str:
+    """One row per cell and method: its best measured, its re-measured median, over the simulator's best (and, on a
+    stand-in, its true step time over the stand-in's best)."""
+    stand_in = any("true_s" in c for c in cells)
+    head = [
+        "graph",
+        "cluster",
+        "seed",
+        "method",
+        "measured",
+        "best measured ms",
+        "re-measured ms",
+        "/ simulator's best",
+    ]
+    head += ["true / stand-in's best"] if stand_in else []
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * 4 + "---:|" * (len(head) - 4)]
+    for c in cells:
+        sim = _median(c["side_by_side"]["simulator"])
+        for m in METHODS:
+            r = c["methods"][m]
+            again = _median(c["side_by_side"][m])
+            row = [c["graph"], c["cluster"], str(c["seed"]), m, str(r["measured"]), f"{r['best_s'] * 1e3:.3f}"]
+            row += [f"{again * 1e3:.3f}", f"{again / sim:.3f}"]
+            row += [f"{c['true_s'][m] / c['stand_in_best_s']:.3f}"] if stand_in else []
+            lines.append("| " + " | ".join(row) + " |")
+    return "\n".join(lines)
+
+
+def parse(argv: list[str] | None) -> argparse.Namespace:
+    ap = OneLineParser(prog="python -m bench.correction", description=__doc__.splitlines()[0])
+    ap.add_argument("mode", choices=("stand-in", "local"))
+    ap.add_argument("--graphs", default="unet-80,moe-60", help="stand-in: graphs (zoo, files, family-ops[-seed])")
+    ap.add_argument("--clusters", default="k80x4", help="stand-in: comma list of presets or files")
+    ap.add_argument("--slow", default="gpu:1", help="stand-in: the device that is slower than the cluster says")
+    ap.add_argument("--slowdown", type=float, default=3.0, help="stand-in: how many times slower (default 3)")
+    ap.add_argument("--copy-factor", type=float, default=1.0, help="stand-in: host copies this many times slower")
+    ap.add_argument("--noise", type=float, default=0.02, help="stand-in: lognormal noise of a measurement")
+    ap.add_argument("--truth-evals", type=int, default=5000, help="stand-in: simulations to find its true best")
+    ap.add_argument("--source", default="", help="local: a zoo name or module:callable")
+    ap.add_argument("--scenario", default="", help="local: the offload scenario instead (tiny, llama-256k)")
+    ap.add_argument("--cluster", default="k80x2", help="local: the cluster of --source")
+    ap.add_argument("--device-map", default=None, help="local: logical -> torch devices (e.g. '*=cpu')")
+    ap.add_argument("--warmup", type=int, default=1, help="local: warm-up steps per measurement")
+    ap.add_argument("--steps", type=int, default=3, help="local: timed steps per measurement")
+    ap.add_argument("--measure-timeout", type=float, default=120.0, help="local: seconds one measurement may take")
+    ap.add_argument("--out-dir", default=None, help="local: the measurement log's directory")
+    ap.add_argument("--measurements", type=int, default=20, help="real measurements per method (default 20)")
+    ap.add_argument("--sim-evals", type=int, default=CorrectedSearchOptions.sim_evals, help="simulations, first")
+    ap.add_argument("--round-evals", type=int, default=CorrectedSearchOptions.round_evals, help="simulations a round")
+    ap.add_argument("--kappa", type=float, default=CorrectedSearchOptions.kappa, help="exploration (std)")
+    ap.add_argument("--rematch", type=int, default=3, help="side-by-side re-measurements of every method's best")
+    ap.add_argument("--seeds", default="0", help="comma list of seeds")
+    ap.add_argument("--json", action="store_true", help="print every run and its curves as JSON")
+    args = ap.parse_args(argv)
+    if args.mode == "local" and not (args.source or args.scenario):
+        ap.error("local: give --source or --scenario")
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse(argv)
+
+    def say(line: str) -> None:
+        print(line, file=sys.stderr, flush=True)
+
+    try:
+        if args.measurements < 2 or args.rematch < 1:
+            raise PlacerError("--measurements must be at least 2 and --rematch at least 1")
+        cells = stand_in_cells(args, say) if args.mode == "stand-in" else local_cells(args, say)
+    except PlacerError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    if args.json:
+        print(json.dumps({"machine": machine_line(), "argv": sys.argv[1:], "cells": cells}, indent=1, default=float))
+    else:
+        print(markdown_table(cells))
+        print(f"\nMachine: {machine_line()}.")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

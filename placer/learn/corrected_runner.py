@@ -1,0 +1,141 @@
+"""``placer train --algo corrected``: the measured loop, the simulator corrected by what the measurements say.
+
+One iteration is one round of :class:`placer.learn.measured_search.CorrectedSearch`: fit the correction of the
+simulator to every measurement so far, search the corrected simulator, measure the most promising placement(s)
+(``--workers`` at once under Ray). Before the first round the simulator's own best is found and measured, with a
+few others; the run's warm start (the best measured heuristic) is measured too. Every measurement goes through
+the run's scorer (:class:`~placer.learn.session.RunScorer`), so ``best_placement.json`` is the fastest placement
+measured. It needs real steps (``--env measured``, or a scorer given to :func:`placer.train`): under the simulator
+there is no error to correct.
+
+After the budget, the fastest measured placement and the simulator's best are measured again side by side
+(``--rematch`` times each; the run's usual rematch against the best measured heuristic follows), and
+``correction.json`` in the run directory holds the curve (each measurement with what the simulator and the
+correction predicted for it), the side-by-side and the correction's weights.
+
+TensorBoard, per round: ``charts/best_step_time_s``, ``charts/measured_step_time_s`` (this round's measurement),
+``charts/simulated_step_time_s`` and ``charts/corrected_step_time_s`` (what the simulator and the correction
+predicted for it), ``losses/correction_noise_std`` (the residual's fitted noise).
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import numpy as np
+
+import envs
+from graphs import PlacerError
+from placer.learn import checkpoint
+from placer.learn.measured_search import CorrectedSearch, CorrectedSearchOptions
+from placer.learn.move_runner import search_options
+from placer.learn.session import RunScorer, Session, add_scalars
+from placer.learn.state import CORRECTED_SEARCH
+
+#: The run directory's record of the measured loop.
+CORRECTION_NAME = "correction.json"
+
+
+class SessionMeasurements:
+    """The session's scorer as the loop's real scorer: measurements through the run (cached, its best kept),
+    re-measurements past every cache."""
+
+    def __init__(self, session: Session) -> None:
+        self.session, self.scorer = session, RunScorer(session, CORRECTED_SEARCH)
+
+    def step_times(self, op_devices: np.ndarray, order: Any = None) -> tuple[np.ndarray, np.ndarray]:
+        return self.scorer.step_times(op_devices, order)
+
+    def measure_again(self, op_devices: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        return self.session.scorer.fresh(np.asarray(op_devices, dtype=np.int32))
+
+
+class CorrectedRunner:
+    """``--algo corrected``: the measured loop as the run's learner; :meth:`run` is the loop.
+
+    ``saved``: the checkpoint's tensors (the loop keeps none: a resumed run starts from the run's best with a
+    fresh correction, its measurements read back from the measured env's log, not measured again).
+    """
+
+    phase = "corrected search"
+
+    def __init__(self, session: Session, saved: dict[str, Any] | None) -> None:
+        c, s, h = session.config, session.state, session.heuristics
+        if isinstance(session.scorer.env, envs.SimEnv):
+            raise PlacerError(
+                "--algo corrected: needs real measurements (--env measured); under the simulator there is no "
+                "error to correct"
+            )
+        self.session, self.resumed = session, saved is not None
+        self.search = CorrectedSearch(
+            session.graph,
+            session.cluster,
+            SessionMeasurements(session),
+            sim=session.sim,
+            options=CorrectedSearchOptions(measurements=1 << 30, batch=c.workers or 1, rematch=c.rematch),
+            seed=c.seed,
+            search_options=search_options(c),
+        )
+        if self.resumed and s.best_indices:
+            self.start = np.asarray(s.best_indices)
+        else:
+            self.start = h.best_op_devices if c.warm_start == "best" else None
+        if not self.resumed:
+            s.warm_start = f"corrected search from {h.best_name}" if self.start is not None else "corrected search"
+
+    @property
+    def num_items(self) -> int:
+        """The items of the searches' finest level."""
+        return self.search.levels[-1].num_items
+
+    def tensors(self) -> dict[str, Any]:
+        """Nothing: the correction is refitted from the measurements (see the class doc)."""
+        return {}
+
+    def run(self, writer: Any) -> None:
+        """The simulator's best measured, then until the budget is spent: fit -> search -> measure -> log ->
+        checkpoint; then the side-by-side with the simulator's best."""
+        session, c, s = self.session, self.session.config, self.session.state
+        if not c.resume:
+            session.save_checkpoint(self.tensors())
+        session.start_progress(self.phase, "one round of fit, search on the corrected simulator, measure")
+        if session.done():
+            return
+        self.search.begin(self.start)
+        while not session.done():
+            it = s.iteration
+            # one round: fit the correction, search the corrected simulator, measure the most promising
+            self.search.step()
+            # log
+            last = self.search.curve[-1]
+            scalars = {
+                "charts/best_step_time_s": s.best_step_time_s,
+                "charts/measured_step_time_s": last.real_s,
+                "charts/simulated_step_time_s": last.simulated_s,
+                "charts/corrected_step_time_s": last.predicted_s,
+                "charts/measurements": len(self.search.curve),
+                "losses/correction_noise_std": self.search.model.noise_std,
+            }
+            add_scalars(writer, {k: v for k, v in scalars.items() if np.isfinite(v)}, it)
+            # checkpoint (when due)
+            session.iteration_done(self.tensors)
+        self._side_by_side()
+
+    def _side_by_side(self) -> None:
+        """The fastest measured and the simulator's best, measured again side by side; ``correction.json``."""
+        session, n = self.session, self.search.options.rematch
+        if n:
+            session.progress.phase(
+                f"re-measuring the best placement and the simulator's best side by side, {n} times each"
+            )
+        self.search.rematch()
+        result = self.search.result()
+        doc = result.to_dict()
+        doc["simulator_op_devices"] = result.simulator_op_devices.tolist()
+        checkpoint.write_json(os.path.join(session.logdir, CORRECTION_NAME), doc)
+        if result.speedup() is not None:
+            session.progress.phase(
+                f"side by side: the best measured {np.median(result.rematch['best']) * 1e3:.3f} ms, the simulator's "
+                f"best {np.median(result.rematch['simulator']) * 1e3:.3f} ms ({result.speedup():.3f}x)"
+            )

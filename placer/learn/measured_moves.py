@@ -1,0 +1,79 @@
+"""The measured loop's ablation: the move search whose every placement is measured, with no model of the simulator.
+
+This is what ``placer train --env measured --algo moves`` does: the simulator's schedule describes the moves, the
+measurements judge them. With a few dozen measurements it tries a few dozen moves from its start. Beside
+:class:`placer.learn.measured_search.CorrectedSearch` at the same number of measurements it shows what the
+correction adds (BENCHMARKS.md, "Learning from measurements").
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+from typing import Any
+
+import numpy as np
+
+import envs
+from envs.cluster import Cluster
+from graphs import OpGraph
+from placer.learn.move_search import MoveSearch, MoveSearchOptions
+from placer.learn.search_budget import BudgetSpent
+
+
+class MeasuredMoves:
+    """A scorer for the move search: each new placement measured by ``real`` until ``measurements`` are spent (then
+    :class:`BudgetSpent`), the schedules the search reads simulated by ``sim``. Keeps the best measured and the
+    curve of the best after each measurement."""
+
+    def __init__(self, real: Any, sim: Any, measurements: int) -> None:
+        self.real, self.sim, self.measurements = real, sim, measurements
+        self.seen: dict[bytes, tuple[float, bool]] = {}
+        self.best_s, self.best_op_devices = float("inf"), None
+        self.curve: list[float] = []
+
+    def step_times(self, op_devices: np.ndarray, order: Any = None) -> tuple[np.ndarray, np.ndarray]:
+        op_devices = np.atleast_2d(np.asarray(op_devices, dtype=np.int32))
+        keys = [hashlib.blake2b(p.tobytes(), digest_size=16).digest() for p in op_devices]
+        new = [k for k, key in enumerate(keys) if key not in self.seen]
+        left = self.measurements - len(self.curve)
+        take = new[: max(left, 0)]
+        if take:
+            step_time_s, failed = self.real.step_times(op_devices[take])
+            for j, k in enumerate(take):
+                t, f = float(step_time_s[j]), bool(failed[j])
+                self.seen[keys[k]] = (t if not f else float("inf"), f)
+                if not f and t < self.best_s:
+                    self.best_s, self.best_op_devices = t, op_devices[k].copy()
+                self.curve.append(self.best_s)
+        if len(take) < len(new):
+            raise BudgetSpent
+        out = [self.seen[key] for key in keys]
+        return np.array([t for t, _ in out]), np.array([f for _, f in out])
+
+    def schedule(self, op_devices: np.ndarray, order: Any = None) -> Any:
+        return self.sim.schedule(op_devices, order)
+
+    def schedule_order(self, op_devices: np.ndarray) -> np.ndarray:
+        return self.sim.schedule_order(op_devices)
+
+
+def measured_move_search(
+    graph: OpGraph,
+    cluster: Cluster,
+    real: Any,
+    start: np.ndarray,
+    *,
+    measurements: int,
+    sim: Any = None,
+    seed: int = 0,
+    options: MoveSearchOptions | None = None,
+) -> MeasuredMoves:
+    """The move search from ``start`` (no uniform draws, no module_search share: each would cost a measurement)
+    with every placement measured, until ``measurements`` are spent; the scorer, holding the best and the curve."""
+    sim = sim if sim is not None else envs.SimEnv(graph, cluster)
+    scorer = MeasuredMoves(real, sim, measurements)
+    o = dataclasses.replace(options or MoveSearchOptions(), starts=0, module_share=0.0)
+    search = MoveSearch(graph, cluster, scorer, options=o, seed=seed)
+    search.run(np.asarray(start, dtype=np.int64), max_evals=1 << 40)
+    return scorer

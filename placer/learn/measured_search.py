@@ -1,0 +1,430 @@
+"""Search steered by measurements: the simulator, corrected by a model of its error, chooses what to measure next.
+
+A measurement costs seconds; a simulation, milliseconds. The simulator is wrong where it is not calibrated (a
+device slower than its cluster file says, copies costlier), and then its best placement is not the fastest for
+real. :class:`CorrectedSearch` measures few placements and learns from each:
+
+- :meth:`~CorrectedSearch.begin`: the move search (:class:`placer.learn.move_search.MoveSearch`) on the plain
+  simulator finds the simulator's best placement, which is measured first, with ``initial - 1`` others among the
+  simulator's good ones, chosen far apart in feature space (a first fit needs spread);
+- :meth:`~CorrectedSearch.step`, one round, top to bottom: fit the correction
+  (:class:`placer.learn.correction.Correction`, the residual log(real / simulated) on the placement's features) to
+  every measurement so far; run the move search on the corrected simulator (:class:`CorrectedSimulator`: each
+  placement's simulated step time times exp(mean - ``kappa`` std) of the residual, an optimistic bound, so that
+  what the measurements have not ruled out still looks as good as it may be) from the fastest placement measured;
+  every placement it simulates joins a pool of candidates; measure the ``batch`` candidates with the lowest bound
+  that are not measured yet;
+- :meth:`~CorrectedSearch.rematch`: the fastest placement measured and the simulator's best, measured again side
+  by side ``rematch`` times each (the best of many noisy measurements is biased low; the medians of a fresh
+  side-by-side are not).
+
+``correction=False`` is the ablation: no model; each round searches the plain simulator from the fastest placement
+measured and measures the simulator's own next-best candidates.
+
+The real scorer is anything with the scorer protocol (:mod:`envs.scorer`): the Ray env
+(:class:`envs.real.measured.MeasuredEnv`), the in-process one (:class:`envs.real.local.LocalEnv`), multi-process
+runs, or a stand-in (:class:`placer.learn.stand_in.StandIn`). Measurements go through its ``step_times``;
+re-measurements through ``measure_again`` where it has one.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import time
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+import numpy as np
+
+import envs
+from envs.cluster import Cluster
+from envs.result import Result
+from envs.scorer import can_measure_again
+from graphs import OpGraph, PlacerError
+from graphs.plan import as_indices
+from placer.learn.correction import Correction, PlacementFeatures
+from placer.learn.move_search import MoveSearch, MoveSearchOptions
+from policies.moves import ItemLevel, item_levels
+
+
+@dataclass
+class CorrectedSearchOptions:
+    """The measured loop's settings (chosen on stand-ins of TRAIN-family graphs; BENCHMARKS.md, "Learning from
+    measurements")."""
+
+    measurements: int = 30
+    """real measurements in all, the first ones included (the side-by-side re-measurements at the end are not)."""
+    initial: int = 4
+    """placements measured before the first fit: the simulator's best and ``initial - 1`` good ones far apart."""
+    batch: int = 1
+    """placements measured per round (a measured env with several workers measures a batch at once)."""
+    sim_evals: int = 4000
+    """simulated placements of the search for the simulator's best, before the first measurement."""
+    round_evals: int = 1000
+    """simulated placements of each round's search on the corrected simulator."""
+    kappa: float = 1.0
+    """exploration: a placement's corrected step time is taken at the residual's mean minus this many standard
+    deviations."""
+    correction: bool = True
+    """fit the correction (False: the ablation, the simulator's own ranking)."""
+    pool: int = 256
+    """candidates each round's search keeps (the lowest bounds); the measured loop re-ranks them every round."""
+    rematch: int = 3
+    """re-measurements of the best measured placement and of the simulator's best at the end, side by side (0: off)."""
+
+
+@dataclass
+class Measurement:
+    """One real measurement and what the simulator and the correction predicted for it beforehand."""
+
+    round: int
+    real_s: float
+    simulated_s: float
+    predicted_s: float  # the corrected simulator's mean prediction before it was measured
+    bound_s: float  # the optimistic bound that chose it
+    best_s: float  # the fastest measured so far, this one included
+    found_by: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return {k: (v if not isinstance(v, float) or np.isfinite(v) else None) for k, v in self.__dict__.items()}
+
+
+@dataclass
+class CorrectedSearchResult:
+    """The loop's outcome: its fastest measured placement, the simulator's best, the side-by-side, the curve."""
+
+    op_devices: np.ndarray
+    step_time_s: float  # its first measurement
+    simulator_op_devices: np.ndarray
+    simulator_step_time_s: float  # the simulator's best, measured
+    rematch: dict[str, list[float]]  # "best" and "simulator": the side-by-side re-measurements
+    curve: list[Measurement]
+    weights: dict[str, float]  # the correction's weights by feature
+    noise_std: float
+    elapsed_s: float
+    simulated: int
+
+    @property
+    def measurements(self) -> int:
+        return len(self.curve)
+
+    def speedup(self) -> float | None:
+        """Median of the simulator's best over the median of the best, re-measured side by side (None: no rematch)."""
+        best, sim = self.rematch.get("best") or [], self.rematch.get("simulator") or []
+        if not best or not sim:
+            return None
+        return float(np.median(sim) / np.median(best))
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "step_time_s": self.step_time_s,
+            "simulator_step_time_s": self.simulator_step_time_s,
+            "rematch": self.rematch,
+            "speedup_over_simulator": self.speedup(),
+            "measurements": self.measurements,
+            "curve": [m.to_dict() for m in self.curve],
+            "weights": self.weights,
+            "noise_std": self.noise_std,
+            "elapsed_s": self.elapsed_s,
+            "simulated": self.simulated,
+        }
+
+
+def _key(op_devices: np.ndarray) -> bytes:
+    return hashlib.blake2b(np.ascontiguousarray(op_devices, dtype=np.int32).tobytes(), digest_size=16).digest()
+
+
+class Pool:
+    """Candidates to measure: placements, their simulated step times and features, at most ``size`` kept."""
+
+    def __init__(self, size: int) -> None:
+        self.size = size
+        self.op_devices: list[np.ndarray] = []
+        self.simulated_s: list[float] = []
+        self.features: list[np.ndarray] = []
+        self.keys: dict[bytes, int] = {}
+
+    def add(self, op_devices: np.ndarray, simulated_s: np.ndarray, features: np.ndarray, score: np.ndarray) -> None:
+        """Add the rows of a batch whose ``score`` (lower is better) ranks among the best ``size`` seen in it."""
+        for k in np.argsort(score, kind="stable")[: self.size]:
+            if not np.isfinite(score[k]):
+                continue
+            key = _key(op_devices[k])
+            if key not in self.keys:
+                self.keys[key] = len(self.op_devices)
+                self.op_devices.append(np.asarray(op_devices[k], dtype=np.int32).copy())
+                self.simulated_s.append(float(simulated_s[k]))
+                self.features.append(features[k])
+
+    def prune(self, score: np.ndarray) -> None:
+        """Keep the ``size`` best by ``score`` (one per pooled placement)."""
+        keep = np.argsort(score, kind="stable")[: self.size]
+        self.op_devices = [self.op_devices[k] for k in keep]
+        self.simulated_s = [self.simulated_s[k] for k in keep]
+        self.features = [self.features[k] for k in keep]
+        self.keys = {_key(p): j for j, p in enumerate(self.op_devices)}
+
+    def __len__(self) -> int:
+        return len(self.op_devices)
+
+
+class CorrectedSimulator:
+    """The simulator's step times times exp(mean - ``kappa`` std) of the correction's residual: a scorer a search
+    can run on (its ``schedule`` is the simulator's). Every placement it scores is offered to ``pool``.
+
+    ``model`` None: the plain simulator's step times (the ablation), still pooled.
+    """
+
+    def __init__(
+        self, sim: Any, features: PlacementFeatures, model: Correction | None, kappa: float, pool: Pool
+    ) -> None:
+        self.sim, self.features, self.model, self.kappa, self.pool = sim, features, model, kappa, pool
+
+    def bound(self, simulated_s: np.ndarray, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """``(mean prediction, optimistic bound)`` in seconds of placements simulated at ``simulated_s``."""
+        if self.model is None:
+            return simulated_s, simulated_s
+        mean, std = self.model.predict(x)
+        return simulated_s * np.exp(mean), simulated_s * np.exp(mean - self.kappa * std)
+
+    def step_times(self, op_devices: np.ndarray, order: Any = None) -> tuple[np.ndarray, np.ndarray]:
+        op_devices = np.atleast_2d(np.asarray(op_devices, dtype=np.int32))
+        kw = {} if order is None else {"order": order}
+        simulated_s, failed = self.sim.step_times(op_devices, **kw)
+        simulated_s, failed = np.asarray(simulated_s, dtype=np.float64), np.asarray(failed, dtype=bool)
+        x = self.features(op_devices, simulated_s)
+        _, bound = self.bound(simulated_s, x)
+        self.pool.add(op_devices, simulated_s, x, np.where(failed, np.inf, bound))
+        return bound, failed
+
+    def evaluate(self, placements: Sequence[Any]) -> list[Result]:
+        names = list(self.sim.cluster.device_names)
+        op_devices = np.stack([as_indices(p, self.sim.graph, names, source="placement") for p in placements])
+        step_time_s, failed = self.step_times(op_devices)
+        return [Result(float(t), "oom" if f else "ok", source="corrected sim") for t, f in zip(step_time_s, failed)]
+
+    def schedule(self, op_devices: np.ndarray, order: Any = None) -> Any:
+        return self.sim.schedule(op_devices, order)
+
+    def schedule_order(self, op_devices: np.ndarray) -> np.ndarray:
+        return self.sim.schedule_order(op_devices)
+
+
+class CorrectedSearch:
+    """One run of the measured loop (module doc): :meth:`run`, or :meth:`begin`, :meth:`step`... :meth:`result`.
+
+    Args:
+        graph, cluster: the problem; the simulator is ``sim`` (default ``envs.SimEnv(graph, cluster)``).
+        real: the scorer that measures (the scorer protocol).
+        options: :class:`CorrectedSearchOptions`.
+        seed: the searches' seed.
+        search_options: the move search's options for every search the loop runs.
+    """
+
+    def __init__(
+        self,
+        graph: OpGraph,
+        cluster: Cluster,
+        real: Any,
+        *,
+        sim: Any = None,
+        options: CorrectedSearchOptions | None = None,
+        seed: int = 0,
+        search_options: MoveSearchOptions | None = None,
+    ) -> None:
+        self.options = o = options or CorrectedSearchOptions()
+        if o.measurements < 1 or o.initial < 1 or o.batch < 1 or o.sim_evals < 1 or o.round_evals < 1 or o.pool < 1:
+            raise PlacerError(f"corrected search: bad options {o}")
+        if o.kappa < 0 or o.rematch < 0:
+            raise PlacerError(f"corrected search: kappa and rematch must be >= 0, got {o.kappa}, {o.rematch}")
+        self.graph, self.cluster, self.real, self.seed = graph, cluster, real, seed
+        self.sim = sim if sim is not None else envs.SimEnv(graph, cluster)
+        self.search_options = search_options or MoveSearchOptions()
+        self.levels: list[ItemLevel] = item_levels(graph)
+        self.features = PlacementFeatures(graph, cluster)
+        self.model = Correction(self.features.width)
+        self.pool = Pool(o.pool)
+        self.measured: dict[bytes, int] = {}  # placement -> its row below
+        self.x: list[np.ndarray] = []
+        self.residual: list[float] = []
+        self.op_devices: list[np.ndarray] = []
+        self.real_s: list[float] = []
+        self.curve: list[Measurement] = []
+        self.rounds = self.simulated = 0
+        self.rematched: dict[str, list[float]] = {}
+
+    # ------------------------------------------------------------------ the loop
+    def run(self, start: np.ndarray | None = None) -> CorrectedSearchResult:
+        """Begin from ``start`` (op devices; None: the search's draws), measure until the budget is spent, rematch."""
+        self.begin(start)
+        while self.left() > 0:
+            self.step()
+        self.rematch()
+        return self.result()
+
+    def left(self) -> int:
+        """Measurements the budget has left."""
+        return self.options.measurements - len(self.curve)
+
+    def begin(self, start: np.ndarray | None = None) -> None:
+        """Find the simulator's best (a search on the plain simulator) and measure it with ``initial - 1`` others."""
+        self.t0 = time.perf_counter()
+        o = self.options
+        plain = CorrectedSimulator(self.sim, self.features, None, 0.0, self.pool)
+        found = self._search(plain, start, o.sim_evals)
+        self.simulator_op_devices = found.astype(np.int32)
+        first = [self.simulator_op_devices]
+        if start is not None:
+            first.append(np.asarray(start, dtype=np.int32))
+        first += self._spread(max(o.initial - len(first), 0), exclude=first)
+        self._measure(np.stack(first[: max(min(o.initial, self.left()), 1)]), "simulator")
+        self.simulator_step_time_s = self.real_s[0]
+
+    def step(self) -> None:
+        """One round: fit the correction, search the corrected simulator, measure the best-bounded candidates."""
+        o = self.options
+        self.rounds += 1
+        # fit the correction to every measurement so far
+        ok = np.isfinite(self.residual)
+        model = self.model.fit(np.stack(self.x)[ok], np.asarray(self.residual)[ok]) if o.correction else None
+        corrected = CorrectedSimulator(self.sim, self.features, model, o.kappa, self.pool)
+        # search the corrected simulator from the fastest placement measured; its finds join the pool
+        self._search(corrected, self.best_op_devices(), o.round_evals)
+        # measure the candidates with the lowest bound that are not measured yet
+        simulated_s, x = np.asarray(self.pool.simulated_s), np.stack(self.pool.features)
+        mean_s, bound_s = corrected.bound(simulated_s, x)
+        fresh = np.array([_key(p) not in self.measured for p in self.pool.op_devices])
+        rank = np.where(fresh, bound_s, np.inf)
+        picks = [k for k in np.argsort(rank, kind="stable")[: min(o.batch, self.left())] if np.isfinite(rank[k])]
+        if not picks:  # the pool holds nothing unmeasured: the search found nothing new
+            picks = [None]
+        rows = [self.pool.op_devices[k] if k is not None else self._kicked() for k in picks]
+        self._measure(
+            np.stack(rows),
+            "corrected" if o.correction else "simulator rank",
+            predicted=[mean_s[k] if k is not None else np.nan for k in picks],
+            bound=[bound_s[k] if k is not None else np.nan for k in picks],
+        )
+        self.pool.prune(rank)
+
+    def rematch(self) -> None:
+        """Measure the fastest placement measured and the simulator's best again, side by side, ``rematch`` times."""
+        n = self.options.rematch
+        if not n or not self.curve:
+            return
+        best, sim_best = self.best_op_devices(), self.simulator_op_devices
+        both = np.stack([best, sim_best])
+        again = self.real.measure_again if can_measure_again(self.real) else self.real.step_times
+        self.rematched = {"best": [], "simulator": []}
+        for _ in range(n):  # interleaved: a drift of the machine hits both alike
+            step_time_s, failed = again(both)
+            step_time_s = np.where(np.asarray(failed, dtype=bool), np.inf, np.asarray(step_time_s, dtype=float))
+            self.rematched["best"].append(float(step_time_s[0]))
+            self.rematched["simulator"].append(float(step_time_s[1]))
+
+    def result(self) -> CorrectedSearchResult:
+        names = self.features.names(list(self.cluster.device_names))
+        return CorrectedSearchResult(
+            self.best_op_devices(),
+            float(min(self.real_s)) if self.real_s else float("inf"),
+            self.simulator_op_devices,
+            self.simulator_step_time_s,
+            self.rematched,
+            self.curve,
+            {name: float(w) for name, w in zip(names, self.model.mean)},
+            self.model.noise_std,
+            time.perf_counter() - self.t0,
+            self.simulated,
+        )
+
+    def best_op_devices(self) -> np.ndarray:
+        """The fastest placement measured (the simulator's best before any measurement)."""
+        if not self.real_s:
+            return self.simulator_op_devices
+        return self.op_devices[int(np.argmin(self.real_s))]
+
+    # ------------------------------------------------------------------ the parts
+    def _search(self, scorer: CorrectedSimulator, start: np.ndarray | None, evals: int) -> np.ndarray:
+        """The move search on ``scorer`` from ``start`` for ``evals`` placements; its best placement."""
+        search = MoveSearch(
+            self.graph,
+            self.cluster,
+            scorer,
+            options=self.search_options,
+            seed=self.seed + 1000 * self.rounds,
+            levels=self.levels,
+        )
+        found = search.run(start, max_evals=evals)
+        self.simulated += found.evals
+        return found.op_devices
+
+    def _spread(self, k: int, exclude: list[np.ndarray]) -> list[np.ndarray]:
+        """``k`` pooled placements among the simulator's better half, each the farthest (in standardized features)
+        from those chosen before."""
+        if k <= 0 or not len(self.pool):
+            return []
+        simulated_s = np.asarray(self.pool.simulated_s)
+        good = np.flatnonzero(simulated_s <= np.median(simulated_s))
+        x = np.stack(self.pool.features)[good]
+        scale = x.std(axis=0)
+        z = x / np.where(scale > 0, scale, 1.0)
+        chosen_z = [z[int(np.argmin(simulated_s[good]))]]
+        excluded = {_key(p) for p in exclude}
+        picks: list[np.ndarray] = []
+        while len(picks) < k:
+            dist = np.min([np.linalg.norm(z - c, axis=1) for c in chosen_z], axis=0)
+            for j in np.argsort(-dist, kind="stable"):
+                p = self.pool.op_devices[good[j]]
+                if _key(p) not in excluded and dist[j] > 0:
+                    break
+            else:
+                return picks
+            excluded.add(_key(p))
+            picks.append(p)
+            chosen_z.append(z[j])
+        return picks
+
+    def _kicked(self) -> np.ndarray:
+        """The fastest placement measured with one coarse item moved to a random device (nothing new was found)."""
+        rng = np.random.default_rng(self.seed + len(self.curve))
+        op_devices = self.best_op_devices().copy()
+        level = self.levels[0]
+        op_devices[level.op_group == rng.integers(0, level.num_items)] = rng.integers(0, self.cluster.num_devices)
+        return op_devices
+
+    def _measure(
+        self,
+        op_devices: np.ndarray,
+        found_by: str,
+        predicted: Sequence[float] | None = None,
+        bound: Sequence[float] | None = None,
+    ) -> None:
+        """Measure ``op_devices`` (each once), record each with its simulated time and features."""
+        op_devices = np.asarray(op_devices, dtype=np.int32)
+        fresh = [k for k, p in enumerate(op_devices) if _key(p) not in self.measured]
+        if not fresh:
+            return
+        op_devices = op_devices[fresh]
+        simulated_s, _ = self.sim.step_times(op_devices)
+        simulated_s = np.asarray(simulated_s, dtype=np.float64)
+        x = self.features(op_devices, simulated_s)
+        real_s, failed = self.real.step_times(op_devices)
+        real_s = np.where(np.asarray(failed, dtype=bool), np.inf, np.asarray(real_s, dtype=np.float64))
+        for j, k in enumerate(fresh):
+            self.measured[_key(op_devices[j])] = len(self.real_s)
+            self.op_devices.append(op_devices[j].copy())
+            self.real_s.append(float(real_s[j]))
+            self.x.append(x[j])
+            self.residual.append(float(np.log(real_s[j] / simulated_s[j])) if np.isfinite(real_s[j]) else np.nan)
+            pred = predicted[k] if predicted is not None else simulated_s[j]
+            self.curve.append(
+                Measurement(
+                    self.rounds,
+                    float(real_s[j]),
+                    float(simulated_s[j]),
+                    float(pred),
+                    float(bound[k]) if bound is not None else float(simulated_s[j]),
+                    float(min(self.real_s)),
+                    found_by,
+                )
+            )

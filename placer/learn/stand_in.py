@@ -1,0 +1,120 @@
+"""A stand-in reality: the simulator of a cluster that differs from the one the search is told, as a measured env.
+
+Learning from measurements needs measurements, and CI has no GPU. :class:`StandIn` scores placements the way a
+measured env does (the scorer protocol: ``evaluate``, ``step_times``, ``measure_again``; each placement measured
+once and cached, re-measured on request), but its "real" step time is the simulator's on a hidden, distorted copy
+of the cluster (:func:`distorted`): a device slower than the cluster file says, host copies costlier. The
+simulator the search uses keeps the cluster as given, so its best placement is not the stand-in's best, and the
+test knows by how much. A multiplicative noise (lognormal, ``noise`` its standard deviation in log space) makes
+two measurements of one placement differ, as real ones do.
+
+>>> import envs
+>>> from graphs.synthetic import random_dag
+>>> g, c = random_dag(20, seed=0), envs.resolve_cluster("k80x2")
+>>> real = StandIn(g, c, slow_device="gpu:1", slowdown=3.0)
+>>> on_gpu1 = np.full((1, 20), c.index("gpu:1"))
+>>> ratio = real.step_times(on_gpu1)[0][0] / envs.SimEnv(g, c).step_times(on_gpu1)[0][0]
+>>> bool(ratio > 2.0)
+True
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+from typing import Any, Sequence
+
+import numpy as np
+
+import envs
+from envs.cluster import Cluster
+from envs.result import Result
+from graphs import OpGraph, PlacerError
+from graphs.plan import as_indices
+
+
+def distorted(cluster: Cluster, *, slow_device: str | None = None, slowdown: float = 1.0, copy_factor: float = 1.0):
+    """A copy of ``cluster`` whose ``slow_device`` computes ``slowdown`` times slower (FLOPs and memory bandwidth) and
+    whose links to and from the host take ``copy_factor`` times longer."""
+    if slowdown <= 0 or copy_factor <= 0:
+        raise PlacerError(f"stand-in: slowdown and copy factor must be positive, got {slowdown}, {copy_factor}")
+    slow = cluster.index(slow_device) if slow_device is not None else None
+    devices = [
+        dataclasses.replace(d, flops_per_s=d.flops_per_s / slowdown, mem_bw_bytes_per_s=d.mem_bw_bytes_per_s / slowdown)
+        if k == slow
+        else d
+        for k, d in enumerate(cluster.devices)
+    ]
+    host = {d.name for d in cluster.devices if d.kind == "cpu"}
+    links = {
+        pair: (
+            dataclasses.replace(link, bandwidth_bytes_per_s=link.bandwidth_bytes_per_s / copy_factor)
+            if (pair[0] in host or pair[1] in host)
+            else link
+        )
+        for pair, link in cluster.links.items()
+    }
+    return Cluster(f"{cluster.name} (distorted)", devices, links, cluster.description)
+
+
+class StandIn:
+    """A measured env whose reality is the simulator on :func:`distorted` ``cluster`` (see the module doc).
+
+    ``measured``: placements measured so far (re-measurements included), as a measured env counts them.
+    """
+
+    def __init__(
+        self,
+        graph: OpGraph,
+        cluster: Cluster,
+        *,
+        slow_device: str | None = None,
+        slowdown: float = 1.0,
+        copy_factor: float = 1.0,
+        noise: float = 0.0,
+        seed: int = 0,
+    ) -> None:
+        self.graph, self.cluster, self.noise = graph, cluster, noise
+        self.truth = envs.SimEnv(
+            graph, distorted(cluster, slow_device=slow_device, slowdown=slowdown, copy_factor=copy_factor)
+        )
+        self.rng = np.random.default_rng(seed)
+        self._cache: dict[bytes, tuple[float, bool]] = {}
+        self.measured = 0
+
+    def true_step_times(self, op_devices: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """The noiseless "real" step times (what a test compares with; not counted as measurements)."""
+        return self.truth.step_times(np.atleast_2d(np.asarray(op_devices, dtype=np.int32)))
+
+    def _measure(self, op_devices: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        step_time_s, failed = self.true_step_times(op_devices)
+        self.measured += len(step_time_s)
+        if self.noise > 0:
+            step_time_s = step_time_s * np.exp(self.rng.normal(0.0, self.noise, size=len(step_time_s)))
+        return np.where(failed, np.inf, step_time_s), np.asarray(failed, dtype=bool)
+
+    def step_times(self, op_devices: np.ndarray, order: Any = None) -> tuple[np.ndarray, np.ndarray]:
+        """Each placement's first measurement (measured now if it has none); node order only, as a measured env."""
+        if order is not None:
+            raise PlacerError("a measured env measures placement vectors in node order; give order=None")
+        op_devices = np.atleast_2d(np.asarray(op_devices, dtype=np.int32))
+        keys = [hashlib.blake2b(p.tobytes(), digest_size=16).digest() for p in op_devices]
+        todo = [k for k, key in enumerate(keys) if key not in self._cache]
+        if todo:
+            step_time_s, failed = self._measure(op_devices[todo])
+            for k, t, f in zip(todo, step_time_s, failed):
+                self._cache[keys[k]] = (float(t), bool(f))
+        out = [self._cache[key] for key in keys]
+        return np.array([t for t, _ in out]), np.array([f for _, f in out])
+
+    def measure_again(self, op_devices: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Measure anew (a fresh noise draw), past the cache."""
+        return self._measure(np.atleast_2d(np.asarray(op_devices, dtype=np.int32)))
+
+    def evaluate(self, placements: Sequence[Any]) -> list[Result]:
+        names = list(self.cluster.device_names)
+        op_devices = np.stack(
+            [as_indices(p, self.graph, names, source=f"placement {k}") for k, p in enumerate(placements)]
+        )
+        step_time_s, failed = self.step_times(op_devices)
+        return [Result(float(t), "oom" if f else "ok", source="stand-in") for t, f in zip(step_time_s, failed)]
