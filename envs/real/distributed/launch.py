@@ -14,8 +14,9 @@ each collective and send by the process group's timeout (the entry point's). Whe
 process fails or dies, the agent stops the others and :func:`launch` raises a
 :class:`PlacerError` naming the rank and the cause (the exception's first line, or
 the exit code or signal); a rendezvous nobody serves is one line too. The processes'
-own output goes to log files (``log_dir``, a temporary directory by default), so the
-launcher's caller keeps its stdout; the agent's log lines are silenced.
+own output goes to log files (``log_dir``, a temporary directory by default, kept when
+the job fails), so the launcher's caller keeps its stdout; the agent's log lines, and
+what its native code prints (the store's connection retries), are silenced.
 """
 
 from __future__ import annotations
@@ -25,11 +26,12 @@ import logging
 import re
 import shutil
 import socket
+import sys
 import tempfile
-import uuid
 from collections.abc import Callable, Iterator
 from typing import Any
 
+from envs.real.ray_access import native_stderr_silenced
 from graphs import PlacerError
 
 _PLACER_ERROR = re.compile(r"^(graphs\.errors\.)?PlacerError: ")
@@ -56,8 +58,27 @@ def parse_endpoint(text: str, option: str = "--rdzv-endpoint") -> tuple[str, int
     return host, int(port)
 
 
+def _quiet_resource_tracker() -> None:
+    """Start multiprocessing's resource tracker (once per process) with its warnings off.
+
+    When the agent stops the job's processes after one failed, the tracker finds the
+    semaphores they held and warns about "leaked semaphore objects" as this process
+    exits: lines about the launcher's housekeeping, after the one line that says what
+    failed. The tracker takes its warning filters from this process's ``-W`` options.
+    """
+    from multiprocessing import resource_tracker
+
+    saved = list(sys.warnoptions)
+    sys.warnoptions.append("ignore::UserWarning")
+    try:
+        resource_tracker.ensure_running()
+    finally:
+        sys.warnoptions[:] = saved
+
+
 @contextlib.contextmanager
 def _quiet_launcher() -> Iterator[None]:
+    _quiet_resource_tracker()
     levels = {name: logging.getLogger(name).level for name in _TORCH_LOGGERS}
     for name in _TORCH_LOGGERS:
         logging.getLogger(name).setLevel(logging.CRITICAL)
@@ -116,7 +137,7 @@ def launch(
         min_nodes=nnodes,
         max_nodes=nnodes,
         nproc_per_node=nproc_per_node,
-        run_id=run_id or uuid.uuid4().hex[:12],
+        run_id=run_id or f"placer-{port}",  # the same on every node: the store's keys begin with it
         rdzv_backend="static",
         rdzv_endpoint=f"{host}:{port}",
         rdzv_configs={"rank": node_rank, "timeout": max(1, int(rdzv_timeout_s))},
@@ -128,7 +149,8 @@ def launch(
     )
     failed = True
     try:
-        with _quiet_launcher():
+        # the agent's native code (the store's connection retries) writes to fd 2: its outcome is an exception
+        with _quiet_launcher(), native_stderr_silenced():
             out = elastic_launch(config, entrypoint)(*args)
         failed = False
         return out

@@ -4,7 +4,8 @@
 (:mod:`~envs.real.distributed.launch`), and Ray's actors call
 (:mod:`envs.real.ray`). It joins the process group from the environment torch's
 launchers set (``RANK``, ``WORLD_SIZE``, ``MASTER_ADDR``, ``MASTER_PORT``), with
-every collective and send bounded by ``timeout_s``; builds the model from its source
+every collective and send bounded by ``timeout_s``; takes rank 0's job (the plan and
+options node 0 was given: every rank must run the same steps); builds the model from its source
 (seeded, so every rank has the same weights) and exports it at the microbatch size;
 then:
 
@@ -165,12 +166,16 @@ def _program(model: nn.Module, inputs: tuple, plan: RankPlan) -> tuple[Any, Any]
 def run_rank(job: RankJob) -> dict[str, Any] | None:
     """The entry point of every process (see the module doc); rank 0 returns the job's report."""
     torch.set_num_threads(max(1, job.threads))
-    plan = RankPlan.from_dict(job.plan)
     dist.init_process_group(job.backend, timeout=datetime.timedelta(seconds=job.timeout_s))
     try:
         rank = dist.get_rank()
-        check_world(list(plan.devices), dist.get_world_size())
         objects = dist.new_group(backend="gloo") if job.backend != "gloo" else None
+        # node 0's job is the job: every rank must run the same steps (another node's options are its launcher's)
+        shared = [job]
+        dist.broadcast_object_list(shared, src=0, group=objects)
+        job = shared[0]
+        plan = RankPlan.from_dict(job.plan)
+        check_world(list(plan.devices), dist.get_world_size())
         model, inputs = build_model(job.source, search_dir=job.source_dir)
         ref = reference(model, inputs) if job.check and rank == 0 else None
         program, graph = _program(model, inputs, plan)
