@@ -28,9 +28,11 @@ import os
 from collections.abc import Mapping
 from typing import Any
 
+import numpy as np
+
 from envs.real.distributed.rank_plan import RankPlan, check_batched, compile_plan
 from graphs import OpGraph, PlacerError
-from graphs.plan import Placement
+from graphs.plan import Placement, as_indices
 from placer.sources import stand_in_loss
 
 
@@ -164,36 +166,44 @@ def run(
     return out.get(0)
 
 
-def module_fqns_per_model_part(graph: OpGraph, plan: RankPlan, module: str = "") -> list[list[str]]:
+def module_fqns_per_model_part(graph: OpGraph, placement: Placement | Any, module: str = "") -> list[list[str]]:
     """The plan's stages as torchtitan's ``module_fqns_per_model_part``: per stage, the modules it runs.
 
-    Each stage is a model part. A module whose ops all run in one stage is named
-    once, for that stage; a module split between stages is named by its submodules
-    (as :func:`placer.device_map.project` describes a module split between devices),
-    and a module without submodules goes to the stage that runs most of its op time.
-    ``module``: the submodule torchtitan builds (e.g. ``"model"`` inside a wrapper that
-    computes the loss); names are relative to it. Ops of the root (the loss) belong to
-    no module and are left out: torchtitan computes the loss itself.
+    Each stage (a run of ops on one device, in the plan's issue order:
+    :func:`envs.real.distributed.cut.cut_stages`) is a model part. A module whose ops
+    all run in one stage is named once, for that stage; a module split between stages
+    is named by its submodules (as :func:`placer.device_map.project` describes a module
+    split between devices), and a module without submodules goes to the stage that
+    runs most of its op time. ``module``: the submodule torchtitan builds (e.g.
+    ``"model"`` inside a wrapper that computes the loss); names are relative to it.
+    The root's own ops (the loss) are in no module and are left out: torchtitan
+    computes the loss itself.
     """
+    from envs.real.distributed.cut import cut_stages
     from placer.device_map import project
 
-    stage_of = {name: s for s, spec in enumerate(plan.stages) for name in spec.ops}
-    op_stages = [stage_of[name] for name in graph.names]
-    # one logical GPU per stage: the projection's device index is the stage index
-    cluster = _stage_cluster(plan)
-    keys = project(graph, [s + 1 for s in op_stages], cluster, module=module)
-    parts: list[list[str]] = [[] for _ in plan.stages]
+    devices = list(getattr(placement, "devices", None) or sorted(set(dict(placement).values())))
+    source = getattr(placement, "source", "") or "placement"
+    op_devices = as_indices(placement, graph, devices, source=source)
+    order = placement.issue_order(graph) if isinstance(placement, Placement) else None
+    stages = cut_stages(graph, op_devices, devices, order)
+    op_stages = np.empty(graph.num_ops, dtype=np.int64)
+    for s, stage in enumerate(stages):
+        op_stages[list(stage.ops)] = s
+    # one logical GPU per stage (device s + 1 of a host and S GPUs): the projection's GPU index is the stage
+    keys = project(graph, op_stages + 1, _stage_cluster(len(stages)), module=module)
+    parts: list[list[str]] = [[] for _ in stages]
     for key, stage in keys.items():
         if isinstance(stage, int):
             parts[stage].append(key)
     return [sorted(p) for p in parts]
 
 
-def _stage_cluster(plan: RankPlan) -> Any:
+def _stage_cluster(num_stages: int) -> Any:
     """A cluster of a host and one identical GPU per stage: stage ``s`` is GPU ``s`` (device ``s + 1``)."""
     from envs.cluster import Cluster, Device, Link
 
-    gpus = [Device(f"gpu:{s}", "gpu", 80e9, 100e12, 2e12, 5e-6) for s in range(len(plan.stages))]
+    gpus = [Device(f"gpu:{s}", "gpu", 80e9, 100e12, 2e12, 5e-6) for s in range(num_stages)]
     devices = [Device("cpu:0", "cpu", 512e9, 1e12, 1e11, 0.0), *gpus]
     links = {(a.name, b.name): Link(25e9, 1e-5) for a in devices for b in devices if a.name != b.name}
     return Cluster(name="stages", devices=devices, links=links)

@@ -47,6 +47,11 @@ def add_command(sub: argparse._SubParsersAction) -> None:
         "for a callable wrapping a Hugging Face model as self.model); default the whole captured module",
     )
     p.add_argument("-o", "--output", required=True, metavar="FILE.json", help="device map to write (.json)")
+    p.add_argument(
+        "--torchtitan",
+        action="store_true",
+        help="write the plan's pipeline stages as torchtitan's module_fqns_per_model_part instead",
+    )
     add_executor_argument(p)
     p.add_argument("--json", action="store_true", help="print the map and the simulated cost as JSON")
     p.set_defaults(func=run)
@@ -57,6 +62,10 @@ def run(args: argparse.Namespace) -> int:
     if not out.endswith(".json"):
         raise PlacerError(f"-o {out}: a device map is written as .json")
     placement = Placement.load(args.placement)
+    if args.torchtitan:  # the stages of a plan across processes (placer.distributed)
+        from placer.cli.torchtitan_split import write_split
+
+        return write_split(sources.resolve_graph(args.graph), placement, args.module, out, args.json)
     if args.cluster is None:
         if not placement.cluster:
             raise PlacerError(f"{args.placement}: records no cluster; pass --cluster")
