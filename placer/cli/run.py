@@ -85,7 +85,15 @@ def add_command(sub: argparse._SubParsersAction) -> None:
 
 
 #: The options of a run across processes, with the value that means "not given".
-ACROSS = {"nnodes": 1, "node_rank": 0, "rdzv_endpoint": None, "backend": "gloo", "rank_map": None, "check": False}
+ACROSS = {
+    "nnodes": 1,
+    "node_rank": 0,
+    "rdzv_endpoint": None,
+    "rdzv_timeout": 300.0,
+    "backend": "gloo",
+    "rank_map": None,
+    "check": False,
+}
 
 
 def run(args: argparse.Namespace) -> int:

@@ -15,7 +15,7 @@ import argparse
 from typing import Any
 
 import envs
-from envs.real.distributed.rank_plan import stage_table
+from envs.real.distributed.rank_plan import RankPlan, stage_table
 from graphs.plan import Placement
 from graphs.schema import check_float, check_int
 from placer import sources
@@ -45,6 +45,7 @@ def run_ranks(args: argparse.Namespace) -> int:
         nproc_per_node=args.nproc_per_node,
         device_map=args.device_map,
     )
+    check_local_devices(plan, args.nproc_per_node, args.node_rank)
     report = run(
         args.source,
         plan,
@@ -74,6 +75,15 @@ def run_ranks(args: argparse.Namespace) -> int:
     else:
         print_report(args, report)
     return 0 if ok else 1
+
+
+def check_local_devices(plan: RankPlan, nproc_per_node: int, node_rank: int) -> None:
+    """The torch devices of this node's ranks exist here (a CUDA device this machine lacks is one line)."""
+    from envs.real.placing import check_available, resolve_devices
+
+    first = node_rank * nproc_per_node
+    here = {d: where.torch_device for d, where in plan.devices.items() if first <= where.rank < first + nproc_per_node}
+    check_available(resolve_devices(here, here))
 
 
 def print_report(args: argparse.Namespace, report: dict[str, Any]) -> None:

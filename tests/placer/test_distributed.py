@@ -165,6 +165,16 @@ def test_bad_input_across_processes_is_one_line(here, capsys, argv, message):
     assert rc == 2 and message in err and err.count("\n") == 1, err
 
 
+def test_nccl_ranks_need_the_cuda_devices_they_name(here, capsys):
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("this machine has CUDA")
+    argv = ["--placement", "split.json", "--cluster", "k80x2", "--nproc-per-node", "2", "--backend", "nccl"]
+    rc, out, err = run_cli(capsys, "dist_model:build", *argv)
+    assert rc == 2 and "gpu:0 maps to cuda:0, which this machine does not have" in err and err.count("\n") == 1, err
+
+
 def test_a_placement_made_for_another_model_is_one_line(here, capsys):
     rc, out, err = run_cli(
         capsys, "dist_model:dying", "--placement", "split.json", "--cluster", "k80x2", "--nproc-per-node", "2"

@@ -74,7 +74,7 @@ class RankActor:
         return run_rank(dataclasses.replace(job, source_dir=self.search_dir))
 
 
-class _JobLost(Exception):
+class JobLost(Exception):
     """An actor of the job died: ``node_left`` when its node is no longer in the cluster."""
 
     def __init__(self, message: str, node_left: bool) -> None:
@@ -179,7 +179,7 @@ class RanksEnv(MeasuredEnv):
         while True:
             try:
                 return self._run_job(plan)
-            except _JobLost as e:
+            except JobLost as e:
                 if e.node_left:
                     continue  # measured again on the nodes left, as the measured env does
                 retries += 1
@@ -243,7 +243,7 @@ class RanksEnv(MeasuredEnv):
             except RayActorError as e:
                 dead = nodes[refs.index(done[0])]
                 alive = {n["NodeID"] for n in ray.nodes() if n.get("Alive")}
-                raise _JobLost(one_line(e), node_left=dead not in alive) from None
+                raise JobLost(one_line(e), node_left=dead not in alive) from None
         return ray.get(refs[0])
 
     def _job_result(self, plan: RankPlan, report: Mapping[str, Any] | None) -> Result:
@@ -277,4 +277,4 @@ def task_failure(e: RayTaskError) -> Result:
     return Result(float("inf"), status, f"{type(cause).__name__}: {one_line(cause)}", source="measured")
 
 
-__all__ = ["RankActor", "RanksEnv", "task_failure"]
+__all__ = ["JobLost", "RankActor", "RanksEnv", "task_failure"]

@@ -2,8 +2,8 @@
 
 One ``ray.cluster_utils.Cluster`` (a head with 2 CPUs) is started for the module and
 shut down after. The job is logged and cached as the measured env's measurements
-are; measured again on request; a rank that dies is measured again on fresh actors,
-then recorded as an error.
+are; measured again on request; a rank that dies is an error once the retries are
+spent (the retry rule itself is tested without Ray).
 """
 
 from __future__ import annotations
@@ -21,7 +21,8 @@ ray = pytest.importorskip("ray")
 from ray.cluster_utils import Cluster  # noqa: E402
 
 import envs  # noqa: E402
-from envs.real.ray.jobs import RanksEnv  # noqa: E402
+from envs.real.ray.jobs import JobLost, RanksEnv  # noqa: E402
+from envs.result import Result  # noqa: E402
 from graphs import PlacerError  # noqa: E402
 from graphs.plan import Placement  # noqa: E402
 
@@ -114,13 +115,34 @@ def test_a_placement_is_one_job_of_two_processes_logged_cached_and_measured_agai
         resumed.close()
 
 
-def test_a_rank_that_dies_is_measured_again_then_recorded_as_an_error(ray_cluster, workdir):
-    env = _env("ranks_model:dying", None, max_retries=1)
+def test_a_rank_that_dies_is_an_error_result(ray_cluster, workdir):
+    env = _env("ranks_model:dying", None, max_retries=0)
     try:
         (result,) = env.evaluate([_split(env)])
-        assert result.status == "error" and "a rank died 2 times" in result.message, result.message
+        assert result.status == "error" and "a rank died 1 times" in result.message, result.message
     finally:
         env.close()
+
+
+def test_a_job_whose_rank_died_runs_again_and_a_lost_node_is_not_counted(workdir, monkeypatch):
+    """The retry rule alone (no Ray): two deaths are retried, the third is the result; a lost node is free."""
+    env = _env("ranks_model:build", None, max_retries=2)
+    outcomes = iter(
+        [JobLost("died", node_left=True), JobLost("died", False), JobLost("died", False), "ok", JobLost("d", False)]
+        + [JobLost("died", False)] * 3
+    )
+
+    def run_job(plan):
+        outcome = next(outcomes)
+        if isinstance(outcome, Exception):
+            raise outcome
+        return Result(0.5, "ok", source="measured")
+
+    monkeypatch.setattr(env, "_run_job", run_job)
+    assert env._measure_job(None).ok  # lost node (free), two deaths (retries 1 and 2), then the job
+    failed = env._measure_job(None)  # four deaths: the third is past max_retries
+    assert failed.status == "error" and "a rank died 3 times" in failed.message
+    assert next(outcomes, "none left").__class__ is JobLost
 
 
 def test_a_plan_that_cannot_run_is_one_line_before_any_job(ray_cluster, workdir):
