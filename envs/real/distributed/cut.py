@@ -60,14 +60,14 @@ def tuples_kept_whole(graph: OpGraph, op_devices: Sequence[int] | np.ndarray, or
     input is unchanged, so a plan without getitems comes back as it was.
 
     >>> g = OpGraph.from_edges(["lstm", "x", "out"], [("lstm", "out", 4)], op_types=["aten.lstm", "aten.relu", GETITEM])
-    >>> devs, order = tuples_kept_whole(g, [0, 1, 1], [0, 1, 2])
-    >>> devs.tolist(), order.tolist()
+    >>> op_devices, order = tuples_kept_whole(g, [0, 1, 1], [0, 1, 2])
+    >>> op_devices.tolist(), order.tolist()
     ([0, 1, 0], [0, 2, 1])
     """
-    devs = np.asarray(op_devices, dtype=np.int32).copy()
+    op_devices = np.asarray(op_devices, dtype=np.int32).copy()
     is_getitem = np.array([t == GETITEM for t in graph.op_types], dtype=bool)
     if not is_getitem.any():
-        return devs, np.asarray(order, dtype=np.int64)
+        return op_devices, np.asarray(order, dtype=np.int64)
     tuple_of = {}
     for s, d in zip(graph.edge_src.tolist(), graph.edge_dst.tolist()):
         if is_getitem[d]:
@@ -75,7 +75,7 @@ def tuples_kept_whole(graph: OpGraph, op_devices: Sequence[int] | np.ndarray, or
     followers: dict[int, list[int]] = {}
     for op in np.asarray(order).tolist():
         if op in tuple_of:
-            devs[op] = devs[tuple_of[op]]
+            op_devices[op] = op_devices[tuple_of[op]]
             followers.setdefault(tuple_of[op], []).append(op)
     out: list[int] = []
     for op in np.asarray(order).tolist():
@@ -88,7 +88,7 @@ def tuples_kept_whole(graph: OpGraph, op_devices: Sequence[int] | np.ndarray, or
             item = pending.pop(0)
             out.append(item)
             pending[:0] = followers.get(item, [])
-    return devs, np.asarray(out, dtype=np.int64)
+    return op_devices, np.asarray(out, dtype=np.int64)
 
 
 def cut_stages(
@@ -101,18 +101,18 @@ def cut_stages(
 
     Raises :class:`PlacerError` for an order that is not a topological order of the graph.
     """
-    order_arr = np.arange(graph.num_ops) if order is None else check_order(order, graph, source="plan: order")
-    devs, order_arr = tuples_kept_whole(graph, op_devices, order_arr)
     if graph.num_ops == 0:
         raise PlacerError(f"plan: graph {graph.name or ''} has no ops to cut into stages")
+    order = np.arange(graph.num_ops) if order is None else check_order(order, graph, source="plan: order")
+    op_devices, order = tuples_kept_whole(graph, op_devices, order)
     stages: list[Stage] = []
     run: list[int] = []
-    for op in order_arr.tolist():
-        if run and devs[op] != devs[run[-1]]:
-            stages.append(Stage(len(stages), devices[int(devs[run[-1]])], tuple(run)))
+    for op in order.tolist():
+        if run and op_devices[op] != op_devices[run[-1]]:
+            stages.append(Stage(len(stages), devices[int(op_devices[run[-1]])], tuple(run)))
             run = []
         run.append(op)
-    stages.append(Stage(len(stages), devices[int(devs[run[-1]])], tuple(run)))
+    stages.append(Stage(len(stages), devices[int(op_devices[run[-1]])], tuple(run)))
     return stages
 
 
