@@ -130,8 +130,6 @@ def workdir(tmp_path_factory):
         Placement.from_indices(graph, devices, looped, cluster="k80x2", microbatches=2, inflight=1).save(
             path / "looped.json"
         )
-        dying = capture(*dist_model.dying())
-        Placement.from_indices(dying, devices, [1, 1, 2, 2, 2], cluster="k80x2").save(path / "dying.json")
         yield path
     finally:
         sys.path.remove(str(path))
@@ -176,8 +174,10 @@ def test_nccl_ranks_need_the_cuda_devices_they_name(here, capsys):
 
 
 def test_a_placement_made_for_another_model_is_one_line(here, capsys):
+    doc = json.loads((here / "split.json").read_text())
+    (here / "other.json").write_text(json.dumps({**doc, "graph_hash": "0123456789abcdef"}))
     rc, out, err = run_cli(
-        capsys, "dist_model:dying", "--placement", "split.json", "--cluster", "k80x2", "--nproc-per-node", "2"
+        capsys, "dist_model:build", "--placement", "other.json", "--cluster", "k80x2", "--nproc-per-node", "2"
     )
     assert rc == 2 and "made for graph" in err and err.count("\n") == 1, err
 
@@ -221,6 +221,12 @@ def test_two_processes_train_the_plan_and_check_every_gradient(here, capsys):
 
 @pytest.mark.slow
 def test_a_rank_that_dies_mid_step_is_one_line(here, capsys):
+    import dist_model
+
+    from graphs.torch_capture import capture
+
+    dying = capture(*dist_model.dying())
+    Placement.from_indices(dying, ["cpu:0", "gpu:0", "gpu:1"], [1, 1, 2, 2, 2], cluster="k80x2").save("dying.json")
     rc, out, err = run_cli(
         capsys, "dist_model:dying", "--placement", "dying.json", "--cluster", "k80x2", "--nproc-per-node", "2"
     )

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 import numpy as np
+import pytest
 
 from bench.corpus import build_nn_encoder
 from graphs.plan import Placement
@@ -13,20 +14,21 @@ from placer.cli import main
 from placer.distributed import module_fqns_per_model_part
 
 
-def _graph():
+@pytest.fixture(scope="module")
+def encoder():
     return capture(*build_nn_encoder())
 
 
-def test_a_split_at_a_layer_names_whole_layers_per_stage():
-    g = _graph()
+def test_a_split_at_a_layer_names_whole_layers_per_stage(encoder):
+    g = encoder
     first = next(i for i, p in enumerate(g.module_paths) if p.startswith("body.layers.1"))
     p = Placement.from_indices(g, ["gpu:0", "gpu:1"], np.arange(g.num_ops) >= first)
     assert module_fqns_per_model_part(g, p) == [["body.layers.0", "embed"], ["body.layers.1", "head"]]
     assert module_fqns_per_model_part(g, p, module="body") == [["layers.0"], ["layers.1"]]
 
 
-def test_a_layer_split_between_stages_is_named_by_its_parts_and_a_plan_that_returns_is_three_parts():
-    g = _graph()
+def test_a_layer_split_between_stages_is_named_by_its_parts_and_a_plan_that_returns_is_three_parts(encoder):
+    g = encoder
     layer0 = [i for i, p in enumerate(g.module_paths) if p.startswith("body.layers.0")]
     middle = layer0[len(layer0) // 2]
     back = next(i for i, p in enumerate(g.module_paths) if p.startswith("body.layers.1"))
@@ -37,9 +39,9 @@ def test_a_layer_split_between_stages_is_named_by_its_parts_and_a_plan_that_retu
     assert parts[2] == ["body.layers.1", "head"]
 
 
-def test_export_map_writes_it(tmp_path, monkeypatch, capsys):
+def test_export_map_writes_it(encoder, tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
-    g = _graph()
+    g = encoder
     first = next(i for i, p in enumerate(g.module_paths) if p.startswith("body.layers.1"))
     Placement.from_indices(g, ["gpu:0", "gpu:1"], np.arange(g.num_ops) >= first).save("p.json")
     argv = ["export-map", "p.json", "--graph", "bench.corpus:build_nn_encoder", "--torchtitan", "-o", "split.json"]
