@@ -253,3 +253,34 @@ def test_a_torchrun_script_gets_its_stages_and_the_one_process_gradients(here, m
     assert [out[r]["stages"] for r in (0, 1)] == [[0, 2], [1, 3]]
     assert out[0]["worst"] < 1e-4 and out[1]["worst"] < 1e-4
     assert out[0]["loss"] is None and out[1]["loss"] > 0  # the loss is on the last stage's rank
+
+
+def test_the_text_report_says_step_time_spread_memory_and_check(capsys):
+    import argparse
+
+    from placer.cli.run_ranks import print_report
+
+    report = {
+        "step_time_s": 0.012,
+        "step_times_s": [0.011, 0.012, 0.019],
+        "schedule": "gpipe",
+        "stages": 2,
+        "microbatches": 1,
+        "stage_table": ["stage 0  gpu:0    rank 0      3 ops  a .. b", "stage 1  gpu:1    rank 1      3 ops  c .. d"],
+        "ranks": [
+            {"rank": 0, "device": "gpu:0", "torch_device": "cpu", "stages": [0], "peak_bytes": 7_000_000},
+            {"rank": 1, "device": "gpu:1", "torch_device": "cpu", "stages": [1], "peak_bytes": 9_000_000},
+        ],
+        "losses": [1.5, 1.25],
+        "check": {"ok": False, "loss_error": 1e-8, "grad_error": 0.5, "worst": "head.weight", "worst_ratio": 12.0},
+    }
+    print_report(argparse.Namespace(source="m:build"), report)
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0] == (
+        "m:build across 2 processes (gpipe, 2 stages, 1 microbatch): step time 12.00 ms (median of 3; min 11.00, "
+        "max 19.00)"
+    )
+    assert lines[3].split() == ["rank", "device", "torch", "stages", "peak", "memory"]
+    assert lines[5].split() == ["1", "gpu:1", "cpu", "1", "0.009", "GB"]
+    assert lines[6] == "loss 1.5000 -> 1.2500"
+    assert lines[7].startswith("check against one process: FAIL") and "worst tensor head.weight at 12.00x" in lines[7]
