@@ -25,6 +25,7 @@ import contextlib
 import logging
 import re
 import shutil
+import signal
 import socket
 import sys
 import tempfile
@@ -122,7 +123,7 @@ def launch(
     default: a free port here). ``entrypoint`` must be a module-level function: the
     processes are spawned, not forked.
     """
-    from torch.distributed.elastic.multiprocessing import DefaultLogsSpecs, Std
+    from torch.distributed.elastic.multiprocessing import DefaultLogsSpecs, SignalException, Std
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
     from torch.distributed.launcher.api import LaunchConfig, elastic_launch
 
@@ -158,9 +159,13 @@ def launch(
         rank, failure = min(e.failures.items())
         kept = f" (logs: {logs})" if own_logs else ""
         raise PlacerError(f"{failure_line(rank, failure)}{kept}") from None
+    except SignalException as e:  # the agent turns Ctrl-C and kill into this
+        if e.sigval == signal.SIGINT:
+            raise KeyboardInterrupt from None
+        raise PlacerError(f"the job was stopped by {signal.Signals(e.sigval).name}") from None
     except Exception as e:  # the rendezvous: nobody serves the endpoint, or it timed out
         name = type(e).__name__
-        if "Rendezvous" in name or "DistStore" in name or "timed out" in str(e).lower() or isinstance(e, TimeoutError):
+        if name.startswith(("Rendezvous", "DistStore", "DistNetwork")) or isinstance(e, TimeoutError):
             raise PlacerError(
                 f"--rdzv-endpoint {host}:{port}: no rendezvous within {rdzv_timeout_s:g}s ({name}); is node 0 "
                 "running, and is the port open?"
