@@ -18,9 +18,9 @@ key              space                           what
                                                  output shapes, 20 neighbours, standardised log FLOPs and bytes),
                                                  then its forward + backward seconds on each device / ``t_ref``, then
                                                  its static bytes (weights, gradients, Adam state) / each device's
-                                                 memory
+                                                 memory; clipped to +-1e6
 ``devices``      Box float32 [D, 4]              per device: log10 memory bytes, log10 FLOP/s, log10 memory
-                                                 bandwidth, 1 for the host CPU
+                                                 bandwidth, 1 for the host CPU (all in [0, 100])
 ``edges``        Box int64 [E, 2]                item graph edges (from, to); -1 rows are padding
 ``edge_bytes``   Box float32 [E]                 log(1 + bytes) of each edge; 0 for padding
 ``placement``    MultiDiscrete [N] of D + 1      each item's device so far; D: not placed (and padding)
