@@ -32,7 +32,8 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from bench.common import OneLineParser, machine_line
+from bench.common import machine_line
+from bench.gym_cli import add_problem, doc_parser
 from graphs import PlacerError
 
 #: The direct call that gives what each environment figure's steps give (the step time; the full result).
@@ -40,14 +41,8 @@ SAME_INFORMATION = {"place_all": "direct_one", "place_all_peaks": "direct_evalua
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = OneLineParser(
-        prog="python -m bench.env_throughput",
-        description=__doc__.split("\n\n")[0],
-        epilog=__doc__.split("\n\n", 1)[1],
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
-    p.add_argument("--graph", default="nmt-2", help="dataset item, zoo name, graph file or module:callable (nmt-2)")
-    p.add_argument("--cluster", default="k80x4", help="cluster preset or JSON file (default k80x4)")
+    p = doc_parser("bench.env_throughput", __doc__)
+    add_problem(p)
     p.add_argument("--seconds", type=float, default=5.0, help="CPU seconds per measurement (default 5)")
     p.add_argument("--batch", type=int, default=64, help="placements per direct step_times call (default 64)")
     p.add_argument("--json", action="store_true", help="print one JSON document")

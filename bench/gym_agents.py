@@ -14,30 +14,23 @@ environment (items = ops, scored in the run's issue order:
 from __future__ import annotations
 
 import argparse
-import json
-import shlex
 import sys
 import time
 from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from bench.common import OneLineParser, parse_list
+from bench.common import parse_list
+from bench.gym_cli import add_problem, doc_parser, print_report
 from graphs import PlacerError
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = OneLineParser(
-        prog="python -m bench.gym_agents",
-        description=__doc__.split("\n\n")[0],
-        epilog=__doc__.split("\n\n", 1)[1],
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
+    p = doc_parser("bench.gym_agents", __doc__)
     sub = p.add_subparsers(dest="agent", required=True)
     for name, helptext in (("random", "uniformly random placements"), ("reinforce", "placer's REINFORCE")):
         a = sub.add_parser(name, help=helptext)
-        a.add_argument("--graph", default="nmt-2", help="dataset item, zoo name, graph file or module:callable")
-        a.add_argument("--cluster", default="k80x4", help="cluster preset or JSON file (default k80x4)")
+        add_problem(a)
         a.add_argument("--seed", type=int, default=0, help="seed (default 0)")
         a.add_argument("--json", action="store_true", help="print one JSON document")
     rand = sub.choices["random"]
@@ -49,6 +42,7 @@ def build_parser() -> argparse.ArgumentParser:
     rl.add_argument("--samples", type=int, default=8, help="placements sampled per iteration (default 8)")
     rl.add_argument("--heuristics", default=None, help="comma list of heuristics to start from (default all)")
     rl.add_argument("--warm-start", choices=("best", "none"), default="best", help="as placer train's")
+    rl.add_argument("--lr", type=float, default=None, help="Adam learning rate (default placer train's)")
     rl.add_argument("--score-order", choices=("planned", "node"), default="planned", help="as placer train's")
     rl.add_argument("--logdir", default=None, help="the run's directory (default runs/...)")
     return p
@@ -69,6 +63,7 @@ def random_agent(args: argparse.Namespace) -> dict[str, Any]:
         rewards.append(reward)
         if not info["failed"] and info["step_time_s"] < best:
             best, best_op_devices = info["step_time_s"], info["op_devices"]
+    bound = env.problem.scorer.lower_bound()
     if args.placement_out and best_op_devices is not None:
         env.to_placement(best_op_devices).save(args.placement_out)
     return {
@@ -79,7 +74,8 @@ def random_agent(args: argparse.Namespace) -> dict[str, Any]:
         "best_step_time_s": best if best_op_devices is not None else None,
         "mean_reward": float(np.mean(rewards)),
         "reference_step_time_s": env.problem.t_ref,
-        "lower_bound_s": float(env.problem.scorer.lower_bound()),
+        "lower_bound_s": float(bound),
+        "lower_bound_name": getattr(bound, "name", ""),
         "wall_s": time.perf_counter() - t0,
     }
 
@@ -102,6 +98,7 @@ def reinforce(args: argparse.Namespace) -> dict[str, Any]:
         seed=args.seed,
         heuristics=heuristics,
         warm_start=args.warm_start,
+        **({"lr": args.lr} if args.lr is not None else {}),
         score_order=args.score_order,
         logdir=args.logdir,
         progress=False,
@@ -122,9 +119,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     except PlacerError as e:
         print(f"{parser.prog}: {e}", file=sys.stderr)
         return 2
-    report["command"] = shlex.join(["python", "-m", "bench.gym_agents", *(sys.argv[1:] if argv is None else argv)])
     if args.json:
-        print(json.dumps(report, indent=1))
+        print_report(report, "bench.gym_agents", sys.argv[1:] if argv is None else list(argv))
         return 0
     best = report["best_step_time_s"]
     print(

@@ -49,25 +49,12 @@ class PlacementEnv(gym.Env):
         cluster: Any = None,
         scorer: Any = "sim",
         *,
-        groups: int | None = None,
-        order: str = "node",
-        fail_factor: float = 10.0,
-        peak_memory: bool = True,
-        scorer_options: dict[str, Any] | None = None,
         max_items: int | None = None,
         max_edges: int | None = None,
         flatten: bool = False,
+        **problem_options: Any,
     ) -> None:
-        self.problem = Problem(
-            graph,
-            cluster,
-            scorer,
-            groups=groups,
-            order=order,
-            fail_factor=fail_factor,
-            peak_memory=peak_memory,
-            scorer_options=scorer_options,
-        )
+        self.problem = Problem(graph, cluster, scorer, **problem_options)
         self.observer = Observer(self.problem, max_items=max_items, max_edges=max_edges, flatten=flatten)
         self.observation_space = self.observer.space
         self.num_items, self.num_devices = self.problem.num_items, self.problem.num_devices
