@@ -85,6 +85,15 @@ def test_a_command_that_no_longer_parses_is_found(tmp_path):
     assert "--no-such-option" in problem
 
 
+def test_a_command_that_parses_but_no_longer_runs_is_found(tmp_path):
+    table = {"format": leaderboard.FORMAT, "graph": "g", "cluster": "c", "entries": []}
+    table["entries"] = [{"command": f"placer compare {tmp_path / 'gone.json'} --cluster k80x2", "step_time_s": 1.0}]
+    (tmp_path / "g@c.json").write_text(json.dumps(table))
+    assert leaderboard.check(directory=tmp_path) == []
+    (problem,) = leaderboard.check(run=True, directory=tmp_path)
+    assert "exit status 2" in problem and "gone.json: no such file" in problem
+
+
 def test_the_tiny_budget_of_each_kind_of_command():
     tiny = leaderboard.tiny
     assert tiny(["placer", "compare", "nmt-2", "--cluster", "k80x4"], "d")[-2:] == ["--methods", "single"]
