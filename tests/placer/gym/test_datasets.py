@@ -43,7 +43,9 @@ def test_a_graph_file_and_a_zoo_name_are_sources_outside_the_split(tmp_path):
 
 
 def test_a_held_out_synthetic_item_is_an_environment():
-    env = gymnasium.make("placer/PlaceAll-v0", graph=datasets.HELD_OUT[0], cluster="k80x4")
+    item = datasets.items("synthetic", "held_out")[0]
+    assert item == "synthetic/branches-300-s0" and item in datasets.HELD_OUT
+    env = gymnasium.make("placer/PlaceAll-v0", graph=item, cluster="k80x4")
     check_env(env.unwrapped, skip_render_check=True)
 
 
