@@ -206,15 +206,16 @@ def greedy_placement(algo: Any, problem: Any, args: argparse.Namespace) -> float
 
 
 def report_line(row: dict[str, Any]) -> str:
-    best = row["best_step_time_s"]
-    return (
-        f"iteration {row['iteration']}: mean return {row['episode_return_mean']:.4f}, best "
-        f"{row['episode_return_max']:.4f}; {row['placements']:,} placements; best step time "
-        f"{best * 1e3:.3f} ms; {row['wall_s']:.0f} s"
-        if best is not None
-        else f"iteration {row['iteration']}: "
-        f"mean return {row['episode_return_mean']:.4f}; {row['placements']:,} placements; {row['wall_s']:.0f} s"
-    )
+    """One iteration on one line (stderr)."""
+    line = f"iteration {row['iteration']}: mean return {_shown(row['episode_return_mean'])}, best "
+    line += f"{_shown(row['episode_return_max'])}; {row['placements']:,} placements"
+    if row["best_step_time_s"] is not None:
+        line += f"; best step time {row['best_step_time_s'] * 1e3:.3f} ms"
+    return line + f"; {row['wall_s']:.0f} s"
+
+
+def _shown(x: float | None) -> str:
+    return f"{x:.4f}" if x is not None else "n/a"
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -38,6 +38,7 @@ from placer.gym.views import ENV_IDS, MoveItemEnv, PlaceAllEnv, PlacementEnv, Pl
 
 __all__ = ["ENV_IDS", "EnvScorer", "MoveItemEnv", "PlaceAllEnv", "PlaceSequentialEnv", "PlacementEnv"]
 
-for _id, _cls in ENV_IDS.items():
-    if _id not in gymnasium.registry:  # (a module imported twice under two names registers once)
-        gymnasium.register(id=_id, entry_point=f"{_cls.__module__}:{_cls.__name__}")
+for _env_id, _cls in ENV_IDS.items():
+    if _env_id not in gymnasium.registry:  # (a module imported twice under two names registers once)
+        gymnasium.register(id=_env_id, entry_point=f"{_cls.__module__}:{_cls.__name__}")
+del _env_id, _cls

@@ -111,11 +111,9 @@ def test_real_training_steps_in_this_process_score_the_same_environment(tmp_path
         "placer/PlaceAll-v0", graph="tinymodels:build", cluster="k80x2", scorer="local", scorer_options=options
     )
     env.reset(seed=0)
-    _, reward, terminated, _, info = env.step(env.action_space.sample())
+    n = env.unwrapped.num_items
+    _, reward, terminated, _, info = env.step(np.arange(n) % 3)  # every device
     assert terminated and info["status"] == "ok" and info["step_time_s"] > 0 and reward < 0
-    assert type(env.unwrapped.problem.scorer).__name__ == "LocalEnv" and set(info["peak_bytes"]) == {
-        "cpu:0",
-        "gpu:0",
-        "gpu:1",
-    }
+    assert type(env.unwrapped.problem.scorer).__name__ == "LocalEnv"
+    assert set(info["peak_bytes"]) == {"cpu:0", "gpu:0", "gpu:1"} and n >= 3
     env.close()
