@@ -169,3 +169,12 @@ def test_to_placement_saves_what_was_scored(tmp_path):
     loaded = Placement.load(tmp_path / "p.json")
     r = envs.simulate(GRAPH, loaded, CLUSTER)
     assert r.extra["sim_step_time_s"] == info["step_time_s"] and loaded.order is not None
+
+
+@pytest.mark.slow  # captures nmt-2 (the test session's cache)
+@pytest.mark.parametrize("env_id", sorted(placer.gym.ENV_IDS))
+def test_every_id_made_with_no_arguments_is_the_papers_problem_and_passes_check_env(env_id, zoo_cache):
+    env = gymnasium.make(env_id)
+    problem = env.unwrapped.problem
+    assert (problem.graph.name, problem.cluster.name, problem.num_items) == ("nmt-2", "k80x4", 100)
+    check_env(env.unwrapped, skip_render_check=True)
