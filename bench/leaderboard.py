@@ -258,6 +258,11 @@ def markdown(all_tables: list[dict[str, Any]]) -> str:
             out.append(f"Best known: **{_ms(best['step_time_s'])} ms** by {best['method']}{ratio}.")
         if bound:
             out.append(f"Lower bound: {_ms(bound)} ms ({table.get('lower_bound_name') or 'envs.lower_bound'}).")
+        if not any(e["kind"] == "heuristic" for e in entries):
+            out.append(
+                "No heuristic rows: `placer compare` takes graph files and zoo names, not dataset items; the rows "
+                "are the agents run through the environment."
+            )
         out += [
             "",
             "| method | step time (ms) | x bound | placements | wall (s) | note | command |",
