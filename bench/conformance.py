@@ -1,6 +1,6 @@
 """Conformance: every corpus model, under every kind of plan, computes its float64 loss and gradients.
 
-For one model of :mod:`bench.conformance_corpus`, :func:`check_model` captures it once,
+For one model of :mod:`graphs.models.corpus`, :func:`check_model` captures it once,
 computes a float64 reference (a float64 copy of the model on the CPU) and the
 unplaced float32 step's own error against it, then applies each plan of
 :data:`PLANS` with :func:`placer.apply` and compares the placed step's loss and
@@ -40,7 +40,6 @@ import numpy as np
 import torch
 from torch import nn
 
-from bench.conformance_corpus import build
 from envs.cluster import resolve_cluster
 from envs.real.conformance import (  # noqa: F401  (moved there: the product's check; re-exported)
     FACTOR,
@@ -52,6 +51,7 @@ from envs.real.conformance import (  # noqa: F401  (moved there: the product's c
     relative_error,
 )
 from graphs import OpGraph
+from graphs.models.corpus import build
 from graphs.plan import Placement
 from graphs.torch_capture import capture
 from placer.apply import apply

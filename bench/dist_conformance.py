@@ -36,7 +36,6 @@ import torch.distributed as dist
 from torch.distributed.elastic.multiprocessing.errors import record
 
 from bench.common import OneLineParser
-from bench.conformance_corpus import available, build
 from envs.real.conformance import reference
 from envs.real.distributed.launch import launch
 from envs.real.distributed.rank_plan import compile_plan
@@ -44,6 +43,7 @@ from envs.real.distributed.runtime import RankSchedule
 from envs.real.distributed.worker import check_report, gather_to_first, step_gradients
 from envs.real.pipeline import split_batch
 from graphs import OpGraph
+from graphs.models.corpus import available, build
 from graphs.plan import Placement
 from graphs.torch_capture import export_program, graph_from_program
 

@@ -18,8 +18,9 @@ from pathlib import Path
 
 import pytest
 
-from bench import corpus, dist_conformance
+from bench import dist_conformance
 from envs.real.distributed.launch import free_port
+from graphs.models import corpus
 
 ROOT = Path(__file__).resolve().parents[2]
 

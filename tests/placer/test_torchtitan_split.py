@@ -7,7 +7,7 @@ import json
 import numpy as np
 import pytest
 
-from bench.conformance_corpus import build_nn_encoder
+from graphs.models.corpus import build_nn_encoder
 from graphs.plan import Placement
 from graphs.torch_capture import capture
 from placer.cli import main
@@ -48,7 +48,7 @@ def test_export_map_writes_it(encoder, tmp_path, monkeypatch, capsys):
         "export-map",
         "p.json",
         "--graph",
-        "bench.conformance_corpus:build_nn_encoder",
+        "graphs.models.corpus:build_nn_encoder",
         "--torchtitan",
         "-o",
         "split.json",
