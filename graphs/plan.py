@@ -38,6 +38,14 @@ M; absent: all M, fill-drain):
 
 >>> Placement.from_indices(g, ["cpu:0", "gpu:0"], [1, 1], microbatches=4, inflight=2).to_dict()["inflight"]
 2
+
+and, for a plan that runs across processes (one per device), the schedule torch's
+pipeline runtime runs it with (:mod:`envs.real.distributed.schedules`; absent: the
+one that fits the plan):
+
+>>> p = Placement.from_indices(g, ["cpu:0", "gpu:0"], [0, 1], microbatches=4, schedule="1f1b")
+>>> p.to_dict()["schedule"], Placement.from_dict(p.to_dict()) == p
+('1f1b', True)
 """
 
 from __future__ import annotations
@@ -60,6 +68,8 @@ from graphs.schema import check_int
 FORMAT = "placer-placement/1"
 #: The largest number of microbatches a plan may ask for (a sanity bound on the expanded graph).
 MAX_MICROBATCHES = 1024
+#: The schedules a plan across processes may name (:mod:`envs.real.distributed.schedules` says what each runs).
+SCHEDULES = ("gpipe", "1f1b", "looped_bfs", "interleaved_1f1b", "planned")
 
 
 @dataclass(eq=False)
@@ -83,6 +93,8 @@ class Placement:
             M issues one-forward-one-backward (:func:`envs.microbatch.issue_segments`),
             which bounds activation memory to W microbatches; ``None`` (default, and
             what W = M is stored as): fill-drain.
+        schedule: across processes, the pipeline schedule that runs the plan (one of
+            :data:`SCHEDULES`); ``None`` (default): the one that fits its stages and window.
         source: the file it was loaded from, for error messages (not saved).
     """
 
@@ -96,9 +108,11 @@ class Placement:
     source: str = field(default="", repr=False)
     microbatches: int = 1
     inflight: int | None = None
+    schedule: str | None = None
 
     def __post_init__(self) -> None:
         self.microbatches = check_microbatches(self.microbatches, f"{self.source or 'placement'}: microbatches")
+        self.schedule = check_schedule_name(self.schedule, f"{self.source or 'placement'}: schedule")
         W = check_inflight(self.inflight, self.microbatches, f"{self.source or 'placement'}: inflight")
         self.inflight = None if W == self.microbatches else W
         if self.order is not None:
@@ -125,6 +139,7 @@ class Placement:
             self.meta,
             self.microbatches,
             self.inflight,
+            self.schedule,
         ) == (
             other.assignment,
             other.graph_hash,
@@ -134,6 +149,7 @@ class Placement:
             other.meta,
             other.microbatches,
             other.inflight,
+            other.schedule,
         )
 
     __hash__ = None  # type: ignore[assignment]  # mutable, like a dataclass with eq
@@ -151,6 +167,7 @@ class Placement:
         order: Sequence[int] | np.ndarray | None = None,
         microbatches: int = 1,
         inflight: int | None = None,
+        schedule: str | None = None,
     ) -> "Placement":
         """Device ``devices[indices[i]]`` for op ``i``; ``order``: issue order (op indices), checked against
         ``graph``."""
@@ -168,6 +185,7 @@ class Placement:
             order=None if order is None else check_order(order, graph, source="placement: order"),
             microbatches=microbatches,
             inflight=inflight,
+            schedule=schedule,
         )
 
     def indices(self, graph: OpGraph, devices: Sequence[str] | None = None, *, source: str = "placement") -> np.ndarray:
@@ -213,6 +231,9 @@ class Placement:
         # Absent: M (fill-drain).
         if self.inflight is not None:
             doc["inflight"] = int(self.inflight)
+        # Absent: the schedule that fits the plan, so files written before schedules read as before.
+        if self.schedule is not None:
+            doc["schedule"] = self.schedule
         return doc
 
     def save(self, path: str | os.PathLike) -> None:
@@ -254,6 +275,9 @@ class Placement:
             inflight=None
             if doc.get("inflight") is None
             else schema.integer(doc["inflight"], source, "inflight", minimum=1, maximum=M),
+            schedule=None
+            if doc.get("schedule") is None
+            else check_schedule_name(schema.string(doc["schedule"], source, "schedule"), f"{source}: 'schedule'"),
         )
 
 
@@ -383,6 +407,19 @@ def single_device_rows(num_devices: int, num_ops: int) -> np.ndarray:
 def check_microbatches(value: Any, option: str = "microbatches") -> int:
     """``value`` as a number of microbatches (an int in ``[1, MAX_MICROBATCHES]``), else one-line PlacerError."""
     return check_int(value, option, least=1, most=MAX_MICROBATCHES)
+
+
+def check_schedule_name(value: Any, option: str = "schedule") -> str | None:
+    """``value`` as a schedule name of :data:`SCHEDULES` (or None: the one that fits), else one-line PlacerError.
+
+    >>> check_schedule_name("zbv")
+    Traceback (most recent call last):
+    ...
+    graphs.errors.PlacerError: schedule: 'zbv' is not a schedule (gpipe, 1f1b, looped_bfs, interleaved_1f1b, planned)
+    """
+    if value is None or value in SCHEDULES:
+        return value
+    raise PlacerError(f"{option}: {value!r} is not a schedule ({', '.join(SCHEDULES)})")
 
 
 def check_inflight(value: Any, microbatches: int, option: str = "inflight") -> int:
