@@ -118,6 +118,10 @@ def medians(
     return {k: {m: (statistics.median(v) if v else None) for m, v in by.items()} for k, by in found.items()}
 
 
+#: The pretrained critic's methods (not in METHODS; on request): each gets a ratio to uniform when run.
+PRETRAINED = ("pretrained", "pretrained_frozen")
+
+
 def _ratio(a: float | None, b: float | None) -> str:
     return f"{a / b:.3f}" if a is not None and b else "–"
 
@@ -137,6 +141,7 @@ def markdown_table(cells: Sequence[dict[str, Any]]) -> str:
         "learned / best rival",
         "learned / uniform",
         *(["learned_accept / best rival", "learned_accept / uniform_accept"] if accept else []),
+        *[f"{m} / uniform" for m in PRETRAINED if m in extra],
         "best / bound (bound)",
     ]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * 3 + "---:|" * (len(head) - 3)]
@@ -167,6 +172,7 @@ def markdown_table(cells: Sequence[dict[str, Any]]) -> str:
                         _ratio(by.get("learned"), heuristic[1] if heuristic else None),
                         _ratio(by.get("learned"), by.get("uniform")),
                         *ratios,
+                        *[_ratio(by.get(m), by.get("uniform")) for m in PRETRAINED if m in extra],
                         f"{_ratio(best, cell['lower_bound_s'])} ({cell['lower_bound_name']})",
                     ]
                 )

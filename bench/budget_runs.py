@@ -133,8 +133,13 @@ def _finish(method: str, rec: BudgetEnv, start: Start | None, note: str = "") ->
 ACCEPT = 0.003
 
 
-def run_moves(proposals: str, accept: float = 0.0) -> Callable[..., Run]:
-    name = ("learned" if proposals == "critic" else "uniform") + ("_accept" if accept else "")
+def run_moves(
+    proposals: str, accept: float = 0.0, *, critic: str | None = None, fine_tune: bool = True, name: str = ""
+) -> Callable[..., Run]:
+    """The move search's runner: ``proposals``, acceptance ``accept``, starting from ``critic`` (None: untrained;
+    "pretrained": the shipped one), fine-tuned online or not; the method's ``name`` (default from the proposals)."""
+    name = name or ("learned" if proposals == "critic" else "uniform") + ("_accept" if accept else "")
+    options = MoveSearchOptions(proposals=proposals, accept=accept, critic=critic, fine_tune=fine_tune)
 
     def run(
         graph: OpGraph,
@@ -148,9 +153,7 @@ def run_moves(proposals: str, accept: float = 0.0) -> Callable[..., Run]:
     ) -> Run:
         max_evals, seconds = _limits(budget, start)
         rec = BudgetEnv(env, max_evals=max_evals, order=order)
-        search = MoveSearch(
-            graph, cluster, rec, options=MoveSearchOptions(proposals=proposals, accept=accept), seed=seed, order=order
-        )
+        search = MoveSearch(graph, cluster, rec, options=options, seed=seed, order=order)
         result = search.run(start.op_devices, max_evals=max_evals, time_budget_s=seconds)
         run = _finish(name, rec, start, f"{result.rounds} rounds, {result.kicks} kicks, {search.accepted} accepted")
         run.evals = result.evals + start.evals + PLAN_EVALS  # its count includes the incumbents' schedules it simulated
@@ -252,4 +255,8 @@ RUNNERS: dict[str, Callable[..., Run]] = {
     # not in METHODS: the acceptance variant, on request (--methods)
     "learned_accept": run_moves("critic", ACCEPT),
     "uniform_accept": run_moves("uniform", ACCEPT),
+    # not in METHODS: the critic pretrained across graphs (policies/pretrained/critic-default.pt), fine-tuned online
+    # as "learned"'s untrained critic is, and frozen (the ablation that shows what the online training adds)
+    "pretrained": run_moves("critic", critic="pretrained", name="pretrained"),
+    "pretrained_frozen": run_moves("critic", critic="pretrained", fine_tune=False, name="pretrained_frozen"),
 }

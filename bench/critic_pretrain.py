@@ -20,50 +20,23 @@ import numpy as np
 
 import envs
 from bench.common import OneLineParser, parse_list
-from graphs import OpGraph, PlacerError, zoo
-from graphs.synthetic import FAMILIES as SYNTHETIC
+from graphs import OpGraph, PlacerError
+from placer.gym import datasets
 from placer.learn.pretrain_critic import FitOptions, Problem, collect, pretrain_critic, ranking_auc
 from policies import policy_file
 
-#: The families no tuning saw: the published split's (``placer.gym.datasets.HELD_OUT_FAMILIES``; read from there
-#: once the gym branch is merged).
-HELD_OUT_FAMILIES: dict[str, tuple[str, ...]] = {
-    "zoo": (),
-    "corpus": ("llama", "bert"),
-    "synthetic": ("attention", "branches"),
-}
-SYNTHETIC_SIZES, SYNTHETIC_SEEDS = (300, 1500), (0, 1, 2)
-
-
-def _corpus_graph(name: str) -> Callable[[], OpGraph]:
-    def load() -> OpGraph:
-        from bench.corpus import build  # torch and transformers: only when a corpus item is loaded
-        from graphs.torch_capture import capture
-
-        model, inputs = build(name)
-        return capture(model, inputs, name=f"corpus/{name}")
-
-    return load
-
-
-def _synthetic_graph(family: str, ops: int, seed: int) -> Callable[[], OpGraph]:
-    return lambda: SYNTHETIC[family](ops, seed=seed)
-
 
 def items(split: str) -> list[tuple[str, Callable[[], OpGraph]]]:
-    """``(name, graph loader)`` of every item of ``split`` ("train" or "held_out"), named as the datasets name them."""
-    from bench.corpus import available
+    """``(name, graph loader)`` of every item of ``split`` ("train" or "held_out") of the published split; corpus
+    entries only where ``transformers`` can build them here."""
+    from graphs.models import corpus
 
-    held = split == "held_out"
-    found = [(f"zoo/{m}", lambda m=m: zoo.graph(m)) for m in zoo.names() if (m in HELD_OUT_FAMILIES["zoo"]) == held]
-    found += [(f"corpus/{c}", _corpus_graph(c)) for c in available() if (c in HELD_OUT_FAMILIES["corpus"]) == held]
-    found += [
-        (f"synthetic/{f}-{n}-s{s}", _synthetic_graph(f, n, s))
-        for f in SYNTHETIC
-        if (f in HELD_OUT_FAMILIES["synthetic"]) == held
-        for n in SYNTHETIC_SIZES
-        for s in SYNTHETIC_SEEDS
-    ]
+    found = []
+    for dataset in datasets.DATASETS:
+        for name in datasets.items(dataset, split):
+            if dataset == "corpus" and name.partition("/")[2] not in corpus.available():
+                continue
+            found.append((name, lambda name=name: datasets.graph(name)))
     return found
 
 
@@ -101,7 +74,7 @@ def main(argv: list[str] | None = None) -> int:
             options=FitOptions(steps=args.steps, seed=args.seed),
             say=say,
         )
-        sidecar["excluded"] = [f"{d}/{f}" for d, fams in HELD_OUT_FAMILIES.items() for f in fams]
+        sidecar["excluded"] = [f"{d}/{f}" for d, fams in datasets.HELD_OUT_FAMILIES.items() for f in fams]
         held_auc: dict[str, float | None] = {}
         if args.held_out:
             for name, load in items("held_out"):

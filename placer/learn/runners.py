@@ -85,6 +85,8 @@ def train(
     progress = progress if progress is not None else Progress(enabled=config.progress)
     # ---- validate and resolve
     config.validate()
+    if config.algo == "corrected" and env is None and config.env == "sim":  # before the heuristics are scored
+        raise PlacerError("--algo corrected: needs real measurements (--env measured); the simulator has no error")
     config = config.resolved(env)
     device = resolve_device(config.device)
     if graph is None:

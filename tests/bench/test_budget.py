@@ -136,3 +136,15 @@ def test_the_plot_has_a_panel_per_kind_of_budget_run(tmp_path, monkeypatch):
     cell["runs"].append(run("seconds", "learned"))
     plots.plot_budget_curves([cell], str(tmp_path / "b.png"))
     assert shapes == [(1, 1), (1, 2)]
+
+
+@pytest.mark.slow  # two move searches on a tiny graph (~3 s)
+def test_the_pretrained_critic_s_ablations_run_on_request_with_their_ratios(capsys):
+    argv = ["--graphs", "moe-60", "--clusters", "k80x2", "--evals", "200", "--seconds", ""]
+    rc = budget.main([*argv, "--methods", "uniform,pretrained,pretrained_frozen", "--json"])
+    cells = json.loads(capsys.readouterr().out)["cells"]
+    runs = {r["method"]: r for r in cells[0]["runs"]}
+    assert rc == 0 and set(runs) == {"uniform", "pretrained", "pretrained_frozen"}
+    assert all(r["step_time_s"] is not None and r["evals"] <= 200 + PLAN_EVALS for r in runs.values())
+    table = budget.markdown_table(cells)
+    assert "| pretrained / uniform | pretrained_frozen / uniform |" in table

@@ -91,3 +91,24 @@ def test_the_curve_records_what_the_simulator_and_the_correction_predicted(probl
     assert result.rematch == {} and result.speedup() is None
     assert set(result.to_dict()) >= {"curve", "weights", "rematch", "measurements", "simulator_step_time_s"}
     assert result.weights[f"work/{SLOW}"] > 0.1  # the slow GPU's work costs more than the simulator says
+
+
+@pytest.mark.slow  # a run: the heuristics, then ten measurements on the stand-in (~25 s)
+def test_train_algo_corrected_measures_through_the_run_and_writes_its_curve(tmp_path, problem):
+    import json
+
+    from graphs import PlacerError
+    from placer.learn.config import TrainConfig
+    from placer.learn.runners import train
+
+    graph, cluster, _ = problem
+    real = StandIn(graph, cluster, slow_device=SLOW, slowdown=3.0)
+    config = TrainConfig(algo="corrected", iterations=6, logdir=str(tmp_path / "run"), progress=False, rematch=1)
+    result = train(config, graph=graph, cluster=cluster, env=real)
+    doc = json.loads((tmp_path / "run" / "correction.json").read_text())
+    assert doc["measurements"] == 4 + 6 and len(doc["curve"]) == 10  # four before the first fit, one a round
+    assert result.best_step_time_s == min(m["real_s"] for m in doc["curve"])
+    assert result.best_step_time_s < 0.7 * doc["simulator_step_time_s"]  # seed 0: 0.170 against 0.318 s
+    assert result.found_by == "corrected search" and doc["speedup_over_simulator"] > 1.4
+    with pytest.raises(PlacerError, match="--algo corrected: needs real measurements"):
+        train(TrainConfig(algo="corrected", iterations=1, logdir=str(tmp_path / "sim"), progress=False), graph=graph)
