@@ -1,0 +1,107 @@
+"""The move critic pretrained across graphs: its file (tensors only, a sidecar), the search starting from it, and
+that it ranks the moves of graphs of families it never saw."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+
+import numpy as np
+import pytest
+import torch
+
+import envs
+from graphs import PlacerError
+from graphs.synthetic import FAMILIES as SYNTHETIC
+from placer.gym.datasets import HELD_OUT_FAMILIES
+from placer.learn.move_search import MoveSearch, MoveSearchOptions
+from placer.learn.pretrain_critic import FitOptions, Problem, collect, pretrain_critic, ranking_auc
+from policies import policy_file
+from policies.moves import NUM_FEATURES, MoveCritic
+
+
+def test_a_critic_file_round_trips_and_holds_tensors_only(tmp_path):
+    path = tmp_path / "critic.pt"
+    critic = MoveCritic(8)
+    policy_file.save_critic(path, critic, {"corpus": ["toy"], "seed": 0, "date": "today"})
+    state = torch.load(path, weights_only=True)  # plain tensors: no pickled objects
+    assert all(isinstance(v, torch.Tensor) for v in state.values())
+    loaded = policy_file.load_critic(path)
+    x = torch.randn(5, NUM_FEATURES)
+    assert torch.equal(loaded.critic(x), critic(x))
+    assert loaded.sidecar["features"]["num_features"] == NUM_FEATURES
+
+
+def test_a_bad_critic_file_is_one_line_naming_it(tmp_path):
+    path = tmp_path / "critic.pt"
+    policy_file.save_critic(path, MoveCritic(8), {"corpus": [], "seed": 0, "date": "today"})
+    side = policy_file.sidecar_path(path)
+    doc = json.loads(open(side).read())
+    with open(side, "w") as f:
+        json.dump({**doc, "features": {**doc["features"], "version": "move-features/0"}}, f)
+    with pytest.raises(PlacerError, match="do not match this placer's move features"):
+        policy_file.load_critic(path)
+    torch.save({"net": MoveCritic(8)}, path)  # a pickled module: weights_only refuses it
+    with open(side, "w") as f:
+        json.dump(doc, f)
+    with pytest.raises(PlacerError, match=str(path)):
+        policy_file.load_critic(path)
+    with pytest.raises(PlacerError, match="no such critic file"):
+        policy_file.load_critic(tmp_path / "missing.pt")
+
+
+def test_the_shipped_critic_loads_with_weights_only_and_never_saw_a_held_out_family():
+    assert os.path.isfile(policy_file.DEFAULT_CRITIC), (
+        "the pretrained critic is missing (python -m bench.critic_pretrain)"
+    )
+    state = torch.load(policy_file.DEFAULT_CRITIC, weights_only=True)
+    assert all(isinstance(v, torch.Tensor) for v in state.values())
+    sidecar = policy_file.load_critic().sidecar
+    held = {f"{d}/{f}" for d, fams in HELD_OUT_FAMILIES.items() for f in fams}
+    assert set(sidecar["excluded"]) == held
+    for name in sidecar["corpus"]:
+        dataset, _, item = name.partition("/")
+        family = item.split("-")[0] if dataset == "synthetic" else item
+        assert family not in HELD_OUT_FAMILIES.get(dataset, ()), name
+
+
+def _problem(family: str = "branches", ops: int = 80):
+    return SYNTHETIC[family](ops, seed=3), envs.resolve_cluster("k80x4")
+
+
+def test_a_pretrained_critic_ranks_from_the_first_round_and_fine_tunes_only_if_asked():
+    graph, cluster = _problem()
+    env = envs.SimEnv(graph, cluster)
+    start = np.zeros(graph.num_ops, dtype=np.int64)
+    options = MoveSearchOptions(adaptive=False, module_share=0, starts=0)
+    fresh = MoveSearch(graph, cluster, env, options=options, seed=0)
+    fresh.run(start, max_evals=options.batch + 1)
+    assert fresh.tries[1] == 0  # an untrained critic waits for a round of moves
+    for fine_tune in (True, False):
+        critic = MoveCritic(8)
+        before = [p.detach().clone() for p in critic.parameters()]
+        o = dataclasses.replace(options, fine_tune=fine_tune)
+        search = MoveSearch(graph, cluster, env, options=o, seed=0, critic=critic)
+        search.run(start, max_evals=o.batch + 1)  # one round, as the fresh one above
+        assert search.tries[1] > 0  # ranked moves from the first round
+        changed = any(not torch.equal(a, b) for a, b in zip(before, search.critic.parameters()))
+        assert changed == fine_tune
+
+
+@pytest.mark.slow  # collects moves on four small graphs (~10 s)
+def test_a_critic_pretrained_on_other_families_ranks_a_held_out_family_s_moves():
+    problems = [
+        Problem(f"synthetic/{f}-120-s{s}", lambda f=f, s=s: SYNTHETIC[f](120, seed=s), "k80x4")
+        for f in ("moe", "unet")
+        for s in (0, 1)
+    ]
+    critic, sidecar, report = pretrain_critic(problems, evals=600, options=FitOptions(hidden=16, steps=300))
+    assert sidecar["corpus"] == sorted(p.name for p in problems)
+    held = collect(*_problem("branches", 120), evals=600, seed=5)
+    assert held.faster.sum() > 5
+    torch.manual_seed(0)
+    untrained = ranking_auc(MoveCritic(16), held)
+    pretrained = ranking_auc(critic, held)
+    assert pretrained > 0.65 and pretrained > untrained + 0.1
+    assert np.median([a for a in report.auc.values() if a is not None]) > 0.65
