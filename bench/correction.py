@@ -174,6 +174,7 @@ def local_cells(args: argparse.Namespace, say: Callable[[str], Any]) -> list[dic
         timed_steps=args.steps,
         measure_timeout_s=args.measure_timeout,
         run_dir=args.out_dir,
+        threads=args.threads,
     )
     cells = []
     try:
@@ -249,6 +250,9 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--steps", type=int, default=3, help="local: timed steps per measurement")
     ap.add_argument("--measure-timeout", type=float, default=120.0, help="local: seconds one measurement may take")
     ap.add_argument("--out-dir", default=None, help="local: the measurement log's directory")
+    ap.add_argument(
+        "--threads", type=int, default=None, help="local: torch's threads (default: as they are; 1 on a shared host)"
+    )
     ap.add_argument("--measurements", type=int, default=20, help="real measurements per method (default 20)")
     ap.add_argument("--sim-evals", type=int, default=CorrectedSearchOptions.sim_evals, help="simulations, first")
     ap.add_argument("--round-evals", type=int, default=CorrectedSearchOptions.round_evals, help="simulations a round")
