@@ -29,7 +29,7 @@ import envs
 from graphs import PlacerError
 from placer.learn import checkpoint
 from placer.learn.measured_search import CorrectedSearch, CorrectedSearchOptions
-from placer.learn.move_runner import search_options
+from placer.learn.move_runner import run_start, search_options
 from placer.learn.session import RunScorer, Session, add_scalars
 from placer.learn.state import CORRECTED_SEARCH
 
@@ -61,7 +61,7 @@ class CorrectedRunner:
     phase = "corrected search"
 
     def __init__(self, session: Session, saved: dict[str, Any] | None) -> None:
-        c, s, h = session.config, session.state, session.heuristics
+        c = session.config
         if isinstance(session.scorer.env, envs.SimEnv):
             raise PlacerError(
                 "--algo corrected: needs real measurements (--env measured); under the simulator there is no "
@@ -77,12 +77,7 @@ class CorrectedRunner:
             seed=c.seed,
             search_options=search_options(c),
         )
-        if self.resumed and s.best_indices:
-            self.start = np.asarray(s.best_indices)
-        else:
-            self.start = h.best_op_devices if c.warm_start == "best" else None
-        if not self.resumed:
-            s.warm_start = f"corrected search from {h.best_name}" if self.start is not None else "corrected search"
+        self.start = run_start(session, self.resumed, "corrected search")
 
     @property
     def num_items(self) -> int:

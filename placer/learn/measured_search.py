@@ -29,7 +29,6 @@ re-measurements through ``measure_again`` where it has one.
 
 from __future__ import annotations
 
-import hashlib
 import time
 from dataclasses import dataclass
 from typing import Any, Sequence
@@ -38,10 +37,9 @@ import numpy as np
 
 import envs
 from envs.cluster import Cluster
-from envs.result import Result
 from envs.scorer import can_measure_again
 from graphs import OpGraph, PlacerError
-from graphs.plan import as_indices
+from placer.learn.corrected_sim import CorrectedSimulator, Pool, placement_key
 from placer.learn.correction import Correction, PlacementFeatures
 from placer.learn.move_search import MoveSearch, MoveSearchOptions
 from policies.moves import ItemLevel, item_levels
@@ -130,86 +128,6 @@ class CorrectedSearchResult:
         }
 
 
-def _key(op_devices: np.ndarray) -> bytes:
-    return hashlib.blake2b(np.ascontiguousarray(op_devices, dtype=np.int32).tobytes(), digest_size=16).digest()
-
-
-class Pool:
-    """Candidates to measure: placements, their simulated step times and features, at most ``size`` kept."""
-
-    def __init__(self, size: int) -> None:
-        self.size = size
-        self.op_devices: list[np.ndarray] = []
-        self.simulated_s: list[float] = []
-        self.features: list[np.ndarray] = []
-        self.keys: dict[bytes, int] = {}
-
-    def add(self, op_devices: np.ndarray, simulated_s: np.ndarray, features: np.ndarray, score: np.ndarray) -> None:
-        """Add the rows of a batch whose ``score`` (lower is better) ranks among the best ``size`` seen in it."""
-        for k in np.argsort(score, kind="stable")[: self.size]:
-            if not np.isfinite(score[k]):
-                continue
-            key = _key(op_devices[k])
-            if key not in self.keys:
-                self.keys[key] = len(self.op_devices)
-                self.op_devices.append(np.asarray(op_devices[k], dtype=np.int32).copy())
-                self.simulated_s.append(float(simulated_s[k]))
-                self.features.append(features[k])
-
-    def prune(self, score: np.ndarray) -> None:
-        """Keep the ``size`` best by ``score`` (one per pooled placement)."""
-        keep = np.argsort(score, kind="stable")[: self.size]
-        self.op_devices = [self.op_devices[k] for k in keep]
-        self.simulated_s = [self.simulated_s[k] for k in keep]
-        self.features = [self.features[k] for k in keep]
-        self.keys = {_key(p): j for j, p in enumerate(self.op_devices)}
-
-    def __len__(self) -> int:
-        return len(self.op_devices)
-
-
-class CorrectedSimulator:
-    """The simulator's step times times exp(mean - ``kappa`` std) of the correction's residual: a scorer a search
-    can run on (its ``schedule`` is the simulator's). Every placement it scores is offered to ``pool``.
-
-    ``model`` None: the plain simulator's step times (the ablation), still pooled.
-    """
-
-    def __init__(
-        self, sim: Any, features: PlacementFeatures, model: Correction | None, kappa: float, pool: Pool
-    ) -> None:
-        self.sim, self.features, self.model, self.kappa, self.pool = sim, features, model, kappa, pool
-
-    def bound(self, simulated_s: np.ndarray, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """``(mean prediction, optimistic bound)`` in seconds of placements simulated at ``simulated_s``."""
-        if self.model is None:
-            return simulated_s, simulated_s
-        mean, std = self.model.predict(x)
-        return simulated_s * np.exp(mean), simulated_s * np.exp(mean - self.kappa * std)
-
-    def step_times(self, op_devices: np.ndarray, order: Any = None) -> tuple[np.ndarray, np.ndarray]:
-        op_devices = np.atleast_2d(np.asarray(op_devices, dtype=np.int32))
-        kw = {} if order is None else {"order": order}
-        simulated_s, failed = self.sim.step_times(op_devices, **kw)
-        simulated_s, failed = np.asarray(simulated_s, dtype=np.float64), np.asarray(failed, dtype=bool)
-        x = self.features(op_devices, simulated_s)
-        _, bound = self.bound(simulated_s, x)
-        self.pool.add(op_devices, simulated_s, x, np.where(failed, np.inf, bound))
-        return bound, failed
-
-    def evaluate(self, placements: Sequence[Any]) -> list[Result]:
-        names = list(self.sim.cluster.device_names)
-        op_devices = np.stack([as_indices(p, self.sim.graph, names, source="placement") for p in placements])
-        step_time_s, failed = self.step_times(op_devices)
-        return [Result(float(t), "oom" if f else "ok", source="corrected sim") for t, f in zip(step_time_s, failed)]
-
-    def schedule(self, op_devices: np.ndarray, order: Any = None) -> Any:
-        return self.sim.schedule(op_devices, order)
-
-    def schedule_order(self, op_devices: np.ndarray) -> np.ndarray:
-        return self.sim.schedule_order(op_devices)
-
-
 class CorrectedSearch:
     """One run of the measured loop (module doc): :meth:`run`, or :meth:`begin`, :meth:`step`... :meth:`result`.
 
@@ -293,7 +211,7 @@ class CorrectedSearch:
         # measure the candidates with the lowest bound that are not measured yet
         simulated_s, x = np.asarray(self.pool.simulated_s), np.stack(self.pool.features)
         mean_s, bound_s = corrected.bound(simulated_s, x)
-        fresh = np.array([_key(p) not in self.measured for p in self.pool.op_devices])
+        fresh = np.array([placement_key(p) not in self.measured for p in self.pool.op_devices])
         rank = np.where(fresh, bound_s, np.inf)
         picks = [k for k in np.argsort(rank, kind="stable")[: min(o.batch, self.left())] if np.isfinite(rank[k])]
         if not picks:  # the pool holds nothing unmeasured: the search found nothing new
@@ -369,17 +287,17 @@ class CorrectedSearch:
         scale = x.std(axis=0)
         z = x / np.where(scale > 0, scale, 1.0)
         chosen_z = [z[int(np.argmin(simulated_s[good]))]]
-        excluded = {_key(p) for p in exclude}
+        excluded = {placement_key(p) for p in exclude}
         picks: list[np.ndarray] = []
         while len(picks) < k:
             dist = np.min([np.linalg.norm(z - c, axis=1) for c in chosen_z], axis=0)
             for j in np.argsort(-dist, kind="stable"):
                 p = self.pool.op_devices[good[j]]
-                if _key(p) not in excluded and dist[j] > 0:
+                if placement_key(p) not in excluded and dist[j] > 0:
                     break
             else:
                 return picks
-            excluded.add(_key(p))
+            excluded.add(placement_key(p))
             picks.append(p)
             chosen_z.append(z[j])
         return picks
@@ -401,7 +319,7 @@ class CorrectedSearch:
     ) -> None:
         """Measure ``op_devices`` (each once), record each with its simulated time and features."""
         op_devices = np.asarray(op_devices, dtype=np.int32)
-        fresh = [k for k, p in enumerate(op_devices) if _key(p) not in self.measured]
+        fresh = [k for k, p in enumerate(op_devices) if placement_key(p) not in self.measured]
         if not fresh:
             return
         op_devices = op_devices[fresh]
@@ -411,7 +329,7 @@ class CorrectedSearch:
         real_s, failed = self.real.step_times(op_devices)
         real_s = np.where(np.asarray(failed, dtype=bool), np.inf, np.asarray(real_s, dtype=np.float64))
         for j, k in enumerate(fresh):
-            self.measured[_key(op_devices[j])] = len(self.real_s)
+            self.measured[placement_key(op_devices[j])] = len(self.real_s)
             self.op_devices.append(op_devices[j].copy())
             self.real_s.append(float(real_s[j]))
             self.x.append(x[j])

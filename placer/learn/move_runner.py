@@ -45,6 +45,19 @@ def search_options(config: TrainConfig) -> MoveSearchOptions:
     )
 
 
+def run_start(session: Session, resumed: bool, search: str) -> np.ndarray | None:
+    """Where a ``search`` run starts: a resumed run from its best (its critic or correction is not in the checkpoint,
+    its best is), else from the best heuristic (``--warm-start best``) or the search's own draws; records the warm
+    start."""
+    c, s, h = session.config, session.state, session.heuristics
+    if resumed and s.best_indices:
+        return np.asarray(s.best_indices)
+    start = h.best_op_devices if c.warm_start == "best" else None
+    if not resumed:
+        s.warm_start = f"{search} from {h.best_name}" if start is not None else search
+    return start
+
+
 class MoveRunner:
     """``--algo moves``: the move search as the run's learner; :meth:`run` is the loop.
 
@@ -55,7 +68,7 @@ class MoveRunner:
     phase = "move search"
 
     def __init__(self, session: Session, saved: dict[str, Any] | None) -> None:
-        c, s, h = session.config, session.state, session.heuristics
+        c = session.config
         self.session, self.resumed = session, saved is not None
         self.search = MoveSearch(
             session.graph,
@@ -65,12 +78,7 @@ class MoveRunner:
             seed=c.seed,
             order=session.scorer.order,
         )
-        if self.resumed and s.best_indices:  # the run's best: the critic is not in the checkpoint, the best is
-            self.start = np.asarray(s.best_indices)
-        else:
-            self.start = h.best_op_devices if c.warm_start == "best" else None
-        if not self.resumed:
-            s.warm_start = f"move search from {h.best_name}" if self.start is not None else "move search"
+        self.start = run_start(session, self.resumed, "move search")
 
     @property
     def num_items(self) -> int:
