@@ -112,3 +112,23 @@ def test_train_algo_corrected_measures_through_the_run_and_writes_its_curve(tmp_
     assert result.found_by == "corrected search" and doc["speedup_over_simulator"] > 1.4
     with pytest.raises(PlacerError, match="--algo corrected: needs real measurements"):
         train(TrainConfig(algo="corrected", iterations=1, logdir=str(tmp_path / "sim"), progress=False), graph=graph)
+
+
+@pytest.mark.slow  # real training steps of a tiny module in this process (~5 s)
+def test_the_loop_measures_through_an_in_process_env_and_rematches_past_its_cache(tmp_path):
+    import torch
+
+    from envs.real.local import LocalEnv
+
+    def tiny():
+        torch.manual_seed(0)
+        model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 8))
+        return model, (torch.randn(4, 8, generator=torch.Generator().manual_seed(0)),)
+
+    cluster = envs.resolve_cluster("h200x1")
+    with LocalEnv(tiny, cluster, device_map="*=cpu", warmup_steps=0, timed_steps=1, run_dir=tmp_path) as real:
+        options = _options(measurements=4, initial=2, sim_evals=50, round_evals=20, rematch=2)
+        result = CorrectedSearch(real.graph, cluster, real, options=options, seed=0).run(None)
+        assert result.measurements == 4 and real.measured == 4 + 2 * 2  # the rematch measured anew, past the cache
+    assert all(np.isfinite(m.real_s) and m.real_s > 0 for m in result.curve)
+    assert len(result.rematch["best"]) == len(result.rematch["simulator"]) == 2
