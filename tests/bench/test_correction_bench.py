@@ -46,3 +46,18 @@ def test_the_repeatability_figures():
     assert s["pair_diff"] == pytest.approx(sorted([0.1 / 1.05, 0.1 / 1.05, 0.2 / 1.1])[1])
     assert s["halves"] == pytest.approx(1.1 / 1.05) and s["first_over_rest"] == pytest.approx(1.0 / 1.1)
     assert s["in_build_spread"] == pytest.approx(0.3)
+
+
+@pytest.mark.slow  # three move searches on a tiny graph (~5 s)
+def test_critic_hits_counts_each_arm_for_each_critic(capsys):
+    from bench import critic_hits
+
+    rc = critic_hits.main(["--graphs", "moe-40", "--clusters", "k80x2", "--evals", "150", "--early", "3", "--json"])
+    runs = json.loads(capsys.readouterr().out)["runs"]
+    assert rc == 0 and [r["critic"] for r in runs] == list(critic_hits.CRITICS)
+    for r in runs:
+        assert all(h <= t for h, t in zip(r["all"]["hits"], r["all"]["tries"]))
+        assert sum(r["early"]["tries"]) <= sum(r["all"]["tries"]) and r["rounds"] > 3
+    fresh, pretrained = runs[0], runs[1]
+    assert pretrained["early"]["tries"][1] > fresh["early"]["tries"][1]  # the pretrained critic ranks from round 1
+    assert critic_hits.main(["--critics", "nope"]) == 2 and "--critics" in capsys.readouterr().err
