@@ -105,3 +105,14 @@ def test_a_critic_pretrained_on_other_families_ranks_a_held_out_family_s_moves()
     pretrained = ranking_auc(critic, held)
     assert pretrained > 0.65 and pretrained > untrained + 0.1
     assert np.median([a for a in report.auc.values() if a is not None]) > 0.65
+
+
+def test_a_bad_critic_option_is_one_line_and_exit_2(tmp_path, capsys):
+    from placer.cli import main
+
+    not_torch = tmp_path / "critic.pt"
+    not_torch.write_text("not a torch file")
+    for critic, problem in ((str(tmp_path / "nope.pt"), "no such critic file"), (str(not_torch), "sidecar")):
+        rc = main(["train", "moe-20", "--cluster", "k80x2", "--iterations", "1", "--critic", critic])
+        err = capsys.readouterr().err.strip()
+        assert rc == 2 and critic in err and problem in err and len(err.splitlines()) == 1, err
