@@ -39,8 +39,9 @@ private temporary directory removed by :meth:`MeasuredEnv.close`), and prints
 Ray's own messages ("A worker died ...") on stderr, so stdout carries only the
 caller's output.
 
-This is the only module that imports ``ray``; ``import envs`` loads it only on first use of
-``envs.MeasuredEnv``. The actors' side is :mod:`envs.real.worker`.
+Besides the Ray package :mod:`envs.real.ray` (multi-process jobs), this is the only module that imports
+``ray``; ``import envs`` loads it only on first use of ``envs.MeasuredEnv``. The actors' side is
+:mod:`envs.real.worker`.
 """
 
 from __future__ import annotations

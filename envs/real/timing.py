@@ -178,13 +178,21 @@ class StepTimeout(Exception):
     """Training steps ran past the limit of :func:`time_limit`."""
 
 
+#: How often :func:`time_limit`'s alarm rings again once the time is up (seconds).
+RING_AGAIN_S = 0.2
+
+
 @contextlib.contextmanager
 def time_limit(seconds: float | None) -> Iterator[None]:
     """Raise :class:`StepTimeout` in the block once ``seconds`` of wall time pass.
 
     Uses ``SIGALRM``, so it limits only the main thread of a POSIX process, and
     takes effect when the interpreter next runs (a kernel that never returns is
-    not interrupted); ``None``, another thread or no ``SIGALRM``: no limit.
+    not interrupted); ``None``, another thread or no ``SIGALRM``: no limit. Once
+    the time is up the alarm rings again every :data:`RING_AGAIN_S` until the
+    block is left: an exception raised where Python cannot pass it on (a garbage
+    collector's callback, a ``__del__``) is printed and dropped, and the block
+    would otherwise run on unlimited.
     """
     if seconds is None or not hasattr(signal, "setitimer") or threading.current_thread() is not threading.main_thread():
         yield
@@ -195,7 +203,7 @@ def time_limit(seconds: float | None) -> Iterator[None]:
         raise StepTimeout(f"ran past {seconds:g}s")
 
     previous = signal.signal(signal.SIGALRM, expired)
-    signal.setitimer(signal.ITIMER_REAL, seconds)
+    signal.setitimer(signal.ITIMER_REAL, seconds, RING_AGAIN_S)
     try:
         yield
     finally:
