@@ -129,6 +129,8 @@ def test_the_loop_measures_through_an_in_process_env_and_rematches_past_its_cach
     with LocalEnv(tiny, cluster, device_map="*=cpu", warmup_steps=0, timed_steps=1, run_dir=tmp_path) as real:
         options = _options(measurements=4, initial=2, sim_evals=50, round_evals=20, rematch=2)
         result = CorrectedSearch(real.graph, cluster, real, options=options, seed=0).run(None)
-        assert result.measurements == 4 and real.measured == 4 + 2 * 2  # the rematch measured anew, past the cache
+        # the rematch measured anew, past the cache (once a round where the best is the simulator's best)
+        distinct = 1 if np.array_equal(result.op_devices, result.simulator_op_devices) else 2
+        assert result.measurements == 4 and real.measured == 4 + 2 * distinct
     assert all(np.isfinite(m.real_s) and m.real_s > 0 for m in result.curve)
     assert len(result.rematch["best"]) == len(result.rematch["simulator"]) == 2
