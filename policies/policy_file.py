@@ -70,7 +70,7 @@ def check_sidecar(doc: Any, where: str) -> dict[str, Any]:
     if missing:
         raise PlacerError(f"{where}: missing field(s) {', '.join(missing)}")
     if doc["policy"] != "gnn":
-        raise PlacerError(f"{where}: policy {doc['policy']!r}: not a gnn policy")
+        raise PlacerError(f"{where}: policy {doc['policy']!r}: only 'gnn' policies can be pretrained")
     arch = doc["architecture"]
     if not isinstance(arch, dict) or set(arch) - {"decoder"} != set(_ARCH):
         raise PlacerError(f"{where}: architecture must have the fields {', '.join(_ARCH)} (and optionally decoder)")
