@@ -70,7 +70,6 @@ def _problem(family: str = "branches", ops: int = 80):
     return SYNTHETIC[family](ops, seed=3), envs.resolve_cluster("k80x4")
 
 
-@pytest.mark.slow  # three move searches set up on an 80-op graph (~3 s on a loaded machine)
 def test_a_pretrained_critic_ranks_from_the_first_round_and_fine_tunes_only_if_asked():
     graph, cluster = _problem()
     env = envs.SimEnv(graph, cluster)
