@@ -169,3 +169,22 @@ def test_kernel_and_reference_agree_with_random_homes(seed):
     np.testing.assert_array_equal(fk, fr)
     np.testing.assert_allclose(ok, orf, rtol=1e-12)
     assert fk.any() and not fk.all()
+
+
+def test_the_lower_bound_charges_the_host_s_adam_for_what_the_gpus_cannot_hold(toy):
+    # 200 parameter bytes (800 of state) over two GPUs of 300 bytes: at least 50 bytes of parameters live on cpu:0
+    # (with their op, or as its home) and Adam updates them there: 7 x 50 / 1 B/s = 350 s after the backward.
+    import itertools
+
+    g = chain(toy, [1, 1], [100, 100], out_bytes=[0, 0])
+    c = changed(
+        toy.cluster(), cpu_0={"mem_bw_bytes_per_s": 1.0}, gpu_0={"memory_bytes": 300}, gpu_1={"memory_bytes": 300}
+    )
+    env = SimEnv(g, c)
+    bound = env.lower_bound()
+    best = min(
+        env.simulate(Placement.from_indices(g, DEVICES, list(p), homes=list(h))).step_time_s
+        for p in itertools.product(range(3), repeat=2)
+        for h in itertools.product([-1, toy.CPU], repeat=2)
+    )
+    assert 350 <= bound <= best < float("inf")
