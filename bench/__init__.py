@@ -17,7 +17,7 @@ Entry points (each module's ``main(argv) -> int``; README's "Tests and benchmark
 What they share: :mod:`bench.common` (comma lists, the machine line, one-line usage errors),
 :mod:`bench.graph_sources` (the graphs and clusters ``--graphs`` and ``--clusters`` name), :mod:`bench.plots`;
 the equal-budget benchmark's scorer and methods (:mod:`bench.budget_env`, :mod:`bench.budget_runs`), the paper's
-Table 1 (:mod:`bench.table1`), the conformance corpus and its check (:mod:`bench.conformance_corpus`,
+Table 1 (:mod:`bench.table1`), the conformance corpus and its check (:mod:`graphs.models.corpus`,
 :mod:`bench.conformance`), the simulator's fidelity runs (:mod:`bench.fidelity`) and the offload scenario
 (:mod:`bench.offload`, :mod:`bench.offload_stages`, :mod:`bench.offload_report`, :mod:`bench.measured_rl`,
 :mod:`bench.fsdp2`, :mod:`bench.host_adam`).

@@ -1,6 +1,6 @@
 """Conformance: every corpus model, under every kind of plan, computes its float64 loss and gradients.
 
-For one model of :mod:`bench.conformance_corpus`, :func:`check_model` captures it once,
+For one model of :mod:`graphs.models.corpus`, :func:`check_model` captures it once,
 computes a float64 reference (a float64 copy of the model on the CPU) and the
 unplaced float32 step's own error against it, then applies each plan of
 :data:`PLANS` with :func:`placer.apply` and compares the placed step's loss and
@@ -33,26 +33,31 @@ import copy
 import math
 import statistics
 import time
-from dataclasses import asdict, dataclass, field
-from typing import Any, Callable, Mapping, Sequence
+from dataclasses import asdict, dataclass
+from typing import Any, Callable, Sequence
 
 import numpy as np
 import torch
 from torch import nn
 
-from bench.conformance_corpus import build
 from envs.cluster import resolve_cluster
+from envs.real.conformance import (  # noqa: F401  (moved there: the product's check; re-exported)
+    FACTOR,
+    FLOOR,
+    Reference,
+    compare,
+    parameter_grads,
+    reference,
+    relative_error,
+)
 from graphs import OpGraph
+from graphs.models.corpus import build
 from graphs.plan import Placement
 from graphs.torch_capture import capture
 from placer.apply import apply
 
 CLUSTER = "h100x8"
 PLANS = ("gpu", "split", "split_m2", "round_robin", "heuristic", "pipe_m2", "pipe_m4", "1f1b")
-#: A placed step's relative error may be this many times the unplaced float32 step's ...
-FACTOR = 10.0
-#: ... or under this, whichever is larger (float32's epsilon is 1.2e-7).
-FLOOR = 1e-5
 
 
 @dataclass
@@ -72,16 +77,6 @@ class PlanResult:
 
     def to_dict(self) -> dict[str, Any]:
         return {k: (None if isinstance(v, float) and math.isnan(v) else v) for k, v in asdict(self).items()}
-
-
-@dataclass
-class Reference:
-    """The float64 step (loss, gradients) and the unplaced float32 step's relative errors against it."""
-
-    loss: float
-    grads: dict[str, torch.Tensor]
-    plain_errors: dict[str, float] = field(default_factory=dict)  # "loss" and each parameter name
-    floor: float = 0.0  # norms below this count as this (gradients that are 0 in exact arithmetic)
 
 
 # ------------------------------------------------------------------ plans
@@ -119,73 +114,6 @@ def plans(graph: OpGraph, cluster: Any = None, names: Sequence[str] = PLANS) -> 
     return out
 
 
-# ------------------------------------------------------------------ reference
-def _float64(value: Any) -> Any:
-    return value.double() if isinstance(value, torch.Tensor) and value.is_floating_point() else value
-
-
-def _grads(model: nn.Module) -> dict[str, torch.Tensor]:
-    return {
-        k: p.grad.detach().double().cpu()
-        for k, p in model.named_parameters(remove_duplicate=False)
-        if p.grad is not None
-    }
-
-
-def _eager_experts(model: nn.Module) -> nn.Module:
-    """Mixture-of-experts layers of transformers run their plain loop: ``torch._grouped_mm`` has no float64 kernel."""
-    for module in model.modules():
-        config = getattr(module, "config", None)
-        if getattr(config, "_experts_implementation", None) not in (None, "eager"):
-            config._experts_implementation = "eager"
-    return model
-
-
-def relative_error(x: torch.Tensor, ref: torch.Tensor, floor: float = 0.0) -> float:
-    """``||x - ref|| / max(||ref||, floor)`` in float64 (the absolute error where both are 0).
-
-    ``floor`` keeps a gradient that is 0 in exact arithmetic (a key projection's
-    bias, which softmax cancels) from dividing rounding noise by rounding noise.
-
-    >>> relative_error(torch.tensor([1.0, 2.0]), torch.tensor([1.0, 2.5])) < 0.2
-    True
-    """
-    x, ref = x.detach().double().cpu(), ref.detach().double().cpu()
-    scale = max(float(ref.norm()), floor)
-    diff = float((x - ref).norm())
-    return diff / scale if scale > 0 else diff
-
-
-def reference(model: nn.Module, inputs: tuple) -> Reference:
-    """The float64 step of ``model`` on the CPU, and the unplaced float32 step's errors against it."""
-    m64 = _eager_experts(copy.deepcopy(model)).double()
-    loss64 = m64(*[_float64(x) for x in inputs])
-    loss64.backward()
-    grads = _grads(m64)
-    ref = Reference(loss64.item(), grads, floor=1e-6 * max((float(g.norm()) for g in grads.values()), default=0.0))
-    m32 = copy.deepcopy(model)
-    loss32 = m32(*inputs)
-    loss32.backward()
-    ref.plain_errors = {"loss": relative_error(loss32, loss64)}
-    ref.plain_errors.update({k: relative_error(g, grads[k], ref.floor) for k, g in _grads(m32).items() if k in grads})
-    return ref
-
-
-def compare(
-    loss: torch.Tensor, grads: Mapping[str, torch.Tensor], ref: Reference
-) -> tuple[bool, float, float, str, float]:
-    """``(ok, loss error, largest gradient error, worst tensor, its error / allowed)`` of a placed step."""
-    errors = {"loss": relative_error(loss, torch.tensor(ref.loss, dtype=torch.float64))}
-    missing = [k for k in ref.grads if k not in grads]
-    if missing:
-        return False, errors["loss"], math.inf, f"no gradient for {missing[0]}", math.inf
-    errors.update({k: relative_error(grads[k], ref.grads[k], ref.floor) for k in ref.grads})
-    ratios = {k: e / max(FACTOR * ref.plain_errors.get(k, 0.0), FLOOR) for k, e in errors.items()}
-    worst = max(ratios, key=ratios.__getitem__)
-    grad_error = max((e for k, e in errors.items() if k != "loss"), default=0.0)
-    return ratios[worst] <= 1.0, errors["loss"], grad_error, worst, ratios[worst]
-
-
 # ------------------------------------------------------------------ running
 def run_plan(
     model: nn.Module,
@@ -206,7 +134,7 @@ def run_plan(
     placed = apply(copy.deepcopy(model), placement, inputs, device_map=device_map, graph=graph)
     loss = placed(*inputs)
     loss.backward()
-    check = compare(loss, _grads(placed), ref)
+    check = compare(loss, parameter_grads(placed), ref)
     step = math.nan
     if timed_steps > 0:
         opt = torch.optim.SGD(placed.parameters(), lr=1e-4)

@@ -1,6 +1,6 @@
 """Run the conformance corpus on one GPU and its host: every model, every plan, errors against float64 and step times.
 
-The same corpus (:mod:`bench.conformance_corpus`, 23 architectures built from configs) and
+The same corpus (:mod:`graphs.models.corpus`, 23 architectures built from configs) and
 plans (:mod:`bench.conformance`) as ``tests/placer/test_conformance.py``, on real
 devices: the host ``cpu:0`` runs on ``cpu`` and every logical GPU of the
 ``h100x8`` cluster on ``cuda:0`` (so a pipeline over 8 logical GPUs runs its
@@ -31,9 +31,10 @@ import os
 import sys
 import time
 
-from bench import conformance, conformance_corpus
+from bench import conformance
 from bench.common import OneLineParser, machine_line
 from graphs import PlacerError
+from graphs.models import corpus as conformance_corpus
 
 DEFAULT_MAP = "cpu:0=cpu,*=cuda:0"
 

@@ -113,7 +113,7 @@ def build(scenario: Scenario, *, meta: bool = False) -> tuple[Any, tuple]:
     import torch
     import transformers
 
-    from bench.conformance_corpus import LossOf
+    from graphs.models.corpus import LossOf
 
     transformers.logging.set_verbosity_error()
     s = scenario

@@ -46,6 +46,14 @@ state; absent: the owner op's device), decided per owner op and saved per parame
 >>> p = Placement.from_indices(g, ["cpu:0", "gpu:0"], [1, 1], homes=[0, -1])
 >>> p.param_homes, p.home_indices(g).tolist()
 ({'w': 'cpu:0'}, [0, -1])
+
+and, for a plan that runs across processes (one per device), the schedule torch's
+pipeline runtime runs it with (:mod:`envs.real.distributed.schedules`; absent: the
+one that fits the plan):
+
+>>> p = Placement.from_indices(g, ["cpu:0", "gpu:0"], [0, 1], microbatches=4, schedule="1f1b")
+>>> p.to_dict()["schedule"], Placement.from_dict(p.to_dict()) == p
+('1f1b', True)
 """
 
 from __future__ import annotations
@@ -69,6 +77,8 @@ from graphs.schema import check_int
 FORMAT = "placer-placement/1"
 #: The largest number of microbatches a plan may ask for (a sanity bound on the expanded graph).
 MAX_MICROBATCHES = 1024
+#: The schedules a plan across processes may name (:mod:`envs.real.distributed.schedules` says what each runs).
+SCHEDULES = ("gpipe", "1f1b", "looped_bfs", "interleaved_1f1b", "planned")
 
 
 @dataclass(eq=False)
@@ -97,6 +107,8 @@ class Placement:
             the runtime copies it to its op's device ahead of use and sends the gradient home
             (:mod:`envs.real.homes`), the simulator charges both (:mod:`envs.sim.homes`). Empty (default): every
             parameter on its owner's device. Per op: :meth:`home_indices`.
+        schedule: across processes, the pipeline schedule that runs the plan (one of
+            :data:`SCHEDULES`); ``None`` (default): the one that fits its stages and window.
         source: the file it was loaded from, for error messages (not saved).
     """
 
@@ -111,9 +123,11 @@ class Placement:
     microbatches: int = 1
     inflight: int | None = None
     param_homes: dict[str, str] = field(default_factory=dict)
+    schedule: str | None = None
 
     def __post_init__(self) -> None:
         self.microbatches = check_microbatches(self.microbatches, f"{self.source or 'placement'}: microbatches")
+        self.schedule = check_schedule_name(self.schedule, f"{self.source or 'placement'}: schedule")
         W = check_inflight(self.inflight, self.microbatches, f"{self.source or 'placement'}: inflight")
         self.inflight = None if W == self.microbatches else W
         if self.order is not None:
@@ -141,6 +155,7 @@ class Placement:
             self.microbatches,
             self.inflight,
             self.param_homes,
+            self.schedule,
         ) == (
             other.assignment,
             other.graph_hash,
@@ -151,6 +166,7 @@ class Placement:
             other.microbatches,
             other.inflight,
             other.param_homes,
+            other.schedule,
         )
 
     __hash__ = None  # type: ignore[assignment]  # mutable, like a dataclass with eq
@@ -169,6 +185,7 @@ class Placement:
         microbatches: int = 1,
         inflight: int | None = None,
         homes: Sequence[int] | np.ndarray | None = None,
+        schedule: str | None = None,
     ) -> "Placement":
         """Device ``devices[indices[i]]`` for op ``i``; ``order``: issue order (op indices), checked against
         ``graph``; ``homes``: per op, the device index its parameters live on, -1 for its own device (see
@@ -188,6 +205,7 @@ class Placement:
             microbatches=microbatches,
             inflight=inflight,
             param_homes={} if homes is None else homes_by_name(graph, devs, homes),
+            schedule=schedule,
         )
 
     def indices(self, graph: OpGraph, devices: Sequence[str] | None = None, *, source: str = "placement") -> np.ndarray:
@@ -271,6 +289,9 @@ class Placement:
         # Absent: every parameter on its owner op's device.
         if self.param_homes:
             doc["param_homes"] = dict(self.param_homes)
+        # Absent: the schedule that fits the plan, so files written before schedules read as before.
+        if self.schedule is not None:
+            doc["schedule"] = self.schedule
         return doc
 
     def save(self, path: str | os.PathLike) -> None:
@@ -313,6 +334,9 @@ class Placement:
             if doc.get("inflight") is None
             else schema.integer(doc["inflight"], source, "inflight", minimum=1, maximum=M),
             param_homes=_check_homes(doc.get("param_homes", {}), devices, source),
+            schedule=None
+            if doc.get("schedule") is None
+            else check_schedule_name(schema.string(doc["schedule"], source, "schedule"), f"{source}: 'schedule'"),
         )
 
 
@@ -468,6 +492,19 @@ def single_device_rows(num_devices: int, num_ops: int) -> np.ndarray:
 def check_microbatches(value: Any, option: str = "microbatches") -> int:
     """``value`` as a number of microbatches (an int in ``[1, MAX_MICROBATCHES]``), else one-line PlacerError."""
     return check_int(value, option, least=1, most=MAX_MICROBATCHES)
+
+
+def check_schedule_name(value: Any, option: str = "schedule") -> str | None:
+    """``value`` as a schedule name of :data:`SCHEDULES` (or None: the one that fits), else one-line PlacerError.
+
+    >>> check_schedule_name("zbv")
+    Traceback (most recent call last):
+    ...
+    graphs.errors.PlacerError: schedule: 'zbv' is not a schedule (gpipe, 1f1b, looped_bfs, interleaved_1f1b, planned)
+    """
+    if value is None or value in SCHEDULES:
+        return value
+    raise PlacerError(f"{option}: {value!r} is not a schedule ({', '.join(SCHEDULES)})")
 
 
 def check_inflight(value: Any, microbatches: int, option: str = "inflight") -> int:

@@ -2,7 +2,7 @@
 
 Zoo architectures (``graphs.models``) at two sizes between the toy ones and the
 zoo's own (``small``: CPU calibration, ``medium``: one GPU and its host), and two
-Hugging Face architectures of the conformance corpus (``bench.conformance_corpus``), Llama and
+Hugging Face architectures of the conformance corpus (``graphs.models.corpus``), Llama and
 BERT, built from configs at the same two sizes (nothing downloaded; dropout 0, so a
 placed model's gradients can be checked against the unplaced one's).
 
@@ -19,7 +19,7 @@ from graphs import PlacerError
 
 #: The models the simulator's rules and profiler were tuned on (the H200 runs of 2026-11-26).
 TUNED = ("rnnlm", "nmt-2", "resnet50")
-#: Held out: two zoo models and two architectures from outside the zoo (bench.conformance_corpus families).
+#: Held out: two zoo models and two architectures from outside the zoo (graphs.models.corpus families).
 HELD_OUT = ("gpt2", "nmt-4", "llama", "bert")
 
 SMALL = {
@@ -139,7 +139,7 @@ SIZES = {"small": SMALL, "medium": MEDIUM}  # and "full": the zoo's own sizes
 
 def _hf(family: str, config: dict[str, Any]) -> Any:
     """A Hugging Face Llama (causal LM) or BERT (masked LM) from a config, its loss as the output (dropout 0)."""
-    from bench.conformance_corpus import LossOf, load_transformers  # transformers loads only for these two
+    from graphs.models.corpus import LossOf, load_transformers  # transformers loads only for these two
 
     tf = load_transformers()
     if family == "llama":

@@ -48,6 +48,11 @@ def add_command(sub: argparse._SubParsersAction) -> None:
         "else the whole captured module ('' asks for the whole module)",
     )
     p.add_argument("-o", "--output", required=True, metavar="FILE.json", help="device map to write (.json)")
+    p.add_argument(
+        "--torchtitan",
+        action="store_true",
+        help="write the plan's pipeline stages as torchtitan's module_fqns_per_model_part instead",
+    )
     add_executor_argument(p)
     p.add_argument("--json", action="store_true", help="print the map and the simulated cost as JSON")
     p.set_defaults(func=run)
@@ -58,6 +63,11 @@ def run(args: argparse.Namespace) -> int:
     if not out.endswith(".json"):
         raise PlacerError(f"-o {out}: a device map is written as .json")
     placement = Placement.load(args.placement)
+    if args.torchtitan:  # the stages of a plan across processes (placer.distributed)
+        from placer.cli.torchtitan_split import write_split
+
+        module = "" if args.module is None else args.module  # torchtitan names FQNs from the model's root
+        return write_split(sources.resolve_graph(args.graph), placement, module, out, args.json)
     if args.cluster is None:
         if not placement.cluster:
             raise PlacerError(f"{args.placement}: records no cluster; pass --cluster")

@@ -4,6 +4,12 @@ Typical use::
 
     placer run nmt-2 --placement best_placement.json --cluster h200x1 --steps 10
     placer run mypkg.models:build --placement p.json --cluster k80x2 --device-map '*=cpu'
+
+With ``--nproc-per-node`` the plan runs across processes, one per device, on torch's
+pipeline runtime (:mod:`placer.distributed`), started by torch's launcher; several
+machines (``--nnodes``) meet at ``--rdzv-endpoint``::
+
+    placer run mypkg.models:build --placement p.json --cluster k80x2 --nproc-per-node 2 --check
 """
 
 from __future__ import annotations
@@ -44,10 +50,65 @@ def add_command(sub: argparse._SubParsersAction) -> None:
         help="seconds the steps may take (default 600)",
     )
     p.add_argument("--json", action="store_true", help="print the result as JSON (step_time_s, peak_bytes, ...)")
+    across = p.add_argument_group(
+        "across processes",
+        "one process per device of the plan, on torch's pipeline runtime (torch.distributed.pipelining)",
+    )
+    across.add_argument(
+        "--nproc-per-node", type=int, default=None, metavar="N", help="processes on this machine (one per device)"
+    )
+    across.add_argument("--nnodes", type=int, default=1, metavar="K", help="machines of the job (default 1)")
+    across.add_argument("--node-rank", type=int, default=0, metavar="R", help="this machine's index (default 0)")
+    across.add_argument(
+        "--rdzv-endpoint", default=None, metavar="HOST:PORT", help="where node 0 serves the rendezvous (with --nnodes)"
+    )
+    across.add_argument(
+        "--rdzv-timeout",
+        type=float,
+        default=300.0,
+        metavar="SECONDS",
+        help="seconds to wait for every machine at the rendezvous (default 300)",
+    )
+    across.add_argument("--backend", choices=("gloo", "nccl"), default="gloo", help="process group (default gloo)")
+    across.add_argument(
+        "--rank-map",
+        default=None,
+        metavar="MAP",
+        help="logical device -> rank, e.g. gpu:0=1,gpu:1=0 (default: the plan's devices in order are ranks 0, 1...)",
+    )
+    across.add_argument(
+        "--check",
+        action="store_true",
+        help="first compare one step's loss and every gradient with the one-process step (float64 reference)",
+    )
     p.set_defaults(func=run)
 
 
+#: The options of a run across processes, with the value that means "not given".
+ACROSS = {
+    "nnodes": 1,
+    "node_rank": 0,
+    "rdzv_endpoint": None,
+    "rdzv_timeout": 300.0,
+    "backend": "gloo",
+    "rank_map": None,
+    "check": False,
+}
+
+
 def run(args: argparse.Namespace) -> int:
+    if args.nproc_per_node is not None:
+        from placer.cli.run_ranks import run_ranks  # torch's launcher: loaded only to run across processes
+
+        return run_ranks(args)
+    given = [k for k, unset in ACROSS.items() if getattr(args, k) != unset]
+    if given:
+        raise PlacerError(f"--{given[0].replace('_', '-')}: runs across processes; add --nproc-per-node N")
+    return run_here(args)
+
+
+def run_here(args: argparse.Namespace) -> int:
+    """The plan in this process (:func:`placer.apply`)."""
     # the real runtime (torch): loaded only to run
     import torch
 
@@ -58,12 +119,7 @@ def run(args: argparse.Namespace) -> int:
     check_step_counts(args)
     cluster = envs.resolve_cluster(args.cluster)
     placement = Placement.load(args.placement)
-    unknown = sorted(set(placement.assignment.values()) - set(cluster.device_names))
-    if unknown:
-        raise PlacerError(
-            f"{args.placement}: uses device {unknown[0]!r}, not in cluster {cluster.name} "
-            f"({', '.join(cluster.device_names)})"
-        )
+    check_devices(placement, cluster, args.placement)
     torch_devices = resolve_devices(sorted(set(placement.assignment.values())), args.device_map)
     check_available(torch_devices)
     model, inputs = sources.resolve_model(args.source)
@@ -119,6 +175,15 @@ def run(args: argparse.Namespace) -> int:
         print(f"{device:<8} {str(torch_device):<8} {counts.get(device, 0):>6} {peak_gb:>11.3f} GB")
     print(f"loss {result.extra['losses'][0]:.4f} -> {result.extra['losses'][-1]:.4f}")
     return 0
+
+
+def check_devices(placement: Placement, cluster: Any, path: str) -> None:
+    """Every device the placement uses is one of the cluster's."""
+    unknown = sorted(set(placement.assignment.values()) - set(cluster.device_names))
+    if unknown:
+        raise PlacerError(
+            f"{path}: uses device {unknown[0]!r}, not in cluster {cluster.name} ({', '.join(cluster.device_names)})"
+        )
 
 
 def _the_loss(source: str) -> Any:

@@ -57,6 +57,8 @@ EXTRAS = {
     "accelerate": ("accelerate",),
     "plot": ("matplotlib",),
     "ilp": ("ortools",),
+    "gym": ("gymnasium",),
+    "rllib": ("gymnasium", "ray[rllib]"),
 }
 
 

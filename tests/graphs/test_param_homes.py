@@ -73,3 +73,14 @@ def test_homes_by_op_need_one_entry_per_op(graph):
         Placement.from_indices(graph, DEVICES, [1, 1, 1], homes=[0, 0])
     with pytest.raises(PlacerError, match="out of range"):
         Placement.from_indices(graph, DEVICES, [1, 1, 1], homes=np.array([2, -1, -1]))
+
+
+def test_homes_and_a_schedule_round_trip_together(graph, tmp_path):
+    p = Placement.from_indices(graph, DEVICES, [0, 1, 1], microbatches=4, schedule="1f1b", homes=[-1, 0, -1])
+    p.save(tmp_path / "p.json")
+    back = Placement.load(tmp_path / "p.json")
+    assert back == p and back.schedule == "1f1b" and back.param_homes == {"v": "cpu:0"}
+    doc = p.to_dict()
+    del doc["schedule"], doc["param_homes"]  # a file from before either
+    old = Placement.from_dict(doc)
+    assert old.schedule is None and old.param_homes == {}

@@ -14,7 +14,7 @@ import os
 
 import torch
 
-from bench.conformance_corpus import LossOf  # noqa: F401  (the wrapper every builder returns)
+from graphs.models.corpus import LossOf  # noqa: F401  (the wrapper every builder returns)
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 

@@ -29,8 +29,8 @@ from torch import nn
 
 import envs.real.placing as runtime
 import envs.real.transfers as transfers
-from bench.conformance_corpus import build
 from envs.real.alignment import ProgramPlan, carry_plan
+from graphs.models.corpus import build
 from graphs.plan import Placement
 from graphs.torch_capture import capture, export_program
 from placer.apply import apply

@@ -79,7 +79,7 @@ def test_homed_parameters_train_as_the_unplaced_model_does(names):
 @pytest.mark.slow
 def test_a_homed_llama_trains_as_the_unplaced_one():
     pytest.importorskip("transformers")
-    from bench.conformance_corpus import build
+    from graphs.models.corpus import build
 
     model, inputs = build("llama")
     ref = copy.deepcopy(model)

@@ -1,6 +1,6 @@
 """The conformance corpus on the CPU: every architecture, every kind of plan, float64's loss and gradients.
 
-:mod:`bench.conformance_corpus` builds each model from a config (nothing downloaded);
+:mod:`graphs.models.corpus` builds each model from a config (nothing downloaded);
 :mod:`bench.conformance` applies eight plans to it (all on one device, a
 host/device split and that split in 2 microbatches, round-robin over 4 logical
 GPUs, a heuristic's plan with its issue order, a pipeline over 8 logical GPUs in 2
@@ -20,7 +20,7 @@ import pytest
 import torch
 
 from bench import conformance
-from bench import conformance_corpus as corpus
+from graphs.models import corpus
 
 FAST = ("llama", "nn_encoder", "bert")
 ENTRIES = [pytest.param(n, marks=() if n in FAST else pytest.mark.slow) for n in corpus.FAMILIES]

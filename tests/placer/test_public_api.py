@@ -46,6 +46,11 @@ def test_transformers_is_a_test_extra_never_a_runtime_requirement():
     cfg.read(root / "setup.cfg")
     assert "transformers" not in cfg["options"]["install_requires"]
     assert "transformers" in cfg["options.extras_require"]["test"]
+    # the conformance corpus (graphs/models/corpus.py) builds its Hugging Face entries with it, imported in the one
+    # function that loads it, when such an entry is built: never at the top of a module
+    lazy = root / "graphs" / "models" / "corpus.py"
     for package in ("graphs", "envs", "placer", "policies"):
         for path in (root / package).rglob("*.py"):
-            assert not re.search(r"^\s*(import|from)\s+transformers\b", path.read_text(), re.M), path
+            where = r"^(import|from)\s+transformers\b" if path == lazy else r"^\s*(import|from)\s+transformers\b"
+            assert not re.search(where, path.read_text(), re.M), path
+    assert re.findall(r"^\s+import transformers$", lazy.read_text(), re.M) == ["    import transformers"]

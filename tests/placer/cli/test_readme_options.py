@@ -3,9 +3,8 @@
 An option counts as documented when its command's row in "The command line" names it (any of its spellings,
 ``-o`` or ``--output``), or a ``placer <command> ...`` line quoted elsewhere in the README does (the zero-shot
 options of ``place``, say), or the command's own options paragraph does (one that opens ``**... options.**
-`placer <command>`'s options``: train's, whose options are too many for its row).
-The reverse, that every option the README names exists, is
-``test_documented_commands.py``'s.
+`placer <command>`'s options``: train's, whose options are too many for its row). The reverse, that every option
+the README names exists, is ``test_documented_commands.py``'s.
 """
 
 from __future__ import annotations

@@ -6,9 +6,12 @@ so a placed model's loss and gradients can be compared with the unplaced one's),
 its weights are seeded, and the batch (4) divides into 1, 2 or 4 microbatches.
 Sizes are tiny, so the whole corpus runs on a 2-core CPU in a few minutes.
 
-Hugging Face models need ``transformers`` (a test extra): :func:`available`
-says which entries can be built here. Nothing is downloaded: every model is
-built from its config class.
+Hugging Face models need ``transformers`` (a test extra), imported only when
+one of them is built: :func:`available` says which entries can be built here.
+Nothing is downloaded: every model is built from its config class (with
+``HF_HUB_OFFLINE=1`` unless it is set). :mod:`placer.gym.datasets` serves the
+entries as placement problems (``corpus/<entry>``), and the conformance
+benchmarks (:mod:`bench.conformance`, :mod:`bench.dist_conformance`) check them.
 
 >>> sorted(FAMILIES)[:3]
 ['bart', 'bert', 'cnn_bn']
@@ -25,8 +28,6 @@ from typing import Any, Callable
 import torch
 import torch.nn.functional as F
 from torch import nn
-
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 BATCH, SEQ, VOCAB = 4, 8, 96
 Built = tuple[nn.Module, tuple]
@@ -49,6 +50,7 @@ def _ids(seed: int, vocab: int = VOCAB) -> torch.Tensor:
 
 
 def load_transformers() -> Any:
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")  # built from configs: nothing to download, nothing to ask the hub
     import transformers
 
     transformers.logging.set_verbosity_error()

@@ -1,0 +1,224 @@
+"""What each process of a job across processes runs: build the model, its stages, check a step, time steps.
+
+:func:`run_rank` is the entry point torch's launcher starts in every process
+(:mod:`~envs.real.distributed.launch`), and Ray's actors call
+(:mod:`envs.real.ray`). It joins the process group from the environment torch's
+launchers set (``RANK``, ``WORLD_SIZE``, ``MASTER_ADDR``, ``MASTER_PORT``), with
+every collective and send bounded by ``timeout_s``; takes rank 0's job (the plan and
+options node 0 was given: every rank must run the same steps); builds the model from its source
+(seeded, so every rank has the same weights) and exports it at the microbatch size;
+then:
+
+* with ``check``: runs one step and sends its loss and gradients to rank 0, which
+  compares them with the float64 one-process step (:mod:`envs.real.conformance`);
+* runs ``warmup`` then ``steps`` training steps (forward, backward, Adam step) on
+  each rank's stages, each step begun by all ranks together (a barrier), and records
+  each rank's step times and peak memory (:func:`envs.real.timing.measure_steps`).
+
+Rank 0 returns the job's report (:func:`job_report`), the others None. The job's
+step time is, per step, the slowest rank's; its median over the timed steps is the
+result, with the fastest and slowest step beside it.
+"""
+
+from __future__ import annotations
+
+import datetime
+import statistics
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+import torch.distributed as dist
+from torch import nn
+from torch.distributed.elastic.multiprocessing.errors import record
+
+from envs.real.conformance import Reference, compare, reference
+from envs.real.distributed.rank_plan import RankPlan
+from envs.real.distributed.ranks import check_world
+from envs.real.distributed.runtime import RankSchedule
+from envs.real.pipeline import split_batch
+from envs.real.timing import Protocol, measure_steps, time_limit
+from envs.real.worker import build_model
+from graphs import PlacerError
+from graphs.torch_capture import export_program, graph_from_program
+
+
+@dataclass(frozen=True)
+class RankJob:
+    """What every process of a job needs (it travels to the processes, pickled by torch's launcher or Ray).
+
+    Attributes:
+        source: a zoo name or ``module:callable`` returning ``(model, example_inputs)``.
+        plan: :meth:`RankPlan.to_dict` of the compiled plan.
+        source_dir: where a ``module:callable`` resolves (the driver's working directory).
+        backend: ``"gloo"`` or ``"nccl"``.
+        warmup, steps: untimed, then timed training steps.
+        lr: Adam's learning rate.
+        check: compare one step's loss and gradients with the one-process step first.
+        timeout_s: the most any collective, send or receive may wait, and the most
+            the timed steps may take.
+        threads: torch threads per process.
+    """
+
+    source: str
+    plan: dict[str, Any]
+    source_dir: str | None = None
+    backend: str = "gloo"
+    warmup: int = 2
+    steps: int = 10
+    lr: float = 1e-3
+    check: bool = False
+    timeout_s: float = 600.0
+    threads: int = 1
+
+
+class PipelineStep(nn.Module):
+    """One training step's forwards and backwards on this rank, as a module :func:`measure_steps` times.
+
+    Its forward waits for every rank (so the ranks begin each step together), runs
+    :meth:`RankSchedule.step` (backward included: torch's schedule interleaves the
+    two) and returns the loss, detached: its ``backward()`` has nothing left to do.
+    Ranks without the last stage return 0.
+    """
+
+    def __init__(self, schedule: RankSchedule) -> None:
+        super().__init__()
+        self.schedule = schedule
+
+    def forward(self, *inputs: Any) -> torch.Tensor:
+        dist.barrier()
+        loss = self.schedule.step(*inputs)
+        return (torch.zeros(()) if loss is None else loss.detach().cpu()).requires_grad_(True)
+
+
+def _the_loss(outputs: torch.Tensor) -> torch.Tensor:
+    return outputs
+
+
+def gather_to_first(value: Any, group: Any = None) -> list[Any] | None:
+    """Every rank's ``value`` on rank 0 (in rank order), None on the others."""
+    out = [None] * dist.get_world_size() if dist.get_rank() == 0 else None
+    dist.gather_object(value, out, dst=0, group=group)
+    return out
+
+
+def step_gradients(schedule: RankSchedule, inputs: Sequence[Any]) -> dict[str, Any]:
+    """One step on this rank: the loss (on the last stage's rank) and its parameters' gradients, float64 on the CPU."""
+    loss = schedule.step(*inputs)
+    grads = {k: p.grad.detach().double().cpu() for k, p in schedule.named_parameters().items() if p.grad is not None}
+    for p in schedule.parameters():
+        p.grad = None
+    return {"loss": None if loss is None else float(loss), "grads": grads}
+
+
+def check_report(parts: Sequence[Mapping[str, Any]], ref: Reference, tied: Sequence[Sequence[str]]) -> dict[str, Any]:
+    """Every rank's :func:`step_gradients` against the one-process ``ref``: ``{"ok", "worst", ...}``.
+
+    A tied parameter is reported under the names its stages read it by; its other
+    names (``tied``, the graph's ``meta["tied_params"]``) get the same gradient.
+    """
+    grads: dict[str, torch.Tensor] = {}
+    for part in parts:
+        grads.update(part["grads"])
+    for names in tied:
+        have = [n for n in names if n in grads]
+        for n in names:
+            if have:
+                grads.setdefault(n, grads[have[0]])
+    loss = next(p["loss"] for p in parts if p["loss"] is not None)
+    ok, loss_error, grad_error, worst, ratio = compare(torch.tensor(loss, dtype=torch.float64), grads, ref)
+    return {"ok": bool(ok), "loss_error": loss_error, "grad_error": grad_error, "worst": worst, "worst_ratio": ratio}
+
+
+def job_report(ranks: Sequence[Mapping[str, Any]], plan: RankPlan, check: Mapping[str, Any] | None) -> dict[str, Any]:
+    """The job's result from each rank's part: the median of the slowest rank's step time, per rank what it ran."""
+    per_step = [max(times) for times in zip(*(r["step_times_s"] for r in ranks))]
+    losses = next((r["losses"] for r in ranks if r["has_last"]), [])
+    return {
+        "status": "ok",
+        "step_time_s": float(statistics.median(per_step)),
+        "step_times_s": per_step,
+        "spread_s": [min(per_step), max(per_step)],
+        "losses": losses,
+        "schedule": plan.schedule,
+        "microbatches": plan.microbatches,
+        "stages": len(plan.stages),
+        "ranks": [{k: v for k, v in r.items() if k not in ("losses", "has_last")} for r in ranks],
+        "check": dict(check) if check is not None else None,
+    }
+
+
+def _program(model: nn.Module, inputs: tuple, plan: RankPlan) -> tuple[Any, Any]:
+    """The program the plan's stages are cut from: the model exported at the microbatch's size."""
+    part = split_batch(inputs, plan.microbatches)[0] if plan.microbatches > 1 else inputs
+    program = export_program(model, part)
+    graph = graph_from_program(program)
+    if graph.content_hash != plan.program_hash:
+        raise PlacerError(
+            f"this process exported graph {graph.content_hash}, the plan was compiled for {plan.program_hash} "
+            "(another torch version, or a model that builds differently here?)"
+        )
+    return program, graph
+
+
+@record
+def run_rank(job: RankJob) -> dict[str, Any] | None:
+    """The entry point of every process (see the module doc); rank 0 returns the job's report."""
+    torch.set_num_threads(max(1, job.threads))
+    dist.init_process_group(job.backend, timeout=datetime.timedelta(seconds=job.timeout_s))
+    try:
+        rank = dist.get_rank()
+        objects = dist.new_group(backend="gloo") if job.backend != "gloo" else None
+        # node 0's job is the job: every rank must run the same steps (another node's options are its launcher's)
+        shared = [job]
+        dist.broadcast_object_list(shared, src=0, group=objects)
+        job = shared[0]
+        plan = RankPlan.from_dict(job.plan)
+        check_world(list(plan.devices), dist.get_world_size())
+        model, inputs = build_model(job.source, search_dir=job.source_dir)
+        ref = reference(model, inputs) if job.check and rank == 0 else None
+        program, graph = _program(model, inputs, plan)
+        schedule = RankSchedule(plan, program, inputs, rank)
+        check = None
+        if job.check:
+            parts = gather_to_first(step_gradients(schedule, inputs), objects)
+            check = check_report(parts, ref, graph.meta.get("tied_params", [])) if rank == 0 else None
+        device = next(d for d, where in plan.devices.items() if where.rank == rank)
+        optimizer = torch.optim.Adam(schedule.parameters(), lr=job.lr)
+        with time_limit(job.timeout_s):
+            m = measure_steps(
+                PipelineStep(schedule),
+                inputs,
+                optimizer,
+                {device: schedule.torch_device},
+                warmup_steps=job.warmup,
+                timed_steps=job.steps,
+                loss_fn=_the_loss,
+                protocol=Protocol(),
+            )
+        part = {
+            "rank": rank,
+            "device": device,
+            "torch_device": str(schedule.torch_device),
+            "stages": schedule.stage_indices,
+            "step_times_s": m["step_times_s"],
+            "peak_bytes": m["peak_bytes"][device],
+            "losses": m["losses"],
+            "has_last": schedule.has_last,
+        }
+        parts = gather_to_first(part, objects)
+        return job_report(parts, plan, check) if rank == 0 else None
+    finally:
+        dist.destroy_process_group()
+
+
+__all__ = [
+    "PipelineStep",
+    "RankJob",
+    "check_report",
+    "gather_to_first",
+    "job_report",
+    "run_rank",
+    "step_gradients",
+]

@@ -1,0 +1,113 @@
+"""``placer run --nproc-per-node N``: the plan across processes, one per device; its step time, memory and check.
+
+The placement is checked and compiled here (:func:`placer.distributed.compile_for_model`:
+its graph, its devices against the processes, its schedule) before any process
+starts; then torch's launcher starts this node's processes (:func:`placer.distributed.run`).
+Node 0 prints the job's result: the median step time with the fastest and slowest
+step, the peak memory of each rank, and with ``--check`` whether one step's loss and
+gradients match the one-process step (or the worst tensor). The JSON has
+``step_time_s``, ``ranks`` and ``check.ok``. Other nodes print that their ranks finished.
+"""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+import envs
+from envs.real.distributed.rank_plan import RankPlan, stage_table
+from graphs.plan import Placement
+from graphs.schema import check_float, check_int
+from placer import sources
+from placer.cli.args import check_step_counts
+from placer.cli.output import print_json
+from placer.cli.run import check_devices
+
+
+def run_ranks(args: argparse.Namespace) -> int:
+    from placer.distributed import compile_for_model, run
+
+    check_step_counts(args)
+    check_int(args.nproc_per_node, "--nproc-per-node", least=1)
+    check_int(args.nnodes, "--nnodes", least=1)
+    check_float(args.rdzv_timeout, "--rdzv-timeout", above=0)
+    check_float(args.measure_timeout, "--measure-timeout", above=0)
+    cluster = envs.resolve_cluster(args.cluster)
+    placement = Placement.load(args.placement)
+    check_devices(placement, cluster, args.placement)
+    model, inputs = sources.resolve_model(args.source)
+    plan, _ = compile_for_model(
+        model,
+        inputs,
+        placement,
+        rank_map=args.rank_map,
+        backend=args.backend,
+        nproc_per_node=args.nproc_per_node,
+        device_map=args.device_map,
+    )
+    check_local_devices(plan, args.nproc_per_node, args.node_rank)
+    report = run(
+        args.source,
+        plan,
+        nproc_per_node=args.nproc_per_node,
+        nnodes=args.nnodes,
+        node_rank=args.node_rank,
+        rdzv_endpoint=args.rdzv_endpoint,
+        rdzv_timeout_s=args.rdzv_timeout,
+        backend=args.backend,
+        steps=args.steps,
+        warmup=args.warmup,
+        lr=args.lr,
+        check=args.check,
+        timeout_s=args.measure_timeout,
+    )
+    if report is None:  # another node: node 0 reports the job
+        done = {"status": "ok", "node_rank": args.node_rank, "note": "this node's ranks finished; node 0 reports"}
+        if args.json:
+            print_json(done)
+        else:
+            print(f"node {args.node_rank}: its ranks finished; node 0 reports the job")
+        return 0
+    report["stage_table"] = stage_table(plan)
+    ok = report["check"] is None or report["check"]["ok"]
+    if args.json:
+        print_json(report)
+    else:
+        print_report(args, report)
+    return 0 if ok else 1
+
+
+def check_local_devices(plan: RankPlan, nproc_per_node: int, node_rank: int) -> None:
+    """The torch devices of this node's ranks exist here (a CUDA device this machine lacks is one line)."""
+    from envs.real.placing import check_available, resolve_devices
+
+    first = node_rank * nproc_per_node
+    here = {d: where.torch_device for d, where in plan.devices.items() if first <= where.rank < first + nproc_per_node}
+    check_available(resolve_devices(here, here))
+
+
+def print_report(args: argparse.Namespace, report: dict[str, Any]) -> None:
+    """The text form of a run across processes."""
+    times = report["step_times_s"]
+    print(
+        f"{args.source} across {len(report['ranks'])} processes ({report['schedule']}, {report['stages']} stages, "
+        f"{report['microbatches']} microbatch{'es' if report['microbatches'] != 1 else ''}): "
+        f"step time {report['step_time_s'] * 1e3:.2f} ms "
+        f"(median of {len(times)}; min {min(times) * 1e3:.2f}, max {max(times) * 1e3:.2f})"
+    )
+    for line in report["stage_table"]:
+        print(f"  {line}")
+    print(f"{'rank':<5} {'device':<8} {'torch':<8} {'stages':<10} {'peak memory':>14}")
+    for r in report["ranks"]:
+        stages = ",".join(map(str, r["stages"]))
+        print(f"{r['rank']:<5} {r['device']:<8} {r['torch_device']:<8} {stages:<10} {r['peak_bytes'] / 1e9:>11.3f} GB")
+    if report["losses"]:
+        print(f"loss {report['losses'][0]:.4f} -> {report['losses'][-1]:.4f}")
+    check = report["check"]
+    if check is not None:
+        verdict = "ok" if check["ok"] else "FAIL"
+        print(
+            f"check against one process: {verdict} (loss rel. err {check['loss_error']:.1e}, worst gradient "
+            f"rel. err {check['grad_error']:.1e}; worst tensor {check['worst']} at {check['worst_ratio']:.2f}x "
+            "the allowed error)"
+        )

@@ -1,0 +1,154 @@
+"""Measured mode across processes: each placement one Ray job of two gloo ranks, on a real (local) Ray cluster.
+
+One ``ray.cluster_utils.Cluster`` (a head with 2 CPUs) is started for the module and
+shut down after. The job is logged and cached as the measured env's measurements
+are; measured again on request; a rank that dies is an error once the retries are
+spent (the retry rule itself is tested without Ray).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import textwrap
+
+import pytest
+
+pytestmark = pytest.mark.slow
+
+ray = pytest.importorskip("ray")
+
+from ray.cluster_utils import Cluster  # noqa: E402
+
+import envs  # noqa: E402
+from envs.real.ray.jobs import JobLost, RanksEnv  # noqa: E402
+from envs.result import Result  # noqa: E402
+from graphs import PlacerError  # noqa: E402
+from graphs.plan import Placement  # noqa: E402
+
+MODEL_SRC = textwrap.dedent(
+    """
+    import os
+    import torch
+    import torch.nn.functional as F
+    from torch import nn
+
+
+    class Net(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.a, self.b = nn.Linear(8, 16), nn.Linear(16, 2)
+
+        def forward(self, x, y):
+            return F.cross_entropy(self.b(torch.relu(self.a(x))), y)
+
+
+    def build():
+        torch.manual_seed(0)
+        return Net(), (torch.randn(4, 8), torch.randint(0, 2, (4,)))
+
+
+    class Dying(Net):
+        def forward(self, x, y):
+            if os.environ.get("RANK") == "1":  # the rank of the second stage dies as it builds its stages
+                os._exit(9)
+            return super().forward(x, y)
+
+
+    def dying():
+        torch.manual_seed(0)
+        return Dying(), (torch.randn(4, 8), torch.randint(0, 2, (4,)))
+    """
+)
+
+
+@pytest.fixture(scope="module")
+def ray_cluster():
+    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 2, "include_dashboard": False})
+    ray.init(address=cluster.address, log_to_driver=False, include_dashboard=False)
+    yield cluster
+    ray.shutdown()
+    cluster.shutdown()
+
+
+@pytest.fixture
+def workdir(tmp_path, monkeypatch):
+    (tmp_path / "ranks_model.py").write_text(MODEL_SRC)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    sys.modules.pop("ranks_model", None)
+    return tmp_path
+
+
+def _env(source: str, run_dir, **options) -> RanksEnv:
+    options = {"warmup_steps": 1, "timed_steps": 2, "measure_timeout_s": 120, "start_timeout_s": 120, **options}
+    return RanksEnv(source, envs.resolve_cluster("k80x2"), run_dir=run_dir, **options)
+
+
+def _split(env: RanksEnv, **plan) -> Placement:
+    n = env.graph.num_ops
+    devices = ["gpu:0" if i < n // 2 else "gpu:1" for i in range(n)]
+    return Placement.from_indices(env.graph, env.cluster.device_names, [1 + (d == "gpu:1") for d in devices], **plan)
+
+
+def test_a_placement_is_one_job_of_two_processes_logged_cached_and_measured_again(ray_cluster, workdir):
+    env = _env("ranks_model:build", workdir / "run")
+    try:
+        placement = _split(env, microbatches=2)
+        (first,) = env.evaluate([placement])
+        assert first.ok and first.step_time_s > 0, first.message
+        assert set(first.peak_bytes) == {"gpu:0", "gpu:1"} and first.extra["schedule"] == "gpipe"
+        assert [r["rank"] for r in first.extra["ranks"]] == [0, 1] and len(first.extra["step_times_s"]) == 2
+        assert env.evaluate([placement])[0] is first  # cached: no second job
+        (again,) = env.evaluate([placement], again=True)
+        assert again.ok and again is not first and env.evaluate([placement])[0] is first
+        records = [json.loads(line) for line in (workdir / "run" / "measurements.jsonl").read_text().splitlines()]
+        assert [r.get("again", False) for r in records] == [False, True]
+        assert records[0]["placement_hash"].startswith("ranks-") and records[0]["placement_hash"].endswith("-gpipe")
+    finally:
+        env.close()
+    # a new env on the same run directory reads the job back instead of running it
+    resumed = _env("ranks_model:build", workdir / "run")
+    try:
+        assert resumed.evaluate([placement])[0].step_time_s == first.step_time_s
+    finally:
+        resumed.close()
+
+
+def test_a_rank_that_dies_is_an_error_result(ray_cluster, workdir):
+    env = _env("ranks_model:dying", None, max_retries=0)
+    try:
+        (result,) = env.evaluate([_split(env)])
+        assert result.status == "error" and "a rank died 1 times" in result.message, result.message
+    finally:
+        env.close()
+
+
+def test_a_job_whose_rank_died_runs_again_and_a_lost_node_is_not_counted(workdir, monkeypatch):
+    """The retry rule alone (no Ray): two deaths are retried, the third is the result; a lost node is free."""
+    env = _env("ranks_model:build", None, max_retries=2)
+    outcomes = iter(
+        [JobLost("died", node_left=True), JobLost("died", False), JobLost("died", False), "ok", JobLost("d", False)]
+        + [JobLost("died", False)] * 3
+    )
+
+    def run_job(plan):
+        outcome = next(outcomes)
+        if isinstance(outcome, Exception):
+            raise outcome
+        return Result(0.5, "ok", source="measured")
+
+    monkeypatch.setattr(env, "_run_job", run_job)
+    assert env._measure_job(None).ok  # lost node (free), two deaths (retries 1 and 2), then the job
+    failed = env._measure_job(None)  # four deaths: the third is past max_retries
+    assert failed.status == "error" and "a rank died 3 times" in failed.message
+    assert next(outcomes, "none left").__class__ is JobLost
+
+
+def test_a_plan_that_cannot_run_is_one_line_before_any_job(ray_cluster, workdir):
+    env = _env("ranks_model:build", None)
+    try:
+        with pytest.raises(PlacerError, match="schedule '1f1b' needs at least as many microbatches as stages"):
+            env.evaluate([_split(env, schedule="1f1b")])
+    finally:
+        env.close()

@@ -1,0 +1,147 @@
+"""Stage modules cut from a captured program, run one after the other in this process (no process group).
+
+A toy language model with a skip connection, labels read by the last stage, and an
+output head tied to the embedding: the chain of stages must compute the model's
+loss and gradients, with the values a later stage needs carried through the stages
+between.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from envs.real.distributed.cut import cut_stages
+from envs.real.distributed.runtime import shared_parameters
+from envs.real.distributed.stage_modules import carried_values, stage_programs, stage_shapes
+from graphs import PlacerError
+from graphs.torch_capture import export_program, graph_from_program
+
+
+class TiedSkip(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.embed = nn.Embedding(10, 8)
+        self.a = nn.Linear(8, 8)
+        self.b = nn.Linear(8, 8)
+        self.head = nn.Linear(8, 10, bias=False)
+        self.head.weight = self.embed.weight  # tied
+
+    def forward(self, ids: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+        x = self.embed(ids)
+        h = self.b(torch.relu(self.a(x))) + x  # x skips stage 1
+        return F.cross_entropy(self.head(h).flatten(0, 1), labels.flatten())
+
+
+def built():
+    torch.manual_seed(0)
+    ids = torch.randint(0, 10, (4, 3))
+    return TiedSkip(), (ids, ids.roll(1, dims=1))
+
+
+@pytest.fixture(scope="module")
+def three_stages():
+    """The program cut into embed | a, relu | b, add, head, loss on gpu:0, gpu:1, gpu:0."""
+    model, inputs = built()
+    ep = export_program(model, inputs)
+    graph = graph_from_program(ep)
+    second = {"linear", "relu"}
+    op_devices = [1 if name in second else 0 for name in graph.names]
+    stages = cut_stages(graph, op_devices, ["gpu:0", "gpu:1"])
+    assert [s.device for s in stages] == ["gpu:0", "gpu:1", "gpu:0"], graph.names
+    stage_ops = [[graph.names[i] for i in s.ops] for s in stages]
+    return model, inputs, ep, stage_ops
+
+
+def test_values_a_later_stage_needs_travel_through_the_stages_between(three_stages):
+    model, inputs, ep, stage_ops = three_stages
+    carried = carried_values(ep.module(), stage_ops)
+    names = [[v.name for v in values] for values in carried]
+    assert names[0] == ["ids", "labels"]
+    assert names[1] == ["labels", "embedding"]  # the skip (embedding) and the labels pass through stage 1
+    assert names[2] == ["labels", "embedding", "relu"]
+
+
+def test_the_chain_of_stages_computes_the_models_loss_and_gradients(three_stages):
+    model, inputs, ep, stage_ops = three_stages
+    modules = stage_programs(ep.module(), stage_ops)
+    values = inputs
+    for m in modules[:-1]:
+        values = m(*values)
+    loss = modules[-1](*values)
+    loss.backward()
+    ref_model, ref_inputs = built()
+    ref = ref_model(*ref_inputs)
+    ref.backward()
+    torch.testing.assert_close(loss, ref)
+    grads = {}
+    for m in modules:
+        grads.update({k: p.grad for k, p in m.named_parameters()})
+    # the export names the tied tensor once, by its last name
+    assert set(grads) == {"head.weight", "a.weight", "a.bias", "b.weight", "b.bias"}
+    for name, p in ref_model.named_parameters(remove_duplicate=False):
+        if name in grads:
+            torch.testing.assert_close(grads[name], p.grad)
+    torch.testing.assert_close(grads["head.weight"], ref_model.embed.weight.grad)
+    # the embedding's lookup (stage 0) and the head (stage 2) read one tensor: on one rank, one gradient
+    assert modules[0].head.weight is modules[2].head.weight
+
+
+def test_stage_shapes_say_what_needs_a_gradient(three_stages):
+    model, inputs, ep, stage_ops = three_stages
+    shapes = stage_shapes(stage_programs(ep.module(), stage_ops), inputs)
+    assert [(tuple(t.shape), t.dtype, t.requires_grad) for t in shapes[1].inputs] == [
+        ((4, 3), torch.int64, False),
+        ((4, 3, 8), torch.float32, True),
+    ]
+    assert [t.is_contiguous() for t in shapes[0].outputs] == [True, True]
+    assert shapes[2].outputs[0].shape == () and shapes[2].outputs[0].requires_grad
+
+
+def test_a_parameter_is_shared_between_ranks_only_when_their_stages_read_it(three_stages):
+    model, inputs, ep, stage_ops = three_stages
+    modules = stage_programs(ep.module(), stage_ops)
+    assert shared_parameters(modules, [0, 1, 0]) == {}
+    shared = shared_parameters(modules, [0, 1, 2])
+    assert list(shared) == ["head.weight"] and shared["head.weight"][0] == (0, 2)
+
+
+def test_only_tensors_cross_between_stages():
+    class Recurrent(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.lstm = nn.LSTM(4, 4, batch_first=True)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return self.lstm(x)[0].mean()
+
+    ep = export_program(Recurrent(), (torch.randn(2, 3, 4),))
+    names = graph_from_program(ep).names
+    assert "getitem" in names
+    tuple_maker = names.index("lstm")
+    # a getitem cut away from its tuple (the cut never does this: cut.tuples_kept_whole)
+    stage_ops = [names[: tuple_maker + 1], names[tuple_maker + 1 :]]
+    with pytest.raises(PlacerError, match="only tensors travel between processes"):
+        stage_programs(ep.module(), stage_ops)
+
+
+def test_a_model_must_return_its_loss():
+    ep = export_program(nn.Linear(4, 2), (torch.randn(3, 4),))
+    with pytest.raises(PlacerError, match="must return its loss"):
+        stage_programs(ep.module(), [graph_from_program(ep).names])
+
+
+def test_a_stage_runs_its_ops_in_the_plans_issue_order():
+    class Branches(nn.Module):
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return x.sin().sum() + x.cos().sum()
+
+    ep = export_program(Branches(), (torch.randn(3),))
+    names = graph_from_program(ep).names
+    order = [names.index("cos"), names.index("sum_2"), names.index("sin"), names.index("sum_1"), names.index("add")]
+    stage_ops = [[names[i] for i in order]]
+    (module,) = stage_programs(ep.module(), stage_ops)
+    ran = [n.name for n in module.graph.nodes if n.op == "call_function"]
+    assert ran == stage_ops[0], (names, ran)

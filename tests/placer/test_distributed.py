@@ -1,0 +1,286 @@
+"""Plans across processes, end to end: ``placer run --nproc-per-node``, torch's launcher, gloo ranks on the CPU.
+
+The model: a small language model whose output head is tied to its embedding, so
+a plan that puts them on two ranks must sum the tied weight's gradient across them.
+Bad input is one line and exit status 2, before any process starts where it can be
+told there (ranks, graph, schedule), and after, for a rank that dies mid-step and a
+rendezvous nobody serves. Tests that start processes are slow.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+
+from envs.real.distributed.launch import free_port, launch
+from graphs.plan import Placement
+from placer.cli import main
+
+MODEL_SRC = textwrap.dedent(
+    """
+    import os
+    import torch
+    import torch.nn.functional as F
+    from torch import nn
+
+
+    class TiedLM(nn.Module):  # forward returns the loss; the head is the embedding
+        def __init__(self):
+            super().__init__()
+            self.embed = nn.Embedding(32, 16)
+            self.body = nn.Sequential(nn.Linear(16, 16), nn.Tanh(), nn.Linear(16, 16), nn.Tanh())
+            self.head = nn.Linear(16, 32, bias=False)
+            self.head.weight = self.embed.weight
+
+        def forward(self, ids, labels):
+            h = self.body(self.embed(ids)) + self.embed(ids)
+            return F.cross_entropy(self.head(h).flatten(0, 1), labels.flatten())
+
+
+    def build():
+        torch.manual_seed(0)
+        ids = torch.randint(0, 32, (4, 6), generator=torch.Generator().manual_seed(1))
+        return TiedLM(), (ids, ids.roll(1, dims=1))
+
+
+    @torch.library.custom_op("placer_test::die_on_rank_1", mutates_args=())
+    def die_on_rank_1(x: torch.Tensor) -> torch.Tensor:
+        # the third call in the process of rank 1 ends it, as a crash of that machine would
+        die_on_rank_1.calls = getattr(die_on_rank_1, "calls", 0) + 1
+        if os.environ.get("RANK") == "1" and die_on_rank_1.calls >= 3:
+            os._exit(7)
+        return x.clone()
+
+
+    @die_on_rank_1.register_fake
+    def _(x):
+        return torch.empty_like(x)
+
+
+    die_on_rank_1.register_autograd(lambda ctx, grad: grad)
+
+
+    class Dying(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.a, self.b = nn.Linear(8, 8), nn.Linear(8, 2)
+
+        def forward(self, x, y):
+            return F.cross_entropy(self.b(die_on_rank_1(torch.relu(self.a(x)))), y)
+
+
+    def dying():
+        torch.manual_seed(0)
+        return Dying(), (torch.randn(4, 8), torch.randint(0, 2, (4,)))
+
+
+    def script(placement_path):
+        # what a user's script does under torchrun: its own process group, placer's stages and schedule
+        import torch.distributed as dist
+        from graphs.plan import Placement
+        from placer import distributed
+
+        dist.init_process_group("gloo")
+        model, inputs = build()
+        stages, schedule = distributed.stages(model, Placement.load(placement_path), inputs)
+        loss = schedule.step(*inputs)
+        mine = schedule.named_parameters()
+        ref, ref_inputs = build()
+        ref(*ref_inputs).backward()
+        worst = max(
+            float((mine[name].grad - p.grad).abs().max() / p.grad.abs().max())
+            for name, p in ref.named_parameters(remove_duplicate=False)
+            if name in mine
+        )
+        out = {"rank": dist.get_rank(), "stages": [s.stage_index for s in stages], "worst": worst, "loss": loss}
+        optimizer = torch.optim.Adam(schedule.parameters(), lr=1e-2)
+        for _ in range(3):
+            optimizer.zero_grad()
+            schedule.step(*inputs)
+            optimizer.step()
+        dist.destroy_process_group()
+        return out
+    """
+)
+
+
+@pytest.fixture(scope="module")
+def workdir(tmp_path_factory):
+    """A directory with the model module, and placements of it: a split over 2 devices (2 microbatches), a loop."""
+    path = tmp_path_factory.mktemp("distributed")
+    (path / "dist_model.py").write_text(MODEL_SRC)
+    sys.path.insert(0, str(path))
+    sys.modules.pop("dist_model", None)
+    try:
+        import dist_model
+
+        from graphs.torch_capture import capture
+
+        graph = capture(*dist_model.build())
+        n = graph.num_ops
+        devices = ["cpu:0", "gpu:0", "gpu:1"]
+        split = np.where(np.arange(n) < n // 2, 1, 2)
+        Placement.from_indices(graph, devices, split, cluster="k80x2", microbatches=2).save(path / "split.json")
+        looped = np.array([1, 2])[(np.arange(n) * 4 // n) % 2]
+        Placement.from_indices(graph, devices, looped, cluster="k80x2", microbatches=2, inflight=1).save(
+            path / "looped.json"
+        )
+        yield path
+    finally:
+        sys.path.remove(str(path))
+
+
+@pytest.fixture
+def here(workdir, monkeypatch):
+    monkeypatch.chdir(workdir)
+    return workdir
+
+
+def run_cli(capsys, *argv):
+    rc = main(["run", *argv])
+    out = capsys.readouterr()
+    return rc, out.out, out.err
+
+
+# ------------------------------------------------------------------ bad input, before any process
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["--nproc-per-node", "3"], "3 processes (1 x 3) for a plan on 2 devices (gpu:0, gpu:1)"),
+        (["--nproc-per-node", "1"], "1 processes (1 x 1) for a plan on 2 devices"),
+        (["--nproc-per-node", "1", "--nnodes", "2"], "--nnodes 2: needs --rdzv-endpoint"),
+        (["--check"], "--check: runs across processes; add --nproc-per-node N"),
+        (["--nproc-per-node", "2", "--rank-map", "gpu:0=0"], "--rank-map: no rank for 'gpu:1'"),
+    ],
+)
+def test_bad_input_across_processes_is_one_line(here, capsys, argv, message):
+    rc, out, err = run_cli(capsys, "dist_model:build", "--placement", "split.json", "--cluster", "k80x2", *argv)
+    assert rc == 2 and message in err and err.count("\n") == 1, err
+
+
+def test_nccl_ranks_need_the_cuda_devices_they_name(here, capsys):
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("this machine has CUDA")
+    argv = ["--placement", "split.json", "--cluster", "k80x2", "--nproc-per-node", "2", "--backend", "nccl"]
+    rc, out, err = run_cli(capsys, "dist_model:build", *argv)
+    assert rc == 2 and "gpu:0 maps to cuda:0, which this machine does not have" in err and err.count("\n") == 1, err
+
+
+def test_a_placement_made_for_another_model_is_one_line(here, capsys):
+    doc = json.loads((here / "split.json").read_text())
+    (here / "other.json").write_text(json.dumps({**doc, "graph_hash": "0123456789abcdef"}))
+    rc, out, err = run_cli(
+        capsys, "dist_model:build", "--placement", "other.json", "--cluster", "k80x2", "--nproc-per-node", "2"
+    )
+    assert rc == 2 and "made for graph" in err and err.count("\n") == 1, err
+
+
+def test_a_schedule_that_does_not_fit_the_plan_is_one_line(here, capsys, tmp_path):
+    doc = json.loads((here / "split.json").read_text())
+    (tmp_path / "p.json").write_text(json.dumps({**doc, "schedule": "interleaved_1f1b"}))
+    argv = ["--placement", str(tmp_path / "p.json"), "--cluster", "k80x2", "--nproc-per-node", "2"]
+    rc, out, err = run_cli(capsys, "dist_model:build", *argv)
+    assert rc == 2 and "schedule 'interleaved_1f1b' runs several stages per rank" in err and err.count("\n") == 1
+
+
+# ------------------------------------------------------------------ processes
+@pytest.mark.slow
+def test_two_processes_train_the_plan_and_check_every_gradient(here, capsys):
+    rc, out, err = run_cli(
+        capsys,
+        "dist_model:build",
+        "--placement",
+        "split.json",
+        "--cluster",
+        "k80x2",
+        "--nproc-per-node",
+        "2",
+        "--steps",
+        "3",
+        "--warmup",
+        "1",
+        "--check",
+        "--json",
+    )
+    report = json.loads(out)
+    assert rc == 0, err
+    assert report["check"]["ok"] and report["check"]["worst_ratio"] <= 1
+    assert report["schedule"] == "gpipe" and report["microbatches"] == 2 and report["stages"] == 2
+    assert [(r["rank"], r["device"], r["stages"]) for r in report["ranks"]] == [(0, "gpu:0", [0]), (1, "gpu:1", [1])]
+    assert len(report["step_times_s"]) == 3 and report["step_time_s"] > 0
+    assert report["spread_s"][0] <= report["step_time_s"] <= report["spread_s"][1]
+    assert all(r["peak_bytes"] >= 0 for r in report["ranks"]) and len(report["losses"]) == 3
+
+
+@pytest.mark.slow
+def test_a_rank_that_dies_mid_step_is_one_line(here, capsys):
+    import dist_model
+
+    from graphs.torch_capture import capture
+
+    dying = capture(*dist_model.dying())
+    Placement.from_indices(dying, ["cpu:0", "gpu:0", "gpu:1"], [1, 1, 2, 2, 2], cluster="k80x2").save("dying.json")
+    rc, out, err = run_cli(
+        capsys, "dist_model:dying", "--placement", "dying.json", "--cluster", "k80x2", "--nproc-per-node", "2"
+    )
+    assert rc == 2 and "rank 1 died (exit code 7)" in err and err.count("\n") == 1, err
+
+
+@pytest.mark.slow
+def test_a_rendezvous_nobody_serves_is_one_line(here, capsys):
+    endpoint = f"127.0.0.1:{free_port()}"
+    argv = ["--nproc-per-node", "1", "--nnodes", "2", "--node-rank", "1", "--rdzv-endpoint", endpoint]
+    rc, out, err = run_cli(
+        capsys, "dist_model:build", "--placement", "split.json", "--cluster", "k80x2", *argv, "--rdzv-timeout", "2"
+    )
+    assert rc == 2 and f"--rdzv-endpoint {endpoint}: no rendezvous within 2s" in err and err.count("\n") == 1, err
+
+
+@pytest.mark.slow
+def test_a_torchrun_script_gets_its_stages_and_the_one_process_gradients(here, monkeypatch):
+    """placer.distributed.stages in a user's script, as torchrun starts it: a looped plan (2 stages per rank)."""
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(here), os.environ.get("PYTHONPATH", "")]))
+    import dist_model
+
+    out = launch(dist_model.script, (str(here / "looped.json"),), nproc_per_node=2)
+    assert [out[r]["stages"] for r in (0, 1)] == [[0, 2], [1, 3]]
+    assert out[0]["worst"] < 1e-4 and out[1]["worst"] < 1e-4
+    assert out[0]["loss"] is None and out[1]["loss"] > 0  # the loss is on the last stage's rank
+
+
+def test_the_text_report_says_step_time_spread_memory_and_check(capsys):
+    import argparse
+
+    from placer.cli.run_ranks import print_report
+
+    report = {
+        "step_time_s": 0.012,
+        "step_times_s": [0.011, 0.012, 0.019],
+        "schedule": "gpipe",
+        "stages": 2,
+        "microbatches": 1,
+        "stage_table": ["stage 0  gpu:0    rank 0      3 ops  a .. b", "stage 1  gpu:1    rank 1      3 ops  c .. d"],
+        "ranks": [
+            {"rank": 0, "device": "gpu:0", "torch_device": "cpu", "stages": [0], "peak_bytes": 7_000_000},
+            {"rank": 1, "device": "gpu:1", "torch_device": "cpu", "stages": [1], "peak_bytes": 9_000_000},
+        ],
+        "losses": [1.5, 1.25],
+        "check": {"ok": False, "loss_error": 1e-8, "grad_error": 0.5, "worst": "head.weight", "worst_ratio": 12.0},
+    }
+    print_report(argparse.Namespace(source="m:build"), report)
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0] == (
+        "m:build across 2 processes (gpipe, 2 stages, 1 microbatch): step time 12.00 ms (median of 3; min 11.00, "
+        "max 19.00)"
+    )
+    assert lines[3].split() == ["rank", "device", "torch", "stages", "peak", "memory"]
+    assert lines[5].split() == ["1", "gpu:1", "cpu", "1", "0.009", "GB"]
+    assert lines[6] == "loss 1.5000 -> 1.2500"
+    assert lines[7].startswith("check against one process: FAIL") and "worst tensor head.weight at 12.00x" in lines[7]
