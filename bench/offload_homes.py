@@ -35,13 +35,13 @@ from typing import Any
 
 import numpy as np
 
-import envs
 from bench import offload
 from bench.offload import Plan, Scenario
 from envs.sim.homes import homeable
 from graphs import OpGraph, PlacerError
 from graphs.io import write_text_atomic
 from graphs.plan import Placement
+from placer.learn.offload_plan import plan_with_homes
 
 GIB = 1 << 30
 HOMED = "placer, move search with homes"
@@ -66,21 +66,7 @@ def fsdp2_offload_plan(graph: OpGraph, cluster: Any) -> Placement:
 
 def searched_plan(graph: OpGraph, cluster: Any, *, homes: bool, evals: int, seed: int = 0) -> Plan:
     """placer's move search (with or without home moves) on ``evals`` simulated placements, as a plan."""
-    from placer.learn.move_search import MoveSearch, MoveSearchOptions
-
-    t0 = time.perf_counter()
-    r = MoveSearch(graph, cluster, envs.SimEnv(graph, cluster), options=MoveSearchOptions(homes=homes), seed=seed).run(
-        max_evals=evals
-    )
-    p = Placement.from_indices(
-        graph,
-        cluster.device_names,
-        r.op_devices,
-        cluster=cluster.name,
-        method="move_search",
-        meta={"evals": r.evals, "search_s": time.perf_counter() - t0, "seed": seed},
-        homes=r.homes,
-    )
+    p = plan_with_homes(graph, cluster, evals=evals, seed=seed, homes=homes)
     label = HOMED if homes else OPS_ONLY
     return Plan(label, "placer" if homes else "placer-ops", p, offload.simulated(graph, cluster, p))
 
