@@ -70,3 +70,10 @@ def test_home_moves_need_the_simulator_and_a_host(problem):
         HomeCodeScorer(Measured(), HomeCodes(g, cluster, cluster.gpu_indices()))
     with pytest.raises(PlacerError, match="a host device and a GPU"):
         HomeCodes(g, envs.Cluster.preset("k80x2"), [])
+
+
+def test_home_moves_search_in_the_planned_issue_order_too(problem):
+    g, cluster = problem
+    search = MoveSearch(g, cluster, envs.SimEnv(g, cluster), options=MoveSearchOptions(homes=True), order="planned")
+    r = search.run(max_evals=120)
+    assert not r.oom and r.op_devices.tolist() == [GPU] * 6 and (r.homes == CPU).sum() >= 4
