@@ -118,7 +118,7 @@ def options(args: argparse.Namespace) -> "StageOptions":  # noqa: F821  (bench.o
     from bench.offload import check_scenario
     from bench.offload_stages import StageOptions
     from envs.real.placing import check_available, resolve_devices
-    from placer.checks import check_float, check_int, check_output_dir, check_seed
+    from placer.option_checks import check_float, check_int, check_output_dir, check_seed
 
     scenario = check_scenario(args.scenario)
     check_int(args.warmup, "--warmup", least=0)
@@ -171,7 +171,7 @@ def host_adam(args: argparse.Namespace) -> dict:
     """The ``adam`` stage: the host's fp32 Adam rate (:mod:`bench.host_adam`) at each of ``--threads``."""
     from bench.common import machine_line, parse_list
     from bench.host_adam import adam_rate
-    from placer.checks import check_int
+    from placer.option_checks import check_int
 
     check_int(args.params, "--params", least=1000)
     threads = [

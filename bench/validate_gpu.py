@@ -274,7 +274,7 @@ def check(args: argparse.Namespace) -> None:
     """PlacerError (one line, naming the option) for a bad option, before any work."""
     import envs
     from envs.real.placing import check_available, resolve_devices
-    from placer.checks import check_float, check_int, check_output_dir, check_seed
+    from placer.option_checks import check_float, check_int, check_output_dir, check_seed
 
     args.tuned = model_names(args.models, args.size, empty_ok=True)
     args.held = model_names(args.held_out, args.size, "--held-out", empty_ok=True)

@@ -22,7 +22,7 @@ from placer.cli.args import (
 )
 from placer.cli.output import print_json
 from placer.compare import SCORE_ORDERS, compare, plot
-from placer.compare.table import SMALL_GAIN, summary_lines  # noqa: F401  (SMALL_GAIN: train's summary reads it here)
+from placer.compare.table import summary_lines
 from placer.methods import registry
 from placer.option_checks import check_input_file, check_output_file, check_seed
 
