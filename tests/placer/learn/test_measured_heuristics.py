@@ -21,14 +21,9 @@ from placer.learn.config import TrainConfig
 from placer.learn.progress import Progress
 from placer.learn.run_scorers import CachedScorer
 from placer.learn.runners import train
+from tests.placer.learn.tiny_runs import two_chains
 
 HEURISTICS = ("single", "m_etf", "heft", "round_robin")
-
-
-def two_chains(length: int = 4) -> OpGraph:
-    names = [f"{c}{i}" for c in "ab" for i in range(length)]
-    edges = [(f"{c}{i}", f"{c}{i + 1}", 1024) for c in "ab" for i in range(length - 1)]
-    return OpGraph.from_edges(names, edges, flops=[2e11] * len(names), name="two-chains")
 
 
 class FakeMeasured:
