@@ -13,6 +13,7 @@ import pytest
 from envs.real.profiler import load_profile
 from graphs.plan import Placement
 from placer.cli import main
+from tests.envs.real.test_profiler import fake_context_gpu
 
 MODEL_SRC = textwrap.dedent(
     """
@@ -183,15 +184,7 @@ def test_profile_prints_a_gpus_issue_times(workdir, capsys, monkeypatch):
     def with_a_gpu(model, inputs, devices, **kw):
         doc = real(model, inputs, ["cpu"], **kw)
         n = len(doc["ops"])
-        doc["devices"]["cuda:0"] = {
-            "kind": "gpu",
-            "name": "fake",
-            "method": "context",
-            "fwd_s": [1e-5] * n,
-            "bwd_s": [2e-5] * n,
-            "issue_fwd_s": [3e-5] * n,
-            "issue_bwd_s": [4e-5] * n,
-        }
+        doc["devices"]["cuda:0"] = fake_context_gpu(n)
         return doc
 
     monkeypatch.setattr(profiler, "profile_model", with_a_gpu)
