@@ -44,7 +44,7 @@ import json
 import os
 import sys
 
-from bench.common import OneLineParser
+from bench.common import OneLineParser, mode_defaults
 from graphs import PlacerError
 
 DEFAULTS = {
@@ -107,10 +107,7 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--threads", default="1", help="adam: comma-separated torch thread counts (default 1)")
     p.add_argument("--json", action="store_true", help="print the report as JSON instead of the table")
     args = p.parse_args(argv)
-    for key, value in DEFAULTS["tiny" if args.tiny else "gpu"].items():
-        if getattr(args, key) is None:
-            setattr(args, key, value)
-    return args
+    return mode_defaults(args, DEFAULTS)
 
 
 def options(args: argparse.Namespace) -> "StageOptions":  # noqa: F821  (bench.offload_stages, imported lazily)
