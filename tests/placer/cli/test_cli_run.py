@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import statistics
-import sys
 import textwrap
 
 import numpy as np
@@ -13,6 +12,7 @@ import pytest
 from envs.real.profiler import load_profile
 from graphs.plan import Placement
 from placer.cli import main
+from tests.conftest import importable_module
 from tests.envs.real.test_profiler import fake_context_gpu
 
 MODEL_SRC = textwrap.dedent(
@@ -41,10 +41,7 @@ MODEL_SRC = textwrap.dedent(
 
 @pytest.fixture
 def workdir(tmp_path, monkeypatch):
-    (tmp_path / "cli_run_model.py").write_text(MODEL_SRC)
-    monkeypatch.chdir(tmp_path)
-    monkeypatch.syspath_prepend(str(tmp_path))
-    sys.modules.pop("cli_run_model", None)
+    importable_module(tmp_path, monkeypatch, "cli_run_model", MODEL_SRC)
     import cli_run_model
 
     from graphs.torch_capture import capture
