@@ -12,6 +12,9 @@ Nothing is downloaded: every model is built from its config class (with
 ``HF_HUB_OFFLINE=1`` unless it is set). :mod:`placer.gym.datasets` serves the
 entries as placement problems (``corpus/<entry>``), and the conformance
 benchmarks (:mod:`bench.conformance`, :mod:`bench.dist_conformance`) check them.
+:func:`hf_model` builds a Hugging Face entry's bare model with config fields
+overridden, and the builders take a batch, a length and such overrides: the
+tests' tiny models (``tests/placer/hf_tiny.py``) are these, dropout off.
 
 >>> sorted(FAMILIES)[:3]
 ['bart', 'bert', 'cnn_bn']
