@@ -25,20 +25,11 @@ from placer.learn.runners import train
 from placer.learn.state import RunState
 from policies.base import LogProbTerm
 from tests.placer.learn.test_move_runner import documented_in_readme
-from tests.placer.learn.tiny_runs import train_argv, two_chains
+from tests.placer.learn.tiny_runs import train_argv, train_config, two_chains
 
 
 def _config(tmp_path, **kw) -> TrainConfig:
-    base = dict(
-        max_groups=0,
-        samples=8,
-        logdir=str(tmp_path / "run"),
-        progress=False,
-        heuristics=(),
-        hidden=8,
-        warm_start="none",
-    )
-    return TrainConfig(**{**base, **kw})
+    return train_config(tmp_path, **{"warm_start": "none", **kw})
 
 
 # ------------------------------------------------------------------ reward, baselines, advantages

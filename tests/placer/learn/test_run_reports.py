@@ -19,7 +19,7 @@ from placer.cli.train import summary
 from placer.learn.config import TrainConfig
 from placer.learn.progress import Progress
 from placer.learn.runners import train
-from tests.placer.learn.tiny_runs import train_argv, two_chains
+from tests.placer.learn.tiny_runs import train_argv, train_config, two_chains
 
 
 @pytest.fixture
@@ -30,8 +30,7 @@ def graph_file(tmp_path):
 
 
 def _config(tmp_path, **kw) -> TrainConfig:
-    base = dict(max_groups=0, samples=8, logdir=str(tmp_path / "run"), progress=False, heuristics=("m_etf",), hidden=8)
-    return TrainConfig(**{**base, **kw})
+    return train_config(tmp_path, **{"heuristics": ("m_etf",), **kw})
 
 
 def _small(path: str, logdir: str, *more: str) -> list[str]:

@@ -24,13 +24,11 @@ from placer.learn.config import TrainConfig
 from placer.learn.run_scorers import CachedScorer
 from placer.learn.runners import train
 from policies.seq2seq import Seq2SeqPolicy
-from tests.placer.learn.tiny_runs import train_argv, two_chains
+from tests.placer.learn.tiny_runs import train_argv, train_config, two_chains
 
 
 def _config(tmp_path, **kw) -> TrainConfig:
-    base = dict(max_groups=0, samples=8, logdir=str(tmp_path / "run"), progress=False, heuristics=(), hidden=16)
-    base.update(kw)
-    return TrainConfig(**base)
+    return train_config(tmp_path, **{"hidden": 16, **kw})
 
 
 def test_cached_scorer_scores_identical_rows_once():

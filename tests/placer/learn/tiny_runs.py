@@ -1,8 +1,9 @@
-"""What the learner's tests train on: a two-chain graph and the argv of a small ``placer train`` run."""
+"""What the learner's tests train on: a two-chain graph, and the config or argv of a small ``placer train`` run."""
 
 from __future__ import annotations
 
 from graphs import OpGraph
+from placer.learn.config import TrainConfig
 
 
 def two_chains(length: int = 4) -> OpGraph:
@@ -10,6 +11,13 @@ def two_chains(length: int = 4) -> OpGraph:
     names = [f"{c}{i}" for c in "ab" for i in range(length)]
     edges = [(f"{c}{i}", f"{c}{i + 1}", 1024) for c in "ab" for i in range(length - 1)]
     return OpGraph.from_edges(names, edges, flops=[2e11] * len(names), name="two-chains")
+
+
+def train_config(tmp_path, **fields) -> TrainConfig:
+    """A small run's config, logging to ``tmp_path/run``: no grouping, 8 samples, 8 hidden units, no heuristics, no
+    progress bar; ``fields`` override any of them."""
+    base = dict(max_groups=0, samples=8, logdir=str(tmp_path / "run"), progress=False, heuristics=(), hidden=8)
+    return TrainConfig(**{**base, **fields})
 
 
 def train_argv(path: str, logdir, *extra: str) -> list[str]:
