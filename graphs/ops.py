@@ -1,6 +1,6 @@
 """What an op type string says about the op: its base name, whether it is a view.
 
-The one definition of "view op" used by the cost model (:mod:`envs.cost`: views
+The one definition of "view op" used by the cost model (:mod:`envs.sim.cost`: views
 cost no time and allocate nothing), co-location (:mod:`graphs.grouping`: a view
 runs where its input lives), capture (:mod:`graphs.flops`: views count zero
 FLOPs and are listed in ``meta["alias_ops"]``), ``placer inspect`` and the

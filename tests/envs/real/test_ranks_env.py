@@ -9,7 +9,6 @@ spent (the retry rule itself is tested without Ray).
 from __future__ import annotations
 
 import json
-import sys
 import textwrap
 
 import pytest
@@ -25,6 +24,7 @@ from envs.real.ray.jobs import JobLost, RanksEnv  # noqa: E402
 from envs.result import Result  # noqa: E402
 from graphs import PlacerError  # noqa: E402
 from graphs.plan import Placement  # noqa: E402
+from tests.conftest import importable_module  # noqa: E402
 
 MODEL_SRC = textwrap.dedent(
     """
@@ -73,11 +73,7 @@ def ray_cluster():
 
 @pytest.fixture
 def workdir(tmp_path, monkeypatch):
-    (tmp_path / "ranks_model.py").write_text(MODEL_SRC)
-    monkeypatch.chdir(tmp_path)
-    monkeypatch.syspath_prepend(str(tmp_path))
-    sys.modules.pop("ranks_model", None)
-    return tmp_path
+    return importable_module(tmp_path, monkeypatch, "ranks_model", MODEL_SRC)
 
 
 def _env(source: str, run_dir, **options) -> RanksEnv:
