@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import textwrap
 
+import numpy as np
 import pytest
 
 pytestmark = pytest.mark.slow
@@ -116,6 +117,25 @@ def test_a_rank_that_dies_is_an_error_result(ray_cluster, workdir):
     try:
         (result,) = env.evaluate([_split(env)])
         assert result.status == "error" and "a rank died 1 times" in result.message, result.message
+    finally:
+        env.close()
+
+
+def test_a_gymnasium_environment_scores_its_placements_as_jobs_of_ranks(ray_cluster, workdir):
+    """The multi-process runs behind placer.gym as the simulator is: one step is one job of two ranks."""
+    from placer.gym.problem import Outcome
+    from placer.gym.views import PlaceAllEnv
+
+    env = _env("ranks_model:build", None)
+    try:
+        gym_env = PlaceAllEnv(graph=env.graph, cluster=env.cluster, scorer=env)
+        gym_env.reset(seed=0)
+        n = env.graph.num_ops
+        action = np.array([1 if i < n // 2 else 2 for i in range(gym_env.action_space.shape[0])])  # gpu:0, gpu:1
+        _, reward, terminated, _, info = gym_env.step(action)
+        (measured,) = env.evaluate([_split(env)])  # the same plan: the env's cached job
+        assert terminated and measured.ok and info["step_time_s"] == measured.step_time_s > 0
+        assert reward == gym_env.problem.reward(Outcome.of(measured)) and info["peak_bytes"] == measured.peak_bytes
     finally:
         env.close()
 
