@@ -13,7 +13,7 @@ For each graph, cluster, budget and seed:
   and its seconds count against the learner's, the ablation's, annealing's and
   ilp's budgets;
 * **learned**: the move search with the learned critic
-  (:class:`placer.learn.moves.MoveSearch`), from the best of the start and
+  (:class:`placer.learn.move_search.MoveSearch`), from the best of the start and
   what ``module_search`` finds on the search's ``module_share`` of the budget
   (run first, counted; the same seed as module_search below, so it is that run's
   first share);

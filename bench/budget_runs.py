@@ -17,7 +17,7 @@ import numpy as np
 import envs
 from bench.budget_env import Budget, BudgetEnv, BudgetSpent
 from graphs import OpGraph, PlacerError
-from placer.learn.moves import MoveSearch, MoveSearchOptions
+from placer.learn.move_search import MoveSearch, MoveSearchOptions
 from placer.methods import get
 from placer.methods.registry import HeuristicUnavailable
 

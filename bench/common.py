@@ -1,6 +1,6 @@
-"""What every benchmark shares: comma-separated options, the machine line and a parser whose usage errors are one
-line. Light on purpose (of the project, only ``graphs.PlacerError``): :mod:`bench.sim_model_delta` imports it
-beside an older tree's ``envs``.
+"""What every benchmark shares: comma-separated options, the machine line, the GPU scripts' mode defaults and a
+parser whose usage errors are one line. Light on purpose (of the project, only ``graphs.PlacerError``):
+:mod:`bench.sim_model_delta` imports it beside an older tree's ``envs``.
 
 >>> parse_list("a, b", what="graphs")
 ['a', 'b']
@@ -12,7 +12,7 @@ import argparse
 import os
 import platform
 import sys
-from typing import Callable, Sequence
+from typing import Any, Callable, Sequence
 
 from graphs import PlacerError
 
@@ -34,6 +34,19 @@ def parse_list(arg: str, *, what: str, known: Sequence[str] | None = None) -> li
 def machine_line() -> str:
     """One line naming the machine the numbers were produced on."""
     return f"{platform.platform()}, Python {platform.python_version()}, {os.cpu_count()} CPU cores"
+
+
+def mode_defaults(args: argparse.Namespace, defaults: dict[str, dict[str, Any]]) -> argparse.Namespace:
+    """``args`` with each option left unset (None) set from ``defaults["tiny"]`` under ``--tiny``, else from
+    ``defaults["gpu"]``: the GPU scripts' options whose default depends on the mode.
+
+    >>> mode_defaults(argparse.Namespace(tiny=True, steps=None, seed=1), {"tiny": {"steps": 1, "seed": 0}, "gpu": {}})
+    Namespace(tiny=True, steps=1, seed=1)
+    """
+    for key, value in defaults["tiny" if args.tiny else "gpu"].items():
+        if getattr(args, key) is None:
+            setattr(args, key, value)
+    return args
 
 
 def entry_name(prog: str) -> str:

@@ -44,7 +44,7 @@ import json
 import os
 import sys
 
-from bench.common import OneLineParser
+from bench.common import OneLineParser, mode_defaults
 from graphs import PlacerError
 
 DEFAULTS = {
@@ -107,10 +107,7 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--threads", default="1", help="adam: comma-separated torch thread counts (default 1)")
     p.add_argument("--json", action="store_true", help="print the report as JSON instead of the table")
     args = p.parse_args(argv)
-    for key, value in DEFAULTS["tiny" if args.tiny else "gpu"].items():
-        if getattr(args, key) is None:
-            setattr(args, key, value)
-    return args
+    return mode_defaults(args, DEFAULTS)
 
 
 def options(args: argparse.Namespace) -> "StageOptions":  # noqa: F821  (bench.offload_stages, imported lazily)
@@ -118,7 +115,7 @@ def options(args: argparse.Namespace) -> "StageOptions":  # noqa: F821  (bench.o
     from bench.offload import check_scenario
     from bench.offload_stages import StageOptions
     from envs.real.placing import check_available, resolve_devices
-    from placer.checks import check_float, check_int, check_output_dir, check_seed
+    from placer.option_checks import check_float, check_int, check_output_dir, check_seed
 
     scenario = check_scenario(args.scenario)
     check_int(args.warmup, "--warmup", least=0)
@@ -171,7 +168,7 @@ def host_adam(args: argparse.Namespace) -> dict:
     """The ``adam`` stage: the host's fp32 Adam rate (:mod:`bench.host_adam`) at each of ``--threads``."""
     from bench.common import machine_line, parse_list
     from bench.host_adam import adam_rate
-    from placer.checks import check_int
+    from placer.option_checks import check_int
 
     check_int(args.params, "--params", least=1000)
     threads = [

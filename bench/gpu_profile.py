@@ -257,7 +257,7 @@ def check(args: argparse.Namespace) -> None:
     """PlacerError (one line, naming the option) for a bad option, before any work."""
     import envs
     from envs.real.placing import check_available, resolve_devices
-    from placer.checks import check_float, check_int
+    from placer.option_checks import check_float, check_int
 
     args.model_names = model_names(args.models, args.size)
     args.apply_check = model_names(args.apply_check, args.size, "--apply-check", empty_ok=True)

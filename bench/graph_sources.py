@@ -11,8 +11,8 @@ from typing import Any
 import envs
 from bench.common import parse_list
 from graphs import OpGraph
+from graphs.sources import resolve_graph
 from graphs.synthetic import FAMILIES
-from placer.sources import resolve_graph
 
 
 def resolve(source: str) -> OpGraph:

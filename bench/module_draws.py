@@ -28,10 +28,10 @@ import numpy as np
 import envs
 from bench.common import OneLineParser
 from graphs import PlacerError
-from placer.checks import check_int
+from graphs.sources import resolve_graph
 from placer.methods import registry
 from placer.methods.registry import HeuristicUnavailable
-from placer.sources import resolve_graph
+from placer.option_checks import check_int
 
 METHODS = ("random_modules", "module_search")
 

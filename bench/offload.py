@@ -84,6 +84,22 @@ SCENARIOS: dict[str, Scenario] = {
         100 * GIB,
         "Llama-style decoder, 8 layers of Llama-3.2-1B's shape, 256k vocabulary untied, batch 2 x 512",
     ),
+    # ``llama-3b``: the same layers, 32 of them: 3.0 B parameters (the embedding and the head 1.05 B of them), 45 GiB
+    # of fp32 training state; its weights alone (11 GiB) fit a 16 GiB cap, not an 8 GiB one.
+    "llama-3b": Scenario(
+        "llama-3b",
+        256000,
+        2048,
+        8192,
+        32,
+        32,
+        8,
+        2,
+        512,
+        24 * GIB,
+        100 * GIB,
+        "Llama-style decoder, 32 layers of Llama-3.2-1B's shape, 256k vocabulary untied, batch 2 x 512",
+    ),
     "tiny": Scenario(
         "tiny",
         8192,

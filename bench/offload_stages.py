@@ -296,7 +296,7 @@ def run_profile(opts: StageOptions) -> dict[str, Any]:
 def run_finetune(opts: StageOptions) -> dict[str, Any]:
     """The ``finetune`` stage: REINFORCE from the simulator's policy on measured rewards for ``budget_s``."""
     from bench.measured_rl import CURVES_NAME, curves, fine_tune, read_curves
-    from placer.learn.scoring import CachedScorer, reference_time
+    from placer.learn.run_scorers import CachedScorer, reference_time
 
     if not os.path.exists(os.path.join(opts.out_dir, "plans.json")):
         raise PlacerError(

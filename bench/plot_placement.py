@@ -24,11 +24,11 @@ import envs
 from bench import plots
 from bench.common import OneLineParser
 from graphs import PlacerError
+from graphs.sources import resolve_graph
 from placer import Placement
 from placer.learn.config import TrainConfig
 from placer.learn.loop import train
 from placer.methods import registry
-from placer.sources import resolve_graph
 
 
 def parse(argv: list[str] | None) -> argparse.Namespace:

@@ -32,9 +32,9 @@ import torch
 import envs
 from bench.common import OneLineParser
 from graphs import PlacerError, plan, zoo
-from placer.learn.corpus import build_corpus
 from placer.learn.pretrain import canonical_label
 from placer.learn.pretrain import imitation_label as best_heuristic
+from placer.learn.pretrain_corpus import build_corpus
 from policies.gnn import GNNNet, GNNPolicy
 
 

@@ -28,11 +28,11 @@ import numpy as np
 import envs
 from bench.common import Progress, machine_line
 from graphs import OpGraph
+from graphs.sources import resolve_graph
 from placer.compare import compare
 from placer.learn.config import TrainConfig
 from placer.learn.loop import train
 from placer.methods import best_heuristic
-from placer.sources import resolve_graph
 
 PAPER_GRAPHS = ("rnnlm", "nmt-2", "nmt-4", "inception-v3")
 PAPER_CLUSTERS = ("k80x2", "k80x4")

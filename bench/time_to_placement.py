@@ -41,10 +41,10 @@ import torch
 import envs
 from bench.common import OneLineParser, Progress, machine_line, parse_list
 from graphs import OpGraph, PlacerError
+from graphs.sources import resolve_graph
 from placer.learn.config import TrainConfig
 from placer.learn.loop import train
 from placer.methods import get, registry
-from placer.sources import resolve_graph
 
 METHODS = ("rl-seq2seq", "rl-hierarchical", "annealing", "random_search")
 

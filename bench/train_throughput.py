@@ -34,10 +34,10 @@ import envs
 from bench.common import OneLineParser
 from graphs import PlacerError
 from graphs.grouping import default_num_groups
+from graphs.sources import resolve_graph
 from placer.learn.algos import Reinforce
 from placer.learn.config import TrainConfig
 from placer.learn.loop import resolve_device
-from placer.sources import resolve_graph
 from policies import POLICIES
 
 

@@ -67,7 +67,7 @@ import sys
 import time
 from typing import Any
 
-from bench.common import OneLineParser
+from bench.common import OneLineParser, mode_defaults
 from bench.fidelity import contention, runs
 from bench.fidelity.apply_check import check_apply
 from bench.fidelity.models import HELD_OUT, TUNED, build, model_names
@@ -264,17 +264,14 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     )
     args = p.parse_args(argv)
     args.command = ["python", "-m", "bench.validate_gpu", *(sys.argv[1:] if argv is None else argv)]
-    for key, value in DEFAULTS["tiny" if args.tiny else "gpu"].items():
-        if getattr(args, key) is None:
-            setattr(args, key, value)
-    return args
+    return mode_defaults(args, DEFAULTS)
 
 
 def check(args: argparse.Namespace) -> None:
     """PlacerError (one line, naming the option) for a bad option, before any work."""
     import envs
     from envs.real.placing import check_available, resolve_devices
-    from placer.checks import check_float, check_int, check_output_dir, check_seed
+    from placer.option_checks import check_float, check_int, check_output_dir, check_seed
 
     args.tuned = model_names(args.models, args.size, empty_ok=True)
     args.held = model_names(args.held_out, args.size, "--held-out", empty_ok=True)

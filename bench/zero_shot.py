@@ -31,7 +31,7 @@ from typing import Any
 import envs
 from bench.common import OneLineParser
 from graphs import PlacerError
-from placer.checks import check_int, parse_group_counts
+from graphs.sources import resolve_graph
 from placer.compare import compare
 from placer.methods import registry
 from placer.methods.learned import (
@@ -41,7 +41,7 @@ from placer.methods.learned import (
     ZERO_SHOT_SAMPLES,
     place_learned,
 )
-from placer.sources import resolve_graph
+from placer.option_checks import check_int, parse_group_counts
 from policies.views import group_views
 
 HEAD = (

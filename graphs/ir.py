@@ -55,7 +55,7 @@ class OpGraph:
         edge_bytes: bytes of the tensor carried by each edge (int64).
         profile: device kind -> {"fwd_s": array, "bwd_s": array}, optionally also
             "issue_fwd_s"/"issue_bwd_s" (host seconds issuing each op on an
-            asynchronous device, :func:`envs.cost.issue_times`); NaN = unknown.
+            asynchronous device, :func:`envs.sim.cost.issue_times`); NaN = unknown.
         name: a label for the graph (model name).
         meta: free-form metadata (batch size, capture options, ...).
     """

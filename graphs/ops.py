@@ -1,6 +1,6 @@
 """What an op type string says about the op: its base name, whether it is a view.
 
-The one definition of "view op" used by the cost model (:mod:`envs.cost`: views
+The one definition of "view op" used by the cost model (:mod:`envs.sim.cost`: views
 cost no time and allocate nothing), co-location (:mod:`graphs.grouping`: a view
 runs where its input lives), capture (:mod:`graphs.flops`: views count zero
 FLOPs and are listed in ``meta["alias_ops"]``), ``placer inspect`` and the
@@ -422,6 +422,39 @@ def grad_mask(graph: "OpGraph") -> np.ndarray:
     return grad
 
 
+def _tied_alias(graph: "OpGraph") -> dict[str, str]:
+    """Each name tied to others (``meta["tied_params"]``) -> the first of its group, sorted: one tensor, one key."""
+    alias: dict[str, str] = {}
+    for group in graph.meta.get("tied_params") or ():
+        names = sorted(group)
+        for name in names:
+            alias[name] = names[0]
+    return alias
+
+
+def param_owners(graph: "OpGraph") -> dict[str, int]:
+    """Every parameter or buffer name an op reads -> its *owner*, the first op (node order) that reads that tensor.
+
+    Names tied to one tensor (``meta["tied_params"]``) share their owner. What
+    ``param_bytes`` and ``buffer_bytes`` are charged to, and what a plan's parameter
+    homes (:attr:`graphs.plan.Placement.param_homes`) are decided per.
+
+    >>> from graphs import OpGraph
+    >>> g = OpGraph.from_edges(["a", "b"], [("a", "b", 4)], param_bytes=[64, 8])
+    >>> g.params = [["w"], ["w", "v"]]
+    >>> param_owners(g)
+    {'w': 0, 'v': 1}
+    """
+    reads = _reads(graph)
+    alias = _tied_alias(graph)
+    by_key: dict[str, int] = {}
+    owners: dict[str, int] = {}
+    for i in range(graph.num_ops):
+        for name in reads[i]:
+            owners.setdefault(name, by_key.setdefault(alias.get(name, name), i))
+    return owners
+
+
 def param_reads(graph: "OpGraph") -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """``(owner, reader, bytes)``: ops that read a parameter or buffer another op owns.
 
@@ -448,19 +481,14 @@ def param_reads(graph: "OpGraph") -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """
     n = graph.num_ops
     reads = _reads(graph)
-    alias: dict[str, str] = {}
-    for group in graph.meta.get("tied_params") or ():
-        names = sorted(group)
-        for name in names:
-            alias[name] = names[0]
+    alias = _tied_alias(graph)
     owner: dict[str, int] = {}
     owned = np.zeros(n, dtype=np.int64)  # tensors each op owns
-    for i in range(n):
-        for name in reads[i]:
-            key = alias.get(name, name)
-            if key not in owner:
-                owner[key] = i
-                owned[i] += 1
+    for name, i in param_owners(graph).items():
+        key = alias.get(name, name)
+        if key not in owner:
+            owner[key] = i
+            owned[i] += 1
     held = (graph.param_bytes + graph.buffer_bytes).astype(np.float64)
     shares: dict[tuple[int, int], int] = {}
     for i in range(n):

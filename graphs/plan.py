@@ -39,6 +39,14 @@ M; absent: all M, fill-drain):
 >>> Placement.from_indices(g, ["cpu:0", "gpu:0"], [1, 1], microbatches=4, inflight=2).to_dict()["inflight"]
 2
 
+and a *home* for parameters apart from the device their op runs on (with the gradient and the optimizer
+state; absent: the owner op's device), decided per owner op and saved per parameter name:
+
+>>> g.params = [["w"], []]
+>>> p = Placement.from_indices(g, ["cpu:0", "gpu:0"], [1, 1], homes=[0, -1])
+>>> p.param_homes, p.home_indices(g).tolist()
+({'w': 'cpu:0'}, [0, -1])
+
 and, for a plan that runs across processes (one per device), the schedule torch's
 pipeline runtime runs it with (:mod:`envs.real.distributed.schedules`; absent: the
 one that fits the plan):
@@ -63,6 +71,7 @@ from graphs import schema
 from graphs.errors import PlacerError
 from graphs.io import read_document, write_text_atomic
 from graphs.ir import OpGraph
+from graphs.ops import param_owners
 from graphs.schema import check_int
 
 FORMAT = "placer-placement/1"
@@ -93,6 +102,11 @@ class Placement:
             M issues one-forward-one-backward (:func:`envs.microbatch.issue_segments`),
             which bounds activation memory to W microbatches; ``None`` (default, and
             what W = M is stored as): fill-drain.
+        param_homes: parameter name -> the logical device it lives on with its gradient and optimizer state,
+            where that is not its owner op's device (the owner: its first reader, :func:`graphs.ops.param_owners`):
+            the runtime copies it to its op's device ahead of use and sends the gradient home
+            (:mod:`envs.real.homes`), the simulator charges both (:mod:`envs.sim.homes`). Empty (default): every
+            parameter on its owner's device. Per op: :meth:`home_indices`.
         schedule: across processes, the pipeline schedule that runs the plan (one of
             :data:`SCHEDULES`); ``None`` (default): the one that fits its stages and window.
         source: the file it was loaded from, for error messages (not saved).
@@ -108,6 +122,7 @@ class Placement:
     source: str = field(default="", repr=False)
     microbatches: int = 1
     inflight: int | None = None
+    param_homes: dict[str, str] = field(default_factory=dict)
     schedule: str | None = None
 
     def __post_init__(self) -> None:
@@ -139,6 +154,7 @@ class Placement:
             self.meta,
             self.microbatches,
             self.inflight,
+            self.param_homes,
             self.schedule,
         ) == (
             other.assignment,
@@ -149,6 +165,7 @@ class Placement:
             other.meta,
             other.microbatches,
             other.inflight,
+            other.param_homes,
             other.schedule,
         )
 
@@ -167,10 +184,12 @@ class Placement:
         order: Sequence[int] | np.ndarray | None = None,
         microbatches: int = 1,
         inflight: int | None = None,
+        homes: Sequence[int] | np.ndarray | None = None,
         schedule: str | None = None,
     ) -> "Placement":
         """Device ``devices[indices[i]]`` for op ``i``; ``order``: issue order (op indices), checked against
-        ``graph``."""
+        ``graph``; ``homes``: per op, the device index its parameters live on, -1 for its own device (see
+        :meth:`home_indices`)."""
         idx = np.asarray(op_devices).tolist()
         if len(idx) != graph.num_ops:
             raise PlacerError(f"placement: {len(idx)} devices for {graph.num_ops} ops")
@@ -185,6 +204,7 @@ class Placement:
             order=None if order is None else check_order(order, graph, source="placement: order"),
             microbatches=microbatches,
             inflight=inflight,
+            param_homes={} if homes is None else homes_by_name(graph, devs, homes),
             schedule=schedule,
         )
 
@@ -203,6 +223,41 @@ class Placement:
                 f"{graph.content_hash})"
             )
         return check_order(self.order, graph, source=f"{source}: order")
+
+    def home_indices(self, graph: OpGraph, devices: Sequence[str] | None = None) -> np.ndarray:
+        """Per op of ``graph``, the index (into ``devices``, default the plan's) of the device its parameters live
+        on, -1 where that is its own device (no home named, or the one named is the op's).
+
+        Raises :class:`PlacerError` for a name no op of ``graph`` reads, an unknown device, or an op whose
+        parameters were given different homes (homes are decided per owner op).
+        """
+        source = self.source or "placement"
+        devs = list(devices) if devices is not None else self.devices
+        out = np.full(graph.num_ops, -1, dtype=np.int32)
+        if not self.param_homes:
+            return out
+        index = {d: i for i, d in enumerate(devs)}
+        owners = param_owners(graph)
+        op_devices = self.indices(graph, devs, source=source)
+        homes_of: dict[int, set[int]] = {}
+        for name, device in self.param_homes.items():
+            if name not in owners:
+                raise PlacerError(f"{source}: param_homes names {name!r}, which no op of the graph reads")
+            if device not in index:
+                raise PlacerError(f"{source}: param_homes puts {name!r} on unknown device {device!r}")
+            i, home = owners[name], index[device]
+            homes_of.setdefault(i, set()).add(-1 if home == op_devices[i] else home)
+        for name, i in owners.items():  # a name left out lives on its op's device
+            if i in homes_of and name not in self.param_homes:
+                homes_of[i].add(-1)
+        for i, homes in homes_of.items():
+            if len(homes) > 1:
+                raise PlacerError(
+                    f"{source}: param_homes gives the tensors op {graph.names[i]!r} reads first different homes "
+                    f"({', '.join(n for n, j in owners.items() if j == i)}): give them one"
+                )
+            out[i] = homes.pop()
+        return out
 
     def device_counts(self) -> dict[str, int]:
         return dict(Counter(self.assignment.values()))
@@ -231,6 +286,9 @@ class Placement:
         # Absent: M (fill-drain).
         if self.inflight is not None:
             doc["inflight"] = int(self.inflight)
+        # Absent: every parameter on its owner op's device.
+        if self.param_homes:
+            doc["param_homes"] = dict(self.param_homes)
         # Absent: the schedule that fits the plan, so files written before schedules read as before.
         if self.schedule is not None:
             doc["schedule"] = self.schedule
@@ -275,10 +333,37 @@ class Placement:
             inflight=None
             if doc.get("inflight") is None
             else schema.integer(doc["inflight"], source, "inflight", minimum=1, maximum=M),
+            param_homes=_check_homes(doc.get("param_homes", {}), devices, source),
             schedule=None
             if doc.get("schedule") is None
             else check_schedule_name(schema.string(doc["schedule"], source, "schedule"), f"{source}: 'schedule'"),
         )
+
+
+def _check_homes(homes: Any, devices: list[str], source: str) -> dict[str, str]:
+    """``param_homes``: an object of parameter name -> a device of the plan's device list."""
+    homes = schema.obj(homes, source, "param_homes")
+    for name, device in homes.items():
+        schema.string(device, source, f"param_homes.{name}")
+        if device not in devices:
+            raise PlacerError(f"{source}: param_homes puts {name!r} on {device!r}, not in its device list {devices}")
+    return dict(homes)
+
+
+def homes_by_name(graph: OpGraph, devices: Sequence[str], homes: Sequence[int] | np.ndarray) -> dict[str, str]:
+    """``param_homes`` of per-op homes (a device index per op, -1: its own device): every name an op owns.
+
+    >>> g = OpGraph.from_edges(["a", "b"], [("a", "b", 4)], param_bytes=[8, 8])
+    >>> g.params = [["w", "b"], ["w", "v"]]
+    >>> homes_by_name(g, ["cpu:0", "gpu:0"], [0, 0])
+    {'w': 'cpu:0', 'b': 'cpu:0', 'v': 'cpu:0'}
+    """
+    homes = np.asarray(homes, dtype=np.int64)
+    if homes.shape != (graph.num_ops,):
+        raise PlacerError(f"homes: {homes.shape[0] if homes.ndim else 0} entries for {graph.num_ops} ops")
+    if homes.size and (homes.min() < -1 or homes.max() >= len(devices)):
+        raise PlacerError(f"homes: device index out of range [-1, {len(devices)})")
+    return {name: devices[homes[i]] for name, i in param_owners(graph).items() if homes[i] >= 0}
 
 
 def _check_meta(meta: Any, source: str) -> dict[str, Any]:

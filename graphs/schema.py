@@ -226,7 +226,7 @@ def _digits(x: Any) -> str:
 
 # ------------------------------------------------------------ option values
 # The same rules for values given on a command line or to a Python API
-# (placer.checks, envs.real.measured's timeouts): one line "<option> <value>: must ...".
+# (placer.option_checks, envs.real.measured's timeouts): one line "<option> <value>: must ...".
 def check_int(value: object, option: str, *, least: int | None = None, most: int | None = None) -> int:
     """``value`` if it is an integer (not a bool) in ``[least, most]``, else PlacerError."""
     if isinstance(value, bool) or not isinstance(value, numbers.Integral):

@@ -84,6 +84,18 @@ def _images(batch: int, side: int, classes: int) -> Callable[[Any], tuple]:
     return make
 
 
+def _nmt(layers: int) -> ZooModel:
+    """The attentional encoder-decoder LSTM NMT of the paper, ``layers`` layers deep."""
+    return ZooModel(
+        f"attentional encoder-decoder LSTM NMT, {layers} layers (vocab 40k, hidden 1024, 30 steps, batch 64)",
+        "nmt",
+        "NMT",
+        dict(num_layers=layers, src_vocab=40_000, tgt_vocab=40_000, hidden_size=1024),
+        _tokens(64, 30, 40_000, 3),
+        dict(batch_size=64, seq_len=30, hidden_size=1024, vocab_size=40_000, layers=layers),
+    )
+
+
 _ZOO: dict[str, ZooModel] = {
     "rnnlm": ZooModel(
         "2-layer LSTM language model (vocab 50k, hidden 2048, 40 steps, batch 64)",
@@ -93,22 +105,8 @@ _ZOO: dict[str, ZooModel] = {
         _tokens(64, 40, 50_000, 2),
         dict(batch_size=64, seq_len=40, hidden_size=2048, vocab_size=50_000),
     ),
-    "nmt-2": ZooModel(
-        "attentional encoder-decoder LSTM NMT, 2 layers (vocab 40k, hidden 1024, 30 steps, batch 64)",
-        "nmt",
-        "NMT",
-        dict(num_layers=2, src_vocab=40_000, tgt_vocab=40_000, hidden_size=1024),
-        _tokens(64, 30, 40_000, 3),
-        dict(batch_size=64, seq_len=30, hidden_size=1024, vocab_size=40_000, layers=2),
-    ),
-    "nmt-4": ZooModel(
-        "attentional encoder-decoder LSTM NMT, 4 layers (vocab 40k, hidden 1024, 30 steps, batch 64)",
-        "nmt",
-        "NMT",
-        dict(num_layers=4, src_vocab=40_000, tgt_vocab=40_000, hidden_size=1024),
-        _tokens(64, 30, 40_000, 3),
-        dict(batch_size=64, seq_len=30, hidden_size=1024, vocab_size=40_000, layers=4),
-    ),
+    "nmt-2": _nmt(2),
+    "nmt-4": _nmt(4),
     "inception-v3": ZooModel(
         "Inception-v3 with auxiliary classifier (299x299, batch 32)",
         "inception",

@@ -48,6 +48,7 @@ from torch import nn
 
 from envs.microbatch import check_inflight, check_microbatches
 from envs.real.alignment import ProgramPlan, carry_plan
+from envs.real.homes import homes_apart
 from envs.real.pipeline import stage_names
 from envs.real.placed_model import Pipelining, build_placed_model, unwrap  # noqa: F401  (placer.apply.unwrap)
 from envs.real.shapes import ShapeError  # noqa: F401  (what a placed module raises at sizes it cannot take)
@@ -90,6 +91,9 @@ def apply(
       differentiable copies); those that stay on their device are the model's own
       tensors, like ``model.to(device)`` makes them; build the optimizer on the
       *returned* module's parameters. :func:`unwrap` gives the model back, sharing them all;
+    * a parameter the placement gives a home apart from its op (``placement.param_homes``, one
+      microbatch) lives there, with its gradient: the optimizer steps it where it lives (the
+      host's Adam for a host home), and its op reads a copy made ahead of it (:mod:`envs.real.homes`);
     * buffers (batch-norm running statistics) update in place as in the model;
     * the train/eval mode is the one the model had when this was called;
     * random ops (dropout) draw from their placed device's generator, so their
@@ -178,7 +182,10 @@ def apply(
     stages = stage_names(captured, assignment, names) if W < M else []
     plan = ProgramPlan(assignment, names, stages)
     pipelining = Pipelining(M, W, batch_dim, loss_reduction)
-    return build_placed_model(model, example_inputs, ep, captured, plan, device_map, options, pipelining, dynamic)
+    homes = homes_apart(placement, captured)  # its parameters' homes apart from their ops (envs.real.homes)
+    return build_placed_model(
+        model, example_inputs, ep, captured, plan, device_map, options, pipelining, dynamic, homes
+    )
 
 
 def _export_options(graph: OpGraph | None, decompose: bool | None, unroll_rnn: bool | None) -> dict[str, bool]:

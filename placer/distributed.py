@@ -33,7 +33,7 @@ import numpy as np
 from envs.real.distributed.rank_plan import RankPlan, check_batched, compile_plan
 from graphs import OpGraph, PlacerError
 from graphs.plan import Placement, as_indices
-from placer.sources import stand_in_loss
+from graphs.sources import stand_in_loss
 
 
 def compile_for_model(

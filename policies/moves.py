@@ -15,7 +15,7 @@ loads of both, the bytes it exchanges with ops on each, the target's memory,
 the item's size and place in the order, and the change the simulator reported
 the last time the same move was tried (``MoveMemory``). :class:`MoveCritic`, a
 small network, predicts from them the relative change of the step time; the
-search loop (:mod:`placer.learn.moves`) simulates the moves it ranks best and
+search loop (:mod:`placer.learn.move_search`) simulates the moves it ranks best and
 trains it on what the simulator returns. The network does the forward only;
 the loss and the update are the loop's.
 

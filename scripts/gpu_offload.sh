@@ -5,6 +5,8 @@
 #     bash scripts/gpu_offload.sh profile  [options...]    # about 2 minutes (estimated): the calibration
 #     bash scripts/gpu_offload.sh rivals   [options...]    # about 6 minutes on one H100
 #     bash scripts/gpu_offload.sh finetune [options...]    # about 5 minutes
+#     bash scripts/gpu_offload.sh homes --scenario llama-256k --cap 8   # one model at one cap (24, 16, 8; llama-3b
+#                                                                      # too): plans with parameter homes, measured
 #
 # The stage works in runs/offload, started from docs/offload when the checkout has it (what earlier calls
 # measured: their measurements are read back, not taken again). Writes under $OUT (at most 8 files come
@@ -14,7 +16,7 @@
 #
 #     rm -rf docs/offload && tar xzf <files_at>/offload.tgz -C docs/ && python -m bench.gpu_offload report --out-dir docs/offload
 set -o pipefail
-STAGE=${1:?usage: bash scripts/gpu_offload.sh profile|rivals|finetune [options]}
+STAGE=${1:?usage: bash scripts/gpu_offload.sh profile|rivals|finetune|homes [options]}
 shift
 cd "$(dirname "$0")/.." || exit 2
 OUT=${OUT:-runs/gpu_out}
@@ -26,6 +28,13 @@ if [ -d docs/offload ] && [ ! -e runs/offload ]; then cp -r docs/offload runs/of
   nproc; free -g | head -2
   python3 -c "import sys, torch, transformers, accelerate; print('python', sys.version.split()[0], 'torch', torch.__version__, 'transformers', transformers.__version__, 'accelerate', accelerate.__version__, 'cuda', torch.cuda.is_available())"
 } 2>&1 | tee "$OUT/log-$STAGE.txt"
+if [ "$STAGE" = homes ]; then  # bench/offload_homes_measure.py: its rows under runs/offload_homes, then offload_homes.tgz
+  PYTHONUNBUFFERED=1 timeout --signal=INT "${DEADLINE:-450}" \
+    python3 -m bench.offload_homes_measure --out-dir runs/offload_homes --deadline 360 "$@" 2>&1 | grep --line-buffered -v "FutureWarning\|warnings.warn" | tee -a "$OUT/log-$STAGE.txt"
+  status=$?
+  tar czf "$OUT/offload_homes.tgz" -C runs offload_homes
+  exit $status
+fi
 PYTHONUNBUFFERED=1 timeout --signal=INT "${DEADLINE:-450}" \
   python3 -m bench.gpu_offload "$STAGE" --out-dir runs/offload "$@" 2>&1 | grep --line-buffered -v "FutureWarning\|warnings.warn" | tee -a "$OUT/log-$STAGE.txt"
 status=$?

@@ -3,8 +3,23 @@
 from __future__ import annotations
 
 import os
+import sys
+from pathlib import Path
 
 import pytest
+
+
+def importable_module(directory: Path, monkeypatch: pytest.MonkeyPatch, name: str, source: str) -> Path:
+    """Write module ``name`` (the text ``source``) into ``directory``, make that the working directory and put it on
+    ``sys.path``, forgetting a module of that name an earlier test imported; returns ``directory``.
+
+    What a user does before passing ``name:build`` as a SOURCE.
+    """
+    (directory / f"{name}.py").write_text(source)
+    monkeypatch.chdir(directory)
+    monkeypatch.syspath_prepend(str(directory))
+    sys.modules.pop(name, None)
+    return directory
 
 
 @pytest.fixture(scope="session")

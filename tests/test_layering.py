@@ -110,17 +110,20 @@ def cycles(srcs: dict[str, str]) -> list[list[str]]:
     return found
 
 
+def absolute_imports(node: ast.AST) -> list[str]:
+    """The modules an ``import`` or absolute ``from ... import`` node names (none for any other node)."""
+    if isinstance(node, ast.Import):
+        return [a.name for a in node.names]
+    if isinstance(node, ast.ImportFrom) and not node.level:
+        return [node.module or ""]
+    return []
+
+
 def ray_importers(srcs: dict[str, str]) -> list[str]:
     out = []
     for name, source in srcs.items():
         for node in ast.walk(ast.parse(source)):
-            names = (
-                [a.name for a in node.names]
-                if isinstance(node, ast.Import)
-                else [node.module or ""]
-                if isinstance(node, ast.ImportFrom) and not node.level
-                else []
-            )
+            names = absolute_imports(node)
             if any(n.split(".")[0] == "ray" for n in names):
                 out.append(name)
                 break
@@ -186,7 +189,7 @@ def test_ray_is_imported_by_the_measured_env_and_the_ray_package_only():
     "module, planted",
     [
         ("graphs.ir", "from envs.cluster import Cluster"),
-        ("envs.cost", "def f():\n    from policies import POLICIES\n"),
+        ("envs.sim.cost", "def f():\n    from policies import POLICIES\n"),
         ("policies.base", "from placer.methods import registry"),
         ("graphs.dag", "if True:\n    import placer\n"),
     ],

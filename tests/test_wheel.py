@@ -11,6 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.test_layering import absolute_imports
+
 ROOT = Path(__file__).resolve().parents[1]
 PRODUCT = {"graphs", "envs", "policies", "placer"}
 #: benchmark and report harnesses that once shipped inside the product packages (now bench/)
@@ -69,13 +71,7 @@ def test_the_product_never_imports_bench_or_scripts():
     for package in sorted(PRODUCT):
         for path in sorted((ROOT / package).rglob("*.py")):
             for node in ast.walk(ast.parse(path.read_text(), str(path))):
-                names = (
-                    [a.name for a in node.names]
-                    if isinstance(node, ast.Import)
-                    else [node.module or ""]
-                    if isinstance(node, ast.ImportFrom) and not node.level
-                    else []
-                )
+                names = absolute_imports(node)
                 bad += [
                     f"{path.relative_to(ROOT)}: {n}" for n in names if n.split(".")[0] in ("bench", "scripts", "tests")
                 ]

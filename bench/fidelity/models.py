@@ -22,6 +22,22 @@ TUNED = ("rnnlm", "nmt-2", "resnet50")
 #: Held out: two zoo models and two architectures from outside the zoo (graphs.models.corpus families).
 HELD_OUT = ("gpt2", "nmt-4", "llama", "bert")
 
+
+def _nmt_entry(layers: int, vocab: int, hidden: int, batch: int, steps: int) -> tuple:
+    """The zoo's NMT, ``layers`` deep, at a size: :func:`build`'s ``(module, class, kwargs, inputs)``."""
+    kwargs = dict(num_layers=layers, src_vocab=vocab, tgt_vocab=vocab, hidden_size=hidden)
+    return "graphs.models.nmt", "NMT", kwargs, ("tokens", batch, steps, vocab, 3)
+
+
+def _hf_entry(
+    family: str, vocab: int, hidden: int, ffn: int, layers: int, positions: int, batch: int, steps: int, **config: Any
+) -> tuple:
+    """A Hugging Face Llama or BERT at a size (4 heads; ``config``: the rest of its config): :func:`build`'s entry."""
+    sizes = dict(vocab_size=vocab, hidden_size=hidden, intermediate_size=ffn, num_hidden_layers=layers)
+    config = dict(sizes, num_attention_heads=4, max_position_embeddings=positions, **config)
+    return "hf", family, config, ("tokens", batch, steps, vocab, 2)
+
+
 SMALL = {
     "rnnlm": (
         "graphs.models.rnnlm",
@@ -29,18 +45,8 @@ SMALL = {
         dict(vocab_size=2000, hidden_size=128, num_layers=2),
         ("tokens", 16, 10, 2000, 2),
     ),
-    "nmt-2": (
-        "graphs.models.nmt",
-        "NMT",
-        dict(num_layers=2, src_vocab=2000, tgt_vocab=2000, hidden_size=128),
-        ("tokens", 16, 8, 2000, 3),
-    ),
-    "nmt-4": (
-        "graphs.models.nmt",
-        "NMT",
-        dict(num_layers=4, src_vocab=2000, tgt_vocab=2000, hidden_size=128),
-        ("tokens", 16, 8, 2000, 3),
-    ),
+    "nmt-2": _nmt_entry(2, vocab=2000, hidden=128, batch=16, steps=8),
+    "nmt-4": _nmt_entry(4, vocab=2000, hidden=128, batch=16, steps=8),
     "gpt2": (
         "graphs.models.gpt2",
         "GPT2",
@@ -49,33 +55,10 @@ SMALL = {
     ),
     "resnet50": ("graphs.models.resnet", "ResNet50", dict(num_classes=100), ("images", 4, 64, 100)),
     "inception-v3": ("graphs.models.inception", "InceptionV3", dict(num_classes=100), ("images", 2, 299, 100)),
-    "llama": (
-        "hf",
-        "llama",
-        dict(
-            vocab_size=2000,
-            hidden_size=64,
-            intermediate_size=128,
-            num_hidden_layers=2,
-            num_attention_heads=4,
-            num_key_value_heads=2,
-            max_position_embeddings=64,
-        ),
-        ("tokens", 4, 32, 2000, 2),
+    "llama": _hf_entry(
+        "llama", vocab=2000, hidden=64, ffn=128, layers=2, positions=64, batch=4, steps=32, num_key_value_heads=2
     ),
-    "bert": (
-        "hf",
-        "bert",
-        dict(
-            vocab_size=2000,
-            hidden_size=64,
-            intermediate_size=128,
-            num_hidden_layers=2,
-            num_attention_heads=4,
-            max_position_embeddings=64,
-        ),
-        ("tokens", 4, 32, 2000, 2),
-    ),
+    "bert": _hf_entry("bert", vocab=2000, hidden=64, ffn=128, layers=2, positions=64, batch=4, steps=32),
 }
 # Between the toy sizes and the zoo's: steps of tens of ms on one GPU (host-bound eager launches) and of
 # 0.1-0.3 s on a 16-core host, so that a placement's CPU/GPU split moves its step time.
@@ -86,18 +69,8 @@ MEDIUM = {
         dict(vocab_size=8000, hidden_size=512, num_layers=2),
         ("tokens", 32, 20, 8000, 2),
     ),
-    "nmt-2": (
-        "graphs.models.nmt",
-        "NMT",
-        dict(num_layers=2, src_vocab=8000, tgt_vocab=8000, hidden_size=512),
-        ("tokens", 32, 15, 8000, 3),
-    ),
-    "nmt-4": (
-        "graphs.models.nmt",
-        "NMT",
-        dict(num_layers=4, src_vocab=8000, tgt_vocab=8000, hidden_size=512),
-        ("tokens", 32, 15, 8000, 3),
-    ),
+    "nmt-2": _nmt_entry(2, vocab=8000, hidden=512, batch=32, steps=15),
+    "nmt-4": _nmt_entry(4, vocab=8000, hidden=512, batch=32, steps=15),
     "gpt2": (
         "graphs.models.gpt2",
         "GPT2",
@@ -106,33 +79,10 @@ MEDIUM = {
     ),
     "resnet50": ("graphs.models.resnet", "ResNet50", dict(num_classes=1000), ("images", 8, 128, 1000)),
     "inception-v3": ("graphs.models.inception", "InceptionV3", dict(num_classes=1000), ("images", 4, 299, 1000)),
-    "llama": (
-        "hf",
-        "llama",
-        dict(
-            vocab_size=8000,
-            hidden_size=256,
-            intermediate_size=688,
-            num_hidden_layers=4,
-            num_attention_heads=4,
-            num_key_value_heads=2,
-            max_position_embeddings=256,
-        ),
-        ("tokens", 8, 128, 8000, 2),
+    "llama": _hf_entry(
+        "llama", vocab=8000, hidden=256, ffn=688, layers=4, positions=256, batch=8, steps=128, num_key_value_heads=2
     ),
-    "bert": (
-        "hf",
-        "bert",
-        dict(
-            vocab_size=8000,
-            hidden_size=256,
-            intermediate_size=1024,
-            num_hidden_layers=4,
-            num_attention_heads=4,
-            max_position_embeddings=256,
-        ),
-        ("tokens", 8, 128, 8000, 2),
-    ),
+    "bert": _hf_entry("bert", vocab=8000, hidden=256, ffn=1024, layers=4, positions=256, batch=8, steps=128),
 }
 SIZES = {"small": SMALL, "medium": MEDIUM}  # and "full": the zoo's own sizes
 

@@ -43,6 +43,7 @@ def build_placed_model(
     options: dict[str, Any],
     pipelining: Pipelining = Pipelining(),
     dynamic: Any = "auto",
+    homes: dict[str, str] | None = None,
 ) -> nn.Module:
     """The placed module of a checked ``plan`` of ``graph``, the OpGraph of program ``ep`` (the model at the example).
 
@@ -52,12 +53,17 @@ def build_placed_model(
     program (:func:`envs.real.alignment.carry_plan`). ``dynamic``: build the program
     with dynamic dimensions on the first call at other sizes (``"auto"``), now
     (True: a model that allows none raises here), or never (False: other sizes
-    raise :class:`envs.real.shapes.ShapeError`).
+    raise :class:`envs.real.shapes.ShapeError`). ``homes``: parameter name -> the logical
+    device it lives on apart from its reader (:mod:`envs.real.homes`; one microbatch only);
+    the programs for other sizes read those parameters where they live through ordinary
+    copies, kept from the forward to the backward.
     """
     if not (isinstance(dynamic, bool) or dynamic == "auto"):
         raise PlacerError(f"dynamic {dynamic!r}: must be 'auto', True or False")
+    if homes and pipelining.microbatches > 1:
+        raise PlacerError("param_homes: parameters apart from their ops run with one microbatch (not pipelined plans)")
     if pipelining.microbatches == 1:
-        placed = place_module(ep, plan.assignment, device_map, order=plan.order)
+        placed = place_module(ep, plan.assignment, device_map, order=plan.order, homes=homes)
         _by_size(placed, [], model, example_inputs, options, graph, plan, device_map, dynamic)
         return placed
     M, W, batch_dim, reduction = pipelining

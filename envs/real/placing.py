@@ -15,6 +15,9 @@ names, i.e. ``OpGraph.names``:
 * a parameter or buffer lives on the device of its first consumer (the op that
   "owns" it in ``OpGraph.param_bytes``); other consumers read a differentiable
   ``.to()`` copy, so gradients flow back into the one master tensor;
+* a parameter the plan gives a home apart from its reader (``homes``) lives there,
+  and its reader reads a copy made ahead of it on a side stream, freed after it and
+  made again for its backward, its gradient sent home (:mod:`envs.real.homes`);
 * an op that writes into a copied tensor in place (``add_``, the running
   statistics of ``aten.batch_norm``) is followed by a write-back into the master,
   and stale copies of a written tensor are never reused;
@@ -36,6 +39,7 @@ Transfers are decided on *logical* devices, so a map of every logical device to
 from __future__ import annotations
 
 import copy
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -45,6 +49,7 @@ from torch import nn
 
 from envs.real.devices import check_available, resolve_devices
 from envs.real.global_state import keep_global_state
+from envs.real.homes import HOME_COPY_META, home_master, insert_home_copies
 from envs.real.reorder import alias_roots, reorder, written_nodes
 from envs.real.transfers import to_device, write_back
 from graphs import PlacerError
@@ -66,6 +71,7 @@ def place_module(
     device_map: Mapping[str, str] | str | None = None,
     order: Sequence[str] | None = None,
     shared: SharedTensors | None = None,
+    homes: Mapping[str, str] | None = None,
 ) -> fx.GraphModule:
     """An ``nn.Module`` running ``ep`` with op ``name`` on logical device ``assignment[name]``.
 
@@ -77,23 +83,27 @@ def place_module(
     ``order``: op names in issue order (validated by :func:`graphs.plan.check_order`
     against the OpGraph by the caller); ``None`` keeps node order. ``shared``: the
     placed tensors of another program of the same model (:data:`SharedTensors`),
-    read instead of this program's own, where they live.
+    read instead of this program's own, where they live. ``homes``: parameter name ->
+    the logical device it lives on where that is not its reader's (a plan's
+    ``param_homes``; the parameter, its gradient and optimizer state live there).
     """
     gm = ep.module()
-    torch_devices = resolve_devices(sorted(set(assignment.values())), device_map)
+    homes = dict(homes or {})
+    torch_devices = resolve_devices(sorted(set(assignment.values()) | set(homes.values())), device_map)
     check_available(torch_devices)
     graph = gm.graph
-    home, tensor_of = _home_parameters(gm, assignment, torch_devices, shared or {})
+    home, tensor_of, apart = _home_parameters(gm, assignment, torch_devices, shared or {}, homes)
     gm.meta[HOMES_META] = {str(n.target): device for n, device in home.items()}
     # The issue order (the owners above stay those of node order, as in OpGraph.param_bytes).
     if order is not None:
         reorder(graph, order)
+    insert_home_copies(gm, apart, torch_devices, home)
     nodes = list(graph.nodes)
     gm.meta[ORDER_META] = [n.name for n in nodes if n.op == "call_function" and n.name in assignment]
     copies = _Copies(graph, home, tensor_of)
     body_device: dict[str, torch.device] = {}  # a higher-order op's body (submodule name) -> its op's device
     for node in nodes:
-        if node.op == "call_function":
+        if node.op == "call_function" and not node.meta.get(HOME_COPY_META):
             _place_node(gm, node, assignment, torch_devices, home, copies, body_device)
     for target, torch_device in body_device.items():
         # ep.module() shares the bodies with the exported program (and every module built from it): place a copy.
@@ -167,13 +177,19 @@ def _moved(t: torch.Tensor, torch_device: torch.device) -> torch.Tensor:
 
 
 def _home_parameters(
-    gm: fx.GraphModule, assignment: Mapping[str, str], torch_devices: Mapping[str, torch.device], shared: SharedTensors
-) -> tuple[dict[fx.Node, str], dict[fx.Node, Any]]:
-    """Move each parameter and buffer to its owner's device: the first placed op reading it (tied weights share one).
+    gm: fx.GraphModule,
+    assignment: Mapping[str, str],
+    torch_devices: Mapping[str, torch.device],
+    shared: SharedTensors,
+    homes: Mapping[str, str],
+) -> tuple[dict[fx.Node, str], dict[fx.Node, Any], dict[fx.Node, tuple[str, nn.Parameter]]]:
+    """Move each parameter and buffer to its owner's device: the first placed op reading it (tied weights share one);
+    a parameter named in ``homes`` with another device, there (:func:`envs.real.homes.home_master`).
 
     A tensor in ``shared`` is not moved: the program reads that tensor, on its device.
     Returns the logical device of each ``get_attr`` node that now holds a tensor,
-    and what each ``get_attr`` node names (a tensor, a submodule, ...).
+    what each ``get_attr`` node names (a tensor, a submodule, ...), and the parameters
+    living apart from their owner (node -> the owner's logical device and the master).
     """
     nodes = list(gm.graph.nodes)
     attr_nodes = [n for n in nodes if n.op == "get_attr"]
@@ -190,6 +206,8 @@ def _home_parameters(
         owner_by_id.setdefault(id(tensor_of[n]), device)
     home: dict[fx.Node, str] = {}
     moved_by_id: dict[int, torch.Tensor] = {}
+    apart: dict[fx.Node, tuple[str, nn.Parameter]] = {}
+    names_of = Counter(id(tensor_of[n]) for n in attr_nodes)
     for n in attr_nodes:
         fqn, t = str(n.target), tensor_of[n]
         if fqn in shared:
@@ -200,11 +218,19 @@ def _home_parameters(
         device = owner_by_id.get(id(t))
         if device is None or not isinstance(t, torch.Tensor):
             continue
+        if isinstance(t, nn.Parameter) and homes.get(fqn, device) != device:
+            if names_of[id(t)] > 1:
+                raise PlacerError(f"param_homes: {fqn} is tied to another name; tied parameters live with their ops")
+            apart[n] = (device, home_master(t, torch_devices[homes[fqn]]))
+            home[n] = homes[fqn]
+            tensor_of[n] = apart[n][1]
+            set_module_tensor(gm, fqn, apart[n][1])
+            continue
         home[n] = device
         if id(t) not in moved_by_id:
             moved_by_id[id(t)] = _moved(t, torch_devices[device])
         set_module_tensor(gm, fqn, moved_by_id[id(t)])
-    return home, tensor_of
+    return home, tensor_of, apart
 
 
 def _is_number(node: fx.Node) -> bool:

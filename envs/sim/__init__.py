@@ -25,6 +25,9 @@ Rules, reference | kernel:
 * out of memory, the optimizer step's temporaries included: ``step_result.py:step_result`` |
   ``kernel_memory.py:over_capacity``
 * the optimizer step after the backward: ``cost.py:update_time_s`` | ``kernel.py:update_time_s``
+* parameter homes (parameters that live on the host, read on a GPU): copied in on a side stream before the forward
+  and again before the backward, the gradient sent home: ``homes.py:HomeCopies`` | ``kernel_homes.py:home_copy``;
+  their bytes on the GPU: ``homes.py:home_memory_events`` | ``kernel_homes.py:home_events``
 * one placement's schedule under either model: ``schedule.py:schedule_reference`` | ``kernel.py:KernelData.schedule``
 
 Rules in Python only:

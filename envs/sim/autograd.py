@@ -108,10 +108,11 @@ class BackwardCall:
         heapq.heappush(self.future[self.thread(task)], (self.ready[task], task))
 
     def run(self) -> float:
-        """Dispatch every task of the call, then time what runs nothing; returns when ``backward()`` does."""
+        """Dispatch every task of the call, then time what runs nothing; returns when ``backward()`` does (and the
+        gradients sent home have arrived, :mod:`envs.sim.homes`)."""
         self._dispatch_all()
         self._silent()
-        return max(self.clock)
+        return max(max(self.clock), self.r.homes.last_end_s() if self.r.homes else 0.0)
 
     def _dispatch_all(self) -> None:
         while True:
@@ -156,10 +157,14 @@ class BackwardCall:
         hd, he = self.host_op
         done = now + issue + float(hc.contention_issue[hd]) * max(0.0, min(now + issue, he) - now)
         self.clock[th] = done
-        s = max(done, r.free[d])
+        # its parameters copied again from their home first (envs.sim.homes)
+        fetched = r.homes.refetch_in(j, d, now, r.link, lambda u: r.end[r.bwd_id(u)]) if r.homes else 0.0
+        s = max(done, r.free[d], fetched)
         e = s + float(r.bwd_t[j, d])
         r.free[d] = e
         r.start[task], r.end[task] = s, e
+        if r.homes:
+            r.homes.send_home(j, d, e, r.link)
         self._issued(j, done, e)
 
     def _blocking_copy(self, th: int, task: int, now: float) -> float:

@@ -15,8 +15,10 @@ forward and its consumers' backward, and a device runs one op at a time.
   devices differ (a slow host CPU is worth little). Identical devices share a
   weight; with two kinds of device the best ``λ`` is found exactly, with more by
   exponentiated-gradient ascent (every iterate is a valid bound; the best is kept);
-* update bound: the largest single parameter-owning op's best update time, and
-  the total parameter traffic spread over the aggregate memory bandwidth;
+* update bound: the largest single parameter-owning op's best update time, the
+  total parameter traffic spread over the aggregate memory bandwidth, and, where
+  the GPUs cannot hold every parameter's state, the host's update of what must
+  live there (with its op or as its home, :mod:`envs.sim.homes`);
 * communicating path (:func:`communicating_path_s`): the critical path where each
   op may sit on any device but an edge between two devices pays its copy, each
   way (an op waits for its inputs' copies, a backward task for its consumers'
@@ -151,14 +153,27 @@ def communicating_path_s(
 
 
 def update_bound_s(graph: OpGraph, cluster: Cluster) -> float:
-    """No placement updates its parameters faster than this after the backward pass."""
+    """No placement updates its parameters faster than this after the backward pass.
+
+    The largest op's parameters on their fastest device; all of them spread over every device's memory bandwidth;
+    and what the GPUs cannot hold: a placement that fits keeps each parameter's state (``4 x`` its bytes,
+    :func:`envs.sim.cost.static_bytes`) on the device its op runs on or on its home (:mod:`envs.sim.homes`) for the
+    whole step, so at least ``P - C / 4`` of the ``P`` parameter bytes live on host devices when the GPUs hold
+    ``C`` bytes in all, and their Adam step runs there (spread over the hosts' bandwidth).
+    """
     p = graph.param_bytes.astype(np.float64)
     if not np.any(p > 0):
         return 0.0
     per_op = cost.update_time_s(p[p > 0, None], cluster.launch_overhead_s[None, :], cluster.mem_bw_bytes_per_s[None, :])
     largest = float(per_op.min(axis=1).max())
     spread = float(cost.update_time_s(p.sum(), 0.0, cluster.mem_bw_bytes_per_s.sum()))  # no launch: a bound
-    return max(largest, spread)
+    host = np.asarray(cluster.kinds) == "cpu"
+    state_per_byte = float(cost.static_bytes(graph).sum() - graph.buffer_bytes.sum()) / p.sum()
+    on_hosts = p.sum() - float(cluster.memory_bytes[~host].sum()) / state_per_byte
+    forced = 0.0
+    if host.any() and on_hosts > 0:
+        forced = float(cost.update_time_s(on_hosts, 0.0, cluster.mem_bw_bytes_per_s[host].sum()))
+    return max(largest, spread, forced)
 
 
 def ancestor_sums(graph: OpGraph, cost_s: np.ndarray, exact_ops: int = 12_000) -> np.ndarray:

@@ -49,6 +49,7 @@ import numpy as np
 
 from envs.sim.autograd import BackwardCall
 from envs.sim.cost import HostCosts, no_host_costs
+from envs.sim.homes import HomeCopies
 from envs.sim.tasks import Schedule, collect_schedule, transfer_keys
 from graphs.ir import OpGraph
 
@@ -57,7 +58,18 @@ class EagerRun:
     """The eager model's state while the host program runs: task times, streams, links, sequence numbers."""
 
     def __init__(
-        self, graph, op_devices, fwd_t, bwd_t, latency_s, bandwidth_bytes_per_s, host, issue, grad, hc: HostCosts
+        self,
+        graph,
+        op_devices,
+        fwd_t,
+        bwd_t,
+        latency_s,
+        bandwidth_bytes_per_s,
+        host,
+        issue,
+        grad,
+        hc: HostCosts,
+        homes: HomeCopies | None = None,
     ) -> None:
         n, D = graph.num_ops, latency_s.shape[0]
         self.n, self.D = n, D
@@ -76,6 +88,7 @@ class EagerRun:
         self.link: dict[tuple[int, int], float] = {}
         self.seq: dict[int, int] = {}  # backward task id -> autograd sequence number
         self.counter = 0
+        self.homes = homes  # parameters that live apart from their ops (envs.sim.homes), or None
 
     # task ids (envs.sim.tasks)
     def act_id(self, u: int, d: int) -> int:
@@ -133,6 +146,8 @@ class EagerRun:
                 u = int(self.in_src[k])
                 if p[u] != b and self.act_id(u, b) not in self.start:
                     h = self.copy_in(u, b, h)
+            # its parameters' copy from their home, on the side stream (envs.sim.homes)
+            fetched = self.homes.fetch_in(i, b, h, self.link, self.end) if self.homes else 0.0
             self.seq[self.bwd_id(i)] = self.counter
             self.counter += 1
             run_s = float(self.fwd_t[i, b])
@@ -142,7 +157,7 @@ class EagerRun:
                 h = free[b] = e
             else:
                 h += float(self.issue[0][i, b])  # the host issues the kernel
-                s = max(h, free[b])
+                s = max(h, free[b], fetched)
                 e = s + run_s
                 free[b] = e
             self.start[i], self.end[i] = s, e
@@ -169,6 +184,7 @@ def eager_reference(
     segments=None,
     grad=None,
     host_costs: HostCosts | None = None,
+    homes: HomeCopies | None = None,
 ) -> Schedule:
     """The eager schedule of the module docstring, step by step.
 
@@ -177,12 +193,14 @@ def eager_reference(
     forwards of ``order[lo:hi]``, kind 1 makes one ``backward()`` call over them.
     Default: one forward over everything, then one backward. ``grad``: which ops
     have a backward (default all). ``host_costs``: :func:`envs.sim.cost.host_costs`
-    (default none: no staging, no contention).
+    (default none: no staging, no contention). ``homes``: the step's parameter homes (:mod:`envs.sim.homes`).
     """
     n, D = graph.num_ops, latency_s.shape[0]
     grad = np.ones(n, dtype=bool) if grad is None else np.asarray(grad, dtype=bool)
     hc = no_host_costs(D) if host_costs is None else host_costs
-    run = EagerRun(graph, op_devices, fwd_t, bwd_t, latency_s, bandwidth_bytes_per_s, host, issue, grad.tolist(), hc)
+    run = EagerRun(
+        graph, op_devices, fwd_t, bwd_t, latency_s, bandwidth_bytes_per_s, host, issue, grad.tolist(), hc, homes
+    )
     order = [int(i) for i in np.asarray(order).tolist()]
     program = (
         [(0, 0, n), (1, 0, n)] if segments is None else [tuple(int(v) for v in row) for row in np.asarray(segments)]
@@ -190,6 +208,10 @@ def eager_reference(
     h = 0.0  # the host thread's clock
     for kind, lo, hi in program:
         h = (run.forward if kind == 0 else run.backward)(order[lo:hi], h)
-    return collect_schedule(
+    schedule = collect_schedule(
         np.asarray(op_devices, dtype=np.int64), run.keys, run.start, run.end, run.act_id, run.grad_id, update_s, grad
     )
+    if homes is not None:
+        schedule.homes = homes.times(schedule.fwd_end_s)
+        schedule.backward_end_s = max(schedule.backward_end_s, homes.last_end_s())
+    return schedule

@@ -21,6 +21,7 @@ import numpy as np
 from envs.cluster import Cluster
 from envs.sim import cost
 from envs.sim.compiled import HAVE_NUMBA, njit  # noqa: F401  (HAVE_NUMBA: re-exported)
+from envs.sim.homes import HomeTimes
 from envs.sim.kernel_dataflow import dataflow_schedule
 from envs.sim.kernel_eager import eager_schedule
 from envs.sim.kernel_memory import over_capacity
@@ -61,6 +62,7 @@ def _batch(
     static_b,
     act_b,
     param_b,
+    moved_b,
     cap,
     launch,
     membw,
@@ -78,6 +80,7 @@ def _batch(
     want_over,
     over,
     kept,
+    homes_rows,
 ):
     """Step time and OOM flag of every row of ``op_devices`` (a ``[K, n]`` batch).
 
@@ -86,7 +89,8 @@ def _batch(
     ``segs[k, :nseg[k]]`` (or row 0's for every row); else :func:`envs.sim.kernel_dataflow.dataflow_schedule`.
     ``want_over``: fill ``over[k]``, for an OOM row, with the largest peak over
     capacity among the devices that overflow; otherwise the check stops at the
-    first overflowing device.
+    first overflowing device. ``homes_rows``: per row (or row 0 for every row), the home device of each
+    offloaded op's parameters, -1 for the others (:mod:`envs.sim.kernel_homes`).
     """
     nD = n * D
     pend_f = np.zeros(n, dtype=np.int64)
@@ -112,13 +116,17 @@ def _batch(
     ub = np.zeros(D, dtype=np.int64)
     mx = np.zeros(D, dtype=np.int64)  # each device's largest parameter (op)
     bytes_of, consumers, copies, ws = (
-        (param_b, static_b, act_b),
+        (param_b, static_b, act_b, moved_b),
         (out_ptr, out_dst),
         (tcount, tbytes, gpend),
         (pb, sb, ub, mx),
     )
+    ring = np.full(4 * D, -1, dtype=np.int64)
+    ht = np.zeros((6, n))
     for k in range(op_devices.shape[0]):
         p = op_devices[k]
+        hm = homes_rows[k] if homes_rows.shape[0] > 1 else homes_rows[0]
+        homes = (hm, param_b, ring, ht)
         if eager:
             order = orders[k] if orders.shape[0] > 1 else orders[0]
             q = k if segs.shape[0] > 1 else 0
@@ -154,6 +162,7 @@ def _batch(
                 free,
                 start,
                 end,
+                homes,
             )
         else:
             t_end = dataflow_schedule(
@@ -187,7 +196,7 @@ def _batch(
         for d in range(D):
             pb[d] = 0.0
         for i in range(n):
-            pb[p[i]] += param_b[i]
+            pb[hm[i] if hm[i] >= 0 else p[i]] += param_b[i]  # on its parameters' home
         update_s = 0.0
         for d in range(D):
             if pb[d] > 0:
@@ -196,7 +205,7 @@ def _batch(
                     update_s = device_update_s
         step_time_s[k] = t_end + update_s
         oom[k], over[k] = over_capacity(
-            p, n, D, bytes_of, host, cap, grad, kept, consumers, copies, start, end, want_over, ws
+            p, n, D, bytes_of, host, cap, grad, kept, consumers, copies, start, end, want_over, ws, homes
         )
         _reset(p, n, D, out_ptr, out_dst, tcount, tbytes, free)
 
@@ -249,6 +258,8 @@ class KernelData:
         self.static_b = np.asarray(static_bytes).astype(np.int64)
         self.act_b = np.asarray(act_bytes).astype(np.int64)
         self.param_b = g.param_bytes.astype(np.float64)
+        # the static bytes that live on an op's parameters' home (envs.sim.homes.param_devices): all but buffers
+        self.moved_b = self.static_b - g.buffer_bytes.astype(np.int64)
         self.cap = c.memory_bytes.astype(np.float64)
         self.launch = c.launch_overhead_s.astype(np.float64)
         self.membw = c.mem_bw_bytes_per_s.astype(np.float64)
@@ -264,10 +275,18 @@ class KernelData:
         )
         self.eager = executor == "eager"
         self.node_order = np.arange(self.n, dtype=np.int64)[None, :]
+        self.no_homes = np.full((1, self.n), -1, dtype=np.int64)
 
-    def update_s(self, op_devices: np.ndarray) -> np.ndarray:
-        """Optimizer-step seconds per device under ``op_devices`` (:func:`envs.sim.cost.update_times_s`)."""
-        return cost.update_times_s(np.bincount(op_devices, weights=self.param_b, minlength=self.D), self.cluster)
+    def update_s(self, param_devices: np.ndarray) -> np.ndarray:
+        """Optimizer-step seconds per device with each op's parameters on ``param_devices``
+        (:func:`envs.sim.cost.update_times_s`)."""
+        return cost.update_times_s(np.bincount(param_devices, weights=self.param_b, minlength=self.D), self.cluster)
+
+    def _homes(self, homes: np.ndarray | None) -> np.ndarray:
+        """Rows of home devices of offloaded ops (-1 elsewhere), ``[1 or K, n]`` int64."""
+        if homes is None:
+            return self.no_homes
+        return np.ascontiguousarray(np.atleast_2d(homes), dtype=np.int64)
 
     def _orders(self, order: np.ndarray | None) -> np.ndarray:
         if order is None:
@@ -290,11 +309,14 @@ class KernelData:
         order: np.ndarray | None = None,
         programs: list[np.ndarray] | None = None,
         over: np.ndarray | None = None,
+        homes: np.ndarray | None = None,
     ) -> tuple[np.ndarray, np.ndarray]:
         """``order``: None (node order), one issue order for every row, or one per row.
 
         ``programs``: one host program per row (eager; default this data's own for every row).
         ``over``: an array to fill with each OOM row's worst peak / capacity (0 for the others).
+        ``homes``: the home device of each offloaded op's parameters, -1 for the others, one row for every row
+        or one per row (default none).
         """
         op_devices = np.ascontiguousarray(op_devices, dtype=np.int64)
         K = op_devices.shape[0]
@@ -317,6 +339,7 @@ class KernelData:
             self.static_b,
             self.act_b,
             self.param_b,
+            self.moved_b,
             self.cap,
             self.launch,
             self.membw,
@@ -334,16 +357,24 @@ class KernelData:
             over is not None,
             over if over is not None else np.zeros(K),
             self.kept,
+            self._homes(homes),
         )
         return step_time_s, oom
 
     def schedule(
-        self, op_devices: np.ndarray, order: np.ndarray | None = None, program: np.ndarray | None = None
+        self,
+        op_devices: np.ndarray,
+        order: np.ndarray | None = None,
+        program: np.ndarray | None = None,
+        homes: np.ndarray | None = None,
     ) -> Schedule:
-        """The full schedule of one placement (``order``: its issue order; ``program``: its host program)."""
+        """The full schedule of one placement (``order``: its issue order; ``program``: its host program; ``homes``:
+        the home device of each offloaded op's parameters, -1 for the others)."""
         n, D = self.n, self.D
         nD = n * D
         p = np.ascontiguousarray(op_devices, dtype=np.int64)
+        hm = self._homes(homes)[0]
+        ht = np.zeros((6, n))
         ntask = 2 * n + 2 * nD
         start = np.zeros(ntask)
         end = np.zeros(ntask)
@@ -382,6 +413,7 @@ class KernelData:
                 np.zeros(D + D * D),
                 start,
                 end,
+                (hm, self.param_b, np.full(4 * D, -1, dtype=np.int64), ht),
             )
         else:
             t_end = dataflow_schedule(
@@ -428,5 +460,12 @@ class KernelData:
             xfer_start_s=both(start[2 * n + slots], start[2 * n + nD + slots]),
             xfer_end_s=both(end[2 * n + slots], end[2 * n + nD + slots]),
             backward_end_s=float(t_end),
-            update_s=self.update_s(p),
+            update_s=self.update_s(np.where(hm >= 0, hm, p)),
+            homes=home_times(hm, self.param_b, ht),
         )
+
+
+def home_times(hm: np.ndarray, param_b: np.ndarray, ht: np.ndarray) -> HomeTimes:
+    """The :class:`envs.sim.homes.HomeTimes` of a kernel schedule's offloaded ops (``hm >= 0``)."""
+    ops = np.flatnonzero(hm >= 0)
+    return HomeTimes(ops, hm[ops], param_b[ops].astype(np.int64), *(ht[r, ops].copy() for r in range(6)))

@@ -13,6 +13,7 @@ from __future__ import annotations
 import numpy as np
 
 from envs.sim.compiled import heap_pop, heap_push, njit
+from envs.sim.kernel_homes import home_copy, send_home
 
 
 @njit(cache=True)
@@ -251,13 +252,16 @@ def eager_backward(
     end,
     h,
     t_end,
+    homes,
 ):
     """One ``backward()`` call over ``order[lo:hi]`` made at host time ``h``; returns ``(h, t_end)`` (see
     :mod:`envs.sim.eager`).
 
     ``hc``: :class:`envs.sim.cost.HostCosts` as a ``[4, D]`` array; ``fut``/``avl``: heap storage (``2 * ntask`` floats
-    each); ``pend``/``ready``: per task id.
+    each); ``pend``/``ready``: per task id; ``homes``: ``(hm, hb, ring, ht)`` (:mod:`envs.sim.kernel_homes`).
     """
+    hm, hb, ring, ht = homes
+    sent = 0.0  # the last gradient copy home: backward() returns after it
     h_f = h
     NT = D + 1
     cap = np.zeros(NT, dtype=np.int64)
@@ -288,12 +292,22 @@ def eager_backward(
             _dep_done(2 * n - 1 - slot // D, e, pend, ready, n, D, p, host, q)
             continue
         j = 2 * n - 1 - task
+        if hm[j] >= 0:  # its parameters copied again from their home first (envs.sim.homes)
+            fetched = home_copy(j, p[j], 1, task, now, hm, hb, lat, bw, ring, ht, free, end, D)
+            if fetched > free[p[j]]:
+                free[p[j]] = fetched
         done, s, e, hd, he = _run(j, now, D, p, host, hc, issue_b, bwd_t, free, clock, hd, he)
         clock[th] = done
         start[task] = s
         end[task] = e
         if e > t_end:
             t_end = e
+        if hm[j] >= 0:
+            ge = send_home(j, p[j], e, hm, hb, lat, bw, ht, free, D)
+            if ge > sent:
+                sent = ge
+            if ge > t_end:
+                t_end = ge
         t_end = _released(
             j,
             done,
@@ -318,7 +332,7 @@ def eager_backward(
             t_end,
         )
     t_end = silent_tasks(p, order, lo, hi, n, D, out_ptr, out_dst, grad, pend, gpend, gready, start, end, h_f, t_end)
-    return max(h_f, clock.max()), t_end
+    return max(h_f, clock.max(), sent), t_end
 
 
 @njit(cache=True)

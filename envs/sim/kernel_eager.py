@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from envs.sim.compiled import njit
 from envs.sim.kernel_autograd import eager_backward
+from envs.sim.kernel_homes import home_copy, no_backward
 
 
 @njit(cache=True)
@@ -55,12 +56,15 @@ def eager_forward(
     end,
     h,
     t_end,
+    homes,
 ):
     """Issue the forwards of ``order[lo:hi]`` from host time ``h``; returns ``(h, t_end, counter)``.
 
     ``seq[task]``: the autograd sequence number of each op's backward and each copy's gradient copy, from ``counter``.
     ``hc``: :class:`envs.sim.cost.HostCosts` as a ``[4, D]`` array (staging latency and seconds per byte, contention).
+    ``homes``: ``(hm, hb, ring, ht)`` of :mod:`envs.sim.kernel_homes`.
     """
+    hm, hb, ring, ht = homes
     nD = n * D
     stage_lat = hc[0]
     stage_spb = hc[1]
@@ -112,6 +116,10 @@ def eager_forward(
             end[2 * n + slot] = e
             if e > t_end:
                 t_end = e
+        if hm[i] >= 0:  # its parameters' copy from their home: the stream waits for it (envs.sim.homes)
+            fetched = home_copy(i, b, 0, i, h, hm, hb, lat, bw, ring, ht, free, end, D)
+            if fetched > free[b]:
+                free[b] = fetched
         seq[2 * n - 1 - i] = counter
         counter += 1
         run_s = fwd_t[i, b]
@@ -165,6 +173,7 @@ def eager_schedule(
     free,
     start,
     end,
+    homes,
 ):
     """The eager schedule of one placement in issue ``order`` (see :mod:`envs.sim.eager`).
 
@@ -172,9 +181,12 @@ def eager_schedule(
     positions of ``order``: kind 0 issues the forwards of ``order[lo:hi]``, kind
     1 is one ``backward()`` call over them (:func:`envs.sim.kernel_autograd.eager_backward`).
     ``gpend[slot]`` is 1 once the activation copy is made, 0 again once its
-    gradient came back. Returns the backward end.
+    gradient came back. ``homes``: ``(hm, hb, ring, ht)`` (:mod:`envs.sim.kernel_homes`). Returns the backward end.
     """
     count_transfers(p, n, D, out_ptr, out_dst, out_eb, tcount, tbytes, gpend)
+    ring = homes[2]
+    for r in range(ring.shape[0]):
+        ring[r] = -1
     h = 0.0
     t_end = 0.0
     counter = 0
@@ -204,6 +216,7 @@ def eager_schedule(
                 end,
                 h,
                 t_end,
+                homes,
             )
         else:
             h, t_end = eager_backward(
@@ -237,5 +250,7 @@ def eager_schedule(
                 end,
                 h,
                 t_end,
+                homes,
             )
+    no_backward(n, homes[0], grad, homes[3], end)
     return t_end

@@ -13,6 +13,7 @@ from __future__ import annotations
 import numpy as np
 
 from envs.sim.compiled import njit
+from envs.sim.kernel_homes import home_events
 
 
 @njit(cache=True)
@@ -26,14 +27,15 @@ def release_time(u, out_ptr, out_dst, end):
 
 
 @njit(cache=True)
-def peak_live_bytes(device_index, p, n, D, act_b, grad, kept, out_ptr, out_dst, tcount, tbytes, start, end):
+def peak_live_bytes(device_index, p, n, D, act_b, grad, kept, out_ptr, out_dst, tcount, tbytes, start, end, homes):
     """Peak live bytes on ``device_index`` (without static bytes): the sweep of :mod:`envs.sim.memory` (``kept``: saved
-    for backward)."""
+    for backward; ``homes``: ``(hm, hb, ring, ht)``, the home copies of :mod:`envs.sim.kernel_homes`)."""
+    hm, hb, ring, ht = homes
     nD = n * D
     m = 0
     for i in range(n):
         if p[i] == device_index:
-            m += 2
+            m += 5 if hm[i] >= 0 else 2
     for u in range(n):
         for d in range(D):
             if tcount[u * D + d] > 0 and (d == device_index or p[u] == device_index):
@@ -81,6 +83,7 @@ def peak_live_bytes(device_index, p, n, D, act_b, grad, kept, out_ptr, out_dst, 
                     ft[nf] = end[2 * n - 1 - u]
                     fb[nf] = tbytes[slot] if grad[u] else 0
                     nf += 1
+    na, nf = home_events(device_index, p, n, hm, hb, grad, ht, start, end, at, ab, ft, fb, na, nf)
     ao = np.argsort(at[:na])
     fo = np.argsort(ft[:nf])
     live = 0
@@ -98,16 +101,19 @@ def peak_live_bytes(device_index, p, n, D, act_b, grad, kept, out_ptr, out_dst, 
 
 
 @njit(cache=True)
-def over_capacity(p, n, D, bytes_of, host, cap, grad, kept, consumers, copies, start, end, want_over, ws):
+def over_capacity(p, n, D, bytes_of, host, cap, grad, kept, consumers, copies, start, end, want_over, ws, homes):
     """``(out of memory, worst)`` of a scheduled placement ``p`` (task times ``start``/``end``).
 
-    ``bytes_of``: per op, ``(param_b, static_b, act_b)``; ``consumers``: ``(out_ptr, out_dst)``; ``copies``:
+    ``bytes_of``: per op, ``(param_b, static_b, act_b, moved_b)`` (``moved_b``: the static bytes that live on the
+    parameters' home); ``homes``: ``(hm, hb, ring, ht)`` (:mod:`envs.sim.kernel_homes`); ``consumers``:
+    ``(out_ptr, out_dst)``; ``copies``:
     ``(tcount, tbytes, gpend)`` of the schedule (each counted copy slot is marked -2 in ``gpend``). ``worst``: with
     ``want_over``, the largest peak / capacity over the devices that overflow (0 when it fits); without, the check
     stops at the first device that overflows. ``ws``: ``[D]`` workspaces ``(pb, sb, ub, mx)`` (parameter, static
     and upper-bound bytes, largest parameter).
     """
-    param_b, static_b, act_b = bytes_of
+    param_b, static_b, act_b, moved_b = bytes_of
+    hm = homes[0]
     out_ptr, out_dst = consumers
     tcount, tbytes, gpend = copies
     pb, sb, ub, mx = ws
@@ -119,9 +125,15 @@ def over_capacity(p, n, D, bytes_of, host, cap, grad, kept, consumers, copies, s
         mx[d] = 0
     for i in range(n):
         d = p[i]
-        pb[d] += param_b[i]
-        sb[d] += static_b[i]
         ub[d] += 2 * act_b[i]
+        if hm[i] >= 0:  # the parameters' state on their home; three copies of them on the op's device at most
+            sb[d] += static_b[i] - moved_b[i]
+            ub[d] += 3 * np.int64(param_b[i])
+            d = hm[i]
+            sb[d] += moved_b[i]
+        else:
+            sb[d] += static_b[i]
+        pb[d] += param_b[i]
         if param_b[i] > 0:
             if host[d]:
                 any_host = True
@@ -146,7 +158,9 @@ def over_capacity(p, n, D, bytes_of, host, cap, grad, kept, consumers, copies, s
         # at the optimizer step, its temporaries (envs.sim.cost.update_transient_bytes)
         live = sb[d] + (2 * mx[d] if any_host else np.int64(pb[d]))
         if sb[d] + ub[d] > cap[d]:
-            swept = sb[d] + peak_live_bytes(d, p, n, D, act_b, grad, kept, out_ptr, out_dst, tcount, tbytes, start, end)
+            swept = sb[d] + peak_live_bytes(
+                d, p, n, D, act_b, grad, kept, out_ptr, out_dst, tcount, tbytes, start, end, homes
+            )
             if swept > live:
                 live = swept
         if live > cap[d]:

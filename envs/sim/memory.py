@@ -19,6 +19,10 @@ What a device holds (documented simplifications):
   its gradient is accumulated in a buffer of the same size);
 * a gradient received from another device, from the start of that transfer
   until the backward of the op that produced the tensor ends;
+* an offloaded op's parameters, copied from their home for its forward and again
+  for its backward, and its parameters' gradient until it has been sent home
+  (:func:`envs.sim.homes.home_memory_events`); their static bytes count on their
+  home (:func:`envs.sim.homes.param_devices`);
 * after the backward, the optimizer step's temporaries beside the static state
   (:func:`envs.sim.cost.update_transient_bytes`: all of a device's parameters once
   under Adam's foreach path, twice its largest parameter under the single-tensor
@@ -33,6 +37,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from envs.sim.homes import home_memory_events
 from envs.sim.schedule import ACT, Schedule
 
 
@@ -85,6 +90,12 @@ def memory_events(
     free_dev = np.concatenate([p, p, s.xfer_dst[act_k], s.xfer_dst[grad_k]])
     free_t = np.concatenate([out_free, s.bwd_end_s, act_free, s.bwd_end_s[s.xfer_op[grad_k]] if n else np.zeros(0)])
     free_b = np.concatenate([a, g, s.xfer_bytes[act_k], s.xfer_bytes[grad_k]])
+    if len(s.homes.op):
+        (hd, ht, hb), (fd, ft, fb) = home_memory_events(
+            s.homes, p, s.fwd_end_s, s.bwd_start_s, s.bwd_end_s, np.ones(n, dtype=bool) if grad is None else grad
+        )
+        alloc_dev, alloc_t, alloc_b = (np.concatenate(x) for x in ((alloc_dev, hd), (alloc_t, ht), (alloc_b, hb)))
+        free_dev, free_t, free_b = (np.concatenate(x) for x in ((free_dev, fd), (free_t, ft), (free_b, fb)))
     return (alloc_dev, alloc_t, alloc_b), (free_dev, free_t, free_b)
 
 

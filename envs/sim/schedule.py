@@ -45,6 +45,7 @@ import numpy as np
 from envs.sim.cost import HostCosts, default_issue_times
 from envs.sim.dataflow import dataflow_reference
 from envs.sim.eager import eager_reference
+from envs.sim.homes import HomeCopies
 from envs.sim.tasks import ACT, GRAD, Schedule, transfer_keys
 from graphs.ir import OpGraph
 
@@ -71,6 +72,7 @@ def schedule_reference(
     grad: np.ndarray | None = None,
     issue: tuple[np.ndarray, np.ndarray] | None = None,
     host_costs: HostCosts | None = None,
+    homes: HomeCopies | None = None,
 ) -> Schedule:
     """Schedule one step in plain Python (slow; the specification the kernel is tested against).
 
@@ -85,7 +87,8 @@ def schedule_reference(
     device (:func:`envs.sim.cost.issue_times`); it replaces ``launch_s``, which
     otherwise costs each op with a kernel on a non-host device its forward issue
     (and its backward nothing). ``host_costs`` (eager): the host's staging copies and
-    contention (:func:`envs.sim.cost.host_costs`; default none).
+    contention (:func:`envs.sim.cost.host_costs`; default none). ``homes`` (eager): the step's parameter homes
+    (:mod:`envs.sim.homes`; default none).
     """
     if executor == "eager":
         D = latency_s.shape[0]
@@ -106,6 +109,7 @@ def schedule_reference(
             segments,
             np.ones(graph.num_ops, dtype=bool) if grad is None else np.asarray(grad, dtype=bool),
             host_costs,
+            homes,
         )
     if executor != "dataflow":
         raise ValueError(f"executor must be one of {EXECUTORS}, not {executor!r}")

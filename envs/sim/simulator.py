@@ -33,6 +33,7 @@ from envs.microbatch import expand_order, issue_segments, stage_starts
 from envs.result import Result
 from envs.sim import cost
 from envs.sim.bound import lower_bound_from_times
+from envs.sim.homes import HomeCopies, WithHomes, home_rows, homes_of, param_devices
 from envs.sim.order_planner import InOrder, OrderPlanner
 from envs.sim.order_trust import ORDER_MARGIN_META
 from envs.sim.schedule import EXECUTORS, Schedule, schedule_reference
@@ -80,7 +81,9 @@ class SimEnv:
     else the placement's ``order`` attribute (``placer.Placement.order``), else
     node order. A placement whose ``microbatches`` or ``inflight`` attribute
     differs from this env's is scored by this env's twin for them
-    (:meth:`with_microbatches`).
+    (:meth:`with_microbatches`). A placement's parameter homes
+    (``placer.Placement.param_homes``) are charged as :mod:`envs.sim.homes` says; a batch is
+    scored with homes through :meth:`with_homes`.
     """
 
     source = "sim"
@@ -144,6 +147,7 @@ class SimEnv:
         self._twins: dict[Any, SimEnv] = {}  # this env under another executor model or M (see _twin)
         self._simulated = [0]  # placements simulated (shared with the twins): see `simulated`
         self._lower_bound: dict[float, float] = {}
+        self.homeable: np.ndarray | None = None  # which ops may have a home apart (envs.sim.homes.homeable), lazily
 
     # --------------------------------------------------------------- helpers
     def indices(self, placement: Any) -> np.ndarray:
@@ -249,25 +253,34 @@ class SimEnv:
             return self
         return self.with_microbatches(M, getattr(placement, "inflight", None))
 
-    def update_s(self, op_devices: np.ndarray) -> np.ndarray:
-        """Optimizer seconds per device for ``op_devices``, device per op of ``sim_graph`` (parameters of copy 0)."""
+    def update_s(self, param_devices: np.ndarray) -> np.ndarray:
+        """Optimizer seconds per device with each op's parameters on ``param_devices`` (per op of ``sim_graph``:
+        its device, or its parameters' home, :func:`envs.sim.homes.param_devices`; parameters of copy 0)."""
         params = np.bincount(
-            op_devices, weights=self.sim_graph.param_bytes.astype(np.float64), minlength=self.num_devices
+            param_devices, weights=self.sim_graph.param_bytes.astype(np.float64), minlength=self.num_devices
         )
         return cost.update_times_s(params, self.cluster)
 
-    def static_per_device(self, op_devices: np.ndarray) -> np.ndarray:
-        """Static bytes per device for ``op_devices``, device per op of ``sim_graph``."""
+    def static_per_device(self, op_devices: np.ndarray, param_devices: np.ndarray | None = None) -> np.ndarray:
+        """Static bytes per device for ``op_devices``, device per op of ``sim_graph``; the parameters' share on
+        ``param_devices`` (default the ops' own)."""
         out = np.zeros(self.num_devices, dtype=np.int64)
-        np.add.at(out, op_devices, self.static_bytes)
+        buffers = self.sim_graph.buffer_bytes.astype(np.int64)
+        np.add.at(out, op_devices, buffers)
+        np.add.at(out, op_devices if param_devices is None else param_devices, self.static_bytes - buffers)
         return out
 
-    def update_transient(self, op_devices: np.ndarray) -> np.ndarray:
-        """Bytes the optimizer step allocates beside the static state, per device
-        (:func:`envs.sim.cost.update_transient_bytes`)."""
+    def update_transient(self, param_devices: np.ndarray) -> np.ndarray:
+        """Bytes the optimizer step allocates beside the static state, per device, each op's parameters on
+        ``param_devices`` (:func:`envs.sim.cost.update_transient_bytes`)."""
         return cost.update_transient_bytes(
-            self.sim_graph.param_bytes, op_devices, [k == "cpu" for k in self.cluster.kinds]
+            self.sim_graph.param_bytes, param_devices, [k == "cpu" for k in self.cluster.kinds]
         )
+
+    def with_homes(self, homes: Any) -> WithHomes:
+        """This env scoring batches with parameter ``homes``: ``[num_ops]`` (every row) or ``[K, num_ops]`` device
+        indices, -1 for an op's own device (:class:`envs.sim.homes.WithHomes`)."""
+        return WithHomes(self, homes)
 
     def _kernel(self):
         if self._kernel_data is None:
@@ -305,14 +318,20 @@ class SimEnv:
         op_devices = self.indices(placement)
         graph_order = self.check_order(getattr(placement, "order", None) if order is None else order)
         program = self.program(op_devices, graph_order)
+        rows = home_rows(self, op_devices[None, :], homes_of(self, placement))
+        hm = None if rows is None else rows[0]
         sim_devices, order = self.expand(op_devices), self.sim_order(graph_order)
         if self.backend == "reference":
-            return self._reference_schedule(sim_devices, order, program)
-        return self._kernel().schedule(sim_devices, order if self.executor == "eager" else None, program)
+            return self._reference_schedule(sim_devices, order, program, hm)
+        return self._kernel().schedule(sim_devices, order if self.executor == "eager" else None, program, hm)
 
-    def _reference_schedule(self, sim_devices: np.ndarray, order: np.ndarray | None, program: np.ndarray) -> Schedule:
-        """The pure-Python schedule of a placement of ``sim_graph``'s ops, in issue ``order`` and host ``program``."""
+    def _reference_schedule(
+        self, sim_devices: np.ndarray, order: np.ndarray | None, program: np.ndarray, hm: np.ndarray | None = None
+    ) -> Schedule:
+        """The pure-Python schedule of a placement of ``sim_graph``'s ops, in issue ``order`` and host ``program``
+        (``hm``: a row of :func:`envs.sim.homes.home_rows`)."""
         c = self.cluster
+        homes = None if hm is None else HomeCopies(hm, self.sim_graph.param_bytes, c, self.grad.tolist())
         return schedule_reference(
             self.sim_graph,
             sim_devices,
@@ -320,7 +339,7 @@ class SimEnv:
             self.bwd_s,
             c.latency_s,
             c.bandwidth_bytes_per_s,
-            self.update_s(sim_devices),
+            self.update_s(param_devices(sim_devices, hm)),
             executor=self.executor,
             order=order,
             host=self._host,
@@ -329,6 +348,7 @@ class SimEnv:
             grad=self.grad,
             issue=(self.issue_f, self.issue_b),
             host_costs=self.host_costs,
+            homes=homes,
         )
 
     def simulate(self, placement: Any, *, trace: bool = False, order: Any = None) -> Result:
@@ -350,7 +370,7 @@ class SimEnv:
 
         The step time ignores memory; ``failed`` is out of memory. ``order`` as for :meth:`overflow`.
         """
-        times, oom, _ = self._batch(op_devices, order, overflow=False)
+        times, oom, _ = self.batch(op_devices, order, overflow=False)
         return times, oom
 
     def overflow(self, op_devices: np.ndarray, order: Any = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -362,12 +382,14 @@ class SimEnv:
         :meth:`envs.sim.order_planner.OrderPlanner.schedule_order` (the cheap planner; about 2 ms per row on
         nmt-2 against 0.7 ms for the step itself).
         """
-        return self._batch(op_devices, order, overflow=True)
+        return self.batch(op_devices, order, overflow=True)
 
-    def _batch(self, op_devices: np.ndarray, order: Any, *, overflow: bool):
-        """``(step_time_s, failed, over)`` of a batch (:meth:`overflow`); ``over`` only computed with ``overflow``."""
+    def batch(self, op_devices: np.ndarray, order: Any = None, *, overflow: bool = False, homes: Any = None):
+        """``(step_time_s, failed, over)`` of a batch (:meth:`overflow`), ``over`` only computed with ``overflow``;
+        ``homes``: parameter homes, as for :meth:`with_homes` (the other scorer methods are this one's)."""
         op_devices = self._check_batch(op_devices)
         order = self._batch_order(op_devices, order)
+        rows = home_rows(self, op_devices, homes)
         self._simulated[0] += len(op_devices)
         programs = None
         if self.inflight < self.microbatches and self.executor == "eager":  # each placement's own stages
@@ -379,10 +401,10 @@ class SimEnv:
             op_devices = np.tile(op_devices, (1, self.microbatches))
             order = self.sim_order(order)
         if self.backend == "reference":
-            return self._reference_batch(op_devices, order, programs)
+            return self._reference_batch(op_devices, order, programs, rows)
         over = np.zeros(len(op_devices)) if overflow else None
         step_time_s, oom = self._kernel().run_batch(
-            op_devices.astype(np.int32, copy=False), order if self.executor == "eager" else None, programs, over
+            op_devices.astype(np.int32, copy=False), order if self.executor == "eager" else None, programs, over, rows
         )
         return step_time_s, oom, over
 
@@ -414,9 +436,13 @@ class SimEnv:
         return order
 
     def _reference_batch(
-        self, op_devices: np.ndarray, order: np.ndarray | None, programs: list[np.ndarray] | None
+        self,
+        op_devices: np.ndarray,
+        order: np.ndarray | None,
+        programs: list[np.ndarray] | None,
+        rows: np.ndarray | None = None,
     ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """:meth:`_batch` of placements of ``sim_graph``'s ops, one pure-Python schedule and Result each."""
+        """:meth:`batch` of placements of ``sim_graph``'s ops, one pure-Python schedule and Result each."""
         step_time_s = np.empty(len(op_devices))
         oom = np.zeros(len(op_devices), dtype=bool)
         over = np.zeros(len(op_devices))
@@ -424,7 +450,8 @@ class SimEnv:
         for k, row in enumerate(op_devices):
             row_order = order[k] if order is not None and order.ndim == 2 else order
             program = self.segments if programs is None else programs[k]
-            r = self.result(self._reference_schedule(row, row_order, program))
+            hm = None if rows is None else rows[k if len(rows) > 1 else 0]
+            r = self.result(self._reference_schedule(row, row_order, program, hm))
             step_time_s[k] = r.extra["sim_step_time_s"]
             oom[k] = r.status == "oom"
             if oom[k]:

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from envs.result import Result
+from envs.sim.homes import schedule_param_devices
 from envs.sim.memory import peak_bytes
 from envs.sim.tasks import ACT, Schedule
 from envs.sim.trace import chrome_trace
@@ -42,6 +43,10 @@ def busy_seconds(env: "SimEnv", schedule: Schedule) -> dict[str, float]:
     busy = {names[d]: float(device_busy[d]) for d in range(D)}
     link_busy = np.zeros((D, D))
     np.add.at(link_busy, (schedule.xfer_src, schedule.xfer_dst), schedule.xfer_end_s - schedule.xfer_start_s)
+    h = schedule.homes  # parameters copied from their homes and their gradients sent back (envs.sim.homes)
+    on = p[h.op]
+    np.add.at(link_busy, (h.home, on), h.fetch_end_s - h.fetch_start_s + h.refetch_end_s - h.refetch_start_s)
+    np.add.at(link_busy, (on, h.home), h.grad_end_s - h.grad_start_s)
     for a, b in zip(*np.nonzero(link_busy)):
         busy[f"{names[a]}->{names[b]}"] = float(link_busy[a, b])
     return busy
@@ -55,9 +60,10 @@ def step_result(env: "SimEnv", schedule: Schedule, *, trace: bool = False) -> Re
     c = env.cluster
     names = c.device_names
     D = env.num_devices
-    static = env.static_per_device(schedule.op_devices)
+    param_devices = schedule_param_devices(schedule)
+    static = env.static_per_device(schedule.op_devices, param_devices)
     peaks, _ = peak_bytes(schedule, env.act_bytes, static, D, env.grad, env.kept, env.consumers)
-    peaks = np.maximum(peaks, static + env.update_transient(schedule.op_devices))  # the optimizer step, after backward
+    peaks = np.maximum(peaks, static + env.update_transient(param_devices))  # the optimizer step, after backward
     over = [d for d in range(D) if peaks[d] > c.memory_bytes[d]]
     extra: dict[str, Any] = {
         "sim_step_time_s": schedule.step_time_s,

@@ -9,10 +9,11 @@ uses and :func:`collect_schedule` reads: ``fwd i = i``, ``bwd i = 2n-1-i``,
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
+from envs.sim.homes import HomeTimes, no_home_times
 from graphs.ir import OpGraph
 
 ACT, GRAD = 0, 1
@@ -32,6 +33,7 @@ class Schedule:
         xfer_start_s, xfer_end_s: per transfer.
         backward_end_s: when the last forward/backward task or transfer ends.
         update_s: optimizer-step seconds per device (runs after ``backward_end_s``).
+        homes: the copies of parameters that live apart from their ops (:mod:`envs.sim.homes`).
     """
 
     op_devices: np.ndarray
@@ -48,6 +50,7 @@ class Schedule:
     xfer_end_s: np.ndarray
     backward_end_s: float
     update_s: np.ndarray
+    homes: HomeTimes = field(default_factory=no_home_times)
 
     @property
     def step_time_s(self) -> float:

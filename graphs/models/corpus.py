@@ -12,6 +12,9 @@ Nothing is downloaded: every model is built from its config class (with
 ``HF_HUB_OFFLINE=1`` unless it is set). :mod:`placer.gym.datasets` serves the
 entries as placement problems (``corpus/<entry>``), and the conformance
 benchmarks (:mod:`bench.conformance`, :mod:`bench.dist_conformance`) check them.
+:func:`hf_model` builds a Hugging Face entry's bare model with config fields
+overridden, and the builders take a batch, a length and such overrides: the
+tests' tiny models (``tests/placer/hf_tiny.py``) are these, dropout off.
 
 >>> sorted(FAMILIES)[:3]
 ['bart', 'bert', 'cnn_bn']
@@ -45,8 +48,10 @@ class LossOf(nn.Module):
         return self.model(**dict(zip(self.keys, inputs))).loss
 
 
-def _ids(seed: int, vocab: int = VOCAB) -> torch.Tensor:
-    return torch.randint(0, vocab, (BATCH, SEQ), generator=torch.Generator().manual_seed(seed))
+def token_ids(seed: int, batch: int = BATCH, seq: int = SEQ, vocab: int = VOCAB) -> torch.Tensor:
+    """``[batch, seq]`` token ids drawn from their own generator (the global RNG, which seeds the weights, is left
+    alone)."""
+    return torch.randint(0, vocab, (batch, seq), generator=torch.Generator().manual_seed(seed))
 
 
 def load_transformers() -> Any:
@@ -57,192 +62,174 @@ def load_transformers() -> Any:
     return transformers
 
 
-# ------------------------------------------------------------- causal LMs
-_DECODER = dict(
-    vocab_size=VOCAB,
-    hidden_size=32,
-    intermediate_size=64,
-    num_hidden_layers=2,
-    num_attention_heads=4,
-    num_key_value_heads=2,
-    max_position_embeddings=64,
-)
+# ------------------------------------------------------------- Hugging Face models
+# Every entry's size, in the field names most Hugging Face configs share.
+_LAYERS = dict(hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4)
+_TEXT = dict(_LAYERS, vocab_size=VOCAB, max_position_embeddings=64)
+_DECODER = dict(_TEXT, num_key_value_heads=2)
+
+#: Each Hugging Face entry's ``(config class, model class, config)``: what :func:`hf_model` builds.
+HF_MODELS: dict[str, tuple[str, str, dict[str, Any]]] = {
+    "llama": ("LlamaConfig", "LlamaForCausalLM", dict(_DECODER, tie_word_embeddings=True)),
+    "mistral": ("MistralConfig", "MistralForCausalLM", dict(_DECODER, sliding_window=4)),
+    "qwen2": ("Qwen2Config", "Qwen2ForCausalLM", _DECODER),
+    "qwen3": ("Qwen3Config", "Qwen3ForCausalLM", dict(_DECODER, head_dim=8)),
+    "gemma": ("GemmaConfig", "GemmaForCausalLM", dict(_DECODER, head_dim=8)),
+    "phi": (
+        "PhiConfig",
+        "PhiForCausalLM",
+        dict(_TEXT, resid_pdrop=0.0, embd_pdrop=0.0, attention_dropout=0.0),
+    ),
+    "gpt2": (
+        "GPT2Config",
+        "GPT2LMHeadModel",
+        dict(vocab_size=VOCAB, n_embd=32, n_layer=2, n_head=4, n_positions=64, bos_token_id=0, eos_token_id=0),
+    ),
+    "gpt_neox": ("GPTNeoXConfig", "GPTNeoXForCausalLM", _TEXT),
+    "opt": (
+        "OPTConfig",
+        "OPTForCausalLM",
+        dict(
+            vocab_size=VOCAB,
+            hidden_size=32,
+            ffn_dim=64,
+            num_hidden_layers=2,
+            num_attention_heads=4,
+            max_position_embeddings=64,
+            word_embed_proj_dim=32,
+            pad_token_id=1,
+        ),
+    ),
+    "mixtral": ("MixtralConfig", "MixtralForCausalLM", dict(_DECODER, num_local_experts=4, num_experts_per_tok=2)),
+    "qwen2_moe": (
+        "Qwen2MoeConfig",
+        "Qwen2MoeForCausalLM",
+        dict(
+            _DECODER,
+            num_experts=4,
+            num_experts_per_tok=2,
+            moe_intermediate_size=32,
+            shared_expert_intermediate_size=32,
+            decoder_sparse_step=1,
+        ),
+    ),
+    "bert": ("BertConfig", "BertForMaskedLM", _TEXT),
+    "roberta": ("RobertaConfig", "RobertaForMaskedLM", dict(_TEXT, pad_token_id=1)),
+    "distilbert": (
+        "DistilBertConfig",
+        "DistilBertForMaskedLM",
+        dict(vocab_size=VOCAB, dim=32, n_layers=2, n_heads=4, hidden_dim=64, max_position_embeddings=64),
+    ),
+    "vit": (
+        "ViTConfig",
+        "ViTForImageClassification",
+        dict(_LAYERS, image_size=16, patch_size=4, num_channels=3, num_labels=10),
+    ),
+    "t5": (
+        "T5Config",
+        "T5ForConditionalGeneration",
+        dict(
+            vocab_size=VOCAB,
+            d_model=32,
+            d_kv=8,
+            d_ff=64,
+            num_layers=2,
+            num_heads=4,
+            decoder_start_token_id=0,
+            pad_token_id=0,
+        ),
+    ),
+    "bart": (
+        "BartConfig",
+        "BartForConditionalGeneration",
+        dict(
+            vocab_size=VOCAB,
+            d_model=32,
+            encoder_layers=2,
+            decoder_layers=2,
+            encoder_attention_heads=4,
+            decoder_attention_heads=4,
+            encoder_ffn_dim=64,
+            decoder_ffn_dim=64,
+            max_position_embeddings=64,
+            pad_token_id=1,
+            bos_token_id=0,
+            eos_token_id=2,
+            decoder_start_token_id=2,
+        ),
+    ),
+}
+_CAUSAL_LMS = ("llama", "mistral", "qwen2", "qwen3", "gemma", "phi", "gpt2", "gpt_neox", "opt", "mixtral", "qwen2_moe")
 
 
-def _causal(config_cls: str, model_cls: str, **config: Any) -> Callable[[], Built]:
+def hf_model(name: str, **overrides: Any) -> nn.Module:
+    """Hugging Face entry ``name``'s bare model (no loss wrapper), its config's fields replaced by ``overrides``.
+
+    The weights come from the global RNG: seed it first (:func:`build` does). Example: the GPT-2 entry with dropout
+    off, for a model left in training mode: ``hf_model("gpt2", resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0)``.
+    """
+    config_cls, model_cls, config = HF_MODELS[name]
+    tf = load_transformers()
+    return getattr(tf, model_cls)(getattr(tf, config_cls)(**{**config, **overrides}))
+
+
+def build_causal(name: str, batch: int = BATCH, seq: int = SEQ, **overrides: Any) -> Built:
+    """Causal LM entry ``name`` (see :func:`hf_model`) with its loss on ``[batch, seq]`` tokens as inputs and
+    labels."""
+    ids = token_ids(1, batch, seq)
+    return LossOf(hf_model(name, **overrides)), (ids, ids.clone())
+
+
+def _causal(name: str) -> Callable[[], Built]:
     def build() -> Built:
-        tf = load_transformers()
-        model = getattr(tf, model_cls)(getattr(tf, config_cls)(**config))
-        ids = _ids(1)
-        return LossOf(model), (ids, ids.clone())
+        return build_causal(name)
 
+    config_cls, model_cls, _ = HF_MODELS[name]
     build.__doc__ = f"A {model_cls} from a {config_cls} (causal LM loss on its inputs)."
     return build
 
 
-_CAUSAL: dict[str, Callable[[], Built]] = {
-    "llama": _causal("LlamaConfig", "LlamaForCausalLM", **_DECODER, tie_word_embeddings=True),
-    "mistral": _causal("MistralConfig", "MistralForCausalLM", **_DECODER, sliding_window=4),
-    "qwen2": _causal("Qwen2Config", "Qwen2ForCausalLM", **_DECODER),
-    "qwen3": _causal("Qwen3Config", "Qwen3ForCausalLM", **_DECODER, head_dim=8),
-    "gemma": _causal("GemmaConfig", "GemmaForCausalLM", **_DECODER, head_dim=8),
-    "phi": _causal(
-        "PhiConfig",
-        "PhiForCausalLM",
-        vocab_size=VOCAB,
-        hidden_size=32,
-        intermediate_size=64,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        max_position_embeddings=64,
-        resid_pdrop=0.0,
-        embd_pdrop=0.0,
-        attention_dropout=0.0,
-    ),
-    "gpt2": _causal(
-        "GPT2Config",
-        "GPT2LMHeadModel",
-        vocab_size=VOCAB,
-        n_embd=32,
-        n_layer=2,
-        n_head=4,
-        n_positions=64,
-        bos_token_id=0,
-        eos_token_id=0,
-    ),
-    "gpt_neox": _causal(
-        "GPTNeoXConfig",
-        "GPTNeoXForCausalLM",
-        vocab_size=VOCAB,
-        hidden_size=32,
-        intermediate_size=64,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        max_position_embeddings=64,
-    ),
-    "opt": _causal(
-        "OPTConfig",
-        "OPTForCausalLM",
-        vocab_size=VOCAB,
-        hidden_size=32,
-        ffn_dim=64,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        max_position_embeddings=64,
-        word_embed_proj_dim=32,
-        pad_token_id=1,
-    ),
-    "mixtral": _causal("MixtralConfig", "MixtralForCausalLM", **_DECODER, num_local_experts=4, num_experts_per_tok=2),
-    "qwen2_moe": _causal(
-        "Qwen2MoeConfig",
-        "Qwen2MoeForCausalLM",
-        **_DECODER,
-        num_experts=4,
-        num_experts_per_tok=2,
-        moe_intermediate_size=32,
-        shared_expert_intermediate_size=32,
-        decoder_sparse_step=1,
-    ),
-}
+_CAUSAL: dict[str, Callable[[], Built]] = {name: _causal(name) for name in _CAUSAL_LMS}
 
 
-# ------------------------------------------------------------- encoders, encoder-decoders
-def build_bert() -> Built:
+def build_bert(batch: int = BATCH, seq: int = SEQ, **overrides: Any) -> Built:
     """BERT masked LM: tied decoder weights, position-id buffers, a padded attention mask as input."""
-    tf = load_transformers()
-    cfg = tf.BertConfig(
-        vocab_size=VOCAB,
-        hidden_size=32,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        intermediate_size=64,
-        max_position_embeddings=64,
-    )
-    ids = _ids(2)
+    ids = token_ids(2, batch, seq)
     mask = torch.ones_like(ids)
-    mask[1, SEQ // 2 :] = 0  # the second sequence is padded
-    return LossOf(tf.BertForMaskedLM(cfg), ("input_ids", "attention_mask", "labels")), (ids, mask, ids.clone())
+    mask[1, seq // 2 :] = 0  # the second sequence is padded
+    model = hf_model("bert", **overrides)
+    return LossOf(model, ("input_ids", "attention_mask", "labels")), (ids, mask, ids.clone())
 
 
 def build_roberta() -> Built:
     """RoBERTa masked LM (position ids from the padding, a learned embedding offset)."""
-    tf = load_transformers()
-    cfg = tf.RobertaConfig(
-        vocab_size=VOCAB,
-        hidden_size=32,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        intermediate_size=64,
-        max_position_embeddings=64,
-        pad_token_id=1,
-    )
-    ids = _ids(3).clamp(min=2)
-    return LossOf(tf.RobertaForMaskedLM(cfg)), (ids, ids.clone())
+    ids = token_ids(3).clamp(min=2)
+    return LossOf(hf_model("roberta")), (ids, ids.clone())
 
 
 def build_distilbert() -> Built:
     """DistilBERT masked LM (sinusoidal-free, no token types)."""
-    tf = load_transformers()
-    cfg = tf.DistilBertConfig(
-        vocab_size=VOCAB, dim=32, n_layers=2, n_heads=4, hidden_dim=64, max_position_embeddings=64
-    )
-    ids = _ids(4)
-    return LossOf(tf.DistilBertForMaskedLM(cfg)), (ids, ids.clone())
+    ids = token_ids(4)
+    return LossOf(hf_model("distilbert")), (ids, ids.clone())
 
 
-def build_vit() -> Built:
+def build_vit(batch: int = BATCH, **overrides: Any) -> Built:
     """A vision transformer classifier: patch convolution, CLS token, position embeddings."""
-    tf = load_transformers()
-    cfg = tf.ViTConfig(
-        image_size=16,
-        patch_size=4,
-        num_channels=3,
-        hidden_size=32,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        intermediate_size=64,
-        num_labels=10,
-    )
+    model = hf_model("vit", **overrides)
+    side, labels = model.config.image_size, model.config.num_labels
     g = torch.Generator().manual_seed(5)
-    pixels, labels = torch.randn(BATCH, 3, 16, 16, generator=g), torch.randint(0, 10, (BATCH,), generator=g)
-    return LossOf(tf.ViTForImageClassification(cfg), ("pixel_values", "labels")), (pixels, labels)
+    pixels = torch.randn(batch, 3, side, side, generator=g)
+    return LossOf(model, ("pixel_values", "labels")), (pixels, torch.randint(0, labels, (batch,), generator=g))
 
 
-def build_t5() -> Built:
+def build_t5(batch: int = BATCH, seq: int = SEQ, **overrides: Any) -> Built:
     """T5: shared embeddings, relative position buckets, decoder inputs shifted from the labels."""
-    tf = load_transformers()
-    cfg = tf.T5Config(
-        vocab_size=VOCAB,
-        d_model=32,
-        d_kv=8,
-        d_ff=64,
-        num_layers=2,
-        num_heads=4,
-        decoder_start_token_id=0,
-        pad_token_id=0,
-    )
-    return LossOf(tf.T5ForConditionalGeneration(cfg)), (_ids(6), _ids(7))
+    return LossOf(hf_model("t5", **overrides)), (token_ids(6, batch, seq), token_ids(7, batch, seq))
 
 
 def build_bart() -> Built:
     """BART: learned positions, encoder-decoder cross attention, labels shifted into decoder inputs."""
-    tf = load_transformers()
-    cfg = tf.BartConfig(
-        vocab_size=VOCAB,
-        d_model=32,
-        encoder_layers=2,
-        decoder_layers=2,
-        encoder_attention_heads=4,
-        decoder_attention_heads=4,
-        encoder_ffn_dim=64,
-        decoder_ffn_dim=64,
-        max_position_embeddings=64,
-        pad_token_id=1,
-        bos_token_id=0,
-        eos_token_id=2,
-        decoder_start_token_id=2,
-    )
-    return LossOf(tf.BartForConditionalGeneration(cfg)), (_ids(8).clamp(min=3), _ids(9).clamp(min=3))
+    return LossOf(hf_model("bart")), (token_ids(8).clamp(min=3), token_ids(9).clamp(min=3))
 
 
 # ------------------------------------------------------------- torch.nn
@@ -293,19 +280,19 @@ class _Decoder(nn.Module):
 
 def build_nn_transformer() -> Built:
     """``torch.nn.Transformer`` (encoder and decoder, batch first)."""
-    return _Seq2Seq(), (_ids(10), _ids(11))
+    return _Seq2Seq(), (token_ids(10), token_ids(11))
 
 
 def build_nn_encoder() -> Built:
     """``torch.nn.TransformerEncoder`` (batch first, 2 layers), as in the failure seen on CUDA."""
     layer = nn.TransformerEncoderLayer(32, 4, 64, dropout=0.0, batch_first=True)
-    ids = _ids(12)
+    ids = token_ids(12)
     return _TokenModel(nn.TransformerEncoder(layer, 2, enable_nested_tensor=False)), (ids, ids.roll(-1, dims=1))
 
 
 def build_nn_decoder() -> Built:
     """``torch.nn.TransformerDecoder`` (pre-norm, causal mask, cross attention)."""
-    return _Decoder(), (_ids(13), _ids(14))
+    return _Decoder(), (token_ids(13), token_ids(14))
 
 
 class _ResNetBN(nn.Module):
@@ -371,7 +358,7 @@ def build_recommender() -> Built:
 
 def build_rnn() -> Built:
     """A 2-layer LSTM language model."""
-    ids = _ids(17)
+    ids = token_ids(17)
     return _TokenModel(_LSTMBody()), (ids, ids.roll(-1, dims=1))
 
 

@@ -89,6 +89,16 @@ def note_stand_in_loss(graph: OpGraph, source: str) -> None:
         )
 
 
+def profiled_source(source: str, cluster: Any, profile: str | None) -> tuple[OpGraph, Any, Any]:
+    """``(graph, model, cluster)`` of GRAPH argument ``source`` on ``cluster``: the model is None unless ``source`` is a
+    ``module:callable``, a stand-in loss is noted on stderr, and ``--profile``'s measured op times and links are on
+    the graph and the cluster (place, compare)."""
+    graph, model = sources.resolve_graph_and_model(source)
+    note_stand_in_loss(graph, source)
+    graph, cluster = profiled(graph, cluster, profile)
+    return graph, model, cluster
+
+
 def check_method(name: str, option: str) -> str:
     """``name`` if it is a registered heuristic, else a one-line :class:`PlacerError` naming ``option`` and the
     closest name (every heuristic when none is close)."""

@@ -8,7 +8,7 @@ import inspect
 import envs
 from envs.cluster import CLUSTER_ARG_HELP
 from envs.microbatch import parse_windows
-from graphs import PlacerError, sources
+from graphs import PlacerError
 from graphs.plan import Placement, check_microbatches
 from graphs.schema import check_float
 from placer.cli.args import (
@@ -16,13 +16,12 @@ from placer.cli.args import (
     add_executor_argument,
     add_profile_argument,
     check_method,
-    note_stand_in_loss,
     parse_options,
-    profiled,
+    profiled_source,
 )
 from placer.cli.output import print_json
 from placer.compare import SCORE_ORDERS, compare, plot
-from placer.compare.table import SMALL_GAIN, summary_lines  # noqa: F401  (SMALL_GAIN: train's summary reads it here)
+from placer.compare.table import summary_lines
 from placer.methods import registry
 from placer.option_checks import check_input_file, check_output_file, check_seed
 
@@ -139,9 +138,8 @@ def run(args: argparse.Namespace) -> int:
     cluster = envs.resolve_cluster(args.cluster)
     methods = _methods(args.methods)
     options = _options(args.option, methods)
-    graph, model = sources.resolve_graph_and_model(args.graph)  # the model, for the methods that need one (accelerate)
-    note_stand_in_loss(graph, args.graph)
-    graph, cluster = profiled(graph, cluster, args.profile)  # measured op times and link speeds
+    # the model, for the methods that need one (accelerate); measured op times and link speeds with --profile
+    graph, model, cluster = profiled_source(args.graph, cluster, args.profile)
     report = compare(
         graph,
         cluster,

@@ -7,11 +7,10 @@ import os
 from typing import Any
 
 import graphs
-from graphs import OpGraph, PlacerError, zoo
-from placer import sources
-from placer.checks import check_output_file
+from graphs import OpGraph, PlacerError, sources, zoo
 from placer.cli.args import note_stand_in_loss
 from placer.cli.output import flops, nbytes, print_json
+from placer.option_checks import check_output_file
 
 
 def add_command(sub: argparse._SubParsersAction) -> None:

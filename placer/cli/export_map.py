@@ -11,14 +11,14 @@ import argparse
 
 import envs
 from envs.cluster import CLUSTER_ARG_HELP
+from graphs import sources
 from graphs.errors import PlacerError
 from graphs.io import write_text_atomic
 from graphs.plan import Placement
-from placer import sources
-from placer.checks import check_output_file
 from placer.cli.args import add_executor_argument
 from placer.cli.output import print_json, to_json
 from placer.device_map import project, projection_cost, wrapped_module
+from placer.option_checks import check_output_file
 
 
 def add_command(sub: argparse._SubParsersAction) -> None:

@@ -2,7 +2,7 @@
 it.
 
 For one cluster (``--cluster``, default the first preset) it gives the simulator's
-own figures: op times from :func:`envs.cost.op_times` (each op at its fastest
+own figures: op times from :func:`envs.sim.cost.op_times` (each op at its fastest
 device), the forward-then-backward critical path of
 :func:`graphs.dag.critical_path` and :func:`envs.lower_bound`.
 
@@ -60,7 +60,7 @@ def summarize(graph: OpGraph, cluster: Any, *, top: int = 12) -> dict[str, Any]:
     """The numbers ``placer inspect`` prints, as a JSON-able dict; times are the simulator's on ``cluster``.
 
     Each op's time is its forward plus backward on its fastest device
-    (:func:`envs.cost.op_times`), the critical path is :func:`graphs.dag.critical_path`
+    (:func:`envs.sim.cost.op_times`), the critical path is :func:`graphs.dag.critical_path`
     over those times and ``lower_bound_s`` is :func:`envs.lower_bound`.
     """
     views = view_mask(graph)

@@ -13,16 +13,15 @@ from typing import Any
 
 import envs
 from envs.cluster import CLUSTER_ARG_HELP
-from graphs import OpGraph, sources
+from graphs import OpGraph
 from graphs.errors import PlacerError
 from graphs.plan import Placement
 from placer.cli.args import (
     MethodsHelp,
     add_profile_argument,
     check_method,
-    note_stand_in_loss,
     parse_options,
-    profiled,
+    profiled_source,
 )
 from placer.methods import registry
 from placer.option_checks import check_input_file, check_int, check_output_file, check_seed, parse_group_counts
@@ -99,9 +98,7 @@ def run(args: argparse.Namespace) -> int:
         check_method(args.method, "--method")
     cluster = envs.resolve_cluster(args.cluster)
     options = parse_options(args.option)
-    graph, model = sources.resolve_graph_and_model(args.graph)
-    note_stand_in_loss(graph, args.graph)
-    graph, cluster = profiled(graph, cluster, args.profile)
+    graph, model, cluster = profiled_source(args.graph, cluster, args.profile)
     if model is not None and registry.accepts(registry.get(args.method), "model"):
         options["model"] = model  # accelerate's device maps need the module
     for flag, value in (

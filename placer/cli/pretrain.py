@@ -12,8 +12,8 @@ import sys
 
 import envs
 from graphs import PlacerError
-from placer.checks import check_float, check_int, check_output_file, check_seed, parse_group_counts
 from placer.cli.output import print_json
+from placer.option_checks import check_float, check_int, check_output_file, check_seed, parse_group_counts
 
 
 def add_command(sub: argparse._SubParsersAction) -> None:

@@ -19,9 +19,9 @@ from typing import Any
 
 import envs
 from envs.cluster import CLUSTER_ARG_HELP
+from graphs import sources
 from graphs.errors import PlacerError
 from graphs.plan import Placement
-from placer import sources
 from placer.cli.args import DEVICE_MAP_HELP, check_step_counts
 from placer.cli.output import print_json
 

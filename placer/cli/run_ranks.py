@@ -16,9 +16,9 @@ from typing import Any
 
 import envs
 from envs.real.distributed.rank_plan import RankPlan, stage_table
+from graphs import sources
 from graphs.plan import Placement
 from graphs.schema import check_float, check_int
-from placer import sources
 from placer.cli.args import check_step_counts
 from placer.cli.output import print_json
 from placer.cli.run import check_devices

@@ -19,10 +19,9 @@ from typing import Any, Callable
 import envs
 from envs.cluster import CLUSTER_ARG_HELP
 from graphs import PlacerError
-from placer.checks import check_output_dir
 from placer.cli.args import captured, note_stand_in_loss, profiled
-from placer.cli.compare import SMALL_GAIN
 from placer.cli.output import print_json
+from placer.compare.table import SMALL_GAIN
 from placer.learn.config import (
     PRESETS,
     RESUME_KEEPS,
@@ -36,6 +35,7 @@ from placer.learn.config import (
     option_name,
 )
 from placer.learn.progress import Progress
+from placer.option_checks import check_output_dir
 
 # Kept for callers and tests: TrainConfig's defaults of the most used options (no longer a copy).
 HELP_DEFAULTS = {

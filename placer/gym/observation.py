@@ -36,7 +36,7 @@ from typing import Any
 import numpy as np
 from gymnasium import spaces
 
-from envs import cost
+from envs.sim import cost
 from graphs import PlacerError
 from placer.gym.problem import Problem
 from policies.features import MAX_NEIGHBOURS, SHAPE_WIDTH, featurize

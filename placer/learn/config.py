@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from graphs.errors import PlacerError
-from placer.checks import MAX_SEED, check_float, check_int, check_output_dir
+from placer.option_checks import MAX_SEED, check_float, check_int, check_output_dir
 
 EnvName = Literal["sim", "measured"]
 ExecutorName = Literal["eager", "dataflow"]
@@ -386,7 +386,7 @@ def option_name(field_name: str) -> str:
     return OPTION_NAMES.get(field_name, "--" + field_name.replace("_", "-"))
 
 
-# The numeric fields of TrainConfig: field -> bounds for placer.checks.check_int / check_float (errors name the
+# The numeric fields of TrainConfig: field -> bounds for placer.option_checks.check_int / check_float (errors name the
 # field's option). Every numeric field is listed (a test checks).
 _INT_BOUNDS: dict[str, dict[str, int]] = {
     "samples": dict(least=1, most=4096),

@@ -23,6 +23,12 @@ uniformly among the untried moves, the critic never consulted. The gain of
 ``"critic"`` over it, at the same budget from the same start, is what the critic
 learned (BENCHMARKS.md, "The learner against search at equal budget").
 
+``homes=True`` adds *home moves* (:mod:`placer.learn.home_moves`): each item level gets a twin
+whose moves send an item to a GPU with its parameters, gradient and Adam state homed
+on the host (or bring them back onto its GPU), and the start competes with everything
+on the first GPU, homed; the twins' moves are drawn uniformly and the critic neither
+ranks nor learns from them. Off by default.
+
 Every placement simulated counts against ``max_evals`` (the start's draws, the
 moves, the kicks); ``time_budget_s`` stops the run between batches
 (:mod:`placer.learn.search_budget`).
@@ -39,6 +45,7 @@ import torch
 
 from envs.cluster import Cluster
 from graphs import OpGraph, PlacerError
+from placer.learn.home_moves import HomeCodes, HomeCodeScorer
 from placer.learn.search_budget import OOM_FACTOR, BudgetScorer, BudgetSpent, SearchBudget, SearchCurve
 from placer.learn.state import MODULE_SHARE
 from placer.methods.heuristics.costs import candidate_devices
@@ -106,6 +113,9 @@ class MoveSearchOptions:
     faster is taken anyway (Metropolis: with probability exp(-slowdown / temperature)), cooled linearly to 0 over
     the budget (placements, else seconds); 0 (default): never, a pure descent. Off by default: tried on moe-400
     (k80x4) only so far (BENCHMARKS.md, "Accepting slower moves")."""
+    homes: bool = False
+    """home moves too: items sent to a GPU with their parameters homed on the host (the module docstring); needs the
+    simulator as scorer and a host device."""
 
 
 @dataclass
@@ -119,6 +129,8 @@ class MoveSearchResult:
     rounds: int
     kicks: int
     levels: list[str]
+    homes: np.ndarray | None = None
+    """per op, the host device index its parameters are homed on, -1 for its own device (None: no home moves)."""
 
 
 class Replay:
@@ -199,6 +211,11 @@ class MoveSearch:
         self.tries, self.hits = np.zeros(2, dtype=np.int64), np.zeros(2, dtype=np.int64)  # [uniform, ranked] moves
         self.schedules = 0  # incumbents' schedules simulated for the features
         self.devices = candidate_devices(cluster, "auto", graph)  # the GPUs, the host too if they cannot hold it
+        # with home moves, placements are codes (placer.learn.home_moves) and each level has a twin of home moves
+        self.codes = HomeCodes(graph, cluster, cluster.gpu_indices()) if o.homes else None
+        if self.codes is not None:
+            self.env = HomeCodeScorer(env, self.codes)
+        self.num_levels = len(self.levels) * (2 if o.homes else 1)
 
     # ------------------------------------------------------------------ the loop
     def run(
@@ -250,8 +267,8 @@ class MoveSearch:
         untried = np.flatnonzero(~self.cand.tried)
         while self.stale >= self.options.patience or not len(untried):
             self.stale, self.exhausted = 0, self.exhausted + 1
-            if self.exhausted < len(self.levels):
-                self.level = (self.level + 1) % len(self.levels)  # the next level, same incumbent
+            if self.exhausted < self.num_levels:
+                self.level = (self.level + 1) % self.num_levels  # the next level, same incumbent
             else:  # a local optimum at every level: kick the best
                 self.op_devices, self.cost = self._kick()
                 self.kicks, self.exhausted, self.level, self.version = self.kicks + 1, 0, 0, self.version + 1
@@ -265,8 +282,9 @@ class MoveSearch:
         delta = (costs - self.cost) / self.cost
         np.add.at(self.hits, ranked, delta < 0)
         np.add.at(self.tries, ranked, 1)
-        self.memory.record(self.level, cand.item[pick], cand.device[pick], delta, self.rounds)
-        self._learn(cand.features[pick], delta)
+        if self.level < len(self.levels):  # the critic neither ranks nor learns home moves
+            self.memory.record(self.level, cand.item[pick], cand.device[pick], delta, self.rounds)
+            self._learn(cand.features[pick], delta)
         cand.tried[pick] = True
         self._tried_keys.update(cand.keys[pick].tolist())
         self.rounds += 1
@@ -279,7 +297,8 @@ class MoveSearch:
             self.cand = self._candidates(self.op_devices, self.cost)
         else:
             self.stale += 1
-            cand.refresh(self.memory, self.rounds)
+            if self.level < len(self.levels):
+                cand.refresh(self.memory, self.rounds)
 
     def _accepts(self, cost: float) -> bool:
         """Whether to move to a slower placement of ``cost`` (Metropolis at the cooled temperature; never when off)."""
@@ -300,8 +319,11 @@ class MoveSearch:
         b = self.budget
         if b.best_op_devices is None:
             raise PlacerError("move search: the budget does not allow simulating the start")
+        op_devices, homes = b.best_op_devices, None
+        if self.codes is not None:
+            op_devices, homes = self.codes.decode(op_devices)
         return MoveSearchResult(
-            b.best_op_devices.astype(np.int32),
+            op_devices.astype(np.int32),
             b.best_cost / OOM_FACTOR if b.best_oom else b.best_cost,
             b.best_oom,
             b.evals,
@@ -310,6 +332,7 @@ class MoveSearch:
             self.rounds,
             self.kicks,
             [lv.name for lv in self.levels],
+            homes,
         )
 
     # ------------------------------------------------------------------ the parts
@@ -366,6 +389,8 @@ class MoveSearch:
             op_devices.append(self.devices[self.rng.integers(0, len(self.devices), size=self.levels[0].num_items)][g])
         if not op_devices and self.budget.best_op_devices is None:
             op_devices.append(np.full(self.graph.num_ops, self.devices[0], dtype=np.int64))
+        if self.codes is not None:  # everything on the first GPU, homed on the host (its code: the first after D)
+            op_devices.append(np.full(self.graph.num_ops, self.codes.num_devices, dtype=np.int64))
         if op_devices:
             self.budget.score(np.stack(op_devices))
         return self.budget.best_op_devices.astype(np.int64), float(self.budget.best_cost)
@@ -375,17 +400,24 @@ class MoveSearch:
         count as tried."""
         if self._tried_version != self.version:
             self._tried_keys, self._tried_version = set(), self.version
-        items, devices, feats, keys = self.features.features(
-            self.level, op_devices, cost, self._schedule(op_devices, self.version), self.memory, self.rounds
-        )
+        if self.level >= len(self.levels):  # a home level: the twin of an item level
+            lv = self.levels[self.level - len(self.levels)]
+            items, devices, keys = self.codes.moves(lv.op_group, lv.num_items, op_devices)
+            feats = np.zeros((len(items), NUM_FEATURES), dtype=np.float32)
+        else:
+            decoded = op_devices if self.codes is None else self.codes.decode(op_devices)[0]
+            items, devices, feats, keys = self.features.features(
+                self.level, decoded, cost, self._schedule(op_devices, self.version), self.memory, self.rounds
+            )
         tried = np.fromiter((k in self._tried_keys for k in keys.tolist()), dtype=bool, count=len(keys))
         return _Candidates(self.level, items, devices, feats, keys, tried)
 
     def _apply(self, op_devices: np.ndarray, cand: "_Candidates", pick: np.ndarray) -> np.ndarray:
         """``op_devices`` with each picked move applied, one row per move."""
         moved = np.repeat(op_devices[None], len(pick), axis=0)
+        lv = self.levels[cand.level % len(self.levels)]  # a home level moves its twin's items
         for r, j in enumerate(pick):
-            moved[r, self.levels[cand.level].op_group == cand.item[j]] = cand.device[j]
+            moved[r, lv.op_group == cand.item[j]] = cand.device[j]
         return moved
 
     def _schedule(self, op_devices: np.ndarray, version: int) -> Any:
@@ -404,7 +436,8 @@ class MoveSearch:
         o = self.options
         b = min(o.batch, len(untried))
         ready = self.pretrained or self.replay.size  # a fresh critic ranks once it has seen a round
-        n_ranked = 0 if o.proposals == "uniform" or not ready else b - int(round(o.explore * b))
+        uniform = o.proposals == "uniform" or not ready or cand.level >= len(self.levels)  # home moves: uniform
+        n_ranked = 0 if uniform else b - int(round(o.explore * b))
         if n_ranked and o.adaptive:  # [uniform, ranked]: the arm whose sampled hit rate is higher takes the round
             rate = self.rng.beta(1 + self.hits, 1 + self.tries - self.hits)
             if rate[1] < rate[0]:

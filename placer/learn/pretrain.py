@@ -220,16 +220,22 @@ def setup_pairs(config: PretrainConfig, net: Any, say: Callable[[str], None]) ->
     return pairs, skipped
 
 
-def _imitate(
-    config: PretrainConfig,
-    pairs: list[Pair],
-    step: Callable[[Any], None],
-    rng: np.random.Generator,
-    gen: torch.Generator,
-    end: float,
-    say: Callable[[str], None],
-) -> int:
+@dataclass
+class PretrainRun:
+    """What both phases of a pretraining run on: its config and pairs, one optimiser step on a loss (``step``), the
+    generators of its choices (``rng``) and of the policy's samples (``gen``), and its progress lines (``say``)."""
+
+    config: PretrainConfig
+    pairs: list[Pair]
+    step: Callable[[Any], None]
+    rng: np.random.Generator
+    gen: torch.Generator
+    say: Callable[[str], None]
+
+
+def _imitate(run: PretrainRun, end: float) -> int:
     """Fit the labels of minibatches of pairs until ``end`` (a ``perf_counter`` value); returns the steps taken."""
+    config, pairs, step, rng, gen, say = run.config, run.pairs, run.step, run.rng, run.gen, run.say
     steps = 0
     while time.perf_counter() < end:
         batch = rng.choice(len(pairs), size=min(config.batch, len(pairs)), replace=False)
@@ -251,17 +257,10 @@ def _imitate(
     return steps
 
 
-def _reinforce(
-    config: PretrainConfig,
-    pairs: list[Pair],
-    step: Callable[[Any], None],
-    rng: np.random.Generator,
-    gen: torch.Generator,
-    end: float,
-    say: Callable[[str], None],
-) -> int:
+def _reinforce(run: PretrainRun, end: float) -> int:
     """REINFORCE on a random pair at a time until ``end``, the imitation loss kept as a regulariser; returns the
     steps."""
+    config, pairs, step, rng, gen, say = run.config, run.pairs, run.step, run.rng, run.gen, run.say
     a = config.algo
     steps = 0
     while time.perf_counter() < end:
@@ -340,10 +339,11 @@ def pretrain(config: PretrainConfig) -> PretrainResult:
         torch.nn.utils.clip_grad_norm_(net.parameters(), config.algo.grad_clip)
         opt.step()
 
-    steps = {"imitation": _imitate(config, pairs, step, rng, gen, imitation_end, say)}
+    run = PretrainRun(config, pairs, step, rng, gen, say)
+    steps = {"imitation": _imitate(run, imitation_end)}
     for group in opt.param_groups:
         group["lr"] = config.algo.lr
-    steps["rl"] = _reinforce(config, pairs, step, rng, gen, budget_end, say)
+    steps["rl"] = _reinforce(run, budget_end)
     rows = []
     for p in pairs:
         g_t, g_failed = p.env.step_times(p.policy.greedy()[None])

@@ -17,8 +17,8 @@ import envs
 from envs.scorer import Scorer, can_measure_again
 from graphs import OpGraph, PlacerError, zoo
 from graphs.plan import single_device_rows
+from graphs.sources import looks_like_callable, stand_in_loss
 from placer.learn.config import TrainConfig
-from placer.sources import looks_like_callable, stand_in_loss
 
 if TYPE_CHECKING:
     from envs.cluster import Cluster

@@ -21,7 +21,7 @@ from envs.cluster import Cluster
 from envs.real.profiler import with_profile
 from envs.scorer import Scorer
 from graphs import OpGraph, PlacerError
-from placer.checks import check_output_dir
+from graphs.sources import resolve_graph
 from placer.learn import checkpoint
 from placer.learn.comparisons import compare_after_learning
 from placer.learn.config import TrainConfig
@@ -33,7 +33,7 @@ from placer.learn.run_scorers import ENVS
 from placer.learn.rundir import check_compatible, check_fresh, default_logdir, run_lock
 from placer.learn.session import Session
 from placer.learn.state import TrainResult
-from placer.sources import resolve_graph
+from placer.option_checks import check_output_dir
 
 
 class Runner(Protocol):

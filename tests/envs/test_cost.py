@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from envs import Cluster, cost
+from envs import Cluster
+from envs.sim import cost
 from graphs import OpGraph
 
 

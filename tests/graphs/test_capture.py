@@ -10,6 +10,7 @@ from torch import nn
 import graphs
 from graphs import CaptureError, GraphFormatError
 from graphs.torch_capture import capture, export_program, graph_from_program
+from tests.conftest import importable_module
 
 B, IN, OUT = 4, 8, 16
 
@@ -245,14 +246,9 @@ def test_graph_building_failures_are_capture_errors(monkeypatch):
 
 @pytest.mark.parametrize("builder", ["build", "build_masked"])
 def test_cli_export_of_a_data_dependent_model_is_one_line(tmp_path, monkeypatch, capsys, builder):
-    import sys
-
     from placer.cli import main
 
-    (tmp_path / "mymod.py").write_text(_NONZERO_MODULE)
-    monkeypatch.chdir(tmp_path)
-    monkeypatch.syspath_prepend(str(tmp_path))
-    sys.modules.pop("mymod", None)
+    importable_module(tmp_path, monkeypatch, "mymod", _NONZERO_MODULE)
     rc = main(["export", f"mymod:{builder}", "-o", "g.json"])
     err = capsys.readouterr().err
     assert rc == 2, err

@@ -69,26 +69,27 @@ def _rezip(src, dst, edit) -> None:
             zout.writestr(prefix + name, data)
 
 
-def _pickled_weight(marker):
-    def edit(entries):
-        cfg = json.loads(entries["data/weights/model_weights_config.json"])
-        meta = cfg["config"]["lin.weight"]
-        meta["use_pickle"] = True
-        entries["data/weights/" + meta["path_name"]] = _pickled(_Payload(marker))
-        entries["data/weights/model_weights_config.json"] = json.dumps(cfg).encode()
+def _pickled_tensor(marker, folder: str, key: str | None):
+    """An edit that stores tensor ``key`` of the archive's ``data/<folder>/`` (None: its only one) as a pickle of a
+    payload."""
+    config = f"data/{folder}/model_{folder}_config.json"
 
-    return edit, "data/weights/weight_0"
+    def edit(entries):
+        cfg = json.loads(entries[config])
+        (meta,) = cfg["config"].values() if key is None else (cfg["config"][key],)
+        meta["use_pickle"] = True
+        entries[f"data/{folder}/" + meta["path_name"]] = _pickled(_Payload(marker))
+        entries[config] = json.dumps(cfg).encode()
+
+    return edit
+
+
+def _pickled_weight(marker):
+    return _pickled_tensor(marker, "weights", "lin.weight"), "data/weights/weight_0"
 
 
 def _pickled_constant(marker):
-    def edit(entries):
-        cfg = json.loads(entries["data/constants/model_constants_config.json"])
-        (meta,) = cfg["config"].values()
-        meta["use_pickle"] = True
-        entries["data/constants/" + meta["path_name"]] = _pickled(_Payload(marker))
-        entries["data/constants/model_constants_config.json"] = json.dumps(cfg).encode()
-
-    return edit, "data/constants/tensor_0"
+    return _pickled_tensor(marker, "constants", None), "data/constants/tensor_0"
 
 
 def _opaque_constant(marker):

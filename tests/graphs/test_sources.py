@@ -7,9 +7,8 @@ import uuid
 
 import pytest
 
-import placer.sources
 from envs.real import measured
-from graphs import PlacerError, sources
+from graphs import PlacerError
 
 pytest.importorskip("torch")
 
@@ -20,11 +19,6 @@ def _user_module(directory) -> str:
         "import torch\n\ndef build():\n    return torch.nn.Linear(2, 3), [torch.zeros(1, 2)]\n"
     )
     return name
-
-
-def test_the_old_import_path_is_the_same_module_s_names():
-    for name in ("load_callable", "looks_like_callable", "resolve_graph", "resolve_graph_and_model", "stand_in_loss"):
-        assert getattr(placer.sources, name) is getattr(sources, name)
 
 
 def test_a_worker_resolves_source_in_the_drivers_directory(tmp_path, monkeypatch):

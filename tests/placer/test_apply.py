@@ -13,6 +13,7 @@ from envs.real.devices import parse_device_map, resolve_devices
 from envs.real.placing import DEVICE_META, MOVE_META, WRITEBACK_META, transfers
 from envs.real.timing import default_loss
 from graphs import PlacerError
+from graphs.dag import random_order
 from graphs.torch_capture import capture
 from placer.apply import apply
 from placer.placement import Placement
@@ -69,15 +70,10 @@ def _grads(model):
     return {k: p.grad.clone() for k, p in model.named_parameters() if p.grad is not None}
 
 
-@pytest.mark.parametrize("name", ["bn", "tied"])
-@pytest.mark.parametrize("seed", [0, 1, 2])
-def test_outputs_and_gradients_equal(name, seed):
-    model, inputs = _cases()[name]
-    ref_model = copy.deepcopy(model)
-    g, p = _random_placement(model, inputs, seed)
-    placed = apply(model, p, inputs, device_map=ALL_CPU)
-    out, ref = placed(*inputs), ref_model(*inputs)
-    for a, b in zip(torch.utils._pytree.tree_leaves(out), torch.utils._pytree.tree_leaves(ref)):
+def assert_same_outputs_and_grads(placed, ref_model, out, ref):
+    """``out`` (the placed model's) equals ``ref`` (the unplaced one's), and so do the gradients of their default
+    losses."""
+    for a, b in zip(torch.utils._pytree.tree_leaves(out), torch.utils._pytree.tree_leaves(ref), strict=True):
         torch.testing.assert_close(a, b)
     default_loss(out).backward()
     default_loss(ref).backward()
@@ -85,6 +81,32 @@ def test_outputs_and_gradients_equal(name, seed):
     assert got.keys() == want.keys() and got
     for k in want:
         torch.testing.assert_close(got[k], want[k], msg=k)
+
+
+def assert_same_loss_and_grads(placed, ref_model, inputs, grad_atol=lambda want: 1e-6):
+    """The placed model's loss and gradients are the unplaced one's; both run after one seed, so dropout draws the
+    same masks. ``grad_atol(want)``: the absolute tolerance of a gradient ``want``."""
+    torch.manual_seed(5)
+    loss = placed(*inputs)
+    torch.manual_seed(5)
+    ref = ref_model(*inputs)
+    torch.testing.assert_close(loss, ref)
+    loss.backward()
+    ref.backward()
+    got, want = _grads(placed), _grads(ref_model)
+    assert got.keys() == want.keys()
+    for k in want:
+        torch.testing.assert_close(got[k], want[k], msg=k, rtol=1e-4, atol=grad_atol(want[k]))
+
+
+@pytest.mark.parametrize("name", ["bn", "tied"])
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_outputs_and_gradients_equal(name, seed):
+    model, inputs = _cases()[name]
+    ref_model = copy.deepcopy(model)
+    g, p = _random_placement(model, inputs, seed)
+    placed = apply(model, p, inputs, device_map=ALL_CPU)
+    assert_same_outputs_and_grads(placed, ref_model, placed(*inputs), ref_model(*inputs))
 
 
 def test_every_crossing_edge_gets_one_copy_per_tensor_and_device():
@@ -276,17 +298,7 @@ def test_zoo_models_outputs_and_gradients_equal(name):
     g, p = _random_placement(model, inputs, seed=7)
     placed = apply(model, p, inputs, device_map=ALL_CPU)
     assert transfers(placed)  # a random placement over 3 devices crosses edges
-    torch.manual_seed(5)  # dropout (inception) draws the same masks in both
-    loss = placed(*inputs)
-    torch.manual_seed(5)
-    ref = ref_model(*inputs)
-    torch.testing.assert_close(loss, ref)
-    loss.backward()
-    ref.backward()
-    got, want = _grads(placed), _grads(ref_model)
-    assert got.keys() == want.keys()
-    for k in want:
-        torch.testing.assert_close(got[k], want[k], msg=k, rtol=1e-4, atol=1e-6)
+    assert_same_loss_and_grads(placed, ref_model, inputs)
 
 
 @pytest.mark.slow
@@ -331,31 +343,13 @@ def test_zoo_models_follow_a_random_issue_order(name):
     ref_model = copy.deepcopy(model)
     g = capture(model, inputs)
     rng = np.random.default_rng(11)
-    indeg, order = np.bincount(g.edge_dst, minlength=g.num_ops), []
-    ready = [i for i in range(g.num_ops) if indeg[i] == 0]
-    while ready:  # a random topological order
-        i = ready.pop(int(rng.integers(len(ready))))
-        order.append(i)
-        for j in g.successors(i).tolist():
-            indeg[j] -= 1
-            if indeg[j] == 0:
-                ready.append(j)
+    order = random_order(g, rng).tolist()
     p = Placement.from_indices(g, DEVICES, rng.integers(0, len(DEVICES), size=g.num_ops), order=order)
     placed = apply(model, p, inputs, device_map=ALL_CPU)
     assert transfers(placed)  # a random placement over 3 devices crosses edges
     run = [g.index[n] for n in placed.meta[ORDER_META]]
     check_order(run, g)
     assert run != list(range(g.num_ops))  # the order moved ops
-    torch.manual_seed(5)
-    loss = placed(*inputs)
-    torch.manual_seed(5)
-    ref = ref_model(*inputs)
-    torch.testing.assert_close(loss, ref)
-    loss.backward()
-    ref.backward()
-    got, want = _grads(placed), _grads(ref_model)
-    assert got.keys() == want.keys()
     # Autograd sums a tensor's gradient contributions in the order backward runs, which
     # follows the forward's issue order: float32 rounding moves (float64 agrees to 1e-13).
-    for k in want:
-        torch.testing.assert_close(got[k], want[k], msg=k, rtol=1e-4, atol=1e-5 * float(want[k].abs().max()))
+    assert_same_loss_and_grads(placed, ref_model, inputs, grad_atol=lambda want: 1e-5 * float(want.abs().max()))

@@ -19,6 +19,7 @@ from graphs.dag import random_order
 from graphs.plan import Placement, check_order
 from graphs.torch_capture import capture, export_program
 from placer.apply import apply
+from tests.placer.test_apply import assert_same_outputs_and_grads
 
 DEVICES = ["cpu:0", "gpu:0", "gpu:1"]
 ALL_CPU = "*=cpu"  # three logical devices on one real one: every copy is built, as a no-op
@@ -264,15 +265,7 @@ def test_any_order_keeps_outputs_and_gradients(name, seed):
     torch.manual_seed(7)
     out = placed(*inputs)
     torch.manual_seed(7)
-    ref = ref_model(*inputs)
-    for a, b in zip(torch.utils._pytree.tree_leaves(out), torch.utils._pytree.tree_leaves(ref), strict=True):
-        torch.testing.assert_close(a, b)
-    default_loss(out).backward()
-    default_loss(ref).backward()
-    got, want = _grads(placed), _grads(ref_model)
-    assert got.keys() == want.keys() and got
-    for k in want:
-        torch.testing.assert_close(got[k], want[k], msg=k)
+    assert_same_outputs_and_grads(placed, ref_model, out, ref_model(*inputs))
     for key, buf in ref_model.named_buffers():
         torch.testing.assert_close(dict(placed.named_buffers())[key], buf, msg=key)
 

@@ -36,6 +36,20 @@ from graphs.ops import grad_mask
 from graphs.torch_capture import capture
 
 
+def fake_context_gpu(n: int) -> dict:
+    """A profile's entry for a GPU profiled in context over ``n`` ops: kernels of 10 and 20 us (forward, backward),
+    issued by the host in 30 and 40 us."""
+    return {
+        "kind": "gpu",
+        "name": "fake",
+        "method": "context",
+        "fwd_s": [1e-5] * n,
+        "bwd_s": [2e-5] * n,
+        "issue_fwd_s": [3e-5] * n,
+        "issue_bwd_s": [4e-5] * n,
+    }
+
+
 @pytest.fixture(scope="module")
 def profiled():
     torch.manual_seed(0)
@@ -371,15 +385,7 @@ def test_issue_columns_reach_the_simulator_through_a_profile(profiled):
     graph, prof = profiled
     n = graph.num_ops
     doc = json.loads(json.dumps(prof))
-    doc["devices"]["cuda:0"] = {
-        "kind": "gpu",
-        "name": "fake",
-        "method": "context",
-        "fwd_s": [1e-5] * n,
-        "bwd_s": [2e-5] * n,
-        "issue_fwd_s": [3e-5] * n,
-        "issue_bwd_s": [4e-5] * n,
-    }
+    doc["devices"]["cuda:0"] = fake_context_gpu(n)
     g = apply_profile(graph, doc)
     assert g.content_hash == graph.content_hash and np.allclose(g.profile["gpu"]["issue_bwd_s"], 4e-5)
     cluster = envs.Cluster.preset("h200x1")

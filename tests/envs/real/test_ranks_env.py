@@ -9,9 +9,9 @@ spent (the retry rule itself is tested without Ray).
 from __future__ import annotations
 
 import json
-import sys
 import textwrap
 
+import numpy as np
 import pytest
 
 pytestmark = pytest.mark.slow
@@ -25,6 +25,7 @@ from envs.real.ray.jobs import JobLost, RanksEnv  # noqa: E402
 from envs.result import Result  # noqa: E402
 from graphs import PlacerError  # noqa: E402
 from graphs.plan import Placement  # noqa: E402
+from tests.conftest import importable_module  # noqa: E402
 
 MODEL_SRC = textwrap.dedent(
     """
@@ -73,11 +74,7 @@ def ray_cluster():
 
 @pytest.fixture
 def workdir(tmp_path, monkeypatch):
-    (tmp_path / "ranks_model.py").write_text(MODEL_SRC)
-    monkeypatch.chdir(tmp_path)
-    monkeypatch.syspath_prepend(str(tmp_path))
-    sys.modules.pop("ranks_model", None)
-    return tmp_path
+    return importable_module(tmp_path, monkeypatch, "ranks_model", MODEL_SRC)
 
 
 def _env(source: str, run_dir, **options) -> RanksEnv:
@@ -120,6 +117,25 @@ def test_a_rank_that_dies_is_an_error_result(ray_cluster, workdir):
     try:
         (result,) = env.evaluate([_split(env)])
         assert result.status == "error" and "a rank died 1 times" in result.message, result.message
+    finally:
+        env.close()
+
+
+def test_a_gymnasium_environment_scores_its_placements_as_jobs_of_ranks(ray_cluster, workdir):
+    """The multi-process runs behind placer.gym as the simulator is: one step is one job of two ranks."""
+    from placer.gym.problem import Outcome
+    from placer.gym.views import PlaceAllEnv
+
+    env = _env("ranks_model:build", None)
+    try:
+        gym_env = PlaceAllEnv(graph=env.graph, cluster=env.cluster, scorer=env)
+        gym_env.reset(seed=0)
+        n = env.graph.num_ops
+        action = np.array([1 if i < n // 2 else 2 for i in range(gym_env.action_space.shape[0])])  # gpu:0, gpu:1
+        _, reward, terminated, _, info = gym_env.step(action)
+        (measured,) = env.evaluate([_split(env)])  # the same plan: the env's cached job
+        assert terminated and measured.ok and info["step_time_s"] == measured.step_time_s > 0
+        assert reward == gym_env.problem.reward(Outcome.of(measured)) and info["peak_bytes"] == measured.peak_bytes
     finally:
         env.close()
 

@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 
 from envs.sim.simulator import SimEnv
+from tests.envs.sim.test_eager import xfers
 
 BACKENDS = ["kernel", "reference"]
 EXECUTORS = ["eager", "dataflow"]
@@ -46,17 +47,7 @@ def test_cycle_between_devices(toy, backend, executor):
     _, s, r = sim(g, toy.cluster(), [toy.G0, toy.G1, toy.G0], backend, executor)
     assert s.fwd_start_s.tolist() == [0, 2, 5] and s.fwd_end_s.tolist() == [1, 4, 8]
     assert s.bwd_start_s.tolist() == [20, 15, 8] and s.bwd_end_s.tolist() == [22, 19, 14]
-    xfers = sorted(
-        zip(
-            s.xfer_kind.tolist(),
-            s.xfer_op.tolist(),
-            s.xfer_src.tolist(),
-            s.xfer_dst.tolist(),
-            s.xfer_start_s.tolist(),
-            s.xfer_end_s.tolist(),
-        )
-    )
-    assert xfers == [(0, 0, 1, 2, 1, 2), (0, 1, 2, 1, 4, 5), (1, 0, 2, 1, 19, 20), (1, 1, 1, 2, 14, 15)]
+    assert xfers(s) == [(0, 0, 1, 2, 1, 2), (0, 1, 2, 1, 4, 5), (1, 0, 2, 1, 19, 20), (1, 1, 1, 2, 14, 15)]
     assert r.step_time_s == 22.0
     assert r.busy_s["gpu:0->gpu:1"] == 2.0 and r.busy_s["gpu:1->gpu:0"] == 2.0
 

@@ -19,6 +19,7 @@ from graphs.ir import OpGraph
 from graphs.synthetic import random_dag
 from placer.cli import main
 from placer.cli.inspect import summarize
+from tests.conftest import importable_module
 
 USER_MODULE = textwrap.dedent(
     """
@@ -57,9 +58,7 @@ USER_MODULE = textwrap.dedent(
 def user_module(tmp_path, monkeypatch):
     """A module in the user's working directory; returns its (unique) name."""
     name = f"usermod_{tmp_path.name}"
-    (tmp_path / f"{name}.py").write_text(USER_MODULE)
-    monkeypatch.chdir(tmp_path)
-    monkeypatch.syspath_prepend(str(tmp_path))
+    importable_module(tmp_path, monkeypatch, name, USER_MODULE)
     yield name
     sys.modules.pop(name, None)
 

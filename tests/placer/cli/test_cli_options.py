@@ -166,7 +166,7 @@ def test_missing_input_files_exit_2_before_the_model_is_captured(work, model_mod
 
 
 def test_output_checks_leave_nothing_behind(tmp_path):
-    from placer.checks import check_output_dir, check_output_file
+    from placer.option_checks import check_output_dir, check_output_file
 
     check_output_file(tmp_path / "a.json", "-o")
     check_output_dir(tmp_path / "x" / "y", "--logdir")

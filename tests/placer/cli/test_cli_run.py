@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import statistics
-import sys
 import textwrap
 
 import numpy as np
@@ -13,6 +12,8 @@ import pytest
 from envs.real.profiler import load_profile
 from graphs.plan import Placement
 from placer.cli import main
+from tests.conftest import importable_module
+from tests.envs.real.test_profiler import fake_context_gpu
 
 MODEL_SRC = textwrap.dedent(
     """
@@ -40,10 +41,7 @@ MODEL_SRC = textwrap.dedent(
 
 @pytest.fixture
 def workdir(tmp_path, monkeypatch):
-    (tmp_path / "cli_run_model.py").write_text(MODEL_SRC)
-    monkeypatch.chdir(tmp_path)
-    monkeypatch.syspath_prepend(str(tmp_path))
-    sys.modules.pop("cli_run_model", None)
+    importable_module(tmp_path, monkeypatch, "cli_run_model", MODEL_SRC)
     import cli_run_model
 
     from graphs.torch_capture import capture
@@ -54,24 +52,13 @@ def workdir(tmp_path, monkeypatch):
     return tmp_path
 
 
+def run_on_cpu(*argv: str, placement: str = "p.json", source: str = "cli_run_model:build") -> int:
+    """``placer run`` of ``source`` on ``placement`` (cluster k80x2), every logical device on the CPU."""
+    return main(["run", source, "--placement", placement, "--cluster", "k80x2", "--device-map", "*=cpu", *argv])
+
+
 def test_run_json_reports_step_time_and_peaks(workdir, capsys):
-    rc = main(
-        [
-            "run",
-            "cli_run_model:build",
-            "--placement",
-            "p.json",
-            "--cluster",
-            "k80x2",
-            "--device-map",
-            "*=cpu",
-            "--steps",
-            "3",
-            "--warmup",
-            "1",
-            "--json",
-        ]
-    )
+    rc = run_on_cpu("--steps", "3", "--warmup", "1", "--json")
     out = json.loads(capsys.readouterr().out)
     assert rc == 0 and out["status"] == "ok" and out["source"] == "measured"
     assert 0 < out["step_time_s"] == statistics.median(out["extra"]["step_times_s"])  # no wall-clock limit
@@ -81,20 +68,7 @@ def test_run_json_reports_step_time_and_peaks(workdir, capsys):
 
 
 def test_run_text_output(workdir, capsys):
-    rc = main(
-        [
-            "run",
-            "cli_run_model:build",
-            "--placement",
-            "p.json",
-            "--cluster",
-            "k80x2",
-            "--device-map",
-            "*=cpu",
-            "--steps",
-            "2",
-        ]
-    )
+    rc = run_on_cpu("--steps", "2")
     text = capsys.readouterr().out
     assert rc == 0 and "step time" in text and "peak memory" in text and "gpu:1" in text
 
@@ -128,9 +102,7 @@ def test_run_refuses_a_placement_of_another_graph(workdir, capsys):
     doc = json.loads((workdir / "p.json").read_text())
     doc["graph_hash"] = "0123456789abcdef"
     (workdir / "other.json").write_text(json.dumps(doc))
-    rc = main(
-        ["run", "cli_run_model:build", "--placement", "other.json", "--cluster", "k80x2", "--device-map", "*=cpu"]
-    )
+    rc = run_on_cpu(placement="other.json")
     assert rc == 2 and "made for graph 0123456789abcdef" in capsys.readouterr().err
 
 
@@ -176,21 +148,7 @@ def test_run_steps_past_measure_timeout_are_a_timeout_result(workdir, capsys, mo
         time.sleep(120)
 
     monkeypatch.setattr(envs.real.timing, "measure_steps", hang)
-    rc = main(
-        [
-            "run",
-            "cli_run_model:build",
-            "--placement",
-            "p.json",
-            "--cluster",
-            "k80x2",
-            "--device-map",
-            "*=cpu",
-            "--measure-timeout",
-            "0.5",
-            "--json",
-        ]
-    )
+    rc = run_on_cpu("--measure-timeout", "0.5", "--json")
     out = json.loads(capsys.readouterr().out)
     assert rc == 1 and out["status"] == "timeout" and "0.5s" in out["message"]
 
@@ -202,29 +160,14 @@ def test_run_memory_error_in_a_step_is_oom(workdir, capsys, monkeypatch):
         raise MemoryError()
 
     monkeypatch.setattr(envs.real.timing, "measure_steps", no_memory)
-    rc = main(
-        ["run", "cli_run_model:build", "--placement", "p.json", "--cluster", "k80x2", "--device-map", "*=cpu", "--json"]
-    )
+    rc = run_on_cpu("--json")
     out = json.loads(capsys.readouterr().out)
     assert rc == 1 and out["status"] == "oom" and "MemoryError" in out["message"]
 
 
 @pytest.mark.parametrize("value", ["0", "-3", "nan", "inf"])
 def test_run_bad_measure_timeout_exits_2_with_one_line(workdir, capsys, value):
-    rc = main(
-        [
-            "run",
-            "cli_run_model:build",
-            "--placement",
-            "p.json",
-            "--cluster",
-            "k80x2",
-            "--device-map",
-            "*=cpu",
-            "--measure-timeout",
-            value,
-        ]
-    )
+    rc = run_on_cpu("--measure-timeout", value)
     err = capsys.readouterr().err
     assert rc == 2 and "--measure-timeout" in err and err.count("\n") == 1
 
@@ -238,15 +181,7 @@ def test_profile_prints_a_gpus_issue_times(workdir, capsys, monkeypatch):
     def with_a_gpu(model, inputs, devices, **kw):
         doc = real(model, inputs, ["cpu"], **kw)
         n = len(doc["ops"])
-        doc["devices"]["cuda:0"] = {
-            "kind": "gpu",
-            "name": "fake",
-            "method": "context",
-            "fwd_s": [1e-5] * n,
-            "bwd_s": [2e-5] * n,
-            "issue_fwd_s": [3e-5] * n,
-            "issue_bwd_s": [4e-5] * n,
-        }
+        doc["devices"]["cuda:0"] = fake_context_gpu(n)
         return doc
 
     monkeypatch.setattr(profiler, "profile_model", with_a_gpu)
@@ -269,7 +204,7 @@ def test_run_refuses_a_model_that_returns_no_scalar_loss_in_one_line(workdir, ca
 
     graph = capture(*cli_run_model.logits())
     Placement.from_indices(graph, ["cpu:0", "gpu:0", "gpu:1"], [1] * graph.num_ops, cluster="k80x2").save("l.json")
-    rc = main(["run", "cli_run_model:logits", "--placement", "l.json", "--cluster", "k80x2", "--device-map", "*=cpu"])
+    rc = run_on_cpu(placement="l.json", source="cli_run_model:logits")
     out, err = capsys.readouterr()
     assert rc == 2 and "loss" not in out and len(err.strip().splitlines()) == 1
     assert "returns a float32 tensor of shape [8, 4], not a scalar loss" in err and "Traceback" not in err

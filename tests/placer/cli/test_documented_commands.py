@@ -28,6 +28,7 @@ from pathlib import Path
 import pytest
 
 from placer.cli import build_parser, main
+from tests.conftest import importable_module
 
 ROOT = Path(__file__).resolve().parents[3]
 README = ROOT / "README.md"
@@ -222,11 +223,7 @@ def session(tmp_path, monkeypatch, zoo_cache):
     """The README's working directory: its mymodels.py, and a placement of it for the commands that take one."""
     block = re.search(r"```python\n(# mymodels\.py\n.*?)```", README.read_text(), re.S)
     assert block, "the README shows mymodels.py"
-    (tmp_path / "mymodels.py").write_text(block.group(1))
-    monkeypatch.chdir(tmp_path)
-    monkeypatch.syspath_prepend(str(tmp_path))
-    sys.modules.pop("mymodels", None)
-    return tmp_path
+    return importable_module(tmp_path, monkeypatch, "mymodels", block.group(1))
 
 
 def _run_all(commands: list[tuple[str, bool]], monkeypatch, prepare=None) -> None:

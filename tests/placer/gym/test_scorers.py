@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import sys
 import textwrap
 
 import gymnasium
@@ -14,6 +13,7 @@ import placer.gym
 from envs.scorer import Scorer
 from graphs import PlacerError
 from graphs.synthetic import FAMILIES
+from tests.conftest import importable_module
 
 GRAPH = FAMILIES["moe"](40, seed=0)
 CLUSTER = envs.resolve_cluster("k80x2")
@@ -84,7 +84,10 @@ def test_env_scorer_needs_items_that_are_the_ops_and_the_environments_order():
 
 @pytest.mark.slow  # real training steps (torch.export, a few Adam steps) in this process
 def test_real_training_steps_in_this_process_score_the_same_environment(tmp_path, monkeypatch):
-    (tmp_path / "tinymodels.py").write_text(
+    importable_module(
+        tmp_path,
+        monkeypatch,
+        "tinymodels",
         textwrap.dedent(
             """
             import torch
@@ -101,11 +104,8 @@ def test_real_training_steps_in_this_process_score_the_same_environment(tmp_path
                 torch.manual_seed(0)
                 return Net(), (torch.randn(8, 16),)
             """
-        )
+        ),
     )
-    monkeypatch.syspath_prepend(str(tmp_path))
-    monkeypatch.chdir(tmp_path)
-    sys.modules.pop("tinymodels", None)
     options = {"device_map": "*=cpu", "warmup_steps": 1, "timed_steps": 2}
     env = gymnasium.make(
         "placer/PlaceAll-v0", graph="tinymodels:build", cluster="k80x2", scorer="local", scorer_options=options

@@ -17,18 +17,12 @@ from envs.result import Result
 from graphs import OpGraph
 from placer import Placement
 from placer.cli.train import summary
-from placer.learn.config import TrainConfig
 from placer.learn.progress import Progress
 from placer.learn.run_scorers import CachedScorer
 from placer.learn.runners import train
+from tests.placer.learn.tiny_runs import train_config, two_chains
 
 HEURISTICS = ("single", "m_etf", "heft", "round_robin")
-
-
-def two_chains(length: int = 4) -> OpGraph:
-    names = [f"{c}{i}" for c in "ab" for i in range(length)]
-    edges = [(f"{c}{i}", f"{c}{i + 1}", 1024) for c in "ab" for i in range(length - 1)]
-    return OpGraph.from_edges(names, edges, flops=[2e11] * len(names), name="two-chains")
 
 
 class FakeMeasured:
@@ -48,17 +42,7 @@ class FakeMeasured:
 
 
 def _run(tmp_path, **kw):
-    config = TrainConfig(
-        env="measured",
-        heuristics=HEURISTICS,
-        max_groups=0,
-        samples=4,
-        iterations=2,
-        hidden=8,
-        logdir=str(tmp_path / "run"),
-        progress=False,
-        **kw,
-    )
+    config = train_config(tmp_path, env="measured", heuristics=HEURISTICS, samples=4, iterations=2, **kw)
     env = FakeMeasured()
     result = train(config, graph=two_chains(), cluster=envs.resolve_cluster("k80x2"), env=env)
     return result, env
@@ -95,15 +79,7 @@ def test_a_measured_run_that_measures_no_heuristic_says_its_best_heuristic_is_si
 
 
 def test_a_simulated_run_summary_is_unchanged(tmp_path):
-    config = TrainConfig(
-        heuristics=HEURISTICS,
-        max_groups=0,
-        samples=4,
-        iterations=1,
-        hidden=8,
-        logdir=str(tmp_path / "run"),
-        progress=False,
-    )
+    config = train_config(tmp_path, heuristics=HEURISTICS, samples=4, iterations=1)
     result = train(config, graph=two_chains(), cluster=envs.resolve_cluster("k80x2"))
     text = "\n".join(
         line for line in summary(result.to_dict()).splitlines() if not line.startswith(("placement", "logs"))
@@ -127,17 +103,9 @@ class NoisyMeasured(FakeMeasured):
 
 
 def test_a_measured_run_re_measures_its_best_and_the_best_heuristic_s_side_by_side(tmp_path):
-    config = TrainConfig(
-        env="measured",
-        heuristics=("single", "m_etf"),
-        max_groups=0,
-        samples=4,
-        iterations=3,
-        hidden=8,
-        logdir=str(tmp_path / "run"),
-        progress=False,
-        measure_heuristics=2,
-        rematch=3,
+    heuristics = ("single", "m_etf")
+    config = train_config(
+        tmp_path, env="measured", heuristics=heuristics, samples=4, iterations=3, rematch=3, measure_heuristics=2
     )
     env = NoisyMeasured()
     graph = two_chains()

@@ -13,6 +13,13 @@ from placer.learn.move_search import MoveSearch, MoveSearchOptions
 from policies.moves import NUM_FEATURES, MoveFeatures, MoveMemory, item_levels
 
 
+def _without_modules(g: OpGraph) -> OpGraph:
+    """``g``'s ops and edges alone: no module paths."""
+    names = g.names
+    edges = zip([names[i] for i in g.edge_src], [names[i] for i in g.edge_dst], g.edge_bytes.tolist())
+    return OpGraph.from_edges(names, list(edges))
+
+
 def test_item_levels_go_from_modules_to_single_groups():
     g = recurrent_dag(150, seed=1)
     levels = item_levels(g)
@@ -24,15 +31,7 @@ def test_item_levels_go_from_modules_to_single_groups():
     for lv in levels:  # a co-location group is never split
         unit = colocate(g)
         assert all(len(set(lv.op_group[unit == u])) == 1 for u in np.unique(unit))
-    bare = random_dag(60, seed=0)
-    bare = OpGraph.from_edges(
-        bare.names,
-        list(
-            zip(
-                [bare.names[i] for i in bare.edge_src], [bare.names[i] for i in bare.edge_dst], bare.edge_bytes.tolist()
-            )
-        ),
-    )  # no module paths: chunks only
+    bare = _without_modules(random_dag(60, seed=0))  # no module paths: chunks only
     assert [lv.name for lv in item_levels(bare)] == ["chunks 8", "chunks 16", "chunks 32", "ops"]
 
 
@@ -197,14 +196,6 @@ def test_module_search_s_share_in_seconds_and_on_a_graph_without_modules():
     inf = MoveSearch(g, c, envs.SimEnv(g, c), seed=0)
     inf.begin(None, time_budget_s=float("inf"))  # no length known: no share
     assert inf.module_evals == 0
-    bare = random_dag(60, seed=0)
-    bare = OpGraph.from_edges(
-        bare.names,
-        list(
-            zip(
-                [bare.names[i] for i in bare.edge_src], [bare.names[i] for i in bare.edge_dst], bare.edge_bytes.tolist()
-            )
-        ),
-    )
+    bare = _without_modules(random_dag(60, seed=0))
     r = MoveSearch(bare, c, envs.SimEnv(bare, c), seed=0).run(None, max_evals=200)  # no module paths: moves only
     assert r.evals == 200

@@ -15,7 +15,7 @@ import torch
 
 import envs
 from envs.result import Result
-from graphs import OpGraph, PlacerError
+from graphs import PlacerError
 from placer.cli import build_parser, main
 from placer.learn import algos as rl_algos
 from placer.learn.algos import advantages, credit, learning_rate, logit_noise, policy_gradient_loss, reward
@@ -25,25 +25,11 @@ from placer.learn.runners import train
 from placer.learn.state import RunState
 from policies.base import LogProbTerm
 from tests.placer.learn.test_move_runner import documented_in_readme
-
-
-def two_chains(length: int = 4) -> OpGraph:
-    names = [f"{c}{i}" for c in "ab" for i in range(length)]
-    edges = [(f"{c}{i}", f"{c}{i + 1}", 1024) for c in "ab" for i in range(length - 1)]
-    return OpGraph.from_edges(names, edges, flops=[2e11] * len(names), name="two-chains")
+from tests.placer.learn.tiny_runs import train_argv, train_config, two_chains
 
 
 def _config(tmp_path, **kw) -> TrainConfig:
-    base = dict(
-        max_groups=0,
-        samples=8,
-        logdir=str(tmp_path / "run"),
-        progress=False,
-        heuristics=(),
-        hidden=8,
-        warm_start="none",
-    )
-    return TrainConfig(**{**base, **kw})
+    return train_config(tmp_path, **{"warm_start": "none", **kw})
 
 
 # ------------------------------------------------------------------ reward, baselines, advantages
@@ -407,21 +393,7 @@ def test_resume_rejects_a_checkpoint_with_a_bad_run_state(tmp_path, capsys):
 
     path = str(tmp_path / "g.json")
     save(two_chains(), path)
-    argv = [
-        "train",
-        path,
-        "--cluster",
-        "k80x2",
-        "--max-groups",
-        "0",
-        "--hidden",
-        "8",
-        "--no-progress",
-        "--warm-start",
-        "none",
-        "--logdir",
-        str(tmp_path / "run"),
-    ]
+    argv = train_argv(path, tmp_path / "run", "--no-progress", "--warm-start", "none")
     assert main(argv + ["--iterations", "1"]) == 0
     from placer.learn import checkpoint
 

@@ -12,20 +12,14 @@ import shlex
 import pytest
 
 import envs
-from graphs import OpGraph, save
+from graphs import save
 from placer import Placement
 from placer.cli import main
 from placer.cli.train import summary
 from placer.learn.config import TrainConfig
 from placer.learn.progress import Progress
 from placer.learn.runners import train
-
-
-def two_chains(length: int = 4) -> OpGraph:
-    """Two independent chains of heavy ops with tiny tensors: the optimum puts one per GPU."""
-    names = [f"{c}{i}" for c in "ab" for i in range(length)]
-    edges = [(f"{c}{i}", f"{c}{i + 1}", 1024) for c in "ab" for i in range(length - 1)]
-    return OpGraph.from_edges(names, edges, flops=[2e11] * len(names), name="two-chains")
+from tests.placer.learn.tiny_runs import train_argv, train_config, two_chains
 
 
 @pytest.fixture
@@ -36,26 +30,11 @@ def graph_file(tmp_path):
 
 
 def _config(tmp_path, **kw) -> TrainConfig:
-    base = dict(max_groups=0, samples=8, logdir=str(tmp_path / "run"), progress=False, heuristics=("m_etf",), hidden=8)
-    return TrainConfig(**{**base, **kw})
+    return train_config(tmp_path, **{"heuristics": ("m_etf",), **kw})
 
 
 def _small(path: str, logdir: str, *more: str) -> list[str]:
-    return [
-        "train",
-        path,
-        "--cluster",
-        "k80x2",
-        "--max-groups",
-        "0",
-        "--hidden",
-        "8",
-        "--heuristics",
-        "m_etf,round_robin",
-        "--logdir",
-        logdir,
-        *more,
-    ]
+    return train_argv(path, logdir, "--heuristics", "m_etf,round_robin", *more)
 
 
 def test_best_placement_is_never_slower_than_the_best_heuristic(tmp_path):

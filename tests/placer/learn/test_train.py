@@ -24,19 +24,11 @@ from placer.learn.config import TrainConfig
 from placer.learn.run_scorers import CachedScorer
 from placer.learn.runners import train
 from policies.seq2seq import Seq2SeqPolicy
-
-
-def two_chains(length: int = 4) -> OpGraph:
-    """Two independent chains of heavy ops with tiny tensors: the optimum puts one per GPU."""
-    names = [f"{c}{i}" for c in "ab" for i in range(length)]
-    edges = [(f"{c}{i}", f"{c}{i + 1}", 1024) for c in "ab" for i in range(length - 1)]
-    return OpGraph.from_edges(names, edges, flops=[2e11] * len(names), name="two-chains")
+from tests.placer.learn.tiny_runs import train_argv, train_config, two_chains
 
 
 def _config(tmp_path, **kw) -> TrainConfig:
-    base = dict(max_groups=0, samples=8, logdir=str(tmp_path / "run"), progress=False, heuristics=(), hidden=16)
-    base.update(kw)
-    return TrainConfig(**base)
+    return train_config(tmp_path, **{"hidden": 16, **kw})
 
 
 def test_cached_scorer_scores_identical_rows_once():
@@ -374,20 +366,7 @@ def test_warm_start_is_bounded_by_the_time_budget_and_its_placement_kept(tmp_pat
 
 # ------------------------------------------------------------------ issue 10: resume, logdir, lock, best file
 def _cli_train(path, logdir, *extra):
-    return [
-        "train",
-        path,
-        "--cluster",
-        "k80x2",
-        "--max-groups",
-        "0",
-        "--hidden",
-        "8",
-        "--no-progress",
-        "--logdir",
-        str(logdir),
-        *extra,
-    ]
+    return train_argv(path, logdir, "--no-progress", *extra)
 
 
 def test_resume_with_another_graphs_checkpoint_is_a_user_error(tmp_path, capsys):

@@ -1,4 +1,4 @@
-"""Heuristic baselines: valid, deterministic, memory-aware where they claim, optimal on toy graphs."""
+"""Heuristics: valid, deterministic, memory-aware where they claim, optimal on toy graphs."""
 
 from __future__ import annotations
 
@@ -10,26 +10,14 @@ import pytest
 import envs
 from graphs import OpGraph, PlacerError
 from graphs.synthetic import random_dag
-from placer.methods import registry as baselines
+from placer.compare import ORDER
+from placer.methods import registry
 from placer.methods.heuristics.groups import linear_partition
-from placer.methods.registry import HeuristicUnavailable as BaselineUnavailable
+from placer.methods.registry import HeuristicUnavailable
 
-MINE = [
-    "round_robin",
-    "expert",
-    "gpipe",
-    "scotch",
-    "metis",
-    "kernighan_lin",
-    "heft",
-    "m_topo",
-    "m_etf",
-    "m_sct",
-    "random_search",
-    "random_modules",
-    "module_search",
-    "annealing",
-]
+# Every heuristic of the comparison's table but the single device, accelerate's (they need the model) and the ILP
+# (a solver): placer's own.
+MINE = [m for m in ORDER if m not in ("single", "accelerate", "accelerate_low_0", "accelerate_sequential", "ilp")]
 FAST = {"random_search": {"n": 64}, "random_modules": {"n": 64}, "module_search": {"n": 64}, "annealing": {"steps": 64}}
 
 
@@ -44,7 +32,7 @@ def k80x2():
 
 
 def run(name, graph, cluster, **kw):
-    return np.asarray(baselines.get(name)(graph, cluster, **{**FAST.get(name, {}), **kw}))
+    return np.asarray(registry.get(name)(graph, cluster, **{**FAST.get(name, {}), **kw}))
 
 
 def two_chains(length: int = 8, flops: float = 4e10, nbytes: int = 1 << 10, param_bytes: int = 0) -> OpGraph:
@@ -62,8 +50,8 @@ def two_chains(length: int = 8, flops: float = 4e10, nbytes: int = 1 << 10, para
     )
 
 
-def test_registry_has_every_baseline():
-    assert set(MINE + ["accelerate"]) <= set(baselines.names())
+def test_registry_has_every_heuristic():
+    assert set(MINE + ["accelerate"]) <= set(registry.names())
 
 
 @pytest.mark.parametrize("name", MINE)
@@ -251,7 +239,7 @@ def test_accelerate_map_lookup(k80x4):
 
 def test_accelerate_without_a_model_says_so(k80x4):
     pytest.importorskip("accelerate")
-    with pytest.raises(BaselineUnavailable) as e:
+    with pytest.raises(HeuristicUnavailable) as e:
         run("accelerate", random_dag(10), k80x4)
     assert e.value.status == "needs a model"
 
@@ -259,7 +247,7 @@ def test_accelerate_without_a_model_says_so(k80x4):
 @pytest.mark.parametrize("name,module", [("metis", "pymetis"), ("scotch", "pyscotch"), ("accelerate", "accelerate")])
 def test_missing_library_is_not_installed(name, module, k80x4, monkeypatch):
     monkeypatch.setitem(sys.modules, module, None)  # import now raises ImportError
-    with pytest.raises(BaselineUnavailable) as e:
+    with pytest.raises(HeuristicUnavailable) as e:
         run(name, random_dag(20), k80x4)
     assert e.value.status == "not installed" and module in str(e.value)
     assert isinstance(e.value, PlacerError)
@@ -437,7 +425,7 @@ def test_accelerate_on_a_graph_file_says_which_callable_to_pass(k80x4):
     g = random_dag(10)
     g.meta["source"] = "mypkg.models:build"
     for name in ("accelerate", "accelerate_low_0", "accelerate_sequential"):
-        with pytest.raises(BaselineUnavailable) as e:
+        with pytest.raises(HeuristicUnavailable) as e:
             run(name, g, k80x4)
         assert e.value.status == "needs a model" and "mypkg.models:build" in str(e.value)
         assert "\n" not in str(e.value)
@@ -568,7 +556,7 @@ def test_the_registry_lists_the_heuristics_by_module_whoever_imported_one_first(
     import placer.methods.heuristics.hf_accelerate  # noqa: F401  (imported early, as placer.device_map does)
 
     modules = [f"{heuristics.__name__}.{m.name}" for m in pkgutil.iter_modules(heuristics.__path__)]
-    ranks = [modules.index(baselines.get(name).__module__) for name in baselines.names()]
+    ranks = [modules.index(registry.get(name).__module__) for name in registry.names()]
     assert ranks == sorted(ranks)
 
 

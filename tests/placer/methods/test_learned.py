@@ -23,6 +23,18 @@ def run(capsys, *argv):
     return rc, out, err
 
 
+def place_learned_cli(capsys, gpath, cluster: str, out_path, *argv: str):
+    """``placer place GRAPH --cluster CLUSTER --method learned ARGV -o OUT``: ``(rc, out, err)``."""
+    return run(capsys, "place", str(gpath), "--cluster", cluster, "--method", "learned", *argv, "-o", str(out_path))
+
+
+def train_from(capsys, gpath, init, *argv: str):
+    """``placer train GRAPH --cluster k80x2 --init INIT ARGV`` without progress, few heuristics: ``(rc, out, err)``."""
+    return run(
+        capsys, "train", gpath, "--cluster", "k80x2", "--init", str(init), *argv, "--no-progress", *FEW_HEURISTICS
+    )
+
+
 @pytest.fixture
 def pretrained(tmp_path, monkeypatch, capsys):
     monkeypatch.setenv("PLACER_CACHE_DIR", str(tmp_path / "cache"))
@@ -60,20 +72,8 @@ def pretrained(tmp_path, monkeypatch, capsys):
 @pytest.mark.slow
 def test_pretrain_then_place_learned_on_an_unseen_cluster_size(pretrained, capsys):
     tmp, gpath = pretrained
-    rc, out, err = run(
-        capsys,
-        "place",
-        gpath,
-        "--cluster",
-        "k80x4",
-        "--method",
-        "learned",
-        "--policy-file",
-        str(tmp / "p.pt"),
-        "--samples",
-        "4",
-        "-o",
-        str(tmp / "out.json"),
+    rc, out, err = place_learned_cli(
+        capsys, gpath, "k80x4", tmp / "out.json", "--policy-file", str(tmp / "p.pt"), "--samples", "4"
     )
     assert rc == 0, err
     assert "best of " in out and " decodes of the policy" in out
@@ -131,20 +131,8 @@ def test_place_learned_decodes_each_module_level(tmp_path, capsys):
             assert len({int(dev[i]) for i, q in enumerate(g.module_paths) if q == path}) == 1, path
     gpath = tmp_path / "g.json"
     graphs.save(g, gpath)
-    rc, out, err = run(
-        capsys,
-        "place",
-        str(gpath),
-        "--cluster",
-        "k80x2",
-        "--method",
-        "learned",
-        "--groups",
-        "modules",
-        "--samples",
-        "2",
-        "-o",
-        str(tmp_path / "o.json"),
+    rc, out, err = place_learned_cli(
+        capsys, gpath, "k80x2", tmp_path / "o.json", "--groups", "modules", "--samples", "2"
     )
     assert rc == 0, err
     assert Placement.load(str(tmp_path / "o.json")).meta["decodes"] == 1 + 5 * len(levels)
@@ -175,40 +163,12 @@ def test_place_learned_refines_its_decodes_by_descent_within_the_budget(tmp_path
     )
     gpath = tmp_path / "g.json"
     graphs.save(g, gpath)
-    rc, out, err = run(
-        capsys,
-        "place",
-        str(gpath),
-        "--cluster",
-        "k80x4",
-        "--method",
-        "learned",
-        "--samples",
-        "3",
-        "--groups",
-        "20,modules",
-        "--refine",
-        "0",
-        "-o",
-        str(tmp_path / "o.json"),
+    rc, out, err = place_learned_cli(
+        capsys, gpath, "k80x4", tmp_path / "o.json", "--samples", "3", "--groups", "20,modules", "--refine", "0"
     )
     assert rc == 0, err
     assert "refining" not in out and Placement.load(str(tmp_path / "o.json")).meta["refine"] == 0
-    rc, out, err = run(
-        capsys,
-        "place",
-        str(gpath),
-        "--cluster",
-        "k80x4",
-        "--method",
-        "learned",
-        "--samples",
-        "3",
-        "--groups",
-        "20",
-        "-o",
-        str(tmp_path / "o.json"),
-    )
+    rc, out, err = place_learned_cli(capsys, gpath, "k80x4", tmp_path / "o.json", "--samples", "3", "--groups", "20")
     assert rc == 0, err
     assert " placements simulated refining the decodes (stopped: " in out
 
@@ -232,22 +192,7 @@ def test_place_learned_bad_groups_and_stray_options_exit_2(tmp_path, capsys):
 @pytest.mark.slow
 def test_train_init_fine_tunes_the_pretrained_policy(pretrained, capsys):
     tmp, gpath = pretrained
-    rc, out, err = run(
-        capsys,
-        "train",
-        gpath,
-        "--cluster",
-        "k80x2",
-        "--init",
-        str(tmp / "p.pt"),
-        "--iterations",
-        "2",
-        "--logdir",
-        str(tmp / "run"),
-        "--json",
-        "--no-progress",
-        *FEW_HEURISTICS,
-    )
+    rc, out, err = train_from(capsys, gpath, tmp / "p.pt", "--iterations", "2", "--logdir", str(tmp / "run"), "--json")
     assert rc == 0, err
     doc = json.loads(out)
     # the pretrained weights first imitate the best heuristic (over groups cut where it changes device)
@@ -259,27 +204,12 @@ def test_train_init_fine_tunes_the_pretrained_policy(pretrained, capsys):
     assert state["config"]["entropy_coef"] == 0.01 and state["config"]["warm_start_lr"] == 0.003
     # the weights trained are the pretrained ones: one RL step (no imitation) moves each by at most Adam's lr
     lr = 1e-4
-    rc, out, err = run(
+    rc, out, err = train_from(
         capsys,
-        "train",
         gpath,
-        "--cluster",
-        "k80x2",
-        "--init",
-        str(tmp / "p.pt"),
-        "--iterations",
-        "1",
-        "--warm-start",
-        "none",
-        "--lr",
-        str(lr),
-        "--entropy",
-        "0.002",
-        "--logdir",
-        str(tmp / "run2"),
-        "--json",
-        "--no-progress",
-        *FEW_HEURISTICS,
+        tmp / "p.pt",
+        *("--iterations", "1", "--warm-start", "none", "--lr", str(lr), "--entropy", "0.002"),
+        *("--logdir", str(tmp / "run2"), "--json"),
     )
     assert rc == 0, err
     assert json.loads((tmp / "run2" / "checkpoint.json").read_text())["config"]["entropy_coef"] == 0.002
@@ -305,51 +235,11 @@ def test_bad_policy_files_exit_2_with_one_line(pretrained, capsys):
         ("junk.pt", "cannot read policy weights"),
         ("none.pt", "no such"),  # place checks its inputs first ("no such file"); train --init: "no such policy file"
     ):
-        rc, out, err = run(
-            capsys,
-            "place",
-            gpath,
-            "--cluster",
-            "k80x2",
-            "--method",
-            "learned",
-            "--policy-file",
-            str(tmp / f),
-            "-o",
-            str(tmp / "o.json"),
-        )
+        rc, out, err = place_learned_cli(capsys, gpath, "k80x2", tmp / "o.json", "--policy-file", str(tmp / f))
         assert rc == 2 and len(err.strip().splitlines()) == 1 and msg in err and f in err, err
-        rc, out, err = run(
-            capsys,
-            "train",
-            gpath,
-            "--cluster",
-            "k80x2",
-            "--init",
-            str(tmp / f),
-            "--iterations",
-            "1",
-            "--logdir",
-            str(tmp / f"run-{f}"),
-            "--no-progress",
-            *FEW_HEURISTICS,
-        )
+        rc, out, err = train_from(capsys, gpath, tmp / f, "--iterations", "1", "--logdir", str(tmp / f"run-{f}"))
         assert rc == 2 and len(err.strip().splitlines()) == 1 and msg in err, err
-    rc, out, err = run(
-        capsys,
-        "train",
-        gpath,
-        "--cluster",
-        "k80x2",
-        "--init",
-        str(tmp / "p.pt"),
-        "--policy",
-        "seq2seq",
-        "--iterations",
-        "1",
-        "--no-progress",
-        *FEW_HEURISTICS,
-    )
+    rc, out, err = train_from(capsys, gpath, tmp / "p.pt", "--policy", "seq2seq", "--iterations", "1")
     assert rc == 2 and "--init" in err
     rc, out, err = run(
         capsys, "place", gpath, "--cluster", "k80x2", "--policy-file", str(tmp / "p.pt"), "-o", str(tmp / "o.json")

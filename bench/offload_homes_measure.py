@@ -1,0 +1,185 @@
+"""The offload scenario with parameter homes at one GPU cap, measured: one call of a lent GPU machine (issue 50).
+
+For a scenario and a cap, on the machine: the GPU capped for real
+(:func:`envs.real.local.cap_cuda_memory`), the model built and captured there, the
+plans of :func:`bench.offload_homes.cap_plans` made on that graph (placer's move search
+with home moves and without, FSDP2's offload as a plan, accelerate's maps), then
+measured in this order until the deadline: placer's plan with homes, FSDP2 itself
+(:func:`bench.fsdp2.measure_offload`), the op-only plan, FSDP2's offload as placer
+runs it, and accelerate's fastest map the simulator says fits. Each plan runs
+through :func:`placer.apply` (homes included) with ``torch.optim.Adam`` on the
+placed module's parameters (:func:`envs.real.timing.measure_steps`). The rows, with
+the simulated step and peak beside the real ones, are rewritten to
+``OUT/measured-<scenario>-<cap>.json`` after every measurement, so a call stopped at
+its deadline keeps what it measured.
+
+    python -m bench.offload_homes_measure --scenario llama-256k --cap 8 --out-dir runs/offload_homes
+
+``--device-map '*=cpu'`` (and ``--scenario tiny``) is the CPU stand-in: the same
+calls with every logical device on the host, the cap in the cluster file only.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import os
+import sys
+import time
+from typing import Any
+
+from bench import offload, offload_homes
+from bench.common import OneLineParser
+from bench.offload import Plan
+from envs.result import Result
+from graphs import PlacerError
+from graphs.io import write_text_atomic
+
+GIB = 1 << 30
+
+
+def measure_plan(
+    scenario: Any, plan: Plan, device_map: str, *, warmup_steps: int, timed_steps: int, timeout_s: float
+) -> Result:
+    """One plan's training steps through :func:`placer.apply` on a fresh model; a Result, never raising."""
+    import torch
+
+    import placer
+    from envs.real.placing import resolve_devices
+    from envs.real.timing import failure_status, measure_steps, time_limit
+    from envs.real.worker import one_line
+
+    p = plan.placement
+    try:
+        with time_limit(timeout_s):
+            model, inputs = offload.build(scenario)
+            placed = placer.apply(model, p, inputs, device_map=device_map)
+            optimizer = torch.optim.Adam(placed.parameters(), lr=1e-3)  # host-homed parameters step on the host
+            names = sorted(set(p.assignment.values()) | set(p.param_homes.values()))
+            m = measure_steps(
+                placed,
+                inputs,
+                optimizer,
+                resolve_devices(names, device_map),
+                warmup_steps=warmup_steps,
+                timed_steps=timed_steps,
+            )
+        extra = {"step_times_s": m["step_times_s"], "losses": m["losses"]}
+        return Result(m["step_time_s"], "ok", peak_bytes=m["peak_bytes"], source="measured", extra=extra)
+    except Exception as e:  # noqa: BLE001  (a plan that fails is its row)
+        return Result(float("inf"), failure_status(e), f"{type(e).__name__}: {one_line(e)}", source="measured")
+    finally:
+        gc.collect()
+        if torch.cuda.is_available():
+            torch.cuda.empty_cache()
+
+
+def measure_order(plans: list[Plan]) -> list[Plan]:
+    """placer's plan with homes, the op-only plan, FSDP2's offload as planned, accelerate's fastest fitting map."""
+    by_label = {p.label: p for p in plans}
+    fitting = [p for p in plans if p.kind == "accelerate" and offload.sim_fits(p)]
+    accel = sorted(fitting, key=lambda p: p.sim["step_time_s"])[:1]
+    first = [by_label.get(offload_homes.HOMED), by_label.get(offload_homes.OPS_ONLY)]
+    return [p for p in first + [by_label.get(offload_homes.FSDP2)] + accel if p is not None and p.placement]
+
+
+def measured_row(plan_label: str, sim: dict[str, Any] | None, result: Result, cap_bytes: int) -> dict[str, Any]:
+    """A measured row: real and simulated step time and peak ``gpu:0`` GiB, and whether the real peak fits the cap."""
+    gpu = result.peak_bytes.get("gpu:0") if result.ok else None
+    sim_peak = (sim or {}).get("peak_bytes", {}).get("gpu:0")
+    return {
+        "label": plan_label,
+        "status": result.status,
+        "real_step_time_s": result.step_time_s if result.ok else None,
+        "real_peak_gpu_gib": None if gpu is None else gpu / GIB,
+        "within_cap": None if gpu is None else gpu <= cap_bytes,
+        "sim_step_time_s": (sim or {}).get("step_time_s"),
+        "sim_peak_gpu_gib": None if sim_peak is None else sim_peak / GIB,
+        "message": result.message,
+    }
+
+
+def run(args: argparse.Namespace) -> dict[str, Any]:
+    """The call (see the module docstring); returns the document it wrote last."""
+    import graphs
+    from bench.fsdp2 import measure_offload
+    from envs.real.local import cap_cuda_memory, cuda_caps
+    from envs.real.placing import resolve_devices
+
+    start = time.monotonic()
+    scenario = offload_homes.capped(offload.check_scenario(args.scenario), int(args.cap * GIB))
+    cluster = offload.scenario_cluster(scenario)
+    fractions = cap_cuda_memory(cuda_caps(cluster, args.device_map))
+    model, inputs = offload.build(scenario)
+    graph = graphs.capture(model, inputs, name=scenario.name)
+    plans = offload_homes.cap_plans(graph, cluster, model, evals=args.evals, seed=args.seed)
+    del model
+    os.makedirs(args.out_dir, exist_ok=True)
+    path = os.path.join(args.out_dir, f"measured-{scenario.name}-{args.cap:g}.json")
+    doc: dict[str, Any] = {
+        "scenario": scenario.name,
+        "cap_gib": args.cap,
+        "device_map": args.device_map,
+        "memory_fractions": fractions,
+        "graph_hash": graph.content_hash,
+        "simulated": [offload_homes.row(p, graph) for p in plans],
+        "measured": [],
+        "plans": [offload.plan_doc(p) for p in plans],
+    }
+    steps = {"warmup_steps": args.warmup, "timed_steps": args.steps, "timeout_s": args.measure_timeout}
+    queue: list[tuple[str, Any]] = [(p.label, p) for p in measure_order(plans)]
+    queue.insert(1, ("FSDP2, CPUOffloadPolicy (measured: torch's FSDP2)", None))
+    for label, plan in queue:
+        if time.monotonic() - start > args.deadline:
+            doc["measured"].append({"label": label, "status": "not measured: past the deadline"})
+            continue
+        t0 = time.perf_counter()
+        if plan is None:
+            device = resolve_devices(["gpu:0"], args.device_map)["gpu:0"]
+            builder = offload.builder(scenario)
+            r = measure_offload(
+                builder, device, warmup_steps=args.warmup, timed_steps=args.steps, timeout_s=args.measure_timeout
+            )
+        else:
+            r = measure_plan(scenario, plan, args.device_map, **steps)
+        doc["measured"].append(measured_row(label, None if plan is None else plan.sim, r, scenario.gpu_cap_bytes))
+        print(f"  {label}: {r.status} {r.step_time_s:.3f}s ({time.perf_counter() - t0:.0f}s)", file=sys.stderr)
+        write_text_atomic(path, json.dumps(doc, indent=1, default=float))
+    write_text_atomic(path, json.dumps(doc, indent=1, default=float))
+    return doc
+
+
+def parse(argv: list[str] | None) -> argparse.Namespace:
+    p = OneLineParser(prog="python -m bench.offload_homes_measure", description=__doc__.split("\n")[0])
+    p.add_argument("--scenario", default="llama-256k", help="known: " + ", ".join(offload.SCENARIOS))
+    p.add_argument("--cap", type=float, default=24.0, help="the GPU cap in GiB (default 24)")
+    p.add_argument("--device-map", default="cpu:0=cpu,gpu:0=cuda:0", help="'*=cpu': the CPU stand-in")
+    p.add_argument("--evals", type=int, default=2000, help="placements each search simulates (default 2000)")
+    p.add_argument("--warmup", type=int, default=1)
+    p.add_argument("--steps", type=int, default=3, help="timed steps per plan, median reported (default 3)")
+    p.add_argument("--measure-timeout", type=float, default=120.0, help="seconds one plan may take (default 120)")
+    p.add_argument("--deadline", type=float, default=400.0, help="start no measurement after this (default 400 s)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--out-dir", required=True)
+    return p.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse(argv)
+    try:
+        offload.check_scenario(args.scenario)
+        if not args.cap > 0 or args.evals < 1 or args.steps < 1 or args.warmup < 0:
+            raise PlacerError("--cap must be > 0, --evals and --steps >= 1, --warmup >= 0")
+        doc = run(args)
+    except PlacerError as e:
+        print(f"python -m bench.offload_homes_measure: {e}", file=sys.stderr)
+        return 2
+    for r in doc["measured"]:
+        step = r.get("real_step_time_s")
+        print(f"{r['label']}: {r['status']}" + (f" {step:.3f}s" if step is not None else ""))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

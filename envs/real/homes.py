@@ -1,0 +1,320 @@
+"""Parameters that live on the host and are read on a GPU: the runtime of a plan's parameter homes.
+
+A plan may give an op's parameters a home apart from the device the op runs on
+(:attr:`graphs.plan.Placement.param_homes`). :func:`envs.real.placing.place_module`
+then keeps the parameter (the *master*: the tensor the optimizer steps, with its
+gradient and optimizer state) on its home, pinned where CUDA is present, and
+inserts around its reader (the one op that reads it):
+
+* ``fetch`` before the reader: a copy of the master on the reader's device, made on
+  that device's side stream (``non_blocking`` from pinned memory; the reader's stream
+  waits for it), a new leaf each step. The side stream first waits for the reader of
+  the copy made two before on that device and frees that copy's memory, so at most
+  two are live per device (the caching allocator reuses the block in the side
+  stream's order, as FSDP2 does);
+* ``release`` after the reader: records when the reader is done, and hooks the
+  reader's backward, which makes the copy again first (the same window of two, in
+  the backward); after the copy's gradient has been accumulated, the gradient is
+  copied home on another side stream and the copy's memory is freed;
+* ``forward_done`` at the end of the program: frees the forward's last copies.
+
+At the end of ``backward()`` (autograd's final callback) the gradients sent home
+are waited for and added to the masters' ``.grad``; an optimizer built on the
+placed module's parameters then steps the masters where they live (the host's
+Adam for host homes). Without CUDA (every logical device mapped to the CPU, as in
+the tests) the same protocol runs with synchronous copies: every copy is a new
+tensor, freed and made again, and the gradient reaches the master the same way.
+:mod:`envs.sim.homes` simulates exactly this protocol.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Mapping
+from contextlib import nullcontext
+from functools import partial
+from typing import Any
+
+import torch
+import torch.fx as fx
+from torch import nn
+
+from graphs import PlacerError
+from graphs.flops import op_type
+from graphs.ops import is_view_op, param_owners
+
+
+class Streams:
+    """The CUDA streams and events of one device's home copies; on another device, nothing (synchronous copies)."""
+
+    def __init__(self, torch_device: torch.device) -> None:
+        self.cuda = torch_device.type == "cuda"
+        self.side = torch.cuda.Stream(torch_device) if self.cuda else None  # copies in
+        self.out = torch.cuda.Stream(torch_device) if self.cuda else None  # gradients home
+        self.torch_device = torch_device
+
+    def compute(self) -> Any:
+        return torch.cuda.current_stream(self.torch_device) if self.cuda else None
+
+    def on_side(self) -> Any:
+        """The context in which a copy in is made (and allocated): the side stream."""
+        return torch.cuda.stream(self.side) if self.cuda else nullcontext()
+
+    def mark(self) -> Any:
+        """An event recorded on the compute stream now (None without CUDA)."""
+        if not self.cuda:
+            return None
+        event = torch.cuda.Event()
+        event.record(self.compute())
+        return event
+
+    def side_waits(self, event: Any) -> None:
+        """The side stream waits for ``event`` (None: for everything on the compute stream so far)."""
+        if not self.cuda:
+            return
+        if event is None:
+            self.side.wait_stream(self.compute())
+        else:
+            self.side.wait_event(event)
+
+    def compute_waits_side(self) -> None:
+        if self.cuda:
+            self.compute().wait_stream(self.side)
+
+
+def free(t: torch.Tensor) -> None:
+    """Give ``t``'s memory back (its storage resized to nothing; autograd's references to it stay valid)."""
+    t.untyped_storage().resize_(0)
+
+
+class Window:
+    """One device's home copies in one pass (forward or backward), by reader, the newest last: at most two readers'
+    copies live."""
+
+    def __init__(self, streams: Streams) -> None:
+        self.streams = streams
+        self.live: deque[list[Any]] = deque()  # [reader, its copies, event after it (None until it is issued)]
+
+    def add(self, reader: int, copy: torch.Tensor) -> None:
+        """A copy for ``reader``; the first for a new reader first makes room: the side stream waits for the reader
+        of the copies two readers before, whose memory is then freed."""
+        if not self.live or self.live[-1][0] != reader:
+            if len(self.live) >= 2:
+                _, copies, read = self.live.popleft()
+                self.streams.side_waits(read)
+                for old in copies:
+                    free(old)
+            self.live.append([reader, [], None])
+        self.live[-1][1].append(copy)
+
+    def read(self, reader: int) -> None:
+        """``reader`` has been issued: remember when its stream gets past it."""
+        for entry in self.live:
+            if entry[0] == reader:
+                entry[2] = self.streams.mark()
+
+    def drain(self) -> None:
+        """Free every copy left, once the compute stream is past it."""
+        compute = self.streams.compute()
+        while self.live:
+            for copy in self.live.popleft()[1]:
+                if compute is not None:
+                    copy.record_stream(compute)
+                free(copy)
+
+
+class HomeRuntime(nn.Module):
+    """The home copies of one placed module: its masters, and per device its streams and windows.
+
+    A submodule of the placed module (``placer_homes``), which the inserted nodes read; it holds the masters in a
+    plain list, so they stay the placed module's parameters only.
+    """
+
+    def __init__(self, masters: list[nn.Parameter], readers: list[int], torch_devices: list[torch.device]) -> None:
+        super().__init__()
+        self.masters = masters
+        self.readers = readers  # per master, its reader (an id: a master's copies are made and freed by reader)
+        self.torch_devices = torch_devices  # the reader's device, per master
+        self.streams = {d: Streams(d) for d in set(torch_devices)}
+        self.windows = {(d, p): Window(s) for d, s in self.streams.items() for p in (0, 1)}
+        self.sent: list[tuple[int, torch.Tensor]] = []  # gradients on their way home
+        self.callback_queued = False
+
+    def window(self, index: int, backward: bool) -> Window:
+        return self.windows[(self.torch_devices[index], int(backward))]
+
+    def fetch(self, index: int) -> torch.Tensor:
+        """The copy of master ``index`` on its reader's device for this step's forward (a new leaf)."""
+        master, window = self.masters[index], self.window(index, False)
+        streams = self.streams[self.torch_devices[index]]
+        with streams.on_side():
+            copy = torch.empty_like(master, device=self.torch_devices[index])
+            window.add(self.readers[index], copy)  # the side stream waits before it copies
+            copy.untyped_storage().copy_(master.untyped_storage(), non_blocking=streams.cuda)
+        streams.compute_waits_side()
+        if master.requires_grad:
+            copy.requires_grad_(True)
+            copy.register_post_accumulate_grad_hook(partial(self._send_home, index))
+        return copy
+
+    def release(self, index: int, copy: torch.Tensor, output: Any) -> None:
+        """After the reader of ``copy``: note it read the copy, and make the copy again before its backward."""
+        self.window(index, False).read(self.readers[index])
+        grad_fn = _grad_fn(output)
+        if grad_fn is not None and copy.requires_grad:
+            grad_fn.register_prehook(lambda grad_outputs: self._refetch(index, copy))
+
+    def forward_done(self) -> None:
+        for (_, backward), window in self.windows.items():
+            if not backward:
+                window.drain()
+
+    def _refetch(self, index: int, copy: torch.Tensor) -> None:
+        """Before the reader's backward: the copy's memory again, filled from the master on the side stream."""
+        master, window = self.masters[index], self.window(index, True)
+        streams = self.streams[self.torch_devices[index]]
+        with streams.on_side():
+            window.add(self.readers[index], copy)
+            storage = copy.untyped_storage()
+            storage.resize_(master.untyped_storage().nbytes())
+            storage.copy_(master.untyped_storage(), non_blocking=streams.cuda)
+        streams.compute_waits_side()
+        self._queue_callback()
+
+    def _send_home(self, index: int, copy: torch.Tensor) -> None:
+        """The copy's gradient is complete: send it home on the other side stream, and let the copy go."""
+        streams = self.streams[self.torch_devices[index]]
+        self.window(index, True).read(self.readers[index])
+        grad = copy.grad
+        copy.grad = None
+        master = self.masters[index]
+        if streams.cuda:
+            streams.out.wait_stream(streams.compute())
+            with torch.cuda.stream(streams.out):
+                home = torch.empty(grad.shape, dtype=grad.dtype, pin_memory=True)
+                home.copy_(grad, non_blocking=True)
+            grad.record_stream(streams.out)
+        else:
+            home = grad.to(master.device, copy=True)
+        self.sent.append((index, home))
+        self._queue_callback()
+
+    def _queue_callback(self) -> None:
+        if not self.callback_queued:
+            self.callback_queued = True
+            torch.autograd.Variable._execution_engine.queue_callback(self._backward_done)
+
+    def _backward_done(self) -> None:
+        """At the end of ``backward()``: the gradients are home, added to the masters; the copies let go."""
+        self.callback_queued = False
+        for streams in self.streams.values():
+            if streams.cuda:
+                streams.out.synchronize()
+        for index, grad in self.sent:
+            master = self.masters[index]
+            master.grad = grad if master.grad is None else master.grad + grad
+        self.sent.clear()
+        for (_, backward), window in self.windows.items():
+            if backward:
+                window.drain()
+
+
+def _grad_fn(output: Any) -> Any:
+    """The autograd node of an op's output (a tensor, or the first tensor of a tuple), or None."""
+    if isinstance(output, torch.Tensor):
+        return output.grad_fn
+    if isinstance(output, (tuple, list)):
+        return next((t.grad_fn for t in output if isinstance(t, torch.Tensor) and t.grad_fn is not None), None)
+    return None
+
+
+def home_master(t: torch.Tensor, torch_device: torch.device) -> nn.Parameter:
+    """A parameter's master on its home: a contiguous copy there (pinned on the host where CUDA is present)."""
+    data = t.detach().to(torch_device).contiguous()
+    if data is t:
+        data = data.clone()
+    if torch_device.type == "cpu" and torch.cuda.is_available():
+        data = data.pin_memory()
+    return nn.Parameter(data, requires_grad=t.requires_grad)
+
+
+# ------------------------------------------------------------- the program's nodes
+def fetch_home(runtime: HomeRuntime, index: int, master: torch.Tensor) -> torch.Tensor:
+    """The node before a homed parameter's reader (``master`` keeps the data dependency in the program)."""
+    return runtime.fetch(index)
+
+
+def release_home(runtime: HomeRuntime, index: int, copy: torch.Tensor, output: Any) -> None:
+    """The node after a homed parameter's reader."""
+    runtime.release(index, copy, output)
+
+
+def forward_done(runtime: HomeRuntime) -> None:
+    """The node before the program's output."""
+    runtime.forward_done()
+
+
+#: node.meta key on the nodes :func:`insert_home_copies` adds: they are placed already.
+HOME_COPY_META = "placer_home_copy"
+RUNTIME_ATTR = "placer_homes"
+
+
+def insert_home_copies(
+    gm: fx.GraphModule,
+    apart: dict[fx.Node, tuple[str, nn.Parameter]],
+    torch_devices: Mapping[str, torch.device],
+    home: dict,
+) -> int:
+    """Insert the nodes of the module docstring for every parameter ``apart`` from its reader (its ``get_attr`` node
+    -> its reader's logical device and the master); each fetched copy is on that device in ``home``. Returns how
+    many.
+
+    Raises :class:`PlacerError` for a parameter read by several ops, or by a view (its home stays with its ops).
+    """
+    if not apart:
+        return 0
+    graph = gm.graph
+    readers = []
+    for node in apart:
+        users = [u for u in node.users if u.op == "call_function"]
+        if len(users) != 1 or is_view_op(op_type(users[0].target)):
+            raise PlacerError(
+                f"param_homes: {node.target} is read by {len(users)} ops"
+                + (f" ({users[0].name}, a view)" if len(users) == 1 else "")
+                + ": only a parameter one op (not a view) reads may live apart from it"
+            )
+        readers.append(users[0])
+    runtime = HomeRuntime(
+        [m for _, m in apart.values()],
+        [id(reader) for reader in readers],
+        [torch_devices[device] for device, _ in apart.values()],
+    )
+    gm.add_module(RUNTIME_ATTR, runtime)
+    first = next(n for n in graph.nodes if n.op not in ("placeholder", "get_attr"))
+    with graph.inserting_before(first):
+        state = graph.get_attr(RUNTIME_ATTR)
+    for index, ((node, (device, _)), reader) in enumerate(zip(apart.items(), readers)):
+        with graph.inserting_before(reader):
+            fetched = graph.call_function(fetch_home, (state, index, node), name=f"{node.name}_fetch")
+        reader.replace_input_with(node, fetched)
+        with graph.inserting_after(reader):
+            released = graph.call_function(release_home, (state, index, fetched, reader))
+        for n in (fetched, released):
+            n.meta[HOME_COPY_META] = True
+        if "val" in node.meta:
+            fetched.meta["val"] = node.meta["val"]
+        home[fetched] = device
+    output = next(n for n in graph.nodes if n.op == "output")
+    with graph.inserting_before(output):
+        graph.call_function(forward_done, (state,)).meta[HOME_COPY_META] = True
+    return len(apart)
+
+
+def homes_apart(placement: Any, graph: Any) -> dict[str, str]:
+    """A plan's ``param_homes`` checked against its ``graph`` (:meth:`graphs.plan.Placement.home_indices`), less the
+    homes that are their op's own device: what :func:`envs.real.placing.place_module` takes as ``homes``."""
+    if not getattr(placement, "param_homes", None):
+        return {}
+    apart = placement.home_indices(graph) >= 0
+    owners = param_owners(graph)
+    return {name: device for name, device in placement.param_homes.items() if apart[owners[name]]}

@@ -1,0 +1,247 @@
+"""Parameter homes under the eager executor: parameters that live on the host and are read on a GPU (the reference).
+
+A plan may give an op's parameters a *home* apart from its device
+(:attr:`graphs.plan.Placement.param_homes`, per op :meth:`~graphs.plan.Placement.home_indices`).
+An op ``i`` on a GPU ``d`` whose parameters (``B = param_bytes[i]``) live on a host
+device ``c`` is *offloaded*; :mod:`envs.real.homes` runs it, and the simulator
+charges what that runtime does:
+
+* **state**: the weights, their gradients and Adam's two moments (``4 B``) live on
+  ``c``, not ``d``: static bytes, the optimizer step's time and its temporaries
+  count on ``c`` (:func:`param_devices`). Buffers stay with the op.
+* **forward**: right before the host issues op ``i`` (after its input copies), it
+  issues the copy of its parameters ``c -> d`` on ``d``'s side stream, from pinned
+  memory (no host time): ``start = max(h, L[c, d], guard)``, ``end = start +
+  latency + B / bandwidth``, where ``guard`` is the end of the forward of the
+  reader of the copy made two before on ``d`` (the side stream waits for it: the
+  runtime frees that copy there, so at most two are live). Op ``i``'s kernel
+  starts no earlier than ``end``. The copy is live on ``d`` from its start until
+  op ``i``'s forward ends.
+* **backward**: when ``d``'s autograd worker picks ``bwd i`` (at ``now``), the
+  copy is made again first (the runtime's pre-hook): ``start = max(now, L[c, d],
+  guard)``, ``guard`` the end of the backward of the reader of the copy made two
+  before on ``d`` in the backward; ``bwd i``'s kernel starts no earlier than its
+  end. Live from its start until ``bwd i`` ends.
+* **gradient**: ``bwd i`` makes it on ``d`` (``B`` bytes from its start); once its
+  kernel ends it is copied home on a side stream, on no thread: ``start = max(bwd
+  end, L[d, c])``. Live on ``d`` until that copy ends; ``backward()`` returns no
+  earlier than the last one (the runtime waits for them at the end of the call).
+
+An op without a backward (:func:`graphs.ops.grad_mask`) has no second copy and no
+gradient. Homes are decided per owner op (its first reader,
+:func:`graphs.ops.param_owners`); a parameter several ops read, and a view's, have
+none apart from their op (:func:`homeable`). :mod:`envs.sim.kernel_homes` computes
+the same times compiled.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, NamedTuple
+
+import numpy as np
+
+from graphs.errors import PlacerError
+from graphs.ir import OpGraph
+from graphs.ops import param_reads, view_mask
+
+if TYPE_CHECKING:
+    from envs.cluster import Cluster
+    from envs.sim.simulator import SimEnv
+    from envs.sim.tasks import Schedule
+
+
+class HomeTimes(NamedTuple):
+    """The home copies of one simulated step, one entry per offloaded op (op order)."""
+
+    op: np.ndarray  # the offloaded ops
+    home: np.ndarray  # the device their parameters live on
+    nbytes: np.ndarray  # their parameter bytes
+    fetch_start_s: np.ndarray  # the copy home -> device before the forward
+    fetch_end_s: np.ndarray
+    refetch_start_s: np.ndarray  # the copy again before the backward (= its start and end without a backward)
+    refetch_end_s: np.ndarray
+    grad_start_s: np.ndarray  # the gradient's copy home
+    grad_end_s: np.ndarray
+
+
+def no_home_times() -> HomeTimes:
+    """The :class:`HomeTimes` of a step without offloaded ops."""
+    z = np.zeros(0)
+    i = np.zeros(0, dtype=np.int64)
+    return HomeTimes(i, i.copy(), i.copy(), z, z.copy(), z.copy(), z.copy(), z.copy(), z.copy())
+
+
+def homeable(graph: OpGraph) -> np.ndarray:
+    """Per op (int8): 1 where its parameters may live apart from it, 0 where it owns none, -1 where they cannot (a
+    view's, or parameters other ops read too)."""
+    shared = np.zeros(graph.num_ops, dtype=bool)
+    shared[param_reads(graph)[0]] = True
+    owns = graph.param_bytes > 0
+    return np.where(owns, np.where(view_mask(graph) | shared, -1, 1), 0).astype(np.int8)
+
+
+def offloaded(homes: np.ndarray, op_devices: np.ndarray, host: np.ndarray, can_home: np.ndarray) -> np.ndarray:
+    """Boolean per op (``[K, n]`` for a batch) of placements ``op_devices`` with per-op ``homes`` (-1: its own
+    device): its parameters live on a host device apart from its GPU. An op without parameters has nothing to home
+    (its home is ignored).
+
+    Raises :class:`PlacerError` for a home that is neither the op's device nor a host device, a host op with a
+    home apart, and an op whose parameters cannot live apart (``can_home``: :func:`homeable`).
+    """
+    homes = np.asarray(homes, dtype=np.int64)
+    apart = (homes >= 0) & (homes != op_devices) & (can_home != 0)
+    host = np.asarray(host, dtype=bool)
+    bad = apart & ~(host[np.maximum(homes, 0)] & ~host[op_devices])
+    if bad.any():
+        raise PlacerError("homes: a parameter's home must be its op's device or, for an op on a GPU, a host device")
+    cannot = apart & (can_home < 0)
+    if cannot.any():
+        i = int(np.nonzero(cannot)[-1][0])
+        raise PlacerError(f"homes: op {i}'s parameters cannot live apart from it (a view's, or other ops read them)")
+    return apart
+
+
+def homes_of(env: "SimEnv", placement: Any) -> np.ndarray | None:
+    """Per op, the device index of its parameters' home in ``placement`` (-1: its own device), or None when it
+    names none (``param_homes``, :meth:`graphs.plan.Placement.home_indices`)."""
+    if not getattr(placement, "param_homes", None):
+        return None
+    return placement.home_indices(env.graph, env.cluster.device_names)
+
+
+def home_rows(env: "SimEnv", op_devices: np.ndarray, homes: Any) -> np.ndarray | None:
+    """The home device of each offloaded op of each placement of ``op_devices`` (``[K, n]``) on ``env``, -1 for the
+    others, checked (:func:`offloaded`); None where nothing is offloaded."""
+    if homes is None:
+        return None
+    homes = np.asarray(homes, dtype=np.int64)
+    if homes.shape[-1] != env.num_ops or homes.ndim not in (1, 2):
+        raise PlacerError(f"homes: expected [{env.num_ops}] or [K, {env.num_ops}] device indices, got {homes.shape}")
+    if env.homeable is None:
+        env.homeable = homeable(env.graph)
+    apart = offloaded(homes, op_devices, np.asarray(env.cluster.kinds) == "cpu", env.homeable)
+    if not apart.any():
+        return None
+    if env.microbatches > 1 or env.executor != "eager":
+        raise PlacerError("homes: parameters apart from their ops are simulated with one microbatch, eager")
+    return np.where(apart, homes, -1)
+
+
+def param_devices(op_devices: np.ndarray, hm: np.ndarray | None) -> np.ndarray:
+    """The device each op's parameters and optimizer state live on: its home where it is offloaded (``hm``: a row
+    of :func:`home_rows`), else its own."""
+    return op_devices if hm is None else np.where(hm >= 0, hm, op_devices)
+
+
+class HomeCopies:
+    """The home copies of one eager step while it is simulated: their times, and each stream's window of two."""
+
+    def __init__(self, hm: np.ndarray, param_bytes: np.ndarray, cluster: "Cluster", grad: list[bool]) -> None:
+        """``hm``: a row of :func:`home_rows` (each offloaded op's home, -1 for the others)."""
+        self.ops = [int(i) for i in np.flatnonzero(hm >= 0)]
+        self.home = {i: int(hm[i]) for i in self.ops}
+        self.nbytes = {i: int(param_bytes[i]) for i in self.ops}
+        self.grad = grad
+        self.latency_s, self.bandwidth = cluster.latency_s, cluster.bandwidth_bytes_per_s
+        self.fetch: dict[int, tuple[float, float]] = {}
+        self.refetch: dict[int, tuple[float, float]] = {}
+        self.to_home: dict[int, tuple[float, float]] = {}
+        self.readers: dict[tuple[int, int], list[int]] = {}  # (pass, device) -> readers of its copies, in order
+
+    def _copy(self, a: int, b: int, i: int, at: float, link: dict) -> tuple[float, float]:
+        s = max(at, link.get((a, b), 0.0))
+        e = s + float(self.latency_s[a, b] + self.nbytes[i] / self.bandwidth[a, b])
+        link[(a, b)] = e
+        return s, e
+
+    def _guard(self, pass_: int, d: int, i: int, end_of) -> float:
+        """The end of the reader of the copy two before on ``d`` in this pass (0 without); ``i`` joins the window."""
+        readers = self.readers.setdefault((pass_, d), [])
+        guard = end_of(readers[-2]) if len(readers) >= 2 else 0.0
+        readers.append(i)
+        return guard
+
+    def fetch_in(self, i: int, d: int, h: float, link: dict, fwd_end: dict) -> float:
+        """Op ``i``'s copy to its device ``d`` before its forward, issued at host time ``h``; returns when it is
+        there (0 for an op not offloaded)."""
+        if i not in self.home:
+            return 0.0
+        guard = self._guard(0, d, i, lambda u: fwd_end[u])
+        self.fetch[i] = self._copy(self.home[i], d, i, max(h, guard), link)
+        return self.fetch[i][1]
+
+    def refetch_in(self, i: int, d: int, now: float, link: dict, bwd_end) -> float:
+        """Op ``i``'s copy again before its backward, when ``d``'s worker picks it at ``now``; returns its end."""
+        if i not in self.home:
+            return 0.0
+        guard = self._guard(1, d, i, bwd_end)
+        self.refetch[i] = self._copy(self.home[i], d, i, max(now, guard), link)
+        return self.refetch[i][1]
+
+    def send_home(self, i: int, d: int, kernel_end: float, link: dict) -> None:
+        """Op ``i``'s gradient copied home once its backward kernel ends (no thread waits)."""
+        if i in self.home:
+            self.to_home[i] = self._copy(d, self.home[i], i, kernel_end, link)
+
+    def last_end_s(self) -> float:
+        """When the last gradient copy home ends (what ``backward()`` waits for)."""
+        return max((e for _, e in self.to_home.values()), default=0.0)
+
+    def times(self, fwd_end: np.ndarray) -> HomeTimes:
+        """The :class:`HomeTimes` of the step (an op without a backward: its second copy and gradient at its
+        forward's end, zero-length)."""
+        ops = self.ops
+        at = lambda table, i, k: table[i][k] if i in table else float(fwd_end[i])  # noqa: E731
+        f = lambda table, k: np.array([at(table, i, k) for i in ops], dtype=np.float64)  # noqa: E731
+        return HomeTimes(
+            np.array(ops, dtype=np.int64),
+            np.array([self.home[i] for i in ops], dtype=np.int64),
+            np.array([self.nbytes[i] for i in ops], dtype=np.int64),
+            f(self.fetch, 0),
+            f(self.fetch, 1),
+            f(self.refetch, 0),
+            f(self.refetch, 1),
+            f(self.to_home, 0),
+            f(self.to_home, 1),
+        )
+
+
+def home_memory_events(times: HomeTimes, op_devices: np.ndarray, fwd_end, bwd_start, bwd_end, grad):
+    """``((device, time, bytes) allocations, (device, time, bytes) frees)`` of the home copies on the ops' devices:
+    the copy for the forward, the copy for the backward and the gradient (:mod:`envs.sim.memory` adds them)."""
+    i = times.op
+    d = np.asarray(op_devices, dtype=np.int64)[i]
+    b = times.nbytes * np.asarray(grad, dtype=bool)[i]  # no backward: no second copy, no gradient
+    devs = np.concatenate([d, d, d])
+    alloc = (devs, np.concatenate([times.fetch_start_s, times.refetch_start_s, bwd_start[i]]))
+    free = (devs, np.concatenate([fwd_end[i], bwd_end[i], times.grad_end_s]))
+    nbytes = np.concatenate([times.nbytes, b, b])
+    return (*alloc, nbytes), (*free, nbytes)
+
+
+class WithHomes:
+    """A :class:`~envs.sim.simulator.SimEnv` scoring batches with parameter homes: ``[num_ops]`` device indices for
+    every row, or ``[K, num_ops]``, -1 for an op's own device (made by ``SimEnv.with_homes``).
+
+    Its ``step_times`` and ``overflow`` are the env's with those homes; everything else is the env's own.
+    """
+
+    def __init__(self, env: "SimEnv", homes: Any) -> None:
+        self.env, self.homes = env, homes
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.env, name)
+
+    def step_times(self, op_devices: np.ndarray, order: Any = None) -> tuple[np.ndarray, np.ndarray]:
+        step_time_s, failed, _ = self.env.batch(op_devices, order, homes=self.homes)
+        return step_time_s, failed
+
+    def overflow(self, op_devices: np.ndarray, order: Any = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        return self.env.batch(op_devices, order, overflow=True, homes=self.homes)
+
+
+def schedule_param_devices(schedule: "Schedule") -> np.ndarray:
+    """The device each op's parameters live on in a simulated ``schedule``: its home where it is offloaded."""
+    out = schedule.op_devices.astype(np.int64)
+    out[schedule.homes.op] = schedule.homes.home
+    return out

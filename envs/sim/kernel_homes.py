@@ -1,0 +1,81 @@
+"""Parameter homes compiled: the copies of :mod:`envs.sim.homes`, same times, and their bytes in the memory check.
+
+Per placement, ``hm[i]`` is the home device of an offloaded op's parameters (-1
+for every other op) and ``ht`` a ``[6, n]`` array of each copy's times (rows: the
+copy for the forward, start and end; for the backward; the gradient's copy
+home). ``ring`` (``[4 D]`` task ids, -1 for none) holds, per pass (forward 0,
+backward 1) and device, the readers of the last two copies: a copy waits for the
+end of the one two before (the side stream's window). Links' free times are
+``free[D + a * D + b]``, as in the other kernels.
+"""
+
+from __future__ import annotations
+
+from envs.sim.compiled import njit
+
+
+@njit(cache=True)
+def home_copy(i, d, pass_, reader, at, hm, hb, lat, bw, ring, ht, free, end, D):
+    """The copy of op ``i``'s parameters from their home to ``d`` for pass ``pass_`` (0: forward, 1: backward),
+    issued at ``at`` for task ``reader``; returns its end."""
+    c = hm[i]
+    r = 2 * (pass_ * D + d)
+    if ring[r + 1] >= 0 and end[ring[r + 1]] > at:
+        at = end[ring[r + 1]]
+    ring[r + 1] = ring[r]
+    ring[r] = reader
+    lk = D + c * D + d
+    s = at if at > free[lk] else free[lk]
+    e = s + (lat[c, d] + hb[i] / bw[c, d])
+    free[lk] = e
+    ht[2 * pass_, i] = s
+    ht[2 * pass_ + 1, i] = e
+    return e
+
+
+@njit(cache=True)
+def send_home(i, d, kernel_end, hm, hb, lat, bw, ht, free, D):
+    """Op ``i``'s gradient copied home once its backward kernel ends (on no thread); returns the copy's end."""
+    c = hm[i]
+    lk = D + d * D + c
+    s = kernel_end if kernel_end > free[lk] else free[lk]
+    e = s + (lat[d, c] + hb[i] / bw[d, c])
+    free[lk] = e
+    ht[4, i] = s
+    ht[5, i] = e
+    return e
+
+
+@njit(cache=True)
+def no_backward(n, hm, grad, ht, end):
+    """An offloaded op without a backward: its second copy and gradient zero-length at its forward's end."""
+    for i in range(n):
+        if hm[i] >= 0 and not grad[i]:
+            for r in range(2, 6):
+                ht[r, i] = end[i]
+
+
+@njit(cache=True)
+def home_events(device_index, p, n, hm, hb, grad, ht, start, end, at, ab, ft, fb, na, nf):
+    """Append the home copies' allocations and frees on ``device_index`` (:func:`envs.sim.homes.home_memory_events`)
+    to the sweep's arrays; returns ``(na, nf)``."""
+    for i in range(n):
+        if hm[i] < 0 or p[i] != device_index:
+            continue
+        b = int(hb[i])
+        g = b if grad[i] else 0
+        at[na] = ht[0, i]
+        ab[na] = b
+        at[na + 1] = ht[2, i]
+        ab[na + 1] = g
+        at[na + 2] = start[2 * n - 1 - i]
+        ab[na + 2] = g
+        na += 3
+        ft[nf] = end[i]
+        fb[nf] = b
+        ft[nf + 1] = end[2 * n - 1 - i]
+        fb[nf + 1] = g
+        ft[nf + 2] = ht[5, i]
+        fb[nf + 2] = g
+        nf += 3
+    return na, nf

@@ -1,0 +1,110 @@
+"""Home moves for the move search: an item sent to a GPU with its parameters homed on the host.
+
+The move search keeps one integer *code* per op. Codes ``0 .. D-1`` are the cluster's
+devices, the op's parameters with it; code ``D + k`` is the ``k``-th GPU of the search
+with the op's parameters, their gradient and Adam's state homed on the host
+(:mod:`envs.sim.homes` charges the copies, the runtime is :mod:`envs.real.homes`).
+A move to a code is then one move: sending a layer to the GPU with its weights on the
+host is what frees a tight GPU without running the layer on the host. An op whose
+parameters cannot live apart (:func:`envs.sim.homes.homeable`) on a home code is
+simply on that GPU.
+
+:class:`HomeCodes` decodes codes into ``(op_devices, homes)`` and lists the home
+moves of an item level; :class:`HomeCodeScorer` scores codes through the simulator
+(:meth:`envs.sim.simulator.SimEnv.batch` with ``homes``), so every home move is
+simulated and counted in the search's budget like any other.
+
+>>> import envs
+>>> from graphs import OpGraph
+>>> g = OpGraph.from_edges(["a", "b"], [("a", "b", 4)], param_bytes=[8, 0])
+>>> g.params = [["w"], []]
+>>> codes = HomeCodes(g, envs.Cluster.preset("k80x2"), [1, 2])
+>>> op_devices, homes = codes.decode(np.array([3, 4]))  # both on the GPUs' home codes: a's weights on cpu:0
+>>> op_devices.tolist(), homes.tolist()
+([1, 2], [0, -1])
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from envs.sim.homes import homeable
+from graphs import OpGraph, PlacerError
+
+
+class HomeCodes:
+    """The codes of a search over ``gpus`` of ``cluster`` with home moves (see the module docstring)."""
+
+    def __init__(self, graph: OpGraph, cluster: Any, gpus: Any) -> None:
+        hosts = [d for d, kind in enumerate(cluster.kinds) if kind == "cpu"]
+        self.gpus = np.asarray([d for d in np.asarray(gpus).tolist() if cluster.kinds[d] != "cpu"], dtype=np.int64)
+        if not hosts or not len(self.gpus):
+            raise PlacerError("home moves: the cluster needs a host device and a GPU")
+        self.host, self.num_devices = hosts[0], cluster.num_devices
+        self.can_home = homeable(graph) == 1
+        # a random integer per op: the sum over the ops a move changes names the placement it makes (as MoveFeatures')
+        self._op_key = np.random.default_rng(1).integers(0, 1 << 40, size=graph.num_ops).astype(np.float64)
+
+    @property
+    def num_codes(self) -> int:
+        return self.num_devices + len(self.gpus)
+
+    def decode(self, codes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """``(op_devices, homes)`` of codes (``[n]`` or ``[K, n]``); ``homes``: the host, -1 for an op's own device."""
+        codes = np.asarray(codes, dtype=np.int64)
+        apart = codes >= self.num_devices
+        op_devices = np.where(apart, self.gpus[np.maximum(codes - self.num_devices, 0)], codes)
+        return op_devices, np.where(apart & self.can_home, self.host, -1)
+
+    def moves(
+        self, op_group: np.ndarray, num_items: int, codes: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """``(items, codes, keys)`` of every home move of a level from ``codes``: an item that holds parameters sent
+        to a GPU with them on the host, and an item (partly) homed on a GPU brought back onto it."""
+        C, D = self.num_codes, self.num_devices
+        onehot = np.zeros((len(codes), C))
+        onehot[np.arange(len(codes)), codes] = 1.0
+        member = np.zeros((num_items, len(codes)))
+        member[op_group, np.arange(len(codes))] = 1.0
+        on = member @ onehot / np.maximum(member.sum(axis=1), 1)[:, None]  # [G, C]: share of its ops on each code
+        allowed = np.zeros((num_items, C), dtype=bool)
+        allowed[:, D:] = (member @ self.can_home > 0)[:, None]
+        allowed[:, self.gpus] = on[:, D:] > 0  # back from a home code to its GPU
+        items, targets = np.nonzero(allowed & (on < 1.0 - 1e-9))
+        keys = (member @ self._op_key)[items] - (member @ (onehot * self._op_key[:, None]))[items, targets]
+        return items, targets, keys * C + targets
+
+
+class HomeCodeScorer:
+    """A simulator scoring codes (:class:`HomeCodes`): ``step_times``/``overflow``/``schedule`` of the decoded
+    placements with their homes; everything else is the simulator's own.
+
+    The incumbent's schedule (the critic's features of ordinary moves) is simulated without its homes.
+    """
+
+    def __init__(self, env: Any, codes: HomeCodes) -> None:
+        if not hasattr(env, "batch"):
+            raise PlacerError("home moves: the move search scores them with the simulator (env 'sim')")
+        self.env, self.codes = env, codes
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.env, name)
+
+    def step_times(self, op_devices: np.ndarray, order: Any = None) -> tuple[np.ndarray, np.ndarray]:
+        step_time_s, failed, _ = self._batch(op_devices, order, overflow=False)
+        return step_time_s, failed
+
+    def overflow(self, op_devices: np.ndarray, order: Any = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        return self._batch(op_devices, order, overflow=True)
+
+    def _batch(self, op_devices: np.ndarray, order: Any, *, overflow: bool):
+        decoded, homes = self.codes.decode(op_devices)
+        return self.env.batch(decoded.astype(np.int32), order, overflow=overflow, homes=homes)
+
+    def schedule(self, op_devices: np.ndarray, order: Any = None) -> Any:
+        return self.env.schedule(self.codes.decode(op_devices)[0].astype(np.int32), order)
+
+    def schedule_order(self, op_devices: np.ndarray) -> Any:
+        return self.env.schedule_order(self.codes.decode(op_devices)[0].astype(np.int32))

@@ -1,0 +1,87 @@
+"""The offload scenario at several caps with parameter homes, simulated (bench.offload_homes, issue 50)."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+import envs
+from bench import offload_homes
+from bench.offload import SCENARIOS, scenario_cluster
+from envs.cluster import Cluster, Device
+from envs.machines import PCIE5
+from graphs import OpGraph
+
+
+def test_fsdp2_s_offload_is_every_op_on_the_gpu_and_every_own_parameter_on_the_host():
+    g = OpGraph.from_edges(
+        ["a", "b", "c", "d"], [("a", "b", 4), ("b", "c", 4), ("c", "d", 4)], param_bytes=[8, 8, 0, 8]
+    )
+    g.params = [["wa"], ["shared"], [], ["shared"]]  # b and d read one parameter: it stays with them
+    devices = [Device("cpu:0", "cpu", 1e9, 1e9, 1e9, 0.0), Device("gpu:0", "gpu", 1e9, 1e12, 1e11, 0.0)]
+    c = Cluster("c", devices, {("cpu:0", "gpu:0"): PCIE5, ("gpu:0", "cpu:0"): PCIE5})
+    p = offload_homes.fsdp2_offload_plan(g, c)
+    assert p.indices(g).tolist() == [1, 1, 1, 1] and p.param_homes == {"wa": "cpu:0"}
+    assert envs.SimEnv(g, c).simulate(p).ok
+
+
+def test_ratios_compare_placer_s_homed_plan_with_the_fastest_fitting_rivals():
+    rows = [
+        {"label": offload_homes.HOMED, "kind": "placer", "sim_status": "ok", "sim_step_time_s": 1.0},
+        {"label": offload_homes.OPS_ONLY, "kind": "placer-ops", "sim_status": "ok", "sim_step_time_s": 3.0},
+        {"label": offload_homes.FSDP2, "kind": "fsdp2", "sim_status": "ok", "sim_step_time_s": 2.0},
+        {"label": "accelerate, a", "kind": "accelerate", "sim_status": "oom", "sim_step_time_s": 0.5},
+        {"label": "accelerate, b", "kind": "accelerate", "sim_status": "ok", "sim_step_time_s": 4.0},
+    ]
+    assert offload_homes.ratios(rows) == {
+        "fsdp2_over_placer": 2.0,
+        "accelerate_over_placer": 4.0,  # the map out of memory does not count
+        "ops_only_over_placer": 3.0,
+    }
+    rows[0]["sim_status"] = "oom"
+    assert set(offload_homes.ratios(rows).values()) == {None}
+
+
+@pytest.mark.parametrize(
+    "args,message",
+    [
+        (["--scenarios", "llama-9b"], "--scenario 'llama-9b': unknown"),
+        (["--caps", "24,x"], "--caps '24,x': not comma-separated numbers"),
+        (["--caps", "0"], "caps > 0"),
+        (["--evals", "0"], "--evals 0: must be >= 1"),
+    ],
+)
+def test_bad_input_is_one_line_and_status_2(run_entry, tmp_path, args, message):
+    status, out, err = run_entry(offload_homes, "--out-dir", str(tmp_path), *args)
+    assert status == 2 and message in err and len(err.strip().splitlines()) == 1
+
+
+@pytest.mark.slow
+def test_the_tiny_scenario_at_two_caps_writes_every_simulated_row_and_the_plans(run_entry, tmp_path):
+    pytest.importorskip("transformers")
+    pytest.importorskip("accelerate")
+    status, out, err = run_entry(
+        offload_homes, "--scenarios", "tiny", "--caps", "0.02,0.01", "--evals", "60", "--out-dir", str(tmp_path)
+    )
+    assert status == 0, err
+    doc = json.loads((tmp_path / "tiny.json").read_text())
+    assert doc["simulated"] and [c["cap_gib"] for c in doc["caps"]] == [0.02, 0.01]
+    cap = doc["caps"][1]
+    labels = [r["label"] for r in cap["rows"]]
+    assert labels[:3] == [offload_homes.HOMED, offload_homes.OPS_ONLY, offload_homes.FSDP2]
+    assert sum(r["kind"] == "accelerate" for r in cap["rows"]) == 5
+    fsdp = next(p for p in cap["plans"] if p["label"] == offload_homes.FSDP2)
+    assert fsdp["placement"]["param_homes"]  # saved with the plan, reloaded as a placement
+    homed = next(r for r in cap["rows"] if r["label"] == offload_homes.HOMED)
+    assert homed["sim_status"] == "ok" and homed["sim_peak_gpu_gib"] * (1 << 30) <= 0.01 * (1 << 30)
+    assert (tmp_path / "table.md").read_text() == out
+    assert "| tiny | 0.01 |" in out
+
+
+def test_the_caps_change_the_cluster_s_gpu_only():
+    s = offload_homes.capped(SCENARIOS["llama-256k"], 8 << 30)
+    a, b = scenario_cluster(s), scenario_cluster(SCENARIOS["llama-256k"])
+    assert a.memory_bytes[1] == 8 << 30 and b.memory_bytes[1] == 24 << 30
+    assert np.array_equal(a.memory_bytes[:1], b.memory_bytes[:1])

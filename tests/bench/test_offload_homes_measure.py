@@ -1,0 +1,63 @@
+"""The offload scenario with homes at one cap, measured (bench.offload_homes_measure), on the CPU stand-in."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from bench import offload_homes, offload_homes_measure
+from bench.offload import Plan
+from envs.result import Result
+
+
+def plan(label, kind, status="ok", step_time_s=1.0, placement=True):
+    return Plan(label, kind, object() if placement else None, {"status": status, "step_time_s": step_time_s})
+
+
+def test_placer_s_plans_then_fsdp2_s_then_accelerate_s_fastest_fitting_map_are_measured():
+    plans = [
+        plan("accelerate, slow", "accelerate", step_time_s=9.0),
+        plan("accelerate, oom", "accelerate", status="oom", step_time_s=0.1),
+        plan(offload_homes.FSDP2, "fsdp2"),
+        plan("accelerate, fast", "accelerate", step_time_s=5.0),
+        plan(offload_homes.OPS_ONLY, "placer-ops", placement=False),  # no plan: nothing to measure
+        plan(offload_homes.HOMED, "placer"),
+    ]
+    labels = [p.label for p in offload_homes_measure.measure_order(plans)]
+    assert labels == [offload_homes.HOMED, offload_homes.FSDP2, "accelerate, fast"]
+
+
+def test_a_row_holds_the_real_peak_against_the_cap_beside_the_simulated_one():
+    r = Result(0.5, "ok", peak_bytes={"gpu:0": 3 << 30}, source="measured")
+    row = offload_homes_measure.measured_row("x", {"step_time_s": 0.4, "peak_bytes": {"gpu:0": 2 << 30}}, r, 2 << 30)
+    assert (row["real_step_time_s"], row["real_peak_gpu_gib"], row["within_cap"]) == (0.5, 3.0, False)
+    assert (row["sim_step_time_s"], row["sim_peak_gpu_gib"]) == (0.4, 2.0)
+
+
+@pytest.mark.parametrize(
+    "args,message", [(["--scenario", "llama-9b"], "unknown"), (["--cap", "0"], "--cap must be > 0")]
+)
+def test_bad_input_is_one_line_and_status_2(run_entry, tmp_path, args, message):
+    status, _, err = run_entry(offload_homes_measure, "--out-dir", str(tmp_path), *args)
+    assert status == 2 and message in err and len(err.strip().splitlines()) == 1
+
+
+@pytest.mark.slow
+def test_the_cpu_stand_in_measures_placer_s_homed_plan_and_fsdp2_and_writes_both_columns(run_entry, tmp_path):
+    pytest.importorskip("transformers")
+    pytest.importorskip("accelerate")
+    status, out, err = run_entry(
+        offload_homes_measure,
+        *("--scenario", "tiny", "--cap", "0.01", "--device-map", "*=cpu", "--evals", "30"),
+        *("--warmup", "0", "--steps", "1", "--out-dir", str(tmp_path)),
+    )
+    assert status == 0, err
+    doc = json.loads((tmp_path / "measured-tiny-0.01.json").read_text())
+    rows = {r["label"]: r for r in doc["measured"]}
+    homed = rows[offload_homes.HOMED]
+    assert homed["status"] == "ok" and homed["real_step_time_s"] > 0 and homed["sim_step_time_s"] > 0
+    assert rows["FSDP2, CPUOffloadPolicy (measured: torch's FSDP2)"]["status"] == "ok"
+    placement = next(p for p in doc["plans"] if p["label"] == offload_homes.FSDP2)["placement"]
+    assert placement["param_homes"] and rows[offload_homes.FSDP2]["status"] == "ok"  # placer.apply ran the homes
+    assert f"{offload_homes.HOMED}: ok" in out

@@ -1,0 +1,190 @@
+"""Parameter homes (envs.sim.homes): hand-computed schedules, memory and errors, kernel and reference.
+
+Toy cluster (tests/envs/conftest.py): cpu:0 (host), gpu:0, gpu:1 at 1 FLOP/s, links of 1 byte/s, no latency, no
+launch cost: forward = FLOPs, backward = 2 x forward, a copy of b bytes = b seconds. An op is *offloaded* when its
+parameters live on cpu:0 while it runs on a GPU: copied in on the side stream before its forward (after the one two
+before has been read), again before its backward, and its gradient sent home after it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import numpy as np
+import pytest
+
+from envs.cluster import Cluster
+from envs.sim.homes import homeable
+from envs.sim.simulator import SimEnv
+from graphs import PlacerError
+from graphs.plan import Placement
+from graphs.synthetic import random_dag
+
+BACKENDS = ["kernel", "reference"]
+DEVICES = ["cpu:0", "gpu:0", "gpu:1"]
+
+
+def chain(toy, flops, param_bytes, out_bytes=None):
+    names = [chr(ord("a") + k) for k in range(len(flops))]
+    g = toy.graph(names, [(u, v, 1) for u, v in zip(names, names[1:])], flops, param_bytes=param_bytes)
+    g.params = [[f"w{k}"] if b else [] for k, b in enumerate(param_bytes)]
+    if out_bytes is not None:
+        g.out_bytes = np.asarray(out_bytes, dtype=np.int64)
+    return g
+
+
+def changed(cluster, **by_device):
+    """``cluster`` with devices changed: ``gpu_0={"memory_bytes": 250}``."""
+    devices = [replace(d, **by_device.get(d.name.replace(":", "_"), {})) for d in cluster.devices]
+    return Cluster(cluster.name, devices, cluster.links)
+
+
+def homes_times(s):
+    h = s.homes
+    return [
+        (int(i), (float(a), float(b)), (float(c), float(d)), (float(e), float(f)))
+        for i, a, b, c, d, e, f in zip(
+            h.op, h.fetch_start_s, h.fetch_end_s, h.refetch_start_s, h.refetch_end_s, h.grad_start_s, h.grad_end_s
+        )
+    ]
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_parameter_homed_on_the_host_is_fetched_on_the_side_stream_and_its_gradient_sent_home(toy, backend):
+    # a (1) -> b (2, owns 2 bytes) -> c (1, owns 3 bytes), all on gpu:0; b's and c's parameters live on cpu:0.
+    # forward: a [0, 1].  fetch b: [max(h 0, link 0), 2]; b waits for it: [max(free 1, 2) = 2, 4].
+    #   fetch c (the window has one copy before it: no wait): [max(0, link 2) = 2, 5]; c [max(4, 5) = 5, 6].
+    # backward (h_f = 0; the worker is ahead of the stream): c: fetched again [max(now 0, link 5) = 5, 8];
+    #   its kernel [max(free 6, 8) = 8, 10]; its gradient home [10, 13] (gpu:0 -> cpu:0, on no thread).
+    #   b: fetched again [max(0, link 8) = 8, 10]; kernel [max(10, 10) = 10, 14]; gradient [max(14, link 13), 16].
+    #   a [14, 16].  The step ends with the last gradient home: 16 (Adam on the host: 5 bytes at 1e30 B/s).
+    g = chain(toy, [1, 2, 1], [0, 2, 3], out_bytes=[1, 1, 0])
+    p = Placement.from_indices(g, DEVICES, [toy.G0] * 3, homes=[-1, toy.CPU, toy.CPU])
+    assert p.param_homes == {"w1": "cpu:0", "w2": "cpu:0"}
+    env = SimEnv(g, toy.cluster(), backend=backend)
+    s = env.schedule(p)
+    assert s.fwd_start_s.tolist() == [0, 2, 5] and s.fwd_end_s.tolist() == [1, 4, 6]
+    assert s.bwd_start_s.tolist() == [14, 10, 8] and s.bwd_end_s.tolist() == [16, 14, 10]
+    assert homes_times(s) == [(1, (0, 2), (8, 10), (14, 16)), (2, (2, 5), (5, 8), (10, 13))]
+    r = env.simulate(p)
+    assert r.step_time_s == 16.0
+    assert r.busy_s["cpu:0->gpu:0"] == 10.0 and r.busy_s["gpu:0->cpu:0"] == 5.0
+    # gpu:0 holds no parameter state; at t = 8: c's copy (3) and gradient (3), b's copy (2), a's and b's outputs
+    # (1 + 1, kept for backward) = 10.  cpu:0: 4 x 5 bytes of state + Adam's single-tensor temporaries (2 x 3)
+    assert r.peak_bytes == {"cpu:0": 26, "gpu:0": 10, "gpu:1": 0}
+    # the batch path, with the same homes, says the same
+    t, failed = env.with_homes(p.home_indices(g)).step_times(p.indices(g)[None, :])
+    assert t.tolist() == [16.0] and not failed[0]
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_the_side_stream_waits_for_the_reader_of_the_copy_two_before(toy, backend):
+    # a (10), b (1), c (1), every one owning 1 byte on cpu:0, all on gpu:0.
+    # fetch a [0, 1]; a [1, 11].  fetch b [1, 2] (one copy before it); b [11, 12].
+    # fetch c waits for a's forward to end (the copy two before): [11, 12] (not [2, 3]); c [12, 13].
+    # live on gpu:0 in the forward: never more than two copies (a's until 11, b's, c's from 11).
+    g = chain(toy, [10, 1, 1], [1, 1, 1], out_bytes=[0, 0, 0])
+    p = Placement.from_indices(g, DEVICES, [toy.G0] * 3, homes=[toy.CPU] * 3)
+    env = SimEnv(g, toy.cluster(), backend=backend)
+    s = env.schedule(p)
+    assert [t[1] for t in homes_times(s)] == [(0, 1), (1, 2), (11, 12)]
+    assert s.fwd_start_s.tolist() == [1, 11, 12]
+    # backward (now = 0: the worker is ahead of the stream): c fetched again [max(0, link 12) = 12, 13], kernel
+    #   [13, 15], home [15, 16]; b again [13, 14], kernel [15, 17], home [17, 18]; a's copy waits for the end of
+    #   c's backward (two before): [15, 16] (not [14, 15]), kernel [17, 37], home [37, 38]
+    assert [t[2] for t in homes_times(s)] == [(15, 16), (13, 14), (12, 13)]
+    assert s.bwd_end_s.tolist() == [37, 17, 15] and env.simulate(p).step_time_s == 38.0
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_the_optimizer_step_of_homed_parameters_runs_on_the_home(toy, backend):
+    # one op on gpu:0 owning 7 bytes; GPU memory at 2 B/s, the host's at 1 B/s: Adam's step (7 passes over the
+    # bytes) takes 24.5 s on gpu:0, 49 s on cpu:0. The op touches 7 bytes: forward 3.5 s, backward 7 s on gpu:0.
+    g = chain(toy, [1], [7], out_bytes=[0])
+    c = changed(toy.cluster(mem_bw_bytes_per_s=2.0), cpu_0={"mem_bw_bytes_per_s": 1.0})
+    env = SimEnv(g, c, backend=backend)
+    home, own = (Placement.from_indices(g, DEVICES, [toy.G0], homes=[h]) for h in (toy.CPU, -1))
+    # own: fwd [0, 3.5], bwd [3.5, 10.5], Adam on gpu:0
+    assert env.simulate(own).step_time_s == 10.5 + 24.5
+    # home: fetch [0, 7]; fwd [7, 10.5]; fetched again [7, 14]; bwd [14, 21]; gradient home [21, 28]; Adam on cpu:0
+    r = env.simulate(home)
+    assert r.step_time_s == 28 + 49
+    assert r.busy_s["cpu:0"] == 49 and r.busy_s["gpu:0"] == 10.5
+    assert env.with_homes([toy.CPU]).step_times(np.array([[toy.G0]]))[0].tolist() == [28 + 49]
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_homes_decide_what_fits(toy, backend):
+    # b owns 100 bytes: 400 of state on gpu:0 (and Adam's foreach temporary, 100) over a 250-byte GPU; homed on
+    # the host, its copies fit.
+    g = chain(toy, [1, 1], [0, 100], out_bytes=[0, 0])
+    env = SimEnv(g, changed(toy.cluster(), gpu_0={"memory_bytes": 250}), backend=backend)
+    rows = np.array([[toy.G0, toy.G0]] * 2)
+    t, failed, over = env.with_homes(np.array([[-1, -1], [-1, toy.CPU]])).overflow(rows)
+    assert failed.tolist() == [True, False] and over[0] == 500 / 250 and over[1] == 0
+    # the copy for the backward and the gradient overlap: 200 bytes at most
+    r = env.simulate(Placement.from_indices(g, DEVICES, [toy.G0] * 2, homes=[-1, toy.CPU]))
+    assert r.ok and r.peak_bytes["gpu:0"] == 200
+    # ... which a 150-byte GPU cannot hold
+    small = SimEnv(g, changed(toy.cluster(), gpu_0={"memory_bytes": 150}), backend=backend)
+    t, failed, over = small.with_homes([-1, toy.CPU]).overflow(rows[:1])
+    assert failed.tolist() == [True] and over[0] == 200 / 150
+
+
+def test_homes_are_for_a_gpu_op_s_own_parameters_on_the_host(toy):
+    g = chain(toy, [1, 1], [4, 4])
+    env = SimEnv(g, toy.cluster())
+    on_gpu = np.array([[toy.G0, toy.G0]])
+    with pytest.raises(PlacerError, match="home must be its op's device or, for an op on a GPU, a host"):
+        env.with_homes([toy.G1, -1]).step_times(on_gpu)
+    with pytest.raises(PlacerError, match="home must be"):
+        env.with_homes([toy.G0, -1]).step_times(np.array([[toy.CPU, toy.G0]]))  # a host op's on a GPU
+    # its own device as its home is no home apart
+    assert env.with_homes([toy.G0, toy.G0]).step_times(on_gpu)[0] == env.step_times(on_gpu)[0]
+    with pytest.raises(PlacerError, match="one microbatch, eager"):
+        SimEnv(g, toy.cluster(), executor="dataflow").with_homes([toy.CPU, -1]).step_times(on_gpu)
+    with pytest.raises(PlacerError, match="one microbatch, eager"):
+        env.with_microbatches(2).with_homes([toy.CPU, -1]).step_times(on_gpu)
+    shared = chain(toy, [1, 1], [4, 0])
+    shared.params = [["w0"], ["w0"]]  # b reads a's parameter too
+    with pytest.raises(PlacerError, match="cannot live apart from it"):
+        SimEnv(shared, toy.cluster()).with_homes([toy.CPU, -1]).step_times(on_gpu)
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_kernel_and_reference_agree_with_random_homes(seed):
+    rng = np.random.default_rng(seed)
+    g = random_dag(40, seed=seed)
+    g.param_bytes = rng.integers(0, 3, g.num_ops) * rng.integers(1 << 20, 1 << 24, g.num_ops)
+    g.params = [[f"w{i}"] if b else [] for i, b in enumerate(g.param_bytes)]
+    c = Cluster.preset("h200x1")
+    c = changed(c, gpu_0={"memory_bytes": float(g.param_bytes.sum() * 1.2)})  # some placements do not fit
+    p = rng.integers(0, c.num_devices, (8, g.num_ops))
+    homes = np.where((rng.random((8, g.num_ops)) < 0.5) & (p > 0) & (homeable(g) > 0), 0, -1)
+    kernel, reference = (SimEnv(g, c, backend=b).with_homes(homes) for b in BACKENDS)
+    tk, fk, ok = kernel.overflow(p)
+    tr, fr, orf = reference.overflow(p)
+    assert homes.max() == 0 and (homes == 0).any()
+    np.testing.assert_array_equal(tk, tr)
+    np.testing.assert_array_equal(fk, fr)
+    np.testing.assert_allclose(ok, orf, rtol=1e-12)
+    assert fk.any() and not fk.all()
+
+
+def test_the_lower_bound_charges_the_host_s_adam_for_what_the_gpus_cannot_hold(toy):
+    # 200 parameter bytes (800 of state) over two GPUs of 300 bytes: at least 50 bytes of parameters live on cpu:0
+    # (with their op, or as its home) and Adam updates them there: 7 x 50 / 1 B/s = 350 s after the backward.
+    import itertools
+
+    g = chain(toy, [1, 1], [100, 100], out_bytes=[0, 0])
+    c = changed(
+        toy.cluster(), cpu_0={"mem_bw_bytes_per_s": 1.0}, gpu_0={"memory_bytes": 300}, gpu_1={"memory_bytes": 300}
+    )
+    env = SimEnv(g, c)
+    bound = env.lower_bound()
+    best = min(
+        env.simulate(Placement.from_indices(g, DEVICES, list(p), homes=list(h))).step_time_s
+        for p in itertools.product(range(3), repeat=2)
+        for h in itertools.product([-1, toy.CPU], repeat=2)
+    )
+    assert 350 <= bound <= best < float("inf")

@@ -1,0 +1,170 @@
+"""placer.apply runs a plan's parameter homes (envs.real.homes): parameters that live on the host, read on gpu:0.
+
+Every logical device is the CPU here (``device_map="*=cpu"``), and homes are decided on logical devices, so the home
+path runs in full: each homed parameter is copied in for its reader as a new tensor, freed after it, made again for
+its backward, and its gradient sent home through the end-of-backward callback. The CUDA path's stream protocol (the
+side stream waits for the reader two before, then frees its copies) is checked with recording streams.
+"""
+
+from __future__ import annotations
+
+import copy
+
+import numpy as np
+import pytest
+import torch
+from torch import nn
+
+import envs.real.homes as homes
+from graphs import PlacerError
+from graphs.ops import param_owners
+from graphs.plan import Placement
+from graphs.torch_capture import capture
+from placer.apply import apply
+
+DEVICES = ["cpu:0", "gpu:0"]
+
+
+class Mlp(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.a, self.norm, self.b, self.c = nn.Linear(8, 16), nn.LayerNorm(16), nn.Linear(16, 16), nn.Linear(16, 4)
+
+    def forward(self, x):
+        return self.c(torch.relu(self.b(self.norm(self.a(x))))).pow(2).mean()
+
+
+def homed_plan(graph, names, home=0):
+    """Every op on gpu:0, the ops that first read ``names`` with their parameters on ``home``."""
+    h = np.full(graph.num_ops, -1)
+    owners = param_owners(graph)
+    for name in names:
+        h[owners[name]] = home
+    return Placement.from_indices(graph, DEVICES, np.ones(graph.num_ops, dtype=int), homes=h)
+
+
+def train_side_by_side(placed, ref, inputs, steps=3):
+    """Adam steps on both; losses and gradients equal at each, parameters equal at the end."""
+    opt, ref_opt = (torch.optim.Adam(m.parameters(), lr=0.05) for m in (placed, ref))
+    for _ in range(steps):
+        for o in (opt, ref_opt):
+            o.zero_grad()
+        loss, ref_loss = placed(*inputs), ref(*inputs)
+        loss.backward()
+        ref_loss.backward()
+        torch.testing.assert_close(loss, ref_loss)
+        for (name, p), (_, q) in zip(placed.named_parameters(), ref.named_parameters()):
+            torch.testing.assert_close(p.grad, q.grad, msg=name)
+        opt.step()
+        ref_opt.step()
+    for (name, p), (_, q) in zip(placed.named_parameters(), ref.named_parameters()):
+        torch.testing.assert_close(p, q, msg=name)
+
+
+@pytest.mark.parametrize("names", [["a.weight", "a.bias", "b.weight", "b.bias", "c.weight", "c.bias"], ["b.weight"]])
+def test_homed_parameters_train_as_the_unplaced_model_does(names):
+    torch.manual_seed(0)
+    model, x = Mlp(), torch.randn(5, 8)
+    ref = copy.deepcopy(model)
+    g = capture(model, (x,))
+    p = homed_plan(g, names + (["b.bias"] if names == ["b.weight"] else []))
+    placed = apply(model, p, (x,), device_map="*=cpu")
+    runtime = placed.get_submodule(homes.RUNTIME_ATTR)
+    assert sorted(n for n, _ in placed.named_parameters()) == sorted(n for n, _ in ref.named_parameters())
+    assert {id(m) for m in runtime.masters} <= {id(q) for q in placed.parameters()}  # the optimizer steps them
+    train_side_by_side(placed, ref, (x,))
+    assert set(placed.state_dict()) == set(ref.state_dict())
+
+
+@pytest.mark.slow
+def test_a_homed_llama_trains_as_the_unplaced_one():
+    pytest.importorskip("transformers")
+    from graphs.models.corpus import build
+
+    model, inputs = build("llama")
+    ref = copy.deepcopy(model)
+    g = capture(model, inputs)
+    owners = param_owners(g)
+    linears = [n for n in owners if n.endswith("proj.weight")]  # its LM head is tied to the embedding
+    placed = apply(model, homed_plan(g, linears), inputs, device_map="*=cpu")
+    assert len(placed.get_submodule(homes.RUNTIME_ATTR).masters) == len(linears) > 4
+    train_side_by_side(placed, ref, inputs, steps=2)
+
+
+class Mean(nn.Module):
+    def forward(self, x):
+        return x.pow(2).mean()
+
+
+class Recording(homes.Streams):
+    """The CUDA path's stream calls, recorded: ``side_waits(event)`` and ``mark()`` (numbered events)."""
+
+    log: list = []
+
+    def __init__(self, torch_device):
+        super().__init__(torch_device)
+        self.marks = 0
+
+    def mark(self):
+        self.marks += 1
+        Recording.log.append(("mark", self.marks))
+        return self.marks
+
+    def side_waits(self, event):
+        Recording.log.append(("wait", event))
+
+
+def test_each_copy_waits_for_the_reader_two_before_and_frees_its_memory(monkeypatch):
+    """Forward: the copy for the third reader waits for the first reader's mark, then the first's copies are freed;
+    at the end of the forward and of the backward every copy is freed."""
+    monkeypatch.setattr(homes, "Streams", Recording)
+    Recording.log = []
+    freed = []
+    real_free = homes.free
+    monkeypatch.setattr(homes, "free", lambda t: (freed.append(t.numel()), real_free(t)))
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(8, 16, bias=False), nn.Linear(16, 16, bias=False), nn.Linear(16, 4, bias=False))
+    model, x = nn.Sequential(model, Mean()), torch.randn(5, 8)
+    g = capture(model, (x,))
+    placed = apply(model, homed_plan(g, ["0.0.weight", "0.1.weight", "0.2.weight"]), (x,), device_map="*=cpu")
+    runtime = placed.get_submodule(homes.RUNTIME_ATTR)
+    loss = placed(x)
+    # a's reader issued (mark 1), b's (mark 2); c's copy: the side stream waits for mark 1, a's copy is freed
+    assert Recording.log[:3] == [("mark", 1), ("mark", 2), ("wait", 1)]
+    assert freed == [16 * 8, 16 * 16, 4 * 16]  # a's at c's copy; b's and c's at the end of the forward
+    window = runtime.windows[(torch.device("cpu"), 0)]
+    assert not window.live
+    freed.clear()
+    loss.backward()
+    # backward: c, b, a made again; a's copy waits for c's reader (the mark after its gradient), c's copy is freed
+    assert ("wait", 4) in Recording.log and freed == [4 * 16, 16 * 16, 16 * 8]
+    assert all(m.grad is not None for m in runtime.masters) and not runtime.sent
+
+
+def test_homes_are_refused_where_they_cannot_run():
+    torch.manual_seed(0)
+    model, x = Mlp(), torch.randn(4, 8)
+    g = capture(model, (x,))
+    p = homed_plan(g, ["a.weight", "a.bias"])
+    with pytest.raises(PlacerError, match="one microbatch"):
+        apply(model, p, (x,), device_map="*=cpu", microbatches=2)
+    p.param_homes = {"a.weight": "cpu:0"}  # a.bias would stay with its op
+    with pytest.raises(PlacerError, match="different homes"):
+        apply(model, p, (x,), device_map="*=cpu")
+
+
+def test_a_parameter_two_ops_read_keeps_its_home_with_them():
+    class Twice(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.lin = nn.Linear(4, 4)
+
+        def forward(self, x):
+            return self.lin(self.lin(x)).sum()
+
+    model, x = Twice(), torch.randn(2, 4)
+    g = capture(model, (x,))
+    p = Placement.from_indices(g, DEVICES, np.ones(g.num_ops, dtype=int))
+    p.param_homes = {"lin.weight": "cpu:0", "lin.bias": "cpu:0"}
+    with pytest.raises(PlacerError, match="read by 2 ops"):
+        apply(model, p, (x,), device_map="*=cpu")
