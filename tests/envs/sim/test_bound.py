@@ -307,6 +307,7 @@ def test_energetic_reasoning_wins_on_bursty_graphs_with_microbatches():
     assert min(wins.values()) >= 3, wins
 
 
+@pytest.mark.slow  # every one of 3^8 placements, in node and in planned order (~7 s)
 def test_the_host_issue_path_waits_for_every_ancestor_to_be_issued():
     """s -> x1..x4 -> j -> k1 -> k2 on a slow host and two GPUs (1 s launch and issue per GPU op; small ops 1.1 s on a
     GPU, 10 s on the host; k1, k2 6 s; backward twice the FLOPs). The host issues j's five ancestors before j, one
