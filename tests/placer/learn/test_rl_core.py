@@ -491,8 +491,13 @@ def test_algorithm_registries_match_the_literal_choices():
     from placer.learn.run_scorers import ENVS
 
     fields = {f.name: f for f in dataclasses.fields(TrainConfig)}
-    # the policy-gradient algorithms, and the move search (placer.learn.move_search): it trains a critic, no policy
-    assert set(rl_algos.ALGOS) | {"moves"} == set(literal_choices(fields["algo"]))
+    # every runner (the move search, the measured loop, the policy-gradient loop) has a choice, and the
+    # policy-gradient loop runs every algorithm of rl_algos
+    from placer.learn.loop import PolicyGradient
+    from placer.learn.runners import RUNNERS
+
+    assert set(RUNNERS) == set(literal_choices(fields["algo"]))
+    assert {a for a, runner in RUNNERS.items() if runner is PolicyGradient} == set(rl_algos.ALGOS)
     assert set(ENVS) == set(literal_choices(fields["env"]))
     from envs.sim.schedule import EXECUTORS
 
