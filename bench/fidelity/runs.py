@@ -104,7 +104,8 @@ def random_placements(num_ops: int, num_devices: int, count: int, seed: int) -> 
 
 
 def candidates(name: str, args: Any, graph, logical, model, work: str) -> list[dict]:
-    """The placements to measure: learned, heuristics', single devices, random; distinct, with their issue orders.
+    """The placements to measure: learned, heuristics' (``args.heuristic_names``), single devices, random; distinct,
+    with their issue orders.
 
     A heuristic's placement carries the order the planner picks for it with no margin (:meth:`envs.SimEnv.plan_order`):
     the orders whose error the run measures.
