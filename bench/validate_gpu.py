@@ -7,7 +7,8 @@ host issue, the host's staging copy and contention, the issue times fitted so th
 the all-on-GPU step simulates as measured), then measure ``--placements`` distinct
 placements for real, as ``placer.apply`` runs them: a learned one (a short
 ``placer.train`` on the calibrated simulator), every heuristic's with the issue
-order the planner gives it, both single devices, random ones.
+order the planner gives it (``--heuristics``: only those named), both single devices,
+random ones.
 
 The measurement repeats (``envs.real.timing``: ``Protocol``, ``measure_interleaved``):
 every placed module is built once, the host's threads and cores are fixed, the
@@ -224,6 +225,9 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     )
     p.add_argument("--placements", type=int, help="distinct placements measured per model, at least (default 12)")
     p.add_argument(
+        "--heuristics", help="the heuristics whose plans are measured, comma-separated (default every one but ilp)"
+    )
+    p.add_argument(
         "--train-budget", "--time-budget", dest="train_budget", type=float, help="seconds of placer.train (default 6)"
     )
     p.add_argument("--warmup", type=int, help="warm-up steps per placed module (default 2)")
@@ -282,6 +286,7 @@ def check(args: argparse.Namespace) -> None:
             f"--held-out: {', '.join(sorted(set(args.tuned) & set(args.held)))} is also in --models (the tuned set)"
         )
     check_int(args.placements, "--placements", least=2)
+    args.heuristic_names = heuristic_names(args.heuristics)
     check_int(args.warmup, "--warmup", least=0)
     check_int(args.repeat_placements, "--repeat-placements", least=0)
     for opt in ("rounds", "steps", "repeats", "cpus"):
@@ -303,6 +308,23 @@ def check(args: argparse.Namespace) -> None:
     check_available(torch_of)
     check_output_dir(args.out_dir, "--out-dir")
     check_output_dir(args.work_dir, "--work-dir")
+
+
+def heuristic_names(text: str | None) -> list[str]:
+    """``--heuristics``' names (a PlacerError naming the unknown ones); every heuristic but ilp without the option
+    (a time-limited solve may give another plan on a rerun, so a resumed run could not reuse its measurements)."""
+    from placer.compare import default_methods
+    from placer.methods import registry
+
+    if text is None:
+        return default_methods(exclude=("ilp",))
+    names = [n.strip() for n in text.split(",") if n.strip()]
+    unknown = [n for n in names if n not in registry.names()]
+    if unknown:
+        raise PlacerError(f"--heuristics: unknown {', '.join(unknown)} (known: {', '.join(registry.names())})")
+    if not names:
+        raise PlacerError("--heuristics: no heuristic named")
+    return names
 
 
 def group_of(name: str, args: argparse.Namespace) -> str:

@@ -104,13 +104,14 @@ def random_placements(num_ops: int, num_devices: int, count: int, seed: int) -> 
 
 
 def candidates(name: str, args: Any, graph, logical, model, work: str) -> list[dict]:
-    """The placements to measure: learned, heuristics', single devices, random; distinct, with their issue orders.
+    """The placements to measure: learned, heuristics' (``args.heuristic_names``), single devices, random; distinct,
+    with their issue orders.
 
     A heuristic's placement carries the order the planner picks for it with no margin (:meth:`envs.SimEnv.plan_order`):
     the orders whose error the run measures.
     """
     from envs.sim.simulator import SimEnv
-    from placer.compare import compare, default_methods
+    from placer.compare import compare
 
     names = logical.device_names
     out: list[dict] = []
@@ -133,11 +134,9 @@ def candidates(name: str, args: Any, graph, logical, model, work: str) -> list[d
         }
         out.append(seen[key])
 
-    # every heuristic but ilp: a time-limited solve may give another plan on a rerun (so a resumed run could
-    # not reuse its measurements), and it adds a minute per model
-    report = compare(
-        graph, logical, model=model, seed=args.seed, executor="eager", methods=default_methods(exclude=("ilp",))
-    )
+    # bench.validate_gpu's --heuristics (by default every heuristic but ilp: a time-limited solve may give another
+    # plan on a rerun, so a resumed run could not reuse its measurements, and it adds a minute per model)
+    report = compare(graph, logical, model=model, seed=args.seed, executor="eager", methods=args.heuristic_names)
     heuristics = [r for r in report.rows if r.kind == "heuristic"]
     ok = [r for r in heuristics if r.status == "ok" and r.placement is not None]
     best = min(ok, key=lambda r: r.step_time_s).method if ok else None

@@ -52,6 +52,8 @@ def test_summary_merges_models_across_calls(tmp_path):
         (["--warmup-s", "-1"], "--warmup-s"),
         (["--size", "huge"], "--size"),
         (["--steps", "x"], "--steps"),
+        (["--heuristics", "m_etf,nope"], "--heuristics"),
+        (["--heuristics", ","], "--heuristics"),
     ],
 )
 def test_bad_options_are_one_line_errors(args, option, tmp_path, run_here):
@@ -67,9 +69,15 @@ def test_gpu_map_without_a_gpu_is_a_one_line_error(tmp_path, run_here):
     assert not os.listdir(tmp_path)
 
 
+#: The end-to-end run's options beside --tiny: three heuristics' plans, not all twenty (each plan is one more
+#: placed module exported and measured), and 9 placements (random ones fill in): gpu_profile's --stride 4 takes
+#: rows 0, 4 and 8.
+QUICK = ("--heuristics", "m_topo,m_etf,module_search", "--placements", "9")
+
+
 def run_shell(out, work, without_ray) -> subprocess.CompletedProcess:
-    """scripts/gpu_validate.sh --tiny: what the GPU machine runs, on the CPU (and, as there, without ray): the shell
-    entry point, run as a user runs it."""
+    """scripts/gpu_validate.sh --tiny (and :data:`QUICK`): what the GPU machine runs, on the CPU (and, as there,
+    without ray): the shell entry point, run as a user runs it."""
     # the script runs `python3`: this interpreter's, as on the GPU machine where it is the one with torch
     path = os.pathsep.join([os.path.dirname(sys.executable), os.environ.get("PATH", "")])
     env = {
@@ -82,7 +90,7 @@ def run_shell(out, work, without_ray) -> subprocess.CompletedProcess:
         **without_ray,
     }
     return subprocess.run(
-        ["bash", os.path.join(ROOT, "scripts", "gpu_validate.sh"), "--tiny"],
+        ["bash", os.path.join(ROOT, "scripts", "gpu_validate.sh"), "--tiny", *QUICK],
         capture_output=True,
         text=True,
         timeout=1000,
@@ -177,7 +185,7 @@ def test_tiny_run_end_to_end_rescored_and_resumed(tmp_path, without_ray, run_her
     # resumed: the profiles, learned placements and measured blocks are reused, nothing is measured again
     blocks = (work / "state" / "rnnlm" / "blocks.jsonl").read_text()
     again = tmp_path / "again"
-    status, _, stderr = run_here("--tiny", "--out-dir", str(again), "--work-dir", str(work / "state"))
+    status, _, stderr = run_here("--tiny", *QUICK, "--out-dir", str(again), "--work-dir", str(work / "state"))
     assert status == 0, stderr[-3000:]
     assert (work / "state" / "rnnlm" / "blocks.jsonl").read_text() == blocks and "reusing" in stderr
     assert figures(json.loads((again / "summary.json").read_text())) == figures(doc)

@@ -9,7 +9,8 @@ step's loss and every gradient are as close to a float64 reference as the
 unplaced float32 step is. Every logical device is the CPU here, so every copy is
 built; ``bench/gpu_conformance.py`` runs the same on a GPU.
 
-Three models run in the fast tier; the rest are marked slow (CI runs both).
+One model (nn_encoder) runs in the fast tier; the rest are marked slow (CI runs both). The causal language models are
+checked in ``test_conformance_causal.py`` (a file of their own, so the two xdist workers share the corpus).
 """
 
 from __future__ import annotations
@@ -21,9 +22,7 @@ import torch
 
 from bench import conformance
 from graphs.models import corpus
-
-FAST = ("llama", "nn_encoder", "bert")
-ENTRIES = [pytest.param(n, marks=() if n in FAST else pytest.mark.slow) for n in corpus.FAMILIES]
+from tests.placer.conformance_case import CAUSAL, check_every_plan, entries
 
 
 def test_the_corpus_covers_the_architectures_people_train():
@@ -52,18 +51,9 @@ def test_the_corpus_covers_the_architectures_people_train():
     assert len(conformance.PLANS) >= 7
 
 
-@pytest.mark.parametrize("name", ENTRIES)
+@pytest.mark.parametrize("name", entries(n for n in corpus.FAMILIES if n not in CAUSAL))
 def test_every_plan_keeps_the_float64_loss_and_gradients(name):
-    if name in corpus.NEEDS_TRANSFORMERS:
-        pytest.importorskip("transformers")
-    rows = conformance.check_model(name)
-    assert [r.plan for r in rows] == list(conformance.PLANS)
-    bad = [
-        f"{r.plan}: {r.message or f'{r.worst} at {r.allowed_ratio:.1f}x the allowed error'}" for r in rows if not r.ok
-    ]
-    assert not bad, f"{name}: " + "; ".join(bad)
-    for r in rows:
-        assert r.loss_error < 1e-4 and r.grad_error < 1e-3
+    check_every_plan(name)
 
 
 def test_a_wrong_gradient_is_caught():
