@@ -150,9 +150,8 @@ def calibrate(graph: Any, rates: Mapping[str, float], step_s: float) -> dict[str
 
 
 def _device(name: str, rates: Mapping[str, float], memory_bytes: float) -> Device:
-    return Device(
-        name, "cpu", memory_bytes, rates["flops_per_s"], rates["mem_bw_bytes_per_s"], rates["launch_overhead_s"]
-    )
+    r = rates
+    return Device(name, "cpu", memory_bytes, r["flops_per_s"], r["mem_bw_bytes_per_s"], r["launch_overhead_s"])
 
 
 @record
