@@ -52,15 +52,27 @@ def repeated_block(path: str, prefixes: set[str]) -> str | None:
 
 
 def list_prefixes(paths: list[str]) -> set[str]:
-    """The outermost module lists: prefixes ``P`` with children ``P.0``, ``P.1``... (two or more), in no other."""
+    """The outermost module lists of blocks: prefixes ``P`` with children ``P.0``, ``P.1``... (two or more) that
+    hold submodules of their own (a stack of blocks, not the layers of one ``nn.Sequential``); any outermost list
+    when none does.
+
+    >>> sorted(list_prefixes(["layers.0.attn", "layers.1.attn", "bottom.0", "bottom.2", "layers.1.mlp.0"]))
+    ['layers']
+    """
     children: dict[str, set[str]] = {}
+    deep: set[str] = set()
     for path in paths:
         parts = path.split(".")
         for k in range(1, len(parts)):
             if parts[k].isdigit():
-                children.setdefault(".".join(parts[:k]), set()).add(parts[k])
+                prefix = ".".join(parts[:k])
+                children.setdefault(prefix, set()).add(parts[k])
+                if len(parts) > k + 1:
+                    deep.add(prefix)
     lists = {p for p, kids in children.items() if len(kids) >= 2}
-    return {p for p in lists if not any(p.startswith(q + ".") for q in lists if q != p)}
+    outer = {p for p in lists if not any(p.startswith(q + ".") for q in lists if q != p)}
+    blocks = {p for p in lists if p in deep and not any(p.startswith(q + ".") for q in lists & deep if q != p)}
+    return blocks or outer
 
 
 def layer_units(graph: OpGraph) -> np.ndarray:

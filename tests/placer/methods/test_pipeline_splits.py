@@ -90,3 +90,22 @@ def test_every_split_is_a_registered_method_that_place_runs_with_a_schedule_that
 def test_more_stages_than_layers_is_one_line(name, k80x2):
     with pytest.raises(PlacerError, match="stages for a model of"):
         registry.get(name)(chain(["a", "b", "c"]), k80x2, stages_per_rank=2)
+
+
+def test_the_search_on_the_simulator_of_ranks_moves_a_cut_off_a_heavy_tensor(k80x2):
+    from envs.sim.ranks import RankSim
+
+    # balanced FLOPs cut after op 3, where a huge tensor crosses; one op later only a small one does
+    names = [f"op{i}" for i in range(6)]
+    sizes = [1 << 10, 1 << 10, 1 << 30, 1 << 10, 1 << 10]
+    g = OpGraph.from_edges(
+        names,
+        [(a, b, n) for a, b, n in zip(names, names[1:], sizes)],
+        flops=[1e11] * 6,
+        op_types=["aten.mm.default"] * 6,
+    )
+    flops = registry.get("flops_balanced")(g, k80x2)
+    found = registry.get("stage_search")(g, k80x2)
+    assert flops.tolist() == [1, 1, 1, 2, 2, 2] and found.tolist() != flops.tolist()
+    sim = RankSim(g, k80x2)
+    assert sim.step_times(found[None, :])[0][0] < 0.8 * sim.step_times(flops[None, :])[0][0]
