@@ -1,9 +1,11 @@
-"""Models with uneven layers for plans across CPU ranks: an encoder-decoder and a U-Net (the LM is bench.small_lm).
+"""Models with uneven layers for plans across CPU ranks: an LM, an encoder-decoder and a U-Net.
 
 Each builder returns ``(model, example_inputs)``, seeded, with ``forward`` returning the
 loss (the last stage of a plan across processes computes it). Sized so that a step
 takes tens to hundreds of milliseconds on one CPU core:
 
+* :func:`lm`: 4 causal transformer layers of width 128 and an 8192-token head (the
+  heaviest layer by far, which an equal count of layers ignores);
 * :func:`encoder_decoder`: ``nn.Transformer`` with 2 encoder and 4 decoder layers
   (a decoder layer has cross-attention: heavier than an encoder layer), a 4096-token
   vocabulary head;
@@ -13,6 +15,8 @@ takes tens to hundreds of milliseconds on one CPU core:
 """
 
 from __future__ import annotations
+
+import copy
 
 import torch
 import torch.nn.functional as F
@@ -42,6 +46,31 @@ def encoder_decoder() -> tuple[nn.Module, tuple[torch.Tensor, torch.Tensor]]:
     g = torch.Generator().manual_seed(1)
     src, tgt = (torch.randint(0, VOCAB, (BATCH, SEQ), generator=g) for _ in range(2))
     return EncoderDecoder().eval(), (src, tgt)
+
+
+class SmallLM(nn.Module):
+    """Token embedding, 4 transformer encoder layers (causal), an 8192-token head: the head is the heaviest layer."""
+
+    def __init__(self, vocab: int = 8192, width: int = 128, layers: int = 4) -> None:
+        super().__init__()
+        self.embed = nn.Embedding(vocab, width)
+        layer = nn.TransformerEncoderLayer(width, 4, 4 * width, dropout=0.0, batch_first=True, norm_first=True)
+        self.layers = nn.ModuleList([layer] + [copy.deepcopy(layer) for _ in range(layers - 1)])
+        self.head = nn.Linear(width, vocab)
+
+    def forward(self, tokens: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+        mask = nn.Transformer.generate_square_subsequent_mask(tokens.shape[1], device=tokens.device)
+        h = self.embed(tokens)
+        for layer in self.layers:
+            h = layer(h, src_mask=mask, is_causal=True)
+        return F.cross_entropy(self.head(h).flatten(0, 1), targets.flatten())
+
+
+def lm() -> tuple[nn.Module, tuple[torch.Tensor, torch.Tensor]]:
+    """``(model, (tokens, next tokens))``: batch 8 of 64 tokens, seeded."""
+    torch.manual_seed(0)
+    tokens = torch.randint(0, 8192, (BATCH, SEQ), generator=torch.Generator().manual_seed(1))
+    return SmallLM().eval(), (tokens, tokens.roll(-1, dims=1))
 
 
 def block(c_in: int, c_out: int) -> nn.Sequential:
@@ -83,4 +112,4 @@ def unet() -> tuple[nn.Module, tuple[torch.Tensor, torch.Tensor]]:
     return UNet().eval(), (x, torch.randn(BATCH, 3, 64, 64, generator=g))
 
 
-__all__ = ["EncoderDecoder", "UNet", "encoder_decoder", "unet"]
+__all__ = ["EncoderDecoder", "SmallLM", "UNet", "encoder_decoder", "lm", "unet"]

@@ -6,8 +6,9 @@ one thread each, the gloo backend; every rank measures at the same time as the o
 
 * its compute: a matmul's FLOP rate, a copy's memory bandwidth and a tiny op's cost
   (the roofline's three numbers, :mod:`envs.sim.cost`), then one training step of
-  SOURCE's model, whole, on this rank; the three are scaled by one factor so that the
-  roofline's step of the model's graph is the step measured (:func:`calibrate`);
+  SOURCE's model, whole, on this rank; the three (the median over the ranks, which
+  share the machine's cores) are scaled by one factor per rank so that the roofline's
+  step of the model's graph is that rank's step measured (:func:`calibrate`);
 * each pair of ranks, one pair at a time: a ping-pong of a few message sizes over
   gloo's point-to-point sends; ``latency + bytes / bandwidth`` fitted to the one-way
   times by least squares (:func:`fit_link`).
@@ -182,7 +183,10 @@ def ranks_cluster(graph: Any, parts: Sequence[Mapping[str, Any]], name: str = "r
     """The cluster of the ranks' measurements (module doc): rank ``r`` is device ``cpu:r``."""
     world = len(parts)
     memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / world
-    devices = [_device(f"cpu:{p['rank']}", calibrate(graph, p["rates"], p["step_s"]), memory) for p in parts]
+    # the ranks share one machine's cores: the median of their microbenchmarks is the roofline's shape, and each
+    # rank's own step of the model its level
+    shape = {k: statistics.median(p["rates"][k] for p in parts) for k in parts[0]["rates"]}
+    devices = [_device(f"cpu:{p['rank']}", calibrate(graph, shape, p["step_s"]), memory) for p in parts]
     links: dict[tuple[str, str], Link] = {}
     for part in parts:
         for pair, times in part["links"].items():
