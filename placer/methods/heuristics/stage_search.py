@@ -6,11 +6,12 @@ each candidate is a cut of the ops, in program order, into ``R x stages_per_rank
 contiguous stages (stage ``s`` on device ``s mod R``), scored by
 :class:`envs.sim.ranks.RankSim` (compute per microbatch, every tensor sent between
 stages, the schedule's bubbles, the optimizer step, memory). It starts from the
-FLOPs-balanced cut and moves one cut at a time to its best position between its
-neighbours (every position is tried, in one batch), until a round moves none.
+fastest of the three splits people use, then moves one cut at a time to its best
+position between its neighbours (every position is tried, in one batch), until a
+round moves none: it is never slower than those splits on the simulator.
 
 >>> import envs
->>> from graphs import OpGraph
+>>> from graphs import OpGraph, PlacerError
 >>> g = OpGraph.from_edges(list("abcd"), [("a", "b", 4), ("b", "c", 4), ("c", "d", 4)], flops=[1e9, 1e9, 1e9, 5e9])
 >>> stage_search(g, envs.Cluster.preset("k80x2")).tolist()
 [1, 1, 1, 2]
@@ -23,9 +24,9 @@ from typing import Any
 import numpy as np
 
 from envs.sim.ranks import RankSim
-from graphs import OpGraph
+from graphs import OpGraph, PlacerError
 from placer.methods.heuristics.costs import gpu_devices
-from placer.methods.heuristics.pipeline_splits import flops_balanced, num_stages
+from placer.methods.heuristics.pipeline_splits import equal_layers, flops_balanced, num_stages, parameters_balanced
 from placer.methods.registry import register
 
 
@@ -65,10 +66,8 @@ def stage_search(
     num_stages(graph, cluster, stages_per_rank, graph.num_ops, "stage_search")  # the option, checked
     M = int(getattr(env, "microbatches", 1) or 1)
     sim = RankSim(graph, cluster, microbatches=M, inflight=getattr(env, "inflight", None), schedule=schedule)
-    start = flops_balanced(graph, cluster, stages_per_rank=stages_per_rank)
-    cuts = cuts_of(np.searchsorted(devices, start) + len(devices) * _rounds_of(start, devices))
     n = graph.num_ops
-    best_s = float(sim.step_times(devices[stages_of(cuts, n) % len(devices)][None, :])[0][0])
+    cuts, best_s = starting_cuts(graph, cluster, sim, devices, stages_per_rank)
     for _ in range(rounds):
         moved = False
         for k in range(len(cuts)):
@@ -88,10 +87,30 @@ def stage_search(
     return devices[stages_of(cuts, n) % len(devices)].astype(np.int32)
 
 
+def starting_cuts(graph: OpGraph, cluster, sim: RankSim, devices: np.ndarray, stages_per_rank: int) -> tuple:
+    """``(cuts, step seconds)`` of the fastest of the splits people use on ``sim`` (those that can split the graph)."""
+    best: tuple[list[int], float] | None = None
+    for split in (flops_balanced, equal_layers, parameters_balanced):
+        try:
+            op_devices = split(graph, cluster, stages_per_rank=stages_per_rank)
+        except PlacerError:  # fewer layers than stages
+            continue
+        cuts = cuts_of(np.searchsorted(devices, op_devices) + len(devices) * _rounds_of(op_devices, devices))
+        if len(cuts) != len(devices) * stages_per_rank - 1:
+            continue  # a split that left a stage empty
+        step_time_s, failed = sim.step_times(devices[stages_of(cuts, graph.num_ops) % len(devices)][None, :])
+        t = float("inf") if failed[0] else float(step_time_s[0])
+        if best is None or t < best[1]:
+            best = (cuts, t)
+    if best is None:
+        raise PlacerError(f"stage_search: no split of {graph.name or 'the graph'} into {len(devices)} devices")
+    return best
+
+
 def _rounds_of(op_devices: np.ndarray, devices: np.ndarray) -> np.ndarray:
     """How many times each op's stage has looped over the devices (0 for the first R stages)."""
     index = np.searchsorted(devices, op_devices)
     return np.concatenate([[0], np.cumsum(np.diff(index) < 0)])
 
 
-__all__ = ["cuts_of", "stage_search", "stages_of"]
+__all__ = ["cuts_of", "stage_search", "stages_of", "starting_cuts"]
