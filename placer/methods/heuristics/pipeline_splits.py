@@ -116,16 +116,34 @@ def equal_counts(num_units: int, num_stages: int) -> np.ndarray:
 
 
 def balanced(weights: np.ndarray, num_stages: int) -> np.ndarray:
-    """The contiguous cut of ``weights`` into ``num_stages`` minimising the largest stage's sum; equal counts when
-    every weight is 0 (nothing to balance).
+    """The contiguous cut of ``weights`` into ``num_stages`` non-empty stages minimising the largest stage's sum;
+    equal counts when every weight is 0 (nothing to balance).
 
     >>> balanced(np.array([4.0, 1, 1, 1, 1, 4]), 2).tolist(), balanced(np.zeros(4), 2).tolist()
     ([0, 0, 0, 1, 1, 1], [0, 0, 1, 1])
+
+    Every stage gets at least one item, the bottleneck unchanged:
+
+    >>> balanced(np.array([5.0, 1, 1, 5]), 3).tolist()
+    [0, 1, 1, 2]
+    >>> balanced(np.array([5.0, 1, 1, 1]), 4).tolist()
+    [0, 1, 2, 3]
     """
     weights = np.asarray(weights, dtype=np.float64)
     if weights.sum() <= 0:
         return equal_counts(len(weights), num_stages)
-    return linear_partition(weights, num_stages)
+    first = linear_partition(weights, num_stages)
+    limit = np.bincount(first, weights=weights).max()
+    # the same bottleneck with no stage left empty: cut early when the items left are just enough for the stages
+    # left (each alone is within the bottleneck, so it stays the optimum)
+    out = np.empty(len(weights), dtype=np.int64)
+    stage, load = 0, 0.0
+    for i, w in enumerate(weights):
+        must = len(weights) - i <= num_stages - 1 - stage
+        if i > 0 and stage < num_stages - 1 and (must or load + w > limit * (1 + 1e-9)):
+            stage, load = stage + 1, 0.0
+        out[i], load = stage, load + w
+    return out
 
 
 def stage_devices(cluster, op_stages: np.ndarray) -> np.ndarray:
