@@ -5,12 +5,14 @@ A plan across processes runs on torch's pipeline runtime with one of the schedul
 times the very lists of actions that runtime follows, taken from their one source each:
 
 * ``planned``: placer's issue order, :func:`envs.real.distributed.schedules.planned_actions`;
-* ``gpipe``, ``looped_bfs``, ``interleaved_1f1b``: torch's own schedule classes,
-  which compute every rank's order from the number of stages, ranks and microbatches
-  alone (``ScheduleGPipe._get_pipeline_order``, the looped schedules'
+* ``looped_bfs``, ``interleaved_1f1b``: torch's own schedule classes, which compute
+  every rank's order from the number of stages, ranks and microbatches alone (their
   ``_calculate_single_rank_operations``, which their runtime executes). Torch keeps idle
   slots (``None``) and gradient reductions in those lists; only the forwards and
   backwards are kept here, since the simulator finds the waits itself;
+* ``gpipe``: torch's ``ScheduleGPipe._get_pipeline_order`` (:func:`torch_actions`) is
+  placer's fill-drain order list for list (tests/envs/sim/test_ranks.py checks it), so
+  that order is taken from ``planned_actions``, without importing torch;
 * ``1f1b``: the rule ``Schedule1F1B._step_microbatches`` runs (stage ``s`` warms up
   with ``min(M, S - s)`` forwards, then alternates one backward and one forward, then
   drains), :func:`one_f_one_b`. Torch's ``Schedule1F1B._get_pipeline_order``, a
@@ -100,7 +102,9 @@ def schedule_actions(
     (:func:`envs.real.distributed.schedules.check_schedule`).
     """
     check_schedule(name, stage_ranks, num_ranks, microbatches=microbatches, inflight=inflight)
-    if name == "planned":
+    if name == "planned" or name == "gpipe":
+        # GPipe's order is placer's fill-drain order, list for list (tests/envs/sim/test_ranks.py checks it against
+        # torch's): taken from placer's, a simulation needs no torch (whose import takes seconds)
         return planned_actions(stage_ranks, num_ranks, microbatches=microbatches, inflight=inflight)
     if name == "1f1b":
         return one_f_one_b(len(stage_ranks), int(microbatches))

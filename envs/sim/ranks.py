@@ -82,39 +82,57 @@ def is_float(dtypes: Sequence[str]) -> bool:
     return not dtypes or any("float" in str(d) or "bfloat" in str(d) for d in dtypes)
 
 
-def boundary_traffic(graph: OpGraph, op_stages: np.ndarray, num_stages: int, microbatches: int) -> tuple:
+def float_outputs(graph: OpGraph) -> np.ndarray:
+    """Per op, whether its output carries a gradient back (:func:`is_float`)."""
+    dtypes = graph.out_dtypes or [()] * graph.num_ops
+    return np.array([is_float(d) for d in dtypes], dtype=bool)
+
+
+def boundary_traffic(
+    graph: OpGraph, op_stages: np.ndarray, num_stages: int, microbatches: int, floats: np.ndarray | None = None
+) -> tuple:
     """``(send_bytes, send_tensors, grad_bytes, grad_tensors)``, each ``[S - 1]``, per microbatch (module doc)."""
+    floats = float_outputs(graph) if floats is None else floats
+    src, dst = graph.edge_src.astype(np.int64), graph.edge_dst.astype(np.int64)
+    cross = op_stages[dst] > op_stages[src]
     last = np.full(graph.num_ops, -1, dtype=np.int64)
     largest = np.zeros(graph.num_ops, dtype=np.int64)
-    for src, dst, nbytes in zip(graph.edge_src.tolist(), graph.edge_dst.tolist(), graph.edge_bytes.tolist()):
-        if op_stages[dst] > op_stages[src]:
-            last[src] = max(last[src], op_stages[dst])
-            largest[src] = max(largest[src], nbytes)
-    send_bytes = np.zeros(max(num_stages - 1, 0))
-    send_tensors = np.zeros_like(send_bytes)
-    grad_bytes, grad_tensors = np.zeros_like(send_bytes), np.zeros_like(send_bytes)
-    per_microbatch = -(-largest // int(microbatches))
-    for op in np.flatnonzero(last >= 0).tolist():
-        span = slice(int(op_stages[op]), int(last[op]))
-        send_bytes[span] += per_microbatch[op]
-        send_tensors[span] += 1
-        if is_float(graph.out_dtypes[op] if graph.out_dtypes else ()):
-            grad_bytes[span] += per_microbatch[op]
-            grad_tensors[span] += 1
-    return send_bytes, send_tensors, grad_bytes, grad_tensors
+    np.maximum.at(last, src[cross], op_stages[dst][cross])
+    np.maximum.at(largest, src[cross], graph.edge_bytes[cross])
+    ops = np.flatnonzero(last >= 0)
+    per_microbatch = -(-largest[ops] // int(microbatches))
+
+    def spans(values: np.ndarray) -> np.ndarray:
+        # each value crosses every boundary from its stage to its last reader's: a difference array
+        diff = np.zeros(num_stages + 1)
+        np.add.at(diff, op_stages[ops], values)
+        np.add.at(diff, last[ops], -values)
+        return np.cumsum(diff)[: max(num_stages - 1, 0)]
+
+    ones, grads = np.ones(len(ops)), floats[ops].astype(np.float64)
+    return spans(per_microbatch.astype(np.float64)), spans(ones), spans(per_microbatch * grads), spans(grads)
 
 
-def stage_costs(graph: OpGraph, cluster: Cluster, stages: list[Stage], microbatches: int) -> StageCosts:
-    """The :class:`StageCosts` of ``stages`` of ``graph`` on ``cluster`` with M microbatches."""
+def op_costs(graph: OpGraph, cluster: Cluster, microbatches: int) -> tuple:
+    """``(fwd_s, bwd_s, activation bytes, float outputs)`` per op for one microbatch: what :func:`stage_costs` sums
+    (computed once per scorer, not per plan)."""
     fwd, bwd = op_times(graph, cluster, microbatches)
-    kept = activation_bytes(graph) / float(microbatches)
+    return fwd, bwd, activation_bytes(graph) / float(microbatches), float_outputs(graph)
+
+
+def stage_costs(
+    graph: OpGraph, cluster: Cluster, stages: list[Stage], microbatches: int, per_op: tuple | None = None
+) -> StageCosts:
+    """The :class:`StageCosts` of ``stages`` of ``graph`` on ``cluster`` with M microbatches (``per_op``:
+    :func:`op_costs`, when already computed)."""
+    fwd, bwd, kept, floats = per_op if per_op is not None else op_costs(graph, cluster, microbatches)
     used = sorted({cluster.index(s.device) for s in stages})
     rank_of = {d: r for r, d in enumerate(used)}
     device_indices = [cluster.index(s.device) for s in stages]
     op_stages = np.empty(graph.num_ops, dtype=np.int64)
     for s, stage in enumerate(stages):
         op_stages[list(stage.ops)] = s
-    traffic = boundary_traffic(graph, op_stages, len(stages), microbatches)
+    traffic = boundary_traffic(graph, op_stages, len(stages), microbatches, floats)
     return StageCosts(
         ranks=[rank_of[d] for d in device_indices],
         device_indices=device_indices,
@@ -263,8 +281,10 @@ def simulate_ranks(
     microbatches: int = 1,
     inflight: int | None = None,
     schedule: str | None = None,
+    per_op: tuple | None = None,
 ) -> Result:
-    """One step of a plan across processes (module doc); ``schedule`` None: the one that fits the plan.
+    """One step of a plan across processes (module doc); ``schedule`` None: the one that fits the plan; ``per_op``:
+    :func:`op_costs` of this M, when already computed.
 
     A schedule that does not fit the plan is a Result with status ``error`` saying why;
     a rank over its device's memory, ``oom``.
@@ -272,7 +292,7 @@ def simulate_ranks(
     M = check_microbatches(microbatches)
     W = check_inflight(inflight, M)
     stages = cut_stages(graph, op_devices, cluster.device_names, order)
-    costs = stage_costs(graph, cluster, stages, M)
+    costs = stage_costs(graph, cluster, stages, M, per_op)
     R = len(set(costs.ranks))
     name = schedule or fitting_schedule(costs.ranks, R, microbatches=M, inflight=W)
     try:
@@ -322,6 +342,13 @@ class RankSim:
         self.microbatches = check_microbatches(microbatches)
         self.inflight = check_inflight(inflight, self.microbatches)
         self.schedule = check_schedule_name(schedule)
+        self._per_op: dict[int, tuple] = {}
+
+    def per_op(self, microbatches: int) -> tuple:
+        """:func:`op_costs` for M microbatches, computed once."""
+        if microbatches not in self._per_op:
+            self._per_op[microbatches] = op_costs(self.graph, self.cluster, microbatches)
+        return self._per_op[microbatches]
 
     def evaluate(self, placements: Sequence[Any]) -> list[Result]:
         """One :class:`envs.Result` per placement (a vector, a name -> device mapping or a Placement)."""
@@ -338,6 +365,7 @@ class RankSim:
                         microbatches=p.microbatches,
                         inflight=p.inflight,
                         schedule=p.schedule,
+                        per_op=self.per_op(p.microbatches),
                     )
                 )
             else:
@@ -354,6 +382,7 @@ class RankSim:
             microbatches=self.microbatches,
             inflight=self.inflight,
             schedule=self.schedule,
+            per_op=self.per_op(self.microbatches),
         )
 
     def step_times(self, op_devices: np.ndarray, order: Any = None) -> tuple[np.ndarray, np.ndarray]:
@@ -376,6 +405,8 @@ __all__ = [
     "StageCosts",
     "allreduce_s",
     "boundary_traffic",
+    "float_outputs",
+    "op_costs",
     "peak_activation_bytes",
     "run_actions",
     "simulate_ranks",

@@ -9,7 +9,7 @@ from envs.cluster import Cluster
 from envs.devices import Device, Link
 from envs.real.distributed.schedules import planned_actions
 from envs.scorer import Scorer
-from envs.sim.rank_actions import schedule_actions
+from envs.sim.rank_actions import schedule_actions, torch_actions
 from envs.sim.ranks import RankSim, boundary_traffic, simulate_ranks
 from graphs import OpGraph, PlacerError
 from graphs.plan import Placement
@@ -79,9 +79,9 @@ def test_sends_on_one_link_wait_for_each_other():
 def test_torchs_gpipe_order_is_placers_fill_drain_order():
     for S, M in [(2, 2), (3, 4), (4, 1)]:
         ranks = list(range(S))
-        assert schedule_actions("gpipe", ranks, S, microbatches=M, inflight=M) == planned_actions(
-            ranks, S, microbatches=M, inflight=M
-        )
+        torchs = {r: list(acts) for r, acts in torch_actions("gpipe", S, S, M).items()}
+        assert torchs == planned_actions(ranks, S, microbatches=M, inflight=M)
+        assert schedule_actions("gpipe", ranks, S, microbatches=M, inflight=M) == torchs
 
 
 def test_every_action_of_every_schedule_runs_once():
