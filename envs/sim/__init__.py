@@ -40,6 +40,10 @@ Rules in Python only:
 * the lower bound: ``bound.py:lower_bound_from_times``, with ``work_bound.py:lp_work_bound_s``,
   ``energetic.py:energetic_bound_s`` and ``blocks.py:block_bound_s``
 
+Plans across processes (one worker per rank, point-to-point sends, the runtime's schedules), in Python only:
+``ranks.py:RankSim`` (the scorer; ``ranks.py:simulate_ranks``, ``ranks.py:run_actions``), with each rank's
+actions from ``rank_actions.py:schedule_actions``, the lists :mod:`envs.real.distributed.schedules` and torch run.
+
 Around them: ``simulator.py:SimEnv`` (the scorer; ``simulator.py:simulate``),
 ``order_planner.py:OrderPlanner`` (the issue order a placement runs with),
 ``order_trust.py:order_margin`` (how far planned orders are trusted),

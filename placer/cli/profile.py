@@ -4,11 +4,19 @@ Typical use::
 
     placer profile nmt-2 --devices cpu,cuda:0 -o profile.json
     placer simulate nmt-2 p.json --cluster h200x1 --profile profile.json
+
+With ``--ranks N`` it measures this machine's gloo ranks instead (one thread each: compute
+calibrated on SOURCE's step, point-to-point latency and bandwidth by a ping-pong;
+:mod:`envs.real.distributed.profile_ranks`) and writes a cluster file::
+
+    placer profile bench.small_lm:build --ranks 2 -o ranks.json
+    placer compare bench.small_lm:build --cluster ranks.json
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 
 import numpy as np
@@ -19,7 +27,7 @@ from graphs.errors import PlacerError
 from graphs.ir import PROFILE_COLUMNS
 from placer.cli.args import check_step_counts
 from placer.cli.output import print_json
-from placer.option_checks import check_output_file
+from placer.option_checks import check_int, check_output_file
 
 
 def add_command(sub: argparse._SubParsersAction) -> None:
@@ -36,6 +44,14 @@ def add_command(sub: argparse._SubParsersAction) -> None:
     p.add_argument("-o", "--output", required=True, metavar="FILE", help="profile file to write (.json)")
     p.add_argument("--warmup", type=int, default=1, help="untimed steps (default 1)")
     p.add_argument("--repeats", type=int, default=5, help="timed steps of each kind; the median is kept (default 5)")
+    p.add_argument(
+        "--ranks",
+        type=int,
+        default=None,
+        metavar="N",
+        help="measure N gloo ranks of this machine (one thread each, p2p ping-pong) and write a placer-cluster/1 "
+        "file for --cluster, instead of a profile",
+    )
     p.add_argument("--json", action="store_true", help="print a JSON summary")
     p.set_defaults(func=run)
 
@@ -48,6 +64,8 @@ def run(args: argparse.Namespace) -> int:
 
     check_step_counts(args)
     check_output_file(args.output, "-o")
+    if args.ranks is not None:
+        return run_ranks(args)
     torch_devices = [name.strip() for name in args.devices.split(",") if name.strip()]
     if not torch_devices:
         raise PlacerError("--devices: name at least one torch device, e.g. cpu or cpu,cuda:0")
@@ -97,4 +115,30 @@ def run(args: argparse.Namespace) -> int:
         )
     if summary["errors"]:
         print(f"  {summary['errors']} ops could not run on some device (left unknown): see 'errors' in the file")
+    return 0
+
+
+def run_ranks(args: argparse.Namespace) -> int:
+    """``--ranks N``: measure this machine's ranks into a cluster file (module doc)."""
+    from envs.real.distributed.profile_ranks import profile_ranks
+
+    check_int(args.ranks, "--ranks", least=2)
+    if args.devices != "cpu":
+        raise PlacerError("--ranks: measures gloo ranks on this machine's CPU cores; leave --devices out")
+    cluster, parts = profile_ranks(args.source, args.ranks, repeats=args.repeats, warmup=args.warmup)
+    with open(args.output, "w") as f:
+        json.dump(cluster.to_dict(), f, indent=1)
+    summary = {"output": args.output, "cluster": cluster.to_dict(), "measured": parts}
+    if args.json:
+        print_json(summary)
+        return 0
+    print(f"{args.output}: {args.ranks} gloo ranks of this machine, one thread each, calibrated on {args.source}")
+    for d, part in zip(cluster.devices, parts):
+        print(
+            f"  {d.name:<6} step {part['step_s'] * 1e3:8.1f} ms   {d.flops_per_s / 1e9:6.2f} GFLOP/s   "
+            f"{d.mem_bw_bytes_per_s / 1e9:6.2f} GB/s   {d.launch_overhead_s * 1e6:6.1f} us per op"
+        )
+    for (a, b), link in cluster.links.items():
+        if a < b:
+            print(f"  {a} <-> {b}: {link.bandwidth_bytes_per_s / 1e9:.2f} GB/s, latency {link.latency_s * 1e6:.1f} us")
     return 0

@@ -4,6 +4,8 @@ Naive: ``single``, ``round_robin``. Practitioners': ``expert`` (the paper's
 hand placement), ``gpipe``, ``accelerate*`` (:mod:`~placer.methods.heuristics.hf_accelerate`).
 Partitioners: ``scotch``, ``metis``, ``kernighan_lin``. List schedulers: ``heft``,
 Baechi's ``m_topo``/``m_etf``/``m_sct`` (:mod:`~placer.methods.heuristics.baechi`).
+Pipeline splits (contiguous stages, for plans across processes): ``equal_layers``,
+``flops_balanced``, ``parameters_balanced`` (:mod:`~placer.methods.heuristics.pipeline_splits`).
 Search on the simulator: ``random_search``/``random_modules``, ``module_search``,
 ``annealing``; exact on coarsened groups: ``ilp`` (CP-SAT).
 

@@ -1,0 +1,168 @@
+"""Placer's pipeline split against the splits people use, simulated and measured on this machine's CPU ranks.
+
+For each model (:data:`MODELS`: an LM with a large vocabulary head, an encoder-decoder,
+a U-Net) and each method (:data:`METHODS`: torchtitan's ``equal_layers``, the
+``flops_balanced`` and ``parameters_balanced`` splits, placer's ``stage_search``), every
+plan shape of :data:`SHAPES` (M microbatches, W in flight: GPipe, or 1F1B) is scored by
+the simulator of ranks (:class:`envs.sim.ranks.RankSim`) on the cluster ``placer profile
+SOURCE --ranks 2`` wrote, and each method keeps its fastest. Those plans then run on two
+gloo ranks (:func:`placer.distributed.run`, what ``placer run --nproc-per-node 2`` runs),
+``--repeats`` times, the methods interleaved, so a change of the machine's load falls on
+all of them alike; the medians and their spread (fastest and slowest repeat) are
+reported. The simulated and measured step times of every plan give the simulator's
+fidelity on ranks: MAPE and Spearman's rank correlation::
+
+    python -m placer profile bench.rank_models:lm --ranks 2 -o ranks.json
+    python -m bench.rank_splits --cluster ranks.json --repeats 3 --json
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+import sys
+from collections.abc import Sequence
+from types import SimpleNamespace
+from typing import Any
+
+import numpy as np
+
+from bench.common import OneLineParser, parse_list
+from bench.fidelity.metrics import mape, spearman
+from envs.cluster import resolve_cluster
+from envs.sim.ranks import RankSim
+from graphs import PlacerError
+from graphs.plan import Placement
+from placer.methods import registry
+
+MODELS = {
+    "lm": "bench.rank_models:lm",
+    "encoder_decoder": "bench.rank_models:encoder_decoder",
+    "unet": "bench.rank_models:unet",
+}
+METHODS = ("equal_layers", "flops_balanced", "parameters_balanced", "stage_search")
+#: (M, W): one microbatch; GPipe over 2 and 4; 1F1B over 4 with 2 in flight.
+SHAPES = ((1, 1), (2, 2), (4, 4), (4, 2))
+
+
+def split(method: str, graph: Any, cluster: Any, microbatches: int, inflight: int) -> Placement:
+    """``method``'s plan of ``graph`` for M microbatches, W in flight (node order: the stages stay contiguous)."""
+    fn = registry.get(method)
+    shape = SimpleNamespace(microbatches=microbatches, inflight=inflight)
+    op_devices = fn(graph, cluster, env=shape) if registry.accepts(fn, "env") else fn(graph, cluster)
+    return Placement.from_indices(
+        graph, cluster.device_names, op_devices, method=method, microbatches=microbatches, inflight=inflight
+    )
+
+
+def best_plan(method: str, graph: Any, cluster: Any) -> tuple[Placement, float, list[dict[str, Any]]]:
+    """``method``'s fastest plan over :data:`SHAPES` on the simulator of ranks, its time, and every shape's row."""
+    sim = RankSim(graph, cluster)
+    rows, best = [], None
+    for M, W in SHAPES:
+        plan = split(method, graph, cluster, M, W)
+        res = sim.evaluate([plan])[0]
+        rows.append({"microbatches": M, "inflight": W, "schedule": res.extra.get("schedule"), "sim_s": res.step_time_s})
+        if res.ok and (best is None or res.step_time_s < best[1]):
+            best = (plan, res.step_time_s)
+    if best is None:
+        raise PlacerError(f"{method}: no plan of {graph.name or 'the model'} runs on the simulator of ranks")
+    return best[0], best[1], rows
+
+
+def measure(source: str, plan: Placement, steps: int, warmup: int) -> float:
+    """The median step time of ``plan`` on two gloo ranks of this machine (``placer run --nproc-per-node 2``)."""
+    from placer import distributed, sources
+
+    model, inputs = sources.resolve_model(source)
+    compiled, _ = distributed.compile_for_model(model, inputs, plan, backend="gloo", nproc_per_node=2)
+    report = distributed.run(source, compiled, nproc_per_node=2, steps=steps, warmup=warmup)
+    return float(report["step_time_s"])
+
+
+def run_model(name: str, cluster: Any, repeats: int, steps: int, warmup: int) -> dict[str, Any]:
+    """One model: every method's best simulated plan, measured ``repeats`` times, interleaved."""
+    from graphs.torch_capture import capture
+    from placer import sources
+
+    source = MODELS[name]
+    graph = capture(*sources.resolve_model(source))
+    plans = {m: best_plan(m, graph, cluster) for m in METHODS}
+    measured: dict[str, list[float]] = {m: [] for m in METHODS}
+    for _ in range(repeats):
+        for m in METHODS:
+            measured[m].append(measure(source, plans[m][0], steps, warmup))
+    rows = []
+    for m in METHODS:
+        plan, sim_s, shapes = plans[m]
+        times = measured[m]
+        rows.append(
+            {
+                "method": m,
+                "microbatches": plan.microbatches,
+                "inflight": plan.inflight,
+                "sim_s": sim_s,
+                "measured_s": statistics.median(times),
+                "spread_s": [min(times), max(times)],
+                "repeats_s": times,
+                "shapes": shapes,
+            }
+        )
+    return {"model": name, "source": source, "ops": graph.num_ops, "rows": rows}
+
+
+def fidelity(models: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """MAPE and Spearman of simulated against measured over every measured plan."""
+    sim = np.array([r["sim_s"] for m in models for r in m["rows"]])
+    real = np.array([r["measured_s"] for m in models for r in m["rows"]])
+    return {"plans": len(sim), "models": len(models), "mape": mape(sim, real), "spearman": spearman(sim, real)}
+
+
+def table(models: Sequence[dict[str, Any]]) -> list[str]:
+    """The text report: per model, each method's plan, simulated and measured step, speedup of placer's."""
+    lines = []
+    for m in models:
+        ours = next(r for r in m["rows"] if r["method"] == "stage_search")
+        lines.append(f"{m['model']} ({m['source']}, {m['ops']} ops)")
+        for r in m["rows"]:
+            lo, hi = r["spread_s"]
+            gain = r["measured_s"] / ours["measured_s"]
+            lines.append(
+                f"  {r['method']:<20} M={r['microbatches']} W={r['inflight']}  sim {r['sim_s'] * 1e3:8.1f} ms  "
+                f"measured {r['measured_s'] * 1e3:8.1f} ms [{lo * 1e3:.1f}, {hi * 1e3:.1f}]  "
+                f"stage_search {gain:.2f}x faster"
+            )
+    return lines
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = OneLineParser(prog="python -m bench.rank_splits", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--cluster", required=True, help="the cluster of `placer profile SOURCE --ranks 2`")
+    parser.add_argument("--models", default=",".join(MODELS), help=f"comma-separated, of {', '.join(MODELS)}")
+    parser.add_argument("--repeats", type=int, default=3, help="measurements of each plan, interleaved (default 3)")
+    parser.add_argument("--steps", type=int, default=5, help="timed steps per measurement (default 5)")
+    parser.add_argument("--warmup", type=int, default=1, help="untimed steps per measurement (default 1)")
+    parser.add_argument("--json", action="store_true")
+    args = parser.parse_args(argv)
+    try:
+        names = parse_list(args.models, what="models", known=list(MODELS))
+        cluster = resolve_cluster(args.cluster)
+        if args.repeats < 1 or args.steps < 1 or args.warmup < 0:
+            raise PlacerError("--repeats and --steps: at least 1; --warmup: at least 0")
+        models = [run_model(n, cluster, args.repeats, args.steps, args.warmup) for n in names]
+    except PlacerError as e:
+        print(f"python -m bench.rank_splits: {e}", file=sys.stderr)
+        return 2
+    doc = {"cluster": cluster.name, "models": models, "fidelity": fidelity(models)}
+    if args.json:
+        print(json.dumps(doc, indent=1))
+        return 0
+    print("\n".join(table(models)))
+    f = doc["fidelity"]
+    mape_pct, rho = f["mape"] * 100, f["spearman"]
+    print(f"fidelity over {f['plans']} plans of {f['models']} models: MAPE {mape_pct:.1f}%, Spearman {rho:.2f}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,215 @@
+"""This machine's ranks, measured into a cluster for the simulator of ranks (``placer profile SOURCE --ranks N``).
+
+N processes start with torch's launcher (:func:`~envs.real.distributed.launch.launch`),
+one thread each, the gloo backend; every rank measures at the same time as the others
+(so the cores they share are shared while they measure):
+
+* its compute: a matmul's FLOP rate, a copy's memory bandwidth and a tiny op's cost
+  (the roofline's three numbers, :mod:`envs.sim.cost`), then one training step of
+  SOURCE's model, whole, on this rank; the three (the median over the ranks, which
+  share the machine's cores) are scaled by one factor per rank so that the roofline's
+  step of the model's graph is that rank's step measured (:func:`calibrate`);
+* each pair of ranks, one pair at a time: a ping-pong of a few message sizes over
+  gloo's point-to-point sends; ``latency + bytes / bandwidth`` fitted to the one-way
+  times by least squares (:func:`fit_link`).
+
+:func:`ranks_cluster` turns the ranks' numbers into a placer-cluster/1 cluster of
+devices ``cpu:0 .. cpu:N-1`` (rank ``r`` is ``cpu:r``), each with 1/N of this machine's
+memory, that ``train``, ``compare``, ``place`` and :class:`envs.sim.ranks.RankSim` take.
+"""
+
+from __future__ import annotations
+
+import datetime
+import os
+import statistics
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+import torch.distributed as dist
+from torch.distributed.elastic.multiprocessing.errors import record
+
+from envs.cluster import Cluster
+from envs.devices import Device, Link
+from envs.real.distributed.worker import gather_to_first
+from envs.real.worker import build_model
+from envs.sim.cost import op_times, update_times_s
+from graphs import PlacerError
+
+#: Message sizes of the ping-pong, in bytes: from latency-bound to bandwidth-bound.
+SIZES = (1 << 10, 1 << 16, 1 << 20, 1 << 23)
+
+
+@dataclass
+class RankProbe:
+    """What every rank measures: SOURCE's model, ``repeats`` timings of each kind (medians kept)."""
+
+    source: str
+    source_dir: str
+    repeats: int = 5
+    warmup: int = 1
+    timeout_s: float = 600.0
+
+
+def median_s(fn: Any, repeats: int, warmup: int = 1) -> float:
+    """The median wall time of ``fn()`` over ``repeats`` calls, after ``warmup`` untimed ones."""
+    for _ in range(warmup):
+        fn()
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
+def compute_rates(repeats: int) -> dict[str, float]:
+    """This thread's matmul FLOP rate, copy bandwidth and the cost of a tiny op."""
+    a, b = torch.randn(512, 512), torch.randn(512, 512)
+    mm_s = median_s(lambda: torch.mm(a, b), repeats)
+    big = torch.empty(1 << 23)  # 32 MiB: past the caches
+    out = torch.empty_like(big)
+    copy_s = median_s(lambda: out.copy_(big), repeats)
+    tiny = torch.zeros(1)
+    op_s = median_s(lambda: [torch.add(tiny, 1.0) for _ in range(1000)], repeats) / 1000
+    return {
+        "flops_per_s": 2 * 512**3 / mm_s,
+        "mem_bw_bytes_per_s": 2 * big.numel() * big.element_size() / copy_s,
+        "launch_overhead_s": op_s,
+    }
+
+
+def model_step_s(source: str, source_dir: str, repeats: int, warmup: int) -> float:
+    """One training step (forward, backward, Adam) of SOURCE's model on this rank, median seconds."""
+    model, inputs = build_model(source, search_dir=source_dir)
+    optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
+
+    def step() -> None:
+        optimizer.zero_grad()
+        loss = model(*inputs)
+        loss = loss if loss.dim() == 0 else loss.float().mean()
+        loss.backward()
+        optimizer.step()
+
+    return median_s(step, repeats, warmup)
+
+
+def ping_pong(peer: int, leader: bool, repeats: int) -> dict[int, float]:
+    """One-way seconds per message size of :data:`SIZES` between this rank and ``peer`` (half a round trip)."""
+    out = {}
+    for nbytes in SIZES:
+        buf = torch.zeros(nbytes // 4)
+
+        def round_trip() -> None:
+            if leader:
+                dist.send(buf, peer)
+                dist.recv(buf, peer)
+            else:
+                dist.recv(buf, peer)
+                dist.send(buf, peer)
+
+        out[nbytes] = median_s(round_trip, repeats) / 2
+    return out
+
+
+def fit_link(one_way_s: Mapping[int, float]) -> tuple[float, float]:
+    """``(latency_s, bandwidth_bytes_per_s)`` of ``t = latency + bytes / bandwidth`` fitted to ``{bytes: t}``.
+
+    >>> fit_link({1000: 1e-4 + 1000 / 1e9, 10**6: 1e-4 + 10**6 / 1e9})
+    (0.0001, 1000000000.0)
+    """
+    sizes = np.array(sorted(one_way_s), dtype=np.float64)
+    times = np.array([one_way_s[int(s)] for s in sizes], dtype=np.float64)
+    slope, intercept = np.polyfit(sizes, times, 1)
+    slope = max(float(slope), 1e-15)  # a link never faster than 1 PB/s
+    return round(max(float(intercept), 0.0), 12), round(1.0 / slope, 3)
+
+
+def calibrate(graph: Any, rates: Mapping[str, float], step_s: float) -> dict[str, float]:
+    """``rates`` scaled by one factor so the roofline's step of ``graph`` on them (every op's forward and
+    backward, then Adam) takes ``step_s``: the microbenchmarks give the shape, the model the level.
+
+    >>> from graphs import OpGraph
+    >>> g = OpGraph.from_edges(["a"], [], flops=[3e9])
+    >>> calibrate(g, {"flops_per_s": 1e9, "mem_bw_bytes_per_s": 1e12, "launch_overhead_s": 0.0}, 18.0)["flops_per_s"]
+    500000000.0
+    """
+    one = _device("cpu:0", rates, 1e12)
+    cluster = Cluster(name="probe", devices=[one], links={})
+    fwd, bwd = op_times(graph, cluster)
+    simulated_s = float(fwd.sum() + bwd.sum() + update_times_s(np.array([graph.total_param_bytes]), cluster)[0])
+    scale = step_s / simulated_s if simulated_s > 0 else 1.0
+    return {
+        "flops_per_s": rates["flops_per_s"] / scale,
+        "mem_bw_bytes_per_s": rates["mem_bw_bytes_per_s"] / scale,
+        "launch_overhead_s": rates["launch_overhead_s"] * scale,
+    }
+
+
+def _device(name: str, rates: Mapping[str, float], memory_bytes: float) -> Device:
+    r = rates
+    return Device(name, "cpu", memory_bytes, r["flops_per_s"], r["mem_bw_bytes_per_s"], r["launch_overhead_s"])
+
+
+@record
+def probe_rank(job: RankProbe) -> dict[str, Any] | None:
+    """The entry point of every process: its rates and model step, and its pairs' ping-pongs; rank 0 returns all."""
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=job.timeout_s))
+    try:
+        rank, world = dist.get_rank(), dist.get_world_size()
+        dist.barrier()
+        part: dict[str, Any] = {"rank": rank, "rates": compute_rates(job.repeats)}
+        part["step_s"] = model_step_s(job.source, job.source_dir, job.repeats, job.warmup)
+        part["links"] = {}
+        for a in range(world):
+            for b in range(a + 1, world):
+                dist.barrier()  # one pair at a time: the others wait
+                if rank in (a, b):
+                    times = ping_pong(b if rank == a else a, rank == a, job.repeats)
+                    if rank == a:
+                        part["links"][f"{a},{b}"] = times
+        parts = gather_to_first(part)
+        return {"parts": parts} if rank == 0 else None
+    finally:
+        dist.destroy_process_group()
+
+
+def ranks_cluster(graph: Any, parts: Sequence[Mapping[str, Any]], name: str = "ranks") -> Cluster:
+    """The cluster of the ranks' measurements (module doc): rank ``r`` is device ``cpu:r``."""
+    world = len(parts)
+    memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / world
+    # the ranks share one machine's cores: the median of their microbenchmarks is the roofline's shape, and each
+    # rank's own step of the model its level
+    shape = {k: statistics.median(p["rates"][k] for p in parts) for k in parts[0]["rates"]}
+    devices = [_device(f"cpu:{p['rank']}", calibrate(graph, shape, p["step_s"]), memory) for p in parts]
+    links: dict[tuple[str, str], Link] = {}
+    for part in parts:
+        for pair, times in part["links"].items():
+            a, b = (f"cpu:{r}" for r in pair.split(","))
+            latency_s, bandwidth = fit_link({int(k): float(v) for k, v in times.items()})
+            links[(a, b)] = links[(b, a)] = Link(bandwidth, latency_s)
+    description = f"{world} gloo ranks of this machine, one thread each (placer profile --ranks)"
+    return Cluster(name=name, devices=devices, links=links, description=description)
+
+
+def profile_ranks(source: str, num_ranks: int, *, repeats: int = 5, warmup: int = 1, timeout_s: float = 600.0):
+    """Measure ``num_ranks`` ranks of this machine on ``source``'s model: ``(cluster, the ranks' raw numbers)``."""
+    from envs.real.distributed.launch import launch
+    from graphs.torch_capture import capture
+
+    if num_ranks < 2:
+        raise PlacerError(f"--ranks {num_ranks}: at least 2 (a rank alone sends nothing)")
+    model, inputs = build_model(source, search_dir=os.getcwd())
+    graph = capture(model, inputs)
+    job = RankProbe(source=source, source_dir=os.getcwd(), repeats=repeats, warmup=warmup, timeout_s=timeout_s)
+    out = launch(probe_rank, (job,), nproc_per_node=num_ranks)
+    parts = out[0]["parts"]
+    return ranks_cluster(graph, parts), parts
+
+
+__all__ = ["RankProbe", "SIZES", "calibrate", "fit_link", "probe_rank", "profile_ranks", "ranks_cluster"]

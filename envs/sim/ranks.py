@@ -1,0 +1,414 @@
+"""The simulator of ranks: a step of a plan run across processes, one worker per rank.
+
+It models the runtime of :mod:`envs.real.distributed`: the plan is cut into stages
+(:func:`envs.real.distributed.cut.cut_stages`, each maximal run of ops on one device
+in the issue order), each used device is a rank (in the cluster's device order), and
+each rank runs its schedule's actions (:func:`envs.sim.rank_actions.schedule_actions`)
+one after the other:
+
+* a forward ``(s, "F", m)`` starts when its rank is free and stage ``s - 1``'s
+  activations of microbatch ``m`` have arrived; a backward ``(s, "B", m)`` when
+  its rank is free and stage ``s + 1``'s gradients have arrived (its forward ran
+  before it on the same rank);
+* a stage's forward (backward) takes the sum of its ops' forward (backward) times
+  on its device for one microbatch (:func:`envs.sim.cost.op_times`);
+* every value a later stage reads is sent from each stage to the next, passing
+  through the stages between (as the runtime's stage programs do), one tensor per
+  value, its largest edge; a send costs ``latency + bytes / bandwidth`` of the link
+  per tensor and occupies the link from the sender's rank to the receiver's, one
+  send after the other in the order the sender makes them; a gradient goes back the
+  same way (values that are not floating point carry none);
+* after its last action each rank takes its optimizer step (:func:`envs.sim.cost.update_times_s`)
+  and, for a parameter read on several ranks (tied weights), an all-reduce of its
+  gradient among them (two sends of its bytes); the step ends with the last rank.
+
+Memory per rank: the parameters, gradients and Adam state of its ops
+(:func:`envs.sim.cost.static_bytes`) and the activations of its stages' microbatches
+whose forward has run and whose backward has not, at their peak over its actions.
+
+>>> from graphs import OpGraph
+>>> from envs.cluster import Cluster
+>>> g = OpGraph.from_edges(["a", "b"], [("a", "b", 4000)], flops=[4e9, 4e9])
+>>> sim = RankSim(g, Cluster.preset("k80x2"), microbatches=2)
+>>> res = sim.evaluate([[1, 2]])[0]
+>>> res.status, res.extra["schedule"], res.extra["stages"]
+('ok', 'gpipe', 2)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from envs.cluster import Cluster
+from envs.real.distributed.cut import Stage, cut_stages
+from envs.real.distributed.schedules import Action, fitting_schedule
+from envs.result import Result
+from envs.sim.cost import OPTIMIZER_STATE_MULTIPLIER, activation_bytes, op_times, static_bytes, update_times_s
+from envs.sim.rank_actions import schedule_actions
+from graphs import OpGraph, PlacerError
+from graphs.plan import Placement, as_indices, check_inflight, check_microbatches, check_schedule_name
+
+
+@dataclass(frozen=True)
+class StageCosts:
+    """What one microbatch costs per stage, and what crosses each boundary (stage ``s`` to ``s + 1``).
+
+    Attributes:
+        ranks: each stage's rank.
+        device_indices: each stage's device (index into the cluster's devices).
+        fwd_s, bwd_s: ``[S]`` seconds of a stage's forward and backward of one microbatch.
+        activation_bytes: ``[S]`` bytes a stage keeps for backward per microbatch.
+        send_bytes, send_tensors: ``[S - 1]`` bytes and tensors sent forward per microbatch.
+        grad_bytes, grad_tensors: ``[S - 1]`` bytes and tensors of gradients sent back.
+    """
+
+    ranks: list[int]
+    device_indices: list[int]
+    fwd_s: np.ndarray
+    bwd_s: np.ndarray
+    activation_bytes: np.ndarray
+    send_bytes: np.ndarray
+    send_tensors: np.ndarray
+    grad_bytes: np.ndarray
+    grad_tensors: np.ndarray
+
+
+def is_float(dtypes: Sequence[str]) -> bool:
+    """Whether an op's output carries a gradient: a floating-point dtype (no dtype recorded: assume so)."""
+    return not dtypes or any("float" in str(d) or "bfloat" in str(d) for d in dtypes)
+
+
+def float_outputs(graph: OpGraph) -> np.ndarray:
+    """Per op, whether its output carries a gradient back (:func:`is_float`)."""
+    dtypes = graph.out_dtypes or [()] * graph.num_ops
+    return np.array([is_float(d) for d in dtypes], dtype=bool)
+
+
+def boundary_traffic(
+    graph: OpGraph, op_stages: np.ndarray, num_stages: int, microbatches: int, floats: np.ndarray | None = None
+) -> tuple:
+    """``(send_bytes, send_tensors, grad_bytes, grad_tensors)``, each ``[S - 1]``, per microbatch (module doc)."""
+    floats = float_outputs(graph) if floats is None else floats
+    src, dst = graph.edge_src.astype(np.int64), graph.edge_dst.astype(np.int64)
+    cross = op_stages[dst] > op_stages[src]
+    last = np.full(graph.num_ops, -1, dtype=np.int64)
+    largest = np.zeros(graph.num_ops, dtype=np.int64)
+    np.maximum.at(last, src[cross], op_stages[dst][cross])
+    np.maximum.at(largest, src[cross], graph.edge_bytes[cross])
+    ops = np.flatnonzero(last >= 0)
+    per_microbatch = -(-largest[ops] // int(microbatches))
+
+    def spans(values: np.ndarray) -> np.ndarray:
+        # each value crosses every boundary from its stage to its last reader's: a difference array
+        diff = np.zeros(num_stages + 1)
+        np.add.at(diff, op_stages[ops], values)
+        np.add.at(diff, last[ops], -values)
+        return np.cumsum(diff)[: max(num_stages - 1, 0)]
+
+    ones, grads = np.ones(len(ops)), floats[ops].astype(np.float64)
+    return spans(per_microbatch.astype(np.float64)), spans(ones), spans(per_microbatch * grads), spans(grads)
+
+
+def op_costs(graph: OpGraph, cluster: Cluster, microbatches: int) -> tuple:
+    """``(fwd_s, bwd_s, activation bytes, float outputs)`` per op for one microbatch: what :func:`stage_costs` sums
+    (computed once per scorer, not per plan)."""
+    fwd, bwd = op_times(graph, cluster, microbatches)
+    return fwd, bwd, activation_bytes(graph) / float(microbatches), float_outputs(graph)
+
+
+def stage_costs(
+    graph: OpGraph, cluster: Cluster, stages: list[Stage], microbatches: int, per_op: tuple | None = None
+) -> StageCosts:
+    """The :class:`StageCosts` of ``stages`` of ``graph`` on ``cluster`` with M microbatches (``per_op``:
+    :func:`op_costs`, when already computed)."""
+    fwd, bwd, kept, floats = per_op if per_op is not None else op_costs(graph, cluster, microbatches)
+    used = sorted({cluster.index(s.device) for s in stages})
+    rank_of = {d: r for r, d in enumerate(used)}
+    device_indices = [cluster.index(s.device) for s in stages]
+    op_stages = np.empty(graph.num_ops, dtype=np.int64)
+    for s, stage in enumerate(stages):
+        op_stages[list(stage.ops)] = s
+    traffic = boundary_traffic(graph, op_stages, len(stages), microbatches, floats)
+    return StageCosts(
+        ranks=[rank_of[d] for d in device_indices],
+        device_indices=device_indices,
+        fwd_s=np.array([fwd[list(s.ops), d].sum() for s, d in zip(stages, device_indices)]),
+        bwd_s=np.array([bwd[list(s.ops), d].sum() for s, d in zip(stages, device_indices)]),
+        activation_bytes=np.array([kept[list(s.ops)].sum() for s in stages]),
+        send_bytes=traffic[0],
+        send_tensors=traffic[1],
+        grad_bytes=traffic[2],
+        grad_tensors=traffic[3],
+    )
+
+
+class _Links:
+    """Directed links between ranks, each busy with one send at a time, in the order sends are made."""
+
+    def __init__(self, cluster: Cluster) -> None:
+        self.latency_s = np.asarray(cluster.latency_s, dtype=np.float64)
+        self.bandwidth = np.asarray(cluster.bandwidth_bytes_per_s, dtype=np.float64)
+        self.free_at: dict[tuple[int, int], float] = {}
+        self.busy_s: dict[tuple[int, int], float] = {}
+
+    def send(self, src: int, dst: int, ready_s: float, nbytes: float, tensors: float) -> float:
+        """The time a send made at ``ready_s`` from device ``src`` to ``dst`` has arrived."""
+        if src == dst or tensors == 0:
+            return ready_s
+        duration = tensors * self.latency_s[src, dst] + nbytes / self.bandwidth[src, dst]
+        start = max(ready_s, self.free_at.get((src, dst), 0.0))
+        self.free_at[(src, dst)] = start + duration
+        self.busy_s[(src, dst)] = self.busy_s.get((src, dst), 0.0) + duration
+        return start + duration
+
+
+def run_actions(costs: StageCosts, actions: Mapping[int, Sequence[Action]], cluster: Cluster) -> dict[str, Any]:
+    """Time every rank's ``actions`` (module doc): ``{"end_s": [R], "busy_s": [R], "links": {...}}``.
+
+    Each rank runs its list in order, so an action's start depends only on its rank's
+    previous action and on the sends it waits for; the ranks advance in turn until
+    every list is done. Raises :class:`PlacerError` if the lists wait on each other.
+    """
+    R = len(actions)
+    links = _Links(cluster)
+    dev = costs.device_indices
+    arrived: dict[tuple[int, str, int], float] = {}  # ("F" into stage s, or "B" into stage s, microbatch m)
+    free_s = np.zeros(R)
+    busy_s = np.zeros(R)
+    nxt = [0] * R
+    lists = [list(actions.get(r, ())) for r in range(R)]
+    S = len(costs.fwd_s)
+    while any(nxt[r] < len(lists[r]) for r in range(R)):
+        progress = False
+        for r in range(R):
+            while nxt[r] < len(lists[r]):
+                s, kind, m = lists[r][nxt[r]]
+                need = [("F", s, m)] if kind == "F" and s > 0 else []
+                if kind == "B":
+                    need = [("B", s, m)] if s < S - 1 else []
+                if any(key not in arrived for key in need):
+                    break
+                # a backward's own forward ran earlier on this rank: every schedule's list has it before
+                ready = max([free_s[r], *(arrived[key] for key in need)])
+                took = costs.fwd_s[s] if kind == "F" else costs.bwd_s[s]
+                end = ready + took
+                free_s[r], busy_s[r] = end, busy_s[r] + took
+                if kind == "F" and s < S - 1:
+                    arrived[("F", s + 1, m)] = links.send(
+                        dev[s], dev[s + 1], end, costs.send_bytes[s], costs.send_tensors[s]
+                    )
+                if kind == "B" and s > 0:
+                    arrived[("B", s - 1, m)] = links.send(
+                        dev[s], dev[s - 1], end, costs.grad_bytes[s - 1], costs.grad_tensors[s - 1]
+                    )
+                nxt[r] += 1
+                progress = True
+        if not progress:
+            stuck = {r: lists[r][nxt[r]] for r in range(R) if nxt[r] < len(lists[r])}
+            raise PlacerError(f"ranks: the schedule's actions wait on each other (next per rank: {stuck})")
+    return {"end_s": free_s, "busy_s": busy_s, "links": links.busy_s}
+
+
+def peak_activation_bytes(costs: StageCosts, actions: Mapping[int, Sequence[Action]]) -> dict[int, float]:
+    """Per rank, the most activation bytes its stages hold at once over its actions."""
+    out = {}
+    for r, acts in actions.items():
+        live = peak = 0.0
+        for s, kind, _ in acts:
+            live += costs.activation_bytes[s] if kind == "F" else -costs.activation_bytes[s]
+            peak = max(peak, live)
+        out[r] = peak
+    return out
+
+
+def shared_parameter_bytes(graph: OpGraph, op_ranks: np.ndarray) -> dict[str, tuple[set[int], float, int]]:
+    """Parameters read on several ranks: ``name -> (their ranks, bytes, the rank of the op that owns it)``; an
+    op's parameter bytes are split evenly over its parameters (the graph records bytes per op)."""
+    readers: dict[str, set[int]] = {}
+    size: dict[str, float] = {}
+    owner: dict[str, int] = {}
+    for op, names in enumerate(graph.params or []):
+        for name in names:
+            readers.setdefault(name, set()).add(int(op_ranks[op]))
+            if graph.param_bytes[op] > 0 and name not in owner:
+                size[name], owner[name] = float(graph.param_bytes[op]) / len(names), int(op_ranks[op])
+    return {n: (r, size.get(n, 0.0), owner.get(n, min(r))) for n, r in readers.items() if len(r) > 1}
+
+
+def allreduce_s(cluster: Cluster, device_indices: Sequence[int], nbytes: float) -> float:
+    """A ring all-reduce of ``nbytes`` among ``device_indices``: ``2 (k - 1)`` steps of ``nbytes / k`` over the
+    slowest link among them."""
+    k = len(device_indices)
+    pairs = [(a, b) for a in device_indices for b in device_indices if a != b]
+    latency_s = max(float(cluster.latency_s[a][b]) for a, b in pairs)
+    bandwidth = min(float(cluster.bandwidth_bytes_per_s[a][b]) for a, b in pairs)
+    return 2 * (k - 1) * (latency_s + nbytes / k / bandwidth)
+
+
+def finish_step(graph: OpGraph, cluster: Cluster, costs: StageCosts, stages: list[Stage], end_s: np.ndarray) -> tuple:
+    """``(end of step per rank, parameter bytes per rank, each op's rank)``: the shared parameters' all-reduces (a
+    barrier among their ranks), then each rank's optimizer step (over its copies of shared parameters too)."""
+    op_ranks = np.empty(graph.num_ops, dtype=np.int64)
+    for s, stage in enumerate(stages):
+        op_ranks[list(stage.ops)] = costs.ranks[s]
+    R = len(end_s)
+    rank_device = {r: d for r, d in zip(costs.ranks, costs.device_indices)}
+    param_bytes = np.bincount(op_ranks, weights=graph.param_bytes.astype(np.float64), minlength=R)
+    end_s = end_s.copy()
+    for ranks, nbytes, owner in shared_parameter_bytes(graph, op_ranks).values():
+        holders = sorted(ranks)
+        at = max(end_s[r] for r in holders) + allreduce_s(cluster, [rank_device[r] for r in holders], nbytes)
+        for r in holders:
+            end_s[r] = at
+            param_bytes[r] += nbytes if r != owner else 0.0  # a copy on every rank that reads it
+    per_device = np.zeros(cluster.num_devices)
+    for r in range(R):
+        per_device[rank_device[r]] = param_bytes[r]
+    update_s = update_times_s(per_device, cluster)
+    return end_s + np.array([update_s[rank_device[r]] for r in range(R)]), param_bytes, op_ranks
+
+
+def simulate_ranks(
+    graph: OpGraph,
+    cluster: Cluster,
+    op_devices: Sequence[int] | np.ndarray,
+    order: Sequence[int] | np.ndarray | None = None,
+    *,
+    microbatches: int = 1,
+    inflight: int | None = None,
+    schedule: str | None = None,
+    per_op: tuple | None = None,
+) -> Result:
+    """One step of a plan across processes (module doc); ``schedule`` None: the one that fits the plan; ``per_op``:
+    :func:`op_costs` of this M, when already computed.
+
+    A schedule that does not fit the plan is a Result with status ``error`` saying why;
+    a rank over its device's memory, ``oom``.
+    """
+    M = check_microbatches(microbatches)
+    W = check_inflight(inflight, M)
+    stages = cut_stages(graph, op_devices, cluster.device_names, order)
+    costs = stage_costs(graph, cluster, stages, M, per_op)
+    R = len(set(costs.ranks))
+    name = schedule or fitting_schedule(costs.ranks, R, microbatches=M, inflight=W)
+    try:
+        actions = schedule_actions(name, costs.ranks, R, microbatches=M, inflight=W)
+    except PlacerError as e:
+        return Result(float("inf"), "error", str(e), source="sim-ranks", extra={"schedule": name})
+    timing = run_actions(costs, actions, cluster)
+    end_s, param_bytes, op_ranks = finish_step(graph, cluster, costs, stages, timing["end_s"])
+    rank_device = dict(zip(costs.ranks, costs.device_indices))
+    names = cluster.device_names
+    held = np.bincount(op_ranks, weights=static_bytes(graph).astype(np.float64), minlength=R)
+    copies = param_bytes - np.bincount(op_ranks, weights=graph.param_bytes.astype(np.float64), minlength=R)
+    held += copies * (2 + OPTIMIZER_STATE_MULTIPLIER)  # as static_bytes: the copy, its gradient, Adam's state
+    peaks = peak_activation_bytes(costs, actions)
+    peak_bytes = {names[rank_device[r]]: int(held[r] + peaks[r]) for r in range(R)}
+    busy = {names[rank_device[r]]: float(timing["busy_s"][r]) for r in range(R)}
+    busy.update({f"{names[a]}->{names[b]}": float(t) for (a, b), t in timing["links"].items()})
+    extra = {"schedule": name, "stages": len(stages), "ranks": R, "rank_end_s": [float(t) for t in end_s]}
+    over = [d for d, b in peak_bytes.items() if b > cluster.memory_bytes[cluster.index(d)]]
+    if over:
+        message = f"{over[0]}: peak {peak_bytes[over[0]] / 2**30:.2f} GiB over its memory"
+        return Result(float("inf"), "oom", message, peak_bytes, busy, source="sim-ranks", extra=extra)
+    return Result(float(end_s.max()), "ok", "", peak_bytes, busy, source="sim-ranks", extra=extra)
+
+
+class RankSim:
+    """The scorer of plans across processes (:mod:`envs.scorer`'s protocol), on :func:`simulate_ranks`.
+
+    Args:
+        graph: the model's graph (the whole batch's).
+        cluster: one device per rank it may use.
+        microbatches, inflight: M and W of every plan it scores as vectors (a
+            :class:`graphs.Placement` brings its own).
+        schedule: the schedule of those plans (None: the one that fits each).
+    """
+
+    def __init__(
+        self,
+        graph: OpGraph,
+        cluster: Cluster,
+        *,
+        microbatches: int = 1,
+        inflight: int | None = None,
+        schedule: str | None = None,
+    ) -> None:
+        self.graph, self.cluster = graph, cluster
+        self.microbatches = check_microbatches(microbatches)
+        self.inflight = check_inflight(inflight, self.microbatches)
+        self.schedule = check_schedule_name(schedule)
+        self._per_op: dict[int, tuple] = {}
+
+    def per_op(self, microbatches: int) -> tuple:
+        """:func:`op_costs` for M microbatches, computed once."""
+        if microbatches not in self._per_op:
+            self._per_op[microbatches] = op_costs(self.graph, self.cluster, microbatches)
+        return self._per_op[microbatches]
+
+    def evaluate(self, placements: Sequence[Any]) -> list[Result]:
+        """One :class:`envs.Result` per placement (a vector, a name -> device mapping or a Placement)."""
+        out = []
+        for p in placements:
+            if isinstance(p, Placement):
+                op_devices = as_indices(p, self.graph, self.cluster.device_names, source=p.source or "placement")
+                out.append(
+                    simulate_ranks(
+                        self.graph,
+                        self.cluster,
+                        op_devices,
+                        p.issue_order(self.graph),
+                        microbatches=p.microbatches,
+                        inflight=p.inflight,
+                        schedule=p.schedule,
+                        per_op=self.per_op(p.microbatches),
+                    )
+                )
+            else:
+                out.append(self.simulate(as_indices(p, self.graph, self.cluster.device_names)))
+        return out
+
+    def simulate(self, op_devices: Sequence[int] | np.ndarray, order: Any = None) -> Result:
+        """:func:`simulate_ranks` of one placement vector under this scorer's M, W and schedule."""
+        return simulate_ranks(
+            self.graph,
+            self.cluster,
+            op_devices,
+            order,
+            microbatches=self.microbatches,
+            inflight=self.inflight,
+            schedule=self.schedule,
+            per_op=self.per_op(self.microbatches),
+        )
+
+    def step_times(self, op_devices: np.ndarray, order: Any = None) -> tuple[np.ndarray, np.ndarray]:
+        """``([K] step seconds, [K] failed)`` of ``[K, num_ops]`` placement vectors; ``order``: None (node
+        order), one order for all, or ``[K, num_ops]``. A plan across processes has no planned order: ``"planned"``
+        is a :class:`PlacerError`."""
+        if isinstance(order, str):
+            raise PlacerError(f"ranks: no {order!r} issue order across processes; pass the order, or None")
+        op_devices = np.atleast_2d(np.asarray(op_devices))
+        orders = [None] * len(op_devices) if order is None else np.asarray(order)
+        if order is not None and orders.ndim == 1:
+            orders = [orders] * len(op_devices)
+        results = [self.simulate(row, o) for row, o in zip(op_devices, orders)]
+        step_time_s = np.array([r.step_time_s for r in results], dtype=np.float64)
+        return step_time_s, np.array([not r.ok for r in results], dtype=bool)
+
+
+__all__ = [
+    "RankSim",
+    "StageCosts",
+    "allreduce_s",
+    "boundary_traffic",
+    "float_outputs",
+    "op_costs",
+    "peak_activation_bytes",
+    "run_actions",
+    "simulate_ranks",
+    "stage_costs",
+]

@@ -1,0 +1,193 @@
+"""The pipeline splits people use: contiguous stages in program order, one per device (or several, looped).
+
+Each cuts the graph's ops, in program (node) order, into contiguous stages; stage
+``s`` goes to device ``s mod R`` of the ``R`` devices used (the cluster's GPUs, all its
+devices when it has none), so ``stages_per_rank=1`` runs under GPipe or 1F1B and
+``stages_per_rank=2`` under the looped schedules (:mod:`envs.real.distributed.schedules`).
+
+* ``equal_layers``: torchtitan's default split (``generate_llm_fqn_per_model_part``):
+  the model's *layers* are its repeated modules (``layers.0``, ``layers.1``...), with
+  what comes before the first (the embedding) and after the last (norm, head, loss)
+  counting as one layer each (its ``input_weight = output_weight = 1``); every stage
+  gets the same number of layers, the first ones one more while they do not divide.
+* ``flops_balanced``: the FLOPs-balanced split (torchtitan PR #2113; the dynamic
+  program of pytorch PR #179212): the contiguous cut of the ops minimising the
+  largest stage's forward FLOPs (exact: :func:`~placer.methods.heuristics.groups.linear_partition`;
+  equal op counts for a graph without FLOPs).
+* ``parameters_balanced``: DeepSpeed's ``partition_method="parameters"``: the
+  contiguous cut of the layers (as ``equal_layers`` finds them) minimising the
+  largest stage's parameter bytes (equal layer counts for a model without parameters).
+
+None of them looks at time, memory or communication: that is what they are.
+
+>>> from graphs import OpGraph
+>>> paths = ["embed", "layers.0.mm", "layers.1.mm", "layers.2.mm", "layers.3.mm", "head"]
+>>> g = OpGraph.from_edges(paths, [(a, b, 4) for a, b in zip(paths, paths[1:])], module_paths=paths)
+>>> layer_units(g).tolist()
+[0, 1, 2, 3, 4, 5]
+"""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+
+from graphs import OpGraph, PlacerError
+from placer.methods.heuristics.costs import gpu_devices
+from placer.methods.heuristics.groups import linear_partition
+from placer.methods.registry import register
+
+#: A module path's repeated part: ``<prefix>.<index>`` (a ModuleList's child).
+REPEATED = re.compile(r"^(.*?)\.(\d+)(?:\.|$)")
+
+
+def repeated_block(path: str, prefixes: set[str]) -> str | None:
+    """The repeated module (``"layers.3"``) ``path`` lies in, among the lists ``prefixes``; None outside them."""
+    parts = path.split(".")
+    for k in range(1, len(parts)):
+        if ".".join(parts[:k]) in prefixes and parts[k].isdigit():
+            return ".".join(parts[: k + 1])
+    return None
+
+
+def list_prefixes(paths: list[str]) -> set[str]:
+    """The outermost module lists of blocks: prefixes ``P`` with children ``P.0``, ``P.1``... (two or more) that
+    hold submodules of their own (a stack of blocks, not the layers of one ``nn.Sequential``); any outermost list
+    when none does.
+
+    >>> sorted(list_prefixes(["layers.0.attn", "layers.1.attn", "bottom.0", "bottom.2", "layers.1.mlp.0"]))
+    ['layers']
+    """
+    children: dict[str, set[str]] = {}
+    deep: set[str] = set()
+    for path in paths:
+        parts = path.split(".")
+        for k in range(1, len(parts)):
+            if parts[k].isdigit():
+                prefix = ".".join(parts[:k])
+                children.setdefault(prefix, set()).add(parts[k])
+                if len(parts) > k + 1:
+                    deep.add(prefix)
+    lists = {p for p, kids in children.items() if len(kids) >= 2}
+    outer = {p for p in lists if not any(p.startswith(q + ".") for q in lists if q != p)}
+    blocks = {p for p in lists if p in deep and not any(p.startswith(q + ".") for q in lists & deep if q != p)}
+    return blocks or outer
+
+
+def layer_units(graph: OpGraph) -> np.ndarray:
+    """The layer of each op, numbered in program order (see the module doc): the ops before the first repeated
+    module are layer 0, each repeated module a layer, the ops after the last one the last layer; an op between
+    two repeated modules, outside both, joins the layer before it, and so does an op of an earlier layer that
+    comes after a later one's (layers are contiguous in program order). A graph without repeated modules has one
+    layer per op."""
+    paths = [p or "" for p in (graph.module_paths or [""] * graph.num_ops)]
+    prefixes = list_prefixes(paths)
+    keys = [repeated_block(p, prefixes) for p in paths]
+    if all(k is None for k in keys):
+        return np.arange(graph.num_ops, dtype=np.int64)
+    first = next(i for i, k in enumerate(keys) if k is not None)
+    last = max(i for i, k in enumerate(keys) if k is not None)
+    numbers: dict[str, int] = {}
+    units = np.zeros(graph.num_ops, dtype=np.int64)
+    base = 1 if first > 0 else 0
+    for i, key in enumerate(keys):
+        if i < first:
+            units[i] = 0
+        elif i > last:
+            units[i] = base + len(numbers)
+        elif key is None:
+            units[i] = units[i - 1]
+        else:
+            units[i] = numbers.setdefault(key, base + len(numbers))
+    # an op of an earlier layer issued after a later layer's ops joins the later one: stages stay contiguous
+    return np.maximum.accumulate(units)
+
+
+def equal_counts(num_units: int, num_stages: int) -> np.ndarray:
+    """The stage of each of ``num_units`` layers: equal counts, the first stages one more while they do not divide.
+
+    >>> equal_counts(7, 3).tolist()
+    [0, 0, 0, 1, 1, 2, 2]
+    """
+    base, extra = divmod(num_units, num_stages)
+    sizes = [base + (1 if s < extra else 0) for s in range(num_stages)]
+    return np.repeat(np.arange(num_stages), sizes)
+
+
+def balanced(weights: np.ndarray, num_stages: int) -> np.ndarray:
+    """The contiguous cut of ``weights`` into ``num_stages`` non-empty stages minimising the largest stage's sum;
+    equal counts when every weight is 0 (nothing to balance).
+
+    >>> balanced(np.array([4.0, 1, 1, 1, 1, 4]), 2).tolist(), balanced(np.zeros(4), 2).tolist()
+    ([0, 0, 0, 1, 1, 1], [0, 0, 1, 1])
+
+    Every stage gets at least one item, the bottleneck unchanged:
+
+    >>> balanced(np.array([5.0, 1, 1, 5]), 3).tolist()
+    [0, 1, 1, 2]
+    >>> balanced(np.array([5.0, 1, 1, 1]), 4).tolist()
+    [0, 1, 2, 3]
+    """
+    weights = np.asarray(weights, dtype=np.float64)
+    if weights.sum() <= 0:
+        return equal_counts(len(weights), num_stages)
+    first = linear_partition(weights, num_stages)
+    limit = np.bincount(first, weights=weights).max()
+    # the same bottleneck with no stage left empty: cut early when the items left are just enough for the stages
+    # left (each alone is within the bottleneck, so it stays the optimum)
+    out = np.empty(len(weights), dtype=np.int64)
+    stage, load = 0, 0.0
+    for i, w in enumerate(weights):
+        must = len(weights) - i <= num_stages - 1 - stage
+        if i > 0 and stage < num_stages - 1 and (must or load + w > limit * (1 + 1e-9)):
+            stage, load = stage + 1, 0.0
+        out[i], load = stage, load + w
+    return out
+
+
+def stage_devices(cluster, op_stages: np.ndarray) -> np.ndarray:
+    """``op_devices`` of a split: stage ``s`` on device ``s mod R``."""
+    devices = gpu_devices(cluster)
+    return devices[np.asarray(op_stages) % len(devices)].astype(np.int32)
+
+
+def num_stages(graph: OpGraph, cluster, stages_per_rank: int, layers: int, method: str) -> int:
+    """``R x stages_per_rank`` stages, which must be at least 1 and at most the layers to split."""
+    if int(stages_per_rank) < 1:
+        raise PlacerError(f"{method}: --option stages_per_rank={stages_per_rank}: at least 1")
+    S = len(gpu_devices(cluster)) * int(stages_per_rank)
+    if S > layers:
+        raise PlacerError(f"{method}: {S} stages for a model of {layers} layers ({graph.name or 'graph'})")
+    return S
+
+
+@register("equal_layers")
+def equal_layers(graph: OpGraph, cluster, *, seed: int = 0, stages_per_rank: int = 1) -> np.ndarray:
+    """Torchtitan's default split: the same number of layers per stage (module doc)."""
+    del seed
+    units = layer_units(graph)
+    S = num_stages(graph, cluster, stages_per_rank, int(units.max()) + 1, "equal_layers")
+    return stage_devices(cluster, equal_counts(int(units.max()) + 1, S)[units])
+
+
+@register("flops_balanced")
+def flops_balanced(graph: OpGraph, cluster, *, seed: int = 0, stages_per_rank: int = 1) -> np.ndarray:
+    """The contiguous split of the ops minimising the largest stage's forward FLOPs (module doc)."""
+    del seed
+    S = num_stages(graph, cluster, stages_per_rank, graph.num_ops, "flops_balanced")
+    return stage_devices(cluster, balanced(graph.flops, S))
+
+
+@register("parameters_balanced")
+def parameters_balanced(graph: OpGraph, cluster, *, seed: int = 0, stages_per_rank: int = 1) -> np.ndarray:
+    """DeepSpeed's ``parameters`` partition: the contiguous split of the layers minimising the largest stage's
+    parameter bytes (module doc)."""
+    del seed
+    units = layer_units(graph)
+    S = num_stages(graph, cluster, stages_per_rank, int(units.max()) + 1, "parameters_balanced")
+    unit_bytes = np.bincount(units, weights=graph.param_bytes.astype(np.float64), minlength=int(units.max()) + 1)
+    return stage_devices(cluster, balanced(unit_bytes, S)[units])
+
+
+__all__ = ["balanced", "equal_counts", "equal_layers", "flops_balanced", "layer_units", "parameters_balanced"]

@@ -1,0 +1,116 @@
+"""Placer's own pipeline split: contiguous stages whose cuts are searched on the simulator of ranks.
+
+The splits people use (:mod:`~placer.methods.heuristics.pipeline_splits`) balance one
+number (layers, FLOPs, parameters). ``stage_search`` scores whole plans instead:
+each candidate is a cut of the ops, in program order, into ``R x stages_per_rank``
+contiguous stages (stage ``s`` on device ``s mod R``), scored by
+:class:`envs.sim.ranks.RankSim` (compute per microbatch, every tensor sent between
+stages, the schedule's bubbles, the optimizer step, memory). It starts from the
+fastest of the three splits people use, then moves one cut at a time to its best
+position between its neighbours (every position is tried, in one batch), until a
+round moves none: it is never slower than those splits on the simulator.
+
+>>> import envs
+>>> from graphs import OpGraph, PlacerError
+>>> g = OpGraph.from_edges(list("abcd"), [("a", "b", 4), ("b", "c", 4), ("c", "d", 4)], flops=[1e9, 1e9, 1e9, 5e9])
+>>> stage_search(g, envs.Cluster.preset("k80x2")).tolist()
+[1, 1, 1, 2]
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from envs.sim.ranks import RankSim
+from graphs import OpGraph, PlacerError
+from placer.methods.heuristics.costs import gpu_devices
+from placer.methods.heuristics.pipeline_splits import equal_layers, flops_balanced, num_stages, parameters_balanced
+from placer.methods.registry import register
+
+
+def cuts_of(op_stages: np.ndarray) -> list[int]:
+    """Where each stage after the first begins (op positions).
+
+    >>> cuts_of(np.array([0, 0, 1, 1, 1, 2]))
+    [2, 5]
+    """
+    return (np.flatnonzero(np.diff(op_stages)) + 1).tolist()
+
+
+def stages_of(cuts: list[int], num_ops: int) -> np.ndarray:
+    """The stage of each op for ``cuts`` (the inverse of :func:`cuts_of`)."""
+    return np.searchsorted(np.asarray(cuts), np.arange(num_ops), side="right")
+
+
+@register("stage_search")
+def stage_search(
+    graph: OpGraph,
+    cluster,
+    *,
+    seed: int = 0,
+    stages_per_rank: int = 1,
+    schedule: str | None = None,
+    rounds: int = 4,
+    env: Any = None,
+) -> np.ndarray:
+    """The contiguous split the simulator of ranks finds fastest (module doc).
+
+    ``env``: the one-process simulator :func:`placer.methods.registry.place` hands a
+    method with M > 1; only its microbatches M and window W are read, so the search
+    scores plans as they will run.
+    """
+    del seed
+    devices = gpu_devices(cluster)
+    num_stages(graph, cluster, stages_per_rank, graph.num_ops, "stage_search")  # the option, checked
+    M = int(getattr(env, "microbatches", 1) or 1)
+    sim = RankSim(graph, cluster, microbatches=M, inflight=getattr(env, "inflight", None), schedule=schedule)
+    n = graph.num_ops
+    cuts, best_s = starting_cuts(graph, cluster, sim, devices, stages_per_rank)
+    for _ in range(rounds):
+        moved = False
+        for k in range(len(cuts)):
+            lo = cuts[k - 1] + 1 if k > 0 else 1
+            hi = cuts[k + 1] - 1 if k + 1 < len(cuts) else n - 1
+            tried = [cuts[:k] + [c] + cuts[k + 1 :] for c in range(lo, hi + 1)]
+            if not tried:
+                continue
+            batch = np.stack([devices[stages_of(c, n) % len(devices)] for c in tried])
+            step_time_s, failed = sim.step_times(batch)
+            step_time_s = np.where(failed, np.inf, step_time_s)
+            j = int(np.argmin(step_time_s))
+            if step_time_s[j] < best_s * (1 - 1e-9):
+                best_s, cuts, moved = float(step_time_s[j]), tried[j], True
+        if not moved:
+            break
+    return devices[stages_of(cuts, n) % len(devices)].astype(np.int32)
+
+
+def starting_cuts(graph: OpGraph, cluster, sim: RankSim, devices: np.ndarray, stages_per_rank: int) -> tuple:
+    """``(cuts, step seconds)`` of the fastest of the splits people use on ``sim`` (those that can split the graph)."""
+    best: tuple[list[int], float] | None = None
+    for split in (flops_balanced, equal_layers, parameters_balanced):
+        try:
+            op_devices = split(graph, cluster, stages_per_rank=stages_per_rank)
+        except PlacerError:  # fewer layers than stages
+            continue
+        cuts = cuts_of(np.searchsorted(devices, op_devices) + len(devices) * _rounds_of(op_devices, devices))
+        if len(cuts) != len(devices) * stages_per_rank - 1:
+            continue  # a split that left a stage empty
+        step_time_s, failed = sim.step_times(devices[stages_of(cuts, graph.num_ops) % len(devices)][None, :])
+        t = float("inf") if failed[0] else float(step_time_s[0])
+        if best is None or t < best[1]:
+            best = (cuts, t)
+    if best is None:
+        raise PlacerError(f"stage_search: no split of {graph.name or 'the graph'} into {len(devices)} devices")
+    return best
+
+
+def _rounds_of(op_devices: np.ndarray, devices: np.ndarray) -> np.ndarray:
+    """How many times each op's stage has looped over the devices (0 for the first R stages)."""
+    index = np.searchsorted(devices, op_devices)
+    return np.concatenate([[0], np.cumsum(np.diff(index) < 0)])
+
+
+__all__ = ["cuts_of", "stage_search", "stages_of", "starting_cuts"]

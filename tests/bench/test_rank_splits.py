@@ -1,0 +1,72 @@
+"""bench.rank_splits: each method's best simulated plan, the report and its fidelity, one-line usage errors."""
+
+from __future__ import annotations
+
+import pytest
+
+import envs
+from bench import rank_splits
+from graphs import OpGraph
+
+
+def lm_like() -> OpGraph:
+    paths = ["embed"] + [f"layers.{i}.{p}" for i in range(4) for p in ("attn.q", "mlp.fc")] + ["head"]
+    names = [f"op{i}" for i in range(len(paths))]
+    flops = [1e8] + [1e9] * 8 + [6e9]
+    return OpGraph.from_edges(
+        names,
+        [(a, b, 1 << 16) for a, b in zip(names, names[1:])],
+        flops=flops,
+        module_paths=paths,
+        op_types=["aten.mm.default"] * len(paths),
+    )
+
+
+def test_each_method_keeps_its_fastest_shape_and_placers_search_is_never_slower():
+    g, cluster = lm_like(), envs.Cluster.preset("k80x2")
+    times = {}
+    for method in rank_splits.METHODS:
+        plan, sim_s, rows = rank_splits.best_plan(method, g, cluster)
+        assert len(rows) == len(rank_splits.SHAPES) and sim_s == min(r["sim_s"] for r in rows)
+        assert (plan.microbatches, plan.inflight or plan.microbatches) in rank_splits.SHAPES
+        times[method] = sim_s
+    assert times["stage_search"] <= min(times.values()) * (1 + 1e-9)
+    assert times["stage_search"] < times["equal_layers"]  # the head is the heaviest layer by far
+
+
+def test_the_report_and_its_fidelity():
+    rows = [
+        {"method": m, "microbatches": 2, "inflight": 2, "sim_s": s, "measured_s": r, "spread_s": [r, r]}
+        for m, s, r in zip(rank_splits.METHODS, [1.0, 2.0, 3.0, 0.5], [1.1, 2.2, 2.7, 0.5])
+    ]
+    models = [{"model": "toy", "source": "x:y", "ops": 3, "rows": rows}]
+    f = rank_splits.fidelity(models)
+    assert f["plans"] == 4 and f["spearman"] == pytest.approx(1.0)
+    assert f["mape"] == pytest.approx((0.1 / 1.1 + 0.2 / 2.2 + 0.3 / 2.7 + 0) / 4)
+    lines = rank_splits.table(models)
+    assert "equal_layers" in lines[1] and "2.20x faster" in lines[1]
+
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [(["--cluster", "k80x2", "--models", "nope"], "unknown nope"), (["--cluster", "nope.json"], "nope.json")],
+)
+def test_bad_input_is_one_line(capsys, argv, message):
+    assert rank_splits.main(argv) == 2
+    err = capsys.readouterr().err
+    assert message in err and len(err.strip().splitlines()) == 1
+
+
+@pytest.mark.slow
+def test_the_llm_scale_table_scores_every_split_under_both_schedules():
+    from bench import rank_llm
+
+    g = rank_llm.llama_graph(4, 32, vocab=2000, hidden=64, mlp=128, layers=8, heads=4, kv_heads=2)
+    rows = rank_llm.score(g, envs.Cluster.preset("k80x2"), "1f1b", 4)
+    rows += rank_llm.score(g, envs.Cluster.preset("k80x2"), "interleaved_1f1b", 4)
+    assert [r["method"] for r in rows] == list(rank_llm.METHODS) * 2
+    assert all(r["status"] == "ok" for r in rows), rows
+    assert {r["stages"] for r in rows[:4]} == {2} and {r["stages"] for r in rows[4:]} == {4}
+    for part in (rows[:4], rows[4:]):
+        ours = part[-1]["step_time_s"]
+        assert ours <= min(r["step_time_s"] for r in part) * (1 + 1e-9)

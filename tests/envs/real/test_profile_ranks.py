@@ -1,0 +1,90 @@
+"""``placer profile SOURCE --ranks N``: this machine's gloo ranks measured into a cluster (profile_ranks.py)."""
+
+from __future__ import annotations
+
+import json
+import textwrap
+
+import pytest
+
+from envs.cluster import Cluster
+from envs.real.distributed.profile_ranks import SIZES, calibrate, fit_link, ranks_cluster
+from graphs import OpGraph
+from placer.cli import main
+
+TINY = textwrap.dedent(
+    """
+    import torch
+    from torch import nn
+
+
+    class Tiny(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.layers = nn.ModuleList([nn.Linear(32, 32) for _ in range(2)])
+
+        def forward(self, x):
+            for layer in self.layers:
+                x = torch.tanh(layer(x))
+            return x.square().mean()
+
+
+    def build():
+        torch.manual_seed(0)
+        return Tiny(), (torch.randn(8, 32),)
+    """
+)
+
+
+def test_a_link_is_fitted_exactly_to_a_latency_and_a_bandwidth():
+    times = {n: 5e-5 + n / 2e9 for n in SIZES}
+    latency_s, bandwidth = fit_link(times)
+    assert latency_s == pytest.approx(5e-5) and bandwidth == pytest.approx(2e9)
+
+
+def test_the_rates_are_scaled_so_the_models_simulated_step_is_the_measured_one():
+    g = OpGraph.from_edges(["a", "b"], [("a", "b", 4)], flops=[1e9, 2e9], op_types=["aten.mm.default"] * 2)
+    rates = {"flops_per_s": 1e9, "mem_bw_bytes_per_s": 1e15, "launch_overhead_s": 0.0}
+    # forward 3 s, backward 6 s at 1 GFLOP/s: a step of 18 s means half that rate
+    assert calibrate(g, rates, 18.0)["flops_per_s"] == pytest.approx(0.5e9)
+
+
+def test_the_ranks_measurements_make_a_cluster_file():
+    g = OpGraph.from_edges(["a"], [], flops=[1e9], op_types=["aten.mm.default"])
+    rates = {"flops_per_s": 1e9, "mem_bw_bytes_per_s": 1e10, "launch_overhead_s": 1e-6}
+    link = {str(n): 1e-4 + n / 1e9 for n in SIZES}
+    parts = [
+        {"rank": 0, "rates": rates, "step_s": 3.0, "links": {"0,1": link}},
+        {"rank": 1, "rates": rates, "step_s": 6.0, "links": {}},
+    ]
+    cluster = ranks_cluster(g, parts)
+    assert cluster.device_names == ["cpu:0", "cpu:1"]
+    assert cluster.devices[0].flops_per_s == pytest.approx(2 * cluster.devices[1].flops_per_s)  # twice as fast
+    lk = cluster.links[("cpu:1", "cpu:0")]
+    assert lk.latency_s == pytest.approx(1e-4) and lk.bandwidth_bytes_per_s == pytest.approx(1e9)
+    again = Cluster.from_dict(json.loads(json.dumps(cluster.to_dict())))
+    assert again.device_names == cluster.device_names
+
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [(["--ranks", "1"], "--ranks"), (["--ranks", "2", "--devices", "cuda:0"], "--ranks: measures gloo ranks")],
+)
+def test_bad_ranks_options_are_one_line(tmp_path, capsys, argv, message):
+    rc = main(["profile", "nmt-2", "-o", str(tmp_path / "ranks.json"), *argv])
+    err = capsys.readouterr().err
+    assert rc == 2 and message in err and len(err.strip().splitlines()) == 1
+
+
+@pytest.mark.slow
+def test_two_ranks_of_this_machine_are_measured_into_a_cluster_the_simulator_takes(tmp_path, monkeypatch, capsys):
+    (tmp_path / "tiny_ranks_model.py").write_text(TINY)
+    monkeypatch.chdir(tmp_path)
+    argv = ["profile", "tiny_ranks_model:build", "--ranks", "2", "-o", "ranks.json", "--repeats", "2", "--json"]
+    assert main(argv) == 0
+    summary = json.loads(capsys.readouterr().out)
+    cluster = Cluster.load(tmp_path / "ranks.json")
+    assert cluster.device_names == ["cpu:0", "cpu:1"] and summary["output"] == "ranks.json"
+    assert all(p["step_s"] > 0 for p in summary["measured"])
+    link = cluster.links[("cpu:0", "cpu:1")]
+    assert 0 <= link.latency_s < 0.1 and link.bandwidth_bytes_per_s > 1e6

@@ -1,0 +1,135 @@
+"""The simulator of ranks against timelines worked out by hand (envs/sim/ranks.py, envs/sim/rank_actions.py)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from envs.cluster import Cluster
+from envs.devices import Device, Link
+from envs.real.distributed.schedules import planned_actions
+from envs.scorer import Scorer
+from envs.sim.rank_actions import schedule_actions, torch_actions
+from envs.sim.ranks import RankSim, boundary_traffic, simulate_ranks
+from graphs import OpGraph, PlacerError
+from graphs.plan import Placement
+
+#: 1 GFLOP/s, no launch cost, memory never the bound; links of 0.1 s latency and 1000 B/s.
+LATENCY_S, BANDWIDTH = 0.1, 1000.0
+
+
+def cluster(num_devices: int = 2, memory_bytes: float = 1e12) -> Cluster:
+    devices = [Device(f"cpu:{d}", "cpu", memory_bytes, 1e9, 1e15, 0.0) for d in range(num_devices)]
+    links = {(a.name, b.name): Link(BANDWIDTH, LATENCY_S) for a in devices for b in devices if a.name != b.name}
+    return Cluster(name="toy", devices=devices, links=links)
+
+
+def two_stage_graph(microbatches: int = 2) -> OpGraph:
+    """a -> b: per microbatch, a takes 1 s (backward 2 s), b 2 s (backward 4 s), 500 bytes sent between."""
+    M = microbatches
+    return OpGraph.from_edges(["a", "b"], [("a", "b", 500 * M)], flops=[1e9 * M, 2e9 * M])
+
+
+def test_gpipe_two_ranks_two_microbatches_is_the_hand_timeline():
+    # per microbatch: a 1 s / 2 s, b 2 s / 4 s; a send is 0.1 + 500 / 1000 = 0.6 s.
+    # rank 0: F0 0-1, F1 1-2 (sends arrive 1.6, 2.6); rank 1: F0 1.6-3.6, F1 3.6-5.6, B0 5.6-9.6, B1 9.6-13.6
+    # (gradients arrive 10.2, 14.2); rank 0: B0 10.2-12.2, B1 14.2-16.2.
+    res = simulate_ranks(two_stage_graph(), cluster(), [0, 1], microbatches=2)
+    assert res.ok and res.extra["schedule"] == "gpipe"
+    assert res.step_time_s == pytest.approx(16.2)
+    assert res.extra["rank_end_s"] == pytest.approx([16.2, 13.6])
+    assert res.busy_s["cpu:0"] == pytest.approx(6.0) and res.busy_s["cpu:1"] == pytest.approx(12.0)
+    assert res.busy_s["cpu:0->cpu:1"] == pytest.approx(1.2) and res.busy_s["cpu:1->cpu:0"] == pytest.approx(1.2)
+
+
+def test_1f1b_two_ranks_three_microbatches_is_the_hand_timeline():
+    # rank 0 runs F0 F1 B0 F2 B1 B2, rank 1 F0 B0 F1 B1 F2 B2 (torch's Schedule1F1B):
+    # rank 0: F0 0-1, F1 1-2; rank 1: F0 1.6-3.6, B0 3.6-7.6 (grad at 8.2); rank 0: B0 8.2-10.2, F2 10.2-11.2
+    # (arrives 11.8); rank 1: F1 7.6-9.6, B1 9.6-13.6 (grad at 14.2), F2 13.6-15.6, B2 15.6-19.6 (grad at 20.2);
+    # rank 0: B1 14.2-16.2, B2 20.2-22.2.
+    res = simulate_ranks(two_stage_graph(3), cluster(), [0, 1], microbatches=3, inflight=2)
+    assert res.extra["schedule"] == "1f1b"
+    assert res.step_time_s == pytest.approx(22.2)
+
+
+def test_a_send_charges_latency_per_tensor_and_bytes_over_bandwidth_and_passes_through_stages():
+    # x feeds c two stages later: it crosses both boundaries; y (int64) carries no gradient back.
+    g = OpGraph.from_edges(["x", "y", "b", "c"], [("x", "b", 800), ("x", "c", 400), ("b", "c", 200), ("y", "c", 100)])
+    g.out_dtypes[1] = ["torch.int64"]
+    op_stages = np.array([0, 0, 1, 2])
+    send_bytes, send_tensors, grad_bytes, grad_tensors = boundary_traffic(g, op_stages, 3, microbatches=2)
+    assert send_bytes.tolist() == [450.0, 550.0]  # x's largest edge (800) / 2 + y's 100 / 2; then + b's 200 / 2
+    assert send_tensors.tolist() == [2, 3]
+    assert grad_bytes.tolist() == [400.0, 500.0] and grad_tensors.tolist() == [1, 2]
+    # one microbatch, x and y on rank 0, b and c on rank 1: 2 tensors forward, 0.2 + 1000 / 1000 = 1.2 s
+    res = simulate_ranks(g, cluster(), [0, 0, 1, 1])
+    assert res.busy_s["cpu:0->cpu:1"] == pytest.approx(2 * LATENCY_S + 900 / BANDWIDTH)
+    assert res.busy_s["cpu:1->cpu:0"] == pytest.approx(LATENCY_S + 800 / BANDWIDTH)
+
+
+def test_sends_on_one_link_wait_for_each_other():
+    # two ranks, M = 4, a tiny forward and a slow link: the forward sends queue on the link
+    g = OpGraph.from_edges(["a", "b"], [("a", "b", 4000)], flops=[4e6, 4e6])
+    res = simulate_ranks(g, cluster(), [0, 1], microbatches=4)
+    # each send: 0.1 + 1000 / 1000 = 1.1 s, back to back from 1 ms: the last forward arrives at 4.401 s
+    assert res.busy_s["cpu:0->cpu:1"] == pytest.approx(4 * 1.1)
+    assert res.step_time_s > 4 * 1.1
+
+
+def test_torchs_gpipe_order_is_placers_fill_drain_order():
+    for S, M in [(2, 2), (3, 4), (4, 1)]:
+        ranks = list(range(S))
+        torchs = {r: list(acts) for r, acts in torch_actions("gpipe", S, S, M).items()}
+        assert torchs == planned_actions(ranks, S, microbatches=M, inflight=M)
+        assert schedule_actions("gpipe", ranks, S, microbatches=M, inflight=M) == torchs
+
+
+def test_every_action_of_every_schedule_runs_once():
+    for name, ranks, R, M in [
+        ("1f1b", [0, 1, 2], 3, 5),
+        ("looped_bfs", [0, 1, 0, 1], 2, 4),
+        ("interleaved_1f1b", [0, 1, 0, 1], 2, 4),
+        ("planned", [0, 1, 0], 2, 3),
+    ]:
+        acts = schedule_actions(name, ranks, R, microbatches=M, inflight=M if name != "1f1b" else 3)
+        flat = sorted(a for r in acts.values() for a in r)
+        assert flat == sorted((s, k, m) for s in range(len(ranks)) for k in "FB" for m in range(M)), name
+        assert all(ranks[s] == r for r, lst in acts.items() for s, _, _ in lst)
+
+
+def test_interleaved_runs_a_looped_plan_and_a_schedule_that_does_not_fit_is_an_error():
+    g = OpGraph.from_edges(["a", "b", "c", "d"], [("a", "b", 100), ("b", "c", 100), ("c", "d", 100)], flops=[1e9] * 4)
+    res = simulate_ranks(g, cluster(), [0, 1, 0, 1], microbatches=4, schedule="interleaved_1f1b")
+    assert res.ok and res.extra["stages"] == 4 and res.extra["schedule"] == "interleaved_1f1b"
+    bad = simulate_ranks(g, cluster(), [0, 1, 0, 1], microbatches=4, schedule="gpipe")
+    assert bad.status == "error" and "one stage per rank" in bad.message
+
+
+def test_memory_counts_params_and_the_microbatches_in_flight_and_a_rank_over_its_memory_is_oom():
+    g = OpGraph.from_edges(["a", "b"], [("a", "b", 1000)], flops=[2e9, 4e9], param_bytes=[100, 0], out_bytes=[1000, 8])
+    # gpipe with 2 microbatches: rank 0 holds both microbatches' 500 bytes of a, and 4 x 100 of a's state
+    res = simulate_ranks(g, cluster(), [0, 1], microbatches=2)
+    assert res.peak_bytes["cpu:0"] == 400 + 2 * 500
+    assert simulate_ranks(g, cluster(memory_bytes=1000), [0, 1], microbatches=2).status == "oom"
+
+
+def test_the_scorer_keeps_to_the_protocol_and_takes_a_placement_with_its_own_plan():
+    g, c = two_stage_graph(), cluster()
+    sim = RankSim(g, c, microbatches=2)
+    assert isinstance(sim, Scorer)
+    step_time_s, failed = sim.step_times(np.array([[0, 1], [0, 0]]))
+    assert step_time_s[0] == pytest.approx(16.2) and not failed.any()
+    assert step_time_s[1] == pytest.approx(2 * (1 + 2) + 2 * (2 + 4))  # one rank: no sends, all work in a row
+    p = Placement.from_indices(g, c.device_names, [0, 1], microbatches=2, inflight=2, schedule="planned")
+    assert sim.evaluate([p])[0].step_time_s == pytest.approx(16.2)  # placer's fill-drain order is GPipe's
+    with pytest.raises(PlacerError, match="planned"):
+        sim.step_times(np.array([[0, 1]]), order="planned")
+
+
+def test_a_tied_parameter_is_all_reduced_between_its_ranks():
+    g = OpGraph.from_edges(["emb", "head"], [("emb", "head", 1000)], flops=[2e9, 4e9], param_bytes=[1000, 0])
+    g.params[0], g.params[1] = ["w"], ["w"]
+    res = simulate_ranks(g, cluster(), [0, 1], microbatches=2)
+    untied = simulate_ranks(two_stage_graph(), cluster(), [0, 1], microbatches=2)
+    # a ring of 2: 2 steps of 0.1 s + 500 B / 1000 B/s after both ranks are done (16.2 s)
+    assert res.step_time_s == pytest.approx(untied.step_time_s + 2 * (0.1 + 0.5), rel=1e-3)

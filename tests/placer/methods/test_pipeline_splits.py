@@ -1,0 +1,111 @@
+"""The pipeline splits people use (placer/methods/heuristics/pipeline_splits.py): exact on toy graphs."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import envs
+from graphs import OpGraph, PlacerError
+from placer.methods import registry
+from placer.methods.heuristics.pipeline_splits import layer_units
+
+SPLITS = ["equal_layers", "flops_balanced", "parameters_balanced"]
+
+
+@pytest.fixture(scope="module")
+def k80x2():
+    return envs.Cluster.preset("k80x2")  # a host and 2 GPUs: the splits use the GPUs, devices 1 and 2
+
+
+def chain(paths, flops=None, param_bytes=None) -> OpGraph:
+    names = [f"op{i}" for i in range(len(paths))]
+    return OpGraph.from_edges(
+        names,
+        [(a, b, 64) for a, b in zip(names, names[1:])],
+        flops=flops,
+        param_bytes=param_bytes,
+        module_paths=paths,
+        op_types=["aten.mm.default"] * len(paths),
+    )
+
+
+#: embed, four repeated blocks (two ops each), norm and head: six layers
+LM = ["embed", "layers.0.a", "layers.0.b", "layers.1.a", "layers.1.b", "layers.2.a", "layers.2.b"]
+LM += ["layers.3.a", "layers.3.b", "norm", "head"]
+
+
+def test_layers_are_the_repeated_modules_with_what_is_before_and_after_as_one_each():
+    assert layer_units(chain(LM)).tolist() == [0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5]
+    # two lists (an encoder's and a decoder's) and a module between them that joins the layer before it
+    ed = ["enc.layers.0", "enc.layers.1", "enc.norm", "dec.layers.0", "dec.layers.1", "head"]
+    assert layer_units(chain(ed)).tolist() == [0, 1, 1, 2, 3, 4]
+    # an op of layer 0 after layer 1's ops joins layer 1: layers stay contiguous in program order
+    assert layer_units(chain(["l.0", "l.1", "l.0", "l.2"])).tolist() == [0, 1, 1, 2]
+
+
+def test_equal_layers_is_torchtitans_split(k80x2):
+    got = registry.get("equal_layers")(chain(LM), k80x2)
+    assert got.tolist() == [1] * 5 + [2] * 6  # 6 layers: embed + 2 blocks | 2 blocks + norm/head
+    looped = registry.get("equal_layers")(chain(LM), k80x2, stages_per_rank=2)
+    # 6 layers in 4 stages of 2, 2, 1, 1 layers (embed + L0 | L1 + L2 | L3 | norm + head) on devices 1, 2, 1, 2
+    assert looped.tolist() == [1, 1, 1, 2, 2, 2, 2, 1, 1, 2, 2]
+
+
+def test_flops_balanced_finds_the_known_optimal_cut(k80x2):
+    # the best contiguous cut of [4, 1, 1, 1, 1, 4] into two is after the third op (6 | 6)
+    g = chain(["x"] * 6, flops=[4e9, 1e9, 1e9, 1e9, 1e9, 4e9])
+    assert registry.get("flops_balanced")(g, k80x2).tolist() == [1, 1, 1, 2, 2, 2]
+    # [5, 1, 1, 1, 1, 1, 2] into three: the largest stage is at least 5 and 5 | 4 | 3 reaches it
+    g = chain(["x"] * 7, flops=[5e9, 1e9, 1e9, 1e9, 1e9, 1e9, 2e9])
+    three = envs.Cluster.preset("k80x4")
+    devices = registry.get("flops_balanced")(g, three, stages_per_rank=1)
+    per_stage = np.bincount(devices, weights=g.flops)
+    assert per_stage.max() == pytest.approx(5e9)
+    assert np.all(np.diff(devices) >= 0)  # contiguous in program order
+
+
+def test_parameters_balanced_balances_the_layers_parameters(k80x2):
+    # layers' parameters [100, 10, 10, 10, 10, 10]: the best cut leaves the embedding alone (100 | 50)
+    params = [100, 5, 5, 5, 5, 5, 5, 5, 5, 10, 0]
+    assert registry.get("parameters_balanced")(chain(LM, param_bytes=params), k80x2).tolist() == [1] + [2] * 10
+    # equal_layers does not look at them
+    assert registry.get("equal_layers")(chain(LM, param_bytes=params), k80x2).tolist() == [1] * 5 + [2] * 6
+    # without parameters there is nothing to balance: equal layers
+    assert registry.get("parameters_balanced")(chain(LM), k80x2).tolist() == [1] * 5 + [2] * 6
+
+
+@pytest.mark.parametrize("name", SPLITS)
+def test_every_split_is_a_registered_method_that_place_runs_with_a_schedule_that_fits(name, k80x2):
+    from envs.sim.ranks import RankSim
+
+    g = chain(LM, flops=[1e9] * len(LM))
+    p = registry.place(name, g, k80x2, microbatches=2)
+    assert p.method == name and set(p.assignment.values()) == {"gpu:0", "gpu:1"}
+    res = RankSim(g, k80x2).evaluate([p])[0]
+    assert res.ok and res.extra["stages"] == 2 and res.extra["schedule"] == "gpipe"
+
+
+@pytest.mark.parametrize("name", SPLITS)
+def test_more_stages_than_layers_is_one_line(name, k80x2):
+    with pytest.raises(PlacerError, match="stages for a model of"):
+        registry.get(name)(chain(["a", "b", "c"]), k80x2, stages_per_rank=2)
+
+
+def test_the_search_on_the_simulator_of_ranks_moves_a_cut_off_a_heavy_tensor(k80x2):
+    from envs.sim.ranks import RankSim
+
+    # balanced FLOPs cut after op 3, where a huge tensor crosses; one op later only a small one does
+    names = [f"op{i}" for i in range(6)]
+    sizes = [1 << 10, 1 << 10, 1 << 30, 1 << 10, 1 << 10]
+    g = OpGraph.from_edges(
+        names,
+        [(a, b, n) for a, b, n in zip(names, names[1:], sizes)],
+        flops=[1e11] * 6,
+        op_types=["aten.mm.default"] * 6,
+    )
+    flops = registry.get("flops_balanced")(g, k80x2)
+    found = registry.get("stage_search")(g, k80x2)
+    assert flops.tolist() == [1, 1, 1, 2, 2, 2] and found.tolist() != flops.tolist()
+    sim = RankSim(g, k80x2)
+    assert sim.step_times(found[None, :])[0][0] < 0.8 * sim.step_times(flops[None, :])[0][0]
