@@ -72,7 +72,8 @@ def best_plan(method: str, graph: Any, cluster: Any) -> tuple[Placement, float, 
 
 def measure(source: str, plan: Placement, steps: int, warmup: int) -> float:
     """The median step time of ``plan`` on two gloo ranks of this machine (``placer run --nproc-per-node 2``)."""
-    from placer import distributed, sources
+    from graphs import sources
+    from placer import distributed
 
     model, inputs = sources.resolve_model(source)
     compiled, _ = distributed.compile_for_model(model, inputs, plan, backend="gloo", nproc_per_node=2)
@@ -82,8 +83,8 @@ def measure(source: str, plan: Placement, steps: int, warmup: int) -> float:
 
 def run_model(name: str, cluster: Any, repeats: int, steps: int, warmup: int) -> dict[str, Any]:
     """One model: every method's best simulated plan, measured ``repeats`` times, interleaved."""
+    from graphs import sources
     from graphs.torch_capture import capture
-    from placer import sources
 
     source = MODELS[name]
     graph = capture(*sources.resolve_model(source))
