@@ -48,7 +48,8 @@ Around them: ``simulator.py:SimEnv`` (the scorer; ``simulator.py:simulate``),
 ``order_planner.py:OrderPlanner`` (the issue order a placement runs with),
 ``order_trust.py:order_margin`` (how far planned orders are trusted),
 ``trace.py:chrome_trace`` (a schedule as a Chrome/Perfetto trace) and
-``compiled.py:heap_push`` (numba's ``njit`` and the kernels' heaps).
+``compiled.py:heap_push`` (numba's ``njit`` and the kernels' heaps), ``warm.py:warm`` (every kernel compiled
+into numba's cache once: ``python -m envs.sim.warm``).
 """
 
 from __future__ import annotations
