@@ -11,6 +11,7 @@ parameter homes, and one full schedule each.
 
 from __future__ import annotations
 
+import argparse
 import os
 import sys
 import tempfile
@@ -61,11 +62,16 @@ def _run_every_kernel(graph: OpGraph, placements: int) -> None:
             env.simulate(op_devices[0], trace=True)
 
 
+class _OneLineParser(argparse.ArgumentParser):
+    def error(self, message: str) -> None:  # type: ignore[override]
+        print(f"envs.sim.warm: {message}", file=sys.stderr)
+        raise SystemExit(2)
+
+
 def main(argv: list[str] | None = None) -> int:
     """``python -m envs.sim.warm``: compile the kernels and say how long it took."""
-    if argv:
-        print(f"envs.sim.warm: takes no arguments, got {' '.join(argv)}", file=sys.stderr)
-        return 2
+    parser = _OneLineParser(prog="python -m envs.sim.warm", description=__doc__.splitlines()[0])
+    parser.parse_args(argv)
     print(f"envs.sim.warm: the simulator's kernels are compiled and cached ({warm():.1f} s)")
     return 0
 

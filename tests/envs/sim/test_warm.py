@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from envs.sim import warm
 
 
@@ -11,7 +13,10 @@ def test_warm_runs_the_kernels_and_says_how_long(capsys):
     assert out.startswith("envs.sim.warm: the simulator's kernels are compiled and cached (") and out.endswith(" s)\n")
 
 
-def test_an_argument_is_one_line_and_status_2(capsys):
-    assert warm.main(["--fast"]) == 2
-    err = capsys.readouterr().err
-    assert err == "envs.sim.warm: takes no arguments, got --fast\n"
+def test_an_argument_is_one_line_and_status_2_and_help_teaches(capsys):
+    with pytest.raises(SystemExit) as stop:
+        warm.main(["--fast"])
+    assert stop.value.code == 2 and capsys.readouterr().err == "envs.sim.warm: unrecognized arguments: --fast\n"
+    with pytest.raises(SystemExit) as stop:
+        warm.main(["--help"])
+    assert stop.value.code == 0 and capsys.readouterr().out.startswith("usage: python -m envs.sim.warm")
