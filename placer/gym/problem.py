@@ -139,8 +139,6 @@ class Problem:
         problem's order)."""
         if order is None and self.order == "planned":
             order = "planned"
-        if order is None:
-            return self.scorer.step_times(op_devices)
         return self.scorer.step_times(op_devices, order=order)
 
     def score(self, op_devices: np.ndarray) -> Outcome:
