@@ -5,8 +5,8 @@ a U-Net) and each method (:data:`METHODS`: torchtitan's ``equal_layers``, the
 ``flops_balanced`` and ``parameters_balanced`` splits, placer's ``stage_search``), every
 plan shape of :data:`SHAPES` (M microbatches, W in flight: GPipe, or 1F1B) is scored by
 the simulator of ranks (:class:`envs.sim.ranks.RankSim`) on the cluster ``placer profile
-SOURCE --ranks 2`` wrote, and each method keeps its fastest. Those plans then run on two
-gloo ranks (:func:`placer.distributed.run`, what ``placer run --nproc-per-node 2`` runs),
+SOURCE --ranks N`` wrote, and each method keeps its fastest. Those plans then run on N
+gloo ranks (:func:`placer.distributed.run`, what ``placer run --nproc-per-node N`` runs),
 ``--repeats`` times, the methods interleaved, so a change of the machine's load falls on
 all of them alike; the medians and their spread (fastest and slowest repeat) are
 reported. The simulated and measured step times of every plan give the simulator's
@@ -41,8 +41,8 @@ MODELS = {
     "unet": "bench.rank_models:unet",
 }
 METHODS = ("equal_layers", "flops_balanced", "parameters_balanced", "stage_search")
-#: (M, W): one microbatch; GPipe over 2 and 4; 1F1B over 4 with 2 in flight.
-SHAPES = ((1, 1), (2, 2), (4, 4), (4, 2))
+#: (M, W): one microbatch; GPipe over 2, 4 and 8; 1F1B over 4 with 2 in flight and over 8 with 4 (8 ranks).
+SHAPES = ((1, 1), (2, 2), (4, 4), (4, 2), (8, 8), (8, 4))
 
 
 def split(method: str, graph: Any, cluster: Any, microbatches: int, inflight: int) -> Placement:
@@ -71,35 +71,56 @@ def best_plan(method: str, graph: Any, cluster: Any) -> tuple[Placement, float, 
 
 
 def measure(source: str, plan: Placement, steps: int, warmup: int) -> float:
-    """The median step time of ``plan`` on two gloo ranks of this machine (``placer run --nproc-per-node 2``)."""
+    """The median step time of ``plan`` on gloo ranks of this machine, one per device of the plan's cluster.
+
+    What ``placer run --nproc-per-node N`` runs, N the cluster's devices (the ranks ``placer profile --ranks N``
+    measured).
+    """
     from graphs import sources
     from placer import distributed
 
+    n = len(plan.devices)
     model, inputs = sources.resolve_model(source)
-    compiled, _ = distributed.compile_for_model(model, inputs, plan, backend="gloo", nproc_per_node=2)
-    report = distributed.run(source, compiled, nproc_per_node=2, steps=steps, warmup=warmup)
+    compiled, _ = distributed.compile_for_model(model, inputs, plan, backend="gloo", nproc_per_node=n)
+    report = distributed.run(source, compiled, nproc_per_node=n, steps=steps, warmup=warmup)
     return float(report["step_time_s"])
 
 
 def run_model(name: str, cluster: Any, repeats: int, steps: int, warmup: int) -> dict[str, Any]:
-    """One model: every method's best simulated plan, measured ``repeats`` times, interleaved."""
+    """One model: every method's best simulated plan, measured ``repeats`` times, interleaved.
+
+    A method that makes no plan for this model on this cluster (``equal_layers`` with more ranks than layers)
+    is a row with its reason; the other methods run.
+    """
     from graphs import sources
     from graphs.torch_capture import capture
 
     source = MODELS[name]
     graph = capture(*sources.resolve_model(source))
-    plans = {m: best_plan(m, graph, cluster) for m in METHODS}
-    measured: dict[str, list[float]] = {m: [] for m in METHODS}
-    for _ in range(repeats):
-        for m in METHODS:
+    plans, failed = {}, {}
+    for m in METHODS:
+        try:
+            plans[m] = best_plan(m, graph, cluster)
+        except PlacerError as e:
+            failed[m] = str(e)
+            print(f"  {name} {m}: no plan: {e}", file=sys.stderr, flush=True)
+    measured: dict[str, list[float]] = {m: [] for m in plans}
+    for k in range(repeats):
+        for m in plans:
             measured[m].append(measure(source, plans[m][0], steps, warmup))
+            # every measurement is in the log as it is taken: a run stopped at a deadline keeps them
+            print(f"  {name} {m} repeat {k + 1}: {measured[m][-1] * 1e3:.1f} ms", file=sys.stderr, flush=True)
     rows = []
     for m in METHODS:
+        if m in failed:
+            rows.append({"method": m, "status": "no plan", "message": failed[m]})
+            continue
         plan, sim_s, shapes = plans[m]
         times = measured[m]
         rows.append(
             {
                 "method": m,
+                "status": "ok",
                 "microbatches": plan.microbatches,
                 "inflight": plan.inflight,
                 "sim_s": sim_s,
@@ -112,10 +133,14 @@ def run_model(name: str, cluster: Any, repeats: int, steps: int, warmup: int) ->
     return {"model": name, "source": source, "ops": graph.num_ops, "rows": rows}
 
 
+def _ok(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [r for r in rows if r.get("status", "ok") == "ok"]
+
+
 def fidelity(models: Sequence[dict[str, Any]]) -> dict[str, Any]:
     """MAPE and Spearman of simulated against measured over every measured plan."""
-    sim = np.array([r["sim_s"] for m in models for r in m["rows"]])
-    real = np.array([r["measured_s"] for m in models for r in m["rows"]])
+    sim = np.array([r["sim_s"] for m in models for r in _ok(m["rows"])])
+    real = np.array([r["measured_s"] for m in models for r in _ok(m["rows"])])
     return {"plans": len(sim), "models": len(models), "mape": mape(sim, real), "spearman": spearman(sim, real)}
 
 
@@ -123,22 +148,24 @@ def table(models: Sequence[dict[str, Any]]) -> list[str]:
     """The text report: per model, each method's plan, simulated and measured step, speedup of placer's."""
     lines = []
     for m in models:
-        ours = next(r for r in m["rows"] if r["method"] == "stage_search")
+        ours = next((r for r in _ok(m["rows"]) if r["method"] == "stage_search"), None)
         lines.append(f"{m['model']} ({m['source']}, {m['ops']} ops)")
         for r in m["rows"]:
+            if r.get("status", "ok") != "ok":
+                lines.append(f"  {r['method']:<20} no plan: {r['message']}")
+                continue
             lo, hi = r["spread_s"]
-            gain = r["measured_s"] / ours["measured_s"]
+            gain = f"  stage_search {r['measured_s'] / ours['measured_s']:.2f}x faster" if ours else ""
             lines.append(
                 f"  {r['method']:<20} M={r['microbatches']} W={r['inflight']}  sim {r['sim_s'] * 1e3:8.1f} ms  "
-                f"measured {r['measured_s'] * 1e3:8.1f} ms [{lo * 1e3:.1f}, {hi * 1e3:.1f}]  "
-                f"stage_search {gain:.2f}x faster"
+                f"measured {r['measured_s'] * 1e3:8.1f} ms [{lo * 1e3:.1f}, {hi * 1e3:.1f}]{gain}"
             )
     return lines
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = OneLineParser(prog="python -m bench.rank_splits", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--cluster", required=True, help="the cluster of `placer profile SOURCE --ranks 2`")
+    parser.add_argument("--cluster", required=True, help="the cluster of `placer profile SOURCE --ranks N`: N ranks")
     parser.add_argument("--models", default=",".join(MODELS), help=f"comma-separated, of {', '.join(MODELS)}")
     parser.add_argument("--repeats", type=int, default=3, help="measurements of each plan, interleaved (default 3)")
     parser.add_argument("--steps", type=int, default=5, help="timed steps per measurement (default 5)")

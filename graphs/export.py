@@ -27,7 +27,11 @@ from typing import Any, Iterator
 
 import torch
 import torch.fx.experimental._config as fx_config  # noqa: PLC2701 (the switch for size-oblivious tracing)
-from torch.fx.experimental.symbolic_shapes import optimization_hint
+
+try:
+    from torch.fx.experimental.symbolic_shapes import optimization_hint
+except ImportError:  # torch < 2.12 (the GPU machines' 2.11) names it hint_int
+    from torch.fx.experimental.symbolic_shapes import hint_int as optimization_hint
 from torch.utils._pytree import tree_leaves, tree_map  # noqa: PLC2701 (torch has no public pytree module)
 
 from graphs.errors import CaptureError

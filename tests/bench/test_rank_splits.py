@@ -70,3 +70,20 @@ def test_the_llm_scale_table_scores_every_split_under_both_schedules():
     for part in (rows[:4], rows[4:]):
         ours = part[-1]["step_time_s"]
         assert ours <= min(r["step_time_s"] for r in part) * (1 + 1e-9)
+
+
+def test_a_method_without_a_plan_is_its_row_and_the_others_run(monkeypatch):
+    """8 ranks (the H200 machine's cluster file), a U-Net of 7 layers: equal_layers cannot cut 8 stages."""
+    measured = []
+    monkeypatch.setattr(rank_splits, "measure", lambda source, plan, steps, warmup: measured.append(plan) or 0.1)
+    cluster = envs.Cluster.load("docs/ranks/h200/ranks-8.json")
+    model = rank_splits.run_model("unet", cluster, repeats=1, steps=1, warmup=0)
+    rows = {r["method"]: r for r in model["rows"]}
+    assert (
+        rows["equal_layers"]["status"] == "no plan"
+        and "8 stages for a model of 7 layers" in rows["equal_layers"]["message"]
+    )
+    ok = [m for m in rank_splits.METHODS if rows[m]["status"] == "ok"]
+    assert {"flops_balanced", "stage_search"} <= set(ok) and len(measured) == len(ok)
+    assert rank_splits.fidelity([model])["plans"] == len(ok)
+    assert "equal_layers         no plan: " in "\n".join(rank_splits.table([model]))

@@ -220,6 +220,23 @@ def test_two_processes_train_the_plan_and_check_every_gradient(here, capsys):
 
 
 @pytest.mark.slow
+def test_a_rank_that_holds_no_parameters_trains_too(here, capsys):
+    """More ranks than parameterised layers: a rank whose stage only computes the loss has nothing to step."""
+    import dist_model
+
+    from graphs.torch_capture import capture
+
+    graph = capture(*dist_model.build())
+    last = max(i for i in range(graph.num_ops) if graph.params[i])
+    tail = np.where(np.arange(graph.num_ops) <= last, 1, 2)
+    Placement.from_indices(graph, ["cpu:0", "gpu:0", "gpu:1"], tail, cluster="k80x2").save("tail.json")
+    argv = ["--placement", "tail.json", "--cluster", "k80x2", "--nproc-per-node", "2", "--steps", "2", "--json"]
+    rc, out, err = run_cli(capsys, "dist_model:build", *argv)
+    assert rc == 0, err
+    assert [r["device"] for r in json.loads(out)["ranks"]] == ["gpu:0", "gpu:1"]
+
+
+@pytest.mark.slow
 def test_a_rank_that_dies_mid_step_is_one_line(here, capsys):
     import dist_model
 

@@ -134,6 +134,8 @@ def launch(
     host, port = parse_endpoint(rdzv_endpoint) if rdzv_endpoint else ("127.0.0.1", free_port())
     own_logs = log_dir is None
     logs = tempfile.mkdtemp(prefix="placer-ranks-") if own_logs else log_dir
+    # torch >= 2.12 waits this long for workers to stop after a failure (its default is 30 s); 2.11 has no such field
+    quick_stop = {"shutdown_timeout": 5} if "shutdown_timeout" in LaunchConfig.__dataclass_fields__ else {}
     config = LaunchConfig(
         min_nodes=nnodes,
         max_nodes=nnodes,
@@ -146,7 +148,7 @@ def launch(
         monitor_interval=0.1,
         start_method="spawn",
         logs_specs=DefaultLogsSpecs(log_dir=logs, redirects=Std.ALL, tee=Std.NONE),
-        shutdown_timeout=5,
+        **quick_stop,
     )
     failed = True
     try:

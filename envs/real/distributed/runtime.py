@@ -40,6 +40,24 @@ from envs.real.pipeline import split_batch
 from envs.real.placing import to_device
 from graphs import PlacerError
 
+#: torch 2.11 and older make every tensor a stage receives require grad, integer ones too, which fails
+#: (pytorch/pytorch#183024); later releases skip the non-floating ones.
+RECEIVES_ONLY_FLOATS = tuple(int(x) for x in torch.__version__.split("+")[0].split(".")[:2]) < (2, 12)
+
+
+def check_received(shapes: Sequence[Any], *, only_floats: bool = RECEIVES_ONLY_FLOATS) -> None:
+    """One line when a stage after the first receives a non-floating tensor and this torch cannot (see above)."""
+    if not only_floats:
+        return
+    for s, shape in enumerate(shapes[1:], start=1):
+        bad = [str(t.dtype).removeprefix("torch.") for t in shape.inputs if not t.is_floating_point()]
+        if bad:
+            raise PlacerError(
+                f"stage {s} receives a {bad[0]} tensor from stage {s - 1}, which torch {torch.__version__}'s "
+                "pipelining cannot send (pytorch/pytorch#183024): use torch >= 2.12, or a plan whose stages pass "
+                "only floating-point tensors (integer inputs such as labels used by the first stage only)"
+            )
+
 
 def loss_is_output(output: torch.Tensor, target: Any) -> torch.Tensor:
     """The loss function torch's schedule calls on the last stage: its output already is the loss."""
@@ -98,6 +116,7 @@ class RankSchedule:
         modules = stage_programs(program.module(), [s.ops for s in plan.stages])
         microbatch = split_batch(tuple(example_inputs), plan.microbatches)[0]
         shapes = stage_shapes(modules, microbatch)
+        check_received(shapes)
         shared = shared_parameters(modules, plan.stage_ranks)
         # every rank creates every group, in one order (dist.new_group is collective over the world)
         groups = {r: dist.new_group(list(r)) for r in sorted({ranks for ranks, _ in shared.values()})}

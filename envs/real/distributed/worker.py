@@ -185,7 +185,8 @@ def run_rank(job: RankJob) -> dict[str, Any] | None:
             parts = gather_to_first(step_gradients(schedule, inputs), objects)
             check = check_report(parts, ref, graph.meta.get("tied_params", [])) if rank == 0 else None
         device = next(d for d, where in plan.devices.items() if where.rank == rank)
-        optimizer = torch.optim.Adam(schedule.parameters(), lr=job.lr)
+        params = list(schedule.parameters())  # a rank whose stages hold no parameters (the loss alone) steps nothing
+        optimizer = torch.optim.Adam(params, lr=job.lr) if params else NoParameters()
         with time_limit(job.timeout_s):
             m = measure_steps(
                 PipelineStep(schedule),
@@ -213,7 +214,18 @@ def run_rank(job: RankJob) -> dict[str, Any] | None:
         dist.destroy_process_group()
 
 
+class NoParameters:
+    """The optimizer of a rank whose stages hold no parameters: nothing to zero, nothing to step."""
+
+    def zero_grad(self, set_to_none: bool = True) -> None:
+        pass
+
+    def step(self) -> None:
+        pass
+
+
 __all__ = [
+    "NoParameters",
     "PipelineStep",
     "RankJob",
     "check_report",

@@ -100,6 +100,17 @@ def test_stage_shapes_say_what_needs_a_gradient(three_stages):
     assert shapes[2].outputs[0].shape == () and shapes[2].outputs[0].requires_grad
 
 
+def test_integer_tensors_between_stages_are_one_line_on_a_torch_that_cannot_send_them(three_stages):
+    from envs.real.distributed.runtime import check_received
+
+    model, inputs, ep, stage_ops = three_stages
+    shapes = stage_shapes(stage_programs(ep.module(), stage_ops), inputs)
+    check_received(shapes, only_floats=False)  # torch >= 2.12 sends them
+    with pytest.raises(PlacerError, match=r"^stage 1 receives a int64 tensor from stage 0, which torch .*#183024"):
+        check_received(shapes, only_floats=True)
+    check_received(shapes[:1], only_floats=True)  # the first stage receives nothing
+
+
 def test_a_parameter_is_shared_between_ranks_only_when_their_stages_read_it(three_stages):
     model, inputs, ep, stage_ops = three_stages
     modules = stage_programs(ep.module(), stage_ops)
