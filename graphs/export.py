@@ -30,8 +30,8 @@ import torch.fx.experimental._config as fx_config  # noqa: PLC2701 (the switch f
 
 try:
     from torch.fx.experimental.symbolic_shapes import optimization_hint
-except ImportError:  # torch < 2.12 (the GPU machines' 2.11) names it hint_int
-    from torch.fx.experimental.symbolic_shapes import hint_int as optimization_hint
+except ImportError:  # torch < 2.12 (the GPU machines' 2.11) names it size_hint
+    from torch.fx.experimental.symbolic_shapes import size_hint as optimization_hint
 from torch.utils._pytree import tree_leaves, tree_map  # noqa: PLC2701 (torch has no public pytree module)
 
 from graphs.errors import CaptureError

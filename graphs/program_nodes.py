@@ -13,8 +13,8 @@ import torch
 
 try:
     from torch.fx.experimental.symbolic_shapes import guarding_hint_or_throw
-except ImportError:  # torch < 2.12 (the GPU machines' 2.11): hint_int gives the same concrete hint
-    from torch.fx.experimental.symbolic_shapes import hint_int as guarding_hint_or_throw
+except ImportError:  # torch < 2.12 (the GPU machines' 2.11): size_hint gives the same concrete hint
+    from torch.fx.experimental.symbolic_shapes import size_hint as guarding_hint_or_throw
 from torch.utils._pytree import tree_flatten, tree_map  # noqa: PLC2701 (torch has no public pytree module)
 
 from graphs.flops import op_type
