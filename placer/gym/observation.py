@@ -106,7 +106,7 @@ class Observer:
         if item_devices is not None:
             placement[: self.num_items] = item_devices
         obs = {
-            **self._static,
+            **{key: a.copy() for key, a in self._static.items()},  # each observation its own: users keep them
             "placement": placement,
             "cursor": np.int64(self.max_items if cursor is None else cursor),
         }

@@ -31,6 +31,18 @@ def test_check_env_passes_on_every_view(env_id, options):
     check_env(env.unwrapped, skip_render_check=True)
 
 
+@pytest.mark.parametrize("env_id", sorted(placer.gym.ENV_IDS))
+def test_no_two_observations_share_an_array(env_id):
+    """A user keeps the observations: changing one must not change another (gymnasium >= 1.4's check_env asks)."""
+    env = gymnasium.make(env_id, graph=GRAPH, cluster=CLUSTER).unwrapped
+    first, _ = env.reset(seed=0)
+    second = env.step(env.action_space.sample())[0]
+    third, _ = env.reset(seed=0)
+    for a, b in [(first, second), (first, third), (second, third)]:
+        for key in a:
+            assert not np.shares_memory(a[key], b[key]), key
+
+
 def test_every_id_is_registered_and_makes_its_class():
     for env_id, cls in placer.gym.ENV_IDS.items():
         assert isinstance(gymnasium.make(env_id, graph=GRAPH, cluster=CLUSTER).unwrapped, cls)
