@@ -2,14 +2,16 @@
 # Plans across processes on the lent machine's CPU cores (issue 48): 4 and 8 gloo ranks, one thread each, as one
 # call of at most 5 minutes, run in the repository root:
 #
-#     bash scripts/gpu_ranks.sh                     # RANKS="4 8", MODELS=lm, 2 repeats of 3 timed steps
-#     RANKS=2 MODELS=lm bash scripts/gpu_ranks.sh    # the same on this machine's 2 cores (a try before the call)
+#     bash scripts/gpu_ranks.sh                  # RANKS="4 8", the U-Net, 2 repeats of 3 timed steps
+#     RANKS=2 bash scripts/gpu_ranks.sh           # the same on this machine's 2 cores (a try before the call)
 #
-# For each N of RANKS: `placer profile $PROFILE --ranks N` (default bench.rank_models:lm) measures the N ranks into a cluster file,
-# then `python -m bench.rank_splits` scores each split on that cluster with the simulator of ranks and measures
-# each method's best plan on the N ranks (interleaved repeats). Writes under $OUT: log-ranks.txt (the machine, the
+# The U-Net by default: its stages pass only floating-point tensors, which torch 2.11 (the GPU machines') needs;
+# MODELS=lm,encoder_decoder (their labels cross stages) need torch >= 2.12. For each N of RANKS:
+# `placer profile $PROFILE --ranks N` (default: the U-Net) measures the N ranks into a cluster file, then
+# `python -m bench.rank_splits` scores each split on that cluster with the simulator of ranks and measures each
+# method's best plan on the N ranks (interleaved repeats; each measurement launches N processes, ~10 s). Writes under $OUT: log-ranks.txt (the machine, the
 # software, every measurement as it is taken, the tables) and ranks.tgz (ranks-N.json: the cluster; splits-N.json:
-# the report). TIMEOUT_N (seconds per N, default 130) stops one N without losing the log. Afterwards, here:
+# the report). TIMEOUT_N (seconds per N, default 150) stops one N without losing the log. Afterwards, here:
 #     mkdir -p docs/ranks && tar xzf <files_at>/ranks.tgz -C docs/ranks
 set -o pipefail
 cd "$(dirname "$0")/.." || exit 2
@@ -26,9 +28,9 @@ export OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 PYTHONUNBUFFERED=1  # after nproc, wh
 status=0
 for n in ${RANKS:-4 8}; do
   echo "== $n ranks" | tee -a "$OUT/log-ranks.txt"
-  timeout --signal=INT --kill-after=10 "${TIMEOUT_N:-130}" bash -c "
-    python3 -m placer profile ${PROFILE:-bench.rank_models:lm} --ranks $n -o $WORK/ranks-$n.json &&
-    python3 -m bench.rank_splits --cluster $WORK/ranks-$n.json --models ${MODELS:-lm} --repeats ${REPEATS:-2} \
+  timeout --signal=INT --kill-after=10 "${TIMEOUT_N:-150}" bash -c "
+    python3 -m placer profile ${PROFILE:-bench.rank_models:unet} --ranks $n -o $WORK/ranks-$n.json &&
+    python3 -m bench.rank_splits --cluster $WORK/ranks-$n.json --models ${MODELS:-unet} --repeats ${REPEATS:-2} \
       --steps ${STEPS:-3} --warmup 1 --json > $WORK/splits-$n.json &&
     python3 -c 'import json, sys; from bench import rank_splits as r; d = json.load(open(sys.argv[1])); \
 print(chr(10).join(r.table(d[\"models\"]))); print(\"fidelity\", d[\"fidelity\"])' $WORK/splits-$n.json

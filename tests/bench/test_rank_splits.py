@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 import envs
@@ -76,7 +78,7 @@ def test_a_method_without_a_plan_is_its_row_and_the_others_run(monkeypatch):
     """8 ranks (the H200 machine's cluster file), a U-Net of 7 layers: equal_layers cannot cut 8 stages."""
     measured = []
     monkeypatch.setattr(rank_splits, "measure", lambda source, plan, steps, warmup: measured.append(plan) or 0.1)
-    cluster = envs.Cluster.load("docs/ranks/h200/ranks-8.json")
+    cluster = envs.Cluster.load(Path(__file__).parents[2] / "docs/ranks/h200/ranks-8.json")
     model = rank_splits.run_model("unet", cluster, repeats=1, steps=1, warmup=0)
     rows = {r["method"]: r for r in model["rows"]}
     assert (

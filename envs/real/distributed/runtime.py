@@ -42,7 +42,7 @@ from graphs import PlacerError
 
 #: torch 2.11 and older make every tensor a stage receives require grad, integer ones too, which fails
 #: (pytorch/pytorch#183024); later releases skip the non-floating ones.
-RECEIVES_ONLY_FLOATS = tuple(int(x) for x in torch.__version__.split("+")[0].split(".")[:2]) < (2, 12)
+RECEIVES_ONLY_FLOATS = torch.__version__ < "2.12"  # (torch's TorchVersion compares as a version)
 
 
 def check_received(shapes: Sequence[Any], *, only_floats: bool = RECEIVES_ONLY_FLOATS) -> None:
