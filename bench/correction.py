@@ -86,9 +86,12 @@ def run_methods(
     seed: int,
     rematch: int,
     say: Callable[[str], Any],
+    out: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """Every method of :data:`METHODS` at ``options.measurements`` measurements, then the side-by-side."""
-    out: dict[str, Any] = {"measurements": options.measurements, "methods": {}}
+    """Every method of :data:`METHODS` at ``options.measurements`` measurements, then the side-by-side. Filled into
+    ``out`` (a new dict if None) as each method ends, so that an interrupted run keeps the methods it finished."""
+    out = {} if out is None else out
+    out.update({"measurements": options.measurements, "methods": {}})
     found: dict[str, np.ndarray] = {}
     for correction in (True, False):
         t0, scorer = time.perf_counter(), Fresh(real)
@@ -119,16 +122,21 @@ def run_methods(
         "curve": [{"best_s": b} for b in moves.curve],
     }
     say(f"    measured moves: {moves.best_s * 1e3:.3f} ms ({scorer.measured} measured)")
-    out["side_by_side"] = side_by_side(real, found, rematch)
+    out["side_by_side"] = {}
+    side_by_side(real, found, rematch, out["side_by_side"])
     if isinstance(real, StandIn):
         out["true_s"] = {m: float(real.true_step_times(p)[0][0]) for m, p in found.items()}
     return out
 
 
-def side_by_side(real: Any, found: dict[str, np.ndarray], rounds: int) -> dict[str, list[float]]:
-    """Each method's placement measured again ``rounds`` times, all of them in one batch a round."""
+def side_by_side(
+    real: Any, found: dict[str, np.ndarray], rounds: int, times: dict[str, list[float]] | None = None
+) -> dict[str, list[float]]:
+    """Each method's placement measured again ``rounds`` times, all of them in one batch a round (filled into
+    ``times`` round by round)."""
     names = list(found)
-    times: dict[str, list[float]] = {m: [] for m in names}
+    times = {} if times is None else times
+    times.update({m: [] for m in names})
     for _ in range(rounds):
         step_time_s, failed = real.measure_again(np.stack([found[m] for m in names]))
         for m, t, f in zip(names, step_time_s, failed):
@@ -136,9 +144,10 @@ def side_by_side(real: Any, found: dict[str, np.ndarray], rounds: int) -> dict[s
     return times
 
 
-def stand_in_cells(args: argparse.Namespace, say: Callable[[str], Any]) -> list[dict[str, Any]]:
+def stand_in_cells(
+    args: argparse.Namespace, say: Callable[[str], Any], cells: list[dict[str, Any]]
+) -> list[dict[str, Any]]:
     graphs, clusters = graphs_and_clusters(args.graphs, args.clusters)
-    cells = []
     for graph in graphs:
         for cluster in clusters:
             distortion = dict(slow_device=args.slow, slowdown=args.slowdown, copy_factor=args.copy_factor)
@@ -147,16 +156,16 @@ def stand_in_cells(args: argparse.Namespace, say: Callable[[str], Any]) -> list[
             for seed in _seeds(args.seeds):
                 say(f"  {graph.name} on {cluster.name}, seed {seed} (the stand-in's best {best * 1e3:.3f} ms)")
                 real = StandIn(graph, cluster, **distortion, noise=args.noise, seed=seed)
-                cell = run_methods(
-                    graph, cluster, real, options=_options(args), seed=seed, rematch=args.rematch, say=say
-                )
-                cells.append(
-                    {"graph": graph.name, "cluster": cluster.name, "seed": seed, "stand_in_best_s": best, **cell}
-                )
+                cell = {"graph": graph.name, "cluster": cluster.name, "seed": seed, "stand_in_best_s": best}
+                cells.append(cell)
+                options = _options(args)
+                run_methods(graph, cluster, real, options=options, seed=seed, rematch=args.rematch, say=say, out=cell)
     return cells
 
 
-def local_cells(args: argparse.Namespace, say: Callable[[str], Any]) -> list[dict[str, Any]]:
+def local_cells(
+    args: argparse.Namespace, say: Callable[[str], Any], cells: list[dict[str, Any]]
+) -> list[dict[str, Any]]:
     from envs.real.local import LocalEnv  # torch: only for real steps
 
     if args.scenario:
@@ -176,14 +185,13 @@ def local_cells(args: argparse.Namespace, say: Callable[[str], Any]) -> list[dic
         run_dir=args.out_dir,
         threads=args.threads,
     )
-    cells = []
     try:
         for seed in _seeds(args.seeds):
             say(f"  {name} on {cluster.name} ({real.graph.num_ops} ops), seed {seed}, real steps")
-            cell = run_methods(
-                real.graph, cluster, real, options=_options(args), seed=seed, rematch=args.rematch, say=say
-            )
-            cells.append({"graph": name, "cluster": cluster.name, "seed": seed, "device_map": args.device_map, **cell})
+            cell = {"graph": name, "cluster": cluster.name, "seed": seed, "device_map": args.device_map}
+            cells.append(cell)
+            options = _options(args)
+            run_methods(real.graph, cluster, real, options=options, seed=seed, rematch=args.rematch, say=say, out=cell)
     finally:
         real.close()
     return cells
@@ -220,14 +228,17 @@ def markdown_table(cells: list[dict[str, Any]]) -> str:
     ]
     head += ["true / stand-in's best"] if stand_in else []
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * 4 + "---:|" * (len(head) - 4)]
-    for c in cells:
-        sim = _median(c["side_by_side"]["simulator"])
+    for c in cells:  # an interrupted run's cell lacks what it did not reach: "-" there
+        again_by = {m: _median(t) for m, t in c.get("side_by_side", {}).items() if t}
+        sim = again_by.get("simulator")
         for m in METHODS:
-            r = c["methods"][m]
-            again = _median(c["side_by_side"][m])
+            r = c.get("methods", {}).get(m)
+            if r is None:
+                continue
             row = [c["graph"], c["cluster"], str(c["seed"]), m, str(r["measured"]), f"{r['best_s'] * 1e3:.3f}"]
-            row += [f"{again * 1e3:.3f}", f"{again / sim:.3f}"]
-            row += [f"{c['true_s'][m] / c['stand_in_best_s']:.3f}"] if stand_in else []
+            again = again_by.get(m)
+            row += [f"{again * 1e3:.3f}", f"{again / sim:.3f}"] if again is not None and sim else ["-", "-"]
+            row += [f"{c['true_s'][m] / c['stand_in_best_s']:.3f}" if "true_s" in c else "-"] if stand_in else []
             lines.append("| " + " | ".join(row) + " |")
     return "\n".join(lines)
 
@@ -272,19 +283,25 @@ def main(argv: list[str] | None = None) -> int:
     def say(line: str) -> None:
         print(line, file=sys.stderr, flush=True)
 
+    cells: list[dict[str, Any]] = []
+    interrupted = False
     try:
         if args.measurements < 2 or args.rematch < 1:
             raise PlacerError("--measurements must be at least 2 and --rematch at least 1")
-        cells = stand_in_cells(args, say) if args.mode == "stand-in" else local_cells(args, say)
+        (stand_in_cells if args.mode == "stand-in" else local_cells)(args, say, cells)
     except PlacerError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:  # the deadline (timeout --signal=INT): print what is done, marked as interrupted
+        say("interrupted: the table has the methods that finished")
+        interrupted = True
     if args.json:
-        print(json.dumps({"machine": machine_line(), "argv": sys.argv[1:], "cells": cells}, indent=1, default=float))
+        head = {"machine": machine_line(), "argv": sys.argv[1:], **({"interrupted": True} if interrupted else {})}
+        print(json.dumps({**head, "cells": cells}, indent=1, default=float))
     else:
         print(markdown_table(cells))
         print(f"\nMachine: {machine_line()}.")
-    return 0
+    return 130 if interrupted else 0
 
 
 if __name__ == "__main__":

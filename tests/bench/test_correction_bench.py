@@ -61,3 +61,20 @@ def test_critic_hits_counts_each_arm_for_each_critic(capsys):
     fresh, pretrained = runs[0], runs[1]
     assert pretrained["early"]["tries"][1] > fresh["early"]["tries"][1]  # the pretrained critic ranks from round 1
     assert critic_hits.main(["--critics", "nope"]) == 2 and "--critics" in capsys.readouterr().err
+
+
+@pytest.mark.slow  # two measured searches on a 30-op graph (~5 s)
+def test_an_interrupted_run_prints_the_methods_it_finished(capsys, monkeypatch):
+    def deadline(*args, **kwargs):
+        raise KeyboardInterrupt  # what timeout --signal=INT does to the run, here when the third method starts
+
+    monkeypatch.setattr(correction, "measured_move_search", deadline)
+    argv = ["stand-in", "--graphs", "moe-30", "--clusters", "k80x2", "--measurements", "4", "--sim-evals", "150"]
+    rc = correction.main([*argv, "--round-evals", "50", "--truth-evals", "200", "--json"])
+    out = json.loads(capsys.readouterr().out)
+    (cell,) = out["cells"]
+    assert rc == 130 and out["interrupted"] is True
+    assert set(cell["methods"]) == {"corrected", "simulator rank", "simulator"} and "side_by_side" not in cell
+    table = correction.markdown_table([cell])
+    assert "| moe-30 | k80x2 | 0 | corrected | " in table and "measured moves" not in table
+    assert table.splitlines()[-1].endswith("| - | - |")  # nothing re-measured: no ratios
