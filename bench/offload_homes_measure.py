@@ -8,7 +8,11 @@ measured in this order until the deadline: placer's plan with homes, FSDP2 itsel
 (:func:`bench.fsdp2.measure_offload`), the op-only plan, FSDP2's offload as placer
 runs it, and accelerate's fastest map the simulator says fits. Each plan runs
 through :func:`placer.apply` (homes included) with ``torch.optim.Adam`` on the
-placed module's parameters (:func:`envs.real.timing.measure_steps`). The rows, with
+placed module's parameters (:func:`envs.real.timing.measure_steps`), each row in a
+process of its own (``--row``: the plan read back from the JSON file as data), so
+no row's memory, allocator cache or CUDA state reaches the next one's peak: on an
+H200 FSDP2's offload as a plan peaked at 14.15 GiB measured fourth in one process
+and at 6.62 GiB alone in a fresh one. The rows, with
 the simulated step and peak beside the real ones, are rewritten to
 ``OUT/measured-<scenario>-<cap>.json`` after every measurement, so a call stopped at
 its deadline keeps what it measured.
@@ -25,6 +29,7 @@ import argparse
 import gc
 import json
 import os
+import subprocess
 import sys
 import time
 from typing import Any
@@ -75,6 +80,62 @@ def measure_plan(
             torch.cuda.empty_cache()
 
 
+FSDP2_MEASURED = "FSDP2, CPUOffloadPolicy (measured: torch's FSDP2)"
+
+
+def measure_row(args: argparse.Namespace, scenario: Any, cluster: Any, plan: Plan | None) -> Result:
+    """One row in this process: ``plan`` through :func:`measure_plan`, or torch's FSDP2 itself (``plan`` None),
+    under the GPU cap."""
+    from bench.fsdp2 import measure_offload
+    from envs.real.local import cap_cuda_memory, cuda_caps
+    from envs.real.placing import resolve_devices
+
+    cap_cuda_memory(cuda_caps(cluster, args.device_map))
+    if plan is not None:
+        steps = {"warmup_steps": args.warmup, "timed_steps": args.steps, "timeout_s": args.measure_timeout}
+        return measure_plan(scenario, plan, args.device_map, **steps)
+    device = resolve_devices(["gpu:0"], args.device_map)["gpu:0"]
+    builder = offload.builder(scenario)
+    return measure_offload(
+        builder, device, warmup_steps=args.warmup, timed_steps=args.steps, timeout_s=args.measure_timeout
+    )
+
+
+def measure_in_child(args: argparse.Namespace, path: str, label: str) -> Result:
+    """Row ``label`` of the document at ``path`` measured by a new process (``--row``); a Result, never raising."""
+    cmd = [sys.executable, "-m", "bench.offload_homes_measure", "--row", label, "--out-dir", args.out_dir]
+    cmd += ["--scenario", args.scenario, "--cap", repr(args.cap), "--device-map", args.device_map]
+    cmd += ["--warmup", str(args.warmup), "--steps", str(args.steps), "--measure-timeout", str(args.measure_timeout)]
+    cwd = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the checkout: ``bench`` importable
+    try:  # the child builds the model before its steps: a minute more than one plan's measurement may take
+        done = subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, timeout=args.measure_timeout + 60)
+    except subprocess.TimeoutExpired:
+        return Result(float("inf"), "timeout", f"the row's process ran past {args.measure_timeout + 60:.0f} s")
+    lines = done.stdout.strip().splitlines()
+    try:
+        return Result.from_dict(json.loads(lines[-1]))
+    except (IndexError, ValueError, TypeError):
+        last = (done.stderr.strip().splitlines() or [""])[-1]
+        return Result(float("inf"), "error", f"the row's process exited {done.returncode} without a result: {last}")
+
+
+def child_main(args: argparse.Namespace) -> int:
+    """``--row LABEL``: measure one row of ``OUT/measured-<scenario>-<cap>.json`` here, print its Result as JSON."""
+    scenario = offload_homes.capped(offload.check_scenario(args.scenario), int(args.cap * GIB))
+    with open(row_path(args), encoding="utf-8") as f:
+        docs = {d["label"]: d for d in json.load(f)["plans"]}
+    if args.row != FSDP2_MEASURED and args.row not in docs:
+        raise PlacerError(f"--row {args.row!r}: no such plan in {row_path(args)}")
+    plan = offload.plan_from_doc(docs[args.row]) if args.row in docs else None
+    result = measure_row(args, scenario, offload.scenario_cluster(scenario), plan)
+    print(json.dumps(result.to_dict(), default=float))
+    return 0
+
+
+def row_path(args: argparse.Namespace) -> str:
+    return os.path.join(args.out_dir, f"measured-{args.scenario}-{args.cap:g}.json")
+
+
 def measure_order(plans: list[Plan]) -> list[Plan]:
     """placer's plan with homes, the op-only plan, FSDP2's offload as planned, accelerate's fastest fitting map."""
     by_label = {p.label: p for p in plans}
@@ -103,9 +164,7 @@ def measured_row(plan_label: str, sim: dict[str, Any] | None, result: Result, ca
 def run(args: argparse.Namespace) -> dict[str, Any]:
     """The call (see the module docstring); returns the document it wrote last."""
     import graphs
-    from bench.fsdp2 import measure_offload
     from envs.real.local import cap_cuda_memory, cuda_caps
-    from envs.real.placing import resolve_devices
 
     start = time.monotonic()
     scenario = offload_homes.capped(offload.check_scenario(args.scenario), int(args.cap * GIB))
@@ -116,7 +175,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     plans = offload_homes.cap_plans(graph, cluster, model, evals=args.evals, seed=args.seed)
     del model
     os.makedirs(args.out_dir, exist_ok=True)
-    path = os.path.join(args.out_dir, f"measured-{scenario.name}-{args.cap:g}.json")
+    path = row_path(args)
     doc: dict[str, Any] = {
         "scenario": scenario.name,
         "cap_gib": args.cap,
@@ -127,22 +186,15 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "measured": [],
         "plans": [offload.plan_doc(p) for p in plans],
     }
-    steps = {"warmup_steps": args.warmup, "timed_steps": args.steps, "timeout_s": args.measure_timeout}
+    write_text_atomic(path, json.dumps(doc, indent=1, default=float))  # the plans, for the rows' processes
     queue: list[tuple[str, Any]] = [(p.label, p) for p in measure_order(plans)]
-    queue.insert(1, ("FSDP2, CPUOffloadPolicy (measured: torch's FSDP2)", None))
+    queue.insert(1, (FSDP2_MEASURED, None))
     for label, plan in queue:
         if time.monotonic() - start > args.deadline:
             doc["measured"].append({"label": label, "status": "not measured: past the deadline"})
             continue
         t0 = time.perf_counter()
-        if plan is None:
-            device = resolve_devices(["gpu:0"], args.device_map)["gpu:0"]
-            builder = offload.builder(scenario)
-            r = measure_offload(
-                builder, device, warmup_steps=args.warmup, timed_steps=args.steps, timeout_s=args.measure_timeout
-            )
-        else:
-            r = measure_plan(scenario, plan, args.device_map, **steps)
+        r = measure_in_child(args, path, label) if args.isolate else measure_row(args, scenario, cluster, plan)
         doc["measured"].append(measured_row(label, None if plan is None else plan.sim, r, scenario.gpu_cap_bytes))
         print(f"  {label}: {r.status} {r.step_time_s:.3f}s ({time.perf_counter() - t0:.0f}s)", file=sys.stderr)
         write_text_atomic(path, json.dumps(doc, indent=1, default=float))
@@ -162,6 +214,13 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--deadline", type=float, default=400.0, help="start no measurement after this (default 400 s)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--out-dir", required=True)
+    p.add_argument(
+        "--no-isolate",
+        dest="isolate",
+        action="store_false",
+        help="measure every row in this process (default: each in a new one, so no row's memory reaches the next)",
+    )
+    p.add_argument("--row", default=None, help=argparse.SUPPRESS)  # a row's process: measure this plan of the file
     return p.parse_args(argv)
 
 
@@ -171,6 +230,8 @@ def main(argv: list[str] | None = None) -> int:
         offload.check_scenario(args.scenario)
         if not args.cap > 0 or args.evals < 1 or args.steps < 1 or args.warmup < 0:
             raise PlacerError("--cap must be > 0, --evals and --steps >= 1, --warmup >= 0")
+        if args.row is not None:
+            return child_main(args)
         doc = run(args)
     except PlacerError as e:
         print(f"python -m bench.offload_homes_measure: {e}", file=sys.stderr)

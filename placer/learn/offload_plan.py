@@ -18,6 +18,7 @@ out of memory costs ``OOM_FACTOR`` times its step time).
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from typing import Any
 
@@ -25,20 +26,46 @@ import envs
 from graphs import OpGraph
 from graphs.plan import Placement
 from placer.learn.move_search import MoveSearch, MoveSearchOptions
+from placer.methods.heuristics.costs import MEMORY_HEADROOM
 
 
-def plan_with_homes(graph: OpGraph, cluster: Any, *, evals: int = 2000, seed: int = 0, homes: bool = True) -> Placement:
+def with_headroom(cluster: Any, headroom: float) -> Any:
+    """A copy of ``cluster`` whose devices hold ``headroom`` (0 < headroom <= 1) of their memory."""
+    if not 0 < headroom <= 1:
+        raise ValueError(f"headroom {headroom}: must be in (0, 1]")
+    devices = [dataclasses.replace(d, memory_bytes=d.memory_bytes * headroom) for d in cluster.devices]
+    return dataclasses.replace(cluster, devices=devices, _arrays={})
+
+
+def plan_with_homes(
+    graph: OpGraph,
+    cluster: Any,
+    *,
+    evals: int = 2000,
+    seed: int = 0,
+    homes: bool = True,
+    headroom: float = MEMORY_HEADROOM,
+) -> Placement:
     """The move search's best plan in ``evals`` simulated placements, with home moves (``homes`` False: the op
-    placement only, the same search otherwise); ``meta`` records the search's budget and seconds."""
+    placement only, the same search otherwise), within ``headroom`` of each device's memory; ``meta`` records the
+    search's budget, seconds and headroom."""
     t0 = time.perf_counter()
+    cluster_in = cluster
+    cluster = with_headroom(cluster, headroom)
     env = envs.SimEnv(graph, cluster)
     r = MoveSearch(graph, cluster, env, options=MoveSearchOptions(homes=homes), seed=seed).run(max_evals=evals)
     return Placement.from_indices(
         graph,
         cluster.device_names,
         r.op_devices,
-        cluster=cluster.name,
+        cluster=cluster_in.name,
         method="move_search_homes" if homes else "move_search",
-        meta={"evals": r.evals, "search_s": time.perf_counter() - t0, "seed": seed, "step_time_s": r.step_time_s},
+        meta={
+            "evals": r.evals,
+            "search_s": time.perf_counter() - t0,
+            "seed": seed,
+            "step_time_s": r.step_time_s,
+            "headroom": headroom,
+        },
         homes=r.homes,
     )

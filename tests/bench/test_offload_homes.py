@@ -85,3 +85,31 @@ def test_the_caps_change_the_cluster_s_gpu_only():
     a, b = scenario_cluster(s), scenario_cluster(SCENARIOS["llama-256k"])
     assert a.memory_bytes[1] == 8 << 30 and b.memory_bytes[1] == 24 << 30
     assert np.array_equal(a.memory_bytes[:1], b.memory_bytes[:1])
+
+
+def test_the_plan_with_homes_leaves_the_memory_headroom_free():
+    """A chain whose fastest plan (all on the GPU) fills 95 % of it: the plan keeps its peak within the headroom's
+    share of the GPU, by moving ops or homes to the host; without the headroom it takes the full GPU."""
+    from placer.learn.offload_plan import plan_with_homes
+    from placer.methods.heuristics.costs import MEMORY_HEADROOM
+
+    n = 8
+    g = OpGraph.from_edges(
+        [f"o{i}" for i in range(n)], [(f"o{i}", f"o{i + 1}", 1 << 10) for i in range(n - 1)], flops=[1e10] * n
+    )
+    g.param_bytes = np.full(n, 1 << 20, dtype=np.int64)
+    g.params = [[f"w{i}"] for i in range(n)]
+
+    def cluster(gpu_bytes: float) -> Cluster:
+        devices = [Device("cpu:0", "cpu", 1e12, 1e10, 1e10, 0.0), Device("gpu:0", "gpu", gpu_bytes, 1e13, 1e12, 0.0)]
+        return Cluster("c", devices, {("cpu:0", "gpu:0"): PCIE5, ("gpu:0", "cpu:0"): PCIE5})
+
+    all_gpu = envs.SimEnv(g, cluster(1e12)).simulate(np.ones(n, dtype=np.int32))
+    cap = all_gpu.peak_bytes["gpu:0"] / 0.95
+    c = cluster(cap)
+    full = plan_with_homes(g, c, evals=300, headroom=1.0)
+    assert envs.SimEnv(g, c).simulate(full).peak_bytes["gpu:0"] > MEMORY_HEADROOM * cap  # all on the GPU, at 95 %
+    p = plan_with_homes(g, c, evals=300)
+    assert p.meta["headroom"] == MEMORY_HEADROOM
+    sim = envs.SimEnv(g, c).simulate(p)
+    assert sim.ok and sim.peak_bytes["gpu:0"] <= MEMORY_HEADROOM * cap

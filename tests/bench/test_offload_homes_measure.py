@@ -50,7 +50,7 @@ def test_the_cpu_stand_in_measures_placer_s_homed_plan_and_fsdp2_and_writes_both
     status, out, err = run_entry(
         offload_homes_measure,
         *("--scenario", "tiny", "--cap", "0.01", "--device-map", "*=cpu", "--evals", "30"),
-        *("--warmup", "0", "--steps", "1", "--out-dir", str(tmp_path)),
+        *("--warmup", "0", "--steps", "1", "--out-dir", str(tmp_path), "--no-isolate"),
     )
     assert status == 0, err
     doc = json.loads((tmp_path / "measured-tiny-0.01.json").read_text())
@@ -61,3 +61,11 @@ def test_the_cpu_stand_in_measures_placer_s_homed_plan_and_fsdp2_and_writes_both
     placement = next(p for p in doc["plans"] if p["label"] == offload_homes.FSDP2)["placement"]
     assert placement["param_homes"] and rows[offload_homes.FSDP2]["status"] == "ok"  # placer.apply ran the homes
     assert f"{offload_homes.HOMED}: ok" in out
+    # the default: each row in a process of its own, the plan read back from the file
+    argv = ["--scenario", "tiny", "--cap", "0.01", "--device-map", "*=cpu", "--warmup", "0", "--steps", "1"]
+    args = offload_homes_measure.parse([*argv, "--out-dir", str(tmp_path)])
+    path = str(tmp_path / "measured-tiny-0.01.json")
+    r = offload_homes_measure.measure_in_child(args, path, offload_homes.HOMED)
+    assert r.status == "ok" and r.step_time_s > 0 and r.extra["losses"]
+    r = offload_homes_measure.measure_in_child(args, path, "no such plan")  # its process exits 2 with one line
+    assert r.status == "error" and "exited 2" in r.message and "'no such plan': no such plan in" in r.message
