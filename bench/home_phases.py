@@ -1,0 +1,174 @@
+"""Where a plan's GPU memory goes, phase by phase: the forward, the backward and the optimizer step (issue 50).
+
+For a scenario of :mod:`bench.offload` at one GPU cap, the plans named by ``--plans``
+(``fsdp2``: FSDP2's offload as a plan, every parameter homed on the host; ``homes``:
+placer's move search with home moves; ``ops``: the same search without them) are
+each run through :func:`placer.apply` with ``torch.optim.Adam``, ``--steps`` training
+steps, and after each phase the device is synchronised and its memory read:
+allocated at the phase's end and its peak (``torch.cuda.max_memory_allocated``,
+reset at the phase's start), with the phase's seconds. Beside them, the simulator's
+peak and step of the same plan. On a machine without CUDA the seconds are real and
+the memory columns are 0. A markdown table on stdout (``--json``: every step).
+
+    python -m bench.home_phases --scenario llama-256k --cap 24 --plans fsdp2,homes
+    python -m bench.home_phases --scenario tiny --cap 0.02 --device-map '*=cpu'   # the CPU stand-in
+
+On an H200 (docs/offload_homes/h200/phases-fsdp2-as-plan.txt) FSDP2's offload as a
+plan peaked at 5.63 GiB in the forward and 6.62 GiB in the backward, 0.06 GiB in the
+host's Adam step (2.3 s of a 2.7 s step), against the simulator's 7.57 GiB.
+"""
+
+from __future__ import annotations
+
+import gc
+import json
+import sys
+import time
+from typing import Any
+
+from bench import offload, offload_homes
+from bench.common import OneLineParser, machine_line, parse_list
+from graphs import PlacerError
+
+GIB = 1 << 30
+PLANS = ("fsdp2", "homes", "ops")
+PHASES = ("fwd", "bwd", "opt")
+
+
+def make_plans(names: list[str], graph: Any, cluster: Any, evals: int) -> list[tuple[str, Any]]:
+    """``(name, placement)`` for each of ``names`` (:data:`PLANS`)."""
+    out = []
+    for name in names:
+        if name == "fsdp2":
+            out.append((name, offload_homes.fsdp2_offload_plan(graph, cluster)))
+        else:
+            plan = offload_homes.searched_plan(graph, cluster, homes=name == "homes", evals=evals)
+            out.append((name, plan.placement))
+    return out
+
+
+def phase_steps(scenario: Any, placement: Any, device_map: str, steps: int) -> list[dict[str, float]]:
+    """``steps`` training steps of ``placement``, each phase's seconds, and on CUDA its GiB at the end and peak."""
+    import torch
+
+    import placer
+    from envs.real.timing import default_loss
+
+    cuda = torch.cuda.is_available()
+
+    def mark() -> tuple[float, float]:
+        if not cuda:
+            return 0.0, 0.0
+        torch.cuda.synchronize()
+        return torch.cuda.memory_allocated() / GIB, torch.cuda.max_memory_allocated() / GIB
+
+    def reset() -> None:
+        if cuda:
+            torch.cuda.reset_peak_memory_stats()
+
+    model, inputs = offload.build(scenario)
+    placed = placer.apply(model, placement, inputs, device_map=device_map)
+    del model
+    optimizer = torch.optim.Adam(placed.parameters(), lr=1e-3)  # as the measurements build it
+    rows = []
+    try:
+        for _ in range(steps):
+            optimizer.zero_grad(set_to_none=True)
+            row: dict[str, float] = {"start_gib": mark()[0]}
+            loss = None
+            for phase in PHASES:
+                reset()
+                t0 = time.perf_counter()
+                if phase == "fwd":
+                    loss = default_loss(placed(*inputs))
+                elif phase == "bwd":
+                    loss.backward()
+                else:
+                    optimizer.step()
+                end, peak = mark()
+                row.update({f"{phase}_s": time.perf_counter() - t0, f"{phase}_end_gib": end, f"{phase}_peak_gib": peak})
+            rows.append({**row, "loss": float(loss)})
+    finally:
+        del placed, optimizer
+        gc.collect()
+        if cuda:
+            torch.cuda.empty_cache()
+    return rows
+
+
+def markdown_table(runs: list[dict[str, Any]]) -> str:
+    """One row per plan: its last step's phases beside the simulator's peak and step."""
+    head = ["plan", "sim peak GiB", "sim step s", "homed GiB"]
+    head += [f"{p} {c}" for p in PHASES for c in ("s", "peak GiB", "end GiB")]
+    lines = ["| " + " | ".join(head) + " |", "|---|" + "---:|" * (len(head) - 1)]
+    for r in runs:
+        cells = [r["plan"], f"{r['sim_peak_gpu_gib']:.2f}", f"{r['sim_step_s']:.3f}", f"{r['homed_gib']:.2f}"]
+        if r.get("error"):
+            cells += [r["error"]] + [""] * (len(head) - 5)
+        else:
+            last = r["steps"][-1]
+            cells += [f"{last[f'{p}_{c}']:.3f}" for p in PHASES for c in ("s", "peak_gib", "end_gib")]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def run(args: Any) -> list[dict[str, Any]]:
+    import envs
+    import graphs
+    from envs.real.local import cap_cuda_memory, cuda_caps
+    from envs.real.worker import one_line
+
+    scenario = offload_homes.capped(offload.check_scenario(args.scenario), int(args.cap * GIB))
+    cluster = offload.scenario_cluster(scenario)
+    cap_cuda_memory(cuda_caps(cluster, args.device_map))
+    model, inputs = offload.build(scenario)
+    graph = graphs.capture(model, inputs, name=scenario.name)
+    del model
+    runs = []
+    for name, p in make_plans(parse_list(args.plans, what="plans", known=PLANS), graph, cluster, args.evals):
+        sim = envs.SimEnv(graph, cluster).simulate(p)
+        homes = p.home_indices(graph, cluster.device_names)
+        r: dict[str, Any] = {
+            "plan": name,
+            "sim_peak_gpu_gib": sim.peak_bytes.get("gpu:0", 0) / GIB,
+            "sim_step_s": sim.step_time_s,
+            "homed_gib": float(graph.param_bytes[homes >= 0].sum()) / GIB,
+        }
+        try:
+            r["steps"] = phase_steps(scenario, p, args.device_map, args.steps)
+        except Exception as e:  # noqa: BLE001  (a plan that fails, out of memory most often, is its row)
+            r["error"] = f"{type(e).__name__}: {one_line(e)}"
+        print(f"  {name}: {r.get('error') or 'ok'}", file=sys.stderr, flush=True)
+        runs.append(r)
+    return runs
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = OneLineParser(prog="python -m bench.home_phases", description=__doc__.split("\n")[0])
+    p.add_argument("--scenario", default="llama-256k", help="known: " + ", ".join(offload.SCENARIOS))
+    p.add_argument("--cap", type=float, default=24.0, help="the GPU cap in GiB (default 24)")
+    p.add_argument("--device-map", default="cpu:0=cpu,gpu:0=cuda:0", help="'*=cpu': the CPU stand-in")
+    p.add_argument("--plans", default="fsdp2,homes", help="comma list of " + ", ".join(PLANS))
+    p.add_argument("--evals", type=int, default=2000, help="placements each search simulates (default 2000)")
+    p.add_argument("--steps", type=int, default=3, help="training steps per plan (default 3)")
+    p.add_argument("--json", action="store_true", help="every step of every plan as JSON")
+    args = p.parse_args(argv)
+    try:
+        offload.check_scenario(args.scenario)
+        if not args.cap > 0 or args.evals < 1 or args.steps < 1:
+            raise PlacerError("--cap must be > 0, --evals and --steps >= 1")
+        parse_list(args.plans, what="plans", known=PLANS)
+        runs = run(args)
+    except PlacerError as e:
+        print(f"python -m bench.home_phases: {e}", file=sys.stderr)
+        return 2
+    if args.json:
+        print(json.dumps({"machine": machine_line(), "argv": sys.argv[1:], "runs": runs}, indent=1, default=float))
+    else:
+        print(markdown_table(runs))
+        print(f"\nMachine: {machine_line()}.")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
