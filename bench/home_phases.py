@@ -52,7 +52,7 @@ def phase_steps(scenario: Any, placement: Any, device_map: str, steps: int) -> l
     import torch
 
     import placer
-    from envs.real.timing import default_loss
+    from envs.real.timing import adam, default_loss
 
     cuda = torch.cuda.is_available()
 
@@ -69,7 +69,7 @@ def phase_steps(scenario: Any, placement: Any, device_map: str, steps: int) -> l
     model, inputs = offload.build(scenario)
     placed = placer.apply(model, placement, inputs, device_map=device_map)
     del model
-    optimizer = torch.optim.Adam(placed.parameters(), lr=1e-3)  # as the measurements build it
+    optimizer = adam(placed.parameters(), lr=1e-3)  # as the measurements build it
     rows = []
     try:
         for _ in range(steps):
@@ -87,7 +87,7 @@ def phase_steps(scenario: Any, placement: Any, device_map: str, steps: int) -> l
                     optimizer.step()
                 end, peak = mark()
                 row.update({f"{phase}_s": time.perf_counter() - t0, f"{phase}_end_gib": end, f"{phase}_peak_gib": peak})
-            rows.append({**row, "loss": float(loss)})
+            rows.append({**row, "loss": float(loss.detach())})
     finally:
         del placed, optimizer
         gc.collect()

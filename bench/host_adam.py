@@ -3,12 +3,14 @@
 FSDP2's ``CPUOffloadPolicy`` runs the whole model's Adam step on the host; a
 placement with the token embedding on the host runs that module's. Both step
 times are bounded below by ``parameters / rate`` with the rate measured here:
-fp32 Adam (``torch.optim.Adam``, the foreach and the per-tensor loop) over
+fp32 Adam (``torch.optim.Adam``: the foreach path, the per-tensor loop that its
+defaults take with a parameter on the host, and the fused kernels that placer's
+measurements build, :func:`envs.real.timing.adam`) over
 ``parameters`` split into tensors of ``tensor_params``, median of ``repeats``
 steps after one warm-up step (which allocates the moments).
 
 >>> r = adam_rate(200_000, threads=1, repeats=2, tensor_params=50_000)
->>> sorted(r) == ["foreach", "single_tensor"] and all(v > 0 for v in r.values())
+>>> sorted(r) == ["foreach", "fused", "single_tensor"] and all(v > 0 for v in r.values())
 True
 """
 
@@ -21,7 +23,8 @@ import torch
 
 
 def adam_rate(parameters: int, *, threads: int, repeats: int = 3, tensor_params: int = 4_000_000) -> dict[str, float]:
-    """Parameters updated per second by one fp32 Adam step on the host: ``{"foreach": ..., "single_tensor": ...}``."""
+    """Parameters updated per second by one fp32 Adam step on the host: ``{"foreach": ..., "single_tensor": ...,
+    "fused": ...}``."""
     before = torch.get_num_threads()
     torch.set_num_threads(threads)
     try:
@@ -29,11 +32,12 @@ def adam_rate(parameters: int, *, threads: int, repeats: int = 3, tensor_params:
             [parameters % tensor_params] if parameters % tensor_params else []
         )
         out = {}
-        for name, foreach in (("foreach", True), ("single_tensor", False)):
+        paths = (("foreach", {"foreach": True}), ("single_tensor", {"foreach": False}), ("fused", {"fused": True}))
+        for name, path in paths:
             params = [torch.nn.Parameter(torch.randn(n)) for n in sizes]
             for p in params:
                 p.grad = torch.randn_like(p)
-            opt = torch.optim.Adam(params, lr=1e-3, foreach=foreach)
+            opt = torch.optim.Adam(params, lr=1e-3, **path)
             opt.step()
             times = []
             for _ in range(repeats):

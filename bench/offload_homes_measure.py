@@ -52,7 +52,7 @@ def measure_plan(
 
     import placer
     from envs.real.placing import resolve_devices
-    from envs.real.timing import failure_status, measure_steps, time_limit
+    from envs.real.timing import adam, failure_status, measure_steps, time_limit
     from envs.real.worker import one_line
 
     p = plan.placement
@@ -60,7 +60,7 @@ def measure_plan(
         with time_limit(timeout_s):
             model, inputs = offload.build(scenario)
             placed = placer.apply(model, p, inputs, device_map=device_map)
-            optimizer = torch.optim.Adam(placed.parameters(), lr=1e-3)  # host-homed parameters step on the host
+            optimizer = adam(placed.parameters(), lr=1e-3)  # host-homed parameters step on the host
             names = sorted(set(p.assignment.values()) | set(p.param_homes.values()))
             m = measure_steps(
                 placed,

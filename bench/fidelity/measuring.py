@@ -26,7 +26,7 @@ def measure_local(name: str, args: argparse.Namespace, cluster, graph, placement
 
     from envs.real.placing import place_module
     from envs.real.profiler import host_clock
-    from envs.real.timing import train_step
+    from envs.real.timing import adam, train_step
     from envs.result import Result
     from graphs.torch_capture import export_program
 
@@ -41,7 +41,7 @@ def measure_local(name: str, args: argparse.Namespace, cluster, graph, placement
                 v.copy_(snapshot[k])
         assignment = {op: cluster.device_names[d] for op, d in zip(graph.names, op_devices)}
         module = place_module(ep, assignment, args.device_map)
-        opt = torch.optim.Adam(module.parameters(), lr=1e-3)
+        opt = adam(module.parameters(), lr=1e-3)
         times = []
         for k in range(args.warmup + args.steps):
             t0 = clock()

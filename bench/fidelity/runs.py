@@ -241,6 +241,7 @@ def _runs(name: str, args: Any, graph, logical, cands: list[dict], todo: dict[st
 
     from envs.real.interleaved import Run
     from envs.real.placing import place_module, resolve_devices
+    from envs.real.timing import adam
     from graphs.torch_capture import export_program
 
     model, inputs = build(name, args.size)
@@ -257,7 +258,7 @@ def _runs(name: str, args: Any, graph, logical, cands: list[dict], todo: dict[st
         try:
             module = place_module(ep, assignment, args.device_map, order=order)
             devices = resolve_devices(sorted(set(assignment.values())), args.device_map)
-            runs[label] = Run(module, torch.optim.Adam(module.parameters(), lr=1e-3), devices)
+            runs[label] = Run(module, adam(module.parameters(), lr=1e-3), devices)
         except Exception as e:  # placing failed: a result for this placement, the others go on
             failed[label] = {
                 "status": "error",

@@ -31,7 +31,7 @@ import torch
 
 from envs.real.placing import place_module, resolve_devices
 from envs.real.shipping import shipped_root
-from envs.real.timing import Protocol, failure_status, measure_steps
+from envs.real.timing import Protocol, adam, failure_status, measure_steps
 from envs.result import Result
 from graphs import PlacerError, zoo
 from graphs.sources import load_callable, model_and_inputs
@@ -149,7 +149,7 @@ class Worker:
             self._restore()
             devices = resolve_devices(sorted(set(assignment.values())), self.device_map)
             module = place_module(self.ep, assignment, self.device_map, order=order)
-            opt = torch.optim.Adam(module.parameters(), lr=self.lr)
+            opt = adam(module.parameters(), lr=self.lr)
             m = self._steps(module, opt, devices, warmup_steps, timed_steps)
             extra.update(step_times_s=m["step_times_s"], losses=m["losses"])
             return Result(m["step_time_s"], "ok", peak_bytes=m["peak_bytes"], source="measured", extra=extra).to_dict()

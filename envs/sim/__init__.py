@@ -22,7 +22,7 @@ Rules, reference | kernel:
 * links: one copy per output and remote device, carrying its largest edge: ``tasks.py:transfer_keys`` |
   ``kernel_eager.py:count_transfers``
 * memory, the peak sweep: ``memory.py:peak_bytes`` | ``kernel_memory.py:peak_live_bytes``
-* out of memory, the optimizer step's temporaries included: ``step_result.py:step_result`` |
+* out of memory (torch's fused Adam: no temporaries beside the static state): ``step_result.py:step_result`` |
   ``kernel_memory.py:over_capacity``
 * the optimizer step after the backward: ``cost.py:update_time_s`` | ``kernel.py:update_time_s``
 * parameter homes (parameters that live on the host, read on a GPU): copied in on a side stream before the forward

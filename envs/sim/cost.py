@@ -205,7 +205,7 @@ def copy_costs(cluster: Cluster) -> tuple[np.ndarray, np.ndarray]:
 
 
 def update_times_s(param_bytes_per_device: np.ndarray, cluster: Cluster) -> np.ndarray:
-    """Optimizer-step seconds per device holding ``param_bytes_per_device`` (Adam, foreach).
+    """Optimizer-step seconds per device holding ``param_bytes_per_device`` (Adam, fused).
 
     One fused/multi-tensor launch plus ``UPDATE_TRAFFIC_MULTIPLIER`` passes over
     the parameter bytes at memory bandwidth; 0 on a device without parameters.
@@ -241,35 +241,6 @@ def update_bandwidth(update_s: float, param_bytes: float, launch_overhead_s: flo
     """
     busy_s = max(float(update_s) - float(launch_overhead_s), 1e-12)
     return UPDATE_TRAFFIC_MULTIPLIER * max(float(param_bytes), 1.0) / busy_s
-
-
-def update_transient_bytes(param_bytes: np.ndarray, op_devices: np.ndarray, host: np.ndarray) -> np.ndarray:
-    """Bytes ``torch.optim.Adam``'s step allocates beside the static state, per device (int64, ``[D]``).
-
-    With its defaults Adam takes the multi-tensor (foreach) path only when every parameter is on a device
-    with foreach kernels (CUDA; not the host: ``torch.optim.optimizer._default_to_fused_or_foreach``):
-    there ``torch._foreach_sqrt(exp_avg_sqs)`` makes one temporary the size of all of a device's
-    parameters. With any parameter on the host every parameter takes the single-tensor path, where
-    ``exp_avg_sq.sqrt() / c`` holds two temporaries the size of that parameter: twice the largest one
-    (an op's parameters stand for its largest tensor). On an H100 capped at 24 GiB, eight plans with the
-    embedding on the host peaked at the same 19.03 GiB, static state plus twice the 1.95 GiB LM head.
-    ``host[d]``: device ``d`` is the host.
-
-    >>> update_transient_bytes(np.array([4, 0, 6, 2]), np.array([0, 0, 1, 1]), np.array([False, False])).tolist()
-    [4, 8]
-    >>> update_transient_bytes(np.array([4, 0, 6, 2]), np.array([0, 0, 1, 1]), np.array([True, False])).tolist()
-    [8, 12]
-    """
-    p = np.asarray(param_bytes).astype(np.int64)
-    d = np.asarray(op_devices).astype(np.int64)
-    host = np.asarray(host, dtype=bool)
-    out = np.zeros(len(host), dtype=np.int64)
-    owns = p > 0
-    if not host[d[owns]].any():  # foreach: one temporary of every parameter on the device
-        np.add.at(out, d[owns], p[owns])
-    else:
-        np.maximum.at(out, d[owns], 2 * p[owns])
-    return out
 
 
 def static_bytes(graph: OpGraph) -> np.ndarray:

@@ -7,8 +7,8 @@ device ``c`` is *offloaded*; :mod:`envs.real.homes` runs it, and the simulator
 charges what that runtime does:
 
 * **state**: the weights, their gradients and Adam's two moments (``4 B``) live on
-  ``c``, not ``d``: static bytes, the optimizer step's time and its temporaries
-  count on ``c`` (:func:`param_devices`). Buffers stay with the op.
+  ``c``, not ``d``: static bytes and the optimizer step's time count on ``c``
+  (:func:`param_devices`). Buffers stay with the op.
 * **forward**: right before the host issues op ``i`` (after its input copies), it
   issues the copy of its parameters ``c -> d`` on ``d``'s side stream, from pinned
   memory (no host time): ``start = max(h, L[c, d], guard)``, ``end = start +

@@ -114,12 +114,11 @@ def _batch(
     pb = np.zeros(D)
     sb = np.zeros(D, dtype=np.int64)
     ub = np.zeros(D, dtype=np.int64)
-    mx = np.zeros(D, dtype=np.int64)  # each device's largest parameter (op)
     bytes_of, consumers, copies, ws = (
         (param_b, static_b, act_b, moved_b),
         (out_ptr, out_dst),
         (tcount, tbytes, gpend),
-        (pb, sb, ub, mx),
+        (sb, ub),
     )
     ring = np.full(4 * D, -1, dtype=np.int64)
     ht = np.zeros((6, n))
@@ -205,7 +204,7 @@ def _batch(
                     update_s = device_update_s
         step_time_s[k] = t_end + update_s
         oom[k], over[k] = over_capacity(
-            p, n, D, bytes_of, host, cap, grad, kept, consumers, copies, start, end, want_over, ws, homes
+            p, n, D, bytes_of, cap, grad, kept, consumers, copies, start, end, want_over, ws, homes
         )
         _reset(p, n, D, out_ptr, out_dst, tcount, tbytes, free)
 

@@ -3,9 +3,8 @@
 :func:`over_capacity` decides OOM exactly without sweeping every device: a
 device whose static bytes plus every allocation it will ever make fit its
 capacity cannot run out, and only the others get the (sorted) sweep of
-:func:`peak_live_bytes`. After the backward, the optimizer step's temporaries
-(:func:`envs.sim.cost.update_transient_bytes`) count beside the static state.
-Bytes are integers, so the kernel and the reference agree bit for bit.
+:func:`peak_live_bytes`. The optimizer step (torch's fused Adam, in place) adds
+nothing beside the static state. Bytes are integers, so the kernel and the reference agree bit for bit.
 """
 
 from __future__ import annotations
@@ -101,7 +100,7 @@ def peak_live_bytes(device_index, p, n, D, act_b, grad, kept, out_ptr, out_dst, 
 
 
 @njit(cache=True)
-def over_capacity(p, n, D, bytes_of, host, cap, grad, kept, consumers, copies, start, end, want_over, ws, homes):
+def over_capacity(p, n, D, bytes_of, cap, grad, kept, consumers, copies, start, end, want_over, ws, homes):
     """``(out of memory, worst)`` of a scheduled placement ``p`` (task times ``start``/``end``).
 
     ``bytes_of``: per op, ``(param_b, static_b, act_b, moved_b)`` (``moved_b``: the static bytes that live on the
@@ -109,20 +108,17 @@ def over_capacity(p, n, D, bytes_of, host, cap, grad, kept, consumers, copies, s
     ``(out_ptr, out_dst)``; ``copies``:
     ``(tcount, tbytes, gpend)`` of the schedule (each counted copy slot is marked -2 in ``gpend``). ``worst``: with
     ``want_over``, the largest peak / capacity over the devices that overflow (0 when it fits); without, the check
-    stops at the first device that overflows. ``ws``: ``[D]`` workspaces ``(pb, sb, ub, mx)`` (parameter, static
-    and upper-bound bytes, largest parameter).
+    stops at the first device that overflows. ``ws``: ``[D]`` workspaces ``(sb, ub)`` (static and upper-bound
+    bytes).
     """
     param_b, static_b, act_b, moved_b = bytes_of
     hm = homes[0]
     out_ptr, out_dst = consumers
     tcount, tbytes, gpend = copies
-    pb, sb, ub, mx = ws
-    any_host = False
+    sb, ub = ws
     for d in range(D):
-        pb[d] = 0.0
         sb[d] = 0
         ub[d] = 0
-        mx[d] = 0
     for i in range(n):
         d = p[i]
         ub[d] += 2 * act_b[i]
@@ -133,12 +129,6 @@ def over_capacity(p, n, D, bytes_of, host, cap, grad, kept, consumers, copies, s
             sb[d] += moved_b[i]
         else:
             sb[d] += static_b[i]
-        pb[d] += param_b[i]
-        if param_b[i] > 0:
-            if host[d]:
-                any_host = True
-            if np.int64(param_b[i]) > mx[d]:
-                mx[d] = np.int64(param_b[i])
     # upper bound on live bytes: every allocation at once
     for u in range(n):
         for k in range(out_ptr[u], out_ptr[u + 1]):
@@ -155,8 +145,7 @@ def over_capacity(p, n, D, bytes_of, host, cap, grad, kept, consumers, copies, s
         if sb[d] > cap[d] and not want_over:
             is_oom = True
             break
-        # at the optimizer step, its temporaries (envs.sim.cost.update_transient_bytes)
-        live = sb[d] + (2 * mx[d] if any_host else np.int64(pb[d]))
+        live = sb[d]
         if sb[d] + ub[d] > cap[d]:
             swept = sb[d] + peak_live_bytes(
                 d, p, n, D, act_b, grad, kept, out_ptr, out_dst, tcount, tbytes, start, end, homes

@@ -15,7 +15,7 @@ traces and Results read any schedule the same way):
 Then ``optimizer.step()`` runs after ``loss.backward()`` returns. Both models
 charge it after the whole backward, every device updating its parameters in
 parallel: ``step = backward end + max_d update_d``. (In eager PyTorch a GPU's
-foreach-Adam kernels could start as soon as its own stream has drained; the
+fused-Adam kernels could start as soon as its own stream has drained; the
 conservative rule keeps one definition for both models and keeps
 :mod:`envs.sim.bound` a valid bound.)
 

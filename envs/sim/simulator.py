@@ -270,13 +270,6 @@ class SimEnv:
         np.add.at(out, op_devices if param_devices is None else param_devices, self.static_bytes - buffers)
         return out
 
-    def update_transient(self, param_devices: np.ndarray) -> np.ndarray:
-        """Bytes the optimizer step allocates beside the static state, per device, each op's parameters on
-        ``param_devices`` (:func:`envs.sim.cost.update_transient_bytes`)."""
-        return cost.update_transient_bytes(
-            self.sim_graph.param_bytes, param_devices, [k == "cpu" for k in self.cluster.kinds]
-        )
-
     def with_homes(self, homes: Any) -> WithHomes:
         """This env scoring batches with parameter ``homes``: ``[num_ops]`` (every row) or ``[K, num_ops]`` device
         indices, -1 for an op's own device (:class:`envs.sim.homes.WithHomes`)."""

@@ -3,7 +3,7 @@
 :func:`step_result` reads one :class:`~envs.sim.tasks.Schedule` of a
 :class:`~envs.sim.simulator.SimEnv` into the :class:`envs.result.Result` every
 scorer returns: the memory sweep of :mod:`envs.sim.memory` on top of each
-device's static bytes (or the optimizer step's temporaries, if larger), and
+device's static bytes (torch's fused Adam step adds nothing to them), and
 ``oom`` with the worst device named where a peak exceeds its capacity.
 """
 
@@ -63,7 +63,6 @@ def step_result(env: "SimEnv", schedule: Schedule, *, trace: bool = False) -> Re
     param_devices = schedule_param_devices(schedule)
     static = env.static_per_device(schedule.op_devices, param_devices)
     peaks, _ = peak_bytes(schedule, env.act_bytes, static, D, env.grad, env.kept, env.consumers)
-    peaks = np.maximum(peaks, static + env.update_transient(param_devices))  # the optimizer step, after backward
     over = [d for d in range(D) if peaks[d] > c.memory_bytes[d]]
     extra: dict[str, Any] = {
         "sim_step_time_s": schedule.step_time_s,

@@ -41,7 +41,12 @@ def add_command(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--device-map", default=None, metavar="MAP", help=DEVICE_MAP_HELP)
     p.add_argument("--steps", type=int, default=10, help="timed training steps (default 10)")
     p.add_argument("--warmup", type=int, default=2, help="untimed warm-up steps first (default 2)")
-    p.add_argument("--lr", type=float, default=1e-3, help="Adam learning rate (default 1e-3)")
+    p.add_argument(
+        "--lr",
+        type=float,
+        default=1e-3,
+        help="learning rate of torch's fused Adam, the optimizer the simulator charges (default 1e-3)",
+    )
     p.add_argument(
         "--measure-timeout",
         type=float,
@@ -124,7 +129,7 @@ def run_here(args: argparse.Namespace) -> int:
     check_available(torch_devices)
     model, inputs = sources.resolve_model(args.source)
     module = apply(model, placement, inputs, device_map=args.device_map)
-    opt = torch.optim.Adam(module.parameters(), lr=args.lr)
+    opt = timing.adam(module.parameters(), lr=args.lr)
     try:
         with timing.time_limit(args.measure_timeout):
             m = timing.measure_steps(

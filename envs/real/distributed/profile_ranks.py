@@ -36,6 +36,7 @@ from torch.distributed.elastic.multiprocessing.errors import record
 from envs.cluster import Cluster
 from envs.devices import Device, Link
 from envs.real.distributed.worker import gather_to_first
+from envs.real.timing import adam
 from envs.real.worker import build_model
 from envs.sim.cost import op_times, update_times_s
 from graphs import PlacerError
@@ -86,7 +87,7 @@ def compute_rates(repeats: int) -> dict[str, float]:
 def model_step_s(source: str, source_dir: str, repeats: int, warmup: int) -> float:
     """One training step (forward, backward, Adam) of SOURCE's model on this rank, median seconds."""
     model, inputs = build_model(source, search_dir=source_dir)
-    optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
+    optimizer = adam(model.parameters(), lr=1e-3)
 
     def step() -> None:
         optimizer.zero_grad()

@@ -38,7 +38,7 @@ from envs.real.distributed.rank_plan import RankPlan
 from envs.real.distributed.ranks import check_world
 from envs.real.distributed.runtime import RankSchedule
 from envs.real.pipeline import split_batch
-from envs.real.timing import Protocol, measure_steps, time_limit
+from envs.real.timing import Protocol, adam, measure_steps, time_limit
 from envs.real.worker import build_model
 from graphs import PlacerError
 from graphs.torch_capture import export_program, graph_from_program
@@ -186,7 +186,7 @@ def run_rank(job: RankJob) -> dict[str, Any] | None:
             check = check_report(parts, ref, graph.meta.get("tied_params", [])) if rank == 0 else None
         device = next(d for d, where in plan.devices.items() if where.rank == rank)
         params = list(schedule.parameters())  # a rank whose stages hold no parameters (the loss alone) steps nothing
-        optimizer = torch.optim.Adam(params, lr=job.lr) if params else NoParameters()
+        optimizer = adam(params, lr=job.lr) if params else NoParameters()
         with time_limit(job.timeout_s):
             m = measure_steps(
                 PipelineStep(schedule),

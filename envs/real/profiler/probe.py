@@ -22,7 +22,7 @@ import torch.fx as fx
 from torch.utils._pytree import tree_flatten  # noqa: PLC2701 (torch has no public pytree module)
 
 from envs.real.placing import place_module
-from envs.real.timing import default_loss
+from envs.real.timing import adam, default_loss
 from graphs import OpGraph, PlacerError
 
 
@@ -265,7 +265,7 @@ def probed_program(
         if node.op == "call_function":  # nodes the export added (buffer write-backs) count as "outside"
             new.target = _probed(node.target, graph.index.get(node.name, -1), current)
         env[node] = new
-    return gm, fx.GraphModule(gm, probed_graph), inputs, torch.optim.Adam(gm.parameters(), lr=lr)
+    return gm, fx.GraphModule(gm, probed_graph), inputs, adam(gm.parameters(), lr=lr)
 
 
 def concrete_inputs(ep: Any, example: list) -> list:

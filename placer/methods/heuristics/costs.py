@@ -84,13 +84,12 @@ def op_memory_bytes(graph: OpGraph) -> np.ndarray:
     Its parameters, their gradients, the optimizer state and its buffers
     (:func:`envs.sim.cost.static_bytes`) plus its output, kept for the backward pass
     (:func:`envs.sim.cost.activation_bytes`): the "permanent + activation" footprint
-    Baechi's memory-aware algorithms account against a device's capacity; and one
-    more copy of its parameters, the optimizer step's temporary on a GPU
-    (:func:`envs.sim.cost.update_transient_bytes`, Adam's foreach path). Summed over a
-    device it bounds the simulator's peak from above, up to the transient gradient
-    buffers and received tensors that :data:`MEMORY_HEADROOM` leaves room for.
+    Baechi's memory-aware algorithms account against a device's capacity (the
+    optimizer step, torch's fused Adam, adds nothing to it). Summed over a device it
+    bounds the simulator's peak from above, up to the transient gradient buffers and
+    received tensors that :data:`MEMORY_HEADROOM` leaves room for.
     """
-    return (static_bytes(graph) + activation_bytes(graph) + graph.param_bytes).astype(np.int64)
+    return (static_bytes(graph) + activation_bytes(graph)).astype(np.int64)
 
 
 #: Share of a device's memory the memory-aware heuristics fill with

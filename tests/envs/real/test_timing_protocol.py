@@ -120,3 +120,23 @@ def test_summarize_blocks_of_a_failed_run():
         [{"step_times_s": [1.0], "status": "ok"}, {"step_times_s": [], "status": "timeout", "message": "ran past 1s"}]
     )
     assert (s["status"], s["message"], s["step_time_s"]) == ("timeout", "ran past 1s", float("inf"))
+
+
+def test_adam_takes_the_fused_kernels_where_every_parameter_has_them_and_steps_as_the_default_does():
+    from envs.real.timing import adam
+
+    torch.manual_seed(0)
+    a, b = nn.Linear(4, 3), nn.Linear(4, 3)
+    b.load_state_dict(a.state_dict())
+    fused, default = adam(a.parameters(), lr=0.1), torch.optim.Adam(b.parameters(), lr=0.1)
+    assert fused.defaults["fused"] is True and not default.defaults["fused"]
+    x = torch.randn(5, 4)
+    for m, opt in ((a, fused), (b, default)):
+        for _ in range(3):
+            opt.zero_grad()
+            m(x).square().sum().backward()
+            opt.step()
+    for p, q in zip(a.parameters(), b.parameters()):
+        torch.testing.assert_close(p, q)
+    meta = adam([nn.Parameter(torch.zeros(2, device="meta"))])  # a device without the kernels: torch's default
+    assert not meta.defaults["fused"]
