@@ -170,3 +170,19 @@ def test_a_time_limit_whose_first_alarm_is_dropped_rings_again():
                     if dropped > 1:
                         raise
     assert dropped == 2 and time.perf_counter() - t0 < 2
+
+
+@pytest.mark.slow
+def test_a_measurement_steps_torch_s_fused_adam_the_optimizer_the_simulator_charges(env, monkeypatch):
+    import envs.real.worker as worker
+
+    built = []
+
+    def spy(params, lr=1e-3):
+        built.append(worker_adam(params, lr=lr))
+        return built[-1]
+
+    worker_adam = worker.adam
+    monkeypatch.setattr(worker, "adam", spy)
+    (r,) = env.evaluate([np.zeros(env.graph.num_ops, dtype=np.int32)])
+    assert r.status == "ok" and len(built) == 1 and built[0].defaults["fused"] is True
