@@ -9,6 +9,7 @@ parser whose usage errors are one line. Light on purpose (of the project, only `
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import platform
 import sys
@@ -34,6 +35,16 @@ def parse_list(arg: str, *, what: str, known: Sequence[str] | None = None) -> li
 def machine_line() -> str:
     """One line naming the machine the numbers were produced on."""
     return f"{platform.platform()}, Python {platform.python_version()}, {os.cpu_count()} CPU cores"
+
+
+def print_report(as_json: bool, doc: dict[str, Any], table: Callable[[], str]) -> None:
+    """A benchmark's output on stdout: ``doc`` as JSON after the machine line and the arguments (``as_json``), else
+    the markdown ``table()`` and the machine line."""
+    if as_json:
+        print(json.dumps({"machine": machine_line(), "argv": sys.argv[1:], **doc}, indent=1, default=float))
+    else:
+        print(table())
+        print(f"\nMachine: {machine_line()}.")
 
 
 def mode_defaults(args: argparse.Namespace, defaults: dict[str, dict[str, Any]]) -> argparse.Namespace:

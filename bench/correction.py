@@ -34,7 +34,6 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import hashlib
-import json
 import sys
 import time
 from typing import Any, Callable
@@ -42,7 +41,7 @@ from typing import Any, Callable
 import numpy as np
 
 import envs
-from bench.common import OneLineParser, machine_line, parse_list
+from bench.common import OneLineParser, parse_list, print_report
 from bench.graph_sources import graphs_and_clusters
 from graphs import PlacerError
 from placer.learn.measured_moves import measured_move_search
@@ -295,12 +294,9 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:  # the deadline (timeout --signal=INT): print what is done, marked as interrupted
         say("interrupted: the table has the methods that finished")
         interrupted = True
-    if args.json:
-        head = {"machine": machine_line(), "argv": sys.argv[1:], **({"interrupted": True} if interrupted else {})}
-        print(json.dumps({**head, "cells": cells}, indent=1, default=float))
-    else:
-        print(markdown_table(cells))
-        print(f"\nMachine: {machine_line()}.")
+    print_report(
+        args.json, {**({"interrupted": True} if interrupted else {}), "cells": cells}, lambda: markdown_table(cells)
+    )
     return 130 if interrupted else 0
 
 

@@ -12,12 +12,11 @@ and over the whole run, and the best step time. A markdown table on stdout (``--
 
 from __future__ import annotations
 
-import json
 import sys
 from typing import Any
 
 import envs
-from bench.common import OneLineParser, machine_line, parse_list
+from bench.common import OneLineParser, parse_list, print_report
 from bench.graph_sources import graphs_and_clusters
 from graphs import PlacerError
 from placer.learn.move_search import MoveSearch, MoveSearchOptions
@@ -96,11 +95,7 @@ def main(argv: list[str] | None = None) -> int:
     except PlacerError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    if args.json:
-        print(json.dumps({"machine": machine_line(), "argv": sys.argv[1:], "runs": runs}, indent=1, default=float))
-    else:
-        print(markdown_table(runs, args.early))
-        print(f"\nMachine: {machine_line()}.")
+    print_report(args.json, {"runs": runs}, lambda: markdown_table(runs, args.early))
     return 0
 
 

@@ -21,13 +21,12 @@ host's Adam step (2.3 s of a 2.7 s step), against the simulator's 7.57 GiB.
 from __future__ import annotations
 
 import gc
-import json
 import sys
 import time
 from typing import Any
 
 from bench import offload, offload_homes
-from bench.common import OneLineParser, machine_line, parse_list
+from bench.common import OneLineParser, parse_list, print_report
 from graphs import PlacerError
 
 GIB = 1 << 30
@@ -162,11 +161,7 @@ def main(argv: list[str] | None = None) -> int:
     except PlacerError as e:
         print(f"python -m bench.home_phases: {e}", file=sys.stderr)
         return 2
-    if args.json:
-        print(json.dumps({"machine": machine_line(), "argv": sys.argv[1:], "runs": runs}, indent=1, default=float))
-    else:
-        print(markdown_table(runs))
-        print(f"\nMachine: {machine_line()}.")
+    print_report(args.json, {"runs": runs}, lambda: markdown_table(runs))
     return 0
 
 
