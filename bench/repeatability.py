@@ -2,6 +2,7 @@
 
     python -m bench.repeatability --scenario tiny --builds 8 --threads 1,2
     python -m bench.repeatability --source nmt-2 --cluster k80x2 --device-map '*=cpu' --builds 6 --json
+    python -m bench.repeatability --scenario llama-256k --placement plan.json --builds 6   # a plan that fits the cap
 
 Each build places the module anew (:class:`envs.real.local.LocalEnv` with ``again``: a fresh placed module, a fresh
 optimizer, ``--warmup`` then ``--steps`` timed steps, the median of them its step time). The settings (torch's
@@ -75,8 +76,16 @@ def measure(args: argparse.Namespace, say) -> dict[str, Any]:
     if any(t < 1 for t in threads):
         raise PlacerError("--threads: each must be a positive integer or 'default'")
     env = LocalEnv(source, cluster, device_map=args.device_map, warmup_steps=args.warmup, timed_steps=args.steps)
-    device = args.device or cluster.device_names[0]
-    op_devices = np.full((1, env.graph.num_ops), cluster.index(device), dtype=np.int32)
+    if args.placement:  # a plan file (data): its ops on the cluster's devices, checked against this graph
+        from graphs.plan import Placement
+
+        device = args.placement
+        placement = Placement.load(args.placement)
+        op_devices = placement.indices(env.graph, cluster.device_names, source=args.placement)[None, :]
+        op_devices = op_devices.astype(np.int32)
+    else:
+        device = args.device or cluster.device_names[0]
+        op_devices = np.full((1, env.graph.num_ops), cluster.index(device), dtype=np.int32)
     builds: dict[str, list[dict[str, Any]]] = {str(t): [] for t in threads}
     load = [os.getloadavg()[0]]
     try:
@@ -118,6 +127,7 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--cluster", default="k80x2", help="the cluster of --source")
     ap.add_argument("--device-map", default=None, help="logical -> torch devices (e.g. '*=cpu')")
     ap.add_argument("--device", default="", help="the logical device every op is placed on (default: the first)")
+    ap.add_argument("--placement", default="", help="a placement file to measure instead (e.g. one that fits a cap)")
     ap.add_argument("--builds", type=int, default=6, help="builds per setting (default 6)")
     ap.add_argument("--warmup", type=int, default=2, help="warm-up steps per build (default 2)")
     ap.add_argument("--steps", type=int, default=5, help="timed steps per build (default 5)")

@@ -78,3 +78,31 @@ def test_an_interrupted_run_prints_the_methods_it_finished(capsys, monkeypatch):
     table = correction.markdown_table([cell])
     assert "| moe-30 | k80x2 | 0 | corrected | " in table and "measured moves" not in table
     assert table.splitlines()[-1].endswith("| - | - |")  # nothing re-measured: no ratios
+
+
+@pytest.mark.slow  # the tiny scenario captured twice and built twice (~8 s)
+def test_repeatability_measures_a_placement_file_and_refuses_one_for_another_graph(run_entry, tmp_path):
+    pytest.importorskip("transformers")
+    import numpy as np
+
+    import graphs
+    from bench import offload
+    from graphs import OpGraph
+    from graphs.plan import Placement
+
+    scenario = offload.check_scenario("tiny")
+    cluster = offload.scenario_cluster(scenario)
+    graph = graphs.capture(*offload.build(scenario), name=scenario.name)
+    ops = np.ones(graph.num_ops, dtype=np.int64)
+    ops[0] = 0  # the first op on the host, the rest on gpu:0 (every device mapped to this CPU)
+    Placement.from_indices(graph, cluster.device_names, ops, cluster=cluster.name).save(tmp_path / "p.json")
+    argv = ["--scenario", "tiny", "--device-map", "*=cpu", "--builds", "2", "--steps", "1", "--warmup", "0"]
+    status, out, err = run_entry(repeatability, *argv, "--placement", str(tmp_path / "p.json"), "--json")
+    assert status == 0, err
+    doc = json.loads(out)
+    (builds,) = doc["builds"].values()  # one setting: torch's threads as they are
+    assert doc["device"] == str(tmp_path / "p.json") and len(builds) == 2 and all(b["step_time_s"] > 0 for b in builds)
+    other = OpGraph.from_edges(["a", "b"], [("a", "b", 4)], name="other")
+    Placement.from_indices(other, ["cpu:0"], np.zeros(2, dtype=np.int64)).save(tmp_path / "q.json")
+    status, _, err = run_entry(repeatability, *argv, "--placement", str(tmp_path / "q.json"))
+    assert status == 2 and "q.json" in err and len(err.strip().splitlines()) == 1, err
