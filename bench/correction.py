@@ -85,11 +85,10 @@ def run_methods(
     seed: int,
     rematch: int,
     say: Callable[[str], Any],
-    out: dict[str, Any] | None = None,
-) -> dict[str, Any]:
-    """Every method of :data:`METHODS` at ``options.measurements`` measurements, then the side-by-side. Filled into
-    ``out`` (a new dict if None) as each method ends, so that an interrupted run keeps the methods it finished."""
-    out = {} if out is None else out
+    out: dict[str, Any],
+) -> None:
+    """Every method of :data:`METHODS` at ``options.measurements`` measurements, then the side-by-side, filled into
+    ``out`` as each method ends, so that an interrupted run keeps the methods it finished."""
     out.update({"measurements": options.measurements, "methods": {}})
     found: dict[str, np.ndarray] = {}
     for correction in (True, False):
@@ -125,27 +124,21 @@ def run_methods(
     side_by_side(real, found, rematch, out["side_by_side"])
     if isinstance(real, StandIn):
         out["true_s"] = {m: float(real.true_step_times(p)[0][0]) for m, p in found.items()}
-    return out
 
 
-def side_by_side(
-    real: Any, found: dict[str, np.ndarray], rounds: int, times: dict[str, list[float]] | None = None
-) -> dict[str, list[float]]:
-    """Each method's placement measured again ``rounds`` times, all of them in one batch a round (filled into
-    ``times`` round by round)."""
+def side_by_side(real: Any, found: dict[str, np.ndarray], rounds: int, times: dict[str, list[float]]) -> None:
+    """Each method's placement measured again ``rounds`` times, all of them in one batch a round, filled into
+    ``times`` round by round."""
     names = list(found)
-    times = {} if times is None else times
     times.update({m: [] for m in names})
     for _ in range(rounds):
         step_time_s, failed = real.measure_again(np.stack([found[m] for m in names]))
         for m, t, f in zip(names, step_time_s, failed):
             times[m].append(float("inf") if f else float(t))
-    return times
 
 
-def stand_in_cells(
-    args: argparse.Namespace, say: Callable[[str], Any], cells: list[dict[str, Any]]
-) -> list[dict[str, Any]]:
+def stand_in_cells(args: argparse.Namespace, say: Callable[[str], Any], cells: list[dict[str, Any]]) -> None:
+    """The stand-in's cells, appended to ``cells`` as each starts (see :func:`run_methods`)."""
     graphs, clusters = graphs_and_clusters(args.graphs, args.clusters)
     for graph in graphs:
         for cluster in clusters:
@@ -159,12 +152,10 @@ def stand_in_cells(
                 cells.append(cell)
                 options = _options(args)
                 run_methods(graph, cluster, real, options=options, seed=seed, rematch=args.rematch, say=say, out=cell)
-    return cells
 
 
-def local_cells(
-    args: argparse.Namespace, say: Callable[[str], Any], cells: list[dict[str, Any]]
-) -> list[dict[str, Any]]:
+def local_cells(args: argparse.Namespace, say: Callable[[str], Any], cells: list[dict[str, Any]]) -> None:
+    """Real steps' cells, appended to ``cells`` as each starts (see :func:`run_methods`)."""
     from envs.real.local import LocalEnv  # torch: only for real steps
 
     if args.scenario:
@@ -193,7 +184,6 @@ def local_cells(
             run_methods(real.graph, cluster, real, options=options, seed=seed, rematch=args.rematch, say=say, out=cell)
     finally:
         real.close()
-    return cells
 
 
 def _seeds(text: str) -> list[int]:

@@ -84,13 +84,11 @@ FSDP2_MEASURED = "FSDP2, CPUOffloadPolicy (measured: torch's FSDP2)"
 
 
 def measure_row(args: argparse.Namespace, scenario: Any, cluster: Any, plan: Plan | None) -> Result:
-    """One row in this process: ``plan`` through :func:`measure_plan`, or torch's FSDP2 itself (``plan`` None),
-    under the GPU cap."""
+    """One row in this process (its GPU already capped): ``plan`` through :func:`measure_plan`, or torch's FSDP2
+    itself (``plan`` None)."""
     from bench.fsdp2 import measure_offload
-    from envs.real.local import cap_cuda_memory, cuda_caps
     from envs.real.placing import resolve_devices
 
-    cap_cuda_memory(cuda_caps(cluster, args.device_map))
     if plan is not None:
         steps = {"warmup_steps": args.warmup, "timed_steps": args.steps, "timeout_s": args.measure_timeout}
         return measure_plan(scenario, plan, args.device_map, **steps)
@@ -120,14 +118,19 @@ def measure_in_child(args: argparse.Namespace, path: str, label: str) -> Result:
 
 
 def child_main(args: argparse.Namespace) -> int:
-    """``--row LABEL``: measure one row of ``OUT/measured-<scenario>-<cap>.json`` here, print its Result as JSON."""
+    """``--row LABEL``: measure one row of ``OUT/measured-<scenario>-<cap>.json`` here, under the GPU cap, print its
+    Result as JSON."""
+    from envs.real.local import cap_cuda_memory, cuda_caps
+
     scenario = offload_homes.capped(offload.check_scenario(args.scenario), int(args.cap * GIB))
     with open(row_path(args), encoding="utf-8") as f:
         docs = {d["label"]: d for d in json.load(f)["plans"]}
     if args.row != FSDP2_MEASURED and args.row not in docs:
         raise PlacerError(f"--row {args.row!r}: no such plan in {row_path(args)}")
     plan = offload.plan_from_doc(docs[args.row]) if args.row in docs else None
-    result = measure_row(args, scenario, offload.scenario_cluster(scenario), plan)
+    cluster = offload.scenario_cluster(scenario)
+    cap_cuda_memory(cuda_caps(cluster, args.device_map))
+    result = measure_row(args, scenario, cluster, plan)
     print(json.dumps(result.to_dict(), default=float))
     return 0
 

@@ -81,8 +81,7 @@ def measure(args: argparse.Namespace, say) -> dict[str, Any]:
 
         device = args.placement
         placement = Placement.load(args.placement)
-        op_devices = placement.indices(env.graph, cluster.device_names, source=args.placement)[None, :]
-        op_devices = op_devices.astype(np.int32)
+        op_devices = placement.indices(env.graph, cluster.device_names, source=args.placement)[None, :].astype(np.int32)
     else:
         device = args.device or cluster.device_names[0]
         op_devices = np.full((1, env.graph.num_ops), cluster.index(device), dtype=np.int32)

@@ -34,7 +34,7 @@ def with_headroom(cluster: Any, headroom: float) -> Any:
     if not 0 < headroom <= 1:
         raise ValueError(f"headroom {headroom}: must be in (0, 1]")
     devices = [dataclasses.replace(d, memory_bytes=d.memory_bytes * headroom) for d in cluster.devices]
-    return dataclasses.replace(cluster, devices=devices, _arrays={})
+    return dataclasses.replace(cluster, devices=devices)  # its arrays are built anew from the devices
 
 
 def plan_with_homes(
@@ -50,15 +50,15 @@ def plan_with_homes(
     placement only, the same search otherwise), within ``headroom`` of each device's memory; ``meta`` records the
     search's budget, seconds and headroom."""
     t0 = time.perf_counter()
-    cluster_in = cluster
-    cluster = with_headroom(cluster, headroom)
-    env = envs.SimEnv(graph, cluster)
-    r = MoveSearch(graph, cluster, env, options=MoveSearchOptions(homes=homes), seed=seed).run(max_evals=evals)
+    room = with_headroom(cluster, headroom)  # the same devices, names and links
+    r = MoveSearch(graph, room, envs.SimEnv(graph, room), options=MoveSearchOptions(homes=homes), seed=seed).run(
+        max_evals=evals
+    )
     return Placement.from_indices(
         graph,
         cluster.device_names,
         r.op_devices,
-        cluster=cluster_in.name,
+        cluster=cluster.name,
         method="move_search_homes" if homes else "move_search",
         meta={
             "evals": r.evals,
