@@ -103,6 +103,8 @@ def measure_offload(
                 timed_steps=timed_steps,
             )
         extra.update(step_times_s=m["step_times_s"], losses=m["losses"])
+        if "peak_reserved_bytes" in m:
+            extra["peak_reserved_bytes"] = m["peak_reserved_bytes"]
         return Result(m["step_time_s"], "ok", peak_bytes=m["peak_bytes"], source="measured", extra=extra)
     except Exception as e:  # noqa: BLE001  (the rival's failure is its row)
         status = failure_status(e)

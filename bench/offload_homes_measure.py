@@ -71,6 +71,8 @@ def measure_plan(
                 timed_steps=timed_steps,
             )
         extra = {"step_times_s": m["step_times_s"], "losses": m["losses"]}
+        if "peak_reserved_bytes" in m:  # the allocator's reserve: what the cap limits, fragmentation included
+            extra["peak_reserved_bytes"] = m["peak_reserved_bytes"]
         return Result(m["step_time_s"], "ok", peak_bytes=m["peak_bytes"], source="measured", extra=extra)
     except Exception as e:  # noqa: BLE001  (a plan that fails is its row)
         return Result(float("inf"), failure_status(e), f"{type(e).__name__}: {one_line(e)}", source="measured")
@@ -151,12 +153,14 @@ def measure_order(plans: list[Plan]) -> list[Plan]:
 def measured_row(plan_label: str, sim: dict[str, Any] | None, result: Result, cap_bytes: int) -> dict[str, Any]:
     """A measured row: real and simulated step time and peak ``gpu:0`` GiB, and whether the real peak fits the cap."""
     gpu = result.peak_bytes.get("gpu:0") if result.ok else None
+    reserved = result.extra.get("peak_reserved_bytes", {}).get("gpu:0") if result.ok else None
     sim_peak = (sim or {}).get("peak_bytes", {}).get("gpu:0")
     return {
         "label": plan_label,
         "status": result.status,
         "real_step_time_s": result.step_time_s if result.ok else None,
         "real_peak_gpu_gib": None if gpu is None else gpu / GIB,
+        "real_reserved_gpu_gib": None if reserved is None else reserved / GIB,
         "within_cap": None if gpu is None else gpu <= cap_bytes,
         "sim_step_time_s": (sim or {}).get("step_time_s"),
         "sim_peak_gpu_gib": None if sim_peak is None else sim_peak / GIB,
@@ -184,6 +188,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "cap_gib": args.cap,
         "device_map": args.device_map,
         "memory_fractions": fractions,
+        "alloc_conf": os.environ.get("PYTORCH_CUDA_ALLOC_CONF", ""),
         "graph_hash": graph.content_hash,
         "simulated": [offload_homes.row(p, graph) for p in plans],
         "measured": [],
@@ -199,7 +204,10 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         t0 = time.perf_counter()
         r = measure_in_child(args, path, label) if args.isolate else measure_row(args, scenario, cluster, plan)
         doc["measured"].append(measured_row(label, None if plan is None else plan.sim, r, scenario.gpu_cap_bytes))
-        print(f"  {label}: {r.status} {r.step_time_s:.3f}s ({time.perf_counter() - t0:.0f}s)", file=sys.stderr)
+        row = doc["measured"][-1]
+        gib = "" if row["real_peak_gpu_gib"] is None else f", {row['real_peak_gpu_gib']:.2f} GiB allocated"
+        gib += "" if row["real_reserved_gpu_gib"] is None else f", {row['real_reserved_gpu_gib']:.2f} GiB reserved"
+        print(f"  {label}: {r.status} {r.step_time_s:.3f}s{gib} ({time.perf_counter() - t0:.0f}s)", file=sys.stderr)
         write_text_atomic(path, json.dumps(doc, indent=1, default=float))
     write_text_atomic(path, json.dumps(doc, indent=1, default=float))
     return doc

@@ -104,6 +104,7 @@ def measure(args: argparse.Namespace, say) -> dict[str, Any]:
         "device": device,
         "ops": env.graph.num_ops,
         "load_before_after": load,
+        "alloc_conf": os.environ.get("PYTORCH_CUDA_ALLOC_CONF", ""),
         "builds": builds,
         "summary": {t: summary(b) for t, b in builds.items()},
     }

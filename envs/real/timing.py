@@ -283,7 +283,9 @@ def measure_steps(
 ) -> dict[str, Any]:
     """Time training steps of a placed module and record peak memory per logical device.
 
-    Peak memory: ``torch.cuda.max_memory_allocated`` for CUDA devices; for the
+    Peak memory: ``torch.cuda.max_memory_allocated`` for CUDA devices (and under ``"peak_reserved_bytes"`` the
+    caching allocator's ``max_memory_reserved``: what a memory cap limits, the allocated bytes plus the
+    fragmentation; ``PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True`` keeps the two close); for the
     CPU, how far the process's peak resident set (``VmHWM``, reset through
     ``/proc/self/clear_refs``) rose above its resident set at the start (0 where
     ``/proc`` is unavailable). Logical devices on one torch device share its peak.
@@ -308,6 +310,7 @@ def measure_steps(
             protocol=protocol,
         )
     peak = {str(d): int(torch.cuda.max_memory_allocated(d)) for d in cuda}
+    reserved = {str(d): int(torch.cuda.max_memory_reserved(d)) for d in cuda}
     peak["cpu"] = max(0, _proc_status_bytes("VmHWM") - rss0)
     out = {
         "step_time_s": float(statistics.median(times_s)),
@@ -315,6 +318,8 @@ def measure_steps(
         "losses": losses,
         "peak_bytes": {name: peak.get(str(torch_device), 0) for name, torch_device in devices.items()},
     }
+    if reserved:
+        out["peak_reserved_bytes"] = {n: reserved[str(d)] for n, d in devices.items() if str(d) in reserved}
     if protocol is not None:
         out["protocol"] = protocol.describe()
     return out
