@@ -79,7 +79,7 @@ def _batch(
     hc,
     want_over,
     over,
-    kept,
+    keep,
     homes_rows,
 ):
     """Step time and OOM flag of every row of ``op_devices`` (a ``[K, n]`` batch).
@@ -204,7 +204,7 @@ def _batch(
                     update_s = device_update_s
         step_time_s[k] = t_end + update_s
         oom[k], over[k] = over_capacity(
-            p, n, D, bytes_of, cap, grad, kept, consumers, copies, start, end, want_over, ws, homes
+            p, n, D, bytes_of, cap, grad, keep, consumers, copies, start, end, want_over, ws, homes
         )
         _reset(p, n, D, out_ptr, out_dst, tcount, tbytes, free)
 
@@ -232,8 +232,10 @@ class KernelData:
         issue: tuple[np.ndarray, np.ndarray] | None = None,
         host_costs: cost.HostCosts | None = None,
         kept: np.ndarray | None = None,
+        microbatches: int = 1,
     ) -> None:
         self.n, self.D = g.num_ops, c.num_devices
+        self.n0 = self.n // microbatches  # the ops of one microbatch copy (envs.sim.sim_graph.schedule_graph)
         # which ops have a backward (graphs.ops.grad_mask); default all
         self.grad = np.ones(self.n, dtype=np.bool_) if grad is None else np.ascontiguousarray(grad, dtype=np.bool_)
         # which outputs autograd keeps for backward (graphs.ops.saved_mask); the others are freed after their consumers
@@ -355,7 +357,7 @@ class KernelData:
             self.hc,
             over is not None,
             over if over is not None else np.zeros(K),
-            self.kept,
+            (self.kept, self.n0),
             self._homes(homes),
         )
         return step_time_s, oom

@@ -4,7 +4,8 @@
 device whose static bytes plus every allocation it will ever make fit its
 capacity cannot run out, and only the others get the (sorted) sweep of
 :func:`peak_live_bytes`. The optimizer step (torch's fused Adam, in place) adds
-nothing beside the static state. Bytes are integers, so the kernel and the reference agree bit for bit.
+nothing beside the static state; a parameter's gradient is allocated at its owner's backward. Bytes are
+integers, so the kernel and the reference agree bit for bit.
 """
 
 from __future__ import annotations
@@ -26,15 +27,22 @@ def release_time(u, out_ptr, out_dst, end):
 
 
 @njit(cache=True)
-def peak_live_bytes(device_index, p, n, D, act_b, grad, kept, out_ptr, out_dst, tcount, tbytes, start, end, homes):
+def peak_live_bytes(device_index, p, n, D, act_b, grad, keep, out_ptr, out_dst, tcount, tbytes, start, end, homes):
     """Peak live bytes on ``device_index`` (without static bytes): the sweep of :mod:`envs.sim.memory` (``kept``: saved
-    for backward; ``homes``: ``(hm, hb, ring, ht)``, the home copies of :mod:`envs.sim.kernel_homes`)."""
+    for backward; ``homes``: ``(hm, hb, ring, ht)``, the home copies of :mod:`envs.sim.kernel_homes`; ``hb``: every
+    op's parameter bytes, whose gradient the sweep allocates at the op's backward unless the op is offloaded;
+    ``keep``: ``(kept, n0)``, ``n0`` the ops of one microbatch copy, whose copies' first backward allocates it)."""
     hm, hb, ring, ht = homes
+    kept, n0 = keep
+    first = np.full(n0, np.inf)  # per op of copy 0: the first backward start among its copies
+    for j in range(n):
+        if start[2 * n - 1 - j] < first[j % n0]:
+            first[j % n0] = start[2 * n - 1 - j]
     nD = n * D
     m = 0
     for i in range(n):
         if p[i] == device_index:
-            m += 5 if hm[i] >= 0 else 2
+            m += 5 if hm[i] >= 0 else 3
     for u in range(n):
         for d in range(D):
             if tcount[u * D + d] > 0 and (d == device_index or p[u] == device_index):
@@ -53,6 +61,10 @@ def peak_live_bytes(device_index, p, n, D, act_b, grad, kept, out_ptr, out_dst, 
             at[na] = start[2 * n - 1 - i]
             ab[na] = act_b[i] if grad[i] else 0
             na += 1
+            if hm[i] < 0:  # its parameters' gradient, held to the step's end (envs.sim.memory.param_grad_bytes)
+                at[na] = first[i % n0]
+                ab[na] = hb[i] if grad[i] else 0
+                na += 1
             if kept[i]:
                 ft[nf] = end[2 * n - 1 - i]
                 fb[nf] = 2 * act_b[i] if grad[i] else act_b[i]
@@ -100,13 +112,14 @@ def peak_live_bytes(device_index, p, n, D, act_b, grad, kept, out_ptr, out_dst, 
 
 
 @njit(cache=True)
-def over_capacity(p, n, D, bytes_of, cap, grad, kept, consumers, copies, start, end, want_over, ws, homes):
+def over_capacity(p, n, D, bytes_of, cap, grad, keep, consumers, copies, start, end, want_over, ws, homes):
     """``(out of memory, worst)`` of a scheduled placement ``p`` (task times ``start``/``end``).
 
     ``bytes_of``: per op, ``(param_b, static_b, act_b, moved_b)`` (``moved_b``: the static bytes that live on the
     parameters' home); ``homes``: ``(hm, hb, ring, ht)`` (:mod:`envs.sim.kernel_homes`); ``consumers``:
     ``(out_ptr, out_dst)``; ``copies``:
-    ``(tcount, tbytes, gpend)`` of the schedule (each counted copy slot is marked -2 in ``gpend``). ``worst``: with
+    ``(tcount, tbytes, gpend)`` of the schedule (each counted copy slot is marked -2 in ``gpend``); ``keep``:
+    ``(kept, n0)`` (:func:`peak_live_bytes`). ``worst``: with
     ``want_over``, the largest peak / capacity over the devices that overflow (0 when it fits); without, the check
     stops at the first device that overflows. ``ws``: ``[D]`` workspaces ``(sb, ub)`` (static and upper-bound
     bytes).
@@ -127,6 +140,9 @@ def over_capacity(p, n, D, bytes_of, cap, grad, kept, consumers, copies, start, 
             ub[d] += 3 * np.int64(param_b[i])
             d = hm[i]
             sb[d] += moved_b[i]
+        elif grad[i]:  # the gradient is allocated at the op's backward (peak_live_bytes)
+            sb[d] += static_b[i] - np.int64(param_b[i])
+            ub[d] += np.int64(param_b[i])
         else:
             sb[d] += static_b[i]
     # upper bound on live bytes: every allocation at once
@@ -148,7 +164,7 @@ def over_capacity(p, n, D, bytes_of, cap, grad, kept, consumers, copies, start, 
         live = sb[d]
         if sb[d] + ub[d] > cap[d]:
             swept = sb[d] + peak_live_bytes(
-                d, p, n, D, act_b, grad, kept, out_ptr, out_dst, tcount, tbytes, start, end, homes
+                d, p, n, D, act_b, grad, keep, out_ptr, out_dst, tcount, tbytes, start, end, homes
             )
             if swept > live:
                 live = swept

@@ -2,14 +2,21 @@
 
 What a device holds (documented simplifications):
 
-* static, for the whole step: parameters, their gradients, Adam's two moments
-  and buffers of the ops placed on it (``4 × param_bytes + buffer_bytes``,
-  :func:`envs.sim.cost.static_bytes`). A parameter counts on the device of the op
-  that owns it (its first consumer).
+* static, for the whole step: parameters, Adam's two moments and buffers of the
+  ops placed on it (:func:`envs.sim.cost.static_bytes` less the gradients). A
+  parameter counts on the device of the op that owns it (its first consumer).
+* a parameter's gradient from the start of its owner's backward to the end of the
+  step: the measured step sets gradients to None before the forward
+  (:func:`envs.real.timing.train_step`), so they take no room while the
+  activations pile up. (Counted for the whole step, as before, the simulated
+  peaks of three plans on an H200 at 24 GiB were 14-20 % over the measured
+  ``max_memory_allocated``.) An offloaded op's gradient counts on its home for the
+  whole step; with microbatches, from the backward of its first copy.
 * the output of every op, from the start of its forward until the end of its
   backward when autograd keeps it for backward (:func:`graphs.ops.saved_mask`:
   its own backward or a consumer's reads it), else until the last of its
-  consumers' forwards has ended; views alias their input and take nothing;
+  consumers' forwards has ended (a program output: its own forward's end, as the
+  step drops the outputs once its loss is built); views alias their input and take nothing;
 * during an op's backward, the gradient of its output (same bytes), freed when
   the backward ends (the transient buffer); an op without a backward
   (:func:`graphs.ops.grad_mask`) has none, and its output is freed when its last
@@ -57,12 +64,17 @@ def memory_events(
     grad: np.ndarray | None = None,
     kept: np.ndarray | None = None,
     consumers: tuple[np.ndarray, np.ndarray] | None = None,
+    param_grad: np.ndarray | None = None,
+    microbatches: int = 1,
 ):
     """(device, time, bytes) of every allocation and every free, as two triples of arrays.
 
     ``grad``: which ops have a backward (default all); the others get no gradient buffer.
     ``kept``: which outputs autograd keeps for backward (default all); the others (and their copies on other
     devices) are freed once ``consumers`` (``(out_ptr, out_dst)``, the graph's consumer lists) have run forward.
+    ``param_grad``: per op, its parameters' gradient bytes, allocated on its device when its backward starts and
+    held to the step's end (:func:`param_grad_bytes`; default none); with ``microbatches`` copies of each op (the
+    ops of copy ``m`` at ``m * n // M`` on), when the first backward of any of its copies starts.
     """
     s = schedule
     p = s.op_devices.astype(np.int64)
@@ -96,7 +108,24 @@ def memory_events(
         )
         alloc_dev, alloc_t, alloc_b = (np.concatenate(x) for x in ((alloc_dev, hd), (alloc_t, ht), (alloc_b, hb)))
         free_dev, free_t, free_b = (np.concatenate(x) for x in ((free_dev, fd), (free_t, ft), (free_b, fb)))
+    if param_grad is not None:  # never freed within the step
+        first = np.tile(s.bwd_start_s.reshape(microbatches, -1).min(axis=0), microbatches)
+        alloc_dev, alloc_t = np.concatenate([alloc_dev, p]), np.concatenate([alloc_t, first])
+        alloc_b = np.concatenate([alloc_b, np.asarray(param_grad, dtype=np.int64)])
     return (alloc_dev, alloc_t, alloc_b), (free_dev, free_t, free_b)
+
+
+def param_grad_bytes(param_bytes: np.ndarray, grad: np.ndarray, homed_ops: np.ndarray) -> np.ndarray:
+    """Per op, the gradient bytes of its parameters that the sweep allocates at its backward's start: its
+    ``param_bytes`` where it has a backward (``grad``), 0 for the offloaded ops (``homed_ops``: their gradient counts
+    on the home for the whole step).
+
+    >>> param_grad_bytes(np.array([8, 4, 4]), np.array([True, False, True]), np.array([2])).tolist()
+    [8, 0, 0]
+    """
+    out = np.where(np.asarray(grad, dtype=bool), np.asarray(param_bytes, dtype=np.int64), 0)
+    out[np.asarray(homed_ops, dtype=np.int64)] = 0
+    return out
 
 
 def sweep_peak(alloc_t: np.ndarray, alloc_b: np.ndarray, free_t: np.ndarray, free_b: np.ndarray) -> tuple[int, float]:
@@ -123,10 +152,14 @@ def peak_bytes(
     grad: np.ndarray | None = None,
     kept: np.ndarray | None = None,
     consumers: tuple[np.ndarray, np.ndarray] | None = None,
+    param_grad: np.ndarray | None = None,
+    microbatches: int = 1,
 ) -> tuple[np.ndarray, np.ndarray]:
-    """Peak bytes per device (static + the sweep) and the time of each peak (``grad``, ``kept``: see
-    :func:`memory_events`)."""
-    (ad, at, ab), (fd, ft, fb) = memory_events(schedule, act_bytes, num_devices, grad, kept, consumers)
+    """Peak bytes per device (static + the sweep) and the time of each peak (``grad``, ``kept``, ``param_grad``: see
+    :func:`memory_events`; ``static_per_device`` must leave out the ``param_grad`` bytes)."""
+    (ad, at, ab), (fd, ft, fb) = memory_events(
+        schedule, act_bytes, num_devices, grad, kept, consumers, param_grad, microbatches
+    )
     peaks = np.asarray(static_per_device, dtype=np.int64).copy()
     when = np.zeros(num_devices)
     for d in range(num_devices):

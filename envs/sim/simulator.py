@@ -292,6 +292,7 @@ class SimEnv:
                 (self.issue_f, self.issue_b),
                 self.host_costs,
                 self.kept,
+                self.microbatches,
             )
         return self._kernel_data
 

@@ -15,7 +15,7 @@ import numpy as np
 
 from envs.result import Result
 from envs.sim.homes import schedule_param_devices
-from envs.sim.memory import peak_bytes
+from envs.sim.memory import param_grad_bytes, peak_bytes
 from envs.sim.tasks import ACT, Schedule
 from envs.sim.trace import chrome_trace
 
@@ -52,6 +52,18 @@ def busy_seconds(env: "SimEnv", schedule: Schedule) -> dict[str, float]:
     return busy
 
 
+def schedule_peaks(env: "SimEnv", schedule: Schedule) -> np.ndarray:
+    """Peak bytes per device of ``schedule``, a schedule of ``env``: the static bytes without the parameters'
+    gradients, which the sweep allocates at their owners' backward (:func:`envs.sim.memory.param_grad_bytes`)."""
+    grads = param_grad_bytes(env.sim_graph.param_bytes, env.grad, schedule.homes.op)
+    static = env.static_per_device(schedule.op_devices, schedule_param_devices(schedule))
+    np.subtract.at(static, schedule.op_devices.astype(np.int64), grads)
+    peaks, _ = peak_bytes(
+        schedule, env.act_bytes, static, env.num_devices, env.grad, env.kept, env.consumers, grads, env.microbatches
+    )
+    return peaks
+
+
 def step_result(env: "SimEnv", schedule: Schedule, *, trace: bool = False) -> Result:
     """The Result of ``schedule``, a schedule of ``env`` (memory sweep, busy times, OOM check).
 
@@ -60,9 +72,7 @@ def step_result(env: "SimEnv", schedule: Schedule, *, trace: bool = False) -> Re
     c = env.cluster
     names = c.device_names
     D = env.num_devices
-    param_devices = schedule_param_devices(schedule)
-    static = env.static_per_device(schedule.op_devices, param_devices)
-    peaks, _ = peak_bytes(schedule, env.act_bytes, static, D, env.grad, env.kept, env.consumers)
+    peaks = schedule_peaks(env, schedule)
     over = [d for d in range(D) if peaks[d] > c.memory_bytes[d]]
     extra: dict[str, Any] = {
         "sim_step_time_s": schedule.step_time_s,

@@ -22,6 +22,7 @@ from envs.result import Result
 from placer.learn import checkpoint
 from placer.learn.config import TrainConfig
 from placer.learn.runners import train
+from placer.methods.heuristics.costs import MEMORY_HEADROOM
 from policies.seq2seq import Seq2SeqPolicy
 
 pytest.importorskip("transformers")
@@ -59,17 +60,20 @@ def test_measure_order_puts_placer_the_gpu_and_accelerate_first_then_the_host_th
 
 
 @pytest.mark.slow
-def test_the_scenario_does_not_fit_its_cap_but_its_weights_do_and_accelerate_fills_in_module_order():
+def test_the_scenario_does_not_fit_its_cap_with_headroom_but_its_weights_do_and_accelerate_fills_in_module_order():
     s = SCENARIOS["llama-256k"]
     model, inputs = offload.build(s, meta=True)
     g = graphs.capture(model, inputs, name=s.name)
     c = offload.scenario_cluster(s)
     assert 1.4e9 < g.total_param_bytes / 4 < 1.7e9 and g.total_param_bytes < 0.3 * s.gpu_cap_bytes
     gpu, host = offload.single_plans(g, c)[1], offload.single_plans(g, c)[0]
-    assert gpu.sim["status"] == "oom" and gpu.sim["peak_bytes"]["gpu:0"] > 1.1 * s.gpu_cap_bytes  # state + activations
+    # the state at the end of the backward (weights, Adam's moments, every gradient) is 95 % of the cap: past the
+    # headroom the searches keep (the allocator's reserve and the CUDA context take the rest)
+    state = 4 * g.total_param_bytes
+    assert MEMORY_HEADROOM * s.gpu_cap_bytes < state < gpu.sim["peak_bytes"]["gpu:0"] < 1.01 * state
     assert host.sim["status"] == "ok"
     at_cap, *lowered = offload.accelerate_plans(g, c, model, fractions=(1.0, 0.2))
-    assert (at_cap.placement.indices(g) == 1).all() and at_cap.sim["status"] == "oom"  # its weights all fit the cap
+    assert (at_cap.placement.indices(g) == 1).all()  # its weights all fit the cap
     idx = lowered[0].placement.indices(g)
     head = [i for i, m in enumerate(g.module_paths) if m.endswith("lm_head")]
     embed = [i for i, m in enumerate(g.module_paths) if "embed_tokens" in m]

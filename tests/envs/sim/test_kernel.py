@@ -161,7 +161,7 @@ def test_eager_kernel_matches_reference(n, seed, preset, hosts, degree, memory_m
 
 def test_batch_on_a_larger_graph_matches_scalar():
     g = random_dag(2000, seed=5)
-    c = shrunk("k80x4", 2.5e9)
+    c = shrunk("k80x4", 2.2e9)  # all on one GPU: a peak of 2.28 GB, over
     env = SimEnv(g, c)
     rng = np.random.default_rng(1)
     P = rng.integers(0, c.num_devices, size=(6, g.num_ops))

@@ -110,13 +110,14 @@ def test_latency_and_update(toy, backend, executor):
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_memory_peak_exact_and_oom(toy, backend, executor):
     # a -> b -> c on gpu:0 with outputs of 10, 20, 30 bytes. Live: 60 once c ran,
-    # +30 for c's output gradient during bwd c = 90; static = 4 × 5 param bytes = 20.
+    # +30 for c's output gradient during bwd c = 90; static = 3 × 5 param bytes = 15 (the weight and Adam's two
+    # moments): a's 5-byte gradient comes at bwd a, when 10 + 10 + 5 are live. 105.
     edges = [("a", "b", 10), ("b", "c", 20)]
     g = toy.graph(["a", "b", "c"], edges, [1, 2, 3], out_bytes=[10, 20, 30], param_bytes=[5, 0, 0])
     place = [toy.G0] * 3
-    _, _, r = sim(g, toy.cluster(memory_bytes=110), place, backend, executor)
-    assert r.status == "ok" and r.peak_bytes["gpu:0"] == 110 and r.peak_bytes["gpu:1"] == 0
-    env, _, r = sim(g, toy.cluster(memory_bytes=109), place, backend, executor)
+    _, _, r = sim(g, toy.cluster(memory_bytes=105), place, backend, executor)
+    assert r.status == "ok" and r.peak_bytes["gpu:0"] == 105 and r.peak_bytes["gpu:1"] == 0
+    env, _, r = sim(g, toy.cluster(memory_bytes=104), place, backend, executor)
     assert r.status == "oom" and r.step_time_s == float("inf")
     assert r.extra["oom_devices"] == ["gpu:0"] and r.message.startswith("out of memory on gpu:0: peak")
     assert r.extra["sim_step_time_s"] == 18.0 and r.busy_s["gpu:0"] == 18.0
@@ -132,7 +133,7 @@ def test_outputs_no_backward_reads_are_freed_after_their_consumers(toy, backend,
     # a (mm) -> b (add) -> c (relu), outputs 10, 20, 30 bytes: add's backward reads neither input and relu's reads its
     # own output, so autograd keeps c alone. Forward a [0, 1], b [1, 3], c [3, 6]; backward c [6, 12], b, a.
     # Live: a 10 + b 20 = 30; at 3 a is freed, c comes: 20 + 30 = 50; at 6 b is freed, c's gradient comes: 30 + 30 = 60
-    # (keeping every output: 90). Static: 4 x 5 parameter bytes = 20.
+    # (keeping every output: 90). Static: 3 x 5 parameter bytes = 15 (a's gradient comes at bwd a, with 25 live).
     types = ["aten.mm.default", "aten.add.Tensor", "aten.relu.default"]
     g = OpGraph.from_edges(
         ["a", "b", "c"],
@@ -143,16 +144,17 @@ def test_outputs_no_backward_reads_are_freed_after_their_consumers(toy, backend,
         op_types=types,
     )
     place = [toy.G0] * 3
-    env, _, r = sim(g, toy.cluster(memory_bytes=80), place, backend, executor)
-    assert r.status == "ok" and r.peak_bytes["gpu:0"] == 20 + 60
-    env, _, r = sim(g, toy.cluster(memory_bytes=79), place, backend, executor)
+    env, _, r = sim(g, toy.cluster(memory_bytes=75), place, backend, executor)
+    assert r.status == "ok" and r.peak_bytes["gpu:0"] == 15 + 60
+    env, _, r = sim(g, toy.cluster(memory_bytes=74), place, backend, executor)
     assert r.status == "oom"
     assert env.step_times(np.array([place]))[1].tolist() == [True]  # the batch scorer frees them alike
     # across devices, a on gpu:0, b and c on gpu:1: a's copy on gpu:1 goes once b has run (a 10-byte copy over
     # [1, 11], b [11, 13], c [13, 16]), as does a itself on gpu:0: gpu:1 holds 10 + 20, then 20 + 30, then c and its
-    # gradient, 60; gpu:0 a's gradient, received and its buffer: 20 (keeping every output: 90 and 30)
+    # gradient, 60; gpu:0 in a's backward a's gradient, received and its buffer, and its parameters' gradient:
+    # 10 + 10 + 5 (keeping every output: 90 and 30)
     _, _, r = sim(g, toy.cluster(), [toy.G0, toy.G1, toy.G1], backend, executor)
-    assert r.peak_bytes["gpu:1"] == 60 and r.peak_bytes["gpu:0"] == 20 + 20
+    assert r.peak_bytes["gpu:1"] == 60 and r.peak_bytes["gpu:0"] == 15 + 25
 
 
 @pytest.mark.parametrize("executor", EXECUTORS)
@@ -216,18 +218,20 @@ def test_trace_has_no_overlap_per_track(seed, preset, spread, executor):
 @pytest.mark.parametrize("executor", EXECUTORS)
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_the_optimizer_step_adds_nothing_to_the_static_state(toy, backend, executor):
-    # a -> b, params 100 and 300 bytes, outputs of 1 byte. All on gpu:0: static 4 x 400 = 1600, and torch's fused
-    # Adam (envs.real.timing.adam) steps in place. The peak is the backward's: a's and b's outputs, kept for
-    # the backward, and the gradient of b's output during b's backward: 1603.
+    # a -> b, params 100 and 300 bytes, outputs of 1 byte. All on gpu:0: static 3 x 400 = 1200 (the weights and
+    # Adam's two moments), and torch's fused Adam (envs.real.timing.adam) steps in place. Each gradient comes at its
+    # op's backward and stays: in b's backward both outputs, b's output's gradient and b's 300 (304); in a's, a's
+    # output and its gradient, and 300 + 100 (402): 1602.
     g = toy.graph(["a", "b"], [("a", "b", 1)], [1, 1], out_bytes=[1, 1], param_bytes=[100, 300])
-    for cap, fits in ((1603, True), (1602, False)):
+    for cap, fits in ((1602, True), (1601, False)):
         env, _, r = sim(g, toy.cluster(memory_bytes=cap), [toy.G0] * 2, backend, executor)
         assert (r.status == "ok") == fits and env.step_times(np.array([[toy.G0] * 2]))[1].tolist() == [not fits]
         if fits:
-            assert r.peak_bytes["gpu:0"] == 1603
-    # a on the host: no temporaries of the step on either device. gpu:0 holds b's 4 x 300, a's output received
-    # (1), b's output (1) and, in b's backward, its output's gradient (1): 1203. cpu:0 holds a's 4 x 100, its
-    # output (1), the gradient received for it (1) and, in a's backward, its output's gradient buffer (1): 403.
+            assert r.peak_bytes["gpu:0"] == 1602
+    # a on the host: no temporaries of the step on either device. gpu:0 holds b's 3 x 300, a's output received
+    # (1), b's output (1) and, in b's backward, its output's gradient (1) and b's 300: 1203. cpu:0 holds a's 3 x 100,
+    # its output (1), the gradient received for it (1) and, in a's backward, its output's gradient buffer (1) and
+    # a's 100: 403.
     env, _, r = sim(g, toy.cluster(memory_bytes=1203), [toy.CPU, toy.G0], backend, executor)
     assert r.status == "ok" and r.peak_bytes["gpu:0"] == 1203 and r.peak_bytes["cpu:0"] == 403
     env, _, r = sim(g, toy.cluster(memory_bytes=1202), [toy.CPU, toy.G0], backend, executor)
