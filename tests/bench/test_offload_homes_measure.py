@@ -33,6 +33,11 @@ def test_a_row_holds_the_real_peak_against_the_cap_beside_the_simulated_one():
     row = offload_homes_measure.measured_row("x", {"step_time_s": 0.4, "peak_bytes": {"gpu:0": 2 << 30}}, r, 2 << 30)
     assert (row["real_step_time_s"], row["real_peak_gpu_gib"], row["within_cap"]) == (0.5, 3.0, False)
     assert (row["sim_step_time_s"], row["sim_peak_gpu_gib"]) == (0.4, 2.0)
+    assert row["real_reserved_gpu_gib"] is None  # no reserve measured (a CPU run)
+    # the allocator's reserve (what a cap limits, fragmentation included) is reported beside the allocation
+    r.extra["peak_reserved_bytes"] = {"gpu:0": 7 << 29}
+    row = offload_homes_measure.measured_row("x", None, r, 4 << 30)
+    assert (row["real_peak_gpu_gib"], row["real_reserved_gpu_gib"], row["within_cap"]) == (3.0, 3.5, True)
 
 
 @pytest.mark.parametrize(
