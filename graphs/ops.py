@@ -338,6 +338,48 @@ def saved_mask(graph: "OpGraph") -> np.ndarray:
     return kept | needed | sink
 
 
+def backward_readers(graph: "OpGraph") -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Who holds each kept output (:func:`saved_mask`) in the backward: ``(own, ptr, idx)``.
+
+    ``own``: the op's own backward reads its output (:data:`SAVES_OUTPUT`, an op of
+    another type, a program output; views too, which take no memory): it lives
+    until that backward ends. For the others, ``idx[ptr[u]:ptr[u + 1]]`` lists the
+    ops whose backward reads ``u``'s output, directly or through views: autograd
+    frees a saved tensor once the last of them has run backward, before ``u``'s own
+    backward. (On an H200, the 0.98 GiB logits of a 256k-token head, read by the
+    loss's backward through ``to`` and ``view``, were freed there, not at the
+    head's backward, where the simulator had held them.)
+
+    >>> from graphs.ir import OpGraph
+    >>> g = OpGraph.from_edges(["mm", "t", "lin", "relu"], [("mm", "t", 4), ("t", "lin", 4), ("lin", "relu", 4)],
+    ...     op_types=["aten.mm.default", "aten.t.default", "aten.linear.default", "aten.relu.default"])
+    >>> own, ptr, idx = backward_readers(g)
+    >>> own.tolist(), [idx[ptr[u]:ptr[u + 1]].tolist() for u in range(4)]  # lin reads mm's output through the view t
+    ([False, True, False, True], [[2], [2], [], []])
+    """
+    n = graph.num_ops
+    names = [base_op_name(t) for t in graph.op_types]
+    free = free_mask(graph)
+    known = SAVES_OUTPUT | SAVES_INPUTS | SAVES_NOTHING
+    saves_inputs = [not f and (b in SAVES_INPUTS or b not in known) for b, f in zip(names, free)]
+    out_ptr, out_dst, _ = graph.out_csr
+    own = np.array([f or b in SAVES_OUTPUT or b not in known for b, f in zip(names, free)], dtype=bool)
+    own |= np.diff(out_ptr) == 0
+    readers: list[list[int]] = [[] for _ in range(n)]
+    for u in range(n - 1, -1, -1):  # consumers come later in the order: their readers are known
+        found: set[int] = set()
+        for v in out_dst[out_ptr[u] : out_ptr[u + 1]]:
+            if saves_inputs[v]:
+                found.add(int(v))
+            if free[v]:
+                found.update(readers[v])
+        readers[u] = sorted(found)
+    ptr = np.zeros(n + 1, dtype=np.int64)
+    ptr[1:] = np.cumsum([len(r) for r in readers])
+    idx = np.array([v for r in readers for v in r], dtype=np.int64)
+    return own, ptr, idx
+
+
 def input_free_mask(graph: "OpGraph") -> np.ndarray | None:
     """Boolean per op: its value does not depend on the model's inputs; None when the graph does not say.
 

@@ -27,7 +27,7 @@ from envs.sim.kernel_eager import eager_schedule
 from envs.sim.kernel_memory import over_capacity
 from envs.sim.tasks import ACT, GRAD, Schedule
 from graphs.ir import OpGraph
-from graphs.ops import saved_mask
+from graphs.ops import backward_readers, saved_mask
 
 #: The optimizer step's time on one device: envs.sim.cost's one formula, compiled (the slowest device's is the step's).
 update_time_s = njit(cache=True)(cost.update_time_s)
@@ -233,6 +233,7 @@ class KernelData:
         host_costs: cost.HostCosts | None = None,
         kept: np.ndarray | None = None,
         microbatches: int = 1,
+        readers: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None,
     ) -> None:
         self.n, self.D = g.num_ops, c.num_devices
         self.n0 = self.n // microbatches  # the ops of one microbatch copy (envs.sim.sim_graph.schedule_graph)
@@ -240,6 +241,13 @@ class KernelData:
         self.grad = np.ones(self.n, dtype=np.bool_) if grad is None else np.ascontiguousarray(grad, dtype=np.bool_)
         # which outputs autograd keeps for backward (graphs.ops.saved_mask); the others are freed after their consumers
         self.kept = np.ascontiguousarray(saved_mask(g) if kept is None else kept, dtype=np.bool_)
+        # which kept outputs live to their own backward, and the readers that free the others (backward_readers)
+        own, rptr, ridx = backward_readers(g) if readers is None else readers
+        self.readers = (
+            np.ascontiguousarray(own, dtype=np.bool_),
+            np.ascontiguousarray(rptr, dtype=np.int64),
+            np.ascontiguousarray(ridx, dtype=np.int64),
+        )
         # the host thread's program (eager): one forward then one backward, unless given
         self.segs = np.ascontiguousarray(
             [[0, 0, self.n], [1, 0, self.n]] if segments is None else segments, dtype=np.int64
@@ -357,7 +365,7 @@ class KernelData:
             self.hc,
             over is not None,
             over if over is not None else np.zeros(K),
-            (self.kept, self.n0),
+            (self.kept, self.n0, *self.readers),
             self._homes(homes),
         )
         return step_time_s, oom

@@ -31,9 +31,10 @@ def peak_live_bytes(device_index, p, n, D, act_b, grad, keep, out_ptr, out_dst, 
     """Peak live bytes on ``device_index`` (without static bytes): the sweep of :mod:`envs.sim.memory` (``kept``: saved
     for backward; ``homes``: ``(hm, hb, ring, ht)``, the home copies of :mod:`envs.sim.kernel_homes`; ``hb``: every
     op's parameter bytes, whose gradient the sweep allocates at the op's backward unless the op is offloaded;
-    ``keep``: ``(kept, n0)``, ``n0`` the ops of one microbatch copy, whose copies' first backward allocates it)."""
+    ``keep``: ``(kept, n0, own, rptr, ridx)``, ``n0`` the ops of one microbatch copy, whose copies' first backward
+    allocates it; ``own, rptr, ridx``: :func:`graphs.ops.backward_readers`, who frees a kept output)."""
     hm, hb, ring, ht = homes
-    kept, n0 = keep
+    kept, n0, own, rptr, ridx = keep
     first = np.full(n0, np.inf)  # per op of copy 0: the first backward start among its copies
     for j in range(n):
         if start[2 * n - 1 - j] < first[j % n0]:
@@ -65,9 +66,21 @@ def peak_live_bytes(device_index, p, n, D, act_b, grad, keep, out_ptr, out_dst, 
                 at[na] = first[i % n0]
                 ab[na] = hb[i] if grad[i] else 0
                 na += 1
-            if kept[i]:
-                ft[nf] = end[2 * n - 1 - i]
-                fb[nf] = 2 * act_b[i] if grad[i] else act_b[i]
+            if kept[i]:  # the output when the last backward that reads it ends; its gradient buffer at its own
+                t_own = end[2 * n - 1 - i]
+                t_out = t_own
+                if not own[i] and rptr[i + 1] > rptr[i]:
+                    t_out = -np.inf
+                    for k in range(rptr[i], rptr[i + 1]):
+                        if end[2 * n - 1 - ridx[k]] > t_out:
+                            t_out = end[2 * n - 1 - ridx[k]]
+                    if t_own < t_out:
+                        t_out = t_own
+                ft[nf] = t_out
+                fb[nf] = act_b[i]
+                nf += 1
+                ft[nf] = t_own
+                fb[nf] = act_b[i] if grad[i] else 0
                 nf += 1
             else:  # freed once its consumers have run forward; the gradient buffer at the end of its backward
                 ft[nf] = release_time(i, out_ptr, out_dst, end)
@@ -119,7 +132,7 @@ def over_capacity(p, n, D, bytes_of, cap, grad, keep, consumers, copies, start, 
     parameters' home); ``homes``: ``(hm, hb, ring, ht)`` (:mod:`envs.sim.kernel_homes`); ``consumers``:
     ``(out_ptr, out_dst)``; ``copies``:
     ``(tcount, tbytes, gpend)`` of the schedule (each counted copy slot is marked -2 in ``gpend``); ``keep``:
-    ``(kept, n0)`` (:func:`peak_live_bytes`). ``worst``: with
+    ``(kept, n0, own, rptr, ridx)`` (:func:`peak_live_bytes`). ``worst``: with
     ``want_over``, the largest peak / capacity over the devices that overflow (0 when it fits); without, the check
     stops at the first device that overflows. ``ws``: ``[D]`` workspaces ``(sb, ub)`` (static and upper-bound
     bytes).

@@ -11,12 +11,13 @@ What a device holds (documented simplifications):
   activations pile up. (Counted for the whole step, as before, the simulated
   peaks of three plans on an H200 at 24 GiB were 14-20 % over the measured
   ``max_memory_allocated``.) An offloaded op's gradient counts on its home for the
-  whole step; with microbatches, from the backward of its first copy.
-* the output of every op, from the start of its forward until the end of its
-  backward when autograd keeps it for backward (:func:`graphs.ops.saved_mask`:
-  its own backward or a consumer's reads it), else until the last of its
-  consumers' forwards has ended (a program output: its own forward's end, as the
-  step drops the outputs once its loss is built); views alias their input and take nothing;
+  whole step; with microbatches, from the first backward of any of its copies.
+* the output of every op, from the start of its forward: when autograd keeps it
+  for backward (:func:`graphs.ops.saved_mask`), until the end of its own backward
+  where that reads it, else until the last backward that reads it has ended
+  (its consumers' that save their inputs, :func:`graphs.ops.backward_readers`);
+  when nothing keeps it, until the last of its consumers' forwards has ended;
+  views alias their input and take nothing;
 * during an op's backward, the gradient of its output (same bytes), freed when
   the backward ends (the transient buffer); an op without a backward
   (:func:`graphs.ops.grad_mask`) has none, and its output is freed when its last
@@ -66,6 +67,7 @@ def memory_events(
     consumers: tuple[np.ndarray, np.ndarray] | None = None,
     param_grad: np.ndarray | None = None,
     microbatches: int = 1,
+    readers: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None,
 ):
     """(device, time, bytes) of every allocation and every free, as two triples of arrays.
 
@@ -74,7 +76,9 @@ def memory_events(
     devices) are freed once ``consumers`` (``(out_ptr, out_dst)``, the graph's consumer lists) have run forward.
     ``param_grad``: per op, its parameters' gradient bytes, allocated on its device when its backward starts and
     held to the step's end (:func:`param_grad_bytes`; default none); with ``microbatches`` copies of each op (the
-    ops of copy ``m`` at ``m * n // M`` on), when the first backward of any of its copies starts.
+    ops of copy ``m`` at ``m * n // M`` on), when the first backward of any of its copies starts. ``readers``
+    (:func:`graphs.ops.backward_readers`): a kept output that its own backward does not read is freed when the last
+    backward that reads it ends (default: at its own backward's end).
     """
     s = schedule
     p = s.op_devices.astype(np.int64)
@@ -97,7 +101,7 @@ def memory_events(
         out_free = s.bwd_end_s
     else:
         rel = release_times(s, *consumers)
-        out_free = np.where(kept, s.bwd_end_s, rel)
+        out_free = np.where(kept, s.bwd_end_s if readers is None else held_until(s, *readers), rel)
         act_free = np.where(kept[s.xfer_op[act_k]], act_free, rel[s.xfer_op[act_k]])
     free_dev = np.concatenate([p, p, s.xfer_dst[act_k], s.xfer_dst[grad_k]])
     free_t = np.concatenate([out_free, s.bwd_end_s, act_free, s.bwd_end_s[s.xfer_op[grad_k]] if n else np.zeros(0)])
@@ -113,6 +117,16 @@ def memory_events(
         alloc_dev, alloc_t = np.concatenate([alloc_dev, p]), np.concatenate([alloc_t, first])
         alloc_b = np.concatenate([alloc_b, np.asarray(param_grad, dtype=np.int64)])
     return (alloc_dev, alloc_t, alloc_b), (free_dev, free_t, free_b)
+
+
+def held_until(schedule: Schedule, own: np.ndarray, ptr: np.ndarray, idx: np.ndarray) -> np.ndarray:
+    """Per op, when its kept output is freed: its own backward's end where ``own`` or nothing else reads it, else
+    the last end among its readers' backwards ``idx[ptr[u]:ptr[u + 1]]`` (no later than its own)."""
+    end = schedule.bwd_end_s
+    src = np.repeat(np.arange(len(end)), np.diff(ptr))
+    last = np.full(len(end), -np.inf)
+    np.maximum.at(last, src, end[idx])
+    return np.where(own | (np.diff(ptr) == 0), end, np.minimum(last, end))
 
 
 def param_grad_bytes(param_bytes: np.ndarray, grad: np.ndarray, homed_ops: np.ndarray) -> np.ndarray:
@@ -154,11 +168,12 @@ def peak_bytes(
     consumers: tuple[np.ndarray, np.ndarray] | None = None,
     param_grad: np.ndarray | None = None,
     microbatches: int = 1,
+    readers: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
-    """Peak bytes per device (static + the sweep) and the time of each peak (``grad``, ``kept``, ``param_grad``: see
-    :func:`memory_events`; ``static_per_device`` must leave out the ``param_grad`` bytes)."""
+    """Peak bytes per device (static + the sweep) and the time of each peak (``grad``, ``kept``, ``param_grad``,
+    ``readers``: see :func:`memory_events`; ``static_per_device`` must leave out the ``param_grad`` bytes)."""
     (ad, at, ab), (fd, ft, fb) = memory_events(
-        schedule, act_bytes, num_devices, grad, kept, consumers, param_grad, microbatches
+        schedule, act_bytes, num_devices, grad, kept, consumers, param_grad, microbatches, readers
     )
     peaks = np.asarray(static_per_device, dtype=np.int64).copy()
     when = np.zeros(num_devices)

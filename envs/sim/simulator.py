@@ -41,7 +41,7 @@ from envs.sim.sim_graph import schedule_graph
 from envs.sim.step_result import step_result
 from graphs.errors import PlacerError
 from graphs.ir import OpGraph
-from graphs.ops import free_mask, grad_mask, saved_mask
+from graphs.ops import backward_readers, free_mask, grad_mask, saved_mask
 from graphs.plan import as_indices, check_inflight, check_microbatches, check_order
 
 #: Bumped whenever a change to the model changes simulated step times (keys of caches of simulated results).
@@ -141,6 +141,7 @@ class SimEnv:
         self.act_bytes = cost.activation_bytes(self.sim_graph)
         # which outputs autograd keeps for backward (the others are freed once their consumers have run forward)
         self.kept = saved_mask(self.sim_graph)
+        self.readers = backward_readers(self.sim_graph)  # who frees each kept output in the backward
         self.consumers = self.sim_graph.out_csr[:2]
         self._kernel_data: Any = None
         self.planner = OrderPlanner(self)  # picks issue orders (order_candidates, schedule_order, plan_order)
@@ -293,6 +294,7 @@ class SimEnv:
                 self.host_costs,
                 self.kept,
                 self.microbatches,
+                self.readers,
             )
         return self._kernel_data
 

@@ -59,7 +59,16 @@ def schedule_peaks(env: "SimEnv", schedule: Schedule) -> np.ndarray:
     static = env.static_per_device(schedule.op_devices, schedule_param_devices(schedule))
     np.subtract.at(static, schedule.op_devices.astype(np.int64), grads)
     peaks, _ = peak_bytes(
-        schedule, env.act_bytes, static, env.num_devices, env.grad, env.kept, env.consumers, grads, env.microbatches
+        schedule,
+        env.act_bytes,
+        static,
+        env.num_devices,
+        env.grad,
+        env.kept,
+        env.consumers,
+        grads,
+        env.microbatches,
+        env.readers,
     )
     return peaks
 

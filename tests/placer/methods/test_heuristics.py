@@ -560,7 +560,7 @@ def test_the_registry_lists_the_heuristics_by_module_whoever_imported_one_first(
     assert ranks == sorted(ranks)
 
 
-def heavy_layers(k: int = 4, act_bytes: int = 1600 << 20) -> OpGraph:
+def heavy_layers(k: int = 4, act_bytes: int = 1800 << 20) -> OpGraph:
     """A chain of ``k`` layers (modules ``layers.<i>``) of 3 ops whose ``act_bytes`` outputs are kept for the backward:
     on 12 GB K80s one layer per GPU fits, two on one GPU do not, and all on one GPU is the fastest step (nothing to
     copy between GPUs)."""
