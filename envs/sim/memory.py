@@ -34,8 +34,8 @@ What a device holds (documented simplifications):
 * nothing for the optimizer step beyond the static state: the measurements build
   torch's fused Adam (:func:`envs.real.timing.adam`), which updates in place. (The
   default path with a parameter on the host, the single-tensor one, holds two
-  temporaries the size of a parameter: on an H100 at 24 GiB, 19.03 GiB measured
-  was the static state plus twice the 1.95 GiB LM head.)
+  temporaries the size of a parameter: on an H200 at 24 GiB one plan peaked at
+  19.03 GiB with it and at 15.96 GiB with the fused step.)
 
 Frees at a time come before allocations at the same time. Bytes are integers,
 so the sweep is exact and any two implementations agree bit for bit.
