@@ -7,11 +7,16 @@ each run through :func:`placer.apply` with ``torch.optim.Adam``, ``--steps`` tra
 steps, and after each phase the device is synchronised and its memory read:
 allocated at the phase's end and its peak (``torch.cuda.max_memory_allocated``,
 reset at the phase's start), with the phase's seconds. Beside them, the simulator's
-peak and step of the same plan. On a machine without CUDA the seconds are real and
+peak and step of the same plan. With ``--builds N`` each plan is placed and stepped N times
+afresh, and a second table gives each phase's spread across the builds ((max - min) / median
+of the builds' median seconds): which phase makes two builds of one placement differ (issue 49;
+on an H200 the op-only plan's builds ranged 440-515 ms while steps within a build agreed
+within 4-7 %). On a machine without CUDA the seconds are real and
 the memory columns are 0. A markdown table on stdout (``--json``: every step).
 
     python -m bench.home_phases --scenario llama-256k --cap 24 --plans fsdp2,homes
     python -m bench.home_phases --scenario tiny --cap 0.02 --device-map '*=cpu'   # the CPU stand-in
+    python -m bench.home_phases --scenario llama-256k --cap 24 --plans ops --builds 4   # where builds differ
 
 On an H200 (docs/offload_homes/h200/phases-fsdp2-as-plan.txt) FSDP2's offload as a
 plan peaked at 5.63 GiB in the forward and 6.62 GiB in the backward, 0.06 GiB in the
@@ -21,6 +26,7 @@ host's Adam step (2.3 s of a 2.7 s step), against the simulator's 7.57 GiB.
 from __future__ import annotations
 
 import gc
+import statistics
 import sys
 import time
 from typing import Any
@@ -95,8 +101,23 @@ def phase_steps(scenario: Any, placement: Any, device_map: str, steps: int) -> l
     return rows
 
 
+def build_spread(builds: list[list[dict[str, float]]]) -> dict[str, float]:
+    """Per phase, (max - min) / median over builds of each build's median seconds.
+
+    >>> s = build_spread([[{"fwd_s": 1.0, "bwd_s": 2.0, "opt_s": 1.0}], [{"fwd_s": 1.2, "bwd_s": 2.0, "opt_s": 1.0}]])
+    >>> round(s["fwd_s"], 4), s["bwd_s"]
+    (0.1818, 0.0)
+    """
+    out = {}
+    for phase in PHASES:
+        medians = [statistics.median(step[f"{phase}_s"] for step in steps) for steps in builds]
+        out[f"{phase}_s"] = (max(medians) - min(medians)) / statistics.median(medians)
+    return out
+
+
 def markdown_table(runs: list[dict[str, Any]]) -> str:
-    """One row per plan: its last step's phases beside the simulator's peak and step."""
+    """One row per plan: its last step's phases beside the simulator's peak and step; with several builds, each
+    phase's spread across them below."""
     head = ["plan", "sim peak GiB", "sim step s", "homed GiB"]
     head += [f"{p} {c}" for p in PHASES for c in ("s", "peak GiB", "end GiB")]
     lines = ["| " + " | ".join(head) + " |", "|---|" + "---:|" * (len(head) - 1)]
@@ -108,6 +129,13 @@ def markdown_table(runs: list[dict[str, Any]]) -> str:
             last = r["steps"][-1]
             cells += [f"{last[f'{p}_{c}']:.3f}" for p in PHASES for c in ("s", "peak_gib", "end_gib")]
         lines.append("| " + " | ".join(cells) + " |")
+    spread = [r for r in runs if r.get("build_spread")]
+    if spread:
+        lines += ["", "| plan | builds | " + " | ".join(f"{p} spread across builds" for p in PHASES) + " |"]
+        lines.append("|---|---:|" + "---:|" * len(PHASES))
+        for r in spread:
+            cells = [r["plan"], str(len(r["builds"]))] + [f"{r['build_spread'][f'{p}_s']:.1%}" for p in PHASES]
+            lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
 
@@ -134,7 +162,10 @@ def run(args: Any) -> list[dict[str, Any]]:
             "homed_gib": float(graph.param_bytes[homes >= 0].sum()) / GIB,
         }
         try:
-            r["steps"] = phase_steps(scenario, p, args.device_map, args.steps)
+            builds = [phase_steps(scenario, p, args.device_map, args.steps) for _ in range(args.builds)]
+            r["steps"], r["builds"] = builds[-1], builds
+            if len(builds) > 1:
+                r["build_spread"] = build_spread(builds)
         except Exception as e:  # noqa: BLE001  (a plan that fails, out of memory most often, is its row)
             r["error"] = f"{type(e).__name__}: {one_line(e)}"
         print(f"  {name}: {r.get('error') or 'ok'}", file=sys.stderr, flush=True)
@@ -150,12 +181,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--plans", default="fsdp2,homes", help="comma list of " + ", ".join(PLANS))
     p.add_argument("--evals", type=int, default=2000, help="placements each search simulates (default 2000)")
     p.add_argument("--steps", type=int, default=3, help="training steps per plan (default 3)")
+    p.add_argument("--builds", type=int, default=1, help="times each plan is placed and stepped afresh (default 1)")
     p.add_argument("--json", action="store_true", help="every step of every plan as JSON")
     args = p.parse_args(argv)
     try:
         offload.check_scenario(args.scenario)
-        if not args.cap > 0 or args.evals < 1 or args.steps < 1:
-            raise PlacerError("--cap must be > 0, --evals and --steps >= 1")
+        if not args.cap > 0 or args.evals < 1 or args.steps < 1 or args.builds < 1:
+            raise PlacerError("--cap must be > 0, --evals, --steps and --builds >= 1")
         parse_list(args.plans, what="plans", known=PLANS)
         runs = run(args)
     except PlacerError as e:
