@@ -32,7 +32,7 @@ from torch import nn
 from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.fsdp import CPUOffloadPolicy, fully_shard
 
-from envs.real.timing import adam, failure_status, measure_steps, time_limit
+from envs.real.timing import adam, failure_status, measure_steps, step_extra, time_limit
 from envs.real.worker import build_model, one_line
 from envs.result import Result
 from placer.methods.heuristics.hf_accelerate import no_split_modules
@@ -102,9 +102,7 @@ def measure_offload(
                 warmup_steps=warmup_steps,
                 timed_steps=timed_steps,
             )
-        extra.update(step_times_s=m["step_times_s"], losses=m["losses"])
-        if "peak_reserved_bytes" in m:
-            extra["peak_reserved_bytes"] = m["peak_reserved_bytes"]
+        extra.update(step_extra(m))
         return Result(m["step_time_s"], "ok", peak_bytes=m["peak_bytes"], source="measured", extra=extra)
     except Exception as e:  # noqa: BLE001  (the rival's failure is its row)
         status = failure_status(e)

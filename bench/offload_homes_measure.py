@@ -52,7 +52,7 @@ def measure_plan(
 
     import placer
     from envs.real.placing import resolve_devices
-    from envs.real.timing import adam, failure_status, measure_steps, time_limit
+    from envs.real.timing import adam, failure_status, measure_steps, step_extra, time_limit
     from envs.real.worker import one_line
 
     p = plan.placement
@@ -70,10 +70,7 @@ def measure_plan(
                 warmup_steps=warmup_steps,
                 timed_steps=timed_steps,
             )
-        extra = {"step_times_s": m["step_times_s"], "losses": m["losses"]}
-        if "peak_reserved_bytes" in m:  # the allocator's reserve: what the cap limits, fragmentation included
-            extra["peak_reserved_bytes"] = m["peak_reserved_bytes"]
-        return Result(m["step_time_s"], "ok", peak_bytes=m["peak_bytes"], source="measured", extra=extra)
+        return Result(m["step_time_s"], "ok", peak_bytes=m["peak_bytes"], source="measured", extra=step_extra(m))
     except Exception as e:  # noqa: BLE001  (a plan that fails is its row)
         return Result(float("inf"), failure_status(e), f"{type(e).__name__}: {one_line(e)}", source="measured")
     finally:

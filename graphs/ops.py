@@ -324,18 +324,14 @@ def saved_mask(graph: "OpGraph") -> np.ndarray:
     >>> saved_mask(g).tolist()  # add's output: only relu reads it, and relu's backward reads relu's output
     [False, False, True, True]
     """
-    n = graph.num_ops
-    names = [base_op_name(t) for t in graph.op_types]
-    free = free_mask(graph)
-    known = SAVES_OUTPUT | SAVES_INPUTS | SAVES_NOTHING
-    saves_inputs = np.array([not f and (b in SAVES_INPUTS or b not in known) for b, f in zip(names, free)], dtype=bool)
-    kept = np.array([f or b in SAVES_OUTPUT or b not in known for b, f in zip(names, free)], dtype=bool)
-    needed = np.zeros(n, dtype=bool)  # a consumer's backward reads it (a view: reads what it aliases)
-    out_ptr, out_dst, _ = graph.out_csr
-    for u in range(n - 1, -1, -1):  # consumers come later in the order: their verdict is in
-        needed[u] = any(saves_inputs[v] or (free[v] and needed[v]) for v in out_dst[out_ptr[u] : out_ptr[u + 1]])
-    sink = np.diff(out_ptr) == 0  # the program's outputs (the loss) live until backward
-    return kept | needed | sink
+    return kept_mask(backward_readers(graph))
+
+
+def kept_mask(readers: tuple[np.ndarray, np.ndarray, np.ndarray]) -> np.ndarray:
+    """:func:`saved_mask` from :func:`backward_readers`' ``(own, ptr, idx)``: its own backward reads the output, or
+    another backward does."""
+    own, ptr, _ = readers
+    return own | (np.diff(ptr) > 0)
 
 
 def backward_readers(graph: "OpGraph") -> tuple[np.ndarray, np.ndarray, np.ndarray]:

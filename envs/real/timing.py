@@ -270,6 +270,17 @@ def _reset_cpu_peak() -> None:
         pass
 
 
+def step_extra(m: dict[str, Any]) -> dict[str, Any]:
+    """What a Result's ``extra`` carries of a :func:`measure_steps` measurement: the step times, the losses and, on
+    CUDA, the allocator's reserve.
+
+    >>> step_extra({"step_time_s": 1.0, "step_times_s": [1.0], "losses": [0.5], "peak_bytes": {}})
+    {'step_times_s': [1.0], 'losses': [0.5]}
+    """
+    keys = ("step_times_s", "losses", "peak_reserved_bytes")
+    return {k: m[k] for k in keys if k in m}
+
+
 def measure_steps(
     module: nn.Module,
     inputs: tuple,

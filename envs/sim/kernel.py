@@ -27,7 +27,7 @@ from envs.sim.kernel_eager import eager_schedule
 from envs.sim.kernel_memory import over_capacity
 from envs.sim.tasks import ACT, GRAD, Schedule
 from graphs.ir import OpGraph
-from graphs.ops import backward_readers, saved_mask
+from graphs.ops import backward_readers, kept_mask
 
 #: The optimizer step's time on one device: envs.sim.cost's one formula, compiled (the slowest device's is the step's).
 update_time_s = njit(cache=True)(cost.update_time_s)
@@ -239,10 +239,10 @@ class KernelData:
         self.n0 = self.n // microbatches  # the ops of one microbatch copy (envs.sim.sim_graph.schedule_graph)
         # which ops have a backward (graphs.ops.grad_mask); default all
         self.grad = np.ones(self.n, dtype=np.bool_) if grad is None else np.ascontiguousarray(grad, dtype=np.bool_)
-        # which outputs autograd keeps for backward (graphs.ops.saved_mask); the others are freed after their consumers
-        self.kept = np.ascontiguousarray(saved_mask(g) if kept is None else kept, dtype=np.bool_)
         # which kept outputs live to their own backward, and the readers that free the others (backward_readers)
         own, rptr, ridx = backward_readers(g) if readers is None else readers
+        # which outputs autograd keeps for backward (graphs.ops.saved_mask); the others are freed after their consumers
+        self.kept = np.ascontiguousarray(kept_mask((own, rptr, ridx)) if kept is None else kept, dtype=np.bool_)
         self.readers = (
             np.ascontiguousarray(own, dtype=np.bool_),
             np.ascontiguousarray(rptr, dtype=np.int64),

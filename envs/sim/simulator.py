@@ -41,7 +41,7 @@ from envs.sim.sim_graph import schedule_graph
 from envs.sim.step_result import step_result
 from graphs.errors import PlacerError
 from graphs.ir import OpGraph
-from graphs.ops import backward_readers, free_mask, grad_mask, saved_mask
+from graphs.ops import backward_readers, free_mask, grad_mask, kept_mask
 from graphs.plan import as_indices, check_inflight, check_microbatches, check_order
 
 #: Bumped whenever a change to the model changes simulated step times (keys of caches of simulated results).
@@ -140,8 +140,8 @@ class SimEnv:
         self.static_bytes = cost.static_bytes(self.sim_graph)
         self.act_bytes = cost.activation_bytes(self.sim_graph)
         # which outputs autograd keeps for backward (the others are freed once their consumers have run forward)
-        self.kept = saved_mask(self.sim_graph)
         self.readers = backward_readers(self.sim_graph)  # who frees each kept output in the backward
+        self.kept = kept_mask(self.readers)  # graphs.ops.saved_mask
         self.consumers = self.sim_graph.out_csr[:2]
         self._kernel_data: Any = None
         self.planner = OrderPlanner(self)  # picks issue orders (order_candidates, schedule_order, plan_order)
