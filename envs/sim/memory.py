@@ -48,6 +48,11 @@ import numpy as np
 from envs.sim.homes import home_memory_events
 from envs.sim.schedule import ACT, Schedule
 
+#: Bumped whenever a change to these rules changes simulated peaks, and so which placements fit (keys of caches of
+#: simulated results, beside ``envs.sim.simulator.MODEL_VERSION`` for step times). 2: gradients from their op's
+#: backward on, saved outputs freed by the last backward that reads them, no optimizer temporaries (fused Adam).
+MEMORY_VERSION = 2
+
 
 def release_times(schedule: Schedule, out_ptr: np.ndarray, out_dst: np.ndarray) -> np.ndarray:
     """Per op: when the forward last reads its output (its last consumer's forward end; its own without a consumer)."""

@@ -28,7 +28,7 @@ import torch
 
 import envs
 import placer.compare
-from envs.sim import simulator
+from envs.sim import memory, simulator
 from envs.sim.cost import op_times
 from envs.sim.sim_graph import schedule_graph
 from graphs import OpGraph, PlacerError, plan, zoo
@@ -51,11 +51,18 @@ def imitation_label(
     """(method, step time, op devices) of the best heuristic (:meth:`placer.compare.CompareReport.best`), the label.
 
     Cached on disk by graph hash, cluster, and the simulator's and the heuristics'
-    versions (read when called: a change to either makes new labels).
+    versions (the step's and the memory rules'; read when called: a change to any makes new labels).
     """
     key = hashlib.sha256(
         json.dumps(
-            [graph.content_hash, cluster.to_dict(), list(methods), simulator.MODEL_VERSION, registry.VERSION],
+            [
+                graph.content_hash,
+                cluster.to_dict(),
+                list(methods),
+                simulator.MODEL_VERSION,
+                memory.MEMORY_VERSION,
+                registry.VERSION,
+            ],
             sort_keys=True,
         ).encode()
     ).hexdigest()[:20]

@@ -88,11 +88,16 @@ def test_cached_labels_are_recomputed_when_the_simulator_model_or_a_baseline_cha
     monkeypatch.setattr(envs.sim.simulator, "MODEL_VERSION", envs.sim.simulator.MODEL_VERSION + 1)
     best_heuristic(g, c, ("single", "heft"))
     assert len(calls) == 2
+    import envs.sim.memory
+
+    monkeypatch.setattr(envs.sim.memory, "MEMORY_VERSION", envs.sim.memory.MEMORY_VERSION + 1)  # which plans fit
+    best_heuristic(g, c, ("single", "heft"))
+    assert len(calls) == 3
     import placer.methods.registry
 
     monkeypatch.setattr(placer.methods.registry, "VERSION", placer.methods.registry.VERSION + 1)  # a baseline changed
     best_heuristic(g, c, ("single", "heft"))
-    assert len(calls) == 3
+    assert len(calls) == 4
 
 
 def test_the_recurrent_family_is_held_out_by_its_own_tag_not_by_lstm():
