@@ -44,7 +44,7 @@ from typing import Any
 import numpy as np
 
 from envs.cluster import Cluster
-from envs.real.distributed.cut import Stage, cut_stages
+from envs.real.distributed.cut import Stage, StageCutter
 from envs.real.distributed.schedules import Action, fitting_schedule
 from envs.result import Result
 from envs.sim.cost import OPTIMIZER_STATE_MULTIPLIER, activation_bytes, op_times, static_bytes, update_times_s
@@ -64,6 +64,7 @@ class StageCosts:
         activation_bytes: ``[S]`` bytes a stage keeps for backward per microbatch.
         send_bytes, send_tensors: ``[S - 1]`` bytes and tensors sent forward per microbatch.
         grad_bytes, grad_tensors: ``[S - 1]`` bytes and tensors of gradients sent back.
+        op_stages: ``[num_ops]`` each op's stage.
     """
 
     ranks: list[int]
@@ -75,6 +76,7 @@ class StageCosts:
     send_tensors: np.ndarray
     grad_bytes: np.ndarray
     grad_tensors: np.ndarray
+    op_stages: np.ndarray | None = None
 
 
 def is_float(dtypes: Sequence[str]) -> bool:
@@ -129,20 +131,22 @@ def stage_costs(
     used = sorted({cluster.index(s.device) for s in stages})
     rank_of = {d: r for r, d in enumerate(used)}
     device_indices = [cluster.index(s.device) for s in stages]
+    ops = [np.fromiter(s.ops, dtype=np.int64, count=len(s.ops)) for s in stages]
     op_stages = np.empty(graph.num_ops, dtype=np.int64)
-    for s, stage in enumerate(stages):
-        op_stages[list(stage.ops)] = s
+    for s, idx in enumerate(ops):
+        op_stages[idx] = s
     traffic = boundary_traffic(graph, op_stages, len(stages), microbatches, floats)
     return StageCosts(
         ranks=[rank_of[d] for d in device_indices],
         device_indices=device_indices,
-        fwd_s=np.array([fwd[list(s.ops), d].sum() for s, d in zip(stages, device_indices)]),
-        bwd_s=np.array([bwd[list(s.ops), d].sum() for s, d in zip(stages, device_indices)]),
-        activation_bytes=np.array([kept[list(s.ops)].sum() for s in stages]),
+        fwd_s=np.array([fwd[idx, d].sum() for idx, d in zip(ops, device_indices)]),
+        bwd_s=np.array([bwd[idx, d].sum() for idx, d in zip(ops, device_indices)]),
+        activation_bytes=np.array([kept[idx].sum() for idx in ops]),
         send_bytes=traffic[0],
         send_tensors=traffic[1],
         grad_bytes=traffic[2],
         grad_tensors=traffic[3],
+        op_stages=op_stages,
     )
 
 
@@ -225,18 +229,36 @@ def peak_activation_bytes(costs: StageCosts, actions: Mapping[int, Sequence[Acti
     return out
 
 
-def shared_parameter_bytes(graph: OpGraph, op_ranks: np.ndarray) -> dict[str, tuple[set[int], float, int]]:
-    """Parameters read on several ranks: ``name -> (their ranks, bytes, the rank of the op that owns it)``; an
-    op's parameter bytes are split evenly over its parameters (the graph records bytes per op)."""
-    readers: dict[str, set[int]] = {}
+def parameter_readers(graph: OpGraph) -> list[tuple[str, np.ndarray, float, int]]:
+    """The parameters that more than one op reads (only those can be read on several ranks): ``(name, the ops
+    that read it, its bytes, the op that owns it or -1)``; an op's parameter bytes are split evenly over its
+    parameters (the graph records bytes per op). Read once per graph by :class:`RankSim`."""
+    ops_of: dict[str, list[int]] = {}
     size: dict[str, float] = {}
     owner: dict[str, int] = {}
     for op, names in enumerate(graph.params or []):
         for name in names:
-            readers.setdefault(name, set()).add(int(op_ranks[op]))
+            ops_of.setdefault(name, []).append(op)
             if graph.param_bytes[op] > 0 and name not in owner:
-                size[name], owner[name] = float(graph.param_bytes[op]) / len(names), int(op_ranks[op])
-    return {n: (r, size.get(n, 0.0), owner.get(n, min(r))) for n, r in readers.items() if len(r) > 1}
+                size[name], owner[name] = float(graph.param_bytes[op]) / len(names), op
+    return [
+        (name, np.array(ops, dtype=np.int64), size.get(name, 0.0), owner.get(name, -1))
+        for name, ops in ops_of.items()
+        if len(ops) > 1
+    ]
+
+
+def shared_parameter_bytes(
+    graph: OpGraph, op_ranks: np.ndarray, readers: list | None = None
+) -> dict[str, tuple[set[int], float, int]]:
+    """Parameters read on several ranks: ``name -> (their ranks, bytes, the rank of the op that owns it)``
+    (``readers``: :func:`parameter_readers`, when already read)."""
+    out = {}
+    for name, ops, nbytes, owner_op in parameter_readers(graph) if readers is None else readers:
+        ranks = set(op_ranks[ops].tolist())
+        if len(ranks) > 1:
+            out[name] = (ranks, nbytes, int(op_ranks[owner_op]) if owner_op >= 0 else min(ranks))
+    return out
 
 
 def allreduce_s(cluster: Cluster, device_indices: Sequence[int], nbytes: float) -> float:
@@ -249,17 +271,28 @@ def allreduce_s(cluster: Cluster, device_indices: Sequence[int], nbytes: float) 
     return 2 * (k - 1) * (latency_s + nbytes / k / bandwidth)
 
 
-def finish_step(graph: OpGraph, cluster: Cluster, costs: StageCosts, stages: list[Stage], end_s: np.ndarray) -> tuple:
+def finish_step(
+    graph: OpGraph,
+    cluster: Cluster,
+    costs: StageCosts,
+    stages: list[Stage],
+    end_s: np.ndarray,
+    readers: list | None = None,
+) -> tuple:
     """``(end of step per rank, parameter bytes per rank, each op's rank)``: the shared parameters' all-reduces (a
-    barrier among their ranks), then each rank's optimizer step (over its copies of shared parameters too)."""
-    op_ranks = np.empty(graph.num_ops, dtype=np.int64)
-    for s, stage in enumerate(stages):
-        op_ranks[list(stage.ops)] = costs.ranks[s]
+    barrier among their ranks), then each rank's optimizer step (over its copies of shared parameters too);
+    ``readers``: :func:`parameter_readers`, when already read."""
+    if costs.op_stages is not None:
+        op_ranks = np.asarray(costs.ranks, dtype=np.int64)[costs.op_stages]
+    else:
+        op_ranks = np.empty(graph.num_ops, dtype=np.int64)
+        for s, stage in enumerate(stages):
+            op_ranks[list(stage.ops)] = costs.ranks[s]
     R = len(end_s)
     rank_device = {r: d for r, d in zip(costs.ranks, costs.device_indices)}
     param_bytes = np.bincount(op_ranks, weights=graph.param_bytes.astype(np.float64), minlength=R)
     end_s = end_s.copy()
-    for ranks, nbytes, owner in shared_parameter_bytes(graph, op_ranks).values():
+    for ranks, nbytes, owner in shared_parameter_bytes(graph, op_ranks, readers).values():
         holders = sorted(ranks)
         at = max(end_s[r] for r in holders) + allreduce_s(cluster, [rank_device[r] for r in holders], nbytes)
         for r in holders:
@@ -282,16 +315,20 @@ def simulate_ranks(
     inflight: int | None = None,
     schedule: str | None = None,
     per_op: tuple | None = None,
+    cutter: StageCutter | None = None,
+    readers: list | None = None,
 ) -> Result:
     """One step of a plan across processes (module doc); ``schedule`` None: the one that fits the plan; ``per_op``:
-    :func:`op_costs` of this M, when already computed.
+    :func:`op_costs` of this M, ``cutter`` a :class:`~envs.real.distributed.cut.StageCutter` of the graph and
+    ``readers`` its :func:`parameter_readers`, when already made (:class:`RankSim` makes them once).
 
     A schedule that does not fit the plan is a Result with status ``error`` saying why;
     a rank over its device's memory, ``oom``.
     """
     M = check_microbatches(microbatches)
     W = check_inflight(inflight, M)
-    stages = cut_stages(graph, op_devices, cluster.device_names, order)
+    cutter = StageCutter(graph, cluster.device_names) if cutter is None else cutter
+    stages = cutter(op_devices, order)
     costs = stage_costs(graph, cluster, stages, M, per_op)
     R = len(set(costs.ranks))
     name = schedule or fitting_schedule(costs.ranks, R, microbatches=M, inflight=W)
@@ -300,7 +337,7 @@ def simulate_ranks(
     except PlacerError as e:
         return Result(float("inf"), "error", str(e), source="sim-ranks", extra={"schedule": name})
     timing = run_actions(costs, actions, cluster)
-    end_s, param_bytes, op_ranks = finish_step(graph, cluster, costs, stages, timing["end_s"])
+    end_s, param_bytes, op_ranks = finish_step(graph, cluster, costs, stages, timing["end_s"], readers)
     rank_device = dict(zip(costs.ranks, costs.device_indices))
     names = cluster.device_names
     held = np.bincount(op_ranks, weights=static_bytes(graph).astype(np.float64), minlength=R)
@@ -343,6 +380,8 @@ class RankSim:
         self.inflight = check_inflight(inflight, self.microbatches)
         self.schedule = check_schedule_name(schedule)
         self._per_op: dict[int, tuple] = {}
+        self._cutter = StageCutter(graph, cluster.device_names)
+        self._readers = parameter_readers(graph)
 
     def per_op(self, microbatches: int) -> tuple:
         """:func:`op_costs` for M microbatches, computed once."""
@@ -366,6 +405,8 @@ class RankSim:
                         inflight=p.inflight,
                         schedule=p.schedule,
                         per_op=self.per_op(p.microbatches),
+                        cutter=self._cutter,
+                        readers=self._readers,
                     )
                 )
             else:
@@ -383,6 +424,8 @@ class RankSim:
             inflight=self.inflight,
             schedule=self.schedule,
             per_op=self.per_op(self.microbatches),
+            cutter=self._cutter,
+            readers=self._readers,
         )
 
     def step_times(self, op_devices: np.ndarray, order: Any = None) -> tuple[np.ndarray, np.ndarray]:
@@ -407,6 +450,7 @@ __all__ = [
     "boundary_traffic",
     "float_outputs",
     "op_costs",
+    "parameter_readers",
     "peak_activation_bytes",
     "run_actions",
     "simulate_ranks",

@@ -64,31 +64,60 @@ def tuples_kept_whole(graph: OpGraph, op_devices: Sequence[int] | np.ndarray, or
     >>> op_devices.tolist(), order.tolist()
     ([0, 1, 0], [0, 2, 1])
     """
-    op_devices = np.asarray(op_devices, dtype=np.int32).copy()
-    is_getitem = np.array([t == GETITEM for t in graph.op_types], dtype=bool)
-    if not is_getitem.any():
-        return op_devices, np.asarray(order, dtype=np.int64)
-    tuple_of = {}
-    for s, d in zip(graph.edge_src.tolist(), graph.edge_dst.tolist()):
-        if is_getitem[d]:
-            tuple_of[d] = s
-    followers: dict[int, list[int]] = {}
-    for op in np.asarray(order).tolist():
-        if op in tuple_of:
-            op_devices[op] = op_devices[tuple_of[op]]
-            followers.setdefault(tuple_of[op], []).append(op)
-    out: list[int] = []
-    for op in np.asarray(order).tolist():
-        if op in tuple_of:
-            continue
-        out.append(op)
-        # a getitem of a getitem (a nested tuple) follows its own tuple in turn
-        pending = list(followers.get(op, ()))
-        while pending:
-            item = pending.pop(0)
-            out.append(item)
-            pending[:0] = followers.get(item, [])
-    return op_devices, np.asarray(out, dtype=np.int64)
+    tuples = Tuples(graph)
+    return tuples.devices(op_devices), tuples.order(np.asarray(order, dtype=np.int64))
+
+
+class Tuples:
+    """A graph's getitems and the ops whose tuples they take apart, read once for many plans
+    (:func:`tuples_kept_whole`, split in its two halves: the devices, and the issue order, which does not depend
+    on the devices)."""
+
+    def __init__(self, graph: OpGraph) -> None:
+        is_getitem = np.array([t == GETITEM for t in graph.op_types], dtype=bool)
+        self.tuple_of: dict[int, int] = {}
+        if is_getitem.any():
+            for s, d in zip(graph.edge_src.tolist(), graph.edge_dst.tolist()):
+                if is_getitem[d]:
+                    self.tuple_of[d] = s
+        # a getitem of a getitem (a nested tuple) runs where the op that made the outermost tuple runs
+        items = sorted(self.tuple_of)
+        roots = []
+        for op in items:
+            root = self.tuple_of[op]
+            while root in self.tuple_of:
+                root = self.tuple_of[root]
+            roots.append(root)
+        self.getitems = np.array(items, dtype=np.int64)
+        self.roots = np.array(roots, dtype=np.int64)
+
+    def devices(self, op_devices: Sequence[int] | np.ndarray) -> np.ndarray:
+        """``op_devices`` (a copy) with every getitem on its tuple's device."""
+        op_devices = np.asarray(op_devices, dtype=np.int32).copy()
+        op_devices[self.getitems] = op_devices[self.roots]
+        return op_devices
+
+    def order(self, order: np.ndarray) -> np.ndarray:
+        """``order`` with every getitem issued right after the op that made its tuple (their relative order kept)."""
+        if not self.tuple_of:
+            return order
+        tuple_of = self.tuple_of
+        followers: dict[int, list[int]] = {}
+        for op in order.tolist():
+            if op in tuple_of:
+                followers.setdefault(tuple_of[op], []).append(op)
+        out: list[int] = []
+        for op in order.tolist():
+            if op in tuple_of:
+                continue
+            out.append(op)
+            # a getitem of a getitem (a nested tuple) follows its own tuple in turn
+            pending = list(followers.get(op, ()))
+            while pending:
+                item = pending.pop(0)
+                out.append(item)
+                pending[:0] = followers.get(item, [])
+        return np.asarray(out, dtype=np.int64)
 
 
 def cut_stages(
@@ -101,19 +130,45 @@ def cut_stages(
 
     Raises :class:`PlacerError` for an order that is not a topological order of the graph.
     """
-    if graph.num_ops == 0:
-        raise PlacerError(f"plan: graph {graph.name or ''} has no ops to cut into stages")
-    order = np.arange(graph.num_ops) if order is None else check_order(order, graph, source="plan: order")
-    op_devices, order = tuples_kept_whole(graph, op_devices, order)
-    stages: list[Stage] = []
-    run: list[int] = []
-    for op in order.tolist():
-        if run and op_devices[op] != op_devices[run[-1]]:
-            stages.append(Stage(len(stages), devices[int(op_devices[run[-1]])], tuple(run)))
-            run = []
-        run.append(op)
-    stages.append(Stage(len(stages), devices[int(op_devices[run[-1]])], tuple(run)))
-    return stages
+    return StageCutter(graph, devices)(op_devices, order)
 
 
-__all__ = ["GETITEM", "Stage", "cut_stages", "tuples_kept_whole"]
+class StageCutter:
+    """:func:`cut_stages` for many plans of one graph: its tuples are read once, and each issue order is checked
+    and rearranged once (the simulator of ranks scores thousands of plans in node order)."""
+
+    def __init__(self, graph: OpGraph, devices: Sequence[str]) -> None:
+        if graph.num_ops == 0:
+            raise PlacerError(f"plan: graph {graph.name or ''} has no ops to cut into stages")
+        self.graph, self.devices = graph, list(devices)
+        self.tuples = Tuples(graph)
+        self._orders: dict[bytes | None, np.ndarray] = {}
+
+    def issue_order(self, order: Sequence[int] | np.ndarray | None) -> np.ndarray:
+        """``order`` (None: node order) checked, with each getitem right after its tuple's op; remembered."""
+        if order is not None and not (isinstance(order, np.ndarray) and order.dtype.kind in "iu"):
+            return self.tuples.order(np.asarray(check_order(order, self.graph, source="plan: order"), dtype=np.int64))
+        key = None if order is None else order.astype(np.int64).tobytes()
+        if key not in self._orders:
+            if len(self._orders) > 64:  # (a search over orders: keep the latest few)
+                self._orders.clear()
+            checked = (
+                np.arange(self.graph.num_ops) if order is None else check_order(order, self.graph, source="plan: order")
+            )
+            self._orders[key] = self.tuples.order(np.asarray(checked, dtype=np.int64))
+        return self._orders[key]
+
+    def __call__(self, op_devices: Sequence[int] | np.ndarray, order: Sequence[int] | np.ndarray | None = None) -> list:
+        """The stages of one plan (:func:`cut_stages`)."""
+        order = self.issue_order(order)
+        on = self.tuples.devices(op_devices)[order]
+        starts = np.flatnonzero(on[1:] != on[:-1]) + 1
+        runs = np.split(order, starts)
+        firsts = np.concatenate([[0], starts])
+        return [
+            Stage(k, self.devices[int(on[first])], tuple(run.tolist()))
+            for k, (first, run) in enumerate(zip(firsts, runs))
+        ]
+
+
+__all__ = ["GETITEM", "Stage", "StageCutter", "Tuples", "cut_stages", "tuples_kept_whole"]
