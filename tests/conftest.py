@@ -24,12 +24,15 @@ def importable_module(directory: Path, monkeypatch: pytest.MonkeyPatch, name: st
 
 @pytest.fixture(scope="session")
 def zoo_cache(tmp_path_factory):
-    """One capture per zoo model per test session, shared by every test file.
+    """One capture per zoo model per test run, shared by every test file and every xdist worker.
 
-    Points ``PLACER_CACHE_DIR`` at a session directory, so tests never read a
-    developer's ``~/.cache/placer`` and the real zoo is captured once per run.
+    Points ``PLACER_CACHE_DIR`` at a directory of this run, so tests never read a
+    developer's ``~/.cache/placer`` and the real zoo is captured once per run: under
+    xdist, the workers' base directories share a parent, and the cache's writes are
+    atomic (:func:`graphs.io.save`), so one worker reads what the other captured.
     """
-    path = tmp_path_factory.getbasetemp() / "placer-cache"
+    base = tmp_path_factory.getbasetemp()
+    path = (base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base) / "placer-cache"
     path.mkdir(exist_ok=True)
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("PLACER_CACHE_DIR", str(path))
