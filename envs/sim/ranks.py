@@ -335,7 +335,8 @@ def simulate_ranks(
     try:
         actions = schedule_actions(name, costs.ranks, R, microbatches=M, inflight=W)
     except PlacerError as e:
-        return Result(float("inf"), "error", str(e), source="sim-ranks", extra={"schedule": name})
+        extra = {"schedule": name, "microbatches": M, "inflight": W}
+        return Result(float("inf"), "error", str(e), source="sim-ranks", extra=extra)
     timing = run_actions(costs, actions, cluster)
     end_s, param_bytes, op_ranks = finish_step(graph, cluster, costs, stages, timing["end_s"], readers)
     rank_device = dict(zip(costs.ranks, costs.device_indices))
@@ -347,7 +348,14 @@ def simulate_ranks(
     peak_bytes = {names[rank_device[r]]: int(held[r] + peaks[r]) for r in range(R)}
     busy = {names[rank_device[r]]: float(timing["busy_s"][r]) for r in range(R)}
     busy.update({f"{names[a]}->{names[b]}": float(t) for (a, b), t in timing["links"].items()})
-    extra = {"schedule": name, "stages": len(stages), "ranks": R, "rank_end_s": [float(t) for t in end_s]}
+    extra = {
+        "schedule": name,
+        "stages": len(stages),
+        "ranks": R,
+        "rank_end_s": [float(t) for t in end_s],
+        "microbatches": M,
+        "inflight": W,
+    }
     over = [d for d, b in peak_bytes.items() if b > cluster.memory_bytes[cluster.index(d)]]
     if over:
         message = f"{over[0]}: peak {peak_bytes[over[0]] / 2**30:.2f} GiB over its memory"
@@ -391,39 +399,39 @@ class RankSim:
 
     def evaluate(self, placements: Sequence[Any]) -> list[Result]:
         """One :class:`envs.Result` per placement (a vector, a name -> device mapping or a Placement)."""
-        out = []
-        for p in placements:
-            if isinstance(p, Placement):
-                op_devices = as_indices(p, self.graph, self.cluster.device_names, source=p.source or "placement")
-                out.append(
-                    simulate_ranks(
-                        self.graph,
-                        self.cluster,
-                        op_devices,
-                        p.issue_order(self.graph),
-                        microbatches=p.microbatches,
-                        inflight=p.inflight,
-                        schedule=p.schedule,
-                        per_op=self.per_op(p.microbatches),
-                        cutter=self._cutter,
-                        readers=self._readers,
-                    )
-                )
-            else:
-                out.append(self.simulate(as_indices(p, self.graph, self.cluster.device_names)))
-        return out
+        return [
+            self.simulate(p)
+            if isinstance(p, Placement)
+            else self.simulate(as_indices(p, self.graph, self.cluster.device_names))
+            for p in placements
+        ]
 
-    def simulate(self, op_devices: Sequence[int] | np.ndarray, order: Any = None) -> Result:
-        """:func:`simulate_ranks` of one placement vector under this scorer's M, W and schedule."""
+    def with_microbatches(self, microbatches: int, inflight: int | None = None) -> "RankSim":
+        """This scorer for plans of M microbatches, W in flight (the same graph, cluster and schedule)."""
+        M, W = check_microbatches(microbatches), check_inflight(inflight, microbatches)
+        if (M, W) == (self.microbatches, self.inflight):
+            return self
+        return RankSim(self.graph, self.cluster, microbatches=M, inflight=W, schedule=self.schedule)
+
+    def simulate(self, op_devices: Any, order: Any = None) -> Result:
+        """:func:`simulate_ranks` of one placement: a vector under this scorer's M, W and schedule, in ``order``
+        (None: node order); or a :class:`graphs.Placement` under its own M, W and schedule, in ``order`` (None: its
+        own issue order)."""
+        M, W, schedule = self.microbatches, self.inflight, self.schedule
+        if isinstance(op_devices, Placement):
+            plan = op_devices
+            M, W, schedule = plan.microbatches, plan.inflight, plan.schedule
+            order = plan.issue_order(self.graph) if order is None else order
+            op_devices = as_indices(plan, self.graph, self.cluster.device_names, source=plan.source or "placement")
         return simulate_ranks(
             self.graph,
             self.cluster,
             op_devices,
             order,
-            microbatches=self.microbatches,
-            inflight=self.inflight,
-            schedule=self.schedule,
-            per_op=self.per_op(self.microbatches),
+            microbatches=M,
+            inflight=W,
+            schedule=schedule,
+            per_op=self.per_op(M),
             cutter=self._cutter,
             readers=self._readers,
         )

@@ -83,6 +83,14 @@ def add_command(sub: argparse._SubParsersAction) -> None:
         "step between two points every op passes through is placed exactly, copies charged (tighter on "
         "branchy models such as Inception; 0, the default: the fast bounds only)",
     )
+    p.add_argument(
+        "--ranks",
+        action="store_true",
+        help="score every plan as it runs across processes, one rank per device it uses (as placer run runs it "
+        "with --nproc-per-node: each maximal run of ops on one device a pipeline stage, torch's schedule, "
+        "activations and gradients sent between ranks); for a cluster placer profile --ranks wrote. "
+        "The searches still search the one-process simulator (stage_search searches this one); no lower bound",
+    )
     p.add_argument("--json", action="store_true", help="print the report as JSON")
     p.add_argument("--plot", metavar="FILE.png", help="also draw a bar chart of the step times")
     add_profile_argument(p)
@@ -153,6 +161,7 @@ def run(args: argparse.Namespace) -> int:
         options=options,
         score_order=args.score_order,
         bound_s=args.bound_seconds,
+        ranks=args.ranks,
     )
     if args.plot:
         plot(report, args.plot)
@@ -160,10 +169,11 @@ def run(args: argparse.Namespace) -> int:
         print_json(report.to_dict())
         return 0
     order = "; each placement in its planned issue order" if report.score_order == "planned" else ""
-    print(
-        f"{report.graph} ({graph.num_ops} ops) on {report.cluster}; scored by the simulator ({report.executor} "
-        f"executor{order}), seed {report.seed}"
-    )
+    if args.ranks:
+        scorer = f"the simulator of ranks (one process per device{order})"
+    else:
+        scorer = f"the simulator ({report.executor} executor{order})"
+    print(f"{report.graph} ({graph.num_ops} ops) on {report.cluster}; scored by {scorer}, seed {report.seed}")
     print(report.table())
     print("\n".join(summary_lines(report)))
     if args.plot:

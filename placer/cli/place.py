@@ -11,6 +11,8 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+import numpy as np
+
 import envs
 from envs.cluster import CLUSTER_ARG_HELP
 from graphs import OpGraph
@@ -84,6 +86,13 @@ def add_command(sub: argparse._SubParsersAction) -> None:
         "model's training state does not fit them) (repeatable)",
     )
     p.add_argument("-o", "--output", required=True, metavar="FILE", help="placement file to write (.json)")
+    p.add_argument(
+        "--ranks",
+        action="store_true",
+        help="for a plan run across processes (placer run with --nproc-per-node): also simulate it there, one rank "
+        "per device it uses, and keep the issue order that runs faster there, the planned one or node order (the "
+        "order cuts the pipeline stages; node order keeps a split's stages contiguous)",
+    )
     add_profile_argument(p)
     p.set_defaults(func=run)
 
@@ -118,6 +127,7 @@ def run(args: argparse.Namespace) -> int:
         if "unexpected keyword" in str(e):
             raise PlacerError(f"--method {args.method}: {str(e).split(') ', 1)[-1]}") from None
         raise
+    ranks = _for_ranks(placement, graph, cluster) if args.ranks else None
     placement.save(args.output)
     counts = ", ".join(f"{device}: {ops}" for device, ops in sorted(placement.device_counts().items()))
     step_ms = placement.meta["step_time_s"] * 1e3
@@ -130,6 +140,13 @@ def run(args: argparse.Namespace) -> int:
         f"{cluster.name} ({counts}); "
         f"issue order: {placement.meta['issue_order']} ({timing})"
     )
+    if ranks is not None:
+        print(
+            f"  across processes: {ranks.step_time_s * 1e3:.3f} ms simulated "
+            f"({ranks.extra['stages']} stages on {ranks.extra['ranks']} ranks, {ranks.extra['schedule']} schedule)"
+            if ranks.ok
+            else f"  across processes: {ranks.status}: {ranks.message}"
+        )
     if args.method == "learned":
         m = placement.meta
         refined = (
@@ -139,6 +156,25 @@ def run(args: argparse.Namespace) -> int:
         )
         print(f"  best of {m['decodes']} decodes of the policy{refined}: {m['found_by']}, in {m['place_time_s']:.1f} s")
     return 0
+
+
+def _for_ranks(placement: Placement, graph: OpGraph, cluster: Any) -> Any:
+    """``--ranks``: the plan as it runs across processes (:class:`envs.sim.ranks.RankSim`). Its issue order cuts the
+    stages, so the file keeps the planned order or node order (each device's ops in program order: a pipeline
+    split's contiguous stages), whichever runs faster there; returns that order's Result."""
+    from envs.sim.ranks import RankSim
+
+    sim = RankSim(graph, cluster)
+    result = sim.simulate(placement)
+    if placement.order is not None:
+        node = sim.simulate(placement, order=np.arange(graph.num_ops))
+        if node.ok and (not result.ok or node.step_time_s < result.step_time_s):
+            placement.order, result = None, node
+            placement.meta["issue_order"] = "node"
+            placement.meta["step_time_s"] = envs.SimEnv(graph, cluster).simulate(placement).step_time_s  # one process
+    placement.meta["ranks_step_time_s"] = result.step_time_s if result.ok else None
+    placement.meta["ranks_schedule"] = result.extra.get("schedule")
+    return result
 
 
 def _learned(args: argparse.Namespace, graph: OpGraph, cluster: Any, options: dict[str, Any]) -> Placement:

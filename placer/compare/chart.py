@@ -45,7 +45,7 @@ def plot(report: Any, path: str) -> None:
     )
     ax.set_yticks(y, [method for method, _, _ in drawn])
     ax.invert_yaxis()
-    if math.isfinite(report.lower_bound_s):
+    if report.lower_bound_s is not None and math.isfinite(report.lower_bound_s):
         ax.axvline(report.lower_bound_s * 1e3, color="k", linestyle="--", label="lower bound")
         ax.legend(loc="lower right")
     ax.set_xlabel("simulated step time (ms)")

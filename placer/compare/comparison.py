@@ -14,6 +14,7 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from envs.sim import SimEnv
+from envs.sim.ranks import RankSim
 from graphs import OpGraph, PlacerError
 from graphs.plan import Placement
 from placer.compare.heuristic_row import HeuristicAttempt, microbatch_counts, plan_shapes, scored_row
@@ -54,7 +55,7 @@ def default_methods(exclude: Sequence[str] = ()) -> list[str]:
     return [m for m in [*[m for m in ORDER if m in known], *[m for m in known if m not in ORDER]] if m not in exclude]
 
 
-def best_single(env: SimEnv, graph: OpGraph, cluster: Any) -> tuple[float | None, str | None]:
+def best_single(env: Any, graph: OpGraph, cluster: Any) -> tuple[float | None, str | None]:
     """``(step_time_s, device)`` of the fastest single device that fits; ``(None, None)`` when none does."""
     singles = env.evaluate([np.full(graph.num_ops, d, dtype=np.int32) for d in range(cluster.num_devices)])
     ok = [(r.step_time_s, d) for d, r in enumerate(singles) if r.status == "ok"]
@@ -90,14 +91,18 @@ def method_shapes(method: str, own: dict[str, Any], default_ms: list[int], infli
 
 
 def given_rows(
-    env: SimEnv, graph: OpGraph, cluster: Any, labelled: list[tuple[str, Placement]], best_single_s: float | None
+    env: Any, graph: OpGraph, cluster: Any, labelled: list[tuple[str, Placement]], best_single_s: float | None
 ) -> list[Row]:
-    """A row per given placement, each scored with its own plan: its microbatches, window and issue order."""
+    """A row per given placement, each scored with its own plan: its microbatches, window and issue order (and,
+    across processes, its schedule)."""
     rows = []
     for label, placement in labelled:
         op_devices = placement.indices(graph, cluster.device_names, source=label)
-        env_of_plan = env.with_microbatches(placement.microbatches, placement.inflight)
         row = Row(method=label, kind="placement", placement=placement)
+        if isinstance(env, RankSim):
+            rows.append(scored_row(row, env, placement, best_single_s))
+            continue
+        env_of_plan = env.with_microbatches(placement.microbatches, placement.inflight)
         rows.append(scored_row(row, env_of_plan, op_devices, best_single_s, placement.order))
     return rows
 
@@ -116,6 +121,7 @@ def compare(
     progress: Callable[[int, str], None] | None = None,
     score_order: str = "node",
     bound_s: float = 0.0,
+    ranks: bool = False,
 ) -> CompareReport:
     """Run ``methods`` (default: every heuristic), score them and ``placements`` on one SimEnv.
 
@@ -144,6 +150,12 @@ def compare(
         bound_s: seconds for the lower bound's block programs (:mod:`envs.sim.blocks`: each stretch of
             the step between two of its cut points placed exactly, copies charged); 0 (default): the
             fast bounds only.
+        ranks: score every plan as it runs across processes, one rank per device it uses
+            (:class:`envs.sim.ranks.RankSim`: ``placer run --nproc-per-node N``'s runtime, each
+            maximal run of ops on one device a pipeline stage, the schedule torch runs); the
+            methods that search still search the one-process simulator (``stage_search``
+            searches the simulator of ranks), and no lower bound is given (the one-process
+            bound does not hold across processes).
 
     Returns:
         A :class:`CompareReport`; a method that cannot run or fails gets a row
@@ -161,7 +173,8 @@ def compare(
     default_ms = microbatch_counts(microbatches, "microbatches")
     default_shapes = plan_shapes(default_ms, inflight, "inflight")
     env = SimEnv(graph, cluster, executor=executor)
-    best_single_s, best_device = best_single(env, graph, cluster)
+    scorer = RankSim(graph, cluster) if ranks else env
+    best_single_s, best_device = best_single(scorer, graph, cluster)
 
     rows: list[Row] = []
     for m in names:
@@ -170,11 +183,27 @@ def compare(
             method_shapes(m, own, default_ms, inflight) if {"microbatches", "inflight"} & set(own) else default_shapes
         )
         before = env.simulated
-        rows.append(HeuristicAttempt(m, graph, cluster, env, own, seed, model, best_single_s, order).best(shapes))
+        attempt = HeuristicAttempt(m, graph, cluster, env, own, seed, model, best_single_s, order, scorer=scorer)
+        rows.append(attempt.best(shapes))
         rows[-1].simulated = env.simulated - before
         if progress is not None:
             progress(len(rows), m)
-    rows += given_rows(env, graph, cluster, labelled, best_single_s)
+    rows += given_rows(scorer, graph, cluster, labelled, best_single_s)
+    if ranks:
+        return CompareReport(
+            graph=graph.name,
+            graph_hash=graph.content_hash,
+            cluster=getattr(cluster, "name", ""),
+            devices=list(cluster.device_names),
+            rows=rows,
+            lower_bound_s=None,
+            best_single_s=best_single_s,
+            best_single_device=best_device,
+            seed=seed,
+            executor="ranks",
+            lower_bound_name="",
+            score_order=score_order,
+        )
     scored_ms = sorted(set(default_ms) | {p.microbatches for _, p in labelled})
     # no plan scored here beats the smallest bound over the Ms scored
     bound = min((env.with_microbatches(M).lower_bound(blocks_s=bound_s) for M in scored_ms), key=float)

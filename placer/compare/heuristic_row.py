@@ -73,8 +73,10 @@ class HeuristicAttempt:
         model: Any,
         best_single_s: float | None,
         order: str | None = None,
+        scorer: Any = None,
     ) -> None:
         self.method, self.graph, self.cluster, self.env = method, graph, cluster, env
+        self.scorer = env if scorer is None else scorer  # what scores the row (the method searches on env)
         self.own, self.seed, self.model, self.best_single_s = own, seed, model, best_single_s
         self.order = order  # "planned": searched and scored in each placement's planned issue order; None: node order
         self.fn = registry.get(method)
@@ -115,7 +117,7 @@ class HeuristicAttempt:
                         placement.indices(self.graph, self.cluster.device_names)
                     )
                     placement.meta["issue_order"] = "schedule"
-                scored_row(row, self.env, row.placement, self.best_single_s)
+                scored_row(row, self.scorer, row.placement, self.best_single_s)
             except Exception as e:
                 row.status, row.message = "error", one_line(e)
         if row.place_time_s is None and row.status == "error":

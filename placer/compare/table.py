@@ -72,7 +72,9 @@ def summary_lines(report: Any) -> list[str]:
     lines = [
         single + (f"best heuristic: {best.method} {best.step_time_s * 1e3:.3f} ms" if best else "no heuristic fits"),
         f"lower bound: no placement runs a step faster on this cluster ({report.lower_bound_name}); "
-        "--json also gives the looser bound of earlier releases",
+        "--json also gives the looser bound of earlier releases"
+        if report.lower_bound_s is not None
+        else "lower bound: none across processes (the one-process simulator's bound does not hold there)",
     ]
     speedups = [r.speedup for r in report.rows if r.kind != "bound" and r.status == "ok" and r.speedup is not None]
     if speedups and max(speedups) < SMALL_GAIN:

@@ -353,3 +353,54 @@ def test_the_chart_draws_every_ok_row_but_the_bound(report):
     ok = [r for r in report.rows if r.kind != "bound" and r.status == "ok"]
     assert [(m, k) for m, _, k in drawn] == [(r.method, r.kind) for r in ok]
     assert [t for _, t, _ in drawn] == pytest.approx([r.step_time_s * 1e3 for r in ok])
+
+
+# ------------------------------------------------------------ across processes (--ranks)
+def _chain(n: int = 12) -> OpGraph:
+    names = [f"layers.{k}.mm" for k in range(n)]
+    return OpGraph.from_edges(
+        names,
+        [(a, b, 4_000_000) for a, b in zip(names, names[1:])],
+        flops=[2e9 * (1 + k % 3) for k in range(n)],
+        module_paths=names,
+        param_bytes=[4_000_000] * n,
+    )
+
+
+def test_ranks_scores_every_row_on_the_simulator_of_ranks_and_gives_no_bound():
+    from envs.sim.ranks import RankSim
+
+    g, cluster = _chain(), envs.Cluster.preset("k80x2")
+    methods = ["single", "round_robin", "equal_layers", "flops_balanced", "stage_search"]
+    gpipe = Placement.from_indices(g, cluster.device_names, [1] * 6 + [2] * 6, method="mine", microbatches=2)
+    report = compare(g, cluster, methods=methods, placements=[gpipe], microbatches=[1, 2], ranks=True)
+    assert [r.method for r in report.rows] == [*methods, "mine"]  # no bound rows
+    assert report.lower_bound_s is None and report.executor == "ranks"
+    sim, one_process = RankSim(g, cluster), envs.SimEnv(g, cluster)
+    differs = 0
+    for r in report.rows:
+        assert r.status == "ok", (r.method, r.message)
+        expected = sim.simulate(r.placement)
+        assert (
+            r.step_time_s == pytest.approx(expected.step_time_s, rel=1e-12)
+            and r.microbatches == r.placement.microbatches
+        )
+        differs += abs(one_process.simulate(r.placement).step_time_s - r.step_time_s) > 1e-6 * r.step_time_s
+    assert differs  # (the one-process simulator scores these plans otherwise: the rows are not its figures)
+    by = {r.method: r.step_time_s for r in report.rows}
+    assert by["stage_search"] <= min(by["equal_layers"], by["flops_balanced"]) * (1 + 1e-9)  # its start, improved
+    doc = json.loads(json.dumps(report.to_dict(), allow_nan=False))
+    assert doc["lower_bound_s"] is None and doc["executor"] == "ranks"
+
+
+def test_compare_cli_ranks_prints_the_scorer_and_no_bound(tmp_path, capsys):
+    path = tmp_path / "chain.json"
+    graphs.save(_chain(), path)
+    args = ["compare", str(path), "--cluster", "k80x2", "--methods", "equal_layers,stage_search", "--ranks"]
+    assert main(args) == 0
+    out = capsys.readouterr().out
+    assert "scored by the simulator of ranks (one process per device)" in out and "| lower bound" not in out
+    assert "lower bound: none across processes" in out
+    assert main([*args, "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert [r["method"] for r in doc["rows"]] == ["equal_layers", "stage_search"] and doc["executor"] == "ranks"

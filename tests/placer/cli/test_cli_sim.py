@@ -158,3 +158,35 @@ def test_simulate_with_a_profile_uses_measured_times(capsys, files):
     res = json.loads(out)
     # every op measured at 1 ms forward + 2 ms backward, all on one GPU, plus the optimizer step
     assert rc == 0 and res["extra"]["backward_end_s"] == pytest.approx(g.num_ops * 3e-3)
+
+
+def two_branches() -> graphs.OpGraph:
+    """Two independent chains of heavy ops between a fork and a join: m_etf puts one on each GPU and plans their
+    ops interleaved."""
+    names = ["x"] + [f"a{k}" for k in range(6)] + [f"b{k}" for k in range(6)] + ["join"]
+    edges = [("x", "a0", 4e6), ("x", "b0", 4e6), ("a5", "join", 4e6), ("b5", "join", 4e6)]
+    edges += [(f"{c}{k}", f"{c}{k + 1}", 4e6) for c in "ab" for k in range(5)]
+    return graphs.OpGraph.from_edges(names, edges, flops=[1e8] + [4e10] * 12 + [1e8])
+
+
+def test_place_ranks_keeps_the_issue_order_that_runs_faster_across_processes(capsys, tmp_path):
+    """m_etf's planned order interleaves the two GPUs' ops: 12 stages across processes, slower there than node
+    order's 2; with --ranks the file keeps node order and says what it simulated."""
+    from envs.cluster import Cluster
+    from envs.sim.ranks import RankSim
+
+    g = two_branches()
+    graphs.save(g, tmp_path / "g.json")
+    gpath, out = str(tmp_path / "g.json"), str(tmp_path / "p.json")
+    rc, text, err = run(capsys, "place", gpath, "--cluster", "k80x2", "--method", "m_etf", "--ranks", "-o", out)
+    assert rc == 0, err
+    plan = Placement.load(out)
+    sim = RankSim(g, Cluster.preset("k80x2"))
+    kept = sim.simulate(plan)
+    assert plan.meta["ranks_step_time_s"] == pytest.approx(kept.step_time_s, rel=1e-12)
+    assert f"across processes: {kept.step_time_s * 1e3:.3f} ms simulated ({kept.extra['stages']} stages" in text
+    rc, _, err = run(capsys, "place", gpath, "--cluster", "k80x2", "--method", "m_etf", "-o", str(tmp_path / "q.json"))
+    planned = Placement.load(str(tmp_path / "q.json"))
+    assert rc == 0 and "ranks_step_time_s" not in planned.meta and planned.order is not None
+    assert plan.order is None and plan.meta["issue_order"] == "node" and kept.extra["stages"] == 2
+    assert kept.step_time_s < sim.simulate(planned).step_time_s
