@@ -5,10 +5,11 @@ one thread each, the gloo backend; every rank measures at the same time as the o
 (so the cores they share are shared while they measure):
 
 * its compute: a matmul's FLOP rate, a copy's memory bandwidth and a tiny op's cost
-  (the roofline's three numbers, :mod:`envs.sim.cost`), then one training step of
-  SOURCE's model, whole, on this rank; the three (the median over the ranks, which
-  share the machine's cores) are scaled by one factor per rank so that the roofline's
-  step of the model's graph is that rank's step measured (:func:`calibrate`);
+  (the roofline's three numbers, :mod:`envs.sim.cost`), then a training step of
+  SOURCE's model on this rank, on the whole batch and on one of 8 microbatches of it;
+  the three (the median over the ranks, which share the machine's cores) are fitted per
+  rank so that the roofline's step of the model's graph is that rank's step measured,
+  at both sizes: the work's time scale and the cost per op (:func:`calibrate`);
 * each pair of ranks, one pair at a time: a ping-pong of a few message sizes over
   gloo's point-to-point sends; ``latency + bytes / bandwidth`` fitted to the one-way
   times by least squares (:func:`fit_link`).
@@ -36,6 +37,7 @@ from torch.distributed.elastic.multiprocessing.errors import record
 from envs.cluster import Cluster
 from envs.devices import Device, Link
 from envs.real.distributed.worker import gather_to_first
+from envs.real.pipeline import split_batch
 from envs.real.timing import adam
 from envs.real.worker import build_model
 from envs.sim.cost import op_times, update_times_s
@@ -84,19 +86,33 @@ def compute_rates(repeats: int) -> dict[str, float]:
     }
 
 
-def model_step_s(source: str, source_dir: str, repeats: int, warmup: int) -> float:
-    """One training step (forward, backward, Adam) of SOURCE's model on this rank, median seconds."""
+#: The microbatches of the second calibration step: the batch cut this many ways (fewer where it is smaller).
+MICRO = 8
+
+
+def model_step_s(source: str, source_dir: str, repeats: int, warmup: int) -> dict[str, Any]:
+    """Training steps (forward, backward, Adam) of SOURCE's model on this rank, median seconds: ``step_s`` on the
+    whole batch, ``micro_step_s`` on one of ``microbatches`` parts of it (the first; :data:`MICRO` of them, fewer
+    where the batch is smaller; absent where it cannot be split)."""
     model, inputs = build_model(source, search_dir=source_dir)
     optimizer = adam(model.parameters(), lr=1e-3)
 
-    def step() -> None:
+    def step(batch: tuple) -> None:
         optimizer.zero_grad()
-        loss = model(*inputs)
+        loss = model(*batch)
         loss = loss if loss.dim() == 0 else loss.float().mean()
         loss.backward()
         optimizer.step()
 
-    return median_s(step, repeats, warmup)
+    out: dict[str, Any] = {"step_s": median_s(lambda: step(inputs), repeats, warmup)}
+    for k in range(MICRO, 1, -1):
+        try:
+            part = split_batch(inputs, k)[0]
+        except PlacerError:
+            continue  # a batch of fewer than k
+        out.update(microbatches=k, micro_step_s=median_s(lambda: step(part), repeats, warmup))
+        break
+    return out
 
 
 def ping_pong(peer: int, leader: bool, repeats: int) -> dict[int, float]:
@@ -130,24 +146,62 @@ def fit_link(one_way_s: Mapping[int, float]) -> tuple[float, float]:
     return round(max(float(intercept), 0.0), 12), round(1.0 / slope, 3)
 
 
-def calibrate(graph: Any, rates: Mapping[str, float], step_s: float) -> dict[str, float]:
-    """``rates`` scaled by one factor so the roofline's step of ``graph`` on them (every op's forward and
-    backward, then Adam) takes ``step_s``: the microbenchmarks give the shape, the model the level.
+def calibrate(
+    graph: Any, rates: Mapping[str, float], step_s: float, micro: tuple[int, float] | None = None
+) -> dict[str, float]:
+    """``rates`` fitted so the roofline's step of ``graph`` on them (every op's forward and backward, then Adam)
+    takes ``step_s``: the microbenchmarks give the shape, the model the level.
+
+    With ``micro`` = ``(M, seconds)``, the step of one of M microbatches measured too, two numbers are fitted,
+    one per step: the time of the roofline's work (compute and memory, which shrink with the microbatch) and the
+    cost per op (which does not: the eager executor's dispatch, autograd's nodes), so that both steps come out as
+    measured. A microbatched plan runs M of those small steps' ops per stage; one factor fitted on the whole
+    batch alone makes them too cheap. Without ``micro``, or where the two steps do not give a positive work and
+    per-op cost, one factor scales all three rates.
 
     >>> from graphs import OpGraph
     >>> g = OpGraph.from_edges(["a"], [], flops=[3e9])
     >>> calibrate(g, {"flops_per_s": 1e9, "mem_bw_bytes_per_s": 1e12, "launch_overhead_s": 0.0}, 18.0)["flops_per_s"]
     500000000.0
+    >>> r = calibrate(g, {"flops_per_s": 1e9, "mem_bw_bytes_per_s": 1e12, "launch_overhead_s": 0.0}, 10.0, (3, 4.0))
+    >>> round(r["flops_per_s"] / 1e9, 6), round(r["launch_overhead_s"], 6)
+    (1.0, 0.333333)
     """
     one = _device("cpu:0", rates, 1e12)
     cluster = Cluster(name="probe", devices=[one], links={})
-    fwd, bwd = op_times(graph, cluster)
-    simulated_s = float(fwd.sum() + bwd.sum() + update_times_s(np.array([graph.total_param_bytes]), cluster)[0])
+
+    def roofline_s(microbatches: int, level: Cluster) -> tuple[float, float]:
+        fwd, bwd = op_times(graph, level, microbatches)
+        return float(fwd.sum() + bwd.sum()), float(update_times_s(np.array([graph.total_param_bytes]), level)[0])
+
+    ops, update_s = roofline_s(1, cluster)
+    simulated_s = ops + update_s
     scale = step_s / simulated_s if simulated_s > 0 else 1.0
-    return {
+    fitted = {
         "flops_per_s": rates["flops_per_s"] / scale,
         "mem_bw_bytes_per_s": rates["mem_bw_bytes_per_s"] / scale,
         "launch_overhead_s": rates["launch_overhead_s"] * scale,
+    }
+    if micro is None:
+        return fitted
+    # the roofline's work without the per-op cost, whole and per microbatch; the per-op cost counts the ops once each
+    bare = _device("cpu:0", {**rates, "launch_overhead_s": 0.0}, 1e12)
+    level = Cluster(name="probe", devices=[bare], links={})
+    whole, update_s = roofline_s(1, level)
+    part, _ = roofline_s(int(micro[0]), level)
+    unit = _device("cpu:0", {"flops_per_s": 1e300, "mem_bw_bytes_per_s": 1e300, "launch_overhead_s": 1.0}, 1e12)
+    per_op, _ = roofline_s(1, Cluster(name="probe", devices=[unit], links={}))  # seconds per second of per-op cost
+    work = (whole + update_s) - (part + update_s)
+    if work <= 0 or per_op <= 0:
+        return fitted
+    time_scale = (step_s - float(micro[1])) / work  # measured seconds per second of the roofline's work
+    overhead_s = (step_s - time_scale * (whole + update_s)) / per_op
+    if time_scale <= 0 or overhead_s < 0:
+        return fitted
+    return {
+        "flops_per_s": rates["flops_per_s"] / time_scale,
+        "mem_bw_bytes_per_s": rates["mem_bw_bytes_per_s"] / time_scale,
+        "launch_overhead_s": overhead_s,
     }
 
 
@@ -165,7 +219,7 @@ def probe_rank(job: RankProbe) -> dict[str, Any] | None:
         rank, world = dist.get_rank(), dist.get_world_size()
         dist.barrier()
         part: dict[str, Any] = {"rank": rank, "rates": compute_rates(job.repeats)}
-        part["step_s"] = model_step_s(job.source, job.source_dir, job.repeats, job.warmup)
+        part.update(model_step_s(job.source, job.source_dir, job.repeats, job.warmup))
         part["links"] = {}
         for a in range(world):
             for b in range(a + 1, world):
@@ -180,6 +234,11 @@ def probe_rank(job: RankProbe) -> dict[str, Any] | None:
         dist.destroy_process_group()
 
 
+def _micro(part: Mapping[str, Any]) -> tuple[int, float] | None:
+    """A rank's microbatch step, ``(M, seconds)``, where it measured one."""
+    return (int(part["microbatches"]), float(part["micro_step_s"])) if "micro_step_s" in part else None
+
+
 def ranks_cluster(graph: Any, parts: Sequence[Mapping[str, Any]], name: str = "ranks") -> Cluster:
     """The cluster of the ranks' measurements (module doc): rank ``r`` is device ``cpu:r``."""
     world = len(parts)
@@ -187,7 +246,7 @@ def ranks_cluster(graph: Any, parts: Sequence[Mapping[str, Any]], name: str = "r
     # the ranks share one machine's cores: the median of their microbenchmarks is the roofline's shape, and each
     # rank's own step of the model its level
     shape = {k: statistics.median(p["rates"][k] for p in parts) for k in parts[0]["rates"]}
-    devices = [_device(f"cpu:{p['rank']}", calibrate(graph, shape, p["step_s"]), memory) for p in parts]
+    devices = [_device(f"cpu:{p['rank']}", calibrate(graph, shape, p["step_s"], _micro(p)), memory) for p in parts]
     links: dict[tuple[str, str], Link] = {}
     for part in parts:
         for pair, times in part["links"].items():

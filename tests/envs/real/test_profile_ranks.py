@@ -8,6 +8,7 @@ import textwrap
 import pytest
 
 from envs.cluster import Cluster
+from envs.devices import Device
 from envs.real.distributed.profile_ranks import SIZES, calibrate, fit_link, ranks_cluster
 from graphs import OpGraph
 from placer.cli import main
@@ -49,6 +50,27 @@ def test_the_rates_are_scaled_so_the_models_simulated_step_is_the_measured_one()
     assert calibrate(g, rates, 18.0)["flops_per_s"] == pytest.approx(0.5e9)
 
 
+def test_a_microbatch_step_separates_the_work_from_the_cost_per_op():
+    """Two steps measured, whole (10 s) and one of 4 microbatches (4 s): the work shrinks with the microbatch, the
+    cost per op does not; the fit recovers both, so the simulator's step of either is the measured one."""
+    from envs.sim.cost import op_times
+
+    g = OpGraph.from_edges(["a", "b"], [("a", "b", 4)], flops=[1e9, 3e9], op_types=["aten.mm.default"] * 2)
+    rates = {"flops_per_s": 1e9, "mem_bw_bytes_per_s": 1e15, "launch_overhead_s": 0.0}
+    # at 1 GFLOP/s the roofline's work is 12 s whole, 3 s a microbatch: 10 = a*12 + 6*o, 4 = a*3 + 6*o
+    fitted = calibrate(g, rates, 10.0, (4, 4.0))
+    assert fitted["flops_per_s"] == pytest.approx(1.5e9) and fitted["launch_overhead_s"] == pytest.approx(1 / 3)
+    cluster = Cluster(name="fit", devices=[Device("cpu:0", "cpu", 1e12, **fitted)], links={})
+    for M, measured_s in ((1, 10.0), (4, 4.0)):
+        fwd, bwd = op_times(g, cluster, M)
+        assert fwd.sum() + bwd.sum() == pytest.approx(measured_s)
+    one_factor = calibrate(g, rates, 10.0)  # the whole step alone: the microbatch comes out too cheap
+    fwd, bwd = op_times(g, Cluster(name="one", devices=[Device("cpu:0", "cpu", 1e12, **one_factor)], links={}), 4)
+    assert fwd.sum() + bwd.sum() < 3.0
+    # a microbatch step no cheaper than the whole one gives no positive work: one factor, as without it
+    assert calibrate(g, rates, 10.0, (4, 10.5)) == one_factor
+
+
 def test_the_ranks_measurements_make_a_cluster_file():
     g = OpGraph.from_edges(["a"], [], flops=[1e9], op_types=["aten.mm.default"])
     rates = {"flops_per_s": 1e9, "mem_bw_bytes_per_s": 1e10, "launch_overhead_s": 1e-6}
@@ -85,6 +107,6 @@ def test_two_ranks_of_this_machine_are_measured_into_a_cluster_the_simulator_tak
     summary = json.loads(capsys.readouterr().out)
     cluster = Cluster.load(tmp_path / "ranks.json")
     assert cluster.device_names == ["cpu:0", "cpu:1"] and summary["output"] == "ranks.json"
-    assert all(p["step_s"] > 0 for p in summary["measured"])
+    assert all(p["step_s"] > 0 and p["microbatches"] == 8 and p["micro_step_s"] > 0 for p in summary["measured"])
     link = cluster.links[("cpu:0", "cpu:1")]
     assert 0 <= link.latency_s < 0.1 and link.bandwidth_bytes_per_s > 1e6
