@@ -16,6 +16,7 @@ run on a tree with one violation each planted too, to show that they can fail.
 from __future__ import annotations
 
 import ast
+import functools
 from pathlib import Path
 
 import pytest
@@ -39,6 +40,13 @@ def module_name(root: Path, path: Path) -> str:
 def sources(root: Path = ROOT) -> dict[str, str]:
     """Module name -> its source, for every module of the product packages under ``root``."""
     return {module_name(root, p): p.read_text() for package in PRODUCT for p in sorted((root / package).rglob("*.py"))}
+
+
+@functools.lru_cache(maxsize=None)
+def parsed(source: str) -> ast.Module:
+    """``ast.parse(source)``, once per source text: every test here walks the same tree's modules (the walks only
+    read the trees)."""
+    return ast.parse(source)
 
 
 def _is_type_checking(node: ast.AST) -> bool:
@@ -71,7 +79,7 @@ def imports(source: str, name: str, modules: set[str], *, top_level_only: bool) 
         for child in ast.iter_child_nodes(node):
             visit(child, inner)
 
-    visit(ast.parse(source), False)
+    visit(parsed(source), False)
     found.discard(name)
     return found
 
@@ -122,7 +130,7 @@ def absolute_imports(node: ast.AST) -> list[str]:
 def ray_importers(srcs: dict[str, str]) -> list[str]:
     out = []
     for name, source in srcs.items():
-        for node in ast.walk(ast.parse(source)):
+        for node in ast.walk(parsed(source)):
             names = absolute_imports(node)
             if any(n.split(".")[0] == "ray" for n in names):
                 out.append(name)
@@ -135,7 +143,7 @@ def private_imports(srcs: dict[str, str]) -> list[str]:
     out = []
     project = (*PRODUCT, "bench")
     for name, source in srcs.items():
-        for node in ast.walk(ast.parse(source)):
+        for node in ast.walk(parsed(source)):
             if not isinstance(node, ast.ImportFrom) or node.level or not node.module:
                 continue
             if node.module.split(".")[0] not in project or node.module == name:

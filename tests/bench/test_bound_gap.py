@@ -17,6 +17,7 @@ def budget_file(tmp_path, graph: str, cluster: str, times: list[float | None]):
     return path
 
 
+@pytest.mark.slow
 def test_each_part_and_best_over_bound_from_the_fastest_run(capsys, tmp_path):
     path = budget_file(tmp_path, "moe-60", "k80x2", [0.5, None, 0.25, 0.75])
     quick = ("--blocks-s", "1")  # the block bound's programs get a second per cell (default 60)

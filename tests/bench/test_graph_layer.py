@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from bench import graph_layer as bench
 
 
+@pytest.mark.slow
 def test_run_and_table_without_capture():
     result = bench.run(2_000, max_groups=32, repeats=1, capture=False)
     assert result["load"]["ops"] == 2_000 and result["coarsen"]["groups"] == 32
@@ -15,6 +18,7 @@ def test_run_and_table_without_capture():
     assert "load" in table and "-> 32 groups" in table and "model" not in table
 
 
+@pytest.mark.slow
 def test_main_prints_json(capsys):
     assert bench.main(["--ops", "1000", "--groups", "16", "--repeats", "1", "--skip-capture", "--json"]) == 0
     doc = json.loads(capsys.readouterr().out)

@@ -74,6 +74,7 @@ def test_the_llm_scale_table_scores_every_split_under_both_schedules():
         assert ours <= min(r["step_time_s"] for r in part) * (1 + 1e-9)
 
 
+@pytest.mark.slow
 def test_a_method_without_a_plan_is_its_row_and_the_others_run(monkeypatch):
     """8 ranks (the H200 machine's cluster file), a U-Net of 7 layers: equal_layers cannot cut 8 stages."""
     measured = []

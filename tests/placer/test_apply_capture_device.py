@@ -148,6 +148,7 @@ def test_placing_one_program_twice_leaves_the_first_placement_s_bodies_alone():
     torch.testing.assert_close(on_cpu(x, idx), model(x, idx))
 
 
+@pytest.mark.slow
 def test_hugging_face_llama_runs_on_another_device_than_the_capture():
     pytest.importorskip("transformers")
     model, inputs = build("llama")
@@ -361,7 +362,10 @@ def test_forced_copy_paths_keep_every_gradient(kind, monkeypatch):
 
 
 # ------------------------------------------------------------- 5. microbatches
-@pytest.mark.parametrize("microbatches,inflight", [(2, None), (4, None), (4, 1), (4, 2)])
+@pytest.mark.parametrize(
+    "microbatches,inflight",
+    [(2, None), *(pytest.param(M, W, marks=pytest.mark.slow) for M, W in ((4, None), (4, 1), (4, 2)))],
+)
 def test_llama_at_batch_4_runs_in_microbatches_with_the_unsplit_gradients(microbatches, inflight):
     pytest.importorskip("transformers")
     model, inputs = build("llama")

@@ -17,7 +17,7 @@ from placer.cli import main
 from placer.compare import compare, plot
 from placer.methods import registry as baselines
 
-QUICK = {"random_search": {"n": 32}, "annealing": {"steps": 32}, "ilp": {"time_limit_s": 5, "num_workers": 1}}
+QUICK = {"random_search": {"n": 32}, "annealing": {"steps": 32}, "ilp": {"time_limit_s": 1, "num_workers": 1}}
 
 
 @pytest.fixture(scope="module")

@@ -482,6 +482,7 @@ def test_cuda_copies_are_non_blocking_and_keep_gradients():
         torch.testing.assert_close(got[k].cpu(), want[k], msg=k, rtol=1e-4, atol=1e-5)
 
 
+@pytest.mark.slow
 def test_place_and_train_write_the_order_they_scored(tmp_path, capsys):
     """`placer place` and `placer train` store an issue order; `placer simulate` scores the file as they did."""
     import graphs

@@ -206,6 +206,7 @@ def mid_profile():
     return capture(model, (x,)), profile_model(model, (x,), ["cpu"], warmup=1, repeats=5)
 
 
+@pytest.mark.slow
 def test_in_context_parts_add_up_to_the_measured_phases(mid_profile):
     graph, prof = mid_profile
     cpu = prof["devices"]["cpu"]
@@ -226,6 +227,7 @@ def test_in_context_parts_add_up_to_the_measured_phases(mid_profile):
     assert big[0] > 0.2 * fwd.sum() and big[1] > 0.2 * bwd.sum()
 
 
+@pytest.mark.slow
 def test_isolated_method_times_op_by_op():
     torch.manual_seed(0)
     model, x = nn.Sequential(nn.Linear(8, 8), nn.ReLU()), torch.randn(4, 8)

@@ -119,6 +119,7 @@ def test_bad_host_entries_are_one_line_errors(entry, field):
     assert "p.json" in str(e.value) and "\n" not in str(e.value)
 
 
+@pytest.mark.slow
 def test_a_cpu_profile_carries_the_host_probes(small_program_profile):
     entry = small_program_profile["devices"]["cpu"]
     assert set(entry["staging"]) >= {"latency_s", "bandwidth_bytes_per_s"} and set(entry["contention"]) >= {

@@ -5,6 +5,7 @@ from __future__ import annotations
 import gc
 import os
 
+import pytest
 import torch
 from torch import nn
 
@@ -66,6 +67,7 @@ def test_measure_steps_under_a_protocol_pins_threads_and_cores_and_holds_the_col
     assert "protocol" not in m and [s[1] for s in seen] == [True, True]
 
 
+@pytest.mark.slow
 def test_interleaved_rounds_alternate_the_order_and_a_resumed_run_skips_what_it_has():
     log: list[str] = []
     runs = {k: run_of(Tagged(k, log)) for k in "ABC"}

@@ -317,6 +317,7 @@ def oom_cluster(work):
     return str(path)
 
 
+@pytest.mark.slow
 def test_every_json_output_is_strict_json_on_oom_and_infinite_values(
     work, model_module, model_placement, oom_cluster, capsys, monkeypatch
 ):

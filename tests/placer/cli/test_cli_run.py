@@ -106,6 +106,7 @@ def test_run_refuses_a_placement_of_another_graph(workdir, capsys):
     assert rc == 2 and "made for graph 0123456789abcdef" in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_profile_writes_a_loadable_profile(workdir, capsys):
     rc = main(["profile", "cli_run_model:build", "--devices", "cpu", "-o", "prof.json", "--repeats", "2", "--json"])
     summary = json.loads(capsys.readouterr().out)
@@ -172,6 +173,7 @@ def test_run_bad_measure_timeout_exits_2_with_one_line(workdir, capsys, value):
     assert rc == 2 and "--measure-timeout" in err and err.count("\n") == 1
 
 
+@pytest.mark.slow
 def test_profile_prints_a_gpus_issue_times(workdir, capsys, monkeypatch):
     """A GPU profiled in context has the host's issue time beside its kernels': the summary shows both."""
     import envs.real.profiler as profiler

@@ -94,6 +94,7 @@ def test_ilp_is_the_brute_force_optimum_more_cases(seed, n, preset):
     _check_exact(seed, n, preset)
 
 
+@pytest.mark.slow
 def test_compare_cli_gives_an_ok_ilp_row_with_its_plan(tmp_path, capsys):
     g = random_dag(40, seed=2)
     path = tmp_path / "g.json"
@@ -227,7 +228,7 @@ def test_ilp_keeps_its_hint_when_every_window_is_slower(monkeypatch):
     assert envs.simulate(g, plan, c).step_time_s == pytest.approx(plan.meta["hint_step_time_s"])
 
 
-@pytest.mark.parametrize("max_items", [None, 2])  # one model of every item; windows over the hint
+@pytest.mark.parametrize("max_items", [None, pytest.param(2, marks=pytest.mark.slow)])  # one model; windows
 def test_ilp_prefers_a_hint_that_fits_and_never_returns_one_out_of_memory(max_items):
     # the GPUs cannot hold the model: m_etf's plan (on the GPUs) is the fastest ignoring memory but does not fit;
     # ilp took it as its hint, and wrote an out-of-memory plan where another heuristic's fits
