@@ -86,9 +86,9 @@ def add_command(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--ranks",
         action="store_true",
-        help="score every plan as it runs across processes, one rank per device it uses (as placer run runs it "
-        "with --nproc-per-node: each maximal run of ops on one device a pipeline stage, torch's schedule, "
-        "activations and gradients sent between ranks); for a cluster placer profile --ranks wrote. "
+        help="score every plan as it runs across processes, one rank per device it uses (the runtime of the run "
+        "command's --nproc-per-node: each maximal run of ops on one device a pipeline stage, torch's schedule, "
+        "activations and gradients sent between ranks); for a cluster file from the profile command's --ranks. "
         "The searches still search the one-process simulator (stage_search searches this one); no lower bound",
     )
     p.add_argument("--json", action="store_true", help="print the report as JSON")

@@ -89,7 +89,7 @@ def add_command(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--ranks",
         action="store_true",
-        help="for a plan run across processes (placer run with --nproc-per-node): also simulate it there, one rank "
+        help="for a plan run across processes (the run command's --nproc-per-node): also simulate it there, one rank "
         "per device it uses, and keep the issue order that runs faster there, the planned one or node order (the "
         "order cuts the pipeline stages; node order keeps a split's stages contiguous)",
     )
