@@ -209,6 +209,13 @@ def _batch(
         _reset(p, n, D, out_ptr, out_dst, tcount, tbytes, free)
 
 
+def read_only(values) -> np.ndarray:
+    """``values`` as a new C-contiguous float64 array that cannot be written."""
+    out = np.array(values, dtype=np.float64, order="C")
+    out.setflags(write=False)
+    return out
+
+
 class KernelData:
     """Per-(graph, cluster) arrays in the layout the kernel wants.
 
@@ -262,8 +269,10 @@ class KernelData:
         self.in_src = in_src.astype(np.int64)
         self.fwd_t = np.ascontiguousarray(fwd_s)
         self.bwd_t = np.ascontiguousarray(bwd_s)
-        self.lat = np.ascontiguousarray(c.latency_s, dtype=np.float64)
-        self.bw = np.ascontiguousarray(c.bandwidth_bytes_per_s, dtype=np.float64)
+        # copies, always read-only: a preset's arrays are read-only and a loaded cluster's writable, and numba
+        # compiles each kernel once per kind (in every fresh checkout and test worker)
+        self.lat = read_only(c.latency_s)
+        self.bw = read_only(c.bandwidth_bytes_per_s)
         self.static_b = np.asarray(static_bytes).astype(np.int64)
         self.act_b = np.asarray(act_bytes).astype(np.int64)
         self.param_b = g.param_bytes.astype(np.float64)
