@@ -189,39 +189,29 @@ def compare(
         if progress is not None:
             progress(len(rows), m)
     rows += given_rows(scorer, graph, cluster, labelled, best_single_s)
-    if ranks:
-        return CompareReport(
-            graph=graph.name,
-            graph_hash=graph.content_hash,
-            cluster=getattr(cluster, "name", ""),
-            devices=list(cluster.device_names),
-            rows=rows,
-            lower_bound_s=None,
-            best_single_s=best_single_s,
-            best_single_device=best_device,
-            seed=seed,
-            executor="ranks",
-            lower_bound_name="",
-            score_order=score_order,
-        )
-    scored_ms = sorted(set(default_ms) | {p.microbatches for _, p in labelled})
-    # no plan scored here beats the smallest bound over the Ms scored
-    bound = min((env.with_microbatches(M).lower_bound(blocks_s=bound_s) for M in scored_ms), key=float)
-    rows += bound_rows(bound, best_single_s)
-    lower, previous = rows[-1], rows[-2]
+    bound: dict[str, Any] = {"executor": "ranks", "lower_bound_s": None}  # across processes: no bound holds
+    if not ranks:
+        scored_ms = sorted(set(default_ms) | {p.microbatches for _, p in labelled})
+        # no plan scored here beats the smallest bound over the Ms scored
+        lowest = min((env.with_microbatches(M).lower_bound(blocks_s=bound_s) for M in scored_ms), key=float)
+        rows += bound_rows(lowest, best_single_s)
+        lower, previous = rows[-1], rows[-2]
+        bound = {
+            "executor": executor,
+            "lower_bound_s": lower.step_time_s,
+            "lower_bound_name": lower.message,
+            "previous_lower_bound_s": previous.step_time_s,
+            "previous_lower_bound_name": previous.message,
+        }
     return CompareReport(
         graph=graph.name,
         graph_hash=graph.content_hash,
         cluster=getattr(cluster, "name", ""),
         devices=list(cluster.device_names),
         rows=rows,
-        lower_bound_s=lower.step_time_s,
         best_single_s=best_single_s,
         best_single_device=best_device,
         seed=seed,
-        executor=executor,
-        lower_bound_name=lower.message,
-        previous_lower_bound_s=previous.step_time_s,
-        previous_lower_bound_name=previous.message,
         score_order=score_order,
+        **bound,
     )
