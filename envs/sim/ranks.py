@@ -76,7 +76,7 @@ class StageCosts:
     send_tensors: np.ndarray
     grad_bytes: np.ndarray
     grad_tensors: np.ndarray
-    op_stages: np.ndarray | None = None
+    op_stages: np.ndarray
 
 
 def is_float(dtypes: Sequence[str]) -> bool:
@@ -275,19 +275,13 @@ def finish_step(
     graph: OpGraph,
     cluster: Cluster,
     costs: StageCosts,
-    stages: list[Stage],
     end_s: np.ndarray,
     readers: list | None = None,
 ) -> tuple:
     """``(end of step per rank, parameter bytes per rank, each op's rank)``: the shared parameters' all-reduces (a
     barrier among their ranks), then each rank's optimizer step (over its copies of shared parameters too);
     ``readers``: :func:`parameter_readers`, when already read."""
-    if costs.op_stages is not None:
-        op_ranks = np.asarray(costs.ranks, dtype=np.int64)[costs.op_stages]
-    else:
-        op_ranks = np.empty(graph.num_ops, dtype=np.int64)
-        for s, stage in enumerate(stages):
-            op_ranks[list(stage.ops)] = costs.ranks[s]
+    op_ranks = np.asarray(costs.ranks, dtype=np.int64)[costs.op_stages]
     R = len(end_s)
     rank_device = {r: d for r, d in zip(costs.ranks, costs.device_indices)}
     param_bytes = np.bincount(op_ranks, weights=graph.param_bytes.astype(np.float64), minlength=R)
@@ -338,7 +332,7 @@ def simulate_ranks(
         extra = {"schedule": name, "microbatches": M, "inflight": W}
         return Result(float("inf"), "error", str(e), source="sim-ranks", extra=extra)
     timing = run_actions(costs, actions, cluster)
-    end_s, param_bytes, op_ranks = finish_step(graph, cluster, costs, stages, timing["end_s"], readers)
+    end_s, param_bytes, op_ranks = finish_step(graph, cluster, costs, timing["end_s"], readers)
     rank_device = dict(zip(costs.ranks, costs.device_indices))
     names = cluster.device_names
     held = np.bincount(op_ranks, weights=static_bytes(graph).astype(np.float64), minlength=R)

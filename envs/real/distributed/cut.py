@@ -6,7 +6,7 @@ consecutive ops (in issue order) on one logical device. The stages form a chain
 that goes back and forth between two devices gives each of them several stages.
 
 One rule comes first: a ``getitem`` runs where the op that made its tuple runs, right
-after it (:func:`tuples_kept_whole`). A tuple is not a tensor and cannot be sent to
+after it (:class:`Tuples`). A tuple is not a tensor and cannot be sent to
 another process; its elements can, once taken out.
 
 >>> from graphs import OpGraph
@@ -53,25 +53,19 @@ class Stage:
     ops: tuple[int, ...]
 
 
-def tuples_kept_whole(graph: OpGraph, op_devices: Sequence[int] | np.ndarray, order: np.ndarray) -> tuple:
-    """``(op_devices, order)`` with every ``getitem`` on its tuple's device, issued right after the op that made it.
+class Tuples:
+    """Every ``getitem`` on its tuple's device, issued right after the op that made it, for any plan of one graph
+    (the graph read once; :meth:`devices` and :meth:`order` are the rule's two halves: the issue order's does not
+    depend on the devices).
 
     The getitems of one tuple keep their relative order. An op without a tuple
     input is unchanged, so a plan without getitems comes back as it was.
 
     >>> g = OpGraph.from_edges(["lstm", "x", "out"], [("lstm", "out", 4)], op_types=["aten.lstm", "aten.relu", GETITEM])
-    >>> op_devices, order = tuples_kept_whole(g, [0, 1, 1], [0, 1, 2])
-    >>> op_devices.tolist(), order.tolist()
+    >>> tuples = Tuples(g)
+    >>> tuples.devices([0, 1, 1]).tolist(), tuples.order(np.array([0, 1, 2])).tolist()
     ([0, 1, 0], [0, 2, 1])
     """
-    tuples = Tuples(graph)
-    return tuples.devices(op_devices), tuples.order(np.asarray(order, dtype=np.int64))
-
-
-class Tuples:
-    """A graph's getitems and the ops whose tuples they take apart, read once for many plans
-    (:func:`tuples_kept_whole`, split in its two halves: the devices, and the issue order, which does not depend
-    on the devices)."""
 
     def __init__(self, graph: OpGraph) -> None:
         is_getitem = np.array([t == GETITEM for t in graph.op_types], dtype=bool)
@@ -171,4 +165,4 @@ class StageCutter:
         ]
 
 
-__all__ = ["GETITEM", "Stage", "StageCutter", "Tuples", "cut_stages", "tuples_kept_whole"]
+__all__ = ["GETITEM", "Stage", "StageCutter", "Tuples", "cut_stages"]

@@ -132,7 +132,7 @@ def test_only_tensors_cross_between_stages():
     names = graph_from_program(ep).names
     assert "getitem" in names
     tuple_maker = names.index("lstm")
-    # a getitem cut away from its tuple (the cut never does this: cut.tuples_kept_whole)
+    # a getitem cut away from its tuple (the cut never does this: cut.Tuples)
     stage_ops = [names[: tuple_maker + 1], names[tuple_maker + 1 :]]
     with pytest.raises(PlacerError, match="only tensors travel between processes"):
         stage_programs(ep.module(), stage_ops)
