@@ -49,6 +49,7 @@ from envs.real.distributed.schedules import Action, fitting_schedule
 from envs.result import Result
 from envs.sim.cost import OPTIMIZER_STATE_MULTIPLIER, activation_bytes, op_times, static_bytes, update_times_s
 from envs.sim.rank_actions import schedule_actions
+from envs.timeline import Event
 from graphs import OpGraph, PlacerError
 from graphs.plan import Placement, as_indices, check_inflight, check_microbatches, check_schedule_name
 
@@ -170,12 +171,15 @@ class _Links:
         return start + duration
 
 
-def run_actions(costs: StageCosts, actions: Mapping[int, Sequence[Action]], cluster: Cluster) -> dict[str, Any]:
+def run_actions(
+    costs: StageCosts, actions: Mapping[int, Sequence[Action]], cluster: Cluster, record: list | None = None
+) -> dict[str, Any]:
     """Time every rank's ``actions`` (module doc): ``{"end_s": [R], "busy_s": [R], "links": {...}}``.
 
     Each rank runs its list in order, so an action's start depends only on its rank's
     previous action and on the sends it waits for; the ranks advance in turn until
     every list is done. Raises :class:`PlacerError` if the lists wait on each other.
+    ``record``: a list each action is appended to, as an :class:`envs.timeline.Event`.
     """
     R = len(actions)
     links = _Links(cluster)
@@ -201,6 +205,8 @@ def run_actions(costs: StageCosts, actions: Mapping[int, Sequence[Action]], clus
                 took = costs.fwd_s[s] if kind == "F" else costs.bwd_s[s]
                 end = ready + took
                 free_s[r], busy_s[r] = end, busy_s[r] + took
+                if record is not None:
+                    record.append(Event(r, s, kind, m, float(ready), float(end)))
                 if kind == "F" and s < S - 1:
                     arrived[("F", s + 1, m)] = links.send(
                         dev[s], dev[s + 1], end, costs.send_bytes[s], costs.send_tensors[s]
@@ -278,9 +284,9 @@ def finish_step(
     end_s: np.ndarray,
     readers: list | None = None,
 ) -> tuple:
-    """``(end of step per rank, parameter bytes per rank, each op's rank)``: the shared parameters' all-reduces (a
-    barrier among their ranks), then each rank's optimizer step (over its copies of shared parameters too);
-    ``readers``: :func:`parameter_readers`, when already read."""
+    """``(end of step per rank, parameter bytes per rank, each op's rank, optimizer seconds per rank)``: the shared
+    parameters' all-reduces (a barrier among their ranks), then each rank's optimizer step (over its copies of
+    shared parameters too); ``readers``: :func:`parameter_readers`, when already read."""
     op_ranks = np.asarray(costs.ranks, dtype=np.int64)[costs.op_stages]
     R = len(end_s)
     rank_device = {r: d for r, d in zip(costs.ranks, costs.device_indices)}
@@ -296,7 +302,8 @@ def finish_step(
     for r in range(R):
         per_device[rank_device[r]] = param_bytes[r]
     update_s = update_times_s(per_device, cluster)
-    return end_s + np.array([update_s[rank_device[r]] for r in range(R)]), param_bytes, op_ranks
+    optimizer_s = np.array([update_s[rank_device[r]] for r in range(R)])
+    return end_s + optimizer_s, param_bytes, op_ranks, optimizer_s
 
 
 def simulate_ranks(
@@ -311,10 +318,12 @@ def simulate_ranks(
     per_op: tuple | None = None,
     cutter: StageCutter | None = None,
     readers: list | None = None,
+    timeline: list | None = None,
 ) -> Result:
     """One step of a plan across processes (module doc); ``schedule`` None: the one that fits the plan; ``per_op``:
     :func:`op_costs` of this M, ``cutter`` a :class:`~envs.real.distributed.cut.StageCutter` of the graph and
-    ``readers`` its :func:`parameter_readers`, when already made (:class:`RankSim` makes them once).
+    ``readers`` its :func:`parameter_readers`, when already made (:class:`RankSim` makes them once);
+    ``timeline``: a list each rank's actions and optimizer step are appended to (:class:`envs.timeline.Event`).
 
     A schedule that does not fit the plan is a Result with status ``error`` saying why;
     a rank over its device's memory, ``oom``.
@@ -331,8 +340,10 @@ def simulate_ranks(
     except PlacerError as e:
         extra = {"schedule": name, "microbatches": M, "inflight": W}
         return Result(float("inf"), "error", str(e), source="sim-ranks", extra=extra)
-    timing = run_actions(costs, actions, cluster)
-    end_s, param_bytes, op_ranks = finish_step(graph, cluster, costs, timing["end_s"], readers)
+    timing = run_actions(costs, actions, cluster, timeline)
+    end_s, param_bytes, op_ranks, optimizer_s = finish_step(graph, cluster, costs, timing["end_s"], readers)
+    if timeline is not None:
+        timeline.extend(Event(r, -1, "O", -1, float(end_s[r] - optimizer_s[r]), float(end_s[r])) for r in range(R))
     rank_device = dict(zip(costs.ranks, costs.device_indices))
     names = cluster.device_names
     held = np.bincount(op_ranks, weights=static_bytes(graph).astype(np.float64), minlength=R)
@@ -407,10 +418,10 @@ class RankSim:
             return self
         return RankSim(self.graph, self.cluster, microbatches=M, inflight=W, schedule=self.schedule)
 
-    def simulate(self, op_devices: Any, order: Any = None) -> Result:
+    def simulate(self, op_devices: Any, order: Any = None, timeline: list | None = None) -> Result:
         """:func:`simulate_ranks` of one placement: a vector under this scorer's M, W and schedule, in ``order``
         (None: node order); or a :class:`graphs.Placement` under its own M, W and schedule, in ``order`` (None: its
-        own issue order)."""
+        own issue order). ``timeline``: a list the step's events are appended to (:meth:`timeline`)."""
         M, W, schedule = self.microbatches, self.inflight, self.schedule
         if isinstance(op_devices, Placement):
             plan = op_devices
@@ -428,7 +439,16 @@ class RankSim:
             per_op=self.per_op(M),
             cutter=self._cutter,
             readers=self._readers,
+            timeline=timeline,
         )
+
+    def timeline(self, op_devices: Any, order: Any = None) -> tuple[Result, list[Event]]:
+        """One placement's simulated step (as :meth:`simulate`) and its timeline: every rank's actions and optimizer
+        step, seconds from the step's start (:mod:`envs.timeline`; what ``placer run --trace`` lays beside the
+        measured one)."""
+        events: list[Event] = []
+        result = self.simulate(op_devices, order, timeline=events)
+        return result, sorted(events, key=lambda e: (e.rank, e.start_s))
 
     def step_times(self, op_devices: np.ndarray, order: Any = None) -> tuple[np.ndarray, np.ndarray]:
         """``([K] step seconds, [K] failed)`` of ``[K, num_ops]`` placement vectors; ``order``: None (node

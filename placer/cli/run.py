@@ -86,6 +86,14 @@ def add_command(sub: argparse._SubParsersAction) -> None:
         action="store_true",
         help="first compare one step's loss and every gradient with the one-process step (float64 reference)",
     )
+    across.add_argument(
+        "--trace",
+        default=None,
+        metavar="FILE",
+        help="write the median step's timeline to FILE (Chrome trace JSON: open it in ui.perfetto.dev or "
+        "chrome://tracing): each rank's forwards, backwards and optimizer step, measured, and beside them the "
+        "same plan simulated on --cluster; the report then puts each rank's simulated phases beside the measured",
+    )
     p.set_defaults(func=run)
 
 
@@ -98,6 +106,7 @@ ACROSS = {
     "backend": "gloo",
     "rank_map": None,
     "check": False,
+    "trace": None,
 }
 
 

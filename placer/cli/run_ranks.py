@@ -5,8 +5,14 @@ its graph, its devices against the processes, its schedule) before any process
 starts; then torch's launcher starts this node's processes (:func:`placer.distributed.run`).
 Node 0 prints the job's result: the median step time with the fastest and slowest
 step, the peak memory of each rank, and with ``--check`` whether one step's loss and
-gradients match the one-process step (or the worst tensor). The JSON has
-``step_time_s``, ``ranks`` and ``check.ok``. Other nodes print that their ranks finished.
+gradients match the one-process step (or the worst tensor). Each rank's step is split
+into phases (forward, backward, optimizer, and the rest: waiting on the other ranks,
+the sends, the runtime between actions; :func:`envs.timeline.phases`). With
+``--trace FILE`` the median step's timeline is written to FILE as a Chrome trace, the
+same plan simulated on ``--cluster`` beside it (:meth:`envs.sim.ranks.RankSim.timeline`),
+and the report gives each rank's simulated phases too. The JSON has ``step_time_s``,
+``ranks`` (each with its ``phases``), ``timeline`` and ``check.ok``; with ``--trace``,
+``simulated``. Other nodes print that their ranks finished.
 """
 
 from __future__ import annotations
@@ -16,12 +22,14 @@ from typing import Any
 
 import envs
 from envs.real.distributed.rank_plan import RankPlan, stage_table
+from envs.timeline import Event, by_rank, phases, write_chrome_trace
 from graphs import sources
 from graphs.plan import Placement
 from graphs.schema import check_float, check_int
 from placer.cli.args import check_step_counts
 from placer.cli.output import print_json
 from placer.cli.run import check_devices
+from placer.option_checks import check_output_file
 
 
 def run_ranks(args: argparse.Namespace) -> int:
@@ -32,6 +40,8 @@ def run_ranks(args: argparse.Namespace) -> int:
     check_int(args.nnodes, "--nnodes", least=1)
     check_float(args.rdzv_timeout, "--rdzv-timeout", above=0)
     check_float(args.measure_timeout, "--measure-timeout", above=0)
+    if args.trace:
+        args.trace = check_output_file(args.trace, "--trace")
     cluster = envs.resolve_cluster(args.cluster)
     placement = Placement.load(args.placement)
     check_devices(placement, cluster, args.placement)
@@ -46,6 +56,7 @@ def run_ranks(args: argparse.Namespace) -> int:
         device_map=args.device_map,
     )
     check_local_devices(plan, args.nproc_per_node, args.node_rank)
+    simulated = simulate_plan(model, inputs, placement, cluster) if args.trace and args.node_rank == 0 else None
     report = run(
         args.source,
         plan,
@@ -69,12 +80,39 @@ def run_ranks(args: argparse.Namespace) -> int:
             print(f"node {args.node_rank}: its ranks finished; node 0 reports the job")
         return 0
     report["stage_table"] = stage_table(plan)
+    if simulated is not None:
+        result, events = simulated
+        report["simulated"] = simulated_report(result, events, cluster.name)
+        measured = [Event.from_list(row) for row in (report["timeline"] or {}).get("events", [])]
+        meta = {"source": args.source, "placement": args.placement, "cluster": cluster.name}
+        meta.update(step_time_s=report["step_time_s"], simulated_step_time_s=result.step_time_s)
+        write_chrome_trace(args.trace, [("measured", measured), (f"simulated ({cluster.name})", events)], meta)
     ok = report["check"] is None or report["check"]["ok"]
     if args.json:
         print_json(report)
     else:
         print_report(args, report)
     return 0 if ok else 1
+
+
+def simulate_plan(model: Any, inputs: Any, placement: Placement, cluster: Any) -> tuple[Any, list[Event]]:
+    """The plan's step on the simulator of ranks (its own order, microbatches and schedule) and its timeline."""
+    from envs.sim.ranks import RankSim
+    from graphs.torch_capture import capture
+
+    return RankSim(capture(model, inputs), cluster).timeline(placement)
+
+
+def simulated_report(result: Any, events: list[Event], cluster: str) -> dict[str, Any]:
+    """The simulated step's time and each rank's phases (the report's ``simulated``)."""
+    ranks = by_rank(events)
+    end = {r: max(e.end_s for e in mine) for r, mine in ranks.items()}
+    return {
+        "cluster": cluster,
+        "status": result.status,
+        "step_time_s": result.step_time_s if result.ok else None,
+        "ranks": [{"rank": r, "phases": phases(ranks[r], end[r])} for r in sorted(ranks)],
+    }
 
 
 def check_local_devices(plan: RankPlan, nproc_per_node: int, node_rank: int) -> None:
@@ -101,6 +139,7 @@ def print_report(args: argparse.Namespace, report: dict[str, Any]) -> None:
     for r in report["ranks"]:
         stages = ",".join(map(str, r["stages"]))
         print(f"{r['rank']:<5} {r['device']:<8} {r['torch_device']:<8} {stages:<10} {r['peak_bytes'] / 1e9:>11.3f} GB")
+    print_phases(report)
     if report["losses"]:
         print(f"loss {report['losses'][0]:.4f} -> {report['losses'][-1]:.4f}")
     check = report["check"]
@@ -111,3 +150,29 @@ def print_report(args: argparse.Namespace, report: dict[str, Any]) -> None:
             f"rel. err {check['grad_error']:.1e}; worst tensor {check['worst']} at {check['worst_ratio']:.2f}x "
             "the allowed error)"
         )
+
+
+def print_phases(report: dict[str, Any]) -> None:
+    """Where each rank's step goes, measured (and simulated, with ``--trace``): milliseconds, medians."""
+    if not any(r.get("phases") for r in report["ranks"]):
+        return
+    sim = {r["rank"]: r["phases"] for r in (report.get("simulated") or {}).get("ranks", [])}
+    cols = ("forward_s", "backward_s", "optimizer_s", "other_s", "step_s")
+    heads = ("forward", "backward", "optimizer", "other", "step")
+    print(
+        "each rank's step, ms (medians; other: waiting on the other ranks, sends, the runtime between actions"
+        + (f"; simulated on {report['simulated']['cluster']} after the /" if sim else "")
+        + ")"
+    )
+    print(f"{'rank':<5} " + " ".join(f"{h:>{15 if sim else 9}}" for h in heads))
+    for r in report["ranks"]:
+        measured = r.get("phases")
+        if not measured:
+            continue
+        cells = []
+        for c in cols:
+            cell = f"{measured[c] * 1e3:.1f}"
+            if sim:
+                cell += f" / {sim[r['rank']][c] * 1e3:.1f}" if r["rank"] in sim else " / -"
+            cells.append(f"{cell:>{15 if sim else 9}}")
+        print(f"{r['rank']:<5} " + " ".join(cells))

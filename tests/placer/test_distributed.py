@@ -155,6 +155,8 @@ def run_cli(capsys, *argv):
         (["--nproc-per-node", "1"], "1 processes (1 x 1) for a plan on 2 devices"),
         (["--nproc-per-node", "1", "--nnodes", "2"], "--nnodes 2: needs --rdzv-endpoint"),
         (["--check"], "--check: runs across processes; add --nproc-per-node N"),
+        (["--trace", "t.json"], "--trace: runs across processes; add --nproc-per-node N"),
+        (["--nproc-per-node", "2", "--trace", "no/such/dir/t.json"], "--trace no/such/dir/t.json: directory"),
         (["--nproc-per-node", "2", "--rank-map", "gpu:0=0"], "--rank-map: no rank for 'gpu:1'"),
     ],
 )
@@ -207,6 +209,8 @@ def test_two_processes_train_the_plan_and_check_every_gradient(here, capsys):
         "--warmup",
         "1",
         "--check",
+        "--trace",
+        "trace.json",
         "--json",
     )
     report = json.loads(out)
@@ -217,6 +221,28 @@ def test_two_processes_train_the_plan_and_check_every_gradient(here, capsys):
     assert len(report["step_times_s"]) == 3 and report["step_time_s"] > 0
     assert report["spread_s"][0] <= report["step_time_s"] <= report["spread_s"][1]
     assert all(r["peak_bytes"] >= 0 for r in report["ranks"]) and len(report["losses"]) == 3
+    # each rank's step in phases; the median step's actions, in GPipe's order (stage 0: F F B B, then its optimizer)
+    for r in report["ranks"]:
+        p = r["phases"]
+        assert p["forward_s"] > 0 and p["backward_s"] > 0 and p["optimizer_s"] > 0 and p["other_s"] >= 0
+        assert max(p["forward_s"], p["backward_s"], p["optimizer_s"], p["other_s"]) < p["step_s"]  # medians each
+    events = report["timeline"]["events"]
+    assert [(e[1], e[2], e[3]) for e in events if e[0] == 0] == [
+        (0, "F", 0),
+        (0, "F", 1),
+        (0, "B", 0),
+        (0, "B", 1),
+        (-1, "O", -1),
+    ]
+    assert all(0 <= e[4] <= e[5] for e in events)
+    # the same plan simulated on the cluster, and both timelines in the Chrome trace
+    sim = report["simulated"]
+    assert sim["cluster"] == "k80x2" and sim["step_time_s"] > 0 and [r["rank"] for r in sim["ranks"]] == [0, 1]
+    trace = json.loads((here / "trace.json").read_text())
+    rows = {e["args"]["name"] for e in trace["traceEvents"] if e["name"] == "process_name"}
+    assert rows == {"measured rank 0", "measured rank 1", "simulated (k80x2) rank 0", "simulated (k80x2) rank 1"}
+    spans = [e for e in trace["traceEvents"] if e["ph"] == "X"]
+    assert sorted(e["name"] for e in spans if e["pid"] < 1000) == sorted(e["name"] for e in spans if e["pid"] >= 1000)
 
 
 @pytest.mark.slow
@@ -301,3 +327,54 @@ def test_the_text_report_says_step_time_spread_memory_and_check(capsys):
     assert lines[5].split() == ["1", "gpu:1", "cpu", "1", "0.009", "GB"]
     assert lines[6] == "loss 1.5000 -> 1.2500"
     assert lines[7].startswith("check against one process: FAIL") and "worst tensor head.weight at 12.00x" in lines[7]
+
+
+def test_the_text_report_puts_each_ranks_phases_beside_the_simulated(capsys):
+    import argparse
+
+    from placer.cli.run_ranks import print_report
+
+    def ph(f, b, o, other):
+        return {"forward_s": f, "backward_s": b, "optimizer_s": o, "other_s": other, "step_s": f + b + o + other}
+
+    report = {
+        "step_time_s": 0.012,
+        "step_times_s": [0.012],
+        "schedule": "1f1b",
+        "stages": 2,
+        "microbatches": 4,
+        "stage_table": [],
+        "ranks": [
+            {
+                "rank": 0,
+                "device": "cpu:0",
+                "torch_device": "cpu",
+                "stages": [0],
+                "peak_bytes": 0,
+                "phases": ph(0.002, 0.004, 0.001, 0.005),
+            },
+            {
+                "rank": 1,
+                "device": "cpu:1",
+                "torch_device": "cpu",
+                "stages": [1],
+                "peak_bytes": 0,
+                "phases": ph(0.003, 0.006, 0.0005, 0.0015),
+            },
+        ],
+        "losses": [],
+        "check": None,
+        "simulated": {"cluster": "ranks", "ranks": [{"rank": 0, "phases": ph(0.001, 0.002, 0.001, 0.002)}]},
+    }
+    print_report(argparse.Namespace(source="m:build"), report)
+    lines = capsys.readouterr().out.splitlines()
+    at = next(k for k, line in enumerate(lines) if line.startswith("each rank's step, ms"))
+    assert "simulated on ranks after the /" in lines[at]
+    assert lines[at + 1].split() == ["rank", "forward", "backward", "optimizer", "other", "step"]
+    assert lines[at + 2].split() == "0 2.0 / 1.0 4.0 / 2.0 1.0 / 1.0 5.0 / 2.0 12.0 / 6.0".split()
+    assert lines[at + 3].split() == "1 3.0 / - 6.0 / - 0.5 / - 1.5 / - 11.0 / -".split()
+    del report["simulated"]
+    print_report(argparse.Namespace(source="m:build"), report)
+    lines = capsys.readouterr().out.splitlines()
+    at = next(k for k, line in enumerate(lines) if line.startswith("each rank's step, ms"))
+    assert lines[at + 2].split() == "0 2.0 4.0 1.0 5.0 12.0".split()

@@ -13,11 +13,14 @@ then:
   compares them with the float64 one-process step (:mod:`envs.real.conformance`);
 * runs ``warmup`` then ``steps`` training steps (forward, backward, Adam step) on
   each rank's stages, each step begun by all ranks together (a barrier), and records
-  each rank's step times and peak memory (:func:`envs.real.timing.measure_steps`).
+  each rank's step times and peak memory (:func:`envs.real.timing.measure_steps`), and
+  each action's time (:class:`~envs.real.distributed.trace.ActionRecorder`).
 
 Rank 0 returns the job's report (:func:`job_report`), the others None. The job's
 step time is, per step, the slowest rank's; its median over the timed steps is the
-result, with the fastest and slowest step beside it.
+result, with the fastest and slowest step beside it. Each rank's phases (forward,
+backward, optimizer, the rest: :func:`envs.timeline.phases`) are medians over the
+timed steps; the report's ``timeline`` is every rank's actions in the median step.
 """
 
 from __future__ import annotations
@@ -37,6 +40,7 @@ from envs.real.conformance import Reference, compare, reference
 from envs.real.distributed.rank_plan import RankPlan
 from envs.real.distributed.ranks import check_world
 from envs.real.distributed.runtime import RankSchedule
+from envs.real.distributed.trace import ActionRecorder
 from envs.real.pipeline import split_batch
 from envs.real.timing import Protocol, adam, measure_steps, time_limit
 from envs.real.worker import build_model
@@ -76,18 +80,20 @@ class RankJob:
 class PipelineStep(nn.Module):
     """One training step's forwards and backwards on this rank, as a module :func:`measure_steps` times.
 
-    Its forward waits for every rank (so the ranks begin each step together), runs
-    :meth:`RankSchedule.step` (backward included: torch's schedule interleaves the
-    two) and returns the loss, detached: its ``backward()`` has nothing left to do.
-    Ranks without the last stage return 0.
+    Its forward waits for every rank (so the ranks begin each step together), tells
+    ``recorder`` the step begins, runs :meth:`RankSchedule.step` (backward included:
+    torch's schedule interleaves the two) and returns the loss, detached: its
+    ``backward()`` has nothing left to do. Ranks without the last stage return 0.
     """
 
-    def __init__(self, schedule: RankSchedule) -> None:
+    def __init__(self, schedule: RankSchedule, recorder: ActionRecorder | None = None) -> None:
         super().__init__()
-        self.schedule = schedule
+        self.schedule, self.recorder = schedule, recorder
 
     def forward(self, *inputs: Any) -> torch.Tensor:
         dist.barrier()
+        if self.recorder is not None:
+            self.recorder.begin_step()
         loss = self.schedule.step(*inputs)
         return (torch.zeros(()) if loss is None else loss.detach().cpu()).requires_grad_(True)
 
@@ -131,10 +137,20 @@ def check_report(parts: Sequence[Mapping[str, Any]], ref: Reference, tied: Seque
     return {"ok": bool(ok), "loss_error": loss_error, "grad_error": grad_error, "worst": worst, "worst_ratio": ratio}
 
 
+def median_step(per_step: Sequence[float]) -> int:
+    """The index of the step whose time is the median (the lower middle one of an even count)."""
+    order = sorted(range(len(per_step)), key=lambda k: per_step[k])
+    return order[(len(order) - 1) // 2] if order else -1
+
+
 def job_report(ranks: Sequence[Mapping[str, Any]], plan: RankPlan, check: Mapping[str, Any] | None) -> dict[str, Any]:
-    """The job's result from each rank's part: the median of the slowest rank's step time, per rank what it ran."""
+    """The job's result from each rank's part: the median of the slowest rank's step time, per rank what it ran
+    and its phases, and the timeline of the median step (every rank's actions; absent where a rank kept none)."""
     per_step = [max(times) for times in zip(*(r["step_times_s"] for r in ranks))]
     losses = next((r["losses"] for r in ranks if r["has_last"]), [])
+    k = median_step(per_step)
+    traces = [r.get("trace") or [] for r in ranks]
+    timeline = [row for t in traces for row in t[k]] if k >= 0 and all(len(t) == len(per_step) for t in traces) else []
     return {
         "status": "ok",
         "step_time_s": float(statistics.median(per_step)),
@@ -144,8 +160,9 @@ def job_report(ranks: Sequence[Mapping[str, Any]], plan: RankPlan, check: Mappin
         "schedule": plan.schedule,
         "microbatches": plan.microbatches,
         "stages": len(plan.stages),
-        "ranks": [{k: v for k, v in r.items() if k not in ("losses", "has_last")} for r in ranks],
+        "ranks": [{key: v for key, v in r.items() if key not in ("losses", "has_last", "trace")} for r in ranks],
         "check": dict(check) if check is not None else None,
+        "timeline": {"step": k, "events": timeline} if timeline else None,
     }
 
 
@@ -187,9 +204,10 @@ def run_rank(job: RankJob) -> dict[str, Any] | None:
         device = next(d for d, where in plan.devices.items() if where.rank == rank)
         params = list(schedule.parameters())  # a rank whose stages hold no parameters (the loss alone) steps nothing
         optimizer = adam(params, lr=job.lr) if params else NoParameters()
+        recorder = ActionRecorder(rank, schedule.stages, optimizer)
         with time_limit(job.timeout_s):
             m = measure_steps(
-                PipelineStep(schedule),
+                PipelineStep(schedule, recorder),
                 inputs,
                 optimizer,
                 {device: schedule.torch_device},
@@ -207,6 +225,7 @@ def run_rank(job: RankJob) -> dict[str, Any] | None:
             "peak_bytes": m["peak_bytes"][device],
             "losses": m["losses"],
             "has_last": schedule.has_last,
+            **recorder.report(len(m["step_times_s"])),
         }
         parts = gather_to_first(part, objects)
         return job_report(parts, plan, check) if rank == 0 else None
@@ -231,6 +250,7 @@ __all__ = [
     "check_report",
     "gather_to_first",
     "job_report",
+    "median_step",
     "run_rank",
     "step_gradients",
 ]

@@ -1,0 +1,159 @@
+"""Timelines of a step across processes: the real ranks' recorder, the simulator's, and the report that lays them
+side by side (envs/timeline.py, envs/real/distributed/trace.py, envs/sim/ranks.py's timeline, the job report)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from envs.real.distributed.trace import ActionRecorder
+from envs.real.distributed.worker import job_report, median_step
+from envs.sim.ranks import RankSim
+from envs.timeline import Event, chrome_trace, median_phases, phases, write_chrome_trace
+from tests.envs.sim.test_ranks import cluster, two_stage_graph
+
+
+class Clock:
+    """A clock the test moves by hand."""
+
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+class FakeStage:
+    """What the recorder wraps on a PipelineStage: its index and the action methods the runtime calls."""
+
+    def __init__(self, index: int, clock: Clock, fwd_s: float, bwd_s: float) -> None:
+        self.stage_index, self.clock, self.fwd_s, self.bwd_s = index, clock, fwd_s, bwd_s
+
+    def forward_one_chunk(self, fwd_chunk_id, args, kwargs=None):
+        self.clock.now += self.fwd_s
+        return ("out", fwd_chunk_id)
+
+    def backward_one_chunk(self, bwd_chunk_id, loss=None, full_backward=True, last_backward=False):
+        self.clock.now += self.bwd_s
+
+
+class FakeOptimizer:
+    def __init__(self, clock: Clock) -> None:
+        self.clock, self.steps = clock, 0
+
+    def step(self):
+        self.clock.now += 0.5
+        self.steps += 1
+
+
+def test_the_recorder_times_each_action_from_the_step_start_and_sums_the_phases():
+    clock = Clock()
+    stages = [FakeStage(0, clock, 1.0, 2.0), FakeStage(2, clock, 3.0, 4.0)]
+    opt = FakeOptimizer(clock)
+    rec = ActionRecorder(1, stages, opt, clock=clock)
+    stages[0].forward_one_chunk(0, ())  # before any step (the --check step): not recorded
+    opt.step()
+    for _ in range(2):  # a warm-up step, then the timed one
+        rec.begin_step()
+        assert stages[0].forward_one_chunk(0, ()) == ("out", 0)  # the wrapped method still returns its result
+        clock.now += 0.25  # a wait between actions
+        stages[1].forward_one_chunk(fwd_chunk_id=1, args=())
+        stages[1].backward_one_chunk(1, loss=None)
+        stages[0].backward_one_chunk(0)
+        opt.step()
+    assert opt.steps == 3
+    out = rec.report(last=1)
+    assert out["trace"] == [
+        [
+            [1, 0, "F", 0, 0.0, 1.0],
+            [1, 2, "F", 1, 1.25, 4.25],
+            [1, 2, "B", 1, 4.25, 8.25],
+            [1, 0, "B", 0, 8.25, 10.25],
+            [1, -1, "O", -1, 10.25, 10.75],
+        ]
+    ]
+    assert out["phases"] == {
+        "forward_s": 4.0,
+        "backward_s": 6.0,
+        "optimizer_s": 0.5,
+        "other_s": 0.25,
+        "step_s": 10.75,
+    }
+    assert len(rec.report(last=5)["trace"]) == 2  # only finished steps, at most as many as there are
+
+
+def test_phases_take_the_rest_of_the_step_as_other_and_medians_are_per_phase():
+    e = [Event(0, 0, "F", 0, 0.0, 1.0), Event(0, 0, "W", 0, 1.0, 1.5), Event(0, 0, "B", 0, 2.0, 3.0)]
+    p = phases(e, 4.0)
+    assert p == {"forward_s": 1.0, "backward_s": 1.5, "optimizer_s": 0.0, "other_s": 1.5, "step_s": 4.0}
+    m = median_phases([p, phases(e[:1], 2.0), phases(e, 10.0)])
+    assert m["step_s"] == 4.0 and m["forward_s"] == 1.0 and m["other_s"] == 1.5
+
+
+def test_the_simulated_timeline_is_the_hand_timeline():
+    # tests/envs/sim/test_ranks.py's GPipe case: rank 0 F0 0-1, F1 1-2, B0 10.2-12.2, B1 14.2-16.2;
+    # rank 1 F0 1.6-3.6, F1 3.6-5.6, B0 5.6-9.6, B1 9.6-13.6; no parameters: optimizer steps of 0 s at the ends.
+    sim = RankSim(two_stage_graph(), cluster(), microbatches=2)
+    result, events = sim.timeline([0, 1])
+    assert result.ok and result.step_time_s == pytest.approx(16.2)
+    got = [(e.rank, e.stage, e.kind, e.microbatch, round(e.start_s, 6), round(e.end_s, 6)) for e in events]
+    assert got == [
+        (0, 0, "F", 0, 0.0, 1.0),
+        (0, 0, "F", 1, 1.0, 2.0),
+        (0, 0, "B", 0, 10.2, 12.2),
+        (0, 0, "B", 1, 14.2, 16.2),
+        (0, -1, "O", -1, 16.2, 16.2),
+        (1, 1, "F", 0, 1.6, 3.6),
+        (1, 1, "F", 1, 3.6, 5.6),
+        (1, 1, "B", 0, 5.6, 9.6),
+        (1, 1, "B", 1, 9.6, 13.6),
+        (1, -1, "O", -1, 13.6, 13.6),
+    ]
+    assert sim.simulate([0, 1]).step_time_s == result.step_time_s  # the timeline changes nothing
+
+
+def test_the_chrome_trace_has_a_named_row_per_rank_and_timeline(tmp_path):
+    measured = [Event(0, 0, "F", 0, 0.0, 0.001), Event(1, 1, "F", 0, 0.002, 0.004)]
+    simulated = [Event(0, 0, "F", 0, 0.0, 0.0005), Event(0, -1, "O", -1, 0.001, 0.002)]
+    path = tmp_path / "t.json"
+    write_chrome_trace(str(path), [("measured", measured), ("simulated", simulated)], {"step_time_s": 0.004})
+    doc = json.loads(path.read_text())
+    assert doc == chrome_trace([("measured", measured), ("simulated", simulated)], {"step_time_s": 0.004})
+    names = {e["pid"]: e["args"]["name"] for e in doc["traceEvents"] if e["name"] == "process_name"}
+    assert names == {0: "measured rank 0", 1: "measured rank 1", 1000: "simulated rank 0"}
+    spans = [(e["pid"], e["name"], e["ts"], e["dur"]) for e in doc["traceEvents"] if e["ph"] == "X"]
+    assert spans == [
+        (0, "F0 mb0", 0.0, 1000.0),
+        (1, "F1 mb0", 2000.0, 2000.0),
+        (1000, "F0 mb0", 0.0, 500.0),
+        (1000, "optimizer step", 1000.0, 1000.0),
+    ]
+    assert doc["otherData"] == {"step_time_s": 0.004}
+    assert [p.name for p in tmp_path.iterdir()] == ["t.json"]  # no temporary file left
+
+
+def test_the_job_report_keeps_the_timeline_of_the_median_step():
+    def part(rank, times, trace):
+        return {
+            "rank": rank,
+            "device": f"gpu:{rank}",
+            "stages": [rank],
+            "step_times_s": times,
+            "peak_bytes": 0,
+            "losses": [1.0] * len(times),
+            "has_last": rank == 1,
+            "phases": {"forward_s": 1.0},
+            "trace": trace,
+        }
+
+    from types import SimpleNamespace
+
+    plan = SimpleNamespace(schedule="gpipe", microbatches=1, stages=[0, 1])
+    # slowest rank per step: 3, 9, 5 -> the median step is step 2
+    traces = [[[[r, r, "F", 0, 0.0, float(k)]] for k in range(3)] for r in (0, 1)]
+    report = job_report([part(0, [3, 1, 5], traces[0]), part(1, [2, 9, 1], traces[1])], plan, None)
+    assert report["step_time_s"] == 5 and report["timeline"]["step"] == 2
+    assert report["timeline"]["events"] == [[0, 0, "F", 0, 0.0, 2.0], [1, 1, "F", 0, 0.0, 2.0]]
+    assert all("trace" not in r and r["phases"] == {"forward_s": 1.0} for r in report["ranks"])
+    assert median_step([4.0, 1.0, 3.0, 2.0]) == 3 and median_step([]) == -1  # the lower middle of an even count
