@@ -10,7 +10,11 @@ gloo ranks (:func:`placer.distributed.run`, what ``placer run --nproc-per-node N
 ``--repeats`` times, the methods interleaved, so a change of the machine's load falls on
 all of them alike; the medians and their spread (fastest and slowest repeat) are
 reported. The simulated and measured step times of every plan give the simulator's
-fidelity on ranks: MAPE and Spearman's rank correlation::
+fidelity on ranks: MAPE and Spearman's rank correlation. Where its error lies: each
+rank's step in phases (:func:`envs.timeline.phases`: forward and backward compute, the
+optimizer step, the rest), measured (the median over the repeats of each repeat's
+medians) and simulated (:meth:`envs.sim.ranks.RankSim.timeline`), and per phase the
+median ratio measured / simulated over every plan's ranks (:func:`phase_error`)::
 
     python -m placer profile bench.rank_models:lm --ranks 2 -o ranks.json
     python -m bench.rank_splits --cluster ranks.json --repeats 3 --json
@@ -31,6 +35,7 @@ from bench.common import OneLineParser, parse_list
 from bench.fidelity.metrics import mape, spearman
 from envs.cluster import resolve_cluster
 from envs.sim.ranks import RankSim
+from envs.timeline import by_rank, median_phases, phases
 from graphs import PlacerError
 from graphs.plan import Placement
 from placer.methods import registry
@@ -70,8 +75,9 @@ def best_plan(method: str, graph: Any, cluster: Any) -> tuple[Placement, float, 
     return best[0], best[1], rows
 
 
-def measure(source: str, plan: Placement, steps: int, warmup: int) -> float:
-    """The median step time of ``plan`` on gloo ranks of this machine, one per device of the plan's cluster.
+def measure(source: str, plan: Placement, steps: int, warmup: int) -> tuple[float, list[dict[str, float]]]:
+    """The median step time of ``plan`` on gloo ranks of this machine, one per device of the plan's cluster, and
+    each rank's phases (medians over the steps).
 
     What ``placer run --nproc-per-node N`` runs, N the cluster's devices (the ranks ``placer profile --ranks N``
     measured).
@@ -83,7 +89,34 @@ def measure(source: str, plan: Placement, steps: int, warmup: int) -> float:
     model, inputs = sources.resolve_model(source)
     compiled, _ = distributed.compile_for_model(model, inputs, plan, backend="gloo", nproc_per_node=n)
     report = distributed.run(source, compiled, nproc_per_node=n, steps=steps, warmup=warmup)
-    return float(report["step_time_s"])
+    return float(report["step_time_s"]), [r["phases"] for r in report["ranks"]]
+
+
+def simulated_phases(graph: Any, cluster: Any, plan: Placement) -> list[dict[str, float]]:
+    """Each rank's phases in the plan's simulated step (its timeline), in rank order."""
+    _, events = RankSim(graph, cluster).timeline(plan)
+    ranks = by_rank(events)
+    return [phases(ranks[r], max(e.end_s for e in ranks[r])) for r in sorted(ranks)]
+
+
+#: The phases compared, each a sum of :data:`envs.timeline.PHASES`.
+PHASE_GROUPS = {"compute": ("forward_s", "backward_s"), "optimizer": ("optimizer_s",), "other": ("other_s",)}
+
+
+def phase_error(models: Sequence[dict[str, Any]]) -> dict[str, dict[str, float]]:
+    """Per phase group, over every measured plan's ranks: the median and range of measured / simulated seconds."""
+    out = {}
+    for group, keys in PHASE_GROUPS.items():
+        ratios = []
+        for m in models:
+            for r in _ok(m["rows"]):
+                for real, sim in zip(r["phases"]["measured"], r["phases"]["simulated"]):
+                    a, b = sum(real[k] for k in keys), sum(sim[k] for k in keys)
+                    if b > 0:
+                        ratios.append(a / b)
+        if ratios:
+            out[group] = {"median": float(np.median(ratios)), "min": min(ratios), "max": max(ratios), "n": len(ratios)}
+    return out
 
 
 def run_model(name: str, cluster: Any, repeats: int, steps: int, warmup: int) -> dict[str, Any]:
@@ -105,9 +138,12 @@ def run_model(name: str, cluster: Any, repeats: int, steps: int, warmup: int) ->
             failed[m] = str(e)
             print(f"  {name} {m}: no plan: {e}", file=sys.stderr, flush=True)
     measured: dict[str, list[float]] = {m: [] for m in plans}
+    measured_phases: dict[str, list[list[dict[str, float]]]] = {m: [] for m in plans}
     for k in range(repeats):
         for m in plans:
-            measured[m].append(measure(source, plans[m][0], steps, warmup))
+            step_s, ranks = measure(source, plans[m][0], steps, warmup)
+            measured[m].append(step_s)
+            measured_phases[m].append(ranks)
             # every measurement is in the log as it is taken: a run stopped at a deadline keeps them
             print(f"  {name} {m} repeat {k + 1}: {measured[m][-1] * 1e3:.1f} ms", file=sys.stderr, flush=True)
     rows = []
@@ -128,6 +164,10 @@ def run_model(name: str, cluster: Any, repeats: int, steps: int, warmup: int) ->
                 "spread_s": [min(times), max(times)],
                 "repeats_s": times,
                 "shapes": shapes,
+                "phases": {
+                    "measured": [median_phases(list(ranks)) for ranks in zip(*measured_phases[m])],
+                    "simulated": simulated_phases(graph, cluster, plan),
+                },
             }
         )
     return {"model": name, "source": source, "ops": graph.num_ops, "rows": rows}
@@ -181,7 +221,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except PlacerError as e:
         print(f"python -m bench.rank_splits: {e}", file=sys.stderr)
         return 2
-    doc = {"cluster": cluster.name, "models": models, "fidelity": fidelity(models)}
+    doc = {"cluster": cluster.name, "models": models, "fidelity": fidelity(models), "phase_error": phase_error(models)}
     if args.json:
         print(json.dumps(doc, indent=1))
         return 0
@@ -189,6 +229,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     f = doc["fidelity"]
     mape_pct, rho = f["mape"] * 100, f["spearman"]
     print(f"fidelity over {f['plans']} plans of {f['models']} models: MAPE {mape_pct:.1f}%, Spearman {rho:.2f}")
+    for group, e in doc["phase_error"].items():
+        print(
+            f"  {group:<10} measured / simulated: median {e['median']:.2f}x (range {e['min']:.2f}-{e['max']:.2f}, "
+            f"{e['n']} ranks of plans)"
+        )
     return 0
 
 

@@ -78,7 +78,10 @@ def test_the_llm_scale_table_scores_every_split_under_both_schedules():
 def test_a_method_without_a_plan_is_its_row_and_the_others_run(monkeypatch):
     """8 ranks (the H200 machine's cluster file), a U-Net of 7 layers: equal_layers cannot cut 8 stages."""
     measured = []
-    monkeypatch.setattr(rank_splits, "measure", lambda source, plan, steps, warmup: measured.append(plan) or 0.1)
+    ph = dict.fromkeys(("forward_s", "backward_s", "optimizer_s", "other_s", "step_s"), 0.02)
+    monkeypatch.setattr(
+        rank_splits, "measure", lambda source, plan, steps, warmup: (measured.append(plan) or 0.1, [ph] * 8)
+    )
     cluster = envs.Cluster.load(Path(__file__).parents[2] / "docs/ranks/h200/ranks-8.json")
     model = rank_splits.run_model("unet", cluster, repeats=1, steps=1, warmup=0)
     rows = {r["method"]: r for r in model["rows"]}
@@ -90,3 +93,21 @@ def test_a_method_without_a_plan_is_its_row_and_the_others_run(monkeypatch):
     assert {"flops_balanced", "stage_search"} <= set(ok) and len(measured) == len(ok)
     assert rank_splits.fidelity([model])["plans"] == len(ok)
     assert "equal_layers         no plan: " in "\n".join(rank_splits.table([model]))
+    # every measured plan has its ranks' phases, measured and simulated, and so every phase its error
+    assert all(len(rows[m]["phases"]["simulated"]) == len(rows[m]["phases"]["measured"]) for m in ok)
+    assert set(rank_splits.phase_error([model])) == {"compute", "optimizer", "other"}
+
+
+def test_the_phase_error_is_the_median_ratio_over_every_plans_ranks():
+    def ph(f, b, o, other):
+        return {"forward_s": f, "backward_s": b, "optimizer_s": o, "other_s": other, "step_s": f + b + o + other}
+
+    rows = [
+        {"method": "a", "phases": {"measured": [ph(2, 4, 1, 3), ph(1, 1, 1, 1)], "simulated": [ph(1, 2, 2, 1)] * 2}},
+        {"method": "b", "phases": {"measured": [ph(3, 3, 1, 0)], "simulated": [ph(1, 2, 1, 0)]}},
+        {"method": "c", "status": "no plan", "message": "-"},
+    ]
+    e = rank_splits.phase_error([{"rows": rows}])
+    # compute: 6/3, 2/3, 6/3 -> median 2; optimizer: 1/2, 1/2, 1/1 -> 0.5; other: 3/1, 1/1 (0/0 skipped) -> 2
+    assert e["compute"] == {"median": 2.0, "min": pytest.approx(2 / 3), "max": 2.0, "n": 3}
+    assert e["optimizer"]["median"] == 0.5 and e["other"] == {"median": 2.0, "min": 1.0, "max": 3.0, "n": 2}
