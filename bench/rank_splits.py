@@ -164,6 +164,7 @@ def run_model(name: str, cluster: Any, repeats: int, steps: int, warmup: int) ->
                 "spread_s": [min(times), max(times)],
                 "repeats_s": times,
                 "shapes": shapes,
+                "placement": plan.to_dict(),
                 "phases": {
                     "measured": [median_phases(list(ranks)) for ranks in zip(*measured_phases[m])],
                     "simulated": simulated_phases(graph, cluster, plan),
@@ -182,6 +183,22 @@ def fidelity(models: Sequence[dict[str, Any]]) -> dict[str, Any]:
     sim = np.array([r["sim_s"] for m in models for r in _ok(m["rows"])])
     real = np.array([r["measured_s"] for m in models for r in _ok(m["rows"])])
     return {"plans": len(sim), "models": len(models), "mape": mape(sim, real), "spearman": spearman(sim, real)}
+
+
+def rescore(models: Sequence[dict[str, Any]], cluster: Any) -> dict[str, Any]:
+    """The measured plans simulated on another ``cluster`` (another calibration of the same ranks): its fidelity,
+    and each row's step there (``rescored_s``). The plans are rebuilt exactly: each row keeps its placement."""
+    from graphs import sources
+    from graphs.torch_capture import capture
+
+    for m in models:
+        graph = capture(*sources.resolve_model(m["source"]))
+        sim = RankSim(graph, cluster)
+        for r in _ok(m["rows"]):
+            r["rescored_s"] = sim.evaluate([Placement.from_dict(r["placement"])])[0].step_time_s
+    sim_s = np.array([r["rescored_s"] for m in models for r in _ok(m["rows"])])
+    real = np.array([r["measured_s"] for m in models for r in _ok(m["rows"])])
+    return {"cluster": cluster.name, "plans": len(sim_s), "mape": mape(sim_s, real), "spearman": spearman(sim_s, real)}
 
 
 def table(models: Sequence[dict[str, Any]]) -> list[str]:
@@ -210,11 +227,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--repeats", type=int, default=3, help="measurements of each plan, interleaved (default 3)")
     parser.add_argument("--steps", type=int, default=5, help="timed steps per measurement (default 5)")
     parser.add_argument("--warmup", type=int, default=1, help="untimed steps per measurement (default 1)")
+    parser.add_argument(
+        "--rescore",
+        default=None,
+        metavar="CLUSTER",
+        help="also simulate every measured plan on this cluster (another calibration of the same ranks) and give "
+        "its fidelity beside",
+    )
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args(argv)
     try:
         names = parse_list(args.models, what="models", known=list(MODELS))
         cluster = resolve_cluster(args.cluster)
+        other = resolve_cluster(args.rescore) if args.rescore else None
         if args.repeats < 1 or args.steps < 1 or args.warmup < 0:
             raise PlacerError("--repeats and --steps: at least 1; --warmup: at least 0")
         models = [run_model(n, cluster, args.repeats, args.steps, args.warmup) for n in names]
@@ -222,6 +247,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"python -m bench.rank_splits: {e}", file=sys.stderr)
         return 2
     doc = {"cluster": cluster.name, "models": models, "fidelity": fidelity(models), "phase_error": phase_error(models)}
+    if other is not None:
+        doc["rescored"] = rescore(models, other)
     if args.json:
         print(json.dumps(doc, indent=1))
         return 0
@@ -229,6 +256,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     f = doc["fidelity"]
     mape_pct, rho = f["mape"] * 100, f["spearman"]
     print(f"fidelity over {f['plans']} plans of {f['models']} models: MAPE {mape_pct:.1f}%, Spearman {rho:.2f}")
+    if other is not None:
+        f = doc["rescored"]
+        print(f"the same plans simulated on {args.rescore}: MAPE {f['mape'] * 100:.1f}%, Spearman {f['spearman']:.2f}")
     for group, e in doc["phase_error"].items():
         print(
             f"  {group:<10} measured / simulated: median {e['median']:.2f}x (range {e['min']:.2f}-{e['max']:.2f}, "

@@ -6,8 +6,9 @@ Typical use::
     placer simulate nmt-2 p.json --cluster h200x1 --profile profile.json
 
 With ``--ranks N`` it measures this machine's gloo ranks instead (one thread each: compute
-calibrated on SOURCE's step, point-to-point latency and bandwidth by a ping-pong;
-:mod:`envs.real.distributed.profile_ranks`) and writes a cluster file::
+calibrated on SOURCE run as a real pipeline across the N ranks, point-to-point latency and
+bandwidth by a ping-pong; :mod:`envs.real.distributed.profile_ranks`) and writes a cluster
+file::
 
     placer profile bench.small_lm:build --ranks 2 -o ranks.json
     placer compare bench.small_lm:build --cluster ranks.json
@@ -49,8 +50,9 @@ def add_command(sub: argparse._SubParsersAction) -> None:
         type=int,
         default=None,
         metavar="N",
-        help="measure N gloo ranks of this machine (one thread each, p2p ping-pong) and write a placer-cluster/1 "
-        "file for --cluster, instead of a profile",
+        help="measure N gloo ranks of this machine and write a placer-cluster/1 file for --cluster, instead of a "
+        "profile: one thread each, compute fitted to SOURCE run as a real pipeline across the N ranks (1 and 8 "
+        "microbatches), links by a p2p ping-pong",
     )
     p.add_argument("--json", action="store_true", help="print a JSON summary")
     p.set_defaults(func=run)
@@ -133,11 +135,20 @@ def run_ranks(args: argparse.Namespace) -> int:
         print_json(summary)
         return 0
     print(f"{args.output}: {args.ranks} gloo ranks of this machine, one thread each, calibrated on {args.source}")
+    print(f"  {cluster.description}")
     for d, part in zip(cluster.devices, parts):
+        runs = [
+            f"M={run['microbatches']} {(run['phases']['forward_s'] + run['phases']['backward_s']) * 1e3:.1f} ms"
+            for run in part.get("pipelines", [])
+            if "phases" in run
+        ]
         print(
             f"  {d.name:<6} step {part['step_s'] * 1e3:8.1f} ms   {d.flops_per_s / 1e9:6.2f} GFLOP/s   "
             f"{d.mem_bw_bytes_per_s / 1e9:6.2f} GB/s   {d.launch_overhead_s * 1e6:6.1f} us per op"
+            + (f"   pipeline compute {', '.join(runs)}" if runs else "")
         )
+    for why in sorted({run["error"] for part in parts for run in part.get("pipelines", []) if "error" in run}):
+        print(f"  the calibration pipeline did not run ({why}): fitted to one-process steps")
     for (a, b), link in cluster.links.items():
         if a < b:
             print(f"  {a} <-> {b}: {link.bandwidth_bytes_per_s / 1e9:.2f} GB/s, latency {link.latency_s * 1e6:.1f} us")

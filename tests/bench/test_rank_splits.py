@@ -96,6 +96,9 @@ def test_a_method_without_a_plan_is_its_row_and_the_others_run(monkeypatch):
     # every measured plan has its ranks' phases, measured and simulated, and so every phase its error
     assert all(len(rows[m]["phases"]["simulated"]) == len(rows[m]["phases"]["measured"]) for m in ok)
     assert set(rank_splits.phase_error([model])) == {"compute", "optimizer", "other"}
+    # the measured plans simulated again on a cluster (here the same): each row's own plan, the same step
+    again = rank_splits.rescore([model], cluster)
+    assert again["plans"] == len(ok) and all(rows[m]["rescored_s"] == pytest.approx(rows[m]["sim_s"]) for m in ok)
 
 
 def test_the_phase_error_is_the_median_ratio_over_every_plans_ranks():

@@ -12,7 +12,18 @@ one thread each, the gloo backend; every rank measures at the same time as the o
   at both sizes: the work's time scale and the cost per op (:func:`calibrate`);
 * each pair of ranks, one pair at a time: a ping-pong of a few message sizes over
   gloo's point-to-point sends; ``latency + bytes / bandwidth`` fitted to the one-way
-  times by least squares (:func:`fit_link`).
+  times by least squares (:func:`fit_link`);
+* then SOURCE's model as a real pipeline across the N ranks, what a plan runs
+  (:func:`calibration_plans`: its ops cut into N contiguous runs of equal roofline
+  work, GPipe over 1 microbatch and over :data:`MICRO`), its actions timed on each rank
+  (:class:`~envs.real.distributed.trace.ActionRecorder`). Each rank's forward and
+  backward seconds at the two microbatch sizes are fitted by the roofline of the ops
+  it ran: the work's time scale and the cost per op (:func:`fit_pipeline`), one pair
+  for all ranks. This replaces the one-process fit above: the same stage runs slower
+  inside torch's pipeline runtime, beside the other ranks, than a whole model stepped
+  alone (``BENCHMARKS.md``, "Where the simulator of ranks is wrong"). Where the
+  pipeline cannot run (a model whose stages would pass non-tensors), the one-process
+  fit stays, and the raw numbers say why.
 
 :func:`ranks_cluster` turns the ranks' numbers into a placer-cluster/1 cluster of
 devices ``cpu:0 .. cpu:N-1`` (rank ``r`` is ``cpu:r``), each with 1/N of this machine's
@@ -36,12 +47,14 @@ from torch.distributed.elastic.multiprocessing.errors import record
 
 from envs.cluster import Cluster
 from envs.devices import Device, Link
+from envs.real.distributed.rank_plan import RankPlan, compile_plan
 from envs.real.distributed.worker import gather_to_first
 from envs.real.pipeline import split_batch
 from envs.real.timing import adam
 from envs.real.worker import build_model
 from envs.sim.cost import op_times, update_times_s
 from graphs import PlacerError
+from graphs.plan import Placement
 
 #: Message sizes of the ping-pong, in bytes: from latency-bound to bandwidth-bound.
 SIZES = (1 << 10, 1 << 16, 1 << 20, 1 << 23)
@@ -56,6 +69,7 @@ class RankProbe:
     repeats: int = 5
     warmup: int = 1
     timeout_s: float = 600.0
+    plans: tuple[dict[str, Any], ...] = ()  # RankPlan.to_dict() of the calibration pipelines (calibration_plans)
 
 
 def median_s(fn: Any, repeats: int, warmup: int = 1) -> float:
@@ -205,6 +219,83 @@ def calibrate(
     }
 
 
+def _roofline_parts(graph: Any, rates: Mapping[str, float], ops: np.ndarray, microbatches: int) -> tuple[float, float]:
+    """``(work, launches)`` of ``ops`` run on ``microbatches`` microbatches, forward and backward: the roofline's
+    seconds without the per-op cost at ``rates``, and the number of op launches (each costs the per-op cost)."""
+    bare = Cluster(name="probe", devices=[_device("cpu:0", {**rates, "launch_overhead_s": 0.0}, 1e12)], links={})
+    unit_rates = {"flops_per_s": 1e300, "mem_bw_bytes_per_s": 1e300, "launch_overhead_s": 1.0}
+    unit = Cluster(name="probe", devices=[_device("cpu:0", unit_rates, 1e12)], links={})
+    fwd, bwd = op_times(graph, bare, microbatches)
+    ufwd, ubwd = op_times(graph, unit, microbatches)
+    M = float(microbatches)
+    return M * float(fwd[ops].sum() + bwd[ops].sum()), M * float(ufwd[ops].sum() + ubwd[ops].sum())
+
+
+def fit_pipeline(
+    graph: Any, rates: Mapping[str, float], samples: Sequence[tuple[Sequence[int], int, float]]
+) -> dict[str, float] | None:
+    """``rates`` fitted to pipeline compute: each sample ``(ops, M, seconds)`` is one rank's forward and backward
+    seconds per step running ``ops`` over M microbatches. Least squares with both numbers >= 0 (scipy's ``nnls``):
+    ``seconds = scale * work + per_op * launches`` (:func:`_roofline_parts`); the rates are the microbenchmarks'
+    over ``scale``, the per-op cost ``per_op``. None where the fit gives no positive scale.
+
+    >>> from graphs import OpGraph
+    >>> g = OpGraph.from_edges(["a", "b"], [("a", "b", 8)], flops=[2e9, 6e9])
+    >>> base = {"flops_per_s": 1e9, "mem_bw_bytes_per_s": 1e15, "launch_overhead_s": 0.0}
+    >>> # measured: twice the roofline's time, plus 1 ms of per-op cost per op and microbatch in the forward and 2 ms
+    >>> # in the backward (the roofline's backward is twice the forward, its per-op cost too)
+    >>> samples = [([0], 1, 2 * 6.0 + 0.003), ([1], 1, 2 * 18.0 + 0.003), ([0], 4, 2 * 6.0 + 0.012)]
+    >>> r = fit_pipeline(g, base, samples)
+    >>> round(r["flops_per_s"] / 1e9, 6), round(r["launch_overhead_s"] * 1e3, 6)
+    (0.5, 1.0)
+    """
+    from scipy.optimize import nnls
+
+    rows, seconds = [], []
+    for ops, microbatches, measured_s in samples:
+        rows.append(_roofline_parts(graph, rates, np.asarray(ops, dtype=np.int64), int(microbatches)))
+        seconds.append(float(measured_s))
+    if not rows:
+        return None
+    (scale, per_op), _ = nnls(np.array(rows, dtype=np.float64), np.array(seconds, dtype=np.float64))
+    if not scale > 0:
+        return None
+    return {
+        "flops_per_s": float(rates["flops_per_s"] / scale),
+        "mem_bw_bytes_per_s": float(rates["mem_bw_bytes_per_s"] / scale),
+        "launch_overhead_s": float(per_op),
+    }
+
+
+def calibration_plans(
+    graph: Any, num_ranks: int, microbatch_program: Any | None, micro: int
+) -> tuple[np.ndarray, list[RankPlan]]:
+    """The pipelines the profile runs (module doc): ``(each op's rank, the plans)``. ``graph``'s ops in node order
+    are cut into ``num_ranks`` runs of about equal roofline work (forward and backward FLOPs, one per rank
+    ``cpu:r``), run with GPipe over 1 microbatch and, with ``microbatch_program`` (the graph of the program exported
+    at one of ``micro`` microbatches), over ``micro``.
+
+    >>> from graphs import OpGraph
+    >>> g = OpGraph.from_edges(["a", "b", "c", "d"], [("a", "b", 8), ("b", "c", 8), ("c", "d", 8)], flops=[1, 1, 2, 0])
+    >>> calibration_plans(g, 2, None, 8)[0].tolist()
+    [0, 0, 1, 1]
+    """
+    work = graph.flops.astype(np.float64) * 3.0 + 1.0  # forward and backward FLOPs; every op some
+    middle = (np.cumsum(work) - work / 2) / work.sum()  # each op goes to the run its work's middle falls in
+    op_ranks = np.minimum((middle * num_ranks).astype(np.int64), num_ranks - 1)
+    devices = [f"cpu:{r}" for r in range(num_ranks)]
+    used = sorted(set(op_ranks.tolist()))
+    if len(used) < num_ranks:
+        raise PlacerError(f"--ranks {num_ranks}: the model's ops cannot be cut into {num_ranks} runs of work")
+    out = []
+    for M, program in ((1, None), (micro, microbatch_program)):
+        if M > 1 and program is None:
+            continue
+        placement = Placement.from_indices(graph, devices, op_ranks, method="profile", microbatches=M)
+        out.append(compile_plan(graph, placement, program=program, nproc_per_node=num_ranks))
+    return op_ranks, out
+
+
 def _device(name: str, rates: Mapping[str, float], memory_bytes: float) -> Device:
     r = rates
     return Device(name, "cpu", memory_bytes, r["flops_per_s"], r["mem_bw_bytes_per_s"], r["launch_overhead_s"])
@@ -228,10 +319,30 @@ def probe_rank(job: RankProbe) -> dict[str, Any] | None:
                     times = ping_pong(b if rank == a else a, rank == a, job.repeats)
                     if rank == a:
                         part["links"][f"{a},{b}"] = times
+        part["pipelines"] = [pipeline_phases(job, RankPlan.from_dict(plan), rank) for plan in job.plans]
         parts = gather_to_first(part)
         return {"parts": parts} if rank == 0 else None
     finally:
         dist.destroy_process_group()
+
+
+def pipeline_phases(job: RankProbe, plan: RankPlan, rank: int) -> dict[str, Any]:
+    """This rank's phases in ``plan`` run for real (medians over ``job.repeats`` steps), or why it could not run.
+
+    A plan that cannot run raises the same :class:`PlacerError` on every rank before any collective (the stages'
+    cut and shapes are computed alike everywhere), so every rank records it and the ranks stay in step.
+    """
+    from envs.real.distributed.runtime import RankSchedule
+    from envs.real.distributed.worker import program_for, train_steps
+
+    try:
+        model, inputs = build_model(job.source, search_dir=job.source_dir)
+        program, _ = program_for(model, inputs, plan)
+        schedule = RankSchedule(plan, program, inputs, rank)
+    except PlacerError as e:
+        return {"microbatches": plan.microbatches, "error": str(e)}
+    part = train_steps(schedule, inputs, lr=1e-3, warmup=job.warmup + 1, steps=job.repeats, timeout_s=job.timeout_s)
+    return {"microbatches": plan.microbatches, "phases": part["phases"]}
 
 
 def _micro(part: Mapping[str, Any]) -> tuple[int, float] | None:
@@ -239,21 +350,42 @@ def _micro(part: Mapping[str, Any]) -> tuple[int, float] | None:
     return (int(part["microbatches"]), float(part["micro_step_s"])) if "micro_step_s" in part else None
 
 
-def ranks_cluster(graph: Any, parts: Sequence[Mapping[str, Any]], name: str = "ranks") -> Cluster:
-    """The cluster of the ranks' measurements (module doc): rank ``r`` is device ``cpu:r``."""
+def pipeline_samples(parts: Sequence[Mapping[str, Any]], split: np.ndarray) -> list[tuple]:
+    """``(ops, M, forward + backward seconds)`` of every rank in every calibration pipeline (``split``: each op's
+    rank in them); empty where one of them did not run."""
+    samples = []
+    for p in parts:
+        ops = np.flatnonzero(np.asarray(split) == p["rank"])
+        for run in p.get("pipelines", []):
+            if "phases" not in run:
+                return []
+            samples.append((ops, int(run["microbatches"]), run["phases"]["forward_s"] + run["phases"]["backward_s"]))
+    return samples
+
+
+def ranks_cluster(
+    graph: Any, parts: Sequence[Mapping[str, Any]], name: str = "ranks", split: np.ndarray | None = None
+) -> Cluster:
+    """The cluster of the ranks' measurements (module doc): rank ``r`` is device ``cpu:r``; ``split``: each op's
+    rank in the calibration pipelines the parts ran (None: none ran)."""
     world = len(parts)
     memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / world
     # the ranks share one machine's cores: the median of their microbenchmarks is the roofline's shape, and each
-    # rank's own step of the model its level
+    # rank's own step of the model its level, or (where the pipelines ran) all ranks' pipeline compute
     shape = {k: statistics.median(p["rates"][k] for p in parts) for k in parts[0]["rates"]}
-    devices = [_device(f"cpu:{p['rank']}", calibrate(graph, shape, p["step_s"], _micro(p)), memory) for p in parts]
+    fitted = fit_pipeline(graph, shape, pipeline_samples(parts, split)) if split is not None else None
+    if fitted is not None:
+        devices = [_device(f"cpu:{p['rank']}", fitted, memory) for p in parts]
+    else:
+        devices = [_device(f"cpu:{p['rank']}", calibrate(graph, shape, p["step_s"], _micro(p)), memory) for p in parts]
     links: dict[tuple[str, str], Link] = {}
     for part in parts:
         for pair, times in part["links"].items():
             a, b = (f"cpu:{r}" for r in pair.split(","))
             latency_s, bandwidth = fit_link({int(k): float(v) for k, v in times.items()})
             links[(a, b)] = links[(b, a)] = Link(bandwidth, latency_s)
-    description = f"{world} gloo ranks of this machine, one thread each (placer profile --ranks)"
+    how = "pipeline compute" if fitted is not None else "one-process steps"
+    description = f"{world} gloo ranks of this machine, one thread each, fitted to {how} (placer profile --ranks)"
     return Cluster(name=name, devices=devices, links=links, description=description)
 
 
@@ -266,10 +398,46 @@ def profile_ranks(source: str, num_ranks: int, *, repeats: int = 5, warmup: int 
         raise PlacerError(f"--ranks {num_ranks}: at least 2 (a rank alone sends nothing)")
     model, inputs = build_model(source, search_dir=os.getcwd())
     graph = capture(model, inputs)
-    job = RankProbe(source=source, source_dir=os.getcwd(), repeats=repeats, warmup=warmup, timeout_s=timeout_s)
+    micro, program = microbatch_program(model, inputs)
+    split, plans = calibration_plans(graph, num_ranks, program, micro)
+    job = RankProbe(
+        source=source,
+        source_dir=os.getcwd(),
+        repeats=repeats,
+        warmup=warmup,
+        timeout_s=timeout_s,
+        plans=tuple(p.to_dict() for p in plans),
+    )
     out = launch(probe_rank, (job,), nproc_per_node=num_ranks)
     parts = out[0]["parts"]
-    return ranks_cluster(graph, parts), parts
+    return ranks_cluster(graph, parts, split=split), parts
 
 
-__all__ = ["RankProbe", "SIZES", "calibrate", "fit_link", "probe_rank", "profile_ranks", "ranks_cluster"]
+def microbatch_program(model: Any, inputs: tuple) -> tuple[int, Any | None]:
+    """``(M, graph of the program exported at one of M microbatches)``: the largest M <= :data:`MICRO` the batch
+    splits into (``(1, None)`` where it splits into none)."""
+    from graphs.torch_capture import export_program, graph_from_program
+
+    for k in range(MICRO, 1, -1):
+        try:
+            part = split_batch(tuple(inputs), k)[0]
+        except PlacerError:
+            continue
+        return k, graph_from_program(export_program(model, part))
+    return 1, None
+
+
+__all__ = [
+    "RankProbe",
+    "SIZES",
+    "calibrate",
+    "calibration_plans",
+    "fit_link",
+    "fit_pipeline",
+    "microbatch_program",
+    "pipeline_phases",
+    "pipeline_samples",
+    "probe_rank",
+    "profile_ranks",
+    "ranks_cluster",
+]

@@ -166,7 +166,41 @@ def job_report(ranks: Sequence[Mapping[str, Any]], plan: RankPlan, check: Mappin
     }
 
 
-def _program(model: nn.Module, inputs: tuple, plan: RankPlan) -> tuple[Any, Any]:
+def train_steps(
+    schedule: RankSchedule, inputs: Sequence[Any], *, lr: float, warmup: int, steps: int, timeout_s: float
+) -> dict[str, Any]:
+    """``warmup`` then ``steps`` timed training steps (forward, backward, Adam) of this rank's stages, each begun by
+    every rank together: this rank's part of the job's report (its step times, peak memory, phases and timeline)."""
+    plan, rank = schedule.plan, schedule.rank
+    device = next(d for d, where in plan.devices.items() if where.rank == rank)
+    params = list(schedule.parameters())  # a rank whose stages hold no parameters (the loss alone) steps nothing
+    optimizer = adam(params, lr=lr) if params else NoParameters()
+    recorder = ActionRecorder(rank, schedule.stages, optimizer)
+    with time_limit(timeout_s):
+        m = measure_steps(
+            PipelineStep(schedule, recorder),
+            tuple(inputs),
+            optimizer,
+            {device: schedule.torch_device},
+            warmup_steps=warmup,
+            timed_steps=steps,
+            loss_fn=_the_loss,
+            protocol=Protocol(),
+        )
+    return {
+        "rank": rank,
+        "device": device,
+        "torch_device": str(schedule.torch_device),
+        "stages": schedule.stage_indices,
+        "step_times_s": m["step_times_s"],
+        "peak_bytes": m["peak_bytes"][device],
+        "losses": m["losses"],
+        "has_last": schedule.has_last,
+        **recorder.report(len(m["step_times_s"])),
+    }
+
+
+def program_for(model: nn.Module, inputs: tuple, plan: RankPlan) -> tuple[Any, Any]:
     """The program the plan's stages are cut from: the model exported at the microbatch's size."""
     part = split_batch(inputs, plan.microbatches)[0] if plan.microbatches > 1 else inputs
     program = export_program(model, part)
@@ -195,38 +229,13 @@ def run_rank(job: RankJob) -> dict[str, Any] | None:
         check_world(list(plan.devices), dist.get_world_size())
         model, inputs = build_model(job.source, search_dir=job.source_dir)
         ref = reference(model, inputs) if job.check and rank == 0 else None
-        program, graph = _program(model, inputs, plan)
+        program, graph = program_for(model, inputs, plan)
         schedule = RankSchedule(plan, program, inputs, rank)
         check = None
         if job.check:
             parts = gather_to_first(step_gradients(schedule, inputs), objects)
             check = check_report(parts, ref, graph.meta.get("tied_params", [])) if rank == 0 else None
-        device = next(d for d, where in plan.devices.items() if where.rank == rank)
-        params = list(schedule.parameters())  # a rank whose stages hold no parameters (the loss alone) steps nothing
-        optimizer = adam(params, lr=job.lr) if params else NoParameters()
-        recorder = ActionRecorder(rank, schedule.stages, optimizer)
-        with time_limit(job.timeout_s):
-            m = measure_steps(
-                PipelineStep(schedule, recorder),
-                inputs,
-                optimizer,
-                {device: schedule.torch_device},
-                warmup_steps=job.warmup,
-                timed_steps=job.steps,
-                loss_fn=_the_loss,
-                protocol=Protocol(),
-            )
-        part = {
-            "rank": rank,
-            "device": device,
-            "torch_device": str(schedule.torch_device),
-            "stages": schedule.stage_indices,
-            "step_times_s": m["step_times_s"],
-            "peak_bytes": m["peak_bytes"][device],
-            "losses": m["losses"],
-            "has_last": schedule.has_last,
-            **recorder.report(len(m["step_times_s"])),
-        }
+        part = train_steps(schedule, inputs, lr=job.lr, warmup=job.warmup, steps=job.steps, timeout_s=job.timeout_s)
         parts = gather_to_first(part, objects)
         return job_report(parts, plan, check) if rank == 0 else None
     finally:
@@ -251,6 +260,8 @@ __all__ = [
     "gather_to_first",
     "job_report",
     "median_step",
+    "program_for",
     "run_rank",
     "step_gradients",
+    "train_steps",
 ]

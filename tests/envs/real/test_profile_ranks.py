@@ -5,11 +5,12 @@ from __future__ import annotations
 import json
 import textwrap
 
+import numpy as np
 import pytest
 
 from envs.cluster import Cluster
 from envs.devices import Device
-from envs.real.distributed.profile_ranks import SIZES, calibrate, fit_link, ranks_cluster
+from envs.real.distributed.profile_ranks import SIZES, calibrate, calibration_plans, fit_link, ranks_cluster
 from graphs import OpGraph
 from placer.cli import main
 
@@ -88,6 +89,45 @@ def test_the_ranks_measurements_make_a_cluster_file():
     assert again.device_names == cluster.device_names
 
 
+def test_the_pipeline_runs_set_the_compute_of_every_rank():
+    """Two ranks ran a and b (1 and 3 GFLOP) over 1 and 4 microbatches; their forward and backward seconds are twice
+    the roofline's at 1 GFLOP/s plus 1 ms per op launch: the fit finds 0.5 GFLOP/s and 1 ms for every rank, and the
+    one-process steps are not used."""
+    g = OpGraph.from_edges(["a", "b"], [("a", "b", 4)], flops=[1e9, 3e9], op_types=["aten.mm.default"] * 2)
+    rates = {"flops_per_s": 1e9, "mem_bw_bytes_per_s": 1e15, "launch_overhead_s": 0.0}
+
+    def run(M, work_s):  # 3 launches per op and microbatch (the roofline's backward is twice its forward)
+        total = 2 * work_s + 3e-3 * M
+        return {"microbatches": M, "phases": {"forward_s": total / 3, "backward_s": 2 * total / 3}}
+
+    # a: 1 s forward + 2 s backward at 1 GFLOP/s = 3 s; b: 9 s (per step, whatever the microbatches)
+    link = {str(n): 1e-4 + n / 1e9 for n in SIZES}
+    parts = [
+        {"rank": 0, "rates": rates, "step_s": 99.0, "links": {"0,1": link}, "pipelines": [run(1, 3.0), run(4, 3.0)]},
+        {"rank": 1, "rates": rates, "step_s": 99.0, "links": {}, "pipelines": [run(1, 9.0), run(4, 9.0)]},
+    ]
+    cluster = ranks_cluster(g, parts, split=np.array([0, 1]))
+    for d in cluster.devices:
+        assert d.flops_per_s == pytest.approx(0.5e9) and d.launch_overhead_s == pytest.approx(1e-3)
+    assert "fitted to pipeline compute" in cluster.description
+    # a pipeline that could not run (the same error on every rank): the one-process steps are the fit
+    parts[1]["pipelines"][1] = {"microbatches": 4, "error": "stage 1 receives a int64 tensor"}
+    cluster = ranks_cluster(g, parts, split=np.array([0, 1]))
+    assert cluster.devices[0].flops_per_s == pytest.approx(calibrate(g, rates, 99.0)["flops_per_s"])
+    assert "fitted to one-process steps" in cluster.description
+
+
+def test_the_calibration_pipelines_cut_the_ops_into_runs_of_equal_work():
+    g = OpGraph.from_edges(
+        [f"op{i}" for i in range(6)], [(f"op{i}", f"op{i + 1}", 8) for i in range(5)], flops=[1, 1, 1, 1, 4, 0]
+    )
+    split, plans = calibration_plans(g, 2, None, 8)
+    assert split.tolist() == [0, 0, 0, 0, 1, 1]  # work 1,1,1,1 | 4,0 (each op counts one FLOP more)
+    assert [(p.microbatches, p.schedule, len(p.stages)) for p in plans] == [(1, "gpipe", 2)]
+    with pytest.raises(Exception, match="cannot be cut into 7 runs"):
+        calibration_plans(g, 7, None, 8)
+
+
 @pytest.mark.parametrize(
     "argv, message",
     [(["--ranks", "1"], "--ranks"), (["--ranks", "2", "--devices", "cuda:0"], "--ranks: measures gloo ranks")],
@@ -108,5 +148,9 @@ def test_two_ranks_of_this_machine_are_measured_into_a_cluster_the_simulator_tak
     cluster = Cluster.load(tmp_path / "ranks.json")
     assert cluster.device_names == ["cpu:0", "cpu:1"] and summary["output"] == "ranks.json"
     assert all(p["step_s"] > 0 and p["microbatches"] == 8 and p["micro_step_s"] > 0 for p in summary["measured"])
+    # the model run as a pipeline across both ranks, 1 and 8 microbatches: its compute is what the rates are fitted to
+    assert [[run["microbatches"] for run in p["pipelines"]] for p in summary["measured"]] == [[1, 8], [1, 8]]
+    assert all(run["phases"]["forward_s"] > 0 for p in summary["measured"] for run in p["pipelines"])
+    assert "fitted to pipeline compute" in cluster.description
     link = cluster.links[("cpu:0", "cpu:1")]
     assert 0 <= link.latency_s < 0.1 and link.bandwidth_bytes_per_s > 1e6
