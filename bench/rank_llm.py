@@ -6,7 +6,9 @@ captured on the meta device (no weights are made), one step of ``--batch`` seque
 ``--seq`` tokens. Each split (:data:`METHODS`) is scored by the simulator of ranks
 (:class:`envs.sim.ranks.RankSim`) on ``--cluster`` (default ``h100x8``, its 8 GPUs the
 ranks) under 1F1B (one stage per rank, ``M`` microbatches, 8 in flight) and torch's
-Interleaved 1F1B (two stages per rank)::
+Interleaved 1F1B (two stages per rank). Beside them, per schedule, what no split can
+beat by much (:func:`balanced_estimate`): ``equal_layers``' compute spread evenly over
+the ranks, with the schedule's bubble::
 
     python -m bench.rank_llm --json
 """
@@ -27,6 +29,7 @@ from torch import nn
 from bench.common import OneLineParser
 from envs.cluster import resolve_cluster
 from envs.sim.ranks import RankSim
+from envs.timeline import by_rank
 from graphs import PlacerError
 from placer.methods import registry
 
@@ -122,6 +125,25 @@ def score(graph: Any, cluster: Any, schedule: str, microbatches: int) -> list[di
     return rows
 
 
+def balanced_estimate(graph: Any, cluster: Any, schedule: str, microbatches: int, op_devices: Any) -> dict[str, Any]:
+    """How fast any split could be under ``schedule``: ``op_devices``' plan (``equal_layers``') compute, forward and
+    backward summed over its ranks (:meth:`envs.sim.ranks.RankSim.timeline`), spread evenly over the R ranks and
+    stretched by the schedule's bubble, ``(M + R - 1) / M`` for 1F1B, ``1 + (R - 1) / (v M)`` for v stages per rank
+    (Interleaved); sends and the optimizer step are left out. ``imbalance``: the plan's busiest rank's compute over
+    the mean, the most any re-split gains when M is large enough that the bubble vanishes."""
+    per_rank, name = SCHEDULES[schedule]
+    R = len(cluster.gpu_indices()) or cluster.num_devices
+    inflight = R if name == "1f1b" else None
+    sim = RankSim(graph, cluster, microbatches=microbatches, inflight=inflight, schedule=name)
+    result, events = sim.timeline(op_devices)
+    if not result.ok:
+        raise PlacerError(f"balanced estimate under {name}: the plan does not run ({result.message})")
+    compute = [sum(e.end_s - e.start_s for e in mine if e.kind != "O") for mine in by_rank(events).values()]
+    mean = sum(compute) / R
+    bubble = (microbatches + R - 1) / microbatches if per_rank == 1 else 1 + (R - 1) / (per_rank * microbatches)
+    return {"schedule": name, "estimate_s": mean * bubble, "bubble": bubble, "imbalance": max(compute) / mean}
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = OneLineParser(prog="python -m bench.rank_llm", description=__doc__.split("\n\n")[0])
     parser.add_argument("--cluster", default="h100x8")
@@ -136,10 +158,15 @@ def main(argv: Sequence[str] | None = None) -> int:
             raise PlacerError("--batch, --seq, --microbatches: at least 1, and the batch a multiple of M")
         graph = llama_graph(args.batch, args.seq)
         rows = [row for s in SCHEDULES for row in score(graph, cluster, s, args.microbatches)]
+        bounds = []
+        for s, (per_rank, _) in SCHEDULES.items():
+            equal = registry.get("equal_layers")(graph, cluster, stages_per_rank=per_rank)
+            bounds.append(balanced_estimate(graph, cluster, s, args.microbatches, equal))
     except PlacerError as e:
         print(f"python -m bench.rank_llm: {e}", file=sys.stderr)
         return 2
     doc = {"cluster": cluster.name, "ops": graph.num_ops, "batch": args.batch, "seq": args.seq, "rows": rows}
+    doc["balanced"] = bounds
     if args.json:
         print(json.dumps(doc, indent=1))
         return 0
@@ -149,6 +176,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         gain = f"{b / t:.2f}x equal_layers" if t and b else r["status"]
         step = f"{t:.3f} s" if t else r["status"]
         print(f"{r['schedule']:<18} {r['method']:<20} {step:>10}  {gain}  ({r['found_s']:.1f} s to find)")
+    for b in bounds:
+        ceiling = base[b["schedule"]] / b["estimate_s"] if base[b["schedule"]] else float("nan")
+        print(
+            f"{b['schedule']:<18} {'balanced estimate':<20} {b['estimate_s']:>8.3f} s  {ceiling:.2f}x equal_layers  "
+            f"(bubble x{b['bubble']:.3f}; equal_layers' busiest rank {b['imbalance']:.3f}x the mean)"
+        )
     return 0
 
 

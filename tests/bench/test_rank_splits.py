@@ -8,7 +8,7 @@ import pytest
 
 import envs
 from bench import rank_splits
-from graphs import OpGraph
+from graphs import OpGraph, PlacerError
 
 
 def lm_like() -> OpGraph:
@@ -114,3 +114,20 @@ def test_the_phase_error_is_the_median_ratio_over_every_plans_ranks():
     # compute: 6/3, 2/3, 6/3 -> median 2; optimizer: 1/2, 1/2, 1/1 -> 0.5; other: 3/1, 1/1 (0/0 skipped) -> 2
     assert e["compute"] == {"median": 2.0, "min": pytest.approx(2 / 3), "max": 2.0, "n": 3}
     assert e["optimizer"]["median"] == 0.5 and e["other"] == {"median": 2.0, "min": 1.0, "max": 3.0, "n": 2}
+
+
+def test_the_balanced_estimate_spreads_the_compute_and_adds_the_bubble():
+    from bench import rank_llm
+    from tests.envs.sim.test_ranks import cluster, two_stage_graph
+
+    # per microbatch a: 1 s + 2 s, b: 2 s + 4 s; M = 2: rank 0 computes 6 s, rank 1 12 s; mean 9 s
+    est = rank_llm.balanced_estimate(two_stage_graph(2), cluster(), "1f1b", 2, [0, 1])
+    assert est["bubble"] == pytest.approx(1.5) and est["estimate_s"] == pytest.approx(13.5)  # (M + R - 1) / M
+    assert est["imbalance"] == pytest.approx(12 / 9)
+    chain = OpGraph.from_edges(list("abcd"), [(x, y, 8) for x, y in zip("abc", "bcd")], flops=[2e9] * 4)
+    looped = rank_llm.balanced_estimate(chain, cluster(), "interleaved_1f1b", 2, [0, 1, 0, 1])
+    assert looped["bubble"] == pytest.approx(1 + 1 / 4)  # 1 + (R - 1) / (v M), v = 2 stages per rank
+    # each rank: 2 ops x 2 microbatches x (1 + 2) s
+    assert looped["estimate_s"] == pytest.approx(12.0 * 1.25) and looped["imbalance"] == pytest.approx(1.0)
+    with pytest.raises(PlacerError, match="does not run"):  # one stage per rank: not an interleaved plan
+        rank_llm.balanced_estimate(two_stage_graph(2), cluster(), "interleaved_1f1b", 2, [0, 1])
