@@ -376,7 +376,7 @@ class RankSim:
         cluster: one device per rank it may use.
         microbatches, inflight: M and W of every plan it scores as vectors (a
             :class:`graphs.Placement` brings its own).
-        schedule: the schedule of those plans (None: the one that fits each).
+        schedule: the schedule of those plans (None: the one that fits each); kept as ``schedule_name``.
     """
 
     def __init__(
@@ -391,10 +391,11 @@ class RankSim:
         self.graph, self.cluster = graph, cluster
         self.microbatches = check_microbatches(microbatches)
         self.inflight = check_inflight(inflight, self.microbatches)
-        self.schedule = check_schedule_name(schedule)
+        self.schedule_name = check_schedule_name(schedule)
         self._per_op: dict[int, tuple] = {}
         self._cutter = StageCutter(graph, cluster.device_names)
         self._readers = parameter_readers(graph)
+        self._one_process: Any = None
 
     def per_op(self, microbatches: int) -> tuple:
         """:func:`op_costs` for M microbatches, computed once."""
@@ -416,13 +417,13 @@ class RankSim:
         M, W = check_microbatches(microbatches), check_inflight(inflight, microbatches)
         if (M, W) == (self.microbatches, self.inflight):
             return self
-        return RankSim(self.graph, self.cluster, microbatches=M, inflight=W, schedule=self.schedule)
+        return RankSim(self.graph, self.cluster, microbatches=M, inflight=W, schedule=self.schedule_name)
 
     def simulate(self, op_devices: Any, order: Any = None, timeline: list | None = None) -> Result:
         """:func:`simulate_ranks` of one placement: a vector under this scorer's M, W and schedule, in ``order``
         (None: node order); or a :class:`graphs.Placement` under its own M, W and schedule, in ``order`` (None: its
         own issue order). ``timeline``: a list the step's events are appended to (:meth:`timeline`)."""
-        M, W, schedule = self.microbatches, self.inflight, self.schedule
+        M, W, schedule = self.microbatches, self.inflight, self.schedule_name
         if isinstance(op_devices, Placement):
             plan = op_devices
             M, W, schedule = plan.microbatches, plan.inflight, plan.schedule
@@ -449,6 +450,24 @@ class RankSim:
         events: list[Event] = []
         result = self.simulate(op_devices, order, timeline=events)
         return result, sorted(events, key=lambda e: (e.rank, e.start_s))
+
+    def one_process(self) -> Any:
+        """The one-process simulator of this graph and cluster (:class:`envs.SimEnv`, one microbatch), made once."""
+        if self._one_process is None:
+            from envs.sim import SimEnv  # the one-process simulator and its kernels: only where a search asks
+
+            self._one_process = SimEnv(self.graph, self.cluster)
+        return self._one_process
+
+    def schedule(self, op_devices: Any, order: Any = None) -> Any:
+        """The one-process schedule of a placement (:meth:`envs.SimEnv.schedule`), which a move search reads for its
+        candidates' features (the ops' start times, the critical path). Across processes there is no one schedule
+        to read; the ranks' step times themselves come from :meth:`step_times`."""
+        return self.one_process().schedule(op_devices, order)
+
+    def schedule_order(self, op_devices: Any) -> np.ndarray:
+        """:meth:`envs.SimEnv.schedule_order` of the one-process simulator (see :meth:`schedule`)."""
+        return self.one_process().schedule_order(op_devices)
 
     def step_times(self, op_devices: np.ndarray, order: Any = None) -> tuple[np.ndarray, np.ndarray]:
         """``([K] step seconds, [K] failed)`` of ``[K, num_ops]`` placement vectors; ``order``: None (node

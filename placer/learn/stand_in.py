@@ -58,7 +58,9 @@ def distorted(cluster: Cluster, *, slow_device: str | None = None, slowdown: flo
 
 
 class StandIn:
-    """A measured env whose reality is the simulator on :func:`distorted` ``cluster`` (see the module doc).
+    """A measured env whose reality is the simulator on :func:`distorted` ``cluster`` (see the module doc);
+    ``simulator(graph, cluster)`` makes that simulator (default :class:`envs.SimEnv`; a plan across processes:
+    ``lambda g, c: RankSim(g, c, microbatches=M)``).
 
     ``measured``: placements measured so far (re-measurements included), as a measured env counts them.
     """
@@ -73,11 +75,12 @@ class StandIn:
         copy_factor: float = 1.0,
         noise: float = 0.0,
         seed: int = 0,
+        simulator: Any = None,
     ) -> None:
         self.graph, self.cluster, self.noise = graph, cluster, noise
-        self.truth = envs.SimEnv(
-            graph, distorted(cluster, slow_device=slow_device, slowdown=slowdown, copy_factor=copy_factor)
-        )
+        hidden = distorted(cluster, slow_device=slow_device, slowdown=slowdown, copy_factor=copy_factor)
+        # the reality's simulator: envs.SimEnv (one process), or e.g. envs.sim.ranks.RankSim (plans across processes)
+        self.truth = (simulator or envs.SimEnv)(graph, hidden)
         self.rng = np.random.default_rng(seed)
         self._cache: dict[bytes, tuple[float, bool]] = {}
         self.measured = 0

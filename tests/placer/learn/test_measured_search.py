@@ -134,3 +134,30 @@ def test_the_loop_measures_through_an_in_process_env_and_rematches_past_its_cach
         assert result.measurements == 4 and real.measured == 4 + 2 * distinct
     assert all(np.isfinite(m.real_s) and m.real_s > 0 for m in result.curve)
     assert len(result.rematch["best"]) == len(result.rematch["simulator"]) == 2
+
+
+@pytest.mark.slow  # three searches on the simulator of ranks (~15 s)
+def test_across_processes_the_corrected_loop_finds_the_stand_in_s_best_and_the_uncorrected_does_not():
+    """Plans across processes (the simulator of ranks, 4 microbatches): gpu:1 is 3x slower than the cluster says, so
+    the simulator's even pipeline split is far off for real; the corrected loop learns to shift work off gpu:1."""
+    from envs.sim.ranks import RankSim
+    from graphs.synthetic import chain_dag
+
+    graph, cluster = chain_dag(60, seed=0), envs.resolve_cluster("k80x2")
+
+    def ranks(g, c):
+        return RankSim(g, c, microbatches=4)
+
+    def real():
+        return StandIn(graph, cluster, slow_device=SLOW, slowdown=3.0, simulator=ranks)
+
+    best_s = MoveSearch(graph, cluster, real().truth, seed=0).run(None, max_evals=1500).step_time_s
+    options = _options(measurements=12)
+    corrected = CorrectedSearch(graph, cluster, real(), sim=ranks(graph, cluster), options=options).run(None)
+    assert (corrected.simulator_op_devices == cluster.index(SLOW)).sum() > graph.num_ops / 4  # even split: gpu:1 too
+    assert corrected.step_time_s < 1.05 * best_s
+    assert corrected.speedup() > 1.3  # re-measured side by side with the simulator's best
+    plain = CorrectedSearch(
+        graph, cluster, real(), sim=ranks(graph, cluster), options=_options(measurements=12, correction=False)
+    ).run(None)
+    assert plain.step_time_s > 1.3 * best_s  # the simulator's own ranking never learns gpu:1 is slow
