@@ -3,6 +3,7 @@
     python -m bench.correction stand-in --graphs unet-80,moe-60 --slow gpu:1 --slowdown 3 --seeds 0,1
     python -m bench.correction local --scenario tiny --measurements 20 --out-dir runs/correction-tiny
     python -m bench.correction local --source nmt-2 --cluster k80x2 --device-map '*=cpu' --measurements 30
+    python -m bench.correction ranks --source bench.rank_models:lm --cluster k80x2 --microbatches 4 --measurements 20
 
 Each method gets the same number of real measurements and keeps its fastest measured placement:
 
@@ -25,6 +26,10 @@ best (a long search on the distorted simulator) is known, and the table says how
 ``module:callable`` (``--source``), or the offload scenario (``--scenario tiny`` on a CPU, ``llama-256k`` on a GPU
 capped at 24 GiB, as in ``bench.gpu_offload``). Each method measures anew (a placement measured by another method
 is measured again for it), so no method is helped by another's measurements.
+``ranks``: plans across processes, each placement one job of one gloo process per device on a local Ray
+(:class:`envs.real.ray.jobs.RanksEnv`, ``--microbatches`` M, ``--inflight`` W), the simulator the simulator of ranks
+(:class:`envs.sim.ranks.RankSim`) on ``--cluster``: a preset such as ``k80x2`` is an uncalibrated cluster for this
+machine's CPU ranks (its devices are GPUs), where the simulator misranks.
 
 A markdown table on stdout (``--json``: every run with its curves); progress on stderr.
 """
@@ -86,15 +91,17 @@ def run_methods(
     rematch: int,
     say: Callable[[str], Any],
     out: dict[str, Any],
+    sim: Any = None,
 ) -> None:
     """Every method of :data:`METHODS` at ``options.measurements`` measurements, then the side-by-side, filled into
-    ``out`` as each method ends, so that an interrupted run keeps the methods it finished."""
+    ``out`` as each method ends, so that an interrupted run keeps the methods it finished. ``sim``: the simulator
+    the searches use (default :class:`envs.SimEnv` of the graph and cluster)."""
     out.update({"measurements": options.measurements, "methods": {}})
     found: dict[str, np.ndarray] = {}
     for correction in (True, False):
         t0, scorer = time.perf_counter(), Fresh(real)
         o = dataclasses.replace(options, correction=correction, rematch=0)
-        result = CorrectedSearch(graph, cluster, scorer, options=o, seed=seed).run(None)
+        result = CorrectedSearch(graph, cluster, scorer, sim=sim, options=o, seed=seed).run(None)
         name = "corrected" if correction else "simulator rank"
         found[name] = result.op_devices
         found["simulator"] = result.simulator_op_devices  # the same search, the same seed: the same placement
@@ -110,7 +117,7 @@ def run_methods(
     out["methods"]["simulator"] = {"best_s": sim_first["real_s"], "measured": 1, "curve": [sim_first]}
     t0, scorer = time.perf_counter(), Fresh(real)
     moves = measured_move_search(
-        graph, cluster, scorer, found["simulator"], measurements=options.measurements, seed=seed
+        graph, cluster, scorer, found["simulator"], measurements=options.measurements, seed=seed, sim=sim
     )
     found["measured moves"] = moves.best_op_devices if moves.best_op_devices is not None else found["simulator"]
     out["methods"]["measured moves"] = {
@@ -186,6 +193,37 @@ def local_cells(args: argparse.Namespace, say: Callable[[str], Any], cells: list
         real.close()
 
 
+def ranks_cells(args: argparse.Namespace, say: Callable[[str], Any], cells: list[dict[str, Any]]) -> None:
+    """Plans across processes, measured as Ray jobs of gloo ranks (see the module doc)."""
+    from envs.real.ray.jobs import RanksEnv  # torch and ray: only for real steps
+    from envs.sim.ranks import RankSim
+
+    cluster = envs.resolve_cluster(args.cluster)
+    M, W = args.microbatches, args.inflight
+    real = RanksEnv(
+        args.source,
+        cluster,
+        microbatches=M,
+        inflight=W,
+        warmup_steps=args.warmup,
+        timed_steps=args.steps,
+        measure_timeout_s=args.measure_timeout,
+        run_dir=args.out_dir,
+    )
+    try:
+        sim = RankSim(real.graph, cluster, microbatches=M, inflight=W)
+        for seed in _seeds(args.seeds):
+            say(f"  {args.source} on {cluster.name} ({real.graph.num_ops} ops), M={M}, seed {seed}, gloo ranks")
+            cell = {"graph": args.source, "cluster": cluster.name, "seed": seed, "microbatches": M, "inflight": W}
+            cells.append(cell)
+            options = _options(args)
+            run_methods(
+                real.graph, cluster, real, options=options, seed=seed, rematch=args.rematch, say=say, out=cell, sim=sim
+            )
+    finally:
+        real.close()
+
+
 def _seeds(text: str) -> list[int]:
     return [int(s) for s in parse_list(text, what="seeds") if s.isdigit()] or [0]
 
@@ -234,7 +272,7 @@ def markdown_table(cells: list[dict[str, Any]]) -> str:
 
 def parse(argv: list[str] | None) -> argparse.Namespace:
     ap = OneLineParser(prog="python -m bench.correction", description=__doc__.splitlines()[0])
-    ap.add_argument("mode", choices=("stand-in", "local"))
+    ap.add_argument("mode", choices=("stand-in", "local", "ranks"))
     ap.add_argument("--graphs", default="unet-80,moe-60", help="stand-in: graphs (zoo, files, family-ops[-seed])")
     ap.add_argument("--clusters", default="k80x4", help="stand-in: comma list of presets or files")
     ap.add_argument("--slow", default="gpu:1", help="stand-in: the device that is slower than the cluster says")
@@ -244,12 +282,16 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--truth-evals", type=int, default=5000, help="stand-in: simulations to find its true best")
     ap.add_argument("--source", default="", help="local: a zoo name or module:callable")
     ap.add_argument("--scenario", default="", help="local: the offload scenario instead (tiny, llama-256k)")
-    ap.add_argument("--cluster", default="k80x2", help="local: the cluster of --source")
+    ap.add_argument("--cluster", default="k80x2", help="local, ranks: the cluster of --source")
+    ap.add_argument("--microbatches", type=int, default=4, help="ranks: M microbatches of every plan (default 4)")
+    ap.add_argument("--inflight", type=int, default=None, help="ranks: W in flight (default all M: GPipe)")
     ap.add_argument("--device-map", default=None, help="local: logical -> torch devices (e.g. '*=cpu')")
-    ap.add_argument("--warmup", type=int, default=1, help="local: warm-up steps per measurement")
-    ap.add_argument("--steps", type=int, default=3, help="local: timed steps per measurement")
-    ap.add_argument("--measure-timeout", type=float, default=120.0, help="local: seconds one measurement may take")
-    ap.add_argument("--out-dir", default=None, help="local: the measurement log's directory")
+    ap.add_argument("--warmup", type=int, default=1, help="local, ranks: warm-up steps per measurement")
+    ap.add_argument("--steps", type=int, default=3, help="local, ranks: timed steps per measurement")
+    ap.add_argument(
+        "--measure-timeout", type=float, default=120.0, help="local, ranks: seconds one measurement may take"
+    )
+    ap.add_argument("--out-dir", default=None, help="local, ranks: the measurement log's directory")
     ap.add_argument(
         "--threads", type=int, default=None, help="local: torch's threads (default: as they are; 1 on a shared host)"
     )
@@ -263,6 +305,8 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     args = ap.parse_args(argv)
     if args.mode == "local" and not (args.source or args.scenario):
         ap.error("local: give --source or --scenario")
+    if args.mode == "ranks" and not args.source:
+        ap.error("ranks: give --source (a zoo name or module:callable whose forward returns the loss)")
     return args
 
 
@@ -277,7 +321,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.measurements < 2 or args.rematch < 1:
             raise PlacerError("--measurements must be at least 2 and --rematch at least 1")
-        (stand_in_cells if args.mode == "stand-in" else local_cells)(args, say, cells)
+        {"stand-in": stand_in_cells, "local": local_cells, "ranks": ranks_cells}[args.mode](args, say, cells)
     except PlacerError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

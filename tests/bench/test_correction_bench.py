@@ -26,6 +26,7 @@ def test_the_stand_in_table_has_every_method_at_equal_measurements(capsys):
     [
         (correction, ["stand-in", "--measurements", "1"], "--measurements"),
         (correction, ["local"], "--source"),
+        (correction, ["ranks"], "--source"),
         (correction, ["stand-in", "--graphs", "nope"], "nope"),
         (repeatability, ["--scenario", "tiny", "--builds", "1"], "--builds"),
         (repeatability, [], "--source"),
@@ -106,3 +107,40 @@ def test_repeatability_measures_a_placement_file_and_refuses_one_for_another_gra
     Placement.from_indices(other, ["cpu:0"], np.zeros(2, dtype=np.int64)).save(tmp_path / "q.json")
     status, _, err = run_entry(repeatability, *argv, "--placement", str(tmp_path / "q.json"))
     assert status == 2 and "q.json" in err and len(err.strip().splitlines()) == 1, err
+
+
+@pytest.mark.slow  # four measured searches on the simulator of ranks, 30 ops (~8 s)
+def test_the_ranks_mode_searches_the_simulator_of_ranks_and_measures_through_the_ranks_env(capsys, monkeypatch):
+    """RanksEnv (Ray jobs of gloo ranks) replaced by a stand-in whose reality is the simulator of ranks on a distorted
+    cluster: the wiring (the env's graph, M and W; the searches on RankSim; closing the env) is what is checked."""
+    import envs.real.ray.jobs as jobs
+    from envs.sim.ranks import RankSim
+    from graphs.synthetic import chain_dag
+    from placer.learn.stand_in import StandIn
+
+    made, searched = {}, []
+
+    class FakeRanksEnv(StandIn):
+        def __init__(self, source, cluster, *, microbatches, inflight, **options):
+            made.update(source=source, microbatches=microbatches, inflight=inflight, **options)
+            sim = lambda g, c: RankSim(g, c, microbatches=microbatches, inflight=inflight)  # noqa: E731
+            super().__init__(chain_dag(30, seed=0), cluster, slow_device="gpu:1", slowdown=3.0, simulator=sim)
+
+        def close(self):
+            made["closed"] = True
+
+    real_step_times = RankSim.step_times
+
+    def counted(self, *args, **kwargs):
+        searched.append(self.microbatches)
+        return real_step_times(self, *args, **kwargs)
+
+    monkeypatch.setattr(jobs, "RanksEnv", FakeRanksEnv)
+    monkeypatch.setattr(RankSim, "step_times", counted)
+    argv = ["ranks", "--source", "m:build", "--microbatches", "2", "--measurements", "4", "--sim-evals", "100"]
+    rc = correction.main([*argv, "--round-evals", "40", "--rematch", "1", "--steps", "2", "--json"])
+    (cell,) = json.loads(capsys.readouterr().out)["cells"]
+    assert rc == 0 and set(cell["methods"]) == set(correction.METHODS) and cell["microbatches"] == 2
+    assert made["source"] == "m:build" and made["microbatches"] == 2 and made["inflight"] is None
+    assert made["timed_steps"] == 2 and made["closed"]
+    assert searched and set(searched) == {2}  # the searches ran on the simulator of ranks, M = 2
