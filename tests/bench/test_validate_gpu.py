@@ -71,8 +71,10 @@ def test_gpu_map_without_a_gpu_is_a_one_line_error(tmp_path, run_here):
 
 #: The end-to-end run's options beside --tiny: three heuristics' plans, not all twenty (each plan is one more
 #: placed module exported and measured), and 9 placements (random ones fill in): gpu_profile's --stride 4 takes
-#: rows 0, 4 and 8.
-QUICK = ("--heuristics", "m_topo,m_etf,module_search", "--placements", "9")
+#: rows 0, 4 and 8. The learned placement trains 1 s (not --tiny's 3: any placement placer.train returns is one
+#: more to measure, and the resumed run reuses it) and the profiler times each op once (--repeats 1: the
+#: figures of a CPU-only run mean nothing; the repeatability is --repeat-placements', which stays).
+QUICK = ("--heuristics", "m_topo,m_etf,module_search", "--placements", "9", "--train-budget", "1", "--repeats", "1")
 
 
 def run_shell(out, work, without_ray) -> subprocess.CompletedProcess:
@@ -170,7 +172,7 @@ def test_tiny_run_end_to_end_rescored_and_resumed(tmp_path, without_ray, run_her
     # bench.gpu_profile on the same run: a profile in context, three placements re-measured, apply vs float64
     # (it measures as the Ray worker does, in this process: with envs.real.measured, which imports ray)
     argv = ["--models", "rnnlm", "--size", "small", "--device-map", "*=cpu", "--from", str(out), "--stride", "4"]
-    argv += ["--remeasure", "3", "--apply-check", "rnnlm", "--repeats", "2", "--steps", "2", "--warmup", "1"]
+    argv += ["--remeasure", "3", "--apply-check", "rnnlm", "--repeats", "1", "--steps", "1", "--warmup", "1"]
     argv += ["--cpus", "1", "--out-dir", str(tmp_path / "gp"), "--work-dir", str(tmp_path / "gpw")]
     status, _, stderr = run_here(*argv, entry=gpu_profile, ray=True)
     assert status == 0, stderr[-3000:]
