@@ -13,8 +13,8 @@ Failures are results, not crashes: out of memory (torch's or Python's
 ``MemoryError``) -> ``"oom"``; any other exception -> ``"error"`` with its
 message; a measurement running past ``measure_timeout_s`` -> ``"timeout"``, and
 its actor is killed and replaced; an actor that dies has its placement retried on
-a fresh one (at most ``max_retries`` times). A worker that does not start, or does
-not build the model, within ``start_timeout_s`` (each) is a :class:`PlacerError`
+a fresh one (at most ``max_retries`` times). A worker that does not start within
+``start_timeout_s``, or does not build the model within ``build_timeout_s``, is a :class:`PlacerError`
 naming the stage (every worker builds the same model, so nothing else could be
 measured). Every result is appended to ``run_dir/measurements.jsonl`` (flushed
 and fsynced) as it arrives (:mod:`envs.real.measure_log`), so a resumed run
@@ -183,8 +183,9 @@ class MeasuredEnv(RecordedMeasurements):
         warmup_steps, timed_steps: training steps per placement, discarded / timed.
         measure_timeout_s: wall seconds one placement's measurement may take once
             its actor is ready (placing the module, warm-up and timed steps).
-        start_timeout_s: wall seconds an actor may take to start, and then to
-            build the model (each).
+        start_timeout_s: wall seconds an actor may take to start.
+        build_timeout_s: wall seconds a started actor may take to build the model
+            (default: ``start_timeout_s``).
         run_dir: directory of ``measurements.jsonl`` (the resumable log) and of the
             local Ray's session files (``ray/``); none: no log.
         device_map: logical -> torch device (see :func:`envs.real.placing.resolve_devices`).
@@ -211,6 +212,7 @@ class MeasuredEnv(RecordedMeasurements):
         timed_steps: int = 5,
         measure_timeout_s: float = 600.0,
         start_timeout_s: float = 600.0,
+        build_timeout_s: float | None = None,
         run_dir: str | os.PathLike | None = None,
         device_map: Mapping[str, str] | str | None = None,
         max_retries: int = 2,
@@ -231,6 +233,9 @@ class MeasuredEnv(RecordedMeasurements):
             check_timeout(measure_timeout_s),
         )
         self.start_timeout_s = check_timeout(start_timeout_s, "start_timeout_s")
+        self.build_timeout_s = (
+            self.start_timeout_s if build_timeout_s is None else check_timeout(build_timeout_s, "build_timeout_s")
+        )
         self.max_retries, self.cpus_per_worker, self.lr = max_retries, cpus_per_worker, lr
         self.ship_limit_bytes = ship_limit_bytes
         self.shipment: Shipment | None = None  # what _ensure_ray shipped with the job
@@ -429,7 +434,8 @@ class MeasuredEnv(RecordedMeasurements):
                 what = (
                     f"build the model from {self.source if isinstance(self.source, str) else 'its builder'} in a worker"
                 )
-            raise PlacerError(f"measured env: could not {what} within {self.start_timeout_s:g}s")
+            limit = self.start_timeout_s if stage == "start" else self.build_timeout_s
+            raise PlacerError(f"measured env: could not {what} within {limit:g}s")
 
     def _started(self, ref: Any) -> int:
         """The slot whose actor is now idle (built), or -1 (still building, re-spawned after dying, or retired)."""
@@ -452,7 +458,7 @@ class MeasuredEnv(RecordedMeasurements):
             raise PlacerError(f"measured env: a worker could not build the model ({why})") from None
         if stage == "start":
             self._nodes[i] = value
-            self._starting[self._actors[i].prepare.remote()] = (i, "build", time.monotonic() + self.start_timeout_s)
+            self._starting[self._actors[i].prepare.remote()] = (i, "build", time.monotonic() + self.build_timeout_s)
             return -1
         if value != self.graph.content_hash:
             raise PlacerError(

@@ -190,6 +190,7 @@ class RanksEnv(MeasuredEnv):
         ray_ = self._ensure_ray()
         N = plan.num_ranks
         gpus = 1 if self.backend == "nccl" else 0
+        self._check_room(N, gpus)
         group = placement_group([{"CPU": self.cpus_per_rank, "GPU": gpus}] * N, strategy="PACK")
         try:
             ready, _ = ray_.wait([group.ready()], timeout=self.start_timeout_s)
@@ -216,6 +217,21 @@ class RanksEnv(MeasuredEnv):
         finally:
             self._kill_job_actors()
             remove_placement_group(group)
+
+    def _check_room(self, ranks: int, gpus: int) -> None:
+        """On the local Ray this env started (a fixed size), a job larger than the whole cluster is one line now,
+        not a wait of ``start_timeout_s`` for room that never comes (a cluster joined by address may grow)."""
+        if not self._started_ray:
+            return
+        have = ray.cluster_resources()
+        for what, each in (("CPU", self.cpus_per_rank), ("GPU", gpus)):
+            need = ranks * each
+            if need > have.get(what, 0):
+                raise PlacerError(
+                    f"measured env: the plan runs {ranks} processes of {each} {what}{'s' if each != 1 else ''} each "
+                    f"({need} in all); the local Ray has {have.get(what, 0):g}: use a cluster of at most "
+                    f"{int(have.get(what, 0) // each)} devices here"
+                )
 
     def _wait_job(self, plan: RankPlan) -> dict[str, Any] | None:
         """Start every rank and wait for rank 0's report (None: past the deadline)."""

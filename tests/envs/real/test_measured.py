@@ -197,23 +197,12 @@ def hanging_builder():
     return tiny_builder()
 
 
-class QuickToGiveUpBuilding(MeasuredEnv):
-    """A measured env whose ``start_timeout_s`` is :data:`BUILD_S` once its worker has started: the worker gets
-    minutes to start (a loaded machine), the hanging build only seconds (the build stage's deadline is set as the
-    start stage ends, from ``start_timeout_s``)."""
-
-    def _started(self, ref):
-        if self._starting[ref][1] == "start":
-            self.start_timeout_s = BUILD_S
-        return super()._started(ref)
-
-
-#: The build stage's timeout in the test below: the build hangs for an hour, so any timeout expires.
+#: The build's timeout in the test below: the build hangs for an hour, so any timeout expires.
 BUILD_S = 4
 
 
 def test_model_build_hanging_in_a_worker_times_out(env):
-    hanging = QuickToGiveUpBuilding(
+    hanging = MeasuredEnv(
         hanging_builder,
         env.cluster,
         graph=env.graph,
@@ -221,6 +210,7 @@ def test_model_build_hanging_in_a_worker_times_out(env):
         workers=1,
         cpus_per_worker=0,
         start_timeout_s=300,  # to start (a loaded machine too); then BUILD_S to build, where it hangs
+        build_timeout_s=BUILD_S,
     )
     try:
         with pytest.raises(PlacerError, match=rf"could not build the model .* within {BUILD_S}s"):

@@ -168,3 +168,22 @@ def test_a_plan_that_cannot_run_is_one_line_before_any_job(ray_cluster, workdir)
             env.evaluate([_split(env, schedule="1f1b")])
     finally:
         env.close()
+
+
+def test_a_job_larger_than_the_local_ray_is_one_line_at_once(workdir, monkeypatch):
+    """On the local Ray the env started (its size fixed), 3 ranks of 1 CPU on 2 CPUs can never be reserved: one line
+    now, not a wait of start_timeout_s; on a Ray cluster joined by address (it may grow), the wait stays."""
+    import envs.real.ray.jobs as jobs
+
+    env = _env("ranks_model:build", None)
+    monkeypatch.setattr(jobs.ray, "cluster_resources", lambda: {"CPU": 2.0})
+    env._check_room(3, 0)  # joined, not started here: no check
+    env._started_ray = True
+    try:
+        env._check_room(2, 0)
+        with pytest.raises(PlacerError, match=r"3 processes of 1 CPU each \(3 in all\); the local Ray has 2: use a "):
+            env._check_room(3, 0)
+        with pytest.raises(PlacerError, match="of 1 GPU each"):
+            env._check_room(2, 1)
+    finally:
+        env._started_ray = False
