@@ -71,13 +71,21 @@ MAX_DELAY_S = 1e6
 MIN_MEMORY_BYTES = 1.0
 
 _DEVICE_KEYS = ("name", "kind", "memory_bytes", "flops_per_s", "mem_bw_bytes_per_s", "launch_overhead_s")
-# optional, a host's costs under the eager executor (envs.sim.cost.host_costs); written only when set
-_HOST_KEYS = ("stage_latency_s", "stage_bandwidth_bytes_per_s", "contention_op", "contention_issue")
+# optional, written only when set: a host's costs under the eager executor (envs.sim.cost.host_costs); a rank's
+# cost per pipeline action (envs.sim.ranks)
+_HOST_KEYS = (
+    "stage_latency_s",
+    "stage_bandwidth_bytes_per_s",
+    "contention_op",
+    "contention_issue",
+    "action_overhead_s",
+)
 _HOST_DEFAULTS = {
     "stage_latency_s": 0.0,
     "stage_bandwidth_bytes_per_s": math.inf,
     "contention_op": 0.0,
     "contention_issue": 0.0,
+    "action_overhead_s": 0.0,
 }
 _LINK_KEYS = ("src", "dst", "bandwidth_bytes_per_s", "latency_s")
 _TOP_KEYS = ("format", "name", "description", "devices", "links")
@@ -335,6 +343,7 @@ def _validate(c: Cluster, label: str) -> None:
             _check(getattr(d, attr), label, f"device {d.name} {attr}", low=MIN_RATE, what="positive and finite")
         _check(d.launch_overhead_s, label, f"device {d.name} launch_overhead_s", low=0.0, high=MAX_DELAY_S, what=">= 0")
         _check(d.stage_latency_s, label, f"device {d.name} stage_latency_s", low=0.0, high=MAX_DELAY_S, what=">= 0")
+        _check(d.action_overhead_s, label, f"device {d.name} action_overhead_s", low=0.0, high=MAX_DELAY_S, what=">= 0")
         if d.stage_bandwidth_bytes_per_s != math.inf:
             _check(
                 d.stage_bandwidth_bytes_per_s,

@@ -28,6 +28,10 @@ class Device:
         contention_issue: a GPU's autograd worker issues ``1 + contention_issue`` times
             slower while this host device runs an op (default 0). The last three are measured
             by a profile (:mod:`envs.real.profiler`); the presets have none.
+        action_overhead_s: across processes, what each action of a pipeline schedule (one
+            stage's forward or backward of one microbatch) costs its rank beyond its ops: torch's
+            runtime between actions, posting the sends and receives (default 0; ``placer profile
+            --ranks`` fits it to the model run as a pipeline, :mod:`envs.real.distributed.profile_ranks`).
     """
 
     name: str
@@ -40,6 +44,7 @@ class Device:
     stage_bandwidth_bytes_per_s: float = math.inf
     contention_op: float = 0.0
     contention_issue: float = 0.0
+    action_overhead_s: float = 0.0
 
 
 @dataclass(frozen=True)

@@ -11,7 +11,9 @@ one after the other:
   its rank is free and stage ``s + 1``'s gradients have arrived (its forward ran
   before it on the same rank);
 * a stage's forward (backward) takes the sum of its ops' forward (backward) times
-  on its device for one microbatch (:func:`envs.sim.cost.op_times`);
+  on its device for one microbatch (:func:`envs.sim.cost.op_times`); its sends leave
+  when it ends, and its rank is busy the device's ``action_overhead_s`` more (torch's
+  runtime between actions, which ``placer profile --ranks`` fits; 0 in the presets);
 * every value a later stage reads is sent from each stage to the next, passing
   through the stages between (as the runtime's stage programs do), one tensor per
   value, its largest edge; a send costs ``latency + bytes / bandwidth`` of the link
@@ -184,6 +186,7 @@ def run_actions(
     R = len(actions)
     links = _Links(cluster)
     dev = costs.device_indices
+    overhead = [d.action_overhead_s for d in cluster.devices]
     arrived: dict[tuple[int, str, int], float] = {}  # ("F" into stage s, or "B" into stage s, microbatch m)
     free_s = np.zeros(R)
     busy_s = np.zeros(R)
@@ -203,8 +206,8 @@ def run_actions(
                 # a backward's own forward ran earlier on this rank: every schedule's list has it before
                 ready = max([free_s[r], *(arrived[key] for key in need)])
                 took = costs.fwd_s[s] if kind == "F" else costs.bwd_s[s]
-                end = ready + took
-                free_s[r], busy_s[r] = end, busy_s[r] + took
+                end = ready + took  # the sends leave here; the runtime's own work between actions follows
+                free_s[r], busy_s[r] = end + overhead[dev[s]], busy_s[r] + took + overhead[dev[s]]
                 if record is not None:
                     record.append(Event(r, s, kind, m, float(ready), float(end)))
                 if kind == "F" and s < S - 1:

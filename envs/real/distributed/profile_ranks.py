@@ -21,7 +21,10 @@ one thread each, the gloo backend; every rank measures at the same time as the o
   it ran: the work's time scale and the cost per op (:func:`fit_pipeline`), one pair
   for all ranks. This replaces the one-process fit above: the same stage runs slower
   inside torch's pipeline runtime, beside the other ranks, than a whole model stepped
-  alone (``BENCHMARKS.md``, "Where the simulator of ranks is wrong"). Where the
+  alone (``BENCHMARKS.md``, "Where the simulator of ranks is wrong"). Then each rank's
+  cost per action beyond its ops (torch's runtime between actions, posting sends and
+  receives: ``action_overhead_s``) is fitted so that the simulator of ranks, with those
+  rates, gives the two pipelines' measured steps (:func:`fit_action_overhead`). Where the
   pipeline cannot run (a model whose stages would pass non-tensors), the one-process
   fit stays, and the raw numbers say why.
 
@@ -32,6 +35,7 @@ memory, that ``train``, ``compare``, ``place`` and :class:`envs.sim.ranks.RankSi
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
 import os
 import statistics
@@ -267,6 +271,47 @@ def fit_pipeline(
     }
 
 
+def with_action_overhead(cluster: Cluster, seconds: float) -> Cluster:
+    """``cluster`` with every device's ``action_overhead_s`` set to ``seconds``."""
+    devices = [dataclasses.replace(d, action_overhead_s=float(seconds)) for d in cluster.devices]
+    return Cluster(name=cluster.name, devices=devices, links=cluster.links, description=cluster.description)
+
+
+def fit_action_overhead(graph: Any, cluster: Cluster, split: np.ndarray, runs: Sequence[tuple[int, float]]) -> float:
+    """Seconds per pipeline action, the same on every rank, that make the simulator of ranks give each run's
+    measured step: ``runs`` are ``(M, measured step seconds)`` of ``split`` (each op's rank) on ``cluster``.
+    Least squares on the simulated step's slope in the overhead (two Gauss-Newton steps; the step is piecewise
+    linear in it), never below 0.
+
+    >>> from graphs import OpGraph
+    >>> from envs.devices import Device, Link
+    >>> g = OpGraph.from_edges(["a", "b"], [("a", "b", 8)], flops=[1e9, 1e9])
+    >>> devs = [Device(f"cpu:{r}", "cpu", 1e12, 1e9, 1e15, 0.0) for r in range(2)]
+    >>> c = Cluster("toy", devs, {("cpu:0", "cpu:1"): Link(1e15, 0.0), ("cpu:1", "cpu:0"): Link(1e15, 0.0)})
+    >>> # 0.5 s per action: M = 1, 6 s of compute and 2 overheads on the critical path; M = 2, 4.5 s and 4
+    >>> round(fit_action_overhead(g, c, np.array([0, 1]), [(1, 6.0 + 2 * 0.5), (2, 4.5 + 4 * 0.5)]), 6)
+    0.5
+    """
+    from envs.sim.ranks import RankSim
+
+    def step_s(M: int, seconds: float) -> float:
+        return float(RankSim(graph, with_action_overhead(cluster, seconds), microbatches=M).simulate(split).step_time_s)
+
+    seconds, delta = 0.0, 1e-4
+    for _ in range(2):
+        num = den = 0.0
+        for M, real_s in runs:
+            base = step_s(M, seconds)
+            slope = (step_s(M, seconds + delta) - base) / delta
+            if np.isfinite(base) and np.isfinite(slope):
+                num += slope * (float(real_s) - base)
+                den += slope * slope
+        if den <= 0:
+            return 0.0
+        seconds = max(0.0, seconds + num / den)
+    return seconds
+
+
 def calibration_plans(
     graph: Any, num_ranks: int, microbatch_program: Any | None, micro: int
 ) -> tuple[np.ndarray, list[RankPlan]]:
@@ -386,7 +431,15 @@ def ranks_cluster(
             links[(a, b)] = links[(b, a)] = Link(bandwidth, latency_s)
     how = "pipeline compute" if fitted is not None else "one-process steps"
     description = f"{world} gloo ranks of this machine, one thread each, fitted to {how} (placer profile --ranks)"
-    return Cluster(name=name, devices=devices, links=links, description=description)
+    cluster = Cluster(name=name, devices=devices, links=links, description=description)
+    if fitted is None:
+        return cluster
+    runs = {}  # M -> the job's step in that pipeline: per rank its median step, the slowest rank's
+    for p in parts:
+        for run in p["pipelines"]:
+            M = int(run["microbatches"])
+            runs[M] = max(runs.get(M, 0.0), float(run["phases"]["step_s"]))
+    return with_action_overhead(cluster, fit_action_overhead(graph, cluster, np.asarray(split), sorted(runs.items())))
 
 
 def profile_ranks(source: str, num_ranks: int, *, repeats: int = 5, warmup: int = 1, timeout_s: float = 600.0):
@@ -432,6 +485,7 @@ __all__ = [
     "SIZES",
     "calibrate",
     "calibration_plans",
+    "fit_action_overhead",
     "fit_link",
     "fit_pipeline",
     "microbatch_program",
@@ -440,4 +494,5 @@ __all__ = [
     "probe_rank",
     "profile_ranks",
     "ranks_cluster",
+    "with_action_overhead",
 ]

@@ -157,3 +157,29 @@ def test_the_job_report_keeps_the_timeline_of_the_median_step():
     assert report["timeline"]["events"] == [[0, 0, "F", 0, 0.0, 2.0], [1, 1, "F", 0, 0.0, 2.0]]
     assert all("trace" not in r and r["phases"] == {"forward_s": 1.0} for r in report["ranks"])
     assert median_step([4.0, 1.0, 3.0, 2.0]) == 3 and median_step([]) == -1  # the lower middle of an even count
+
+
+def test_a_ranks_cost_per_action_delays_its_next_action_not_its_sends():
+    """The hand timeline above with 0.5 s of runtime after every action (sends of 0.6 s leave when an action ends):
+    rank 0 F0 0-1, F1 1.5-2.5, B0 11.2-13.2, B1 15.7-17.7 (free 18.2); rank 1 F0 1.6-3.6, F1 4.1-6.1, B0 6.6-10.6,
+    B1 11.1-15.1 (free 15.6)."""
+    import dataclasses
+
+    from envs.cluster import Cluster
+
+    c = cluster()
+    slow = Cluster("toy", [dataclasses.replace(d, action_overhead_s=0.5) for d in c.devices], c.links)
+    result, events = RankSim(two_stage_graph(), slow, microbatches=2).timeline([0, 1])
+    assert result.step_time_s == pytest.approx(18.2) and result.extra["rank_end_s"] == pytest.approx([18.2, 15.6])
+    spans = {(e.rank, e.kind, e.microbatch): (round(e.start_s, 6), round(e.end_s, 6)) for e in events}
+    assert spans[(0, "F", 1)] == (1.5, 2.5) and spans[(1, "F", 1)] == (4.1, 6.1)
+    assert spans[(1, "B", 1)] == (11.1, 15.1) and spans[(0, "B", 0)] == (11.2, 13.2)
+    assert spans[(0, "B", 1)] == (15.7, 17.7) and spans[(0, "O", -1)] == (18.2, 18.2)
+    # written to and read from a cluster file; a negative one refused
+    again = Cluster.from_dict(json.loads(json.dumps(slow.to_dict())))
+    assert [d.action_overhead_s for d in again.devices] == [0.5, 0.5]
+    assert "action_overhead_s" not in json.dumps(c.to_dict())  # written only when set
+    doc = slow.to_dict()
+    doc["devices"][0]["action_overhead_s"] = -1.0
+    with pytest.raises(Exception, match="action_overhead_s"):
+        Cluster.from_dict(doc)

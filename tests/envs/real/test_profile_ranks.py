@@ -10,7 +10,15 @@ import pytest
 
 from envs.cluster import Cluster
 from envs.devices import Device
-from envs.real.distributed.profile_ranks import SIZES, calibrate, calibration_plans, fit_link, ranks_cluster
+from envs.real.distributed.profile_ranks import (
+    SIZES,
+    calibrate,
+    calibration_plans,
+    fit_link,
+    ranks_cluster,
+    with_action_overhead,
+)
+from envs.sim.ranks import RankSim
 from graphs import OpGraph
 from placer.cli import main
 
@@ -98,7 +106,7 @@ def test_the_pipeline_runs_set_the_compute_of_every_rank():
 
     def run(M, work_s):  # 3 launches per op and microbatch (the roofline's backward is twice its forward)
         total = 2 * work_s + 3e-3 * M
-        return {"microbatches": M, "phases": {"forward_s": total / 3, "backward_s": 2 * total / 3}}
+        return {"microbatches": M, "phases": {"forward_s": total / 3, "backward_s": 2 * total / 3, "step_s": 99.0}}
 
     # a: 1 s forward + 2 s backward at 1 GFLOP/s = 3 s; b: 9 s (per step, whatever the microbatches)
     link = {str(n): 1e-4 + n / 1e9 for n in SIZES}
@@ -110,11 +118,20 @@ def test_the_pipeline_runs_set_the_compute_of_every_rank():
     for d in cluster.devices:
         assert d.flops_per_s == pytest.approx(0.5e9) and d.launch_overhead_s == pytest.approx(1e-3)
     assert "fitted to pipeline compute" in cluster.description
+    # the runs' steps as the simulator of ranks gives them with 2 s per action: the fit finds the 2 s, on every rank
+    truth = with_action_overhead(cluster, 2.0)
+    for k, M in enumerate((1, 4)):
+        step_s = RankSim(g, truth, microbatches=M).simulate([0, 1]).step_time_s
+        for p in parts:
+            p["pipelines"][k]["phases"]["step_s"] = step_s
+    cluster = ranks_cluster(g, parts, split=np.array([0, 1]))
+    assert [d.action_overhead_s for d in cluster.devices] == pytest.approx([2.0, 2.0])
     # a pipeline that could not run (the same error on every rank): the one-process steps are the fit
     parts[1]["pipelines"][1] = {"microbatches": 4, "error": "stage 1 receives a int64 tensor"}
     cluster = ranks_cluster(g, parts, split=np.array([0, 1]))
     assert cluster.devices[0].flops_per_s == pytest.approx(calibrate(g, rates, 99.0)["flops_per_s"])
     assert "fitted to one-process steps" in cluster.description
+    assert all(d.action_overhead_s == 0 for d in cluster.devices)  # nothing to fit it to
 
 
 def test_the_calibration_pipelines_cut_the_ops_into_runs_of_equal_work():
