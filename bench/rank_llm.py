@@ -29,7 +29,7 @@ from torch import nn
 from bench.common import OneLineParser
 from envs.cluster import resolve_cluster
 from envs.sim.ranks import RankSim
-from envs.timeline import by_rank
+from envs.timeline import rank_phases
 from graphs import PlacerError
 from placer.methods import registry
 
@@ -138,7 +138,7 @@ def balanced_estimate(graph: Any, cluster: Any, schedule: str, microbatches: int
     result, events = sim.timeline(op_devices)
     if not result.ok:
         raise PlacerError(f"balanced estimate under {name}: the plan does not run ({result.message})")
-    compute = [sum(e.end_s - e.start_s for e in mine if e.kind != "O") for mine in by_rank(events).values()]
+    compute = [p["forward_s"] + p["backward_s"] for p in rank_phases(events).values()]
     mean = sum(compute) / R
     bubble = (microbatches + R - 1) / microbatches if per_rank == 1 else 1 + (R - 1) / (per_rank * microbatches)
     return {"schedule": name, "estimate_s": mean * bubble, "bubble": bubble, "imbalance": max(compute) / mean}

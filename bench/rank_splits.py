@@ -35,7 +35,7 @@ from bench.common import OneLineParser, parse_list
 from bench.fidelity.metrics import mape, spearman
 from envs.cluster import resolve_cluster
 from envs.sim.ranks import RankSim
-from envs.timeline import by_rank, median_phases, phases
+from envs.timeline import median_phases, rank_phases
 from graphs import PlacerError
 from graphs.plan import Placement
 from placer.methods import registry
@@ -94,9 +94,7 @@ def measure(source: str, plan: Placement, steps: int, warmup: int) -> tuple[floa
 
 def simulated_phases(graph: Any, cluster: Any, plan: Placement) -> list[dict[str, float]]:
     """Each rank's phases in the plan's simulated step (its timeline), in rank order."""
-    _, events = RankSim(graph, cluster).timeline(plan)
-    ranks = by_rank(events)
-    return [phases(ranks[r], max(e.end_s for e in ranks[r])) for r in sorted(ranks)]
+    return list(rank_phases(RankSim(graph, cluster).timeline(plan)[1]).values())
 
 
 #: The phases compared, each a sum of :data:`envs.timeline.PHASES`.

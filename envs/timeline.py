@@ -79,6 +79,11 @@ def by_rank(events: Iterable[Event]) -> dict[int, list[Event]]:
     return out
 
 
+def rank_phases(events: Iterable[Event]) -> dict[int, dict[str, float]]:
+    """Each rank's :func:`phases` in a timeline whose every rank's step ends with its last event (a simulated one)."""
+    return {r: phases(mine, max(e.end_s for e in mine)) for r, mine in sorted(by_rank(events).items())}
+
+
 def chrome_trace(rows: Sequence[tuple[str, Sequence[Event]]], meta: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """A Trace Event Format document: per ``(label, events)`` of ``rows``, one process row per rank of its events.
 
@@ -115,4 +120,14 @@ def write_chrome_trace(path: str, rows: Sequence[tuple[str, Sequence[Event]]], m
     os.replace(tmp, path)
 
 
-__all__ = ["Event", "KINDS", "PHASES", "by_rank", "chrome_trace", "median_phases", "phases", "write_chrome_trace"]
+__all__ = [
+    "Event",
+    "KINDS",
+    "PHASES",
+    "by_rank",
+    "chrome_trace",
+    "median_phases",
+    "phases",
+    "rank_phases",
+    "write_chrome_trace",
+]

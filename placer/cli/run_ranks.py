@@ -22,7 +22,7 @@ from typing import Any
 
 import envs
 from envs.real.distributed.rank_plan import RankPlan, stage_table
-from envs.timeline import Event, by_rank, phases, write_chrome_trace
+from envs.timeline import Event, rank_phases, write_chrome_trace
 from graphs import sources
 from graphs.plan import Placement
 from graphs.schema import check_float, check_int
@@ -105,13 +105,11 @@ def simulate_plan(model: Any, inputs: Any, placement: Placement, cluster: Any) -
 
 def simulated_report(result: Any, events: list[Event], cluster: str) -> dict[str, Any]:
     """The simulated step's time and each rank's phases (the report's ``simulated``)."""
-    ranks = by_rank(events)
-    end = {r: max(e.end_s for e in mine) for r, mine in ranks.items()}
     return {
         "cluster": cluster,
         "status": result.status,
         "step_time_s": result.step_time_s if result.ok else None,
-        "ranks": [{"rank": r, "phases": phases(ranks[r], end[r])} for r in sorted(ranks)],
+        "ranks": [{"rank": r, "phases": p} for r, p in rank_phases(events).items()],
     }
 
 

@@ -202,14 +202,13 @@ def calibrate(
     }
     if micro is None:
         return fitted
-    # the roofline's work without the per-op cost, whole and per microbatch; the per-op cost counts the ops once each
-    bare = _device("cpu:0", {**rates, "launch_overhead_s": 0.0}, 1e12)
-    level = Cluster(name="probe", devices=[bare], links={})
-    whole, update_s = roofline_s(1, level)
-    part, _ = roofline_s(int(micro[0]), level)
-    unit = _device("cpu:0", {"flops_per_s": 1e300, "mem_bw_bytes_per_s": 1e300, "launch_overhead_s": 1.0}, 1e12)
-    per_op, _ = roofline_s(1, Cluster(name="probe", devices=[unit], links={}))  # seconds per second of per-op cost
-    work = (whole + update_s) - (part + update_s)
+    # the roofline's work without the per-op cost, whole and of one microbatch; the per-op cost counts the ops once
+    every_op, M = np.arange(graph.num_ops), int(micro[0])
+    whole, per_op = _roofline_parts(graph, rates, every_op, 1)
+    part = _roofline_parts(graph, rates, every_op, M)[0] / M
+    bare = Cluster(name="probe", devices=[_device("cpu:0", {**rates, "launch_overhead_s": 0.0}, 1e12)], links={})
+    update_s = float(update_times_s(np.array([graph.total_param_bytes]), bare)[0])  # Adam's, without its launch
+    work = whole - part
     if work <= 0 or per_op <= 0:
         return fitted
     time_scale = (step_s - float(micro[1])) / work  # measured seconds per second of the roofline's work
