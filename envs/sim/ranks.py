@@ -399,6 +399,8 @@ class RankSim:
         self._cutter = StageCutter(graph, cluster.device_names)
         self._readers = parameter_readers(graph)
         self._one_process: Any = None
+        self.simulated = 0
+        """placements scored through :meth:`step_times` and :meth:`overflow` (what a search on it spent)."""
 
     def per_op(self, microbatches: int) -> tuple:
         """:func:`op_costs` for M microbatches, computed once."""
@@ -476,6 +478,13 @@ class RankSim:
         """``([K] step seconds, [K] failed)`` of ``[K, num_ops]`` placement vectors; ``order``: None (node
         order), one order for all, or ``[K, num_ops]``. A plan across processes has no planned order: ``"planned"``
         is a :class:`PlacerError`."""
+        step_time_s, failed, _ = self.overflow(op_devices, order)
+        return step_time_s, failed
+
+    def overflow(self, op_devices: np.ndarray, order: Any = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """``(step_time_s, failed, over)``: :meth:`step_times`, and per row the largest peak / memory over the ranks'
+        devices that run out of it (0 for a row that fits), as :meth:`envs.SimEnv.overflow` gives it: a search then
+        moves a plan out of memory toward fitting."""
         if isinstance(order, str):
             raise PlacerError(f"ranks: no {order!r} issue order across processes; pass the order, or None")
         op_devices = np.atleast_2d(np.asarray(op_devices))
@@ -483,8 +492,19 @@ class RankSim:
         if order is not None and orders.ndim == 1:
             orders = [orders] * len(op_devices)
         results = [self.simulate(row, o) for row, o in zip(op_devices, orders)]
+        self.simulated += len(results)
         step_time_s = np.array([r.step_time_s for r in results], dtype=np.float64)
-        return step_time_s, np.array([not r.ok for r in results], dtype=bool)
+        capacity = self.cluster.memory_bytes
+        over = np.array(
+            [
+                max((b / capacity[self.cluster.index(d)] for d, b in r.peak_bytes.items()), default=0.0)
+                if r.status == "oom"
+                else 0.0
+                for r in results
+            ],
+            dtype=np.float64,
+        )
+        return step_time_s, np.array([not r.ok for r in results], dtype=bool), over
 
 
 __all__ = [

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import os
 import shlex
 import sys
 from typing import Any, Callable
@@ -159,6 +160,8 @@ def run(args: argparse.Namespace) -> int:
         return 130
     doc = result.to_dict()
     doc["executor"] = config.executor
+    if config.ranks:
+        doc["ranks"] = ranks_doc(config, result, graph, cluster)
     if result.interrupted:
         doc["resume_command"] = resume_command(config, result.logdir)
         if args.json:  # else the summary's first line says it
@@ -331,6 +334,33 @@ def _issue_order_line(doc: dict) -> str | None:
     return None
 
 
+def ranks_doc(config: TrainConfig, result: Any, graph: Any, cluster: Any) -> dict[str, Any]:
+    """``--ranks``: how the best plan runs across processes (its ranks, microbatches and schedule, as the simulator of
+    ranks cuts it) and the ``placer run`` command that runs it so."""
+    from envs.sim.ranks import RankSim
+    from placer.learn.rundir import BEST_NAME
+
+    best = result.best_placement
+    if best is None:
+        return {}
+    extra = RankSim(graph, cluster).simulate(best).extra
+    doc = {k: extra.get(k) for k in ("ranks", "stages", "schedule", "microbatches", "inflight")}
+    command = ["placer", "run", config.source, "--placement", os.path.join(result.logdir, BEST_NAME)]
+    doc["run_command"] = shlex.join([*command, "--cluster", config.cluster, "--nproc-per-node", str(doc["ranks"])])
+    return doc
+
+
+def _ranks_line(doc: dict) -> str | None:
+    """--ranks: the best plan's ranks, and the command that runs it across processes."""
+    r = doc.get("ranks")
+    if not r or not r.get("ranks"):
+        return None
+    return (
+        f"across processes {r['ranks']} ranks, {r['stages']} stages, {r['schedule']} over {r['microbatches']} "
+        f"microbatches; run it: {r['run_command']}"
+    )
+
+
 def _small_model_line(doc: dict) -> str | None:
     best, single = doc["best_step_time_s"], doc.get("reference_step_time_s")
     if best is None or not single or best * SMALL_GAIN < single or doc.get("env") == "measured":
@@ -359,6 +389,7 @@ SUMMARY_LINES: tuple[Callable[[dict], str | None], ...] = (
         else None
     ),
     _issue_order_line,
+    _ranks_line,
     lambda doc: f"placement        {doc['best_placement']}" if doc["best_placement"] else None,
     lambda doc: (
         f"logs             {doc['logdir']}  (tensorboard --logdir {doc['logdir']}; summary.json, checkpoint.pt)"

@@ -24,7 +24,6 @@ from typing import Any, Callable
 
 import numpy as np
 
-import envs
 from envs.cluster import Cluster
 from graphs import OpGraph
 from placer.learn.progress import Progress
@@ -71,7 +70,7 @@ def compare_after_learning(session: Session, result: TrainResult) -> None:
 def equal_budget_search(
     graph: OpGraph,
     cluster: Cluster,
-    sim: envs.SimEnv,
+    sim: Any,
     evals: int,
     *,
     order: str | None,
@@ -81,6 +80,8 @@ def equal_budget_search(
 ) -> dict[str, Any] | None:
     """``module_search`` given ``evals`` simulated placements: search at equal budget, to compare the learner with.
 
+    ``sim``: the run's simulator (:class:`envs.SimEnv`, or across processes :class:`envs.sim.ranks.RankSim`), which
+    counts what it simulates (``simulated``).
     It searches in the run's order (``order`` "planned" or None), as the learner did. None where the graph
     records no module paths.
     ``time_limit_s``: no new round of the search starts after this many seconds (the run's own time, so the
@@ -92,7 +93,7 @@ def equal_budget_search(
         return None
     progress = progress if progress is not None else Progress(enabled=False)
     t0, before = time.perf_counter(), sim.simulated
-    env = sim.in_order(order)
+    env = sim if order is None else sim.in_order(order)  # (the simulator of ranks has node order only)
     deadline = t0 + time_limit_s if time_limit_s is not None else None
     progress.start("equal budget", total=int(evals), unit="placements", within_s=time_limit_s)
     try:

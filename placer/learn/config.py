@@ -43,6 +43,7 @@ ProposalName = Literal["critic", "uniform"]
 RewardBaselineName = Literal["loo", "ema"]
 WarmStartName = Literal["best", "none"]
 PresetName = Literal["tuned", "paper"]
+BackendName = Literal["gloo", "nccl"]
 
 
 @dataclass
@@ -68,10 +69,22 @@ class RunOptions:
     was 199.1 ms scored planned against 212.2 ms scored in node order (BENCHMARKS.md)."""
     microbatches: int = 1
     """M: the plan runs M microbatches per step, gradients accumulated (a pipelined plan, envs.microbatch);
-    --env sim only."""
+    --env sim, or across processes (--ranks)."""
     inflight: int | None = None
     """W: the most microbatches in flight, 1..M (default: all M, fill-drain; fewer: one-forward-one-backward,
     activations of at most W microbatches held)."""
+    ranks: bool = False
+    """score every placement as it runs across processes, one rank per device it uses (the runtime `placer run` runs
+    across processes: each maximal run of ops on one device a pipeline stage, torch's schedule, activations and
+    gradients sent between ranks): under --env sim on the simulator of ranks (envs.sim.ranks.RankSim), under --env
+    measured as one Ray job of one process per device per placement (envs.real.ray.jobs.RanksEnv). For a cluster file
+    of `placer profile --ranks`. Node order, and no lower bound (the one-process bound does not hold here)."""
+    schedule: str | None = None
+    """--ranks: torch's pipeline schedule of every plan (gpipe, 1f1b, looped_bfs, interleaved_1f1b, planned; None:
+    the one that fits each plan, as `placer run` picks it)."""
+    backend: BackendName = "gloo"
+    """--ranks with --env measured: the process group, "gloo" (CPU tensors, one CPU per rank) or "nccl" (one GPU per
+    rank)."""
     iterations: int | None = None
     """stop after this many iterations (None: only the time budget)."""
     time_budget_s: float | None = None
@@ -277,11 +290,33 @@ class TrainConfig(PolicyOptions, AlgoOptions, RunOptions):
 
         planned = (
             self.env == "sim"
+            and not self.ranks
             and self.executor == "eager"
             and self.microbatches == 1
             and (env is None or isinstance(env, SimEnv))
         )
         return dataclasses.replace(self, score_order="planned" if planned else "node")
+
+    def _validate_ranks(self) -> None:
+        """The options of plans across processes (``--ranks``), each a one-line :class:`PlacerError`."""
+        from graphs.plan import check_schedule_name
+
+        if not self.ranks:
+            for name, value, default in (("schedule", self.schedule, None), ("backend", self.backend, "gloo")):
+                if value != default:
+                    raise PlacerError(f"{option_name(name)} {value}: only for plans across processes (add --ranks)")
+            return
+        if self.score_order == "planned":
+            raise PlacerError("--score-order planned: not across processes (--ranks scores each plan in node order)")
+        if self.executor != "eager":
+            raise PlacerError(f"--executor {self.executor}: --ranks simulates torch's pipeline runtime (eager) only")
+        if self.workers is not None:
+            raise PlacerError(
+                f"--workers {self.workers}: across processes every placement is one job of one process per device"
+            )
+        if self.backend != "gloo" and self.env != "measured":
+            raise PlacerError(f"--backend {self.backend}: only measured runs (--env measured) start processes")
+        check_schedule_name(self.schedule, "--schedule")
 
     def validate(self) -> None:
         """Raise :class:`PlacerError` (one line, naming the option) for a bad setting."""
@@ -314,8 +349,11 @@ class TrainConfig(PolicyOptions, AlgoOptions, RunOptions):
             raise PlacerError(f"--heuristics {self.heuristics!r}: must be a tuple of heuristic names")
         if self.score_order == "planned" and self.env != "sim":
             raise PlacerError("--score-order planned: only with --env sim (a measured run runs node order)")
-        if self.microbatches != 1 and self.env != "sim":
-            raise PlacerError(f"--microbatches {self.microbatches}: only --env sim scores microbatched plans")
+        if self.microbatches != 1 and self.env != "sim" and not self.ranks:
+            raise PlacerError(
+                f"--microbatches {self.microbatches}: only --env sim, or --ranks, scores microbatched plans"
+            )
+        self._validate_ranks()
         if self.inflight is not None and self.inflight > self.microbatches:
             raise PlacerError(f"--inflight {self.inflight}: must be at most --microbatches ({self.microbatches})")
         if self.critic not in ("pretrained", "fresh"):

@@ -66,6 +66,7 @@ def compare_heuristics(
             inflight=config.inflight,
             score_order=config.score_order,
             progress=lambda done, name: progress.update(done, name),
+            ranks=config.ranks,
         )
     finally:  # Ctrl-C here too: the bar ends before the message that follows
         progress.close()
@@ -114,9 +115,10 @@ def score_heuristics(
 ) -> RunHeuristics:
     """The heuristics scored as the run scores (see the module docstring); a line on ``progress`` names the best."""
     found, simulated = compare_heuristics(graph, cluster, config, progress)
-    if score.order is not None:
-        # compare searched and scored them in the run's order already; scored again through the run's
-        # scorer, so the warm start, the search's start and "beat the best heuristic" are its own numbers
+    if score.order is not None or (config.ranks and config.env == "sim"):
+        # compare searched and scored them in the run's order already (across processes: on the simulator of ranks
+        # with the schedule that fits); scored again through the run's scorer, so the warm start, the search's start
+        # and "beat the best heuristic" are its own numbers (its schedule's, --ranks --schedule)
         found = {
             name: (_scored(score, op_devices) if op_devices is not None and np.isfinite(t) else t, op_devices)
             for name, (t, op_devices) in found.items()

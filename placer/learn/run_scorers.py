@@ -75,6 +75,9 @@ class CachedScorer:
 
 
 def sim_env(config: TrainConfig, graph: OpGraph, cluster: Cluster, logdir: str) -> Scorer:
+    """The simulator; with ``--ranks`` the simulator of plans across processes (:class:`envs.sim.ranks.RankSim`)."""
+    if config.ranks:
+        return rank_sim(config, graph, cluster)
     return envs.SimEnv(
         graph, cluster, executor=config.executor, microbatches=config.microbatches, inflight=config.inflight
     )
@@ -93,6 +96,22 @@ def measured_env(config: TrainConfig, graph: OpGraph, cluster: Cluster, logdir: 
             f"--env measured: {config.source}: {why}; real training steps need the loss (wrap the model "
             "so that forward returns it, e.g. forward(inputs, labels) -> cross_entropy(...))"
         )
+    if config.ranks:  # each placement one Ray job of one process per device
+        from envs.real.ray.jobs import RanksEnv
+
+        return RanksEnv(
+            config.source,
+            cluster,
+            graph=graph,
+            run_dir=logdir,
+            backend=config.backend,
+            device_map=config.device_map,
+            ray_address=config.ray_address,
+            measure_timeout_s=config.measure_timeout_s,
+            microbatches=config.microbatches,
+            inflight=config.inflight,
+            schedule=config.schedule,
+        )
     from envs.real.measured import MeasuredEnv  # ray and torch: only for --env measured
 
     return MeasuredEnv(
@@ -105,6 +124,13 @@ def measured_env(config: TrainConfig, graph: OpGraph, cluster: Cluster, logdir: 
         ray_address=config.ray_address,
         measure_timeout_s=config.measure_timeout_s,
     )
+
+
+def rank_sim(config: TrainConfig, graph: OpGraph, cluster: Cluster) -> Scorer:
+    """The simulator of the run's plans across processes (its M, W and schedule)."""
+    from envs.sim.ranks import RankSim
+
+    return RankSim(graph, cluster, microbatches=config.microbatches, inflight=config.inflight, schedule=config.schedule)
 
 
 ENVS: dict[str, Callable[[TrainConfig, OpGraph, Cluster, str], Scorer]] = {"sim": sim_env, "measured": measured_env}

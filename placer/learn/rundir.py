@@ -123,8 +123,10 @@ def same_problem(a: Placement, b: Placement) -> bool:
         and a.devices == b.devices
         and a.cluster == b.cluster
         and all(a.meta.get(k) == b.meta.get(k) for k in keys)
-        and a.meta.get("score_order", "node") == b.meta.get("score_order", "node")
-    )  # older files: node order
+        and a.meta.get("score_order", "node") == b.meta.get("score_order", "node")  # older files: node order
+        and bool(a.meta.get("ranks", False)) == bool(b.meta.get("ranks", False))  # across processes or in one
+        and a.schedule == b.schedule
+    )
 
 
 def recorded_step_time(p: Placement) -> float | None:
@@ -175,6 +177,8 @@ def run_placement(
         "executor": config.executor,
         "score_order": config.score_order,
     }
+    if config.ranks:  # scored across processes: what `placer run --nproc-per-node` runs
+        meta["ranks"] = True
     order = None
     if planner is not None:
         order, how, step_s = planner.plan_order(np.asarray(op_devices))
@@ -189,6 +193,7 @@ def run_placement(
         order=order,
         microbatches=config.microbatches,
         inflight=config.inflight,
+        schedule=config.schedule,
     )
 
 
@@ -252,8 +257,8 @@ def check_compatible(saved: dict, config: TrainConfig, graph: OpGraph, devices: 
         )
     if saved.get("devices") != devices:
         raise PlacerError(f"--resume: {where} is for devices {saved.get('devices')}, not {devices}")
-    for key in ("policy", "samples", "max_groups", "hidden", "layers", "algo"):
-        if saved["config"].get(key) != getattr(config, key):
+    for key in ("policy", "samples", "max_groups", "hidden", "layers", "algo", "ranks"):
+        if saved["config"].get(key, False if key == "ranks" else None) != getattr(config, key):  # older: one process
             raise PlacerError(
                 f"--resume: the checkpoint used {key}={saved['config'].get(key)!r}, this run {getattr(config, key)!r}"
             )
@@ -282,8 +287,12 @@ def adopt_newer_best(
         op_devices = saved_best.indices(graph, devices)
     except PlacerError:
         return
-    if config is not None and any(
-        saved_best.meta.get(k, getattr(config, k)) != getattr(config, k) for k in ("env", "profile", "score_order")
+    if (
+        config is not None
+        and any(
+            saved_best.meta.get(k, getattr(config, k)) != getattr(config, k) for k in ("env", "profile", "score_order")
+        )
+        or bool(saved_best.meta.get("ranks", False)) != config.ranks
     ):
         return  # scored by another scorer: its time says nothing here
     step_time_s, failed = score(op_devices[None])

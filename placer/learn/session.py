@@ -23,13 +23,14 @@ import torch
 import envs
 from envs.cluster import Cluster
 from envs.scorer import Scorer
+from envs.sim.ranks import RankSim
 from graphs import OpGraph
 from graphs.plan import Placement
 from placer.learn import checkpoint
 from placer.learn.config import TrainConfig
 from placer.learn.progress import Progress, ms
 from placer.learn.run_heuristics import score_heuristics
-from placer.learn.run_scorers import CachedScorer, reference_time
+from placer.learn.run_scorers import CachedScorer, rank_sim, reference_time
 from placer.learn.rundir import BEST_NAME, adopt_newer_best, run_best_placement, save_best
 from placer.learn.state import RunState, TrainResult
 
@@ -58,23 +59,28 @@ class Session:
         self.scorer = CachedScorer(env, "planned" if config.score_order == "planned" else None)
         # ---- reference times: the reward scale, the heuristics and the lower bound
         setup_start = time.perf_counter()
+        scored_by = "the simulator" if config.env == "sim" else "real training steps"
+        if config.ranks:
+            scored_by += " across processes, one per device"
         progress.phase(
-            f"setting up: {graph.name or 'graph'} ({graph.num_ops:,} ops) on {cluster.name}, "
-            f"scored by {'the simulator' if config.env == 'sim' else 'real training steps'}"
+            f"setting up: {graph.name or 'graph'} ({graph.num_ops:,} ops) on {cluster.name}, scored by {scored_by}"
         )
         self.t_ref = reference_time(self.scorer, graph, cluster, config.executor)
         self.heuristics = score_heuristics(graph, cluster, config, self.scorer, progress)
         # the simulator of this problem (executor, microbatches): the lower bound, the move search's schedules, and
         # under --env sim the planner of the best placement's issue order; the scorer itself when it is one
-        self.sim = (
-            env
-            if isinstance(env, envs.SimEnv)
-            else envs.SimEnv(
+        # (across processes, --ranks: the simulator of ranks, which has no planned order and no bound)
+        self.sim: Any
+        if config.ranks:
+            self.sim = env if isinstance(env, RankSim) else rank_sim(config, graph, cluster)
+        elif isinstance(env, envs.SimEnv):
+            self.sim = env
+        else:
+            self.sim = envs.SimEnv(
                 graph, cluster, executor=config.executor, microbatches=config.microbatches, inflight=config.inflight
             )
-        )
-        self.planner = self.sim if config.env == "sim" else None
-        self.lower_bound_s: float | None = float(self.sim.lower_bound())
+        self.planner = self.sim if config.env == "sim" and not config.ranks else None
+        self.lower_bound_s: float | None = None if config.ranks else float(self.sim.lower_bound())
         self.state = RunState(setup_s=time.perf_counter() - setup_start)
         if saved is not None:
             self.state = RunState.from_dict(saved["run"])

@@ -113,6 +113,18 @@ def test_memory_counts_params_and_the_microbatches_in_flight_and_a_rank_over_its
     assert simulate_ranks(g, cluster(memory_bytes=1000), [0, 1], microbatches=2).status == "oom"
 
 
+def test_overflow_is_the_worst_peak_over_memory_of_a_plan_that_does_not_fit_and_every_row_is_counted():
+    g = OpGraph.from_edges(["a", "b"], [("a", "b", 1000)], flops=[2e9, 4e9], param_bytes=[100, 0], out_bytes=[1000, 8])
+    # as above: rank 0's peak is 400 + 2 x 500 = 1400 bytes, over a memory of 1000; rank 1's fits
+    sim = RankSim(g, cluster(memory_bytes=1000), microbatches=2)
+    step_time_s, failed, over = sim.overflow(np.array([[0, 1], [0, 0]]))
+    assert failed.tolist() == [True, True] and over[0] == pytest.approx(1.4) and np.isinf(step_time_s).all()
+    roomy = RankSim(g, cluster(), microbatches=2)
+    step_time_s, failed, over = roomy.overflow(np.array([[0, 1]]))
+    assert not failed[0] and over[0] == 0.0 and step_time_s[0] == roomy.step_times(np.array([[0, 1]]))[0][0]
+    assert (sim.simulated, roomy.simulated) == (2, 2)  # what a search on it spent
+
+
 def test_the_scorer_keeps_to_the_protocol_and_takes_a_placement_with_its_own_plan():
     g, c = two_stage_graph(), cluster()
     sim = RankSim(g, c, microbatches=2)
