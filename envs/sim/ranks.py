@@ -20,6 +20,10 @@ one after the other:
   per tensor and occupies the link from the sender's rank to the receiver's, one
   send after the other in the order the sender makes them; a gradient goes back the
   same way (values that are not floating point carry none);
+* on a rank whose device is a CPU (gloo between processes on CPU cores) the rank's own
+  core moves the bytes: a send takes the sender's core for its time after the action,
+  and a receive the receiver's core (hidden in its wait when it waits for the bytes,
+  after its previous action when it was busy). A GPU's copies run beside its compute;
 * after its last action each rank takes its optimizer step (:func:`envs.sim.cost.update_times_s`)
   and, for a parameter read on several ranks (tied weights), an all-reduce of its
   gradient among them (two sends of its bytes); the step ends with the last rank.
@@ -162,15 +166,15 @@ class _Links:
         self.free_at: dict[tuple[int, int], float] = {}
         self.busy_s: dict[tuple[int, int], float] = {}
 
-    def send(self, src: int, dst: int, ready_s: float, nbytes: float, tensors: float) -> float:
-        """The time a send made at ``ready_s`` from device ``src`` to ``dst`` has arrived."""
+    def send(self, src: int, dst: int, ready_s: float, nbytes: float, tensors: float) -> tuple[float, float]:
+        """The time a send made at ``ready_s`` from device ``src`` to ``dst`` has arrived, and how long it took."""
         if src == dst or tensors == 0:
-            return ready_s
+            return ready_s, 0.0
         duration = tensors * self.latency_s[src, dst] + nbytes / self.bandwidth[src, dst]
         start = max(ready_s, self.free_at.get((src, dst), 0.0))
         self.free_at[(src, dst)] = start + duration
         self.busy_s[(src, dst)] = self.busy_s.get((src, dst), 0.0) + duration
-        return start + duration
+        return start + duration, duration
 
 
 def run_actions(
@@ -188,6 +192,8 @@ def run_actions(
     dev = costs.device_indices
     overhead = [d.action_overhead_s for d in cluster.devices]
     arrived: dict[tuple[int, str, int], float] = {}  # ("F" into stage s, or "B" into stage s, microbatch m)
+    send_s: dict[tuple[str, int, int], float] = {}  # how long each of those sends took on its link
+    own_copies = [d.kind == "cpu" for d in cluster.devices]  # the rank's own core moves its bytes (gloo on a CPU)
     free_s = np.zeros(R)
     busy_s = np.zeros(R)
     nxt = [0] * R
@@ -204,20 +210,28 @@ def run_actions(
                 if any(key not in arrived for key in need):
                     break
                 # a backward's own forward ran earlier on this rank: every schedule's list has it before
-                ready = max([free_s[r], *(arrived[key] for key in need)])
-                took = costs.fwd_s[s] if kind == "F" else costs.bwd_s[s]
-                end = ready + took  # the sends leave here; the runtime's own work between actions follows
-                free_s[r], busy_s[r] = end + overhead[dev[s]], busy_s[r] + took + overhead[dev[s]]
+                # a rank whose core receives its bytes itself: the receive takes that core's time as well
+                receive_s = sum(send_s[key] for key in need) if own_copies[dev[s]] else 0.0
+                ready = max([free_s[r] + receive_s, *(arrived[key] for key in need)])
+                compute_s = costs.fwd_s[s] if kind == "F" else costs.bwd_s[s]
+                end = ready + compute_s  # the sends leave here; the runtime's own work between actions follows
+                free_s[r], busy_s[r] = end + overhead[dev[s]], busy_s[r] + compute_s + overhead[dev[s]]
                 if record is not None:
                     record.append(Event(r, s, kind, m, float(ready), float(end)))
+                sent = None
                 if kind == "F" and s < S - 1:
-                    arrived[("F", s + 1, m)] = links.send(
+                    sent = ("F", s + 1, m)
+                    arrived[sent], send_s[sent] = links.send(
                         dev[s], dev[s + 1], end, costs.send_bytes[s], costs.send_tensors[s]
                     )
                 if kind == "B" and s > 0:
-                    arrived[("B", s - 1, m)] = links.send(
+                    sent = ("B", s - 1, m)
+                    arrived[sent], send_s[sent] = links.send(
                         dev[s], dev[s - 1], end, costs.grad_bytes[s - 1], costs.grad_tensors[s - 1]
                     )
+                if sent is not None and own_copies[dev[s]]:  # and a rank whose core sends them, its sends
+                    free_s[r] += send_s[sent]
+                    busy_s[r] += send_s[sent]
                 nxt[r] += 1
                 progress = True
         if not progress:

@@ -18,8 +18,9 @@ from graphs.plan import Placement
 LATENCY_S, BANDWIDTH = 0.1, 1000.0
 
 
-def cluster(num_devices: int = 2, memory_bytes: float = 1e12) -> Cluster:
-    devices = [Device(f"cpu:{d}", "cpu", memory_bytes, 1e9, 1e15, 0.0) for d in range(num_devices)]
+def cluster(num_devices: int = 2, memory_bytes: float = 1e12, kind: str = "gpu") -> Cluster:
+    """Devices of ``kind``: a GPU's copies run beside its compute (its copy engine), a CPU rank's on its own core."""
+    devices = [Device(f"{kind}:{d}", kind, memory_bytes, 1e9, 1e15, 0.0) for d in range(num_devices)]
     links = {(a.name, b.name): Link(BANDWIDTH, LATENCY_S) for a in devices for b in devices if a.name != b.name}
     return Cluster(name="toy", devices=devices, links=links)
 
@@ -38,8 +39,22 @@ def test_gpipe_two_ranks_two_microbatches_is_the_hand_timeline():
     assert res.ok and res.extra["schedule"] == "gpipe"
     assert res.step_time_s == pytest.approx(16.2)
     assert res.extra["rank_end_s"] == pytest.approx([16.2, 13.6])
-    assert res.busy_s["cpu:0"] == pytest.approx(6.0) and res.busy_s["cpu:1"] == pytest.approx(12.0)
-    assert res.busy_s["cpu:0->cpu:1"] == pytest.approx(1.2) and res.busy_s["cpu:1->cpu:0"] == pytest.approx(1.2)
+    assert res.busy_s["gpu:0"] == pytest.approx(6.0) and res.busy_s["gpu:1"] == pytest.approx(12.0)
+    assert res.busy_s["gpu:0->gpu:1"] == pytest.approx(1.2) and res.busy_s["gpu:1->gpu:0"] == pytest.approx(1.2)
+
+
+def test_a_cpu_rank_sends_and_receives_on_its_own_core_the_hand_timeline():
+    # gloo on CPU ranks: a send takes the sender's core for its 0.6 s after the action, the receive the receiver's
+    # core (within its wait when it waits for the bytes, after its action when it was busy):
+    # rank 0: F0 0-1, sends 1-1.6 (arrives 1.6); F1 1.6-2.6, sends 2.6-3.2 (arrives 3.2)
+    # rank 1: F0 1.6-3.6 (received while waiting); F1: free at 3.6, receive 3.6-4.2, 4.2-6.2; B0 6.2-10.2, sends
+    #   10.2-10.8 (arrives 10.8); B1 10.8-14.8, sends 14.8-15.4 (arrives 15.4)
+    # rank 0: B0: free at 3.2, the gradient arrives 10.8: 10.8-12.8; B1: receive 12.8-13.4 < 15.4: 15.4-17.4
+    res = simulate_ranks(two_stage_graph(), cluster(kind="cpu"), [0, 1], microbatches=2)
+    assert res.step_time_s == pytest.approx(17.4)
+    assert res.extra["rank_end_s"] == pytest.approx([17.4, 15.4])
+    # each core's busy time: its compute and its own sends (0.6 s each)
+    assert res.busy_s["cpu:0"] == pytest.approx(6.0 + 1.2) and res.busy_s["cpu:1"] == pytest.approx(12.0 + 1.2)
 
 
 def test_1f1b_two_ranks_three_microbatches_is_the_hand_timeline():
@@ -63,8 +78,8 @@ def test_a_send_charges_latency_per_tensor_and_bytes_over_bandwidth_and_passes_t
     assert grad_bytes.tolist() == [400.0, 500.0] and grad_tensors.tolist() == [1, 2]
     # one microbatch, x and y on rank 0, b and c on rank 1: 2 tensors forward, 0.2 + 1000 / 1000 = 1.2 s
     res = simulate_ranks(g, cluster(), [0, 0, 1, 1])
-    assert res.busy_s["cpu:0->cpu:1"] == pytest.approx(2 * LATENCY_S + 900 / BANDWIDTH)
-    assert res.busy_s["cpu:1->cpu:0"] == pytest.approx(LATENCY_S + 800 / BANDWIDTH)
+    assert res.busy_s["gpu:0->gpu:1"] == pytest.approx(2 * LATENCY_S + 900 / BANDWIDTH)
+    assert res.busy_s["gpu:1->gpu:0"] == pytest.approx(LATENCY_S + 800 / BANDWIDTH)
 
 
 def test_sends_on_one_link_wait_for_each_other():
@@ -72,7 +87,7 @@ def test_sends_on_one_link_wait_for_each_other():
     g = OpGraph.from_edges(["a", "b"], [("a", "b", 4000)], flops=[4e6, 4e6])
     res = simulate_ranks(g, cluster(), [0, 1], microbatches=4)
     # each send: 0.1 + 1000 / 1000 = 1.1 s, back to back from 1 ms: the last forward arrives at 4.401 s
-    assert res.busy_s["cpu:0->cpu:1"] == pytest.approx(4 * 1.1)
+    assert res.busy_s["gpu:0->gpu:1"] == pytest.approx(4 * 1.1)
     assert res.step_time_s > 4 * 1.1
 
 
@@ -109,7 +124,7 @@ def test_memory_counts_params_and_the_microbatches_in_flight_and_a_rank_over_its
     g = OpGraph.from_edges(["a", "b"], [("a", "b", 1000)], flops=[2e9, 4e9], param_bytes=[100, 0], out_bytes=[1000, 8])
     # gpipe with 2 microbatches: rank 0 holds both microbatches' 500 bytes of a, and 4 x 100 of a's state
     res = simulate_ranks(g, cluster(), [0, 1], microbatches=2)
-    assert res.peak_bytes["cpu:0"] == 400 + 2 * 500
+    assert res.peak_bytes["gpu:0"] == 400 + 2 * 500
     assert simulate_ranks(g, cluster(memory_bytes=1000), [0, 1], microbatches=2).status == "oom"
 
 
