@@ -18,6 +18,10 @@ median ratio measured / simulated over every plan's ranks (:func:`phase_error`):
 
     python -m placer profile bench.rank_models:lm --ranks 2 -o ranks.json
     python -m bench.rank_splits --cluster ranks.json --repeats 3 --json
+
+``--cluster-of MODEL=FILE`` gives a model its own profile, as a user profiles the model
+they train (``placer profile bench.rank_models:unet --ranks 2 -o unet.json``); the others
+keep ``--cluster``.
 """
 
 from __future__ import annotations
@@ -218,9 +222,27 @@ def table(models: Sequence[dict[str, Any]]) -> list[str]:
     return lines
 
 
+def clusters_of(items: Sequence[str]) -> dict[str, Any]:
+    """``--cluster-of MODEL=FILE`` values: model name -> its cluster (a PlacerError names a bad item)."""
+    out = {}
+    for item in items:
+        name, eq, path = item.partition("=")
+        if not eq or name not in MODELS:
+            raise PlacerError(f"--cluster-of {item!r}: give MODEL=FILE, MODEL one of {', '.join(MODELS)}")
+        out[name] = resolve_cluster(path)
+    return out
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = OneLineParser(prog="python -m bench.rank_splits", description=__doc__.split("\n\n")[0])
     parser.add_argument("--cluster", required=True, help="the cluster of `placer profile SOURCE --ranks N`: N ranks")
+    parser.add_argument(
+        "--cluster-of",
+        action="append",
+        default=[],
+        metavar="MODEL=FILE",
+        help="this model's own cluster (`placer profile` of that model), instead of --cluster (repeatable)",
+    )
     parser.add_argument("--models", default=",".join(MODELS), help=f"comma-separated, of {', '.join(MODELS)}")
     parser.add_argument("--repeats", type=int, default=3, help="measurements of each plan, interleaved (default 3)")
     parser.add_argument("--steps", type=int, default=5, help="timed steps per measurement (default 5)")
@@ -237,20 +259,25 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         names = parse_list(args.models, what="models", known=list(MODELS))
         cluster = resolve_cluster(args.cluster)
+        own = clusters_of(args.cluster_of)
         other = resolve_cluster(args.rescore) if args.rescore else None
         if args.repeats < 1 or args.steps < 1 or args.warmup < 0:
             raise PlacerError("--repeats and --steps: at least 1; --warmup: at least 0")
-        models = [run_model(n, cluster, args.repeats, args.steps, args.warmup) for n in names]
+        models = [run_model(n, own.get(n, cluster), args.repeats, args.steps, args.warmup) for n in names]
     except PlacerError as e:
         print(f"python -m bench.rank_splits: {e}", file=sys.stderr)
         return 2
     doc = {"cluster": cluster.name, "models": models, "fidelity": fidelity(models), "phase_error": phase_error(models)}
+    files = dict(item.split("=", 1) for item in args.cluster_of)
+    doc["cluster_files"] = {n: files.get(n, args.cluster) for n in names}  # which profile each model was simulated on
     if other is not None:
         doc["rescored"] = rescore(models, other)
     if args.json:
         print(json.dumps(doc, indent=1))
         return 0
     print("\n".join(table(models)))
+    if files:
+        print("simulated on: " + ", ".join(f"{n} {path}" for n, path in doc["cluster_files"].items()))
     f = doc["fidelity"]
     mape_pct, rho = f["mape"] * 100, f["spearman"]
     print(f"fidelity over {f['plans']} plans of {f['models']} models: MAPE {mape_pct:.1f}%, Spearman {rho:.2f}")

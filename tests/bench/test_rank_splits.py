@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -51,12 +52,36 @@ def test_the_report_and_its_fidelity():
 
 @pytest.mark.parametrize(
     "argv, message",
-    [(["--cluster", "k80x2", "--models", "nope"], "unknown nope"), (["--cluster", "nope.json"], "nope.json")],
+    [
+        (["--cluster", "k80x2", "--models", "nope"], "unknown nope"),
+        (["--cluster", "nope.json"], "nope.json"),
+        (["--cluster", "k80x2", "--cluster-of", "nope=k80x2"], "--cluster-of 'nope=k80x2': give MODEL=FILE"),
+        (["--cluster", "k80x2", "--cluster-of", "unet"], "--cluster-of 'unet'"),
+        (["--cluster", "k80x2", "--cluster-of", "unet=missing.json"], "missing.json"),
+    ],
 )
 def test_bad_input_is_one_line(capsys, argv, message):
     assert rank_splits.main(argv) == 2
     err = capsys.readouterr().err
     assert message in err and len(err.strip().splitlines()) == 1
+
+
+def test_each_model_is_planned_and_simulated_on_its_own_cluster_where_given(monkeypatch, capsys):
+    seen = []
+    row = {"method": "equal_layers", "microbatches": 1, "inflight": 1, "sim_s": 1.0, "measured_s": 1.0}
+    phase = {"forward_s": 0.2, "backward_s": 0.4, "optimizer_s": 0.1, "other_s": 0.3, "step_s": 1.0}
+    row.update(spread_s=[1.0, 1.0], phases={"measured": [phase], "simulated": [phase]})
+
+    def run_model(name, cluster, repeats, steps, warmup):
+        seen.append((name, cluster.name))
+        return {"model": name, "source": rank_splits.MODELS[name], "ops": 1, "rows": [row]}
+
+    monkeypatch.setattr(rank_splits, "run_model", run_model)
+    argv = ["--cluster", "k80x2", "--cluster-of", "unet=k80x4", "--models", "lm,unet", "--json"]
+    assert rank_splits.main(argv) == 0
+    assert seen == [("lm", "k80x2"), ("unet", "k80x4")]
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["cluster_files"] == {"lm": "k80x2", "unet": "k80x4"}
 
 
 @pytest.mark.slow
