@@ -27,6 +27,7 @@ keep ``--cluster``.
 from __future__ import annotations
 
 import json
+import os
 import statistics
 import sys
 from collections.abc import Sequence
@@ -121,8 +122,11 @@ def phase_error(models: Sequence[dict[str, Any]]) -> dict[str, dict[str, float]]
     return out
 
 
-def run_model(name: str, cluster: Any, repeats: int, steps: int, warmup: int) -> dict[str, Any]:
-    """One model: every method's best simulated plan, measured ``repeats`` times, interleaved.
+def run_model(
+    name: str, cluster: Any, repeats: int, steps: int, warmup: int, given: Sequence[tuple[str, str]] = ()
+) -> dict[str, Any]:
+    """One model: every method's best simulated plan, and the plan of each ``(label, placement file)`` given (a
+    ``placer train --ranks`` run's best), measured ``repeats`` times, interleaved.
 
     A method that makes no plan for this model on this cluster (``equal_layers`` with more ranks than layers)
     is a row with its reason; the other methods run.
@@ -139,6 +143,10 @@ def run_model(name: str, cluster: Any, repeats: int, steps: int, warmup: int) ->
         except PlacerError as e:
             failed[m] = str(e)
             print(f"  {name} {m}: no plan: {e}", file=sys.stderr, flush=True)
+    for label, path in given:  # a placement made for another model is one line, before anything is measured
+        plan = Placement.load(path)
+        plan.indices(graph, cluster.device_names, source=path)
+        plans[label] = (plan, RankSim(graph, cluster).simulate(plan).step_time_s, [])
     measured: dict[str, list[float]] = {m: [] for m in plans}
     measured_phases: dict[str, list[list[dict[str, float]]]] = {m: [] for m in plans}
     for k in range(repeats):
@@ -149,7 +157,7 @@ def run_model(name: str, cluster: Any, repeats: int, steps: int, warmup: int) ->
             # every measurement is in the log as it is taken: a run stopped at a deadline keeps them
             print(f"  {name} {m} repeat {k + 1}: {measured[m][-1] * 1e3:.1f} ms", file=sys.stderr, flush=True)
     rows = []
-    for m in METHODS:
+    for m in [*METHODS, *(label for label, _ in given)]:
         if m in failed:
             rows.append({"method": m, "status": "no plan", "message": failed[m]})
             continue
@@ -207,19 +215,37 @@ def table(models: Sequence[dict[str, Any]]) -> list[str]:
     """The text report: per model, each method's plan, simulated and measured step, speedup of placer's."""
     lines = []
     for m in models:
-        ours = next((r for r in _ok(m["rows"]) if r["method"] == "stage_search"), None)
+        rows = _ok(m["rows"])  # placer's plan: a given (learned) one where there is one, else stage_search's
+        ours = next((r for r in rows if r["method"] not in METHODS), None) or next(
+            (r for r in rows if r["method"] == "stage_search"), None
+        )
         lines.append(f"{m['model']} ({m['source']}, {m['ops']} ops)")
         for r in m["rows"]:
             if r.get("status", "ok") != "ok":
                 lines.append(f"  {r['method']:<20} no plan: {r['message']}")
                 continue
             lo, hi = r["spread_s"]
-            gain = f"  stage_search {r['measured_s'] / ours['measured_s']:.2f}x faster" if ours else ""
+            gain = f"  {ours['method']} {r['measured_s'] / ours['measured_s']:.2f}x faster" if ours else ""
             lines.append(
                 f"  {r['method']:<20} M={r['microbatches']} W={r['inflight']}  sim {r['sim_s'] * 1e3:8.1f} ms  "
                 f"measured {r['measured_s'] * 1e3:8.1f} ms [{lo * 1e3:.1f}, {hi * 1e3:.1f}]{gain}"
             )
     return lines
+
+
+def given_placements(items: Sequence[str]) -> dict[str, list[tuple[str, str]]]:
+    """``--placement MODEL=FILE`` values: model name -> its ``(label, file)`` (the label: the file's name)."""
+    out: dict[str, list[tuple[str, str]]] = {}
+    for item in items:
+        name, eq, path = item.partition("=")
+        if not eq or name not in MODELS:
+            raise PlacerError(f"--placement {item!r}: give MODEL=FILE, MODEL one of {', '.join(MODELS)}")
+        Placement.load(path)  # a missing or malformed file: one line, before anything runs
+        label = os.path.splitext(os.path.basename(path))[0]
+        if label in METHODS:
+            raise PlacerError(f"--placement {item!r}: name the file other than a method ({label})")
+        out.setdefault(name, []).append((label, path))
+    return out
 
 
 def clusters_of(items: Sequence[str]) -> dict[str, Any]:
@@ -243,6 +269,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         metavar="MODEL=FILE",
         help="this model's own cluster (`placer profile` of that model), instead of --cluster (repeatable)",
     )
+    parser.add_argument(
+        "--placement",
+        action="append",
+        default=[],
+        metavar="MODEL=FILE",
+        help="also measure this placement of MODEL (e.g. `placer train --ranks`'s best_placement.json), a row named "
+        "after the file (repeatable)",
+    )
     parser.add_argument("--models", default=",".join(MODELS), help=f"comma-separated, of {', '.join(MODELS)}")
     parser.add_argument("--repeats", type=int, default=3, help="measurements of each plan, interleaved (default 3)")
     parser.add_argument("--steps", type=int, default=5, help="timed steps per measurement (default 5)")
@@ -260,10 +294,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         names = parse_list(args.models, what="models", known=list(MODELS))
         cluster = resolve_cluster(args.cluster)
         own = clusters_of(args.cluster_of)
+        given = given_placements(args.placement)
         other = resolve_cluster(args.rescore) if args.rescore else None
         if args.repeats < 1 or args.steps < 1 or args.warmup < 0:
             raise PlacerError("--repeats and --steps: at least 1; --warmup: at least 0")
-        models = [run_model(n, own.get(n, cluster), args.repeats, args.steps, args.warmup) for n in names]
+        models = [
+            run_model(n, own.get(n, cluster), args.repeats, args.steps, args.warmup, given.get(n, ())) for n in names
+        ]
     except PlacerError as e:
         print(f"python -m bench.rank_splits: {e}", file=sys.stderr)
         return 2

@@ -10,6 +10,7 @@ import pytest
 import envs
 from bench import rank_splits
 from graphs import OpGraph, PlacerError
+from graphs.plan import Placement
 
 
 def lm_like() -> OpGraph:
@@ -58,6 +59,8 @@ def test_the_report_and_its_fidelity():
         (["--cluster", "k80x2", "--cluster-of", "nope=k80x2"], "--cluster-of 'nope=k80x2': give MODEL=FILE"),
         (["--cluster", "k80x2", "--cluster-of", "unet"], "--cluster-of 'unet'"),
         (["--cluster", "k80x2", "--cluster-of", "unet=missing.json"], "missing.json"),
+        (["--cluster", "k80x2", "--placement", "unet=missing.json"], "missing.json"),
+        (["--cluster", "k80x2", "--placement", "lm"], "--placement 'lm': give MODEL=FILE"),
     ],
 )
 def test_bad_input_is_one_line(capsys, argv, message):
@@ -66,13 +69,20 @@ def test_bad_input_is_one_line(capsys, argv, message):
     assert message in err and len(err.strip().splitlines()) == 1
 
 
+def test_a_placement_file_named_like_a_method_is_refused(tmp_path, capsys):
+    g = lm_like()
+    Placement.from_indices(g, ["cpu:0", "gpu:0", "gpu:1"], [1] * g.num_ops).save(str(tmp_path / "stage_search.json"))
+    assert rank_splits.main(["--cluster", "k80x2", "--placement", f"lm={tmp_path / 'stage_search.json'}"]) == 2
+    assert "name the file other than a method (stage_search)" in capsys.readouterr().err
+
+
 def test_each_model_is_planned_and_simulated_on_its_own_cluster_where_given(monkeypatch, capsys):
     seen = []
     row = {"method": "equal_layers", "microbatches": 1, "inflight": 1, "sim_s": 1.0, "measured_s": 1.0}
     phase = {"forward_s": 0.2, "backward_s": 0.4, "optimizer_s": 0.1, "other_s": 0.3, "step_s": 1.0}
     row.update(spread_s=[1.0, 1.0], phases={"measured": [phase], "simulated": [phase]})
 
-    def run_model(name, cluster, repeats, steps, warmup):
+    def run_model(name, cluster, repeats, steps, warmup, given=()):
         seen.append((name, cluster.name))
         return {"model": name, "source": rank_splits.MODELS[name], "ops": 1, "rows": [row]}
 
@@ -100,7 +110,7 @@ def test_the_llm_scale_table_scores_every_split_under_both_schedules():
 
 
 @pytest.mark.slow
-def test_a_method_without_a_plan_is_its_row_and_the_others_run(monkeypatch):
+def test_a_method_without_a_plan_is_its_row_and_the_others_run(monkeypatch, tmp_path):
     """8 ranks (the H200 machine's cluster file), a U-Net of 7 layers: equal_layers cannot cut 8 stages."""
     measured = []
     ph = dict.fromkeys(("forward_s", "backward_s", "optimizer_s", "other_s", "step_s"), 0.02)
@@ -108,14 +118,26 @@ def test_a_method_without_a_plan_is_its_row_and_the_others_run(monkeypatch):
         rank_splits, "measure", lambda source, plan, steps, warmup: (measured.append(plan) or 0.1, [ph] * 8)
     )
     cluster = envs.Cluster.load(Path(__file__).parents[2] / "docs/ranks/h200/ranks-8.json")
-    model = rank_splits.run_model("unet", cluster, repeats=1, steps=1, warmup=0)
+    # and a placement of the U-Net given (as a `placer train --ranks` run's best): a row of its own
+    from graphs import sources
+    from graphs.torch_capture import capture
+
+    g = capture(*sources.resolve_model(rank_splits.MODELS["unet"]))
+    mine = rank_splits.split("flops_balanced", g, cluster, 2, 2)
+    mine.save(str(tmp_path / "mine.json"))
+    model = rank_splits.run_model(
+        "unet", cluster, repeats=1, steps=1, warmup=0, given=[("mine", str(tmp_path / "mine.json"))]
+    )
     rows = {r["method"]: r for r in model["rows"]}
+    assert rows["mine"]["status"] == "ok" and rows["mine"]["microbatches"] == 2 and measured[-1] == mine
+    assert rows["mine"]["sim_s"] == pytest.approx(rank_splits.RankSim(g, cluster).simulate(mine).step_time_s)
+    assert " mine " in "\n".join(rank_splits.table([model]))
     assert (
         rows["equal_layers"]["status"] == "no plan"
         and "8 stages for a model of 7 layers" in rows["equal_layers"]["message"]
     )
     ok = [m for m in rank_splits.METHODS if rows[m]["status"] == "ok"]
-    assert {"flops_balanced", "stage_search"} <= set(ok) and len(measured) == len(ok)
+    assert {"flops_balanced", "stage_search"} <= set(ok) and len(measured) == len(ok) + 1
     assert rank_splits.fidelity([model])["plans"] == len(ok)
     assert "equal_layers         no plan: " in "\n".join(rank_splits.table([model]))
     # every measured plan has its ranks' phases, measured and simulated, and so every phase its error
