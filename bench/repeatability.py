@@ -17,6 +17,13 @@ threads) are interleaved build by build (ABAB...), so a drift of the machine hit
 
 The machine's load (``os.getloadavg``) before and after is printed: on a shared host the other processes' load is
 what a CPU measurement mostly measures. A markdown table on stdout (``--json``: every build's step times).
+
+Across processes (``--ranks N --placement plan.json``): each build is one job of N gloo processes on this machine's
+cores (torch's launcher, what ``placer run --nproc-per-node N`` runs), and the settings are ``--pin off,on``: each
+rank left to the OS scheduler, or pinned to a core of its own. The machine's own floor is measured first: a bare
+loop of matmuls on one thread (:func:`noise_floor`), so a spread can be told apart from the host's::
+
+    python -m bench.repeatability --ranks 2 --source bench.rank_models:lm --placement plan.json --builds 8 --pin off,on
 """
 
 from __future__ import annotations
@@ -56,6 +63,81 @@ def summary(builds: list[dict[str, Any]]) -> dict[str, float]:
         "halves": float(np.median(medians[half:]) / np.median(medians[:half])) if half else float("nan"),
         "first_over_rest": float(medians[0] / np.median(medians[1:])) if len(medians) > 1 else float("nan"),
         "in_build_spread": float(np.median(spread)),
+    }
+
+
+def noise_floor(runs: int = 60) -> dict[str, float]:
+    """The host's own noise: twenty 512x512 matmuls on one thread, ``runs`` times (after 5 untimed): the median,
+    p10 and p90 seconds, and :func:`pair_diff` of consecutive runs. Nothing of placer runs in it."""
+    import torch
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        a = torch.randn(512, 512)
+
+        def once() -> float:
+            t0 = time.perf_counter()
+            for _ in range(20):
+                a @ a
+            return time.perf_counter() - t0
+
+        for _ in range(5):
+            once()
+        times = [once() for _ in range(runs)]
+    finally:
+        torch.set_num_threads(threads)
+    p10, p90 = np.percentile(times, [10, 90])
+    return {
+        "median_s": float(np.median(times)),
+        "p10_s": float(p10),
+        "p90_s": float(p90),
+        "pair_diff": pair_diff(times),
+    }
+
+
+def pinned_run_rank(job: Any) -> dict[str, Any] | None:
+    """A rank pinned to a core of its own (its local rank's, among the cores this process may use), then the job."""
+    from envs.real.distributed.worker import run_rank
+
+    cores = sorted(os.sched_getaffinity(0))
+    os.sched_setaffinity(0, {cores[int(os.environ.get("LOCAL_RANK", "0")) % len(cores)]})
+    return run_rank(job)
+
+
+def measure_ranks(args: argparse.Namespace, say) -> dict[str, Any]:
+    """``--ranks N``: every build of the plan one job of N processes, the pin settings interleaved (module doc)."""
+    from envs.real.distributed.launch import launch
+    from envs.real.distributed.worker import RankJob, run_rank
+    from graphs import sources
+    from graphs.plan import Placement
+    from placer import distributed
+
+    pins = parse_list(args.pin, what="pin", known=["off", "on"])
+    if "on" in pins and not hasattr(os, "sched_setaffinity"):
+        raise PlacerError("--pin on: needs os.sched_setaffinity (Linux)")
+    placement = Placement.load(args.placement)
+    model, inputs = sources.resolve_model(args.source)
+    plan, _ = distributed.compile_for_model(model, inputs, placement, backend="gloo", nproc_per_node=args.ranks)
+    job = RankJob(source=args.source, plan=plan.to_dict(), source_dir=os.getcwd(), warmup=args.warmup, steps=args.steps)
+    say("  the host's floor: twenty 512x512 matmuls on one thread, 60 times")
+    floor = noise_floor()
+    builds: dict[str, list[dict[str, Any]]] = {pin: [] for pin in pins}
+    load = [os.getloadavg()[0]]
+    for k in range(args.builds):
+        for pin in pins if k % 2 == 0 else pins[::-1]:  # ABBA: a drift falls on each setting alike
+            report = launch(pinned_run_rank if pin == "on" else run_rank, (job,), nproc_per_node=args.ranks)[0]
+            step_s, times = report["step_time_s"], list(report["step_times_s"])
+            builds[pin].append({"build": k, "step_time_s": step_s, "step_times_s": times})
+            say(f"  build {k}, pin {pin}: {step_s * 1e3:.2f} ms")
+    load.append(os.getloadavg()[0])
+    return {
+        "device": f"{args.ranks} gloo ranks",
+        "ops": len(placement.assignment),
+        "load_before_after": load,
+        "floor": floor,
+        "builds": builds,
+        "summary": {pin: summary(b) for pin, b in builds.items()},
     }
 
 
@@ -111,12 +193,27 @@ def measure(args: argparse.Namespace, say) -> dict[str, Any]:
 
 
 def markdown_table(doc: dict[str, Any]) -> str:
-    head = ["threads", "builds", "median ms", "pair diff", "halves", "first / rest", "in-build spread"]
+    head = [
+        "pin" if "floor" in doc else "threads",
+        "builds",
+        "median ms",
+        "pair diff",
+        "halves",
+        "first / rest",
+        "in-build spread",
+    ]
     lines = ["| " + " | ".join(head) + " |", "|---|" + "---:|" * (len(head) - 1)]
     for t, s in doc["summary"].items():
         row = [t, str(len(doc["builds"][t])), f"{s['median_s'] * 1e3:.2f}", f"{s['pair_diff']:.1%}"]
         row += [f"{s['halves']:.3f}", f"{s['first_over_rest']:.3f}", f"{s['in_build_spread']:.1%}"]
         lines.append("| " + " | ".join(row) + " |")
+    if "floor" in doc:
+        f = doc["floor"]
+        lines.append(
+            f"\nThe host's floor (a matmul loop on one thread): median {f['median_s'] * 1e3:.2f} ms, p10 "
+            f"{f['p10_s'] * 1e3:.2f}, p90 {f['p90_s'] * 1e3:.2f} (p90/p10 {f['p90_s'] / f['p10_s']:.2f}x), pair diff "
+            f"{f['pair_diff']:.1%}"
+        )
     return "\n".join(lines)
 
 
@@ -132,10 +229,16 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--warmup", type=int, default=2, help="warm-up steps per build (default 2)")
     ap.add_argument("--steps", type=int, default=5, help="timed steps per build (default 5)")
     ap.add_argument("--threads", default="default", help="comma list of torch thread counts ('default': as is)")
+    ap.add_argument("--ranks", type=int, default=0, help="N: each build one job of N gloo processes (--placement)")
+    ap.add_argument("--pin", default="off", help="--ranks: comma list of off,on (each rank pinned to its own core)")
     ap.add_argument("--json", action="store_true", help="print every build's step times as JSON")
     args = ap.parse_args(argv)
     if not (args.source or args.scenario):
         ap.error("give --source or --scenario")
+    if args.ranks and not (args.source and args.placement):
+        ap.error("--ranks: give --source and --placement (the plan across processes to measure)")
+    if args.ranks < 0 or args.ranks == 1:
+        ap.error("--ranks: at least 2 processes")
     return args
 
 
@@ -149,7 +252,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.builds < 2 or args.steps < 1 or args.warmup < 0:
             raise PlacerError("--builds must be at least 2, --steps at least 1 and --warmup at least 0")
-        doc = measure(args, say)
+        doc = measure_ranks(args, say) if args.ranks else measure(args, say)
     except PlacerError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

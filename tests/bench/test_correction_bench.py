@@ -30,6 +30,8 @@ def test_the_stand_in_table_has_every_method_at_equal_measurements(capsys):
         (correction, ["stand-in", "--graphs", "nope"], "nope"),
         (repeatability, ["--scenario", "tiny", "--builds", "1"], "--builds"),
         (repeatability, [], "--source"),
+        (repeatability, ["--source", "bench.rank_models:lm", "--ranks", "2"], "--ranks: give --source and --placement"),
+        (repeatability, ["--source", "x:y", "--placement", "p.json", "--ranks", "1"], "--ranks: at least 2"),
     ],
 )
 def test_bad_options_exit_2_with_one_line(module, argv, option, capsys):
@@ -107,6 +109,38 @@ def test_repeatability_measures_a_placement_file_and_refuses_one_for_another_gra
     Placement.from_indices(other, ["cpu:0"], np.zeros(2, dtype=np.int64)).save(tmp_path / "q.json")
     status, _, err = run_entry(repeatability, *argv, "--placement", str(tmp_path / "q.json"))
     assert status == 2 and "q.json" in err and len(err.strip().splitlines()) == 1, err
+
+
+def test_the_hosts_floor_is_a_matmul_loop_with_its_spread():
+    f = repeatability.noise_floor(runs=6)
+    assert 0 < f["p10_s"] <= f["median_s"] <= f["p90_s"] and f["pair_diff"] >= 0
+    doc = {"floor": f, "summary": {}, "builds": {}}
+    assert "The host's floor (a matmul loop on one thread)" in repeatability.markdown_table(doc)
+
+
+@pytest.mark.slow  # two jobs of two gloo ranks (~12 s)
+def test_repeatability_across_processes_measures_each_build_as_a_job_of_ranks(run_entry, tmp_path):
+    """Each build one job of two processes, the ranks pinned each to a core of its own; an unknown pin setting is one
+    line."""
+    from bench import rank_splits
+    from envs.cluster import resolve_cluster
+    from graphs import sources
+    from graphs.torch_capture import capture
+
+    g = capture(*sources.resolve_model("bench.rank_models:unet"))
+    plan = rank_splits.split("flops_balanced", g, resolve_cluster("k80x2"), 2, 2)
+    plan.save(str(tmp_path / "p.json"))
+    argv = ["--source", "bench.rank_models:unet", "--placement", str(tmp_path / "p.json"), "--ranks", "2"]
+    status, out, err = run_entry(
+        repeatability, *argv, "--builds", "2", "--steps", "2", "--warmup", "0", "--pin", "on", "--json"
+    )
+    assert status == 0, err
+    doc = json.loads(out)
+    assert list(doc["builds"]) == ["on"] and [b["build"] for b in doc["builds"]["on"]] == [0, 1]
+    assert all(b["step_time_s"] > 0 and len(b["step_times_s"]) == 2 for b in doc["builds"]["on"])
+    assert doc["floor"]["p90_s"] >= doc["floor"]["p10_s"] > 0 and doc["device"] == "2 gloo ranks"
+    status, _, err = run_entry(repeatability, *argv, "--pin", "sometimes")
+    assert status == 2 and "--pin: unknown sometimes" in err and len(err.strip().splitlines()) == 1, err
 
 
 @pytest.mark.slow  # four measured searches on the simulator of ranks, 30 ops (~8 s)

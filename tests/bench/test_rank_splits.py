@@ -138,14 +138,14 @@ def test_a_method_without_a_plan_is_its_row_and_the_others_run(monkeypatch, tmp_
     )
     ok = [m for m in rank_splits.METHODS if rows[m]["status"] == "ok"]
     assert {"flops_balanced", "stage_search"} <= set(ok) and len(measured) == len(ok) + 1
-    assert rank_splits.fidelity([model])["plans"] == len(ok)
+    assert rank_splits.fidelity([model])["plans"] == len(ok) + 1  # the given plan's row too
     assert "equal_layers         no plan: " in "\n".join(rank_splits.table([model]))
     # every measured plan has its ranks' phases, measured and simulated, and so every phase its error
-    assert all(len(rows[m]["phases"]["simulated"]) == len(rows[m]["phases"]["measured"]) for m in ok)
+    assert all(len(rows[m]["phases"]["simulated"]) == len(rows[m]["phases"]["measured"]) for m in [*ok, "mine"])
     assert set(rank_splits.phase_error([model])) == {"compute", "optimizer", "other"}
     # the measured plans simulated again on a cluster (here the same): each row's own plan, the same step
     again = rank_splits.rescore([model], cluster)
-    assert again["plans"] == len(ok) and all(rows[m]["rescored_s"] == pytest.approx(rows[m]["sim_s"]) for m in ok)
+    assert again["plans"] == len(ok) + 1 and all(rows[m]["rescored_s"] == pytest.approx(rows[m]["sim_s"]) for m in ok)
 
 
 def test_the_phase_error_is_the_median_ratio_over_every_plans_ranks():
