@@ -357,7 +357,7 @@ def _ranks_line(doc: dict) -> str | None:
         return None
     return (
         f"across processes {r['ranks']} ranks, {r['stages']} stages, {r['schedule']} over {r['microbatches']} "
-        f"microbatches; run it: {r['run_command']}"
+        f"microbatch{'es' if r['microbatches'] != 1 else ''}; run it: {r['run_command']}"
     )
 
 
