@@ -96,34 +96,22 @@ def measured_env(config: TrainConfig, graph: OpGraph, cluster: Cluster, logdir: 
             f"--env measured: {config.source}: {why}; real training steps need the loss (wrap the model "
             "so that forward returns it, e.g. forward(inputs, labels) -> cross_entropy(...))"
         )
-    if config.ranks:  # each placement one Ray job of one process per device
-        from envs.real.ray.jobs import RanksEnv
-
-        return RanksEnv(
-            config.source,
-            cluster,
-            graph=graph,
-            run_dir=logdir,
-            backend=config.backend,
-            device_map=config.device_map,
-            ray_address=config.ray_address,
-            measure_timeout_s=config.measure_timeout_s,
-            microbatches=config.microbatches,
-            inflight=config.inflight,
-            schedule=config.schedule,
-        )
-    from envs.real.measured import MeasuredEnv  # ray and torch: only for --env measured
-
-    return MeasuredEnv(
-        config.source,
-        cluster,
+    # the measured env's options, the same across processes (RanksEnv is a MeasuredEnv)
+    common = dict(
         graph=graph,
         run_dir=logdir,
         device_map=config.device_map,
-        workers=config.workers,
         ray_address=config.ray_address,
         measure_timeout_s=config.measure_timeout_s,
     )
+    if config.ranks:  # each placement one Ray job of one process per device
+        from envs.real.ray.jobs import RanksEnv
+
+        plan = dict(microbatches=config.microbatches, inflight=config.inflight, schedule=config.schedule)
+        return RanksEnv(config.source, cluster, backend=config.backend, **plan, **common)
+    from envs.real.measured import MeasuredEnv  # ray and torch: only for --env measured
+
+    return MeasuredEnv(config.source, cluster, workers=config.workers, **common)
 
 
 def rank_sim(config: TrainConfig, graph: OpGraph, cluster: Cluster) -> Scorer:
