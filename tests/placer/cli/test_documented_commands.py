@@ -8,8 +8,8 @@ A quoted command is one of:
   holding the README's ``mymodels.py``, as a user would, in this process (``placer.cli.main``; the zoo's
   captures are the test session's). What would take minutes is kept tiny, and only that: a training run
   gets ``--time-budget 2`` and three fast heuristics to start from, ``compare`` with every method gives
-  ``ilp`` 0.5 s and the searches 100 placements (annealing 200 steps), ``run`` times 2 steps, and
-  ``pretrain`` (a corpus of graphs) stops once its arguments are checked;
+  ``ilp`` 0.5 s and the searches 100 placements (annealing 200 steps), ``run`` times 2 steps, ``profile``
+  times each thing once, and ``pretrain`` (a corpus of graphs) stops once its arguments are checked;
 * any other program (``python -m bench.X``, or a ``python X.py``: its ``--help`` runs, in this
   process; ``bash .ci/run``: the file exists).
 """
@@ -154,6 +154,8 @@ def _tiny(tokens: list[str]) -> list[str]:
         tokens += ["--option", "ilp.time_limit_s=0.5", "--option", "n=100", "--option", "annealing.steps=200"]
     if command == "run":
         tokens += ["--steps", "2", "--warmup", "1"]
+    if command == "profile" and "--repeats" not in tokens:  # each timing once (the fit is checked elsewhere)
+        tokens += ["--repeats", "1", "--warmup", "0"]
     return tokens
 
 
