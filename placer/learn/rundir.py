@@ -287,12 +287,9 @@ def adopt_newer_best(
         op_devices = saved_best.indices(graph, devices)
     except PlacerError:
         return
-    if (
-        config is not None
-        and any(
-            saved_best.meta.get(k, getattr(config, k)) != getattr(config, k) for k in ("env", "profile", "score_order")
-        )
-        or bool(saved_best.meta.get("ranks", False)) != config.ranks
+    if config is not None and (
+        any(saved_best.meta.get(k, getattr(config, k)) != getattr(config, k) for k in ("env", "profile", "score_order"))
+        or bool(saved_best.meta.get("ranks", False)) != config.ranks  # across processes or in one
     ):
         return  # scored by another scorer: its time says nothing here
     step_time_s, failed = score(op_devices[None])

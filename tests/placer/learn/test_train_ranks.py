@@ -124,6 +124,28 @@ def test_a_plan_across_processes_never_stands_against_a_one_process_file(tmp_pat
     assert Placement.load(path).meta["ranks"] is True
 
 
+def test_a_resumed_run_adopts_a_newer_best_only_from_its_own_kind_of_run(tmp_path):
+    from placer.learn.run_scorers import CachedScorer
+    from placer.learn.rundir import BEST_NAME, adopt_newer_best
+    from placer.learn.state import RunState
+
+    g, cluster = uneven_chain(), envs.resolve_cluster("k80x2")
+    devices = list(cluster.device_names)
+    plan = [1] * 6 + [2] * 6
+    meta = {"step_time_s": 0.1, "env": "sim", "ranks": True, "found_by": "move search"}
+    Placement.from_indices(g, devices, plan, cluster="k80x2", meta=meta).save(str(tmp_path / BEST_NAME))
+    score = CachedScorer(RankSim(g, cluster))
+    one_process = RunState()
+    adopt_newer_best(one_process, str(tmp_path), g, devices, score, train_config(tmp_path))
+    assert one_process.best_indices is None  # a plan across processes says nothing of a one-process run
+    across = RunState()
+    adopt_newer_best(across, str(tmp_path), g, devices, score, train_config(tmp_path, ranks=True))
+    assert across.best_indices == plan and across.best_found_by == "move search"
+    unknown = RunState()
+    adopt_newer_best(unknown, str(tmp_path), g, devices, score)  # no config: nothing to tell the kinds apart by
+    assert unknown.best_indices == plan
+
+
 def test_the_command_line_prints_the_plan_and_the_command_that_runs_it(tmp_path, capsys):
     path = str(tmp_path / "g.json")
     save(uneven_chain(), path)
