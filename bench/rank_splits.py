@@ -233,29 +233,27 @@ def table(models: Sequence[dict[str, Any]]) -> list[str]:
     return lines
 
 
-def given_placements(items: Sequence[str]) -> dict[str, list[tuple[str, str]]]:
-    """``--placement MODEL=FILE`` values: model name -> its ``(label, file)`` (the label: the file's name)."""
-    out: dict[str, list[tuple[str, str]]] = {}
+def model_files(items: Sequence[str], option: str) -> dict[str, list[str]]:
+    """``OPTION MODEL=FILE`` values: model name -> its files, in order (a PlacerError names a bad item)."""
+    out: dict[str, list[str]] = {}
     for item in items:
         name, eq, path = item.partition("=")
         if not eq or name not in MODELS:
-            raise PlacerError(f"--placement {item!r}: give MODEL=FILE, MODEL one of {', '.join(MODELS)}")
-        Placement.load(path)  # a missing or malformed file: one line, before anything runs
-        label = os.path.splitext(os.path.basename(path))[0]
-        if label in METHODS:
-            raise PlacerError(f"--placement {item!r}: name the file other than a method ({label})")
-        out.setdefault(name, []).append((label, path))
+            raise PlacerError(f"{option} {item!r}: give MODEL=FILE, MODEL one of {', '.join(MODELS)}")
+        out.setdefault(name, []).append(path)
     return out
 
 
-def clusters_of(items: Sequence[str]) -> dict[str, Any]:
-    """``--cluster-of MODEL=FILE`` values: model name -> its cluster (a PlacerError names a bad item)."""
-    out = {}
-    for item in items:
-        name, eq, path = item.partition("=")
-        if not eq or name not in MODELS:
-            raise PlacerError(f"--cluster-of {item!r}: give MODEL=FILE, MODEL one of {', '.join(MODELS)}")
-        out[name] = resolve_cluster(path)
+def given_placements(items: Sequence[str]) -> dict[str, list[tuple[str, str]]]:
+    """``--placement MODEL=FILE`` values: model name -> its ``(label, file)`` (the label: the file's name)."""
+    out: dict[str, list[tuple[str, str]]] = {}
+    for name, paths in model_files(items, "--placement").items():
+        for path in paths:
+            Placement.load(path)  # a missing or malformed file: one line, before anything runs
+            label = os.path.splitext(os.path.basename(path))[0]
+            if label in METHODS:
+                raise PlacerError(f"--placement {f'{name}={path}'!r}: name the file other than a method ({label})")
+            out.setdefault(name, []).append((label, path))
     return out
 
 
@@ -293,7 +291,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         names = parse_list(args.models, what="models", known=list(MODELS))
         cluster = resolve_cluster(args.cluster)
-        own = clusters_of(args.cluster_of)
+        files = {name: paths[-1] for name, paths in model_files(args.cluster_of, "--cluster-of").items()}
+        own = {name: resolve_cluster(path) for name, path in files.items()}
         given = given_placements(args.placement)
         other = resolve_cluster(args.rescore) if args.rescore else None
         if args.repeats < 1 or args.steps < 1 or args.warmup < 0:
@@ -305,7 +304,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"python -m bench.rank_splits: {e}", file=sys.stderr)
         return 2
     doc = {"cluster": cluster.name, "models": models, "fidelity": fidelity(models), "phase_error": phase_error(models)}
-    files = dict(item.split("=", 1) for item in args.cluster_of)
     doc["cluster_files"] = {n: files.get(n, args.cluster) for n in names}  # which profile each model was simulated on
     if other is not None:
         doc["rescored"] = rescore(models, other)

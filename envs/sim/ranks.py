@@ -488,6 +488,13 @@ class RankSim:
         """:meth:`envs.SimEnv.schedule_order` of the one-process simulator (see :meth:`schedule`)."""
         return self.one_process().schedule_order(op_devices)
 
+    def in_order(self, order: str | None) -> "RankSim":
+        """This scorer scoring in ``order`` where the caller gives none (:meth:`envs.SimEnv.in_order`): itself for
+        None (node order); across processes there is no planned order, so ``"planned"`` is a :class:`PlacerError`."""
+        if order is not None:
+            raise PlacerError(f"ranks: no {order!r} issue order across processes; score in node order")
+        return self
+
     def step_times(self, op_devices: np.ndarray, order: Any = None) -> tuple[np.ndarray, np.ndarray]:
         """``([K] step seconds, [K] failed)`` of ``[K, num_ops]`` placement vectors; ``order``: None (node
         order), one order for all, or ``[K, num_ops]``. A plan across processes has no planned order: ``"planned"``

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import os
 import shlex
 import sys
 from typing import Any, Callable
@@ -161,7 +160,7 @@ def run(args: argparse.Namespace) -> int:
     doc = result.to_dict()
     doc["executor"] = config.executor
     if config.ranks:
-        doc["ranks"] = ranks_doc(config, result, graph, cluster)
+        doc["ranks"] = ranks_doc(config, result.best_placement, doc["best_placement"], graph, cluster)
     if result.interrupted:
         doc["resume_command"] = resume_command(config, result.logdir)
         if args.json:  # else the summary's first line says it
@@ -334,19 +333,17 @@ def _issue_order_line(doc: dict) -> str | None:
     return None
 
 
-def ranks_doc(config: TrainConfig, result: Any, graph: Any, cluster: Any) -> dict[str, Any]:
-    """``--ranks``: how the best plan runs across processes (its ranks, microbatches and schedule, as the simulator of
-    ranks cuts it) and the ``placer run`` command that runs it so."""
+def ranks_doc(config: TrainConfig, best: Any, path: str, graph: Any, cluster: Any) -> dict[str, Any]:
+    """``--ranks``: how the best plan (``best``, kept at ``path``) runs across processes (its ranks, microbatches and
+    schedule, as the simulator of ranks cuts it) and the ``placer run`` command that runs it so."""
     from envs.sim.ranks import RankSim
-    from placer.learn.rundir import BEST_NAME
 
-    best = result.best_placement
     if best is None:
         return {}
     extra = RankSim(graph, cluster).simulate(best).extra
     doc = {k: extra.get(k) for k in ("ranks", "stages", "schedule", "microbatches", "inflight")}
-    command = ["placer", "run", config.source, "--placement", os.path.join(result.logdir, BEST_NAME)]
-    doc["run_command"] = shlex.join([*command, "--cluster", config.cluster, "--nproc-per-node", str(doc["ranks"])])
+    command = ["placer", "run", config.source, "--placement", path, "--cluster", config.cluster]
+    doc["run_command"] = shlex.join([*command, "--nproc-per-node", str(doc["ranks"])])
     return doc
 
 

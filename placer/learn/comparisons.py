@@ -93,7 +93,7 @@ def equal_budget_search(
         return None
     progress = progress if progress is not None else Progress(enabled=False)
     t0, before = time.perf_counter(), sim.simulated
-    env = sim if order is None else sim.in_order(order)  # (the simulator of ranks has node order only)
+    env = sim.in_order(order)
     deadline = t0 + time_limit_s if time_limit_s is not None else None
     progress.start("equal budget", total=int(evals), unit="placements", within_s=time_limit_s)
     try:

@@ -151,6 +151,9 @@ def test_the_scorer_keeps_to_the_protocol_and_takes_a_placement_with_its_own_pla
     assert sim.evaluate([p])[0].step_time_s == pytest.approx(16.2)  # placer's fill-drain order is GPipe's
     with pytest.raises(PlacerError, match="planned"):
         sim.step_times(np.array([[0, 1]]), order="planned")
+    assert sim.in_order(None) is sim  # what a search in the run's order asks for: node order only
+    with pytest.raises(PlacerError, match="planned"):
+        sim.in_order("planned")
 
 
 def test_a_tied_parameter_is_all_reduced_between_its_ranks():
