@@ -20,10 +20,13 @@ what a CPU measurement mostly measures. A markdown table on stdout (``--json``: 
 
 Across processes (``--ranks N --placement plan.json``): each build is one job of N gloo processes on this machine's
 cores (torch's launcher, what ``placer run --nproc-per-node N`` runs), and the settings are ``--pin off,on``: each
-rank left to the OS scheduler, or pinned to a core of its own. The machine's own floor is measured first: a bare
-loop of matmuls on one thread (:func:`noise_floor`), so a spread can be told apart from the host's::
+rank left to the OS scheduler, or pinned to a core of its own; and ``--malloc steady,default``: glibc's malloc
+keeping what a step frees (placer's default, :mod:`envs.real.allocator`) or glibc's own defaults. Every pair of
+settings is one setting (``pin off, malloc steady``). The machine's own floor is measured first: a bare loop of
+matmuls on one thread (:func:`noise_floor`), so a spread can be told apart from the host's::
 
     python -m bench.repeatability --ranks 2 --source bench.rank_models:lm --placement plan.json --builds 8 --pin off,on
+    python -m bench.repeatability --ranks 2 --source bench.rank_models:lm --placement plan.json --malloc steady,default
 """
 
 from __future__ import annotations
@@ -33,6 +36,7 @@ import json
 import os
 import sys
 import time
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -114,6 +118,7 @@ def measure_ranks(args: argparse.Namespace, say) -> dict[str, Any]:
     from placer import distributed
 
     pins = parse_list(args.pin, what="pin", known=["off", "on"])
+    mallocs = parse_list(args.malloc, what="malloc", known=["steady", "default"])
     if "on" in pins and not hasattr(os, "sched_setaffinity"):
         raise PlacerError("--pin on: needs os.sched_setaffinity (Linux)")
     placement = Placement.load(args.placement)
@@ -122,14 +127,16 @@ def measure_ranks(args: argparse.Namespace, say) -> dict[str, Any]:
     job = RankJob(source=args.source, plan=plan.to_dict(), source_dir=os.getcwd(), warmup=args.warmup, steps=args.steps)
     say("  the host's floor: twenty 512x512 matmuls on one thread, 60 times")
     floor = noise_floor()
-    builds: dict[str, list[dict[str, Any]]] = {pin: [] for pin in pins}
+    settings = [(pin, malloc) for pin in pins for malloc in mallocs]
+    builds: dict[str, list[dict[str, Any]]] = {setting_name(*s): [] for s in settings}
     load = [os.getloadavg()[0]]
     for k in range(args.builds):
-        for pin in pins if k % 2 == 0 else pins[::-1]:  # ABBA: a drift falls on each setting alike
-            report = launch(pinned_run_rank if pin == "on" else run_rank, (job,), nproc_per_node=args.ranks)[0]
+        for pin, malloc in settings if k % 2 == 0 else settings[::-1]:  # ABBA: a drift falls on each alike
+            run = pinned_run_rank if pin == "on" else run_rank
+            report = launch(run, (replace(job, steady_malloc=malloc == "steady"),), nproc_per_node=args.ranks)[0]
             step_s, times = report["step_time_s"], list(report["step_times_s"])
-            builds[pin].append({"build": k, "step_time_s": step_s, "step_times_s": times})
-            say(f"  build {k}, pin {pin}: {step_s * 1e3:.2f} ms")
+            builds[setting_name(pin, malloc)].append({"build": k, "step_time_s": step_s, "step_times_s": times})
+            say(f"  build {k}, {setting_name(pin, malloc)}: {step_s * 1e3:.2f} ms")
     load.append(os.getloadavg()[0])
     return {
         "device": f"{args.ranks} gloo ranks",
@@ -137,8 +144,17 @@ def measure_ranks(args: argparse.Namespace, say) -> dict[str, Any]:
         "load_before_after": load,
         "floor": floor,
         "builds": builds,
-        "summary": {pin: summary(b) for pin, b in builds.items()},
+        "summary": {name: summary(b) for name, b in builds.items()},
     }
+
+
+def setting_name(pin: str, malloc: str) -> str:
+    """A setting of ``--ranks`` builds.
+
+    >>> setting_name("off", "steady")
+    'pin off, malloc steady'
+    """
+    return f"pin {pin}, malloc {malloc}"
 
 
 def measure(args: argparse.Namespace, say) -> dict[str, Any]:
@@ -194,7 +210,7 @@ def measure(args: argparse.Namespace, say) -> dict[str, Any]:
 
 def markdown_table(doc: dict[str, Any]) -> str:
     head = [
-        "pin" if "floor" in doc else "threads",
+        "setting" if "floor" in doc else "threads",
         "builds",
         "median ms",
         "pair diff",
@@ -231,6 +247,12 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--threads", default="default", help="comma list of torch thread counts ('default': as is)")
     ap.add_argument("--ranks", type=int, default=0, help="N: each build one job of N gloo processes (--placement)")
     ap.add_argument("--pin", default="off", help="--ranks: comma list of off,on (each rank pinned to its own core)")
+    ap.add_argument(
+        "--malloc",
+        default="steady",
+        help="--ranks: comma list of steady,default (glibc's malloc keeping what a step frees, as placer measures; "
+        "or glibc's defaults)",
+    )
     ap.add_argument("--json", action="store_true", help="print every build's step times as JSON")
     args = ap.parse_args(argv)
     if not (args.source or args.scenario):

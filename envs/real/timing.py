@@ -7,7 +7,8 @@ Result status.
 
 A measurement that repeats (:class:`Protocol`): the host's threads fixed and the
 process pinned to fixed cores, Python's garbage collector run before the timed
-steps and kept out of them, a warm-up long enough for the allocator and the
+steps and kept out of them, glibc's malloc keeping what a step frees for the next
+(:mod:`envs.real.allocator`), a warm-up long enough for the allocator and the
 clocks, every CUDA device synchronised around each step, and the median as the
 statistic; :mod:`envs.real.interleaved` times several placements' steps in
 interleaved rounds under it (``bench/validate_gpu.py`` measures with it).
@@ -29,6 +30,7 @@ from typing import Any, Callable
 import torch
 from torch import nn
 
+from envs.real.allocator import steady_malloc, trim_malloc
 from graphs import PlacerError
 from graphs.schema import check_float
 
@@ -140,12 +142,15 @@ class Protocol:
         gc_off: collect before the timed steps and keep the garbage collector out of them (a collection of a large
             heap inside a step is tens of ms that the placement did not cost).
         warmup_s: the warm-up lasts at least this long, beyond its steps (the allocator's cache, the clocks).
+        steady_malloc: glibc's malloc keeps the memory freed between steps (:mod:`envs.real.allocator`; set for
+            the rest of the process), so a step does not fault in again the pages of the last one's tensors.
     """
 
     threads: int | None = None
     cpus: tuple[int, ...] | None = None
     gc_off: bool = True
     warmup_s: float = 0.0
+    steady_malloc: bool = True
 
     def describe(self) -> dict[str, Any]:
         return {**asdict(self), "cpus": None if self.cpus is None else list(self.cpus)}
@@ -307,6 +312,9 @@ def measure_steps(
     cuda = sorted({d for d in devices.values() if d.type == "cuda"}, key=str)
     for d in cuda:
         torch.cuda.reset_peak_memory_stats(d)
+    if protocol is not None and protocol.steady_malloc:
+        steady_malloc()
+        trim_malloc()  # what an earlier measurement's steps left is not this one's resident set
     _reset_cpu_peak()
     rss0 = _proc_status_bytes("VmRSS")
     with pinned_host(protocol):

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from bench import correction, repeatability
+from bench import correction, host_malloc, repeatability
 
 
 @pytest.mark.slow  # four measured searches on a 30-op graph (~10 s)
@@ -136,11 +136,13 @@ def test_repeatability_across_processes_measures_each_build_as_a_job_of_ranks(ru
     )
     assert status == 0, err
     doc = json.loads(out)
-    assert list(doc["builds"]) == ["on"] and [b["build"] for b in doc["builds"]["on"]] == [0, 1]
-    assert all(b["step_time_s"] > 0 and len(b["step_times_s"]) == 2 for b in doc["builds"]["on"])
+    on = doc["builds"]["pin on, malloc steady"]
+    assert list(doc["builds"]) == ["pin on, malloc steady"] and [b["build"] for b in on] == [0, 1]
+    assert all(b["step_time_s"] > 0 and len(b["step_times_s"]) == 2 for b in on)
     assert doc["floor"]["p90_s"] >= doc["floor"]["p10_s"] > 0 and doc["device"] == "2 gloo ranks"
-    status, _, err = run_entry(repeatability, *argv, "--pin", "sometimes")
-    assert status == 2 and "--pin: unknown sometimes" in err and len(err.strip().splitlines()) == 1, err
+    for option, value in (("--pin", "sometimes"), ("--malloc", "jemalloc")):
+        status, _, err = run_entry(repeatability, *argv, option, value)
+        assert status == 2 and f"{option}: unknown {value}" in err and len(err.strip().splitlines()) == 1, err
 
 
 @pytest.mark.slow  # four measured searches on the simulator of ranks, 30 ops (~8 s)
@@ -178,3 +180,18 @@ def test_the_ranks_mode_searches_the_simulator_of_ranks_and_measures_through_the
     assert made["source"] == "m:build" and made["microbatches"] == 2 and made["inflight"] is None
     assert made["timed_steps"] == 2 and made["closed"]
     assert searched and set(searched) == {2}  # the searches ran on the simulator of ranks, M = 2
+
+
+@pytest.mark.slow  # two fresh processes stepping the LM (~10 s)
+def test_host_malloc_steps_the_model_in_fresh_processes_and_counts_the_pages_each_step_faults(run_entry):
+    """glibc's defaults fault in the LM's large tensors at every step; malloc kept steady faults almost none."""
+    status, out, err = run_entry(host_malloc, "--runs", "1", "--steps", "3", "--warmup", "2", "--json")
+    assert status == 0, err
+    doc = json.loads(out)
+    assert list(doc["runs"]) == ["default", "steady"]
+    assert all(len(r[0]["step_times_s"]) == 3 for r in doc["runs"].values())
+    default, steady = doc["summary"]["default"], doc["summary"]["steady"]
+    assert default["faults_per_step"] > 1000 > 10 * steady["faults_per_step"], doc["summary"]
+    assert default["p90_s"] >= default["p10_s"] > 0
+    status, _, err = run_entry(host_malloc, "--settings", "jemalloc")
+    assert status == 2 and "--settings: unknown jemalloc" in err and len(err.strip().splitlines()) == 1, err

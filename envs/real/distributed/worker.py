@@ -63,6 +63,8 @@ class RankJob:
         timeout_s: the most any collective, send or receive may wait, and the most
             the timed steps may take.
         threads: torch threads per process.
+        steady_malloc: glibc's malloc keeps what a step frees (:class:`envs.real.timing.Protocol`); False: its
+            defaults (the A/B of ``bench.repeatability --malloc``).
     """
 
     source: str
@@ -75,6 +77,7 @@ class RankJob:
     check: bool = False
     timeout_s: float = 600.0
     threads: int = 1
+    steady_malloc: bool = True
 
 
 class PipelineStep(nn.Module):
@@ -167,7 +170,14 @@ def job_report(ranks: Sequence[Mapping[str, Any]], plan: RankPlan, check: Mappin
 
 
 def train_steps(
-    schedule: RankSchedule, inputs: Sequence[Any], *, lr: float, warmup: int, steps: int, timeout_s: float
+    schedule: RankSchedule,
+    inputs: Sequence[Any],
+    *,
+    lr: float,
+    warmup: int,
+    steps: int,
+    timeout_s: float,
+    steady_malloc: bool = True,
 ) -> dict[str, Any]:
     """``warmup`` then ``steps`` timed training steps (forward, backward, Adam) of this rank's stages, each begun by
     every rank together: this rank's part of the job's report (its step times, peak memory, phases and timeline)."""
@@ -185,7 +195,7 @@ def train_steps(
             warmup_steps=warmup,
             timed_steps=steps,
             loss_fn=_the_loss,
-            protocol=Protocol(),
+            protocol=Protocol(steady_malloc=steady_malloc),
         )
     return {
         "rank": rank,
@@ -235,7 +245,15 @@ def run_rank(job: RankJob) -> dict[str, Any] | None:
         if job.check:
             parts = gather_to_first(step_gradients(schedule, inputs), objects)
             check = check_report(parts, ref, graph.meta.get("tied_params", [])) if rank == 0 else None
-        part = train_steps(schedule, inputs, lr=job.lr, warmup=job.warmup, steps=job.steps, timeout_s=job.timeout_s)
+        part = train_steps(
+            schedule,
+            inputs,
+            lr=job.lr,
+            warmup=job.warmup,
+            steps=job.steps,
+            timeout_s=job.timeout_s,
+            steady_malloc=job.steady_malloc,
+        )
         parts = gather_to_first(part, objects)
         return job_report(parts, plan, check) if rank == 0 else None
     finally:

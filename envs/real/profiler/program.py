@@ -18,6 +18,7 @@ import numpy as np
 import torch
 import torch.fx as fx
 
+from envs.real.allocator import steady_malloc
 from envs.real.profiler.device import profile_device_in_context
 from envs.real.profiler.file import FORMAT, device_kind
 from envs.real.profiler.fit import fit_issue_scale, fit_link
@@ -137,8 +138,10 @@ def profile_program(
     and any other device op by op; ``"isolated"`` times every device op by op. A
     device whose in-context run fails is timed op by op (the failure is noted in
     ``errors``). Returns the ``placer-profile/1``
-    document (see the module docstring).
+    document (see the module docstring). The host's malloc is kept steady first, as in every measurement of
+    placer (:mod:`envs.real.allocator`), so the ops are timed as the placements they price run.
     """
+    steady_malloc()
     torch_devices = [torch.device(d) for d in devices]
     for d in torch_devices:
         if d.type == "cuda" and (not torch.cuda.is_available() or (d.index or 0) >= torch.cuda.device_count()):

@@ -1,0 +1,74 @@
+"""The host's allocator while steps are timed: glibc's malloc kept from handing memory back between steps.
+
+With glibc's defaults a process that trains on the CPU gives the kernel back the
+pages of every large tensor it frees (blocks over the mmap threshold are unmapped,
+the heap's free top is trimmed), and takes them again on the next step, page by
+page: the 4-layer LM of :mod:`bench.rank_models` (a microbatch of 2 sequences, one
+core) faulted about 4,000 pages per step, and its step ran 12-24 % slower and
+spread wider (p90/p10 1.31-1.43 against 1.13-1.30) than with the memory kept
+(BENCHMARKS.md, "The host's allocator"). What those faults cost depends on the
+kernel's state at that moment, not on the placement: noise in every comparison of
+placements on CPU devices.
+
+:func:`steady_malloc` sets, once per process, what :data:`STEADY_MALLOC_ENV`
+sets for a process started with it (:data:`STEADY_MALLOC`): blocks up to 1 GiB come
+from the heap (not a mapping of their own), and up to 2 GiB of free heap top stays. Placer's
+measurements (:class:`envs.real.timing.Protocol`, on by default) run so; a user's
+own job gets the same with the environment variables (README, "Across processes").
+:func:`trim_malloc` gives the kept memory back (before a measurement reads the
+process's resident set). Elsewhere than glibc (macOS, musl) both do nothing and
+return False.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import functools
+from typing import Any
+
+#: glibc's ``mallopt`` parameters (``malloc.h``).
+M_TRIM_THRESHOLD, M_TOP_PAD, M_MMAP_THRESHOLD = -1, -2, -3
+#: What :func:`steady_malloc` sets: blocks up to 1 GiB from the heap (glibc's own threshold moves between 128 KiB
+#: and 32 MiB, and a tensor over it is mapped and unmapped at every step), up to 2 GiB of free heap top kept, and
+#: the heap grown 64 MiB at a time.
+STEADY_MALLOC = {M_MMAP_THRESHOLD: 1 << 30, M_TRIM_THRESHOLD: (1 << 31) - 1, M_TOP_PAD: 64 << 20}
+#: The same settings as glibc's environment variables, for a process started with them (``torchrun``'s ranks).
+STEADY_MALLOC_ENV = {
+    "MALLOC_MMAP_THRESHOLD_": str(STEADY_MALLOC[M_MMAP_THRESHOLD]),
+    "MALLOC_TRIM_THRESHOLD_": str(STEADY_MALLOC[M_TRIM_THRESHOLD]),
+    "MALLOC_TOP_PAD_": str(STEADY_MALLOC[M_TOP_PAD]),
+}
+
+
+@functools.cache
+def _glibc() -> Any:
+    """This process's C library when it is glibc (it has ``mallopt`` and ``malloc_trim``), else None."""
+    try:
+        libc = ctypes.CDLL(None)
+    except OSError:
+        return None
+    if not all(hasattr(libc, f) for f in ("gnu_get_libc_version", "mallopt", "malloc_trim")):
+        return None
+    libc.mallopt.argtypes, libc.mallopt.restype = [ctypes.c_int, ctypes.c_int], ctypes.c_int
+    libc.malloc_trim.argtypes, libc.malloc_trim.restype = [ctypes.c_size_t], ctypes.c_int
+    return libc
+
+
+@functools.cache
+def steady_malloc() -> bool:
+    """Keep freed memory in this process (module doc); whether glibc took every setting. Once per process: what
+    it sets lasts as long as the process."""
+    libc = _glibc()
+    return libc is not None and all(libc.mallopt(param, value) == 1 for param, value in STEADY_MALLOC.items())
+
+
+def trim_malloc() -> bool:
+    """Give the kernel back the free memory malloc keeps; whether this is glibc."""
+    libc = _glibc()
+    if libc is None:
+        return False
+    libc.malloc_trim(0)
+    return True
+
+
+__all__ = ["STEADY_MALLOC", "STEADY_MALLOC_ENV", "steady_malloc", "trim_malloc"]
