@@ -67,6 +67,18 @@ def test_run_json_reports_step_time_and_peaks(workdir, capsys):
     assert out["extra"]["device_map"]["gpu:1"] == "cpu"
 
 
+def test_run_times_its_steps_as_the_measured_envs_do(workdir, capsys, monkeypatch):
+    """The collector held off and glibc's malloc kept steady (envs.real.timing.Protocol's defaults)."""
+    import envs.real.timing
+
+    seen, measure = [], envs.real.timing.measure_steps
+    monkeypatch.setattr(
+        envs.real.timing, "measure_steps", lambda *a, **k: seen.append(k["protocol"]) or measure(*a, **k)
+    )
+    assert run_on_cpu("--steps", "2", "--warmup", "0", "--json") == 0
+    assert seen == [envs.real.timing.Protocol()] and seen[0].steady_malloc and seen[0].gc_off
+
+
 def test_run_text_output(workdir, capsys):
     rc = run_on_cpu("--steps", "2")
     text = capsys.readouterr().out
