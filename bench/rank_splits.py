@@ -1,7 +1,8 @@
 """Placer's pipeline split against the splits people use, simulated and measured on this machine's CPU ranks.
 
 For each model (:data:`MODELS`: an LM with a large vocabulary head, an encoder-decoder,
-a U-Net) and each method (:data:`METHODS`: torchtitan's ``equal_layers``, the
+a U-Net, a convnet whose dense layers hold its parameters) and each method (:data:`METHODS`:
+torchtitan's ``equal_layers``, the
 ``flops_balanced`` and ``parameters_balanced`` splits, placer's ``stage_search``), every
 plan shape of :data:`SHAPES` (M microbatches, W in flight: GPipe, or 1F1B) is scored by
 the simulator of ranks (:class:`envs.sim.ranks.RankSim`) on the cluster ``placer profile
@@ -49,6 +50,7 @@ MODELS = {
     "lm": "bench.rank_models:lm",
     "encoder_decoder": "bench.rank_models:encoder_decoder",
     "unet": "bench.rank_models:unet",
+    "convnet": "bench.rank_models:convnet",
 }
 METHODS = ("equal_layers", "flops_balanced", "parameters_balanced", "stage_search")
 #: (M, W): one microbatch; GPipe over 2, 4 and 8; 1F1B over 4 with 2 in flight and over 8 with 4 (8 ranks).

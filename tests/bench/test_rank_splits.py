@@ -178,3 +178,17 @@ def test_the_balanced_estimate_spreads_the_compute_and_adds_the_bubble():
     assert looped["estimate_s"] == pytest.approx(12.0 * 1.25) and looped["imbalance"] == pytest.approx(1.0)
     with pytest.raises(PlacerError, match="does not run"):  # one stage per rank: not an interleaved plan
         rank_llm.balanced_estimate(two_stage_graph(2), cluster(), "interleaved_1f1b", 2, [0, 1])
+
+
+def test_the_convnet_s_dense_layers_hold_its_parameters_and_few_of_its_flops():
+    """Where a FLOPs-balanced split misleads: the dense layers' gradients and Adam step, not their FLOPs."""
+    from bench.rank_models import convnet
+    from graphs.torch_capture import capture
+
+    model, inputs = convnet()
+    params = dict(model.named_parameters())
+    dense = sum(p.numel() for n, p in params.items() if n.startswith("fc"))
+    assert dense > 0.9 * sum(p.numel() for p in params.values())
+    g = capture(model, inputs)
+    fc_flops = sum(f for f, path in zip(g.flops, g.module_paths) if path.startswith("fc"))
+    assert fc_flops < 0.1 * g.flops.sum() and "convnet" in rank_splits.MODELS
