@@ -3,10 +3,10 @@
 With glibc's defaults a process that trains on the CPU gives the kernel back the
 pages of every large tensor it frees (blocks over the mmap threshold are unmapped,
 the heap's free top is trimmed), and takes them again on the next step, page by
-page: the 4-layer LM of :mod:`bench.rank_models` (a microbatch of 2 sequences, one
-core) faulted about 4,000 pages per step, and its step ran 12-24 % slower and
-spread wider (p90/p10 1.31-1.43 against 1.13-1.30) than with the memory kept
-(BENCHMARKS.md, "The host's allocator"). What those faults cost depends on the
+page: the 4-layer LM of :mod:`bench.rank_models` (one core) faulted 4,000-12,000 pages
+per step, and its step ran 17 % slower and spread wider (p90/p10 1.34 against 1.06)
+than with the memory kept; the U-Net's 20 % slower (BENCHMARKS.md, "The host's
+allocator"). What those faults cost depends on the
 kernel's state at that moment, not on the placement: noise in every comparison of
 placements on CPU devices.
 
