@@ -6,15 +6,14 @@ the heap's free top is trimmed), and takes them again on the next step, page by
 page: the 4-layer LM of :mod:`bench.rank_models` (one core) faulted 4,000-12,000 pages
 per step, and its step ran 17 % slower and spread wider (p90/p10 1.34 against 1.06)
 than with the memory kept; the U-Net's 20 % slower (BENCHMARKS.md, "The host's
-allocator"). What those faults cost depends on the
-kernel's state at that moment, not on the placement: noise in every comparison of
-placements on CPU devices.
+allocator"). What those faults cost depends on the kernel's state at that moment,
+not on the placement: noise in every comparison of placements on CPU devices.
 
 :func:`steady_malloc` sets, once per process, what :data:`STEADY_MALLOC_ENV`
 sets for a process started with it (:data:`STEADY_MALLOC`): blocks up to 1 GiB come
-from the heap (not a mapping of their own), and up to 2 GiB of free heap top stays. Placer's
-measurements (:class:`envs.real.timing.Protocol`, on by default) run so; a user's
-own job gets the same with the environment variables (README, "Across processes").
+from the heap (not a mapping of their own), and up to 2 GiB of free heap top stays.
+Placer's measurements (:class:`envs.real.timing.Protocol`, on by default) run so; a user's
+own job gets the same with the environment variables (README, "Plans across processes").
 :func:`trim_malloc` gives the kept memory back (before a measurement reads the
 process's resident set). Elsewhere than glibc (macOS, musl) both do nothing and
 return False.
