@@ -37,6 +37,14 @@ def machine_line() -> str:
     return f"{platform.platform()}, Python {platform.python_version()}, {os.cpu_count()} CPU cores"
 
 
+def repo_env(**extra: str) -> dict[str, str]:
+    """This process's environment with the checkout first on ``PYTHONPATH`` (and ``extra`` set): what a benchmark
+    gives a fresh ``python -m bench.X`` process of its own, so it imports ``bench`` wherever it starts."""
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    path = os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH", "")) if p)
+    return {**os.environ, **extra, "PYTHONPATH": path}
+
+
 def print_report(as_json: bool, doc: dict[str, Any], table: Callable[[], str]) -> None:
     """A benchmark's output on stdout: ``doc`` as JSON after the machine line and the arguments (``as_json``), else
     the markdown ``table()`` and the machine line."""

@@ -20,16 +20,14 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import subprocess
 import sys
 import time
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from bench.common import OneLineParser, machine_line, parse_list
+from bench.common import OneLineParser, machine_line, parse_list, repo_env
 from graphs import PlacerError
 
 SETTINGS = ("default", "steady")
@@ -47,7 +45,7 @@ def child(source: str, setting: str, warmup: int, steps: int) -> dict[str, Any]:
 
     torch.set_num_threads(1)
     if setting == "steady" and not steady_malloc():
-        raise SystemExit("steady: this C library is not glibc")
+        raise PlacerError("steady: this C library is not glibc")
     model, inputs = sources.resolve_model(source)
     model.train()
     optimizer = adam(model.parameters())
@@ -69,19 +67,14 @@ def run(source: str, settings: list[str], runs: int, warmup: int, steps: int, sa
         for s in settings if k % 2 == 0 else settings[::-1]:
             argv = ["--child", s, "--source", source, "--warmup", str(warmup), "--steps", str(steps)]
             cmd = [sys.executable, "-m", "bench.host_malloc", *argv]
-            done = subprocess.run(cmd, capture_output=True, text=True, env=child_env())
+            done = subprocess.run(cmd, capture_output=True, text=True, env=repo_env())
             if done.returncode != 0:
-                raise SystemExit(f"run {k} ({s}) failed: {done.stderr.strip().splitlines()[-1:]}")
+                tail = (done.stderr.strip().splitlines() or ["no output"])[-1].removeprefix("error: ")
+                raise PlacerError(f"run {k} ({s}): {tail}")
             out[s].append(json.loads(done.stdout))
             say(f"  run {k}, {s}: {np.median(out[s][-1]['step_times_s']) * 1e3:.2f} ms")
     doc = {"source": source, "machine": machine_line(), "runs": out}
     return {**doc, "summary": {s: summary(r) for s, r in out.items()}}
-
-
-def child_env() -> dict[str, str]:
-    """This environment with the repository first on the path (a run imports ``bench`` wherever it starts)."""
-    root = str(Path(__file__).resolve().parents[1])
-    return {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH")) if p)}
 
 
 def summary(runs: list[dict[str, Any]]) -> dict[str, float]:
@@ -124,15 +117,15 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     if args.runs < 1 or args.steps < 2 or args.warmup < 0:
         ap.error("--runs must be at least 1, --steps at least 2 and --warmup at least 0")
-    if args.child:
-        print(json.dumps(child(args.source, args.child, args.warmup, args.steps)))
-        return 0
     try:
+        if args.child:
+            print(json.dumps(child(args.source, args.child, args.warmup, args.steps)))
+            return 0
         settings = parse_list(args.settings, what="settings", known=list(SETTINGS))
-    except PlacerError as e:
+        doc = run(args.source, settings, args.runs, args.warmup, args.steps, say=lambda s: print(s, file=sys.stderr))
+    except PlacerError as e:  # a bad option or source: one line (a run's: the line its process ended with)
         print(f"error: {e}", file=sys.stderr)
         return 2
-    doc = run(args.source, settings, args.runs, args.warmup, args.steps, say=lambda s: print(s, file=sys.stderr))
     print(json.dumps(doc, indent=1) if args.json else table(doc))
     return 0
 

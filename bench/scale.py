@@ -41,7 +41,7 @@ import numpy as np
 import torch
 
 import envs
-from bench.common import OneLineParser, Progress, machine_line, parse_list
+from bench.common import OneLineParser, Progress, machine_line, parse_list, repo_env
 from graphs import PlacerError, io
 from graphs.grouping import coarsen, default_num_groups
 from graphs.synthetic import random_dag
@@ -49,9 +49,6 @@ from placer.learn.algos import ALGOS
 from placer.learn.algos import reward as batch_reward
 from placer.learn.config import TrainConfig
 from policies import POLICIES
-
-#: The repository root: on the child process's path, so it finds ``bench`` from any working directory.
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def rss_bytes() -> int:
@@ -171,8 +168,7 @@ def run(
             rows.append(measure(n, **options))
             continue
         opts = {k: list(v) if isinstance(v, tuple) else v for k, v in options.items()}
-        path = os.pathsep.join(p for p in (ROOT, os.environ.get("PYTHONPATH", "")) if p)
-        env = {**os.environ, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1"), "PYTHONPATH": path}
+        env = repo_env(OMP_NUM_THREADS=os.environ.get("OMP_NUM_THREADS", "1"))
         proc = subprocess.run(
             [sys.executable, "-m", "bench.scale", "--one", str(int(n)), "--measure", json.dumps(opts)],
             capture_output=True,

@@ -196,3 +196,5 @@ def test_host_malloc_steps_the_model_in_fresh_processes_and_counts_the_pages_eac
     assert default["p90_s"] >= default["p10_s"] > 0
     status, _, err = run_entry(host_malloc, "--settings", "jemalloc")
     assert status == 2 and "--settings: unknown jemalloc" in err and len(err.strip().splitlines()) == 1, err
+    status, _, err = run_entry(host_malloc, "--source", "nosuch:build", "--runs", "1", "--steps", "2")
+    assert status == 2 and "run 0 (default): nosuch:build" in err and len(err.strip().splitlines()) == 1, err
