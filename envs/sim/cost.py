@@ -10,6 +10,15 @@ Forward time of op ``i`` on device ``d``:
 
 Backward time: the profiled ``bwd_s``, else ``BACKWARD_MULTIPLIER`` × forward
 (the profiled forward where there is one).
+
+With M > 1 microbatches (:mod:`envs.microbatch`, and the pipelines across processes)
+an op's times are those of one microbatch: the roofline's FLOPs, inputs and outputs
+scale by ``1/M`` while its parameters are still read whole, and a profiled time
+(measured on the whole batch) scales as the op's roofline does, not by ``1/M``: a
+dense layer on a small batch reads its whole weight whatever M is. Every microbatch
+after the first also adds its weight gradients into the accumulated ones (autograd's
+``grad += new``): its backward moves ``ACCUMULATE_TRAFFIC_MULTIPLIER`` × the op's
+parameter bytes more, ``(M - 1) / M`` of that per microbatch on average.
 Without a profile, view ops (``aten.view``, ``aten.t``, ``getitem``... see
 :mod:`graphs.ops`, the one definition) and shape queries (``sym_size``) cost nothing; they never allocate: in eager
 PyTorch a view only makes a new tensor header over the same storage, launches no kernel, and its backward is another
@@ -39,6 +48,10 @@ from graphs.ops import free_mask
 #: rule of thumb that a training step is ~3× the forward pass).
 BACKWARD_MULTIPLIER = 2.0
 
+#: Bytes the backward of one microbatch moves per parameter byte to add its weight gradient into those of the
+#: microbatches before it (autograd's ``grad += new``: reads both, writes one); the first microbatch's is kept as is.
+ACCUMULATE_TRAFFIC_MULTIPLIER = 3.0
+
 #: Adam keeps two moments per parameter (exp_avg, exp_avg_sq).
 OPTIMIZER_STATE_MULTIPLIER = 2
 
@@ -58,20 +71,16 @@ def op_times(graph: OpGraph, cluster: Cluster, microbatches: int = 1) -> tuple[n
 
     ``microbatches`` M > 1: the times of one op on one microbatch, ``1/M`` of the
     batch (:mod:`envs.microbatch`): FLOPs, inputs and outputs scaled by ``1/M``,
-    the parameters and buffers still read whole; a profiled time is scaled by ``1/M``.
+    the parameters and buffers still read whole; a profiled time scaled as the op's
+    roofline scales from the whole batch to one microbatch; each backward charged
+    the accumulation of its weight gradients (the module doc).
     """
     n, D = graph.num_ops, cluster.num_devices
     M = float(microbatches)
-    compute_s = graph.flops[:, None] / M / cluster.flops_per_s[None, :]
-    touched = (
-        bytes_touched(graph)
-        if microbatches == 1
-        else (
-            (bytes_touched(graph) - graph.param_bytes - graph.buffer_bytes) / M + graph.param_bytes + graph.buffer_bytes
-        )
-    )
-    memory_s = touched[:, None] / cluster.mem_bw_bytes_per_s[None, :]
-    fwd = np.maximum(compute_s, memory_s) + cluster.launch_overhead_s[None, :]
+    fwd = roofline_s(graph, cluster, microbatches)
+    # how a whole-batch time shrinks to one microbatch's: the roofline's ratio (1/M where the roofline has no time)
+    whole = fwd if microbatches == 1 else roofline_s(graph, cluster, 1)
+    shrink = np.divide(fwd, whole, out=np.full_like(fwd, 1.0 / M), where=whole > 0)
     fwd[free_mask(graph)] = 0.0
     bwd = BACKWARD_MULTIPLIER * fwd
     for d, kind in enumerate(cluster.kinds):
@@ -81,14 +90,29 @@ def op_times(graph: OpGraph, cluster: Cluster, microbatches: int = 1) -> tuple[n
         measured_fwd = prof.get("fwd_s")
         if measured_fwd is not None:
             have = ~np.isnan(measured_fwd)
-            fwd[have, d] = measured_fwd[have] / M
-            bwd[have, d] = BACKWARD_MULTIPLIER * measured_fwd[have] / M
+            fwd[have, d] = measured_fwd[have] * shrink[have, d]
+            bwd[have, d] = BACKWARD_MULTIPLIER * fwd[have, d]
         measured_bwd = prof.get("bwd_s")
         if measured_bwd is not None:
             have = ~np.isnan(measured_bwd)
-            bwd[have, d] = measured_bwd[have] / M
+            bwd[have, d] = measured_bwd[have] * shrink[have, d]
+    if microbatches > 1:
+        accumulate = ACCUMULATE_TRAFFIC_MULTIPLIER * graph.param_bytes.astype(np.float64)
+        bwd += (M - 1) / M * accumulate[:, None] / cluster.mem_bw_bytes_per_s[None, :]
     assert fwd.shape == (n, D)
     return fwd, bwd
+
+
+def roofline_s(graph: OpGraph, cluster: Cluster, microbatches: int = 1) -> np.ndarray:
+    """``[num_ops, num_devices]`` roofline seconds of each op's forward on one of M microbatches (no profile; views
+    included): ``launch_overhead_s + max(flops / M / flops_per_s, bytes / mem_bw_bytes_per_s)``, the bytes
+    touched with inputs and outputs scaled by ``1/M`` and the parameters and buffers read whole."""
+    M = float(microbatches)
+    compute_s = graph.flops[:, None] / M / cluster.flops_per_s[None, :]
+    weights = (graph.param_bytes + graph.buffer_bytes).astype(np.float64)
+    touched = (bytes_touched(graph) - weights) / M + weights
+    memory_s = touched[:, None] / cluster.mem_bw_bytes_per_s[None, :]
+    return np.maximum(compute_s, memory_s) + cluster.launch_overhead_s[None, :]
 
 
 def default_issue_times(fwd_s: np.ndarray, host: np.ndarray, launch_s: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -44,7 +44,8 @@ def add_profile_argument(parser: argparse.ArgumentParser) -> None:
         "--profile",
         metavar="PROFILE.json",
         default=None,
-        help="calibrate the simulator with a `placer profile` file (per-op times, link speeds)",
+        help="calibrate the simulator with a `placer profile` file (per-op times, link speeds); with --ranks, "
+        "its per-op times only (the --ranks cluster keeps its own rates and links)",
     )
 
 
@@ -53,8 +54,11 @@ def add_executor_argument(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--executor", metavar="{" + ",".join(EXECUTORS) + "}", default="eager", help=EXECUTOR_ARG_HELP)
 
 
-def profiled(graph: OpGraph, cluster: Any, profile: str | None, device_map: str | None = None) -> tuple[OpGraph, Any]:
-    """The graph with measured op times and the cluster with measured links, when ``--profile`` is given.
+def profiled(
+    graph: OpGraph, cluster: Any, profile: str | None, device_map: str | None = None, *, ranks: bool = False
+) -> tuple[OpGraph, Any]:
+    """The graph with measured op times and the cluster with measured links, when ``--profile`` is given (with
+    ``--ranks``, the op times only: :func:`envs.real.profiler.with_profile`).
 
     The graph's hash, so the placements made for it, is unchanged.
     """
@@ -62,7 +66,7 @@ def profiled(graph: OpGraph, cluster: Any, profile: str | None, device_map: str 
         return graph, cluster
     from envs.real.profiler import with_profile  # the real runtime's side (torch): loaded only with --profile
 
-    return with_profile(graph, cluster, profile, device_map=device_map)
+    return with_profile(graph, cluster, profile, device_map=device_map, ranks=ranks)
 
 
 def captured(source: str, progress: Any) -> OpGraph:
@@ -89,13 +93,13 @@ def note_stand_in_loss(graph: OpGraph, source: str) -> None:
         )
 
 
-def profiled_source(source: str, cluster: Any, profile: str | None) -> tuple[OpGraph, Any, Any]:
+def profiled_source(source: str, cluster: Any, profile: str | None, *, ranks: bool = False) -> tuple[OpGraph, Any, Any]:
     """``(graph, model, cluster)`` of GRAPH argument ``source`` on ``cluster``: the model is None unless ``source`` is a
     ``module:callable``, a stand-in loss is noted on stderr, and ``--profile``'s measured op times and links are on
     the graph and the cluster (place, compare)."""
     graph, model = sources.resolve_graph_and_model(source)
     note_stand_in_loss(graph, source)
-    graph, cluster = profiled(graph, cluster, profile)
+    graph, cluster = profiled(graph, cluster, profile, ranks=ranks)
     return graph, model, cluster
 
 

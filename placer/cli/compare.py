@@ -147,7 +147,7 @@ def run(args: argparse.Namespace) -> int:
     methods = _methods(args.methods)
     options = _options(args.option, methods)
     # the model, for the methods that need one (accelerate); measured op times and link speeds with --profile
-    graph, model, cluster = profiled_source(args.graph, cluster, args.profile)
+    graph, model, cluster = profiled_source(args.graph, cluster, args.profile, ranks=args.ranks)
     report = compare(
         graph,
         cluster,

@@ -107,7 +107,7 @@ def run(args: argparse.Namespace) -> int:
         check_method(args.method, "--method")
     cluster = envs.resolve_cluster(args.cluster)
     options = parse_options(args.option)
-    graph, model, cluster = profiled_source(args.graph, cluster, args.profile)
+    graph, model, cluster = profiled_source(args.graph, cluster, args.profile, ranks=args.ranks)
     if model is not None and registry.accepts(registry.get(args.method), "model"):
         options["model"] = model  # accelerate's device maps need the module
     for flag, value in (

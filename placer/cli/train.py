@@ -151,7 +151,7 @@ def run(args: argparse.Namespace) -> int:
     graph = captured(config.source, progress)
     if config.env == "sim":  # real steps refuse such a model instead (placer.learn.run_scorers.measured_env)
         note_stand_in_loss(graph, config.source)
-    graph, cluster = profiled(graph, cluster, config.profile, device_map=config.device_map)
+    graph, cluster = profiled(graph, cluster, config.profile, device_map=config.device_map, ranks=config.ranks)
     try:
         result = runners.train(config, graph=graph, cluster=cluster, progress=progress)
     except KeyboardInterrupt:  # before the run had anything to keep (setting up, scoring the heuristics)

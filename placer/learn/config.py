@@ -55,7 +55,9 @@ class RunOptions:
     cluster: str = "k80x4"
     """cluster preset name or JSON file."""
     profile: str | None = None
-    """optional `placer profile` file applied to the cluster (calibrates per-op times and link speeds)."""
+    """optional `placer profile` file applied to the cluster (calibrates per-op times and link speeds); with --ranks,
+    its per-op times only (the cluster of `placer profile --ranks` keeps its rates and links): the profile of
+    `placer profile SOURCE` on this machine gives the ops the roofline misses, such as dense layers on small batches."""
     env: EnvName = "sim"
     """scorer: "sim" (envs.SimEnv, the simulator) or "measured" (envs.MeasuredEnv: real training steps in Ray actors;
     needs a zoo name or module:callable)."""

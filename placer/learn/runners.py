@@ -94,7 +94,9 @@ def train(
     if cluster is None:
         cluster = envs.resolve_cluster(config.cluster)
         if config.profile:
-            graph, cluster = with_profile(graph, cluster, config.profile, device_map=config.device_map)
+            graph, cluster = with_profile(
+                graph, cluster, config.profile, device_map=config.device_map, ranks=config.ranks
+            )
     if graph.num_ops == 0:
         raise PlacerError(
             f"{config.source or graph.name or 'graph'}: the graph has no ops, so there is nothing to place"

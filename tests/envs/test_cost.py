@@ -30,6 +30,32 @@ def test_roofline_profile_and_views():
     assert fwd2[1, 1] == fwd[1, 1] and bwd2[1, 1] == 5e-4 and bwd2[0, 1] == 2e-3 and bwd2[0, 0] == bwd[0, 0]
 
 
+def test_microbatch_times_scale_a_profile_as_the_roofline_and_charge_accumulating_weight_gradients():
+    # a dense layer on a small batch (2 GB of weights read whatever the batch) and a compute-bound op, k80x2's GPU:
+    # 4e12 FLOP/s, 2e11 B/s, 8 us per op
+    g = OpGraph.from_edges(
+        ["fc", "conv"], [("fc", "conv", 4)], flops=[8e6, 4e10], param_bytes=[2_000_000_000, 0], op_types=["op"] * 2
+    )
+    c = Cluster.preset("k80x2")
+    g.profile = {"gpu": {"fwd_s": np.array([0.03, 0.03]), "bwd_s": np.array([0.05, np.nan])}}
+    fwd, bwd = cost.op_times(g, c, microbatches=4)
+    fc_whole, fc_micro = 8e-6 + (2e9 + 4) / 2e11, 8e-6 + (2e9 + 4 / 4) / 2e11  # memory-bound: the weights read whole
+    conv_whole, conv_micro = 8e-6 + 4e10 / 4e12, 8e-6 + 4e10 / 4 / 4e12  # compute-bound: a quarter of the FLOPs
+    assert fwd[0, 1] == 0.03 * (fc_micro / fc_whole)  # ~0.03 s, not 0.03 / 4
+    assert fwd[1, 1] == 0.03 * (conv_micro / conv_whole)  # ~0.03 / 4
+    accumulate_s = 3 / 4 * cost.ACCUMULATE_TRAFFIC_MULTIPLIER * 2e9 / 2e11  # grad += new after the first microbatch
+    assert bwd[0, 1] == 0.05 * (fc_micro / fc_whole) + accumulate_s
+    assert bwd[1, 1] == cost.BACKWARD_MULTIPLIER * fwd[1, 1]  # no parameters: nothing to accumulate
+    # one microbatch: the profile as measured, and nothing accumulated
+    fwd1, bwd1 = cost.op_times(g, c)
+    assert fwd1[0, 1] == 0.03 and bwd1[0, 1] == 0.05 and bwd1[1, 1] == 0.06
+    # the host CPU (no profile there): the roofline, and the accumulation at the host's bandwidth
+    cpu = c.devices[0]
+    roof = cpu.launch_overhead_s + max(8e6 / 4 / cpu.flops_per_s, (2e9 + 1) / cpu.mem_bw_bytes_per_s)
+    assert np.isclose(fwd[0, 0], roof, rtol=1e-12)
+    assert np.isclose(bwd[0, 0], 2 * roof + 3 / 4 * 3 * 2e9 / cpu.mem_bw_bytes_per_s, rtol=1e-12)
+
+
 def test_transfer_and_update_times():
     c = Cluster.preset("v100x4")
     assert cost.transfer_time_s(45e9, "gpu:0", "gpu:1", c) == 1.0 + 6e-6

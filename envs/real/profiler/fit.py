@@ -247,15 +247,27 @@ def with_profile(
     profile: str | os.PathLike | Mapping[str, Any] | None,
     *,
     device_map: Mapping[str, str] | str | None = None,
+    ranks: bool = False,
 ) -> tuple[OpGraph, Any]:
-    """``--profile`` in one call: the profiled graph and the calibrated cluster (both unchanged if None)."""
+    """``--profile`` in one call: the profiled graph and the calibrated cluster (both unchanged if None).
+
+    ``ranks`` (plans across processes, ``--ranks``): each of the cluster's devices is a process of its own, and the
+    cluster is ``placer profile --ranks``'s measure of them (their rates, the links between them, the runtime's cost
+    per action), which a one-process profile cannot calibrate (its devices would share one torch device, and their
+    links be free). Only the per-op times go on the graph; the cluster is returned as it is. Across processes the
+    profiled op times are what the roofline misses: a dense layer on a small batch, bound neither by the FLOP rate
+    nor by the bandwidth that a model's whole steps fit (``BENCHMARKS.md``, "Per-op times across processes").
+    """
     if profile is None:
         return graph, cluster
     source = os.fspath(profile) if not isinstance(profile, Mapping) else "profile"
     doc = load_profile(profile) if not isinstance(profile, Mapping) else profile
     if isinstance(profile, Mapping):
         check_profile(doc)
-    return apply_profile(graph, doc, source=source), calibrate_cluster(cluster, doc, graph=graph, device_map=device_map)
+    graph_out = apply_profile(graph, doc, source=source)
+    if ranks:
+        return graph_out, cluster
+    return graph_out, calibrate_cluster(cluster, doc, graph=graph, device_map=device_map)
 
 
 def cluster_with_profile(cluster: Cluster, profile: Any, *, graph: Any = None, device_map: Any = None) -> Cluster:

@@ -157,6 +157,45 @@ def test_with_profile_reads_a_file_and_rejects_bad_ones(profiled, tmp_path):
         load_profile(tmp_path / "fmt.json")
 
 
+def ranks_like(flops_per_s: float = 1e9) -> envs.Cluster:
+    """Two CPU ranks with a slow link between them, as `placer profile --ranks` writes them."""
+    from envs.devices import Device, Link
+
+    devices = [Device(f"cpu:{r}", "cpu", 8 << 30, flops_per_s, 5e9, 1e-5) for r in range(2)]
+    link = Link(1e8, 1e-4)
+    return envs.Cluster(name="ranks", devices=devices, links={("cpu:0", "cpu:1"): link, ("cpu:1", "cpu:0"): link})
+
+
+def test_across_processes_a_profile_gives_its_op_times_and_keeps_the_ranks_cluster(profiled, tmp_path, capsys):
+    from envs.sim.ranks import RankSim
+    from graphs import save
+    from graphs.plan import Placement
+    from placer.cli import main
+
+    graph, prof = profiled
+    cluster = ranks_like()
+    g2, c2 = with_profile(graph, cluster, prof, ranks=True)
+    assert c2 is cluster  # its rates and its links, not a one-process calibration (free links between cpu:0, cpu:1)
+    assert np.array_equal(g2.profile["cpu"]["fwd_s"], np.asarray(prof["devices"]["cpu"]["fwd_s"], dtype=float))
+    _, calibrated = with_profile(graph, cluster, prof)
+    assert calibrated.links[("cpu:0", "cpu:1")].latency_s == 0.0  # what --ranks must not get
+    split = Placement.from_indices(graph, cluster.device_names, [0] * 2 + [1] * (graph.num_ops - 2))
+    with_times = RankSim(g2, cluster).simulate(split).step_time_s
+    assert with_times != RankSim(graph, cluster).simulate(split).step_time_s
+    # the command line: compare --ranks --profile scores on the profiled graph and the cluster as given
+    gpath, ppath, cpath, plan = (str(tmp_path / n) for n in ("g.json", "prof.json", "ranks.json", "p.json"))
+    save(graph, gpath)
+    save_profile(prof, ppath)
+    with open(cpath, "w") as f:
+        json.dump(cluster.to_dict(), f)
+    split.save(plan)
+    argv = ["compare", gpath, "--cluster", cpath, "--ranks", "--methods", "flops_balanced", "--placement", plan]
+    assert main([*argv, "--profile", ppath, "--json"]) == 0
+    rows = {r["method"]: r for r in json.loads(capsys.readouterr().out)["rows"]}
+    given = [r for m, r in rows.items() if m != "flops_balanced"][0]
+    assert given["step_time_s"] == pytest.approx(with_times, rel=1e-9)
+
+
 def test_unavailable_cuda_device_is_a_one_line_error():
     if torch.cuda.is_available():
         pytest.skip("this machine has CUDA")
