@@ -4,7 +4,7 @@ For each model (:data:`MODELS`: an LM with a large vocabulary head, an encoder-d
 a U-Net, a convnet whose dense layers hold its parameters) and each method (:data:`METHODS`:
 torchtitan's ``equal_layers``, the
 ``flops_balanced`` and ``parameters_balanced`` splits, placer's ``stage_search``), every
-plan shape of :data:`SHAPES` (M microbatches, W in flight: GPipe, or 1F1B) is scored by
+plan shape of :data:`envs.sim.ranks.PIPELINE_SHAPES` (M microbatches, W in flight: GPipe, or 1F1B) is scored by
 the simulator of ranks (:class:`envs.sim.ranks.RankSim`) on the cluster ``placer profile
 SOURCE --ranks N`` wrote, and each method keeps its fastest. Those plans then run on N
 gloo ranks (:func:`placer.distributed.run`, what ``placer run --nproc-per-node N`` runs),
@@ -31,7 +31,7 @@ import json
 import os
 import statistics
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from types import SimpleNamespace
 from typing import Any
 
@@ -40,10 +40,11 @@ import numpy as np
 from bench.common import OneLineParser, parse_list
 from bench.fidelity.metrics import mape, spearman
 from envs.cluster import resolve_cluster
-from envs.sim.ranks import RankSim
+from envs.sim.ranks import PIPELINE_SHAPES, RankSim
 from envs.timeline import median_phases, rank_phases
 from graphs import PlacerError
 from graphs.plan import Placement
+from placer.learn.shapes import SPLITS
 from placer.methods import registry
 
 MODELS = {
@@ -52,9 +53,7 @@ MODELS = {
     "unet": "bench.rank_models:unet",
     "convnet": "bench.rank_models:convnet",
 }
-METHODS = ("equal_layers", "flops_balanced", "parameters_balanced", "stage_search")
-#: (M, W): one microbatch; GPipe over 2, 4 and 8; 1F1B over 4 with 2 in flight and over 8 with 4 (8 ranks).
-SHAPES = ((1, 1), (2, 2), (4, 4), (4, 2), (8, 8), (8, 4))
+METHODS = SPLITS  # the splits placer train --ranks --choose-shape scores shapes by
 
 
 def split(method: str, graph: Any, cluster: Any, microbatches: int, inflight: int) -> Placement:
@@ -68,10 +67,11 @@ def split(method: str, graph: Any, cluster: Any, microbatches: int, inflight: in
 
 
 def best_plan(method: str, graph: Any, cluster: Any) -> tuple[Placement, float, list[dict[str, Any]]]:
-    """``method``'s fastest plan over :data:`SHAPES` on the simulator of ranks, its time, and every shape's row."""
+    """``method``'s fastest plan over :data:`~envs.sim.ranks.PIPELINE_SHAPES` on the simulator of ranks, its time, and
+    every shape's row."""
     sim = RankSim(graph, cluster)
     rows, best = [], None
-    for M, W in SHAPES:
+    for M, W in PIPELINE_SHAPES:
         plan = split(method, graph, cluster, M, W)
         res = sim.evaluate([plan])[0]
         rows.append({"microbatches": M, "inflight": W, "schedule": res.extra.get("schedule"), "sim_s": res.step_time_s})
@@ -124,8 +124,25 @@ def phase_error(models: Sequence[dict[str, Any]]) -> dict[str, dict[str, float]]
     return out
 
 
+def model_graph(source: str, profile: str | None = None) -> Any:
+    """The captured graph of ``source``, with the per-op times of ``profile`` (a `placer profile SOURCE` file) on it
+    as ``--ranks --profile`` puts them (the cluster keeps its own rates and links)."""
+    from envs.real.profiler import with_profile
+    from graphs import sources
+    from graphs.torch_capture import capture
+
+    graph = capture(*sources.resolve_model(source))
+    return with_profile(graph, None, profile, ranks=True)[0] if profile else graph
+
+
 def run_model(
-    name: str, cluster: Any, repeats: int, steps: int, warmup: int, given: Sequence[tuple[str, str]] = ()
+    name: str,
+    cluster: Any,
+    repeats: int,
+    steps: int,
+    warmup: int,
+    given: Sequence[tuple[str, str]] = (),
+    profile: str | None = None,
 ) -> dict[str, Any]:
     """One model: every method's best simulated plan, and the plan of each ``(label, placement file)`` given (a
     ``placer train --ranks`` run's best), measured ``repeats`` times, interleaved.
@@ -133,11 +150,8 @@ def run_model(
     A method that makes no plan for this model on this cluster (``equal_layers`` with more ranks than layers)
     is a row with its reason; the other methods run.
     """
-    from graphs import sources
-    from graphs.torch_capture import capture
-
     source = MODELS[name]
-    graph = capture(*sources.resolve_model(source))
+    graph = model_graph(source, profile)
     plans, failed = {}, {}
     for m in METHODS:
         try:
@@ -183,7 +197,7 @@ def run_model(
                 },
             }
         )
-    return {"model": name, "source": source, "ops": graph.num_ops, "rows": rows}
+    return {"model": name, "source": source, "ops": graph.num_ops, "profile": profile, "rows": rows}
 
 
 def _ok(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -197,15 +211,15 @@ def fidelity(models: Sequence[dict[str, Any]]) -> dict[str, Any]:
     return {"plans": len(sim), "models": len(models), "mape": mape(sim, real), "spearman": spearman(sim, real)}
 
 
-def rescore(models: Sequence[dict[str, Any]], cluster: Any) -> dict[str, Any]:
-    """The measured plans simulated on another ``cluster`` (another calibration of the same ranks): its fidelity,
-    and each row's step there (``rescored_s``). The plans are rebuilt exactly: each row keeps its placement."""
-    from graphs import sources
-    from graphs.torch_capture import capture
-
+def rescore(
+    models: Sequence[dict[str, Any]], cluster: Any, own: Mapping[str, Any] = {}, profiles: Mapping[str, str] = {}
+) -> dict[str, Any]:
+    """The measured plans simulated on another ``cluster`` (another calibration of the same ranks; ``own``: a model's
+    own, by name) and with a model's ``profiles`` (by name): the fidelity, and each row's step there
+    (``rescored_s``). The plans are rebuilt exactly: each row keeps its placement."""
     for m in models:
-        graph = capture(*sources.resolve_model(m["source"]))
-        sim = RankSim(graph, cluster)
+        graph = model_graph(m["source"], profiles.get(m["model"]))
+        sim = RankSim(graph, own.get(m["model"], cluster))
         for r in _ok(m["rows"]):
             r["rescored_s"] = sim.evaluate([Placement.from_dict(r["placement"])])[0].step_time_s
     sim_s = np.array([r["rescored_s"] for m in models for r in _ok(m["rows"])])
@@ -259,6 +273,35 @@ def given_placements(items: Sequence[str]) -> dict[str, list[tuple[str, str]]]:
     return out
 
 
+def resimulate(path: str, cluster: Any, own: Mapping[str, Any], profiles: Mapping[str, str], as_json: bool) -> int:
+    """``--resimulate``: an earlier run's measured plans simulated now (:func:`rescore`), beside the fidelity that
+    run recorded; every model's row, and all of them."""
+    from graphs.io import read_json
+
+    doc = read_json(path)
+    models = doc.get("models") if isinstance(doc, dict) else None
+    if not isinstance(models, list) or not all(isinstance(m, dict) and "rows" in m for m in models):
+        raise PlacerError(f"{path}: not a `python -m bench.rank_splits --json` run (no models with rows)")
+    out = {"run": path, "recorded": doc.get("fidelity"), "now": rescore(models, cluster, own, profiles)}
+    out["per_model"] = {m["model"]: {"now": rescore([m], cluster, own, profiles)} for m in models}
+    if as_json:
+        print(json.dumps(out, indent=1))
+        return 0
+    for m in models:
+        for r in _ok(m["rows"]):
+            print(
+                f"  {m['model']:<16} {r['method']:<24} measured {r['measured_s'] * 1e3:7.1f} ms  recorded sim "
+                f"{r['sim_s'] * 1e3:7.1f}  now {r['rescored_s'] * 1e3:7.1f}"
+            )
+    was, now = out["recorded"] or {}, out["now"]
+    nan = float("nan")
+    print(f"recorded: MAPE {was.get('mape', nan) * 100:.1f}%, Spearman {was.get('spearman', nan):.2f}")
+    print(f"now:      MAPE {now['mape'] * 100:.1f}%, Spearman {now['spearman']:.2f} over {now['plans']} plans")
+    for name, f in out["per_model"].items():
+        print(f"  {name:<16} MAPE {f['now']['mape'] * 100:.1f}%, Spearman {f['now']['spearman']:.2f}")
+    return 0
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = OneLineParser(prog="python -m bench.rank_splits", description=__doc__.split("\n\n")[0])
     parser.add_argument("--cluster", required=True, help="the cluster of `placer profile SOURCE --ranks N`: N ranks")
@@ -268,6 +311,21 @@ def main(argv: Sequence[str] | None = None) -> int:
         default=[],
         metavar="MODEL=FILE",
         help="this model's own cluster (`placer profile` of that model), instead of --cluster (repeatable)",
+    )
+    parser.add_argument(
+        "--profile-of",
+        action="append",
+        default=[],
+        metavar="MODEL=FILE",
+        help="this model's per-op times (`placer profile SOURCE` of that model) on its graph, as `placer train --ranks "
+        "--profile` puts them: the splits are chosen and every plan simulated with them (repeatable)",
+    )
+    parser.add_argument(
+        "--resimulate",
+        default=None,
+        metavar="RUN.json",
+        help="measure nothing: simulate the plans an earlier run measured (its --json) with this simulator, --cluster "
+        "(--cluster-of) and --profile-of, and give the fidelity against its measurements",
     )
     parser.add_argument(
         "--placement",
@@ -295,12 +353,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         cluster = resolve_cluster(args.cluster)
         files = {name: paths[-1] for name, paths in model_files(args.cluster_of, "--cluster-of").items()}
         own = {name: resolve_cluster(path) for name, path in files.items()}
+        profiles = {name: paths[-1] for name, paths in model_files(args.profile_of, "--profile-of").items()}
+        if args.resimulate:
+            return resimulate(args.resimulate, cluster, own, profiles, args.json)
         given = given_placements(args.placement)
         other = resolve_cluster(args.rescore) if args.rescore else None
         if args.repeats < 1 or args.steps < 1 or args.warmup < 0:
             raise PlacerError("--repeats and --steps: at least 1; --warmup: at least 0")
         models = [
-            run_model(n, own.get(n, cluster), args.repeats, args.steps, args.warmup, given.get(n, ())) for n in names
+            run_model(n, own.get(n, cluster), args.repeats, args.steps, args.warmup, given.get(n, ()), profiles.get(n))
+            for n in names
         ]
     except PlacerError as e:
         print(f"python -m bench.rank_splits: {e}", file=sys.stderr)

@@ -59,6 +59,11 @@ from envs.timeline import Event
 from graphs import OpGraph, PlacerError
 from graphs.plan import Placement, as_indices, check_inflight, check_microbatches, check_schedule_name
 
+#: The pipeline shapes (M microbatches, W in flight) a plan across processes is tried at where its shape is chosen
+#: (``placer train --ranks --choose-shape``, ``bench.rank_splits``): one microbatch; GPipe over 2, 4 and 8; 1F1B over
+#: 4 with 2 in flight and over 8 with 4.
+PIPELINE_SHAPES = ((1, 1), (2, 2), (4, 4), (4, 2), (8, 8), (8, 4))
+
 
 @dataclass(frozen=True)
 class StageCosts:
@@ -529,6 +534,7 @@ class RankSim:
 
 
 __all__ = [
+    "PIPELINE_SHAPES",
     "RankSim",
     "StageCosts",
     "allreduce_s",

@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import json
+import os
 import shlex
 import sys
 from typing import Any, Callable
@@ -337,11 +339,16 @@ def ranks_doc(config: TrainConfig, best: Any, path: str, graph: Any, cluster: An
     """``--ranks``: how the best plan (``best``, kept at ``path``) runs across processes (its ranks, microbatches and
     schedule, as the simulator of ranks cuts it) and the ``placer run`` command that runs it so."""
     from envs.sim.ranks import RankSim
+    from placer.learn.shapes import SHAPES_JSON
 
     if best is None:
         return {}
     extra = RankSim(graph, cluster).simulate(best).extra
     doc = {k: extra.get(k) for k in ("ranks", "stages", "schedule", "microbatches", "inflight")}
+    shapes = os.path.join(os.path.dirname(path), SHAPES_JSON)
+    if config.choose_shape and os.path.exists(shapes):  # --choose-shape: every shape's fastest split
+        with open(shapes) as f:
+            doc["shape_choice"] = json.load(f)
     command = ["placer", "run", config.source, "--placement", path, "--cluster", config.cluster]
     doc["run_command"] = shlex.join([*command, "--nproc-per-node", str(doc["ranks"])])
     return doc
@@ -352,9 +359,10 @@ def _ranks_line(doc: dict) -> str | None:
     r = doc.get("ranks")
     if not r or not r.get("ranks"):
         return None
+    chosen = f" (chosen of {len(r['shape_choice']['rows'])} shapes)" if r.get("shape_choice") else ""
     return (
         f"across processes {r['ranks']} ranks, {r['stages']} stages, {r['schedule']} over {r['microbatches']} "
-        f"microbatch{'es' if r['microbatches'] != 1 else ''}; run it: {r['run_command']}"
+        f"microbatch{'es' if r['microbatches'] != 1 else ''}{chosen}; run it: {r['run_command']}"
     )
 
 

@@ -75,6 +75,11 @@ class RunOptions:
     inflight: int | None = None
     """W: the most microbatches in flight, 1..M (default: all M, fill-drain; fewer: one-forward-one-backward,
     activations of at most W microbatches held)."""
+    choose_shape: bool = False
+    """--ranks: choose M and W before the run (they override --microbatches and --inflight): each shape of
+    envs.sim.ranks.PIPELINE_SHAPES is scored by the pipeline splits on the simulator of ranks, and the run takes the
+    shape of the fastest (placer.learn.shapes; the choice is in the run directory's shapes.json). The move search
+    keeps the run's shape, so without it a run cannot find a plan of another shape."""
     ranks: bool = False
     """score every placement as it runs across processes, one rank per device it uses (the runtime `placer run` runs
     across processes: each maximal run of ops on one device a pipeline stage, torch's schedule, activations and
@@ -304,6 +309,8 @@ class TrainConfig(PolicyOptions, AlgoOptions, RunOptions):
         from graphs.plan import check_schedule_name
 
         if not self.ranks:
+            if self.choose_shape:
+                raise PlacerError("--choose-shape: only for plans across processes (add --ranks)")
             for name, value, default in (("schedule", self.schedule, None), ("backend", self.backend, "gloo")):
                 if value != default:
                     raise PlacerError(f"{option_name(name)} {value}: only for plans across processes (add --ranks)")

@@ -23,6 +23,7 @@ from envs.scorer import Scorer
 from graphs import OpGraph, PlacerError
 from graphs.sources import resolve_graph
 from placer.learn import checkpoint
+from placer.learn.checkpoint import write_json
 from placer.learn.comparisons import compare_after_learning
 from placer.learn.config import TrainConfig
 from placer.learn.corrected_runner import CorrectedRunner
@@ -32,6 +33,7 @@ from placer.learn.progress import Progress
 from placer.learn.run_scorers import ENVS
 from placer.learn.rundir import check_compatible, check_fresh, default_logdir, run_lock
 from placer.learn.session import Session
+from placer.learn.shapes import SHAPES_JSON, choose_shape, with_shape
 from placer.learn.state import TrainResult
 from placer.option_checks import check_output_dir
 
@@ -108,6 +110,10 @@ def train(
         tensors, state = None, None  # the checkpoint's, on --resume
         if not config.resume:
             check_fresh(logdir)
+            if config.choose_shape:  # before the scorer is built: a measured job of ranks runs the run's shape
+                choice = choose_shape(graph, cluster, config, progress)
+                write_json(os.path.join(logdir, SHAPES_JSON), choice.to_dict())
+                config = with_shape(config, choice)
         else:  # before anything is built on it: a checkpoint of another graph is a user error
             if not checkpoint.exists(logdir):
                 raise PlacerError(f"--resume: {logdir} has no {checkpoint.CHECKPOINT_PT}")

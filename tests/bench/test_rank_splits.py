@@ -9,6 +9,7 @@ import pytest
 
 import envs
 from bench import rank_splits
+from envs.sim.ranks import PIPELINE_SHAPES
 from graphs import OpGraph, PlacerError
 from graphs.plan import Placement
 
@@ -31,8 +32,8 @@ def test_each_method_keeps_its_fastest_shape_and_placers_search_is_never_slower(
     times = {}
     for method in rank_splits.METHODS:
         plan, sim_s, rows = rank_splits.best_plan(method, g, cluster)
-        assert len(rows) == len(rank_splits.SHAPES) and sim_s == min(r["sim_s"] for r in rows)
-        assert (plan.microbatches, plan.inflight or plan.microbatches) in rank_splits.SHAPES
+        assert len(rows) == len(PIPELINE_SHAPES) and sim_s == min(r["sim_s"] for r in rows)
+        assert (plan.microbatches, plan.inflight or plan.microbatches) in PIPELINE_SHAPES
         times[method] = sim_s
     assert times["stage_search"] <= min(times.values()) * (1 + 1e-9)
     assert times["stage_search"] < times["equal_layers"]  # the head is the heaviest layer by far

@@ -1,0 +1,92 @@
+"""``placer train --ranks --choose-shape``: the pipeline's shape (M microbatches, W in flight) chosen before the run.
+
+A plan across processes runs one shape: M and W decide how much of the pipeline's
+bubble is filled, what each microbatch's ops cost (a dense layer reads its whole
+weight for every microbatch) and how many activations a rank holds. The move search
+keeps the run's shape and moves ops, so a run given one shape cannot find a plan of
+another. Before the run, each shape of :data:`envs.sim.ranks.PIPELINE_SHAPES` is
+scored by the pipeline splits (:data:`SPLITS`: fast, and made for pipelines) on the
+simulator of ranks, and the run takes the shape of the fastest split. What the
+choice simulated is counted with the heuristics' placements.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from envs.cluster import Cluster
+from envs.sim.ranks import PIPELINE_SHAPES
+from graphs import OpGraph, PlacerError
+from placer.learn.config import TrainConfig
+from placer.learn.progress import Progress, ms
+
+#: The run directory's record of the choice (:meth:`ShapeChoice.to_dict`).
+SHAPES_JSON = "shapes.json"
+
+#: The splits that score each shape: torchtitan's default, the FLOPs- and parameter-balanced splits, and the search
+#: over stage boundaries on the simulator of ranks.
+SPLITS = ("equal_layers", "flops_balanced", "parameters_balanced", "stage_search")
+
+
+@dataclass
+class ShapeChoice:
+    """The shape a run takes, and every shape's fastest split."""
+
+    microbatches: int
+    inflight: int | None
+    """None: all M in flight (fill-drain)."""
+    rows: list[dict[str, Any]]
+    """per shape: ``microbatches``, ``inflight``, ``step_time_s`` (inf: no split runs) and its ``method``."""
+    simulated: int
+    """placements the splits simulated, over every shape."""
+    wall_s: float
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+def choose_shape(graph: OpGraph, cluster: Cluster, config: TrainConfig, progress: Progress) -> ShapeChoice:
+    """Score :data:`SPLITS` at every shape of :data:`PIPELINE_SHAPES` that ``cluster`` can hold, on the simulator of
+    ranks; the shape of the fastest. Raises :class:`PlacerError` when no split runs at any shape."""
+    from placer.compare import compare  # the heuristics and the simulators: only when a run chooses
+
+    t0 = time.perf_counter()
+    rows, simulated = [], 0
+    progress.phase(f"choosing the pipeline's shape: {len(PIPELINE_SHAPES)} shapes (M, W), each scored by the splits")
+    for M, W in PIPELINE_SHAPES:
+        report = compare(graph, cluster, methods=list(SPLITS), seed=config.seed, microbatches=M, inflight=W, ranks=True)
+        ok = [r for r in report.rows if r.kind == "heuristic" and r.status == "ok" and r.step_time_s is not None]
+        simulated += sum(r.simulated for r in report.rows)
+        best = min(ok, key=lambda r: r.step_time_s, default=None)
+        rows.append(
+            {
+                "microbatches": M,
+                "inflight": None if W == M else W,
+                "step_time_s": float(best.step_time_s) if best is not None else float("inf"),
+                "method": best.method if best is not None else None,
+            }
+        )
+    chosen = min(rows, key=lambda r: r["step_time_s"])
+    if chosen["method"] is None:
+        raise PlacerError(f"--choose-shape: no pipeline split of {graph.name or 'the graph'} runs on {cluster.name}")
+    shapes = ", ".join(
+        f"M={r['microbatches']}" + (f" W={r['inflight']}" if r["inflight"] else "") + f" {ms(r['step_time_s'])}"
+        for r in rows
+    )
+    progress.phase(
+        f"pipeline shape: M={chosen['microbatches']}"
+        + (f", W={chosen['inflight']}" if chosen["inflight"] else "")
+        + f" ({chosen['method']} {ms(chosen['step_time_s'])}); every shape's fastest split: {shapes}"
+    )
+    return ShapeChoice(chosen["microbatches"], chosen["inflight"], rows, simulated, time.perf_counter() - t0)
+
+
+def with_shape(config: TrainConfig, choice: ShapeChoice) -> TrainConfig:
+    """``config`` at the chosen shape, the choice made (a resumed run keeps the shape of its checkpoint)."""
+    return dataclasses.replace(config, microbatches=choice.microbatches, inflight=choice.inflight, choose_shape=False)
+
+
+__all__ = ["SHAPES_JSON", "SPLITS", "ShapeChoice", "choose_shape", "with_shape"]
