@@ -9,7 +9,7 @@ import pytest
 
 import envs
 from bench import rank_splits
-from envs.sim.ranks import PIPELINE_SHAPES
+from envs.sim.ranks import PIPELINE_SHAPES, RankSim
 from graphs import OpGraph, PlacerError
 from graphs.plan import Placement
 
@@ -83,14 +83,14 @@ def test_each_model_is_planned_and_simulated_on_its_own_cluster_where_given(monk
     phase = {"forward_s": 0.2, "backward_s": 0.4, "optimizer_s": 0.1, "other_s": 0.3, "step_s": 1.0}
     row.update(spread_s=[1.0, 1.0], phases={"measured": [phase], "simulated": [phase]})
 
-    def run_model(name, cluster, repeats, steps, warmup, given=()):
-        seen.append((name, cluster.name))
+    def run_model(name, cluster, repeats, steps, warmup, given=(), profile=None):
+        seen.append((name, cluster.name, profile))
         return {"model": name, "source": rank_splits.MODELS[name], "ops": 1, "rows": [row]}
 
     monkeypatch.setattr(rank_splits, "run_model", run_model)
     argv = ["--cluster", "k80x2", "--cluster-of", "unet=k80x4", "--models", "lm,unet", "--json"]
-    assert rank_splits.main(argv) == 0
-    assert seen == [("lm", "k80x2"), ("unet", "k80x4")]
+    assert rank_splits.main([*argv, "--profile-of", "unet=ops.json"]) == 0
+    assert seen == [("lm", "k80x2", None), ("unet", "k80x4", "ops.json")]
     doc = json.loads(capsys.readouterr().out)
     assert doc["cluster_files"] == {"lm": "k80x2", "unet": "k80x4"}
 
@@ -147,6 +147,31 @@ def test_a_method_without_a_plan_is_its_row_and_the_others_run(monkeypatch, tmp_
     # the measured plans simulated again on a cluster (here the same): each row's own plan, the same step
     again = rank_splits.rescore([model], cluster)
     assert again["plans"] == len(ok) + 1 and all(rows[m]["rescored_s"] == pytest.approx(rows[m]["sim_s"]) for m in ok)
+
+
+def test_resimulate_scores_an_earlier_runs_measured_plans_on_todays_simulator(monkeypatch, tmp_path, capsys):
+    g, cluster = lm_like(), envs.Cluster.preset("k80x2")
+    plans = [Placement.from_indices(g, cluster.device_names, [1] * k + [2] * (g.num_ops - k)) for k in (3, 6)]
+    sims = [RankSim(g, cluster).simulate(p).step_time_s for p in plans]
+    rows = [
+        {"method": m, "status": "ok", "sim_s": 1.0, "measured_s": real, "placement": p.to_dict()}
+        for m, p, real in zip(("equal_layers", "mine"), plans, (sims[0] * 1.1, sims[1] * 0.8))
+    ]
+    run = tmp_path / "run.json"
+    run.write_text(json.dumps({"models": [{"model": "lm", "source": "x:y", "rows": rows}], "fidelity": {"mape": 0.5}}))
+    graphs = []
+    monkeypatch.setattr(rank_splits, "model_graph", lambda source, profile=None: graphs.append(profile) or g)
+    argv = ["--resimulate", str(run), "--cluster", "k80x2", "--profile-of", "lm=ops.json"]
+    assert rank_splits.main([*argv, "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["recorded"] == {"mape": 0.5} and doc["now"]["plans"] == 2 and set(graphs) == {"ops.json"}
+    assert doc["now"]["mape"] == pytest.approx((0.1 / 1.1 + 0.2 / 0.8) / 2)  # |sim - real| / real, each plan's
+    assert rank_splits.main(argv) == 0
+    assert "now:      MAPE 17.0%" in capsys.readouterr().out
+    run.write_text(json.dumps({"rows": []}))
+    assert rank_splits.main(argv) == 2
+    err = capsys.readouterr().err
+    assert "run.json: not a `python -m bench.rank_splits --json` run" in err and len(err.strip().splitlines()) == 1
 
 
 def test_the_phase_error_is_the_median_ratio_over_every_plans_ranks():

@@ -71,6 +71,41 @@ def test_the_schedule_asked_for_is_the_one_every_plan_is_scored_and_written_with
     assert scored.extra["schedule"] == "1f1b" and scored.step_time_s == pytest.approx(result.best_step_time_s)
 
 
+def test_a_run_that_chooses_its_shape_takes_the_fastest_splits_and_keeps_it(tmp_path, capsys):
+    from envs.sim.ranks import PIPELINE_SHAPES
+    from placer.learn.shapes import SPLITS as SHAPE_SPLITS
+
+    g, cluster = uneven_chain(), envs.resolve_cluster("k80x2")
+    config = train_config(tmp_path, ranks=True, choose_shape=True, algo="moves", iterations=4, heuristics=SPLITS)
+    result = train(config, graph=g, cluster=cluster)
+    choice = json.loads((tmp_path / "run" / "shapes.json").read_text())
+    rows = choice["rows"]
+    assert [(r["microbatches"], r["inflight"] or r["microbatches"]) for r in rows] == list(PIPELINE_SHAPES)
+    fastest = min(rows, key=lambda r: r["step_time_s"])
+    assert (choice["microbatches"], choice["inflight"]) == (fastest["microbatches"], fastest["inflight"])
+    assert choice["microbatches"] > 1 and fastest["method"] in SHAPE_SPLITS  # the chain gains from microbatches
+    # every split at the chosen shape, scored alone: the row is the fastest of them
+    M, W = fastest["microbatches"], fastest["inflight"]
+    sim = RankSim(g, cluster, microbatches=M, inflight=W)
+    from placer.methods import registry
+
+    alone = [sim.simulate(registry.place(m, g, cluster, microbatches=M, inflight=W)).step_time_s for m in SHAPE_SPLITS]
+    assert fastest["step_time_s"] <= min(alone) * (1 + 1e-9)
+    # the run took that shape: its plan, its file and the time it recorded
+    best = Placement.load(str(tmp_path / "run" / "best_placement.json"))
+    assert (best.microbatches, best.inflight) == (M, W) and result.best_placement.microbatches == M
+    assert result.best_step_time_s == pytest.approx(RankSim(g, cluster).simulate(best).step_time_s, rel=1e-12)
+    assert result.best_step_time_s <= fastest["step_time_s"] * (1 + 1e-12)
+    # the command line says it chose, and the JSON has every shape
+    path = str(tmp_path / "g.json")
+    save(g, path)
+    argv = ["train", path, "--cluster", "k80x2", "--ranks", "--choose-shape", "--iterations", "2", "--no-progress"]
+    argv += ["--heuristics", ",".join(SPLITS), "--logdir", str(tmp_path / "cli")]
+    assert main(argv) == 0
+    out = capsys.readouterr().out
+    assert f"over {M} microbatches (chosen of {len(PIPELINE_SHAPES)} shapes)" in out
+
+
 def test_a_measured_run_across_processes_measures_its_heuristics_and_keeps_the_fastest_measured(tmp_path):
     """Under --env measured the heuristics and the learner's plans are measured (here a stand-in reality: the
     simulator of ranks on a cluster whose gpu:1 is 3x slower than the file says), the search reads the simulator of
@@ -171,6 +206,7 @@ def test_the_command_line_prints_the_plan_and_the_command_that_runs_it(tmp_path,
         (["--ranks", "--executor", "dataflow"], "--executor dataflow"),
         (["--ranks", "--backend", "nccl"], "--backend nccl: only measured runs"),
         (["--ranks", "--schedule", "zbv"], "--schedule: 'zbv' is not a schedule"),
+        (["--choose-shape"], "--choose-shape: only for plans across processes (add --ranks)"),
         (["--ranks", "--env", "measured", "--workers", "2"], "--workers 2"),
         (["--env", "measured", "--microbatches", "2"], "only --env sim, or --ranks"),
     ],
