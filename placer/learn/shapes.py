@@ -6,8 +6,10 @@ weight for every microbatch) and how many activations a rank holds. The move sea
 keeps the run's shape and moves ops, so a run given one shape cannot find a plan of
 another. Before the run, each shape of :data:`envs.sim.ranks.PIPELINE_SHAPES` is
 scored by the pipeline splits (:data:`SPLITS`: fast, and made for pipelines) on the
-simulator of ranks, and the run takes the shape of the fastest split. What the
-choice simulated is counted with the heuristics' placements.
+simulator of ranks, and the run takes the shape of the fastest split. The choice
+runs before the run's clock starts, as the heuristics' scoring does; the placements
+it simulated and its seconds are in ``shapes.json`` (``simulated``, ``wall_s``), not
+yet in the equal-budget search's count.
 """
 
 from __future__ import annotations
