@@ -152,12 +152,14 @@ def test_across_processes_the_corrected_loop_finds_the_stand_in_s_best_and_the_u
         return StandIn(graph, cluster, slow_device=SLOW, slowdown=3.0, simulator=ranks)
 
     best_s = MoveSearch(graph, cluster, real().truth, seed=0).run(None, max_evals=1500).step_time_s
-    options = _options(measurements=12)
+    # 16 measurements: with the accumulation of weight gradients charged (envs.sim.cost) the loop's 12th ended at
+    # 1.056x the stand-in's best on this seed (0.992x on seed 1); at 16, 0.957x
+    options = _options(measurements=16)
     corrected = CorrectedSearch(graph, cluster, real(), sim=ranks(graph, cluster), options=options).run(None)
     assert (corrected.simulator_op_devices == cluster.index(SLOW)).sum() > graph.num_ops / 4  # even split: gpu:1 too
     assert corrected.step_time_s < 1.05 * best_s
     assert corrected.speedup() > 1.3  # re-measured side by side with the simulator's best
     plain = CorrectedSearch(
-        graph, cluster, real(), sim=ranks(graph, cluster), options=_options(measurements=12, correction=False)
+        graph, cluster, real(), sim=ranks(graph, cluster), options=_options(measurements=16, correction=False)
     ).run(None)
     assert plain.step_time_s > 1.3 * best_s  # the simulator's own ranking never learns gpu:1 is slow
