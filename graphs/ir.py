@@ -31,8 +31,12 @@ FORMAT = "placer-graph/1"
 # Per-op numeric columns: name -> dtype. All have length num_ops.
 _INT_COLS = ("out_bytes", "param_bytes", "buffer_bytes")
 _FLOAT_COLS = ("flops",)
-#: Per-op columns a profile may give per device kind (seconds; see ``OpGraph.profile``).
-PROFILE_COLUMNS = ("fwd_s", "bwd_s", "issue_fwd_s", "issue_bwd_s")
+#: Per-op columns a profile may give per device kind (seconds; see ``OpGraph.profile``): the whole batch's times, the
+#: host's issue times (a GPU profiled in context), and the times on one of ``micro_m`` microbatches (``placer profile
+#: --microbatches``; ``micro_m`` is that M, per op).
+PROFILE_COLUMNS = ("fwd_s", "bwd_s", "issue_fwd_s", "issue_bwd_s", "micro_fwd_s", "micro_bwd_s", "micro_m")
+#: The optional ones: only some devices, or only some profiles, have them.
+OPTIONAL_PROFILE_COLUMNS = ("issue_fwd_s", "issue_bwd_s", "micro_fwd_s", "micro_bwd_s", "micro_m")
 
 
 @dataclass(eq=False)

@@ -15,7 +15,10 @@ With M > 1 microbatches (:mod:`envs.microbatch`, and the pipelines across proces
 an op's times are those of one microbatch: the roofline's FLOPs, inputs and outputs
 scale by ``1/M`` while its parameters are still read whole, and a profiled time
 (measured on the whole batch) scales as the op's roofline does, not by ``1/M``: a
-dense layer on a small batch reads its whole weight whatever M is. Every microbatch
+dense layer on a small batch reads its whole weight whatever M is. Where the profile
+also timed the op on one of K microbatches (``placer profile --microbatches K``:
+the ``micro_*`` columns), the op's time is ``a + b / M`` through the two measured
+sizes (:func:`between_sizes`), the roofline left out. Every microbatch
 after the first also adds its weight gradients into the accumulated ones (autograd's
 ``grad += new``): its backward moves ``ACCUMULATE_TRAFFIC_MULTIPLIER`` × the op's
 parameter bytes more, ``(M - 1) / M`` of that per microbatch on average.
@@ -87,20 +90,40 @@ def op_times(graph: OpGraph, cluster: Cluster, microbatches: int = 1) -> tuple[n
         prof = graph.profile.get(kind)
         if not prof:
             continue
-        measured_fwd = prof.get("fwd_s")
-        if measured_fwd is not None:
-            have = ~np.isnan(measured_fwd)
-            fwd[have, d] = measured_fwd[have] * shrink[have, d]
-            bwd[have, d] = BACKWARD_MULTIPLIER * fwd[have, d]
-        measured_bwd = prof.get("bwd_s")
-        if measured_bwd is not None:
-            have = ~np.isnan(measured_bwd)
-            bwd[have, d] = measured_bwd[have] * shrink[have, d]
+        timed = {col: prof.get(col) for col in ("fwd_s", "bwd_s")}
+        for col, out in (("fwd_s", fwd), ("bwd_s", bwd)):
+            if timed[col] is None:
+                continue
+            have = ~np.isnan(timed[col])
+            out[have, d] = timed[col][have] * shrink[have, d]
+            micro, k = prof.get(f"micro_{col}"), prof.get("micro_m")
+            if microbatches > 1 and micro is not None and k is not None:  # timed on one of K microbatches too
+                line = have & ~np.isnan(micro) & ~np.isnan(k) & (k > 1)
+                out[line, d] = between_sizes(timed[col][line], micro[line], k[line], M)
+            if col == "fwd_s":  # a backward not timed: twice the forward (as timed)
+                untimed = have & (np.isnan(timed["bwd_s"]) if timed["bwd_s"] is not None else True)
+                bwd[untimed, d] = BACKWARD_MULTIPLIER * fwd[untimed, d]
     if microbatches > 1:
         accumulate = ACCUMULATE_TRAFFIC_MULTIPLIER * graph.param_bytes.astype(np.float64)
         bwd += (M - 1) / M * accumulate[:, None] / cluster.mem_bw_bytes_per_s[None, :]
     assert fwd.shape == (n, D)
     return fwd, bwd
+
+
+def between_sizes(whole_s: np.ndarray, micro_s: np.ndarray, k: np.ndarray, microbatches: float) -> np.ndarray:
+    """An op's seconds on one of M microbatches from its seconds on the whole batch and on one of K: ``a + b / M``
+    through both (``b / M``: the part that scales with the batch; ``a``: what every microbatch pays, such as reading
+    a weight), ``b`` kept >= 0 (a microbatch timed slower than the whole batch costs its own time at every M > 1)
+    and ``a`` >= 0.
+
+    >>> float(between_sizes(np.array([8.0]), np.array([2.0]), np.array([4.0]), 2)[0])  # all of it scales
+    4.0
+    >>> float(between_sizes(np.array([8.0]), np.array([5.0]), np.array([4.0]), 8)[0])  # a = 4, b = 4
+    4.5
+    """
+    b = np.maximum(whole_s - micro_s, 0.0) / (1.0 - 1.0 / k)
+    a = np.maximum(micro_s - b / k, 0.0)
+    return a + b / float(microbatches)
 
 
 def roofline_s(graph: OpGraph, cluster: Cluster, microbatches: int = 1) -> np.ndarray:

@@ -54,6 +54,16 @@ def add_command(sub: argparse._SubParsersAction) -> None:
         "profile: one thread each, compute fitted to SOURCE run as a real pipeline across the N ranks (1 and 8 "
         "microbatches), links by a p2p ping-pong",
     )
+    p.add_argument(
+        "--microbatches",
+        type=int,
+        default=1,
+        metavar="K",
+        help="also time every op on one of K microbatches of SOURCE's inputs (cut along dimension 0, as a pipelined "
+        "plan cuts them): the simulator then prices an op on one of M microbatches between the two sizes measured, "
+        "which the whole batch's time over M is not for a dense layer on a small batch (default 1: the whole batch "
+        "only)",
+    )
     p.add_argument("--json", action="store_true", help="print a JSON summary")
     p.set_defaults(func=run)
 
@@ -66,7 +76,10 @@ def run(args: argparse.Namespace) -> int:
 
     check_step_counts(args)
     check_output_file(args.output, "-o")
+    check_int(args.microbatches, "--microbatches", least=1, most=1024)
     if args.ranks is not None:
+        if args.microbatches != 1:
+            raise PlacerError("--microbatches: a profile of op times only; --ranks fits its own (1 and 8 microbatches)")
         return run_ranks(args)
     torch_devices = [name.strip() for name in args.devices.split(",") if name.strip()]
     if not torch_devices:
@@ -84,7 +97,13 @@ def run(args: argparse.Namespace) -> int:
         bar.update(done - bar.n)
 
     prof = profiler.profile_model(
-        model, inputs, torch_devices, warmup=args.warmup, repeats=args.repeats, progress=progress
+        model,
+        inputs,
+        torch_devices,
+        microbatches=args.microbatches,
+        warmup=args.warmup,
+        repeats=args.repeats,
+        progress=progress,
     )
     bar.close()
     profiler.save_profile(prof, args.output)
@@ -93,7 +112,7 @@ def run(args: argparse.Namespace) -> int:
         "graph_hash": prof["graph_hash"],
         "ops": len(prof["ops"]),
         "devices": {
-            d: {k: float(np.nansum(np.array(e[k], dtype=float))) for k in PROFILE_COLUMNS if k in e}
+            d: {k: float(np.nansum(np.array(e[k], dtype=float))) for k in PROFILE_COLUMNS if k in e and k != "micro_m"}
             for d, e in prof["devices"].items()
         },
         "links": [{k: lk[k] for k in ("src", "dst", "latency_s", "bandwidth_bytes_per_s")} for lk in prof["links"]],
@@ -105,6 +124,11 @@ def run(args: argparse.Namespace) -> int:
     print(f"{args.output}: {summary['ops']} ops of {args.source} (graph {prof['graph_hash']})")
     for d, s in summary["devices"].items():
         print(f"  {d:<8} forward {s['fwd_s'] * 1e3:10.2f} ms   backward {s['bwd_s'] * 1e3:10.2f} ms   (sum over ops)")
+        if "micro_fwd_s" in s:  # --microbatches K: one of K microbatches
+            print(
+                f"  {'':<8} forward {s['micro_fwd_s'] * 1e3:10.2f} ms   backward {s['micro_bwd_s'] * 1e3:10.2f} ms   "
+                f"(one of {args.microbatches} microbatches)"
+            )
         if "issue_fwd_s" in s:  # a GPU profiled in context: the host's time to issue those kernels
             print(
                 f"  {'':<8} issue   {s['issue_fwd_s'] * 1e3:10.2f} ms   issue    "

@@ -56,6 +56,37 @@ def test_microbatch_times_scale_a_profile_as_the_roofline_and_charge_accumulatin
     assert np.isclose(bwd[0, 0], 2 * roof + 3 / 4 * 3 * 2e9 / cpu.mem_bw_bytes_per_s, rtol=1e-12)
 
 
+def test_an_op_timed_on_a_microbatch_too_costs_a_line_through_both_sizes():
+    # fc: 8 ms on the whole batch, 5 ms on one of 4 (a = 4 ms every microbatch pays, b = 4 ms that scales);
+    # conv: 8 ms and 2 ms (all of it scales); both on k80x2's GPU, M = 2 and 8
+    g = OpGraph.from_edges(
+        ["fc", "conv"], [("fc", "conv", 4)], flops=[8e6, 4e10], param_bytes=[2_000_000, 0], op_types=["op"] * 2
+    )
+    c = Cluster.preset("k80x2")
+    g.profile = {
+        "gpu": {
+            "fwd_s": np.array([8e-3, 8e-3]),
+            "bwd_s": np.array([16e-3, np.nan]),
+            "micro_fwd_s": np.array([5e-3, 2e-3]),
+            "micro_bwd_s": np.array([10e-3, 4e-3]),
+            "micro_m": np.array([4.0, 4.0]),
+        }
+    }
+    accumulate_s = cost.ACCUMULATE_TRAFFIC_MULTIPLIER * 2e6 / 2e11  # per microbatch after the first, fc's weights
+    fwd, bwd = cost.op_times(g, c, microbatches=2)
+    assert np.isclose(fwd[0, 1], 4e-3 + 4e-3 / 2) and np.isclose(fwd[1, 1], 8e-3 / 2)
+    assert np.isclose(bwd[0, 1], 8e-3 + 8e-3 / 2 + accumulate_s / 2)  # bwd: a = 8 ms, b = 8 ms
+    # conv's backward has no whole-batch time: twice its forward, as without the microbatch's columns
+    assert np.isclose(bwd[1, 1], cost.BACKWARD_MULTIPLIER * fwd[1, 1])
+    fwd8, _ = cost.op_times(g, c, microbatches=8)
+    assert np.isclose(fwd8[0, 1], 4e-3 + 4e-3 / 8) and np.isclose(fwd8[1, 1], 8e-3 / 8)
+    fwd1, bwd1 = cost.op_times(g, c)  # one microbatch: the whole batch's times as measured
+    assert fwd1[0, 1] == 8e-3 and bwd1[0, 1] == 16e-3
+    # the host CPU has no profile: the microbatch's columns are the GPU's only
+    g.profile = {}
+    assert fwd[0, 0] == cost.op_times(g, c, microbatches=2)[0][0, 0]
+
+
 def test_transfer_and_update_times():
     c = Cluster.preset("v100x4")
     assert cost.transfer_time_s(45e9, "gpu:0", "gpu:1", c) == 1.0 + 6e-6

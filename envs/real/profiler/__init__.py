@@ -77,13 +77,20 @@ from envs.real.profiler.fit import (
 from envs.real.profiler.host import time_contention, time_staging
 from envs.real.profiler.op_timing import time_call
 from envs.real.profiler.probe import host_clock, probe_costs, profile_in_context
-from envs.real.profiler.program import DEFAULT_TRANSFER_SIZES, profile_model, profile_program, time_link
+from envs.real.profiler.program import (
+    DEFAULT_TRANSFER_SIZES,
+    profile_model,
+    profile_program,
+    time_link,
+    with_microbatch_times,
+)
 
 __all__ = [
     "FORMAT",
     "DEFAULT_TRANSFER_SIZES",
     "profile_program",
     "profile_model",
+    "with_microbatch_times",
     "profile_in_context",
     "profile_device_in_context",
     "CudaMarks",

@@ -18,7 +18,7 @@ from envs.cluster import KINDS, MAX_DELAY_S, MIN_RATE
 from envs.sim.order_trust import margin_of
 from graphs import PlacerError, schema
 from graphs.io import read_json, write_text_atomic
-from graphs.ir import PROFILE_COLUMNS
+from graphs.ir import OPTIONAL_PROFILE_COLUMNS, PROFILE_COLUMNS
 
 FORMAT = "placer-profile/1"
 
@@ -66,7 +66,7 @@ def check_profile(doc: Any, *, source: str = "profile") -> None:
             raise PlacerError(f"{source}: {where}.kind is {entry['kind']!r}, expected one of {', '.join(KINDS)}")
         for col in PROFILE_COLUMNS:
             arr = entry.get(col)
-            if col.startswith("issue") and arr is None:  # optional: devices profiled in context
+            if col in OPTIONAL_PROFILE_COLUMNS and arr is None:  # devices profiled in context; --microbatches
                 continue
             if not isinstance(arr, list) or len(arr) != len(ops):
                 raise PlacerError(f"{source}: {where}.{col} must list one time per op ({len(ops)})")

@@ -71,7 +71,7 @@ def profile_columns(
     for torch_device, entry in profile["devices"].items():
         kind = entry.get("kind") or device_kind(torch_device)
         for col in PROFILE_COLUMNS:
-            if col not in entry:  # the issue columns: devices profiled in context only
+            if col not in entry:  # the optional columns (the issue times, the microbatch's)
                 continue
             vals = np.array([np.nan if x is None else x for x in entry[col]], dtype=np.float64)
             aligned = (

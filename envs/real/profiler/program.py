@@ -197,10 +197,55 @@ def _device_name(d: Any) -> str:
     return platform.processor() or platform.machine()
 
 
-def profile_model(model: Any, example_inputs: tuple, devices: Sequence[str], **options: Any) -> dict[str, Any]:
-    """Export ``model`` (as :func:`graphs.capture` does) and :func:`profile_program` it."""
+def profile_model(
+    model: Any,
+    example_inputs: tuple,
+    devices: Sequence[str],
+    *,
+    microbatches: int = 1,
+    batch_dim: int = 0,
+    **options: Any,
+) -> dict[str, Any]:
+    """Export ``model`` (as :func:`graphs.capture` does) and :func:`profile_program` it.
+
+    ``microbatches`` K > 1: profile it again on one of K microbatches of the inputs (cut along ``batch_dim`` as a
+    pipelined plan cuts them, :func:`envs.real.pipeline.split_batch`), into the ``micro_*`` columns
+    (:func:`with_microbatch_times`): what an op costs on a small batch is not its whole batch's time over K (a dense
+    layer reads its whole weight), and the simulator takes each op's cost between the two sizes from them
+    (:func:`envs.sim.cost.op_times`).
+    """
     check_runnable(model)
-    return profile_program(export_program(model, example_inputs), devices, **options)
+    doc = profile_program(export_program(model, example_inputs), devices, **options)
+    if microbatches > 1:
+        from envs.real.pipeline import split_batch  # the runtime's own cut
+
+        part = split_batch(tuple(example_inputs), microbatches, batch_dim, source="--microbatches")[0]
+        micro = profile_program(export_program(model, part), devices, **options)
+        doc = with_microbatch_times(doc, micro, microbatches)
+    return doc
+
+
+def with_microbatch_times(doc: dict[str, Any], micro: dict[str, Any], microbatches: int) -> dict[str, Any]:
+    """``doc`` (a profile of the whole batch) with the forward and backward times of ``micro`` (the same model's
+    profile on one of ``microbatches`` microbatches) as each device's ``micro_fwd_s``, ``micro_bwd_s`` and
+    ``micro_m`` columns, op by op by name (an op the microbatch's program lacks: ``None``).
+
+    >>> whole = {"ops": ["a", "b"], "devices": {"cpu": {"fwd_s": [2.0, 4.0], "bwd_s": [4.0, 8.0]}}}
+    >>> part = {"ops": ["b"], "devices": {"cpu": {"fwd_s": [3.0], "bwd_s": [5.0]}}}
+    >>> with_microbatch_times(whole, part, 4)["devices"]["cpu"]["micro_fwd_s"]
+    [None, 3.0]
+    """
+    out = copy.deepcopy(doc)
+    for torch_device, entry in out["devices"].items():
+        other = micro["devices"].get(torch_device)
+        if other is None:
+            continue
+        at = {name: k for k, name in enumerate(micro["ops"])}
+        rows = [at.get(name) for name in out["ops"]]
+        for col in ("fwd_s", "bwd_s"):
+            entry[f"micro_{col}"] = [None if k is None else other[col][k] for k in rows]
+        entry["micro_m"] = [None if k is None or other["fwd_s"][k] is None else microbatches for k in rows]
+    return out
 
 
 def time_link(

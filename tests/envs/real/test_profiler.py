@@ -196,6 +196,30 @@ def test_across_processes_a_profile_gives_its_op_times_and_keeps_the_ranks_clust
     assert given["step_time_s"] == pytest.approx(with_times, rel=1e-9)
 
 
+def test_a_profile_on_microbatches_times_every_op_on_one_of_them_too(profiled, tmp_path):
+    graph, whole = profiled
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(64, 256), nn.BatchNorm1d(256), nn.ReLU(), nn.Linear(256, 8))
+    prof = profile_model(model, (torch.randn(64, 64),), ["cpu"], warmup=1, repeats=3, microbatches=4)
+    entry = prof["devices"]["cpu"]
+    timed = [k for k, t in enumerate(entry["fwd_s"]) if t is not None]
+    assert timed and all(entry["micro_m"][k] == 4 and entry["micro_fwd_s"][k] is not None for k in timed)
+    # a quarter of the batch: less work in all (each op's own time is noisy)
+    assert sum(entry["micro_fwd_s"][k] for k in timed) < sum(entry["fwd_s"][k] for k in timed)
+    path = tmp_path / "micro.json"
+    save_profile(prof, path)
+    g2 = apply_profile(graph, load_profile(path))
+    assert np.array_equal(g2.profile["cpu"]["micro_m"][timed], np.full(len(timed), 4.0))
+    # the simulator takes them: on 4 microbatches each op costs what it measured on one
+    from envs.sim import cost
+
+    fwd, _ = cost.op_times(g2, envs.Cluster.preset("k80x2"), microbatches=4)
+    cpu = envs.Cluster.preset("k80x2").index("cpu:0")
+    micro, full = (np.asarray(entry[c], dtype=float) for c in ("micro_fwd_s", "fwd_s"))
+    line = [k for k in timed if full[k] <= 4 * micro[k]]  # not past the line's ends (a >= 0 unclamped)
+    assert line and np.allclose(fwd[line, cpu], micro[line])
+
+
 def test_unavailable_cuda_device_is_a_one_line_error():
     if torch.cuda.is_available():
         pytest.skip("this machine has CUDA")

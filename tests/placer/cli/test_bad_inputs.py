@@ -370,6 +370,16 @@ def _cases() -> list[Case]:
         ("run-lr", lambda w: ["run", "rnnlm", "--placement", w.placement, "--cluster", CLUSTER, "--lr", "nan"], "--lr"),
         ("profile-repeats", lambda w: ["profile", "rnnlm", "-o", w.path("prof.json"), "--repeats", "0"], "--repeats"),
         ("profile-warmup", lambda w: ["profile", "rnnlm", "-o", w.path("prof.json"), "--warmup", "-1"], "--warmup"),
+        (
+            "profile-microbatches",
+            lambda w: ["profile", "rnnlm", "-o", w.path("prof.json"), "--microbatches", "0"],
+            "--microbatches",
+        ),
+        (
+            "profile-microbatches-ranks",
+            lambda w: ["profile", "rnnlm", "-o", w.path("r.json"), "--ranks", "2", "--microbatches", "4"],
+            "--microbatches: a profile of op times only",
+        ),
         ("unknown-source", lambda w: ["inspect", "no-such-model"], "no-such-model"),
         ("bad-module", lambda w: ["inspect", "no_such_module_xyz:build"], "no_such_module_xyz"),
     ]

@@ -5,10 +5,10 @@
 set -euo pipefail
 M=${1:?model: lm, encoder_decoder, unet or convnet}
 BUDGET=${2:-60}
-D=docs/ranks/cpu2/profiled
+D=${OUT:-docs/ranks/cpu2/profiled}
 export OMP_NUM_THREADS=1 MKL_NUM_THREADS=1
 placer profile bench.rank_models:$M --ranks 2 -o $D/ranks_$M.json > $D/profile_ranks_$M.log 2>&1
-placer profile bench.rank_models:$M -o $D/ops_$M.json --repeats 7 > $D/profile_ops_$M.log 2>&1
+placer profile bench.rank_models:$M -o $D/ops_$M.json --repeats 7 --microbatches 4 > $D/profile_ops_$M.log 2>&1
 placer train bench.rank_models:$M --ranks --cluster $D/ranks_$M.json --profile $D/ops_$M.json --choose-shape \
   --time-budget $BUDGET --logdir /tmp/train_$M --json > $D/train_$M.json 2> $D/train_$M.log
 cp /tmp/train_$M/best_placement.json $D/learned_$M.json
