@@ -240,6 +240,11 @@ class SimEnv:
         """
         return self._simulated[0]
 
+    def count_simulated(self, placements: int) -> None:
+        """Add ``placements`` that a method simulated on another scorer for this env's caller (``stage_search`` on
+        the simulator of ranks) to :attr:`simulated`, so that what it spent is counted where every search's is."""
+        self._simulated[0] += int(placements)
+
     def with_executor(self, executor: str) -> "SimEnv":
         """This env under another executor model (same graph, cluster, backend and M; each twin is built once)."""
         if executor == self.executor:

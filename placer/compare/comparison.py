@@ -182,10 +182,11 @@ def compare(
         shapes = (
             method_shapes(m, own, default_ms, inflight) if {"microbatches", "inflight"} & set(own) else default_shapes
         )
-        before = env.simulated
+        before = env.simulated + (scorer.simulated if scorer is not env else 0)
         attempt = HeuristicAttempt(m, graph, cluster, env, own, seed, model, best_single_s, order, scorer=scorer)
         rows.append(attempt.best(shapes))
-        rows[-1].simulated = env.simulated - before
+        # its searches and its scoring (across processes, on the simulator of ranks too)
+        rows[-1].simulated = env.simulated + (scorer.simulated if scorer is not env else 0) - before
         if progress is not None:
             progress(len(rows), m)
     rows += given_rows(scorer, graph, cluster, labelled, best_single_s)

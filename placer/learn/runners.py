@@ -108,12 +108,13 @@ def train(
     os.makedirs(logdir, exist_ok=True)
     with run_lock(logdir):
         tensors, state = None, None  # the checkpoint's, on --resume
+        chosen = 0  # placements the shape choice simulated
         if not config.resume:
             check_fresh(logdir)
             if config.choose_shape:  # before the scorer is built: a measured job of ranks runs the run's shape
                 choice = choose_shape(graph, cluster, config, progress)
                 write_json(os.path.join(logdir, SHAPES_JSON), choice.to_dict())
-                config = with_shape(config, choice)
+                config, chosen = with_shape(config, choice), choice.simulated
         else:  # before anything is built on it: a checkpoint of another graph is a user error
             if not checkpoint.exists(logdir):
                 raise PlacerError(f"--resume: {logdir} has no {checkpoint.CHECKPOINT_PT}")
@@ -122,7 +123,11 @@ def train(
         owns_env = env is None
         env = env if env is not None else ENVS[config.env](config, graph, cluster, logdir)  # checked by validate()
         try:
-            return _learn(Session(config, graph, cluster, env, logdir, device, state, progress), tensors)
+            session = Session(config, graph, cluster, env, logdir, device, state, progress)
+            # the shape choice's placements, counted with the heuristics' (so the equal budget has them too)
+            session.simulated_before += chosen
+            session.heuristics_simulated_before += chosen
+            return _learn(session, tensors)
         finally:
             if owns_env and hasattr(env, "close"):
                 env.close()

@@ -7,9 +7,10 @@ keeps the run's shape and moves ops, so a run given one shape cannot find a plan
 another. Before the run, each shape of :data:`envs.sim.ranks.PIPELINE_SHAPES` is
 scored by the pipeline splits (:data:`SPLITS`: fast, and made for pipelines) on the
 simulator of ranks, and the run takes the shape of the fastest split. The choice
-runs before the run's clock starts, as the heuristics' scoring does; the placements
-it simulated and its seconds are in ``shapes.json`` (``simulated``, ``wall_s``), not
-yet in the equal-budget search's count.
+runs before the run's clock starts, as the heuristics' scoring does, and the
+placements it simulated are counted with the heuristics' (so the equal-budget search
+is given them too); they and its seconds are in ``shapes.json`` (``simulated``,
+``wall_s``).
 """
 
 from __future__ import annotations

@@ -389,6 +389,9 @@ def test_ranks_scores_every_row_on_the_simulator_of_ranks_and_gives_no_bound():
     assert differs  # (the one-process simulator scores these plans otherwise: the rows are not its figures)
     by = {r.method: r.step_time_s for r in report.rows}
     assert by["stage_search"] <= min(by["equal_layers"], by["flops_balanced"]) * (1 + 1e-9)  # its start, improved
+    # what its search spent on the simulator of ranks is counted (at both M): its start's 3 splits, then its moves
+    spent = {r.method: r.simulated for r in report.rows}
+    assert spent["stage_search"] > 2 * 3 and spent["equal_layers"] == 0
     doc = json.loads(json.dumps(report.to_dict(), allow_nan=False))
     assert doc["lower_bound_s"] is None and doc["executor"] == "ranks"
 

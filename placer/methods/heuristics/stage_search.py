@@ -84,6 +84,8 @@ def stage_search(
                 best_s, cuts, moved = float(step_time_s[j]), tried[j], True
         if not moved:
             break
+    if hasattr(env, "count_simulated"):  # what the search spent, counted where the caller counts every search's
+        env.count_simulated(sim.simulated)
     return devices[stages_of(cuts, n) % len(devices)].astype(np.int32)
 
 

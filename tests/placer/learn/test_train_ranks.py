@@ -84,6 +84,7 @@ def test_a_run_that_chooses_its_shape_takes_the_fastest_splits_and_keeps_it(tmp_
     fastest = min(rows, key=lambda r: r["step_time_s"])
     assert (choice["microbatches"], choice["inflight"]) == (fastest["microbatches"], fastest["inflight"])
     assert choice["microbatches"] > 1 and fastest["method"] in SHAPE_SPLITS  # the chain gains from microbatches
+    assert choice["simulated"] > len(PIPELINE_SHAPES)  # stage_search's placements, at every shape
     # every split at the chosen shape, scored alone: the row is the fastest of them
     M, W = fastest["microbatches"], fastest["inflight"]
     sim = RankSim(g, cluster, microbatches=M, inflight=W)
@@ -96,6 +97,8 @@ def test_a_run_that_chooses_its_shape_takes_the_fastest_splits_and_keeps_it(tmp_
     assert (best.microbatches, best.inflight) == (M, W) and result.best_placement.microbatches == M
     assert result.best_step_time_s == pytest.approx(RankSim(g, cluster).simulate(best).step_time_s, rel=1e-12)
     assert result.best_step_time_s <= fastest["step_time_s"] * (1 + 1e-12)
+    # the choice's placements are counted with the heuristics' (the equal-budget search is given them)
+    assert result.equal_budget_search["heuristics_simulated"] >= choice["simulated"]
     # the command line says it chose, and the JSON has every shape
     path = str(tmp_path / "g.json")
     save(g, path)
