@@ -75,8 +75,10 @@ def op_times(graph: OpGraph, cluster: Cluster, microbatches: int = 1) -> tuple[n
     ``microbatches`` M > 1: the times of one op on one microbatch, ``1/M`` of the
     batch (:mod:`envs.microbatch`): FLOPs, inputs and outputs scaled by ``1/M``,
     the parameters and buffers still read whole; a profiled time scaled as the op's
-    roofline scales from the whole batch to one microbatch; each backward charged
-    the accumulation of its weight gradients (the module doc).
+    roofline scales from the whole batch to one microbatch, or, where the profile
+    timed one of K microbatches too, on the line through both sizes
+    (:func:`between_sizes`); each backward charged the accumulation of its weight
+    gradients (the module doc).
     """
     n, D = graph.num_ops, cluster.num_devices
     M = float(microbatches)
