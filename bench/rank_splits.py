@@ -127,12 +127,12 @@ def phase_error(models: Sequence[dict[str, Any]]) -> dict[str, dict[str, float]]
 def model_graph(source: str, profile: str | None = None) -> Any:
     """The captured graph of ``source``, with the per-op times of ``profile`` (a `placer profile SOURCE` file) on it
     as ``--ranks --profile`` puts them (the cluster keeps its own rates and links)."""
-    from envs.real.profiler import with_profile
+    from envs.real.profiler import apply_profile, load_profile
     from graphs import sources
     from graphs.torch_capture import capture
 
     graph = capture(*sources.resolve_model(source))
-    return with_profile(graph, None, profile, ranks=True)[0] if profile else graph
+    return apply_profile(graph, load_profile(profile), source=profile) if profile else graph
 
 
 def run_model(
@@ -204,9 +204,9 @@ def _ok(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
     return [r for r in rows if r.get("status", "ok") == "ok"]
 
 
-def fidelity(models: Sequence[dict[str, Any]]) -> dict[str, Any]:
-    """MAPE and Spearman of simulated against measured over every measured plan."""
-    sim = np.array([r["sim_s"] for m in models for r in _ok(m["rows"])])
+def fidelity(models: Sequence[dict[str, Any]], key: str = "sim_s") -> dict[str, Any]:
+    """MAPE and Spearman of simulated (each row's ``key``) against measured over every measured plan."""
+    sim = np.array([r[key] for m in models for r in _ok(m["rows"])])
     real = np.array([r["measured_s"] for m in models for r in _ok(m["rows"])])
     return {"plans": len(sim), "models": len(models), "mape": mape(sim, real), "spearman": spearman(sim, real)}
 
@@ -222,9 +222,7 @@ def rescore(
         sim = RankSim(graph, own.get(m["model"], cluster))
         for r in _ok(m["rows"]):
             r["rescored_s"] = sim.evaluate([Placement.from_dict(r["placement"])])[0].step_time_s
-    sim_s = np.array([r["rescored_s"] for m in models for r in _ok(m["rows"])])
-    real = np.array([r["measured_s"] for m in models for r in _ok(m["rows"])])
-    return {"cluster": cluster.name, "plans": len(sim_s), "mape": mape(sim_s, real), "spearman": spearman(sim_s, real)}
+    return {"cluster": cluster.name, **fidelity(models, "rescored_s")}
 
 
 def table(models: Sequence[dict[str, Any]]) -> list[str]:
@@ -283,7 +281,7 @@ def resimulate(path: str, cluster: Any, own: Mapping[str, Any], profiles: Mappin
     if not isinstance(models, list) or not all(isinstance(m, dict) and "rows" in m for m in models):
         raise PlacerError(f"{path}: not a `python -m bench.rank_splits --json` run (no models with rows)")
     out = {"run": path, "recorded": doc.get("fidelity"), "now": rescore(models, cluster, own, profiles)}
-    out["per_model"] = {m["model"]: {"now": rescore([m], cluster, own, profiles)} for m in models}
+    out["per_model"] = {m["model"]: {"now": fidelity([m], "rescored_s")} for m in models}
     if as_json:
         print(json.dumps(out, indent=1))
         return 0

@@ -236,12 +236,12 @@ def with_microbatch_times(doc: dict[str, Any], micro: dict[str, Any], microbatch
     [None, 3.0]
     """
     out = copy.deepcopy(doc)
+    at = {name: k for k, name in enumerate(micro["ops"])}
+    rows = [at.get(name) for name in out["ops"]]  # each op's row in the microbatch's profile
     for torch_device, entry in out["devices"].items():
         other = micro["devices"].get(torch_device)
         if other is None:
             continue
-        at = {name: k for k, name in enumerate(micro["ops"])}
-        rows = [at.get(name) for name in out["ops"]]
         for col in ("fwd_s", "bwd_s"):
             entry[f"micro_{col}"] = [None if k is None else other[col][k] for k in rows]
         entry["micro_m"] = [None if k is None or other["fwd_s"][k] is None else microbatches for k in rows]
