@@ -2,7 +2,9 @@
 
 Each builder returns ``(model, example_inputs)``, seeded, with ``forward`` returning the
 loss (the last stage of a plan across processes computes it). Sized so that a step
-takes tens to hundreds of milliseconds on one CPU core:
+takes tens to hundreds of milliseconds on one CPU core (``lm_b32``, ``encoder_decoder_b32`` and ``unet_b32``: the
+same models on a batch of 32, where one of 4 microbatches is the small batch; a pipeline
+pays only where a microbatch's ops are large enough to run near their whole-batch rate):
 
 * :func:`lm`: 4 causal transformer layers of width 128 and an 8192-token head (the
   heaviest layer by far, which an equal count of layers ignores);
@@ -44,12 +46,17 @@ class EncoderDecoder(nn.Module):
         return F.cross_entropy(self.head(h).flatten(0, 1), tgt[:, 1:].flatten())
 
 
-def encoder_decoder() -> tuple[nn.Module, tuple[torch.Tensor, torch.Tensor]]:
-    """``(model, (source tokens, target tokens))``, seeded."""
+def encoder_decoder(batch: int = BATCH) -> tuple[nn.Module, tuple[torch.Tensor, torch.Tensor]]:
+    """``(model, (source tokens, target tokens))``: ``batch`` (8) pairs of 64 tokens, seeded."""
     torch.manual_seed(0)
     g = torch.Generator().manual_seed(1)
-    src, tgt = (torch.randint(0, VOCAB, (BATCH, SEQ), generator=g) for _ in range(2))
+    src, tgt = (torch.randint(0, VOCAB, (batch, SEQ), generator=g) for _ in range(2))
     return EncoderDecoder().eval(), (src, tgt)
+
+
+def encoder_decoder_b32() -> tuple[nn.Module, tuple[torch.Tensor, torch.Tensor]]:
+    """:func:`encoder_decoder` on a batch of 32."""
+    return encoder_decoder(32)
 
 
 class SmallLM(nn.Module):
@@ -70,11 +77,16 @@ class SmallLM(nn.Module):
         return F.cross_entropy(self.head(h).flatten(0, 1), targets.flatten())
 
 
-def lm() -> tuple[nn.Module, tuple[torch.Tensor, torch.Tensor]]:
-    """``(model, (tokens, next tokens))``: batch 8 of 64 tokens, seeded."""
+def lm(batch: int = BATCH) -> tuple[nn.Module, tuple[torch.Tensor, torch.Tensor]]:
+    """``(model, (tokens, next tokens))``: ``batch`` (8) sequences of 64 tokens, seeded."""
     torch.manual_seed(0)
-    tokens = torch.randint(0, 8192, (BATCH, SEQ), generator=torch.Generator().manual_seed(1))
+    tokens = torch.randint(0, 8192, (batch, SEQ), generator=torch.Generator().manual_seed(1))
     return SmallLM().eval(), (tokens, tokens.roll(-1, dims=1))
+
+
+def lm_b32() -> tuple[nn.Module, tuple[torch.Tensor, torch.Tensor]]:
+    """:func:`lm` on a batch of 32: one of 4 microbatches is :func:`lm`'s whole batch."""
+    return lm(32)
 
 
 def block(c_in: int, c_out: int) -> nn.Sequential:
@@ -108,12 +120,17 @@ class UNet(nn.Module):
         return F.mse_loss(self.out(h), target)
 
 
-def unet() -> tuple[nn.Module, tuple[torch.Tensor, torch.Tensor]]:
-    """``(model, (images, targets))``: 8 images of 3 x 64 x 64, seeded."""
+def unet(batch: int = BATCH) -> tuple[nn.Module, tuple[torch.Tensor, torch.Tensor]]:
+    """``(model, (images, targets))``: ``batch`` (8) images of 3 x 64 x 64, seeded."""
     torch.manual_seed(0)
     g = torch.Generator().manual_seed(1)
-    x = torch.randn(BATCH, 3, 64, 64, generator=g)
-    return UNet().eval(), (x, torch.randn(BATCH, 3, 64, 64, generator=g))
+    x = torch.randn(batch, 3, 64, 64, generator=g)
+    return UNet().eval(), (x, torch.randn(batch, 3, 64, 64, generator=g))
+
+
+def unet_b32() -> tuple[nn.Module, tuple[torch.Tensor, torch.Tensor]]:
+    """:func:`unet` on a batch of 32."""
+    return unet(32)
 
 
 class ConvNet(nn.Module):
@@ -139,4 +156,16 @@ def convnet() -> tuple[nn.Module, tuple[torch.Tensor, torch.Tensor]]:
     return ConvNet().eval(), (x, torch.randint(0, 1000, (BATCH,), generator=g))
 
 
-__all__ = ["ConvNet", "EncoderDecoder", "SmallLM", "UNet", "convnet", "encoder_decoder", "lm", "unet"]
+__all__ = [
+    "ConvNet",
+    "EncoderDecoder",
+    "SmallLM",
+    "UNet",
+    "convnet",
+    "encoder_decoder",
+    "encoder_decoder_b32",
+    "lm",
+    "lm_b32",
+    "unet",
+    "unet_b32",
+]

@@ -52,7 +52,12 @@ MODELS = {
     "encoder_decoder": "bench.rank_models:encoder_decoder",
     "unet": "bench.rank_models:unet",
     "convnet": "bench.rank_models:convnet",
+    "lm_b32": "bench.rank_models:lm_b32",
+    "encoder_decoder_b32": "bench.rank_models:encoder_decoder_b32",
+    "unet_b32": "bench.rank_models:unet_b32",
 }
+#: What ``--models`` runs unless told: the batch-8 models (the batch-32 ones take 4x as long to measure).
+DEFAULT_MODELS = ("lm", "encoder_decoder", "unet", "convnet")
 METHODS = SPLITS  # the splits placer train --ranks --choose-shape scores shapes by
 
 
@@ -333,7 +338,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="also measure this placement of MODEL (e.g. `placer train --ranks`'s best_placement.json), a row named "
         "after the file (repeatable)",
     )
-    parser.add_argument("--models", default=",".join(MODELS), help=f"comma-separated, of {', '.join(MODELS)}")
+    parser.add_argument(
+        "--models",
+        default=",".join(DEFAULT_MODELS),
+        help=f"comma-separated, of {', '.join(MODELS)} (default {','.join(DEFAULT_MODELS)})",
+    )
     parser.add_argument("--repeats", type=int, default=3, help="measurements of each plan, interleaved (default 3)")
     parser.add_argument("--steps", type=int, default=5, help="timed steps per measurement (default 5)")
     parser.add_argument("--warmup", type=int, default=1, help="untimed steps per measurement (default 1)")

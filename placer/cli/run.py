@@ -94,6 +94,13 @@ def add_command(sub: argparse._SubParsersAction) -> None:
         "chrome://tracing): each rank's forwards, backwards and optimizer step, measured, and beside them the "
         "same plan simulated on --cluster; the report then puts each rank's simulated phases beside the measured",
     )
+    across.add_argument(
+        "--profile",
+        default=None,
+        metavar="PROFILE.json",
+        help="with --trace: simulate the plan with this `placer profile` file's per-op times (as train, compare and "
+        "place --ranks --profile do), so the trace shows where the simulator they used is off",
+    )
     p.set_defaults(func=run)
 
 
@@ -107,6 +114,7 @@ ACROSS = {
     "rank_map": None,
     "check": False,
     "trace": None,
+    "profile": None,
 }
 
 

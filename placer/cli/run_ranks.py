@@ -10,7 +10,8 @@ into phases (forward, backward, optimizer, and the rest: waiting on the other ra
 the sends, the runtime between actions; :func:`envs.timeline.phases`). With
 ``--trace FILE`` the median step's timeline is written to FILE as a Chrome trace, the
 same plan simulated on ``--cluster`` beside it (:meth:`envs.sim.ranks.RankSim.timeline`),
-and the report gives each rank's simulated phases too. The JSON has ``step_time_s``,
+and the report gives each rank's simulated phases too (``--profile``: simulated with a profile's per-op
+times, as ``train --ranks --profile`` simulates). The JSON has ``step_time_s``,
 ``ranks`` (each with its ``phases``), ``timeline`` and ``check.ok``; with ``--trace``,
 ``simulated``. Other nodes print that their ranks finished.
 """
@@ -24,12 +25,13 @@ import envs
 from envs.real.distributed.rank_plan import RankPlan, stage_table
 from envs.timeline import Event, rank_phases, write_chrome_trace
 from graphs import sources
+from graphs.errors import PlacerError
 from graphs.plan import Placement
 from graphs.schema import check_float, check_int
 from placer.cli.args import check_step_counts
 from placer.cli.output import print_json
 from placer.cli.run import check_devices
-from placer.option_checks import check_output_file
+from placer.option_checks import check_input_file, check_output_file
 
 
 def run_ranks(args: argparse.Namespace) -> int:
@@ -42,6 +44,10 @@ def run_ranks(args: argparse.Namespace) -> int:
     check_float(args.measure_timeout, "--measure-timeout", above=0)
     if args.trace:
         args.trace = check_output_file(args.trace, "--trace")
+    if args.profile:
+        if not args.trace:
+            raise PlacerError("--profile: prices the simulated side of --trace; add --trace FILE")
+        check_input_file(args.profile, "--profile")
     cluster = envs.resolve_cluster(args.cluster)
     placement = Placement.load(args.placement)
     check_devices(placement, cluster, args.placement)
@@ -56,7 +62,9 @@ def run_ranks(args: argparse.Namespace) -> int:
         device_map=args.device_map,
     )
     check_local_devices(plan, args.nproc_per_node, args.node_rank)
-    simulated = simulate_plan(model, inputs, placement, cluster) if args.trace and args.node_rank == 0 else None
+    simulated = None
+    if args.trace and args.node_rank == 0:
+        simulated = simulate_plan(model, inputs, placement, cluster, args.profile)
     report = run(
         args.source,
         plan,
@@ -95,12 +103,17 @@ def run_ranks(args: argparse.Namespace) -> int:
     return 0 if ok else 1
 
 
-def simulate_plan(model: Any, inputs: Any, placement: Placement, cluster: Any) -> tuple[Any, list[Event]]:
-    """The plan's step on the simulator of ranks (its own order, microbatches and schedule) and its timeline."""
+def simulate_plan(
+    model: Any, inputs: Any, placement: Placement, cluster: Any, profile: str | None = None
+) -> tuple[Any, list[Event]]:
+    """The plan's step on the simulator of ranks (its own order, microbatches and schedule) and its timeline;
+    ``profile``: a ``placer profile`` file whose per-op times go on the graph (the ranks cluster kept as it is)."""
+    from envs.real.profiler.fit import with_profile
     from envs.sim.ranks import RankSim
     from graphs.torch_capture import capture
 
-    return RankSim(capture(model, inputs), cluster).timeline(placement)
+    graph, cluster = with_profile(capture(model, inputs), cluster, profile, ranks=True)
+    return RankSim(graph, cluster).timeline(placement)
 
 
 def simulated_report(result: Any, events: list[Event], cluster: str) -> dict[str, Any]:

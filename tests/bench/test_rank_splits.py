@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 
 import pytest
+import torch
 
 import envs
 from bench import rank_splits
@@ -218,3 +219,16 @@ def test_the_convnet_s_dense_layers_hold_its_parameters_and_few_of_its_flops():
     g = capture(model, inputs)
     fc_flops = sum(f for f, path in zip(g.flops, g.module_paths) if path.startswith("fc"))
     assert fc_flops < 0.1 * g.flops.sum() and "convnet" in rank_splits.MODELS
+
+
+def test_the_batch_32_models_are_the_same_models_on_four_times_the_batch():
+    """One of 4 microbatches of ``lm_b32`` is ``lm``'s whole batch; the default run measures the batch-8 models."""
+    from bench import rank_models
+
+    pairs = [(rank_models.lm, rank_models.lm_b32), (rank_models.unet, rank_models.unet_b32)]
+    pairs.append((rank_models.encoder_decoder, rank_models.encoder_decoder_b32))
+    for small, large in pairs:
+        (m8, x8), (m32, x32) = small(), large()
+        assert [t.shape[0] for t in x8] == [8, 8] and [t.shape[0] for t in x32] == [32, 32]
+        assert all(torch.equal(a, b) for a, b in zip(m8.state_dict().values(), m32.state_dict().values()))
+    assert set(rank_splits.DEFAULT_MODELS) < set(rank_splits.MODELS) and "lm_b32" not in rank_splits.DEFAULT_MODELS

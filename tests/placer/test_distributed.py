@@ -157,6 +157,8 @@ def run_cli(capsys, *argv):
         (["--check"], "--check: runs across processes; add --nproc-per-node N"),
         (["--trace", "t.json"], "--trace: runs across processes; add --nproc-per-node N"),
         (["--nproc-per-node", "2", "--trace", "no/such/dir/t.json"], "--trace no/such/dir/t.json: directory"),
+        (["--profile", "p.json"], "--profile: runs across processes; add --nproc-per-node N"),
+        (["--nproc-per-node", "2", "--profile", "p.json"], "prices the simulated side of --trace; add --trace"),
         (["--nproc-per-node", "2", "--rank-map", "gpu:0=0"], "--rank-map: no rank for 'gpu:1'"),
     ],
 )

@@ -194,6 +194,13 @@ def test_across_processes_a_profile_gives_its_op_times_and_keeps_the_ranks_clust
     rows = {r["method"]: r for r in json.loads(capsys.readouterr().out)["rows"]}
     given = [r for m, r in rows.items() if m != "flops_balanced"][0]
     assert given["step_time_s"] == pytest.approx(with_times, rel=1e-9)
+    # and the simulated side of `placer run --trace --profile` (the fixture's model, built again)
+    from placer.cli.run_ranks import simulate_plan
+
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(64, 256), nn.BatchNorm1d(256), nn.ReLU(), nn.Linear(256, 8))
+    result, events = simulate_plan(model, (torch.randn(64, 64),), split, cluster, ppath)
+    assert result.step_time_s == pytest.approx(with_times, rel=1e-9) and events
 
 
 def test_a_profile_on_microbatches_times_every_op_on_one_of_them_too(tmp_path):

@@ -147,6 +147,10 @@ FILE_INPUTS = {
     "compare --placement": ["compare", "MODEL", "--cluster", "k80x2", "--methods", "single", "--placement", "IN"],
     "compare --profile": ["compare", "MODEL", "--cluster", "k80x2", "--methods", "single", "--profile", "IN"],
     "place --profile": ["place", "MODEL", "--cluster", "k80x2", "-o", "out.json", "--profile", "IN"],
+    "run --profile": [
+        *("run", "MODEL", "--placement", "p.json", "--cluster", "k80x2", "--nproc-per-node", "2", "--trace", "t.json"),
+        *("--profile", "IN"),
+    ],
     "place --policy-file": [
         *("place", "MODEL", "--cluster", "k80x2", "--method", "learned", "-o", "out.json", "--policy-file", "IN")
     ],
