@@ -16,4 +16,5 @@ cp $LOG/best_placement.json $D/learned_$M.json
 cp $LOG/shapes.json $D/shapes_$M.json
 python -m bench.rank_splits --models $M --cluster $D/ranks_$M.json --profile-of $M=$D/ops_$M.json \
   --placement $M=$D/learned_$M.json --repeats 5 --steps 10 --warmup 2 --json > $D/splits_$M.json 2> $D/splits_$M.log
-python -m bench.rank_splits --resimulate $D/splits_$M.json --cluster $D/ranks_$M.json > $D/fidelity_$M.txt 2>&1 || true
+python -m bench.rank_splits --resimulate $D/splits_$M.json --cluster $D/ranks_$M.json --profile-of $M=$D/ops_$M.json \
+  > $D/fidelity_$M.txt 2>&1 || true
