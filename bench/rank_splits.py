@@ -20,6 +20,12 @@ median ratio measured / simulated over every plan's ranks (:func:`phase_error`):
     python -m placer profile bench.rank_models:lm --ranks 2 -o ranks.json
     python -m bench.rank_splits --cluster ranks.json --repeats 3 --json
 
+Methods that make the same plan (the same cut, M, W and schedule: ``flops_balanced`` and
+``stage_search`` often do) are measured once per round, and their rows share those
+measurements (``same_plan_as``). :func:`pooled` pools every repeat of one plan, for runs
+made before that too, and the report's speed-ups are between those pooled medians;
+``--report RUN.json`` prints an earlier run's report so, measuring nothing.
+
 ``--cluster-of MODEL=FILE`` gives a model its own profile, as a user profiles the model
 they train (``placer profile bench.rank_models:unet --ranks 2 -o unet.json``); the others
 keep ``--cluster``.
@@ -43,7 +49,7 @@ from envs.cluster import resolve_cluster
 from envs.sim.ranks import PIPELINE_SHAPES, RankSim
 from envs.timeline import median_phases, rank_phases
 from graphs import PlacerError
-from graphs.plan import Placement
+from graphs.plan import Placement, check_inflight
 from placer.learn.shapes import SPLITS
 from placer.methods import registry
 
@@ -140,6 +146,51 @@ def model_graph(source: str, profile: str | None = None) -> Any:
     return apply_profile(graph, load_profile(profile), source=profile) if profile else graph
 
 
+def plan_key(placement: Mapping[str, Any]) -> tuple:
+    """What makes two plans one plan: each op's device, M, W (None: all M) and the schedule named.
+
+    >>> a = {"assignment": {"x": "cpu:0", "y": "cpu:1"}, "microbatches": 4}
+    >>> plan_key(a) == plan_key({**a, "inflight": 4}), plan_key(a) == plan_key({**a, "microbatches": 2})
+    (True, False)
+    """
+    M = int(placement.get("microbatches") or 1)
+    return (
+        tuple(sorted(placement["assignment"].items())),
+        M,
+        check_inflight(placement.get("inflight"), M),
+        placement.get("schedule"),
+    )
+
+
+def pooled(rows: Sequence[Mapping[str, Any]]) -> dict[str, dict[str, Any]]:
+    """Per ok row: the median over every repeat of its plan, whichever rows measured it (``median_s``), their number
+    (``n``) and the other methods with that plan (``same_plan_as``). Rows that share one list of measurements (a run
+    that measured the plan once) count it once.
+
+    >>> p = {"assignment": {"x": "cpu:0"}}
+    >>> rows = [{"method": "a", "placement": p, "repeats_s": [1.0, 2.0, 3.0]},
+    ...         {"method": "b", "placement": p, "repeats_s": [4.0, 5.0]},
+    ...         {"method": "c", "placement": {"assignment": {"x": "cpu:1"}}, "repeats_s": [9.0]}]
+    >>> out = pooled(rows)
+    >>> out["a"]["median_s"], out["a"]["n"], out["b"]["same_plan_as"], out["c"]["n"]
+    (3.0, 5, ['a'], 1)
+    """
+    groups: dict[tuple, list[Mapping[str, Any]]] = {}
+    for r in _ok(rows):
+        groups.setdefault(plan_key(r["placement"]), []).append(r)
+    out = {}
+    for members in groups.values():
+        lists = list(dict.fromkeys(tuple(r["repeats_s"]) for r in members))
+        times = [t for one in lists for t in one]
+        for r in members:
+            out[r["method"]] = {
+                "median_s": float(statistics.median(times)),
+                "n": len(times),
+                "same_plan_as": [o["method"] for o in members if o is not r],
+            }
+    return out
+
+
 def run_model(
     name: str,
     cluster: Any,
@@ -168,15 +219,23 @@ def run_model(
         plan = Placement.load(path)
         plan.indices(graph, cluster.device_names, source=path)
         plans[label] = (plan, RankSim(graph, cluster).simulate(plan).step_time_s, [])
+    # one plan made by several methods is measured once per round, and they share its measurements
+    keys = {m: plan_key(plans[m][0].to_dict()) for m in plans}
+    first = {}
+    for m in plans:
+        first.setdefault(keys[m], m)
     measured: dict[str, list[float]] = {m: [] for m in plans}
     measured_phases: dict[str, list[list[dict[str, float]]]] = {m: [] for m in plans}
     for k in range(repeats):
-        for m in plans:
+        for m in first.values():
             step_s, ranks = measure(source, plans[m][0], steps, warmup)
-            measured[m].append(step_s)
-            measured_phases[m].append(ranks)
+            same = [o for o in plans if keys[o] == keys[m]]
+            for o in same:
+                measured[o].append(step_s)
+                measured_phases[o].append(ranks)
             # every measurement is in the log as it is taken: a run stopped at a deadline keeps them
-            print(f"  {name} {m} repeat {k + 1}: {measured[m][-1] * 1e3:.1f} ms", file=sys.stderr, flush=True)
+            label = m + (f" (= {', '.join(same[1:])})" if len(same) > 1 else "")
+            print(f"  {name} {label} repeat {k + 1}: {step_s * 1e3:.1f} ms", file=sys.stderr, flush=True)
     rows = []
     for m in [*METHODS, *(label for label, _ in given)]:
         if m in failed:
@@ -194,6 +253,7 @@ def run_model(
                 "measured_s": statistics.median(times),
                 "spread_s": [min(times), max(times)],
                 "repeats_s": times,
+                "same_plan_as": [o for o in plans if o != m and keys[o] == keys[m]],
                 "shapes": shapes,
                 "placement": plan.to_dict(),
                 "phases": {
@@ -231,23 +291,40 @@ def rescore(
 
 
 def table(models: Sequence[dict[str, Any]]) -> list[str]:
-    """The text report: per model, each method's plan, simulated and measured step, speedup of placer's."""
+    """The text report: per model, each method's plan, simulated and measured step (the median of its own repeats
+    [fastest, slowest], and pooled over every repeat of its plan: :func:`pooled`), and how much faster placer's plan
+    is, pooled against pooled."""
     lines = []
     for m in models:
         rows = _ok(m["rows"])  # placer's plan: a given (learned) one where there is one, else stage_search's
         ours = next((r for r in rows if r["method"] not in METHODS), None) or next(
             (r for r in rows if r["method"] == "stage_search"), None
         )
+        pool = pooled(rows) if all("placement" in r and "repeats_s" in r for r in rows) else {}
         lines.append(f"{m['model']} ({m['source']}, {m['ops']} ops)")
         for r in m["rows"]:
             if r.get("status", "ok") != "ok":
                 lines.append(f"  {r['method']:<20} no plan: {r['message']}")
                 continue
             lo, hi = r["spread_s"]
-            gain = f"  {ours['method']} {r['measured_s'] / ours['measured_s']:.2f}x faster" if ours else ""
+            mine, theirs = (
+                (pool[r["method"]]["median_s"], pool[ours["method"]]["median_s"])
+                if pool and ours
+                else (
+                    r["measured_s"],
+                    ours["measured_s"] if ours else None,
+                )
+            )
+            gain = f"  {ours['method']} {mine / theirs:.2f}x faster" if ours else ""
+            both = pool.get(r["method"])
+            shared = ""
+            if both and both["same_plan_as"]:
+                shared = (
+                    f"  pooled {both['median_s'] * 1e3:.1f} ms of {both['n']} (= {', '.join(both['same_plan_as'])})"
+                )
             lines.append(
                 f"  {r['method']:<20} M={r['microbatches']} W={r['inflight']}  sim {r['sim_s'] * 1e3:8.1f} ms  "
-                f"measured {r['measured_s'] * 1e3:8.1f} ms [{lo * 1e3:.1f}, {hi * 1e3:.1f}]{gain}"
+                f"measured {r['measured_s'] * 1e3:8.1f} ms [{lo * 1e3:.1f}, {hi * 1e3:.1f}]{shared}{gain}"
             )
     return lines
 
@@ -281,11 +358,8 @@ def resimulate(path: str, cluster: Any, own: Mapping[str, Any], profiles: Mappin
     run recorded; every model's row, and all of them."""
     from graphs.io import read_json
 
-    doc = read_json(path)
-    models = doc.get("models") if isinstance(doc, dict) else None
-    if not isinstance(models, list) or not all(isinstance(m, dict) and "rows" in m for m in models):
-        raise PlacerError(f"{path}: not a `python -m bench.rank_splits --json` run (no models with rows)")
-    out = {"run": path, "recorded": doc.get("fidelity"), "now": rescore(models, cluster, own, profiles)}
+    models = read_run(path)
+    out = {"run": path, "recorded": read_json(path).get("fidelity"), "now": rescore(models, cluster, own, profiles)}
     out["per_model"] = {m["model"]: {"now": fidelity([m], "rescored_s")} for m in models}
     if as_json:
         print(json.dumps(out, indent=1))
@@ -305,9 +379,28 @@ def resimulate(path: str, cluster: Any, own: Mapping[str, Any], profiles: Mappin
     return 0
 
 
+def report(path: str) -> int:
+    """``--report``: an earlier run's report (:func:`table`), measuring nothing."""
+    print("\n".join(table(read_run(path))))
+    return 0
+
+
+def read_run(path: str) -> list[dict[str, Any]]:
+    """The models of a ``python -m bench.rank_splits --json`` run (a PlacerError names a file that is not one)."""
+    from graphs.io import read_json
+
+    doc = read_json(path)
+    models = doc.get("models") if isinstance(doc, dict) else None
+    if not isinstance(models, list) or not all(isinstance(m, dict) and "rows" in m for m in models):
+        raise PlacerError(f"{path}: not a `python -m bench.rank_splits --json` run (no models with rows)")
+    return models
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = OneLineParser(prog="python -m bench.rank_splits", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--cluster", required=True, help="the cluster of `placer profile SOURCE --ranks N`: N ranks")
+    parser.add_argument(
+        "--cluster", default=None, help="the cluster of `placer profile SOURCE --ranks N`: N ranks (not with --report)"
+    )
     parser.add_argument(
         "--cluster-of",
         action="append",
@@ -329,6 +422,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         metavar="RUN.json",
         help="measure nothing: simulate the plans an earlier run measured (its --json) with this simulator, --cluster "
         "(--cluster-of) and --profile-of, and give the fidelity against its measurements",
+    )
+    parser.add_argument(
+        "--report",
+        default=None,
+        metavar="RUN.json",
+        help="measure nothing: print an earlier run's (its --json) report, every repeat of one plan pooled",
     )
     parser.add_argument(
         "--placement",
@@ -355,7 +454,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args(argv)
+    if args.report:
+        try:
+            return report(args.report)
+        except PlacerError as e:
+            print(f"python -m bench.rank_splits: {e}", file=sys.stderr)
+            return 2
     try:
+        if args.cluster is None:
+            raise PlacerError("--cluster: give the ranks' cluster (`placer profile SOURCE --ranks N -o ranks.json`)")
         names = parse_list(args.models, what="models", known=list(MODELS))
         cluster = resolve_cluster(args.cluster)
         files = {name: paths[-1] for name, paths in model_files(args.cluster_of, "--cluster-of").items()}

@@ -232,3 +232,43 @@ def test_the_batch_32_models_are_the_same_models_on_four_times_the_batch():
         assert [t.shape[0] for t in x8] == [8, 8] and [t.shape[0] for t in x32] == [32, 32]
         assert all(torch.equal(a, b) for a, b in zip(m8.state_dict().values(), m32.state_dict().values()))
     assert set(rank_splits.DEFAULT_MODELS) < set(rank_splits.MODELS) and "lm_b32" not in rank_splits.DEFAULT_MODELS
+
+
+def test_one_plan_made_by_several_methods_is_measured_once_per_round_and_pooled(monkeypatch, tmp_path, capsys):
+    """flops_balanced and stage_search often cut alike: one plan, one measurement per round, rows that share it."""
+    g, cluster = lm_like(), envs.Cluster.preset("k80x2")
+    cuts = {"equal_layers": 3, "flops_balanced": 6, "parameters_balanced": 3, "stage_search": 6}
+    plans = {
+        m: Placement.from_indices(g, cluster.device_names, [1] * k + [2] * (g.num_ops - k)) for m, k in cuts.items()
+    }
+    monkeypatch.setattr(rank_splits, "model_graph", lambda source, profile=None: g)
+    monkeypatch.setattr(rank_splits, "best_plan", lambda m, graph, c: (plans[m], 1.0, []))
+    measured = []
+    ph = dict.fromkeys(("forward_s", "backward_s", "optimizer_s", "other_s", "step_s"), 0.01)
+    times = iter([0.30, 0.20, 0.34, 0.22, 0.32, 0.21])  # rounds of (cut at 3, cut at 6)
+
+    def measure(source, plan, steps, warmup):
+        measured.append(plan)
+        return next(times), [ph, ph, ph]
+
+    monkeypatch.setattr(rank_splits, "measure", measure)
+    model = rank_splits.run_model("lm", cluster, repeats=3, steps=1, warmup=0)
+    assert len(measured) == 6  # 2 distinct plans x 3 rounds, not 4 x 3
+    rows = {r["method"]: r for r in model["rows"]}
+    assert rows["equal_layers"]["repeats_s"] == rows["parameters_balanced"]["repeats_s"] == [0.30, 0.34, 0.32]
+    assert rows["stage_search"]["same_plan_as"] == ["flops_balanced"] and rows["equal_layers"]["measured_s"] == 0.32
+    pool = rank_splits.pooled(model["rows"])  # shared measurements counted once
+    assert pool["equal_layers"] == {"median_s": 0.32, "n": 3, "same_plan_as": ["parameters_balanced"]}
+    # an earlier run's rows, one plan measured by two methods apart: every repeat pooled
+    rows["parameters_balanced"]["repeats_s"] = [0.40, 0.42]
+    assert rank_splits.pooled(model["rows"])["equal_layers"]["median_s"] == 0.34  # of .30 .32 .34 .40 .42
+    # --report: an earlier run's report, measuring nothing, the speed-ups pooled against pooled
+    run = tmp_path / "run.json"
+    run.write_text(json.dumps({"models": [model]}))
+    assert rank_splits.main(["--report", str(run)]) == 0
+    out = capsys.readouterr().out
+    assert "pooled 340.0 ms of 5 (= parameters_balanced)  stage_search 1.62x faster" in out  # 0.34 / 0.21
+    run.write_text("{}")
+    assert rank_splits.main(["--report", str(run)]) == 2
+    err = capsys.readouterr().err
+    assert "run.json: not a `python -m bench.rank_splits --json` run" in err and len(err.strip().splitlines()) == 1
