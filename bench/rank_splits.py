@@ -301,27 +301,21 @@ def table(models: Sequence[dict[str, Any]]) -> list[str]:
             (r for r in rows if r["method"] == "stage_search"), None
         )
         pool = pooled(rows) if all("placement" in r and "repeats_s" in r for r in rows) else {}
+
+        def median(r: dict[str, Any]) -> float:  # pooled where the rows say which plan they measured
+            return pool[r["method"]]["median_s"] if pool else r["measured_s"]
+
         lines.append(f"{m['model']} ({m['source']}, {m['ops']} ops)")
         for r in m["rows"]:
             if r.get("status", "ok") != "ok":
                 lines.append(f"  {r['method']:<20} no plan: {r['message']}")
                 continue
             lo, hi = r["spread_s"]
-            mine, theirs = (
-                (pool[r["method"]]["median_s"], pool[ours["method"]]["median_s"])
-                if pool and ours
-                else (
-                    r["measured_s"],
-                    ours["measured_s"] if ours else None,
-                )
-            )
-            gain = f"  {ours['method']} {mine / theirs:.2f}x faster" if ours else ""
-            both = pool.get(r["method"])
+            gain = f"  {ours['method']} {median(r) / median(ours):.2f}x faster" if ours else ""
             shared = ""
-            if both and both["same_plan_as"]:
-                shared = (
-                    f"  pooled {both['median_s'] * 1e3:.1f} ms of {both['n']} (= {', '.join(both['same_plan_as'])})"
-                )
+            if pool and pool[r["method"]]["same_plan_as"]:
+                p = pool[r["method"]]
+                shared = f"  pooled {p['median_s'] * 1e3:.1f} ms of {p['n']} (= {', '.join(p['same_plan_as'])})"
             lines.append(
                 f"  {r['method']:<20} M={r['microbatches']} W={r['inflight']}  sim {r['sim_s'] * 1e3:8.1f} ms  "
                 f"measured {r['measured_s'] * 1e3:8.1f} ms [{lo * 1e3:.1f}, {hi * 1e3:.1f}]{shared}{gain}"
