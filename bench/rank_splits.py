@@ -270,10 +270,28 @@ def _ok(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def fidelity(models: Sequence[dict[str, Any]], key: str = "sim_s") -> dict[str, Any]:
-    """MAPE and Spearman of simulated (each row's ``key``) against measured over every measured plan."""
-    sim = np.array([r[key] for m in models for r in _ok(m["rows"])])
-    real = np.array([r["measured_s"] for m in models for r in _ok(m["rows"])])
-    return {"plans": len(sim), "models": len(models), "mape": mape(sim, real), "spearman": spearman(sim, real)}
+    """MAPE and Spearman of simulated (each row's ``key``) against measured over every measured plan.
+
+    A plan that several methods made is one point (its first row's simulated step, its measured median pooled over
+    every repeat: :func:`pooled`), not one per row: two rows of one plan would count it twice, and a run that
+    measured it once would give Spearman ties of its own making. Rows without their placement count one each.
+    """
+    sim, real = [], []
+    for m in models:
+        rows = _ok(m["rows"])
+        if not all("placement" in r and "repeats_s" in r for r in rows):
+            sim += [r[key] for r in rows]
+            real += [r["measured_s"] for r in rows]
+            continue
+        pool, seen = pooled(rows), set()
+        for r in rows:
+            k = plan_key(r["placement"])
+            if k not in seen:
+                seen.add(k)
+                sim.append(r[key])
+                real.append(pool[r["method"]]["median_s"])
+    sim_a, real_a = np.array(sim), np.array(real)
+    return {"plans": len(sim), "models": len(models), "mape": mape(sim_a, real_a), "spearman": spearman(sim_a, real_a)}
 
 
 def rescore(

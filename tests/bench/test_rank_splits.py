@@ -259,6 +259,7 @@ def test_one_plan_made_by_several_methods_is_measured_once_per_round_and_pooled(
     assert rows["stage_search"]["same_plan_as"] == ["flops_balanced"] and rows["equal_layers"]["measured_s"] == 0.32
     pool = rank_splits.pooled(model["rows"])  # shared measurements counted once
     assert pool["equal_layers"] == {"median_s": 0.32, "n": 3, "same_plan_as": ["parameters_balanced"]}
+    assert rank_splits.fidelity([model])["plans"] == 2  # one point per plan, not per row
     # an earlier run's rows, one plan measured by two methods apart: every repeat pooled
     rows["parameters_balanced"]["repeats_s"] = [0.40, 0.42]
     assert rank_splits.pooled(model["rows"])["equal_layers"]["median_s"] == 0.34  # of .30 .32 .34 .40 .42
