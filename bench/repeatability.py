@@ -21,12 +21,16 @@ what a CPU measurement mostly measures. A markdown table on stdout (``--json``: 
 Across processes (``--ranks N --placement plan.json``): each build is one job of N gloo processes on this machine's
 cores (torch's launcher, what ``placer run --nproc-per-node N`` runs), and the settings are ``--pin off,on``: each
 rank left to the OS scheduler, or pinned to a core of its own; and ``--malloc steady,default``: glibc's malloc
-keeping what a step frees (placer's default, :mod:`envs.real.allocator`) or glibc's own defaults. Every pair of
-settings is one setting (``pin off, malloc steady``). The machine's own floor is measured first: a bare loop of
+keeping what a step frees (placer's default, :mod:`envs.real.allocator`) or glibc's own defaults; and
+``--receives early,jit``: every receive of a step posted as it begins (placer's default on CPU ranks,
+:func:`envs.real.distributed.runtime.post_receives_early`) or where torch's schedule posts it, just before the
+action that needs it. Every combination is one setting (``pin off, malloc steady``; with ``--receives``,
+``pin off, malloc steady, receives early``). The machine's own floor is measured first: a bare loop of
 matmuls on one thread (:func:`noise_floor`), so a spread can be told apart from the host's::
 
     python -m bench.repeatability --ranks 2 --source bench.rank_models:lm --placement plan.json --builds 8 --pin off,on
     python -m bench.repeatability --ranks 2 --source bench.rank_models:lm --placement plan.json --malloc steady,default
+    python -m bench.repeatability --ranks 2 --source bench.rank_models:lm --placement plan.json --receives early,jit
 """
 
 from __future__ import annotations
@@ -119,6 +123,7 @@ def measure_ranks(args: argparse.Namespace, say) -> dict[str, Any]:
 
     pins = parse_list(args.pin, what="pin", known=["off", "on"])
     mallocs = parse_list(args.malloc, what="malloc", known=["steady", "default"])
+    receives = parse_list(args.receives, what="receives", known=["early", "jit"]) if args.receives else [None]
     if "on" in pins and not hasattr(os, "sched_setaffinity"):
         raise PlacerError("--pin on: needs os.sched_setaffinity (Linux)")
     placement = Placement.load(args.placement)
@@ -127,16 +132,19 @@ def measure_ranks(args: argparse.Namespace, say) -> dict[str, Any]:
     job = RankJob(source=args.source, plan=plan.to_dict(), source_dir=os.getcwd(), warmup=args.warmup, steps=args.steps)
     say("  the host's floor: twenty 512x512 matmuls on one thread, 60 times")
     floor = noise_floor()
-    settings = [(pin, malloc) for pin in pins for malloc in mallocs]
+    settings = [(pin, malloc, recv) for pin in pins for malloc in mallocs for recv in receives]
     builds: dict[str, list[dict[str, Any]]] = {setting_name(*s): [] for s in settings}
     load = [os.getloadavg()[0]]
     for k in range(args.builds):
-        for pin, malloc in settings if k % 2 == 0 else settings[::-1]:  # ABBA: a drift falls on each alike
+        for pin, malloc, recv in settings if k % 2 == 0 else settings[::-1]:  # ABBA: a drift falls on each alike
             run = pinned_run_rank if pin == "on" else run_rank
-            report = launch(run, (replace(job, steady_malloc=malloc == "steady"),), nproc_per_node=args.ranks)[0]
+            early = None if recv is None else recv == "early"
+            setting = replace(job, steady_malloc=malloc == "steady", early_receives=early)
+            report = launch(run, (setting,), nproc_per_node=args.ranks)[0]
             step_s, times = report["step_time_s"], list(report["step_times_s"])
-            builds[setting_name(pin, malloc)].append({"build": k, "step_time_s": step_s, "step_times_s": times})
-            say(f"  build {k}, {setting_name(pin, malloc)}: {step_s * 1e3:.2f} ms")
+            name = setting_name(pin, malloc, recv)
+            builds[name].append({"build": k, "step_time_s": step_s, "step_times_s": times})
+            say(f"  build {k}, {name}: {step_s * 1e3:.2f} ms")
     load.append(os.getloadavg()[0])
     return {
         "device": f"{args.ranks} gloo ranks",
@@ -148,13 +156,13 @@ def measure_ranks(args: argparse.Namespace, say) -> dict[str, Any]:
     }
 
 
-def setting_name(pin: str, malloc: str) -> str:
+def setting_name(pin: str, malloc: str, receives: str | None = None) -> str:
     """A setting of ``--ranks`` builds.
 
-    >>> setting_name("off", "steady")
-    'pin off, malloc steady'
+    >>> setting_name("off", "steady"), setting_name("on", "steady", "jit")
+    ('pin off, malloc steady', 'pin on, malloc steady, receives jit')
     """
-    return f"pin {pin}, malloc {malloc}"
+    return f"pin {pin}, malloc {malloc}" + (f", receives {receives}" if receives else "")
 
 
 def measure(args: argparse.Namespace, say) -> dict[str, Any]:
@@ -252,6 +260,12 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
         default="steady",
         help="--ranks: comma list of steady,default (glibc's malloc keeping what a step frees, as placer measures; "
         "or glibc's defaults)",
+    )
+    ap.add_argument(
+        "--receives",
+        default=None,
+        help="--ranks: comma list of early,jit (every receive of a step posted as it begins, placer's default on "
+        "CPU ranks; or where torch's schedule posts it); default: placer's, not named in the settings",
     )
     ap.add_argument("--json", action="store_true", help="print every build's step times as JSON")
     args = ap.parse_args(argv)

@@ -132,15 +132,27 @@ def test_repeatability_across_processes_measures_each_build_as_a_job_of_ranks(ru
     plan.save(str(tmp_path / "p.json"))
     argv = ["--source", "bench.rank_models:unet", "--placement", str(tmp_path / "p.json"), "--ranks", "2"]
     status, out, err = run_entry(
-        repeatability, *argv, "--builds", "2", "--steps", "2", "--warmup", "0", "--pin", "on", "--json"
+        repeatability,
+        *argv,
+        "--builds",
+        "2",
+        "--steps",
+        "2",
+        "--warmup",
+        "0",
+        "--pin",
+        "on",
+        "--receives",
+        "jit",
+        "--json",
     )
     assert status == 0, err
     doc = json.loads(out)
-    on = doc["builds"]["pin on, malloc steady"]
-    assert list(doc["builds"]) == ["pin on, malloc steady"] and [b["build"] for b in on] == [0, 1]
+    on = doc["builds"]["pin on, malloc steady, receives jit"]  # the receives where torch posts them (--receives)
+    assert list(doc["builds"]) == ["pin on, malloc steady, receives jit"] and [b["build"] for b in on] == [0, 1]
     assert all(b["step_time_s"] > 0 and len(b["step_times_s"]) == 2 for b in on)
     assert doc["floor"]["p90_s"] >= doc["floor"]["p10_s"] > 0 and doc["device"] == "2 gloo ranks"
-    for option, value in (("--pin", "sometimes"), ("--malloc", "jemalloc")):
+    for option, value in (("--pin", "sometimes"), ("--malloc", "jemalloc"), ("--receives", "late")):
         status, _, err = run_entry(repeatability, *argv, option, value)
         assert status == 2 and f"{option}: unknown {value}" in err and len(err.strip().splitlines()) == 1, err
 

@@ -19,6 +19,14 @@ computes:
   all-reduce per parameter (in a process group of just those ranks), so every copy
   takes the same optimizer step and the copies stay equal.
 
+On CPU ranks (gloo) every receive of a step is posted as the step begins
+(:func:`post_receives_early`; where each peer sends the rank one stream of messages,
+:func:`one_stream_per_peer`), not just before the action that needs it as torch's
+schedules post them. Gloo moves a message only once both sides have posted it, and a
+late receive waits for the sender's event-loop thread, which shares its core with the
+sender's compute: a receive posted late took 3-6 ms longer on this machine's two ranks
+(BENCHMARKS.md, "Receives posted early").
+
 The schedule hands the last stage a *target* per microbatch for its loss function;
 placer's last stage computes the loss itself (the captured program ends in it), so
 the target is a placeholder of M zeros and the loss function returns the stage's output.
@@ -84,6 +92,81 @@ def shared_parameters(
     return {min(names[k]): (tuple(sorted(r)), tensors[k]) for k, r in holders.items() if len(r) > 1}
 
 
+def one_stream_per_peer(stage_ranks: Sequence[int], rank: int) -> bool:
+    """Whether each rank this one receives from sends it a single stream (one stage's activations, or one stage's
+    gradients). Gloo matches the receives from one peer to its messages in the order both were posted; a receive
+    posted ahead is matched right only where that peer sends nothing else in between. A looped plan on 2 ranks
+    receives a stage's activations and another's gradients from the same peer, so its receives stay where torch
+    posts them.
+
+    >>> one_stream_per_peer([0, 1], 0), one_stream_per_peer([0, 1, 2], 1), one_stream_per_peer([0, 1, 0, 1], 0)
+    (True, True, False)
+    """
+    sources = []
+    last = len(stage_ranks) - 1
+    for s, r in enumerate(stage_ranks):
+        if r != rank:
+            continue
+        if s > 0 and stage_ranks[s - 1] != rank:
+            sources.append(stage_ranks[s - 1])  # its activations
+        if s < last and stage_ranks[s + 1] != rank:
+            sources.append(stage_ranks[s + 1])  # its gradients
+    return len(sources) == len(set(sources))
+
+
+def post_receives_early(stage: Any, microbatches: int) -> None:
+    """Make ``stage`` (a torch ``PipelineStage``) post all of a step's receives at once, each kind at its first ask.
+
+    torch's schedules ask a stage for one microbatch's receive operations just before its forward
+    (``get_fwd_recv_ops``) or backward (``get_bwd_recv_ops``), post them and wait. Here the first ask of a step
+    posts every microbatch's receives of that kind (each into its own buffer, which torch keeps per microbatch)
+    and every ask returns none to post; the forward or backward of microbatch ``i`` first waits for its own.
+    The step's bookkeeping starts anew where torch's schedule clears the stage (``clear_runtime_states``, at each
+    step's start). Only this stage object's methods are wrapped; nothing of torch is patched globally.
+
+    The compute itself stays reachable as ``stage.placer_compute`` (method name -> callable, called at each
+    action), so that :class:`~envs.real.distributed.trace.ActionRecorder` times the compute and not the wait for
+    its receive, as it does where torch's schedule waits.
+    """
+    pending: dict[tuple[str, int], list[Any]] = {}
+    posted: set[str] = set()
+    asks = {"f": stage.get_fwd_recv_ops, "b": stage.get_bwd_recv_ops}
+    names = {"f": "forward_one_chunk", "b": "backward_one_chunk"}
+    stage.placer_compute = {name: getattr(stage, name) for name in names.values()}
+    clear = stage.clear_runtime_states
+
+    def asked(kind: str) -> Any:
+        def get_recv_ops(chunk: int, *args: Any, **kwargs: Any) -> list[Any]:
+            if kind not in posted:
+                posted.add(kind)
+                for m in range(microbatches):
+                    ops = asks[kind](m, *args, **kwargs)
+                    pending[(kind, m)] = list(dist.batch_isend_irecv(ops)) if ops else []
+            return []
+
+        return get_recv_ops
+
+    def run(kind: str) -> Any:
+        def one_chunk(chunk: int, *args: Any, **kwargs: Any) -> Any:
+            for work in pending.pop((kind, int(chunk)), []):
+                work.wait()
+            return stage.placer_compute[names[kind]](chunk, *args, **kwargs)
+
+        return one_chunk
+
+    def clear_runtime_states(*args: Any, **kwargs: Any) -> Any:
+        posted.clear()
+        for works in pending.values():  # a step cut short: nothing of it is left waiting into the next
+            for work in works:
+                work.wait()
+        pending.clear()
+        return clear(*args, **kwargs)
+
+    stage.get_fwd_recv_ops, stage.get_bwd_recv_ops = asked("f"), asked("b")
+    stage.forward_one_chunk, stage.backward_one_chunk = run("f"), run("b")
+    stage.clear_runtime_states = clear_runtime_states
+
+
 class RankSchedule:
     """This rank's stages of ``plan`` and the schedule that runs them (see the module doc).
 
@@ -94,6 +177,9 @@ class RankSchedule:
         example_inputs: the whole batch's inputs (their first microbatch gives the shapes).
         rank: this process's global rank.
         group: the process group of the pipeline (default: the world).
+        early_receives: post every receive of a step as it begins (:func:`post_receives_early`); None: on CPU
+            ranks only (gloo), not on GPUs. Either way only where each peer sends this rank one stream
+            (:func:`one_stream_per_peer`).
     """
 
     def __init__(
@@ -103,6 +189,7 @@ class RankSchedule:
         example_inputs: Sequence[Any],
         rank: int,
         group: Any = None,
+        early_receives: bool | None = None,
     ) -> None:
         from torch.distributed.pipelining import PipelineStage
 
@@ -133,6 +220,11 @@ class RankSchedule:
             )
             for s in self.stage_indices
         ]
+        early = self.torch_device.type == "cpu" if early_receives is None else early_receives
+        self.early_receives = early and one_stream_per_peer(plan.stage_ranks, rank)
+        if self.early_receives:
+            for stage in self.stages:
+                post_receives_early(stage, plan.microbatches)
         self.shared = [(p, groups[ranks]) for _, (ranks, p) in sorted(shared.items()) if rank in ranks]
         self.schedule = BUILDERS[plan.schedule](self.stages, plan.microbatches, loss_is_output, plan.actions())
 
@@ -184,4 +276,4 @@ class RankSchedule:
             dist.all_reduce(p.grad, group=group)
 
 
-__all__ = ["RankSchedule", "loss_is_output", "shared_parameters"]
+__all__ = ["RankSchedule", "loss_is_output", "one_stream_per_peer", "post_receives_early", "shared_parameters"]

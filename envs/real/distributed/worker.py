@@ -65,6 +65,8 @@ class RankJob:
         threads: torch threads per process.
         steady_malloc: glibc's malloc keeps what a step frees (:class:`envs.real.timing.Protocol`); False: its
             defaults (the A/B of ``bench.repeatability --malloc``).
+        early_receives: post every receive of a step as it begins (:class:`RankSchedule`'s; None: on CPU ranks;
+            the A/B of ``bench.repeatability --receives``).
     """
 
     source: str
@@ -78,6 +80,7 @@ class RankJob:
     timeout_s: float = 600.0
     threads: int = 1
     steady_malloc: bool = True
+    early_receives: bool | None = None
 
 
 class PipelineStep(nn.Module):
@@ -240,7 +243,7 @@ def run_rank(job: RankJob) -> dict[str, Any] | None:
         model, inputs = build_model(job.source, search_dir=job.source_dir)
         ref = reference(model, inputs) if job.check and rank == 0 else None
         program, graph = program_for(model, inputs, plan)
-        schedule = RankSchedule(plan, program, inputs, rank)
+        schedule = RankSchedule(plan, program, inputs, rank, early_receives=job.early_receives)
         check = None
         if job.check:
             parts = gather_to_first(step_gradients(schedule, inputs), objects)

@@ -183,3 +183,72 @@ def test_a_ranks_cost_per_action_delays_its_next_action_not_its_sends():
     doc["devices"][0]["action_overhead_s"] = -1.0
     with pytest.raises(Exception, match="action_overhead_s"):
         Cluster.from_dict(doc)
+
+
+class FakeWork:
+    """A posted receive: waiting on it takes the clock to when its data came."""
+
+    def __init__(self, clock: Clock, log: list, name: str, arrives: float) -> None:
+        self.clock, self.log, self.name, self.arrives = clock, log, name, arrives
+
+    def wait(self) -> None:
+        self.log.append(("wait", self.name))
+        self.clock.now = max(self.clock.now, self.arrives)
+
+
+class ReceivingStage(FakeStage):
+    """A stage after the first: each microbatch's forward receives one tensor, each backward one gradient."""
+
+    def __init__(self, clock: Clock) -> None:
+        super().__init__(1, clock, 1.0, 2.0)
+        self.asked, self.cleared = [], 0
+
+    def get_fwd_recv_ops(self, chunk):
+        self.asked.append(("f", chunk))
+        return [("recv-f", chunk)]
+
+    def get_bwd_recv_ops(self, chunk):
+        self.asked.append(("b", chunk))
+        return []  # the last stage: its gradients start here
+
+    def clear_runtime_states(self):
+        self.cleared += 1
+
+
+def test_receives_posted_early_all_go_out_at_the_first_ask_and_the_recorder_times_only_the_compute(monkeypatch):
+    """Gloo moves a message once both sides posted it: every receive of a step is posted as the step begins."""
+    from envs.real.distributed import runtime
+
+    clock, log = Clock(), []
+    posts = []
+
+    def batch_isend_irecv(ops):
+        posts.append(list(ops))
+        return [FakeWork(clock, log, f"{op[0]}{op[1]}", arrives=100.0 + 5.0 * (op[1] + 1)) for op in ops]
+
+    monkeypatch.setattr(runtime.dist, "batch_isend_irecv", batch_isend_irecv)
+    stage = ReceivingStage(clock)
+    runtime.post_receives_early(stage, microbatches=3)
+    rec = ActionRecorder(1, [stage], FakeOptimizer(clock), clock=clock)
+    for _ in range(2):
+        clock.now = 100.0
+        stage.clear_runtime_states()  # what torch's schedule does at each step's start
+        rec.begin_step()
+        for m in range(3):
+            assert stage.get_fwd_recv_ops(m) == []  # nothing left for the schedule to post or wait on
+            if m == 0:  # the first ask posted every microbatch's receive, in order
+                assert posts[-3:] == [[("recv-f", 0)], [("recv-f", 1)], [("recv-f", 2)]]
+            stage.forward_one_chunk(m, ())
+        for m in range(3):
+            assert stage.get_bwd_recv_ops(m) == []
+            stage.backward_one_chunk(m)
+    assert stage.cleared == 2 and len(posts) == 6  # 3 receives a step, posted anew each step
+    assert [a for a in stage.asked if a[0] == "f"] == [("f", 0), ("f", 1), ("f", 2)] * 2
+    # each forward waited for its own data first (arriving at 105, 110, 115), and the recorder timed the compute
+    events = rec.steps[-1]
+    assert [(e.kind, e.microbatch, e.start_s, e.end_s) for e in events[:3]] == [
+        ("F", 0, 5.0, 6.0),
+        ("F", 1, 10.0, 11.0),
+        ("F", 2, 15.0, 16.0),
+    ]
+    assert log[:3] == [("wait", "recv-f0"), ("wait", "recv-f1"), ("wait", "recv-f2")]
