@@ -31,36 +31,31 @@ def compute(ms):
         A @ B
 
 
+def phase(sender: int, ms: float, bufs: list, t0: float, ev: list) -> None:
+    """M messages from ``sender`` to the other rank, each after ``ms`` of the sender's compute; the receiver
+    computes ``ms`` after each."""
+    works = []
+    early = [dist.irecv(b, sender) for b in bufs] if (r != sender and MODE == "early") else None
+    for i, buf in enumerate(bufs):
+        if r == sender:
+            compute(ms)
+            ev.append(("send", i, time.perf_counter()))
+            works.append(dist.isend(buf, 1 - sender))
+        else:
+            (early[i] if early else dist.irecv(buf, sender)).wait()
+            ev.append(("got", i, time.perf_counter()))
+            compute(ms)
+    for w in works:
+        w.wait()
+
+
 log = []
 for _ in range(25):
     bufs = [torch.zeros(16 * 1024) for _ in range(M)]
     dist.barrier()
-    t0, ev, works = time.perf_counter(), [], []
-    early = [dist.irecv(bufs[i], 0) for i in range(M)] if (r == 1 and MODE == "early") else None
-    for i in range(M):  # forward: rank 0 sends, rank 1 receives
-        if r == 0:
-            compute(5)
-            ev.append(("send", i, time.perf_counter()))
-            works.append(dist.isend(bufs[i], 1))
-        else:
-            (early[i] if early else dist.irecv(bufs[i], 0)).wait()
-            ev.append(("got", i, time.perf_counter()))
-            compute(5)
-    for w in works:
-        w.wait()
-    works = []
-    early = [dist.irecv(bufs[i], 1) for i in range(M)] if (r == 0 and MODE == "early") else None
-    for i in range(M):  # backward: rank 1 sends, rank 0 receives
-        if r == 1:
-            compute(9)
-            ev.append(("send", i, time.perf_counter()))
-            works.append(dist.isend(bufs[i], 0))
-        else:
-            (early[i] if early else dist.irecv(bufs[i], 1)).wait()
-            ev.append(("got", i, time.perf_counter()))
-            compute(9)
-    for w in works:
-        w.wait()
+    t0, ev = time.perf_counter(), []
+    phase(0, 5, bufs, t0, ev)  # forward: rank 0 sends activations
+    phase(1, 9, bufs, t0, ev)  # backward: rank 1 sends gradients
     ev.append(("end", -1, time.perf_counter()))
     log.append((t0, ev))
 time.sleep(0.2 * r)
