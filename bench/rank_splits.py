@@ -165,7 +165,7 @@ def plan_key(placement: Mapping[str, Any]) -> tuple:
 def pooled(rows: Sequence[Mapping[str, Any]]) -> dict[str, dict[str, Any]]:
     """Per ok row: the median over every repeat of its plan, whichever rows measured it (``median_s``), their number
     (``n``) and the other methods with that plan (``same_plan_as``). Rows that share one list of measurements (a run
-    that measured the plan once) count it once.
+    that measured the plan once) count it once. Empty where a row lacks its placement or its repeats.
 
     >>> p = {"assignment": {"x": "cpu:0"}}
     >>> rows = [{"method": "a", "placement": p, "repeats_s": [1.0, 2.0, 3.0]},
@@ -175,6 +175,8 @@ def pooled(rows: Sequence[Mapping[str, Any]]) -> dict[str, dict[str, Any]]:
     >>> out["a"]["median_s"], out["a"]["n"], out["b"]["same_plan_as"], out["c"]["n"]
     (3.0, 5, ['a'], 1)
     """
+    if not all("placement" in r and "repeats_s" in r for r in _ok(rows)):
+        return {}  # rows that do not say which plan they measured: nothing to pool
     groups: dict[tuple, list[Mapping[str, Any]]] = {}
     for r in _ok(rows):
         groups.setdefault(plan_key(r["placement"]), []).append(r)
@@ -221,20 +223,18 @@ def run_model(
         plans[label] = (plan, RankSim(graph, cluster).simulate(plan).step_time_s, [])
     # one plan made by several methods is measured once per round, and they share its measurements
     keys = {m: plan_key(plans[m][0].to_dict()) for m in plans}
-    first = {}
-    for m in plans:
-        first.setdefault(keys[m], m)
+    same = {m: [o for o in plans if keys[o] == keys[m]] for m in plans}  # the methods of each one's plan, in order
+    first = {keys[m]: same[m][0] for m in plans}
     measured: dict[str, list[float]] = {m: [] for m in plans}
     measured_phases: dict[str, list[list[dict[str, float]]]] = {m: [] for m in plans}
     for k in range(repeats):
         for m in first.values():
             step_s, ranks = measure(source, plans[m][0], steps, warmup)
-            same = [o for o in plans if keys[o] == keys[m]]
-            for o in same:
+            for o in same[m]:
                 measured[o].append(step_s)
                 measured_phases[o].append(ranks)
             # every measurement is in the log as it is taken: a run stopped at a deadline keeps them
-            label = m + (f" (= {', '.join(same[1:])})" if len(same) > 1 else "")
+            label = m + (f" (= {', '.join(same[m][1:])})" if len(same[m]) > 1 else "")
             print(f"  {name} {label} repeat {k + 1}: {step_s * 1e3:.1f} ms", file=sys.stderr, flush=True)
     rows = []
     for m in [*METHODS, *(label for label, _ in given)]:
@@ -253,7 +253,7 @@ def run_model(
                 "measured_s": statistics.median(times),
                 "spread_s": [min(times), max(times)],
                 "repeats_s": times,
-                "same_plan_as": [o for o in plans if o != m and keys[o] == keys[m]],
+                "same_plan_as": [o for o in same[m] if o != m],
                 "shapes": shapes,
                 "placement": plan.to_dict(),
                 "phases": {
@@ -278,12 +278,11 @@ def fidelity(models: Sequence[dict[str, Any]], key: str = "sim_s") -> dict[str, 
     """
     sim, real = [], []
     for m in models:
-        rows = _ok(m["rows"])
-        if not all("placement" in r and "repeats_s" in r for r in rows):
+        rows, pool, seen = _ok(m["rows"]), pooled(m["rows"]), set()
+        if not pool:
             sim += [r[key] for r in rows]
             real += [r["measured_s"] for r in rows]
             continue
-        pool, seen = pooled(rows), set()
         for r in rows:
             k = plan_key(r["placement"])
             if k not in seen:
@@ -318,7 +317,7 @@ def table(models: Sequence[dict[str, Any]]) -> list[str]:
         ours = next((r for r in rows if r["method"] not in METHODS), None) or next(
             (r for r in rows if r["method"] == "stage_search"), None
         )
-        pool = pooled(rows) if all("placement" in r and "repeats_s" in r for r in rows) else {}
+        pool = pooled(rows)
 
         def median(r: dict[str, Any]) -> float:  # pooled where the rows say which plan they measured
             return pool[r["method"]]["median_s"] if pool else r["measured_s"]
@@ -368,10 +367,9 @@ def given_placements(items: Sequence[str]) -> dict[str, list[tuple[str, str]]]:
 def resimulate(path: str, cluster: Any, own: Mapping[str, Any], profiles: Mapping[str, str], as_json: bool) -> int:
     """``--resimulate``: an earlier run's measured plans simulated now (:func:`rescore`), beside the fidelity that
     run recorded; every model's row, and all of them."""
-    from graphs.io import read_json
-
-    models = read_run(path)
-    out = {"run": path, "recorded": read_json(path).get("fidelity"), "now": rescore(models, cluster, own, profiles)}
+    doc = read_run(path)
+    models = doc["models"]
+    out = {"run": path, "recorded": doc.get("fidelity"), "now": rescore(models, cluster, own, profiles)}
     out["per_model"] = {m["model"]: {"now": fidelity([m], "rescored_s")} for m in models}
     if as_json:
         print(json.dumps(out, indent=1))
@@ -393,19 +391,20 @@ def resimulate(path: str, cluster: Any, own: Mapping[str, Any], profiles: Mappin
 
 def report(path: str) -> int:
     """``--report``: an earlier run's report (:func:`table`), measuring nothing."""
-    print("\n".join(table(read_run(path))))
+    print("\n".join(table(read_run(path)["models"])))
     return 0
 
 
-def read_run(path: str) -> list[dict[str, Any]]:
-    """The models of a ``python -m bench.rank_splits --json`` run (a PlacerError names a file that is not one)."""
+def read_run(path: str) -> dict[str, Any]:
+    """A ``python -m bench.rank_splits --json`` run, checked to have its models with rows (a PlacerError names a
+    file that is not one)."""
     from graphs.io import read_json
 
     doc = read_json(path)
     models = doc.get("models") if isinstance(doc, dict) else None
     if not isinstance(models, list) or not all(isinstance(m, dict) and "rows" in m for m in models):
         raise PlacerError(f"{path}: not a `python -m bench.rank_splits --json` run (no models with rows)")
-    return models
+    return doc
 
 
 def main(argv: Sequence[str] | None = None) -> int:

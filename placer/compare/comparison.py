@@ -176,17 +176,19 @@ def compare(
     scorer = RankSim(graph, cluster) if ranks else env
     best_single_s, best_device = best_single(scorer, graph, cluster)
 
+    def spent() -> int:  # placements simulated so far: the searches' and, across processes, the scorer's too
+        return env.simulated + (scorer.simulated if scorer is not env else 0)
+
     rows: list[Row] = []
     for m in names:
         own = dict((options or {}).get(m, {}))
         shapes = (
             method_shapes(m, own, default_ms, inflight) if {"microbatches", "inflight"} & set(own) else default_shapes
         )
-        before = env.simulated + (scorer.simulated if scorer is not env else 0)
+        before = spent()
         attempt = HeuristicAttempt(m, graph, cluster, env, own, seed, model, best_single_s, order, scorer=scorer)
         rows.append(attempt.best(shapes))
-        # its searches and its scoring (across processes, on the simulator of ranks too)
-        rows[-1].simulated = env.simulated + (scorer.simulated if scorer is not env else 0) - before
+        rows[-1].simulated = spent() - before
         if progress is not None:
             progress(len(rows), m)
     rows += given_rows(scorer, graph, cluster, labelled, best_single_s)
