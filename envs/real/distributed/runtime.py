@@ -20,9 +20,9 @@ computes:
   takes the same optimizer step and the copies stay equal.
 
 On CPU ranks (gloo) every receive of a step is posted as the step begins
-(:func:`post_receives_early`; where each peer sends the rank one stream of messages,
-:func:`one_stream_per_peer`), not just before the action that needs it as torch's
-schedules post them. Gloo moves a message only once both sides have posted it, and a
+(:func:`post_receives_early`; each stream of messages tagged, :func:`tag_streams`),
+not just before the action that needs it as torch's schedules post them. Gloo moves
+a message only once both sides have posted it, and a
 late receive waits for the sender's event-loop thread, which shares its core with the
 sender's compute: a receive posted late took 3-6 ms longer on this machine's two ranks
 (BENCHMARKS.md, "Receives posted early").
@@ -92,26 +92,46 @@ def shared_parameters(
     return {min(names[k]): (tuple(sorted(r)), tensors[k]) for k, r in holders.items() if len(r) > 1}
 
 
-def one_stream_per_peer(stage_ranks: Sequence[int], rank: int) -> bool:
-    """Whether each rank this one receives from sends it a single stream (one stage's activations, or one stage's
-    gradients). Gloo matches the receives from one peer to its messages in the order both were posted; a receive
-    posted ahead is matched right only where that peer sends nothing else in between. A looped plan on 2 ranks
-    receives a stage's activations and another's gradients from the same peer, so its receives stay where torch
-    posts them.
+def stream_tag(receiving_stage: int, kind: str) -> int:
+    """The tag of one stream of messages: the activations (``kind`` ``"f"``) or the gradients (``"b"``) that stage
+    ``receiving_stage`` receives. Its peer tags its sends alike (:func:`tag_streams`).
 
-    >>> one_stream_per_peer([0, 1], 0), one_stream_per_peer([0, 1, 2], 1), one_stream_per_peer([0, 1, 0, 1], 0)
-    (True, True, False)
+    >>> stream_tag(1, "f"), stream_tag(1, "b"), stream_tag(3, "f")
+    (2, 3, 6)
     """
-    sources = []
-    last = len(stage_ranks) - 1
-    for s, r in enumerate(stage_ranks):
-        if r != rank:
-            continue
-        if s > 0 and stage_ranks[s - 1] != rank:
-            sources.append(stage_ranks[s - 1])  # its activations
-        if s < last and stage_ranks[s + 1] != rank:
-            sources.append(stage_ranks[s + 1])  # its gradients
-    return len(sources) == len(set(sources))
+    return 2 * int(receiving_stage) + (1 if kind == "b" else 0)
+
+
+def tag_streams(stage: Any) -> None:
+    """Give every message of ``stage`` (a torch ``PipelineStage``) the tag of its stream (:func:`stream_tag`).
+
+    Gloo matches the receives from one peer to its messages by tag, in the order both sides posted them. torch
+    tags nothing, so where a peer sends a rank two streams (a looped plan on 2 ranks: one stage's activations
+    and another's gradients), a receive posted ahead of torch's order (:func:`post_receives_early`) would take
+    the other stream's message. With a tag per stream, only the order within a stream counts, and each side
+    posts a stream in microbatch order. The stages form a chain (:mod:`~envs.real.distributed.cut`): stage
+    ``s`` sends activations to ``s + 1`` and gradients to ``s - 1``. Every rank tags every stage, so sends and
+    receives agree whatever each rank posts early; NCCL ignores the tags.
+    """
+    s = int(stage.stage_index)
+    asks = {
+        "get_fwd_recv_ops": stream_tag(s, "f"),
+        "get_bwd_recv_ops": stream_tag(s, "b"),
+        "get_fwd_send_ops": stream_tag(s + 1, "f"),
+        "get_bwd_send_ops": stream_tag(s - 1, "b"),
+    }
+
+    def tagged(ask: Any, tag: int) -> Any:
+        def get_ops(*args: Any, **kwargs: Any) -> list[Any]:
+            ops = ask(*args, **kwargs)
+            for op in ops:
+                op.tag = tag
+            return ops
+
+        return get_ops
+
+    for name, tag in asks.items():
+        setattr(stage, name, tagged(getattr(stage, name), tag))
 
 
 def post_receives_early(stage: Any, microbatches: int) -> None:
@@ -178,8 +198,8 @@ class RankSchedule:
         rank: this process's global rank.
         group: the process group of the pipeline (default: the world).
         early_receives: post every receive of a step as it begins (:func:`post_receives_early`); None: on CPU
-            ranks only (gloo), not on GPUs. Either way only where each peer sends this rank one stream
-            (:func:`one_stream_per_peer`).
+            ranks only (gloo), not on GPUs. Every stage's messages are tagged by stream either way
+            (:func:`tag_streams`), so ranks that post differently still agree.
     """
 
     def __init__(
@@ -220,10 +240,10 @@ class RankSchedule:
             )
             for s in self.stage_indices
         ]
-        early = self.torch_device.type == "cpu" if early_receives is None else early_receives
-        self.early_receives = early and one_stream_per_peer(plan.stage_ranks, rank)
-        if self.early_receives:
-            for stage in self.stages:
+        self.early_receives = self.torch_device.type == "cpu" if early_receives is None else bool(early_receives)
+        for stage in self.stages:
+            tag_streams(stage)  # first: the early posting asks the tagged receives
+            if self.early_receives:
                 post_receives_early(stage, plan.microbatches)
         self.shared = [(p, groups[ranks]) for _, (ranks, p) in sorted(shared.items()) if rank in ranks]
         self.schedule = BUILDERS[plan.schedule](self.stages, plan.microbatches, loss_is_output, plan.actions())
@@ -276,4 +296,4 @@ class RankSchedule:
             dist.all_reduce(p.grad, group=group)
 
 
-__all__ = ["RankSchedule", "loss_is_output", "one_stream_per_peer", "post_receives_early", "shared_parameters"]
+__all__ = ["RankSchedule", "loss_is_output", "post_receives_early", "shared_parameters", "stream_tag", "tag_streams"]

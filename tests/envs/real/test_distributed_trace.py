@@ -252,3 +252,62 @@ def test_receives_posted_early_all_go_out_at_the_first_ask_and_the_recorder_time
         ("F", 2, 15.0, 16.0),
     ]
     assert log[:3] == [("wait", "recv-f0"), ("wait", "recv-f1"), ("wait", "recv-f2")]
+
+
+class MessagingStage:
+    """A stage of a chain of ``n`` stages: one tensor out and in each way per microbatch (ops as torch builds them,
+    untagged)."""
+
+    def __init__(self, index: int, n: int) -> None:
+        self.stage_index, self.n = index, n
+
+    def _ops(self, kind, peer_stage, chunk):
+        from types import SimpleNamespace
+
+        ok = 0 <= peer_stage < self.n
+        return [SimpleNamespace(kind=kind, stage=self.stage_index, peer=peer_stage, chunk=chunk, tag=0)] if ok else []
+
+    def get_fwd_recv_ops(self, chunk):
+        return self._ops("recv", self.stage_index - 1, chunk)
+
+    def get_bwd_recv_ops(self, chunk):
+        return self._ops("recv", self.stage_index + 1, chunk)
+
+    def get_fwd_send_ops(self, chunk):
+        return self._ops("send", self.stage_index + 1, chunk)
+
+    def get_bwd_send_ops(self, chunk):
+        return self._ops("send", self.stage_index - 1, chunk)
+
+
+def test_tagged_streams_match_a_looped_plans_receives_posted_early_to_their_own_messages():
+    """A looped plan on 2 ranks: rank 1 gets stage 0's activations and stage 2's gradients (and stage 2's
+    activations) from rank 0. Gloo matches by (peer, tag) in posting order; with torch's untagged ops the receives
+    posted early take the wrong messages, with a tag per stream each takes its own."""
+    from envs.real.distributed.runtime import tag_streams
+
+    def matched(tagged: bool):
+        stages = [MessagingStage(s, 4) for s in range(4)]
+        rank = [s % 2 for s in range(4)]
+        if tagged:
+            for st in stages:
+                tag_streams(st)
+        M = 4
+        # rank 0 sends in an interleaved schedule's order (two microbatches through stage 0, then through stage 2,
+        # and so on; then the backwards likewise); rank 1 posts each kind's receives at its first ask, all M at
+        # once, as post_receives_early does
+        rounds = [(0, 1), (2, 3)]
+        sends = [op for ms in rounds for s in (0, 2) for m in ms for op in stages[s].get_fwd_send_ops(m)]
+        sends += [op for ms in rounds for s in (2, 0) for m in ms for op in stages[s].get_bwd_send_ops(m)]
+        recvs = [op for s in (1, 3) for m in range(M) for op in stages[s].get_fwd_recv_ops(m)]
+        recvs += [op for s in (3, 1) for m in range(M) for op in stages[s].get_bwd_recv_ops(m)]
+        recvs = [r for r in recvs if rank[r.peer] == 0]
+        queues: dict[int, list] = {}
+        for op in sends:
+            if rank[op.peer] == 1:
+                queues.setdefault(op.tag, []).append(op)
+        pairs = [(queues[r.tag].pop(0), r) for r in recvs]
+        return all((s.stage, s.peer, s.chunk) == (r.peer, r.stage, r.chunk) for s, r in pairs)
+
+    assert not matched(tagged=False)  # posted early without tags: wrong messages
+    assert matched(tagged=True)
