@@ -134,8 +134,14 @@ def model_step_s(source: str, source_dir: str, repeats: int, warmup: int) -> dic
     return out
 
 
+#: The fewest round trips timed per message size (and untimed first): a round trip costs 0.1-5 ms, and the link's
+#: latency is fitted from the small messages, whose median over 5 trips once came out 25x the usual (1.9 ms).
+PING_PONGS, PING_PONG_WARMUP = 30, 5
+
+
 def ping_pong(peer: int, leader: bool, repeats: int) -> dict[int, float]:
-    """One-way seconds per message size of :data:`SIZES` between this rank and ``peer`` (half a round trip)."""
+    """One-way seconds per message size of :data:`SIZES` between this rank and ``peer`` (half the median round
+    trip of at least :data:`PING_PONGS`)."""
     out = {}
     for nbytes in SIZES:
         buf = torch.zeros(nbytes // 4)
@@ -148,7 +154,7 @@ def ping_pong(peer: int, leader: bool, repeats: int) -> dict[int, float]:
                 dist.recv(buf, peer)
                 dist.send(buf, peer)
 
-        out[nbytes] = median_s(round_trip, repeats) / 2
+        out[nbytes] = median_s(round_trip, max(repeats, PING_PONGS), PING_PONG_WARMUP) / 2
     return out
 
 
