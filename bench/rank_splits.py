@@ -38,7 +38,6 @@ import os
 import statistics
 import sys
 from collections.abc import Mapping, Sequence
-from types import SimpleNamespace
 from typing import Any
 
 import numpy as np
@@ -46,12 +45,11 @@ import numpy as np
 from bench.common import OneLineParser, parse_list
 from bench.fidelity.metrics import mape, spearman
 from envs.cluster import resolve_cluster
-from envs.sim.ranks import PIPELINE_SHAPES, RankSim
+from envs.sim.ranks import RankSim
 from envs.timeline import median_phases, rank_phases
 from graphs import PlacerError
 from graphs.plan import Placement, check_inflight
-from placer.learn.shapes import SPLITS
-from placer.methods import registry
+from placer.learn.shapes import SPLITS, fastest, split_table
 
 MODELS = {
     "lm": "bench.rank_models:lm",
@@ -67,30 +65,24 @@ DEFAULT_MODELS = ("lm", "encoder_decoder", "unet", "convnet")
 METHODS = SPLITS  # the splits placer train --ranks --choose-shape scores shapes by
 
 
-def split(method: str, graph: Any, cluster: Any, microbatches: int, inflight: int) -> Placement:
-    """``method``'s plan of ``graph`` for M microbatches, W in flight (node order: the stages stay contiguous)."""
-    fn = registry.get(method)
-    shape = SimpleNamespace(microbatches=microbatches, inflight=inflight)
-    op_devices = fn(graph, cluster, env=shape) if registry.accepts(fn, "env") else fn(graph, cluster)
-    return Placement.from_indices(
-        graph, cluster.device_names, op_devices, method=method, microbatches=microbatches, inflight=inflight
-    )
-
-
-def best_plan(method: str, graph: Any, cluster: Any) -> tuple[Placement, float, list[dict[str, Any]]]:
-    """``method``'s fastest plan over :data:`~envs.sim.ranks.PIPELINE_SHAPES` on the simulator of ranks, its time, and
-    every shape's row."""
-    sim = RankSim(graph, cluster)
-    rows, best = [], None
-    for M, W in PIPELINE_SHAPES:
-        plan = split(method, graph, cluster, M, W)
-        res = sim.evaluate([plan])[0]
-        rows.append({"microbatches": M, "inflight": W, "schedule": res.extra.get("schedule"), "sim_s": res.step_time_s})
-        if res.ok and (best is None or res.step_time_s < best[1]):
-            best = (plan, res.step_time_s)
-    if best is None:
-        raise PlacerError(f"{method}: no plan of {graph.name or 'the model'} runs on the simulator of ranks")
-    return best[0], best[1], rows
+def best_plans(graph: Any, cluster: Any, methods: Sequence[str] = METHODS) -> dict[str, Any]:
+    """Each of ``methods``' fastest plan over :data:`~envs.sim.ranks.PIPELINE_SHAPES` on the simulator of ranks
+    (:func:`placer.learn.shapes.split_table`, what ``--choose-shape`` scores): ``{method: (plan, its time, every
+    shape's row)}``, or ``{method: PlacerError}`` where it makes no plan that runs at any shape."""
+    table = split_table(graph, cluster, methods)
+    out: dict[str, Any] = {}
+    for m, best in fastest(table, lambda r: r["method"]).items():
+        shapes = [
+            {"microbatches": r["microbatches"], "inflight": r["inflight"], "sim_s": r["step_time_s"]}
+            for r in table
+            if r["method"] == m
+        ]
+        if best["placement"] is None:
+            why = best["message"].removeprefix("PlacerError: ")
+            out[m] = PlacerError(why or f"{m}: no plan of {graph.name or 'the model'} runs on the simulator of ranks")
+        else:
+            out[m] = (best["placement"], best["step_time_s"], shapes)
+    return out
 
 
 def measure(source: str, plan: Placement, steps: int, warmup: int) -> tuple[float, list[dict[str, float]]]:
@@ -211,12 +203,12 @@ def run_model(
     source = MODELS[name]
     graph = model_graph(source, profile)
     plans, failed = {}, {}
-    for m in METHODS:
-        try:
-            plans[m] = best_plan(m, graph, cluster)
-        except PlacerError as e:
-            failed[m] = str(e)
-            print(f"  {name} {m}: no plan: {e}", file=sys.stderr, flush=True)
+    for m, best in best_plans(graph, cluster).items():
+        if isinstance(best, PlacerError):
+            failed[m] = str(best)
+            print(f"  {name} {m}: no plan: {best}", file=sys.stderr, flush=True)
+        else:
+            plans[m] = best
     for label, path in given:  # a placement made for another model is one line, before anything is measured
         plan = Placement.load(path)
         plan.indices(graph, cluster.device_names, source=path)

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -51,27 +52,67 @@ class ShapeChoice:
         return dataclasses.asdict(self)
 
 
+def split_table(graph: OpGraph, cluster: Cluster, methods: Sequence[str] = SPLITS, seed: int = 0) -> list[dict]:
+    """Every split of ``methods`` at every shape of :data:`PIPELINE_SHAPES`, scored on the simulator of ranks.
+
+    One row per method and shape, shapes in their order: ``method``, ``microbatches``, ``inflight`` (None: all M
+    in flight), ``step_time_s`` (inf: the split does not run at that shape), ``placement`` (None likewise),
+    ``simulated`` (placements the method simulated there) and ``message`` (why not, where it does not run).
+    What ``--choose-shape`` chooses from, and what ``bench.rank_splits`` takes each method's fastest plan from.
+    """
+    from placer.compare import compare  # the heuristics and the simulators: only when a table is made
+
+    rows = []
+    for M, W in PIPELINE_SHAPES:
+        report = compare(graph, cluster, methods=list(methods), seed=seed, microbatches=M, inflight=W, ranks=True)
+        for r in report.rows:
+            if r.kind != "heuristic":
+                continue
+            ok = r.status == "ok" and r.step_time_s is not None
+            rows.append(
+                {
+                    "method": r.method,
+                    "microbatches": M,
+                    "inflight": None if W == M else W,
+                    "step_time_s": float(r.step_time_s) if ok else float("inf"),
+                    "placement": r.placement if ok else None,
+                    "simulated": r.simulated,
+                    "message": "" if ok else (r.message or r.status),
+                }
+            )
+    return rows
+
+
+def fastest(rows: Sequence[dict], key: Callable[[dict], Any]) -> dict[Any, dict]:
+    """The fastest row of :func:`split_table`'s ``rows`` per ``key`` (a shape, a method...), in first-seen order of
+    the keys; a key none of whose rows runs keeps its first row (``step_time_s`` inf).
+
+    >>> rows = [{"m": "a", "step_time_s": 2.0}, {"m": "b", "step_time_s": float("inf")}, {"m": "a", "step_time_s": 1.0}]
+    >>> {k: r["step_time_s"] for k, r in fastest(rows, lambda r: r["m"]).items()}
+    {'a': 1.0, 'b': inf}
+    """
+    best: dict[Any, dict] = {}
+    for r in rows:
+        k = key(r)
+        if k not in best or r["step_time_s"] < best[k]["step_time_s"]:
+            best[k] = r
+    return best
+
+
 def choose_shape(graph: OpGraph, cluster: Cluster, config: TrainConfig, progress: Progress) -> ShapeChoice:
     """Score :data:`SPLITS` at every shape of :data:`PIPELINE_SHAPES` that ``cluster`` can hold, on the simulator of
-    ranks; the shape of the fastest. Raises :class:`PlacerError` when no split runs at any shape."""
-    from placer.compare import compare  # the heuristics and the simulators: only when a run chooses
-
+    ranks (:func:`split_table`); the shape of the fastest. Raises :class:`PlacerError` when no split runs at any
+    shape."""
     t0 = time.perf_counter()
-    rows, simulated = [], 0
     progress.phase(f"choosing the pipeline's shape: {len(PIPELINE_SHAPES)} shapes (M, W), each scored by the splits")
-    for M, W in PIPELINE_SHAPES:
-        report = compare(graph, cluster, methods=list(SPLITS), seed=config.seed, microbatches=M, inflight=W, ranks=True)
-        ok = [r for r in report.rows if r.kind == "heuristic" and r.status == "ok" and r.step_time_s is not None]
-        simulated += sum(r.simulated for r in report.rows)
-        best = min(ok, key=lambda r: r.step_time_s, default=None)
-        rows.append(
-            {
-                "microbatches": M,
-                "inflight": None if W == M else W,
-                "step_time_s": float(best.step_time_s) if best is not None else float("inf"),
-                "method": best.method if best is not None else None,
-            }
-        )
+    table = split_table(graph, cluster, SPLITS, seed=config.seed)
+    per_shape = fastest(table, lambda r: (r["microbatches"], r["inflight"])).values()
+    rows = [
+        {k: r[k] for k in ("microbatches", "inflight", "step_time_s")}
+        | {"method": r["method"] if r["placement"] is not None else None}
+        for r in per_shape
+    ]
+    simulated = sum(r["simulated"] for r in table)
     chosen = min(rows, key=lambda r: r["step_time_s"])
     if chosen["method"] is None:
         raise PlacerError(f"--choose-shape: no pipeline split of {graph.name or 'the graph'} runs on {cluster.name}")
@@ -92,4 +133,4 @@ def with_shape(config: TrainConfig, choice: ShapeChoice) -> TrainConfig:
     return dataclasses.replace(config, microbatches=choice.microbatches, inflight=choice.inflight, choose_shape=False)
 
 
-__all__ = ["SHAPES_JSON", "SPLITS", "ShapeChoice", "choose_shape", "with_shape"]
+__all__ = ["SHAPES_JSON", "SPLITS", "ShapeChoice", "choose_shape", "fastest", "split_table", "with_shape"]

@@ -122,13 +122,14 @@ def test_the_hosts_floor_is_a_matmul_loop_with_its_spread():
 def test_repeatability_across_processes_measures_each_build_as_a_job_of_ranks(run_entry, tmp_path):
     """Each build one job of two processes, the ranks pinned each to a core of its own; an unknown pin setting is one
     line."""
-    from bench import rank_splits
     from envs.cluster import resolve_cluster
     from graphs import sources
+    from graphs.plan import Placement
     from graphs.torch_capture import capture
+    from placer.methods.heuristics.pipeline_splits import flops_balanced
 
-    g = capture(*sources.resolve_model("bench.rank_models:unet"))
-    plan = rank_splits.split("flops_balanced", g, resolve_cluster("k80x2"), 2, 2)
+    g, cluster = capture(*sources.resolve_model("bench.rank_models:unet")), resolve_cluster("k80x2")
+    plan = Placement.from_indices(g, cluster.device_names, flops_balanced(g, cluster), microbatches=2)
     plan.save(str(tmp_path / "p.json"))
     argv = ["--source", "bench.rank_models:unet", "--placement", str(tmp_path / "p.json"), "--ranks", "2"]
     status, out, err = run_entry(
