@@ -82,6 +82,7 @@ def stages(
     device_map: str | Mapping[str, str] | None = None,
     loss_reduction: str = "mean",
     graph: OpGraph | None = None,
+    early_receives: bool | None = None,
 ) -> tuple[list, Any]:
     """This process's stages of ``placement`` and the schedule that runs them (see the module doc).
 
@@ -90,7 +91,8 @@ def stages(
     which logical device, and on which torch device, follows
     :func:`envs.real.distributed.ranks.assign_ranks` (``rank_map``, ``device_map``;
     ``LOCAL_WORLD_SIZE`` gives the local rank of each). A bad plan, or more or fewer
-    processes than it has devices, is a :class:`PlacerError`.
+    processes than it has devices, is a :class:`PlacerError`. ``early_receives``: post every receive of a step
+    as it begins (None: on CPU ranks under GPipe or 1F1B; :class:`~envs.real.distributed.runtime.RankSchedule`).
     """
     import torch.distributed as dist
 
@@ -112,7 +114,7 @@ def stages(
         loss_reduction=loss_reduction,
     )
     check_world(list(plan.devices), dist.get_world_size())
-    schedule = RankSchedule(plan, program, tuple(example_inputs), dist.get_rank())
+    schedule = RankSchedule(plan, program, tuple(example_inputs), dist.get_rank(), early_receives=early_receives)
     return schedule.stages, schedule
 
 

@@ -79,7 +79,7 @@ MODEL_SRC = textwrap.dedent(
         return Dying(), (torch.randn(4, 8), torch.randint(0, 2, (4,)))
 
 
-    def script(placement_path):
+    def script(placement_path, early_receives=None):
         # what a user's script does under torchrun: its own process group, placer's stages and schedule
         import torch.distributed as dist
         from graphs.plan import Placement
@@ -87,7 +87,9 @@ MODEL_SRC = textwrap.dedent(
 
         dist.init_process_group("gloo")
         model, inputs = build()
-        stages, schedule = distributed.stages(model, Placement.load(placement_path), inputs)
+        stages, schedule = distributed.stages(
+            model, Placement.load(placement_path), inputs, early_receives=early_receives
+        )
         loss = schedule.step(*inputs)
         mine = schedule.named_parameters()
         ref, ref_inputs = build()
@@ -290,11 +292,12 @@ def test_a_rendezvous_nobody_serves_is_one_line(here, capsys):
 
 @pytest.mark.slow
 def test_a_torchrun_script_gets_its_stages_and_the_one_process_gradients(here, monkeypatch):
-    """placer.distributed.stages in a user's script, as torchrun starts it: a looped plan (2 stages per rank)."""
+    """placer.distributed.stages in a user's script, as torchrun starts it: a looped plan (2 stages per rank), its
+    receives posted early (each rank gets two streams from the other: their tags keep them apart)."""
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(here), os.environ.get("PYTHONPATH", "")]))
     import dist_model
 
-    out = launch(dist_model.script, (str(here / "looped.json"),), nproc_per_node=2)
+    out = launch(dist_model.script, (str(here / "looped.json"), True), nproc_per_node=2)
     assert [out[r]["stages"] for r in (0, 1)] == [[0, 2], [1, 3]]
     assert out[0]["worst"] < 1e-4 and out[1]["worst"] < 1e-4
     assert out[0]["loss"] is None and out[1]["loss"] > 0  # the loss is on the last stage's rank

@@ -19,10 +19,10 @@ computes:
   all-reduce per parameter (in a process group of just those ranks), so every copy
   takes the same optimizer step and the copies stay equal.
 
-On CPU ranks (gloo) every receive of a step is posted as the step begins
-(:func:`post_receives_early`; each stream of messages tagged, :func:`tag_streams`),
-not just before the action that needs it as torch's schedules post them. Gloo moves
-a message only once both sides have posted it, and a
+On CPU ranks (gloo) under GPipe and 1F1B, every receive of a step is posted as the
+step begins (:func:`post_receives_early`; each stream of messages tagged,
+:func:`tag_streams`), not just before the action that needs it as torch's schedules
+post them. Gloo moves a message only once both sides have posted it, and a
 late receive waits for the sender's event-loop thread, which shares its core with the
 sender's compute: a receive posted late took 3-6 ms longer on this machine's two ranks
 (BENCHMARKS.md, "Receives posted early").
@@ -187,6 +187,22 @@ def post_receives_early(stage: Any, microbatches: int) -> None:
     stage.clear_runtime_states = clear_runtime_states
 
 
+#: The schedules whose receives a CPU rank posts early unless told (:func:`early_by_default`): torch's schedules of
+#: one stage per rank. Torch's looped schedules already post each receive one time step ahead, in lockstep with the
+#: neighbour's send, and posting all of them at the step's start made a looped plan slower (the encoder-decoder,
+#: 4 stages looped, M = 2: 115 ms against 94 ms; BENCHMARKS.md, "Receives posted early").
+EARLY_RECEIVES = ("gpipe", "1f1b")
+
+
+def early_by_default(device_type: str, schedule: str) -> bool:
+    """Whether a rank on ``device_type`` running ``schedule`` posts its receives early when not told.
+
+    >>> early_by_default("cpu", "gpipe"), early_by_default("cpu", "looped_bfs"), early_by_default("cuda", "1f1b")
+    (True, False, False)
+    """
+    return device_type == "cpu" and schedule in EARLY_RECEIVES
+
+
 class RankSchedule:
     """This rank's stages of ``plan`` and the schedule that runs them (see the module doc).
 
@@ -198,8 +214,9 @@ class RankSchedule:
         rank: this process's global rank.
         group: the process group of the pipeline (default: the world).
         early_receives: post every receive of a step as it begins (:func:`post_receives_early`); None: on CPU
-            ranks only (gloo), not on GPUs. Every stage's messages are tagged by stream either way
-            (:func:`tag_streams`), so ranks that post differently still agree.
+            ranks (gloo) running one stage each under GPipe or 1F1B (:func:`early_by_default`). Every stage's
+            messages are tagged by stream either way (:func:`tag_streams`), so a looped plan may post early too
+            when told, and ranks that post differently still agree.
     """
 
     def __init__(
@@ -240,7 +257,8 @@ class RankSchedule:
             )
             for s in self.stage_indices
         ]
-        self.early_receives = self.torch_device.type == "cpu" if early_receives is None else bool(early_receives)
+        default = early_by_default(self.torch_device.type, plan.schedule)
+        self.early_receives = default if early_receives is None else bool(early_receives)
         for stage in self.stages:
             tag_streams(stage)  # first: the early posting asks the tagged receives
             if self.early_receives:
@@ -296,4 +314,13 @@ class RankSchedule:
             dist.all_reduce(p.grad, group=group)
 
 
-__all__ = ["RankSchedule", "loss_is_output", "post_receives_early", "shared_parameters", "stream_tag", "tag_streams"]
+__all__ = [
+    "EARLY_RECEIVES",
+    "RankSchedule",
+    "early_by_default",
+    "loss_is_output",
+    "post_receives_early",
+    "shared_parameters",
+    "stream_tag",
+    "tag_streams",
+]
