@@ -29,6 +29,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from functools import lru_cache
 from types import SimpleNamespace
+from typing import Any
 
 from envs.real.distributed.schedules import Action, check_schedule, planned_actions
 
@@ -40,9 +41,9 @@ TORCH_CLASSES = {
 }
 
 
-@lru_cache(maxsize=256)
-def torch_actions(name: str, num_stages: int, num_ranks: int, microbatches: int) -> dict[int, tuple[Action, ...]]:
-    """Every rank's forwards and backwards under torch's schedule ``name`` (stage ``s`` on rank ``s mod R``).
+def torch_order(name: str, num_stages: int, num_ranks: int, microbatches: int) -> dict[int, list[Any]]:
+    """Every rank's list under torch's schedule ``name`` as torch keeps it: its ``_Action`` objects, idle slots
+    (``None``) and gradient reductions included (stage ``s`` on rank ``s mod R``).
 
     Torch builds these lists in its schedule's constructor from a few numbers; the
     constructor also wants real stages and a process group, so the numbers are
@@ -64,11 +65,16 @@ def torch_actions(name: str, num_stages: int, num_ranks: int, microbatches: int)
         microbatches_per_round=M // rounds,
     )
     if single:
-        order = cls._get_pipeline_order(state)  # noqa: SLF001 (torch's one source of this schedule's order)
-    else:
-        order = {r: cls._calculate_single_rank_operations(state, r) for r in range(R)}  # noqa: SLF001
+        return dict(cls._get_pipeline_order(state))  # noqa: SLF001 (torch's one source of this schedule's order)
+    return {r: list(cls._calculate_single_rank_operations(state, r)) for r in range(R)}  # noqa: SLF001
+
+
+@lru_cache(maxsize=256)
+def torch_actions(name: str, num_stages: int, num_ranks: int, microbatches: int) -> dict[int, tuple[Action, ...]]:
+    """Every rank's forwards and backwards under torch's schedule ``name`` (:func:`torch_order` without its idle
+    slots and reductions)."""
     out: dict[int, tuple[Action, ...]] = {}
-    for rank, acts in order.items():
+    for rank, acts in torch_order(name, num_stages, num_ranks, microbatches).items():
         kept = [a for a in acts if a is not None and a.computation_type.value in ("F", "B")]
         out[rank] = tuple((int(a.stage_index), a.computation_type.value, int(a.microbatch_index)) for a in kept)
     return out
@@ -112,4 +118,4 @@ def schedule_actions(
     return {r: list(lists.get(r, ())) for r in range(num_ranks)}
 
 
-__all__ = ["TORCH_CLASSES", "one_f_one_b", "schedule_actions", "torch_actions"]
+__all__ = ["TORCH_CLASSES", "one_f_one_b", "schedule_actions", "torch_actions", "torch_order"]

@@ -7,14 +7,12 @@ order, idle slots kept: each time step ends when this rank's action and every me
 its neighbour are through. Prints the stages' costs, the simulator's step and the lockstep's end per rank.
 """
 
-from types import SimpleNamespace
-
 import numpy as np
-from torch.distributed.pipelining import schedules
 
 from bench.rank_splits import MODELS, model_graph
 from envs.cluster import resolve_cluster
 from envs.real.distributed.cut import StageCutter
+from envs.sim.rank_actions import torch_order
 from envs.sim.ranks import RankSim, stage_costs
 from graphs.plan import Placement
 
@@ -37,16 +35,7 @@ print(
 )
 print("simulated now", sim.simulate(p).step_time_s * 1e3)
 S, R = len(costs.ranks), 2
-st = SimpleNamespace(
-    _num_stages=S,
-    _n_microbatches=M,
-    pp_group_size=R,
-    _stages=[None] * (S // R),
-    n_local_stages=S // R,
-    number_of_rounds=max(1, M // R),
-    microbatches_per_round=M // max(1, M // R),
-)
-order = {r: schedules.ScheduleLoopedBFS._calculate_single_rank_operations(st, r) for r in range(R)}
+order = torch_order("looped_bfs", S, R, M)
 T = max(len(v) for v in order.values())
 for r in range(R):
     print(
