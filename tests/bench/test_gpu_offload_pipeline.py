@@ -40,7 +40,7 @@ def test_the_pipeline_runs_on_the_cpu_stand_in_resumes_and_a_killed_run_loses_no
         return run_entry(gpu_offload, *args)
 
     out = tmp_path / "offload"
-    status, stdout, stderr = run_here("rivals", "--tiny", "--out-dir", str(out), "--train-budget", "3", "--json")
+    status, stdout, stderr = run_here("rivals", "--tiny", "--out-dir", str(out), "--train-budget", "1", "--json")
     assert status == 0, stderr[-2000:]
     doc = json.loads(stdout)
     rows = {r["label"]: r for r in doc["rows"]}
@@ -102,7 +102,7 @@ def test_the_pipeline_runs_on_the_cpu_stand_in_resumes_and_a_killed_run_loses_no
 
     # resumed: the rivals measure nothing again; the fine-tuning goes on from its checkpoint and its records
     assert run_here("rivals", "--tiny", "--out-dir", str(out))[0] == 0 and _logged(out) == logged
-    status, _, stderr = run_here("finetune", "--tiny", "--out-dir", str(out), "--budget", "4")
+    status, _, stderr = run_here("finetune", "--tiny", "--out-dir", str(out), "--budget", "2")
     assert status == 0, stderr[-2000:]
     resumed = read_curves(str(curves_path))
     assert resumed[: len(records)] == records and [r["n"] for r in resumed] == list(range(1, len(resumed) + 1))

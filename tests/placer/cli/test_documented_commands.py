@@ -7,9 +7,10 @@ A quoted command is one of:
 * a *runnable* line (``placer export mymodels:build -o g.json``): run in order, in one working directory
   holding the README's ``mymodels.py``, as a user would, in this process (``placer.cli.main``; the zoo's
   captures are the test session's). What would take minutes is kept tiny, and only that: a training run
-  gets ``--time-budget 2`` and three fast heuristics to start from, ``compare`` with every method gives
-  ``ilp`` 0.5 s and the searches 100 placements (annealing 200 steps), ``run`` times 2 steps, ``profile``
-  times each thing once, and ``pretrain`` (a corpus of graphs) stops once its arguments are checked;
+  gets ``--time-budget 1`` and three fast heuristics to start from, ``compare`` with every method gives
+  ``ilp`` 0.5 s and the searches 100 placements (annealing 200 steps, ``stage_search`` one round of cut
+  moves), ``run`` times 2 steps, ``profile`` times each thing once, and ``pretrain`` (a corpus of graphs)
+  stops once its arguments are checked;
 * any other program (``python -m bench.X``, or a ``python X.py``: its ``--help`` runs, in this
   process; ``bash .ci/run``: the file exists).
 """
@@ -145,13 +146,14 @@ def _tiny(tokens: list[str]) -> list[str]:
     command = tokens[1]
     if command == "train":
         if "--time-budget" in tokens:
-            tokens[tokens.index("--time-budget") + 1] = "2"
+            tokens[tokens.index("--time-budget") + 1] = "1"
         elif "--iterations" not in tokens:
-            tokens += ["--time-budget", "2"]
+            tokens += ["--time-budget", "1"]
         if "--heuristics" not in tokens:
             tokens += ["--heuristics", TINY_HEURISTICS]
     if command == "compare" and "--methods" not in tokens:
         tokens += ["--option", "ilp.time_limit_s=0.5", "--option", "n=100", "--option", "annealing.steps=200"]
+        tokens += ["--option", "stage_search.rounds=1"]
     if command == "run":
         tokens += ["--steps", "2", "--warmup", "1"]
     if command == "profile" and "--repeats" not in tokens:  # each timing once (the fit is checked elsewhere)
