@@ -2,8 +2,8 @@
 
 Each builder returns ``(model, example_inputs)``, seeded, with ``forward`` returning the
 loss (the last stage of a plan across processes computes it). Sized so that a step
-takes tens to hundreds of milliseconds on one CPU core (``lm_b32``, ``encoder_decoder_b32`` and ``unet_b32``: the
-same models on a batch of 32, where one of 4 microbatches is the small batch; a pipeline
+takes tens to hundreds of milliseconds on one CPU core (``lm_b32``, ``encoder_decoder_b32``, ``unet_b32`` and
+``convnet_b32``: the same models on a batch of 32, where one of 4 microbatches is the small batch; a pipeline
 pays only where a microbatch's ops are large enough to run near their whole-batch rate):
 
 * :func:`lm`: 4 causal transformer layers of width 128 and an 8192-token head (the
@@ -148,12 +148,17 @@ class ConvNet(nn.Module):
         return F.cross_entropy(self.fc2(F.relu(self.fc1(x.flatten(1)))), labels)
 
 
-def convnet() -> tuple[nn.Module, tuple[torch.Tensor, torch.Tensor]]:
-    """``(model, (images, labels))``: 8 images of 3 x 64 x 64, seeded."""
+def convnet(batch: int = BATCH) -> tuple[nn.Module, tuple[torch.Tensor, torch.Tensor]]:
+    """``(model, (images, labels))``: ``batch`` (8) images of 3 x 64 x 64, seeded."""
     torch.manual_seed(0)
     g = torch.Generator().manual_seed(1)
-    x = torch.randn(BATCH, 3, 64, 64, generator=g)
-    return ConvNet().eval(), (x, torch.randint(0, 1000, (BATCH,), generator=g))
+    x = torch.randn(batch, 3, 64, 64, generator=g)
+    return ConvNet().eval(), (x, torch.randint(0, 1000, (batch,), generator=g))
+
+
+def convnet_b32() -> tuple[nn.Module, tuple[torch.Tensor, torch.Tensor]]:
+    """:func:`convnet` on a batch of 32."""
+    return convnet(32)
 
 
 __all__ = [
@@ -162,6 +167,7 @@ __all__ = [
     "SmallLM",
     "UNet",
     "convnet",
+    "convnet_b32",
     "encoder_decoder",
     "encoder_decoder_b32",
     "lm",

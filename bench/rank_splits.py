@@ -59,6 +59,7 @@ MODELS = {
     "lm_b32": "bench.rank_models:lm_b32",
     "encoder_decoder_b32": "bench.rank_models:encoder_decoder_b32",
     "unet_b32": "bench.rank_models:unet_b32",
+    "convnet_b32": "bench.rank_models:convnet_b32",
 }
 #: What ``--models`` runs unless told: the batch-8 models (the batch-32 ones take 4x as long to measure).
 DEFAULT_MODELS = ("lm", "encoder_decoder", "unet", "convnet")

@@ -228,6 +228,7 @@ def test_the_batch_32_models_are_the_same_models_on_four_times_the_batch():
 
     pairs = [(rank_models.lm, rank_models.lm_b32), (rank_models.unet, rank_models.unet_b32)]
     pairs.append((rank_models.encoder_decoder, rank_models.encoder_decoder_b32))
+    pairs.append((rank_models.convnet, rank_models.convnet_b32))
     for small, large in pairs:
         (m8, x8), (m32, x32) = small(), large()
         assert [t.shape[0] for t in x8] == [8, 8] and [t.shape[0] for t in x32] == [32, 32]
