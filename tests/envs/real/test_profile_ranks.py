@@ -28,10 +28,10 @@ TINY = textwrap.dedent(
     from torch import nn
 
 
-    class Tiny(nn.Module):
+    class Tiny(nn.Module):  # large enough that its compute, not only its per-op cost, shows in a step
         def __init__(self):
             super().__init__()
-            self.layers = nn.ModuleList([nn.Linear(32, 32) for _ in range(2)])
+            self.layers = nn.ModuleList([nn.Linear(256, 256) for _ in range(2)])
 
         def forward(self, x):
             for layer in self.layers:
@@ -41,7 +41,7 @@ TINY = textwrap.dedent(
 
     def build():
         torch.manual_seed(0)
-        return Tiny(), (torch.randn(8, 32),)
+        return Tiny(), (torch.randn(64, 256),)
     """
 )
 
