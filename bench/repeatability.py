@@ -22,9 +22,9 @@ Across processes (``--ranks N --placement plan.json``): each build is one job of
 cores (torch's launcher, what ``placer run --nproc-per-node N`` runs), and the settings are ``--pin off,on``: each
 rank left to the OS scheduler, or pinned to a core of its own; and ``--malloc steady,default``: glibc's malloc
 keeping what a step frees (placer's default, :mod:`envs.real.allocator`) or glibc's own defaults; and
-``--receives early,jit``: every receive of a step posted as it begins (placer's default on CPU ranks,
-:func:`envs.real.distributed.runtime.post_receives_early`) or where torch's schedule posts it, just before the
-action that needs it. Every combination is one setting (``pin off, malloc steady``; with ``--receives``,
+``--receives early,jit``: every receive of a step posted as it begins (placer's default on CPU ranks under GPipe
+and 1F1B, :func:`envs.real.distributed.runtime.post_receives_early`) or where torch's schedule posts it, just
+before the action that needs it. Every combination is one setting (``pin off, malloc steady``; with ``--receives``,
 ``pin off, malloc steady, receives early``). The machine's own floor is measured first: a bare loop of
 matmuls on one thread (:func:`noise_floor`), so a spread can be told apart from the host's::
 
@@ -265,7 +265,8 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
         "--receives",
         default=None,
         help="--ranks: comma list of early,jit (every receive of a step posted as it begins, placer's default on "
-        "CPU ranks; or where torch's schedule posts it); default: placer's, not named in the settings",
+        "CPU ranks under GPipe and 1F1B; or where torch's schedule posts it); default: placer's, not named in the "
+        "settings",
     )
     ap.add_argument("--json", action="store_true", help="print every build's step times as JSON")
     args = ap.parse_args(argv)

@@ -65,8 +65,8 @@ class RankJob:
         threads: torch threads per process.
         steady_malloc: glibc's malloc keeps what a step frees (:class:`envs.real.timing.Protocol`); False: its
             defaults (the A/B of ``bench.repeatability --malloc``).
-        early_receives: post every receive of a step as it begins (:class:`RankSchedule`'s; None: on CPU ranks;
-            the A/B of ``bench.repeatability --receives``).
+        early_receives: post every receive of a step as it begins (:class:`RankSchedule`'s; None: on CPU ranks
+            under GPipe or 1F1B; the A/B of ``bench.repeatability --receives``).
     """
 
     source: str
