@@ -1,10 +1,12 @@
-"""Models with uneven layers for plans across CPU ranks: an LM, an encoder-decoder and a U-Net.
+"""Models with uneven layers for plans across CPU ranks: an LM, an encoder-decoder, a U-Net, a convnet, a text
+classifier and MobileNetV2.
 
 Each builder returns ``(model, example_inputs)``, seeded, with ``forward`` returning the
 loss (the last stage of a plan across processes computes it). Sized so that a step
-takes tens to hundreds of milliseconds on one CPU core (``lm_b32``, ``encoder_decoder_b32``, ``unet_b32`` and
-``convnet_b32``: the same models on a batch of 32, where one of 4 microbatches is the small batch; a pipeline
-pays only where a microbatch's ops are large enough to run near their whole-batch rate):
+takes tens to hundreds of milliseconds on one CPU core. ``lm_b32``, ``encoder_decoder_b32``, ``unet_b32``,
+``convnet_b32``, ``text_classifier_b32`` and ``mobilenet_v2_b32`` are the same models on a batch of 32, where
+one of 4 microbatches is the small batch (a pipeline pays only where a microbatch's ops are large enough to run
+near their whole-batch rate):
 
 * :func:`lm`: 4 causal transformer layers of width 128 and an 8192-token head (the
   heaviest layer by far, which an equal count of layers ignores);
@@ -18,6 +20,16 @@ pays only where a microbatch's ops are large enough to run near their whole-batc
   that hold 12.5 M of its 13.1 M parameters and a few percent of its FLOPs: their
   gradients and Adam step cost far more than their FLOPs say (where a FLOPs-balanced
   split misleads).
+* :func:`text_classifier`: a text classifier with a 65,536-token vocabulary: its embedding holds 8.4 M of its
+  9.2 M parameters (91 %; small multilingual encoders hold 80-90 % there, as mT5-small's 87 %) and has no FLOPs,
+  yet its dense gradient and its Adam step cost the rank that holds it time that a FLOPs-balanced split does not
+  see; 4 transformer layers of width 128, a mean over the tokens, a 4-class head.
+* :func:`mobilenet_v2`: MobileNetV2 (Sandler et al. 2018, its standard block table, width 1.0) on Tiny
+  ImageNet-sized images (64 x 64, 200 classes). Its depthwise convolutions, batch norms and ReLU6s are
+  memory-bound: few FLOPs, much time, and most of it in the early blocks at high resolution, while the FLOPs
+  spread evenly over the blocks (what ShuffleNet V2, Ma et al. 2018, calls FLOPs an indirect measure of speed).
+  Batch norms in eval mode, as every model here is built (a pipeline's microbatches would otherwise change
+  their statistics).
 """
 
 from __future__ import annotations
@@ -161,10 +173,123 @@ def convnet_b32() -> tuple[nn.Module, tuple[torch.Tensor, torch.Tensor]]:
     return convnet(32)
 
 
+class TextClassifier(nn.Module):
+    """Token embedding (most of the parameters), 4 transformer encoder layers, layer norm, mean over tokens, a head."""
+
+    def __init__(self, vocab: int = 65536, width: int = 128, layers: int = 4, classes: int = 4) -> None:
+        super().__init__()
+        self.embed = nn.Embedding(vocab, width)
+        layer = nn.TransformerEncoderLayer(width, 4, 4 * width, dropout=0.0, batch_first=True, norm_first=True)
+        self.layers = nn.ModuleList([layer] + [copy.deepcopy(layer) for _ in range(layers - 1)])
+        self.norm = nn.LayerNorm(width)
+        self.head = nn.Linear(width, classes)
+
+    def forward(self, tokens: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+        h = self.embed(tokens)
+        for layer in self.layers:
+            h = layer(h)
+        return F.cross_entropy(self.head(self.norm(h).mean(dim=1)), labels)
+
+
+def text_classifier(batch: int = BATCH) -> tuple[nn.Module, tuple[torch.Tensor, torch.Tensor]]:
+    """``(model, (tokens, labels))``: ``batch`` (8) sequences of 64 tokens and their classes, seeded."""
+    torch.manual_seed(0)
+    g = torch.Generator().manual_seed(1)
+    tokens = torch.randint(0, 65536, (batch, SEQ), generator=g)
+    return TextClassifier().eval(), (tokens, torch.randint(0, 4, (batch,), generator=g))
+
+
+def text_classifier_b32() -> tuple[nn.Module, tuple[torch.Tensor, torch.Tensor]]:
+    """:func:`text_classifier` on a batch of 32."""
+    return text_classifier(32)
+
+
+class InvertedResidual(nn.Module):
+    """MobileNetV2's block: 1x1 expansion (unless ``expand`` is 1), 3x3 depthwise, 1x1 projection, each with a
+    batch norm (ReLU6 after the first two); the input added back where the shape stays."""
+
+    def __init__(self, c_in: int, c_out: int, stride: int, expand: int) -> None:
+        super().__init__()
+        hidden = c_in * expand
+        layers: list[nn.Module] = []
+        if expand != 1:
+            layers += [nn.Conv2d(c_in, hidden, 1, bias=False), nn.BatchNorm2d(hidden), nn.ReLU6()]
+        layers += [
+            nn.Conv2d(hidden, hidden, 3, stride, 1, groups=hidden, bias=False),
+            nn.BatchNorm2d(hidden),
+            nn.ReLU6(),
+            nn.Conv2d(hidden, c_out, 1, bias=False),
+            nn.BatchNorm2d(c_out),
+        ]
+        self.conv = nn.Sequential(*layers)
+        self.residual = stride == 1 and c_in == c_out
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x + self.conv(x) if self.residual else self.conv(x)
+
+
+#: MobileNetV2's block table (its paper's Table 2): expansion, output channels, repeats, first stride.
+MOBILENET_V2_BLOCKS = (
+    (1, 16, 1, 1),
+    (6, 24, 2, 2),
+    (6, 32, 3, 2),
+    (6, 64, 4, 2),
+    (6, 96, 3, 1),
+    (6, 160, 3, 2),
+    (6, 320, 1, 1),
+)
+
+
+class MobileNetV2(nn.Module):
+    """A 3x3 stem (stride 2), the 17 inverted residual blocks of :data:`MOBILENET_V2_BLOCKS`, a 1x1 convolution
+    to 1280 channels, global average pooling, a linear classifier, cross-entropy."""
+
+    def __init__(self, classes: int = 200) -> None:
+        super().__init__()
+        blocks: list[nn.Module] = [nn.Sequential(nn.Conv2d(3, 32, 3, 2, 1, bias=False), nn.BatchNorm2d(32), nn.ReLU6())]
+        c = 32
+        for expand, c_out, repeats, stride in MOBILENET_V2_BLOCKS:
+            for i in range(repeats):
+                blocks.append(InvertedResidual(c, c_out, stride if i == 0 else 1, expand))
+                c = c_out
+        blocks.append(nn.Sequential(nn.Conv2d(c, 1280, 1, bias=False), nn.BatchNorm2d(1280), nn.ReLU6()))
+        self.features = nn.ModuleList(blocks)
+        self.classifier = nn.Linear(1280, classes)
+
+    def forward(self, x: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+        for layer in self.features:
+            x = layer(x)
+        return F.cross_entropy(self.classifier(x.mean(dim=(2, 3))), labels)
+
+
+def mobilenet_v2(batch: int = BATCH) -> tuple[nn.Module, tuple[torch.Tensor, torch.Tensor]]:
+    """``(model, (images, labels))``: ``batch`` (8) images of 3 x 64 x 64 and their classes (of 200), seeded."""
+    torch.manual_seed(0)
+    g = torch.Generator().manual_seed(1)
+    x = torch.randn(batch, 3, 64, 64, generator=g)
+    return MobileNetV2().eval(), (x, torch.randint(0, 200, (batch,), generator=g))
+
+
+def mobilenet_v2_b32() -> tuple[nn.Module, tuple[torch.Tensor, torch.Tensor]]:
+    """:func:`mobilenet_v2` on a batch of 32."""
+    return mobilenet_v2(32)
+
+
+def mobilenet_v2_b128() -> tuple[nn.Module, tuple[torch.Tensor, torch.Tensor]]:
+    """:func:`mobilenet_v2` on a batch of 128 (MobileNets train on 96-256 images per device): its ops are small
+    (depthwise), and a microbatch of 8 of ``mobilenet_v2_b32``'s 32 images runs at 60 % of the whole batch's rate
+    on a CPU core, where one of 4 microbatches of 128 runs at its full rate."""
+    return mobilenet_v2(128)
+
+
 __all__ = [
     "ConvNet",
     "EncoderDecoder",
+    "InvertedResidual",
+    "MOBILENET_V2_BLOCKS",
+    "MobileNetV2",
     "SmallLM",
+    "TextClassifier",
     "UNet",
     "convnet",
     "convnet_b32",
@@ -172,6 +297,11 @@ __all__ = [
     "encoder_decoder_b32",
     "lm",
     "lm_b32",
+    "mobilenet_v2",
+    "mobilenet_v2_b128",
+    "mobilenet_v2_b32",
+    "text_classifier",
+    "text_classifier_b32",
     "unet",
     "unet_b32",
 ]

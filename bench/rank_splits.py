@@ -60,6 +60,11 @@ MODELS = {
     "encoder_decoder_b32": "bench.rank_models:encoder_decoder_b32",
     "unet_b32": "bench.rank_models:unet_b32",
     "convnet_b32": "bench.rank_models:convnet_b32",
+    "text_classifier": "bench.rank_models:text_classifier",
+    "text_classifier_b32": "bench.rank_models:text_classifier_b32",
+    "mobilenet_v2": "bench.rank_models:mobilenet_v2",
+    "mobilenet_v2_b32": "bench.rank_models:mobilenet_v2_b32",
+    "mobilenet_v2_b128": "bench.rank_models:mobilenet_v2_b128",
 }
 #: What ``--models`` runs unless told: the batch-8 models (the batch-32 ones take 4x as long to measure).
 DEFAULT_MODELS = ("lm", "encoder_decoder", "unet", "convnet")

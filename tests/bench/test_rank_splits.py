@@ -222,6 +222,39 @@ def test_the_convnet_s_dense_layers_hold_its_parameters_and_few_of_its_flops():
     assert fc_flops < 0.1 * g.flops.sum() and "convnet" in rank_splits.MODELS
 
 
+def test_the_text_classifier_s_embedding_holds_its_parameters_and_none_of_its_flops():
+    """Its embedding's dense gradient and Adam step are work a FLOPs-balanced split does not see."""
+    from bench.rank_models import text_classifier
+    from graphs.torch_capture import capture
+
+    model, inputs = text_classifier()
+    embed = model.embed.weight.numel()
+    assert embed == 65536 * 128 and embed > 0.9 * sum(p.numel() for p in model.parameters())
+    assert not model.embed.sparse  # a dense gradient, the size of the table, every microbatch
+    g = capture(model, inputs)
+    assert [f for f, path in zip(g.flops, g.module_paths) if path == "embed"] == [0.0]
+    assert "text_classifier_b32" in rank_splits.MODELS
+
+
+def test_mobilenet_v2_is_the_paper_s_block_table_with_depthwise_convolutions_of_few_flops():
+    """17 inverted residual blocks (MobileNetV2's Table 2), each 3x3 convolution of a block depthwise; those
+    convolutions hold a few percent of the FLOPs (what FLOPs miss: they are memory-bound)."""
+    from bench.rank_models import InvertedResidual, mobilenet_v2
+    from graphs.torch_capture import capture
+
+    model, (x, labels) = mobilenet_v2()
+    blocks = [b for b in model.features if isinstance(b, InvertedResidual)]
+    assert len(blocks) == 17 and [b.conv[-2].out_channels for b in blocks][-1] == 320
+    depthwise = [m for m in model.modules() if isinstance(m, torch.nn.Conv2d) and m.groups > 1]
+    assert len(depthwise) == 17 and all(m.groups == m.in_channels == m.out_channels for m in depthwise)
+    assert sum(b.residual for b in blocks) == 10  # the input added back wherever the shape stays
+    assert tuple(x.shape) == (8, 3, 64, 64) and int(labels.max()) < 200 and model.classifier.out_features == 200
+    g = capture(model, (x, labels))
+    dw_paths = {name for name, m in model.named_modules() if m in depthwise}
+    dw_flops = sum(f for f, path in zip(g.flops, g.module_paths) if path in dw_paths)
+    assert len(dw_paths) == 17 and 0 < dw_flops < 0.1 * g.flops.sum()
+
+
 def test_the_batch_32_models_are_the_same_models_on_four_times_the_batch():
     """One of 4 microbatches of ``lm_b32`` is ``lm``'s whole batch; the default run measures the batch-8 models."""
     from bench import rank_models
@@ -229,11 +262,16 @@ def test_the_batch_32_models_are_the_same_models_on_four_times_the_batch():
     pairs = [(rank_models.lm, rank_models.lm_b32), (rank_models.unet, rank_models.unet_b32)]
     pairs.append((rank_models.encoder_decoder, rank_models.encoder_decoder_b32))
     pairs.append((rank_models.convnet, rank_models.convnet_b32))
+    pairs.append((rank_models.text_classifier, rank_models.text_classifier_b32))
+    pairs.append((rank_models.mobilenet_v2, rank_models.mobilenet_v2_b32))
     for small, large in pairs:
         (m8, x8), (m32, x32) = small(), large()
         assert [t.shape[0] for t in x8] == [8, 8] and [t.shape[0] for t in x32] == [32, 32]
         assert all(torch.equal(a, b) for a, b in zip(m8.state_dict().values(), m32.state_dict().values()))
     assert set(rank_splits.DEFAULT_MODELS) < set(rank_splits.MODELS) and "lm_b32" not in rank_splits.DEFAULT_MODELS
+    (m8, x8), (m128, x128) = rank_models.mobilenet_v2(), rank_models.mobilenet_v2_b128()
+    assert [t.shape[0] for t in x128] == [128, 128]
+    assert all(torch.equal(a, b) for a, b in zip(m8.state_dict().values(), m128.state_dict().values()))
 
 
 def test_one_plan_made_by_several_methods_is_measured_once_per_round_and_pooled(monkeypatch, tmp_path, capsys):
