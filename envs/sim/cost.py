@@ -18,7 +18,8 @@ scale by ``1/M`` while its parameters are still read whole, and a profiled time
 dense layer on a small batch reads its whole weight whatever M is. Where the profile
 also timed the op on one of K microbatches (``placer profile --microbatches K``:
 the ``micro_*`` columns), the op's time is ``a + b / M`` through the two measured
-sizes (:func:`between_sizes`), the roofline left out. Every microbatch
+sizes (:func:`between_sizes`; beyond K at one of K's rate where a microbatch ran faster per sample than the
+whole batch), the roofline left out. Every microbatch
 after the first also adds its weight gradients into the accumulated ones (autograd's
 ``grad += new``): its backward moves ``ACCUMULATE_TRAFFIC_MULTIPLIER`` × the op's
 parameter bytes more, ``(M - 1) / M`` of that per microbatch on average.
@@ -101,7 +102,8 @@ def op_times(graph: OpGraph, cluster: Cluster, microbatches: int = 1) -> tuple[n
             micro, k = prof.get(f"micro_{col}"), prof.get("micro_m")
             if microbatches > 1 and micro is not None and k is not None:  # timed on one of K microbatches too
                 line = have & ~np.isnan(micro) & ~np.isnan(k) & (k > 1)
-                out[line, d] = between_sizes(timed[col][line], micro[line], k[line], M)
+                fixed = float(cluster.launch_overhead_s[d])
+                out[line, d] = between_sizes(timed[col][line], micro[line], k[line], M, fixed)
             if col == "fwd_s":  # a backward not timed: twice the forward (as timed)
                 untimed = have & (np.isnan(timed["bwd_s"]) if timed["bwd_s"] is not None else True)
                 bwd[untimed, d] = BACKWARD_MULTIPLIER * fwd[untimed, d]
@@ -112,20 +114,32 @@ def op_times(graph: OpGraph, cluster: Cluster, microbatches: int = 1) -> tuple[n
     return fwd, bwd
 
 
-def between_sizes(whole_s: np.ndarray, micro_s: np.ndarray, k: np.ndarray, microbatches: float) -> np.ndarray:
+def between_sizes(
+    whole_s: np.ndarray, micro_s: np.ndarray, k: np.ndarray, microbatches: float, fixed_s: float = 0.0
+) -> np.ndarray:
     """An op's seconds on one of M microbatches from its seconds on the whole batch and on one of K: ``a + b / M``
     through both (``b / M``: the part that scales with the batch; ``a``: what every microbatch pays, such as reading
-    a weight), ``b`` kept >= 0 (a microbatch timed slower than the whole batch costs its own time at every M > 1)
-    and ``a`` >= 0.
+    a weight), ``b`` kept >= 0 (a microbatch timed slower than the whole batch costs its own time at every M > 1).
+
+    Where a microbatch runs faster per sample than the whole batch (its data stays in cache: ``K x micro < whole``)
+    the line's ``a`` is negative. It is kept between the two sizes (``M <= K``, where it passes through both); beyond
+    K the op still pays ``fixed_s`` (the device's launch overhead, at most ``micro``) on every microbatch and the rest
+    runs at the rate measured on one of K: ``fixed + (micro - fixed) x K / M``. The line, continued, would fall
+    towards nothing.
 
     >>> float(between_sizes(np.array([8.0]), np.array([2.0]), np.array([4.0]), 2)[0])  # all of it scales
     4.0
     >>> float(between_sizes(np.array([8.0]), np.array([5.0]), np.array([4.0]), 8)[0])  # a = 4, b = 4
     4.5
+    >>> [float(between_sizes(np.array([8.0]), np.array([1.5]), np.array([4.0]), m, 0.5)[0]) for m in (4, 8)]  # a < 0
+    [1.5, 1.0]
     """
+    M = float(microbatches)
     b = np.maximum(whole_s - micro_s, 0.0) / (1.0 - 1.0 / k)
-    a = np.maximum(micro_s - b / k, 0.0)
-    return a + b / float(microbatches)
+    a = micro_s - b / k
+    fixed = np.minimum(float(fixed_s), micro_s)
+    at_k_rate = fixed + (micro_s - fixed) * k / M
+    return np.where((a >= 0.0) | (M <= k), a + b / M, at_k_rate)
 
 
 def roofline_s(graph: OpGraph, cluster: Cluster, microbatches: int = 1) -> np.ndarray:
