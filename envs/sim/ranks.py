@@ -51,7 +51,7 @@ import numpy as np
 
 from envs.cluster import Cluster
 from envs.real.distributed.cut import Stage, StageCutter
-from envs.real.distributed.schedules import Action, fitting_schedule
+from envs.real.distributed.schedules import Action, fitting_schedule, layout
 from envs.result import Result
 from envs.sim.cost import OPTIMIZER_STATE_MULTIPLIER, activation_bytes, op_times, static_bytes, update_times_s
 from envs.sim.rank_actions import schedule_actions
@@ -341,6 +341,7 @@ def simulate_ranks(
     cutter: StageCutter | None = None,
     readers: list | None = None,
     timeline: list | None = None,
+    one_stage_per_rank: bool = False,
 ) -> Result:
     """One step of a plan across processes (module doc); ``schedule`` None: the one that fits the plan; ``per_op``:
     :func:`op_costs` of this M, ``cutter`` a :class:`~envs.real.distributed.cut.StageCutter` of the graph and
@@ -348,7 +349,8 @@ def simulate_ranks(
     ``timeline``: a list each rank's actions and optimizer step are appended to (:class:`envs.timeline.Event`).
 
     A schedule that does not fit the plan is a Result with status ``error`` saying why;
-    a rank over its device's memory, ``oom``.
+    a rank over its device's memory, ``oom``; with ``one_stage_per_rank``, a plan with more stages than ranks
+    (looped, or any other layout), ``error`` too (:class:`RankSim`'s doc says why).
     """
     M = check_microbatches(microbatches)
     W = check_inflight(inflight, M)
@@ -356,6 +358,9 @@ def simulate_ranks(
     stages = cutter(op_devices, order)
     costs = stage_costs(graph, cluster, stages, M, per_op)
     R = len(set(costs.ranks))
+    if one_stage_per_rank and layout(costs.ranks, R) != "one_per_rank":
+        why = f"{len(stages)} stages on {R} ranks: one stage per rank only (looped plans: --looped)"
+        return Result(float("inf"), "error", why, source="sim-ranks", extra={"stages": len(stages), "ranks": R})
     name = schedule or fitting_schedule(costs.ranks, R, microbatches=M, inflight=W)
     try:
         actions = schedule_actions(name, costs.ranks, R, microbatches=M, inflight=W)
@@ -399,6 +404,11 @@ class RankSim:
         microbatches, inflight: M and W of every plan it scores as vectors (a
             :class:`graphs.Placement` brings its own).
         schedule: the schedule of those plans (None: the one that fits each); kept as ``schedule_name``.
+        one_stage_per_rank: score only plans of one stage per rank (a contiguous split, run by GPipe or 1F1B);
+            any other is an ``error`` Result. What ``placer train --ranks`` searches unless told ``--looped``:
+            measured on two CPU ranks, this simulator put looped plans 16 % and 63 % fast (their hand-offs between
+            stages cost more than it charges), where it puts one stage per rank within a few percent
+            (BENCHMARKS.md, "A learned looped plan, 63 % slower than simulated").
     """
 
     def __init__(
@@ -409,11 +419,13 @@ class RankSim:
         microbatches: int = 1,
         inflight: int | None = None,
         schedule: str | None = None,
+        one_stage_per_rank: bool = False,
     ) -> None:
         self.graph, self.cluster = graph, cluster
         self.microbatches = check_microbatches(microbatches)
         self.inflight = check_inflight(inflight, self.microbatches)
         self.schedule_name = check_schedule_name(schedule)
+        self.one_stage_per_rank = bool(one_stage_per_rank)
         self._per_op: dict[int, tuple] = {}
         self._cutter = StageCutter(graph, cluster.device_names)
         self._readers = parameter_readers(graph)
@@ -441,7 +453,14 @@ class RankSim:
         M, W = check_microbatches(microbatches), check_inflight(inflight, microbatches)
         if (M, W) == (self.microbatches, self.inflight):
             return self
-        return RankSim(self.graph, self.cluster, microbatches=M, inflight=W, schedule=self.schedule_name)
+        return RankSim(
+            self.graph,
+            self.cluster,
+            microbatches=M,
+            inflight=W,
+            schedule=self.schedule_name,
+            one_stage_per_rank=self.one_stage_per_rank,
+        )
 
     def simulate(self, op_devices: Any, order: Any = None, timeline: list | None = None) -> Result:
         """:func:`simulate_ranks` of one placement: a vector under this scorer's M, W and schedule, in ``order``
@@ -465,6 +484,7 @@ class RankSim:
             cutter=self._cutter,
             readers=self._readers,
             timeline=timeline,
+            one_stage_per_rank=self.one_stage_per_rank,
         )
 
     def timeline(self, op_devices: Any, order: Any = None) -> tuple[Result, list[Event]]:

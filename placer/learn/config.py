@@ -89,6 +89,11 @@ class RunOptions:
     schedule: str | None = None
     """--ranks: torch's pipeline schedule of every plan (gpipe, 1f1b, looped_bfs, interleaved_1f1b, planned; None:
     the one that fits each plan, as `placer run` picks it)."""
+    looped: bool = False
+    """--ranks: let the simulator score plans of more than one stage per rank (looped schedules, or a
+    planned order). Off unless --schedule names looped_bfs, interleaved_1f1b or planned: measured on two CPU ranks,
+    the simulator of ranks put such plans 16 % and 63 % fast, where it puts one stage per rank within a few percent,
+    and a learned looped plan ran 0.79x the splits (BENCHMARKS.md, "A learned looped plan")."""
     backend: BackendName = "gloo"
     """--ranks with --env measured: the process group, "gloo" (CPU tensors, one CPU per rank) or "nccl" (one GPU per
     rank)."""
@@ -311,9 +316,14 @@ class TrainConfig(PolicyOptions, AlgoOptions, RunOptions):
         if not self.ranks:
             if self.choose_shape:
                 raise PlacerError("--choose-shape: only for plans across processes (add --ranks)")
-            for name, value, default in (("schedule", self.schedule, None), ("backend", self.backend, "gloo")):
+            for name, value, default in (
+                ("schedule", self.schedule, None),
+                ("backend", self.backend, "gloo"),
+                ("looped", self.looped, False),
+            ):
                 if value != default:
-                    raise PlacerError(f"{option_name(name)} {value}: only for plans across processes (add --ranks)")
+                    given = option_name(name) if value is True else f"{option_name(name)} {value}"
+                    raise PlacerError(f"{given}: only for plans across processes (add --ranks)")
             return
         if self.score_order == "planned":
             raise PlacerError("--score-order planned: not across processes (--ranks scores each plan in node order)")
@@ -326,6 +336,12 @@ class TrainConfig(PolicyOptions, AlgoOptions, RunOptions):
         if self.backend != "gloo" and self.env != "measured":
             raise PlacerError(f"--backend {self.backend}: only measured runs (--env measured) start processes")
         check_schedule_name(self.schedule, "--schedule")
+
+    @property
+    def one_stage_per_rank(self) -> bool:
+        """--ranks: whether the simulator scores only plans of one stage per rank (:attr:`looped` off and no
+        --schedule that runs more)."""
+        return not self.looped and self.schedule in (None, "gpipe", "1f1b")
 
     def validate(self) -> None:
         """Raise :class:`PlacerError` (one line, naming the option) for a bad setting."""

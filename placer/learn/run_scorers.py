@@ -118,7 +118,14 @@ def rank_sim(config: TrainConfig, graph: OpGraph, cluster: Cluster) -> Scorer:
     """The simulator of the run's plans across processes (its M, W and schedule)."""
     from envs.sim.ranks import RankSim
 
-    return RankSim(graph, cluster, microbatches=config.microbatches, inflight=config.inflight, schedule=config.schedule)
+    return RankSim(
+        graph,
+        cluster,
+        microbatches=config.microbatches,
+        inflight=config.inflight,
+        schedule=config.schedule,
+        one_stage_per_rank=config.one_stage_per_rank,
+    )
 
 
 ENVS: dict[str, Callable[[TrainConfig, OpGraph, Cluster, str], Scorer]] = {"sim": sim_env, "measured": measured_env}

@@ -62,6 +62,8 @@ class Session:
         scored_by = "the simulator" if config.env == "sim" else "real training steps"
         if config.ranks:
             scored_by += " across processes, one per device"
+            if config.one_stage_per_rank:  # the simulator's side; real steps (--env measured) run any plan
+                scored_by += ", one stage per rank (--looped allows more)"
         progress.phase(
             f"setting up: {graph.name or 'graph'} ({graph.num_ops:,} ops) on {cluster.name}, scored by {scored_by}"
         )

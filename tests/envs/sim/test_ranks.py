@@ -163,3 +163,21 @@ def test_a_tied_parameter_is_all_reduced_between_its_ranks():
     untied = simulate_ranks(two_stage_graph(), cluster(), [0, 1], microbatches=2)
     # a ring of 2: 2 steps of 0.1 s + 500 B / 1000 B/s after both ranks are done (16.2 s)
     assert res.step_time_s == pytest.approx(untied.step_time_s + 2 * (0.1 + 0.5), rel=1e-3)
+
+
+def test_one_stage_per_rank_scores_a_split_and_refuses_a_looped_plan_saying_why():
+    """What `placer train --ranks` searches unless told --looped: the looped plan is an error, not a time."""
+    g = OpGraph.from_edges(list("abcd"), [(x, y, 8) for x, y in zip("abc", "bcd")], flops=[1e9] * 4)
+    free, split_only = (
+        RankSim(g, cluster(), microbatches=2),
+        RankSim(g, cluster(), microbatches=2, one_stage_per_rank=True),
+    )
+    split, looped = [0, 0, 1, 1], [0, 1, 0, 1]
+    assert free.evaluate([split])[0].step_time_s == split_only.evaluate([split])[0].step_time_s < float("inf")
+    assert free.evaluate([looped])[0].status == "ok"
+    refused = split_only.evaluate([looped])[0]
+    assert refused.status == "error" and refused.step_time_s == float("inf")
+    assert "4 stages on 2 ranks: one stage per rank only" in refused.message
+    assert split_only.with_microbatches(4).one_stage_per_rank  # kept at another shape
+    one_rank = RankSim(g, cluster(), one_stage_per_rank=True).evaluate([[1, 1, 1, 1]])[0]
+    assert one_rank.status == "ok"  # one device, one stage
