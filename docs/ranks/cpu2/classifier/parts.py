@@ -1,28 +1,15 @@
-import copy
+"""The text classifier's parts on one core: a training step, forward+backward, the Adam step, the embedding's
+forward+backward, one layer's. PYTHONPATH=. python docs/ranks/cpu2/classifier/parts.py VOCAB BATCH LAYERS
+(output: parts.txt; run with and without malloc kept steady)."""
+
 import sys
 import time
 
 import torch
-import torch.nn as nn
-import torch.nn.functional as F
+
+from bench.rank_models import TextClassifier
 
 torch.set_num_threads(1)
-
-
-class TextClassifier(nn.Module):
-    def __init__(self, vocab=65536, width=128, layers=4, classes=4):
-        super().__init__()
-        self.embed = nn.Embedding(vocab, width)
-        layer = nn.TransformerEncoderLayer(width, 4, 4 * width, dropout=0.0, batch_first=True, norm_first=True)
-        self.layers = nn.ModuleList([layer] + [copy.deepcopy(layer) for _ in range(layers - 1)])
-        self.norm = nn.LayerNorm(width)
-        self.head = nn.Linear(width, classes)
-
-    def forward(self, tokens, labels):
-        h = self.embed(tokens)
-        for layer in self.layers:
-            h = layer(h)
-        return F.cross_entropy(self.head(self.norm(h).mean(1)), labels)
 
 
 V = int(sys.argv[1])
@@ -79,3 +66,9 @@ def lfb():
 
 print("layer fwd+bwd", t(lfb))
 print("params embed", emb.weight.numel() / 1e6, "total", sum(p.numel() for p in m.parameters()) / 1e6)
+# the embedding table's Adam step alone: torch's fused kernel (what placer runs) against the default path
+table = [torch.nn.Parameter(torch.randn(V, 128))]
+table[0].grad = torch.randn_like(table[0])
+for fused in (True, None):
+    adam = torch.optim.Adam(table, fused=fused)
+    print("embedding table Adam", "fused" if fused else "default", t(adam.step, 7))

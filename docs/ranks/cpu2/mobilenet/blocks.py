@@ -1,55 +1,15 @@
+"""MobileNetV2's blocks one by one on one core (malloc steady): forward FLOPs and forward+backward time of each,
+cumulative shares. PYTHONPATH=. python docs/ranks/cpu2/mobilenet/blocks.py RESOLUTION BATCH (output: blocks.txt)."""
+
 import sys
 import time
 
 import torch
-import torch.nn as nn
-import torch.nn.functional as F
 from torch.utils.flop_counter import FlopCounterMode
 
+from bench.rank_models import MobileNetV2
+
 torch.set_num_threads(1)
-
-
-class InvertedResidual(nn.Module):
-    def __init__(self, cin, cout, stride, expand):
-        super().__init__()
-        hid = cin * expand
-        layers = []
-        if expand != 1:
-            layers += [nn.Conv2d(cin, hid, 1, bias=False), nn.BatchNorm2d(hid), nn.ReLU6()]
-        layers += [
-            nn.Conv2d(hid, hid, 3, stride, 1, groups=hid, bias=False),
-            nn.BatchNorm2d(hid),
-            nn.ReLU6(),
-            nn.Conv2d(hid, cout, 1, bias=False),
-            nn.BatchNorm2d(cout),
-        ]
-        self.conv = nn.Sequential(*layers)
-        self.residual = stride == 1 and cin == cout
-
-    def forward(self, x):
-        return x + self.conv(x) if self.residual else self.conv(x)
-
-
-SETTINGS = [(1, 16, 1, 1), (6, 24, 2, 2), (6, 32, 3, 2), (6, 64, 4, 2), (6, 96, 3, 1), (6, 160, 3, 2), (6, 320, 1, 1)]
-
-
-class MobileNetV2(nn.Module):
-    def __init__(self, classes=1000):
-        super().__init__()
-        blocks = [nn.Sequential(nn.Conv2d(3, 32, 3, 2, 1, bias=False), nn.BatchNorm2d(32), nn.ReLU6())]
-        c = 32
-        for t, co, n, s in SETTINGS:
-            for i in range(n):
-                blocks.append(InvertedResidual(c, co, s if i == 0 else 1, t))
-                c = co
-        blocks.append(nn.Sequential(nn.Conv2d(c, 1280, 1, bias=False), nn.BatchNorm2d(1280), nn.ReLU6()))
-        self.features = nn.ModuleList(blocks)
-        self.classifier = nn.Linear(1280, classes)
-
-    def forward(self, x, y):
-        for b in self.features:
-            x = b(x)
-        return F.cross_entropy(self.classifier(x.mean((2, 3))), y)
 
 
 res = int(sys.argv[1])
@@ -57,7 +17,7 @@ B = int(sys.argv[2])
 torch.manual_seed(0)
 m = MobileNetV2()
 x = torch.randn(B, 3, res, res)
-y = torch.randint(0, 1000, (B,))
+y = torch.randint(0, 200, (B,))
 # per block times fwd+bwd
 h = x
 rows = []
