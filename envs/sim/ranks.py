@@ -134,22 +134,28 @@ def op_costs(graph: OpGraph, cluster: Cluster, microbatches: int) -> tuple:
     return fwd, bwd, activation_bytes(graph) / float(microbatches), float_outputs(graph)
 
 
+def stage_ranks(cluster: Cluster, stages: list[Stage]) -> tuple[list[int], list[int]]:
+    """``(each stage's rank, each stage's device index)``: the devices the stages use are the ranks, numbered in the
+    cluster's order."""
+    device_indices = [cluster.index(s.device) for s in stages]
+    rank_of = {d: r for r, d in enumerate(sorted(set(device_indices)))}
+    return [rank_of[d] for d in device_indices], device_indices
+
+
 def stage_costs(
     graph: OpGraph, cluster: Cluster, stages: list[Stage], microbatches: int, per_op: tuple | None = None
 ) -> StageCosts:
     """The :class:`StageCosts` of ``stages`` of ``graph`` on ``cluster`` with M microbatches (``per_op``:
     :func:`op_costs`, when already computed)."""
     fwd, bwd, kept, floats = per_op if per_op is not None else op_costs(graph, cluster, microbatches)
-    used = sorted({cluster.index(s.device) for s in stages})
-    rank_of = {d: r for r, d in enumerate(used)}
-    device_indices = [cluster.index(s.device) for s in stages]
+    ranks, device_indices = stage_ranks(cluster, stages)
     ops = [np.fromiter(s.ops, dtype=np.int64, count=len(s.ops)) for s in stages]
     op_stages = np.empty(graph.num_ops, dtype=np.int64)
     for s, idx in enumerate(ops):
         op_stages[idx] = s
     traffic = boundary_traffic(graph, op_stages, len(stages), microbatches, floats)
     return StageCosts(
-        ranks=[rank_of[d] for d in device_indices],
+        ranks=ranks,
         device_indices=device_indices,
         fwd_s=np.array([fwd[idx, d].sum() for idx, d in zip(ops, device_indices)]),
         bwd_s=np.array([bwd[idx, d].sum() for idx, d in zip(ops, device_indices)]),
@@ -356,11 +362,14 @@ def simulate_ranks(
     W = check_inflight(inflight, M)
     cutter = StageCutter(graph, cluster.device_names) if cutter is None else cutter
     stages = cutter(op_devices, order)
+    if one_stage_per_rank:  # before any costing: a search may propose many plans this refuses
+        ranks, _ = stage_ranks(cluster, stages)
+        R = len(set(ranks))
+        if layout(ranks, R) != "one_per_rank":
+            why = f"{len(stages)} stages on {R} ranks: one stage per rank only, in rank order (others: --looped)"
+            return Result(float("inf"), "error", why, source="sim-ranks", extra={"stages": len(stages), "ranks": R})
     costs = stage_costs(graph, cluster, stages, M, per_op)
     R = len(set(costs.ranks))
-    if one_stage_per_rank and layout(costs.ranks, R) != "one_per_rank":
-        why = f"{len(stages)} stages on {R} ranks: one stage per rank only (looped plans: --looped)"
-        return Result(float("inf"), "error", why, source="sim-ranks", extra={"stages": len(stages), "ranks": R})
     name = schedule or fitting_schedule(costs.ranks, R, microbatches=M, inflight=W)
     try:
         actions = schedule_actions(name, costs.ranks, R, microbatches=M, inflight=W)
@@ -566,4 +575,5 @@ __all__ = [
     "run_actions",
     "simulate_ranks",
     "stage_costs",
+    "stage_ranks",
 ]
