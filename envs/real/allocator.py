@@ -10,8 +10,12 @@ allocator"). What those faults cost depends on the kernel's state at that moment
 not on the placement: noise in every comparison of placements on CPU devices.
 
 :func:`steady_malloc` sets, once per process, what :data:`STEADY_MALLOC_ENV`
-sets for a process started with it (:data:`STEADY_MALLOC`): blocks up to 1 GiB come
-from the heap (not a mapping of their own), and up to 2 GiB of free heap top stays.
+sets for a process started with it (:data:`STEADY_MALLOC`): every block comes from the
+heap (not a mapping of its own), and the heap's free top stays, whatever their size.
+A bound would leave the largest tensors faulting: with blocks up to 1 GiB from the heap and
+2 GiB of free top kept (this module's first settings), the dense gradient of a 1.95 GiB
+embedding on the host was still mapped anew every step, 513,000 faults and 0.96 s a step on
+one core, against 0.09 s unbounded (BENCHMARKS.md, "Tensors over a gigabyte on the host").
 Placer's measurements (:class:`envs.real.timing.Protocol`, on by default) run so; a user's
 own job gets the same with the environment variables (README, "Plans across processes").
 :func:`trim_malloc` gives the kept memory back (before a measurement reads the
@@ -27,15 +31,28 @@ from typing import Any
 
 #: glibc's ``mallopt`` parameters (``malloc.h``).
 M_TRIM_THRESHOLD, M_TOP_PAD, M_MMAP_THRESHOLD = -1, -2, -3
-#: What :func:`steady_malloc` sets: blocks up to 1 GiB from the heap (glibc's own threshold moves between 128 KiB
-#: and 32 MiB, and a tensor over it is mapped and unmapped at every step), up to 2 GiB of free heap top kept, and
-#: the heap grown 64 MiB at a time.
-STEADY_MALLOC = {M_MMAP_THRESHOLD: 1 << 30, M_TRIM_THRESHOLD: (1 << 31) - 1, M_TOP_PAD: 64 << 20}
+#: No bound: ``mallopt`` takes an ``int`` and glibc reads a threshold as a ``size_t``, so -1 is the largest size.
+UNBOUNDED = -1
+#: What :func:`steady_malloc` sets: every block from the heap, however large (glibc's own threshold moves between
+#: 128 KiB and 32 MiB, and a tensor over it is mapped and unmapped at every step), the heap's free top never
+#: trimmed, and the heap grown 64 MiB at a time.
+STEADY_MALLOC = {M_MMAP_THRESHOLD: UNBOUNDED, M_TRIM_THRESHOLD: UNBOUNDED, M_TOP_PAD: 64 << 20}
+
+
+def as_size(value: int) -> int:
+    """A ``mallopt`` value as glibc reads a size (``size_t``, 64 bits).
+
+    >>> as_size(UNBOUNDED) == 2**64 - 1, as_size(64 << 20)
+    (True, 67108864)
+    """
+    return value % (1 << 64)
+
+
 #: The same settings as glibc's environment variables, for a process started with them (``torchrun``'s ranks).
 STEADY_MALLOC_ENV = {
-    "MALLOC_MMAP_THRESHOLD_": str(STEADY_MALLOC[M_MMAP_THRESHOLD]),
-    "MALLOC_TRIM_THRESHOLD_": str(STEADY_MALLOC[M_TRIM_THRESHOLD]),
-    "MALLOC_TOP_PAD_": str(STEADY_MALLOC[M_TOP_PAD]),
+    "MALLOC_MMAP_THRESHOLD_": str(as_size(STEADY_MALLOC[M_MMAP_THRESHOLD])),
+    "MALLOC_TRIM_THRESHOLD_": str(as_size(STEADY_MALLOC[M_TRIM_THRESHOLD])),
+    "MALLOC_TOP_PAD_": str(as_size(STEADY_MALLOC[M_TOP_PAD])),
 }
 
 
@@ -58,7 +75,10 @@ def steady_malloc() -> bool:
     """Keep freed memory in this process (module doc); whether glibc took every setting. Once per process: what
     it sets lasts as long as the process."""
     libc = _glibc()
-    return libc is not None and all(libc.mallopt(param, value) == 1 for param, value in STEADY_MALLOC.items())
+    if libc is None:
+        return False
+    taken = [libc.mallopt(param, value) == 1 for param, value in STEADY_MALLOC.items()]  # each, whatever the others
+    return all(taken)
 
 
 def trim_malloc() -> bool:
@@ -70,4 +90,4 @@ def trim_malloc() -> bool:
     return True
 
 
-__all__ = ["STEADY_MALLOC", "STEADY_MALLOC_ENV", "steady_malloc", "trim_malloc"]
+__all__ = ["STEADY_MALLOC", "STEADY_MALLOC_ENV", "UNBOUNDED", "as_size", "steady_malloc", "trim_malloc"]
