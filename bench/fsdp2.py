@@ -32,7 +32,7 @@ from torch import nn
 from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.fsdp import CPUOffloadPolicy, fully_shard
 
-from envs.real.timing import adam, failure_status, measure_steps, step_extra, time_limit
+from envs.real.timing import Protocol, adam, failure_status, measure_steps, step_extra, time_limit
 from envs.real.worker import build_model, one_line
 from envs.result import Result
 from placer.methods.heuristics.hf_accelerate import no_split_modules
@@ -101,8 +101,9 @@ def measure_offload(
                 {"cpu:0": torch.device("cpu"), "gpu:0": device},
                 warmup_steps=warmup_steps,
                 timed_steps=timed_steps,
+                protocol=Protocol(),  # the protocol placer's plans are measured under (malloc steady, no collector)
             )
-        extra.update(step_extra(m))
+        extra.update(step_extra(m), protocol=m["protocol"])
         return Result(m["step_time_s"], "ok", peak_bytes=m["peak_bytes"], source="measured", extra=extra)
     except Exception as e:  # noqa: BLE001  (the rival's failure is its row)
         status = failure_status(e)

@@ -52,7 +52,7 @@ def measure_plan(
 
     import placer
     from envs.real.placing import resolve_devices
-    from envs.real.timing import adam, failure_status, measure_steps, step_extra, time_limit
+    from envs.real.timing import Protocol, adam, failure_status, measure_steps, step_extra, time_limit
     from envs.real.worker import one_line
 
     p = plan.placement
@@ -69,8 +69,10 @@ def measure_plan(
                 resolve_devices(names, device_map),
                 warmup_steps=warmup_steps,
                 timed_steps=timed_steps,
+                protocol=Protocol(),  # as every measurement of placer's: malloc steady, the collector held off
             )
-        return Result(m["step_time_s"], "ok", peak_bytes=m["peak_bytes"], source="measured", extra=step_extra(m))
+        extra = {**step_extra(m), "protocol": m["protocol"]}
+        return Result(m["step_time_s"], "ok", peak_bytes=m["peak_bytes"], source="measured", extra=extra)
     except Exception as e:  # noqa: BLE001  (a plan that fails is its row)
         return Result(float("inf"), failure_status(e), f"{type(e).__name__}: {one_line(e)}", source="measured")
     finally:

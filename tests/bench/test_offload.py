@@ -247,6 +247,7 @@ def test_fsdp2_offload_runs_on_one_process_and_trains_as_the_unwrapped_model():
     r = measure_offload(offload.builder(s), "cpu", warmup_steps=1, timed_steps=3)
     assert r.status == "ok", r.message
     assert r.extra["sharded_blocks"] == s.num_layers and len(r.extra["step_times_s"]) == 3
+    assert r.extra["protocol"]["steady_malloc"]  # the rival timed as placer's plans are
     model, inputs = offload.build(s)
     opt = torch.optim.Adam(model.parameters(), lr=1e-3)
     plain = [float(train_step(model, inputs, opt)) for _ in range(4)]

@@ -72,5 +72,6 @@ def test_the_cpu_stand_in_measures_placer_s_homed_plan_and_fsdp2_and_writes_both
     path = str(tmp_path / "measured-tiny-0.01.json")
     r = offload_homes_measure.measure_in_child(args, path, offload_homes.HOMED)
     assert r.status == "ok" and r.step_time_s > 0 and r.extra["losses"]
+    assert r.extra["protocol"]["steady_malloc"] and r.extra["protocol"]["gc_off"]  # as every placer measurement
     r = offload_homes_measure.measure_in_child(args, path, "no such plan")  # its process exits 2 with one line
     assert r.status == "error" and "exited 2" in r.message and "'no such plan': no such plan in" in r.message
