@@ -26,6 +26,10 @@ def test_placer_s_plans_then_fsdp2_s_then_accelerate_s_fastest_fitting_map_are_m
     ]
     labels = [p.label for p in offload_homes_measure.measure_order(plans)]
     assert labels == [offload_homes.HOMED, offload_homes.FSDP2, "accelerate, fast"]
+    # a plan the simulator puts out of memory is measured after every plan it says fits
+    plans[4] = plan(offload_homes.OPS_ONLY, "placer-ops", status="oom", step_time_s=0.1)
+    labels = [p.label for p in offload_homes_measure.measure_order(plans)]
+    assert labels == [offload_homes.HOMED, offload_homes.FSDP2, "accelerate, fast", offload_homes.OPS_ONLY]
 
 
 def test_a_row_holds_the_real_peak_against_the_cap_beside_the_simulated_one():
