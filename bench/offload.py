@@ -153,6 +153,11 @@ def build(scenario: Scenario, *, meta: bool = False) -> tuple[Any, tuple]:
     return model, (ids, ids.clone())
 
 
+def tiny() -> tuple[Any, tuple]:
+    """The tiny scenario's model and batch as a ``module:callable`` source (``placer place bench.offload:tiny``)."""
+    return build(SCENARIOS["tiny"])
+
+
 def builder(scenario: Scenario) -> Callable[[], tuple[Any, tuple]]:
     """The scenario's model as a ``module:callable``-like builder (what :class:`envs.real.local.LocalEnv` builds)."""
     fn = functools.partial(build, scenario)

@@ -1,9 +1,12 @@
-"""``placer place``: a heuristic's placement (or the pretrained policy's, ``--method learned``) as a placement file.
+"""``placer place``: a heuristic's placement (or the pretrained policy's, ``--method learned``; or the move search
+with parameter homes, ``--method homes``, for a model whose training state does not fit the GPUs) as a placement
+file.
 
 Typical use::
 
     placer place g.json --cluster k80x4 --method m_etf -o p.json
     placer place g.json --cluster k80x4 --method learned -o p.json
+    placer place mymodel:build --cluster cluster.json --method homes -o plan.json   # then placer run, placer.apply
 """
 
 from __future__ import annotations
@@ -41,7 +44,11 @@ def add_command(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--method",
         default="single",
-        help="a heuristic: {methods}; or learned (a pretrained gnn policy, zero-shot); default single",
+        help="a heuristic: {methods}; or learned (a pretrained gnn policy, zero-shot); or homes (the move search "
+        "choosing, with the op placement, which parameters live on the host with their gradients and Adam state "
+        "while their ops run on the GPU: for a model whose training state does not fit the GPUs; --option "
+        "evals=N simulated placements, default 2000; --option headroom=F of each device's memory planned, default "
+        "0.9); default single",
     )
     p.add_argument(
         "--policy-file",
@@ -103,12 +110,13 @@ def run(args: argparse.Namespace) -> int:
     for option, path in (("--profile", args.profile), ("--policy-file", args.policy_file)):
         if path:
             check_input_file(path, option)
-    if args.method != "learned":
+    if args.method not in ("learned", "homes"):
         check_method(args.method, "--method")
     cluster = envs.resolve_cluster(args.cluster)
     options = parse_options(args.option)
     graph, model, cluster = profiled_source(args.graph, cluster, args.profile, ranks=args.ranks)
-    if model is not None and registry.accepts(registry.get(args.method), "model"):
+    heuristic = args.method not in ("learned", "homes")
+    if model is not None and heuristic and registry.accepts(registry.get(args.method), "model"):
         options["model"] = model  # accelerate's device maps need the module
     for flag, value in (
         ("--policy-file", args.policy_file),
@@ -118,9 +126,15 @@ def run(args: argparse.Namespace) -> int:
     ):
         if args.method != "learned" and value is not None:
             raise PlacerError(f"{flag}: only with --method learned")
+    if args.method == "homes" and args.ranks:
+        raise PlacerError(
+            "--ranks: a plan with parameter homes runs in one process (placer run without --nproc-per-node)"
+        )
     try:
         if args.method == "learned":
             placement = _learned(args, graph, cluster, options)
+        elif args.method == "homes":
+            placement = _homes(args, graph, cluster, options)
         else:
             placement = registry.place(args.method, graph, cluster, seed=args.seed, **options)
     except TypeError as e:
@@ -147,6 +161,8 @@ def run(args: argparse.Namespace) -> int:
             if ranks.ok
             else f"  across processes: {ranks.status}: {ranks.message}"
         )
+    if args.method == "homes":
+        _say_homes(placement, graph, cluster, fit)
     if args.method == "learned":
         m = placement.meta
         refined = (
@@ -175,6 +191,43 @@ def _for_ranks(placement: Placement, graph: OpGraph, cluster: Any) -> Any:
     placement.meta["ranks_step_time_s"] = result.step_time_s if result.ok else None
     placement.meta["ranks_schedule"] = result.extra.get("schedule")
     return result
+
+
+def _homes(args: argparse.Namespace, graph: OpGraph, cluster: Any, options: dict[str, Any]) -> Placement:
+    """``--method homes``: the move search with home moves (:func:`placer.learn.offload_plan.plan_with_homes`)."""
+    from placer.learn.offload_plan import plan_with_homes
+    from placer.methods.heuristics.costs import MEMORY_HEADROOM
+
+    unknown = sorted(set(options) - {"evals", "headroom"})
+    if unknown:
+        raise PlacerError(f"--option {unknown[0]}: --method homes takes evals=N and headroom=F")
+    evals = options.get("evals", 2000)
+    check_int(evals, "--option evals", least=1, most=10**7)
+    headroom = options.get("headroom", MEMORY_HEADROOM)
+    if isinstance(headroom, bool) or not isinstance(headroom, (int, float)) or not 0 < headroom <= 1:
+        raise PlacerError(f"--option headroom={headroom}: must be a number in (0, 1]")
+    if "cpu:0" not in cluster.device_names:
+        raise PlacerError(f"--method homes: cluster {cluster.name} has no host (cpu:0) to home parameters on")
+    placement = plan_with_homes(graph, cluster, evals=evals, seed=args.seed, headroom=float(headroom))
+    placement.meta["issue_order"] = "node"  # the search scores node order; the file carries no other
+    return placement
+
+
+def _say_homes(placement: Placement, graph: OpGraph, cluster: Any, fit: Any) -> None:
+    """What the plan homes apart from its ops, and each GPU's simulated peak against its memory."""
+    from placer.cli.output import nbytes
+
+    homed = placement.home_indices(graph) >= 0
+    peaks = ", ".join(
+        f"{d.name} {nbytes(fit.peak_bytes.get(d.name, 0))} of {nbytes(d.memory_bytes)}"
+        for d in cluster.devices
+        if d.name != "cpu:0"
+    )
+    print(
+        f"  parameters homed apart from their ops: {len(placement.param_homes)} "
+        f"({nbytes(float(graph.param_bytes[homed].sum()))}); simulated peak: {peaks}; "
+        f"{placement.meta['evals']} placements simulated in {placement.meta['search_s']:.1f} s"
+    )
 
 
 def _learned(args: argparse.Namespace, graph: OpGraph, cluster: Any, options: dict[str, Any]) -> Placement:

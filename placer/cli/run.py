@@ -142,7 +142,8 @@ def run_here(args: argparse.Namespace) -> int:
     cluster = envs.resolve_cluster(args.cluster)
     placement = Placement.load(args.placement)
     check_devices(placement, cluster, args.placement)
-    torch_devices = resolve_devices(sorted(set(placement.assignment.values())), args.device_map)
+    used = set(placement.assignment.values()) | set(placement.param_homes.values())  # a home's device: its peak too
+    torch_devices = resolve_devices(sorted(used), args.device_map)
     check_available(torch_devices)
     model, inputs = sources.resolve_model(args.source)
     module = apply(model, placement, inputs, device_map=args.device_map)
@@ -201,8 +202,9 @@ def run_here(args: argparse.Namespace) -> int:
 
 
 def check_devices(placement: Placement, cluster: Any, path: str) -> None:
-    """Every device the placement uses is one of the cluster's."""
-    unknown = sorted(set(placement.assignment.values()) - set(cluster.device_names))
+    """Every device the placement uses (its ops' and its parameters' homes) is one of the cluster's."""
+    used = set(placement.assignment.values()) | set(placement.param_homes.values())
+    unknown = sorted(used - set(cluster.device_names))
     if unknown:
         raise PlacerError(
             f"{path}: uses device {unknown[0]!r}, not in cluster {cluster.name} ({', '.join(cluster.device_names)})"
