@@ -187,6 +187,8 @@ def measure(args: argparse.Namespace, say) -> dict[str, Any]:
 
         device = args.placement
         placement = Placement.load(args.placement)
+        if placement.param_homes and (placement.home_indices(env.graph) >= 0).any():
+            raise PlacerError(f"{args.placement}: parameter homes: measured in one process by placer run, not here")
         op_devices = placement.indices(env.graph, cluster.device_names, source=args.placement)[None, :].astype(np.int32)
     else:
         device = args.device or cluster.device_names[0]

@@ -28,7 +28,13 @@ def placement_key(
     placement: Any, graph: OpGraph, device_names: list[str], source: str
 ) -> tuple[str, dict[str, str], list[str] | None]:
     """(placement hash, op name -> device, op names in issue order or None) of a placement, checked against the
-    graph."""
+    graph. A plan whose parameters live apart from their ops (``param_homes``) is refused: the measured envs place
+    ops only, and would run it as its op placement alone (``placer run`` and :func:`placer.apply` run homes)."""
+    if getattr(placement, "param_homes", None) and (placement.home_indices(graph) >= 0).any():
+        raise PlacerError(
+            f"{source}: parameter homes apart from their ops are run by placer run (one process) and placer.apply, "
+            "not by the measured envs"
+        )
     op_devices = as_indices(placement, graph, device_names, source=source)
     devices = [device_names[i] for i in op_devices.tolist()]
     order = getattr(placement, "order", None)

@@ -101,3 +101,20 @@ def _latest_ready_first(g):
                 if indeg[v] == 0:
                     ready.append(v)
     return order
+
+
+def test_a_plan_with_parameter_homes_is_refused_by_the_measured_envs_not_run_as_its_ops_alone():
+    from envs.real.measure_log import placement_key
+    from graphs import OpGraph, PlacerError
+    from graphs.plan import Placement
+
+    g = OpGraph.from_edges(["a", "b"], [("a", "b", 4)], flops=[1e9, 1e9], param_bytes=[8, 8])
+    g.params = [["w"], ["v"]]
+    names = ["cpu:0", "gpu:0"]
+    ops_only = Placement.from_indices(g, names, [1, 1])
+    assert placement_key(ops_only, g, names, "plan.json")[1] == {"a": "gpu:0", "b": "gpu:0"}
+    homed = Placement.from_indices(g, names, [1, 1], homes=[0, -1])  # w lives on the host, its op on the GPU
+    with pytest.raises(PlacerError, match="plan.json: parameter homes apart from their ops are run by placer run"):
+        placement_key(homed, g, names, "plan.json")
+    at_home = Placement.from_indices(g, names, [0, 1], homes=[0, -1])  # a home that is its op's own device
+    assert placement_key(at_home, g, names, "plan.json")[1] == {"a": "cpu:0", "b": "gpu:0"}
