@@ -199,3 +199,21 @@ def test_module_search_s_share_in_seconds_and_on_a_graph_without_modules():
     bare = _without_modules(random_dag(60, seed=0))
     r = MoveSearch(bare, c, envs.SimEnv(bare, c), seed=0).run(None, max_evals=200)  # no module paths: moves only
     assert r.evals == 200
+
+
+def test_a_plan_that_fits_is_returned_over_an_out_of_memory_one_ten_times_faster():
+    """No op's training state fits a GPU (3.5 GB of weights: 14 GB with gradient and Adam's moments, on 12 GB), and
+    the host runs 40x slower than a GPU: everything on a GPU, out of memory, costs 10x its step time and still less
+    than everything on the host. The search must return a plan that fits (the host), not the cheaper failure."""
+    doc = envs.Cluster.preset("k80x2").to_dict()
+    doc["devices"][0]["flops_per_s"] = 1e11  # the host: 40x slower than a K80's 4 TFLOP/s
+    c = envs.Cluster.from_dict(doc)
+    names = ["a", "b", "c", "d"]
+    g = OpGraph.from_edges(
+        names, [(x, y, 1024) for x, y in zip(names, names[1:])], flops=[1e12] * 4, param_bytes=[3.5e9] * 4
+    )
+    env = envs.SimEnv(g, c)
+    host, gpu = env.step_times(np.array([[0] * 4, [1] * 4], dtype=np.int32))[0]
+    assert env.simulate(np.full(4, 1)).status == "oom" and 10 * gpu < host  # the failure costs less
+    result = MoveSearch(g, c, env, seed=0).run(max_evals=60)
+    assert not result.oom and env.simulate(result.op_devices).ok and result.op_devices.tolist() == [0, 0, 0, 0]
