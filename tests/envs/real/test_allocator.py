@@ -5,60 +5,44 @@ from __future__ import annotations
 
 import subprocess
 import sys
-import textwrap
 
 import pytest
 import torch
 
 from envs.real import allocator, timing
 
+
+def fault_script(setup: str, body: str, warmup: int, steps: int) -> str:
+    """A fresh interpreter's script: ``setup``, then ``step()`` (``body``) ``warmup`` times, then the median page
+    faults of ``steps`` more (``steady`` as its argument: after ``steady_malloc()``)."""
+    return "\n".join(
+        [
+            "import resource, sys, torch",
+            "from envs.real.allocator import steady_malloc",
+            "if sys.argv[1] == 'steady':",
+            "    assert steady_malloc()",
+            setup,
+            "def step():",
+            *(f"    {line}" for line in body.splitlines()),
+            f"for _ in range({warmup}):",
+            "    step()",
+            "per_step = []",
+            f"for _ in range({steps}):",
+            "    f0 = resource.getrusage(resource.RUSAGE_SELF).ru_minflt",
+            "    step()",
+            "    per_step.append(resource.getrusage(resource.RUSAGE_SELF).ru_minflt - f0)",
+            f"print(sorted(per_step)[{steps // 2}])",
+        ]
+    )
+
+
 #: A loop of 48 MB tensors (over glibc's own mmap threshold: mapped and unmapped each time by default): the median
-#: page faults of 9 steps after four of warm-up (the heap may still grow once), in a fresh interpreter (``steady``:
-#: after ``steady_malloc()``).
-FAULTS = textwrap.dedent(
-    """
-    import resource, sys, torch
-    from envs.real.allocator import steady_malloc
-    if sys.argv[1] == "steady":
-        assert steady_malloc()
-    a = torch.ones(12 << 20)
-    def step():
-        b = a * 2
-        c = b + 1
-        del b, c
-    for _ in range(4):
-        step()
-    per_step = []
-    for _ in range(9):
-        f0 = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
-        step()
-        per_step.append(resource.getrusage(resource.RUSAGE_SELF).ru_minflt - f0)
-    print(sorted(per_step)[4])
-    """
-)
-
-
+#: page faults of 9 steps after four of warm-up (the heap may still grow once).
+FAULTS = fault_script("a = torch.ones(12 << 20)", "b = a * 2\nc = b + 1\ndel b, c", warmup=4, steps=9)
 #: One 1.25 GiB tensor made and freed each step (a large embedding's dense gradient on the host; over the bound
 #: placer had set, blocks up to 1 GiB from the heap): the median page faults of 3 steps after 6 of warm-up (torch
 #: asks for aligned blocks, and the heap grows two or three times before a freed block fits the next one).
-LARGE = textwrap.dedent(
-    """
-    import resource, sys, torch
-    from envs.real.allocator import steady_malloc
-    assert steady_malloc()
-    def step():
-        b = torch.empty(5 << 28, dtype=torch.uint8).fill_(1)
-        del b
-    for _ in range(6):
-        step()
-    per_step = []
-    for _ in range(3):
-        f0 = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
-        step()
-        per_step.append(resource.getrusage(resource.RUSAGE_SELF).ru_minflt - f0)
-    print(sorted(per_step)[1])
-    """
-)
+LARGE = fault_script("", "b = torch.empty(5 << 28, dtype=torch.uint8).fill_(1)\ndel b", warmup=6, steps=3)
 
 
 def faults_per_step(setting: str, script: str = FAULTS) -> float:
