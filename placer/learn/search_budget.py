@@ -92,9 +92,8 @@ class SearchBudget:
         j = int(fits[np.argmin(cost[fits])]) if len(fits) else int(np.argmin(cost))
         if self._better(float(cost[j]), bool(oom[j])):
             self.best_cost, self.best_op_devices, self.best_oom = float(cost[j]), op_devices[j].copy(), bool(oom[j])
-        ok = np.flatnonzero(~oom)
-        if len(ok) and step_time_s[ok].min() < self.best:
-            self.best = float(step_time_s[ok].min())
+        if len(fits) and step_time_s[fits].min() < self.best:
+            self.best = float(step_time_s[fits].min())
             self.curve.evals.append(self.evals)
             self.curve.wall_s.append(time.perf_counter() - self.t0)
             self.curve.best_s.append(self.best)
