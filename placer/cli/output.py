@@ -56,8 +56,14 @@ def table(rows: list[list[str]], right: set[int] = frozenset()) -> str:
 
 
 def _scaled(value: float, units: tuple[str, ...], base: float) -> str:
+    """``value`` in the largest unit it reaches, three significant digits; from 999.5 up the next unit (three digits
+    of 1000-1023 would read ``1.02e+03``).
+
+    >>> nbytes(1020 * 2**20), nbytes(999.4), count(999_600)
+    ('0.996 GiB', '999 B', '1 M')
+    """
     for unit in units[:-1]:
-        if abs(value) < base:
+        if abs(value) < min(base, 999.5):
             return f"{value:.3g} {unit}" if unit else f"{value:.3g}"
         value /= base
     return f"{value:.3g} {units[-1]}"
