@@ -18,6 +18,8 @@ the simulated step and peak beside the real ones, are rewritten to
 its deadline keeps what it measured.
 
     python -m bench.offload_homes_measure --scenario llama-256k --cap 8 --out-dir runs/offload_homes
+    python -m bench.offload_homes_measure --scenario llama-256k --cap 8 --out-dir runs/offload_homes \
+        --profile runs/offload/profile.json   # planned on this machine's op times (the profile stage)
 
 ``--device-map '*=cpu'`` (and ``--scenario tiny``) is the CPU stand-in: the same
 calls with every logical device on the host, the cap in the cluster file only.
@@ -40,6 +42,7 @@ from bench.offload import Plan
 from envs.result import Result
 from graphs import PlacerError
 from graphs.io import write_text_atomic
+from placer.option_checks import check_input_file
 
 GIB = 1 << 30
 
@@ -181,6 +184,10 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     fractions = cap_cuda_memory(cuda_caps(cluster, args.device_map))
     model, inputs = offload.build(scenario)
     graph = graphs.capture(model, inputs, name=scenario.name)
+    if args.profile:  # this machine's op times and links (refused for another graph)
+        from envs.real import profiler
+
+        graph, cluster = profiler.with_profile(graph, cluster, args.profile, device_map=args.device_map)
     plans = offload_homes.cap_plans(graph, cluster, model, evals=args.evals, seed=args.seed)
     del model
     os.makedirs(args.out_dir, exist_ok=True)
@@ -192,6 +199,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "memory_fractions": fractions,
         "alloc_conf": os.environ.get("PYTORCH_CUDA_ALLOC_CONF", ""),
         "graph_hash": graph.content_hash,
+        "simulator": f"profile {args.profile}" if args.profile else "estimates",
         "simulated": [offload_homes.row(p, graph) for p in plans],
         "measured": [],
         "plans": [offload.plan_doc(p) for p in plans],
@@ -226,6 +234,14 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--measure-timeout", type=float, default=120.0, help="seconds one plan may take (default 120)")
     p.add_argument("--deadline", type=float, default=400.0, help="start no measurement after this (default 400 s)")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument(
+        "--profile",
+        default=None,
+        metavar="PROFILE.json",
+        help="plan and simulate with this machine's op times and links (the profile stage's profile.json: `bash "
+        "scripts/gpu_offload.sh profile`; a GPU run on the host is a CPU, so not on the CPU stand-in); default: "
+        "the scenario's estimates",
+    )
     p.add_argument("--out-dir", required=True)
     p.add_argument(
         "--no-isolate",
@@ -241,6 +257,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parse(argv)
     try:
         offload.check_scenario(args.scenario)
+        if args.profile:
+            check_input_file(args.profile, "--profile")
         if not args.cap > 0 or args.evals < 1 or args.steps < 1 or args.warmup < 0:
             raise PlacerError("--cap must be > 0, --evals and --steps >= 1, --warmup >= 0")
         if args.row is not None:

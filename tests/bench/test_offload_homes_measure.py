@@ -79,3 +79,29 @@ def test_the_cpu_stand_in_measures_placer_s_homed_plan_and_fsdp2_and_writes_both
     assert r.extra["protocol"]["steady_malloc"] and r.extra["protocol"]["gc_off"]  # as every placer measurement
     r = offload_homes_measure.measure_in_child(args, path, "no such plan")  # its process exits 2 with one line
     assert r.status == "error" and "exited 2" in r.message and "'no such plan': no such plan in" in r.message
+
+
+def test_a_profile_is_what_the_plans_are_made_and_simulated_with(run_entry, tmp_path, monkeypatch):
+    """--profile: the plans are made on the profiled graph and cluster (envs.real.profiler.with_profile, as the
+    offload stages calibrate; a stand-in's profile would make its gpu:0 a CPU, so the call is watched here)."""
+    pytest.importorskip("transformers")
+    from envs.real import profiler
+
+    seen = {}
+
+    def with_profile(graph, cluster, profile, *, device_map=None):
+        seen.update(profile=profile, device_map=device_map)
+        return graph, cluster
+
+    made = []
+    monkeypatch.setattr(profiler, "with_profile", with_profile)
+    monkeypatch.setattr(offload_homes, "cap_plans", lambda graph, cluster, model, **kw: made.append(graph) or [])
+    prof = tmp_path / "profile.json"
+    prof.write_text("{}")
+    argv = ["--scenario", "tiny", "--cap", "0.01", "--device-map", "*=cpu", "--out-dir", str(tmp_path)]
+    status, out, err = run_entry(offload_homes_measure, *argv, "--profile", str(prof))
+    assert status == 0, err
+    assert seen == {"profile": str(prof), "device_map": "*=cpu"} and len(made) == 1
+    assert json.loads((tmp_path / "measured-tiny-0.01.json").read_text())["simulator"] == f"profile {prof}"
+    status, out, err = run_entry(offload_homes_measure, *argv, "--profile", str(tmp_path / "none.json"))
+    assert status == 2 and "--profile" in err and "no such file" in err
