@@ -160,12 +160,18 @@ class ConvNet(nn.Module):
         return F.cross_entropy(self.fc2(F.relu(self.fc1(x.flatten(1)))), labels)
 
 
-def convnet(batch: int = BATCH) -> tuple[nn.Module, tuple[torch.Tensor, torch.Tensor]]:
-    """``(model, (images, labels))``: ``batch`` (8) images of 3 x 64 x 64, seeded."""
+def images(model: type[nn.Module], batch: int, classes: int) -> tuple[nn.Module, tuple[torch.Tensor, torch.Tensor]]:
+    """``(model(), (images, labels))`` in eval mode: ``batch`` images of 3 x 64 x 64 and their classes (of
+    ``classes``), seeded."""
     torch.manual_seed(0)
     g = torch.Generator().manual_seed(1)
     x = torch.randn(batch, 3, 64, 64, generator=g)
-    return ConvNet().eval(), (x, torch.randint(0, 1000, (batch,), generator=g))
+    return model().eval(), (x, torch.randint(0, classes, (batch,), generator=g))
+
+
+def convnet(batch: int = BATCH) -> tuple[nn.Module, tuple[torch.Tensor, torch.Tensor]]:
+    """``(model, (images, labels))``: ``batch`` (8) images of 3 x 64 x 64, seeded."""
+    return images(ConvNet, batch, 1000)
 
 
 def convnet_b32() -> tuple[nn.Module, tuple[torch.Tensor, torch.Tensor]]:
@@ -264,10 +270,7 @@ class MobileNetV2(nn.Module):
 
 def mobilenet_v2(batch: int = BATCH) -> tuple[nn.Module, tuple[torch.Tensor, torch.Tensor]]:
     """``(model, (images, labels))``: ``batch`` (8) images of 3 x 64 x 64 and their classes (of 200), seeded."""
-    torch.manual_seed(0)
-    g = torch.Generator().manual_seed(1)
-    x = torch.randn(batch, 3, 64, 64, generator=g)
-    return MobileNetV2().eval(), (x, torch.randint(0, 200, (batch,), generator=g))
+    return images(MobileNetV2, batch, 200)
 
 
 def mobilenet_v2_b32() -> tuple[nn.Module, tuple[torch.Tensor, torch.Tensor]]:

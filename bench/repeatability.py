@@ -169,6 +169,7 @@ def measure(args: argparse.Namespace, say) -> dict[str, Any]:
     """Every build of the placement under every setting, interleaved; the builds and each setting's summary."""
     import torch
 
+    from envs.real.homes import homes_apart
     from envs.real.local import LocalEnv  # torch: only for real steps
 
     if args.scenario:
@@ -187,7 +188,7 @@ def measure(args: argparse.Namespace, say) -> dict[str, Any]:
 
         device = args.placement
         placement = Placement.load(args.placement)
-        if placement.param_homes and (placement.home_indices(env.graph) >= 0).any():
+        if homes_apart(placement, env.graph):
             raise PlacerError(f"{args.placement}: parameter homes: measured in one process by placer run, not here")
         op_devices = placement.indices(env.graph, cluster.device_names, source=args.placement)[None, :].astype(np.int32)
     else:

@@ -259,6 +259,10 @@ class Placement:
             out[i] = homes.pop()
         return out
 
+    def devices_used(self) -> set[str]:
+        """The devices its ops run on and its parameters live on (``param_homes``)."""
+        return set(self.assignment.values()) | set(self.param_homes.values())
+
     def device_counts(self) -> dict[str, int]:
         return dict(Counter(self.assignment.values()))
 

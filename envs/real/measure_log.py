@@ -16,6 +16,7 @@ import sys
 import time
 from typing import Any
 
+from envs.real.homes import homes_apart
 from envs.real.worker import placement_hash
 from envs.result import Result
 from graphs import OpGraph, PlacerError
@@ -30,7 +31,7 @@ def placement_key(
     """(placement hash, op name -> device, op names in issue order or None) of a placement, checked against the
     graph. A plan whose parameters live apart from their ops (``param_homes``) is refused: the measured envs place
     ops only, and would run it as its op placement alone (``placer run`` and :func:`placer.apply` run homes)."""
-    if getattr(placement, "param_homes", None) and (placement.home_indices(graph) >= 0).any():
+    if homes_apart(placement, graph):
         raise PlacerError(
             f"{source}: parameter homes apart from their ops are run by placer run (one process) and placer.apply, "
             "not by the measured envs"

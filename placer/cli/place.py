@@ -110,12 +110,12 @@ def run(args: argparse.Namespace) -> int:
     for option, path in (("--profile", args.profile), ("--policy-file", args.policy_file)):
         if path:
             check_input_file(path, option)
-    if args.method not in ("learned", "homes"):
+    heuristic = args.method not in ("learned", "homes")
+    if heuristic:
         check_method(args.method, "--method")
     cluster = envs.resolve_cluster(args.cluster)
     options = parse_options(args.option)
     graph, model, cluster = profiled_source(args.graph, cluster, args.profile, ranks=args.ranks)
-    heuristic = args.method not in ("learned", "homes")
     if model is not None and heuristic and registry.accepts(registry.get(args.method), "model"):
         options["model"] = model  # accelerate's device maps need the module
     for flag, value in (

@@ -142,8 +142,7 @@ def run_here(args: argparse.Namespace) -> int:
     cluster = envs.resolve_cluster(args.cluster)
     placement = Placement.load(args.placement)
     check_devices(placement, cluster, args.placement)
-    used = set(placement.assignment.values()) | set(placement.param_homes.values())  # a home's device: its peak too
-    torch_devices = resolve_devices(sorted(used), args.device_map)
+    torch_devices = resolve_devices(sorted(placement.devices_used()), args.device_map)  # a home's device: its peak too
     check_available(torch_devices)
     model, inputs = sources.resolve_model(args.source)
     module = apply(model, placement, inputs, device_map=args.device_map)
@@ -203,8 +202,7 @@ def run_here(args: argparse.Namespace) -> int:
 
 def check_devices(placement: Placement, cluster: Any, path: str) -> None:
     """Every device the placement uses (its ops' and its parameters' homes) is one of the cluster's."""
-    used = set(placement.assignment.values()) | set(placement.param_homes.values())
-    unknown = sorted(used - set(cluster.device_names))
+    unknown = sorted(placement.devices_used() - set(cluster.device_names))
     if unknown:
         raise PlacerError(
             f"{path}: uses device {unknown[0]!r}, not in cluster {cluster.name} ({', '.join(cluster.device_names)})"
