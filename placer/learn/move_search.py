@@ -61,6 +61,29 @@ PRETRAINED = "pretrained"
 #: module_search's share of a budget of placements is spent only when it comes to at least this many: at 1k
 #: placements its 200 cost the descent more than its few restarts found (nmt-2, nmt-4, inception-v3 at 1k).
 MODULE_MIN_EVALS = 1000
+#: Kicks drawn before the search gives up kicking and goes on from the best placement (a scorer may refuse them).
+KICK_TRIES = 4
+#: The change recorded for a move the scorer refuses (an infinite step): as bad as running out of memory.
+REFUSED_CHANGE = OOM_FACTOR - 1.0
+
+
+def relative_change(costs: np.ndarray, cost: float) -> np.ndarray:
+    """``(costs - cost) / cost``, kept finite where the scorer refused a placement (an infinite step).
+
+    A refused move from a finite incumbent is :data:`REFUSED_CHANGE`; any move that the scorer accepts from a refused
+    incumbent is -1 (the whole step saved); one refused placement after another is no change. The move memory and
+    the critic's features take these, and a NaN or an infinity there would spread to the critic's weights.
+
+    >>> relative_change(np.array([1.5, np.inf]), 2.0).tolist()
+    [-0.25, 9.0]
+    >>> relative_change(np.array([1.5, np.inf]), np.inf).tolist()
+    [-1.0, 0.0]
+    """
+    costs = np.asarray(costs, dtype=np.float64)
+    if not np.isfinite(cost):
+        return np.where(np.isfinite(costs), -1.0, 0.0)
+    with np.errstate(invalid="ignore"):
+        return np.where(np.isfinite(costs), (costs - cost) / cost, REFUSED_CHANGE)
 
 
 @dataclass
@@ -279,7 +302,7 @@ class MoveSearch:
         op_devices = self._apply(self.op_devices, cand, pick)
         costs, _ = self.budget.score(op_devices)
         pick, op_devices, ranked = pick[: len(costs)], op_devices[: len(costs)], ranked[: len(costs)]
-        delta = (costs - self.cost) / self.cost
+        delta = relative_change(costs, self.cost)
         np.add.at(self.hits, ranked, delta < 0)
         np.add.at(self.tries, ranked, 1)
         if self.level < len(self.levels):  # the critic neither ranks nor learns home moves
@@ -469,11 +492,18 @@ class MoveSearch:
             self.optimizer.step()
 
     def _kick(self) -> tuple[np.ndarray, float]:
-        """The best placement with ``kick`` random items of a random coarse level moved to random devices."""
+        """The best placement with ``kick`` random items of a random coarse level moved to random devices.
+
+        A kick the scorer refuses (an infinite step, e.g. more than one stage per rank) is drawn again, up to
+        :data:`KICK_TRIES` times; then the search goes on from the best placement itself.
+        """
         coarse = [k for k, lv in enumerate(self.levels) if lv.num_items <= 64] or [0]
-        lv = self.levels[int(self.rng.choice(coarse))]
-        op_devices = self.budget.best_op_devices.astype(np.int64)
-        for g in self.rng.choice(lv.num_items, size=min(self.options.kick, lv.num_items), replace=False):
-            op_devices[lv.op_group == g] = self.devices[self.rng.integers(0, len(self.devices))]
-        costs, _ = self.budget.score(op_devices[None])
-        return op_devices, float(costs[0])
+        for _ in range(KICK_TRIES):
+            lv = self.levels[int(self.rng.choice(coarse))]
+            op_devices = self.budget.best_op_devices.astype(np.int64)
+            for g in self.rng.choice(lv.num_items, size=min(self.options.kick, lv.num_items), replace=False):
+                op_devices[lv.op_group == g] = self.devices[self.rng.integers(0, len(self.devices))]
+            costs, _ = self.budget.score(op_devices[None])
+            if np.isfinite(costs[0]):
+                return op_devices, float(costs[0])
+        return self.budget.best_op_devices.astype(np.int64), float(self.budget.best_cost)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+import torch
 
 import envs
 from graphs import OpGraph, PlacerError
@@ -217,3 +218,30 @@ def test_a_plan_that_fits_is_returned_over_an_out_of_memory_one_ten_times_faster
     assert env.simulate(np.full(4, 1)).status == "oom" and 10 * gpu < host  # the failure costs less
     result = MoveSearch(g, c, env, seed=0).run(max_evals=60)
     assert not result.oom and env.simulate(result.op_devices).ok and result.op_devices.tolist() == [0, 0, 0, 0]
+
+
+
+class _Refusing(envs.SimEnv):
+    """The simulator, refusing (an infinite step) every placement on more than two devices, as the simulator of ranks
+    refuses a plan of more than one stage per rank."""
+
+    def step_times(self, op_devices, **kw):
+        step_time_s, oom = super().step_times(op_devices, **kw)
+        used = sum((np.asarray(op_devices) == d).any(axis=1) for d in range(self.cluster.num_devices))
+        return np.where(used > 2, np.inf, step_time_s), oom
+
+
+def test_refused_placements_leave_the_critic_the_move_memory_and_the_incumbent_finite():
+    """Refused moves and kicks (an infinite step) once made the change ``(inf - inf) / inf``: NaN and infinities
+    reached the move memory, then the critic's features and weights, and a kick into a refused placement became the
+    incumbent every move was measured against."""
+    g, c = moe_dag(60, seed=4), envs.Cluster.preset("k80x4")
+    search = MoveSearch(g, c, _Refusing(g, c), options=MoveSearchOptions(patience=2), seed=0)
+    kicked = []
+    kick = search._kick
+    search._kick = lambda: kicked.append(kick()) or kicked[-1]
+    result = search.run(np.full(g.num_ops, 1, dtype=np.int64), max_evals=1500)
+    assert len(kicked) >= 3 and np.isfinite(result.step_time_s)
+    assert all(np.isfinite(cost) for _, cost in kicked)
+    assert all(np.isfinite(d).all() for d in search.memory.delta)
+    assert all(bool(torch.isfinite(p).all()) for p in search.critic.parameters())
