@@ -18,6 +18,8 @@ import shlex
 import sys
 from typing import Any, Callable
 
+import numpy as np
+
 import envs
 from envs.cluster import CLUSTER_ARG_HELP
 from graphs import PlacerError
@@ -163,6 +165,7 @@ def run(args: argparse.Namespace) -> int:
     doc["executor"] = config.executor
     if config.ranks:
         doc["ranks"] = ranks_doc(config, result.best_placement, doc["best_placement"], graph, cluster)
+    doc["homes"] = homes_doc(config, result.best_placement, graph, cluster)
     if result.interrupted:
         doc["resume_command"] = resume_command(config, result.logdir)
         if args.json:  # else the summary's first line says it
@@ -354,6 +357,33 @@ def ranks_doc(config: TrainConfig, best: Any, path: str, graph: Any, cluster: An
     return doc
 
 
+def homes_doc(config: TrainConfig, best: Any, graph: Any, cluster: Any) -> dict[str, Any]:
+    """``homes`` of the summary: whether the run searched home moves (``--homes``), and how many parameters (and
+    bytes) its best placement homes apart from their ops."""
+    from placer.learn.run_scorers import home_codes
+
+    homed = best.home_indices(graph) >= 0 if best is not None else np.zeros(graph.num_ops, dtype=bool)
+    return {
+        "searched": home_codes(config, graph, cluster) is not None,
+        "params": len(best.param_homes) if best is not None else 0,
+        "param_bytes": float(graph.param_bytes[homed].sum()),
+    }
+
+
+def _homes_line(doc: dict) -> str | None:
+    from placer.cli.output import nbytes
+
+    homes = doc.get("homes") or {}
+    if not homes.get("searched"):
+        return None
+    if not homes["params"]:
+        return "homes            none: the best placement keeps every parameter with its ops (home moves searched)"
+    return (
+        f"homes            {homes['params']} parameters ({nbytes(homes['param_bytes'])}) live on the host and are "
+        "copied to their ops' GPU ahead of use (placer.apply runs them)"
+    )
+
+
 def _ranks_line(doc: dict) -> str | None:
     """--ranks: the best plan's ranks, and the command that runs it across processes."""
     r = doc.get("ranks")
@@ -394,6 +424,7 @@ SUMMARY_LINES: tuple[Callable[[dict], str | None], ...] = (
         else None
     ),
     _issue_order_line,
+    _homes_line,
     _ranks_line,
     lambda doc: f"placement        {doc['best_placement']}" if doc["best_placement"] else None,
     lambda doc: (

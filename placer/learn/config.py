@@ -44,6 +44,7 @@ RewardBaselineName = Literal["loo", "ema"]
 WarmStartName = Literal["best", "none"]
 PresetName = Literal["tuned", "paper"]
 BackendName = Literal["gloo", "nccl"]
+HomesName = Literal["auto", "on", "off"]
 
 
 @dataclass
@@ -176,6 +177,11 @@ class AlgoOptions:
     fine_tune_critic: bool = True
     """--algo moves|corrected: train the critic on this run's moves as it goes (--no-fine-tune-critic: it ranks as it
     started)."""
+    homes: HomesName = "auto"
+    """--algo moves under --env sim: home moves too (placer.learn.home_moves): a layer sent to a GPU with its
+    parameters, gradient and Adam state homed on the host, copied in ahead of use (envs.sim.homes), counted in the
+    same budget; the best placement's file carries the homes (param_homes) and placer.apply runs them. "auto": on
+    when the model's training state does not fit the GPUs (the host joins the search then), "on", or "off"."""
     samples: int = 8
     """K: placements the policy samples and the run scores per iteration (--algo reinforce|ppo)."""
     lr: float = 5e-4
@@ -379,6 +385,14 @@ class TrainConfig(PolicyOptions, AlgoOptions, RunOptions):
                 f"--microbatches {self.microbatches}: only --env sim, or --ranks, scores microbatched plans"
             )
         self._validate_ranks()
+        if self.homes == "on":
+            for bad, why in (
+                (self.algo != "moves", f"--algo {self.algo} searches op placements only (home moves: --algo moves)"),
+                (self.env != "sim", "--env measured measures plans whose parameters live with their ops"),
+                (self.ranks, "--ranks: a plan with parameter homes runs in one process"),
+            ):
+                if bad:
+                    raise PlacerError(f"--homes on: {why}")
         if self.inflight is not None and self.inflight > self.microbatches:
             raise PlacerError(f"--inflight {self.inflight}: must be at most --microbatches ({self.microbatches})")
         if self.critic not in ("pretrained", "fresh"):

@@ -58,6 +58,31 @@ class HomeCodes:
         op_devices = np.where(apart, self.gpus[np.maximum(codes - self.num_devices, 0)], codes)
         return op_devices, np.where(apart & self.can_home, self.host, -1)
 
+    def encode(self, op_devices: np.ndarray, homes: np.ndarray) -> np.ndarray | None:
+        """The codes of ``op_devices`` with parameter ``homes`` (-1: an op's own device), as :meth:`decode` gives
+        them back; None where a home is not one that a code names (not the host, or an op not on a search GPU).
+
+        >>> import envs
+        >>> from graphs import OpGraph
+        >>> g = OpGraph.from_edges(["a", "b"], [("a", "b", 4)], param_bytes=[8, 0])
+        >>> g.params = [["w"], []]
+        >>> codes = HomeCodes(g, envs.Cluster.preset("k80x2"), [1, 2])
+        >>> codes.encode(np.array([1, 2]), np.array([0, -1])).tolist()  # a on gpu:0 (1), its weights on the host
+        [3, 2]
+        >>> codes.encode(np.array([0, 2]), np.array([1, -1])) is None  # a home on a GPU: no code names it
+        True
+        """
+        op_devices, homes = np.asarray(op_devices, dtype=np.int64), np.asarray(homes, dtype=np.int64)
+        apart = homes >= 0
+        slot = {int(d): k for k, d in enumerate(self.gpus.tolist())}
+        if apart.any() and (
+            (homes[apart] != self.host).any() or any(int(d) not in slot for d in op_devices[apart].tolist())
+        ):
+            return None
+        codes = op_devices.copy()
+        codes[apart] = self.num_devices + np.array([slot[int(d)] for d in op_devices[apart].tolist()], dtype=np.int64)
+        return codes
+
     def moves(
         self, op_group: np.ndarray, num_items: int, codes: np.ndarray
     ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

@@ -35,13 +35,14 @@ from placer.learn.session import RunScorer, Session, add_scalars, device_share
 from placer.learn.state import MOVE_SEARCH
 
 
-def search_options(config: TrainConfig) -> MoveSearchOptions:
+def search_options(config: TrainConfig, homes: bool = False) -> MoveSearchOptions:
     """The move search's options a run's config asks for: its proposals, the critic it starts from, fine-tuned or
-    not."""
+    not; ``homes``: with home moves (the run's, :func:`placer.learn.run_scorers.home_codes`)."""
     return MoveSearchOptions(
         proposals=config.proposals,
         critic=None if config.critic == "fresh" else config.critic,
         fine_tune=config.fine_tune_critic,
+        homes=homes,
     )
 
 
@@ -74,7 +75,7 @@ class MoveRunner:
             session.graph,
             session.cluster,
             RunScorer(session, MOVE_SEARCH),
-            options=search_options(c),
+            options=search_options(c, homes=session.codes is not None),
             seed=c.seed,
             order=session.scorer.order,
         )
@@ -102,6 +103,12 @@ class MoveRunner:
         if session.done():
             return
         self._begin()
+        if not self.search.has_moves:  # one device to place on (and no home moves): nothing to search
+            session.progress.phase(
+                f"move search: nothing to move, every op can only go on {session.devices[0]}; "
+                f"the run keeps {session.best_text()}"
+            )
+            return
         while True:
             it = s.iteration
             # one round: a batch of moves from the incumbent, ranked, simulated (through the run's scorer), learned
@@ -118,7 +125,7 @@ class MoveRunner:
                 "charts/module_search_simulated": search.module_evals,
                 "losses/critic_hit_rate": search.hits[1] / ranked if ranked else 0.0,
                 "losses/uniform_hit_rate": search.hits[0] / uniform if uniform else 0.0,
-                **device_share(search.op_devices, session.devices),
+                **device_share(session.op_devices(search.op_devices), session.devices),
             }
             add_scalars(writer, scalars, it)
             # checkpoint (when due)

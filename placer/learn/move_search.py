@@ -235,8 +235,10 @@ class MoveSearch:
         self.schedules = 0  # incumbents' schedules simulated for the features
         self.devices = candidate_devices(cluster, "auto", graph)  # the GPUs, the host too if they cannot hold it
         # with home moves, placements are codes (placer.learn.home_moves) and each level has a twin of home moves
-        self.codes = HomeCodes(graph, cluster, cluster.gpu_indices()) if o.homes else None
-        if self.codes is not None:
+        # an env that scores codes itself (a training run's scorer, placer.learn.session.RunScorer) names its own
+        self.codes = getattr(env, "home_codes", None) if o.homes else None
+        if o.homes and self.codes is None:
+            self.codes = HomeCodes(graph, cluster, cluster.gpu_indices())
             self.env = HomeCodeScorer(env, self.codes)
         self.num_levels = len(self.levels) * (2 if o.homes else 1)
 
@@ -285,8 +287,11 @@ class MoveSearch:
         """One round: a batch of moves from the incumbent simulated, the critic trained, the best taken if faster.
 
         A level whose moves are spent hands over to the next; when every level is, the best is kicked.
-        Raises :class:`BudgetSpent` when the budget is used up.
+        Raises :class:`BudgetSpent` when the budget is used up, or at once where nothing can move
+        (:attr:`has_moves`).
         """
+        if not self.has_moves:
+            raise BudgetSpent
         untried = np.flatnonzero(~self.cand.tried)
         while self.stale >= self.options.patience or not len(untried):
             self.stale, self.exhausted = 0, self.exhausted + 1
@@ -322,6 +327,12 @@ class MoveSearch:
             self.stale += 1
             if self.level < len(self.levels):
                 cand.refresh(self.memory, self.rounds)
+
+    @property
+    def has_moves(self) -> bool:
+        """Whether any move exists: a cluster of at least two devices (a move may go to any of them), or home moves.
+        Where none does (one device), the rounds would find nothing to try and kick for ever."""
+        return self.cluster.num_devices > 1 or self.codes is not None
 
     def _accepts(self, cost: float) -> bool:
         """Whether to move to a slower placement of ``cost`` (Metropolis at the cooled temperature; never when off)."""

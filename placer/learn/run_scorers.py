@@ -22,6 +22,7 @@ from placer.learn.config import TrainConfig
 
 if TYPE_CHECKING:
     from envs.cluster import Cluster
+    from placer.learn.home_moves import HomeCodes
 
 
 class CachedScorer:
@@ -126,6 +127,27 @@ def rank_sim(config: TrainConfig, graph: OpGraph, cluster: Cluster) -> Scorer:
         schedule=config.schedule,
         one_stage_per_rank=config.one_stage_per_rank,
     )
+
+
+def home_codes(config: TrainConfig, graph: OpGraph, cluster: Cluster) -> HomeCodes | None:
+    """The codes of a run with home moves (``--homes``; :mod:`placer.learn.home_moves`), or None for op placements
+    only: "auto" homes when the move search scores on the simulator in one process and the model's training state
+    does not fit the GPUs (:func:`placer.methods.heuristics.costs.fits_gpus`); "on" always (the config refused
+    what cannot have them, :meth:`TrainConfig.validate`); a cluster without a host and a GPU is a one-line error."""
+    from placer.learn.home_moves import HomeCodes
+    from placer.methods.heuristics.costs import fits_gpus
+
+    if config.homes == "off":
+        return None
+    if config.homes == "auto":
+        searched = config.algo == "moves" and config.env == "sim" and not config.ranks
+        has_both = "cpu" in cluster.kinds and len(cluster.gpu_indices()) > 0
+        if not searched or not has_both or fits_gpus(graph, cluster):
+            return None
+    try:
+        return HomeCodes(graph, cluster, cluster.gpu_indices())
+    except PlacerError as e:
+        raise PlacerError(f"--homes on: {cluster.name}: {e}") from None
 
 
 ENVS: dict[str, Callable[[TrainConfig, OpGraph, Cluster, str], Scorer]] = {"sim": sim_env, "measured": measured_env}

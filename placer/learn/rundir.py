@@ -165,10 +165,19 @@ def run_placement(
     method: str,
     meta: dict[str, Any],
     planner: Any = None,
+    codes: Any = None,
 ) -> Placement:
     """A placement of the run as a file: ``meta`` plus the run's settings, under ``--env sim`` with the issue
     order ``planner`` (a SimEnv; None for a measured run) chooses for it (``issue_order``, and its eager time
-    ``issue_order_step_time_s``)."""
+    ``issue_order_step_time_s``).
+
+    ``codes``: the run's home codes (``--homes``; :class:`placer.learn.home_moves.HomeCodes`): ``op_devices`` are
+    codes, and the file carries the parameter homes they name. The order is chosen on the ops' devices (as memory,
+    the homes are left out of that choice); its eager time is the time with the homes.
+    """
+    homes = None
+    if codes is not None:
+        op_devices, homes = codes.decode(np.asarray(op_devices))
     meta = {
         **meta,
         "seed": config.seed,
@@ -182,11 +191,15 @@ def run_placement(
     order = None
     if planner is not None:
         order, how, step_s = planner.plan_order(np.asarray(op_devices))
+        if homes is not None and (homes >= 0).any():
+            timed = planner.with_executor("eager").batch(np.asarray(op_devices)[None], order, homes=homes[None])
+            step_s = float(timed[0][0])
         meta.update(issue_order=how, issue_order_step_time_s=step_s)
     return Placement.from_indices(
         graph,
         devices,
         op_devices,
+        homes=homes,
         cluster=getattr(cluster, "name", config.cluster),
         method=method,
         meta=meta,
@@ -221,7 +234,13 @@ def finder_method(found_by: str, config: TrainConfig) -> str:
 
 
 def run_best_placement(
-    graph: OpGraph, devices: list[str], cluster: Cluster, config: TrainConfig, run: RunState, planner: Any = None
+    graph: OpGraph,
+    devices: list[str],
+    cluster: Cluster,
+    config: TrainConfig,
+    run: RunState,
+    planner: Any = None,
+    codes: Any = None,
 ) -> Placement:
     """The run's best as a placement file: under ``--env sim`` with the issue order chosen for it.
 
@@ -243,7 +262,7 @@ def run_best_placement(
         "algo": config.algo,
     }
     method = finder_method(run.best_found_by, config)
-    return run_placement(graph, devices, cluster, config, run.best_indices, method, meta, planner)
+    return run_placement(graph, devices, cluster, config, run.best_indices, method, meta, planner, codes)
 
 
 def check_compatible(saved: dict, config: TrainConfig, graph: OpGraph, devices: list[str], logdir: str = "") -> None:
@@ -277,16 +296,27 @@ def adopt_newer_best(
     devices: list[str],
     score: CachedScorer,
     config: TrainConfig | None = None,
+    codes: Any = None,
 ) -> None:
-    """A best found after the last checkpoint (then SIGKILL) survives in best_placement.json."""
+    """A best found after the last checkpoint (then SIGKILL) survives in best_placement.json.
+
+    ``codes``: the run's home codes (``--homes``): the file's homes are read back into codes; without them, a file
+    with homes apart is not this run's."""
     path = os.path.join(logdir, BEST_NAME)
     if not os.path.exists(path):
         return
     try:
         saved_best = Placement.load(path)
         op_devices = saved_best.indices(graph, devices)
+        homes = saved_best.home_indices(graph, devices)
     except PlacerError:
         return
+    if (homes >= 0).any():
+        if codes is None:
+            return
+        op_devices = codes.encode(op_devices, homes)
+        if op_devices is None:
+            return
     if config is not None and (
         any(saved_best.meta.get(k, getattr(config, k)) != getattr(config, k) for k in ("env", "profile", "score_order"))
         or bool(saved_best.meta.get("ranks", False)) != config.ranks  # across processes or in one

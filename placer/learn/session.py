@@ -28,9 +28,10 @@ from graphs import OpGraph
 from graphs.plan import Placement
 from placer.learn import checkpoint
 from placer.learn.config import TrainConfig
+from placer.learn.home_moves import HomeCodeScorer
 from placer.learn.progress import Progress, ms
 from placer.learn.run_heuristics import score_heuristics
-from placer.learn.run_scorers import CachedScorer, rank_sim, reference_time
+from placer.learn.run_scorers import CachedScorer, home_codes, rank_sim, reference_time
 from placer.learn.rundir import BEST_NAME, adopt_newer_best, run_best_placement, save_best
 from placer.learn.state import RunState, TrainResult
 
@@ -56,7 +57,10 @@ class Session:
         self.config, self.graph, self.cluster, self.logdir, self.device = config, graph, cluster, logdir, device
         self.progress = progress
         self.devices = list(cluster.device_names)
-        self.scorer = CachedScorer(env, "planned" if config.score_order == "planned" else None)
+        # with home moves (--homes), a placement is a code per op (placer.learn.home_moves): scored with its homes
+        self.codes = home_codes(config, graph, cluster)
+        scoring = env if self.codes is None else HomeCodeScorer(env, self.codes)
+        self.scorer = CachedScorer(scoring, "planned" if config.score_order == "planned" else None)
         # ---- reference times: the reward scale, the heuristics and the lower bound
         setup_start = time.perf_counter()
         scored_by = "the simulator" if config.env == "sim" else "real training steps"
@@ -64,6 +68,8 @@ class Session:
             scored_by += " across processes, one per device"
             if config.one_stage_per_rank:  # the simulator's side; real steps (--env measured) run any plan
                 scored_by += ", one stage per rank (--looped allows more)"
+        if self.codes is not None:
+            scored_by += ", with home moves (layers on the GPU with their parameters on the host; --homes off: none)"
         progress.phase(
             f"setting up: {graph.name or 'graph'} ({graph.num_ops:,} ops) on {cluster.name}, scored by {scored_by}"
         )
@@ -86,7 +92,7 @@ class Session:
         self.state = RunState(setup_s=time.perf_counter() - setup_start)
         if saved is not None:
             self.state = RunState.from_dict(saved["run"])
-            adopt_newer_best(self.state, logdir, graph, self.devices, self.scorer, config)
+            adopt_newer_best(self.state, logdir, graph, self.devices, self.scorer, config, self.codes)
         # placements simulated in the run's earlier sessions (a resumed run), and in this one besides the heuristics'
         # and the scorer's: the simulator's schedules a search reads (the move search's incumbents)
         self.simulated_before, self.heuristics_simulated_before = self.state.simulated, self.state.heuristics_simulated
@@ -186,7 +192,11 @@ class Session:
     def schedule(self, op_devices: np.ndarray, order: Any = None) -> Any:
         """The simulator's schedule of a placement (a search reads it), counted as a placement simulated."""
         self.schedules += 1
-        return self.sim.schedule(op_devices, order)
+        return self.sim.schedule(self.op_devices(op_devices), order)
+
+    def op_devices(self, placements: np.ndarray) -> np.ndarray:
+        """The device of each op of ``placements`` (codes, with home moves: their homes dropped)."""
+        return placements if self.codes is None else self.codes.decode(placements)[0].astype(np.int32)
 
     def iteration_done(self, tensors: Callable[[], dict[str, Any]]) -> None:
         """Count the iteration, show it, and write the checkpoint (``tensors()``: the learner's) when it is due."""
@@ -211,7 +221,9 @@ class Session:
 
     # ------------------------------------------------------------------ what the run keeps
     def best_placement(self) -> Placement:
-        return run_best_placement(self.graph, self.devices, self.cluster, self.config, self.state, self.planner)
+        return run_best_placement(
+            self.graph, self.devices, self.cluster, self.config, self.state, self.planner, self.codes
+        )
 
     def save_checkpoint(self, tensors: dict[str, Any]) -> None:
         """The learner's ``tensors`` and the run's state, atomically (:mod:`placer.learn.checkpoint`)."""
@@ -272,6 +284,11 @@ class RunScorer:
     def __init__(self, session: Session, source: str) -> None:
         self.session, self.source = session, source
 
+    @property
+    def home_codes(self) -> Any:
+        """The run's home codes (:mod:`placer.learn.home_moves`): this scorer scores codes; None: op devices."""
+        return self.session.codes
+
     def step_times(self, op_devices: np.ndarray, order: Any = None) -> tuple[np.ndarray, np.ndarray]:
         return self.session.score(np.asarray(op_devices, dtype=np.int32), self.source)  # in the run's score order
 
@@ -279,7 +296,7 @@ class RunScorer:
         return self.session.schedule(op_devices, order)
 
     def schedule_order(self, op_devices: np.ndarray) -> np.ndarray:
-        return self.session.sim.schedule_order(op_devices)
+        return self.session.sim.schedule_order(self.session.op_devices(op_devices))
 
 
 def device_share(op_devices: np.ndarray, devices: list[str]) -> dict[str, float]:

@@ -137,4 +137,6 @@ def module_search(
         used += spent
         if key < best_key:
             best_key, best = key, op_group_devices[g]
+        if len(cand) < 2:  # one device: every round would draw the one placement again, until n or the deadline
+            break
     return np.asarray(best, dtype=np.int32)

@@ -199,3 +199,20 @@ def test_a_resumed_run_gives_the_equal_budget_search_the_whole_run_s_placements(
     again = json.loads(capsys.readouterr().out)["equal_budget_search"]
     # the first session's, and the second's (the heuristics scored again)
     assert again["evals"] > first["evals"] and again["heuristics_simulated"] == 2 * first["heuristics_simulated"]
+
+
+def test_a_run_on_one_device_ends_at_once_with_the_heuristics_best(tmp_path, capsys):
+    """With one device there is no move to try: the rounds used to kick for ever (a run never ended, whatever its
+    budget). The run now says so and keeps the best heuristic's placement; the search alone ends too."""
+    g = moe_dag(30, seed=0)
+    one = envs.Cluster("one", [envs.Cluster.preset("k80x2").devices[1]], {})
+    assert MoveSearch(g, one, envs.SimEnv(g, one)).run(time_budget_s=60.0).elapsed_s < 30.0
+    graph, cluster = tmp_path / "g.json", tmp_path / "one.json"
+    save(g, str(graph))
+    cluster.write_text(json.dumps(one.to_dict()))
+    argv = ["train", str(graph), "--cluster", str(cluster), "--time-budget", "600", "--logdir", str(tmp_path / "r")]
+    assert main([*argv, "--json"]) == 0
+    out, err = capsys.readouterr()
+    doc = json.loads(out)
+    assert doc["iterations"] == 0 and doc["elapsed_s"] < 60 and doc["found_by"].startswith("heuristic:")
+    assert "move search: nothing to move, every op can only go on gpu:0" in err

@@ -220,7 +220,6 @@ def test_a_plan_that_fits_is_returned_over_an_out_of_memory_one_ten_times_faster
     assert not result.oom and env.simulate(result.op_devices).ok and result.op_devices.tolist() == [0, 0, 0, 0]
 
 
-
 class _Refusing(envs.SimEnv):
     """The simulator, refusing (an infinite step) every placement on more than two devices, as the simulator of ranks
     refuses a plan of more than one stage per rank."""

@@ -1,0 +1,108 @@
+"""``placer train --homes``: the run's move search chooses parameter homes with the op placement, and the run's best
+placement file carries them (placer.learn.run_scorers.home_codes, placer.learn.session)."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+import envs
+import graphs.io
+from envs.cluster import Cluster, Device
+from envs.machines import PCIE5
+from graphs import OpGraph, PlacerError
+from graphs.plan import Placement
+from placer.cli import main
+from placer.learn.home_moves import HomeCodes, HomeCodeScorer
+from placer.learn.rundir import BEST_NAME, adopt_newer_best
+from placer.learn.runners import train
+from placer.learn.state import RunState
+from tests.placer.learn.tiny_runs import train_config
+
+MB = 1 << 20
+CPU, GPU = 0, 1
+
+
+def offload_problem() -> tuple[OpGraph, Cluster]:
+    """6 layers of 100 MB of weights (2.4 GB of training state) against a 1 GB GPU; a layer takes 30 s on the host and
+    30 ms on the GPU: the fast plans that fit keep the layers on the GPU with most weights homed on the host."""
+    n = 6
+    names = [f"layer{k}" for k in range(n)]
+    g = OpGraph.from_edges(
+        names,
+        [(a, b, MB) for a, b in zip(names, names[1:])],
+        flops=[1e11] * n,
+        param_bytes=[100 * MB] * n,
+        name="offload-toy",
+    )
+    g.params = [[f"w{k}"] for k in range(n)]
+    devices = [Device("cpu:0", "cpu", 64e9, 1e10, 1e10, 5e-6), Device("gpu:0", "gpu", 1e9, 1e13, 1e12, 6e-6)]
+    return g, Cluster("toy-offload", devices, {("cpu:0", "gpu:0"): PCIE5, ("gpu:0", "cpu:0"): PCIE5})
+
+
+def test_a_run_on_a_model_that_does_not_fit_homes_its_weights_and_its_file_carries_them(tmp_path):
+    g, cluster = offload_problem()
+    runs = {}
+    for homes in ("auto", "off"):
+        config = train_config(tmp_path / homes, algo="moves", iterations=40, heuristics=None, homes=homes)
+        runs[homes] = train(config, graph=g, cluster=cluster)
+    best = Placement.load(str(tmp_path / "auto" / "run" / BEST_NAME))
+    assert best.param_homes and set(best.param_homes.values()) == {"cpu:0"}
+    assert best.indices(g, cluster.device_names).tolist() == [GPU] * 6
+    result = envs.SimEnv(g, cluster).simulate(best)  # the file's plan, its homes and order, as placer.apply runs it
+    assert result.ok and result.step_time_s == pytest.approx(runs["auto"].best_step_time_s, rel=1e-6)
+    # op placements only: the plans that fit run most layers on the host, 100x slower
+    off = Placement.load(str(tmp_path / "off" / "run" / BEST_NAME))
+    assert not off.param_homes and runs["off"].best_step_time_s > 100 * runs["auto"].best_step_time_s
+
+
+def test_homes_auto_stays_off_where_the_model_fits_and_on_is_refused_where_homes_cannot_be(tmp_path):
+    g, cluster = offload_problem()
+    roomy = Cluster("roomy", [cluster.devices[0], Device("gpu:0", "gpu", 8e9, 1e13, 1e12, 6e-6)], dict(cluster.links))
+    train(train_config(tmp_path / "roomy", algo="moves", iterations=5, heuristics=None), graph=g, cluster=roomy)
+    assert not Placement.load(str(tmp_path / "roomy" / "run" / BEST_NAME)).param_homes
+    for fields, message in (
+        (dict(algo="moves", env="measured"), "--homes on: --env measured"),
+        (dict(algo="reinforce"), "--homes on: --algo reinforce searches op placements only"),
+        (dict(algo="moves", ranks=True), "--homes on: --ranks"),
+    ):
+        with pytest.raises(PlacerError, match=message):
+            train_config(tmp_path, homes="on", iterations=1, **fields).validate()
+    gpus_only = Cluster("gpus", [Device("gpu:0", "gpu", 1e9, 1e13, 1e12, 6e-6)], {})
+    with pytest.raises(PlacerError, match="--homes on: gpus: home moves: the cluster needs a host device and a GPU"):
+        train(train_config(tmp_path / "g", algo="moves", iterations=1, homes="on"), graph=g, cluster=gpus_only)
+
+
+def test_a_best_file_with_homes_is_read_back_into_codes_on_resume(tmp_path):
+    """A best written after the last checkpoint (then a kill) is adopted on --resume, its homes included."""
+    g, cluster = offload_problem()
+    codes = HomeCodes(g, cluster, cluster.gpu_indices())
+    homes = np.array([CPU, CPU, -1, CPU, CPU, CPU])
+    Placement.from_indices(g, cluster.device_names, [GPU] * 6, homes=homes, meta={"env": "sim"}).save(
+        str(tmp_path / BEST_NAME)
+    )
+    env = envs.SimEnv(g, cluster)
+    run = RunState()
+    adopt_newer_best(run, str(tmp_path), g, cluster.device_names, HomeCodeScorer(env, codes).step_times, codes=codes)
+    assert run.best_indices == [2, 2, GPU, 2, 2, 2] and np.isfinite(run.best_step_time_s)
+    skipped = RunState()  # a run without home moves does not adopt a plan with homes apart
+    adopt_newer_best(skipped, str(tmp_path), g, cluster.device_names, lambda p: env.step_times(p))
+    assert skipped.best_indices is None
+
+
+def test_placer_train_says_what_it_homed(tmp_path, capsys):
+    g, cluster = offload_problem()
+    graph_path, cluster_path = tmp_path / "g.json", tmp_path / "c.json"
+    graphs.io.save(g, str(graph_path))
+    cluster_path.write_text(json.dumps(cluster.to_dict()))
+    argv = ["train", str(graph_path), "--cluster", str(cluster_path), "--iterations", "40", "--no-progress"]
+    assert main([*argv, "--logdir", str(tmp_path / "a")]) == 0
+    out = capsys.readouterr().out
+    assert "homes            " in out and "parameters (" in out and "live on the host" in out
+    assert main([*argv, "--logdir", str(tmp_path / "b"), "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["homes"]["searched"] and doc["homes"]["params"] >= 4 and doc["homes"]["param_bytes"] >= 400 * MB
+    assert main([*argv, "--logdir", str(tmp_path / "c"), "--homes", "off", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["homes"] == {"searched": False, "params": 0, "param_bytes": 0.0}
