@@ -378,9 +378,11 @@ def _homes_line(doc: dict) -> str | None:
         return None
     if not homes["params"]:
         return "homes            none: the best placement keeps every parameter with its ops (home moves searched)"
+    n = homes["params"]
     return (
-        f"homes            {homes['params']} parameters ({nbytes(homes['param_bytes'])}) live on the host and are "
-        "copied to their ops' GPU ahead of use (placer.apply runs them)"
+        f"homes            {n} parameter{'s' if n != 1 else ''} ({nbytes(homes['param_bytes'])}) "
+        f"live{'s' if n == 1 else ''} on the host, copied to {'its' if n == 1 else 'their'} ops' GPU ahead of use "
+        "(placer.apply runs them)"
     )
 
 
@@ -396,10 +398,12 @@ def _ranks_line(doc: dict) -> str | None:
     )
 
 
-def _small_model_line(doc: dict) -> str | None:
+def small_model_line(doc: dict) -> str | None:
     best, single = doc["best_step_time_s"], doc.get("reference_step_time_s")
     if best is None or not single or best * SMALL_GAIN < single or doc.get("env") == "measured":
         return None
+    if "single" in (doc.get("heuristics") or {}) and doc["heuristics"]["single"] is None:
+        return None  # no single device holds the model: its time (memory ignored) is no plan to fall back on
     return (
         f"note             within {(SMALL_GAIN - 1) * 100:.0f}% of the best single device ({_ms(single)}): "
         "this model is "
@@ -416,7 +420,7 @@ SUMMARY_LINES: tuple[Callable[[dict], str | None], ...] = (
     equal_budget_line,
     _faster_placement_line,
     _warm_start_line,
-    _small_model_line,
+    small_model_line,
     _expert_line,
     lambda doc: (
         f"lower bound      {_ms(doc['lower_bound_s'])}{_tag(doc, 'simulated')}"

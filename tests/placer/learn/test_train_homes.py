@@ -100,9 +100,19 @@ def test_placer_train_says_what_it_homed(tmp_path, capsys):
     argv = ["train", str(graph_path), "--cluster", str(cluster_path), "--iterations", "40", "--no-progress"]
     assert main([*argv, "--logdir", str(tmp_path / "a")]) == 0
     out = capsys.readouterr().out
-    assert "homes            " in out and "parameters (" in out and "live on the host" in out
+    assert "homes            " in out and "parameters (" in out and "live on the host, copied to their ops' GPU" in out
     assert main([*argv, "--logdir", str(tmp_path / "b"), "--json"]) == 0
     doc = json.loads(capsys.readouterr().out)
     assert doc["homes"]["searched"] and doc["homes"]["params"] >= 4 and doc["homes"]["param_bytes"] >= 400 * MB
     assert main([*argv, "--logdir", str(tmp_path / "c"), "--homes", "off", "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["homes"] == {"searched": False, "params": 0, "param_bytes": 0.0}
+
+
+def test_the_small_model_note_is_left_out_where_no_single_device_holds_the_model():
+    """The best single device's time ignores memory: where no single device holds the model ("single" found no
+    placement that fits), a plan slower than it is no sign that the model is too small to split."""
+    from placer.cli.train import small_model_line
+
+    doc = {"best_step_time_s": 2.0e-3, "reference_step_time_s": 1.8e-3, "env": "sim", "heuristics": {"single": 3e-3}}
+    assert "too small to gain from splitting" in small_model_line(doc)
+    assert small_model_line({**doc, "heuristics": {"single": None}}) is None
