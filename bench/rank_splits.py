@@ -62,6 +62,8 @@ MODELS = {
     "convnet_b32": "bench.rank_models:convnet_b32",
     "text_classifier": "bench.rank_models:text_classifier",
     "text_classifier_b32": "bench.rank_models:text_classifier_b32",
+    "text_classifier_256k": "bench.rank_models:text_classifier_256k",
+    "text_classifier_256k_b32": "bench.rank_models:text_classifier_256k_b32",
     "mobilenet_v2": "bench.rank_models:mobilenet_v2",
     "mobilenet_v2_b32": "bench.rank_models:mobilenet_v2_b32",
     "mobilenet_v2_b128": "bench.rank_models:mobilenet_v2_b128",

@@ -225,6 +225,7 @@ def test_the_convnet_s_dense_layers_hold_its_parameters_and_few_of_its_flops():
 def test_the_text_classifier_s_embedding_holds_its_parameters_and_none_of_its_flops():
     """Its embedding's dense gradient and Adam step are work a FLOPs-balanced split does not see."""
     from bench.rank_models import text_classifier
+    from bench.rank_models import text_classifier_256k as rank_models_text_classifier_256k
     from graphs.torch_capture import capture
 
     model, inputs = text_classifier()
@@ -234,6 +235,9 @@ def test_the_text_classifier_s_embedding_holds_its_parameters_and_none_of_its_fl
     g = capture(model, inputs)
     assert [f for f, path in zip(g.flops, g.module_paths) if path == "embed"] == [0.0]
     assert "text_classifier_b32" in rank_splits.MODELS
+    big, (tokens, _) = rank_models_text_classifier_256k()
+    assert big.embed.weight.shape == (262144, 128) and int(tokens.max()) >= 65536 and tokens.shape[0] == 8
+    assert {"text_classifier_256k", "text_classifier_256k_b32"} <= set(rank_splits.MODELS)
 
 
 def test_mobilenet_v2_is_the_paper_s_block_table_with_depthwise_convolutions_of_few_flops():
@@ -264,6 +268,7 @@ def test_the_batch_32_models_are_the_same_models_on_four_times_the_batch():
     pairs.append((rank_models.convnet, rank_models.convnet_b32))
     pairs.append((rank_models.text_classifier, rank_models.text_classifier_b32))
     pairs.append((rank_models.mobilenet_v2, rank_models.mobilenet_v2_b32))
+    pairs.append((rank_models.text_classifier_256k, rank_models.text_classifier_256k_b32))
     for small, large in pairs:
         (m8, x8), (m32, x32) = small(), large()
         assert [t.shape[0] for t in x8] == [8, 8] and [t.shape[0] for t in x32] == [32, 32]
