@@ -224,8 +224,8 @@ class _Refusing(envs.SimEnv):
     """The simulator, refusing (an infinite step) every placement on more than two devices, as the simulator of ranks
     refuses a plan of more than one stage per rank."""
 
-    def step_times(self, op_devices, **kw):
-        step_time_s, oom = super().step_times(op_devices, **kw)
+    def step_times(self, op_devices, order=None):
+        step_time_s, oom = super().step_times(op_devices, order)
         used = sum((np.asarray(op_devices) == d).any(axis=1) for d in range(self.cluster.num_devices))
         return np.where(used > 2, np.inf, step_time_s), oom
 
