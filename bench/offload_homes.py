@@ -87,10 +87,7 @@ def cap_plans(graph: OpGraph, cluster: Any, model: Any, *, evals: int, seed: int
 def row(plan: Plan, graph: OpGraph) -> dict[str, Any]:
     """One simulated row: label, kind, status, step time, peak gpu:0 GiB, host ops, homed parameters' GiB."""
     p, sim = plan.placement, plan.sim
-    homed = 0.0
-    if p is not None and p.param_homes:
-        hm = p.home_indices(graph)
-        homed = float(graph.param_bytes[hm >= 0].sum()) / GIB
+    homed = p.homed_bytes(graph) / GIB if p is not None else 0.0
     peak = sim.get("peak_bytes", {}).get("gpu:0")
     return {
         "label": plan.label,

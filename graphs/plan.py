@@ -44,8 +44,8 @@ state; absent: the owner op's device), decided per owner op and saved per parame
 
 >>> g.params = [["w"], []]
 >>> p = Placement.from_indices(g, ["cpu:0", "gpu:0"], [1, 1], homes=[0, -1])
->>> p.param_homes, p.home_indices(g).tolist()
-({'w': 'cpu:0'}, [0, -1])
+>>> p.param_homes, p.home_indices(g).tolist(), p.homed_bytes(g) == float(g.param_bytes[0])
+({'w': 'cpu:0'}, [0, -1], True)
 
 and, for a plan that runs across processes (one per device), the schedule torch's
 pipeline runtime runs it with (:mod:`envs.real.distributed.schedules`; absent: the
@@ -258,6 +258,10 @@ class Placement:
                 )
             out[i] = homes.pop()
         return out
+
+    def homed_bytes(self, graph: OpGraph) -> float:
+        """Bytes of ``graph``'s parameters that live apart from their ops (``param_homes``, :meth:`home_indices`)."""
+        return float(graph.param_bytes[self.home_indices(graph) >= 0].sum()) if self.param_homes else 0.0
 
     def devices_used(self) -> set[str]:
         """The devices its ops run on and its parameters live on (``param_homes``)."""

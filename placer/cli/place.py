@@ -217,7 +217,6 @@ def _say_homes(placement: Placement, graph: OpGraph, cluster: Any, fit: Any) -> 
     """What the plan homes apart from its ops, and each GPU's simulated peak against its memory."""
     from placer.cli.output import nbytes
 
-    homed = placement.home_indices(graph) >= 0
     peaks = ", ".join(
         f"{d.name} {nbytes(fit.peak_bytes.get(d.name, 0))} of {nbytes(d.memory_bytes)}"
         for d in cluster.devices
@@ -225,7 +224,7 @@ def _say_homes(placement: Placement, graph: OpGraph, cluster: Any, fit: Any) -> 
     )
     print(
         f"  parameters homed apart from their ops: {len(placement.param_homes)} "
-        f"({nbytes(float(graph.param_bytes[homed].sum()))}); simulated peak: {peaks}; "
+        f"({nbytes(placement.homed_bytes(graph))}); simulated peak: {peaks}; "
         f"{placement.meta['evals']} placements simulated in {placement.meta['search_s']:.1f} s"
     )
 

@@ -18,8 +18,6 @@ import shlex
 import sys
 from typing import Any, Callable
 
-import numpy as np
-
 import envs
 from envs.cluster import CLUSTER_ARG_HELP
 from graphs import PlacerError
@@ -165,7 +163,7 @@ def run(args: argparse.Namespace) -> int:
     doc["executor"] = config.executor
     if config.ranks:
         doc["ranks"] = ranks_doc(config, result.best_placement, doc["best_placement"], graph, cluster)
-    doc["homes"] = homes_doc(config, result.best_placement, graph, cluster)
+    doc["homes"] = homes_doc(result, graph)
     if result.interrupted:
         doc["resume_command"] = resume_command(config, result.logdir)
         if args.json:  # else the summary's first line says it
@@ -357,16 +355,14 @@ def ranks_doc(config: TrainConfig, best: Any, path: str, graph: Any, cluster: An
     return doc
 
 
-def homes_doc(config: TrainConfig, best: Any, graph: Any, cluster: Any) -> dict[str, Any]:
+def homes_doc(result: Any, graph: Any) -> dict[str, Any]:
     """``homes`` of the summary: whether the run searched home moves (``--homes``), and how many parameters (and
     bytes) its best placement homes apart from their ops."""
-    from placer.learn.run_scorers import home_codes
-
-    homed = best.home_indices(graph) >= 0 if best is not None else np.zeros(graph.num_ops, dtype=bool)
+    best = result.best_placement
     return {
-        "searched": home_codes(config, graph, cluster) is not None,
+        "searched": result.homes_searched,
         "params": len(best.param_homes) if best is not None else 0,
-        "param_bytes": float(graph.param_bytes[homed].sum()),
+        "param_bytes": best.homed_bytes(graph) if best is not None else 0.0,
     }
 
 

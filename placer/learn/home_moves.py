@@ -73,14 +73,14 @@ class HomeCodes:
         True
         """
         op_devices, homes = np.asarray(op_devices, dtype=np.int64), np.asarray(homes, dtype=np.int64)
+        slot = np.full(self.num_devices, -1, dtype=np.int64)  # device -> its place among the search's GPUs
+        slot[self.gpus] = np.arange(len(self.gpus))
         apart = homes >= 0
-        slot = {int(d): k for k, d in enumerate(self.gpus.tolist())}
-        if apart.any() and (
-            (homes[apart] != self.host).any() or any(int(d) not in slot for d in op_devices[apart].tolist())
-        ):
+        k = slot[op_devices[apart]]
+        if (homes[apart] != self.host).any() or (k < 0).any():
             return None
         codes = op_devices.copy()
-        codes[apart] = self.num_devices + np.array([slot[int(d)] for d in op_devices[apart].tolist()], dtype=np.int64)
+        codes[apart] = self.num_devices + k
         return codes
 
     def moves(

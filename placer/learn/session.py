@@ -264,6 +264,7 @@ class Session:
             warm_start_cut_short=s.warm_start_cut_short,
             policy_step_time_s=s.policy_step_time_s,
             found_by=s.best_found_by,
+            homes_searched=self.codes is not None,
         )
 
     def finish(self, result: TrainResult) -> None:

@@ -121,6 +121,7 @@ class TrainResult:
     found_by: str = ""  # of the best placement: "sample", "greedy", "heuristic:<name>" or the move search's
     measured_heuristics: dict[str, float] = field(default_factory=dict)  # --env measured: on the run's workers
     env: str = "sim"  # the scorer of the samples: "sim" or "measured"
+    homes_searched: bool = False  # the learner searched parameter homes too (--homes; placer.learn.home_moves)
 
     @property
     def best_heuristic(self) -> tuple[str, float] | None:
@@ -173,4 +174,5 @@ class TrainResult:
             "issue_order_step_time_s": fin(meta.get("issue_order_step_time_s")),
             "equal_budget_search": self.equal_budget_search,
             "rematch": self.rematch,
+            "homes_searched": self.homes_searched,
         }

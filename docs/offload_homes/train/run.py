@@ -56,7 +56,7 @@ for cap in (16, 8):
             "found_by": summary["found_by"],
             "simulated": n,
             "homed_params": len(best.param_homes),
-            "homed_gib": float(graph.param_bytes[best.home_indices(graph) >= 0].sum()) / GIB,
+            "homed_gib": best.homed_bytes(graph) / GIB,
             "best_heuristic": summary["best_heuristic"],
             "equal_budget_search": summary.get("equal_budget_search"),
         },
