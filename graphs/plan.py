@@ -109,6 +109,12 @@ class Placement:
             parameter on its owner's device. Per op: :meth:`home_indices`.
         schedule: across processes, the pipeline schedule that runs the plan (one of
             :data:`SCHEDULES`); ``None`` (default): the one that fits its stages and window.
+        checkpoint: module paths (``OpGraph.module_paths``, e.g. ``"layers.3"``) whose activations are not kept
+            for the backward but computed again right before it (activation checkpointing, per block): the
+            runtime wraps each block's ops in :func:`torch.utils.checkpoint.checkpoint`
+            (:mod:`envs.real.checkpointing`), the simulator charges the second forward and the memory it saves
+            (:mod:`envs.sim.checkpointing`). Empty (default): every activation kept. Per op:
+            :meth:`checkpoint_blocks`.
         source: the file it was loaded from, for error messages (not saved).
     """
 
@@ -124,6 +130,7 @@ class Placement:
     inflight: int | None = None
     param_homes: dict[str, str] = field(default_factory=dict)
     schedule: str | None = None
+    checkpoint: list[str] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         self.microbatches = check_microbatches(self.microbatches, f"{self.source or 'placement'}: microbatches")
@@ -156,6 +163,7 @@ class Placement:
             self.inflight,
             self.param_homes,
             self.schedule,
+            self.checkpoint,
         ) == (
             other.assignment,
             other.graph_hash,
@@ -167,6 +175,7 @@ class Placement:
             other.inflight,
             other.param_homes,
             other.schedule,
+            other.checkpoint,
         )
 
     __hash__ = None  # type: ignore[assignment]  # mutable, like a dataclass with eq
@@ -263,6 +272,14 @@ class Placement:
         """Bytes of ``graph``'s parameters that live apart from their ops (``param_homes``, :meth:`home_indices`)."""
         return float(graph.param_bytes[self.home_indices(graph) >= 0].sum()) if self.param_homes else 0.0
 
+    def checkpoint_blocks(self, graph: OpGraph) -> np.ndarray:
+        """Per op of ``graph``, the block it is checkpointed in (``checkpoint``): the index of the block's first op,
+        -1 for an op in none. An op is in a block when its module path is the block's or below it.
+
+        Raises :class:`PlacerError` for a path no op of ``graph`` runs in, and for two blocks one inside the other.
+        """
+        return checkpoint_blocks(graph, self.checkpoint, self.source or "placement")
+
     def devices_used(self) -> set[str]:
         """The devices its ops run on and its parameters live on (``param_homes``)."""
         return set(self.assignment.values()) | set(self.param_homes.values())
@@ -300,6 +317,9 @@ class Placement:
         # Absent: the schedule that fits the plan, so files written before schedules read as before.
         if self.schedule is not None:
             doc["schedule"] = self.schedule
+        # Absent: no activation checkpointing.
+        if self.checkpoint:
+            doc["checkpoint"] = list(self.checkpoint)
         return doc
 
     def save(self, path: str | os.PathLike) -> None:
@@ -345,6 +365,7 @@ class Placement:
             schedule=None
             if doc.get("schedule") is None
             else check_schedule_name(schema.string(doc["schedule"], source, "schedule"), f"{source}: 'schedule'"),
+            checkpoint=schema.strings(doc.get("checkpoint", []), source, "checkpoint"),
         )
 
 
@@ -356,6 +377,35 @@ def _check_homes(homes: Any, devices: list[str], source: str) -> dict[str, str]:
         if device not in devices:
             raise PlacerError(f"{source}: param_homes puts {name!r} on {device!r}, not in its device list {devices}")
     return dict(homes)
+
+
+def in_module(path: str, block: str) -> bool:
+    """Whether an op at module ``path`` runs inside module ``block`` (the same path, or one below it).
+
+    >>> in_module("layers.3.attn", "layers.3"), in_module("layers.30", "layers.3"), in_module("x", "")
+    (True, False, False)
+    """
+    return bool(block) and (path == block or path.startswith(block + "."))
+
+
+def checkpoint_blocks(graph: OpGraph, blocks: Sequence[str], source: str = "placement") -> np.ndarray:
+    """Per op of ``graph``, the index of the first op of its checkpointed block among ``blocks`` (module paths), -1
+    for an op in none (see :attr:`Placement.checkpoint`)."""
+    out = np.full(graph.num_ops, -1, dtype=np.int64)
+    paths = graph.module_paths
+    twice = sorted({b for b in blocks if list(blocks).count(b) > 1})
+    if twice:
+        raise PlacerError(f"{source}: checkpoint names module {twice[0]!r} twice")
+    for block in blocks:
+        ops = [i for i, path in enumerate(paths) if in_module(path, block)]
+        if not ops:
+            raise PlacerError(f"{source}: checkpoint names module {block!r}, which runs no op of the graph")
+        inside = out[ops]
+        if (inside >= 0).any():
+            other = next(b for b in blocks if b != block and in_module(paths[int(ops[np.argmax(inside >= 0)])], b))
+            raise PlacerError(f"{source}: checkpoint names {block!r} and {other!r}, one inside the other: give one")
+        out[ops] = ops[0]
+    return out
 
 
 def homes_by_name(graph: OpGraph, devices: Sequence[str], homes: Sequence[int] | np.ndarray) -> dict[str, str]:

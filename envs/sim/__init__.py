@@ -28,6 +28,9 @@ Rules, reference | kernel:
 * parameter homes (parameters that live on the host, read on a GPU): copied in on a side stream before the forward
   and again before the backward, the gradient sent home: ``homes.py:HomeCopies`` | ``kernel_homes.py:home_copy``;
   their bytes on the GPU: ``homes.py:home_memory_events`` | ``kernel_homes.py:home_events``
+* activation checkpointing per block (eager): the block's forward again before its first backward:
+  ``checkpointing.py:Recompute`` | ``kernel_checkpointing.py:recompute``; its bytes (outputs held less, made again,
+  the block's inputs held): ``checkpointing.py:checkpoint_frees`` | ``kernel_checkpointing.py:block_output_free``
 * one placement's schedule under either model: ``schedule.py:schedule_reference`` | ``kernel.py:KernelData.schedule``
 
 Rules in Python only:

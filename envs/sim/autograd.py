@@ -144,6 +144,8 @@ class BackwardCall:
         j = 2 * r.n - 1 - task
         d = r.p[j]
         hc = r.hc
+        if r.recompute:  # its checkpointed block's forward again first (envs.sim.checkpointing)
+            now = r.recompute.before_backward(r, j, d, now, self.ops)
         if r.is_host[d]:
             run_s = float(r.bwd_t[j, d])
             busy = sum(max(0.0, min(now + run_s, self.clock[w]) - now) for w in range(r.D))  # GPU workers beside it

@@ -8,12 +8,67 @@ heap. Ties on the key go to the lower id.
 
 from __future__ import annotations
 
+import hashlib
+import os
+
+#: The files whose functions numba compiles (``njit`` here, in the kernels, and ``cost.update_time_s``).
+KERNEL_SOURCES = ("compiled.py", "cost.py")
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def sources_digest(directory: str = HERE) -> str:
+    """A digest of the compiled sources in ``directory`` (``kernel*.py`` and :data:`KERNEL_SOURCES`)."""
+    digest = hashlib.sha256()
+    for name in sorted(os.listdir(directory)):
+        if name.endswith(".py") and (name.startswith("kernel") or name in KERNEL_SOURCES):
+            with open(os.path.join(directory, name), "rb") as f:
+                digest.update(name.encode() + b"\0" + f.read() + b"\0")
+    return digest.hexdigest()[:16]
+
+
+def cache_dir() -> str:
+    """Where numba caches the kernels: a directory of their sources' digest, under ``NUMBA_CACHE_DIR`` when set,
+    else this package's ``__pycache__`` (``~/.cache/placer`` where that cannot be written).
+
+    numba keys a cached function by its own file's time stamp only, so a kernel that calls one from another file
+    would load the callee's old code once that file changed (seen: a change to ``kernel_autograd.py`` did not
+    reach ``kernel_eager.py``'s cached schedule). A directory per digest of every compiled source makes any change
+    compile them all afresh.
+    """
+    base = os.environ.get("NUMBA_CACHE_DIR", "")
+    if not base:
+        base = os.path.join(HERE, "__pycache__")
+        writable = os.access(base, os.W_OK) if os.path.isdir(base) else os.access(HERE, os.W_OK)
+        if not writable:
+            base = os.path.join(os.path.expanduser("~"), ".cache", "placer")
+    return os.path.join(base, f"numba-{sources_digest()}")
+
+
 try:
-    from numba import njit
+    from numba import config as _numba_config
+    from numba import njit as _numba_njit
 
     HAVE_NUMBA = True
+    CACHE_DIR = cache_dir()
+
+    def njit(*args, **kwargs):
+        """numba's ``njit``, caching (``cache=True``) under :func:`cache_dir` rather than beside the source."""
+        if args and callable(args[0]):
+            return njit(**kwargs)(args[0])
+
+        def decorate(fn):
+            saved = _numba_config.CACHE_DIR
+            _numba_config.CACHE_DIR = CACHE_DIR  # read once, when the decorated function's cache is made
+            try:
+                return _numba_njit(*args, **kwargs)(fn)
+            finally:
+                _numba_config.CACHE_DIR = saved
+
+        return decorate
+
 except ImportError:  # pragma: no cover - exercised only without numba
     HAVE_NUMBA = False
+    CACHE_DIR = ""
 
     def njit(*args, **kwargs):
         if args and callable(args[0]):

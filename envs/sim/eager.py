@@ -48,6 +48,7 @@ from __future__ import annotations
 import numpy as np
 
 from envs.sim.autograd import BackwardCall
+from envs.sim.checkpointing import Recompute
 from envs.sim.cost import HostCosts, no_host_costs
 from envs.sim.homes import HomeCopies
 from envs.sim.tasks import Schedule, collect_schedule, transfer_keys
@@ -70,6 +71,7 @@ class EagerRun:
         grad,
         hc: HostCosts,
         homes: HomeCopies | None = None,
+        recompute: Recompute | None = None,
     ) -> None:
         n, D = graph.num_ops, latency_s.shape[0]
         self.n, self.D = n, D
@@ -89,6 +91,7 @@ class EagerRun:
         self.seq: dict[int, int] = {}  # backward task id -> autograd sequence number
         self.counter = 0
         self.homes = homes  # parameters that live apart from their ops (envs.sim.homes), or None
+        self.recompute = recompute  # checkpointed blocks (envs.sim.checkpointing), or None
 
     # task ids (envs.sim.tasks)
     def act_id(self, u: int, d: int) -> int:
@@ -185,6 +188,7 @@ def eager_reference(
     grad=None,
     host_costs: HostCosts | None = None,
     homes: HomeCopies | None = None,
+    blocks: np.ndarray | None = None,
 ) -> Schedule:
     """The eager schedule of the module docstring, step by step.
 
@@ -194,12 +198,25 @@ def eager_reference(
     Default: one forward over everything, then one backward. ``grad``: which ops
     have a backward (default all). ``host_costs``: :func:`envs.sim.cost.host_costs`
     (default none: no staging, no contention). ``homes``: the step's parameter homes (:mod:`envs.sim.homes`).
+    ``blocks``: per op, its checkpointed block, -1 for none (:mod:`envs.sim.checkpointing`; default none).
     """
     n, D = graph.num_ops, latency_s.shape[0]
     grad = np.ones(n, dtype=bool) if grad is None else np.asarray(grad, dtype=bool)
     hc = no_host_costs(D) if host_costs is None else host_costs
+    recompute = None if blocks is None else Recompute(blocks, fwd_t, issue[0])
     run = EagerRun(
-        graph, op_devices, fwd_t, bwd_t, latency_s, bandwidth_bytes_per_s, host, issue, grad.tolist(), hc, homes
+        graph,
+        op_devices,
+        fwd_t,
+        bwd_t,
+        latency_s,
+        bandwidth_bytes_per_s,
+        host,
+        issue,
+        grad.tolist(),
+        hc,
+        homes,
+        recompute,
     )
     order = [int(i) for i in np.asarray(order).tolist()]
     program = (
@@ -214,4 +231,7 @@ def eager_reference(
     if homes is not None:
         schedule.homes = homes.times(schedule.fwd_end_s)
         schedule.backward_end_s = max(schedule.backward_end_s, homes.last_end_s())
+    if recompute is not None:
+        schedule.blocks = np.asarray(blocks, dtype=np.int64).copy()
+        schedule.recompute_start_s = recompute.start_s(n)
     return schedule

@@ -22,6 +22,7 @@ from envs.cluster import Cluster
 from envs.sim import cost
 from envs.sim.compiled import HAVE_NUMBA, njit  # noqa: F401  (HAVE_NUMBA: re-exported)
 from envs.sim.homes import HomeTimes
+from envs.sim.kernel_checkpointing import prepare
 from envs.sim.kernel_dataflow import dataflow_schedule
 from envs.sim.kernel_eager import eager_schedule
 from envs.sim.kernel_memory import over_capacity
@@ -81,6 +82,7 @@ def _batch(
     over,
     keep,
     homes_rows,
+    ck_rows,
 ):
     """Step time and OOM flag of every row of ``op_devices`` (a ``[K, n]`` batch).
 
@@ -90,7 +92,8 @@ def _batch(
     ``want_over``: fill ``over[k]``, for an OOM row, with the largest peak over
     capacity among the devices that overflow; otherwise the check stops at the
     first overflowing device. ``homes_rows``: per row (or row 0 for every row), the home device of each
-    offloaded op's parameters, -1 for the others (:mod:`envs.sim.kernel_homes`).
+    offloaded op's parameters, -1 for the others (:mod:`envs.sim.kernel_homes`). ``ck_rows``: per row (or row 0 for
+    every row), each op's checkpointed block, -1 for none (:mod:`envs.sim.kernel_checkpointing`).
     """
     nD = n * D
     pend_f = np.zeros(n, dtype=np.int64)
@@ -122,10 +125,13 @@ def _batch(
     )
     ring = np.full(4 * D, -1, dtype=np.int64)
     ht = np.zeros((6, n))
+    rc = np.zeros((3, n))
     for k in range(op_devices.shape[0]):
         p = op_devices[k]
         hm = homes_rows[k] if homes_rows.shape[0] > 1 else homes_rows[0]
-        homes = (hm, param_b, ring, ht)
+        ck = ck_rows[k] if ck_rows.shape[0] > 1 else ck_rows[0]
+        prepare(p, n, ck, rc, fwd_t, issue_f, host)
+        homes = (hm, param_b, ring, ht, ck, rc)
         if eager:
             order = orders[k] if orders.shape[0] > 1 else orders[0]
             q = k if segs.shape[0] > 1 else 0
@@ -294,6 +300,7 @@ class KernelData:
         self.eager = executor == "eager"
         self.node_order = np.arange(self.n, dtype=np.int64)[None, :]
         self.no_homes = np.full((1, self.n), -1, dtype=np.int64)
+        self.no_blocks = self.no_homes
 
     def update_s(self, param_devices: np.ndarray) -> np.ndarray:
         """Optimizer-step seconds per device with each op's parameters on ``param_devices``
@@ -305,6 +312,12 @@ class KernelData:
         if homes is None:
             return self.no_homes
         return np.ascontiguousarray(np.atleast_2d(homes), dtype=np.int64)
+
+    def _blocks(self, blocks: np.ndarray | None) -> np.ndarray:
+        """Rows of each op's checkpointed block (-1 elsewhere), ``[1 or K, n]`` int64."""
+        if blocks is None:
+            return self.no_blocks
+        return np.ascontiguousarray(np.atleast_2d(blocks), dtype=np.int64)
 
     def _orders(self, order: np.ndarray | None) -> np.ndarray:
         if order is None:
@@ -328,13 +341,14 @@ class KernelData:
         programs: list[np.ndarray] | None = None,
         over: np.ndarray | None = None,
         homes: np.ndarray | None = None,
+        blocks: np.ndarray | None = None,
     ) -> tuple[np.ndarray, np.ndarray]:
         """``order``: None (node order), one issue order for every row, or one per row.
 
         ``programs``: one host program per row (eager; default this data's own for every row).
         ``over``: an array to fill with each OOM row's worst peak / capacity (0 for the others).
         ``homes``: the home device of each offloaded op's parameters, -1 for the others, one row for every row
-        or one per row (default none).
+        or one per row (default none). ``blocks``: each op's checkpointed block, -1 for none, the same way.
         """
         op_devices = np.ascontiguousarray(op_devices, dtype=np.int64)
         K = op_devices.shape[0]
@@ -376,6 +390,7 @@ class KernelData:
             over if over is not None else np.zeros(K),
             (self.kept, self.n0, *self.readers),
             self._homes(homes),
+            self._blocks(blocks),
         )
         return step_time_s, oom
 
@@ -385,13 +400,18 @@ class KernelData:
         order: np.ndarray | None = None,
         program: np.ndarray | None = None,
         homes: np.ndarray | None = None,
+        blocks: np.ndarray | None = None,
     ) -> Schedule:
         """The full schedule of one placement (``order``: its issue order; ``program``: its host program; ``homes``:
-        the home device of each offloaded op's parameters, -1 for the others)."""
+        the home device of each offloaded op's parameters, -1 for the others; ``blocks``: each op's checkpointed
+        block, -1 for none)."""
         n, D = self.n, self.D
         nD = n * D
         p = np.ascontiguousarray(op_devices, dtype=np.int64)
         hm = self._homes(homes)[0]
+        ck = self._blocks(blocks)[0]
+        rc = np.zeros((3, n))
+        any_block = prepare(p, n, ck, rc, self.fwd_t, self.issue_f, self.host)
         ht = np.zeros((6, n))
         ntask = 2 * n + 2 * nD
         start = np.zeros(ntask)
@@ -431,7 +451,7 @@ class KernelData:
                 np.zeros(D + D * D),
                 start,
                 end,
-                (hm, self.param_b, np.full(4 * D, -1, dtype=np.int64), ht),
+                (hm, self.param_b, np.full(4 * D, -1, dtype=np.int64), ht, ck, rc),
             )
         else:
             t_end = dataflow_schedule(
@@ -480,6 +500,8 @@ class KernelData:
             backward_end_s=float(t_end),
             update_s=self.update_s(np.where(hm >= 0, hm, p)),
             homes=home_times(hm, self.param_b, ht),
+            blocks=ck.copy() if any_block else np.zeros(0, dtype=np.int64),
+            recompute_start_s=np.where(ck >= 0, rc[2], np.nan) if any_block else np.zeros(0),
         )
 
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 import numpy as np
 
 from envs.sim.compiled import heap_pop, heap_push, njit
+from envs.sim.kernel_checkpointing import recompute
 from envs.sim.kernel_homes import home_copy, send_home
 
 
@@ -258,9 +259,10 @@ def eager_backward(
     :mod:`envs.sim.eager`).
 
     ``hc``: :class:`envs.sim.cost.HostCosts` as a ``[4, D]`` array; ``fut``/``avl``: heap storage (``2 * ntask`` floats
-    each); ``pend``/``ready``: per task id; ``homes``: ``(hm, hb, ring, ht)`` (:mod:`envs.sim.kernel_homes`).
+    each); ``pend``/``ready``: per task id; ``homes``: ``(hm, hb, ring, ht, ck, rc)`` (:mod:`envs.sim.kernel_homes`,
+    :mod:`envs.sim.kernel_checkpointing`).
     """
-    hm, hb, ring, ht = homes
+    hm, hb, ring, ht, ck, rc = homes
     sent = 0.0  # the last gradient copy home: backward() returns after it
     h_f = h
     NT = D + 1
@@ -292,6 +294,8 @@ def eager_backward(
             _dep_done(2 * n - 1 - slot // D, e, pend, ready, n, D, p, host, q)
             continue
         j = 2 * n - 1 - task
+        if ck[j] >= 0:  # its checkpointed block's forward again first (envs.sim.checkpointing)
+            now = recompute(j, p[j], now, order, lo, hi, ck, rc, host, free)
         if hm[j] >= 0:  # its parameters copied again from their home first (envs.sim.homes)
             fetched = home_copy(j, p[j], 1, task, now, hm, hb, lat, bw, ring, ht, free, end, D)
             if fetched > free[p[j]]:

@@ -62,9 +62,10 @@ def eager_forward(
 
     ``seq[task]``: the autograd sequence number of each op's backward and each copy's gradient copy, from ``counter``.
     ``hc``: :class:`envs.sim.cost.HostCosts` as a ``[4, D]`` array (staging latency and seconds per byte, contention).
-    ``homes``: ``(hm, hb, ring, ht)`` of :mod:`envs.sim.kernel_homes`.
+    ``homes``: ``(hm, hb, ring, ht, ck, rc)`` of :mod:`envs.sim.kernel_homes` and
+    :mod:`envs.sim.kernel_checkpointing`.
     """
-    hm, hb, ring, ht = homes
+    hm, hb, ring, ht = homes[0], homes[1], homes[2], homes[3]
     nD = n * D
     stage_lat = hc[0]
     stage_spb = hc[1]
@@ -181,7 +182,8 @@ def eager_schedule(
     positions of ``order``: kind 0 issues the forwards of ``order[lo:hi]``, kind
     1 is one ``backward()`` call over them (:func:`envs.sim.kernel_autograd.eager_backward`).
     ``gpend[slot]`` is 1 once the activation copy is made, 0 again once its
-    gradient came back. ``homes``: ``(hm, hb, ring, ht)`` (:mod:`envs.sim.kernel_homes`). Returns the backward end.
+    gradient came back. ``homes``: ``(hm, hb, ring, ht, ck, rc)`` (:mod:`envs.sim.kernel_homes`,
+    :mod:`envs.sim.kernel_checkpointing`). Returns the backward end.
     """
     count_transfers(p, n, D, out_ptr, out_dst, out_eb, tcount, tbytes, gpend)
     ring = homes[2]

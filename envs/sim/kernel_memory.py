@@ -13,6 +13,7 @@ from __future__ import annotations
 import numpy as np
 
 from envs.sim.compiled import njit
+from envs.sim.kernel_checkpointing import block_ends, block_output_free, held_as_input
 from envs.sim.kernel_homes import home_events
 
 
@@ -29,12 +30,19 @@ def release_time(u, out_ptr, out_dst, end):
 @njit(cache=True)
 def peak_live_bytes(device_index, p, n, D, act_b, grad, keep, out_ptr, out_dst, tcount, tbytes, start, end, homes):
     """Peak live bytes on ``device_index`` (without static bytes): the sweep of :mod:`envs.sim.memory` (``kept``: saved
-    for backward; ``homes``: ``(hm, hb, ring, ht)``, the home copies of :mod:`envs.sim.kernel_homes`; ``hb``: every
+    for backward; ``homes``: ``(hm, hb, ring, ht, ck, rc)``, the home copies of :mod:`envs.sim.kernel_homes` and the
+    checkpointed blocks of :mod:`envs.sim.kernel_checkpointing`; ``hb``: every
     op's parameter bytes, whose gradient the sweep allocates at the op's backward unless the op is offloaded;
     ``keep``: ``(kept, n0, own, rptr, ridx)``, ``n0`` the ops of one microbatch copy, whose copies' first backward
     allocates it; ``own, rptr, ridx``: :func:`graphs.ops.backward_readers`, who frees a kept output)."""
-    hm, hb, ring, ht = homes
+    hm, hb, ht, ck, rc = homes[0], homes[1], homes[3], homes[4], homes[5]
     kept, n0, own, rptr, ridx = keep
+    blocks = False
+    for i in range(n):
+        if ck[i] >= 0:
+            blocks = True
+            break
+    last = block_ends(n, ck, end) if blocks else np.zeros(0)
     first = np.full(n0, np.inf)  # per op of copy 0: the first backward start among its copies
     for j in range(n):
         if start[2 * n - 1 - j] < first[j % n0]:
@@ -44,6 +52,8 @@ def peak_live_bytes(device_index, p, n, D, act_b, grad, keep, out_ptr, out_dst, 
     for i in range(n):
         if p[i] == device_index:
             m += 5 if hm[i] >= 0 else 3
+            if ck[i] >= 0:  # its output again at the recompute
+                m += 2
     for u in range(n):
         for d in range(D):
             if tcount[u * D + d] > 0 and (d == device_index or p[u] == device_index):
@@ -66,7 +76,25 @@ def peak_live_bytes(device_index, p, n, D, act_b, grad, keep, out_ptr, out_dst, 
                 at[na] = first[i % n0]
                 ab[na] = hb[i] if grad[i] else 0
                 na += 1
-            if kept[i]:  # the output when the last backward that reads it ends; its gradient buffer at its own
+            if kept[i] and ck[i] >= 0:  # a checkpointed block's (envs.sim.checkpointing)
+                t_out, again, held_to = block_output_free(
+                    i, n, ck, own, rptr, ridx, end, release_time(i, out_ptr, out_dst, end)
+                )
+                h_in = held_as_input(i, p[i], p, ck, out_ptr, out_dst, last)
+                ft[nf] = t_out if t_out > h_in else h_in
+                fb[nf] = act_b[i]
+                nf += 1
+                ft[nf] = end[2 * n - 1 - i]
+                fb[nf] = act_b[i] if grad[i] else 0
+                nf += 1
+                if again:
+                    at[na] = rc[2, i]
+                    ab[na] = act_b[i]
+                    na += 1
+                    ft[nf] = held_to
+                    fb[nf] = act_b[i]
+                    nf += 1
+            elif kept[i]:  # the output when the last backward that reads it ends; its gradient buffer at its own
                 t_own = end[2 * n - 1 - i]
                 t_out = t_own
                 if not own[i] and rptr[i + 1] > rptr[i]:
@@ -76,6 +104,10 @@ def peak_live_bytes(device_index, p, n, D, act_b, grad, keep, out_ptr, out_dst, 
                             t_out = end[2 * n - 1 - ridx[k]]
                     if t_own < t_out:
                         t_out = t_own
+                if blocks:  # held as a checkpointed block's input
+                    h_in = held_as_input(i, p[i], p, ck, out_ptr, out_dst, last)
+                    if h_in > t_out:
+                        t_out = h_in
                 ft[nf] = t_out
                 fb[nf] = act_b[i]
                 nf += 1
@@ -84,6 +116,10 @@ def peak_live_bytes(device_index, p, n, D, act_b, grad, keep, out_ptr, out_dst, 
                 nf += 1
             else:  # freed once its consumers have run forward; the gradient buffer at the end of its backward
                 ft[nf] = release_time(i, out_ptr, out_dst, end)
+                if blocks:
+                    h_in = held_as_input(i, p[i], p, ck, out_ptr, out_dst, last)
+                    if h_in > ft[nf]:
+                        ft[nf] = h_in
                 fb[nf] = act_b[i]
                 nf += 1
                 ft[nf] = end[2 * n - 1 - i]
@@ -98,6 +134,10 @@ def peak_live_bytes(device_index, p, n, D, act_b, grad, keep, out_ptr, out_dst, 
                     ab[na] = tbytes[slot]
                     na += 1
                     ft[nf] = end[2 * n + nD + slot] if kept[u] else release_time(u, out_ptr, out_dst, end)
+                    if blocks:
+                        h_in = held_as_input(u, d, p, ck, out_ptr, out_dst, last)
+                        if h_in > ft[nf]:
+                            ft[nf] = h_in
                     fb[nf] = tbytes[slot]
                     nf += 1
                 elif p[u] == device_index:  # gradient received here, freed when bwd u ends
@@ -138,7 +178,7 @@ def over_capacity(p, n, D, bytes_of, cap, grad, keep, consumers, copies, start, 
     bytes).
     """
     param_b, static_b, act_b, moved_b = bytes_of
-    hm = homes[0]
+    hm, ck = homes[0], homes[4]
     out_ptr, out_dst = consumers
     tcount, tbytes, gpend = copies
     sb, ub = ws
@@ -148,6 +188,8 @@ def over_capacity(p, n, D, bytes_of, cap, grad, keep, consumers, copies, start, 
     for i in range(n):
         d = p[i]
         ub[d] += 2 * act_b[i]
+        if ck[i] >= 0:  # its output again at its block's recompute
+            ub[d] += act_b[i]
         if hm[i] >= 0:  # the parameters' state on their home; three copies of them on the op's device at most
             sb[d] += static_b[i] - moved_b[i]
             ub[d] += 3 * np.int64(param_b[i])

@@ -31,6 +31,9 @@ What a device holds (documented simplifications):
   for its backward, and its parameters' gradient until it has been sent home
   (:func:`envs.sim.homes.home_memory_events`); their static bytes count on their
   home (:func:`envs.sim.homes.param_devices`);
+* a checkpointed block's outputs held in the forward only as long as something
+  outside the block needs them, computed again at the block's recompute, and the
+  block's inputs held until its last backward (:mod:`envs.sim.checkpointing`);
 * nothing for the optimizer step beyond the static state: the measurements build
   torch's fused Adam (:func:`envs.real.timing.adam`), which updates in place. (The
   default path with a parameter on the host, the single-tensor one, holds two
@@ -45,6 +48,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from envs.sim.checkpointing import checkpoint_frees
 from envs.sim.homes import home_memory_events
 from envs.sim.schedule import ACT, Schedule
 
@@ -108,9 +112,23 @@ def memory_events(
         rel = release_times(s, *consumers)
         out_free = np.where(kept, s.bwd_end_s if readers is None else held_until(s, *readers), rel)
         act_free = np.where(kept[s.xfer_op[act_k]], act_free, rel[s.xfer_op[act_k]])
+    if len(s.blocks) and (s.blocks >= 0).any():  # checkpointed blocks (envs.sim.checkpointing)
+        if kept is None or consumers is None:
+            raise ValueError("memory_events: checkpointed blocks need kept and consumers")
+        out_free, rec, held_to, holds = checkpoint_frees(
+            s.blocks, p, num_devices, out_free, rel, s.bwd_end_s, kept, readers, consumers
+        )
+        act_free = np.maximum(act_free, holds[s.xfer_op[act_k], s.xfer_dst[act_k]])
+        r = np.flatnonzero(rec)
+        alloc_dev, alloc_t = np.concatenate([alloc_dev, p[r]]), np.concatenate([alloc_t, s.recompute_start_s[r]])
+        alloc_b = np.concatenate([alloc_b, a[r]])
+        again = (p[r], held_to[r], a[r])
+    else:
+        again = (np.zeros(0, dtype=np.int64), np.zeros(0), np.zeros(0, dtype=np.int64))
     free_dev = np.concatenate([p, p, s.xfer_dst[act_k], s.xfer_dst[grad_k]])
     free_t = np.concatenate([out_free, s.bwd_end_s, act_free, s.bwd_end_s[s.xfer_op[grad_k]] if n else np.zeros(0)])
     free_b = np.concatenate([a, g, s.xfer_bytes[act_k], s.xfer_bytes[grad_k]])
+    free_dev, free_t, free_b = (np.concatenate(x) for x in zip((free_dev, free_t, free_b), again))
     if len(s.homes.op):
         (hd, ht, hb), (fd, ft, fb) = home_memory_events(
             s.homes, p, s.fwd_end_s, s.bwd_start_s, s.bwd_end_s, np.ones(n, dtype=bool) if grad is None else grad

@@ -73,6 +73,7 @@ def schedule_reference(
     issue: tuple[np.ndarray, np.ndarray] | None = None,
     host_costs: HostCosts | None = None,
     homes: HomeCopies | None = None,
+    blocks: np.ndarray | None = None,
 ) -> Schedule:
     """Schedule one step in plain Python (slow; the specification the kernel is tested against).
 
@@ -88,7 +89,8 @@ def schedule_reference(
     otherwise costs each op with a kernel on a non-host device its forward issue
     (and its backward nothing). ``host_costs`` (eager): the host's staging copies and
     contention (:func:`envs.sim.cost.host_costs`; default none). ``homes`` (eager): the step's parameter homes
-    (:mod:`envs.sim.homes`; default none).
+    (:mod:`envs.sim.homes`; default none). ``blocks`` (eager): per op, its checkpointed block, -1 for none
+    (:mod:`envs.sim.checkpointing`; default none).
     """
     if executor == "eager":
         D = latency_s.shape[0]
@@ -110,7 +112,10 @@ def schedule_reference(
             np.ones(graph.num_ops, dtype=bool) if grad is None else np.asarray(grad, dtype=bool),
             host_costs,
             homes,
+            blocks,
         )
+    if blocks is not None:
+        raise ValueError("checkpointed blocks are simulated under the eager executor")
     if executor != "dataflow":
         raise ValueError(f"executor must be one of {EXECUTORS}, not {executor!r}")
     return dataflow_reference(graph, op_devices, fwd_t, bwd_t, latency_s, bandwidth_bytes_per_s, update_s, grad)

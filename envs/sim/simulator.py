@@ -33,6 +33,7 @@ from envs.microbatch import expand_order, issue_segments, stage_starts
 from envs.result import Result
 from envs.sim import cost
 from envs.sim.bound import lower_bound_from_times
+from envs.sim.checkpointing import checkpoint_of, checkpoint_rows
 from envs.sim.homes import HomeCopies, WithHomes, home_rows, homes_of, param_devices
 from envs.sim.order_planner import InOrder, OrderPlanner
 from envs.sim.order_trust import ORDER_MARGIN_META
@@ -321,16 +322,24 @@ class SimEnv:
         program = self.program(op_devices, graph_order)
         rows = home_rows(self, op_devices[None, :], homes_of(self, placement))
         hm = None if rows is None else rows[0]
+        blocks = checkpoint_rows(self, op_devices[None, :], checkpoint_of(self, placement), rows)
+        ck = None if blocks is None else blocks[0]
         sim_devices, order = self.expand(op_devices), self.sim_order(graph_order)
         if self.backend == "reference":
-            return self._reference_schedule(sim_devices, order, program, hm)
-        return self._kernel().schedule(sim_devices, order if self.executor == "eager" else None, program, hm)
+            return self._reference_schedule(sim_devices, order, program, hm, ck)
+        return self._kernel().schedule(sim_devices, order if self.executor == "eager" else None, program, hm, ck)
 
     def _reference_schedule(
-        self, sim_devices: np.ndarray, order: np.ndarray | None, program: np.ndarray, hm: np.ndarray | None = None
+        self,
+        sim_devices: np.ndarray,
+        order: np.ndarray | None,
+        program: np.ndarray,
+        hm: np.ndarray | None = None,
+        ck: np.ndarray | None = None,
     ) -> Schedule:
         """The pure-Python schedule of a placement of ``sim_graph``'s ops, in issue ``order`` and host ``program``
-        (``hm``: a row of :func:`envs.sim.homes.home_rows`)."""
+        (``hm``: a row of :func:`envs.sim.homes.home_rows`; ``ck``: a row of
+        :func:`envs.sim.checkpointing.checkpoint_rows`)."""
         c = self.cluster
         homes = None if hm is None else HomeCopies(hm, self.sim_graph.param_bytes, c, self.grad.tolist())
         return schedule_reference(
@@ -350,6 +359,7 @@ class SimEnv:
             issue=(self.issue_f, self.issue_b),
             host_costs=self.host_costs,
             homes=homes,
+            blocks=ck,
         )
 
     def simulate(self, placement: Any, *, trace: bool = False, order: Any = None) -> Result:
@@ -385,12 +395,23 @@ class SimEnv:
         """
         return self.batch(op_devices, order, overflow=True)
 
-    def batch(self, op_devices: np.ndarray, order: Any = None, *, overflow: bool = False, homes: Any = None):
+    def batch(
+        self,
+        op_devices: np.ndarray,
+        order: Any = None,
+        *,
+        overflow: bool = False,
+        homes: Any = None,
+        checkpoint: Any = None,
+    ):
         """``(step_time_s, failed, over)`` of a batch (:meth:`overflow`), ``over`` only computed with ``overflow``;
-        ``homes``: parameter homes, as for :meth:`with_homes` (the other scorer methods are this one's)."""
+        ``homes``: parameter homes, as for :meth:`with_homes`; ``checkpoint``: each op's checkpointed block, -1 for
+        none (``[num_ops]`` for every row or ``[K, num_ops]``, :func:`graphs.plan.checkpoint_blocks`). The other
+        scorer methods are this one's."""
         op_devices = self._check_batch(op_devices)
         order = self._batch_order(op_devices, order)
         rows = home_rows(self, op_devices, homes)
+        blocks = checkpoint_rows(self, op_devices, checkpoint, rows)
         self._simulated[0] += len(op_devices)
         programs = None
         if self.inflight < self.microbatches and self.executor == "eager":  # each placement's own stages
@@ -402,10 +423,15 @@ class SimEnv:
             op_devices = np.tile(op_devices, (1, self.microbatches))
             order = self.sim_order(order)
         if self.backend == "reference":
-            return self._reference_batch(op_devices, order, programs, rows)
+            return self._reference_batch(op_devices, order, programs, rows, blocks)
         over = np.zeros(len(op_devices)) if overflow else None
         step_time_s, oom = self._kernel().run_batch(
-            op_devices.astype(np.int32, copy=False), order if self.executor == "eager" else None, programs, over, rows
+            op_devices.astype(np.int32, copy=False),
+            order if self.executor == "eager" else None,
+            programs,
+            over,
+            rows,
+            blocks,
         )
         return step_time_s, oom, over
 
@@ -442,6 +468,7 @@ class SimEnv:
         order: np.ndarray | None,
         programs: list[np.ndarray] | None,
         rows: np.ndarray | None = None,
+        blocks: np.ndarray | None = None,
     ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """:meth:`batch` of placements of ``sim_graph``'s ops, one pure-Python schedule and Result each."""
         step_time_s = np.empty(len(op_devices))
@@ -452,7 +479,8 @@ class SimEnv:
             row_order = order[k] if order is not None and order.ndim == 2 else order
             program = self.segments if programs is None else programs[k]
             hm = None if rows is None else rows[k if len(rows) > 1 else 0]
-            r = self.result(self._reference_schedule(row, row_order, program, hm))
+            ck = None if blocks is None else blocks[k if len(blocks) > 1 else 0]
+            r = self.result(self._reference_schedule(row, row_order, program, hm, ck))
             step_time_s[k] = r.extra["sim_step_time_s"]
             oom[k] = r.status == "oom"
             if oom[k]:

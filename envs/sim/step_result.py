@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from envs.result import Result
+from envs.sim.checkpointing import recompute_seconds
 from envs.sim.homes import schedule_param_devices
 from envs.sim.memory import param_grad_bytes, peak_bytes
 from envs.sim.tasks import ACT, Schedule
@@ -40,6 +41,8 @@ def busy_seconds(env: "SimEnv", schedule: Schedule) -> dict[str, float]:
     n = len(p)
     device_busy = np.bincount(p, weights=env.fwd_s[np.arange(n), p] + env.bwd_s[np.arange(n), p], minlength=D)
     device_busy = device_busy + schedule.update_s
+    if len(schedule.blocks):  # checkpointed blocks run their forward twice (envs.sim.checkpointing)
+        device_busy = device_busy + recompute_seconds(schedule.blocks, p, env.fwd_s)
     busy = {names[d]: float(device_busy[d]) for d in range(D)}
     link_busy = np.zeros((D, D))
     np.add.at(link_busy, (schedule.xfer_src, schedule.xfer_dst), schedule.xfer_end_s - schedule.xfer_start_s)

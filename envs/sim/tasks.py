@@ -34,6 +34,9 @@ class Schedule:
         backward_end_s: when the last forward/backward task or transfer ends.
         update_s: optimizer-step seconds per device (runs after ``backward_end_s``).
         homes: the copies of parameters that live apart from their ops (:mod:`envs.sim.homes`).
+        blocks: per op, its checkpointed block (-1: none; empty: no block, :mod:`envs.sim.checkpointing`).
+        recompute_start_s: per op, the start of its kernel in its block's recompute (NaN: not recomputed; empty:
+            no block).
     """
 
     op_devices: np.ndarray
@@ -51,6 +54,8 @@ class Schedule:
     backward_end_s: float
     update_s: np.ndarray
     homes: HomeTimes = field(default_factory=no_home_times)
+    blocks: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
+    recompute_start_s: np.ndarray = field(default_factory=lambda: np.zeros(0))
 
     @property
     def step_time_s(self) -> float:
