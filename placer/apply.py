@@ -53,7 +53,7 @@ from envs.real.pipeline import stage_names
 from envs.real.placed_model import Pipelining, build_placed_model, unwrap  # noqa: F401  (placer.apply.unwrap)
 from envs.real.shapes import ShapeError  # noqa: F401  (what a placed module raises at sizes it cannot take)
 from graphs import OpGraph, PlacerError
-from graphs.plan import as_indices, check_order
+from graphs.plan import as_indices, check_order, checkpoint_blocks, in_module
 from graphs.torch_capture import check_runnable, export_program, graph_from_program
 from placer._callable import make_module_callable
 
@@ -180,7 +180,8 @@ def apply(
             f"{source}: inflight" if inflight is None else "inflight",
         )
     stages = stage_names(captured, assignment, names) if W < M else []
-    plan = ProgramPlan(assignment, names, stages)
+    blocks = checked_blocks(placement, captured, assignment, source)
+    plan = ProgramPlan(assignment, names, stages, blocks)
     pipelining = Pipelining(M, W, batch_dim, loss_reduction)
     homes = homes_apart(placement, captured)  # its parameters' homes apart from their ops (envs.real.homes)
     return build_placed_model(
@@ -195,6 +196,20 @@ def _export_options(graph: OpGraph | None, decompose: bool | None, unroll_rnn: b
         "decompose": bool(meta.get("decomposed", False)) if decompose is None else bool(decompose),
         "unroll_rnn": bool(meta.get("unroll_rnn", False)) if unroll_rnn is None else bool(unroll_rnn),
     }
+
+
+def checked_blocks(placement: Any, graph: OpGraph, assignment: dict[str, str], source: str) -> tuple[str, ...]:
+    """The plan's checkpointed blocks (``placement.checkpoint``), checked against ``graph``: known modules, none
+    inside another (:func:`graphs.plan.checkpoint_blocks`), each on one device."""
+    names = tuple(getattr(placement, "checkpoint", None) or ())
+    checkpoint_blocks(graph, names, source)
+    for name in names:
+        devices = sorted({assignment[graph.names[i]] for i, p in enumerate(graph.module_paths) if in_module(p, name)})
+        if len(devices) > 1:
+            raise PlacerError(
+                f"{source}: checkpoint block {name!r} runs on {', '.join(devices)}: a block runs on one device"
+            )
+    return names
 
 
 def validated_assignment(placement: Any, graph: OpGraph, *, source: str = "placement") -> dict[str, str]:

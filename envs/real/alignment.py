@@ -31,6 +31,7 @@ class ProgramPlan(NamedTuple):
     assignment: dict[str, str]  # every op of the program -> logical device
     order: list[str] | None  # issue order (op names), None for node order
     stages: list[str]  # first op of each stage after the first (1F1B), [] for one stage
+    checkpoint: tuple[str, ...] = ()  # module paths run under activation checkpointing (any program of the model)
 
 
 def program_graph(ep: Any) -> OpGraph:
@@ -89,7 +90,7 @@ def carry_plan(whole: OpGraph, plan: ProgramPlan, part: OpGraph) -> ProgramPlan:
         nxt = next((by_whole[w] for w in sequence[rank[start] :] if w in by_whole), None)
         if nxt is not None and nxt not in stages:
             stages.append(nxt)
-    return ProgramPlan(assignment, order, stages)
+    return ProgramPlan(assignment, order, stages, plan.checkpoint)
 
 
 def align_programs(whole: OpGraph, part: OpGraph) -> dict[str, str]:

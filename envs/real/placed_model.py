@@ -62,8 +62,12 @@ def build_placed_model(
         raise PlacerError(f"dynamic {dynamic!r}: must be 'auto', True or False")
     if homes and pipelining.microbatches > 1:
         raise PlacerError("param_homes: parameters apart from their ops run with one microbatch (not pipelined plans)")
+    if plan.checkpoint and pipelining.microbatches > 1:
+        raise PlacerError("checkpoint: checkpointed blocks run with one microbatch (not pipelined plans)")
     if pipelining.microbatches == 1:
-        placed = place_module(ep, plan.assignment, device_map, order=plan.order, homes=homes)
+        placed = place_module(
+            ep, plan.assignment, device_map, order=plan.order, homes=homes, checkpoint=plan.checkpoint
+        )
         _by_size(placed, [], model, example_inputs, options, graph, plan, device_map, dynamic)
         return placed
     M, W, batch_dim, reduction = pipelining

@@ -26,6 +26,8 @@ names, i.e. ``OpGraph.names``:
 * nodes the export adds that are not ops of the graph (``copy_`` write-backs of
   mutated buffers after decomposition, the shape reads of a program with dynamic
   dimensions) run on the device of their first argument;
+* a plan's checkpointed blocks run under :func:`torch.utils.checkpoint.checkpoint`
+  (:mod:`envs.real.checkpointing`);
 * given an issue ``order`` (op names, a topological order of the graph), the ops
   are first re-emitted in that order (:func:`envs.real.reorder.reorder`), so each
   copy is then issued right before its first consumer *in that order*;
@@ -47,6 +49,7 @@ import torch
 import torch.fx as fx
 from torch import nn
 
+from envs.real.checkpointing import checkpoint_blocks
 from envs.real.devices import check_available, resolve_devices
 from envs.real.global_state import keep_global_state
 from envs.real.homes import HOME_COPY_META, home_master, insert_home_copies
@@ -72,6 +75,7 @@ def place_module(
     order: Sequence[str] | None = None,
     shared: SharedTensors | None = None,
     homes: Mapping[str, str] | None = None,
+    checkpoint: Sequence[str] = (),
 ) -> fx.GraphModule:
     """An ``nn.Module`` running ``ep`` with op ``name`` on logical device ``assignment[name]``.
 
@@ -85,7 +89,8 @@ def place_module(
     placed tensors of another program of the same model (:data:`SharedTensors`),
     read instead of this program's own, where they live. ``homes``: parameter name ->
     the logical device it lives on where that is not its reader's (a plan's
-    ``param_homes``; the parameter, its gradient and optimizer state live there).
+    ``param_homes``; the parameter, its gradient and optimizer state live there). ``checkpoint``: module paths
+    whose ops run under activation checkpointing (a plan's ``checkpoint``, :mod:`envs.real.checkpointing`).
     """
     gm = ep.module()
     homes = dict(homes or {})
@@ -112,6 +117,8 @@ def place_module(
         setattr(gm.get_submodule(parent) if parent else gm, leaf, body)
         _place_body(body, torch_device)
     reshape_views(graph)
+    if checkpoint:
+        checkpoint_blocks(gm, checkpoint, set(assignment))
     graph.lint()
     gm.recompile()
     keep_global_state(gm)  # a call that raises restores grad mode and autocast

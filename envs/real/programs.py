@@ -181,7 +181,9 @@ class Programs:
         plan = carry_plan(self.graph, self.plan, program_graph(ep))
         homes = self.source.meta[HOMES_META]
         shared = {fqn: (module_tensor(self.source, fqn), device) for fqn, device in homes.items()}
-        module = place_module(ep, plan.assignment, self.device_map, order=plan.order, shared=shared)
+        module = place_module(
+            ep, plan.assignment, self.device_map, order=plan.order, shared=shared, checkpoint=plan.checkpoint
+        )
         self.stages[id(module)] = plan.stages
         return module
 

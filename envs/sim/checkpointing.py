@@ -26,7 +26,8 @@ runs each block's ops under :func:`torch.utils.checkpoint.checkpoint`
   the recompute, are not charged.
 
 A block's ops must all run on one device, with their parameters there (no home
-apart), under the eager executor with one microbatch: anything else is a
+apart), issued one after the other (no other op between them in the issue order),
+under the eager executor with one microbatch: anything else is a
 :class:`graphs.PlacerError` naming the block. :mod:`envs.sim.kernel_checkpointing`
 computes the same times and bytes compiled.
 """
@@ -51,9 +52,12 @@ def checkpoint_of(env: "SimEnv", placement: Any) -> np.ndarray | None:
     return placement.checkpoint_blocks(env.graph)
 
 
-def checkpoint_rows(env: "SimEnv", op_devices: np.ndarray, blocks: Any, homes: np.ndarray | None) -> np.ndarray | None:
+def checkpoint_rows(
+    env: "SimEnv", op_devices: np.ndarray, blocks: Any, homes: np.ndarray | None, order: np.ndarray | None = None
+) -> np.ndarray | None:
     """``blocks`` (``[n]`` for every row, or ``[K, n]``) as ``[1 or K, n]`` int64 rows, checked against the
-    placements ``op_devices`` (``[K, n]``) and their home rows ``homes``; None where nothing is checkpointed."""
+    placements ``op_devices`` (``[K, n]``), their home rows ``homes`` and issue ``order`` (None: node order; one
+    ``[n]`` for every row, or ``[K, n]``); None where nothing is checkpointed."""
     if blocks is None:
         return None
     ck = np.atleast_2d(np.asarray(blocks, dtype=np.int64))
@@ -70,6 +74,7 @@ def checkpoint_rows(env: "SimEnv", op_devices: np.ndarray, blocks: Any, homes: n
         raise PlacerError("checkpoint: a block index must be the index of the block's first op")
     for k in range(len(op_devices)):
         row = ck[k if len(ck) > 1 else 0]
+        _check_together(env, row, None if order is None else order[k] if order.ndim == 2 else order)
         inside = np.flatnonzero(row >= 0)
         p = np.asarray(op_devices[k])
         first = p[row[inside]]
@@ -89,6 +94,30 @@ def checkpoint_rows(env: "SimEnv", op_devices: np.ndarray, blocks: Any, homes: n
                     "apart from it: a block's parameters live on its device"
                 )
     return ck
+
+
+def _check_together(env: "SimEnv", row: np.ndarray, order: np.ndarray | None) -> None:
+    """Each block's ops are issued one after the other in ``order`` (what the runtime can wrap)."""
+    n = len(row)
+    pos = np.arange(n) if order is None else np.argsort(order)
+    inside = row >= 0
+    if not inside.any():
+        return
+    first = np.full(n, n)
+    last = np.full(n, -1)
+    np.minimum.at(first, row[inside], pos[inside])
+    np.maximum.at(last, row[inside], pos[inside])
+    count = np.bincount(row[inside], minlength=n)
+    spread = np.flatnonzero((count > 0) & (last - first + 1 != count))
+    if len(spread):
+        b = int(spread[0])
+        at = np.arange(first[b], last[b] + 1)
+        ops = at if order is None else np.asarray(order)[at]
+        other = int(next(i for i in ops if row[i] != b))
+        raise PlacerError(
+            f"checkpoint: the block of op {env.graph.names[b]!r} is not issued in one run (op "
+            f"{env.graph.names[other]!r} comes between): a block's ops are issued one after the other"
+        )
 
 
 class Recompute:

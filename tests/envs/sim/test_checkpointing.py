@@ -122,6 +122,18 @@ def test_a_block_runs_on_one_device_with_its_parameters_eager_and_whole_batches(
         env.batch(np.full((2, 4), toy.G0), checkpoint=np.zeros((3, 4), dtype=int))
     with pytest.raises(PlacerError, match="the index of the block's first op"):
         env.batch(np.full((1, 4), toy.G0), checkpoint=[-1, 0, 0, 0])
+    # a block's ops are issued one after the other: a -> (b, c) -> d with b and d in l0 is not, in node order
+    diamond = toy.graph(list("abcd"), [("a", "b", 1), ("a", "c", 1), ("b", "d", 1), ("c", "d", 1)], [1, 1, 1, 1])
+    diamond.module_paths = ["x", "l0", "y", "l0"]
+    env_d = SimEnv(diamond, toy.cluster())
+    with pytest.raises(PlacerError, match="the block of op 'b' is not issued in one run .op 'c' comes between"):
+        env_d.simulate(plan(diamond, [toy.G0] * 4, ["l0"]))
+    with pytest.raises(PlacerError, match="not issued in one run"):
+        env_d.batch(np.full((1, 4), toy.G0), checkpoint=[-1, 1, -1, 1])
+    p = plan(diamond, [toy.G0] * 4, ["l0"])
+    p.order = np.array([0, 2, 1, 3])  # a, c, b, d
+    assert env_d.simulate(p).ok
+    assert env_d.batch(np.full((1, 4), toy.G0), [0, 2, 1, 3], checkpoint=[-1, 1, -1, 1])[0][0] > 0
     # outside the block, homes still go
     assert env.simulate(plan(g, [toy.G0] * 4, ["l0"], homes=[-1, -1, toy.CPU, -1])).ok
 

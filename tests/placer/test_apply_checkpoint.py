@@ -1,0 +1,180 @@
+"""placer.apply runs a plan's checkpointed blocks (envs.real.checkpointing) under torch's checkpoint.
+
+Every logical device is the CPU here (``device_map="*=cpu"``); the blocks are decided on the program, so the wrap,
+the second forward and the random state it restores all run.
+"""
+
+from __future__ import annotations
+
+import copy
+import re
+
+import numpy as np
+import pytest
+import torch
+from torch import nn
+
+from envs.real.checkpointing import CHECKPOINT_META
+from envs.real.transfers import to_device
+from graphs import PlacerError
+from graphs.plan import Placement
+from graphs.torch_capture import capture
+from placer.apply import apply
+from tests.placer.hf_tiny import build_llama
+from tests.placer.test_apply_homes import train_side_by_side
+
+DEVICES = ["cpu:0", "gpu:0"]
+
+
+class Blocks(nn.Module):
+    """An input layer, two residual blocks with dropout (``blocks.0``, ``blocks.1``), a head; the loss."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.inp = nn.Linear(8, 32)
+        self.blocks = nn.ModuleList(
+            nn.Sequential(nn.Linear(32, 64), nn.GELU(), nn.Dropout(0.3), nn.Linear(64, 32)) for _ in range(2)
+        )
+        self.head = nn.Linear(32, 4)
+
+    def forward(self, x):
+        h = self.inp(x)
+        for block in self.blocks:
+            h = h + block(h)
+        return self.head(h).pow(2).mean()
+
+
+def plan(graph, checkpoint, devices=None):
+    p = Placement.from_indices(graph, DEVICES, np.ones(graph.num_ops, dtype=int) if devices is None else devices)
+    p.checkpoint = list(checkpoint)
+    return p
+
+
+def saved_bytes(module, *inputs) -> int:
+    """Bytes autograd saves for the backward during a forward of ``module`` (a checkpointed block saves its inputs
+    only: its own hooks keep nothing of what its ops save)."""
+    total = [0]
+
+    def pack(t):
+        total[0] += t.numel() * t.element_size()
+        return t
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        module(*inputs).backward()
+    return total[0]
+
+
+def test_checkpointed_blocks_train_as_the_unplaced_model_does_dropout_included_and_save_less():
+    torch.manual_seed(0)
+    model, x = Blocks(), torch.randn(128, 8)  # activations outweigh the weights the linears save
+    ref = copy.deepcopy(model)
+    g = capture(model, (x,))
+    # blocks.0 on gpu:0, the rest on cpu:0: the block's input is copied in, its output copied out
+    on = np.array([1 if p.startswith("blocks.0") else 0 for p in g.module_paths])
+    placed = apply(model, plan(g, ["blocks.0", "blocks.1"], on), (x,), device_map="*=cpu")
+    assert placed.meta[CHECKPOINT_META] == {"blocks.0": "_placer_checkpoint_0", "blocks.1": "_placer_checkpoint_1"}
+    torch.manual_seed(1)  # dropout: the same masks in the forward, the second forward and the unplaced model
+    seeds = torch.get_rng_state()
+    torch.set_rng_state(seeds)
+    placed_loss = placed(x)
+    torch.set_rng_state(seeds)
+    ref_loss = ref(x)
+    torch.testing.assert_close(placed_loss, ref_loss)
+    torch.set_rng_state(seeds)
+    train_side_by_side_seeded(placed, ref, x)
+    plain = apply(copy.deepcopy(ref), plan(g, [], on), (x,), device_map="*=cpu")
+    assert saved_bytes(placed, x) < 0.6 * saved_bytes(plain, x)
+
+
+def train_side_by_side_seeded(placed, ref, x, steps=3):
+    """:func:`train_side_by_side` with the same random state before each model's forward (dropout)."""
+
+    class Seeded(nn.Module):
+        def __init__(self, inner, state):
+            super().__init__()
+            self.inner, self.state = inner, state
+
+        def forward(self, *a):
+            torch.set_rng_state(self.state[0])
+            return self.inner(*a)
+
+    state = [torch.get_rng_state()]
+    train_side_by_side(Seeded(placed, state), Seeded(ref, state), (x,), steps)
+
+
+def test_a_llama_with_its_decoder_layers_checkpointed_keeps_loss_and_gradients():
+    model, inputs = build_llama()
+    ref = copy.deepcopy(model)
+    g = capture(model, inputs)
+    layers = sorted({m.group(1) for p in g.module_paths if (m := re.match(r"^(.*\.layers\.\d+)(\.|$)", p))})
+    assert len(layers) >= 2, layers
+    # the layers on gpu:0, the rest (embedding, rotary tables, norm, head) on cpu:0: the rotary tables a layer's
+    # attention reads are copied in before the layer (passed in), not inside it (its second forward would copy them
+    # again)
+    on = np.array([1 if any(p == b or p.startswith(b + ".") for b in layers) else 0 for p in g.module_paths])
+    placed = apply(model, plan(g, layers, on), inputs, device_map="*=cpu")
+    assert len(placed.meta[CHECKPOINT_META]) == len(layers)
+    for name in placed.meta[CHECKPOINT_META].values():
+        body = getattr(placed, name)
+        copies = [n for n in body.graph.nodes if n.target is to_device]
+        assert all(a.op != "placeholder" for n in copies for a in n.all_input_nodes), body.code
+    assert any(n.target is to_device for n in placed.graph.nodes)
+    train_side_by_side(placed, ref, inputs, steps=2)
+
+
+def test_inputs_at_other_sizes_run_the_blocks_checkpointed_too():
+    torch.manual_seed(0)
+    model, x = Blocks(), torch.randn(16, 8)
+    for m in model.modules():
+        if isinstance(m, nn.Dropout):
+            m.p = 0.0
+    ref = copy.deepcopy(model)
+    g = capture(model, (x,))
+    placed = apply(model, plan(g, ["blocks.0", "blocks.1"]), (x,), device_map="*=cpu")
+    plain = apply(copy.deepcopy(ref), plan(g, []), (x,), device_map="*=cpu")
+    other = torch.randn(100, 8)  # another batch size: the program with dynamic dimensions
+    train_side_by_side(placed, ref, (other,), steps=1)
+    assert placed.meta["placer_dynamic_dims"]
+    assert saved_bytes(placed, other) < 0.6 * saved_bytes(plain, other)
+
+
+class Branches(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.blk = nn.Sequential(nn.Linear(8, 8), nn.Tanh(), nn.Linear(8, 8))
+        self.side = nn.Linear(8, 8)
+
+    def forward(self, x):
+        return (self.blk(x) + self.side(x)).sum()
+
+
+def test_blocks_that_cannot_be_checkpointed_are_one_line_errors():
+    torch.manual_seed(0)
+    model, x = Blocks(), torch.randn(16, 8)
+    g = capture(model, (x,))
+    split = np.array([1 if p.startswith("blocks.0.3") else 0 for p in g.module_paths])
+    with pytest.raises(PlacerError, match=r"placement: checkpoint block 'blocks.0' runs on cpu:0, gpu:0"):
+        apply(model, plan(g, ["blocks.0"], split), (x,), device_map="*=cpu")
+    with pytest.raises(PlacerError, match="checkpoint names module 'nosuch', which runs no op"):
+        apply(model, plan(g, ["nosuch"]), (x,), device_map="*=cpu")
+    # an order that issues another module's op between a block's ops cannot be wrapped
+    br, gr = Branches(), None
+    gr = capture(br, (x,))
+    side = next(i for i, p in enumerate(gr.module_paths) if p == "side")
+    first = next(i for i, p in enumerate(gr.module_paths) if p.startswith("blk"))
+    order = [i for i in range(gr.num_ops) if i != side]
+    order.insert(order.index(first) + 1, side)
+    p = plan(gr, ["blk"])
+    p.order = np.array(order)
+    with pytest.raises(
+        PlacerError, match="block 'blk''s ops are not issued one after the other .'linear_2' of another module"
+    ):
+        apply(br, p, (x,), device_map="*=cpu")
+    p.order = None  # node order issues the block's ops together
+    apply(br, p, (x,), device_map="*=cpu")
+    with pytest.raises(PlacerError, match="one microbatch"):
+        apply(copy.deepcopy(model), plan(g, ["blocks.0"]), (x,), device_map="*=cpu", microbatches=2)
+    bn = nn.Sequential(nn.Linear(8, 8), nn.Sequential(nn.BatchNorm1d(8), nn.ReLU()))
+    gb = capture(bn, (x,))
+    with pytest.raises(PlacerError, match="checkpoint: block '1' writes .* in place"):
+        apply(bn, plan(gb, ["1"]), (x,), device_map="*=cpu")
