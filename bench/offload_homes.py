@@ -3,9 +3,11 @@
 For each scenario (:data:`bench.offload.SCENARIOS`, the model captured on the meta
 device) and each cap, the cluster's ``gpu:0`` is capped and these plans are simulated:
 
-* placer's move search with home moves (:class:`placer.learn.move_search.MoveSearch`,
-  ``homes=True``): layers on the GPU with their weights, gradients and Adam state homed on
-  the host where that frees the GPU, the op placement chosen with them;
+* placer's move search with home moves (:func:`placer.learn.offload_plan.plan_with_homes`):
+  layers on the GPU with their weights, gradients and Adam state homed on the host where
+  that frees the GPU, the op placement chosen with them, and the layers it checkpoints
+  (activation checkpointing, :mod:`placer.learn.checkpoint_choice`);
+* the same without checkpointing (the ablation), at the same budget;
 * the same search without home moves (the op-only plan: what placer planned before homes),
   at the same budget of simulated placements;
 * FSDP2's ``CPUOffloadPolicy`` as a plan: every op on ``gpu:0``, every parameter homed on
@@ -46,6 +48,7 @@ from placer.learn.offload_plan import plan_with_homes
 
 GIB = 1 << 30
 HOMED = "placer, move search with homes"
+NO_CHECKPOINT = "placer, move search with homes, no checkpointing"
 OPS_ONLY = "placer, move search, op placement only"
 FSDP2 = "FSDP2 CPUOffloadPolicy as planned (all on gpu:0, every parameter homed on cpu:0)"
 
@@ -65,11 +68,15 @@ def fsdp2_offload_plan(graph: OpGraph, cluster: Any) -> Placement:
     )
 
 
-def searched_plan(graph: OpGraph, cluster: Any, *, homes: bool, evals: int, seed: int = 0) -> Plan:
-    """placer's move search (with or without home moves) on ``evals`` simulated placements, as a plan."""
-    p = plan_with_homes(graph, cluster, evals=evals, seed=seed, homes=homes)
-    label = HOMED if homes else OPS_ONLY
-    return Plan(label, "placer" if homes else "placer-ops", p, offload.simulated(graph, cluster, p))
+def searched_plan(
+    graph: OpGraph, cluster: Any, *, homes: bool, evals: int, seed: int = 0, checkpoint: bool = True
+) -> Plan:
+    """placer's move search (with or without home moves, choosing checkpointed layers or not) on ``evals`` simulated
+    placements, as a plan."""
+    p = plan_with_homes(graph, cluster, evals=evals, seed=seed, homes=homes, checkpoint=checkpoint)
+    label = (HOMED if checkpoint else NO_CHECKPOINT) if homes else OPS_ONLY
+    kind = ("placer" if checkpoint else "placer-no-checkpoint") if homes else "placer-ops"
+    return Plan(label, kind, p, offload.simulated(graph, cluster, p))
 
 
 def cap_plans(graph: OpGraph, cluster: Any, model: Any, *, evals: int, seed: int = 0) -> list[Plan]:
@@ -77,6 +84,7 @@ def cap_plans(graph: OpGraph, cluster: Any, model: Any, *, evals: int, seed: int
     fsdp = fsdp2_offload_plan(graph, cluster)
     plans = [
         searched_plan(graph, cluster, homes=True, evals=evals, seed=seed),
+        searched_plan(graph, cluster, homes=True, evals=evals, seed=seed, checkpoint=False),
         searched_plan(graph, cluster, homes=False, evals=evals, seed=seed),
         Plan(FSDP2, "fsdp2", fsdp, offload.simulated(graph, cluster, fsdp)),
     ]
@@ -85,7 +93,8 @@ def cap_plans(graph: OpGraph, cluster: Any, model: Any, *, evals: int, seed: int
 
 
 def row(plan: Plan, graph: OpGraph) -> dict[str, Any]:
-    """One simulated row: label, kind, status, step time, peak gpu:0 GiB, host ops, homed parameters' GiB."""
+    """One simulated row: label, kind, status, step time, peak gpu:0 GiB, host ops, homed parameters' GiB, blocks
+    checkpointed."""
     p, sim = plan.placement, plan.sim
     homed = p.homed_bytes(graph) / GIB if p is not None else 0.0
     peak = sim.get("peak_bytes", {}).get("gpu:0")
@@ -97,6 +106,7 @@ def row(plan: Plan, graph: OpGraph) -> dict[str, Any]:
         "sim_peak_gpu_gib": None if peak is None else peak / GIB,
         "host_ops": offload.host_ops(plan, graph),
         "homed_param_gib": homed,
+        "checkpointed": len(p.checkpoint) if p is not None else 0,
         "message": sim.get("message", ""),
     }
 
@@ -111,6 +121,7 @@ def ratios(rows: list[dict[str, Any]]) -> dict[str, float | None]:
         "fsdp2_over_placer": over(ok.get(FSDP2)),
         "accelerate_over_placer": over(min(accel, default=None)),
         "ops_only_over_placer": over(ok.get(OPS_ONLY)),
+        "no_checkpoint_over_placer": over(ok.get(NO_CHECKPOINT)),
     }
 
 
@@ -158,8 +169,9 @@ def _fmt(x: Any, spec: str) -> str:
 def markdown(docs: list[dict[str, Any]]) -> str:
     """One table over every scenario and cap (every row simulated)."""
     lines = [
-        "| model | cap (GiB) | plan (simulated) | status | step (s) | peak gpu:0 (GiB) | ops on host | homed (GiB) |",
-        "|---|---:|---|---|---:|---:|---:|---:|",
+        "| model | cap (GiB) | plan (simulated) | status | step (s) | peak gpu:0 (GiB) | ops on host | homed (GiB) "
+        "| checkpointed |",
+        "|---|---:|---|---|---:|---:|---:|---:|---:|",
     ]
     for doc in docs:
         model = f"{doc['scenario']} ({doc['parameters'] / 1e9:.2f} B)"
@@ -168,16 +180,21 @@ def markdown(docs: list[dict[str, Any]]) -> str:
                 lines.append(
                     f"| {model} | {cap['cap_gib']:g} | {r['label']} | {r['sim_status'] or 'no plan'} | "
                     f"{_fmt(r['sim_step_time_s'], '.3f')} | {_fmt(r['sim_peak_gpu_gib'], '.2f')} | "
-                    f"{_fmt(r['host_ops'], 'd')} | {r['homed_param_gib']:.2f} |"
+                    f"{_fmt(r['host_ops'], 'd')} | {r['homed_param_gib']:.2f} | {r.get('checkpointed', 0)} |"
                 )
-    lines += ["", "| model | cap (GiB) | FSDP2 / placer | accelerate's fastest / placer | op-only / placer |"]
-    lines.append("|---|---:|---:|---:|---:|")
+    lines += [
+        "",
+        "| model | cap (GiB) | FSDP2 / placer | accelerate's fastest / placer | op-only / placer "
+        "| no checkpointing / placer |",
+    ]
+    lines.append("|---|---:|---:|---:|---:|---:|")
     for doc in docs:
         for cap in doc["caps"]:
             q = cap["ratios"]
             lines.append(
                 f"| {doc['scenario']} | {cap['cap_gib']:g} | {_fmt(q['fsdp2_over_placer'], '.2f')} | "
-                f"{_fmt(q['accelerate_over_placer'], '.2f')} | {_fmt(q['ops_only_over_placer'], '.2f')} |"
+                f"{_fmt(q['accelerate_over_placer'], '.2f')} | {_fmt(q['ops_only_over_placer'], '.2f')} | "
+                f"{_fmt(q.get('no_checkpoint_over_placer'), '.2f')} |"
             )
     return "\n".join(lines)
 

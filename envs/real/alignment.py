@@ -67,7 +67,7 @@ def carry_plan(whole: OpGraph, plan: ProgramPlan, part: OpGraph) -> ProgramPlan:
     >>> part = OpGraph.from_edges(["a", "b"], [("a", "b", 8)], op_types=["aten.mm.default", "aten.relu.default"])
     >>> plan = ProgramPlan({"a": "cpu:0", "expand": "gpu:0", "b": "gpu:1"}, ["a", "expand", "b"], ["b"])
     >>> carry_plan(whole, plan, part)
-    ProgramPlan(assignment={'a': 'cpu:0', 'b': 'gpu:1'}, order=['a', 'b'], stages=['b'])
+    ProgramPlan(assignment={'a': 'cpu:0', 'b': 'gpu:1'}, order=['a', 'b'], stages=['b'], checkpoint=())
     """
     match = align_programs(whole, part)  # part name -> whole name
     by_whole = {w: p for p, w in match.items()}

@@ -53,11 +53,19 @@ def checkpoint_of(env: "SimEnv", placement: Any) -> np.ndarray | None:
 
 
 def checkpoint_rows(
-    env: "SimEnv", op_devices: np.ndarray, blocks: Any, homes: np.ndarray | None, order: np.ndarray | None = None
+    env: "SimEnv",
+    op_devices: np.ndarray,
+    blocks: Any,
+    homes: np.ndarray | None,
+    order: np.ndarray | None = None,
+    *,
+    where_possible: bool = False,
 ) -> np.ndarray | None:
     """``blocks`` (``[n]`` for every row, or ``[K, n]``) as ``[1 or K, n]`` int64 rows, checked against the
     placements ``op_devices`` (``[K, n]``), their home rows ``homes`` and issue ``order`` (None: node order; one
-    ``[n]`` for every row, or ``[K, n]``); None where nothing is checkpointed."""
+    ``[n]`` for every row, or ``[K, n]``); None where nothing is checkpointed. ``where_possible``: a block that a
+    row splits across devices, interleaves with another op or homes a parameter of apart is not checkpointed in
+    that row (``[K, n]`` rows), rather than an error (a search's rows: :func:`possible_blocks`)."""
     if blocks is None:
         return None
     ck = np.atleast_2d(np.asarray(blocks, dtype=np.int64))
@@ -72,6 +80,20 @@ def checkpoint_rows(
     bad |= (ck >= 0) & (np.take_along_axis(ck, np.clip(ck, 0, n - 1), axis=1) != ck)
     if bad.any():
         raise PlacerError("checkpoint: a block index must be the index of the block's first op")
+    if where_possible:
+        ck = np.stack(
+            [
+                possible_blocks(
+                    env,
+                    op_devices[k],
+                    ck[k if len(ck) > 1 else 0],
+                    None if homes is None else homes[k if len(homes) > 1 else 0],
+                    None if order is None else order[k] if order.ndim == 2 else order,
+                )
+                for k in range(len(op_devices))
+            ]
+        )
+        return ck if (ck >= 0).any() else None
     for k in range(len(op_devices)):
         row = ck[k if len(ck) > 1 else 0]
         _check_together(env, row, None if order is None else order[k] if order.ndim == 2 else order)
@@ -94,6 +116,32 @@ def checkpoint_rows(
                     "apart from it: a block's parameters live on its device"
                 )
     return ck
+
+
+def possible_blocks(
+    env: "SimEnv", op_devices: np.ndarray, row: np.ndarray, homes: np.ndarray | None, order: np.ndarray | None
+) -> np.ndarray:
+    """``row`` (each op's block) less the blocks placement ``op_devices`` cannot checkpoint: split across devices,
+    a parameter homed apart, or another op issued among them in ``order``."""
+    row = np.asarray(row, dtype=np.int64).copy()
+    n = len(row)
+    inside = np.flatnonzero(row >= 0)
+    if not len(inside):
+        return row
+    p = np.asarray(op_devices, dtype=np.int64)
+    bad = np.zeros(n, dtype=bool)
+    bad[row[inside][p[inside] != p[row[inside]]]] = True
+    if homes is not None:
+        bad[row[inside][np.asarray(homes)[inside] >= 0]] = True
+    pos = np.arange(n) if order is None else np.argsort(order)
+    first = np.full(n, n)
+    last = np.full(n, -1)
+    np.minimum.at(first, row[inside], pos[inside])
+    np.maximum.at(last, row[inside], pos[inside])
+    count = np.bincount(row[inside], minlength=n)
+    bad |= (count > 0) & (last - first + 1 != count)
+    row[inside[bad[row[inside]]]] = -1
+    return row
 
 
 def _check_together(env: "SimEnv", row: np.ndarray, order: np.ndarray | None) -> None:

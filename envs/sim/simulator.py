@@ -403,15 +403,17 @@ class SimEnv:
         overflow: bool = False,
         homes: Any = None,
         checkpoint: Any = None,
+        checkpoint_where_possible: bool = False,
     ):
         """``(step_time_s, failed, over)`` of a batch (:meth:`overflow`), ``over`` only computed with ``overflow``;
         ``homes``: parameter homes, as for :meth:`with_homes`; ``checkpoint``: each op's checkpointed block, -1 for
-        none (``[num_ops]`` for every row or ``[K, num_ops]``, :func:`graphs.plan.checkpoint_blocks`). The other
-        scorer methods are this one's."""
+        none (``[num_ops]`` for every row or ``[K, num_ops]``, :func:`graphs.plan.checkpoint_blocks`);
+        ``checkpoint_where_possible``: a row that cannot checkpoint a block runs it without
+        (:func:`envs.sim.checkpointing.possible_blocks`), not an error. The other scorer methods are this one's."""
         op_devices = self._check_batch(op_devices)
         order = self._batch_order(op_devices, order)
         rows = home_rows(self, op_devices, homes)
-        blocks = checkpoint_rows(self, op_devices, checkpoint, rows, order)
+        blocks = checkpoint_rows(self, op_devices, checkpoint, rows, order, where_possible=checkpoint_where_possible)
         self._simulated[0] += len(op_devices)
         programs = None
         if self.inflight < self.microbatches and self.executor == "eager":  # each placement's own stages

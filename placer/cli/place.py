@@ -198,9 +198,12 @@ def _homes(args: argparse.Namespace, graph: OpGraph, cluster: Any, options: dict
     from placer.learn.offload_plan import plan_with_homes
     from placer.methods.heuristics.costs import MEMORY_HEADROOM
 
-    unknown = sorted(set(options) - {"evals", "headroom"})
+    unknown = sorted(set(options) - {"evals", "headroom", "checkpoint"})
     if unknown:
-        raise PlacerError(f"--option {unknown[0]}: --method homes takes evals=N and headroom=F")
+        raise PlacerError(f"--option {unknown[0]}: --method homes takes evals=N, headroom=F and checkpoint=on|off")
+    checkpoint = options.get("checkpoint", "on")
+    if checkpoint not in ("on", "off"):
+        raise PlacerError(f"--option checkpoint={checkpoint}: must be on or off")
     evals = options.get("evals", 2000)
     check_int(evals, "--option evals", least=1, most=10**7)
     headroom = options.get("headroom", MEMORY_HEADROOM)
@@ -208,7 +211,9 @@ def _homes(args: argparse.Namespace, graph: OpGraph, cluster: Any, options: dict
         raise PlacerError(f"--option headroom={headroom}: must be a number in (0, 1]")
     if "cpu:0" not in cluster.device_names:
         raise PlacerError(f"--method homes: cluster {cluster.name} has no host (cpu:0) to home parameters on")
-    placement = plan_with_homes(graph, cluster, evals=evals, seed=args.seed, headroom=float(headroom))
+    placement = plan_with_homes(
+        graph, cluster, evals=evals, seed=args.seed, headroom=float(headroom), checkpoint=checkpoint == "on"
+    )
     placement.meta["issue_order"] = "node"  # the search scores node order; the file carries no other
     return placement
 
@@ -227,6 +232,20 @@ def _say_homes(placement: Placement, graph: OpGraph, cluster: Any, fit: Any) -> 
         f"({nbytes(placement.homed_bytes(graph))}); simulated peak: {peaks}; "
         f"{placement.meta['evals']} placements simulated in {placement.meta['search_s']:.1f} s"
     )
+    search = placement.meta.get("checkpoint_search")
+    if search:  # the two searches, without and with activation checkpointing (placer.learn.offload_plan)
+        blocks = placement.checkpoint
+        said = f"{len(blocks)} of {search['with']['of']} layers ({_blocks_line(blocks)})" if blocks else "none"
+        tried = ", ".join(
+            f"{arm} {'fits' if s['fits'] else 'out of memory'} at {s['step_time_s'] * 1e3:.1f} ms"
+            for arm, s in search.items()
+        )
+        print(f"  activations checkpointed: {said}; searched without and with checkpointing: {tried}")
+
+
+def _blocks_line(blocks: list[str], most: int = 3) -> str:
+    """``blocks`` for one line: the first ``most``, then how many more."""
+    return ", ".join(blocks[:most]) + (f" and {len(blocks) - most} more" if len(blocks) > most else "")
 
 
 def _learned(args: argparse.Namespace, graph: OpGraph, cluster: Any, options: dict[str, Any]) -> Placement:

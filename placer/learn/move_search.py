@@ -45,6 +45,7 @@ import torch
 
 from envs.cluster import Cluster
 from graphs import OpGraph, PlacerError
+from placer.learn.checkpoint_choice import CheckpointScorer
 from placer.learn.home_moves import HomeCodes, HomeCodeScorer
 from placer.learn.search_budget import OOM_FACTOR, BudgetScorer, BudgetSpent, SearchBudget, SearchCurve
 from placer.learn.state import MODULE_SHARE
@@ -139,6 +140,9 @@ class MoveSearchOptions:
     homes: bool = False
     """home moves too: items sent to a GPU with their parameters homed on the host (the module docstring); needs the
     simulator as scorer and a host device."""
+    checkpoint: list[str] | None = None
+    """blocks (module paths) checkpointed in every placement that keeps them whole on one device
+    (:class:`placer.learn.checkpoint_choice.CheckpointScorer`); needs the simulator as scorer. None: none."""
 
 
 @dataclass
@@ -220,6 +224,8 @@ class MoveSearch:
             or not 0 <= o.module_share < 1
         ):
             raise PlacerError(f"move search: bad options {o}")
+        if o.checkpoint:
+            env = CheckpointScorer(env, graph, o.checkpoint)
         self.graph, self.cluster, self.env, self.order = graph, cluster, env, order
         self.levels = levels if levels is not None else item_levels(graph)
         if not self.levels:

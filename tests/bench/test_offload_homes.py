@@ -32,6 +32,12 @@ def test_ratios_compare_placer_s_homed_plan_with_the_fastest_fitting_rivals():
         {"label": offload_homes.HOMED, "kind": "placer", "sim_status": "ok", "sim_step_time_s": 1.0},
         {"label": offload_homes.OPS_ONLY, "kind": "placer-ops", "sim_status": "ok", "sim_step_time_s": 3.0},
         {"label": offload_homes.FSDP2, "kind": "fsdp2", "sim_status": "ok", "sim_step_time_s": 2.0},
+        {
+            "label": offload_homes.NO_CHECKPOINT,
+            "kind": "placer-no-checkpoint",
+            "sim_status": "ok",
+            "sim_step_time_s": 1.5,
+        },
         {"label": "accelerate, a", "kind": "accelerate", "sim_status": "oom", "sim_step_time_s": 0.5},
         {"label": "accelerate, b", "kind": "accelerate", "sim_status": "ok", "sim_step_time_s": 4.0},
     ]
@@ -39,6 +45,7 @@ def test_ratios_compare_placer_s_homed_plan_with_the_fastest_fitting_rivals():
         "fsdp2_over_placer": 2.0,
         "accelerate_over_placer": 4.0,  # the map out of memory does not count
         "ops_only_over_placer": 3.0,
+        "no_checkpoint_over_placer": 1.5,  # the ablation: the same search without checkpointing
     }
     rows[0]["sim_status"] = "oom"
     assert set(offload_homes.ratios(rows).values()) == {None}
@@ -70,7 +77,8 @@ def test_the_tiny_scenario_at_two_caps_writes_every_simulated_row_and_the_plans(
     assert doc["simulated"] and [c["cap_gib"] for c in doc["caps"]] == [0.02, 0.01]
     cap = doc["caps"][1]
     labels = [r["label"] for r in cap["rows"]]
-    assert labels[:3] == [offload_homes.HOMED, offload_homes.OPS_ONLY, offload_homes.FSDP2]
+    assert labels[:4] == [offload_homes.HOMED, offload_homes.NO_CHECKPOINT, offload_homes.OPS_ONLY, offload_homes.FSDP2]
+    assert {r["label"]: r["checkpointed"] for r in cap["rows"]}[offload_homes.NO_CHECKPOINT] == 0
     assert sum(r["kind"] == "accelerate" for r in cap["rows"]) == 5
     fsdp = next(p for p in cap["plans"] if p["label"] == offload_homes.FSDP2)
     assert fsdp["placement"]["param_homes"]  # saved with the plan, reloaded as a placement

@@ -9,8 +9,9 @@ import pytest
 import envs
 import graphs
 from bench import offload, offload_homes
-from graphs.plan import Placement
+from graphs.plan import Placement, checkpoint_blocks
 from placer.cli import main
+from placer.learn.checkpoint_choice import candidate_blocks
 
 SOURCE = "bench.offload:tiny"
 
@@ -41,6 +42,7 @@ def test_homes_plans_a_model_that_does_not_fit_the_gpu_and_placer_run_runs_it(ca
     plan = Placement.load(str(out_path))
     assert plan.param_homes and set(plan.param_homes.values()) == {"cpu:0"} and plan.method == "move_search_homes"
     assert "parameters homed apart from their ops" in out and "of 10.2 MiB" in out
+    assert "activations checkpointed: " in out and "searched without and with checkpointing: without fits" in out
     cluster = envs.resolve_cluster(capped_cluster)
     graph = graphs.capture(*offload.tiny())
     assert envs.SimEnv(graph, cluster).simulate(plan).ok  # the plan fits the 10 MiB GPU
@@ -52,13 +54,24 @@ def test_homes_plans_a_model_that_does_not_fit_the_gpu_and_placer_run_runs_it(ca
     )  # fmt: skip
     assert rc == 0, err
     assert json.loads(out)["status"] == "ok"
+    # the same plan with its layers checkpointed (each on one device) runs too
+    p = plan.indices(graph, cluster.device_names)
+    plan.checkpoint = [b for b in candidate_blocks(graph) if len(set(p[checkpoint_blocks(graph, [b]) >= 0])) == 1]
+    assert plan.checkpoint
+    plan.save(str(out_path))
+    rc, out, err = run(
+        capsys, "run", SOURCE, "--placement", str(out_path), "--cluster", capped_cluster, "--device-map", "*=cpu",
+        "--steps", "1", "--warmup", "0", "--json",
+    )  # fmt: skip
+    assert rc == 0 and json.loads(out)["status"] == "ok", err
 
 
 @pytest.mark.parametrize(
     "argv,message",
     [
-        (["--option", "foo=1"], "--option foo: --method homes takes evals=N and headroom=F"),
+        (["--option", "foo=1"], "--option foo: --method homes takes evals=N, headroom=F and checkpoint=on|off"),
         (["--option", "headroom=2"], "--option headroom=2: must be a number in (0, 1]"),
+        (["--option", "checkpoint=maybe"], "--option checkpoint=maybe: must be on or off"),
         (["--ranks"], "--ranks: a plan with parameter homes runs in one process"),
     ],
 )

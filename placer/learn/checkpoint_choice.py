@@ -1,0 +1,125 @@
+"""Which blocks a plan checkpoints, chosen by the searches together with the op placement and the homes.
+
+The candidates are the layers of the model's largest repeated list of modules
+(:func:`candidate_blocks`: ``layers.0``, ``layers.1``, ..., a ``ModuleList``'s
+members), checkpointed as :mod:`envs.sim.checkpointing` charges them and
+:mod:`envs.real.checkpointing` runs them. A search runs with every candidate on
+(:class:`CheckpointScorer`: each placement it scores checkpoints every candidate
+it keeps whole on one device, :func:`envs.sim.checkpointing.possible_blocks`), and
+:func:`prune_blocks` then turns off, one at a time, the blocks whose second forward
+costs more than the memory they free is worth. Every placement simulated counts in
+the search's budget.
+
+>>> from graphs import OpGraph
+>>> g = OpGraph.from_edges(["a", "b", "c", "d", "e"], [("a", "b", 4), ("b", "c", 4), ("c", "d", 4), ("d", "e", 4)])
+>>> g.module_paths = ["emb", "layers.0.mm", "layers.0.act", "layers.1.mm", "layers.1.act"]
+>>> candidate_blocks(g)
+['layers.0', 'layers.1']
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Any
+
+import numpy as np
+
+from envs.sim.checkpointing import possible_blocks
+from graphs import OpGraph
+from graphs.plan import checkpoint_blocks, in_module
+from placer.learn.search_budget import OOM_FACTOR
+
+
+def candidate_blocks(graph: OpGraph) -> list[str]:
+    """The members (``prefix.k``, in index order) of the repeated module list whose members run the most ops in
+    all, counting members of at least 2 ops and lists of at least 2 such members; [] for a model without one."""
+    lists: dict[str, Counter] = {}
+    for path in graph.module_paths:
+        parts = path.split(".")
+        for j, part in enumerate(parts):
+            if part.isdigit() and j > 0:
+                lists.setdefault(".".join(parts[:j]), Counter())[".".join(parts[: j + 1])] += 1
+    best: tuple[int, int, str] | None = None
+    for prefix, members in lists.items():
+        kept = {m: c for m, c in members.items() if c >= 2}
+        if len(kept) >= 2:
+            key = (sum(kept.values()), -len(prefix), prefix)
+            best = key if best is None or key > best else best
+    if best is None:
+        return []
+    members = {m: c for m, c in lists[best[2]].items() if c >= 2}
+    return sorted(members, key=lambda m: int(m.rsplit(".", 1)[1]))
+
+
+class CheckpointScorer:
+    """A simulator scoring every placement with ``names`` checkpointed where the placement keeps a block whole (the
+    module doc); everything else is the simulator's own. Wraps the env under the home codes' scorer
+    (:class:`placer.learn.home_moves.HomeCodeScorer`), which passes its homes through :meth:`batch`."""
+
+    def __init__(self, env: Any, graph: OpGraph, names: list[str]) -> None:
+        self.env, self.names = env, list(names)
+        self.blocks = checkpoint_blocks(graph, self.names)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.env, name)
+
+    def batch(self, op_devices: np.ndarray, order: Any = None, *, overflow: bool = False, homes: Any = None):
+        return self.env.batch(
+            op_devices, order, overflow=overflow, homes=homes, checkpoint=self.blocks, checkpoint_where_possible=True
+        )
+
+    def step_times(self, op_devices: np.ndarray, order: Any = None) -> tuple[np.ndarray, np.ndarray]:
+        step_time_s, failed, _ = self.batch(op_devices, order)
+        return step_time_s, failed
+
+    def overflow(self, op_devices: np.ndarray, order: Any = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        return self.batch(op_devices, order, overflow=True)
+
+
+def kept_blocks(env: Any, graph: OpGraph, names: list[str], op_devices: np.ndarray, homes: Any) -> list[str]:
+    """The blocks of ``names`` that placement ``op_devices`` (with ``homes``, in node order) can checkpoint."""
+    if not names:
+        return []
+    row = possible_blocks(env, op_devices, checkpoint_blocks(graph, names), homes, None)
+    return [name for name in names if row[_first_op(graph, name)] >= 0]
+
+
+def _first_op(graph: OpGraph, name: str) -> int:
+    return next(i for i, path in enumerate(graph.module_paths) if in_module(path, name))
+
+
+def scores(
+    env: Any, graph: OpGraph, op_devices: np.ndarray, homes: Any, rows: list[list[str]]
+) -> tuple[np.ndarray, np.ndarray]:
+    """``(step_time_s, failed)`` of one placement with each list of blocks of ``rows`` checkpointed: one simulated
+    placement each."""
+    ck = np.stack([checkpoint_blocks(graph, names) for names in rows])
+    p = np.repeat(np.asarray(op_devices)[None, :], len(rows), axis=0)
+    h = None if homes is None else np.repeat(np.asarray(homes)[None, :], len(rows), axis=0)
+    t, failed, _ = env.batch(p, None, homes=h, checkpoint=ck)
+    return t, failed
+
+
+def prune_blocks(
+    env: Any, graph: OpGraph, op_devices: np.ndarray, homes: Any, names: list[str], evals: int
+) -> tuple[list[str], float, bool, int]:
+    """Turn checkpointed blocks off, the one whose removal lowers the search's cost (step time, times ``OOM_FACTOR``
+    out of memory) most each round, while one does and ``evals`` placements remain; returns ``(blocks, step time,
+    out of memory, placements simulated)``."""
+    names = list(names)
+    t, failed = scores(env, graph, op_devices, homes, [names])
+    current, oom = float(t[0]), bool(failed[0])
+    used = 1
+    while names and used + len(names) <= evals:
+        variants = [names[:k] + names[k + 1 :] for k in range(len(names))]
+        t, failed = scores(env, graph, op_devices, homes, variants)
+        used += len(variants)
+        costs = np.where(failed, t * OOM_FACTOR, t)
+        k = int(np.argmin(costs))
+        if costs[k] >= current * (OOM_FACTOR if oom else 1.0):
+            break
+        names, current, oom = variants[k], float(t[k]), bool(failed[k])
+    return names, current, oom, used
+
+
+__all__ = ["CheckpointScorer", "candidate_blocks", "kept_blocks", "prune_blocks", "scores"]
