@@ -29,12 +29,18 @@ def placement_key(
     placement: Any, graph: OpGraph, device_names: list[str], source: str
 ) -> tuple[str, dict[str, str], list[str] | None]:
     """(placement hash, op name -> device, op names in issue order or None) of a placement, checked against the
-    graph. A plan whose parameters live apart from their ops (``param_homes``) is refused: the measured envs place
-    ops only, and would run it as its op placement alone (``placer run`` and :func:`placer.apply` run homes)."""
+    graph. A plan whose parameters live apart from their ops (``param_homes``) or that checkpoints blocks
+    (``checkpoint``) is refused: the measured envs place ops only, and would run it as its op placement alone
+    (``placer run`` and :func:`placer.apply` run both)."""
     if homes_apart(placement, graph):
         raise PlacerError(
             f"{source}: parameter homes apart from their ops are run by placer run (one process) and placer.apply, "
             "not by the measured envs"
+        )
+    if getattr(placement, "checkpoint", None):
+        raise PlacerError(
+            f"{source}: checkpointed blocks are run by placer run (one process) and placer.apply, not by the "
+            "measured envs"
         )
     op_devices = as_indices(placement, graph, device_names, source=source)
     devices = [device_names[i] for i in op_devices.tolist()]

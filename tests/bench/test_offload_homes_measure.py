@@ -9,6 +9,7 @@ import pytest
 from bench import offload_homes, offload_homes_measure
 from bench.offload import Plan
 from envs.result import Result
+from graphs.plan import Placement
 
 
 def plan(label, kind, status="ok", step_time_s=1.0, placement=True):
@@ -30,6 +31,12 @@ def test_placer_s_plans_then_fsdp2_s_then_accelerate_s_fastest_fitting_map_are_m
     plans[4] = plan(offload_homes.OPS_ONLY, "placer-ops", status="oom", step_time_s=0.1)
     labels = [p.label for p in offload_homes_measure.measure_order(plans)]
     assert labels == [offload_homes.HOMED, offload_homes.FSDP2, "accelerate, fast", offload_homes.OPS_ONLY]
+    # where placer's plan checkpoints layers, the same search without checkpointing is measured right after it
+    plans.append(plan(offload_homes.NO_CHECKPOINT, "placer-no-checkpoint"))
+    assert offload_homes.NO_CHECKPOINT not in [p.label for p in offload_homes_measure.measure_order(plans)]
+    plans[5] = Plan(offload_homes.HOMED, "placer", Placement({}, "", [], checkpoint=["layers.0"]), plans[5].sim)
+    labels = [p.label for p in offload_homes_measure.measure_order(plans)]
+    assert labels[:2] == [offload_homes.HOMED, offload_homes.NO_CHECKPOINT]
 
 
 def test_a_row_holds_the_real_peak_against_the_cap_beside_the_simulated_one():

@@ -118,3 +118,7 @@ def test_a_plan_with_parameter_homes_is_refused_by_the_measured_envs_not_run_as_
         placement_key(homed, g, names, "plan.json")
     at_home = Placement.from_indices(g, names, [0, 1], homes=[0, -1])  # a home that is its op's own device
     assert placement_key(at_home, g, names, "plan.json")[1] == {"a": "cpu:0", "b": "gpu:0"}
+    checkpointed = Placement.from_indices(g, names, [1, 1])
+    checkpointed.checkpoint = ["blk"]
+    with pytest.raises(PlacerError, match="plan.json: checkpointed blocks are run by placer run"):
+        placement_key(checkpointed, g, names, "plan.json")
