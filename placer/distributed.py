@@ -61,6 +61,12 @@ def compile_for_model(
             f"graph {graph.name or ''} ({graph.content_hash}) is not the graph of this model and inputs "
             f"({captured.content_hash})"
         )
+    for field, what in (("param_homes", "parameter homes apart from their ops"), ("checkpoint", "checkpointed blocks")):
+        if getattr(placement, field, None):
+            raise PlacerError(
+                f"{getattr(placement, 'source', '') or 'placement'}: {what} run in one process (placer "
+                "run without --nproc-per-node, placer.apply), not across processes"
+            )
     why = stand_in_loss(captured)
     if why:
         raise PlacerError(f"{why}; across processes the last stage computes the loss: forward must return it")

@@ -196,6 +196,14 @@ def test_a_schedule_that_does_not_fit_the_plan_is_one_line(here, capsys, tmp_pat
     assert rc == 2 and "schedule 'interleaved_1f1b' runs several stages per rank" in err and err.count("\n") == 1
 
 
+def test_a_plan_that_checkpoints_blocks_or_homes_parameters_is_refused_across_processes(here, capsys, tmp_path):
+    doc = json.loads((here / "split.json").read_text())
+    argv = ["--cluster", "k80x2", "--nproc-per-node", "2"]
+    (tmp_path / "ck.json").write_text(json.dumps({**doc, "microbatches": 1, "checkpoint": ["0"]}))
+    rc, out, err = run_cli(capsys, "dist_model:build", "--placement", str(tmp_path / "ck.json"), *argv)
+    assert rc == 2 and "ck.json: checkpointed blocks run in one process" in err and err.count("\n") == 1, err
+
+
 # ------------------------------------------------------------------ processes
 @pytest.mark.slow
 def test_two_processes_train_the_plan_and_check_every_gradient(here, capsys):
