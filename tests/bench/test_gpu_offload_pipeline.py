@@ -85,12 +85,12 @@ def test_the_pipeline_runs_on_the_cpu_stand_in_resumes_and_a_killed_run_loses_no
     )
     curves_path = out / "finetune" / "curves.jsonl"
     deadline = time.monotonic() + 240
-    while time.monotonic() < deadline and (not curves_path.exists() or len(read_curves(str(curves_path))) < 6):
+    while time.monotonic() < deadline and (not curves_path.exists() or len(read_curves(str(curves_path))) < 3):
         time.sleep(0.2)
     proc.send_signal(signal.SIGKILL)
     proc.wait(timeout=30)
     records = read_curves(str(curves_path))
-    assert len(records) >= 6
+    assert len(records) >= 3
     from envs.real.local import LocalEnv
 
     again = LocalEnv(
