@@ -50,11 +50,8 @@ def run(args: argparse.Namespace) -> int:
     env = envs.SimEnv(
         graph, cluster, executor=args.executor, microbatches=placement.microbatches, inflight=placement.inflight
     )
-    result = env.simulate(
-        placement.indices(graph, cluster.device_names, source=args.placement),
-        trace=bool(args.trace),
-        order=getattr(placement, "order", None),
-    )
+    placement.indices(graph, cluster.device_names, source=args.placement)  # another graph's plan: said, naming it
+    result = env.simulate(placement, trace=bool(args.trace))  # its order, homes and checkpointed blocks with it
     bound = env.lower_bound()
     if args.trace:
         write_text_atomic(args.trace, to_json(result.extra.pop("trace"), indent=None))
@@ -109,3 +106,7 @@ def _print_result(result: Any, bound: float, placement: Placement, cluster: Any)
     links = [(k, v) for k, v in result.busy_s.items() if "->" in k]
     if links:
         print("links busy: " + ", ".join(f"{k} {v * 1e3:.3f} ms" for k, v in sorted(links)))
+    if placement.param_homes:
+        print(f"homes       {len(placement.param_homes)} parameters live apart from their ops (param_homes)")
+    if placement.checkpoint:
+        print(f"checkpoint  {len(placement.checkpoint)} blocks run their forward again in the backward")

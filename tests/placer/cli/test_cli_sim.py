@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 
+import numpy as np
 import pytest
 
 import graphs
@@ -91,6 +92,31 @@ def test_simulate_reports_oom(capsys, files):
     rc, out, _ = run(capsys, "place", gpath, "--cluster", str(cpath), "-o", str(p))
     assert rc == 0 and "ms simulated, eager)" in out
     assert set(Placement.load(p).assignment.values()) == {"gpu:1"}
+
+
+def test_simulate_scores_the_file_s_homes_and_checkpointed_blocks_as_the_simulator_does(capsys, tmp_path):
+    # a -> b -> c -> d on gpu:0, module l0 = (a, b) and l1 = (c, d); a's 8 bytes of weights
+    import envs
+
+    g = graphs.OpGraph.from_edges(
+        list("abcd"), [("a", "b", 1 << 20), ("b", "c", 1 << 20), ("c", "d", 1 << 20)], flops=[1e9] * 4
+    )
+    g.param_bytes = np.array([1 << 20, 0, 0, 0])
+    g.params = [["w"], [], [], []]
+    g.module_paths = ["l0", "l0", "l1", "l1"]
+    gpath = tmp_path / "g.json"
+    graphs.save(g, gpath)
+    cluster = envs.Cluster.preset("h200x1")
+    p = Placement.from_indices(g, cluster.device_names, [1, 1, 1, 1], homes=[0, -1, -1, -1])
+    p.checkpoint = ["l1"]
+    p.save(tmp_path / "p.json")
+    expected = envs.SimEnv(g, cluster).simulate(p)
+    plain = envs.SimEnv(g, cluster).simulate(Placement.from_indices(g, cluster.device_names, [1, 1, 1, 1]))
+    assert expected.step_time_s != plain.step_time_s
+    rc, out, _ = run(capsys, "simulate", str(gpath), str(tmp_path / "p.json"), "--cluster", "h200x1", "--json")
+    assert rc == 0 and json.loads(out)["step_time_s"] == expected.step_time_s
+    rc, out, _ = run(capsys, "simulate", str(gpath), str(tmp_path / "p.json"), "--cluster", "h200x1")
+    assert "homes       1 parameters live apart" in out and "checkpoint  1 blocks run their forward again" in out
 
 
 def test_bad_inputs_exit_2_with_one_line(capsys, files):
