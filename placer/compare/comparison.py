@@ -97,13 +97,14 @@ def given_rows(
     across processes, its schedule)."""
     rows = []
     for label, placement in labelled:
-        op_devices = placement.indices(graph, cluster.device_names, source=label)
+        placement.indices(graph, cluster.device_names, source=label)  # another graph's plan: said, naming it
         row = Row(method=label, kind="placement", placement=placement)
         if isinstance(env, RankSim):
             rows.append(scored_row(row, env, placement, best_single_s))
             continue
         env_of_plan = env.with_microbatches(placement.microbatches, placement.inflight)
-        rows.append(scored_row(row, env_of_plan, op_devices, best_single_s, placement.order))
+        # the plan whole: its issue order, parameter homes and checkpointed blocks
+        rows.append(scored_row(row, env_of_plan, placement, best_single_s, placement.order))
     return rows
 
 

@@ -117,6 +117,20 @@ def test_simulate_scores_the_file_s_homes_and_checkpointed_blocks_as_the_simulat
     assert rc == 0 and json.loads(out)["step_time_s"] == expected.step_time_s
     rc, out, _ = run(capsys, "simulate", str(gpath), str(tmp_path / "p.json"), "--cluster", "h200x1")
     assert "homes       1 parameters live apart" in out and "checkpoint  1 blocks run their forward again" in out
+    # placer compare's row of the file: the same plan, whole
+    argv = [
+        "compare",
+        str(gpath),
+        "--cluster",
+        "h200x1",
+        "--methods",
+        "single",
+        "--placement",
+        str(tmp_path / "p.json"),
+    ]
+    rc, out, _ = run(capsys, *argv, "--json")
+    row = next(r for r in json.loads(out)["rows"] if r["kind"] == "placement")
+    assert rc == 0 and row["step_time_s"] == expected.step_time_s
 
 
 def test_bad_inputs_exit_2_with_one_line(capsys, files):
