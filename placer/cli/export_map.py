@@ -85,8 +85,9 @@ def run(args: argparse.Namespace) -> int:
     device_map = project(graph, op_devices, cluster, module=module)
     cost = projection_cost(graph, placement, cluster, device_map, module=module, executor=args.executor)
     write_text_atomic(out, to_json(device_map) + "\n")
+    left_out = {"param_homes": len(placement.param_homes), "checkpoint": len(placement.checkpoint)}
     if args.json:
-        print_json({"output": out, "module": module, "device_map": device_map, **cost})
+        print_json({"output": out, "module": module, "device_map": device_map, **cost, "left_out": left_out})
         return 0
     t0, t1 = cost["placement_step_time_s"], cost["projected_step_time_s"]
     print(
@@ -109,4 +110,9 @@ def run(args: argparse.Namespace) -> int:
         )
     else:
         print(f"simulated step: placement {placed}, device map {t1 * 1e3:.3f} ms")
+    if any(left_out.values()):  # a device map says where modules run, nothing more
+        print(
+            f"not in the device map: the plan's {left_out['param_homes']} parameter homes and "
+            f"{left_out['checkpoint']} checkpointed blocks (placer.apply runs them)"
+        )
     return 0

@@ -19,6 +19,7 @@ os.environ["HF_HUB_OFFLINE"] = "1"
 
 import torch  # noqa: E402
 
+import graphs  # noqa: E402
 from graphs.plan import Placement  # noqa: E402
 from placer.cli import main  # noqa: E402
 
@@ -275,7 +276,18 @@ def test_export_map_loads_in_accelerate_and_says_what_it_gives_up(workdir, capsy
     assert torch.allclose(wrapper(*inputs), want)
 
     rc, out, _ = cli(capsys, "export-map", "p.json", "--graph", "g.json", "--module", "model", "-o", "map2.json")
-    assert rc == 0 and "gives up" in out and "placer.apply" in out
+    assert rc == 0 and "gives up" in out and "placer.apply" in out and "not in the device map" not in out
+    assert doc["left_out"] == {"param_homes": 0, "checkpoint": 0}
+    p, g = Placement.load("p.json"), graphs.load("g.json")
+    whole = [
+        m
+        for m in set(g.module_paths)
+        if m and len({p.assignment[n] for n, q in zip(g.names, g.module_paths) if q == m or q.startswith(m + ".")}) == 1
+    ]
+    p.checkpoint = [sorted(whole)[0]]  # a block on one device; a device map cannot say it: said instead
+    p.save("p.json")
+    rc, out, _ = cli(capsys, "export-map", "p.json", "--graph", "g.json", "--module", "model", "-o", "map3.json")
+    assert rc == 0 and "not in the device map: the plan's 0 parameter homes and 1 checkpointed blocks" in out
 
 
 def test_export_map_projects_whole_modules():
