@@ -155,6 +155,10 @@ def test_blocks_that_cannot_be_checkpointed_are_one_line_errors():
     split = np.array([1 if p.startswith("blocks.0.3") else 0 for p in g.module_paths])
     with pytest.raises(PlacerError, match=r"placement: checkpoint block 'blocks.0' runs on cpu:0, gpu:0"):
         apply(model, plan(g, ["blocks.0"], split), (x,), device_map="*=cpu")
+    homed = plan(g, ["blocks.0"])
+    homed.param_homes = {"blocks.0.0.weight": "cpu:0", "blocks.0.0.bias": "cpu:0"}  # op on gpu:0, weights on the host
+    with pytest.raises(PlacerError, match="block 'blocks.0' has parameters homed apart from their ops"):
+        apply(model, homed, (x,), device_map="*=cpu")
     with pytest.raises(PlacerError, match="checkpoint names module 'nosuch', which runs no op"):
         apply(model, plan(g, ["nosuch"]), (x,), device_map="*=cpu")
     # an order that issues another module's op between a block's ops cannot be wrapped
