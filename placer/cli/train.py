@@ -164,6 +164,7 @@ def run(args: argparse.Namespace) -> int:
     if config.ranks:
         doc["ranks"] = ranks_doc(config, result.best_placement, doc["best_placement"], graph, cluster)
     doc["homes"] = homes_doc(result, graph)
+    doc["checkpointing"] = checkpointing_doc(result)
     if result.interrupted:
         doc["resume_command"] = resume_command(config, result.logdir)
         if args.json:  # else the summary's first line says it
@@ -366,6 +367,27 @@ def homes_doc(result: Any, graph: Any) -> dict[str, Any]:
     }
 
 
+def checkpointing_doc(result: Any) -> dict[str, Any]:
+    """``checkpointing`` of the summary: whether the run's placements checkpointed layers (``--checkpointing``), and
+    the layers its best placement checkpoints."""
+    best = result.best_placement
+    return {"searched": result.checkpointing_searched, "blocks": list(best.checkpoint) if best is not None else []}
+
+
+def _checkpointing_line(doc: dict) -> str | None:
+    ck = doc.get("checkpointing") or {}
+    if not ck.get("searched"):
+        return None
+    blocks = ck["blocks"]
+    if not blocks:
+        return "checkpointing    none: the best placement keeps every activation (checkpointed layers searched)"
+    shown = ", ".join(blocks[:3]) + (f" and {len(blocks) - 3} more" if len(blocks) > 3 else "")
+    return (
+        f"checkpointing    {len(blocks)} layer{'s' if len(blocks) != 1 else ''} ({shown}) run "
+        f"{'its' if len(blocks) == 1 else 'their'} forward again in the backward (placer.apply runs them)"
+    )
+
+
 def _homes_line(doc: dict) -> str | None:
     from placer.cli.output import nbytes
 
@@ -425,6 +447,7 @@ SUMMARY_LINES: tuple[Callable[[dict], str | None], ...] = (
     ),
     _issue_order_line,
     _homes_line,
+    _checkpointing_line,
     _ranks_line,
     lambda doc: f"placement        {doc['best_placement']}" if doc["best_placement"] else None,
     lambda doc: (

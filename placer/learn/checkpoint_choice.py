@@ -76,11 +76,14 @@ class CheckpointScorer:
         return self.batch(op_devices, order, overflow=True)
 
 
-def kept_blocks(env: Any, graph: OpGraph, names: list[str], op_devices: np.ndarray, homes: Any) -> list[str]:
-    """The blocks of ``names`` that placement ``op_devices`` (with ``homes``, in node order) can checkpoint."""
+def kept_blocks(
+    env: Any, graph: OpGraph, names: list[str], op_devices: np.ndarray, homes: Any, order: Any = None
+) -> list[str]:
+    """The blocks of ``names`` that placement ``op_devices`` (with ``homes``, in issue ``order``; None: node order)
+    can checkpoint."""
     if not names:
         return []
-    row = possible_blocks(env, op_devices, checkpoint_blocks(graph, names), homes, None)
+    row = possible_blocks(env, op_devices, checkpoint_blocks(graph, names), homes, order)
     return [name for name in names if row[_first_op(graph, name)] >= 0]
 
 
@@ -89,30 +92,30 @@ def _first_op(graph: OpGraph, name: str) -> int:
 
 
 def scores(
-    env: Any, graph: OpGraph, op_devices: np.ndarray, homes: Any, rows: list[list[str]]
+    env: Any, graph: OpGraph, op_devices: np.ndarray, homes: Any, rows: list[list[str]], order: Any = None
 ) -> tuple[np.ndarray, np.ndarray]:
-    """``(step_time_s, failed)`` of one placement with each list of blocks of ``rows`` checkpointed: one simulated
-    placement each."""
+    """``(step_time_s, failed)`` of one placement (in issue ``order``; None: node order) with each list of blocks of
+    ``rows`` checkpointed: one simulated placement each."""
     ck = np.stack([checkpoint_blocks(graph, names) for names in rows])
     p = np.repeat(np.asarray(op_devices)[None, :], len(rows), axis=0)
     h = None if homes is None else np.repeat(np.asarray(homes)[None, :], len(rows), axis=0)
-    t, failed, _ = env.batch(p, None, homes=h, checkpoint=ck)
+    t, failed, _ = env.batch(p, order, homes=h, checkpoint=ck)
     return t, failed
 
 
 def prune_blocks(
-    env: Any, graph: OpGraph, op_devices: np.ndarray, homes: Any, names: list[str], evals: int
+    env: Any, graph: OpGraph, op_devices: np.ndarray, homes: Any, names: list[str], evals: int, order: Any = None
 ) -> tuple[list[str], float, bool, int]:
     """Turn checkpointed blocks off, the one whose removal lowers the search's cost (step time, times ``OOM_FACTOR``
-    out of memory) most each round, while one does and ``evals`` placements remain; returns ``(blocks, step time,
-    out of memory, placements simulated)``."""
+    out of memory) most each round, while one does and ``evals`` placements remain (scored in issue ``order``);
+    returns ``(blocks, step time, out of memory, placements simulated)``."""
     names = list(names)
-    t, failed = scores(env, graph, op_devices, homes, [names])
+    t, failed = scores(env, graph, op_devices, homes, [names], order)
     current, oom = float(t[0]), bool(failed[0])
     used = 1
     while names and used + len(names) <= evals:
         variants = [names[:k] + names[k + 1 :] for k in range(len(names))]
-        t, failed = scores(env, graph, op_devices, homes, variants)
+        t, failed = scores(env, graph, op_devices, homes, variants, order)
         used += len(variants)
         costs = np.where(failed, t * OOM_FACTOR, t)
         k = int(np.argmin(costs))

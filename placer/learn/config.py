@@ -45,6 +45,7 @@ WarmStartName = Literal["best", "none"]
 PresetName = Literal["tuned", "paper"]
 BackendName = Literal["gloo", "nccl"]
 HomesName = Literal["auto", "on", "off"]
+RecomputeName = Literal["auto", "on", "off"]
 
 
 @dataclass
@@ -182,6 +183,12 @@ class AlgoOptions:
     parameters, gradient and Adam state homed on the host, copied in ahead of use (envs.sim.homes), counted in the
     same budget; the best placement's file carries the homes (param_homes) and placer.apply runs them. "auto": on
     when the model's training state does not fit the GPUs (the host joins the search then), "on", or "off"."""
+    checkpointing: RecomputeName = "auto"
+    """--env sim, one process, one microbatch: activation checkpointing (placer.learn.checkpoint_choice): every
+    placement the run scores checkpoints each layer of the model's largest repeated list of modules that it keeps
+    whole on one device, and the best placement's file keeps those whose second forward pays (turned off one at a
+    time while that is faster, at the end); placer.apply runs them. "auto": on when the run searches parameter
+    homes (the model's training state does not fit the GPUs), "on", or "off"."""
     samples: int = 8
     """K: placements the policy samples and the run scores per iteration (--algo reinforce|ppo)."""
     lr: float = 5e-4
@@ -393,6 +400,15 @@ class TrainConfig(PolicyOptions, AlgoOptions, RunOptions):
             ):
                 if bad:
                     raise PlacerError(f"--homes on: {why}")
+        if self.checkpointing == "on":
+            for bad, why in (
+                (self.env != "sim", "--env measured measures plans that keep every activation"),
+                (self.ranks, "--ranks: a plan with checkpointed blocks runs in one process"),
+                (self.microbatches != 1, f"--microbatches {self.microbatches}: blocks run with one microbatch"),
+                (self.executor != "eager", "--executor dataflow: blocks are simulated under the eager executor"),
+            ):
+                if bad:
+                    raise PlacerError(f"--checkpointing on: {why}")
         if self.inflight is not None and self.inflight > self.microbatches:
             raise PlacerError(f"--inflight {self.inflight}: must be at most --microbatches ({self.microbatches})")
         if self.critic not in ("pretrained", "fresh"):

@@ -150,6 +150,26 @@ def home_codes(config: TrainConfig, graph: OpGraph, cluster: Cluster) -> HomeCod
         raise PlacerError(f"--homes on: {cluster.name}: {e}") from None
 
 
+def checkpointing_blocks(config: TrainConfig, graph: OpGraph, homes: bool) -> list[str]:
+    """The layers a run checkpoints where its placements keep them whole (``--checkpointing``;
+    :mod:`placer.learn.checkpoint_choice`), [] for none: "auto" when the run searches parameter homes (``homes``) on
+    the simulator in one process with one microbatch; "on" always (the config refused what cannot have them); a model
+    without a repeated list of layers has none ("on": a one-line error)."""
+    from placer.learn.checkpoint_choice import candidate_blocks
+
+    if config.checkpointing == "off":
+        return []
+    if config.checkpointing == "auto":
+        simple = config.env == "sim" and not config.ranks and config.microbatches == 1 and config.executor == "eager"
+        return candidate_blocks(graph) if homes and simple else []
+    blocks = candidate_blocks(graph)
+    if not blocks:
+        raise PlacerError(
+            f"--checkpointing on: {graph.name or 'the model'} has no repeated list of layers to checkpoint"
+        )
+    return blocks
+
+
 ENVS: dict[str, Callable[[TrainConfig, OpGraph, Cluster, str], Scorer]] = {"sim": sim_env, "measured": measured_env}
 
 

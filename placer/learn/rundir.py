@@ -18,8 +18,9 @@ from typing import TYPE_CHECKING, Any, Iterator
 import numpy as np
 
 from graphs import OpGraph, PlacerError
-from graphs.plan import Placement
+from graphs.plan import Placement, checkpoint_blocks
 from placer.learn import checkpoint
+from placer.learn.checkpoint_choice import kept_blocks, prune_blocks
 from placer.learn.config import TrainConfig
 from placer.learn.state import CORRECTED_SEARCH, MODULE_SHARE, MOVE_SEARCH, RunState, is_int
 
@@ -156,6 +157,17 @@ def save_best(path: str, placement: Placement) -> bool:
     return True
 
 
+def save_pruned(path: str, placement: Placement) -> None:
+    """Write the run's best with its checkpointed layers pruned over the file of the same placement (which
+    :func:`save_best` keeps: the same recorded time), not over another one."""
+    try:
+        old = Placement.load(path)
+    except PlacerError:
+        return
+    if old.assignment == placement.assignment and old.param_homes == placement.param_homes:
+        placement.save(path)
+
+
 def run_placement(
     graph: OpGraph,
     devices: list[str],
@@ -166,10 +178,16 @@ def run_placement(
     meta: dict[str, Any],
     planner: Any = None,
     codes: Any = None,
+    blocks: list[str] | None = None,
+    prune_evals: int = 0,
 ) -> Placement:
     """A placement of the run as a file: ``meta`` plus the run's settings, under ``--env sim`` with the issue
     order ``planner`` (a SimEnv; None for a measured run) chooses for it (``issue_order``, and its eager time
     ``issue_order_step_time_s``).
+
+    ``blocks``: the layers the run checkpoints where a placement keeps them whole (``--checkpointing``): the file
+    checkpoints those it can in its order (``checkpoint``), and with ``prune_evals`` turns off those whose second
+    forward does not pay (:func:`placer.learn.checkpoint_choice.prune_blocks`; ``meta["checkpoint_pruned"]``).
 
     ``codes``: the run's home codes (``--homes``; :class:`placer.learn.home_moves.HomeCodes`): ``op_devices`` are
     codes, and the file carries the parameter homes they name. The order is chosen on the ops' devices (as memory,
@@ -188,14 +206,26 @@ def run_placement(
     }
     if config.ranks:  # scored across processes: what `placer run --nproc-per-node` runs
         meta["ranks"] = True
-    order = None
+    order, kept = None, []
     if planner is not None:
         order, how, step_s = planner.plan_order(np.asarray(op_devices))
-        if homes is not None and (homes >= 0).any():
-            timed = planner.with_executor("eager").batch(np.asarray(op_devices)[None], order, homes=homes[None])
+        kept = kept_blocks(planner, graph, blocks or [], np.asarray(op_devices), homes, order)
+        in_node_order = kept_blocks(planner, graph, blocks or [], np.asarray(op_devices), homes, None)
+        if len(in_node_order) > len(kept):  # the planned order interleaves a layer the run checkpointed: node order
+            order, how, kept = None, "node", in_node_order
+        if kept and prune_evals > 0:
+            eager = planner.with_executor("eager")
+            pruned, _, _, used = prune_blocks(eager, graph, np.asarray(op_devices), homes, kept, prune_evals, order)
+            meta["checkpoint_pruned"] = {"from": len(kept), "to": len(pruned), "evals": used}
+            kept = pruned
+        if (homes is not None and (homes >= 0).any()) or blocks:  # its time with what the file carries
+            ck = checkpoint_blocks(graph, kept)[None] if kept else None
+            timed = planner.with_executor("eager").batch(
+                np.asarray(op_devices)[None], order, homes=None if homes is None else homes[None], checkpoint=ck
+            )
             step_s = float(timed[0][0])
         meta.update(issue_order=how, issue_order_step_time_s=step_s)
-    return Placement.from_indices(
+    placement = Placement.from_indices(
         graph,
         devices,
         op_devices,
@@ -208,6 +238,8 @@ def run_placement(
         inflight=config.inflight,
         schedule=config.schedule,
     )
+    placement.checkpoint = kept
+    return placement
 
 
 #: ``found_by`` of a run's best -> the method its file names, its true finder (``heuristic:<name>`` names itself).
@@ -241,8 +273,11 @@ def run_best_placement(
     run: RunState,
     planner: Any = None,
     codes: Any = None,
+    blocks: list[str] | None = None,
+    prune_evals: int = 0,
 ) -> Placement:
-    """The run's best as a placement file: under ``--env sim`` with the issue order chosen for it.
+    """The run's best as a placement file: under ``--env sim`` with the issue order chosen for it (``blocks``,
+    ``prune_evals``: :func:`run_placement`).
 
     Its method is its true finder (:func:`finder_method`): ``rl:<policy>`` for a
     policy's sample or greedy decoding, ``moves:critic`` (``moves:uniform``) for
@@ -262,7 +297,9 @@ def run_best_placement(
         "algo": config.algo,
     }
     method = finder_method(run.best_found_by, config)
-    return run_placement(graph, devices, cluster, config, run.best_indices, method, meta, planner, codes)
+    return run_placement(
+        graph, devices, cluster, config, run.best_indices, method, meta, planner, codes, blocks, prune_evals
+    )
 
 
 def check_compatible(saved: dict, config: TrainConfig, graph: OpGraph, devices: list[str], logdir: str = "") -> None:
@@ -297,11 +334,13 @@ def adopt_newer_best(
     score: CachedScorer,
     config: TrainConfig | None = None,
     codes: Any = None,
+    blocks: list[str] | None = None,
 ) -> None:
     """A best found after the last checkpoint (then SIGKILL) survives in best_placement.json.
 
     ``codes``: the run's home codes (``--homes``): the file's homes are read back into codes; without them, a file
-    with homes apart is not this run's."""
+    with homes apart is not this run's. ``blocks``: the layers the run checkpoints (``--checkpointing``); without
+    them, a file with checkpointed layers is not this run's."""
     path = os.path.join(logdir, BEST_NAME)
     if not os.path.exists(path):
         return
@@ -311,6 +350,8 @@ def adopt_newer_best(
         homes = saved_best.home_indices(graph, devices)
     except PlacerError:
         return
+    if saved_best.checkpoint and not blocks:
+        return  # a plan with checkpointed layers: this run's scorer keeps every activation
     if (homes >= 0).any():
         if codes is None:
             return

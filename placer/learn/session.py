@@ -27,12 +27,13 @@ from envs.sim.ranks import RankSim
 from graphs import OpGraph
 from graphs.plan import Placement
 from placer.learn import checkpoint
+from placer.learn.checkpoint_choice import CheckpointScorer
 from placer.learn.config import TrainConfig
 from placer.learn.home_moves import HomeCodeScorer
 from placer.learn.progress import Progress, ms
 from placer.learn.run_heuristics import score_heuristics
-from placer.learn.run_scorers import CachedScorer, home_codes, rank_sim, reference_time
-from placer.learn.rundir import BEST_NAME, adopt_newer_best, run_best_placement, save_best
+from placer.learn.run_scorers import CachedScorer, checkpointing_blocks, home_codes, rank_sim, reference_time
+from placer.learn.rundir import BEST_NAME, adopt_newer_best, run_best_placement, save_best, save_pruned
 from placer.learn.state import RunState, TrainResult
 
 
@@ -59,7 +60,10 @@ class Session:
         self.devices = list(cluster.device_names)
         # with home moves (--homes), a placement is a code per op (placer.learn.home_moves): scored with its homes
         self.codes = home_codes(config, graph, cluster)
-        scoring = env if self.codes is None else HomeCodeScorer(env, self.codes)
+        # with --checkpointing, every placement scored checkpoints the layers it keeps whole (checkpoint_choice)
+        self.blocks = checkpointing_blocks(config, graph, self.codes is not None)
+        base = CheckpointScorer(env, graph, self.blocks) if self.blocks else env
+        scoring = base if self.codes is None else HomeCodeScorer(base, self.codes)
         self.scorer = CachedScorer(scoring, "planned" if config.score_order == "planned" else None)
         # ---- reference times: the reward scale, the heuristics and the lower bound
         setup_start = time.perf_counter()
@@ -70,6 +74,11 @@ class Session:
                 scored_by += ", one stage per rank (--looped allows more)"
         if self.codes is not None:
             scored_by += ", with home moves (layers on the GPU with their parameters on the host; --homes off: none)"
+        if self.blocks:
+            scored_by += (
+                f", its {len(self.blocks)} layers checkpointed where a placement keeps them whole (--checkpointing off:"
+                " none)"
+            )
         progress.phase(
             f"setting up: {graph.name or 'graph'} ({graph.num_ops:,} ops) on {cluster.name}, scored by {scored_by}"
         )
@@ -92,7 +101,7 @@ class Session:
         self.state = RunState(setup_s=time.perf_counter() - setup_start)
         if saved is not None:
             self.state = RunState.from_dict(saved["run"])
-            adopt_newer_best(self.state, logdir, graph, self.devices, self.scorer, config, self.codes)
+            adopt_newer_best(self.state, logdir, graph, self.devices, self.scorer, config, self.codes, self.blocks)
         # placements simulated in the run's earlier sessions (a resumed run), and in this one besides the heuristics'
         # and the scorer's: the simulator's schedules a search reads (the move search's incumbents)
         self.simulated_before, self.heuristics_simulated_before = self.state.simulated, self.state.heuristics_simulated
@@ -220,10 +229,23 @@ class Session:
         return f"iteration {self.state.iteration}, best {self.best_text()}"
 
     # ------------------------------------------------------------------ what the run keeps
-    def best_placement(self) -> Placement:
-        return run_best_placement(
-            self.graph, self.devices, self.cluster, self.config, self.state, self.planner, self.codes
+    def best_placement(self, prune: bool = False) -> Placement:
+        """The run's best as a file; ``prune`` (the run's end): its checkpointed layers that do not pay turned off,
+        each variant a placement simulated (:func:`placer.learn.rundir.run_placement`)."""
+        evals = (len(self.blocks) + 1) * len(self.blocks) if prune else 0
+        placement = run_best_placement(
+            self.graph,
+            self.devices,
+            self.cluster,
+            self.config,
+            self.state,
+            self.planner,
+            self.codes,
+            self.blocks,
+            evals,
         )
+        self.schedules += placement.meta.get("checkpoint_pruned", {}).get("evals", 0)
+        return placement
 
     def save_checkpoint(self, tensors: dict[str, Any]) -> None:
         """The learner's ``tensors`` and the run's state, atomically (:mod:`placer.learn.checkpoint`)."""
@@ -244,7 +266,7 @@ class Session:
         s, h = self.state, self.heuristics
         return TrainResult(
             best_step_time_s=s.best_step_time_s,
-            best_placement=self.best_placement() if s.best_indices is not None else None,
+            best_placement=self.best_placement(prune=True) if s.best_indices is not None else None,
             iterations=s.iteration,
             elapsed_s=s.elapsed_s,
             time_to_best_s=s.time_to_best_s,
@@ -265,12 +287,15 @@ class Session:
             policy_step_time_s=s.policy_step_time_s,
             found_by=s.best_found_by,
             homes_searched=self.codes is not None,
+            checkpointing_searched=bool(self.blocks),
         )
 
     def finish(self, result: TrainResult) -> None:
         """Write the run's best placement (never over a faster one) and ``summary.json``."""
         if result.best_placement is not None:
-            save_best(os.path.join(self.logdir, BEST_NAME), result.best_placement)
+            path = os.path.join(self.logdir, BEST_NAME)
+            if not save_best(path, result.best_placement) and "checkpoint_pruned" in result.best_placement.meta:
+                save_pruned(path, result.best_placement)
         checkpoint.write_json(os.path.join(self.logdir, "summary.json"), result.to_dict())
 
 

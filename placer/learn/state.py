@@ -122,6 +122,7 @@ class TrainResult:
     measured_heuristics: dict[str, float] = field(default_factory=dict)  # --env measured: on the run's workers
     env: str = "sim"  # the scorer of the samples: "sim" or "measured"
     homes_searched: bool = False  # the learner searched parameter homes too (--homes; placer.learn.home_moves)
+    checkpointing_searched: bool = False  # its placements checkpointed layers (--checkpointing; checkpoint_choice)
 
     @property
     def best_heuristic(self) -> tuple[str, float] | None:
@@ -175,4 +176,5 @@ class TrainResult:
             "equal_budget_search": self.equal_budget_search,
             "rematch": self.rematch,
             "homes_searched": self.homes_searched,
+            "checkpointing_searched": self.checkpointing_searched,
         }

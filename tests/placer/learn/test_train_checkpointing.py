@@ -1,0 +1,92 @@
+"""``placer train --checkpointing``: the run's placements checkpoint the layers they keep whole, and its best
+placement file keeps those that pay (placer.learn.run_scorers.checkpointing_blocks, placer.learn.rundir)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+import envs
+import graphs.io
+from graphs import PlacerError
+from graphs.plan import Placement
+from placer.cli import main
+from placer.learn.rundir import BEST_NAME
+from placer.learn.runners import train
+from tests.placer.learn.test_checkpoint_choice import GPU, activation_problem, on_gpu
+from tests.placer.learn.tiny_runs import train_config
+
+
+def tight():
+    """The activation problem on a GPU that holds the plan with every layer checkpointed, not the plain one."""
+    g, big = activation_problem()
+    env = envs.SimEnv(g, big)
+    names = [f"layers.{k}" for k in range(6)]
+    plain, every = env.simulate(on_gpu(g, big)), env.simulate(on_gpu(g, big, names))
+    return activation_problem((plain.peak_bytes["gpu:0"] + every.peak_bytes["gpu:0"]) / 2)
+
+
+def test_a_run_checkpoints_the_layers_that_let_the_model_run_on_the_gpu_and_prunes_the_others(tmp_path):
+    g, cluster = tight()
+    runs = {}
+    for mode in ("on", "off"):
+        config = train_config(tmp_path / mode, algo="moves", iterations=30, heuristics=None, checkpointing=mode)
+        runs[mode] = train(config, graph=g, cluster=cluster)
+    best = Placement.load(str(tmp_path / "on" / "run" / BEST_NAME))
+    assert best.indices(g, cluster.device_names).tolist() == [GPU] * g.num_ops and 0 < len(best.checkpoint) < 6
+    assert best.meta["checkpoint_pruned"]["from"] > len(best.checkpoint)
+    result = envs.SimEnv(g, cluster).simulate(best)  # the file's plan, as placer.apply runs it
+    assert result.ok and result.step_time_s == pytest.approx(best.meta["issue_order_step_time_s"], rel=1e-9)
+    assert runs["on"].checkpointing_searched and not runs["off"].checkpointing_searched
+    # without checkpointing, the plans that fit run layers on the host
+    off = Placement.load(str(tmp_path / "off" / "run" / BEST_NAME))
+    assert not off.checkpoint and runs["off"].best_step_time_s > 5 * result.step_time_s
+
+
+def test_auto_follows_the_homes_and_on_is_refused_where_blocks_cannot_be(tmp_path):
+    g, big = activation_problem()  # fits the GPU: no homes, no checkpointing
+    train(train_config(tmp_path / "roomy", algo="moves", iterations=3, heuristics=None), graph=g, cluster=big)
+    assert not Placement.load(str(tmp_path / "roomy" / "run" / BEST_NAME)).checkpoint
+    for fields, message in (
+        (dict(env="measured"), "--checkpointing on: --env measured"),
+        (dict(ranks=True), "--checkpointing on: --ranks"),
+        (dict(microbatches=2), "--checkpointing on: --microbatches 2"),
+        (dict(executor="dataflow"), "--checkpointing on: --executor dataflow"),
+    ):
+        with pytest.raises(PlacerError, match=message):
+            train_config(tmp_path, checkpointing="on", iterations=1, **fields).validate()
+    g.module_paths = [""] * g.num_ops
+    with pytest.raises(PlacerError, match="--checkpointing on: activation-toy has no repeated list of layers"):
+        train(train_config(tmp_path / "n", algo="moves", iterations=1, checkpointing="on"), graph=g, cluster=big)
+
+
+def test_placer_train_says_what_it_checkpointed(tmp_path, capsys):
+    g, cluster = tight()
+    graph_path, cluster_path = tmp_path / "g.json", tmp_path / "c.json"
+    graphs.io.save(g, str(graph_path))
+    cluster_path.write_text(json.dumps(cluster.to_dict()))
+    argv = ["train", str(graph_path), "--cluster", str(cluster_path), "--iterations", "20", "--no-progress"]
+    assert main([*argv, "--logdir", str(tmp_path / "a"), "--checkpointing", "on"]) == 0
+    out = capsys.readouterr().out
+    assert "checkpointing    " in out and "run their forward again in the backward" in out
+    assert main([*argv, "--logdir", str(tmp_path / "b"), "--checkpointing", "on", "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["checkpointing"]["searched"] and doc["checkpointing"]["blocks"]
+    assert main([*argv, "--logdir", str(tmp_path / "c"), "--checkpointing", "off", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["checkpointing"] == {"searched": False, "blocks": []}
+
+
+def test_a_run_that_keeps_every_activation_does_not_adopt_a_best_file_with_checkpointed_layers(tmp_path):
+    from placer.learn.rundir import adopt_newer_best
+    from placer.learn.state import RunState
+
+    g, big = activation_problem()
+    env = envs.SimEnv(g, big)
+    p = on_gpu(g, big, ["layers.0"])
+    p.meta = {"env": "sim"}
+    p.save(str(tmp_path / BEST_NAME))
+    kept, skipped = RunState(), RunState()
+    adopt_newer_best(kept, str(tmp_path), g, big.device_names, env.step_times, blocks=["layers.0", "layers.1"])
+    adopt_newer_best(skipped, str(tmp_path), g, big.device_names, env.step_times)
+    assert kept.best_indices == [GPU] * g.num_ops and skipped.best_indices is None
