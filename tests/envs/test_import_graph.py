@@ -102,7 +102,7 @@ def test_the_api_kept_on_cluster_is_there():
 #: of ours (an import-order dependency, a cycle entered from its side) fails there; its traceback is printed.
 ISOLATED_IMPORTS = """
 import importlib, json, os, sys, traceback
-for lib in ("numpy", "scipy.optimize", "numba", "torch", "ray"):
+for lib in ("numpy", "scipy.optimize", "numba", "torch", "torch.export", "sympy", "networkx", "ray"):
     try:
         importlib.import_module(lib)
     except ImportError:
