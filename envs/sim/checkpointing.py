@@ -133,33 +133,31 @@ def possible_blocks(
     bad[row[inside][p[inside] != p[row[inside]]]] = True
     if homes is not None:
         bad[row[inside][np.asarray(homes)[inside] >= 0]] = True
-    pos = np.arange(n) if order is None else np.argsort(order)
-    first = np.full(n, n)
-    last = np.full(n, -1)
-    np.minimum.at(first, row[inside], pos[inside])
-    np.maximum.at(last, row[inside], pos[inside])
-    count = np.bincount(row[inside], minlength=n)
-    bad |= (count > 0) & (last - first + 1 != count)
+    bad |= _interleaved(row, order)[0]
     row[inside[bad[row[inside]]]] = -1
     return row
 
 
-def _check_together(env: "SimEnv", row: np.ndarray, order: np.ndarray | None) -> None:
-    """Each block's ops are issued one after the other in ``order`` (what the runtime can wrap)."""
+def _interleaved(row: np.ndarray, order: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
+    """Per block id, whether another op is issued among its ops in ``order`` (None: node order), and the
+    position of each block's first op."""
     n = len(row)
-    pos = np.arange(n) if order is None else np.argsort(order)
     inside = row >= 0
-    if not inside.any():
-        return
+    pos = np.arange(n) if order is None else np.argsort(order)
     first = np.full(n, n)
     last = np.full(n, -1)
     np.minimum.at(first, row[inside], pos[inside])
     np.maximum.at(last, row[inside], pos[inside])
     count = np.bincount(row[inside], minlength=n)
-    spread = np.flatnonzero((count > 0) & (last - first + 1 != count))
-    if len(spread):
-        b = int(spread[0])
-        at = np.arange(first[b], last[b] + 1)
+    return (count > 0) & (last - first + 1 != count), first
+
+
+def _check_together(env: "SimEnv", row: np.ndarray, order: np.ndarray | None) -> None:
+    """Each block's ops are issued one after the other in ``order`` (what the runtime can wrap)."""
+    spread, first = _interleaved(row, order)
+    if spread.any():
+        b = int(np.flatnonzero(spread)[0])
+        at = np.arange(first[b], first[b] + int(np.sum(row == b)) + 1)
         ops = at if order is None else np.asarray(order)[at]
         other = int(next(i for i in ops if row[i] != b))
         raise PlacerError(

@@ -90,3 +90,12 @@ def rate(value: float, unit: str) -> str:
         if value >= scale:
             return f"{value / scale:g} {prefix}{unit}"
     return f"{value:g} {unit}"
+
+
+def first_few(names: list[str], most: int = 3) -> str:
+    """``names`` for one line: the first ``most``, then how many more.
+
+    >>> first_few(["a", "b", "c", "d", "e"])
+    'a, b, c and 2 more'
+    """
+    return ", ".join(names[:most]) + (f" and {len(names) - most} more" if len(names) > most else "")

@@ -220,7 +220,7 @@ def _homes(args: argparse.Namespace, graph: OpGraph, cluster: Any, options: dict
 
 def _say_homes(placement: Placement, graph: OpGraph, cluster: Any, fit: Any) -> None:
     """What the plan homes apart from its ops, and each GPU's simulated peak against its memory."""
-    from placer.cli.output import nbytes
+    from placer.cli.output import first_few, nbytes
 
     peaks = ", ".join(
         f"{d.name} {nbytes(fit.peak_bytes.get(d.name, 0))} of {nbytes(d.memory_bytes)}"
@@ -235,17 +235,12 @@ def _say_homes(placement: Placement, graph: OpGraph, cluster: Any, fit: Any) -> 
     search = placement.meta.get("checkpoint_search")
     if search:  # the two searches, without and with activation checkpointing (placer.learn.offload_plan)
         blocks = placement.checkpoint
-        said = f"{len(blocks)} of {search['with']['of']} layers ({_blocks_line(blocks)})" if blocks else "none"
+        said = f"{len(blocks)} of {search['with']['of']} layers ({first_few(blocks)})" if blocks else "none"
         tried = ", ".join(
             f"{arm} {'fits' if s['fits'] else 'out of memory'} at {s['step_time_s'] * 1e3:.1f} ms"
             for arm, s in search.items()
         )
         print(f"  activations checkpointed: {said}; searched without and with checkpointing: {tried}")
-
-
-def _blocks_line(blocks: list[str], most: int = 3) -> str:
-    """``blocks`` for one line: the first ``most``, then how many more."""
-    return ", ".join(blocks[:most]) + (f" and {len(blocks) - most} more" if len(blocks) > most else "")
 
 
 def _learned(args: argparse.Namespace, graph: OpGraph, cluster: Any, options: dict[str, Any]) -> Placement:

@@ -381,9 +381,10 @@ def _checkpointing_line(doc: dict) -> str | None:
     blocks = ck["blocks"]
     if not blocks:
         return "checkpointing    none: the best placement keeps every activation (checkpointed layers searched)"
-    shown = ", ".join(blocks[:3]) + (f" and {len(blocks) - 3} more" if len(blocks) > 3 else "")
+    from placer.cli.output import first_few
+
     return (
-        f"checkpointing    {len(blocks)} layer{'s' if len(blocks) != 1 else ''} ({shown}) run "
+        f"checkpointing    {len(blocks)} layer{'s' if len(blocks) != 1 else ''} ({first_few(blocks)}) run "
         f"{'its' if len(blocks) == 1 else 'their'} forward again in the backward (placer.apply runs them)"
     )
 

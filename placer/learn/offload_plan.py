@@ -93,10 +93,10 @@ def plan_with_homes(
         op_devices,
         cluster=cluster.name,
         method="move_search_homes" if homes else "move_search",
-        meta={"evals": spent, "search_s": 0.0, "seed": seed, "headroom": headroom, **meta},
+        meta={"evals": spent, "seed": seed, "headroom": headroom, **meta},
         homes=found_homes,
     )
     placement.checkpoint = kept
-    placement.meta["step_time_s"] = env.simulate(placement).extra["sim_step_time_s"]
+    placement.meta["step_time_s"] = env.simulate(placement).extra["sim_step_time_s"]  # with its homes and blocks
     placement.meta["search_s"] = time.perf_counter() - t0
     return placement
