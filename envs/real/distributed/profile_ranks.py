@@ -247,7 +247,10 @@ def fit_pipeline(
     """``rates`` fitted to pipeline compute: each sample ``(ops, M, seconds)`` is one rank's forward and backward
     seconds per step running ``ops`` over M microbatches. Least squares with both numbers >= 0 (scipy's ``nnls``):
     ``seconds = scale * work + per_op * launches`` (:func:`_roofline_parts`); the rates are the microbenchmarks'
-    over ``scale``, the per-op cost ``per_op``. None where the fit gives no positive scale.
+    over ``scale``, the per-op cost ``per_op``. Where that fit gives no positive scale (a small model, whose steps
+    are mostly per-op cost, measured on a busy machine: the microbatched step came out more than M times the whole
+    one), one factor scales the microbenchmarks' three rates together, fitted to the same samples, as
+    :func:`calibrate` does with one step. None only where no sample took time.
 
     >>> from graphs import OpGraph
     >>> g = OpGraph.from_edges(["a", "b"], [("a", "b", 8)], flops=[2e9, 6e9])
@@ -258,6 +261,12 @@ def fit_pipeline(
     >>> r = fit_pipeline(g, base, samples)
     >>> round(r["flops_per_s"] / 1e9, 6), round(r["launch_overhead_s"] * 1e3, 6)
     (0.5, 1.0)
+    >>> # the run over 8 microbatches 10x the whole one: the per-op cost alone is the fit, so one factor c scales
+    >>> # all three rates (the FLOP rate over c, about (6 * 6 + 6 * 60) / (6 * 6 + 6 * 6); the per-op cost times c)
+    >>> base = {"flops_per_s": 1e9, "mem_bw_bytes_per_s": 1e15, "launch_overhead_s": 0.001}
+    >>> r = fit_pipeline(g, base, [([0], 1, 6.0), ([0], 8, 60.0)])
+    >>> round(1e9 / r["flops_per_s"], 3), round(r["flops_per_s"] * r["launch_overhead_s"] / 1e6, 6)
+    (5.495, 1.0)
     """
     from scipy.optimize import nnls
 
@@ -267,9 +276,15 @@ def fit_pipeline(
         seconds.append(float(measured_s))
     if not rows:
         return None
-    (scale, per_op), _ = nnls(np.array(rows, dtype=np.float64), np.array(seconds, dtype=np.float64))
+    parts, measured = np.array(rows, dtype=np.float64), np.array(seconds, dtype=np.float64)
+    (scale, per_op), _ = nnls(parts, measured)
     if not scale > 0:
-        return None
+        # one factor c for all three rates: seconds = c * (work + per-op cost * launches), least squares
+        whole = parts[:, 0] + float(rates["launch_overhead_s"]) * parts[:, 1]
+        factor = float(whole @ measured) / float(whole @ whole) if float(whole @ whole) > 0 else 0.0
+        if not factor > 0:
+            return None
+        scale, per_op = factor, float(rates["launch_overhead_s"]) * factor
     return {
         "flops_per_s": float(rates["flops_per_s"] / scale),
         "mem_bw_bytes_per_s": float(rates["mem_bw_bytes_per_s"] / scale),

@@ -41,7 +41,7 @@ TINY = textwrap.dedent(
 
     def build():
         torch.manual_seed(0)
-        return Tiny(), (torch.randn(64, 256),)
+        return Tiny(), (torch.randn(256, 256),)
     """
 )
 
