@@ -51,6 +51,11 @@ class HomeCodes:
     def num_codes(self) -> int:
         return self.num_devices + len(self.gpus)
 
+    @property
+    def has_homes(self) -> bool:
+        """Codes that name homes (:class:`placer.learn.checkpoint_moves.BlockCodes` may not)."""
+        return True
+
     def decode(self, codes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """``(op_devices, homes)`` of codes (``[n]`` or ``[K, n]``); ``homes``: the host, -1 for an op's own device."""
         codes = np.asarray(codes, dtype=np.int64)
@@ -103,8 +108,9 @@ class HomeCodes:
 
 
 class HomeCodeScorer:
-    """A simulator scoring codes (:class:`HomeCodes`): ``step_times``/``overflow``/``schedule`` of the decoded
-    placements with their homes; everything else is the simulator's own.
+    """A simulator scoring codes (:class:`HomeCodes`, or :class:`placer.learn.checkpoint_moves.BlockCodes`):
+    ``step_times``/``overflow``/``schedule`` of the decoded placements with their homes (and checkpointed blocks);
+    everything else is the simulator's own.
 
     The incumbent's schedule (the critic's features of ordinary moves) is simulated without its homes.
     """
@@ -126,7 +132,11 @@ class HomeCodeScorer:
 
     def _batch(self, op_devices: np.ndarray, order: Any, *, overflow: bool):
         decoded, homes = self.codes.decode(op_devices)
-        return self.env.batch(decoded.astype(np.int32), order, overflow=overflow, homes=homes)
+        homes = homes if self.codes.has_homes else None
+        blocks = {}
+        if hasattr(self.codes, "checkpoint"):  # codes with checkpoint bits (placer.learn.checkpoint_moves)
+            blocks = {"checkpoint": self.codes.checkpoint(op_devices), "checkpoint_where_possible": True}
+        return self.env.batch(decoded.astype(np.int32), order, overflow=overflow, homes=homes, **blocks)
 
     def schedule(self, op_devices: np.ndarray, order: Any = None) -> Any:
         return self.env.schedule(self.codes.decode(op_devices)[0].astype(np.int32), order)

@@ -29,6 +29,12 @@ on the host (or bring them back onto its GPU), and the start competes with every
 on the first GPU, homed; the twins' moves are drawn uniformly and the critic neither
 ranks nor learns from them. Off by default.
 
+``checkpoint_moves=True`` (with ``checkpoint``, the candidate layers) adds *checkpoint moves*
+(:mod:`placer.learn.checkpoint_moves`): one more level whose moves turn one layer's activation
+checkpointing on or off, drawn uniformly like the home moves; the other moves keep each op's
+choice. Without it, ``checkpoint`` checkpoints every candidate in every placement that keeps it
+whole (:class:`placer.learn.checkpoint_choice.CheckpointScorer`).
+
 Every placement simulated counts against ``max_evals`` (the start's draws, the
 moves, the kicks); ``time_budget_s`` stops the run between batches
 (:mod:`placer.learn.search_budget`).
@@ -46,6 +52,7 @@ import torch
 from envs.cluster import Cluster
 from graphs import OpGraph, PlacerError
 from placer.learn.checkpoint_choice import CheckpointScorer
+from placer.learn.checkpoint_moves import BlockCodes
 from placer.learn.home_moves import HomeCodes, HomeCodeScorer
 from placer.learn.search_budget import OOM_FACTOR, BudgetScorer, BudgetSpent, SearchBudget, SearchCurve
 from placer.learn.state import MODULE_SHARE
@@ -143,6 +150,9 @@ class MoveSearchOptions:
     checkpoint: list[str] | None = None
     """blocks (module paths) checkpointed in every placement that keeps them whole on one device
     (:class:`placer.learn.checkpoint_choice.CheckpointScorer`); needs the simulator as scorer. None: none."""
+    checkpoint_moves: bool = False
+    """``checkpoint``'s blocks chosen by moves instead (:mod:`placer.learn.checkpoint_moves`; the module docstring):
+    each placement checkpoints the blocks its codes turn on; the search starts with none on (and tries all on)."""
 
 
 @dataclass
@@ -158,6 +168,9 @@ class MoveSearchResult:
     levels: list[str]
     homes: np.ndarray | None = None
     """per op, the host device index its parameters are homed on, -1 for its own device (None: no home moves)."""
+    checkpoint: list[str] | None = None
+    """with checkpoint moves, the blocks the best placement turns on (each checkpointed where the placement keeps it
+    whole, :func:`placer.learn.checkpoint_choice.kept_blocks`); None: no checkpoint moves."""
 
 
 class Replay:
@@ -224,7 +237,7 @@ class MoveSearch:
             or not 0 <= o.module_share < 1
         ):
             raise PlacerError(f"move search: bad options {o}")
-        if o.checkpoint:
+        if o.checkpoint and not o.checkpoint_moves:
             env = CheckpointScorer(env, graph, o.checkpoint)
         self.graph, self.cluster, self.env, self.order = graph, cluster, env, order
         self.levels = levels if levels is not None else item_levels(graph)
@@ -240,13 +253,27 @@ class MoveSearch:
         self.tries, self.hits = np.zeros(2, dtype=np.int64), np.zeros(2, dtype=np.int64)  # [uniform, ranked] moves
         self.schedules = 0  # incumbents' schedules simulated for the features
         self.devices = candidate_devices(cluster, "auto", graph)  # the GPUs, the host too if they cannot hold it
-        # with home moves, placements are codes (placer.learn.home_moves) and each level has a twin of home moves
-        # an env that scores codes itself (a training run's scorer, placer.learn.session.RunScorer) names its own
-        self.codes = getattr(env, "home_codes", None) if o.homes else None
-        if o.homes and self.codes is None:
-            self.codes = HomeCodes(graph, cluster, cluster.gpu_indices())
+        # with home moves, placements are codes (placer.learn.home_moves) and each level has a twin of home moves;
+        # with checkpoint moves, codes with a bit per op (placer.learn.checkpoint_moves) and one more level last.
+        # An env that scores codes itself (a training run's scorer, placer.learn.session.RunScorer) names its own
+        coded = o.homes or o.checkpoint_moves
+        self.codes = getattr(env, "home_codes", None) if coded else None
+        if coded and self.codes is None:
+            homes = HomeCodes(graph, cluster, cluster.gpu_indices()) if o.homes else None
+            self.codes = (
+                BlockCodes(graph, o.checkpoint or [], homes, cluster.num_devices) if o.checkpoint_moves else homes
+            )
             self.env = HomeCodeScorer(env, self.codes)
-        self.num_levels = len(self.levels) * (2 if o.homes else 1)
+        self.blocks = self.codes if isinstance(self.codes, BlockCodes) else None
+        if o.checkpoint_moves and self.blocks is None:
+            raise PlacerError("move search: checkpoint moves need the blocks (options.checkpoint)")
+        self.home_levels = len(self.levels) if o.homes else 0
+        self.num_levels = len(self.levels) + self.home_levels + (self.blocks is not None)
+        # the levels in the order the descent visits them: the block level (last index) first, a few moves that
+        # decide what fits, then the item levels coarse to fine, then their home twins
+        self.sequence = list(range(self.num_levels))
+        if self.blocks is not None:
+            self.sequence = self.sequence[-1:] + self.sequence[:-1]
 
     # ------------------------------------------------------------------ the loop
     def run(
@@ -280,7 +307,8 @@ class MoveSearch:
         self.t0 = time.perf_counter()
         deadline = self.t0 + time_budget_s if time_budget_s is not None else None
         self.budget = SearchBudget(self.env, max_evals, deadline, self.order)
-        self.stale = self.exhausted = self.kicks = self.rounds = self.version = self.level = self.accepted = 0
+        self.stale = self.exhausted = self.kicks = self.rounds = self.version = self.accepted = 0
+        self.level = self.sequence[0]
         self.module_evals = 0
         self._scheduled: tuple[int | None, Any] = (None, None)
         self._tried_keys: set[float] = set()  # the placements tried from the incumbent (by their move's key)
@@ -302,10 +330,11 @@ class MoveSearch:
         while self.stale >= self.options.patience or not len(untried):
             self.stale, self.exhausted = 0, self.exhausted + 1
             if self.exhausted < self.num_levels:
-                self.level = (self.level + 1) % self.num_levels  # the next level, same incumbent
+                self.level = self._next_level(self.level)  # the next level, same incumbent
             else:  # a local optimum at every level: kick the best
                 self.op_devices, self.cost = self._kick()
-                self.kicks, self.exhausted, self.level, self.version = self.kicks + 1, 0, 0, self.version + 1
+                self.kicks, self.exhausted, self.version = self.kicks + 1, 0, self.version + 1
+                self.level = self.sequence[0]
             self.cand = self._candidates(self.op_devices, self.cost)
             untried = np.flatnonzero(~self.cand.tried)
         cand = self.cand
@@ -340,6 +369,9 @@ class MoveSearch:
         Where none does (one device), the rounds would find nothing to try and kick for ever."""
         return self.cluster.num_devices > 1 or self.codes is not None
 
+    def _next_level(self, level: int) -> int:
+        return self.sequence[(self.sequence.index(level) + 1) % self.num_levels]
+
     def _accepts(self, cost: float) -> bool:
         """Whether to move to a slower placement of ``cost`` (Metropolis at the cooled temperature; never when off)."""
         if self.options.accept <= 0 or not np.isfinite(cost):
@@ -359,9 +391,12 @@ class MoveSearch:
         b = self.budget
         if b.best_op_devices is None:
             raise PlacerError("move search: the budget does not allow simulating the start")
-        op_devices, homes = b.best_op_devices, None
+        op_devices, homes, blocks = b.best_op_devices, None, None
+        if self.blocks is not None:
+            blocks = self.blocks.names(op_devices)
         if self.codes is not None:
             op_devices, homes = self.codes.decode(op_devices)
+            homes = homes if self.home_levels else None
         return MoveSearchResult(
             op_devices.astype(np.int32),
             b.best_cost / OOM_FACTOR if b.best_oom else b.best_cost,
@@ -373,6 +408,7 @@ class MoveSearch:
             self.kicks,
             [lv.name for lv in self.levels],
             homes,
+            blocks,
         )
 
     # ------------------------------------------------------------------ the parts
@@ -429,10 +465,14 @@ class MoveSearch:
             op_devices.append(self.devices[self.rng.integers(0, len(self.devices), size=self.levels[0].num_items)][g])
         if not op_devices and self.budget.best_op_devices is None:
             op_devices.append(np.full(self.graph.num_ops, self.devices[0], dtype=np.int64))
-        if self.codes is not None:  # everything on the first GPU, homed on the host (its code: the first after D)
+        if self.home_levels:  # everything on the first GPU, homed on the host (its code: the first after D)
             op_devices.append(np.full(self.graph.num_ops, self.codes.num_devices, dtype=np.int64))
         if op_devices:
             self.budget.score(np.stack(op_devices))
+        if self.blocks is not None:  # each start with every block on competes too
+            rows = np.stack(op_devices) if op_devices else self.budget.best_op_devices[None].astype(np.int64)
+            every = np.where(self.blocks.block >= 0, self.blocks.base(rows) + self.blocks.width, rows)
+            self.budget.score(every)
         return self.budget.best_op_devices.astype(np.int64), float(self.budget.best_cost)
 
     def _candidates(self, op_devices: np.ndarray, cost: float) -> "_Candidates":
@@ -440,7 +480,10 @@ class MoveSearch:
         count as tried."""
         if self._tried_version != self.version:
             self._tried_keys, self._tried_version = set(), self.version
-        if self.level >= len(self.levels):  # a home level: the twin of an item level
+        if self.level >= len(self.levels) + self.home_levels:  # the block level: a layer's checkpointing flipped
+            items, devices, keys = self.blocks.block_moves(op_devices)
+            feats = np.zeros((len(items), NUM_FEATURES), dtype=np.float32)
+        elif self.level >= len(self.levels):  # a home level: the twin of an item level
             lv = self.levels[self.level - len(self.levels)]
             items, devices, keys = self.codes.moves(lv.op_group, lv.num_items, op_devices)
             feats = np.zeros((len(items), NUM_FEATURES), dtype=np.float32)
@@ -455,10 +498,14 @@ class MoveSearch:
     def _apply(self, op_devices: np.ndarray, cand: "_Candidates", pick: np.ndarray) -> np.ndarray:
         """``op_devices`` with each picked move applied, one row per move."""
         moved = np.repeat(op_devices[None], len(pick), axis=0)
+        if cand.level >= len(self.levels) + self.home_levels:  # the block level
+            for r, j in enumerate(pick):
+                moved[r] = self.blocks.flip(op_devices, int(cand.item[j]))
+            return moved
         lv = self.levels[cand.level % len(self.levels)]  # a home level moves its twin's items
         for r, j in enumerate(pick):
             moved[r, lv.op_group == cand.item[j]] = cand.device[j]
-        return moved
+        return moved if self.blocks is None else self.blocks.keep_bits(moved, op_devices[None])
 
     def _schedule(self, op_devices: np.ndarray, version: int) -> Any:
         """The incumbent's simulated schedule (cached per incumbent; counted as a simulated placement)."""
@@ -509,7 +556,8 @@ class MoveSearch:
             self.optimizer.step()
 
     def _kick(self) -> tuple[np.ndarray, float]:
-        """The best placement with ``kick`` random items of a random coarse level moved to random devices.
+        """The best placement with ``kick`` random items of a random coarse level moved to random devices (with
+        checkpoint moves, one block's checkpointing flipped too).
 
         A kick the scorer refuses (an infinite step, e.g. more than one stage per rank) is drawn again, up to
         :data:`KICK_TRIES` times; then the search goes on from the best placement itself.
@@ -517,9 +565,14 @@ class MoveSearch:
         coarse = [k for k, lv in enumerate(self.levels) if lv.num_items <= 64] or [0]
         for _ in range(KICK_TRIES):
             lv = self.levels[int(self.rng.choice(coarse))]
-            op_devices = self.budget.best_op_devices.astype(np.int64)
+            best = self.budget.best_op_devices.astype(np.int64)
+            op_devices = best.copy()
             for g in self.rng.choice(lv.num_items, size=min(self.options.kick, lv.num_items), replace=False):
                 op_devices[lv.op_group == g] = self.devices[self.rng.integers(0, len(self.devices))]
+            if self.blocks is not None:  # the moved ops keep their blocks' choice; one block flipped at random
+                op_devices = self.blocks.flip(
+                    self.blocks.keep_bits(op_devices, best), int(self.rng.integers(0, len(self.blocks.first)))
+                )
             costs, _ = self.budget.score(op_devices[None])
             if np.isfinite(costs[0]):
                 return op_devices, float(costs[0])
