@@ -48,7 +48,9 @@ def add_command(sub: argparse._SubParsersAction) -> None:
         "choosing, with the op placement, which parameters live on the host with their gradients and Adam state "
         "while their ops run on the GPU: for a model whose training state does not fit the GPUs; --option "
         "evals=N simulated placements, default 2000; --option headroom=F of each device's memory planned, default "
-        "0.9); default single",
+        "0.9; --option checkpoint=on|off|moves: the layers whose activations are computed again in the backward: "
+        "the faster of two searches, one choosing them by moves and one with every layer then pruned (on, default), "
+        "none (off), or the first search alone (moves)); default single",
     )
     p.add_argument(
         "--policy-file",
@@ -200,10 +202,12 @@ def _homes(args: argparse.Namespace, graph: OpGraph, cluster: Any, options: dict
 
     unknown = sorted(set(options) - {"evals", "headroom", "checkpoint"})
     if unknown:
-        raise PlacerError(f"--option {unknown[0]}: --method homes takes evals=N, headroom=F and checkpoint=on|off")
+        raise PlacerError(
+            f"--option {unknown[0]}: --method homes takes evals=N, headroom=F and checkpoint=on|off|moves"
+        )
     checkpoint = options.get("checkpoint", "on")
-    if checkpoint not in ("on", "off"):
-        raise PlacerError(f"--option checkpoint={checkpoint}: must be on or off")
+    if checkpoint not in ("on", "off", "moves"):
+        raise PlacerError(f"--option checkpoint={checkpoint}: must be on, off or moves")
     evals = options.get("evals", 2000)
     check_int(evals, "--option evals", least=1, most=10**7)
     headroom = options.get("headroom", MEMORY_HEADROOM)
@@ -212,7 +216,13 @@ def _homes(args: argparse.Namespace, graph: OpGraph, cluster: Any, options: dict
     if "cpu:0" not in cluster.device_names:
         raise PlacerError(f"--method homes: cluster {cluster.name} has no host (cpu:0) to home parameters on")
     placement = plan_with_homes(
-        graph, cluster, evals=evals, seed=args.seed, headroom=float(headroom), checkpoint=checkpoint == "on"
+        graph,
+        cluster,
+        evals=evals,
+        seed=args.seed,
+        headroom=float(headroom),
+        checkpoint=checkpoint != "off",
+        checkpoint_by="moves" if checkpoint == "moves" else "both",
     )
     placement.meta["issue_order"] = "node"  # the search scores node order; the file carries no other
     return placement
@@ -233,14 +243,17 @@ def _say_homes(placement: Placement, graph: OpGraph, cluster: Any, fit: Any) -> 
         f"{placement.meta['evals']} placements simulated in {placement.meta['search_s']:.1f} s"
     )
     search = placement.meta.get("checkpoint_search")
-    if search:  # the two searches, without and with activation checkpointing (placer.learn.offload_plan)
-        blocks = placement.checkpoint
-        said = f"{len(blocks)} of {search['with']['of']} layers ({first_few(blocks)})" if blocks else "none"
+    blocks = placement.checkpoint
+    if search:  # the searches (placer.learn.offload_plan): layers chosen by moves; every layer, then pruned
+        of = next(iter(search.values()))["of"]
+        said = f"{len(blocks)} of {of} layers ({first_few(blocks)})" if blocks else f"none of {of} layers"
+        names = {"moves": "layers chosen by moves", "every": "every layer then pruned"}
         tried = ", ".join(
-            f"{arm} {'fits' if s['fits'] else 'out of memory'} at {s['step_time_s'] * 1e3:.1f} ms"
+            f"{names[arm]} {'fits' if s['fits'] else 'out of memory'} at {s['step_time_s'] * 1e3:.1f} ms "
+            f"({s['blocks']} layers)"
             for arm, s in search.items()
         )
-        print(f"  activations checkpointed: {said}; searched without and with checkpointing: {tried}")
+        print(f"  activations checkpointed: {said}; searched: {tried}")
 
 
 def _learned(args: argparse.Namespace, graph: OpGraph, cluster: Any, options: dict[str, Any]) -> Placement:

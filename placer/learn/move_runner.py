@@ -35,14 +35,16 @@ from placer.learn.session import RunScorer, Session, add_scalars, device_share
 from placer.learn.state import MOVE_SEARCH
 
 
-def search_options(config: TrainConfig, homes: bool = False) -> MoveSearchOptions:
+def search_options(config: TrainConfig, homes: bool = False, blocks: bool = False) -> MoveSearchOptions:
     """The move search's options a run's config asks for: its proposals, the critic it starts from, fine-tuned or
-    not; ``homes``: with home moves (the run's, :func:`placer.learn.run_scorers.home_codes`)."""
+    not; ``homes``: with home moves (the run's, :func:`placer.learn.run_scorers.home_codes`); ``blocks``: with
+    checkpoint moves (the run's codes, :mod:`placer.learn.checkpoint_moves`)."""
     return MoveSearchOptions(
         proposals=config.proposals,
         critic=None if config.critic == "fresh" else config.critic,
         fine_tune=config.fine_tune_critic,
         homes=homes,
+        checkpoint_moves=blocks,
     )
 
 
@@ -75,7 +77,7 @@ class MoveRunner:
             session.graph,
             session.cluster,
             RunScorer(session, MOVE_SEARCH),
-            options=search_options(c, homes=session.codes is not None),
+            options=search_options(c, homes=session.homes_searched, blocks=session.block_moves),
             seed=c.seed,
             order=session.scorer.order,
         )

@@ -23,7 +23,7 @@ import time
 from typing import Any
 
 import envs
-from graphs import OpGraph
+from graphs import OpGraph, PlacerError
 from graphs.plan import Placement
 from placer.learn.checkpoint_choice import candidate_blocks, kept_blocks, prune_blocks
 from placer.learn.move_search import MoveSearch, MoveSearchOptions
@@ -32,6 +32,9 @@ from placer.methods.heuristics.costs import MEMORY_HEADROOM
 
 #: The fewest placements each of the two searches gets before ``plan_with_homes`` splits its budget.
 MIN_ARM_EVALS = 100
+#: How ``plan_with_homes`` chooses the checkpointed layers: "both", two searches (one whose moves turn each layer on
+#: or off, :mod:`placer.learn.checkpoint_moves`; one with every layer, then pruned); "moves", the first alone.
+CHECKPOINT_BY = ("both", "moves")
 
 
 def with_headroom(cluster: Any, headroom: float) -> Any:
@@ -51,49 +54,104 @@ def plan_with_homes(
     homes: bool = True,
     headroom: float = MEMORY_HEADROOM,
     checkpoint: bool = True,
+    checkpoint_by: str = "both",
 ) -> Placement:
     """The move search's best plan in ``evals`` simulated placements, with home moves (``homes`` False: the op
     placement only, the same search otherwise), within ``headroom`` of each device's memory; ``meta`` records the
     search's budget, seconds and headroom.
 
     ``checkpoint`` (and a model with a repeated list of layers,
-    :func:`placer.learn.checkpoint_choice.candidate_blocks`): the budget is split in two searches from the same
-    start, one without activation checkpointing and one with every layer checkpointed where a placement keeps it
-    whole, whose best then turns off the layers that do not pay (:func:`placer.learn.checkpoint_choice.prune_blocks`,
-    within its half); the faster plan is returned, with its ``checkpoint`` blocks. ``meta["checkpoint_search"]``:
-    each search's simulated step time and whether it fits.
+    :func:`placer.learn.checkpoint_choice.candidate_blocks`): the plan checkpoints layers too, chosen by
+    ``checkpoint_by`` (:data:`CHECKPOINT_BY`):
+
+    * "both" (the default): the budget is split in two searches from the same start, and the faster plan returned.
+      One chooses the layers by moves (:mod:`placer.learn.checkpoint_moves`: each move turns one layer on or off).
+      The other checkpoints every layer wherever a placement keeps it whole, and its best then turns off the layers
+      that do not pay (:func:`placer.learn.checkpoint_choice.prune_blocks`, within its half): it finds what one layer
+      at a time cannot, layers checkpointed so that weights can stay on the GPU (BENCHMARKS.md, "Checkpoint moves").
+      ``meta["checkpoint_search"]``: each search's simulated step time, whether it fits, and its layers;
+    * "moves": the first of those alone, on the whole budget.
     """
+    if checkpoint_by not in CHECKPOINT_BY:
+        raise PlacerError(f"plan_with_homes: checkpoint_by {checkpoint_by!r}: one of {', '.join(CHECKPOINT_BY)}")
     t0 = time.perf_counter()
     room = with_headroom(cluster, headroom)  # the same devices, names and links
     env = envs.SimEnv(graph, room)
-    blocks = candidate_blocks(graph) if checkpoint and evals >= 2 * MIN_ARM_EVALS else []
-    r = MoveSearch(graph, room, env, options=MoveSearchOptions(homes=homes), seed=seed).run(
-        max_evals=evals // 2 if blocks else evals
-    )
-    found = (r.op_devices, r.homes, [])
-    spent, meta = r.evals, {}
-    if blocks:
-        left = evals - r.evals
+    blocks = candidate_blocks(graph) if checkpoint else []
+    if not blocks:
+        r = MoveSearch(graph, room, env, options=MoveSearchOptions(homes=homes), seed=seed).run(max_evals=evals)
+        return _plan(graph, cluster, env, r.op_devices, r.homes, [], homes, {"evals": r.evals}, seed, headroom, t0)
+    both = checkpoint_by == "both" and evals >= 2 * MIN_ARM_EVALS
+    moved = _by_moves(graph, room, env, blocks, evals // 2 if both else evals, seed, homes)
+    found, spent = moved, moved["evals"]
+    meta: dict[str, Any] = {"checkpoint_search": {"moves": _arm(moved, blocks)}}
+    if both:
+        left = evals - spent
         prune = min(left // 4, (len(blocks) + 1) * len(blocks))
         options = MoveSearchOptions(homes=homes, checkpoint=blocks)
         c = MoveSearch(graph, room, env, options=options, seed=seed).run(max_evals=left - prune)
         kept = kept_blocks(env, graph, blocks, c.op_devices, c.homes)
         kept, step_s, oom, used = prune_blocks(env, graph, c.op_devices, c.homes, kept, prune)
+        every = {"op_devices": c.op_devices, "homes": c.homes, "blocks": kept, "step_s": step_s, "oom": oom}
         spent += c.evals + used
-        meta["checkpoint_search"] = {
-            "without": {"step_time_s": r.step_time_s, "fits": not r.oom},
-            "with": {"step_time_s": step_s, "fits": not oom, "blocks": len(kept), "of": len(blocks)},
-        }
-        if step_s * (OOM_FACTOR if oom else 1.0) < r.step_time_s * (OOM_FACTOR if r.oom else 1.0):
-            found = (c.op_devices, c.homes, kept)
-    op_devices, found_homes, kept = found
+        meta["checkpoint_search"]["every"] = _arm(every, blocks)
+        if _cost(every) < _cost(moved):
+            found = every
+    meta["evals"] = spent
+    return _plan(
+        graph, cluster, env, found["op_devices"], found["homes"], found["blocks"], homes, meta, seed, headroom, t0
+    )
+
+
+def _by_moves(graph: OpGraph, room: Any, env: Any, blocks: list[str], evals: int, seed: int, homes: bool) -> dict:
+    """The search whose moves choose the layers, in ``evals`` placements: its best, then any layer whose removal is
+    faster turned off (one round over the layers, at most a quarter of the placements, kept for it)."""
+    prune = min(evals // 4, len(blocks) + 1)
+    options = MoveSearchOptions(homes=homes, checkpoint=blocks, checkpoint_moves=True)
+    r = MoveSearch(graph, room, env, options=options, seed=seed).run(max_evals=evals - prune)
+    kept = kept_blocks(env, graph, r.checkpoint or [], r.op_devices, r.homes)
+    step_s, oom, used = r.step_time_s, r.oom, 0
+    if kept:
+        kept, step_s, oom, used = prune_blocks(env, graph, r.op_devices, r.homes, kept, evals - r.evals)
+    return {
+        "op_devices": r.op_devices,
+        "homes": r.homes,
+        "blocks": kept,
+        "step_s": step_s,
+        "oom": oom,
+        "evals": r.evals + used,
+    }
+
+
+def _arm(arm: dict, blocks: list[str]) -> dict[str, Any]:
+    return {"step_time_s": arm["step_s"], "fits": not arm["oom"], "blocks": len(arm["blocks"]), "of": len(blocks)}
+
+
+def _cost(arm: dict) -> float:
+    return arm["step_s"] * (OOM_FACTOR if arm["oom"] else 1.0)
+
+
+def _plan(
+    graph: OpGraph,
+    cluster: Any,
+    env: Any,
+    op_devices: Any,
+    found_homes: Any,
+    kept: list[str],
+    homes: bool,
+    meta: dict[str, Any],
+    seed: int,
+    headroom: float,
+    t0: float,
+) -> Placement:
+    """The search's plan as a file, its simulated step time (with its homes and blocks) and seconds in ``meta``."""
     placement = Placement.from_indices(
         graph,
         cluster.device_names,
         op_devices,
         cluster=cluster.name,
         method="move_search_homes" if homes else "move_search",
-        meta={"evals": spent, "seed": seed, "headroom": headroom, **meta},
+        meta={**meta, "seed": seed, "headroom": headroom},
         homes=found_homes,
     )
     placement.checkpoint = kept

@@ -195,7 +195,10 @@ def run_placement(
     """
     homes = None
     if codes is not None:
+        if hasattr(codes, "names"):  # checkpoint moves: the layers the codes turn on are the run's choice
+            blocks = codes.names(np.asarray(op_devices))
         op_devices, homes = codes.decode(np.asarray(op_devices))
+        homes = homes if codes.has_homes else None
     meta = {
         **meta,
         "seed": config.seed,
@@ -352,7 +355,11 @@ def adopt_newer_best(
         return
     if saved_best.checkpoint and not blocks:
         return  # a plan with checkpointed layers: this run's scorer keeps every activation
-    if (homes >= 0).any():
+    if hasattr(codes, "names"):  # checkpoint moves: the file's layers read back into the codes' bits
+        op_devices = codes.encode(op_devices, homes, saved_best.checkpoint)
+        if op_devices is None:
+            return
+    elif (homes >= 0).any():
         if codes is None:
             return
         op_devices = codes.encode(op_devices, homes)

@@ -28,6 +28,7 @@ from graphs import OpGraph
 from graphs.plan import Placement
 from placer.learn import checkpoint
 from placer.learn.checkpoint_choice import CheckpointScorer
+from placer.learn.checkpoint_moves import BlockCodes
 from placer.learn.config import TrainConfig
 from placer.learn.home_moves import HomeCodeScorer
 from placer.learn.progress import Progress, ms
@@ -60,9 +61,14 @@ class Session:
         self.devices = list(cluster.device_names)
         # with home moves (--homes), a placement is a code per op (placer.learn.home_moves): scored with its homes
         self.codes = home_codes(config, graph, cluster)
-        # with --checkpointing, every placement scored checkpoints the layers it keeps whole (checkpoint_choice)
+        # with --checkpointing, the move search's codes carry a bit per op that checkpoints its layer
+        # (placer.learn.checkpoint_moves); a policy's placements checkpoint every layer they keep whole
+        # (placer.learn.checkpoint_choice.CheckpointScorer)
         self.blocks = checkpointing_blocks(config, graph, self.codes is not None)
-        base = CheckpointScorer(env, graph, self.blocks) if self.blocks else env
+        self.block_moves = bool(self.blocks) and config.algo == "moves"
+        if self.block_moves:
+            self.codes = BlockCodes(graph, self.blocks, self.codes, cluster.num_devices)
+        base = CheckpointScorer(env, graph, self.blocks) if self.blocks and not self.block_moves else env
         scoring = base if self.codes is None else HomeCodeScorer(base, self.codes)
         self.scorer = CachedScorer(scoring, "planned" if config.score_order == "planned" else None)
         # ---- reference times: the reward scale, the heuristics and the lower bound
@@ -72,9 +78,14 @@ class Session:
             scored_by += " across processes, one per device"
             if config.one_stage_per_rank:  # the simulator's side; real steps (--env measured) run any plan
                 scored_by += ", one stage per rank (--looped allows more)"
-        if self.codes is not None:
+        if self.homes_searched:
             scored_by += ", with home moves (layers on the GPU with their parameters on the host; --homes off: none)"
-        if self.blocks:
+        if self.block_moves:
+            scored_by += (
+                f", with checkpoint moves (each of {len(self.blocks)} layers' activations computed again in the"
+                " backward, or not; --checkpointing off: none)"
+            )
+        elif self.blocks:
             scored_by += (
                 f", its {len(self.blocks)} layers checkpointed where a placement keeps them whole (--checkpointing off:"
                 " none)"
@@ -108,6 +119,11 @@ class Session:
         self.schedules = 0
         self.measure: Callable[[], float] = lambda: 0.0  # how far the learner's phase has got (start_progress)
         self.start_clock()
+
+    @property
+    def homes_searched(self) -> bool:
+        """Whether the run's codes name parameter homes (``--homes``)."""
+        return self.codes is not None and self.codes.has_homes
 
     # ------------------------------------------------------------------ the budget
     def start_clock(self) -> None:
@@ -286,7 +302,7 @@ class Session:
             warm_start_cut_short=s.warm_start_cut_short,
             policy_step_time_s=s.policy_step_time_s,
             found_by=s.best_found_by,
-            homes_searched=self.codes is not None,
+            homes_searched=self.homes_searched,
             checkpointing_searched=bool(self.blocks),
         )
 

@@ -42,7 +42,11 @@ def test_homes_plans_a_model_that_does_not_fit_the_gpu_and_placer_run_runs_it(ca
     plan = Placement.load(str(out_path))
     assert plan.param_homes and set(plan.param_homes.values()) == {"cpu:0"} and plan.method == "move_search_homes"
     assert "parameters homed apart from their ops" in out and "of 10.2 MiB" in out
-    assert "activations checkpointed: " in out and "searched without and with checkpointing: without fits" in out
+    assert (
+        "activations checkpointed: " in out
+        and "searched: layers chosen by moves fits at" in out
+        and "every layer then pruned" in out
+    )
     cluster = envs.resolve_cluster(capped_cluster)
     graph = graphs.capture(*offload.tiny())
     assert envs.SimEnv(graph, cluster).simulate(plan).ok  # the plan fits the 10 MiB GPU
@@ -69,9 +73,9 @@ def test_homes_plans_a_model_that_does_not_fit_the_gpu_and_placer_run_runs_it(ca
 @pytest.mark.parametrize(
     "argv,message",
     [
-        (["--option", "foo=1"], "--option foo: --method homes takes evals=N, headroom=F and checkpoint=on|off"),
+        (["--option", "foo=1"], "--option foo: --method homes takes evals=N, headroom=F and checkpoint=on|off|moves"),
         (["--option", "headroom=2"], "--option headroom=2: must be a number in (0, 1]"),
-        (["--option", "checkpoint=maybe"], "--option checkpoint=maybe: must be on or off"),
+        (["--option", "checkpoint=maybe"], "--option checkpoint=maybe: must be on, off or moves"),
         (["--ranks"], "--ranks: a plan with parameter homes runs in one process"),
     ],
 )

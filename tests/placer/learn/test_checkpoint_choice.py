@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import itertools
+
 import numpy as np
+import pytest
 
 import envs
 from envs.cluster import Cluster, Device
@@ -53,7 +56,10 @@ def test_the_candidates_are_the_largest_repeated_list_of_layers():
     assert candidate_blocks(g) == [f"enc.{k}" for k in range(6)]
 
 
-def test_with_every_layer_checkpointed_the_model_fits_and_the_search_finds_it_and_prunes_what_it_need_not():
+@pytest.mark.parametrize("checkpoint_by", ["both", "moves"])
+def test_with_every_layer_checkpointed_the_model_fits_and_the_search_finds_it_and_prunes_what_it_need_not(
+    checkpoint_by,
+):
     g, big = activation_problem()
     env = envs.SimEnv(g, big)
     plain, every = env.simulate(on_gpu(g, big)), env.simulate(on_gpu(g, big, candidate_blocks(g)))
@@ -64,7 +70,7 @@ def test_with_every_layer_checkpointed_the_model_fits_and_the_search_finds_it_an
     g, cluster = activation_problem(cap)
     env = envs.SimEnv(g, cluster)
     assert not env.simulate(on_gpu(g, cluster)).ok and env.simulate(on_gpu(g, cluster, candidate_blocks(g))).ok
-    with_ck = plan_with_homes(g, cluster, evals=600, headroom=1.0)
+    with_ck = plan_with_homes(g, cluster, evals=600, headroom=1.0, checkpoint_by=checkpoint_by)
     without = plan_with_homes(g, cluster, evals=600, headroom=1.0, checkpoint=False)
     r, r0 = env.simulate(with_ck), env.simulate(without)
     assert r.ok and r0.ok and not without.checkpoint
@@ -73,7 +79,19 @@ def test_with_every_layer_checkpointed_the_model_fits_and_the_search_finds_it_an
     # pruned: fewer layers checkpointed than the six, the plan still fits
     assert 0 < len(with_ck.checkpoint) < 6, with_ck.checkpoint
     search = with_ck.meta["checkpoint_search"]
-    assert search["with"]["fits"] and search["with"]["blocks"] == len(with_ck.checkpoint)
+    assert list(search) == (["moves", "every"] if checkpoint_by == "both" else ["moves"])
+    assert all(arm["fits"] and arm["of"] == 6 for arm in search.values())
+    # the faster search's plan is the file's: the fastest set that fits (every subset tried: layers 2, 3 and 4, or
+    # ties), which the moves find
+    fastest = min(
+        t.step_time_s
+        for k in range(7)
+        for sub in itertools.combinations(candidate_blocks(g), k)
+        if (t := env.simulate(on_gpu(g, cluster, sub))).ok
+    )
+    assert r.step_time_s == pytest.approx(fastest, rel=1e-9)
+    assert search["moves"]["step_time_s"] == pytest.approx(fastest, rel=1e-9)
+    assert min(arm["step_time_s"] for arm in search.values()) == pytest.approx(r.step_time_s, rel=1e-9)
     assert with_ck.meta["evals"] <= 600
     assert r.step_time_s == with_ck.meta["step_time_s"]
 

@@ -3,8 +3,10 @@ placement file keeps those that pay (placer.learn.run_scorers.checkpointing_bloc
 
 from __future__ import annotations
 
+import itertools
 import json
 
+import numpy as np
 import pytest
 
 import envs
@@ -12,6 +14,8 @@ import graphs.io
 from graphs import PlacerError
 from graphs.plan import Placement
 from placer.cli import main
+from placer.learn.checkpoint_moves import BlockCodes
+from placer.learn.home_moves import HomeCodeScorer
 from placer.learn.rundir import BEST_NAME
 from placer.learn.runners import train
 from tests.placer.learn.test_checkpoint_choice import GPU, activation_problem, on_gpu
@@ -27,7 +31,15 @@ def tight():
     return activation_problem((plain.peak_bytes["gpu:0"] + every.peak_bytes["gpu:0"]) / 2)
 
 
-def test_a_run_checkpoints_the_layers_that_let_the_model_run_on_the_gpu_and_prunes_the_others(tmp_path):
+def fastest_on_gpu(g, cluster):
+    """The fastest plan with every op on the GPU that fits, over every subset of the six layers checkpointed."""
+    env = envs.SimEnv(g, cluster)
+    names = [f"layers.{k}" for k in range(6)]
+    subsets = [sub for k in range(7) for sub in itertools.combinations(names, k)]
+    return min(r.step_time_s for sub in subsets if (r := env.simulate(on_gpu(g, cluster, sub))).ok)
+
+
+def test_a_run_s_moves_checkpoint_the_fastest_set_of_layers_that_lets_the_model_run_on_the_gpu(tmp_path):
     g, cluster = tight()
     runs = {}
     for mode in ("on", "off"):
@@ -35,13 +47,28 @@ def test_a_run_checkpoints_the_layers_that_let_the_model_run_on_the_gpu_and_prun
         runs[mode] = train(config, graph=g, cluster=cluster)
     best = Placement.load(str(tmp_path / "on" / "run" / BEST_NAME))
     assert best.indices(g, cluster.device_names).tolist() == [GPU] * g.num_ops and 0 < len(best.checkpoint) < 6
-    assert best.meta["checkpoint_pruned"]["from"] > len(best.checkpoint)
     result = envs.SimEnv(g, cluster).simulate(best)  # the file's plan, as placer.apply runs it
     assert result.ok and result.step_time_s == pytest.approx(best.meta["issue_order_step_time_s"], rel=1e-9)
+    # the checkpoint moves chose the fastest set themselves: nothing left for the pruning at the end
+    assert result.step_time_s == pytest.approx(fastest_on_gpu(g, cluster), rel=1e-9)
+    assert best.meta["checkpoint_pruned"]["from"] == len(best.checkpoint)
+    assert runs["on"].best_step_time_s == pytest.approx(result.step_time_s, rel=1e-9)
     assert runs["on"].checkpointing_searched and not runs["off"].checkpointing_searched
     # without checkpointing, the plans that fit run layers on the host
     off = Placement.load(str(tmp_path / "off" / "run" / BEST_NAME))
     assert not off.checkpoint and runs["off"].best_step_time_s > 5 * result.step_time_s
+
+
+def test_a_policy_s_placements_checkpoint_every_layer_and_its_file_keeps_those_that_pay(tmp_path):
+    from placer.learn.rundir import run_placement
+
+    g, cluster = tight()
+    env = envs.SimEnv(g, cluster)
+    names = [f"layers.{k}" for k in range(6)]
+    config = train_config(tmp_path, algo="reinforce", checkpointing="on")
+    p = run_placement(g, cluster.device_names, cluster, config, [GPU] * g.num_ops, "x", {}, env, None, names, 42)
+    assert p.meta["checkpoint_pruned"]["from"] == 6 and 0 < len(p.checkpoint) < 6
+    assert env.simulate(p).ok and env.simulate(p).step_time_s < env.simulate(on_gpu(g, cluster, names)).step_time_s
 
 
 def test_auto_follows_the_homes_and_on_is_refused_where_blocks_cannot_be(tmp_path):
@@ -90,3 +117,10 @@ def test_a_run_that_keeps_every_activation_does_not_adopt_a_best_file_with_check
     adopt_newer_best(kept, str(tmp_path), g, big.device_names, env.step_times, blocks=["layers.0", "layers.1"])
     adopt_newer_best(skipped, str(tmp_path), g, big.device_names, env.step_times)
     assert kept.best_indices == [GPU] * g.num_ops and skipped.best_indices is None
+    # a run with checkpoint moves reads the file's layers back into its codes' bits
+    codes = BlockCodes(g, ["layers.0", "layers.1"], None, big.num_devices)
+    coded = RunState()
+    score = HomeCodeScorer(env, codes).step_times
+    adopt_newer_best(coded, str(tmp_path), g, big.device_names, score, codes=codes, blocks=codes.names_all)
+    assert codes.names(np.asarray(coded.best_indices)) == ["layers.0"]
+    assert coded.best_step_time_s == pytest.approx(env.simulate(p).step_time_s, rel=1e-9)
