@@ -103,6 +103,24 @@ SCENARIOS: dict[str, Scenario] = {
         100 * GIB,
         "Llama-style decoder, 32 layers of Llama-3.2-1B's shape, 256k vocabulary untied, batch 2 x 512",
     ),
+    # ``llama-long``: where the activations, not the training state, fill the GPU. Llama-3.2-1B's layer shapes, 16 of
+    # them, a 32k vocabulary (Llama-2's): 1.1 B parameters, 16.4 GiB of fp32 training state, and at batch 4 x 2048
+    # tokens about 23 GiB of activations kept for the backward (40.8 GiB simulated all on the GPU). Added to show
+    # activation checkpointing where users reach for it (BENCHMARKS.md, "Checkpoint moves").
+    "llama-long": Scenario(
+        "llama-long",
+        32000,
+        2048,
+        8192,
+        16,
+        32,
+        8,
+        4,
+        2048,
+        24 * GIB,
+        100 * GIB,
+        "Llama-style decoder, 16 layers of Llama-3.2-1B's shape, 32k vocabulary untied, batch 4 x 2048",
+    ),
     "tiny": Scenario(
         "tiny",
         8192,

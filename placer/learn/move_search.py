@@ -332,9 +332,12 @@ class MoveSearch:
             if self.exhausted < self.num_levels:
                 self.level = self._next_level(self.level)  # the next level, same incumbent
             else:  # a local optimum at every level: kick the best
+                every_on = self.blocks is not None and self.kicks % 2 == 1  # this kick turns every block on
                 self.op_devices, self.cost = self._kick()
                 self.kicks, self.exhausted, self.version = self.kicks + 1, 0, self.version + 1
-                self.level = self.sequence[0]
+                # after a kick that turned every block on, the op placement and the homes adapt first (the blocks
+                # free memory), and the block level turns off what does not pay last
+                self.level = self.sequence[1] if every_on else self.sequence[0]
             self.cand = self._candidates(self.op_devices, self.cost)
             untried = np.flatnonzero(~self.cand.tried)
         cand = self.cand
@@ -569,10 +572,15 @@ class MoveSearch:
             op_devices = best.copy()
             for g in self.rng.choice(lv.num_items, size=min(self.options.kick, lv.num_items), replace=False):
                 op_devices[lv.op_group == g] = self.devices[self.rng.integers(0, len(self.devices))]
-            if self.blocks is not None:  # the moved ops keep their blocks' choice; one block flipped at random
-                op_devices = self.blocks.flip(
-                    self.blocks.keep_bits(op_devices, best), int(self.rng.integers(0, len(self.blocks.first)))
-                )
+            if self.blocks is not None:  # the moved ops keep their blocks' choice; then one block flipped at random,
+                # or (every other kick) every block turned on: the descent from there turns off what does not pay
+                op_devices = self.blocks.keep_bits(op_devices, best)
+                if self.kicks % 2:
+                    op_devices = np.where(
+                        self.blocks.block >= 0, self.blocks.base(op_devices) + self.blocks.width, op_devices
+                    )
+                else:
+                    op_devices = self.blocks.flip(op_devices, int(self.rng.integers(0, len(self.blocks.first))))
             costs, _ = self.budget.score(op_devices[None])
             if np.isfinite(costs[0]):
                 return op_devices, float(costs[0])

@@ -101,3 +101,19 @@ def test_with_home_moves_too_the_result_carries_the_homes_and_the_layers():
     assert t == pytest.approx(r.step_time_s, rel=1e-9)
     with pytest.raises(PlacerError, match="checkpoint moves"):
         MoveSearch(g, cluster, env, options=MoveSearchOptions(checkpoint_moves=True))
+
+
+def test_every_other_kick_turns_every_layer_on_and_the_others_flip_one():
+    g, cluster = tight()
+    env = envs.SimEnv(g, cluster)
+    options = MoveSearchOptions(checkpoint=candidate_blocks(g), checkpoint_moves=True)
+    search = MoveSearch(g, cluster, env, options=options, seed=0)
+    search.begin(max_evals=1000)
+    best = search.budget.best_op_devices.astype(np.int64)
+    before = set(search.blocks.names(best))
+    search.kicks = 1
+    every, _ = search._kick()
+    assert search.blocks.names(every) == candidate_blocks(g)
+    search.kicks = 2
+    one, _ = search._kick()
+    assert len(set(search.blocks.names(one)) ^ before) == 1
