@@ -69,8 +69,10 @@ class RunOptions:
     """issue order the samples (and the heuristics, their searches too, and the equal-budget search) are scored
     in: "planned" (each placement in its envs.SimEnv.schedule_order, the order the best placement's file carries;
     ~2 ms more per sample on nmt-2), or "node". "auto": planned under --env sim with the eager executor and one
-    microbatch, node otherwise. The learner then optimises the plan it ships: on nmt-2 / k80x4, 120 s, the file's plan
-    was 199.1 ms scored planned against 212.2 ms scored in node order (BENCHMARKS.md)."""
+    microbatch, node otherwise, and node where the run checkpoints layers (--checkpointing: a planned order
+    interleaves a layer's ops with other ops, and a layer issued so cannot be checkpointed). The learner then
+    optimises the plan it ships: on nmt-2 / k80x4, 120 s, the file's plan was 199.1 ms scored planned against 212.2
+    ms scored in node order (BENCHMARKS.md)."""
     microbatches: int = 1
     """M: the plan runs M microbatches per step, gradients accumulated (a pipelined plan, envs.microbatch);
     --env sim, or across processes (--ranks)."""

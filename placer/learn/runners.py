@@ -11,6 +11,7 @@ budget is spent; then the comparisons after the budget
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from typing import Any, Protocol
 
@@ -30,7 +31,7 @@ from placer.learn.corrected_runner import CorrectedRunner
 from placer.learn.loop import PolicyGradient, resolve_device
 from placer.learn.move_runner import MoveRunner
 from placer.learn.progress import Progress
-from placer.learn.run_scorers import ENVS
+from placer.learn.run_scorers import ENVS, checkpointing_blocks, home_codes
 from placer.learn.rundir import check_compatible, check_fresh, default_logdir, run_lock
 from placer.learn.session import Session
 from placer.learn.shapes import SHAPES_JSON, choose_shape, with_shape
@@ -89,6 +90,7 @@ def train(
     config.validate()
     if config.algo == "corrected" and env is None and config.env == "sim":  # before the heuristics are scored
         raise PlacerError("--algo corrected: needs real measurements (--env measured); the simulator has no error")
+    auto_order = config.score_order == "auto"
     config = config.resolved(env)
     device = resolve_device(config.device)
     if graph is None:
@@ -103,6 +105,14 @@ def train(
         raise PlacerError(
             f"{config.source or graph.name or 'graph'}: the graph has no ops, so there is nothing to place"
         )
+    if (
+        auto_order
+        and config.score_order == "planned"
+        and checkpointing_blocks(config, graph, home_codes(config, graph, cluster) is not None)
+    ):
+        # a planned issue order interleaves a layer's ops with others', and a layer so issued cannot be checkpointed:
+        # a run that checkpoints layers scores (and ships) node order
+        config = dataclasses.replace(config, score_order="node")
     logdir = config.logdir or default_logdir(config, graph)
     check_output_dir(logdir, "--logdir")
     os.makedirs(logdir, exist_ok=True)

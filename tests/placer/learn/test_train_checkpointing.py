@@ -54,6 +54,9 @@ def test_a_run_s_moves_checkpoint_the_fastest_set_of_layers_that_lets_the_model_
     assert best.meta["checkpoint_pruned"]["from"] == len(best.checkpoint)
     assert runs["on"].best_step_time_s == pytest.approx(result.step_time_s, rel=1e-9)
     assert runs["on"].checkpointing_searched and not runs["off"].checkpointing_searched
+    # a planned issue order interleaves layers' ops (none could be checkpointed so): a run that checkpoints scores in
+    # node order
+    assert runs["on"].score_order == "node" and runs["off"].score_order == "planned"
     # without checkpointing, the plans that fit run layers on the host
     off = Placement.load(str(tmp_path / "off" / "run" / BEST_NAME))
     assert not off.checkpoint and runs["off"].best_step_time_s > 5 * result.step_time_s
