@@ -31,9 +31,11 @@ ranks nor learns from them. Off by default.
 
 ``checkpoint_moves=True`` (with ``checkpoint``, the candidate layers) adds *checkpoint moves*
 (:mod:`placer.learn.checkpoint_moves`): one more level whose moves turn one layer's activation
-checkpointing on or off, drawn uniformly like the home moves; the other moves keep each op's
-choice. Without it, ``checkpoint`` checkpoints every candidate in every placement that keeps it
-whole (:class:`placer.learn.checkpoint_choice.CheckpointScorer`).
+checkpointing on or off, drawn uniformly like the home moves, visited first; the other moves keep
+each op's choice, and every other kick turns every layer on (the level is then visited last, after
+the placement has adapted to the memory freed). Without it, ``checkpoint`` checkpoints every
+candidate in every placement that keeps it whole
+(:class:`placer.learn.checkpoint_choice.CheckpointScorer`).
 
 Every placement simulated counts against ``max_evals`` (the start's draws, the
 moves, the kicks); ``time_budget_s`` stops the run between batches
