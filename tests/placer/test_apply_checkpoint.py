@@ -87,7 +87,8 @@ def test_checkpointed_blocks_train_as_the_unplaced_model_does_dropout_included_a
 
 
 def train_side_by_side_seeded(placed, ref, x, steps=3):
-    """:func:`train_side_by_side` with the same random state before each model's forward (dropout)."""
+    """:func:`train_side_by_side` with the same random state before each model's forward (dropout); ``x``: the input,
+    or a tuple of them."""
 
     class Seeded(nn.Module):
         def __init__(self, inner, state):
@@ -99,7 +100,7 @@ def train_side_by_side_seeded(placed, ref, x, steps=3):
             return self.inner(*a)
 
     state = [torch.get_rng_state()]
-    train_side_by_side(Seeded(placed, state), Seeded(ref, state), (x,), steps)
+    train_side_by_side(Seeded(placed, state), Seeded(ref, state), x if isinstance(x, tuple) else (x,), steps)
 
 
 def test_a_llama_with_its_decoder_layers_checkpointed_keeps_loss_and_gradients():
@@ -182,3 +183,50 @@ def test_blocks_that_cannot_be_checkpointed_are_one_line_errors():
     gb = capture(bn, (x,))
     with pytest.raises(PlacerError, match="checkpoint: block '1' writes .* in place"):
         apply(bn, plan(gb, ["1"]), (x,), device_map="*=cpu")
+
+
+def _gpt2():
+    from graphs.models.corpus import LossOf, load_transformers
+
+    t = load_transformers()
+    torch.manual_seed(0)
+    model = LossOf(t.GPT2LMHeadModel(t.GPT2Config(n_layer=3, n_embd=64, n_head=4, vocab_size=500, n_positions=256)))
+    ids = torch.randint(0, 500, (4, 256), generator=torch.Generator().manual_seed(1))
+    return model, (ids, ids.clone())
+
+
+def _bert():
+    from graphs.models.corpus import LossOf, load_transformers
+
+    t = load_transformers()
+    torch.manual_seed(0)
+    config = t.BertConfig(
+        num_hidden_layers=3, hidden_size=64, num_attention_heads=4, intermediate_size=256, vocab_size=500
+    )
+    model = LossOf(t.BertForMaskedLM(config))
+    ids = torch.randint(0, 500, (8, 128), generator=torch.Generator().manual_seed(1))
+    return model, (ids, ids.clone())
+
+
+@pytest.mark.parametrize("build", [_gpt2, _bert], ids=["gpt2", "bert"])
+def test_the_homes_search_s_plan_with_checkpointed_layers_trains_as_the_unplaced_model_does(build):
+    """The plan `placer place --method homes` makes for a GPU too small for the model's activations (layers
+    checkpointed), applied to two architectures the checkpointing was not written on, dropout on (0.1)."""
+    import dataclasses
+
+    import envs
+    from bench import offload
+    from placer.learn.offload_plan import plan_with_homes
+
+    model, inputs = build()
+    ref = copy.deepcopy(model)
+    g = capture(model, inputs)
+    base = offload.SCENARIOS["tiny"]
+    roomy = offload.scenario_cluster(dataclasses.replace(base, gpu_cap_bytes=10**12))
+    peak = envs.SimEnv(g, roomy).simulate(Placement.from_indices(g, roomy.device_names, [1] * g.num_ops))
+    cluster = offload.scenario_cluster(dataclasses.replace(base, gpu_cap_bytes=int(0.6 * peak.peak_bytes["gpu:0"])))
+    p = plan_with_homes(g, cluster, evals=400, headroom=1.0)
+    assert p.checkpoint and envs.SimEnv(g, cluster).simulate(p).ok
+    placed = apply(model, p, inputs, device_map="*=cpu")
+    assert len(placed.meta[CHECKPOINT_META]) == len(p.checkpoint)
+    train_side_by_side_seeded(placed, ref, inputs, steps=2)
