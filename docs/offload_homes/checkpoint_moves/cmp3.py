@@ -3,6 +3,9 @@ checkpointing), on cells SCENARIO:CAP_GIB, at one budget of placements and a few
 cell and seed on stdout. From the repository root:
 
     PYTHONPATH=. python docs/offload_homes/checkpoint_moves/cmp3.py llama-256k:16,llama-long:24 2000 0,1,2 moves,both
+
+A fifth argument N sets the move search's MODULE_MIN_EVALS to N (default 1000): module_search's share of a search
+then runs from N placements up (an experiment, not placer's default).
 """
 
 import json
@@ -11,9 +14,13 @@ import time
 
 import envs
 import graphs
+import placer.learn.move_search
 from bench import offload
 from bench.offload_homes import GIB, capped
 from placer.learn.offload_plan import plan_with_homes
+
+if len(sys.argv) > 5:
+    placer.learn.move_search.MODULE_MIN_EVALS = int(sys.argv[5])
 
 cells = [c.split(":") for c in sys.argv[1].split(",")]
 evals = int(sys.argv[2])
