@@ -84,10 +84,11 @@ def kept_blocks(
     if not names:
         return []
     row = possible_blocks(env, op_devices, checkpoint_blocks(graph, names), homes, order)
-    return [name for name in names if row[_first_op(graph, name)] >= 0]
+    return [name for name in names if row[first_op(graph, name)] >= 0]
 
 
-def _first_op(graph: OpGraph, name: str) -> int:
+def first_op(graph: OpGraph, name: str) -> int:
+    """The index of the first op that runs in module ``name`` (or below it)."""
     return next(i for i, path in enumerate(graph.module_paths) if in_module(path, name))
 
 
@@ -125,4 +126,4 @@ def prune_blocks(
     return names, current, oom, used
 
 
-__all__ = ["CheckpointScorer", "candidate_blocks", "kept_blocks", "prune_blocks", "scores"]
+__all__ = ["CheckpointScorer", "candidate_blocks", "first_op", "kept_blocks", "prune_blocks", "scores"]

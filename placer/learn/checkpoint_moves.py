@@ -38,6 +38,7 @@ import numpy as np
 
 from graphs import OpGraph, PlacerError
 from graphs.plan import checkpoint_blocks
+from placer.learn.checkpoint_choice import first_op
 
 
 class BlockCodes:
@@ -55,9 +56,8 @@ class BlockCodes:
         self.width = homes.num_codes if homes is not None else self.num_devices
         self.block = checkpoint_blocks(graph, self.names_all)  # per op: its layer's first op, -1 for none
         self.first = np.array(sorted(set(self.block[self.block >= 0].tolist())), dtype=np.int64)  # layers, op order
-        # names_all[j] -> its layer's place in op order (the block's first op is the block's value on its ops)
-        firsts = [int(self.block[np.flatnonzero(checkpoint_blocks(graph, [name]) >= 0)[0]]) for name in self.names_all]
-        self.order = [int(np.searchsorted(self.first, f)) for f in firsts]
+        # names_all[j] -> its layer's place in op order
+        self.order = [int(np.searchsorted(self.first, first_op(graph, name))) for name in self.names_all]
         self.index = np.where(self.block >= 0, np.searchsorted(self.first, np.maximum(self.block, 0)), -1)
         self.members = [np.flatnonzero(self.block == f) for f in self.first]
 
@@ -66,12 +66,13 @@ class BlockCodes:
         return self.homes is not None
 
     @property
-    def num_codes(self) -> int:
-        return 2 * self.width
+    def has_blocks(self) -> bool:
+        """Codes that carry checkpoint bits (:class:`placer.learn.home_moves.HomeCodes` do not)."""
+        return True
 
     @property
-    def gpus(self) -> np.ndarray:
-        return self.homes.gpus if self.homes is not None else np.zeros(0, dtype=np.int64)
+    def num_codes(self) -> int:
+        return 2 * self.width
 
     def base(self, codes: np.ndarray) -> np.ndarray:
         """The codes without the bit."""
@@ -109,6 +110,11 @@ class BlockCodes:
         """The layers one row of codes checkpoints, in the candidates' order."""
         on = self.on(np.asarray(codes))
         return [name for name, k in zip(self.names_all, self.order) if on[k]]
+
+    def all_on(self, codes: np.ndarray) -> np.ndarray:
+        """``codes`` (one row or ``[K, n]``) with every layer turned on."""
+        codes = np.asarray(codes, dtype=np.int64)
+        return np.where(self.block >= 0, self.base(codes) + self.width, codes)
 
     def flip(self, codes: np.ndarray, k: int) -> np.ndarray:
         """``codes`` with the ``k``-th layer (in op order) turned on or off: the bit of each of its ops."""

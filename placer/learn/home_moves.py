@@ -56,6 +56,11 @@ class HomeCodes:
         """Codes that name homes (:class:`placer.learn.checkpoint_moves.BlockCodes` may not)."""
         return True
 
+    @property
+    def has_blocks(self) -> bool:
+        """Codes that carry checkpoint bits (:class:`placer.learn.checkpoint_moves.BlockCodes` do)."""
+        return False
+
     def decode(self, codes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """``(op_devices, homes)`` of codes (``[n]`` or ``[K, n]``); ``homes``: the host, -1 for an op's own device."""
         codes = np.asarray(codes, dtype=np.int64)
@@ -134,7 +139,7 @@ class HomeCodeScorer:
         decoded, homes = self.codes.decode(op_devices)
         homes = homes if self.codes.has_homes else None
         blocks = {}
-        if hasattr(self.codes, "checkpoint"):  # codes with checkpoint bits (placer.learn.checkpoint_moves)
+        if self.codes.has_blocks:  # codes with checkpoint bits (placer.learn.checkpoint_moves)
             blocks = {"checkpoint": self.codes.checkpoint(op_devices), "checkpoint_where_possible": True}
         return self.env.batch(decoded.astype(np.int32), order, overflow=overflow, homes=homes, **blocks)
 

@@ -476,8 +476,7 @@ class MoveSearch:
             self.budget.score(np.stack(op_devices))
         if self.blocks is not None:  # each start with every block on competes too
             rows = np.stack(op_devices) if op_devices else self.budget.best_op_devices[None].astype(np.int64)
-            every = np.where(self.blocks.block >= 0, self.blocks.base(rows) + self.blocks.width, rows)
-            self.budget.score(every)
+            self.budget.score(self.blocks.all_on(rows))
         return self.budget.best_op_devices.astype(np.int64), float(self.budget.best_cost)
 
     def _candidates(self, op_devices: np.ndarray, cost: float) -> "_Candidates":
@@ -578,9 +577,7 @@ class MoveSearch:
                 # or (every other kick) every block turned on: the descent from there turns off what does not pay
                 op_devices = self.blocks.keep_bits(op_devices, best)
                 if self.kicks % 2:
-                    op_devices = np.where(
-                        self.blocks.block >= 0, self.blocks.base(op_devices) + self.blocks.width, op_devices
-                    )
+                    op_devices = self.blocks.all_on(op_devices)
                 else:
                     op_devices = self.blocks.flip(op_devices, int(self.rng.integers(0, len(self.blocks.first))))
             costs, _ = self.budget.score(op_devices[None])

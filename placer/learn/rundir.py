@@ -195,7 +195,7 @@ def run_placement(
     """
     homes = None
     if codes is not None:
-        if hasattr(codes, "names"):  # checkpoint moves: the layers the codes turn on are the run's choice
+        if codes.has_blocks:  # checkpoint moves: the layers the codes turn on are the run's choice
             blocks = codes.names(np.asarray(op_devices))
         op_devices, homes = codes.decode(np.asarray(op_devices))
         homes = homes if codes.has_homes else None
@@ -355,7 +355,7 @@ def adopt_newer_best(
         return
     if saved_best.checkpoint and not blocks:
         return  # a plan with checkpointed layers: this run's scorer keeps every activation
-    if hasattr(codes, "names"):  # checkpoint moves: the file's layers read back into the codes' bits
+    if codes is not None and codes.has_blocks:  # checkpoint moves: the file's layers read back into the codes' bits
         op_devices = codes.encode(op_devices, homes, saved_best.checkpoint)
         if op_devices is None:
             return
