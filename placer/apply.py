@@ -203,18 +203,12 @@ def checked_blocks(placement: Any, graph: OpGraph, assignment: dict[str, str], s
     inside another (:func:`graphs.plan.checkpoint_blocks`), each on one device."""
     names = tuple(getattr(placement, "checkpoint", None) or ())
     checkpoint_blocks(graph, names, source)
-    homed = placement.home_indices(graph) >= 0 if getattr(placement, "param_homes", None) else None
     for name in names:
         ops = [i for i, p in enumerate(graph.module_paths) if in_module(p, name)]
         devices = sorted({assignment[graph.names[i]] for i in ops})
         if len(devices) > 1:
             raise PlacerError(
                 f"{source}: checkpoint block {name!r} runs on {', '.join(devices)}: a block runs on one device"
-            )
-        if homed is not None and homed[ops].any():
-            raise PlacerError(
-                f"{source}: checkpoint block {name!r} has parameters homed apart from their ops: a block's parameters "
-                "live on its device"
             )
     return names
 

@@ -16,17 +16,25 @@ them) and must not write a tensor from outside the block in place (an in-place
 update of a running statistic would be made twice): both are a
 :class:`graphs.PlacerError` naming the block. ``gm.meta[CHECKPOINT_META]`` maps each
 block to its submodule's name.
+
+A homed parameter's reader (:mod:`envs.real.homes`) may be inside a block: its
+``fetch`` and ``release`` nodes go into the block with it, and
+:data:`envs.real.homes.PHASE` tells them which forward runs (the block's first, or
+its second in the backward), so the second forward's copy is kept for the reader's
+backward rather than made again.
 """
 
 from __future__ import annotations
 
 import operator
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Iterator, Sequence
+from contextlib import contextmanager
 
 import torch
 import torch.fx as fx
 from torch.utils.checkpoint import checkpoint
 
+from envs.real.homes import HOME_COPY_META, PHASE
 from envs.real.reorder import written_nodes
 from envs.real.transfers import to_device
 from graphs import PlacerError
@@ -36,9 +44,23 @@ from graphs.program_nodes import module_path
 CHECKPOINT_META = "placer_checkpoint"  # GraphModule.meta key: block (module path) -> its submodule's name
 
 
+@contextmanager
+def _phase(name: str) -> Iterator[None]:
+    token = PHASE.set(name)
+    try:
+        yield
+    finally:
+        PHASE.reset(token)
+
+
+def _phases() -> tuple[object, object]:
+    return _phase("forward"), _phase("recompute")
+
+
 def checkpointed(fn: torch.nn.Module, *args: object) -> object:
-    """``fn(*args)`` under :func:`torch.utils.checkpoint.checkpoint`, non-reentrant (what a block node calls)."""
-    return checkpoint(fn, *args, use_reentrant=False)
+    """``fn(*args)`` under :func:`torch.utils.checkpoint.checkpoint`, non-reentrant (what a block node calls), with
+    :data:`envs.real.homes.PHASE` set in each of its forwards."""
+    return checkpoint(fn, *args, use_reentrant=False, context_fn=_phases)
 
 
 def checkpoint_blocks(gm: fx.GraphModule, blocks: Sequence[str], ops: Collection[str]) -> None:
@@ -57,20 +79,27 @@ def _wrap(gm: fx.GraphModule, block: str, k: int, ops: Collection[str]) -> str:
     if not mine:
         raise PlacerError(f"checkpoint: block {block!r} runs no op of this program")
     index = {n: i for i, n in enumerate(nodes)}
-    first, last = index[mine[0]], index[mine[-1]]
+    # a homed parameter's fetch before its reader and release after it (envs.real.homes) belong to the block
+    mine_set = set(mine)
+    fetches = [a for n in mine for a in n.all_input_nodes if a.meta.get(HOME_COPY_META)]
+    releases = [u for n in mine for u in n.users if u.meta.get(HOME_COPY_META)]
+    ends = [index[n] for n in (*mine, *fetches, *releases)]
+    first, last = min(ends), max(ends)
+    start, end = nodes[first], nodes[last]
     span = set(nodes[first : last + 1])
     for n in nodes[first : last + 1]:
         # an attribute read, or a copy of a tensor from outside, among the block's nodes: made before the block and
         # passed in, so its second forward reads it rather than copying it again
         if n.op == "get_attr" or (n.target is to_device and not any(a in span for a in n.all_input_nodes)):
-            mine[0].prepend(n)
+            if n is start:
+                start = n.next
+            start.prepend(n)
             span.discard(n)
     nodes = list(graph.nodes)
     index = {n: i for i, n in enumerate(nodes)}
-    first, last = index[mine[0]], index[mine[-1]]
+    first, last = index[start], index[end]
     span = nodes[first : last + 1]
     inside = set(span)
-    mine_set = set(mine)
     for n in span:
         if n.op == "call_function" and n.name in ops and n not in mine_set:
             raise PlacerError(

@@ -18,6 +18,13 @@ inserts around its reader (the one op that reads it):
   copied home on another side stream and the copy's memory is freed;
 * ``forward_done`` at the end of the program: frees the forward's last copies.
 
+A reader inside a checkpointed block (:mod:`envs.real.checkpointing`, which sets
+:data:`PHASE`) runs twice. In the block's first forward its copy is made and freed
+as above, but its backward is not hooked: the block's second forward, in the
+backward, runs ``fetch`` again, and that copy (on the side stream, outside the
+window of two) is what the reader saves for its backward; autograd frees it after
+that backward, and the gradient goes home as above.
+
 At the end of ``backward()`` (autograd's final callback) the gradients sent home
 are waited for and added to the masters' ``.grad``; an optimizer built on the
 placed module's parameters then steps the masters where they live (the host's
@@ -32,6 +39,7 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Mapping
 from contextlib import nullcontext
+from contextvars import ContextVar
 from functools import partial
 from typing import Any
 
@@ -42,6 +50,10 @@ from torch import nn
 from graphs import PlacerError
 from graphs.flops import op_type
 from graphs.ops import is_view_op, param_owners
+
+#: Which forward of a checkpointed block runs in this thread: ``"forward"`` (its first), ``"recompute"`` (its second,
+#: in the backward), or None outside every block (set by :func:`envs.real.checkpointing.checkpointed`).
+PHASE: ContextVar[str | None] = ContextVar("placer_checkpoint_phase", default=None)
 
 
 class Streams:
@@ -145,6 +157,8 @@ class HomeRuntime(nn.Module):
 
     def fetch(self, index: int) -> torch.Tensor:
         """The copy of master ``index`` on its reader's device for this step's forward (a new leaf)."""
+        if PHASE.get() == "recompute":
+            return self._recompute_copy(index)
         master, window = self.masters[index], self.window(index, False)
         streams = self.streams[self.torch_devices[index]]
         with streams.on_side():
@@ -158,8 +172,14 @@ class HomeRuntime(nn.Module):
         return copy
 
     def release(self, index: int, copy: torch.Tensor, output: Any) -> None:
-        """After the reader of ``copy``: note it read the copy, and make the copy again before its backward."""
+        """After the reader of ``copy``: note it read the copy, and make the copy again before its backward (in a
+        checkpointed block, the block's second forward makes it)."""
+        phase = PHASE.get()
+        if phase == "recompute":
+            return
         self.window(index, False).read(self.readers[index])
+        if phase == "forward":
+            return
         grad_fn = _grad_fn(output)
         if grad_fn is not None and copy.requires_grad:
             grad_fn.register_prehook(lambda grad_outputs: self._refetch(index, copy))
@@ -168,6 +188,20 @@ class HomeRuntime(nn.Module):
         for (_, backward), window in self.windows.items():
             if not backward:
                 window.drain()
+
+    def _recompute_copy(self, index: int) -> torch.Tensor:
+        """The copy for the reader's second forward, in its checkpointed block's recompute: on the side stream,
+        outside the window; the reader saves it for its backward, after which autograd frees it (on CUDA, once the
+        compute stream is past it)."""
+        master = self.masters[index]
+        streams = self.streams[self.torch_devices[index]]
+        with streams.on_side():
+            copy = torch.empty_like(master, device=self.torch_devices[index])
+            copy.untyped_storage().copy_(master.untyped_storage(), non_blocking=streams.cuda)
+        streams.compute_waits_side()
+        if streams.cuda:
+            copy.record_stream(streams.compute())
+        return copy.requires_grad_(master.requires_grad)
 
     def _refetch(self, index: int, copy: torch.Tensor) -> None:
         """Before the reader's backward: the copy's memory again, filled from the master on the side stream."""

@@ -160,7 +160,9 @@ class BackwardCall:
         done = now + issue + float(hc.contention_issue[hd]) * max(0.0, min(now + issue, he) - now)
         self.clock[th] = done
         # its parameters copied again from their home first (envs.sim.homes)
-        fetched = r.homes.refetch_in(j, d, now, r.link, lambda u: r.end[r.bwd_id(u)]) if r.homes else 0.0
+        # (an op of a checkpointed block: made in its recompute)
+        again = r.homes and not (r.recompute and r.recompute.blocks[j] >= 0)
+        fetched = r.homes.refetch_in(j, d, now, r.link, lambda u: r.end[r.bwd_id(u)]) if again else 0.0
         s = max(done, r.free[d], fetched)
         e = s + float(r.bwd_t[j, d])
         r.free[d] = e

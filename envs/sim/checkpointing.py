@@ -14,6 +14,11 @@ runs each block's ops under :func:`torch.utils.checkpoint.checkpoint`
   the stream (``start = max(t, free[d])``, ``free[d] = start + fwd[i, d]``); on
   the host the thread runs it (``start = t``, ``t += fwd[i, d]``). The backward is
   then issued from ``t``. A block runs its forward again once per step.
+* **homes**: an op of a block whose parameters live on the host (:mod:`envs.sim.homes`)
+  has its copy made again in the recompute, right before the thread issues the op
+  (at ``t``), on the side stream outside its window of two: ``start = max(t,
+  L[c, d])``, and the recomputed kernel starts no earlier than its end. It is
+  live until the op's backward ends, and that backward makes no copy of its own.
 * **memory**: a block op's output that autograd keeps (:func:`graphs.ops.saved_mask`)
   is held in the forward only as long as something outside the block needs it:
   until its last forward consumer has run, or until the last backward outside the
@@ -25,8 +30,7 @@ runs each block's ops under :func:`torch.utils.checkpoint.checkpoint`
   to run the forward again. Outputs nothing keeps, recomputed and dropped within
   the recompute, are not charged.
 
-A block's ops must all run on one device, with their parameters there (no home
-apart), issued one after the other (no other op between them in the issue order),
+A block's ops must all run on one device, issued one after the other (no other op between them in the issue order),
 under the eager executor with one microbatch: anything else is a
 :class:`graphs.PlacerError` naming the block. :mod:`envs.sim.kernel_checkpointing`
 computes the same times and bytes compiled.
@@ -56,16 +60,15 @@ def checkpoint_rows(
     env: "SimEnv",
     op_devices: np.ndarray,
     blocks: Any,
-    homes: np.ndarray | None,
     order: np.ndarray | None = None,
     *,
     where_possible: bool = False,
 ) -> np.ndarray | None:
     """``blocks`` (``[n]`` for every row, or ``[K, n]``) as ``[1 or K, n]`` int64 rows, checked against the
-    placements ``op_devices`` (``[K, n]``), their home rows ``homes`` and issue ``order`` (None: node order; one
-    ``[n]`` for every row, or ``[K, n]``); None where nothing is checkpointed. ``where_possible``: a block that a
-    row splits across devices, interleaves with another op or homes a parameter of apart is not checkpointed in
-    that row (``[K, n]`` rows), rather than an error (a search's rows: :func:`possible_blocks`)."""
+    placements ``op_devices`` (``[K, n]``) and their issue ``order`` (None: node order; one ``[n]`` for every row,
+    or ``[K, n]``); None where nothing is checkpointed. ``where_possible``: a block that a row splits across devices
+    or interleaves with another op is not checkpointed in that row (``[K, n]`` rows), rather than an error (a
+    search's rows: :func:`possible_blocks`)."""
     if blocks is None:
         return None
     ck = np.atleast_2d(np.asarray(blocks, dtype=np.int64))
@@ -87,7 +90,6 @@ def checkpoint_rows(
                     env,
                     op_devices[k],
                     ck[k if len(ck) > 1 else 0],
-                    None if homes is None else homes[k if len(homes) > 1 else 0],
                     None if order is None else order[k] if order.ndim == 2 else order,
                 )
                 for k in range(len(op_devices))
@@ -107,22 +109,12 @@ def checkpoint_rows(
                 f"checkpoint: the block of op {env.graph.names[b]!r} runs on more than one device "
                 f"(op {env.graph.names[int(split[0])]!r} is elsewhere): a block runs on one device"
             )
-        if homes is not None:
-            hm = homes[k if len(homes) > 1 else 0]
-            apart = inside[hm[inside] >= 0]
-            if len(apart):
-                raise PlacerError(
-                    f"checkpoint: op {env.graph.names[int(apart[0])]!r} of a checkpointed block has its parameters "
-                    "apart from it: a block's parameters live on its device"
-                )
     return ck
 
 
-def possible_blocks(
-    env: "SimEnv", op_devices: np.ndarray, row: np.ndarray, homes: np.ndarray | None, order: np.ndarray | None
-) -> np.ndarray:
-    """``row`` (each op's block) less the blocks placement ``op_devices`` cannot checkpoint: split across devices,
-    a parameter homed apart, or another op issued among them in ``order``."""
+def possible_blocks(env: "SimEnv", op_devices: np.ndarray, row: np.ndarray, order: np.ndarray | None) -> np.ndarray:
+    """``row`` (each op's block) less the blocks placement ``op_devices`` cannot checkpoint: split across devices, or
+    another op issued among them in ``order``."""
     row = np.asarray(row, dtype=np.int64).copy()
     n = len(row)
     inside = np.flatnonzero(row >= 0)
@@ -131,8 +123,6 @@ def possible_blocks(
     p = np.asarray(op_devices, dtype=np.int64)
     bad = np.zeros(n, dtype=bool)
     bad[row[inside][p[inside] != p[row[inside]]]] = True
-    if homes is not None:
-        bad[row[inside][np.asarray(homes)[inside] >= 0]] = True
     bad |= _interleaved(row, order)[0]
     row[inside[bad[row[inside]]]] = -1
     return row
@@ -191,8 +181,10 @@ class Recompute:
                 s = t
                 t = run.free[d] = s + float(self.fwd_t[i, d])
             else:
+                # its parameters copied from their home again first, outside the window (envs.sim.homes)
+                fetched = run.homes.recompute_in(i, d, t, run.link) if run.homes else 0.0
                 t += float(self.issue_f[i, d])
-                s = max(t, run.free[d])
+                s = max(t, run.free[d], fetched)
                 run.free[d] = s + float(self.fwd_t[i, d])
             self.start[i] = s
         return t

@@ -21,7 +21,8 @@ charges what that runtime does:
   copy is made again first (the runtime's pre-hook): ``start = max(now, L[c, d],
   guard)``, ``guard`` the end of the backward of the reader of the copy made two
   before on ``d`` in the backward; ``bwd i``'s kernel starts no earlier than its
-  end. Live from its start until ``bwd i`` ends.
+  end. Live from its start until ``bwd i`` ends. An op of a checkpointed block has
+  this copy made in its block's recompute instead (:mod:`envs.sim.checkpointing`).
 * **gradient**: ``bwd i`` makes it on ``d`` (``B`` bytes from its start); once its
   kernel ends it is copied home on a side stream, on no thread: ``start = max(bwd
   end, L[d, c])``. Live on ``d`` until that copy ends; ``backward()`` returns no
@@ -170,6 +171,14 @@ class HomeCopies:
         self.fetch[i] = self._copy(self.home[i], d, i, max(h, guard), link)
         return self.fetch[i][1]
 
+    def recompute_in(self, i: int, d: int, at: float, link: dict) -> float:
+        """Op ``i``'s copy for its checkpointed block's recompute, issued at ``at`` outside the window (its backward
+        makes none); returns its end (0 for an op not offloaded)."""
+        if i not in self.home:
+            return 0.0
+        self.refetch[i] = self._copy(self.home[i], d, i, at, link)
+        return self.refetch[i][1]
+
     def refetch_in(self, i: int, d: int, now: float, link: dict, bwd_end) -> float:
         """Op ``i``'s copy again before its backward, when ``d``'s worker picks it at ``now``; returns its end."""
         if i not in self.home:
@@ -191,7 +200,9 @@ class HomeCopies:
         """The :class:`HomeTimes` of the step (an op without a backward: its second copy and gradient at its
         forward's end, zero-length)."""
         ops = self.ops
-        at = lambda table, i, k: table[i][k] if i in table else float(fwd_end[i])  # noqa: E731
+        at = lambda table, i, k: (  # noqa: E731
+            table[i][k] if i in table and (table is self.fetch or self.grad[i]) else float(fwd_end[i])
+        )
         f = lambda table, k: np.array([at(table, i, k) for i in ops], dtype=np.float64)  # noqa: E731
         return HomeTimes(
             np.array(ops, dtype=np.int64),

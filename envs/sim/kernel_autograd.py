@@ -295,8 +295,9 @@ def eager_backward(
             continue
         j = 2 * n - 1 - task
         if ck[j] >= 0:  # its checkpointed block's forward again first (envs.sim.checkpointing)
-            now = recompute(j, p[j], now, order, lo, hi, ck, rc, host, free)
-        if hm[j] >= 0:  # its parameters copied again from their home first (envs.sim.homes)
+            now = recompute(j, p[j], now, order, lo, hi, ck, rc, host, free, hm, hb, lat, bw, ht, D)
+        # its parameters copied again from their home first (envs.sim.homes; in a checkpointed block, its recompute did)
+        if hm[j] >= 0 and ck[j] < 0:
             fetched = home_copy(j, p[j], 1, task, now, hm, hb, lat, bw, ring, ht, free, end, D)
             if fetched > free[p[j]]:
                 free[p[j]] = fetched

@@ -5,7 +5,9 @@ for none) and ``rc`` a ``[3, n]`` array: per op of a block, the host seconds
 issuing its forward again on its device (0 on the host), its forward's seconds,
 and the start of its recompute kernel (-1 until its block is recomputed; a block
 ``b`` is done once ``rc[2, b] >= 0``). Links' and streams' free times are those of
-the other kernels.
+the other kernels. An op of a block whose parameters live on the host
+(``hm[i] >= 0``) has them copied in again right before it is recomputed,
+outside the window (:func:`envs.sim.kernel_homes.copy_in`).
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from __future__ import annotations
 import numpy as np
 
 from envs.sim.compiled import njit
+from envs.sim.kernel_homes import copy_in
 
 
 @njit(cache=True)
@@ -30,7 +33,7 @@ def prepare(p, n, ck, rc, fwd_t, issue_f, host):
 
 
 @njit(cache=True)
-def recompute(j, d, now, order, lo, hi, ck, rc, host, free):
+def recompute(j, d, now, order, lo, hi, ck, rc, host, free, hm, hb, lat, bw, ht, D):
     """``bwd j`` picked at ``now`` by device ``d``'s thread: its block's forward again first, if not done yet;
     returns the thread's time after (:class:`envs.sim.checkpointing.Recompute`)."""
     b = ck[j]
@@ -46,8 +49,11 @@ def recompute(j, d, now, order, lo, hi, ck, rc, host, free):
             t = s + rc[1, i]
             free[d] = t
         else:
+            fetched = copy_in(i, d, 1, t, hm, hb, lat, bw, ht, free, D) if hm[i] >= 0 else 0.0
             t += rc[0, i]
             s = t if t > free[d] else free[d]
+            if fetched > s:
+                s = fetched
             free[d] = s + rc[1, i]
         rc[2, i] = s
     return t

@@ -18,12 +18,19 @@ from envs.sim.compiled import njit
 def home_copy(i, d, pass_, reader, at, hm, hb, lat, bw, ring, ht, free, end, D):
     """The copy of op ``i``'s parameters from their home to ``d`` for pass ``pass_`` (0: forward, 1: backward),
     issued at ``at`` for task ``reader``; returns its end."""
-    c = hm[i]
     r = 2 * (pass_ * D + d)
     if ring[r + 1] >= 0 and end[ring[r + 1]] > at:
         at = end[ring[r + 1]]
     ring[r + 1] = ring[r]
     ring[r] = reader
+    return copy_in(i, d, pass_, at, hm, hb, lat, bw, ht, free, D)
+
+
+@njit(cache=True)
+def copy_in(i, d, pass_, at, hm, hb, lat, bw, ht, free, D):
+    """The copy of op ``i``'s parameters from their home to ``d`` for pass ``pass_``, issued at ``at`` outside the
+    window (for a checkpointed block's recompute, pass 1, :mod:`envs.sim.kernel_checkpointing`); returns its end."""
+    c = hm[i]
     lk = D + c * D + d
     s = at if at > free[lk] else free[lk]
     e = s + (lat[c, d] + hb[i] / bw[c, d])

@@ -322,7 +322,7 @@ class SimEnv:
         program = self.program(op_devices, graph_order)
         rows = home_rows(self, op_devices[None, :], homes_of(self, placement))
         hm = None if rows is None else rows[0]
-        blocks = checkpoint_rows(self, op_devices[None, :], checkpoint_of(self, placement), rows, graph_order)
+        blocks = checkpoint_rows(self, op_devices[None, :], checkpoint_of(self, placement), graph_order)
         ck = None if blocks is None else blocks[0]
         sim_devices, order = self.expand(op_devices), self.sim_order(graph_order)
         if self.backend == "reference":
@@ -413,7 +413,7 @@ class SimEnv:
         op_devices = self._check_batch(op_devices)
         order = self._batch_order(op_devices, order)
         rows = home_rows(self, op_devices, homes)
-        blocks = checkpoint_rows(self, op_devices, checkpoint, rows, order, where_possible=checkpoint_where_possible)
+        blocks = checkpoint_rows(self, op_devices, checkpoint, order, where_possible=checkpoint_where_possible)
         self._simulated[0] += len(op_devices)
         programs = None
         if self.inflight < self.microbatches and self.executor == "eager":  # each placement's own stages

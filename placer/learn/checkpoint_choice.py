@@ -76,14 +76,12 @@ class CheckpointScorer:
         return self.batch(op_devices, order, overflow=True)
 
 
-def kept_blocks(
-    env: Any, graph: OpGraph, names: list[str], op_devices: np.ndarray, homes: Any, order: Any = None
-) -> list[str]:
-    """The blocks of ``names`` that placement ``op_devices`` (with ``homes``, in issue ``order``; None: node order)
-    can checkpoint."""
+def kept_blocks(env: Any, graph: OpGraph, names: list[str], op_devices: np.ndarray, order: Any = None) -> list[str]:
+    """The blocks of ``names`` that placement ``op_devices`` (in issue ``order``; None: node order) can
+    checkpoint."""
     if not names:
         return []
-    row = possible_blocks(env, op_devices, checkpoint_blocks(graph, names), homes, order)
+    row = possible_blocks(env, op_devices, checkpoint_blocks(graph, names), order)
     return [name for name in names if row[first_op(graph, name)] >= 0]
 
 

@@ -90,7 +90,7 @@ def plan_with_homes(
         prune = min(left // 4, (len(blocks) + 1) * len(blocks))
         options = MoveSearchOptions(homes=homes, checkpoint=blocks)
         c = MoveSearch(graph, room, env, options=options, seed=seed).run(max_evals=left - prune)
-        kept = kept_blocks(env, graph, blocks, c.op_devices, c.homes)
+        kept = kept_blocks(env, graph, blocks, c.op_devices)
         kept, step_s, oom, used = prune_blocks(env, graph, c.op_devices, c.homes, kept, prune)
         every = {"op_devices": c.op_devices, "homes": c.homes, "blocks": kept, "step_s": step_s, "oom": oom}
         spent += c.evals + used
@@ -109,7 +109,7 @@ def _by_moves(graph: OpGraph, room: Any, env: Any, blocks: list[str], evals: int
     prune = min(evals // 4, len(blocks) + 1)
     options = MoveSearchOptions(homes=homes, checkpoint=blocks, checkpoint_moves=True)
     r = MoveSearch(graph, room, env, options=options, seed=seed).run(max_evals=evals - prune)
-    kept = kept_blocks(env, graph, r.checkpoint or [], r.op_devices, r.homes)
+    kept = kept_blocks(env, graph, r.checkpoint or [], r.op_devices)
     step_s, oom, used = r.step_time_s, r.oom, 0
     if kept:
         kept, step_s, oom, used = prune_blocks(env, graph, r.op_devices, r.homes, kept, evals - r.evals)

@@ -212,8 +212,8 @@ def run_placement(
     order, kept = None, []
     if planner is not None:
         order, how, step_s = planner.plan_order(np.asarray(op_devices))
-        kept = kept_blocks(planner, graph, blocks or [], np.asarray(op_devices), homes, order)
-        in_node_order = kept_blocks(planner, graph, blocks or [], np.asarray(op_devices), homes, None)
+        kept = kept_blocks(planner, graph, blocks or [], np.asarray(op_devices), order)
+        in_node_order = kept_blocks(planner, graph, blocks or [], np.asarray(op_devices), None)
         if len(in_node_order) > len(kept):  # the planned order interleaves a layer the run checkpointed: node order
             order, how, kept = None, "node", in_node_order
         if kept and prune_evals > 0:

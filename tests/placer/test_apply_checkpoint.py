@@ -14,9 +14,11 @@ import pytest
 import torch
 from torch import nn
 
+import envs.real.homes as homes
 from envs.real.checkpointing import CHECKPOINT_META
 from envs.real.transfers import to_device
 from graphs import PlacerError
+from graphs.ops import param_owners
 from graphs.plan import Placement
 from graphs.torch_capture import capture
 from placer.apply import apply
@@ -139,6 +141,61 @@ def test_inputs_at_other_sizes_run_the_blocks_checkpointed_too():
     assert saved_bytes(placed, other) < 0.6 * saved_bytes(plain, other)
 
 
+class Deep(nn.Module):
+    """Two residual blocks of three linears each, dropout between them, a head: a block's second forward fetches
+    more homed parameters than the window of two holds."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.blocks = nn.ModuleList(
+            nn.Sequential(nn.Linear(16, 32), nn.Dropout(0.3), nn.Linear(32, 32), nn.Tanh(), nn.Linear(32, 16))
+            for _ in range(2)
+        )
+        self.head = nn.Linear(16, 4)
+
+    def forward(self, x):
+        for block in self.blocks:
+            x = x + block(x)
+        return self.head(x).pow(2).mean()
+
+
+def test_checkpointed_blocks_with_their_parameters_homed_on_the_host_train_as_the_unplaced_model_does():
+    """Every op on gpu:0, the blocks' parameters homed on cpu:0, the blocks checkpointed: each block's second forward
+    fetches its parameters again (outside the window, kept for their readers' backward), and nothing is fetched a
+    third time before a backward."""
+    torch.manual_seed(0)
+    model, x = Deep(), torch.randn(64, 16)
+    ref = copy.deepcopy(model)
+    g = capture(model, (x,))
+    owners = param_owners(g)
+    h = np.full(g.num_ops, -1)
+    for name in owners:
+        if name.startswith("blocks."):
+            h[owners[name]] = 0
+    p = Placement.from_indices(g, DEVICES, np.ones(g.num_ops, dtype=int), homes=h)
+    p.checkpoint = ["blocks.0", "blocks.1"]
+    placed = apply(model, p, (x,), device_map="*=cpu")
+    runtime = placed.get_submodule(homes.RUNTIME_ATTR)
+    assert len(runtime.masters) == 12
+    for name in placed.meta[CHECKPOINT_META].values():  # a block's fetches run inside it
+        assert sum(n.target is homes.fetch_home for n in getattr(placed, name).graph.nodes) == 6
+    calls = {"second forward": 0, "before a backward": 0}
+    second, again = runtime._recompute_copy, runtime._refetch
+
+    def count(key, fn):
+        def counted(*a):
+            calls[key] += 1
+            return fn(*a)
+
+        return counted
+
+    runtime._recompute_copy = count("second forward", second)
+    runtime._refetch = count("before a backward", again)
+    torch.manual_seed(1)  # dropout: the same masks in both forwards and in the unplaced model
+    train_side_by_side_seeded(placed, ref, x, steps=3)
+    assert calls == {"second forward": 3 * 12, "before a backward": 0}
+
+
 class Branches(nn.Module):
     def __init__(self) -> None:
         super().__init__()
@@ -156,10 +213,6 @@ def test_blocks_that_cannot_be_checkpointed_are_one_line_errors():
     split = np.array([1 if p.startswith("blocks.0.3") else 0 for p in g.module_paths])
     with pytest.raises(PlacerError, match=r"placement: checkpoint block 'blocks.0' runs on cpu:0, gpu:0"):
         apply(model, plan(g, ["blocks.0"], split), (x,), device_map="*=cpu")
-    homed = plan(g, ["blocks.0"])
-    homed.param_homes = {"blocks.0.0.weight": "cpu:0", "blocks.0.0.bias": "cpu:0"}  # op on gpu:0, weights on the host
-    with pytest.raises(PlacerError, match="block 'blocks.0' has parameters homed apart from their ops"):
-        apply(model, homed, (x,), device_map="*=cpu")
     with pytest.raises(PlacerError, match="checkpoint names module 'nosuch', which runs no op"):
         apply(model, plan(g, ["nosuch"]), (x,), device_map="*=cpu")
     # an order that issues another module's op between a block's ops cannot be wrapped
@@ -229,4 +282,32 @@ def test_the_homes_search_s_plan_with_checkpointed_layers_trains_as_the_unplaced
     assert p.checkpoint and envs.SimEnv(g, cluster).simulate(p).ok
     placed = apply(model, p, inputs, device_map="*=cpu")
     assert len(placed.meta[CHECKPOINT_META]) == len(p.checkpoint)
+    train_side_by_side_seeded(placed, ref, inputs, steps=2)
+
+
+@pytest.mark.parametrize("build", [_gpt2, _bert], ids=["gpt2", "bert"])
+def test_every_layer_checkpointed_with_every_parameter_homed_on_the_host_trains_as_the_unplaced_model_does(build):
+    """FSDP2's offload with activation checkpointing as a plan (bench.offload_homes.fsdp2_offload_plan): every op on
+    gpu:0, every parameter that can live apart homed on cpu:0, every layer checkpointed; dropout on (0.1)."""
+    from bench import offload
+    from bench.offload_homes import fsdp2_offload_plan
+
+    model, inputs = build()
+    ref = copy.deepcopy(model)
+    g = capture(model, inputs)
+    p = fsdp2_offload_plan(g, offload.scenario_cluster(offload.SCENARIOS["tiny"]), checkpoint=True)
+    seen: dict[int, int] = {}
+    for _, t in model.named_parameters(remove_duplicate=False):
+        seen[id(t)] = seen.get(id(t), 0) + 1
+    tied = {name for name, t in model.named_parameters(remove_duplicate=False) if seen[id(t)] > 1}
+    p.param_homes = {k: v for k, v in p.param_homes.items() if k not in tied}  # BERT's decoder bias: apply refuses
+    assert len(p.checkpoint) == 3 and len(p.param_homes) > 20
+    placed = apply(model, p, inputs, device_map="*=cpu")
+    assert len(placed.meta[CHECKPOINT_META]) == 3
+    inside = sum(
+        n.target is homes.fetch_home
+        for name in placed.meta[CHECKPOINT_META].values()
+        for n in getattr(placed, name).graph.nodes
+    )
+    assert inside >= 3 * 8  # each layer's own linears' weights and biases are fetched inside it
     train_side_by_side_seeded(placed, ref, inputs, steps=2)

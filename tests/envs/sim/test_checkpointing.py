@@ -107,6 +107,33 @@ def test_blocks_come_from_module_paths_and_round_trip_through_the_file(toy, tmp_
         Placement.from_dict({**p.to_dict(), "checkpoint": [3]})
 
 
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_homed_op_of_a_block_has_its_parameters_copied_in_again_by_its_recompute_not_before_its_backward(
+    toy, backend
+):
+    g = four(toy)
+    g.param_bytes = np.array([0, 0, 6, 0])
+    g.params = [[], [], ["w"], []]
+    env = SimEnv(g, toy.cluster(), backend=backend)
+    # c on gpu:0 with its 6 bytes on the host, l1 (c, d) checkpointed. forward: a [0, 1], b [1, 2]; c's copy in
+    #   [0, 6] (issued with c at host time 0), c [6, 7], d [7, 8].
+    # backward: picking d (at 0) runs l1 again: c's copy again, issued right before c at 0, on the link free from
+    #   6: [6, 12] (outside the window: nothing to wait for); c [max(0, free 8, 12), 13], d [13, 14]; then d's
+    #   backward [14, 16] and c's [16, 18], which makes no copy of its own; c's gradient home [18, 24]; b [18, 20],
+    #   a [20, 22]. The step ends with the gradient home, 24.
+    s = env.schedule(plan(g, [toy.G0] * 4, ["l1"], homes=[-1, -1, toy.CPU, -1]))
+    assert s.fwd_start_s.tolist() == [0, 1, 6, 7]
+    assert s.recompute_start_s[2:].tolist() == [12, 13]
+    assert s.bwd_start_s.tolist() == [20, 18, 16, 14] and s.bwd_end_s.tolist() == [22, 20, 18, 16]
+    h = s.homes
+    assert h.op.tolist() == [2] and (h.fetch_start_s[0], h.fetch_end_s[0]) == (0, 6)
+    assert (h.refetch_start_s[0], h.refetch_end_s[0]) == (6, 12) and (h.grad_start_s[0], h.grad_end_s[0]) == (18, 24)
+    assert s.backward_end_s == 24
+    # not checkpointed, c's backward copies them in itself: d [8, 10] (picked at 0), c's copy [6, 12], c [12, 14]
+    s = env.schedule(plan(g, [toy.G0] * 4, homes=[-1, -1, toy.CPU, -1]))
+    assert (s.homes.refetch_start_s[0], s.homes.refetch_end_s[0]) == (6, 12) and s.bwd_start_s[2] == 12
+
+
 def test_a_block_runs_on_one_device_with_its_parameters_eager_and_whole_batches(toy):
     g = four(toy)
     g.param_bytes = np.array([0, 0, 2, 0])
@@ -114,8 +141,6 @@ def test_a_block_runs_on_one_device_with_its_parameters_eager_and_whole_batches(
     env = SimEnv(g, toy.cluster())
     with pytest.raises(PlacerError, match="the block of op 'c' runs on more than one device .op 'd' is elsewhere"):
         env.simulate(plan(g, [toy.G0, toy.G0, toy.G0, toy.G1], ["l1"]))
-    with pytest.raises(PlacerError, match="op 'c' of a checkpointed block has its parameters apart from it"):
-        env.simulate(plan(g, [toy.G0] * 4, ["l1"], homes=[-1, -1, toy.CPU, -1]))
     with pytest.raises(PlacerError, match="one microbatch, eager"):
         env.with_executor("dataflow").simulate(plan(g, [toy.G0] * 4, ["l1"]))
     with pytest.raises(PlacerError, match=r"expected \[4\] or \[K, 4\] block indices"):
@@ -134,8 +159,9 @@ def test_a_block_runs_on_one_device_with_its_parameters_eager_and_whole_batches(
     p.order = np.array([0, 2, 1, 3])  # a, c, b, d
     assert env_d.simulate(p).ok
     assert env_d.batch(np.full((1, 4), toy.G0), [0, 2, 1, 3], checkpoint=[-1, 1, -1, 1])[0][0] > 0
-    # outside the block, homes still go
+    # outside the block, and inside it, homes go
     assert env.simulate(plan(g, [toy.G0] * 4, ["l0"], homes=[-1, -1, toy.CPU, -1])).ok
+    assert env.simulate(plan(g, [toy.G0] * 4, ["l1"], homes=[-1, -1, toy.CPU, -1])).ok
 
 
 def random_blocks(n: int, rng) -> tuple[list[str], np.ndarray]:
@@ -161,7 +187,7 @@ def test_kernel_and_reference_agree_with_random_blocks_and_homes(seed):
     p = rng.integers(0, c.num_devices, (12, g.num_ops))
     inside = blocks >= 0
     p[:, inside] = p[:, blocks[inside]]  # a block on its first op's device
-    homes = np.where((rng.random((12, g.num_ops)) < 0.3) & (p > 0) & ~inside, 0, -1)
+    homes = np.where((rng.random((12, g.num_ops)) < 0.3) & (p > 0), 0, -1)  # inside blocks too
     homes[:, homeable(g) <= 0] = -1
     tiny = Cluster(c.name, [c.devices[0], replace(c.devices[1], memory_bytes=1.0)], c.links)
     peaks = SimEnv(g, tiny).batch(p, overflow=True, homes=homes, checkpoint=blocks)[2]  # gpu:0's peak / 1 byte

@@ -107,7 +107,7 @@ def test_the_scorer_checkpoints_what_each_placement_keeps_whole_and_prune_keeps_
     t0 = env.batch(rows[:1], checkpoint=ck)[0][0]
     t1 = env.batch(rows[1:], checkpoint=np.where(np.isin(ck, [1]), -1, ck))[0][0]
     assert t.tolist() == [t0, t1] and not failed.any()
-    assert kept_blocks(env, g, names, rows[1], None) == names[1:]
+    assert kept_blocks(env, g, names, rows[1]) == names[1:]
     # with room for everything, checkpointing only costs: every block is turned off
     kept, step_s, oom, used = prune_blocks(env, g, rows[0], None, names, evals=100)
     assert kept == [] and not oom and step_s == env.simulate(on_gpu(g, big)).step_time_s and used <= 100
