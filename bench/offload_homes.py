@@ -11,7 +11,9 @@ device) and each cap, the cluster's ``gpu:0`` is capped and these plans are simu
 * the same search without home moves (the op-only plan: what placer planned before homes),
   at the same budget of simulated placements;
 * FSDP2's ``CPUOffloadPolicy`` as a plan: every op on ``gpu:0``, every parameter homed on
-  ``cpu:0``, Adam on the host (:func:`fsdp2_offload_plan`);
+  ``cpu:0``, Adam on the host (:func:`fsdp2_offload_plan`), and the same with every layer
+  checkpointed (FSDP2 with torch's activation checkpointing on each block, how it is
+  used on models whose activations do not fit);
 * accelerate's ``device_map="auto"`` at ``max_memory`` = each fraction of the cap
   (:func:`bench.offload.accelerate_plans`), and all on the host.
 
@@ -44,6 +46,7 @@ from envs.sim.homes import homeable
 from graphs import OpGraph, PlacerError
 from graphs.io import write_text_atomic
 from graphs.plan import Placement
+from placer.learn.checkpoint_choice import candidate_blocks
 from placer.learn.offload_plan import plan_with_homes
 
 GIB = 1 << 30
@@ -51,6 +54,7 @@ HOMED = "placer, move search with homes"
 NO_CHECKPOINT = "placer, move search with homes, no checkpointing"
 OPS_ONLY = "placer, move search, op placement only"
 FSDP2 = "FSDP2 CPUOffloadPolicy as planned (all on gpu:0, every parameter homed on cpu:0)"
+FSDP2_AC = "FSDP2 CPUOffloadPolicy with every layer checkpointed, as planned"
 
 
 def capped(scenario: Scenario, cap_bytes: int) -> Scenario:
@@ -58,14 +62,18 @@ def capped(scenario: Scenario, cap_bytes: int) -> Scenario:
     return dataclasses.replace(scenario, gpu_cap_bytes=int(cap_bytes))
 
 
-def fsdp2_offload_plan(graph: OpGraph, cluster: Any) -> Placement:
+def fsdp2_offload_plan(graph: OpGraph, cluster: Any, *, checkpoint: bool = False) -> Placement:
     """FSDP2's ``CPUOffloadPolicy`` as a placement: every op on the GPU, every parameter that can live apart from its
-    op (:func:`envs.sim.homes.homeable`) homed on the host."""
+    op (:func:`envs.sim.homes.homeable`) homed on the host; ``checkpoint``: every layer of the model's repeated
+    module list (:func:`placer.learn.checkpoint_choice.candidate_blocks`) checkpointed too."""
     gpu, host = cluster.gpu_indices()[0], cluster.device_names.index("cpu:0")
     homes = np.where(homeable(graph) == 1, host, -1)
-    return Placement.from_indices(
+    p = Placement.from_indices(
         graph, cluster.device_names, np.full(graph.num_ops, gpu), cluster=cluster.name, method="fsdp2", homes=homes
     )
+    if checkpoint:
+        p.checkpoint = candidate_blocks(graph)
+    return p
 
 
 def searched_plan(
@@ -81,12 +89,13 @@ def searched_plan(
 
 def cap_plans(graph: OpGraph, cluster: Any, model: Any, *, evals: int, seed: int = 0) -> list[Plan]:
     """Every plan of one cap (see the module docstring), simulated."""
-    fsdp = fsdp2_offload_plan(graph, cluster)
+    fsdp, fsdp_ac = fsdp2_offload_plan(graph, cluster), fsdp2_offload_plan(graph, cluster, checkpoint=True)
     plans = [
         searched_plan(graph, cluster, homes=True, evals=evals, seed=seed),
         searched_plan(graph, cluster, homes=True, evals=evals, seed=seed, checkpoint=False),
         searched_plan(graph, cluster, homes=False, evals=evals, seed=seed),
         Plan(FSDP2, "fsdp2", fsdp, offload.simulated(graph, cluster, fsdp)),
+        Plan(FSDP2_AC, "fsdp2-ac", fsdp_ac, offload.simulated(graph, cluster, fsdp_ac)),
     ]
     plans += offload.accelerate_plans(graph, cluster, model)
     return plans + [p for p in offload.single_plans(graph, cluster) if p.label == "all on cpu:0"]
@@ -112,13 +121,14 @@ def row(plan: Plan, graph: OpGraph) -> dict[str, Any]:
 
 
 def ratios(rows: list[dict[str, Any]]) -> dict[str, float | None]:
-    """placer's plan with homes against FSDP2's offload and against accelerate's fastest map that fits (x slower)."""
+    """placer's plan with homes against FSDP2's offload (the faster of with and without checkpointing), and against
+    accelerate's fastest map that fits (x slower)."""
     ok = {r["label"]: r["sim_step_time_s"] for r in rows if r["sim_status"] == "ok"}
     placer = ok.get(HOMED)
     accel = [r["sim_step_time_s"] for r in rows if r["kind"] == "accelerate" and r["sim_status"] == "ok"]
     over = lambda t: None if placer is None or t is None else t / placer  # noqa: E731
     return {
-        "fsdp2_over_placer": over(ok.get(FSDP2)),
+        "fsdp2_over_placer": over(min((t for t in (ok.get(FSDP2), ok.get(FSDP2_AC)) if t is not None), default=None)),
         "accelerate_over_placer": over(min(accel, default=None)),
         "ops_only_over_placer": over(ok.get(OPS_ONLY)),
         "no_checkpoint_over_placer": over(ok.get(NO_CHECKPOINT)),
@@ -184,7 +194,7 @@ def markdown(docs: list[dict[str, Any]]) -> str:
                 )
     lines += [
         "",
-        "| model | cap (GiB) | FSDP2 / placer | accelerate's fastest / placer | op-only / placer "
+        "| model | cap (GiB) | FSDP2's fastest / placer | accelerate's fastest / placer | op-only / placer "
         "| no checkpointing / placer |",
     ]
     lines.append("|---|---:|---:|---:|---:|---:|")

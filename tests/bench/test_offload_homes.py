@@ -25,13 +25,18 @@ def test_fsdp2_s_offload_is_every_op_on_the_gpu_and_every_own_parameter_on_the_h
     p = offload_homes.fsdp2_offload_plan(g, c)
     assert p.indices(g).tolist() == [1, 1, 1, 1] and p.param_homes == {"wa": "cpu:0"}
     assert envs.SimEnv(g, c).simulate(p).ok
+    g.module_paths = ["layers.0", "layers.0", "layers.1", "layers.1"]
+    ac = offload_homes.fsdp2_offload_plan(g, c, checkpoint=True)  # with every layer checkpointed, its homes kept
+    assert ac.checkpoint == ["layers.0", "layers.1"] and ac.param_homes == p.param_homes
+    assert envs.SimEnv(g, c).simulate(ac).ok
 
 
 def test_ratios_compare_placer_s_homed_plan_with_the_fastest_fitting_rivals():
     rows = [
         {"label": offload_homes.HOMED, "kind": "placer", "sim_status": "ok", "sim_step_time_s": 1.0},
         {"label": offload_homes.OPS_ONLY, "kind": "placer-ops", "sim_status": "ok", "sim_step_time_s": 3.0},
-        {"label": offload_homes.FSDP2, "kind": "fsdp2", "sim_status": "ok", "sim_step_time_s": 2.0},
+        {"label": offload_homes.FSDP2, "kind": "fsdp2", "sim_status": "ok", "sim_step_time_s": 2.5},
+        {"label": offload_homes.FSDP2_AC, "kind": "fsdp2-ac", "sim_status": "ok", "sim_step_time_s": 2.0},
         {
             "label": offload_homes.NO_CHECKPOINT,
             "kind": "placer-no-checkpoint",
@@ -42,7 +47,7 @@ def test_ratios_compare_placer_s_homed_plan_with_the_fastest_fitting_rivals():
         {"label": "accelerate, b", "kind": "accelerate", "sim_status": "ok", "sim_step_time_s": 4.0},
     ]
     assert offload_homes.ratios(rows) == {
-        "fsdp2_over_placer": 2.0,
+        "fsdp2_over_placer": 2.0,  # the faster of FSDP2 with and without checkpointing
         "accelerate_over_placer": 4.0,  # the map out of memory does not count
         "ops_only_over_placer": 3.0,
         "no_checkpoint_over_placer": 1.5,  # the ablation: the same search without checkpointing
@@ -77,7 +82,13 @@ def test_the_tiny_scenario_at_two_caps_writes_every_simulated_row_and_the_plans(
     assert doc["simulated"] and [c["cap_gib"] for c in doc["caps"]] == [0.02, 0.01]
     cap = doc["caps"][1]
     labels = [r["label"] for r in cap["rows"]]
-    assert labels[:4] == [offload_homes.HOMED, offload_homes.NO_CHECKPOINT, offload_homes.OPS_ONLY, offload_homes.FSDP2]
+    assert labels[:5] == [
+        offload_homes.HOMED,
+        offload_homes.NO_CHECKPOINT,
+        offload_homes.OPS_ONLY,
+        offload_homes.FSDP2,
+        offload_homes.FSDP2_AC,
+    ]
     assert {r["label"]: r["checkpointed"] for r in cap["rows"]}[offload_homes.NO_CHECKPOINT] == 0
     assert sum(r["kind"] == "accelerate" for r in cap["rows"]) == 5
     fsdp = next(p for p in cap["plans"] if p["label"] == offload_homes.FSDP2)
