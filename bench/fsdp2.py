@@ -6,7 +6,12 @@ What practitioners reach for when a model's training state does not fit one GPU:
 live on the host (pinned); each block's parameters are copied to the GPU before
 its forward and again before its backward (``reshard_after_forward``), its
 gradients copied back, and the optimizer step runs on the CPU. It offloads all
-or nothing: there is no way to keep some parameters on the GPU.
+or nothing: there is no way to keep some parameters on the GPU. With
+``checkpoint``, each block also runs under torch's activation checkpointing
+(:class:`Checkpointed`: each block called through non-reentrant
+``torch.utils.checkpoint``, wrapped before ``fully_shard`` as torchtitan wraps them,
+so both forwards run FSDP2's hooks): how FSDP2 is used where the activations do not
+fit either.
 
 One process is a world of one: a process group over an in-process
 ``HashStore`` (``nccl`` for a CUDA device, ``gloo`` for the CPU), so nothing
@@ -31,6 +36,7 @@ import torch.distributed as dist
 from torch import nn
 from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.fsdp import CPUOffloadPolicy, fully_shard
+from torch.utils.checkpoint import checkpoint as torch_checkpoint
 
 from envs.real.timing import Protocol, adam, failure_status, measure_steps, step_extra, time_limit
 from envs.real.worker import build_model, one_line
@@ -54,8 +60,21 @@ def world_of_one(device: torch.device) -> Iterator[None]:
         dist.destroy_process_group()
 
 
-def shard_with_offload(model: nn.Module, device: torch.device) -> list[str]:
-    """``fully_shard`` each block (the classes no device map may split) and the root, parameters on the host.
+class Checkpointed(nn.Module):
+    """A block called through non-reentrant activation checkpointing (what torch's ``checkpoint_wrapper`` does): its
+    second forward calls the block as a module, so the hooks ``fully_shard`` puts on it run again."""
+
+    def __init__(self, block: nn.Module) -> None:
+        super().__init__()
+        self.block = block
+
+    def forward(self, *args: Any, **kwargs: Any) -> Any:
+        return torch_checkpoint(self.block, *args, use_reentrant=False, **kwargs)
+
+
+def shard_with_offload(model: nn.Module, device: torch.device, *, checkpoint: bool = False) -> list[str]:
+    """``fully_shard`` each block (the classes no device map may split) and the root, parameters on the host;
+    ``checkpoint``: each block wrapped in torch's activation checkpointing first.
 
     Returns the names of the sharded blocks (the root last, as ``""``).
     """
@@ -63,6 +82,12 @@ def shard_with_offload(model: nn.Module, device: torch.device) -> list[str]:
     policy = CPUOffloadPolicy(pin_memory=device.type == "cuda")
     classes = set(no_split_modules(model))
     blocks = [name for name, m in model.named_modules() if name and type(m).__name__ in classes]
+    if checkpoint:
+        for name in blocks:
+            parent, _, leaf = name.rpartition(".")
+            owner = model.get_submodule(parent) if parent else model
+            setattr(owner, leaf, Checkpointed(owner.get_submodule(leaf)))
+        blocks = [f"{name}.block" for name in blocks]
     for name in blocks:
         fully_shard(model.get_submodule(name), mesh=mesh, offload_policy=policy)
     fully_shard(model, mesh=mesh, offload_policy=policy)
@@ -77,8 +102,10 @@ def measure_offload(
     timed_steps: int = 5,
     lr: float = 1e-3,
     timeout_s: float | None = None,
+    checkpoint: bool = False,
 ) -> Result:
-    """Time Adam steps of ``source``'s model under FSDP2 with CPU offload on ``device``; a Result, never raising.
+    """Time Adam steps of ``source``'s model under FSDP2 with CPU offload on ``device`` (``checkpoint``: every block
+    under activation checkpointing too); a Result, never raising.
 
     ``peak_bytes`` has ``gpu:0`` (``max_memory_allocated`` of a CUDA device) and
     ``cpu:0`` (the host's resident-set rise); ``extra`` the step times, losses and
@@ -87,11 +114,11 @@ def measure_offload(
     device = torch.device(device)
     if device.type == "cuda":
         torch.cuda.set_device(device)
-    extra: dict[str, Any] = {"method": "fsdp2_cpu_offload"}
+    extra: dict[str, Any] = {"method": "fsdp2_cpu_offload", "checkpoint": checkpoint}
     try:
         with world_of_one(device), time_limit(timeout_s):
             model, inputs = build_model(source)
-            extra["sharded_blocks"] = len(shard_with_offload(model, device)) - 1
+            extra["sharded_blocks"] = len(shard_with_offload(model, device, checkpoint=checkpoint)) - 1
             inputs = tuple(x.to(device) if isinstance(x, torch.Tensor) else x for x in inputs)
             optimizer = adam(model.parameters(), lr=lr)  # the fused kernels, as placer's plans get
             m = measure_steps(
@@ -114,4 +141,4 @@ def measure_offload(
             torch.cuda.empty_cache()
 
 
-__all__ = ["measure_offload", "shard_with_offload", "world_of_one"]
+__all__ = ["Checkpointed", "measure_offload", "shard_with_offload", "world_of_one"]

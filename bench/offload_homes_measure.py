@@ -5,7 +5,7 @@ For a scenario and a cap, on the machine: the GPU capped for real
 plans of :func:`bench.offload_homes.cap_plans` made on that graph (placer's move search
 with home moves and without, FSDP2's offload as a plan, accelerate's maps), then
 measured in this order until the deadline: placer's plan with homes, FSDP2 itself
-(:func:`bench.fsdp2.measure_offload`), the op-only plan, FSDP2's offload as placer
+(:func:`bench.fsdp2.measure_offload`), FSDP2 with every block checkpointed, the op-only plan, FSDP2's offload as placer
 runs it, and accelerate's fastest map the simulator says fits. Each plan runs
 through :func:`placer.apply` (homes included) with ``torch.optim.Adam`` on the
 placed module's parameters (:func:`envs.real.timing.measure_steps`), each row in a
@@ -85,11 +85,15 @@ def measure_plan(
 
 
 FSDP2_MEASURED = "FSDP2, CPUOffloadPolicy (measured: torch's FSDP2)"
+FSDP2_AC_MEASURED = "FSDP2, CPUOffloadPolicy, every block checkpointed (measured: torch's FSDP2)"
+FSDP2_ROWS = {FSDP2_MEASURED: False, FSDP2_AC_MEASURED: True}  # torch's FSDP2 rows: label -> checkpoint
 
 
-def measure_row(args: argparse.Namespace, scenario: Any, cluster: Any, plan: Plan | None) -> Result:
+def measure_row(
+    args: argparse.Namespace, scenario: Any, cluster: Any, plan: Plan | None, checkpoint: bool = False
+) -> Result:
     """One row in this process (its GPU already capped): ``plan`` through :func:`measure_plan`, or torch's FSDP2
-    itself (``plan`` None)."""
+    itself (``plan`` None; ``checkpoint``: every block checkpointed)."""
     from bench.fsdp2 import measure_offload
     from envs.real.placing import resolve_devices
 
@@ -99,7 +103,12 @@ def measure_row(args: argparse.Namespace, scenario: Any, cluster: Any, plan: Pla
     device = resolve_devices(["gpu:0"], args.device_map)["gpu:0"]
     builder = offload.builder(scenario)
     return measure_offload(
-        builder, device, warmup_steps=args.warmup, timed_steps=args.steps, timeout_s=args.measure_timeout
+        builder,
+        device,
+        warmup_steps=args.warmup,
+        timed_steps=args.steps,
+        timeout_s=args.measure_timeout,
+        checkpoint=checkpoint,
     )
 
 
@@ -129,12 +138,12 @@ def child_main(args: argparse.Namespace) -> int:
     scenario = offload_homes.capped(offload.check_scenario(args.scenario), int(args.cap * GIB))
     with open(row_path(args), encoding="utf-8") as f:
         docs = {d["label"]: d for d in json.load(f)["plans"]}
-    if args.row != FSDP2_MEASURED and args.row not in docs:
+    if args.row not in FSDP2_ROWS and args.row not in docs:
         raise PlacerError(f"--row {args.row!r}: no such plan in {row_path(args)}")
     plan = offload.plan_from_doc(docs[args.row]) if args.row in docs else None
     cluster = offload.scenario_cluster(scenario)
     cap_cuda_memory(cuda_caps(cluster, args.device_map))
-    result = measure_row(args, scenario, cluster, plan)
+    result = measure_row(args, scenario, cluster, plan, FSDP2_ROWS.get(args.row, False))
     print(json.dumps(result.to_dict(), default=float))
     return 0
 
@@ -210,13 +219,16 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     }
     write_text_atomic(path, json.dumps(doc, indent=1, default=float))  # the plans, for the rows' processes
     queue: list[tuple[str, Any]] = [(p.label, p) for p in measure_order(plans)]
-    queue.insert(1, (FSDP2_MEASURED, None))
+    queue[1:1] = [(FSDP2_MEASURED, None), (FSDP2_AC_MEASURED, None)]
     for label, plan in queue:
         if time.monotonic() - start > args.deadline:
             doc["measured"].append({"label": label, "status": "not measured: past the deadline"})
             continue
         t0 = time.perf_counter()
-        r = measure_in_child(args, path, label) if args.isolate else measure_row(args, scenario, cluster, plan)
+        if args.isolate:
+            r = measure_in_child(args, path, label)
+        else:
+            r = measure_row(args, scenario, cluster, plan, FSDP2_ROWS.get(label, False))
         doc["measured"].append(measured_row(label, None if plan is None else plan.sim, r, scenario.gpu_cap_bytes))
         row = doc["measured"][-1]
         gib = "" if row["real_peak_gpu_gib"] is None else f", {row['real_peak_gpu_gib']:.2f} GiB allocated"

@@ -237,22 +237,49 @@ def test_recorder_records_each_placement_once_with_the_simulators_view(tmp_path)
 
 # ------------------------------------------------------------------ FSDP2's offload
 @pytest.mark.slow
-def test_fsdp2_offload_runs_on_one_process_and_trains_as_the_unwrapped_model():
+@pytest.mark.parametrize("checkpoint", [False, True], ids=["plain", "checkpointed"])
+def test_fsdp2_offload_runs_on_one_process_and_trains_as_the_unwrapped_model(checkpoint):
     """FSDP2 with CPUOffloadPolicy on a world of one (gloo over an in-process store: a cpu mesh), the tiny scenario:
-    every block sharded, and the same losses as plain Adam steps on the same seeded model."""
+    every block sharded (and checkpointed), and the same losses as plain Adam steps on the same seeded model."""
     from bench.fsdp2 import measure_offload
     from envs.real.timing import train_step
 
     s = SCENARIOS["tiny"]
-    r = measure_offload(offload.builder(s), "cpu", warmup_steps=1, timed_steps=3)
+    r = measure_offload(offload.builder(s), "cpu", warmup_steps=1, timed_steps=3, checkpoint=checkpoint)
     assert r.status == "ok", r.message
     assert r.extra["sharded_blocks"] == s.num_layers and len(r.extra["step_times_s"]) == 3
+    assert r.extra["checkpoint"] is checkpoint
     assert r.extra["protocol"]["steady_malloc"]  # the rival timed as placer's plans are
     model, inputs = offload.build(s)
     opt = torch.optim.Adam(model.parameters(), lr=1e-3)
     plain = [float(train_step(model, inputs, opt)) for _ in range(4)]
     assert r.extra["losses"] == pytest.approx(plain[1:], rel=1e-5)
     assert not torch.distributed.is_initialized()  # the world of one is gone
+
+
+def test_fsdp2_s_checkpointed_blocks_keep_their_inputs_only():
+    """With ``checkpoint``, each block is a :class:`bench.fsdp2.Checkpointed` whose forward saves less for the
+    backward than the plain sharded block does, and both train."""
+    from bench.fsdp2 import Checkpointed, shard_with_offload, world_of_one
+
+    saved = {}
+    for on in (False, True):
+        model, inputs = offload.build(SCENARIOS["tiny"])
+        with world_of_one(torch.device("cpu")):
+            shard_with_offload(model, torch.device("cpu"), checkpoint=on)
+            wrapped = [m for m in model.modules() if isinstance(m, Checkpointed)]
+            assert len(wrapped) == (SCENARIOS["tiny"].num_layers if on else 0)
+            total = [0]
+
+            def pack(t, total=total):
+                total[0] += t.numel() * t.element_size()
+                return t
+
+            with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+                loss = model(*inputs)
+            loss.backward()
+            saved[on] = total[0]
+    assert saved[True] < 0.9 * saved[False], saved  # the tiny model: its head's activations stay
 
 
 def test_fsdp2_failure_is_a_result():

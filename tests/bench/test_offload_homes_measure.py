@@ -74,6 +74,7 @@ def test_the_cpu_stand_in_measures_placer_s_homed_plan_and_fsdp2_and_writes_both
     homed = rows[offload_homes.HOMED]
     assert homed["status"] == "ok" and homed["real_step_time_s"] > 0 and homed["sim_step_time_s"] > 0
     assert rows["FSDP2, CPUOffloadPolicy (measured: torch's FSDP2)"]["status"] == "ok"
+    assert rows[offload_homes_measure.FSDP2_AC_MEASURED]["status"] == "ok"  # with every block checkpointed
     placement = next(p for p in doc["plans"] if p["label"] == offload_homes.FSDP2)["placement"]
     assert placement["param_homes"] and rows[offload_homes.FSDP2]["status"] == "ok"  # placer.apply ran the homes
     assert f"{offload_homes.HOMED}: ok" in out
