@@ -74,9 +74,13 @@ def no_home_times() -> HomeTimes:
 
 def homeable(graph: OpGraph) -> np.ndarray:
     """Per op (int8): 1 where its parameters may live apart from it, 0 where it owns none, -1 where they cannot (a
-    view's, or parameters other ops read too)."""
+    view's, parameters other ops read too, or a parameter tied to another name, ``meta["tied_params"]``, which
+    :func:`placer.apply` keeps with its op)."""
     shared = np.zeros(graph.num_ops, dtype=bool)
     shared[param_reads(graph)[0]] = True
+    tied = {name for group in graph.meta.get("tied_params") or () for name in group}
+    if tied and graph.params is not None:
+        shared |= np.array([bool(tied.intersection(names)) for names in graph.params], dtype=bool)
     owns = graph.param_bytes > 0
     return np.where(owns, np.where(view_mask(graph) | shared, -1, 1), 0).astype(np.int8)
 

@@ -148,6 +148,12 @@ def test_homes_are_for_a_gpu_op_s_own_parameters_on_the_host(toy):
     shared.params = [["w0"], ["w0"]]  # b reads a's parameter too
     with pytest.raises(PlacerError, match="cannot live apart from it"):
         SimEnv(shared, toy.cluster()).with_homes([toy.CPU, -1]).step_times(on_gpu)
+    tied = chain(toy, [1, 1], [4, 4])
+    tied.params = [["w0"], ["w1"]]
+    tied.meta["tied_params"] = [["w1", "head.w1"]]  # b's parameter has two names (placer.apply keeps it with b)
+    assert homeable(tied).tolist() == [1, -1]
+    with pytest.raises(PlacerError, match="cannot live apart from it"):
+        SimEnv(tied, toy.cluster()).with_homes([-1, toy.CPU]).step_times(on_gpu)
 
 
 @pytest.mark.parametrize("seed", range(4))
