@@ -306,3 +306,42 @@ def test_every_layer_checkpointed_with_every_parameter_homed_on_the_host_trains_
     )
     assert inside >= 3 * 8  # each layer's own linears' weights and biases are fetched inside it
     train_side_by_side_seeded(placed, ref, inputs, steps=2)
+
+
+@pytest.mark.slow
+def test_the_homes_search_s_plan_homing_parameters_inside_checkpointed_layers_trains_as_the_unplaced_model_does():
+    """A GPT-2 whose layers' training state and activations both crowd the GPU (width 256, a GPU of 35 % of its
+    all-on-GPU peak): `placer place --method homes` homes parameters of layers it checkpoints, and the plan trains as
+    the unplaced model does, dropout on (0.1)."""
+    import dataclasses
+
+    import envs
+    from bench import offload
+    from graphs.models.corpus import LossOf, load_transformers
+    from graphs.plan import in_module
+    from placer.learn.offload_plan import plan_with_homes
+
+    t = load_transformers()
+    torch.manual_seed(0)
+    config = t.GPT2Config(n_layer=4, n_embd=256, n_head=4, vocab_size=500, n_positions=128)
+    model = LossOf(t.GPT2LMHeadModel(config))
+    ids = torch.randint(0, 500, (8, 128), generator=torch.Generator().manual_seed(1))
+    inputs = (ids, ids.clone())
+    ref = copy.deepcopy(model)
+    g = capture(model, inputs)
+    base = offload.SCENARIOS["tiny"]
+    roomy = offload.scenario_cluster(dataclasses.replace(base, gpu_cap_bytes=10**12))
+    peak = envs.SimEnv(g, roomy).simulate(Placement.from_indices(g, roomy.device_names, [1] * g.num_ops))
+    cluster = offload.scenario_cluster(dataclasses.replace(base, gpu_cap_bytes=int(0.35 * peak.peak_bytes["gpu:0"])))
+    p = plan_with_homes(g, cluster, evals=400, headroom=1.0)
+    owners = param_owners(g)
+    inside = [n for n in p.param_homes if any(in_module(g.module_paths[owners[n]], b) for b in p.checkpoint)]
+    assert len(inside) >= 8 and envs.SimEnv(g, cluster).simulate(p).ok
+    placed = apply(model, p, inputs, device_map="*=cpu")
+    fetched = sum(
+        n.target is homes.fetch_home
+        for name in placed.meta[CHECKPOINT_META].values()
+        for n in getattr(placed, name).graph.nodes
+    )
+    assert fetched == len(inside)
+    train_side_by_side_seeded(placed, ref, inputs, steps=2)
