@@ -238,14 +238,34 @@ def test_blocks_that_cannot_be_checkpointed_are_one_line_errors():
         apply(bn, plan(gb, ["1"]), (x,), device_map="*=cpu")
 
 
-def _gpt2():
+def _gpt2(layers=3, width=64, batch=4, seq=256):
     from graphs.models.corpus import LossOf, load_transformers
 
     t = load_transformers()
     torch.manual_seed(0)
-    model = LossOf(t.GPT2LMHeadModel(t.GPT2Config(n_layer=3, n_embd=64, n_head=4, vocab_size=500, n_positions=256)))
-    ids = torch.randint(0, 500, (4, 256), generator=torch.Generator().manual_seed(1))
+    config = t.GPT2Config(n_layer=layers, n_embd=width, n_head=4, vocab_size=500, n_positions=seq)
+    model = LossOf(t.GPT2LMHeadModel(config))
+    ids = torch.randint(0, 500, (batch, seq), generator=torch.Generator().manual_seed(1))
     return model, (ids, ids.clone())
+
+
+def homes_search_plan(g, fraction):
+    """The plan `placer place --method homes` makes (400 placements, no headroom) for ``g`` on the tiny scenario's
+    cluster with a GPU of ``fraction`` of ``g``'s all-on-GPU peak; checked to fit."""
+    import dataclasses
+
+    import envs
+    from bench import offload
+    from placer.learn.offload_plan import plan_with_homes
+
+    base = offload.SCENARIOS["tiny"]
+    roomy = offload.scenario_cluster(dataclasses.replace(base, gpu_cap_bytes=10**12))
+    peak = envs.SimEnv(g, roomy).simulate(Placement.from_indices(g, roomy.device_names, [1] * g.num_ops))
+    cap = int(fraction * peak.peak_bytes["gpu:0"])
+    cluster = offload.scenario_cluster(dataclasses.replace(base, gpu_cap_bytes=cap))
+    p = plan_with_homes(g, cluster, evals=400, headroom=1.0)
+    assert envs.SimEnv(g, cluster).simulate(p).ok
+    return p
 
 
 def _bert():
@@ -265,21 +285,11 @@ def _bert():
 def test_the_homes_search_s_plan_with_checkpointed_layers_trains_as_the_unplaced_model_does(build):
     """The plan `placer place --method homes` makes for a GPU too small for the model's activations (layers
     checkpointed), applied to two architectures the checkpointing was not written on, dropout on (0.1)."""
-    import dataclasses
-
-    import envs
-    from bench import offload
-    from placer.learn.offload_plan import plan_with_homes
-
     model, inputs = build()
     ref = copy.deepcopy(model)
     g = capture(model, inputs)
-    base = offload.SCENARIOS["tiny"]
-    roomy = offload.scenario_cluster(dataclasses.replace(base, gpu_cap_bytes=10**12))
-    peak = envs.SimEnv(g, roomy).simulate(Placement.from_indices(g, roomy.device_names, [1] * g.num_ops))
-    cluster = offload.scenario_cluster(dataclasses.replace(base, gpu_cap_bytes=int(0.6 * peak.peak_bytes["gpu:0"])))
-    p = plan_with_homes(g, cluster, evals=400, headroom=1.0)
-    assert p.checkpoint and envs.SimEnv(g, cluster).simulate(p).ok
+    p = homes_search_plan(g, 0.6)
+    assert p.checkpoint
     placed = apply(model, p, inputs, device_map="*=cpu")
     assert len(placed.meta[CHECKPOINT_META]) == len(p.checkpoint)
     train_side_by_side_seeded(placed, ref, inputs, steps=2)
@@ -313,30 +323,15 @@ def test_the_homes_search_s_plan_homing_parameters_inside_checkpointed_layers_tr
     """A GPT-2 whose layers' training state and activations both crowd the GPU (width 256, a GPU of 35 % of its
     all-on-GPU peak): `placer place --method homes` homes parameters of layers it checkpoints, and the plan trains as
     the unplaced model does, dropout on (0.1)."""
-    import dataclasses
-
-    import envs
-    from bench import offload
-    from graphs.models.corpus import LossOf, load_transformers
     from graphs.plan import in_module
-    from placer.learn.offload_plan import plan_with_homes
 
-    t = load_transformers()
-    torch.manual_seed(0)
-    config = t.GPT2Config(n_layer=4, n_embd=256, n_head=4, vocab_size=500, n_positions=128)
-    model = LossOf(t.GPT2LMHeadModel(config))
-    ids = torch.randint(0, 500, (8, 128), generator=torch.Generator().manual_seed(1))
-    inputs = (ids, ids.clone())
+    model, inputs = _gpt2(layers=4, width=256, batch=8, seq=128)
     ref = copy.deepcopy(model)
     g = capture(model, inputs)
-    base = offload.SCENARIOS["tiny"]
-    roomy = offload.scenario_cluster(dataclasses.replace(base, gpu_cap_bytes=10**12))
-    peak = envs.SimEnv(g, roomy).simulate(Placement.from_indices(g, roomy.device_names, [1] * g.num_ops))
-    cluster = offload.scenario_cluster(dataclasses.replace(base, gpu_cap_bytes=int(0.35 * peak.peak_bytes["gpu:0"])))
-    p = plan_with_homes(g, cluster, evals=400, headroom=1.0)
+    p = homes_search_plan(g, 0.35)
     owners = param_owners(g)
     inside = [n for n in p.param_homes if any(in_module(g.module_paths[owners[n]], b) for b in p.checkpoint)]
-    assert len(inside) >= 8 and envs.SimEnv(g, cluster).simulate(p).ok
+    assert len(inside) >= 8
     placed = apply(model, p, inputs, device_map="*=cpu")
     fetched = sum(
         n.target is homes.fetch_home
