@@ -30,7 +30,9 @@ Rules, reference | kernel:
   their bytes on the GPU: ``homes.py:home_memory_events`` | ``kernel_homes.py:home_events``
 * activation checkpointing per block (eager): the block's forward again before its first backward:
   ``checkpointing.py:Recompute`` | ``kernel_checkpointing.py:recompute``; its bytes (outputs held less, made again,
-  the block's inputs held): ``checkpointing.py:checkpoint_frees`` | ``kernel_checkpointing.py:block_output_free``
+  the block's inputs held): ``checkpointing.py:checkpoint_frees`` | ``kernel_checkpointing.py:block_output_free``; a
+  homed op of a block has its parameters copied in again by that second forward: ``homes.py:HomeCopies.recompute_in``
+  | ``kernel_homes.py:copy_in``
 * one placement's schedule under either model: ``schedule.py:schedule_reference`` | ``kernel.py:KernelData.schedule``
 
 Rules in Python only:
