@@ -5,10 +5,12 @@ and 8 GiB (the training state fills the GPU) and llama-long at 24 GiB (the activ
 memory (the cap times MEMORY_HEADROOM, as `placer place --method homes`), then are simulated at the cap. From the
 repository root:
 
-    PYTHONPATH=. python docs/offload_homes/checkpoint_moves/run.py [SECONDS]
+    PYTHONPATH=. python docs/offload_homes/checkpoint_moves/run.py [SECONDS [CELLS [OUT_DIR]]]
 
-Writes docs/offload_homes/checkpoint_moves/{<scenario>_graph.json, cluster_<scenario>_<cap>.json,
-run_<scenario>_<cap>[_off]/summary.json and best_placement.json, result.json}.
+CELLS: SCENARIO:CAP_GIB,... (default the three above). Writes docs/offload_homes/checkpoint_moves/<scenario>_graph.json
+and, under OUT_DIR (default docs/offload_homes/checkpoint_moves), cluster_<scenario>_<cap>.json,
+run_<scenario>_<cap>[_off]/summary.json and best_placement.json, result.json. Each row also has FSDP2's offload as a
+plan, without and with every layer checkpointed (added with homes inside checkpointed layers, 2026-11-30).
 """
 
 from __future__ import annotations
@@ -30,6 +32,9 @@ GIB = 1 << 30
 HERE = os.path.dirname(os.path.abspath(__file__))
 seconds = sys.argv[1] if len(sys.argv) > 1 else "60"
 CELLS = [("llama-256k", 16), ("llama-256k", 8), ("llama-long", 24)]
+if len(sys.argv) > 2:
+    CELLS = [(c.split(":")[0], int(c.split(":")[1])) for c in sys.argv[2].split(",")]
+OUT = os.path.abspath(sys.argv[3]) if len(sys.argv) > 3 else HERE
 result = {"seconds": float(seconds), "cells": []}
 captured = {}
 for name, cap in CELLS:
@@ -40,12 +45,12 @@ for name, cap in CELLS:
         graphs.save(captured[name], os.path.join(HERE, f"{name}_graph.json"))
     graph, graph_path = captured[name], os.path.join(HERE, f"{name}_graph.json")
     cluster = offload.scenario_cluster(capped(scenario, cap * GIB))
-    cluster_path = os.path.join(HERE, f"cluster_{name}_{cap}.json")
+    cluster_path = os.path.join(OUT, f"cluster_{name}_{cap}.json")
     with open(cluster_path, "w") as f:  # train plans within the file's memory: the headroom plan_with_homes keeps
         json.dump(with_headroom(cluster, MEMORY_HEADROOM).to_dict(), f)
     runs = {}
     for key, extra in (("moves", []), ("off", ["--checkpointing", "off"])):
-        logdir = os.path.join(HERE, f"run_{name}_{cap}" + ("_off" if key == "off" else ""))
+        logdir = os.path.join(OUT, f"run_{name}_{cap}" + ("_off" if key == "off" else ""))
         subprocess.run(["rm", "-rf", logdir], check=True)
         cmd = ["placer", "train", graph_path, "--cluster", cluster_path, "--time-budget", seconds, "--logdir", logdir]
         subprocess.run([*cmd, *extra, "--json"], check=True, stdout=subprocess.DEVNULL)
@@ -58,6 +63,7 @@ for name, cap in CELLS:
     n = int(summary["equal_budget_search"]["simulated"])  # every placement the run simulated, the heuristics' too
     searched = plan_with_homes(graph, cluster, evals=n, seed=0)
     fsdp = env.simulate(fsdp2_offload_plan(graph, cluster))
+    fsdp_ac = env.simulate(fsdp2_offload_plan(graph, cluster, checkpoint=True))
     trained, off = env.simulate(best), env.simulate(runs["off"][1])
     row = {
         "scenario": name,
@@ -84,8 +90,9 @@ for name, cap in CELLS:
             "checkpoint_search": searched.meta.get("checkpoint_search"),
         },
         "fsdp2_as_plan": {"step_time_s": fsdp.step_time_s, "ok": fsdp.ok},
+        "fsdp2_every_layer_checkpointed_as_plan": {"step_time_s": fsdp_ac.step_time_s, "ok": fsdp_ac.ok},
     }
     result["cells"].append(row)
     print(json.dumps(row), flush=True)
-with open(os.path.join(HERE, "result.json"), "w") as f:
+with open(os.path.join(OUT, "result.json"), "w") as f:
     json.dump(result, f, indent=1)
