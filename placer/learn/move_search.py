@@ -17,6 +17,11 @@ coarse item and, first, :func:`module_search` given ``module_share`` of the
 budget. A descent finds better placements inside its start's basin than the
 restarts of ``module_search`` do, and those restarts find better basins than
 one start does (BENCHMARKS.md, "Eight seeds, and a share of the budget for module_search").
+Where a start is out of memory by at most :data:`NEAR_FIT` and costs less than the best
+that fits (:func:`placer.learn.search_budget.oom_costs`: a plan out of memory costs more the
+further over it is), the descent begins there: at a tight GPU the best plan that fits among
+the starts may be everything on the host, and the plans that fit on the GPU lie a few moves
+from the one just over it (BENCHMARKS.md, "Homes inside checkpointed layers").
 
 ``proposals="uniform"`` is the ablation: the same loop, every batch drawn
 uniformly among the untried moves, the critic never consulted. The gain of
@@ -56,7 +61,7 @@ from graphs import OpGraph, PlacerError
 from placer.learn.checkpoint_choice import CheckpointScorer
 from placer.learn.checkpoint_moves import BlockCodes
 from placer.learn.home_moves import HomeCodes, HomeCodeScorer
-from placer.learn.search_budget import OOM_FACTOR, BudgetScorer, BudgetSpent, SearchBudget, SearchCurve
+from placer.learn.search_budget import OOM_FACTOR, BudgetScorer, BudgetSpent, SearchBudget, SearchCurve, oom_costs
 from placer.learn.state import MODULE_SHARE
 from placer.methods.heuristics.costs import candidate_devices
 from placer.methods.heuristics.module_search import module_search
@@ -65,6 +70,8 @@ from policies.moves import NUM_FEATURES, ItemLevel, MoveCritic, MoveFeatures, Mo
 from policies.policy_file import load_critic
 
 ProposalName = Literal["critic", "uniform"]
+#: A start out of memory by at most this factor (its peak / the memory) may be where the descent begins (``_start``).
+NEAR_FIT = 1.25
 PROPOSALS = ("critic", "uniform")
 #: ``MoveSearchOptions.critic`` naming the critic shipped with placer (:data:`policies.policy_file.DEFAULT_CRITIC`).
 PRETRAINED = "pretrained"
@@ -472,12 +479,24 @@ class MoveSearch:
             op_devices.append(np.full(self.graph.num_ops, self.devices[0], dtype=np.int64))
         if self.home_levels:  # everything on the first GPU, homed on the host (its code: the first after D)
             op_devices.append(np.full(self.graph.num_ops, self.codes.num_devices, dtype=np.int64))
-        if op_devices:
-            self.budget.score(np.stack(op_devices))
+        scored = [] if not op_devices else [(np.stack(op_devices), *self.budget.simulate(np.stack(op_devices), True))]
         if self.blocks is not None:  # each start with every block on competes too
             rows = np.stack(op_devices) if op_devices else self.budget.best_op_devices[None].astype(np.int64)
-            self.budget.score(self.blocks.all_on(rows))
-        return self.budget.best_op_devices.astype(np.int64), float(self.budget.best_cost)
+            rows = self.blocks.all_on(rows)
+            scored.append((rows, *self.budget.simulate(rows, True)))
+        # The descent starts from the best that fits, or from a start out of memory that costs less (oom_costs) and
+        # is near fitting (its peak at most NEAR_FIT times the memory): there the best that fits may be far worse
+        # (everything on the host), and a start a few ops over the GPU's memory is the basin of the plans that fit
+        # it. What the search returns is still the best that fits.
+        start_op, start_cost = self.budget.best_op_devices.astype(np.int64), float(self.budget.best_cost)
+        for rows, step_time_s, oom, over in scored:
+            k = len(step_time_s)
+            costs = oom_costs(step_time_s, oom, None if over is None else np.asarray(over[:k]))
+            near = np.flatnonzero(~oom if over is None else ~oom | (np.asarray(over[:k]) <= NEAR_FIT))
+            j = int(near[np.argmin(costs[near])]) if len(near) else -1
+            if j >= 0 and costs[j] < start_cost:
+                start_op, start_cost = rows[j].astype(np.int64), float(costs[j])
+        return start_op, start_cost
 
     def _candidates(self, op_devices: np.ndarray, cost: float) -> "_Candidates":
         """Every move of the current level from ``op_devices``; those that make a placement already tried from it

@@ -5,7 +5,8 @@ each against ``max_evals``, stops at ``deadline``, and records the best placemen
 and the curve of the best step time; :class:`BudgetScorer` lends that budget to
 :func:`~placer.methods.heuristics.module_search.module_search` as a scorer, so
 the placements it simulates are counted too. A failed (out of memory) placement's
-cost is its step time times :data:`OOM_FACTOR`; the best placement recorded is one that fits if any did.
+cost is its step time times :data:`OOM_FACTOR`, and times how far over capacity it is where the scorer
+can say (:func:`oom_costs`); the best placement recorded is one that fits if any did.
 """
 
 from __future__ import annotations
@@ -19,8 +20,20 @@ import numpy as np
 from envs.scorer import can_overflow
 from graphs import PlacerError
 
-#: A failed (out of memory) placement costs this many times its step time.
+#: A failed (out of memory) placement costs this many times its step time (and more, :func:`oom_costs`).
 OOM_FACTOR = 10.0
+
+
+def oom_costs(step_time_s: np.ndarray, oom: np.ndarray, over: np.ndarray | None) -> np.ndarray:
+    """The search's cost of each placement: its step time; out of memory, ``OOM_FACTOR`` times it, times ``over``
+    (its peak / capacity on the device most over, where the scorer says; None: not known), so that of two plans out
+    of memory the one nearer to fitting costs less, and a move toward fitting is a move down.
+
+    >>> oom_costs(np.array([1.0, 1.0, 2.0]), np.array([False, True, True]), np.array([0.5, 1.5, 1.1])).tolist()
+    [1.0, 15.0, 22.0]
+    """
+    scale = OOM_FACTOR if over is None else OOM_FACTOR * np.maximum(np.asarray(over, dtype=np.float64), 1.0)
+    return np.where(oom, step_time_s * scale, step_time_s)
 
 
 @dataclass
@@ -62,9 +75,9 @@ class SearchBudget:
         return (self.max_evals - self.evals) if self.max_evals is not None else 1 << 40
 
     def score(self, op_devices: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """``(cost, oom)`` of the placements (cost: step time, x OOM_FACTOR out of memory); at most what is left."""
-        step_time_s, oom, _ = self.simulate(op_devices)
-        return np.where(oom, step_time_s * OOM_FACTOR, step_time_s), oom
+        """``(cost, oom)`` of the placements (:func:`oom_costs`); at most what is left."""
+        step_time_s, oom, over = self.simulate(op_devices, overflow=True)
+        return oom_costs(step_time_s, oom, over), oom
 
     def simulate(
         self, op_devices: np.ndarray, overflow: bool = False
@@ -87,7 +100,7 @@ class SearchBudget:
         step_time_s = np.where(np.isfinite(step_time_s), np.asarray(step_time_s, dtype=np.float64), np.inf)
         oom = np.asarray(oom, dtype=bool)
         self.evals += k
-        cost = np.where(oom, step_time_s * OOM_FACTOR, step_time_s)
+        cost = oom_costs(step_time_s, oom, over)
         fits = np.flatnonzero(~oom)
         j = int(fits[np.argmin(cost[fits])]) if len(fits) else int(np.argmin(cost))
         if self._better(float(cost[j]), bool(oom[j])):

@@ -77,3 +77,79 @@ def test_home_moves_search_in_the_planned_issue_order_too(problem):
     search = MoveSearch(g, cluster, envs.SimEnv(g, cluster), options=MoveSearchOptions(homes=True), order="planned")
     r = search.run(max_evals=120)
     assert not r.oom and r.op_devices.tolist() == [GPU] * 6 and (r.homes == CPU).sum() >= 4
+
+
+def head_problem(head_mb):
+    """6 layers of 100 MB of weights on a 1 GB GPU (:func:`problem`'s), then a head whose 400 or 500 MB output does
+    not fit beside them: everything on the GPU with the weights homed is 1.05x or 1.26x over its memory, the head
+    on the host fits (0.93 s), everything on the host takes 181 s."""
+    n = 6
+    names = [f"layer{k}" for k in range(n)] + ["head"]
+    g = OpGraph.from_edges(
+        names,
+        [(a, b, MB) for a, b in zip(names, names[1:])],
+        flops=[1e11] * n + [1e9],
+        param_bytes=[100 * MB] * n + [0],
+    )
+    g.params = [[f"w{k}"] for k in range(n)] + [[]]
+    g.out_bytes = np.array([MB] * n + [head_mb * MB])
+    devices = [Device("cpu:0", "cpu", 64e9, 1e10, 1e10, 5e-6), Device("gpu:0", "gpu", 1e9, 1e13, 1e12, 6e-6)]
+    return g, Cluster("toy-head", devices, {("cpu:0", "gpu:0"): PCIE5, ("gpu:0", "cpu:0"): PCIE5})
+
+
+def test_the_descent_starts_from_a_start_just_over_the_memory_when_the_best_that_fits_is_far_slower():
+    """Given everything on the host (fits, 181 s), the search's homed start (everything on the GPU, homed) is 1.05x
+    over the memory: the descent begins there (NEAR_FIT), and moving the head to the host makes it fit, 190x faster
+    than the host. At 1.26x over, the descent begins from the host's plan."""
+    from placer.learn.move_search import NEAR_FIT
+
+    g, cluster = head_problem(400)
+    env = envs.SimEnv(g, cluster)
+    host = np.zeros(g.num_ops, dtype=np.int64)
+    options = MoveSearchOptions(homes=True, starts=0, proposals="uniform")
+    search = MoveSearch(g, cluster, env, options=options, seed=0)
+    search.begin(host, max_evals=60)
+    codes = search.codes
+    assert search.op_devices.tolist() == [codes.num_devices] * g.num_ops  # every op on gpu:0, homed: out of memory
+    assert search.budget.best_op_devices.tolist() == host.tolist()  # the best that fits is still the host's
+    r = MoveSearch(g, cluster, env, options=options, seed=0).run(host, max_evals=60)
+    assert not r.oom and r.op_devices[-1] == CPU and r.step_time_s < 180.7 / 190
+    over = env.batch(np.full((1, g.num_ops), GPU), overflow=True, homes=np.full((1, g.num_ops), CPU))[2][0]
+    assert 1 < over <= NEAR_FIT
+    g, cluster = head_problem(500)  # 1.26x over: too far, the descent begins from the host's plan
+    search = MoveSearch(g, cluster, envs.SimEnv(g, cluster), options=options, seed=0)
+    search.begin(host, max_evals=60)
+    assert search.op_devices.tolist() == host.tolist()
+
+
+@pytest.mark.slow
+def test_a_gpt2_medium_whose_head_does_not_fit_beside_its_layers_is_placed_on_the_gpu():
+    """GPT-2 medium's shape (24 layers, batch 8 x 1024) with the GPU at 1/8 of its all-on-GPU peak (4.1 GiB): every
+    layer homed and checkpointed is just over the memory (its 1.6 GB of logits), everything on the host fits (31 s).
+    The search with checkpoint moves costs plans out of memory by how far over they are (oom_costs), so its descent
+    from there reaches plans that fit on the GPU, 47x faster than the host's."""
+    import dataclasses
+
+    import torch
+
+    import graphs
+    from bench import offload
+    from graphs.models.corpus import LossOf, load_transformers
+    from graphs.plan import Placement
+    from placer.learn.offload_plan import plan_with_homes
+
+    t = load_transformers()
+    config = t.GPT2Config(n_layer=24, n_embd=1024, n_head=16, vocab_size=50257, n_positions=1024)
+    with torch.device("meta"):
+        model = LossOf(t.GPT2LMHeadModel(config)).eval()
+    ids = torch.randint(0, 50257, (8, 1024), generator=torch.Generator().manual_seed(1))
+    g = graphs.capture(model, (ids, ids.clone()), name="gpt2-medium")
+    base = offload.SCENARIOS["llama-256k"]
+    roomy = offload.scenario_cluster(dataclasses.replace(base, gpu_cap_bytes=10**15))
+    peak = envs.SimEnv(g, roomy).simulate(Placement.from_indices(g, roomy.device_names, np.ones(g.num_ops, int)))
+    cluster = offload.scenario_cluster(dataclasses.replace(base, gpu_cap_bytes=int(peak.peak_bytes["gpu:0"] / 8)))
+    p = plan_with_homes(g, cluster, evals=2000, checkpoint_by="moves")
+    r = envs.SimEnv(g, cluster).simulate(p)
+    host = envs.SimEnv(g, cluster).simulate(Placement.from_indices(g, cluster.device_names, np.zeros(g.num_ops, int)))
+    assert r.ok and r.step_time_s < host.step_time_s / 30, (r.step_time_s, host.step_time_s)
+    assert len(p.checkpoint) > 12 and p.param_homes
