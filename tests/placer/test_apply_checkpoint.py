@@ -196,6 +196,48 @@ def test_checkpointed_blocks_with_their_parameters_homed_on_the_host_train_as_th
     assert calls == {"second forward": 3 * 12, "before a backward": 0}
 
 
+def test_a_second_forward_s_copy_is_freed_after_its_reader_s_backward_as_the_simulator_charges():
+    """The copies a block's second forward makes live until their reader's backward has run, not to the block's last
+    backward (envs.sim.checkpointing holds each until its op's backward ends). When blocks.1's middle linear's
+    gradient is sent home, its copy and the last linear's are freed and the first linear's (its backward still to
+    come) is live. A copy its reader does not save (a bias) is freed at once; the simulator holds it to the backward,
+    a bias's few bytes more."""
+    from torch.multiprocessing.reductions import StorageWeakRef
+
+    torch.manual_seed(0)
+    model, x = Deep(), torch.randn(64, 16)
+    g = capture(model, (x,))
+    owners = param_owners(g)
+    h = np.full(g.num_ops, -1)
+    for name in owners:
+        if name.startswith("blocks."):
+            h[owners[name]] = 0
+    p = Placement.from_indices(g, DEVICES, np.ones(g.num_ops, dtype=int), homes=h)
+    p.checkpoint = ["blocks.0", "blocks.1"]
+    placed = apply(model, p, (x,), device_map="*=cpu")
+    runtime = placed.get_submodule(homes.RUNTIME_ATTR)
+    body = placed.get_submodule(placed.meta[CHECKPOINT_META]["blocks.1"])
+    index = {str(n.args[2].target): n.args[1] for n in body.graph.nodes if n.target is homes.fetch_home}
+    made, live_at = {}, {}
+    second, send = runtime._recompute_copy, runtime._send_home
+
+    def recorded(i):
+        copy = second(i)
+        made[i] = StorageWeakRef(copy.untyped_storage())
+        return copy
+
+    def sending(i, copy):
+        live_at[i] = {j for j, ref in made.items() if not ref.expired()}
+        return send(i, copy)
+
+    runtime._recompute_copy, runtime._send_home = recorded, sending
+    placed(x).backward()
+    first, middle, last = (index[f"blocks_1_{k}_weight"] for k in (0, 2, 4))
+    assert live_at[last] == {first, middle}
+    assert live_at[middle] == {first}
+    assert index["blocks_1_0_bias"] in made and not live_at[first]
+
+
 class Branches(nn.Module):
     def __init__(self) -> None:
         super().__init__()
