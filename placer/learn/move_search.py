@@ -490,9 +490,9 @@ class MoveSearch:
         # it. What the search returns is still the best that fits.
         start_op, start_cost = self.budget.best_op_devices.astype(np.int64), float(self.budget.best_cost)
         for rows, step_time_s, oom, over in scored:
-            k = len(step_time_s)
-            costs = oom_costs(step_time_s, oom, None if over is None else np.asarray(over[:k]))
-            near = np.flatnonzero(~oom if over is None else ~oom | (np.asarray(over[:k]) <= NEAR_FIT))
+            over = None if over is None else np.asarray(over[: len(step_time_s)])
+            costs = oom_costs(step_time_s, oom, over)
+            near = np.flatnonzero(~oom if over is None else ~oom | (over <= NEAR_FIT))
             j = int(near[np.argmin(costs[near])]) if len(near) else -1
             if j >= 0 and costs[j] < start_cost:
                 start_op, start_cost = rows[j].astype(np.int64), float(costs[j])
