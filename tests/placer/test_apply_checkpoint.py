@@ -159,13 +159,9 @@ class Deep(nn.Module):
         return self.head(x).pow(2).mean()
 
 
-def test_checkpointed_blocks_with_their_parameters_homed_on_the_host_train_as_the_unplaced_model_does():
-    """Every op on gpu:0, the blocks' parameters homed on cpu:0, the blocks checkpointed: each block's second forward
-    fetches its parameters again (outside the window, kept for their readers' backward), and nothing is fetched a
-    third time before a backward."""
-    torch.manual_seed(0)
-    model, x = Deep(), torch.randn(64, 16)
-    ref = copy.deepcopy(model)
+def homed_and_checkpointed(model, x):
+    """``model`` (a :class:`Deep`) applied with every op on gpu:0, its blocks' parameters homed on cpu:0 and both
+    blocks checkpointed."""
     g = capture(model, (x,))
     owners = param_owners(g)
     h = np.full(g.num_ops, -1)
@@ -174,7 +170,17 @@ def test_checkpointed_blocks_with_their_parameters_homed_on_the_host_train_as_th
             h[owners[name]] = 0
     p = Placement.from_indices(g, DEVICES, np.ones(g.num_ops, dtype=int), homes=h)
     p.checkpoint = ["blocks.0", "blocks.1"]
-    placed = apply(model, p, (x,), device_map="*=cpu")
+    return apply(model, p, (x,), device_map="*=cpu")
+
+
+def test_checkpointed_blocks_with_their_parameters_homed_on_the_host_train_as_the_unplaced_model_does():
+    """Every op on gpu:0, the blocks' parameters homed on cpu:0, the blocks checkpointed: each block's second forward
+    fetches its parameters again (outside the window, kept for their readers' backward), and nothing is fetched a
+    third time before a backward."""
+    torch.manual_seed(0)
+    model, x = Deep(), torch.randn(64, 16)
+    ref = copy.deepcopy(model)
+    placed = homed_and_checkpointed(model, x)
     runtime = placed.get_submodule(homes.RUNTIME_ATTR)
     assert len(runtime.masters) == 12
     for name in placed.meta[CHECKPOINT_META].values():  # a block's fetches run inside it
@@ -206,15 +212,7 @@ def test_a_second_forward_s_copy_is_freed_after_its_reader_s_backward_as_the_sim
 
     torch.manual_seed(0)
     model, x = Deep(), torch.randn(64, 16)
-    g = capture(model, (x,))
-    owners = param_owners(g)
-    h = np.full(g.num_ops, -1)
-    for name in owners:
-        if name.startswith("blocks."):
-            h[owners[name]] = 0
-    p = Placement.from_indices(g, DEVICES, np.ones(g.num_ops, dtype=int), homes=h)
-    p.checkpoint = ["blocks.0", "blocks.1"]
-    placed = apply(model, p, (x,), device_map="*=cpu")
+    placed = homed_and_checkpointed(model, x)
     runtime = placed.get_submodule(homes.RUNTIME_ATTR)
     body = placed.get_submodule(placed.meta[CHECKPOINT_META]["blocks.1"])
     index = {str(n.args[2].target): n.args[1] for n in body.graph.nodes if n.target is homes.fetch_home}
