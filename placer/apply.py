@@ -153,6 +153,54 @@ def apply(
     check_runnable(model)
     options = _export_options(graph, decompose, unroll_rnn)
     ep = export_program(model, example_inputs, **options)
+    return apply_program(
+        model,
+        ep,
+        placement,
+        example_inputs,
+        device_map,
+        graph=graph,
+        options=options,
+        order=order,
+        microbatches=microbatches,
+        inflight=inflight,
+        batch_dim=batch_dim,
+        loss_reduction=loss_reduction,
+        dynamic=dynamic,
+    )
+
+
+def apply_program(
+    model: nn.Module,
+    ep: Any,
+    placement: Any,
+    example_inputs: tuple,
+    device_map: Mapping[str, str] | str | None = None,
+    *,
+    graph: OpGraph | None = None,
+    options: Mapping[str, bool] | None = None,
+    order: Sequence[int] | None = None,
+    microbatches: int | None = None,
+    inflight: int | None = None,
+    batch_dim: int = 0,
+    loss_reduction: str = "mean",
+    dynamic: bool | str = "auto",
+) -> nn.Module:
+    """:func:`apply` with the model's program already exported: ``ep`` is ``export_program(model, example_inputs,
+    **options)`` (``options``: ``decompose`` and ``unroll_rnn``, default off), made once for many plans of one model
+    (:mod:`bench.conformance` applies eight; ``copy.deepcopy((model, ep))`` gives a fresh pair that share their
+    tensors as the originals do). A program whose parameters and buffers are not ``model``'s own tensors raises
+    :class:`PlacerError`: it was exported from another model (or the model was copied without it).
+    """
+    if isinstance(example_inputs, list):
+        example_inputs = tuple(example_inputs)
+    elif not isinstance(example_inputs, tuple):
+        example_inputs = (example_inputs,)
+    options = {"decompose": False, "unroll_rnn": False, **(options or {})}
+    own = {id(t) for t in (*model.parameters(), *model.buffers())}
+    foreign = next((k for k, t in ep.state_dict.items() if id(t) not in own), None)
+    if foreign is not None:
+        raise PlacerError(f"program: its tensor {foreign!r} is not the model's own (a program of another model?)")
     captured = graph_from_program(ep, name=graph.name if graph is not None else "")
     if graph is not None and graph.content_hash != captured.content_hash:
         raise PlacerError(

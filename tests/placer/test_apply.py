@@ -14,8 +14,8 @@ from envs.real.placing import DEVICE_META, MOVE_META, WRITEBACK_META, transfers
 from envs.real.timing import default_loss
 from graphs import PlacerError
 from graphs.dag import random_order
-from graphs.torch_capture import capture
-from placer.apply import apply
+from graphs.torch_capture import capture, export_program
+from placer.apply import apply, apply_program
 from placer.placement import Placement
 
 DEVICES = ["cpu:0", "gpu:0", "gpu:1"]
@@ -107,6 +107,20 @@ def test_outputs_and_gradients_equal(name, seed):
     g, p = _random_placement(model, inputs, seed)
     placed = apply(model, p, inputs, device_map=ALL_CPU)
     assert_same_outputs_and_grads(placed, ref_model, placed(*inputs), ref_model(*inputs))
+
+
+@pytest.mark.parametrize("name", ["bn", "tied"])
+def test_a_program_exported_once_places_copies_of_the_model_and_refuses_another_model(name):
+    model, inputs = _cases()[name]
+    ref_model = copy.deepcopy(model)
+    g, p = _random_placement(model, inputs, 0)
+    program = export_program(model, inputs)
+    copied, ep = copy.deepcopy((model, program))  # a fresh pair that share their tensors as the originals do
+    placed = apply_program(copied, ep, p, inputs, ALL_CPU, graph=g)
+    assert placed.meta["placer_issue_order"] == g.names
+    assert_same_outputs_and_grads(placed, ref_model, placed(*inputs), ref_model(*inputs))
+    with pytest.raises(PlacerError, match="not the model's own"):  # the model copied without its program
+        apply_program(copy.deepcopy(model), program, p, inputs, ALL_CPU, graph=g)
 
 
 def test_every_crossing_edge_gets_one_copy_per_tensor_and_device():

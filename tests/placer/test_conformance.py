@@ -77,7 +77,8 @@ def test_a_failing_plan_is_a_row_not_an_exception(monkeypatch):
     def broken(*args, **kwargs):
         raise RuntimeError("boom\nsecond line")
 
-    monkeypatch.setattr(conformance, "apply", broken)
+    monkeypatch.setattr(conformance, "apply", broken)  # the first plan's path
+    monkeypatch.setattr(conformance, "apply_program", broken)  # the others' (one shared export)
     rows = conformance.check_model("rnn", ["gpu", "split"])
     assert [(r.ok, r.message) for r in rows] == [(False, "RuntimeError: boom")] * 2
     lines = conformance.format_rows(rows)
