@@ -146,10 +146,7 @@ def apply(
             at other sizes (``"auto"``), now (True; raises if the model allows none),
             or never (False: other sizes raise ``ShapeError``).
     """
-    if isinstance(example_inputs, list):
-        example_inputs = tuple(example_inputs)
-    elif not isinstance(example_inputs, tuple):
-        example_inputs = (example_inputs,)
+    example_inputs = _as_tuple(example_inputs)
     check_runnable(model)
     options = _export_options(graph, decompose, unroll_rnn)
     ep = export_program(model, example_inputs, **options)
@@ -192,10 +189,7 @@ def apply_program(
     tensors as the originals do). A program whose parameters and buffers are not ``model``'s own tensors raises
     :class:`PlacerError`: it was exported from another model (or the model was copied without it).
     """
-    if isinstance(example_inputs, list):
-        example_inputs = tuple(example_inputs)
-    elif not isinstance(example_inputs, tuple):
-        example_inputs = (example_inputs,)
+    example_inputs = _as_tuple(example_inputs)
     options = {"decompose": False, "unroll_rnn": False, **(options or {})}
     own = {id(t) for t in (*model.parameters(), *model.buffers())}
     foreign = next((k for k, t in ep.state_dict.items() if id(t) not in own), None)
@@ -235,6 +229,13 @@ def apply_program(
     return build_placed_model(
         model, example_inputs, ep, captured, plan, device_map, options, pipelining, dynamic, homes
     )
+
+
+def _as_tuple(example_inputs: Any) -> tuple:
+    """Positional inputs as a tuple (a list's items, or one input alone)."""
+    if isinstance(example_inputs, list):
+        return tuple(example_inputs)
+    return example_inputs if isinstance(example_inputs, tuple) else (example_inputs,)
 
 
 def _export_options(graph: OpGraph | None, decompose: bool | None, unroll_rnn: bool | None) -> dict[str, bool]:
