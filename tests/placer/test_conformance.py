@@ -21,6 +21,7 @@ import pytest
 import torch
 
 from bench import conformance
+from graphs import CaptureError
 from graphs.models import corpus
 from tests.placer.conformance_case import CAUSAL, check_every_plan, entries
 
@@ -83,6 +84,15 @@ def test_a_failing_plan_is_a_row_not_an_exception(monkeypatch):
     assert [(r.ok, r.message) for r in rows] == [(False, "RuntimeError: boom")] * 2
     lines = conformance.format_rows(rows)
     assert len(lines) == 4 and "FAIL" in lines[2]
+
+
+def test_a_shared_export_that_fails_leaves_each_plan_to_export_its_own(monkeypatch):
+    def refused(*args, **kwargs):
+        raise CaptureError("capture failed: refused by the test")
+
+    monkeypatch.setattr(conformance, "export_program", refused)  # the shared export only; placer.apply's is its own
+    rows = conformance.check_model("rnn", ["gpu", "split"])
+    assert [(r.plan, r.ok) for r in rows] == [("gpu", True), ("split", True)]
 
 
 def test_timed_rows_show_each_plan_beside_all_on_one_device():
