@@ -184,13 +184,14 @@ def apply_program(
     dynamic: bool | str = "auto",
 ) -> nn.Module:
     """:func:`apply` with the model's program already exported: ``ep`` is ``export_program(model, example_inputs,
-    **options)`` (``options``: ``decompose`` and ``unroll_rnn``, default off), made once for many plans of one model
-    (:mod:`bench.conformance` applies eight; ``copy.deepcopy((model, ep))`` gives a fresh pair that share their
-    tensors as the originals do). A program whose parameters and buffers are not ``model``'s own tensors raises
-    :class:`PlacerError`: it was exported from another model (or the model was copied without it).
+    **options)`` (``options``: ``decompose`` and ``unroll_rnn``; None: as ``graph`` records them, else off), made
+    once for many plans of one model (:mod:`bench.conformance` applies eight; ``copy.deepcopy((model, ep))`` gives a
+    fresh pair that share their tensors as the originals do). A program whose parameters and buffers are not
+    ``model``'s own tensors raises :class:`PlacerError`: it was exported from another model (or the model was
+    copied without it).
     """
     example_inputs = _as_tuple(example_inputs)
-    options = {"decompose": False, "unroll_rnn": False, **(options or {})}
+    options = _export_options(graph, None, None) if options is None else dict(options)
     own = {id(t) for t in (*model.parameters(), *model.buffers())}
     foreign = next((k for k, t in ep.state_dict.items() if id(t) not in own), None)
     if foreign is not None:
