@@ -106,10 +106,24 @@ def test_a_profile_is_what_the_plans_are_made_and_simulated_with(run_entry, tmp_
     monkeypatch.setattr(offload_homes, "cap_plans", lambda graph, cluster, model, **kw: made.append(graph) or [])
     prof = tmp_path / "profile.json"
     prof.write_text("{}")
-    argv = ["--scenario", "tiny", "--cap", "0.01", "--device-map", "*=cpu", "--out-dir", str(tmp_path)]
+    # --deadline 0: no row is measured (FSDP2's rows would start two processes); the plans are what is checked
+    argv = [
+        "--scenario",
+        "tiny",
+        "--cap",
+        "0.01",
+        "--device-map",
+        "*=cpu",
+        "--deadline",
+        "0",
+        "--out-dir",
+        str(tmp_path),
+    ]
     status, out, err = run_entry(offload_homes_measure, *argv, "--profile", str(prof))
     assert status == 0, err
     assert seen == {"profile": str(prof), "device_map": "*=cpu"} and len(made) == 1
-    assert json.loads((tmp_path / "measured-tiny-0.01.json").read_text())["simulator"] == f"profile {prof}"
+    doc = json.loads((tmp_path / "measured-tiny-0.01.json").read_text())
+    assert doc["simulator"] == f"profile {prof}"
+    assert {r["status"] for r in doc["measured"]} == {"not measured: past the deadline"}
     status, out, err = run_entry(offload_homes_measure, *argv, "--profile", str(tmp_path / "none.json"))
     assert status == 2 and "--profile" in err and "no such file" in err
