@@ -1,12 +1,12 @@
 """Models with uneven layers for plans across CPU ranks: an LM, an encoder-decoder, a U-Net, a convnet, a text
-classifier and MobileNetV2.
+classifier, VGG16 and MobileNetV2.
 
 Each builder returns ``(model, example_inputs)``, seeded, with ``forward`` returning the
 loss (the last stage of a plan across processes computes it). Sized so that a step
 takes tens to hundreds of milliseconds on one CPU core. ``lm_b32``, ``encoder_decoder_b32``, ``unet_b32``,
-``convnet_b32``, ``text_classifier_b32`` and ``mobilenet_v2_b32`` are the same models on a batch of 32, where
-one of 4 microbatches is the small batch (a pipeline pays only where a microbatch's ops are large enough to run
-near their whole-batch rate):
+``convnet_b32``, ``text_classifier_b32``, ``vgg16_b32`` and ``mobilenet_v2_b32`` are the same models on a batch
+of 32, where one of 4 microbatches is the small batch (a pipeline pays only where a microbatch's ops are large
+enough to run near their whole-batch rate):
 
 * :func:`lm`: 4 causal transformer layers of width 128 and an 8192-token head (the
   heaviest layer by far, which an equal count of layers ignores);
@@ -24,6 +24,8 @@ near their whole-batch rate):
   9.2 M parameters (91 %; small multilingual encoders hold 80-90 % there, as mT5-small's 87 %) and has no FLOPs,
   yet its dense gradient and its Adam step cost the rank that holds it time that a FLOPs-balanced split does not
   see; 4 transformer layers of width 128, a mean over the tokens, a 4-class head.
+* :func:`vgg16`: VGG16 (configuration D) on 64 x 64 images: its dense layers hold most of its parameters and
+  2 % of its FLOPs; on a small batch they are memory-bound (see its doc).
 * :func:`mobilenet_v2`: MobileNetV2 (Sandler et al. 2018, its standard block table, width 1.0) on Tiny
   ImageNet-sized images (64 x 64, 200 classes). Its depthwise convolutions, batch norms and ReLU6s are
   memory-bound: few FLOPs, much time, and most of it in the early blocks at high resolution, while the FLOPs
@@ -177,6 +179,52 @@ def convnet(batch: int = BATCH) -> tuple[nn.Module, tuple[torch.Tensor, torch.Te
 def convnet_b32() -> tuple[nn.Module, tuple[torch.Tensor, torch.Tensor]]:
     """:func:`convnet` on a batch of 32."""
     return convnet(32)
+
+
+#: VGG16's convolutions (configuration D of Simonyan & Zisserman 2015): output channels, "M" a 2 x 2 max pool.
+VGG16_CONVOLUTIONS = (64, 64, "M", 128, 128, "M", 256, 256, 256, "M", 512, 512, 512, "M", 512, 512, 512, "M")
+
+
+class VGG16(nn.Module):
+    """VGG16 (configuration D): 13 3x3 convolutions with ReLUs in five pooled blocks, then the paper's classifier,
+    dense 4096 -> 4096 -> classes (no dropout: the models here are built in eval mode); on 64 x 64 images the
+    convolutions end at 2 x 2 x 512, so the first dense layer takes 2048 features."""
+
+    def __init__(self, classes: int = 200) -> None:
+        super().__init__()
+        layers: list[nn.Module] = []
+        c = 3
+        for v in VGG16_CONVOLUTIONS:
+            if v == "M":
+                layers.append(nn.MaxPool2d(2))
+            else:
+                layers += [nn.Conv2d(c, int(v), 3, padding=1), nn.ReLU()]
+                c = int(v)
+        self.features = nn.Sequential(*layers)
+        self.avgpool = nn.AdaptiveAvgPool2d(7)
+        self.classifier = nn.Sequential(
+            nn.Linear(512 * 7 * 7, 4096), nn.ReLU(), nn.Linear(4096, 4096), nn.ReLU(), nn.Linear(4096, classes)
+        )
+
+    def forward(self, x: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+        return F.cross_entropy(self.classifier(self.avgpool(self.features(x)).flatten(1)), labels)
+
+
+def vgg16(batch: int = BATCH) -> tuple[nn.Module, tuple[torch.Tensor, torch.Tensor]]:
+    """``(model, (images, labels))``: VGG16 on ``batch`` (8) images of 3 x 64 x 64 (Tiny ImageNet's size) and their
+    classes (of 200), seeded.
+
+    The textbook case where FLOPs mislead: its three dense layers hold 26 M of its 41 M parameters (64 %) and 2 % of
+    its FLOPs, yet on a small batch each reads its whole weight matrix on every microbatch, forward and
+    backward, accumulates its gradient, and steps its Adam state: memory-bound work that a FLOPs-balanced split
+    does not see.
+    """
+    return images(VGG16, batch, 200)
+
+
+def vgg16_b32() -> tuple[nn.Module, tuple[torch.Tensor, torch.Tensor]]:
+    """:func:`vgg16` on a batch of 32 (one of 4 microbatches is ``vgg16``'s whole batch)."""
+    return vgg16(32)
 
 
 class TextClassifier(nn.Module):

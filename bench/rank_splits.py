@@ -67,6 +67,8 @@ MODELS = {
     "mobilenet_v2": "bench.rank_models:mobilenet_v2",
     "mobilenet_v2_b32": "bench.rank_models:mobilenet_v2_b32",
     "mobilenet_v2_b128": "bench.rank_models:mobilenet_v2_b128",
+    "vgg16": "bench.rank_models:vgg16",
+    "vgg16_b32": "bench.rank_models:vgg16_b32",
 }
 #: What ``--models`` runs unless told: the batch-8 models (the batch-32 ones take 4x as long to measure).
 DEFAULT_MODELS = ("lm", "encoder_decoder", "unet", "convnet")

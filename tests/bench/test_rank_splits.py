@@ -222,6 +222,28 @@ def test_the_convnet_s_dense_layers_hold_its_parameters_and_few_of_its_flops():
     assert fc_flops < 0.1 * g.flops.sum() and "convnet" in rank_splits.MODELS
 
 
+@pytest.mark.slow  # builds VGG16's 135 M parameters and captures it (~4 s)
+def test_vgg16_is_configuration_d_whose_dense_layers_hold_its_parameters_and_few_of_its_flops():
+    """13 convolutions in five pooled blocks, torchvision's 7 x 7 pooling, dense 25088 -> 4096 -> 4096 -> 200: the
+    dense layers hold 89 % of the parameters and under 10 % of the FLOPs."""
+    from bench.rank_models import vgg16
+    from graphs.torch_capture import capture
+
+    model, (x, labels) = vgg16()
+    convs = [m for m in model.features if isinstance(m, torch.nn.Conv2d)]
+    pools = [m for m in model.features if isinstance(m, torch.nn.MaxPool2d)]
+    assert len(convs) == 13 and len(pools) == 5 and [m.out_channels for m in convs][::3] == [64, 128, 256, 512, 512]
+    dense = [m for m in model.classifier if isinstance(m, torch.nn.Linear)]
+    assert [(m.in_features, m.out_features) for m in dense] == [(25088, 4096), (4096, 4096), (4096, 200)]
+    params = dict(model.named_parameters())
+    held = sum(p.numel() for n, p in params.items() if n.startswith("classifier"))
+    assert held > 0.85 * sum(p.numel() for p in params.values())
+    assert tuple(x.shape) == (8, 3, 64, 64) and int(labels.max()) < 200
+    g = capture(model, (x, labels))
+    fc_flops = sum(f for f, path in zip(g.flops, g.module_paths) if path.startswith("classifier"))
+    assert 0 < fc_flops < 0.1 * g.flops.sum() and {"vgg16", "vgg16_b32"} <= set(rank_splits.MODELS)
+
+
 def test_the_text_classifier_s_embedding_holds_its_parameters_and_none_of_its_flops():
     """Its embedding's dense gradient and Adam step are work a FLOPs-balanced split does not see."""
     from bench.rank_models import text_classifier
