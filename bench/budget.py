@@ -142,6 +142,7 @@ def markdown_table(cells: Sequence[dict[str, Any]]) -> str:
         "learned / uniform",
         *(["learned_accept / best rival", "learned_accept / uniform_accept"] if accept else []),
         *[f"{m} / uniform" for m in PRETRAINED if m in extra],
+        *(["expert / learned"] if "expert" in extra else []),
         "best / bound (bound)",
     ]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * 3 + "---:|" * (len(head) - 3)]
@@ -173,6 +174,7 @@ def markdown_table(cells: Sequence[dict[str, Any]]) -> str:
                         _ratio(by.get("learned"), by.get("uniform")),
                         *ratios,
                         *[_ratio(by.get(m), by.get("uniform")) for m in PRETRAINED if m in extra],
+                        *([_ratio(by.get("expert"), by.get("learned"))] if "expert" in extra else []),
                         f"{_ratio(best, cell['lower_bound_s'])} ({cell['lower_bound_name']})",
                     ]
                 )
@@ -203,7 +205,9 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
         "--methods",
         default=",".join(METHODS),
         help=f"default: {','.join(METHODS)}; also learned_accept and uniform_accept (the move search "
-        f"taking slower moves at temperature {ACCEPT}, with and without its critic)",
+        f"taking slower moves at temperature {ACCEPT}, with and without its critic); pretrained and "
+        "pretrained_frozen (the critic shipped with placer, fine-tuned or not); expert (kicks drawn from a policy "
+        "that imitates the search's local optima: expert iteration; learned is its ablation)",
     )
     ap.add_argument("--seeds", default="0", help="comma list of seeds (medians are reported)")
     ap.add_argument(

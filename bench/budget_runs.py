@@ -134,12 +134,19 @@ ACCEPT = 0.003
 
 
 def run_moves(
-    proposals: str, accept: float = 0.0, *, critic: str | None = None, fine_tune: bool = True, name: str = ""
+    proposals: str,
+    accept: float = 0.0,
+    *,
+    critic: str | None = None,
+    fine_tune: bool = True,
+    kicks: str = "uniform",
+    name: str = "",
 ) -> Callable[..., Run]:
     """The move search's runner: ``proposals``, acceptance ``accept``, starting from ``critic`` (None: untrained;
-    "pretrained": the shipped one), fine-tuned online or not; the method's ``name`` (default from the proposals)."""
+    "pretrained": the shipped one), fine-tuned online or not, ``kicks`` uniform or from the policy that imitates its
+    local optima; the method's ``name`` (default from the proposals)."""
     name = name or ("learned" if proposals == "critic" else "uniform") + ("_accept" if accept else "")
-    options = MoveSearchOptions(proposals=proposals, accept=accept, critic=critic, fine_tune=fine_tune)
+    options = MoveSearchOptions(proposals=proposals, accept=accept, critic=critic, fine_tune=fine_tune, kicks=kicks)
 
     def run(
         graph: OpGraph,
@@ -258,5 +265,8 @@ RUNNERS: dict[str, Callable[..., Run]] = {
     # not in METHODS: the critic pretrained across graphs (policies/pretrained/critic-default.pt), fine-tuned online
     # as "learned"'s untrained critic is, and frozen (the ablation that shows what the online training adds)
     "pretrained": run_moves("critic", critic="pretrained", name="pretrained"),
+    # not in METHODS: expert iteration, the kicks drawn from a policy that imitates the search's local optima
+    # (MoveSearchOptions.kicks); "learned" is its ablation (the same search, uniform kicks)
+    "expert": run_moves("critic", kicks="policy", name="expert"),
     "pretrained_frozen": run_moves("critic", critic="pretrained", fine_tune=False, name="pretrained_frozen"),
 }

@@ -73,6 +73,8 @@ ProposalName = Literal["critic", "uniform"]
 #: A start out of memory by at most this factor (its peak / the memory) may be where the descent begins (``_start``).
 NEAR_FIT = 1.25
 PROPOSALS = ("critic", "uniform")
+#: How a kick picks what it moves (``MoveSearchOptions.kicks``).
+KICKS = ("uniform", "policy")
 #: ``MoveSearchOptions.critic`` naming the critic shipped with placer (:data:`policies.policy_file.DEFAULT_CRITIC`).
 PRETRAINED = "pretrained"
 #: module_search's share of a budget of placements is spent only when it comes to at least this many: at 1k
@@ -159,6 +161,22 @@ class MoveSearchOptions:
     checkpoint: list[str] | None = None
     """blocks (module paths) checkpointed in every placement that keeps them whole on one device
     (:class:`placer.learn.checkpoint_choice.CheckpointScorer`); needs the simulator as scorer. None: none."""
+    kicks: str = "uniform"
+    """how a kick picks what it moves: "uniform" (``kick`` random items of a random coarse level to random devices) or
+    "policy", expert iteration (Anthony et al. 2017): the local optima the descents found (the search's finds, the
+    ``elite`` fastest) train a policy network (:class:`policies.gnn.GNNPolicy`, independent decoder) by imitation,
+    and a kick moves the items where a draw of that policy puts them elsewhere than the best placement does, to the
+    devices drawn (up to ``kick`` of them, the rest drawn uniformly: a kick moves as many items either way). The
+    network reads what ops are (kind, sizes, neighbours), not which op each is, so it learns the devices the optima
+    give each kind of op more than each op's own. Ops only (not with home or checkpoint moves). Off by default: 0.978x
+    the uniform kicks on branches-1500-0 (8 seeds), 0.994-1.007x on four other cells (BENCHMARKS.md, "Expert
+    iteration")."""
+    elite: int = 8
+    """local optima the policy imitates (``kicks="policy"``): the fastest distinct ones."""
+    policy_steps: int = 10
+    """Adam steps of imitation before each policy kick (the policy carries over from kick to kick)."""
+    policy_lr: float = 1e-2
+    """Adam learning rate of the kicks' policy."""
     checkpoint_moves: bool = False
     """``checkpoint``'s blocks chosen by moves instead (:mod:`placer.learn.checkpoint_moves`; the module docstring):
     each placement checkpoints the blocks its codes turn on; the search starts with none on (and tries all on)."""
@@ -244,8 +262,14 @@ class MoveSearch:
             or not 0 <= o.explore <= 1
             or not o.accept >= 0
             or not 0 <= o.module_share < 1
+            or o.elite < 1
+            or o.policy_steps < 0
         ):
             raise PlacerError(f"move search: bad options {o}")
+        if o.kicks not in KICKS:
+            raise PlacerError(f"move search: kicks {o.kicks!r}: unknown (known: {', '.join(KICKS)})")
+        if o.kicks != "uniform" and (o.homes or o.checkpoint_moves):
+            raise PlacerError("move search: policy kicks move ops only, not with home or checkpoint moves")
         if o.checkpoint and not o.checkpoint_moves:
             env = CheckpointScorer(env, graph, o.checkpoint)
         self.graph, self.cluster, self.env, self.order = graph, cluster, env, order
@@ -256,6 +280,8 @@ class MoveSearch:
         self.memory = MoveMemory(self.levels, cluster.num_devices)
         self.rng, self.seed = np.random.default_rng(seed), seed
         torch.manual_seed(seed)
+        self.optima: list[tuple[float, bytes, np.ndarray]] = []  # the local optima the kicks' policy imitates
+        self.policy: Any = None  # built at the first policy kick
         self.critic, self.pretrained = self._initial_critic(critic)
         self.optimizer = torch.optim.Adam(self.critic.parameters(), lr=o.lr)
         self.replay = Replay(NUM_FEATURES)
@@ -342,6 +368,7 @@ class MoveSearch:
                 self.level = self._next_level(self.level)  # the next level, same incumbent
             else:  # a local optimum at every level: kick the best
                 every_on = self.blocks is not None and self.kicks % 2 == 1  # this kick turns every block on
+                self._remember_optimum()
                 self.op_devices, self.cost = self._kick()
                 self.kicks, self.exhausted, self.version = self.kicks + 1, 0, self.version + 1
                 # after a kick that turned every block on, the op placement and the homes adapt first (the blocks
@@ -590,7 +617,12 @@ class MoveSearch:
             lv = self.levels[int(self.rng.choice(coarse))]
             best = self.budget.best_op_devices.astype(np.int64)
             op_devices = best.copy()
-            for g in self.rng.choice(lv.num_items, size=min(self.options.kick, lv.num_items), replace=False):
+            k = min(self.options.kick, lv.num_items)
+            items, devices = self._policy_moves(lv, best, k) if self.options.kicks != "uniform" else ([], [])
+            for g, d in zip(items, devices):
+                op_devices[lv.op_group == g] = d
+            rest = np.setdiff1d(np.arange(lv.num_items), items)  # the kick's other items, drawn uniformly
+            for g in self.rng.choice(rest, size=min(k - len(items), len(rest)), replace=False):
                 op_devices[lv.op_group == g] = self.devices[self.rng.integers(0, len(self.devices))]
             if self.blocks is not None:  # the moved ops keep their blocks' choice; then one block flipped at random,
                 # or (every other kick) every block turned on: the descent from there turns off what does not pay
@@ -603,3 +635,50 @@ class MoveSearch:
             if np.isfinite(costs[0]):
                 return op_devices, float(costs[0])
         return self.budget.best_op_devices.astype(np.int64), float(self.budget.best_cost)
+
+    # ------------------------------------------------------------------ expert iteration (kicks="policy")
+    def _remember_optimum(self) -> None:
+        """The incumbent, at a local optimum of every level, joins the optima the kicks' policy imitates (the
+        ``elite`` fastest distinct ones)."""
+        if self.options.kicks == "uniform" or not np.isfinite(self.cost):
+            return
+        key = self.op_devices.astype(np.int64).tobytes()
+        if all(k != key for _, k, _ in self.optima):
+            self.optima.append((self.cost, key, self.op_devices.astype(np.int64).copy()))
+            self.optima.sort(key=lambda t: t[0])
+            del self.optima[self.options.elite :]
+
+    def _fit_policy(self) -> None:
+        """``policy_steps`` Adam steps of imitation of the optima: the mean over them of each op's negative
+        log-likelihood of its device."""
+        from policies.gnn import GNNPolicy
+
+        o = self.options
+        if self.policy is None:
+            self.policy = GNNPolicy(self.graph, self.cluster.num_devices, cluster=self.cluster, decoder="independent")
+            self.policy_optimizer = torch.optim.Adam(self.policy.parameters(), lr=o.policy_lr)
+            self.policy_generator = torch.Generator().manual_seed(self.seed)
+        targets = torch.as_tensor(np.stack([self.policy.contract(t) for _, _, t in self.optima]))  # [E, items]
+        for _ in range(o.policy_steps):
+            logp = self.policy.log_probs()  # [items, D]
+            loss = -logp.gather(1, targets.T).mean()
+            self.policy_optimizer.zero_grad()
+            loss.backward()
+            self.policy_optimizer.step()
+
+    def _policy_moves(self, lv: ItemLevel, best: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+        """Up to ``k`` items of ``lv`` and their devices: those where a draw of the policy (fitted to the optima
+        first) puts most of an item's ops elsewhere than ``best`` does, drawn in proportion to that share."""
+        if not self.optima:
+            return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
+        self._fit_policy()
+        draw = self.policy.decode(1, generator=self.policy_generator)[0].astype(np.int64)
+        counts = np.zeros((lv.num_items, self.cluster.num_devices))
+        np.add.at(counts, (lv.op_group, draw), 1.0)
+        device = counts.argmax(axis=1)
+        size = np.maximum(np.bincount(lv.op_group, minlength=lv.num_items), 1)
+        differ = np.bincount(lv.op_group, weights=(draw != best).astype(float), minlength=lv.num_items) / size
+        items = np.flatnonzero((differ > 0.5) & np.isin(device, self.devices))
+        if len(items) > k:
+            items = np.sort(self.rng.choice(items, size=k, replace=False, p=differ[items] / differ[items].sum()))
+        return items, device[items]

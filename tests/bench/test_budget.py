@@ -148,3 +148,16 @@ def test_the_pretrained_critic_s_ablations_run_on_request_with_their_ratios(caps
     assert all(r["step_time_s"] is not None and r["evals"] <= 200 + PLAN_EVALS for r in runs.values())
     table = budget.markdown_table(cells)
     assert "| pretrained / uniform | pretrained_frozen / uniform |" in table
+
+
+@pytest.mark.slow  # two move searches on a tiny graph (~3 s)
+def test_expert_iteration_runs_on_request_beside_its_ablation_with_their_ratio(capsys):
+    """``expert``: the move search whose kicks come from the policy that imitates its local optima; ``learned``, the
+    same search with uniform kicks, is its ablation, and the table gives their ratio."""
+    argv = ["--graphs", "moe-60", "--clusters", "k80x2", "--evals", "300", "--seconds", ""]
+    rc = budget.main([*argv, "--methods", "learned,expert", "--json"])
+    cells = json.loads(capsys.readouterr().out)["cells"]
+    runs = {r["method"]: r for r in cells[0]["runs"]}
+    assert rc == 0 and set(runs) == {"learned", "expert"}
+    assert all(r["step_time_s"] is not None and r["evals"] <= 300 + PLAN_EVALS for r in runs.values())
+    assert "| expert / learned |" in budget.markdown_table(cells)

@@ -244,3 +244,40 @@ def test_refused_placements_leave_the_critic_the_move_memory_and_the_incumbent_f
     assert all(np.isfinite(cost) for _, cost in kicked)
     assert all(np.isfinite(d).all() for d in search.memory.delta)
     assert all(bool(torch.isfinite(p).all()) for p in search.critic.parameters())
+
+
+@pytest.mark.slow  # 4 x 50 steps of imitation (~3 s)
+def test_policy_kicks_move_items_to_the_devices_of_the_search_s_local_optima():
+    """Expert iteration: fitted to the local optima the descents found, the kicks' policy draws what they chose, and
+    a kick moves the items where its draw differs from the best placement to the devices drawn. Untrained (no
+    imitation), its draws spread over the devices: the test fails with the learning taken out."""
+    g, c = moe_dag(60, seed=0), envs.Cluster.preset("k80x4")
+    env = envs.SimEnv(g, c)
+    best = np.zeros(g.num_ops, dtype=np.int64)
+    optimum = np.full(g.num_ops, 2, dtype=np.int64)  # the optima put every op on gpu 2; the best keeps gpu 0
+    shares = {}
+    for steps in (50, 0):
+        search = MoveSearch(g, c, env, options=MoveSearchOptions(kicks="policy", policy_steps=steps), seed=0)
+        search.optima = [(1.1, optimum.tobytes(), optimum)]
+        lv = search.levels[-1]
+        moved = np.concatenate([search._policy_moves(lv, best, 3)[1] for _ in range(3)])
+        shares[steps] = float(np.mean(moved == 2)) if len(moved) else 0.0
+        assert len(moved) <= 9  # at most `kick` items a kick
+    assert shares[50] >= 0.8 and shares[0] <= 0.4, shares  # 1/3 would be a device drawn at random
+
+
+def test_policy_kicks_without_optima_are_the_uniform_kicks_and_refuse_home_moves():
+    """Before any local optimum there is nothing to imitate: the kick is the uniform one, draw for draw."""
+    g, c = moe_dag(60, seed=0), envs.Cluster.preset("k80x4")
+    env = envs.SimEnv(g, c)
+    kicks = []
+    for k in ("uniform", "policy"):
+        search = MoveSearch(g, c, env, options=MoveSearchOptions(kicks=k), seed=1)
+        search.begin(None, max_evals=1000)
+        kicks.append([search._kick()[0] for _ in range(3)])
+        assert search.policy is None  # never built
+    assert all(np.array_equal(a, b) for a, b in zip(*kicks))
+    with pytest.raises(PlacerError, match="policy kicks"):
+        MoveSearch(g, c, env, options=MoveSearchOptions(kicks="policy", homes=True))
+    with pytest.raises(PlacerError, match="kicks 'random'"):
+        MoveSearch(g, c, env, options=MoveSearchOptions(kicks="random"))
