@@ -169,7 +169,7 @@ class MoveSearchOptions:
     devices drawn (up to ``kick`` of them, the rest drawn uniformly: a kick moves as many items either way). The
     network reads what ops are (kind, sizes, neighbours), not which op each is, so it learns the devices the optima
     give each kind of op more than each op's own. Ops only (not with home or checkpoint moves). Off by default: 0.978x
-    the uniform kicks on branches-1500-0 (8 seeds), 0.994-1.007x on four other cells (BENCHMARKS.md, "Expert
+    the uniform kicks on branches-1500-0 (8 seeds), 0.997-1.004x on four other cells (BENCHMARKS.md, "Expert
     iteration")."""
     elite: int = 8
     """local optima the policy imitates (``kicks="policy"``): the fastest distinct ones."""
