@@ -58,6 +58,7 @@ import torch
 
 from envs.cluster import Cluster
 from graphs import OpGraph, PlacerError
+from graphs.grouping import vote
 from placer.learn.checkpoint_choice import CheckpointScorer
 from placer.learn.checkpoint_moves import BlockCodes
 from placer.learn.home_moves import HomeCodes, HomeCodeScorer
@@ -673,9 +674,7 @@ class MoveSearch:
             return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
         self._fit_policy()
         draw = self.policy.decode(1, generator=self.policy_generator)[0].astype(np.int64)
-        counts = np.zeros((lv.num_items, self.cluster.num_devices))
-        np.add.at(counts, (lv.op_group, draw), 1.0)
-        device = counts.argmax(axis=1)
+        device = vote(lv.op_group, draw, lv.num_items, self.cluster.num_devices)
         size = np.maximum(np.bincount(lv.op_group, minlength=lv.num_items), 1)
         differ = np.bincount(lv.op_group, weights=(draw != best).astype(float), minlength=lv.num_items) / size
         items = np.flatnonzero((differ > 0.5) & np.isin(device, self.devices))
