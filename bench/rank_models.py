@@ -24,8 +24,8 @@ enough to run near their whole-batch rate):
   9.2 M parameters (91 %; small multilingual encoders hold 80-90 % there, as mT5-small's 87 %) and has no FLOPs,
   yet its dense gradient and its Adam step cost the rank that holds it time that a FLOPs-balanced split does not
   see; 4 transformer layers of width 128, a mean over the tokens, a 4-class head.
-* :func:`vgg16`: VGG16 (configuration D) on 64 x 64 images: its dense layers hold most of its parameters and
-  2 % of its FLOPs; on a small batch they are memory-bound (see its doc).
+* :func:`vgg16`: VGG16 (configuration D, torchvision's layout) on 64 x 64 images: its dense layers hold 89 % of
+  its parameters and 9 % of its FLOPs; on a small batch they are memory-bound (see its doc).
 * :func:`mobilenet_v2`: MobileNetV2 (Sandler et al. 2018, its standard block table, width 1.0) on Tiny
   ImageNet-sized images (64 x 64, 200 classes). Its depthwise convolutions, batch norms and ReLU6s are
   memory-bound: few FLOPs, much time, and most of it in the early blocks at high resolution, while the FLOPs
@@ -186,9 +186,10 @@ VGG16_CONVOLUTIONS = (64, 64, "M", 128, 128, "M", 256, 256, 256, "M", 512, 512, 
 
 
 class VGG16(nn.Module):
-    """VGG16 (configuration D): 13 3x3 convolutions with ReLUs in five pooled blocks, then the paper's classifier,
-    dense 4096 -> 4096 -> classes (no dropout: the models here are built in eval mode); on 64 x 64 images the
-    convolutions end at 2 x 2 x 512, so the first dense layer takes 2048 features."""
+    """VGG16 (configuration D) as torchvision lays it out: 13 3x3 convolutions with ReLUs in five pooled blocks, a
+    7 x 7 adaptive average pool, then the paper's classifier, dense 25088 -> 4096 -> 4096 -> classes (no dropout: the
+    models here are built in eval mode). On 64 x 64 images the convolutions end at 2 x 2 x 512, which the pool
+    spreads over 7 x 7, as torchvision's VGG16 does on small images."""
 
     def __init__(self, classes: int = 200) -> None:
         super().__init__()
@@ -214,8 +215,8 @@ def vgg16(batch: int = BATCH) -> tuple[nn.Module, tuple[torch.Tensor, torch.Tens
     """``(model, (images, labels))``: VGG16 on ``batch`` (8) images of 3 x 64 x 64 (Tiny ImageNet's size) and their
     classes (of 200), seeded.
 
-    The textbook case where FLOPs mislead: its three dense layers hold 26 M of its 41 M parameters (64 %) and 2 % of
-    its FLOPs, yet on a small batch each reads its whole weight matrix on every microbatch, forward and
+    The textbook case where FLOPs mislead: its three dense layers hold 120 M of its 135 M parameters (89 %) and 9 %
+    of its FLOPs, yet on a small batch each reads its whole weight matrix on every microbatch, forward and
     backward, accumulates its gradient, and steps its Adam state: memory-bound work that a FLOPs-balanced split
     does not see.
     """
