@@ -12,12 +12,16 @@ For each graph, cluster, budget and seed:
   scored once. Whoever starts from it pays for it: its simulated placements
   and its seconds count against the learner's, the ablation's, annealing's and
   ilp's budgets;
-* **learned**: the move search with the learned critic
+* **learned**: the move search with the learned critic ranking the moves and
+  each round's level drawn by the levels' hit rates
   (:class:`placer.learn.move_search.MoveSearch`), from the best of the start and
   what ``module_search`` finds on the search's ``module_share`` of the budget
   (run first, counted; the same seed as module_search below, so it is that run's
   first share);
-* **uniform**: the same loop with uniform proposals (the ablation);
+* **uniform**: the same loop with uniform proposals and the levels in turn (the
+  ablation: nothing learned); on request, the two halves of the ablation,
+  **learned_cycle** (the critic, the levels in turn) and **uniform_levels**
+  (uniform moves, the levels learned);
 * **module_search**: ``module_search(n)`` from its own uniform draws;
 * **annealing**: annealing started from the start's heuristic, the same n
   (its cooling schedule sized to the budget);
@@ -118,8 +122,9 @@ def medians(
     return {k: {m: (statistics.median(v) if v else None) for m, v in by.items()} for k, by in found.items()}
 
 
-#: The pretrained critic's methods (not in METHODS; on request): each gets a ratio to uniform when run.
-PRETRAINED = ("pretrained", "pretrained_frozen")
+#: The ablations' halves and the pretrained critic's methods (not in METHODS; on request): each gets a ratio to
+#: uniform when run.
+PRETRAINED = ("learned_cycle", "uniform_levels", "pretrained", "pretrained_frozen")
 
 
 def _ratio(a: float | None, b: float | None) -> str:
@@ -205,7 +210,8 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
         "--methods",
         default=",".join(METHODS),
         help=f"default: {','.join(METHODS)}; also learned_accept and uniform_accept (the move search "
-        f"taking slower moves at temperature {ACCEPT}, with and without its critic); pretrained and "
+        f"taking slower moves at temperature {ACCEPT}, with and without its critic); learned_cycle (the critic, the "
+        "levels in turn) and uniform_levels (uniform moves, the levels learned): the ablation's halves; pretrained and "
         "pretrained_frozen (the critic shipped with placer, fine-tuned or not); expert (kicks drawn from a policy "
         "that imitates the search's local optima: expert iteration; learned is its ablation)",
     )

@@ -140,13 +140,17 @@ def run_moves(
     critic: str | None = None,
     fine_tune: bool = True,
     kicks: str = "uniform",
+    levels: str | None = None,
     name: str = "",
 ) -> Callable[..., Run]:
     """The move search's runner: ``proposals``, acceptance ``accept``, starting from ``critic`` (None: untrained;
     "pretrained": the shipped one), fine-tuned online or not, ``kicks`` uniform or from the policy that imitates its
-    local optima; the method's ``name`` (default from the proposals)."""
+    local optima, ``levels`` learned or in turn (None: learned with the critic, in turn with uniform proposals); the
+    method's ``name`` (default from the proposals)."""
     name = name or ("learned" if proposals == "critic" else "uniform") + ("_accept" if accept else "")
-    options = MoveSearchOptions(proposals=proposals, accept=accept, critic=critic, fine_tune=fine_tune, kicks=kicks)
+    options = MoveSearchOptions(
+        proposals=proposals, accept=accept, critic=critic, fine_tune=fine_tune, kicks=kicks, levels=levels
+    )
 
     def run(
         graph: OpGraph,
@@ -259,6 +263,10 @@ RUNNERS: dict[str, Callable[..., Run]] = {
     "module_search": run_module_search,
     "annealing": run_annealing,
     "ilp": run_ilp,
+    # not in METHODS: the ablation's two halves, the critic with the levels in turn and uniform moves with the levels
+    # learned (MoveSearchOptions.levels)
+    "learned_cycle": run_moves("critic", levels="cycle", name="learned_cycle"),
+    "uniform_levels": run_moves("uniform", levels="learned", name="uniform_levels"),
     # not in METHODS: the acceptance variant, on request (--methods)
     "learned_accept": run_moves("critic", ACCEPT),
     "uniform_accept": run_moves("uniform", ACCEPT),

@@ -171,8 +171,9 @@ class AlgoOptions:
     the move search on the simulator corrected by a model of its error fitted to the measurements taken, measuring
     what the corrected simulator finds most promising (placer.learn.measured_search)."""
     proposals: ProposalName = "critic"
-    """--algo moves|corrected: "critic" ranks the moves by the learned critic; "uniform" draws them uniformly (the
-    ablation)."""
+    """--algo moves|corrected: "critic" ranks the moves by the learned critic and draws each round's level by the
+    levels' hit rates; "uniform" draws the moves uniformly and takes the levels in turn (the ablation: nothing
+    learned)."""
     critic: str = "fresh"
     """--algo moves|corrected: the critic the move search starts from: "pretrained" (shipped with placer, trained on
     the moves of many graphs: it ranks from the first round), "fresh" (untrained: it learns from this run's moves

@@ -5,12 +5,17 @@ from the incumbent placement, describe every move of the current item level
 (:class:`policies.moves.MoveFeatures`), rank them by the critic's predicted change
 of the step time, simulate a batch of the best-ranked ones (and a few drawn
 uniformly, to keep the critic's data honest), train the critic on what the
-simulator returned, and take the best move if it is faster. A level on which
-``patience`` batches in a row found nothing (or whose every move has been tried)
-hands over to the next finer one, round-robin (variable neighbourhood descent);
-when a whole round of levels finds nothing, the best placement is kicked (a few
-random moves of coarse items) and the descent starts again from there (iterated
-local search).
+simulator returned, and take the best move if it is faster. The first pass over
+the levels is a variable neighbourhood descent: a level on which ``patience``
+batches in a row found nothing (or whose every move has been tried) hands over to
+the next finer one. From then on the levels are learned too: each round's level is
+drawn by Thompson sampling of the levels' hit rates (the share of a level's moves
+that were faster, forgetting 1 % a round), so the rounds go where moves pay; on a
+graph of 1,500 ops the ops level's moves paid and the coarse levels' did not, and a
+cycle spent most of its budget handing over (BENCHMARKS.md, "Levels chosen by their
+hit rates"). When nothing has been faster for ``patience`` rounds per level, the
+best placement is kicked (a few random moves of coarse items) and the descent
+starts again from there (iterated local search).
 
 The start: the best of the given placement, a few uniform draws of a device per
 coarse item and, first, :func:`module_search` given ``module_share`` of the
@@ -24,9 +29,10 @@ the starts may be everything on the host, and the plans that fit on the GPU lie 
 from the one just over it (BENCHMARKS.md, "Homes inside checkpointed layers").
 
 ``proposals="uniform"`` is the ablation: the same loop, every batch drawn
-uniformly among the untried moves, the critic never consulted. The gain of
-``"critic"`` over it, at the same budget from the same start, is what the critic
-learned (BENCHMARKS.md, "The learner against search at equal budget").
+uniformly among the untried moves, the critic never consulted, and the levels in
+turn throughout. The gain of ``"critic"`` over it, at the same budget from the same
+start, is what the search learned (BENCHMARKS.md, "The learner against search at
+equal budget"); ``levels`` takes the two halves apart.
 
 ``homes=True`` adds *home moves* (:mod:`placer.learn.home_moves`): each item level gets a twin
 whose moves send an item to a GPU with its parameters, gradient and Adam state homed
@@ -76,6 +82,13 @@ NEAR_FIT = 1.25
 PROPOSALS = ("critic", "uniform")
 #: How a kick picks what it moves (``MoveSearchOptions.kicks``).
 KICKS = ("uniform", "policy")
+#: How each round's level is chosen (``MoveSearchOptions.levels``).
+LEVEL_CHOICES = ("learned", "cycle")
+#: Per round, the weight each level's earlier hits and misses keep (the Thompson draw follows the last ~100 rounds).
+LEVEL_DECAY = 0.99
+#: The least weight of a level's hits, and of its misses, in its Beta posterior (a level left alone for long is
+#: uncertain again, so it is drawn now and then).
+LEVEL_PRIOR = 0.5
 #: ``MoveSearchOptions.critic`` naming the critic shipped with placer (:data:`policies.policy_file.DEFAULT_CRITIC`).
 PRETRAINED = "pretrained"
 #: module_search's share of a budget of placements is spent only when it comes to at least this many: at 1k
@@ -124,7 +137,8 @@ class MoveSearchOptions:
     cells (k80x4, 4 seeds at 10k) it was no better (inception-v3 316.1 against 316.1 ms, nmt-2 203.6 against 200.8);
     on nmt-2 / v100x4, where the critic hurts, 67.9 against 68.4 (uniform 68.0). BENCHMARKS.md, "Adaptive rounds"."""
     patience: int = 6
-    """rounds in a row without a faster move before a level hands over to the next."""
+    """rounds in a row without a faster move before a level hands over to the next (the levels in turn), and, times
+    the number of levels, before the best is kicked (learned levels)."""
     starts: int = 16
     """uniform draws at the coarsest level that compete with the given start."""
     kick: int = 3
@@ -178,6 +192,16 @@ class MoveSearchOptions:
     """Adam steps of imitation before each policy kick (the policy carries over from kick to kick)."""
     policy_lr: float = 1e-2
     """Adam learning rate of the kicks' policy."""
+    levels: str | None = None
+    """which item level each round's moves come from: "learned" (after a first pass over every level in turn, each
+    round draws the level by Thompson sampling of the levels' hit rates, the share of their moves simulated that were
+    faster, discounted by :data:`LEVEL_DECAY` a round; the best is kicked after ``patience`` rounds per level without
+    a faster move), or "cycle" (variable neighbourhood descent: a level hands over to the next after ``patience``
+    rounds without one, and the best is kicked when every level has). None: "learned" with the critic's proposals,
+    "cycle" with uniform ones, so that the uniform ablation learns nothing. Learned levels are for item levels only:
+    with home or checkpoint moves the levels cycle. Chosen on nmt-2, inception-v3 and the recurrent family at 1k
+    placements (where a choice of levels from the start, with no first pass, lost 7-9 % on recurrent-1500);
+    BENCHMARKS.md, "Levels chosen by their hit rates"."""
     checkpoint_moves: bool = False
     """``checkpoint``'s blocks chosen by moves instead (:mod:`placer.learn.checkpoint_moves`; the module docstring):
     each placement checkpoints the blocks its codes turn on; the search starts with none on (and tries all on)."""
@@ -269,6 +293,8 @@ class MoveSearch:
             raise PlacerError(f"move search: bad options {o}")
         if o.kicks not in KICKS:
             raise PlacerError(f"move search: kicks {o.kicks!r}: unknown (known: {', '.join(KICKS)})")
+        if o.levels is not None and o.levels not in LEVEL_CHOICES:
+            raise PlacerError(f"move search: levels {o.levels!r}: unknown (known: {', '.join(LEVEL_CHOICES)})")
         if o.kicks != "uniform" and (o.homes or o.checkpoint_moves):
             raise PlacerError("move search: policy kicks move ops only, not with home or checkpoint moves")
         if o.checkpoint and not o.checkpoint_moves:
@@ -310,6 +336,8 @@ class MoveSearch:
         self.sequence = list(range(self.num_levels))
         if self.blocks is not None:
             self.sequence = self.sequence[-1:] + self.sequence[:-1]
+        choice = o.levels or ("learned" if o.proposals == "critic" else "cycle")
+        self.learned_levels = choice == "learned" and self.codes is None
 
     # ------------------------------------------------------------------ the loop
     def run(
@@ -349,19 +377,43 @@ class MoveSearch:
         self._scheduled: tuple[int | None, Any] = (None, None)
         self._tried_keys: set[float] = set()  # the placements tried from the incumbent (by their move's key)
         self._tried_version: int | None = None
+        # learned levels: each level's Beta posterior of its hit rate, the levels visited in the first pass, the rounds
+        # since the incumbent last changed, and the candidates of each level from the incumbent
+        self.level_hits = np.full(self.num_levels, LEVEL_PRIOR)
+        self.level_misses = np.full(self.num_levels, LEVEL_PRIOR)
+        self.first_pass, self.visited, self.since = self.learned_levels, set(), 0
+        self._level_cands: dict[int, _Candidates] = {}
         self._module_phase(max_evals, time_budget_s, module_s)
         self.op_devices, self.cost = self._start(start)
         self.cand = self._candidates(self.op_devices, self.cost)
+        self._level_cands[self.level], self.cand_version = self.cand, self.version
 
     def step(self) -> None:
         """One round: a batch of moves from the incumbent simulated, the critic trained, the best taken if faster.
 
-        A level whose moves are spent hands over to the next; when every level is, the best is kicked.
+        The round's level: with learned levels, after a first pass over every level in turn, drawn by the levels'
+        hit rates (:meth:`_learned_level`); else the cycle's (:meth:`_cycle_level`: a level whose moves are spent
+        hands over to the next; when every level is, the best is kicked).
         Raises :class:`BudgetSpent` when the budget is used up, or at once where nothing can move
         (:attr:`has_moves`).
         """
         if not self.has_moves:
             raise BudgetSpent
+        if self.first_pass or not self.learned_levels:
+            level, kicks = self.level, self.kicks
+            self._cycle_level()
+            self.visited.add(level)
+            done = self.kicks > kicks or (len(self.visited) == self.num_levels and self.level != level)
+            if self.first_pass and done:  # every level visited in turn: the hit rates choose from now on
+                self.first_pass, self.since = False, 0
+        else:
+            self._learned_level()
+        self._round()
+
+    def _cycle_level(self) -> None:
+        """The level of the next round, variable neighbourhood descent: the current one until ``patience`` rounds
+        in a row find nothing faster (or its moves are spent), then the next; the best kicked when every level has
+        handed over with the same incumbent."""
         untried = np.flatnonzero(~self.cand.tried)
         while self.stale >= self.options.patience or not len(untried):
             self.stale, self.exhausted = 0, self.exhausted + 1
@@ -369,15 +421,43 @@ class MoveSearch:
                 self.level = self._next_level(self.level)  # the next level, same incumbent
             else:  # a local optimum at every level: kick the best
                 every_on = self.blocks is not None and self.kicks % 2 == 1  # this kick turns every block on
-                self._remember_optimum()
-                self.op_devices, self.cost = self._kick()
-                self.kicks, self.exhausted, self.version = self.kicks + 1, 0, self.version + 1
+                self._kick_best()
                 # after a kick that turned every block on, the op placement and the homes adapt first (the blocks
                 # free memory), and the block level turns off what does not pay last
                 self.level = self.sequence[1] if every_on else self.sequence[0]
             self.cand = self._candidates(self.op_devices, self.cost)
             untried = np.flatnonzero(~self.cand.tried)
+
+    def _learned_level(self) -> None:
+        """The level of the next round, learned: each level's hit rate drawn from its posterior, the level of the
+        highest draw among those with moves left to try from the incumbent; the best kicked after ``patience``
+        rounds per level without a faster move, or when no level has a move left."""
+        while True:
+            if self.since >= self.options.patience * self.num_levels:
+                self._kick_best()
+            draw = self.rng.beta(self.level_hits, self.level_misses)
+            for level in np.argsort(-draw, kind="stable").tolist():
+                if (self.level, self.version) != (level, self.cand_version):
+                    self.level = level
+                    self.cand = self._level_cands.get(level) or self._candidates(self.op_devices, self.cost)
+                    self._level_cands[level], self.cand_version = self.cand, self.version
+                    if level < len(self.levels):
+                        self.cand.refresh(self.memory, self.rounds)
+                if not self.cand.tried.all():
+                    return
+            self.since = self.options.patience * self.num_levels  # every move of every level tried: kick
+
+    def _kick_best(self) -> None:
+        """Kick the best placement (see :meth:`_kick`) and descend from there."""
+        self._remember_optimum()
+        self.op_devices, self.cost = self._kick()
+        self.kicks, self.exhausted, self.version, self.since = self.kicks + 1, 0, self.version + 1, 0
+        self._level_cands = {}
+
+    def _round(self) -> None:
+        """A batch of the current level's untried moves simulated, the critic trained, the best taken if faster."""
         cand = self.cand
+        untried = np.flatnonzero(~cand.tried)
         pick, ranked = self._choose(cand, untried)
         op_devices = self._apply(self.op_devices, cand, pick)
         costs, _ = self.budget.score(op_devices)
@@ -391,15 +471,21 @@ class MoveSearch:
         cand.tried[pick] = True
         self._tried_keys.update(cand.keys[pick].tolist())
         self.rounds += 1
+        hits = int((delta < 0).sum())
+        self.level_hits = np.maximum(self.level_hits * LEVEL_DECAY, LEVEL_PRIOR)
+        self.level_misses = np.maximum(self.level_misses * LEVEL_DECAY, LEVEL_PRIOR)
+        self.level_hits[self.level] += hits
+        self.level_misses[self.level] += len(delta) - hits
         j = int(np.argmin(costs))
         faster = bool(costs[j] < self.cost * (1 - 1e-12))
         if faster or self._accepts(float(costs[j])):  # a slower one only when options.accept > 0
             self.accepted += not faster
             self.op_devices, self.cost, self.stale, self.exhausted = op_devices[j].copy(), float(costs[j]), 0, 0
-            self.version += 1
+            self.version, self.since, self._level_cands = self.version + 1, 0 if faster else self.since + 1, {}
             self.cand = self._candidates(self.op_devices, self.cost)
+            self._level_cands[self.level], self.cand_version = self.cand, self.version
         else:
-            self.stale += 1
+            self.stale, self.since = self.stale + 1, self.since + 1
             if self.level < len(self.levels):
                 cand.refresh(self.memory, self.rounds)
 
