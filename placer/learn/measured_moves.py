@@ -73,7 +73,8 @@ def measured_move_search(
     with every placement measured, until ``measurements`` are spent; the scorer, holding the best and the curve."""
     sim = sim if sim is not None else envs.SimEnv(graph, cluster)
     scorer = MeasuredMoves(real, sim, measurements)
-    o = dataclasses.replace(options or MoveSearchOptions(), starts=0, module_share=0.0)
+    o = options or MoveSearchOptions()  # the levels in turn, as the corrected loop's searches (CorrectedSearch)
+    o = dataclasses.replace(o, starts=0, module_share=0.0, levels=o.levels or "cycle")
     search = MoveSearch(graph, cluster, scorer, options=o, seed=seed)
     search.run(np.asarray(start, dtype=np.int64), max_evals=1 << 40)
     return scorer

@@ -30,7 +30,7 @@ re-measurements through ``measure_again`` where it has one.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Sequence
 
 import numpy as np
@@ -136,7 +136,10 @@ class CorrectedSearch:
         real: the scorer that measures (the scorer protocol).
         options: :class:`CorrectedSearchOptions`.
         seed: the searches' seed.
-        search_options: the move search's options for every search the loop runs.
+        search_options: the move search's options for every search the loop runs. Its levels are taken in turn
+            unless they say otherwise (``levels``): the loop's searches are short (``round_evals``), a first pass
+            over the levels is most of each, and with learned levels the stand-in test across processes ended
+            1.13x from the stand-in's best instead of within 1.05x.
     """
 
     def __init__(
@@ -158,6 +161,8 @@ class CorrectedSearch:
         self.graph, self.cluster, self.real, self.seed = graph, cluster, real, seed
         self.sim = sim if sim is not None else envs.SimEnv(graph, cluster)
         self.search_options = search_options or MoveSearchOptions()
+        if self.search_options.levels is None:
+            self.search_options = replace(self.search_options, levels="cycle")
         self.levels: list[ItemLevel] = item_levels(graph)
         self.features = PlacementFeatures(graph, cluster)
         self.model = Correction(self.features.width)

@@ -12,7 +12,7 @@ from graphs.synthetic import moe_dag
 from placer.learn.correction import Correction, PlacementFeatures
 from placer.learn.measured_moves import measured_move_search
 from placer.learn.measured_search import CorrectedSearch, CorrectedSearchOptions
-from placer.learn.move_search import MoveSearch
+from placer.learn.move_search import MoveSearch, MoveSearchOptions
 from placer.learn.stand_in import StandIn
 
 SLOW = "gpu:1"  # a GPU the simulator's best uses (checked below)
@@ -151,15 +151,24 @@ def test_across_processes_the_corrected_loop_finds_the_stand_in_s_best_and_the_u
     def real():
         return StandIn(graph, cluster, slow_device=SLOW, slowdown=3.0, simulator=ranks)
 
-    best_s = MoveSearch(graph, cluster, real().truth, seed=0).run(None, max_evals=1500).step_time_s
-    # 16 measurements: with the accumulation of weight gradients charged (envs.sim.cost) the loop's 12th ended at
-    # 1.056x the stand-in's best on this seed (0.992x on seed 1); at 16, 0.957x
+    # the stand-in's best: the best of two searches on the truth. One search with the levels in turn (seed 0, the
+    # reference until learned levels) ended 20 % over it (57.7 against 48.1 ms), and the loop's 0.957x of that
+    # reference is 1.147x of this one, at 16 measurements as at 24
+    best_s = min(
+        MoveSearch(graph, cluster, real().truth, options=MoveSearchOptions(levels=levels), seed=seed)
+        .run(None, max_evals=1500)
+        .step_time_s
+        for levels in ("cycle", "learned")
+        for seed in (0, 1)
+    )
     options = _options(measurements=16)
     corrected = CorrectedSearch(graph, cluster, real(), sim=ranks(graph, cluster), options=options).run(None)
     assert (corrected.simulator_op_devices == cluster.index(SLOW)).sum() > graph.num_ops / 4  # even split: gpu:1 too
-    assert corrected.step_time_s < 1.05 * best_s
+    assert corrected.step_time_s < 1.2 * best_s  # 1.147x
     assert corrected.speedup() > 1.3  # re-measured side by side with the simulator's best
     plain = CorrectedSearch(
         graph, cluster, real(), sim=ranks(graph, cluster), options=_options(measurements=16, correction=False)
     ).run(None)
-    assert plain.step_time_s > 1.3 * best_s  # the simulator's own ranking never learns gpu:1 is slow
+    assert plain.step_time_s > 1.5 * best_s, (
+        plain.step_time_s / best_s
+    )  # the simulator's own ranking never learns gpu:1 is slow
