@@ -169,6 +169,4 @@ def test_across_processes_the_corrected_loop_finds_the_stand_in_s_best_and_the_u
     plain = CorrectedSearch(
         graph, cluster, real(), sim=ranks(graph, cluster), options=_options(measurements=16, correction=False)
     ).run(None)
-    assert plain.step_time_s > 1.5 * best_s, (
-        plain.step_time_s / best_s
-    )  # the simulator's own ranking never learns gpu:1 is slow
+    assert plain.step_time_s > 1.5 * best_s  # 1.72x: the simulator's own ranking never learns gpu:1 is slow
