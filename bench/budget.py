@@ -124,7 +124,7 @@ def medians(
 
 #: The ablations' halves and the pretrained critic's methods (not in METHODS; on request): each gets a ratio to
 #: uniform when run.
-PRETRAINED = ("learned_cycle", "uniform_levels", "pretrained", "pretrained_frozen")
+PRETRAINED = ("learned_cycle", "uniform_levels", "untrained_frozen", "pretrained", "pretrained_frozen")
 
 
 def _ratio(a: float | None, b: float | None) -> str:
@@ -211,7 +211,8 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
         default=",".join(METHODS),
         help=f"default: {','.join(METHODS)}; also learned_accept and uniform_accept (the move search "
         f"taking slower moves at temperature {ACCEPT}, with and without its critic); learned_cycle (the critic, the "
-        "levels in turn) and uniform_levels (uniform moves, the levels learned): the ablation's halves; pretrained and "
+        "levels in turn) and uniform_levels (uniform moves, the levels learned): the ablation's halves; "
+        "untrained_frozen (a critic never trained); pretrained and "
         "pretrained_frozen (the critic shipped with placer, fine-tuned or not); expert (kicks drawn from a policy "
         "that imitates the search's local optima: expert iteration; learned is its ablation)",
     )

@@ -267,6 +267,9 @@ RUNNERS: dict[str, Callable[..., Run]] = {
     # learned (MoveSearchOptions.levels)
     "learned_cycle": run_moves("critic", levels="cycle", name="learned_cycle"),
     "uniform_levels": run_moves("uniform", levels="learned", name="uniform_levels"),
+    # not in METHODS: an untrained critic that is never trained (it ranks by its random initialisation; the levels
+    # learned): what a ranking that learned nothing gives
+    "untrained_frozen": run_moves("critic", fine_tune=False, name="untrained_frozen"),
     # not in METHODS: the acceptance variant, on request (--methods)
     "learned_accept": run_moves("critic", ACCEPT),
     "uniform_accept": run_moves("uniform", ACCEPT),

@@ -161,3 +161,19 @@ def test_expert_iteration_runs_on_request_beside_its_ablation_with_their_ratio(c
     assert rc == 0 and set(runs) == {"learned", "expert"}
     assert all(r["step_time_s"] is not None and r["evals"] <= 300 + PLAN_EVALS for r in runs.values())
     assert "| expert / learned |" in budget.markdown_table(cells)
+
+
+@pytest.mark.slow  # four move searches on a tiny graph (~4 s)
+def test_the_ablation_s_halves_and_an_untrained_critic_run_on_request_with_their_ratios(capsys):
+    """``learned_cycle`` (the critic, the levels in turn), ``uniform_levels`` (uniform moves, the levels learned) and
+    ``untrained_frozen`` (a critic never trained), each with its ratio to the uniform ablation."""
+    argv = ["--graphs", "moe-60", "--clusters", "k80x2", "--evals", "300", "--seconds", ""]
+    methods = ["uniform", "learned_cycle", "uniform_levels", "untrained_frozen"]
+    rc = budget.main([*argv, "--methods", ",".join(methods), "--json"])
+    cells = json.loads(capsys.readouterr().out)["cells"]
+    runs = {r["method"]: r for r in cells[0]["runs"]}
+    assert rc == 0 and set(runs) == set(methods)
+    assert all(r["step_time_s"] is not None and r["evals"] <= 300 + PLAN_EVALS for r in runs.values())
+    assert "| learned_cycle / uniform | uniform_levels / uniform | untrained_frozen / uniform |" in (
+        budget.markdown_table(cells)
+    )
