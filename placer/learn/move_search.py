@@ -385,8 +385,7 @@ class MoveSearch:
         self._level_cands: dict[int, _Candidates] = {}
         self._module_phase(max_evals, time_budget_s, module_s)
         self.op_devices, self.cost = self._start(start)
-        self.cand = self._candidates(self.op_devices, self.cost)
-        self._level_cands[self.level], self.cand_version = self.cand, self.version
+        self._fresh_candidates()
 
     def step(self) -> None:
         """One round: a batch of moves from the incumbent simulated, the critic trained, the best taken if faster.
@@ -425,7 +424,7 @@ class MoveSearch:
                 # after a kick that turned every block on, the op placement and the homes adapt first (the blocks
                 # free memory), and the block level turns off what does not pay last
                 self.level = self.sequence[1] if every_on else self.sequence[0]
-            self.cand = self._candidates(self.op_devices, self.cost)
+            self._fresh_candidates()
             untried = np.flatnonzero(~self.cand.tried)
 
     def _learned_level(self) -> None:
@@ -435,17 +434,25 @@ class MoveSearch:
         while True:
             if self.since >= self.options.patience * self.num_levels:
                 self._kick_best()
+                self._fresh_candidates()
             draw = self.rng.beta(self.level_hits, self.level_misses)
             for level in np.argsort(-draw, kind="stable").tolist():
-                if (self.level, self.version) != (level, self.cand_version):
+                if level != self.level:
                     self.level = level
-                    self.cand = self._level_cands.get(level) or self._candidates(self.op_devices, self.cost)
-                    self._level_cands[level], self.cand_version = self.cand, self.version
+                    if level in self._level_cands:
+                        self.cand = self._level_cands[level]
+                    else:
+                        self._fresh_candidates()
                     if level < len(self.levels):
                         self.cand.refresh(self.memory, self.rounds)
                 if not self.cand.tried.all():
                     return
             self.since = self.options.patience * self.num_levels  # every move of every level tried: kick
+
+    def _fresh_candidates(self) -> None:
+        """The current level's moves from the incumbent, computed and kept (:meth:`_candidates`) until the incumbent
+        changes."""
+        self.cand = self._level_cands[self.level] = self._candidates(self.op_devices, self.cost)
 
     def _kick_best(self) -> None:
         """Kick the best placement (see :meth:`_kick`) and descend from there."""
@@ -482,8 +489,7 @@ class MoveSearch:
             self.accepted += not faster
             self.op_devices, self.cost, self.stale, self.exhausted = op_devices[j].copy(), float(costs[j]), 0, 0
             self.version, self.since, self._level_cands = self.version + 1, 0 if faster else self.since + 1, {}
-            self.cand = self._candidates(self.op_devices, self.cost)
-            self._level_cands[self.level], self.cand_version = self.cand, self.version
+            self._fresh_candidates()
         else:
             self.stale, self.since = self.stale + 1, self.since + 1
             if self.level < len(self.levels):
