@@ -124,7 +124,7 @@ def medians(
 
 #: The ablations' halves and the pretrained critic's methods (not in METHODS; on request): each gets a ratio to
 #: uniform when run.
-PRETRAINED = ("learned_cycle", "uniform_levels", "untrained_frozen", "pretrained", "pretrained_frozen")
+VS_UNIFORM = ("learned_cycle", "uniform_levels", "untrained_frozen", "pretrained", "pretrained_frozen")
 
 
 def _ratio(a: float | None, b: float | None) -> str:
@@ -146,7 +146,7 @@ def markdown_table(cells: Sequence[dict[str, Any]]) -> str:
         "learned / best rival",
         "learned / uniform",
         *(["learned_accept / best rival", "learned_accept / uniform_accept"] if accept else []),
-        *[f"{m} / uniform" for m in PRETRAINED if m in extra],
+        *[f"{m} / uniform" for m in VS_UNIFORM if m in extra],
         *(["expert / learned"] if "expert" in extra else []),
         "best / bound (bound)",
     ]
@@ -178,7 +178,7 @@ def markdown_table(cells: Sequence[dict[str, Any]]) -> str:
                         _ratio(by.get("learned"), heuristic[1] if heuristic else None),
                         _ratio(by.get("learned"), by.get("uniform")),
                         *ratios,
-                        *[_ratio(by.get(m), by.get("uniform")) for m in PRETRAINED if m in extra],
+                        *[_ratio(by.get(m), by.get("uniform")) for m in VS_UNIFORM if m in extra],
                         *([_ratio(by.get("expert"), by.get("learned"))] if "expert" in extra else []),
                         f"{_ratio(best, cell['lower_bound_s'])} ({cell['lower_bound_name']})",
                     ]
