@@ -21,7 +21,9 @@ For each graph, cluster, budget and seed:
 * **uniform**: the same loop with uniform proposals and the levels in turn (the
   ablation: nothing learned); on request, the two halves of the ablation,
   **learned_cycle** (the critic, the levels in turn) and **uniform_levels**
-  (uniform moves, the levels learned);
+  (uniform moves, the levels learned); and **learned_coarse_kicks** and
+  **uniform_coarse_kicks**, both loops as they were before kicks of single ops
+  and faster moves combined;
 * **module_search**: ``module_search(n)`` from its own uniform draws;
 * **annealing**: annealing started from the start's heuristic, the same n
   (its cooling schedule sized to the budget);
@@ -214,7 +216,8 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
         "levels in turn) and uniform_levels (uniform moves, the levels learned): the ablation's halves; "
         "untrained_frozen (a critic never trained); pretrained and "
         "pretrained_frozen (the critic shipped with placer, fine-tuned or not); expert (kicks drawn from a policy "
-        "that imitates the search's local optima: expert iteration; learned is its ablation)",
+        "that imitates the search's local optima: expert iteration; learned is its ablation); learned_coarse_kicks "
+        "and uniform_coarse_kicks (both loops kicking coarse items, no faster moves combined: as they were)",
     )
     ap.add_argument("--seeds", default="0", help="comma list of seeds (medians are reported)")
     ap.add_argument(

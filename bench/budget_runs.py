@@ -141,15 +141,24 @@ def run_moves(
     fine_tune: bool = True,
     kicks: str = "uniform",
     levels: str | None = None,
+    kick_at: str | None = None,
+    combine: bool = True,
     name: str = "",
 ) -> Callable[..., Run]:
     """The move search's runner: ``proposals``, acceptance ``accept``, starting from ``critic`` (None: untrained;
     "pretrained": the shipped one), fine-tuned online or not, ``kicks`` uniform or from the policy that imitates its
-    local optima, ``levels`` learned or in turn (None: learned with the critic, in turn with uniform proposals); the
-    method's ``name`` (default from the proposals)."""
+    local optima, ``levels`` learned or in turn (None: learned with the critic, in turn with uniform proposals),
+    ``kick_at`` and ``combine`` (MoveSearchOptions); the method's ``name`` (default from the proposals)."""
     name = name or ("learned" if proposals == "critic" else "uniform") + ("_accept" if accept else "")
     options = MoveSearchOptions(
-        proposals=proposals, accept=accept, critic=critic, fine_tune=fine_tune, kicks=kicks, levels=levels
+        proposals=proposals,
+        accept=accept,
+        critic=critic,
+        fine_tune=fine_tune,
+        kicks=kicks,
+        levels=levels,
+        kick_at=kick_at,
+        combine=combine,
     )
 
     def run(
@@ -166,7 +175,10 @@ def run_moves(
         rec = BudgetEnv(env, max_evals=max_evals, order=order)
         search = MoveSearch(graph, cluster, rec, options=options, seed=seed, order=order)
         result = search.run(start.op_devices, max_evals=max_evals, time_budget_s=seconds)
-        run = _finish(name, rec, start, f"{result.rounds} rounds, {result.kicks} kicks, {search.accepted} accepted")
+        combined = "{} of {} combinations taken".format(*search.combined[::-1])
+        run = _finish(
+            name, rec, start, f"{result.rounds} rounds, {result.kicks} kicks, {search.accepted} accepted, {combined}"
+        )
         run.evals = result.evals + start.evals + PLAN_EVALS  # its count includes the incumbents' schedules it simulated
         return run
 
@@ -280,4 +292,8 @@ RUNNERS: dict[str, Callable[..., Run]] = {
     # (MoveSearchOptions.kicks); "learned" is its ablation (the same search, uniform kicks)
     "expert": run_moves("critic", kicks="policy", name="expert"),
     "pretrained_frozen": run_moves("critic", critic="pretrained", fine_tune=False, name="pretrained_frozen"),
+    # not in METHODS: the learner as it was before kicks of single ops and faster moves combined
+    # (MoveSearchOptions.kick_at, .combine), and the uniform ablation likewise
+    "learned_coarse_kicks": run_moves("critic", kick_at="coarse", combine=False, name="learned_coarse_kicks"),
+    "uniform_coarse_kicks": run_moves("uniform", kick_at="coarse", combine=False, name="uniform_coarse_kicks"),
 }

@@ -13,9 +13,11 @@ drawn by Thompson sampling of the levels' hit rates (the share of a level's move
 that were faster, forgetting 1 % a round), so the rounds go where moves pay; on a
 graph of 1,500 ops the ops level's moves paid and the coarse levels' did not, and a
 cycle spent most of its budget handing over (BENCHMARKS.md, "Levels chosen by their
-hit rates"). When nothing has been faster for ``patience`` rounds per level, the
-best placement is kicked (a few random moves of coarse items) and the descent
-starts again from there (iterated local search).
+hit rates"). Where a batch holds faster moves of two or more items, the incumbent
+with all of them is simulated too and taken if it is faster still. When nothing
+has been faster for ``patience`` rounds per level, the best placement is kicked (a
+few random moves of single ops) and the descent starts again from there (iterated
+local search).
 
 The start: the best of the given placement, a few uniform draws of a device per
 coarse item and, first, :func:`module_search` given ``module_share`` of the
@@ -82,6 +84,10 @@ NEAR_FIT = 1.25
 PROPOSALS = ("critic", "uniform")
 #: How a kick picks what it moves (``MoveSearchOptions.kicks``).
 KICKS = ("uniform", "policy")
+#: Where a kick moves its items (``MoveSearchOptions.kick_at``).
+KICK_LEVELS = ("ops", "coarse")
+#: A coarse kick's level has at most this many items.
+COARSE_ITEMS = 64
 #: How each round's level is chosen (``MoveSearchOptions.levels``).
 LEVEL_CHOICES = ("learned", "cycle")
 #: Per round, the weight each level's earlier hits and misses keep (the Thompson draw follows the last ~100 rounds).
@@ -142,7 +148,14 @@ class MoveSearchOptions:
     starts: int = 16
     """uniform draws at the coarsest level that compete with the given start."""
     kick: int = 3
-    """coarse items moved at random when every level is at a local optimum."""
+    """items moved at random when every level is at a local optimum (at the level ``kick_at`` names)."""
+    kick_at: str | None = None
+    """the level a kick's items are drawn from: "ops", the finest level (single ops, or the ops colocated with
+    them), or "coarse", a random level of at most :data:`COARSE_ITEMS` items. None: "ops" for a search of item levels
+    with uniform kicks; "coarse" with policy kicks or home or checkpoint moves (what those were measured with). On a
+    graph of 1,500 ops a coarse kick moves up to three eighths of it, and the descent spends most of its budget
+    repairing that; the kicks of single ops let it go on where it was (moe-1500-0 at 10k: 0.967x the coarse kicks;
+    BENCHMARKS.md, "Kicks of single ops")."""
     hidden: int = 64
     """units of the critic's two hidden layers."""
     lr: float = 2e-3
@@ -202,6 +215,12 @@ class MoveSearchOptions:
     with home or checkpoint moves the levels cycle. Chosen on nmt-2, inception-v3 and the recurrent family at 1k
     placements (where a choice of levels from the start, with no first pass, lost 7-9 % on recurrent-1500);
     BENCHMARKS.md, "Levels chosen by their hit rates"."""
+    combine: bool = True
+    """where a round's batch has faster moves of two or more items, simulate the incumbent with all of them too (the
+    fastest move of each item; one more placement) and take it if it beats the fastest single move (item levels only,
+    either proposals). With batches of 4 this happens a few times in 1k placements and the combination was faster
+    every time; 0.996-0.999x on the held-out graphs at 1k, 0.9956x on inception-v3 (BENCHMARKS.md, "Kicks of single
+    ops, and faster moves combined")."""
     checkpoint_moves: bool = False
     """``checkpoint``'s blocks chosen by moves instead (:mod:`placer.learn.checkpoint_moves`; the module docstring):
     each placement checkpoints the blocks its codes turn on; the search starts with none on (and tries all on)."""
@@ -293,6 +312,8 @@ class MoveSearch:
             raise PlacerError(f"move search: bad options {o}")
         if o.kicks not in KICKS:
             raise PlacerError(f"move search: kicks {o.kicks!r}: unknown (known: {', '.join(KICKS)})")
+        if o.kick_at is not None and o.kick_at not in KICK_LEVELS:
+            raise PlacerError(f"move search: kick_at {o.kick_at!r}: unknown (known: {', '.join(KICK_LEVELS)})")
         if o.levels is not None and o.levels not in LEVEL_CHOICES:
             raise PlacerError(f"move search: levels {o.levels!r}: unknown (known: {', '.join(LEVEL_CHOICES)})")
         if o.kicks != "uniform" and (o.homes or o.checkpoint_moves):
@@ -338,6 +359,7 @@ class MoveSearch:
             self.sequence = self.sequence[-1:] + self.sequence[:-1]
         choice = o.levels or ("learned" if o.proposals == "critic" else "cycle")
         self.learned_levels = choice == "learned" and self.codes is None
+        self.kick_at = o.kick_at or ("ops" if o.kicks == "uniform" and self.codes is None else "coarse")
 
     # ------------------------------------------------------------------ the loop
     def run(
@@ -374,6 +396,7 @@ class MoveSearch:
         self.stale = self.exhausted = self.kicks = self.rounds = self.version = self.accepted = 0
         self.level = self.sequence[0]
         self.module_evals = 0
+        self.combined = [0, 0]  # combinations of a round's faster moves simulated, and taken (options.combine)
         self._scheduled: tuple[int | None, Any] = (None, None)
         self._tried_keys: set[float] = set()  # the placements tried from the incumbent (by their move's key)
         self._tried_version: int | None = None
@@ -449,6 +472,34 @@ class MoveSearch:
                     return
             self.since = self.options.patience * self.num_levels  # every move of every level tried: kick
 
+    def _combine(
+        self,
+        cand: "_Candidates",
+        pick: np.ndarray,
+        delta: np.ndarray,
+        op_devices: np.ndarray,
+        costs: np.ndarray,
+        j: int,
+    ) -> tuple[np.ndarray, np.ndarray, int]:
+        """The round's placements and costs, and the index of the fastest, with the incumbent with every faster move
+        of a distinct item (the fastest of each) added where there are two or more (``options.combine``)."""
+        won = np.flatnonzero(delta < 0)
+        won = won[np.argsort(delta[won], kind="stable")]  # fastest first, so unique keeps each item's fastest
+        _, first = np.unique(cand.item[pick[won]], return_index=True)
+        won = won[np.sort(first)]
+        if len(won) < 2 or self.budget.left() <= 0:
+            return op_devices, costs, j
+        group = self.levels[cand.level].op_group
+        both = self.op_devices.copy()
+        for w in won:
+            both[group == cand.item[pick[w]]] = cand.device[pick[w]]
+        cost, _ = self.budget.score(both[None])
+        self.combined[0] += 1
+        if cost[0] >= costs[j]:
+            return op_devices, costs, j
+        self.combined[1] += 1
+        return np.concatenate([op_devices, both[None]]), np.concatenate([costs, cost]), len(costs)
+
     def _fresh_candidates(self) -> None:
         """The current level's moves from the incumbent, computed and kept (:meth:`_candidates`) until the incumbent
         changes."""
@@ -484,6 +535,8 @@ class MoveSearch:
         self.level_hits[self.level] += hits
         self.level_misses[self.level] += len(delta) - hits
         j = int(np.argmin(costs))
+        if self.options.combine and self.codes is None and self.level < len(self.levels):
+            op_devices, costs, j = self._combine(cand, pick, delta, op_devices, costs, j)
         faster = bool(costs[j] < self.cost * (1 - 1e-12))
         if faster or self._accepts(float(costs[j])):  # a slower one only when options.accept > 0
             self.accepted += not faster
@@ -699,15 +752,18 @@ class MoveSearch:
             self.optimizer.step()
 
     def _kick(self) -> tuple[np.ndarray, float]:
-        """The best placement with ``kick`` random items of a random coarse level moved to random devices (with
-        checkpoint moves, one block's checkpointing flipped too).
+        """The best placement with ``kick`` random items of the kick's level (``kick_at``: the finest, or a random
+        coarse one) moved to random devices (with checkpoint moves, one block's checkpointing flipped too).
 
         A kick the scorer refuses (an infinite step, e.g. more than one stage per rank) is drawn again, up to
         :data:`KICK_TRIES` times; then the search goes on from the best placement itself.
         """
-        coarse = [k for k, lv in enumerate(self.levels) if lv.num_items <= 64] or [0]
+        if self.kick_at == "ops":
+            kick_levels = [len(self.levels) - 1]  # the finest level (item_levels: coarse to fine)
+        else:
+            kick_levels = [k for k, lv in enumerate(self.levels) if lv.num_items <= COARSE_ITEMS] or [0]
         for _ in range(KICK_TRIES):
-            lv = self.levels[int(self.rng.choice(coarse))]
+            lv = self.levels[int(self.rng.choice(kick_levels))]
             best = self.budget.best_op_devices.astype(np.int64)
             op_devices = best.copy()
             k = min(self.options.kick, lv.num_items)
