@@ -127,6 +127,9 @@ def medians(
 #: The ablations' halves and the pretrained critic's methods (not in METHODS; on request): each gets a ratio to
 #: uniform when run.
 VS_UNIFORM = ("learned_cycle", "uniform_levels", "untrained_frozen", "pretrained", "pretrained_frozen")
+#: Each loop and itself as it was before kicks of single ops and faster moves combined (on request): each pair gets
+#: a ratio when both ran.
+VS_BEFORE = (("learned", "learned_coarse_kicks"), ("uniform", "uniform_coarse_kicks"))
 
 
 def _ratio(a: float | None, b: float | None) -> str:
@@ -150,6 +153,7 @@ def markdown_table(cells: Sequence[dict[str, Any]]) -> str:
         *(["learned_accept / best rival", "learned_accept / uniform_accept"] if accept else []),
         *[f"{m} / uniform" for m in VS_UNIFORM if m in extra],
         *(["expert / learned"] if "expert" in extra else []),
+        *[f"{m} / {before}" for m, before in VS_BEFORE if before in extra],
         "best / bound (bound)",
     ]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * 3 + "---:|" * (len(head) - 3)]
@@ -182,6 +186,7 @@ def markdown_table(cells: Sequence[dict[str, Any]]) -> str:
                         *ratios,
                         *[_ratio(by.get(m), by.get("uniform")) for m in VS_UNIFORM if m in extra],
                         *([_ratio(by.get("expert"), by.get("learned"))] if "expert" in extra else []),
+                        *[_ratio(by.get(m), by.get(before)) for m, before in VS_BEFORE if before in extra],
                         f"{_ratio(best, cell['lower_bound_s'])} ({cell['lower_bound_name']})",
                     ]
                 )

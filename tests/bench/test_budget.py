@@ -177,3 +177,34 @@ def test_the_ablation_s_halves_and_an_untrained_critic_run_on_request_with_their
     assert "| learned_cycle / uniform | uniform_levels / uniform | untrained_frozen / uniform |" in (
         budget.markdown_table(cells)
     )
+
+
+@pytest.mark.slow  # four move searches on a tiny graph (~4 s)
+def test_both_loops_as_they_were_run_on_request_with_their_ratios(capsys, monkeypatch):
+    """``learned_coarse_kicks`` and ``uniform_coarse_kicks``: the two loops kicking coarse items and never combining
+    a round's faster moves, each beside the loop as it is now, with their ratio."""
+    import bench.budget_runs as runs_module
+
+    seen = []
+
+    class Recording(runs_module.MoveSearch):
+        def __init__(self, *args, options=None, **kwargs):
+            super().__init__(*args, options=options, **kwargs)
+            seen.append((options.proposals, self.kick_at, options.combine))
+
+    monkeypatch.setattr(runs_module, "MoveSearch", Recording)
+    argv = ["--graphs", "moe-60", "--clusters", "k80x2", "--evals", "300", "--seconds", ""]
+    methods = ["learned", "uniform", "learned_coarse_kicks", "uniform_coarse_kicks"]
+    rc = budget.main([*argv, "--methods", ",".join(methods), "--json"])
+    cells = json.loads(capsys.readouterr().out)["cells"]
+    runs = {r["method"]: r for r in cells[0]["runs"]}
+    assert rc == 0 and set(runs) == set(methods)
+    assert all(r["step_time_s"] is not None and r["evals"] <= 300 + PLAN_EVALS for r in runs.values())
+    assert seen == [
+        ("critic", "ops", True),
+        ("uniform", "ops", True),
+        ("critic", "coarse", False),
+        ("uniform", "coarse", False),
+    ]
+    assert all(runs[m]["note"].endswith(" combinations taken") for m in methods)
+    assert "| learned / learned_coarse_kicks | uniform / uniform_coarse_kicks |" in budget.markdown_table(cells)
