@@ -462,8 +462,9 @@ class MoveSearch:
             for level in np.argsort(-draw, kind="stable").tolist():
                 if level != self.level:
                     self.level = level
-                    if level in self._level_cands:
+                    if level in self._level_cands:  # kept from this incumbent: what other levels tried since counts
                         self.cand = self._level_cands[level]
+                        self.cand.tried |= self._tried(self.cand.keys)
                     else:
                         self._fresh_candidates()
                     if level < len(self.levels):
@@ -688,8 +689,11 @@ class MoveSearch:
             items, devices, feats, keys = self.features.features(
                 self.level, decoded, cost, self._schedule(op_devices, self.version), self.memory, self.rounds
             )
-        tried = np.fromiter((k in self._tried_keys for k in keys.tolist()), dtype=bool, count=len(keys))
-        return _Candidates(self.level, items, devices, feats, keys, tried)
+        return _Candidates(self.level, items, devices, feats, keys, self._tried(keys))
+
+    def _tried(self, keys: np.ndarray) -> np.ndarray:
+        """Whether each move's placement was tried from the incumbent, by a move of any level."""
+        return np.fromiter((k in self._tried_keys for k in keys.tolist()), dtype=bool, count=len(keys))
 
     def _apply(self, op_devices: np.ndarray, cand: "_Candidates", pick: np.ndarray) -> np.ndarray:
         """``op_devices`` with each picked move applied, one row per move."""

@@ -440,3 +440,23 @@ def test_a_round_s_faster_moves_of_different_items_are_simulated_together_and_ta
             costs.append(search.result().step_time_s)
         best[combine] = float(np.median(costs))
     assert best[True] < best[False], best
+
+
+def test_a_level_s_moves_kept_from_the_incumbent_count_what_other_levels_tried_since():
+    """Moves of different levels can make the same placement (an item of one level may be an item of another). A
+    level's moves kept from the incumbent and drawn again mark as tried what the other levels simulated in between,
+    so no placement is simulated twice from one incumbent."""
+    g, c = _without_modules(random_dag(60, seed=0)), envs.Cluster.preset("k80x4")
+    search = MoveSearch(g, c, envs.SimEnv(g, c), options=MoveSearchOptions(levels="learned"), seed=0)
+    search.begin(np.zeros(g.num_ops, dtype=np.int64), max_evals=1000)
+    kept = search._level_cands[search.level]
+    first = search.level
+    search.level = first + 1
+    search._fresh_candidates()
+    untried = int(np.flatnonzero(~kept.tried)[0])
+    search._tried_keys.add(float(kept.keys[untried]))  # the same placement, simulated from another level
+    search.first_pass = False
+    search.level_hits[:] = 0.5
+    search.level_hits[first] = 1e6  # the draw takes the first level again
+    search._learned_level()
+    assert search.level == first and search.cand is kept and kept.tried[untried]
