@@ -154,8 +154,10 @@ class MoveSearchOptions:
     them), or "coarse", a random level of at most :data:`COARSE_ITEMS` items. None: "ops" for a search of item levels
     with uniform kicks; "coarse" with policy kicks or home or checkpoint moves (what those were measured with). On a
     graph of 1,500 ops a coarse kick moves up to three eighths of it, and the descent spends most of its budget
-    repairing that; the kicks of single ops let it go on where it was (moe-1500-0 at 10k: 0.967x the coarse kicks;
-    BENCHMARKS.md, "Kicks of single ops")."""
+    repairing that; the kicks of single ops let it go on where it was. Chosen on moe-1500-0 at 10k (0.963x the coarse
+    kicks in node order, 4 seeds; in planned order every plan there is equal); 1.013x on recurrent-1500-0, whose big
+    gains are coarse moves; 0.993-0.998x on the held-out graphs at 10k (BENCHMARKS.md, "Kicks of single ops, and
+    faster moves combined")."""
     hidden: int = 64
     """units of the critic's two hidden layers."""
     lr: float = 2e-3
@@ -218,9 +220,9 @@ class MoveSearchOptions:
     combine: bool = True
     """where a round's batch has faster moves of two or more items, simulate the incumbent with all of them too (the
     fastest move of each item; one more placement) and take it if it beats the fastest single move (item levels only,
-    either proposals). With batches of 4 this happens a few times in 1k placements and the combination was faster
-    every time; 0.996-0.999x on the held-out graphs at 1k, 0.9956x on inception-v3 (BENCHMARKS.md, "Kicks of single
-    ops, and faster moves combined")."""
+    either proposals). With batches of 4 this happens a few times in 1k placements, and in the runs looked at the
+    combination was faster nearly every time; alone, 0.9956x on inception-v3 and 1.000x on nmt-2 at 1k (8 seeds;
+    BENCHMARKS.md, "Kicks of single ops, and faster moves combined")."""
     checkpoint_moves: bool = False
     """``checkpoint``'s blocks chosen by moves instead (:mod:`placer.learn.checkpoint_moves`; the module docstring):
     each placement checkpoints the blocks its codes turn on; the search starts with none on (and tries all on)."""

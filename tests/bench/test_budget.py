@@ -150,16 +150,23 @@ def test_the_pretrained_critic_s_ablations_run_on_request_with_their_ratios(caps
     assert "| pretrained / uniform | pretrained_frozen / uniform |" in table
 
 
+def _run_methods(capsys, methods: list[str]) -> tuple[list[dict], dict[str, dict]]:
+    """``bench.budget``'s cells and each method's run, for ``methods`` on a tiny graph at 300 placements; each ran
+    within its budget."""
+    argv = ["--graphs", "moe-60", "--clusters", "k80x2", "--evals", "300", "--seconds", ""]
+    rc = budget.main([*argv, "--methods", ",".join(methods), "--json"])
+    cells = json.loads(capsys.readouterr().out)["cells"]
+    runs = {r["method"]: r for r in cells[0]["runs"]}
+    assert rc == 0 and set(runs) == set(methods)
+    assert all(r["step_time_s"] is not None and r["evals"] <= 300 + PLAN_EVALS for r in runs.values())
+    return cells, runs
+
+
 @pytest.mark.slow  # two move searches on a tiny graph (~3 s)
 def test_expert_iteration_runs_on_request_beside_its_ablation_with_their_ratio(capsys):
     """``expert``: the move search whose kicks come from the policy that imitates its local optima; ``learned``, the
     same search with uniform kicks, is its ablation, and the table gives their ratio."""
-    argv = ["--graphs", "moe-60", "--clusters", "k80x2", "--evals", "300", "--seconds", ""]
-    rc = budget.main([*argv, "--methods", "learned,expert", "--json"])
-    cells = json.loads(capsys.readouterr().out)["cells"]
-    runs = {r["method"]: r for r in cells[0]["runs"]}
-    assert rc == 0 and set(runs) == {"learned", "expert"}
-    assert all(r["step_time_s"] is not None and r["evals"] <= 300 + PLAN_EVALS for r in runs.values())
+    cells, runs = _run_methods(capsys, ["learned", "expert"])
     assert "| expert / learned |" in budget.markdown_table(cells)
 
 
@@ -167,13 +174,7 @@ def test_expert_iteration_runs_on_request_beside_its_ablation_with_their_ratio(c
 def test_the_ablation_s_halves_and_an_untrained_critic_run_on_request_with_their_ratios(capsys):
     """``learned_cycle`` (the critic, the levels in turn), ``uniform_levels`` (uniform moves, the levels learned) and
     ``untrained_frozen`` (a critic never trained), each with its ratio to the uniform ablation."""
-    argv = ["--graphs", "moe-60", "--clusters", "k80x2", "--evals", "300", "--seconds", ""]
-    methods = ["uniform", "learned_cycle", "uniform_levels", "untrained_frozen"]
-    rc = budget.main([*argv, "--methods", ",".join(methods), "--json"])
-    cells = json.loads(capsys.readouterr().out)["cells"]
-    runs = {r["method"]: r for r in cells[0]["runs"]}
-    assert rc == 0 and set(runs) == set(methods)
-    assert all(r["step_time_s"] is not None and r["evals"] <= 300 + PLAN_EVALS for r in runs.values())
+    cells, _ = _run_methods(capsys, ["uniform", "learned_cycle", "uniform_levels", "untrained_frozen"])
     assert "| learned_cycle / uniform | uniform_levels / uniform | untrained_frozen / uniform |" in (
         budget.markdown_table(cells)
     )
@@ -193,13 +194,8 @@ def test_both_loops_as_they_were_run_on_request_with_their_ratios(capsys, monkey
             seen.append((options.proposals, self.kick_at, options.combine))
 
     monkeypatch.setattr(runs_module, "MoveSearch", Recording)
-    argv = ["--graphs", "moe-60", "--clusters", "k80x2", "--evals", "300", "--seconds", ""]
     methods = ["learned", "uniform", "learned_coarse_kicks", "uniform_coarse_kicks"]
-    rc = budget.main([*argv, "--methods", ",".join(methods), "--json"])
-    cells = json.loads(capsys.readouterr().out)["cells"]
-    runs = {r["method"]: r for r in cells[0]["runs"]}
-    assert rc == 0 and set(runs) == set(methods)
-    assert all(r["step_time_s"] is not None and r["evals"] <= 300 + PLAN_EVALS for r in runs.values())
+    cells, runs = _run_methods(capsys, methods)
     assert seen == [
         ("critic", "ops", True),
         ("uniform", "ops", True),
