@@ -221,8 +221,8 @@ class MoveSearchOptions:
     """where a round's batch has faster moves of two or more items, simulate the incumbent with all of them too (the
     fastest move of each item; one more placement) and take it if it beats the fastest single move (item levels only,
     either proposals). With batches of 4 this happened 2-54 times in 1k placements on the held-out graphs (most on
-    the 1,500-op ones), and the combination was taken 92 % of the times it was tried; alone, 0.9956x on inception-v3 and 1.000x on nmt-2 at 1k (8 seeds;
-    BENCHMARKS.md, "Kicks of single ops, and faster moves combined")."""
+    the 1,500-op ones), and the combination was taken 92 % of the times it was tried; alone, 0.9956x on inception-v3
+    and 1.000x on nmt-2 at 1k (8 seeds; BENCHMARKS.md, "Kicks of single ops, and faster moves combined")."""
     checkpoint_moves: bool = False
     """``checkpoint``'s blocks chosen by moves instead (:mod:`placer.learn.checkpoint_moves`; the module docstring):
     each placement checkpoints the blocks its codes turn on; the search starts with none on (and tries all on)."""
