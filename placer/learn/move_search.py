@@ -492,10 +492,10 @@ class MoveSearch:
         won = won[np.sort(first)]
         if len(won) < 2 or self.budget.left() <= 0:
             return op_devices, costs, j
-        group = self.levels[cand.level].op_group
         both = self.op_devices.copy()
-        for w in won:
-            both[group == cand.item[pick[w]]] = cand.device[pick[w]]
+        for w in won:  # each row is the incumbent with its move applied: take what the move changed
+            moved = op_devices[w] != self.op_devices
+            both[moved] = op_devices[w][moved]
         cost, _ = self.budget.score(both[None])
         self.combined[0] += 1
         if cost[0] >= costs[j]:
