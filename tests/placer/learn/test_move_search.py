@@ -286,7 +286,14 @@ def test_policy_kicks_without_optima_are_the_uniform_kicks_and_refuse_home_moves
         MoveSearch(g, c, env, options=MoveSearchOptions(kicks="random"))
 
 
-class _SingleOpMovesPay(envs.SimEnv):
+class _StandIn(envs.SimEnv):
+    """A stand-in for the simulator whose ``step_times`` a subclass writes; nothing is ever over memory."""
+
+    def overflow(self, op_devices, order=None):
+        return (*self.step_times(op_devices, order), np.zeros(len(op_devices)))
+
+
+class _SingleOpMovesPay(_StandIn):
     """A stand-in for the simulator that knows which moves pay: from the search's incumbent, a move of one op is
     0.1 % faster with probability ``rate`` (slower otherwise), and any other placement is 1 % slower."""
 
@@ -302,9 +309,6 @@ class _SingleOpMovesPay(envs.SimEnv):
         moved = (rows != incumbent).sum(axis=1)
         pays = (moved == 1) & (self.rng.random(len(rows)) < self.rate)
         return self.search.cost * np.where(pays, 0.999, 1.01), np.zeros(len(rows), dtype=bool)
-
-    def overflow(self, op_devices, order=None):
-        return (*self.step_times(op_devices, order), np.zeros(len(op_devices)))
 
 
 def _rounds_per_level(levels: str, seed: int) -> tuple[np.ndarray, MoveSearch]:
@@ -387,7 +391,7 @@ def test_kicks_move_single_ops_by_default_and_coarse_items_with_policy_or_home_m
         MoveSearch(g, c, env, options=MoveSearchOptions(kick_at="modules"))
 
 
-class _AdditiveMoves(envs.SimEnv):
+class _AdditiveMoves(_StandIn):
     """A stand-in for the simulator where each op has a device it prefers, and each op on it saves its own share of
     the step, whatever the others do: every faster move is faster in any company."""
 
@@ -400,9 +404,6 @@ class _AdditiveMoves(envs.SimEnv):
     def step_times(self, op_devices, order=None):
         rows = np.asarray(op_devices)
         return 2.0 - ((rows == self.prefers) * self.gain).sum(axis=1), np.zeros(len(rows), dtype=bool)
-
-    def overflow(self, op_devices, order=None):
-        return (*self.step_times(op_devices, order), np.zeros(len(op_devices)))
 
 
 def test_a_round_s_faster_moves_of_different_items_are_simulated_together_and_taken_when_faster():
