@@ -1,5 +1,5 @@
 """Models with uneven layers for plans across CPU ranks: an LM, an encoder-decoder, a U-Net, a convnet, a text
-classifier, VGG16 and MobileNetV2.
+classifier, VGG16, MobileNetV2 and a small DeepSeek-V3 (dense layers, then mixture-of-experts ones).
 
 Each builder returns ``(model, example_inputs)``, seeded, with ``forward`` returning the
 loss (the last stage of a plan across processes computes it). Sized so that a step
@@ -26,6 +26,11 @@ enough to run near their whole-batch rate):
   see; 4 transformer layers of width 128, a mean over the tokens, a 4-class head.
 * :func:`vgg16`: VGG16 (configuration D, torchvision's layout) on 64 x 64 images: its dense layers hold 89 % of
   its parameters and 9 % of its FLOPs; on a small batch they are memory-bound (see its doc).
+* :func:`deepseek_moe`: a small DeepSeek-V3 (transformers' ``DeepseekV3ForCausalLM``, not written here) laid out
+  as DeepSeek-V3 is: its first layers dense, the rest mixture-of-experts (16 routed experts of which each token
+  takes 2, and a shared one). An expert layer holds 3.6x a dense layer's parameters and 0.4x its FLOPs, and on a
+  CPU core it runs at a third of a dense layer's rate per FLOP (its tokens sorted, gathered and scattered; many
+  small matrix products): a FLOPs-balanced split gives the rank of the expert layers too much.
 * :func:`mobilenet_v2`: MobileNetV2 (Sandler et al. 2018, its standard block table, width 1.0) on Tiny
   ImageNet-sized images (64 x 64, 200 classes). Its depthwise convolutions, batch norms and ReLU6s are
   memory-bound: few FLOPs, much time, and most of it in the early blocks at high resolution, while the FLOPs
@@ -348,8 +353,52 @@ def mobilenet_v2_b128() -> tuple[nn.Module, tuple[torch.Tensor, torch.Tensor]]:
     return mobilenet_v2(128)
 
 
+#: The small DeepSeek-V3 of :func:`deepseek_moe`: width 256, 6 layers of which the first 3 dense (DeepSeek-V3 has 3
+#: of 61), multi-head latent attention, 16 routed experts of 256 (2 a token) and one shared, an 8192-token head.
+DEEPSEEK_MOE = dict(
+    vocab_size=8192,
+    hidden_size=256,
+    intermediate_size=1024,
+    moe_intermediate_size=256,
+    num_hidden_layers=6,
+    first_k_dense_replace=3,
+    n_routed_experts=16,
+    num_experts_per_tok=2,
+    n_shared_experts=1,
+    n_group=1,
+    topk_group=1,
+    num_attention_heads=4,
+    num_key_value_heads=4,
+    q_lora_rank=None,
+    kv_lora_rank=64,
+    qk_rope_head_dim=32,
+    qk_nope_head_dim=32,
+    v_head_dim=64,
+    max_position_embeddings=256,
+    tie_word_embeddings=False,
+)
+
+
+def deepseek_moe(batch: int = BATCH) -> tuple[nn.Module, tuple[torch.Tensor, torch.Tensor]]:
+    """``(model, (tokens, labels))``: :data:`DEEPSEEK_MOE` (transformers' ``DeepseekV3ForCausalLM``, its causal LM
+    loss) on ``batch`` (8) sequences of 64 tokens, seeded, in eval mode. Needs ``transformers``."""
+    from graphs.models.corpus import LossOf, load_transformers, token_ids
+
+    tf = load_transformers()
+    torch.manual_seed(0)
+    model = LossOf(tf.DeepseekV3ForCausalLM(tf.DeepseekV3Config(**DEEPSEEK_MOE))).eval()
+    tokens = token_ids(1, batch, SEQ, DEEPSEEK_MOE["vocab_size"])
+    return model, (tokens, tokens.clone())
+
+
+def deepseek_moe_b32() -> tuple[nn.Module, tuple[torch.Tensor, torch.Tensor]]:
+    """:func:`deepseek_moe` on a batch of 32."""
+    return deepseek_moe(32)
+
+
 __all__ = [
     "ConvNet",
+    "DEEPSEEK_MOE",
     "EncoderDecoder",
     "InvertedResidual",
     "MOBILENET_V2_BLOCKS",
@@ -359,6 +408,8 @@ __all__ = [
     "UNet",
     "convnet",
     "convnet_b32",
+    "deepseek_moe",
+    "deepseek_moe_b32",
     "encoder_decoder",
     "encoder_decoder_b32",
     "lm",

@@ -69,6 +69,8 @@ MODELS = {
     "mobilenet_v2_b128": "bench.rank_models:mobilenet_v2_b128",
     "vgg16": "bench.rank_models:vgg16",
     "vgg16_b32": "bench.rank_models:vgg16_b32",
+    "deepseek_moe": "bench.rank_models:deepseek_moe",
+    "deepseek_moe_b32": "bench.rank_models:deepseek_moe_b32",
 }
 #: What ``--models`` runs unless told: the batch-8 models (the batch-32 ones take 4x as long to measure).
 DEFAULT_MODELS = ("lm", "encoder_decoder", "unet", "convnet")

@@ -281,6 +281,31 @@ def test_mobilenet_v2_is_the_paper_s_block_table_with_depthwise_convolutions_of_
     assert len(dw_paths) == 17 and 0 < dw_flops < 0.1 * g.flops.sum()
 
 
+@pytest.mark.slow  # builds a transformers model and captures it (~3 s)
+def test_the_deepseek_moe_s_expert_layers_hold_its_parameters_and_few_of_its_flops():
+    """DeepSeek-V3's layout: dense layers first, then expert layers, each holding 3.6x a dense layer's parameters
+    and under half its FLOPs (what a FLOPs-balanced split of the layers misjudges)."""
+    pytest.importorskip("transformers")
+    from bench.rank_models import deepseek_moe, deepseek_moe_b32
+    from graphs.torch_capture import capture
+
+    model, (tokens, labels) = deepseek_moe()
+    layers = model.model.model.layers
+    kinds = [type(layer.mlp).__name__ for layer in layers]
+    assert kinds == ["DeepseekV3MLP"] * 3 + ["DeepseekV3MoE"] * 3
+    size = [sum(p.numel() for p in layer.parameters()) for layer in layers]
+    assert size[3] > 3 * size[0]
+    g = capture(model, (tokens, labels))
+    flops = [
+        sum(f for f, path in zip(g.flops, g.module_paths) if path.startswith(f"model.model.layers.{i}."))
+        for i in (0, 3)
+    ]
+    assert 0 < flops[1] < 0.5 * flops[0]
+    assert tuple(tokens.shape) == (8, 64) and torch.equal(tokens, labels) and int(tokens.max()) < 8192
+    (_, (t32, _)) = deepseek_moe_b32()
+    assert t32.shape[0] == 32 and {"deepseek_moe", "deepseek_moe_b32"} <= set(rank_splits.MODELS)
+
+
 def test_the_batch_32_models_are_the_same_models_on_four_times_the_batch():
     """One of 4 microbatches of ``lm_b32`` is ``lm``'s whole batch; the default run measures the batch-8 models."""
     from bench import rank_models

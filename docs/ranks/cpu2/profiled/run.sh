@@ -3,7 +3,7 @@
 # gradients, and train --ranks --choose-shape, measured on 2 CPU ranks. Run from the repository root:
 #   bash docs/ranks/cpu2/profiled/run.sh MODEL [BUDGET_S]
 set -euo pipefail
-M=${1:?model: a bench.rank_splits model: lm, encoder_decoder, unet, convnet, text_classifier, mobilenet_v2, vgg16, or one of them at batch 32 (lm_b32...), or mobilenet_v2_b128}
+M=${1:?model: a bench.rank_splits model: lm, encoder_decoder, unet, convnet, text_classifier, mobilenet_v2, vgg16, deepseek_moe, or one of them at batch 32 (lm_b32...), or mobilenet_v2_b128}
 BUDGET=${2:-60}
 D=${OUT:-docs/ranks/cpu2/profiled}
 export OMP_NUM_THREADS=1 MKL_NUM_THREADS=1
