@@ -4,6 +4,7 @@
     python -m bench.budget --graphs nmt-2,inception-v3,moe-400 --clusters k80x4,v100x4 --seeds 0,1,2
     python -m bench.budget --evals 1000 --seconds "" --methods learned,uniform,module_search --json
     python -m bench.budget --plot docs/budget.png
+    python -m bench.budget --table a.json b.json             # earlier runs' --json, side by side in one table
 
 For each graph, cluster, budget and seed:
 
@@ -59,6 +60,7 @@ from bench.budget_runs import ACCEPT, HEURISTICS, METHODS, RUNNERS, best_start
 from bench.common import OneLineParser, Progress, machine_line, parse_list
 from bench.graph_sources import graphs_and_clusters
 from graphs import OpGraph, PlacerError
+from graphs.io import read_json
 
 
 def budget_cell(
@@ -195,6 +197,35 @@ def markdown_table(cells: Sequence[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
+def merge_cells(files: Sequence[str]) -> list[dict[str, Any]]:
+    """The cells of earlier runs' ``--json`` files, one per graph, cluster and issue order, each with the runs of
+    every file that has it (methods run by separate commands, side by side in one table). Raises
+    :class:`PlacerError` naming the file where one is not such a run, or where a graph's start (the best heuristic's
+    placement, which every method starts from) differs from the one an earlier file gave it."""
+    merged: dict[tuple, dict[str, Any]] = {}
+    first: dict[tuple, str] = {}
+    for path in files:
+        doc = read_json(path)
+        cells = doc.get("cells") if isinstance(doc, dict) else None
+        if not isinstance(cells, list) or not all(
+            isinstance(c, dict) and {"graph", "cluster", "runs", "start"} <= set(c) for c in cells
+        ):
+            raise PlacerError(f"{path}: not a `python -m bench.budget --json` run (no cells of graph, cluster, runs)")
+        for cell in cells:
+            key = (cell["graph"], cell["cluster"], cell.get("score_order", "node"))
+            if key not in merged:
+                merged[key] = {**cell, "runs": list(cell["runs"])}
+                first[key] = path
+            elif cell["start"] != merged[key]["start"]:
+                raise PlacerError(
+                    f"{path}: {cell['graph']} on {cell['cluster']} starts from another placement than in "
+                    f"{first[key]} ({cell['start'].get('method')} against {merged[key]['start'].get('method')})"
+                )
+            else:
+                merged[key]["runs"] += cell["runs"]
+    return list(merged.values())
+
+
 def _numbers(arg: str, option: str, cast) -> list:
     if not arg.strip():
         return []
@@ -234,6 +265,13 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--ilp-workers", type=int, default=1, help="CP-SAT workers (default 1: the others use one core)")
     ap.add_argument("--plot", default=None, metavar="FILE.png", help="draw quality against budget (the plot extra)")
     ap.add_argument("--json", action="store_true", help="print every run as JSON instead of the table")
+    ap.add_argument(
+        "--table",
+        nargs="+",
+        metavar="RUN.json",
+        help="run nothing: print the table of earlier runs (their --json), the cells of one graph and cluster "
+        "merged across the files (methods run by separate commands, side by side)",
+    )
     return ap.parse_args(argv)
 
 
@@ -243,6 +281,13 @@ def main(argv: list[str] | None = None) -> int:
     def say(line: str) -> None:
         print(line, file=sys.stderr, flush=True)
 
+    if args.table:
+        try:
+            print(markdown_table(merge_cells(args.table)))
+        except PlacerError as e:
+            print(f"error: {e}", file=sys.stderr)
+            return 2
+        return 0
     try:
         budgets = [Budget("evals", v) for v in _numbers(args.evals, "--evals", int)]
         budgets += [Budget("seconds", v) for v in _numbers(args.seconds, "--seconds", float)]

@@ -204,3 +204,33 @@ def test_both_loops_as_they_were_run_on_request_with_their_ratios(capsys, monkey
     ]
     assert all(runs[m]["note"].endswith(" combinations taken") for m in methods)
     assert "| learned / learned_coarse_kicks | uniform / uniform_coarse_kicks |" in budget.markdown_table(cells)
+
+
+def _run_file(tmp_path, name: str, start: str, methods: dict[str, float]) -> str:
+    """A ``--json`` run of one graph whose every method placed at the given seconds (hand-written)."""
+    runs = [
+        {"budget": {"kind": "evals", "value": 1000}, "seed": 0, "method": m, "plan_step_time_s": t}
+        for m, t in methods.items()
+    ]
+    cell = {"graph": "g", "cluster": "k80x4", "score_order": "node", "lower_bound_s": 0.05}
+    cell.update(lower_bound_name="critical path", runs=runs, start={"method": start, "step_time_s": 0.2})
+    path = tmp_path / name
+    path.write_text(json.dumps({"machine": "m", "cells": [cell]}))
+    return str(path)
+
+
+def test_the_table_of_earlier_runs_puts_methods_run_apart_in_one_row(tmp_path, capsys):
+    """``--table``: two files' runs of one graph and cluster in one row, with the ratios between them; a file that
+    is not a run, or one whose graph starts from another placement, is a one-line error naming it."""
+    a = _run_file(tmp_path, "a.json", "m_sct", {"learned": 0.097, "uniform": 0.1, "annealing": 0.098})
+    b = _run_file(tmp_path, "b.json", "m_sct", {"pretrained": 0.095})
+    assert budget.main(["--table", a, b]) == 0
+    rows = [line for line in capsys.readouterr().out.splitlines() if line.startswith("| g |")]
+    assert len(rows) == 1 and "| 97.00 | 100.00 |" in rows[0] and "| 0.970 | 0.950 |" in rows[0], rows
+    other = _run_file(tmp_path, "other.json", "m_etf", {"pretrained": 0.095})
+    not_a_run = tmp_path / "cluster.json"
+    not_a_run.write_text(json.dumps({"format": "placer-cluster/1"}))
+    for files, problem in (([a, other], "starts from another placement"), ([a, str(not_a_run)], "not a")):
+        assert budget.main(["--table", *files]) == 2
+        err = capsys.readouterr().err
+        assert len(err.strip().splitlines()) == 1 and files[1] in err and problem in err, err
