@@ -29,7 +29,8 @@ is measured again for it), so no method is helped by another's measurements.
 ``ranks``: plans across processes, each placement one job of one gloo process per device on a local Ray
 (:class:`envs.real.ray.jobs.RanksEnv`, ``--microbatches`` M, ``--inflight`` W), the simulator the simulator of ranks
 (:class:`envs.sim.ranks.RankSim`) on ``--cluster``: a preset such as ``k80x2`` is an uncalibrated cluster for this
-machine's CPU ranks (its devices are GPUs), where the simulator misranks.
+machine's CPU ranks (its devices are GPUs), where the simulator misranks. The simulator scores plans of one stage
+per rank only, as ``placer train --ranks`` does, unless ``--looped``.
 
 A markdown table on stdout (``--json``: every run with its curves); progress on stderr.
 """
@@ -211,7 +212,9 @@ def ranks_cells(args: argparse.Namespace, say: Callable[[str], Any], cells: list
         run_dir=args.out_dir,
     )
     try:
-        sim = RankSim(real.graph, cluster, microbatches=M, inflight=W)
+        # one stage per rank unless --looped, as `placer train --ranks` scores plans: looped plans measured far
+        # slower than simulated on CPU ranks (BENCHMARKS.md, "A learned looped plan, 63 % slower than simulated")
+        sim = RankSim(real.graph, cluster, microbatches=M, inflight=W, one_stage_per_rank=not args.looped)
         for seed in _seeds(args.seeds):
             say(f"  {args.source} on {cluster.name} ({real.graph.num_ops} ops), M={M}, seed {seed}, gloo ranks")
             cell = {"graph": args.source, "cluster": cluster.name, "seed": seed, "microbatches": M, "inflight": W}
@@ -285,6 +288,12 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--cluster", default="k80x2", help="local, ranks: the cluster of --source")
     ap.add_argument("--microbatches", type=int, default=4, help="ranks: M microbatches of every plan (default 4)")
     ap.add_argument("--inflight", type=int, default=None, help="ranks: W in flight (default all M: GPipe)")
+    ap.add_argument(
+        "--looped",
+        action="store_true",
+        help="ranks: the simulator also scores plans of more stages than ranks (looped); by default one stage per "
+        "rank, as placer train --ranks",
+    )
     ap.add_argument("--device-map", default=None, help="local: logical -> torch devices (e.g. '*=cpu')")
     ap.add_argument("--warmup", type=int, default=1, help="local, ranks: warm-up steps per measurement")
     ap.add_argument("--steps", type=int, default=3, help="local, ranks: timed steps per measurement")

@@ -181,18 +181,29 @@ def test_the_ranks_mode_searches_the_simulator_of_ranks_and_measures_through_the
     real_step_times = RankSim.step_times
 
     def counted(self, *args, **kwargs):
-        searched.append(self.microbatches)
+        searched.append(self)
         return real_step_times(self, *args, **kwargs)
+
+    sims, real_run_methods = [], correction.run_methods
+
+    def spied(*args, sim, **kwargs):
+        sims.append(sim)
+        return real_run_methods(*args, sim=sim, **kwargs)
 
     monkeypatch.setattr(jobs, "RanksEnv", FakeRanksEnv)
     monkeypatch.setattr(RankSim, "step_times", counted)
+    monkeypatch.setattr(correction, "run_methods", spied)
     argv = ["ranks", "--source", "m:build", "--microbatches", "2", "--measurements", "4", "--sim-evals", "100"]
     rc = correction.main([*argv, "--round-evals", "40", "--rematch", "1", "--steps", "2", "--json"])
     (cell,) = json.loads(capsys.readouterr().out)["cells"]
     assert rc == 0 and set(cell["methods"]) == set(correction.METHODS) and cell["microbatches"] == 2
     assert made["source"] == "m:build" and made["microbatches"] == 2 and made["inflight"] is None
     assert made["timed_steps"] == 2 and made["closed"]
-    assert searched and set(searched) == {2}  # the searches ran on the simulator of ranks, M = 2
+    # the searches ran on the simulator of ranks, M = 2, scoring plans of one stage per rank only
+    (sim,) = sims
+    assert any(s is sim for s in searched) and sim.microbatches == 2 and sim.one_stage_per_rank
+    monkeypatch.setattr(correction, "run_methods", lambda *a, sim, **kw: sims.append(sim))
+    assert correction.main([*argv, "--looped"]) == 0 and not sims[-1].one_stage_per_rank  # more stages than ranks
 
 
 @pytest.mark.slow  # two fresh processes stepping the LM (~10 s)
