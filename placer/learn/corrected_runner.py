@@ -101,7 +101,12 @@ class CorrectedRunner:
         while not session.done():
             it = s.iteration
             # one round: fit the correction, search the corrected simulator, measure the most promising
-            self.search.step()
+            if not self.search.step():
+                session.progress.phase(
+                    "nothing new to measure near the best placement (every placement the simulator scores there is"
+                    " measured): ending early"
+                )
+                break
             # log
             last = self.search.curve[-1]
             scalars = {

@@ -44,6 +44,9 @@ from placer.learn.correction import Correction, PlacementFeatures
 from placer.learn.move_search import MoveSearch, MoveSearchOptions
 from policies.moves import ItemLevel, item_levels
 
+#: Draws :meth:`CorrectedSearch._kicked` makes for a placement near the best that is new and that the simulator scores.
+KICKED_TRIES = 64
+
 
 @dataclass
 class CorrectedSearchOptions:
@@ -180,8 +183,8 @@ class CorrectedSearch:
     def run(self, start: np.ndarray | None = None) -> CorrectedSearchResult:
         """Begin from ``start`` (op devices; None: the search's draws), measure until the budget is spent, rematch."""
         self.begin(start)
-        while self.left() > 0:
-            self.step()
+        while self.left() > 0 and self.step():
+            pass
         self.rematch()
         return self.result()
 
@@ -203,8 +206,12 @@ class CorrectedSearch:
         self._measure(np.stack(first[: max(min(o.initial, self.left()), 1)]), "simulator")
         self.simulator_step_time_s = self.real_s[0]
 
-    def step(self) -> None:
-        """One round: fit the correction, search the corrected simulator, measure the best-bounded candidates."""
+    def step(self) -> bool:
+        """One round: fit the correction, search the corrected simulator, measure the best-bounded candidates.
+
+        False where it measured nothing: the search found nothing unmeasured, and neither did :meth:`_kicked`
+        (every placement near the fastest measured is measured already, or refused by the simulator, as plans of
+        more stages than ranks are under ``one_stage_per_rank``). The loop ends there, short of its budget."""
         o = self.options
         self.rounds += 1
         # fit the correction to every measurement so far
@@ -219,9 +226,14 @@ class CorrectedSearch:
         fresh = np.array([placement_key(p) not in self.measured for p in self.pool.op_devices])
         rank = np.where(fresh, bound_s, np.inf)
         picks = [k for k in np.argsort(rank, kind="stable")[: min(o.batch, self.left())] if np.isfinite(rank[k])]
-        if not picks:  # the pool holds nothing unmeasured: the search found nothing new
-            picks = [None]
-        rows = [self.pool.op_devices[k] if k is not None else self._kicked() for k in picks]
+        if picks:
+            rows = [self.pool.op_devices[k] for k in picks]
+        else:  # the pool holds nothing unmeasured: the search found nothing new
+            kicked = self._kicked()
+            if kicked is None:
+                self.pool.prune(rank)
+                return False
+            picks, rows = [None], [kicked]
         self._measure(
             np.stack(rows),
             "corrected" if o.correction else "simulator rank",
@@ -229,6 +241,7 @@ class CorrectedSearch:
             bound=[bound_s[k] if k is not None else np.nan for k in picks],
         )
         self.pool.prune(rank)
+        return True
 
     def rematch(self) -> None:
         """Measure the fastest placement measured and the simulator's best again, side by side, ``rematch`` times."""
@@ -307,13 +320,23 @@ class CorrectedSearch:
             chosen_z.append(z[j])
         return picks
 
-    def _kicked(self) -> np.ndarray:
-        """The fastest placement measured with one coarse item moved to a random device (nothing new was found)."""
+    def _kicked(self) -> np.ndarray | None:
+        """The fastest placement measured with one item moved to a random device (nothing new was found): one that
+        is not measured yet and that the simulator scores (a finite step). Items of the coarsest level first, then of
+        finer ones, :data:`KICKED_TRIES` draws in all; None if every draw was measured or refused."""
         rng = np.random.default_rng(self.seed + len(self.curve))
-        op_devices = self.best_op_devices().copy()
-        level = self.levels[0]
-        op_devices[level.op_group == rng.integers(0, level.num_items)] = rng.integers(0, self.cluster.num_devices)
-        return op_devices
+        best = self.best_op_devices()
+        for t in range(KICKED_TRIES):
+            level = self.levels[min(t * len(self.levels) // KICKED_TRIES, len(self.levels) - 1)]
+            op_devices = best.copy()
+            op_devices[level.op_group == rng.integers(0, level.num_items)] = rng.integers(0, self.cluster.num_devices)
+            if placement_key(op_devices) in self.measured:
+                continue
+            simulated_s, _ = self.sim.step_times(op_devices[None].astype(np.int32))
+            self.simulated += 1
+            if np.isfinite(simulated_s[0]):
+                return op_devices
+        return None
 
     def _measure(
         self,

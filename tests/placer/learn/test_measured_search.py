@@ -170,3 +170,41 @@ def test_across_processes_the_corrected_loop_finds_the_stand_in_s_best_and_the_u
         graph, cluster, real(), sim=ranks(graph, cluster), options=_options(measurements=16, correction=False)
     ).run(None)
     assert plain.step_time_s > 1.5 * best_s  # 1.71x: the simulator's own ranking never learns gpu:1 is slow
+
+
+@pytest.mark.timeout(60)  # it looped for ever when every placement near the best had been measured
+def test_the_loop_ends_where_nothing_new_is_left_to_measure_near_the_best():
+    """One stage per rank on a 6-op chain over 2 ranks: the simulator scores 7 plans (the contiguous splits and the
+    whole chain on either rank) and refuses every other. With 20 measurements asked, the loop measures new plans
+    while there are any near the best (each once), then ends early instead of proposing a measured one again."""
+    from envs.sim.ranks import RankSim
+    from graphs.synthetic import chain_dag
+
+    graph, cluster = chain_dag(6, seed=0), envs.resolve_cluster("k80x2")
+    one_stage = RankSim(graph, cluster, microbatches=2, one_stage_per_rank=True)
+    real = StandIn(graph, cluster, slow_device=SLOW, slowdown=3.0, simulator=lambda g, c: RankSim(g, c, microbatches=2))
+    options = _options(measurements=20, sim_evals=200, round_evals=100)
+    result = CorrectedSearch(graph, cluster, real, sim=one_stage, options=options).run(None)
+    assert 4 <= len(result.curve) < 20 and real.measured == len(result.curve) + 2 * options.rematch
+    assert np.isfinite(result.step_time_s) and result.step_time_s <= result.simulator_step_time_s
+
+
+@pytest.mark.slow  # a run of `train --algo corrected --ranks` on a stand-in (~10 s)
+def test_a_run_ends_early_where_nothing_new_is_left_to_measure(tmp_path):
+    """``placer train --algo corrected --ranks`` on the 6-op chain: the run ends once nothing new is left near the
+    best, before its 20 rounds, instead of spinning through searches that measure nothing."""
+    import json
+
+    from envs.sim.ranks import RankSim
+    from graphs.synthetic import chain_dag
+    from placer.learn.config import TrainConfig
+    from placer.learn.runners import train
+
+    graph, cluster = chain_dag(6, seed=0), envs.resolve_cluster("k80x2")
+    real = StandIn(graph, cluster, slow_device=SLOW, slowdown=3.0, simulator=lambda g, c: RankSim(g, c, microbatches=2))
+    config = TrainConfig(
+        algo="corrected", ranks=True, microbatches=2, iterations=20, logdir=str(tmp_path / "run"), progress=False
+    )
+    result = train(config, graph=graph, cluster=cluster, env=real)
+    doc = json.loads((tmp_path / "run" / "correction.json").read_text())
+    assert result.iterations < 20 and doc["measurements"] == len(doc["curve"]) < 4 + 20
