@@ -215,11 +215,13 @@ def test_host_malloc_steps_the_model_in_fresh_processes_and_counts_the_pages_eac
     (glibc then stops adapting it), and every run inherits this environment: the ``default`` run maps and unmaps
     each large block every step, while ``steady``'s own ``mallopt`` overrides the environment."""
     monkeypatch.setenv("MALLOC_MMAP_THRESHOLD_", str(128 << 10))
-    status, out, err = run_entry(host_malloc, "--runs", "1", "--steps", "3", "--warmup", "2", "--json")
+    # 7 timed steps: steady malloc faults no page a step, but now and then a step grows the heap once (4,096 faults,
+    # 16 MiB); the median of 3 steps was that in one clean-clone CI run, under the other worker's load
+    status, out, err = run_entry(host_malloc, "--runs", "1", "--steps", "7", "--warmup", "2", "--json")
     assert status == 0, err
     doc = json.loads(out)
     assert list(doc["runs"]) == ["default", "steady"]
-    assert all(len(r[0]["step_times_s"]) == 3 for r in doc["runs"].values())
+    assert all(len(r[0]["step_times_s"]) == 7 for r in doc["runs"].values())
     default, steady = doc["summary"]["default"], doc["summary"]["steady"]
     assert default["faults_per_step"] > 1000 and steady["faults_per_step"] < default["faults_per_step"] / 100, doc
     assert default["p90_s"] >= default["p10_s"] > 0
