@@ -4,6 +4,11 @@ This is what ``placer train --env measured --algo moves`` does: the simulator's 
 measurements judge them. With a few dozen measurements it tries a few dozen moves from its start. Beside
 :class:`placer.learn.measured_search.CorrectedSearch` at the same number of measurements it shows what the
 correction adds (BENCHMARKS.md, "Learning from measurements").
+
+Where the simulator scores one stage per rank only (``RankSim`` with ``one_stage_per_rank``: a contiguous split
+across processes), moving an item almost always makes more stages than ranks. There the ablation moves cuts
+instead, as the corrected loop does (:func:`measured_cut_search`): a pattern search, each cut a step either way,
+measured, the step halved when no cut moves.
 """
 
 from __future__ import annotations
@@ -19,6 +24,7 @@ from envs.cluster import Cluster
 from graphs import OpGraph
 from placer.learn.move_search import MoveSearch, MoveSearchOptions
 from placer.learn.search_budget import BudgetSpent
+from placer.methods.heuristics.stage_search import cuts_of, stages_of
 
 
 class MeasuredMoves:
@@ -73,8 +79,44 @@ def measured_move_search(
     with every placement measured, until ``measurements`` are spent; the scorer, holding the best and the curve."""
     sim = sim if sim is not None else envs.SimEnv(graph, cluster)
     scorer = MeasuredMoves(real, sim, measurements)
+    if getattr(sim, "one_stage_per_rank", False):
+        measured_cut_search(scorer, np.asarray(start, dtype=np.int32))
+        return scorer
     o = options or MoveSearchOptions()  # the levels in turn, as the corrected loop's searches (CorrectedSearch)
     o = dataclasses.replace(o, starts=0, module_share=0.0, levels=o.levels or "cycle")
     search = MoveSearch(graph, cluster, scorer, options=o, seed=seed)
     search.run(np.asarray(start, dtype=np.int64), max_evals=1 << 40)
     return scorer
+
+
+def measured_cut_search(scorer: MeasuredMoves, start: np.ndarray) -> None:
+    """A pattern search on ``start``'s cuts, every split measured through ``scorer`` until its budget is spent: each
+    cut in turn a step later, else a step earlier (within its neighbours), the first that measures faster kept; when
+    no cut moves, the step halves (from a sixteenth of the ops), down to one op."""
+    n, cuts = len(start), cuts_of(start)
+    sequence = start[[0, *cuts]]
+
+    def measure(c: list[int]) -> float:
+        t, failed = scorer.step_times(sequence[stages_of(c, n)][None].astype(np.int32))
+        return float("inf") if failed[0] else float(t[0])
+
+    step = max(n // 16, 1)
+    try:
+        best_s = measure(cuts)
+        while cuts:
+            moved = False
+            for k in range(len(cuts)):
+                lo, hi = (cuts[k - 1] + 1 if k > 0 else 1), (cuts[k + 1] - 1 if k + 1 < len(cuts) else n - 1)
+                for c in (cuts[k] + step, cuts[k] - step):
+                    if lo <= c <= hi:
+                        tried = cuts[:k] + [c] + cuts[k + 1 :]
+                        t = measure(tried)
+                        if t < best_s:
+                            best_s, cuts, moved = t, tried, True
+                            break
+            if not moved:
+                if step == 1:
+                    return
+                step = max(step // 2, 1)
+    except BudgetSpent:
+        return

@@ -18,6 +18,12 @@ real. :class:`CorrectedSearch` measures few placements and learns from each:
   by side ``rematch`` times each (the best of many noisy measurements is biased low; the medians of a fresh
   side-by-side are not).
 
+Where the simulator scores one stage per rank only (a contiguous split across processes: ``RankSim`` with
+``one_stage_per_rank``), moving an op or an item almost always makes more stages than ranks, and the simulator
+refuses it. There the searches move cuts instead (:meth:`~CorrectedSearch._cut_search`, as ``stage_search`` does):
+each cut in turn to every position between its neighbours, one batch a cut, the best taken, from the fastest split
+measured (the simulator's best: from the fastest of the splits people use).
+
 ``correction=False`` is the ablation: no model; each round searches the plain simulator from the fastest placement
 measured and measures the simulator's own next-best candidates.
 
@@ -42,6 +48,8 @@ from graphs import OpGraph, PlacerError
 from placer.learn.corrected_sim import CorrectedSimulator, Pool, placement_key
 from placer.learn.correction import Correction, PlacementFeatures
 from placer.learn.move_search import MoveSearch, MoveSearchOptions
+from placer.methods.heuristics.costs import gpu_devices
+from placer.methods.heuristics.stage_search import cuts_of, stages_of, starting_cuts
 from policies.moves import ItemLevel, item_levels
 
 #: Draws :meth:`CorrectedSearch._kicked` makes for a placement near the best that is new and that the simulator scores.
@@ -167,6 +175,8 @@ class CorrectedSearch:
         if self.search_options.levels is None:
             self.search_options = replace(self.search_options, levels="cycle")
         self.levels: list[ItemLevel] = item_levels(graph)
+        self.cut_moves = bool(getattr(self.sim, "one_stage_per_rank", False))
+        """the searches move cuts, not items (module doc): the simulator scores one stage per rank only."""
         self.features = PlacementFeatures(graph, cluster)
         self.model = Correction(self.features.width)
         self.pool = Pool(o.pool)
@@ -281,7 +291,10 @@ class CorrectedSearch:
 
     # ------------------------------------------------------------------ the parts
     def _search(self, scorer: CorrectedSimulator, start: np.ndarray | None, evals: int) -> np.ndarray:
-        """The move search on ``scorer`` from ``start`` for ``evals`` placements; its best placement."""
+        """The move search on ``scorer`` from ``start`` for ``evals`` placements (the cut search where the simulator
+        scores one stage per rank); its best placement."""
+        if self.cut_moves:
+            return self._cut_search(scorer, start, evals)
         search = MoveSearch(
             self.graph,
             self.cluster,
@@ -293,6 +306,45 @@ class CorrectedSearch:
         found = search.run(start, max_evals=evals)
         self.simulated += found.evals
         return found.op_devices
+
+    def _cut_search(self, scorer: CorrectedSimulator, start: np.ndarray | None, evals: int) -> np.ndarray:
+        """Cuts moved on ``scorer`` from ``start``'s split (None: the fastest on ``scorer`` of the splits people use),
+        ``evals`` placements at most: each cut in turn to every position between its neighbours (the nearest ones
+        where the budget has fewer left), the best kept; until a pass over the cuts moves none."""
+        n = self.graph.num_ops
+        if start is None:
+            devices = gpu_devices(self.cluster)
+            cuts, best_s = starting_cuts(self.graph, self.cluster, scorer, devices, 1)
+            sequence = devices[np.arange(len(cuts) + 1) % len(devices)]
+            spent = 3  # the splits people use, scored
+        else:
+            start = np.asarray(start, dtype=np.int32)
+            cuts = cuts_of(start)
+            sequence = start[[0, *cuts]]
+            t, failed = scorer.step_times(start[None])
+            best_s, spent = (float("inf") if failed[0] else float(t[0])), 1
+        moved = True
+        while moved and spent < evals:
+            moved = False
+            for k in range(len(cuts)):
+                lo = cuts[k - 1] + 1 if k > 0 else 1
+                hi = cuts[k + 1] - 1 if k + 1 < len(cuts) else n - 1
+                positions = np.array([c for c in range(lo, hi + 1) if c != cuts[k]], dtype=np.int64)
+                positions = positions[np.argsort(np.abs(positions - cuts[k]), kind="stable")][: evals - spent]
+                if not len(positions):
+                    continue
+                tried = [cuts[:k] + [int(c)] + cuts[k + 1 :] for c in positions]
+                batch = np.stack([sequence[stages_of(c, n)] for c in tried]).astype(np.int32)
+                t, failed = scorer.step_times(batch)
+                spent += len(tried)
+                t = np.where(np.asarray(failed, dtype=bool), np.inf, np.asarray(t, dtype=np.float64))
+                j = int(np.argmin(t))
+                if t[j] < best_s * (1 - 1e-9):
+                    best_s, cuts, moved = float(t[j]), tried[j], True
+                if spent >= evals:
+                    break
+        self.simulated += spent
+        return sequence[stages_of(cuts, n)].astype(np.int32)
 
     def _spread(self, k: int, exclude: list[np.ndarray]) -> list[np.ndarray]:
         """``k`` pooled placements among the simulator's better half, each the farthest (in standardized features)
@@ -323,13 +375,25 @@ class CorrectedSearch:
     def _kicked(self) -> np.ndarray | None:
         """The fastest placement measured with one item moved to a random device (nothing new was found): one that
         is not measured yet and that the simulator scores (a finite step). Items of the coarsest level first, then of
-        finer ones, :data:`KICKED_TRIES` draws in all; None if every draw was measured or refused."""
+        finer ones, :data:`KICKED_TRIES` draws in all; None if every draw was measured or refused. With cut moves,
+        one cut moved to a random position between its neighbours instead."""
         rng = np.random.default_rng(self.seed + len(self.curve))
         best = self.best_op_devices()
+        n, cuts = self.graph.num_ops, cuts_of(best)
         for t in range(KICKED_TRIES):
-            level = self.levels[min(t * len(self.levels) // KICKED_TRIES, len(self.levels) - 1)]
-            op_devices = best.copy()
-            op_devices[level.op_group == rng.integers(0, level.num_items)] = rng.integers(0, self.cluster.num_devices)
+            if self.cut_moves:
+                if not cuts:
+                    return None
+                k = int(rng.integers(0, len(cuts)))
+                lo, hi = (cuts[k - 1] + 1 if k > 0 else 1), (cuts[k + 1] - 1 if k + 1 < len(cuts) else n - 1)
+                moved = cuts[:k] + [int(rng.integers(lo, hi + 1))] + cuts[k + 1 :]
+                op_devices = best[[0, *cuts]][stages_of(moved, n)].astype(np.int32)
+            else:
+                level = self.levels[min(t * len(self.levels) // KICKED_TRIES, len(self.levels) - 1)]
+                op_devices = best.copy()
+                op_devices[level.op_group == rng.integers(0, level.num_items)] = rng.integers(
+                    0, self.cluster.num_devices
+                )
             if placement_key(op_devices) in self.measured:
                 continue
             simulated_s, _ = self.sim.step_times(op_devices[None].astype(np.int32))
