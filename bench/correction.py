@@ -22,6 +22,9 @@ interleaved) and compared by their medians: the best of many noisy measurements 
 ``stand-in``: the reality is the simulator on a distorted copy of the cluster (:class:`placer.learn.stand_in.StandIn`:
 a device ``--slowdown`` times slower, host links ``--copy-factor`` times slower, lognormal ``--noise``); its true
 best (a long search on the distorted simulator) is known, and the table says how far each method is from it.
+With ``--split M``, plans across processes instead: the stand-in is the simulator of ranks at M microbatches, the
+searches' simulator scores one stage per rank (as in ``ranks``), and the true best is ``stage_search`` on the
+distorted cluster (exact on two ranks: every position of the one cut is tried).
 ``local``: real training steps in this process (:class:`envs.real.local.LocalEnv`): a zoo name or
 ``module:callable`` (``--source``), or the offload scenario (``--scenario tiny`` on a CPU, ``llama-256k`` on a GPU
 capped at 24 GiB, as in ``bench.gpu_offload``). Each method measures anew (a placement measured by another method
@@ -150,16 +153,47 @@ def stand_in_cells(args: argparse.Namespace, say: Callable[[str], Any], cells: l
     graphs, clusters = graphs_and_clusters(args.graphs, args.clusters)
     for graph in graphs:
         for cluster in clusters:
-            distortion = dict(slow_device=args.slow, slowdown=args.slowdown, copy_factor=args.copy_factor)
+            distortion: dict[str, Any] = dict(
+                slow_device=args.slow, slowdown=args.slowdown, copy_factor=args.copy_factor
+            )
+            sim = None
+            if args.split:
+                distortion["simulator"], sim = split_simulators(graph, cluster, args.split)
             truth = StandIn(graph, cluster, **distortion).truth
-            best = MoveSearch(graph, cluster, truth, seed=0).run(None, max_evals=args.truth_evals).step_time_s
+            if args.split:
+                best = float(truth.step_times(split_truth(graph, cluster, args, distortion)[None])[0][0])
+            else:
+                best = MoveSearch(graph, cluster, truth, seed=0).run(None, max_evals=args.truth_evals).step_time_s
             for seed in _seeds(args.seeds):
                 say(f"  {graph.name} on {cluster.name}, seed {seed} (the stand-in's best {best * 1e3:.3f} ms)")
                 real = StandIn(graph, cluster, **distortion, noise=args.noise, seed=seed)
                 cell = {"graph": graph.name, "cluster": cluster.name, "seed": seed, "stand_in_best_s": best}
                 cells.append(cell)
                 options = _options(args)
-                run_methods(graph, cluster, real, options=options, seed=seed, rematch=args.rematch, say=say, out=cell)
+                run_methods(
+                    graph, cluster, real, options=options, seed=seed, rematch=args.rematch, say=say, out=cell, sim=sim
+                )
+
+
+def split_simulators(graph: Any, cluster: Any, microbatches: int) -> tuple[Callable[..., Any], Any]:
+    """``--split``: the stand-in's simulator (of ranks, any plan) and the searches' (one stage per rank)."""
+    from envs.sim.ranks import RankSim
+
+    def ranks(g: Any, c: Any) -> Any:
+        return RankSim(g, c, microbatches=microbatches)
+
+    return ranks, RankSim(graph, cluster, microbatches=microbatches, one_stage_per_rank=True)
+
+
+def split_truth(graph: Any, cluster: Any, args: argparse.Namespace, distortion: dict[str, Any]) -> np.ndarray:
+    """``--split``: the stand-in's best split, ``stage_search`` on the distorted cluster."""
+    from types import SimpleNamespace
+
+    from placer.learn.stand_in import distorted
+    from placer.methods.heuristics.stage_search import stage_search
+
+    kw = {k: distortion[k] for k in ("slow_device", "slowdown", "copy_factor")}
+    return stage_search(graph, distorted(cluster, **kw), env=SimpleNamespace(microbatches=args.split))
 
 
 def local_cells(args: argparse.Namespace, say: Callable[[str], Any], cells: list[dict[str, Any]]) -> None:
@@ -283,6 +317,14 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--copy-factor", type=float, default=1.0, help="stand-in: host copies this many times slower")
     ap.add_argument("--noise", type=float, default=0.02, help="stand-in: lognormal noise of a measurement")
     ap.add_argument("--truth-evals", type=int, default=5000, help="stand-in: simulations to find its true best")
+    ap.add_argument(
+        "--split",
+        type=int,
+        default=0,
+        metavar="M",
+        help="stand-in: plans across processes, one stage per rank, M microbatches (the simulator of ranks); "
+        "0 (default): one-process plans",
+    )
     ap.add_argument("--source", default="", help="local: a zoo name or module:callable")
     ap.add_argument("--scenario", default="", help="local: the offload scenario instead (tiny, llama-256k)")
     ap.add_argument("--cluster", default="k80x2", help="local, ranks: the cluster of --source")
@@ -314,6 +356,8 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     args = ap.parse_args(argv)
     if args.mode == "local" and not (args.source or args.scenario):
         ap.error("local: give --source or --scenario")
+    if args.split < 0:
+        ap.error(f"--split must be 0 (off) or the number of microbatches, got {args.split}")
     if args.mode == "ranks" and not args.source:
         ap.error("ranks: give --source (a zoo name or module:callable whose forward returns the loss)")
     return args

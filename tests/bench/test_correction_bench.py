@@ -21,6 +21,24 @@ def test_the_stand_in_table_has_every_method_at_equal_measurements(capsys):
     assert "| moe-30 | k80x2 | 0 | corrected | " in correction.markdown_table([cell])
 
 
+def test_the_stand_in_of_splits_knows_its_true_best_and_every_method_measures_splits_only(capsys, monkeypatch):
+    """``--split M``: the stand-in is the simulator of ranks, the searches score one stage per rank, and the stand-in's
+    best is the best of every split (two ranks: one cut), so no method's plan is truly faster than it."""
+    from placer.learn.stand_in import StandIn
+    from placer.methods.heuristics.stage_search import cuts_of
+
+    measured = []  # every placement a method measured (Fresh measures each anew)
+    again = StandIn.measure_again
+    monkeypatch.setattr(StandIn, "measure_again", lambda self, p: measured.extend(p) or again(self, p))
+    argv = ["stand-in", "--graphs", "unet-40", "--clusters", "k80x2", "--split", "2", "--measurements", "6"]
+    rc = correction.main([*argv, "--sim-evals", "200", "--round-evals", "60", "--rematch", "1", "--json"])
+    (cell,) = json.loads(capsys.readouterr().out)["cells"]
+    assert rc == 0 and set(cell["true_s"]) == set(correction.METHODS)
+    assert all(t >= cell["stand_in_best_s"] * (1 - 1e-9) for t in cell["true_s"].values())
+    assert cell["true_s"]["simulator"] > 1.1 * cell["stand_in_best_s"]  # gpu:1 3x slower: the simulator misranks
+    assert len(measured) > 10 and all(len(cuts_of(p)) <= 1 for p in measured)  # splits only: one cut on two ranks
+
+
 @pytest.mark.parametrize(
     "module,argv,option",
     [
@@ -28,6 +46,7 @@ def test_the_stand_in_table_has_every_method_at_equal_measurements(capsys):
         (correction, ["local"], "--source"),
         (correction, ["ranks"], "--source"),
         (correction, ["stand-in", "--graphs", "nope"], "nope"),
+        (correction, ["stand-in", "--split", "-1"], "--split"),
         (repeatability, ["--scenario", "tiny", "--builds", "1"], "--builds"),
         (repeatability, [], "--source"),
         (repeatability, ["--source", "bench.rank_models:lm", "--ranks", "2"], "--ranks: give --source and --placement"),
