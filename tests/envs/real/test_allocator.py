@@ -51,6 +51,7 @@ def faults_per_step(setting: str, script: str = FAULTS) -> float:
     return float(out.stdout.strip())
 
 
+@pytest.mark.slow  # real steps of a model, timed (~6 s)
 @pytest.mark.skipif(not allocator.trim_malloc(), reason="glibc only")
 def test_a_step_takes_no_pages_again_once_malloc_is_steady():
     default, steady = faults_per_step("default"), faults_per_step("steady")

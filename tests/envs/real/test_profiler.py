@@ -203,6 +203,7 @@ def test_across_processes_a_profile_gives_its_op_times_and_keeps_the_ranks_clust
     assert result.step_time_s == pytest.approx(with_times, rel=1e-9) and events
 
 
+@pytest.mark.slow  # a profile of every op at two shapes (~5 s)
 def test_a_profile_on_microbatches_times_every_op_on_one_of_them_too(tmp_path):
     torch.manual_seed(0)
     # matmuls of a few ms on the whole batch, so that a quarter of it is measurably less work

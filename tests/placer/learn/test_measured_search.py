@@ -172,6 +172,7 @@ def test_across_processes_the_corrected_loop_finds_the_stand_in_s_best_and_the_u
     assert plain.step_time_s > 1.5 * best_s  # 1.71x: the simulator's own ranking never learns gpu:1 is slow
 
 
+@pytest.mark.slow  # five loops on a 201-op DAG (~1.5 s)
 def test_with_one_stage_per_rank_the_loops_move_cuts_and_find_what_item_moves_cannot():
     """A U-Net-like DAG over 2 ranks, one stage per rank, gpu:1 2x slower than the cluster says. Moving an item of a
     split of this DAG mostly makes more stages than ranks, which the simulator refuses: moving items, the loop ended
