@@ -26,7 +26,9 @@ keeping what a step frees (placer's default, :mod:`envs.real.allocator`) or glib
 and 1F1B, :func:`envs.real.distributed.runtime.post_receives_early`) or where torch's schedule posts it, just
 before the action that needs it. Every combination is one setting (``pin off, malloc steady``; with ``--receives``,
 ``pin off, malloc steady, receives early``). The machine's own floor is measured first: a bare loop of
-matmuls on one thread (:func:`noise_floor`), so a spread can be told apart from the host's::
+matmuls on one thread (:func:`noise_floor`), so a spread can be told apart from the host's; and a short one just
+before every build, so that a drift of the host's speed between builds shows (``pair_diff_floored``: the pair
+difference of each build's median over the floor before it)::
 
     python -m bench.repeatability --ranks 2 --source bench.rank_models:lm --placement plan.json --builds 8 --pin off,on
     python -m bench.repeatability --ranks 2 --source bench.rank_models:lm --placement plan.json --malloc steady,default
@@ -61,17 +63,30 @@ def pair_diff(medians: list[float]) -> float:
 
 
 def summary(builds: list[dict[str, Any]]) -> dict[str, float]:
-    """The figures of one setting's builds (the module doc)."""
+    """The figures of one setting's builds (the module doc); where every build has the host's floor measured just
+    before it (``floor_s``), also ``pair_diff_floored``: the pair difference of each build's median over its floor.
+
+    >>> builds = [{"step_time_s": t, "step_times_s": [t], "floor_s": f} for t, f in ((1.0, 0.03), (1.2, 0.036))]
+    >>> round(summary(builds)["pair_diff"], 4), summary(builds)["pair_diff_floored"]
+    (0.1818, 0.0)
+    """
     medians = [b["step_time_s"] for b in builds]
     half = len(medians) // 2
     spread = [(max(b["step_times_s"]) - min(b["step_times_s"])) / b["step_time_s"] for b in builds]
-    return {
+    out = {
         "median_s": float(np.median(medians)),
         "pair_diff": pair_diff(medians),
         "halves": float(np.median(medians[half:]) / np.median(medians[:half])) if half else float("nan"),
         "first_over_rest": float(medians[0] / np.median(medians[1:])) if len(medians) > 1 else float("nan"),
         "in_build_spread": float(np.median(spread)),
     }
+    if builds and all("floor_s" in b for b in builds):
+        out["pair_diff_floored"] = round(pair_diff([m / b["floor_s"] for m, b in zip(medians, builds)]), 12)
+    return out
+
+
+#: Runs of :func:`noise_floor` before each ``--ranks`` build (about half a second): the host's speed at that moment.
+BUILD_FLOOR_RUNS = 15
 
 
 def noise_floor(runs: int = 60) -> dict[str, float]:
@@ -137,14 +152,15 @@ def measure_ranks(args: argparse.Namespace, say) -> dict[str, Any]:
     load = [os.getloadavg()[0]]
     for k in range(args.builds):
         for pin, malloc, recv in settings if k % 2 == 0 else settings[::-1]:  # ABBA: a drift falls on each alike
+            floor_s = noise_floor(runs=BUILD_FLOOR_RUNS)["median_s"]  # the host's speed now, just before the build
             run = pinned_run_rank if pin == "on" else run_rank
             early = None if recv is None else recv == "early"
             setting = replace(job, steady_malloc=malloc == "steady", early_receives=early)
             report = launch(run, (setting,), nproc_per_node=args.ranks)[0]
             step_s, times = report["step_time_s"], list(report["step_times_s"])
             name = setting_name(pin, malloc, recv)
-            builds[name].append({"build": k, "step_time_s": step_s, "step_times_s": times})
-            say(f"  build {k}, {name}: {step_s * 1e3:.2f} ms")
+            builds[name].append({"build": k, "step_time_s": step_s, "step_times_s": times, "floor_s": floor_s})
+            say(f"  build {k}, {name}: {step_s * 1e3:.2f} ms (the floor before it {floor_s * 1e3:.2f} ms)")
     load.append(os.getloadavg()[0])
     return {
         "device": f"{args.ranks} gloo ranks",
@@ -229,10 +245,13 @@ def markdown_table(doc: dict[str, Any]) -> str:
         "first / rest",
         "in-build spread",
     ]
+    floored = any("pair_diff_floored" in s for s in doc["summary"].values())
+    head += ["pair diff over the floor"] if floored else []
     lines = ["| " + " | ".join(head) + " |", "|---|" + "---:|" * (len(head) - 1)]
     for t, s in doc["summary"].items():
         row = [t, str(len(doc["builds"][t])), f"{s['median_s'] * 1e3:.2f}", f"{s['pair_diff']:.1%}"]
         row += [f"{s['halves']:.3f}", f"{s['first_over_rest']:.3f}", f"{s['in_build_spread']:.1%}"]
+        row += [f"{s['pair_diff_floored']:.1%}" if "pair_diff_floored" in s else "-"] if floored else []
         lines.append("| " + " | ".join(row) + " |")
     if "floor" in doc:
         f = doc["floor"]

@@ -24,7 +24,7 @@ from envs.cluster import Cluster
 from graphs import OpGraph
 from placer.learn.move_search import MoveSearch, MoveSearchOptions
 from placer.learn.search_budget import BudgetSpent
-from placer.methods.heuristics.stage_search import cuts_of, stages_of
+from placer.methods.heuristics.stage_search import cut_range, cuts_of, stages_of
 
 
 class MeasuredMoves:
@@ -106,7 +106,7 @@ def measured_cut_search(scorer: MeasuredMoves, start: np.ndarray) -> None:
         while cuts:
             moved = False
             for k in range(len(cuts)):
-                lo, hi = (cuts[k - 1] + 1 if k > 0 else 1), (cuts[k + 1] - 1 if k + 1 < len(cuts) else n - 1)
+                lo, hi = cut_range(cuts, k, n)
                 for c in (cuts[k] + step, cuts[k] - step):
                     if lo <= c <= hi:
                         tried = cuts[:k] + [c] + cuts[k + 1 :]

@@ -49,7 +49,7 @@ from placer.learn.corrected_sim import CorrectedSimulator, Pool, placement_key
 from placer.learn.correction import Correction, PlacementFeatures
 from placer.learn.move_search import MoveSearch, MoveSearchOptions
 from placer.methods.heuristics.costs import gpu_devices
-from placer.methods.heuristics.stage_search import cuts_of, stages_of, starting_cuts
+from placer.methods.heuristics.stage_search import cut_range, cuts_of, stages_of, starting_cuts
 from policies.moves import ItemLevel, item_levels
 
 #: Draws :meth:`CorrectedSearch._kicked` makes for a placement near the best that is new and that the simulator scores.
@@ -327,8 +327,7 @@ class CorrectedSearch:
         while moved and spent < evals:
             moved = False
             for k in range(len(cuts)):
-                lo = cuts[k - 1] + 1 if k > 0 else 1
-                hi = cuts[k + 1] - 1 if k + 1 < len(cuts) else n - 1
+                lo, hi = cut_range(cuts, k, n)
                 positions = np.array([c for c in range(lo, hi + 1) if c != cuts[k]], dtype=np.int64)
                 positions = positions[np.argsort(np.abs(positions - cuts[k]), kind="stable")][: evals - spent]
                 if not len(positions):
@@ -385,7 +384,7 @@ class CorrectedSearch:
                 if not cuts:
                     return None
                 k = int(rng.integers(0, len(cuts)))
-                lo, hi = (cuts[k - 1] + 1 if k > 0 else 1), (cuts[k + 1] - 1 if k + 1 < len(cuts) else n - 1)
+                lo, hi = cut_range(cuts, k, n)
                 moved = cuts[:k] + [int(rng.integers(lo, hi + 1))] + cuts[k + 1 :]
                 op_devices = best[[0, *cuts]][stages_of(moved, n)].astype(np.int32)
             else:

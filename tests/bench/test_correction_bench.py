@@ -170,8 +170,11 @@ def test_repeatability_across_processes_measures_each_build_as_a_job_of_ranks(ru
     doc = json.loads(out)
     on = doc["builds"]["pin on, malloc steady, receives jit"]  # the receives where torch posts them (--receives)
     assert list(doc["builds"]) == ["pin on, malloc steady, receives jit"] and [b["build"] for b in on] == [0, 1]
-    assert all(b["step_time_s"] > 0 and len(b["step_times_s"]) == 2 for b in on)
+    assert all(b["step_time_s"] > 0 and len(b["step_times_s"]) == 2 and b["floor_s"] > 0 for b in on)
     assert doc["floor"]["p90_s"] >= doc["floor"]["p10_s"] > 0 and doc["device"] == "2 gloo ranks"
+    floored = [b["step_time_s"] / b["floor_s"] for b in on]  # each build over the host's floor just before it
+    s = doc["summary"]["pin on, malloc steady, receives jit"]
+    assert s["pair_diff_floored"] == pytest.approx(abs(floored[0] - floored[1]) / (sum(floored) / 2))
     for option, value in (("--pin", "sometimes"), ("--malloc", "jemalloc"), ("--receives", "late")):
         status, _, err = run_entry(repeatability, *argv, option, value)
         assert status == 2 and f"{option}: unknown {value}" in err and len(err.strip().splitlines()) == 1, err

@@ -39,6 +39,15 @@ def cuts_of(op_stages: np.ndarray) -> list[int]:
     return (np.flatnonzero(np.diff(op_stages)) + 1).tolist()
 
 
+def cut_range(cuts: list[int], k: int, num_ops: int) -> tuple[int, int]:
+    """The positions cut ``k`` may take between its neighbours (``lo``, ``hi``, both included): no stage left empty.
+
+    >>> cut_range([2, 5], 0, 8), cut_range([2, 5], 1, 8)
+    ((1, 4), (3, 7))
+    """
+    return (cuts[k - 1] + 1 if k > 0 else 1), (cuts[k + 1] - 1 if k + 1 < len(cuts) else num_ops - 1)
+
+
 def stages_of(cuts: list[int], num_ops: int) -> np.ndarray:
     """The stage of each op for ``cuts`` (the inverse of :func:`cuts_of`)."""
     return np.searchsorted(np.asarray(cuts), np.arange(num_ops), side="right")
@@ -71,8 +80,7 @@ def stage_search(
     for _ in range(rounds):
         moved = False
         for k in range(len(cuts)):
-            lo = cuts[k - 1] + 1 if k > 0 else 1
-            hi = cuts[k + 1] - 1 if k + 1 < len(cuts) else n - 1
+            lo, hi = cut_range(cuts, k, n)
             tried = [cuts[:k] + [c] + cuts[k + 1 :] for c in range(lo, hi + 1)]
             if not tried:
                 continue
@@ -115,4 +123,4 @@ def _rounds_of(op_devices: np.ndarray, devices: np.ndarray) -> np.ndarray:
     return np.concatenate([[0], np.cumsum(np.diff(index) < 0)])
 
 
-__all__ = ["cuts_of", "stage_search", "stages_of", "starting_cuts"]
+__all__ = ["cut_range", "cuts_of", "stage_search", "stages_of", "starting_cuts"]
