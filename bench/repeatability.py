@@ -21,7 +21,8 @@ what a CPU measurement mostly measures. A markdown table on stdout (``--json``: 
 Across processes (``--ranks N --placement plan.json``): each build is one job of N gloo processes on this machine's
 cores (torch's launcher, what ``placer run --nproc-per-node N`` runs), and the settings are ``--pin off,on``: each
 rank left to the OS scheduler, or pinned to a core of its own; and ``--malloc steady,default``: glibc's malloc
-keeping what a step frees (placer's default, :mod:`envs.real.allocator`) or glibc's own defaults; and
+keeping what a step frees (placer's default, :mod:`envs.real.allocator`) or glibc's own defaults, or ``huge``:
+steady, and asking the kernel for transparent huge pages (:data:`HUGE_PAGES`); and
 ``--receives early,jit``: every receive of a step posted as it begins (placer's default on CPU ranks under GPipe
 and 1F1B, :func:`envs.real.distributed.runtime.post_receives_early`) or where torch's schedule posts it, just
 before the action that needs it. Every combination is one setting (``pin off, malloc steady``; with ``--receives``,
@@ -38,6 +39,7 @@ difference of each build's median over the floor before it)::
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import sys
@@ -119,6 +121,34 @@ def noise_floor(runs: int = 60) -> dict[str, float]:
     }
 
 
+#: ``--malloc huge``: glibc's malloc asks for transparent huge pages (``madvise``) for what it maps (glibc 2.35+).
+HUGE_PAGES = "glibc.malloc.hugetlb=1"
+
+
+def transparent_huge_pages() -> bool:
+    """Whether the kernel gives transparent huge pages to a process that asks (``madvise`` or ``always``)."""
+    try:
+        with open("/sys/kernel/mm/transparent_hugepage/enabled") as f:
+            return "[never]" not in f.read()
+    except OSError:
+        return False
+
+
+@contextlib.contextmanager
+def huge_pages(on: bool):
+    """``GLIBC_TUNABLES`` with :data:`HUGE_PAGES` added while processes are started (when ``on``), then as it was."""
+    before = os.environ.get("GLIBC_TUNABLES")
+    if on:
+        os.environ["GLIBC_TUNABLES"] = ":".join(filter(None, [before, HUGE_PAGES]))
+    try:
+        yield
+    finally:
+        if before is None:
+            os.environ.pop("GLIBC_TUNABLES", None)
+        else:
+            os.environ["GLIBC_TUNABLES"] = before
+
+
 def pinned_run_rank(job: Any) -> dict[str, Any] | None:
     """A rank pinned to a core of its own (its local rank's, among the cores this process may use), then the job."""
     from envs.real.distributed.worker import run_rank
@@ -137,7 +167,9 @@ def measure_ranks(args: argparse.Namespace, say) -> dict[str, Any]:
     from placer import distributed
 
     pins = parse_list(args.pin, what="pin", known=["off", "on"])
-    mallocs = parse_list(args.malloc, what="malloc", known=["steady", "default"])
+    mallocs = parse_list(args.malloc, what="malloc", known=["steady", "default", "huge"])
+    if "huge" in mallocs and not transparent_huge_pages():
+        raise PlacerError("--malloc huge: transparent huge pages are off here (/sys/kernel/mm/transparent_hugepage)")
     receives = parse_list(args.receives, what="receives", known=["early", "jit"]) if args.receives else [None]
     if "on" in pins and not hasattr(os, "sched_setaffinity"):
         raise PlacerError("--pin on: needs os.sched_setaffinity (Linux)")
@@ -155,8 +187,9 @@ def measure_ranks(args: argparse.Namespace, say) -> dict[str, Any]:
             floor_s = noise_floor(runs=BUILD_FLOOR_RUNS)["median_s"]  # the host's speed now, just before the build
             run = pinned_run_rank if pin == "on" else run_rank
             early = None if recv is None else recv == "early"
-            setting = replace(job, steady_malloc=malloc == "steady", early_receives=early)
-            report = launch(run, (setting,), nproc_per_node=args.ranks)[0]
+            setting = replace(job, steady_malloc=malloc in ("steady", "huge"), early_receives=early)
+            with huge_pages(malloc == "huge"):  # the ranks are spawned: glibc reads GLIBC_TUNABLES as each starts
+                report = launch(run, (setting,), nproc_per_node=args.ranks)[0]
             step_s, times = report["step_time_s"], list(report["step_times_s"])
             name = setting_name(pin, malloc, recv)
             builds[name].append({"build": k, "step_time_s": step_s, "step_times_s": times, "floor_s": floor_s})
@@ -280,8 +313,9 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument(
         "--malloc",
         default="steady",
-        help="--ranks: comma list of steady,default (glibc's malloc keeping what a step frees, as placer measures; "
-        "or glibc's defaults)",
+        help="--ranks: comma list of steady,default,huge (glibc's malloc keeping what a step frees, as placer "
+        "measures; or glibc's defaults; or steady and asking for transparent huge pages, GLIBC_TUNABLES="
+        "glibc.malloc.hugetlb=1)",
     )
     ap.add_argument(
         "--receives",

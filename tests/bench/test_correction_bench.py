@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 
 import pytest
 
@@ -178,6 +179,31 @@ def test_repeatability_across_processes_measures_each_build_as_a_job_of_ranks(ru
     for option, value in (("--pin", "sometimes"), ("--malloc", "jemalloc"), ("--receives", "late")):
         status, _, err = run_entry(repeatability, *argv, option, value)
         assert status == 2 and f"{option}: unknown {value}" in err and len(err.strip().splitlines()) == 1, err
+
+
+def test_huge_pages_reach_the_processes_started_inside_and_the_environment_is_restored(monkeypatch):
+    """``--malloc huge``: a process started while :func:`repeatability.huge_pages` is on maps a large tensor's memory
+    in transparent huge pages (where the kernel gives them); before and after, ``GLIBC_TUNABLES`` is as it was."""
+    import subprocess
+    import sys
+
+    monkeypatch.setenv("GLIBC_TUNABLES", "glibc.malloc.check=0")
+    probe = (  # glibc's malloc itself (numpy asks for huge pages on its own; torch's allocator is malloc's)
+        "import ctypes; libc = ctypes.CDLL(None); libc.malloc.restype = ctypes.c_void_p; "
+        "p = libc.malloc(64 << 20); ctypes.memset(p, 1, 64 << 20); "
+        "print(open('/proc/self/smaps_rollup').read().split('AnonHugePages:')[1].split()[0])"
+    )
+
+    def huge_kb() -> int:
+        return int(subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True).stdout)
+
+    with repeatability.huge_pages(True):
+        assert os.environ["GLIBC_TUNABLES"] == "glibc.malloc.check=0:" + repeatability.HUGE_PAGES
+        if repeatability.transparent_huge_pages() and os.path.exists("/proc/self/smaps_rollup"):
+            assert huge_kb() >= 2048  # 64 MiB, some of it in 2 MiB pages
+    assert os.environ["GLIBC_TUNABLES"] == "glibc.malloc.check=0"
+    with repeatability.huge_pages(False):
+        assert os.environ["GLIBC_TUNABLES"] == "glibc.malloc.check=0"
 
 
 @pytest.mark.slow  # four measured searches on the simulator of ranks, 30 ops (~8 s)
