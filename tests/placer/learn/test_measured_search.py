@@ -94,7 +94,7 @@ def test_the_curve_records_what_the_simulator_and_the_correction_predicted(probl
 
 
 @pytest.mark.slow  # a run: the heuristics, then ten measurements on the stand-in (~25 s)
-def test_train_algo_corrected_measures_through_the_run_and_writes_its_curve(tmp_path, problem):
+def test_train_algo_corrected_measures_through_the_run_and_writes_its_curve(tmp_path, problem, capsys):
     import json
 
     from graphs import PlacerError
@@ -103,9 +103,11 @@ def test_train_algo_corrected_measures_through_the_run_and_writes_its_curve(tmp_
 
     graph, cluster, _ = problem
     real = StandIn(graph, cluster, slow_device=SLOW, slowdown=3.0)
-    config = TrainConfig(algo="corrected", iterations=6, logdir=str(tmp_path / "run"), progress=False, rematch=1)
+    config = TrainConfig(algo="corrected", iterations=6, logdir=str(tmp_path / "run"), progress=True, rematch=1)
     result = train(config, graph=graph, cluster=cluster, env=real)
     doc = json.loads((tmp_path / "run" / "correction.json").read_text())
+    said = capsys.readouterr().err  # the side-by-side's ratio (the simulator's over the best) said in words
+    assert f"the best measured is {doc['speedup_over_simulator']:.3f}x as fast" in said
     assert doc["measurements"] == 4 + 6 and len(doc["curve"]) == 10  # four before the first fit, one a round
     assert result.best_step_time_s == min(m["real_s"] for m in doc["curve"])
     assert result.best_step_time_s < 0.7 * doc["simulator_step_time_s"]  # seed 0: 0.170 against 0.318 s
