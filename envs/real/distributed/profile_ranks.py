@@ -75,6 +75,7 @@ class RankProbe:
     warmup: int = 1
     timeout_s: float = 600.0
     plans: tuple[dict[str, Any], ...] = ()  # RankPlan.to_dict() of the calibration pipelines (calibration_plans)
+    micro: int = 0  # the microbatches of the second step (microbatch_program's M; 0: the largest <= MICRO that split)
 
 
 def median_s(fn: Any, repeats: int, warmup: int = 1) -> float:
@@ -109,10 +110,10 @@ def compute_rates(repeats: int) -> dict[str, float]:
 MICRO = 8
 
 
-def model_step_s(source: str, source_dir: str, repeats: int, warmup: int) -> dict[str, Any]:
+def model_step_s(source: str, source_dir: str, repeats: int, warmup: int, micro: int = 0) -> dict[str, Any]:
     """Training steps (forward, backward, Adam) of SOURCE's model on this rank, median seconds: ``step_s`` on the
-    whole batch, ``micro_step_s`` on one of ``microbatches`` parts of it (the first; :data:`MICRO` of them, fewer
-    where the batch is smaller; absent where it cannot be split)."""
+    whole batch, ``micro_step_s`` on one of ``microbatches`` parts of it (the first; ``micro`` of them where given,
+    else :data:`MICRO`, fewer where the batch is smaller; absent where it cannot be split)."""
     model, inputs = build_model(source, search_dir=source_dir)
     optimizer = adam(model.parameters(), lr=1e-3)
 
@@ -124,7 +125,7 @@ def model_step_s(source: str, source_dir: str, repeats: int, warmup: int) -> dic
         optimizer.step()
 
     out: dict[str, Any] = {"step_s": median_s(lambda: step(inputs), repeats, warmup)}
-    for k in range(MICRO, 1, -1):
+    for k in range(micro or MICRO, 1, -1):
         try:
             part = split_batch(inputs, k)[0]
         except PlacerError:
@@ -376,7 +377,7 @@ def probe_rank(job: RankProbe) -> dict[str, Any] | None:
         rank, world = dist.get_rank(), dist.get_world_size()
         dist.barrier()
         part: dict[str, Any] = {"rank": rank, "rates": compute_rates(job.repeats)}
-        part.update(model_step_s(job.source, job.source_dir, job.repeats, job.warmup))
+        part.update(model_step_s(job.source, job.source_dir, job.repeats, job.warmup, job.micro))
         part["links"] = {}
         for a in range(world):
             for b in range(a + 1, world):
@@ -472,7 +473,7 @@ def profile_ranks(source: str, num_ranks: int, *, repeats: int = 5, warmup: int 
         raise PlacerError(f"--ranks {num_ranks}: at least 2 (a rank alone sends nothing)")
     model, inputs = build_model(source, search_dir=os.getcwd())
     graph = capture(model, inputs)
-    micro, program = microbatch_program(model, inputs)
+    micro, program = microbatch_program(model, inputs, graph)
     split, plans = calibration_plans(graph, num_ranks, program, micro)
     job = RankProbe(
         source=source,
@@ -481,24 +482,39 @@ def profile_ranks(source: str, num_ranks: int, *, repeats: int = 5, warmup: int 
         warmup=warmup,
         timeout_s=timeout_s,
         plans=tuple(p.to_dict() for p in plans),
+        micro=micro,
     )
     out = launch(probe_rank, (job,), nproc_per_node=num_ranks)
     parts = out[0]["parts"]
     return ranks_cluster(graph, parts, split=split), parts
 
 
-def microbatch_program(model: Any, inputs: tuple) -> tuple[int, Any | None]:
+def microbatch_program(model: Any, inputs: tuple, graph: Any = None) -> tuple[int, Any | None]:
     """``(M, graph of the program exported at one of M microbatches)``: the largest M <= :data:`MICRO` the batch
-    splits into (``(1, None)`` where it splits into none)."""
+    splits into (``(1, None)`` where it splits into none) whose program has ``graph``'s ops (the whole batch's, when
+    given): a microbatch of one sample may export other ops (torch specialises a dimension of size 1), and a plan
+    cut from such a program is refused, so fewer microbatches are taken instead."""
     from graphs.torch_capture import export_program, graph_from_program
+
+    def same_ops(program: Any) -> bool:
+        return graph is None or (program.names == graph.names and program.op_types == graph.op_types)
 
     for k in range(MICRO, 1, -1):
         try:
-            part = split_batch(tuple(inputs), k)[0]
+            parts = split_batch(tuple(inputs), k)
         except PlacerError:
             continue
-        return k, graph_from_program(export_program(model, part))
+        program = graph_from_program(export_program(model, parts[0]))
+        # uneven parts: the last is the smallest (8 cut 7 ways is 2, 1, 1...), and must have the same ops too
+        smallest = parts[-1] if graph is not None and _batch_size(parts[-1]) != _batch_size(parts[0]) else None
+        if same_ops(program) and (smallest is None or same_ops(graph_from_program(export_program(model, smallest)))):
+            return k, program
     return 1, None
+
+
+def _batch_size(part: tuple) -> int:
+    """The size of a microbatch (dimension 0 of its first tensor)."""
+    return next(int(t.shape[0]) for t in part if hasattr(t, "shape") and len(t.shape))
 
 
 __all__ = [

@@ -15,6 +15,7 @@ from envs.real.distributed.profile_ranks import (
     calibrate,
     calibration_plans,
     fit_link,
+    microbatch_program,
     ranks_cluster,
     with_action_overhead,
 )
@@ -164,6 +165,33 @@ def test_bad_ranks_options_are_one_line(tmp_path, capsys, argv, message):
 
 
 @pytest.mark.slow
+def test_microbatches_whose_program_has_other_ops_than_the_whole_batch_are_passed_over():
+    """A batch of 8 cut 8 ways is 8 samples of one, and a model may export other ops for a sample alone (here a
+    branch on the batch size; torch's specialisation of size-1 dimensions does the same): the calibration's plan
+    would be refused for it. So the program of fewer microbatches is taken, the largest with the whole batch's ops."""
+    import torch
+    from torch import nn
+
+    from graphs.torch_capture import capture
+
+    class Branchy(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.lin = nn.Linear(4, 4)
+
+        def forward(self, x):
+            y = self.lin(x)
+            if x.shape[0] > 1:  # a sample alone skips the centring
+                y = y - y.mean(0)
+            return y.square().mean()
+
+    model, inputs = Branchy(), (torch.randn(8, 4),)
+    graph = capture(model, inputs)
+    M, program = microbatch_program(model, inputs, graph)
+    assert M == 4 and program.names == graph.names and program.op_types == graph.op_types
+    assert microbatch_program(model, inputs)[0] == 8  # without the whole batch's graph to compare: the largest M
+
+
 def test_two_ranks_of_this_machine_are_measured_into_a_cluster_the_simulator_takes(tmp_path, monkeypatch, capsys):
     (tmp_path / "tiny_ranks_model.py").write_text(TINY)
     monkeypatch.chdir(tmp_path)
