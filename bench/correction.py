@@ -56,7 +56,7 @@ from graphs import PlacerError
 from placer.learn.measured_moves import measured_move_search
 from placer.learn.measured_search import CorrectedSearch, CorrectedSearchOptions
 from placer.learn.move_search import MoveSearch
-from placer.learn.stand_in import StandIn
+from placer.learn.stand_in import StandIn, distorted
 
 METHODS = ("simulator", "measured moves", "simulator rank", "corrected")
 
@@ -153,20 +153,17 @@ def stand_in_cells(args: argparse.Namespace, say: Callable[[str], Any], cells: l
     graphs, clusters = graphs_and_clusters(args.graphs, args.clusters)
     for graph in graphs:
         for cluster in clusters:
-            distortion: dict[str, Any] = dict(
-                slow_device=args.slow, slowdown=args.slowdown, copy_factor=args.copy_factor
-            )
-            sim = None
-            if args.split:
-                distortion["simulator"], sim = split_simulators(graph, cluster, args.split)
-            truth = StandIn(graph, cluster, **distortion).truth
-            if args.split:
-                best = float(truth.step_times(split_truth(graph, cluster, args, distortion)[None])[0][0])
+            distortion = dict(slow_device=args.slow, slowdown=args.slowdown, copy_factor=args.copy_factor)
+            simulator, sim = split_simulators(graph, cluster, args.split) if args.split else (None, None)
+            truth = StandIn(graph, cluster, **distortion, simulator=simulator).truth
+            if args.split:  # the best split, exact on two ranks (stage_search tries every position of the one cut)
+                best_split = split_truth(graph, distorted(cluster, **distortion), args.split)
+                best = float(truth.step_times(best_split[None])[0][0])
             else:
                 best = MoveSearch(graph, cluster, truth, seed=0).run(None, max_evals=args.truth_evals).step_time_s
             for seed in _seeds(args.seeds):
                 say(f"  {graph.name} on {cluster.name}, seed {seed} (the stand-in's best {best * 1e3:.3f} ms)")
-                real = StandIn(graph, cluster, **distortion, noise=args.noise, seed=seed)
+                real = StandIn(graph, cluster, **distortion, simulator=simulator, noise=args.noise, seed=seed)
                 cell = {"graph": graph.name, "cluster": cluster.name, "seed": seed, "stand_in_best_s": best}
                 cells.append(cell)
                 options = _options(args)
@@ -185,15 +182,13 @@ def split_simulators(graph: Any, cluster: Any, microbatches: int) -> tuple[Calla
     return ranks, RankSim(graph, cluster, microbatches=microbatches, one_stage_per_rank=True)
 
 
-def split_truth(graph: Any, cluster: Any, args: argparse.Namespace, distortion: dict[str, Any]) -> np.ndarray:
-    """``--split``: the stand-in's best split, ``stage_search`` on the distorted cluster."""
+def split_truth(graph: Any, truth_cluster: Any, microbatches: int) -> np.ndarray:
+    """``--split``: the stand-in's best split, ``stage_search`` on its (distorted) cluster."""
     from types import SimpleNamespace
 
-    from placer.learn.stand_in import distorted
     from placer.methods.heuristics.stage_search import stage_search
 
-    kw = {k: distortion[k] for k in ("slow_device", "slowdown", "copy_factor")}
-    return stage_search(graph, distorted(cluster, **kw), env=SimpleNamespace(microbatches=args.split))
+    return stage_search(graph, truth_cluster, env=SimpleNamespace(microbatches=microbatches))
 
 
 def local_cells(args: argparse.Namespace, say: Callable[[str], Any], cells: list[dict[str, Any]]) -> None:

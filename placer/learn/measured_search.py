@@ -379,10 +379,10 @@ class CorrectedSearch:
         rng = np.random.default_rng(self.seed + len(self.curve))
         best = self.best_op_devices()
         n, cuts = self.graph.num_ops, cuts_of(best)
+        if self.cut_moves and not cuts:
+            return None  # the whole graph on one rank: no cut to move
         for t in range(KICKED_TRIES):
             if self.cut_moves:
-                if not cuts:
-                    return None
                 k = int(rng.integers(0, len(cuts)))
                 lo, hi = cut_range(cuts, k, n)
                 moved = cuts[:k] + [int(rng.integers(lo, hi + 1))] + cuts[k + 1 :]

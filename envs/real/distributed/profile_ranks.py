@@ -506,15 +506,11 @@ def microbatch_program(model: Any, inputs: tuple, graph: Any = None) -> tuple[in
             continue
         program = graph_from_program(export_program(model, parts[0]))
         # uneven parts: the last is the smallest (8 cut 7 ways is 2, 1, 1...), and must have the same ops too
-        smallest = parts[-1] if graph is not None and _batch_size(parts[-1]) != _batch_size(parts[0]) else None
+        uneven = [getattr(t, "shape", None) for t in parts[-1]] != [getattr(t, "shape", None) for t in parts[0]]
+        smallest = parts[-1] if graph is not None and uneven else None
         if same_ops(program) and (smallest is None or same_ops(graph_from_program(export_program(model, smallest)))):
             return k, program
     return 1, None
-
-
-def _batch_size(part: tuple) -> int:
-    """The size of a microbatch (dimension 0 of its first tensor)."""
-    return next(int(t.shape[0]) for t in part if hasattr(t, "shape") and len(t.shape))
 
 
 __all__ = [
