@@ -13,14 +13,19 @@ Each method gets the same number of real measurements and keeps its fastest meas
   does);
 * **simulator rank**: the measured loop without its correction: each round measures the simulator's own next-best
   candidate (:class:`placer.learn.measured_search.CorrectedSearch`, ``correction=False``);
-* **corrected**: the measured loop (``CorrectedSearch``): the simulator corrected by a model of its error fitted to
-  the measurements so far chooses what to measure next.
+* **linear correction**: the measured loop with the linear correction only (``rates=False``): the plain simulator's
+  step time times a model of its error, linear in the placement's features, fitted to the measurements so far,
+  chooses what to measure next;
+* **corrected**: the measured loop (``CorrectedSearch``): the cluster's rates (each device's speed, the links')
+  refitted to the measurements so far and the simulator run on them, then the linear correction of what they leave
+  (:mod:`placer.learn.rates`).
 
 Then every method's placement and the simulator's best are measured again side by side (``--rematch`` rounds,
 interleaved) and compared by their medians: the best of many noisy measurements is biased low.
 
 ``stand-in``: the reality is the simulator on a distorted copy of the cluster (:class:`placer.learn.stand_in.StandIn`:
-a device ``--slowdown`` times slower, host links ``--copy-factor`` times slower, lognormal ``--noise``); its true
+a device ``--slowdown`` times slower, host links ``--copy-factor`` times slower, each op's FLOPs off by its own
+hidden factor with ``--op-noise``, lognormal ``--noise``); its true
 best (a long search on the distorted simulator) is known, and the table says how far each method is from it.
 With ``--split M``, plans across processes instead: the stand-in is the simulator of ranks at M microbatches, the
 searches' simulator scores one stage per rank (as in ``ranks``), and the true best is ``stage_search`` on the
@@ -56,9 +61,9 @@ from graphs import PlacerError
 from placer.learn.measured_moves import measured_move_search
 from placer.learn.measured_search import CorrectedSearch, CorrectedSearchOptions
 from placer.learn.move_search import MoveSearch
-from placer.learn.stand_in import StandIn, distorted
+from placer.learn.stand_in import StandIn
 
-METHODS = ("simulator", "measured moves", "simulator rank", "corrected")
+METHODS = ("simulator", "measured moves", "simulator rank", "linear correction", "corrected")
 
 
 class Fresh:
@@ -102,11 +107,11 @@ def run_methods(
     the searches use (default :class:`envs.SimEnv` of the graph and cluster)."""
     out.update({"measurements": options.measurements, "methods": {}})
     found: dict[str, np.ndarray] = {}
-    for correction in (True, False):
+    variants = {"corrected": (True, True), "linear correction": (True, False), "simulator rank": (False, False)}
+    for name, (correction, rates) in variants.items():
         t0, scorer = time.perf_counter(), Fresh(real)
-        o = dataclasses.replace(options, correction=correction, rematch=0)
+        o = dataclasses.replace(options, correction=correction, rates=rates, rematch=0)
         result = CorrectedSearch(graph, cluster, scorer, sim=sim, options=o, seed=seed).run(None)
-        name = "corrected" if correction else "simulator rank"
         found[name] = result.op_devices
         found["simulator"] = result.simulator_op_devices  # the same search, the same seed: the same placement
         out["methods"][name] = {
@@ -153,11 +158,13 @@ def stand_in_cells(args: argparse.Namespace, say: Callable[[str], Any], cells: l
     graphs, clusters = graphs_and_clusters(args.graphs, args.clusters)
     for graph in graphs:
         for cluster in clusters:
-            distortion = dict(slow_device=args.slow, slowdown=args.slowdown, copy_factor=args.copy_factor)
+            distortion = dict(
+                slow_device=args.slow, slowdown=args.slowdown, copy_factor=args.copy_factor, op_noise=args.op_noise
+            )
             simulator, sim = split_simulators(graph, cluster, args.split) if args.split else (None, None)
             truth = StandIn(graph, cluster, **distortion, simulator=simulator).truth
             if args.split:  # the best split, exact on two ranks (stage_search tries every position of the one cut)
-                best_split = split_truth(graph, distorted(cluster, **distortion), args.split)
+                best_split = split_truth(truth.graph, truth.cluster, args.split)
                 best = float(truth.step_times(best_split[None])[0][0])
             else:
                 best = MoveSearch(graph, cluster, truth, seed=0).run(None, max_evals=args.truth_evals).step_time_s
@@ -183,7 +190,7 @@ def split_simulators(graph: Any, cluster: Any, microbatches: int) -> tuple[Calla
 
 
 def split_truth(graph: Any, truth_cluster: Any, microbatches: int) -> np.ndarray:
-    """``--split``: the stand-in's best split, ``stage_search`` on its (distorted) cluster."""
+    """``--split``: the stand-in's best split, ``stage_search`` on its (distorted) graph and cluster."""
     from types import SimpleNamespace
 
     from placer.methods.heuristics.stage_search import stage_search
@@ -310,6 +317,13 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--slow", default="gpu:1", help="stand-in: the device that is slower than the cluster says")
     ap.add_argument("--slowdown", type=float, default=3.0, help="stand-in: how many times slower (default 3)")
     ap.add_argument("--copy-factor", type=float, default=1.0, help="stand-in: host copies this many times slower")
+    ap.add_argument(
+        "--op-noise",
+        type=float,
+        default=0.0,
+        help="stand-in: each op's FLOPs off by its own hidden lognormal factor of this log-std (an error of the cost "
+        "model per op, outside what refitted rates can explain; default 0)",
+    )
     ap.add_argument("--noise", type=float, default=0.02, help="stand-in: lognormal noise of a measurement")
     ap.add_argument("--truth-evals", type=int, default=5000, help="stand-in: simulations to find its true best")
     ap.add_argument(

@@ -471,6 +471,17 @@ class RankSim:
             one_stage_per_rank=self.one_stage_per_rank,
         )
 
+    def with_cluster(self, cluster: Cluster) -> "RankSim":
+        """This scorer on another ``cluster`` of the same devices (the same graph, M, W, schedule and stage rule)."""
+        return RankSim(
+            self.graph,
+            cluster,
+            microbatches=self.microbatches,
+            inflight=self.inflight,
+            schedule=self.schedule_name,
+            one_stage_per_rank=self.one_stage_per_rank,
+        )
+
     def simulate(self, op_devices: Any, order: Any = None, timeline: list | None = None) -> Result:
         """:func:`simulate_ranks` of one placement: a vector under this scorer's M, W and schedule, in ``order``
         (None: node order); or a :class:`graphs.Placement` under its own M, W and schedule, in ``order`` (None: its

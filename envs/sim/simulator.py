@@ -212,6 +212,19 @@ class SimEnv:
             return self
         return self._twin(self.executor, M, W)
 
+    def with_cluster(self, cluster: Cluster) -> "SimEnv":
+        """This env on another ``cluster`` of the same devices (same graph, backend, executor, M, W and order margin):
+        the simulator refitted to measurements (:mod:`placer.learn.rates`) runs on a rescaled copy of its cluster."""
+        return SimEnv(
+            self.graph,
+            cluster,
+            backend=self.backend,
+            executor=self.executor,
+            microbatches=self.microbatches,
+            inflight=self.inflight,
+            order_margin=self.order_margin,
+        )
+
     def _twin(self, executor: str, M: int, W: int) -> "SimEnv":
         key = (executor, M, W)
         if key not in self._twins:

@@ -168,8 +168,9 @@ class AlgoOptions:
     start do not apply; with a time budget and the simulator, its first 20% of the time goes to module_search, and
     the moves start from the better placement); or the paper's policy network trained by "reinforce" (policy
     gradient + entropy bonus) or "ppo" (clipped surrogate); or, with real measurements (--env measured), "corrected":
-    the move search on the simulator corrected by a model of its error fitted to the measurements taken, measuring
-    what the corrected simulator finds most promising (placer.learn.measured_search)."""
+    the move search on the simulator corrected by the measurements taken (each device's speed and the links' refitted
+    to them, then a model of the error they leave), measuring what the corrected simulator finds most promising
+    (placer.learn.measured_search)."""
     proposals: ProposalName = "critic"
     """--algo moves|corrected: "critic" ranks the moves by the learned critic and draws each round's level by the
     levels' hit rates; "uniform" draws the moves uniformly and takes the levels in turn (the ablation: nothing

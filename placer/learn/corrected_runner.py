@@ -1,12 +1,12 @@
 """``placer train --algo corrected``: the measured loop, the simulator corrected by what the measurements say.
 
 One iteration is one round of :class:`placer.learn.measured_search.CorrectedSearch`: fit the correction of the
-simulator to every measurement so far, search the corrected simulator, measure the most promising placement(s)
-(``--workers`` at once under Ray). Before the first round the simulator's own best is found and measured, with a
-few others; the run's warm start (the best measured heuristic) is measured too. Every measurement goes through
-the run's scorer (:class:`~placer.learn.session.RunScorer`), so ``best_placement.json`` is the fastest placement
-measured. It needs real steps (``--env measured``, or a scorer given to :func:`placer.train`): under the simulator
-there is no error to correct.
+simulator to every measurement so far (the cluster's rates, then the error they leave), search the corrected
+simulator, measure the most promising placement(s) (``--workers`` at once under Ray). Before the first round the
+simulator's own best is found and measured, with a few others; the run's warm start (the best measured heuristic) is
+measured too. Every measurement goes through the run's scorer (:class:`~placer.learn.session.RunScorer`), so
+``best_placement.json`` is the fastest placement measured. It needs real steps (``--env measured``, or a scorer
+given to :func:`placer.train`): under the simulator there is no error to correct.
 
 After the budget, the fastest measured placement and the simulator's best are measured again side by side
 (``--rematch`` times each; the run's usual rematch against the best measured heuristic follows), and
@@ -15,7 +15,8 @@ correction predicted for it), the side-by-side and the correction's weights.
 
 TensorBoard, per round: ``charts/best_step_time_s``, ``charts/measured_step_time_s`` (this round's measurement),
 ``charts/simulated_step_time_s`` and ``charts/corrected_step_time_s`` (what the simulator and the correction
-predicted for it), ``losses/correction_noise_std`` (the residual's fitted noise).
+predicted for it), ``losses/correction_noise_std`` (the residual's fitted noise), ``rates/speed/<device>`` and
+``rates/host links``, ``rates/device links`` (each rate refitted, over the cluster file's).
 """
 
 from __future__ import annotations
@@ -117,6 +118,8 @@ class CorrectedRunner:
                 "charts/measurements": len(self.search.curve),
                 "losses/correction_noise_std": self.search.model.noise_std,
             }
+            if self.search.rate_fit is not None:  # each rate refitted, over the cluster file's
+                scalars |= {f"rates/{name}": w for name, w in self.search.rate_fit.weights().items()}
             add_scalars(writer, {k: v for k, v in scalars.items() if np.isfinite(v)}, it)
             # checkpoint (when due)
             session.iteration_done(self.tensors)

@@ -40,6 +40,17 @@ class Pool:
                 self.simulated_s.append(float(simulated_s[k]))
                 self.features.append(features[k])
 
+    def rescore(self, sim: Any, features: PlacementFeatures) -> None:
+        """Simulate every pooled placement again on ``sim`` (the simulator refitted to the measurements), with its
+        features."""
+        if not self.op_devices:
+            return
+        op_devices = np.stack(self.op_devices)
+        simulated_s, _ = sim.step_times(op_devices)
+        simulated_s = np.asarray(simulated_s, dtype=np.float64)
+        self.simulated_s = simulated_s.tolist()
+        self.features = list(features(op_devices, simulated_s))
+
     def prune(self, score: np.ndarray) -> None:
         """Keep the ``size`` best by ``score`` (one per pooled placement)."""
         keep = np.argsort(score, kind="stable")[: self.size]

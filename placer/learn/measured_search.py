@@ -48,6 +48,7 @@ from graphs import OpGraph, PlacerError
 from placer.learn.corrected_sim import CorrectedSimulator, Pool, placement_key
 from placer.learn.correction import Correction, PlacementFeatures
 from placer.learn.move_search import MoveSearch, MoveSearchOptions
+from placer.learn.rates import RateFit
 from placer.methods.heuristics.costs import gpu_devices
 from placer.methods.heuristics.stage_search import cut_range, cuts_of, stages_of, starting_cuts
 from policies.moves import ItemLevel, item_levels
@@ -76,6 +77,10 @@ class CorrectedSearchOptions:
     deviations."""
     correction: bool = True
     """fit the correction (False: the ablation, the simulator's own ranking)."""
+    rates: bool = True
+    """with the correction, refit the cluster's rates first (:class:`placer.learn.rates.RateFit`: each device's
+    speed and the links') and simulate on them; the linear correction then fits what the rates leave (False: the
+    linear correction on the plain simulator alone)."""
     pool: int = 256
     """candidates each round's search keeps (the lowest bounds); the measured loop re-ranks them every round."""
     rematch: int = 3
@@ -179,6 +184,9 @@ class CorrectedSearch:
         """the searches move cuts, not items (module doc): the simulator scores one stage per rank only."""
         self.features = PlacementFeatures(graph, cluster)
         self.model = Correction(self.features.width)
+        self.rate_fit = (
+            RateFit(cluster, self.sim) if o.correction and o.rates and hasattr(self.sim, "with_cluster") else None
+        )
         self.pool = Pool(o.pool)
         self.measured: dict[bytes, int] = {}  # placement -> its row below
         self.x: list[np.ndarray] = []
@@ -224,10 +232,14 @@ class CorrectedSearch:
         more stages than ranks are under ``one_stage_per_rank``). The loop ends there, short of its budget."""
         o = self.options
         self.rounds += 1
-        # fit the correction to every measurement so far
-        ok = np.isfinite(self.residual)
-        model = self.model.fit(np.stack(self.x)[ok], np.asarray(self.residual)[ok]) if o.correction else None
-        corrected = CorrectedSimulator(self.sim, self.features, model, o.kappa, self.pool)
+        # fit the correction to every measurement so far: the rates (the simulator run again on them), then the
+        # linear residual of what they leave
+        sim, x, residual = self.sim, np.stack(self.x), np.asarray(self.residual)
+        if self.rate_fit is not None:
+            sim, x, residual = self._refit_rates()
+        ok = np.isfinite(residual)
+        model = self.model.fit(x[ok], residual[ok]) if o.correction else None
+        corrected = CorrectedSimulator(sim, self.features, model, o.kappa, self.pool)
         # search the corrected simulator from the fastest placement measured; its finds join the pool
         self._search(corrected, self.best_op_devices(), o.round_evals)
         # measure the candidates with the lowest bound that are not measured yet
@@ -277,7 +289,8 @@ class CorrectedSearch:
             self.simulator_step_time_s,
             self.rematched,
             self.curve,
-            {name: float(w) for name, w in zip(names, self.model.mean)},
+            {name: float(w) for name, w in zip(names, self.model.mean)}
+            | ({} if self.rate_fit is None else self.rate_fit.weights()),
             self.model.noise_std,
             time.perf_counter() - self.t0,
             self.simulated,
@@ -290,6 +303,18 @@ class CorrectedSearch:
         return self.op_devices[int(np.argmin(self.real_s))]
 
     # ------------------------------------------------------------------ the parts
+    def _refit_rates(self) -> tuple[Any, np.ndarray, np.ndarray]:
+        """Fit the rates to every measurement; the simulator on them, and each measurement's features and residual
+        log(real / simulated) on it. The pool is simulated again on it."""
+        op_devices, real_s = np.stack(self.op_devices), np.asarray(self.real_s)
+        sim = self.rate_fit.fit(op_devices, real_s).simulator
+        simulated_s, _ = sim.step_times(op_devices)
+        simulated_s = np.asarray(simulated_s, dtype=np.float64)
+        self.pool.rescore(sim, self.features)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            residual = np.where(np.isfinite(real_s), np.log(real_s / simulated_s), np.nan)
+        return sim, self.features(op_devices, simulated_s), residual
+
     def _search(self, scorer: CorrectedSimulator, start: np.ndarray | None, evals: int) -> np.ndarray:
         """The move search on ``scorer`` from ``start`` for ``evals`` placements (the cut search where the simulator
         scores one stage per rank); its best placement."""

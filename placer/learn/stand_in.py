@@ -3,7 +3,9 @@
 Learning from measurements needs measurements, and CI has no GPU. :class:`StandIn` scores placements the way a
 measured env does (the scorer protocol: ``evaluate``, ``step_times``, ``measure_again``; each placement measured
 once and cached, re-measured on request), but its "real" step time is the simulator's on a hidden, distorted copy
-of the cluster (:func:`distorted`): a device slower than the cluster file says, host copies costlier. The
+of the cluster (:func:`distorted`): a device slower than the cluster file says, host copies costlier; and, with
+``op_noise``, each op's FLOPs off by a hidden factor of its own (:func:`distorted_ops`: an error of the cost model
+per op, which no device's or link's rate explains). The
 simulator the search uses keeps the cluster as given, so its best placement is not the stand-in's best, and the
 test knows by how much. A multiplicative noise (lognormal, ``noise`` its standard deviation in log space) makes
 two measurements of one placement differ, as real ones do.
@@ -57,6 +59,17 @@ def distorted(cluster: Cluster, *, slow_device: str | None = None, slowdown: flo
     return Cluster(f"{cluster.name} (distorted)", devices, links, cluster.description)
 
 
+def distorted_ops(graph: OpGraph, op_noise: float, seed: int = 0) -> OpGraph:
+    """A copy of ``graph`` whose every op's FLOPs are multiplied by its own factor ``exp(N(0, op_noise))``, drawn once
+    from ``seed`` (``op_noise`` 0: ``graph`` itself)."""
+    if op_noise < 0:
+        raise PlacerError(f"stand-in: the op noise must be >= 0, got {op_noise}")
+    if op_noise == 0:
+        return graph
+    factor = np.exp(np.random.default_rng(seed).normal(0.0, op_noise, size=graph.num_ops))
+    return dataclasses.replace(graph, flops=graph.flops * factor)
+
+
 class StandIn:
     """A measured env whose reality is the simulator on :func:`distorted` ``cluster`` (see the module doc);
     ``simulator(graph, cluster)`` makes that simulator (default :class:`envs.SimEnv`; a plan across processes:
@@ -73,14 +86,16 @@ class StandIn:
         slow_device: str | None = None,
         slowdown: float = 1.0,
         copy_factor: float = 1.0,
+        op_noise: float = 0.0,
         noise: float = 0.0,
         seed: int = 0,
         simulator: Any = None,
     ) -> None:
         self.graph, self.cluster, self.noise = graph, cluster, noise
         hidden = distorted(cluster, slow_device=slow_device, slowdown=slowdown, copy_factor=copy_factor)
-        # the reality's simulator: envs.SimEnv (one process), or e.g. envs.sim.ranks.RankSim (plans across processes)
-        self.truth = (simulator or envs.SimEnv)(graph, hidden)
+        # the reality's simulator: envs.SimEnv (one process), or e.g. envs.sim.ranks.RankSim (plans across processes),
+        # on the hidden cluster and the graph with its ops' hidden errors (one draw for every seed of the noise)
+        self.truth = (simulator or envs.SimEnv)(distorted_ops(graph, op_noise), hidden)
         self.rng = np.random.default_rng(seed)
         self._cache: dict[bytes, tuple[float, bool]] = {}
         self.measured = 0

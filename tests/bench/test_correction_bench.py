@@ -97,7 +97,8 @@ def test_an_interrupted_run_prints_the_methods_it_finished(capsys, monkeypatch):
     out = json.loads(capsys.readouterr().out)
     (cell,) = out["cells"]
     assert rc == 130 and out["interrupted"] is True
-    assert set(cell["methods"]) == {"corrected", "simulator rank", "simulator"} and "side_by_side" not in cell
+    methods = {"corrected", "linear correction", "simulator rank", "simulator"}
+    assert set(cell["methods"]) == methods and "side_by_side" not in cell
     table = correction.markdown_table([cell])
     assert "| moe-30 | k80x2 | 0 | corrected | " in table and "measured moves" not in table
     assert table.splitlines()[-1].endswith("| - | - |")  # nothing re-measured: no ratios

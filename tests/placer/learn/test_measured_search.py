@@ -4,6 +4,8 @@ U-net one move off the slow GPU fixes it, and the move search on measurements al
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 
@@ -90,7 +92,11 @@ def test_the_curve_records_what_the_simulator_and_the_correction_predicted(probl
     assert abs(np.log(first.real_s / first.predicted_s)) < 0.5 * abs(np.log(first.real_s / first.simulated_s))
     assert result.rematch == {} and result.speedup() is None
     assert set(result.to_dict()) >= {"curve", "weights", "rematch", "measurements", "simulator_step_time_s"}
-    assert result.weights[f"work/{SLOW}"] > 0.1  # the slow GPU's work costs more than the simulator says
+    assert 0.25 < result.weights[f"speed/{SLOW}"] < 0.45  # the rates fitted: the slow GPU at about a third
+    # the linear correction alone (rates=False): the slow GPU's work costs more than the simulator says
+    real = StandIn(graph, cluster, slow_device=SLOW, slowdown=3.0, noise=0.02, seed=1)
+    linear = CorrectedSearch(graph, cluster, real, options=_options(measurements=8, rematch=0, rates=False)).run(None)
+    assert linear.weights[f"work/{SLOW}"] > 0.1 and f"speed/{SLOW}" not in linear.weights
 
 
 @pytest.mark.slow  # a run: the heuristics, then ten measurements on the stand-in (~25 s)
@@ -112,6 +118,18 @@ def test_train_algo_corrected_measures_through_the_run_and_writes_its_curve(tmp_
     assert result.best_step_time_s == min(m["real_s"] for m in doc["curve"])
     assert result.best_step_time_s < 0.7 * doc["simulator_step_time_s"]  # seed 0: 0.170 against 0.318 s
     assert result.found_by == "corrected search" and doc["speedup_over_simulator"] > 1.4
+    # TensorBoard: each rate refitted (the slow GPU at about a third), every tag named in the README
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    ea = EventAccumulator(result.logdir)
+    ea.Reload()
+    assert 0.25 < ea.Scalars(f"rates/speed/{SLOW}")[-1].value < 0.45
+    readme = (Path(__file__).resolve().parents[3] / "README.md").read_text()
+    corrected_tags = [t for t in ea.Tags()["scalars"] if t.startswith("rates/") or "measure" in t or "correct" in t]
+    for tag in corrected_tags:
+        for device in cluster.device_names:
+            tag = tag.replace(f"/{device}", "/<device>")
+        assert f"`{tag}`" in readme, tag
     with pytest.raises(PlacerError, match="--algo corrected: needs real measurements"):
         train(TrainConfig(algo="corrected", iterations=1, logdir=str(tmp_path / "sim"), progress=False), graph=graph)
 
