@@ -36,7 +36,7 @@ def test_rescaled_scales_each_device_and_each_link_group():
 
 def test_the_fit_recovers_a_slow_gpu_and_costlier_host_copies_and_leaves_the_rest_at_the_file():
     """The stand-in's distortion: gpu:1 2.5x slower, host copies 4x slower. Placements over the host and gpu:1 only
-    (gpu:0 idle), so gpu:0's speed and the GPU-to-GPU links are informed by nothing and stay at 1."""
+    (gpu:0 idle), so gpu:0's speed and the GPU-to-GPU links are informed by nothing and stay at the file's."""
     graph, cluster = random_dag(40, seed=3), envs.resolve_cluster("k80x2")
     truth = envs.SimEnv(graph, distorted(cluster, slow_device="gpu:1", slowdown=2.5, copy_factor=4.0))
     rng = np.random.default_rng(0)
@@ -48,7 +48,7 @@ def test_the_fit_recovers_a_slow_gpu_and_costlier_host_copies_and_leaves_the_res
     # gpu:1 near 1/2.5 (0.409; 0.402 with the host links left as they are)
     assert w["speed/gpu:1"] == pytest.approx(1 / 2.5, rel=0.05)
     assert w["host links"] == pytest.approx(1 / 4, rel=0.1)
-    assert w["speed/gpu:0"] == pytest.approx(1.0, abs=1e-6) and w["device links"] == pytest.approx(1.0, abs=1e-6)
+    assert w["speed/gpu:0"] == pytest.approx(1.0, abs=1e-3) and w["device links"] == pytest.approx(1.0, abs=1e-3)
     simulated = fit.simulator.step_times(ops)[0]
     assert np.abs(np.log(simulated / truth.step_times(ops)[0])).max() < 0.02
     assert fit.evaluations > 0 and fit.n == 10
@@ -86,3 +86,29 @@ def test_with_the_rates_refitted_the_loop_finds_the_best_split_at_its_first_fit_
     linear, real = run(False)
     assert real.true_step_times(linear.op_devices)[0][0] > 1.03 * best_s
     assert "speed/gpu:1" not in linear.weights
+
+
+def test_a_machine_many_times_slower_than_its_file_is_fitted_at_the_first_fit():
+    """CPU ranks under a GPU preset: every rate 17x slower than the file says, and the links 10x. The loop's first
+    fit (after its four first measurements) must predict its next measurement. On two real CPU ranks the first fit
+    predicted 112 ms for a split that measured 1,636 ms, and here, on an 800-op chain, it was e^2.1 = 8x off: the
+    prior held the rates near the file and the robust loss, every residual some 60 noise widths out, barely pulled.
+    Fixed: every fit starts with every rate moved at once by the median residual (now a few % off)."""
+    from graphs.synthetic import chain_dag
+
+    graph, cluster = chain_dag(800, seed=0), envs.resolve_cluster("k80x2")
+    sim = RankSim(graph, cluster, microbatches=4, one_stage_per_rank=True)
+    truth = sim.with_cluster(rescaled(cluster, np.full(cluster.num_devices, np.log(1 / 17)), np.log([0.1, 0.1])))
+    rng = np.random.default_rng(0)
+
+    class Real:
+        def step_times(self, op_devices, order=None):
+            t, failed = truth.step_times(op_devices)
+            return t * np.exp(rng.normal(0, 0.05, len(t))), failed
+
+    loop = CorrectedSearch(graph, cluster, Real(), sim=sim, options=CorrectedSearchOptions(measurements=6, rematch=0))
+    loop.begin(None)
+    loop.step()
+    first = loop.curve[4]
+    assert first.round == 1 and first.real_s > 10 * first.simulated_s  # the file is far off
+    assert abs(np.log(first.real_s / first.predicted_s)) < 0.15
