@@ -462,22 +462,19 @@ class RankSim:
         M, W = check_microbatches(microbatches), check_inflight(inflight, microbatches)
         if (M, W) == (self.microbatches, self.inflight):
             return self
-        return RankSim(
-            self.graph,
-            self.cluster,
-            microbatches=M,
-            inflight=W,
-            schedule=self.schedule_name,
-            one_stage_per_rank=self.one_stage_per_rank,
-        )
+        return self._like(self.cluster, M, W)
 
     def with_cluster(self, cluster: Cluster) -> "RankSim":
         """This scorer on another ``cluster`` of the same devices (the same graph, M, W, schedule and stage rule)."""
+        return self._like(cluster, self.microbatches, self.inflight)
+
+    def _like(self, cluster: Cluster, M: int, W: int | None) -> "RankSim":
+        """A scorer of this graph, schedule and stage rule on ``cluster`` at M and W."""
         return RankSim(
             self.graph,
             cluster,
-            microbatches=self.microbatches,
-            inflight=self.inflight,
+            microbatches=M,
+            inflight=W,
             schedule=self.schedule_name,
             one_stage_per_rank=self.one_stage_per_rank,
         )

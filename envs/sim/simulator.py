@@ -215,28 +215,24 @@ class SimEnv:
     def with_cluster(self, cluster: Cluster) -> "SimEnv":
         """This env on another ``cluster`` of the same devices (same graph, backend, executor, M, W and order margin):
         the simulator refitted to measurements (:mod:`placer.learn.rates`) runs on a rescaled copy of its cluster."""
+        return self._like(cluster, self.executor, self.microbatches, self.inflight)
+
+    def _like(self, cluster: Cluster, executor: str, M: int, W: int) -> "SimEnv":
+        """An env of this graph, backend and order margin on ``cluster``, ``executor``, M and W."""
         return SimEnv(
             self.graph,
             cluster,
             backend=self.backend,
-            executor=self.executor,
-            microbatches=self.microbatches,
-            inflight=self.inflight,
+            executor=executor,
+            microbatches=M,
+            inflight=W,
             order_margin=self.order_margin,
         )
 
     def _twin(self, executor: str, M: int, W: int) -> "SimEnv":
         key = (executor, M, W)
         if key not in self._twins:
-            self._twins[key] = SimEnv(
-                self.graph,
-                self.cluster,
-                backend=self.backend,
-                executor=executor,
-                microbatches=M,
-                inflight=W,
-                order_margin=self.order_margin,
-            )
+            self._twins[key] = self._like(self.cluster, executor, M, W)
             self._twins[key]._simulated = self._simulated
         return self._twins[key]
 

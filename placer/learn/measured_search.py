@@ -7,9 +7,11 @@ real. :class:`CorrectedSearch` measures few placements and learns from each:
 - :meth:`~CorrectedSearch.begin`: the move search (:class:`placer.learn.move_search.MoveSearch`) on the plain
   simulator finds the simulator's best placement, which is measured first, with ``initial - 1`` others among the
   simulator's good ones, chosen far apart in feature space (a first fit needs spread);
-- :meth:`~CorrectedSearch.step`, one round, top to bottom: fit the correction
-  (:class:`placer.learn.correction.Correction`, the residual log(real / simulated) on the placement's features) to
-  every measurement so far; run the move search on the corrected simulator (:class:`CorrectedSimulator`: each
+- :meth:`~CorrectedSearch.step`, one round, top to bottom: fit the correction to every measurement so far, in two
+  parts: the cluster's rates (:class:`placer.learn.rates.RateFit`: each device's speed and the links', the simulator
+  then run on them, so that it knows where the bottleneck moves), and the residual log(real / simulated) that they
+  leave on the placement's features (:class:`placer.learn.correction.Correction`; ``rates=False``: this alone, on
+  the plain simulator); run the move search on the corrected simulator (:class:`CorrectedSimulator`: each
   placement's simulated step time times exp(mean - ``kappa`` std) of the residual, an optimistic bound, so that
   what the measurements have not ruled out still looks as good as it may be) from the fastest placement measured;
   every placement it simulates joins a pool of candidates; measure the ``batch`` candidates with the lowest bound
