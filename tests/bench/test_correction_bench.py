@@ -48,6 +48,7 @@ def test_the_stand_in_of_splits_knows_its_true_best_and_every_method_measures_sp
         (correction, ["ranks"], "--source"),
         (correction, ["stand-in", "--graphs", "nope"], "nope"),
         (correction, ["stand-in", "--split", "-1"], "--split"),
+        (correction, ["stand-in", "--graphs", "moe-30", "--clusters", "k80x2", "--op-noise", "-1"], "op noise"),
         (repeatability, ["--scenario", "tiny", "--builds", "1"], "--builds"),
         (repeatability, [], "--source"),
         (repeatability, ["--source", "bench.rank_models:lm", "--ranks", "2"], "--ranks: give --source and --placement"),

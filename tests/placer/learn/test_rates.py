@@ -13,7 +13,7 @@ from graphs import PlacerError
 from graphs.synthetic import random_dag, unet_dag
 from placer.learn.measured_search import CorrectedSearch, CorrectedSearchOptions
 from placer.learn.rates import LINK_GROUPS, RateFit, rescaled
-from placer.learn.stand_in import StandIn, distorted
+from placer.learn.stand_in import StandIn, distorted, distorted_ops
 from placer.methods.heuristics.stage_search import stages_of
 
 
@@ -112,3 +112,22 @@ def test_a_machine_many_times_slower_than_its_file_is_fitted_at_the_first_fit():
     first = loop.curve[4]
     assert first.round == 1 and first.real_s > 10 * first.simulated_s  # the file is far off
     assert abs(np.log(first.real_s / first.predicted_s)) < 0.15
+
+
+def test_the_stand_in_s_per_op_errors_are_one_hidden_draw_of_the_stated_spread():
+    """``op_noise``: every op's FLOPs off by its own lognormal factor, the same for every seed of the measurement noise
+    (the reality does not change between seeds), and the stand-in's truth runs on them."""
+    graph, cluster = random_dag(400, seed=1), envs.resolve_cluster("k80x2")
+    hidden = distorted_ops(graph, 0.5)
+    assert distorted_ops(graph, 0.0) is graph and hidden.num_ops == graph.num_ops
+    log_factor = np.log(hidden.flops[graph.flops > 0] / graph.flops[graph.flops > 0])
+    assert abs(np.std(log_factor) - 0.5) < 0.05 and np.array_equal(hidden.flops, distorted_ops(graph, 0.5).flops)
+    assert np.array_equal(hidden.out_bytes, graph.out_bytes)  # memory as it was: only the time is off
+    one, other = (StandIn(graph, cluster, op_noise=0.5, seed=s) for s in (0, 1))
+    assert np.array_equal(one.truth.graph.flops, other.truth.graph.flops)
+    ops = np.random.default_rng(0).integers(1, 3, size=(4, graph.num_ops)).astype(np.int32)
+    plain = StandIn(graph, cluster).true_step_times(ops)[0]
+    assert np.array_equal(one.true_step_times(ops)[0], other.true_step_times(ops)[0])
+    assert not np.allclose(one.true_step_times(ops)[0], plain)
+    with pytest.raises(PlacerError, match="op noise"):
+        distorted_ops(graph, -0.1)
