@@ -58,6 +58,7 @@ def test_the_fit_recovers_a_slow_gpu_and_costlier_host_copies_and_leaves_the_res
         RateFit(cluster, envs.SimEnv(graph, cluster), prior_std=0.0)
 
 
+@pytest.mark.slow  # two measured loops on a 200-op DAG (~1.4 s)
 def test_with_the_rates_refitted_the_loop_finds_the_best_split_at_its_first_fit_and_the_linear_one_does_not():
     """A U-Net-like DAG over 2 ranks, one stage per rank, gpu:1 2x slower than the cluster says, every split scored
     on the stand-in's truth. The loop measures the simulator's best and three others, fits, and measures: with the
@@ -88,6 +89,7 @@ def test_with_the_rates_refitted_the_loop_finds_the_best_split_at_its_first_fit_
     assert "speed/gpu:1" not in linear.weights
 
 
+@pytest.mark.slow  # a measured loop's first round on an 800-op chain (~1.6 s)
 def test_a_machine_many_times_slower_than_its_file_is_fitted_at_the_first_fit():
     """CPU ranks under a GPU preset: every rate 17x slower than the file says, and the links 10x. The loop's first
     fit (after its four first measurements) must predict its next measurement. On two real CPU ranks the first fit
