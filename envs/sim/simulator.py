@@ -58,6 +58,25 @@ EXECUTOR_ARG_HELP = (
 )
 
 
+class _GraphParts:
+    """What a :class:`SimEnv` computes from its graph, M and W alone (not the cluster)."""
+
+    def __init__(self, graph: OpGraph, M: int, W: int) -> None:
+        # the host thread's program over issue positions (eager): forwards and backward() calls; with
+        # W < M it depends on the placement's stages (SimEnv.program())
+        self.segments = issue_segments(graph.num_ops, M, W)
+        self.free = free_mask(graph)
+        # the graph the schedulers run: the graph itself, or its M microbatch copies, with the copies of
+        # shared parameters as edges (schedule_graph)
+        self.sim_graph = schedule_graph(graph, M)
+        self.grad = grad_mask(graph)  # ops without a backward: integer ops, tables built from buffers
+        self.static_bytes = cost.static_bytes(self.sim_graph)
+        self.act_bytes = cost.activation_bytes(self.sim_graph)
+        # which outputs autograd keeps for backward (the others are freed once their consumers have run forward)
+        self.readers = backward_readers(self.sim_graph)  # who frees each kept output in the backward
+        self.kept = kept_mask(self.readers)  # graphs.ops.saved_mask
+
+
 class SimEnv:
     """The simulator as a scorer: ``evaluate(placements) -> list[Result]``.
 
@@ -99,6 +118,7 @@ class SimEnv:
         microbatches: int = 1,
         inflight: int | None = None,
         order_margin: float | None = None,
+        _shared: dict | None = None,
     ) -> None:
         if backend not in ("kernel", "reference"):
             raise ValueError(f"backend must be 'kernel' or 'reference', not {backend!r}")
@@ -114,17 +134,17 @@ class SimEnv:
         self.num_devices = cluster.num_devices
         self.microbatches = M = check_microbatches(microbatches)
         self.inflight = check_inflight(inflight, M)
-        # the host thread's program over issue positions (eager): forwards and backward() calls; with
-        # W < M it depends on the placement's stages (program())
-        self.segments = issue_segments(graph.num_ops, M, self.inflight)
+        # what depends on the graph, M and W only, built once for every env _like makes of this one (the rate
+        # fit of placer.learn.rates builds thousands, one per rescaled cluster)
+        self._shared = {} if _shared is None else _shared
+        parts = self._shared.get((M, self.inflight))
+        if parts is None:
+            parts = self._shared[(M, self.inflight)] = _GraphParts(graph, M, self.inflight)
+        self.segments, self._free, self.sim_graph = parts.segments, parts.free, parts.sim_graph
         self._host = np.asarray(cluster.kinds) == "cpu"
-        self._free = free_mask(graph)
-        # the graph the schedulers run: the graph itself, or its M microbatch copies, with the copies of
-        # shared parameters as edges (schedule_graph)
-        self.sim_graph = schedule_graph(graph, M)
         fwd, bwd = cost.op_times(graph, cluster, microbatches=M)
         # ops without a backward (integer ops, tables built from buffers: graphs.ops.grad_mask) have none to time
-        grad = grad_mask(graph)
+        grad = parts.grad
         bwd = np.where(grad[:, None], bwd, 0.0)
         self.grad = grad if M == 1 else np.tile(grad, M)
         # host seconds issuing each op (eager: the host thread forward, each device's autograd worker backward)
@@ -138,11 +158,8 @@ class SimEnv:
         )
         # what the host pays beside its ops (eager): staging copies to a GPU, contention with the autograd workers
         self.host_costs = cost.host_costs(cluster)
-        self.static_bytes = cost.static_bytes(self.sim_graph)
-        self.act_bytes = cost.activation_bytes(self.sim_graph)
-        # which outputs autograd keeps for backward (the others are freed once their consumers have run forward)
-        self.readers = backward_readers(self.sim_graph)  # who frees each kept output in the backward
-        self.kept = kept_mask(self.readers)  # graphs.ops.saved_mask
+        self.static_bytes, self.act_bytes = parts.static_bytes, parts.act_bytes
+        self.readers, self.kept = parts.readers, parts.kept
         self.consumers = self.sim_graph.out_csr[:2]
         self._kernel_data: Any = None
         self.planner = OrderPlanner(self)  # picks issue orders (order_candidates, schedule_order, plan_order)
@@ -227,6 +244,7 @@ class SimEnv:
             microbatches=M,
             inflight=W,
             order_margin=self.order_margin,
+            _shared=self._shared,
         )
 
     def _twin(self, executor: str, M: int, W: int) -> "SimEnv":

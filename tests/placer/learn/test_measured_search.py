@@ -158,7 +158,7 @@ def test_the_loop_measures_through_an_in_process_env_and_rematches_past_its_cach
     assert len(result.rematch["best"]) == len(result.rematch["simulator"]) == 2
 
 
-@pytest.mark.slow  # three searches on the simulator of ranks (~15 s)
+@pytest.mark.slow  # three searches on the simulator of ranks (~10 s)
 def test_across_processes_the_corrected_loop_finds_the_stand_in_s_best_and_the_uncorrected_does_not():
     """Plans across processes (the simulator of ranks, 4 microbatches): gpu:1 is 3x slower than the cluster says, so
     the simulator's even pipeline split is far off for real; the corrected loop learns to shift work off gpu:1."""
@@ -173,15 +173,12 @@ def test_across_processes_the_corrected_loop_finds_the_stand_in_s_best_and_the_u
     def real():
         return StandIn(graph, cluster, slow_device=SLOW, slowdown=3.0, simulator=ranks)
 
-    # the stand-in's best: the best of four searches on the truth. One search with the levels in turn (seed 0, the
-    # reference until learned levels) ended 19 % over it (57.7 against 48.5 ms with kicks of single ops; 48.1 with
-    # coarse kicks), and the loop ends 1.117x of this one (1.147x with coarse kicks)
-    best_s = min(
-        MoveSearch(graph, cluster, real().truth, options=MoveSearchOptions(levels=levels), seed=seed)
+    # the stand-in's best: the best search on the truth of four tried (levels in turn or learned, seeds 0 and 1:
+    # 57.7, 48.8, 57.7 and 48.5 ms), the learned levels at seed 1; the loop ends 1.117x of it
+    best_s = (
+        MoveSearch(graph, cluster, real().truth, options=MoveSearchOptions(levels="learned"), seed=1)
         .run(None, max_evals=1500)
         .step_time_s
-        for levels in ("cycle", "learned")
-        for seed in (0, 1)
     )
     options = _options(measurements=16)
     corrected = CorrectedSearch(graph, cluster, real(), sim=ranks(graph, cluster), options=options).run(None)
