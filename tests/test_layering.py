@@ -66,20 +66,33 @@ def _targets(node: ast.Import | ast.ImportFrom, modules: set[str], here: str) ->
     return subs if len(subs) == len(node.names) else [*subs, module]
 
 
-def imports(source: str, name: str, modules: set[str], *, top_level_only: bool) -> set[str]:
-    """Product modules imported by one module: everywhere, or only by what runs at its import."""
-    found: set[str] = set()
+@functools.lru_cache(maxsize=None)
+def import_nodes(source: str, top_level_only: bool) -> tuple[ast.Import | ast.ImportFrom, ...]:
+    """The import statements of one module's source: all of them, or only those that run at its import (once per
+    source text, as :func:`parsed`)."""
+    found: list[ast.Import | ast.ImportFrom] = []
 
     def visit(node: ast.AST, in_function: bool) -> None:
         if top_level_only and (in_function or _is_type_checking(node)):
             return
         if isinstance(node, (ast.Import, ast.ImportFrom)):
-            found.update(t for t in _targets(node, modules, name) if t.split(".")[0] in PRODUCT)
+            found.append(node)
         inner = in_function or isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda))
         for child in ast.iter_child_nodes(node):
             visit(child, inner)
 
     visit(parsed(source), False)
+    return tuple(found)
+
+
+def imports(source: str, name: str, modules: set[str], *, top_level_only: bool) -> set[str]:
+    """Product modules imported by one module: everywhere, or only by what runs at its import."""
+    found = {
+        t
+        for node in import_nodes(source, top_level_only)
+        for t in _targets(node, modules, name)
+        if t.split(".")[0] in PRODUCT
+    }
     found.discard(name)
     return found
 
@@ -130,7 +143,7 @@ def absolute_imports(node: ast.AST) -> list[str]:
 def ray_importers(srcs: dict[str, str]) -> list[str]:
     out = []
     for name, source in srcs.items():
-        for node in ast.walk(parsed(source)):
+        for node in import_nodes(source, False):
             names = absolute_imports(node)
             if any(n.split(".")[0] == "ray" for n in names):
                 out.append(name)
@@ -143,7 +156,7 @@ def private_imports(srcs: dict[str, str]) -> list[str]:
     out = []
     project = (*PRODUCT, "bench")
     for name, source in srcs.items():
-        for node in ast.walk(parsed(source)):
+        for node in import_nodes(source, False):
             if not isinstance(node, ast.ImportFrom) or node.level or not node.module:
                 continue
             if node.module.split(".")[0] not in project or node.module == name:
