@@ -458,7 +458,8 @@ class MeasuredEnv(RecordedMeasurements):
             raise PlacerError(f"measured env: a worker could not build the model ({why})") from None
         if stage == "start":
             self._nodes[i] = value
-            self._starting[self._actors[i].prepare.remote()] = (i, "build", time.monotonic() + self.build_timeout_s)
+            build = self._actors[i].prepare.remote(freeze_gc=True)  # the actor's process is its own
+            self._starting[build] = (i, "build", time.monotonic() + self.build_timeout_s)
             return -1
         if value != self.graph.content_hash:
             raise PlacerError(

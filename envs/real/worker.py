@@ -20,6 +20,7 @@ directory first on ``sys.path``.
 
 from __future__ import annotations
 
+import gc
 import hashlib
 import json
 import os
@@ -92,8 +93,15 @@ class Worker:
         """Answers once the actor process runs (the end of the "start" stage): the id of its node."""
         return self.node
 
-    def prepare(self) -> str:
-        """Build and export the model (once); returns its graph hash."""
+    def prepare(self, freeze_gc: bool = False) -> str:
+        """Build and export the model (once); returns its graph hash.
+
+        ``freeze_gc`` (a process of its own, as a Ray actor is): then set aside from the garbage collector what is
+        alive now (``gc.freeze``: the model, its program, every module imported), all of which lives as long as the
+        process. The collection before each measurement's timed steps (:func:`envs.real.timing.no_gc`) then walks
+        what the measurements made, not the whole heap: about 0.3 s a measurement with torch loaded, more than a
+        small model's steps take. Not in a caller's process (:class:`envs.real.local.LocalEnv`): its objects are
+        the caller's to free."""
         if self.ep is None:
             search_dir = (shipped_root(self.shipped) or self.source_dir) if self.shipped else self.source_dir
             model, inputs = build_model(self.source, search_dir=search_dir)
@@ -104,6 +112,10 @@ class Worker:
             self.constants = {
                 k: v.detach().clone() for k, v in self.ep.constants.items() if isinstance(v, torch.Tensor)
             }
+            if freeze_gc:
+                del model
+                gc.collect()
+                gc.freeze()
         return self.graph_hash
 
     def _restore(self) -> None:

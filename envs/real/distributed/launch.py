@@ -22,6 +22,7 @@ what its native code prints (the store's connection retries), are silenced.
 from __future__ import annotations
 
 import contextlib
+import gc
 import logging
 import re
 import shutil
@@ -90,6 +91,16 @@ def _quiet_launcher() -> Iterator[None]:
             logging.getLogger(name).setLevel(level)
 
 
+def _run_then_exit_quickly(entrypoint: Callable[..., Any], *args: Any) -> Any:
+    """``entrypoint(*args)`` in a job's process, which exits when it returns: its objects are frozen first, so the
+    interpreter's last garbage collection does not walk torch's millions of them (1-4 s per process, measured on
+    2 CPU cores, before the agent sees the job end)."""
+    try:
+        return entrypoint(*args)
+    finally:
+        gc.freeze()
+
+
 def failure_line(rank: int, failure: Any) -> str:
     """One line for a failed process of the job (a ``ProcessFailure`` of torch's launcher)."""
     message = failure.message
@@ -154,7 +165,7 @@ def launch(
     try:
         # the agent's native code (the store's connection retries) writes to fd 2: its outcome is an exception
         with _quiet_launcher(), native_stderr_silenced():
-            out = elastic_launch(config, entrypoint)(*args)
+            out = elastic_launch(config, _run_then_exit_quickly)(entrypoint, *args)
         failed = False
         return out
     except ChildFailedError as e:
