@@ -125,7 +125,8 @@ OPEN_HEAD = textwrap.dedent(
     """
 )
 # A driver that joins it twice: with RAY_AUTH_MODE=token set (one line says why it cannot), then as it comes (it
-# measures one placement, or says in one line why it cannot).
+# measures one placement, or says in one line why it cannot). It reads the head's address on stdin, after its imports:
+# they take place while the head starts.
 DRIVER = textwrap.dedent(
     """
     import os, sys
@@ -138,15 +139,16 @@ DRIVER = textwrap.dedent(
         import torch
         return torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.ReLU()), (torch.randn(2, 4),)
 
+    address = sys.stdin.readline().strip()
     os.environ["RAY_AUTH_MODE"] = "token"
     try:
-        join_cluster(sys.argv[1])
+        join_cluster(address)
         print("joined in token mode")
     except PlacerError as e:
         print(e)
     del os.environ["RAY_AUTH_MODE"]
     env = MeasuredEnv(build, Cluster.preset("k80x2"), workers=1, device_map="*=cpu", warmup_steps=0, timed_steps=1,
-                      ray_address=sys.argv[1], start_timeout_s=60)
+                      ray_address=address, start_timeout_s=60)
     try:
         print(env.evaluate([np.zeros(env.graph.num_ops, dtype=np.int32)])[0].status)
     except PlacerError as e:
@@ -159,8 +161,9 @@ DRIVER = textwrap.dedent(
 
 @pytest.fixture(scope="module")
 def open_cluster(tmp_path_factory):
-    """``(address, environment)``: a cluster started without token authentication, and the environment of a machine
-    where a local ``placer train --env measured`` left its token at ``~/.ray/auth_token`` (a temporary HOME)."""
+    """``(head, environment)``: the process of a cluster started without token authentication (it prints its address
+    once up), and the environment of a machine where a local ``placer train --env measured`` left its token at
+    ``~/.ray/auth_token`` (a temporary HOME)."""
     home = tmp_path_factory.mktemp("home")
     (home / ".ray").mkdir()
     (home / ".ray" / "auth_token").write_text("7" * 64)
@@ -174,20 +177,26 @@ def open_cluster(tmp_path_factory):
         stderr=subprocess.DEVNULL,
         text=True,
     )
-    address = head.stdout.readline().strip()
-    yield address, environ
+    yield head, environ
     head.communicate("", timeout=60)  # the head shuts its cluster down
 
 
 @pytest.fixture(scope="module")
 def joined(open_cluster) -> tuple[str, list[str]]:
     """The address, and what the driver printed: its join in token mode, then its measurement."""
-    address, environ = open_cluster
-    done = subprocess.run(
-        [sys.executable, "-c", DRIVER, address], env=environ, capture_output=True, text=True, timeout=300
+    head, environ = open_cluster
+    driver = subprocess.Popen(  # started with the head: it imports placer and Ray meanwhile
+        [sys.executable, "-c", DRIVER],
+        env=environ,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
     )
-    assert done.returncode == 0, done.stderr[-3000:]
-    return address, done.stdout.strip().splitlines()[-2:]
+    address = head.stdout.readline().strip()
+    out, err = driver.communicate(address + "\n", timeout=300)
+    assert driver.returncode == 0, err[-3000:]
+    return address, out.strip().splitlines()[-2:]
 
 
 def test_a_cluster_without_token_authentication_is_sent_no_token(joined):

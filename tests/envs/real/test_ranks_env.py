@@ -77,9 +77,9 @@ def workdir(tmp_path, monkeypatch):
     return importable_module(tmp_path, monkeypatch, "ranks_model", MODEL_SRC)
 
 
-def _env(source: str, run_dir, **options) -> RanksEnv:
+def _env(source: str, run_dir, cluster: str = "k80x2", **options) -> RanksEnv:
     options = {"warmup_steps": 1, "timed_steps": 2, "measure_timeout_s": 120, "start_timeout_s": 120, **options}
-    return RanksEnv(source, envs.resolve_cluster("k80x2"), run_dir=run_dir, **options)
+    return RanksEnv(source, envs.resolve_cluster(cluster), run_dir=run_dir, **options)
 
 
 def _split(env: RanksEnv, **plan) -> Placement:
@@ -122,19 +122,25 @@ def test_a_rank_that_dies_is_an_error_result(ray_cluster, workdir):
 
 
 def test_a_gymnasium_environment_scores_its_placements_as_jobs_of_ranks(ray_cluster, workdir):
-    """The multi-process runs behind placer.gym as the simulator is: one step is one job of two ranks."""
+    """The multi-process runs behind placer.gym as the simulator is: one step is one job of two ranks.
+
+    On a cluster of two devices (cpu:0, gpu:0): the problem's reward scale measures each device alone first, one job
+    per device (k80x2's three devices made it three)."""
     from placer.gym.problem import Outcome
     from placer.gym.views import PlaceAllEnv
 
-    env = _env("ranks_model:build", None)
+    env = _env("ranks_model:build", None, cluster="h200x1")
     try:
+        assert env.cluster.device_names == ["cpu:0", "gpu:0"]
         gym_env = PlaceAllEnv(graph=env.graph, cluster=env.cluster, scorer=env)
         gym_env.reset(seed=0)
         n = env.graph.num_ops
-        action = np.array([1 if i < n // 2 else 2 for i in range(gym_env.action_space.shape[0])])  # gpu:0, gpu:1
+        action = np.array([0 if i < n // 2 else 1 for i in range(gym_env.action_space.shape[0])])  # cpu:0, gpu:0
         _, reward, terminated, _, info = gym_env.step(action)
-        (measured,) = env.evaluate([_split(env)])  # the same plan: the env's cached job
+        split = Placement.from_indices(env.graph, env.cluster.device_names, action[:n])
+        (measured,) = env.evaluate([split])  # the same plan: the env's cached job
         assert terminated and measured.ok and info["step_time_s"] == measured.step_time_s > 0
+        assert [r["rank"] for r in measured.extra["ranks"]] == [0, 1]
         assert reward == gym_env.problem.reward(Outcome.of(measured)) and info["peak_bytes"] == measured.peak_bytes
     finally:
         env.close()
