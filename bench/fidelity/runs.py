@@ -273,7 +273,7 @@ def _runs(name: str, args: Any, graph, logical, cands: list[dict], todo: dict[st
 
 def measure(name: str, args: Any, graph, logical, cands: list[dict], work: str) -> dict[str, dict]:
     """Each label's measurement (:func:`envs.real.timing.measure_interleaved`), resumed from ``work/blocks.jsonl``."""
-    from envs.real.interleaved import measure_interleaved
+    from envs.real.interleaved import measure_interleaved, summarize_blocks
     from envs.real.timing import Protocol
 
     todo = labels(cands, graph, logical, args.repeat_placements)
@@ -287,17 +287,24 @@ def measure(name: str, args: Any, graph, logical, cands: list[dict], work: str) 
                     done.setdefault(rec["label"], []).append(rec["block"])
     cpus = sorted(os.sched_getaffinity(0))[: args.cpus] if hasattr(os, "sched_getaffinity") else None
     protocol = Protocol(threads=args.cpus, cpus=tuple(cpus) if cpus else None, gc_off=True, warmup_s=args.warmup_s)
-    built = _runs(name, args, graph, logical, cands, todo)
+    # a label whose every round is in the log (or that failed there) is not run again: not built again either
+    finished = {
+        label: summarize_blocks(blocks)
+        for label, blocks in done.items()
+        if len(blocks) >= args.rounds or any(b.get("status", "ok") != "ok" for b in blocks)
+    }
+    pending = {label: spec for label, spec in todo.items() if label not in finished}
+    built = _runs(name, args, graph, logical, cands, pending) if pending else {"runs": {}, "inputs": (), "failed": {}}
     log(
         f"[{name}] measuring {len(todo)} placed modules in {args.rounds} interleaved rounds of {args.steps} steps "
-        f"({len(done)} resumed)"
+        f"({len(done)} resumed, {len(finished)} of them done)"
     )
 
     def record(label: str, r: int, block: dict) -> None:
         with open(path, "a", encoding="utf-8") as f:
             f.write(json.dumps({"label": label, "round": r, "block": block}) + "\n")
 
-    out = measure_interleaved(
+    measured = measure_interleaved(
         built["runs"],
         built["inputs"],
         rounds=args.rounds,
@@ -308,7 +315,8 @@ def measure(name: str, args: Any, graph, logical, cands: list[dict], work: str) 
         done=done,
         on_block=record,
     )
-    out.update(built["failed"])
+    got = {**finished, **measured, **built["failed"]}
+    out = {label: got[label] for label in todo if label in got}
     for label, m in out.items():
         m.update(todo[label])
     return out
