@@ -317,7 +317,7 @@ def test_a_profile_calibrates_the_plans_and_every_simulated_column(tmp_path, wit
     from graphs.plan import Placement
 
     out = tmp_path / "offload"
-    quick = ("--tiny", "--out-dir", str(out), "--train-budget", "2", "--deadline", "0.1", "--json")
+    quick = ("--tiny", "--out-dir", str(out), "--train-budget", "1", "--deadline", "0.1", "--json")
     before = _subprocess("rivals", *quick, env_extra=without_ray)
     assert before.returncode == 0, before.stderr[-2000:]
     assert json.loads(before.stdout)["simulator"] == "estimates"

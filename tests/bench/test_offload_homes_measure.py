@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import gc
+import importlib
 import json
 
 import pytest
@@ -59,10 +61,40 @@ def test_bad_input_is_one_line_and_status_2(run_entry, tmp_path, args, message):
     assert status == 2 and message in err and len(err.strip().splitlines()) == 1
 
 
-@pytest.mark.slow
-def test_the_cpu_stand_in_measures_placer_s_homed_plan_and_fsdp2_and_writes_both_columns(run_entry, tmp_path):
+#: What the call imports as it goes (lazily), imported before the collector is frozen.
+RUN_IMPORTS = (
+    "accelerate",
+    "bench.fsdp2",
+    "envs.real.placed_model",
+    "envs.real.timing",
+    "networkx",
+    "numba",
+    "placer.apply",
+    "torch.distributed.fsdp",
+    "torch.export",
+    "transformers.models.llama.modeling_llama",
+)
+
+
+@pytest.fixture
+def frozen_gc():
+    """The objects alive before the test (pytest's, every module the call imports) set aside from the garbage
+    collector (``gc.freeze``), as long-lived objects are: each row still collects after its steps and around them
+    (:func:`envs.real.timing.no_gc`), and still frees the model it built, but no longer walks the whole pytest process
+    each time (0.25-0.5 s a collection here, 14 of them in this test)."""
     pytest.importorskip("transformers")
     pytest.importorskip("accelerate")
+    for name in RUN_IMPORTS:
+        importlib.import_module(name)
+    gc.freeze()
+    yield
+    gc.unfreeze()
+
+
+@pytest.mark.slow
+def test_the_cpu_stand_in_measures_placer_s_homed_plan_and_fsdp2_and_writes_both_columns(
+    run_entry, tmp_path, frozen_gc
+):
     status, out, err = run_entry(
         offload_homes_measure,
         *("--scenario", "tiny", "--cap", "0.01", "--device-map", "*=cpu", "--evals", "30"),
