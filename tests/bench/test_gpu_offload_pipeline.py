@@ -56,7 +56,6 @@ def frozen_gc():
         importlib.import_module(name)
     gc.freeze()
     yield
-    gc.unfreeze()
 
 
 def _logged(out: Path) -> int:

@@ -88,7 +88,6 @@ def frozen_gc():
         importlib.import_module(name)
     gc.freeze()
     yield
-    gc.unfreeze()
 
 
 @pytest.mark.slow

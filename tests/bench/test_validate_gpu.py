@@ -35,16 +35,15 @@ def run_here(run_entry):
 @pytest.fixture
 def run_frozen(run_here):
     """:func:`run_here`, each call with the objects alive before it (pytest's, every module imported so far) set aside
-    from the garbage collector (``gc.freeze``, undone after the test), as long-lived objects are: the measurement
-    protocol still collects between rounds and placements, and frees what the run makes, but no longer walks the
-    whole pytest process each time (0.25-0.5 s a collection here)."""
+    from the garbage collector (``gc.freeze``; the session froze what collection imported, tests/conftest.py), as
+    long-lived objects are: the measurement protocol still collects between rounds and placements, and frees what
+    the run makes, but no longer walks the whole pytest process each time (0.25-0.5 s a collection here)."""
 
     def run(*args, **kw):
         gc.freeze()
         return run_here(*args, **kw)
 
     yield run
-    gc.unfreeze()
 
 
 def test_summary_merges_models_across_calls(tmp_path):

@@ -43,6 +43,7 @@ def tree_sources() -> dict[str, str]:
     return {str(p.relative_to(ROOT)): p.read_text() for f in folders for p in sorted((ROOT / f).rglob("*.py"))}
 
 
+@pytest.mark.slow  # over 1 s (the fast tier is kept under 90 s)
 def test_every_scorer_method_in_the_tree_has_the_protocol_s_signature():
     assert signature_violations(tree_sources()) == []
 

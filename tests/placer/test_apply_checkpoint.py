@@ -105,6 +105,7 @@ def train_side_by_side_seeded(placed, ref, x, steps=3):
     train_side_by_side(Seeded(placed, state), Seeded(ref, state), x if isinstance(x, tuple) else (x,), steps)
 
 
+@pytest.mark.slow  # over 1 s (the fast tier is kept under 90 s)
 def test_a_llama_with_its_decoder_layers_checkpointed_keeps_loss_and_gradients():
     model, inputs = build_llama()
     ref = copy.deepcopy(model)
@@ -321,6 +322,7 @@ def _bert():
     return model, (ids, ids.clone())
 
 
+@pytest.mark.slow  # over 1 s (the fast tier is kept under 90 s)
 @pytest.mark.parametrize("build", [_gpt2, _bert], ids=["gpt2", "bert"])
 def test_the_homes_search_s_plan_with_checkpointed_layers_trains_as_the_unplaced_model_does(build):
     """The plan `placer place --method homes` makes for a GPU too small for the model's activations (layers
@@ -335,6 +337,7 @@ def test_the_homes_search_s_plan_with_checkpointed_layers_trains_as_the_unplaced
     train_side_by_side_seeded(placed, ref, inputs, steps=2)
 
 
+@pytest.mark.slow  # over 1 s (the fast tier is kept under 90 s)
 @pytest.mark.parametrize("build", [_gpt2, _bert], ids=["gpt2", "bert"])
 def test_every_layer_checkpointed_with_every_parameter_homed_on_the_host_trains_as_the_unplaced_model_does(build):
     """FSDP2's offload with activation checkpointing as a plan (bench.offload_homes.fsdp2_offload_plan): every op on

@@ -73,6 +73,7 @@ def test_a_tensor_over_a_gigabyte_is_not_mapped_anew_each_step_either():
     assert min(runs) < pages // 100, (runs, pages)
 
 
+@pytest.mark.slow  # over 1 s (the fast tier is kept under 90 s)
 def test_every_measurement_runs_with_malloc_steady_unless_told_not_to(monkeypatch):
     calls = []
     monkeypatch.setattr(timing, "steady_malloc", lambda: calls.append("steady") or True)

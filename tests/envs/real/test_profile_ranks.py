@@ -192,6 +192,7 @@ def test_microbatches_whose_program_has_other_ops_than_the_whole_batch_are_passe
     assert microbatch_program(model, inputs)[0] == 8  # without the whole batch's graph to compare: the largest M
 
 
+@pytest.mark.slow  # over 1 s (the fast tier is kept under 90 s)
 def test_two_ranks_of_this_machine_are_measured_into_a_cluster_the_simulator_takes(tmp_path, monkeypatch, capsys):
     (tmp_path / "tiny_ranks_model.py").write_text(TINY)
     monkeypatch.chdir(tmp_path)

@@ -93,6 +93,7 @@ def test_interleaved_rounds_alternate_the_order_and_a_resumed_run_skips_what_it_
     assert "".join(log) == "ABC" + "C" + "CB" + "ABC"
 
 
+@pytest.mark.slow  # over 1 s (the fast tier is kept under 90 s)
 def test_a_run_that_fails_is_recorded_and_the_others_go_on():
     log: list[str] = []
     runs = {"ok": run_of(Tagged("ok", log)), "bad": run_of(Tagged("bad", log, fail_at=3))}

@@ -15,6 +15,7 @@ from graphs.dag import priority_order
 from graphs.synthetic import random_dag
 
 
+@pytest.mark.slow  # over 1 s (the fast tier is kept under 90 s)
 @settings(max_examples=40, deadline=None)
 @given(
     n=st.integers(1, 300),
@@ -105,6 +106,7 @@ def random_topological_order(graph: OpGraph, rng) -> np.ndarray:
     return priority_order(graph, rng.random(graph.num_ops))
 
 
+@pytest.mark.slow  # over 1 s (the fast tier is kept under 90 s)
 @settings(max_examples=60, deadline=None)
 @given(
     n=st.integers(1, 14),

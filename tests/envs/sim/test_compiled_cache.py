@@ -22,6 +22,7 @@ def test_the_digest_changes_with_any_compiled_source_and_no_other(tmp_path):
     assert compiled.sources_digest(str(tmp_path)) != before
 
 
+@pytest.mark.slow  # over 1 s (the fast tier is kept under 90 s)
 @pytest.mark.skipif(not compiled.HAVE_NUMBA, reason="needs numba")
 def test_kernels_cache_under_the_digest_s_directory_and_numba_s_setting_is_left_alone(tmp_path):
     from numba import config

@@ -31,6 +31,7 @@ def capped_cluster(tmp_path_factory):
     return str(path)
 
 
+@pytest.mark.slow  # over 1 s (the fast tier is kept under 90 s)
 def test_homes_plans_a_model_that_does_not_fit_the_gpu_and_placer_run_runs_it(capsys, tmp_path, capped_cluster):
     pytest.importorskip("transformers")
     out_path = tmp_path / "plan.json"

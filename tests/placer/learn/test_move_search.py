@@ -125,6 +125,7 @@ def test_uniform_proposals_never_consult_the_critic():
     )
 
 
+@pytest.mark.slow  # over 1 s (the fast tier is kept under 90 s)
 def test_accepting_slower_moves_is_off_by_default_and_keeps_the_best():
     """options.accept > 0 takes the best of a fruitless batch anyway (cooling to 0 over the budget); the result is
     still the best placement simulated. At 0 (the default) nothing is accepted and the run is the default's."""
@@ -324,6 +325,7 @@ def _rounds_per_level(levels: str, seed: int) -> tuple[np.ndarray, MoveSearch]:
     return rounds, search
 
 
+@pytest.mark.slow  # over 1 s (the fast tier is kept under 90 s)
 def test_learned_levels_spend_the_rounds_on_the_level_whose_moves_pay():
     """Only single-op moves ever pay, 5 % of them: the cycle leaves the ops level after 6 fruitless rounds (about
     one stint in four) and spends 6 rounds on each coarse level before it comes back (28-35 % of the rounds on ops,

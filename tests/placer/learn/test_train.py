@@ -369,6 +369,7 @@ def _cli_train(path, logdir, *extra):
     return train_argv(path, logdir, "--no-progress", *extra)
 
 
+@pytest.mark.slow  # over 1 s (the fast tier is kept under 90 s)
 def test_resume_with_another_graphs_checkpoint_is_a_user_error(tmp_path, capsys):
     """The compatibility check runs before the policy is built on the checkpoint (was an IndexError)."""
     from graphs.synthetic import random_dag

@@ -39,6 +39,7 @@ def fastest_on_gpu(g, cluster):
     return min(r.step_time_s for sub in subsets if (r := env.simulate(on_gpu(g, cluster, sub))).ok)
 
 
+@pytest.mark.slow  # over 1 s (the fast tier is kept under 90 s)
 def test_a_run_s_moves_checkpoint_the_fastest_set_of_layers_that_lets_the_model_run_on_the_gpu(tmp_path):
     g, cluster = tight()
     runs = {}
@@ -91,6 +92,7 @@ def test_auto_follows_the_homes_and_on_is_refused_where_blocks_cannot_be(tmp_pat
         train(train_config(tmp_path / "n", algo="moves", iterations=1, checkpointing="on"), graph=g, cluster=big)
 
 
+@pytest.mark.slow  # over 1 s (the fast tier is kept under 90 s)
 def test_placer_train_says_what_it_checkpointed(tmp_path, capsys):
     g, cluster = tight()
     graph_path, cluster_path = tmp_path / "g.json", tmp_path / "c.json"

@@ -42,6 +42,7 @@ def offload_problem() -> tuple[OpGraph, Cluster]:
     return g, Cluster("toy-offload", devices, {("cpu:0", "gpu:0"): PCIE5, ("gpu:0", "cpu:0"): PCIE5})
 
 
+@pytest.mark.slow  # over 1 s (the fast tier is kept under 90 s)
 def test_a_run_on_a_model_that_does_not_fit_homes_its_weights_and_its_file_carries_them(tmp_path):
     g, cluster = offload_problem()
     runs = {}
@@ -92,6 +93,7 @@ def test_a_best_file_with_homes_is_read_back_into_codes_on_resume(tmp_path):
     assert skipped.best_indices is None
 
 
+@pytest.mark.slow  # over 1 s (the fast tier is kept under 90 s)
 def test_placer_train_says_what_it_homed(tmp_path, capsys):
     g, cluster = offload_problem()
     graph_path, cluster_path = tmp_path / "g.json", tmp_path / "c.json"

@@ -200,6 +200,7 @@ def test_expert_feed_forward_blocks_follow_module_paths(k80x4):
     assert len(set(idx.tolist())) == 4
 
 
+@pytest.mark.slow  # over 1 s (the fast tier is kept under 90 s)
 def test_accelerate_maps_its_device_map_onto_ops(k80x4):
     pytest.importorskip("accelerate")
     import torch

@@ -212,6 +212,7 @@ def test_window_items_keep_the_context_and_order():
     assert np.array_equal(spliced[:20], inc.order[:20]) and np.array_equal(spliced[35:], inc.order[35:])
 
 
+@pytest.mark.slow  # over 1 s (the fast tier is kept under 90 s)
 def test_ilp_keeps_its_hint_when_every_window_is_slower(monkeypatch):
     """A solver whose windows all make the plan slower (every item on the host) leaves the hint as it was."""
     from placer.methods.heuristics import ilp_lns as lns
@@ -228,7 +229,8 @@ def test_ilp_keeps_its_hint_when_every_window_is_slower(monkeypatch):
     assert envs.simulate(g, plan, c).step_time_s == pytest.approx(plan.meta["hint_step_time_s"])
 
 
-@pytest.mark.parametrize("max_items", [None, pytest.param(2, marks=pytest.mark.slow)])  # one model; windows
+@pytest.mark.slow  # over 1 s (the fast tier is kept under 90 s)
+@pytest.mark.parametrize("max_items", [None, 2])  # one model; windows
 def test_ilp_prefers_a_hint_that_fits_and_never_returns_one_out_of_memory(max_items):
     # the GPUs cannot hold the model: m_etf's plan (on the GPUs) is the fastest ignoring memory but does not fit;
     # ilp took it as its hint, and wrote an out-of-memory plan where another heuristic's fits
