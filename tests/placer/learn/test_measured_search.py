@@ -56,7 +56,7 @@ def test_placement_features_read_the_placement_and_its_simulated_time_only():
     assert np.allclose(pf(op_devices, np.array([0.2, 0.2]))[:, : cluster.num_devices], x[:, : cluster.num_devices] / 2)
 
 
-@pytest.mark.slow  # three searches on a 60-op graph (~34 s: the corrected loop refits the rates every round)
+@pytest.mark.slow  # three searches on a 60-op graph (~12 s: the corrected loop refits the rates every round)
 def test_the_corrected_loop_finds_the_stand_in_s_best_and_the_uncorrected_searches_do_not(problem):
     graph, cluster, best_s = problem
     real = StandIn(graph, cluster, slow_device=SLOW, slowdown=3.0)

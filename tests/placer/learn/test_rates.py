@@ -34,6 +34,27 @@ def test_rescaled_scales_each_device_and_each_link_group():
         rescaled(c, np.zeros(2), np.zeros(len(LINK_GROUPS)))
 
 
+@pytest.mark.parametrize("microbatches, inflight", [(1, None), (4, 2)])
+def test_a_simulator_on_a_rescaled_cluster_scores_as_one_built_on_it(microbatches, inflight):
+    """``with_cluster`` shares the graph-only parts of the simulator it is made from (the fit makes thousands), and
+    scores every placement as a simulator built afresh on that cluster does; its twins for other M too."""
+    graph, cluster = random_dag(40, seed=2), envs.resolve_cluster("k80x2")
+    other = rescaled(cluster, np.log([1.0, 0.5, 2.0]), np.log([0.25, 3.0]))
+    ops = np.random.default_rng(1).integers(0, 3, size=(8, graph.num_ops)).astype(np.int32)
+    base = envs.SimEnv(graph, cluster, microbatches=microbatches, inflight=inflight)
+    moved = base.with_cluster(other)
+    fresh = envs.SimEnv(graph, other, microbatches=microbatches, inflight=inflight)
+    assert moved.sim_graph is base.sim_graph and moved.cluster is other
+    assert np.array_equal(moved.step_times(ops)[0], fresh.step_times(ops)[0])
+    assert not np.array_equal(moved.step_times(ops)[0], base.step_times(ops)[0])
+    twin, fresh_twin = moved.with_microbatches(2), envs.SimEnv(graph, other, microbatches=2)
+    assert np.array_equal(twin.step_times(ops)[0], fresh_twin.step_times(ops)[0])
+    ranks = RankSim(graph, cluster, microbatches=4)
+    assert np.array_equal(
+        ranks.with_cluster(other).step_times(ops[:, :])[0], RankSim(graph, other, microbatches=4).step_times(ops)[0]
+    )
+
+
 def test_the_fit_recovers_a_slow_gpu_and_costlier_host_copies_and_leaves_the_rest_at_the_file():
     """The stand-in's distortion: gpu:1 2.5x slower, host copies 4x slower. Placements over the host and gpu:1 only
     (gpu:0 idle), so gpu:0's speed and the GPU-to-GPU links are informed by nothing and stay at the file's."""
