@@ -429,6 +429,7 @@ class RankSim:
         inflight: int | None = None,
         schedule: str | None = None,
         one_stage_per_rank: bool = False,
+        _shared: tuple | None = None,
     ) -> None:
         self.graph, self.cluster = graph, cluster
         self.microbatches = check_microbatches(microbatches)
@@ -436,8 +437,11 @@ class RankSim:
         self.schedule_name = check_schedule_name(schedule)
         self.one_stage_per_rank = bool(one_stage_per_rank)
         self._per_op: dict[int, tuple] = {}
-        self._cutter = StageCutter(graph, cluster.device_names)
-        self._readers = parameter_readers(graph)
+        # what depends on the graph and the device names only, shared with every scorer _like makes of this one
+        # (the rate fit of placer.learn.rates makes hundreds, one per rescaled cluster)
+        self._cutter, self._readers = (
+            (StageCutter(graph, cluster.device_names), parameter_readers(graph)) if _shared is None else _shared
+        )
         self._one_process: Any = None
         self.simulated = 0
         """placements scored through :meth:`step_times` and :meth:`overflow` (what a search on it spent)."""
@@ -477,6 +481,7 @@ class RankSim:
             inflight=W,
             schedule=self.schedule_name,
             one_stage_per_rank=self.one_stage_per_rank,
+            _shared=(self._cutter, self._readers),
         )
 
     def simulate(self, op_devices: Any, order: Any = None, timeline: list | None = None) -> Result:

@@ -3,8 +3,6 @@ report. A file of its own (the longest of the offload tests), so the two xdist w
 
 from __future__ import annotations
 
-import gc
-import importlib
 import json
 import os
 import signal
@@ -20,6 +18,7 @@ import graphs
 from bench import gpu_offload, offload
 from bench.measured_rl import read_curves
 from bench.offload import SCENARIOS
+from tests.bench.conftest import freeze_after_importing
 
 pytest.importorskip("transformers")
 pytest.importorskip("accelerate")
@@ -48,13 +47,8 @@ STAGE_IMPORTS = (
 
 @pytest.fixture
 def frozen_gc():
-    """The objects alive before the test (pytest's, every module the stages import) set aside from the garbage
-    collector (``gc.freeze``), as long-lived objects are: the measurement protocol still collects before and after
-    every placement (``LocalEnv``, :func:`envs.real.timing.no_gc`), and still frees every placed model the run makes,
-    but no longer walks the whole pytest process each time (0.25-0.5 s a collection here, 30 of them in this test)."""
-    for name in STAGE_IMPORTS:
-        importlib.import_module(name)
-    gc.freeze()
+    """The collector frozen on what the stages import (30 collections in this test)."""
+    freeze_after_importing(*STAGE_IMPORTS)
     yield
 
 

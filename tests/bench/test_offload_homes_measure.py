@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import gc
-import importlib
 import json
 
 import pytest
@@ -12,6 +10,7 @@ from bench import offload_homes, offload_homes_measure
 from bench.offload import Plan
 from envs.result import Result
 from graphs.plan import Placement
+from tests.bench.conftest import freeze_after_importing
 
 
 def plan(label, kind, status="ok", step_time_s=1.0, placement=True):
@@ -78,15 +77,10 @@ RUN_IMPORTS = (
 
 @pytest.fixture
 def frozen_gc():
-    """The objects alive before the test (pytest's, every module the call imports) set aside from the garbage
-    collector (``gc.freeze``), as long-lived objects are: each row still collects after its steps and around them
-    (:func:`envs.real.timing.no_gc`), and still frees the model it built, but no longer walks the whole pytest process
-    each time (0.25-0.5 s a collection here, 14 of them in this test)."""
+    """The collector frozen on what the call imports (14 collections in this test)."""
     pytest.importorskip("transformers")
     pytest.importorskip("accelerate")
-    for name in RUN_IMPORTS:
-        importlib.import_module(name)
-    gc.freeze()
+    freeze_after_importing(*RUN_IMPORTS)
     yield
 
 
