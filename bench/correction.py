@@ -38,7 +38,10 @@ is measured again for it), so no method is helped by another's measurements.
 (:class:`envs.real.ray.jobs.RanksEnv`, ``--microbatches`` M, ``--inflight`` W), the simulator the simulator of ranks
 (:class:`envs.sim.ranks.RankSim`) on ``--cluster``: a preset such as ``k80x2`` is an uncalibrated cluster for this
 machine's CPU ranks (its devices are GPUs), where the simulator misranks. The simulator scores plans of one stage
-per rank only, as ``placer train --ranks`` does, unless ``--looped``.
+per rank only, as ``placer train --ranks`` does, unless ``--looped``. ``--pin`` runs rank r on the r-th core this
+process may use; ``--busy-core K`` also keeps a busy loop pinned to core K for the whole run (:func:`busy_core`):
+the rank pinned there computes at about half its speed, a real slow device that no cluster file knows (CPU ranks
+are otherwise alike, and a preset's error is then mostly one scale, which moves no split).
 
 A markdown table on stdout (``--json``: every run with its curves); progress on stderr.
 """
@@ -46,10 +49,14 @@ A markdown table on stdout (``--json``: every run with its curves); progress on 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import hashlib
+import os
+import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from typing import Any, Callable
 
 import numpy as np
@@ -237,6 +244,9 @@ def ranks_cells(args: argparse.Namespace, say: Callable[[str], Any], cells: list
 
     cluster = envs.resolve_cluster(args.cluster)
     M, W = args.microbatches, args.inflight
+    cores = sorted(os.sched_getaffinity(0)) if args.pin else []
+    if args.busy_core is not None and args.busy_core not in cores:
+        raise PlacerError(f"--busy-core {args.busy_core}: give --pin too, and one of this machine's cores {cores}")
     real = RanksEnv(
         args.source,
         cluster,
@@ -246,6 +256,7 @@ def ranks_cells(args: argparse.Namespace, say: Callable[[str], Any], cells: list
         timed_steps=args.steps,
         measure_timeout_s=args.measure_timeout,
         run_dir=args.out_dir,
+        rank_cpus=[(c,) for c in cores] or None,  # rank r on the r-th core
     )
     try:
         # one stage per rank unless --looped, as `placer train --ranks` scores plans: looped plans measured far
@@ -254,13 +265,42 @@ def ranks_cells(args: argparse.Namespace, say: Callable[[str], Any], cells: list
         for seed in _seeds(args.seeds):
             say(f"  {args.source} on {cluster.name} ({real.graph.num_ops} ops), M={M}, seed {seed}, gloo ranks")
             cell = {"graph": args.source, "cluster": cluster.name, "seed": seed, "microbatches": M, "inflight": W}
+            cell.update(rank_cpus=[[c] for c in cores] or None, busy_core=args.busy_core)
             cells.append(cell)
             options = _options(args)
-            run_methods(
-                real.graph, cluster, real, options=options, seed=seed, rematch=args.rematch, say=say, out=cell, sim=sim
-            )
+            with busy_core(args.busy_core):
+                run_methods(
+                    real.graph,
+                    cluster,
+                    real,
+                    options=options,
+                    seed=seed,
+                    rematch=args.rematch,
+                    say=say,
+                    out=cell,
+                    sim=sim,
+                )
     finally:
         real.close()
+
+
+#: What :func:`busy_core` runs: pinned to the core its argument names, it spins.
+BUSY_LOOP = "import os, sys\nos.sched_setaffinity(0, {int(sys.argv[1])})\nwhile True:\n    pass\n"
+
+
+@contextlib.contextmanager
+def busy_core(core: int | None) -> Iterator[subprocess.Popen | None]:
+    """A process spinning on ``core`` (pinned there) while the block runs, killed after; None: nothing. A process
+    pinned to the same core then gets about half of it (the kernel shares a core fairly between the two)."""
+    if core is None:
+        yield None
+        return
+    spin = subprocess.Popen([sys.executable, "-c", BUSY_LOOP, str(core)], stdin=subprocess.DEVNULL)
+    try:
+        yield spin
+    finally:
+        spin.kill()
+        spin.wait()
 
 
 def _seeds(text: str) -> list[int]:
@@ -344,6 +384,19 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
         action="store_true",
         help="ranks: the simulator also scores plans of more stages than ranks (looped); by default one stage per "
         "rank, as placer train --ranks",
+    )
+    ap.add_argument(
+        "--pin",
+        action="store_true",
+        help="ranks: rank r runs on the r-th core this process may use (default: unpinned)",
+    )
+    ap.add_argument(
+        "--busy-core",
+        type=int,
+        default=None,
+        metavar="K",
+        help="ranks, with --pin: a busy loop pinned to core K for the whole run, so that the rank there computes at "
+        "about half speed: a real slow device no cluster file knows",
     )
     ap.add_argument("--device-map", default=None, help="local: logical -> torch devices (e.g. '*=cpu')")
     ap.add_argument("--warmup", type=int, default=1, help="local, ranks: warm-up steps per measurement")

@@ -149,15 +149,6 @@ def huge_pages(on: bool):
             os.environ["GLIBC_TUNABLES"] = before
 
 
-def pinned_run_rank(job: Any) -> dict[str, Any] | None:
-    """A rank pinned to a core of its own (its local rank's, among the cores this process may use), then the job."""
-    from envs.real.distributed.worker import run_rank
-
-    cores = sorted(os.sched_getaffinity(0))
-    os.sched_setaffinity(0, {cores[int(os.environ.get("LOCAL_RANK", "0")) % len(cores)]})
-    return run_rank(job)
-
-
 def measure_ranks(args: argparse.Namespace, say) -> dict[str, Any]:
     """``--ranks N``: every build of the plan one job of N processes, the pin settings interleaved (module doc)."""
     from envs.real.distributed.launch import launch
@@ -177,6 +168,8 @@ def measure_ranks(args: argparse.Namespace, say) -> dict[str, Any]:
     model, inputs = sources.resolve_model(args.source)
     plan, _ = distributed.compile_for_model(model, inputs, placement, backend="gloo", nproc_per_node=args.ranks)
     job = RankJob(source=args.source, plan=plan.to_dict(), source_dir=os.getcwd(), warmup=args.warmup, steps=args.steps)
+    cores = sorted(os.sched_getaffinity(0)) if "on" in pins else []
+    own_cores = tuple((cores[r % len(cores)],) for r in range(args.ranks)) if cores else None  # rank r on core r
     say("  the host's floor: twenty 512x512 matmuls on one thread, 60 times")
     floor = noise_floor()
     settings = [(pin, malloc, recv) for pin in pins for malloc in mallocs for recv in receives]
@@ -185,11 +178,11 @@ def measure_ranks(args: argparse.Namespace, say) -> dict[str, Any]:
     for k in range(args.builds):
         for pin, malloc, recv in settings if k % 2 == 0 else settings[::-1]:  # ABBA: a drift falls on each alike
             floor_s = noise_floor(runs=BUILD_FLOOR_RUNS)["median_s"]  # the host's speed now, just before the build
-            run = pinned_run_rank if pin == "on" else run_rank
             early = None if recv is None else recv == "early"
-            setting = replace(job, steady_malloc=malloc in ("steady", "huge"), early_receives=early)
+            cpus = own_cores if pin == "on" else None
+            setting = replace(job, steady_malloc=malloc in ("steady", "huge"), early_receives=early, cpus=cpus)
             with huge_pages(malloc == "huge"):  # the ranks are spawned: glibc reads GLIBC_TUNABLES as each starts
-                report = launch(run, (setting,), nproc_per_node=args.ranks)[0]
+                report = launch(run_rank, (setting,), nproc_per_node=args.ranks)[0]
             step_s, times = report["step_time_s"], list(report["step_times_s"])
             name = setting_name(pin, malloc, recv)
             builds[name].append({"build": k, "step_time_s": step_s, "step_times_s": times, "floor_s": floor_s})

@@ -49,6 +49,7 @@ def test_the_stand_in_of_splits_knows_its_true_best_and_every_method_measures_sp
         (correction, ["stand-in", "--graphs", "nope"], "nope"),
         (correction, ["stand-in", "--split", "-1"], "--split"),
         (correction, ["stand-in", "--graphs", "moe-30", "--clusters", "k80x2", "--op-noise", "-1"], "op noise"),
+        (correction, ["ranks", "--source", "m:build", "--busy-core", "0"], "--busy-core 0: give --pin too"),
         (repeatability, ["--scenario", "tiny", "--builds", "1"], "--builds"),
         (repeatability, [], "--source"),
         (repeatability, ["--source", "bench.rank_models:lm", "--ranks", "2"], "--ranks: give --source and --placement"),
@@ -62,6 +63,30 @@ def test_bad_options_exit_2_with_one_line(module, argv, option, capsys):
         rc = e.code
     err = capsys.readouterr().err
     assert rc == 2 and option in err and len(err.strip().splitlines()) == 1, err
+
+
+def test_a_busy_core_spins_pinned_to_its_core_while_the_block_runs_and_not_after():
+    """``--busy-core K``: the co-runner that makes the rank pinned to core K a slow device runs on K alone, takes CPU
+    time while the block runs, and is gone after it."""
+    import time
+
+    core = max(os.sched_getaffinity(0))
+    with correction.busy_core(core) as spin:
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:  # its interpreter starting, then pinning itself
+            if os.sched_getaffinity(spin.pid) == {core} and _cpu_seconds(spin.pid) > 0.2:
+                break
+            time.sleep(0.05)
+        assert os.sched_getaffinity(spin.pid) == {core} and _cpu_seconds(spin.pid) > 0.2 and spin.poll() is None
+    assert spin.poll() is not None  # killed and reaped
+    with correction.busy_core(None) as nothing:
+        assert nothing is None
+
+
+def _cpu_seconds(pid: int) -> float:
+    """User and system CPU time of process ``pid`` so far (Linux's /proc)."""
+    fields = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def test_the_repeatability_figures():

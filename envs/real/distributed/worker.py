@@ -26,6 +26,7 @@ timed steps; the report's ``timeline`` is every rank's actions in the median ste
 from __future__ import annotations
 
 import datetime
+import os
 import statistics
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -67,6 +68,8 @@ class RankJob:
             defaults (the A/B of ``bench.repeatability --malloc``).
         early_receives: post every receive of a step as it begins (:class:`RankSchedule`'s; None: on CPU ranks
             under GPipe or 1F1B; the A/B of ``bench.repeatability --receives``).
+        cpus: the cores each process runs on, by its global rank (``cpus[rank]``; None: where its launcher left
+            it). Set before the process group starts, so that gloo's threads start there too (:func:`pin_rank`).
     """
 
     source: str
@@ -81,6 +84,31 @@ class RankJob:
     threads: int = 1
     steady_malloc: bool = True
     early_receives: bool | None = None
+    cpus: tuple[tuple[int, ...], ...] | None = None
+
+
+def check_cpus(cpus: Sequence[Sequence[int]] | None, what: str = "rank cpus") -> tuple | None:
+    """``cpus`` (one set of cores a rank) as :attr:`RankJob.cpus`, each core one this process may run on (the ranks
+    are started on this machine); else :class:`PlacerError` naming ``what``."""
+    if cpus is None:
+        return None
+    if not hasattr(os, "sched_setaffinity"):
+        raise PlacerError(f"{what}: pinning a process to cores needs os.sched_setaffinity (Linux)")
+    out = tuple(tuple(int(c) for c in each) for each in cpus)
+    allowed = os.sched_getaffinity(0)
+    if not out or not all(out):
+        raise PlacerError(f"{what}: give each rank a set of cores, none empty (got {[list(c) for c in out]})")
+    missing = sorted({c for each in out for c in each} - allowed)
+    if missing:
+        raise PlacerError(f"{what}: cores {missing} are not among this machine's usable ones {sorted(allowed)}")
+    return out
+
+
+def pin_rank(cpus: Sequence[Sequence[int]] | None) -> None:
+    """This process (and the threads it starts from now on) on ``cpus[RANK]`` (``RANK`` as the launcher set it);
+    None: nothing."""
+    if cpus is not None:
+        os.sched_setaffinity(0, set(cpus[int(os.environ.get("RANK", "0")) % len(cpus)]))
 
 
 class PipelineStep(nn.Module):
@@ -230,6 +258,7 @@ def program_for(model: nn.Module, inputs: tuple, plan: RankPlan) -> tuple[Any, A
 def run_rank(job: RankJob) -> dict[str, Any] | None:
     """The entry point of every process (see the module doc); rank 0 returns the job's report."""
     torch.set_num_threads(max(1, job.threads))
+    pin_rank(job.cpus)
     dist.init_process_group(job.backend, timeout=datetime.timedelta(seconds=job.timeout_s))
     try:
         rank = dist.get_rank()
@@ -257,6 +286,8 @@ def run_rank(job: RankJob) -> dict[str, Any] | None:
             timeout_s=job.timeout_s,
             steady_malloc=job.steady_malloc,
         )
+        if hasattr(os, "sched_getaffinity"):
+            part["cpus"] = sorted(os.sched_getaffinity(0))  # the cores this rank ran on
         parts = gather_to_first(part, objects)
         return job_report(parts, plan, check) if rank == 0 else None
     finally:
@@ -277,10 +308,12 @@ __all__ = [
     "NoParameters",
     "PipelineStep",
     "RankJob",
+    "check_cpus",
     "check_report",
     "gather_to_first",
     "job_report",
     "median_step",
+    "pin_rank",
     "program_for",
     "run_rank",
     "step_gradients",

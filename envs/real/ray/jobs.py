@@ -37,7 +37,7 @@ from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
 from envs.real.distributed.launch import free_port
 from envs.real.distributed.rank_plan import RankPlan, compile_plan
-from envs.real.distributed.worker import RankJob, run_rank
+from envs.real.distributed.worker import RankJob, check_cpus, run_rank
 from envs.real.measure_log import placement_key
 from envs.real.measured import MeasuredEnv
 from envs.real.shipping import shipped_root
@@ -93,6 +93,10 @@ class RanksEnv(MeasuredEnv):
         rank_map, device_map: which rank and torch device each logical device is
             (:func:`envs.real.distributed.ranks.assign_ranks`).
         cpus_per_rank: Ray CPUs (and torch threads) of each rank.
+        rank_cpus: the cores each rank runs on, by rank (``[(0,), (1,)]``: rank 0 on core 0, rank 1 on
+            core 1; :attr:`RankJob.cpus`; a plan of fewer ranks uses the first); None: where Ray starts it. Only
+            on a Ray cluster of this one machine (the cores are checked here); a pinned job's log key differs
+            from the same plan's unpinned one.
         microbatches, inflight, schedule: the plan of a placement given as a vector
             or mapping (a :class:`graphs.plan.Placement` carries its own).
 
@@ -108,6 +112,7 @@ class RanksEnv(MeasuredEnv):
         backend: str = "gloo",
         rank_map: str | Mapping[str, int] | None = None,
         cpus_per_rank: int = 1,
+        rank_cpus: Sequence[Sequence[int]] | None = None,
         microbatches: int = 1,
         inflight: int | None = None,
         schedule: str | None = None,
@@ -115,6 +120,7 @@ class RanksEnv(MeasuredEnv):
     ) -> None:
         super().__init__(source, cluster, cpus_per_worker=cpus_per_rank, **options)
         self.backend, self.rank_map, self.cpus_per_rank = backend, rank_map, cpus_per_rank
+        self.rank_cpus = check_cpus(rank_cpus, "measured env: rank_cpus")
         self.plan_options = {"microbatches": microbatches, "inflight": inflight, "schedule": schedule}
         self._program_graphs: dict[int, Any] = {}  # microbatches -> the graph of one microbatch's program
         self._job_actors: list[Any] = []
@@ -160,8 +166,15 @@ class RanksEnv(MeasuredEnv):
                 device_map=self.device_map,
             )
             key = placement_key(placement, self.graph, list(self.cluster.device_names), f"placement {k}")[0]
+            cpus = None if self.rank_cpus is None else self.rank_cpus[: plan.num_ranks]
+            if cpus is not None and len(cpus) < plan.num_ranks:
+                raise PlacerError(
+                    f"placement {k}: {plan.num_ranks} ranks, but rank_cpus gives cores for {len(cpus)} only"
+                )
             # across processes, with its plan: never the key of the same placement measured in one process
-            out.append((f"ranks-{key}-m{M}-w{placement.inflight or M}-{plan.schedule}", plan))
+            key = f"ranks-{key}-m{M}-w{placement.inflight or M}-{plan.schedule}"
+            pinned = "" if cpus is None else "-cpus" + "_".join(".".join(map(str, c)) for c in cpus)
+            out.append((key + pinned, plan))
         return out
 
     # ------------------------------------------------------------ scoring
@@ -247,6 +260,7 @@ class RanksEnv(MeasuredEnv):
             lr=self.lr,
             timeout_s=self.measure_timeout_s,
             threads=self.cpus_per_rank,
+            cpus=None if self.rank_cpus is None else self.rank_cpus[: plan.num_ranks],
         )
         refs = [a.run.remote(job, r, plan.num_ranks, (ip, port)) for r, a in enumerate(self._job_actors)]
         pending = list(refs)

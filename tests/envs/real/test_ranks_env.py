@@ -9,6 +9,7 @@ spent (the retry rule itself is tested without Ray).
 from __future__ import annotations
 
 import json
+import os
 import textwrap
 
 import numpy as np
@@ -110,6 +111,22 @@ def test_a_placement_is_one_job_of_two_processes_logged_cached_and_measured_agai
         assert resumed.evaluate([placement])[0].step_time_s == first.step_time_s
     finally:
         resumed.close()
+    # each rank pinned to its cores (the last usable core for rank 0, the first for rank 1): a job of its own, not
+    # the unpinned one read back, whose every rank ran where it was told
+    cores = sorted(os.sched_getaffinity(0))
+    pinned = _env("ranks_model:build", workdir / "run", rank_cpus=[(cores[-1],), (cores[0],)])
+    try:
+        (measured,) = pinned.evaluate([placement])
+        assert measured.ok and measured is not first, measured.message
+        assert [r["cpus"] for r in measured.extra["ranks"]] == [[cores[-1]], [cores[0]]]
+        one_rank = Placement.from_indices(pinned.graph, pinned.cluster.device_names, [1] * pinned.graph.num_ops)
+        assert pinned.plans([one_rank])[0][0].endswith(f"-cpus{cores[-1]}")  # a plan of one rank: the first cores
+    finally:
+        pinned.close()
+    with pytest.raises(PlacerError, match=r"measured env: rank_cpus: cores \[100000\] are not among"):
+        _env("ranks_model:build", None, rank_cpus=[(cores[0],), (100000,)])
+    with pytest.raises(PlacerError, match="placement 0: 2 ranks, but rank_cpus gives cores for 1 only"):
+        _env("ranks_model:build", None, rank_cpus=[(cores[0],)]).plans([placement])
 
 
 def test_a_rank_that_dies_is_an_error_result(ray_cluster, workdir):
