@@ -296,7 +296,11 @@ class MeasuredEnv(RecordedMeasurements):
         return path
 
     def _start_local_ray(self, runtime_env: dict | None = None) -> None:
-        """Start a local Ray listening on loopback only, with its session files in :meth:`_ray_temp_dir`.
+        """Start a local Ray listening on loopback only, with its session files in :meth:`_ray_temp_dir`, whose
+        workers run at this process's priority: Ray's default lowers theirs (niceness 15), so that anything at the
+        normal priority on the machine (Ray's own daemons, the driver's search, another program) took a core from a
+        measurement at once, and a training step would be measured as no training job runs. (A cluster joined by
+        address keeps its own setting.)
 
         Token authentication: a new local Ray (>= 2.59) enables it unless
         ``RAY_AUTH_MODE`` says otherwise (the token is ``RAY_AUTH_TOKEN``,
@@ -313,6 +317,7 @@ class MeasuredEnv(RecordedMeasurements):
                 runtime_env=runtime_env,
                 _temp_dir=self._ray_temp_dir(),
                 _node_ip_address="127.0.0.1",
+                _system_config={"worker_niceness": 0},  # workers not niced (Ray's default is 15)
             )
         except BaseException:
             self._remove_ray_tmp()

@@ -66,6 +66,13 @@ def test_local_ray_listens_on_loopback_only(env):
     assert {ip for _, ip, _ in listening} <= LOOPBACK, listening
 
 
+def test_the_workers_run_at_the_driver_s_priority(env):
+    """Ray's default runs its workers at niceness 15: a measured step would lose its core to anything at the normal
+    priority. The measured env's workers (its Worker actor, and Ray's idle ones) are not niced."""
+    workers = [p for p in _ray_processes() if p.name().startswith("ray::") and "Agent" not in p.name()]
+    assert workers and {p.nice() for p in workers} == {psutil.Process().nice()}, [(p.name(), p.nice()) for p in workers]
+
+
 def test_session_files_are_under_the_run_dir(env):
     ray_dir = os.path.join(env.run_dir, "ray")
     assert any(name.startswith("session_") for name in os.listdir(ray_dir))
