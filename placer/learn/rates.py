@@ -112,8 +112,7 @@ class RateFit:
         still far from the measurements (its root-mean-square residual over :data:`FAR_OFF` noise widths: a machine many
         times slower than its file, which the robust loss, whose pull is bounded far out, leaves near the file), it
         starts again from each start moved as a whole by the median residual there (every rate at once: time scales
-        as one over them). Only then: from a moved start, a slow device whose slowdown a uniform one explains about
-        as well on the measurements so far is fitted as that uniform slowdown."""
+        as one over them)."""
         from scipy.optimize import least_squares
 
         op_devices = np.atleast_2d(np.asarray(op_devices, dtype=np.int32))
