@@ -245,8 +245,10 @@ def ranks_cells(args: argparse.Namespace, say: Callable[[str], Any], cells: list
     cluster = envs.resolve_cluster(args.cluster)
     M, W = args.microbatches, args.inflight
     cores = sorted(os.sched_getaffinity(0)) if args.pin else []
+    if args.busy_core is not None and not args.pin:
+        raise PlacerError(f"--busy-core {args.busy_core}: give --pin too (unpinned ranks share the busy core alike)")
     if args.busy_core is not None and args.busy_core not in cores:
-        raise PlacerError(f"--busy-core {args.busy_core}: give --pin too, and one of this machine's cores {cores}")
+        raise PlacerError(f"--busy-core {args.busy_core}: not one of the cores this process may use, {cores}")
     real = RanksEnv(
         args.source,
         cluster,
