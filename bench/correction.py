@@ -239,12 +239,14 @@ def local_cells(args: argparse.Namespace, say: Callable[[str], Any], cells: list
 
 def ranks_cells(args: argparse.Namespace, say: Callable[[str], Any], cells: list[dict[str, Any]]) -> None:
     """Plans across processes, measured as Ray jobs of gloo ranks (see the module doc)."""
+    from envs.real.distributed.worker import one_core_each
     from envs.real.ray.jobs import RanksEnv  # torch and ray: only for real steps
     from envs.sim.ranks import RankSim
 
     cluster = envs.resolve_cluster(args.cluster)
     M, W = args.microbatches, args.inflight
     cores = sorted(os.sched_getaffinity(0)) if args.pin else []
+    rank_cpus = one_core_each() if args.pin else None  # rank r on the r-th core
     if args.busy_core is not None and not args.pin:
         raise PlacerError(f"--busy-core {args.busy_core}: give --pin too (unpinned ranks share the busy core alike)")
     if args.busy_core is not None and args.busy_core not in cores:
@@ -258,7 +260,7 @@ def ranks_cells(args: argparse.Namespace, say: Callable[[str], Any], cells: list
         timed_steps=args.steps,
         measure_timeout_s=args.measure_timeout,
         run_dir=args.out_dir,
-        rank_cpus=[(c,) for c in cores] or None,  # rank r on the r-th core
+        rank_cpus=rank_cpus,
     )
     try:
         # one stage per rank unless --looped, as `placer train --ranks` scores plans: looped plans measured far
@@ -267,7 +269,7 @@ def ranks_cells(args: argparse.Namespace, say: Callable[[str], Any], cells: list
         for seed in _seeds(args.seeds):
             say(f"  {args.source} on {cluster.name} ({real.graph.num_ops} ops), M={M}, seed {seed}, gloo ranks")
             cell = {"graph": args.source, "cluster": cluster.name, "seed": seed, "microbatches": M, "inflight": W}
-            cell.update(rank_cpus=[[c] for c in cores] or None, busy_core=args.busy_core)
+            cell.update(rank_cpus=rank_cpus and [list(c) for c in rank_cpus], busy_core=args.busy_core)
             cells.append(cell)
             options = _options(args)
             with busy_core(args.busy_core):

@@ -152,7 +152,7 @@ def huge_pages(on: bool):
 def measure_ranks(args: argparse.Namespace, say) -> dict[str, Any]:
     """``--ranks N``: every build of the plan one job of N processes, the pin settings interleaved (module doc)."""
     from envs.real.distributed.launch import launch
-    from envs.real.distributed.worker import RankJob, run_rank
+    from envs.real.distributed.worker import RankJob, one_core_each, run_rank
     from graphs import sources
     from graphs.plan import Placement
     from placer import distributed
@@ -168,8 +168,7 @@ def measure_ranks(args: argparse.Namespace, say) -> dict[str, Any]:
     model, inputs = sources.resolve_model(args.source)
     plan, _ = distributed.compile_for_model(model, inputs, placement, backend="gloo", nproc_per_node=args.ranks)
     job = RankJob(source=args.source, plan=plan.to_dict(), source_dir=os.getcwd(), warmup=args.warmup, steps=args.steps)
-    cores = sorted(os.sched_getaffinity(0)) if "on" in pins else []
-    own_cores = tuple((cores[r % len(cores)],) for r in range(args.ranks)) if cores else None  # rank r on core r
+    own_cores = one_core_each(args.ranks) if "on" in pins else None  # rank r on core r
     say("  the host's floor: twenty 512x512 matmuls on one thread, 60 times")
     floor = noise_floor()
     settings = [(pin, malloc, recv) for pin in pins for malloc in mallocs for recv in receives]

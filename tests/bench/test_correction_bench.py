@@ -299,9 +299,11 @@ def test_the_ranks_mode_searches_the_simulator_of_ranks_and_measures_through_the
     monkeypatch.setattr(RankSim, "step_times", counted)
     monkeypatch.setattr(correction, "run_methods", spied)
     argv = ["ranks", "--source", "m:build", "--microbatches", "2", "--measurements", "4", "--sim-evals", "100"]
-    rc = correction.main([*argv, "--round-evals", "40", "--rematch", "1", "--steps", "2", "--json"])
+    rc = correction.main([*argv, "--round-evals", "40", "--rematch", "1", "--steps", "2", "--pin", "--json"])
     (cell,) = json.loads(capsys.readouterr().out)["cells"]
     assert rc == 0 and set(cell["methods"]) == set(correction.METHODS) and cell["microbatches"] == 2
+    cores = sorted(os.sched_getaffinity(0))  # --pin: rank r on the r-th core, said in the cell
+    assert made["rank_cpus"] == tuple((c,) for c in cores) and cell["rank_cpus"] == [[c] for c in cores]
     assert made["source"] == "m:build" and made["microbatches"] == 2 and made["inflight"] is None
     assert made["timed_steps"] == 2 and made["closed"]
     # the searches ran on the simulator of ranks, M = 2, scoring plans of one stage per rank only

@@ -104,6 +104,13 @@ def check_cpus(cpus: Sequence[Sequence[int]] | None, what: str = "rank cpus") ->
     return out
 
 
+def one_core_each(ranks: int | None = None) -> tuple[tuple[int, ...], ...]:
+    """:attr:`RankJob.cpus` with rank r on the r-th core this process may use (wrapping round where ``ranks`` is more
+    than the cores; None: one rank a core)."""
+    cores = sorted(os.sched_getaffinity(0))
+    return tuple((cores[r % len(cores)],) for r in range(len(cores) if ranks is None else ranks))
+
+
 def pin_rank(cpus: Sequence[Sequence[int]] | None) -> None:
     """This process (and the threads it starts from now on) on ``cpus[RANK]`` (``RANK`` as the launcher set it);
     None: nothing."""
@@ -313,6 +320,7 @@ __all__ = [
     "gather_to_first",
     "job_report",
     "median_step",
+    "one_core_each",
     "pin_rank",
     "program_for",
     "run_rank",

@@ -166,7 +166,7 @@ class RanksEnv(MeasuredEnv):
                 device_map=self.device_map,
             )
             key = placement_key(placement, self.graph, list(self.cluster.device_names), f"placement {k}")[0]
-            cpus = None if self.rank_cpus is None else self.rank_cpus[: plan.num_ranks]
+            cpus = self._cpus(plan)
             if cpus is not None and len(cpus) < plan.num_ranks:
                 raise PlacerError(
                     f"placement {k}: {plan.num_ranks} ranks, but rank_cpus gives cores for {len(cpus)} only"
@@ -176,6 +176,10 @@ class RanksEnv(MeasuredEnv):
             pinned = "" if cpus is None else "-cpus" + "_".join(".".join(map(str, c)) for c in cpus)
             out.append((key + pinned, plan))
         return out
+
+    def _cpus(self, plan: RankPlan) -> tuple | None:
+        """The cores of the plan's ranks (the first of ``rank_cpus``); None: unpinned."""
+        return None if self.rank_cpus is None else self.rank_cpus[: plan.num_ranks]
 
     # ------------------------------------------------------------ scoring
     def evaluate(self, placements: Sequence[Any], *, again: bool = False) -> list[Result]:
@@ -260,7 +264,7 @@ class RanksEnv(MeasuredEnv):
             lr=self.lr,
             timeout_s=self.measure_timeout_s,
             threads=self.cpus_per_rank,
-            cpus=None if self.rank_cpus is None else self.rank_cpus[: plan.num_ranks],
+            cpus=self._cpus(plan),
         )
         refs = [a.run.remote(job, r, plan.num_ranks, (ip, port)) for r, a in enumerate(self._job_actors)]
         pending = list(refs)
