@@ -25,7 +25,10 @@ keeping what a step frees (placer's default, :mod:`envs.real.allocator`) or glib
 steady, and asking the kernel for transparent huge pages (:data:`HUGE_PAGES`); and
 ``--receives early,jit``: every receive of a step posted as it begins (placer's default on CPU ranks under GPipe
 and 1F1B, :func:`envs.real.distributed.runtime.post_receives_early`) or where torch's schedule posts it, just
-before the action that needs it. Every combination is one setting (``pin off, malloc steady``; with ``--receives``,
+before the action that needs it; and ``--start spawn,forkserver``: each build's processes started as fresh
+interpreters (the bench's default: a build shares nothing with the one before it) or forked from a fork server that
+imported torch once (placer's default, :mod:`envs.real.distributed.launch`). Every combination is one setting
+(``pin off, malloc steady``; with ``--receives``,
 ``pin off, malloc steady, receives early``). The machine's own floor is measured first: a bare loop of
 matmuls on one thread (:func:`noise_floor`), so a spread can be told apart from the host's; and a short one just
 before every build, so that a drift of the host's speed between builds shows (``pair_diff_floored``: the pair
@@ -34,6 +37,7 @@ difference of each build's median over the floor before it)::
     python -m bench.repeatability --ranks 2 --source bench.rank_models:lm --placement plan.json --builds 8 --pin off,on
     python -m bench.repeatability --ranks 2 --source bench.rank_models:lm --placement plan.json --malloc steady,default
     python -m bench.repeatability --ranks 2 --source bench.rank_models:lm --placement plan.json --receives early,jit
+    python -m bench.repeatability --ranks 2 --source bench.rank_models:lm --placement plan.json --start spawn,forkserver
 """
 
 from __future__ import annotations
@@ -162,6 +166,11 @@ def measure_ranks(args: argparse.Namespace, say) -> dict[str, Any]:
     if "huge" in mallocs and not transparent_huge_pages():
         raise PlacerError("--malloc huge: transparent huge pages are off here (/sys/kernel/mm/transparent_hugepage)")
     receives = parse_list(args.receives, what="receives", known=["early", "jit"]) if args.receives else [None]
+    starts = parse_list(args.start, what="start", known=["spawn", "forkserver"]) if args.start else [None]
+    if "huge" in mallocs and "forkserver" in starts:  # a forked process never reads GLIBC_TUNABLES again
+        raise PlacerError(
+            "--malloc huge: needs spawned processes (glibc reads GLIBC_TUNABLES as one starts), not --start forkserver"
+        )
     if "on" in pins and not hasattr(os, "sched_setaffinity"):
         raise PlacerError("--pin on: needs os.sched_setaffinity (Linux)")
     placement = Placement.load(args.placement)
@@ -171,19 +180,20 @@ def measure_ranks(args: argparse.Namespace, say) -> dict[str, Any]:
     own_cores = one_core_each(args.ranks) if "on" in pins else None  # rank r on core r
     say("  the host's floor: twenty 512x512 matmuls on one thread, 60 times")
     floor = noise_floor()
-    settings = [(pin, malloc, recv) for pin in pins for malloc in mallocs for recv in receives]
+    settings = [(p, m, r, s) for p in pins for m in mallocs for r in receives for s in starts]
     builds: dict[str, list[dict[str, Any]]] = {setting_name(*s): [] for s in settings}
     load = [os.getloadavg()[0]]
     for k in range(args.builds):
-        for pin, malloc, recv in settings if k % 2 == 0 else settings[::-1]:  # ABBA: a drift falls on each alike
+        for pin, malloc, recv, start in settings if k % 2 == 0 else settings[::-1]:  # ABBA: a drift hits each alike
             floor_s = noise_floor(runs=BUILD_FLOOR_RUNS)["median_s"]  # the host's speed now, just before the build
             early = None if recv is None else recv == "early"
             cpus = own_cores if pin == "on" else None
             setting = replace(job, steady_malloc=malloc in ("steady", "huge"), early_receives=early, cpus=cpus)
-            with huge_pages(malloc == "huge"):  # the ranks are spawned: glibc reads GLIBC_TUNABLES as each starts
-                report = launch(run_rank, (setting,), nproc_per_node=args.ranks)[0]
+            method = start or "spawn"  # by default a build shares nothing with the one before it
+            with huge_pages(malloc == "huge"):
+                report = launch(run_rank, (setting,), nproc_per_node=args.ranks, start_method=method)[0]
             step_s, times = report["step_time_s"], list(report["step_times_s"])
-            name = setting_name(pin, malloc, recv)
+            name = setting_name(pin, malloc, recv, start)
             builds[name].append({"build": k, "step_time_s": step_s, "step_times_s": times, "floor_s": floor_s})
             say(f"  build {k}, {name}: {step_s * 1e3:.2f} ms (the floor before it {floor_s * 1e3:.2f} ms)")
     load.append(os.getloadavg()[0])
@@ -197,13 +207,17 @@ def measure_ranks(args: argparse.Namespace, say) -> dict[str, Any]:
     }
 
 
-def setting_name(pin: str, malloc: str, receives: str | None = None) -> str:
+def setting_name(pin: str, malloc: str, receives: str | None = None, start: str | None = None) -> str:
     """A setting of ``--ranks`` builds.
 
-    >>> setting_name("off", "steady"), setting_name("on", "steady", "jit")
-    ('pin off, malloc steady', 'pin on, malloc steady, receives jit')
+    >>> setting_name("off", "steady"), setting_name("on", "steady", "jit"), setting_name("on", "steady", None, "spawn")
+    ('pin off, malloc steady', 'pin on, malloc steady, receives jit', 'pin on, malloc steady, start spawn')
     """
-    return f"pin {pin}, malloc {malloc}" + (f", receives {receives}" if receives else "")
+    return (
+        f"pin {pin}, malloc {malloc}"
+        + (f", receives {receives}" if receives else "")
+        + (f", start {start}" if start else "")
+    )
 
 
 def measure(args: argparse.Namespace, say) -> dict[str, Any]:
@@ -315,6 +329,12 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
         help="--ranks: comma list of early,jit (every receive of a step posted as it begins, placer's default on "
         "CPU ranks under GPipe and 1F1B; or where torch's schedule posts it); default: placer's, not named in the "
         "settings",
+    )
+    ap.add_argument(
+        "--start",
+        default=None,
+        help="--ranks: comma list of spawn,forkserver (each build's processes fresh interpreters, or forked from a "
+        "fork server that imported torch once, as placer starts them); default: spawned, not named in the settings",
     )
     ap.add_argument("--json", action="store_true", help="print every build's step times as JSON")
     args = ap.parse_args(argv)

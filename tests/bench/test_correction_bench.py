@@ -222,20 +222,25 @@ def test_repeatability_across_processes_measures_each_build_as_a_job_of_ranks(ru
         "on",
         "--receives",
         "jit",
+        "--start",
+        "forkserver",
         "--json",
     )
     assert status == 0, err
     doc = json.loads(out)
-    on = doc["builds"]["pin on, malloc steady, receives jit"]  # the receives where torch posts them (--receives)
-    assert list(doc["builds"]) == ["pin on, malloc steady, receives jit"] and [b["build"] for b in on] == [0, 1]
+    name = "pin on, malloc steady, receives jit, start forkserver"  # receives where torch posts them, placer's start
+    on = doc["builds"][name]
+    assert list(doc["builds"]) == [name] and [b["build"] for b in on] == [0, 1]
     assert all(b["step_time_s"] > 0 and len(b["step_times_s"]) == 2 and b["floor_s"] > 0 for b in on)
     assert doc["floor"]["p90_s"] >= doc["floor"]["p10_s"] > 0 and doc["device"] == "2 gloo ranks"
     floored = [b["step_time_s"] / b["floor_s"] for b in on]  # each build over the host's floor just before it
-    s = doc["summary"]["pin on, malloc steady, receives jit"]
+    s = doc["summary"][name]
     assert s["pair_diff_floored"] == pytest.approx(abs(floored[0] - floored[1]) / (sum(floored) / 2))
-    for option, value in (("--pin", "sometimes"), ("--malloc", "jemalloc"), ("--receives", "late")):
+    for option, value in (("--pin", "sometimes"), ("--malloc", "jemalloc"), ("--receives", "late"), ("--start", "x")):
         status, _, err = run_entry(repeatability, *argv, option, value)
         assert status == 2 and f"{option}: unknown {value}" in err and len(err.strip().splitlines()) == 1, err
+    status, _, err = run_entry(repeatability, *argv, "--malloc", "huge", "--start", "spawn,forkserver")
+    assert status == 2 and "--start forkserver" in err and len(err.strip().splitlines()) == 1, err
 
 
 def test_huge_pages_reach_the_processes_started_inside_and_the_environment_is_restored(monkeypatch):

@@ -1,0 +1,72 @@
+"""envs.real.distributed.launch: which failed process names a job's failure, and what a job's process starts with.
+
+The processes are forked from a fork server (started once per calling process) unless
+``start_method="spawn"``; either way each takes the caller's environment and CPU
+affinity as they are at the launch, torch's per-rank entries on top.
+"""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from envs.real.distributed.launch import launch
+from graphs import PlacerError
+
+
+def dies_on_rank_1() -> None:
+    """A job's process: rank 1 ends as a crash would, while rank 0 waits on a receive from it."""
+    import torch
+    import torch.distributed as dist
+
+    dist.init_process_group("gloo")
+    if dist.get_rank() == 1:
+        os._exit(7)
+    dist.recv(torch.zeros(1), src=1)
+
+
+@pytest.mark.slow
+def test_the_job_s_failure_is_the_rank_that_went_first_not_the_one_it_left_behind():
+    # rank 0 fails too (gloo: "Connection closed by peer"), but waits before it does: the launcher sees rank 1 first
+    with pytest.raises(PlacerError, match=r"^rank 1 died \(exit code 7\)"):
+        launch(dies_on_rank_1, nproc_per_node=2)
+
+
+def report(tag: str) -> dict:
+    """A job's process: what it started with."""
+    return {
+        "tag": tag,
+        "rank": os.environ["RANK"],
+        "mine": os.environ.get("PLACER_TEST_LAUNCH"),
+        "gone": "PLACER_TEST_GONE" in os.environ,
+        "cpus": sorted(os.sched_getaffinity(0)),
+        "parent": os.getppid(),
+    }
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not hasattr(os, "sched_setaffinity"), reason="needs CPU affinity (Linux)")
+def test_each_job_s_processes_start_with_the_caller_s_environment_and_cores_as_they_are_at_the_launch(monkeypatch):
+    cores = sorted(os.sched_getaffinity(0))
+    monkeypatch.setenv("PLACER_TEST_LAUNCH", "first")
+    monkeypatch.setenv("PLACER_TEST_GONE", "1")
+    first = launch(report, ("a",), nproc_per_node=2)
+    rows = [(r["rank"], r["mine"], r["gone"]) for _, r in sorted(first.items())]
+    assert rows == [("0", "first", True), ("1", "first", True)]
+    # forked from the fork server, not from this process: the second job's processes are forked from the same one
+    assert first[0]["parent"] != os.getpid() and first[0]["parent"] == first[1]["parent"]
+    monkeypatch.setenv("PLACER_TEST_LAUNCH", "second")
+    monkeypatch.delenv("PLACER_TEST_GONE")
+    saved = os.sched_getaffinity(0)
+    try:
+        os.sched_setaffinity(0, cores[:1])
+        second = launch(report, ("b",), nproc_per_node=2)
+    finally:
+        os.sched_setaffinity(0, saved)
+    assert [(r["mine"], r["gone"], r["cpus"]) for _, r in sorted(second.items())] == [("second", False, cores[:1])] * 2
+    assert second[0]["parent"] == first[0]["parent"]
+    # spawned: a fresh interpreter per process, started by this one's launcher
+    spawned = launch(report, ("c",), nproc_per_node=2, start_method="spawn")
+    rows = [(r["mine"], r["parent"], r["cpus"]) for _, r in sorted(spawned.items())]
+    assert rows == [("second", os.getpid(), cores)] * 2
