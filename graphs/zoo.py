@@ -195,16 +195,29 @@ def graph(name: str, *, decompose: bool = False, refresh: bool = False) -> OpGra
         decompose: capture in core ATen (see :func:`graphs.torch_capture.export_program`).
         refresh: capture again even if cached.
     """
+    from filelock import FileLock
+
     path = cache_path(name, decompose=decompose)
-    if path.exists() and not refresh:
+    if not refresh and (cached := _cached(path)) is not None:
+        return cached
+    path.parent.mkdir(parents=True, exist_ok=True)
+    # one capture at a time per entry, across processes (test workers, Ray workers, two runs): whoever waited reads
+    # what the first captured instead of capturing it again; the OS drops the lock of a process that dies
+    with FileLock(f"{path}.lock"):
+        if not refresh and (cached := _cached(path)) is not None:
+            return cached
+        g = capture(name, decompose=decompose)
+        io.save(g, path)  # atomic: a reader without the lock sees the whole file or none
+    return g
+
+
+def _cached(path: Path) -> OpGraph | None:
+    if path.exists():
         try:
             return io.load(path)
         except PlacerError:
             pass  # a damaged cache entry: capture again and overwrite it
-    g = capture(name, decompose=decompose)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    io.save(g, path)  # atomic, with a per-process temporary name: concurrent captures are safe
-    return g
+    return None
 
 
 def capture(name: str, *, decompose: bool = False) -> OpGraph:

@@ -72,6 +72,28 @@ def test_graph_cache_is_used_and_damaged_entries_recaptured(tmp_path, monkeypatc
     path.write_text('{"format": "placer-graph/1", "ops"')  # truncated
     zoo.graph("resnet50")
     assert len(calls) == 2 and graphs.load(path).content_hash == first.content_hash
+
+
+def test_a_capture_under_way_elsewhere_is_waited_for_and_read_not_captured_again(tmp_path, monkeypatch):
+    """Two processes asking for one uncached model: the second waits on the entry's lock and reads the first's."""
+    import threading
+
+    from filelock import FileLock
+
+    monkeypatch.setenv("PLACER_CACHE_DIR", str(tmp_path))
+    calls = []
+    monkeypatch.setattr(zoo, "capture", lambda name, decompose=False: calls.append(name) or random_dag(9, name=name))
+    path = zoo.cache_path("gpt2")
+    path.parent.mkdir(parents=True)
+    got = []
+    with FileLock(f"{path}.lock"):  # another process is capturing gpt2
+        reader = threading.Thread(target=lambda: got.append(zoo.graph("gpt2")))
+        reader.start()
+        reader.join(timeout=1.0)
+        assert reader.is_alive() and not got  # waiting, not capturing
+        graphs.io.save(random_dag(20, seed=4, name="gpt2"), path)  # the other process's capture lands
+    reader.join(timeout=30)
+    assert calls == [] and got[0].num_ops == 20
     assert not [p for p in os.listdir(path.parent) if ".tmp" in p]
 
 
