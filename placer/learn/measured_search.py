@@ -16,6 +16,8 @@ real. :class:`CorrectedSearch` measures few placements and learns from each:
   what the measurements have not ruled out still looks as good as it may be) from the fastest placement measured;
   every placement it simulates joins a pool of candidates; measure the ``batch`` candidates with the lowest bound
   that are not measured yet;
+- before a round, where the fastest placement measured has one measurement only and did not win by far, it is
+  measured again instead (``confirm``), and judged by that measurement from then on;
 - :meth:`~CorrectedSearch.rematch`: the fastest placement measured and the simulator's best, measured again side
   by side ``rematch`` times each (the best of many noisy measurements is biased low; the medians of a fresh
   side-by-side are not).
@@ -55,6 +57,9 @@ from placer.methods.heuristics.costs import gpu_devices
 from placer.methods.heuristics.stage_search import cut_range, cuts_of, stages_of, starting_cuts
 from policies.moves import ItemLevel, item_levels
 
+#: A placement that measures fastest by more than this many noise widths (in log) is not measured again.
+CONFIRM_MARGIN = 3.0
+
 #: Draws :meth:`CorrectedSearch._kicked` makes for a placement near the best that is new and that the simulator scores.
 KICKED_TRIES = 64
 
@@ -87,6 +92,12 @@ class CorrectedSearchOptions:
     """candidates each round's search keeps (the lowest bounds); the measured loop re-ranks them every round."""
     rematch: int = 3
     """re-measurements of the best measured placement and of the simulator's best at the end, side by side (0: off)."""
+    confirm: bool = True
+    """a placement that measures fastest is measured once more (the budget pays) before the searches start from it,
+    and is judged by that re-measurement from then on: the measurement that made it fastest was chosen for being low
+    (the best of many noisy ones is biased low, the winner's curse), the one after it was not. Skipped where it won
+    by over :data:`CONFIRM_MARGIN` noise widths (:meth:`CorrectedSearch.noise_width`).
+    False: the fastest single measurement leads."""
 
 
 @dataclass
@@ -110,7 +121,7 @@ class CorrectedSearchResult:
     """The loop's outcome: its fastest measured placement, the simulator's best, the side-by-side, the curve."""
 
     op_devices: np.ndarray
-    step_time_s: float  # its first measurement
+    step_time_s: float  # its measurement (re-measured: the median of those after the first)
     simulator_op_devices: np.ndarray
     simulator_step_time_s: float  # the simulator's best, measured
     rematch: dict[str, list[float]]  # "best" and "simulator": the side-by-side re-measurements
@@ -194,7 +205,9 @@ class CorrectedSearch:
         self.x: list[np.ndarray] = []
         self.residual: list[float] = []
         self.op_devices: list[np.ndarray] = []
-        self.real_s: list[float] = []
+        self.real_s: list[float] = []  # each placement's step time: its first measurement, or once re-measured,
+        self.repeats: list[list[float]] = []  # the median of the measurements after the first (every one here)
+        self.simulated_s: list[float] = []  # each placement's on the plain simulator
         self.curve: list[Measurement] = []
         self.rounds = self.simulated = 0
         self.rematched: dict[str, list[float]] = {}
@@ -234,6 +247,8 @@ class CorrectedSearch:
         more stages than ranks are under ``one_stage_per_rank``). The loop ends there, short of its budget."""
         o = self.options
         self.rounds += 1
+        if o.confirm and self._confirm():
+            return True
         # fit the correction to every measurement so far: the rates (the simulator run again on them), then the
         # linear residual of what they leave
         sim, x, residual = self.sim, np.stack(self.x), np.asarray(self.residual)
@@ -428,6 +443,47 @@ class CorrectedSearch:
                 return op_devices
         return None
 
+    def noise_width(self) -> float | None:
+        """The measurements' noise in log: the median, over the placements measured more than once, of the standard
+        deviation of their log step times (None: none yet). A median: the first measurement of a placement measured
+        again was chosen for being fastest, and one lucky draw must not make every later one look like noise."""
+        widths = [np.std(np.log(r), ddof=1) for r in self.repeats if len(r) > 1 and np.isfinite(r).all()]
+        return float(np.median(widths)) if widths else None
+
+    def _confirm(self) -> bool:
+        """Measure the fastest placement again where it has one measurement and did not win by over
+        :data:`CONFIRM_MARGIN` noise widths; True where it did (the round's measurement)."""
+        real_s = np.asarray(self.real_s)
+        if self.left() <= 0 or not np.isfinite(real_s).any():
+            return False
+        order = np.argsort(real_s, kind="stable")
+        b = int(order[0])
+        if len(self.repeats[b]) > 1:
+            return False
+        noise = self.noise_width()
+        second = real_s[order[1]] if len(order) > 1 else np.inf
+        if noise is not None and np.log(second / real_s[b]) > CONFIRM_MARGIN * noise:
+            return False
+        again = self.real.measure_again if can_measure_again(self.real) else self.real.step_times
+        t, failed = again(self.op_devices[b][None].astype(np.int32))
+        t = float(t[0]) if not bool(np.asarray(failed)[0]) else float("inf")
+        self.repeats[b].append(t)
+        self.real_s[b] = float(np.median(self.repeats[b][1:]))
+        with np.errstate(divide="ignore", invalid="ignore"):
+            self.residual[b] = float(np.log(self.real_s[b] / self.simulated_s[b])) if np.isfinite(t) else np.nan
+        self.curve.append(
+            Measurement(
+                self.rounds,
+                t,
+                self.simulated_s[b],
+                float(real_s[b]),  # what it was expected to measure: its first measurement
+                float("nan"),
+                float(min(self.real_s)),
+                "confirm",
+            )
+        )
+        return True
+
     def _measure(
         self,
         op_devices: np.ndarray,
@@ -450,6 +506,8 @@ class CorrectedSearch:
             self.measured[placement_key(op_devices[j])] = len(self.real_s)
             self.op_devices.append(op_devices[j].copy())
             self.real_s.append(float(real_s[j]))
+            self.repeats.append([float(real_s[j])])
+            self.simulated_s.append(float(simulated_s[j]))
             self.x.append(x[j])
             self.residual.append(float(np.log(real_s[j] / simulated_s[j])) if np.isfinite(real_s[j]) else np.nan)
             pred = predicted[k] if predicted is not None else simulated_s[j]

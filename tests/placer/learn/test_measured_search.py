@@ -4,6 +4,7 @@ U-net one move off the slow GPU fixes it, and the move search on measurements al
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -82,7 +83,9 @@ def test_the_corrected_loop_finds_the_stand_in_s_best_and_the_uncorrected_search
 def test_the_curve_records_what_the_simulator_and_the_correction_predicted(problem):
     graph, cluster, _ = problem
     real = StandIn(graph, cluster, slow_device=SLOW, slowdown=3.0, noise=0.02, seed=1)
-    result = CorrectedSearch(graph, cluster, real, options=_options(measurements=8, rematch=0), seed=0).run(None)
+    # no confirmations (a later test's): each round's measurement is its fit's pick, the first two on the slow GPU
+    options = _options(measurements=8, rematch=0, confirm=False)
+    result = CorrectedSearch(graph, cluster, real, options=options, seed=0).run(None)
     curve = result.curve
     assert [m.round for m in curve[:4]] == [0, 0, 0, 0] and curve[4].round == 1  # four before the first fit
     assert all(m.best_s == min(c.real_s for c in curve[: k + 1]) for k, m in enumerate(curve))
@@ -97,8 +100,56 @@ def test_the_curve_records_what_the_simulator_and_the_correction_predicted(probl
     assert 0.25 < result.weights[f"speed/{SLOW}"] < 0.45  # the rates fitted: the slow GPU at about a third
     # the linear correction alone (rates=False): the slow GPU's work costs more than the simulator says
     real = StandIn(graph, cluster, slow_device=SLOW, slowdown=3.0, noise=0.02, seed=1)
-    linear = CorrectedSearch(graph, cluster, real, options=_options(measurements=8, rematch=0, rates=False)).run(None)
+    linear = CorrectedSearch(graph, cluster, real, options=replace(options, rates=False)).run(None)
     assert linear.weights[f"work/{SLOW}"] > 0.1 and f"speed/{SLOW}" not in linear.weights
+
+
+class LuckyOnce(StandIn):
+    """The stand-in, but the second placement it measures reads 0.3 of its truth the first time: a lucky draw."""
+
+    lucky: np.ndarray | None = None
+
+    def _measure(self, op_devices: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        first = self.measured
+        step_time_s, failed = super()._measure(op_devices)
+        if first <= 1 < first + len(step_time_s):
+            step_time_s = step_time_s.copy()
+            step_time_s[1 - first] *= 0.3
+            self.lucky = op_devices[1 - first].copy()
+        return step_time_s, failed
+
+
+@pytest.mark.slow  # two loops on a 60-op graph (~8 s)
+def test_a_placement_that_measured_fastest_by_luck_is_measured_again_and_not_kept(problem):
+    """The winner's curse: the fastest of many noisy measurements is biased low. The second placement measured reads
+    0.3 of its truth once, faster than anything there is; the loop measures it again before searching from it, finds
+    it slow, and goes on to the stand-in's best. Without confirmations it keeps the lucky placement to the end."""
+    graph, cluster, best_s = problem
+    options = _options(measurements=12, rematch=0)
+    lucky = LuckyOnce(graph, cluster, slow_device=SLOW, slowdown=3.0)
+    result = CorrectedSearch(graph, cluster, lucky, options=options, seed=0).run(None)
+    confirms = [m for m in result.curve if m.found_by == "confirm"]
+    assert confirms[0].round == 1 and confirms[0].predicted_s == min(m.real_s for m in result.curve[:4])
+    assert confirms[0].real_s == pytest.approx(lucky.true_step_times(lucky.lucky)[0][0])  # its truth, re-measured
+    assert len(confirms) <= 3  # no noise: once a placement measured twice alike, only near-ties are measured again
+    assert lucky.true_step_times(result.op_devices)[0][0] < 1.1 * best_s
+    assert result.step_time_s == pytest.approx(lucky.true_step_times(result.op_devices)[0][0])
+
+    blind = LuckyOnce(graph, cluster, slow_device=SLOW, slowdown=3.0)
+    kept = CorrectedSearch(graph, cluster, blind, options=replace(options, confirm=False), seed=0).run(None)
+    assert np.array_equal(kept.op_devices, blind.lucky) and kept.step_time_s < 0.7 * best_s  # the lucky read
+    assert blind.true_step_times(kept.op_devices)[0][0] > 1.5 * best_s
+
+
+def test_the_noise_width_is_the_median_spread_of_the_placements_measured_more_than_once():
+    graph, cluster = moe_dag(20, seed=0), envs.resolve_cluster("k80x2")
+    loop = CorrectedSearch(graph, cluster, StandIn(graph, cluster), options=_options())
+    assert loop.noise_width() is None
+    loop.repeats = [[1.0], [1.0, np.e**0.1], [2.0, 2.0 * np.e**0.2, 2.0 * np.e**0.1], [1.0, np.inf]]
+    # standard deviations in log: 0.1 / sqrt(2) and 0.1; the one that failed is left out; the one measured once too
+    assert loop.noise_width() == pytest.approx((0.1 / np.sqrt(2) + 0.1) / 2)
+    loop.repeats += [[0.3, 1.0], [1.0, 1.0], [1.0, 1.0]]  # a lucky first draw among placements that repeat exactly
+    assert loop.noise_width() == pytest.approx(0.1 / np.sqrt(2))
 
 
 @pytest.mark.slow  # a run: the heuristics, then ten measurements on the stand-in (~25 s)
