@@ -60,6 +60,34 @@ from policies.moves import ItemLevel, item_levels
 #: A placement that measures fastest by more than this many noise widths (in log) is not measured again.
 CONFIRM_MARGIN = 3.0
 
+
+def noise_width(repeats: Sequence[Sequence[float]]) -> float | None:
+    """The measurements' noise in log: the median, over the placements measured more than once, of the standard
+    deviation of their log step times (None: none yet). A median: the first measurement of a placement measured
+    again was chosen for being fastest, and one lucky draw must not make every later one look like noise.
+
+    >>> round(noise_width([[1.0], [1.0, 1.0], [0.3, 1.0], [2.0, 2.0]]), 6)
+    0.0
+    """
+    widths = [np.std(np.log(r), ddof=1) for r in repeats if len(r) > 1 and np.isfinite(r).all()]
+    return float(np.median(widths)) if widths else None
+
+
+def worth_confirming(step_time_s: float, runner_up_s: float, noise: float | None) -> bool:
+    """Whether a placement that measured ``step_time_s``, fastest ahead of ``runner_up_s``, should be measured again
+    before it is taken as the fastest: unless it won by over :data:`CONFIRM_MARGIN` noise widths, or had nothing to
+    beat (the first measured: not chosen among others for being low).
+
+    >>> worth_confirming(1.0, 1.05, None), worth_confirming(1.0, 1.05, 0.1), worth_confirming(1.0, 2.0, 0.1)
+    (True, True, False)
+    >>> worth_confirming(1.0, float("inf"), None)
+    False
+    """
+    if not np.isfinite(runner_up_s):
+        return False
+    return noise is None or not np.log(runner_up_s / step_time_s) > CONFIRM_MARGIN * noise
+
+
 #: Draws :meth:`CorrectedSearch._kicked` makes for a placement near the best that is new and that the simulator scores.
 KICKED_TRIES = 64
 
@@ -444,11 +472,8 @@ class CorrectedSearch:
         return None
 
     def noise_width(self) -> float | None:
-        """The measurements' noise in log: the median, over the placements measured more than once, of the standard
-        deviation of their log step times (None: none yet). A median: the first measurement of a placement measured
-        again was chosen for being fastest, and one lucky draw must not make every later one look like noise."""
-        widths = [np.std(np.log(r), ddof=1) for r in self.repeats if len(r) > 1 and np.isfinite(r).all()]
-        return float(np.median(widths)) if widths else None
+        """The measurements' noise in log (:func:`noise_width`) over this loop's placements (None: none re-measured)."""
+        return noise_width(self.repeats)
 
     def _confirm(self) -> bool:
         """Measure the fastest placement again where it has one measurement and did not win by over
@@ -460,9 +485,7 @@ class CorrectedSearch:
         b = int(order[0])
         if len(self.repeats[b]) > 1:
             return False
-        noise = self.noise_width()
-        second = real_s[order[1]] if len(order) > 1 else np.inf
-        if noise is not None and np.log(second / real_s[b]) > CONFIRM_MARGIN * noise:
+        if not worth_confirming(real_s[b], real_s[order[1]] if len(order) > 1 else np.inf, self.noise_width()):
             return False
         again = self.real.measure_again if can_measure_again(self.real) else self.real.step_times
         t, failed = again(self.op_devices[b][None].astype(np.int32))

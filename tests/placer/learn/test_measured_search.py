@@ -141,6 +141,22 @@ def test_a_placement_that_measured_fastest_by_luck_is_measured_again_and_not_kep
     assert blind.true_step_times(kept.op_devices)[0][0] > 1.5 * best_s
 
 
+@pytest.mark.slow  # two searches of 10 measurements on a 60-op graph (~2 s)
+def test_the_measured_move_search_measures_a_new_fastest_again_before_it_takes_it(problem):
+    """The rival without a model guards against the same curse: the first move it measures reads 0.3 of its truth."""
+    graph, cluster, _ = problem
+    sim_best = MoveSearch(graph, cluster, envs.SimEnv(graph, cluster), seed=0).run(None, max_evals=1000).op_devices
+    lucky = LuckyOnce(graph, cluster, slow_device=SLOW, slowdown=3.0)
+    moves = measured_move_search(graph, cluster, lucky, sim_best, measurements=10, seed=0)
+    assert len(moves.curve) == 10 and len(moves.repeats) >= 1 and moves.repeats[0][0] < 0.5 * moves.repeats[0][1]
+    assert moves.best_s == pytest.approx(lucky.true_step_times(moves.best_op_devices)[0][0])  # a true figure
+    assert not np.array_equal(moves.best_op_devices, lucky.lucky)
+    blind = LuckyOnce(graph, cluster, slow_device=SLOW, slowdown=3.0)
+    kept = measured_move_search(graph, cluster, blind, sim_best, measurements=10, seed=0, confirm=False)
+    assert np.array_equal(kept.best_op_devices, blind.lucky) and not kept.repeats
+    assert kept.best_s == pytest.approx(0.3 * blind.true_step_times(blind.lucky)[0][0])
+
+
 def test_the_noise_width_is_the_median_spread_of_the_placements_measured_more_than_once():
     graph, cluster = moe_dag(20, seed=0), envs.resolve_cluster("k80x2")
     loop = CorrectedSearch(graph, cluster, StandIn(graph, cluster), options=_options())
