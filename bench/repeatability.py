@@ -88,6 +88,8 @@ def summary(builds: list[dict[str, Any]]) -> dict[str, float]:
     }
     if builds and all("floor_s" in b for b in builds):
         out["pair_diff_floored"] = round(pair_diff([m / b["floor_s"] for m, b in zip(medians, builds)]), 12)
+    if builds and all("job_s" in b for b in builds):
+        out["job_s"] = float(np.median([b["job_s"] for b in builds]))  # --ranks: a build's whole job, median
     return out
 
 
@@ -190,12 +192,18 @@ def measure_ranks(args: argparse.Namespace, say) -> dict[str, Any]:
             cpus = own_cores if pin == "on" else None
             setting = replace(job, steady_malloc=malloc in ("steady", "huge"), early_receives=early, cpus=cpus)
             method = start or "spawn"  # by default a build shares nothing with the one before it
+            t0 = time.perf_counter()
             with huge_pages(malloc == "huge"):
                 report = launch(run_rank, (setting,), nproc_per_node=args.ranks, start_method=method)[0]
+            job_s = time.perf_counter() - t0  # the whole job: its processes' start, build, steps and exit
             step_s, times = report["step_time_s"], list(report["step_times_s"])
             name = setting_name(pin, malloc, recv, start)
-            builds[name].append({"build": k, "step_time_s": step_s, "step_times_s": times, "floor_s": floor_s})
-            say(f"  build {k}, {name}: {step_s * 1e3:.2f} ms (the floor before it {floor_s * 1e3:.2f} ms)")
+            build = {"build": k, "step_time_s": step_s, "step_times_s": times, "floor_s": floor_s, "job_s": job_s}
+            builds[name].append(build)
+            say(
+                f"  build {k}, {name}: {step_s * 1e3:.2f} ms (the floor before it {floor_s * 1e3:.2f} ms; the job "
+                f"{job_s:.1f} s)"
+            )
     load.append(os.getloadavg()[0])
     return {
         "device": f"{args.ranks} gloo ranks",
@@ -286,11 +294,14 @@ def markdown_table(doc: dict[str, Any]) -> str:
     ]
     floored = any("pair_diff_floored" in s for s in doc["summary"].values())
     head += ["pair diff over the floor"] if floored else []
+    jobs = any("job_s" in s for s in doc["summary"].values())
+    head += ["job s (median)"] if jobs else []
     lines = ["| " + " | ".join(head) + " |", "|---|" + "---:|" * (len(head) - 1)]
     for t, s in doc["summary"].items():
         row = [t, str(len(doc["builds"][t])), f"{s['median_s'] * 1e3:.2f}", f"{s['pair_diff']:.1%}"]
         row += [f"{s['halves']:.3f}", f"{s['first_over_rest']:.3f}", f"{s['in_build_spread']:.1%}"]
         row += [f"{s['pair_diff_floored']:.1%}" if "pair_diff_floored" in s else "-"] if floored else []
+        row += [f"{s['job_s']:.2f}" if "job_s" in s else "-"] if jobs else []
         lines.append("| " + " | ".join(row) + " |")
     if "floor" in doc:
         f = doc["floor"]

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 
+import numpy as np
 import pytest
 
 from bench import correction, host_malloc, repeatability
@@ -232,6 +233,7 @@ def test_repeatability_across_processes_measures_each_build_as_a_job_of_ranks(ru
     on = doc["builds"][name]
     assert list(doc["builds"]) == [name] and [b["build"] for b in on] == [0, 1]
     assert all(b["step_time_s"] > 0 and len(b["step_times_s"]) == 2 and b["floor_s"] > 0 for b in on)
+    assert doc["summary"][name]["job_s"] == np.median([b["job_s"] for b in on]) > max(b["step_time_s"] for b in on)
     assert doc["floor"]["p90_s"] >= doc["floor"]["p10_s"] > 0 and doc["device"] == "2 gloo ranks"
     floored = [b["step_time_s"] / b["floor_s"] for b in on]  # each build over the host's floor just before it
     s = doc["summary"][name]
