@@ -133,7 +133,14 @@ def run_methods(
     out["methods"]["simulator"] = {"best_s": sim_first["real_s"], "measured": 1, "curve": [sim_first]}
     t0, scorer = time.perf_counter(), Fresh(real)
     moves = measured_move_search(
-        graph, cluster, scorer, found["simulator"], measurements=options.measurements, seed=seed, sim=sim
+        graph,
+        cluster,
+        scorer,
+        found["simulator"],
+        measurements=options.measurements,
+        seed=seed,
+        sim=sim,
+        confirm=options.confirm,
     )
     found["measured moves"] = moves.best_op_devices if moves.best_op_devices is not None else found["simulator"]
     out["methods"]["measured moves"] = {
@@ -313,7 +320,11 @@ def _seeds(text: str) -> list[int]:
 
 def _options(args: argparse.Namespace) -> CorrectedSearchOptions:
     return CorrectedSearchOptions(
-        measurements=args.measurements, sim_evals=args.sim_evals, round_evals=args.round_evals, kappa=args.kappa
+        measurements=args.measurements,
+        sim_evals=args.sim_evals,
+        round_evals=args.round_evals,
+        kappa=args.kappa,
+        confirm=args.confirm == "on",
     )
 
 
@@ -417,6 +428,13 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--round-evals", type=int, default=CorrectedSearchOptions.round_evals, help="simulations a round")
     ap.add_argument("--kappa", type=float, default=CorrectedSearchOptions.kappa, help="exploration (std)")
     ap.add_argument("--rematch", type=int, default=3, help="side-by-side re-measurements of every method's best")
+    ap.add_argument(
+        "--confirm",
+        choices=("on", "off"),
+        default="on" if CorrectedSearchOptions.confirm else "off",
+        help="every measured search measures a new fastest placement again before it takes it (the winner's curse; "
+        "CorrectedSearchOptions.confirm); default %(default)s",
+    )
     ap.add_argument("--seeds", default="0", help="comma list of seeds")
     ap.add_argument("--json", action="store_true", help="print every run and its curves as JSON")
     args = ap.parse_args(argv)

@@ -10,9 +10,9 @@ across processes), moving an item almost always makes more stages than ranks. Th
 instead, as the corrected loop does (:func:`measured_cut_search`): a pattern search, each cut a step either way,
 measured, the step halved when no cut moves.
 
-As the corrected loop does (its ``confirm``), a placement that measures faster than the best so far is measured
-once more before the search takes it (unless it won by over three noise widths), and the search sees that second
-measurement: the first was the lowest of many noisy ones, the second is not chosen for being low.
+With ``confirm`` (the corrected loop's option of that name; off by default), a placement that measures faster than
+the best so far is measured once more before the search takes it (unless it won by over three noise widths), and
+the search sees that second measurement: the first was the lowest of many noisy ones, the second was not chosen.
 """
 
 from __future__ import annotations
@@ -38,7 +38,7 @@ class MeasuredMoves:
     :class:`BudgetSpent`), the schedules the search reads simulated by ``sim``. Keeps the best measured and the
     curve of the best after each measurement. ``confirm``: a new fastest is measured again first (module doc)."""
 
-    def __init__(self, real: Any, sim: Any, measurements: int, confirm: bool = True) -> None:
+    def __init__(self, real: Any, sim: Any, measurements: int, confirm: bool = False) -> None:
         self.real, self.sim, self.measurements, self.confirm = real, sim, measurements, confirm
         self.seen: dict[bytes, tuple[float, bool]] = {}
         self.best_s, self.best_op_devices = float("inf"), None
@@ -95,7 +95,7 @@ def measured_move_search(
     sim: Any = None,
     seed: int = 0,
     options: MoveSearchOptions | None = None,
-    confirm: bool = True,
+    confirm: bool = False,
 ) -> MeasuredMoves:
     """The move search from ``start`` (no uniform draws, no module_search share: each would cost a measurement)
     with every placement measured, until ``measurements`` are spent; the scorer, holding the best and the curve."""

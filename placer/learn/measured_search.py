@@ -16,8 +16,8 @@ real. :class:`CorrectedSearch` measures few placements and learns from each:
   what the measurements have not ruled out still looks as good as it may be) from the fastest placement measured;
   every placement it simulates joins a pool of candidates; measure the ``batch`` candidates with the lowest bound
   that are not measured yet;
-- before a round, where the fastest placement measured has one measurement only and did not win by far, it is
-  measured again instead (``confirm``), and judged by that measurement from then on;
+- with ``confirm``, before a round, where the fastest placement measured has one measurement only and did not win
+  by far, it is measured again instead, and judged by that measurement from then on;
 - :meth:`~CorrectedSearch.rematch`: the fastest placement measured and the simulator's best, measured again side
   by side ``rematch`` times each (the best of many noisy measurements is biased low; the medians of a fresh
   side-by-side are not).
@@ -120,12 +120,13 @@ class CorrectedSearchOptions:
     """candidates each round's search keeps (the lowest bounds); the measured loop re-ranks them every round."""
     rematch: int = 3
     """re-measurements of the best measured placement and of the simulator's best at the end, side by side (0: off)."""
-    confirm: bool = True
+    confirm: bool = False
     """a placement that measures fastest is measured once more (the budget pays) before the searches start from it,
     and is judged by that re-measurement from then on: the measurement that made it fastest was chosen for being low
     (the best of many noisy ones is biased low, the winner's curse), the one after it was not. Skipped where it won
-    by over :data:`CONFIRM_MARGIN` noise widths (:meth:`CorrectedSearch.noise_width`).
-    False: the fastest single measurement leads."""
+    by over :data:`CONFIRM_MARGIN` noise widths (:meth:`CorrectedSearch.noise_width`). Off by default: on the
+    stand-ins (2 % noise) it cost more measurements than the curse did (BENCHMARKS.md, "The winner's curse"), and on
+    real CPU ranks one run could not tell."""
 
 
 @dataclass

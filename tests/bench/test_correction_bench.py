@@ -343,3 +343,36 @@ def test_host_malloc_steps_the_model_in_fresh_processes_and_counts_the_pages_eac
     assert status == 2 and "--settings: unknown jemalloc" in err and len(err.strip().splitlines()) == 1, err
     status, _, err = run_entry(host_malloc, "--source", "nosuch:build", "--runs", "1", "--steps", "2")
     assert status == 2 and "run 0 (default): nosuch:build" in err and len(err.strip().splitlines()) == 1, err
+
+
+def test_confirm_is_off_unless_asked_and_reaches_the_loops_and_the_measured_move_search(monkeypatch):
+    assert correction._options(correction.parse(["stand-in"])).confirm is False
+    options = correction._options(correction.parse(["stand-in", "--confirm", "on"]))
+    assert options.confirm is True
+    seen = []
+
+    class Stop(Exception):
+        pass
+
+    def recorded(*args, confirm=None, options=None, **kw):
+        seen.append(confirm if options is None else options.confirm)
+        raise Stop
+
+    monkeypatch.setattr(correction, "CorrectedSearch", recorded)
+    with pytest.raises(Stop):
+        correction.run_methods(None, None, None, options=options, seed=0, rematch=0, say=print, out={})
+    monkeypatch.setattr(correction, "measured_move_search", recorded)
+    monkeypatch.setattr(correction, "CorrectedSearch", lambda *a, **kw: FakeLoop())
+    with pytest.raises(Stop):
+        correction.run_methods(None, None, None, options=options, seed=0, rematch=0, say=print, out={})
+    assert seen == [True, True]
+
+
+class FakeLoop:
+    """A loop that found the all-zeros placement at once (what run_methods reads of a result)."""
+
+    def run(self, start):
+        from placer.learn.measured_search import CorrectedSearchResult, Measurement
+
+        zeros, first = np.zeros(3, dtype=np.int32), Measurement(0, 1.0, 1.0, 1.0, 1.0, 1.0, "simulator")
+        return CorrectedSearchResult(zeros, 1.0, zeros, 1.0, {}, [first], {}, 0.0, 0.0, 0)

@@ -83,7 +83,7 @@ def test_the_corrected_loop_finds_the_stand_in_s_best_and_the_uncorrected_search
 def test_the_curve_records_what_the_simulator_and_the_correction_predicted(problem):
     graph, cluster, _ = problem
     real = StandIn(graph, cluster, slow_device=SLOW, slowdown=3.0, noise=0.02, seed=1)
-    # no confirmations (a later test's): each round's measurement is its fit's pick, the first two on the slow GPU
+    # no confirmations (a later test's option): each round measures its fit's pick, the first two on the slow GPU
     options = _options(measurements=8, rematch=0, confirm=False)
     result = CorrectedSearch(graph, cluster, real, options=options, seed=0).run(None)
     curve = result.curve
@@ -125,7 +125,7 @@ def test_a_placement_that_measured_fastest_by_luck_is_measured_again_and_not_kep
     0.3 of its truth once, faster than anything there is; the loop measures it again before searching from it, finds
     it slow, and goes on to the stand-in's best. Without confirmations it keeps the lucky placement to the end."""
     graph, cluster, best_s = problem
-    options = _options(measurements=12, rematch=0)
+    options = _options(measurements=12, rematch=0, confirm=True)
     lucky = LuckyOnce(graph, cluster, slow_device=SLOW, slowdown=3.0)
     result = CorrectedSearch(graph, cluster, lucky, options=options, seed=0).run(None)
     confirms = [m for m in result.curve if m.found_by == "confirm"]
@@ -137,6 +137,7 @@ def test_a_placement_that_measured_fastest_by_luck_is_measured_again_and_not_kep
 
     blind = LuckyOnce(graph, cluster, slow_device=SLOW, slowdown=3.0)
     kept = CorrectedSearch(graph, cluster, blind, options=replace(options, confirm=False), seed=0).run(None)
+    assert CorrectedSearchOptions().confirm is False  # off by default (the option's doc says why)
     assert np.array_equal(kept.op_devices, blind.lucky) and kept.step_time_s < 0.7 * best_s  # the lucky read
     assert blind.true_step_times(kept.op_devices)[0][0] > 1.5 * best_s
 
@@ -147,12 +148,12 @@ def test_the_measured_move_search_measures_a_new_fastest_again_before_it_takes_i
     graph, cluster, _ = problem
     sim_best = MoveSearch(graph, cluster, envs.SimEnv(graph, cluster), seed=0).run(None, max_evals=1000).op_devices
     lucky = LuckyOnce(graph, cluster, slow_device=SLOW, slowdown=3.0)
-    moves = measured_move_search(graph, cluster, lucky, sim_best, measurements=10, seed=0)
+    moves = measured_move_search(graph, cluster, lucky, sim_best, measurements=10, seed=0, confirm=True)
     assert len(moves.curve) == 10 and len(moves.repeats) >= 1 and moves.repeats[0][0] < 0.5 * moves.repeats[0][1]
     assert moves.best_s == pytest.approx(lucky.true_step_times(moves.best_op_devices)[0][0])  # a true figure
     assert not np.array_equal(moves.best_op_devices, lucky.lucky)
     blind = LuckyOnce(graph, cluster, slow_device=SLOW, slowdown=3.0)
-    kept = measured_move_search(graph, cluster, blind, sim_best, measurements=10, seed=0, confirm=False)
+    kept = measured_move_search(graph, cluster, blind, sim_best, measurements=10, seed=0)  # (off by default)
     assert np.array_equal(kept.best_op_devices, blind.lucky) and not kept.repeats
     assert kept.best_s == pytest.approx(0.3 * blind.true_step_times(blind.lucky)[0][0])
 
