@@ -89,7 +89,7 @@ def test_a_capture_under_way_elsewhere_is_waited_for_and_read_not_captured_again
     with FileLock(f"{path}.lock"):  # another process is capturing gpt2
         reader = threading.Thread(target=lambda: got.append(zoo.graph("gpt2")))
         reader.start()
-        reader.join(timeout=1.0)
+        reader.join(timeout=0.3)
         assert reader.is_alive() and not got  # waiting, not capturing
         graphs.io.save(random_dag(20, seed=4, name="gpt2"), path)  # the other process's capture lands
     reader.join(timeout=30)
