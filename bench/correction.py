@@ -52,7 +52,6 @@ import argparse
 import contextlib
 import dataclasses
 import hashlib
-import os
 import subprocess
 import sys
 import time
@@ -252,8 +251,8 @@ def ranks_cells(args: argparse.Namespace, say: Callable[[str], Any], cells: list
 
     cluster = envs.resolve_cluster(args.cluster)
     M, W = args.microbatches, args.inflight
-    cores = sorted(os.sched_getaffinity(0)) if args.pin else []
     rank_cpus = one_core_each() if args.pin else None  # rank r on the r-th core
+    cores = [c for (c,) in rank_cpus or ()]
     if args.busy_core is not None and not args.pin:
         raise PlacerError(f"--busy-core {args.busy_core}: give --pin too (unpinned ranks share the busy core alike)")
     if args.busy_core is not None and args.busy_core not in cores:

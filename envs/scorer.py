@@ -63,3 +63,17 @@ def can_overflow(scorer: Any) -> bool:
 def can_measure_again(scorer: Any) -> bool:
     """Whether ``scorer`` can measure a placement anew, past its caches (``measure_again``)."""
     return callable(getattr(scorer, "measure_again", None))
+
+
+def measure_again(scorer: Any, op_devices: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``op_devices`` measured anew: ``scorer.measure_again`` where it has one, else its ``step_times`` (a scorer
+    without caches: each call measures).
+
+    >>> import envs
+    >>> from graphs.synthetic import random_dag
+    >>> sim, on_one = envs.SimEnv(random_dag(10, seed=0), envs.resolve_cluster("k80x2")), np.zeros((1, 10), np.int32)
+    >>> bool(measure_again(sim, on_one)[0][0] == sim.step_times(on_one)[0][0])
+    True
+    """
+    again = scorer.measure_again if can_measure_again(scorer) else scorer.step_times
+    return again(op_devices)

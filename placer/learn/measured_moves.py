@@ -25,7 +25,7 @@ import numpy as np
 
 import envs
 from envs.cluster import Cluster
-from envs.scorer import can_measure_again
+from envs.scorer import measure_again
 from graphs import OpGraph
 from placer.learn.measured_search import noise_width, worth_confirming
 from placer.learn.move_search import MoveSearch, MoveSearchOptions
@@ -71,8 +71,7 @@ class MeasuredMoves:
 
     def _again(self, op_devices: np.ndarray, first_s: float) -> tuple[float, bool]:
         """``op_devices`` measured once more (a measurement of the budget): what the search sees of it from now."""
-        again = self.real.measure_again if can_measure_again(self.real) else self.real.step_times
-        step_time_s, failed = again(op_devices[None])
+        step_time_s, failed = measure_again(self.real, op_devices[None])
         t, f = float(step_time_s[0]), bool(failed[0])
         self.repeats.append([first_s, t if not f else float("inf")])
         self.curve.append(self.best_s)  # (made the best after it, where it is)

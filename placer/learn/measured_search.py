@@ -47,7 +47,7 @@ import numpy as np
 
 import envs
 from envs.cluster import Cluster
-from envs.scorer import can_measure_again
+from envs.scorer import measure_again
 from graphs import OpGraph, PlacerError
 from placer.learn.corrected_sim import CorrectedSimulator, Pool, placement_key
 from placer.learn.correction import Correction, PlacementFeatures
@@ -234,9 +234,11 @@ class CorrectedSearch:
         self.x: list[np.ndarray] = []
         self.residual: list[float] = []
         self.op_devices: list[np.ndarray] = []
-        self.real_s: list[float] = []  # each placement's step time: its first measurement, or once re-measured,
-        self.repeats: list[list[float]] = []  # the median of the measurements after the first (every one here)
-        self.simulated_s: list[float] = []  # each placement's on the plain simulator
+        # each placement's step time as judged: its first measurement, or once re-measured (``confirm``) the median of
+        # those after the first; every measurement of it; its step time on the plain simulator
+        self.real_s: list[float] = []
+        self.repeats: list[list[float]] = []
+        self.simulated_s: list[float] = []
         self.curve: list[Measurement] = []
         self.rounds = self.simulated = 0
         self.rematched: dict[str, list[float]] = {}
@@ -318,10 +320,9 @@ class CorrectedSearch:
             return
         best, sim_best = self.best_op_devices(), self.simulator_op_devices
         both = np.stack([best, sim_best])
-        again = self.real.measure_again if can_measure_again(self.real) else self.real.step_times
         self.rematched = {"best": [], "simulator": []}
         for _ in range(n):  # interleaved: a drift of the machine hits both alike
-            step_time_s, failed = again(both)
+            step_time_s, failed = measure_again(self.real, both)
             step_time_s = np.where(np.asarray(failed, dtype=bool), np.inf, np.asarray(step_time_s, dtype=float))
             self.rematched["best"].append(float(step_time_s[0]))
             self.rematched["simulator"].append(float(step_time_s[1]))
@@ -488,8 +489,7 @@ class CorrectedSearch:
             return False
         if not worth_confirming(real_s[b], real_s[order[1]] if len(order) > 1 else np.inf, self.noise_width()):
             return False
-        again = self.real.measure_again if can_measure_again(self.real) else self.real.step_times
-        t, failed = again(self.op_devices[b][None].astype(np.int32))
+        t, failed = measure_again(self.real, self.op_devices[b][None].astype(np.int32))
         t = float(t[0]) if not bool(np.asarray(failed)[0]) else float("inf")
         self.repeats[b].append(t)
         self.real_s[b] = float(np.median(self.repeats[b][1:]))
