@@ -20,8 +20,12 @@ Each method gets the same number of real measurements and keeps its fastest meas
   refitted to the measurements so far and the simulator run on them, then the linear correction of what they leave
   (:mod:`placer.learn.rates`).
 
-Then every method's placement and the simulator's best are measured again side by side (``--rematch`` rounds,
-interleaved) and compared by their medians: the best of many noisy measurements is biased low.
+Each measured method ends as ``placer train`` does: its ``--finalists`` fastest placements measured and the
+simulator's best are measured again side by side (``--finals`` rounds; the same for every method, outside the
+budget), and the one with the lowest median is its placement (``--finals 0``: the fastest measured is). Then every
+method's placement and the simulator's best are measured again side by side (``--rematch`` rounds, interleaved) and
+compared by their medians: the best of many noisy measurements is biased low. On a stand-in, each method's fastest
+measured placement's true step is kept too (``true_fastest_s``), to show what the final side-by-side changed.
 
 ``stand-in``: the reality is the simulator on a distorted copy of the cluster (:class:`placer.learn.stand_in.StandIn`:
 a device ``--slowdown`` times slower, host links ``--copy-factor`` times slower, each op's FLOPs off by its own
@@ -65,7 +69,7 @@ from bench.common import OneLineParser, parse_list, print_report
 from bench.graph_sources import graphs_and_clusters
 from graphs import PlacerError
 from placer.learn.measured_moves import measured_move_search
-from placer.learn.measured_search import CorrectedSearch, CorrectedSearchOptions
+from placer.learn.measured_search import CorrectedSearch, CorrectedSearchOptions, side_by_side
 from placer.learn.move_search import MoveSearch
 from placer.learn.stand_in import StandIn
 
@@ -112,22 +116,27 @@ def run_methods(
     ``out`` as each method ends, so that an interrupted run keeps the methods it finished. ``sim``: the simulator
     the searches use (default :class:`envs.SimEnv` of the graph and cluster)."""
     out.update({"measurements": options.measurements, "methods": {}})
-    found: dict[str, np.ndarray] = {}
+    found: dict[str, np.ndarray] = {}  # each method's placement (its final side-by-side's winner)
+    fastest: dict[str, np.ndarray] = {}  # each method's fastest measured placement
     variants = {"corrected": (True, True), "linear correction": (True, False), "simulator rank": (False, False)}
     for name, (correction, rates) in variants.items():
         t0, scorer = time.perf_counter(), Fresh(real)
-        o = dataclasses.replace(options, correction=correction, rates=rates, rematch=0)
-        result = CorrectedSearch(graph, cluster, scorer, sim=sim, options=o, seed=seed).run(None)
-        found[name] = result.op_devices
+        o = dataclasses.replace(options, correction=correction, rates=rates)
+        search = CorrectedSearch(graph, cluster, scorer, sim=sim, options=o, seed=seed)
+        result = search.run(None)
+        found[name], fastest[name] = result.op_devices, search.best_op_devices()
         found["simulator"] = result.simulator_op_devices  # the same search, the same seed: the same placement
         out["methods"][name] = {
-            "best_s": result.step_time_s,
+            "best_s": result.fastest_measured_s,
             "measured": scorer.measured,
             "wall_s": time.perf_counter() - t0,
             "curve": [m.to_dict() for m in result.curve],
+            "finals": result.rematch,
+            "chosen": result.chosen,
             **({"weights": result.weights, "noise_std": result.noise_std} if correction else {}),
         }
-        say(f"    {name}: {result.step_time_s * 1e3:.3f} ms ({scorer.measured} measured)")
+        fastest_ms = result.fastest_measured_s * 1e3
+        say(f"    {name}: {fastest_ms:.3f} ms ({scorer.measured} measured; {result.chosen} chosen)")
     sim_first = out["methods"]["corrected"]["curve"][0]
     out["methods"]["simulator"] = {"best_s": sim_first["real_s"], "measured": 1, "curve": [sim_first]}
     t0, scorer = time.perf_counter(), Fresh(real)
@@ -140,30 +149,26 @@ def run_methods(
         seed=seed,
         sim=sim,
         confirm=options.confirm,
+        rematch=options.rematch,
+        finalists=options.finalists,
     )
-    found["measured moves"] = moves.best_op_devices if moves.best_op_devices is not None else found["simulator"]
+    found["measured moves"] = moves.plan if moves.plan is not None else found["simulator"]
+    fastest["measured moves"] = moves.best_op_devices if moves.best_op_devices is not None else found["simulator"]
     out["methods"]["measured moves"] = {
         "best_s": moves.best_s,
         "measured": scorer.measured,
         "wall_s": time.perf_counter() - t0,
         "curve": [{"best_s": b} for b in moves.curve],
+        "finals": moves.rematched,
+        "chosen": moves.chosen,
     }
-    say(f"    measured moves: {moves.best_s * 1e3:.3f} ms ({scorer.measured} measured)")
-    out["side_by_side"] = {}
-    side_by_side(real, found, rematch, out["side_by_side"])
+    say(f"    measured moves: {moves.best_s * 1e3:.3f} ms ({scorer.measured} measured; {moves.chosen} chosen)")
+    names = list(found)
+    times = side_by_side(real, [found[m] for m in names], rematch)
+    out["side_by_side"] = dict(zip(names, times))
     if isinstance(real, StandIn):
         out["true_s"] = {m: float(real.true_step_times(p)[0][0]) for m, p in found.items()}
-
-
-def side_by_side(real: Any, found: dict[str, np.ndarray], rounds: int, times: dict[str, list[float]]) -> None:
-    """Each method's placement measured again ``rounds`` times, all of them in one batch a round, filled into
-    ``times`` round by round."""
-    names = list(found)
-    times.update({m: [] for m in names})
-    for _ in range(rounds):
-        step_time_s, failed = real.measure_again(np.stack([found[m] for m in names]))
-        for m, t, f in zip(names, step_time_s, failed):
-            times[m].append(float("inf") if f else float(t))
+        out["true_fastest_s"] = {m: float(real.true_step_times(p)[0][0]) for m, p in fastest.items()}
 
 
 def stand_in_cells(args: argparse.Namespace, say: Callable[[str], Any], cells: list[dict[str, Any]]) -> None:
@@ -324,6 +329,8 @@ def _options(args: argparse.Namespace) -> CorrectedSearchOptions:
         round_evals=args.round_evals,
         kappa=args.kappa,
         confirm=args.confirm == "on",
+        rematch=args.finals,
+        finalists=args.finalists,
     )
 
 
@@ -346,8 +353,9 @@ def markdown_table(cells: list[dict[str, Any]]) -> str:
         "re-measured ms",
         "/ simulator's best",
     ]
-    head += ["true / stand-in's best"] if stand_in else []
-    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * 4 + "---:|" * (len(head) - 4)]
+    head += ["chosen"]
+    head += ["true / stand-in's best", "its fastest measured's"] if stand_in else []
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * 4 + "---:|" * 4 + "---|" + "---:|" * (len(head) - 9)]
     for c in cells:  # an interrupted run's cell lacks what it did not reach: "-" there
         again_by = {m: _median(t) for m, t in c.get("side_by_side", {}).items() if t}
         sim = again_by.get("simulator")
@@ -358,7 +366,10 @@ def markdown_table(cells: list[dict[str, Any]]) -> str:
             row = [c["graph"], c["cluster"], str(c["seed"]), m, str(r["measured"]), f"{r['best_s'] * 1e3:.3f}"]
             again = again_by.get(m)
             row += [f"{again * 1e3:.3f}", f"{again / sim:.3f}"] if again is not None and sim else ["-", "-"]
-            row += [f"{c['true_s'][m] / c['stand_in_best_s']:.3f}" if "true_s" in c else "-"] if stand_in else []
+            row += [r.get("chosen", "best") if m != "simulator" else "-"]
+            if stand_in:
+                truth = [c.get(k, {}).get(m) for k in ("true_s", "true_fastest_s")]
+                row += [f"{t / c['stand_in_best_s']:.3f}" if t is not None else "-" for t in truth]
             lines.append("| " + " | ".join(row) + " |")
     return "\n".join(lines)
 
@@ -428,6 +439,20 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--kappa", type=float, default=CorrectedSearchOptions.kappa, help="exploration (std)")
     ap.add_argument("--rematch", type=int, default=3, help="side-by-side re-measurements of every method's best")
     ap.add_argument(
+        "--finals",
+        type=int,
+        default=CorrectedSearchOptions.rematch,
+        help="rounds of each measured method's own side-by-side at the end, which chooses its placement among its "
+        "--finalists fastest and the simulator's best (0: its fastest measured is its placement); default %(default)s",
+    )
+    ap.add_argument(
+        "--finalists",
+        type=int,
+        default=CorrectedSearchOptions.finalists,
+        help="fastest measured placements in each method's own side-by-side (with the simulator's best); default "
+        "%(default)s",
+    )
+    ap.add_argument(
         "--confirm",
         choices=("on", "off"),
         default="on" if CorrectedSearchOptions.confirm else "off",
@@ -455,8 +480,8 @@ def main(argv: list[str] | None = None) -> int:
     cells: list[dict[str, Any]] = []
     interrupted = False
     try:
-        if args.measurements < 2 or args.rematch < 1:
-            raise PlacerError("--measurements must be at least 2 and --rematch at least 1")
+        if args.measurements < 2 or args.rematch < 1 or args.finals < 0 or args.finalists < 1:
+            raise PlacerError("--measurements must be at least 2, --rematch and --finalists at least 1, --finals >= 0")
         {"stand-in": stand_in_cells, "local": local_cells, "ranks": ranks_cells}[args.mode](args, say, cells)
     except PlacerError as e:
         print(f"error: {e}", file=sys.stderr)

@@ -300,9 +300,10 @@ def _rematch_line(doc: dict) -> str | None:
         return None
     learned, heuristic = r["learned_s"], r["heuristic_s"]
     gain = f"; learned {(1 - learned / heuristic) * 100:+.1f}% vs it" if learned and heuristic else ""
+    chosen = f"; {r['heuristic']}'s placement is best_placement.json" if r.get("chosen") == "heuristic" else ""
     return (
         f"side by side     {_ms(learned)} learned, {_ms(heuristic)} {r['heuristic']}  measured  "
-        f"(medians of {r['rounds']} re-measurements each, alternating{gain})"
+        f"(medians of {r['rounds']} re-measurements each, alternating{gain}{chosen})"
     )
 
 

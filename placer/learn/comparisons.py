@@ -13,7 +13,10 @@ each phase showing its progress with an ETA:
   with the better of it and the best heuristic;
 - the rematch (``--env measured``, ``--rematch N``): :func:`rematch`, the best
   placement and the best measured heuristic's measured N more times each, side
-  by side.
+  by side. Where the heuristic's median is the lower, its placement becomes the
+  run's best at that median (``best_placement.json``, with the side-by-side in
+  its ``meta``): the best placement was judged by its fastest measurement, which
+  is biased low.
 """
 
 from __future__ import annotations
@@ -26,7 +29,7 @@ import numpy as np
 
 from envs.cluster import Cluster
 from graphs import OpGraph
-from placer.learn.progress import Progress
+from placer.learn.progress import Progress, ms
 from placer.learn.rundir import EQUAL_BUDGET_NAME, run_placement, save_best
 from placer.learn.session import Session
 from placer.learn.state import TrainResult
@@ -65,6 +68,20 @@ def compare_after_learning(session: Session, result: TrainResult) -> None:
         result.equal_budget_search = eq
     if c.env == "measured" and c.rematch:
         result.rematch = rematch(session, c.rematch)
+        r = result.rematch
+        if r is not None and r["heuristic_s"] is not None and (r["learned_s"] or float("inf")) > r["heuristic_s"]:
+            r["chosen"] = "heuristic"
+            h = session.heuristics
+            session.progress.phase(
+                f"side by side, {h.best_name}'s placement is the faster (medians {ms(r['heuristic_s'])} vs "
+                f"{ms(r['learned_s'])}): it is the run's best placement"
+            )
+            session.adopt(h.best_op_devices, r["heuristic_s"], f"heuristic:{h.best_name}", {"rematch": r})
+            s = session.state
+            result.best_placement = session.best_placement(prune=True)
+            result.best_step_time_s, result.found_by = s.best_step_time_s, s.best_found_by
+        elif r is not None:
+            r["chosen"] = "learned"
 
 
 def equal_budget_search(

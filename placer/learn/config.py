@@ -131,7 +131,9 @@ class RunOptions:
     simulated time, and says so)."""
     rematch: int = 3
     """--env measured: at the end, measure the best placement and the best measured heuristic's this many times more
-    each, side by side, and compare their medians (the best of many noisy measurements is biased low; 0: off)."""
+    each, side by side, and compare their medians (the best of many noisy measurements is biased low; 0: off); the
+    one with the lower median is the run's best (--algo corrected: its own side-by-side with the simulator's best
+    and its runner-up comes first)."""
     heuristics: tuple[str, ...] | None = None
     """heuristics to compare with and warm-start from (None: all registered; on the command line a comma list)."""
     eval_every: int = 10

@@ -5,11 +5,12 @@ simulator to every measurement so far (the cluster's rates, then the error they 
 simulator, measure the most promising placement(s) (``--workers`` at once under Ray). Before the first round the
 simulator's own best is found and measured, with a few others; the run's warm start (the best measured heuristic) is
 measured too. Every measurement goes through the run's scorer (:class:`~placer.learn.session.RunScorer`), so
-``best_placement.json`` is the fastest placement measured. It needs real steps (``--env measured``, or a scorer
-given to :func:`placer.train`): under the simulator there is no error to correct.
+``best_placement.json`` is the fastest placement measured until the side-by-side at the end. It needs real steps
+(``--env measured``, or a scorer given to :func:`placer.train`): under the simulator there is no error to correct.
 
 After the budget, the fastest measured placement and the simulator's best are measured again side by side
-(``--rematch`` times each; the run's usual rematch against the best measured heuristic follows), and
+(``--rematch`` times each); the one with the lower median is the run's best (``best_placement.json``; the fastest
+single measurement is biased low). The run's usual rematch against the best measured heuristic follows, and
 ``correction.json`` in the run directory holds the curve (each measurement with what the simulator and the
 correction predicted for it), the side-by-side and the correction's weights.
 
@@ -134,6 +135,12 @@ class CorrectedRunner:
             )
         self.search.rematch()
         result = self.search.result()
+        if result.chosen != "best":  # the side-by-side's winner is not the fastest measured: it is the run's best
+            session.progress.phase(
+                f"side by side, the {'simulator' if result.chosen == 'simulator' else result.chosen + ' fastest'}'s "
+                f"placement is the faster ({result.step_time_s * 1e3:.3f} ms, median): it is the run's best placement"
+            )
+            session.adopt(result.op_devices, result.step_time_s, CORRECTED_SEARCH, {"corrected search": result.rematch})
         doc = result.to_dict()
         doc["simulator_op_devices"] = result.simulator_op_devices.tolist()
         checkpoint.write_json(os.path.join(session.logdir, CORRECTION_NAME), doc)

@@ -27,7 +27,7 @@ import envs
 from envs.cluster import Cluster
 from envs.scorer import measure_again
 from graphs import OpGraph
-from placer.learn.measured_search import noise_width, worth_confirming
+from placer.learn.measured_search import finalist_names, lowest_median, noise_width, side_by_side, worth_confirming
 from placer.learn.move_search import MoveSearch, MoveSearchOptions
 from placer.learn.search_budget import BudgetSpent
 from placer.methods.heuristics.stage_search import cut_range, cuts_of, stages_of
@@ -44,6 +44,9 @@ class MeasuredMoves:
         self.best_s, self.best_op_devices = float("inf"), None
         self.curve: list[float] = []
         self.repeats: list[list[float]] = []  # the placements measured twice: both measurements
+        self.placements: dict[bytes, np.ndarray] = {}  # every placement measured, by its key in ``seen``
+        self.rematched: dict[str, list[float]] = {}  # the side-by-side at the end (:meth:`rematch`)
+        self.chosen, self.chosen_op_devices = "best", None
 
     def step_times(self, op_devices: np.ndarray, order: Any = None) -> tuple[np.ndarray, np.ndarray]:
         op_devices = np.atleast_2d(np.asarray(op_devices, dtype=np.int32))
@@ -63,6 +66,7 @@ class MeasuredMoves:
                 if not f and t < self.best_s:
                     self.best_s, self.best_op_devices = t, op_devices[k].copy()
                 self.seen[keys[k]] = (t if not f else float("inf"), f)
+                self.placements[keys[k]] = op_devices[k].copy()
                 self.curve[-1] = self.best_s
         if len(take) < len(new):
             raise BudgetSpent
@@ -76,6 +80,24 @@ class MeasuredMoves:
         self.repeats.append([first_s, t if not f else float("inf")])
         self.curve.append(self.best_s)  # (made the best after it, where it is)
         return t, f
+
+    def rematch(self, start: np.ndarray, rounds: int, finalists: int = 2) -> None:
+        """The side-by-side at the end, as the corrected loop's (:meth:`CorrectedSearch.rematch`): the ``finalists``
+        fastest placements measured and ``start`` (the simulator's best), measured again ``rounds`` times each; the
+        one with the lowest median is the search's plan (:attr:`plan`)."""
+        ranked = sorted((t, key) for key, (t, f) in self.seen.items() if not f and np.isfinite(t))
+        if not rounds or not ranked:
+            return
+        names = finalist_names(min(max(finalists, 1), len(ranked))) + ["simulator"]
+        candidates = [self.placements[key] for _, key in ranked[: len(names) - 1]] + [np.asarray(start, np.int32)]
+        times = side_by_side(self.real, candidates, rounds)
+        self.rematched = dict(zip(names, times))
+        self.chosen, self.chosen_op_devices = names[lowest_median(times)], candidates[lowest_median(times)]
+
+    @property
+    def plan(self) -> np.ndarray | None:
+        """The search's plan: the side-by-side's winner, or without one the fastest measured (None: none)."""
+        return self.chosen_op_devices if self.chosen_op_devices is not None else self.best_op_devices
 
     def schedule(self, op_devices: np.ndarray, order: Any = None) -> Any:
         return self.sim.schedule(op_devices, order)
@@ -95,18 +117,23 @@ def measured_move_search(
     seed: int = 0,
     options: MoveSearchOptions | None = None,
     confirm: bool = False,
+    rematch: int = 0,
+    finalists: int = 2,
 ) -> MeasuredMoves:
     """The move search from ``start`` (no uniform draws, no module_search share: each would cost a measurement)
-    with every placement measured, until ``measurements`` are spent; the scorer, holding the best and the curve."""
+    with every placement measured, until ``measurements`` are spent; the scorer, holding the best and the curve.
+    ``rematch``: then the side-by-side of :meth:`MeasuredMoves.rematch` (the ``finalists`` fastest and ``start``),
+    ``rematch`` rounds; its winner is the scorer's :attr:`~MeasuredMoves.plan`."""
     sim = sim if sim is not None else envs.SimEnv(graph, cluster)
     scorer = MeasuredMoves(real, sim, measurements, confirm=confirm)
     if getattr(sim, "one_stage_per_rank", False):
         measured_cut_search(scorer, np.asarray(start, dtype=np.int32))
-        return scorer
-    o = options or MoveSearchOptions()  # the levels in turn, as the corrected loop's searches (CorrectedSearch)
-    o = dataclasses.replace(o, starts=0, module_share=0.0, levels=o.levels or "cycle")
-    search = MoveSearch(graph, cluster, scorer, options=o, seed=seed)
-    search.run(np.asarray(start, dtype=np.int64), max_evals=1 << 40)
+    else:
+        o = options or MoveSearchOptions()  # the levels in turn, as the corrected loop's searches (CorrectedSearch)
+        o = dataclasses.replace(o, starts=0, module_share=0.0, levels=o.levels or "cycle")
+        search = MoveSearch(graph, cluster, scorer, options=o, seed=seed)
+        search.run(np.asarray(start, dtype=np.int64), max_evals=1 << 40)
+    scorer.rematch(start, rematch, finalists)
     return scorer
 
 

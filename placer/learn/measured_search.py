@@ -18,9 +18,9 @@ real. :class:`CorrectedSearch` measures few placements and learns from each:
   that are not measured yet;
 - with ``confirm``, before a round, where the fastest placement measured has one measurement only and did not win
   by far, it is measured again instead, and judged by that measurement from then on;
-- :meth:`~CorrectedSearch.rematch`: the fastest placement measured and the simulator's best, measured again side
-  by side ``rematch`` times each (the best of many noisy measurements is biased low; the medians of a fresh
-  side-by-side are not).
+- :meth:`~CorrectedSearch.rematch`: the fastest placement measured (the ``finalists`` fastest) and the simulator's
+  best, measured again side by side ``rematch`` times each; the one with the lowest median is the loop's plan (the
+  best of many noisy measurements is biased low, the winner's curse; the medians of a fresh side-by-side are not).
 
 Where the simulator scores one stage per rank only (a contiguous split across processes: ``RankSim`` with
 ``one_stage_per_rank``), moving an op or an item almost always makes more stages than ranks, and the simulator
@@ -88,6 +88,40 @@ def worth_confirming(step_time_s: float, runner_up_s: float, noise: float | None
     return noise is None or not np.log(runner_up_s / step_time_s) > CONFIRM_MARGIN * noise
 
 
+def side_by_side(real: Any, candidates: Sequence[np.ndarray], rounds: int) -> list[list[float]]:
+    """Each placement of ``candidates`` measured again ``rounds`` times, all of them in one batch a round
+    (interleaved: a drift of the machine hits them alike); each one's times, inf where a measurement failed."""
+    times: list[list[float]] = [[] for _ in candidates]
+    if not len(candidates):
+        return times
+    both = np.stack([np.asarray(p, dtype=np.int32) for p in candidates])
+    for _ in range(rounds):
+        step_time_s, failed = measure_again(real, both)
+        step_time_s = np.where(np.asarray(failed, dtype=bool), np.inf, np.asarray(step_time_s, dtype=float))
+        for k, t in enumerate(step_time_s):
+            times[k].append(float(t))
+    return times
+
+
+def finalist_names(n: int) -> list[str]:
+    """The side-by-side's names of the ``n`` fastest placements measured.
+
+    >>> finalist_names(4)
+    ['best', '2nd', '3rd', '4th']
+    """
+    return ["best"] + [f"{k}{'nd' if k == 2 else 'rd' if k == 3 else 'th'}" for k in range(2, n + 1)]
+
+
+def lowest_median(times: Sequence[Sequence[float]]) -> int:
+    """The index of the times with the lowest median (a failed measurement counts as inf; ties: the first).
+
+    >>> lowest_median([[1.0, 3.0, 3.0], [2.0, 2.0, 9.0], [2.0, 2.0, 2.0]])
+    1
+    """
+    medians = [float(np.median(t)) if len(t) else float("inf") for t in times]
+    return int(np.argmin(medians))
+
+
 #: Draws :meth:`CorrectedSearch._kicked` makes for a placement near the best that is new and that the simulator scores.
 KICKED_TRIES = 64
 
@@ -119,7 +153,11 @@ class CorrectedSearchOptions:
     pool: int = 256
     """candidates each round's search keeps (the lowest bounds); the measured loop re-ranks them every round."""
     rematch: int = 3
-    """re-measurements of the best measured placement and of the simulator's best at the end, side by side (0: off)."""
+    """re-measurements at the end, side by side, of the ``finalists`` fastest placements measured and of the
+    simulator's best; the one with the lowest median is the loop's plan (0: off, the fastest measured is)."""
+    finalists: int = 2
+    """the fastest placements measured that go into the side-by-side at the end with the simulator's best (the
+    runner-up too: where the fastest was a lucky read, the simulator's best may be far behind what was found)."""
     confirm: bool = False
     """a placement that measures fastest is measured once more (the budget pays) before the searches start from it,
     and is judged by that re-measurement from then on: the measurement that made it fastest was chosen for being low
@@ -147,18 +185,20 @@ class Measurement:
 
 @dataclass
 class CorrectedSearchResult:
-    """The loop's outcome: its fastest measured placement, the simulator's best, the side-by-side, the curve."""
+    """The loop's outcome: its plan, the simulator's best, the side-by-side, the curve."""
 
-    op_devices: np.ndarray
-    step_time_s: float  # its measurement (re-measured: the median of those after the first)
+    op_devices: np.ndarray  # the loop's plan: the side-by-side's winner (without one: the fastest measured)
+    step_time_s: float  # the plan's step time: its median in the side-by-side (without one: as measured)
     simulator_op_devices: np.ndarray
     simulator_step_time_s: float  # the simulator's best, measured
-    rematch: dict[str, list[float]]  # "best" and "simulator": the side-by-side re-measurements
+    rematch: dict[str, list[float]]  # "best", "2nd"..., "simulator": the side-by-side re-measurements
     curve: list[Measurement]
     weights: dict[str, float]  # the correction's weights by feature
     noise_std: float
     elapsed_s: float
     simulated: int
+    fastest_measured_s: float = float("inf")  # the fastest measurement (judged as :attr:`CorrectedSearch.real_s`)
+    chosen: str = "best"  # which of the side-by-side the plan is ("best": the fastest measured)
 
     @property
     def measurements(self) -> int:
@@ -177,6 +217,8 @@ class CorrectedSearchResult:
             "simulator_step_time_s": self.simulator_step_time_s,
             "rematch": self.rematch,
             "speedup_over_simulator": self.speedup(),
+            "fastest_measured_s": self.fastest_measured_s,
+            "chosen": self.chosen,
             "measurements": self.measurements,
             "curve": [m.to_dict() for m in self.curve],
             "weights": self.weights,
@@ -212,7 +254,15 @@ class CorrectedSearch:
         search_options: MoveSearchOptions | None = None,
     ) -> None:
         self.options = o = options or CorrectedSearchOptions()
-        if o.measurements < 1 or o.initial < 1 or o.batch < 1 or o.sim_evals < 1 or o.round_evals < 1 or o.pool < 1:
+        if (
+            o.measurements < 1
+            or o.initial < 1
+            or o.batch < 1
+            or o.sim_evals < 1
+            or o.round_evals < 1
+            or o.pool < 1
+            or o.finalists < 1
+        ):
             raise PlacerError(f"corrected search: bad options {o}")
         if o.kappa < 0 or o.rematch < 0:
             raise PlacerError(f"corrected search: kappa and rematch must be >= 0, got {o.kappa}, {o.rematch}")
@@ -242,6 +292,7 @@ class CorrectedSearch:
         self.curve: list[Measurement] = []
         self.rounds = self.simulated = 0
         self.rematched: dict[str, list[float]] = {}
+        self.chosen, self.chosen_op_devices = "best", None  # the side-by-side's winner (rematch)
 
     # ------------------------------------------------------------------ the loop
     def run(self, start: np.ndarray | None = None) -> CorrectedSearchResult:
@@ -314,24 +365,39 @@ class CorrectedSearch:
         return True
 
     def rematch(self) -> None:
-        """Measure the fastest placement measured and the simulator's best again, side by side, ``rematch`` times."""
+        """The finalists measured again side by side, ``rematch`` times each: the ``finalists`` fastest placements
+        measured and the simulator's best. The one with the lowest median becomes the loop's plan: the fastest
+        measurement of many noisy ones is biased low (the winner's curse), the medians of a fresh side-by-side are
+        not."""
         n = self.options.rematch
         if not n or not self.curve:
             return
-        best, sim_best = self.best_op_devices(), self.simulator_op_devices
-        both = np.stack([best, sim_best])
-        self.rematched = {"best": [], "simulator": []}
-        for _ in range(n):  # interleaved: a drift of the machine hits both alike
-            step_time_s, failed = measure_again(self.real, both)
-            step_time_s = np.where(np.asarray(failed, dtype=bool), np.inf, np.asarray(step_time_s, dtype=float))
-            self.rematched["best"].append(float(step_time_s[0]))
-            self.rematched["simulator"].append(float(step_time_s[1]))
+        names, candidates = self.finalists()
+        times = side_by_side(self.real, candidates, n)
+        self.rematched = dict(zip(names, times))
+        self.chosen = names[lowest_median(times)]
+        self.chosen_op_devices = candidates[lowest_median(times)]
+
+    def finalists(self) -> tuple[list[str], list[np.ndarray]]:
+        """The side-by-side's placements and their names: the ``finalists`` fastest measured ("best", "2nd"...),
+        then the simulator's best ("simulator"; measured again beside the best even where it is the best)."""
+        real_s = np.asarray(self.real_s)
+        order = [int(k) for k in np.argsort(real_s, kind="stable") if np.isfinite(real_s[k])]
+        order = order[: max(self.options.finalists, 1)] or [int(np.argmin(real_s))]
+        placements = [self.op_devices[k] for k in order] + [self.simulator_op_devices]
+        return finalist_names(len(order)) + ["simulator"], placements
 
     def result(self) -> CorrectedSearchResult:
         names = self.features.names(list(self.cluster.device_names))
+        fastest_s = float(min(self.real_s)) if self.real_s else float("inf")
+        if self.rematched:
+            op_devices, chosen = self.chosen_op_devices, self.chosen
+            step_time_s = float(np.median(self.rematched[chosen]))
+        else:
+            op_devices, chosen, step_time_s = self.best_op_devices(), "best", fastest_s
         return CorrectedSearchResult(
-            self.best_op_devices(),
-            float(min(self.real_s)) if self.real_s else float("inf"),
+            op_devices,
+            step_time_s,
             self.simulator_op_devices,
             self.simulator_step_time_s,
             self.rematched,
@@ -341,6 +407,8 @@ class CorrectedSearch:
             self.model.noise_std,
             time.perf_counter() - self.t0,
             self.simulated,
+            fastest_s,
+            chosen,
         )
 
     def best_op_devices(self) -> np.ndarray:

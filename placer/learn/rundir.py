@@ -1,7 +1,9 @@
 """A training run's directory: its name, its lock, its best placement file, and what a resumed run checks.
 
 ``best_placement.json`` is rewritten whenever the best improves and never replaced
-by a slower placement of the same problem, whoever writes it (:func:`save_best`);
+by a slower placement of the same problem, whoever writes it (:func:`save_best`),
+except by a measured run's side-by-side at the end, whose medians judge better
+than the single fastest measurement did (:meth:`placer.learn.session.Session.adopt`);
 a run killed after its last checkpoint keeps the best it wrote there
 (:func:`adopt_newer_best`).
 """

@@ -58,6 +58,7 @@ class Session:
     ) -> None:
         self.config, self.graph, self.cluster, self.logdir, self.device = config, graph, cluster, logdir, device
         self.progress = progress
+        self.side_by_side: dict[str, Any] | None = None  # the side-by-side that chose the run's best (adopt)
         self.devices = list(cluster.device_names)
         # with home moves (--homes), a placement is a code per op (placer.learn.home_moves): scored with its homes
         self.codes = home_codes(config, graph, cluster)
@@ -214,6 +215,16 @@ class Session:
             s.best_iteration, s.time_to_best_s = s.iteration, self.elapsed()
             save_best(os.path.join(self.logdir, BEST_NAME), self.best_placement())
 
+    def adopt(self, op_devices: np.ndarray, step_time_s: float, found_by: str, evidence: dict[str, Any]) -> None:
+        """Make ``op_devices`` the run's best at ``step_time_s``: the winner of a side-by-side re-measurement
+        (``evidence``: what it measured), judged by its median where the best so far was judged by its fastest
+        measurement, which is biased low (the winner's curse). :meth:`finish` writes it over best_placement.json
+        though that file records a lower time (the lucky one)."""
+        s = self.state
+        s.best_indices, s.best_step_time_s = np.asarray(op_devices).astype(int).tolist(), float(step_time_s)
+        s.best_found_by, s.best_iteration = found_by, s.iteration
+        self.side_by_side = evidence
+
     def schedule(self, op_devices: np.ndarray, order: Any = None) -> Any:
         """The simulator's schedule of a placement (a search reads it), counted as a placement simulated."""
         self.schedules += 1
@@ -307,10 +318,14 @@ class Session:
         )
 
     def finish(self, result: TrainResult) -> None:
-        """Write the run's best placement (never over a faster one) and ``summary.json``."""
+        """Write the run's best placement (never over a faster one, unless a side-by-side chose it: :meth:`adopt`)
+        and ``summary.json``."""
         if result.best_placement is not None:
             path = os.path.join(self.logdir, BEST_NAME)
-            if not save_best(path, result.best_placement) and "checkpoint_pruned" in result.best_placement.meta:
+            if self.side_by_side is not None:
+                result.best_placement.meta["side_by_side"] = self.side_by_side
+                result.best_placement.save(path)
+            elif not save_best(path, result.best_placement) and "checkpoint_pruned" in result.best_placement.meta:
                 save_pruned(path, result.best_placement)
         checkpoint.write_json(os.path.join(self.logdir, "summary.json"), result.to_dict())
 

@@ -129,7 +129,7 @@ def test_an_interrupted_run_prints_the_methods_it_finished(capsys, monkeypatch):
     assert set(cell["methods"]) == methods and "side_by_side" not in cell
     table = correction.markdown_table([cell])
     assert "| moe-30 | k80x2 | 0 | corrected | " in table and "measured moves" not in table
-    assert table.splitlines()[-1].endswith("| - | - |")  # nothing re-measured: no ratios
+    assert table.splitlines()[-1].endswith("| - | - | best |")  # nothing re-measured: no ratios
 
 
 @pytest.mark.slow  # the tiny scenario captured twice and built twice (~8 s)
@@ -345,17 +345,22 @@ def test_host_malloc_steps_the_model_in_fresh_processes_and_counts_the_pages_eac
     assert status == 2 and "run 0 (default): nosuch:build" in err and len(err.strip().splitlines()) == 1, err
 
 
-def test_confirm_is_off_unless_asked_and_reaches_the_loops_and_the_measured_move_search(monkeypatch):
-    assert correction._options(correction.parse(["stand-in"])).confirm is False
-    options = correction._options(correction.parse(["stand-in", "--confirm", "on"]))
+def test_confirm_and_the_finals_reach_the_loops_and_the_measured_move_search(monkeypatch):
+    default = correction._options(correction.parse(["stand-in"]))
+    assert default.confirm is False and (default.rematch, default.finalists) == (3, 2)  # CorrectedSearchOptions'
+    options = correction._options(
+        correction.parse(["stand-in", "--confirm", "on", "--finals", "4", "--finalists", "3"])
+    )
     assert options.confirm is True
     seen = []
 
     class Stop(Exception):
         pass
 
-    def recorded(*args, confirm=None, options=None, **kw):
-        seen.append(confirm if options is None else options.confirm)
+    def recorded(*args, confirm=None, options=None, rematch=None, finalists=None, **kw):
+        seen.append(
+            (confirm, rematch, finalists) if options is None else (options.confirm, options.rematch, options.finalists)
+        )
         raise Stop
 
     monkeypatch.setattr(correction, "CorrectedSearch", recorded)
@@ -365,7 +370,7 @@ def test_confirm_is_off_unless_asked_and_reaches_the_loops_and_the_measured_move
     monkeypatch.setattr(correction, "CorrectedSearch", lambda *a, **kw: FakeLoop())
     with pytest.raises(Stop):
         correction.run_methods(None, None, None, options=options, seed=0, rematch=0, say=print, out={})
-    assert seen == [True, True]
+    assert seen == [(True, 4, 3), (True, 4, 3)]
 
 
 class FakeLoop:
@@ -376,3 +381,6 @@ class FakeLoop:
 
         zeros, first = np.zeros(3, dtype=np.int32), Measurement(0, 1.0, 1.0, 1.0, 1.0, 1.0, "simulator")
         return CorrectedSearchResult(zeros, 1.0, zeros, 1.0, {}, [first], {}, 0.0, 0.0, 0)
+
+    def best_op_devices(self):
+        return np.zeros(3, dtype=np.int32)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import io
 
 import numpy as np
+import pytest
 
 import envs
 from envs.real.measure_log import RecordedMeasurements
@@ -134,6 +135,45 @@ def test_a_measured_run_re_measures_its_best_and_the_best_heuristic_s_side_by_si
     (line,) = [line for line in summary(doc).splitlines() if line.startswith("side by side")]
     assert f"{heuristic}  measured  (medians of 3 re-measurements each" in line
     assert f"{(1 - r['learned_s'] / r['heuristic_s']) * 100:+.1f}% vs it" in line
+
+
+class LuckyOnGpu1(FakeMeasured):
+    """FakeMeasured, but a placement whose first op is on gpu:1 (device 2) is 20 ms slower than its neighbours, and
+    its first measurement reads 200 ms fast: the learner's samples find such a lucky read; no heuristic starts there."""
+
+    def evaluate(self, placements):
+        seen = set(self.scored)
+        out = super().evaluate(placements)
+        times = []
+        for r, p in zip(out, placements):
+            row = tuple(int(d) for d in np.asarray(p))
+            t = r.step_time_s + (0.02 if row[0] == 2 else 0.0)
+            times.append(t - (0.2 if row[0] == 2 and row not in seen else 0.0))
+        return [Result(t, source="measured") for t in times]
+
+
+def test_where_the_heuristic_wins_the_side_by_side_its_placement_is_the_run_s_best(tmp_path):
+    """The learner's best is a lucky read (200 ms fast) of a placement truly slower than round_robin's; the
+    side-by-side's medians say so, and best_placement.json, the summary and the result are round_robin's."""
+    config = train_config(
+        tmp_path, env="measured", heuristics=("single", "round_robin"), samples=4, iterations=3, rematch=3,
+        measure_heuristics=2, warm_start="none",
+    )  # fmt: skip
+    env, graph = LuckyOnGpu1(), two_chains()
+    out = io.StringIO()
+    result = train(config, graph=graph, cluster=envs.resolve_cluster("k80x2"), env=env, progress=Progress(out))
+    doc = result.to_dict()
+    r = doc["rematch"]
+    assert r["heuristic"] == "round_robin" and r["chosen"] == "heuristic"
+    assert r["heuristic_s"] == pytest.approx(0.23) and r["learned_s"] > r["heuristic_s"]  # medians: the truth
+    placement = Placement.load(doc["best_placement"])
+    assert placement.indices(graph).tolist() == [1, 2, 1, 2, 1, 2, 1, 2]  # round_robin's, not the lucky one
+    assert placement.meta["step_time_s"] == pytest.approx(0.23) and placement.meta["side_by_side"]["rematch"] == r
+    assert doc["best_step_time_s"] == pytest.approx(0.23) and doc["found_by"] == "heuristic:round_robin"
+    assert "round_robin's placement is the faster (medians 230.000 ms" in out.getvalue()
+    assert doc["policy_step_time_s"] < 0.1  # the learner's own best: its lucky read
+    (line,) = [line for line in summary(doc).splitlines() if line.startswith("side by side")]
+    assert line.endswith("; round_robin's placement is best_placement.json)")
 
 
 def test_rematch_zero_skips_the_side_by_side_measurement(tmp_path):
