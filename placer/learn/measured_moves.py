@@ -91,8 +91,8 @@ class MeasuredMoves:
         names = finalist_names(min(max(finalists, 1), len(ranked))) + ["simulator"]
         candidates = [self.placements[key] for _, key in ranked[: len(names) - 1]] + [np.asarray(start, np.int32)]
         times = side_by_side(self.real, candidates, rounds)
-        self.rematched = dict(zip(names, times))
-        self.chosen, self.chosen_op_devices = names[lowest_median(times)], candidates[lowest_median(times)]
+        self.rematched, k = dict(zip(names, times)), lowest_median(times)
+        self.chosen, self.chosen_op_devices = names[k], candidates[k]
 
     @property
     def plan(self) -> np.ndarray | None:

@@ -374,9 +374,8 @@ class CorrectedSearch:
             return
         names, candidates = self.finalists()
         times = side_by_side(self.real, candidates, n)
-        self.rematched = dict(zip(names, times))
-        self.chosen = names[lowest_median(times)]
-        self.chosen_op_devices = candidates[lowest_median(times)]
+        self.rematched, k = dict(zip(names, times)), lowest_median(times)
+        self.chosen, self.chosen_op_devices = names[k], candidates[k]
 
     def finalists(self) -> tuple[list[str], list[np.ndarray]]:
         """The side-by-side's placements and their names: the ``finalists`` fastest measured ("best", "2nd"...),
