@@ -130,15 +130,19 @@ class CorrectedRunner:
         """The fastest measured and the simulator's best, measured again side by side; ``correction.json``."""
         session, n = self.session, self.search.options.rematch
         if n:
+            k = self.search.options.finalists
+            fastest = "the fastest placement measured" if k == 1 else f"the {k} fastest placements measured"
             session.progress.phase(
-                f"re-measuring the best placement and the simulator's best side by side, {n} times each"
+                f"re-measuring {fastest} and the simulator's best side by side, {n} times each: the lowest median is "
+                "the run's best"
             )
         self.search.rematch()
         result = self.search.result()
         if result.chosen != "best":  # the side-by-side's winner is not the fastest measured: it is the run's best
+            which = "the simulator's best" if result.chosen == "simulator" else f"the {result.chosen} fastest measured"
             session.progress.phase(
-                f"side by side, the {'simulator' if result.chosen == 'simulator' else result.chosen + ' fastest'}'s "
-                f"placement is the faster ({result.step_time_s * 1e3:.3f} ms, median): it is the run's best placement"
+                f"side by side, {which} has the lowest median ({result.step_time_s * 1e3:.3f} ms): it is the run's best"
+                " placement"
             )
             session.adopt(result.op_devices, result.step_time_s, CORRECTED_SEARCH, {"corrected search": result.rematch})
         doc = result.to_dict()
