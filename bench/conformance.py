@@ -30,6 +30,7 @@ maps the host to ``cpu`` and every logical GPU to ``cuda:0``.
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import math
 import statistics
@@ -52,10 +53,11 @@ from envs.real.conformance import (  # noqa: F401  (moved there: the product's c
     reference,
     relative_error,
 )
-from graphs import CaptureError, OpGraph
+from envs.real.pipeline import split_batch
+from graphs import OpGraph
 from graphs.models.corpus import build
 from graphs.plan import Placement
-from graphs.torch_capture import capture, export_program
+from graphs.torch_capture import capture_program, export_program
 from placer.apply import apply, apply_program
 
 CLUSTER = "h100x8"
@@ -129,11 +131,13 @@ def run_plan(
     warmup_steps: int = 1,
     synchronize: Callable[[], None] = lambda: None,
     program: Any = None,
+    parts: dict[int, Any] | None = None,
 ) -> tuple[bool, float, float, str, float, float]:
     """Apply ``placement`` to a copy of ``model``, check one step against ``ref``, then time ``timed_steps`` steps.
 
     ``program``: the model's exported program (:func:`graphs.torch_capture.export_program`), copied with the model
     and applied (:func:`placer.apply.apply_program`) instead of exported again; None: :func:`placer.apply` exports.
+    ``parts``: with ``program``, M -> its program at a microbatch's size, copied and applied with them likewise.
 
     Returns ``compare``'s tuple plus the median step time (NaN when nothing is timed).
     """
@@ -142,8 +146,8 @@ def run_plan(
     else:  # a copy of the model and its program together (they share their tensors as the originals do)
         with warnings.catch_warnings():  # torch's own pytree deprecation, raised by copying its tree specs
             warnings.simplefilter("ignore", FutureWarning)
-            copied, ep = copy.deepcopy((model, program))
-        placed = apply_program(copied, ep, placement, inputs, device_map, graph=graph)
+            copied, ep, copied_parts = copy.deepcopy((model, program, parts or {}))
+        placed = apply_program(copied, ep, placement, inputs, device_map, graph=graph, part_programs=copied_parts)
     loss = placed(*inputs)
     loss.backward()
     check = compare(loss, parameter_grads(placed), ref)
@@ -176,16 +180,16 @@ def check_model(
 ) -> list[PlanResult]:
     """Every plan of ``plan_names`` on corpus model ``name``: one :class:`PlanResult` each (never raises for a plan)."""
     model, inputs = built if built is not None else build(name)
-    graph = capture(model, inputs, name=name)
+    # one export: the graph's, and the program every plan after the first shares (the first goes through
+    # placer.apply as a user calls it); pipelined plans share one program at each microbatch size
+    program, graph = capture_program(model, inputs, name=name)
     ref = reference(model, inputs)
     rows = []
-    program = None
+    parts: dict[int, Any] = {}
     for k, (plan_name, placement) in enumerate(plans(graph, names=plan_names).items()):
-        if k == 1:  # the first plan through placer.apply as a user calls it; the rest share one export of the model
-            try:
-                program = export_program(model, inputs)
-            except CaptureError:  # each plan then exports as placer.apply does, and fails as a row of its own
-                program = None
+        if k > 0 and placement.microbatches > 1 and placement.microbatches not in parts:
+            with contextlib.suppress(Exception):  # a plan that cannot be cut fails as a row of its own
+                parts[placement.microbatches] = export_program(model, split_batch(inputs, placement.microbatches)[0])
         t0 = time.perf_counter()
         try:
             ok, loss_err, grad_err, worst, ratio, step = run_plan(
@@ -198,7 +202,8 @@ def check_model(
                 timed_steps=timed_steps,
                 warmup_steps=warmup_steps,
                 synchronize=synchronize,
-                program=program,
+                program=program if k > 0 else None,
+                parts=parts,
             )
             rows.append(PlanResult(name, plan_name, ok, loss_err, grad_err, worst, ratio, step_time_s=step))
         except Exception as e:  # a failing plan is a row, with its first line

@@ -308,6 +308,21 @@ def capture(
         CaptureError: the model cannot be exported; the message names the cause
             and the user's source line.
     """
+    return capture_program(
+        model, example_inputs, decompose=decompose, unroll_rnn=unroll_rnn, dynamic=dynamic, name=name
+    )[1]
+
+
+def capture_program(
+    model: torch.nn.Module,
+    example_inputs: tuple,
+    *,
+    decompose: bool = False,
+    unroll_rnn: bool = False,
+    dynamic: bool = False,
+    name: str = "",
+) -> tuple[Any, OpGraph]:
+    """:func:`capture`, and the program it exported: ``(ep, graph)`` (one export where a caller needs both)."""
     ep = export_program(model, example_inputs, decompose=decompose, unroll_rnn=unroll_rnn)
     graph = graph_from_program(ep, name=name or type(model).__name__)
     graph.meta["decomposed"] = bool(decompose)
@@ -319,7 +334,7 @@ def capture(
         except CaptureError as e:
             graph.meta["dynamic_error"] = str(e)
     graph.invalidate()
-    return graph
+    return ep, graph
 
 
 def _record_dims(graph: OpGraph, dims: list[dict[str, Any]]) -> None:

@@ -182,20 +182,24 @@ def apply_program(
     batch_dim: int = 0,
     loss_reduction: str = "mean",
     dynamic: bool | str = "auto",
+    part_programs: Mapping[int, Any] | None = None,
 ) -> nn.Module:
     """:func:`apply` with the model's program already exported: ``ep`` is ``export_program(model, example_inputs,
     **options)`` (``options``: ``decompose`` and ``unroll_rnn``; None: as ``graph`` records them, else off), made
     once for many plans of one model (:mod:`bench.conformance` applies eight; ``copy.deepcopy((model, ep))`` gives a
-    fresh pair that share their tensors as the originals do). A program whose parameters and buffers are not
+    fresh pair that share their tensors as the originals do). ``part_programs``: M -> the program at a microbatch's
+    size (``export_program(model, split_batch(example_inputs, M, batch_dim)[0], **options)``) for pipelined plans of
+    M microbatches, likewise made once (else exported here). A program whose parameters and buffers are not
     ``model``'s own tensors raises :class:`PlacerError`: it was exported from another model (or the model was
     copied without it).
     """
     example_inputs = _as_tuple(example_inputs)
     options = _export_options(graph, None, None) if options is None else dict(options)
     own = {id(t) for t in (*model.parameters(), *model.buffers())}
-    foreign = next((k for k, t in ep.state_dict.items() if id(t) not in own), None)
-    if foreign is not None:
-        raise PlacerError(f"program: its tensor {foreign!r} is not the model's own (a program of another model?)")
+    for what, program in [("program", ep), *((f"part_programs[{m}]", p) for m, p in (part_programs or {}).items())]:
+        foreign = next((k for k, t in program.state_dict.items() if id(t) not in own), None)
+        if foreign is not None:
+            raise PlacerError(f"{what}: its tensor {foreign!r} is not the model's own (a program of another model?)")
     captured = graph_from_program(ep, name=graph.name if graph is not None else "")
     if graph is not None and graph.content_hash != captured.content_hash:
         raise PlacerError(
@@ -228,7 +232,17 @@ def apply_program(
     pipelining = Pipelining(M, W, batch_dim, loss_reduction)
     homes = homes_apart(placement, captured)  # its parameters' homes apart from their ops (envs.real.homes)
     return build_placed_model(
-        model, example_inputs, ep, captured, plan, device_map, options, pipelining, dynamic, homes
+        model,
+        example_inputs,
+        ep,
+        captured,
+        plan,
+        device_map,
+        options,
+        pipelining,
+        dynamic,
+        homes,
+        dict(part_programs or {}),
     )
 
 

@@ -44,6 +44,7 @@ def build_placed_model(
     pipelining: Pipelining = Pipelining(),
     dynamic: Any = "auto",
     homes: dict[str, str] | None = None,
+    part_programs: dict[int, Any] | None = None,
 ) -> nn.Module:
     """The placed module of a checked ``plan`` of ``graph``, the OpGraph of program ``ep`` (the model at the example).
 
@@ -56,7 +57,8 @@ def build_placed_model(
     raise :class:`envs.real.shapes.ShapeError`). ``homes``: parameter name -> the logical
     device it lives on apart from its reader (:mod:`envs.real.homes`; one microbatch only);
     the programs for other sizes read those parameters where they live through ordinary
-    copies, kept from the forward to the backward.
+    copies, kept from the forward to the backward. ``part_programs``: M -> the model's
+    program at a microbatch's size, made once for many plans (else exported here).
     """
     if not (isinstance(dynamic, bool) or dynamic == "auto"):
         raise PlacerError(f"dynamic {dynamic!r}: must be 'auto', True or False")
@@ -72,7 +74,7 @@ def build_placed_model(
         return placed
     M, W, batch_dim, reduction = pipelining
     part = split_batch(example_inputs, M, batch_dim, source="example_inputs")[0]
-    ep_part = export_program(model, part, **options)
+    ep_part = (part_programs or {}).get(M) or export_program(model, part, **options)
     carried = carry_plan(graph, plan, program_graph(ep_part))
     placed = place_module(ep_part, carried.assignment, device_map, order=carried.order)
     _by_size(placed, carried.stages, model, example_inputs, options, graph, plan, device_map, dynamic)

@@ -121,6 +121,27 @@ def test_a_program_exported_once_places_copies_of_the_model_and_refuses_another_
     assert_same_outputs_and_grads(placed, ref_model, placed(*inputs), ref_model(*inputs))
     with pytest.raises(PlacerError, match="not the model's own"):  # the model copied without its program
         apply_program(copy.deepcopy(model), program, p, inputs, ALL_CPU, graph=g)
+    with pytest.raises(PlacerError, match=r"part_programs\[2\]: its tensor .* not the model's own"):  # nor its part's
+        apply_program(copied, ep, p, inputs, ALL_CPU, graph=g, part_programs={2: program})
+
+
+def test_a_pipelined_plan_runs_on_the_program_at_a_microbatch_s_size_given_to_it(monkeypatch):
+    import envs.real.placed_model as placed_model
+    from envs.real.pipeline import MicrobatchedModule, split_batch
+
+    model, inputs = _cases()["tied"]  # (no batch norm: a microbatch's statistics are its own)
+    ref_model = copy.deepcopy(model)
+    g, p = _random_placement(model, inputs, 0)
+    p = Placement.from_indices(g, DEVICES, p.indices(g), microbatches=2)
+    program, part = export_program(model, inputs), export_program(model, split_batch(inputs, 2)[0])
+
+    def refused(*args, **kwargs):
+        raise AssertionError("exported again")
+
+    monkeypatch.setattr(placed_model, "export_program", refused)  # the part program given is the one placed
+    placed = apply_program(model, program, p, inputs, ALL_CPU, graph=g, part_programs={2: part})
+    assert isinstance(placed, MicrobatchedModule) and placed.microbatches == 2
+    assert_same_outputs_and_grads(placed, ref_model, placed(*inputs), ref_model(*inputs))
 
 
 def test_every_crossing_edge_gets_one_copy_per_tensor_and_device():

@@ -22,6 +22,7 @@ import torch
 
 from bench import conformance
 from graphs import CaptureError
+from graphs.export import export_program
 from graphs.models import corpus
 from tests.placer.conformance_case import CAUSAL, check_every_plan, entries
 
@@ -86,13 +87,26 @@ def test_a_failing_plan_is_a_row_not_an_exception(monkeypatch):
     assert len(lines) == 4 and "FAIL" in lines[2]
 
 
+def test_a_microbatch_size_is_exported_once_for_every_plan_of_it(monkeypatch):
+    exported = []
+
+    def counted(model, inputs, **kw):
+        exported.append(inputs[0].shape[0])
+        return export_program(model, inputs, **kw)
+
+    monkeypatch.setattr(conformance, "export_program", counted)  # the shared exports at a microbatch's size
+    rows = conformance.check_model("cnn_bn", ["gpu", "split_m2", "pipe_m2", "pipe_m4", "1f1b"])
+    assert all(r.ok for r in rows), [r.message or r.worst for r in rows]
+    assert exported == [2, 1]  # the corpus batch of 4: M=2 once for two plans, M=4 once for two
+
+
 def test_a_shared_export_that_fails_leaves_each_plan_to_export_its_own(monkeypatch):
     def refused(*args, **kwargs):
         raise CaptureError("capture failed: refused by the test")
 
-    monkeypatch.setattr(conformance, "export_program", refused)  # the shared export only; placer.apply's is its own
-    rows = conformance.check_model("rnn", ["gpu", "split"])
-    assert [(r.plan, r.ok) for r in rows] == [("gpu", True), ("split", True)]
+    monkeypatch.setattr(conformance, "export_program", refused)  # the shared exports at a microbatch's size only
+    rows = conformance.check_model("rnn", ["gpu", "split_m2"])
+    assert [(r.plan, r.ok) for r in rows] == [("gpu", True), ("split_m2", True)]
 
 
 def test_timed_rows_show_each_plan_beside_all_on_one_device():
