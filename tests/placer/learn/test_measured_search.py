@@ -120,8 +120,18 @@ class LuckyOnce(StandIn):
         return step_time_s, failed
 
 
-@pytest.mark.slow  # two loops on a 60-op graph (~8 s)
-def test_a_placement_that_measured_fastest_by_luck_is_measured_again_and_not_kept(problem):
+@pytest.fixture(scope="module")
+def blind_loop(problem):
+    """The loop of 12 measurements without confirmations or a side-by-side on :class:`LuckyOnce`: ``(the search,
+    the stand-in, its result)``; the lucky read is kept to the end."""
+    graph, cluster, _ = problem
+    blind = LuckyOnce(graph, cluster, slow_device=SLOW, slowdown=3.0)
+    search = CorrectedSearch(graph, cluster, blind, options=_options(measurements=12, rematch=0), seed=0)
+    return search, blind, search.run(None)
+
+
+@pytest.mark.slow  # two loops on a 60-op graph (~8 s; the one without confirmations shared)
+def test_a_placement_that_measured_fastest_by_luck_is_measured_again_and_not_kept(problem, blind_loop):
     """The winner's curse: the fastest of many noisy measurements is biased low. The second placement measured reads
     0.3 of its truth once, faster than anything there is; the loop measures it again before searching from it, finds
     it slow, and goes on to the stand-in's best. Without confirmations it keeps the lucky placement to the end."""
@@ -136,8 +146,10 @@ def test_a_placement_that_measured_fastest_by_luck_is_measured_again_and_not_kep
     assert lucky.true_step_times(result.op_devices)[0][0] < 1.1 * best_s
     assert result.step_time_s == pytest.approx(lucky.true_step_times(result.op_devices)[0][0])
 
-    blind = LuckyOnce(graph, cluster, slow_device=SLOW, slowdown=3.0)
-    kept = CorrectedSearch(graph, cluster, blind, options=replace(options, confirm=False), seed=0).run(None)
+    _, blind, kept = blind_loop  # the same loop without confirmations
+    assert kept.op_devices.shape == result.op_devices.shape and replace(options, confirm=False) == _options(
+        measurements=12, rematch=0
+    )
     assert CorrectedSearchOptions().confirm is False  # off by default (the option's doc says why)
     assert np.array_equal(kept.op_devices, blind.lucky) and kept.step_time_s < 0.7 * best_s  # the lucky read
     assert blind.true_step_times(kept.op_devices)[0][0] > 1.5 * best_s
@@ -159,15 +171,13 @@ def test_the_measured_move_search_measures_a_new_fastest_again_before_it_takes_i
     assert kept.best_s == pytest.approx(0.3 * blind.true_step_times(blind.lucky)[0][0])
 
 
-@pytest.mark.slow  # one loop of 12 measurements on a 60-op graph (~4 s)
-def test_the_side_by_side_at_the_end_takes_the_lowest_median_not_the_lucky_fastest(problem):
+@pytest.mark.slow  # the loop of 12 measurements the test above runs too (shared), and a side-by-side (~4 s)
+def test_the_side_by_side_at_the_end_takes_the_lowest_median_not_the_lucky_fastest(problem, blind_loop):
     """The winner's curse at the end: without confirmations the loop's fastest measurement is the lucky read of a
     placement over 1.5x the stand-in's best. The side-by-side re-measures it with the simulator's best (and the
     runner-up) and takes the lowest median, as the loop's plan; with nothing re-measured the lucky plan stays."""
-    graph, cluster, best_s = problem
-    blind = LuckyOnce(graph, cluster, slow_device=SLOW, slowdown=3.0)
-    search = CorrectedSearch(graph, cluster, blind, options=_options(measurements=12, rematch=0), seed=0)
-    kept = search.run(None)
+    _, _, best_s = problem
+    search, blind, kept = blind_loop
     true = lambda p: blind.true_step_times(p)[0][0]  # noqa: E731
     assert np.array_equal(kept.op_devices, blind.lucky) and kept.chosen == "best" and true(blind.lucky) > 1.5 * best_s
     assert kept.step_time_s == kept.fastest_measured_s < 0.7 * best_s  # no side-by-side: the lucky read is the plan's
