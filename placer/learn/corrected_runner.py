@@ -8,8 +8,8 @@ measured too. Every measurement goes through the run's scorer (:class:`~placer.l
 ``best_placement.json`` is the fastest placement measured until the side-by-side at the end. It needs real steps
 (``--env measured``, or a scorer given to :func:`placer.train`): under the simulator there is no error to correct.
 
-After the budget, the fastest measured placement and the simulator's best are measured again side by side
-(``--rematch`` times each); the one with the lower median is the run's best (``best_placement.json``; the fastest
+After the budget, the two fastest measured placements and the simulator's best are measured again side by side
+(``--rematch`` times each); the one with the lowest median is the run's best (``best_placement.json``; the fastest
 single measurement is biased low). The run's usual rematch against the best measured heuristic follows, and
 ``correction.json`` in the run directory holds the curve (each measurement with what the simulator and the
 correction predicted for it), the side-by-side and the correction's weights.
@@ -127,7 +127,8 @@ class CorrectedRunner:
         self._side_by_side()
 
     def _side_by_side(self) -> None:
-        """The fastest measured and the simulator's best, measured again side by side; ``correction.json``."""
+        """The fastest measured and the simulator's best, measured again side by side (the winner is the run's best);
+        ``correction.json``."""
         session, n = self.session, self.search.options.rematch
         if n:
             k = self.search.options.finalists
