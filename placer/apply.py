@@ -232,17 +232,7 @@ def apply_program(
     pipelining = Pipelining(M, W, batch_dim, loss_reduction)
     homes = homes_apart(placement, captured)  # its parameters' homes apart from their ops (envs.real.homes)
     return build_placed_model(
-        model,
-        example_inputs,
-        ep,
-        captured,
-        plan,
-        device_map,
-        options,
-        pipelining,
-        dynamic,
-        homes,
-        dict(part_programs or {}),
+        model, example_inputs, ep, captured, plan, device_map, options, pipelining, dynamic, homes, part_programs
     )
 
 

@@ -11,7 +11,7 @@ the user's model, which then shares the placed module's parameters and buffers.
 from __future__ import annotations
 
 from itertools import chain
-from typing import Any, NamedTuple
+from typing import Any, Mapping, NamedTuple
 
 import torch.fx as fx
 from torch import nn
@@ -44,7 +44,7 @@ def build_placed_model(
     pipelining: Pipelining = Pipelining(),
     dynamic: Any = "auto",
     homes: dict[str, str] | None = None,
-    part_programs: dict[int, Any] | None = None,
+    part_programs: Mapping[int, Any] | None = None,
 ) -> nn.Module:
     """The placed module of a checked ``plan`` of ``graph``, the OpGraph of program ``ep`` (the model at the example).
 

@@ -27,7 +27,7 @@ import envs
 from envs.cluster import Cluster
 from envs.scorer import measure_again
 from graphs import OpGraph
-from placer.learn.measured_search import finalist_names, lowest_median, noise_width, side_by_side, worth_confirming
+from placer.learn.measured_search import choose, finalists_of, noise_width, worth_confirming
 from placer.learn.move_search import MoveSearch, MoveSearchOptions
 from placer.learn.search_budget import BudgetSpent
 from placer.methods.heuristics.stage_search import cut_range, cuts_of, stages_of
@@ -88,11 +88,8 @@ class MeasuredMoves:
         ranked = sorted((t, key) for key, (t, f) in self.seen.items() if not f and np.isfinite(t))
         if not rounds or not ranked:
             return
-        names = finalist_names(min(max(finalists, 1), len(ranked))) + ["simulator"]
-        candidates = [self.placements[key] for _, key in ranked[: len(names) - 1]] + [np.asarray(start, np.int32)]
-        times = side_by_side(self.real, candidates, rounds)
-        self.rematched, k = dict(zip(names, times)), lowest_median(times)
-        self.chosen, self.chosen_op_devices = names[k], candidates[k]
+        fastest = [self.placements[key] for _, key in ranked[: max(finalists, 1)]]
+        self.rematched, self.chosen, self.chosen_op_devices = choose(self.real, *finalists_of(fastest, start), rounds)
 
     @property
     def plan(self) -> np.ndarray | None:

@@ -122,6 +122,22 @@ def lowest_median(times: Sequence[Sequence[float]]) -> int:
     return int(np.argmin(medians))
 
 
+def finalists_of(fastest: Sequence[np.ndarray], simulator: np.ndarray) -> tuple[list[str], list[np.ndarray]]:
+    """The side-by-side at the end of a measured search: ``fastest`` (its fastest placements measured, fastest
+    first: "best", "2nd"...) and the simulator's best ("simulator", there even where it is one of them)."""
+    return finalist_names(len(fastest)) + ["simulator"], [*fastest, np.asarray(simulator, dtype=np.int32)]
+
+
+def choose(
+    real: Any, names: list[str], candidates: list[np.ndarray], rounds: int
+) -> tuple[dict[str, list[float]], str, np.ndarray]:
+    """The side-by-side of ``candidates`` (:func:`side_by_side`, ``rounds`` rounds): ``(each one's times by name, the
+    name of the one with the lowest median, its placement)``."""
+    times = side_by_side(real, candidates, rounds)
+    k = lowest_median(times)
+    return dict(zip(names, times)), names[k], candidates[k]
+
+
 #: Draws :meth:`CorrectedSearch._kicked` makes for a placement near the best that is new and that the simulator scores.
 KICKED_TRIES = 64
 
@@ -372,19 +388,15 @@ class CorrectedSearch:
         n = self.options.rematch
         if not n or not self.curve:
             return
-        names, candidates = self.finalists()
-        times = side_by_side(self.real, candidates, n)
-        self.rematched, k = dict(zip(names, times)), lowest_median(times)
-        self.chosen, self.chosen_op_devices = names[k], candidates[k]
+        self.rematched, self.chosen, self.chosen_op_devices = choose(self.real, *self.finalists(), n)
 
     def finalists(self) -> tuple[list[str], list[np.ndarray]]:
         """The side-by-side's placements and their names: the ``finalists`` fastest measured ("best", "2nd"...),
         then the simulator's best ("simulator"; measured again beside the best even where it is the best)."""
         real_s = np.asarray(self.real_s)
         order = [int(k) for k in np.argsort(real_s, kind="stable") if np.isfinite(real_s[k])]
-        order = order[: max(self.options.finalists, 1)] or [int(np.argmin(real_s))]
-        placements = [self.op_devices[k] for k in order] + [self.simulator_op_devices]
-        return finalist_names(len(order)) + ["simulator"], placements
+        order = order[: self.options.finalists] or [int(np.argmin(real_s))]
+        return finalists_of([self.op_devices[k] for k in order], self.simulator_op_devices)
 
     def result(self) -> CorrectedSearchResult:
         names = self.features.names(list(self.cluster.device_names))
