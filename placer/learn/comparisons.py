@@ -13,22 +13,24 @@ each phase showing its progress with an ETA:
   with the better of it and the best heuristic;
 - the rematch (``--env measured``, ``--rematch N``): :func:`rematch`, the best
   placement and the best measured heuristic's measured N more times each, side
-  by side. Where the heuristic's median is the lower, its placement becomes the
-  run's best at that median (``best_placement.json``, with the side-by-side in
-  its ``meta``): the best placement was judged by its fastest measurement, which
-  is biased low.
+  by side. The one with the lower median is the run's best at that median
+  (``best_placement.json``, with the side-by-side in its ``meta``; the
+  heuristic's placement where it wins): the best placement was judged by its
+  fastest measurement, which is biased low.
 """
 
 from __future__ import annotations
 
 import os
 import time
+from types import SimpleNamespace
 from typing import Any, Callable
 
 import numpy as np
 
 from envs.cluster import Cluster
 from graphs import OpGraph
+from placer.learn.measured_search import side_by_side
 from placer.learn.progress import Progress, ms
 from placer.learn.rundir import EQUAL_BUDGET_NAME, run_placement, save_best
 from placer.learn.session import Session
@@ -77,11 +79,16 @@ def compare_after_learning(session: Session, result: TrainResult) -> None:
                 f"{ms(r['learned_s'])}): it is the run's best placement"
             )
             session.adopt(h.best_op_devices, r["heuristic_s"], f"heuristic:{h.best_name}", {"rematch": r})
+        elif r is not None:
+            r["chosen"] = "learned"
+            if r["learned_s"] is None:
+                return
+            # the learner's placement at its median: the run's best was its fastest read, biased low
+            session.adopt(session.state.best_indices, r["learned_s"], session.state.best_found_by, {"rematch": r})
+        if r is not None:
             s = session.state
             result.best_placement = session.best_placement(prune=True)
             result.best_step_time_s, result.found_by = s.best_step_time_s, s.best_found_by
-        elif r is not None:
-            r["chosen"] = "learned"
 
 
 def equal_budget_search(
@@ -195,14 +202,10 @@ def rematch(session: Session, rounds: int) -> dict[str, Any] | None:
     session.progress.phase(
         f"re-measuring the best placement and {h.best_name}'s side by side, {rounds} times each (--rematch 0 skips it)"
     )
-    learned, heuristic = [], []
     session.progress.start("rematch", total=rounds, unit="rounds")
     try:
-        for r in range(rounds):
-            step_time_s, failed = session.scorer.fresh(pair)
-            learned.append(float("inf") if failed[0] else float(step_time_s[0]))
-            heuristic.append(float("inf") if failed[1] else float(step_time_s[1]))
-            session.progress.update(r + 1)
+        again = SimpleNamespace(measure_again=session.scorer.fresh)  # past the run's cache and the env's
+        learned, heuristic = side_by_side(again, list(pair), rounds, on_round=session.progress.update)
     finally:
         session.progress.close()
     return {

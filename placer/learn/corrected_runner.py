@@ -9,8 +9,8 @@ measured too. Every measurement goes through the run's scorer (:class:`~placer.l
 (``--env measured``, or a scorer given to :func:`placer.train`): under the simulator there is no error to correct.
 
 After the budget, the two fastest measured placements and the simulator's best are measured again side by side
-(``--rematch`` times each); the one with the lowest median is the run's best (``best_placement.json``; the fastest
-single measurement is biased low). The run's usual rematch against the best measured heuristic follows, and
+(``--rematch`` times each); the one with the lowest median is the run's best at that median (``best_placement.json``;
+the fastest single measurement is biased low). The run's usual rematch against the best measured heuristic follows, and
 ``correction.json`` in the run directory holds the curve (each measurement with what the simulator and the
 correction predicted for it), the side-by-side and the correction's weights.
 
@@ -145,6 +145,7 @@ class CorrectedRunner:
                 f"side by side, {which} has the lowest median ({result.step_time_s * 1e3:.3f} ms): it is the run's best"
                 " placement"
             )
+        if result.rematch:  # the winner at its median, even the fastest measured: its fastest read was biased low
             session.adopt(result.op_devices, result.step_time_s, CORRECTED_SEARCH, {"corrected search": result.rematch})
         doc = result.to_dict()
         doc["simulator_op_devices"] = result.simulator_op_devices.tolist()

@@ -41,7 +41,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, replace
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 import numpy as np
 
@@ -88,18 +88,23 @@ def worth_confirming(step_time_s: float, runner_up_s: float, noise: float | None
     return noise is None or not np.log(runner_up_s / step_time_s) > CONFIRM_MARGIN * noise
 
 
-def side_by_side(real: Any, candidates: Sequence[np.ndarray], rounds: int) -> list[list[float]]:
+def side_by_side(
+    real: Any, candidates: Sequence[np.ndarray], rounds: int, on_round: Callable[[int], Any] | None = None
+) -> list[list[float]]:
     """Each placement of ``candidates`` measured again ``rounds`` times, all of them in one batch a round
-    (interleaved: a drift of the machine hits them alike); each one's times, inf where a measurement failed."""
+    (interleaved: a drift of the machine hits them alike); each one's times, inf where a measurement failed.
+    ``on_round(r)`` after round ``r`` (1, 2...): a progress bar's update."""
     times: list[list[float]] = [[] for _ in candidates]
     if not len(candidates):
         return times
     both = np.stack([np.asarray(p, dtype=np.int32) for p in candidates])
-    for _ in range(rounds):
+    for r in range(rounds):
         step_time_s, failed = measure_again(real, both)
         step_time_s = np.where(np.asarray(failed, dtype=bool), np.inf, np.asarray(step_time_s, dtype=float))
         for k, t in enumerate(step_time_s):
             times[k].append(float(t))
+        if on_round is not None:
+            on_round(r + 1)
     return times
 
 

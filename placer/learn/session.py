@@ -219,11 +219,15 @@ class Session:
         """Make ``op_devices`` the run's best at ``step_time_s``: the winner of a side-by-side re-measurement
         (``evidence``: what it measured), judged by its median where the best so far was judged by its fastest
         measurement, which is biased low (the winner's curse). :meth:`finish` writes it over best_placement.json
-        though that file records a lower time (the lucky one)."""
+        though that file records a lower time (the lucky one). Where the winner is the best so far, only its time
+        (and ``found_by``) changes: it keeps the iteration that found it. Each side-by-side's evidence is kept
+        (``--algo corrected``'s own, then the run's against the best heuristic)."""
         s = self.state
-        s.best_indices, s.best_step_time_s = np.asarray(op_devices).astype(int).tolist(), float(step_time_s)
-        s.best_found_by, s.best_iteration = found_by, s.iteration
-        self.side_by_side = evidence
+        indices = np.asarray(op_devices).astype(int).tolist()
+        if indices != s.best_indices:
+            s.best_indices, s.best_iteration = indices, s.iteration
+        s.best_step_time_s, s.best_found_by = float(step_time_s), found_by
+        self.side_by_side = {**(self.side_by_side or {}), **evidence}  # the loop's own, then the run's
 
     def schedule(self, op_devices: np.ndarray, order: Any = None) -> Any:
         """The simulator's schedule of a placement (a search reads it), counted as a placement simulated."""

@@ -130,8 +130,13 @@ def test_a_measured_run_re_measures_its_best_and_the_best_heuristic_s_side_by_si
     changes = lambda row: sum(a != b for a, b in zip(row, row[1:]))  # noqa: E731
     assert r["learned_s"] == 0.3 - 0.01 * changes(best) and r["heuristic_s"] == 0.3 - 0.01 * changes(last[1])
     assert r["learned_times_s"] == [r["learned_s"]] * 3
-    # the run's own best is its lucky first draw: 50 ms faster than what the side-by-side medians say
-    assert abs(result.best_step_time_s - (r["learned_s"] - 0.05)) < 1e-12
+    # the learner's best read was its lucky first draw, 50 ms faster than what the side-by-side medians say; the
+    # learner won the side-by-side, and the run's best is its placement at its median, in the result and the file
+    assert r["chosen"] == "learned" and abs(doc["policy_step_time_s"] - (r["learned_s"] - 0.05)) < 1e-12
+    assert result.best_step_time_s == doc["best_step_time_s"] == r["learned_s"]
+    shipped = Placement.load(doc["best_placement"])
+    assert shipped.meta["step_time_s"] == r["learned_s"] and shipped.meta["side_by_side"]["rematch"] == r
+    assert tuple(shipped.indices(graph).tolist()) == best and not doc["found_by"].startswith("heuristic")
     (line,) = [line for line in summary(doc).splitlines() if line.startswith("side by side")]
     assert f"{heuristic}  measured  (medians of 3 re-measurements each" in line
     assert f"{(1 - r['learned_s'] / r['heuristic_s']) * 100:+.1f}% vs it" in line
