@@ -71,7 +71,7 @@ from graphs import PlacerError
 from placer.learn.measured_moves import measured_move_search
 from placer.learn.measured_search import CorrectedSearch, CorrectedSearchOptions, side_by_side
 from placer.learn.move_search import MoveSearch
-from placer.learn.stand_in import StandIn
+from placer.learn.stand_in import SLOW_PARTS, StandIn
 
 METHODS = ("simulator", "measured moves", "simulator rank", "linear correction", "corrected")
 
@@ -177,7 +177,11 @@ def stand_in_cells(args: argparse.Namespace, say: Callable[[str], Any], cells: l
     for graph in graphs:
         for cluster in clusters:
             distortion = dict(
-                slow_device=args.slow, slowdown=args.slowdown, copy_factor=args.copy_factor, op_noise=args.op_noise
+                slow_device=args.slow,
+                slowdown=args.slowdown,
+                copy_factor=args.copy_factor,
+                slow_part=args.slow_part,
+                op_noise=args.op_noise,
             )
             simulator, sim = split_simulators(graph, cluster, args.split) if args.split else (None, None)
             truth = StandIn(graph, cluster, **distortion, simulator=simulator).truth
@@ -381,6 +385,13 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--clusters", default="k80x4", help="stand-in: comma list of presets or files")
     ap.add_argument("--slow", default="gpu:1", help="stand-in: the device that is slower than the cluster says")
     ap.add_argument("--slowdown", type=float, default=3.0, help="stand-in: how many times slower (default 3)")
+    ap.add_argument(
+        "--slow-part",
+        choices=SLOW_PARTS,
+        default="all",
+        help="stand-in: what of the slow device is slower: all (FLOPs and memory bandwidth: one speed explains it), "
+        "compute or memory (only the ops that rate bounds: a slowdown that depends on the plan's ops there)",
+    )
     ap.add_argument("--copy-factor", type=float, default=1.0, help="stand-in: host copies this many times slower")
     ap.add_argument(
         "--op-noise",

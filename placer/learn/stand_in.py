@@ -3,7 +3,8 @@
 Learning from measurements needs measurements, and CI has no GPU. :class:`StandIn` scores placements the way a
 measured env does (the scorer protocol: ``evaluate``, ``step_times``, ``measure_again``; each placement measured
 once and cached, re-measured on request), but its "real" step time is the simulator's on a hidden, distorted copy
-of the cluster (:func:`distorted`): a device slower than the cluster file says, host copies costlier; and, with
+of the cluster (:func:`distorted`): a device slower than the cluster file says (in all it does, or only where its
+compute or only where its memory bandwidth bounds an op: ``slow_part``), host copies costlier; and, with
 ``op_noise``, each op's FLOPs off by a hidden factor of its own (:func:`distorted_ops`: an error of the cost model
 per op, which no device's or link's rate explains). The
 simulator the search uses keeps the cluster as given, so its best placement is not the stand-in's best, and the
@@ -34,15 +35,32 @@ from envs.result import Result
 from graphs import OpGraph, PlacerError
 from graphs.plan import as_indices
 
+#: Which of the slow device's rates :func:`distorted` slows: both (a device uniformly slower), or one of them.
+SLOW_PARTS = ("all", "compute", "memory")
 
-def distorted(cluster: Cluster, *, slow_device: str | None = None, slowdown: float = 1.0, copy_factor: float = 1.0):
-    """A copy of ``cluster`` whose ``slow_device`` computes ``slowdown`` times slower (FLOPs and memory bandwidth) and
-    whose links to and from the host take ``copy_factor`` times longer."""
+
+def distorted(
+    cluster: Cluster,
+    *,
+    slow_device: str | None = None,
+    slowdown: float = 1.0,
+    copy_factor: float = 1.0,
+    slow_part: str = "all",
+):
+    """A copy of ``cluster`` whose ``slow_device`` computes ``slowdown`` times slower and whose links to and from the
+    host take ``copy_factor`` times longer. ``slow_part`` (:data:`SLOW_PARTS`): "all" slows its FLOPs and memory
+    bandwidth both; "compute" its FLOPs only, "memory" its memory bandwidth only, so that it is slower only on the
+    ops whose time that rate bounds (the cost model's roofline): a slowdown that depends on which ops a plan puts
+    there, which no one speed of the device explains."""
     if slowdown <= 0 or copy_factor <= 0:
         raise PlacerError(f"stand-in: slowdown and copy factor must be positive, got {slowdown}, {copy_factor}")
+    if slow_part not in SLOW_PARTS:
+        raise PlacerError(f"stand-in: the slow part must be one of {', '.join(SLOW_PARTS)}, got {slow_part!r}")
     slow = cluster.index(slow_device) if slow_device is not None else None
+    flops = slowdown if slow_part in ("all", "compute") else 1.0
+    memory = slowdown if slow_part in ("all", "memory") else 1.0
     devices = [
-        dataclasses.replace(d, flops_per_s=d.flops_per_s / slowdown, mem_bw_bytes_per_s=d.mem_bw_bytes_per_s / slowdown)
+        dataclasses.replace(d, flops_per_s=d.flops_per_s / flops, mem_bw_bytes_per_s=d.mem_bw_bytes_per_s / memory)
         if k == slow
         else d
         for k, d in enumerate(cluster.devices)
@@ -86,13 +104,16 @@ class StandIn:
         slow_device: str | None = None,
         slowdown: float = 1.0,
         copy_factor: float = 1.0,
+        slow_part: str = "all",
         op_noise: float = 0.0,
         noise: float = 0.0,
         seed: int = 0,
         simulator: Any = None,
     ) -> None:
         self.graph, self.cluster, self.noise = graph, cluster, noise
-        hidden = distorted(cluster, slow_device=slow_device, slowdown=slowdown, copy_factor=copy_factor)
+        hidden = distorted(
+            cluster, slow_device=slow_device, slowdown=slowdown, copy_factor=copy_factor, slow_part=slow_part
+        )
         # the reality's simulator: envs.SimEnv (one process), or e.g. envs.sim.ranks.RankSim (plans across processes),
         # on the hidden cluster and the graph with its ops' hidden errors (one draw for every seed of the noise)
         self.truth = (simulator or envs.SimEnv)(distorted_ops(graph, op_noise), hidden)

@@ -12,7 +12,7 @@ import pytest
 import envs
 from envs.sim.ranks import RankSim
 from graphs import PlacerError
-from graphs.synthetic import random_dag, unet_dag
+from graphs.synthetic import chain_dag, random_dag, unet_dag
 from placer.learn.measured_search import CorrectedSearch, CorrectedSearchOptions
 from placer.learn.rates import LINK_GROUPS, RateFit, rescaled
 from placer.learn.stand_in import StandIn, distorted, distorted_ops
@@ -115,6 +115,34 @@ def test_with_the_rates_refitted_the_loop_finds_the_best_split_at_its_first_fit_
     assert "speed/gpu:1" not in linear.weights
 
 
+@pytest.mark.slow  # two measured loops on a 200-op chain (~1.5 s)
+def test_where_the_device_is_slow_only_on_memory_bound_ops_the_refitted_rates_still_find_the_best_split():
+    """A reality outside the rates' form: gpu:1's memory bandwidth 3x slower than the file, its FLOPs as filed, so how
+    much slower a stage is there depends on which ops it holds (no one speed of gpu:1 explains every split). A
+    chain over 2 ranks, one stage per rank: with the rates refitted the loop's sixth measurement is the best split
+    (1.000x; a speed fitted where the measured splits cut is right near there), with the linear correction alone
+    1.05x (the simulator's best: 1.14x)."""
+    graph, cluster = chain_dag(200, seed=0), envs.resolve_cluster("k80x2")
+    n, pair = graph.num_ops, np.array([cluster.index("gpu:0"), cluster.index("gpu:1")])
+
+    def ranks(g, c, one_stage=False):
+        return RankSim(g, c, microbatches=4, one_stage_per_rank=one_stage)
+
+    def stand_in():
+        return StandIn(graph, cluster, slow_device="gpu:1", slowdown=3.0, slow_part="memory", simulator=ranks)
+
+    splits = np.stack([pair[stages_of([c], n)] for c in range(1, n)]).astype(np.int32)
+    best_s = float(stand_in().truth.step_times(splits)[0].min())
+    found = {}
+    for rates in (True, False):
+        o = CorrectedSearchOptions(measurements=6, sim_evals=1000, round_evals=300, rematch=0, rates=rates)
+        real = stand_in()
+        result = CorrectedSearch(graph, cluster, real, sim=ranks(graph, cluster, True), options=o).run(None)
+        found[rates] = real.true_step_times(result.op_devices)[0][0] / best_s
+        assert result.simulator_step_time_s > 1.1 * best_s  # the simulator misranks
+    assert found[True] < 1.002 and found[False] > 1.03, found
+
+
 @pytest.mark.slow  # a measured loop's first round on an 800-op chain (~1.6 s)
 def test_a_machine_many_times_slower_than_its_file_is_fitted_at_the_first_fit():
     """CPU ranks under a GPU preset: every rate 17x slower than the file says, and the links 10x. The loop's first
@@ -159,3 +187,34 @@ def test_the_stand_in_s_per_op_errors_are_one_hidden_draw_of_the_stated_spread()
     assert not np.allclose(one.true_step_times(ops)[0], plain)
     with pytest.raises(PlacerError, match="op noise"):
         distorted_ops(graph, -0.1)
+
+
+def test_a_device_slow_only_in_memory_slows_only_the_ops_its_bandwidth_bounds():
+    """``slow_part="memory"``: the slow device's memory bandwidth alone is off, so an op bound by its bandwidth takes
+    ``slowdown`` times as long there, one bound by its FLOPs no longer (unless the slower bandwidth now bounds it),
+    and no other device changes: a slowdown that depends on which ops a plan puts there."""
+    from envs.sim import cost
+
+    graph, cluster = random_dag(300, seed=2), envs.resolve_cluster("k80x2")
+    slow = cluster.index("gpu:1")
+    fwd, _ = cost.op_times(graph, cluster)
+    parts = {p: cost.op_times(graph, distorted(cluster, slow_device="gpu:1", slowdown=3.0, slow_part=p))[0]
+             for p in ("all", "compute", "memory")}  # fmt: skip
+    busy = fwd[:, slow] > 0
+    ratio = {p: parts[p][busy, slow] / fwd[busy, slow] for p in parts}
+    flops_s = graph.flops[busy] / cluster.flops_per_s[slow]
+    bytes_s = cost.bytes_touched(graph)[busy] / cluster.mem_bw_bytes_per_s[slow]
+    memory_bound = bytes_s > flops_s
+    assert memory_bound.any() and (~memory_bound).any()  # the graph has both kinds of op
+    # launch overhead aside, an op's time is the larger of the two: the part it is bound by scales it
+    fixed = float(cluster.launch_overhead_s[slow])
+    expect_memory = (fixed + np.maximum(flops_s, 3.0 * bytes_s)) / (fixed + np.maximum(flops_s, bytes_s))
+    assert np.allclose(ratio["memory"], expect_memory)
+    assert np.allclose(ratio["memory"][flops_s > 3.0 * bytes_s], 1.0)  # bound by FLOPs even at a third the bandwidth
+    assert ratio["memory"].max() > 2.5  # the ops bound by bandwidth: nearly the whole slowdown
+    expect_all = (fixed + 3.0 * np.maximum(flops_s, bytes_s)) / (fixed + np.maximum(flops_s, bytes_s))
+    assert np.allclose(ratio["all"], expect_all)  # every op alike, but for its launch overhead
+    for p in parts:  # the other devices as filed
+        assert np.array_equal(np.delete(parts[p], slow, axis=1), np.delete(fwd, slow, axis=1))
+    with pytest.raises(PlacerError, match="slow part"):
+        distorted(cluster, slow_device="gpu:1", slowdown=2.0, slow_part="disk")
