@@ -9,6 +9,7 @@ both (``--executor both``: the JSON is then ``{"eager": {...}, "dataflow": {...}
 
     python -m bench.sim_throughput [--ops 10000] [--cluster k80x4] [--batch 64] [--executor eager|dataflow|both]
         [--json]
+    python -m bench.sim_throughput --ranks M --ops 200 [--cluster k80x2] [--json]   # the simulator of ranks
 """
 
 from __future__ import annotations
@@ -43,11 +44,33 @@ def main(argv: list[str] | None = None) -> int:
         default="eager",
         help="executor model to time (default eager)",
     )
+    ap.add_argument(
+        "--ranks",
+        type=int,
+        default=0,
+        metavar="M",
+        help="time the simulator of ranks instead (plans across processes, M microbatches; envs.sim.ranks.RankSim): "
+        "random placements and random contiguous splits (one stage per device) of a --ops graph; a few hundred ops",
+    )
     ap.add_argument("--json", action="store_true", help="print one JSON object")
     args = ap.parse_args(argv)
+    if args.ranks < 0 or args.ops < 2 or args.batch < 1 or args.seconds <= 0:
+        ap.error("--ranks must be >= 0, --ops >= 2, --batch >= 1 and --seconds > 0")
 
     graph = random_dag(args.ops, seed=0)
     cluster = envs.resolve_cluster(args.cluster)
+    if args.ranks:
+        report = measure_ranks(graph, cluster, args)
+        if args.json:
+            print(json.dumps(report, indent=1))
+            return 0
+        print(
+            f"simulator of ranks: graph random_dag({graph.num_ops}) on {cluster.name}, M={args.ranks} microbatches, "
+            f"batches of {args.batch}"
+        )
+        for kind in ("random", "splits"):
+            print(f"  {kind:7s} placements per second (one core): {report[kind]['placements_per_s']:,.1f}")
+        return 0
     executors = ("eager", "dataflow") if args.executor == "both" else (args.executor,)
     reports = {ex: measure(graph, cluster, ex, args) for ex in executors}
     if args.json:
@@ -73,6 +96,36 @@ def main(argv: list[str] | None = None) -> int:
         )
         print(f"compiled kernel: {report['compiled']}")
     return 0
+
+
+def measure_ranks(graph, cluster, args: argparse.Namespace) -> dict:
+    """Placements per CPU second of the simulator of ranks: uniformly random placements (many stages, many sends)
+    and random contiguous splits over the devices in order (one stage each: what ``stage_search`` and the ranks
+    loops score)."""
+    from envs.sim.ranks import RankSim
+
+    rng = np.random.default_rng(0)
+    n, D = graph.num_ops, cluster.num_devices
+    random_rows = rng.integers(0, D, size=(args.batch, n), dtype=np.int32)
+    cuts = np.sort(rng.integers(1, n, size=(args.batch, D - 1)), axis=1)
+    split_rows = np.stack([np.searchsorted(c, np.arange(n), side="right") for c in cuts]).astype(np.int32)
+    sim = RankSim(graph, cluster, microbatches=args.ranks)
+    out: dict = {"num_ops": n, "cluster": cluster.name, "microbatches": args.ranks, "batch": args.batch}
+    for kind, rows in (("random", random_rows), ("splits", split_rows)):
+        sim.step_times(rows[:1])
+        calls, t0, c0 = 0, time.perf_counter(), time.process_time()
+        while True:
+            step_time_s, _ = sim.step_times(rows)
+            calls += 1
+            if time.perf_counter() - t0 >= args.seconds:
+                break
+        cpu_s = time.process_time() - c0
+        out[kind] = {
+            "placements_per_s": calls * args.batch / cpu_s,
+            "median_step_time_s": float(np.median(step_time_s)),
+        }
+    out["python"], out["machine"] = platform.python_version(), platform.processor() or platform.machine()
+    return out
 
 
 def measure(graph, cluster, executor: str, args: argparse.Namespace) -> dict:

@@ -172,8 +172,9 @@ class _Links:
     """Directed links between ranks, each busy with one send at a time, in the order sends are made."""
 
     def __init__(self, cluster: Cluster) -> None:
-        self.latency_s = np.asarray(cluster.latency_s, dtype=np.float64)
-        self.bandwidth = np.asarray(cluster.bandwidth_bytes_per_s, dtype=np.float64)
+        # nested lists of Python floats: read once per send, where numpy's scalar indexing costs more than the send
+        self.latency_s = np.asarray(cluster.latency_s, dtype=np.float64).tolist()
+        self.bandwidth = np.asarray(cluster.bandwidth_bytes_per_s, dtype=np.float64).tolist()
         self.free_at: dict[tuple[int, int], float] = {}
         self.busy_s: dict[tuple[int, int], float] = {}
 
@@ -181,10 +182,11 @@ class _Links:
         """The time a send made at ``ready_s`` from device ``src`` to ``dst`` has arrived, and how long it took."""
         if src == dst or tensors == 0:
             return ready_s, 0.0
-        duration = tensors * self.latency_s[src, dst] + nbytes / self.bandwidth[src, dst]
-        start = max(ready_s, self.free_at.get((src, dst), 0.0))
-        self.free_at[(src, dst)] = start + duration
-        self.busy_s[(src, dst)] = self.busy_s.get((src, dst), 0.0) + duration
+        duration = tensors * self.latency_s[src][dst] + nbytes / self.bandwidth[src][dst]
+        link = (src, dst)
+        start = max(ready_s, self.free_at.get(link, 0.0))
+        self.free_at[link] = start + duration
+        self.busy_s[link] = self.busy_s.get(link, 0.0) + duration
         return start + duration, duration
 
 
@@ -198,57 +200,70 @@ def run_actions(
     every list is done. Raises :class:`PlacerError` if the lists wait on each other.
     ``record``: a list each action is appended to, as an :class:`envs.timeline.Event`.
     """
+    # Python floats and lists throughout: this runs for every plan a search scores, and numpy's scalar
+    # arithmetic and indexing cost more than the arithmetic itself (the same IEEE operations, in the same order)
     R = len(actions)
     links = _Links(cluster)
-    dev = costs.device_indices
-    overhead = [d.action_overhead_s for d in cluster.devices]
-    arrived: dict[tuple[int, str, int], float] = {}  # ("F" into stage s, or "B" into stage s, microbatch m)
+    dev = list(costs.device_indices)
+    overhead = [float(d.action_overhead_s) for d in cluster.devices]
+    fwd_s, bwd_s = np.asarray(costs.fwd_s, np.float64).tolist(), np.asarray(costs.bwd_s, np.float64).tolist()
+    send_bytes, send_tensors = np.asarray(costs.send_bytes).tolist(), np.asarray(costs.send_tensors).tolist()
+    grad_bytes, grad_tensors = np.asarray(costs.grad_bytes).tolist(), np.asarray(costs.grad_tensors).tolist()
+    arrived: dict[tuple[str, int, int], float] = {}  # ("F" into stage s, or "B" into stage s, microbatch m)
     send_s: dict[tuple[str, int, int], float] = {}  # how long each of those sends took on its link
     own_copies = [d.kind == "cpu" for d in cluster.devices]  # the rank's own core moves its bytes (gloo on a CPU)
-    free_s = np.zeros(R)
-    busy_s = np.zeros(R)
+    free_s = [0.0] * R
+    busy_s = [0.0] * R
     nxt = [0] * R
     lists = [list(actions.get(r, ())) for r in range(R)]
-    S = len(costs.fwd_s)
-    while any(nxt[r] < len(lists[r]) for r in range(R)):
+    left = sum(len(acts) for acts in lists)
+    S = len(fwd_s)
+    while left:
         progress = False
         for r in range(R):
-            while nxt[r] < len(lists[r]):
-                s, kind, m = lists[r][nxt[r]]
-                need = [("F", s, m)] if kind == "F" and s > 0 else []
-                if kind == "B":
-                    need = [("B", s, m)] if s < S - 1 else []
-                if any(key not in arrived for key in need):
+            acts, k = lists[r], nxt[r]
+            while k < len(acts):
+                s, kind, m = acts[k]
+                # what the action waits for: stage s - 1's activations (a forward), stage s + 1's gradients (a backward)
+                need = None
+                if kind == "F":
+                    if s > 0:
+                        need = ("F", s, m)
+                elif kind == "B" and s < S - 1:
+                    need = ("B", s, m)
+                if need is not None and need not in arrived:
                     break
+                d = dev[s]
                 # a backward's own forward ran earlier on this rank: every schedule's list has it before
                 # a rank whose core receives its bytes itself: the receive takes that core's time as well
-                receive_s = sum(send_s[key] for key in need) if own_copies[dev[s]] else 0.0
-                ready = max([free_s[r] + receive_s, *(arrived[key] for key in need)])
-                compute_s = costs.fwd_s[s] if kind == "F" else costs.bwd_s[s]
+                if need is None:
+                    ready = free_s[r] + 0.0
+                else:
+                    receive_s = send_s[need] if own_copies[d] else 0.0
+                    ready = max(free_s[r] + receive_s, arrived[need])
+                compute_s = fwd_s[s] if kind == "F" else bwd_s[s]
                 end = ready + compute_s  # the sends leave here; the runtime's own work between actions follows
-                free_s[r], busy_s[r] = end + overhead[dev[s]], busy_s[r] + compute_s + overhead[dev[s]]
+                free_s[r], busy_s[r] = end + overhead[d], busy_s[r] + compute_s + overhead[d]
                 if record is not None:
                     record.append(Event(r, s, kind, m, float(ready), float(end)))
                 sent = None
                 if kind == "F" and s < S - 1:
                     sent = ("F", s + 1, m)
-                    arrived[sent], send_s[sent] = links.send(
-                        dev[s], dev[s + 1], end, costs.send_bytes[s], costs.send_tensors[s]
-                    )
+                    arrived[sent], send_s[sent] = links.send(d, dev[s + 1], end, send_bytes[s], send_tensors[s])
                 if kind == "B" and s > 0:
                     sent = ("B", s - 1, m)
-                    arrived[sent], send_s[sent] = links.send(
-                        dev[s], dev[s - 1], end, costs.grad_bytes[s - 1], costs.grad_tensors[s - 1]
-                    )
-                if sent is not None and own_copies[dev[s]]:  # and a rank whose core sends them, its sends
+                    arrived[sent], send_s[sent] = links.send(d, dev[s - 1], end, grad_bytes[s - 1], grad_tensors[s - 1])
+                if sent is not None and own_copies[d]:  # and a rank whose core sends them, its sends
                     free_s[r] += send_s[sent]
                     busy_s[r] += send_s[sent]
-                nxt[r] += 1
+                k += 1
+                left -= 1
                 progress = True
+            nxt[r] = k
         if not progress:
             stuck = {r: lists[r][nxt[r]] for r in range(R) if nxt[r] < len(lists[r])}
             raise PlacerError(f"ranks: the schedule's actions wait on each other (next per rank: {stuck})")
-    return {"end_s": free_s, "busy_s": busy_s, "links": links.busy_s}
+    return {"end_s": np.array(free_s), "busy_s": np.array(busy_s), "links": links.busy_s}
 
 
 def peak_activation_bytes(costs: StageCosts, actions: Mapping[int, Sequence[Action]]) -> dict[int, float]:
