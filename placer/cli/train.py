@@ -231,7 +231,10 @@ def _best_line(doc: dict) -> str:
     by, best = doc.get("found_by") or "", f"{_ms(doc['best_step_time_s'])}{_tag(doc, 'measured')}"
     if by.startswith("heuristic:"):  # the incumbent: no placement the policy found was faster
         best_s, learner_s = doc["best_step_time_s"], doc.get("policy_step_time_s")
-        if learner_s is None:
+        r = doc.get("rematch") or {}
+        if r.get("chosen") == "heuristic":  # a side-by-side chose it: medians, not the learner's lucky read
+            theirs = f"side by side its median beat the learner's best's, {_ms(r.get('learned_s'))}"
+        elif learner_s is None:
             theirs = "the learner found no placement that runs"
         elif learner_s <= best_s:
             theirs = "the learner's best equals it"
@@ -253,6 +256,10 @@ def _heuristic_line(doc: dict) -> str | None:
     gain = f"  ({(1 - learned / bh) * 100:+.1f}% vs it)" if bh and learned and comparable else ""
     if not comparable:
         gain = "  (no heuristic was measured: not compared)"
+    elif (doc.get("rematch") or {}).get("chosen") == "heuristic" and doc.get(
+        "found_by"
+    ) == f"heuristic:{doc['best_heuristic']}":
+        gain = gain[:-1] + "; its one measurement: the best step time above is its median side by side)"
     return f"best heuristic   {_ms(bh)}{_tag(doc, source)}  ({doc['best_heuristic']}){gain}"
 
 

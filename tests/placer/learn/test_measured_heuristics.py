@@ -177,6 +177,11 @@ def test_where_the_heuristic_wins_the_side_by_side_its_placement_is_the_run_s_be
     assert doc["best_step_time_s"] == pytest.approx(0.23) and doc["found_by"] == "heuristic:round_robin"
     assert "round_robin's placement is the faster (medians 230.000 ms" in out.getvalue()
     assert doc["policy_step_time_s"] < 0.1  # the learner's own best: its lucky read
+    # the summary says the side-by-side chose it (not that the learner's best, a lucky read, "equals it"), and that
+    # the best heuristic's line is the same placement's one measurement
+    lines = {line.split("  ")[0].strip(): line for line in summary(doc).splitlines()}
+    assert "round_robin's placement, kept: side by side its median beat the learner's best's" in lines["best step time"]
+    assert "its one measurement: the best step time above is its median side by side)" in lines["best heuristic"]
     (line,) = [line for line in summary(doc).splitlines() if line.startswith("side by side")]
     assert line.endswith("; round_robin's placement is best_placement.json)")
 
