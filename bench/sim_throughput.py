@@ -98,6 +98,17 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
+def timed(call, seconds: float) -> tuple:
+    """``call()`` again and again for about ``seconds``: ``(calls, wall seconds, CPU seconds, the last return)``."""
+    calls, t0, c0 = 0, time.perf_counter(), time.process_time()
+    while True:
+        last = call()
+        calls += 1
+        elapsed = time.perf_counter() - t0
+        if elapsed >= seconds:
+            return calls, elapsed, time.process_time() - c0, last
+
+
 def measure_ranks(graph, cluster, args: argparse.Namespace) -> dict:
     """Placements per CPU second of the simulator of ranks: uniformly random placements (many stages, many sends)
     and random contiguous splits over the devices in order (one stage each: what ``stage_search`` and the ranks
@@ -113,13 +124,7 @@ def measure_ranks(graph, cluster, args: argparse.Namespace) -> dict:
     out: dict = {"num_ops": n, "cluster": cluster.name, "microbatches": args.ranks, "batch": args.batch}
     for kind, rows in (("random", random_rows), ("splits", split_rows)):
         sim.step_times(rows[:1])
-        calls, t0, c0 = 0, time.perf_counter(), time.process_time()
-        while True:
-            step_time_s, _ = sim.step_times(rows)
-            calls += 1
-            if time.perf_counter() - t0 >= args.seconds:
-                break
-        cpu_s = time.process_time() - c0
+        calls, _, cpu_s, (step_time_s, _) = timed(lambda: sim.step_times(rows), args.seconds)
         out[kind] = {
             "placements_per_s": calls * args.batch / cpu_s,
             "median_step_time_s": float(np.median(step_time_s)),
@@ -140,14 +145,7 @@ def measure(graph, cluster, executor: str, args: argparse.Namespace) -> dict:
 
     # The kernel is single-threaded, so CPU time is one core's time; on a shared
     # machine wall time also counts the time other processes held the core.
-    calls, t0, c0 = 0, time.perf_counter(), time.process_time()
-    while True:
-        step_time_s, failed = env.step_times(op_devices)
-        calls += 1
-        elapsed = time.perf_counter() - t0
-        if elapsed >= args.seconds:
-            break
-    cpu_s = time.process_time() - c0
+    calls, elapsed, cpu_s, (step_time_s, failed) = timed(lambda: env.step_times(op_devices), args.seconds)
     placements_per_s = calls * args.batch / cpu_s
     placements_per_wall_s = calls * args.batch / elapsed
 

@@ -237,7 +237,7 @@ def run_actions(
                 # a backward's own forward ran earlier on this rank: every schedule's list has it before
                 # a rank whose core receives its bytes itself: the receive takes that core's time as well
                 if need is None:
-                    ready = free_s[r] + 0.0
+                    ready = free_s[r]
                 else:
                     receive_s = send_s[need] if own_copies[d] else 0.0
                     ready = max(free_s[r] + receive_s, arrived[need])
