@@ -18,6 +18,14 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     gc.freeze()
 
 
+def fast_first(values, fast: int = 1) -> list:
+    """``values`` for ``pytest.mark.parametrize``: the first ``fast`` in the fast tier, the rest marked slow.
+
+    The fast tier (``-m "not slow"``) checks each property on a sample; the whole suite (CI) on every value."""
+    values = list(values)
+    return values[:fast] + [pytest.param(v, marks=pytest.mark.slow) for v in values[fast:]]
+
+
 def importable_module(directory: Path, monkeypatch: pytest.MonkeyPatch, name: str, source: str) -> Path:
     """Write module ``name`` (the text ``source``) into ``directory``, make that the working directory and put it on
     ``sys.path``, forgetting a module of that name an earlier test imported; returns ``directory``.

@@ -34,6 +34,7 @@ from graphs.models.corpus import build
 from graphs.plan import Placement
 from graphs.torch_capture import capture, export_program
 from placer.apply import apply
+from tests.conftest import fast_first
 
 DEVICES = ["cpu:0", "gpu:0", "gpu:1", "gpu:2"]
 
@@ -338,7 +339,7 @@ def test_staging_buffer_takes_any_strided_tensor(make):
     torch.testing.assert_close(base.grad, torch.autograd.grad(make(base).sum(), base)[0])
 
 
-@pytest.mark.parametrize("kind", ["pinned", "peer", "sync"])
+@pytest.mark.parametrize("kind", fast_first(["pinned", "peer", "sync"]))
 def test_forced_copy_paths_keep_every_gradient(kind, monkeypatch):
     """Every cross-device copy takes the ``kind`` path (as between the host and a GPU, or two GPUs)."""
     pytest.importorskip("transformers")

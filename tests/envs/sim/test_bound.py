@@ -13,6 +13,7 @@ from envs.sim.work_bound import lp_work_bound_s, work_bound_s
 from graphs import OpGraph
 from graphs.dag import priority_order
 from graphs.synthetic import random_dag
+from tests.conftest import fast_first
 
 
 @pytest.mark.slow  # over 1 s (the fast tier is kept under 90 s)
@@ -173,7 +174,7 @@ def test_communicating_path_charges_the_copies_the_critical_path_ignores():
 
 
 @pytest.mark.parametrize("executor", ["eager", "dataflow"])
-@pytest.mark.parametrize("seed", range(6))
+@pytest.mark.parametrize("seed", fast_first(range(6), 2))
 def test_communicating_path_below_the_best_placement(seed, executor):
     """Every placement of a 5-op graph on a host and two different GPUs, node and planned order, is no faster."""
     import itertools
@@ -251,7 +252,7 @@ def bursty_dag(bursts: int, seed: int) -> OpGraph:
 
 @pytest.mark.parametrize("executor", ["eager", "dataflow"])
 @pytest.mark.parametrize("microbatches", [1, 2])
-@pytest.mark.parametrize("seed", range(4))
+@pytest.mark.parametrize("seed", fast_first(range(4)))
 def test_the_energetic_bound_is_below_the_best_placement_of_a_burst(seed, microbatches, executor, toy):
     """s -> x1..x5 -> j (1-4 FLOPs each) on three equal devices: every placement, in node and planned order, is no
     faster than the bound, which is within 1.4x of the best and energetic reasoning's in most of these cases."""

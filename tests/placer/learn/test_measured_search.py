@@ -238,6 +238,7 @@ class ReadsSlowerAgain(StandIn):
         return 1.1 * step_time_s, failed
 
 
+@pytest.mark.slow  # a whole run of placer train
 def test_train_algo_corrected_measures_through_the_run_and_writes_its_curve(tmp_path, problem, capsys):
     import json
 
