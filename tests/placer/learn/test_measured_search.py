@@ -423,6 +423,42 @@ def test_with_one_stage_per_rank_the_loops_move_cuts_and_find_what_item_moves_ca
     assert stand_in.true_step_times(moves.best_op_devices)[0][0] < 1.01 * best_s  # 1.000x
 
 
+class CutTruth:
+    """A reality of splits of a 12-op sequence over two ranks whose step time is a function of the cut alone (ops on
+    the first rank): a bowl at cut 3 (the start), a hump at 5-6, the best at 9. Counts its measurements."""
+
+    TIMES = {1: 9.0, 2: 6.0, 3: 5.0, 4: 6.0, 5: 8.0, 6: 7.0, 7: 4.0, 8: 3.0, 9: 2.0, 10: 2.5, 11: 4.0}
+
+    def __init__(self) -> None:
+        self.measured = 0
+
+    def step_times(self, op_devices):
+        op_devices = np.atleast_2d(op_devices)
+        self.measured += len(op_devices)
+        cuts = (op_devices == op_devices[:, :1]).sum(axis=1)
+        return np.array([self.TIMES[int(c)] for c in cuts]), np.zeros(len(op_devices), bool)
+
+
+@pytest.mark.parametrize("measurements, spent, best", [(6, 6, 7), (30, 10, 9)])
+def test_the_measured_cut_search_looks_further_when_no_cut_moves_one_op(measurements, spent, best):
+    """From cut 3, a local best: one op either way is slower, so the pattern search's step of one op found nothing
+    and the search ended after three measurements of its budget. Now it widens its step while measurements are left
+    (2, then 4 ops: over the hump to cut 7, then down to 9), and ends where every split within its steps' reach is
+    measured (10 of the 11, with 30 measurements to spend)."""
+    from types import SimpleNamespace
+
+    from graphs.synthetic import chain_dag
+
+    graph, cluster = chain_dag(12, seed=0), envs.resolve_cluster("k80x2")
+    start = np.array([1] * 3 + [2] * 9, dtype=np.int32)
+    real = CutTruth()
+    moves = measured_move_search(
+        graph, cluster, real, start, measurements=measurements, sim=SimpleNamespace(one_stage_per_rank=True)
+    )
+    assert real.measured == len(moves.curve) == spent
+    assert int((moves.best_op_devices == 1).sum()) == best and moves.best_s == CutTruth.TIMES[best]
+
+
 @pytest.mark.timeout(60)  # it looped for ever when every placement near the best had been measured
 def test_the_loop_ends_where_nothing_new_is_left_to_measure_near_the_best():
     """One stage per rank on a 6-op chain over 2 ranks: the simulator scores 7 plans (the contiguous splits and the
