@@ -432,7 +432,7 @@ class CutTruth:
     def __init__(self) -> None:
         self.measured = 0
 
-    def step_times(self, op_devices):
+    def step_times(self, op_devices, order=None):
         op_devices = np.atleast_2d(op_devices)
         self.measured += len(op_devices)
         cuts = (op_devices == op_devices[:, :1]).sum(axis=1)
