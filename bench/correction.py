@@ -475,6 +475,8 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     args = ap.parse_args(argv)
     if args.mode == "local" and not (args.source or args.scenario):
         ap.error("local: give --source or --scenario")
+    if not args.noise >= 0:  # (NaN too)
+        ap.error(f"--noise: the noise must be >= 0, got {args.noise}")
     if args.split < 0:
         ap.error(f"--split must be 0 (off) or the number of microbatches, got {args.split}")
     if args.mode == "ranks" and not args.source:

@@ -110,6 +110,8 @@ class StandIn:
         seed: int = 0,
         simulator: Any = None,
     ) -> None:
+        if not noise >= 0:  # (NaN too)
+            raise PlacerError(f"stand-in: the noise must be >= 0, got {noise}")
         self.graph, self.cluster, self.noise = graph, cluster, noise
         hidden = distorted(
             cluster, slow_device=slow_device, slowdown=slowdown, copy_factor=copy_factor, slow_part=slow_part

@@ -50,6 +50,7 @@ def test_the_stand_in_of_splits_knows_its_true_best_and_every_method_measures_sp
         (correction, ["stand-in", "--graphs", "nope"], "nope"),
         (correction, ["stand-in", "--split", "-1"], "--split"),
         (correction, ["stand-in", "--graphs", "moe-30", "--clusters", "k80x2", "--op-noise", "-1"], "op noise"),
+        (correction, ["stand-in", "--graphs", "moe-30", "--clusters", "k80x2", "--noise", "-1"], "the noise"),
         (correction, ["ranks", "--source", "m:build", "--busy-core", "0"], "--busy-core 0: give --pin too"),
         (correction, ["ranks", "--source", "m:build", "--pin", "--busy-core", "100000"], "not one of the cores"),
         (repeatability, ["--scenario", "tiny", "--builds", "1"], "--builds"),

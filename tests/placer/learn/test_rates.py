@@ -187,6 +187,9 @@ def test_the_stand_in_s_per_op_errors_are_one_hidden_draw_of_the_stated_spread()
     assert not np.allclose(one.true_step_times(ops)[0], plain)
     with pytest.raises(PlacerError, match="op noise"):
         distorted_ops(graph, -0.1)
+    for bad in (-0.1, float("nan")):  # a measurement's noise too (a negative one read as none)
+        with pytest.raises(PlacerError, match="the noise must be >= 0"):
+            StandIn(graph, cluster, noise=bad)
 
 
 def test_a_device_slow_only_in_memory_slows_only_the_ops_its_bandwidth_bounds():
