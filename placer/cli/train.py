@@ -253,13 +253,14 @@ def _heuristic_line(doc: dict) -> str | None:
         return None
     bh, learned, source = doc["best_heuristic_step_time_s"], doc["best_step_time_s"], doc.get("best_heuristic_source")
     comparable = not measured or source == "measured"
-    gain = f"  ({(1 - learned / bh) * 100:+.1f}% vs it)" if bh and learned and comparable else ""
+    notes = [f"{(1 - learned / bh) * 100:+.1f}% vs it"] if bh and learned and comparable else []
     if not comparable:
-        gain = "  (no heuristic was measured: not compared)"
+        notes = ["no heuristic was measured: not compared"]
     elif (doc.get("rematch") or {}).get("chosen") == "heuristic" and doc.get(
         "found_by"
     ) == f"heuristic:{doc['best_heuristic']}":
-        gain = gain[:-1] + "; its one measurement: the best step time above is its median side by side)"
+        notes.append("its one measurement: the best step time above is its median side by side")
+    gain = f"  ({'; '.join(notes)})" if notes else ""
     return f"best heuristic   {_ms(bh)}{_tag(doc, source)}  ({doc['best_heuristic']}){gain}"
 
 

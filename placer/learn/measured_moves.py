@@ -165,7 +165,7 @@ def measured_cut_search(scorer: MeasuredMoves, start: np.ndarray) -> None:
                             break
             if not moved:
                 if step > 1:
-                    step = max(step // 2, 1)
+                    step //= 2
                 elif 2 * widest < n:
                     step = widest = 2 * widest
                 else:
