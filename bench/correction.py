@@ -20,6 +20,9 @@ Each method gets the same number of real measurements and keeps its fastest meas
   refitted to the measurements so far and the simulator run on them, then the linear correction of what they leave
   (:mod:`placer.learn.rates`).
 
+``--methods`` runs some of the measured methods only (a real run of all four takes four times one's measurements);
+the simulator's best is measured whichever run.
+
 Each measured method ends as ``placer train`` does: its ``--finalists`` fastest placements measured and the
 simulator's best are measured again side by side (``--finals`` rounds; the same for every method, outside the
 budget), and the one with the lowest median is its placement (``--finals 0``: the fastest measured is). Then every
@@ -59,7 +62,7 @@ import hashlib
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import Any, Callable
 
 import numpy as np
@@ -74,6 +77,8 @@ from placer.learn.move_search import MoveSearch
 from placer.learn.stand_in import SLOW_PARTS, StandIn
 
 METHODS = ("simulator", "measured moves", "simulator rank", "linear correction", "corrected")
+#: The measured methods ``--methods`` chooses among (the simulator's best is always measured: the reference).
+MEASURED = METHODS[1:]
 
 
 class Fresh:
@@ -111,14 +116,19 @@ def run_methods(
     say: Callable[[str], Any],
     out: dict[str, Any],
     sim: Any = None,
+    methods: Sequence[str] = MEASURED,
 ) -> None:
-    """Every method of :data:`METHODS` at ``options.measurements`` measurements, then the side-by-side, filled into
-    ``out`` as each method ends, so that an interrupted run keeps the methods it finished. ``sim``: the simulator
-    the searches use (default :class:`envs.SimEnv` of the graph and cluster)."""
+    """Every method of ``methods`` (of :data:`MEASURED`; the simulator's best always) at ``options.measurements``
+    measurements, then the side-by-side, filled into ``out`` as each method ends, so that an interrupted run keeps
+    the methods it finished. ``sim``: the simulator the searches use (default :class:`envs.SimEnv` of the graph and
+    cluster)."""
     out.update({"measurements": options.measurements, "methods": {}})
     found: dict[str, np.ndarray] = {}  # each method's placement (its final side-by-side's winner)
     fastest: dict[str, np.ndarray] = {}  # each method's fastest measured placement
     variants = {"corrected": (True, True), "linear correction": (True, False), "simulator rank": (False, False)}
+    variants = {name: v for name, v in variants.items() if name in methods}
+    if not variants:  # the simulator's best without a measured loop: the same search as the loops' first
+        found["simulator"] = CorrectedSearch(graph, cluster, real, sim=sim, options=options, seed=seed).simulator_best()
     for name, (correction, rates) in variants.items():
         t0, scorer = time.perf_counter(), Fresh(real)
         o = dataclasses.replace(options, correction=correction, rates=rates)
@@ -137,8 +147,36 @@ def run_methods(
         }
         fastest_ms = result.fastest_measured_s * 1e3
         say(f"    {name}: {fastest_ms:.3f} ms ({scorer.measured} measured; {result.chosen} chosen)")
-    sim_first = out["methods"]["corrected"]["curve"][0]
-    out["methods"]["simulator"] = {"best_s": sim_first["real_s"], "measured": 1, "curve": [sim_first]}
+    if variants:  # every loop measures the simulator's best first
+        sim_first = out["methods"][next(iter(variants))]["curve"][0]
+        out["methods"]["simulator"] = {"best_s": sim_first["real_s"], "measured": 1, "curve": [sim_first]}
+    if "measured moves" in methods:
+        run_measured_moves(
+            graph, cluster, real, options=options, seed=seed, say=say, out=out, sim=sim, found=found, fastest=fastest
+        )
+    names = list(found)
+    times = side_by_side(real, [found[m] for m in names], rematch)
+    out["side_by_side"] = dict(zip(names, times))
+    if isinstance(real, StandIn):
+        out["true_s"] = {m: float(real.true_step_times(p)[0][0]) for m, p in found.items()}
+        out["true_fastest_s"] = {m: float(real.true_step_times(p)[0][0]) for m, p in fastest.items()}
+
+
+def run_measured_moves(
+    graph: Any,
+    cluster: Any,
+    real: Any,
+    *,
+    options: CorrectedSearchOptions,
+    seed: int,
+    say: Callable[[str], Any],
+    out: dict[str, Any],
+    sim: Any,
+    found: dict[str, np.ndarray],
+    fastest: dict[str, np.ndarray],
+) -> None:
+    """:func:`run_methods`' rival that measures every placement, from the simulator's best (``found["simulator"]``);
+    its plan and fastest placement into ``found`` and ``fastest``, its run into ``out``."""
     t0, scorer = time.perf_counter(), Fresh(real)
     moves = measured_move_search(
         graph,
@@ -163,12 +201,8 @@ def run_methods(
         "chosen": moves.chosen,
     }
     say(f"    measured moves: {moves.best_s * 1e3:.3f} ms ({scorer.measured} measured; {moves.chosen} chosen)")
-    names = list(found)
-    times = side_by_side(real, [found[m] for m in names], rematch)
-    out["side_by_side"] = dict(zip(names, times))
-    if isinstance(real, StandIn):
-        out["true_s"] = {m: float(real.true_step_times(p)[0][0]) for m, p in found.items()}
-        out["true_fastest_s"] = {m: float(real.true_step_times(p)[0][0]) for m, p in fastest.items()}
+    if "simulator" not in out["methods"] and moves.curve:  # its first measurement: the simulator's best, its start
+        out["methods"]["simulator"] = {"best_s": moves.curve[0], "measured": 1}
 
 
 def stand_in_cells(args: argparse.Namespace, say: Callable[[str], Any], cells: list[dict[str, Any]]) -> None:
@@ -197,7 +231,16 @@ def stand_in_cells(args: argparse.Namespace, say: Callable[[str], Any], cells: l
                 cells.append(cell)
                 options = _options(args)
                 run_methods(
-                    graph, cluster, real, options=options, seed=seed, rematch=args.rematch, say=say, out=cell, sim=sim
+                    graph,
+                    cluster,
+                    real,
+                    options=options,
+                    seed=seed,
+                    rematch=args.rematch,
+                    say=say,
+                    out=cell,
+                    sim=sim,
+                    methods=args.methods,
                 )
 
 
@@ -247,7 +290,17 @@ def local_cells(args: argparse.Namespace, say: Callable[[str], Any], cells: list
             cell = {"graph": name, "cluster": cluster.name, "seed": seed, "device_map": args.device_map}
             cells.append(cell)
             options = _options(args)
-            run_methods(real.graph, cluster, real, options=options, seed=seed, rematch=args.rematch, say=say, out=cell)
+            run_methods(
+                real.graph,
+                cluster,
+                real,
+                options=options,
+                seed=seed,
+                rematch=args.rematch,
+                say=say,
+                out=cell,
+                methods=args.methods,
+            )
     finally:
         real.close()
 
@@ -298,6 +351,7 @@ def ranks_cells(args: argparse.Namespace, say: Callable[[str], Any], cells: list
                     say=say,
                     out=cell,
                     sim=sim,
+                    methods=args.methods,
                 )
     finally:
         real.close()
@@ -470,9 +524,20 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
         help="every measured search measures a new fastest placement again before it takes it (the winner's curse; "
         "CorrectedSearchOptions.confirm); default %(default)s",
     )
+    ap.add_argument(
+        "--methods",
+        default=",".join(m.replace(" ", "-") for m in MEASURED),
+        help="comma list of the measured methods to run (the simulator's best is always measured, the reference): "
+        "a real run of all four takes four times one's measurements; default %(default)s",
+    )
     ap.add_argument("--seeds", default="0", help="comma list of seeds")
     ap.add_argument("--json", action="store_true", help="print every run and its curves as JSON")
     args = ap.parse_args(argv)
+    try:
+        chosen = parse_list(args.methods, what="methods", known=[m.replace(" ", "-") for m in MEASURED])
+    except PlacerError as e:
+        ap.error(str(e))
+    args.methods = [m for m in MEASURED if m.replace(" ", "-") in chosen]
     if args.mode == "local" and not (args.source or args.scenario):
         ap.error("local: give --source or --scenario")
     if not args.noise >= 0:  # (NaN too)

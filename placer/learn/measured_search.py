@@ -332,15 +332,19 @@ class CorrectedSearch:
         """Find the simulator's best (a search on the plain simulator) and measure it with ``initial - 1`` others."""
         self.t0 = time.perf_counter()
         o = self.options
-        plain = CorrectedSimulator(self.sim, self.features, None, 0.0, self.pool)
-        found = self._search(plain, start, o.sim_evals)
-        self.simulator_op_devices = found.astype(np.int32)
+        self.simulator_op_devices = self.simulator_best(start)
         first = [self.simulator_op_devices]
         if start is not None:
             first.append(np.asarray(start, dtype=np.int32))
         first += self._spread(max(o.initial - len(first), 0), exclude=first)
         self._measure(np.stack(first[: max(min(o.initial, self.left()), 1)]), "simulator")
         self.simulator_step_time_s = self.real_s[0]
+
+    def simulator_best(self, start: np.ndarray | None = None) -> np.ndarray:
+        """The simulator's best: the search on the plain simulator from ``start`` (``sim_evals`` placements); what
+        it simulates joins the pool. Measures nothing."""
+        plain = CorrectedSimulator(self.sim, self.features, None, 0.0, self.pool)
+        return self._search(plain, start, self.options.sim_evals).astype(np.int32)
 
     def step(self) -> bool:
         """One round: fit the correction, search the corrected simulator, measure the best-bounded candidates.

@@ -41,6 +41,29 @@ def test_the_stand_in_of_splits_knows_its_true_best_and_every_method_measures_sp
     assert len(measured) > 10 and all(len(cuts_of(p)) <= 1 for p in measured)  # splits only: one cut on two ranks
 
 
+def test_methods_runs_only_the_methods_it_names_beside_the_simulator_s_best(capsys, monkeypatch):
+    """``--methods``: the methods not named measure nothing; the simulator's best is the same placement whichever
+    method found it (every loop's first search, or the one search of its own before the measured moves)."""
+    from placer.learn.stand_in import StandIn
+
+    counted = []
+    again = StandIn.measure_again
+    monkeypatch.setattr(StandIn, "measure_again", lambda self, p: counted.append(len(p)) or again(self, p))
+    argv = ["stand-in", "--graphs", "unet-40", "--clusters", "k80x2", "--split", "2", "--measurements", "4"]
+    argv += ["--sim-evals", "200", "--round-evals", "60", "--rematch", "1", "--finals", "1", "--json"]
+    cells = {}
+    for methods in ("corrected", "measured-moves"):
+        counted.clear()
+        assert correction.main([*argv, "--methods", methods]) == 0
+        (cells[methods],) = json.loads(capsys.readouterr().out)["cells"]
+        name = methods.replace("-", " ")
+        assert set(cells[methods]["methods"]) == set(cells[methods]["side_by_side"]) == {"simulator", name}
+        # one method's budget, its own finals (its 2 fastest and the simulator's best, 1 round), the side-by-side (2)
+        assert sum(counted) <= 4 + 3 + 2, counted
+    assert cells["corrected"]["true_s"]["simulator"] == cells["measured-moves"]["true_s"]["simulator"]
+    assert cells["measured-moves"]["methods"]["simulator"]["measured"] == 1
+
+
 @pytest.mark.parametrize(
     "module,argv,option",
     [
@@ -49,6 +72,8 @@ def test_the_stand_in_of_splits_knows_its_true_best_and_every_method_measures_sp
         (correction, ["ranks"], "--source"),
         (correction, ["stand-in", "--graphs", "nope"], "nope"),
         (correction, ["stand-in", "--split", "-1"], "--split"),
+        (correction, ["stand-in", "--methods", "corrected,nope"], "--methods: unknown nope"),
+        (correction, ["stand-in", "--methods", ""], "--methods"),
         (correction, ["stand-in", "--graphs", "moe-30", "--clusters", "k80x2", "--op-noise", "-1"], "op noise"),
         (correction, ["stand-in", "--graphs", "moe-30", "--clusters", "k80x2", "--noise", "-1"], "the noise"),
         (correction, ["ranks", "--source", "m:build", "--busy-core", "0"], "--busy-core 0: give --pin too"),
