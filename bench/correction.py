@@ -205,6 +205,33 @@ def run_measured_moves(
         out["methods"]["simulator"] = {"best_s": moves.curve[0], "measured": 1}
 
 
+def run_cell(
+    args: argparse.Namespace,
+    graph: Any,
+    cluster: Any,
+    real: Any,
+    *,
+    seed: int,
+    say: Callable[[str], Any],
+    out: dict[str, Any],
+    sim: Any = None,
+) -> None:
+    """:func:`run_methods` with the command line's options (``--methods``, ``--rematch``, the loops' settings)."""
+    options = _options(args)
+    run_methods(
+        graph,
+        cluster,
+        real,
+        options=options,
+        seed=seed,
+        rematch=args.rematch,
+        say=say,
+        out=out,
+        sim=sim,
+        methods=args.methods,
+    )
+
+
 def stand_in_cells(args: argparse.Namespace, say: Callable[[str], Any], cells: list[dict[str, Any]]) -> None:
     """The stand-in's cells, appended to ``cells`` as each starts (see :func:`run_methods`)."""
     graphs, clusters = graphs_and_clusters(args.graphs, args.clusters)
@@ -229,19 +256,7 @@ def stand_in_cells(args: argparse.Namespace, say: Callable[[str], Any], cells: l
                 real = StandIn(graph, cluster, **distortion, simulator=simulator, noise=args.noise, seed=seed)
                 cell = {"graph": graph.name, "cluster": cluster.name, "seed": seed, "stand_in_best_s": best}
                 cells.append(cell)
-                options = _options(args)
-                run_methods(
-                    graph,
-                    cluster,
-                    real,
-                    options=options,
-                    seed=seed,
-                    rematch=args.rematch,
-                    say=say,
-                    out=cell,
-                    sim=sim,
-                    methods=args.methods,
-                )
+                run_cell(args, graph, cluster, real, seed=seed, say=say, out=cell, sim=sim)
 
 
 def split_simulators(graph: Any, cluster: Any, microbatches: int) -> tuple[Callable[..., Any], Any]:
@@ -289,18 +304,7 @@ def local_cells(args: argparse.Namespace, say: Callable[[str], Any], cells: list
             say(f"  {name} on {cluster.name} ({real.graph.num_ops} ops), seed {seed}, real steps")
             cell = {"graph": name, "cluster": cluster.name, "seed": seed, "device_map": args.device_map}
             cells.append(cell)
-            options = _options(args)
-            run_methods(
-                real.graph,
-                cluster,
-                real,
-                options=options,
-                seed=seed,
-                rematch=args.rematch,
-                say=say,
-                out=cell,
-                methods=args.methods,
-            )
+            run_cell(args, real.graph, cluster, real, seed=seed, say=say, out=cell)
     finally:
         real.close()
 
@@ -339,20 +343,8 @@ def ranks_cells(args: argparse.Namespace, say: Callable[[str], Any], cells: list
             cell = {"graph": args.source, "cluster": cluster.name, "seed": seed, "microbatches": M, "inflight": W}
             cell.update(rank_cpus=rank_cpus and [list(c) for c in rank_cpus], busy_core=args.busy_core)
             cells.append(cell)
-            options = _options(args)
             with busy_core(args.busy_core):
-                run_methods(
-                    real.graph,
-                    cluster,
-                    real,
-                    options=options,
-                    seed=seed,
-                    rematch=args.rematch,
-                    say=say,
-                    out=cell,
-                    sim=sim,
-                    methods=args.methods,
-                )
+                run_cell(args, real.graph, cluster, real, seed=seed, say=say, out=cell, sim=sim)
     finally:
         real.close()
 
