@@ -79,6 +79,8 @@ from placer.learn.stand_in import SLOW_PARTS, StandIn
 METHODS = ("simulator", "measured moves", "simulator rank", "linear correction", "corrected")
 #: The measured methods ``--methods`` chooses among (the simulator's best is always measured: the reference).
 MEASURED = METHODS[1:]
+#: ``--methods``' names of :data:`MEASURED` (a hyphen for each space), to the methods they name.
+METHOD_NAMES = {m.replace(" ", "-"): m for m in MEASURED}
 
 
 class Fresh:
@@ -518,7 +520,7 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     )
     ap.add_argument(
         "--methods",
-        default=",".join(m.replace(" ", "-") for m in MEASURED),
+        default=",".join(METHOD_NAMES),
         help="comma list of the measured methods to run (the simulator's best is always measured, the reference): "
         "a real run of all four takes four times one's measurements; default %(default)s",
     )
@@ -526,10 +528,10 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--json", action="store_true", help="print every run and its curves as JSON")
     args = ap.parse_args(argv)
     try:
-        chosen = parse_list(args.methods, what="methods", known=[m.replace(" ", "-") for m in MEASURED])
+        chosen = parse_list(args.methods, what="methods", known=list(METHOD_NAMES))
     except PlacerError as e:
         ap.error(str(e))
-    args.methods = [m for m in MEASURED if m.replace(" ", "-") in chosen]
+    args.methods = [m for name, m in METHOD_NAMES.items() if name in chosen]
     if args.mode == "local" and not (args.source or args.scenario):
         ap.error("local: give --source or --scenario")
     if not args.noise >= 0:  # (NaN too)
