@@ -70,6 +70,7 @@ import numpy as np
 import envs
 from bench.common import OneLineParser, parse_list, print_report
 from bench.graph_sources import graphs_and_clusters
+from envs.real.slices import HELPER_SLICE_US
 from graphs import PlacerError
 from placer.learn.measured_moves import measured_move_search
 from placer.learn.measured_search import CorrectedSearch, CorrectedSearchOptions, side_by_side
@@ -325,6 +326,7 @@ def ranks_cells(args: argparse.Namespace, say: Callable[[str], Any], cells: list
         raise PlacerError(f"--busy-core {args.busy_core}: give --pin too (unpinned ranks share the busy core alike)")
     if args.busy_core is not None and args.busy_core not in cores:
         raise PlacerError(f"--busy-core {args.busy_core}: not one of the cores this process may use, {cores}")
+    slice_us = HELPER_SLICE_US if args.short_slices else None
     real = RanksEnv(
         args.source,
         cluster,
@@ -335,6 +337,7 @@ def ranks_cells(args: argparse.Namespace, say: Callable[[str], Any], cells: list
         measure_timeout_s=args.measure_timeout,
         run_dir=args.out_dir,
         rank_cpus=rank_cpus,
+        helper_slice_us=slice_us,
     )
     try:
         # one stage per rank unless --looped, as `placer train --ranks` scores plans: looped plans measured far
@@ -344,6 +347,7 @@ def ranks_cells(args: argparse.Namespace, say: Callable[[str], Any], cells: list
             say(f"  {args.source} on {cluster.name} ({real.graph.num_ops} ops), M={M}, seed {seed}, gloo ranks")
             cell = {"graph": args.source, "cluster": cluster.name, "seed": seed, "microbatches": M, "inflight": W}
             cell.update(rank_cpus=rank_cpus and [list(c) for c in rank_cpus], busy_core=args.busy_core)
+            cell.update(helper_slice_us=slice_us)
             cells.append(cell)
             with busy_core(args.busy_core):
                 run_cell(args, real.graph, cluster, real, seed=seed, say=say, out=cell, sim=sim)
@@ -473,6 +477,13 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
         "--pin",
         action="store_true",
         help="ranks: rank r runs on the r-th core this process may use (default: unpinned)",
+    )
+    ap.add_argument(
+        "--short-slices",
+        action="store_true",
+        help=f"ranks: gloo's threads in each rank ask the scheduler for a {HELPER_SLICE_US} us slice, so a message's "
+        "hand-off need not wait for the tick (envs.real.slices; builds agree better, BENCHMARKS.md 'A woken thread "
+        "waits for the tick')",
     )
     ap.add_argument(
         "--busy-core",

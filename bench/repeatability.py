@@ -25,7 +25,9 @@ keeping what a step frees (placer's default, :mod:`envs.real.allocator`) or glib
 steady, and asking the kernel for transparent huge pages (:data:`HUGE_PAGES`); and
 ``--receives early,jit``: every receive of a step posted as it begins (placer's default on CPU ranks under GPipe
 and 1F1B, :func:`envs.real.distributed.runtime.post_receives_early`) or where torch's schedule posts it, just
-before the action that needs it; and ``--start spawn,forkserver``: each build's processes started as fresh
+before the action that needs it; and ``--slice default,short``: gloo's threads at the scheduler's slice or at
+:data:`envs.real.slices.HELPER_SLICE_US` (a woken one preempts the rank's compute); and
+``--start spawn,forkserver``: each build's processes started as fresh
 interpreters (the bench's default: a build shares nothing with the one before it) or forked from a fork server that
 imported torch once (placer's default, :mod:`envs.real.distributed.launch`). Every combination is one setting
 (``pin off, malloc steady``; with ``--receives``,
@@ -55,6 +57,7 @@ import numpy as np
 
 import envs
 from bench.common import OneLineParser, machine_line, parse_list
+from envs.real.slices import HELPER_SLICE_US
 from graphs import PlacerError
 
 
@@ -169,6 +172,7 @@ def measure_ranks(args: argparse.Namespace, say) -> dict[str, Any]:
         raise PlacerError("--malloc huge: transparent huge pages are off here (/sys/kernel/mm/transparent_hugepage)")
     receives = parse_list(args.receives, what="receives", known=["early", "jit"]) if args.receives else [None]
     starts = parse_list(args.start, what="start", known=["spawn", "forkserver"]) if args.start else [None]
+    slices = parse_list(args.slice, what="slice", known=["default", "short"]) if args.slice else [None]
     if "huge" in mallocs and "forkserver" in starts:  # a forked process never reads GLIBC_TUNABLES again
         raise PlacerError(
             "--malloc huge: needs spawned processes (glibc reads GLIBC_TUNABLES as one starts), not --start forkserver"
@@ -182,23 +186,31 @@ def measure_ranks(args: argparse.Namespace, say) -> dict[str, Any]:
     own_cores = one_core_each(args.ranks) if "on" in pins else None  # rank r on core r
     say("  the host's floor: twenty 512x512 matmuls on one thread, 60 times")
     floor = noise_floor()
-    settings = [(p, m, r, s) for p in pins for m in mallocs for r in receives for s in starts]
+    settings = [(p, m, r, s, c) for p in pins for m in mallocs for r in receives for s in starts for c in slices]
     builds: dict[str, list[dict[str, Any]]] = {setting_name(*s): [] for s in settings}
     load = [os.getloadavg()[0]]
     for k in range(args.builds):
-        for pin, malloc, recv, start in settings if k % 2 == 0 else settings[::-1]:  # ABBA: a drift hits each alike
+        for pin, malloc, recv, start, cut in settings if k % 2 == 0 else settings[::-1]:  # ABBA: drift hits each alike
             floor_s = noise_floor(runs=BUILD_FLOOR_RUNS)["median_s"]  # the host's speed now, just before the build
             early = None if recv is None else recv == "early"
             cpus = own_cores if pin == "on" else None
-            setting = replace(job, steady_malloc=malloc in ("steady", "huge"), early_receives=early, cpus=cpus)
+            helper_slice_us = HELPER_SLICE_US if cut == "short" else None
+            setting = replace(
+                job,
+                steady_malloc=malloc in ("steady", "huge"),
+                early_receives=early,
+                cpus=cpus,
+                helper_slice_us=helper_slice_us,
+            )
             method = start or "spawn"  # by default a build shares nothing with the one before it
             t0 = time.perf_counter()
             with huge_pages(malloc == "huge"):
                 report = launch(run_rank, (setting,), nproc_per_node=args.ranks, start_method=method)[0]
             job_s = time.perf_counter() - t0  # the whole job: its processes' start, build, steps and exit
             step_s, times = report["step_time_s"], list(report["step_times_s"])
-            name = setting_name(pin, malloc, recv, start)
+            name = setting_name(pin, malloc, recv, start, cut)
             build = {"build": k, "step_time_s": step_s, "step_times_s": times, "floor_s": floor_s, "job_s": job_s}
+            build["short_slices"] = [r.get("short_slices", 0) for r in report["ranks"]]  # threads per rank
             builds[name].append(build)
             say(
                 f"  build {k}, {name}: {step_s * 1e3:.2f} ms (the floor before it {floor_s * 1e3:.2f} ms; the job "
@@ -215,16 +227,21 @@ def measure_ranks(args: argparse.Namespace, say) -> dict[str, Any]:
     }
 
 
-def setting_name(pin: str, malloc: str, receives: str | None = None, start: str | None = None) -> str:
-    """A setting of ``--ranks`` builds.
+def setting_name(
+    pin: str, malloc: str, receives: str | None = None, start: str | None = None, cut: str | None = None
+) -> str:
+    """A setting of ``--ranks`` builds (``cut``: ``--slice``'s).
 
     >>> setting_name("off", "steady"), setting_name("on", "steady", "jit"), setting_name("on", "steady", None, "spawn")
     ('pin off, malloc steady', 'pin on, malloc steady, receives jit', 'pin on, malloc steady, start spawn')
+    >>> setting_name("on", "steady", cut="short")
+    'pin on, malloc steady, slice short'
     """
     return (
         f"pin {pin}, malloc {malloc}"
         + (f", receives {receives}" if receives else "")
         + (f", start {start}" if start else "")
+        + (f", slice {cut}" if cut else "")
     )
 
 
@@ -346,6 +363,13 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
         default=None,
         help="--ranks: comma list of spawn,forkserver (each build's processes fresh interpreters, or forked from a "
         "fork server that imported torch once, as placer starts them); default: spawned, not named in the settings",
+    )
+    ap.add_argument(
+        "--slice",
+        default=None,
+        help="--ranks: comma list of default,short (gloo's threads at the scheduler's slice, or asking for "
+        f"{HELPER_SLICE_US} us so that a woken one preempts the rank's compute, envs.real.slices); default: the "
+        "job's default, not named in the settings",
     )
     ap.add_argument("--json", action="store_true", help="print every build's step times as JSON")
     args = ap.parse_args(argv)

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from bench import correction, host_malloc, repeatability
+from envs.real.slices import HELPER_SLICE_US, supported
 
 
 @pytest.mark.slow  # four measured searches on a 30-op graph (~10 s)
@@ -251,12 +252,17 @@ def test_repeatability_across_processes_measures_each_build_as_a_job_of_ranks(ru
         "jit",
         "--start",
         "forkserver",
+        "--slice",
+        "short",
         "--json",
     )
     assert status == 0, err
     doc = json.loads(out)
-    name = "pin on, malloc steady, receives jit, start forkserver"  # receives where torch posts them, placer's start
+    # receives where torch posts them, placer's start, gloo's threads at a short slice
+    name = "pin on, malloc steady, receives jit, start forkserver, slice short"
     on = doc["builds"][name]
+    if supported():
+        assert all(n >= 1 for b in on for n in b["short_slices"]) and len(on[0]["short_slices"]) == 2
     assert list(doc["builds"]) == [name] and [b["build"] for b in on] == [0, 1]
     assert all(b["step_time_s"] > 0 and len(b["step_times_s"]) == 2 and b["floor_s"] > 0 for b in on)
     assert doc["summary"][name]["job_s"] == np.median([b["job_s"] for b in on]) > max(b["step_time_s"] for b in on)
@@ -264,7 +270,8 @@ def test_repeatability_across_processes_measures_each_build_as_a_job_of_ranks(ru
     floored = [b["step_time_s"] / b["floor_s"] for b in on]  # each build over the host's floor just before it
     s = doc["summary"][name]
     assert s["pair_diff_floored"] == pytest.approx(abs(floored[0] - floored[1]) / (sum(floored) / 2))
-    for option, value in (("--pin", "sometimes"), ("--malloc", "jemalloc"), ("--receives", "late"), ("--start", "x")):
+    bad = (("--pin", "sometimes"), ("--malloc", "jemalloc"), ("--receives", "late"), ("--start", "x"), ("--slice", "0"))
+    for option, value in bad:
         status, _, err = run_entry(repeatability, *argv, option, value)
         assert status == 2 and f"{option}: unknown {value}" in err and len(err.strip().splitlines()) == 1, err
     status, _, err = run_entry(repeatability, *argv, "--malloc", "huge", "--start", "spawn,forkserver")
@@ -332,18 +339,22 @@ def test_the_ranks_mode_searches_the_simulator_of_ranks_and_measures_through_the
     monkeypatch.setattr(RankSim, "step_times", counted)
     monkeypatch.setattr(correction, "run_methods", spied)
     argv = ["ranks", "--source", "m:build", "--microbatches", "2", "--measurements", "4", "--sim-evals", "100"]
-    rc = correction.main([*argv, "--round-evals", "40", "--rematch", "1", "--steps", "2", "--pin", "--json"])
+    rc = correction.main(
+        [*argv, "--round-evals", "40", "--rematch", "1", "--steps", "2", "--pin", "--short-slices", "--json"]
+    )
     (cell,) = json.loads(capsys.readouterr().out)["cells"]
     assert rc == 0 and set(cell["methods"]) == set(correction.METHODS) and cell["microbatches"] == 2
     cores = sorted(os.sched_getaffinity(0))  # --pin: rank r on the r-th core, said in the cell
     assert made["rank_cpus"] == tuple((c,) for c in cores) and cell["rank_cpus"] == [[c] for c in cores]
     assert made["source"] == "m:build" and made["microbatches"] == 2 and made["inflight"] is None
     assert made["timed_steps"] == 2 and made["closed"]
+    assert made["helper_slice_us"] == HELPER_SLICE_US and cell["helper_slice_us"] == HELPER_SLICE_US
     # the searches ran on the simulator of ranks, M = 2, scoring plans of one stage per rank only
     (sim,) = sims
     assert any(s is sim for s in searched) and sim.microbatches == 2 and sim.one_stage_per_rank
     monkeypatch.setattr(correction, "run_methods", lambda *a, sim, **kw: sims.append(sim))
     assert correction.main([*argv, "--looped"]) == 0 and not sims[-1].one_stage_per_rank  # more stages than ranks
+    assert made["helper_slice_us"] is None  # the scheduler's slices unless told
 
 
 @pytest.mark.slow  # two fresh processes stepping the LM (~10 s)

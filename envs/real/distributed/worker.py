@@ -43,6 +43,7 @@ from envs.real.distributed.ranks import check_world
 from envs.real.distributed.runtime import RankSchedule
 from envs.real.distributed.trace import ActionRecorder
 from envs.real.pipeline import split_batch
+from envs.real.slices import shorten_helper_slices
 from envs.real.timing import Protocol, adam, measure_steps, time_limit
 from envs.real.worker import build_model
 from graphs import PlacerError
@@ -70,6 +71,10 @@ class RankJob:
             under GPipe or 1F1B; the A/B of ``bench.repeatability --receives``).
         cpus: the cores each process runs on, by its global rank (``cpus[rank]``; None: where its launcher left
             it). Set before the process group starts, so that gloo's threads start there too (:func:`pin_rank`).
+        helper_slice_us: once the process group is up, every thread of the process but the one that computes
+            (gloo's) asks the scheduler for a slice this short, so a message's hand-off does not wait for the
+            tick (:mod:`envs.real.slices`); None: the scheduler's defaults (the A/B of ``bench.repeatability
+            --slice``).
     """
 
     source: str
@@ -85,6 +90,7 @@ class RankJob:
     steady_malloc: bool = True
     early_receives: bool | None = None
     cpus: tuple[tuple[int, ...], ...] | None = None
+    helper_slice_us: int | None = None
 
 
 def check_cpus(cpus: Sequence[Sequence[int]] | None, what: str = "rank cpus") -> tuple | None:
@@ -274,6 +280,7 @@ def run_rank(job: RankJob) -> dict[str, Any] | None:
         shared = [job]
         dist.broadcast_object_list(shared, src=0, group=objects)
         job = shared[0]
+        helpers = shorten_helper_slices(job.helper_slice_us) if job.helper_slice_us else []
         plan = RankPlan.from_dict(job.plan)
         check_world(list(plan.devices), dist.get_world_size())
         model, inputs = build_model(job.source, search_dir=job.source_dir)
@@ -295,6 +302,7 @@ def run_rank(job: RankJob) -> dict[str, Any] | None:
         )
         if hasattr(os, "sched_getaffinity"):
             part["cpus"] = sorted(os.sched_getaffinity(0))  # the cores this rank ran on
+        part["short_slices"] = len(helpers)  # the threads that ran with job.helper_slice_us
         parts = gather_to_first(part, objects)
         return job_report(parts, plan, check) if rank == 0 else None
     finally:

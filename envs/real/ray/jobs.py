@@ -97,6 +97,9 @@ class RanksEnv(MeasuredEnv):
             core 1; :attr:`RankJob.cpus`; a plan of fewer ranks uses the first); None: where Ray starts it. Only
             on a Ray cluster of this one machine (the cores are checked here); a pinned job's log key differs
             from the same plan's unpinned one.
+        helper_slice_us: gloo's threads in each rank ask the scheduler for a slice this short
+            (:attr:`RankJob.helper_slice_us`, :mod:`envs.real.slices`); None: its defaults. A job with it has
+            its own log key.
         microbatches, inflight, schedule: the plan of a placement given as a vector
             or mapping (a :class:`graphs.plan.Placement` carries its own).
 
@@ -113,6 +116,7 @@ class RanksEnv(MeasuredEnv):
         rank_map: str | Mapping[str, int] | None = None,
         cpus_per_rank: int = 1,
         rank_cpus: Sequence[Sequence[int]] | None = None,
+        helper_slice_us: int | None = None,
         microbatches: int = 1,
         inflight: int | None = None,
         schedule: str | None = None,
@@ -121,6 +125,7 @@ class RanksEnv(MeasuredEnv):
         super().__init__(source, cluster, cpus_per_worker=cpus_per_rank, **options)
         self.backend, self.rank_map, self.cpus_per_rank = backend, rank_map, cpus_per_rank
         self.rank_cpus = check_cpus(rank_cpus, "measured env: rank_cpus")
+        self.helper_slice_us = helper_slice_us
         self.plan_options = {"microbatches": microbatches, "inflight": inflight, "schedule": schedule}
         self._program_graphs: dict[int, Any] = {}  # microbatches -> the graph of one microbatch's program
         self._job_actors: list[Any] = []
@@ -174,7 +179,8 @@ class RanksEnv(MeasuredEnv):
             # across processes, with its plan: never the key of the same placement measured in one process
             key = f"ranks-{key}-m{M}-w{placement.inflight or M}-{plan.schedule}"
             pinned = "" if cpus is None else "-cpus" + "_".join(".".join(map(str, c)) for c in cpus)
-            out.append((key + pinned, plan))
+            sliced = f"-slice{self.helper_slice_us}us" if self.helper_slice_us else ""
+            out.append((key + pinned + sliced, plan))
         return out
 
     def _cpus(self, plan: RankPlan) -> tuple | None:
@@ -265,6 +271,7 @@ class RanksEnv(MeasuredEnv):
             timeout_s=self.measure_timeout_s,
             threads=self.cpus_per_rank,
             cpus=self._cpus(plan),
+            helper_slice_us=self.helper_slice_us,
         )
         refs = [a.run.remote(job, r, plan.num_ranks, (ip, port)) for r, a in enumerate(self._job_actors)]
         pending = list(refs)

@@ -23,6 +23,7 @@ from ray.cluster_utils import Cluster  # noqa: E402
 
 import envs  # noqa: E402
 from envs.real.ray.jobs import JobLost, RanksEnv  # noqa: E402
+from envs.real.slices import supported  # noqa: E402
 from envs.result import Result  # noqa: E402
 from graphs import PlacerError  # noqa: E402
 from graphs.plan import Placement  # noqa: E402
@@ -111,16 +112,19 @@ def test_a_placement_is_one_job_of_two_processes_logged_cached_and_measured_agai
         assert resumed.evaluate([placement])[0].step_time_s == first.step_time_s
     finally:
         resumed.close()
-    # each rank pinned to its cores (the last usable core for rank 0, the first for rank 1): a job of its own, not
-    # the unpinned one read back, whose every rank ran where it was told
+    # each rank pinned to its cores (the last usable core for rank 0, the first for rank 1), gloo's threads at a short
+    # slice: a job of its own, not the unpinned one read back, whose every rank ran where and as it was told
     cores = sorted(os.sched_getaffinity(0))
-    pinned = _env("ranks_model:build", workdir / "run", rank_cpus=[(cores[-1],), (cores[0],)])
+    pinned = _env("ranks_model:build", workdir / "run", rank_cpus=[(cores[-1],), (cores[0],)], helper_slice_us=200)
     try:
         (measured,) = pinned.evaluate([placement])
         assert measured.ok and measured is not first, measured.message
         assert [r["cpus"] for r in measured.extra["ranks"]] == [[cores[-1]], [cores[0]]]
+        assert [r["short_slices"] for r in first.extra["ranks"]] == [0, 0]
+        if supported():  # gloo's threads (its loop and workers) at 200 us
+            assert all(r["short_slices"] >= 1 for r in measured.extra["ranks"]), measured.extra["ranks"]
         one_rank = Placement.from_indices(pinned.graph, pinned.cluster.device_names, [1] * pinned.graph.num_ops)
-        assert pinned.plans([one_rank])[0][0].endswith(f"-cpus{cores[-1]}")  # a plan of one rank: the first cores
+        assert pinned.plans([one_rank])[0][0].endswith(f"-cpus{cores[-1]}-slice200us")  # one rank: the first cores
     finally:
         pinned.close()
     with pytest.raises(PlacerError, match=r"measured env: rank_cpus: cores \[100000\] are not among"):
