@@ -303,6 +303,7 @@ def run_rank(job: RankJob) -> dict[str, Any] | None:
         if hasattr(os, "sched_getaffinity"):
             part["cpus"] = sorted(os.sched_getaffinity(0))  # the cores this rank ran on
         part["short_slices"] = len(helpers)  # the threads that ran with job.helper_slice_us
+        part["pid"] = os.getpid()  # the process (a measured env may run several jobs in one)
         parts = gather_to_first(part, objects)
         return job_report(parts, plan, check) if rank == 0 else None
     finally:

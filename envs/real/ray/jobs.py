@@ -18,8 +18,15 @@ Failures are results, as in the measured env: a rank that raises makes the job a
 again on fresh actors, at most ``max_retries`` times, and not counted when the dead
 actor's node has left the cluster (the job goes on the nodes left). A placement
 group that cannot be reserved within ``start_timeout_s`` (not enough CPUs or GPUs on
-the cluster) is a :class:`PlacerError`. Every job's actors and placement group are
-removed when it ends.
+the cluster) is a :class:`PlacerError`.
+
+A job that ends ``"ok"`` leaves its actors and placement group for the next job of
+as many ranks (``reuse_actors``): each job still builds the model anew, starts its
+own process group on a fresh port and times its own steps, but does not pay for N new
+processes that import torch and placer (about 3 s each on this project's CI machine).
+Any other ending (an error, a timeout, a dead actor), a job of another size and
+:meth:`RanksEnv.close` remove them; with ``reuse_actors=False`` every job's are removed
+when it ends.
 """
 
 from __future__ import annotations
@@ -102,6 +109,8 @@ class RanksEnv(MeasuredEnv):
             its own log key.
         microbatches, inflight, schedule: the plan of a placement given as a vector
             or mapping (a :class:`graphs.plan.Placement` carries its own).
+        reuse_actors: a job that ended ``"ok"`` leaves its rank actors for the next
+            job of as many ranks (the module doc); False: fresh processes every job.
 
     A :class:`graphs.plan.Placement` is measured with its issue order, microbatches,
     window and schedule; its key in the log covers all of them.
@@ -120,9 +129,12 @@ class RanksEnv(MeasuredEnv):
         microbatches: int = 1,
         inflight: int | None = None,
         schedule: str | None = None,
+        reuse_actors: bool = True,
         **options: Any,
     ) -> None:
         super().__init__(source, cluster, cpus_per_worker=cpus_per_rank, **options)
+        self.reuse_actors = reuse_actors
+        self._job_group: Any = None  # the placement group of self._job_actors
         self.backend, self.rank_map, self.cpus_per_rank = backend, rank_map, cpus_per_rank
         self.rank_cpus = check_cpus(rank_cpus, "measured env: rank_cpus")
         self.helper_slice_us = helper_slice_us
@@ -210,36 +222,63 @@ class RanksEnv(MeasuredEnv):
                     return Result(float("inf"), "error", f"a rank died {retries} times: {e}", source="measured")
 
     def _run_job(self, plan: RankPlan) -> Result:
-        ray_ = self._ensure_ray()
-        N = plan.num_ranks
-        gpus = 1 if self.backend == "nccl" else 0
-        self._check_room(N, gpus)
-        group = placement_group([{"CPU": self.cpus_per_rank, "GPU": gpus}] * N, strategy="PACK")
+        ok = False
         try:
-            ready, _ = ray_.wait([group.ready()], timeout=self.start_timeout_s)
-            if not ready:
-                raise PlacerError(
-                    f"measured env: could not reserve {N} processes ({self.cpus_per_rank} CPUs"
-                    f"{' and a GPU' if gpus else ''} each) within {self.start_timeout_s:g}s: does the Ray cluster "
-                    "have them free?"
-                )
-            cls = ray_.remote(num_cpus=self.cpus_per_rank, num_gpus=gpus, max_restarts=0)(RankActor)
-            shipped = self.shipment.module if self.shipment else None
-            self._job_actors = [
-                cls.options(
-                    scheduling_strategy=PlacementGroupSchedulingStrategy(group, placement_group_bundle_index=r)
-                ).remote(self.source_dir, shipped)
-                for r in range(N)
-            ]
+            if not self._reusable(plan.num_ranks):
+                self._start_actors(plan.num_ranks)
             try:
-                return self._job_result(plan, self._wait_job(plan))
+                result = self._job_result(plan, self._wait_job(plan))
+                ok = result.status == "ok"
+                return result
             except RayTaskError as e:  # a rank raised
                 return task_failure(e)
             except GetTimeoutError:
                 return Result(float("inf"), "timeout", "a rank did not start in time", source="measured")
         finally:
-            self._kill_job_actors()
-            remove_placement_group(group)
+            if not (ok and self.reuse_actors):
+                self._release_actors()
+
+    def _reusable(self, ranks: int) -> bool:
+        """The actors left by the last job serve a job of ``ranks`` ranks: as many, and every one alive."""
+        return bool(self.reuse_actors and len(self._job_actors) == ranks and self._actors_alive())
+
+    def _actors_alive(self) -> bool:
+        """Every actor left by the last job answers (one that died, or whose node left, does not)."""
+        try:
+            ray.get([a.node.remote() for a in self._job_actors], timeout=self.start_timeout_s)
+        except (RayActorError, GetTimeoutError):
+            return False
+        return True
+
+    def _start_actors(self, N: int) -> None:
+        """Reserve a placement group of ``N`` bundles and start one rank actor in each (what was left before goes)."""
+        self._release_actors()
+        ray_ = self._ensure_ray()
+        gpus = 1 if self.backend == "nccl" else 0
+        self._check_room(N, gpus)
+        group = self._job_group = placement_group([{"CPU": self.cpus_per_rank, "GPU": gpus}] * N, strategy="PACK")
+        ready, _ = ray_.wait([group.ready()], timeout=self.start_timeout_s)
+        if not ready:
+            raise PlacerError(
+                f"measured env: could not reserve {N} processes ({self.cpus_per_rank} CPUs"
+                f"{' and a GPU' if gpus else ''} each) within {self.start_timeout_s:g}s: does the Ray cluster "
+                "have them free?"
+            )
+        cls = ray_.remote(num_cpus=self.cpus_per_rank, num_gpus=gpus, max_restarts=0)(RankActor)
+        shipped = self.shipment.module if self.shipment else None
+        self._job_actors = [
+            cls.options(
+                scheduling_strategy=PlacementGroupSchedulingStrategy(group, placement_group_bundle_index=r)
+            ).remote(self.source_dir, shipped)
+            for r in range(N)
+        ]
+
+    def _release_actors(self) -> None:
+        """Kill the rank actors and remove their placement group, if any."""
+        self._kill_job_actors()
+        if self._job_group is not None:
+            remove_placement_group(self._job_group)
+            self._job_group = None
 
     def _check_room(self, ranks: int, gpus: int) -> None:
         """On the local Ray this env started (a fixed size), a job larger than the whole cluster is one line now,
@@ -307,7 +346,7 @@ class RanksEnv(MeasuredEnv):
     def close(self) -> None:
         """Kill a job's actors if one is running, then what :meth:`MeasuredEnv.close` does."""
         if ray.is_initialized():
-            self._kill_job_actors()
+            self._release_actors()
         super().close()
 
 

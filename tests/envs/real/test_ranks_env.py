@@ -99,8 +99,11 @@ def test_a_placement_is_one_job_of_two_processes_logged_cached_and_measured_agai
         assert set(first.peak_bytes) == {"gpu:0", "gpu:1"} and first.extra["schedule"] == "gpipe"
         assert [r["rank"] for r in first.extra["ranks"]] == [0, 1] and len(first.extra["step_times_s"]) == 2
         assert env.evaluate([placement])[0] is first  # cached: no second job
+        assert len(env._job_actors) == 2  # a job that ended ok leaves its ranks' processes for the next
         (again,) = env.evaluate([placement], again=True)
         assert again.ok and again is not first and env.evaluate([placement])[0] is first
+        pids = [r["pid"] for r in first.extra["ranks"]]
+        assert [r["pid"] for r in again.extra["ranks"]] == pids and len(set(pids)) == 2  # the same two processes
         records = [json.loads(line) for line in (workdir / "run" / "measurements.jsonl").read_text().splitlines()]
         assert [r.get("again", False) for r in records] == [False, True]
         assert records[0]["placement_hash"].startswith("ranks-") and records[0]["placement_hash"].endswith("-gpipe")
@@ -115,11 +118,18 @@ def test_a_placement_is_one_job_of_two_processes_logged_cached_and_measured_agai
     # each rank pinned to its cores (the last usable core for rank 0, the first for rank 1), gloo's threads at a short
     # slice: a job of its own, not the unpinned one read back, whose every rank ran where and as it was told
     cores = sorted(os.sched_getaffinity(0))
-    pinned = _env("ranks_model:build", workdir / "run", rank_cpus=[(cores[-1],), (cores[0],)], helper_slice_us=200)
+    pinned = _env(
+        "ranks_model:build",
+        workdir / "run",
+        rank_cpus=[(cores[-1],), (cores[0],)],
+        helper_slice_us=200,
+        reuse_actors=False,
+    )
     try:
         (measured,) = pinned.evaluate([placement])
         assert measured.ok and measured is not first, measured.message
         assert [r["cpus"] for r in measured.extra["ranks"]] == [[cores[-1]], [cores[0]]]
+        assert pinned._job_actors == [] and pinned._job_group is None  # reuse_actors=False: gone with the job
         assert [r["short_slices"] for r in first.extra["ranks"]] == [0, 0]
         if supported():  # gloo's threads (its loop and workers) at 200 us
             assert all(r["short_slices"] >= 1 for r in measured.extra["ranks"]), measured.extra["ranks"]
@@ -138,6 +148,7 @@ def test_a_rank_that_dies_is_an_error_result(ray_cluster, workdir):
     try:
         (result,) = env.evaluate([_split(env)])
         assert result.status == "error" and "a rank died 1 times" in result.message, result.message
+        assert env._job_actors == [] and env._job_group is None  # a failed job's processes are never reused
     finally:
         env.close()
 
@@ -214,3 +225,53 @@ def test_a_job_larger_than_the_local_ray_is_one_line_at_once(workdir, monkeypatc
             env._check_room(2, 1)
     finally:
         env._started_ray = False
+
+
+def test_only_a_job_that_ended_ok_leaves_its_processes_for_the_next_of_as_many_ranks(workdir, monkeypatch):
+    """The reuse rule alone (no Ray): fresh actors for the first job, for a job of another size and after any job
+    that did not end ok (an error, a timeout, a dead actor); never with ``reuse_actors=False``."""
+    env = _env("ranks_model:build", None)
+    started, released, outcomes = [], [], iter([])
+
+    def start(n):
+        env._release_actors()
+        env._job_actors = [f"actor {len(started)}.{r}" for r in range(n)]
+        started.append(n)
+
+    def release():
+        if env._job_actors:
+            released.append(list(env._job_actors))
+        env._job_actors = []
+
+    def wait_job(plan):
+        outcome = next(outcomes)
+        if isinstance(outcome, Exception):
+            raise outcome
+        return outcome
+
+    monkeypatch.setattr(env, "_start_actors", start)
+    monkeypatch.setattr(env, "_release_actors", release)
+    monkeypatch.setattr(env, "_wait_job", wait_job)
+    monkeypatch.setattr(env, "_job_result", lambda plan, status: Result(0.5 if status == "ok" else 1e9, status))
+    alive = iter([True] * 5 + [False])  # the actors left answer, but not before the last job
+    monkeypatch.setattr(env, "_actors_alive", lambda: next(alive))
+
+    class Plan:
+        def __init__(self, n):
+            self.num_ranks = n
+
+    outcomes = iter(["ok", "ok", "ok", "oom", "ok", "timeout", "ok", JobLost("died", False), "ok", "ok", "ok"])
+    statuses = []
+    for n in (2, 2, 1, 1, 1, 1, 1, 1, 1, 1, 1):
+        try:
+            statuses.append(env._run_job(Plan(n)).status)
+        except JobLost:
+            statuses.append("lost")
+    assert statuses == ["ok", "ok", "ok", "oom", "ok", "timeout", "ok", "lost", "ok", "ok", "ok"]
+    # started: the first job, the first of 1 rank, after the oom, the timeout and the lost actor, and where the
+    # actor left did not answer (the last job)
+    assert started == [2, 1, 1, 1, 1, 1]
+    assert len(released) == 5 and env._job_actors == ["actor 5.0"]  # the last ok job's actor is kept
+    env.reuse_actors = False
+    outcomes = iter(["ok"])
+    assert env._run_job(Plan(1)).ok and env._job_actors == [] and len(started) == 7
