@@ -7,7 +7,7 @@ Linux's scheduler (EEVDF, 6.6 on) lets the running thread finish its slice first
 and notices the slice's end only at the next tick (4 ms at 250 Hz), so the woken thread waits up to a tick. On this
 machine's two pinned gloo ranks, 15-20 % of late hand-offs waited over 2 ms (3-4 ms each: a tick), the mean wait
 0.7-1.2 ms; with the helpers' slices at 100 us, 2.5 % did and the mean was 0.2-0.5 ms
-(``docs/ranks/cpu2/slices/probe.py``; BENCHMARKS.md, "A woken thread waits for the tick").
+(``docs/ranks/cpu2/looped/late_probe.py`` pinned; BENCHMARKS.md, "A woken thread waits for the tick").
 
 Since Linux 6.12 a thread may ask for a shorter slice (``sched_setattr``'s ``sched_runtime`` under SCHED_OTHER),
 and a woken thread whose slice is shorter than the running one's preempts it at once. :func:`shorten_helper_slices`
