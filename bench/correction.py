@@ -346,8 +346,9 @@ def ranks_cells(args: argparse.Namespace, say: Callable[[str], Any], cells: list
         for seed in _seeds(args.seeds):
             say(f"  {args.source} on {cluster.name} ({real.graph.num_ops} ops), M={M}, seed {seed}, gloo ranks")
             cell = {"graph": args.source, "cluster": cluster.name, "seed": seed, "microbatches": M, "inflight": W}
-            cell.update(rank_cpus=rank_cpus and [list(c) for c in rank_cpus], busy_core=args.busy_core)
-            cell.update(helper_slice_us=slice_us)
+            cell.update(
+                rank_cpus=rank_cpus and [list(c) for c in rank_cpus], busy_core=args.busy_core, helper_slice_us=slice_us
+            )
             cells.append(cell)
             with busy_core(args.busy_core):
                 run_cell(args, real.graph, cluster, real, seed=seed, say=say, out=cell, sim=sim)

@@ -210,7 +210,7 @@ def measure_ranks(args: argparse.Namespace, say) -> dict[str, Any]:
             step_s, times = report["step_time_s"], list(report["step_times_s"])
             name = setting_name(pin, malloc, recv, start, cut)
             build = {"build": k, "step_time_s": step_s, "step_times_s": times, "floor_s": floor_s, "job_s": job_s}
-            build["short_slices"] = [r.get("short_slices", 0) for r in report["ranks"]]  # threads per rank
+            build["short_slices"] = [r["short_slices"] for r in report["ranks"]]  # threads per rank
             builds[name].append(build)
             say(
                 f"  build {k}, {name}: {step_s * 1e3:.2f} ms (the floor before it {floor_s * 1e3:.2f} ms; the job "

@@ -19,6 +19,7 @@ other platforms, or where the call is refused.
 from __future__ import annotations
 
 import ctypes
+import functools
 import os
 import platform
 import struct
@@ -34,6 +35,12 @@ KEEP_POLICY = 0x08
 ATTR = struct.Struct("IIQiIQQQ")
 #: The slice :func:`shorten_helper_slices` gives by default, in microseconds (the kernel's least is 100).
 HELPER_SLICE_US = 100
+
+
+@functools.cache
+def _libc() -> ctypes.CDLL:
+    """The C library of this process, with ``errno`` kept."""
+    return ctypes.CDLL(None, use_errno=True)
 
 
 def _syscalls() -> tuple[int, int] | None:
@@ -62,7 +69,7 @@ def thread_slice_ns(tid: int) -> int | None:
     calls = _syscalls()
     if calls is None:
         return None
-    libc = ctypes.CDLL(None, use_errno=True)
+    libc = _libc()
     buf = ctypes.create_string_buffer(ATTR.size)
     if libc.syscall(calls[1], tid, buf, ATTR.size, 0) != 0:
         return None
@@ -76,7 +83,7 @@ def shorten_helper_slices(slice_us: int = HELPER_SLICE_US) -> list[int]:
     calls = _syscalls()
     if calls is None or not os.path.isdir("/proc/self/task"):
         return []
-    libc = ctypes.CDLL(None, use_errno=True)
+    libc = _libc()
     me = threading.get_native_id()
     done = []
     for name in os.listdir("/proc/self/task"):

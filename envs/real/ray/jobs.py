@@ -275,7 +275,9 @@ class RanksEnv(MeasuredEnv):
 
     def _release_actors(self) -> None:
         """Kill the rank actors and remove their placement group, if any."""
-        self._kill_job_actors()
+        for a in self._job_actors:
+            ray.kill(a, no_restart=True)
+        self._job_actors = []
         if self._job_group is not None:
             remove_placement_group(self._job_group)
             self._job_group = None
@@ -337,11 +339,6 @@ class RanksEnv(MeasuredEnv):
             source="measured",
             extra={k: report[k] for k in ("step_times_s", "spread_s", "losses", "schedule", "stages", "ranks")},
         )
-
-    def _kill_job_actors(self) -> None:
-        for a in self._job_actors:
-            ray.kill(a, no_restart=True)
-        self._job_actors = []
 
     def close(self) -> None:
         """Kill a job's actors if one is running, then what :meth:`MeasuredEnv.close` does."""
