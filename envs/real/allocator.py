@@ -21,13 +21,31 @@ own job gets the same with the environment variables (README, "Plans across proc
 :func:`trim_malloc` gives the kept memory back (before a measurement reads the
 process's resident set). Elsewhere than glibc (macOS, musl) both do nothing and
 return False.
+
+With every block from the heap, one more setting keeps the heap from growing: glibc's
+per-thread cache of small freed blocks off (:data:`NO_TCACHE`). torch asks for each
+tensor's memory aligned (``posix_memalign``), and glibc serves a large aligned block by
+cutting a little more from the heap and freeing the two small ends. While those ends sit
+in the thread's cache they count as in use, so the freed large block beside them cannot
+merge with them, is a few bytes short of the next request of the same size, and the heap
+grows by the block again: a 1.25 GiB tensor made and freed each step left a heap of 1.4 to
+10.4 GB (1 to 8 copies; 6 runs of 12 above 4 copies), and a run still faulting all of its
+pages at the 9th step now and then (BENCHMARKS.md, "The heap that grew by its largest
+tensor"). With the cache off, the ends go where glibc merges them at the next large
+request: 1 or 2 copies in 12 runs of 12. glibc reads that setting only when a process
+starts (``GLIBC_TUNABLES``; ``mallopt`` has no such parameter), so :func:`steady_malloc`
+cannot set it in a running process: the processes placer starts to measure in (a job's
+ranks, :func:`children_start_steady`; the Ray actors that measure, :func:`steady_runtime_env`) start with it, and
+:data:`STEADY_MALLOC_ENV` has it for a user's own job.
 """
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import functools
-from typing import Any
+import os
+from typing import Any, Iterator
 
 #: glibc's ``mallopt`` parameters (``malloc.h``).
 M_TRIM_THRESHOLD, M_TOP_PAD, M_MMAP_THRESHOLD = -1, -2, -3
@@ -48,12 +66,87 @@ def as_size(value: int) -> int:
     return value % (1 << 64)
 
 
-#: The same settings as glibc's environment variables, for a process started with them (``torchrun``'s ranks).
+#: glibc's tunable that turns the per-thread cache of small freed blocks off (module doc): read as a process starts.
+NO_TCACHE = "glibc.malloc.tcache_count=0"
+
+#: The same settings as glibc's environment variables, for a process started with them (``torchrun``'s ranks), and
+#: the thread cache off (:data:`NO_TCACHE`).
 STEADY_MALLOC_ENV = {
     "MALLOC_MMAP_THRESHOLD_": str(as_size(STEADY_MALLOC[M_MMAP_THRESHOLD])),
     "MALLOC_TRIM_THRESHOLD_": str(as_size(STEADY_MALLOC[M_TRIM_THRESHOLD])),
     "MALLOC_TOP_PAD_": str(as_size(STEADY_MALLOC[M_TOP_PAD])),
+    "GLIBC_TUNABLES": NO_TCACHE,
 }
+
+
+def with_tunable(tunables: str | None, tunable: str) -> str:
+    """``GLIBC_TUNABLES``' value ``tunables`` with ``tunable`` (``name=value``) set, the others kept.
+
+    >>> with_tunable(None, NO_TCACHE)
+    'glibc.malloc.tcache_count=0'
+    >>> with_tunable("glibc.malloc.hugetlb=1:glibc.malloc.tcache_count=7", NO_TCACHE)
+    'glibc.malloc.hugetlb=1:glibc.malloc.tcache_count=0'
+    """
+    name = tunable.split("=", 1)[0]
+    kept = [t for t in (tunables or "").split(":") if t and t.split("=", 1)[0] != name]
+    return ":".join([*kept, tunable])
+
+
+@contextlib.contextmanager
+def children_start_steady() -> Iterator[None]:
+    """Processes started inside (a launcher's, Ray's) read ``GLIBC_TUNABLES`` with :data:`NO_TCACHE` set; this
+    process's environment as it was afterwards. A process forked from one started so keeps the setting."""
+    before = os.environ.get("GLIBC_TUNABLES")
+    os.environ["GLIBC_TUNABLES"] = with_tunable(before, NO_TCACHE)
+    try:
+        yield
+    finally:
+        if before is None:
+            os.environ.pop("GLIBC_TUNABLES", None)
+        else:
+            os.environ["GLIBC_TUNABLES"] = before
+
+
+def steady_runtime_env() -> dict[str, Any]:
+    """A Ray actor's ``runtime_env`` whose process starts with glibc's thread cache off (Ray merges it with the
+    job's)."""
+    return {"env_vars": {"GLIBC_TUNABLES": with_tunable(os.environ.get("GLIBC_TUNABLES"), NO_TCACHE)}}
+
+
+class _MallInfo2(ctypes.Structure):
+    """glibc's ``struct mallinfo2`` (``malloc.h``)."""
+
+    _fields_ = [
+        (name, ctypes.c_size_t)
+        for name in ("arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks", "fsmblks", "uordblks", "fordblks")
+    ] + [("keepcost", ctypes.c_size_t)]
+
+
+def heap_bytes() -> int:
+    """The bytes of this process's main heap (``mallinfo2().arena``: what it took from the kernel with ``sbrk``,
+    in use or free); 0 elsewhere than glibc."""
+    libc = _glibc()
+    return int(libc.mallinfo2().arena) if libc is not None else 0
+
+
+def thread_cache_off() -> bool:
+    """Whether glibc's thread cache is off in this process, as glibc itself shows it. A small block freed into that
+    cache gets the cache's key in its second word (glibc >= 2.29, its check of double frees); one freed into a
+    fast bin (the cache off, or full) only its first word. A block taken and given back at once finds room in the
+    cache whenever it came from there, so the cache is on if any of three such blocks got the key (one taken from
+    a bin may first have filled the cache from it). Other threads do not sway the probe: the cache is this
+    thread's. False elsewhere than glibc."""
+    libc = _glibc()
+    if libc is None:
+        return False
+    for _ in range(3):
+        block = libc.malloc(40)
+        second_word = ctypes.c_uint64.from_address(block + 8)
+        second_word.value = 0
+        libc.free(block)
+        if second_word.value != 0:
+            return False
+    return True
 
 
 @functools.cache
@@ -63,10 +156,13 @@ def _glibc() -> Any:
         libc = ctypes.CDLL(None)
     except OSError:
         return None
-    if not all(hasattr(libc, f) for f in ("gnu_get_libc_version", "mallopt", "malloc_trim")):
-        return None
+    if not all(hasattr(libc, f) for f in ("gnu_get_libc_version", "mallopt", "malloc_trim", "mallinfo2")):
+        return None  # (mallinfo2: glibc >= 2.33)
     libc.mallopt.argtypes, libc.mallopt.restype = [ctypes.c_int, ctypes.c_int], ctypes.c_int
     libc.malloc_trim.argtypes, libc.malloc_trim.restype = [ctypes.c_size_t], ctypes.c_int
+    libc.malloc.argtypes, libc.malloc.restype = [ctypes.c_size_t], ctypes.c_void_p
+    libc.free.argtypes, libc.free.restype = [ctypes.c_void_p], None
+    libc.mallinfo2.argtypes, libc.mallinfo2.restype = [], _MallInfo2
     return libc
 
 
@@ -90,4 +186,17 @@ def trim_malloc() -> bool:
     return True
 
 
-__all__ = ["STEADY_MALLOC", "STEADY_MALLOC_ENV", "UNBOUNDED", "as_size", "steady_malloc", "trim_malloc"]
+__all__ = [
+    "NO_TCACHE",
+    "STEADY_MALLOC",
+    "STEADY_MALLOC_ENV",
+    "UNBOUNDED",
+    "as_size",
+    "children_start_steady",
+    "heap_bytes",
+    "steady_malloc",
+    "steady_runtime_env",
+    "thread_cache_off",
+    "trim_malloc",
+    "with_tunable",
+]

@@ -60,6 +60,7 @@ import ray._private.worker as ray_worker  # noqa: PLC2701 (ray has no public equ
 from ray._private import ray_constants  # noqa: PLC2701 (ray has no public equivalent)
 from ray.exceptions import RayActorError, RayTaskError, RuntimeEnvSetupError
 
+from envs.real.allocator import steady_runtime_env
 from envs.real.measure_log import (  # noqa: F401
     LOG_NAME,
     RecordedMeasurements,
@@ -369,7 +370,8 @@ class MeasuredEnv(RecordedMeasurements):
         ray = self._ensure_ray()
         cls = ray.remote(num_cpus=self.cpus_per_worker, num_gpus=self.gpus_per_worker, max_restarts=0)(self.worker_cls)
         shipped = self.shipment.module if self.shipment else None
-        actor = cls.options(scheduling_strategy="SPREAD").remote(
+        # the actor's process with glibc's thread cache off (envs.real.allocator)
+        actor = cls.options(scheduling_strategy="SPREAD", runtime_env=steady_runtime_env()).remote(
             self.source, self.device_map, self.cpus_per_worker, self.lr, self.source_dir, shipped, node_id
         )
         if i is None:

@@ -30,7 +30,7 @@ from typing import Any, Callable
 import torch
 from torch import nn
 
-from envs.real.allocator import steady_malloc, trim_malloc
+from envs.real.allocator import steady_malloc, thread_cache_off, trim_malloc
 from graphs import PlacerError
 from graphs.schema import check_float
 
@@ -339,6 +339,6 @@ def measure_steps(
     }
     if reserved:
         out["peak_reserved_bytes"] = {n: reserved[str(d)] for n, d in devices.items() if str(d) in reserved}
-    if protocol is not None:
-        out["protocol"] = protocol.describe()
+    if protocol is not None:  # and whether the process started with glibc's thread cache off (envs.real.allocator)
+        out["protocol"] = {**protocol.describe(), "thread_cache_off": thread_cache_off()}
     return out

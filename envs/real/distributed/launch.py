@@ -25,7 +25,9 @@ measured loop pays on every placement it measures. Each process still starts cle
 the fork server has run nothing, and the process takes the caller's environment, CPU
 affinity, working directory and ``sys.path`` as they are at the launch, as a spawned
 one does. ``start_method="spawn"`` starts a fresh interpreter per process instead
-(what needs ``exec``: glibc reads ``GLIBC_TUNABLES`` only there).
+(what needs ``exec``: glibc reads ``GLIBC_TUNABLES`` only there). Either way a job's
+processes run with glibc's thread cache off (:func:`envs.real.allocator.children_start_steady`),
+which a fork server started by an earlier launch has as well.
 """
 
 from __future__ import annotations
@@ -45,6 +47,7 @@ import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
+from envs.real.allocator import children_start_steady
 from envs.real.ray_access import native_stderr_silenced
 from graphs import PlacerError
 
@@ -223,7 +226,9 @@ def launch(
     failed = True
     try:
         # the agent's native code (the store's connection retries) writes to fd 2: its outcome is an exception
-        with _quiet_launcher(), native_stderr_silenced():
+        # glibc's thread cache off in every process of the job (envs.real.allocator: a fork server started now
+        # has it, and what it forks keeps it)
+        with _quiet_launcher(), native_stderr_silenced(), children_start_steady():
             cpus = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None
             out = elastic_launch(config, _run_then_exit_quickly)(dict(os.environ), cpus, entrypoint, *args)
         failed = False

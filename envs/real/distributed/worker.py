@@ -37,6 +37,7 @@ import torch.distributed as dist
 from torch import nn
 from torch.distributed.elastic.multiprocessing.errors import record
 
+from envs.real.allocator import thread_cache_off
 from envs.real.conformance import Reference, compare, reference
 from envs.real.distributed.rank_plan import RankPlan
 from envs.real.distributed.ranks import check_world
@@ -304,6 +305,7 @@ def run_rank(job: RankJob) -> dict[str, Any] | None:
             part["cpus"] = sorted(os.sched_getaffinity(0))  # the cores this rank ran on
         part["short_slices"] = len(helpers)  # the threads that ran with job.helper_slice_us
         part["pid"] = os.getpid()  # the process (a measured env may run several jobs in one)
+        part["thread_cache_off"] = thread_cache_off()  # glibc's, as the process started (envs.real.allocator)
         parts = gather_to_first(part, objects)
         return job_report(parts, plan, check) if rank == 0 else None
     finally:

@@ -42,6 +42,7 @@ from ray.exceptions import GetTimeoutError, RayActorError, RayTaskError
 from ray.util.placement_group import placement_group, remove_placement_group
 from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
+from envs.real.allocator import steady_runtime_env
 from envs.real.distributed.launch import free_port
 from envs.real.distributed.rank_plan import RankPlan, compile_plan
 from envs.real.distributed.worker import RankJob, check_cpus, run_rank
@@ -268,7 +269,8 @@ class RanksEnv(MeasuredEnv):
         shipped = self.shipment.module if self.shipment else None
         self._job_actors = [
             cls.options(
-                scheduling_strategy=PlacementGroupSchedulingStrategy(group, placement_group_bundle_index=r)
+                scheduling_strategy=PlacementGroupSchedulingStrategy(group, placement_group_bundle_index=r),
+                runtime_env=steady_runtime_env(),  # glibc's thread cache off (envs.real.allocator)
             ).remote(self.source_dir, shipped)
             for r in range(N)
         ]

@@ -11,6 +11,7 @@ import os
 
 import pytest
 
+from envs.real.allocator import thread_cache_off
 from envs.real.distributed.launch import launch
 from graphs import PlacerError
 
@@ -42,6 +43,7 @@ def report(tag: str) -> dict:
         "gone": "PLACER_TEST_GONE" in os.environ,
         "cpus": sorted(os.sched_getaffinity(0)),
         "parent": os.getppid(),
+        "thread_cache_off": thread_cache_off(),  # glibc's, as the process started (envs.real.allocator)
     }
 
 
@@ -70,3 +72,6 @@ def test_each_job_s_processes_start_with_the_caller_s_environment_and_cores_as_t
     spawned = launch(report, ("c",), nproc_per_node=2, start_method="spawn")
     rows = [(r["mine"], r["parent"], r["cpus"]) for _, r in sorted(spawned.items())]
     assert rows == [("second", os.getpid(), cores)] * 2
+    # forked or spawned, every process runs with glibc's thread cache off; this one's is as it was
+    assert all(r["thread_cache_off"] for job in (first, second, spawned) for r in job.values())
+    assert thread_cache_off() == ("glibc.malloc.tcache_count=0" in os.environ.get("GLIBC_TUNABLES", ""))

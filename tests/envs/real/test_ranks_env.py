@@ -98,6 +98,7 @@ def test_a_placement_is_one_job_of_two_processes_logged_cached_and_measured_agai
         assert first.ok and first.step_time_s > 0, first.message
         assert set(first.peak_bytes) == {"gpu:0", "gpu:1"} and first.extra["schedule"] == "gpipe"
         assert [r["rank"] for r in first.extra["ranks"]] == [0, 1] and len(first.extra["step_times_s"]) == 2
+        assert all(r["thread_cache_off"] for r in first.extra["ranks"])  # the actors' processes: envs.real.allocator
         assert env.evaluate([placement])[0] is first  # cached: no second job
         assert len(env._job_actors) == 2  # a job that ended ok leaves its ranks' processes for the next
         (again,) = env.evaluate([placement], again=True)

@@ -9,6 +9,7 @@ import pytest
 import torch
 from torch import nn
 
+from envs.real.allocator import thread_cache_off
 from envs.real.interleaved import Run, measure_interleaved, resident_bytes, summarize_blocks
 from envs.real.timing import Protocol, measure_steps
 
@@ -57,7 +58,8 @@ def test_measure_steps_under_a_protocol_pins_threads_and_cores_and_holds_the_col
         protocol=Protocol(threads=1, cpus=(core,), warmup_s=0.0),
     )
     assert set(m) == {"step_time_s", "step_times_s", "losses", "peak_bytes", "protocol"} and len(m["step_times_s"]) == 3
-    assert m["protocol"] == {"threads": 1, "cpus": [core], "gc_off": True, "warmup_s": 0.0, "steady_malloc": True}
+    protocol = {"threads": 1, "cpus": [core], "gc_off": True, "warmup_s": 0.0, "steady_malloc": True}
+    assert m["protocol"] == {**protocol, "thread_cache_off": thread_cache_off()}
     assert seen[0][:2] == (1, True)  # the warm-up step: the collector still on
     assert seen[1:] == [(1, False, [core])] * 3  # timed steps: one thread, one core, no collector
     assert torch.get_num_threads() == threads and os.sched_getaffinity(0) == cores and gc.isenabled()
