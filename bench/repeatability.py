@@ -21,7 +21,8 @@ what a CPU measurement mostly measures. A markdown table on stdout (``--json``: 
 Across processes (``--ranks N --placement plan.json``): each build is one job of N gloo processes on this machine's
 cores (torch's launcher, what ``placer run --nproc-per-node N`` runs), and the settings are ``--pin off,on``: each
 rank left to the OS scheduler, or pinned to a core of its own; and ``--malloc steady,default``: glibc's malloc
-keeping what a step frees (placer's default, :mod:`envs.real.allocator`) or glibc's own defaults, or ``huge``:
+keeping what a step frees, its thread cache off (placer's default, :mod:`envs.real.allocator`), or glibc's own
+defaults, or ``cached``: steady with glibc's thread cache on (as placer measured before 2026-12-02), or ``huge``:
 steady, and asking the kernel for transparent huge pages (:data:`HUGE_PAGES`); and
 ``--receives early,jit``: every receive of a step posted as it begins (placer's default on CPU ranks under GPipe
 and 1F1B, :func:`envs.real.distributed.runtime.post_receives_early`) or where torch's schedule posts it, just
@@ -167,15 +168,17 @@ def measure_ranks(args: argparse.Namespace, say) -> dict[str, Any]:
     from placer import distributed
 
     pins = parse_list(args.pin, what="pin", known=["off", "on"])
-    mallocs = parse_list(args.malloc, what="malloc", known=["steady", "default", "huge"])
+    mallocs = parse_list(args.malloc, what="malloc", known=["steady", "default", "cached", "huge"])
     if "huge" in mallocs and not transparent_huge_pages():
         raise PlacerError("--malloc huge: transparent huge pages are off here (/sys/kernel/mm/transparent_hugepage)")
     receives = parse_list(args.receives, what="receives", known=["early", "jit"]) if args.receives else [None]
     starts = parse_list(args.start, what="start", known=["spawn", "forkserver"]) if args.start else [None]
     slices = parse_list(args.slice, what="slice", known=["default", "short"]) if args.slice else [None]
-    if "huge" in mallocs and "forkserver" in starts:  # a forked process never reads GLIBC_TUNABLES again
+    tunable = next((m for m in ("huge", "cached", "default") if m in mallocs), None)
+    if tunable and "forkserver" in starts:  # a forked process never reads GLIBC_TUNABLES again
         raise PlacerError(
-            "--malloc huge: needs spawned processes (glibc reads GLIBC_TUNABLES as one starts), not --start forkserver"
+            f"--malloc {tunable}: needs spawned processes (glibc reads GLIBC_TUNABLES as one starts), not --start "
+            "forkserver"
         )
     if "on" in pins and not hasattr(os, "sched_setaffinity"):
         raise PlacerError("--pin on: needs os.sched_setaffinity (Linux)")
@@ -197,7 +200,7 @@ def measure_ranks(args: argparse.Namespace, say) -> dict[str, Any]:
             helper_slice_us = HELPER_SLICE_US if cut == "short" else None
             setting = replace(
                 job,
-                steady_malloc=malloc in ("steady", "huge"),
+                steady_malloc=malloc in ("steady", "cached", "huge"),
                 early_receives=early,
                 cpus=cpus,
                 helper_slice_us=helper_slice_us,
@@ -205,12 +208,19 @@ def measure_ranks(args: argparse.Namespace, say) -> dict[str, Any]:
             method = start or "spawn"  # by default a build shares nothing with the one before it
             t0 = time.perf_counter()
             with huge_pages(malloc == "huge"):
-                report = launch(run_rank, (setting,), nproc_per_node=args.ranks, start_method=method)[0]
+                report = launch(
+                    run_rank,
+                    (setting,),
+                    nproc_per_node=args.ranks,
+                    start_method=method,
+                    thread_cache_off=malloc in ("steady", "huge"),  # glibc's own defaults keep it on
+                )[0]
             job_s = time.perf_counter() - t0  # the whole job: its processes' start, build, steps and exit
             step_s, times = report["step_time_s"], list(report["step_times_s"])
             name = setting_name(pin, malloc, recv, start, cut)
             build = {"build": k, "step_time_s": step_s, "step_times_s": times, "floor_s": floor_s, "job_s": job_s}
             build["short_slices"] = [r["short_slices"] for r in report["ranks"]]  # threads per rank
+            build["thread_cache_off"] = [r["thread_cache_off"] for r in report["ranks"]]  # as glibc shows it
             builds[name].append(build)
             say(
                 f"  build {k}, {name}: {step_s * 1e3:.2f} ms (the floor before it {floor_s * 1e3:.2f} ms; the job "
@@ -347,9 +357,9 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument(
         "--malloc",
         default="steady",
-        help="--ranks: comma list of steady,default,huge (glibc's malloc keeping what a step frees, as placer "
-        "measures; or glibc's defaults; or steady and asking for transparent huge pages, GLIBC_TUNABLES="
-        "glibc.malloc.hugetlb=1)",
+        help="--ranks: comma list of steady,default,cached,huge (glibc's malloc keeping what a step frees, its "
+        "thread cache off, as placer measures; or glibc's defaults; or steady with the thread cache on; or steady "
+        "and asking for transparent huge pages, GLIBC_TUNABLES=glibc.malloc.hugetlb=1)",
     )
     ap.add_argument(
         "--receives",

@@ -263,6 +263,7 @@ def test_repeatability_across_processes_measures_each_build_as_a_job_of_ranks(ru
     on = doc["builds"][name]
     if supported():
         assert all(n >= 1 for b in on for n in b["short_slices"]) and len(on[0]["short_slices"]) == 2
+    assert all(b["thread_cache_off"] == [True, True] for b in on)  # malloc steady: glibc's thread cache off
     assert list(doc["builds"]) == [name] and [b["build"] for b in on] == [0, 1]
     assert all(b["step_time_s"] > 0 and len(b["step_times_s"]) == 2 and b["floor_s"] > 0 for b in on)
     assert doc["summary"][name]["job_s"] == np.median([b["job_s"] for b in on]) > max(b["step_time_s"] for b in on)
@@ -274,8 +275,10 @@ def test_repeatability_across_processes_measures_each_build_as_a_job_of_ranks(ru
     for option, value in bad:
         status, _, err = run_entry(repeatability, *argv, option, value)
         assert status == 2 and f"{option}: unknown {value}" in err and len(err.strip().splitlines()) == 1, err
-    status, _, err = run_entry(repeatability, *argv, "--malloc", "huge", "--start", "spawn,forkserver")
-    assert status == 2 and "--start forkserver" in err and len(err.strip().splitlines()) == 1, err
+    for malloc in ("huge", "cached", "default"):  # each needs processes that read GLIBC_TUNABLES as they start
+        status, _, err = run_entry(repeatability, *argv, "--malloc", f"steady,{malloc}", "--start", "spawn,forkserver")
+        assert status == 2 and f"--malloc {malloc}" in err and "--start forkserver" in err, err
+        assert len(err.strip().splitlines()) == 1, err
 
 
 def test_huge_pages_reach_the_processes_started_inside_and_the_environment_is_restored(monkeypatch):

@@ -187,6 +187,7 @@ def launch(
     log_dir: str | None = None,
     run_id: str | None = None,
     start_method: str | None = None,
+    thread_cache_off: bool = True,
 ) -> dict[int, Any]:
     """Run ``entrypoint(*args)`` in ``nproc_per_node`` processes here, part of a job on ``nnodes`` nodes.
 
@@ -194,7 +195,9 @@ def launch(
     (``HOST:PORT``): where node 0 serves the rendezvous (needed with ``nnodes > 1``;
     default: a free port here). ``entrypoint`` must be a module-level function: the
     processes are forked from a fork server or spawned (``start_method``: the module's
-    doc), never forked from the caller.
+    doc), never forked from the caller. ``thread_cache_off``: the processes start with glibc's thread cache off
+    (:func:`envs.real.allocator.children_start_steady`; ``False``: as the caller's environment says, for a
+    comparison of the two, which needs ``start_method="spawn"``, or a fork server started so).
     """
     from torch.distributed.elastic.multiprocessing import DefaultLogsSpecs, SignalException, Std
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
@@ -228,7 +231,8 @@ def launch(
         # the agent's native code (the store's connection retries) writes to fd 2: its outcome is an exception
         # glibc's thread cache off in every process of the job (envs.real.allocator: a fork server started now
         # has it, and what it forks keeps it)
-        with _quiet_launcher(), native_stderr_silenced(), children_start_steady():
+        steady_start = children_start_steady() if thread_cache_off else contextlib.nullcontext()
+        with _quiet_launcher(), native_stderr_silenced(), steady_start:
             cpus = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None
             out = elastic_launch(config, _run_then_exit_quickly)(dict(os.environ), cpus, entrypoint, *args)
         failed = False

@@ -51,6 +51,7 @@ def report(tag: str) -> dict:
 @pytest.mark.skipif(not hasattr(os, "sched_setaffinity"), reason="needs CPU affinity (Linux)")
 def test_each_job_s_processes_start_with_the_caller_s_environment_and_cores_as_they_are_at_the_launch(monkeypatch):
     cores = sorted(os.sched_getaffinity(0))
+    monkeypatch.delenv("GLIBC_TUNABLES", raising=False)
     monkeypatch.setenv("PLACER_TEST_LAUNCH", "first")
     monkeypatch.setenv("PLACER_TEST_GONE", "1")
     first = launch(report, ("a",), nproc_per_node=2)
@@ -74,4 +75,6 @@ def test_each_job_s_processes_start_with_the_caller_s_environment_and_cores_as_t
     assert rows == [("second", os.getpid(), cores)] * 2
     # forked or spawned, every process runs with glibc's thread cache off; this one's is as it was
     assert all(r["thread_cache_off"] for job in (first, second, spawned) for r in job.values())
-    assert thread_cache_off() == ("glibc.malloc.tcache_count=0" in os.environ.get("GLIBC_TUNABLES", ""))
+    cached = launch(report, ("d",), nproc_per_node=2, start_method="spawn", thread_cache_off=False)
+    assert [r["thread_cache_off"] for r in cached.values()] == [False, False]  # as this environment says
+    assert "GLIBC_TUNABLES" not in os.environ  # as it was
