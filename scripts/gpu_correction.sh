@@ -23,12 +23,15 @@ OUT=${OUT:-runs/gpu_out}
 # allocated and 2.55 GiB reserved unused, asking for 1.95 GiB (docs/offload_homes/h200/measured-llama-256k-24.json).
 # A caller's own setting wins (PYTORCH_CUDA_ALLOC_CONF= measures without it).
 export PYTORCH_CUDA_ALLOC_CONF=${PYTORCH_CUDA_ALLOC_CONF-expandable_segments:True}
+# Every measuring process starts with glibc's thread cache off, as those placer starts itself do (envs.real.allocator:
+# with it on, the heap could grow by the largest host tensor at each of the first steps); a caller's tunables kept.
+export GLIBC_TUNABLES=${GLIBC_TUNABLES:+$GLIBC_TUNABLES:}glibc.malloc.tcache_count=0
 mkdir -p "$OUT"
 {
   date -u
   nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv 2>/dev/null || echo "no nvidia-smi"
   nproc; free -g | head -2
-  python3 -c "import os, sys, torch; print('alloc_conf', repr(os.environ.get('PYTORCH_CUDA_ALLOC_CONF', ''))); print('python', sys.version.split()[0], 'torch', torch.__version__, 'cuda', torch.cuda.is_available())"
+  python3 -c "import os, sys, torch; print('alloc_conf', repr(os.environ.get('PYTORCH_CUDA_ALLOC_CONF', ''))); print('python', sys.version.split()[0], 'torch', torch.__version__, 'cuda', torch.cuda.is_available()); from envs.real.allocator import thread_cache_off; print('glibc thread cache off', thread_cache_off())"
 } 2>&1 | tee "$OUT/log-correction.txt"
 PYTHONUNBUFFERED=1 timeout --signal=INT "${DEADLINE:-450}" \
   python3 -m bench.correction local --scenario "${SCENARIO:-llama-256k}" \

@@ -18,12 +18,15 @@ set -o pipefail
 cd "$(dirname "$0")/.." || exit 2
 OUT=${OUT:-runs/gpu_out}
 WORK=${WORK:-/tmp/placer_validate}
+# Every measuring process starts with glibc's thread cache off, as those placer starts itself do (envs.real.allocator:
+# with it on, the heap could grow by the largest host tensor at each of the first steps); a caller's tunables kept.
+export GLIBC_TUNABLES=${GLIBC_TUNABLES:+$GLIBC_TUNABLES:}glibc.malloc.tcache_count=0
 mkdir -p "$OUT" "$WORK/calibration"
 {
   date -u
   nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.sm,clocks.max.sm --format=csv || echo "no nvidia-smi"
   nproc
-  python3 -c "import sys, torch, numpy, numba, networkx, scipy, transformers; print('python', sys.version.split()[0], 'torch', torch.__version__, 'numpy', numpy.__version__, 'numba', numba.__version__, 'networkx', networkx.__version__, 'scipy', scipy.__version__, 'transformers', transformers.__version__, 'cuda', torch.cuda.is_available())"
+  python3 -c "import sys, torch, numpy, numba, networkx, scipy, transformers; print('python', sys.version.split()[0], 'torch', torch.__version__, 'numpy', numpy.__version__, 'numba', numba.__version__, 'networkx', networkx.__version__, 'scipy', scipy.__version__, 'transformers', transformers.__version__, 'cuda', torch.cuda.is_available()); from envs.real.allocator import thread_cache_off; print('glibc thread cache off', thread_cache_off())"
 } 2>&1 | tee "$OUT/log.txt"
 PYTHONUNBUFFERED=1 timeout --signal=INT --kill-after=20 "${DEADLINE:-450}" \
   python3 -m bench.validate_gpu --out-dir "$WORK/calibration" --work-dir "$WORK/state" "$@" 2>&1 \

@@ -163,7 +163,10 @@ class Worker:
             module = place_module(self.ep, assignment, self.device_map, order=order)
             opt = adam(module.parameters(), lr=self.lr)
             m = self._steps(module, opt, devices, warmup_steps, timed_steps)
-            extra.update(step_times_s=m["step_times_s"], losses=m["losses"])
+            # and whether this process runs with glibc's thread cache off (envs.real.allocator; Ray starts it so)
+            extra.update(
+                step_times_s=m["step_times_s"], losses=m["losses"], thread_cache_off=m["protocol"]["thread_cache_off"]
+            )
             return Result(m["step_time_s"], "ok", peak_bytes=m["peak_bytes"], source="measured", extra=extra).to_dict()
         except Exception as e:  # any failure of the user's model on this placement is a result
             status = failure_status(e)

@@ -143,6 +143,7 @@ def test_tiny_run_end_to_end_rescored_and_resumed(tmp_path, without_ray, run_fro
     out = work / "calibration"
     doc = json.loads((back / "summary.json").read_text())
     assert doc["format"] == "placer-gpu-validation/2" and "| held-out | gpt2 |" in (back / "log.txt").read_text()
+    assert "glibc thread cache off True" in (back / "log.txt").read_text()  # the script starts its processes so
     assert [(m["model"], m["group"]) for m in doc["models"]] == [("gpt2", "held-out"), ("rnnlm", "tuned")]
     assert list(doc["groups"]) == ["held-out", "tuned"] and doc["targets"]["repeat_max"] == 0.03
     for m in doc["models"]:

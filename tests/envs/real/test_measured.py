@@ -125,6 +125,7 @@ def test_batch_is_measured_by_two_workers(env):
         for r in results
     )
     assert len({r.extra["worker"] for r in results}) == 2
+    assert all(r.extra["thread_cache_off"] for r in results)  # the actors start so (envs.real.allocator)
     used = {env.cluster.device_names[i] for i in ps[0]}
     assert set(results[0].peak_bytes) == used
     logged = read_log(os.path.join(env.log_path), env.graph.content_hash)
