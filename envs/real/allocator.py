@@ -124,9 +124,9 @@ class _MallInfo2(ctypes.Structure):
 
 def heap_bytes() -> int:
     """The bytes of this process's main heap (``mallinfo2().arena``: what it took from the kernel with ``sbrk``,
-    in use or free); 0 elsewhere than glibc."""
+    in use or free); 0 elsewhere than glibc 2.33 or newer."""
     libc = _glibc()
-    return int(libc.mallinfo2().arena) if libc is not None else 0
+    return int(libc.mallinfo2().arena) if libc is not None and hasattr(libc, "mallinfo2") else 0
 
 
 def thread_cache_off() -> bool:
@@ -135,7 +135,7 @@ def thread_cache_off() -> bool:
     fast bin (the cache off, or full) only its first word. A block taken and given back at once finds room in the
     cache whenever it came from there, so the cache is on if any of three such blocks got the key (one taken from
     a bin may first have filled the cache from it). Other threads do not sway the probe: the cache is this
-    thread's. False elsewhere than glibc."""
+    thread's. False elsewhere than glibc; on a glibc older than 2.29, True either way."""
     libc = _glibc()
     if libc is None:
         return False
@@ -156,13 +156,14 @@ def _glibc() -> Any:
         libc = ctypes.CDLL(None)
     except OSError:
         return None
-    if not all(hasattr(libc, f) for f in ("gnu_get_libc_version", "mallopt", "malloc_trim", "mallinfo2")):
-        return None  # (mallinfo2: glibc >= 2.33)
+    if not all(hasattr(libc, f) for f in ("gnu_get_libc_version", "mallopt", "malloc_trim")):
+        return None
     libc.mallopt.argtypes, libc.mallopt.restype = [ctypes.c_int, ctypes.c_int], ctypes.c_int
     libc.malloc_trim.argtypes, libc.malloc_trim.restype = [ctypes.c_size_t], ctypes.c_int
     libc.malloc.argtypes, libc.malloc.restype = [ctypes.c_size_t], ctypes.c_void_p
     libc.free.argtypes, libc.free.restype = [ctypes.c_void_p], None
-    libc.mallinfo2.argtypes, libc.mallinfo2.restype = [], _MallInfo2
+    if hasattr(libc, "mallinfo2"):  # glibc >= 2.33
+        libc.mallinfo2.argtypes, libc.mallinfo2.restype = [], _MallInfo2
     return libc
 
 
