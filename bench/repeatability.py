@@ -58,6 +58,7 @@ import numpy as np
 
 import envs
 from bench.common import OneLineParser, machine_line, parse_list
+from envs.real.allocator import children_start_with
 from envs.real.slices import HELPER_SLICE_US
 from graphs import PlacerError
 
@@ -144,19 +145,9 @@ def transparent_huge_pages() -> bool:
         return False
 
 
-@contextlib.contextmanager
-def huge_pages(on: bool):
+def huge_pages(on: bool) -> contextlib.AbstractContextManager[None]:
     """``GLIBC_TUNABLES`` with :data:`HUGE_PAGES` added while processes are started (when ``on``), then as it was."""
-    before = os.environ.get("GLIBC_TUNABLES")
-    if on:
-        os.environ["GLIBC_TUNABLES"] = ":".join(filter(None, [before, HUGE_PAGES]))
-    try:
-        yield
-    finally:
-        if before is None:
-            os.environ.pop("GLIBC_TUNABLES", None)
-        else:
-            os.environ["GLIBC_TUNABLES"] = before
+    return children_start_with(HUGE_PAGES) if on else contextlib.nullcontext()
 
 
 def measure_ranks(args: argparse.Namespace, say) -> dict[str, Any]:

@@ -93,11 +93,11 @@ def with_tunable(tunables: str | None, tunable: str) -> str:
 
 
 @contextlib.contextmanager
-def children_start_steady() -> Iterator[None]:
-    """Processes started inside (a launcher's, Ray's) read ``GLIBC_TUNABLES`` with :data:`NO_TCACHE` set; this
-    process's environment as it was afterwards. A process forked from one started so keeps the setting."""
+def children_start_with(tunable: str) -> Iterator[None]:
+    """Processes started inside (a launcher's, Ray's) read ``GLIBC_TUNABLES`` with ``tunable`` set; this process's
+    environment as it was afterwards. A process forked from one started so keeps the setting."""
     before = os.environ.get("GLIBC_TUNABLES")
-    os.environ["GLIBC_TUNABLES"] = with_tunable(before, NO_TCACHE)
+    os.environ["GLIBC_TUNABLES"] = with_tunable(before, tunable)
     try:
         yield
     finally:
@@ -105,6 +105,11 @@ def children_start_steady() -> Iterator[None]:
             os.environ.pop("GLIBC_TUNABLES", None)
         else:
             os.environ["GLIBC_TUNABLES"] = before
+
+
+def children_start_steady() -> contextlib.AbstractContextManager[None]:
+    """:func:`children_start_with` glibc's thread cache off (:data:`NO_TCACHE`)."""
+    return children_start_with(NO_TCACHE)
 
 
 def steady_runtime_env() -> dict[str, Any]:
@@ -194,6 +199,7 @@ __all__ = [
     "UNBOUNDED",
     "as_size",
     "children_start_steady",
+    "children_start_with",
     "heap_bytes",
     "steady_malloc",
     "steady_runtime_env",
