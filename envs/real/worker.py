@@ -30,6 +30,7 @@ from typing import Any
 
 import torch
 
+from envs.real.allocator import thread_cache_off
 from envs.real.placing import place_module, resolve_devices
 from envs.real.shipping import shipped_root
 from envs.real.timing import Protocol, adam, failure_status, measure_steps
@@ -164,9 +165,7 @@ class Worker:
             opt = adam(module.parameters(), lr=self.lr)
             m = self._steps(module, opt, devices, warmup_steps, timed_steps)
             # and whether this process runs with glibc's thread cache off (envs.real.allocator; Ray starts it so)
-            extra.update(
-                step_times_s=m["step_times_s"], losses=m["losses"], thread_cache_off=m["protocol"]["thread_cache_off"]
-            )
+            extra.update(step_times_s=m["step_times_s"], losses=m["losses"], thread_cache_off=thread_cache_off())
             return Result(m["step_time_s"], "ok", peak_bytes=m["peak_bytes"], source="measured", extra=extra).to_dict()
         except Exception as e:  # any failure of the user's model on this placement is a result
             status = failure_status(e)
