@@ -136,6 +136,17 @@ def noise_floor(runs: int = 60) -> dict[str, float]:
 HUGE_PAGES = "glibc.malloc.hugetlb=1"
 
 
+#: ``--malloc``'s settings: glibc's malloc keeping what a step frees (``steady``), the processes started with its
+#: thread cache off, and whether they must be spawned (a forked process never reads ``GLIBC_TUNABLES`` again, and a
+#: fork server started by an earlier launch has the cache off).
+MALLOCS = {
+    "steady": {"steady": True, "thread_cache_off": True, "spawn": False},
+    "default": {"steady": False, "thread_cache_off": False, "spawn": True},
+    "cached": {"steady": True, "thread_cache_off": False, "spawn": True},
+    "huge": {"steady": True, "thread_cache_off": True, "spawn": True},
+}
+
+
 def transparent_huge_pages() -> bool:
     """Whether the kernel gives transparent huge pages to a process that asks (``madvise`` or ``always``)."""
     try:
@@ -159,14 +170,14 @@ def measure_ranks(args: argparse.Namespace, say) -> dict[str, Any]:
     from placer import distributed
 
     pins = parse_list(args.pin, what="pin", known=["off", "on"])
-    mallocs = parse_list(args.malloc, what="malloc", known=["steady", "default", "cached", "huge"])
+    mallocs = parse_list(args.malloc, what="malloc", known=list(MALLOCS))
     if "huge" in mallocs and not transparent_huge_pages():
         raise PlacerError("--malloc huge: transparent huge pages are off here (/sys/kernel/mm/transparent_hugepage)")
     receives = parse_list(args.receives, what="receives", known=["early", "jit"]) if args.receives else [None]
     starts = parse_list(args.start, what="start", known=["spawn", "forkserver"]) if args.start else [None]
     slices = parse_list(args.slice, what="slice", known=["default", "short"]) if args.slice else [None]
-    tunable = next((m for m in ("huge", "cached", "default") if m in mallocs), None)
-    if tunable and "forkserver" in starts:  # a forked process never reads GLIBC_TUNABLES again
+    tunable = next((m for m in mallocs if MALLOCS[m]["spawn"]), None)
+    if tunable and "forkserver" in starts:
         raise PlacerError(
             f"--malloc {tunable}: needs spawned processes (glibc reads GLIBC_TUNABLES as one starts), not --start "
             "forkserver"
@@ -191,7 +202,7 @@ def measure_ranks(args: argparse.Namespace, say) -> dict[str, Any]:
             helper_slice_us = HELPER_SLICE_US if cut == "short" else None
             setting = replace(
                 job,
-                steady_malloc=malloc in ("steady", "cached", "huge"),
+                steady_malloc=MALLOCS[malloc]["steady"],
                 early_receives=early,
                 cpus=cpus,
                 helper_slice_us=helper_slice_us,
@@ -204,7 +215,7 @@ def measure_ranks(args: argparse.Namespace, say) -> dict[str, Any]:
                     (setting,),
                     nproc_per_node=args.ranks,
                     start_method=method,
-                    thread_cache_off=malloc in ("steady", "huge"),  # glibc's own defaults keep it on
+                    thread_cache_off=MALLOCS[malloc]["thread_cache_off"],
                 )[0]
             job_s = time.perf_counter() - t0  # the whole job: its processes' start, build, steps and exit
             step_s, times = report["step_time_s"], list(report["step_times_s"])

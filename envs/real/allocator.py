@@ -123,8 +123,8 @@ class _MallInfo2(ctypes.Structure):
 
     _fields_ = [
         (name, ctypes.c_size_t)
-        for name in ("arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks", "fsmblks", "uordblks", "fordblks")
-    ] + [("keepcost", ctypes.c_size_t)]
+        for name in "arena ordblks smblks hblks hblkhd usmblks fsmblks uordblks fordblks keepcost".split()
+    ]
 
 
 def heap_bytes() -> int:
@@ -134,13 +134,15 @@ def heap_bytes() -> int:
     return int(libc.mallinfo2().arena) if libc is not None and hasattr(libc, "mallinfo2") else 0
 
 
+@functools.cache
 def thread_cache_off() -> bool:
     """Whether glibc's thread cache is off in this process, as glibc itself shows it. A small block freed into that
     cache gets the cache's key in its second word (glibc >= 2.29, its check of double frees); one freed into a
     fast bin (the cache off, or full) only its first word. A block taken and given back at once finds room in the
     cache whenever it came from there, so the cache is on if any of three such blocks got the key (one taken from
     a bin may first have filled the cache from it). Other threads do not sway the probe: the cache is this
-    thread's. False elsewhere than glibc; on a glibc older than 2.29, True either way."""
+    thread's. Probed once per process (glibc reads the setting only as a process starts, and a forked one keeps
+    it). False elsewhere than glibc; on a glibc older than 2.29, True either way."""
     libc = _glibc()
     if libc is None:
         return False
