@@ -146,7 +146,11 @@ def run_methods(
             "curve": [m.to_dict() for m in result.curve],
             "finals": result.rematch,
             "chosen": result.chosen,
-            **({"weights": result.weights, "noise_std": result.noise_std} if correction else {}),
+            **(
+                {"weights": result.weights, "noise_std": result.noise_std, "posterior_s": result.posterior}
+                if correction
+                else {}
+            ),
         }
         fastest_ms = result.fastest_measured_s * 1e3
         say(f"    {name}: {fastest_ms:.3f} ms ({scorer.measured} measured; {result.chosen} chosen)")
@@ -245,6 +249,7 @@ def stand_in_cells(args: argparse.Namespace, say: Callable[[str], Any], cells: l
                 slowdown=args.slowdown,
                 copy_factor=args.copy_factor,
                 slow_part=args.slow_part,
+                machine_slowdown=args.machine_slowdown,
                 op_noise=args.op_noise,
             )
             simulator, sim = split_simulators(graph, cluster, args.split) if args.split else (None, None)
@@ -444,6 +449,13 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
         default="all",
         help="stand-in: what of the slow device is slower: all (FLOPs and memory bandwidth: one speed explains it), "
         "compute or memory (only the ops that rate bounds: a slowdown that depends on the plan's ops there)",
+    )
+    ap.add_argument(
+        "--machine-slowdown",
+        type=float,
+        default=1.0,
+        help="stand-in: besides, every device and link this many times slower (a cluster file made for another "
+        "machine, as a GPU preset is for CPU ranks; default 1)",
     )
     ap.add_argument("--copy-factor", type=float, default=1.0, help="stand-in: host copies this many times slower")
     ap.add_argument(

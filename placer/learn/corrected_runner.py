@@ -8,9 +8,10 @@ measured too. Every measurement goes through the run's scorer (:class:`~placer.l
 ``best_placement.json`` is the fastest placement measured until the side-by-side at the end. It needs real steps
 (``--env measured``, or a scorer given to :func:`placer.train`): under the simulator there is no error to correct.
 
-After the budget, the two fastest measured placements and the simulator's best are measured again side by side
-(``--rematch`` times each); the one with the lowest median is the run's best at that median (``best_placement.json``;
-the fastest single measurement is biased low). The run's usual rematch against the best measured heuristic follows, and
+After the budget, the two fastest measured placements, the one the correction predicts fastest and the simulator's
+best are measured again side by side (``--rematch`` times each); the one judged fastest by its reads and the
+correction's prediction together is the run's best at its median (``best_placement.json``; the fastest single
+measurement is biased low; :meth:`placer.learn.measured_search.CorrectedSearch.rematch`). The run's usual rematch against the best measured heuristic follows, and
 ``correction.json`` in the run directory holds the curve (each measurement with what the simulator and the
 correction predicted for it), the side-by-side and the correction's weights.
 
@@ -134,16 +135,19 @@ class CorrectedRunner:
             k = self.search.options.finalists
             fastest = "the fastest placement measured" if k == 1 else f"the {k} fastest placements measured"
             session.progress.phase(
-                f"re-measuring {fastest} and the simulator's best side by side, {n} times each: the lowest median is "
-                "the run's best"
+                f"re-measuring {fastest}, the correction's pick and the simulator's best side by side, {n} times each:"
+                " the one judged fastest by its reads and the correction together is the run's best"
             )
         self.search.rematch()
         result = self.search.result()
         if result.chosen != "best":  # the side-by-side's winner is not the fastest measured: it is the run's best
-            which = "the simulator's best" if result.chosen == "simulator" else f"the {result.chosen} fastest measured"
+            which = {
+                "simulator": "the simulator's best",
+                "model": "the correction's pick (the measured placement it predicts fastest)",
+            }.get(result.chosen, f"the {result.chosen} fastest measured")
             session.progress.phase(
-                f"side by side, {which} has the lowest median ({result.step_time_s * 1e3:.3f} ms): it is the run's best"
-                " placement"
+                f"side by side, {which} is judged fastest (median {result.step_time_s * 1e3:.3f} ms): it is the run's"
+                " best placement"
             )
         if result.rematch:  # the winner at its median, even the fastest measured: its fastest read was biased low
             session.adopt(result.op_devices, result.step_time_s, CORRECTED_SEARCH, {"corrected search": result.rematch})

@@ -18,9 +18,14 @@ real. :class:`CorrectedSearch` measures few placements and learns from each:
   that are not measured yet;
 - with ``confirm``, before a round, where the fastest placement measured has one measurement only and did not win
   by far, it is measured again instead, and judged by that measurement from then on;
-- :meth:`~CorrectedSearch.rematch`: the fastest placement measured (the ``finalists`` fastest) and the simulator's
-  best, measured again side by side ``rematch`` times each; the one with the lowest median is the loop's plan (the
-  best of many noisy measurements is biased low, the winner's curse; the medians of a fresh side-by-side are not).
+- :meth:`~CorrectedSearch.rematch`: the fastest placement measured (the ``finalists`` fastest), the one the
+  correction (fitted to every measurement) predicts fastest, and the simulator's best, measured again side by side
+  ``rematch`` times each. The loop's plan is the one whose reads and prediction together (:func:`posterior_choice`:
+  the prediction weighs as much as the correction's error against the measurements allows) say is fastest; without
+  the correction, the one with the lowest median. The best of many noisy measurements is biased low (the winner's
+  curse), and a few fresh reads are noisy too: under 8.5 % noise they chose a plan 2 % from the stand-in's best by
+  the median of 32 runs, and 18 % in the worst, where the correction's pick judged with them came within 0.5 % and
+  2.1 % (BENCHMARKS.md, "The correction's pick in the side-by-side").
 
 Where the simulator scores one stage per rank only (a contiguous split across processes: ``RankSim`` with
 ``one_stage_per_rank``), moving an op or an item almost always makes more stages than ranks, and the simulator
@@ -40,7 +45,7 @@ re-measurements through ``measure_again`` where it has one.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Sequence
 
 import numpy as np
@@ -143,6 +148,44 @@ def choose(
     return dict(zip(names, times)), names[k], candidates[k]
 
 
+def posterior_choice(
+    times: Sequence[Sequence[float]], predicted_s: Sequence[float], spread: float, fitted: int, measured: int
+) -> tuple[int, list[float]] | None:
+    """The side-by-side's winner judged by its reads and the model's prediction together: ``(its index, each one's
+    posterior step time)``, or None where the reads give no noise width (fewer than two reads of any candidate).
+
+    Each candidate's log step time has the model's prediction ``log predicted_s[k]`` as its prior, of variance
+    ``tau2``, and its fresh reads ``times[k]`` as measurements, each of variance ``sigma2``: the posterior mean is
+    their precision-weighted mean (a candidate with a failed read is out; one without a prediction is judged by its
+    reads alone). ``sigma2`` is the reads' pooled variance in log. ``tau2`` is the model's own error:
+    ``spread`` (the mean square of log(measured / predicted) over the loop's measurements, noise and model error
+    together) less ``sigma2``, and at least the error of a fit of ``fitted`` parameters to ``measured`` measurements,
+    ``sigma2 * fitted / measured``. A model that explains the measurements to their noise counts as many reads; one
+    that misses them by far counts as none, and the reads decide.
+
+    >>> k, post = posterior_choice([[1.0, 1.2], [1.1, 1.1]], [1.3, 1.0], spread=0.02, fitted=1, measured=100)
+    >>> k, [round(t, 3) for t in post]
+    (1, [1.146, 1.073])
+    """
+    logs = [np.log(np.asarray(t, dtype=np.float64)) for t in times]
+    widths = [(len(r) - 1, float(np.var(r, ddof=1))) for r in logs if len(r) > 1 and np.isfinite(r).all()]
+    dof = sum(d for d, _ in widths)
+    if not dof:
+        return None
+    sigma2 = max(sum(d * v for d, v in widths) / dof, 1e-12)
+    tau2 = max(float(spread) - sigma2, sigma2 * fitted / max(measured, 1))
+    post = []
+    for r, p in zip(logs, predicted_s):
+        if not len(r) or not np.isfinite(r).all():
+            post.append(float("inf"))
+            continue
+        num, den = float(np.sum(r)) / sigma2, len(r) / sigma2
+        if np.isfinite(p) and p > 0:
+            num, den = num + float(np.log(p)) / tau2, den + 1.0 / tau2
+        post.append(float(np.exp(num / den)))
+    return int(np.argmin(post)), post
+
+
 #: Draws :meth:`CorrectedSearch._kicked` makes for a placement near the best that is new and that the simulator scores.
 KICKED_TRIES = 64
 
@@ -174,8 +217,9 @@ class CorrectedSearchOptions:
     pool: int = 256
     """candidates each round's search keeps (the lowest bounds); the measured loop re-ranks them every round."""
     rematch: int = 3
-    """re-measurements at the end, side by side, of the ``finalists`` fastest placements measured and of the
-    simulator's best; the one with the lowest median is the loop's plan (0: off, the fastest measured is)."""
+    """re-measurements at the end, side by side, of the ``finalists`` fastest placements measured, the correction's
+    pick and the simulator's best; the loop's plan is the one judged fastest (:meth:`CorrectedSearch.rematch`; 0:
+    off, the fastest measured is)."""
     finalists: int = 2
     """the fastest placements measured that go into the side-by-side at the end with the simulator's best (the
     runner-up too: where the fastest was a lucky read, the simulator's best may be far behind what was found)."""
@@ -219,7 +263,8 @@ class CorrectedSearchResult:
     elapsed_s: float
     simulated: int
     fastest_measured_s: float = float("inf")  # the fastest measurement (judged as :attr:`CorrectedSearch.real_s`)
-    chosen: str = "best"  # which of the side-by-side the plan is ("best": the fastest measured)
+    chosen: str = "best"  # which of the side-by-side the plan is ("best": the fastest measured, "model"...)
+    posterior: dict[str, float] = field(default_factory=dict)  # the finalists as the correction judged them
 
     @property
     def measurements(self) -> int:
@@ -240,6 +285,7 @@ class CorrectedSearchResult:
             "speedup_over_simulator": self.speedup(),
             "fastest_measured_s": self.fastest_measured_s,
             "chosen": self.chosen,
+            "posterior_s": self.posterior,
             "measurements": self.measurements,
             "curve": [m.to_dict() for m in self.curve],
             "weights": self.weights,
@@ -314,6 +360,7 @@ class CorrectedSearch:
         self.rounds = self.simulated = 0
         self.rematched: dict[str, list[float]] = {}
         self.chosen, self.chosen_op_devices = "best", None  # the side-by-side's winner (rematch)
+        self.posterior: dict[str, float] = {}  # the finalists' step times as the correction judged them (rematch)
 
     # ------------------------------------------------------------------ the loop
     def run(self, start: np.ndarray | None = None) -> CorrectedSearchResult:
@@ -397,15 +444,57 @@ class CorrectedSearch:
         n = self.options.rematch
         if not n or not self.curve:
             return
-        self.rematched, self.chosen, self.chosen_op_devices = choose(self.real, *self.finalists(), n)
+        if not self.options.correction:
+            self.rematched, self.chosen, self.chosen_op_devices = choose(self.real, *self.finalists(), n)
+            return
+        # the correction fitted to every measurement, the last round's too: its pick joins the side-by-side, and its
+        # predictions judge the finalists with their reads
+        predicted = self.predict_measured()
+        names, candidates = self.finalists(predicted)
+        times = side_by_side(self.real, candidates, n)
+        self.rematched = dict(zip(names, times))
+        ok = np.isfinite(predicted) & np.isfinite(self.real_s)
+        spread = float(np.mean((np.log(np.asarray(self.real_s)[ok]) - np.log(predicted[ok])) ** 2)) if ok.any() else 0.0
+        at = {placement_key(p): k for k, p in enumerate(self.op_devices)}
+        priors = [predicted[at[placement_key(c)]] if placement_key(c) in at else np.nan for c in candidates]
+        fitted = len(self.rate_fit.theta) if self.rate_fit is not None else self.features.width
+        judged = posterior_choice(times, priors, spread, fitted, int(ok.sum()))
+        if judged is None:  # one read each: no noise width to weigh them by; the lowest median
+            k = lowest_median(times)
+        else:
+            k, post = judged
+            self.posterior = dict(zip(names, post))
+        self.chosen, self.chosen_op_devices = names[k], candidates[k]
 
-    def finalists(self) -> tuple[list[str], list[np.ndarray]]:
+    def predict_measured(self) -> np.ndarray:
+        """The correction, fitted to every measurement so far, its mean prediction (seconds) of each placement
+        measured (the rates refitted, then the linear residual; inf where the simulator refuses one)."""
+        sim, x, residual = self.sim, np.stack(self.x), np.asarray(self.residual)
+        simulated_s = np.asarray(self.simulated_s)
+        if self.rate_fit is not None:
+            sim, x, residual = self._refit_rates()
+            simulated_s, _ = sim.step_times(np.stack(self.op_devices))
+            simulated_s = np.asarray(simulated_s, dtype=np.float64)
+        ok = np.isfinite(residual)
+        self.model.fit(x[ok], residual[ok])
+        mean_s, _ = CorrectedSimulator(sim, self.features, self.model, 0.0, self.pool).bound(simulated_s, x)
+        return np.where(np.isfinite(mean_s), mean_s, np.inf)
+
+    def finalists(self, predicted: np.ndarray | None = None) -> tuple[list[str], list[np.ndarray]]:
         """The side-by-side's placements and their names: the ``finalists`` fastest measured ("best", "2nd"...),
-        then the simulator's best ("simulator"; measured again beside the best even where it is the best)."""
+        the one the correction predicts fastest ("model", with ``predicted``, each measured placement's prediction;
+        where it is not one of the others), then the simulator's best ("simulator"; measured again beside the best
+        even where it is the best)."""
         real_s = np.asarray(self.real_s)
         order = [int(k) for k in np.argsort(real_s, kind="stable") if np.isfinite(real_s[k])]
         order = order[: self.options.finalists] or [int(np.argmin(real_s))]
-        return finalists_of([self.op_devices[k] for k in order], self.simulator_op_devices)
+        names, candidates = finalists_of([self.op_devices[k] for k in order], self.simulator_op_devices)
+        if predicted is not None and np.isfinite(predicted).any():
+            pick = self.op_devices[int(np.argmin(predicted))]
+            if all(placement_key(pick) != placement_key(c) for c in candidates):
+                names.insert(-1, "model")
+                candidates.insert(-1, pick)
+        return names, candidates
 
     def result(self) -> CorrectedSearchResult:
         names = self.features.names(list(self.cluster.device_names))
@@ -429,6 +518,7 @@ class CorrectedSearch:
             self.simulated,
             fastest_s,
             chosen,
+            dict(self.posterior),
         )
 
     def best_op_devices(self) -> np.ndarray:

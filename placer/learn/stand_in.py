@@ -46,31 +46,40 @@ def distorted(
     slowdown: float = 1.0,
     copy_factor: float = 1.0,
     slow_part: str = "all",
+    machine_slowdown: float = 1.0,
 ):
     """A copy of ``cluster`` whose ``slow_device`` computes ``slowdown`` times slower and whose links to and from the
-    host take ``copy_factor`` times longer. ``slow_part`` (:data:`SLOW_PARTS`): "all" slows its FLOPs and memory
+    host take ``copy_factor`` times longer. ``machine_slowdown``: besides, every device computes and every link copies
+    (bandwidth over, latency times) that many times slower: a cluster file for another machine, such as a GPU preset
+    for CPU ranks, which is off by one scale and, with ``slow_device``, by the shape of one device too. ``slow_part`` (:data:`SLOW_PARTS`): "all" slows its FLOPs and memory
     bandwidth both; "compute" its FLOPs only, "memory" its memory bandwidth only, so that it is slower only on the
     ops whose time that rate bounds (the cost model's roofline): a slowdown that depends on which ops a plan puts
     there, which no one speed of the device explains."""
-    if slowdown <= 0 or copy_factor <= 0:
-        raise PlacerError(f"stand-in: slowdown and copy factor must be positive, got {slowdown}, {copy_factor}")
+    if slowdown <= 0 or copy_factor <= 0 or machine_slowdown <= 0:
+        raise PlacerError(
+            "stand-in: slowdowns and copy factor must be positive, got "
+            f"{slowdown}, {machine_slowdown}, {copy_factor}"
+        )
     if slow_part not in SLOW_PARTS:
         raise PlacerError(f"stand-in: the slow part must be one of {', '.join(SLOW_PARTS)}, got {slow_part!r}")
     slow = cluster.index(slow_device) if slow_device is not None else None
     flops = slowdown if slow_part in ("all", "compute") else 1.0
     memory = slowdown if slow_part in ("all", "memory") else 1.0
+    m = machine_slowdown
     devices = [
-        dataclasses.replace(d, flops_per_s=d.flops_per_s / flops, mem_bw_bytes_per_s=d.mem_bw_bytes_per_s / memory)
-        if k == slow
-        else d
+        dataclasses.replace(
+            d,
+            flops_per_s=d.flops_per_s / m / (flops if k == slow else 1.0),
+            mem_bw_bytes_per_s=d.mem_bw_bytes_per_s / m / (memory if k == slow else 1.0),
+        )
         for k, d in enumerate(cluster.devices)
     ]
     host = {d.name for d in cluster.devices if d.kind == "cpu"}
     links = {
-        pair: (
-            dataclasses.replace(link, bandwidth_bytes_per_s=link.bandwidth_bytes_per_s / copy_factor)
-            if (pair[0] in host or pair[1] in host)
-            else link
+        pair: dataclasses.replace(
+            link,
+            bandwidth_bytes_per_s=link.bandwidth_bytes_per_s / m / (copy_factor if host & set(pair) else 1.0),
+            latency_s=link.latency_s * m,
         )
         for pair, link in cluster.links.items()
     }
@@ -105,6 +114,7 @@ class StandIn:
         slowdown: float = 1.0,
         copy_factor: float = 1.0,
         slow_part: str = "all",
+        machine_slowdown: float = 1.0,
         op_noise: float = 0.0,
         noise: float = 0.0,
         seed: int = 0,
@@ -114,7 +124,12 @@ class StandIn:
             raise PlacerError(f"stand-in: the noise must be >= 0, got {noise}")
         self.graph, self.cluster, self.noise = graph, cluster, noise
         hidden = distorted(
-            cluster, slow_device=slow_device, slowdown=slowdown, copy_factor=copy_factor, slow_part=slow_part
+            cluster,
+            slow_device=slow_device,
+            slowdown=slowdown,
+            copy_factor=copy_factor,
+            slow_part=slow_part,
+            machine_slowdown=machine_slowdown,
         )
         # the reality's simulator: envs.SimEnv (one process), or e.g. envs.sim.ranks.RankSim (plans across processes),
         # on the hidden cluster and the graph with its ops' hidden errors (one draw for every seed of the noise)

@@ -14,7 +14,7 @@ import envs
 from graphs.synthetic import moe_dag
 from placer.learn.correction import Correction, PlacementFeatures
 from placer.learn.measured_moves import measured_move_search
-from placer.learn.measured_search import CorrectedSearch, CorrectedSearchOptions
+from placer.learn.measured_search import CorrectedSearch, CorrectedSearchOptions, posterior_choice
 from placer.learn.move_search import MoveSearch, MoveSearchOptions
 from placer.learn.stand_in import StandIn
 
@@ -171,32 +171,44 @@ def test_the_measured_move_search_measures_a_new_fastest_again_before_it_takes_i
     assert kept.best_s == pytest.approx(0.3 * blind.true_step_times(blind.lucky)[0][0])
 
 
-@pytest.mark.slow  # the loop of 12 measurements the test above runs too (shared), and a side-by-side (~4 s)
+@pytest.mark.slow  # the loop of 12 measurements the test above runs too (shared), and side-by-sides (~6 s)
 def test_the_side_by_side_at_the_end_takes_the_lowest_median_not_the_lucky_fastest(problem, blind_loop):
     """The winner's curse at the end: without confirmations the loop's fastest measurement is the lucky read of a
     placement over 1.5x the stand-in's best. The side-by-side re-measures it with the simulator's best (and the
-    runner-up) and takes the lowest median, as the loop's plan; with nothing re-measured the lucky plan stays."""
+    runner-up, and the correction's pick) and judges them afresh, as the loop's plan; with nothing re-measured the
+    lucky plan stays."""
     _, _, best_s = problem
     search, blind, kept = blind_loop
     true = lambda p: blind.true_step_times(p)[0][0]  # noqa: E731
     assert np.array_equal(kept.op_devices, blind.lucky) and kept.chosen == "best" and true(blind.lucky) > 1.5 * best_s
     assert kept.step_time_s == kept.fastest_measured_s < 0.7 * best_s  # no side-by-side: the lucky read is the plan's
-    measured = blind.measured
+    fastest_true = min(true(p) for p in search.op_devices)  # the truly fastest placement the loop measured
+    assert fastest_true < 1.1 * best_s
 
-    search.options = replace(search.options, rematch=2, finalists=1)  # the fastest measured, the simulator's best
+    # without the correction (the ablation): the fastest measured and the simulator's best, the lowest median
+    measured = blind.measured
+    search.options = replace(search.options, rematch=2, finalists=1, correction=False)
     search.rematch()
     pair = search.result()
     assert set(pair.rematch) == {"best", "simulator"} and blind.measured == measured + 2 * 2
     assert pair.rematch["best"] == pytest.approx([true(blind.lucky)] * 2)  # re-measured: its truth, no luck
     assert pair.chosen == "simulator" and np.array_equal(pair.op_devices, pair.simulator_op_devices)
     assert pair.step_time_s == pytest.approx(np.median(pair.rematch["simulator"]))
-    assert pair.fastest_measured_s == kept.fastest_measured_s
+    assert pair.fastest_measured_s == kept.fastest_measured_s and not pair.posterior
 
-    search.options = replace(search.options, finalists=2)  # and the runner-up
+    # with it: the correction's pick too, the truly fastest measured (the robust fit discounts the lucky read)
+    search.options = replace(search.options, correction=True)
     search.rematch()
     three = search.result()
-    assert list(three.rematch) == ["best", "2nd", "simulator"] and three.chosen == "2nd"
-    assert true(three.op_devices) < 1.1 * best_s and not np.array_equal(three.op_devices, blind.lucky)
+    assert list(three.rematch) == ["best", "model", "simulator"] and three.chosen == "model"
+    assert true(three.op_devices) == fastest_true and set(three.posterior) == set(three.rematch)
+    assert three.step_time_s == pytest.approx(np.median(three.rematch["model"]))
+
+    search.options = replace(search.options, finalists=2)  # and the runner-up, here the correction's pick as well
+    search.rematch()
+    four = search.result()
+    assert list(four.rematch) == ["best", "2nd", "simulator"] and four.chosen == "2nd"
+    assert true(four.op_devices) == fastest_true and not np.array_equal(four.op_devices, blind.lucky)
     assert CorrectedSearchOptions().rematch == 3 and CorrectedSearchOptions().finalists == 2  # the defaults
 
 
@@ -227,6 +239,28 @@ def test_the_noise_width_is_the_median_spread_of_the_placements_measured_more_th
     assert loop.noise_width() == pytest.approx((0.1 / np.sqrt(2) + 0.1) / 2)
     loop.repeats += [[0.3, 1.0], [1.0, 1.0], [1.0, 1.0]]  # a lucky first draw among placements that repeat exactly
     assert loop.noise_width() == pytest.approx(0.1 / np.sqrt(2))
+
+
+def test_the_side_by_side_weighs_each_read_by_the_noise_and_the_prediction_by_the_model_s_error():
+    """Hand-computed, in log space. Two plans whose reads tie (means 0.1 and 0.1): the pooled noise is 0.01, the
+    model's error 0.02 - 0.01 = 0.01, and the prediction breaks the tie."""
+    e = np.exp
+    k, post = posterior_choice([[1.0, e(0.2)], [e(0.1), e(0.1)]], [1.0, e(0.3)], spread=0.02, fitted=5, measured=36)
+    assert k == 0 and post == pytest.approx([e((0.2 / 0.01) / 300), e((0.2 / 0.01 + 0.3 / 0.01) / 300)])
+    # the same reads of two plans (noise 0.005) under a model that misses its measurements by far (spread 1): the
+    # reads decide, though it predicts the other far faster
+    reads, predicted = [[1.0, e(0.1)], [e(0.2), e(0.3)]], [e(1.0), e(-1.0)]
+    k, post = posterior_choice(reads, predicted, spread=1.0, fitted=5, measured=36)
+    tau2 = 1.0 - 0.005
+    assert k == 0 and post[0] == pytest.approx(e((0.1 / 0.005 + 1.0 / tau2) / (2 / 0.005 + 1 / tau2)))
+    # a model that explains its measurements to their noise: its error is the fit's own, noise x 5 / 36, and it wins
+    k, post = posterior_choice(reads, predicted, spread=0.005, fitted=5, measured=36)
+    tau2 = 0.005 * 5 / 36
+    assert k == 1 and post[1] == pytest.approx(e((0.5 / 0.005 - 1.0 / tau2) / (2 / 0.005 + 1 / tau2)))
+    # a failed read puts a plan out; one without a prediction is judged by its reads; one read each gives no noise
+    k, post = posterior_choice([[1.0, np.inf], [1.2, 1.3], [1.3, 1.4]], [0.5, np.nan, 1.0], 0.5, 5, 36)
+    assert post[0] == np.inf and post[1] == pytest.approx(np.sqrt(1.2 * 1.3)) and k == 1
+    assert posterior_choice([[1.0], [2.0]], [1.0, 1.0], 0.1, 5, 36) is None
 
 
 @pytest.mark.slow  # a run: three heuristics, then ten measurements on the stand-in (~12 s)

@@ -221,3 +221,24 @@ def test_a_device_slow_only_in_memory_slows_only_the_ops_its_bandwidth_bounds():
         assert np.array_equal(np.delete(parts[p], slow, axis=1), np.delete(fwd, slow, axis=1))
     with pytest.raises(PlacerError, match="slow part"):
         distorted(cluster, slow_device="gpu:1", slowdown=2.0, slow_part="disk")
+
+
+def test_a_machine_slower_than_its_file_slows_every_rate_and_the_slow_device_on_top():
+    """``machine_slowdown``: a cluster file made for another machine (a GPU preset for CPU ranks). Every device's
+    FLOPs and bandwidth and every link are that many times slower, and the slow device is ``slowdown`` times slower
+    again."""
+    cluster = envs.resolve_cluster("k80x2")
+    slow = cluster.index("gpu:1")
+    d = distorted(cluster, slow_device="gpu:1", slowdown=2.0, machine_slowdown=50.0, copy_factor=3.0)
+    for k, (old, new) in enumerate(zip(cluster.devices, d.devices)):
+        factor = 50.0 * (2.0 if k == slow else 1.0)
+        assert new.flops_per_s == pytest.approx(old.flops_per_s / factor)
+        assert new.mem_bw_bytes_per_s == pytest.approx(old.mem_bw_bytes_per_s / factor)
+    for pair, old in cluster.links.items():
+        host = "cpu:0" in pair
+        assert d.links[pair].bandwidth_bytes_per_s == pytest.approx(old.bandwidth_bytes_per_s / 50 / (3 if host else 1))
+        assert d.links[pair].latency_s == pytest.approx(old.latency_s * 50)
+    same = distorted(cluster)  # nothing moved
+    assert same.devices == cluster.devices and same.links == cluster.links
+    with pytest.raises(PlacerError, match="must be positive"):
+        distorted(cluster, machine_slowdown=0.0)
