@@ -11,9 +11,10 @@ measured too. Every measurement goes through the run's scorer (:class:`~placer.l
 After the budget, the two fastest measured placements, the one the correction predicts fastest and the simulator's
 best are measured again side by side (``--rematch`` times each); the one judged fastest by its reads and the
 correction's prediction together is the run's best at its median (``best_placement.json``; the fastest single
-measurement is biased low; :meth:`placer.learn.measured_search.CorrectedSearch.rematch`). The run's usual rematch against the best measured heuristic follows, and
-``correction.json`` in the run directory holds the curve (each measurement with what the simulator and the
-correction predicted for it), the side-by-side and the correction's weights.
+measurement is biased low; :meth:`placer.learn.measured_search.CorrectedSearch.rematch`). The run's usual rematch
+against the best measured heuristic follows, and ``correction.json`` in the run directory holds the curve (each
+measurement with what the simulator and the correction predicted for it), the side-by-side and the correction's
+weights.
 
 TensorBoard, per round: ``charts/best_step_time_s``, ``charts/measured_step_time_s`` (this round's measurement),
 ``charts/simulated_step_time_s`` and ``charts/corrected_step_time_s`` (what the simulator and the correction

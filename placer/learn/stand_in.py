@@ -51,14 +51,14 @@ def distorted(
     """A copy of ``cluster`` whose ``slow_device`` computes ``slowdown`` times slower and whose links to and from the
     host take ``copy_factor`` times longer. ``machine_slowdown``: besides, every device computes and every link copies
     (bandwidth over, latency times) that many times slower: a cluster file for another machine, such as a GPU preset
-    for CPU ranks, which is off by one scale and, with ``slow_device``, by the shape of one device too. ``slow_part`` (:data:`SLOW_PARTS`): "all" slows its FLOPs and memory
-    bandwidth both; "compute" its FLOPs only, "memory" its memory bandwidth only, so that it is slower only on the
-    ops whose time that rate bounds (the cost model's roofline): a slowdown that depends on which ops a plan puts
-    there, which no one speed of the device explains."""
+    for CPU ranks, which is off by one scale and, with ``slow_device``, by the shape of one device too.
+    ``slow_part`` (:data:`SLOW_PARTS`): "all" slows its FLOPs and memory bandwidth both; "compute" its FLOPs only,
+    "memory" its memory bandwidth only, so that it is slower only on the ops whose time that rate bounds (the cost
+    model's roofline): a slowdown that depends on which ops a plan puts there, which no one speed of the device
+    explains."""
     if slowdown <= 0 or copy_factor <= 0 or machine_slowdown <= 0:
         raise PlacerError(
-            "stand-in: slowdowns and copy factor must be positive, got "
-            f"{slowdown}, {machine_slowdown}, {copy_factor}"
+            f"stand-in: slowdowns and copy factor must be positive, got {slowdown}, {machine_slowdown}, {copy_factor}"
         )
     if slow_part not in SLOW_PARTS:
         raise PlacerError(f"stand-in: the slow part must be one of {', '.join(SLOW_PARTS)}, got {slow_part!r}")
