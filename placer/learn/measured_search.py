@@ -23,9 +23,9 @@ real. :class:`CorrectedSearch` measures few placements and learns from each:
   ``rematch`` times each. The loop's plan is the one whose reads and prediction together (:func:`posterior_choice`:
   the prediction weighs as much as the correction's error against the measurements allows) say is fastest; without
   the correction, the one with the lowest median. The best of many noisy measurements is biased low (the winner's
-  curse), and a few fresh reads are noisy too: under 8.5 % noise they chose a plan 2 % from the stand-in's best by
-  the median of 32 runs, and 18 % in the worst, where the correction's pick judged with them came within 0.5 % and
-  2.1 % (BENCHMARKS.md, "The correction's pick in the side-by-side").
+  curse), and a few fresh reads are noisy too: on stand-in splits under 8.5 % noise, they chose plans 2.0 % from the
+  stand-in's best by the median of 30 runs and 11.2 % at worst; with the correction's pick and its prediction, 0.9 %
+  and 5.1 % (BENCHMARKS.md, "The correction's pick in the side-by-side").
 
 Where the simulator scores one stage per rank only (a contiguous split across processes: ``RankSim`` with
 ``one_stage_per_rank``), moving an op or an item almost always makes more stages than ranks, and the simulator
@@ -442,6 +442,7 @@ class CorrectedSearch:
         measurement of many noisy ones is biased low (the winner's curse), the medians of a fresh side-by-side are
         not."""
         n = self.options.rematch
+        self.posterior = {}
         if not n or not self.curve:
             return
         if not self.options.correction:
@@ -489,6 +490,7 @@ class CorrectedSearch:
         order = [int(k) for k in np.argsort(real_s, kind="stable") if np.isfinite(real_s[k])]
         order = order[: self.options.finalists] or [int(np.argmin(real_s))]
         names, candidates = finalists_of([self.op_devices[k] for k in order], self.simulator_op_devices)
+        predicted = None if predicted is None else np.where(np.isfinite(real_s), predicted, np.inf)  # ran for real
         if predicted is not None and np.isfinite(predicted).any():
             pick = self.op_devices[int(np.argmin(predicted))]
             if all(placement_key(pick) != placement_key(c) for c in candidates):

@@ -22,9 +22,11 @@ def table(path: str, label: str) -> None:
         print(f"| {g or 'all'} | {len(rows)} | " + " | ".join(cols) + " |")
     chosen = {}
     for c in cells:
-        k = c["methods"]["corrected"].get("chosen", "?")
-        chosen[k] = chosen.get(k, 0) + 1
-    print(f"\ncorrected loop's plan was: {chosen}")
+        if "corrected" in c["methods"]:
+            k = c["methods"]["corrected"].get("chosen", "?")
+            chosen[k] = chosen.get(k, 0) + 1
+    if chosen:
+        print(f"\ncorrected loop's plan was: {chosen}")
 
 
 for path, label in zip(sys.argv[1:], ["before", "after"] if len(sys.argv) > 2 else ["runs"]):

@@ -263,6 +263,21 @@ def test_the_side_by_side_weighs_each_read_by_the_noise_and_the_prediction_by_th
     assert posterior_choice([[1.0], [2.0]], [1.0, 1.0], 0.1, 5, 36) is None
 
 
+def test_the_correction_s_pick_is_the_placement_it_predicts_fastest_among_those_that_ran():
+    """The pick joins the finalists where it is not one of them already, before the simulator's best; a placement
+    that failed for real is never picked, however fast the correction predicts it."""
+    graph, cluster = moe_dag(20, seed=0), envs.resolve_cluster("k80x2")
+    loop = CorrectedSearch(graph, cluster, StandIn(graph, cluster), options=_options(finalists=1))
+    a, b, failed, d = (np.full(graph.num_ops, k % 3, dtype=np.int32) for k in range(4))
+    b[0], failed[1], d[2] = 0, 0, 1  # four different placements
+    loop.op_devices, loop.real_s, loop.simulator_op_devices = [a, b, failed, d], [1.0, 2.0, np.inf, 3.0], b
+    names, candidates = loop.finalists(np.array([0.9, 1.5, 0.1, 0.5]))
+    assert names == ["best", "model", "simulator"] and [c is x for c, x in zip(candidates, (a, d, b))] == [True] * 3
+    names, candidates = loop.finalists(np.array([0.5, 1.5, 0.1, 0.9]))  # the pick is the fastest measured
+    assert names == ["best", "simulator"] and candidates[0] is a
+    assert loop.finalists()[0] == ["best", "simulator"]  # without predictions (the ablation): as before
+
+
 @pytest.mark.slow  # a run: three heuristics, then ten measurements on the stand-in (~12 s)
 class ReadsSlowerAgain(StandIn):
     """The stand-in, but every re-measurement reads 10 % slower than the truth (a first read is the truth)."""
