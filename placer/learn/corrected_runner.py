@@ -129,8 +129,8 @@ class CorrectedRunner:
         self._side_by_side()
 
     def _side_by_side(self) -> None:
-        """The fastest measured and the simulator's best, measured again side by side (the winner is the run's best);
-        ``correction.json``."""
+        """The fastest measured, the correction's pick and the simulator's best, measured again side by side (the
+        winner is the run's best); ``correction.json``."""
         session, n = self.session, self.search.options.rematch
         if n:
             k = self.search.options.finalists

@@ -407,7 +407,7 @@ class CorrectedSearch:
         # linear residual of what they leave
         sim, x, residual = self.sim, np.stack(self.x), np.asarray(self.residual)
         if self.rate_fit is not None:
-            sim, x, residual = self._refit_rates()
+            sim, _, x, residual = self._refit_rates()
         ok = np.isfinite(residual)
         model = self.model.fit(x[ok], residual[ok]) if o.correction else None
         corrected = CorrectedSimulator(sim, self.features, model, o.kappa, self.pool)
@@ -437,10 +437,11 @@ class CorrectedSearch:
         return True
 
     def rematch(self) -> None:
-        """The finalists measured again side by side, ``rematch`` times each: the ``finalists`` fastest placements
-        measured and the simulator's best. The one with the lowest median becomes the loop's plan: the fastest
-        measurement of many noisy ones is biased low (the winner's curse), the medians of a fresh side-by-side are
-        not."""
+        """The finalists measured again side by side, ``rematch`` times each (:meth:`finalists`: the ``finalists``
+        fastest placements measured, with the correction the one it predicts fastest, and the simulator's best). With
+        the correction the one judged fastest by its reads and its prediction together (:func:`posterior_choice`)
+        becomes the loop's plan, without it the one with the lowest median: the fastest measurement of many noisy
+        ones is biased low (the winner's curse), a fresh side-by-side is not."""
         n = self.options.rematch
         self.posterior = {}
         if not n or not self.curve:
@@ -470,12 +471,10 @@ class CorrectedSearch:
     def predict_measured(self) -> np.ndarray:
         """The correction, fitted to every measurement so far, its mean prediction (seconds) of each placement
         measured (the rates refitted, then the linear residual; inf where the simulator refuses one)."""
-        sim, x, residual = self.sim, np.stack(self.x), np.asarray(self.residual)
-        simulated_s = np.asarray(self.simulated_s)
+        sim, simulated_s = self.sim, np.asarray(self.simulated_s)
+        x, residual = np.stack(self.x), np.asarray(self.residual)
         if self.rate_fit is not None:
-            sim, x, residual = self._refit_rates()
-            simulated_s, _ = sim.step_times(np.stack(self.op_devices))
-            simulated_s = np.asarray(simulated_s, dtype=np.float64)
+            sim, simulated_s, x, residual = self._refit_rates()
         ok = np.isfinite(residual)
         self.model.fit(x[ok], residual[ok])
         mean_s, _ = CorrectedSimulator(sim, self.features, self.model, 0.0, self.pool).bound(simulated_s, x)
@@ -490,8 +489,10 @@ class CorrectedSearch:
         order = [int(k) for k in np.argsort(real_s, kind="stable") if np.isfinite(real_s[k])]
         order = order[: self.options.finalists] or [int(np.argmin(real_s))]
         names, candidates = finalists_of([self.op_devices[k] for k in order], self.simulator_op_devices)
-        predicted = None if predicted is None else np.where(np.isfinite(real_s), predicted, np.inf)  # ran for real
-        if predicted is not None and np.isfinite(predicted).any():
+        if predicted is None:
+            return names, candidates
+        predicted = np.where(np.isfinite(real_s), predicted, np.inf)  # only placements that ran for real
+        if np.isfinite(predicted).any():
             pick = self.op_devices[int(np.argmin(predicted))]
             if all(placement_key(pick) != placement_key(c) for c in candidates):
                 names.insert(-1, "model")
@@ -530,9 +531,9 @@ class CorrectedSearch:
         return self.op_devices[int(np.argmin(self.real_s))]
 
     # ------------------------------------------------------------------ the parts
-    def _refit_rates(self) -> tuple[Any, np.ndarray, np.ndarray]:
-        """Fit the rates to every measurement; the simulator on them, and each measurement's features and residual
-        log(real / simulated) on it. The pool is simulated again on it."""
+    def _refit_rates(self) -> tuple[Any, np.ndarray, np.ndarray, np.ndarray]:
+        """Fit the rates to every measurement; the simulator on them, and each measurement's simulated step time,
+        features and residual log(real / simulated) on it. The pool is simulated again on it."""
         op_devices, real_s = np.stack(self.op_devices), np.asarray(self.real_s)
         sim = self.rate_fit.fit(op_devices, real_s).simulator
         simulated_s, _ = sim.step_times(op_devices)
@@ -540,7 +541,7 @@ class CorrectedSearch:
         self.pool.rescore(sim, self.features)
         with np.errstate(divide="ignore", invalid="ignore"):
             residual = np.where(np.isfinite(real_s), np.log(real_s / simulated_s), np.nan)
-        return sim, self.features(op_devices, simulated_s), residual
+        return sim, simulated_s, self.features(op_devices, simulated_s), residual
 
     def _search(self, scorer: CorrectedSimulator, start: np.ndarray | None, evals: int) -> np.ndarray:
         """The move search on ``scorer`` from ``start`` for ``evals`` placements (the cut search where the simulator
