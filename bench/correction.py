@@ -108,6 +108,13 @@ class Fresh:
         return self.real.measure_again(op_devices)
 
 
+def own_stream(real: Any, name: str) -> Any:
+    """``real``'s noise stream ``name`` where it draws its noise (a :class:`StandIn`: each method's measurements,
+    and the side-by-side's, from streams of their own, so that what one draws moves no other); else ``real``, a
+    machine, whose noise no one chooses."""
+    return real.stream(name) if isinstance(real, StandIn) else real
+
+
 def run_methods(
     graph: Any,
     cluster: Any,
@@ -133,7 +140,7 @@ def run_methods(
     if not variants:  # the simulator's best without a measured loop: the same search as the loops' first
         found["simulator"] = CorrectedSearch(graph, cluster, real, sim=sim, options=options, seed=seed).simulator_best()
     for name, (correction, rates) in variants.items():
-        t0, scorer = time.perf_counter(), Fresh(real)
+        t0, scorer = time.perf_counter(), Fresh(own_stream(real, "methods"))
         o = dataclasses.replace(options, correction=correction, rates=rates)
         search = CorrectedSearch(graph, cluster, scorer, sim=sim, options=o, seed=seed)
         result = search.run(None)
@@ -162,7 +169,7 @@ def run_methods(
             graph, cluster, real, options=options, seed=seed, say=say, out=out, sim=sim, found=found, fastest=fastest
         )
     names = list(found)
-    times = side_by_side(real, [found[m] for m in names], rematch)
+    times = side_by_side(own_stream(real, "side-by-side"), [found[m] for m in names], rematch)
     out["side_by_side"] = dict(zip(names, times))
     if isinstance(real, StandIn):
         out["true_s"] = {m: float(real.true_step_times(p)[0][0]) for m, p in found.items()}
@@ -184,7 +191,7 @@ def run_measured_moves(
 ) -> None:
     """:func:`run_methods`' rival that measures every placement, from the simulator's best (``found["simulator"]``);
     its plan and fastest placement into ``found`` and ``fastest``, its run into ``out``."""
-    t0, scorer = time.perf_counter(), Fresh(real)
+    t0, scorer = time.perf_counter(), Fresh(own_stream(real, "methods"))
     moves = measured_move_search(
         graph,
         cluster,

@@ -9,7 +9,8 @@ compute or only where its memory bandwidth bounds an op: ``slow_part``), host co
 per op, which no device's or link's rate explains). The
 simulator the search uses keeps the cluster as given, so its best placement is not the stand-in's best, and the
 test knows by how much. A multiplicative noise (lognormal, ``noise`` its standard deviation in log space) makes
-two measurements of one placement differ, as real ones do.
+two measurements of one placement differ, as real ones do. :meth:`StandIn.stream` gives a method a noise stream of
+its own, so that what one method draws does not move another's measurements.
 
 >>> import envs
 >>> from graphs.synthetic import random_dag
@@ -23,8 +24,10 @@ True
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import hashlib
+import zlib
 from typing import Any, Sequence
 
 import numpy as np
@@ -134,9 +137,32 @@ class StandIn:
         # the reality's simulator: envs.SimEnv (one process), or e.g. envs.sim.ranks.RankSim (plans across processes),
         # on the hidden cluster and the graph with its ops' hidden errors (one draw for every seed of the noise)
         self.truth = (simulator or envs.SimEnv)(distorted_ops(graph, op_noise), hidden)
-        self.rng = np.random.default_rng(seed)
+        self.seed, self.rng = seed, np.random.default_rng(seed)
         self._cache: dict[bytes, tuple[float, bool]] = {}
         self.measured = 0
+
+    def stream(self, name: str) -> StandIn:
+        """This reality with a noise stream of its own, drawn from this one's seed and ``name``, a cache of its own,
+        and its own count of measurements. Two methods each given ``stream("methods")`` draw the same noise in the
+        same order (common random numbers: equal code, equal results), and neither draws from the other's stream;
+        one shared stream would let one method's number of draws change every later method's measurements.
+
+        >>> import envs
+        >>> from graphs.synthetic import random_dag
+        >>> g, c = random_dag(20, seed=0), envs.resolve_cluster("k80x2")
+        >>> real = StandIn(g, c, noise=0.1, seed=3)
+        >>> p = np.zeros((1, 20), dtype=np.int32)
+        >>> a, b = real.stream("methods"), real.stream("methods")
+        >>> _ = a.measure_again(p), a.measure_again(p)  # the first method draws twice
+        >>> bool(b.measure_again(p)[0][0] == real.stream("methods").measure_again(p)[0][0])
+        True
+        >>> bool(real.stream("side-by-side").measure_again(p)[0][0] != b.measure_again(p)[0][0])
+        True
+        """
+        other = copy.copy(self)
+        other.rng = np.random.default_rng([self.seed, zlib.crc32(name.encode())])
+        other._cache, other.measured = {}, 0
+        return other
 
     def true_step_times(self, op_devices: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """The noiseless "real" step times (what a test compares with; not counted as measurements)."""

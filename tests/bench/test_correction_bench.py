@@ -65,6 +65,22 @@ def test_methods_runs_only_the_methods_it_names_beside_the_simulator_s_best(caps
     assert cells["measured-moves"]["methods"]["simulator"]["measured"] == 1
 
 
+def test_a_method_s_measurements_do_not_depend_on_the_methods_run_before_it(capsys):
+    """Each method draws the stand-in's noise from a stream of its own (common random numbers: the same draws in
+    the same order for every method), so the ablation's run is the same with or without the corrected loop before
+    it, which takes more draws than it does."""
+    argv = ["stand-in", "--graphs", "unet-40", "--clusters", "k80x2", "--split", "2", "--measurements", "6"]
+    argv += ["--noise", "0.2", "--sim-evals", "200", "--round-evals", "60", "--rematch", "2", "--json"]
+    runs = {}
+    for methods in ("corrected,simulator-rank", "simulator-rank"):
+        assert correction.main([*argv, "--methods", methods]) == 0
+        (cell,) = json.loads(capsys.readouterr().out)["cells"]
+        runs[methods] = cell["methods"]["simulator rank"]
+    alone, after = runs["simulator-rank"], runs["corrected,simulator-rank"]
+    assert [m["real_s"] for m in alone["curve"]] == [m["real_s"] for m in after["curve"]]
+    assert alone["finals"] == after["finals"] and alone["chosen"] == after["chosen"]
+
+
 @pytest.mark.parametrize(
     "module,argv,option",
     [
