@@ -4,6 +4,7 @@
     python -m bench.correction local --scenario tiny --measurements 20 --out-dir runs/correction-tiny
     python -m bench.correction local --source nmt-2 --cluster k80x2 --device-map '*=cpu' --measurements 30
     python -m bench.correction ranks --source bench.rank_models:lm --cluster k80x2 --microbatches 4 --measurements 20
+    python -m bench.correction --report run.json --plot curves.png    # an earlier run's --json: its table, its curves
 
 Each method gets the same number of real measurements and keeps its fastest measured placement:
 
@@ -25,7 +26,9 @@ the simulator's best is measured whichever run.
 
 Each measured method ends as ``placer train`` does: its ``--finalists`` fastest placements measured and the
 simulator's best are measured again side by side (``--finals`` rounds; the same for every method, outside the
-budget), and the one with the lowest median is its placement (``--finals 0``: the fastest measured is). Then every
+budget), and the one with the lowest median is its placement (``--finals 0``: the fastest measured is; the
+corrected loop adds the measured placement its final fit predicts fastest and weighs each finalist's reads with
+its prediction, :func:`placer.learn.measured_search.posterior_choice`). Then every
 method's placement and the simulator's best are measured again side by side (``--rematch`` rounds, interleaved) and
 compared by their medians: the best of many noisy measurements is biased low. On a stand-in, each method's fastest
 measured placement's true step is kept too (``true_fastest_s``), to show what the final side-by-side changed.
@@ -36,7 +39,9 @@ hidden factor with ``--op-noise``, lognormal ``--noise``); its true
 best (a long search on the distorted simulator) is known, and the table says how far each method is from it.
 With ``--split M``, plans across processes instead: the stand-in is the simulator of ranks at M microbatches, the
 searches' simulator scores one stage per rank (as in ``ranks``), and the true best is ``stage_search`` on the
-distorted cluster (exact on two ranks: every position of the one cut is tried).
+distorted cluster (exact on two ranks: every position of the one cut is tried). Each method draws the stand-in's
+noise from a stream of its own, the same for every method (common random numbers: :meth:`StandIn.stream`), and
+the side-by-side from another, so that no method's draws move another's.
 ``local``: real training steps in this process (:class:`envs.real.local.LocalEnv`): a zoo name or
 ``module:callable`` (``--source``), or the offload scenario (``--scenario tiny`` on a CPU, ``llama-256k`` on a GPU
 capped at 24 GiB, as in ``bench.gpu_offload``). Each method measures anew (a placement measured by another method
@@ -59,6 +64,8 @@ import argparse
 import contextlib
 import dataclasses
 import hashlib
+import json
+import os
 import subprocess
 import sys
 import time
@@ -445,7 +452,20 @@ def markdown_table(cells: list[dict[str, Any]]) -> str:
 
 def parse(argv: list[str] | None) -> argparse.Namespace:
     ap = OneLineParser(prog="python -m bench.correction", description=__doc__.splitlines()[0])
-    ap.add_argument("mode", choices=("stand-in", "local", "ranks"))
+    ap.add_argument("mode", nargs="?", choices=("stand-in", "local", "ranks"), help="where the measurements come from")
+    ap.add_argument(
+        "--report",
+        default=None,
+        metavar="RUN.json",
+        help="measure nothing: print an earlier run's (its --json) table, and with --plot draw its curves",
+    )
+    ap.add_argument(
+        "--plot",
+        default=None,
+        metavar="FILE.png",
+        help="draw each measured loop's curve (real step, the simulator's and the correction's predictions, against "
+        "the measurements taken; the side-by-side's medians) into FILE.png (the plot extra)",
+    )
     ap.add_argument("--graphs", default="unet-80,moe-60", help="stand-in: graphs (zoo, files, family-ops[-seed])")
     ap.add_argument("--clusters", default="k80x4", help="stand-in: comma list of presets or files")
     ap.add_argument("--slow", default="gpu:1", help="stand-in: the device that is slower than the cluster says")
@@ -563,6 +583,8 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     except PlacerError as e:
         ap.error(str(e))
     args.methods = [m for name, m in METHOD_NAMES.items() if name in chosen]
+    if (args.mode is None) == (args.report is None):
+        ap.error("give a mode (stand-in, local or ranks) to measure, or --report RUN.json to read a run, not both")
     if args.mode == "local" and not (args.source or args.scenario):
         ap.error("local: give --source or --scenario")
     if not args.noise >= 0:  # (NaN too)
@@ -580,6 +602,8 @@ def main(argv: list[str] | None = None) -> int:
     def say(line: str) -> None:
         print(line, file=sys.stderr, flush=True)
 
+    if args.report is not None:
+        return report(args.report, args)
     cells: list[dict[str, Any]] = []
     interrupted = False
     try:
@@ -595,7 +619,85 @@ def main(argv: list[str] | None = None) -> int:
     print_report(
         args.json, {**({"interrupted": True} if interrupted else {}), "cells": cells}, lambda: markdown_table(cells)
     )
+    if args.plot and cells:
+        try:
+            draw(cells, args.plot, say)
+        except PlacerError as e:
+            print(f"error: {e}", file=sys.stderr)
+            return 2
     return 130 if interrupted else 0
+
+
+def draw(cells: list[dict[str, Any]], path: str, say: Callable[[str], Any]) -> None:
+    from bench.plots import plot_measured_curves
+
+    drawn = plot_measured_curves(cells, path)
+    say(f"{len(drawn)} measured curves drawn into {path}")
+
+
+def run_cells(doc: Any, path: str) -> list[dict[str, Any]]:
+    """The cells of a run read back: ``bench.correction --json`` output, or the ``correction.json`` that ``placer
+    train --algo corrected`` writes in its run directory (one cell: the corrected loop, its side-by-side's finalists
+    by name, the plan as "corrected"). Anything else: :class:`PlacerError` naming ``path`` and what is missing."""
+    if isinstance(doc, dict) and isinstance(doc.get("curve"), list) and isinstance(doc.get("rematch"), dict):
+        rematch, chosen = doc["rematch"], doc.get("chosen", "best")
+        method = {
+            "curve": doc["curve"],
+            "measured": doc.get("measurements", len(doc["curve"])),
+            "best_s": doc.get("fastest_measured_s", float("nan")),
+            "chosen": chosen,
+        }
+        finals = {f"finalist {k}": t for k, t in rematch.items() if k not in (chosen, "simulator")}
+        side = {"corrected": rematch.get(chosen, []), **finals, "simulator": rematch.get("simulator", [])}
+        name = os.path.basename(os.path.dirname(os.path.abspath(path))) or path
+        doc = {
+            "cells": [
+                {"graph": name, "cluster": "-", "seed": "-", "methods": {"corrected": method}, "side_by_side": side}
+            ]
+        }
+    cells = doc.get("cells") if isinstance(doc, dict) else None
+    if not isinstance(cells, list) or not cells:
+        raise PlacerError(f"{path}: not a bench.correction run (its --json) nor a placer train run's correction.json")
+    for k, cell in enumerate(cells):
+        missing = [
+            key for key in ("graph", "cluster", "seed", "methods") if not isinstance(cell, dict) or key not in cell
+        ]
+        methods = cell.get("methods") if isinstance(cell, dict) else None
+        if not missing and not isinstance(methods, dict):
+            missing = ["methods (a mapping)"]
+        for m, run in (methods or {}).items() if not missing else ():
+            if not isinstance(run, dict) or not isinstance(run.get("measured"), int):
+                missing.append(f"methods.{m}.measured")
+            elif not isinstance(run.get("best_s"), (int, float)) or not isinstance(run.get("curve", []), list):
+                missing.append(f"methods.{m}.best_s or .curve")
+        if missing:
+            raise PlacerError(f"{path}: not a bench.correction run (cell {k} lacks {', '.join(missing)})")
+    return cells
+
+
+def report(path: str, args: argparse.Namespace) -> int:
+    """``--report``: an earlier run's table (``--json``: its cells again), and with ``--plot`` its curves; measures
+    nothing. A file that is not such a run: status 2 and one line."""
+
+    def say(line: str) -> None:
+        print(line, file=sys.stderr, flush=True)
+
+    try:
+        try:
+            with open(path) as f:
+                doc = json.load(f)
+        except OSError as e:
+            raise PlacerError(f"{path}: cannot read it ({e.strerror})") from None
+        except (json.JSONDecodeError, UnicodeDecodeError) as e:
+            raise PlacerError(f"{path}: not JSON ({e})") from None
+        cells = run_cells(doc, path)
+        print_report(args.json, {"cells": cells}, lambda: markdown_table(cells))
+        if args.plot:
+            draw(cells, args.plot, say)
+    except PlacerError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    return 0
 
 
 if __name__ == "__main__":

@@ -21,6 +21,7 @@ matplotlib is optional (the ``plot`` extra); only the drawing functions need it.
 from __future__ import annotations
 
 import math
+import statistics
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
@@ -301,3 +302,81 @@ def plot_budget_curves(cells: Sequence[dict[str, Any]], path: str, *, dpi: int =
         axes[row][0].legend(fontsize=7, loc="upper right")
     fig.tight_layout()
     save_figure(fig, path, dpi)
+
+
+#: What :func:`measured_series` reads of each measurement of a measured loop's curve (``bench.correction --json``).
+MEASURED_SERIES = {"real": "real_s", "simulated": "simulated_s", "predicted": "predicted_s", "best": "best_s"}
+
+
+def measured_series(cells: Sequence[dict[str, Any]]) -> dict[tuple[str, Any, str], dict[str, list[float]]]:
+    """Per run and measured loop, ``(graph, seed, method)``, its curve as series in ms, one value per measurement in
+    the order taken (nan where the run has none: a failed measurement's real step): the real step, the simulator's
+    prediction, the correction's prediction (made before the measurement), and the fastest measured so far. Loops
+    whose curve has no predictions (the measured move search, the simulator's one measurement) are left out.
+
+    >>> m = {"real_s": 0.5, "simulated_s": 0.01, "predicted_s": 0.4, "best_s": 0.5}
+    >>> cell = {"graph": "lm", "seed": 2, "methods": {"corrected": {"curve": [m, {**m, "real_s": None}]}}}
+    >>> measured_series([cell])[("lm", 2, "corrected")]["real"]
+    [500.0, nan]
+    """
+    out = {}
+    for cell in cells:
+        for method, run in (cell.get("methods") or {}).items():
+            curve = run.get("curve") or []
+            if len(curve) < 2 or not all(isinstance(m, dict) and "predicted_s" in m for m in curve):
+                continue
+            out[(cell.get("graph", "?"), cell.get("seed"), method)] = {
+                name: [_ms(m.get(key)) for m in curve] for name, key in MEASURED_SERIES.items()
+            }
+    return out
+
+
+def _ms(value: Any) -> float:
+    return value * 1e3 if isinstance(value, (int, float)) and math.isfinite(value) else math.nan
+
+
+def plot_measured_curves(cells: Sequence[dict[str, Any]], path: str, *, dpi: int = 100) -> dict:
+    """The measured loops' curves (``bench.correction --json`` cells): one row per run, one panel per loop, against
+    the measurements taken, on a log scale: each real step (dots), the fastest measured so far (a step line), the
+    simulator's prediction and the correction's prediction before each measurement; and the side-by-side's medians
+    at the end (dotted, in the legend). Returns what it drew (:func:`measured_series`)."""
+    plt = pyplot()
+    series = measured_series(cells)
+    if not series:
+        raise PlacerError(f"{path}: no measured curves to plot (no run has a loop with predictions)")
+    runs = list(dict.fromkeys((g, s) for g, s, _ in series))
+    methods = list(dict.fromkeys(m for _, _, m in series))
+    fig, axes = plt.subplots(len(runs), len(methods), figsize=(5.5 * len(methods), 3.4 * len(runs)), squeeze=False)
+    sides = {(c.get("graph", "?"), c.get("seed")): c.get("side_by_side") or {} for c in cells}
+    for row, run in enumerate(runs):
+        for col, method in enumerate(methods):
+            ax = axes[row][col]
+            one = series.get((*run, method))
+            if one is None:
+                ax.set_visible(False)
+                continue
+            xs = list(range(1, len(one["real"]) + 1))
+            ax.plot(xs, one["real"], "o", color="C0", markersize=4, label="real step")
+            ax.step(xs, one["best"], where="post", color="C0", linewidth=1, label="fastest measured")
+            ax.plot(xs, one["simulated"], "x", color="C3", markersize=4, label="simulator's prediction")
+            ax.plot(xs, one["predicted"], "+", color="C2", markersize=6, label="correction's prediction")
+            for k, (name, times) in enumerate(sides[run].items()):
+                finite = [t for t in times if isinstance(t, (int, float)) and math.isfinite(t)]
+                if finite:
+                    median = statistics.median(finite)
+                    ax.axhline(
+                        median * 1e3,
+                        color=f"C{4 + k}",
+                        linestyle=":",
+                        linewidth=1.2,
+                        label=f"{name}: side-by-side median",
+                    )
+            ax.set_yscale("log")
+            ax.set_xlabel("real measurements")
+            ax.set_ylabel("step time (ms)")
+            ax.set_title(f"{run[0]}, seed {run[1]}: {method}")
+            ax.grid(alpha=0.3)
+        axes[row][0].legend(fontsize=7, loc="center left", bbox_to_anchor=(0.0, 0.35))
+    fig.tight_layout()
+    save_figure(fig, path, dpi)
+    return series

@@ -81,10 +81,50 @@ def test_a_method_s_measurements_do_not_depend_on_the_methods_run_before_it(caps
     assert alone["finals"] == after["finals"] and alone["chosen"] == after["chosen"]
 
 
+def test_report_prints_an_earlier_run_s_table_and_draws_its_curves_measuring_nothing(tmp_path, capsys):
+    curve = [
+        {"real_s": 0.5 - 0.01 * k, "simulated_s": 0.01, "predicted_s": 0.4, "best_s": 0.5 - 0.01 * k} for k in range(3)
+    ]
+    method = {"best_s": 0.48, "measured": 3, "curve": curve, "finals": {}, "chosen": "model"}
+    cell = {"graph": "lm", "cluster": "k80x2", "seed": 1, "measurements": 3, "methods": {"corrected": method}}
+    cell["side_by_side"] = {"corrected": [0.47, 0.49], "simulator": [0.6, 0.62]}
+    run = tmp_path / "run.json"
+    run.write_text(json.dumps({"cells": [cell]}))
+    assert correction.main(["--report", str(run), "--plot", str(tmp_path / "c.png")]) == 0
+    out, err = capsys.readouterr()
+    assert "| lm | k80x2 | 1 | corrected | 3 |" in out and "1 measured curves drawn" in err
+    assert (tmp_path / "c.png").read_bytes()[:4] == b"\x89PNG"
+    assert correction.main(["--report", str(run), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["cells"] == [cell]
+    train_run = tmp_path / "run7" / "correction.json"  # what placer train --algo corrected writes
+    train_run.parent.mkdir()
+    finals = {"best": [0.5, 0.52], "model": [0.47, 0.49], "simulator": [0.6, 0.62]}
+    doc = {"curve": curve, "rematch": finals, "chosen": "model", "measurements": 3, "fastest_measured_s": 0.48}
+    train_run.write_text(json.dumps(doc))
+    assert correction.main(["--report", str(train_run), "--json"]) == 0
+    (read,) = json.loads(capsys.readouterr().out)["cells"]
+    assert read["graph"] == "run7" and read["methods"]["corrected"]["curve"] == curve
+    assert read["side_by_side"] == {"corrected": [0.47, 0.49], "finalist best": [0.5, 0.52], "simulator": [0.6, 0.62]}
+    bad_method = {"cells": [{**cell, "methods": {"corrected": {**method, "measured": "3"}}}]}
+    for text, problem in (
+        ("{", "not JSON"),
+        ('{"cells": [{"graph": "lm"}]}', "cell 0 lacks cluster, seed, methods"),
+        (json.dumps(bad_method), "cell 0 lacks methods.corrected.measured"),
+        ("[]", "nor a placer train run's correction.json"),
+    ):
+        run.write_text(text)
+        assert correction.main(["--report", str(run)]) == 2
+        (line,) = capsys.readouterr().err.strip().splitlines()
+        assert str(run) in line and problem in line
+
+
 @pytest.mark.parametrize(
     "module,argv,option",
     [
         (correction, ["stand-in", "--measurements", "1"], "--measurements"),
+        (correction, [], "give a mode"),
+        (correction, ["ranks", "--report", "run.json"], "not both"),
+        (correction, ["--report", "/no/such/run.json"], "cannot read"),
         (correction, ["local"], "--source"),
         (correction, ["ranks"], "--source"),
         (correction, ["stand-in", "--graphs", "nope"], "nope"),

@@ -133,3 +133,30 @@ def test_plot_search_curves(tmp_path):
     assert out.read_bytes()[:4] == b"\x89PNG"
     with pytest.raises(PlacerError, match="no search curves"):
         plots.plot_search_curves([], str(out))
+
+
+def test_plot_measured_curves_draws_each_loop_s_real_steps_and_both_predictions(tmp_path):
+    def m(real, sim, pred, best):
+        return {"round": 0, "real_s": real, "simulated_s": sim, "predicted_s": pred, "best_s": best}
+
+    corrected = [m(0.5, 0.01, 0.01, 0.5), m(0.4, 0.012, 0.45, 0.4), m(float("inf"), 0.011, 0.42, 0.4)]
+    cell = {
+        "graph": "lm",
+        "seed": 3,
+        "methods": {
+            "corrected": {"curve": corrected},
+            "simulator": {"curve": corrected[:1]},  # one measurement: no curve to draw
+            "measured moves": {"curve": [{"best_s": 0.5}, {"best_s": 0.4}]},  # no predictions
+        },
+        "side_by_side": {"corrected": [0.41, 0.43, 0.42], "simulator": [0.5, float("inf"), 0.52]},
+    }
+    out = tmp_path / "m.png"
+    drawn = plots.plot_measured_curves([cell], str(out))
+    assert out.read_bytes()[:4] == b"\x89PNG" and list(drawn) == [("lm", 3, "corrected")]
+    series = drawn[("lm", 3, "corrected")]
+    assert series["real"][:2] == [500.0, 400.0] and np.isnan(series["real"][2])
+    assert series["simulated"] == pytest.approx([10.0, 12.0, 11.0])
+    assert series["predicted"] == pytest.approx([10.0, 450.0, 420.0])
+    assert series["best"] == pytest.approx([500.0, 400.0, 400.0])
+    with pytest.raises(PlacerError, match="no measured curves"):
+        plots.plot_measured_curves([{**cell, "methods": {"simulator": {"curve": corrected[:1]}}}], str(out))
