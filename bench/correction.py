@@ -4,7 +4,7 @@
     python -m bench.correction local --scenario tiny --measurements 20 --out-dir runs/correction-tiny
     python -m bench.correction local --source nmt-2 --cluster k80x2 --device-map '*=cpu' --measurements 30
     python -m bench.correction ranks --source bench.rank_models:lm --cluster k80x2 --microbatches 4 --measurements 20
-    python -m bench.correction --report run.json --plot curves.png    # an earlier run's --json: its table, its curves
+    python -m bench.correction --report a.json b.json --plot curves.png   # earlier runs' --json: table, curves
 
 Each method gets the same number of real measurements and keeps its fastest measured placement:
 
@@ -456,8 +456,10 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument(
         "--report",
         default=None,
+        nargs="+",
         metavar="RUN.json",
-        help="measure nothing: print an earlier run's (its --json) table, and with --plot draw its curves",
+        help="measure nothing: print earlier runs' table (each run's --json, or a placer train run's "
+        "correction.json), and with --plot draw their curves",
     )
     ap.add_argument(
         "--plot",
@@ -675,22 +677,24 @@ def run_cells(doc: Any, path: str) -> list[dict[str, Any]]:
     return cells
 
 
-def report(path: str, args: argparse.Namespace) -> int:
-    """``--report``: an earlier run's table (``--json``: its cells again), and with ``--plot`` its curves; measures
+def report(paths: list[str], args: argparse.Namespace) -> int:
+    """``--report``: earlier runs' table (``--json``: their cells again), and with ``--plot`` their curves; measures
     nothing. A file that is not such a run: status 2 and one line."""
 
     def say(line: str) -> None:
         print(line, file=sys.stderr, flush=True)
 
     try:
-        try:
-            with open(path) as f:
-                doc = json.load(f)
-        except OSError as e:
-            raise PlacerError(f"{path}: cannot read it ({e.strerror})") from None
-        except (json.JSONDecodeError, UnicodeDecodeError) as e:
-            raise PlacerError(f"{path}: not JSON ({e})") from None
-        cells = run_cells(doc, path)
+        cells = []
+        for path in paths:
+            try:
+                with open(path) as f:
+                    doc = json.load(f)
+            except OSError as e:
+                raise PlacerError(f"{path}: cannot read it ({e.strerror})") from None
+            except (json.JSONDecodeError, UnicodeDecodeError) as e:
+                raise PlacerError(f"{path}: not JSON ({e})") from None
+            cells += run_cells(doc, path)
         print_report(args.json, {"cells": cells}, lambda: markdown_table(cells))
         if args.plot:
             draw(cells, args.plot, say)

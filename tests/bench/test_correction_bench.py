@@ -105,6 +105,8 @@ def test_report_prints_an_earlier_run_s_table_and_draws_its_curves_measuring_not
     (read,) = json.loads(capsys.readouterr().out)["cells"]
     assert read["graph"] == "run7" and read["methods"]["corrected"]["curve"] == curve
     assert read["side_by_side"] == {"corrected": [0.47, 0.49], "finalist best": [0.5, 0.52], "simulator": [0.6, 0.62]}
+    assert correction.main(["--report", str(run), str(train_run), "--json"]) == 0  # several runs: one table
+    assert [c["graph"] for c in json.loads(capsys.readouterr().out)["cells"]] == ["lm", "run7"]
     bad_method = {"cells": [{**cell, "methods": {"corrected": {**method, "measured": "3"}}}]}
     for text, problem in (
         ("{", "not JSON"),
