@@ -672,6 +672,12 @@ def run_cells(doc: Any, path: str) -> list[dict[str, Any]]:
                 missing.append(f"methods.{m}.measured")
             elif not isinstance(run.get("best_s"), (int, float)) or not isinstance(run.get("curve", []), list):
                 missing.append(f"methods.{m}.best_s or .curve")
+        side = cell.get("side_by_side", {}) if isinstance(cell, dict) else {}
+        if not missing and not (
+            isinstance(side, dict)
+            and all(isinstance(t, list) and all(isinstance(x, (int, float)) for x in t) for t in side.values())
+        ):
+            missing = ["side_by_side (each plan's list of seconds)"]
         if missing:
             raise PlacerError(f"{path}: not a bench.correction run (cell {k} lacks {', '.join(missing)})")
     return cells

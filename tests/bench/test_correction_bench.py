@@ -112,6 +112,7 @@ def test_report_prints_an_earlier_run_s_table_and_draws_its_curves_measuring_not
         ("{", "not JSON"),
         ('{"cells": [{"graph": "lm"}]}', "cell 0 lacks cluster, seed, methods"),
         (json.dumps(bad_method), "cell 0 lacks methods.corrected.measured"),
+        (json.dumps({"cells": [{**cell, "side_by_side": {"simulator": ["fast"]}}]}), "lacks side_by_side"),
         ("[]", "nor a placer train run's correction.json"),
     ):
         run.write_text(text)
