@@ -598,12 +598,13 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     return args
 
 
+def say(line: str) -> None:
+    """Progress and notes: to stderr, at once (the table or the JSON goes to stdout)."""
+    print(line, file=sys.stderr, flush=True)
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse(argv)
-
-    def say(line: str) -> None:
-        print(line, file=sys.stderr, flush=True)
-
     if args.report is not None:
         return report(args.report, args)
     cells: list[dict[str, Any]] = []
@@ -623,61 +624,69 @@ def main(argv: list[str] | None = None) -> int:
     )
     if args.plot and cells:
         try:
-            draw(cells, args.plot, say)
+            draw(cells, args.plot)
         except PlacerError as e:
             print(f"error: {e}", file=sys.stderr)
             return 2
     return 130 if interrupted else 0
 
 
-def draw(cells: list[dict[str, Any]], path: str, say: Callable[[str], Any]) -> None:
+def draw(cells: list[dict[str, Any]], path: str) -> None:
     from bench.plots import plot_measured_curves
 
     drawn = plot_measured_curves(cells, path)
     say(f"{len(drawn)} measured curves drawn into {path}")
 
 
+def from_train_run(doc: dict[str, Any], path: str) -> dict[str, Any]:
+    """The ``correction.json`` that ``placer train --algo corrected`` writes, as a run of one cell: the corrected loop,
+    its side-by-side's other finalists by name, its plan as "corrected"; the run directory's name as the graph's."""
+    rematch, chosen = doc["rematch"], doc.get("chosen", "best")
+    method = {
+        "curve": doc["curve"],
+        "measured": doc.get("measurements", len(doc["curve"])),
+        "best_s": doc.get("fastest_measured_s", float("nan")),
+        "chosen": chosen,
+    }
+    finals = {f"finalist {k}": t for k, t in rematch.items() if k not in (chosen, "simulator")}
+    side = {"corrected": rematch.get(chosen, []), **finals, "simulator": rematch.get("simulator", [])}
+    name = os.path.basename(os.path.dirname(os.path.abspath(path))) or path
+    cell = {"graph": name, "cluster": "-", "seed": "-", "methods": {"corrected": method}, "side_by_side": side}
+    return {"cells": [cell]}
+
+
+def cell_problems(cell: Any) -> list[str]:
+    """What a run's cell lacks for the table and the curves (empty: nothing)."""
+    if not isinstance(cell, dict):
+        return ["graph, cluster, seed, methods"]
+    missing = [key for key in ("graph", "cluster", "seed", "methods") if key not in cell]
+    if missing:
+        return missing
+    if not isinstance(cell["methods"], dict):
+        return ["methods (a mapping)"]
+    for m, run in cell["methods"].items():
+        if not isinstance(run, dict) or not isinstance(run.get("measured"), int):
+            missing.append(f"methods.{m}.measured")
+        elif not isinstance(run.get("best_s"), (int, float)) or not isinstance(run.get("curve", []), list):
+            missing.append(f"methods.{m}.best_s or .curve")
+    side = cell.get("side_by_side", {})
+    seconds = isinstance(side, dict) and all(
+        isinstance(t, list) and all(isinstance(x, (int, float)) for x in t) for t in side.values()
+    )
+    return missing or ([] if seconds else ["side_by_side (each plan's list of seconds)"])
+
+
 def run_cells(doc: Any, path: str) -> list[dict[str, Any]]:
-    """The cells of a run read back: ``bench.correction --json`` output, or the ``correction.json`` that ``placer
-    train --algo corrected`` writes in its run directory (one cell: the corrected loop, its side-by-side's finalists
-    by name, the plan as "corrected"). Anything else: :class:`PlacerError` naming ``path`` and what is missing."""
+    """The cells of a run read back: ``bench.correction --json`` output, or a ``placer train`` run's
+    ``correction.json`` (:func:`from_train_run`). Anything else: :class:`PlacerError` naming ``path`` and what is
+    missing."""
     if isinstance(doc, dict) and isinstance(doc.get("curve"), list) and isinstance(doc.get("rematch"), dict):
-        rematch, chosen = doc["rematch"], doc.get("chosen", "best")
-        method = {
-            "curve": doc["curve"],
-            "measured": doc.get("measurements", len(doc["curve"])),
-            "best_s": doc.get("fastest_measured_s", float("nan")),
-            "chosen": chosen,
-        }
-        finals = {f"finalist {k}": t for k, t in rematch.items() if k not in (chosen, "simulator")}
-        side = {"corrected": rematch.get(chosen, []), **finals, "simulator": rematch.get("simulator", [])}
-        name = os.path.basename(os.path.dirname(os.path.abspath(path))) or path
-        doc = {
-            "cells": [
-                {"graph": name, "cluster": "-", "seed": "-", "methods": {"corrected": method}, "side_by_side": side}
-            ]
-        }
+        doc = from_train_run(doc, path)
     cells = doc.get("cells") if isinstance(doc, dict) else None
     if not isinstance(cells, list) or not cells:
         raise PlacerError(f"{path}: not a bench.correction run (its --json) nor a placer train run's correction.json")
     for k, cell in enumerate(cells):
-        missing = [
-            key for key in ("graph", "cluster", "seed", "methods") if not isinstance(cell, dict) or key not in cell
-        ]
-        methods = cell.get("methods") if isinstance(cell, dict) else None
-        if not missing and not isinstance(methods, dict):
-            missing = ["methods (a mapping)"]
-        for m, run in (methods or {}).items() if not missing else ():
-            if not isinstance(run, dict) or not isinstance(run.get("measured"), int):
-                missing.append(f"methods.{m}.measured")
-            elif not isinstance(run.get("best_s"), (int, float)) or not isinstance(run.get("curve", []), list):
-                missing.append(f"methods.{m}.best_s or .curve")
-        side = cell.get("side_by_side", {}) if isinstance(cell, dict) else {}
-        if not missing and not (
-            isinstance(side, dict)
-            and all(isinstance(t, list) and all(isinstance(x, (int, float)) for x in t) for t in side.values())
-        ):
-            missing = ["side_by_side (each plan's list of seconds)"]
+        missing = cell_problems(cell)
         if missing:
             raise PlacerError(f"{path}: not a bench.correction run (cell {k} lacks {', '.join(missing)})")
     return cells
@@ -686,10 +695,6 @@ def run_cells(doc: Any, path: str) -> list[dict[str, Any]]:
 def report(paths: list[str], args: argparse.Namespace) -> int:
     """``--report``: earlier runs' table (``--json``: their cells again), and with ``--plot`` their curves; measures
     nothing. A file that is not such a run: status 2 and one line."""
-
-    def say(line: str) -> None:
-        print(line, file=sys.stderr, flush=True)
-
     try:
         cells = []
         for path in paths:
@@ -703,7 +708,7 @@ def report(paths: list[str], args: argparse.Namespace) -> int:
             cells += run_cells(doc, path)
         print_report(args.json, {"cells": cells}, lambda: markdown_table(cells))
         if args.plot:
-            draw(cells, args.plot, say)
+            draw(cells, args.plot)
     except PlacerError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
