@@ -35,8 +35,9 @@ tensor"). With the cache off, the ends go where glibc merges them at the next la
 request: 1 or 2 copies in 12 runs of 12. glibc reads that setting only when a process
 starts (``GLIBC_TUNABLES``; ``mallopt`` has no such parameter), so :func:`steady_malloc`
 cannot set it in a running process: the processes placer starts to measure in (a job's
-ranks, :func:`children_start_steady`; the Ray actors that measure, :func:`steady_runtime_env`) start with it, and
-:data:`STEADY_MALLOC_ENV` has it for a user's own job.
+ranks, :func:`children_start_steady`; the Ray actors that measure, :func:`steady_runtime_env`) start with it, the
+``placer`` command starts itself again with it before it measures in its own process
+(:func:`start_again_with_thread_cache_off`), and :data:`STEADY_MALLOC_ENV` has it for a user's own job.
 """
 
 from __future__ import annotations
@@ -45,7 +46,8 @@ import contextlib
 import ctypes
 import functools
 import os
-from typing import Any, Iterator
+import sys
+from typing import Any, Iterator, Sequence
 
 #: glibc's ``mallopt`` parameters (``malloc.h``).
 M_TRIM_THRESHOLD, M_TOP_PAD, M_MMAP_THRESHOLD = -1, -2, -3
@@ -116,6 +118,19 @@ def steady_runtime_env() -> dict[str, Any]:
     """A Ray actor's ``runtime_env`` whose process starts with glibc's thread cache off (Ray merges it with the
     job's)."""
     return {"env_vars": {"GLIBC_TUNABLES": with_tunable(os.environ.get("GLIBC_TUNABLES"), NO_TCACHE)}}
+
+
+def start_again_with_thread_cache_off(argv: Sequence[str]) -> None:
+    """Replace this process by ``argv`` (an interpreter and its arguments) started with glibc's thread cache off
+    (:data:`NO_TCACHE`; the rest of the environment as it is), when the cache is on here. Returns, and replaces
+    nothing, when the cache is off already, elsewhere than glibc, or when this process was started with the setting
+    and glibc did not take it (one try, never a loop). What this process printed is flushed first."""
+    tunables = os.environ.get("GLIBC_TUNABLES")
+    if _glibc() is None or thread_cache_off() or NO_TCACHE in (tunables or "").split(":"):
+        return
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os.execve(argv[0], list(argv), {**os.environ, "GLIBC_TUNABLES": with_tunable(tunables, NO_TCACHE)})
 
 
 class _MallInfo2(ctypes.Structure):
@@ -203,6 +218,7 @@ __all__ = [
     "children_start_steady",
     "children_start_with",
     "heap_bytes",
+    "start_again_with_thread_cache_off",
     "steady_malloc",
     "steady_runtime_env",
     "thread_cache_off",

@@ -101,7 +101,12 @@ def main(argv: list[str] | None = None) -> int:
 def console_main() -> int:
     """The ``placer`` command (and ``python -m placer``): :func:`main`, then the process's objects frozen so that the
     interpreter's last garbage collection does not walk torch's and Ray's millions of them (1-3 s on 2 CPU cores
-    after the command had finished). Not in :func:`main`, which in-process callers (tests) call."""
+    after the command had finished), and a command that measures in this process may start it again with the
+    host's allocator as placer measures (:func:`placer.cli.args.measure_here`). Not in :func:`main`, which
+    in-process callers (tests) call."""
+    from placer.cli.args import CONSOLE
+
+    CONSOLE["command"] = True
     status = main()
     gc.freeze()
     return status

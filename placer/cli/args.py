@@ -20,6 +20,11 @@ from placer.cli.parser import closest
 from placer.methods import registry
 from placer.option_checks import check_float, check_int
 
+#: Whether this process is the ``placer`` command itself (:func:`placer.cli.console_main` sets it): only then may a
+#: command that measures in its own process start it again (:func:`measure_here`). A caller of
+#: :func:`placer.cli.main` (a test, a script) keeps its process.
+CONSOLE = {"command": False}
+
 DEVICE_MAP_HELP = "logical -> torch devices, e.g. gpu:0=cuda:1,*=cpu (default gpu:i=cuda:i, cpu:0=cpu)"
 
 
@@ -36,6 +41,18 @@ class MethodsHelp(argparse.HelpFormatter):
 
             text = text.replace("{methods}", ", ".join(default_methods()))
         return text
+
+
+def measure_here() -> None:
+    """Before a command times steps or ops in its own process: the ``placer`` command starts itself again, the same
+    command line, with glibc's thread cache off when it is on
+    (:func:`envs.real.allocator.start_again_with_thread_cache_off`), as every process placer starts to measure in
+    does (the ranks of a job, the measured envs' actors): with the cache on, the heap can grow by a large tensor at
+    every step, and its pages fault anew."""
+    if CONSOLE["command"]:
+        from envs.real.allocator import start_again_with_thread_cache_off  # ctypes only
+
+        start_again_with_thread_cache_off([sys.executable, *sys.orig_argv[1:]])
 
 
 def add_profile_argument(parser: argparse.ArgumentParser) -> None:

@@ -26,7 +26,7 @@ from tqdm import tqdm
 from graphs import sources
 from graphs.errors import PlacerError
 from graphs.ir import PROFILE_COLUMNS
-from placer.cli.args import check_step_counts
+from placer.cli.args import check_step_counts, measure_here
 from placer.cli.output import print_json
 from placer.option_checks import check_int, check_output_file
 
@@ -89,6 +89,7 @@ def run(args: argparse.Namespace) -> int:
             torch.device(torch_device)
     except (RuntimeError, ValueError):
         raise PlacerError(f"--devices {args.devices}: not a list of torch devices") from None
+    measure_here()
     model, inputs = sources.resolve_model(args.source)
     bar = tqdm(total=0, desc="profiling ops", unit="op", file=sys.stderr, disable=args.json or not sys.stderr.isatty())
 

@@ -22,7 +22,7 @@ from envs.cluster import CLUSTER_ARG_HELP
 from graphs import sources
 from graphs.errors import PlacerError
 from graphs.plan import Placement
-from placer.cli.args import DEVICE_MAP_HELP, check_step_counts
+from placer.cli.args import DEVICE_MAP_HELP, check_step_counts, measure_here
 from placer.cli.output import print_json
 
 
@@ -144,6 +144,7 @@ def run_here(args: argparse.Namespace) -> int:
     check_devices(placement, cluster, args.placement)
     torch_devices = resolve_devices(sorted(placement.devices_used()), args.device_map)  # a home's device: its peak too
     check_available(torch_devices)
+    measure_here()
     model, inputs = sources.resolve_model(args.source)
     module = apply(model, placement, inputs, device_map=args.device_map)
     opt = timing.adam(module.parameters(), lr=args.lr)
@@ -168,6 +169,7 @@ def run_here(args: argparse.Namespace) -> int:
                 "step_times_s": m["step_times_s"],
                 "losses": m["losses"],
                 "device_map": {device: str(torch_device) for device, torch_device in torch_devices.items()},
+                "thread_cache_off": m["protocol"]["thread_cache_off"],  # glibc's, as this process started
             },
         )
     except (torch.OutOfMemoryError, MemoryError, timing.StepTimeout) as e:

@@ -18,7 +18,7 @@ import numpy as np
 import torch
 import torch.fx as fx
 
-from envs.real.allocator import steady_malloc
+from envs.real.allocator import steady_malloc, thread_cache_off
 from envs.real.profiler.device import profile_device_in_context
 from envs.real.profiler.file import FORMAT, device_kind
 from envs.real.profiler.fit import fit_issue_scale, fit_link
@@ -176,7 +176,7 @@ def profile_program(
         "ops": list(graph.names),
         "devices": {str(d): entry(d) for d in torch_devices},
         "links": links,
-        "settings": {"warmup": warmup, "repeats": repeats, "method": method},
+        "settings": {"warmup": warmup, "repeats": repeats, "method": method, "thread_cache_off": thread_cache_off()},
         "errors": errors,
         "host": platform.node(),
         "torch": torch.__version__,

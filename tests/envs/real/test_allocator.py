@@ -99,6 +99,27 @@ def test_what_a_process_starts_with_is_what_glibc_reads(monkeypatch):
     assert allocator.steady_runtime_env()["env_vars"]["GLIBC_TUNABLES"] == "glibc.malloc.check=0:" + allocator.NO_TCACHE
 
 
+@pytest.mark.slow  # four fresh interpreters (~2 s)
+@pytest.mark.skipif(not allocator.trim_malloc(), reason="glibc only")
+def test_a_process_starts_itself_again_with_the_thread_cache_off_once(monkeypatch):
+    """start_again_with_thread_cache_off replaces a process whose cache is on by the same command with it off, its
+    other tunables kept; and tries once: a process started with the setting that still shows the cache on (glibc
+    did not take it; here the probe is made to say so) goes on."""
+    script = (
+        "import os, sys; from envs.real import allocator as a; {patch}"
+        "print(a.thread_cache_off(), os.environ.get('GLIBC_TUNABLES'), flush=True); "
+        "a.start_again_with_thread_cache_off([sys.executable, *sys.orig_argv[1:]]); print('went on')"
+    )
+    monkeypatch.setenv("GLIBC_TUNABLES", "glibc.malloc.check=0")
+    run = dict(capture_output=True, text=True, check=True, timeout=60)  # a loop of restarts: a timeout, not a hang
+    plain = subprocess.run([sys.executable, "-c", script.format(patch="")], **run)
+    tunables = "glibc.malloc.check=0:" + allocator.NO_TCACHE
+    assert plain.stdout.split("\n") == ["False glibc.malloc.check=0", f"True {tunables}", "went on", ""]
+    stuck = script.format(patch="a.thread_cache_off = lambda: False; ")
+    once = subprocess.run([sys.executable, "-c", stuck], **run)
+    assert once.stdout.split("\n") == ["False glibc.malloc.check=0", f"False {tunables}", "went on", ""]
+
+
 @pytest.mark.slow  # over 1 s (the fast tier is kept under 90 s)
 def test_every_measurement_runs_with_malloc_steady_unless_told_not_to(monkeypatch):
     calls = []

@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 import json
+import os
 import statistics
+import subprocess
+import sys
 import textwrap
 
 import numpy as np
 import pytest
 
+from envs.real.allocator import thread_cache_off, trim_malloc
 from envs.real.profiler import load_profile
 from graphs.plan import Placement
 from placer.cli import main
@@ -150,6 +154,24 @@ def test_profile_writes_a_loadable_profile(workdir, capsys):
         ["compare", "cli_run_model:build", "--cluster", "h200x1", "--methods", "single", "--profile", "other.json"]
     )
     assert rc == 2 and "other.json" in capsys.readouterr().err
+
+
+@pytest.mark.slow  # two placer commands in fresh interpreters, each started twice (~10 s)
+@pytest.mark.skipif(not trim_malloc(), reason="glibc only")
+def test_the_placer_command_measures_in_its_own_process_with_the_thread_cache_off(workdir, capsys, monkeypatch):
+    """`placer profile` and `placer run` (one process) time ops and steps with glibc's thread cache off, as in the
+    processes placer starts to measure in: the command starts itself again with it. A caller of main keeps its
+    process as it is."""
+    monkeypatch.delenv("GLIBC_TUNABLES", raising=False)  # the cache on as the command starts
+    command = [sys.executable, "-m", "placer"]
+    profile = ["profile", "cli_run_model:build", "-o", "prof.json", "--warmup", "0", "--repeats", "1", "--json"]
+    subprocess.run([*command, *profile], cwd=workdir, env=os.environ, capture_output=True, check=True)
+    assert load_profile(workdir / "prof.json")["settings"]["thread_cache_off"] is True
+    run = ["run", "cli_run_model:build", "--placement", "p.json", "--cluster", "k80x2", "--device-map", "*=cpu"]
+    run += ["--warmup", "0", "--steps", "1", "--json"]
+    out = subprocess.run([*command, *run], cwd=workdir, env=os.environ, capture_output=True, text=True, check=True)
+    assert json.loads(out.stdout)["extra"]["thread_cache_off"] is True  # its stdout once, from the process measured
+    assert main(run) == 0 and json.loads(capsys.readouterr().out)["extra"]["thread_cache_off"] is thread_cache_off()
 
 
 def test_run_steps_past_measure_timeout_are_a_timeout_result(workdir, capsys, monkeypatch):
