@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import copy
 import platform
+import warnings
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -64,8 +65,14 @@ def _isolated(
     progress: Callable[[int, int], None] | None,
 ) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
     """Forward and backward seconds of every op alone on each of ``devices``: one walk of the graph with concrete
-    values."""
-    gm = copy.deepcopy(ep.module())  # the reference run mutates buffers; keep the model's intact
+    values. No devices (all profiled in context): no walk, and no copy of the model."""
+    if not devices:
+        if progress:
+            progress(graph.num_ops, graph.num_ops)
+        return {}, {}
+    with warnings.catch_warnings():  # copying a GraphModule builds pytree's deprecated LeafSpec inside torch itself
+        warnings.filterwarnings("ignore", message=r".*LeafSpec.*deprecated", category=FutureWarning)
+        gm = copy.deepcopy(ep.module())  # the reference run mutates buffers; keep the model's intact
     index = graph.index
     fwd = {str(d): np.full(graph.num_ops, np.nan) for d in devices}
     bwd = {str(d): np.full(graph.num_ops, np.nan) for d in devices}
@@ -91,11 +98,8 @@ def _isolated(
         p.meta["val"] for p in ep.graph.nodes if p.op == "placeholder" and p.name in set(ep.graph_signature.user_inputs)
     ]
     inputs = concrete_inputs(ep, example)
-    if devices:
-        with torch.enable_grad():
-            _Timer(gm).run(*inputs)
-    elif progress:
-        progress(graph.num_ops, graph.num_ops)
+    with torch.enable_grad():
+        _Timer(gm).run(*inputs)
     return fwd, bwd
 
 

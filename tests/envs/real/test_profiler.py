@@ -312,6 +312,27 @@ def test_isolated_method_times_op_by_op():
         profile_model(model, (x,), ["cpu"], method="guess")
 
 
+def test_the_model_is_copied_only_to_time_ops_alone_and_torch_s_copy_warns_nothing(monkeypatch):
+    """In context (the CPU, a GPU) no op is timed alone, so the model is not copied (a large model's memory, twice);
+    op by op it is, and torch's own copy of the program (a deprecated pytree spec inside torch) warns the user of
+    nothing."""
+    import copy
+    import warnings
+
+    from torch import fx
+
+    copied, deepcopy = [], copy.deepcopy
+    monkeypatch.setattr(copy, "deepcopy", lambda x, *a: copied.append(isinstance(x, fx.GraphModule)) or deepcopy(x, *a))
+    torch.manual_seed(0)
+    model, x = nn.Sequential(nn.Linear(8, 8), nn.ReLU()), torch.randn(4, 8)
+    with warnings.catch_warnings():
+        warnings.filterwarnings("error", message=".*LeafSpec", category=FutureWarning)
+        profile_model(model, (x,), ["cpu"], warmup=0, repeats=1)
+        assert not any(copied)
+        profile_model(model, (x,), ["cpu"], warmup=0, repeats=1, method="isolated")
+    assert any(copied)
+
+
 def test_autograd_nodes_belong_to_the_first_op_that_reaches_them():
     w = torch.randn(3, 3, requires_grad=True)
     x = torch.randn(2, 3)
