@@ -125,12 +125,11 @@ def start_again_with_thread_cache_off(argv: Sequence[str]) -> None:
     (:data:`NO_TCACHE`; the rest of the environment as it is), when the cache is on here. Returns, and replaces
     nothing, when the cache is off already, elsewhere than glibc, or when this process was started with the setting
     and glibc did not take it (one try, never a loop). What this process printed is flushed first."""
-    tunables = os.environ.get("GLIBC_TUNABLES")
-    if _glibc() is None or thread_cache_off() or NO_TCACHE in (tunables or "").split(":"):
+    if _glibc() is None or thread_cache_off() or NO_TCACHE in os.environ.get("GLIBC_TUNABLES", "").split(":"):
         return
     sys.stdout.flush()
     sys.stderr.flush()
-    os.execve(argv[0], list(argv), {**os.environ, "GLIBC_TUNABLES": with_tunable(tunables, NO_TCACHE)})
+    os.execve(argv[0], list(argv), {**os.environ, **steady_runtime_env()["env_vars"]})  # as the measured actors start
 
 
 class _MallInfo2(ctypes.Structure):
