@@ -5,6 +5,7 @@
     python -m bench.correction local --source nmt-2 --cluster k80x2 --device-map '*=cpu' --measurements 30
     python -m bench.correction ranks --source bench.rank_models:lm --cluster k80x2 --microbatches 4 --measurements 20
     python -m bench.correction --report a.json b.json --plot curves.png   # earlier runs' --json: table, curves
+    python -m bench.correction ranks --source bench.rank_models:lm --plans a.json b.json a.json:simulator  # again
 
 Each method gets the same number of real measurements and keeps its fastest measured placement:
 
@@ -54,6 +55,10 @@ per rank only, as ``placer train --ranks`` does, unless ``--looped``. ``--pin`` 
 process may use; ``--busy-core K`` also keeps a busy loop pinned to core K for the whole run (:func:`busy_core`):
 the rank pinned there computes at about half its speed, a real slow device that no cluster file knows (CPU ranks
 are otherwise alike, and a preset's error is then mostly one scale, which moves no split).
+
+Every run stores each method's plan (``plans``: the placements its side-by-side measured). ``--plans RUN.json[:METHOD]
+...`` searches nothing: it measures the plans earlier runs stored side by side (``--rematch`` interleaved rounds) on
+the mode's reality, so that two runs' plans, found at different times on a shared host, are compared in one run.
 
 A markdown table on stdout (``--json``: every run with its curves); progress on stderr.
 """
@@ -176,6 +181,7 @@ def run_methods(
             graph, cluster, real, options=options, seed=seed, say=say, out=out, sim=sim, found=found, fastest=fastest
         )
     names = list(found)
+    out["plans"] = {m: found[m].tolist() for m in names}  # what the side-by-side measures: for --plans later
     times = side_by_side(own_stream(real, "side-by-side"), [found[m] for m in names], rematch)
     out["side_by_side"] = dict(zip(names, times))
     if isinstance(real, StandIn):
@@ -236,8 +242,13 @@ def run_cell(
     say: Callable[[str], Any],
     out: dict[str, Any],
     sim: Any = None,
+    plans: dict[str, np.ndarray] | None = None,
 ) -> None:
-    """:func:`run_methods` with the command line's options (``--methods``, ``--rematch``, the loops' settings)."""
+    """:func:`run_methods` with the command line's options (``--methods``, ``--rematch``, the loops' settings); given
+    ``plans`` (``--plans``, read by :func:`stored_plans` before anything ran), :func:`run_again` instead."""
+    if plans is not None:
+        run_again(graph, cluster, real, plans, args.rematch, say, out)
+        return
     options = _options(args)
     run_methods(
         graph,
@@ -253,6 +264,114 @@ def run_cell(
     )
 
 
+def stored_plans(specs: Sequence[str], source: str, graph: Any, cluster: Any) -> dict[str, np.ndarray]:
+    """``--plans``: each ``RUN.json[:METHOD]`` the placement an earlier run (its ``--json``, one seed) stored for
+    ``METHOD`` (a ``--methods`` name or ``simulator``; default ``corrected``: what its side-by-side measured), by
+    label (the spec). A file that is not such a run, a method it did not run, or a plan made for another graph or
+    cluster: :class:`PlacerError` naming the file."""
+    known = {"simulator": "simulator", **METHOD_NAMES}
+    plans: dict[str, np.ndarray] = {}
+    for spec in specs:
+        path, _, name = spec.rpartition(":")
+        if not path or name not in known:
+            path, name = spec, "corrected"
+        try:
+            with open(path) as f:
+                doc = json.load(f)
+        except OSError as e:
+            raise PlacerError(f"{path}: cannot read it ({e.strerror})") from None
+        except (json.JSONDecodeError, UnicodeDecodeError) as e:
+            raise PlacerError(f"{path}: not JSON ({e})") from None
+        cells = doc.get("cells") if isinstance(doc, dict) else None
+        if not isinstance(cells, list) or not cells or not all(isinstance(c, dict) for c in cells):
+            raise PlacerError(f"{path}: not a bench.correction run (its --json)")
+        if len(cells) != 1:
+            raise PlacerError(f"{path}: {len(cells)} cells (seeds or graphs); --plans takes a run of one")
+        (cell,) = cells
+        stored = cell.get("plans")
+        if not isinstance(stored, dict):
+            raise PlacerError(f"{path}: stores no plans (a run before plans were kept, or an interrupted one)")
+        if known[name] not in stored:
+            raise PlacerError(f"{path}: no plan of {name} (it has {', '.join(sorted(stored))})")
+        if cell.get("graph") != source or cell.get("cluster") != cluster.name:
+            there = f"{cell.get('graph')} on {cell.get('cluster')}"
+            raise PlacerError(f"{path}: its plans are for {there}, not {source} on {cluster.name}")
+        plan = stored[known[name]]
+        n = cluster.num_devices
+        if (
+            not isinstance(plan, list)
+            or len(plan) != graph.num_ops
+            or not all(isinstance(d, int) and 0 <= d < n for d in plan)
+        ):
+            raise PlacerError(f"{path}: the plan of {name} is not {graph.num_ops} device indices below {n}")
+        plans[spec] = np.asarray(plan, dtype=np.int32)
+    return plans
+
+
+def run_again(
+    graph: Any,
+    cluster: Any,
+    real: Any,
+    plans: dict[str, np.ndarray],
+    rounds: int,
+    say: Callable[[str], Any],
+    out: dict[str, Any],
+) -> None:
+    """``--plans``: earlier runs' placements measured again side by side, ``rounds`` interleaved rounds, into
+    ``out`` (``side_by_side`` by label; ``methods`` empty: no search ran); on a stand-in, each one's true step."""
+    say(f"    {len(plans)} stored plans, {rounds} rounds side by side")
+    labels = list(plans)
+    done = lambda r: say(f"    round {r}/{rounds}")  # noqa: E731
+    times = side_by_side(own_stream(real, "side-by-side"), [plans[k] for k in labels], rounds, on_round=done)
+    out.update(methods={}, again=labels, plans={k: plans[k].tolist() for k in labels})
+    out["side_by_side"] = dict(zip(labels, times))
+    if isinstance(real, StandIn):
+        out["true_s"] = {k: float(real.true_step_times(p)[0][0]) for k, p in plans.items()}
+
+
+def log_ratio_interval(a: Sequence[float], b: Sequence[float]) -> tuple[float, float, float]:
+    """The geometric mean of the round-by-round ratio ``a / b`` of two plans measured side by side, with its 95 %
+    t-interval (on the logs of the ratios; one round: no interval, nan). Rounds where either failed are left out.
+
+    >>> [round(x, 3) for x in log_ratio_interval([1.0, 2.0, 1.0], [1.0, 2.0, 1.0])]
+    [1.0, 1.0, 1.0]
+    """
+    from scipy import stats
+
+    logs = [float(np.log(x / y)) for x, y in zip(a, b) if np.isfinite(x) and np.isfinite(y)]
+    if not logs:
+        return float("nan"), float("nan"), float("nan")
+    mean = float(np.mean(logs))
+    if len(logs) < 2:
+        return float(np.exp(mean)), float("nan"), float("nan")
+    half = float(stats.t.ppf(0.975, len(logs) - 1) * np.std(logs, ddof=1) / np.sqrt(len(logs)))
+    return float(np.exp(mean)), float(np.exp(mean - half)), float(np.exp(mean + half))
+
+
+def again_table(cells: list[dict[str, Any]]) -> str:
+    """``--plans``' cells: each stored plan's median re-measured, and over the first plan named: the ratio of the
+    medians and the geometric mean of the round-by-round ratio with its 95 % interval."""
+    head = ["graph", "cluster", "plan", "rounds", "median ms", "/ first (medians)", "/ first (rounds, 95 % interval)"]
+    lines = ["| " + " | ".join(head) + " |", "|---|---|---|" + "---:|" * 4]
+    for c in cells:
+        reads = c["side_by_side"]
+        first = reads[c["again"][0]]
+        for label in c["again"]:
+            r = reads[label]
+            mean, lo, hi = log_ratio_interval(r, first)
+            row = [c["graph"], c["cluster"], label, str(len(r)), f"{_median(r) * 1e3:.3f}"]
+            row += [f"{_median(r) / _median(first):.3f}", f"{mean:.3f} ({lo:.3f}-{hi:.3f})"]
+            lines.append("| " + " | ".join(row) + " |")
+    return "\n".join(lines)
+
+
+def tables(cells: list[dict[str, Any]]) -> str:
+    """The methods' table (:func:`markdown_table`) and, for ``--plans``' cells, :func:`again_table`."""
+    again = [c for c in cells if "again" in c]
+    parts = [markdown_table([c for c in cells if "again" not in c])] if len(again) < len(cells) else []
+    return "\n\n".join(parts + ([again_table(again)] if again else []))
+
+
 def stand_in_cells(args: argparse.Namespace, say: Callable[[str], Any], cells: list[dict[str, Any]]) -> None:
     """The stand-in's cells, appended to ``cells`` as each starts (see :func:`run_methods`)."""
     graphs, clusters = graphs_and_clusters(args.graphs, args.clusters)
@@ -266,6 +385,7 @@ def stand_in_cells(args: argparse.Namespace, say: Callable[[str], Any], cells: l
                 machine_slowdown=args.machine_slowdown,
                 op_noise=args.op_noise,
             )
+            plans = stored_plans(args.plans, graph.name, graph, cluster) if args.plans else None
             simulator, sim = split_simulators(graph, cluster, args.split) if args.split else (None, None)
             truth = StandIn(graph, cluster, **distortion, simulator=simulator).truth
             if args.split:  # the best split, exact on two ranks (stage_search tries every position of the one cut)
@@ -278,7 +398,7 @@ def stand_in_cells(args: argparse.Namespace, say: Callable[[str], Any], cells: l
                 real = StandIn(graph, cluster, **distortion, simulator=simulator, noise=args.noise, seed=seed)
                 cell = {"graph": graph.name, "cluster": cluster.name, "seed": seed, "stand_in_best_s": best}
                 cells.append(cell)
-                run_cell(args, graph, cluster, real, seed=seed, say=say, out=cell, sim=sim)
+                run_cell(args, graph, cluster, real, seed=seed, say=say, out=cell, sim=sim, plans=plans)
 
 
 def split_simulators(graph: Any, cluster: Any, microbatches: int) -> tuple[Callable[..., Any], Any]:
@@ -322,11 +442,12 @@ def local_cells(args: argparse.Namespace, say: Callable[[str], Any], cells: list
         threads=args.threads,
     )
     try:
+        plans = stored_plans(args.plans, name, real.graph, cluster) if args.plans else None
         for seed in _seeds(args.seeds):
             say(f"  {name} on {cluster.name} ({real.graph.num_ops} ops), seed {seed}, real steps")
             cell = {"graph": name, "cluster": cluster.name, "seed": seed, "device_map": args.device_map}
             cells.append(cell)
-            run_cell(args, real.graph, cluster, real, seed=seed, say=say, out=cell)
+            run_cell(args, real.graph, cluster, real, seed=seed, say=say, out=cell, plans=plans)
     finally:
         real.close()
 
@@ -362,6 +483,7 @@ def ranks_cells(args: argparse.Namespace, say: Callable[[str], Any], cells: list
         # one stage per rank unless --looped, as `placer train --ranks` scores plans: looped plans measured far
         # slower than simulated on CPU ranks (BENCHMARKS.md, "A learned looped plan, 63 % slower than simulated")
         sim = RankSim(real.graph, cluster, microbatches=M, inflight=W, one_stage_per_rank=not args.looped)
+        plans = stored_plans(args.plans, args.source, real.graph, cluster) if args.plans else None
         for seed in _seeds(args.seeds):
             say(f"  {args.source} on {cluster.name} ({real.graph.num_ops} ops), M={M}, seed {seed}, gloo ranks")
             cell = {"graph": args.source, "cluster": cluster.name, "seed": seed, "microbatches": M, "inflight": W}
@@ -370,7 +492,7 @@ def ranks_cells(args: argparse.Namespace, say: Callable[[str], Any], cells: list
             )
             cells.append(cell)
             with busy_core(args.busy_core):
-                run_cell(args, real.graph, cluster, real, seed=seed, say=say, out=cell, sim=sim)
+                run_cell(args, real.graph, cluster, real, seed=seed, say=say, out=cell, sim=sim, plans=plans)
     finally:
         real.close()
 
@@ -577,6 +699,15 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
         help="comma list of the measured methods to run (the simulator's best is always measured, the reference): "
         "a real run of all four takes four times one's measurements; default %(default)s",
     )
+    ap.add_argument(
+        "--plans",
+        nargs="+",
+        default=None,
+        metavar="RUN.json[:METHOD]",
+        help="search nothing: measure the plans earlier runs stored (each run's --json, one seed; METHOD a --methods "
+        "name or simulator, default corrected) side by side, --rematch interleaved rounds, on this mode's reality; "
+        "the table gives each over the first named",
+    )
     ap.add_argument("--seeds", default="0", help="comma list of seeds")
     ap.add_argument("--json", action="store_true", help="print every run and its curves as JSON")
     args = ap.parse_args(argv)
@@ -593,6 +724,8 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
         ap.error(f"--noise: the noise must be >= 0, got {args.noise}")
     if args.split < 0:
         ap.error(f"--split must be 0 (off) or the number of microbatches, got {args.split}")
+    if args.plans is not None and len(_seeds(args.seeds)) > 1:
+        ap.error("--plans measures stored plans once: give one seed (--seeds), or none")
     if args.mode == "ranks" and not args.source:
         ap.error("ranks: give --source (a zoo name or module:callable whose forward returns the loss)")
     return args
@@ -619,9 +752,7 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:  # the deadline (timeout --signal=INT): print what is done, marked as interrupted
         say("interrupted: the table has the methods that finished")
         interrupted = True
-    print_report(
-        args.json, {**({"interrupted": True} if interrupted else {}), "cells": cells}, lambda: markdown_table(cells)
-    )
+    print_report(args.json, {**({"interrupted": True} if interrupted else {}), "cells": cells}, lambda: tables(cells))
     if args.plot and cells:
         try:
             draw(cells, args.plot)
@@ -706,7 +837,7 @@ def report(paths: list[str], args: argparse.Namespace) -> int:
             except (json.JSONDecodeError, UnicodeDecodeError) as e:
                 raise PlacerError(f"{path}: not JSON ({e})") from None
             cells += run_cells(doc, path)
-        print_report(args.json, {"cells": cells}, lambda: markdown_table(cells))
+        print_report(args.json, {"cells": cells}, lambda: tables(cells))
         if args.plot:
             draw(cells, args.plot)
     except PlacerError as e:

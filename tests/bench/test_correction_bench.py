@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from bench import correction, host_malloc, repeatability
+from bench.graph_sources import graphs_and_clusters
 from envs.real.slices import HELPER_SLICE_US, supported
 
 
@@ -121,6 +122,46 @@ def test_report_prints_an_earlier_run_s_table_and_draws_its_curves_measuring_not
         assert str(run) in line and problem in line
 
 
+def test_plans_measures_the_plans_earlier_runs_stored_side_by_side(tmp_path, capsys):
+    """Every run stores the plans its side-by-side measured; ``--plans`` measures them again, side by side, searching
+    nothing: on the stand-in, each stored plan's true step is the one the run that found it had. A plan for another
+    graph, a method the run did not run, a run without plans: status 2, one line naming the file."""
+    graph = ["--graphs", "moe-30", "--clusters", "k80x2", "--truth-evals", "300", "--json"]
+    argv = ["stand-in", *graph, "--measurements", "4", "--sim-evals", "200", "--round-evals", "60", "--rematch", "1"]
+    assert correction.main([*argv, "--methods", "corrected"]) == 0
+    run = tmp_path / "run.json"
+    run.write_text(capsys.readouterr().out)
+    (found,) = json.loads(run.read_text())["cells"]
+    assert set(found["plans"]) == set(found["side_by_side"]) == {"corrected", "simulator"}
+    (moe,), _ = graphs_and_clusters("moe-30", "k80x2")
+    assert all(len(p) == moe.num_ops for p in found["plans"].values())
+
+    specs = [str(run), f"{run}:simulator"]
+    assert correction.main(["stand-in", *graph, "--rematch", "3", "--plans", *specs]) == 0
+    (cell,) = json.loads(capsys.readouterr().out)["cells"]
+    assert cell["again"] == specs and cell["methods"] == {}
+    assert [len(t) for t in cell["side_by_side"].values()] == [3, 3]
+    assert [cell["true_s"][s] for s in specs] == [found["true_s"][m] for m in ("corrected", "simulator")]
+    assert [cell["plans"][s] for s in specs] == [found["plans"][m] for m in ("corrected", "simulator")]
+    again = tmp_path / "again.json"
+    again.write_text(json.dumps(cell and {"cells": [cell]}))
+    assert correction.main(["--report", str(again)]) == 0  # the table of plans measured again
+    out = capsys.readouterr().out
+    assert f"| moe-30 | k80x2 | {run}:simulator | 3 | " in out and f"| {run} | 3 | " in out
+
+    no_plans = tmp_path / "old.json"
+    no_plans.write_text(json.dumps({"cells": [{k: v for k, v in found.items() if k != "plans"}]}))
+    for bad, problem in (
+        (["--graphs", "unet-40", "--clusters", "k80x2", "--plans", str(run)], "for moe-30 on k80x2, not unet-40"),
+        ([*graph[:4], "--plans", f"{run}:measured-moves"], "no plan of measured-moves"),
+        ([*graph[:4], "--plans", str(no_plans)], "stores no plans"),
+        ([*graph[:4], "--plans", str(tmp_path / "nowhere.json")], "cannot read"),
+    ):
+        assert correction.main(["stand-in", "--truth-evals", "50", *bad]) == 2, bad
+        (line,) = capsys.readouterr().err.strip().splitlines()
+        assert problem in line and str(tmp_path) in line, line
+
+
 @pytest.mark.parametrize(
     "module,argv,option",
     [
@@ -132,6 +173,7 @@ def test_report_prints_an_earlier_run_s_table_and_draws_its_curves_measuring_not
         (correction, ["ranks"], "--source"),
         (correction, ["stand-in", "--graphs", "nope"], "nope"),
         (correction, ["stand-in", "--split", "-1"], "--split"),
+        (correction, ["stand-in", "--plans", "run.json", "--seeds", "0,1"], "give one seed"),
         (correction, ["stand-in", "--methods", "corrected,nope"], "--methods: unknown nope"),
         (correction, ["stand-in", "--methods", ""], "--methods"),
         (correction, ["stand-in", "--graphs", "moe-30", "--clusters", "k80x2", "--op-noise", "-1"], "op noise"),
