@@ -156,22 +156,51 @@ def test_profile_writes_a_loadable_profile(workdir, capsys):
     assert rc == 2 and "other.json" in capsys.readouterr().err
 
 
-@pytest.mark.slow  # two placer commands in fresh interpreters, each started twice (~10 s)
+@pytest.mark.slow  # placer run in a fresh interpreter, started twice (~5-10 s)
 @pytest.mark.skipif(not trim_malloc(), reason="glibc only")
 def test_the_placer_command_measures_in_its_own_process_with_the_thread_cache_off(workdir, capsys, monkeypatch):
-    """`placer profile` and `placer run` (one process) time ops and steps with glibc's thread cache off, as in the
-    processes placer starts to measure in: the command starts itself again with it. A caller of main keeps its
-    process as it is."""
+    """A one-process `placer run` times steps with glibc's thread cache off, as in the processes placer starts to
+    measure in: the command starts itself again with it. A caller of main keeps its process as it is."""
     monkeypatch.delenv("GLIBC_TUNABLES", raising=False)  # the cache on as the command starts
-    command = [sys.executable, "-m", "placer"]
-    profile = ["profile", "cli_run_model:build", "-o", "prof.json", "--warmup", "0", "--repeats", "1", "--json"]
-    subprocess.run([*command, *profile], cwd=workdir, env=os.environ, capture_output=True, check=True)
-    assert load_profile(workdir / "prof.json")["settings"]["thread_cache_off"] is True
     run = ["run", "cli_run_model:build", "--placement", "p.json", "--cluster", "k80x2", "--device-map", "*=cpu"]
     run += ["--warmup", "0", "--steps", "1", "--json"]
-    out = subprocess.run([*command, *run], cwd=workdir, env=os.environ, capture_output=True, text=True, check=True)
+    command = [sys.executable, "-m", "placer", *run]
+    out = subprocess.run(command, cwd=workdir, env=os.environ, capture_output=True, text=True, check=True)
     assert json.loads(out.stdout)["extra"]["thread_cache_off"] is True  # its stdout once, from the process measured
     assert main(run) == 0 and json.loads(capsys.readouterr().out)["extra"]["thread_cache_off"] is thread_cache_off()
+
+
+class _StartedAgain(Exception):
+    pass
+
+
+@pytest.mark.slow  # a profile and a run in this process (~3 s)
+def test_placer_profile_and_run_start_again_once_their_arguments_are_checked(workdir, capsys, monkeypatch):
+    """`placer profile` and a one-process `placer run`, as the `placer` command, start themselves again (the
+    thread cache off; the restart itself: the test above, and tests/envs/real/test_allocator.py) with their own
+    command line, after their arguments are checked (a bad one is still one line, status 2) and before they build
+    anything; `placer run --nproc-per-node` measures in the processes it launches, and a caller of main never."""
+    import envs.real.allocator as allocator
+    from placer.cli import args
+
+    started = []
+
+    def start_again(argv):
+        started.append(argv)
+        raise _StartedAgain
+
+    monkeypatch.setattr(allocator, "start_again_with_thread_cache_off", start_again)
+    monkeypatch.setattr(sys, "orig_argv", [sys.executable, "-m", "placer", "the", "command"])
+    profile = ["profile", "cli_run_model:build", "-o", "prof.json", "--warmup", "0", "--repeats", "1"]
+    run = ["run", "cli_run_model:build", "--placement", "p.json", "--cluster", "k80x2", "--device-map", "*=cpu"]
+    assert main(profile) == 0 and main([*run, "--steps", "1"]) == 0 and not started  # not the placer command
+    monkeypatch.setitem(args.CONSOLE, "command", True)
+    for argv in (profile, run):
+        with pytest.raises(_StartedAgain):
+            main(argv)
+        assert started.pop() == [sys.executable, "-m", "placer", "the", "command"]
+    assert main([*run, "--steps", "0"]) == 2 and main([*profile, "--repeats", "0"]) == 2 and not started
+    capsys.readouterr()
 
 
 def test_run_steps_past_measure_timeout_are_a_timeout_result(workdir, capsys, monkeypatch):
