@@ -350,16 +350,21 @@ def log_ratio_interval(a: Sequence[float], b: Sequence[float]) -> tuple[float, f
 
 def again_table(cells: list[dict[str, Any]]) -> str:
     """``--plans``' cells: each stored plan's median re-measured, and over the first plan named: the ratio of the
-    medians and the geometric mean of the round-by-round ratio with its 95 % interval."""
+    medians and the geometric mean of the round-by-round ratio with its 95 % interval. A plan named twice (two runs
+    that found the same placement) is measured once a round and says which it is the same as."""
     head = ["graph", "cluster", "plan", "rounds", "median ms", "/ first (medians)", "/ first (rounds, 95 % interval)"]
     lines = ["| " + " | ".join(head) + " |", "|---|---|---|" + "---:|" * 4]
     for c in cells:
         reads = c["side_by_side"]
         first = reads[c["again"][0]]
+        seen: dict[tuple[int, ...], str] = {}
         for label in c["again"]:
             r = reads[label]
             mean, lo, hi = log_ratio_interval(r, first)
-            row = [c["graph"], c["cluster"], label, str(len(r)), f"{_median(r) * 1e3:.3f}"]
+            key = tuple(c.get("plans", {}).get(label, ()))
+            same = f" (the same plan as {seen[key]})" if key and key in seen else ""
+            seen.setdefault(key, label)
+            row = [c["graph"], c["cluster"], label + same, str(len(r)), f"{_median(r) * 1e3:.3f}"]
             row += [f"{_median(r) / _median(first):.3f}", f"{mean:.3f} ({lo:.3f}-{hi:.3f})"]
             lines.append("| " + " | ".join(row) + " |")
     return "\n".join(lines)

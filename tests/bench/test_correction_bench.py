@@ -136,18 +136,20 @@ def test_plans_measures_the_plans_earlier_runs_stored_side_by_side(tmp_path, cap
     (moe,), _ = graphs_and_clusters("moe-30", "k80x2")
     assert all(len(p) == moe.num_ops for p in found["plans"].values())
 
-    specs = [str(run), f"{run}:simulator"]
+    specs = [str(run), f"{run}:simulator", f"{run}:corrected"]  # the last: the first again, by another name
     assert correction.main(["stand-in", *graph, "--rematch", "3", "--plans", *specs]) == 0
     (cell,) = json.loads(capsys.readouterr().out)["cells"]
     assert cell["again"] == specs and cell["methods"] == {}
-    assert [len(t) for t in cell["side_by_side"].values()] == [3, 3]
-    assert [cell["true_s"][s] for s in specs] == [found["true_s"][m] for m in ("corrected", "simulator")]
-    assert [cell["plans"][s] for s in specs] == [found["plans"][m] for m in ("corrected", "simulator")]
+    assert [len(t) for t in cell["side_by_side"].values()] == [3, 3, 3]
+    names = ("corrected", "simulator", "corrected")
+    assert [cell["true_s"][s] for s in specs] == [found["true_s"][m] for m in names]
+    assert [cell["plans"][s] for s in specs] == [found["plans"][m] for m in names]
     again = tmp_path / "again.json"
     again.write_text(json.dumps(cell and {"cells": [cell]}))
     assert correction.main(["--report", str(again)]) == 0  # the table of plans measured again
     out = capsys.readouterr().out
     assert f"| moe-30 | k80x2 | {run}:simulator | 3 | " in out and f"| {run} | 3 | " in out
+    assert f"| {run}:corrected (the same plan as {run}) | 3 | " in out
 
     no_plans = tmp_path / "old.json"
     no_plans.write_text(json.dumps({"cells": [{k: v for k, v in found.items() if k != "plans"}]}))
