@@ -273,6 +273,8 @@ def stored_plans(specs: Sequence[str], source: str, graph: Any, cluster: Any) ->
     plans: dict[str, np.ndarray] = {}
     for spec in specs:
         path, _, name = spec.rpartition(":")
+        if path and name not in known and os.path.isfile(path) and not os.path.isfile(spec):
+            raise PlacerError(f"{spec}: no method {name} (one of {', '.join(known)})")
         if not path or name not in known:
             path, name = spec, "corrected"
         try:

@@ -156,6 +156,7 @@ def test_plans_measures_the_plans_earlier_runs_stored_side_by_side(tmp_path, cap
     for bad, problem in (
         (["--graphs", "unet-40", "--clusters", "k80x2", "--plans", str(run)], "for moe-30 on k80x2, not unet-40"),
         ([*graph[:4], "--plans", f"{run}:measured-moves"], "no plan of measured-moves"),
+        ([*graph[:4], "--plans", f"{run}:nope"], "no method nope (one of simulator, measured-moves"),
         ([*graph[:4], "--plans", str(no_plans)], "stores no plans"),
         ([*graph[:4], "--plans", str(tmp_path / "nowhere.json")], "cannot read"),
     ):
