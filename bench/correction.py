@@ -264,6 +264,17 @@ def run_cell(
     )
 
 
+def read_json(path: str) -> Any:
+    """A run file's JSON; unreadable or not JSON: :class:`PlacerError` naming ``path``."""
+    try:
+        with open(path) as f:
+            return json.load(f)
+    except OSError as e:
+        raise PlacerError(f"{path}: cannot read it ({e.strerror})") from None
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise PlacerError(f"{path}: not JSON ({e})") from None
+
+
 def stored_plans(specs: Sequence[str], source: str, graph: Any, cluster: Any) -> dict[str, np.ndarray]:
     """``--plans``: each ``RUN.json[:METHOD]`` the placement an earlier run (its ``--json``, one seed) stored for
     ``METHOD`` (a ``--methods`` name or ``simulator``; default ``corrected``: what its side-by-side measured), by
@@ -277,13 +288,7 @@ def stored_plans(specs: Sequence[str], source: str, graph: Any, cluster: Any) ->
             raise PlacerError(f"{spec}: no method {name} (one of {', '.join(known)})")
         if not path or name not in known:
             path, name = spec, "corrected"
-        try:
-            with open(path) as f:
-                doc = json.load(f)
-        except OSError as e:
-            raise PlacerError(f"{path}: cannot read it ({e.strerror})") from None
-        except (json.JSONDecodeError, UnicodeDecodeError) as e:
-            raise PlacerError(f"{path}: not JSON ({e})") from None
+        doc = read_json(path)
         cells = doc.get("cells") if isinstance(doc, dict) else None
         if not isinstance(cells, list) or not cells or not all(isinstance(c, dict) for c in cells):
             raise PlacerError(f"{path}: not a bench.correction run (its --json)")
@@ -836,14 +841,7 @@ def report(paths: list[str], args: argparse.Namespace) -> int:
     try:
         cells = []
         for path in paths:
-            try:
-                with open(path) as f:
-                    doc = json.load(f)
-            except OSError as e:
-                raise PlacerError(f"{path}: cannot read it ({e.strerror})") from None
-            except (json.JSONDecodeError, UnicodeDecodeError) as e:
-                raise PlacerError(f"{path}: not JSON ({e})") from None
-            cells += run_cells(doc, path)
+            cells += run_cells(read_json(path), path)
         print_report(args.json, {"cells": cells}, lambda: tables(cells))
         if args.plot:
             draw(cells, args.plot)
