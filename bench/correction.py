@@ -216,6 +216,7 @@ def run_measured_moves(
         confirm=options.confirm,
         rematch=options.rematch,
         finalists=options.finalists,
+        merge=options.merge,
     )
     found["measured moves"] = moves.plan if moves.plan is not None else found["simulator"]
     fastest["measured moves"] = moves.best_op_devices if moves.best_op_devices is not None else found["simulator"]
@@ -539,6 +540,7 @@ def _options(args: argparse.Namespace) -> CorrectedSearchOptions:
         round_evals=args.round_evals,
         kappa=args.kappa,
         confirm=args.confirm == "on",
+        merge=args.merge == "on",
         rematch=args.finals,
         finalists=args.finalists,
     )
@@ -704,6 +706,13 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
         default="on" if CorrectedSearchOptions.confirm else "off",
         help="every measured search measures a new fastest placement again before it takes it (the winner's curse; "
         "CorrectedSearchOptions.confirm); default %(default)s",
+    )
+    ap.add_argument(
+        "--merge",
+        choices=("on", "off"),
+        default="on" if CorrectedSearchOptions.merge else "off",
+        help="where plans are splits (ranks), a cut may also move onto its neighbour, merging a stage away: a plan on "
+        "fewer ranks (CorrectedSearchOptions.merge); off: splits over every rank only; default %(default)s",
     )
     ap.add_argument(
         "--methods",

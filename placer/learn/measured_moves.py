@@ -30,7 +30,7 @@ from graphs import OpGraph
 from placer.learn.measured_search import choose, finalists_of, noise_width, worth_confirming
 from placer.learn.move_search import MoveSearch, MoveSearchOptions
 from placer.learn.search_budget import BudgetSpent
-from placer.methods.heuristics.stage_search import cut_range, cuts_of, stages_of
+from placer.methods.heuristics.stage_search import cut_range, cuts_of, split_of, stages_of
 
 
 class MeasuredMoves:
@@ -116,15 +116,17 @@ def measured_move_search(
     confirm: bool = False,
     rematch: int = 0,
     finalists: int = 2,
+    merge: bool = True,
 ) -> MeasuredMoves:
     """The move search from ``start`` (no uniform draws, no module_search share: each would cost a measurement)
     with every placement measured, until ``measurements`` are spent; the scorer, holding the best and the curve.
     ``rematch``: then the side-by-side of :meth:`MeasuredMoves.rematch` (the ``finalists`` fastest and ``start``),
-    ``rematch`` rounds; its winner is the scorer's :attr:`~MeasuredMoves.plan`."""
+    ``rematch`` rounds; its winner is the scorer's :attr:`~MeasuredMoves.plan`. ``merge``: the cut search may merge
+    a stage into its neighbour (:func:`measured_cut_search`)."""
     sim = sim if sim is not None else envs.SimEnv(graph, cluster)
     scorer = MeasuredMoves(real, sim, measurements, confirm=confirm)
     if getattr(sim, "one_stage_per_rank", False):
-        measured_cut_search(scorer, np.asarray(start, dtype=np.int32))
+        measured_cut_search(scorer, np.asarray(start, dtype=np.int32), merge=merge)
     else:
         o = options or MoveSearchOptions()  # the levels in turn, as the corrected loop's searches (CorrectedSearch)
         o = dataclasses.replace(o, starts=0, module_share=0.0, levels=o.levels or "cycle")
@@ -134,14 +136,16 @@ def measured_move_search(
     return scorer
 
 
-def measured_cut_search(scorer: MeasuredMoves, start: np.ndarray) -> None:
+def measured_cut_search(scorer: MeasuredMoves, start: np.ndarray, merge: bool = True) -> None:
     """A pattern search on ``start``'s cuts, every split measured through ``scorer`` until its budget is spent: each
     cut in turn a step later, else a step earlier (within its neighbours), the first that measures faster kept; when
     no cut moves, the step halves (from a sixteenth of the ops), down to one op. Where no cut moves one op either way
     and measurements are left, the search looks further: the step starts again from twice the last widest, and so
     on until a step would span the whole sequence (a split measured before costs nothing: it ends where every split
     within reach is measured). Without that, a sequence of few items ended after three or four measurements, its
-    rivals' budget unspent."""
+    rivals' budget unspent. ``merge``: a step that would pass a neighbouring cut (or the sequence's end) lands on it
+    instead, leaving the stage between them empty: its ops join the neighbour's device, a plan on one rank fewer
+    (:func:`~placer.methods.heuristics.stage_search.cut_range`)."""
     n, cuts = len(start), cuts_of(start)
     sequence = start[[0, *cuts]]
 
@@ -153,16 +157,21 @@ def measured_cut_search(scorer: MeasuredMoves, start: np.ndarray) -> None:
     try:
         best_s = measure(cuts)
         while cuts:
-            moved = False
+            moved = merged = False
             for k in range(len(cuts)):
-                lo, hi = cut_range(cuts, k, n)
+                lo, hi = cut_range(cuts, k, n, merge=merge)
                 for c in (cuts[k] + step, cuts[k] - step):
-                    if lo <= c <= hi:
+                    if merge:  # past a neighbour: onto it
+                        c = min(max(c, lo), hi)
+                    if lo <= c <= hi and c != cuts[k]:
                         tried = cuts[:k] + [c] + cuts[k + 1 :]
                         t = measure(tried)
                         if t < best_s:
-                            best_s, cuts, moved = t, tried, True
+                            _, sequence, cuts = split_of(sequence, tried, n)
+                            best_s, moved, merged = t, True, len(cuts) < len(tried)
                             break
+                if merged:  # a stage merged away: a new pass over the cuts left
+                    break
             if not moved:
                 if step > 1:
                     step //= 2

@@ -31,7 +31,9 @@ Where the simulator scores one stage per rank only (a contiguous split across pr
 ``one_stage_per_rank``), moving an op or an item almost always makes more stages than ranks, and the simulator
 refuses it. There the searches move cuts instead (:meth:`~CorrectedSearch._cut_search`, as ``stage_search`` does):
 each cut in turn to every position between its neighbours, one batch a cut, the best taken, from the fastest split
-measured (the simulator's best: from the fastest of the splits people use).
+measured (the simulator's best: from the fastest of the splits people use). A cut may also move onto a neighbour
+(``merge``), which leaves a stage empty: a plan on fewer ranks than the cluster has devices, which is what a slow
+rank can call for.
 
 ``correction=False`` is the ablation: no model; each round searches the plain simulator from the fastest placement
 measured and measures the simulator's own next-best candidates.
@@ -59,7 +61,7 @@ from placer.learn.correction import Correction, PlacementFeatures
 from placer.learn.move_search import MoveSearch, MoveSearchOptions
 from placer.learn.rates import RateFit
 from placer.methods.heuristics.costs import gpu_devices
-from placer.methods.heuristics.stage_search import cut_range, cuts_of, stages_of, starting_cuts
+from placer.methods.heuristics.stage_search import cut_range, cuts_of, split_of, stages_of, starting_cuts
 from policies.moves import ItemLevel, item_levels
 
 #: A placement that measures fastest by more than this many noise widths (in log) is not measured again.
@@ -230,6 +232,12 @@ class CorrectedSearchOptions:
     by over :data:`CONFIRM_MARGIN` noise widths (:meth:`CorrectedSearch.noise_width`). Off by default: on the
     stand-ins (2 % noise) it cost more measurements than the curse did (BENCHMARKS.md, "The winner's curse"), and on
     real CPU ranks one run could not tell."""
+    merge: bool = True
+    """where the searches move cuts (one stage per rank), a cut may also move onto its neighbour, which empties the
+    stage between them: its ops join a neighbour's device, and the plan runs on one rank fewer. On two pinned CPU
+    ranks, one of them shared with a busy loop, the whole model on the free rank measured 1.05-1.12x faster than
+    its fastest split over both (BENCHMARKS.md, "Fewer ranks than devices"); without it the loops could not
+    propose that plan (False: splits over every rank only, as before)."""
 
 
 @dataclass
@@ -580,7 +588,7 @@ class CorrectedSearch:
         while moved and spent < evals:
             moved = False
             for k in range(len(cuts)):
-                lo, hi = cut_range(cuts, k, n)
+                lo, hi = cut_range(cuts, k, n, merge=self.options.merge)
                 positions = np.array([c for c in range(lo, hi + 1) if c != cuts[k]], dtype=np.int64)
                 positions = positions[np.argsort(np.abs(positions - cuts[k]), kind="stable")][: evals - spent]
                 if not len(positions):
@@ -592,8 +600,9 @@ class CorrectedSearch:
                 t = np.where(np.asarray(failed, dtype=bool), np.inf, np.asarray(t, dtype=np.float64))
                 j = int(np.argmin(t))
                 if t[j] < best_s * (1 - 1e-9):
-                    best_s, cuts, moved = float(t[j]), tried[j], True
-                if spent >= evals:
+                    _, sequence, cuts = split_of(sequence, tried[j], n)
+                    best_s, moved = float(t[j]), True
+                if spent >= evals or len(cuts) < len(tried[0]):  # spent, or a stage merged away: a new pass
                     break
         self.simulated += spent
         return sequence[stages_of(cuts, n)].astype(np.int32)
@@ -637,7 +646,7 @@ class CorrectedSearch:
         for t in range(KICKED_TRIES):
             if self.cut_moves:
                 k = int(rng.integers(0, len(cuts)))
-                lo, hi = cut_range(cuts, k, n)
+                lo, hi = cut_range(cuts, k, n, merge=self.options.merge)
                 moved = cuts[:k] + [int(rng.integers(lo, hi + 1))] + cuts[k + 1 :]
                 op_devices = best[[0, *cuts]][stages_of(moved, n)].astype(np.int32)
             else:

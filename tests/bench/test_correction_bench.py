@@ -489,21 +489,24 @@ def test_host_malloc_steps_the_model_in_fresh_processes_and_counts_the_pages_eac
     assert status == 2 and "run 0 (default): nosuch:build" in err and len(err.strip().splitlines()) == 1, err
 
 
-def test_confirm_and_the_finals_reach_the_loops_and_the_measured_move_search(monkeypatch):
+def test_confirm_the_finals_and_merges_reach_the_loops_and_the_measured_move_search(monkeypatch):
     default = correction._options(correction.parse(["stand-in"]))
     assert default.confirm is False and (default.rematch, default.finalists) == (3, 2)  # CorrectedSearchOptions'
+    assert default.merge is True
     options = correction._options(
-        correction.parse(["stand-in", "--confirm", "on", "--finals", "4", "--finalists", "3"])
+        correction.parse(["stand-in", "--confirm", "on", "--finals", "4", "--finalists", "3", "--merge", "off"])
     )
-    assert options.confirm is True
+    assert options.confirm is True and options.merge is False
     seen = []
 
     class Stop(Exception):
         pass
 
-    def recorded(*args, confirm=None, options=None, rematch=None, finalists=None, **kw):
+    def recorded(*args, confirm=None, options=None, rematch=None, finalists=None, merge=None, **kw):
         seen.append(
-            (confirm, rematch, finalists) if options is None else (options.confirm, options.rematch, options.finalists)
+            (confirm, rematch, finalists, merge)
+            if options is None
+            else (options.confirm, options.rematch, options.finalists, options.merge)
         )
         raise Stop
 
@@ -514,7 +517,7 @@ def test_confirm_and_the_finals_reach_the_loops_and_the_measured_move_search(mon
     monkeypatch.setattr(correction, "CorrectedSearch", lambda *a, **kw: FakeLoop())
     with pytest.raises(Stop):
         correction.run_methods(None, None, None, options=options, seed=0, rematch=0, say=print, out={})
-    assert seen == [(True, 4, 3), (True, 4, 3)]
+    assert seen == [(True, 4, 3, False), (True, 4, 3, False)]
 
 
 class FakeLoop:

@@ -4,7 +4,8 @@ The same reality as ``python -m bench.correction ranks ... --pin --busy-core 1``
 loop on the second core, M microbatches): each split of one cut (ops before the cut on the first rank, the rest on
 the second) measured side by side, the splits interleaved, ``--rounds`` rounds; each one's reads and median, the
 fastest first. A split is a plan of logical devices 1 and 2 (``gpu:0``, ``gpu:1`` of ``k80x2``), as the measured
-loops' plans are.
+loops' plans are. The cut equal to the op count is the plan with no cut: every op on the first rank, one process
+(the second rank's core keeps its busy loop), with the same microbatches.
 
     python docs/correction/busy_core/cut_scan.py --source bench.rank_models:lm_b32 --cuts 8:147:8,143 --rounds 3
 """
@@ -24,12 +25,15 @@ from placer.learn.measured_search import side_by_side
 
 
 def cut_list(text: str, num_ops: int) -> list[int]:
-    """``8:147:8,143``: ranges (start:stop:step) and single cuts, each in 1..num_ops-1, sorted, once each."""
+    """``8:147:8,143``: ranges (start:stop:step) and single cuts, each in 1..num_ops, sorted, once each.
+
+    A cut of ``num_ops`` is no cut: every op on the first rank.
+    """
     cuts: set[int] = set()
     for part in text.split(","):
         bounds = [int(x) for x in part.split(":")]
         cuts |= set(range(*bounds)) if len(bounds) > 1 else set(bounds)
-    return sorted(c for c in cuts if 0 < c < num_ops)
+    return sorted(c for c in cuts if 0 < c <= num_ops)
 
 
 def main() -> int:

@@ -39,13 +39,31 @@ def cuts_of(op_stages: np.ndarray) -> list[int]:
     return (np.flatnonzero(np.diff(op_stages)) + 1).tolist()
 
 
-def cut_range(cuts: list[int], k: int, num_ops: int) -> tuple[int, int]:
+def cut_range(cuts: list[int], k: int, num_ops: int, merge: bool = False) -> tuple[int, int]:
     """The positions cut ``k`` may take between its neighbours (``lo``, ``hi``, both included): no stage left empty.
+    ``merge``: one position further either way, onto its neighbour (or the sequence's end), which leaves the stage
+    between them empty: its ops join the next stage's device (at ``lo``) or the previous one's (at ``hi``), a plan of
+    one stage fewer (:func:`split_of` drops it).
 
-    >>> cut_range([2, 5], 0, 8), cut_range([2, 5], 1, 8)
-    ((1, 4), (3, 7))
+    >>> cut_range([2, 5], 0, 8), cut_range([2, 5], 1, 8), cut_range([2, 5], 1, 8, merge=True)
+    ((1, 4), (3, 7), (2, 8))
     """
-    return (cuts[k - 1] + 1 if k > 0 else 1), (cuts[k + 1] - 1 if k + 1 < len(cuts) else num_ops - 1)
+    lo, hi = (cuts[k - 1] + 1 if k > 0 else 1), (cuts[k + 1] - 1 if k + 1 < len(cuts) else num_ops - 1)
+    return (lo - 1, hi + 1) if merge else (lo, hi)
+
+
+def split_of(sequence: np.ndarray, cuts: list[int], num_ops: int) -> tuple[np.ndarray, np.ndarray, list[int]]:
+    """The op devices of the split that gives stage ``s`` (ops ``cuts[s-1]`` to ``cuts[s]``) to ``sequence[s]``, and
+    its own sequence and cuts: a stage that ``cuts`` leave empty (a cut on its neighbour or the sequence's end)
+    is dropped.
+
+    >>> op_devices, sequence, cuts = split_of(np.array([1, 2, 3]), [2, 6], 6)  # the last stage empty
+    >>> op_devices.tolist(), sequence.tolist(), cuts
+    ([1, 1, 2, 2, 2, 2], [1, 2], [2])
+    """
+    op_devices = np.asarray(sequence)[stages_of(cuts, num_ops)]
+    kept = cuts_of(op_devices)
+    return op_devices, op_devices[[0, *kept]], kept
 
 
 def stages_of(cuts: list[int], num_ops: int) -> np.ndarray:
@@ -123,4 +141,4 @@ def _rounds_of(op_devices: np.ndarray, devices: np.ndarray) -> np.ndarray:
     return np.concatenate([[0], np.cumsum(np.diff(index) < 0)])
 
 
-__all__ = ["cut_range", "cuts_of", "stage_search", "stages_of", "starting_cuts"]
+__all__ = ["cut_range", "cuts_of", "split_of", "stage_search", "stages_of", "starting_cuts"]

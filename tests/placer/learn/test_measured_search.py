@@ -472,11 +472,52 @@ def test_with_one_stage_per_rank_the_loops_move_cuts_and_find_what_item_moves_ca
     assert stand_in.true_step_times(moves.best_op_devices)[0][0] < 1.01 * best_s  # 1.000x
 
 
+@pytest.mark.slow  # four measured loops on a 61-op chain (~2-3 s)
+def test_where_one_rank_is_faster_than_any_split_the_loops_merge_the_slow_rank_s_stage_away():
+    """A 61-op chain over 2 ranks, one stage per rank, gpu:1 8x slower than the cluster says: the fastest split gives
+    gpu:1 the last op only (62.80 ms on the stand-in), and the whole chain on gpu:0 is faster still (62.05 ms), a
+    plan no split is. A cut moved onto the sequence's end merges the stage away (``merge``): both measured loops end
+    on that plan. Without merges they end on the split (the plan before this option)."""
+    from envs.sim.ranks import RankSim
+    from graphs.synthetic import chain_dag
+    from placer.methods.heuristics.stage_search import cuts_of, stages_of
+
+    graph, cluster = chain_dag(60, seed=0), envs.resolve_cluster("k80x2")
+    n, pair = graph.num_ops, np.array([cluster.index("gpu:0"), cluster.index(SLOW)])
+
+    def ranks(g, c, one_stage=False):
+        return RankSim(g, c, microbatches=4, one_stage_per_rank=one_stage)
+
+    def real():
+        return StandIn(graph, cluster, slow_device=SLOW, slowdown=8.0, simulator=ranks)
+
+    plans = np.stack([pair[stages_of([c], n)] for c in range(0, n + 1)]).astype(np.int32)  # c = n: all on gpu:0
+    truth = real().truth.step_times(plans)[0]
+    assert int(np.argmin(truth)) == n and truth[n] < 0.99 * truth[1:n].min()  # 62.05 against 62.80 ms
+    for merge in (True, False):
+        options = _options(measurements=12, rematch=0, merge=merge)
+        loop = CorrectedSearch(graph, cluster, real(), sim=ranks(graph, cluster, True), options=options).run(None)
+        stand_in = real()
+        moves = measured_move_search(
+            graph,
+            cluster,
+            stand_in,
+            loop.simulator_op_devices,
+            measurements=12,
+            sim=ranks(graph, cluster, True),
+            merge=merge,
+        )
+        for plan in (loop.op_devices, moves.best_op_devices):
+            assert (len(cuts_of(plan)) == 0) == merge  # one rank only with merges; a split of both without
+            assert stand_in.true_step_times(plan)[0][0] == (truth[n] if merge else truth[1:n].min())
+
+
 class CutTruth:
     """A reality of splits of a 12-op sequence over two ranks whose step time is a function of the cut alone (ops on
-    the first rank): a bowl at cut 3 (the start), a hump at 5-6, the best at 9. Counts its measurements."""
+    the first rank, device 1): a bowl at cut 3 (the start), a hump at 5-6, the best at 9; 0 and 12 are the whole
+    sequence on one rank. Counts its measurements."""
 
-    TIMES = {1: 9.0, 2: 6.0, 3: 5.0, 4: 6.0, 5: 8.0, 6: 7.0, 7: 4.0, 8: 3.0, 9: 2.0, 10: 2.5, 11: 4.0}
+    TIMES = {0: 12.0, 1: 9.0, 2: 6.0, 3: 5.0, 4: 6.0, 5: 8.0, 6: 7.0, 7: 4.0, 8: 3.0, 9: 2.0, 10: 2.5, 11: 4.0, 12: 2.2}
 
     def __init__(self) -> None:
         self.measured = 0
@@ -484,16 +525,17 @@ class CutTruth:
     def step_times(self, op_devices, order=None):
         op_devices = np.atleast_2d(op_devices)
         self.measured += len(op_devices)
-        cuts = (op_devices == op_devices[:, :1]).sum(axis=1)
+        cuts = (op_devices == 1).sum(axis=1)
         return np.array([self.TIMES[int(c)] for c in cuts]), np.zeros(len(op_devices), bool)
 
 
-@pytest.mark.parametrize("measurements, spent, best", [(6, 6, 7), (30, 10, 9)])
+@pytest.mark.parametrize("measurements, spent, best", [(6, 6, 7), (30, 11, 9)])
 def test_the_measured_cut_search_looks_further_when_no_cut_moves_one_op(measurements, spent, best):
     """From cut 3, a local best: one op either way is slower, so the pattern search's step of one op found nothing
     and the search ended after three measurements of its budget. Now it widens its step while measurements are left
     (2, then 4 ops: over the hump to cut 7, then down to 9), and ends where every split within its steps' reach is
-    measured (10 of the 11, with 30 measurements to spend)."""
+    measured (11 of the 13 plans, with 30 measurements to spend: from 9 a step of 8 passes the end and lands on it,
+    the whole sequence on the first rank, 2.2)."""
     from types import SimpleNamespace
 
     from graphs.synthetic import chain_dag
