@@ -40,7 +40,8 @@ hidden factor with ``--op-noise``, lognormal ``--noise``); its true
 best (a long search on the distorted simulator) is known, and the table says how far each method is from it.
 With ``--split M``, plans across processes instead: the stand-in is the simulator of ranks at M microbatches, the
 searches' simulator scores one stage per rank (as in ``ranks``), and the true best is ``stage_search`` on the
-distorted cluster (exact on two ranks: every position of the one cut is tried). Each method draws the stand-in's
+distorted cluster or the whole graph on one GPU, whichever is faster there (exact on two ranks: every position of
+the one cut is tried, and the loops' merges reach no other plan). Each method draws the stand-in's
 noise from a stream of its own, the same for every method (common random numbers: :meth:`StandIn.stream`), and
 the side-by-side from another, so that no method's draws move another's.
 ``local``: real training steps in this process (:class:`envs.real.local.LocalEnv`): a zoo name or
@@ -401,9 +402,10 @@ def stand_in_cells(args: argparse.Namespace, say: Callable[[str], Any], cells: l
             plans = stored_plans(args.plans, graph.name, graph, cluster) if args.plans else None
             simulator, sim = split_simulators(graph, cluster, args.split) if args.split else (None, None)
             truth = StandIn(graph, cluster, **distortion, simulator=simulator).truth
-            if args.split:  # the best split, exact on two ranks (stage_search tries every position of the one cut)
-                best_split = split_truth(truth.graph, truth.cluster, args.split)
-                best = float(truth.step_times(best_split[None])[0][0])
+            if args.split:  # the best split, exact on two ranks (stage_search tries every position of the one cut),
+                # or the whole graph on one device where that is faster (the loops' merges reach it)
+                bests = np.stack([split_truth(truth.graph, truth.cluster, args.split), *one_device_plans(truth)])
+                best = float(np.min(truth.step_times(bests.astype(np.int32))[0]))
             else:
                 best = MoveSearch(graph, cluster, truth, seed=0).run(None, max_evals=args.truth_evals).step_time_s
             for seed in _seeds(args.seeds):
@@ -431,6 +433,13 @@ def split_truth(graph: Any, truth_cluster: Any, microbatches: int) -> np.ndarray
     from placer.methods.heuristics.stage_search import stage_search
 
     return stage_search(graph, truth_cluster, env=SimpleNamespace(microbatches=microbatches))
+
+
+def one_device_plans(truth: Any) -> list[np.ndarray]:
+    """``--split``: the whole graph on each GPU of ``truth``'s cluster (the plans a merge of every stage gives)."""
+    from placer.methods.heuristics.costs import gpu_devices
+
+    return [np.full(truth.graph.num_ops, d, dtype=np.int32) for d in gpu_devices(truth.cluster)]
 
 
 def local_cells(args: argparse.Namespace, say: Callable[[str], Any], cells: list[dict[str, Any]]) -> None:

@@ -6,7 +6,8 @@ real. :class:`CorrectedSearch` measures few placements and learns from each:
 
 - :meth:`~CorrectedSearch.begin`: the move search (:class:`placer.learn.move_search.MoveSearch`) on the plain
   simulator finds the simulator's best placement, which is measured first, with ``initial - 1`` others among the
-  simulator's good ones, chosen far apart in feature space (a first fit needs spread);
+  simulator's good ones, chosen far apart in feature space (a first fit needs spread; across ranks, two of them
+  the simulator's best plans on one rank fewer);
 - :meth:`~CorrectedSearch.step`, one round, top to bottom: fit the correction to every measurement so far, in two
   parts: the cluster's rates (:class:`placer.learn.rates.RateFit`: each device's speed and the links', the simulator
   then run on them, so that it knows where the bottleneck moves), and the residual log(real / simulated) that they
@@ -63,6 +64,10 @@ from placer.learn.rates import RateFit
 from placer.methods.heuristics.costs import gpu_devices
 from placer.methods.heuristics.stage_search import cut_range, cuts_of, split_of, stages_of, starting_cuts
 from policies.moves import ItemLevel, item_levels
+
+#: With merges, the first measurements hold up to this many of the simulator's best plans on one rank fewer
+#: (:meth:`CorrectedSearch._merged`): a slow rank can make fewer ranks faster, which the simulator cannot know.
+MERGED_FIRST = 2
 
 #: A placement that measures fastest by more than this many noise widths (in log) is not measured again.
 CONFIRM_MARGIN = 3.0
@@ -200,7 +205,8 @@ class CorrectedSearchOptions:
     measurements: int = 30
     """real measurements in all, the first ones included (the side-by-side re-measurements at the end are not)."""
     initial: int = 4
-    """placements measured before the first fit: the simulator's best and ``initial - 1`` good ones far apart."""
+    """placements measured before the first fit: the simulator's best and ``initial - 1`` good ones far apart (with
+    ``merge`` across ranks, two of those its best plans on one rank fewer, :data:`MERGED_FIRST`)."""
     batch: int = 1
     """placements measured per round (a measured env with several workers measures a batch at once)."""
     sim_evals: int = 4000
@@ -237,7 +243,9 @@ class CorrectedSearchOptions:
     stage between them: its ops join a neighbour's device, and the plan runs on one rank fewer. On two pinned CPU
     ranks, one of them shared with a busy loop, the whole model on the free rank measured 1.05-1.12x faster than
     its fastest split over both (BENCHMARKS.md, "Fewer ranks than devices"); without it the loops could not
-    propose that plan (False: splits over every rank only, as before)."""
+    propose that plan (False: splits over every rank only, as before). The first measurements then hold the
+    simulator's best plans on one rank fewer too (:data:`MERGED_FIRST`): the plain simulator cannot tell that a
+    rank is slow, and without a measurement of such a plan neither can the correction."""
 
 
 @dataclass
@@ -391,6 +399,7 @@ class CorrectedSearch:
         first = [self.simulator_op_devices]
         if start is not None:
             first.append(np.asarray(start, dtype=np.int32))
+        first += self._merged(self.simulator_op_devices, min(MERGED_FIRST, o.initial - len(first) - 1), first)
         first += self._spread(max(o.initial - len(first), 0), exclude=first)
         self._measure(np.stack(first[: max(min(o.initial, self.left()), 1)]), "simulator")
         self.simulator_step_time_s = self.real_s[0]
@@ -606,6 +615,27 @@ class CorrectedSearch:
                     break
         self.simulated += spent
         return sequence[stages_of(cuts, n)].astype(np.int32)
+
+    def _merged(self, split: np.ndarray, k: int, exclude: list[np.ndarray]) -> list[np.ndarray]:
+        """With merges (cut moves and ``merge``): the ``k`` plans the plain simulator scores fastest among ``split``
+        with one stage merged into a neighbour (each cut onto the next or the one before: a plan on one rank fewer).
+        On two ranks these are the whole model on either device, which measure each device's speed alone."""
+        cuts, n = cuts_of(split), self.graph.num_ops
+        if k <= 0 or not (self.cut_moves and self.options.merge and cuts):
+            return []
+        sequence, excluded, plans = split[[0, *cuts]], {placement_key(p) for p in exclude}, []
+        for j in range(len(cuts)):
+            for c in cut_range(cuts, j, n, merge=True):
+                plan = split_of(sequence, cuts[:j] + [c] + cuts[j + 1 :], n)[0].astype(np.int32)
+                if placement_key(plan) not in excluded:
+                    excluded.add(placement_key(plan))
+                    plans.append(plan)
+        if not plans:
+            return []
+        simulated_s, _ = self.sim.step_times(np.stack(plans))
+        self.simulated += len(plans)
+        order = [i for i in np.argsort(np.asarray(simulated_s), kind="stable") if np.isfinite(simulated_s[i])]
+        return [plans[i] for i in order[:k]]
 
     def _spread(self, k: int, exclude: list[np.ndarray]) -> list[np.ndarray]:
         """``k`` pooled placements among the simulator's better half, each the farthest (in standardized features)

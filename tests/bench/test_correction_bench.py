@@ -27,7 +27,8 @@ def test_the_stand_in_table_has_every_method_at_equal_measurements(capsys):
 
 def test_the_stand_in_of_splits_knows_its_true_best_and_every_method_measures_splits_only(capsys, monkeypatch):
     """``--split M``: the stand-in is the simulator of ranks, the searches score one stage per rank, and the stand-in's
-    best is the best of every split (two ranks: one cut), so no method's plan is truly faster than it."""
+    best is the best of every split (two ranks: one cut) and of the whole graph on one GPU (where the loops' merges
+    lead), so no method's plan is truly faster than it."""
     from placer.learn.stand_in import StandIn
     from placer.methods.heuristics.stage_search import cuts_of
 

@@ -496,7 +496,11 @@ def test_where_one_rank_is_faster_than_any_split_the_loops_merge_the_slow_rank_s
     assert int(np.argmin(truth)) == n and truth[n] < 0.99 * truth[1:n].min()  # 62.05 against 62.80 ms
     for merge in (True, False):
         options = _options(measurements=12, rematch=0, merge=merge)
-        loop = CorrectedSearch(graph, cluster, real(), sim=ranks(graph, cluster, True), options=options).run(None)
+        search = CorrectedSearch(graph, cluster, real(), sim=ranks(graph, cluster, True), options=options)
+        loop = search.run(None)
+        # with merges the first measurements hold the whole chain on either rank (each device's speed alone)
+        alone = {tuple(np.unique(p)) for p in search.op_devices[1:3] if len(np.unique(p)) == 1}
+        assert alone == ({(pair[0],), (pair[1],)} if merge else set())
         stand_in = real()
         moves = measured_move_search(
             graph,
