@@ -241,11 +241,11 @@ class CorrectedSearchOptions:
     merge: bool = True
     """where the searches move cuts (one stage per rank), a cut may also move onto its neighbour, which empties the
     stage between them: its ops join a neighbour's device, and the plan runs on one rank fewer. On two pinned CPU
-    ranks, one of them shared with a busy loop, the whole model on the free rank measured 1.05-1.12x faster than
-    its fastest split over both (BENCHMARKS.md, "Fewer ranks than devices"); without it the loops could not
-    propose that plan (False: splits over every rank only, as before). The first measurements then hold the
-    simulator's best plans on one rank fewer too (:data:`MERGED_FIRST`): the plain simulator cannot tell that a
-    rank is slow, and without a measurement of such a plan neither can the correction."""
+    ranks, one of them shared with a busy loop, the whole LM on the free rank measured 0.894x its fastest split over
+    both by the medians (faster in 4 rounds of 5; BENCHMARKS.md, "Fewer ranks than devices"); without merges the
+    loops could not propose that plan (False: splits over every rank only, as before). The first measurements then
+    hold the simulator's best plans on one rank fewer too (:data:`MERGED_FIRST`): the plain simulator cannot tell
+    that a rank is slow, and without a measurement of such a plan neither can the correction."""
 
 
 @dataclass
