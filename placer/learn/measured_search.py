@@ -619,7 +619,9 @@ class CorrectedSearch:
     def _merged(self, split: np.ndarray, k: int, exclude: list[np.ndarray]) -> list[np.ndarray]:
         """With merges (cut moves and ``merge``): the ``k`` plans the plain simulator scores fastest among ``split``
         with one stage merged into a neighbour (each cut onto the next or the one before: a plan on one rank fewer).
-        On two ranks these are the whole model on either device, which measure each device's speed alone."""
+        On two ranks these are the whole model on either device (where each logical device is a machine of its own,
+        each device's speed alone; where ranks take cores or GPUs in rank order, as ``placer run``'s default device
+        map does, both run as rank 0, and the second is a second read of the first)."""
         cuts, n = cuts_of(split), self.graph.num_ops
         if k <= 0 or not (self.cut_moves and self.options.merge and cuts):
             return []

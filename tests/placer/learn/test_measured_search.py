@@ -436,25 +436,36 @@ def test_across_processes_the_corrected_loop_finds_the_stand_in_s_best_and_the_u
     assert plain.step_time_s > 1.5 * best_s  # 1.71x: the simulator's own ranking never learns gpu:1 is slow
 
 
-@pytest.mark.slow  # five loops on a 201-op DAG (~1.5 s)
-def test_with_one_stage_per_rank_the_loops_move_cuts_and_find_what_item_moves_cannot():
-    """A U-Net-like DAG over 2 ranks, one stage per rank, gpu:1 2x slower than the cluster says. Moving an item of a
-    split of this DAG mostly makes more stages than ranks, which the simulator refuses: moving items, the loop ended
-    at 1.265x the stand-in's best, where the simulator's best is (1.273x). Moving cuts, it ends within 3 % of it
-    (1.018x), and the measured ablation's pattern search on the cuts finds it (1.000x). Every split is scored on the
-    stand-in's truth, so its best is known exactly."""
+def _two_ranks(graph, slowdown: float):
+    """k80x2, the simulator of ranks at 4 microbatches (``ranks(g, c, one_stage)``: one stage per rank only, as the
+    loops search), and ``real()``: a fresh stand-in of it whose gpu:1 is ``slowdown`` times slower."""
     from envs.sim.ranks import RankSim
-    from graphs.synthetic import unet_dag
-    from placer.methods.heuristics.stage_search import cuts_of, stages_of
 
-    graph, cluster = unet_dag(200, seed=0), envs.resolve_cluster("k80x2")
-    n, pair = graph.num_ops, np.array([cluster.index("gpu:0"), cluster.index(SLOW)])
+    cluster = envs.resolve_cluster("k80x2")
 
     def ranks(g, c, one_stage=False):
         return RankSim(g, c, microbatches=4, one_stage_per_rank=one_stage)
 
     def real():
-        return StandIn(graph, cluster, slow_device=SLOW, slowdown=2.0, simulator=ranks)
+        return StandIn(graph, cluster, slow_device=SLOW, slowdown=slowdown, simulator=ranks)
+
+    return cluster, ranks, real
+
+
+@pytest.mark.slow  # five loops on a 201-op DAG (~1.5 s)
+def test_with_one_stage_per_rank_the_loops_move_cuts_and_find_what_item_moves_cannot():
+    """A U-Net-like DAG over 2 ranks, one stage per rank, gpu:1 2x slower than the cluster says. Moving an item of a
+    split of this DAG mostly makes more stages than ranks, which the simulator refuses: moving items, the loop ended
+    at 1.265x the stand-in's best, where the simulator's best is (1.273x). Moving cuts, it ends within 3 % of it
+    (1.000x; 1.018x before its first measurements held the plans on one rank, 1.23x and 2.33x the best split here),
+    and the measured ablation's pattern search on the cuts finds it (1.000x). Every split is scored on the
+    stand-in's truth, so its best is known exactly."""
+    from graphs.synthetic import unet_dag
+    from placer.methods.heuristics.stage_search import cuts_of, stages_of
+
+    graph = unet_dag(200, seed=0)
+    cluster, ranks, real = _two_ranks(graph, slowdown=2.0)
+    n, pair = graph.num_ops, np.array([cluster.index("gpu:0"), cluster.index(SLOW)])
 
     splits = np.stack([pair[stages_of([c], n)] for c in range(1, n)]).astype(np.int32)
     best_s = float(real().truth.step_times(splits)[0].min())
@@ -463,7 +474,7 @@ def test_with_one_stage_per_rank_the_loops_move_cuts_and_find_what_item_moves_ca
     assert loop.cut_moves
     result = loop.run(None)
     assert len(result.curve) == 12 and result.simulator_step_time_s > 1.2 * best_s  # 1.273x: the simulator misranks
-    assert result.step_time_s < 1.03 * best_s  # 1.018x
+    assert result.step_time_s < 1.03 * best_s  # 1.000x
     stand_in = real()
     moves = measured_move_search(
         graph, cluster, stand_in, result.simulator_op_devices, measurements=12, sim=ranks(graph, cluster, True)
@@ -478,18 +489,12 @@ def test_where_one_rank_is_faster_than_any_split_the_loops_merge_the_slow_rank_s
     gpu:1 the last op only (62.80 ms on the stand-in), and the whole chain on gpu:0 is faster still (62.05 ms), a
     plan no split is. A cut moved onto the sequence's end merges the stage away (``merge``): both measured loops end
     on that plan. Without merges they end on the split (the plan before this option)."""
-    from envs.sim.ranks import RankSim
     from graphs.synthetic import chain_dag
     from placer.methods.heuristics.stage_search import cuts_of, stages_of
 
-    graph, cluster = chain_dag(60, seed=0), envs.resolve_cluster("k80x2")
+    graph = chain_dag(60, seed=0)
+    cluster, ranks, real = _two_ranks(graph, slowdown=8.0)
     n, pair = graph.num_ops, np.array([cluster.index("gpu:0"), cluster.index(SLOW)])
-
-    def ranks(g, c, one_stage=False):
-        return RankSim(g, c, microbatches=4, one_stage_per_rank=one_stage)
-
-    def real():
-        return StandIn(graph, cluster, slow_device=SLOW, slowdown=8.0, simulator=ranks)
 
     plans = np.stack([pair[stages_of([c], n)] for c in range(0, n + 1)]).astype(np.int32)  # c = n: all on gpu:0
     truth = real().truth.step_times(plans)[0]
