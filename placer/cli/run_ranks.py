@@ -139,7 +139,8 @@ def print_report(args: argparse.Namespace, report: dict[str, Any]) -> None:
     """The text form of a run across processes."""
     times = report["step_times_s"]
     print(
-        f"{args.source} across {len(report['ranks'])} processes ({report['schedule']}, {report['stages']} stages, "
+        f"{args.source} across {len(report['ranks'])} process{'es' if len(report['ranks']) != 1 else ''} "
+        f"({report['schedule']}, {report['stages']} stage{'s' if report['stages'] != 1 else ''}, "
         f"{report['microbatches']} microbatch{'es' if report['microbatches'] != 1 else ''}): "
         f"step time {report['step_time_s'] * 1e3:.2f} ms "
         f"(median of {len(times)}; min {min(times) * 1e3:.2f}, max {max(times) * 1e3:.2f})"

@@ -154,7 +154,7 @@ def run_cli(capsys, *argv):
     "argv, message",
     [
         (["--nproc-per-node", "3"], "3 processes (1 x 3) for a plan on 2 devices (gpu:0, gpu:1)"),
-        (["--nproc-per-node", "1"], "1 processes (1 x 1) for a plan on 2 devices"),
+        (["--nproc-per-node", "1"], "1 process (1 x 1) for a plan on 2 devices"),
         (["--nproc-per-node", "1", "--nnodes", "2"], "--nnodes 2: needs --rdzv-endpoint"),
         (["--check"], "--check: runs across processes; add --nproc-per-node N"),
         (["--trace", "t.json"], "--trace: runs across processes; add --nproc-per-node N"),
@@ -340,6 +340,9 @@ def test_the_text_report_says_step_time_spread_memory_and_check(capsys):
     assert lines[5].split() == ["1", "gpu:1", "cpu", "1", "0.009", "GB"]
     assert lines[6] == "loss 1.5000 -> 1.2500"
     assert lines[7].startswith("check against one process: FAIL") and "worst tensor head.weight at 12.00x" in lines[7]
+    one = {**report, "ranks": report["ranks"][:1], "stages": 1, "stage_table": report["stage_table"][:1]}
+    print_report(argparse.Namespace(source="m:build"), one)  # a plan on one rank (a stage merged away)
+    assert capsys.readouterr().out.startswith("m:build across 1 process (gpipe, 1 stage, 1 microbatch): ")
 
 
 def test_the_text_report_puts_each_ranks_phases_beside_the_simulated(capsys):

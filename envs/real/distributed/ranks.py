@@ -103,9 +103,10 @@ def assign_ranks(
 def check_world(devices: Sequence[str], world_size: int, what: str = "processes") -> None:
     """One process per device of the plan: anything else is a :class:`PlacerError` that says both counts."""
     if world_size != len(devices):
+        what = what.replace("processes", "process", 1) if world_size == 1 else what
         raise PlacerError(
-            f"{world_size} {what} for a plan on {len(devices)} devices ({', '.join(devices)}): "
-            "a plan across processes runs one process per device"
+            f"{world_size} {what} for a plan on {len(devices)} device{'s' if len(devices) != 1 else ''} "
+            f"({', '.join(devices)}): a plan across processes runs one process per device"
         )
 
 

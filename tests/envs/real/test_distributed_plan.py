@@ -94,9 +94,11 @@ def test_a_bad_rank_map_is_one_line(text, message):
 
 def test_more_or_fewer_processes_than_devices_is_one_line():
     check_world(DEVICES, 2)
-    for n in (1, 3):
-        with pytest.raises(PlacerError, match=f"{n} processes for a plan on 2 devices"):
+    for n, what in ((1, "process"), (3, "processes")):
+        with pytest.raises(PlacerError, match=f"{n} {what} for a plan on 2 devices"):
             check_world(DEVICES, n)
+    with pytest.raises(PlacerError, match=r"2 processes for a plan on 1 device \(gpu:0\)"):  # one device: singular
+        check_world(["gpu:0"], 2)
 
 
 # ------------------------------------------------------------------ schedules
