@@ -125,7 +125,15 @@ def start_ray(args: argparse.Namespace) -> None:
 
         join_cluster(args.ray_address)
     else:
-        ray.init(num_cpus=args.num_cpus, include_dashboard=False, log_to_driver=False, configure_logging=False)
+        # a Ray of its own: address "local" starts one even where another process's Ray is running on this machine
+        # (without it, ray.init may find that one, and then refuses num_cpus)
+        ray.init(
+            address="local",
+            num_cpus=args.num_cpus,
+            include_dashboard=False,
+            log_to_driver=False,
+            configure_logging=False,
+        )
 
 
 def step_time_of(episode_return: float | None, problem: Any) -> float | None:
