@@ -709,20 +709,21 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
         help="fastest measured placements in each method's own side-by-side (with the simulator's best); default "
         "%(default)s",
     )
-    ap.add_argument(
-        "--confirm",
-        choices=("on", "off"),
-        default="on" if CorrectedSearchOptions.confirm else "off",
-        help="every measured search measures a new fastest placement again before it takes it (the winner's curse; "
-        "CorrectedSearchOptions.confirm); default %(default)s",
-    )
-    ap.add_argument(
-        "--merge",
-        choices=("on", "off"),
-        default="on" if CorrectedSearchOptions.merge else "off",
-        help="where plans are splits (ranks), a cut may also move onto its neighbour, merging a stage away: a plan on "
-        "fewer ranks (CorrectedSearchOptions.merge); off: splits over every rank only; default %(default)s",
-    )
+    for flag, on, what in (
+        (
+            "--confirm",
+            CorrectedSearchOptions.confirm,
+            "every measured search measures a new fastest placement again before it takes it (the winner's curse; "
+            "CorrectedSearchOptions.confirm)",
+        ),
+        (
+            "--merge",
+            CorrectedSearchOptions.merge,
+            "where plans are splits (ranks), a cut may also move onto its neighbour, merging a stage away: a plan on "
+            "fewer ranks (CorrectedSearchOptions.merge); off: splits over every rank only",
+        ),
+    ):
+        ap.add_argument(flag, choices=("on", "off"), default="on" if on else "off", help=f"{what}; default %(default)s")
     ap.add_argument(
         "--methods",
         default=",".join(METHOD_NAMES),

@@ -92,6 +92,15 @@ def rate(value: float, unit: str) -> str:
     return f"{value:g} {unit}"
 
 
+def counted(n: int, noun: str, plural: str | None = None) -> str:
+    """``n`` and ``noun``, plural unless ``n`` is 1.
+
+    >>> counted(1, "rank"), counted(2, "stage"), counted(1, "microbatch", "microbatches")
+    ('1 rank', '2 stages', '1 microbatch')
+    """
+    return f"{n} {noun if n == 1 else (plural or noun + 's')}"
+
+
 def first_few(names: list[str], most: int = 3) -> str:
     """``names`` for one line: the first ``most``, then how many more.
 

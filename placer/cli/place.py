@@ -28,6 +28,7 @@ from placer.cli.args import (
     parse_options,
     profiled_source,
 )
+from placer.cli.output import counted
 from placer.methods import registry
 from placer.option_checks import check_input_file, check_int, check_output_file, check_seed, parse_group_counts
 
@@ -159,7 +160,8 @@ def run(args: argparse.Namespace) -> int:
     if ranks is not None:
         print(
             f"  across processes: {ranks.step_time_s * 1e3:.3f} ms simulated "
-            f"({ranks.extra['stages']} stages on {ranks.extra['ranks']} ranks, {ranks.extra['schedule']} schedule)"
+            f"({counted(ranks.extra['stages'], 'stage')} on {counted(ranks.extra['ranks'], 'rank')}, "
+            f"{ranks.extra['schedule']} schedule)"
             if ranks.ok
             else f"  across processes: {ranks.status}: {ranks.message}"
         )

@@ -414,15 +414,17 @@ def _homes_line(doc: dict) -> str | None:
     )
 
 
-def _ranks_line(doc: dict) -> str | None:
+def ranks_line(doc: dict) -> str | None:
     """--ranks: the best plan's ranks, and the command that runs it across processes."""
     r = doc.get("ranks")
     if not r or not r.get("ranks"):
         return None
+    from placer.cli.output import counted
+
     chosen = f" (chosen of {len(r['shape_choice']['rows'])} shapes)" if r.get("shape_choice") else ""
     return (
-        f"across processes {r['ranks']} ranks, {r['stages']} stages, {r['schedule']} over {r['microbatches']} "
-        f"microbatch{'es' if r['microbatches'] != 1 else ''}{chosen}; run it: {r['run_command']}"
+        f"across processes {counted(r['ranks'], 'rank')}, {counted(r['stages'], 'stage')}, {r['schedule']} over "
+        f"{counted(r['microbatches'], 'microbatch', 'microbatches')}{chosen}; run it: {r['run_command']}"
     )
 
 
@@ -458,7 +460,7 @@ SUMMARY_LINES: tuple[Callable[[dict], str | None], ...] = (
     _issue_order_line,
     _homes_line,
     _checkpointing_line,
-    _ranks_line,
+    ranks_line,
     lambda doc: f"placement        {doc['best_placement']}" if doc["best_placement"] else None,
     lambda doc: (
         f"logs             {doc['logdir']}  (tensorboard --logdir {doc['logdir']}; summary.json, checkpoint.pt)"

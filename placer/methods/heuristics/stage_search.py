@@ -10,6 +10,14 @@ fastest of the three splits people use, then moves one cut at a time to its best
 position between its neighbours (every position is tried, in one batch), until a
 round moves none: it is never slower than those splits on the simulator.
 
+``merge=True`` (``placer place --method stage_search --option merge=true``) lets a cut
+also move onto its neighbour or onto the sequence's end, as the measured loops' cuts
+do (:class:`placer.learn.measured_search.CorrectedSearchOptions`): the stage between is
+left empty and the plan runs on fewer ranks than the cluster has devices, where that is
+faster (a rank much slower than the others; one microbatch, which runs the stages one
+after another; a model too small to pay for the hand-offs). Off by default: the plan is
+a split across every device, as the splits people use are.
+
 >>> import envs
 >>> from graphs import OpGraph, PlacerError
 >>> g = OpGraph.from_edges(list("abcd"), [("a", "b", 4), ("b", "c", 4), ("c", "d", 4)], flops=[1e9, 1e9, 1e9, 5e9])
@@ -80,15 +88,19 @@ def stage_search(
     stages_per_rank: int = 1,
     schedule: str | None = None,
     rounds: int = 4,
+    merge: bool = False,
     env: Any = None,
 ) -> np.ndarray:
-    """The contiguous split the simulator of ranks finds fastest (module doc).
+    """The contiguous split the simulator of ranks finds fastest (module doc); ``merge``: stages may be left empty,
+    a plan on fewer devices.
 
     ``env``: the one-process simulator :func:`placer.methods.registry.place` hands a
     method with M > 1; only its microbatches M and window W are read, so the search
     scores plans as they will run.
     """
     del seed
+    if not isinstance(merge, bool):
+        raise PlacerError(f"stage_search: merge must be true or false, got {merge!r}")
     devices = gpu_devices(cluster)
     num_stages(graph, cluster, stages_per_rank, graph.num_ops, "stage_search")  # the option, checked
     M = int(getattr(env, "microbatches", 1) or 1)
@@ -98,7 +110,7 @@ def stage_search(
     for _ in range(rounds):
         moved = False
         for k in range(len(cuts)):
-            lo, hi = cut_range(cuts, k, n)
+            lo, hi = cut_range(cuts, k, n, merge=merge)
             tried = [cuts[:k] + [c] + cuts[k + 1 :] for c in range(lo, hi + 1)]
             if not tried:
                 continue

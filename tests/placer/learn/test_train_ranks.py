@@ -202,6 +202,24 @@ def test_the_command_line_prints_the_plan_and_the_command_that_runs_it(tmp_path,
     )
 
 
+def test_a_best_plan_on_one_rank_is_run_across_one_process(tmp_path):
+    """A plan whose stages merged into one (the measured loops' merges, ``stage_search --option merge=true``): the
+    summary counts one rank and one stage, and its command starts one process."""
+    from placer.cli.train import ranks_doc, ranks_line
+
+    g, cluster = uneven_chain(), envs.resolve_cluster("k80x2")
+    path = str(tmp_path / "best.json")
+    config = train_config(tmp_path, ranks=True, source="m:build", cluster="k80x2")
+    best = Placement.from_indices(g, list(cluster.device_names), [1] * 12, cluster="k80x2")
+    doc = ranks_doc(config, best, path, g, cluster)
+    assert doc["ranks"] == 1 and doc["stages"] == 1
+    assert doc["run_command"] == f"placer run m:build --placement {path} --cluster k80x2 --nproc-per-node 1"
+    line = ranks_line({"ranks": doc})
+    assert line.startswith("across processes 1 rank, 1 stage, ") and "--nproc-per-node 1" in line
+    two = ranks_doc(config, Placement.from_indices(g, list(cluster.device_names), [1] * 6 + [2] * 6), path, g, cluster)
+    assert ranks_line({"ranks": two}).startswith("across processes 2 ranks, 2 stages, ")
+
+
 @pytest.mark.parametrize(
     "args, message",
     [

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import json
+from types import SimpleNamespace
+
 import numpy as np
 import pytest
 
@@ -109,3 +112,54 @@ def test_the_search_on_the_simulator_of_ranks_moves_a_cut_off_a_heavy_tensor(k80
     assert flops.tolist() == [1, 1, 1, 2, 2, 2] and found.tolist() != flops.tolist()
     sim = RankSim(g, k80x2)
     assert sim.step_times(found[None, :])[0][0] < 0.8 * sim.step_times(flops[None, :])[0][0]
+
+
+def _slow_second_gpu(k80x2, slowdown: float):
+    from placer.learn.stand_in import distorted
+
+    return distorted(k80x2, slow_device="gpu:1", slowdown=slowdown)
+
+
+def test_with_merges_the_search_leaves_a_rank_much_slower_than_the_other_out(k80x2):
+    """Six equal ops (25 ms each on a K80) with gpu:1 20x slower: every split gives gpu:1 one op at least (500 ms),
+    so the best split leaves it one, and the whole chain on gpu:0 (150 ms) is faster still; only a cut moved onto the
+    sequence's end (``merge``) reaches it."""
+    from envs.sim.ranks import RankSim
+
+    names = [f"op{i}" for i in range(6)]
+    g = OpGraph.from_edges(
+        names, [(a, b, 1 << 10) for a, b in zip(names, names[1:])], flops=[1e11] * 6, op_types=["aten.mm.default"] * 6
+    )
+    cluster = _slow_second_gpu(k80x2, 20.0)
+    split = registry.get("stage_search")(g, cluster)
+    merged = registry.get("stage_search")(g, cluster, merge=True)
+    assert split.tolist() == [1, 1, 1, 1, 1, 2]  # one op on the slow rank: the best a split can do
+    assert merged.tolist() == [1] * 6  # the slow rank's stage merged away: a plan on one device
+    sim = RankSim(g, cluster)
+    assert sim.step_times(merged[None, :])[0][0] < 0.5 * sim.step_times(split[None, :])[0][0]
+    # equal GPUs: one microbatch runs the stages one after another, so a split only adds its hand-off and the merge
+    # takes one device; four microbatches overlap them, and the split stays
+    assert len(set(registry.get("stage_search")(g, k80x2, merge=True).tolist())) == 1
+    four = SimpleNamespace(microbatches=4)
+    assert registry.get("stage_search")(g, k80x2, merge=True, env=four).tolist() == [1, 1, 1, 2, 2, 2]
+    with pytest.raises(PlacerError, match="stage_search: merge must be true or false, got 'yes'"):
+        registry.get("stage_search")(g, cluster, merge="yes")
+
+
+def test_place_with_merges_says_the_plan_runs_on_one_rank(k80x2, tmp_path, capsys):
+    from graphs.io import save
+    from placer.cli import main
+
+    names = [f"op{i}" for i in range(6)]
+    g = OpGraph.from_edges(
+        names, [(a, b, 1 << 10) for a, b in zip(names, names[1:])], flops=[1e11] * 6, op_types=["aten.mm.default"] * 6
+    )
+    graph, cluster, out = tmp_path / "g.json", tmp_path / "slow.json", tmp_path / "p.json"
+    save(g, str(graph))
+    cluster.write_text(json.dumps(_slow_second_gpu(k80x2, 20.0).to_dict()))
+    argv = ["place", str(graph), "--cluster", str(cluster), "--method", "stage_search", "-o", str(out), "--ranks"]
+    assert main([*argv, "--option", "merge=true"]) == 0
+    printed = capsys.readouterr().out
+    assert "(1 stage on 1 rank, " in printed and "gpu:0: 6" in printed
+    assert main(argv) == 0
+    assert "(2 stages on 2 ranks, " in capsys.readouterr().out
