@@ -22,7 +22,7 @@ import envs
 from envs.cluster import CLUSTER_ARG_HELP
 from graphs import PlacerError
 from placer.cli.args import captured, note_stand_in_loss, profiled
-from placer.cli.output import print_json
+from placer.cli.output import counted, print_json
 from placer.compare.table import SMALL_GAIN
 from placer.learn.config import (
     PRESETS,
@@ -419,8 +419,6 @@ def ranks_line(doc: dict) -> str | None:
     r = doc.get("ranks")
     if not r or not r.get("ranks"):
         return None
-    from placer.cli.output import counted
-
     chosen = f" (chosen of {len(r['shape_choice']['rows'])} shapes)" if r.get("shape_choice") else ""
     return (
         f"across processes {counted(r['ranks'], 'rank')}, {counted(r['stages'], 'stage')}, {r['schedule']} over "
