@@ -114,6 +114,14 @@ def test_the_search_on_the_simulator_of_ranks_moves_a_cut_off_a_heavy_tensor(k80
     assert sim.step_times(found[None, :])[0][0] < 0.8 * sim.step_times(flops[None, :])[0][0]
 
 
+def _six_equal_matmuls() -> OpGraph:
+    """A chain of six equal matmuls (1e11 FLOPs each), 1 KiB between each and the next."""
+    names = [f"op{i}" for i in range(6)]
+    return OpGraph.from_edges(
+        names, [(a, b, 1 << 10) for a, b in zip(names, names[1:])], flops=[1e11] * 6, op_types=["aten.mm.default"] * 6
+    )
+
+
 def _slow_second_gpu(k80x2, slowdown: float):
     from placer.learn.stand_in import distorted
 
@@ -126,10 +134,7 @@ def test_with_merges_the_search_leaves_a_rank_much_slower_than_the_other_out(k80
     sequence's end (``merge``) reaches it."""
     from envs.sim.ranks import RankSim
 
-    names = [f"op{i}" for i in range(6)]
-    g = OpGraph.from_edges(
-        names, [(a, b, 1 << 10) for a, b in zip(names, names[1:])], flops=[1e11] * 6, op_types=["aten.mm.default"] * 6
-    )
+    g = _six_equal_matmuls()
     cluster = _slow_second_gpu(k80x2, 20.0)
     split = registry.get("stage_search")(g, cluster)
     merged = registry.get("stage_search")(g, cluster, merge=True)
@@ -150,10 +155,7 @@ def test_place_with_merges_says_the_plan_runs_on_one_rank(k80x2, tmp_path, capsy
     from graphs.io import save
     from placer.cli import main
 
-    names = [f"op{i}" for i in range(6)]
-    g = OpGraph.from_edges(
-        names, [(a, b, 1 << 10) for a, b in zip(names, names[1:])], flops=[1e11] * 6, op_types=["aten.mm.default"] * 6
-    )
+    g = _six_equal_matmuls()
     graph, cluster, out = tmp_path / "g.json", tmp_path / "slow.json", tmp_path / "p.json"
     save(g, str(graph))
     cluster.write_text(json.dumps(_slow_second_gpu(k80x2, 20.0).to_dict()))
