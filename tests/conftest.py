@@ -18,6 +18,17 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     gc.freeze()
 
 
+@pytest.hookimpl(trylast=True)
+def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> None:
+    """Where a test file ends (its module's fixtures torn down): collect what it left, then set the rest aside as
+    :func:`pytest_collection_finish` does. What one file keeps alive for the session (captures, exported programs,
+    lru caches) was walked again by every later collection (about 300 full collections a worker, 21-32 s); now each
+    walks only what the running file made. Set-aside objects are still freed when nothing refers to them."""
+    if nextitem is None or nextitem.path != item.path:
+        gc.collect()
+        gc.freeze()
+
+
 def fast_first(values, fast: int = 1) -> list:
     """``values`` for ``pytest.mark.parametrize``: the first ``fast`` in the fast tier, the rest marked slow.
 
