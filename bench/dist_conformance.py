@@ -12,6 +12,9 @@ float64 one-process step at the conformance tolerance (:mod:`envs.real.conforman
 ``looped``  the ops in 4 contiguous blocks, alternating between the 2 ranks (2
             stages per rank); 2 microbatches, 1 in flight: placer's own issue
             order, run by torch's runtime as a list of actions
+``zero_``   the looped plan's stages, 2 microbatches, under torch's interleaved
+``bubble``  zero-bubble schedule (``interleaved_zb``: each backward split into its
+            input part and its weight part)
 ==========  ====================================================================
 
 Run it on one machine, or as two nodes of one process each meeting at a rendezvous
@@ -47,7 +50,7 @@ from graphs.models.corpus import available, build
 from graphs.plan import Placement
 from graphs.torch_capture import export_program, graph_from_program
 
-PLANS = ("split", "looped")
+PLANS = ("split", "looped", "zero_bubble")
 DEVICES = ["gpu:0", "gpu:1"]
 MICROBATCHES = 2
 
@@ -60,6 +63,9 @@ def plan_of(kind: str, graph: OpGraph) -> Placement:
     if kind == "looped":
         blocks = (np.arange(n) * 4 // max(n, 1)) % 2
         return Placement.from_indices(graph, DEVICES, blocks, microbatches=MICROBATCHES, inflight=1)
+    if kind == "zero_bubble":
+        blocks = (np.arange(n) * 4 // max(n, 1)) % 2
+        return Placement.from_indices(graph, DEVICES, blocks, microbatches=MICROBATCHES, schedule="interleaved_zb")
     raise KeyError(f"unknown plan {kind!r} (known: {', '.join(PLANS)})")
 
 

@@ -1,12 +1,15 @@
-"""Pipeline splits at LLM scale, simulated: a Llama-3-8B-shaped decoder on 8 H100s, 1F1B and Interleaved 1F1B.
+"""Pipeline splits at LLM scale, simulated: a Llama-3-8B-shaped decoder on 8 H100s, 1F1B, Interleaved 1F1B and
+Interleaved zero bubble.
 
 The model is a plain-torch decoder of Llama-3-8B's shape (32 layers, hidden 4096, MLP
 14336, 32 query and 8 key/value heads, a 128256-token vocabulary, untied head),
 captured on the meta device (no weights are made), one step of ``--batch`` sequences of
 ``--seq`` tokens. Each split (:data:`METHODS`) is scored by the simulator of ranks
 (:class:`envs.sim.ranks.RankSim`) on ``--cluster`` (default ``h100x8``, its 8 GPUs the
-ranks) under 1F1B (one stage per rank, ``M`` microbatches, 8 in flight) and torch's
-Interleaved 1F1B (two stages per rank). Beside them, per schedule, what no split can
+ranks) under 1F1B (one stage per rank, ``M`` microbatches, 8 in flight), torch's
+Interleaved 1F1B (two stages per rank) and torch's Interleaved zero bubble (two stages
+per rank, each backward split into its input and weight parts, the weight parts filling
+the waits: ``interleaved_zb``). Beside them, per schedule, what no split can
 beat by much (:func:`balanced_estimate`): ``equal_layers``' compute spread evenly over
 the ranks, with the schedule's bubble::
 
@@ -28,6 +31,7 @@ from torch import nn
 
 from bench.common import OneLineParser
 from envs.cluster import resolve_cluster
+from envs.real.distributed.schedules import SPLIT_BACKWARD
 from envs.sim.ranks import RankSim
 from envs.timeline import rank_phases
 from graphs import PlacerError
@@ -35,7 +39,7 @@ from placer.methods import registry
 
 METHODS = ("equal_layers", "flops_balanced", "parameters_balanced", "stage_search")
 #: schedule -> (stages per rank, the schedule's name).
-SCHEDULES = {"1f1b": (1, "1f1b"), "interleaved_1f1b": (2, "interleaved_1f1b")}
+SCHEDULES = {"1f1b": (1, "1f1b"), "interleaved_1f1b": (2, "interleaved_1f1b"), "interleaved_zb": (2, "interleaved_zb")}
 
 
 class Block(nn.Module):
@@ -129,8 +133,9 @@ def balanced_estimate(graph: Any, cluster: Any, schedule: str, microbatches: int
     """How fast any split could be under ``schedule``: ``op_devices``' plan (``equal_layers``') compute, forward and
     backward summed over its ranks (:meth:`envs.sim.ranks.RankSim.timeline`), spread evenly over the R ranks and
     stretched by the schedule's bubble, ``(M + R - 1) / M`` for 1F1B, ``1 + (R - 1) / (v M)`` for v stages per rank
-    (Interleaved); sends and the optimizer step are left out. ``imbalance``: the plan's busiest rank's compute over
-    the mean, the most any re-split gains when M is large enough that the bubble vanishes."""
+    (Interleaved), none for zero bubble (its ideal: the weight parts fill every wait); sends and the optimizer step
+    are left out. ``imbalance``: the plan's busiest rank's compute over the mean, the most any re-split gains when
+    M is large enough that the bubble vanishes."""
     per_rank, name = SCHEDULES[schedule]
     R = len(cluster.gpu_indices()) or cluster.num_devices
     inflight = R if name == "1f1b" else None
@@ -141,6 +146,8 @@ def balanced_estimate(graph: Any, cluster: Any, schedule: str, microbatches: int
     compute = [p["forward_s"] + p["backward_s"] for p in rank_phases(events).values()]
     mean = sum(compute) / R
     bubble = (microbatches + R - 1) / microbatches if per_rank == 1 else 1 + (R - 1) / (per_rank * microbatches)
+    if name in SPLIT_BACKWARD:
+        bubble = 1.0
     return {"schedule": name, "estimate_s": mean * bubble, "bubble": bubble, "imbalance": max(compute) / mean}
 
 

@@ -79,6 +79,7 @@ _HOST_KEYS = (
     "contention_op",
     "contention_issue",
     "action_overhead_s",
+    "split_backward_factor",
 )
 _HOST_DEFAULTS = {
     "stage_latency_s": 0.0,
@@ -86,6 +87,7 @@ _HOST_DEFAULTS = {
     "contention_op": 0.0,
     "contention_issue": 0.0,
     "action_overhead_s": 0.0,
+    "split_backward_factor": 1.0,
 }
 _LINK_KEYS = ("src", "dst", "bandwidth_bytes_per_s", "latency_s")
 _TOP_KEYS = ("format", "name", "description", "devices", "links")
@@ -354,6 +356,8 @@ def _validate(c: Cluster, label: str) -> None:
             )
         for attr in ("contention_op", "contention_issue"):
             _check(getattr(d, attr), label, f"device {d.name} {attr}", low=0.0, high=100.0, what=">= 0")
+        factor = d.split_backward_factor
+        _check(factor, label, f"device {d.name} split_backward_factor", low=0.1, high=100.0, what="positive")
     for (a, b), link in c.links.items():
         if a not in seen or b not in seen or a == b:
             raise PlacerError(f"{label}: link {a}->{b} does not join two distinct devices of the cluster")

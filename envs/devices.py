@@ -32,6 +32,11 @@ class Device:
             stage's forward or backward of one microbatch) costs its rank beyond its ops: torch's
             runtime between actions, posting the sends and receives (default 0; ``placer profile
             --ranks`` fits it to the model run as a pipeline, :mod:`envs.real.distributed.profile_ranks`).
+        split_backward_factor: across processes, how much longer a stage's backward takes split
+            into its input part and its weight part (a zero-bubble schedule) than whole: autograd
+            walks the stage twice, torch finds the parameter groups at every input part, and a
+            convolution's two gradients are two calls where the whole backward makes one (default
+            1; ``placer profile --ranks`` measures it on the model).
     """
 
     name: str
@@ -45,6 +50,7 @@ class Device:
     contention_op: float = 0.0
     contention_issue: float = 0.0
     action_overhead_s: float = 0.0
+    split_backward_factor: float = 1.0
 
 
 @dataclass(frozen=True)

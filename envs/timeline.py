@@ -1,7 +1,7 @@
 """One step of a plan across processes as a timeline: each rank's actions, measured or simulated, and their sums.
 
 An :class:`Event` is one thing a rank did in a step: a stage's forward (``"F"``) or
-backward (``"B"``; ``"W"``, a backward's weight part where a schedule splits it) of one
+backward (``"B"``; ``"I"`` and ``"W"``, its input and weight parts where a schedule splits it) of one
 microbatch, or the rank's optimizer step (``"O"``). Times are seconds from the step's
 start on that rank. Both legs write them: the real runtime's ranks record theirs
 (:mod:`envs.real.distributed.trace`), the simulator of ranks its own
@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from typing import Any
 
 #: What an event's ``kind`` may be, and the phase it counts toward.
-KINDS = {"F": "forward_s", "B": "backward_s", "W": "backward_s", "O": "optimizer_s"}
+KINDS = {"F": "forward_s", "B": "backward_s", "I": "backward_s", "W": "backward_s", "O": "optimizer_s"}
 #: The phases of :func:`phases`, in order.
 PHASES = ("forward_s", "backward_s", "optimizer_s", "other_s", "step_s")
 

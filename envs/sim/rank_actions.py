@@ -5,11 +5,13 @@ A plan across processes runs on torch's pipeline runtime with one of the schedul
 times the very lists of actions that runtime follows, taken from their one source each:
 
 * ``planned``: placer's issue order, :func:`envs.real.distributed.schedules.planned_actions`;
-* ``looped_bfs``, ``interleaved_1f1b``: torch's own schedule classes, which compute
+* ``looped_bfs``, ``interleaved_1f1b``, ``interleaved_zb``: torch's own schedule classes, which compute
   every rank's order from the number of stages, ranks and microbatches alone (their
   ``_calculate_single_rank_operations``, which their runtime executes). Torch keeps idle
   slots (``None``) and gradient reductions in those lists; only the forwards and
-  backwards are kept here, since the simulator finds the waits itself;
+  backwards (``interleaved_zb``: their input parts ``I`` and weight parts ``W``) are
+  kept here, since the simulator finds the waits itself (torch's zero-bubble class
+  then inserts idle slots between them, which change no rank's order);
 * ``gpipe``: torch's ``ScheduleGPipe._get_pipeline_order`` (:func:`torch_actions`) is
   placer's fill-drain order list for list (tests/envs/sim/test_ranks.py checks it), so
   that order is taken from ``planned_actions``, without importing torch;
@@ -38,6 +40,7 @@ TORCH_CLASSES = {
     "gpipe": ("ScheduleGPipe", True),
     "looped_bfs": ("ScheduleLoopedBFS", False),
     "interleaved_1f1b": ("ScheduleInterleaved1F1B", False),
+    "interleaved_zb": ("ScheduleInterleavedZeroBubble", False),
 }
 
 
@@ -72,10 +75,10 @@ def torch_order(name: str, num_stages: int, num_ranks: int, microbatches: int) -
 @lru_cache(maxsize=256)
 def torch_actions(name: str, num_stages: int, num_ranks: int, microbatches: int) -> dict[int, tuple[Action, ...]]:
     """Every rank's forwards and backwards under torch's schedule ``name`` (:func:`torch_order` without its idle
-    slots and reductions)."""
+    slots and reductions; a split backward's parts ``I`` and ``W`` kept)."""
     out: dict[int, tuple[Action, ...]] = {}
     for rank, acts in torch_order(name, num_stages, num_ranks, microbatches).items():
-        kept = [a for a in acts if a is not None and a.computation_type.value in ("F", "B")]
+        kept = [a for a in acts if a is not None and a.computation_type.value in ("F", "B", "I", "W")]
         out[rank] = tuple((int(a.stage_index), a.computation_type.value, int(a.microbatch_index)) for a in kept)
     return out
 

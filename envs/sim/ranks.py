@@ -11,7 +11,14 @@ one after the other:
   its rank is free and stage ``s + 1``'s gradients have arrived (its forward ran
   before it on the same rank);
 * a stage's forward (backward) takes the sum of its ops' forward (backward) times
-  on its device for one microbatch (:func:`envs.sim.cost.op_times`); its sends leave
+  on its device for one microbatch (:func:`envs.sim.cost.op_times`). A schedule that
+  splits the backward (``interleaved_zb``) runs its input part ``(s, "I", m)``, which
+  waits and sends as a backward does, and later its weight part ``(s, "W", m)``, which
+  waits for nothing and sends nothing; of each op's backward the weight part is
+  :func:`weight_fractions`, and both parts take the device's ``split_backward_factor``
+  longer (what splitting costs, which ``placer profile --ranks`` measures). The first
+  stage, which sends no gradient, runs its whole backward in its weight part, unsplit, as
+  torch's runtime does; its sends leave
   when it ends, and its rank is busy the device's ``action_overhead_s`` more (torch's
   runtime between actions, which ``placer profile --ranks`` fits; 0 in the presets);
 * every value a later stage reads is sent from each stage to the next, passing
@@ -30,7 +37,8 @@ one after the other:
 
 Memory per rank: the parameters, gradients and Adam state of its ops
 (:func:`envs.sim.cost.static_bytes`) and the activations of its stages' microbatches
-whose forward has run and whose backward has not, at their peak over its actions.
+whose forward has run and whose backward (its weight part, where split) has not, at
+their peak over its actions.
 
 >>> from graphs import OpGraph
 >>> from envs.cluster import Cluster
@@ -77,6 +85,8 @@ class StageCosts:
         send_bytes, send_tensors: ``[S - 1]`` bytes and tensors sent forward per microbatch.
         grad_bytes, grad_tensors: ``[S - 1]`` bytes and tensors of gradients sent back.
         op_stages: ``[num_ops]`` each op's stage.
+        wgrad_s: ``[S]`` seconds of a stage's backward that are its weight part (:func:`weight_fractions`); None:
+            none (a schedule that splits the backward then runs it all in its input part).
     """
 
     ranks: list[int]
@@ -89,6 +99,7 @@ class StageCosts:
     grad_bytes: np.ndarray
     grad_tensors: np.ndarray
     op_stages: np.ndarray
+    wgrad_s: np.ndarray | None = None
 
 
 def is_float(dtypes: Sequence[str]) -> bool:
@@ -100,6 +111,25 @@ def float_outputs(graph: OpGraph) -> np.ndarray:
     """Per op, whether its output carries a gradient back (:func:`is_float`)."""
     dtypes = graph.out_dtypes or [()] * graph.num_ops
     return np.array([is_float(d) for d in dtypes], dtype=bool)
+
+
+def weight_fractions(graph: OpGraph, floats: np.ndarray | None = None) -> np.ndarray:
+    """Per op, the part of its backward that computes its parameters' gradients (the *weight part* a zero-bubble
+    schedule puts off): 0 for an op without parameters; 1 for one with parameters whose inputs carry no gradient
+    from another op (an embedding's lookup of token ids: its backward is its weight's gradient alone); else 1/2,
+    a product's backward being two products of one size, the input's gradient and the weight's.
+
+    >>> from graphs import OpGraph
+    >>> g = OpGraph.from_edges(["embed", "mm", "relu"], [("embed", "mm", 4), ("mm", "relu", 4)], param_bytes=[8, 8, 0])
+    >>> weight_fractions(g).tolist()
+    [1.0, 0.5, 0.0]
+    """
+    floats = float_outputs(graph) if floats is None else floats
+    src, dst = graph.edge_src.astype(np.int64), graph.edge_dst.astype(np.int64)
+    fed = np.zeros(graph.num_ops, dtype=bool)
+    fed[dst[floats[src]]] = True
+    has_params = np.asarray(graph.param_bytes) > 0
+    return np.where(has_params, np.where(fed, 0.5, 1.0), 0.0)
 
 
 def boundary_traffic(
@@ -128,10 +158,11 @@ def boundary_traffic(
 
 
 def op_costs(graph: OpGraph, cluster: Cluster, microbatches: int) -> tuple:
-    """``(fwd_s, bwd_s, activation bytes, float outputs)`` per op for one microbatch: what :func:`stage_costs` sums
-    (computed once per scorer, not per plan)."""
+    """``(fwd_s, bwd_s, activation bytes, float outputs, weight fractions)`` per op for one microbatch: what
+    :func:`stage_costs` sums (computed once per scorer, not per plan)."""
     fwd, bwd = op_times(graph, cluster, microbatches)
-    return fwd, bwd, activation_bytes(graph) / float(microbatches), float_outputs(graph)
+    floats = float_outputs(graph)
+    return fwd, bwd, activation_bytes(graph) / float(microbatches), floats, weight_fractions(graph, floats)
 
 
 def stage_ranks(cluster: Cluster, stages: list[Stage]) -> tuple[list[int], list[int]]:
@@ -147,7 +178,7 @@ def stage_costs(
 ) -> StageCosts:
     """The :class:`StageCosts` of ``stages`` of ``graph`` on ``cluster`` with M microbatches (``per_op``:
     :func:`op_costs`, when already computed)."""
-    fwd, bwd, kept, floats = per_op if per_op is not None else op_costs(graph, cluster, microbatches)
+    fwd, bwd, kept, floats, wfrac = per_op if per_op is not None else op_costs(graph, cluster, microbatches)
     ranks, device_indices = stage_ranks(cluster, stages)
     ops = [np.fromiter(s.ops, dtype=np.int64, count=len(s.ops)) for s in stages]
     op_stages = np.empty(graph.num_ops, dtype=np.int64)
@@ -165,6 +196,7 @@ def stage_costs(
         grad_bytes=traffic[2],
         grad_tensors=traffic[3],
         op_stages=op_stages,
+        wgrad_s=np.array([(bwd[idx, d] * wfrac[idx]).sum() for idx, d in zip(ops, device_indices)]),
     )
 
 
@@ -207,6 +239,18 @@ def run_actions(
     dev = list(costs.device_indices)
     overhead = [float(d.action_overhead_s) for d in cluster.devices]
     fwd_s, bwd_s = np.asarray(costs.fwd_s, np.float64).tolist(), np.asarray(costs.bwd_s, np.float64).tolist()
+    # a split backward: the first stage runs all of it, unsplit, in its weight part (it sends no gradient); the others
+    # their weight parts (StageCosts.wgrad_s), each part longer by its device's split_backward_factor
+    wgrad_s = [0.0] * len(bwd_s) if costs.wgrad_s is None else np.asarray(costs.wgrad_s, np.float64).tolist()
+    factor = [float(cluster.devices[d].split_backward_factor) for d in dev]
+    compute = {
+        "F": fwd_s,
+        "B": bwd_s,
+        "I": [f * (b - w) for f, b, w in zip(factor, bwd_s, wgrad_s)],
+        "W": [f * w for f, w in zip(factor, wgrad_s)],
+    }
+    if bwd_s:
+        compute["I"][0], compute["W"][0] = 0.0, bwd_s[0]
     send_bytes, send_tensors = np.asarray(costs.send_bytes).tolist(), np.asarray(costs.send_tensors).tolist()
     grad_bytes, grad_tensors = np.asarray(costs.grad_bytes).tolist(), np.asarray(costs.grad_tensors).tolist()
     arrived: dict[tuple[str, int, int], float] = {}  # ("F" into stage s, or "B" into stage s, microbatch m)
@@ -224,12 +268,13 @@ def run_actions(
             acts, k = lists[r], nxt[r]
             while k < len(acts):
                 s, kind, m = acts[k]
-                # what the action waits for: stage s - 1's activations (a forward), stage s + 1's gradients (a backward)
+                # what the action waits for: stage s - 1's activations (a forward), stage s + 1's gradients (a
+                # backward or its input part); a weight part, only its own input part, earlier on this rank
                 need = None
                 if kind == "F":
                     if s > 0:
                         need = ("F", s, m)
-                elif kind == "B" and s < S - 1:
+                elif kind in ("B", "I") and s < S - 1:
                     need = ("B", s, m)
                 if need is not None and need not in arrived:
                     break
@@ -241,7 +286,7 @@ def run_actions(
                 else:
                     receive_s = send_s[need] if own_copies[d] else 0.0
                     ready = max(free_s[r] + receive_s, arrived[need])
-                compute_s = fwd_s[s] if kind == "F" else bwd_s[s]
+                compute_s = compute[kind][s]
                 end = ready + compute_s  # the sends leave here; the runtime's own work between actions follows
                 free_s[r], busy_s[r] = end + overhead[d], busy_s[r] + compute_s + overhead[d]
                 if record is not None:
@@ -250,7 +295,7 @@ def run_actions(
                 if kind == "F" and s < S - 1:
                     sent = ("F", s + 1, m)
                     arrived[sent], send_s[sent] = links.send(d, dev[s + 1], end, send_bytes[s], send_tensors[s])
-                if kind == "B" and s > 0:
+                if kind in ("B", "I") and s > 0:
                     sent = ("B", s - 1, m)
                     arrived[sent], send_s[sent] = links.send(d, dev[s - 1], end, grad_bytes[s - 1], grad_tensors[s - 1])
                 if sent is not None and own_copies[d]:  # and a rank whose core sends them, its sends
@@ -267,12 +312,16 @@ def run_actions(
 
 
 def peak_activation_bytes(costs: StageCosts, actions: Mapping[int, Sequence[Action]]) -> dict[int, float]:
-    """Per rank, the most activation bytes its stages hold at once over its actions."""
+    """Per rank, the most activation bytes its stages hold at once over its actions (a split backward frees them at
+    its weight part, which still reads them)."""
     out = {}
     for r, acts in actions.items():
         live = peak = 0.0
         for s, kind, _ in acts:
-            live += costs.activation_bytes[s] if kind == "F" else -costs.activation_bytes[s]
+            if kind == "F":
+                live += costs.activation_bytes[s]
+            elif kind in ("B", "W"):
+                live -= costs.activation_bytes[s]
             peak = max(peak, live)
         out[r] = peak
     return out
@@ -604,4 +653,5 @@ __all__ = [
     "simulate_ranks",
     "stage_costs",
     "stage_ranks",
+    "weight_fractions",
 ]

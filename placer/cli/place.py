@@ -145,6 +145,8 @@ def run(args: argparse.Namespace) -> int:
             raise PlacerError(f"--method {args.method}: {str(e).split(') ', 1)[-1]}") from None
         raise
     ranks = _for_ranks(placement, graph, cluster) if args.ranks else None
+    if ranks is not None and ranks.status == "error" and placement.schedule is not None:
+        raise PlacerError(f"--option schedule={placement.schedule}: {ranks.message}")  # the plan would not run
     placement.save(args.output)
     counts = ", ".join(f"{device}: {ops}" for device, ops in sorted(placement.device_counts().items()))
     step_ms = placement.meta["step_time_s"] * 1e3

@@ -175,6 +175,14 @@ def run_ranks(args: argparse.Namespace) -> int:
         )
     for why in sorted({run["error"] for part in parts for run in part.get("pipelines", []) if "error" in run}):
         print(f"  the calibration pipeline did not run ({why}): fitted to one-process steps")
+    splits = [p["split_backward"] for p in parts if isinstance(p.get("split_backward"), dict)]
+    timed = [s for s in splits if "whole_s" in s]
+    if timed:
+        factor = cluster.devices[0].split_backward_factor
+        each = ", ".join(f"{s['whole_s'] * 1e3:.1f} -> {s['split_s'] * 1e3:.1f} ms" for s in timed)
+        print(f"  a backward split into its input and weight parts (zero-bubble schedules): {factor:.2f}x ({each})")
+    for why in sorted({s["error"] for s in splits if "error" in s}):
+        print(f"  the split backward could not be timed ({why}): taken as long as the whole one")
     for (a, b), link in cluster.links.items():
         if a < b:
             print(f"  {a} <-> {b}: {link.bandwidth_bytes_per_s / 1e9:.2f} GB/s, latency {link.latency_s * 1e6:.1f} us")

@@ -91,13 +91,13 @@ class RunOptions:
     measured as one Ray job of one process per device per placement (envs.real.ray.jobs.RanksEnv). For a cluster file
     of `placer profile SOURCE --ranks N`. Node order, and no lower bound (the one-process bound does not hold here)."""
     schedule: str | None = None
-    """--ranks: torch's pipeline schedule of every plan (gpipe, 1f1b, looped_bfs, interleaved_1f1b, planned; None:
-    the one that fits each plan, as `placer run` picks it)."""
+    """--ranks: torch's pipeline schedule of every plan (gpipe, 1f1b, looped_bfs, interleaved_1f1b, interleaved_zb,
+    planned; None: the one that fits each plan, as `placer run` picks it)."""
     looped: bool = False
     """--ranks: let the simulator score plans of more than one stage per rank (looped schedules, or a
-    planned order). Off unless --schedule names looped_bfs, interleaved_1f1b or planned: measured on two CPU ranks,
-    the simulator of ranks put such plans 16 % and 63 % fast, where it puts one stage per rank within a few percent,
-    and a learned looped plan ran 0.79x the splits (BENCHMARKS.md, "A learned looped plan")."""
+    planned order). Off unless --schedule names looped_bfs, interleaved_1f1b, interleaved_zb or planned: measured on
+    two CPU ranks, the simulator of ranks put such plans 16 % and 63 % fast, where it puts one stage per rank within a
+    few percent, and a learned looped plan ran 0.79x the splits (BENCHMARKS.md, "A learned looped plan")."""
     backend: BackendName = "gloo"
     """--ranks with --env measured: the process group, "gloo" (CPU tensors, one CPU per rank) or "nccl" (one GPU per
     rank)."""

@@ -28,7 +28,7 @@ import numpy as np
 import placer.methods.heuristics as _heuristics
 from envs.sim import SimEnv
 from graphs import OpGraph, PlacerError
-from graphs.plan import Placement, check_inflight, check_microbatches
+from graphs.plan import Placement, check_inflight, check_microbatches, check_schedule_name
 
 HeuristicFn = Callable[..., np.ndarray]
 #: Bumped when a heuristic's placements change, so results cached by others (imitation labels,
@@ -146,6 +146,7 @@ def placement_of(
     plan: SimEnv | None = None,
     microbatches: int = 1,
     inflight: int | None = None,
+    schedule: str | None = None,
 ) -> Placement:
     """A heuristic's result as a Placement: its device indices wrapped, or the Placement of a method that plans its own
     order.
@@ -172,6 +173,7 @@ def placement_of(
         order=order,
         microbatches=microbatches,
         inflight=inflight,
+        schedule=schedule,
     )
 
 
@@ -180,18 +182,32 @@ def place(name: str, graph: OpGraph, cluster: Any, **options: Any) -> Placement:
 
     ``microbatches=M`` and ``inflight=W`` (options every method takes): the plan
     runs M microbatches, at most W in flight (default M; :mod:`envs.microbatch`);
-    methods that search with the simulator search under them.
+    methods that search with the simulator search under them. ``schedule=S`` (every
+    method takes it too): across processes the plan runs under torch's schedule S
+    (:data:`graphs.plan.SCHEDULES`; default: the one that fits its stages), and a method
+    that searches across processes searches under it.
     """
     fn = get(name)
     M = check_microbatches(options.pop("microbatches", 1), "--option microbatches")
     W = check_inflight(options.pop("inflight", None), M, "--option inflight")
+    schedule = check_schedule_name(options.get("schedule"), "--option schedule")
+    if "schedule" not in inspect.signature(fn).parameters:
+        options.pop("schedule", None)
     env = SimEnv(graph, cluster, microbatches=M, inflight=W)
     kwargs = dict(options)
     if M > 1 and "env" in inspect.signature(fn).parameters:
         kwargs["env"] = env
     meta = {k: v for k, v in options.items() if isinstance(v, (int, float, str, bool))}
     return placement_of(
-        fn(graph, cluster, **kwargs), graph, cluster, name, meta=meta, plan=env, microbatches=M, inflight=W
+        fn(graph, cluster, **kwargs),
+        graph,
+        cluster,
+        name,
+        meta=meta,
+        plan=env,
+        microbatches=M,
+        inflight=W,
+        schedule=schedule,
     )
 
 

@@ -95,6 +95,8 @@ def _doc():
         (lambda d: d["links"][0].update(bandwidth_bytes_per_s=1e-300), "bandwidth_bytes_per_s must be at least 1"),
         (lambda d: d["links"][0].update(latency_s=1e300), "latency_s must be at most 1e+06 s"),
         (lambda d: d["devices"][1].update(launch_overhead_s=1e300), "launch_overhead_s must be at most 1e+06 s"),
+        (lambda d: d["devices"][1].update(split_backward_factor=0), "gpu:0 split_backward_factor must be positive"),
+        (lambda d: d["devices"][1].update(split_backward_factor=1e3), "split_backward_factor must be at most 100"),
     ],
 )
 def test_bad_cluster_files_name_file_and_field(tmp_path, mutate, expected):

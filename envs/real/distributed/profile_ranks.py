@@ -26,7 +26,11 @@ one thread each, the gloo backend; every rank measures at the same time as the o
   receives: ``action_overhead_s``) is fitted so that the simulator of ranks, with those
   rates, gives the two pipelines' measured steps (:func:`fit_action_overhead`). Where the
   pipeline cannot run (a model whose stages would pass non-tensors), the one-process
-  fit stays, and the raw numbers say why.
+  fit stays, and the raw numbers say why;
+* on each rank whose stage of that pipeline receives activations (every rank but the
+  first), that stage's backward on one microbatch, whole and split into its input and
+  weight parts as torch's zero-bubble schedules run it (:func:`split_backward_s`): the
+  median ratio over the ranks is every device's ``split_backward_factor``.
 
 :func:`ranks_cluster` turns the ranks' numbers into a placer-cluster/1 cluster of
 devices ``cpu:0 .. cpu:N-1`` (rank ``r`` is ``cpu:r``), each with 1/N of this machine's
@@ -299,6 +303,21 @@ def with_action_overhead(cluster: Cluster, seconds: float) -> Cluster:
     return Cluster(name=cluster.name, devices=devices, links=cluster.links, description=cluster.description)
 
 
+def split_factor(parts: Sequence[Mapping[str, Any]]) -> float:
+    """Every device's ``split_backward_factor``: the median over the ranks that measured one of their stage's split
+    backward over its whole one (:func:`stage_split_backward`); 1 where none did.
+
+    >>> split_factor([{"split_backward": None}, {"split_backward": {"whole_s": 0.010, "split_s": 0.012}}])
+    1.2
+    """
+    ratios = [
+        p["split_backward"]["split_s"] / p["split_backward"]["whole_s"]
+        for p in parts
+        if isinstance(p.get("split_backward"), Mapping) and p["split_backward"].get("whole_s", 0) > 0
+    ]
+    return round(float(statistics.median(ratios)), 6) if ratios else 1.0
+
+
 def fit_action_overhead(graph: Any, cluster: Cluster, split: np.ndarray, runs: Sequence[tuple[int, float]]) -> float:
     """Seconds per pipeline action, the same on every rank, that make the simulator of ranks give each run's
     measured step: ``runs`` are ``(M, measured step seconds)`` of ``split`` (each op's rank) on ``cluster``.
@@ -387,6 +406,8 @@ def probe_rank(job: RankProbe) -> dict[str, Any] | None:
                     if rank == a:
                         part["links"][f"{a},{b}"] = times
         part["pipelines"] = [pipeline_phases(job, RankPlan.from_dict(plan), rank) for plan in job.plans]
+        if job.plans:  # on the microbatch the last calibration pipeline runs (a zero-bubble schedule's size)
+            part["split_backward"] = stage_split_backward(job, RankPlan.from_dict(job.plans[-1]), rank)
         parts = gather_to_first(part)
         return {"parts": parts} if rank == 0 else None
     finally:
@@ -410,6 +431,73 @@ def pipeline_phases(job: RankProbe, plan: RankPlan, rank: int) -> dict[str, Any]
         return {"microbatches": plan.microbatches, "error": str(e)}
     part = train_steps(schedule, inputs, lr=1e-3, warmup=job.warmup + 1, steps=job.repeats, timeout_s=job.timeout_s)
     return {"microbatches": plan.microbatches, "phases": part["phases"]}
+
+
+def split_backward_s(stage: Any, inputs: Sequence[Any], repeats: int) -> dict[str, float]:
+    """``{"whole_s", "split_s"}``: medians over ``repeats`` of ``stage``'s backward (a stage module cut for a split
+    backward, :func:`~envs.real.distributed.stage_modules.stage_programs`) on ``inputs`` (what it receives), run
+    whole (autograd's backward) and as torch's zero-bubble schedules run it: its input part
+    (``stage_backward_input``), then its weight part (``stage_backward_weight``, the graph kept as
+    :func:`~envs.real.distributed.runtime.mend_split_backward` keeps it). Each forward runs untimed before."""
+    from torch.distributed.pipelining._backward import (  # noqa: PLC2701 (what torch's schedules call)
+        stage_backward_input,
+        stage_backward_weight,
+    )
+
+    params = list(stage.parameters())
+    received = [t.detach().requires_grad_(t.is_floating_point()) if isinstance(t, torch.Tensor) else t for t in inputs]
+
+    def outputs() -> tuple[list[torch.Tensor], list[torch.Tensor] | None]:
+        out = stage(*received)
+        outs = [out] if isinstance(out, torch.Tensor) else list(out)
+        kept = [t for t in outs if isinstance(t, torch.Tensor) and t.requires_grad]
+        grads = None if isinstance(out, torch.Tensor) and out.dim() == 0 else [torch.ones_like(t) for t in kept]
+        return kept, grads
+
+    def whole() -> float:
+        outs, grads = outputs()
+        start = time.perf_counter()
+        torch.autograd.backward(outs, grads)
+        return time.perf_counter() - start
+
+    def split() -> float:
+        outs, grads = outputs()
+        start = time.perf_counter()
+        _, groups = stage_backward_input(outs, grads, received, iter(params))
+        stage_backward_weight(iter(params), groups, retain_graph=True)
+        return time.perf_counter() - start
+
+    whole(), split()  # warm
+    times = {"whole_s": [], "split_s": []}
+    for _ in range(max(1, repeats)):  # interleaved: the host's drift falls on both alike
+        times["whole_s"].append(whole())
+        times["split_s"].append(split())
+    for p in params:
+        p.grad = None
+    return {k: statistics.median(v) for k, v in times.items()}
+
+
+def stage_split_backward(job: RankProbe, plan: RankPlan, rank: int) -> dict[str, Any] | None:
+    """This rank's stage of ``plan`` (one stage per rank) timed by :func:`split_backward_s` on the first microbatch's
+    values it receives, made by running the stages before it here (no process group); None on the first rank
+    (its stage receives no activations: torch runs its backward whole), or why it could not."""
+    from envs.real.distributed.stage_modules import stage_programs
+    from envs.real.distributed.worker import program_for
+
+    if rank == 0:
+        return None
+    try:
+        model, inputs = build_model(job.source, search_dir=job.source_dir)
+        program, _ = program_for(model, inputs, plan)
+        modules = stage_programs(program.module(), [s.ops for s in plan.stages], split_backward=True)
+        values = tuple(split_batch(tuple(inputs), plan.microbatches)[0])
+        with torch.no_grad():
+            for module in modules[:rank]:
+                out = module(*values)
+                values = (out,) if isinstance(out, torch.Tensor) else tuple(out)
+        return split_backward_s(modules[rank], values, job.repeats)
+    except Exception as e:  # a measurement that could not run: the factor stays 1, the raw numbers say why
+        return {"error": f"{type(e).__name__}: {str(e).strip().splitlines()[0] if str(e).strip() else ''}"[:300]}
 
 
 def _micro(part: Mapping[str, Any]) -> tuple[int, float] | None:
@@ -461,7 +549,11 @@ def ranks_cluster(
         for run in p["pipelines"]:
             M = int(run["microbatches"])
             runs[M] = max(runs.get(M, 0.0), float(run["phases"]["step_s"]))
-    return with_action_overhead(cluster, fit_action_overhead(graph, cluster, np.asarray(split), sorted(runs.items())))
+    overhead_s = fit_action_overhead(graph, cluster, np.asarray(split), sorted(runs.items()))
+    cluster = with_action_overhead(cluster, overhead_s)
+    factor = min(max(split_factor(parts), 0.1), 100.0)  # within the cluster file's bounds
+    devices = [dataclasses.replace(d, split_backward_factor=factor) for d in cluster.devices]
+    return Cluster(name=cluster.name, devices=devices, links=cluster.links, description=cluster.description)
 
 
 def profile_ranks(source: str, num_ranks: int, *, repeats: int = 5, warmup: int = 1, timeout_s: float = 600.0):
@@ -527,5 +619,8 @@ __all__ = [
     "probe_rank",
     "profile_ranks",
     "ranks_cluster",
+    "split_backward_s",
+    "split_factor",
+    "stage_split_backward",
     "with_action_overhead",
 ]

@@ -42,7 +42,7 @@ import torch.distributed as dist
 from torch import nn
 
 from envs.real.distributed.rank_plan import RankPlan
-from envs.real.distributed.schedules import BUILDERS
+from envs.real.distributed.schedules import BUILDERS, SPLIT_BACKWARD
 from envs.real.distributed.stage_modules import place_stage, stage_programs, stage_shapes
 from envs.real.pipeline import split_batch
 from envs.real.placing import to_device
@@ -187,6 +187,100 @@ def post_receives_early(stage: Any, microbatches: int) -> None:
     stage.clear_runtime_states = clear_runtime_states
 
 
+def orphan_parameters(outputs: Sequence[Any], inputs: Sequence[Any], params: Sequence[nn.Parameter]) -> list:
+    """The parameters part of whose gradient torch's zero-bubble weight part leaves out: those with a path to the
+    stage's ``outputs`` that meets no path from its ``inputs``.
+
+    Torch's weight part starts from the *intermediates* where a parameter's paths meet the inputs' (its
+    ``get_param_groups``, whose own check that every parameter is in a group is switched off), so a path that
+    meets none carries a gradient it never computes: a weight's transpose made in one stage and sent to the next
+    (Falcon), a relative position bias computed from parameters only and added to every layer's attention (T5).
+    Found on the real autograd graph of one microbatch (its nodes walked as torch walks them).
+    """
+    from torch.distributed.pipelining._backward import (  # noqa: PLC2701 (the walk torch's weight part makes)
+        _get_grad_fn_or_grad_acc,
+        construct_reverse_graph,
+    )
+
+    roots = [_get_grad_fn_or_grad_acc(t) for t in outputs if isinstance(t, torch.Tensor) and t.requires_grad]
+    roots = [n for n in roots if n is not None]
+    parents = construct_reverse_graph(roots)
+    # the inputs' closure: every node from which an input's gradient is reached
+    meets = {_get_grad_fn_or_grad_acc(t) for t in inputs if isinstance(t, torch.Tensor) and t.requires_grad}
+    meets.discard(None)
+    todo = list(meets)
+    while todo:
+        for parent in parents.get(todo.pop(), ()):
+            if parent not in meets:
+                meets.add(parent)
+                todo.append(parent)
+    # what the outputs reach without passing through that closure
+    apart = {n for n in roots if n not in meets}
+    todo = list(apart)
+    while todo:
+        for child, _ in todo.pop().next_functions:
+            if child is not None and child not in meets and child not in apart:
+                apart.add(child)
+                todo.append(child)
+    return [p for p in params if p.requires_grad and _get_grad_fn_or_grad_acc(p) in apart]
+
+
+def mend_split_backward(stage: Any) -> None:
+    """Make ``stage`` (a torch ``PipelineStage`` under a zero-bubble schedule) compute every gradient.
+
+    Its :func:`orphan_parameters` get their whole gradient in its input part, computed from the stage's outputs
+    before torch's input part detaches those; torch's weight part then leaves those parameters out (else it would
+    add their other paths' part twice). Which parameters they are is found at the stage's first input part (the
+    program does not change between microbatches or steps). Only this stage object's method is wrapped.
+
+    Its weight part also keeps the microbatch's graph until the step drops it: torch runs each parameter group's
+    with ``retain_graph=False``, which frees what the next group still needs where two groups' paths meet below
+    their intermediates (Whisper's stages).
+    """
+    from torch.distributed.pipelining._backward import (  # noqa: PLC2701
+        _get_grad_fn_or_grad_acc,
+        stage_backward_weight,
+    )
+
+    inner = stage.backward_maybe_with_nosync
+    found: list[list[nn.Parameter]] = []
+
+    def backward_maybe_with_nosync(backward_type: str, bwd_kwargs: dict, *args: Any, **kwargs: Any) -> Any:
+        if backward_type == "weight":
+            groups = bwd_kwargs["param_groups"]
+            return stage_backward_weight(stage.submod.parameters(), groups, retain_graph=True), None
+        if backward_type != "input":
+            return inner(backward_type, bwd_kwargs, *args, **kwargs)
+        outputs = bwd_kwargs["stage_output"]
+        outputs = (outputs,) if isinstance(outputs, torch.Tensor) else tuple(outputs)
+        if not found:
+            found.append(orphan_parameters(outputs, bwd_kwargs["input_values"], list(stage.submod.parameters())))
+        orphans = found[0]
+        if orphans:
+            grads = bwd_kwargs["output_grads"]
+            pairs = [
+                (t, torch.ones_like(t) if grads is None else grads[i])
+                for i, t in enumerate(outputs)
+                if isinstance(t, torch.Tensor) and t.requires_grad
+            ]
+            pairs = [(t, g) for t, g in pairs if g is not None]
+            parts = torch.autograd.grad(
+                [t for t, _ in pairs], orphans, [g for _, g in pairs], retain_graph=True, allow_unused=True
+            )
+            for p, g in zip(orphans, parts):
+                if g is not None:
+                    p.grad = g if p.grad is None else p.grad + g
+        grads_input, groups = inner(backward_type, bwd_kwargs, *args, **kwargs)
+        if orphans and groups:
+            done = {_get_grad_fn_or_grad_acc(p) for p in orphans}
+            for group in groups:
+                group["params"] = {n for n in group["params"] if n not in done}
+            groups[:] = [g for g in groups if g["params"]]
+        return grads_input, groups
+
+    stage.backward_maybe_with_nosync = backward_maybe_with_nosync
+
+
 #: The schedules whose receives a CPU rank posts early unless told (:func:`early_by_default`): torch's schedules of
 #: one stage per rank. Torch's looped schedules already post each receive one time step ahead, in lockstep with the
 #: neighbour's send, and posting all of them at the step's start made a looped plan slower (the encoder-decoder,
@@ -237,7 +331,8 @@ class RankSchedule:
             raise PlacerError(f"rank {rank}: no stage of the plan runs here (ranks {sorted(set(plan.stage_ranks))})")
         devices = {d.rank: d.torch_device for d in plan.devices.values()}
         self.torch_device = torch.device(devices[rank])
-        modules = stage_programs(program.module(), [s.ops for s in plan.stages])
+        split = plan.schedule in SPLIT_BACKWARD
+        modules = stage_programs(program.module(), [s.ops for s in plan.stages], split_backward=split)
         microbatch = split_batch(tuple(example_inputs), plan.microbatches)[0]
         shapes = stage_shapes(modules, microbatch)
         check_received(shapes)
@@ -260,6 +355,8 @@ class RankSchedule:
         default = early_by_default(self.torch_device.type, plan.schedule)
         self.early_receives = default if early_receives is None else bool(early_receives)
         for stage in self.stages:
+            if split:
+                mend_split_backward(stage)
             tag_streams(stage)  # first: the early posting asks the tagged receives
             if self.early_receives:
                 post_receives_early(stage, plan.microbatches)
@@ -319,7 +416,9 @@ __all__ = [
     "RankSchedule",
     "early_by_default",
     "loss_is_output",
+    "orphan_parameters",
     "post_receives_early",
+    "mend_split_backward",
     "shared_parameters",
     "stream_tag",
     "tag_streams",

@@ -19,11 +19,12 @@ any other                                ``planned``: placer's own issue order
 (:func:`envs.microbatch.issue_segments`, each stage one unit) as a list of actions
 per rank, run by torch's ``_PipelineScheduleRuntime`` (:func:`planned_actions`).
 A plan may also name a schedule: torch's ``interleaved_1f1b`` runs looped layouts,
-and keeps as many microbatches in flight as its own warm-up rule says. Torch's
-zero-bubble schedules (backward split into an input and a weight part) are not
-offered: their input part (``torch.autograd.grad``) leaves the gradients it sends in
-whatever layout the last op made, which the process groups refuse unless dense, and
-detaches the stage's outputs in place, which fails for an output that is a view.
+and keeps as many microbatches in flight as its own warm-up rule says;
+``interleaved_zb``, torch's ``ScheduleInterleavedZeroBubble`` (the ZB1P schedule of
+Qi et al. 2024), runs them too, with each backward split into its input part (``I``:
+the gradient the stage sends back) and its weight part (``W``: the parameters'
+gradients), the weight parts put off to fill the waits (:data:`SPLIT_BACKWARD`; the
+stage programs are cut for it, :func:`~envs.real.distributed.stage_modules.stage_programs`).
 Torch's V schedules (ZBV, DualPipeV) put two *consecutive* stages on one rank,
 which a cut into maximal runs on one device never makes, so no plan matches them.
 A named schedule must fit the plan (:func:`check_schedule`).
@@ -45,8 +46,12 @@ from envs.microbatch import BACKWARD, FORWARD, issue_segments
 from graphs import PlacerError
 from graphs.plan import SCHEDULES, check_inflight
 
-#: An action of a rank: (stage index, "F" forward or "B" backward, microbatch).
+#: An action of a rank: (stage index, "F" forward, "B" backward, or a backward's "I" input and "W" weight part,
+#: microbatch).
 Action = tuple[int, str, int]
+
+#: The schedules that split each backward into its input part and its weight part (module doc).
+SPLIT_BACKWARD = ("interleaved_zb",)
 
 
 def layout(stage_ranks: Sequence[int], num_ranks: int) -> str:
@@ -84,6 +89,7 @@ NEEDS_LAYOUT = {
     "1f1b": "one_per_rank",
     "looped_bfs": "looped",
     "interleaved_1f1b": "looped",
+    "interleaved_zb": "looped",
 }
 
 
@@ -189,6 +195,7 @@ BUILDERS: dict[str, Callable[..., Any]] = {
     "1f1b": _single("Schedule1F1B"),
     "looped_bfs": _multi("ScheduleLoopedBFS"),
     "interleaved_1f1b": _multi("ScheduleInterleaved1F1B"),
+    "interleaved_zb": _multi("ScheduleInterleavedZeroBubble"),
     "planned": runtime_schedule,
 }
 
@@ -197,6 +204,7 @@ __all__ = [
     "Action",
     "BUILDERS",
     "NEEDS_LAYOUT",
+    "SPLIT_BACKWARD",
     "check_schedule",
     "fitting_schedule",
     "layout",

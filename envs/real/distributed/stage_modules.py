@@ -15,7 +15,15 @@
   one rank share the tensor (tied weights accumulate one gradient there), the
   stages of other ranks have their own copy (:mod:`~envs.real.distributed.runtime`
   sums the gradients of those);
-* within a stage the ops run in the plan's issue order (:func:`envs.real.placing.reorder`).
+* within a stage the ops run in the plan's issue order (:func:`envs.real.placing.reorder`);
+* for a schedule that splits the backward into an input part and a weight part (torch's
+  zero-bubble schedules, ``split_backward``): what a stage returns is a fresh copy, not
+  the tensor itself, since torch's input part detaches the stage's outputs in place,
+  which autograd refuses for a view (a slice of the labels) and for a tensor an op of
+  the stage saved for its backward (the weight part still needs it); and each floating
+  input the stage receives passes through :class:`DenseGradient`, since that input part
+  sends the gradient autograd's last op left, in whatever layout (a transpose's), where
+  the full backward accumulates it dense.
 
 :func:`place_stage` moves a stage to its torch device as ``placer.apply`` would
 (device arguments, views, the bodies of ``no_grad``/autocast regions), and
@@ -38,6 +46,28 @@ from envs.real.placing import keep_global_state, on_device, reorder, reshape_vie
 from graphs import PlacerError
 
 _CONTIGUOUS = torch.ops.aten.contiguous.default
+_CLONE = torch.ops.aten.clone.default
+
+
+class DenseGradient(torch.autograd.Function):
+    """The identity forward; backward, the gradient made contiguous (what the process groups send)."""
+
+    @staticmethod
+    def forward(ctx: Any, x: torch.Tensor) -> torch.Tensor:
+        return x.view_as(x)
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> torch.Tensor:
+        return grad.contiguous()
+
+
+def dense_gradient(x: torch.Tensor) -> torch.Tensor:
+    """:class:`DenseGradient` of ``x`` (a stage's node calls this; the class's ``apply`` is no plain function)."""
+    return DenseGradient.apply(x)
+
+
+#: The name each :func:`dense_gradient` node of a stage takes, before its input's: no op of a program is named so.
+DENSE_GRADIENT_PREFIX = "placer_dense_gradient_"
 #: The export's guard on the inputs' shapes (a call_module of ``ep.module()``); a stage checks nothing of the sort.
 GUARDS = "_guards_fn"
 
@@ -97,8 +127,11 @@ def carried_values(gm: fx.GraphModule, stage_ops: Sequence[Sequence[str]]) -> li
     return carried
 
 
-def stage_programs(gm: fx.GraphModule, stage_ops: Sequence[Sequence[str]]) -> list[fx.GraphModule]:
-    """One ``GraphModule`` per stage of ``gm`` (see the module doc); ``stage_ops[s]``: stage s's op names, in order."""
+def stage_programs(
+    gm: fx.GraphModule, stage_ops: Sequence[Sequence[str]], *, split_backward: bool = False
+) -> list[fx.GraphModule]:
+    """One ``GraphModule`` per stage of ``gm`` (see the module doc); ``stage_ops[s]``: stage s's op names, in order;
+    ``split_backward``: for a schedule that splits the backward (fresh outputs, dense input gradients)."""
     stage = _stage_of_nodes(gm, stage_ops)
     carried = carried_values(gm, stage_ops)
     loss = _loss_node(gm)
@@ -123,13 +156,34 @@ def stage_programs(gm: fx.GraphModule, stage_ops: Sequence[Sequence[str]]) -> li
             if node.op == "call_function" and stage.get(node) == s:
                 env[node] = graph.node_copy(node, value)
         if s + 1 < len(stage_ops):  # sent to another process: gloo and nccl send dense tensors only
-            graph.output(tuple(graph.call_function(_CONTIGUOUS, (env[v],)) for v in carried[s + 1]))
+            if split_backward:
+                fresh = {"memory_format": torch.contiguous_format}
+                graph.output(tuple(graph.call_function(_CLONE, (env[v],), fresh) for v in carried[s + 1]))
+            else:
+                graph.output(tuple(graph.call_function(_CONTIGUOUS, (env[v],)) for v in carried[s + 1]))
         else:
             graph.output(env[loss])
         reorder(graph, list(ops))
+        if split_backward and s > 0:
+            _dense_input_gradients(graph)
         graph.lint()
         modules.append(fx.GraphModule(attrs, graph, class_name=f"Stage{s}"))
     return modules
+
+
+def _dense_input_gradients(graph: fx.Graph) -> None:
+    """Route every floating input of a stage that an op reads through :func:`dense_gradient` (module doc)."""
+    placeholders = [n for n in graph.nodes if n.op == "placeholder"]
+    if not placeholders:
+        return
+    with graph.inserting_after(placeholders[-1]):
+        for p in reversed(placeholders):
+            val = p.meta.get("val")
+            if not p.users or not isinstance(val, torch.Tensor) or not val.is_floating_point():
+                continue
+            node = graph.create_node("call_function", dense_gradient, (p,), name=DENSE_GRADIENT_PREFIX + p.name)
+            node.meta = dict(p.meta)
+            p.replace_all_uses_with(node, delete_user_cb=lambda user: user is not node)
 
 
 def _attribute(gm: fx.GraphModule, target: str) -> Any:
@@ -218,9 +272,12 @@ def parameters_by_name(modules: Sequence[nn.Module]) -> dict[str, nn.Parameter]:
 
 
 __all__ = [
+    "DENSE_GRADIENT_PREFIX",
+    "DenseGradient",
     "GUARDS",
     "StageShapes",
     "carried_values",
+    "dense_gradient",
     "parameters_by_name",
     "place_stage",
     "stage_programs",

@@ -3,7 +3,8 @@
 :class:`ActionRecorder` wraps, on this rank's objects only, the methods torch's
 pipeline runtime calls for each action (every schedule calls them, the built-in ones
 and the custom action lists alike): each ``PipelineStage``'s ``forward_one_chunk``
-(``F``), ``backward_one_chunk`` (``B``) and ``backward_weight_one_chunk`` (``W``), and
+(``F``), ``backward_one_chunk`` (``B``; ``I`` where a zero-bubble schedule asks for its input part only) and
+``backward_weight_one_chunk`` (``W``), and
 the optimizer's ``step`` (``O``). Nothing of torch is patched globally, and a wrapper
 costs a microsecond per action.
 
@@ -72,7 +73,8 @@ class ActionRecorder:
                 end = self.clock()
                 if self._t0 is not None:
                     m = -1 if kind == "O" else _microbatch(args, kwargs)
-                    self.steps[-1].append(Event(self.rank, stage, kind, m, start - self._t0, end - self._t0))
+                    what = "I" if kind == "B" and kwargs.get("full_backward") is False else kind
+                    self.steps[-1].append(Event(self.rank, stage, what, m, start - self._t0, end - self._t0))
                     if ends_step:
                         self.step_s.append(end - self._t0)
                         self._t0 = None

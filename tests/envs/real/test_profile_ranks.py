@@ -135,6 +135,13 @@ def test_the_pipeline_runs_set_the_compute_of_every_rank():
             p["pipelines"][k]["phases"]["step_s"] = step_s
     cluster = ranks_cluster(g, parts, split=np.array([0, 1]))
     assert [d.action_overhead_s for d in cluster.devices] == pytest.approx([2.0, 2.0])
+    assert [d.split_backward_factor for d in cluster.devices] == [1.0, 1.0]  # no rank timed a split backward
+    # the second rank's stage took 1.3x as long with its backward split: every device's factor, in the file too
+    parts[1]["split_backward"] = {"whole_s": 0.010, "split_s": 0.013}
+    cluster = ranks_cluster(g, parts, split=np.array([0, 1]))
+    assert [d.split_backward_factor for d in cluster.devices] == pytest.approx([1.3, 1.3])
+    assert Cluster.from_dict(json.loads(json.dumps(cluster.to_dict()))).devices[1].split_backward_factor == 1.3
+    del parts[1]["split_backward"]
     # a pipeline that could not run (the same error on every rank): the one-process steps are the fit
     parts[1]["pipelines"][1] = {"microbatches": 4, "error": "stage 1 receives a int64 tensor"}
     cluster = ranks_cluster(g, parts, split=np.array([0, 1]))
@@ -206,5 +213,10 @@ def test_two_ranks_of_this_machine_are_measured_into_a_cluster_the_simulator_tak
     assert [[run["microbatches"] for run in p["pipelines"]] for p in summary["measured"]] == [[1, 8], [1, 8]]
     assert all(run["phases"]["forward_s"] > 0 for p in summary["measured"] for run in p["pipelines"])
     assert "fitted to pipeline compute" in cluster.description
+    # the second rank's stage timed with its backward whole and split (zero-bubble schedules): the devices' factor
+    first, second = (p["split_backward"] for p in summary["measured"])
+    assert first is None and second["whole_s"] > 0 and second["split_s"] > 0
+    factor = second["split_s"] / second["whole_s"]
+    assert [d.split_backward_factor for d in cluster.devices] == pytest.approx([factor, factor], rel=1e-5)
     link = cluster.links[("cpu:0", "cpu:1")]
     assert 0 <= link.latency_s < 0.1 and link.bandwidth_bytes_per_s > 1e6

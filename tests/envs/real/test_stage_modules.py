@@ -15,7 +15,13 @@ from torch import nn
 
 from envs.real.distributed.cut import cut_stages
 from envs.real.distributed.runtime import shared_parameters
-from envs.real.distributed.stage_modules import carried_values, stage_programs, stage_shapes
+from envs.real.distributed.stage_modules import (
+    DENSE_GRADIENT_PREFIX,
+    carried_values,
+    dense_gradient,
+    stage_programs,
+    stage_shapes,
+)
 from graphs import PlacerError
 from graphs.torch_capture import export_program, graph_from_program
 
@@ -156,3 +162,49 @@ def test_a_stage_runs_its_ops_in_the_plans_issue_order():
     (module,) = stage_programs(ep.module(), stage_ops)
     ran = [n.name for n in module.graph.nodes if n.op == "call_function"]
     assert ran == stage_ops[0], (names, ran)
+
+
+def test_stages_cut_for_a_split_backward_return_fresh_tensors_and_send_dense_gradients(three_stages):
+    """Torch's zero-bubble input part detaches a stage's outputs in place and sends the gradient autograd left:
+    cut for it, a stage returns copies (no view of its input, no tensor an op saved) and its floating inputs'
+    gradients come out contiguous; the chain still computes the model's loss and gradients."""
+    model, inputs, ep, stage_ops = three_stages
+    modules = stage_programs(ep.module(), stage_ops, split_backward=True)
+    plain = stage_programs(ep.module(), stage_ops)
+    first = modules[0](*inputs)
+    # the labels pass through stage 0 as they came: a copy, not the input tensor itself
+    assert first[0] is not inputs[1] and not first[0]._is_view() and torch.equal(first[0], inputs[1])
+    assert plain[0](*inputs)[0] is inputs[1]  # what the other schedules send, unchanged
+    received = tuple(t.detach().requires_grad_(t.is_floating_point()) for t in first)
+    second = modules[1](*received)
+    for t in second:
+        t.detach_()  # what torch's input part does to a stage's outputs: it must not break the stage's graph
+    # a gradient that reaches an input transposed leaves it contiguous (DenseGradient)
+    x = torch.randn(3, 4, 8).transpose(0, 1).detach().requires_grad_(True)
+    nodes = [n for n in modules[1].graph.nodes if n.name.startswith(DENSE_GRADIENT_PREFIX)]
+    assert [n.args[0].name for n in nodes] == ["embedding"]
+    y = dense_gradient(x)
+    (g,) = torch.autograd.grad(y.transpose(0, 1).contiguous().sum() * y.new_ones(()), x, retain_graph=True)
+    assert g.is_contiguous()
+    # the chain computes the loss and gradients the plain cut does
+    values = inputs
+    for m in modules[:-1]:
+        values = m(*values)
+    loss = modules[-1](*values)
+    ref = plain[-1](*plain[1](*plain[0](*inputs)))
+    torch.testing.assert_close(loss, ref)
+
+
+def test_orphan_parameters_are_those_with_a_path_to_the_outputs_that_meets_no_input():
+    from envs.real.distributed.runtime import orphan_parameters
+
+    x = torch.randn(2, 3, requires_grad=True)
+    w1, w2, w3 = (nn.Parameter(torch.randn(3, 3)) for _ in range(3))
+    out1 = x @ w1  # every path of w1 meets x's: torch's weight part computes its gradient
+    out2 = w2.t() * 2  # a weight's transpose sent on: no path meets x's
+    out3, out4 = x @ w3, w3.sum() * 2  # one path meets x's, the other (another output) does not
+    named = {id(w1): "w1", id(w2): "w2", id(w3): "w3"}
+    assert [named[id(p)] for p in orphan_parameters([out1, out2, out3, out4], [x], [w1, w2, w3])] == ["w2", "w3"]
+    # where the paths join below a node that meets x's, torch's weight part starts there and computes it all
+    assert orphan_parameters([x @ w3 + w3.sum()], [x], [w3]) == []
+    assert orphan_parameters([out1], [x], [w1, w2, w3]) == []

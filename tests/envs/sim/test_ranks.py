@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 
@@ -181,3 +183,80 @@ def test_one_stage_per_rank_scores_a_split_and_refuses_a_looped_plan_saying_why(
     assert split_only.with_microbatches(4).one_stage_per_rank  # kept at another shape
     one_rank = RankSim(g, cluster(), one_stage_per_rank=True).evaluate([[1, 1, 1, 1]])[0]
     assert one_rank.status == "ok"  # one device, one stage
+
+
+def test_a_zero_bubble_plan_splits_each_backward_into_its_input_and_weight_parts_the_hand_timeline():
+    # a -> b -> c -> d looped on 2 ranks (stages 0 and 2 on rank 0), M = 2, torch's interleaved zero bubble:
+    # rank 0 runs 0F0 0F1 2F0 2F1 2I0 2W0 2I1 2W1 0I0 0W0 0I1 0W1,
+    # rank 1 1F0 1F1 3F0 3I0 3F1 3I1 3W0 1I0 3W1 1I1 1W0 1W1.
+    # Per microbatch each op: forward 1 s, backward 2 s; every op has parameters: the input part 1 s and the weight
+    # part 1 s, but stage 0 (it sends no gradient) runs its whole backward, 2 s, in its weight part (its I takes 0).
+    # A send: 0.1 + 100 / 1000 = 0.2 s.
+    # rank 0: 0F0 0-1 (at s1 1.2), 0F1 1-2 (2.2); rank 1: 1F0 1.2-2.2 (at s2 2.4), 1F1 2.2-3.2 (3.4);
+    # rank 0: 2F0 2.4-3.4 (at s3 3.6), 2F1 3.4-4.4 (4.6); rank 1: 3F0 3.6-4.6, 3I0 4.6-5.6 (gradient at s2 5.8),
+    # 3F1 5.6-6.6, 3I1 6.6-7.6 (7.8), 3W0 7.6-8.6; rank 0: 2I0 5.8-6.8 (at s1 7.0), 2W0 6.8-7.8, 2I1 7.8-8.8 (9.0),
+    # 2W1 8.8-9.8; rank 1: 1I0 8.6-9.6 (at s0 9.8), 3W1 9.6-10.6, 1I1 10.6-11.6 (11.8), 1W0 11.6-12.6, 1W1 12.6-13.6;
+    # rank 0: 0I0 9.8-9.8, 0W0 9.8-11.8, 0I1 11.8-11.8, 0W1 11.8-13.8.
+    names = ["a", "b", "c", "d"]
+    # a has no parameters: its backward would be all input part, but stage 0 runs it in its weight part
+    edges = [(x, y, 200) for x, y in zip(names, names[1:])]
+    g = OpGraph.from_edges(names, edges, flops=[2e9] * 4, param_bytes=[0, 4, 4, 4])
+    events: list = []
+    res = simulate_ranks(g, cluster(), [0, 1, 0, 1], microbatches=2, schedule="interleaved_zb", timeline=events)
+    assert res.ok and res.extra["schedule"] == "interleaved_zb" and res.extra["stages"] == 4
+    assert res.extra["rank_end_s"] == pytest.approx([13.8, 13.6])
+    spans = {(e.stage, e.kind, e.microbatch): (e.start_s, e.end_s) for e in events if e.kind != "O"}
+    assert spans[(0, "I", 0)] == pytest.approx((9.8, 9.8)) and spans[(0, "W", 0)] == pytest.approx((9.8, 11.8))
+    assert spans[(3, "W", 0)] == pytest.approx((7.6, 8.6)) and spans[(1, "I", 1)] == pytest.approx((10.6, 11.6))
+    # where splitting costs 1.5x (the devices' split_backward_factor), each part takes 1.5x; stage 0's backward,
+    # unsplit, does not
+    slow = Cluster(
+        name="toy", devices=[replace(d, split_backward_factor=1.5) for d in cluster().devices], links=cluster().links
+    )
+    events = []
+    simulate_ranks(g, slow, [0, 1, 0, 1], microbatches=2, schedule="interleaved_zb", timeline=events)
+    took = {(e.stage, e.kind, e.microbatch): e.end_s - e.start_s for e in events if e.kind != "O"}
+    assert took[(3, "I", 0)] == pytest.approx(1.5) and took[(2, "W", 1)] == pytest.approx(1.5)
+    assert took[(0, "W", 0)] == pytest.approx(2.0) and took[(0, "I", 0)] == 0.0
+    # the same plan under interleaved 1F1B runs whole backwards: no weight part fills rank 1's wait for 1B0
+    whole = simulate_ranks(g, cluster(), [0, 1, 0, 1], microbatches=2, schedule="interleaved_1f1b")
+    assert whole.ok and whole.step_time_s > res.step_time_s
+
+
+def test_zero_bubble_runs_every_forward_input_and_weight_part_once_in_torchs_order():
+    from types import SimpleNamespace
+
+    from torch.distributed.pipelining.schedules import ScheduleInterleavedZeroBubble
+
+    from envs.sim.rank_actions import torch_order
+
+    for S, R, M in [(4, 2, 2), (4, 2, 4), (6, 2, 4), (8, 4, 4)]:
+        ranks = [s % R for s in range(S)]
+        acts = schedule_actions("interleaved_zb", ranks, R, microbatches=M, inflight=None)
+        flat = sorted(a for r in acts.values() for a in r)
+        assert flat == sorted((s, k, m) for s in range(S) for k in "FIW" for m in range(M))
+        # torch's runtime runs each rank's list after it inserts idle slots, which change no rank's order
+        order = torch_order("interleaved_zb", S, R, M)
+        state = SimpleNamespace(pipeline_order=order, _n_microbatches=M, pp_group_size=R, n_local_stages=S // R)
+        run = ScheduleInterleavedZeroBubble._add_bubbles_to_actions(state, S)  # noqa: SLF001
+        for r in range(R):
+            kept = [(a.stage_index, a.computation_type.value, a.microbatch_index) for a in run[r] if a is not None]
+            assert [x for x in kept if x[1] in "FIW"] == acts[r]
+
+
+def test_weight_parts_free_the_activations_and_a_zero_bubble_plan_needs_a_looped_layout():
+    from envs.sim.ranks import weight_fractions
+
+    g = OpGraph.from_edges(["embed", "mm", "relu"], [("embed", "mm", 4), ("mm", "relu", 4)], param_bytes=[8, 8, 0])
+    assert weight_fractions(g).tolist() == [1.0, 0.5, 0.0]
+    g.out_dtypes[0] = ["torch.int64"]  # nothing floating feeds mm: its backward is its weight's gradient alone
+    assert weight_fractions(g).tolist() == [1.0, 1.0, 0.0]
+    # the activations a stage keeps stay until its weight part, which reads them
+    from types import SimpleNamespace
+
+    from envs.sim.ranks import peak_activation_bytes
+
+    acts = {0: [(0, "F", 0), (0, "I", 0), (0, "F", 1), (0, "W", 0), (0, "I", 1), (0, "W", 1)]}
+    assert peak_activation_bytes(SimpleNamespace(activation_bytes=[10.0]), acts) == {0: 20.0}
+    bad = simulate_ranks(two_stage_graph(), cluster(), [0, 1], microbatches=2, schedule="interleaved_zb")
+    assert bad.status == "error" and "several stages per rank" in bad.message

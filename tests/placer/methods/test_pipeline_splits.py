@@ -165,3 +165,28 @@ def test_place_with_merges_says_the_plan_runs_on_one_rank(k80x2, tmp_path, capsy
     assert "(1 stage on 1 rank, " in printed and "gpu:0: 6" in printed
     assert main(argv) == 0
     assert "(2 stages on 2 ranks, " in capsys.readouterr().out
+
+
+def test_place_names_the_schedule_a_plan_runs_under_and_refuses_one_that_does_not_fit(tmp_path, capsys):
+    """``--option schedule=S``: the file carries S, the simulated step across processes is S's, and a plan S cannot
+    run is refused in one line, no file written."""
+    from graphs.io import save
+    from graphs.plan import Placement
+    from placer.cli import main
+
+    graph, out = tmp_path / "g.json", tmp_path / "p.json"
+    save(_six_equal_matmuls(), str(graph))
+    argv = ["place", str(graph), "--cluster", "k80x2", "--method", "equal_layers", "-o", str(out), "--ranks"]
+    looped = ["--option", "stages_per_rank=2", "--option", "microbatches=4"]
+    assert main([*argv, *looped, "--option", "schedule=interleaved_zb"]) == 0
+    assert "(4 stages on 2 ranks, interleaved_zb schedule)" in capsys.readouterr().out
+    zb = Placement.load(str(out))
+    assert zb.schedule == "interleaved_zb" and zb.meta["ranks_schedule"] == "interleaved_zb"
+    assert main([*argv, *looped, "--option", "schedule=interleaved_1f1b"]) == 0
+    assert Placement.load(str(out)).meta["ranks_step_time_s"] != zb.meta["ranks_step_time_s"]
+    capsys.readouterr()
+    out.unlink()
+    assert main([*argv, "--option", "microbatches=4", "--option", "schedule=interleaved_zb"]) == 2
+    err = capsys.readouterr().err
+    assert "--option schedule=interleaved_zb: schedule 'interleaved_zb' runs several stages per rank" in err
+    assert err.count("\n") == 1 and not out.exists()
