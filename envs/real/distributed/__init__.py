@@ -9,8 +9,9 @@ process per logical device, started by torch's launcher (torchrun, or
 2. :mod:`~envs.real.distributed.ranks`: which rank, and which local torch device,
    each logical device is.
 3. :mod:`~envs.real.distributed.schedules`: the schedule. Torch's own (GPipe, 1F1B,
-   Interleaved1F1B, LoopedBFS, ZBV) where the plan's stages and window match one,
-   else the plan's issue order as a list of actions for torch's runtime.
+   Interleaved1F1B, LoopedBFS, and the interleaved zero-bubble schedule when a plan
+   names it) where the plan's stages and window match one, else the plan's issue
+   order as a list of actions for torch's runtime.
 4. :mod:`~envs.real.distributed.rank_plan`: the three above checked against each other
    and against the graph, once, before any process starts (JSON, so it travels).
 5. :mod:`~envs.real.distributed.stage_modules`: each stage as an ``fx.GraphModule`` cut
