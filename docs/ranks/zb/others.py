@@ -1,0 +1,170 @@
+"""Models none of us wrote, for a probe of plans across processes: tiny Hugging Face models outside the
+conformance corpus, built from their configs (nothing downloaded), each ``(loss module, inputs)``.
+
+Run by ``docs/ranks/zb/others.sh`` (``others:<name>`` with this folder on ``PYTHONPATH``).
+"""
+
+import torch
+import transformers
+from torch import nn
+
+transformers.logging.set_verbosity_error()
+DROPOUTS = (
+    "hidden_dropout",
+    "attention_dropout",
+    "resid_pdrop",
+    "embd_pdrop",
+    "attn_pdrop",
+    "hidden_dropout_prob",
+    "attention_probs_dropout_prob",
+    "dropout",
+)
+
+
+class Loss(nn.Module):
+    """``model(**dict(zip(keys, inputs))).loss``."""
+
+    def __init__(self, m, keys=("input_ids", "labels")):
+        super().__init__()
+        self.m = m
+        self.keys = keys
+
+    def forward(self, *xs):
+        return self.m(**dict(zip(self.keys, xs))).loss
+
+
+def _lm(cfg_name, model_name, **kw):
+    torch.manual_seed(0)
+    base = dict(
+        vocab_size=128,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=4,
+        num_attention_heads=4,
+        max_position_embeddings=64,
+    )
+    base.update(kw)
+    cfg = getattr(transformers, cfg_name)(**base)
+    for k in DROPOUTS:
+        if hasattr(cfg, k):
+            setattr(cfg, k, 0.0)
+    m = getattr(transformers, model_name)(cfg).eval()
+    ids = torch.randint(0, 128, (4, 16), generator=torch.Generator().manual_seed(1))
+    return Loss(m), (ids, ids.clone())
+
+
+def _images(model, labels=10):
+    g = torch.Generator().manual_seed(1)
+    inputs = (torch.randn(4, 3, 32, 32, generator=g), torch.randint(0, labels, (4,), generator=g))
+    return Loss(model.eval(), ("pixel_values", "labels")), inputs
+
+
+def falcon():
+    return _lm("FalconConfig", "FalconForCausalLM", num_kv_heads=2, new_decoder_architecture=True)
+
+
+def gptj():
+    return _lm("GPTJConfig", "GPTJForCausalLM", n_embd=32, n_layer=4, n_head=4, rotary_dim=4, n_positions=64)
+
+
+def bloom():
+    return _lm("BloomConfig", "BloomForCausalLM", n_layer=4, n_head=4)
+
+
+def starcoder2():
+    return _lm("Starcoder2Config", "Starcoder2ForCausalLM", num_key_value_heads=2)
+
+
+def olmo2():
+    return _lm("Olmo2Config", "Olmo2ForCausalLM", num_key_value_heads=2)
+
+
+def phi3():
+    return _lm("Phi3Config", "Phi3ForCausalLM", num_key_value_heads=2, pad_token_id=0)
+
+
+def stablelm():
+    return _lm("StableLmConfig", "StableLmForCausalLM", num_key_value_heads=2)
+
+
+def cohere():
+    return _lm("CohereConfig", "CohereForCausalLM", num_key_value_heads=2)
+
+
+def granite():
+    return _lm("GraniteConfig", "GraniteForCausalLM", num_key_value_heads=2)
+
+
+def bigcode():
+    return _lm("GPTBigCodeConfig", "GPTBigCodeForCausalLM", n_embd=32, n_layer=4, n_head=4, n_positions=64)
+
+
+def gemma2():
+    return _lm("Gemma2Config", "Gemma2ForCausalLM", num_key_value_heads=2, head_dim=8)
+
+
+def electra():
+    torch.manual_seed(0)
+    cfg = transformers.ElectraConfig(
+        vocab_size=128,
+        embedding_size=16,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=4,
+        num_attention_heads=4,
+        max_position_embeddings=64,
+        hidden_dropout_prob=0.0,
+        attention_probs_dropout_prob=0.0,
+    )
+    m = transformers.ElectraForMaskedLM(cfg).eval()
+    ids = torch.randint(0, 128, (4, 16), generator=torch.Generator().manual_seed(1))
+    return Loss(m), (ids, ids.clone())
+
+
+def convnext():
+    torch.manual_seed(0)
+    cfg = transformers.ConvNextConfig(
+        num_channels=3, hidden_sizes=[8, 16, 32, 64], depths=[1, 1, 2, 1], num_labels=10, image_size=32
+    )
+    return _images(transformers.ConvNextForImageClassification(cfg))
+
+
+def swin():
+    torch.manual_seed(0)
+    cfg = transformers.SwinConfig(
+        image_size=32,
+        patch_size=4,
+        embed_dim=16,
+        depths=[1, 1],
+        num_heads=[2, 2],
+        window_size=4,
+        num_labels=10,
+        hidden_dropout_prob=0.0,
+        attention_probs_dropout_prob=0.0,
+        drop_path_rate=0.0,
+    )
+    return _images(transformers.SwinForImageClassification(cfg))
+
+
+def whisper():
+    torch.manual_seed(0)
+    cfg = transformers.WhisperConfig(
+        vocab_size=128,
+        num_mel_bins=16,
+        d_model=32,
+        encoder_layers=2,
+        decoder_layers=2,
+        encoder_attention_heads=4,
+        decoder_attention_heads=4,
+        encoder_ffn_dim=64,
+        decoder_ffn_dim=64,
+        max_source_positions=16,
+        max_target_positions=32,
+        pad_token_id=0,
+        decoder_start_token_id=1,
+        dropout=0.0,
+    )
+    m = transformers.WhisperForConditionalGeneration(cfg).eval()
+    g = torch.Generator().manual_seed(1)
+    features, labels = torch.randn(4, 16, 32, generator=g), torch.randint(2, 128, (4, 8), generator=g)
+    return Loss(m, ("input_features", "labels")), (features, labels)

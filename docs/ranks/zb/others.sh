@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# 15 Hugging Face architectures outside the conformance corpus (docs/ranks/zb/others.py, tiny, built from configs),
+# each across two CPU ranks with --check under three plans: equal_layers (2 stages, GPipe), flops_balanced looped
+# (4 stages, M = 2, torch's LoopedBFS) and the same looped plan under interleaved_zb. One line per run.
+set -uo pipefail
+cd "$(dirname "$0")"
+export OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 PYTHONPATH="$PWD:$PWD/../../..${PYTHONPATH:+:$PYTHONPATH}"
+T=$(mktemp -d)
+for m in falcon gptj bloom starcoder2 olmo2 phi3 stablelm cohere granite bigcode gemma2 electra convnext swin whisper; do
+  placer place others:$m --cluster k80x2 --method equal_layers --option microbatches=2 --ranks -o $T/split.json > /dev/null
+  placer place others:$m --cluster k80x2 --method flops_balanced --option stages_per_rank=2 --option microbatches=2 \
+      --ranks -o $T/looped.json > /dev/null
+  placer place others:$m --cluster k80x2 --method flops_balanced --option stages_per_rank=2 --option microbatches=2 \
+      --option schedule=interleaved_zb --ranks -o $T/zb.json > /dev/null
+  for plan in split looped zb; do
+    line=$(placer run others:$m --placement $T/$plan.json --cluster k80x2 --nproc-per-node 2 --check --steps 3 2>&1 \
+        | grep -E '^check|error' | tail -1)
+    echo "$m $plan: $line"
+  done
+done
+rm -rf "$T"
