@@ -1,5 +1,9 @@
 """Summarize docs/ranks/zb/measure.sh's runs: per model and schedule, simulated and measured step (median of the
-repeats, with the fastest and slowest), and the zero-bubble schedule against the others, repeat by repeat."""
+repeats, with the fastest and slowest), and the zero-bubble schedule against the others, repeat by repeat.
+
+    python docs/ranks/zb/summarize.py                                        # summary.json
+    python docs/ranks/zb/summarize.py lm_b32 encoder_decoder_b32 unet_b32    # summary_b32.json
+"""
 
 import json
 import statistics
@@ -36,4 +40,5 @@ for m in sys.argv[1:] or ["lm", "encoder_decoder", "unet"]:
             f"  zb/this {statistics.median(ratio):.3f} [{min(ratio):.3f}-{max(ratio):.3f}]"
         )
     out[m] = rows
-(D / "summary.json").write_text(json.dumps(out, indent=1))
+name = "summary_b32.json" if out and all(m.endswith("_b32") for m in out) else "summary.json"
+(D / name).write_text(json.dumps(out, indent=1))
