@@ -145,9 +145,12 @@ def balanced_estimate(graph: Any, cluster: Any, schedule: str, microbatches: int
         raise PlacerError(f"balanced estimate under {name}: the plan does not run ({result.message})")
     compute = [p["forward_s"] + p["backward_s"] for p in rank_phases(events).values()]
     mean = sum(compute) / R
-    bubble = (microbatches + R - 1) / microbatches if per_rank == 1 else 1 + (R - 1) / (per_rank * microbatches)
     if name in SPLIT_BACKWARD:
         bubble = 1.0
+    elif per_rank == 1:
+        bubble = (microbatches + R - 1) / microbatches
+    else:
+        bubble = 1 + (R - 1) / (per_rank * microbatches)
     return {"schedule": name, "estimate_s": mean * bubble, "bubble": bubble, "imbalance": max(compute) / mean}
 
 

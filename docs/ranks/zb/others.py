@@ -6,7 +6,8 @@ Run by ``docs/ranks/zb/others.sh`` (``others:<name>`` with this folder on ``PYTH
 
 import torch
 import transformers
-from torch import nn
+
+from graphs.models.corpus import LossOf as Loss
 
 transformers.logging.set_verbosity_error()
 DROPOUTS = (
@@ -19,18 +20,6 @@ DROPOUTS = (
     "attention_probs_dropout_prob",
     "dropout",
 )
-
-
-class Loss(nn.Module):
-    """``model(**dict(zip(keys, inputs))).loss``."""
-
-    def __init__(self, m, keys=("input_ids", "labels")):
-        super().__init__()
-        self.m = m
-        self.keys = keys
-
-    def forward(self, *xs):
-        return self.m(**dict(zip(self.keys, xs))).loss
 
 
 def _lm(cfg_name, model_name, **kw):

@@ -297,10 +297,15 @@ def fit_pipeline(
     }
 
 
+def with_device_fields(cluster: Cluster, **fields: float) -> Cluster:
+    """``cluster`` with ``fields`` (:class:`~envs.devices.Device` attributes) set alike on every device."""
+    devices = [dataclasses.replace(d, **fields) for d in cluster.devices]
+    return Cluster(name=cluster.name, devices=devices, links=cluster.links, description=cluster.description)
+
+
 def with_action_overhead(cluster: Cluster, seconds: float) -> Cluster:
     """``cluster`` with every device's ``action_overhead_s`` set to ``seconds``."""
-    devices = [dataclasses.replace(d, action_overhead_s=float(seconds)) for d in cluster.devices]
-    return Cluster(name=cluster.name, devices=devices, links=cluster.links, description=cluster.description)
+    return with_device_fields(cluster, action_overhead_s=float(seconds))
 
 
 def split_factor(parts: Sequence[Mapping[str, Any]]) -> float:
@@ -550,10 +555,8 @@ def ranks_cluster(
             M = int(run["microbatches"])
             runs[M] = max(runs.get(M, 0.0), float(run["phases"]["step_s"]))
     overhead_s = fit_action_overhead(graph, cluster, np.asarray(split), sorted(runs.items()))
-    cluster = with_action_overhead(cluster, overhead_s)
     factor = min(max(split_factor(parts), 0.1), 100.0)  # within the cluster file's bounds
-    devices = [dataclasses.replace(d, split_backward_factor=factor) for d in cluster.devices]
-    return Cluster(name=cluster.name, devices=devices, links=cluster.links, description=cluster.description)
+    return with_device_fields(cluster, action_overhead_s=overhead_s, split_backward_factor=factor)
 
 
 def profile_ranks(source: str, num_ranks: int, *, repeats: int = 5, warmup: int = 1, timeout_s: float = 600.0):
@@ -623,4 +626,5 @@ __all__ = [
     "split_factor",
     "stage_split_backward",
     "with_action_overhead",
+    "with_device_fields",
 ]

@@ -156,11 +156,8 @@ def stage_programs(
             if node.op == "call_function" and stage.get(node) == s:
                 env[node] = graph.node_copy(node, value)
         if s + 1 < len(stage_ops):  # sent to another process: gloo and nccl send dense tensors only
-            if split_backward:
-                fresh = {"memory_format": torch.contiguous_format}
-                graph.output(tuple(graph.call_function(_CLONE, (env[v],), fresh) for v in carried[s + 1]))
-            else:
-                graph.output(tuple(graph.call_function(_CONTIGUOUS, (env[v],)) for v in carried[s + 1]))
+            send, how = (_CLONE, {"memory_format": torch.contiguous_format}) if split_backward else (_CONTIGUOUS, {})
+            graph.output(tuple(graph.call_function(send, (env[v],), how) for v in carried[s + 1]))
         else:
             graph.output(env[loss])
         reorder(graph, list(ops))
