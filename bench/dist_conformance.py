@@ -15,6 +15,10 @@ float64 one-process step at the conformance tolerance (:mod:`envs.real.conforman
 ``zero_``   the looped plan's stages, 2 microbatches, under torch's interleaved
 ``bubble``  zero-bubble schedule (``interleaved_zb``: each backward split into its
             input part and its weight part)
+``zbv``     the same 4 blocks in a V, ranks 0 1 1 0 (the plan's ``stage_cuts``
+            cut the two middle blocks apart), 2 microbatches, under torch's ZB-V
+            schedule (the backward split likewise; the middle blocks hand over
+            within rank 1)
 ==========  ====================================================================
 
 Run it on one machine, or as two nodes of one process each meeting at a rendezvous
@@ -50,7 +54,7 @@ from graphs.models.corpus import available, build
 from graphs.plan import Placement
 from graphs.torch_capture import export_program, graph_from_program
 
-PLANS = ("split", "looped", "zero_bubble")
+PLANS = ("split", "looped", "zero_bubble", "zbv")
 DEVICES = ["gpu:0", "gpu:1"]
 MICROBATCHES = 2
 
@@ -66,6 +70,13 @@ def plan_of(kind: str, graph: OpGraph) -> Placement:
     if kind == "zero_bubble":
         blocks = (np.arange(n) * 4 // max(n, 1)) % 2
         return Placement.from_indices(graph, DEVICES, blocks, microbatches=MICROBATCHES, schedule="interleaved_zb")
+    if kind == "zbv":
+        blocks = np.arange(n) * 4 // max(n, 1)
+        turn = np.flatnonzero(blocks == 2)[:1]  # where the second block on rank 1 begins
+        devices = np.array([0, 1, 1, 0])[blocks]
+        return Placement.from_indices(
+            graph, DEVICES, devices, microbatches=MICROBATCHES, schedule="zbv", stage_starts=turn
+        )
     raise KeyError(f"unknown plan {kind!r} (known: {', '.join(PLANS)})")
 
 

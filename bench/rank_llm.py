@@ -1,5 +1,5 @@
-"""Pipeline splits at LLM scale, simulated: a Llama-3-8B-shaped decoder on 8 H100s, 1F1B, Interleaved 1F1B and
-Interleaved zero bubble.
+"""Pipeline splits at LLM scale, simulated: a Llama-3-8B-shaped decoder on 8 H100s, 1F1B, Interleaved 1F1B,
+Interleaved zero bubble and ZB-V.
 
 The model is a plain-torch decoder of Llama-3-8B's shape (32 layers, hidden 4096, MLP
 14336, 32 query and 8 key/value heads, a 128256-token vocabulary, untied head),
@@ -9,7 +9,8 @@ captured on the meta device (no weights are made), one step of ``--batch`` seque
 ranks) under 1F1B (one stage per rank, ``M`` microbatches, 8 in flight), torch's
 Interleaved 1F1B (two stages per rank) and torch's Interleaved zero bubble (two stages
 per rank, each backward split into its input and weight parts, the weight parts filling
-the waits: ``interleaved_zb``). Beside them, per schedule, what no split can
+the waits: ``interleaved_zb``) and torch's ZB-V (the same split backward, two stages per
+rank in a V, so that the first rank also runs the last stage: ``zbv``). Beside them, per schedule, what no split can
 beat by much (:func:`balanced_estimate`): ``equal_layers``' compute spread evenly over
 the ranks, with the schedule's bubble::
 
@@ -39,7 +40,12 @@ from placer.methods import registry
 
 METHODS = ("equal_layers", "flops_balanced", "parameters_balanced", "stage_search")
 #: schedule -> (stages per rank, the schedule's name).
-SCHEDULES = {"1f1b": (1, "1f1b"), "interleaved_1f1b": (2, "interleaved_1f1b"), "interleaved_zb": (2, "interleaved_zb")}
+SCHEDULES = {
+    "1f1b": (1, "1f1b"),
+    "interleaved_1f1b": (2, "interleaved_1f1b"),
+    "interleaved_zb": (2, "interleaved_zb"),
+    "zbv": (2, "zbv"),
+}
 
 
 class Block(nn.Module):
@@ -107,9 +113,9 @@ def score(graph: Any, cluster: Any, schedule: str, microbatches: int) -> list[di
     rows = []
     for method in METHODS:
         fn = registry.get(method)
-        options: dict[str, Any] = {"stages_per_rank": per_rank}
+        options: dict[str, Any] = {"stages_per_rank": per_rank, "schedule": name}
         if registry.accepts(fn, "env"):
-            options.update(env=SimpleNamespace(microbatches=microbatches, inflight=inflight), schedule=name)
+            options.update(env=SimpleNamespace(microbatches=microbatches, inflight=inflight))
         start = time.perf_counter()
         op_devices = fn(graph, cluster, **options)
         found_s = time.perf_counter() - start
@@ -170,7 +176,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         rows = [row for s in SCHEDULES for row in score(graph, cluster, s, args.microbatches)]
         bounds = []
         for s, (per_rank, _) in SCHEDULES.items():
-            equal = registry.get("equal_layers")(graph, cluster, stages_per_rank=per_rank)
+            equal = registry.get("equal_layers")(graph, cluster, stages_per_rank=per_rank, schedule=s)
             bounds.append(balanced_estimate(graph, cluster, s, args.microbatches, equal))
     except PlacerError as e:
         print(f"python -m bench.rank_llm: {e}", file=sys.stderr)

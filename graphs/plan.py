@@ -78,7 +78,7 @@ FORMAT = "placer-placement/1"
 #: The largest number of microbatches a plan may ask for (a sanity bound on the expanded graph).
 MAX_MICROBATCHES = 1024
 #: The schedules a plan across processes may name (:mod:`envs.real.distributed.schedules` says what each runs).
-SCHEDULES = ("gpipe", "1f1b", "looped_bfs", "interleaved_1f1b", "interleaved_zb", "planned")
+SCHEDULES = ("gpipe", "1f1b", "looped_bfs", "interleaved_1f1b", "interleaved_zb", "zbv", "planned")
 
 
 @dataclass(eq=False)
@@ -115,6 +115,10 @@ class Placement:
             (:mod:`envs.real.checkpointing`), the simulator charges the second forward and the memory it saves
             (:mod:`envs.sim.checkpointing`). Empty (default): every activation kept. Per op:
             :meth:`checkpoint_blocks`.
+        stage_cuts: across processes, the ops (names) at which a new pipeline stage begins although the device does
+            not change: two consecutive stages on one rank, as torch's V schedule (``zbv``) runs them
+            (:func:`envs.real.distributed.cut.cut_stages`). Empty (default): a stage is each maximal run of ops on
+            one device. Ignored in one process, where ops on one device are not split.
         source: the file it was loaded from, for error messages (not saved).
     """
 
@@ -131,6 +135,7 @@ class Placement:
     param_homes: dict[str, str] = field(default_factory=dict)
     schedule: str | None = None
     checkpoint: list[str] = field(default_factory=list)
+    stage_cuts: list[str] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         self.microbatches = check_microbatches(self.microbatches, f"{self.source or 'placement'}: microbatches")
@@ -164,6 +169,7 @@ class Placement:
             self.param_homes,
             self.schedule,
             self.checkpoint,
+            self.stage_cuts,
         ) == (
             other.assignment,
             other.graph_hash,
@@ -176,6 +182,7 @@ class Placement:
             other.param_homes,
             other.schedule,
             other.checkpoint,
+            other.stage_cuts,
         )
 
     __hash__ = None  # type: ignore[assignment]  # mutable, like a dataclass with eq
@@ -195,10 +202,12 @@ class Placement:
         inflight: int | None = None,
         homes: Sequence[int] | np.ndarray | None = None,
         schedule: str | None = None,
+        stage_starts: Sequence[int] | np.ndarray = (),
     ) -> "Placement":
         """Device ``devices[indices[i]]`` for op ``i``; ``order``: issue order (op indices), checked against
         ``graph``; ``homes``: per op, the device index its parameters live on, -1 for its own device (see
-        :meth:`home_indices`)."""
+        :meth:`home_indices`); ``stage_starts``: op indices at which a stage begins on the same device
+        (``stage_cuts``)."""
         idx = np.asarray(op_devices).tolist()
         if len(idx) != graph.num_ops:
             raise PlacerError(f"placement: {len(idx)} devices for {graph.num_ops} ops")
@@ -215,6 +224,7 @@ class Placement:
             inflight=inflight,
             param_homes={} if homes is None else homes_by_name(graph, devs, homes),
             schedule=schedule,
+            stage_cuts=[graph.names[int(i)] for i in np.asarray(stage_starts, dtype=np.int64).tolist()],
         )
 
     def indices(self, graph: OpGraph, devices: Sequence[str] | None = None, *, source: str = "placement") -> np.ndarray:
@@ -268,6 +278,19 @@ class Placement:
             out[i] = homes.pop()
         return out
 
+    def stage_starts(self, graph: OpGraph) -> np.ndarray:
+        """The op indices of ``graph`` named by ``stage_cuts`` (raises :class:`PlacerError` for a name not in it)."""
+        if not self.stage_cuts:
+            return np.zeros(0, dtype=np.int64)
+        index = {name: i for i, name in enumerate(graph.names)}
+        missing = [name for name in self.stage_cuts if name not in index]
+        if missing:
+            raise PlacerError(
+                f"{self.source or 'placement'}: stage_cuts names op {missing[0]!r}, which graph "
+                f"{graph.name or ''} does not have"
+            )
+        return np.array([index[name] for name in self.stage_cuts], dtype=np.int64)
+
     def homed_bytes(self, graph: OpGraph) -> float:
         """Bytes of ``graph``'s parameters that live apart from their ops (``param_homes``, :meth:`home_indices`)."""
         return float(graph.param_bytes[self.home_indices(graph) >= 0].sum()) if self.param_homes else 0.0
@@ -320,6 +343,9 @@ class Placement:
         # Absent: no activation checkpointing.
         if self.checkpoint:
             doc["checkpoint"] = list(self.checkpoint)
+        # Absent: a stage is each maximal run of ops on one device.
+        if self.stage_cuts:
+            doc["stage_cuts"] = list(self.stage_cuts)
         return doc
 
     def save(self, path: str | os.PathLike) -> None:
@@ -366,6 +392,7 @@ class Placement:
             if doc.get("schedule") is None
             else check_schedule_name(schema.string(doc["schedule"], source, "schedule"), f"{source}: 'schedule'"),
             checkpoint=schema.strings(doc.get("checkpoint", []), source, "checkpoint"),
+            stage_cuts=schema.strings(doc.get("stage_cuts", []), source, "stage_cuts"),
         )
 
 
@@ -555,10 +582,10 @@ def check_microbatches(value: Any, option: str = "microbatches") -> int:
 def check_schedule_name(value: Any, option: str = "schedule") -> str | None:
     """``value`` as a schedule name of :data:`SCHEDULES` (or None: the one that fits), else one-line PlacerError.
 
-    >>> check_schedule_name("zbv")  # doctest: +ELLIPSIS
+    >>> check_schedule_name("dualpipev")  # doctest: +ELLIPSIS
     Traceback (most recent call last):
     ...
-    graphs.errors.PlacerError: schedule: 'zbv' is not a schedule (gpipe, 1f1b, ..., interleaved_zb, planned)
+    graphs.errors.PlacerError: schedule: 'dualpipev' is not a schedule (gpipe, 1f1b, ..., zbv, planned)
     """
     if value is None or value in SCHEDULES:
         return value

@@ -194,7 +194,8 @@ def module_fqns_per_model_part(graph: OpGraph, placement: Placement | Any, modul
     source = getattr(placement, "source", "") or "placement"
     op_devices = as_indices(placement, graph, devices, source=source)
     order = placement.issue_order(graph) if isinstance(placement, Placement) else None
-    stages = cut_stages(graph, op_devices, devices, order)
+    starts = placement.stage_starts(graph) if isinstance(placement, Placement) else ()
+    stages = cut_stages(graph, op_devices, devices, order, starts)
     op_stages = np.empty(graph.num_ops, dtype=np.int64)
     for s, stage in enumerate(stages):
         op_stages[list(stage.ops)] = s

@@ -5,11 +5,11 @@ A plan across processes runs on torch's pipeline runtime with one of the schedul
 times the very lists of actions that runtime follows, taken from their one source each:
 
 * ``planned``: placer's issue order, :func:`envs.real.distributed.schedules.planned_actions`;
-* ``looped_bfs``, ``interleaved_1f1b``, ``interleaved_zb``: torch's own schedule classes, which compute
+* ``looped_bfs``, ``interleaved_1f1b``, ``interleaved_zb``, ``zbv``: torch's own schedule classes, which compute
   every rank's order from the number of stages, ranks and microbatches alone (their
   ``_calculate_single_rank_operations``, which their runtime executes). Torch keeps idle
   slots (``None``) and gradient reductions in those lists; only the forwards and
-  backwards (``interleaved_zb``: their input parts ``I`` and weight parts ``W``) are
+  backwards (``interleaved_zb``, ``zbv``: their input parts ``I`` and weight parts ``W``) are
   kept here, since the simulator finds the waits itself (torch's zero-bubble class
   then inserts idle slots between them, which change no rank's order);
 * ``gpipe``: torch's ``ScheduleGPipe._get_pipeline_order`` (:func:`torch_actions`) is
@@ -41,12 +41,13 @@ TORCH_CLASSES = {
     "looped_bfs": ("ScheduleLoopedBFS", False),
     "interleaved_1f1b": ("ScheduleInterleaved1F1B", False),
     "interleaved_zb": ("ScheduleInterleavedZeroBubble", False),
+    "zbv": ("ScheduleZBVZeroBubble", False),
 }
 
 
 def torch_order(name: str, num_stages: int, num_ranks: int, microbatches: int) -> dict[int, list[Any]]:
     """Every rank's list under torch's schedule ``name`` as torch keeps it: its ``_Action`` objects, idle slots
-    (``None``) and gradient reductions included (stage ``s`` on rank ``s mod R``).
+    (``None``) and gradient reductions included (stage ``s`` on rank ``s mod R``; ``zbv``: in a V).
 
     Torch builds these lists in its schedule's constructor from a few numbers; the
     constructor also wants real stages and a process group, so the numbers are
@@ -60,6 +61,7 @@ def torch_order(name: str, num_stages: int, num_ranks: int, microbatches: int) -
     rounds = max(1, M // R)
     state = SimpleNamespace(
         _num_stages=num_stages,
+        num_stages=num_stages,
         _n_microbatches=M,
         pp_group_size=R,
         _stages=[None] * (num_stages // R),

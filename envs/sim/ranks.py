@@ -2,7 +2,7 @@
 
 It models the runtime of :mod:`envs.real.distributed`: the plan is cut into stages
 (:func:`envs.real.distributed.cut.cut_stages`, each maximal run of ops on one device
-in the issue order), each used device is a rank (in the cluster's device order), and
+in the issue order, and at the plan's ``stage_cuts``), each used device is a rank (in the cluster's device order), and
 each rank runs its schedule's actions (:func:`envs.sim.rank_actions.schedule_actions`)
 one after the other:
 
@@ -58,7 +58,7 @@ from typing import Any
 import numpy as np
 
 from envs.cluster import Cluster
-from envs.real.distributed.cut import Stage, StageCutter
+from envs.real.distributed.cut import Stage, StageCutter, StagedSplit
 from envs.real.distributed.schedules import Action, fitting_schedule, layout
 from envs.result import Result
 from envs.sim.cost import OPTIMIZER_STATE_MULTIPLIER, activation_bytes, op_times, static_bytes, update_times_s
@@ -412,11 +412,13 @@ def simulate_ranks(
     readers: list | None = None,
     timeline: list | None = None,
     one_stage_per_rank: bool = False,
+    stage_starts: Sequence[int] | np.ndarray = (),
 ) -> Result:
     """One step of a plan across processes (module doc); ``schedule`` None: the one that fits the plan; ``per_op``:
     :func:`op_costs` of this M, ``cutter`` a :class:`~envs.real.distributed.cut.StageCutter` of the graph and
     ``readers`` its :func:`parameter_readers`, when already made (:class:`RankSim` makes them once);
-    ``timeline``: a list each rank's actions and optimizer step are appended to (:class:`envs.timeline.Event`).
+    ``timeline``: a list each rank's actions and optimizer step are appended to (:class:`envs.timeline.Event`);
+    ``stage_starts``: ops (indices) that begin a stage on the same device (a placement's ``stage_cuts``).
 
     A schedule that does not fit the plan is a Result with status ``error`` saying why;
     a rank over its device's memory, ``oom``; with ``one_stage_per_rank``, a plan with more stages than ranks
@@ -425,7 +427,7 @@ def simulate_ranks(
     M = check_microbatches(microbatches)
     W = check_inflight(inflight, M)
     cutter = StageCutter(graph, cluster.device_names) if cutter is None else cutter
-    stages = cutter(op_devices, order)
+    stages = cutter(op_devices, order, stage_starts)
     if one_stage_per_rank:  # before any costing: a search may propose many plans this refuses
         ranks, _ = stage_ranks(cluster, stages)
         R = len(set(ranks))
@@ -548,14 +550,19 @@ class RankSim:
             _shared=(self._cutter, self._readers),
         )
 
-    def simulate(self, op_devices: Any, order: Any = None, timeline: list | None = None) -> Result:
+    def simulate(self, op_devices: Any, order: Any = None, timeline: list | None = None, starts: Any = ()) -> Result:
         """:func:`simulate_ranks` of one placement: a vector under this scorer's M, W and schedule, in ``order``
-        (None: node order); or a :class:`graphs.Placement` under its own M, W and schedule, in ``order`` (None: its
-        own issue order). ``timeline``: a list the step's events are appended to (:meth:`timeline`)."""
+        (None: node order), with stages also beginning at ops ``starts`` (or a
+        :class:`~envs.real.distributed.cut.StagedSplit`, which brings them); or a :class:`graphs.Placement` under its
+        own M, W, schedule and stage cuts, in ``order`` (None: its own issue order). ``timeline``: a list the
+        step's events are appended to (:meth:`timeline`)."""
         M, W, schedule = self.microbatches, self.inflight, self.schedule_name
+        if isinstance(op_devices, StagedSplit):
+            starts, op_devices = op_devices.starts, op_devices.op_devices
         if isinstance(op_devices, Placement):
             plan = op_devices
             M, W, schedule = plan.microbatches, plan.inflight, plan.schedule
+            starts = plan.stage_starts(self.graph)
             order = plan.issue_order(self.graph) if order is None else order
             op_devices = as_indices(plan, self.graph, self.cluster.device_names, source=plan.source or "placement")
         return simulate_ranks(
@@ -571,6 +578,7 @@ class RankSim:
             readers=self._readers,
             timeline=timeline,
             one_stage_per_rank=self.one_stage_per_rank,
+            stage_starts=() if starts is None else starts,
         )
 
     def timeline(self, op_devices: Any, order: Any = None) -> tuple[Result, list[Event]]:
@@ -606,14 +614,19 @@ class RankSim:
             raise PlacerError(f"ranks: no {order!r} issue order across processes; score in node order")
         return self
 
-    def step_times(self, op_devices: np.ndarray, order: Any = None) -> tuple[np.ndarray, np.ndarray]:
+    def step_times(
+        self, op_devices: np.ndarray, order: Any = None, starts: Any = None
+    ) -> tuple[np.ndarray, np.ndarray]:
         """``([K] step seconds, [K] failed)`` of ``[K, num_ops]`` placement vectors; ``order``: None (node
-        order), one order for all, or ``[K, num_ops]``. A plan across processes has no planned order: ``"planned"``
+        order), one order for all, or ``[K, num_ops]``; ``starts``: None, or per row the ops that begin a stage on
+        the same device (a V's second stage on a rank). A plan across processes has no planned order: ``"planned"``
         is a :class:`PlacerError`."""
-        step_time_s, failed, _ = self.overflow(op_devices, order)
+        step_time_s, failed, _ = self.overflow(op_devices, order, starts)
         return step_time_s, failed
 
-    def overflow(self, op_devices: np.ndarray, order: Any = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    def overflow(
+        self, op_devices: np.ndarray, order: Any = None, starts: Any = None
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """``(step_time_s, failed, over)``: :meth:`step_times`, and per row the largest peak / memory over the ranks'
         devices that run out of it (0 for a row that fits), as :meth:`envs.SimEnv.overflow` gives it: a search then
         moves a plan out of memory toward fitting."""
@@ -623,7 +636,10 @@ class RankSim:
         orders = [None] * len(op_devices) if order is None else np.asarray(order)
         if order is not None and orders.ndim == 1:
             orders = [orders] * len(op_devices)
-        results = [self.simulate(row, o) for row, o in zip(op_devices, orders)]
+        starts = [()] * len(op_devices) if starts is None else starts
+        if len(starts) != len(op_devices):
+            raise PlacerError(f"ranks: stage starts for {len(starts)} plans, not {len(op_devices)}")
+        results = [self.simulate(row, o, starts=st) for row, o, st in zip(op_devices, orders, starts)]
         self.simulated += len(results)
         step_time_s = np.array([r.step_time_s for r in results], dtype=np.float64)
         capacity = self.cluster.memory_bytes

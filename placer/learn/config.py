@@ -92,7 +92,8 @@ class RunOptions:
     of `placer profile SOURCE --ranks N`. Node order, and no lower bound (the one-process bound does not hold here)."""
     schedule: str | None = None
     """--ranks: torch's pipeline schedule of every plan (gpipe, 1f1b, looped_bfs, interleaved_1f1b, interleaved_zb,
-    planned; None: the one that fits each plan, as `placer run` picks it)."""
+    planned; None: the one that fits each plan, as `placer run` picks it). Not zbv: the learner's placements cannot
+    say a V's two stages on one rank."""
     looped: bool = False
     """--ranks: let the simulator score plans of more than one stage per rank (looped schedules, or a
     planned order). Off unless --schedule names looped_bfs, interleaved_1f1b, interleaved_zb or planned: measured on
@@ -356,6 +357,14 @@ class TrainConfig(PolicyOptions, AlgoOptions, RunOptions):
         if self.backend != "gloo" and self.env != "measured":
             raise PlacerError(f"--backend {self.backend}: only measured runs (--env measured) start processes")
         check_schedule_name(self.schedule, "--schedule")
+        from envs.real.distributed.schedules import NEEDS_LAYOUT
+
+        if NEEDS_LAYOUT.get(self.schedule or "") == "v":
+            raise PlacerError(
+                f"--schedule {self.schedule}: its V puts two consecutive stages on one rank, which a placement the "
+                "learner proposes (a device per op) cannot say; find one with placer place SOURCE --method "
+                f"stage_search --ranks --option schedule={self.schedule}"
+            )
 
     @property
     def one_stage_per_rank(self) -> bool:

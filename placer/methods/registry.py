@@ -5,8 +5,10 @@ the CP-SAT ``ilp``...). Each lives in its own module of
 :mod:`placer.methods.heuristics` and registers itself with :func:`register`;
 every module there is imported on first use. A heuristic is
 ``fn(graph, cluster, **options) -> np.ndarray`` of device indices per op (into
-``cluster.device_names``); a method that plans the issue order as well (``ilp``)
-returns the Placement itself. :func:`placement_of` is the one way a heuristic's
+``cluster.device_names``); a pipeline split with two stages on one device (a V, for
+torch's ``zbv``) returns a :class:`~envs.real.distributed.cut.StagedSplit`, its op
+devices and the ops that begin those stages; a method that plans the issue order as
+well (``ilp``) returns the Placement itself. :func:`placement_of` is the one way a heuristic's
 result becomes a Placement (:func:`place` and :func:`placer.compare.compare`);
 :func:`best_heuristic` the one way to pick the fastest of their step times.
 
@@ -26,6 +28,7 @@ from typing import Any, Callable
 import numpy as np
 
 import placer.methods.heuristics as _heuristics
+from envs.real.distributed.cut import StagedSplit
 from envs.sim import SimEnv
 from graphs import OpGraph, PlacerError
 from graphs.plan import Placement, check_inflight, check_microbatches, check_schedule_name
@@ -158,6 +161,9 @@ def placement_of(
     """
     if isinstance(out, Placement):  # a method that plans its issue order too (ilp)
         return out
+    starts: tuple[int, ...] = ()
+    if isinstance(out, StagedSplit):  # a split with two stages on one device (a V)
+        out, starts = out.op_devices, out.starts
     meta = dict(meta or {})
     order = None
     if plan is not None:  # the issue order placer.apply will follow
@@ -174,6 +180,7 @@ def placement_of(
         microbatches=microbatches,
         inflight=inflight,
         schedule=schedule,
+        stage_starts=starts,
     )
 
 

@@ -97,16 +97,18 @@ def test_each_model_is_planned_and_simulated_on_its_own_cluster_where_given(monk
 
 
 @pytest.mark.slow
-def test_the_llm_scale_table_scores_every_split_under_both_schedules():
+def test_the_llm_scale_table_scores_every_split_under_each_schedule():
     from bench import rank_llm
 
     g = rank_llm.llama_graph(4, 32, vocab=2000, hidden=64, mlp=128, layers=8, heads=4, kv_heads=2)
     rows = rank_llm.score(g, envs.Cluster.preset("k80x2"), "1f1b", 4)
     rows += rank_llm.score(g, envs.Cluster.preset("k80x2"), "interleaved_1f1b", 4)
-    assert [r["method"] for r in rows] == list(rank_llm.METHODS) * 2
+    rows += rank_llm.score(g, envs.Cluster.preset("k80x2"), "zbv", 4)
+    assert [r["method"] for r in rows] == list(rank_llm.METHODS) * 3
     assert all(r["status"] == "ok" for r in rows), rows
     assert {r["stages"] for r in rows[:4]} == {2} and {r["stages"] for r in rows[4:]} == {4}
-    for part in (rows[:4], rows[4:]):
+    assert {r["schedule"] for r in rows[8:]} == {"zbv"}
+    for part in (rows[:4], rows[4:8], rows[8:]):
         ours = part[-1]["step_time_s"]
         assert ours <= min(r["step_time_s"] for r in part) * (1 + 1e-9)
 

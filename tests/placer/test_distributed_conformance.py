@@ -5,8 +5,9 @@ One launch checks the whole corpus (:mod:`bench.dist_conformance`): two launcher
 this machine, one process each, meet at a rendezvous (2 nodes x 1 rank), and the two
 processes loop over the models, each under a split over the two ranks (torch's GPipe,
 2 microbatches), a looped plan (2 stages per rank, 1 microbatch in flight: placer's
-issue order as torch's action list) and the looped plan's stages under torch's
-interleaved zero-bubble schedule (each backward split into its input and weight parts).
+issue order as torch's action list), the looped plan's stages under torch's
+interleaved zero-bubble schedule (each backward split into its input and weight parts), and the same blocks
+in a V (ranks 0 1 1 0) under torch's ZB-V schedule.
 Rank 0 compares each step with the float64 one-process step at the conformance tolerance.
 """
 
@@ -46,6 +47,6 @@ def test_every_corpus_model_keeps_its_gradients_across_two_nodes():
         node1.kill()
     assert node1.returncode == 0, err[-2000:]
     assert [(r["model"], r["plan"]) for r in rows] == [(n, p) for n in names for p in dist_conformance.PLANS]
-    assert {r["schedule"] for r in rows if r["ok"]} == {"gpipe", "planned", "interleaved_zb"}
+    assert {r["schedule"] for r in rows if r["ok"]} == {"gpipe", "planned", "interleaved_zb", "zbv"}
     bad = [f"{r['model']}/{r['plan']}: {r.get('message') or r['worst']} at {r.get('worst_ratio')}" for r in rows]
     assert all(r["ok"] for r in rows), "; ".join(b for b, r in zip(bad, rows) if not r["ok"])

@@ -5,12 +5,13 @@ process per logical device, started by torch's launcher (torchrun, or
 :func:`~envs.real.distributed.launch.launch`) or by Ray (:mod:`envs.real.ray`):
 
 1. :mod:`~envs.real.distributed.cut`: the stages. Each maximal run of ops on one
-   device, in the plan's issue order, is a stage; a device (a rank) may hold several.
+   device, in the plan's issue order, is a stage, cut again at the plan's
+   ``stage_cuts``; a device (a rank) may hold several.
 2. :mod:`~envs.real.distributed.ranks`: which rank, and which local torch device,
    each logical device is.
 3. :mod:`~envs.real.distributed.schedules`: the schedule. Torch's own (GPipe, 1F1B,
-   Interleaved1F1B, LoopedBFS, and the interleaved zero-bubble schedule when a plan
-   names it) where the plan's stages and window match one, else the plan's issue
+   Interleaved1F1B, LoopedBFS, and the zero-bubble schedules, interleaved and V, when
+   a plan names them) where the plan's stages and window match one, else the plan's issue
    order as a list of actions for torch's runtime.
 4. :mod:`~envs.real.distributed.rank_plan`: the three above checked against each other
    and against the graph, once, before any process starts (JSON, so it travels).

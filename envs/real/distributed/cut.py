@@ -22,6 +22,14 @@ one after the other, are two stages; interleaved, four:
 2
 >>> len(cut_stages(g, [0, 1, 0, 1], ["gpu:0", "gpu:1"], order=[0, 1, 2, 3]))
 4
+
+A plan may also start a stage where the device does not change (``starts``, a
+placement's ``stage_cuts``): two consecutive stages on one device, as torch's V
+schedule runs them (stage ``R - 1`` and stage ``R`` on the last rank):
+
+>>> g = OpGraph.from_edges(list("abcd"), [("a", "b", 4), ("b", "c", 4), ("c", "d", 4)])
+>>> [(s.device, s.ops) for s in cut_stages(g, [0, 1, 1, 0], ["gpu:0", "gpu:1"], starts=[2])]
+[('gpu:0', (0,)), ('gpu:1', (1,)), ('gpu:1', (2,)), ('gpu:0', (3,))]
 """
 
 from __future__ import annotations
@@ -51,6 +59,17 @@ class Stage:
     index: int
     device: str
     ops: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class StagedSplit:
+    """A split whose stages are not all maximal runs on one device: each op's device (index), and the ops that begin
+    a stage on the device of the stage before (a V's turn, :func:`envs.real.distributed.schedules.v_ranks`). What a
+    pipeline split returns in place of its op devices where a cut into runs alone would merge two of its stages;
+    a placement keeps ``starts`` as its ``stage_cuts``."""
+
+    op_devices: np.ndarray
+    starts: tuple[int, ...] = ()
 
 
 class Tuples:
@@ -119,12 +138,15 @@ def cut_stages(
     op_devices: Sequence[int] | np.ndarray,
     devices: Sequence[str],
     order: Sequence[int] | np.ndarray | None = None,
+    starts: Sequence[int] | np.ndarray = (),
 ) -> list[Stage]:
-    """The stages of a plan (see the module doc): ``op_devices`` indexes ``devices``; ``order`` is the issue order.
+    """The stages of a plan (see the module doc): ``op_devices`` indexes ``devices``; ``order`` is the issue order;
+    ``starts``: ops (indices) that begin a stage even where the device does not change. A start at a ``getitem``
+    moves past the getitems that follow its tuple's op (the tuple rule comes first).
 
     Raises :class:`PlacerError` for an order that is not a topological order of the graph.
     """
-    return StageCutter(graph, devices)(op_devices, order)
+    return StageCutter(graph, devices)(op_devices, order, starts)
 
 
 class StageCutter:
@@ -152,11 +174,25 @@ class StageCutter:
             self._orders[key] = self.tuples.order(np.asarray(checked, dtype=np.int64))
         return self._orders[key]
 
-    def __call__(self, op_devices: Sequence[int] | np.ndarray, order: Sequence[int] | np.ndarray | None = None) -> list:
+    def __call__(
+        self,
+        op_devices: Sequence[int] | np.ndarray,
+        order: Sequence[int] | np.ndarray | None = None,
+        starts: Sequence[int] | np.ndarray = (),
+    ) -> list:
         """The stages of one plan (:func:`cut_stages`)."""
         order = self.issue_order(order)
         on = self.tuples.devices(op_devices)[order]
-        starts = np.flatnonzero(on[1:] != on[:-1]) + 1
+        begins = on[1:] != on[:-1]
+        if len(starts):
+            position = np.empty(len(order), dtype=np.int64)
+            position[order] = np.arange(len(order))
+            for p in position[np.asarray(starts, dtype=np.int64)].tolist():
+                while p < len(order) and int(order[p]) in self.tuples.tuple_of:  # past its tuple's getitems
+                    p += 1
+                if 0 < p < len(order):
+                    begins[p - 1] = True
+        starts = np.flatnonzero(begins) + 1
         runs = np.split(order, starts)
         firsts = np.concatenate([[0], starts])
         return [
@@ -165,4 +201,4 @@ class StageCutter:
         ]
 
 
-__all__ = ["GETITEM", "Stage", "StageCutter", "Tuples", "cut_stages"]
+__all__ = ["GETITEM", "Stage", "StageCutter", "StagedSplit", "Tuples", "cut_stages"]

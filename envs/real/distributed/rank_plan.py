@@ -2,7 +2,7 @@
 
 :func:`compile_plan` turns a :class:`graphs.plan.Placement` into a :class:`RankPlan`:
 it checks the placement against the model's graph (its hash, every op placed), cuts
-the stages (:func:`~envs.real.distributed.cut.cut_stages`), gives each logical
+the stages (:func:`~envs.real.distributed.cut.cut_stages`, at its ``stage_cuts`` too), gives each logical
 device its rank (:func:`~envs.real.distributed.ranks.assign_ranks`) and picks or
 checks the schedule (:mod:`~envs.real.distributed.schedules`). Every bad input is a
 one-line :class:`PlacerError` here, in the process that launches the job, not a
@@ -120,9 +120,10 @@ def compile_plan(
     cut_from = graph if M == 1 else _same_program(graph, program, M, source)
     devices = plan_devices({n: device_list[int(d)] for n, d in zip(graph.names, op_devices)}, device_list)
     ranks = assign_ranks(devices, rank_map, backend=backend, nproc_per_node=nproc_per_node, device_map=device_map)
+    starts = placement.stage_starts(graph) if isinstance(placement, Placement) else ()
     stages = [
         StageSpec(s.device, ranks[s.device].rank, tuple(cut_from.names[i] for i in s.ops))
-        for s in cut_stages(cut_from, op_devices, device_list, order)
+        for s in cut_stages(cut_from, op_devices, device_list, order, starts)
     ]
     stage_ranks = [s.rank for s in stages]
     named = getattr(placement, "schedule", None)

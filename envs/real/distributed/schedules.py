@@ -2,7 +2,9 @@
 
 A plan's stages sit on ranks in a *layout*: one stage per rank, in rank order
 (``"one_per_rank"``); several per rank, stage ``s`` on rank ``s mod R``
-(``"looped"``); or any other way (``"other"``). With its microbatches M and window
+(``"looped"``); two per rank in a V, stage ``s`` on rank ``s`` and then on rank
+``2R - 1 - s`` (``"v"``: stages ``R - 1`` and ``R`` both on the last rank, cut apart by
+the plan's ``stage_cuts``); or any other way (``"other"``). With its microbatches M and window
 W (the most microbatches in flight at a stage, :mod:`envs.microbatch`), that picks
 the schedule when the plan names none (:func:`fitting_schedule`):
 
@@ -25,8 +27,11 @@ Qi et al. 2024), runs them too, with each backward split into its input part (``
 the gradient the stage sends back) and its weight part (``W``: the parameters'
 gradients), the weight parts put off to fill the waits (:data:`SPLIT_BACKWARD`; the
 stage programs are cut for it, :func:`~envs.real.distributed.stage_modules.stage_programs`).
-Torch's V schedules (ZBV, DualPipeV) put two *consecutive* stages on one rank,
-which a cut into maximal runs on one device never makes, so no plan matches them.
+``zbv``, torch's ``ScheduleZBVZeroBubble`` (the ZB-V schedule of the same paper),
+runs a V layout with its backward split likewise. A V puts two *consecutive* stages
+on one rank, which a cut into maximal runs on one device never makes: the plan names
+where the second begins (``stage_cuts``), and torch's runtime hands the activations
+and gradients between those two stages within the rank, with no send.
 A named schedule must fit the plan (:func:`check_schedule`).
 
 >>> fitting_schedule([0, 1], 2, microbatches=4, inflight=4), fitting_schedule([0, 1], 2, microbatches=4, inflight=2)
@@ -51,20 +56,37 @@ from graphs.plan import SCHEDULES, check_inflight
 Action = tuple[int, str, int]
 
 #: The schedules that split each backward into its input part and its weight part (module doc).
-SPLIT_BACKWARD = ("interleaved_zb",)
+SPLIT_BACKWARD = ("interleaved_zb", "zbv")
+
+
+def v_ranks(num_ranks: int) -> list[int]:
+    """The rank of each stage in a V of ``num_ranks`` ranks: down the ranks and back.
+
+    >>> v_ranks(2), v_ranks(3)
+    ([0, 1, 1, 0], [0, 1, 2, 2, 1, 0])
+    """
+    return [*range(num_ranks), *reversed(range(num_ranks))]
+
+
+def v_stage(stage: int, num_ranks: int) -> int:
+    """The rank of stage ``stage`` of a V (:func:`v_ranks`): ``s`` for ``s < R``, else ``2R - 1 - s``."""
+    return stage if stage < num_ranks else 2 * num_ranks - 1 - stage
 
 
 def layout(stage_ranks: Sequence[int], num_ranks: int) -> str:
-    """How the stages sit on the ranks: ``"one_per_rank"``, ``"looped"`` or ``"other"`` (see the module doc).
+    """How the stages sit on the ranks: ``"one_per_rank"``, ``"looped"``, ``"v"`` or ``"other"`` (see the module
+    doc). One rank's two stages are looped, not a V.
 
-    >>> layout([0, 1], 2), layout([0, 1, 0, 1], 2), layout([1, 0], 2)
-    ('one_per_rank', 'looped', 'other')
+    >>> layout([0, 1], 2), layout([0, 1, 0, 1], 2), layout([0, 1, 1, 0], 2), layout([1, 0], 2)
+    ('one_per_rank', 'looped', 'v', 'other')
     """
     S = len(stage_ranks)
     if list(stage_ranks) == list(range(S)) and S == num_ranks:
         return "one_per_rank"
     if S > num_ranks and S % num_ranks == 0 and all(r == s % num_ranks for s, r in enumerate(stage_ranks)):
         return "looped"
+    if list(stage_ranks) == v_ranks(num_ranks):
+        return "v"
     return "other"
 
 
@@ -90,6 +112,7 @@ NEEDS_LAYOUT = {
     "looped_bfs": "looped",
     "interleaved_1f1b": "looped",
     "interleaved_zb": "looped",
+    "zbv": "v",
 }
 
 
@@ -114,6 +137,11 @@ def check_schedule(
         raise PlacerError(f"schedule {name!r} runs one stage per rank, stage s on rank s; {where}")
     if need == "looped" and shape != need:
         raise PlacerError(f"schedule {name!r} runs several stages per rank, stage s on rank s mod {R}; {where}")
+    if need == "v" and shape != need:
+        raise PlacerError(
+            f"schedule {name!r} runs two stages per rank in a V ({' '.join(map(str, v_ranks(R)))}; the second on a "
+            f"rank begins at one of the plan's stage_cuts); {where}"
+        )
     if name in ("gpipe", "looped_bfs") and W < M:
         raise PlacerError(f"schedule {name!r} runs all {M} microbatches' forwards first; the plan keeps at most {W}")
     if name == "1f1b" and M < S:
@@ -196,6 +224,7 @@ BUILDERS: dict[str, Callable[..., Any]] = {
     "looped_bfs": _multi("ScheduleLoopedBFS"),
     "interleaved_1f1b": _multi("ScheduleInterleaved1F1B"),
     "interleaved_zb": _multi("ScheduleInterleavedZeroBubble"),
+    "zbv": _multi("ScheduleZBVZeroBubble"),
     "planned": runtime_schedule,
 }
 
@@ -210,4 +239,6 @@ __all__ = [
     "layout",
     "planned_actions",
     "runtime_schedule",
+    "v_ranks",
+    "v_stage",
 ]

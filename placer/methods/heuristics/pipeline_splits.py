@@ -4,6 +4,10 @@ Each cuts the graph's ops, in program (node) order, into contiguous stages; stag
 ``s`` goes to device ``s mod R`` of the ``R`` devices used (the cluster's GPUs, all its
 devices when it has none), so ``stages_per_rank=1`` runs under GPipe or 1F1B and
 ``stages_per_rank=2`` under the looped schedules (:mod:`envs.real.distributed.schedules`).
+Under torch's V schedule (``--option schedule=zbv``) the 2R stages go down the devices and
+back instead (stage ``s`` on device ``s``, then ``2R - 1 - s``), and the split returns a
+:class:`~envs.real.distributed.cut.StagedSplit` naming where the last device's second
+stage begins.
 
 * ``equal_layers``: torchtitan's default split (``generate_llm_fqn_per_model_part``):
   the model's *layers* are its repeated modules (``layers.0``, ``layers.1``...), with
@@ -33,6 +37,8 @@ import re
 
 import numpy as np
 
+from envs.real.distributed.cut import StagedSplit
+from envs.real.distributed.schedules import NEEDS_LAYOUT, v_ranks
 from graphs import OpGraph, PlacerError
 from placer.methods.heuristics.costs import gpu_devices
 from placer.methods.heuristics.groups import linear_partition
@@ -146,10 +152,48 @@ def balanced(weights: np.ndarray, num_stages: int) -> np.ndarray:
     return out
 
 
-def stage_devices(cluster, op_stages: np.ndarray) -> np.ndarray:
-    """``op_devices`` of a split: stage ``s`` on device ``s mod R``."""
+def is_v(schedule: str | None) -> bool:
+    """Whether ``schedule`` runs its stages in a V (:data:`envs.real.distributed.schedules.NEEDS_LAYOUT`)."""
+    return NEEDS_LAYOUT.get(schedule or "") == "v"
+
+
+def stage_map(num_devices: int, num_stages: int, schedule: str | None = None) -> np.ndarray:
+    """Each stage's device position (into the devices used): ``s mod R``, or down and back in a V.
+
+    >>> stage_map(2, 4).tolist(), stage_map(2, 4, "zbv").tolist()
+    ([0, 1, 0, 1], [0, 1, 1, 0])
+    """
+    if is_v(schedule):
+        return np.asarray(v_ranks(num_devices), dtype=np.int64)
+    return np.arange(num_stages, dtype=np.int64) % num_devices
+
+
+def stage_devices(cluster, op_stages: np.ndarray, schedule: str | None = None) -> np.ndarray | StagedSplit:
+    """The split's result: each op's device, stage ``s`` on device ``s mod R``; in a V (:func:`stage_map`), a
+    :class:`StagedSplit` with the op that begins the last device's second stage."""
     devices = gpu_devices(cluster)
-    return devices[np.asarray(op_stages) % len(devices)].astype(np.int32)
+    op_stages = np.asarray(op_stages)
+    positions = stage_map(len(devices), int(op_stages.max()) + 1, schedule)
+    op_devices = devices[positions[op_stages]].astype(np.int32)
+    if not is_v(schedule):
+        return op_devices
+    R = len(devices)
+    return StagedSplit(op_devices, (int(np.flatnonzero(op_stages == R)[0]),))
+
+
+def split_stages_per_rank(stages_per_rank: int | None, schedule: str | None, method: str) -> int:
+    """The option ``stages_per_rank``: 1 when not given, 2 under a V schedule, which runs no other number.
+
+    >>> split_stages_per_rank(None, None, "m"), split_stages_per_rank(None, "zbv", "m")
+    (1, 2)
+    """
+    if not is_v(schedule):
+        return 1 if stages_per_rank is None else int(stages_per_rank)
+    if stages_per_rank not in (None, 2):
+        raise PlacerError(
+            f"{method}: --option stages_per_rank={stages_per_rank}: schedule {schedule!r} runs 2 stages per rank"
+        )
+    return 2
 
 
 def num_stages(graph: OpGraph, cluster, stages_per_rank: int, layers: int, method: str) -> int:
@@ -163,31 +207,51 @@ def num_stages(graph: OpGraph, cluster, stages_per_rank: int, layers: int, metho
 
 
 @register("equal_layers")
-def equal_layers(graph: OpGraph, cluster, *, seed: int = 0, stages_per_rank: int = 1) -> np.ndarray:
+def equal_layers(
+    graph: OpGraph, cluster, *, seed: int = 0, stages_per_rank: int | None = None, schedule: str | None = None
+) -> np.ndarray | StagedSplit:
     """Torchtitan's default split: the same number of layers per stage (module doc)."""
     del seed
     units = layer_units(graph)
-    S = num_stages(graph, cluster, stages_per_rank, int(units.max()) + 1, "equal_layers")
-    return stage_devices(cluster, equal_counts(int(units.max()) + 1, S)[units])
+    per_rank = split_stages_per_rank(stages_per_rank, schedule, "equal_layers")
+    S = num_stages(graph, cluster, per_rank, int(units.max()) + 1, "equal_layers")
+    return stage_devices(cluster, equal_counts(int(units.max()) + 1, S)[units], schedule)
 
 
 @register("flops_balanced")
-def flops_balanced(graph: OpGraph, cluster, *, seed: int = 0, stages_per_rank: int = 1) -> np.ndarray:
+def flops_balanced(
+    graph: OpGraph, cluster, *, seed: int = 0, stages_per_rank: int | None = None, schedule: str | None = None
+) -> np.ndarray | StagedSplit:
     """The contiguous split of the ops minimising the largest stage's forward FLOPs (module doc)."""
     del seed
-    S = num_stages(graph, cluster, stages_per_rank, graph.num_ops, "flops_balanced")
-    return stage_devices(cluster, balanced(graph.flops, S))
+    per_rank = split_stages_per_rank(stages_per_rank, schedule, "flops_balanced")
+    S = num_stages(graph, cluster, per_rank, graph.num_ops, "flops_balanced")
+    return stage_devices(cluster, balanced(graph.flops, S), schedule)
 
 
 @register("parameters_balanced")
-def parameters_balanced(graph: OpGraph, cluster, *, seed: int = 0, stages_per_rank: int = 1) -> np.ndarray:
+def parameters_balanced(
+    graph: OpGraph, cluster, *, seed: int = 0, stages_per_rank: int | None = None, schedule: str | None = None
+) -> np.ndarray | StagedSplit:
     """DeepSpeed's ``parameters`` partition: the contiguous split of the layers minimising the largest stage's
     parameter bytes (module doc)."""
     del seed
     units = layer_units(graph)
-    S = num_stages(graph, cluster, stages_per_rank, int(units.max()) + 1, "parameters_balanced")
+    per_rank = split_stages_per_rank(stages_per_rank, schedule, "parameters_balanced")
+    S = num_stages(graph, cluster, per_rank, int(units.max()) + 1, "parameters_balanced")
     unit_bytes = np.bincount(units, weights=graph.param_bytes.astype(np.float64), minlength=int(units.max()) + 1)
-    return stage_devices(cluster, balanced(unit_bytes, S)[units])
+    return stage_devices(cluster, balanced(unit_bytes, S)[units], schedule)
 
 
-__all__ = ["balanced", "equal_counts", "equal_layers", "flops_balanced", "layer_units", "parameters_balanced"]
+__all__ = [
+    "balanced",
+    "equal_counts",
+    "equal_layers",
+    "flops_balanced",
+    "is_v",
+    "layer_units",
+    "parameters_balanced",
+    "split_stages_per_rank",
+    "stage_devices",
+    "stage_map",
+]

@@ -3,7 +3,8 @@
 The splits people use (:mod:`~placer.methods.heuristics.pipeline_splits`) balance one
 number (layers, FLOPs, parameters). ``stage_search`` scores whole plans instead:
 each candidate is a cut of the ops, in program order, into ``R x stages_per_rank``
-contiguous stages (stage ``s`` on device ``s mod R``), scored by
+contiguous stages (stage ``s`` on device ``s mod R``; under torch's V schedule ``zbv``,
+2R stages down the devices and back), scored by
 :class:`envs.sim.ranks.RankSim` (compute per microbatch, every tensor sent between
 stages, the schedule's bubbles, the optimizer step, memory). It starts from the
 fastest of the three splits people use, then moves one cut at a time to its best
@@ -31,10 +32,19 @@ from typing import Any
 
 import numpy as np
 
+from envs.real.distributed.cut import StagedSplit
 from envs.sim.ranks import RankSim
 from graphs import OpGraph, PlacerError
 from placer.methods.heuristics.costs import gpu_devices
-from placer.methods.heuristics.pipeline_splits import equal_layers, flops_balanced, num_stages, parameters_balanced
+from placer.methods.heuristics.pipeline_splits import (
+    equal_layers,
+    flops_balanced,
+    is_v,
+    num_stages,
+    parameters_balanced,
+    split_stages_per_rank,
+    stage_map,
+)
 from placer.methods.registry import register
 
 
@@ -85,14 +95,14 @@ def stage_search(
     cluster,
     *,
     seed: int = 0,
-    stages_per_rank: int = 1,
+    stages_per_rank: int | None = None,
     schedule: str | None = None,
     rounds: int = 4,
     merge: bool = False,
     env: Any = None,
-) -> np.ndarray:
+) -> np.ndarray | StagedSplit:
     """The contiguous split the simulator of ranks finds fastest (module doc); ``merge``: stages may be left empty,
-    a plan on fewer devices.
+    a plan on fewer devices. Under a V schedule, a :class:`StagedSplit`.
 
     ``env``: the one-process simulator :func:`placer.methods.registry.place` hands a
     method with M > 1; only its microbatches M and window W are read, so the search
@@ -102,11 +112,16 @@ def stage_search(
     if not isinstance(merge, bool):
         raise PlacerError(f"stage_search: merge must be true or false, got {merge!r}")
     devices = gpu_devices(cluster)
-    num_stages(graph, cluster, stages_per_rank, graph.num_ops, "stage_search")  # the option, checked
+    per_rank = split_stages_per_rank(stages_per_rank, schedule, "stage_search")
+    if merge and is_v(schedule):
+        raise PlacerError(f"stage_search: merge=true leaves stages empty, and schedule {schedule!r} runs all 2R")
+    S = num_stages(graph, cluster, per_rank, graph.num_ops, "stage_search")  # the option, checked
     M = int(getattr(env, "microbatches", 1) or 1)
     sim = RankSim(graph, cluster, microbatches=M, inflight=getattr(env, "inflight", None), schedule=schedule)
     n = graph.num_ops
-    cuts, best_s = starting_cuts(graph, cluster, sim, devices, stages_per_rank)
+    on = devices[stage_map(len(devices), S, schedule)]  # each stage's device
+    turn = len(devices) - 1 if is_v(schedule) else None  # the cut between the two stages of the V's last device
+    cuts, best_s = starting_cuts(graph, cluster, sim, devices, per_rank, schedule)
     for _ in range(rounds):
         moved = False
         for k in range(len(cuts)):
@@ -114,8 +129,9 @@ def stage_search(
             tried = [cuts[:k] + [c] + cuts[k + 1 :] for c in range(lo, hi + 1)]
             if not tried:
                 continue
-            batch = np.stack([devices[stages_of(c, n) % len(devices)] for c in tried])
-            step_time_s, failed = sim.step_times(batch)
+            batch = np.stack([on[stages_of(c, n)] for c in tried])
+            starts = None if turn is None else [(c[turn],) for c in tried]
+            step_time_s, failed = sim.step_times(batch, starts=starts)
             step_time_s = np.where(failed, np.inf, step_time_s)
             j = int(np.argmin(step_time_s))
             if step_time_s[j] < best_s * (1 - 1e-9):
@@ -124,21 +140,28 @@ def stage_search(
             break
     if hasattr(env, "count_simulated"):  # what the search spent, counted where the caller counts every search's
         env.count_simulated(sim.simulated)
-    return devices[stages_of(cuts, n) % len(devices)].astype(np.int32)
+    op_devices = on[stages_of(cuts, n)].astype(np.int32)
+    return op_devices if turn is None else StagedSplit(op_devices, (cuts[turn],))
 
 
-def starting_cuts(graph: OpGraph, cluster, sim: RankSim, devices: np.ndarray, stages_per_rank: int) -> tuple:
-    """``(cuts, step seconds)`` of the fastest of the splits people use on ``sim`` (those that can split the graph)."""
+def starting_cuts(
+    graph: OpGraph, cluster, sim: RankSim, devices: np.ndarray, stages_per_rank: int, schedule: str | None = None
+) -> tuple:
+    """``(cuts, step seconds)`` of the fastest of the splits people use on ``sim`` (those that can split the graph)
+    under ``schedule`` (its layout: looped, or a V)."""
     best: tuple[list[int], float] | None = None
     for split in (flops_balanced, equal_layers, parameters_balanced):
         try:
-            op_devices = split(graph, cluster, stages_per_rank=stages_per_rank)
+            out = split(graph, cluster, stages_per_rank=stages_per_rank, schedule=schedule)
         except PlacerError:  # fewer layers than stages
             continue
-        cuts = cuts_of(np.searchsorted(devices, op_devices) + len(devices) * _rounds_of(op_devices, devices))
+        cuts = split_cuts(out)
         if len(cuts) != len(devices) * stages_per_rank - 1:
             continue  # a split that left a stage empty
-        step_time_s, failed = sim.step_times(devices[stages_of(cuts, graph.num_ops) % len(devices)][None, :])
+        if isinstance(out, StagedSplit):  # a V: only the simulator of ranks reads stage starts
+            step_time_s, failed = sim.step_times(out.op_devices[None, :], starts=[out.starts])
+        else:  # any scorer (the measured loops' too)
+            step_time_s, failed = sim.step_times(np.asarray(out)[None, :])
         t = float("inf") if failed[0] else float(step_time_s[0])
         if best is None or t < best[1]:
             best = (cuts, t)
@@ -147,10 +170,17 @@ def starting_cuts(graph: OpGraph, cluster, sim: RankSim, devices: np.ndarray, st
     return best
 
 
-def _rounds_of(op_devices: np.ndarray, devices: np.ndarray) -> np.ndarray:
-    """How many times each op's stage has looped over the devices (0 for the first R stages)."""
-    index = np.searchsorted(devices, op_devices)
-    return np.concatenate([[0], np.cumsum(np.diff(index) < 0)])
+def split_cuts(out: np.ndarray | StagedSplit) -> list[int]:
+    """Where each stage after the first begins in a contiguous split (op positions): where the device changes, and
+    a :class:`StagedSplit`'s starts.
+
+    >>> split_cuts(np.array([1, 2, 1, 2])), split_cuts(StagedSplit(np.array([1, 2, 2, 1]), (2,)))
+    ([1, 2, 3], [1, 2, 3])
+    """
+    op_devices, starts = (out.op_devices, out.starts) if isinstance(out, StagedSplit) else (out, ())
+    begins = np.diff(np.asarray(op_devices)) != 0
+    begins[np.asarray(starts, dtype=np.int64) - 1] = True
+    return (np.flatnonzero(begins) + 1).tolist()
 
 
-__all__ = ["cut_range", "cuts_of", "split_of", "stage_search", "stages_of", "starting_cuts"]
+__all__ = ["cut_range", "cuts_of", "split_cuts", "split_of", "stage_search", "stages_of", "starting_cuts"]

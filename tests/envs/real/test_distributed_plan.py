@@ -7,6 +7,7 @@ paper; every bad plan is one line (:class:`PlacerError`).
 from __future__ import annotations
 
 import itertools
+import json
 
 import numpy as np
 import pytest
@@ -53,6 +54,26 @@ def test_the_issue_order_decides_the_runs():
     assert [s.ops for s in four] == [(0,), (1,), (2,), (3,)]
     with pytest.raises(PlacerError, match="issued before its input"):
         cut_stages(g, [0, 1, 0, 1], DEVICES, order=[2, 0, 1, 3])
+
+
+def test_a_stage_cut_starts_a_stage_on_the_same_device_and_a_cut_at_a_getitem_moves_past_its_tuple():
+    g = chain(6)
+    stages = cut_stages(g, [0, 1, 1, 1, 1, 0], DEVICES, starts=[3])
+    assert [(s.device, s.ops) for s in stages] == [
+        ("gpu:0", (0,)),
+        ("gpu:1", (1, 2)),
+        ("gpu:1", (3, 4)),
+        ("gpu:0", (5,)),
+    ]
+    assert len(cut_stages(g, [0, 1, 1, 1, 1, 0], DEVICES, starts=[0, 1, 5])) == 3  # where a stage begins anyway
+    # lstm's tuple and its getitem stay together: a cut at the getitem moves past it, to x
+    g = OpGraph.from_edges(
+        ["lstm", "item", "x", "out"],
+        [("lstm", "item", 4), ("item", "x", 4), ("x", "out", 4)],
+        op_types=["aten.lstm.input", "getitem", "aten.relu.default", "aten.add.Tensor"],
+    )
+    stages = cut_stages(g, [0, 0, 0, 0], DEVICES, starts=[1])
+    assert [[g.names[i] for i in s.ops] for s in stages] == [["lstm", "item"], ["x", "out"]]
 
 
 def test_a_getitem_runs_with_its_tuple_right_after_it():
@@ -105,6 +126,8 @@ def test_more_or_fewer_processes_than_devices_is_one_line():
 def test_the_schedule_that_fits_a_plan():
     assert layout([0, 1], 2) == "one_per_rank" and layout([0, 1, 0, 1], 2) == "looped"
     assert layout([1, 0], 2) == "other" and layout([0, 1, 1], 2) == "other"
+    assert layout([0, 1, 1, 0], 2) == "v" and layout([0, 1, 2, 2, 1, 0], 3) == "v" and layout([0, 0], 1) == "looped"
+    assert fitting_schedule([0, 1, 1, 0], 2, microbatches=4, inflight=None) == "planned"  # zbv only when named
     assert fitting_schedule([0, 1], 2, microbatches=4, inflight=None) == "gpipe"
     assert fitting_schedule([0, 1], 2, microbatches=4, inflight=2) == "1f1b"
     assert fitting_schedule([0, 1], 2, microbatches=4, inflight=1) == "planned"  # torch's 1F1B keeps 2 in flight
@@ -124,7 +147,9 @@ def test_the_schedule_that_fits_a_plan():
         ("interleaved_1f1b", [0, 1], 4, None, "several stages per rank"),
         ("interleaved_1f1b", [0, 1, 0, 1], 5, None, "a multiple of its rounds"),
         ("looped_bfs", [1, 0, 1, 0], 2, None, "stage s on rank s mod 2"),
-        ("zbv", [0, 1], 2, None, "not one of"),
+        ("dualpipev", [0, 1], 2, None, "not one of"),
+        ("zbv", [0, 1, 0, 1], 2, None, r"two stages per rank in a V \(0 1 1 0;"),
+        ("interleaved_zb", [0, 1, 1, 0], 2, None, "several stages per rank"),
     ],
 )
 def test_a_schedule_that_does_not_fit_the_plan_is_one_line(name, stage_ranks, M, W, message):
@@ -200,6 +225,30 @@ def test_a_plan_compiles_with_its_stages_ranks_and_schedule_and_round_trips():
     assert swapped.stage_ranks == [0, 1] and swapped.schedule == "gpipe"
 
 
+def test_a_v_plan_compiles_with_two_stages_on_its_last_rank_and_its_cuts_are_checked(tmp_path):
+    g = chain(8)
+    p = Placement.from_indices(g, DEVICES, [0, 0, 1, 1, 1, 1, 0, 0], microbatches=2, schedule="zbv", stage_starts=[4])
+    plan = compile_plan(g, p, program=g)
+    assert plan.stage_ranks == [0, 1, 1, 0] and plan.schedule == "zbv"
+    assert [s.ops for s in plan.stages][1:3] == [("op2", "op3"), ("op4", "op5")]
+    assert plan.rank_stages(0) == [0, 3] and plan.rank_stages(1) == [1, 2]
+    p.save(tmp_path / "v.json")
+    back = Placement.load(tmp_path / "v.json")
+    assert back == p and back.stage_cuts == ["op4"]
+    assert "stage_cuts" not in Placement.from_indices(g, DEVICES, [0] * 8).to_dict()  # absent when none
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps({**p.to_dict(), "stage_cuts": ["op9"]}))
+    with pytest.raises(PlacerError, match="bad.json: stage_cuts names op 'op9', which graph chain does not have"):
+        compile_plan(g, Placement.load(bad), program=g)
+    bad.write_text(json.dumps({**p.to_dict(), "stage_cuts": "op4"}))
+    with pytest.raises(PlacerError, match="bad.json.*stage_cuts"):
+        Placement.load(bad)
+    # without its cut the middle is one stage, which the V schedule cannot run
+    bad.write_text(json.dumps({k: v for k, v in p.to_dict().items() if k != "stage_cuts"}))
+    with pytest.raises(PlacerError, match="bad.json: schedule 'zbv' runs two stages per rank in a V"):
+        compile_plan(g, Placement.load(bad), program=g)
+
+
 def test_a_placement_made_for_another_model_is_one_line():
     p = Placement.from_indices(chain(4), DEVICES, [0, 0, 1, 1])
     with pytest.raises(PlacerError, match="made for graph"):
@@ -231,8 +280,8 @@ def test_a_placement_carries_its_schedule_and_old_files_still_load(tmp_path):
     assert back == p and back.schedule == "gpipe"
     doc = Placement.from_indices(g, DEVICES, [0, 1, 1]).to_dict()
     assert "schedule" not in doc and Placement.from_dict(doc).schedule is None
-    with pytest.raises(PlacerError, match="'schedule': 'zbv' is not a schedule"):
-        Placement.from_dict({**doc, "schedule": "zbv"}, source="p.json")
+    with pytest.raises(PlacerError, match="'schedule': 'dualpipev' is not a schedule"):
+        Placement.from_dict({**doc, "schedule": "dualpipev"}, source="p.json")
     with pytest.raises(PlacerError, match="schedule"):
         Placement.from_dict({**doc, "schedule": 3}, source="p.json")
 

@@ -260,3 +260,55 @@ def test_weight_parts_free_the_activations_and_a_zero_bubble_plan_needs_a_looped
     assert peak_activation_bytes(SimpleNamespace(activation_bytes=[10.0]), acts) == {0: 20.0}
     bad = simulate_ranks(two_stage_graph(), cluster(), [0, 1], microbatches=2, schedule="interleaved_zb")
     assert bad.status == "error" and "several stages per rank" in bad.message
+
+
+def test_a_v_plan_hands_over_within_its_last_rank_under_zbv_the_hand_timeline():
+    # a -> b -> c -> d in a V on 2 ranks: a on rank 0, b and c on rank 1 (two stages, cut apart at c), d on rank 0;
+    # M = 2, torch's ZB-V: rank 0 runs 0F0 0F1 3F0 3I0 3W0 3F1 3I1 3W1 0I0 0W0 0I1 0W1,
+    # rank 1 1F0 2F0 1F1 2F1 2I0 2W0 1I0 1W0 2I1 2W1 1I1 1W1.
+    # Per microbatch each op: forward 1 s, input part 1 s, weight part 1 s (stage 0, a, its whole backward, 2 s, in
+    # W). A send between the ranks: 0.1 + 100 / 1000 = 0.2 s; between b and c, on one rank, none.
+    # rank 0: 0F0 0-1 (at s1 1.2), 0F1 1-2 (2.2); rank 1: 1F0 1.2-2.2, 2F0 2.2-3.2 (at s3 3.4), 1F1 3.2-4.2,
+    # 2F1 4.2-5.2 (5.4); rank 0: 3F0 3.4-4.4, 3I0 4.4-5.4 (gradient at s2 5.6), 3W0 5.4-6.4, 3F1 6.4-7.4,
+    # 3I1 7.4-8.4 (8.6), 3W1 8.4-9.4; rank 1: 2I0 5.6-6.6, 2W0 6.6-7.6, 1I0 7.6-8.6 (at s0 8.8), 1W0 8.6-9.6,
+    # 2I1 9.6-10.6, 2W1 10.6-11.6, 1I1 11.6-12.6 (12.8), 1W1 12.6-13.6; rank 0: 0I0 9.4-9.4, 0W0 9.4-11.4,
+    # 0I1 12.8-12.8, 0W1 12.8-14.8.
+    names = ["a", "b", "c", "d"]
+    g = OpGraph.from_edges(
+        names, [(x, y, 200) for x, y in zip(names, names[1:])], flops=[2e9] * 4, param_bytes=[0, 4, 4, 4]
+    )
+    events: list = []
+    res = simulate_ranks(g, cluster(), [0, 1, 1, 0], microbatches=2, schedule="zbv", timeline=events, stage_starts=[2])
+    assert res.ok and res.extra["schedule"] == "zbv" and res.extra["stages"] == 4
+    assert res.extra["rank_end_s"] == pytest.approx([14.8, 13.6])
+    spans = {(e.stage, e.kind, e.microbatch): (e.start_s, e.end_s) for e in events if e.kind != "O"}
+    assert spans[(2, "F", 0)] == pytest.approx((2.2, 3.2))  # c's input arrived when b ended: no send
+    assert spans[(1, "I", 0)] == pytest.approx((7.6, 8.6)) and spans[(0, "W", 1)] == pytest.approx((12.8, 14.8))
+    assert "gpu:1->gpu:1" not in res.busy_s
+    # a Placement brings its cuts; without the cut, b and c are one stage, which the V schedule refuses in one line
+    plan = Placement.from_indices(g, ["gpu:0", "gpu:1"], [0, 1, 1, 0], microbatches=2, schedule="zbv", stage_starts=[2])
+    assert plan.stage_cuts == ["c"]
+    assert RankSim(g, cluster()).evaluate([plan])[0].step_time_s == pytest.approx(res.step_time_s)
+    bad = simulate_ranks(g, cluster(), [0, 1, 1, 0], microbatches=2, schedule="zbv")
+    assert bad.status == "error" and "two stages per rank in a V (0 1 1 0" in bad.message
+    assert "the plan has 3 stages on 2 ranks (0 1 0)" in bad.message
+    # a batch of vectors, each with its own cut: the cut moved to d leaves c with b
+    sim = RankSim(g, cluster(), microbatches=2, schedule="zbv")
+    times, failed = sim.step_times(np.array([[0, 1, 1, 0], [0, 1, 1, 0]]), starts=[(2,), (3,)])
+    assert times[0] == pytest.approx(res.step_time_s) and failed.tolist() == [False, True]
+
+
+def test_zbv_runs_every_forward_input_and_weight_part_once_in_torchs_order():
+    from envs.real.distributed.schedules import v_ranks
+    from envs.sim.rank_actions import torch_order
+
+    for R, M in [(2, 2), (2, 4), (3, 6), (4, 8)]:
+        S = 2 * R
+        acts = schedule_actions("zbv", v_ranks(R), R, microbatches=M, inflight=None)
+        flat = sorted(a for r in acts.values() for a in r)
+        assert flat == sorted((s, k, m) for s in range(S) for k in "FIW" for m in range(M))
+        order = torch_order("zbv", S, R, M)
+        for r in range(R):
+            kept = [(a.stage_index, a.computation_type.value, a.microbatch_index) for a in order[r] if a is not None]
+            assert kept == acts[r]
+            assert {s for s, _, _ in acts[r]} == {r, S - 1 - r}  # the rank's two stages of the V

@@ -190,3 +190,55 @@ def test_place_names_the_schedule_a_plan_runs_under_and_refuses_one_that_does_no
     err = capsys.readouterr().err
     assert "--option schedule=interleaved_zb: schedule 'interleaved_zb' runs several stages per rank" in err
     assert err.count("\n") == 1 and not out.exists()
+
+
+def test_under_the_v_schedule_a_split_goes_down_the_devices_and_back_with_its_turn_named(k80x2):
+    from envs.real.distributed.cut import StagedSplit
+
+    # six layers (embed, four blocks, norm and head as one) in 4 stages: equal counts 2 2 1 1, the stages on
+    # gpu:0 gpu:1 gpu:1 gpu:0 (devices 1 2 2 1); the second stage on gpu:1 begins at layers.3 (op 7)
+    out = registry.get("equal_layers")(chain(LM), k80x2, schedule="zbv")
+    assert isinstance(out, StagedSplit) and out.starts == (7,)
+    assert out.op_devices.tolist() == [1, 1, 1, 2, 2, 2, 2, 2, 2, 1, 1]
+    with pytest.raises(PlacerError, match="stages_per_rank=1: schedule 'zbv' runs 2 stages per rank"):
+        registry.get("flops_balanced")(chain(LM), k80x2, stages_per_rank=1, schedule="zbv")
+    assert isinstance(registry.get("parameters_balanced")(chain(LM), k80x2, schedule="interleaved_zb"), np.ndarray)
+
+
+def test_the_search_under_the_v_schedule_rebalances_the_rank_that_holds_the_first_and_last_stage(k80x2):
+    from envs.real.distributed.cut import StagedSplit
+    from envs.sim.ranks import RankSim
+
+    # a heavy head: in the V the first rank runs the embedding's stage and the head's
+    g = chain(LM, flops=[1e11] * 10 + [8e11], param_bytes=[1 << 20] * len(LM))
+    sim = RankSim(g, k80x2, microbatches=4, schedule="zbv")
+    found = registry.get("stage_search")(g, k80x2, schedule="zbv", env=SimpleNamespace(microbatches=4, inflight=None))
+    assert isinstance(found, StagedSplit)
+    found_s = sim.simulate(found).step_time_s
+    splits = {name: sim.simulate(registry.get(name)(g, k80x2, schedule="zbv")).step_time_s for name in SPLITS}
+    assert found_s <= min(splits.values()) and found_s < 0.9 * splits["equal_layers"]
+    assert sim.simulate(found).extra["stages"] == 4
+    with pytest.raises(PlacerError, match="merge=true leaves stages empty"):
+        registry.get("stage_search")(g, k80x2, schedule="zbv", merge=True)
+    # through place: a Placement that carries the turn as its stage cut, which the simulator reads back
+    p = registry.place("stage_search", g, k80x2, microbatches=4, schedule="zbv")
+    assert p.schedule == "zbv" and p.stage_cuts == [g.names[found.starts[0]]]
+    assert RankSim(g, k80x2).evaluate([p])[0].step_time_s == pytest.approx(found_s)
+
+
+def test_place_writes_a_v_plan_with_its_stage_cut_and_refuses_a_v_of_one_stage_per_rank(tmp_path, capsys):
+    from graphs.io import save
+    from graphs.plan import Placement
+    from placer.cli import main
+
+    graph, out = tmp_path / "g.json", tmp_path / "p.json"
+    save(_six_equal_matmuls(), str(graph))
+    argv = ["place", str(graph), "--cluster", "k80x2", "--method", "flops_balanced", "-o", str(out), "--ranks"]
+    assert main([*argv, "--option", "microbatches=4", "--option", "schedule=zbv"]) == 0
+    assert "(4 stages on 2 ranks, zbv schedule)" in capsys.readouterr().out
+    v = Placement.load(str(out))
+    assert v.schedule == "zbv" and len(v.stage_cuts) == 1 and v.meta["ranks_schedule"] == "zbv"
+    out.unlink()
+    assert main([*argv, "--option", "stages_per_rank=1", "--option", "schedule=zbv"]) == 2
+    err = capsys.readouterr().err
+    assert "schedule 'zbv' runs 2 stages per rank" in err and err.count("\n") == 1 and not out.exists()
