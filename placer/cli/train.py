@@ -433,7 +433,7 @@ def small_model_line(doc: dict) -> str | None:
     if "single" in (doc.get("heuristics") or {}) and doc["heuristics"]["single"] is None:
         return None  # no single device holds the model: its time (memory ignored) is no plan to fall back on
     return (
-        f"note             within {(SMALL_GAIN - 1) * 100:.0f}% of the best single device ({_ms(single)}): "
+        f"note             not {(SMALL_GAIN - 1) * 100:.0f}% faster than the best single device ({_ms(single)}): "
         "this model is "
         "too small to gain from splitting it over devices"
     )

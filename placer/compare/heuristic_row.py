@@ -106,7 +106,14 @@ class HeuristicAttempt:
             row.status, row.message = "error", one_line(e)
         else:
             row.placement = placement_of(
-                out, self.graph, self.cluster, self.method, meta={"seed": self.seed}, microbatches=M, inflight=W
+                out,
+                self.graph,
+                self.cluster,
+                self.method,
+                meta={"seed": self.seed},
+                microbatches=M,
+                inflight=W,
+                schedule=self.own.get("schedule"),  # across processes, what the method placed for (and is scored by)
             )
             if isinstance(out, Placement):  # a method that plans its issue order too (ilp): its run's record
                 row.meta = dict(out.meta)

@@ -79,7 +79,7 @@ def summary_lines(report: Any) -> list[str]:
     speedups = [r.speedup for r in report.rows if r.kind != "bound" and r.status == "ok" and r.speedup is not None]
     if speedups and max(speedups) < SMALL_GAIN:
         lines.append(
-            f"every method is within {(SMALL_GAIN - 1) * 100:.0f}% of the best single device: this model is too small "
+            f"no method beats the best single device by {(SMALL_GAIN - 1) * 100:.0f}% or more: this model is too small "
             "to gain from splitting it over devices (copies and launches cost more than the work they spread)"
         )
     return lines

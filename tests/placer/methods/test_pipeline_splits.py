@@ -242,3 +242,20 @@ def test_place_writes_a_v_plan_with_its_stage_cut_and_refuses_a_v_of_one_stage_p
     assert main([*argv, "--option", "stages_per_rank=1", "--option", "schedule=zbv"]) == 2
     err = capsys.readouterr().err
     assert "schedule 'zbv' runs 2 stages per rank" in err and err.count("\n") == 1 and not out.exists()
+
+
+def test_compare_across_processes_scores_each_split_under_the_schedule_it_was_placed_for(k80x2):
+    from envs.sim.ranks import RankSim
+    from placer.compare import compare
+
+    g = chain(LM, flops=[1e11] * 10 + [8e11], param_bytes=[1 << 20] * len(LM))
+    names = ["equal_layers", "stage_search"]
+    options = {m: {"schedule": "zbv"} for m in names}
+    report = compare(g, k80x2, methods=names, microbatches=4, ranks=True, options=options)
+    rows = {r.method: r for r in report.rows if r.method in names}
+    assert {r.placement.schedule for r in rows.values()} == {"zbv"} and rows["stage_search"].placement.stage_cuts
+    sim = RankSim(g, k80x2)
+    for r in rows.values():
+        assert r.step_time_s == pytest.approx(sim.simulate(r.placement).step_time_s)
+        assert sim.simulate(r.placement).extra["schedule"] == "zbv"
+    assert rows["stage_search"].step_time_s < rows["equal_layers"].step_time_s
