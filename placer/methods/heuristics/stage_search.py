@@ -8,8 +8,13 @@ contiguous stages (stage ``s`` on device ``s mod R``; under torch's V schedule `
 :class:`envs.sim.ranks.RankSim` (compute per microbatch, every tensor sent between
 stages, the schedule's bubbles, the optimizer step, memory). It starts from the
 fastest of the three splits people use, then moves one cut at a time to its best
-position between its neighbours (every position is tried, in one batch), until a
-round moves none: it is never slower than those splits on the simulator.
+position between its neighbours (every position is tried, in one batch), and then two
+neighbouring cuts together by the same distance (the stage between them keeps its
+ops' count and slides: work passes from the stage before to the stage after, two
+ranks apart, which one cut moved alone cannot do without unbalancing the stage
+between), until a round moves none: it is never slower than those splits on the
+simulator. The two-cut moves (``pairs``, on by default) took ZB-V's simulated step at
+LLM scale from 3.813 to 3.728 s (BENCHMARKS.md, "Torch's ZB-V schedule").
 
 ``merge=True`` (``placer place --method stage_search --option merge=true``) lets a cut
 also move onto its neighbour or onto the sequence's end, as the measured loops' cuts
@@ -99,18 +104,21 @@ def stage_search(
     schedule: str | None = None,
     rounds: int = 4,
     merge: bool = False,
+    pairs: bool = True,
     env: Any = None,
 ) -> np.ndarray | StagedSplit:
     """The contiguous split the simulator of ranks finds fastest (module doc); ``merge``: stages may be left empty,
-    a plan on fewer devices. Under a V schedule, a :class:`StagedSplit`.
+    a plan on fewer devices; ``pairs``: also move two neighbouring cuts together (module doc). Under a V schedule,
+    a :class:`StagedSplit`.
 
     ``env``: the one-process simulator :func:`placer.methods.registry.place` hands a
     method with M > 1; only its microbatches M and window W are read, so the search
     scores plans as they will run.
     """
     del seed
-    if not isinstance(merge, bool):
-        raise PlacerError(f"stage_search: merge must be true or false, got {merge!r}")
+    for name, value in (("merge", merge), ("pairs", pairs)):
+        if not isinstance(value, bool):
+            raise PlacerError(f"stage_search: {name} must be true or false, got {value!r}")
     devices = gpu_devices(cluster)
     per_rank = split_stages_per_rank(stages_per_rank, schedule, "stage_search")
     if merge and is_v(schedule):
@@ -124,9 +132,9 @@ def stage_search(
     cuts, best_s = starting_cuts(graph, cluster, sim, devices, per_rank, schedule)
     for _ in range(rounds):
         moved = False
-        for k in range(len(cuts)):
-            lo, hi = cut_range(cuts, k, n, merge=merge)
-            tried = [cuts[:k] + [c] + cuts[k + 1 :] for c in range(lo, hi + 1)]
+        moves = [(k, 1) for k in range(len(cuts))] + ([(k, 2) for k in range(len(cuts) - 1)] if pairs else [])
+        for k, width in moves:
+            tried = moved_cuts(cuts, k, n, merge=merge) if width == 1 else shifted_pair(cuts, k, n)
             if not tried:
                 continue
             batch = np.stack([on[stages_of(c, n)] for c in tried])
@@ -142,6 +150,27 @@ def stage_search(
         env.count_simulated(sim.simulated)
     op_devices = on[stages_of(cuts, n)].astype(np.int32)
     return op_devices if turn is None else StagedSplit(op_devices, (cuts[turn],))
+
+
+def moved_cuts(cuts: list[int], k: int, num_ops: int, merge: bool = False) -> list[list[int]]:
+    """``cuts`` with cut ``k`` at every other position between its neighbours (:func:`cut_range`).
+
+    >>> moved_cuts([2, 5], 0, 8)
+    [[1, 5], [3, 5], [4, 5]]
+    """
+    lo, hi = cut_range(cuts, k, num_ops, merge=merge)
+    return [cuts[:k] + [c] + cuts[k + 1 :] for c in range(lo, hi + 1) if c != cuts[k]]
+
+
+def shifted_pair(cuts: list[int], k: int, num_ops: int) -> list[list[int]]:
+    """``cuts`` with cuts ``k`` and ``k + 1`` moved together by every distance that leaves no stage empty.
+
+    >>> shifted_pair([2, 4, 6], 0, 8)
+    [[1, 3, 6], [3, 5, 6]]
+    """
+    lo = (cuts[k - 1] + 1 if k > 0 else 1) - cuts[k]
+    hi = (cuts[k + 2] - 1 if k + 2 < len(cuts) else num_ops - 1) - cuts[k + 1]
+    return [cuts[:k] + [cuts[k] + d, cuts[k + 1] + d] + cuts[k + 2 :] for d in range(lo, hi + 1) if d]
 
 
 def starting_cuts(
@@ -183,4 +212,14 @@ def split_cuts(out: np.ndarray | StagedSplit) -> list[int]:
     return (np.flatnonzero(begins) + 1).tolist()
 
 
-__all__ = ["cut_range", "cuts_of", "split_cuts", "split_of", "stage_search", "stages_of", "starting_cuts"]
+__all__ = [
+    "cut_range",
+    "cuts_of",
+    "moved_cuts",
+    "shifted_pair",
+    "split_cuts",
+    "split_of",
+    "stage_search",
+    "stages_of",
+    "starting_cuts",
+]
