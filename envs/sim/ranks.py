@@ -614,22 +614,29 @@ class RankSim:
             raise PlacerError(f"ranks: no {order!r} issue order across processes; score in node order")
         return self
 
-    def step_times(
-        self, op_devices: np.ndarray, order: Any = None, starts: Any = None
-    ) -> tuple[np.ndarray, np.ndarray]:
+    def step_times(self, op_devices: np.ndarray, order: Any = None) -> tuple[np.ndarray, np.ndarray]:
         """``([K] step seconds, [K] failed)`` of ``[K, num_ops]`` placement vectors; ``order``: None (node
-        order), one order for all, or ``[K, num_ops]``; ``starts``: None, or per row the ops that begin a stage on
-        the same device (a V's second stage on a rank). A plan across processes has no planned order: ``"planned"``
+        order), one order for all, or ``[K, num_ops]``. A plan across processes has no planned order: ``"planned"``
         is a :class:`PlacerError`."""
-        step_time_s, failed, _ = self.overflow(op_devices, order, starts)
+        step_time_s, failed, _ = self.overflow(op_devices, order)
         return step_time_s, failed
 
-    def overflow(
-        self, op_devices: np.ndarray, order: Any = None, starts: Any = None
-    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    def staged_step_times(
+        self, op_devices: np.ndarray, starts: Sequence[Sequence[int]], order: Any = None
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """:meth:`step_times` of rows whose stages also begin at ops ``starts[k]`` on the same device (a V's second
+        stage on its last rank, :class:`~envs.real.distributed.cut.StagedSplit`), one sequence of ops per row."""
+        step_time_s, failed, _ = self._scored(op_devices, order, starts)
+        return step_time_s, failed
+
+    def overflow(self, op_devices: np.ndarray, order: Any = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """``(step_time_s, failed, over)``: :meth:`step_times`, and per row the largest peak / memory over the ranks'
         devices that run out of it (0 for a row that fits), as :meth:`envs.SimEnv.overflow` gives it: a search then
         moves a plan out of memory toward fitting."""
+        return self._scored(op_devices, order, None)
+
+    def _scored(self, op_devices: np.ndarray, order: Any, starts: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """:meth:`overflow` of rows, each with its stage ``starts`` (None: none)."""
         if isinstance(order, str):
             raise PlacerError(f"ranks: no {order!r} issue order across processes; pass the order, or None")
         op_devices = np.atleast_2d(np.asarray(op_devices))

@@ -24,7 +24,7 @@ for m in sys.argv[1:] or ["lm", "encoder_decoder", "unet"]:
     for p in PLANS:
         plan = Placement.load(str(D / f"plan_{m}_{p}.json"))
         sim = RankSim(graph, cluster).simulate(plan)
-        steps = [json.loads(f.read_text())["step_time_s"] for f in sorted(D.glob(f"run_{m}_{p}_*.json"))]
+        steps = [json.loads(f.read_text())["step_time_s"] for f in sorted(D.glob(f"run_{m}_{p}_[0-9].json"))]
         rows[p] = {
             "simulated_s": sim.step_time_s,
             "measured_s": steps,

@@ -138,8 +138,10 @@ def stage_search(
             if not tried:
                 continue
             batch = np.stack([on[stages_of(c, n)] for c in tried])
-            starts = None if turn is None else [(c[turn],) for c in tried]
-            step_time_s, failed = sim.step_times(batch, starts=starts)
+            if turn is None:
+                step_time_s, failed = sim.step_times(batch)
+            else:
+                step_time_s, failed = sim.staged_step_times(batch, [(c[turn],) for c in tried])
             step_time_s = np.where(failed, np.inf, step_time_s)
             j = int(np.argmin(step_time_s))
             if step_time_s[j] < best_s * (1 - 1e-9):
@@ -188,7 +190,7 @@ def starting_cuts(
         if len(cuts) != len(devices) * stages_per_rank - 1:
             continue  # a split that left a stage empty
         if isinstance(out, StagedSplit):  # a V: only the simulator of ranks reads stage starts
-            step_time_s, failed = sim.step_times(out.op_devices[None, :], starts=[out.starts])
+            step_time_s, failed = sim.staged_step_times(out.op_devices[None, :], [out.starts])
         else:  # any scorer (the measured loops' too)
             step_time_s, failed = sim.step_times(np.asarray(out)[None, :])
         t = float("inf") if failed[0] else float(step_time_s[0])

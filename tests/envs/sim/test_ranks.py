@@ -294,7 +294,7 @@ def test_a_v_plan_hands_over_within_its_last_rank_under_zbv_the_hand_timeline():
     assert "the plan has 3 stages on 2 ranks (0 1 0)" in bad.message
     # a batch of vectors, each with its own cut: the cut moved to d leaves c with b
     sim = RankSim(g, cluster(), microbatches=2, schedule="zbv")
-    times, failed = sim.step_times(np.array([[0, 1, 1, 0], [0, 1, 1, 0]]), starts=[(2,), (3,)])
+    times, failed = sim.staged_step_times(np.array([[0, 1, 1, 0], [0, 1, 1, 0]]), [(2,), (3,)])
     assert times[0] == pytest.approx(res.step_time_s) and failed.tolist() == [False, True]
 
 
