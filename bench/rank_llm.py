@@ -1,5 +1,5 @@
 """Pipeline splits at LLM scale, simulated: a Llama-3-8B-shaped decoder on 8 H100s, 1F1B, Interleaved 1F1B,
-Interleaved zero bubble and ZB-V.
+Interleaved zero bubble, ZB-V and DualPipeV.
 
 The model is a plain-torch decoder of Llama-3-8B's shape (32 layers, hidden 4096, MLP
 14336, 32 query and 8 key/value heads, a 128256-token vocabulary, untied head),
@@ -7,10 +7,12 @@ captured on the meta device (no weights are made), one step of ``--batch`` seque
 ``--seq`` tokens. Each split (:data:`METHODS`) is scored by the simulator of ranks
 (:class:`envs.sim.ranks.RankSim`) on ``--cluster`` (default ``h100x8``, its 8 GPUs the
 ranks) under 1F1B (one stage per rank, ``M`` microbatches, 8 in flight), torch's
-Interleaved 1F1B (two stages per rank) and torch's Interleaved zero bubble (two stages
-per rank, each backward split into its input and weight parts, the weight parts filling
-the waits: ``interleaved_zb``) and torch's ZB-V (the same split backward, two stages per
-rank in a V, so that the first rank also runs the last stage: ``zbv``). Beside them, per schedule, what no split can
+Interleaved 1F1B (two stages per rank), torch's Interleaved zero bubble (two stages per
+rank, each backward split into its input and weight parts, the weight parts filling the
+waits: ``interleaved_zb``), torch's ZB-V (the same split backward, two stages per rank
+in a V, so that the first rank also runs the last stage: ``zbv``) and torch's DualPipeV
+(the same V, its steady state one stage's forward run with the other's backward:
+``dualpipev``). Beside them, per schedule, what no split can
 beat by much (:func:`balanced_estimate`): ``equal_layers``' compute spread evenly over
 the ranks, with the schedule's bubble::
 
@@ -45,6 +47,7 @@ SCHEDULES = {
     "interleaved_1f1b": (2, "interleaved_1f1b"),
     "interleaved_zb": (2, "interleaved_zb"),
     "zbv": (2, "zbv"),
+    "dualpipev": (2, "dualpipev"),
 }
 
 

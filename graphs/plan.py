@@ -78,7 +78,7 @@ FORMAT = "placer-placement/1"
 #: The largest number of microbatches a plan may ask for (a sanity bound on the expanded graph).
 MAX_MICROBATCHES = 1024
 #: The schedules a plan across processes may name (:mod:`envs.real.distributed.schedules` says what each runs).
-SCHEDULES = ("gpipe", "1f1b", "looped_bfs", "interleaved_1f1b", "interleaved_zb", "zbv", "planned")
+SCHEDULES = ("gpipe", "1f1b", "looped_bfs", "interleaved_1f1b", "interleaved_zb", "zbv", "dualpipev", "planned")
 
 
 @dataclass(eq=False)
@@ -582,10 +582,10 @@ def check_microbatches(value: Any, option: str = "microbatches") -> int:
 def check_schedule_name(value: Any, option: str = "schedule") -> str | None:
     """``value`` as a schedule name of :data:`SCHEDULES` (or None: the one that fits), else one-line PlacerError.
 
-    >>> check_schedule_name("dualpipev")  # doctest: +ELLIPSIS
+    >>> check_schedule_name("dualpipe")  # doctest: +ELLIPSIS
     Traceback (most recent call last):
     ...
-    graphs.errors.PlacerError: schedule: 'dualpipev' is not a schedule (gpipe, 1f1b, ..., zbv, planned)
+    graphs.errors.PlacerError: schedule: 'dualpipe' is not a schedule (gpipe, 1f1b, ..., dualpipev, planned)
     """
     if value is None or value in SCHEDULES:
         return value

@@ -5,13 +5,16 @@ A plan across processes runs on torch's pipeline runtime with one of the schedul
 times the very lists of actions that runtime follows, taken from their one source each:
 
 * ``planned``: placer's issue order, :func:`envs.real.distributed.schedules.planned_actions`;
-* ``looped_bfs``, ``interleaved_1f1b``, ``interleaved_zb``, ``zbv``: torch's own schedule classes, which compute
-  every rank's order from the number of stages, ranks and microbatches alone (their
+* ``looped_bfs``, ``interleaved_1f1b``, ``interleaved_zb``, ``zbv``, ``dualpipev``: torch's own
+  schedule classes, which compute every rank's order from the number of stages, ranks and microbatches alone (their
   ``_calculate_single_rank_operations``, which their runtime executes). Torch keeps idle
   slots (``None``) and gradient reductions in those lists; only the forwards and
   backwards (``interleaved_zb``, ``zbv``: their input parts ``I`` and weight parts ``W``) are
   kept here, since the simulator finds the waits itself (torch's zero-bubble class
-  then inserts idle slots between them, which change no rank's order);
+  then inserts idle slots between them, which change no rank's order). ``dualpipev``'s
+  overlapped actions (``OVERLAP_F_B``) become their forward, kind ``"FO"``, then their backward:
+  torch's runtime runs the two one after the other, each waiting for its own receive, and posts
+  the forward's sends with the backward's, after both;
 * ``gpipe``: torch's ``ScheduleGPipe._get_pipeline_order`` (:func:`torch_actions`) is
   placer's fill-drain order list for list (tests/envs/sim/test_ranks.py checks it), so
   that order is taken from ``planned_actions``, without importing torch;
@@ -42,6 +45,7 @@ TORCH_CLASSES = {
     "interleaved_1f1b": ("ScheduleInterleaved1F1B", False),
     "interleaved_zb": ("ScheduleInterleavedZeroBubble", False),
     "zbv": ("ScheduleZBVZeroBubble", False),
+    "dualpipev": ("ScheduleDualPipeV", False),
 }
 
 
@@ -80,8 +84,15 @@ def torch_actions(name: str, num_stages: int, num_ranks: int, microbatches: int)
     slots and reductions; a split backward's parts ``I`` and ``W`` kept)."""
     out: dict[int, tuple[Action, ...]] = {}
     for rank, acts in torch_order(name, num_stages, num_ranks, microbatches).items():
-        kept = [a for a in acts if a is not None and a.computation_type.value in ("F", "B", "I", "W")]
-        out[rank] = tuple((int(a.stage_index), a.computation_type.value, int(a.microbatch_index)) for a in kept)
+        kept: list[Action] = []
+        for a in acts:
+            if a is not None and a.sub_actions:  # OVERLAP_F_B: a forward and a backward, run one after the other
+                (f, b) = a.sub_actions
+                kept.append((int(f.stage_index), "FO", int(f.microbatch_index)))
+                kept.append((int(b.stage_index), b.computation_type.value, int(b.microbatch_index)))
+            elif a is not None and a.computation_type.value in ("F", "B", "I", "W"):
+                kept.append((int(a.stage_index), a.computation_type.value, int(a.microbatch_index)))
+        out[rank] = tuple(kept)
     return out
 
 

@@ -12,7 +12,7 @@ one after the other:
   before it on the same rank);
 * a stage's forward (backward) takes the sum of its ops' forward (backward) times
   on its device for one microbatch (:func:`envs.sim.cost.op_times`). A schedule that
-  splits the backward (``interleaved_zb``) runs its input part ``(s, "I", m)``, which
+  splits the backward (``interleaved_zb``, ``zbv``, ``dualpipev``) runs its input part ``(s, "I", m)``, which
   waits and sends as a backward does, and later its weight part ``(s, "W", m)``, which
   waits for nothing and sends nothing; of each op's backward the weight part is
   :func:`weight_fractions`, and both parts take the device's ``split_backward_factor``
@@ -20,7 +20,10 @@ one after the other:
   stage, which sends no gradient, runs its whole backward in its weight part, unsplit, as
   torch's runtime does; its sends leave
   when it ends, and its rank is busy the device's ``action_overhead_s`` more (torch's
-  runtime between actions, which ``placer profile --ranks`` fits; 0 in the presets);
+  runtime between actions, which ``placer profile --ranks`` fits; 0 in the presets). A
+  forward run with the next backward as one action (``(s, "FO", m)``, ``dualpipev``'s
+  ``OVERLAP_F_B``) runs and waits as a forward does, but its sends leave after that
+  backward, before the backward's own;
 * every value a later stage reads is sent from each stage to the next, passing
   through the stages between (as the runtime's stage programs do), one tensor per
   value, its largest edge; a send costs ``latency + bytes / bandwidth`` of the link
@@ -245,6 +248,7 @@ def run_actions(
     factor = [float(cluster.devices[d].split_backward_factor) for d in dev]
     compute = {
         "F": fwd_s,
+        "FO": fwd_s,
         "B": bwd_s,
         "I": [f * (b - w) for f, b, w in zip(factor, bwd_s, wgrad_s)],
         "W": [f * w for f, w in zip(factor, wgrad_s)],
@@ -259,6 +263,7 @@ def run_actions(
     free_s = [0.0] * R
     busy_s = [0.0] * R
     nxt = [0] * R
+    deferred: list[tuple[int, int, int] | None] = [None] * R  # an overlapped forward's sends, left with the next action
     lists = [list(actions.get(r, ())) for r in range(R)]
     left = sum(len(acts) for acts in lists)
     S = len(fwd_s)
@@ -271,7 +276,7 @@ def run_actions(
                 # what the action waits for: stage s - 1's activations (a forward), stage s + 1's gradients (a
                 # backward or its input part); a weight part, only its own input part, earlier on this rank
                 need = None
-                if kind == "F":
+                if kind in ("F", "FO"):
                     if s > 0:
                         need = ("F", s, m)
                 elif kind in ("B", "I") and s < S - 1:
@@ -290,17 +295,31 @@ def run_actions(
                 end = ready + compute_s  # the sends leave here; the runtime's own work between actions follows
                 free_s[r], busy_s[r] = end + overhead[d], busy_s[r] + compute_s + overhead[d]
                 if record is not None:
-                    record.append(Event(r, s, kind, m, float(ready), float(end)))
-                sent = None
-                if kind == "F" and s < S - 1:
-                    sent = ("F", s + 1, m)
-                    arrived[sent], send_s[sent] = links.send(d, dev[s + 1], end, send_bytes[s], send_tensors[s])
-                if kind in ("B", "I") and s > 0:
-                    sent = ("B", s - 1, m)
-                    arrived[sent], send_s[sent] = links.send(d, dev[s - 1], end, grad_bytes[s - 1], grad_tensors[s - 1])
-                if sent is not None and own_copies[d]:  # and a rank whose core sends them, its sends
-                    free_s[r] += send_s[sent]
-                    busy_s[r] += send_s[sent]
+                    record.append(Event(r, s, "F" if kind == "FO" else kind, m, float(ready), float(end)))
+                # an overlapped forward ("FO") sends nothing yet: its sends leave after the backward it runs with
+                outgoing: list[tuple[str, int, int]] = []
+                if kind == "FO":
+                    deferred[r] = (s, m, d)
+                else:
+                    if deferred[r] is not None:
+                        outgoing.append(("F", deferred[r][0], deferred[r][1]))
+                        deferred[r] = None
+                    outgoing.append((kind, s, m))
+                at = end
+                for what, s2, m2 in outgoing:
+                    sent, d2 = None, dev[s2]
+                    if what == "F" and s2 < S - 1:
+                        sent = ("F", s2 + 1, m2)
+                        arrived[sent], send_s[sent] = links.send(d2, dev[s2 + 1], at, send_bytes[s2], send_tensors[s2])
+                    if what in ("B", "I") and s2 > 0:
+                        sent = ("B", s2 - 1, m2)
+                        arrived[sent], send_s[sent] = links.send(
+                            d2, dev[s2 - 1], at, grad_bytes[s2 - 1], grad_tensors[s2 - 1]
+                        )
+                    if sent is not None and own_copies[d2]:  # and a rank whose core sends them, its sends
+                        free_s[r] += send_s[sent]
+                        busy_s[r] += send_s[sent]
+                        at += send_s[sent]
                 k += 1
                 left -= 1
                 progress = True
@@ -318,7 +337,7 @@ def peak_activation_bytes(costs: StageCosts, actions: Mapping[int, Sequence[Acti
     for r, acts in actions.items():
         live = peak = 0.0
         for s, kind, _ in acts:
-            if kind == "F":
+            if kind in ("F", "FO"):
                 live += costs.activation_bytes[s]
             elif kind in ("B", "W"):
                 live -= costs.activation_bytes[s]

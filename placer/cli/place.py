@@ -95,8 +95,9 @@ def add_command(sub: argparse._SubParsersAction) -> None:
         "random_modules, module_search, annealing; auto, the default: the GPUs, and the host too when the "
         "model's training state does not fit them); every method takes microbatches=M, inflight=W and "
         "schedule=S (across processes, the torch schedule the plan runs under: gpipe, 1f1b, looped_bfs, "
-        "interleaved_1f1b, interleaved_zb, zbv, planned; the pipeline splits take stages_per_rank=K for the "
-        "looped ones; under zbv they and stage_search split into 2 stages per rank in a V) (repeatable)",
+        "interleaved_1f1b, interleaved_zb, zbv, dualpipev, planned; the pipeline splits take stages_per_rank=K for "
+        "the looped ones; under zbv and dualpipev they and stage_search split into 2 stages per rank in a V) "
+        "(repeatable)",
     )
     p.add_argument("-o", "--output", required=True, metavar="FILE", help="placement file to write (.json)")
     p.add_argument(

@@ -92,8 +92,8 @@ class RunOptions:
     of `placer profile SOURCE --ranks N`. Node order, and no lower bound (the one-process bound does not hold here)."""
     schedule: str | None = None
     """--ranks: torch's pipeline schedule of every plan (gpipe, 1f1b, looped_bfs, interleaved_1f1b, interleaved_zb,
-    planned; None: the one that fits each plan, as `placer run` picks it). Not zbv: the learner's placements cannot
-    say a V's two stages on one rank."""
+    planned; None: the one that fits each plan, as `placer run` picks it). Not zbv or dualpipev: the learner's
+    placements cannot say a V's two stages on one rank."""
     looped: bool = False
     """--ranks: let the simulator score plans of more than one stage per rank (looped schedules, or a
     planned order). Off unless --schedule names looped_bfs, interleaved_1f1b, interleaved_zb or planned: measured on

@@ -132,6 +132,14 @@ def workdir(tmp_path_factory):
         Placement.from_indices(graph, devices, looped, cluster="k80x2", microbatches=2, inflight=1).save(
             path / "looped.json"
         )
+        # a V (ranks 0 1 1 0: the tied embedding and head both on rank 0), its second stage on gpu:1 cut at 3/4
+        blocks = np.arange(n) * 4 // n
+        v = np.array([1, 2, 2, 1])[blocks]
+        turn = np.flatnonzero(blocks == 2)[:1]
+        for name, M in (("zbv", 2), ("dualpipev", 4)):
+            Placement.from_indices(
+                graph, devices, v, cluster="k80x2", microbatches=M, schedule=name, stage_starts=turn
+            ).save(path / f"{name}.json")
         yield path
     finally:
         sys.path.remove(str(path))
@@ -255,6 +263,31 @@ def test_two_processes_train_the_plan_and_check_every_gradient(here, capsys):
     assert rows == {"measured rank 0", "measured rank 1", "simulated (k80x2) rank 0", "simulated (k80x2) rank 1"}
     spans = [e for e in trace["traceEvents"] if e["ph"] == "X"]
     assert sorted(e["name"] for e in spans if e["pid"] < 1000) == sorted(e["name"] for e in spans if e["pid"] >= 1000)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("schedule", ["zbv", "dualpipev"])
+def test_a_v_plan_runs_under_torchs_v_schedules_with_every_gradient(here, capsys, schedule):
+    rc, out, err = run_cli(
+        capsys, "dist_model:build", "--placement", f"{schedule}.json", "--cluster", "k80x2", "--nproc-per-node", "2"
+    )
+    assert rc == 0, err
+    rc, out, err = run_cli(
+        capsys,
+        *("dist_model:build", "--placement", f"{schedule}.json", "--cluster", "k80x2", "--nproc-per-node", "2"),
+        *("--steps", "2", "--warmup", "1", "--check", "--trace", f"{schedule}_trace.json", "--json"),
+    )
+    report = json.loads(out)
+    assert rc == 0, err
+    assert report["check"]["ok"] and report["schedule"] == schedule and report["stages"] == 4
+    assert [(r["rank"], r["stages"]) for r in report["ranks"]] == [(0, [0, 3]), (1, [1, 2])]
+    kinds = {e[2] for e in report["timeline"]["events"]}
+    assert {"F", "I", "W"} <= kinds  # the backward split into its input and weight parts
+    # the simulator of ranks ran the same actions: every stage's forwards, whole backwards, input and weight parts
+    assert report["simulated"]["step_time_s"] > 0
+    spans = [e for e in json.loads((here / f"{schedule}_trace.json").read_text())["traceEvents"] if e["ph"] == "X"]
+    measured = sorted(e["name"] for e in spans if e["pid"] < 1000)
+    assert measured == sorted(e["name"] for e in spans if e["pid"] >= 1000) and any(n.startswith("W") for n in measured)
 
 
 @pytest.mark.slow

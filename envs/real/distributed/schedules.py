@@ -31,7 +31,11 @@ stage programs are cut for it, :func:`~envs.real.distributed.stage_modules.stage
 runs a V layout with its backward split likewise. A V puts two *consecutive* stages
 on one rank, which a cut into maximal runs on one device never makes: the plan names
 where the second begins (``stage_cuts``), and torch's runtime hands the activations
-and gradients between those two stages within the rank, with no send.
+and gradients between those two stages within the rank, with no send. ``dualpipev``,
+torch's ``ScheduleDualPipeV`` (DeepSeek's DualPipe folded into a V), runs the same
+layout with at least as many microbatches as stages; in its steady state a rank runs
+one stage's forward and the other's backward as one action (``OVERLAP_F_B``), whose
+sends leave when both are done.
 A named schedule must fit the plan (:func:`check_schedule`).
 
 >>> fitting_schedule([0, 1], 2, microbatches=4, inflight=4), fitting_schedule([0, 1], 2, microbatches=4, inflight=2)
@@ -52,11 +56,12 @@ from graphs import PlacerError
 from graphs.plan import SCHEDULES, check_inflight
 
 #: An action of a rank: (stage index, "F" forward, "B" backward, or a backward's "I" input and "W" weight part,
-#: microbatch).
+#: microbatch); "FO": a forward run with the backward that follows it as one action (torch's ``OVERLAP_F_B``), whose
+#: sends leave after that backward's.
 Action = tuple[int, str, int]
 
 #: The schedules that split each backward into its input part and its weight part (module doc).
-SPLIT_BACKWARD = ("interleaved_zb", "zbv")
+SPLIT_BACKWARD = ("interleaved_zb", "zbv", "dualpipev")
 
 
 def v_ranks(num_ranks: int) -> list[int]:
@@ -113,6 +118,7 @@ NEEDS_LAYOUT = {
     "interleaved_1f1b": "looped",
     "interleaved_zb": "looped",
     "zbv": "v",
+    "dualpipev": "v",
 }
 
 
@@ -144,8 +150,8 @@ def check_schedule(
         )
     if name in ("gpipe", "looped_bfs") and W < M:
         raise PlacerError(f"schedule {name!r} runs all {M} microbatches' forwards first; the plan keeps at most {W}")
-    if name == "1f1b" and M < S:
-        raise PlacerError(f"schedule '1f1b' needs at least as many microbatches as stages ({S}); the plan has {M}")
+    if name in ("1f1b", "dualpipev") and M < S:
+        raise PlacerError(f"schedule {name!r} needs at least as many microbatches as stages ({S}); the plan has {M}")
     if name == "1f1b" and W < S:
         raise PlacerError(f"schedule '1f1b' keeps {S} microbatches in flight at its first stage; the plan keeps {W}")
     rounds = max(1, M // R)
@@ -225,6 +231,7 @@ BUILDERS: dict[str, Callable[..., Any]] = {
     "interleaved_1f1b": _multi("ScheduleInterleaved1F1B"),
     "interleaved_zb": _multi("ScheduleInterleavedZeroBubble"),
     "zbv": _multi("ScheduleZBVZeroBubble"),
+    "dualpipev": _multi("ScheduleDualPipeV"),
     "planned": runtime_schedule,
 }
 

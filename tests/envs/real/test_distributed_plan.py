@@ -147,7 +147,9 @@ def test_the_schedule_that_fits_a_plan():
         ("interleaved_1f1b", [0, 1], 4, None, "several stages per rank"),
         ("interleaved_1f1b", [0, 1, 0, 1], 5, None, "a multiple of its rounds"),
         ("looped_bfs", [1, 0, 1, 0], 2, None, "stage s on rank s mod 2"),
-        ("dualpipev", [0, 1], 2, None, "not one of"),
+        ("dualpipe", [0, 1], 2, None, "not one of"),
+        ("dualpipev", [0, 1, 1, 0], 2, None, r"needs at least as many microbatches as stages \(4\)"),
+        ("dualpipev", [0, 1, 0, 1], 4, None, "two stages per rank in a V"),
         ("zbv", [0, 1, 0, 1], 2, None, r"two stages per rank in a V \(0 1 1 0;"),
         ("interleaved_zb", [0, 1, 1, 0], 2, None, "several stages per rank"),
     ],
@@ -280,8 +282,8 @@ def test_a_placement_carries_its_schedule_and_old_files_still_load(tmp_path):
     assert back == p and back.schedule == "gpipe"
     doc = Placement.from_indices(g, DEVICES, [0, 1, 1]).to_dict()
     assert "schedule" not in doc and Placement.from_dict(doc).schedule is None
-    with pytest.raises(PlacerError, match="'schedule': 'dualpipev' is not a schedule"):
-        Placement.from_dict({**doc, "schedule": "dualpipev"}, source="p.json")
+    with pytest.raises(PlacerError, match="'schedule': 'dualpipe' is not a schedule"):
+        Placement.from_dict({**doc, "schedule": "dualpipe"}, source="p.json")
     with pytest.raises(PlacerError, match="schedule"):
         Placement.from_dict({**doc, "schedule": 3}, source="p.json")
 

@@ -312,3 +312,61 @@ def test_zbv_runs_every_forward_input_and_weight_part_once_in_torchs_order():
             kept = [(a.stage_index, a.computation_type.value, a.microbatch_index) for a in order[r] if a is not None]
             assert kept == acts[r]
             assert {s for s, _, _ in acts[r]} == {r, S - 1 - r}  # the rank's two stages of the V
+
+
+def test_an_overlapped_forward_sends_after_the_backward_it_runs_with_the_hand_timeline():
+    from envs.real.distributed.cut import cut_stages
+    from envs.sim.ranks import run_actions, stage_costs
+
+    # a (1 s forward, 2 s backward) on rank 0, b (2 s, 4 s) on rank 1, M = 2, a send 0.6 s. Rank 0 runs F0, then
+    # F1 with B0 as one action (DualPipeV's OVERLAP_F_B): F1's activations leave only when B0 is done.
+    # rank 0: F0 0-1 (arrives 1.6); FO1 1-2, its send held; rank 1: F0 1.6-3.6, B0 3.6-7.6 (arrives 8.2);
+    # rank 0: B0 8.2-10.2, then F1's send (arrives 10.8); rank 1: F1 10.8-12.8, B1 12.8-16.8 (arrives 17.4);
+    # rank 0: B1 17.4-19.4. Sent at once instead, F1 would arrive at 2.6 and rank 1 would end at 13.6.
+    g, c = two_stage_graph(), cluster()
+    costs = stage_costs(g, c, cut_stages(g, [0, 1], c.device_names), 2)
+    acts = {
+        0: [(0, "F", 0), (0, "FO", 1), (0, "B", 0), (0, "B", 1)],
+        1: [(1, "F", 0), (1, "B", 0), (1, "F", 1), (1, "B", 1)],
+    }
+    events: list = []
+    timing = run_actions(costs, acts, c, events)
+    assert timing["end_s"].tolist() == pytest.approx([19.4, 16.8])
+    assert [(e.stage, e.kind, e.microbatch) for e in events if e.rank == 0][1] == (0, "F", 1)  # drawn as a forward
+    plain = {0: [(0, "F", 0), (0, "F", 1), (0, "B", 0), (0, "B", 1)], 1: acts[1]}
+    assert run_actions(costs, plain, c)["end_s"].tolist() == pytest.approx([16.2, 13.6])
+
+
+def test_dualpipev_runs_every_forward_and_backward_once_in_torchs_order():
+    from envs.real.distributed.schedules import v_ranks
+    from envs.sim.rank_actions import torch_order
+
+    for R, M in [(2, 4), (2, 6), (4, 8)]:
+        S = 2 * R
+        acts = schedule_actions("dualpipev", v_ranks(R), R, microbatches=M, inflight=None)
+        flat = [a for r in acts.values() for a in r]
+        forwards = sorted((s, m) for s, k, m in flat if k in ("F", "FO"))
+        assert forwards == sorted((s, m) for s in range(S) for m in range(M))
+        for s in range(S):
+            for m in range(M):  # a whole backward, or its input and weight parts
+                kinds = sorted(k for s2, k, m2 in flat if (s2, m2) == (s, m) and k not in ("F", "FO"))
+                assert kinds in (["B"], ["I", "W"]), (s, m, kinds)
+        assert any(k == "FO" for _, k, _ in flat)
+        order = torch_order("dualpipev", S, R, M)
+        for r in range(R):  # torch's list, each overlapped pair as its forward and its backward
+            expanded = []
+            for a in order[r]:
+                for b in a.sub_actions or ([a] if a is not None else []):
+                    kind = b.computation_type.value
+                    if kind in "FBIW":
+                        expanded.append(
+                            (b.stage_index, "FO" if a.sub_actions and kind == "F" else kind, b.microbatch_index)
+                        )
+            assert expanded == acts[r]
+    # fewer microbatches than stages: torch's DualPipeV refuses them, and so does the simulator, in one line
+    names = ["a", "b", "c", "d"]
+    g = OpGraph.from_edges(names, [(x, y, 200) for x, y in zip(names, names[1:])], flops=[2e9] * 4)
+    bad = simulate_ranks(g, cluster(), [0, 1, 1, 0], microbatches=2, schedule="dualpipev", stage_starts=[2])
+    assert bad.status == "error" and "needs at least as many microbatches as stages (4)" in bad.message
+    ok = simulate_ranks(g, cluster(), [0, 1, 1, 0], microbatches=4, schedule="dualpipev", stage_starts=[2])
+    assert ok.ok and ok.extra["schedule"] == "dualpipev"
