@@ -285,9 +285,9 @@ class Placement:
         index = {name: i for i, name in enumerate(graph.names)}
         missing = [name for name in self.stage_cuts if name not in index]
         if missing:
+            which = f"graph {graph.name}" if graph.name else "the graph"
             raise PlacerError(
-                f"{self.source or 'placement'}: stage_cuts names op {missing[0]!r}, which graph "
-                f"{graph.name or ''} does not have"
+                f"{self.source or 'placement'}: stage_cuts names op {missing[0]!r}, which {which} does not have"
             )
         return np.array([index[name] for name in self.stage_cuts], dtype=np.int64)
 
