@@ -357,9 +357,9 @@ class TrainConfig(PolicyOptions, AlgoOptions, RunOptions):
         if self.backend != "gloo" and self.env != "measured":
             raise PlacerError(f"--backend {self.backend}: only measured runs (--env measured) start processes")
         check_schedule_name(self.schedule, "--schedule")
-        from envs.real.distributed.schedules import NEEDS_LAYOUT
+        from envs.real.distributed.schedules import is_v
 
-        if NEEDS_LAYOUT.get(self.schedule or "") == "v":
+        if is_v(self.schedule):
             raise PlacerError(
                 f"--schedule {self.schedule}: its V puts two consecutive stages on one rank, which a placement the "
                 "learner proposes (a device per op) cannot say; find one with placer place SOURCE --method "

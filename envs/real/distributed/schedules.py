@@ -122,6 +122,15 @@ NEEDS_LAYOUT = {
 }
 
 
+def is_v(schedule: str | None) -> bool:
+    """Whether ``schedule`` runs its stages in a V (:data:`NEEDS_LAYOUT`).
+
+    >>> is_v("zbv"), is_v("interleaved_zb"), is_v(None)
+    (True, False, False)
+    """
+    return NEEDS_LAYOUT.get(schedule or "") == "v"
+
+
 def check_schedule(
     name: str, stage_ranks: Sequence[int], num_ranks: int, *, microbatches: int, inflight: int | None
 ) -> None:
@@ -243,6 +252,7 @@ __all__ = [
     "SPLIT_BACKWARD",
     "check_schedule",
     "fitting_schedule",
+    "is_v",
     "layout",
     "planned_actions",
     "runtime_schedule",

@@ -38,7 +38,7 @@ import re
 import numpy as np
 
 from envs.real.distributed.cut import StagedSplit
-from envs.real.distributed.schedules import NEEDS_LAYOUT, v_ranks
+from envs.real.distributed.schedules import is_v, v_ranks
 from graphs import OpGraph, PlacerError
 from placer.methods.heuristics.costs import gpu_devices
 from placer.methods.heuristics.groups import linear_partition
@@ -152,11 +152,6 @@ def balanced(weights: np.ndarray, num_stages: int) -> np.ndarray:
     return out
 
 
-def is_v(schedule: str | None) -> bool:
-    """Whether ``schedule`` runs its stages in a V (:data:`envs.real.distributed.schedules.NEEDS_LAYOUT`)."""
-    return NEEDS_LAYOUT.get(schedule or "") == "v"
-
-
 def stage_map(num_devices: int, num_stages: int, schedule: str | None = None) -> np.ndarray:
     """Each stage's device position (into the devices used): ``s mod R``, or down and back in a V.
 
@@ -248,7 +243,6 @@ __all__ = [
     "equal_counts",
     "equal_layers",
     "flops_balanced",
-    "is_v",
     "layer_units",
     "parameters_balanced",
     "split_stages_per_rank",

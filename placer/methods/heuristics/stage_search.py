@@ -38,13 +38,13 @@ from typing import Any
 import numpy as np
 
 from envs.real.distributed.cut import StagedSplit
+from envs.real.distributed.schedules import is_v
 from envs.sim.ranks import RankSim
 from graphs import OpGraph, PlacerError
 from placer.methods.heuristics.costs import gpu_devices
 from placer.methods.heuristics.pipeline_splits import (
     equal_layers,
     flops_balanced,
-    is_v,
     num_stages,
     parameters_balanced,
     split_stages_per_rank,
