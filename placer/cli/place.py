@@ -171,6 +171,9 @@ def run(args: argparse.Namespace) -> int:
             if ranks.ok
             else f"  across processes: {ranks.status}: {ranks.message}"
         )
+        note = roofline_note(ranks, args.profile)
+        if note:
+            print(f"  {note}")
     if args.method == "homes":
         _say_homes(placement, graph, cluster, fit)
     if args.method == "learned":
@@ -182,6 +185,19 @@ def run(args: argparse.Namespace) -> int:
         )
         print(f"  best of {m['decodes']} decodes of the policy{refined}: {m['found_by']}, in {m['place_time_s']:.1f} s")
     return 0
+
+
+def roofline_note(ranks: Any, profile: str | None) -> str | None:
+    """A line for a plan of more stages than ranks simulated without per-op times (``--ranks`` with no
+    ``--profile``): the roofline alone was 21 % off such plans measured on two CPU ranks, per-op times 7 %
+    (BENCHMARKS.md, "Looped and V plans against the simulator"). None otherwise."""
+    if profile is not None or not ranks.ok or ranks.extra["stages"] <= ranks.extra["ranks"]:
+        return None
+    return (
+        f"note: {ranks.extra['stages']} stages on {ranks.extra['ranks']} ranks, timed by the roofline alone: measured "
+        "on two CPU ranks, such plans were 21 % off it and 7 % off with per-op times (`placer profile SOURCE "
+        "--microbatches 4 -o ops.json`, then --profile ops.json)"
+    )
 
 
 def _for_ranks(placement: Placement, graph: OpGraph, cluster: Any) -> Any:

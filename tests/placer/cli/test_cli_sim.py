@@ -230,3 +230,29 @@ def test_place_ranks_keeps_the_issue_order_that_runs_faster_across_processes(cap
     assert rc == 0 and "ranks_step_time_s" not in planned.meta and planned.order is not None
     assert plan.order is None and plan.meta["issue_order"] == "node" and kept.extra["stages"] == 2
     assert kept.step_time_s < sim.simulate(planned).step_time_s
+
+
+def test_place_ranks_says_when_a_looped_plan_was_timed_without_per_op_times(capsys, files):
+    """A plan of more stages than ranks, placed with --ranks and no --profile, gets a line on per-op times (the
+    roofline alone was 21 % off such plans measured); one stage per rank, or a profile given, none."""
+    tmp, g, gpath = files
+    looped = ["--method", "flops_balanced", "--option", "stages_per_rank=2", "--option", "schedule=interleaved_1f1b"]
+    rc, text, err = run(capsys, "place", gpath, "--cluster", "k80x2", *looped, "--ranks", "-o", str(tmp / "a.json"))
+    assert rc == 0, err
+    assert "note: 4 stages on 2 ranks, timed by the roofline alone" in text and "--profile ops.json" in text
+    rc, text, err = run(
+        capsys, "place", gpath, "--cluster", "k80x2", "--method", "flops_balanced", "--ranks", "-o", str(tmp / "b.json")
+    )
+    assert rc == 0 and "across processes" in text and "roofline alone" not in text
+    prof = {
+        "format": "placer-profile/1",
+        "graph_hash": g.content_hash,
+        "ops": list(g.names),
+        "devices": {"cpu": {"kind": "cpu", "fwd_s": [1e-3] * g.num_ops, "bwd_s": [2e-3] * g.num_ops}},
+        "links": [],
+    }
+    (tmp / "prof.json").write_text(json.dumps(prof))
+    argv = ["place", gpath, "--cluster", "k80x2", *looped, "--ranks", "--profile", str(tmp / "prof.json")]
+    rc, text, err = run(capsys, *argv, "-o", str(tmp / "c.json"))
+    assert rc == 0, err
+    assert "across processes" in text and "roofline alone" not in text
