@@ -110,6 +110,16 @@ def note_stand_in_loss(graph: OpGraph, source: str) -> None:
         )
 
 
+def roofline_ranks_note(what: str) -> str:
+    """The line for plans of more stages than ranks timed without per-op times (``what``: which plans): the
+    roofline alone was 21 % off such plans measured on two CPU ranks, per-op times 7 % (BENCHMARKS.md, "Looped and
+    V plans against the simulator")."""
+    return (
+        f"note: {what} timed by the roofline alone: measured on two CPU ranks, such plans were 21 % off it and 7 % "
+        "off with per-op times (`placer profile SOURCE --microbatches 4 -o ops.json`, then --profile ops.json)"
+    )
+
+
 def profiled_source(source: str, cluster: Any, profile: str | None, *, ranks: bool = False) -> tuple[OpGraph, Any, Any]:
     """``(graph, model, cluster)`` of GRAPH argument ``source`` on ``cluster``: the model is None unless ``source`` is a
     ``module:callable``, a stand-in loss is noted on stderr, and ``--profile``'s measured op times and links are on

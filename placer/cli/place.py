@@ -27,6 +27,7 @@ from placer.cli.args import (
     check_method,
     parse_options,
     profiled_source,
+    roofline_ranks_note,
 )
 from placer.cli.output import counted
 from placer.methods import registry
@@ -193,11 +194,7 @@ def roofline_note(ranks: Any, profile: str | None) -> str | None:
     (BENCHMARKS.md, "Looped and V plans against the simulator"). None otherwise."""
     if profile is not None or not ranks.ok or ranks.extra["stages"] <= ranks.extra["ranks"]:
         return None
-    return (
-        f"note: {ranks.extra['stages']} stages on {ranks.extra['ranks']} ranks, timed by the roofline alone: measured "
-        "on two CPU ranks, such plans were 21 % off it and 7 % off with per-op times (`placer profile SOURCE "
-        "--microbatches 4 -o ops.json`, then --profile ops.json)"
-    )
+    return roofline_ranks_note(f"{ranks.extra['stages']} stages on {ranks.extra['ranks']} ranks,")
 
 
 def _for_ranks(placement: Placement, graph: OpGraph, cluster: Any) -> Any:

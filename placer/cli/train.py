@@ -21,7 +21,7 @@ from typing import Any, Callable
 import envs
 from envs.cluster import CLUSTER_ARG_HELP
 from graphs import PlacerError
-from placer.cli.args import captured, note_stand_in_loss, profiled
+from placer.cli.args import captured, note_stand_in_loss, profiled, roofline_ranks_note
 from placer.cli.output import counted, print_json
 from placer.compare.table import SMALL_GAIN
 from placer.learn.config import (
@@ -154,6 +154,8 @@ def run(args: argparse.Namespace) -> int:
     if config.env == "sim":  # real steps refuse such a model instead (placer.learn.run_scorers.measured_env)
         note_stand_in_loss(graph, config.source)
     graph, cluster = profiled(graph, cluster, config.profile, device_map=config.device_map, ranks=config.ranks)
+    if config.ranks and config.profile is None and not config.one_stage_per_rank:
+        print(f"placer: {roofline_ranks_note('plans of more stages than ranks are')}", file=sys.stderr)
     try:
         result = runners.train(config, graph=graph, cluster=cluster, progress=progress)
     except KeyboardInterrupt:  # before the run had anything to keep (setting up, scoring the heuristics)

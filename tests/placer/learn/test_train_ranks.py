@@ -202,6 +202,24 @@ def test_the_command_line_prints_the_plan_and_the_command_that_runs_it(tmp_path,
     )
 
 
+def test_a_looped_run_without_per_op_times_says_the_roofline_alone_times_its_plans(tmp_path, capsys):
+    path = str(tmp_path / "g.json")
+    save(uneven_chain(), path)
+    argv = ["train", path, "--cluster", "k80x2", "--ranks", "--microbatches", "2", "--iterations", "1"]
+    argv += ["--heuristics", "equal_layers", "--no-progress", "--logdir"]
+    assert main([*argv, str(tmp_path / "a"), "--looped"]) == 0
+    err = capsys.readouterr().err
+    assert "note: plans of more stages than ranks are timed by the roofline alone" in err and "--profile" in err
+    assert main([*argv, str(tmp_path / "b")]) == 0  # one stage per rank: no line
+    assert "roofline alone" not in capsys.readouterr().err
+    g = uneven_chain()  # per-op times given: no line
+    prof = {"format": "placer-profile/1", "graph_hash": g.content_hash, "ops": list(g.names), "links": []}
+    prof["devices"] = {"cpu": {"kind": "cpu", "fwd_s": [1e-3] * g.num_ops, "bwd_s": [2e-3] * g.num_ops}}
+    (tmp_path / "prof.json").write_text(json.dumps(prof))
+    assert main([*argv, str(tmp_path / "c"), "--looped", "--profile", str(tmp_path / "prof.json")]) == 0
+    assert "roofline alone" not in capsys.readouterr().err
+
+
 def test_a_best_plan_on_one_rank_is_run_across_one_process(tmp_path):
     """A plan whose stages merged into one (the measured loops' merges, ``stage_search --option merge=true``): the
     summary counts one rank and one stage, and its command starts one process."""
