@@ -169,17 +169,23 @@ def test_bad_inputs_exit_2_with_one_line(capsys, files):
         assert expected in err and err.count("\n") == 1 and err.startswith("placer: error: "), (argv, err)
 
 
+def uniform_profile(g: graphs.OpGraph, device: str, kind: str) -> dict:
+    """A placer-profile/1 document of ``g`` timing every op on ``device`` at 1 ms forward and 2 ms backward."""
+    times = {"kind": kind, "fwd_s": [1e-3] * g.num_ops, "bwd_s": [2e-3] * g.num_ops}
+    return {
+        "format": "placer-profile/1",
+        "graph_hash": g.content_hash,
+        "ops": list(g.names),
+        "devices": {device: times},
+        "links": [],
+    }
+
+
 def test_simulate_with_a_profile_uses_measured_times(capsys, files):
     tmp, g, gpath = files
     p = tmp / "p.json"
     assert run(capsys, "place", gpath, "--cluster", "k80x2", "--option", "device=gpu:0", "-o", str(p))[0] == 0
-    prof = {
-        "format": "placer-profile/1",
-        "graph_hash": g.content_hash,
-        "ops": list(g.names),
-        "devices": {"cuda:0": {"kind": "gpu", "fwd_s": [1e-3] * g.num_ops, "bwd_s": [2e-3] * g.num_ops}},
-        "links": [],
-    }
+    prof = uniform_profile(g, "cuda:0", "gpu")
     ppath = tmp / "prof.json"
     ppath.write_text(json.dumps(prof))
     rc, out, _ = run(
@@ -244,14 +250,7 @@ def test_place_ranks_says_when_a_looped_plan_was_timed_without_per_op_times(caps
         capsys, "place", gpath, "--cluster", "k80x2", "--method", "flops_balanced", "--ranks", "-o", str(tmp / "b.json")
     )
     assert rc == 0 and "across processes" in text and "roofline alone" not in text
-    prof = {
-        "format": "placer-profile/1",
-        "graph_hash": g.content_hash,
-        "ops": list(g.names),
-        "devices": {"cpu": {"kind": "cpu", "fwd_s": [1e-3] * g.num_ops, "bwd_s": [2e-3] * g.num_ops}},
-        "links": [],
-    }
-    (tmp / "prof.json").write_text(json.dumps(prof))
+    (tmp / "prof.json").write_text(json.dumps(uniform_profile(g, "cpu", "cpu")))
     argv = ["place", gpath, "--cluster", "k80x2", *looped, "--ranks", "--profile", str(tmp / "prof.json")]
     rc, text, err = run(capsys, *argv, "-o", str(tmp / "c.json"))
     assert rc == 0, err
