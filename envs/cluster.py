@@ -80,6 +80,7 @@ _HOST_KEYS = (
     "contention_issue",
     "action_overhead_s",
     "split_backward_factor",
+    "update_bw_bytes_per_s",
 )
 _HOST_DEFAULTS = {
     "stage_latency_s": 0.0,
@@ -88,6 +89,7 @@ _HOST_DEFAULTS = {
     "contention_issue": 0.0,
     "action_overhead_s": 0.0,
     "split_backward_factor": 1.0,
+    "update_bw_bytes_per_s": 0.0,
 }
 _LINK_KEYS = ("src", "dst", "bandwidth_bytes_per_s", "latency_s")
 _TOP_KEYS = ("format", "name", "description", "devices", "links")
@@ -136,6 +138,10 @@ class Cluster:
             "flops_per_s": col("flops_per_s"),
             "mem_bw_bytes_per_s": col("mem_bw_bytes_per_s"),
             "launch_overhead_s": col("launch_overhead_s"),
+            # the optimizer step's bandwidth: the device's own where measured (Device.update_bw_bytes_per_s)
+            "update_bw_bytes_per_s": np.where(
+                col("update_bw_bytes_per_s") > 0, col("update_bw_bytes_per_s"), col("mem_bw_bytes_per_s")
+            ),
             "bandwidth_bytes_per_s": bw,
             "latency_s": lat,
         }
@@ -170,6 +176,12 @@ class Cluster:
     @property
     def launch_overhead_s(self) -> np.ndarray:
         return self._arrays["launch_overhead_s"]
+
+    @property
+    def update_bw_bytes_per_s(self) -> np.ndarray:
+        """[D] the memory bandwidth of the optimizer step: each device's ``update_bw_bytes_per_s``, its
+        ``mem_bw_bytes_per_s`` where that is 0 (not measured)."""
+        return self._arrays["update_bw_bytes_per_s"]
 
     @property
     def bandwidth_bytes_per_s(self) -> np.ndarray:
@@ -358,6 +370,9 @@ def _validate(c: Cluster, label: str) -> None:
             _check(getattr(d, attr), label, f"device {d.name} {attr}", low=0.0, high=100.0, what=">= 0")
         factor = d.split_backward_factor
         _check(factor, label, f"device {d.name} split_backward_factor", low=0.1, high=100.0, what="positive")
+        if d.update_bw_bytes_per_s != 0:  # 0: the device's mem_bw_bytes_per_s
+            what = "0 or positive and finite"
+            _check(d.update_bw_bytes_per_s, label, f"device {d.name} update_bw_bytes_per_s", low=MIN_RATE, what=what)
     for (a, b), link in c.links.items():
         if a not in seen or b not in seen or a == b:
             raise PlacerError(f"{label}: link {a}->{b} does not join two distinct devices of the cluster")

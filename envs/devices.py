@@ -37,6 +37,11 @@ class Device:
             walks the stage twice, torch finds the parameter groups at every input part, and a
             convolution's two gradients are two calls where the whole backward makes one (default
             1; ``placer profile --ranks`` measures it on the model).
+        update_bw_bytes_per_s: the memory bandwidth of the optimizer step alone (Adam's passes over the parameter
+            bytes, :func:`envs.sim.cost.update_time_s`); 0 (the default): ``mem_bw_bytes_per_s``. ``placer profile
+            --ranks`` fits it to the optimizer steps its calibration pipelines measured: the compute fit slows the
+            microbenchmarks' bandwidth with their FLOP rate, and a streaming update does not slow with it
+            (``BENCHMARKS.md``, "Looped and V plans against the simulator").
     """
 
     name: str
@@ -51,6 +56,7 @@ class Device:
     contention_issue: float = 0.0
     action_overhead_s: float = 0.0
     split_backward_factor: float = 1.0
+    update_bw_bytes_per_s: float = 0.0
 
 
 @dataclass(frozen=True)

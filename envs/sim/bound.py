@@ -164,15 +164,17 @@ def update_bound_s(graph: OpGraph, cluster: Cluster) -> float:
     p = graph.param_bytes.astype(np.float64)
     if not np.any(p > 0):
         return 0.0
-    per_op = cost.update_time_s(p[p > 0, None], cluster.launch_overhead_s[None, :], cluster.mem_bw_bytes_per_s[None, :])
+    per_op = cost.update_time_s(
+        p[p > 0, None], cluster.launch_overhead_s[None, :], cluster.update_bw_bytes_per_s[None, :]
+    )
     largest = float(per_op.min(axis=1).max())
-    spread = float(cost.update_time_s(p.sum(), 0.0, cluster.mem_bw_bytes_per_s.sum()))  # no launch: a bound
+    spread = float(cost.update_time_s(p.sum(), 0.0, cluster.update_bw_bytes_per_s.sum()))  # no launch: a bound
     host = np.asarray(cluster.kinds) == "cpu"
     state_per_byte = float(cost.static_bytes(graph).sum() - graph.buffer_bytes.sum()) / p.sum()
     on_hosts = p.sum() - float(cluster.memory_bytes[~host].sum()) / state_per_byte
     forced = 0.0
     if host.any() and on_hosts > 0:
-        forced = float(cost.update_time_s(on_hosts, 0.0, cluster.mem_bw_bytes_per_s[host].sum()))
+        forced = float(cost.update_time_s(on_hosts, 0.0, cluster.update_bw_bytes_per_s[host].sum()))
     return max(largest, spread, forced)
 
 

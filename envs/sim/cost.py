@@ -271,10 +271,17 @@ def update_times_s(param_bytes_per_device: np.ndarray, cluster: Cluster) -> np.n
     """Optimizer-step seconds per device holding ``param_bytes_per_device`` (Adam, fused).
 
     One fused/multi-tensor launch plus ``UPDATE_TRAFFIC_MULTIPLIER`` passes over
-    the parameter bytes at memory bandwidth; 0 on a device without parameters.
+    the parameter bytes at the device's update bandwidth (``Cluster.update_bw_bytes_per_s``: its memory bandwidth
+    unless one was measured for the update); 0 on a device without parameters.
+
+    >>> from envs.cluster import Device
+    >>> plain = Device("cpu:0", "cpu", 1e9, 1e9, 7e9, 0.0)  # 7 passes over 1 GB at 7 GB/s: 1 s
+    >>> measured = Device("cpu:1", "cpu", 1e9, 1e9, 7e9, 0.0, update_bw_bytes_per_s=14e9)  # its own: 0.5 s
+    >>> [update_times_s(np.array([1e9]), Cluster("c", [d], {})).tolist() for d in (plain, measured)]
+    [[1.0], [0.5]]
     """
     p = np.asarray(param_bytes_per_device, dtype=np.float64)
-    return np.where(p > 0, update_time_s(p, cluster.launch_overhead_s, cluster.mem_bw_bytes_per_s), 0.0)
+    return np.where(p > 0, update_time_s(p, cluster.launch_overhead_s, cluster.update_bw_bytes_per_s), 0.0)
 
 
 def update_time_s(param_bytes, launch_overhead_s, mem_bw_bytes_per_s):

@@ -286,7 +286,7 @@ class KernelData:
         self.moved_b = self.static_b - g.buffer_bytes.astype(np.int64)
         self.cap = c.memory_bytes.astype(np.float64)
         self.launch = c.launch_overhead_s.astype(np.float64)
-        self.membw = c.mem_bw_bytes_per_s.astype(np.float64)
+        self.membw = c.update_bw_bytes_per_s.astype(np.float64)  # the optimizer step's (its only use)
         self.host = np.asarray([k == "cpu" for k in c.kinds], dtype=np.bool_)
         # host seconds issuing each op's forward / backward on each device (envs.sim.cost.issue_times)
         if issue is None:

@@ -171,6 +171,7 @@ def run_ranks(args: argparse.Namespace) -> int:
             f"  {d.name:<6} step {part['step_s'] * 1e3:8.1f} ms   {d.flops_per_s / 1e9:6.2f} GFLOP/s   "
             f"{d.mem_bw_bytes_per_s / 1e9:6.2f} GB/s   {d.launch_overhead_s * 1e6:6.1f} us per op"
             + (f"   {d.action_overhead_s * 1e3:.2f} ms per pipeline action" if d.action_overhead_s else "")
+            + (f"   optimizer step at {d.update_bw_bytes_per_s / 1e9:.2f} GB/s" if d.update_bw_bytes_per_s else "")
             + (f"   pipeline compute {', '.join(runs)}" if runs else "")
         )
     for why in sorted({run["error"] for part in parts for run in part.get("pipelines", []) if "error" in run}):

@@ -97,6 +97,11 @@ def _doc():
         (lambda d: d["devices"][1].update(launch_overhead_s=1e300), "launch_overhead_s must be at most 1e+06 s"),
         (lambda d: d["devices"][1].update(split_backward_factor=0), "gpu:0 split_backward_factor must be positive"),
         (lambda d: d["devices"][1].update(split_backward_factor=1e3), "split_backward_factor must be at most 100"),
+        (
+            lambda d: d["devices"][1].update(update_bw_bytes_per_s=-1),
+            "gpu:0 update_bw_bytes_per_s must be 0 or positive",
+        ),
+        (lambda d: d["devices"][1].update(update_bw_bytes_per_s=1e-300), "update_bw_bytes_per_s must be at least 1"),
     ],
 )
 def test_bad_cluster_files_name_file_and_field(tmp_path, mutate, expected):

@@ -24,7 +24,10 @@ one thread each, the gloo backend; every rank measures at the same time as the o
   alone (``BENCHMARKS.md``, "Where the simulator of ranks is wrong"). Then each rank's
   cost per action beyond its ops (torch's runtime between actions, posting sends and
   receives: ``action_overhead_s``) is fitted so that the simulator of ranks, with those
-  rates, gives the two pipelines' measured steps (:func:`fit_action_overhead`). Where the
+  rates, gives the two pipelines' measured steps (:func:`fit_action_overhead`), after the
+  optimizer step's own bandwidth is fitted to the optimizer steps they measured
+  (:func:`fit_update_bandwidth`: the compute fit slows the microbenchmarks' bandwidth with their
+  FLOP rate, and Adam's streaming passes do not slow with it). Where the
   pipeline cannot run (a model whose stages would pass non-tensors), the one-process
   fit stays, and the raw numbers say why;
 * on each rank whose stage of that pipeline receives activations (every rank but the
@@ -61,7 +64,7 @@ from envs.real.pipeline import split_batch
 from envs.real.profiler.fit import fit_link as fit_sizes
 from envs.real.timing import adam
 from envs.real.worker import build_model
-from envs.sim.cost import op_times, update_times_s
+from envs.sim.cost import UPDATE_TRAFFIC_MULTIPLIER, op_times, update_times_s
 from graphs import PlacerError
 from graphs.plan import Placement
 
@@ -323,6 +326,35 @@ def split_factor(parts: Sequence[Mapping[str, Any]]) -> float:
     return round(float(statistics.median(ratios)), 6) if ratios else 1.0
 
 
+def fit_update_bandwidth(
+    graph: Any, parts: Sequence[Mapping[str, Any]], split: np.ndarray, launch_overhead_s: float
+) -> float:
+    """Every device's ``update_bw_bytes_per_s``: the bandwidth under which :func:`envs.sim.cost.update_time_s` gives
+    the optimizer steps the calibration pipelines measured (each rank's ``optimizer_s`` over the parameter bytes of
+    its ops in ``split``), fitted over all of them at once (the bytes moved over the seconds past each step's
+    launch). 0 (the device's ``mem_bw_bytes_per_s``) where no rank with parameters measured one.
+
+    >>> from graphs import OpGraph
+    >>> g = OpGraph.from_edges(["a", "b"], [("a", "b", 8)], param_bytes=[0, 1_000_000])
+    >>> runs = [{"phases": {"optimizer_s": 0.0035}}, {"phases": {"optimizer_s": 0.0035}}]
+    >>> # rank 1: Adam's 7 passes over 1 MB in 3.5 ms, less 0.5 ms of launch: 7 MB in 3 ms
+    >>> parts = [{"rank": 0, "pipelines": runs}, {"rank": 1, "pipelines": runs}]
+    >>> round(fit_update_bandwidth(g, parts, np.array([0, 1]), 0.0005) / 1e9, 6)
+    2.333333
+    """
+    moved_bytes, busy_s = 0.0, 0.0
+    for p in parts:
+        nbytes = float(graph.param_bytes[np.asarray(split) == int(p["rank"])].astype(np.float64).sum())
+        if not nbytes > 0:
+            continue
+        for run in p.get("pipelines", []):
+            seconds = run.get("phases", {}).get("optimizer_s")
+            if seconds is not None and float(seconds) > launch_overhead_s:
+                moved_bytes += UPDATE_TRAFFIC_MULTIPLIER * nbytes
+                busy_s += float(seconds) - launch_overhead_s
+    return moved_bytes / busy_s if busy_s > 0 and moved_bytes / busy_s >= 1.0 else 0.0
+
+
 def fit_action_overhead(graph: Any, cluster: Cluster, split: np.ndarray, runs: Sequence[tuple[int, float]]) -> float:
     """Seconds per pipeline action, the same on every rank, that make the simulator of ranks give each run's
     measured step: ``runs`` are ``(M, measured step seconds)`` of ``split`` (each op's rank) on ``cluster``.
@@ -554,6 +586,10 @@ def ranks_cluster(
         for run in p["pipelines"]:
             M = int(run["microbatches"])
             runs[M] = max(runs.get(M, 0.0), float(run["phases"]["step_s"]))
+    # the optimizer step's own bandwidth first: the action overhead is fitted to whole steps, which end with it
+    cluster = with_device_fields(
+        cluster, update_bw_bytes_per_s=fit_update_bandwidth(graph, parts, split, cluster.devices[0].launch_overhead_s)
+    )
     overhead_s = fit_action_overhead(graph, cluster, np.asarray(split), sorted(runs.items()))
     factor = min(max(split_factor(parts), 0.1), 100.0)  # within the cluster file's bounds
     return with_device_fields(cluster, action_overhead_s=overhead_s, split_backward_factor=factor)
@@ -615,6 +651,7 @@ __all__ = [
     "calibration_plans",
     "fit_action_overhead",
     "fit_link",
+    "fit_update_bandwidth",
     "fit_pipeline",
     "microbatch_program",
     "pipeline_phases",

@@ -474,7 +474,7 @@ class _Model:
             m.Add(M >= self.En[K + k]).OnlyEnforceIf(self.active[k])
             m.Add(M >= self.GE[k]).OnlyEnforceIf(self.active[k])
         U = newt("update")
-        mem_bw = np.asarray(self.cluster.mem_bw_bytes_per_s, dtype=np.float64)
+        mem_bw = np.asarray(self.cluster.update_bw_bytes_per_s, dtype=np.float64)
         launch_s = np.asarray(self.cluster.launch_overhead_s, dtype=np.float64)
         with_params = [i for i in range(K) if items.params[i] > 0]
         for d in range(D):

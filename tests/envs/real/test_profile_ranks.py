@@ -135,6 +135,7 @@ def test_the_pipeline_runs_set_the_compute_of_every_rank():
             p["pipelines"][k]["phases"]["step_s"] = step_s
     cluster = ranks_cluster(g, parts, split=np.array([0, 1]))
     assert [d.action_overhead_s for d in cluster.devices] == pytest.approx([2.0, 2.0])
+    assert cluster.devices[0].update_bw_bytes_per_s == 0  # no parameters: the update's bandwidth is not measured
     assert [d.split_backward_factor for d in cluster.devices] == [1.0, 1.0]  # no rank timed a split backward
     # the second rank's stage took 1.3x as long with its backward split: every device's factor, in the file too
     parts[1]["split_backward"] = {"whole_s": 0.010, "split_s": 0.013}
@@ -218,5 +219,45 @@ def test_two_ranks_of_this_machine_are_measured_into_a_cluster_the_simulator_tak
     assert first is None and second["whole_s"] > 0 and second["split_s"] > 0
     factor = second["split_s"] / second["whole_s"]
     assert [d.split_backward_factor for d in cluster.devices] == pytest.approx([factor, factor], rel=1e-5)
+    # the optimizer steps the pipelines measured set the update's own bandwidth, and the summary says it
+    assert all(run["phases"]["optimizer_s"] > 0 for p in summary["measured"] for run in p["pipelines"])
+    assert all(d.update_bw_bytes_per_s > 0 for d in cluster.devices)
     link = cluster.links[("cpu:0", "cpu:1")]
     assert 0 <= link.latency_s < 0.1 and link.bandwidth_bytes_per_s > 1e6
+
+
+def test_the_optimizer_steps_the_pipelines_measured_set_the_update_bandwidth():
+    """b holds 4 MB of parameters on rank 1; its optimizer step took 14 ms in both calibration pipelines, past a
+    1 ms launch: Adam's 7 passes over 4 MB in 13 ms. The cluster's update bandwidth is that, its memory bandwidth
+    (the compute fit's) stays, and the simulator of ranks then gives rank 1's optimizer step as measured."""
+    g = OpGraph.from_edges(
+        ["a", "b"], [("a", "b", 4)], flops=[1e9, 3e9], op_types=["aten.mm.default"] * 2, param_bytes=[0, 4_000_000]
+    )
+    rates = {"flops_per_s": 1e9, "mem_bw_bytes_per_s": 1e15, "launch_overhead_s": 0.0}
+
+    def run(M, work_s, optimizer_s):
+        total = 2 * work_s + 3e-3 * M
+        phases = {"forward_s": total / 3, "backward_s": 2 * total / 3, "optimizer_s": optimizer_s, "step_s": 99.0}
+        return {"microbatches": M, "phases": phases}
+
+    link = {str(n): 1e-4 + n / 1e9 for n in SIZES}
+    parts = [
+        {"rank": 0, "rates": rates, "step_s": 99.0, "links": {"0,1": link}, "pipelines": [run(1, 3.0, 0.0)]},
+        {"rank": 1, "rates": rates, "step_s": 99.0, "links": {}, "pipelines": [run(1, 9.0, 0.014), run(4, 9.0, 0.014)]},
+    ]
+    parts[0]["pipelines"].append(run(4, 3.0, 0.0))
+    split = np.array([0, 1])
+    assert ranks_cluster(g, parts).devices[0].update_bw_bytes_per_s == 0  # the one-process fit: none
+    cluster = ranks_cluster(g, parts, split=split)
+    launch_s = cluster.devices[1].launch_overhead_s
+    expected = 7 * 4_000_000 / (0.014 - launch_s)
+    assert [d.update_bw_bytes_per_s for d in cluster.devices] == pytest.approx([expected, expected])
+    assert cluster.devices[1].mem_bw_bytes_per_s != pytest.approx(expected)
+    assert Cluster.from_dict(json.loads(json.dumps(cluster.to_dict()))).update_bw_bytes_per_s[1] == pytest.approx(
+        expected
+    )
+    from envs.sim.cost import update_times_s
+
+    assert update_times_s(np.array([0.0, 4e6]), cluster)[1] == pytest.approx(0.014)
+    _, events = RankSim(g, cluster).timeline(split)
+    assert [e.end_s - e.start_s for e in events if e.kind == "O" and e.rank == 1] == [pytest.approx(0.014)]

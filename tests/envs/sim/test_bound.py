@@ -382,3 +382,18 @@ def test_a_pipelined_bound_holds_for_one_forward_one_backward():
         assert max(lb.parts.values()) <= steps[1]
     one = SimEnv(g, c)  # one microbatch (2 s forward, 4 s backward): every backward follows the issue, 3 + 4
     assert one.lower_bound() == pytest.approx(7.0) and one.simulate(np.array([1])).step_time_s == pytest.approx(9.0)
+
+
+def test_the_update_bound_takes_the_optimizer_steps_own_bandwidth():
+    """One op of 1 GB of parameters: Adam's 7 passes take 7 GB over the update's bandwidth, the device's memory
+    bandwidth unless it has one of its own (Device.update_bw_bytes_per_s), as the simulator's step does."""
+    import dataclasses
+
+    from envs.cluster import Device
+    from envs.sim.bound import update_bound_s
+
+    g = OpGraph.from_edges(["w"], [], param_bytes=[1_000_000_000])
+    plain = Device("cpu:0", "cpu", 1e12, 1e9, 7e9, 0.0)
+    assert update_bound_s(g, Cluster("c", [plain], {})) == pytest.approx(1.0)
+    fast = dataclasses.replace(plain, update_bw_bytes_per_s=14e9)
+    assert update_bound_s(g, Cluster("c", [fast], {})) == pytest.approx(0.5)
