@@ -66,7 +66,7 @@ def _batch(
     moved_b,
     cap,
     launch,
-    membw,
+    update_bw,
     step_time_s,
     oom,
     eager,
@@ -205,7 +205,7 @@ def _batch(
         update_s = 0.0
         for d in range(D):
             if pb[d] > 0:
-                device_update_s = update_time_s(pb[d], launch[d], membw[d])
+                device_update_s = update_time_s(pb[d], launch[d], update_bw[d])
                 if device_update_s > update_s:
                     update_s = device_update_s
         step_time_s[k] = t_end + update_s
@@ -286,7 +286,7 @@ class KernelData:
         self.moved_b = self.static_b - g.buffer_bytes.astype(np.int64)
         self.cap = c.memory_bytes.astype(np.float64)
         self.launch = c.launch_overhead_s.astype(np.float64)
-        self.membw = c.update_bw_bytes_per_s.astype(np.float64)  # the optimizer step's (its only use)
+        self.update_bw = c.update_bw_bytes_per_s.astype(np.float64)  # the optimizer step's bandwidth
         self.host = np.asarray([k == "cpu" for k in c.kinds], dtype=np.bool_)
         # host seconds issuing each op's forward / backward on each device (envs.sim.cost.issue_times)
         if issue is None:
@@ -374,7 +374,7 @@ class KernelData:
             self.moved_b,
             self.cap,
             self.launch,
-            self.membw,
+            self.update_bw,
             step_time_s,
             oom,
             self.eager,

@@ -189,9 +189,8 @@ def run(args: argparse.Namespace) -> int:
 
 
 def roofline_note(ranks: Any, profile: str | None) -> str | None:
-    """A line for a plan of more stages than ranks simulated without per-op times (``--ranks`` with no
-    ``--profile``): the roofline alone was 21 % off such plans measured on two CPU ranks, per-op times 7 %
-    (BENCHMARKS.md, "Looped and V plans against the simulator"). None otherwise."""
+    """:func:`~placer.cli.args.roofline_ranks_note` for a plan of more stages than ranks simulated without
+    ``--profile``; None otherwise."""
     if profile is not None or not ranks.ok or ranks.extra["stages"] <= ranks.extra["ranks"]:
         return None
     return roofline_ranks_note(f"{ranks.extra['stages']} stages on {ranks.extra['ranks']} ranks,")

@@ -64,7 +64,7 @@ from envs.real.pipeline import split_batch
 from envs.real.profiler.fit import fit_link as fit_sizes
 from envs.real.timing import adam
 from envs.real.worker import build_model
-from envs.sim.cost import UPDATE_TRAFFIC_MULTIPLIER, op_times, update_times_s
+from envs.sim.cost import op_times, update_bandwidth, update_times_s
 from graphs import PlacerError
 from graphs.plan import Placement
 
@@ -342,7 +342,7 @@ def fit_update_bandwidth(
     >>> round(fit_update_bandwidth(g, parts, np.array([0, 1]), 0.0005) / 1e9, 6)
     2.333333
     """
-    moved_bytes, busy_s = 0.0, 0.0
+    param_bytes, busy_s = 0.0, 0.0  # over every measured step: the bytes updated, the seconds past each launch
     for p in parts:
         nbytes = float(graph.param_bytes[np.asarray(split) == int(p["rank"])].astype(np.float64).sum())
         if not nbytes > 0:
@@ -350,9 +350,12 @@ def fit_update_bandwidth(
         for run in p.get("pipelines", []):
             seconds = run.get("phases", {}).get("optimizer_s")
             if seconds is not None and float(seconds) > launch_overhead_s:
-                moved_bytes += UPDATE_TRAFFIC_MULTIPLIER * nbytes
+                param_bytes += nbytes
                 busy_s += float(seconds) - launch_overhead_s
-    return moved_bytes / busy_s if busy_s > 0 and moved_bytes / busy_s >= 1.0 else 0.0
+    if not busy_s > 0:
+        return 0.0
+    bandwidth = update_bandwidth(busy_s + launch_overhead_s, param_bytes, launch_overhead_s)  # the one formula
+    return bandwidth if bandwidth >= 1.0 else 0.0
 
 
 def fit_action_overhead(graph: Any, cluster: Cluster, split: np.ndarray, runs: Sequence[tuple[int, float]]) -> float:

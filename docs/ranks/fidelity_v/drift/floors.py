@@ -6,14 +6,14 @@ rank's compute (``c0``, ``c1``). Writes floors.json beside this script.
 """
 
 import json
-import statistics
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import numpy as np
 import torch
+
+from envs.real.distributed.profile_ranks import median_s  # the profile's own timer
 
 OUT = Path(__file__).resolve().parent / "floors.json"
 RUN = (
@@ -26,21 +26,11 @@ big, big2 = torch.empty(64 * 2**20 // 4), torch.empty(64 * 2**20 // 4)
 small, lin = torch.randn(64, 256), torch.nn.Linear(256, 256)
 
 
-def timed(work, runs: int) -> float:
-    """The median seconds of ``runs`` calls of ``work``."""
-    out = []
-    for _ in range(runs):
-        start = time.perf_counter()
-        work()
-        out.append(time.perf_counter() - start)
-    return statistics.median(out)
-
-
 def floors() -> dict[str, float]:
     return {
-        "matmul": timed(lambda: [square @ square for _ in range(20)], 20),
-        "copy": timed(lambda: big2.copy_(big), 10),
-        "small": timed(lambda: [torch.relu(lin(small)) for _ in range(200)], 20),
+        "matmul": median_s(lambda: [square @ square for _ in range(20)], 20, warmup=0),
+        "copy": median_s(lambda: big2.copy_(big), 10, warmup=0),
+        "small": median_s(lambda: [torch.relu(lin(small)) for _ in range(200)], 20, warmup=0),
     }
 
 
