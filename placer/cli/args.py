@@ -116,7 +116,8 @@ def roofline_ranks_note(what: str) -> str:
     V plans against the simulator")."""
     return (
         f"note: {what} timed by the roofline alone: measured on two CPU ranks, such plans were 21 % off it and 7 % "
-        "off with per-op times (`placer profile SOURCE --microbatches 4 -o ops.json`, then --profile ops.json)"
+        "off with per-op times (`placer profile SOURCE --ranks N -o ranks.json --ops ops.json`, then --profile "
+        "ops.json)"
     )
 
 

@@ -97,8 +97,9 @@ def add_command(sub: argparse._SubParsersAction) -> None:
         "model's training state does not fit them); every method takes microbatches=M, inflight=W and "
         "schedule=S (across processes, the torch schedule the plan runs under: gpipe, 1f1b, looped_bfs, "
         "interleaved_1f1b, interleaved_zb, zbv, dualpipev, planned; the pipeline splits take stages_per_rank=K for "
-        "the looped ones; under zbv and dualpipev they and stage_search split into 2 stages per rank in a V) "
-        "(repeatable)",
+        "the looped ones; under zbv and dualpipev they and stage_search split into 2 stages per rank in a V; "
+        "stage_search also takes schedule=auto: it searches under one stage per rank, the looped and the V "
+        "schedules that fit M and W, and keeps the fastest simulated) (repeatable)",
     )
     p.add_argument("-o", "--output", required=True, metavar="FILE", help="placement file to write (.json)")
     p.add_argument(
@@ -172,6 +173,10 @@ def run(args: argparse.Namespace) -> int:
             if ranks.ok
             else f"  across processes: {ranks.status}: {ranks.message}"
         )
+        tried = placement.meta.get("schedules")
+        if tried:  # schedule=auto: what each schedule's search reached
+            each = ", ".join(f"{k} {'does not fit' if v is None else f'{v * 1e3:.1f} ms'}" for k, v in tried.items())
+            print(f"  schedule=auto: {each}; {placement.schedule} kept")
         note = roofline_note(ranks, args.profile)
         if note:
             print(f"  {note}")

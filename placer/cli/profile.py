@@ -18,7 +18,9 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
+from typing import Any
 
 import numpy as np
 from tqdm import tqdm
@@ -55,14 +57,22 @@ def add_command(sub: argparse._SubParsersAction) -> None:
         "microbatches), links by a p2p ping-pong",
     )
     p.add_argument(
+        "--ops",
+        default=None,
+        metavar="FILE",
+        help="with --ranks: also time every op of SOURCE in this process on one thread, as each rank runs, and write "
+        "that profile (.json) for --profile on place, compare and train --ranks (with --microbatches K, 4 when not "
+        "given): plans of more stages than ranks are priced far better with per-op times than by the roofline",
+    )
+    p.add_argument(
         "--microbatches",
         type=int,
-        default=1,
+        default=None,
         metavar="K",
         help="also time every op on one of K microbatches of SOURCE's inputs (cut along dimension 0, as a pipelined "
         "plan cuts them): the simulator then prices an op on one of M microbatches between the two sizes measured, "
         "which the whole batch's time over M is not for a dense layer on a small batch (default 1: the whole batch "
-        "only)",
+        "only; with --ranks --ops, 4)",
     )
     p.add_argument("--json", action="store_true", help="print a JSON summary")
     p.set_defaults(func=run)
@@ -72,14 +82,19 @@ def run(args: argparse.Namespace) -> int:
     # the real runtime (torch): loaded only to profile
     import torch
 
-    from envs.real import profiler
-
     check_step_counts(args)
     check_output_file(args.output, "-o")
+    if args.ops is not None and args.ranks is None:
+        raise PlacerError("--ops: only with --ranks (without it, -o is the profile of op times)")
+    if args.microbatches is None:
+        args.microbatches = OPS_MICROBATCHES if args.ops is not None else 1
     check_int(args.microbatches, "--microbatches", least=1, most=1024)
     if args.ranks is not None:
-        if args.microbatches != 1:
-            raise PlacerError("--microbatches: a profile of op times only; --ranks fits its own (1 and 8 microbatches)")
+        if args.microbatches != 1 and args.ops is None:
+            raise PlacerError(
+                "--microbatches: a profile of op times only (with --ranks, that of --ops); --ranks fits its own "
+                "(1 and 8 microbatches)"
+            )
         return run_ranks(args)
     torch_devices = [name.strip() for name in args.devices.split(",") if name.strip()]
     if not torch_devices:
@@ -90,32 +105,12 @@ def run(args: argparse.Namespace) -> int:
     except (RuntimeError, ValueError):
         raise PlacerError(f"--devices {args.devices}: not a list of torch devices") from None
     measure_here()
-    model, inputs = sources.resolve_model(args.source)
-    bar = tqdm(total=0, desc="profiling ops", unit="op", file=sys.stderr, disable=args.json or not sys.stderr.isatty())
-
-    def progress(done: int, total: int) -> None:
-        bar.total = total
-        bar.update(done - bar.n)
-
-    prof = profiler.profile_model(
-        model,
-        inputs,
-        torch_devices,
-        microbatches=args.microbatches,
-        warmup=args.warmup,
-        repeats=args.repeats,
-        progress=progress,
-    )
-    bar.close()
-    profiler.save_profile(prof, args.output)
+    prof = profile_ops(args, torch_devices, args.output)
     summary = {
         "output": args.output,
         "graph_hash": prof["graph_hash"],
         "ops": len(prof["ops"]),
-        "devices": {
-            d: {k: float(np.nansum(np.array(e[k], dtype=float))) for k in PROFILE_COLUMNS if k in e and k != "micro_m"}
-            for d, e in prof["devices"].items()
-        },
+        "devices": {d: column_sums(e) for d, e in prof["devices"].items()},
         "links": [{k: lk[k] for k in ("src", "dst", "latency_s", "bandwidth_bytes_per_s")} for lk in prof["links"]],
         "errors": len(prof["errors"]),
     }
@@ -145,17 +140,73 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
+def column_sums(entry: dict[str, Any]) -> dict[str, float]:
+    """A profile device entry's time columns, each summed over the ops (unknown ops left out)."""
+    return {
+        k: float(np.nansum(np.array(entry[k], dtype=float))) for k in PROFILE_COLUMNS if k in entry and k != "micro_m"
+    }
+
+
+def profile_ops(args: argparse.Namespace, torch_devices: list[str], output: str) -> dict[str, Any]:
+    """Time every op of ``args.source`` on ``torch_devices`` in this process (``args.microbatches``, ``warmup``,
+    ``repeats``), with a progress bar on a terminal, and write the profile to ``output``; returns it."""
+    from envs.real import profiler
+
+    model, inputs = sources.resolve_model(args.source)
+    bar = tqdm(total=0, desc="profiling ops", unit="op", file=sys.stderr, disable=args.json or not sys.stderr.isatty())
+
+    def progress(done: int, total: int) -> None:
+        bar.total = total
+        bar.update(done - bar.n)
+
+    prof = profiler.profile_model(
+        model,
+        inputs,
+        torch_devices,
+        microbatches=args.microbatches,
+        warmup=args.warmup,
+        repeats=args.repeats,
+        progress=progress,
+    )
+    bar.close()
+    profiler.save_profile(prof, output)
+    return prof
+
+
 def run_ranks(args: argparse.Namespace) -> int:
-    """``--ranks N``: measure this machine's ranks into a cluster file (module doc)."""
+    """``--ranks N``: measure this machine's ranks into a cluster file (module doc); with ``--ops``, then every op
+    in this process on one thread, as a rank runs it."""
+    import torch
+
     from envs.real.distributed.profile_ranks import profile_ranks
 
     check_int(args.ranks, "--ranks", least=2)
     if args.devices != "cpu":
         raise PlacerError("--ranks: measures gloo ranks on this machine's CPU cores; leave --devices out")
+    if args.ops is not None:
+        check_output_file(args.ops, "--ops")
+        if os.path.abspath(args.ops) == os.path.abspath(args.output):
+            raise PlacerError(f"--ops {args.ops}: the same file as -o (one is a cluster, the other a profile)")
+        measure_here()  # this process times the ops
     cluster, parts = profile_ranks(args.source, args.ranks, repeats=args.repeats, warmup=args.warmup)
     with open(args.output, "w") as f:
         json.dump(cluster.to_dict(), f, indent=1)
-    summary = {"output": args.output, "cluster": cluster.to_dict(), "measured": parts}
+    summary: dict[str, Any] = {"output": args.output, "cluster": cluster.to_dict(), "measured": parts}
+    if args.ops is not None:
+        threads = torch.get_num_threads()
+        torch.set_num_threads(1)  # as each rank runs
+        try:
+            prof = profile_ops(args, ["cpu"], args.ops)
+        finally:
+            torch.set_num_threads(threads)
+        summary["ops"] = {
+            "output": args.ops,
+            "graph_hash": prof["graph_hash"],
+            "ops": len(prof["ops"]),
+            "microbatches": args.microbatches,
+            "errors": len(prof["errors"]),
+            **column_sums(prof["devices"]["cpu"]),
+        }
     if args.json:
         print_json(summary)
         return 0
@@ -187,4 +238,22 @@ def run_ranks(args: argparse.Namespace) -> int:
     for (a, b), link in cluster.links.items():
         if a < b:
             print(f"  {a} <-> {b}: {link.bandwidth_bytes_per_s / 1e9:.2f} GB/s, latency {link.latency_s * 1e6:.1f} us")
+    if args.ops is not None:
+        o = summary["ops"]
+        micro = (
+            f", one of {o['microbatches']} microbatches {o['micro_fwd_s'] * 1e3:.2f} + {o['micro_bwd_s'] * 1e3:.2f} ms"
+            if "micro_fwd_s" in o
+            else ""
+        )
+        print(
+            f"{args.ops}: {o['ops']} ops timed on one thread (forward + backward {o['fwd_s'] * 1e3:.2f} + "
+            f"{o['bwd_s'] * 1e3:.2f} ms{micro}): give it as --profile with --cluster {args.output}"
+        )
+        if o["errors"]:
+            print(f"  {o['errors']} ops could not run (left unknown): see 'errors' in {args.ops}")
     return 0
+
+
+#: ``--ranks --ops``: the microbatches the op times are also taken at, when ``--microbatches`` is not given (the M
+#: of the plans measured on two CPU ranks, BENCHMARKS.md "Looped and V plans against the simulator").
+OPS_MICROBATCHES = 4

@@ -162,9 +162,12 @@ def placement_of(
     if isinstance(out, Placement):  # a method that plans its issue order too (ilp)
         return out
     starts: tuple[int, ...] = ()
-    if isinstance(out, StagedSplit):  # a split with two stages on one device (a V)
-        out, starts = out.op_devices, out.starts
     meta = dict(meta or {})
+    if isinstance(out, StagedSplit):  # a split with two stages on one device (a V), or with the schedule it chose
+        if out.schedule is not None:
+            schedule = out.schedule
+            meta["schedules"] = dict(out.tried)
+        out, starts = out.op_devices, out.starts
     order = None
     if plan is not None:  # the issue order placer.apply will follow
         order, how, step_time_s = plan.planner.plan(out)
@@ -197,7 +200,10 @@ def place(name: str, graph: OpGraph, cluster: Any, **options: Any) -> Placement:
     fn = get(name)
     M = check_microbatches(options.pop("microbatches", 1), "--option microbatches")
     W = check_inflight(options.pop("inflight", None), M, "--option inflight")
-    schedule = check_schedule_name(options.get("schedule"), "--option schedule")
+    auto = options.get("schedule") == "auto"  # the method chooses (stage_search): its result names the schedule
+    if auto and not getattr(fn, "chooses_schedule", False):
+        raise PlacerError(f"--option schedule=auto: {name} does not choose a schedule (stage_search does)")
+    schedule = None if auto else check_schedule_name(options.get("schedule"), "--option schedule")
     if "schedule" not in inspect.signature(fn).parameters:
         options.pop("schedule", None)
     env = SimEnv(graph, cluster, microbatches=M, inflight=W)

@@ -34,8 +34,8 @@ schedule runs them (stage ``R - 1`` and stage ``R`` on the last rank):
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -66,10 +66,14 @@ class StagedSplit:
     """A split whose stages are not all maximal runs on one device: each op's device (index), and the ops that begin
     a stage on the device of the stage before (a V's turn, :func:`envs.real.distributed.schedules.v_ranks`). What a
     pipeline split returns in place of its op devices where a cut into runs alone would merge two of its stages;
-    a placement keeps ``starts`` as its ``stage_cuts``."""
+    a placement keeps ``starts`` as its ``stage_cuts``. ``schedule``: the schedule the split was made for, where
+    the method chose it (``stage_search --option schedule=auto``), and ``tried``: each schedule it tried, with its
+    simulated step in seconds (None: it does not fit the plan); None and empty: the caller's schedule."""
 
     op_devices: np.ndarray
     starts: tuple[int, ...] = ()
+    schedule: str | None = None
+    tried: Mapping[str, float | None] = field(default_factory=dict)
 
 
 class Tuples:

@@ -38,7 +38,7 @@ from typing import Any
 import numpy as np
 
 from envs.real.distributed.cut import StagedSplit
-from envs.real.distributed.schedules import is_v
+from envs.real.distributed.schedules import check_schedule, fitting_schedule, is_v
 from envs.sim.ranks import RankSim
 from graphs import OpGraph, PlacerError
 from placer.methods.heuristics.costs import gpu_devices
@@ -94,6 +94,11 @@ def stages_of(cuts: list[int], num_ops: int) -> np.ndarray:
     return np.searchsorted(np.asarray(cuts), np.arange(num_ops), side="right")
 
 
+#: What ``schedule=auto`` tries, in this order (ties keep the first): one stage per rank under the schedule that
+#: fits the plan's window (GPipe or 1F1B), the looped schedules, then the V schedules.
+AUTO_SCHEDULES = (None, "interleaved_1f1b", "interleaved_zb", "zbv", "dualpipev")
+
+
 @register("stage_search")
 def stage_search(
     graph: OpGraph,
@@ -111,6 +116,11 @@ def stage_search(
     a plan on fewer devices; ``pairs``: also move two neighbouring cuts together (module doc). Under a V schedule,
     a :class:`StagedSplit`.
 
+    ``schedule="auto"``: the search runs under each schedule of :data:`AUTO_SCHEDULES` that fits the plan's
+    microbatches and window (the looped ones with ``stages_per_rank`` stages per rank, 2 when not given; with
+    ``stages_per_rank=1`` one stage per rank only; the V ones not with ``merge``), and the fastest plan on the
+    simulator wins: a :class:`StagedSplit` naming its schedule, with every schedule's simulated step in ``tried``.
+
     ``env``: the one-process simulator :func:`placer.methods.registry.place` hands a
     method with M > 1; only its microbatches M and window W are read, so the search
     scores plans as they will run.
@@ -119,8 +129,63 @@ def stage_search(
     for name, value in (("merge", merge), ("pairs", pairs)):
         if not isinstance(value, bool):
             raise PlacerError(f"stage_search: {name} must be true or false, got {value!r}")
-    devices = gpu_devices(cluster)
+    if schedule == "auto":
+        return _auto(graph, cluster, stages_per_rank, rounds=rounds, merge=merge, pairs=pairs, env=env)
     per_rank = split_stages_per_rank(stages_per_rank, schedule, "stage_search")
+    out, _ = _search(graph, cluster, per_rank, schedule, rounds=rounds, merge=merge, pairs=pairs, env=env)
+    return out
+
+
+stage_search.chooses_schedule = True  # type: ignore[attr-defined]  # schedule=auto: registry.place reads it
+
+
+def _auto(
+    graph: OpGraph, cluster, stages_per_rank: int | None, *, rounds: int, merge: bool, pairs: bool, env: Any
+) -> StagedSplit:
+    """``schedule="auto"`` (:func:`stage_search`): the search under each schedule that fits, the fastest kept."""
+    R = len(gpu_devices(cluster))
+    M = int(getattr(env, "microbatches", 1) or 1)
+    W = getattr(env, "inflight", None)
+    looped = 2 if stages_per_rank is None else int(stages_per_rank)
+    tried: dict[str, float | None] = {}
+    best: tuple[float, np.ndarray | StagedSplit, str] | None = None
+    reasons: list[str] = []
+    for schedule in AUTO_SCHEDULES:
+        per_rank = 1 if schedule is None else 2 if is_v(schedule) else looped
+        stage_ranks = stage_map(R, R * per_rank, schedule).tolist()
+        name = schedule or fitting_schedule(stage_ranks, R, microbatches=M, inflight=W)
+        if (looped < 2 and schedule is not None) or (merge and is_v(schedule)):
+            continue  # stages_per_rank=1: one stage per rank only; merge leaves stages empty, and a V runs all 2R
+        try:
+            check_schedule(name, stage_ranks, R, microbatches=M, inflight=W)
+            out, step_s = _search(graph, cluster, per_rank, schedule, rounds=rounds, merge=merge, pairs=pairs, env=env)
+        except PlacerError as e:
+            tried[name] = None
+            reasons.append(f"{name}: {e}")
+            continue
+        tried[name] = step_s
+        if best is None or step_s < best[0]:
+            best = (step_s, out, name)
+    if best is None or not np.isfinite(best[0]):
+        raise PlacerError(f"stage_search: schedule=auto: no schedule fits ({'; '.join(reasons) or 'none ran'})")
+    _, out, name = best
+    op_devices, starts = (out.op_devices, out.starts) if isinstance(out, StagedSplit) else (out, ())
+    return StagedSplit(op_devices, starts, schedule=name, tried=tried)
+
+
+def _search(
+    graph: OpGraph,
+    cluster,
+    per_rank: int,
+    schedule: str | None,
+    *,
+    rounds: int,
+    merge: bool,
+    pairs: bool,
+    env: Any,
+) -> tuple[np.ndarray | StagedSplit, float]:
+    """The search of :func:`stage_search` under one schedule: its split, and that split's simulated step."""
+    devices = gpu_devices(cluster)
     if merge and is_v(schedule):
         raise PlacerError(f"stage_search: merge=true leaves stages empty, and schedule {schedule!r} runs all 2R")
     S = num_stages(graph, cluster, per_rank, graph.num_ops, "stage_search")  # the option, checked
@@ -151,7 +216,7 @@ def stage_search(
     if hasattr(env, "count_simulated"):  # what the search spent, counted where the caller counts every search's
         env.count_simulated(sim.simulated)
     op_devices = on[stages_of(cuts, n)].astype(np.int32)
-    return op_devices if turn is None else StagedSplit(op_devices, (cuts[turn],))
+    return (op_devices if turn is None else StagedSplit(op_devices, (cuts[turn],))), float(best_s)
 
 
 def moved_cuts(cuts: list[int], k: int, num_ops: int, merge: bool = False) -> list[list[int]]:
@@ -221,6 +286,7 @@ __all__ = [
     "shifted_pair",
     "split_cuts",
     "split_of",
+    "AUTO_SCHEDULES",
     "stage_search",
     "stages_of",
     "starting_cuts",

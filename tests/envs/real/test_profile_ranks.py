@@ -20,7 +20,7 @@ from envs.real.distributed.profile_ranks import (
     with_action_overhead,
 )
 from envs.sim.ranks import RankSim
-from graphs import OpGraph
+from graphs import OpGraph, sources
 from placer.cli import main
 
 TINY = textwrap.dedent(
@@ -164,9 +164,17 @@ def test_the_calibration_pipelines_cut_the_ops_into_runs_of_equal_work():
 
 @pytest.mark.parametrize(
     "argv, message",
-    [(["--ranks", "1"], "--ranks"), (["--ranks", "2", "--devices", "cuda:0"], "--ranks: measures gloo ranks")],
+    [
+        (["--ranks", "1"], "--ranks"),
+        (["--ranks", "2", "--devices", "cuda:0"], "--ranks: measures gloo ranks"),
+        (["--ops", "ops.json"], "--ops: only with --ranks"),
+        (["--ranks", "2", "--ops", "RANKS"], "the same file as -o"),
+        (["--ranks", "2", "--ops", "no/such/dir/ops.json"], "--ops"),
+        (["--ranks", "2", "--ops", "ops.json", "--microbatches", "0"], "--microbatches"),
+    ],
 )
 def test_bad_ranks_options_are_one_line(tmp_path, capsys, argv, message):
+    argv = [str(tmp_path / "ranks.json") if a == "RANKS" else a for a in argv]
     rc = main(["profile", "nmt-2", "-o", str(tmp_path / "ranks.json"), *argv])
     err = capsys.readouterr().err
     assert rc == 2 and message in err and len(err.strip().splitlines()) == 1
@@ -204,9 +212,27 @@ def test_microbatches_whose_program_has_other_ops_than_the_whole_batch_are_passe
 def test_two_ranks_of_this_machine_are_measured_into_a_cluster_the_simulator_takes(tmp_path, monkeypatch, capsys):
     (tmp_path / "tiny_ranks_model.py").write_text(TINY)
     monkeypatch.chdir(tmp_path)
+    import torch
+
+    from envs.real import profiler
+
+    threads = []  # the threads the per-op profile (--ops) ran on
+    profile_model = profiler.profile_model
+    monkeypatch.setattr(
+        profiler, "profile_model", lambda *a, **k: threads.append(torch.get_num_threads()) or profile_model(*a, **k)
+    )
+    before = torch.get_num_threads()
     argv = ["profile", "tiny_ranks_model:build", "--ranks", "2", "-o", "ranks.json", "--repeats", "2", "--json"]
-    assert main(argv) == 0
+    assert main([*argv, "--ops", "ops.json"]) == 0
     summary = json.loads(capsys.readouterr().out)
+    # --ops: every op also timed here, on one thread as a rank runs it, on the whole batch and one of 4 microbatches
+    assert threads == [1] and torch.get_num_threads() == before
+    ops = profiler.load_profile("ops.json")
+    assert summary["ops"]["output"] == "ops.json" and summary["ops"]["microbatches"] == 4
+    assert summary["ops"]["ops"] == len(ops["ops"]) > 0 and summary["ops"]["micro_fwd_s"] > 0
+    assert set(ops["devices"]["cpu"]["micro_m"]) == {4}
+    graph = sources.resolve_graph("tiny_ranks_model:build")
+    assert summary["ops"]["graph_hash"] == ops["graph_hash"] == graph.content_hash
     cluster = Cluster.load(tmp_path / "ranks.json")
     assert cluster.device_names == ["cpu:0", "cpu:1"] and summary["output"] == "ranks.json"
     assert all(p["step_s"] > 0 and p["microbatches"] == 8 and p["micro_step_s"] > 0 for p in summary["measured"])

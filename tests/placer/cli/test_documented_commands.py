@@ -6,11 +6,11 @@ A quoted command is one of:
   command and every option it names must exist;
 * a *runnable* line (``placer export mymodels:build -o g.json``): run in order, in one working directory
   holding the README's ``mymodels.py``, as a user would, in this process (``placer.cli.main``; the zoo's
-  captures are the test session's). What would take minutes is kept tiny, and only that: a training run
-  gets ``--time-budget 1`` and three fast heuristics to start from, ``compare`` with every method gives
-  ``ilp`` 0.5 s and the searches 100 placements (annealing 200 steps, ``stage_search`` one round of cut
-  moves), ``run`` times 2 steps, ``profile`` times each thing once, and ``pretrain`` (a corpus of graphs)
-  stops once its arguments are checked;
+  captures are the test session's; a line quoted again as written runs once). What would take minutes is kept
+  tiny, and only that: a training run gets ``--time-budget 1`` and three fast heuristics to start from,
+  ``compare`` with every method gives ``ilp`` 0.5 s and the searches 100 placements (annealing 200 steps,
+  ``stage_search`` one round of cut moves), ``run`` times 2 steps, ``profile`` times each thing once, and
+  ``pretrain`` (a corpus of graphs) stops once its arguments are checked;
 * any other program (``python -m bench.X``, or a ``python X.py``: its ``--help`` runs, in this
   process; ``bash .ci/run``: the file exists).
 """
@@ -231,7 +231,13 @@ def session(tmp_path, monkeypatch, zoo_cache):
 
 
 def _run_all(commands: list[tuple[str, bool]], monkeypatch, prepare=None) -> None:
+    """Each command in order; one quoted again as written (a recipe repeating a profile) runs once: its files are
+    there."""
+    seen: set[str] = set()
     for command, in_block in commands:
+        if command in seen:
+            continue
+        seen.add(command)
         if prepare is not None:
             prepare(command)
         if not command.startswith(("placer ", "OMP_NUM_THREADS")):

@@ -280,3 +280,66 @@ def test_moving_two_neighbouring_cuts_together_finds_what_one_cut_at_a_time_cann
     assert with_pairs < 0.97 * one_at_a_time
     with pytest.raises(PlacerError, match="pairs must be true or false"):
         search(g, k80x4, pairs="yes")
+
+
+def test_schedule_auto_keeps_the_fastest_of_the_searches_under_each_schedule_that_fits(k80x2):
+    from envs.real.distributed.cut import StagedSplit
+    from envs.sim.ranks import RankSim
+    from placer.methods.heuristics.stage_search import AUTO_SCHEDULES
+
+    # the heavy head of the V test above, M = 4: every schedule fits; each one's own search, run alone, is what
+    # auto reports for it, and auto keeps the fastest (a V: the rank that holds the head also holds the embedding)
+    g = chain(LM, flops=[1e11] * 10 + [8e11], param_bytes=[1 << 20] * len(LM))
+    env = SimpleNamespace(microbatches=4, inflight=None)
+    search = registry.get("stage_search")
+    auto = search(g, k80x2, schedule="auto", env=env)
+    assert isinstance(auto, StagedSplit)
+    assert list(auto.tried) == ["gpipe", *AUTO_SCHEDULES[1:]]
+    for name, step_s in auto.tried.items():
+        per_rank = 2 if name.startswith("interleaved") else None
+        alone = search(g, k80x2, schedule=None if name == "gpipe" else name, stages_per_rank=per_rank, env=env)
+        assert RankSim(g, k80x2, microbatches=4, schedule=name).simulate(alone).step_time_s == pytest.approx(step_s)
+    assert auto.schedule == min(auto.tried, key=auto.tried.get)
+    assert auto.tried[auto.schedule] < 0.95 * auto.tried["gpipe"]  # what choosing gains here
+    # through place: the plan carries the chosen schedule, each schedule's step in its meta; the simulator agrees
+    p = registry.place("stage_search", g, k80x2, microbatches=4, schedule="auto")
+    assert p.schedule == auto.schedule and p.meta["schedules"] == pytest.approx(auto.tried)
+    assert RankSim(g, k80x2).evaluate([p])[0].step_time_s == pytest.approx(auto.tried[auto.schedule])
+    # a window of 2 of 4 microbatches: one stage per rank runs 1F1B, and GPipe's all-forwards-first does not fit
+    assert list(search(g, k80x2, schedule="auto", env=SimpleNamespace(microbatches=4, inflight=2)).tried)[0] == "1f1b"
+
+
+def test_schedule_auto_tries_only_what_fits_and_only_stage_search_takes_it(k80x2):
+    search = registry.get("stage_search")
+    # three layers: 4 stages (looped, V) are more than the layers, so only one stage per rank runs
+    three = chain(["embed", "body", "head"], flops=[1e11, 1e11, 1e11])
+    auto = search(three, k80x2, schedule="auto")
+    assert auto.schedule == "gpipe" and auto.tried["gpipe"] > 0
+    assert {k for k, v in auto.tried.items() if v is None} == {"interleaved_1f1b", "interleaved_zb", "zbv", "dualpipev"}
+    # stages_per_rank=1: no looped plan; merge=true: no V (it would leave a stage of the 2R empty)
+    assert list(search(chain(LM), k80x2, schedule="auto", stages_per_rank=1).tried) == ["gpipe"]
+    assert list(search(chain(LM), k80x2, schedule="auto", merge=True).tried) == [
+        "gpipe",
+        "interleaved_1f1b",
+        "interleaved_zb",
+    ]
+    with pytest.raises(PlacerError, match="schedule=auto: equal_layers does not choose a schedule"):
+        registry.place("equal_layers", chain(LM), k80x2, schedule="auto")
+
+
+def test_place_with_schedule_auto_says_what_each_schedule_reached(k80x2, tmp_path, capsys):
+    from graphs.io import save
+    from graphs.plan import Placement
+    from placer.cli import main
+
+    graph, out = tmp_path / "g.json", tmp_path / "p.json"
+    save(chain(LM, flops=[1e11] * 10 + [8e11], param_bytes=[1 << 20] * len(LM)), str(graph))
+    argv = ["place", str(graph), "--cluster", "k80x2", "--method", "stage_search", "-o", str(out), "--ranks"]
+    assert main([*argv, "--option", "microbatches=4", "--option", "schedule=auto"]) == 0
+    said = capsys.readouterr().out
+    p = Placement.load(str(out))
+    line = next(line for line in said.splitlines() if "schedule=auto:" in line)
+    assert line.endswith(f"; {p.schedule} kept") and all(name in line for name in p.meta["schedules"])
+    assert f"{p.meta['ranks_step_time_s'] * 1e3:.1f} ms" in line and p.meta["ranks_schedule"] == p.schedule
+    assert main([*argv[:5], "equal_layers", *argv[6:], "--option", "schedule=auto"]) == 2
+    assert "equal_layers does not choose a schedule" in capsys.readouterr().err
