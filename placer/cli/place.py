@@ -99,7 +99,8 @@ def add_command(sub: argparse._SubParsersAction) -> None:
         "interleaved_1f1b, interleaved_zb, zbv, dualpipev, planned; the pipeline splits take stages_per_rank=K for "
         "the looped ones; under zbv and dualpipev they and stage_search split into 2 stages per rank in a V; "
         "stage_search also takes schedule=auto: it searches under one stage per rank, the looped and the V "
-        "schedules that fit M and W, and keeps the fastest simulated) (repeatable)",
+        "schedules that fit M and W, and keeps the fastest simulated, a plan of more stages than ranks only where "
+        "it is faster by margin=F, default 0.1) (repeatable)",
     )
     p.add_argument("-o", "--output", required=True, metavar="FILE", help="placement file to write (.json)")
     p.add_argument(
@@ -150,7 +151,7 @@ def run(args: argparse.Namespace) -> int:
         if "unexpected keyword" in str(e):
             raise PlacerError(f"--method {args.method}: {str(e).split(') ', 1)[-1]}") from None
         raise
-    ranks = _for_ranks(placement, graph, cluster) if args.ranks else None
+    ranks = for_ranks(placement, graph, cluster) if args.ranks else None
     if ranks is not None and ranks.status == "error" and placement.schedule is not None:
         raise PlacerError(f"--option schedule={placement.schedule}: {ranks.message}")  # the plan would not run
     placement.save(args.output)
@@ -176,7 +177,13 @@ def run(args: argparse.Namespace) -> int:
         tried = placement.meta.get("schedules")
         if tried:  # schedule=auto: what each schedule's search reached
             each = ", ".join(f"{k} {'does not fit' if v is None else f'{v * 1e3:.1f} ms'}" for k, v in tried.items())
-            print(f"  schedule=auto: {each}; {placement.schedule} kept")
+            from placer.methods.heuristics.stage_search import AUTO_MARGIN
+
+            margin = placement.meta.get("margin", AUTO_MARGIN)
+            print(
+                f"  schedule=auto: {each}; {placement.schedule} kept (more stages than ranks only where "
+                f"{margin * 100:g} % faster than one per rank: the simulator is optimistic about them)"
+            )
         note = roofline_note(ranks, args.profile)
         if note:
             print(f"  {note}")
@@ -201,7 +208,7 @@ def roofline_note(ranks: Any, profile: str | None) -> str | None:
     return roofline_ranks_note(f"{ranks.extra['stages']} stages on {ranks.extra['ranks']} ranks,")
 
 
-def _for_ranks(placement: Placement, graph: OpGraph, cluster: Any) -> Any:
+def for_ranks(placement: Placement, graph: OpGraph, cluster: Any) -> Any:
     """``--ranks``: the plan as it runs across processes (:class:`envs.sim.ranks.RankSim`). Its issue order cuts the
     stages, so the file keeps the planned order or node order (each device's ops in program order: a pipeline
     split's contiguous stages), whichever runs faster there; returns that order's Result."""

@@ -98,6 +98,14 @@ def stages_of(cuts: list[int], num_ops: int) -> np.ndarray:
 #: fits the plan's window (GPipe or 1F1B), the looped schedules, then the V schedules.
 AUTO_SCHEDULES = (None, "interleaved_1f1b", "interleaved_zb", "zbv", "dualpipev")
 
+#: ``schedule=auto`` keeps a plan of more stages than ranks only where the simulator puts it this much faster than
+#: the plan of one stage per rank. Measured on two CPU ranks, a rank running two stages computed 3-38 % slower,
+#: against its simulated compute, than a rank of the one-stage plan of the same model (the same ops interleaved
+#: with another stage's run slower than back to back), and such plans lost to the one-stage plan where the
+#: simulator put them 2-7 % ahead; set on the LM, the encoder-decoder and the U-Net, reported on four other models
+#: (BENCHMARKS.md, "The schedule chosen by the simulator").
+AUTO_MARGIN = 0.1
+
 
 @register("stage_search")
 def stage_search(
@@ -110,6 +118,7 @@ def stage_search(
     rounds: int = 4,
     merge: bool = False,
     pairs: bool = True,
+    margin: float | None = None,
     env: Any = None,
 ) -> np.ndarray | StagedSplit:
     """The contiguous split the simulator of ranks finds fastest (module doc); ``merge``: stages may be left empty,
@@ -120,6 +129,8 @@ def stage_search(
     microbatches and window (the looped ones with ``stages_per_rank`` stages per rank, 2 when not given; with
     ``stages_per_rank=1`` one stage per rank only; the V ones not with ``merge``), and the fastest plan on the
     simulator wins: a :class:`StagedSplit` naming its schedule, with every schedule's simulated step in ``tried``.
+    A plan of more stages than ranks wins only by more than ``margin`` (a fraction of the one-stage plan's step;
+    default :data:`AUTO_MARGIN`), the simulator being optimistic about such plans.
 
     ``env``: the one-process simulator :func:`placer.methods.registry.place` hands a
     method with M > 1; only its microbatches M and window W are read, so the search
@@ -129,8 +140,13 @@ def stage_search(
     for name, value in (("merge", merge), ("pairs", pairs)):
         if not isinstance(value, bool):
             raise PlacerError(f"stage_search: {name} must be true or false, got {value!r}")
+    if margin is not None and schedule != "auto":
+        raise PlacerError(f"stage_search: margin={margin}: only with schedule=auto")
     if schedule == "auto":
-        return _auto(graph, cluster, stages_per_rank, rounds=rounds, merge=merge, pairs=pairs, env=env)
+        margin = AUTO_MARGIN if margin is None else margin
+        if isinstance(margin, bool) or not isinstance(margin, (int, float)) or not 0 <= margin < 1:
+            raise PlacerError(f"stage_search: margin={margin}: a fraction in [0, 1)")
+        return _auto(graph, cluster, stages_per_rank, float(margin), rounds=rounds, merge=merge, pairs=pairs, env=env)
     per_rank = split_stages_per_rank(stages_per_rank, schedule, "stage_search")
     out, _ = _search(graph, cluster, per_rank, schedule, rounds=rounds, merge=merge, pairs=pairs, env=env)
     return out
@@ -140,9 +156,18 @@ stage_search.chooses_schedule = True  # type: ignore[attr-defined]  # schedule=a
 
 
 def _auto(
-    graph: OpGraph, cluster, stages_per_rank: int | None, *, rounds: int, merge: bool, pairs: bool, env: Any
+    graph: OpGraph,
+    cluster,
+    stages_per_rank: int | None,
+    margin: float,
+    *,
+    rounds: int,
+    merge: bool,
+    pairs: bool,
+    env: Any,
 ) -> StagedSplit:
-    """``schedule="auto"`` (:func:`stage_search`): the search under each schedule that fits, the fastest kept."""
+    """``schedule="auto"`` (:func:`stage_search`): the search under each schedule that fits, the fastest kept, a
+    plan of more stages than ranks only by more than ``margin``."""
     R = len(gpu_devices(cluster))
     M = int(getattr(env, "microbatches", 1) or 1)
     W = getattr(env, "inflight", None)
@@ -164,8 +189,9 @@ def _auto(
             reasons.append(f"{name}: {e}")
             continue
         tried[name] = step_s
-        if best is None or step_s < best[0]:
-            best = (step_s, out, name)
+        score = step_s if per_rank == 1 else step_s / (1 - margin)  # more stages than ranks: ahead by the margin
+        if best is None or score < best[0]:
+            best = (score, out, name)
     if best is None or not np.isfinite(best[0]):
         raise PlacerError(f"stage_search: schedule=auto: no schedule fits ({'; '.join(reasons) or 'none ran'})")
     _, out, name = best
@@ -286,6 +312,7 @@ __all__ = [
     "shifted_pair",
     "split_cuts",
     "split_of",
+    "AUTO_MARGIN",
     "AUTO_SCHEDULES",
     "stage_search",
     "stages_of",
