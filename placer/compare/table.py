@@ -21,12 +21,15 @@ def memory_unit(most_bytes: float) -> tuple[str, float]:
 
 
 def label(row: Any) -> str:
-    """The row's method, with its plan's microbatches M and in-flight window W when it is pipelined."""
-    if row.microbatches == 1:
-        return row.method
-    if row.inflight is None:
-        return f"{row.method} (M={row.microbatches})"
-    return f"{row.method} (M={row.microbatches}, W={row.inflight})"
+    """The row's method, with its plan's microbatches M and in-flight window W when it is pipelined, and the
+    schedule its method chose (``stage_search --option schedule=auto``)."""
+    parts = [f"M={row.microbatches}"] if row.microbatches != 1 else []
+    if row.microbatches != 1 and row.inflight is not None:
+        parts.append(f"W={row.inflight}")
+    placement = getattr(row, "placement", None)
+    if placement is not None and placement.meta.get("schedules"):
+        parts.append(str(placement.schedule))
+    return f"{row.method} ({', '.join(parts)})" if parts else row.method
 
 
 def markdown(report: Any) -> str:

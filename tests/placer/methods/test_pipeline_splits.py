@@ -338,6 +338,22 @@ def test_schedule_auto_keeps_one_stage_per_rank_unless_more_stages_win_by_the_ma
         search(g, k80x2, schedule="zbv", margin=0.2)
 
 
+def test_compare_names_the_schedule_auto_chose_in_the_row(k80x2):
+    from placer.compare import compare
+    from placer.compare.table import label, markdown
+
+    names = ["equal_layers", "stage_search"]
+    options = {"stage_search": {"schedule": "auto"}}
+    report = compare(four_times_heavier_head(), k80x2, methods=names, microbatches=4, ranks=True, options=options)
+    rows = {r.method: r for r in report.rows if r.method in names}
+    chosen = rows["stage_search"].placement.schedule
+    assert chosen in rows["stage_search"].placement.meta["schedules"] and chosen != "gpipe"
+    assert label(rows["stage_search"]) == f"stage_search (M=4, {chosen})" and label(rows["equal_layers"]) == (
+        "equal_layers (M=4)"
+    )
+    assert f"| stage_search (M=4, {chosen}) | ok |" in markdown(report)
+
+
 def test_schedule_auto_tries_only_what_fits_and_only_stage_search_takes_it(k80x2):
     search = registry.get("stage_search")
     # three layers: 4 stages (looped, V) are more than the layers, so only one stage per rank runs
