@@ -12,6 +12,10 @@ file::
 
     placer profile bench.small_lm:build --ranks 2 -o ranks.json
     placer compare bench.small_lm:build --cluster ranks.json
+
+``--ops ops.json`` beside ``--ranks`` also times every op in this process on one thread, as a rank runs it (on the
+whole batch and on one of 4 microbatches), for ``--profile`` with that cluster: plans of more stages than ranks
+are priced far better with per-op times than by the roofline alone.
 """
 
 from __future__ import annotations
