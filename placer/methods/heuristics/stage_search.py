@@ -100,10 +100,10 @@ AUTO_SCHEDULES = (None, "interleaved_1f1b", "interleaved_zb", "zbv", "dualpipev"
 
 #: ``schedule=auto`` keeps a plan of more stages than ranks only where the simulator puts it this much faster than
 #: the plan of one stage per rank. Measured on two CPU ranks, a rank running two stages computed 3-38 % slower,
-#: against its simulated compute, than a rank of the one-stage plan of the same model (the same ops interleaved
-#: with another stage's run slower than back to back), and such plans lost to the one-stage plan where the
-#: simulator put them 2-7 % ahead; set on the LM, the encoder-decoder and the U-Net, reported on four other models
-#: (BENCHMARKS.md, "The schedule chosen by the simulator").
+#: against its simulated compute, than a rank of the one-stage plan of the same model (not from interleaving
+#: the two: run back to back, they computed as slowly; the cause is not found), and such plans lost to the
+#: one-stage plan where the simulator put them 2-7 % ahead; set on the LM, the encoder-decoder and the U-Net,
+#: reported on four other models (BENCHMARKS.md, "The schedule chosen by the simulator").
 AUTO_MARGIN = 0.1
 
 
