@@ -177,12 +177,10 @@ def run(args: argparse.Namespace) -> int:
         tried = placement.meta.get("schedules")
         if tried:  # schedule=auto: what each schedule's search reached
             each = ", ".join(f"{k} {'does not fit' if v is None else f'{v * 1e3:.1f} ms'}" for k, v in tried.items())
-            from placer.methods.heuristics.stage_search import AUTO_MARGIN
-
-            margin = placement.meta.get("margin", AUTO_MARGIN)
             print(
                 f"  schedule=auto: {each}; {placement.schedule} kept (more stages than ranks only where "
-                f"{margin * 100:g} % faster than one per rank: the simulator is optimistic about them)"
+                f"{placement.meta['margin'] * 100:g} % faster than one per rank: the simulator is optimistic about "
+                "them)"
             )
         note = roofline_note(ranks, args.profile)
         if note:

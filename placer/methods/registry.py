@@ -166,7 +166,7 @@ def placement_of(
     if isinstance(out, StagedSplit):  # a split with two stages on one device (a V), or with the schedule it chose
         if out.schedule is not None:
             schedule = out.schedule
-            meta["schedules"] = dict(out.tried)
+            meta.update(schedules=dict(out.tried), margin=out.margin)
         out, starts = out.op_devices, out.starts
     order = None
     if plan is not None:  # the issue order placer.apply will follow

@@ -67,13 +67,24 @@ class StagedSplit:
     a stage on the device of the stage before (a V's turn, :func:`envs.real.distributed.schedules.v_ranks`). What a
     pipeline split returns in place of its op devices where a cut into runs alone would merge two of its stages;
     a placement keeps ``starts`` as its ``stage_cuts``. ``schedule``: the schedule the split was made for, where
-    the method chose it (``stage_search --option schedule=auto``), and ``tried``: each schedule it tried, with its
-    simulated step in seconds (None: it does not fit the plan); None and empty: the caller's schedule."""
+    the method chose it (``stage_search --option schedule=auto``), ``tried``: each schedule it tried, with its
+    simulated step in seconds (None: it does not fit the plan), and ``margin``: what a plan of more stages than
+    ranks had to win by; None and empty: the caller's schedule."""
 
     op_devices: np.ndarray
     starts: tuple[int, ...] = ()
     schedule: str | None = None
     tried: Mapping[str, float | None] = field(default_factory=dict)
+    margin: float | None = None
+
+    @classmethod
+    def of(cls, out: "np.ndarray | StagedSplit") -> "StagedSplit":
+        """A split's result (its op devices, or a StagedSplit) as a StagedSplit: no stage starts but the devices'.
+
+        >>> StagedSplit.of(np.array([1, 2])).starts, StagedSplit.of(StagedSplit(np.array([1, 2, 2]), (2,))).starts
+        ((), (2,))
+        """
+        return out if isinstance(out, cls) else cls(np.asarray(out))
 
 
 class Tuples:

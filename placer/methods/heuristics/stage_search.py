@@ -33,6 +33,7 @@ a split across every device, as the splits people use are.
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import numpy as np
@@ -176,11 +177,11 @@ def _auto(
     best: tuple[float, np.ndarray | StagedSplit, str] | None = None
     reasons: list[str] = []
     for schedule in AUTO_SCHEDULES:
+        if (looped < 2 and schedule is not None) or (merge and is_v(schedule)):
+            continue  # stages_per_rank=1: one stage per rank only; merge leaves stages empty, and a V runs all 2R
         per_rank = 1 if schedule is None else 2 if is_v(schedule) else looped
         stage_ranks = stage_map(R, R * per_rank, schedule).tolist()
         name = schedule or fitting_schedule(stage_ranks, R, microbatches=M, inflight=W)
-        if (looped < 2 and schedule is not None) or (merge and is_v(schedule)):
-            continue  # stages_per_rank=1: one stage per rank only; merge leaves stages empty, and a V runs all 2R
         try:
             check_schedule(name, stage_ranks, R, microbatches=M, inflight=W)
             out, step_s = _search(graph, cluster, per_rank, schedule, rounds=rounds, merge=merge, pairs=pairs, env=env)
@@ -195,8 +196,7 @@ def _auto(
     if best is None or not np.isfinite(best[0]):
         raise PlacerError(f"stage_search: schedule=auto: no schedule fits ({'; '.join(reasons) or 'none ran'})")
     _, out, name = best
-    op_devices, starts = (out.op_devices, out.starts) if isinstance(out, StagedSplit) else (out, ())
-    return StagedSplit(op_devices, starts, schedule=name, tried=tried)
+    return dataclasses.replace(StagedSplit.of(out), schedule=name, tried=tried, margin=margin)
 
 
 def _search(
@@ -299,9 +299,9 @@ def split_cuts(out: np.ndarray | StagedSplit) -> list[int]:
     >>> split_cuts(np.array([1, 2, 1, 2])), split_cuts(StagedSplit(np.array([1, 2, 2, 1]), (2,)))
     ([1, 2, 3], [1, 2, 3])
     """
-    op_devices, starts = (out.op_devices, out.starts) if isinstance(out, StagedSplit) else (out, ())
-    begins = np.diff(np.asarray(op_devices)) != 0
-    begins[np.asarray(starts, dtype=np.int64) - 1] = True
+    split = StagedSplit.of(out)
+    begins = np.diff(np.asarray(split.op_devices)) != 0
+    begins[np.asarray(split.starts, dtype=np.int64) - 1] = True
     return (np.flatnonzero(begins) + 1).tolist()
 
 
