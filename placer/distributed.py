@@ -98,7 +98,8 @@ def stages(
     :func:`envs.real.distributed.ranks.assign_ranks` (``rank_map``, ``device_map``;
     ``LOCAL_WORLD_SIZE`` gives the local rank of each). A bad plan, or more or fewer
     processes than it has devices, is a :class:`PlacerError`. ``early_receives``: post every receive of a step
-    as it begins (None: on CPU ranks under GPipe or 1F1B; :class:`~envs.real.distributed.runtime.RankSchedule`).
+    as it begins (None: on CPU ranks under the schedules of
+    :data:`~envs.real.distributed.runtime.EARLY_RECEIVES`; :class:`~envs.real.distributed.runtime.RankSchedule`).
     """
     import torch.distributed as dist
 

@@ -19,13 +19,13 @@ computes:
   all-reduce per parameter (in a process group of just those ranks), so every copy
   takes the same optimizer step and the copies stay equal.
 
-On CPU ranks (gloo) under GPipe and 1F1B, every receive of a step is posted as the
-step begins (:func:`post_receives_early`; each stream of messages tagged,
-:func:`tag_streams`), not just before the action that needs it as torch's schedules
-post them. Gloo moves a message only once both sides have posted it, and a
-late receive waits for the sender's event-loop thread, which shares its core with the
-sender's compute: a receive posted late took 3-6 ms longer on this machine's two ranks
-(BENCHMARKS.md, "Receives posted early").
+On CPU ranks (gloo) under GPipe, 1F1B and the interleaved and zero-bubble schedules
+(:data:`EARLY_RECEIVES`), every receive of a step is posted as the step begins
+(:func:`post_receives_early`; each stream of messages tagged, :func:`tag_streams`), not
+just before the action that needs it as torch's schedules post them. Gloo moves a
+message only once both sides have posted it, and a late receive waits for the sender's
+event-loop thread, which shares its core with the sender's compute: a receive posted
+late took 3-6 ms longer on this machine's two ranks (BENCHMARKS.md, "Receives posted early").
 
 The schedule hands the last stage a *target* per microbatch for its loss function;
 placer's last stage computes the loss itself (the captured program ends in it), so
@@ -281,18 +281,24 @@ def mend_split_backward(stage: Any) -> None:
     stage.backward_maybe_with_nosync = backward_maybe_with_nosync
 
 
-#: The schedules whose receives a CPU rank posts early unless told (:func:`early_by_default`): torch's schedules of
-#: one stage per rank. Torch's looped schedules already post each receive one time step ahead, in lockstep with the
-#: neighbour's send, and posting all of them at the step's start made a looped plan slower (the encoder-decoder,
-#: 4 stages looped, M = 2: 115 ms against 94 ms; BENCHMARKS.md, "Receives posted early").
-EARLY_RECEIVES = ("gpipe", "1f1b")
+#: The schedules whose receives a CPU rank posts early unless told (:func:`early_by_default`). Torch's schedules of one
+#: stage per rank, and the interleaved and zero-bubble schedules of a looped or V plan: where torch posts a receive one
+#: time step ahead, its data often moved only when the sender's gloo thread got the sender's busy core, and those
+#: plans waited 5-20 ms a step more than simulated on two CPU ranks. Posted early, the step took 0.82-1.02x as long
+#: (``interleaved_1f1b``, three models, 3 and 5 jobs each), 0.91x (``interleaved_zb``) and 0.97x (``zbv``), paired
+#: job by job (BENCHMARKS.md, "Where a rank of two stages loses its time"). ``looped_bfs`` (115 ms against 94 ms
+#: on the encoder-decoder, BENCHMARKS.md "Receives posted early") and ``dualpipev`` (0.97x in one run, 1.06x in
+#: another) keep torch's posting, as does ``planned`` (not measured).
+EARLY_RECEIVES = ("gpipe", "1f1b", "interleaved_1f1b", "interleaved_zb", "zbv")
 
 
 def early_by_default(device_type: str, schedule: str) -> bool:
     """Whether a rank on ``device_type`` running ``schedule`` posts its receives early when not told.
 
-    >>> early_by_default("cpu", "gpipe"), early_by_default("cpu", "looped_bfs"), early_by_default("cuda", "1f1b")
-    (True, False, False)
+    >>> early_by_default("cpu", "gpipe"), early_by_default("cpu", "interleaved_1f1b"), early_by_default("cpu", "zbv")
+    (True, True, True)
+    >>> early_by_default("cpu", "looped_bfs"), early_by_default("cpu", "dualpipev"), early_by_default("cuda", "1f1b")
+    (False, False, False)
     """
     return device_type == "cpu" and schedule in EARLY_RECEIVES
 
@@ -308,9 +314,9 @@ class RankSchedule:
         rank: this process's global rank.
         group: the process group of the pipeline (default: the world).
         early_receives: post every receive of a step as it begins (:func:`post_receives_early`); None: on CPU
-            ranks (gloo) running one stage each under GPipe or 1F1B (:func:`early_by_default`). Every stage's
-            messages are tagged by stream either way (:func:`tag_streams`), so a looped plan may post early too
-            when told, and ranks that post differently still agree.
+            ranks (gloo) under GPipe, 1F1B, Interleaved 1F1B, interleaved zero bubble and ZB-V
+            (:func:`early_by_default`). Every stage's messages are tagged by stream either way
+            (:func:`tag_streams`), so a looped plan may post early too, and ranks that post differently still agree.
     """
 
     def __init__(

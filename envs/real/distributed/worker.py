@@ -69,7 +69,8 @@ class RankJob:
         steady_malloc: glibc's malloc keeps what a step frees (:class:`envs.real.timing.Protocol`); False: its
             defaults (the A/B of ``bench.repeatability --malloc``).
         early_receives: post every receive of a step as it begins (:class:`RankSchedule`'s; None: on CPU ranks
-            under GPipe or 1F1B; the A/B of ``bench.repeatability --receives``).
+            under the schedules of :data:`~envs.real.distributed.runtime.EARLY_RECEIVES`; the A/B of
+            ``bench.repeatability --receives``).
         cpus: the cores each process runs on, by its global rank (``cpus[rank]``; None: where its launcher left
             it). Set before the process group starts, so that gloo's threads start there too (:func:`pin_rank`).
         helper_slice_us: once the process group is up, every thread of the process but the one that computes
