@@ -100,11 +100,12 @@ def stages_of(cuts: list[int], num_ops: int) -> np.ndarray:
 AUTO_SCHEDULES = (None, "interleaved_1f1b", "interleaved_zb", "zbv", "dualpipev")
 
 #: ``schedule=auto`` keeps a plan of more stages than ranks only where the simulator puts it this much faster than
-#: the plan of one stage per rank. Measured on two CPU ranks, a rank running two stages computed 3-38 % slower,
-#: against its simulated compute, than a rank of the one-stage plan of the same model (not from interleaving
-#: the two: run back to back, they computed as slowly; the cause is not found), and such plans lost to the
-#: one-stage plan where the simulator put them 2-7 % ahead; set on the LM, the encoder-decoder and the U-Net,
-#: reported on four other models (BENCHMARKS.md, "The schedule chosen by the simulator").
+#: the plan of one stage per rank. Measured on two CPU ranks, such plans lost to the one-stage plan where the
+#: simulator put them 2-7 % ahead; set on the LM, the encoder-decoder and the U-Net, reported on four other models
+#: (BENCHMARKS.md, "The schedule chosen by the simulator"). What the simulator misses is mostly their waits, not
+#: their compute: a rank of two stages receives twice the messages, and each may wait for the sender's busy core;
+#: 4-26 ms a step over per rank with torch's posting of receives, 0-18 ms posted early (BENCHMARKS.md, "Where a
+#: rank of two stages loses its time"). Until the simulator charges those waits, the margin keeps such plans out.
 AUTO_MARGIN = 0.1
 
 
