@@ -81,6 +81,7 @@ _HOST_KEYS = (
     "action_overhead_s",
     "split_backward_factor",
     "update_bw_bytes_per_s",
+    "handoff_s",
 )
 _HOST_DEFAULTS = {
     "stage_latency_s": 0.0,
@@ -90,6 +91,7 @@ _HOST_DEFAULTS = {
     "action_overhead_s": 0.0,
     "split_backward_factor": 1.0,
     "update_bw_bytes_per_s": 0.0,
+    "handoff_s": 0.0,
 }
 _LINK_KEYS = ("src", "dst", "bandwidth_bytes_per_s", "latency_s")
 _TOP_KEYS = ("format", "name", "description", "devices", "links")
@@ -358,6 +360,7 @@ def _validate(c: Cluster, label: str) -> None:
         _check(d.launch_overhead_s, label, f"device {d.name} launch_overhead_s", low=0.0, high=MAX_DELAY_S, what=">= 0")
         _check(d.stage_latency_s, label, f"device {d.name} stage_latency_s", low=0.0, high=MAX_DELAY_S, what=">= 0")
         _check(d.action_overhead_s, label, f"device {d.name} action_overhead_s", low=0.0, high=MAX_DELAY_S, what=">= 0")
+        _check(d.handoff_s, label, f"device {d.name} handoff_s", low=0.0, high=MAX_DELAY_S, what=">= 0")
         if d.stage_bandwidth_bytes_per_s != math.inf:
             _check(
                 d.stage_bandwidth_bytes_per_s,

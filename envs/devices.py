@@ -42,6 +42,11 @@ class Device:
             --ranks`` fits it to the optimizer steps its calibration pipelines measured: the compute fit slows the
             microbenchmarks' bandwidth with their FLOP rate, and a streaming update does not slow with it
             (``BENCHMARKS.md``, "Looped and V plans against the simulator").
+        handoff_s: across processes, how much later than its link says a message this device's rank receives
+            arrives, without taking either rank's core longer: gloo moves the data on threads that share the ranks'
+            cores, and a thread woken beside a computing one gets its core at a scheduler tick (default 0;
+            ``placer profile --ranks`` fits it to the model run as a looped pipeline, ``BENCHMARKS.md``, "Where a
+            rank of two stages loses its time").
     """
 
     name: str
@@ -57,6 +62,7 @@ class Device:
     action_overhead_s: float = 0.0
     split_backward_factor: float = 1.0
     update_bw_bytes_per_s: float = 0.0
+    handoff_s: float = 0.0
 
 
 @dataclass(frozen=True)

@@ -34,6 +34,9 @@ one after the other:
   core moves the bytes: a send takes the sender's core for its time after the action,
   and a receive the receiver's core (hidden in its wait when it waits for the bytes,
   after its previous action when it was busy). A GPU's copies run beside its compute;
+* a message arrives the receiving device's ``handoff_s`` later still (0 in the presets; ``placer profile
+  --ranks`` fits it), taking no core longer: gloo moves the data on threads that share the ranks' cores,
+  and a thread woken beside a computing one gets its core at a scheduler tick;
 * after its last action each rank takes its optimizer step (:func:`envs.sim.cost.update_times_s`)
   and, for a parameter read on several ranks (tied weights), an all-reduce of its
   gradient among them (two sends of its bytes); the step ends with the last rank.
@@ -241,6 +244,7 @@ def run_actions(
     links = _Links(cluster)
     dev = list(costs.device_indices)
     overhead = [float(d.action_overhead_s) for d in cluster.devices]
+    handoff = [float(d.handoff_s) for d in cluster.devices]
     fwd_s, bwd_s = np.asarray(costs.fwd_s, np.float64).tolist(), np.asarray(costs.bwd_s, np.float64).tolist()
     # a split backward: the first stage runs all of it, unsplit, in its weight part (it sends no gradient); the others
     # their weight parts (StageCosts.wgrad_s), each part longer by its device's split_backward_factor
@@ -307,15 +311,15 @@ def run_actions(
                     outgoing.append((kind, s, m))
                 at = end
                 for what, s2, m2 in outgoing:
-                    sent, d2 = None, dev[s2]
+                    sent, d2, to, tensors = None, dev[s2], dev[s2], 0.0
                     if what == "F" and s2 < S - 1:
-                        sent = ("F", s2 + 1, m2)
-                        arrived[sent], send_s[sent] = links.send(d2, dev[s2 + 1], at, send_bytes[s2], send_tensors[s2])
+                        sent, to, tensors = ("F", s2 + 1, m2), dev[s2 + 1], send_tensors[s2]
+                        arrived[sent], send_s[sent] = links.send(d2, to, at, send_bytes[s2], tensors)
                     if what in ("B", "I") and s2 > 0:
-                        sent = ("B", s2 - 1, m2)
-                        arrived[sent], send_s[sent] = links.send(
-                            d2, dev[s2 - 1], at, grad_bytes[s2 - 1], grad_tensors[s2 - 1]
-                        )
+                        sent, to, tensors = ("B", s2 - 1, m2), dev[s2 - 1], grad_tensors[s2 - 1]
+                        arrived[sent], send_s[sent] = links.send(d2, to, at, grad_bytes[s2 - 1], tensors)
+                    if sent is not None and to != d2 and tensors > 0:  # the receiver's hand-off (module doc)
+                        arrived[sent] += handoff[to]
                     if sent is not None and own_copies[d2]:  # and a rank whose core sends them, its sends
                         free_s[r] += send_s[sent]
                         busy_s[r] += send_s[sent]

@@ -227,10 +227,20 @@ def run_ranks(args: argparse.Namespace) -> int:
             f"{d.mem_bw_bytes_per_s / 1e9:6.2f} GB/s   {d.launch_overhead_s * 1e6:6.1f} us per op"
             + (f"   {d.action_overhead_s * 1e3:.2f} ms per pipeline action" if d.action_overhead_s else "")
             + (f"   optimizer step at {d.update_bw_bytes_per_s / 1e9:.2f} GB/s" if d.update_bw_bytes_per_s else "")
+            + (f"   {d.handoff_s * 1e3:.2f} ms hand-off per message received" if d.handoff_s else "")
             + (f"   pipeline compute {', '.join(runs)}" if runs else "")
         )
     for why in sorted({run["error"] for part in parts for run in part.get("pipelines", []) if "error" in run}):
         print(f"  the calibration pipeline did not run ({why}): fitted to one-process steps")
+    looped = [part["looped"] for part in parts if isinstance(part.get("looped"), dict)]
+    for why in sorted({run["error"] for run in looped if "error" in run}):
+        print(f"  the looped calibration pipeline did not run ({why}): no hand-off fitted")
+    if looped and all("phases" in run for run in looped):
+        step_s = max(run["phases"]["step_s"] for run in looped)
+        print(
+            f"  a looped pipeline (2 stages per rank, Interleaved 1F1B, M={looped[0]['microbatches']}) measured "
+            f"{step_s * 1e3:.1f} ms: each message's hand-off fitted to it"
+        )
     splits = [p["split_backward"] for p in parts if isinstance(p.get("split_backward"), dict)]
     timed = [s for s in splits if "whole_s" in s]
     if timed:

@@ -102,6 +102,8 @@ def _doc():
             "gpu:0 update_bw_bytes_per_s must be 0 or positive",
         ),
         (lambda d: d["devices"][1].update(update_bw_bytes_per_s=1e-300), "update_bw_bytes_per_s must be at least 1"),
+        (lambda d: d["devices"][2].update(handoff_s=-0.001), "gpu:1 handoff_s must be >= 0"),
+        (lambda d: d["devices"][2].update(handoff_s="2 ms"), "devices[2] (gpu:1).handoff_s must be a number"),
     ],
 )
 def test_bad_cluster_files_name_file_and_field(tmp_path, mutate, expected):
@@ -137,6 +139,16 @@ def test_asymmetric_links_round_trip():
     c = Cluster.from_dict(doc)
     assert c.bandwidth_bytes_per_s[1, 0] == 5e9 and c.bandwidth_bytes_per_s[0, 1] == 10e9
     assert Cluster.from_dict(c.to_dict()).to_dict() == c.to_dict()
+
+
+def test_a_ranks_hand_off_is_written_only_where_set_and_read_back():
+    doc = _doc()
+    doc["devices"][1]["handoff_s"] = 0.002
+    c = Cluster.from_dict(doc)
+    assert [d.handoff_s for d in c.devices] == [0.0, 0.002, 0.0]
+    written = c.to_dict()
+    assert [("handoff_s" in d) for d in written["devices"]] == [False, True, False]
+    assert Cluster.from_dict(written).to_dict() == written
 
 
 def test_with_profile_takes_measured_links(tmp_path):

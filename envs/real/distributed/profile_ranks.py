@@ -83,6 +83,7 @@ class RankProbe:
     timeout_s: float = 600.0
     plans: tuple[dict[str, Any], ...] = ()  # RankPlan.to_dict() of the calibration pipelines (calibration_plans)
     micro: int = 0  # the microbatches of the second step (microbatch_program's M; 0: the largest <= MICRO that split)
+    looped: dict[str, Any] | None = None  # RankPlan.to_dict() of the looped pipeline (looped_calibration_plan)
 
 
 def median_s(fn: Any, repeats: int, warmup: int = 1) -> float:
@@ -406,9 +407,7 @@ def calibration_plans(
     >>> calibration_plans(g, 2, None, 8)[0].tolist()
     [0, 0, 1, 1]
     """
-    work = graph.flops.astype(np.float64) * 3.0 + 1.0  # forward and backward FLOPs; every op some
-    middle = (np.cumsum(work) - work / 2) / work.sum()  # each op goes to the run its work's middle falls in
-    op_ranks = np.minimum((middle * num_ranks).astype(np.int64), num_ranks - 1)
+    op_ranks = work_runs(graph, num_ranks)
     devices = [f"cpu:{r}" for r in range(num_ranks)]
     used = sorted(set(op_ranks.tolist()))
     if len(used) < num_ranks:
@@ -420,6 +419,103 @@ def calibration_plans(
         placement = Placement.from_indices(graph, devices, op_ranks, method="profile", microbatches=M)
         out.append(compile_plan(graph, placement, program=program, nproc_per_node=num_ranks))
     return op_ranks, out
+
+
+def work_runs(graph: Any, runs: int) -> np.ndarray:
+    """Each op's run when ``graph``'s ops, in node order, are cut into ``runs`` runs of about equal roofline work
+    (forward and backward FLOPs; every op some): an op goes to the run its work's middle falls in.
+
+    >>> from graphs import OpGraph
+    >>> g = OpGraph.from_edges(["a", "b", "c", "d"], [("a", "b", 8), ("b", "c", 8), ("c", "d", 8)], flops=[1, 1, 2, 0])
+    >>> work_runs(g, 2).tolist(), work_runs(g, 4).tolist()
+    ([0, 0, 1, 1], [0, 1, 2, 3])
+    """
+    work = graph.flops.astype(np.float64) * 3.0 + 1.0
+    middle = (np.cumsum(work) - work / 2) / work.sum()
+    return np.minimum((middle * runs).astype(np.int64), runs - 1)
+
+
+#: The schedule of the looped calibration pipeline (:func:`looped_calibration_plan`).
+LOOPED_SCHEDULE = "interleaved_1f1b"
+
+
+def looped_calibration_plan(
+    graph: Any, num_ranks: int, microbatch_program: Any | None, micro: int
+) -> tuple[np.ndarray, RankPlan] | None:
+    """The looped pipeline the profile also runs, to fit the ranks' hand-off (:func:`fit_handoff`): ``graph``'s ops
+    cut into ``2 * num_ranks`` runs of about equal work (:func:`work_runs`), run ``s`` on rank ``s mod num_ranks``,
+    under :data:`LOOPED_SCHEDULE` over ``micro`` microbatches (``microbatch_program``: the graph of one of them):
+    ``(each op's rank, the plan)``, or None where the model cannot be cut so or the schedule does not fit.
+
+    >>> from graphs import OpGraph
+    >>> g = OpGraph.from_edges(["a", "b", "c", "d"], [("a", "b", 8), ("b", "c", 8), ("c", "d", 8)], flops=[1] * 4)
+    >>> split, plan = looped_calibration_plan(g, 2, g, 4)
+    >>> split.tolist(), plan.stage_ranks, plan.schedule
+    ([0, 1, 0, 1], [0, 1, 0, 1], 'interleaved_1f1b')
+    >>> looped_calibration_plan(g, 2, None, 1) is None  # one microbatch: nothing to interleave
+    True
+    """
+    if microbatch_program is None or micro < 2:
+        return None
+    runs = work_runs(graph, 2 * num_ranks)
+    if len(set(runs.tolist())) < 2 * num_ranks:
+        return None
+    op_ranks = runs % num_ranks
+    devices = [f"cpu:{r}" for r in range(num_ranks)]
+    placement = Placement.from_indices(
+        graph, devices, op_ranks, method="profile", microbatches=micro, schedule=LOOPED_SCHEDULE
+    )
+    try:
+        plan = compile_plan(graph, placement, program=microbatch_program, nproc_per_node=num_ranks)
+    except PlacerError:
+        return None
+    return (op_ranks, plan) if len(plan.stages) == 2 * num_ranks else None
+
+
+#: The largest hand-off :func:`fit_handoff` gives, in seconds (a scheduler tick is 1-10 ms).
+MAX_HANDOFF_S = 0.05
+
+
+def fit_handoff(graph: Any, cluster: Cluster, split: np.ndarray, microbatches: int, measured_s: float) -> float:
+    """Seconds each message's arrival waits beyond its link (every device's ``handoff_s``, the same on every rank)
+    that make the simulator of ranks give the looped calibration pipeline's measured step: ``split`` (each op's rank)
+    under :data:`LOOPED_SCHEDULE` over ``microbatches``, on ``cluster``. Bisection (a later arrival never makes the
+    simulated step shorter); 0 where the simulator is as slow already, at most :data:`MAX_HANDOFF_S`.
+
+    >>> from graphs import OpGraph
+    >>> from envs.devices import Device, Link
+    >>> g = OpGraph.from_edges(["a", "b", "c", "d"], [("a", "b", 8), ("b", "c", 8), ("c", "d", 8)], flops=[1e9] * 4)
+    >>> devs = [Device(f"cpu:{r}", "cpu", 1e12, 1e9, 1e15, 0.0) for r in range(2)]
+    >>> c = Cluster("toy", devs, {("cpu:0", "cpu:1"): Link(1e15, 0.0), ("cpu:1", "cpu:0"): Link(1e15, 0.0)})
+    >>> split = np.array([0, 1, 0, 1])
+    >>> base = handoff_step_s(g, c, split, 2)
+    >>> h = fit_handoff(g, c, split, 2, base + 0.05)  # measured 50 ms slower than simulated
+    >>> h > 0, round(handoff_step_s(g, with_device_fields(c, handoff_s=h), split, 2) - base, 6)
+    (True, 0.05)
+    >>> fit_handoff(g, c, split, 2, base - 0.1)  # measured faster than simulated: none
+    0.0
+    """
+    cluster = with_device_fields(cluster, handoff_s=0.0)
+    if not handoff_step_s(graph, cluster, split, microbatches) < measured_s:
+        return 0.0
+    lo, hi = 0.0, MAX_HANDOFF_S
+    if handoff_step_s(graph, with_device_fields(cluster, handoff_s=hi), split, microbatches) <= measured_s:
+        return hi
+    for _ in range(40):
+        mid = (lo + hi) / 2
+        if handoff_step_s(graph, with_device_fields(cluster, handoff_s=mid), split, microbatches) < measured_s:
+            lo = mid
+        else:
+            hi = mid
+    return hi
+
+
+def handoff_step_s(graph: Any, cluster: Cluster, split: np.ndarray, microbatches: int) -> float:
+    """The simulated step of the looped calibration pipeline (:func:`fit_handoff`)."""
+    from envs.sim.ranks import RankSim
+
+    sim = RankSim(graph, cluster, microbatches=microbatches, schedule=LOOPED_SCHEDULE)
+    return float(sim.simulate(np.asarray(split)).step_time_s)
 
 
 def _device(name: str, rates: Mapping[str, float], memory_bytes: float) -> Device:
@@ -446,6 +542,8 @@ def probe_rank(job: RankProbe) -> dict[str, Any] | None:
                     if rank == a:
                         part["links"][f"{a},{b}"] = times
         part["pipelines"] = [pipeline_phases(job, RankPlan.from_dict(plan), rank) for plan in job.plans]
+        if job.looped is not None:
+            part["looped"] = pipeline_phases(job, RankPlan.from_dict(job.looped), rank)
         if job.plans:  # on the microbatch the last calibration pipeline runs (a zero-bubble schedule's size)
             part["split_backward"] = stage_split_backward(job, RankPlan.from_dict(job.plans[-1]), rank)
         parts = gather_to_first(part)
@@ -559,10 +657,15 @@ def pipeline_samples(parts: Sequence[Mapping[str, Any]], split: np.ndarray) -> l
 
 
 def ranks_cluster(
-    graph: Any, parts: Sequence[Mapping[str, Any]], name: str = "ranks", split: np.ndarray | None = None
+    graph: Any,
+    parts: Sequence[Mapping[str, Any]],
+    name: str = "ranks",
+    split: np.ndarray | None = None,
+    looped: tuple[np.ndarray, int] | None = None,
 ) -> Cluster:
     """The cluster of the ranks' measurements (module doc): rank ``r`` is device ``cpu:r``; ``split``: each op's
-    rank in the calibration pipelines the parts ran (None: none ran)."""
+    rank in the calibration pipelines the parts ran (None: none ran); ``looped``: each op's rank in the looped
+    pipeline they ran (``part["looped"]``) and its microbatches (None: none ran)."""
     world = len(parts)
     memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / world
     # the ranks share one machine's cores: the median of their microbenchmarks is the roofline's shape, and each
@@ -595,7 +698,20 @@ def ranks_cluster(
     )
     overhead_s = fit_action_overhead(graph, cluster, np.asarray(split), sorted(runs.items()))
     factor = min(max(split_factor(parts), 0.1), 100.0)  # within the cluster file's bounds
-    return with_device_fields(cluster, action_overhead_s=overhead_s, split_backward_factor=factor)
+    cluster = with_device_fields(cluster, action_overhead_s=overhead_s, split_backward_factor=factor)
+    looped_runs = [p.get("looped") for p in parts]
+    if looped is None or not all(isinstance(r, Mapping) and "phases" in r for r in looped_runs):
+        return cluster
+    looped_split, looped_m = looped
+    measured_s = max(float(r["phases"]["step_s"]) for r in looped_runs)
+    handoff_s = fit_handoff(graph, cluster, looped_split, looped_m, measured_s)
+    if handoff_s > 0:  # the one-stage pipelines' messages wait too: their overhead again with it, then the hand-off
+        cluster = with_device_fields(cluster, handoff_s=handoff_s)
+        cluster = with_action_overhead(
+            cluster, fit_action_overhead(graph, cluster, np.asarray(split), sorted(runs.items()))
+        )
+        handoff_s = fit_handoff(graph, cluster, looped_split, looped_m, measured_s)
+    return with_device_fields(cluster, handoff_s=handoff_s)
 
 
 def profile_ranks(source: str, num_ranks: int, *, repeats: int = 5, warmup: int = 1, timeout_s: float = 600.0):
@@ -609,6 +725,7 @@ def profile_ranks(source: str, num_ranks: int, *, repeats: int = 5, warmup: int 
     graph = capture(model, inputs)
     micro, program = microbatch_program(model, inputs, graph)
     split, plans = calibration_plans(graph, num_ranks, program, micro)
+    looped = looped_calibration_plan(graph, num_ranks, program, micro)
     job = RankProbe(
         source=source,
         source_dir=os.getcwd(),
@@ -617,10 +734,12 @@ def profile_ranks(source: str, num_ranks: int, *, repeats: int = 5, warmup: int 
         timeout_s=timeout_s,
         plans=tuple(p.to_dict() for p in plans),
         micro=micro,
+        looped=looped[1].to_dict() if looped is not None else None,
     )
     out = launch(probe_rank, (job,), nproc_per_node=num_ranks)
     parts = out[0]["parts"]
-    return ranks_cluster(graph, parts, split=split), parts
+    fit = (looped[0], looped[1].microbatches) if looped is not None else None
+    return ranks_cluster(graph, parts, split=split, looped=fit), parts
 
 
 def microbatch_program(model: Any, inputs: tuple, graph: Any = None) -> tuple[int, Any | None]:
@@ -652,7 +771,10 @@ __all__ = [
     "SIZES",
     "calibrate",
     "calibration_plans",
+    "handoff_step_s",
+    "looped_calibration_plan",
     "fit_action_overhead",
+    "fit_handoff",
     "fit_link",
     "fit_update_bandwidth",
     "fit_pipeline",
@@ -667,4 +789,5 @@ __all__ = [
     "stage_split_backward",
     "with_action_overhead",
     "with_device_fields",
+    "work_runs",
 ]

@@ -15,9 +15,11 @@ from envs.real.distributed.profile_ranks import (
     calibrate,
     calibration_plans,
     fit_link,
+    handoff_step_s,
     microbatch_program,
     ranks_cluster,
     with_action_overhead,
+    with_device_fields,
 )
 from envs.sim.ranks import RankSim
 from graphs import OpGraph, sources
@@ -250,6 +252,9 @@ def test_two_ranks_of_this_machine_are_measured_into_a_cluster_the_simulator_tak
     assert all(d.update_bw_bytes_per_s > 0 for d in cluster.devices)
     link = cluster.links[("cpu:0", "cpu:1")]
     assert 0 <= link.latency_s < 0.1 and link.bandwidth_bytes_per_s > 1e6
+    # a looped pipeline (4 stages, Interleaved 1F1B, 8 microbatches) on both ranks: the hand-off is fitted to it
+    assert all(p["looped"]["microbatches"] == 8 and p["looped"]["phases"]["step_s"] > 0 for p in summary["measured"])
+    assert cluster.devices[0].handoff_s == cluster.devices[1].handoff_s >= 0
 
 
 def test_the_optimizer_steps_the_pipelines_measured_set_the_update_bandwidth():
@@ -287,3 +292,42 @@ def test_the_optimizer_steps_the_pipelines_measured_set_the_update_bandwidth():
     assert update_times_s(np.array([0.0, 4e6]), cluster)[1] == pytest.approx(0.014)
     _, events = RankSim(g, cluster).timeline(split)
     assert [e.end_s - e.start_s for e in events if e.kind == "O" and e.rank == 1] == [pytest.approx(0.014)]
+
+
+def test_the_looped_pipeline_measured_sets_the_hand_off_of_every_rank():
+    """Four ops of 1 s on two ranks. The one-stage pipelines measured faster than simulated (no action overhead); the
+    looped pipeline (ops a b c d on ranks 0 1 0 1, 2 microbatches) as slow as the simulator gives it with a hand-off
+    of 4 ms per message: that is the hand-off fitted, on every rank, and the cluster file keeps it. A looped pipeline
+    that did not run, or none, leaves it 0."""
+    g = OpGraph.from_edges(
+        ["a", "b", "c", "d"],
+        [("a", "b", 4), ("b", "c", 4), ("c", "d", 4)],
+        flops=[1e9] * 4,
+        op_types=["aten.mm.default"] * 4,
+    )
+    rates = {"flops_per_s": 1e9, "mem_bw_bytes_per_s": 1e15, "launch_overhead_s": 0.0}
+
+    def run(M, work_s):
+        phases = {"forward_s": work_s / 3, "backward_s": 2 * work_s / 3, "optimizer_s": 0.0, "step_s": 1e-3}
+        return {"microbatches": M, "phases": phases}
+
+    link = {str(n): 1e-4 + n / 1e9 for n in SIZES}
+    parts = [
+        {"rank": r, "rates": rates, "step_s": 1.0, "links": {"0,1": link} if r == 0 else {}, "pipelines": [run(1, 6.0)]}
+        for r in (0, 1)
+    ]
+    split = np.array([0, 0, 1, 1])
+    base = ranks_cluster(g, parts, split=split)
+    assert base.devices[0].action_overhead_s == 0 and base.devices[0].handoff_s == 0
+    looped_split = np.array([0, 1, 0, 1])
+    measured_s = handoff_step_s(g, with_device_fields(base, handoff_s=0.004), looped_split, 2)
+    assert measured_s > handoff_step_s(g, base, looped_split, 2)
+    for p in parts:
+        p["looped"] = {"microbatches": 2, "phases": {"step_s": measured_s}}
+    cluster = ranks_cluster(g, parts, split=split, looped=(looped_split, 2))
+    assert [d.handoff_s for d in cluster.devices] == pytest.approx([0.004, 0.004], rel=1e-6)
+    assert handoff_step_s(g, cluster, looped_split, 2) == pytest.approx(measured_s)
+    assert Cluster.from_dict(json.loads(json.dumps(cluster.to_dict()))).devices[1].handoff_s == pytest.approx(0.004)
+    assert ranks_cluster(g, parts, split=split).devices[0].handoff_s == 0  # no looped pipeline given
+    parts[1]["looped"] = {"microbatches": 2, "error": "stage cut: ..."}
+    assert ranks_cluster(g, parts, split=split, looped=(looped_split, 2)).devices[0].handoff_s == 0

@@ -59,6 +59,25 @@ def test_a_cpu_rank_sends_and_receives_on_its_own_core_the_hand_timeline():
     assert res.busy_s["cpu:0"] == pytest.approx(6.0 + 1.2) and res.busy_s["cpu:1"] == pytest.approx(12.0 + 1.2)
 
 
+def test_a_message_arrives_the_receivers_hand_off_later_taking_no_core_longer_the_hand_timeline():
+    # the timeline above with a hand-off of 0.5 s on both ranks: every message arrives 0.5 s after its send ends
+    # rank 0: F0 0-1, sends 1-1.6 (arrives 2.1); F1 1.6-2.6, sends 2.6-3.2 (arrives 3.7)
+    # rank 1: F0 2.1-4.1; F1: receive 4.1-4.7 (arrived 3.7), 4.7-6.7; B0 6.7-10.7, sends 10.7-11.3 (arrives 11.8);
+    #   B1 11.3-15.3, sends 15.3-15.9 (arrives 16.4)
+    # rank 0: B0 11.8-13.8; B1: receive 13.8-14.4 < 16.4: 16.4-18.4
+    slow = cluster(kind="cpu")
+    slow = Cluster(name="toy", devices=[replace(d, handoff_s=0.5) for d in slow.devices], links=slow.links)
+    res = simulate_ranks(two_stage_graph(), slow, [0, 1], microbatches=2)
+    assert res.step_time_s == pytest.approx(18.4)
+    assert res.extra["rank_end_s"] == pytest.approx([18.4, 15.9])
+    assert res.busy_s["cpu:0"] == pytest.approx(6.0 + 1.2) and res.busy_s["cpu:1"] == pytest.approx(12.0 + 1.2)
+    # only the receiver's own hand-off counts: rank 0's alone delays the gradients it receives (B0 10.8 + 0.5)
+    one = Cluster(
+        name="toy", devices=[replace(slow.devices[0]), replace(slow.devices[1], handoff_s=0.0)], links=slow.links
+    )
+    assert simulate_ranks(two_stage_graph(), one, [0, 1], microbatches=2).step_time_s == pytest.approx(17.4 + 0.5)
+
+
 def test_1f1b_two_ranks_three_microbatches_is_the_hand_timeline():
     # rank 0 runs F0 F1 B0 F2 B1 B2, rank 1 F0 B0 F1 B1 F2 B2 (torch's Schedule1F1B):
     # rank 0: F0 0-1, F1 1-2; rank 1: F0 1.6-3.6, B0 3.6-7.6 (grad at 8.2); rank 0: B0 8.2-10.2, F2 10.2-11.2
