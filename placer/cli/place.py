@@ -177,11 +177,14 @@ def run(args: argparse.Namespace) -> int:
         tried = placement.meta.get("schedules")
         if tried:  # schedule=auto: what each schedule's search reached
             each = ", ".join(f"{k} {'does not fit' if v is None else f'{v * 1e3:.1f} ms'}" for k, v in tried.items())
-            print(
-                f"  schedule=auto: {each}; {placement.schedule} kept (more stages than ranks only where "
-                f"{placement.meta['margin'] * 100:g} % faster than one per rank: the simulator is optimistic about "
-                "them)"
+            margin = placement.meta["margin"]
+            why = (
+                f"more stages than ranks only where {margin * 100:g} % faster than one per rank: the simulator is "
+                "optimistic about them"
+                if margin > 0
+                else "the fastest simulated, no margin"
             )
+            print(f"  schedule=auto: {each}; {placement.schedule} kept ({why})")
         note = roofline_note(ranks, args.profile)
         if note:
             print(f"  {note}")

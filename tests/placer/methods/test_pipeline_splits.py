@@ -387,5 +387,8 @@ def test_place_with_schedule_auto_says_what_each_schedule_reached(k80x2, tmp_pat
     assert f"; {p.schedule} kept (more stages than ranks only where 10 % faster" in line
     assert all(name in line for name in p.meta["schedules"])
     assert f"{p.meta['ranks_step_time_s'] * 1e3:.1f} ms" in line and p.meta["ranks_schedule"] == p.schedule
+    assert main([*argv, "--option", "microbatches=4", "--option", "schedule=auto", "--option", "margin=0"]) == 0
+    said = capsys.readouterr().out
+    assert "kept (the fastest simulated, no margin)" in said and "10 % faster" not in said
     assert main([*argv[:5], "equal_layers", *argv[6:], "--option", "schedule=auto"]) == 2
     assert "equal_layers does not choose a schedule" in capsys.readouterr().err

@@ -5,9 +5,14 @@ posting early and of one stage per rank; whether the plan of more stages than ra
 ranked as measured), and checked on the two held out (``heldout_*.json``: the LM and the convnet, a looped
 Interleaved 1F1B plan beside one stage per rank). The simulator is patched in this process only.
 
-    PYTHONPATH=. python docs/ranks/auto/stages/handoff.py > handoff.txt
+``--fitted``: instead, the hand-off ``placer profile --ranks`` fitted on each model (``handoff/ranks_MODEL.json``),
+unpatched: the same ratios simulated with those clusters and with the clusters the plans were placed on.
+
+    PYTHONPATH=. python docs/ranks/auto/stages/handoff.py > docs/ranks/auto/stages/handoff.txt
+    PYTHONPATH=. python docs/ranks/auto/stages/handoff.py --fitted > docs/ranks/auto/stages/handoff/ratios.txt
 """
 
+import argparse
 import json
 import statistics
 from pathlib import Path
@@ -39,7 +44,41 @@ def medians(path: Path) -> dict:
     return {k: statistics.median(v) for k, v in out.items()}
 
 
+def fitted() -> None:
+    """``--fitted`` (module doc)."""
+    rows = []
+    for m in FITTED + HELD_OUT:
+        held = m in HELD_OUT
+        meas = medians(S / (f"heldout_{m}.json" if held else f"variants_{m}.json"))
+        many = next(p for p, _ in meas if "/" in p) if held else "auto"
+        measured = meas[(many, "os" if held else "early")] / meas[("gpipe_placer", "os")]
+        graph = resolve_graph(f"bench.rank_models:{m}")
+        out = {"model": m, "measured": measured}
+        for label, cluster_file in (("without", D / f"ranks_{m}.json"), ("with", S / "handoff" / f"ranks_{m}.json")):
+            cluster = envs.resolve_cluster(str(cluster_file))
+            timed = with_profile(graph, cluster, str(D / f"ops_{m}.json"), ranks=True)[0]
+            sim = ranks_sim.RankSim(timed, cluster)
+            step = {
+                p: sim.evaluate([Placement.load(p if "/" in p else str(D / f"plan_{m}_{p}.json"))])[0].step_time_s
+                for p in (many, "gpipe_placer")
+            }
+            out[label] = step[many] / step["gpipe_placer"]
+            if label == "with":
+                out["handoff_ms"] = cluster.devices[0].handoff_s * 1e3
+        rows.append(out)
+        verdict = ["right" if (out[k] < 1) == (measured < 1) else "wrong" for k in ("without", "with")]
+        print(
+            f"{m:16} hand-off {out['handoff_ms']:4.2f} ms: more stages over one per rank, measured {measured:.3f}; "
+            f"simulated without {out['without']:.3f} ({verdict[0]}), with {out['with']:.3f} ({verdict[1]})"
+        )
+    print(json.dumps(rows))
+
+
 def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--fitted", action="store_true", help="the hand-off profile --ranks fitted (module doc)")
+    if ap.parse_args().fitted:
+        return fitted()
     ranks_sim._Links.send = delayed_send
     models = {}
     for m in FITTED + HELD_OUT:
