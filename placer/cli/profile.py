@@ -182,7 +182,7 @@ def run_ranks(args: argparse.Namespace) -> int:
     in this process on one thread, as a rank runs it."""
     import torch
 
-    from envs.real.distributed.profile_ranks import profile_ranks
+    from envs.real.distributed.profile_ranks import LOOPED_SCHEDULE, profile_ranks
 
     check_int(args.ranks, "--ranks", least=2)
     if args.devices != "cpu":
@@ -238,7 +238,7 @@ def run_ranks(args: argparse.Namespace) -> int:
     if looped and all("phases" in run for run in looped):
         step_s = max(run["phases"]["step_s"] for run in looped)
         print(
-            f"  a looped pipeline (2 stages per rank, Interleaved 1F1B, M={looped[0]['microbatches']}) measured "
+            f"  a looped pipeline (2 stages per rank, {LOOPED_SCHEDULE}, M={looped[0]['microbatches']}) measured "
             f"{step_s * 1e3:.1f} ms: each message's hand-off fitted to it"
         )
     splits = [p["split_backward"] for p in parts if isinstance(p.get("split_backward"), dict)]

@@ -661,11 +661,11 @@ def ranks_cluster(
     parts: Sequence[Mapping[str, Any]],
     name: str = "ranks",
     split: np.ndarray | None = None,
-    looped: tuple[np.ndarray, int] | None = None,
+    looped: np.ndarray | None = None,
 ) -> Cluster:
     """The cluster of the ranks' measurements (module doc): rank ``r`` is device ``cpu:r``; ``split``: each op's
     rank in the calibration pipelines the parts ran (None: none ran); ``looped``: each op's rank in the looped
-    pipeline they ran (``part["looped"]``) and its microbatches (None: none ran)."""
+    pipeline they ran (``part["looped"]``, which says its microbatches; None: none ran)."""
     world = len(parts)
     memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / world
     # the ranks share one machine's cores: the median of their microbenchmarks is the roofline's shape, and each
@@ -702,7 +702,7 @@ def ranks_cluster(
     looped_runs = [p.get("looped") for p in parts]
     if looped is None or not all(isinstance(r, Mapping) and "phases" in r for r in looped_runs):
         return cluster
-    looped_split, looped_m = looped
+    looped_split, looped_m = looped, int(looped_runs[0]["microbatches"])
     measured_s = max(float(r["phases"]["step_s"]) for r in looped_runs)
     handoff_s = fit_handoff(graph, cluster, looped_split, looped_m, measured_s)
     if handoff_s > 0:  # the one-stage pipelines' messages wait too: their overhead again with it, then the hand-off
@@ -738,8 +738,7 @@ def profile_ranks(source: str, num_ranks: int, *, repeats: int = 5, warmup: int 
     )
     out = launch(probe_rank, (job,), nproc_per_node=num_ranks)
     parts = out[0]["parts"]
-    fit = (looped[0], looped[1].microbatches) if looped is not None else None
-    return ranks_cluster(graph, parts, split=split, looped=fit), parts
+    return ranks_cluster(graph, parts, split=split, looped=looped[0] if looped is not None else None), parts
 
 
 def microbatch_program(model: Any, inputs: tuple, graph: Any = None) -> tuple[int, Any | None]:

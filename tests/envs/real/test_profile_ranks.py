@@ -324,10 +324,10 @@ def test_the_looped_pipeline_measured_sets_the_hand_off_of_every_rank():
     assert measured_s > handoff_step_s(g, base, looped_split, 2)
     for p in parts:
         p["looped"] = {"microbatches": 2, "phases": {"step_s": measured_s}}
-    cluster = ranks_cluster(g, parts, split=split, looped=(looped_split, 2))
+    cluster = ranks_cluster(g, parts, split=split, looped=looped_split)
     assert [d.handoff_s for d in cluster.devices] == pytest.approx([0.004, 0.004], rel=1e-6)
     assert handoff_step_s(g, cluster, looped_split, 2) == pytest.approx(measured_s)
     assert Cluster.from_dict(json.loads(json.dumps(cluster.to_dict()))).devices[1].handoff_s == pytest.approx(0.004)
     assert ranks_cluster(g, parts, split=split).devices[0].handoff_s == 0  # no looped pipeline given
     parts[1]["looped"] = {"microbatches": 2, "error": "stage cut: ..."}
-    assert ranks_cluster(g, parts, split=split, looped=(looped_split, 2)).devices[0].handoff_s == 0
+    assert ranks_cluster(g, parts, split=split, looped=looped_split).devices[0].handoff_s == 0
