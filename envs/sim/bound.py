@@ -94,7 +94,9 @@ from graphs.dag import critical_path, top_level
 from graphs.ir import OpGraph
 from graphs.ops import grad_mask
 
-_SLACK = 1e-9
+#: The relative amount every bound is shrunk by, so that floating-point summation order cannot push it above a
+#: tight simulated time (here and in :func:`envs.sim.ranks.ranks_lower_bound`).
+SLACK = 1e-9
 
 
 def critical_path_s(graph: OpGraph, fwd_min: np.ndarray, bwd_min: np.ndarray) -> float:
@@ -301,11 +303,11 @@ def lower_bound_from_times(
         blocks = block_bound_s(graph, cluster, fwd_s, bwd_s, grad, executor, time_budget_s=blocks_s)
         if blocks is not None:
             raw["blocks"] = blocks
-    parts = {k: (v + update) * (1.0 - _SLACK) for k, v in raw.items()}
+    parts = {k: (v + update) * (1.0 - SLACK) for k, v in raw.items()}
     top = max(parts.values())
-    name = next(k for k, v in parts.items() if v >= top * (1.0 - _SLACK))  # a tie to rounding goes to the simpler bound
+    name = next(k for k, v in parts.items() if v >= top * (1.0 - SLACK))  # a tie to rounding goes to the simpler bound
     prev_name = "critical path" if cp >= work_old else "work"
-    previous = (max(cp, work_old) + update) * (1.0 - _SLACK)
+    previous = (max(cp, work_old) + update) * (1.0 - SLACK)
     return LowerBound(max(top, previous), name, parts, previous, prev_name)
 
 

@@ -67,10 +67,20 @@ from envs.cluster import Cluster
 from envs.real.distributed.cut import Stage, StageCutter, StagedSplit
 from envs.real.distributed.schedules import Action, fitting_schedule, layout
 from envs.result import Result
-from envs.sim.cost import OPTIMIZER_STATE_MULTIPLIER, activation_bytes, op_times, static_bytes, update_times_s
+from envs.sim.bound import SLACK, LowerBound
+from envs.sim.cost import (
+    OPTIMIZER_STATE_MULTIPLIER,
+    UPDATE_TRAFFIC_MULTIPLIER,
+    activation_bytes,
+    op_times,
+    static_bytes,
+    update_times_s,
+)
 from envs.sim.rank_actions import schedule_actions
+from envs.sim.work_bound import work_bound_s
 from envs.timeline import Event
 from graphs import OpGraph, PlacerError
+from graphs.dag import critical_path
 from graphs.plan import Placement, as_indices, check_inflight, check_microbatches, check_schedule_name
 
 #: The pipeline shapes (M microbatches, W in flight) a plan across processes is tried at where its shape is chosen
@@ -493,6 +503,47 @@ def simulate_ranks(
     return Result(float(end_s.max()), "ok", "", peak_bytes, busy, source="sim-ranks", extra=extra)
 
 
+def ranks_lower_bound(
+    graph: OpGraph, cluster: Cluster, microbatches: int = 1, per_op: tuple | None = None
+) -> LowerBound:
+    """A step no plan of ``graph`` across ``cluster``'s ranks runs faster than, at M ``microbatches``, whatever its
+    stages, ranks and schedule (a :class:`~envs.sim.bound.LowerBound`), the better of:
+
+    * **work across ranks**: a rank runs one action at a time, so its busy time (every microbatch's forward and
+      backward of its ops, then its optimizer step) is at most the step, and for any weights ``λ`` on the devices
+      ``step >= Σ_i min_d λ_d w_id`` (:func:`envs.sim.work_bound.work_bound_s`), ``w_id`` = M x (op ``i``'s forward
+      + its backward on ``d``, the backward at ``min(1, split_backward_factor)`` of it) + its parameters' optimizer
+      traffic on ``d``. Uniform ``λ`` gives "all the work spread evenly over the ranks";
+    * **critical path** of one microbatch (:func:`graphs.dag.critical_path`): forward to the loss and the backward
+      back, each op at its fastest device, sends free, the backward at its input part only (the weight part of a
+      split backward waits for nothing).
+
+    Sends, waits, the runtime's overhead per action, the hand-off and the launch of each rank's optimizer step are
+    left out (each only adds), and so is the pipeline's fill: a zero-bubble schedule can hide most of it.
+
+    >>> from graphs import OpGraph
+    >>> from envs.devices import Device, Link
+    >>> g = OpGraph.from_edges(["a", "b"], [("a", "b", 8)], flops=[1e9, 1e9])
+    >>> devs = [Device(f"cpu:{r}", "cpu", 1e12, 1e9, 1e15, 0.0) for r in range(2)]
+    >>> c = Cluster("toy", devs, {("cpu:0", "cpu:1"): Link(1e15, 0.0), ("cpu:1", "cpu:0"): Link(1e15, 0.0)})
+    >>> # each op 1 s forward and 2 s backward: the whole batch's path is 6 s; 4 microbatches of a quarter each are
+    >>> # 6 s of work over 2 ranks, and one microbatch's path 1.5 s
+    >>> [(round(float(b), 6), b.name) for b in (ranks_lower_bound(g, c, 1), ranks_lower_bound(g, c, 4))]
+    [(6.0, 'critical path'), (3.0, 'work across ranks')]
+    """
+    M = check_microbatches(microbatches)
+    fwd, bwd, _, _, wfrac = per_op if per_op is not None else op_costs(graph, cluster, M)
+    split = np.minimum(1.0, np.array([float(d.split_backward_factor) for d in cluster.devices]))[None, :]
+    update = UPDATE_TRAFFIC_MULTIPLIER * graph.param_bytes.astype(np.float64)[:, None] / cluster.update_bw_bytes_per_s
+    parts = {
+        "work across ranks": work_bound_s(M * (fwd + split * bwd) + update),
+        "critical path": critical_path(graph, fwd.min(axis=1), (split * bwd * (1.0 - wfrac[:, None])).min(axis=1))[0],
+    }
+    name = max(parts, key=lambda k: parts[k])
+    value = parts[name] * (1.0 - SLACK)
+    return LowerBound(value, name, parts, value, name)
+
+
 class RankSim:
     """The scorer of plans across processes (:mod:`envs.scorer`'s protocol), on :func:`simulate_ranks`.
 
@@ -540,6 +591,11 @@ class RankSim:
         if microbatches not in self._per_op:
             self._per_op[microbatches] = op_costs(self.graph, self.cluster, microbatches)
         return self._per_op[microbatches]
+
+    def lower_bound(self, microbatches: int | None = None) -> LowerBound:
+        """:func:`ranks_lower_bound` at M ``microbatches`` (None: this scorer's M)."""
+        M = self.microbatches if microbatches is None else check_microbatches(microbatches)
+        return ranks_lower_bound(self.graph, self.cluster, M, self.per_op(M))
 
     def evaluate(self, placements: Sequence[Any]) -> list[Result]:
         """One :class:`envs.Result` per placement (a vector, a name -> device mapping or a Placement)."""
@@ -695,6 +751,7 @@ __all__ = [
     "op_costs",
     "parameter_readers",
     "peak_activation_bytes",
+    "ranks_lower_bound",
     "run_actions",
     "simulate_ranks",
     "stage_costs",

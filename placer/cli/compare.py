@@ -89,7 +89,8 @@ def add_command(sub: argparse._SubParsersAction) -> None:
         help="score every plan as it runs across processes, one rank per device it uses (the runtime of the run "
         "command's --nproc-per-node: each maximal run of ops on one device a pipeline stage, torch's schedule, "
         "activations and gradients sent between ranks); for a cluster file from the profile command's --ranks. "
-        "The searches still search the one-process simulator (stage_search searches this one); no lower bound",
+        "The searches still search the one-process simulator (stage_search searches this one); the lower bound is "
+        "then that of ranks: all the work spread evenly over them, or one microbatch's critical path",
     )
     p.add_argument("--json", action="store_true", help="print the report as JSON")
     p.add_argument("--plot", metavar="FILE.png", help="also draw a bar chart of the step times")

@@ -170,7 +170,9 @@ def run(args: argparse.Namespace) -> int:
         print(
             f"  across processes: {ranks.step_time_s * 1e3:.3f} ms simulated "
             f"({counted(ranks.extra['stages'], 'stage')} on {counted(ranks.extra['ranks'], 'rank')}, "
-            f"{ranks.extra['schedule']} schedule)"
+            f"{ranks.extra['schedule']} schedule); no plan of {placement.microbatches} microbatch"
+            f"{'es' if placement.microbatches > 1 else ''} on these ranks under "
+            f"{placement.meta['ranks_lower_bound_s'] * 1e3:.3f} ms ({placement.meta['ranks_lower_bound']})"
             if ranks.ok
             else f"  across processes: {ranks.status}: {ranks.message}"
         )
@@ -212,7 +214,8 @@ def roofline_note(ranks: Any, profile: str | None) -> str | None:
 def for_ranks(placement: Placement, graph: OpGraph, cluster: Any) -> Any:
     """``--ranks``: the plan as it runs across processes (:class:`envs.sim.ranks.RankSim`). Its issue order cuts the
     stages, so the file keeps the planned order or node order (each device's ops in program order: a pipeline
-    split's contiguous stages), whichever runs faster there; returns that order's Result."""
+    split's contiguous stages), whichever runs faster there, and the bound of ranks at its M
+    (:func:`envs.sim.ranks.ranks_lower_bound`); returns that order's Result."""
     from envs.sim.ranks import RankSim
 
     sim = RankSim(graph, cluster)
@@ -225,6 +228,8 @@ def for_ranks(placement: Placement, graph: OpGraph, cluster: Any) -> Any:
             placement.meta["step_time_s"] = envs.SimEnv(graph, cluster).simulate(placement).step_time_s  # one process
     placement.meta["ranks_step_time_s"] = result.step_time_s if result.ok else None
     placement.meta["ranks_schedule"] = result.extra.get("schedule")
+    bound = sim.lower_bound(placement.microbatches)  # what no plan of its M on these ranks beats
+    placement.meta["ranks_lower_bound_s"], placement.meta["ranks_lower_bound"] = float(bound), bound.name
     return result
 
 

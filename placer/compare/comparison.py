@@ -155,8 +155,8 @@ def compare(
             (:class:`envs.sim.ranks.RankSim`: ``placer run --nproc-per-node N``'s runtime, each
             maximal run of ops on one device a pipeline stage, the schedule torch runs); the
             methods that search still search the one-process simulator (``stage_search``
-            searches the simulator of ranks), and no lower bound is given (the one-process
-            bound does not hold across processes).
+            searches the simulator of ranks); the lower bound is then that of ranks
+            (:func:`envs.sim.ranks.ranks_lower_bound`: the one-process bound does not hold across processes).
 
     Returns:
         A :class:`CompareReport`; a method that cannot run or fails gets a row
@@ -193,9 +193,15 @@ def compare(
         if progress is not None:
             progress(len(rows), m)
     rows += given_rows(scorer, graph, cluster, labelled, best_single_s)
-    bound: dict[str, Any] = {"executor": "ranks", "lower_bound_s": None}  # across processes: no bound holds
-    if not ranks:
-        scored_ms = sorted(set(default_ms) | {p.microbatches for _, p in labelled})
+    scored_ms = sorted(
+        set(default_ms) | {p.microbatches for _, p in labelled} | {r.microbatches for r in rows if r.microbatches}
+    )
+    bound: dict[str, Any]
+    if ranks:  # no plan scored here beats the smallest bound of ranks over the Ms scored (no earlier bound)
+        lowest = min((scorer.lower_bound(M) for M in scored_ms), key=float)
+        rows += bound_rows(lowest, best_single_s)[1:]
+        bound = {"executor": "ranks", "lower_bound_s": rows[-1].step_time_s, "lower_bound_name": rows[-1].message}
+    else:
         # no plan scored here beats the smallest bound over the Ms scored
         lowest = min((env.with_microbatches(M).lower_bound(blocks_s=bound_s) for M in scored_ms), key=float)
         rows += bound_rows(lowest, best_single_s)

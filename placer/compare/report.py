@@ -107,7 +107,7 @@ class CompareReport:
     cluster: str
     devices: list[str]
     rows: list[Row]
-    lower_bound_s: float | None  # None: no bound (plans across processes)
+    lower_bound_s: float | None  # None: no bound (a report read back from before either bound was given)
     best_single_s: float | None
     best_single_device: str | None
     seed: int = 0

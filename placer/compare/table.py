@@ -63,6 +63,22 @@ def markdown(report: Any) -> str:
     return head + "\n".join(lines)
 
 
+def bound_line(report: Any) -> str:
+    """The summary's line on the lower bound: one process's (with an earlier, looser one in the JSON), or that of
+    ranks (:func:`envs.sim.ranks.ranks_lower_bound`) for plans across processes."""
+    if report.lower_bound_s is None:
+        return "lower bound: none in this report"
+    if report.executor == "ranks":
+        return (
+            f"lower bound: no plan runs a step faster across these ranks, whatever its stages and schedule "
+            f"({report.lower_bound_name}: sends, waits and the pipeline's fill left out)"
+        )
+    return (
+        f"lower bound: no placement runs a step faster on this cluster ({report.lower_bound_name}); "
+        "--json also gives the looser bound of earlier releases"
+    )
+
+
 def summary_lines(report: Any) -> list[str]:
     """What ``placer compare`` prints under the table: the best single device and heuristic, the bound, and a line
     when no row gains from splitting the model (every row counts, the given placements too)."""
@@ -74,10 +90,7 @@ def summary_lines(report: Any) -> list[str]:
     )
     lines = [
         single + (f"best heuristic: {best.method} {best.step_time_s * 1e3:.3f} ms" if best else "no heuristic fits"),
-        f"lower bound: no placement runs a step faster on this cluster ({report.lower_bound_name}); "
-        "--json also gives the looser bound of earlier releases"
-        if report.lower_bound_s is not None
-        else "lower bound: none across processes (the one-process simulator's bound does not hold there)",
+        bound_line(report),
     ]
     speedups = [r.speedup for r in report.rows if r.kind != "bound" and r.status == "ok" and r.speedup is not None]
     if speedups and max(speedups) < SMALL_GAIN:

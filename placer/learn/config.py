@@ -89,7 +89,8 @@ class RunOptions:
     across processes: each maximal run of ops on one device a pipeline stage, torch's schedule, activations and
     gradients sent between ranks): under --env sim on the simulator of ranks (envs.sim.ranks.RankSim), under --env
     measured as one Ray job of one process per device per placement (envs.real.ray.jobs.RanksEnv). For a cluster file
-    of `placer profile SOURCE --ranks N`. Node order, and no lower bound (the one-process bound does not hold here)."""
+    of `placer profile SOURCE --ranks N`. Node order; the lower bound is that of ranks
+    (envs.sim.ranks.ranks_lower_bound: the one-process bound does not hold here)."""
     schedule: str | None = None
     """--ranks: torch's pipeline schedule of every plan (gpipe, 1f1b, looped_bfs, interleaved_1f1b, interleaved_zb,
     planned; None: the one that fits each plan, as `placer run` picks it). Not zbv or dualpipev: the learner's

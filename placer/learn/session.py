@@ -98,7 +98,7 @@ class Session:
         self.heuristics = score_heuristics(graph, cluster, config, self.scorer, progress)
         # the simulator of this problem (executor, microbatches): the lower bound, the move search's schedules, and
         # under --env sim the planner of the best placement's issue order; the scorer itself when it is one
-        # (across processes, --ranks: the simulator of ranks, which has no planned order and no bound)
+        # (across processes, --ranks: the simulator of ranks, which has no planned order; its bound is that of ranks)
         self.sim: Any
         if config.ranks:
             self.sim = env if isinstance(env, RankSim) else rank_sim(config, graph, cluster)
@@ -109,7 +109,7 @@ class Session:
                 graph, cluster, executor=config.executor, microbatches=config.microbatches, inflight=config.inflight
             )
         self.planner = self.sim if config.env == "sim" and not config.ranks else None
-        self.lower_bound_s: float | None = None if config.ranks else float(self.sim.lower_bound())
+        self.lower_bound_s: float | None = float(self.sim.lower_bound())  # at the run's M; across processes, of ranks
         self.state = RunState(setup_s=time.perf_counter() - setup_start)
         if saved is not None:
             self.state = RunState.from_dict(saved["run"])

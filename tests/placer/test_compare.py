@@ -367,18 +367,20 @@ def _chain(n: int = 12) -> OpGraph:
     )
 
 
-def test_ranks_scores_every_row_on_the_simulator_of_ranks_and_gives_no_bound():
+def test_ranks_scores_every_row_on_the_simulator_of_ranks_and_gives_the_bound_of_ranks():
     from envs.sim.ranks import RankSim
 
     g, cluster = _chain(), envs.Cluster.preset("k80x2")
     methods = ["single", "round_robin", "equal_layers", "flops_balanced", "stage_search"]
     gpipe = Placement.from_indices(g, cluster.device_names, [1] * 6 + [2] * 6, method="mine", microbatches=2)
     report = compare(g, cluster, methods=methods, placements=[gpipe], microbatches=[1, 2], ranks=True)
-    assert [r.method for r in report.rows] == [*methods, "mine"]  # no bound rows
-    assert report.lower_bound_s is None and report.executor == "ranks"
+    assert [r.method for r in report.rows] == [*methods, "mine", "lower bound"]  # no earlier bound across ranks
     sim, one_process = RankSim(g, cluster), envs.SimEnv(g, cluster)
+    # the bound of ranks at the smaller of the two Ms scored (the one-process bound does not hold here)
+    assert report.executor == "ranks" and report.lower_bound_s == min(float(sim.lower_bound(M)) for M in (1, 2))
+    assert report.rows[-1].kind == "bound" and report.previous_lower_bound_s is None
     differs = 0
-    for r in report.rows:
+    for r in report.rows[:-1]:
         assert r.status == "ok", (r.method, r.message)
         expected = sim.simulate(r.placement)
         assert (
@@ -386,6 +388,7 @@ def test_ranks_scores_every_row_on_the_simulator_of_ranks_and_gives_no_bound():
             and r.microbatches == r.placement.microbatches
         )
         differs += abs(one_process.simulate(r.placement).step_time_s - r.step_time_s) > 1e-6 * r.step_time_s
+        assert r.step_time_s >= report.lower_bound_s
     assert differs  # (the one-process simulator scores these plans otherwise: the rows are not its figures)
     by = {r.method: r.step_time_s for r in report.rows}
     assert by["stage_search"] <= min(by["equal_layers"], by["flops_balanced"]) * (1 + 1e-9)  # its start, improved
@@ -393,17 +396,18 @@ def test_ranks_scores_every_row_on_the_simulator_of_ranks_and_gives_no_bound():
     spent = {r.method: r.simulated for r in report.rows}
     assert spent["stage_search"] > 2 * 3 and spent["equal_layers"] == 0
     doc = json.loads(json.dumps(report.to_dict(), allow_nan=False))
-    assert doc["lower_bound_s"] is None and doc["executor"] == "ranks"
+    assert doc["lower_bound_s"] == report.lower_bound_s and doc["executor"] == "ranks"
 
 
-def test_compare_cli_ranks_prints_the_scorer_and_no_bound(tmp_path, capsys):
+def test_compare_cli_ranks_prints_the_scorer_and_the_bound_of_ranks(tmp_path, capsys):
     path = tmp_path / "chain.json"
     graphs.save(_chain(), path)
     args = ["compare", str(path), "--cluster", "k80x2", "--methods", "equal_layers,stage_search", "--ranks"]
     assert main(args) == 0
     out = capsys.readouterr().out
-    assert "scored by the simulator of ranks (one process per device)" in out and "| lower bound" not in out
-    assert "lower bound: none across processes" in out
+    assert "scored by the simulator of ranks (one process per device)" in out and "| lower bound" in out
+    assert "lower bound: no plan runs a step faster across these ranks, whatever its stages and schedule" in out
     assert main([*args, "--json"]) == 0
     doc = json.loads(capsys.readouterr().out)
-    assert [r["method"] for r in doc["rows"]] == ["equal_layers", "stage_search"] and doc["executor"] == "ranks"
+    assert [r["method"] for r in doc["rows"]] == ["equal_layers", "stage_search", "lower bound"]
+    assert doc["executor"] == "ranks"

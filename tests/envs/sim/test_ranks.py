@@ -389,3 +389,64 @@ def test_dualpipev_runs_every_forward_and_backward_once_in_torchs_order():
     assert bad.status == "error" and "needs at least as many microbatches as stages (4)" in bad.message
     ok = simulate_ranks(g, cluster(), [0, 1, 1, 0], microbatches=4, schedule="dualpipev", stage_starts=[2])
     assert ok.ok and ok.extra["schedule"] == "dualpipev"
+
+
+def test_no_plan_under_any_schedule_beats_the_lower_bound_of_ranks():
+    from envs.sim.ranks import ranks_lower_bound
+    from graphs.synthetic import random_dag
+
+    rng = np.random.default_rng(0)
+    checked = 0
+    for trial in range(12):
+        g = random_dag(24, seed=trial, param_fraction=0.5, max_bytes=1 << 16)
+        R = 2 + trial % 2
+        devices = [
+            Device(
+                f"cpu:{r}",
+                "cpu",
+                1e12,
+                float(rng.uniform(5e10, 2e11)),
+                float(rng.uniform(1e9, 1e11)),
+                float(rng.uniform(0, 1e-4)),
+                action_overhead_s=float(rng.uniform(0, 1e-3)),
+                split_backward_factor=float(rng.choice([0.6, 1.0, 1.7])),
+                handoff_s=float(rng.uniform(0, 1e-3)),
+            )
+            for r in range(R)
+        ]
+        links = {(a.name, b.name): Link(1e9, 1e-5) for a in devices for b in devices if a.name != b.name}
+        c = Cluster(name="rand", devices=devices, links=links)
+        n = g.num_ops
+        for M in (1, 2, 4):
+            bound = float(ranks_lower_bound(g, c, M))
+            plans = []  # (op ranks, schedule, stage starts)
+            cuts = np.sort(rng.choice(np.arange(1, n), size=2 * R - 1, replace=False))
+            runs = np.searchsorted(cuts, np.arange(n), side="right")  # 2R contiguous runs
+            plans.append((np.minimum(runs // 2, R - 1), "gpipe", ()))
+            plans.append((np.minimum(runs // 2, R - 1), "1f1b", ()))
+            for schedule in ("interleaved_1f1b", "looped_bfs", "interleaved_zb"):
+                plans.append((runs % R, schedule, ()))
+            v = np.where(runs < R, runs, 2 * R - 1 - runs)  # ranks 0..R-1, then back R-1..0
+            for schedule in ("zbv", "dualpipev"):
+                plans.append((v, schedule, [int(cuts[R - 1])]))
+            plans.append((rng.integers(0, R, size=n), None, ()))  # any layout, the schedule that fits it
+            plans.append((np.zeros(n, dtype=np.int64), None, ()))  # all on one rank
+            for op_ranks, schedule, starts in plans:
+                res = simulate_ranks(g, c, op_ranks, microbatches=M, schedule=schedule, stage_starts=starts)
+                if res.status == "ok":
+                    checked += 1
+                    assert res.step_time_s >= bound, (trial, M, schedule, res.step_time_s, bound)
+    assert checked > 150
+
+
+def test_the_lower_bound_of_ranks_is_tight_for_a_chain_on_one_rank_and_the_scorer_gives_it():
+    # no parameters (no optimizer step), nothing sent: the step is the chain's forward and backward, the bound's path
+    g = OpGraph.from_edges(["a", "b", "c"], [("a", "b", 8), ("b", "c", 8)], flops=[1e9, 2e9, 3e9])
+    c = cluster(2)
+    res = simulate_ranks(g, c, [0, 0, 0])
+    bound = RankSim(g, c).lower_bound()
+    assert bound.name == "critical path" and res.step_time_s == pytest.approx(18.0)
+    assert float(bound) == pytest.approx(18.0) and float(bound) <= res.step_time_s
+    # over 4 microbatches the two ranks' work is the bound: 18 s of it, 9 s each
+    assert RankSim(g, c, microbatches=4).lower_bound().name == "work across ranks"
+    assert float(RankSim(g, c).lower_bound(4)) == pytest.approx(9.0)

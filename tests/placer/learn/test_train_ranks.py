@@ -47,7 +47,8 @@ def test_a_run_across_processes_scores_on_the_simulator_of_ranks_and_keeps_a_pla
     # the time the run recorded is the simulator of ranks' time of the plan in the file, not the one process's
     assert result.best_step_time_s == pytest.approx(ranks.simulate(best).step_time_s, rel=1e-12)
     assert abs(one_process.simulate(best).step_time_s - result.best_step_time_s) > 1e-3 * result.best_step_time_s
-    assert result.lower_bound_s is None  # the one-process bound does not hold across processes
+    # the bound is that of ranks at the run's M (the one-process bound does not hold across processes)
+    assert result.lower_bound_s == float(ranks.lower_bound()) and result.lower_bound_s <= result.best_step_time_s
     # the splits people use, scored across processes too: the learned plan is never slower than the best of them
     assert set(result.heuristics) == set(SPLITS)
     for name, step_time_s in result.heuristics.items():
@@ -193,10 +194,13 @@ def test_the_command_line_prints_the_plan_and_the_command_that_runs_it(tmp_path,
     argv += ["--heuristics", ",".join(SPLITS), "--no-progress", "--logdir"]
     assert main([*argv, str(tmp_path / "a")]) == 0
     out = capsys.readouterr().out
-    assert "across processes 2 ranks" in out and "--nproc-per-node 2" in out and "lower bound" not in out
+    assert "across processes 2 ranks" in out and "--nproc-per-node 2" in out and "lower bound" in out
     assert main([*argv, str(tmp_path / "b"), "--json"]) == 0
     doc = json.loads(capsys.readouterr().out)
-    assert doc["ranks"]["ranks"] == 2 and doc["ranks"]["microbatches"] == 2 and doc["lower_bound_s"] is None
+    assert doc["ranks"]["ranks"] == 2 and doc["ranks"]["microbatches"] == 2
+    assert doc["lower_bound_s"] == float(
+        RankSim(uneven_chain(), envs.resolve_cluster("k80x2"), microbatches=2).lower_bound()
+    )
     assert doc["ranks"]["run_command"].endswith(
         f"--placement {tmp_path / 'b' / 'best_placement.json'} --cluster k80x2 --nproc-per-node 2"
     )
