@@ -696,20 +696,41 @@ def ranks_cluster(
     cluster = with_device_fields(
         cluster, update_bw_bytes_per_s=fit_update_bandwidth(graph, parts, split, cluster.devices[0].launch_overhead_s)
     )
-    overhead_s = fit_action_overhead(graph, cluster, np.asarray(split), sorted(runs.items()))
     factor = min(max(split_factor(parts), 0.1), 100.0)  # within the cluster file's bounds
-    cluster = with_device_fields(cluster, action_overhead_s=overhead_s, split_backward_factor=factor)
+    cluster = with_device_fields(cluster, split_backward_factor=factor)
     looped_runs = [p.get("looped") for p in parts]
-    if looped is None or not all(isinstance(r, Mapping) and "phases" in r for r in looped_runs):
-        return cluster
-    looped_split, looped_m = looped, int(looped_runs[0]["microbatches"])
-    measured_s = max(float(r["phases"]["step_s"]) for r in looped_runs)
-    handoff_s = fit_handoff(graph, cluster, looped_split, looped_m, measured_s)
-    if handoff_s > 0:  # the one-stage pipelines' messages wait too: their overhead again with it, then the hand-off
-        cluster = with_device_fields(cluster, handoff_s=handoff_s)
-        cluster = with_action_overhead(
-            cluster, fit_action_overhead(graph, cluster, np.asarray(split), sorted(runs.items()))
+    looped_run = None
+    if looped is not None and all(isinstance(r, Mapping) and "phases" in r for r in looped_runs):
+        looped_run = (
+            looped,
+            int(looped_runs[0]["microbatches"]),
+            max(float(r["phases"]["step_s"]) for r in looped_runs),
         )
+    return fit_waits(graph, cluster, np.asarray(split), sorted(runs.items()), looped_run)
+
+
+def fit_waits(
+    graph: Any,
+    cluster: Cluster,
+    split: np.ndarray,
+    runs: Sequence[tuple[int, float]],
+    looped: tuple[np.ndarray, int, float] | None = None,
+) -> Cluster:
+    """``cluster`` with the runtime's costs the simulator of ranks charges beside compute fitted to the calibration
+    pipelines' measured steps: the cost per action (:func:`fit_action_overhead`, ``runs``: ``(M, step seconds)`` of
+    ``split``, one stage per rank) and, where the looped pipeline ran (``looped``: ``(each op's rank, M, its
+    measured step)``), each message's hand-off (:func:`fit_handoff`), then the cost per action again with it (the
+    one-stage pipelines' messages wait too), then the hand-off again. Whatever hand-off ``cluster`` had is
+    fitted anew."""
+    cluster = with_device_fields(cluster, handoff_s=0.0)
+    cluster = with_action_overhead(cluster, fit_action_overhead(graph, cluster, split, runs))
+    if looped is None:
+        return cluster
+    looped_split, looped_m, measured_s = looped
+    handoff_s = fit_handoff(graph, cluster, looped_split, looped_m, measured_s)
+    if handoff_s > 0:
+        cluster = with_device_fields(cluster, handoff_s=handoff_s)
+        cluster = with_action_overhead(cluster, fit_action_overhead(graph, cluster, split, runs))
         handoff_s = fit_handoff(graph, cluster, looped_split, looped_m, measured_s)
     return with_device_fields(cluster, handoff_s=handoff_s)
 
@@ -774,6 +795,7 @@ __all__ = [
     "looped_calibration_plan",
     "fit_action_overhead",
     "fit_handoff",
+    "fit_waits",
     "fit_link",
     "fit_update_bandwidth",
     "fit_pipeline",
