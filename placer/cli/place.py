@@ -176,6 +176,12 @@ def run(args: argparse.Namespace) -> int:
             if ranks.ok
             else f"  across processes: {ranks.status}: {ranks.message}"
         )
+        if ranks.ok:  # where the step goes: each rank's actions and sends, the rest its idle time
+            busy = ", ".join(f"{d} {s * 1e3:.1f} ms" for d, s in ranks.busy_s.items() if "->" not in d)
+            print(
+                f"  ranks busy: {busy} of the {ranks.step_time_s * 1e3:.1f} ms step (compute, sends, the runtime "
+                "between actions; the rest waits, the pipeline's fill and the optimizer step)"
+            )
         tried = placement.meta.get("schedules")
         if tried:  # schedule=auto: what each schedule's search reached
             each = ", ".join(f"{k} {'does not fit' if v is None else f'{v * 1e3:.1f} ms'}" for k, v in tried.items())

@@ -234,6 +234,8 @@ def test_place_ranks_keeps_the_issue_order_that_runs_faster_across_processes(cap
     bound = sim.lower_bound(plan.microbatches)  # what no plan of its M beats there, in the file and said
     assert plan.meta["ranks_lower_bound_s"] == float(bound) <= kept.step_time_s
     assert f"no plan of 1 microbatch on these ranks under {float(bound) * 1e3:.3f} ms ({bound.name})" in text
+    busy = ", ".join(f"{d} {kept.busy_s[d] * 1e3:.1f} ms" for d in sorted(set(plan.assignment.values())))
+    assert f"ranks busy: {busy} of the {kept.step_time_s * 1e3:.1f} ms step" in text
     rc, _, err = run(capsys, "place", gpath, "--cluster", "k80x2", "--method", "m_etf", "-o", str(tmp_path / "q.json"))
     planned = Placement.load(str(tmp_path / "q.json"))
     assert rc == 0 and "ranks_step_time_s" not in planned.meta and planned.order is not None
