@@ -1,5 +1,6 @@
 """Models with uneven layers for plans across CPU ranks: an LM, an encoder-decoder, a U-Net, a convnet, a text
-classifier, VGG16, MobileNetV2 and a small DeepSeek-V3 (dense layers, then mixture-of-experts ones).
+classifier, VGG16, MobileNetV2, a small DeepSeek-V3 (dense layers, then mixture-of-experts ones) and a T5 shaped as
+T5-small (held out: :func:`t5`).
 
 Each builder returns ``(model, example_inputs)``, seeded, with ``forward`` returning the
 loss (the last stage of a plan across processes computes it). Sized so that a step
@@ -396,6 +397,35 @@ def deepseek_moe_b32() -> tuple[nn.Module, tuple[torch.Tensor, torch.Tensor]]:
     return deepseek_moe(32)
 
 
+#: T5 (transformers' ``T5ForConditionalGeneration``, not written here) shaped as T5-small is, 6 encoder and 6 decoder
+#: layers, a 32,128-token vocabulary shared by the embedding and the head, at half its width (256) so that a step
+#: fits a CPU core: the usual encoder-decoder, of equal depths, held out (chosen before any measurement on it).
+T5_SMALL_SHAPED = dict(
+    vocab_size=32128,
+    d_model=256,
+    d_kv=64,
+    d_ff=1024,
+    num_layers=6,
+    num_decoder_layers=6,
+    num_heads=4,
+    dropout_rate=0.0,
+    decoder_start_token_id=0,
+    pad_token_id=0,
+)
+
+
+def t5(batch: int = BATCH, seq: int = 32) -> tuple[nn.Module, tuple[torch.Tensor, torch.Tensor]]:
+    """``(model, (source tokens, target tokens))``: :data:`T5_SMALL_SHAPED` with its loss, on ``batch`` (8) pairs of
+    ``seq`` (32) tokens, seeded, in eval mode. Needs ``transformers``."""
+    from graphs.models.corpus import LossOf, load_transformers, token_ids
+
+    tf = load_transformers()
+    torch.manual_seed(0)
+    model = LossOf(tf.T5ForConditionalGeneration(tf.T5Config(**T5_SMALL_SHAPED))).eval()
+    vocab = T5_SMALL_SHAPED["vocab_size"]
+    return model, (token_ids(1, batch, seq, vocab), token_ids(2, batch, seq, vocab))
+
+
 __all__ = [
     "ConvNet",
     "DEEPSEEK_MOE",
@@ -404,6 +434,7 @@ __all__ = [
     "MOBILENET_V2_BLOCKS",
     "MobileNetV2",
     "SmallLM",
+    "T5_SMALL_SHAPED",
     "TextClassifier",
     "UNet",
     "convnet",
@@ -417,6 +448,7 @@ __all__ = [
     "mobilenet_v2",
     "mobilenet_v2_b128",
     "mobilenet_v2_b32",
+    "t5",
     "text_classifier",
     "text_classifier_b32",
     "unet",

@@ -308,6 +308,24 @@ def test_the_deepseek_moe_s_expert_layers_hold_its_parameters_and_few_of_its_flo
     assert t32.shape[0] == 32 and {"deepseek_moe", "deepseek_moe_b32"} <= set(rank_splits.MODELS)
 
 
+@pytest.mark.slow  # builds a transformers model (~2 s)
+def test_the_held_out_t5_is_shaped_as_t5_small_at_half_its_width():
+    """T5-small's layout: 6 encoder and 6 decoder blocks (a decoder block has cross-attention), one 32,128-token
+    embedding that the head shares; width 256."""
+    pytest.importorskip("transformers")
+    from bench.rank_models import t5
+
+    model, (source, target) = t5()
+    inner = model.model
+    assert len(inner.encoder.block) == 6 and len(inner.decoder.block) == 6 and inner.config.d_model == 256
+    assert inner.lm_head.weight is inner.shared.weight and inner.shared.num_embeddings == 32128
+    assert tuple(source.shape) == tuple(target.shape) == (8, 32) and int(source.max()) < 32128
+    assert not torch.equal(source, target)
+    enc = sum(p.numel() for p in inner.encoder.block[0].parameters())
+    dec = sum(p.numel() for p in inner.decoder.block[0].parameters())
+    assert dec > 1.2 * enc  # the cross-attention
+
+
 def test_the_batch_32_models_are_the_same_models_on_four_times_the_batch():
     """One of 4 microbatches of ``lm_b32`` is ``lm``'s whole batch; the default run measures the batch-8 models."""
     from bench import rank_models
