@@ -503,6 +503,49 @@ def simulate_ranks(
     return Result(float(end_s.max()), "ok", "", peak_bytes, busy, source="sim-ranks", extra=extra)
 
 
+def one_stage_bound_s(per_op_s: np.ndarray, microbatches: int, ranks: int) -> float:
+    """A step no plan of one stage per rank (GPipe or 1F1B, at most ``ranks`` ranks) runs faster than, its stages
+    contiguous runs of ops in node order; ``per_op_s``: each op's forward + backward seconds for one microbatch at
+    its fastest device.
+
+    The rank of stage ``r`` cannot start before stages ``0..r-1`` ran microbatch 0's forward; it then runs M
+    forwards and backwards of its own ops, one at a time; after its last backward, stages ``r-1..0`` still run
+    that microbatch's backward. With ``P`` the prefix sums of ``per_op_s`` and stage ``r`` the ops ``[a, b)``, that
+    is at least ``M P[b] - (M - 1) P[a]``, for every rank (the first, ``M P[b]``; the last, the whole path and more).
+    The least over every cut into at most ``ranks`` stages of its largest rank is found by bisection on the step,
+    each step checked by taking each stage as long as it may (``P`` never falls, so the longest first stage leaves
+    the most room); the value returned is one no cut achieves.
+
+    >>> # four ops of 1 s each (forward and backward, per microbatch), 4 microbatches, 2 ranks: cut 2 | 2, rank 0
+    >>> # runs 4 x 2 = 8 s; rank 1 waits 2 s for microbatch 0, runs 8 s, and rank 0 then runs 2 s of its last
+    >>> # backward: 4 x 4 - 3 x 2 = 10 s (cut 3 | 1: rank 0 alone 12 s; 1 | 3: rank 1 4 x 4 - 3 x 1 = 13 s)
+    >>> round(one_stage_bound_s(np.ones(4), 4, 2), 6)
+    10.0
+    """
+    P = np.concatenate([[0.0], np.cumsum(np.asarray(per_op_s, dtype=np.float64))])
+    M, n = float(microbatches), len(P) - 1
+    if n == 0:
+        return 0.0
+
+    def fits(step_s: float) -> bool:
+        at, stages = 0, 0
+        while at < n:
+            reach = int(np.searchsorted(P, (step_s + (M - 1.0) * P[at]) / M, side="right")) - 1
+            if reach <= at or stages == ranks:
+                return False
+            at, stages = reach, stages + 1
+        return True
+
+    lo, hi = 0.0, M * float(P[n])  # no step below lo fits; all on one rank takes hi
+    for _ in range(60):
+        mid = (lo + hi) / 2
+        if fits(mid):
+            hi = mid
+        else:
+            lo = mid
+    return lo
+
+
 def ranks_lower_bound(
     graph: OpGraph, cluster: Cluster, microbatches: int = 1, per_op: tuple | None = None
 ) -> LowerBound:
@@ -593,9 +636,23 @@ class RankSim:
         return self._per_op[microbatches]
 
     def lower_bound(self, microbatches: int | None = None) -> LowerBound:
-        """:func:`ranks_lower_bound` at M ``microbatches`` (None: this scorer's M)."""
+        """:func:`ranks_lower_bound` at M ``microbatches`` (None: this scorer's M); for a scorer of one stage per
+        rank, the fill of such pipelines too (:func:`one_stage_bound_s`, "pipeline fill, one stage per rank") where
+        it is higher: the plans it scores are that kind, in node order."""
         M = self.microbatches if microbatches is None else check_microbatches(microbatches)
-        return ranks_lower_bound(self.graph, self.cluster, M, self.per_op(M))
+        bound = ranks_lower_bound(self.graph, self.cluster, M, self.per_op(M))
+        if not self.one_stage_per_rank:
+            return bound
+        fwd, bwd, _, _, _ = self.per_op(M)
+        split = np.minimum(1.0, np.array([float(d.split_backward_factor) for d in self.cluster.devices]))[None, :]
+        per_op_s = (fwd + split * bwd).min(axis=1)
+        parts = {
+            **bound.parts,
+            "pipeline fill, one stage per rank": one_stage_bound_s(per_op_s, M, self.cluster.num_devices),
+        }
+        name = max(parts, key=lambda k: parts[k])
+        value = parts[name] * (1.0 - SLACK)
+        return LowerBound(value, name, parts, value, name)
 
     def evaluate(self, placements: Sequence[Any]) -> list[Result]:
         """One :class:`envs.Result` per placement (a vector, a name -> device mapping or a Placement)."""
@@ -750,6 +807,7 @@ __all__ = [
     "float_outputs",
     "op_costs",
     "parameter_readers",
+    "one_stage_bound_s",
     "peak_activation_bytes",
     "ranks_lower_bound",
     "run_actions",

@@ -47,8 +47,11 @@ def test_a_run_across_processes_scores_on_the_simulator_of_ranks_and_keeps_a_pla
     # the time the run recorded is the simulator of ranks' time of the plan in the file, not the one process's
     assert result.best_step_time_s == pytest.approx(ranks.simulate(best).step_time_s, rel=1e-12)
     assert abs(one_process.simulate(best).step_time_s - result.best_step_time_s) > 1e-3 * result.best_step_time_s
-    # the bound is that of ranks at the run's M (the one-process bound does not hold across processes)
-    assert result.lower_bound_s == float(ranks.lower_bound()) and result.lower_bound_s <= result.best_step_time_s
+    # the bound is that of ranks at the run's M (the one-process bound does not hold across processes), with the fill
+    # of one stage per rank, the plans the run scores (above all its compute spread over the ranks, here)
+    bound = RankSim(g, cluster, microbatches=2, one_stage_per_rank=True).lower_bound()
+    assert result.lower_bound_s == float(bound) and bound.name == "pipeline fill, one stage per rank"
+    assert float(ranks.lower_bound()) < result.lower_bound_s <= result.best_step_time_s
     # the splits people use, scored across processes too: the learned plan is never slower than the best of them
     assert set(result.heuristics) == set(SPLITS)
     for name, step_time_s in result.heuristics.items():
@@ -199,7 +202,7 @@ def test_the_command_line_prints_the_plan_and_the_command_that_runs_it(tmp_path,
     doc = json.loads(capsys.readouterr().out)
     assert doc["ranks"]["ranks"] == 2 and doc["ranks"]["microbatches"] == 2
     assert doc["lower_bound_s"] == float(
-        RankSim(uneven_chain(), envs.resolve_cluster("k80x2"), microbatches=2).lower_bound()
+        RankSim(uneven_chain(), envs.resolve_cluster("k80x2"), microbatches=2, one_stage_per_rank=True).lower_bound()
     )
     assert doc["ranks"]["run_command"].endswith(
         f"--placement {tmp_path / 'b' / 'best_placement.json'} --cluster k80x2 --nproc-per-node 2"
