@@ -1,6 +1,6 @@
 """Models with uneven layers for plans across CPU ranks: an LM, an encoder-decoder, a U-Net, a convnet, a text
-classifier, VGG16, MobileNetV2, a small DeepSeek-V3 (dense layers, then mixture-of-experts ones) and a T5 shaped as
-T5-small (held out: :func:`t5`).
+classifier, VGG16, MobileNetV2, a small DeepSeek-V3 (dense layers, then mixture-of-experts ones), and, held out, a T5
+shaped as T5-small (:func:`t5`) and a GPT-2 shaped as GPT-2 small (:func:`gpt2`).
 
 Each builder returns ``(model, example_inputs)``, seeded, with ``forward`` returning the
 loss (the last stage of a plan across processes computes it). Sized so that a step
@@ -426,10 +426,40 @@ def t5(batch: int = BATCH, seq: int = 32) -> tuple[nn.Module, tuple[torch.Tensor
     return model, (token_ids(1, batch, seq, vocab), token_ids(2, batch, seq, vocab))
 
 
+#: GPT-2 (transformers' ``GPT2LMHeadModel``, not written here) shaped as GPT-2 small is, 12 layers and its
+#: 50,257-token vocabulary shared by the embedding and the head, at a third of its width (256) so that a step fits a
+#: CPU core: an LM with a large vocabulary head, held out (chosen before any measurement on it).
+GPT2_SMALL_SHAPED = dict(
+    vocab_size=50257,
+    n_embd=256,
+    n_layer=12,
+    n_head=4,
+    n_positions=1024,
+    resid_pdrop=0.0,
+    embd_pdrop=0.0,
+    attn_pdrop=0.0,
+    bos_token_id=0,
+    eos_token_id=0,
+)
+
+
+def gpt2(batch: int = BATCH) -> tuple[nn.Module, tuple[torch.Tensor, torch.Tensor]]:
+    """``(model, (tokens, labels))``: :data:`GPT2_SMALL_SHAPED` with its causal LM loss, on ``batch`` (8) sequences
+    of 64 tokens, seeded, in eval mode. Needs ``transformers``."""
+    from graphs.models.corpus import LossOf, load_transformers, token_ids
+
+    tf = load_transformers()
+    torch.manual_seed(0)
+    model = LossOf(tf.GPT2LMHeadModel(tf.GPT2Config(**GPT2_SMALL_SHAPED))).eval()
+    tokens = token_ids(3, batch, SEQ, GPT2_SMALL_SHAPED["vocab_size"])
+    return model, (tokens, tokens.clone())
+
+
 __all__ = [
     "ConvNet",
     "DEEPSEEK_MOE",
     "EncoderDecoder",
+    "GPT2_SMALL_SHAPED",
     "InvertedResidual",
     "MOBILENET_V2_BLOCKS",
     "MobileNetV2",
@@ -443,6 +473,7 @@ __all__ = [
     "deepseek_moe_b32",
     "encoder_decoder",
     "encoder_decoder_b32",
+    "gpt2",
     "lm",
     "lm_b32",
     "mobilenet_v2",

@@ -326,6 +326,20 @@ def test_the_held_out_t5_is_shaped_as_t5_small_at_half_its_width():
     assert dec > 1.2 * enc  # the cross-attention
 
 
+@pytest.mark.slow  # builds a transformers model (~2 s)
+def test_the_held_out_gpt2_is_shaped_as_gpt2_small_at_a_third_of_its_width():
+    """GPT-2 small's layout: 12 blocks and a 50,257-token vocabulary that the embedding and the head share (the
+    head's logits cost more than the 12 blocks together); width 256."""
+    pytest.importorskip("transformers")
+    from bench.rank_models import gpt2
+
+    model, (tokens, labels) = gpt2()
+    inner = model.model
+    assert len(inner.transformer.h) == 12 and inner.config.n_embd == 256
+    assert inner.lm_head.weight is inner.transformer.wte.weight and inner.transformer.wte.num_embeddings == 50257
+    assert tuple(tokens.shape) == (8, 64) and torch.equal(tokens, labels) and int(tokens.max()) < 50257
+
+
 def test_the_batch_32_models_are_the_same_models_on_four_times_the_batch():
     """One of 4 microbatches of ``lm_b32`` is ``lm``'s whole batch; the default run measures the batch-8 models."""
     from bench import rank_models
