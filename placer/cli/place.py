@@ -30,6 +30,7 @@ from placer.cli.args import (
     roofline_ranks_note,
 )
 from placer.cli.output import counted
+from placer.compare.comparison import best_single
 from placer.methods import registry
 from placer.option_checks import check_input_file, check_int, check_output_file, check_seed, parse_group_counts
 
@@ -182,6 +183,14 @@ def run(args: argparse.Namespace) -> int:
                 f"  ranks busy: {busy} of the {ranks.step_time_s * 1e3:.1f} ms step (compute, sends, the runtime "
                 "between actions; the rest waits, the pipeline's fill and the optimizer step)"
             )
+            alone_s = placement.meta["ranks_one_rank_s"]
+            if alone_s is not None:
+                gain = alone_s / ranks.step_time_s
+                print(
+                    f"  one rank alone: {alone_s * 1e3:.3f} ms ({placement.meta['ranks_one_rank']}, the whole model, "
+                    f"one microbatch): this plan is {gain:.2f}x as fast"
+                    + ("" if gain >= 1 else " (a pipeline does not pay here)")
+                )
         tried = placement.meta.get("schedules")
         if tried:  # schedule=auto: what each schedule's search reached
             each = ", ".join(f"{k} {'does not fit' if v is None else f'{v * 1e3:.1f} ms'}" for k, v in tried.items())
@@ -220,8 +229,9 @@ def roofline_note(ranks: Any, profile: str | None) -> str | None:
 def for_ranks(placement: Placement, graph: OpGraph, cluster: Any) -> Any:
     """``--ranks``: the plan as it runs across processes (:class:`envs.sim.ranks.RankSim`). Its issue order cuts the
     stages, so the file keeps the planned order or node order (each device's ops in program order: a pipeline
-    split's contiguous stages), whichever runs faster there, and the bound of ranks at its M
-    (:func:`envs.sim.ranks.ranks_lower_bound`); returns that order's Result."""
+    split's contiguous stages), whichever runs faster there, the bound of ranks at its M
+    (:func:`envs.sim.ranks.ranks_lower_bound`) and the whole model's step on its fastest rank alone; returns that
+    order's Result."""
     from envs.sim.ranks import RankSim
 
     sim = RankSim(graph, cluster)
@@ -236,6 +246,9 @@ def for_ranks(placement: Placement, graph: OpGraph, cluster: Any) -> Any:
     placement.meta["ranks_schedule"] = result.extra.get("schedule")
     bound = sim.lower_bound(placement.microbatches)  # what no plan of its M on these ranks beats
     placement.meta["ranks_lower_bound_s"], placement.meta["ranks_lower_bound"] = float(bound), bound.name
+    # the whole model on its fastest rank alone, one microbatch (compare's best single device): where a pipeline
+    # is no faster than that, one process does as well
+    placement.meta["ranks_one_rank_s"], placement.meta["ranks_one_rank"] = best_single(sim, graph, cluster)
     return result
 
 

@@ -236,6 +236,14 @@ def test_place_ranks_keeps_the_issue_order_that_runs_faster_across_processes(cap
     assert f"no plan of 1 microbatch on these ranks under {float(bound) * 1e3:.3f} ms ({bound.name})" in text
     busy = ", ".join(f"{d} {kept.busy_s[d] * 1e3:.1f} ms" for d in sorted(set(plan.assignment.values())))
     assert f"ranks busy: {busy} of the {kept.step_time_s * 1e3:.1f} ms step" in text
+    # the whole model on its fastest rank alone, as compare's best single device, and the plan against it
+    alone = min((sim.simulate(np.full(g.num_ops, d)).step_time_s, d) for d in range(3))
+    assert (
+        plan.meta["ranks_one_rank_s"] == alone[0] and plan.meta["ranks_one_rank"] == sim.cluster.device_names[alone[1]]
+    )
+    assert f"one rank alone: {alone[0] * 1e3:.3f} ms ({plan.meta['ranks_one_rank']}, the whole model" in text
+    gain = alone[0] / kept.step_time_s
+    assert f"this plan is {gain:.2f}x as fast" + ("" if gain >= 1 else " (a pipeline does not pay here)") in text
     rc, _, err = run(capsys, "place", gpath, "--cluster", "k80x2", "--method", "m_etf", "-o", str(tmp_path / "q.json"))
     planned = Placement.load(str(tmp_path / "q.json"))
     assert rc == 0 and "ranks_step_time_s" not in planned.meta and planned.order is not None
