@@ -354,6 +354,16 @@ def mobilenet_v2_b128() -> tuple[nn.Module, tuple[torch.Tensor, torch.Tensor]]:
     return mobilenet_v2(128)
 
 
+def transformers_model(model: str, config: str, fields: dict) -> nn.Module:
+    """transformers' class ``model`` built from its class ``config`` of ``fields`` (no weights downloaded), the
+    weights seeded (0), with its loss (:class:`graphs.models.corpus.LossOf`), in eval mode. Needs ``transformers``."""
+    from graphs.models.corpus import LossOf, load_transformers
+
+    tf = load_transformers()
+    torch.manual_seed(0)
+    return LossOf(getattr(tf, model)(getattr(tf, config)(**fields))).eval()
+
+
 #: The small DeepSeek-V3 of :func:`deepseek_moe`: width 256, 6 layers of which the first 3 dense (DeepSeek-V3 has 3
 #: of 61), multi-head latent attention, 16 routed experts of 256 (2 a token) and one shared, an 8192-token head.
 DEEPSEEK_MOE = dict(
@@ -383,13 +393,10 @@ DEEPSEEK_MOE = dict(
 def deepseek_moe(batch: int = BATCH) -> tuple[nn.Module, tuple[torch.Tensor, torch.Tensor]]:
     """``(model, (tokens, labels))``: :data:`DEEPSEEK_MOE` (transformers' ``DeepseekV3ForCausalLM``, its causal LM
     loss) on ``batch`` (8) sequences of 64 tokens, seeded, in eval mode. Needs ``transformers``."""
-    from graphs.models.corpus import LossOf, load_transformers, token_ids
+    from graphs.models.corpus import token_ids
 
-    tf = load_transformers()
-    torch.manual_seed(0)
-    model = LossOf(tf.DeepseekV3ForCausalLM(tf.DeepseekV3Config(**DEEPSEEK_MOE))).eval()
     tokens = token_ids(1, batch, SEQ, DEEPSEEK_MOE["vocab_size"])
-    return model, (tokens, tokens.clone())
+    return transformers_model("DeepseekV3ForCausalLM", "DeepseekV3Config", DEEPSEEK_MOE), (tokens, tokens.clone())
 
 
 def deepseek_moe_b32() -> tuple[nn.Module, tuple[torch.Tensor, torch.Tensor]]:
@@ -417,11 +424,9 @@ T5_SMALL_SHAPED = dict(
 def t5(batch: int = BATCH, seq: int = 32) -> tuple[nn.Module, tuple[torch.Tensor, torch.Tensor]]:
     """``(model, (source tokens, target tokens))``: :data:`T5_SMALL_SHAPED` with its loss, on ``batch`` (8) pairs of
     ``seq`` (32) tokens, seeded, in eval mode. Needs ``transformers``."""
-    from graphs.models.corpus import LossOf, load_transformers, token_ids
+    from graphs.models.corpus import token_ids
 
-    tf = load_transformers()
-    torch.manual_seed(0)
-    model = LossOf(tf.T5ForConditionalGeneration(tf.T5Config(**T5_SMALL_SHAPED))).eval()
+    model = transformers_model("T5ForConditionalGeneration", "T5Config", T5_SMALL_SHAPED)
     vocab = T5_SMALL_SHAPED["vocab_size"]
     return model, (token_ids(1, batch, seq, vocab), token_ids(2, batch, seq, vocab))
 
@@ -446,13 +451,10 @@ GPT2_SMALL_SHAPED = dict(
 def gpt2(batch: int = BATCH) -> tuple[nn.Module, tuple[torch.Tensor, torch.Tensor]]:
     """``(model, (tokens, labels))``: :data:`GPT2_SMALL_SHAPED` with its causal LM loss, on ``batch`` (8) sequences
     of 64 tokens, seeded, in eval mode. Needs ``transformers``."""
-    from graphs.models.corpus import LossOf, load_transformers, token_ids
+    from graphs.models.corpus import token_ids
 
-    tf = load_transformers()
-    torch.manual_seed(0)
-    model = LossOf(tf.GPT2LMHeadModel(tf.GPT2Config(**GPT2_SMALL_SHAPED))).eval()
     tokens = token_ids(3, batch, SEQ, GPT2_SMALL_SHAPED["vocab_size"])
-    return model, (tokens, tokens.clone())
+    return transformers_model("GPT2LMHeadModel", "GPT2Config", GPT2_SMALL_SHAPED), (tokens, tokens.clone())
 
 
 __all__ = [
@@ -482,6 +484,7 @@ __all__ = [
     "t5",
     "text_classifier",
     "text_classifier_b32",
+    "transformers_model",
     "unet",
     "unet_b32",
 ]
