@@ -687,26 +687,38 @@ def ranks_cluster(
     cluster = Cluster(name=name, devices=devices, links=links, description=description)
     if fitted is None:
         return cluster
-    runs = {}  # M -> the job's step in that pipeline: per rank its median step, the slowest rank's
-    for p in parts:
-        for run in p["pipelines"]:
-            M = int(run["microbatches"])
-            runs[M] = max(runs.get(M, 0.0), float(run["phases"]["step_s"]))
     # the optimizer step's own bandwidth first: the action overhead is fitted to whole steps, which end with it
     cluster = with_device_fields(
         cluster, update_bw_bytes_per_s=fit_update_bandwidth(graph, parts, split, cluster.devices[0].launch_overhead_s)
     )
     factor = min(max(split_factor(parts), 0.1), 100.0)  # within the cluster file's bounds
     cluster = with_device_fields(cluster, split_backward_factor=factor)
+    return fit_waits(graph, cluster, np.asarray(split), *pipeline_steps(parts, looped))
+
+
+def pipeline_steps(
+    parts: Sequence[Mapping[str, Any]], looped: np.ndarray | None = None
+) -> tuple[list[tuple[int, float]], tuple[np.ndarray, int, float] | None]:
+    """What :func:`fit_waits` fits to, from the ranks' parts: ``(M, the job's step)`` of each calibration pipeline
+    (each rank's median step, the slowest rank's), and ``(looped, M, the job's step)`` of the looped one where every
+    rank ran it (``looped``: each op's rank in it; None where it did not run).
+
+    >>> run = lambda M, s: {"microbatches": M, "phases": {"step_s": s}}
+    >>> parts = [{"pipelines": [run(1, 2.0), run(8, 3.0)], "looped": run(8, 4.0)},
+    ...          {"pipelines": [run(1, 2.5), run(8, 2.0)], "looped": {"error": "no"}}]
+    >>> pipeline_steps(parts, np.array([0, 1, 0, 1]))
+    ([(1, 2.5), (8, 3.0)], None)
+    """
+    runs: dict[int, float] = {}
+    for p in parts:
+        for run in p["pipelines"]:
+            M = int(run["microbatches"])
+            runs[M] = max(runs.get(M, 0.0), float(run["phases"]["step_s"]))
     looped_runs = [p.get("looped") for p in parts]
-    looped_run = None
-    if looped is not None and all(isinstance(r, Mapping) and "phases" in r for r in looped_runs):
-        looped_run = (
-            looped,
-            int(looped_runs[0]["microbatches"]),
-            max(float(r["phases"]["step_s"]) for r in looped_runs),
-        )
-    return fit_waits(graph, cluster, np.asarray(split), sorted(runs.items()), looped_run)
+    if looped is None or not all(isinstance(r, Mapping) and "phases" in r for r in looped_runs):
+        return sorted(runs.items()), None
+    step_s = max(float(r["phases"]["step_s"]) for r in looped_runs)
+    return sorted(runs.items()), (looped, int(looped_runs[0]["microbatches"]), step_s)
 
 
 def fit_waits(
@@ -796,6 +808,7 @@ __all__ = [
     "fit_action_overhead",
     "fit_handoff",
     "fit_waits",
+    "pipeline_steps",
     "fit_link",
     "fit_update_bandwidth",
     "fit_pipeline",

@@ -35,18 +35,8 @@ def medians(path: Path) -> dict:
 
 def per_op_fit(timed, cluster, parts):
     """``cluster``'s waits fitted again on the per-op times of ``timed`` (the calibration pipelines of the profile)."""
-    runs: dict[int, float] = {}
-    for p in parts:
-        for run in p["pipelines"]:
-            runs[int(run["microbatches"])] = max(
-                runs.get(int(run["microbatches"]), 0.0), float(run["phases"]["step_s"])
-            )
-    looped = (
-        pr.work_runs(timed, 4) % 2,
-        int(parts[0]["looped"]["microbatches"]),
-        max(float(p["looped"]["phases"]["step_s"]) for p in parts),
-    )
-    return pr.fit_waits(timed, cluster, pr.work_runs(timed, 2), sorted(runs.items()), looped)
+    runs, looped = pr.pipeline_steps(parts, pr.work_runs(timed, 4) % 2)
+    return pr.fit_waits(timed, cluster, pr.work_runs(timed, 2), runs, looped)
 
 
 def main() -> None:
