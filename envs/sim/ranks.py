@@ -547,7 +547,11 @@ def one_stage_bound_s(per_op_s: np.ndarray, microbatches: int, ranks: int) -> fl
 
 
 def ranks_lower_bound(
-    graph: OpGraph, cluster: Cluster, microbatches: int = 1, per_op: tuple | None = None
+    graph: OpGraph,
+    cluster: Cluster,
+    microbatches: int = 1,
+    per_op: tuple | None = None,
+    one_stage_per_rank: bool = False,
 ) -> LowerBound:
     """A step no plan of ``graph`` across ``cluster``'s ranks runs faster than, at M ``microbatches``, whatever its
     stages, ranks and schedule (a :class:`~envs.sim.bound.LowerBound`), the better of:
@@ -562,7 +566,9 @@ def ranks_lower_bound(
       split backward waits for nothing).
 
     Sends, waits, the runtime's overhead per action, the hand-off and the launch of each rank's optimizer step are
-    left out (each only adds), and so is the pipeline's fill: a zero-bubble schedule can hide most of it.
+    left out (each only adds), and so is the pipeline's fill: a zero-bubble schedule can hide most of it. For plans
+    of ``one_stage_per_rank`` only (in node order), the fill too, where it is higher (:func:`one_stage_bound_s`,
+    "pipeline fill, one stage per rank").
 
     >>> from graphs import OpGraph
     >>> from envs.devices import Device, Link
@@ -578,10 +584,15 @@ def ranks_lower_bound(
     fwd, bwd, _, _, wfrac = per_op if per_op is not None else op_costs(graph, cluster, M)
     split = np.minimum(1.0, np.array([float(d.split_backward_factor) for d in cluster.devices]))[None, :]
     update = UPDATE_TRAFFIC_MULTIPLIER * graph.param_bytes.astype(np.float64)[:, None] / cluster.update_bw_bytes_per_s
+    per_microbatch = fwd + split * bwd
     parts = {
-        "work across ranks": work_bound_s(M * (fwd + split * bwd) + update),
+        "work across ranks": work_bound_s(M * per_microbatch + update),
         "critical path": critical_path(graph, fwd.min(axis=1), (split * bwd * (1.0 - wfrac[:, None])).min(axis=1))[0],
     }
+    if one_stage_per_rank:
+        parts["pipeline fill, one stage per rank"] = one_stage_bound_s(
+            per_microbatch.min(axis=1), M, cluster.num_devices
+        )
     name = max(parts, key=lambda k: parts[k])
     value = parts[name] * (1.0 - SLACK)
     return LowerBound(value, name, parts, value, name)
@@ -637,22 +648,9 @@ class RankSim:
 
     def lower_bound(self, microbatches: int | None = None) -> LowerBound:
         """:func:`ranks_lower_bound` at M ``microbatches`` (None: this scorer's M); for a scorer of one stage per
-        rank, the fill of such pipelines too (:func:`one_stage_bound_s`, "pipeline fill, one stage per rank") where
-        it is higher: the plans it scores are that kind, in node order."""
+        rank, with the fill of such pipelines: the plans it scores are that kind, in node order."""
         M = self.microbatches if microbatches is None else check_microbatches(microbatches)
-        bound = ranks_lower_bound(self.graph, self.cluster, M, self.per_op(M))
-        if not self.one_stage_per_rank:
-            return bound
-        fwd, bwd, _, _, _ = self.per_op(M)
-        split = np.minimum(1.0, np.array([float(d.split_backward_factor) for d in self.cluster.devices]))[None, :]
-        per_op_s = (fwd + split * bwd).min(axis=1)
-        parts = {
-            **bound.parts,
-            "pipeline fill, one stage per rank": one_stage_bound_s(per_op_s, M, self.cluster.num_devices),
-        }
-        name = max(parts, key=lambda k: parts[k])
-        value = parts[name] * (1.0 - SLACK)
-        return LowerBound(value, name, parts, value, name)
+        return ranks_lower_bound(self.graph, self.cluster, M, self.per_op(M), self.one_stage_per_rank)
 
     def evaluate(self, placements: Sequence[Any]) -> list[Result]:
         """One :class:`envs.Result` per placement (a vector, a name -> device mapping or a Placement)."""

@@ -193,9 +193,7 @@ def compare(
         if progress is not None:
             progress(len(rows), m)
     rows += given_rows(scorer, graph, cluster, labelled, best_single_s)
-    scored_ms = sorted(
-        set(default_ms) | {p.microbatches for _, p in labelled} | {r.microbatches for r in rows if r.microbatches}
-    )
+    scored_ms = sorted(set(default_ms) | {r.microbatches for r in rows if r.microbatches})  # every row's own M
     bound: dict[str, Any]
     if ranks:  # no plan scored here beats the smallest bound of ranks over the Ms scored (no earlier bound)
         lowest = min((scorer.lower_bound(M) for M in scored_ms), key=float)
