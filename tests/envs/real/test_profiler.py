@@ -225,9 +225,11 @@ def test_a_profile_on_microbatches_times_every_op_on_one_of_them_too(tmp_path):
 
     fwd, _ = cost.op_times(g2, envs.Cluster.preset("k80x2"), microbatches=4)
     cpu = envs.Cluster.preset("k80x2").index("cpu:0")
-    micro, full = (np.asarray(entry[c], dtype=float) for c in ("micro_fwd_s", "fwd_s"))
-    line = [k for k in timed if full[k] <= 4 * micro[k]]  # not past the line's ends (a >= 0 unclamped)
-    assert line and np.allclose(fwd[line, cpu], micro[line])
+    # at M = K the line through both sizes gives the microbatch's own time, whichever way it leans (a microbatch may
+    # run faster per sample than the whole batch, its data in cache: a < 0, and the line is kept up to K); choosing
+    # only the ops with a >= 0 left none on a host where every op ran so
+    micro = np.asarray(entry["micro_fwd_s"], dtype=float)
+    assert np.allclose(fwd[timed, cpu], micro[timed])
 
 
 def test_unavailable_cuda_device_is_a_one_line_error():
