@@ -5,10 +5,11 @@ For a scenario and a cap, on the machine: the GPU capped for real
 plans of :func:`bench.offload_homes.cap_plans` made on that graph (placer's move search
 with home moves and without, FSDP2's offload as a plan, accelerate's maps), then
 measured in this order until the deadline: placer's plan with homes, FSDP2 itself
-(:func:`bench.fsdp2.measure_offload`), FSDP2 with every block checkpointed, the op-only plan, FSDP2's offload as placer
-runs it, and accelerate's fastest map the simulator says fits. Each plan runs
-through :func:`placer.apply` (homes included) with ``torch.optim.Adam`` on the
-placed module's parameters (:func:`envs.real.timing.measure_steps`), each row in a
+(:func:`bench.fsdp2.measure_offload`), FSDP2 with every block checkpointed, DeepSpeed's ZeRO-Offload at stage 2 and
+at stage 3 (:func:`bench.deepspeed_offload.measure_zero_offload`; where DeepSpeed is not installed, their rows say
+so), the op-only plan, FSDP2's offload as placer runs it, and accelerate's fastest map the simulator says fits.
+Each plan runs through :func:`placer.apply` (homes included) with ``torch.optim.Adam`` on the placed module's
+parameters (:func:`envs.real.timing.measure_steps`), each row in a
 process of its own (``--row``: the plan read back from the JSON file as data), so
 no row's memory, allocator cache or CUDA state reaches the next one's peak: on an
 H200 FSDP2's offload as a plan peaked at 14.15 GiB measured fourth in one process
@@ -87,29 +88,31 @@ def measure_plan(
 FSDP2_MEASURED = "FSDP2, CPUOffloadPolicy (measured: torch's FSDP2)"
 FSDP2_AC_MEASURED = "FSDP2, CPUOffloadPolicy, every block checkpointed (measured: torch's FSDP2)"
 FSDP2_ROWS = {FSDP2_MEASURED: False, FSDP2_AC_MEASURED: True}  # torch's FSDP2 rows: label -> checkpoint
+ZERO_OFFLOAD_MEASURED = "DeepSpeed ZeRO-Offload, stage 2: Adam and gradients on the host (measured: DeepSpeed)"
+ZERO3_OFFLOAD_MEASURED = "DeepSpeed ZeRO-3, parameters and Adam on the host (measured: DeepSpeed)"
+DEEPSPEED_ROWS = {ZERO_OFFLOAD_MEASURED: 2, ZERO3_OFFLOAD_MEASURED: 3}  # DeepSpeed's rows: label -> ZeRO stage
+#: The rivals measured as themselves (no plan of placer's), in the order they are measured after placer's plan.
+RIVAL_ROWS = (*FSDP2_ROWS, *DEEPSPEED_ROWS)
 
 
-def measure_row(
-    args: argparse.Namespace, scenario: Any, cluster: Any, plan: Plan | None, checkpoint: bool = False
-) -> Result:
-    """One row in this process (its GPU already capped): ``plan`` through :func:`measure_plan`, or torch's FSDP2
-    itself (``plan`` None; ``checkpoint``: every block checkpointed)."""
+def measure_row(args: argparse.Namespace, scenario: Any, cluster: Any, plan: Plan | None, label: str = "") -> Result:
+    """One row in this process (its GPU already capped): ``plan`` through :func:`measure_plan`, or (``plan`` None)
+    the rival ``label`` names: torch's FSDP2 itself (every block checkpointed in one row), or DeepSpeed's
+    ZeRO-Offload at a stage (:mod:`bench.deepspeed_offload`; where DeepSpeed is not installed, the row says so)."""
+    from bench.deepspeed_offload import measure_zero_offload
     from bench.fsdp2 import measure_offload
     from envs.real.placing import resolve_devices
 
+    steps = {"warmup_steps": args.warmup, "timed_steps": args.steps, "timeout_s": args.measure_timeout}
     if plan is not None:
-        steps = {"warmup_steps": args.warmup, "timed_steps": args.steps, "timeout_s": args.measure_timeout}
         return measure_plan(scenario, plan, args.device_map, **steps)
     device = resolve_devices(["gpu:0"], args.device_map)["gpu:0"]
     builder = offload.builder(scenario)
-    return measure_offload(
-        builder,
-        device,
-        warmup_steps=args.warmup,
-        timed_steps=args.steps,
-        timeout_s=args.measure_timeout,
-        checkpoint=checkpoint,
-    )
+    if label in DEEPSPEED_ROWS:
+        return measure_zero_offload(builder, device, stage=DEEPSPEED_ROWS[label], optimizer=args.zero_adam, **steps)
+    if label not in FSDP2_ROWS:
+        raise PlacerError(f"no plan and no rival named {label!r}")
+    return measure_offload(builder, device, checkpoint=FSDP2_ROWS[label], **steps)
 
 
 def measure_in_child(args: argparse.Namespace, path: str, label: str) -> Result:
@@ -117,6 +120,7 @@ def measure_in_child(args: argparse.Namespace, path: str, label: str) -> Result:
     cmd = [sys.executable, "-m", "bench.offload_homes_measure", "--row", label, "--out-dir", args.out_dir]
     cmd += ["--scenario", args.scenario, "--cap", repr(args.cap), "--device-map", args.device_map]
     cmd += ["--warmup", str(args.warmup), "--steps", str(args.steps), "--measure-timeout", str(args.measure_timeout)]
+    cmd += ["--zero-adam", args.zero_adam]
     cwd = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the checkout: ``bench`` importable
     try:  # the child builds the model before its steps: a minute more than one plan's measurement may take
         done = subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, timeout=args.measure_timeout + 60)
@@ -138,12 +142,12 @@ def child_main(args: argparse.Namespace) -> int:
     scenario = offload_homes.capped(offload.check_scenario(args.scenario), int(args.cap * GIB))
     with open(row_path(args), encoding="utf-8") as f:
         docs = {d["label"]: d for d in json.load(f)["plans"]}
-    if args.row not in FSDP2_ROWS and args.row not in docs:
+    if args.row not in RIVAL_ROWS and args.row not in docs:
         raise PlacerError(f"--row {args.row!r}: no such plan in {row_path(args)}")
     plan = offload.plan_from_doc(docs[args.row]) if args.row in docs else None
     cluster = offload.scenario_cluster(scenario)
     cap_cuda_memory(cuda_caps(cluster, args.device_map))
-    result = measure_row(args, scenario, cluster, plan, FSDP2_ROWS.get(args.row, False))
+    result = measure_row(args, scenario, cluster, plan, args.row)
     print(json.dumps(result.to_dict(), default=float))
     return 0
 
@@ -219,7 +223,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     }
     write_text_atomic(path, json.dumps(doc, indent=1, default=float))  # the plans, for the rows' processes
     queue: list[tuple[str, Any]] = [(p.label, p) for p in measure_order(plans)]
-    queue[1:1] = [(FSDP2_MEASURED, None), (FSDP2_AC_MEASURED, None)]
+    queue[1:1] = [(label, None) for label in RIVAL_ROWS]
     for label, plan in queue:
         if time.monotonic() - start > args.deadline:
             doc["measured"].append({"label": label, "status": "not measured: past the deadline"})
@@ -228,7 +232,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         if args.isolate:
             r = measure_in_child(args, path, label)
         else:
-            r = measure_row(args, scenario, cluster, plan, FSDP2_ROWS.get(label, False))
+            r = measure_row(args, scenario, cluster, plan, label)
         doc["measured"].append(measured_row(label, None if plan is None else plan.sim, r, scenario.gpu_cap_bytes))
         row = doc["measured"][-1]
         gib = "" if row["real_peak_gpu_gib"] is None else f", {row['real_peak_gpu_gib']:.2f} GiB allocated"
@@ -257,6 +261,13 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
         help="plan and simulate with this machine's op times and links (the profile stage's profile.json: `bash "
         "scripts/gpu_offload.sh profile`; a GPU run on the host is a CPU, so not on the CPU stand-in); default: "
         "the scenario's estimates",
+    )
+    p.add_argument(
+        "--zero-adam",
+        choices=("deepspeed", "torch"),
+        default="deepspeed",
+        help="the Adam of DeepSpeed's rows: its own CPU Adam, compiled at first use (torch's where that fails; the "
+        "default), or torch's (no compiling)",
     )
     p.add_argument("--out-dir", required=True)
     p.add_argument(

@@ -8,6 +8,8 @@
 #     bash scripts/gpu_offload.sh homes --scenario llama-256k --cap 8   # one model at one cap (24, 16, 8; llama-3b
 #                                                                      # too): plans with parameter homes, measured
 #
+# DeepSpeed's rows (homes) need DeepSpeed there: `bash scripts/gpu_wheels.sh` here first, and carry .gpu_wheels.
+#
 # The stage works in runs/offload, started from docs/offload when the checkout has it (what earlier calls
 # measured: their measurements are read back, not taken again). Writes under $OUT (at most 8 files come
 # back from that machine): log-<stage>.txt (the machine, the software, the stage's progress and table) and
@@ -29,12 +31,19 @@ export PYTORCH_CUDA_ALLOC_CONF=${PYTORCH_CUDA_ALLOC_CONF-expandable_segments:Tru
 # with it on, the heap could grow by the largest host tensor at each of the first steps); a caller's tunables kept.
 export GLIBC_TUNABLES=${GLIBC_TUNABLES:+$GLIBC_TUNABLES:}glibc.malloc.tcache_count=0
 mkdir -p "$OUT" runs
+# DeepSpeed for its rows, from the wheels scripts/gpu_wheels.sh made here and the call carried (`carry`: .gpu_wheels):
+# the machine cannot reach the package index. Without them the DeepSpeed rows say that it is not installed.
+if [ -d .gpu_wheels ]; then
+  python3 -m pip install -q --no-deps --no-index --target .gpu_site .gpu_wheels/*.whl 2>&1 | grep -v "as the 'root' user"
+  export PYTHONPATH="$PWD/.gpu_site${PYTHONPATH:+:$PYTHONPATH}" PATH="$PWD/.gpu_site/bin:$PATH"
+fi
 if [ -d docs/offload ] && [ ! -e runs/offload ]; then cp -r docs/offload runs/offload; fi
 {
   date -u
   nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv
   nproc; free -g | head -2
   python3 -c "import os, sys, torch, transformers, accelerate; print('alloc_conf', repr(os.environ.get('PYTORCH_CUDA_ALLOC_CONF', ''))); print('python', sys.version.split()[0], 'torch', torch.__version__, 'transformers', transformers.__version__, 'accelerate', accelerate.__version__, 'cuda', torch.cuda.is_available()); from envs.real.allocator import thread_cache_off; print('glibc thread cache off', thread_cache_off())"
+  python3 -c "import importlib.metadata as m; print('deepspeed', m.version('deepspeed'))" 2>/dev/null || echo "deepspeed: not installed (bash scripts/gpu_wheels.sh here, then carry .gpu_wheels)"
 } 2>&1 | tee "$OUT/log-$STAGE.txt"
 if [ "$STAGE" = homes ]; then  # bench/offload_homes_measure.py: its rows under runs/offload_homes, then offload_homes.tgz
   PYTHONUNBUFFERED=1 timeout --signal=INT "${DEADLINE:-450}" \

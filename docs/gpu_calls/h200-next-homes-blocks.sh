@@ -9,6 +9,8 @@
 # Simulated (docs/offload_homes/long/table.md): placer 1.551 s, FSDP2 with every layer checkpointed 1.708 s,
 # accelerate 63.8 s. Stand-in on the CPU: python -m bench.offload_homes_measure --scenario tiny --cap 0.01
 # --device-map '*=cpu' --evals 30 --warmup 0 --steps 1 --out-dir /tmp/ohm
+# DeepSpeed's ZeRO-Offload rows (stages 2 and 3, after FSDP2's) run where the call carries .gpu_wheels (`bash
+# scripts/gpu_wheels.sh` here first; carry [".gpu_wheels"]); without them they end at once, saying it is not installed.
 set -o pipefail
 cd "$(dirname "$0")/../.." || exit 2
 OUT=${OUT:-runs/gpu_out}

@@ -7,6 +7,8 @@
 #   3. the op-only 24 GiB plan built 5 times with malloc unbounded (its 1.95 GiB embedding gradient on the host:
 #      4.4 % between builds on 2026-11-29, the target 3 %), ~2 min.
 # Stand-in on the CPU (no profile there: a GPU run on the host is a CPU): see docs/gpu_calls/h200-2026-11-29.sh.
+# DeepSpeed's ZeRO-Offload rows (stages 2 and 3, after FSDP2's) run where the call carries .gpu_wheels (`bash
+# scripts/gpu_wheels.sh` here first; carry [".gpu_wheels"]); without them they end at once, saying it is not installed.
 set -o pipefail
 cd "$(dirname "$0")/../.." || exit 2
 OUT=${OUT:-runs/gpu_out}

@@ -64,6 +64,7 @@ def test_bad_input_is_one_line_and_status_2(run_entry, tmp_path, args, message):
 RUN_IMPORTS = (
     "accelerate",
     "bench.fsdp2",
+    "deepspeed",
     "envs.real.placed_model",
     "envs.real.timing",
     "networkx",
@@ -85,13 +86,13 @@ def frozen_gc():
 
 
 @pytest.mark.slow
-def test_the_cpu_stand_in_measures_placer_s_homed_plan_and_fsdp2_and_writes_both_columns(
+def test_the_cpu_stand_in_measures_placer_s_homed_plan_fsdp2_and_deepspeed_and_writes_both_columns(
     run_entry, tmp_path, frozen_gc
 ):
     status, out, err = run_entry(
         offload_homes_measure,
         *("--scenario", "tiny", "--cap", "0.01", "--device-map", "*=cpu", "--evals", "30"),
-        *("--warmup", "0", "--steps", "1", "--out-dir", str(tmp_path), "--no-isolate"),
+        *("--warmup", "0", "--steps", "1", "--out-dir", str(tmp_path), "--no-isolate", "--zero-adam", "torch"),
     )
     assert status == 0, err
     doc = json.loads((tmp_path / "measured-tiny-0.01.json").read_text())
@@ -100,16 +101,22 @@ def test_the_cpu_stand_in_measures_placer_s_homed_plan_and_fsdp2_and_writes_both
     assert homed["status"] == "ok" and homed["real_step_time_s"] > 0 and homed["sim_step_time_s"] > 0
     assert rows["FSDP2, CPUOffloadPolicy (measured: torch's FSDP2)"]["status"] == "ok"
     assert rows[offload_homes_measure.FSDP2_AC_MEASURED]["status"] == "ok"  # with every block checkpointed
+    for label in offload_homes_measure.DEEPSPEED_ROWS:  # DeepSpeed's ZeRO-Offload at stages 2 and 3, one process
+        assert rows[label]["status"] == "ok" and rows[label]["real_step_time_s"] > 0, rows[label]
+    assert [r["label"] for r in doc["measured"]][1:5] == list(offload_homes_measure.RIVAL_ROWS)  # after placer's
     placement = next(p for p in doc["plans"] if p["label"] == offload_homes.FSDP2)["placement"]
     assert placement["param_homes"] and rows[offload_homes.FSDP2]["status"] == "ok"  # placer.apply ran the homes
     assert f"{offload_homes.HOMED}: ok" in out
     # the default: each row in a process of its own, the plan read back from the file
     argv = ["--scenario", "tiny", "--cap", "0.01", "--device-map", "*=cpu", "--warmup", "0", "--steps", "1"]
+    argv += ["--zero-adam", "torch"]
     args = offload_homes_measure.parse([*argv, "--out-dir", str(tmp_path)])
     path = str(tmp_path / "measured-tiny-0.01.json")
     r = offload_homes_measure.measure_in_child(args, path, offload_homes.HOMED)
     assert r.status == "ok" and r.step_time_s > 0 and r.extra["losses"]
     assert r.extra["protocol"]["steady_malloc"] and r.extra["protocol"]["gc_off"]  # as every placer measurement
+    r = offload_homes_measure.measure_in_child(args, path, offload_homes_measure.ZERO3_OFFLOAD_MEASURED)
+    assert r.status == "ok" and r.extra["stage"] == 3 and r.extra["optimizer"].startswith("torch.optim.Adam (asked")
     r = offload_homes_measure.measure_in_child(args, path, "no such plan")  # its process exits 2 with one line
     assert r.status == "error" and "exited 2" in r.message and "'no such plan': no such plan in" in r.message
 
