@@ -21,8 +21,8 @@ The steps are timed as every placement is (:func:`envs.real.timing.measure_steps
 the same protocol, seed, inputs and loss: DeepSpeed takes torch's own
 ``loss.backward()`` under ZeRO); a failure, DeepSpeed not installed included, is
 a :class:`envs.Result` (``oom``, ``timeout``, ``error``), never an exception.
-``pip install 'placer[deepspeed]'`` installs it; a GPU machine without the
-internet gets it from wheels carried to it (``scripts/gpu_wheels.sh``).
+The row that cannot import it says how to install it (the ``deepspeed`` extra); a
+GPU machine without the internet gets it from wheels carried to it (``scripts/gpu_wheels.sh``).
 """
 
 from __future__ import annotations
@@ -39,6 +39,7 @@ from torch import nn
 from envs.real.timing import Protocol, adam, failure_status, measure_steps, step_extra, time_limit
 from envs.real.worker import build_model, one_line
 from envs.result import Result
+from placer.methods.registry import install_hint
 
 Builder = Callable[[], tuple[nn.Module, tuple]]
 #: ``optimizer``: DeepSpeed's CPU Adam (torch's where it does not build), or torch's Adam.
@@ -185,7 +186,8 @@ def measure_zero_offload(
             try:
                 import deepspeed
             except ImportError as e:
-                raise RuntimeError(f"DeepSpeed is not installed here ({one_line(e)}): pip install deepspeed") from e
+                hint = install_hint("deepspeed")
+                raise RuntimeError(f"DeepSpeed is not installed here ({one_line(e)}): {hint}") from e
             extra["deepspeed"] = deepspeed.__version__
             return _measure(
                 deepspeed, source, device, stage, optimizer, warmup_steps, timed_steps, lr, timeout_s, extra

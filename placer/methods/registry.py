@@ -62,6 +62,7 @@ EXTRAS = {
     "ilp": ("ortools",),
     "gym": ("gymnasium",),
     "rllib": ("gymnasium", "ray[rllib]"),
+    "deepspeed": ("deepspeed",),  # a rival measured beside placer's plans (bench.deepspeed_offload), not a method
 }
 
 
