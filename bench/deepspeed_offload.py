@@ -28,7 +28,6 @@ GPU machine without the internet gets it from wheels carried to it (``scripts/gp
 from __future__ import annotations
 
 import contextlib
-import gc
 import os
 from typing import Any, Callable, Iterator
 
@@ -36,7 +35,8 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from envs.real.timing import Protocol, adam, failure_status, measure_steps, step_extra, time_limit
+from bench.fsdp2 import timed_rival
+from envs.real.timing import Protocol, adam, measure_steps, time_limit
 from envs.real.worker import build_model, one_line
 from envs.result import Result
 from placer.methods.registry import install_hint
@@ -181,7 +181,8 @@ def measure_zero_offload(
     if device.type == "cuda":
         torch.cuda.set_device(device)
     extra: dict[str, Any] = {"method": "deepspeed_zero_offload", "stage": stage}
-    try:
+
+    def steps() -> dict[str, Any]:
         with rank_environment(device):
             try:
                 import deepspeed
@@ -189,51 +190,27 @@ def measure_zero_offload(
                 hint = install_hint("deepspeed")
                 raise RuntimeError(f"DeepSpeed is not installed here ({one_line(e)}): {hint}") from e
             extra["deepspeed"] = deepspeed.__version__
-            return _measure(
-                deepspeed, source, device, stage, optimizer, warmup_steps, timed_steps, lr, timeout_s, extra
-            )
-    except Exception as e:  # noqa: BLE001  (the rival's failure is its row)
-        status = failure_status(e)
-        return Result(float("inf"), status, f"{type(e).__name__}: {one_line(e)}", source="measured", extra=extra)
-    finally:
-        gc.collect()
-        if torch.cuda.is_available():
-            torch.cuda.empty_cache()
+            with deepspeed_session(device), time_limit(timeout_s):
+                why_not = cpu_adam_builds() if optimizer == "deepspeed" else "asked for torch's"
+                extra["optimizer"] = "DeepSpeedCPUAdam" if why_not is None else f"torch.optim.Adam ({why_not})"
+                model, inputs = build_model(source)
+                config = zero_config(stage, lr, pin=device.type == "cuda", cpu_adam=why_not is None)
+                client = None if why_not is None else adam(model.parameters(), lr=lr)
+                engine, *_ = deepspeed.initialize(model=model, optimizer=client, config=config)
+                inputs = tuple(x.to(device) if isinstance(x, torch.Tensor) else x for x in inputs)
+                m = measure_steps(
+                    engine,
+                    inputs,
+                    EngineOptimizer(engine),  # type: ignore[arg-type]  (zero_grad and step are all a step calls)
+                    {"cpu:0": torch.device("cpu"), "gpu:0": device},
+                    warmup_steps=warmup_steps,
+                    timed_steps=timed_steps,
+                    protocol=Protocol(),  # placer's plans' protocol (malloc steady, no collector)
+                )
+                engine.destroy()
+                return m
 
-
-def _measure(
-    deepspeed: Any,
-    source: str | Builder,
-    device: torch.device,
-    stage: int,
-    optimizer: str,
-    warmup_steps: int,
-    timed_steps: int,
-    lr: float,
-    timeout_s: float | None,
-    extra: dict[str, Any],
-) -> Result:
-    """:func:`measure_zero_offload` with DeepSpeed imported (raising where that returns a failed Result)."""
-    with deepspeed_session(device), time_limit(timeout_s):
-        why_not = cpu_adam_builds() if optimizer == "deepspeed" else "asked for torch's"
-        extra["optimizer"] = "DeepSpeedCPUAdam" if why_not is None else f"torch.optim.Adam ({why_not})"
-        model, inputs = build_model(source)
-        config = zero_config(stage, lr, pin=device.type == "cuda", cpu_adam=why_not is None)
-        client = None if why_not is None else adam(model.parameters(), lr=lr)
-        engine, *_ = deepspeed.initialize(model=model, optimizer=client, config=config)
-        inputs = tuple(x.to(device) if isinstance(x, torch.Tensor) else x for x in inputs)
-        m = measure_steps(
-            engine,
-            inputs,
-            EngineOptimizer(engine),  # type: ignore[arg-type]  (zero_grad and step are all a step calls)
-            {"cpu:0": torch.device("cpu"), "gpu:0": device},
-            warmup_steps=warmup_steps,
-            timed_steps=timed_steps,
-            protocol=Protocol(),  # the protocol placer's plans are measured under (malloc steady, no collector)
-        )
-        engine.destroy()
-    extra.update(step_extra(m), protocol=m["protocol"])
-    return Result(m["step_time_s"], "ok", peak_bytes=m["peak_bytes"], source="measured", extra=extra)
+    return timed_rival(steps, extra)
 
 
 __all__ = ["EngineOptimizer", "measure_zero_offload", "rank_environment", "zero_config"]

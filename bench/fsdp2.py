@@ -115,13 +115,14 @@ def measure_offload(
     if device.type == "cuda":
         torch.cuda.set_device(device)
     extra: dict[str, Any] = {"method": "fsdp2_cpu_offload", "checkpoint": checkpoint}
-    try:
+
+    def steps() -> dict[str, Any]:
         with world_of_one(device), time_limit(timeout_s):
             model, inputs = build_model(source)
             extra["sharded_blocks"] = len(shard_with_offload(model, device, checkpoint=checkpoint)) - 1
             inputs = tuple(x.to(device) if isinstance(x, torch.Tensor) else x for x in inputs)
             optimizer = adam(model.parameters(), lr=lr)  # the fused kernels, as placer's plans get
-            m = measure_steps(
+            return measure_steps(
                 model,
                 inputs,
                 optimizer,
@@ -130,6 +131,16 @@ def measure_offload(
                 timed_steps=timed_steps,
                 protocol=Protocol(),  # the protocol placer's plans are measured under (malloc steady, no collector)
             )
+
+    return timed_rival(steps, extra)
+
+
+def timed_rival(steps: Callable[[], dict[str, Any]], extra: dict[str, Any]) -> Result:
+    """A rival's row: what ``steps()`` timed (:func:`envs.real.timing.measure_steps`) as an ``ok`` Result with
+    ``extra`` and the steps' own, or its failure as one (``oom``, ``timeout``, ``error``), never raising; the garbage
+    collected and the GPU's cache emptied after, either way (the next row's peak is its own)."""
+    try:
+        m = steps()
         extra.update(step_extra(m), protocol=m["protocol"])
         return Result(m["step_time_s"], "ok", peak_bytes=m["peak_bytes"], source="measured", extra=extra)
     except Exception as e:  # noqa: BLE001  (the rival's failure is its row)
@@ -141,4 +152,4 @@ def measure_offload(
             torch.cuda.empty_cache()
 
 
-__all__ = ["Checkpointed", "measure_offload", "shard_with_offload", "world_of_one"]
+__all__ = ["Checkpointed", "measure_offload", "shard_with_offload", "timed_rival", "world_of_one"]
