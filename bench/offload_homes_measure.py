@@ -187,6 +187,7 @@ def measured_row(plan_label: str, sim: dict[str, Any] | None, result: Result, ca
         "sim_step_time_s": (sim or {}).get("step_time_s"),
         "sim_peak_gpu_gib": None if sim_peak is None else sim_peak / GIB,
         "message": result.message,
+        "optimizer": result.extra.get("optimizer"),  # a rival's own say (DeepSpeed's CPU Adam, or torch's and why)
     }
 
 
@@ -237,6 +238,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         row = doc["measured"][-1]
         gib = "" if row["real_peak_gpu_gib"] is None else f", {row['real_peak_gpu_gib']:.2f} GiB allocated"
         gib += "" if row["real_reserved_gpu_gib"] is None else f", {row['real_reserved_gpu_gib']:.2f} GiB reserved"
+        gib += "" if row["optimizer"] is None else f", {row['optimizer']}"
         print(f"  {label}: {r.status} {r.step_time_s:.3f}s{gib} ({time.perf_counter() - t0:.0f}s)", file=sys.stderr)
         write_text_atomic(path, json.dumps(doc, indent=1, default=float))
     write_text_atomic(path, json.dumps(doc, indent=1, default=float))

@@ -103,6 +103,7 @@ def test_the_cpu_stand_in_measures_placer_s_homed_plan_fsdp2_and_deepspeed_and_w
     assert rows[offload_homes_measure.FSDP2_AC_MEASURED]["status"] == "ok"  # with every block checkpointed
     for label in offload_homes_measure.DEEPSPEED_ROWS:  # DeepSpeed's ZeRO-Offload at stages 2 and 3, one process
         assert rows[label]["status"] == "ok" and rows[label]["real_step_time_s"] > 0, rows[label]
+        assert rows[label]["optimizer"] == "torch.optim.Adam (asked for torch's)"  # which Adam ran, in the row
     assert [r["label"] for r in doc["measured"]][1:5] == list(offload_homes_measure.RIVAL_ROWS)  # after placer's
     placement = next(p for p in doc["plans"] if p["label"] == offload_homes.FSDP2)["placement"]
     assert placement["param_homes"] and rows[offload_homes.FSDP2]["status"] == "ok"  # placer.apply ran the homes
