@@ -35,6 +35,7 @@ mkdir -p "$OUT" runs
 # the machine cannot reach the package index. Without them the DeepSpeed rows say that it is not installed.
 if [ -d .gpu_wheels ]; then
   python3 -m pip install -q --no-deps --no-index --target .gpu_site .gpu_wheels/*.whl 2>&1 | grep -v "as the 'root' user"
+  [ -d .gpu_site/deepspeed ] || python3 scripts/unpack_wheels.py .gpu_wheels .gpu_site  # no pip there
   export PYTHONPATH="$PWD/.gpu_site${PYTHONPATH:+:$PYTHONPATH}" PATH="$PWD/.gpu_site/bin:$PATH"
 fi
 if [ -d docs/offload ] && [ ! -e runs/offload ]; then cp -r docs/offload runs/offload; fi
