@@ -60,7 +60,11 @@ def add_command(sub: argparse._SubParsersAction) -> None:
         "one process per device of the plan, on torch's pipeline runtime (torch.distributed.pipelining)",
     )
     across.add_argument(
-        "--nproc-per-node", type=int, default=None, metavar="N", help="processes on this machine (one per device)"
+        "--nproc-per-node",
+        type=nproc,
+        default=None,
+        metavar="N",
+        help="processes on this machine (one per device); auto: one per device the plan uses (one machine)",
     )
     across.add_argument("--nnodes", type=int, default=1, metavar="K", help="machines of the job (default 1)")
     across.add_argument("--node-rank", type=int, default=0, metavar="R", help="this machine's index (default 0)")
@@ -116,6 +120,20 @@ ACROSS = {
     "trace": None,
     "profile": None,
 }
+
+
+def nproc(text: str) -> int | str:
+    """``--nproc-per-node``: a number, or ``auto`` (the plan's device count, known once the plan is read).
+
+    >>> nproc("2"), nproc("auto")
+    (2, 'auto')
+    """
+    if text == "auto":
+        return text
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r}: a number of processes, or auto") from None
 
 
 def run(args: argparse.Namespace) -> int:

@@ -1,5 +1,8 @@
 """``placer run --nproc-per-node N``: the plan across processes, one per device; its step time, memory and check.
 
+``--nproc-per-node auto`` starts one process per device the plan's ops use: a plan that leaves a rank of the
+cluster idle (``train --ranks`` may find the model faster on fewer ranks) runs as it is.
+
 The placement is checked and compiled here (:func:`placer.distributed.compile_for_model`:
 its graph, its devices against the processes, its schedule) before any process
 starts; then torch's launcher starts this node's processes (:func:`placer.distributed.run`).
@@ -38,7 +41,9 @@ def run_ranks(args: argparse.Namespace) -> int:
     from placer.distributed import compile_for_model, run
 
     check_step_counts(args)
-    check_int(args.nproc_per_node, "--nproc-per-node", least=1)
+    if args.nproc_per_node == "auto" and args.nnodes != 1:
+        raise PlacerError("--nproc-per-node auto: one process per device of the plan on one machine; with --nnodes, N")
+    check_int(args.nproc_per_node if args.nproc_per_node != "auto" else 1, "--nproc-per-node", least=1)
     check_int(args.nnodes, "--nnodes", least=1)
     check_float(args.rdzv_timeout, "--rdzv-timeout", above=0)
     check_float(args.measure_timeout, "--measure-timeout", above=0)
@@ -51,6 +56,8 @@ def run_ranks(args: argparse.Namespace) -> int:
     cluster = envs.resolve_cluster(args.cluster)
     placement = Placement.load(args.placement)
     check_devices(placement, cluster, args.placement)
+    if args.nproc_per_node == "auto":  # one process per device the plan's ops use (a plan may leave a rank idle)
+        args.nproc_per_node = len(set(placement.assignment.values()))
     model, inputs = sources.resolve_model(args.source)
     plan, _ = compile_for_model(
         model,

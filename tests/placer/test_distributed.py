@@ -170,11 +170,23 @@ def run_cli(capsys, *argv):
         (["--profile", "p.json"], "--profile: runs across processes; add --nproc-per-node N"),
         (["--nproc-per-node", "2", "--profile", "p.json"], "prices the simulated side of --trace; add --trace"),
         (["--nproc-per-node", "2", "--rank-map", "gpu:0=0"], "--rank-map: no rank for 'gpu:1'"),
+        (["--nproc-per-node", "auto", "--rank-map", "gpu:0=0"], "--rank-map: no rank for 'gpu:1'"),  # auto: 2
+        (["--nproc-per-node", "auto", "--nnodes", "2"], "--nproc-per-node auto: one process per device of the plan"),
     ],
 )
 def test_bad_input_across_processes_is_one_line(here, capsys, argv, message):
     rc, out, err = run_cli(capsys, "dist_model:build", "--placement", "split.json", "--cluster", "k80x2", *argv)
     assert rc == 2 and message in err and err.count("\n") == 1, err
+
+
+def test_a_count_of_processes_that_is_not_one_is_one_line(here, capsys):
+    with pytest.raises(SystemExit) as exit_:
+        run_cli(
+            capsys, "dist_model:build", "--placement", "split.json", "--cluster", "k80x2", "--nproc-per-node", "two"
+        )
+    err = capsys.readouterr().err
+    assert exit_.value.code == 2 and "argument --nproc-per-node: 'two': a number of processes, or auto" in err
+    assert err.count("\n") == 1, err
 
 
 def test_nccl_ranks_need_the_cuda_devices_they_name(here, capsys):
@@ -213,6 +225,24 @@ def test_a_plan_that_checkpoints_blocks_or_homes_parameters_is_refused_across_pr
 
 
 # ------------------------------------------------------------------ processes
+@pytest.mark.slow
+def test_auto_starts_one_process_per_device_the_plan_uses(here, capsys, tmp_path):
+    """A plan that leaves one of the cluster's ranks idle (all on gpu:1 of k80x2, as ``train --ranks`` may find a
+    model faster on fewer ranks) runs on one process with ``auto``, where ``2`` is refused."""
+    doc = json.loads((here / "split.json").read_text())
+    one = {**doc, "assignment": {op: "gpu:1" for op in doc["assignment"]}, "microbatches": 1}
+    (tmp_path / "one.json").write_text(json.dumps(one))
+    argv = ["dist_model:build", "--placement", str(tmp_path / "one.json"), "--cluster", "k80x2"]
+    rc, out, err = run_cli(capsys, *argv, "--nproc-per-node", "2")
+    assert rc == 2 and "2 processes (1 x 2) for a plan on 1 device (gpu:1)" in err, err
+    rc, out, err = run_cli(
+        capsys, *argv, "--nproc-per-node", "auto", "--steps", "2", "--warmup", "0", "--check", "--json"
+    )
+    assert rc == 0, err
+    report = json.loads(out)
+    assert report["check"]["ok"] and [(r["rank"], r["device"]) for r in report["ranks"]] == [(0, "gpu:1")]
+
+
 @pytest.mark.slow
 def test_two_processes_train_the_plan_and_check_every_gradient(here, capsys):
     rc, out, err = run_cli(
