@@ -22,6 +22,9 @@ its deadline keeps what it measured.
     python -m bench.offload_homes_measure --scenario llama-256k --cap 8 --out-dir runs/offload_homes \
         --profile runs/offload/profile.json   # planned on this machine's op times (the profile stage)
 
+``--rows rivals`` measures placer's plan with homes and the rivals as themselves only (FSDP2's two rows, DeepSpeed's
+two), for a call with less time (``docs/gpu_calls/h200-next-deepspeed.sh``).
+
 ``--device-map '*=cpu'`` (and ``--scenario tiny``) is the CPU stand-in: the same
 calls with every logical device on the host, the cap in the cluster file only.
 """
@@ -225,6 +228,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     write_text_atomic(path, json.dumps(doc, indent=1, default=float))  # the plans, for the rows' processes
     queue: list[tuple[str, Any]] = [(p.label, p) for p in measure_order(plans)]
     queue[1:1] = [(label, None) for label in RIVAL_ROWS]
+    if args.rows == "rivals":  # placer's plan and the rivals as themselves: the rows a short call has time for
+        queue = [(label, plan) for label, plan in queue if label == offload_homes.HOMED or label in RIVAL_ROWS]
     for label, plan in queue:
         if time.monotonic() - start > args.deadline:
             doc["measured"].append({"label": label, "status": "not measured: past the deadline"})
@@ -263,6 +268,13 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
         help="plan and simulate with this machine's op times and links (the profile stage's profile.json: `bash "
         "scripts/gpu_offload.sh profile`; a GPU run on the host is a CPU, so not on the CPU stand-in); default: "
         "the scenario's estimates",
+    )
+    p.add_argument(
+        "--rows",
+        choices=("all", "rivals"),
+        default="all",
+        help="what is measured: every row (default), or placer's plan with homes and the rivals as themselves "
+        "(FSDP2's two rows, DeepSpeed's two) only, for a call with less time",
     )
     p.add_argument(
         "--zero-adam",

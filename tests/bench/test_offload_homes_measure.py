@@ -160,3 +160,31 @@ def test_a_profile_is_what_the_plans_are_made_and_simulated_with(run_entry, tmp_
     assert {r["status"] for r in doc["measured"]} == {"not measured: past the deadline"}
     status, out, err = run_entry(offload_homes_measure, *argv, "--profile", str(tmp_path / "none.json"))
     assert status == 2 and "--profile" in err and "no such file" in err
+
+
+def test_rows_rivals_measures_placer_s_plan_and_the_rivals_only(run_entry, tmp_path, monkeypatch):
+    """--rows rivals: placer's plan with homes, then FSDP2's and DeepSpeed's rows, nothing else (the rows are
+    watched, not run: each is a Result here)."""
+    pytest.importorskip("transformers")
+    seen = []
+
+    def measure_row(args, scenario, cluster, plan, label=""):
+        seen.append(label if plan is None else plan.label)
+        return Result(0.5, "ok", peak_bytes={}, source="measured")
+
+    monkeypatch.setattr(offload_homes_measure, "measure_row", measure_row)
+    argv = ["--scenario", "tiny", "--cap", "0.01", "--device-map", "*=cpu", "--evals", "30", "--no-isolate"]
+    status, out, err = run_entry(offload_homes_measure, *argv, "--rows", "rivals", "--out-dir", str(tmp_path))
+    assert status == 0, err
+    assert seen == [offload_homes.HOMED, *offload_homes_measure.RIVAL_ROWS]
+    seen.clear()
+    status, out, err = run_entry(offload_homes_measure, *argv, "--out-dir", str(tmp_path))  # all: more after them
+    assert (
+        status == 0
+        and seen[: len(offload_homes_measure.RIVAL_ROWS) + 1]
+        == [
+            offload_homes.HOMED,
+            *offload_homes_measure.RIVAL_ROWS,
+        ]
+        and len(seen) > len(offload_homes_measure.RIVAL_ROWS) + 1
+    ), seen
