@@ -33,9 +33,10 @@ from typing import Any, Callable, Iterator
 
 import torch
 import torch.distributed as dist
+import torch.nn.functional
 from torch import nn
 
-from bench.fsdp2 import timed_rival
+from bench.fsdp2 import timed_rival, world_of_one
 from envs.real.timing import Protocol, adam, measure_steps, time_limit
 from envs.real.worker import build_model, one_line
 from envs.result import Result
@@ -115,33 +116,26 @@ def cpu_adam_builds() -> str | None:
 #: torch's functions that DeepSpeed replaces for good (ZeRO-3's memory-efficient ``linear``, "this will persist
 #: unless manually reset"): put back after each measurement, or every model captured later in the process would
 #: trace DeepSpeed's function instead (another graph: the plans of the rows after DeepSpeed's did not match it).
-REPLACED = (("torch.nn.functional", "linear"), ("torch.nn.functional", "embedding"))
+REPLACED = ((torch.nn.functional, "linear"), (torch.nn.functional, "embedding"))
 
 
 @contextlib.contextmanager
 def deepspeed_session(device: torch.device) -> Iterator[None]:
-    """A world of one for DeepSpeed (a process group over an in-process store, as :func:`bench.fsdp2.world_of_one`
-    makes), destroyed on exit through DeepSpeed, which lets go of the groups it kept (a second call in the process
-    would otherwise find them stale) and destroys torch's world; and torch's functions it replaced put back
-    (:data:`REPLACED`)."""
-    import importlib
-
+    """:func:`bench.fsdp2.world_of_one` for DeepSpeed: where it made the world, destroyed on exit through DeepSpeed,
+    which lets go of the groups it kept (a second call in the process would otherwise find them stale); and torch's
+    functions DeepSpeed replaced put back (:data:`REPLACED`)."""
     import deepspeed.comm
 
-    kept = [(importlib.import_module(m), name, getattr(importlib.import_module(m), name)) for m, name in REPLACED]
+    kept = [(module, name, getattr(module, name)) for module, name in REPLACED]
     made = not dist.is_initialized()
-    if made:
-        backend = "nccl" if device.type == "cuda" else "gloo"
-        dist.init_process_group(backend, store=dist.HashStore(), rank=0, world_size=1)
-    try:
-        yield
-    finally:
-        for module, name, function in kept:
-            setattr(module, name, function)
-        if made and deepspeed.comm.is_initialized():
-            deepspeed.comm.destroy_process_group()
-        if made and dist.is_initialized():
-            dist.destroy_process_group()
+    with world_of_one(device):
+        try:
+            yield
+        finally:
+            for module, name, function in kept:
+                setattr(module, name, function)
+            if made and deepspeed.comm.is_initialized():
+                deepspeed.comm.destroy_process_group()
 
 
 class EngineOptimizer:

@@ -48,7 +48,8 @@ Builder = Callable[[], tuple[nn.Module, tuple]]
 
 @contextlib.contextmanager
 def world_of_one(device: torch.device) -> Iterator[None]:
-    """A process group of this process alone (none listening on a port), destroyed on exit if it made one."""
+    """A process group of this process alone (none listening on a port), destroyed on exit if it made one (and no one
+    inside destroyed it first: DeepSpeed does, :func:`bench.deepspeed_offload.deepspeed_session`)."""
     if dist.is_initialized():
         yield
         return
@@ -57,7 +58,8 @@ def world_of_one(device: torch.device) -> Iterator[None]:
     try:
         yield
     finally:
-        dist.destroy_process_group()
+        if dist.is_initialized():
+            dist.destroy_process_group()
 
 
 class Checkpointed(nn.Module):

@@ -241,10 +241,10 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             r = measure_row(args, scenario, cluster, plan, label)
         doc["measured"].append(measured_row(label, None if plan is None else plan.sim, r, scenario.gpu_cap_bytes))
         row = doc["measured"][-1]
-        gib = "" if row["real_peak_gpu_gib"] is None else f", {row['real_peak_gpu_gib']:.2f} GiB allocated"
-        gib += "" if row["real_reserved_gpu_gib"] is None else f", {row['real_reserved_gpu_gib']:.2f} GiB reserved"
-        gib += "" if row["optimizer"] is None else f", {row['optimizer']}"
-        print(f"  {label}: {r.status} {r.step_time_s:.3f}s{gib} ({time.perf_counter() - t0:.0f}s)", file=sys.stderr)
+        said = "" if row["real_peak_gpu_gib"] is None else f", {row['real_peak_gpu_gib']:.2f} GiB allocated"
+        said += "" if row["real_reserved_gpu_gib"] is None else f", {row['real_reserved_gpu_gib']:.2f} GiB reserved"
+        said += "" if row["optimizer"] is None else f", {row['optimizer']}"
+        print(f"  {label}: {r.status} {r.step_time_s:.3f}s{said} ({time.perf_counter() - t0:.0f}s)", file=sys.stderr)
         write_text_atomic(path, json.dumps(doc, indent=1, default=float))
     write_text_atomic(path, json.dumps(doc, indent=1, default=float))
     return doc

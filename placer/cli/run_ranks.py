@@ -41,9 +41,11 @@ def run_ranks(args: argparse.Namespace) -> int:
     from placer.distributed import compile_for_model, run
 
     check_step_counts(args)
-    if args.nproc_per_node == "auto" and args.nnodes != 1:
+    auto = args.nproc_per_node == "auto"  # the plan's device count, once the plan is read
+    if auto and args.nnodes != 1:
         raise PlacerError("--nproc-per-node auto: one process per device of the plan on one machine; with --nnodes, N")
-    check_int(args.nproc_per_node if args.nproc_per_node != "auto" else 1, "--nproc-per-node", least=1)
+    if not auto:
+        check_int(args.nproc_per_node, "--nproc-per-node", least=1)
     check_int(args.nnodes, "--nnodes", least=1)
     check_float(args.rdzv_timeout, "--rdzv-timeout", above=0)
     check_float(args.measure_timeout, "--measure-timeout", above=0)
@@ -56,7 +58,7 @@ def run_ranks(args: argparse.Namespace) -> int:
     cluster = envs.resolve_cluster(args.cluster)
     placement = Placement.load(args.placement)
     check_devices(placement, cluster, args.placement)
-    if args.nproc_per_node == "auto":  # one process per device the plan's ops use (a plan may leave a rank idle)
+    if auto:  # one process per device the plan's ops use (a plan may leave a rank idle)
         args.nproc_per_node = len(set(placement.assignment.values()))
     model, inputs = sources.resolve_model(args.source)
     plan, _ = compile_for_model(
