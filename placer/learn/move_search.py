@@ -753,8 +753,7 @@ class MoveSearch:
                 n_ranked = 0
         chosen, rest = [], untried  # untried: ascending, as np.flatnonzero gives it
         if n_ranked:
-            with torch.no_grad():
-                pred = self.critic(torch.from_numpy(cand.features[untried])).numpy()
+            pred = self.critic.rank(cand.features, untried)
             top = top_ranked(pred, n_ranked)
             chosen, rest = list(untried[top]), np.delete(untried, top)
         if b > n_ranked and len(rest):

@@ -476,3 +476,26 @@ def test_the_moves_ranked_first_are_those_a_stable_sort_of_every_score_gives():
         if t % 5 == 0:
             scores[rng.integers(0, n, 3)] = np.nan
         assert top_ranked(scores, k).tolist() == np.argsort(-scores, kind="stable")[:k].tolist(), (n, k)
+
+
+def test_the_critic_ranks_rows_into_its_workspaces_as_its_forward_does():
+    """MoveCritic.rank (the search's ranking, into workspaces kept between calls) gives forward's logits to the bit,
+    for rows picked in any order, when the workspaces grow, shrink back to fewer rows and the weights change."""
+    from policies.moves import MoveCritic
+
+    torch.manual_seed(0)
+    critic = MoveCritic(16)
+    rng = np.random.default_rng(1)
+    feats = rng.standard_normal((5000, NUM_FEATURES)).astype(np.float32)
+    optimizer = torch.optim.Adam(critic.parameters(), lr=0.1)
+    for m in (3, 700, 4000, 20, 4000, 1):
+        rows = rng.choice(len(feats), size=m, replace=False)
+        got = critic.rank(feats, rows).copy()
+        with torch.no_grad():
+            want = critic(torch.from_numpy(feats[rows])).numpy()
+        assert got.shape == (m,) and np.array_equal(got, want), m
+        loss = critic(torch.from_numpy(feats[rows])).square().mean()  # the weights move between calls
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+    assert not critic.rank(feats, rows).flags.owndata  # a view of the workspace, as documented
