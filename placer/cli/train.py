@@ -247,6 +247,19 @@ def _best_line(doc: dict) -> str:
     return f"best step time   {best}  (after {where}; {found})"
 
 
+def versus(learned: float, other: float, name: str) -> str:
+    """How the learner's step time compares with ``other``'s, in words: "learned 3.6% faster than it", "learned 1.6%
+    slower than module_search", or "learned as fast as it" (within 0.05%).
+
+    >>> versus(0.2, 0.21, "it"), versus(0.2032, 0.2, "module_search"), versus(0.2, 0.20001, "it")
+    ('learned 4.8% faster than it', 'learned 1.6% slower than module_search', 'learned as fast as it')
+    """
+    gain = (1 - learned / other) * 100
+    if abs(gain) < 0.05:
+        return f"learned as fast as {name}"
+    return f"learned {abs(gain):.1f}% {'faster' if gain > 0 else 'slower'} than {name}"
+
+
 def _heuristic_line(doc: dict) -> str | None:
     measured = doc.get("env") == "measured"
     if not doc["best_heuristic"]:
@@ -255,7 +268,7 @@ def _heuristic_line(doc: dict) -> str | None:
         return None
     bh, learned, source = doc["best_heuristic_step_time_s"], doc["best_step_time_s"], doc.get("best_heuristic_source")
     comparable = not measured or source == "measured"
-    notes = [f"{(1 - learned / bh) * 100:+.1f}% vs it"] if bh and learned and comparable else []
+    notes = [versus(learned, bh, "it")] if bh and learned and comparable else []
     if not comparable:
         notes = ["no heuristic was measured: not compared"]
     elif (doc.get("rematch") or {}).get("chosen") == "heuristic" and doc.get(
@@ -285,7 +298,7 @@ def equal_budget_line(doc: dict) -> str | None:
         best, name = heuristic, doc["best_heuristic"]
         search = f"{name}, the best heuristic, faster than {search}: {_ms(eq['step_time_s'])}"
     learned = doc["best_step_time_s"]
-    gain = f"; learned {(1 - learned / best) * 100:+.1f}% vs {name}" if learned else ""
+    gain = f"; {versus(learned, best, name)}" if learned else ""
     return (
         f"equal budget     {_ms(best)}{_tag(doc, 'simulated')}  ({search}{gain}; {eq['wall_s']:.0f} s, after the "
         "budget)"
@@ -309,7 +322,7 @@ def _rematch_line(doc: dict) -> str | None:
     if not r:
         return None
     learned, heuristic = r["learned_s"], r["heuristic_s"]
-    gain = f"; learned {(1 - learned / heuristic) * 100:+.1f}% vs it" if learned and heuristic else ""
+    gain = f"; {versus(learned, heuristic, 'it')}" if learned and heuristic else ""
     chosen = f"; {r['heuristic']}'s placement is best_placement.json" if r.get("chosen") == "heuristic" else ""
     return (
         f"side by side     {_ms(learned)} learned, {_ms(heuristic)} {r['heuristic']}  measured  "

@@ -275,4 +275,5 @@ def test_a_run_on_two_nodes_survives_losing_one(cluster, user_dir, tmp_path, mon
     doc = result.to_dict()
     assert doc["best_heuristic_source"] == "measured" and doc["measured_heuristics"]
     lines = summary(doc).splitlines()
-    assert lines[0].split("  ")[2] == "measured" and "  measured  (" in lines[1] and "% vs it" in lines[1]
+    assert lines[0].split("  ")[2] == "measured" and "  measured  (" in lines[1]
+    assert "than it" in lines[1] or "as fast as it" in lines[1]

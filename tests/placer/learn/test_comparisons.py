@@ -115,10 +115,10 @@ def test_the_equal_budget_line_compares_with_the_better_of_the_search_and_the_be
 
     line = equal_budget_line(_doc(0.043283, 0.136501, 0.043486))
     assert line.startswith("equal budget     43.486 ms  (m_sct, the best heuristic, faster than module_search given")
-    assert "136.501 ms" in line and "learned +0.5% vs m_sct;" in line and "+68" not in line
+    assert "136.501 ms" in line and "learned 0.5% faster than m_sct;" in line and "+68" not in line
     line = equal_budget_line(_doc(0.198521, 0.198887, 0.210510))  # the search is the better of the two
     assert line.startswith("equal budget     198.887 ms  (module_search given 3,096 of the 5,178 placements")
-    assert "learned +0.2% vs module_search;" in line and "m_sct" not in line
+    assert "learned 0.2% faster than module_search;" in line and "m_sct" not in line
 
 
 def test_the_equal_budget_search_shows_its_progress_with_an_eta(tmp_path):
