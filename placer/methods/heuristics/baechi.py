@@ -143,16 +143,15 @@ def _list_schedule(
     in_ptr, in_src, in_eid = graph.in_csr
     out_ptr, out_dst, _ = graph.out_csr
     indeg = np.diff(in_ptr).astype(np.int64)
-    ready: dict[int, np.ndarray] = {int(i): np.zeros(nd) for i in np.flatnonzero(indeg == 0)}
+    ready = np.flatnonzero(indeg == 0).tolist()  # the ops whose inputs are all placed, in the order they became so
+    data_ready = np.zeros((graph.num_ops, nd))  # when an op's inputs would be on each device
     copies = ParamCopies(graph, nd, param_copies)
 
     while ready:
-        ops = np.fromiter(ready, dtype=np.int64, count=len(ready))
-        data_ready = np.stack([ready[i] for i in ops.tolist()])
-        start = np.maximum(data_ready, free_s[None, :])
+        ops = np.asarray(ready, dtype=np.int64)
+        start = np.maximum(data_ready[ops], free_s[None, :])
         if copies.reads:
-            for r, i in enumerate(ops.tolist()):
-                start[r] += copies.delay(i, op_cand, spb, lat)
+            start += copies.delays(ops, op_cand, spb, lat)
         fits = used[None, :] + mem[ops][:, None] <= cap[None, :]
         allowed = fits.copy()
         forced = group_cand[groups[ops]]
@@ -187,7 +186,7 @@ def _list_schedule(
         used[d] += mem[i]
         group_cand[groups[i]] = d
         copies.placed(i, d)
-        del ready[i]
+        ready.remove(i)
         for j in out_dst[out_ptr[i] : out_ptr[i + 1]].tolist():
             indeg[j] -= 1
             if indeg[j] == 0:
@@ -195,7 +194,8 @@ def _list_schedule(
                 p = in_src[a:b]
                 nbytes = graph.edge_bytes[in_eid[a:b]].astype(np.float64)
                 arrive = finish[p][:, None] + nbytes[:, None] * spb[op_cand[p]] + lat[op_cand[p]]
-                ready[j] = arrive.max(axis=0)
+                data_ready[j] = arrive.max(axis=0)
+                ready.append(j)
     return cand[op_cand].astype(np.int32)
 
 

@@ -39,10 +39,14 @@ class ParamCopies:
         self.num_devices = num_devices
         self.reads: dict[int, list[tuple[int, float]]] = {}
         self.have: dict[int, np.ndarray] = {}  # owner -> candidate devices that already hold a copy
+        self.readers: dict[int, list[int]] = {}  # owner -> the ops that read its parameters
         if enabled:
             owner, reader, nbytes = param_reads(graph)
             for o, r, b in zip(owner.tolist(), reader.tolist(), nbytes.tolist()):
                 self.reads.setdefault(r, []).append((o, float(b)))
+                self.readers.setdefault(o, []).append(r)
+        self.kept = np.zeros((graph.num_ops, num_devices))  # delay() of each op, where self.fresh says it holds
+        self.fresh = np.zeros(graph.num_ops, dtype=bool)
 
     def delay(self, op: int, dev: np.ndarray, spb: np.ndarray, lat: np.ndarray) -> np.ndarray | float:
         """Seconds added to ``op``'s start on each candidate device (0.0 when it reads nothing shared).
@@ -63,7 +67,33 @@ class ParamCopies:
                 extra += cost if have is None else np.where(have, 0.0, cost)
         return extra
 
+    def delays(self, ops: np.ndarray, dev: np.ndarray, spb: np.ndarray, lat: np.ndarray) -> np.ndarray:
+        """``[len(ops), num_devices]``: :meth:`delay` of each op, each computed once and kept until :meth:`placed`
+        changes what it depends on (where its owners are, which devices hold their copies).
+
+        A list scheduler asks for every ready op's delays at every step; most do not change between steps.
+
+        >>> from graphs import OpGraph
+        >>> g = OpGraph.from_edges(["a", "b", "c"], [("a", "b", 4), ("b", "c", 4)], param_bytes=[100, 0, 0])
+        >>> g.params = [["w"], [], ["w"]]
+        >>> pc = ParamCopies(g, 2)
+        >>> spb, lat = np.array([[0.0, 0.01], [0.01, 0.0]]), np.zeros((2, 2))
+        >>> dev = np.array([-1, -1, -1])
+        >>> pc.delays(np.array([1, 2]), dev, spb, lat).tolist()  # a not placed yet: nothing charged
+        [[0.0, 0.0], [0.0, 0.0]]
+        >>> dev[0] = 0; pc.placed(0, 0); pc.delays(np.array([2]), dev, spb, lat).tolist()
+        [[0.0, 1.0]]
+        """
+        stale = ops[~self.fresh[ops]]
+        for op in stale.tolist():
+            self.kept[op] = self.delay(op, dev, spb, lat)
+        self.fresh[stale] = True
+        return self.kept[ops]
+
     def placed(self, op: int, d: int) -> None:
-        """``op`` went to candidate ``d``: the parameters it reads are on ``d`` from now on."""
+        """``op`` went to candidate ``d``: the parameters it reads are on ``d`` from now on. The delays kept for
+        the readers of its own parameters and of those it reads are computed again when next asked."""
         for o, _ in self.reads.get(op, ()):
             self.have.setdefault(o, np.zeros(self.num_devices, dtype=bool))[d] = True
+            self.fresh[self.readers[o]] = False
+        self.fresh[self.readers.get(op, [])] = False

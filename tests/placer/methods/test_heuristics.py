@@ -700,3 +700,31 @@ def test_searches_use_the_host_by_default_when_the_gpus_cannot_hold_the_model(na
         assert int(idx[0]) == cpu and cpu not in idx[1:]
     small = four_modules()
     assert np.array_equal(run(name, small, k80x2), run(name, small, k80x2, devices="gpus"))
+
+
+def test_the_copy_delays_kept_between_steps_are_those_computed_afresh():
+    """ParamCopies.delays keeps each op's delay until placed() changes where its owners are or which devices hold
+    their copies: after every placement of a random schedule, every op's kept delay equals delay() from scratch
+    (the list schedulers ask for every ready op's delays at every step)."""
+    from graphs.synthetic import recurrent_dag
+    from placer.methods.heuristics.scheduling import ParamCopies
+
+    g = recurrent_dag(120, seed=0)  # its recurrent weights are read at every step
+    rng = np.random.default_rng(0)
+    nd = 3
+    spb, lat = rng.uniform(0.0, 1e-9, (nd, nd)), rng.uniform(0.0, 1e-5, (nd, nd))
+    np.fill_diagonal(spb, 0.0)
+    np.fill_diagonal(lat, 0.0)
+    copies = ParamCopies(g, nd)
+    assert len(copies.reads) > 20
+    dev = np.full(g.num_ops, -1, dtype=np.int64)
+    every = np.arange(g.num_ops)
+    charged = 0
+    for op in rng.permutation(g.num_ops).tolist():  # any order exercises every change of state
+        want = np.stack([np.broadcast_to(copies.delay(i, dev, spb, lat), (nd,)) for i in every.tolist()])
+        np.testing.assert_array_equal(copies.delays(every, dev, spb, lat), want)
+        charged += int((want > 0).any())
+        d = int(rng.integers(0, nd))
+        dev[op] = d
+        copies.placed(op, d)
+    assert charged > 50  # copies were charged, and then taken back as readers brought them to each device
