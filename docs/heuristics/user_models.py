@@ -1,6 +1,7 @@
 """Three language models as a user would hand them to placer (``module:callable``), larger than the tests':
-transformers' RWKV, Mamba and Falcon built from configs (no weights, no network), batch 8 x 64. From the repository
-root: ``PYTHONPATH=docs/heuristics placer train user_models:rwkv --cluster k80x2 --time-budget 30``."""
+transformers' RWKV, Mamba and Falcon built from configs (no weights, no network), 4 layers of 256, vocabulary 1,000,
+batch 8 x 64, in training mode. From the repository root:
+``PYTHONPATH=docs/heuristics placer train user_models:rwkv --cluster k80x2 --time-budget 30``."""
 
 import torch
 import transformers
@@ -15,42 +16,21 @@ class Loss(torch.nn.Module):
         return self.model(input_ids=ids, labels=labels).loss
 
 
-def _ids(batch=8, seq=64, vocab=1000):
-    return torch.randint(0, vocab, (batch, seq), generator=torch.Generator().manual_seed(0))
+def _causal_lm(name, **config):
+    """transformers' ``{name}ForCausalLM`` from ``{name}Config(**config)`` and 8 x 64 tokens as inputs and labels."""
+    torch.manual_seed(0)
+    cfg = getattr(transformers, f"{name}Config")(hidden_size=256, num_hidden_layers=4, vocab_size=1000, **config)
+    ids = torch.randint(0, 1000, (8, 64), generator=torch.Generator().manual_seed(0))
+    return Loss(getattr(transformers, f"{name}ForCausalLM")(cfg)), (ids, ids.clone())
 
 
 def mamba():
-    torch.manual_seed(0)
-    cfg = transformers.MambaConfig(
-        hidden_size=256, state_size=16, num_hidden_layers=4, vocab_size=1000, use_mambapy=True
-    )
-    ids = _ids()
-    return Loss(transformers.MambaForCausalLM(cfg)), (ids, ids.clone())
+    return _causal_lm("Mamba", state_size=16, use_mambapy=True)
 
 
 def rwkv():
-    torch.manual_seed(0)
-    cfg = transformers.RwkvConfig(
-        hidden_size=256,
-        num_hidden_layers=4,
-        attention_hidden_size=256,
-        intermediate_size=512,
-        vocab_size=1000,
-        context_length=64,
-    )
-    ids = _ids()
-    return Loss(transformers.RwkvForCausalLM(cfg)), (ids, ids.clone())
+    return _causal_lm("Rwkv", attention_hidden_size=256, intermediate_size=512, context_length=64)
 
 
 def falcon():
-    torch.manual_seed(0)
-    cfg = transformers.FalconConfig(
-        hidden_size=256,
-        num_hidden_layers=4,
-        num_attention_heads=8,
-        vocab_size=1000,
-        hidden_dropout=0.0,
-        attention_dropout=0.0,
-    )
-    ids = _ids()
-    return Loss(transformers.FalconForCausalLM(cfg)), (ids, ids.clone())
+    return _causal_lm("Falcon", num_attention_heads=8, hidden_dropout=0.0, attention_dropout=0.0)
