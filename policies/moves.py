@@ -295,6 +295,9 @@ class MoveCritic(nn.Module):
         self.net = nn.Sequential(
             nn.Linear(num_features, hidden), nn.ReLU(), nn.Linear(hidden, hidden), nn.ReLU(), nn.Linear(hidden, 1)
         )
+        # rank()'s workspaces: its input rows and each linear layer's output, grown to the most rows ranked so far
+        self._x = np.empty((0, num_features), dtype=np.float32)
+        self._h: list[torch.Tensor] = []
 
     def forward(self, features: torch.Tensor) -> torch.Tensor:
         return self.net(features).squeeze(-1)
@@ -308,11 +311,10 @@ class MoveCritic(nn.Module):
         layer (the allocator hands megabytes back to the kernel and faults them in again); reused, they do not.
         """
         m = len(rows)
-        if m > getattr(self, "_rows", 0):
-            self._rows = max(m, 2 * getattr(self, "_rows", 0))
-            width = [layer.out_features for layer in self.net if isinstance(layer, nn.Linear)]
-            self._x = np.empty((self._rows, self.net[0].in_features), dtype=np.float32)
-            self._h = [torch.empty(self._rows, w) for w in width]
+        if m > len(self._x):
+            size = max(m, 2 * len(self._x))
+            self._x = np.empty((size, self._x.shape[1]), dtype=np.float32)
+            self._h = [torch.empty(size, layer.out_features) for layer in self.net if isinstance(layer, nn.Linear)]
         x = np.take(features, rows, axis=0, out=self._x[:m])
         h, k = torch.from_numpy(x), 0
         for layer in self.net:
