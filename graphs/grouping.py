@@ -49,7 +49,7 @@ from graphs.errors import GraphFormatError, PlacerError
 from graphs.group_graph import CutTable, build_group_graph, cut_bytes_batched
 from graphs.io import from_dict as graph_from_dict
 from graphs.ir import OpGraph
-from graphs.ops import base_op_name, inplace_mask, view_mask
+from graphs.ops import base_op_name, inplace_mask, view_mask, view_readers
 
 FORMAT = "placer-grouping/1"
 
@@ -84,7 +84,10 @@ def colocate(graph: OpGraph) -> np.ndarray:
     * an in-place op (:func:`graphs.ops.inplace_mask`) with the op whose output it mutates:
       every predecessor sending a tensor as large as the largest one it receives
       (the mutated ``self`` cannot be told apart from an equally large second
-      operand, so both are kept with it).
+      operand, so both are kept with it);
+    * a view of a parameter (``w.T`` in ``x @ w.T``) with the op that reads it
+      (:func:`graphs.ops.view_readers`): the parameter can then have a home apart
+      from them (:mod:`envs.sim.homes`).
 
     Ops named in ``graph.meta["alias_ops"]`` / ``["inplace_ops"]`` (written by
     capture from torch's op schemas) count as views / in-place ops as well.
@@ -118,7 +121,10 @@ def colocate(graph: OpGraph) -> np.ndarray:
         np.maximum.at(largest, dst[into_inplace], nbytes[into_inplace])
         joins.append(into_inplace[nbytes[into_inplace] == largest[dst[into_inplace]]])
     e = np.concatenate(joins) if joins else np.zeros(0, dtype=np.int64)
-    adj = coo_matrix((np.ones(len(e), dtype=np.int8), (src[e], dst[e])), shape=(n, n)).tocsr()
+    readers = view_readers(graph)
+    roots = np.flatnonzero(readers >= 0)
+    a, b = np.concatenate([src[e], roots]), np.concatenate([dst[e], readers[roots]])
+    adj = coo_matrix((np.ones(len(a), dtype=np.int8), (a, b)), shape=(n, n)).tocsr()
     _, labels = connected_components(adj, directed=False)
     return renumber_by_first_op(labels)
 

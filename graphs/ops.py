@@ -544,3 +544,39 @@ def param_reads(graph: "OpGraph") -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     count = np.fromiter((shares[p] for p in pairs), dtype=np.float64, count=len(pairs))
     nbytes = np.ceil(held[src] * count / owned[src]).astype(np.int64)
     return src, dst, nbytes
+
+
+def view_readers(graph: "OpGraph") -> np.ndarray:
+    """Per op, for a *parameter view* (a view op, :func:`view_mask`, that owns parameters: ``x @ w.T`` reads ``w``
+    through ``w.T``), the op that reads the parameter's data: the end of its chain of views, each with a single
+    consumer; -1 for every other op and where the chain branches or ends in an in-place op (:func:`inplace_mask`).
+
+    A plan may give such a parameter a home apart (:mod:`envs.sim.homes`): its copy is made for that reader, and
+    co-location (:func:`graphs.grouping.colocate`) keeps the views with it.
+
+    >>> from graphs import OpGraph
+    >>> g = OpGraph.from_edges(["t", "x", "mm"], [("t", "mm", 8), ("x", "mm", 8)], param_bytes=[8, 0, 0],
+    ...                        op_types=["aten.t.default", "aten.relu.default", "aten.mm.default"])
+    >>> view_readers(g).tolist()
+    [2, -1, -1]
+    """
+    n = graph.num_ops
+    out = np.full(n, -1, dtype=np.int64)
+    view = view_mask(graph)
+    roots = np.flatnonzero(view & (graph.param_bytes > 0))
+    if not len(roots):
+        return out
+    inplace = inplace_mask(graph)
+    indptr, dst, _ = graph.out_csr
+    for i in roots.tolist():
+        u = i
+        while True:
+            succ = np.unique(dst[indptr[u] : indptr[u + 1]])
+            if len(succ) != 1 or (view[succ[0]] and graph.param_bytes[succ[0]] > 0):  # branches, or another's view
+                break
+            u = int(succ[0])
+            if not view[u]:
+                if not inplace[u]:
+                    out[i] = u
+                break
+    return out

@@ -48,8 +48,8 @@ import torch.fx as fx
 from torch import nn
 
 from graphs import PlacerError
-from graphs.flops import op_type
-from graphs.ops import is_view_op, param_owners
+from graphs.flops import is_alias, op_type
+from graphs.ops import is_view_op, param_owners, view_readers
 
 #: Which forward of a checkpointed block runs in this thread: ``"forward"`` (its first), ``"recompute"`` (its second,
 #: in the backward), or None outside every block (set by :func:`envs.real.checkpointing.checkpointed`).
@@ -303,21 +303,21 @@ def insert_home_copies(
     -> its reader's logical device and the master); each fetched copy is on that device in ``home``. Returns how
     many.
 
-    Raises :class:`PlacerError` for a parameter read by several ops, or by a view (its home stays with its ops).
+    A parameter read through views (``x @ w.T``: :func:`graphs.ops.view_readers`) is fetched for the op at the end
+    of its views, which then run right before that op, on the copy: the copy is made, kept and made again for the
+    backward as for a parameter that op reads itself, the simulator's model (:mod:`envs.sim.homes`).
+
+    Raises :class:`PlacerError` for a parameter read by several ops, or through views that several ops read (its
+    home stays with its ops).
     """
     if not apart:
         return 0
     graph = gm.graph
-    readers = []
+    readers, views = [], []
     for node in apart:
-        users = [u for u in node.users if u.op == "call_function"]
-        if len(users) != 1 or is_view_op(op_type(users[0].target)):
-            raise PlacerError(
-                f"param_homes: {node.target} is read by {len(users)} ops"
-                + (f" ({users[0].name}, a view)" if len(users) == 1 else "")
-                + ": only a parameter one op (not a view) reads may live apart from it"
-            )
-        readers.append(users[0])
+        reader, chain = _reader(node)
+        readers.append(reader)
+        views.append(chain)
     runtime = HomeRuntime(
         [m for _, m in apart.values()],
         [id(reader) for reader in readers],
@@ -327,10 +327,13 @@ def insert_home_copies(
     first = next(n for n in graph.nodes if n.op not in ("placeholder", "get_attr"))
     with graph.inserting_before(first):
         state = graph.get_attr(RUNTIME_ATTR)
-    for index, ((node, (device, _)), reader) in enumerate(zip(apart.items(), readers)):
-        with graph.inserting_before(reader):
+    for index, ((node, (device, _)), reader, chain) in enumerate(zip(apart.items(), readers, views)):
+        for view in chain:  # the views run right before their reader, on the copy
+            reader.prepend(view)
+        first = chain[0] if chain else reader
+        with graph.inserting_before(first):
             fetched = graph.call_function(fetch_home, (state, index, node), name=f"{node.name}_fetch")
-        reader.replace_input_with(node, fetched)
+        first.replace_input_with(node, fetched)
         with graph.inserting_after(reader):
             released = graph.call_function(release_home, (state, index, fetched, reader))
         for n in (fetched, released):
@@ -344,11 +347,44 @@ def insert_home_copies(
     return len(apart)
 
 
+def _reader(node: fx.Node) -> tuple[fx.Node, list[fx.Node]]:
+    """The op that reads parameter ``node``'s data, and the views it reads it through (none: it reads it itself)."""
+    chain: list[fx.Node] = []
+    users = [u for u in node.users if u.op == "call_function"]
+    while len(users) == 1 and (is_view_op(op_type(users[0].target)) or is_alias(users[0].target)):  # view_mask's
+        chain.append(users[0])
+        users = [u for u in users[0].users if u.op == "call_function"]
+    if len(users) != 1:
+        through = f" through {chain[-1].name}" if chain else ""
+        raise PlacerError(
+            f"param_homes: {node.target} is read{through} by {len(users)} ops: only a parameter one op reads (itself "
+            "or through views) may live apart from it"
+        )
+    return users[0], chain
+
+
 def homes_apart(placement: Any, graph: Any) -> dict[str, str]:
     """A plan's ``param_homes`` checked against its ``graph`` (:meth:`graphs.plan.Placement.home_indices`), less the
-    homes that are their op's own device: what :func:`envs.real.placing.place_module` takes as ``homes``."""
+    homes that are their op's own device: what :func:`envs.real.placing.place_module` takes as ``homes``.
+
+    Raises :class:`PlacerError` for a parameter read through views (:func:`graphs.ops.view_readers`) whose views
+    are on another device than the op reading them: it lives apart only with them on that op's device.
+    """
     if not getattr(placement, "param_homes", None):
         return {}
     apart = placement.home_indices(graph) >= 0
     owners = param_owners(graph)
-    return {name: device for name, device in placement.param_homes.items() if apart[owners[name]]}
+    out = {name: device for name, device in placement.param_homes.items() if apart[owners[name]]}
+    readers = view_readers(graph)
+    if out and (readers >= 0).any():
+        op_devices = placement.indices(graph)
+        for name in out:
+            i = owners[name]
+            r = int(readers[i])
+            if r >= 0 and op_devices[r] != op_devices[i]:
+                source = getattr(placement, "source", None) or "placement"
+                raise PlacerError(
+                    f"{source}: param_homes: {name} is read through {graph.names[i]} by {graph.names[r]}, which is on "
+                    "another device: a parameter lives apart only with its views on its reader's device"
+                )
+    return out

@@ -43,7 +43,7 @@ import numpy as np
 
 from graphs.errors import PlacerError
 from graphs.ir import OpGraph
-from graphs.ops import param_reads, view_mask
+from graphs.ops import param_reads, view_mask, view_readers
 
 if TYPE_CHECKING:
     from envs.cluster import Cluster
@@ -52,46 +52,65 @@ if TYPE_CHECKING:
 
 
 class HomeTimes(NamedTuple):
-    """The home copies of one simulated step, one entry per offloaded op (op order)."""
+    """The home copies of one simulated step, one entry per op they are made for (op order: an offloaded op, or the
+    reader of parameters read through views), and the offloaded ops."""
 
-    op: np.ndarray  # the offloaded ops
-    home: np.ndarray  # the device their parameters live on
-    nbytes: np.ndarray  # their parameter bytes
+    op: np.ndarray  # the ops the copies are made for
+    home: np.ndarray  # the device the parameters copied live on
+    nbytes: np.ndarray  # the bytes copied
     fetch_start_s: np.ndarray  # the copy home -> device before the forward
     fetch_end_s: np.ndarray
     refetch_start_s: np.ndarray  # the copy again before the backward (= its start and end without a backward)
     refetch_end_s: np.ndarray
     grad_start_s: np.ndarray  # the gradient's copy home
     grad_end_s: np.ndarray
+    owner: np.ndarray  # the offloaded ops: those whose parameters, gradients and optimizer state live apart
+    owner_home: np.ndarray  # where
 
 
 def no_home_times() -> HomeTimes:
     """The :class:`HomeTimes` of a step without offloaded ops."""
     z = np.zeros(0)
     i = np.zeros(0, dtype=np.int64)
-    return HomeTimes(i, i.copy(), i.copy(), z, z.copy(), z.copy(), z.copy(), z.copy(), z.copy())
+    return HomeTimes(i, i.copy(), i.copy(), z, z.copy(), z.copy(), z.copy(), z.copy(), z.copy(), i.copy(), i.copy())
 
 
 def homeable(graph: OpGraph) -> np.ndarray:
     """Per op (int8): 1 where its parameters may live apart from it, 0 where it owns none, -1 where they cannot (a
-    view's, parameters other ops read too, or a parameter tied to another name, ``meta["tied_params"]``, which
-    :func:`placer.apply` keeps with its op)."""
+    view's whose chain of views branches, :func:`graphs.ops.view_readers`; parameters other ops read too; or a
+    parameter tied to another name, ``meta["tied_params"]``, which :func:`placer.apply` keeps with its op)."""
     shared = np.zeros(graph.num_ops, dtype=bool)
     shared[param_reads(graph)[0]] = True
     tied = {name for group in graph.meta.get("tied_params") or () for name in group}
     if tied and graph.params is not None:
         shared |= np.array([bool(tied.intersection(names)) for names in graph.params], dtype=bool)
     owns = graph.param_bytes > 0
-    return np.where(owns, np.where(view_mask(graph) | shared, -1, 1), 0).astype(np.int8)
+    unread = view_mask(graph) & (view_readers(graph) < 0)
+    return np.where(owns, np.where(unread | shared, -1, 1), 0).astype(np.int8)
 
 
-def offloaded(homes: np.ndarray, op_devices: np.ndarray, host: np.ndarray, can_home: np.ndarray) -> np.ndarray:
+def home_readers(graph: OpGraph) -> np.ndarray:
+    """Per op, the op its parameters' home copy is made for: the op itself, or for a parameter read through views,
+    the op reading them (:func:`graphs.ops.view_readers`)."""
+    readers = view_readers(graph)
+    return np.where(readers >= 0, readers, np.arange(graph.num_ops))
+
+
+def offloaded(
+    homes: np.ndarray,
+    op_devices: np.ndarray,
+    host: np.ndarray,
+    can_home: np.ndarray,
+    readers: np.ndarray | None = None,
+) -> np.ndarray:
     """Boolean per op (``[K, n]`` for a batch) of placements ``op_devices`` with per-op ``homes`` (-1: its own
     device): its parameters live on a host device apart from its GPU. An op without parameters has nothing to home
     (its home is ignored).
 
     Raises :class:`PlacerError` for a home that is neither the op's device nor a host device, a host op with a
-    home apart, and an op whose parameters cannot live apart (``can_home``: :func:`homeable`).
+    home apart, an op whose parameters cannot live apart (``can_home``: :func:`homeable`), and a parameter read
+    through views (``readers``: :func:`home_readers`) whose reader is on another device, or offloaded to another
+    home.
     """
     homes = np.asarray(homes, dtype=np.int64)
     apart = (homes >= 0) & (homes != op_devices) & (can_home != 0)
@@ -103,6 +122,21 @@ def offloaded(homes: np.ndarray, op_devices: np.ndarray, host: np.ndarray, can_h
     if cannot.any():
         i = int(np.nonzero(cannot)[-1][0])
         raise PlacerError(f"homes: op {i}'s parameters cannot live apart from it (a view's, or other ops read them)")
+    if readers is not None:
+        through = apart & (readers != np.arange(len(readers)))
+        if through.any():
+            op_devices = np.broadcast_to(op_devices, apart.shape)
+            r = np.broadcast_to(readers, apart.shape)
+            homes = np.broadcast_to(homes, apart.shape)
+            at_reader = np.take_along_axis(op_devices, r, axis=-1)
+            reader_home = np.take_along_axis(np.where(apart, homes, -1), r, axis=-1)
+            bad = through & ((at_reader != op_devices) | ((reader_home >= 0) & (reader_home != homes)))
+            if bad.any():
+                i = int(np.nonzero(bad)[-1][0])
+                raise PlacerError(
+                    f"homes: op {i}'s parameters are read through views by op {int(readers[i])}: they can live "
+                    "apart only with their views on that op's device, and with that op's own parameters' home"
+                )
     return apart
 
 
@@ -124,12 +158,47 @@ def home_rows(env: "SimEnv", op_devices: np.ndarray, homes: Any) -> np.ndarray |
         raise PlacerError(f"homes: expected [{env.num_ops}] or [K, {env.num_ops}] device indices, got {homes.shape}")
     if env.homeable is None:
         env.homeable = homeable(env.graph)
-    apart = offloaded(homes, op_devices, np.asarray(env.cluster.kinds) == "cpu", env.homeable)
+        env.home_readers = home_readers(env.graph)
+    apart = offloaded(homes, op_devices, np.asarray(env.cluster.kinds) == "cpu", env.homeable, env.home_readers)
     if not apart.any():
         return None
     if env.microbatches > 1 or env.executor != "eager":
         raise PlacerError("homes: parameters apart from their ops are simulated with one microbatch, eager")
     return np.where(apart, homes, -1)
+
+
+def copy_rows(env: "SimEnv", rows: np.ndarray | None) -> Any:
+    """Rows of :func:`home_rows` (``[K, n]``) with the copies they make: ``rows`` itself where every copy is made
+    for its offloaded op, else ``(rows, hmc, hbc)``: per op, the home of the copies made for it (-1: none) and their
+    bytes. A parameter read through views (:func:`home_readers`) is copied for the op reading it, as the runtime
+    does (:mod:`envs.real.homes`), together with that op's own parameters where they live apart too."""
+    if rows is None:
+        return None
+    readers = env.home_readers
+    roots = np.flatnonzero(readers != np.arange(len(readers)))
+    if not len(roots) or not (rows[:, roots] >= 0).any():
+        return rows
+    param_b = env.graph.param_bytes.astype(np.float64)
+    hmc = rows.copy()
+    hbc = np.where(rows >= 0, param_b, 0.0)
+    for i in roots.tolist():
+        apart = rows[:, i] >= 0
+        r = int(readers[i])
+        hmc[apart, r] = rows[apart, i]
+        hbc[apart, r] += param_b[i]
+        hmc[apart, i] = -1
+        hbc[apart, i] = 0.0
+    return rows, hmc, hbc
+
+
+def row_of(rows: Any, k: int) -> Any:
+    """Row ``k`` of rows of :func:`copy_rows` (row 0 where they have one for every placement): None, an array or
+    ``(hm, hmc, hbc)``."""
+    if rows is None:
+        return None
+    if isinstance(rows, tuple):
+        return tuple(row_of(r, k) for r in rows)
+    return rows[k if len(rows) > 1 else 0]
 
 
 def param_devices(op_devices: np.ndarray, hm: np.ndarray | None) -> np.ndarray:
@@ -141,11 +210,15 @@ def param_devices(op_devices: np.ndarray, hm: np.ndarray | None) -> np.ndarray:
 class HomeCopies:
     """The home copies of one eager step while it is simulated: their times, and each stream's window of two."""
 
-    def __init__(self, hm: np.ndarray, param_bytes: np.ndarray, cluster: "Cluster", grad: list[bool]) -> None:
-        """``hm``: a row of :func:`home_rows` (each offloaded op's home, -1 for the others)."""
-        self.ops = [int(i) for i in np.flatnonzero(hm >= 0)]
-        self.home = {i: int(hm[i]) for i in self.ops}
-        self.nbytes = {i: int(param_bytes[i]) for i in self.ops}
+    def __init__(self, homes: Any, param_bytes: np.ndarray, cluster: "Cluster", grad: list[bool]) -> None:
+        """``homes``: a row of :func:`copy_rows`: each offloaded op's home (-1 for the others), or that with the copies
+        made for each op and their bytes, ``(hm, hmc, hbc)``."""
+        hm, hmc, hbc = homes if isinstance(homes, tuple) else (homes, homes, param_bytes)
+        self.owners = np.flatnonzero(hm >= 0)
+        self.owner_home = hm[self.owners].astype(np.int64)
+        self.ops = [int(i) for i in np.flatnonzero(hmc >= 0)]
+        self.home = {i: int(hmc[i]) for i in self.ops}
+        self.nbytes = {i: int(hbc[i]) for i in self.ops}
         self.grad = grad
         self.latency_s, self.bandwidth = cluster.latency_s, cluster.bandwidth_bytes_per_s
         self.fetch: dict[int, tuple[float, float]] = {}
@@ -218,6 +291,8 @@ class HomeCopies:
             f(self.refetch, 1),
             f(self.to_home, 0),
             f(self.to_home, 1),
+            self.owners,
+            self.owner_home,
         )
 
 
@@ -258,5 +333,5 @@ class WithHomes:
 def schedule_param_devices(schedule: "Schedule") -> np.ndarray:
     """The device each op's parameters live on in a simulated ``schedule``: its home where it is offloaded."""
     out = schedule.op_devices.astype(np.int64)
-    out[schedule.homes.op] = schedule.homes.home
+    out[schedule.homes.owner] = schedule.homes.owner_home
     return out

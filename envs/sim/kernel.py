@@ -16,6 +16,8 @@ the same functions run as plain Python (correct, ~100× slower).
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
 from envs.cluster import Cluster
@@ -81,7 +83,7 @@ def _batch(
     want_over,
     over,
     keep,
-    homes_rows,
+    home_rows,
     ck_rows,
 ):
     """Step time and OOM flag of every row of ``op_devices`` (a ``[K, n]`` batch).
@@ -91,8 +93,9 @@ def _batch(
     ``segs[k, :nseg[k]]`` (or row 0's for every row); else :func:`envs.sim.kernel_dataflow.dataflow_schedule`.
     ``want_over``: fill ``over[k]``, for an OOM row, with the largest peak over
     capacity among the devices that overflow; otherwise the check stops at the
-    first overflowing device. ``homes_rows``: per row (or row 0 for every row), the home device of each
-    offloaded op's parameters, -1 for the others (:mod:`envs.sim.kernel_homes`). ``ck_rows``: per row (or row 0 for
+    first overflowing device. ``home_rows``: ``(hm, hmc, hbc)``, each per row (or row 0 for every row): the home
+    device of each offloaded op's parameters, -1 for the others; the home of the copies made for each op, -1 for
+    none, and their bytes (:mod:`envs.sim.kernel_homes`). ``ck_rows``: per row (or row 0 for
     every row), each op's checkpointed block, -1 for none (:mod:`envs.sim.kernel_checkpointing`).
     """
     nD = n * D
@@ -128,10 +131,13 @@ def _batch(
     rc = np.zeros((3, n))
     for k in range(op_devices.shape[0]):
         p = op_devices[k]
-        hm = homes_rows[k] if homes_rows.shape[0] > 1 else homes_rows[0]
+        hm_rows, hmc_rows, hbc_rows = home_rows
+        hm = hm_rows[k] if hm_rows.shape[0] > 1 else hm_rows[0]
+        hmc = hmc_rows[k] if hmc_rows.shape[0] > 1 else hmc_rows[0]
+        hbc = hbc_rows[k] if hbc_rows.shape[0] > 1 else hbc_rows[0]
         ck = ck_rows[k] if ck_rows.shape[0] > 1 else ck_rows[0]
         prepare(p, n, ck, rc, fwd_t, issue_f, host)
-        homes = (hm, param_b, ring, ht, ck, rc)
+        homes = (hmc, hbc, ring, ht, ck, rc, hm, param_b)
         if eager:
             order = orders[k] if orders.shape[0] > 1 else orders[0]
             q = k if segs.shape[0] > 1 else 0
@@ -307,11 +313,20 @@ class KernelData:
         (:func:`envs.sim.cost.update_times_s`)."""
         return cost.update_times_s(np.bincount(param_devices, weights=self.param_b, minlength=self.D), self.cluster)
 
-    def _homes(self, homes: np.ndarray | None) -> np.ndarray:
-        """Rows of home devices of offloaded ops (-1 elsewhere), ``[1 or K, n]`` int64."""
+    def _homes(self, homes: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """``(hm, hmc, hbc)`` rows (``[1 or K, n]``) of ``homes``: the home device of each offloaded op's parameters
+        (-1 elsewhere), or those with the copies of :func:`envs.sim.homes.copy_rows` (``(hm, hmc, hbc)``)."""
         if homes is None:
-            return self.no_homes
-        return np.ascontiguousarray(np.atleast_2d(homes), dtype=np.int64)
+            return self.no_homes, self.no_homes, self.param_b[None, :]
+        if isinstance(homes, tuple):
+            hm, hmc, hbc = homes
+        else:
+            hm, hmc, hbc = homes, homes, self.param_b[None, :]
+        return (
+            np.ascontiguousarray(np.atleast_2d(hm), dtype=np.int64),
+            np.ascontiguousarray(np.atleast_2d(hmc), dtype=np.int64),
+            np.ascontiguousarray(np.atleast_2d(hbc), dtype=np.float64),
+        )
 
     def _blocks(self, blocks: np.ndarray | None) -> np.ndarray:
         """Rows of each op's checkpointed block (-1 elsewhere), ``[1 or K, n]`` int64."""
@@ -408,7 +423,7 @@ class KernelData:
         n, D = self.n, self.D
         nD = n * D
         p = np.ascontiguousarray(op_devices, dtype=np.int64)
-        hm = self._homes(homes)[0]
+        hm, hmc, hbc = (rows[0] for rows in self._homes(homes))
         ck = self._blocks(blocks)[0]
         rc = np.zeros((3, n))
         any_block = prepare(p, n, ck, rc, self.fwd_t, self.issue_f, self.host)
@@ -451,7 +466,7 @@ class KernelData:
                 np.zeros(D + D * D),
                 start,
                 end,
-                (hm, self.param_b, np.full(4 * D, -1, dtype=np.int64), ht, ck, rc),
+                (hmc, hbc, np.full(4 * D, -1, dtype=np.int64), ht, ck, rc, hm, self.param_b),
             )
         else:
             t_end = dataflow_schedule(
@@ -499,13 +514,17 @@ class KernelData:
             xfer_end_s=both(end[2 * n + slots], end[2 * n + nD + slots]),
             backward_end_s=float(t_end),
             update_s=self.update_s(np.where(hm >= 0, hm, p)),
-            homes=home_times(hm, self.param_b, ht),
+            homes=home_times(hmc, hbc, ht, hm),
             blocks=ck.copy() if any_block else np.zeros(0, dtype=np.int64),
             recompute_start_s=np.where(ck >= 0, rc[2], np.nan) if any_block else np.zeros(0),
         )
 
 
-def home_times(hm: np.ndarray, param_b: np.ndarray, ht: np.ndarray) -> HomeTimes:
-    """The :class:`envs.sim.homes.HomeTimes` of a kernel schedule's offloaded ops (``hm >= 0``)."""
-    ops = np.flatnonzero(hm >= 0)
-    return HomeTimes(ops, hm[ops], param_b[ops].astype(np.int64), *(ht[r, ops].copy() for r in range(6)))
+def home_times(hmc: np.ndarray, hbc: np.ndarray, ht: np.ndarray, hm: np.ndarray) -> HomeTimes:
+    """The :class:`envs.sim.homes.HomeTimes` of a kernel schedule: the copies made for the ops ``hmc >= 0`` (``hbc``
+    bytes each), and the offloaded ops (``hm >= 0``)."""
+    ops = np.flatnonzero(hmc >= 0)
+    owners = np.flatnonzero(hm >= 0)
+    return HomeTimes(
+        ops, hmc[ops], hbc[ops].astype(np.int64), *(ht[r, ops].copy() for r in range(6)), owners, hm[owners]
+    )

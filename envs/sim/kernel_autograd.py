@@ -262,7 +262,7 @@ def eager_backward(
     each); ``pend``/``ready``: per task id; ``homes``: ``(hm, hb, ring, ht, ck, rc)`` (:mod:`envs.sim.kernel_homes`,
     :mod:`envs.sim.kernel_checkpointing`).
     """
-    hm, hb, ring, ht, ck, rc = homes
+    hm, hb, ring, ht, ck, rc = homes[0], homes[1], homes[2], homes[3], homes[4], homes[5]
     sent = 0.0  # the last gradient copy home: backward() returns after it
     h_f = h
     NT = D + 1

@@ -30,12 +30,14 @@ def release_time(u, out_ptr, out_dst, end):
 @njit(cache=True)
 def peak_live_bytes(device_index, p, n, D, act_b, grad, keep, out_ptr, out_dst, tcount, tbytes, start, end, homes):
     """Peak live bytes on ``device_index`` (without static bytes): the sweep of :mod:`envs.sim.memory` (``kept``: saved
-    for backward; ``homes``: ``(hm, hb, ring, ht, ck, rc)``, the home copies of :mod:`envs.sim.kernel_homes` and the
-    checkpointed blocks of :mod:`envs.sim.kernel_checkpointing`; ``hb``: every
-    op's parameter bytes, whose gradient the sweep allocates at the op's backward unless the op is offloaded;
+    for backward; ``homes``: ``(hm, hb, ring, ht, ck, rc, owner_hm, param_b)``, the home copies of
+    :mod:`envs.sim.kernel_homes` (made for the ops ``hm >= 0``, ``hb`` bytes each), the checkpointed blocks of
+    :mod:`envs.sim.kernel_checkpointing`, and each op's parameters' home (``owner_hm``, -1 with the op) and bytes,
+    whose gradient the sweep allocates at the op's backward unless they live apart;
     ``keep``: ``(kept, n0, own, rptr, ridx)``, ``n0`` the ops of one microbatch copy, whose copies' first backward
     allocates it; ``own, rptr, ridx``: :func:`graphs.ops.backward_readers`, who frees a kept output)."""
     hm, hb, ht, ck, rc = homes[0], homes[1], homes[3], homes[4], homes[5]
+    owner_hm, param_b = homes[6], homes[7]
     kept, n0, own, rptr, ridx = keep
     blocks = False
     for i in range(n):
@@ -51,7 +53,7 @@ def peak_live_bytes(device_index, p, n, D, act_b, grad, keep, out_ptr, out_dst, 
     m = 0
     for i in range(n):
         if p[i] == device_index:
-            m += 5 if hm[i] >= 0 else 3
+            m += 2 + (1 if owner_hm[i] < 0 else 0) + (3 if hm[i] >= 0 else 0)
             if ck[i] >= 0:  # its output again at the recompute
                 m += 2
     for u in range(n):
@@ -72,9 +74,9 @@ def peak_live_bytes(device_index, p, n, D, act_b, grad, keep, out_ptr, out_dst, 
             at[na] = start[2 * n - 1 - i]
             ab[na] = act_b[i] if grad[i] else 0
             na += 1
-            if hm[i] < 0:  # its parameters' gradient, held to the step's end (envs.sim.memory.param_grad_bytes)
+            if owner_hm[i] < 0:  # its parameters' gradient, held to the step's end (memory.param_grad_bytes)
                 at[na] = first[i % n0]
-                ab[na] = hb[i] if grad[i] else 0
+                ab[na] = param_b[i] if grad[i] else 0
                 na += 1
             if kept[i] and ck[i] >= 0:  # a checkpointed block's (envs.sim.checkpointing)
                 t_out, again, held_to = block_output_free(
@@ -169,7 +171,7 @@ def over_capacity(p, n, D, bytes_of, cap, grad, keep, consumers, copies, start, 
     """``(out of memory, worst)`` of a scheduled placement ``p`` (task times ``start``/``end``).
 
     ``bytes_of``: per op, ``(param_b, static_b, act_b, moved_b)`` (``moved_b``: the static bytes that live on the
-    parameters' home); ``homes``: ``(hm, hb, ring, ht)`` (:mod:`envs.sim.kernel_homes`); ``consumers``:
+    parameters' home); ``homes``: as for :func:`peak_live_bytes`; ``consumers``:
     ``(out_ptr, out_dst)``; ``copies``:
     ``(tcount, tbytes, gpend)`` of the schedule (each counted copy slot is marked -2 in ``gpend``); ``keep``:
     ``(kept, n0, own, rptr, ridx)`` (:func:`peak_live_bytes`). ``worst``: with
@@ -178,7 +180,7 @@ def over_capacity(p, n, D, bytes_of, cap, grad, keep, consumers, copies, start, 
     bytes).
     """
     param_b, static_b, act_b, moved_b = bytes_of
-    hm, ck = homes[0], homes[4]
+    hm, ck = homes[6], homes[4]  # where each op's parameters live (homes[0]: the ops their copies are made for)
     out_ptr, out_dst = consumers
     tcount, tbytes, gpend = copies
     sb, ub = ws

@@ -34,7 +34,7 @@ from envs.result import Result
 from envs.sim import cost
 from envs.sim.bound import lower_bound_from_times
 from envs.sim.checkpointing import checkpoint_of, checkpoint_rows
-from envs.sim.homes import HomeCopies, WithHomes, home_rows, homes_of, param_devices
+from envs.sim.homes import HomeCopies, WithHomes, copy_rows, home_rows, homes_of, param_devices, row_of
 from envs.sim.order_planner import InOrder, OrderPlanner
 from envs.sim.order_trust import ORDER_MARGIN_META
 from envs.sim.schedule import EXECUTORS, Schedule, schedule_reference
@@ -167,6 +167,7 @@ class SimEnv:
         self._simulated = [0]  # placements simulated (shared with the twins): see `simulated`
         self._lower_bound: dict[float, float] = {}
         self.homeable: np.ndarray | None = None  # which ops may have a home apart (envs.sim.homes.homeable), lazily
+        self.home_readers: np.ndarray | None = None  # the op each op's home copies are for (homes.home_readers), too
 
     # --------------------------------------------------------------- helpers
     def indices(self, placement: Any) -> np.ndarray:
@@ -347,8 +348,7 @@ class SimEnv:
         op_devices = self.indices(placement)
         graph_order = self.check_order(getattr(placement, "order", None) if order is None else order)
         program = self.program(op_devices, graph_order)
-        rows = home_rows(self, op_devices[None, :], homes_of(self, placement))
-        hm = None if rows is None else rows[0]
+        hm = row_of(copy_rows(self, home_rows(self, op_devices[None, :], homes_of(self, placement))), 0)
         blocks = checkpoint_rows(self, op_devices[None, :], checkpoint_of(self, placement), graph_order)
         ck = None if blocks is None else blocks[0]
         sim_devices, order = self.expand(op_devices), self.sim_order(graph_order)
@@ -361,14 +361,15 @@ class SimEnv:
         sim_devices: np.ndarray,
         order: np.ndarray | None,
         program: np.ndarray,
-        hm: np.ndarray | None = None,
+        hm: Any = None,
         ck: np.ndarray | None = None,
     ) -> Schedule:
         """The pure-Python schedule of a placement of ``sim_graph``'s ops, in issue ``order`` and host ``program``
-        (``hm``: a row of :func:`envs.sim.homes.home_rows`; ``ck``: a row of
+        (``hm``: a row of :func:`envs.sim.homes.copy_rows`; ``ck``: a row of
         :func:`envs.sim.checkpointing.checkpoint_rows`)."""
         c = self.cluster
         homes = None if hm is None else HomeCopies(hm, self.sim_graph.param_bytes, c, self.grad.tolist())
+        hm = hm[0] if isinstance(hm, tuple) else hm  # each op's parameters' home
         return schedule_reference(
             self.sim_graph,
             sim_devices,
@@ -439,7 +440,7 @@ class SimEnv:
         (:func:`envs.sim.checkpointing.possible_blocks`), not an error. The other scorer methods are this one's."""
         op_devices = self._check_batch(op_devices)
         order = self._batch_order(op_devices, order)
-        rows = home_rows(self, op_devices, homes)
+        rows = copy_rows(self, home_rows(self, op_devices, homes))
         blocks = checkpoint_rows(self, op_devices, checkpoint, order, where_possible=checkpoint_where_possible)
         self._simulated[0] += len(op_devices)
         programs = None
@@ -496,7 +497,7 @@ class SimEnv:
         op_devices: np.ndarray,
         order: np.ndarray | None,
         programs: list[np.ndarray] | None,
-        rows: np.ndarray | None = None,
+        rows: Any = None,
         blocks: np.ndarray | None = None,
     ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """:meth:`batch` of placements of ``sim_graph``'s ops, one pure-Python schedule and Result each."""
@@ -507,7 +508,7 @@ class SimEnv:
         for k, row in enumerate(op_devices):
             row_order = order[k] if order is not None and order.ndim == 2 else order
             program = self.segments if programs is None else programs[k]
-            hm = None if rows is None else rows[k if len(rows) > 1 else 0]
+            hm = row_of(rows, k)
             ck = None if blocks is None else blocks[k if len(blocks) > 1 else 0]
             r = self.result(self._reference_schedule(row, row_order, program, hm, ck))
             step_time_s[k] = r.extra["sim_step_time_s"]

@@ -58,7 +58,7 @@ def busy_seconds(env: "SimEnv", schedule: Schedule) -> dict[str, float]:
 def schedule_peaks(env: "SimEnv", schedule: Schedule) -> np.ndarray:
     """Peak bytes per device of ``schedule``, a schedule of ``env``: the static bytes without the parameters'
     gradients, which the sweep allocates at their owners' backward (:func:`envs.sim.memory.param_grad_bytes`)."""
-    grads = param_grad_bytes(env.sim_graph.param_bytes, env.grad, schedule.homes.op)
+    grads = param_grad_bytes(env.sim_graph.param_bytes, env.grad, schedule.homes.owner)
     static = env.static_per_device(schedule.op_devices, schedule_param_devices(schedule))
     np.subtract.at(static, schedule.op_devices.astype(np.int64), grads)
     peaks, _ = peak_bytes(

@@ -7,7 +7,9 @@ with the op's parameters, their gradient and Adam's state homed on the host
 A move to a code is then one move: sending a layer to the GPU with its weights on the
 host is what frees a tight GPU without running the layer on the host. An op whose
 parameters cannot live apart (:func:`envs.sim.homes.homeable`) on a home code is
-simply on that GPU.
+simply on that GPU, as is a view of a parameter on another GPU than the op reading it
+(:func:`envs.sim.homes.home_readers`; co-location keeps them together, so only a code
+made by hand can part them).
 
 :class:`HomeCodes` decodes codes into ``(op_devices, homes)`` and lists the home
 moves of an item level; :class:`HomeCodeScorer` scores codes through the simulator
@@ -30,7 +32,7 @@ from typing import Any
 
 import numpy as np
 
-from envs.sim.homes import homeable
+from envs.sim.homes import home_readers, homeable
 from graphs import OpGraph, PlacerError
 
 
@@ -44,6 +46,9 @@ class HomeCodes:
             raise PlacerError("home moves: the cluster needs a host device and a GPU")
         self.host, self.num_devices = hosts[0], cluster.num_devices
         self.can_home = homeable(graph) == 1
+        readers = home_readers(graph)  # a parameter read through views lives apart only with them on its reader's
+        self._through = np.flatnonzero(readers != np.arange(graph.num_ops))
+        self._reader = readers[self._through]
         # a random integer per op: the sum over the ops a move changes names the placement it makes (as MoveFeatures')
         self._op_key = np.random.default_rng(1).integers(0, 1 << 40, size=graph.num_ops).astype(np.float64)
 
@@ -66,7 +71,11 @@ class HomeCodes:
         codes = np.asarray(codes, dtype=np.int64)
         apart = codes >= self.num_devices
         op_devices = np.where(apart, self.gpus[np.maximum(codes - self.num_devices, 0)], codes)
-        return op_devices, np.where(apart & self.can_home, self.host, -1)
+        homes = np.where(apart & self.can_home, self.host, -1)
+        if len(self._through):  # a view of a parameter apart from its reader (colocated: only a hand-made code)
+            split = op_devices[..., self._through] != op_devices[..., self._reader]
+            homes[..., self._through] = np.where(split, -1, homes[..., self._through])
+        return op_devices, homes
 
     def encode(self, op_devices: np.ndarray, homes: np.ndarray) -> np.ndarray | None:
         """The codes of ``op_devices`` with parameter ``homes`` (-1: an op's own device), as :meth:`decode` gives

@@ -130,6 +130,22 @@ def test_an_inplace_op_joins_what_it_mutates_and_shared_params_do_not_join():
     assert lab == [0, 1, 0, 2, 3]  # numbered by first op
 
 
+def test_a_parameter_s_views_are_colocated_with_the_op_that_reads_them():
+    # x -> mm <- unsqueeze <- t(w): x @ w.T.unsqueeze(0); w.T is a parameter view read by mm through its chain.
+    # u(v) reads a view of v's parameter too, but by two ops: no one reader, so nothing joins it.
+    g = OpGraph.from_edges(
+        ["x", "t", "u", "mm", "v", "y", "z"],
+        [("x", "mm", 8), ("t", "u", 8), ("u", "mm", 8), ("v", "y", 8), ("v", "z", 8), ("mm", "y", 8)],
+        op_types=["aten.relu.default", "aten.t.default", "aten.unsqueeze.default", "aten.mm.default"]
+        + ["aten.t.default", "aten.mm.default", "aten.mm.default"],
+        param_bytes=[0, 8, 0, 0, 8, 0, 0],
+    )
+    lab = colocate(g).tolist()
+    assert lab[g.index["t"]] == lab[g.index["u"]] == lab[g.index["mm"]] != lab[g.index["x"]]
+    assert len({lab[g.index[n]] for n in ("v", "y", "z")}) == 3
+    check_grouping(g, coarsen(g, 4), 4, colocated=True)
+
+
 def test_colocation_cycle_is_merged():
     # a -> b -> c and a -> c, c = a.add_(b): joining a with c puts b on a cycle.
     g = OpGraph.from_edges(

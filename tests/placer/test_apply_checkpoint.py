@@ -383,3 +383,37 @@ def test_the_homes_search_s_plan_homing_parameters_inside_checkpointed_layers_tr
     )
     assert fetched == len(inside)
     train_side_by_side_seeded(placed, ref, inputs, steps=2)
+
+
+class ViewBlock(nn.Module):
+    """A residual block reading its weights through views taken before they are read (``w.t()``, ``u.T``)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.w = nn.Parameter(torch.randn(16, 32) / 4)
+        self.u = nn.Parameter(torch.randn(16, 32) / 4)
+        self.b = nn.Parameter(torch.zeros(32))
+
+    def forward(self, x):
+        w, u = self.w, self.u.T
+        return x + torch.tanh(x @ w + self.b) @ u
+
+
+class ViewDeep(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.blocks = nn.ModuleList(ViewBlock() for _ in range(2))
+
+    def forward(self, x):
+        for block in self.blocks:
+            x = block(x)
+        return x.pow(2).mean()
+
+
+def test_checkpointed_blocks_reading_their_homed_parameters_through_views_train_as_the_unplaced_model_does():
+    torch.manual_seed(0)
+    model, x = ViewDeep(), torch.randn(64, 16)
+    ref = copy.deepcopy(model)
+    placed = homed_and_checkpointed(model, x)
+    assert len(placed.get_submodule(homes.RUNTIME_ATTR).masters) == 6
+    train_side_by_side_seeded(placed, ref, x, steps=3)

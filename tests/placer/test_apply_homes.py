@@ -16,8 +16,10 @@ import torch
 from torch import nn
 
 import envs.real.homes as homes
+from envs.real.transfers import to_device
 from graphs import PlacerError
-from graphs.ops import param_owners
+from graphs.flops import is_alias
+from graphs.ops import param_owners, view_readers
 from graphs.plan import Placement
 from graphs.torch_capture import capture
 from placer.apply import apply
@@ -177,3 +179,52 @@ def test_a_parameter_two_ops_read_keeps_its_home_with_them():
     p.param_homes = {"lin.weight": "cpu:0", "lin.bias": "cpu:0"}
     with pytest.raises(PlacerError, match="read by 2 ops"):
         apply(model, p, (x,), device_map="*=cpu")
+
+
+class ThroughViews(nn.Module):
+    """Parameters read through views, as Falcon and GPT-style code write them: ``x @ w.T``, ``x @ w.t().unsqueeze(0)``
+    and ``w.T.contiguous()`` (the view's reader copies it)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.pre = nn.Linear(8, 8)
+        self.w1 = nn.Parameter(torch.randn(16, 8) / 4)
+        self.w2 = nn.Parameter(torch.randn(16, 16) / 4)
+        self.w3 = nn.Parameter(torch.randn(16, 4) / 4)
+        self.b3 = nn.Parameter(torch.randn(4) / 4)
+
+    def forward(self, x):
+        w2 = self.w2.t().unsqueeze(0)  # a view taken long before it is read
+        h = torch.relu(self.pre(x) @ self.w1.T)
+        h = torch.relu(torch.bmm(h.unsqueeze(0), w2).squeeze(0))
+        return (h @ self.w3.T.contiguous().T + self.b3).pow(2).mean()
+
+
+def test_parameters_read_through_views_are_homed_and_train_as_the_unplaced_model_does():
+    torch.manual_seed(0)
+    model, x = ThroughViews(), torch.randn(5, 8)
+    ref = copy.deepcopy(model)
+    g = capture(model, (x,))
+    owners = param_owners(g)
+    views = [n for n in ("w1", "w2", "w3") if g.op_types[owners[n]].split(".")[1] in ("t", "numpy_T", "permute")]
+    assert len(views) == 3  # each first read by a view
+    p = homed_plan(g, ["w1", "w2", "w3", "b3", "pre.weight", "pre.bias"])
+    placed = apply(model, p, (x,), device_map="*=cpu")
+    runtime = placed.get_submodule(homes.RUNTIME_ATTR)
+    assert len(runtime.masters) == 6
+    train_side_by_side(placed, ref, (x,))
+    # the views of a homed parameter run right before their reader, on its copy: between a copy and its reader,
+    # only the reader's other copies, its inputs' transfers and the views
+    nodes = list(placed.graph.nodes)
+    viewed = 0
+    for release in (n for n in nodes if n.target is homes.release_home):
+        fetched, reader = release.args[2], release.args[3]
+        between = nodes[nodes.index(fetched) + 1 : nodes.index(reader)]
+        assert all(n.target in (homes.fetch_home, to_device) or is_alias(n.target) for n in between)
+        viewed += sum(n.target not in (homes.fetch_home, to_device) for n in between)
+    assert viewed >= 3
+    # a plan that parts a view from its reader cannot home the parameter it views
+    apart = Placement.from_indices(g, DEVICES, np.ones(g.num_ops, dtype=int), homes=p.home_indices(g))
+    apart.assignment[g.names[view_readers(g)[owners["w1"]]]] = "cpu:0"  # w1.T's reader on the host, w1.T on gpu:0
+    with pytest.raises(PlacerError, match="w1 is read through .* which is on another device"):
+        apply(model, apart, (x,), device_map="*=cpu")

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from envs.cluster import Cluster
-from envs.sim.homes import homeable
+from envs.sim.homes import home_readers, homeable
 from envs.sim.simulator import SimEnv
 from graphs import PlacerError
 from graphs.plan import Placement
@@ -156,6 +156,59 @@ def test_homes_are_for_a_gpu_op_s_own_parameters_on_the_host(toy):
         SimEnv(tied, toy.cluster()).with_homes([-1, toy.CPU]).step_times(on_gpu)
 
 
+def viewed(toy, owner):
+    """a (1) -> c (2); t (``w.T``, a view: no kernel) -> c. ``owner``: "t" (c reads w through the view, as ``x @ w.T``
+    captures) or "c" (c reads w itself). w: 2 bytes."""
+    g = toy.graph(["a", "t", "c"], [("a", "c", 1), ("t", "c", 2)], [1, 0, 2], param_bytes=[0, 2, 0])
+    g.op_types = ["aten.mm.default", "aten.t.default", "aten.mm.default"]
+    g.out_bytes = np.array([1, 2, 0], dtype=np.int64)
+    if owner == "c":
+        g.param_bytes = np.array([0, 0, 2], dtype=np.int64)
+    g.params = [[], ["w"], []] if owner == "t" else [[], [], ["w"]]
+    return g
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_parameter_read_through_a_view_is_copied_for_the_op_that_reads_it(toy, backend):
+    # all on gpu:0, w on cpu:0. The copy is made for c, the op that reads w's data (the view t has no kernel):
+    # forward: a [0, 1]; w in [0, 2]; c waits for it: [2, 4].  backward: w in again [max(0, link 2) = 2, 4];
+    # c's kernel [4, 8]; its gradient home [8, 10]; a [8, 10]. The step ends at 10 (Adam on the host: 2 bytes).
+    g = viewed(toy, "t")
+    assert homeable(g).tolist() == [0, 1, 0] and home_readers(g).tolist() == [0, 2, 2]
+    p = Placement.from_indices(g, DEVICES, [toy.G0] * 3, homes=[-1, toy.CPU, -1])
+    assert p.param_homes == {"w": "cpu:0"}
+    env = SimEnv(g, toy.cluster(), backend=backend)
+    s = env.schedule(p)
+    assert homes_times(s) == [(2, (0, 2), (2, 4), (8, 10))]
+    assert s.homes.owner.tolist() == [1] and s.homes.owner_home.tolist() == [toy.CPU]
+    assert s.fwd_start_s[[0, 2]].tolist() == [0, 2] and s.bwd_end_s[[0, 2]].tolist() == [10, 8]
+    r = env.simulate(p)
+    assert r.step_time_s == 10.0 and r.busy_s["cpu:0->gpu:0"] == 4.0 and r.busy_s["gpu:0->cpu:0"] == 2.0
+    # exactly as if c read w itself: the same schedule, the same memory (w's state, 4 x 2 bytes, on cpu:0)
+    own = Placement.from_indices(viewed(toy, "c"), DEVICES, [toy.G0] * 3, homes=[-1, -1, toy.CPU])
+    ref = SimEnv(viewed(toy, "c"), toy.cluster(), backend=backend).simulate(own)
+    assert r.peak_bytes == ref.peak_bytes and r.peak_bytes["cpu:0"] == 8 and r.step_time_s == ref.step_time_s
+    t, failed = env.with_homes([-1, toy.CPU, -1]).step_times(np.array([[toy.G0] * 3]))
+    assert t.tolist() == [10.0] and not failed[0]
+    # without the home, w lives on gpu:0 with its view
+    plain = env.simulate(Placement.from_indices(g, DEVICES, [toy.G0] * 3))
+    assert plain.peak_bytes["cpu:0"] == 0 and plain.step_time_s == 9.0  # a [0, 1], c [1, 3], c [3, 7], a [7, 9]
+
+
+def test_a_parameter_read_through_a_view_lives_apart_only_with_the_view_on_its_reader_s_device(toy):
+    g = viewed(toy, "t")
+    env = SimEnv(g, toy.cluster())
+    with pytest.raises(PlacerError, match="read through views by op 2: they can live apart only with their views"):
+        env.with_homes([-1, toy.CPU, -1]).step_times(np.array([[toy.G0, toy.G1, toy.G0]]))
+    # a branching view (w.T read by two ops) has no one reader: its parameters stay with it
+    two = toy.graph(["t", "b", "c"], [("t", "b", 2), ("t", "c", 2)], [0, 1, 1], param_bytes=[2, 0, 0])
+    two.op_types = ["aten.t.default", "aten.mm.default", "aten.mm.default"]
+    two.params = [["w"], [], []]
+    assert homeable(two).tolist() == [-1, 0, 0]
+    with pytest.raises(PlacerError, match="cannot live apart from it"):
+        SimEnv(two, toy.cluster()).with_homes([toy.CPU, -1, -1]).step_times(np.array([[toy.G0] * 3]))
+
+
 @pytest.mark.parametrize("seed", range(4))
 def test_kernel_and_reference_agree_with_random_homes(seed):
     rng = np.random.default_rng(seed)
@@ -166,6 +219,7 @@ def test_kernel_and_reference_agree_with_random_homes(seed):
     c = changed(c, gpu_0={"memory_bytes": float(g.param_bytes.sum() * 1.2)})  # some placements do not fit
     p = rng.integers(0, c.num_devices, (8, g.num_ops))
     homes = np.where((rng.random((8, g.num_ops)) < 0.5) & (p > 0) & (homeable(g) > 0), 0, -1)
+    homes[p != p[:, home_readers(g)]] = -1  # a parameter read through views: apart with its views on its reader's
     kernel, reference = (SimEnv(g, c, backend=b).with_homes(homes) for b in BACKENDS)
     tk, fk, ok = kernel.overflow(p)
     tr, fr, orf = reference.overflow(p)

@@ -43,6 +43,17 @@ def test_codes_decode_to_a_gpu_with_the_weights_on_the_host(problem):
     assert sorted(targets.tolist()) == [GPU, 2] and len(set(keys.tolist())) == 2  # all homed, or all back on gpu:0
 
 
+def test_a_weight_read_through_a_view_is_homed_with_the_view_on_its_reader_s_gpu():
+    # x -> mm <- t(w): x @ w.T. The code homing t's weight names a home only where t is on mm's GPU.
+    g = OpGraph.from_edges(["x", "t", "mm"], [("x", "mm", 8), ("t", "mm", 8)], param_bytes=[0, 8, 0])
+    g.op_types = ["aten.relu.default", "aten.t.default", "aten.mm.default"]
+    g.params = [[], ["w"], []]
+    codes = HomeCodes(g, envs.Cluster.preset("k80x2"), [1, 2])  # cpu:0, gpu:0, gpu:1; codes 3, 4: homed on gpu:k
+    op_devices, homes = codes.decode(np.array([[1, 3, 1], [1, 3, 2], [1, 4, 4]]))
+    assert op_devices.tolist() == [[1, 1, 1], [1, 1, 2], [1, 2, 2]]
+    assert homes.tolist() == [[-1, 0, -1], [-1, -1, -1], [-1, 0, -1]]
+
+
 def test_the_search_homes_the_weights_on_the_host_to_fit_the_gpu(problem):
     g, cluster = problem
     env = envs.SimEnv(g, cluster)
