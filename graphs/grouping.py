@@ -49,7 +49,7 @@ from graphs.errors import GraphFormatError, PlacerError
 from graphs.group_graph import CutTable, build_group_graph, cut_bytes_batched
 from graphs.io import from_dict as graph_from_dict
 from graphs.ir import OpGraph
-from graphs.ops import base_op_name, inplace_mask, view_mask, view_readers
+from graphs.ops import base_op_name, inplace_mask, param_chains, view_mask
 
 FORMAT = "placer-grouping/1"
 
@@ -85,9 +85,9 @@ def colocate(graph: OpGraph) -> np.ndarray:
       every predecessor sending a tensor as large as the largest one it receives
       (the mutated ``self`` cannot be told apart from an equally large second
       operand, so both are kept with it);
-    * a view of a parameter (``w.T`` in ``x @ w.T``) with the op that reads it
-      (:func:`graphs.ops.view_readers`): the parameter can then have a home apart
-      from them (:mod:`envs.sim.homes`).
+    * a view of a parameter (``w.T`` in ``x @ w.T``), or a check of its metadata,
+      with the ops through which its data is read (:func:`graphs.ops.param_chains`):
+      the parameter can then have a home apart from them (:mod:`envs.sim.homes`).
 
     Ops named in ``graph.meta["alias_ops"]`` / ``["inplace_ops"]`` (written by
     capture from torch's op schemas) count as views / in-place ops as well.
@@ -121,9 +121,9 @@ def colocate(graph: OpGraph) -> np.ndarray:
         np.maximum.at(largest, dst[into_inplace], nbytes[into_inplace])
         joins.append(into_inplace[nbytes[into_inplace] == largest[dst[into_inplace]]])
     e = np.concatenate(joins) if joins else np.zeros(0, dtype=np.int64)
-    readers = view_readers(graph)
-    roots = np.flatnonzero(readers >= 0)
-    a, b = np.concatenate([src[e], roots]), np.concatenate([dst[e], readers[roots]])
+    chained = [(i, u) for i, chain in param_chains(graph).items() for u in chain]
+    a = np.concatenate([src[e], np.array([i for i, _ in chained], dtype=np.int64)])
+    b = np.concatenate([dst[e], np.array([u for _, u in chained], dtype=np.int64)])
     adj = coo_matrix((np.ones(len(a), dtype=np.int8), (a, b)), shape=(n, n)).tocsr()
     _, labels = connected_components(adj, directed=False)
     return renumber_by_first_op(labels)

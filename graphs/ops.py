@@ -546,13 +546,63 @@ def param_reads(graph: "OpGraph") -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     return src, dst, nbytes
 
 
-def view_readers(graph: "OpGraph") -> np.ndarray:
-    """Per op, for a *parameter view* (a view op, :func:`view_mask`, that owns parameters: ``x @ w.T`` reads ``w``
-    through ``w.T``), the op that reads the parameter's data: the end of its chain of views, each with a single
-    consumer; -1 for every other op and where the chain branches or ends in an in-place op (:func:`inplace_mask`).
+#: Ops that read a tensor's metadata only: a parameter they read first is read by the op after them.
+METADATA_OPS = frozenset({"_assert_tensor_metadata"})
 
-    A plan may give such a parameter a home apart (:mod:`envs.sim.homes`): its copy is made for that reader, and
-    co-location (:func:`graphs.grouping.colocate`) keeps the views with it.
+
+def metadata_mask(graph: "OpGraph") -> np.ndarray:
+    """Boolean per op: it reads its inputs' metadata only (:data:`METADATA_OPS`)."""
+    return _type_mask(graph, lambda t: base_op_name(t) in METADATA_OPS)
+
+
+def param_chains(graph: "OpGraph") -> dict[int, list[int]]:
+    """Per *indirect owner* (an op that owns parameters without reading their data: a view of them, ``x @ w.T``, or
+    a metadata check, :data:`METADATA_OPS`, that ``w.to(dtype)`` exports before the cast), the ops through which
+    their data is read: the views, each with a single consumer, then the op reading it (the last). Owners whose
+    chain branches or ends in an in-place op (:func:`inplace_mask`) are left out.
+
+    A metadata check's parameters are read next by exactly one other op (:func:`param_reads`), where the chain
+    starts; a view's chain starts at its consumer.
+
+    >>> from graphs import OpGraph
+    >>> g = OpGraph.from_edges(["t", "x", "mm"], [("t", "mm", 8), ("x", "mm", 8)], param_bytes=[8, 0, 0],
+    ...                        op_types=["aten.t.default", "aten.relu.default", "aten.mm.default"])
+    >>> param_chains(g)
+    {0: [2]}
+    """
+    view = view_mask(graph)
+    check = metadata_mask(graph)
+    roots = np.flatnonzero((view | check) & (graph.param_bytes > 0))
+    if not len(roots):
+        return {}
+    inplace = inplace_mask(graph)
+    indptr, dst, _ = graph.out_csr
+    next_reader: dict[int, list[int]] = {}
+    if check[roots].any():
+        owner, reader, _ = param_reads(graph)
+        for u, v in zip(owner.tolist(), reader.tolist()):
+            next_reader.setdefault(u, []).append(v)
+    chains: dict[int, list[int]] = {}
+    for i in roots.tolist():
+        chain: list[int] = []
+        succ = np.unique(next_reader.get(i, [])) if check[i] else np.unique(dst[indptr[i] : indptr[i + 1]])
+        while len(succ) == 1 and not (graph.param_bytes[succ[0]] > 0 and view[succ[0]]):  # not another's view
+            u = int(succ[0])
+            chain.append(u)
+            if not view[u]:
+                if not inplace[u]:
+                    chains[i] = chain
+                break
+            succ = np.unique(dst[indptr[u] : indptr[u + 1]])
+    return chains
+
+
+def view_readers(graph: "OpGraph") -> np.ndarray:
+    """Per op, for an indirect owner of parameters (:func:`param_chains`: a view of them, or a metadata check), the
+    op that reads their data: the end of its chain; -1 for every other op.
+
+    A plan may give such parameters a home apart (:mod:`envs.sim.homes`): their copy is made for that reader, and
+    co-location (:func:`graphs.grouping.colocate`) keeps the chain with it.
 
     >>> from graphs import OpGraph
     >>> g = OpGraph.from_edges(["t", "x", "mm"], [("t", "mm", 8), ("x", "mm", 8)], param_bytes=[8, 0, 0],
@@ -560,23 +610,7 @@ def view_readers(graph: "OpGraph") -> np.ndarray:
     >>> view_readers(g).tolist()
     [2, -1, -1]
     """
-    n = graph.num_ops
-    out = np.full(n, -1, dtype=np.int64)
-    view = view_mask(graph)
-    roots = np.flatnonzero(view & (graph.param_bytes > 0))
-    if not len(roots):
-        return out
-    inplace = inplace_mask(graph)
-    indptr, dst, _ = graph.out_csr
-    for i in roots.tolist():
-        u = i
-        while True:
-            succ = np.unique(dst[indptr[u] : indptr[u + 1]])
-            if len(succ) != 1 or (view[succ[0]] and graph.param_bytes[succ[0]] > 0):  # branches, or another's view
-                break
-            u = int(succ[0])
-            if not view[u]:
-                if not inplace[u]:
-                    out[i] = u
-                break
+    out = np.full(graph.num_ops, -1, dtype=np.int64)
+    for i, chain in param_chains(graph).items():
+        out[i] = chain[-1]
     return out

@@ -49,7 +49,7 @@ from torch import nn
 
 from graphs import PlacerError
 from graphs.flops import is_alias, op_type
-from graphs.ops import is_view_op, param_owners, view_readers
+from graphs.ops import METADATA_OPS, base_op_name, is_view_op, param_chains, param_owners
 
 #: Which forward of a checkpointed block runs in this thread: ``"forward"`` (its first), ``"recompute"`` (its second,
 #: in the backward), or None outside every block (set by :func:`envs.real.checkpointing.checkpointed`).
@@ -305,7 +305,8 @@ def insert_home_copies(
 
     A parameter read through views (``x @ w.T``: :func:`graphs.ops.view_readers`) is fetched for the op at the end
     of its views, which then run right before that op, on the copy: the copy is made, kept and made again for the
-    backward as for a parameter that op reads itself, the simulator's model (:mod:`envs.sim.homes`).
+    backward as for a parameter that op reads itself, the simulator's model (:mod:`envs.sim.homes`). A check of
+    its metadata (``w.to(dtype)`` exports one) is dropped: the master it would check lives on its home.
 
     Raises :class:`PlacerError` for a parameter read by several ops, or through views that several ops read (its
     home stays with its ops).
@@ -315,9 +316,11 @@ def insert_home_copies(
     graph = gm.graph
     readers, views = [], []
     for node in apart:
-        reader, chain = _reader(node)
+        reader, chain, checks = _reader(node)
         readers.append(reader)
         views.append(chain)
+        for check in checks:  # it would check the master, on its home, against the reader's device
+            graph.erase_node(check)
     runtime = HomeRuntime(
         [m for _, m in apart.values()],
         [id(reader) for reader in readers],
@@ -347,10 +350,13 @@ def insert_home_copies(
     return len(apart)
 
 
-def _reader(node: fx.Node) -> tuple[fx.Node, list[fx.Node]]:
-    """The op that reads parameter ``node``'s data, and the views it reads it through (none: it reads it itself)."""
+def _reader(node: fx.Node) -> tuple[fx.Node, list[fx.Node], list[fx.Node]]:
+    """The op that reads parameter ``node``'s data, the views it reads it through (none: it reads it itself), and the
+    ops that check its metadata (:data:`graphs.ops.METADATA_OPS`)."""
     chain: list[fx.Node] = []
     users = [u for u in node.users if u.op == "call_function"]
+    checks = [u for u in users if base_op_name(op_type(u.target)) in METADATA_OPS]
+    users = [u for u in users if u not in checks]
     while len(users) == 1 and (is_view_op(op_type(users[0].target)) or is_alias(users[0].target)):  # view_mask's
         chain.append(users[0])
         users = [u for u in users[0].users if u.op == "call_function"]
@@ -360,31 +366,32 @@ def _reader(node: fx.Node) -> tuple[fx.Node, list[fx.Node]]:
             f"param_homes: {node.target} is read{through} by {len(users)} ops: only a parameter one op reads (itself "
             "or through views) may live apart from it"
         )
-    return users[0], chain
+    return users[0], chain, checks
 
 
 def homes_apart(placement: Any, graph: Any) -> dict[str, str]:
     """A plan's ``param_homes`` checked against its ``graph`` (:meth:`graphs.plan.Placement.home_indices`), less the
     homes that are their op's own device: what :func:`envs.real.placing.place_module` takes as ``homes``.
 
-    Raises :class:`PlacerError` for a parameter read through views (:func:`graphs.ops.view_readers`) whose views
-    are on another device than the op reading them: it lives apart only with them on that op's device.
+    Raises :class:`PlacerError` for a parameter read through views (:func:`graphs.ops.param_chains`) with one of
+    them, or the op reading them, on another device: it lives apart only with them all on its owner's device.
     """
     if not getattr(placement, "param_homes", None):
         return {}
     apart = placement.home_indices(graph) >= 0
     owners = param_owners(graph)
     out = {name: device for name, device in placement.param_homes.items() if apart[owners[name]]}
-    readers = view_readers(graph)
-    if out and (readers >= 0).any():
+    chains = param_chains(graph) if out else {}
+    if chains:
         op_devices = placement.indices(graph)
         for name in out:
             i = owners[name]
-            r = int(readers[i])
-            if r >= 0 and op_devices[r] != op_devices[i]:
+            elsewhere = [u for u in chains.get(i, ()) if op_devices[u] != op_devices[i]]
+            if elsewhere:
                 source = getattr(placement, "source", None) or "placement"
                 raise PlacerError(
-                    f"{source}: param_homes: {name} is read through {graph.names[i]} by {graph.names[r]}, which is on "
-                    "another device: a parameter lives apart only with its views on its reader's device"
+                    f"{source}: param_homes: {name} is read through {graph.names[i]}, but "
+                    f"{graph.names[elsewhere[0]]} is on another device: a parameter lives apart only with the ops "
+                    "it is read through on its reader's device"
                 )
     return out

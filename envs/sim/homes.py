@@ -30,8 +30,15 @@ charges what that runtime does:
 
 An op without a backward (:func:`graphs.ops.grad_mask`) has no second copy and no
 gradient. Homes are decided per owner op (its first reader,
-:func:`graphs.ops.param_owners`); a parameter several ops read, and a view's, have
-none apart from their op (:func:`homeable`). :mod:`envs.sim.kernel_homes` computes
+:func:`graphs.ops.param_owners`); a parameter several ops read has none apart from
+its op (:func:`homeable`).
+
+A parameter whose owner does not read its data (:func:`graphs.ops.param_chains`: a
+view of it, ``x @ w.T``, or a check of its metadata, which ``w.to(dtype)`` exports)
+is copied for the op that does, at the end of its chain of views (:func:`home_readers`):
+the copies above are that op's, with the bytes of its own parameters where they live
+apart too (:func:`copy_rows`); the state stays the owner's. The chain must be on the
+owner's device (co-location keeps it there). :mod:`envs.sim.kernel_homes` computes
 the same times compiled.
 """
 
@@ -43,7 +50,7 @@ import numpy as np
 
 from graphs.errors import PlacerError
 from graphs.ir import OpGraph
-from graphs.ops import param_reads, view_mask, view_readers
+from graphs.ops import metadata_mask, param_chains, param_reads, view_mask, view_readers
 
 if TYPE_CHECKING:
     from envs.cluster import Cluster
@@ -77,16 +84,38 @@ def no_home_times() -> HomeTimes:
 
 def homeable(graph: OpGraph) -> np.ndarray:
     """Per op (int8): 1 where its parameters may live apart from it, 0 where it owns none, -1 where they cannot (a
-    view's whose chain of views branches, :func:`graphs.ops.view_readers`; parameters other ops read too; or a
-    parameter tied to another name, ``meta["tied_params"]``, which :func:`placer.apply` keeps with its op)."""
+    view's or a metadata check's whose chain branches, :func:`graphs.ops.param_chains`; parameters other ops read
+    too; or a parameter tied to another name, ``meta["tied_params"]``, which :func:`placer.apply` keeps with its
+    op)."""
     shared = np.zeros(graph.num_ops, dtype=bool)
-    shared[param_reads(graph)[0]] = True
+    owner, reader, _ = param_reads(graph)
+    chains = param_chains(graph)  # a metadata check's parameters are read next by the first op of its chain
+    shared[[u for u, v in zip(owner.tolist(), reader.tolist()) if chains.get(u, [None])[0] != v]] = True
     tied = {name for group in graph.meta.get("tied_params") or () for name in group}
     if tied and graph.params is not None:
         shared |= np.array([bool(tied.intersection(names)) for names in graph.params], dtype=bool)
     owns = graph.param_bytes > 0
-    unread = view_mask(graph) & (view_readers(graph) < 0)
+    unread = (view_mask(graph) | metadata_mask(graph)) & (view_readers(graph) < 0)
     return np.where(owns, np.where(unread | shared, -1, 1), 0).astype(np.int8)
+
+
+def chain_pairs(graph: OpGraph) -> tuple[np.ndarray, np.ndarray]:
+    """``(owner, op)``: every op through which an indirect owner's parameters are read, with that owner
+    (:func:`graphs.ops.param_chains`)."""
+    chains = param_chains(graph)
+    owner = np.array([i for i, chain in chains.items() for _ in chain], dtype=np.int64)
+    return owner, np.array([u for chain in chains.values() for u in chain], dtype=np.int64)
+
+
+def parted(op_devices: np.ndarray, pairs: tuple[np.ndarray, np.ndarray]) -> np.ndarray:
+    """Boolean per op of placements ``op_devices`` (``[n]`` or ``[K, n]``): an indirect owner with an op of its chain
+    (``pairs``: :func:`chain_pairs`) on another device, where its parameters cannot live apart."""
+    op_devices = np.asarray(op_devices)
+    out = np.zeros(op_devices.shape, dtype=bool)
+    owner, op = pairs
+    if len(owner):
+        np.logical_or.at(out.T, owner, (op_devices[..., owner] != op_devices[..., op]).T)
+    return out
 
 
 def home_readers(graph: OpGraph) -> np.ndarray:
@@ -102,6 +131,7 @@ def offloaded(
     host: np.ndarray,
     can_home: np.ndarray,
     readers: np.ndarray | None = None,
+    pairs: tuple[np.ndarray, np.ndarray] | None = None,
 ) -> np.ndarray:
     """Boolean per op (``[K, n]`` for a batch) of placements ``op_devices`` with per-op ``homes`` (-1: its own
     device): its parameters live on a host device apart from its GPU. An op without parameters has nothing to home
@@ -109,8 +139,8 @@ def offloaded(
 
     Raises :class:`PlacerError` for a home that is neither the op's device nor a host device, a host op with a
     home apart, an op whose parameters cannot live apart (``can_home``: :func:`homeable`), and a parameter read
-    through views (``readers``: :func:`home_readers`) whose reader is on another device, or offloaded to another
-    home.
+    through views (``readers``: :func:`home_readers`) with one of them or their reader on another device
+    (``pairs``: :func:`chain_pairs`), or its reader's own parameters offloaded to another home.
     """
     homes = np.asarray(homes, dtype=np.int64)
     apart = (homes >= 0) & (homes != op_devices) & (can_home != 0)
@@ -131,6 +161,8 @@ def offloaded(
             at_reader = np.take_along_axis(op_devices, r, axis=-1)
             reader_home = np.take_along_axis(np.where(apart, homes, -1), r, axis=-1)
             bad = through & ((at_reader != op_devices) | ((reader_home >= 0) & (reader_home != homes)))
+            if pairs is not None:
+                bad |= through & parted(op_devices, pairs)
             if bad.any():
                 i = int(np.nonzero(bad)[-1][0])
                 raise PlacerError(
@@ -159,7 +191,9 @@ def home_rows(env: "SimEnv", op_devices: np.ndarray, homes: Any) -> np.ndarray |
     if env.homeable is None:
         env.homeable = homeable(env.graph)
         env.home_readers = home_readers(env.graph)
-    apart = offloaded(homes, op_devices, np.asarray(env.cluster.kinds) == "cpu", env.homeable, env.home_readers)
+        env.home_chains = chain_pairs(env.graph)
+    host = np.asarray(env.cluster.kinds) == "cpu"
+    apart = offloaded(homes, op_devices, host, env.homeable, env.home_readers, env.home_chains)
     if not apart.any():
         return None
     if env.microbatches > 1 or env.executor != "eager":

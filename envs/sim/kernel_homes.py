@@ -1,7 +1,8 @@
 """Parameter homes compiled: the copies of :mod:`envs.sim.homes`, same times, and their bytes in the memory check.
 
-Per placement, ``hm[i]`` is the home device of an offloaded op's parameters (-1
-for every other op) and ``ht`` a ``[6, n]`` array of each copy's times (rows: the
+Per placement, ``hm[i]`` is the home device of the parameters copied for op ``i``
+(-1 for none) and ``hb[i]`` their bytes (:func:`envs.sim.homes.copy_rows`: an
+offloaded op's own, and those it reads through views), and ``ht`` a ``[6, n]`` array of each copy's times (rows: the
 copy for the forward, start and end; for the backward; the gradient's copy
 home). ``ring`` (``[4 D]`` task ids, -1 for none) holds, per pass (forward 0,
 backward 1) and device, the readers of the last two copies: a copy waits for the

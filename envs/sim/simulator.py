@@ -168,6 +168,7 @@ class SimEnv:
         self._lower_bound: dict[float, float] = {}
         self.homeable: np.ndarray | None = None  # which ops may have a home apart (envs.sim.homes.homeable), lazily
         self.home_readers: np.ndarray | None = None  # the op each op's home copies are for (homes.home_readers), too
+        self.home_chains: tuple[np.ndarray, np.ndarray] | None = None  # and the ops they are read through, too
 
     # --------------------------------------------------------------- helpers
     def indices(self, placement: Any) -> np.ndarray:

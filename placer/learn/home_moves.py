@@ -32,7 +32,7 @@ from typing import Any
 
 import numpy as np
 
-from envs.sim.homes import home_readers, homeable
+from envs.sim.homes import chain_pairs, homeable, parted
 from graphs import OpGraph, PlacerError
 
 
@@ -46,9 +46,7 @@ class HomeCodes:
             raise PlacerError("home moves: the cluster needs a host device and a GPU")
         self.host, self.num_devices = hosts[0], cluster.num_devices
         self.can_home = homeable(graph) == 1
-        readers = home_readers(graph)  # a parameter read through views lives apart only with them on its reader's
-        self._through = np.flatnonzero(readers != np.arange(graph.num_ops))
-        self._reader = readers[self._through]
+        self._chains = chain_pairs(graph)  # a parameter read through views lives apart only with them on its reader's
         # a random integer per op: the sum over the ops a move changes names the placement it makes (as MoveFeatures')
         self._op_key = np.random.default_rng(1).integers(0, 1 << 40, size=graph.num_ops).astype(np.float64)
 
@@ -72,9 +70,8 @@ class HomeCodes:
         apart = codes >= self.num_devices
         op_devices = np.where(apart, self.gpus[np.maximum(codes - self.num_devices, 0)], codes)
         homes = np.where(apart & self.can_home, self.host, -1)
-        if len(self._through):  # a view of a parameter apart from its reader (colocated: only a hand-made code)
-            split = op_devices[..., self._through] != op_devices[..., self._reader]
-            homes[..., self._through] = np.where(split, -1, homes[..., self._through])
+        if len(self._chains[0]):  # a view of a parameter apart from its reader (colocated: only a hand-made code)
+            homes[parted(op_devices, self._chains)] = -1
         return op_devices, homes
 
     def encode(self, op_devices: np.ndarray, homes: np.ndarray) -> np.ndarray | None:

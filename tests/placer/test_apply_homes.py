@@ -226,5 +226,31 @@ def test_parameters_read_through_views_are_homed_and_train_as_the_unplaced_model
     # a plan that parts a view from its reader cannot home the parameter it views
     apart = Placement.from_indices(g, DEVICES, np.ones(g.num_ops, dtype=int), homes=p.home_indices(g))
     apart.assignment[g.names[view_readers(g)[owners["w1"]]]] = "cpu:0"  # w1.T's reader on the host, w1.T on gpu:0
-    with pytest.raises(PlacerError, match="w1 is read through .* which is on another device"):
+    with pytest.raises(PlacerError, match="w1 is read through .* is on another device"):
         apply(model, apart, (x,), device_map="*=cpu")
+
+
+class Cast(nn.Module):
+    """A norm's gain cast to the activations' dtype, as Gemma's, Cohere's and Mamba's code do: the export checks the
+    gain's metadata (``_assert_tensor_metadata``, its first reader), then casts it (a view at the same dtype)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.lin = nn.Linear(8, 8)
+        self.gain = nn.Parameter(torch.rand(8) + 0.5)
+
+    def forward(self, x):
+        h = self.lin(x)
+        return (h * self.gain.to(h.dtype)).pow(2).mean()
+
+
+def test_a_parameter_whose_metadata_is_checked_before_it_is_read_is_homed_and_trains_as_the_unplaced_model_does():
+    torch.manual_seed(0)
+    model, x = Cast(), torch.randn(5, 8)
+    ref = copy.deepcopy(model)
+    g = capture(model, (x,))
+    assert g.op_types[param_owners(g)["gain"]] == "aten._assert_tensor_metadata.default"
+    placed = apply(model, homed_plan(g, ["gain", "lin.weight", "lin.bias"]), (x,), device_map="*=cpu")
+    assert len(placed.get_submodule(homes.RUNTIME_ATTR).masters) == 3
+    assert not any("assert_tensor_metadata" in str(n.target) for n in placed.graph.nodes)  # it checked the master
+    train_side_by_side(placed, ref, (x,))

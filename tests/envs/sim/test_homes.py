@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from envs.cluster import Cluster
-from envs.sim.homes import home_readers, homeable
+from envs.sim.homes import chain_pairs, home_readers, homeable, parted
 from envs.sim.simulator import SimEnv
 from graphs import PlacerError
 from graphs.plan import Placement
@@ -195,6 +195,31 @@ def test_a_parameter_read_through_a_view_is_copied_for_the_op_that_reads_it(toy,
     assert plain.peak_bytes["cpu:0"] == 0 and plain.step_time_s == 9.0  # a [0, 1], c [1, 3], c [3, 7], a [7, 9]
 
 
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_parameter_whose_metadata_is_checked_first_is_copied_for_the_op_that_reads_it(toy, backend):
+    # w.to(dtype) exports a check of w's metadata (k: w's owner, its first reader) and a cast at the same dtype (t, a
+    # view reading w), read by c: the copy is made for c, as in the test above (a [0, 1], c [2, 4], step 10 s)
+    g = toy.graph(["a", "k", "t", "c"], [("a", "c", 1), ("t", "c", 2)], [1, 0, 0, 2], param_bytes=[0, 2, 0, 0])
+    g.op_types = ["aten.mm.default", "aten._assert_tensor_metadata.default", "aten.to.dtype", "aten.mm.default"]
+    g.out_bytes = np.array([1, 0, 2, 0], dtype=np.int64)
+    g.params = [[], ["w"], ["w"], []]
+    g.meta["alias_ops"] = ["t"]  # as capture records it (its schema: the same tensor at the same dtype)
+    assert homeable(g).tolist() == [0, 1, 0, 0] and home_readers(g).tolist() == [0, 3, 2, 3]
+    p = Placement.from_indices(g, DEVICES, [toy.G0] * 4, homes=[-1, toy.CPU, -1, -1])
+    env = SimEnv(g, toy.cluster(), backend=backend)
+    s = env.schedule(p)
+    assert homes_times(s) == [(3, (0, 2), (2, 4), (8, 10))] and s.homes.owner.tolist() == [1]
+    r = env.simulate(p)
+    assert r.step_time_s == 10.0 and r.peak_bytes == {"cpu:0": 8, "gpu:0": 5, "gpu:1": 0}
+    ref = SimEnv(viewed(toy, "c"), toy.cluster(), backend=backend)
+    assert (
+        r.peak_bytes
+        == ref.simulate(Placement.from_indices(ref.graph, DEVICES, [toy.G0] * 3, homes=[-1, -1, 0])).peak_bytes
+    )
+    with pytest.raises(PlacerError, match="read through views by op 3"):  # the cast parted from its reader
+        env.with_homes([-1, toy.CPU, -1, -1]).step_times(np.array([[toy.G0, toy.G0, toy.G1, toy.G0]]))
+
+
 def test_a_parameter_read_through_a_view_lives_apart_only_with_the_view_on_its_reader_s_device(toy):
     g = viewed(toy, "t")
     env = SimEnv(g, toy.cluster())
@@ -219,7 +244,7 @@ def test_kernel_and_reference_agree_with_random_homes(seed):
     c = changed(c, gpu_0={"memory_bytes": float(g.param_bytes.sum() * 1.2)})  # some placements do not fit
     p = rng.integers(0, c.num_devices, (8, g.num_ops))
     homes = np.where((rng.random((8, g.num_ops)) < 0.5) & (p > 0) & (homeable(g) > 0), 0, -1)
-    homes[p != p[:, home_readers(g)]] = -1  # a parameter read through views: apart with its views on its reader's
+    homes[parted(p, chain_pairs(g))] = -1  # a parameter read through views: apart with its views on its reader's
     kernel, reference = (SimEnv(g, c, backend=b).with_homes(homes) for b in BACKENDS)
     tk, fk, ok = kernel.overflow(p)
     tr, fr, orf = reference.overflow(p)
