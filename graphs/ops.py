@@ -558,8 +558,9 @@ def metadata_mask(graph: "OpGraph") -> np.ndarray:
 def param_chains(graph: "OpGraph") -> dict[int, list[int]]:
     """Per *indirect owner* (an op that owns parameters without reading their data: a view of them, ``x @ w.T``, or
     a metadata check, :data:`METADATA_OPS`, that ``w.to(dtype)`` exports before the cast), the ops through which
-    their data is read: the views, each with a single consumer, then the op reading it (the last). Owners whose
-    chain branches or ends in an in-place op (:func:`inplace_mask`) are left out.
+    their data is read: the views, each with a single consumer (besides checks of its metadata, listed next), then
+    the op reading it (the last). Owners whose chain branches or ends in an in-place op (:func:`inplace_mask`) are
+    left out.
 
     A metadata check's parameters are read next by exactly one other op (:func:`param_reads`), where the chain
     starts; a view's chain starts at its consumer.
@@ -585,14 +586,19 @@ def param_chains(graph: "OpGraph") -> dict[int, list[int]]:
     chains: dict[int, list[int]] = {}
     for i in roots.tolist():
         chain: list[int] = []
+        checks: list[int] = []  # checks of a view's metadata along the way: with the chain, before its reader
         succ = np.unique(next_reader.get(i, [])) if check[i] else np.unique(dst[indptr[i] : indptr[i + 1]])
-        while len(succ) == 1 and not (graph.param_bytes[succ[0]] > 0 and view[succ[0]]):  # not another's view
+        while True:
+            checks += succ[check[succ]].tolist()
+            succ = succ[~check[succ]]
+            if len(succ) != 1 or (graph.param_bytes[succ[0]] > 0 and view[succ[0]]):  # branches, or another's view
+                break
             u = int(succ[0])
-            chain.append(u)
             if not view[u]:
                 if not inplace[u]:
-                    chains[i] = chain
+                    chains[i] = chain + checks + [u]
                 break
+            chain.append(u)
             succ = np.unique(dst[indptr[u] : indptr[u + 1]])
     return chains
 

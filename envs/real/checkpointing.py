@@ -34,7 +34,7 @@ import torch
 import torch.fx as fx
 from torch.utils.checkpoint import checkpoint
 
-from envs.real.homes import HOME_COPY_META, PHASE
+from envs.real.homes import HOME_COPY_META, HOME_VIEW_META, PHASE
 from envs.real.reorder import written_nodes
 from envs.real.transfers import to_device
 from graphs import PlacerError
@@ -79,11 +79,18 @@ def _wrap(gm: fx.GraphModule, block: str, k: int, ops: Collection[str]) -> str:
     if not mine:
         raise PlacerError(f"checkpoint: block {block!r} runs no op of this program")
     index = {n: i for i, n in enumerate(nodes)}
-    # a homed parameter's fetch before its reader and release after it (envs.real.homes) belong to the block
-    mine_set = set(mine)
-    fetches = [a for n in mine for a in n.all_input_nodes if a.meta.get(HOME_COPY_META)]
+    # a homed parameter's fetch before its reader, the views it is read through and the release after it
+    # (envs.real.homes) belong to the block
+    views = []
+    for n in mine:
+        for a in n.all_input_nodes:
+            while a.meta.get(HOME_VIEW_META):
+                views.append(a)
+                a = a.all_input_nodes[0]
+    mine_set = set(mine) | set(views)
+    fetches = [a for n in mine_set for a in n.all_input_nodes if a.meta.get(HOME_COPY_META)]
     releases = [u for n in mine for u in n.users if u.meta.get(HOME_COPY_META)]
-    ends = [index[n] for n in (*mine, *fetches, *releases)]
+    ends = [index[n] for n in (*mine, *views, *fetches, *releases)]
     first, last = min(ends), max(ends)
     start, end = nodes[first], nodes[last]
     span = set(nodes[first : last + 1])

@@ -290,6 +290,9 @@ def forward_done(runtime: HomeRuntime) -> None:
 
 #: node.meta key on the nodes :func:`insert_home_copies` adds: they are placed already.
 HOME_COPY_META = "placer_home_copy"
+#: node.meta key on a homed parameter's views, which :func:`insert_home_copies` moves next to their reader: they run
+#: with it (in its checkpointed block too, :mod:`envs.real.checkpointing`).
+HOME_VIEW_META = "placer_home_view"
 RUNTIME_ATTR = "placer_homes"
 
 
@@ -331,8 +334,9 @@ def insert_home_copies(
     with graph.inserting_before(first):
         state = graph.get_attr(RUNTIME_ATTR)
     for index, ((node, (device, _)), reader, chain) in enumerate(zip(apart.items(), readers, views)):
-        for view in chain:  # the views run right before their reader, on the copy
+        for view in chain:  # the views run right before their reader, on the copy (and in its checkpointed block)
             reader.prepend(view)
+            view.meta[HOME_VIEW_META] = True
         first = chain[0] if chain else reader
         with graph.inserting_before(first):
             fetched = graph.call_function(fetch_home, (state, index, node), name=f"{node.name}_fetch")
@@ -354,12 +358,16 @@ def _reader(node: fx.Node) -> tuple[fx.Node, list[fx.Node], list[fx.Node]]:
     """The op that reads parameter ``node``'s data, the views it reads it through (none: it reads it itself), and the
     ops that check its metadata (:data:`graphs.ops.METADATA_OPS`)."""
     chain: list[fx.Node] = []
-    users = [u for u in node.users if u.op == "call_function"]
-    checks = [u for u in users if base_op_name(op_type(u.target)) in METADATA_OPS]
-    users = [u for u in users if u not in checks]
-    while len(users) == 1 and (is_view_op(op_type(users[0].target)) or is_alias(users[0].target)):  # view_mask's
-        chain.append(users[0])
-        users = [u for u in users[0].users if u.op == "call_function"]
+    checks: list[fx.Node] = []
+    at = node
+    while True:
+        users = [u for u in at.users if u.op == "call_function"]
+        checks += [u for u in users if base_op_name(op_type(u.target)) in METADATA_OPS]
+        users = [u for u in users if u not in checks]
+        if len(users) != 1 or not (is_view_op(op_type(users[0].target)) or is_alias(users[0].target)):  # view_mask's
+            break
+        at = users[0]
+        chain.append(at)
     if len(users) != 1:
         through = f" through {chain[-1].name}" if chain else ""
         raise PlacerError(

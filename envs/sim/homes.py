@@ -89,8 +89,8 @@ def homeable(graph: OpGraph) -> np.ndarray:
     op)."""
     shared = np.zeros(graph.num_ops, dtype=bool)
     owner, reader, _ = param_reads(graph)
-    chains = param_chains(graph)  # a metadata check's parameters are read next by the first op of its chain
-    shared[[u for u, v in zip(owner.tolist(), reader.tolist()) if chains.get(u, [None])[0] != v]] = True
+    chains = param_chains(graph)  # a metadata check's parameters are read next by the ops of its chain
+    shared[[u for u, v in zip(owner.tolist(), reader.tolist()) if v not in chains.get(u, ())]] = True
     tied = {name for group in graph.meta.get("tied_params") or () for name in group}
     if tied and graph.params is not None:
         shared |= np.array([bool(tied.intersection(names)) for names in graph.params], dtype=bool)

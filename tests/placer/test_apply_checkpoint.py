@@ -417,3 +417,40 @@ def test_checkpointed_blocks_reading_their_homed_parameters_through_views_train_
     placed = homed_and_checkpointed(model, x)
     assert len(placed.get_submodule(homes.RUNTIME_ATTR).masters) == 6
     train_side_by_side_seeded(placed, ref, x, steps=3)
+
+
+class ViewOutside(nn.Module):
+    """A weight's view taken outside the block that reads it (the view runs with its reader, in the block)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.w = nn.Parameter(torch.randn(16, 16) / 4)
+        self.blocks = nn.ModuleList(ViewInner() for _ in range(2))
+
+    def forward(self, x):
+        wt = self.w.T
+        x = self.blocks[0](x, wt)
+        return self.blocks[1](x, torch.ones(16, 16) / 16).pow(2).mean()
+
+
+class ViewInner(nn.Module):
+    def forward(self, x, wt):
+        return x + torch.tanh(x @ wt)
+
+
+def test_a_block_reading_a_homed_parameter_through_a_view_taken_outside_it_trains_as_the_unplaced_model_does():
+    torch.manual_seed(0)
+    model, x = ViewOutside(), torch.randn(8, 16)
+    ref = copy.deepcopy(model)
+    g = capture(model, (x,))
+    h = np.full(g.num_ops, -1)
+    h[param_owners(g)["w"]] = 0
+    p = Placement.from_indices(g, DEVICES, np.ones(g.num_ops, dtype=int), homes=h)
+    p.checkpoint = ["blocks.0"]
+    placed = apply(model, p, (x,), device_map="*=cpu")
+    body = placed.get_submodule(placed.meta[CHECKPOINT_META]["blocks.0"])
+    assert [n.target for n in body.graph.nodes if n.op == "call_function"][:2] == [
+        homes.fetch_home,
+        torch.ops.aten.numpy_T.default,
+    ]
+    train_side_by_side(placed, ref, (x,))
