@@ -49,7 +49,7 @@ from graphs.errors import GraphFormatError, PlacerError
 from graphs.group_graph import CutTable, build_group_graph, cut_bytes_batched
 from graphs.io import from_dict as graph_from_dict
 from graphs.ir import OpGraph
-from graphs.ops import base_op_name, inplace_mask, param_chains, view_mask
+from graphs.ops import base_op_name, inplace_mask, metadata_mask, param_paths, view_mask
 
 FORMAT = "placer-grouping/1"
 
@@ -86,8 +86,9 @@ def colocate(graph: OpGraph) -> np.ndarray:
       (the mutated ``self`` cannot be told apart from an equally large second
       operand, so both are kept with it);
     * a view of a parameter (``w.T`` in ``x @ w.T``), or a check of its metadata,
-      with the ops through which its data is read (:func:`graphs.ops.param_chains`):
+      with the ops through which its data is read (:func:`graphs.ops.param_paths`):
       the parameter can then have a home apart from them (:mod:`envs.sim.homes`).
+      Several ops reading one parameter (a tied head) are not joined.
 
     Ops named in ``graph.meta["alias_ops"]`` / ``["inplace_ops"]`` (written by
     capture from torch's op schemas) count as views / in-place ops as well.
@@ -121,7 +122,9 @@ def colocate(graph: OpGraph) -> np.ndarray:
         np.maximum.at(largest, dst[into_inplace], nbytes[into_inplace])
         joins.append(into_inplace[nbytes[into_inplace] == largest[dst[into_inplace]]])
     e = np.concatenate(joins) if joins else np.zeros(0, dtype=np.int64)
-    chained = [(i, u) for i, chain in param_chains(graph).items() for u in chain]
+    paths, view, check = param_paths(graph), view_mask(graph), metadata_mask(graph)
+    chained = [(i, ps[0][0]) for i, ps in paths.items() if view[i] or check[i]]  # a parameter's view (or check)
+    chained += [(a, b) for ps in paths.values() for path in ps for a, b in zip(path, path[1:])]  # ... and its readers
     a = np.concatenate([src[e], np.array([i for i, _ in chained], dtype=np.int64)])
     b = np.concatenate([dst[e], np.array([u for _, u in chained], dtype=np.int64)])
     adj = coo_matrix((np.ones(len(a), dtype=np.int8), (a, b)), shape=(n, n)).tocsr()

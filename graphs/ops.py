@@ -555,52 +555,71 @@ def metadata_mask(graph: "OpGraph") -> np.ndarray:
     return _type_mask(graph, lambda t: base_op_name(t) in METADATA_OPS)
 
 
-def param_chains(graph: "OpGraph") -> dict[int, list[int]]:
-    """Per *indirect owner* (an op that owns parameters without reading their data: a view of them, ``x @ w.T``, or
-    a metadata check, :data:`METADATA_OPS`, that ``w.to(dtype)`` exports before the cast), the ops through which
-    their data is read: the views, each with a single consumer (besides checks of its metadata, listed next), then
-    the op reading it (the last). Owners whose chain branches or ends in an in-place op (:func:`inplace_mask`) are
-    left out.
+def param_paths(graph: "OpGraph") -> dict[int, list[list[int]]]:
+    """Per owner of parameters whose data can be copied to the ops that read it (a home apart,
+    :mod:`envs.sim.homes`), its *paths*: for each op reading the data, the views it reads it through (each with a
+    single consumer besides checks of its metadata, :data:`METADATA_OPS`, listed next), then that op (the last).
 
-    A metadata check's parameters are read next by exactly one other op (:func:`param_reads`), where the chain
-    starts; a view's chain starts at its consumer.
+    The owner's own path is ``[owner]`` where it reads the data itself; a view of the parameters (``x @ w.T``) or a
+    metadata check (``w.to(dtype)`` exports one) does not, and its path starts after it. Every other reader
+    (:func:`param_reads`: a tied head, a layer applied twice) has a path of its own. Owners left out: a path that
+    branches or ends in an in-place op (:func:`inplace_mask`), or several paths to an owner that also holds buffers
+    (they stay with their op).
 
     >>> from graphs import OpGraph
     >>> g = OpGraph.from_edges(["t", "x", "mm"], [("t", "mm", 8), ("x", "mm", 8)], param_bytes=[8, 0, 0],
     ...                        op_types=["aten.t.default", "aten.relu.default", "aten.mm.default"])
-    >>> param_chains(g)
-    {0: [2]}
+    >>> param_paths(g)
+    {0: [[2]]}
     """
-    view = view_mask(graph)
-    check = metadata_mask(graph)
-    roots = np.flatnonzero((view | check) & (graph.param_bytes > 0))
-    if not len(roots):
+    owners = np.flatnonzero(graph.param_bytes > 0)
+    if not len(owners):
         return {}
-    inplace = inplace_mask(graph)
+    view, check, inplace = view_mask(graph), metadata_mask(graph), inplace_mask(graph)
     indptr, dst, _ = graph.out_csr
-    next_reader: dict[int, list[int]] = {}
-    if check[roots].any():
-        owner, reader, _ = param_reads(graph)
-        for u, v in zip(owner.tolist(), reader.tolist()):
-            next_reader.setdefault(u, []).append(v)
-    chains: dict[int, list[int]] = {}
-    for i in roots.tolist():
-        chain: list[int] = []
-        checks: list[int] = []  # checks of a view's metadata along the way: with the chain, before its reader
-        succ = np.unique(next_reader.get(i, [])) if check[i] else np.unique(dst[indptr[i] : indptr[i + 1]])
+    others: dict[int, list[int]] = {}
+    src_r, dst_r, _ = param_reads(graph)
+    for u, v in zip(src_r.tolist(), dst_r.tolist()):
+        others.setdefault(u, []).append(v)
+
+    def walk(succ: np.ndarray) -> list[int] | None:
+        """The path from ops ``succ`` (the consumers of what is read so far): None where it branches."""
+        path: list[int] = []
+        checks: list[int] = []
         while True:
             checks += succ[check[succ]].tolist()
             succ = succ[~check[succ]]
             if len(succ) != 1 or (graph.param_bytes[succ[0]] > 0 and view[succ[0]]):  # branches, or another's view
-                break
+                return None
             u = int(succ[0])
             if not view[u]:
-                if not inplace[u]:
-                    chains[i] = chain + checks + [u]
-                break
-            chain.append(u)
+                return None if inplace[u] else path + checks + [u]
+            path.append(u)
             succ = np.unique(dst[indptr[u] : indptr[u + 1]])
-    return chains
+
+    out: dict[int, list[list[int]]] = {}
+    for i in owners.tolist():
+        paths: list[list[int] | None] = []
+        if view[i]:
+            paths.append(walk(np.unique(dst[indptr[i] : indptr[i + 1]])))
+        elif not check[i]:
+            paths.append([i])
+        for v in others.get(i, ()):
+            if not check[v]:
+                paths.append(walk(np.array([v])))
+        if not paths or any(p is None for p in paths):
+            continue
+        if len(paths) > 1 and graph.buffer_bytes[i] > 0:
+            continue
+        out[i] = paths  # type: ignore[assignment]
+    return out
+
+
+def param_chains(graph: "OpGraph") -> dict[int, list[int]]:
+    """Per *indirect owner* (a view of its parameters or a check of their metadata, :func:`param_paths`) with a single
+    path, that path: the ops through which the data is read, the reader last."""
+    view, check = view_mask(graph), metadata_mask(graph)
+    return {i: paths[0] for i, paths in param_paths(graph).items() if (view[i] or check[i]) and len(paths) == 1}
 
 
 def view_readers(graph: "OpGraph") -> np.ndarray:

@@ -1,6 +1,6 @@
-"""Three language models as a user would hand them to placer (``module:callable``), larger than the tests':
-transformers' RWKV, Mamba and Falcon built from configs (no weights, no network), 4 layers of 256, vocabulary 1,000,
-batch 8 x 64, in training mode. From the repository root:
+"""Language models as a user would hand them to placer (``module:callable``), larger than the tests': transformers'
+RWKV, Mamba, Falcon and a tied Llama built from configs (no weights, no network), 4 layers of 256, vocabulary 1,000
+(the Llama's 16,000), batch 8 x 64, in training mode. From the repository root:
 ``PYTHONPATH=docs/heuristics placer train user_models:rwkv --cluster k80x2 --time-budget 30``."""
 
 import torch
@@ -16,10 +16,10 @@ class Loss(torch.nn.Module):
         return self.model(input_ids=ids, labels=labels).loss
 
 
-def _causal_lm(name, **config):
+def _causal_lm(name, vocab_size=1000, **config):
     """transformers' ``{name}ForCausalLM`` from ``{name}Config(**config)`` and 8 x 64 tokens as inputs and labels."""
     torch.manual_seed(0)
-    cfg = getattr(transformers, f"{name}Config")(hidden_size=256, num_hidden_layers=4, vocab_size=1000, **config)
+    cfg = getattr(transformers, f"{name}Config")(hidden_size=256, num_hidden_layers=4, vocab_size=vocab_size, **config)
     ids = torch.randint(0, 1000, (8, 64), generator=torch.Generator().manual_seed(0))
     return Loss(getattr(transformers, f"{name}ForCausalLM")(cfg)), (ids, ids.clone())
 
@@ -34,3 +34,11 @@ def rwkv():
 
 def falcon():
     return _causal_lm("Falcon", num_attention_heads=8, hidden_dropout=0.0, attention_dropout=0.0)
+
+
+def llama_tied():
+    """Llama with its head tied to its embedding, as Llama-3.2-1B and 3B are: a 16k vocabulary, so that the tied
+    tensor holds half the parameters (a fifth in Llama-3.2-1B)."""
+    return _causal_lm(
+        "Llama", vocab_size=16000, num_attention_heads=8, intermediate_size=1024, tie_word_embeddings=True
+    )

@@ -4,7 +4,8 @@ A plan may give an op's parameters a home apart from the device the op runs on
 (:attr:`graphs.plan.Placement.param_homes`). :func:`envs.real.placing.place_module`
 then keeps the parameter (the *master*: the tensor the optimizer steps, with its
 gradient and optimizer state) on its home, pinned where CUDA is present, and
-inserts around its reader (the one op that reads it):
+inserts around each op that reads it (its *reader*; several readers, each with its
+copy, send gradients that add up in the master's; see :func:`insert_home_copies`):
 
 * ``fetch`` before the reader: a copy of the master on the reader's device, made on
   that device's side stream (``non_blocking`` from pinned memory; the reader's stream
@@ -49,7 +50,7 @@ from torch import nn
 
 from graphs import PlacerError
 from graphs.flops import is_alias, op_type
-from graphs.ops import METADATA_OPS, base_op_name, is_view_op, param_chains, param_owners
+from graphs.ops import METADATA_OPS, base_op_name, is_view_op, param_owners, param_paths
 
 #: Which forward of a checkpointed block runs in this thread: ``"forward"`` (its first), ``"recompute"`` (its second,
 #: in the backward), or None outside every block (set by :func:`envs.real.checkpointing.checkpointed`).
@@ -302,45 +303,45 @@ def insert_home_copies(
     torch_devices: Mapping[str, torch.device],
     home: dict,
 ) -> int:
-    """Insert the nodes of the module docstring for every parameter ``apart`` from its reader (its ``get_attr`` node
-    -> its reader's logical device and the master); each fetched copy is on that device in ``home``. Returns how
-    many.
+    """Insert the nodes of the module docstring for every parameter ``apart`` from its readers (its ``get_attr`` node
+    -> its owner's logical device, which its readers share, and the master); each fetched copy is on that device in
+    ``home``. Returns how many copies each step's forward makes.
 
-    A parameter read through views (``x @ w.T``: :func:`graphs.ops.view_readers`) is fetched for the op at the end
-    of its views, which then run right before that op, on the copy: the copy is made, kept and made again for the
-    backward as for a parameter that op reads itself, the simulator's model (:mod:`envs.sim.homes`). A check of
-    its metadata (``w.to(dtype)`` exports one) is dropped: the master it would check lives on its home.
+    Every op reading the parameter's data has a copy of its own (:func:`graphs.ops.param_paths`: a tied head, a
+    layer applied twice), whose gradient is sent home and added to the master's. A parameter read through views
+    (``x @ w.T``) is fetched for the op at the end of its views, which then run right before that op, on the copy:
+    the copy is made, kept and made again for the backward as for a parameter that op reads itself, the
+    simulator's model (:mod:`envs.sim.homes`). A check of its metadata (``w.to(dtype)`` exports one) is dropped:
+    the master it would check lives on its home.
 
-    Raises :class:`PlacerError` for a parameter read by several ops, or through views that several ops read (its
-    home stays with its ops).
+    Raises :class:`PlacerError` for a parameter read through views that several ops read.
     """
     if not apart:
         return 0
     graph = gm.graph
-    readers, views = [], []
-    for node in apart:
-        reader, chain, checks = _reader(node)
-        readers.append(reader)
-        views.append(chain)
+    entries = []  # (get_attr node, device, master, reader, the views it is read through on each path)
+    for node, (device, master) in apart.items():
+        paths, checks = _paths(node)
         for check in checks:  # it would check the master, on its home, against the reader's device
             graph.erase_node(check)
-    runtime = HomeRuntime(
-        [m for _, m in apart.values()],
-        [id(reader) for reader in readers],
-        [torch_devices[device] for device, _ in apart.values()],
-    )
+        by_reader: dict[fx.Node, list[list[fx.Node]]] = {}
+        for reader, chain in paths:
+            by_reader.setdefault(reader, []).append(chain)
+        entries += [(node, device, master, reader, chains) for reader, chains in by_reader.items()]
+    runtime = HomeRuntime([e[2] for e in entries], [id(e[3]) for e in entries], [torch_devices[e[1]] for e in entries])
     gm.add_module(RUNTIME_ATTR, runtime)
     first = next(n for n in graph.nodes if n.op not in ("placeholder", "get_attr"))
     with graph.inserting_before(first):
         state = graph.get_attr(RUNTIME_ATTR)
-    for index, ((node, (device, _)), reader, chain) in enumerate(zip(apart.items(), readers, views)):
-        for view in chain:  # the views run right before their reader, on the copy (and in its checkpointed block)
+    for index, (node, device, _, reader, chains) in enumerate(entries):
+        views = [view for chain in chains for view in chain]
+        for view in views:  # the views run right before their reader, on the copy (and in its checkpointed block)
             reader.prepend(view)
             view.meta[HOME_VIEW_META] = True
-        first = chain[0] if chain else reader
-        with graph.inserting_before(first):
+        with graph.inserting_before(views[0] if views else reader):
             fetched = graph.call_function(fetch_home, (state, index, node), name=f"{node.name}_fetch")
-        first.replace_input_with(node, fetched)
+        for chain in chains:
+            (chain[0] if chain else reader).replace_input_with(node, fetched)
         with graph.inserting_after(reader):
             released = graph.call_function(release_home, (state, index, fetched, reader))
         for n in (fetched, released):
@@ -351,55 +352,66 @@ def insert_home_copies(
     output = next(n for n in graph.nodes if n.op == "output")
     with graph.inserting_before(output):
         graph.call_function(forward_done, (state,)).meta[HOME_COPY_META] = True
-    return len(apart)
+    return len(entries)
 
 
-def _reader(node: fx.Node) -> tuple[fx.Node, list[fx.Node], list[fx.Node]]:
-    """The op that reads parameter ``node``'s data, the views it reads it through (none: it reads it itself), and the
-    ops that check its metadata (:data:`graphs.ops.METADATA_OPS`)."""
-    chain: list[fx.Node] = []
+def _is_check(node: fx.Node) -> bool:
+    return base_op_name(op_type(node.target)) in METADATA_OPS
+
+
+def _is_view(node: fx.Node) -> bool:
+    return is_view_op(op_type(node.target)) or is_alias(node.target)  # graphs.ops.view_mask's
+
+
+def _paths(node: fx.Node) -> tuple[list[tuple[fx.Node, list[fx.Node]]], list[fx.Node]]:
+    """Each op that reads parameter ``node``'s data with the views it reads it through (none: it reads it itself),
+    and the ops that check the metadata of the parameter or of those views (:data:`graphs.ops.METADATA_OPS`)."""
     checks: list[fx.Node] = []
-    at = node
-    while True:
+
+    def users_of(at: fx.Node) -> list[fx.Node]:
         users = [u for u in at.users if u.op == "call_function"]
-        checks += [u for u in users if base_op_name(op_type(u.target)) in METADATA_OPS]
-        users = [u for u in users if u not in checks]
-        if len(users) != 1 or not (is_view_op(op_type(users[0].target)) or is_alias(users[0].target)):  # view_mask's
-            break
-        at = users[0]
-        chain.append(at)
-    if len(users) != 1:
-        through = f" through {chain[-1].name}" if chain else ""
-        raise PlacerError(
-            f"param_homes: {node.target} is read{through} by {len(users)} ops: only a parameter one op reads (itself "
-            "or through views) may live apart from it"
-        )
-    return users[0], chain, checks
+        checks.extend(u for u in users if _is_check(u))
+        return [u for u in users if not _is_check(u)]
+
+    paths = []
+    for at in users_of(node):
+        chain: list[fx.Node] = []
+        while _is_view(at):
+            chain.append(at)
+            users = users_of(at)
+            if len(users) != 1:
+                raise PlacerError(
+                    f"param_homes: {node.target} is read through {at.name} by {len(users)} ops: a parameter whose "
+                    "views several ops read stays with its ops"
+                )
+            at = users[0]
+        paths.append((at, chain))
+    return paths, checks
 
 
 def homes_apart(placement: Any, graph: Any) -> dict[str, str]:
     """A plan's ``param_homes`` checked against its ``graph`` (:meth:`graphs.plan.Placement.home_indices`), less the
     homes that are their op's own device: what :func:`envs.real.placing.place_module` takes as ``homes``.
 
-    Raises :class:`PlacerError` for a parameter read through views (:func:`graphs.ops.param_chains`) with one of
-    them, or the op reading them, on another device: it lives apart only with them all on its owner's device.
+    Raises :class:`PlacerError` for a parameter with an op that reads it, or a view it is read through
+    (:func:`graphs.ops.param_paths`), on another device than its owner: it lives apart only with them all there.
     """
     if not getattr(placement, "param_homes", None):
         return {}
     apart = placement.home_indices(graph) >= 0
     owners = param_owners(graph)
     out = {name: device for name, device in placement.param_homes.items() if apart[owners[name]]}
-    chains = param_chains(graph) if out else {}
-    if chains:
+    paths = param_paths(graph) if out else {}
+    if paths:
         op_devices = placement.indices(graph)
         for name in out:
             i = owners[name]
-            elsewhere = [u for u in chains.get(i, ()) if op_devices[u] != op_devices[i]]
+            elsewhere = [u for path in paths.get(i, ()) for u in path if op_devices[u] != op_devices[i]]
             if elsewhere:
                 source = getattr(placement, "source", None) or "placement"
                 raise PlacerError(
-                    f"{source}: param_homes: {name} is read through {graph.names[i]}, but "
-                    f"{graph.names[elsewhere[0]]} is on another device: a parameter lives apart only with the ops "
-                    "it is read through on its reader's device"
+                    f"{source}: param_homes: {name} is read by {graph.names[i]} and by {graph.names[elsewhere[0]]} "
+                    "(or through it), which is on another device: a parameter lives apart only with every op that "
+                    "reads it, and the views it is read through, on its owner's device"
                 )
     return out

@@ -41,7 +41,6 @@ Transfers are decided on *logical* devices, so a map of every logical device to
 from __future__ import annotations
 
 import copy
-from collections import Counter
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -214,7 +213,15 @@ def _home_parameters(
     home: dict[fx.Node, str] = {}
     moved_by_id: dict[int, torch.Tensor] = {}
     apart: dict[fx.Node, tuple[str, nn.Parameter]] = {}
-    names_of = Counter(id(tensor_of[n]) for n in attr_nodes)
+    # a parameter with a home apart, under every name tied to it (one master: the names stay one tensor)
+    home_of_id = {
+        id(tensor_of[n]): homes[str(n.target)]
+        for n in attr_nodes
+        if isinstance(tensor_of[n], nn.Parameter)
+        and str(n.target) not in shared
+        and homes.get(str(n.target), owner_by_id.get(id(tensor_of[n]))) != owner_by_id.get(id(tensor_of[n]))
+    }
+    masters: dict[int, nn.Parameter] = {}
     for n in attr_nodes:
         fqn, t = str(n.target), tensor_of[n]
         if fqn in shared:
@@ -225,13 +232,14 @@ def _home_parameters(
         device = owner_by_id.get(id(t))
         if device is None or not isinstance(t, torch.Tensor):
             continue
-        if isinstance(t, nn.Parameter) and homes.get(fqn, device) != device:
-            if names_of[id(t)] > 1:
-                raise PlacerError(f"param_homes: {fqn} is tied to another name; tied parameters live with their ops")
-            apart[n] = (device, home_master(t, torch_devices[homes[fqn]]))
-            home[n] = homes[fqn]
-            tensor_of[n] = apart[n][1]
-            set_module_tensor(gm, fqn, apart[n][1])
+        if id(t) in home_of_id:
+            if id(t) not in masters:
+                masters[id(t)] = home_master(t, torch_devices[home_of_id[id(t)]])
+            if any(u.op == "call_function" for u in n.users):
+                apart[n] = (device, masters[id(t)])
+            home[n] = home_of_id[id(t)]
+            tensor_of[n] = masters[id(t)]
+            set_module_tensor(gm, fqn, masters[id(t)])
             continue
         home[n] = device
         if id(t) not in moved_by_id:

@@ -30,16 +30,18 @@ charges what that runtime does:
 
 An op without a backward (:func:`graphs.ops.grad_mask`) has no second copy and no
 gradient. Homes are decided per owner op (its first reader,
-:func:`graphs.ops.param_owners`); a parameter several ops read has none apart from
-its op (:func:`homeable`).
+:func:`graphs.ops.param_owners`).
 
-A parameter whose owner does not read its data (:func:`graphs.ops.param_chains`: a
-view of it, ``x @ w.T``, or a check of its metadata, which ``w.to(dtype)`` exports)
-is copied for the op that does, at the end of its chain of views (:func:`home_readers`):
-the copies above are that op's, with the bytes of its own parameters where they live
-apart too (:func:`copy_rows`); the state stays the owner's. The chain must be on the
-owner's device (co-location keeps it there). :mod:`envs.sim.kernel_homes` computes
-the same times compiled.
+The copies above are made for each op that reads the parameters' data
+(:func:`copy_pairs`, :func:`graphs.ops.param_paths`): the owner itself; for a view of
+them (``x @ w.T``) or a check of their metadata (``w.to(dtype)`` exports one), the op
+at the end of the views; and every other op reading them (a tied head, a layer applied
+twice), with the share of the bytes it reads. Each such op's copies carry its own
+parameters' bytes too where they live apart (:func:`copy_rows`); the state stays the
+owner's. Every op on those paths must be on the owner's device (:func:`chain_pairs`;
+co-location keeps views with their readers). A path whose views branch, and several
+readers of an owner that holds buffers, leave no home apart (:func:`homeable`).
+:mod:`envs.sim.kernel_homes` computes the same times compiled.
 """
 
 from __future__ import annotations
@@ -50,7 +52,7 @@ import numpy as np
 
 from graphs.errors import PlacerError
 from graphs.ir import OpGraph
-from graphs.ops import metadata_mask, param_chains, param_reads, view_mask, view_readers
+from graphs.ops import param_paths, param_reads
 
 if TYPE_CHECKING:
     from envs.cluster import Cluster
@@ -83,33 +85,47 @@ def no_home_times() -> HomeTimes:
 
 
 def homeable(graph: OpGraph) -> np.ndarray:
-    """Per op (int8): 1 where its parameters may live apart from it, 0 where it owns none, -1 where they cannot (a
-    view's or a metadata check's whose chain branches, :func:`graphs.ops.param_chains`; parameters other ops read
-    too; or a parameter tied to another name, ``meta["tied_params"]``, which :func:`placer.apply` keeps with its
-    op)."""
-    shared = np.zeros(graph.num_ops, dtype=bool)
-    owner, reader, _ = param_reads(graph)
-    chains = param_chains(graph)  # a metadata check's parameters are read next by the ops of its chain
-    shared[[u for u, v in zip(owner.tolist(), reader.tolist()) if v not in chains.get(u, ())]] = True
-    tied = {name for group in graph.meta.get("tied_params") or () for name in group}
-    if tied and graph.params is not None:
-        shared |= np.array([bool(tied.intersection(names)) for names in graph.params], dtype=bool)
-    owns = graph.param_bytes > 0
-    unread = (view_mask(graph) | metadata_mask(graph)) & (view_readers(graph) < 0)
-    return np.where(owns, np.where(unread | shared, -1, 1), 0).astype(np.int8)
+    """Per op (int8): 1 where its parameters may live apart from it, 0 where it owns none, -1 where they cannot: a
+    path to an op reading them branches, or several ops read an owner that holds buffers too
+    (:func:`graphs.ops.param_paths`)."""
+    can = np.full(graph.num_ops, -1, dtype=np.int8)
+    can[list(param_paths(graph))] = 1
+    return np.where(graph.param_bytes > 0, can, 0).astype(np.int8)
+
+
+def copy_pairs(graph: OpGraph) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``(owner, reader, bytes)``: the copies an owner's parameters make when they live apart, one per op that reads
+    their data (:func:`graphs.ops.param_paths`): the owner's whole parameters for its own path, the share another
+    reader reads for its (:func:`graphs.ops.param_reads`)."""
+    share = {}
+    src, dst, nbytes = param_reads(graph)
+    for u, v, b in zip(src.tolist(), dst.tolist(), nbytes.tolist()):
+        share[(u, v)] = b
+    rows: dict[tuple[int, int], int] = {}
+    for i, paths in param_paths(graph).items():
+        for path in paths:
+            first, reader = path[0], path[-1]
+            b = share.get((i, first), int(graph.param_bytes[i]))
+            rows[(i, reader)] = max(rows.get((i, reader), 0), b)  # two paths to one reader: one copy
+    keys = sorted(rows)
+    return (
+        np.array([i for i, _ in keys], dtype=np.int64),
+        np.array([r for _, r in keys], dtype=np.int64),
+        np.array([rows[k] for k in keys], dtype=np.float64),
+    )
 
 
 def chain_pairs(graph: OpGraph) -> tuple[np.ndarray, np.ndarray]:
-    """``(owner, op)``: every op through which an indirect owner's parameters are read, with that owner
-    (:func:`graphs.ops.param_chains`)."""
-    chains = param_chains(graph)
-    owner = np.array([i for i, chain in chains.items() for _ in chain], dtype=np.int64)
-    return owner, np.array([u for chain in chains.values() for u in chain], dtype=np.int64)
+    """``(owner, op)``: every op on a path to an op reading an owner's parameters, and that op, with that owner
+    (:func:`graphs.ops.param_paths`): their parameters live apart only with all of them on the owner's device."""
+    pairs = sorted({(i, u) for i, paths in param_paths(graph).items() for path in paths for u in path if u != i})
+    return np.array([i for i, _ in pairs], dtype=np.int64), np.array([u for _, u in pairs], dtype=np.int64)
 
 
 def parted(op_devices: np.ndarray, pairs: tuple[np.ndarray, np.ndarray]) -> np.ndarray:
-    """Boolean per op of placements ``op_devices`` (``[n]`` or ``[K, n]``): an indirect owner with an op of its chain
-    (``pairs``: :func:`chain_pairs`) on another device, where its parameters cannot live apart."""
+    """Boolean per op of placements ``op_devices`` (``[n]`` or ``[K, n]``): an owner with an op reading its
+    parameters, or one they are read through (``pairs``: :func:`chain_pairs`), on another device, where they cannot
+    live apart."""
     op_devices = np.asarray(op_devices)
     out = np.zeros(op_devices.shape, dtype=bool)
     owner, op = pairs
@@ -119,10 +135,13 @@ def parted(op_devices: np.ndarray, pairs: tuple[np.ndarray, np.ndarray]) -> np.n
 
 
 def home_readers(graph: OpGraph) -> np.ndarray:
-    """Per op, the op its parameters' home copy is made for: the op itself, or for a parameter read through views,
-    the op reading them (:func:`graphs.ops.view_readers`)."""
-    readers = view_readers(graph)
-    return np.where(readers >= 0, readers, np.arange(graph.num_ops))
+    """Per op, the op its parameters' copy is made for where it is the only one: the op itself, or for parameters read
+    through views (or past a check of their metadata) the op reading them (:func:`graphs.ops.param_paths`)."""
+    out = np.arange(graph.num_ops)
+    for i, paths in param_paths(graph).items():
+        if len(paths) == 1:
+            out[i] = paths[0][-1]
+    return out
 
 
 def offloaded(
@@ -130,17 +149,17 @@ def offloaded(
     op_devices: np.ndarray,
     host: np.ndarray,
     can_home: np.ndarray,
-    readers: np.ndarray | None = None,
     pairs: tuple[np.ndarray, np.ndarray] | None = None,
+    copies: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None,
 ) -> np.ndarray:
     """Boolean per op (``[K, n]`` for a batch) of placements ``op_devices`` with per-op ``homes`` (-1: its own
     device): its parameters live on a host device apart from its GPU. An op without parameters has nothing to home
     (its home is ignored).
 
     Raises :class:`PlacerError` for a home that is neither the op's device nor a host device, a host op with a
-    home apart, an op whose parameters cannot live apart (``can_home``: :func:`homeable`), and a parameter read
-    through views (``readers``: :func:`home_readers`) with one of them or their reader on another device
-    (``pairs``: :func:`chain_pairs`), or its reader's own parameters offloaded to another home.
+    home apart, an op whose parameters cannot live apart (``can_home``: :func:`homeable`), parameters apart with an
+    op that reads them (or that they are read through) on another device (``pairs``: :func:`chain_pairs`), and a
+    reader whose own parameters live on another home (``copies``: :func:`copy_pairs`).
     """
     homes = np.asarray(homes, dtype=np.int64)
     apart = (homes >= 0) & (homes != op_devices) & (can_home != 0)
@@ -151,23 +170,31 @@ def offloaded(
     cannot = apart & (can_home < 0)
     if cannot.any():
         i = int(np.nonzero(cannot)[-1][0])
-        raise PlacerError(f"homes: op {i}'s parameters cannot live apart from it (a view's, or other ops read them)")
-    if readers is not None:
-        through = apart & (readers != np.arange(len(readers)))
-        if through.any():
-            op_devices = np.broadcast_to(op_devices, apart.shape)
-            r = np.broadcast_to(readers, apart.shape)
-            homes = np.broadcast_to(homes, apart.shape)
-            at_reader = np.take_along_axis(op_devices, r, axis=-1)
-            reader_home = np.take_along_axis(np.where(apart, homes, -1), r, axis=-1)
-            bad = through & ((at_reader != op_devices) | ((reader_home >= 0) & (reader_home != homes)))
-            if pairs is not None:
-                bad |= through & parted(op_devices, pairs)
-            if bad.any():
-                i = int(np.nonzero(bad)[-1][0])
+        raise PlacerError(
+            f"homes: op {i}'s parameters cannot live apart from it (read through views that branch, or by several "
+            "ops with its buffers)"
+        )
+    if pairs is not None and len(pairs[0]):
+        split = apart & parted(np.broadcast_to(op_devices, apart.shape), pairs)
+        if split.any():
+            i = int(np.nonzero(split)[-1][0])
+            raise PlacerError(
+                f"homes: op {i}'s parameters are read on another device (by op "
+                f"{int(pairs[1][(pairs[0] == i)][0])}, or through it): they can live apart only with every op that "
+                "reads them, and the views they are read through, on their op's device"
+            )
+    if copies is not None and len(copies[0]):
+        owner, reader, _ = copies
+        other = owner != reader
+        if other.any():
+            h = np.broadcast_to(np.where(apart, homes, -1), apart.shape)
+            o, r = owner[other], reader[other]
+            clash = (h[..., o] >= 0) & (h[..., r] >= 0) & (h[..., o] != h[..., r])
+            if clash.any():
+                k = int(np.nonzero(clash)[-1][0])
                 raise PlacerError(
-                    f"homes: op {i}'s parameters are read through views by op {int(readers[i])}: they can live "
-                    "apart only with their views on that op's device, and with that op's own parameters' home"
+                    f"homes: op {int(o[k])}'s parameters and those of op {int(r[k])}, which reads them, live on two "
+                    "homes: give them one"
                 )
     return apart
 
@@ -190,10 +217,10 @@ def home_rows(env: "SimEnv", op_devices: np.ndarray, homes: Any) -> np.ndarray |
         raise PlacerError(f"homes: expected [{env.num_ops}] or [K, {env.num_ops}] device indices, got {homes.shape}")
     if env.homeable is None:
         env.homeable = homeable(env.graph)
-        env.home_readers = home_readers(env.graph)
         env.home_chains = chain_pairs(env.graph)
+        env.home_copies = copy_pairs(env.graph)
     host = np.asarray(env.cluster.kinds) == "cpu"
-    apart = offloaded(homes, op_devices, host, env.homeable, env.home_readers, env.home_chains)
+    apart = offloaded(homes, op_devices, host, env.homeable, env.home_chains, env.home_copies)
     if not apart.any():
         return None
     if env.microbatches > 1 or env.executor != "eager":
@@ -203,25 +230,21 @@ def home_rows(env: "SimEnv", op_devices: np.ndarray, homes: Any) -> np.ndarray |
 
 def copy_rows(env: "SimEnv", rows: np.ndarray | None) -> Any:
     """Rows of :func:`home_rows` (``[K, n]``) with the copies they make: ``rows`` itself where every copy is made
-    for its offloaded op, else ``(rows, hmc, hbc)``: per op, the home of the copies made for it (-1: none) and their
-    bytes. A parameter read through views (:func:`home_readers`) is copied for the op reading it, as the runtime
-    does (:mod:`envs.real.homes`), together with that op's own parameters where they live apart too."""
+    for its offloaded op alone, else ``(rows, hmc, hbc)``: per op, the home of the copies made for it (-1: none) and
+    their bytes. Parameters are copied for every op that reads their data (:func:`copy_pairs`: through views, past
+    a check of their metadata, a tied head, a layer applied twice), as the runtime does (:mod:`envs.real.homes`),
+    with that op's own parameters where they live apart too."""
     if rows is None:
         return None
-    readers = env.home_readers
-    roots = np.flatnonzero(readers != np.arange(len(readers)))
-    if not len(roots) or not (rows[:, roots] >= 0).any():
+    owner, reader, nbytes = env.home_copies
+    other = np.flatnonzero(owner != reader)
+    if not len(other) or not (rows[:, owner[other]] >= 0).any():
         return rows
-    param_b = env.graph.param_bytes.astype(np.float64)
-    hmc = rows.copy()
-    hbc = np.where(rows >= 0, param_b, 0.0)
-    for i in roots.tolist():
-        apart = rows[:, i] >= 0
-        r = int(readers[i])
-        hmc[apart, r] = rows[apart, i]
-        hbc[apart, r] += param_b[i]
-        hmc[apart, i] = -1
-        hbc[apart, i] = 0.0
+    hmc = np.full(rows.shape, -1, dtype=np.int64)
+    hbc = np.zeros(rows.shape)
+    k, pair = np.nonzero(rows[:, owner] >= 0)  # each placement's copies
+    hmc[k, reader[pair]] = rows[k, owner[pair]]
+    np.add.at(hbc, (k, reader[pair]), nbytes[pair])
     return rows, hmc, hbc
 
 

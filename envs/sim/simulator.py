@@ -167,8 +167,8 @@ class SimEnv:
         self._simulated = [0]  # placements simulated (shared with the twins): see `simulated`
         self._lower_bound: dict[float, float] = {}
         self.homeable: np.ndarray | None = None  # which ops may have a home apart (envs.sim.homes.homeable), lazily
-        self.home_readers: np.ndarray | None = None  # the op each op's home copies are for (homes.home_readers), too
-        self.home_chains: tuple[np.ndarray, np.ndarray] | None = None  # and the ops they are read through, too
+        self.home_chains: Any = None  # the ops reading each owner's parameters (homes.chain_pairs), lazily too
+        self.home_copies: Any = None  # and the copies a home apart makes for them (homes.copy_pairs)
 
     # --------------------------------------------------------------- helpers
     def indices(self, placement: Any) -> np.ndarray:

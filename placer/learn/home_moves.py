@@ -7,9 +7,9 @@ with the op's parameters, their gradient and Adam's state homed on the host
 A move to a code is then one move: sending a layer to the GPU with its weights on the
 host is what frees a tight GPU without running the layer on the host. An op whose
 parameters cannot live apart (:func:`envs.sim.homes.homeable`) on a home code is
-simply on that GPU, as is a view of a parameter on another GPU than the op reading it
-(:func:`envs.sim.homes.home_readers`; co-location keeps them together, so only a code
-made by hand can part them).
+simply on that GPU, as is one whose parameters another op reads on another GPU, or
+whose views are read there (:func:`envs.sim.homes.chain_pairs`; co-location keeps a
+parameter's views with their reader, so only a code made by hand parts those).
 
 :class:`HomeCodes` decodes codes into ``(op_devices, homes)`` and lists the home
 moves of an item level; :class:`HomeCodeScorer` scores codes through the simulator

@@ -19,11 +19,11 @@ def test_fsdp2_s_offload_is_every_op_on_the_gpu_and_every_own_parameter_on_the_h
     g = OpGraph.from_edges(
         ["a", "b", "c", "d"], [("a", "b", 4), ("b", "c", 4), ("c", "d", 4)], param_bytes=[8, 8, 0, 8]
     )
-    g.params = [["wa"], ["shared"], [], ["shared"]]  # b and d read one parameter: it stays with them
+    g.params = [["wa"], ["shared"], [], ["shared"]]  # b and d read one parameter: homed too, copied for each
     devices = [Device("cpu:0", "cpu", 1e9, 1e9, 1e9, 0.0), Device("gpu:0", "gpu", 1e9, 1e12, 1e11, 0.0)]
     c = Cluster("c", devices, {("cpu:0", "gpu:0"): PCIE5, ("gpu:0", "cpu:0"): PCIE5})
     p = offload_homes.fsdp2_offload_plan(g, c)
-    assert p.indices(g).tolist() == [1, 1, 1, 1] and p.param_homes == {"wa": "cpu:0"}
+    assert p.indices(g).tolist() == [1, 1, 1, 1] and p.param_homes == {"wa": "cpu:0", "shared": "cpu:0"}
     assert envs.SimEnv(g, c).simulate(p).ok
     g.module_paths = ["layers.0", "layers.0", "layers.1", "layers.1"]
     ac = offload_homes.fsdp2_offload_plan(g, c, checkpoint=True)  # with every layer checkpointed, its homes kept

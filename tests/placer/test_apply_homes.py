@@ -9,6 +9,7 @@ side stream waits for the reader two before, then frees its copies) is checked w
 from __future__ import annotations
 
 import copy
+from collections import Counter
 
 import numpy as np
 import pytest
@@ -164,20 +165,61 @@ def test_homes_are_refused_where_they_cannot_run():
         apply(model, p, (x,), device_map="*=cpu")
 
 
-def test_a_parameter_two_ops_read_keeps_its_home_with_them():
-    class Twice(nn.Module):
-        def __init__(self) -> None:
-            super().__init__()
-            self.lin = nn.Linear(4, 4)
+class Twice(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.lin = nn.Linear(4, 4)
 
-        def forward(self, x):
-            return self.lin(self.lin(x)).sum()
+    def forward(self, x):
+        return self.lin(torch.tanh(self.lin(x))).pow(2).sum()
 
+
+class TiedLm(nn.Module):
+    """An embedding and a head tied to it (GPT-2's, Llama-3.2-1B's): one tensor under two names, read by two ops."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.embed = nn.Embedding(32, 8)
+        self.mid = nn.Linear(8, 8)
+        self.head = nn.Linear(8, 32, bias=False)
+        self.head.weight = self.embed.weight
+
+    def forward(self, ids):
+        return nn.functional.cross_entropy(
+            self.head(torch.tanh(self.mid(self.embed(ids)))).flatten(0, 1), ids.flatten()
+        )
+
+
+@pytest.mark.parametrize(
+    "build", [lambda: (Twice(), (torch.randn(2, 4),)), lambda: (TiedLm(), (torch.arange(12).view(2, 6),))]
+)
+def test_a_parameter_several_ops_read_is_copied_for_each_and_trains_as_the_unplaced_model_does(build):
+    torch.manual_seed(0)
+    model, inputs = build()
+    ref = copy.deepcopy(model)
+    g = capture(model, inputs)
+    owners = param_owners(g)
+    placed = apply(model, homed_plan(g, list(owners)), inputs, device_map="*=cpu")
+    runtime = placed.get_submodule(homes.RUNTIME_ATTR)
+    copies = Counter(id(m) for m in runtime.masters)  # per master, the readers it is copied for
+    assert max(copies.values()) == 2
+    assert sorted(n for n, _ in placed.named_parameters()) == sorted(n for n, _ in ref.named_parameters())
+    train_side_by_side(placed, ref, inputs)
+    if isinstance(model, TiedLm):  # the two names stay one tensor, the master
+        assert placed.get_parameter("head.weight") is placed.get_parameter("embed.weight")
+        assert copies[id(placed.get_parameter("head.weight"))] == 2
+
+
+def test_a_parameter_two_ops_read_on_two_devices_keeps_its_home_with_them():
     model, x = Twice(), torch.randn(2, 4)
     g = capture(model, (x,))
-    p = Placement.from_indices(g, DEVICES, np.ones(g.num_ops, dtype=int))
+    devices = np.ones(g.num_ops, dtype=int)
+    devices[-1] = 0  # the loss on cpu:0 ...
+    second = [i for i, names in enumerate(g.params) if "lin.weight" in names][1]
+    devices[second] = 0  # ... and the second linear
+    p = Placement.from_indices(g, DEVICES, devices)
     p.param_homes = {"lin.weight": "cpu:0", "lin.bias": "cpu:0"}
-    with pytest.raises(PlacerError, match="read by 2 ops"):
+    with pytest.raises(PlacerError, match="lin.weight is read by .* which is on another device"):
         apply(model, p, (x,), device_map="*=cpu")
 
 
@@ -226,7 +268,7 @@ def test_parameters_read_through_views_are_homed_and_train_as_the_unplaced_model
     # a plan that parts a view from its reader cannot home the parameter it views
     apart = Placement.from_indices(g, DEVICES, np.ones(g.num_ops, dtype=int), homes=p.home_indices(g))
     apart.assignment[g.names[view_readers(g)[owners["w1"]]]] = "cpu:0"  # w1.T's reader on the host, w1.T on gpu:0
-    with pytest.raises(PlacerError, match="w1 is read through .* is on another device"):
+    with pytest.raises(PlacerError, match="w1 is read by .* which is on another device"):
         apply(model, apart, (x,), device_map="*=cpu")
 
 

@@ -145,15 +145,17 @@ def test_homes_are_for_a_gpu_op_s_own_parameters_on_the_host(toy):
     with pytest.raises(PlacerError, match="one microbatch, eager"):
         env.with_microbatches(2).with_homes([toy.CPU, -1]).step_times(on_gpu)
     shared = chain(toy, [1, 1], [4, 0])
-    shared.params = [["w0"], ["w0"]]  # b reads a's parameter too
+    shared.params = [["w0"], ["w0"]]  # b reads a's parameter too: it lives apart only with b on a's device
+    with pytest.raises(PlacerError, match="read on another device .by op 1"):
+        SimEnv(shared, toy.cluster()).with_homes([toy.CPU, -1]).step_times(np.array([[toy.G0, toy.G1]]))
+    shared.buffer_bytes = np.array([2, 0])  # ... and not at all where a holds buffers too (they stay with a)
+    assert homeable(shared).tolist() == [-1, 0]
     with pytest.raises(PlacerError, match="cannot live apart from it"):
         SimEnv(shared, toy.cluster()).with_homes([toy.CPU, -1]).step_times(on_gpu)
     tied = chain(toy, [1, 1], [4, 4])
     tied.params = [["w0"], ["w1"]]
-    tied.meta["tied_params"] = [["w1", "head.w1"]]  # b's parameter has two names (placer.apply keeps it with b)
-    assert homeable(tied).tolist() == [1, -1]
-    with pytest.raises(PlacerError, match="cannot live apart from it"):
-        SimEnv(tied, toy.cluster()).with_homes([-1, toy.CPU]).step_times(on_gpu)
+    tied.meta["tied_params"] = [["w1", "head.w1"]]  # b's parameter has two names: one tensor, one home
+    assert homeable(tied).tolist() == [1, 1]
 
 
 def viewed(toy, owner):
@@ -216,14 +218,33 @@ def test_a_parameter_whose_metadata_is_checked_first_is_copied_for_the_op_that_r
         r.peak_bytes
         == ref.simulate(Placement.from_indices(ref.graph, DEVICES, [toy.G0] * 3, homes=[-1, -1, 0])).peak_bytes
     )
-    with pytest.raises(PlacerError, match="read through views by op 3"):  # the cast parted from its reader
+    with pytest.raises(PlacerError, match="read on another device"):  # the cast parted from its reader
         env.with_homes([-1, toy.CPU, -1, -1]).step_times(np.array([[toy.G0, toy.G0, toy.G1, toy.G0]]))
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_parameter_two_ops_read_is_copied_for_each(toy, backend):
+    # a (1, owns w: 2 bytes) -> b (1) -> c (1, reads w too: a tied head, a layer applied twice), all on gpu:0, w on
+    # cpu:0. forward: w in for a [0, 2]; a [2, 3]; b [3, 4]; w in for c [max(0, link 2) = 2, 4]; c [4, 5].
+    # backward: w in for c [max(0, link 4) = 4, 6]; c [6, 8]; its gradient home [8, 10]; b [8, 10];
+    # w in for a [max(0, link 6) = 6, 8]; a [10, 12]; its gradient home [max(12, link 10) = 12, 14]. Step: 14.
+    g = chain(toy, [1, 1, 1], [2, 0, 0], out_bytes=[1, 1, 0])
+    g.params = [["w"], [], ["w"]]
+    assert homeable(g).tolist() == [1, 0, 0]
+    p = Placement.from_indices(g, DEVICES, [toy.G0] * 3, homes=[toy.CPU, -1, -1])
+    env = SimEnv(g, toy.cluster(), backend=backend)
+    s = env.schedule(p)
+    assert homes_times(s) == [(0, (0, 2), (6, 8), (12, 14)), (2, (2, 4), (4, 6), (8, 10))]
+    assert s.homes.owner.tolist() == [0] and s.fwd_start_s.tolist() == [2, 3, 4]
+    r = env.simulate(p)
+    assert r.step_time_s == 14.0 and r.peak_bytes["cpu:0"] == 8  # w's state once, on the host
+    assert env.with_homes([toy.CPU, -1, -1]).step_times(np.array([[toy.G0] * 3]))[0].tolist() == [14.0]
 
 
 def test_a_parameter_read_through_a_view_lives_apart_only_with_the_view_on_its_reader_s_device(toy):
     g = viewed(toy, "t")
     env = SimEnv(g, toy.cluster())
-    with pytest.raises(PlacerError, match="read through views by op 2: they can live apart only with their views"):
+    with pytest.raises(PlacerError, match="read on another device .by op 2.*only with every op that reads them"):
         env.with_homes([-1, toy.CPU, -1]).step_times(np.array([[toy.G0, toy.G1, toy.G0]]))
     # a branching view (w.T read by two ops) has no one reader: its parameters stay with it
     two = toy.graph(["t", "b", "c"], [("t", "b", 2), ("t", "c", 2)], [0, 1, 1], param_bytes=[2, 0, 0])
