@@ -122,9 +122,13 @@ def colocate(graph: OpGraph) -> np.ndarray:
         np.maximum.at(largest, dst[into_inplace], nbytes[into_inplace])
         joins.append(into_inplace[nbytes[into_inplace] == largest[dst[into_inplace]]])
     e = np.concatenate(joins) if joins else np.zeros(0, dtype=np.int64)
-    paths, view, check = param_paths(graph), view_mask(graph), metadata_mask(graph)
-    chained = [(i, ps[0][0]) for i, ps in paths.items() if view[i] or check[i]]  # a parameter's view (or check)
-    chained += [(a, b) for ps in paths.values() for path in ps for a, b in zip(path, path[1:])]  # ... and its readers
+    chained: list[tuple[int, int]] = []
+    check = metadata_mask(graph)
+    reads = graph.params if graph.params is not None else ()
+    if any(reads[i] for i in np.flatnonzero(view | check)):  # a view or check reading a parameter: join its path
+        paths = param_paths(graph)
+        chained = [(i, ps[0][0]) for i, ps in paths.items() if view[i] or check[i]]  # a parameter's view (or check)
+        chained += [(a, b) for ps in paths.values() for path in ps for a, b in zip(path, path[1:])]  # and its readers
     a = np.concatenate([src[e], np.array([i for i, _ in chained], dtype=np.int64)])
     b = np.concatenate([dst[e], np.array([u for _, u in chained], dtype=np.int64)])
     adj = coo_matrix((np.ones(len(a), dtype=np.int8), (a, b)), shape=(n, n)).tocsr()
