@@ -125,7 +125,8 @@ def colocate(graph: OpGraph) -> np.ndarray:
     chained: list[tuple[int, int]] = []
     check = metadata_mask(graph)
     reads = graph.params if graph.params is not None else ()
-    if any(reads[i] for i in np.flatnonzero(view | check)):  # a view or check reading a parameter: join its path
+    indirect = view | check
+    if (indirect & (graph.param_bytes > 0)).any() or any(reads[i] for i in np.flatnonzero(indirect)):  # its paths
         paths = param_paths(graph)
         chained = [(i, ps[0][0]) for i, ps in paths.items() if view[i] or check[i]]  # a parameter's view (or check)
         chained += [(a, b) for ps in paths.values() for path in ps for a, b in zip(path, path[1:])]  # and its readers
