@@ -151,6 +151,7 @@ def offloaded(
     can_home: np.ndarray,
     pairs: tuple[np.ndarray, np.ndarray] | None = None,
     copies: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None,
+    names: Any = None,
 ) -> np.ndarray:
     """Boolean per op (``[K, n]`` for a batch) of placements ``op_devices`` with per-op ``homes`` (-1: its own
     device): its parameters live on a host device apart from its GPU. An op without parameters has nothing to home
@@ -159,8 +160,13 @@ def offloaded(
     Raises :class:`PlacerError` for a home that is neither the op's device nor a host device, a host op with a
     home apart, an op whose parameters cannot live apart (``can_home``: :func:`homeable`), parameters apart with an
     op that reads them (or that they are read through) on another device (``pairs``: :func:`chain_pairs`), and a
-    reader whose own parameters live on another home (``copies``: :func:`copy_pairs`).
+    reader whose own parameters live on another home (``copies``: :func:`copy_pairs`). ``names``: the ops' names,
+    for the messages (default their indices).
     """
+
+    def op(i: int) -> str:
+        return f"op {names[i]}" if names is not None else f"op {i}"
+
     homes = np.asarray(homes, dtype=np.int64)
     apart = (homes >= 0) & (homes != op_devices) & (can_home != 0)
     host = np.asarray(host, dtype=bool)
@@ -171,7 +177,7 @@ def offloaded(
     if cannot.any():
         i = int(np.nonzero(cannot)[-1][0])
         raise PlacerError(
-            f"homes: op {i}'s parameters cannot live apart from it (read through views that branch, or by several "
+            f"homes: {op(i)}'s parameters cannot live apart from it (read through views that branch, or by several "
             "ops with its buffers)"
         )
     if pairs is not None and len(pairs[0]):
@@ -179,9 +185,9 @@ def offloaded(
         if split.any():
             i = int(np.nonzero(split)[-1][0])
             raise PlacerError(
-                f"homes: op {i}'s parameters are read on another device (by op "
-                f"{int(pairs[1][(pairs[0] == i)][0])}, or through it): they can live apart only with every op that "
-                "reads them, and the views they are read through, on their op's device"
+                f"homes: {op(i)}'s parameters are read on another device (by "
+                f"{op(int(pairs[1][(pairs[0] == i)][0]))}, or through it): they can live apart only with every op "
+                "that reads them, and the views they are read through, on their op's device"
             )
     if copies is not None and len(copies[0]):
         owner, reader, _ = copies
@@ -193,8 +199,8 @@ def offloaded(
             if clash.any():
                 k = int(np.nonzero(clash)[-1][0])
                 raise PlacerError(
-                    f"homes: op {int(o[k])}'s parameters and those of op {int(r[k])}, which reads them, live on two "
-                    "homes: give them one"
+                    f"homes: {op(int(o[k]))}'s parameters and those of {op(int(r[k]))}, which reads them, live on "
+                    "two homes: give them one"
                 )
     return apart
 
@@ -207,9 +213,10 @@ def homes_of(env: "SimEnv", placement: Any) -> np.ndarray | None:
     return placement.home_indices(env.graph, env.cluster.device_names)
 
 
-def home_rows(env: "SimEnv", op_devices: np.ndarray, homes: Any) -> np.ndarray | None:
+def home_rows(env: "SimEnv", op_devices: np.ndarray, homes: Any, source: str | None = None) -> np.ndarray | None:
     """The home device of each offloaded op of each placement of ``op_devices`` (``[K, n]``) on ``env``, -1 for the
-    others, checked (:func:`offloaded`); None where nothing is offloaded."""
+    others, checked (:func:`offloaded`; ``source``: the plan's file, named first in an error); None where nothing
+    is offloaded."""
     if homes is None:
         return None
     homes = np.asarray(homes, dtype=np.int64)
@@ -220,7 +227,10 @@ def home_rows(env: "SimEnv", op_devices: np.ndarray, homes: Any) -> np.ndarray |
         env.home_chains = chain_pairs(env.graph)
         env.home_copies = copy_pairs(env.graph)
     host = np.asarray(env.cluster.kinds) == "cpu"
-    apart = offloaded(homes, op_devices, host, env.homeable, env.home_chains, env.home_copies)
+    try:
+        apart = offloaded(homes, op_devices, host, env.homeable, env.home_chains, env.home_copies, env.graph.names)
+    except PlacerError as e:
+        raise PlacerError(f"{source}: {e}" if source else str(e)) from None
     if not apart.any():
         return None
     if env.microbatches > 1 or env.executor != "eager":

@@ -349,7 +349,8 @@ class SimEnv:
         op_devices = self.indices(placement)
         graph_order = self.check_order(getattr(placement, "order", None) if order is None else order)
         program = self.program(op_devices, graph_order)
-        hm = row_of(copy_rows(self, home_rows(self, op_devices[None, :], homes_of(self, placement))), 0)
+        source = getattr(placement, "source", None)
+        hm = row_of(copy_rows(self, home_rows(self, op_devices[None, :], homes_of(self, placement), source)), 0)
         blocks = checkpoint_rows(self, op_devices[None, :], checkpoint_of(self, placement), graph_order)
         ck = None if blocks is None else blocks[0]
         sim_devices, order = self.expand(op_devices), self.sim_order(graph_order)

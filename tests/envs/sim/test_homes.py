@@ -146,8 +146,12 @@ def test_homes_are_for_a_gpu_op_s_own_parameters_on_the_host(toy):
         env.with_microbatches(2).with_homes([toy.CPU, -1]).step_times(on_gpu)
     shared = chain(toy, [1, 1], [4, 0])
     shared.params = [["w0"], ["w0"]]  # b reads a's parameter too: it lives apart only with b on a's device
-    with pytest.raises(PlacerError, match="read on another device .by op 1"):
+    with pytest.raises(PlacerError, match="op a's parameters are read on another device .by op b"):
         SimEnv(shared, toy.cluster()).with_homes([toy.CPU, -1]).step_times(np.array([[toy.G0, toy.G1]]))
+    plan = Placement.from_indices(shared, DEVICES, [toy.G0, toy.G1], homes=[toy.CPU, -1])
+    plan.source = "plan.json"  # a plan file's error names it first
+    with pytest.raises(PlacerError, match="^plan.json: homes: op a's parameters are read on another device"):
+        SimEnv(shared, toy.cluster()).simulate(plan)
     shared.buffer_bytes = np.array([2, 0])  # ... and not at all where a holds buffers too (they stay with a)
     assert homeable(shared).tolist() == [-1, 0]
     with pytest.raises(PlacerError, match="cannot live apart from it"):
@@ -244,7 +248,7 @@ def test_a_parameter_two_ops_read_is_copied_for_each(toy, backend):
 def test_a_parameter_read_through_a_view_lives_apart_only_with_the_view_on_its_reader_s_device(toy):
     g = viewed(toy, "t")
     env = SimEnv(g, toy.cluster())
-    with pytest.raises(PlacerError, match="read on another device .by op 2.*only with every op that reads them"):
+    with pytest.raises(PlacerError, match="op t's parameters are read on another device .by op c.*only with every op"):
         env.with_homes([-1, toy.CPU, -1]).step_times(np.array([[toy.G0, toy.G1, toy.G0]]))
     # a branching view (w.T read by two ops) has no one reader: its parameters stay with it
     two = toy.graph(["t", "b", "c"], [("t", "b", 2), ("t", "c", 2)], [0, 1, 1], param_bytes=[2, 0, 0])
