@@ -613,29 +613,3 @@ def param_paths(graph: "OpGraph") -> dict[int, list[list[int]]]:
             continue
         out[i] = paths  # type: ignore[assignment]
     return out
-
-
-def param_chains(graph: "OpGraph") -> dict[int, list[int]]:
-    """Per *indirect owner* (a view of its parameters or a check of their metadata, :func:`param_paths`) with a single
-    path, that path: the ops through which the data is read, the reader last."""
-    view, check = view_mask(graph), metadata_mask(graph)
-    return {i: paths[0] for i, paths in param_paths(graph).items() if (view[i] or check[i]) and len(paths) == 1}
-
-
-def view_readers(graph: "OpGraph") -> np.ndarray:
-    """Per op, for an indirect owner of parameters (:func:`param_chains`: a view of them, or a metadata check), the
-    op that reads their data: the end of its chain; -1 for every other op.
-
-    A plan may give such parameters a home apart (:mod:`envs.sim.homes`): their copy is made for that reader, and
-    co-location (:func:`graphs.grouping.colocate`) keeps the chain with it.
-
-    >>> from graphs import OpGraph
-    >>> g = OpGraph.from_edges(["t", "x", "mm"], [("t", "mm", 8), ("x", "mm", 8)], param_bytes=[8, 0, 0],
-    ...                        op_types=["aten.t.default", "aten.relu.default", "aten.mm.default"])
-    >>> view_readers(g).tolist()
-    [2, -1, -1]
-    """
-    out = np.full(graph.num_ops, -1, dtype=np.int64)
-    for i, chain in param_chains(graph).items():
-        out[i] = chain[-1]
-    return out

@@ -84,16 +84,16 @@ def no_home_times() -> HomeTimes:
     return HomeTimes(i, i.copy(), i.copy(), z, z.copy(), z.copy(), z.copy(), z.copy(), z.copy(), i.copy(), i.copy())
 
 
-def homeable(graph: OpGraph) -> np.ndarray:
+def homeable(graph: OpGraph, paths: dict | None = None) -> np.ndarray:
     """Per op (int8): 1 where its parameters may live apart from it, 0 where it owns none, -1 where they cannot: a
-    path to an op reading them branches, or several ops read an owner that holds buffers too
-    (:func:`graphs.ops.param_paths`)."""
+    path to an op reading them branches, or several ops read an owner that holds buffers too (``paths``:
+    :func:`graphs.ops.param_paths`, computed when not given)."""
     can = np.full(graph.num_ops, -1, dtype=np.int8)
-    can[list(param_paths(graph))] = 1
+    can[list(param_paths(graph) if paths is None else paths)] = 1
     return np.where(graph.param_bytes > 0, can, 0).astype(np.int8)
 
 
-def copy_pairs(graph: OpGraph) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def copy_pairs(graph: OpGraph, paths: dict | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """``(owner, reader, bytes)``: the copies an owner's parameters make when they live apart, one per op that reads
     their data (:func:`graphs.ops.param_paths`): the owner's whole parameters for its own path, the share another
     reader reads for its (:func:`graphs.ops.param_reads`)."""
@@ -102,8 +102,8 @@ def copy_pairs(graph: OpGraph) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     for u, v, b in zip(src.tolist(), dst.tolist(), nbytes.tolist()):
         share[(u, v)] = b
     rows: dict[tuple[int, int], int] = {}
-    for i, paths in param_paths(graph).items():
-        for path in paths:
+    for i, owned in (param_paths(graph) if paths is None else paths).items():
+        for path in owned:
             first, reader = path[0], path[-1]
             b = share.get((i, first), int(graph.param_bytes[i]))
             rows[(i, reader)] = max(rows.get((i, reader), 0), b)  # two paths to one reader: one copy
@@ -115,10 +115,12 @@ def copy_pairs(graph: OpGraph) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     )
 
 
-def chain_pairs(graph: OpGraph) -> tuple[np.ndarray, np.ndarray]:
+def chain_pairs(graph: OpGraph, paths: dict | None = None) -> tuple[np.ndarray, np.ndarray]:
     """``(owner, op)``: every op on a path to an op reading an owner's parameters, and that op, with that owner
-    (:func:`graphs.ops.param_paths`): their parameters live apart only with all of them on the owner's device."""
-    pairs = sorted({(i, u) for i, paths in param_paths(graph).items() for path in paths for u in path if u != i})
+    (``paths``: :func:`graphs.ops.param_paths`, computed when not given): their parameters live apart only with all
+    of them on the owner's device."""
+    paths = param_paths(graph) if paths is None else paths
+    pairs = sorted({(i, u) for i, owned in paths.items() for path in owned for u in path if u != i})
     return np.array([i for i, _ in pairs], dtype=np.int64), np.array([u for _, u in pairs], dtype=np.int64)
 
 
@@ -223,9 +225,10 @@ def home_rows(env: "SimEnv", op_devices: np.ndarray, homes: Any, source: str | N
     if homes.shape[-1] != env.num_ops or homes.ndim not in (1, 2):
         raise PlacerError(f"homes: expected [{env.num_ops}] or [K, {env.num_ops}] device indices, got {homes.shape}")
     if env.homeable is None:
-        env.homeable = homeable(env.graph)
-        env.home_chains = chain_pairs(env.graph)
-        env.home_copies = copy_pairs(env.graph)
+        paths = param_paths(env.graph)
+        env.homeable = homeable(env.graph, paths)
+        env.home_chains = chain_pairs(env.graph, paths)
+        env.home_copies = copy_pairs(env.graph, paths)
     host = np.asarray(env.cluster.kinds) == "cpu"
     try:
         apart = offloaded(homes, op_devices, host, env.homeable, env.home_chains, env.home_copies, env.graph.names)

@@ -25,6 +25,7 @@ from envs.sim.homes import chain_pairs, homeable, parted
 from envs.sim.schedule import EXECUTORS
 from envs.sim.simulator import SimEnv
 from graphs.ir import OpGraph
+from graphs.ops import param_paths
 from graphs.synthetic import random_dag
 
 
@@ -49,7 +50,8 @@ def _run_every_kernel(graph: OpGraph, placements: int) -> None:
     rng = np.random.default_rng(0)
     op_devices = rng.integers(0, cluster.num_devices, (placements, graph.num_ops)).astype(np.int32)
     # every parameter that can live apart homed on the host (one read through views: where they are on its reader's)
-    homes = np.where((homeable(graph) > 0) & ~parted(op_devices, chain_pairs(graph)), 0, -1)
+    paths = param_paths(graph)
+    homes = np.where((homeable(graph, paths) > 0) & ~parted(op_devices, chain_pairs(graph, paths)), 0, -1)
     for executor in EXECUTORS:
         for plan in ({}, {"microbatches": 2}, {"microbatches": 2, "inflight": 1}):
             env = SimEnv(graph, cluster, executor=executor, **plan)

@@ -34,6 +34,7 @@ import numpy as np
 
 from envs.sim.homes import chain_pairs, homeable, parted
 from graphs import OpGraph, PlacerError
+from graphs.ops import param_paths
 
 
 class HomeCodes:
@@ -45,8 +46,9 @@ class HomeCodes:
         if not hosts or not len(self.gpus):
             raise PlacerError("home moves: the cluster needs a host device and a GPU")
         self.host, self.num_devices = hosts[0], cluster.num_devices
-        self.can_home = homeable(graph) == 1
-        self._chains = chain_pairs(graph)  # a parameter read through views lives apart only with them on its reader's
+        paths = param_paths(graph)
+        self.can_home = homeable(graph, paths) == 1
+        self._chains = chain_pairs(graph, paths)  # parameters live apart only with their readers on their GPU
         # a random integer per op: the sum over the ops a move changes names the placement it makes (as MoveFeatures')
         self._op_key = np.random.default_rng(1).integers(0, 1 << 40, size=graph.num_ops).astype(np.float64)
 

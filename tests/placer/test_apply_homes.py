@@ -18,9 +18,10 @@ from torch import nn
 
 import envs.real.homes as homes
 from envs.real.transfers import to_device
+from envs.sim.homes import home_readers
 from graphs import PlacerError
 from graphs.flops import is_alias
-from graphs.ops import param_owners, view_readers
+from graphs.ops import param_owners
 from graphs.plan import Placement
 from graphs.torch_capture import capture
 from placer.apply import apply
@@ -259,7 +260,7 @@ def test_parameters_read_through_views_are_homed_and_train_as_the_unplaced_model
     assert viewed >= 3
     # a plan that parts a view from its reader cannot home the parameter it views
     apart = Placement.from_indices(g, DEVICES, np.ones(g.num_ops, dtype=int), homes=p.home_indices(g))
-    apart.assignment[g.names[view_readers(g)[owners["w1"]]]] = "cpu:0"  # w1.T's reader on the host, w1.T on gpu:0
+    apart.assignment[g.names[home_readers(g)[owners["w1"]]]] = "cpu:0"  # w1.T's reader on the host, w1.T on gpu:0
     with pytest.raises(PlacerError, match="w1 is read by .* which is on another device"):
         apply(model, apart, (x,), device_map="*=cpu")
 
