@@ -88,7 +88,9 @@ def colocate(graph: OpGraph) -> np.ndarray:
     * a view of a parameter (``w.T`` in ``x @ w.T``), or a check of its metadata,
       with the ops through which its data is read (:func:`graphs.ops.param_paths`):
       the parameter can then have a home apart from them (:mod:`envs.sim.homes`).
-      Several ops reading one parameter (a tied head) are not joined.
+      A view several ops read (the query's and the keys' parts of
+      ``nn.MultiheadAttention``'s packed weight) is joined with each of them;
+      several ops reading one parameter itself (a tied head) are not joined.
 
     Ops named in ``graph.meta["alias_ops"]`` / ``["inplace_ops"]`` (written by
     capture from torch's op schemas) count as views / in-place ops as well.
@@ -128,7 +130,13 @@ def colocate(graph: OpGraph) -> np.ndarray:
     indirect = view | check
     if (indirect & (graph.param_bytes > 0)).any() or any(reads[i] for i in np.flatnonzero(indirect)):  # its paths
         paths = param_paths(graph)
-        chained = [(i, ps[0][0]) for i, ps in paths.items() if view[i] or check[i]]  # a parameter's view (or check)
+        indptr, succ, _ = graph.out_csr
+        for i, ps in paths.items():  # a parameter's view (with each op reading it) or check (with its path)
+            if view[i]:
+                after = set(succ[indptr[i] : indptr[i + 1]].tolist())
+                chained += [(i, path[0]) for path in ps if path[0] in after]
+            elif check[i]:
+                chained.append((i, ps[0][0]))
         chained += [(a, b) for ps in paths.values() for path in ps for a, b in zip(path, path[1:])]  # and its readers
     a = np.concatenate([src[e], np.array([i for i, _ in chained], dtype=np.int64)])
     b = np.concatenate([dst[e], np.array([u for _, u in chained], dtype=np.int64)])

@@ -557,13 +557,15 @@ def metadata_mask(graph: "OpGraph") -> np.ndarray:
 
 def param_paths(graph: "OpGraph") -> dict[int, list[list[int]]]:
     """Per owner of parameters whose data can be copied to the ops that read it (a home apart,
-    :mod:`envs.sim.homes`), its *paths*: for each op reading the data, the views it reads it through (each with a
-    single consumer besides checks of its metadata, :data:`METADATA_OPS`, listed next), then that op (the last).
+    :mod:`envs.sim.homes`), its *paths*: for each op reading the data, the views it reads it through (then the checks
+    of their metadata, :data:`METADATA_OPS`), then that op (the last).
 
     The owner's own path is ``[owner]`` where it reads the data itself; a view of the parameters (``x @ w.T``) or a
     metadata check (``w.to(dtype)`` exports one) does not, and its path starts after it. Every other reader
-    (:func:`param_reads`: a tied head, a layer applied twice) has a path of its own. Owners left out: a path that
-    branches or ends in an in-place op (:func:`inplace_mask`), or several paths to an owner that also holds buffers
+    (:func:`param_reads`: a tied head, a layer applied twice) has a path of its own, and so has every op reading a
+    view that several ops read (``nn.MultiheadAttention``'s packed weight split into the query's part and the keys'
+    and values'): each such path repeats the views it shares with the others. Owners left out: a path that ends in an
+    in-place op (:func:`inplace_mask`), a view no op reads, or several paths to an owner that also holds buffers
     (they stay with their op).
 
     >>> from graphs import OpGraph
@@ -571,6 +573,11 @@ def param_paths(graph: "OpGraph") -> dict[int, list[list[int]]]:
     ...                        op_types=["aten.t.default", "aten.relu.default", "aten.mm.default"])
     >>> param_paths(g)
     {0: [[2]]}
+    >>> g = OpGraph.from_edges(["t", "u", "mm", "bmm"], [("t", "u", 8), ("t", "mm", 8), ("u", "bmm", 8)],
+    ...                        param_bytes=[8, 0, 0, 0], op_types=["aten.t.default", "aten.unsqueeze.default",
+    ...                                                            "aten.mm.default", "aten.bmm.default"])
+    >>> param_paths(g)  # w.T read by mm, and through w.T.unsqueeze(0) by bmm
+    {0: [[1, 3], [2]]}
     """
     owners = np.flatnonzero(graph.param_bytes > 0)
     if not len(owners):
@@ -582,33 +589,41 @@ def param_paths(graph: "OpGraph") -> dict[int, list[list[int]]]:
     for u, v in zip(src_r.tolist(), dst_r.tolist()):
         others.setdefault(u, []).append(v)
 
-    def walk(succ: np.ndarray) -> list[int] | None:
-        """The path from ops ``succ`` (the consumers of what is read so far): None where it branches."""
-        path: list[int] = []
-        checks: list[int] = []
-        while True:
-            checks += succ[check[succ]].tolist()
-            succ = succ[~check[succ]]
-            if len(succ) != 1 or (graph.param_bytes[succ[0]] > 0 and view[succ[0]]):  # branches, or another's view
+    def walk(succ: np.ndarray, before: list[int]) -> list[list[int]] | None:
+        """The paths from ops ``succ`` (the consumers of what is read through the views ``before``): None where one
+        ends in an in-place op or reaches another owner's view, or a view has no reader."""
+        checks = succ[check[succ]].tolist()
+        succ = succ[~check[succ]]
+        if not len(succ):
+            return None
+        found: list[list[int]] = []
+        for u in succ.tolist():
+            if graph.param_bytes[u] > 0 and view[u]:  # another owner's view
                 return None
-            u = int(succ[0])
             if not view[u]:
-                return None if inplace[u] else path + checks + [u]
-            path.append(u)
-            succ = np.unique(dst[indptr[u] : indptr[u + 1]])
+                if inplace[u]:
+                    return None
+                found.append(before + checks + [u])
+                continue
+            below = walk(np.unique(dst[indptr[u] : indptr[u + 1]]), before + checks + [u])
+            if below is None:
+                return None
+            found += below
+        return found
 
     out: dict[int, list[list[int]]] = {}
     for i in owners.tolist():
-        paths: list[list[int] | None] = []
+        found: list[list[list[int]] | None] = []
         if view[i]:
-            paths.append(walk(np.unique(dst[indptr[i] : indptr[i + 1]])))
+            found.append(walk(np.unique(dst[indptr[i] : indptr[i + 1]]), []))
         elif not check[i]:
-            paths.append([i])
+            found.append([[i]])
         for v in others.get(i, ()):
             if not check[v]:
-                paths.append(walk(np.array([v])))
-        if not paths or any(p is None for p in paths):
+                found.append(walk(np.array([v]), []))
+        if not found or any(each is None for each in found):
             continue
+        paths = [path for each in found for path in each]  # type: ignore[union-attr]
         if len(paths) > 1 and graph.buffer_bytes[i] > 0:
             continue
         out[i] = paths  # type: ignore[assignment]

@@ -1,6 +1,7 @@
 """Language models as a user would hand them to placer (``module:callable``), larger than the tests': transformers'
-RWKV, Mamba, Falcon and a tied Llama built from configs (no weights, no network), 4 layers of 256, vocabulary 1,000
-(the Llama's 16,000), batch 8 x 64, in training mode. From the repository root:
+RWKV, Mamba, Falcon and a tied Llama built from configs (no weights, no network), and torch's ``nn.Transformer``, 4
+layers of 256 (the Transformer's 4 encoder and 4 decoder layers), vocabulary 1,000 (the Llama's 16,000), batch
+8 x 64, in training mode. From the repository root:
 ``PYTHONPATH=docs/heuristics placer train user_models:rwkv --cluster k80x2 --time-budget 30``."""
 
 import torch
@@ -42,3 +43,25 @@ def llama_tied():
     return _causal_lm(
         "Llama", vocab_size=16000, num_attention_heads=8, intermediate_size=1024, tie_word_embeddings=True
     )
+
+
+class Seq2Seq(torch.nn.Module):
+    """Source and target tokens -> ``torch.nn.Transformer`` -> a vocabulary head, next-token loss: each decoder
+    layer's cross attention splits its packed input projection into the query's part and the keys' and values'."""
+
+    def __init__(self, vocab=1000, width=256, layers=4):
+        super().__init__()
+        self.embed = torch.nn.Embedding(vocab, width)
+        self.transformer = torch.nn.Transformer(width, 4, layers, layers, 4 * width, dropout=0.0, batch_first=True)
+        self.head = torch.nn.Linear(width, vocab)
+
+    def forward(self, src, tgt):
+        mask = torch.nn.Transformer.generate_square_subsequent_mask(tgt.shape[1] - 1, device=tgt.device)
+        h = self.transformer(self.embed(src), self.embed(tgt[:, :-1]), tgt_mask=mask, tgt_is_causal=True)
+        return torch.nn.functional.cross_entropy(self.head(h).flatten(0, 1), tgt[:, 1:].flatten())
+
+
+def nn_transformer():
+    torch.manual_seed(0)
+    gen = torch.Generator().manual_seed(0)
+    return Seq2Seq(), (torch.randint(0, 1000, (8, 64), generator=gen), torch.randint(0, 1000, (8, 65), generator=gen))

@@ -314,7 +314,7 @@ def insert_home_copies(
     simulator's model (:mod:`envs.sim.homes`). A check of its metadata (``w.to(dtype)`` exports one) is dropped:
     the master it would check lives on its home.
 
-    Raises :class:`PlacerError` for a parameter read through views that several ops read.
+    Raises :class:`PlacerError` for a parameter read through a view that no op reads.
     """
     if not apart:
         return 0
@@ -363,9 +363,36 @@ def _is_view(node: fx.Node) -> bool:
     return is_view_op(op_type(node.target)) or is_alias(node.target)  # graphs.ops.view_mask's
 
 
+def _unshare_views(node: fx.Node) -> None:
+    """Make every view of parameter ``node`` that several ops read (``nn.MultiheadAttention``'s packed weight split
+    into the query's part and the keys' and values') once per op: each reader then reads the parameter through
+    views of its own, which run on its copy (the views it shared, made again, as :func:`graphs.ops.param_paths`'
+    paths repeat them)."""
+    graph = node.graph
+    while True:
+        stack, shared = list(node.users), None
+        while stack and shared is None:
+            at = stack.pop()
+            if at.op != "call_function" or not _is_view(at):
+                continue
+            users = [u for u in at.users if u.op == "call_function" and not _is_check(u)]
+            if len(users) > 1:
+                shared = (at, users)
+            stack += users
+        if shared is None:
+            return
+        at, users = shared
+        for user in users[1:]:
+            with graph.inserting_after(at):
+                again = graph.node_copy(at)
+            user.replace_input_with(at, again)
+
+
 def _paths(node: fx.Node) -> tuple[list[tuple[fx.Node, list[fx.Node]]], list[fx.Node]]:
-    """Each op that reads parameter ``node``'s data with the views it reads it through (none: it reads it itself),
-    and the ops that check the metadata of the parameter or of those views (:data:`graphs.ops.METADATA_OPS`)."""
+    """Each op that reads parameter ``node``'s data with the views it reads it through (none: it reads it itself; a
+    view several ops read is made again for each, :func:`_unshare_views`), and the ops that check the metadata of the
+    parameter or of those views (:data:`graphs.ops.METADATA_OPS`)."""
+    _unshare_views(node)
     checks: list[fx.Node] = []
 
     def users_of(at: fx.Node) -> list[fx.Node]:
@@ -379,10 +406,9 @@ def _paths(node: fx.Node) -> tuple[list[tuple[fx.Node, list[fx.Node]]], list[fx.
         while _is_view(at):
             chain.append(at)
             users = users_of(at)
-            if len(users) != 1:
+            if len(users) != 1:  # none (several were made one each)
                 raise PlacerError(
-                    f"param_homes: {node.target} is read through {at.name} by {len(users)} ops: a parameter whose "
-                    "views several ops read stays with its ops"
+                    f"param_homes: {node.target} is read through {at.name}, which no op reads: it stays with its ops"
                 )
             at = users[0]
         paths.append((at, chain))

@@ -179,16 +179,19 @@ def offloaded(
     if cannot.any():
         i = int(np.nonzero(cannot)[-1][0])
         raise PlacerError(
-            f"homes: {op(i)}'s parameters cannot live apart from it (read through views that branch, or by several "
-            "ops with its buffers)"
+            f"homes: {op(i)}'s parameters cannot live apart from it (read through views by an in-place op, or by "
+            "several ops with its buffers)"
         )
     if pairs is not None and len(pairs[0]):
         split = apart & parted(np.broadcast_to(op_devices, apart.shape), pairs)
         if split.any():
-            i = int(np.nonzero(split)[-1][0])
+            at = np.nonzero(split)
+            i, devices = int(at[-1][0]), np.broadcast_to(op_devices, apart.shape)[tuple(a[0] for a in at[:-1])]
+            chain = pairs[1][pairs[0] == i]
+            away = int(chain[devices[chain] != devices[i]][0])
             raise PlacerError(
-                f"homes: {op(i)}'s parameters are read on another device (by "
-                f"{op(int(pairs[1][(pairs[0] == i)][0]))}, or through it): they can live apart only with every op "
+                f"homes: {op(i)}'s parameters are read on another device (by {op(away)}, or through it): they can "
+                "live apart only with every op "
                 "that reads them, and the views they are read through, on their op's device"
             )
     if copies is not None and len(copies[0]):

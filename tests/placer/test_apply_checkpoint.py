@@ -420,17 +420,19 @@ def test_checkpointed_blocks_reading_their_homed_parameters_through_views_train_
 
 
 class ViewOutside(nn.Module):
-    """A weight's view taken outside the block that reads it (the view runs with its reader, in the block)."""
+    """A weight's view taken outside the block that reads it (the view runs with its reader, in the block); with
+    ``shared``, both blocks read the one view (it runs again in each)."""
 
-    def __init__(self) -> None:
+    def __init__(self, shared: bool = False) -> None:
         super().__init__()
+        self.shared = shared
         self.w = nn.Parameter(torch.randn(16, 16) / 4)
         self.blocks = nn.ModuleList(ViewInner() for _ in range(2))
 
     def forward(self, x):
         wt = self.w.T
         x = self.blocks[0](x, wt)
-        return self.blocks[1](x, torch.ones(16, 16) / 16).pow(2).mean()
+        return self.blocks[1](x, wt if self.shared else torch.ones(16, 16) / 16).pow(2).mean()
 
 
 class ViewInner(nn.Module):
@@ -438,19 +440,21 @@ class ViewInner(nn.Module):
         return x + torch.tanh(x @ wt)
 
 
-def test_a_block_reading_a_homed_parameter_through_a_view_taken_outside_it_trains_as_the_unplaced_model_does():
+@pytest.mark.parametrize("shared", [False, True])
+def test_a_block_reading_a_homed_parameter_through_a_view_taken_outside_it_trains_as_the_unplaced_model_does(shared):
     torch.manual_seed(0)
-    model, x = ViewOutside(), torch.randn(8, 16)
+    model, x = ViewOutside(shared), torch.randn(8, 16)
     ref = copy.deepcopy(model)
     g = capture(model, (x,))
     h = np.full(g.num_ops, -1)
     h[param_owners(g)["w"]] = 0
     p = Placement.from_indices(g, DEVICES, np.ones(g.num_ops, dtype=int), homes=h)
-    p.checkpoint = ["blocks.0"]
+    p.checkpoint = ["blocks.0", "blocks.1"] if shared else ["blocks.0"]
     placed = apply(model, p, (x,), device_map="*=cpu")
-    body = placed.get_submodule(placed.meta[CHECKPOINT_META]["blocks.0"])
-    assert [n.target for n in body.graph.nodes if n.op == "call_function"][:2] == [
-        homes.fetch_home,
-        torch.ops.aten.numpy_T.default,
-    ]
+    for block in p.checkpoint:  # each block fetches its copy and takes its view of it
+        body = placed.get_submodule(placed.meta[CHECKPOINT_META][block])
+        assert [n.target for n in body.graph.nodes if n.op == "call_function"][:2] == [
+            homes.fetch_home,
+            torch.ops.aten.numpy_T.default,
+        ]
     train_side_by_side(placed, ref, (x,))

@@ -291,3 +291,61 @@ def test_a_parameter_whose_metadata_is_checked_before_it_is_read_is_homed_and_tr
     assert sum("assert_tensor_metadata" in t for t in g.op_types) == 2
     assert not any("assert_tensor_metadata" in str(n.target) for n in placed.graph.nodes)  # they checked the master
     train_side_by_side(placed, ref, (x,))
+
+
+class SharedView(nn.Module):
+    """One view of a parameter read by several ops: ``wt = w.T`` read by a matmul and, through ``wt.unsqueeze(0)``,
+    by a batched one."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.w = nn.Parameter(torch.randn(8, 8) / 3)
+        self.out = nn.Linear(8, 2)
+
+    def forward(self, x):
+        wt = self.w.T
+        h = torch.tanh(x @ wt)
+        h = torch.bmm(h.unsqueeze(0), wt.unsqueeze(0)).squeeze(0)
+        return self.out(h).pow(2).mean()
+
+
+class CrossAttention(nn.Module):
+    """``nn.MultiheadAttention`` attending from one sequence to another (``nn.Transformer``'s decoder does): its
+    packed input projection is split into the query's part and the keys' and values', each read by a linear."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.attn = nn.MultiheadAttention(8, 2, batch_first=True)
+
+    def forward(self, q, kv):
+        return self.attn(q, kv, kv, need_weights=False)[0].pow(2).mean()
+
+
+@pytest.mark.parametrize(
+    "build",
+    [
+        lambda: (SharedView(), (torch.randn(5, 8),)),
+        lambda: (CrossAttention(), (torch.randn(2, 3, 8), torch.randn(2, 5, 8))),
+    ],
+)
+def test_a_view_several_ops_read_is_made_again_on_each_op_s_copy_and_trains_as_the_unplaced_model_does(build):
+    torch.manual_seed(0)
+    model, inputs = build()
+    ref = copy.deepcopy(model)
+    g = capture(model, inputs)
+    owners = param_owners(g)
+    placed = apply(model, homed_plan(g, list(owners)), inputs, device_map="*=cpu")
+    runtime = placed.get_submodule(homes.RUNTIME_ATTR)
+    copies = Counter(id(m) for m in runtime.masters)
+    assert sorted(copies.values())[-1] == 2  # the viewed parameter: a copy per op reading its view
+    train_side_by_side(placed, ref, inputs)
+    # each copy's views run on it, right before its reader: no view is shared by two copies
+    nodes = list(placed.graph.nodes)
+    for release in (n for n in nodes if n.target is homes.release_home):
+        fetched, reader = release.args[2], release.args[3]
+        between = nodes[nodes.index(fetched) + 1 : nodes.index(reader)]
+        assert all(n.target in (homes.fetch_home, to_device) or is_alias(n.target) for n in between)
+    on_copies = [
+        n for n in nodes if is_alias(n.target) and any(a.target is homes.fetch_home for a in n.all_input_nodes)
+    ]
+    assert on_copies and all(len(n.users) == 1 for n in on_copies)

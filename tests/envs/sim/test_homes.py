@@ -250,13 +250,46 @@ def test_a_parameter_read_through_a_view_lives_apart_only_with_the_view_on_its_r
     env = SimEnv(g, toy.cluster())
     with pytest.raises(PlacerError, match="op t's parameters are read on another device .by op c.*only with every op"):
         env.with_homes([-1, toy.CPU, -1]).step_times(np.array([[toy.G0, toy.G1, toy.G0]]))
-    # a branching view (w.T read by two ops) has no one reader: its parameters stay with it
-    two = toy.graph(["t", "b", "c"], [("t", "b", 2), ("t", "c", 2)], [0, 1, 1], param_bytes=[2, 0, 0])
-    two.op_types = ["aten.t.default", "aten.mm.default", "aten.mm.default"]
-    two.params = [["w"], [], []]
-    assert homeable(two).tolist() == [-1, 0, 0]
-    with pytest.raises(PlacerError, match="cannot live apart from it"):
-        SimEnv(two, toy.cluster()).with_homes([toy.CPU, -1, -1]).step_times(np.array([[toy.G0] * 3]))
+    # a view two ops read lives apart only with both on its device
+    g = branching(toy, "t")
+    with pytest.raises(PlacerError, match="op t's parameters are read on another device .by op c"):
+        SimEnv(g, toy.cluster()).with_homes([-1, toy.CPU, -1, -1]).step_times(np.array([[toy.G0] * 3 + [toy.G1]]))
+
+
+def branching(toy, owner):
+    """a (1) -> b (1) -> c (1); t (``w.T``, a view: no kernel) -> b and -> c. ``owner``: "t" (b and c read w through
+    the one view, as ``wt = w.T; ... x @ wt ... y @ wt`` captures) or "b" (b owns w and c reads it too: a tied
+    parameter). w: 2 bytes."""
+    g = toy.graph(["a", "t", "b", "c"], [("a", "b", 1), ("b", "c", 1), ("t", "b", 2), ("t", "c", 2)], [1, 0, 1, 1])
+    g.op_types = ["aten.mm.default", "aten.t.default", "aten.mm.default", "aten.mm.default"]
+    g.out_bytes = np.array([1, 2, 1, 0], dtype=np.int64)
+    g.param_bytes = np.array([0, 2, 0, 0] if owner == "t" else [0, 0, 2, 0], dtype=np.int64)
+    g.params = [[], [], ["w"], ["w"]] if owner == "b" else [[], ["w"], [], []]
+    return g
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_parameter_read_through_a_view_two_ops_read_is_copied_for_each(toy, backend):
+    # all on gpu:0, w on cpu:0: a copy for b and one for c, the ops reading w's data through the view t (no kernel).
+    # forward: a [0, 1]; w in for b [0, 2]; b [2, 3]; w in for c [max(0, link 2) = 2, 4]; c [4, 5].
+    # backward: w in for c [max(0, link 4) = 4, 6]; c [6, 8]; its gradient home [8, 10]; w in for b [max(0, link 6)
+    # = 6, 8]; b [8, 10]; its gradient home [max(10, link 10) = 10, 12]; a [10, 12]. The step ends at 12.
+    g = branching(toy, "t")
+    assert homeable(g).tolist() == [0, 1, 0, 0]
+    p = Placement.from_indices(g, DEVICES, [toy.G0] * 4, homes=[-1, toy.CPU, -1, -1])
+    env = SimEnv(g, toy.cluster(), backend=backend)
+    s = env.schedule(p)
+    assert homes_times(s) == [(2, (0, 2), (6, 8), (10, 12)), (3, (2, 4), (4, 6), (8, 10))]
+    assert s.homes.owner.tolist() == [1]
+    r = env.simulate(p)
+    assert r.step_time_s == 12.0 and r.peak_bytes["cpu:0"] == 8  # w's state once, on the host
+    # exactly as if b read w itself and c read it too (a tied parameter)
+    tied = branching(toy, "b")
+    own = Placement.from_indices(tied, DEVICES, [toy.G0] * 4, homes=[-1, -1, toy.CPU, -1])
+    ref = SimEnv(tied, toy.cluster(), backend=backend)
+    assert homes_times(ref.schedule(own)) == homes_times(s)
+    assert ref.simulate(own).peak_bytes == r.peak_bytes and ref.simulate(own).step_time_s == r.step_time_s
+    assert env.with_homes([-1, toy.CPU, -1, -1]).step_times(np.array([[toy.G0] * 4]))[0].tolist() == [12.0]
 
 
 @pytest.mark.parametrize("seed", range(4))
