@@ -2,7 +2,7 @@
 # Prepared for the next lent GPU (issue 50), one call of about 2 minutes, from the repository root: parameter homes
 # on CUDA for outside models whose weights are read through views (Falcon's `x @ weight.T`), past a metadata check
 # (Gemma2's, Cohere's, Mamba's and RecurrentGemma's `weight.to(dtype)`) or by several ops (tied embeddings: Gemma2,
-# BLOOM; ALBERT's shared layers), never run on CUDA yet. Every op on gpu:0 (cuda:0) and every parameter that can
+# BLOOM; ALBERT's shared layers; Mamba's A_log, through one view two ops read), never run on CUDA yet. Every op on gpu:0 (cuda:0) and every parameter that can
 # live apart homed on cpu:0: the copies from pinned memory on side streams, the window of two, views of a copy
 # refilled before the backward, a copy per reader whose gradients add up on the host; three Adam
 # steps against the same plan without homes and three SGD steps against the unplaced model on CUDA, to 1e-4
