@@ -56,11 +56,12 @@ from typing import Any, Sequence
 
 import envs
 from bench.budget_env import Budget
-from bench.budget_runs import ACCEPT, HEURISTICS, METHODS, RUNNERS, best_start
+from bench.budget_runs import ACCEPT, HEURISTICS, METHODS, RUNNERS, best_start, run_moves
 from bench.common import OneLineParser, Progress, machine_line, parse_list
 from bench.graph_sources import graphs_and_clusters
 from graphs import OpGraph, PlacerError
 from graphs.io import read_json
+from policies.policy_file import load_critic
 
 
 def budget_cell(
@@ -73,11 +74,14 @@ def budget_cell(
     order: str | None = None,
     ilp_workers: int = 1,
     progress: Progress | None = None,
+    runners: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """Every method at every budget and seed on one graph and cluster (see the module docstring)."""
-    bad = [m for m in methods if m not in RUNNERS]
+    """Every method at every budget and seed on one graph and cluster (see the module docstring); ``runners``:
+    method -> runner (default :data:`bench.budget_runs.RUNNERS`)."""
+    runners = RUNNERS if runners is None else runners
+    bad = [m for m in methods if m not in runners]
     if bad:
-        raise PlacerError(f"--methods: unknown {', '.join(bad)} (known: {', '.join(RUNNERS)})")
+        raise PlacerError(f"--methods: unknown {', '.join(bad)} (known: {', '.join(runners)})")
     say = progress or (lambda line: None)
     env = envs.SimEnv(graph, cluster)
     bound = env.lower_bound()
@@ -97,7 +101,7 @@ def budget_cell(
             learner_s = None
             for method in methods:
                 seconds = learner_s if (method == "ilp" and budget.kind == "evals") else None
-                run = RUNNERS[method](
+                run = runners[method](
                     graph, cluster, env, budget, start, seed, order, seconds=seconds, ilp_workers=ilp_workers
                 )
                 if method == "learned":
@@ -257,6 +261,13 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     )
     ap.add_argument("--seeds", default="0", help="comma list of seeds (medians are reported)")
     ap.add_argument(
+        "--critic",
+        default="pretrained",
+        metavar="FILE.pt",
+        help="the critic the pretrained and pretrained_frozen methods start from (default: the one shipped with "
+        "placer; a file python -m bench.critic_pretrain --output wrote)",
+    )
+    ap.add_argument(
         "--score-order",
         choices=("node", "planned"),
         default="node",
@@ -294,6 +305,13 @@ def main(argv: list[str] | None = None) -> int:
         if not budgets:
             raise PlacerError("--evals and --seconds: give at least one budget")
         methods = parse_list(args.methods, what="methods", known=list(RUNNERS))
+        runners = dict(RUNNERS)
+        if args.critic != "pretrained":
+            load_critic(args.critic)  # a missing or bad file: one line, before any run
+            runners["pretrained"] = run_moves("critic", critic=args.critic, name="pretrained")
+            runners["pretrained_frozen"] = run_moves(
+                "critic", critic=args.critic, fine_tune=False, name="pretrained_frozen"
+            )
         seeds = [int(s) for s in parse_list(args.seeds, what="seeds") if s.isdigit()] or [0]
         if args.ilp_workers < 1:
             raise PlacerError(f"--ilp-workers {args.ilp_workers}: must be at least 1")
@@ -313,6 +331,7 @@ def main(argv: list[str] | None = None) -> int:
                         order=order,
                         ilp_workers=args.ilp_workers,
                         progress=say,
+                        runners=runners,
                     )
                 )
         if args.plot:

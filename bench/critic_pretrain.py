@@ -22,7 +22,7 @@ import envs
 from bench.common import OneLineParser, parse_list
 from graphs import OpGraph, PlacerError
 from placer.gym import datasets
-from placer.learn.pretrain_critic import FitOptions, Problem, collect, pretrain_critic, ranking_auc
+from placer.learn.pretrain_critic import COLLECTORS, FitOptions, Problem, collect, pretrain_critic, ranking_auc
 from policies import policy_file
 
 
@@ -46,6 +46,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--evals", type=int, default=2000, help="simulated placements per problem (default 2000)")
     ap.add_argument("--steps", type=int, default=FitOptions.steps, help=f"Adam steps (default {FitOptions.steps})")
     ap.add_argument("--seed", type=int, default=0, help="the searches' and the fit's seed")
+    ap.add_argument(
+        "--collect-with",
+        default="uniform",
+        choices=COLLECTORS,
+        help="the search whose simulated moves the critic learns from: uniform proposals, or the default learned "
+        "search (its own critic's picks, from its own incumbents) (default uniform)",
+    )
     ap.add_argument("--only", default="", help="comma list of TRAIN items to use (default: all)")
     ap.add_argument("--held-out", action="store_true", help="also report the critic's AUC on the held-out items")
     ap.add_argument("--output", default=policy_file.DEFAULT_CRITIC, help="critic file (.pt; a .json sidecar beside)")
@@ -72,6 +79,7 @@ def main(argv: list[str] | None = None) -> int:
             evals=args.evals,
             seeds=(args.seed,),
             options=FitOptions(steps=args.steps, seed=args.seed),
+            search=args.collect_with,
             say=say,
         )
         sidecar["excluded"] = [f"{d}/{f}" for d, fams in datasets.HELD_OUT_FAMILIES.items() for f in fams]
@@ -80,7 +88,9 @@ def main(argv: list[str] | None = None) -> int:
             for name, load in items("held_out"):
                 graph = load()
                 for c in clusters:
-                    moves = collect(graph, envs.resolve_cluster(c), evals=args.evals, seed=args.seed)
+                    moves = collect(
+                        graph, envs.resolve_cluster(c), evals=args.evals, seed=args.seed, search=args.collect_with
+                    )
                     held_auc[f"{name}@{c}"] = ranking_auc(critic, moves)
                     say(f"  held out {name}@{c}: AUC {held_auc[f'{name}@{c}']}")
             sidecar["training"]["held_out_auc_median"] = _median(held_auc.values())

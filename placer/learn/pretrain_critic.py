@@ -38,15 +38,34 @@ class Moves:
     faster: np.ndarray
 
 
-def collect(graph: OpGraph, cluster: Cluster, *, evals: int, seed: int = 0, start: np.ndarray | None = None) -> Moves:
-    """The moves a uniform-proposal move search simulates in ``evals`` placements from ``start`` (None: its
-    draws), with their outcome."""
+#: The searches :func:`collect` can gather moves from.
+COLLECTORS = ("uniform", "learned")
+
+
+def collect(
+    graph: OpGraph,
+    cluster: Cluster,
+    *,
+    evals: int,
+    seed: int = 0,
+    start: np.ndarray | None = None,
+    search: str = "uniform",
+) -> Moves:
+    """The moves a move search simulates in ``evals`` placements from ``start`` (None: its draws), with their outcome.
+
+    ``search``: "uniform" (uniform proposals: an unbiased draw of the moves of its incumbents) or "learned" (the
+    default move search, its untrained critic fine-tuned online: the moves and the incumbents a critic meets where it
+    is used, which a critic frozen after pretraining needs; BENCHMARKS.md, "A critic pretrained on the search's own
+    moves")."""
+    if search not in COLLECTORS:
+        raise ValueError(f"collect: search {search!r}: unknown (known: {', '.join(COLLECTORS)})")
     env = envs.SimEnv(graph, cluster)
-    search = MoveSearch(graph, cluster, env, options=MoveSearchOptions(proposals="uniform", module_share=0), seed=seed)
-    search.run(start, max_evals=evals)
-    n = search.replay.size
+    options = MoveSearchOptions(proposals="uniform", module_share=0) if search == "uniform" else MoveSearchOptions()
+    runner = MoveSearch(graph, cluster, env, options=options, seed=seed)
+    runner.run(start, max_evals=evals)
+    n = runner.replay.size
     name = f"{graph.name or 'graph'}@{cluster.name}"
-    return Moves(name, search.replay.features[:n].copy(), search.replay.faster[:n].copy())
+    return Moves(name, runner.replay.features[:n].copy(), runner.replay.faster[:n].copy())
 
 
 @dataclass
@@ -140,9 +159,11 @@ def pretrain_critic(
     evals: int = 3000,
     seeds: Sequence[int] = (0,),
     options: FitOptions | None = None,
+    search: str = "uniform",
     say: Callable[[str], Any] = lambda line: None,
 ) -> tuple[MoveCritic, dict[str, Any], PretrainReport]:
-    """Collect moves on every problem (``evals`` placements per seed), fit one critic; ``(critic, sidecar, report)``.
+    """Collect moves on every problem (``evals`` placements per seed, from ``search``: :func:`collect`), fit one
+    critic; ``(critic, sidecar, report)``.
 
     The sidecar is what :func:`policies.policy_file.save_critic` writes beside the weights (its ``corpus``: the
     problems' names).
@@ -153,7 +174,7 @@ def pretrain_critic(
     for p in problems:
         graph, cluster = p.graph(), envs.resolve_cluster(p.cluster)
         for seed in seeds:
-            moves = collect(graph, cluster, evals=evals, seed=seed)
+            moves = collect(graph, cluster, evals=evals, seed=seed, search=search)
             moves.name = f"{p.name}@{p.cluster}/s{seed}"
             data.append(moves)
             report.moves[moves.name], report.faster[moves.name] = len(moves.faster), int(moves.faster.sum())
@@ -170,6 +191,7 @@ def pretrain_critic(
         "date": time.strftime("%Y-%m-%dT%H:%M:%S+00:00", time.gmtime()),
         "training": {
             "evals_per_problem": evals,
+            "collected_with": search,
             "seeds": list(seeds),
             "steps": o.steps,
             "batch": o.batch,

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 import envs
-from bench import budget
+from bench import budget, budget_runs
 from bench.budget_env import BudgetEnv, BudgetSpent
 from bench.budget_runs import METHODS, PLAN_EVALS
 from graphs.synthetic import moe_dag
@@ -108,6 +108,7 @@ def test_tiny_grid_runs_every_method_within_its_budget(tmp_path, capsys):
         (["--graphs", "nope"], "nope"),
         (["--evals", "", "--seconds", ""], "--evals"),
         (["--clusters", "zz"], "zz"),
+        (["--critic", "/nonexistent/critic.pt"], "/nonexistent/critic.pt"),
     ],
 )
 def test_bad_options_exit_2_with_one_line(argv, option, capsys):
@@ -148,6 +149,26 @@ def test_the_pretrained_critic_s_ablations_run_on_request_with_their_ratios(caps
     assert all(r["step_time_s"] is not None and r["evals"] <= 200 + PLAN_EVALS for r in runs.values())
     table = budget.markdown_table(cells)
     assert "| pretrained / uniform | pretrained_frozen / uniform |" in table
+
+
+def test_the_pretrained_methods_start_from_the_critic_file_given(tmp_path, monkeypatch, capsys):
+    from policies import policy_file
+    from policies.moves import MoveCritic
+
+    path = tmp_path / "critic.pt"
+    policy_file.save_critic(path, MoveCritic(8), {"corpus": ["toy"], "seed": 0, "date": "today"})
+    started = []
+    real = budget_runs.MoveSearch.__init__
+
+    def spy(self, *args, **kwargs):
+        real(self, *args, **kwargs)
+        started.append((self.options.critic, self.options.fine_tune, self.critic.hidden))
+
+    monkeypatch.setattr(budget_runs.MoveSearch, "__init__", spy)
+    argv = ["--graphs", "moe-20", "--clusters", "k80x2", "--evals", "60", "--seconds", "", "--json"]
+    assert budget.main([*argv, "--methods", "pretrained,pretrained_frozen", "--critic", str(path)]) == 0
+    assert started == [(str(path), True, 8), (str(path), False, 8)]  # the file's 8 hidden units, not the shipped 64
+    capsys.readouterr()
 
 
 def _run_methods(capsys, methods: list[str]) -> tuple[list[dict], dict[str, dict]]:

@@ -116,3 +116,18 @@ def test_a_bad_critic_option_is_one_line_and_exit_2(tmp_path, capsys):
         rc = main(["train", "moe-20", "--cluster", "k80x2", "--iterations", "1", "--critic", critic])
         err = capsys.readouterr().err.strip()
         assert rc == 2 and critic in err and problem in err and len(err.splitlines()) == 1, err
+
+
+def test_moves_are_collected_from_the_learned_search_on_request():
+    graph, cluster = _problem()
+    learned = collect(graph, cluster, evals=120, seed=2, search="learned")
+    search = MoveSearch(graph, cluster, envs.SimEnv(graph, cluster), options=MoveSearchOptions(), seed=2)
+    search.run(None, max_evals=120)
+    n = search.replay.size
+    assert n > 0 and search.tries[1] > 0  # the critic ranked some of them
+    np.testing.assert_array_equal(learned.features, search.replay.features[:n])
+    np.testing.assert_array_equal(learned.faster, search.replay.faster[:n])
+    uniform = collect(graph, cluster, evals=120, seed=2)
+    assert not np.array_equal(uniform.features, learned.features)  # the uniform search's, by default
+    with pytest.raises(ValueError, match="unknown"):
+        collect(graph, cluster, evals=10, search="critic")
