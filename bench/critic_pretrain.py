@@ -3,11 +3,14 @@
     python -m bench.critic_pretrain                       # writes policies/pretrained/critic-default.{pt,json}
     python -m bench.critic_pretrain --clusters k80x4 --evals 500 --output /tmp/critic.pt --json
 
-The problems are the TRAIN items of the published split (``placer/gym/datasets.py``: every zoo model, the
-conformance corpus's entries that ``transformers`` can build here, the synthetic families at 300 and 1,500 ops,
-seeds 0-2), on each cluster. The HELD_OUT families (synthetic ``attention`` and ``branches``, corpus ``llama`` and
-``bert``) are never trained on: their moves are collected too, with ``--held-out``, only to report how well the
-critic ranks them (the ROC AUC of the moves that made the step faster). See :mod:`placer.learn.pretrain_critic`.
+The moves are those the default move search simulates (``--collect-with learned``: its own critic's picks from its
+own incumbents, where a pretrained critic is then used; ``uniform``: a uniform-proposal search's, as the first
+shipped critic was trained). The problems are the TRAIN items of the published split (``placer/gym/datasets.py``:
+every zoo model, the conformance corpus's entries that ``transformers`` can build here, the synthetic families at
+300 and 1,500 ops, seeds 0-2), on each cluster. The HELD_OUT families (synthetic ``attention`` and ``branches``,
+corpus ``llama`` and ``bert``) are never trained on: their moves are collected too, with ``--held-out``, only to
+report how well the critic ranks them (the ROC AUC of the moves that made the step faster). See
+:mod:`placer.learn.pretrain_critic`.
 """
 
 from __future__ import annotations
@@ -48,10 +51,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seed", type=int, default=0, help="the searches' and the fit's seed")
     ap.add_argument(
         "--collect-with",
-        default="uniform",
+        default="learned",
         choices=COLLECTORS,
-        help="the search whose simulated moves the critic learns from: uniform proposals, or the default learned "
-        "search (its own critic's picks, from its own incumbents) (default uniform)",
+        help="the search whose simulated moves the critic learns from: the default learned search (its own critic's "
+        "picks, from its own incumbents: what a pretrained critic then meets) or uniform proposals (default learned)",
     )
     ap.add_argument("--only", default="", help="comma list of TRAIN items to use (default: all)")
     ap.add_argument("--held-out", action="store_true", help="also report the critic's AUC on the held-out items")

@@ -3,11 +3,14 @@ rank them.
 
 Today's critic starts from nothing in every run; one that has seen many graphs ranks moves on a new graph from its
 first placement (GDP, DreamShard, GiPH: what is learned on some graphs carries to others). The data:
-:func:`collect` runs the move search with uniform proposals on a graph (so the moves it simulates are an unbiased
-draw of the moves a critic is asked to rank) and keeps the features of every move it simulated and whether it made
-the step faster. :func:`fit` trains a :class:`policies.moves.MoveCritic` on the pooled moves as the search trains it
-online (logistic regression on "was it faster"), for many more steps; :func:`ranking_auc` says how well a critic
-ranks a graph's moves (the area under the ROC curve of the faster moves, within each round's candidates pooled).
+:func:`collect` runs a move search on a graph and keeps the features of every move it simulated and whether it made
+the step faster: the default learned search (``search="learned"``, what ``bench.critic_pretrain`` collects: the
+moves and the incumbents a critic meets where it is used) or one with uniform proposals (an unbiased draw of the
+moves of worse incumbents; a critic fitted to them and frozen ranks no better than uniform draws even on the graph
+it was fitted on, BENCHMARKS.md, "A critic pretrained on the search's own moves"). :func:`fit` trains a
+:class:`policies.moves.MoveCritic` on the pooled moves as the search trains it online (logistic regression on "was
+it faster"), for many more steps; :func:`ranking_auc` says how well a critic ranks a graph's moves (the area under
+the ROC curve of the faster moves, within each round's candidates pooled).
 
 :func:`pretrain_critic` does it all over a list of problems and returns the critic and its sidecar; ``python -m
 bench.critic_pretrain`` writes the critic shipped with placer (``policies/pretrained/critic-default.pt``).
