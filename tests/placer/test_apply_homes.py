@@ -183,22 +183,27 @@ class TiedLm(TiedLM):
         return nn.functional.cross_entropy(super().forward(ids).flatten(0, 1), ids.flatten())
 
 
-@pytest.mark.parametrize(
-    "build", [lambda: (Twice(), (torch.randn(2, 4),)), lambda: (TiedLm(), (torch.arange(12).view(2, 6),))]
-)
-def test_a_parameter_several_ops_read_is_copied_for_each_and_trains_as_the_unplaced_model_does(build):
+def homed_everywhere(build):
+    """``build()``'s model with every parameter that can live apart homed on cpu:0 and every op on gpu:0: ``(placed,
+    unplaced copy, inputs, per master the readers it is copied for)``."""
     torch.manual_seed(0)
     model, inputs = build()
     ref = copy.deepcopy(model)
     g = capture(model, inputs)
-    owners = param_owners(g)
-    placed = apply(model, homed_plan(g, list(owners)), inputs, device_map="*=cpu")
+    placed = apply(model, homed_plan(g, list(param_owners(g))), inputs, device_map="*=cpu")
     runtime = placed.get_submodule(homes.RUNTIME_ATTR)
-    copies = Counter(id(m) for m in runtime.masters)  # per master, the readers it is copied for
+    return placed, ref, inputs, Counter(id(m) for m in runtime.masters)
+
+
+@pytest.mark.parametrize(
+    "build", [lambda: (Twice(), (torch.randn(2, 4),)), lambda: (TiedLm(), (torch.arange(12).view(2, 6),))]
+)
+def test_a_parameter_several_ops_read_is_copied_for_each_and_trains_as_the_unplaced_model_does(build):
+    placed, ref, inputs, copies = homed_everywhere(build)
     assert max(copies.values()) == 2
     assert sorted(n for n, _ in placed.named_parameters()) == sorted(n for n, _ in ref.named_parameters())
     train_side_by_side(placed, ref, inputs)
-    if isinstance(model, TiedLm):  # the two names stay one tensor, the master
+    if isinstance(ref, TiedLm):  # the two names stay one tensor, the master
         assert placed.get_parameter("out.weight") is placed.get_parameter("emb.weight")
         assert copies[id(placed.get_parameter("out.weight"))] == 2
 
@@ -329,15 +334,8 @@ class CrossAttention(nn.Module):
     ],
 )
 def test_a_view_several_ops_read_is_made_again_on_each_op_s_copy_and_trains_as_the_unplaced_model_does(build):
-    torch.manual_seed(0)
-    model, inputs = build()
-    ref = copy.deepcopy(model)
-    g = capture(model, inputs)
-    owners = param_owners(g)
-    placed = apply(model, homed_plan(g, list(owners)), inputs, device_map="*=cpu")
-    runtime = placed.get_submodule(homes.RUNTIME_ATTR)
-    copies = Counter(id(m) for m in runtime.masters)
-    assert sorted(copies.values())[-1] == 2  # the viewed parameter: a copy per op reading its view
+    placed, ref, inputs, copies = homed_everywhere(build)
+    assert max(copies.values()) == 2  # the viewed parameter: a copy per op reading its view
     train_side_by_side(placed, ref, inputs)
     # each copy's views run on it, right before its reader: no view is shared by two copies
     nodes = list(placed.graph.nodes)
