@@ -61,6 +61,8 @@ class Scenario:
     """the GPU memory cap: the cluster file's gpu:0 memory, and the CUDA device's limit for real."""
     host_bytes: int
     description: str
+    tied: bool = False
+    """the head tied to the embedding (one tensor, read by both: ``tie_word_embeddings``), as Llama-3.2-1B ships."""
 
 
 #: ``llama-256k``: Llama-3.2-1B's layer shapes (hidden 2048, MLP 8192, 32 heads, 8 KV heads), 8 layers, Gemma's
@@ -121,6 +123,24 @@ SCENARIOS: dict[str, Scenario] = {
         100 * GIB,
         "Llama-style decoder, 16 layers of Llama-3.2-1B's shape, 32k vocabulary untied, batch 4 x 2048",
     ),
+    # ``llama-1b``: Llama-3.2-1B as it ships: 16 layers, its 128k vocabulary, the head tied to the embedding (one
+    # 1 GiB tensor read by the first op and the last): 1.24 B parameters, 18.4 GiB of fp32 training state. Homing the
+    # tied tensor needs a copy for each of its two readers, both on the GPU.
+    "llama-1b": Scenario(
+        "llama-1b",
+        128256,
+        2048,
+        8192,
+        16,
+        32,
+        8,
+        2,
+        512,
+        24 * GIB,
+        100 * GIB,
+        "Llama-3.2-1B's shape as shipped: 16 layers, 128k vocabulary tied to the head, batch 2 x 512",
+        tied=True,
+    ),
     "tiny": Scenario(
         "tiny",
         8192,
@@ -162,7 +182,7 @@ def build(scenario: Scenario, *, meta: bool = False) -> tuple[Any, tuple]:
         num_attention_heads=s.heads,
         num_key_value_heads=s.kv_heads,
         max_position_embeddings=s.seq,
-        tie_word_embeddings=False,
+        tie_word_embeddings=s.tied,
     )
     torch.manual_seed(0)
     with torch.device("meta") if meta else torch.device("cpu"):

@@ -84,6 +84,25 @@ def test_the_scenario_does_not_fit_its_cap_with_headroom_but_its_weights_do_and_
     assert fits.status == "ok" and fits.step_time_s < lowered[0].sim["step_time_s"] / 5
 
 
+def test_a_tied_scenario_reads_one_tensor_in_its_embedding_and_its_head_and_can_home_it():
+    from dataclasses import replace
+
+    from envs.sim.homes import homeable
+
+    assert SCENARIOS["llama-1b"].tied and not SCENARIOS["llama-256k"].tied
+    s = replace(SCENARIOS["tiny"], tied=True)
+    model, inputs = offload.build(s)
+    lm = model.model
+    assert lm.lm_head.weight is lm.model.embed_tokens.weight
+    g = graphs.capture(model, inputs, name="tiny-tied")
+    untied = graphs.capture(*offload.build(SCENARIOS["tiny"]), name="tiny")
+    table = s.vocab_size * s.hidden_size * 4
+    assert untied.total_param_bytes - g.total_param_bytes == table  # one table, not two
+    assert g.meta["tied_params"] == [["model.lm_head.weight", "model.model.embed_tokens.weight"]]
+    readers = [i for i, names in enumerate(g.params) if "model.lm_head.weight" in names]
+    assert len(readers) == 2 and homeable(g)[readers[0]] == 1  # the embedding and the head, one home
+
+
 def test_curves_follow_the_real_best_and_the_simulators_pick():
     rec = [  # n: real (status, s), simulated (status, s)
         {"real_status": "oom", "real_step_time_s": None, "sim_status": "oom", "sim_step_time_s": None},
