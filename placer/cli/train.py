@@ -305,6 +305,25 @@ def equal_budget_line(doc: dict) -> str | None:
     )
 
 
+def ablation_line(doc: dict) -> str | None:
+    """What the learning added: the same move search with its moves drawn uniformly and the levels in turn (nothing
+    learned), given as many placements as the learner's search, from the same start."""
+    ab = doc.get("ablation")
+    if not ab or ab.get("step_time_s") is None:
+        return None
+    given = f"the {ab['evals']:,} placements the learner's search simulated"
+    if ab.get("stopped"):
+        given = (
+            f"{ab['simulated']:,} of the {ab['evals']:,} placements the learner's search simulated, stopped at its time"
+        )
+    learned = doc["best_step_time_s"]
+    gain = f"; {versus(learned, ab['step_time_s'], 'its ablation')}" if learned else ""
+    return (
+        f"uniform ablation {_ms(ab['step_time_s'])}{_tag(doc, 'simulated')}  (the same search, its moves drawn "
+        f"uniformly and the levels in turn, given {given}{gain}; {ab['wall_s']:.0f} s, after the budget)"
+    )
+
+
 def _faster_placement_line(doc: dict) -> str | None:
     """Where the equal-budget search beat the learner: the file its placement was kept in."""
     eq = doc.get("equal_budget_search") or {}
@@ -461,6 +480,7 @@ SUMMARY_LINES: tuple[Callable[[dict], str | None], ...] = (
     _heuristic_line,
     _rematch_line,
     equal_budget_line,
+    ablation_line,
     _faster_placement_line,
     _warm_start_line,
     small_model_line,

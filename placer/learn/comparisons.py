@@ -21,6 +21,7 @@ each phase showing its progress with an ETA:
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import time
 from types import SimpleNamespace
@@ -45,6 +46,7 @@ EQUAL_BUDGET = "equal-budget search"
 def compare_after_learning(session: Session, result: TrainResult) -> None:
     """The comparisons the run's options ask for, into ``result`` (``equal_budget_search``, ``rematch``)."""
     c = session.config
+    learner_s = session.elapsed()  # the run's own time, before the comparisons add theirs
     if c.equal_budget_search and c.env == "sim":
         # every placement the run simulated: the heuristics' searches and scoring, the scorer's, and the
         # incumbents' schedules the move search read, in every session of the run
@@ -68,6 +70,8 @@ def compare_after_learning(session: Session, result: TrainResult) -> None:
             eq["heuristics_simulated"] = session.heuristics_simulated()
             keep_faster_placement(session, eq)
         result.equal_budget_search = eq
+    if c.ablation and c.env == "sim" and c.algo == "moves" and c.proposals == "critic" and not c.ranks:
+        result.ablation = uniform_ablation(session, learner_s)
     if c.env == "measured" and c.rematch:
         result.rematch = rematch(session, c.rematch)
         r = result.rematch
@@ -89,6 +93,76 @@ def compare_after_learning(session: Session, result: TrainResult) -> None:
             s = session.state
             result.best_placement = session.best_placement(prune=True)
             result.best_step_time_s, result.found_by = s.best_step_time_s, s.best_found_by
+
+
+class Unrecorded:
+    """The session's scoring as a scorer for a search that is not the run's learner (its ablation): cached, in the
+    run's order, with the run's codes, but its placements are not the run's best and not counted as the run's."""
+
+    def __init__(self, session: Session) -> None:
+        self.session = session
+
+    @property
+    def home_codes(self) -> Any:
+        return self.session.codes
+
+    def step_times(self, op_devices: np.ndarray, order: Any = None) -> tuple[np.ndarray, np.ndarray]:
+        return self.session.scorer(np.asarray(op_devices, dtype=np.int32))
+
+    def schedule(self, op_devices: np.ndarray, order: Any = None) -> Any:
+        return self.session.sim.schedule(self.session.op_devices(op_devices), order)
+
+    def schedule_order(self, op_devices: np.ndarray) -> np.ndarray:
+        return self.session.sim.schedule_order(self.session.op_devices(op_devices))
+
+
+def uniform_ablation(session: Session, time_limit_s: float) -> dict[str, Any] | None:
+    """The learner's move search with nothing learned: its moves drawn uniformly and the levels in turn, the run's
+    other options, seed and start (the best heuristic's placement, ``--warm-start best``), given as many placements
+    as the learner's search simulated in this session, for at most ``time_limit_s`` (the run's). What the learning added
+    is the learner's best against its best (``ablation``: ``{evals, simulated, stopped, step_time_s, wall_s}``). None
+    on a resumed run (its learner restarted from the run's best) or where the learner simulated nothing."""
+    from placer.learn.move_runner import search_options  # move_runner imports this module's callers
+    from placer.learn.move_search import MoveSearch
+    from placer.learn.search_budget import BudgetSpent
+
+    c = session.config
+    learner = session.simulated() - session.heuristics_simulated()
+    learner -= session.simulated_before - session.heuristics_simulated_before  # earlier sessions', a shape choice's
+    if c.resume or learner < 1:
+        return None
+    limit = max(time_limit_s, 1.0)
+    session.progress.phase(
+        f"ablation: the same move search with its moves drawn uniformly and the levels in turn, given the "
+        f"{learner:,} placements the learner's search simulated (outside the budget; --no-ablation skips it)"
+    )
+    options = dataclasses.replace(
+        search_options(c, homes=session.homes_searched, blocks=session.block_moves), proposals="uniform"
+    )
+    t0 = time.perf_counter()
+    search = MoveSearch(
+        session.graph, session.cluster, Unrecorded(session), options=options, seed=c.seed, order=session.scorer.order
+    )
+    start = session.heuristics.best_op_devices if c.warm_start == "best" else None
+    session.progress.start("ablation", total=int(learner), unit="placements", within_s=limit)
+    try:
+        search.begin(start, max_evals=int(learner), time_budget_s=limit)
+        while True:
+            search.step()
+            session.progress.update(search.budget.evals)
+    except BudgetSpent:
+        pass
+    finally:
+        session.progress.close()
+    result = search.result()
+    return {
+        "method": "uniform moves, levels in turn",
+        "evals": int(learner),
+        "simulated": int(result.evals),
+        "stopped": result.evals < learner,
+        "step_time_s": None if not np.isfinite(result.step_time_s) else float(result.step_time_s),
+        "wall_s": time.perf_counter() - t0,
+    }
 
 
 def equal_budget_search(

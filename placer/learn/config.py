@@ -148,6 +148,11 @@ class RunOptions:
     """after training, run module_search with as many simulated placements as the run used (outside the budget, for at
     most as long as the run took) and report it beside the learner's best (--env sim); a placement of it faster than
     the learner's is kept as equal_budget_placement.json."""
+    ablation: bool = True
+    """--algo moves with the critic's proposals, --env sim: after training, run the same move search with its moves
+    drawn uniformly and the levels in turn (its ablation: nothing learned), from the same start, given as many
+    placements as the learner's search simulated (outside the budget, for at most as long as it took), and report
+    what the learning added over it."""
 
 
 @dataclass

@@ -113,6 +113,7 @@ class TrainResult:
     score_order: str = "node"  # the issue order every time here (samples, heuristics) was scored in
     # module_search given as many simulated placements as the run used: {method, simulated, step_time_s, wall_s}
     equal_budget_search: dict[str, Any] | None = None
+    ablation: dict[str, Any] | None = None
     # --env measured: the best placement and the best heuristic's re-measured side by side
     # {heuristic, rounds, learned_s, heuristic_s} (medians; None where every re-measurement failed)
     rematch: dict[str, Any] | None = None
@@ -174,6 +175,7 @@ class TrainResult:
             "issue_order": meta.get("issue_order"),
             "issue_order_step_time_s": fin(meta.get("issue_order_step_time_s")),
             "equal_budget_search": self.equal_budget_search,
+            "ablation": self.ablation,
             "rematch": self.rematch,
             "homes_searched": self.homes_searched,
             "checkpointing_searched": self.checkpointing_searched,

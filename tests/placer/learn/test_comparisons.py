@@ -137,3 +137,42 @@ def test_the_equal_budget_search_shows_its_progress_with_an_eta(tmp_path):
     counts = [line for line in after if line.startswith("placer: equal budget: ")]
     assert counts and all(" placements (" in line for line in counts), after
     assert any(", ETA " in line for line in counts) and r.equal_budget_search["simulated"] > 0
+
+
+def test_the_uniform_ablation_is_the_learner_s_search_with_nothing_learned_given_its_placements(
+    tmp_path, monkeypatch, capsys
+):
+    """After a run of the move search: the same search with uniform moves and the levels in turn, from the same start,
+    given the placements the learner's search simulated; its line in the summary; the run's best untouched by it.
+    --no-ablation skips it."""
+    import placer.learn.move_search as move_search
+
+    path = tmp_path / "g.json"
+    save(moe_dag(60, seed=0), str(path))
+    made = []
+    real_init = move_search.MoveSearch.__init__
+
+    def spy(self, *a, **kw):
+        real_init(self, *a, **kw)
+        made.append(self)
+
+    monkeypatch.setattr(move_search.MoveSearch, "__init__", spy)
+    argv = ["train", str(path), "--cluster", "k80x2", "--iterations", "4", "--no-progress", "--heuristics", "m_etf"]
+    assert main([*argv, "--logdir", str(tmp_path / "run")]) == 0
+    out = capsys.readouterr().out
+    doc = json.loads((tmp_path / "run" / "summary.json").read_text())
+    learner, ablation = made
+    assert (learner.options.proposals, learner.options.levels) == ("critic", None)
+    assert ablation.options.proposals == "uniform" and not ablation.learned_levels  # the levels in turn
+    assert learner.learned_levels
+    ab, eq = doc["ablation"], doc["equal_budget_search"]
+    learned = eq["evals"] - eq["heuristics_simulated"]  # the learner's search's placements: the run's less theirs
+    assert ab["evals"] == learned and 0 < ab["simulated"] <= learned and ab["step_time_s"] is not None
+    assert ablation.budget.evals == ab["simulated"]
+    assert "uniform ablation " in out and "its ablation" in out
+    best = Placement.load(str(tmp_path / "run" / "best_placement.json"))
+    assert "uniform" not in best.meta["found_by"]  # the ablation's placements are not the run's
+    made.clear()
+    assert main([*argv, "--logdir", str(tmp_path / "skip"), "--no-ablation"]) == 0
+    assert len(made) == 1 and "uniform ablation" not in capsys.readouterr().out
+    assert json.loads((tmp_path / "skip" / "summary.json").read_text())["ablation"] is None

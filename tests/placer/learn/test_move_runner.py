@@ -109,7 +109,9 @@ def test_placer_train_gives_module_search_its_share_of_the_time_left(tmp_path, m
     g, c = recurrent_dag(150, seed=1), envs.Cluster.preset("k80x4")
     limit = {"time_budget_s": 3.0} if budget == "time" else {"iterations": 5}
     r = train(
-        TrainConfig(algo="moves", logdir=str(tmp_path / "run"), progress=False, heuristics=("m_etf",), **limit),
+        TrainConfig(
+            algo="moves", logdir=str(tmp_path / "run"), progress=False, heuristics=("m_etf",), ablation=False, **limit
+        ),
         graph=g,
         cluster=c,
     )
