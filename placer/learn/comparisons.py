@@ -33,6 +33,7 @@ from envs.cluster import Cluster
 from graphs import OpGraph
 from placer.learn.measured_search import side_by_side
 from placer.learn.progress import Progress, ms
+from placer.learn.run_scorers import CachedScorer
 from placer.learn.rundir import EQUAL_BUDGET_NAME, run_placement, save_best
 from placer.learn.session import Session
 from placer.learn.state import TrainResult
@@ -96,18 +97,20 @@ def compare_after_learning(session: Session, result: TrainResult) -> None:
 
 
 class Unrecorded:
-    """The session's scoring as a scorer for a search that is not the run's learner (its ablation): cached, in the
-    run's order, with the run's codes, but its placements are not the run's best and not counted as the run's."""
+    """The session's scoring as a scorer for a search that is not the run's learner (its ablation): the same scorer,
+    in the run's order, with the run's codes, but a cache of its own; its placements are not the run's best and not
+    counted as the run's."""
 
     def __init__(self, session: Session) -> None:
         self.session = session
+        self.scorer = CachedScorer(session.scorer.env, session.scorer.order)
 
     @property
     def home_codes(self) -> Any:
         return self.session.codes
 
     def step_times(self, op_devices: np.ndarray, order: Any = None) -> tuple[np.ndarray, np.ndarray]:
-        return self.session.scorer(np.asarray(op_devices, dtype=np.int32))
+        return self.scorer(np.asarray(op_devices, dtype=np.int32))
 
     def schedule(self, op_devices: np.ndarray, order: Any = None) -> Any:
         return self.session.sim.schedule(self.session.op_devices(op_devices), order)

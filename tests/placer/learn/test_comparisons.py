@@ -172,6 +172,7 @@ def test_the_uniform_ablation_is_the_learner_s_search_with_nothing_learned_given
     assert "uniform ablation " in out and "its ablation" in out
     best = Placement.load(str(tmp_path / "run" / "best_placement.json"))
     assert "uniform" not in best.meta["found_by"]  # the ablation's placements are not the run's
+    assert ablation.env.scorer.evaluated > 0 and ablation.env.scorer is not learner.env.session.scorer
     made.clear()
     assert main([*argv, "--logdir", str(tmp_path / "skip"), "--no-ablation"]) == 0
     assert len(made) == 1 and "uniform ablation" not in capsys.readouterr().out
