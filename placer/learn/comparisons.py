@@ -154,7 +154,7 @@ def uniform_ablation(session: Session, time_limit_s: float) -> dict[str, Any] | 
             search.step()
             session.progress.update(search.budget.evals)
     except BudgetSpent:
-        pass
+        session.progress.update(search.budget.evals)  # its last batch, cut at the budget, shown too
     finally:
         session.progress.close()
     result = search.result()
