@@ -86,8 +86,8 @@ def no_home_times() -> HomeTimes:
 
 def homeable(graph: OpGraph, paths: dict | None = None) -> np.ndarray:
     """Per op (int8): 1 where its parameters may live apart from it, 0 where it owns none, -1 where they cannot: a
-    path to an op reading them branches, or several ops read an owner that holds buffers too (``paths``:
-    :func:`graphs.ops.param_paths`, computed when not given)."""
+    path to an op reading them ends in an in-place op, or several ops read an owner that holds buffers too
+    (``paths``: :func:`graphs.ops.param_paths`, computed when not given)."""
     can = np.full(graph.num_ops, -1, dtype=np.int8)
     can[list(param_paths(graph) if paths is None else paths)] = 1
     return np.where(graph.param_bytes > 0, can, 0).astype(np.int8)
@@ -191,8 +191,8 @@ def offloaded(
             away = int(chain[devices[chain] != devices[i]][0])
             raise PlacerError(
                 f"homes: {op(i)}'s parameters are read on another device (by {op(away)}, or through it): they can "
-                "live apart only with every op "
-                "that reads them, and the views they are read through, on their op's device"
+                "live apart only with every op that reads them, and the views they are read through, on their op's "
+                "device"
             )
     if copies is not None and len(copies[0]):
         owner, reader, _ = copies

@@ -32,10 +32,13 @@ import numpy as np
 from envs.cluster import Cluster
 from graphs import OpGraph
 from placer.learn.measured_search import side_by_side
+from placer.learn.move_runner import search_options
+from placer.learn.move_search import MoveSearch
 from placer.learn.progress import Progress, ms
 from placer.learn.run_scorers import CachedScorer
 from placer.learn.rundir import EQUAL_BUDGET_NAME, run_placement, save_best
-from placer.learn.session import Session
+from placer.learn.search_budget import BudgetSpent
+from placer.learn.session import RunScorer, Session
 from placer.learn.state import TrainResult
 from placer.methods import get
 from placer.methods.registry import HeuristicUnavailable
@@ -96,27 +99,20 @@ def compare_after_learning(session: Session, result: TrainResult) -> None:
             result.best_step_time_s, result.found_by = s.best_step_time_s, s.best_found_by
 
 
-class Unrecorded:
-    """The session's scoring as a scorer for a search that is not the run's learner (its ablation): the same scorer,
-    in the run's order, with the run's codes, but a cache of its own; its placements are not the run's best and not
-    counted as the run's."""
+class Unrecorded(RunScorer):
+    """The session's scoring (:class:`placer.learn.session.RunScorer`: the run's scorer, order and codes) for a search
+    that is not the run's learner (its ablation), through a cache of its own: its placements are not the run's best,
+    and neither they nor its schedules count as the run's."""
 
     def __init__(self, session: Session) -> None:
-        self.session = session
+        super().__init__(session, "ablation")
         self.scorer = CachedScorer(session.scorer.env, session.scorer.order)
-
-    @property
-    def home_codes(self) -> Any:
-        return self.session.codes
 
     def step_times(self, op_devices: np.ndarray, order: Any = None) -> tuple[np.ndarray, np.ndarray]:
         return self.scorer(np.asarray(op_devices, dtype=np.int32))
 
     def schedule(self, op_devices: np.ndarray, order: Any = None) -> Any:
         return self.session.sim.schedule(self.session.op_devices(op_devices), order)
-
-    def schedule_order(self, op_devices: np.ndarray) -> np.ndarray:
-        return self.session.sim.schedule_order(self.session.op_devices(op_devices))
 
 
 def uniform_ablation(session: Session, time_limit_s: float) -> dict[str, Any] | None:
@@ -125,10 +121,6 @@ def uniform_ablation(session: Session, time_limit_s: float) -> dict[str, Any] | 
     as the learner's search simulated in this session, for at most ``time_limit_s`` (the run's). What the learning added
     is the learner's best against its best (``ablation``: ``{evals, simulated, stopped, step_time_s, wall_s}``). None
     on a resumed run (its learner restarted from the run's best) or where the learner simulated nothing."""
-    from placer.learn.move_runner import search_options  # move_runner imports this module's callers
-    from placer.learn.move_search import MoveSearch
-    from placer.learn.search_budget import BudgetSpent
-
     c = session.config
     learner = session.simulated() - session.heuristics_simulated()
     learner -= session.simulated_before - session.heuristics_simulated_before  # earlier sessions', a shape choice's
