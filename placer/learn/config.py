@@ -40,6 +40,8 @@ ExecutorName = Literal["eager", "dataflow"]
 ScoreOrderName = Literal["auto", "node", "planned"]
 AlgoName = Literal["reinforce", "ppo", "moves", "corrected"]
 ProposalName = Literal["critic", "uniform"]
+#: --critic's names (anything else is a critic file).
+CRITIC_NAMES = ("auto", "pretrained", "fresh")
 RewardBaselineName = Literal["loo", "ema"]
 WarmStartName = Literal["best", "none"]
 PresetName = Literal["tuned", "paper"]
@@ -184,10 +186,14 @@ class AlgoOptions:
     """--algo moves|corrected: "critic" ranks the moves by the learned critic and draws each round's level by the
     levels' hit rates; "uniform" draws the moves uniformly and takes the levels in turn (the ablation: nothing
     learned)."""
-    critic: str = "fresh"
+    critic: str = "auto"
     """--algo moves|corrected: the critic the move search starts from: "pretrained" (shipped with placer, trained on
-    the moves of many graphs: it ranks from the first round), "fresh" (untrained: it learns from this run's moves
-    only), or a critic file (python -m bench.critic_pretrain)."""
+    the moves the search simulated on 51 graphs in one process, so it ranks from the first round, and fine-tuned on
+    this run's moves), "fresh" (untrained: it learns from this run's moves only), a critic file (python -m
+    bench.critic_pretrain), or "auto" (the default): pretrained for --algo moves under the simulator in one process,
+    where it was trained and measured (level with a fresh one on held-out graphs, ahead on the zoo it was trained on,
+    BENCHMARKS.md, "The pretrained critic as the default"), fresh elsewhere (--ranks, --env measured, --algo
+    corrected: not measured with it)."""
     fine_tune_critic: bool = True
     """--algo moves|corrected: train the critic on this run's moves as it goes (--no-fine-tune-critic: it ranks as it
     started)."""
@@ -373,6 +379,14 @@ class TrainConfig(PolicyOptions, AlgoOptions, RunOptions):
             )
 
     @property
+    def critic_used(self) -> str:
+        """The critic the move search starts from: :attr:`critic`, with "auto" resolved ("pretrained" for --algo moves
+        under the simulator in one process, "fresh" elsewhere)."""
+        if self.critic != "auto":
+            return self.critic
+        return "pretrained" if self.algo == "moves" and self.env == "sim" and not self.ranks else "fresh"
+
+    @property
     def one_stage_per_rank(self) -> bool:
         """--ranks: whether the simulator scores only plans of one stage per rank (:attr:`looped` off and no
         --schedule that runs more)."""
@@ -433,7 +447,7 @@ class TrainConfig(PolicyOptions, AlgoOptions, RunOptions):
                     raise PlacerError(f"--checkpointing on: {why}")
         if self.inflight is not None and self.inflight > self.microbatches:
             raise PlacerError(f"--inflight {self.inflight}: must be at most --microbatches ({self.microbatches})")
-        if self.critic not in ("pretrained", "fresh"):
+        if self.critic not in CRITIC_NAMES:
             from policies.policy_file import load_critic
 
             load_critic(self.critic)  # a bad file is a one-line error now, not after the heuristics

@@ -41,11 +41,32 @@ def search_options(config: TrainConfig, homes: bool = False, blocks: bool = Fals
     checkpoint moves (the run's codes, :mod:`placer.learn.checkpoint_moves`)."""
     return MoveSearchOptions(
         proposals=config.proposals,
-        critic=None if config.critic == "fresh" else config.critic,
+        critic=None if config.critic_used == "fresh" else config.critic_used,
         fine_tune=config.fine_tune_critic,
         homes=homes,
         checkpoint_moves=blocks,
     )
+
+
+def ranking_text(config: TrainConfig) -> str:
+    """How a round's moves are chosen, for the progress line: by which critic, or uniformly.
+
+    >>> ranking_text(TrainConfig(algo="moves"))
+    'moves ranked by the pretrained critic (fine-tuned as it goes)'
+    >>> ranking_text(TrainConfig(algo="moves", critic="fresh"))
+    'moves ranked by a fresh critic (learned as it goes)'
+    >>> ranking_text(TrainConfig(algo="moves", ranks=True))  # auto: the critic was pretrained in one process
+    'moves ranked by a fresh critic (learned as it goes)'
+    >>> ranking_text(TrainConfig(algo="moves", proposals="uniform"))
+    'moves drawn uniformly (the levels in turn)'
+    """
+    if config.proposals == "uniform":
+        return "moves drawn uniformly (the levels in turn)"
+    critic = config.critic_used
+    if critic == "fresh":
+        return "moves ranked by a fresh critic (learned as it goes)"
+    which = "the pretrained critic" if critic == "pretrained" else f"the critic {critic}"
+    return f"moves ranked by {which} ({'fine-tuned as it goes' if config.fine_tune_critic else 'frozen'})"
 
 
 def run_start(session: Session, resumed: bool, search: str) -> np.ndarray | None:
@@ -89,7 +110,8 @@ class MoveRunner:
         return self.search.levels[-1].num_items
 
     def tensors(self) -> dict[str, Any]:
-        """Nothing: a resumed move search starts from the run's best (in the run's state) with a fresh critic."""
+        """Nothing: a resumed move search starts from the run's best (in the run's state) with the critic it started
+        with (the pretrained one, or a fresh one), not the one it had fine-tuned."""
         return {}
 
     def run(self, writer: Any) -> None:
@@ -99,8 +121,7 @@ class MoveRunner:
             session.save_checkpoint(self.tensors())  # resumable from here on
         levels = self.search.levels
         session.start_progress(
-            self.phase,
-            f"one round of {c.proposals}-ranked moves ({levels[0].num_items} to {self.num_items} items)",
+            self.phase, f"one round of {ranking_text(c)} ({levels[0].num_items} to {self.num_items} items)"
         )
         if session.done():
             return

@@ -12,13 +12,15 @@ import pytest
 import torch
 
 import envs
-from graphs import PlacerError
+from graphs import PlacerError, save
 from graphs.synthetic import FAMILIES as SYNTHETIC
+from graphs.synthetic import moe_dag
 from placer.gym.datasets import HELD_OUT_FAMILIES
 from placer.learn.move_search import MoveSearch, MoveSearchOptions
 from placer.learn.pretrain_critic import FitOptions, Problem, collect, pretrain_critic, ranking_auc
 from policies import policy_file
 from policies.moves import NUM_FEATURES, MoveCritic
+from policies.policy_file import load_critic
 
 
 def test_a_critic_file_round_trips_and_holds_tensors_only(tmp_path):
@@ -131,3 +133,42 @@ def test_moves_are_collected_from_the_learned_search_on_request():
     assert not np.array_equal(uniform.features, learned.features)  # the uniform search's, by default
     with pytest.raises(ValueError, match="unknown"):
         collect(graph, cluster, evals=10, search="critic")
+
+
+def test_placer_train_starts_from_the_shipped_critic_unless_told_fresh(tmp_path, capsys, monkeypatch):
+    from placer.cli import main
+    from placer.learn import move_runner
+    from placer.learn.runners import RUNNERS
+
+    shipped = load_critic(None).critic.state_dict()
+    seen = {}
+
+    class Spy(move_runner.MoveRunner):
+        def __init__(self, session, saved):
+            super().__init__(session, saved)
+            weights = {k: v.clone() for k, v in self.search.critic.state_dict().items()}  # before fine-tuning
+            seen[session.config.critic_used] = (self.search.pretrained, weights)
+
+    monkeypatch.setitem(RUNNERS, "moves", Spy)
+    graph = tmp_path / "g.json"
+    save(moe_dag(60, seed=0), str(graph))
+    for extra in ([], ["--critic", "fresh"]):
+        argv = [
+            "train",
+            str(graph),
+            "--cluster",
+            "k80x2",
+            "--iterations",
+            "1",
+            "--heuristics",
+            "m_etf",
+            "--no-ablation",
+        ]
+        assert main([*argv, "--logdir", str(tmp_path / f"run{len(extra)}"), *extra]) == 0
+    err = capsys.readouterr().err
+    assert "moves ranked by the pretrained critic (fine-tuned as it goes)" in err
+    assert "moves ranked by a fresh critic (learned as it goes)" in err
+    pretrained, weights = seen["pretrained"]
+    assert pretrained and all(torch.equal(weights[k], shipped[k]) for k in shipped)
+    fresh, weights = seen["fresh"]
+    assert not fresh and not all(torch.equal(weights[k], shipped[k]) for k in shipped)
