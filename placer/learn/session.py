@@ -319,6 +319,9 @@ class Session:
             found_by=s.best_found_by,
             homes_searched=self.homes_searched,
             checkpointing_searched=bool(self.blocks),
+            critic=self.config.critic_used
+            if self.config.algo in ("moves", "corrected") and self.config.proposals == "critic"
+            else None,
         )
 
     def finish(self, result: TrainResult) -> None:

@@ -124,6 +124,9 @@ class TrainResult:
     env: str = "sim"  # the scorer of the samples: "sim" or "measured"
     homes_searched: bool = False  # the learner searched parameter homes too (--homes; placer.learn.home_moves)
     checkpointing_searched: bool = False  # its placements checkpointed layers (--checkpointing; checkpoint_choice)
+    # --algo moves|corrected: the critic the move search started from ("pretrained", "fresh" or a critic file; --critic
+    # auto resolved), None with uniform proposals or a policy network
+    critic: str | None = None
 
     @property
     def best_heuristic(self) -> tuple[str, float] | None:
@@ -179,4 +182,5 @@ class TrainResult:
             "rematch": self.rematch,
             "homes_searched": self.homes_searched,
             "checkpointing_searched": self.checkpointing_searched,
+            "critic": self.critic,
         }

@@ -170,5 +170,7 @@ def test_placer_train_starts_from_the_shipped_critic_unless_told_fresh(tmp_path,
     assert "moves ranked by a fresh critic (learned as it goes)" in err
     pretrained, weights = seen["pretrained"]
     assert pretrained and all(torch.equal(weights[k], shipped[k]) for k in shipped)
+    summaries = [json.loads((tmp_path / f"run{n}" / "summary.json").read_text())["critic"] for n in (0, 2)]
+    assert summaries == ["pretrained", "fresh"]
     fresh, weights = seen["fresh"]
     assert not fresh and not all(torch.equal(weights[k], shipped[k]) for k in shipped)
