@@ -174,3 +174,24 @@ def test_placer_train_starts_from_the_shipped_critic_unless_told_fresh(tmp_path,
     assert summaries == ["pretrained", "fresh"]
     fresh, weights = seen["fresh"]
     assert not fresh and not all(torch.equal(weights[k], shipped[k]) for k in shipped)
+
+
+@pytest.mark.parametrize(
+    "options, used",
+    [
+        (dict(algo="moves"), "pretrained"),
+        (dict(algo="moves", ranks=True), "fresh"),
+        (dict(algo="moves", env="measured"), "fresh"),
+        (dict(algo="corrected", env="measured"), "fresh"),
+        (dict(algo="moves", critic="fresh"), "fresh"),
+        (dict(algo="moves", ranks=True, critic="pretrained"), "pretrained"),
+        (dict(algo="moves", critic="/some/critic.pt"), "/some/critic.pt"),
+    ],
+)
+def test_critic_auto_is_pretrained_only_where_it_was_pretrained_and_measured(options, used):
+    from placer.learn.config import TrainConfig
+    from placer.learn.move_runner import search_options
+
+    config = TrainConfig(**options)
+    assert config.critic_used == used
+    assert search_options(config).critic == (None if used == "fresh" else used)
