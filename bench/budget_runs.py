@@ -144,11 +144,13 @@ def run_moves(
     kick_at: str | None = None,
     combine: bool = True,
     name: str = "",
+    **more: Any,
 ) -> Callable[..., Run]:
     """The move search's runner: ``proposals``, acceptance ``accept``, starting from ``critic`` (None: untrained;
     "pretrained": the shipped one), fine-tuned online or not, ``kicks`` uniform or from the policy that imitates its
     local optima, ``levels`` learned or in turn (None: learned with the critic, in turn with uniform proposals),
-    ``kick_at`` and ``combine`` (MoveSearchOptions); the method's ``name`` (default from the proposals)."""
+    ``kick_at`` and ``combine``, and any ``more`` MoveSearchOptions fields (``batch=8``); the method's ``name``
+    (default from the proposals)."""
     name = name or ("learned" if proposals == "critic" else "uniform") + ("_accept" if accept else "")
     options = MoveSearchOptions(
         proposals=proposals,
@@ -159,6 +161,7 @@ def run_moves(
         levels=levels,
         kick_at=kick_at,
         combine=combine,
+        **more,
     )
 
     def run(

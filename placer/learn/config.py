@@ -379,9 +379,12 @@ class TrainConfig(PolicyOptions, AlgoOptions, RunOptions):
             )
 
     @property
-    def critic_used(self) -> str:
+    def critic_used(self) -> str | None:
         """The critic the move search starts from: :attr:`critic`, with "auto" resolved ("pretrained" for --algo moves
-        under the simulator in one process, "fresh" elsewhere)."""
+        under the simulator in one process, "fresh" elsewhere); None where no critic ranks the moves (uniform
+        proposals, a policy network)."""
+        if self.algo not in ("moves", "corrected") or self.proposals != "critic":
+            return None
         if self.critic != "auto":
             return self.critic
         return "pretrained" if self.algo == "moves" and self.env == "sim" and not self.ranks else "fresh"

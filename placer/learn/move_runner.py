@@ -41,7 +41,7 @@ def search_options(config: TrainConfig, homes: bool = False, blocks: bool = Fals
     checkpoint moves (the run's codes, :mod:`placer.learn.checkpoint_moves`)."""
     return MoveSearchOptions(
         proposals=config.proposals,
-        critic=None if config.critic_used == "fresh" else config.critic_used,
+        critic=None if config.critic_used in (None, "fresh") else config.critic_used,
         fine_tune=config.fine_tune_critic,
         homes=homes,
         checkpoint_moves=blocks,

@@ -625,7 +625,7 @@ class MoveSearch:
         if critic is not None:
             return critic, True
         name = self.options.critic
-        if name is None:
+        if name is None or self.options.proposals == "uniform":  # uniform proposals: no critic ranks, none is loaded
             return MoveCritic(self.options.hidden), False
         return load_critic(None if name == PRETRAINED else name).critic, True
 

@@ -319,9 +319,7 @@ class Session:
             found_by=s.best_found_by,
             homes_searched=self.homes_searched,
             checkpointing_searched=bool(self.blocks),
-            critic=self.config.critic_used
-            if self.config.algo in ("moves", "corrected") and self.config.proposals == "critic"
-            else None,
+            critic=self.config.critic_used,
         )
 
     def finish(self, result: TrainResult) -> None:
