@@ -19,6 +19,11 @@ copy, send gradients that add up in the master's; see :func:`insert_home_copies`
   copied home on another side stream and the copy's memory is freed;
 * ``forward_done`` at the end of the program: frees the forward's last copies.
 
+A reader that reads a dense part of the master through views (``nn.MultiheadAttention``'s
+packed projection split into the query's part and the keys' and values') is copied that
+part only (:func:`part_read`), laid out as the view it read, and its gradient is added to
+that part of the master's.
+
 A reader inside a checkpointed block (:mod:`envs.real.checkpointing`, which sets
 :data:`PHASE`) runs twice. In the block's first forward its copy is made and freed
 as above, but its backward is not hooked: the block's second forward, in the
@@ -37,12 +42,13 @@ tensor, freed and made again, and the gradient reaches the master the same way.
 
 from __future__ import annotations
 
+import math
 from collections import deque
 from collections.abc import Mapping
 from contextlib import nullcontext
 from contextvars import ContextVar
 from functools import partial
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
 import torch.fx as fx
@@ -136,6 +142,30 @@ class Window:
                 free(copy)
 
 
+class Part(NamedTuple):
+    """The part of a master one reader reads through its views (:func:`part_read`): the layout of the view it reads,
+    dense (its elements fill ``offset`` to ``offset + numel`` of the master, each once)."""
+
+    size: tuple[int, ...]
+    stride: tuple[int, ...]
+    offset: int
+
+
+def dense(size: tuple[int, ...], stride: tuple[int, ...]) -> bool:
+    """Whether a layout's elements fill a run of memory, each once (``torch.empty_strided(size, stride)`` then holds
+    exactly its elements).
+
+    >>> dense((4, 2), (2, 1)), dense((2, 4), (1, 2)), dense((4, 2), (4, 1)), dense((3, 2), (0, 1))
+    (True, True, False, False)
+    """
+    expected = 1
+    for st, n in sorted((st, n) for n, st in zip(size, stride) if n != 1):
+        if st != expected:
+            return False
+        expected *= n
+    return True
+
+
 class HomeRuntime(nn.Module):
     """The home copies of one placed module: its masters, and per device its streams and windows.
 
@@ -143,15 +173,28 @@ class HomeRuntime(nn.Module):
     plain list, so they stay the placed module's parameters only.
     """
 
-    def __init__(self, masters: list[nn.Parameter], readers: list[int], torch_devices: list[torch.device]) -> None:
+    def __init__(
+        self,
+        masters: list[nn.Parameter],
+        readers: list[int],
+        torch_devices: list[torch.device],
+        parts: list[Part | None] | None = None,
+    ) -> None:
         super().__init__()
         self.masters = masters
         self.readers = readers  # per master, its reader (an id: a master's copies are made and freed by reader)
         self.torch_devices = torch_devices  # the reader's device, per master
+        self.parts = parts or [None] * len(masters)  # per master, the part of it its reader reads (None: all of it)
         self.streams = {d: Streams(d) for d in set(torch_devices)}
         self.windows = {(d, p): Window(s) for d, s in self.streams.items() for p in (0, 1)}
         self.sent: list[tuple[int, torch.Tensor]] = []  # gradients on their way home
         self.callback_queued = False
+
+    def copy_bytes(self) -> list[int]:
+        """Per master entry, the bytes of each copy made of it for its reader (all of it, or the part it reads)."""
+        return [
+            (math.prod(part.size) if part else m.numel()) * m.element_size() for m, part in zip(self.masters, self.parts)
+        ]
 
     def window(self, index: int, backward: bool) -> Window:
         return self.windows[(self.torch_devices[index], int(backward))]
@@ -163,9 +206,9 @@ class HomeRuntime(nn.Module):
         master, window = self.masters[index], self.window(index, False)
         streams = self.streams[self.torch_devices[index]]
         with streams.on_side():
-            copy = torch.empty_like(master, device=self.torch_devices[index])
+            copy = self._empty(index)
             window.add(self.readers[index], copy)  # the side stream waits before it copies
-            copy.untyped_storage().copy_(master.untyped_storage(), non_blocking=streams.cuda)
+            self._fill(index, copy)
         streams.compute_waits_side()
         if master.requires_grad:
             copy.requires_grad_(True)
@@ -197,22 +240,40 @@ class HomeRuntime(nn.Module):
         master = self.masters[index]
         streams = self.streams[self.torch_devices[index]]
         with streams.on_side():
-            copy = torch.empty_like(master, device=self.torch_devices[index])
-            copy.untyped_storage().copy_(master.untyped_storage(), non_blocking=streams.cuda)
+            copy = self._empty(index)
+            self._fill(index, copy)
         streams.compute_waits_side()
         if streams.cuda:
             copy.record_stream(streams.compute())
         return copy.requires_grad_(master.requires_grad)
 
+    def _empty(self, index: int) -> torch.Tensor:
+        """Memory for a copy of master ``index`` on its reader's device: the master's shape, or its part's layout."""
+        master, part = self.masters[index], self.parts[index]
+        if part is None:
+            return torch.empty_like(master, device=self.torch_devices[index])
+        return torch.empty_strided(part.size, part.stride, dtype=master.dtype, device=self.torch_devices[index])
+
+    def _fill(self, index: int, copy: torch.Tensor) -> None:
+        """Copy master ``index`` (or the part its reader reads) into ``copy``'s memory, past autograd (the copy may
+        be saved for a backward already), asynchronously from pinned memory on CUDA."""
+        master, part = self.masters[index], self.parts[index]
+        streams = self.streams[self.torch_devices[index]]
+        if part is None:
+            copy.untyped_storage().copy_(master.untyped_storage(), non_blocking=streams.cuda)
+            return
+        n = copy.numel()  # the part is dense: its elements are the master's n from its offset, as laid out in copy
+        into = torch.empty(0, dtype=copy.dtype, device=copy.device).set_(copy.untyped_storage(), 0, (n,))
+        into.copy_(master.detach().view(-1)[part.offset : part.offset + n], non_blocking=streams.cuda)
+
     def _refetch(self, index: int, copy: torch.Tensor) -> None:
         """Before the reader's backward: the copy's memory again, filled from the master on the side stream."""
-        master, window = self.masters[index], self.window(index, True)
+        window = self.window(index, True)
         streams = self.streams[self.torch_devices[index]]
         with streams.on_side():
             window.add(self.readers[index], copy)
-            storage = copy.untyped_storage()
-            storage.resize_(master.untyped_storage().nbytes())
-            storage.copy_(master.untyped_storage(), non_blocking=streams.cuda)
+            copy.untyped_storage().resize_(copy.numel() * copy.element_size())
+            self._fill(index, copy)
         streams.compute_waits_side()
         self._queue_callback()
 
@@ -246,8 +307,13 @@ class HomeRuntime(nn.Module):
             if streams.cuda:
                 streams.out.synchronize()
         for index, grad in self.sent:
-            master = self.masters[index]
-            master.grad = grad if master.grad is None else master.grad + grad
+            master, part = self.masters[index], self.parts[index]
+            if part is None:
+                master.grad = grad if master.grad is None else master.grad + grad
+                continue
+            if master.grad is None:
+                master.grad = torch.zeros_like(master)
+            master.grad.as_strided(part.size, part.stride, part.offset).add_(grad)
         self.sent.clear()
         for (_, backward), window in self.windows.items():
             if backward:
@@ -311,7 +377,8 @@ def insert_home_copies(
     layer applied twice), whose gradient is sent home and added to the master's. A parameter read through views
     (``x @ w.T``) is fetched for the op at the end of its views, which then run right before that op, on the copy:
     the copy is made, kept and made again for the backward as for a parameter that op reads itself, the
-    simulator's model (:mod:`envs.sim.homes`). A check of its metadata (``w.to(dtype)`` exports one) is dropped:
+    simulator's model (:mod:`envs.sim.homes`). Where the views pick a dense part of it (:func:`part_read`), the
+    copy is that part, and the views are not run. A check of its metadata (``w.to(dtype)`` exports one) is dropped:
     the master it would check lives on its home.
 
     Raises :class:`PlacerError` for a parameter read through a view that no op reads.
@@ -328,31 +395,78 @@ def insert_home_copies(
         for reader, chain in paths:
             by_reader.setdefault(reader, []).append(chain)
         entries += [(node, device, master, reader, chains) for reader, chains in by_reader.items()]
-    runtime = HomeRuntime([e[2] for e in entries], [id(e[3]) for e in entries], [torch_devices[e[1]] for e in entries])
+    parts = [part_read(master, node, chains) for node, _, master, _, chains in entries]
+    runtime = HomeRuntime(
+        [e[2] for e in entries], [id(e[3]) for e in entries], [torch_devices[e[1]] for e in entries], parts
+    )
     gm.add_module(RUNTIME_ATTR, runtime)
     first = next(n for n in graph.nodes if n.op not in ("placeholder", "get_attr"))
     with graph.inserting_before(first):
         state = graph.get_attr(RUNTIME_ATTR)
     for index, (node, device, _, reader, chains) in enumerate(entries):
+        if parts[index] is not None:  # the copy is the view its reader reads: the views are not run
+            (chain,) = chains
+            with graph.inserting_before(reader):
+                fetched = graph.call_function(fetch_home, (state, index, node), name=f"{node.name}_fetch")
+            reader.replace_input_with(chain[-1], fetched)
+            if "val" in chain[-1].meta:
+                fetched.meta["val"] = chain[-1].meta["val"]
+            for view in reversed(chain):
+                graph.erase_node(view)
+            chains = []
         views = [view for chain in chains for view in chain]
         for view in views:  # the views run right before their reader, on the copy (and in its checkpointed block)
             reader.prepend(view)
             view.meta[HOME_VIEW_META] = True
-        with graph.inserting_before(views[0] if views else reader):
-            fetched = graph.call_function(fetch_home, (state, index, node), name=f"{node.name}_fetch")
+        if parts[index] is None:
+            with graph.inserting_before(views[0] if views else reader):
+                fetched = graph.call_function(fetch_home, (state, index, node), name=f"{node.name}_fetch")
+            if "val" in node.meta:
+                fetched.meta["val"] = node.meta["val"]
         for chain in chains:
             (chain[0] if chain else reader).replace_input_with(node, fetched)
         with graph.inserting_after(reader):
             released = graph.call_function(release_home, (state, index, fetched, reader))
         for n in (fetched, released):
             n.meta[HOME_COPY_META] = True
-        if "val" in node.meta:
-            fetched.meta["val"] = node.meta["val"]
         home[fetched] = device
     output = next(n for n in graph.nodes if n.op == "output")
     with graph.inserting_before(output):
         graph.call_function(forward_done, (state,)).meta[HOME_COPY_META] = True
     return len(entries)
+
+
+def part_read(master: torch.Tensor, node: fx.Node, chains: list[list[fx.Node]]) -> Part | None:
+    """The part of ``master`` (parameter ``node``'s) that a reader reading it through one chain of views (``chains``,
+    node order) reads, where that is a dense part smaller than the master (``nn.MultiheadAttention``'s query part of
+    its packed projection: a third of it): its copy need hold no more. None where it reads all of it (``w.T``), its
+    views take arguments the program computes, or it reads a part strided over the master (copied whole).
+
+    The views are run on the master itself (they make no copy) to find the part's layout, which its copy keeps: the
+    reader sees the strides it saw without homes.
+    """
+    if len(chains) != 1 or not chains[0] or master.device.type == "meta":
+        return None
+    value, at = master.detach(), node
+
+    def arg(a: fx.Node) -> Any:
+        if a is not at:
+            raise LookupError(a.name)
+        return value
+
+    try:
+        with torch.no_grad():
+            for view in chains[0]:
+                args, kwargs = fx.node.map_arg((view.args, view.kwargs), arg)
+                value, at = view.target(*args, **kwargs), view
+    except LookupError:  # a view of the master taking another value of the program (a size it computes)
+        return None
+    if not isinstance(value, torch.Tensor) or value.untyped_storage().data_ptr() != master.untyped_storage().data_ptr():
+        return None
+    size, stride = tuple(value.shape), tuple(value.stride())
+    if not 0 < value.numel() < master.numel() or not dense(size, stride) or not master.is_contiguous():
+        return None
+    return Part(size, stride, value.storage_offset() - master.storage_offset())
 
 
 def _is_check(node: fx.Node) -> bool:

@@ -35,8 +35,10 @@ gradient. Homes are decided per owner op (its first reader,
 The copies above are made for each op that reads the parameters' data
 (:func:`copy_pairs`, :func:`graphs.ops.param_paths`): the owner itself; for a view of
 them (``x @ w.T``) or a check of their metadata (``w.to(dtype)`` exports one), the op
-at the end of the views; and every other op reading them (a tied head, a layer applied
-twice), with the share of the bytes it reads. Each such op's copies carry its own
+at the end of the views, with the bytes of the last view where they are fewer (the part
+it reads: ``nn.MultiheadAttention``'s query part of its packed projection, a third); and
+every other op reading them (a tied head, a layer applied twice), with the share of the
+bytes it reads. Each such op's copies carry its own
 parameters' bytes too where they live apart (:func:`copy_rows`); the state stays the
 owner's. Every op on those paths must be on the owner's device (:func:`chain_pairs`;
 co-location keeps views with their readers). A path whose views branch, and several
@@ -52,7 +54,7 @@ import numpy as np
 
 from graphs.errors import PlacerError
 from graphs.ir import OpGraph
-from graphs.ops import param_paths, param_reads
+from graphs.ops import param_paths, param_reads, view_mask
 
 if TYPE_CHECKING:
     from envs.cluster import Cluster
@@ -96,17 +98,27 @@ def homeable(graph: OpGraph, paths: dict | None = None) -> np.ndarray:
 def copy_pairs(graph: OpGraph, paths: dict | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """``(owner, reader, bytes)``: the copies an owner's parameters make when they live apart, one per op that reads
     their data (:func:`graphs.ops.param_paths`): the owner's whole parameters for its own path, the share another
-    reader reads for its (:func:`graphs.ops.param_reads`)."""
+    reader reads for its (:func:`graphs.ops.param_reads`); for a reader reading them through views, no more than
+    the bytes of the last view (the part it reads: ``nn.MultiheadAttention``'s packed projection split into the
+    query's part and the keys' and values' copies a third of it for the query's linear; the runtime copies just
+    that part, :func:`envs.real.homes.part_read`). A reader with two paths to an owner gets one copy of it all."""
     share = {}
     src, dst, nbytes = param_reads(graph)
     for u, v, b in zip(src.tolist(), dst.tolist(), nbytes.tolist()):
         share[(u, v)] = b
+    view = view_mask(graph)
     rows: dict[tuple[int, int], int] = {}
     for i, owned in (param_paths(graph) if paths is None else paths).items():
+        by_reader: dict[int, list[list[int]]] = {}
         for path in owned:
-            first, reader = path[0], path[-1]
-            b = share.get((i, first), int(graph.param_bytes[i]))
-            rows[(i, reader)] = max(rows.get((i, reader), 0), b)  # two paths to one reader: one copy
+            by_reader.setdefault(path[-1], []).append(path)
+        for reader, each in by_reader.items():
+            b = max(share.get((i, path[0]), int(graph.param_bytes[i])) for path in each)  # two paths: one copy
+            if len(each) == 1:  # read through views: the part the last of them reads, where that is less
+                last = [u for u in (i, *each[0][:-1]) if view[u]]
+                if last and graph.out_bytes[last[-1]] > 0:
+                    b = min(b, int(graph.out_bytes[last[-1]]))
+            rows[(i, reader)] = b
     keys = sorted(rows)
     return (
         np.array([i for i, _ in keys], dtype=np.int64),

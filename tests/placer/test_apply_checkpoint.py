@@ -458,3 +458,33 @@ def test_a_block_reading_a_homed_parameter_through_a_view_taken_outside_it_train
             torch.ops.aten.numpy_T.default,
         ]
     train_side_by_side(placed, ref, (x,))
+
+
+class CrossDeep(nn.Module):
+    """Two blocks of ``nn.MultiheadAttention`` attending from ``q`` to ``kv``: each reads the query's part and the
+    keys' and values' part of its packed projection (:func:`envs.real.homes.part_read`)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.blocks = nn.ModuleList(nn.MultiheadAttention(8, 2, batch_first=True) for _ in range(2))
+
+    def forward(self, q, kv):
+        for block in self.blocks:
+            q = q + block(q, kv, kv, need_weights=False)[0]
+        return q.pow(2).mean()
+
+
+def test_checkpointed_blocks_reading_parts_of_their_homed_packed_projections_train_as_the_unplaced_model_does():
+    # each block's second forward (in the backward) copies the parts again, and the parts' gradients go home
+    torch.manual_seed(0)
+    model, inputs = CrossDeep(), (torch.randn(2, 3, 8), torch.randn(2, 5, 8))
+    ref = copy.deepcopy(model)
+    g = capture(model, inputs)
+    owners = param_owners(g)
+    h = np.full(g.num_ops, -1)
+    h[[owners[name] for name in owners if name.startswith("blocks.")]] = 0
+    p = Placement.from_indices(g, DEVICES, np.ones(g.num_ops, dtype=int), homes=h)
+    p.checkpoint = ["blocks.0", "blocks.1"]
+    placed = apply(model, p, inputs, device_map="*=cpu")
+    assert sum(part is not None for part in placed.get_submodule(homes.RUNTIME_ATTR).parts) == 8
+    train_side_by_side(placed, ref, inputs)

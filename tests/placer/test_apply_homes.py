@@ -18,7 +18,7 @@ from torch import nn
 
 import envs.real.homes as homes
 from envs.real.transfers import to_device
-from envs.sim.homes import home_readers
+from envs.sim.homes import copy_pairs, home_readers
 from graphs import PlacerError
 from graphs.flops import is_alias
 from graphs.ops import param_owners
@@ -326,15 +326,8 @@ class CrossAttention(nn.Module):
         return self.attn(q, kv, kv, need_weights=False)[0].pow(2).mean()
 
 
-@pytest.mark.parametrize(
-    "build",
-    [
-        lambda: (SharedView(), (torch.randn(5, 8),)),
-        lambda: (CrossAttention(), (torch.randn(2, 3, 8), torch.randn(2, 5, 8))),
-    ],
-)
-def test_a_view_several_ops_read_is_made_again_on_each_op_s_copy_and_trains_as_the_unplaced_model_does(build):
-    placed, ref, inputs, copies = homed_everywhere(build)
+def test_a_view_several_ops_read_is_made_again_on_each_op_s_copy_and_trains_as_the_unplaced_model_does():
+    placed, ref, inputs, copies = homed_everywhere(lambda: (SharedView(), (torch.randn(5, 8),)))
     assert max(copies.values()) == 2  # the viewed parameter: a copy per op reading its view
     train_side_by_side(placed, ref, inputs)
     # each copy's views run on it, right before its reader: no view is shared by two copies
@@ -347,3 +340,45 @@ def test_a_view_several_ops_read_is_made_again_on_each_op_s_copy_and_trains_as_t
         n for n in nodes if is_alias(n.target) and any(a.target is homes.fetch_home for a in n.all_input_nodes)
     ]
     assert on_copies and all(len(n.users) == 1 for n in on_copies)
+    assert all(part is None for part in placed.get_submodule(homes.RUNTIME_ATTR).parts)
+
+
+def fetched_bytes(placed, inputs):
+    """Per master (by name in the placed module), the bytes of each copy a forward of ``placed`` fetches."""
+    runtime = placed.get_submodule(homes.RUNTIME_ATTR)
+    names = {id(p): n for n, p in placed.named_parameters()}
+    out: dict[str, list[int]] = {}
+    fetch = runtime.fetch
+
+    def counting(index):
+        copy = fetch(index)
+        out.setdefault(names[id(runtime.masters[index])], []).append(copy.numel() * copy.element_size())
+        return copy
+
+    runtime.fetch = counting
+    try:
+        placed(*inputs)
+    finally:
+        del runtime.fetch
+    return out
+
+
+def test_each_op_reading_a_part_of_a_packed_parameter_is_copied_that_part_and_trains_as_the_unplaced_model_does():
+    # nn.MultiheadAttention from one sequence to another: in_proj_weight (24 x 8) is split into the query's 8 rows
+    # and the keys' and values' 16, each read by a linear: the query's copy holds a third of it, the other two
+    placed, ref, inputs, copies = homed_everywhere(
+        lambda: (CrossAttention(), (torch.randn(2, 3, 8), torch.randn(2, 5, 8)))
+    )
+    assert max(copies.values()) == 2
+    runtime = placed.get_submodule(homes.RUNTIME_ATTR)
+    parts = {tuple(part) for part in runtime.parts if part is not None}
+    assert parts == {((8, 8), (8, 1), 0), ((16, 8), (8, 1), 64), ((8,), (1,), 0), ((16,), (1,), 8)}
+    fetched = fetched_bytes(placed, inputs)
+    assert sorted(fetched["attn.in_proj_weight"]) == [8 * 8 * 4, 16 * 8 * 4]
+    # what the simulator charges: the same bytes, copy for copy
+    assert sorted(runtime.copy_bytes()) == sorted(b for each in fetched.values() for b in each)
+    assert sum(runtime.copy_bytes()) == copy_pairs(capture(ref, inputs))[2].sum()
+    # no view runs on a copy: each reader reads its copy, laid out as the view it read without homes
+    nodes = list(placed.graph.nodes)
+    assert not any(is_alias(n.target) and any(a.target is homes.fetch_home for a in n.all_input_nodes) for n in nodes)
+    train_side_by_side(placed, ref, inputs)

@@ -292,6 +292,45 @@ def test_a_parameter_read_through_a_view_two_ops_read_is_copied_for_each(toy, ba
     assert env.with_homes([-1, toy.CPU, -1, -1]).step_times(np.array([[toy.G0] * 4]))[0].tolist() == [12.0]
 
 
+def packed(toy, owner):
+    """a (1) -> b (1) -> c (1); s (``split_with_sizes``, a view) -> q (``getitem``, 2 bytes) -> b and s -> k (4 bytes)
+    -> c: ``nn.MultiheadAttention``'s packed projection (6 bytes) split into the query's part, read by b, and the keys'
+    and values', read by c. ``owner``: "s" (the packed parameter) or "bc" (b owns a 2-byte parameter, c a 4-byte
+    one)."""
+    names = ["a", "s", "q", "k", "b", "c"]
+    edges = [("a", "b", 1), ("b", "c", 1), ("s", "q", 6), ("s", "k", 6), ("q", "b", 2), ("k", "c", 4)]
+    g = toy.graph(names, edges, [1, 0, 0, 0, 1, 1])
+    g.op_types = ["aten.mm.default", "aten.split_with_sizes.default", "getitem", "getitem"] + ["aten.mm.default"] * 2
+    g.out_bytes = np.array([1, 6, 2, 4, 1, 0], dtype=np.int64)
+    g.param_bytes = np.array([0, 6, 0, 0, 0, 0] if owner == "s" else [0, 0, 0, 0, 2, 4], dtype=np.int64)
+    g.params = [[], ["w"], [], [], [], []] if owner == "s" else [[], [], [], [], ["wq"], ["wk"]]
+    return g
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_each_op_reading_a_part_of_a_packed_parameter_is_copied_that_part(toy, backend):
+    # all on gpu:0, w (6 bytes) on cpu:0: b's copy is the query's 2 bytes, c's the other 4 (not 6 each).
+    # forward: a [0, 1]; w's part in for b [0, 2]; b [2, 3]; w's part in for c [max(0, link 2) = 2, 6]; c [6, 7].
+    # backward: w's part in for c [max(0, link 6) = 6, 10]; c [10, 12]; its gradient home [12, 16]; w's part in for
+    # b [max(0, link 10) = 10, 12]; b [12, 14]; its gradient home [max(14, link 16) = 16, 18]; a [14, 16]. The step
+    # ends at 18 (with whole copies of 6 bytes it would end at 32).
+    g = packed(toy, "s")
+    p = Placement.from_indices(g, DEVICES, [toy.G0] * 6, homes=[-1, toy.CPU, -1, -1, -1, -1])
+    env = SimEnv(g, toy.cluster(), backend=backend)
+    s = env.schedule(p)
+    assert homes_times(s) == [(4, (0, 2), (10, 12), (16, 18)), (5, (2, 6), (6, 10), (12, 16))]
+    assert s.homes.nbytes.tolist() == [2, 4]
+    r = env.simulate(p)
+    assert r.step_time_s == 18.0 and r.peak_bytes["cpu:0"] == 24  # w's state once, on the host
+    # exactly as if b and c each owned their part
+    apart = packed(toy, "bc")
+    own = Placement.from_indices(apart, DEVICES, [toy.G0] * 6, homes=[-1, -1, -1, -1, toy.CPU, toy.CPU])
+    ref = SimEnv(apart, toy.cluster(), backend=backend)
+    assert homes_times(ref.schedule(own)) == homes_times(s)
+    assert ref.simulate(own).peak_bytes == r.peak_bytes and ref.simulate(own).step_time_s == r.step_time_s
+    assert env.with_homes([-1, toy.CPU, -1, -1, -1, -1]).step_times(np.array([[toy.G0] * 6]))[0].tolist() == [18.0]
+
+
 @pytest.mark.parametrize("seed", range(4))
 def test_kernel_and_reference_agree_with_random_homes(seed):
     rng = np.random.default_rng(seed)
