@@ -5,6 +5,9 @@ docs/ranks/zb/others.py (the probe of plans across processes) and 12 more. From 
 
     PYTHONPATH=. python docs/conformance/others.py [NAME ...] > docs/conformance/others.log
     PYTHONPATH=. python docs/conformance/others.py --homes [NAME ...] > docs/conformance/others_homes.log
+    PYTHONPATH=. python docs/conformance/others.py --homes --corpus > docs/conformance/corpus_homes.log
+
+(``--corpus``: the conformance corpus's models, :mod:`graphs.models.corpus`, instead of these.)
 
 On a GPU machine, ``--homes --device-map gpu:0=cuda:0`` runs the same check with ``gpu:0`` on CUDA: the copies
 from pinned host memory on side streams, the window of two and the gradients sent home (``envs.real.homes``'s CUDA
@@ -100,7 +103,8 @@ def homed_check(model: torch.nn.Module, inputs: tuple, steps: int = 3, device_ma
     import numpy as np
 
     from envs.real.devices import resolve_devices
-    from envs.sim.homes import homeable
+    from envs.real.homes import RUNTIME_ATTR
+    from envs.sim.homes import copy_pairs, homeable
     from graphs.plan import Placement
     from graphs.torch_capture import capture
     from placer.apply import apply
@@ -153,12 +157,22 @@ def homed_check(model: torch.nn.Module, inputs: tuple, steps: int = 3, device_ma
         torch.testing.assert_close(a.to(b.device), b, msg=what, **tol)
 
     homed = np.where(can > 0, 0, -1)
-    train([placed(np.full(graph.num_ops, -1)), placed(homed)], torch.optim.Adam, equal)
+    with_homes = placed(homed)
+    train([placed(np.full(graph.num_ops, -1)), with_homes], torch.optim.Adam, equal)
     train([unplaced(), placed(np.full(graph.num_ops, -1)), placed(homed)], torch.optim.SGD, close, True)
     how = "to the bit" if gpu.type == "cpu" else f"to 1e-4 ({gpu.type})"
+    runtime = with_homes.get_submodule(RUNTIME_ATTR)
+    part = sum(p is not None for p in runtime.parts)
+    copied, simulated = sum(runtime.copy_bytes()), int(copy_pairs(graph)[2].sum())
     return (
-        f"{int((can > 0).sum())} of {int((can != 0).sum())} parameter owners homed on cpu:0: 3 Adam steps equal {how} "
-        "to the plan's without homes, 3 SGD steps equal the unplaced model's"
+        f"{int((can > 0).sum())} of {int((can != 0).sum())} parameter owners homed on cpu:0"
+        + (f" ({part} of their {len(runtime.parts)} copies a part of one)" if part else "")
+        + f": 3 Adam steps equal {how} to the plan's without homes, 3 SGD steps equal the unplaced model's; "
+        + (
+            f"{copied:,} bytes copied in a forward, as simulated"
+            if copied == simulated
+            else f"{copied:,} bytes copied in a forward, {simulated:,} simulated"
+        )
     )
 
 
@@ -169,11 +183,14 @@ if "--device-map" in args:
     k = args.index("--device-map")
     device_map = args[k + 1]
     del args[k : k + 2]
-names = [a for a in args if a not in ("--homes", "-v")] or list(MODELS)
+corpus = "--corpus" in args  # the conformance corpus's models instead (with --homes: homed_check on each)
+if corpus:
+    from graphs.models.corpus import FAMILIES, build
+names = [a for a in args if a not in ("--homes", "--corpus", "-v")] or list(FAMILIES if corpus else MODELS)
 for name in names:
     t = time.perf_counter()
     try:
-        built = MODELS[name]()
+        built = build(name) if corpus else MODELS[name]()
         if with_homes:  # python docs/conformance/others.py --homes > docs/conformance/others_homes.log
             what = homed_check(*built, device_map=device_map)
             print(f"{name}: ok, {what} ({time.perf_counter() - t:.0f} s)", flush=True)

@@ -192,9 +192,8 @@ class HomeRuntime(nn.Module):
 
     def copy_bytes(self) -> list[int]:
         """Per master entry, the bytes of each copy made of it for its reader (all of it, or the part it reads)."""
-        return [
-            (math.prod(part.size) if part else m.numel()) * m.element_size() for m, part in zip(self.masters, self.parts)
-        ]
+        sizes = [math.prod(part.size) if part else m.numel() for m, part in zip(self.masters, self.parts)]
+        return [n * m.element_size() for n, m in zip(sizes, self.masters)]
 
     def window(self, index: int, backward: bool) -> Window:
         return self.windows[(self.torch_devices[index], int(backward))]
