@@ -1,8 +1,8 @@
 """Which blocks a plan checkpoints, chosen by the searches together with the op placement and the homes.
 
-The candidates are the layers of the model's largest repeated list of modules
+The candidates are the layers of the model's repeated lists of modules
 (:func:`candidate_blocks`: ``layers.0``, ``layers.1``, ..., a ``ModuleList``'s
-members), checkpointed as :mod:`envs.sim.checkpointing` charges them and
+members; an encoder's and a decoder's), checkpointed as :mod:`envs.sim.checkpointing` charges them and
 :mod:`envs.real.checkpointing` runs them. A search runs with every candidate on
 (:class:`CheckpointScorer`: each placement it scores checkpoints every candidate
 it keeps whole on one device, :func:`envs.sim.checkpointing.possible_blocks`), and
@@ -31,24 +31,36 @@ from placer.learn.search_budget import OOM_FACTOR
 
 
 def candidate_blocks(graph: OpGraph) -> list[str]:
-    """The members (``prefix.k``, in index order) of the repeated module list whose members run the most ops in
-    all, counting members of at least 2 ops and lists of at least 2 such members; [] for a model without one."""
+    """The members (``prefix.k``) of the model's repeated module lists, each list in index order, the lists in the
+    order their first op runs: every list of at least 2 members of at least 2 ops each that lies in no member of
+    another such list (an encoder's layers and a decoder's, not the experts inside a layer); [] for a model without
+    one.
+
+    >>> from graphs import OpGraph
+    >>> g = OpGraph.from_edges(["a", "b", "c", "d", "e", "f", "g", "h"], [])
+    >>> g.module_paths = ["enc.0.mm", "enc.0.act", "enc.1.mm", "enc.1.act", "dec.0.mm", "dec.0.act", "dec.1.mm",
+    ...                   "dec.1.act"]
+    >>> candidate_blocks(g)
+    ['enc.0', 'enc.1', 'dec.0', 'dec.1']
+    """
     lists: dict[str, Counter] = {}
-    for path in graph.module_paths:
+    first: dict[str, int] = {}
+    for i, path in enumerate(graph.module_paths):
         parts = path.split(".")
         for j, part in enumerate(parts):
             if part.isdigit() and j > 0:
-                lists.setdefault(".".join(parts[:j]), Counter())[".".join(parts[: j + 1])] += 1
-    best: tuple[int, int, str] | None = None
-    for prefix, members in lists.items():
-        kept = {m: c for m, c in members.items() if c >= 2}
-        if len(kept) >= 2:
-            key = (sum(kept.values()), -len(prefix), prefix)
-            best = key if best is None or key > best else best
-    if best is None:
-        return []
-    members = {m: c for m, c in lists[best[2]].items() if c >= 2}
-    return sorted(members, key=lambda m: int(m.rsplit(".", 1)[1]))
+                prefix = ".".join(parts[:j])
+                lists.setdefault(prefix, Counter())[".".join(parts[: j + 1])] += 1
+                first.setdefault(prefix, i)
+    kept = {prefix: [m for m, c in members.items() if c >= 2] for prefix, members in lists.items()}
+    kept = {prefix: members for prefix, members in kept.items() if len(members) >= 2}
+    members_of = [m for members in kept.values() for m in members]
+    outer = [prefix for prefix in kept if not any(prefix.startswith(m + ".") for m in members_of)]
+    return [
+        m
+        for prefix in sorted(outer, key=lambda p: first[p])
+        for m in sorted(kept[prefix], key=lambda m: int(m.rsplit(".", 1)[1]))
+    ]
 
 
 class CheckpointScorer:

@@ -203,12 +203,12 @@ class AlgoOptions:
     same budget; the best placement's file carries the homes (param_homes) and placer.apply runs them. "auto": on
     when the model's training state does not fit the GPUs (the host joins the search then), "on", or "off"."""
     checkpointing: RecomputeName = "auto"
-    """--env sim, one process, one microbatch: activation checkpointing of the layers of the model's largest
-    repeated list of modules. With --algo moves, chosen by moves (placer.learn.checkpoint_moves): each move may turn
-    one layer on or off, counted in the same budget; with a policy, every placement the run scores checkpoints each
-    layer it keeps whole (placer.learn.checkpoint_choice). At the end the best placement's file turns off, one at a
-    time, the layers whose second forward does not pay; placer.apply runs the rest. "auto": on when the run searches
-    parameter homes (the model's training state does not fit the GPUs), "on", or "off"."""
+    """--env sim, one process, one microbatch: activation checkpointing of the layers of the model's repeated lists
+    of modules (an encoder's and a decoder's). With --algo moves, chosen by moves (placer.learn.checkpoint_moves):
+    each move may turn one layer on or off, counted in the same budget; with a policy, every placement the run scores
+    checkpoints each layer it keeps whole (placer.learn.checkpoint_choice). At the end the best placement's file turns
+    off, one at a time, the layers whose second forward does not pay; placer.apply runs the rest. "auto": on when the
+    run searches parameter homes (the model's training state does not fit the GPUs), "on", or "off"."""
     samples: int = 8
     """K: placements the policy samples and the run scores per iteration (--algo reinforce|ppo)."""
     lr: float = 5e-4

@@ -56,6 +56,14 @@ def test_the_candidates_are_the_largest_repeated_list_of_layers():
     assert candidate_blocks(g) == [f"enc.{k}" for k in range(6)]
 
 
+def test_the_candidates_are_every_outermost_repeated_list_an_encoder_s_and_a_decoder_s():
+    g, _ = activation_problem()  # 14 ops
+    enc = [f"enc.layers.{k // 2}.x" for k in range(4)]  # 2 layers of 2 ops
+    dec = [f"dec.layers.{k // 4}.experts.{k % 4 // 2}.y" for k in range(8)]  # 2 layers of 4, each 2 experts of 2
+    g.module_paths = ["emb", *dec[:4], *enc, *dec[4:], "head"]  # the lists in the order their first op runs
+    assert candidate_blocks(g) == ["dec.layers.0", "dec.layers.1", "enc.layers.0", "enc.layers.1"]
+
+
 @pytest.mark.parametrize("checkpoint_by", ["both", "moves"])
 def test_with_every_layer_checkpointed_the_model_fits_and_the_search_finds_it_and_prunes_what_it_need_not(
     checkpoint_by,
