@@ -82,6 +82,17 @@ class RankActor:
         return run_rank(dataclasses.replace(job, source_dir=self.search_dir))
 
 
+#: Seconds a job whose rank raised waits for its other ranks before the error is the job's: one of them may have died
+#: first (see :meth:`RanksEnv._wait_job`).
+PEER_DEATH_GRACE_S = 5.0
+
+
+def _lost(e: RayActorError, node: str) -> "JobLost":
+    """The :class:`JobLost` of a rank's actor that died (``e``) on ``node``."""
+    alive = {n["NodeID"] for n in ray.nodes() if n.get("Alive")}
+    return JobLost(one_line(e), node_left=node not in alive)
+
+
 class JobLost(Exception):
     """An actor of the job died: ``node_left`` when its node is no longer in the cluster."""
 
@@ -325,9 +336,18 @@ class RanksEnv(MeasuredEnv):
             try:
                 ray.get(done[0])
             except RayActorError as e:
-                dead = nodes[refs.index(done[0])]
-                alive = {n["NodeID"] for n in ray.nodes() if n.get("Alive")}
-                raise JobLost(one_line(e), node_left=dead not in alive) from None
+                raise _lost(e, nodes[refs.index(done[0])]) from None
+            except RayTaskError:
+                # a rank whose peer died raises too (gloo: "Connection reset by peer"), often before the death is
+                # reported: the death is the cause, so the job is lost, not failed
+                for ref in ray.wait(pending, num_returns=len(pending), timeout=PEER_DEATH_GRACE_S)[0]:
+                    try:
+                        ray.get(ref)
+                    except RayActorError as e:
+                        raise _lost(e, nodes[refs.index(ref)]) from None
+                    except RayTaskError:
+                        pass
+                raise
         return ray.get(refs[0])
 
     def _job_result(self, plan: RankPlan, report: Mapping[str, Any] | None) -> Result:
