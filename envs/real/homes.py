@@ -403,27 +403,25 @@ def insert_home_copies(
     with graph.inserting_before(first):
         state = graph.get_attr(RUNTIME_ATTR)
     for index, (node, device, _, reader, chains) in enumerate(entries):
+        views = [view for chain in chains for view in chain]
         if parts[index] is not None:  # the copy is the view its reader reads: the views are not run
-            (chain,) = chains
+            read = views[-1]
             with graph.inserting_before(reader):
                 fetched = graph.call_function(fetch_home, (state, index, node), name=f"{node.name}_fetch")
-            reader.replace_input_with(chain[-1], fetched)
-            if "val" in chain[-1].meta:
-                fetched.meta["val"] = chain[-1].meta["val"]
-            for view in reversed(chain):
+            reader.replace_input_with(read, fetched)
+            for view in reversed(views):
                 graph.erase_node(view)
-            chains = []
-        views = [view for chain in chains for view in chain]
-        for view in views:  # the views run right before their reader, on the copy (and in its checkpointed block)
-            reader.prepend(view)
-            view.meta[HOME_VIEW_META] = True
-        if parts[index] is None:
+        else:
+            read = node
+            for view in views:  # the views run right before their reader, on the copy (and in its checkpointed block)
+                reader.prepend(view)
+                view.meta[HOME_VIEW_META] = True
             with graph.inserting_before(views[0] if views else reader):
                 fetched = graph.call_function(fetch_home, (state, index, node), name=f"{node.name}_fetch")
-            if "val" in node.meta:
-                fetched.meta["val"] = node.meta["val"]
-        for chain in chains:
-            (chain[0] if chain else reader).replace_input_with(node, fetched)
+            for chain in chains:
+                (chain[0] if chain else reader).replace_input_with(node, fetched)
+        if "val" in read.meta:
+            fetched.meta["val"] = read.meta["val"]
         with graph.inserting_after(reader):
             released = graph.call_function(release_home, (state, index, fetched, reader))
         for n in (fetched, released):
