@@ -78,6 +78,8 @@ FORMAT = "placer-placement/1"
 #: The largest number of microbatches a plan may ask for (a sanity bound on the expanded graph).
 MAX_MICROBATCHES = 1024
 #: The schedules a plan across processes may name (:mod:`envs.real.distributed.schedules` says what each runs).
+#: When the optimizer steps parameters homed apart from their ops (:attr:`Placement.host_step`).
+HOST_STEPS = ("after", "backward")
 SCHEDULES = ("gpipe", "1f1b", "looped_bfs", "interleaved_1f1b", "interleaved_zb", "zbv", "dualpipev", "planned")
 
 
@@ -119,6 +121,12 @@ class Placement:
             not change: two consecutive stages on one rank, as torch's V schedule (``zbv``) runs them
             (:func:`envs.real.distributed.cut.cut_stages`). Empty (default): a stage is each maximal run of ops on
             one device. Ignored in one process, where ops on one device are not split.
+        host_step: when the optimizer steps the parameters homed apart from their ops (:data:`HOST_STEPS`):
+            ``"after"`` (default), in the optimizer's ``step()`` after ``backward()`` returns, as for every other
+            parameter (FSDP2's and ZeRO-Offload's offload do this); ``"backward"``, each as soon as its gradient is
+            home, during the backward, on a host thread while the GPU goes on with the backward
+            (:func:`placer.apply.step_in_backward` registers the optimizer; the simulator charges it,
+            :mod:`envs.sim.homes`). Ignored without homes.
         source: the file it was loaded from, for error messages (not saved).
     """
 
@@ -136,8 +144,13 @@ class Placement:
     schedule: str | None = None
     checkpoint: list[str] = field(default_factory=list)
     stage_cuts: list[str] = field(default_factory=list)
+    host_step: str = "after"
 
     def __post_init__(self) -> None:
+        if self.host_step not in HOST_STEPS:
+            raise PlacerError(
+                f"{self.source or 'placement'}: host_step {self.host_step!r}: one of {', '.join(HOST_STEPS)}"
+            )
         self.microbatches = check_microbatches(self.microbatches, f"{self.source or 'placement'}: microbatches")
         self.schedule = check_schedule_name(self.schedule, f"{self.source or 'placement'}: schedule")
         W = check_inflight(self.inflight, self.microbatches, f"{self.source or 'placement'}: inflight")
@@ -170,6 +183,7 @@ class Placement:
             self.schedule,
             self.checkpoint,
             self.stage_cuts,
+            self.host_step,
         ) == (
             other.assignment,
             other.graph_hash,
@@ -183,6 +197,7 @@ class Placement:
             other.schedule,
             other.checkpoint,
             other.stage_cuts,
+            other.host_step,
         )
 
     __hash__ = None  # type: ignore[assignment]  # mutable, like a dataclass with eq
@@ -203,11 +218,12 @@ class Placement:
         homes: Sequence[int] | np.ndarray | None = None,
         schedule: str | None = None,
         stage_starts: Sequence[int] | np.ndarray = (),
+        host_step: str = "after",
     ) -> "Placement":
         """Device ``devices[indices[i]]`` for op ``i``; ``order``: issue order (op indices), checked against
         ``graph``; ``homes``: per op, the device index its parameters live on, -1 for its own device (see
         :meth:`home_indices`); ``stage_starts``: op indices at which a stage begins on the same device
-        (``stage_cuts``)."""
+        (``stage_cuts``); ``host_step``: when homed parameters are stepped (:attr:`host_step`)."""
         idx = np.asarray(op_devices).tolist()
         if len(idx) != graph.num_ops:
             raise PlacerError(f"placement: {len(idx)} devices for {graph.num_ops} ops")
@@ -225,6 +241,7 @@ class Placement:
             param_homes={} if homes is None else homes_by_name(graph, devs, homes),
             schedule=schedule,
             stage_cuts=[graph.names[int(i)] for i in np.asarray(stage_starts, dtype=np.int64).tolist()],
+            host_step=host_step,
         )
 
     def indices(self, graph: OpGraph, devices: Sequence[str] | None = None, *, source: str = "placement") -> np.ndarray:
@@ -346,6 +363,9 @@ class Placement:
         # Absent: a stage is each maximal run of ops on one device.
         if self.stage_cuts:
             doc["stage_cuts"] = list(self.stage_cuts)
+        # Absent: "after" (the optimizer's step after the backward), so files written before it read as before.
+        if self.host_step != "after":
+            doc["host_step"] = self.host_step
         return doc
 
     def save(self, path: str | os.PathLike) -> None:
@@ -393,7 +413,16 @@ class Placement:
             else check_schedule_name(schema.string(doc["schedule"], source, "schedule"), f"{source}: 'schedule'"),
             checkpoint=schema.strings(doc.get("checkpoint", []), source, "checkpoint"),
             stage_cuts=schema.strings(doc.get("stage_cuts", []), source, "stage_cuts"),
+            host_step=_check_host_step(doc.get("host_step", "after"), source),
         )
+
+
+def _check_host_step(value: Any, source: str) -> str:
+    """``host_step``: one of :data:`HOST_STEPS`."""
+    value = schema.string(value, source, "host_step")
+    if value not in HOST_STEPS:
+        raise PlacerError(f"{source}: host_step {value!r}: one of {', '.join(HOST_STEPS)}")
+    return value
 
 
 def _check_homes(homes: Any, devices: list[str], source: str) -> dict[str, str]:

@@ -254,6 +254,7 @@ def lower_bound_from_times(
     *,
     microbatches: int = 1,
     blocks_s: float = 0.0,
+    host_step: str = "after",
 ) -> LowerBound:
     """The bound from precomputed ``[num_ops, num_devices]`` op times, for ``executor`` (``"eager"`` or ``"dataflow"``).
 
@@ -265,6 +266,9 @@ def lower_bound_from_times(
     the host issues later forwards. The bound holds for every in-flight window of ``M``.
     ``blocks_s``: seconds for the block bound's programs (:func:`envs.sim.blocks.block_bound_s`); 0 (default):
     the block bound is not computed.
+    ``host_step``: "after" (default), every parameter stepped after the backward (the update bound is added to
+    each bound); "backward", the plans whose homed parameters are stepped during it (:attr:`graphs.plan.Placement.
+    host_step`), whose updates may overlap the backward: the larger of each bound and the update bound.
     """
     if executor not in ("eager", "dataflow"):
         raise ValueError(f"executor must be 'eager' or 'dataflow', not {executor!r}")
@@ -303,11 +307,13 @@ def lower_bound_from_times(
         blocks = block_bound_s(graph, cluster, fwd_s, bwd_s, grad, executor, time_budget_s=blocks_s)
         if blocks is not None:
             raw["blocks"] = blocks
-    parts = {k: (v + update) * (1.0 - SLACK) for k, v in raw.items()}
+    overlap = host_step == "backward"
+    after = lambda v: (max(v, update) if overlap else v + update) * (1.0 - SLACK)  # noqa: E731
+    parts = {k: after(v) for k, v in raw.items()}
     top = max(parts.values())
     name = next(k for k, v in parts.items() if v >= top * (1.0 - SLACK))  # a tie to rounding goes to the simpler bound
     prev_name = "critical path" if cp >= work_old else "work"
-    previous = (max(cp, work_old) + update) * (1.0 - SLACK)
+    previous = after(max(cp, work_old))
     return LowerBound(max(top, previous), name, parts, previous, prev_name)
 
 

@@ -79,6 +79,70 @@ class HomeTimes(NamedTuple):
     owner_home: np.ndarray  # where
 
 
+class HostSteps(NamedTuple):
+    """The optimizer steps of the offloaded ops' parameters taken during the backward (a plan's ``host_step``
+    ``"backward"``, :func:`host_steps`), one per offloaded op, in the order they run."""
+
+    owner: np.ndarray  # the offloaded op whose parameters are stepped
+    home: np.ndarray  # where they live (the step runs there)
+    start_s: np.ndarray
+    end_s: np.ndarray
+
+
+def no_host_steps() -> HostSteps:
+    """The :class:`HostSteps` of a step that takes none during the backward."""
+    z, i = np.zeros(0), np.zeros(0, dtype=np.int64)
+    return HostSteps(i, i.copy(), z, z.copy())
+
+
+def host_steps(
+    times: "HomeTimes", pairs: tuple[np.ndarray, np.ndarray], param_bytes: np.ndarray, cluster: "Cluster"
+) -> HostSteps:
+    """The steps of the offloaded ops' parameters during the backward, as :func:`placer.apply.step_in_backward`
+    runs them (:mod:`envs.real.homes`): one host worker steps each offloaded op's parameters once every gradient
+    copied home for them has arrived (``pairs``: ``(owner, reader)`` of :func:`copy_pairs`; a reader's gradient
+    arrives at the end of its copy home, ``times.grad_end_s``), one after the other in the order they become
+    complete (ties: op order), each taking :func:`envs.sim.cost.update_time_s` of its bytes on its home:
+    ``start = max(complete, the previous step's end)``. ``backward()`` returns once the last has ended; the
+    optimizer's ``step()`` then steps every other parameter.
+
+    >>> import envs
+    >>> from graphs import OpGraph
+    >>> g = OpGraph.from_edges(["a", "b"], [("a", "b", 4)], flops=[1e9, 1e9], param_bytes=[8, 8])
+    >>> t = no_home_times()._replace(op=np.array([0, 1]), grad_end_s=np.array([3.0, 1.0]), owner=np.array([0, 1]),
+    ...                              owner_home=np.array([0, 0]))
+    >>> c = envs.Cluster.preset("k80x2")
+    >>> s = host_steps(t, (np.array([0, 1]), np.array([0, 1])), g.param_bytes, c)
+    >>> s.owner.tolist(), bool(s.start_s[0] == 1.0), bool(s.start_s[1] == 3.0)
+    ([1, 0], True, True)
+    """
+    from envs.sim.cost import update_time_s
+
+    if not len(times.owner):
+        return no_host_steps()
+    arrive = dict(zip(times.op.tolist(), times.grad_end_s.tolist()))
+    home = dict(zip(times.owner.tolist(), times.owner_home.tolist()))
+    complete: dict[int, float] = {}
+    for o, r in zip(pairs[0].tolist(), pairs[1].tolist()):
+        if o in home and r in arrive:
+            complete[o] = max(complete.get(o, 0.0), arrive[r])
+    owners = sorted(complete, key=lambda o: (complete[o], o))
+    launch, bw = cluster.launch_overhead_s, cluster.update_bw_bytes_per_s
+    update_s = {o: float(update_time_s(float(param_bytes[o]), launch[home[o]], bw[home[o]])) for o in owners}
+    start, end, t = [], [], 0.0
+    for o in owners:
+        s = max(complete[o], t)
+        t = s + update_s[o]
+        start.append(s)
+        end.append(t)
+    return HostSteps(
+        np.array(owners, dtype=np.int64),
+        np.array([home[o] for o in owners], dtype=np.int64),
+        np.array(start, dtype=np.float64),
+        np.array(end, dtype=np.float64),
+    )
+
+
 def no_home_times() -> HomeTimes:
     """The :class:`HomeTimes` of a step without offloaded ops."""
     z = np.zeros(0)

@@ -7,7 +7,7 @@ Both executor models, with the same tasks, task ids and tie-breaks as
 :mod:`envs.sim.kernel_autograd`). :class:`KernelData` holds a graph and
 cluster's arrays in the kernels' layout. For each placement of a batch the step
 is the schedule's backward end plus the slowest device's optimizer step
-(:data:`update_time_s`), and :func:`envs.sim.kernel_memory.over_capacity` decides
+(:data:`envs.sim.kernel_homes.update_time_s`), and :func:`envs.sim.kernel_memory.over_capacity` decides
 OOM exactly.
 
 Compiled with numba when it is installed (one core, no parallelism); otherwise
@@ -27,13 +27,11 @@ from envs.sim.homes import HomeTimes
 from envs.sim.kernel_checkpointing import prepare
 from envs.sim.kernel_dataflow import dataflow_schedule
 from envs.sim.kernel_eager import eager_schedule
+from envs.sim.kernel_homes import host_step_chain, update_time_s
 from envs.sim.kernel_memory import over_capacity
 from envs.sim.tasks import ACT, GRAD, Schedule
 from graphs.ir import OpGraph
 from graphs.ops import backward_readers, kept_mask
-
-#: The optimizer step's time on one device: envs.sim.cost's one formula, compiled (the slowest device's is the step's).
-update_time_s = njit(cache=True)(cost.update_time_s)
 
 
 @njit(cache=True)
@@ -85,6 +83,7 @@ def _batch(
     keep,
     home_rows,
     ck_rows,
+    step_pairs,
 ):
     """Step time and OOM flag of every row of ``op_devices`` (a ``[K, n]`` batch).
 
@@ -96,7 +95,9 @@ def _batch(
     first overflowing device. ``home_rows``: ``(hm, hmc, hbc)``, each per row (or row 0 for every row): the home
     device of each offloaded op's parameters, -1 for the others; the home of the copies made for each op, -1 for
     none, and their bytes (:mod:`envs.sim.kernel_homes`). ``ck_rows``: per row (or row 0 for
-    every row), each op's checkpointed block, -1 for none (:mod:`envs.sim.kernel_checkpointing`).
+    every row), each op's checkpointed block, -1 for none (:mod:`envs.sim.kernel_checkpointing`). ``step_pairs``:
+    ``(owner, reader)`` pairs of :func:`envs.sim.homes.copy_pairs` whose offloaded owners are stepped during the
+    backward (a plan's ``host_step`` "backward", :func:`envs.sim.kernel_homes.host_step_chain`); empty: none are.
     """
     nD = n * D
     pend_f = np.zeros(n, dtype=np.int64)
@@ -129,6 +130,8 @@ def _batch(
     ring = np.full(4 * D, -1, dtype=np.int64)
     ht = np.zeros((6, n))
     rc = np.zeros((3, n))
+    pair_o, pair_r = step_pairs
+    done = np.full(n, -1.0)
     for k in range(op_devices.shape[0]):
         p = op_devices[k]
         hm_rows, hmc_rows, hbc_rows = home_rows
@@ -204,10 +207,13 @@ def _batch(
             )
         # the optimizer step after the backward, kept in this loop: as a call of its own the eager batch ran ~9%
         # slower (LLVM then inlined the schedule into this loop)
+        if eager and pair_o.shape[0] > 0:  # parameters stepped during the backward (backward() returns after them)
+            t_end = host_step_chain(n, hm, hmc, ht, pair_o, pair_r, param_b, launch, update_bw, done, t_end)
         for d in range(D):
             pb[d] = 0.0
         for i in range(n):
-            pb[hm[i] if hm[i] >= 0 else p[i]] += param_b[i]  # on its parameters' home
+            if done[i] < 0:  # the others, stepped after the backward
+                pb[hm[i] if hm[i] >= 0 else p[i]] += param_b[i]  # on its parameters' home
         update_s = 0.0
         for d in range(D):
             if pb[d] > 0:
@@ -307,6 +313,7 @@ class KernelData:
         self.node_order = np.arange(self.n, dtype=np.int64)[None, :]
         self.no_homes = np.full((1, self.n), -1, dtype=np.int64)
         self.no_blocks = self.no_homes
+        self.no_pairs = (np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64))
 
     def update_s(self, param_devices: np.ndarray) -> np.ndarray:
         """Optimizer-step seconds per device with each op's parameters on ``param_devices``
@@ -357,6 +364,7 @@ class KernelData:
         over: np.ndarray | None = None,
         homes: np.ndarray | None = None,
         blocks: np.ndarray | None = None,
+        step_pairs: tuple[np.ndarray, np.ndarray] | None = None,
     ) -> tuple[np.ndarray, np.ndarray]:
         """``order``: None (node order), one issue order for every row, or one per row.
 
@@ -364,6 +372,8 @@ class KernelData:
         ``over``: an array to fill with each OOM row's worst peak / capacity (0 for the others).
         ``homes``: the home device of each offloaded op's parameters, -1 for the others, one row for every row
         or one per row (default none). ``blocks``: each op's checkpointed block, -1 for none, the same way.
+        ``step_pairs``: the ``(owner, reader)`` pairs whose offloaded owners are stepped during the backward
+        (:func:`envs.sim.homes.copy_pairs`; default none).
         """
         op_devices = np.ascontiguousarray(op_devices, dtype=np.int64)
         K = op_devices.shape[0]
@@ -406,6 +416,7 @@ class KernelData:
             (self.kept, self.n0, *self.readers),
             self._homes(homes),
             self._blocks(blocks),
+            self.no_pairs if step_pairs is None else tuple(np.ascontiguousarray(a, dtype=np.int64) for a in step_pairs),
         )
         return step_time_s, oom
 

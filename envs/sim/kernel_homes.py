@@ -12,7 +12,13 @@ end of the one two before (the side stream's window). Links' free times are
 
 from __future__ import annotations
 
+import numpy as np
+
+from envs.sim import cost
 from envs.sim.compiled import njit
+
+#: The optimizer step's time on one device: envs.sim.cost's one formula, compiled (the slowest device's is the step's).
+update_time_s = njit(cache=True)(cost.update_time_s)
 
 
 @njit(cache=True)
@@ -87,3 +93,26 @@ def home_events(device_index, p, n, hm, hb, grad, ht, start, end, at, ab, ft, fb
         fb[nf + 2] = g
         nf += 3
     return na, nf
+
+
+@njit(cache=True)
+def host_step_chain(n, hm, hmc, ht, pair_o, pair_r, param_b, launch, update_bw, done, t_end):
+    """The offloaded ops' parameters stepped during the backward (:func:`envs.sim.homes.host_steps`): ``done[o]``
+    set to when op ``o``'s last gradient copy home ends (-1 for an op not stepped so), then the steps one after the
+    other in that order (ties: op order), from when each is complete; returns when ``backward()`` does, the later of
+    ``t_end`` and the last step's end."""
+    for i in range(n):
+        done[i] = -1.0
+    for j in range(pair_o.shape[0]):
+        o = pair_o[j]
+        r = pair_r[j]
+        if hm[o] >= 0 and hmc[r] >= 0 and ht[5, r] > done[o]:
+            done[o] = ht[5, r]
+    t = 0.0
+    for o in np.argsort(done, kind="mergesort"):
+        if done[o] < 0:
+            continue
+        c = hm[o]
+        s = done[o] if done[o] > t else t
+        t = s + update_time_s(param_b[o], launch[c], update_bw[c])
+    return t if t > t_end else t_end

@@ -34,7 +34,17 @@ from envs.result import Result
 from envs.sim import cost
 from envs.sim.bound import lower_bound_from_times
 from envs.sim.checkpointing import checkpoint_of, checkpoint_rows
-from envs.sim.homes import HomeCopies, WithHomes, copy_rows, home_rows, homes_of, param_devices, row_of
+from envs.sim.homes import (
+    HomeCopies,
+    WithHomes,
+    copy_rows,
+    home_rows,
+    homes_of,
+    host_steps,
+    param_devices,
+    row_of,
+    schedule_param_devices,
+)
 from envs.sim.order_planner import InOrder, OrderPlanner
 from envs.sim.order_trust import ORDER_MARGIN_META
 from envs.sim.schedule import EXECUTORS, Schedule, schedule_reference
@@ -43,7 +53,7 @@ from envs.sim.step_result import step_result
 from graphs.errors import PlacerError
 from graphs.ir import OpGraph
 from graphs.ops import backward_readers, free_mask, grad_mask, kept_mask
-from graphs.plan import as_indices, check_inflight, check_microbatches, check_order
+from graphs.plan import HOST_STEPS, as_indices, check_inflight, check_microbatches, check_order
 
 #: Bumped whenever a change to the model changes simulated step times (keys of caches of simulated results).
 MODEL_VERSION = 4  # 2: parameters read on another device are copied there (schedule_graph); 3: eager backward
@@ -165,10 +175,13 @@ class SimEnv:
         self.planner = OrderPlanner(self)  # picks issue orders (order_candidates, schedule_order, plan_order)
         self._twins: dict[Any, SimEnv] = {}  # this env under another executor model or M (see _twin)
         self._simulated = [0]  # placements simulated (shared with the twins): see `simulated`
-        self._lower_bound: dict[float, float] = {}
+        self._lower_bound: dict[tuple[float, str], float] = {}
         self.homeable: np.ndarray | None = None  # which ops may have a home apart (envs.sim.homes.homeable), lazily
         self.home_chains: Any = None  # the ops reading each owner's parameters (homes.chain_pairs), lazily too
         self.home_copies: Any = None  # and the copies a home apart makes for them (homes.copy_pairs)
+        # when the offloaded parameters of a batch's rows are stepped (graphs.plan.HOST_STEPS; a placement's own
+        # host_step decides for it): "after" the backward, or during it ("backward")
+        self.host_step = "after"
 
     # --------------------------------------------------------------- helpers
     def indices(self, placement: Any) -> np.ndarray:
@@ -354,9 +367,31 @@ class SimEnv:
         blocks = checkpoint_rows(self, op_devices[None, :], checkpoint_of(self, placement), graph_order)
         ck = None if blocks is None else blocks[0]
         sim_devices, order = self.expand(op_devices), self.sim_order(graph_order)
+        step = getattr(placement, "host_step", "after")
         if self.backend == "reference":
-            return self._reference_schedule(sim_devices, order, program, hm, ck)
-        return self._kernel().schedule(sim_devices, order if self.executor == "eager" else None, program, hm, ck)
+            return self._reference_schedule(sim_devices, order, program, hm, ck, step)
+        sched = self._kernel().schedule(sim_devices, order if self.executor == "eager" else None, program, hm, ck)
+        return self._step_in_backward(sched, step)
+
+    def _check_host_step(self, host_step: str) -> str:
+        if host_step not in HOST_STEPS:
+            raise PlacerError(f"host_step {host_step!r}: one of {', '.join(HOST_STEPS)}")
+        return host_step
+
+    def _step_in_backward(self, sched: Schedule, host_step: str) -> Schedule:
+        """``sched`` with its offloaded parameters stepped during the backward where ``host_step`` is "backward"
+        (:func:`envs.sim.homes.host_steps`): ``backward()`` returns after the last of those steps, and the optimizer
+        step after it updates the other parameters only."""
+        if self._check_host_step(host_step) != "backward" or not len(sched.homes.owner):
+            return sched
+        steps = host_steps(sched.homes, self.home_copies[:2], self.sim_graph.param_bytes, self.cluster)
+        rest = self.sim_graph.param_bytes.astype(np.float64)
+        rest[steps.owner] = 0.0
+        params = np.bincount(schedule_param_devices(sched), weights=rest, minlength=self.num_devices)
+        sched.update_s = cost.update_times_s(params, self.cluster)
+        sched.backward_end_s = max(float(sched.backward_end_s), float(steps.end_s.max(initial=0.0)))
+        sched.host_steps = steps
+        return sched
 
     def _reference_schedule(
         self,
@@ -365,14 +400,15 @@ class SimEnv:
         program: np.ndarray,
         hm: Any = None,
         ck: np.ndarray | None = None,
+        host_step: str = "after",
     ) -> Schedule:
         """The pure-Python schedule of a placement of ``sim_graph``'s ops, in issue ``order`` and host ``program``
         (``hm``: a row of :func:`envs.sim.homes.copy_rows`; ``ck``: a row of
-        :func:`envs.sim.checkpointing.checkpoint_rows`)."""
+        :func:`envs.sim.checkpointing.checkpoint_rows`; ``host_step``: when the offloaded parameters are stepped)."""
         c = self.cluster
         homes = None if hm is None else HomeCopies(hm, self.sim_graph.param_bytes, c, self.grad.tolist())
         hm = hm[0] if isinstance(hm, tuple) else hm  # each op's parameters' home
-        return schedule_reference(
+        sched = schedule_reference(
             self.sim_graph,
             sim_devices,
             self.fwd_s,
@@ -391,6 +427,7 @@ class SimEnv:
             homes=homes,
             blocks=ck,
         )
+        return self._step_in_backward(sched, host_step)
 
     def simulate(self, placement: Any, *, trace: bool = False, order: Any = None) -> Result:
         """Score one placement; see :func:`simulate`."""
@@ -434,12 +471,15 @@ class SimEnv:
         homes: Any = None,
         checkpoint: Any = None,
         checkpoint_where_possible: bool = False,
+        host_step: str | None = None,
     ):
         """``(step_time_s, failed, over)`` of a batch (:meth:`overflow`), ``over`` only computed with ``overflow``;
         ``homes``: parameter homes, as for :meth:`with_homes`; ``checkpoint``: each op's checkpointed block, -1 for
         none (``[num_ops]`` for every row or ``[K, num_ops]``, :func:`graphs.plan.checkpoint_blocks`);
         ``checkpoint_where_possible``: a row that cannot checkpoint a block runs it without
-        (:func:`envs.sim.checkpointing.possible_blocks`), not an error. The other scorer methods are this one's."""
+        (:func:`envs.sim.checkpointing.possible_blocks`), not an error; ``host_step``: when the offloaded parameters
+        are stepped (:data:`graphs.plan.HOST_STEPS`; default this env's :attr:`host_step`). The other scorer methods
+        are this one's."""
         op_devices = self._check_batch(op_devices)
         order = self._batch_order(op_devices, order)
         rows = copy_rows(self, home_rows(self, op_devices, homes))
@@ -454,9 +494,11 @@ class SimEnv:
         if self.microbatches > 1:  # the same placements and orders, on the expanded graph
             op_devices = np.tile(op_devices, (1, self.microbatches))
             order = self.sim_order(order)
+        step = self._check_host_step(self.host_step if host_step is None else host_step)
         if self.backend == "reference":
-            return self._reference_batch(op_devices, order, programs, rows, blocks)
+            return self._reference_batch(op_devices, order, programs, rows, blocks, step)
         over = np.zeros(len(op_devices)) if overflow else None
+        pairs = self.home_copies[:2] if step == "backward" and rows is not None else None
         step_time_s, oom = self._kernel().run_batch(
             op_devices.astype(np.int32, copy=False),
             order if self.executor == "eager" else None,
@@ -464,6 +506,7 @@ class SimEnv:
             over,
             rows,
             blocks,
+            pairs,
         )
         return step_time_s, oom, over
 
@@ -501,6 +544,7 @@ class SimEnv:
         programs: list[np.ndarray] | None,
         rows: Any = None,
         blocks: np.ndarray | None = None,
+        host_step: str = "after",
     ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """:meth:`batch` of placements of ``sim_graph``'s ops, one pure-Python schedule and Result each."""
         step_time_s = np.empty(len(op_devices))
@@ -512,7 +556,7 @@ class SimEnv:
             program = self.segments if programs is None else programs[k]
             hm = row_of(rows, k)
             ck = None if blocks is None else blocks[k if len(blocks) > 1 else 0]
-            r = self.result(self._reference_schedule(row, row_order, program, hm, ck))
+            r = self.result(self._reference_schedule(row, row_order, program, hm, ck, host_step))
             step_time_s[k] = r.extra["sim_step_time_s"]
             oom[k] = r.status == "oom"
             if oom[k]:
@@ -533,14 +577,17 @@ class SimEnv:
         """:meth:`envs.sim.order_planner.OrderPlanner.plan` on this env: ``(order, name, step_time_s)``."""
         return self.planner.plan(placement)
 
-    def lower_bound(self, blocks_s: float = 0.0) -> float:
+    def lower_bound(self, blocks_s: float = 0.0, host_step: str = "after") -> float:
         """:func:`envs.sim.bound.lower_bound` for this graph, cluster and executor (cached; a
         :class:`envs.sim.bound.LowerBound`).
 
         ``blocks_s`` > 0: with the block bound, its programs given that many seconds (:mod:`envs.sim.blocks`).
+        ``host_step``: the plans' (:attr:`graphs.plan.Placement.host_step`): "backward" bounds plans whose homed
+        parameters are stepped during the backward too.
         """
-        if blocks_s not in self._lower_bound:
-            self._lower_bound[blocks_s] = lower_bound_from_times(
+        key = (blocks_s, self._check_host_step(host_step))
+        if key not in self._lower_bound:
+            self._lower_bound[key] = lower_bound_from_times(
                 self.sim_graph,
                 self.cluster,
                 self.fwd_s,
@@ -549,8 +596,9 @@ class SimEnv:
                 self.issue_f,
                 microbatches=self.microbatches,
                 blocks_s=blocks_s,
+                host_step=host_step,
             )
-        return self._lower_bound[blocks_s]
+        return self._lower_bound[key]
 
 
 def simulate(

@@ -41,6 +41,8 @@ def busy_seconds(env: "SimEnv", schedule: Schedule) -> dict[str, float]:
     n = len(p)
     device_busy = np.bincount(p, weights=env.fwd_s[np.arange(n), p] + env.bwd_s[np.arange(n), p], minlength=D)
     device_busy = device_busy + schedule.update_s
+    steps = schedule.host_steps  # parameters stepped during the backward (envs.sim.homes.host_steps)
+    np.add.at(device_busy, steps.home, steps.end_s - steps.start_s)
     if len(schedule.blocks):  # checkpointed blocks run their forward twice (envs.sim.checkpointing)
         device_busy = device_busy + recompute_seconds(schedule.blocks, p, env.fwd_s)
     busy = {names[d]: float(device_busy[d]) for d in range(D)}

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from envs.sim.homes import HomeTimes, no_home_times
+from envs.sim.homes import HomeTimes, HostSteps, no_home_times, no_host_steps
 from graphs.ir import OpGraph
 
 ACT, GRAD = 0, 1
@@ -31,12 +31,16 @@ class Schedule:
         xfer_src, xfer_dst: device indices of the link used.
         xfer_bytes: bytes carried.
         xfer_start_s, xfer_end_s: per transfer.
-        backward_end_s: when the last forward/backward task or transfer ends.
-        update_s: optimizer-step seconds per device (runs after ``backward_end_s``).
+        backward_end_s: when ``backward()`` returns: the last forward/backward task or transfer ends, and the
+            steps taken during the backward (``host_steps``).
+        update_s: optimizer-step seconds per device (runs after ``backward_end_s``), over the parameters not
+            stepped during the backward.
         homes: the copies of parameters that live apart from their ops (:mod:`envs.sim.homes`).
         blocks: per op, its checkpointed block (-1: none; empty: no block, :mod:`envs.sim.checkpointing`).
         recompute_start_s: per op, the start of its kernel in its block's recompute (NaN: not recomputed; empty:
             no block).
+        host_steps: the offloaded ops' parameters stepped during the backward (a plan's ``host_step``
+            ``"backward"``, :func:`envs.sim.homes.host_steps`; empty: none).
     """
 
     op_devices: np.ndarray
@@ -56,6 +60,7 @@ class Schedule:
     homes: HomeTimes = field(default_factory=no_home_times)
     blocks: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
     recompute_start_s: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    host_steps: HostSteps = field(default_factory=no_host_steps)
 
     @property
     def step_time_s(self) -> float:

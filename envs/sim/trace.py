@@ -111,6 +111,20 @@ def chrome_trace(env: "SimEnv", sched: Schedule) -> dict[str, Any]:
                     "args": {},
                 }
             )
+    steps = sched.host_steps  # parameters stepped during the backward, one after the other (envs.sim.homes)
+    for o, d, start, end in zip(steps.owner.tolist(), steps.home.tolist(), steps.start_s, steps.end_s):
+        events.append(
+            {
+                "name": f"optimizer step {g.names[o]}",
+                "cat": "update",
+                "ph": "X",
+                "pid": PID,
+                "tid": track(f"{names[d]} optimizer (in backward)"),
+                "ts": start * us,
+                "dur": (end - start) * us,
+                "args": {"op": g.names[o]},
+            }
+        )
     return {
         "traceEvents": events,
         "displayTimeUnit": "ms",

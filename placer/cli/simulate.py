@@ -52,7 +52,7 @@ def run(args: argparse.Namespace) -> int:
     )
     placement.indices(graph, cluster.device_names, source=args.placement)  # another graph's plan: said, naming it
     result = env.simulate(placement, trace=bool(args.trace))  # its order, homes and checkpointed blocks with it
-    bound = env.lower_bound()
+    bound = env.lower_bound(host_step=placement.host_step)  # homed parameters stepped during the backward: looser
     if args.trace:
         write_text_atomic(args.trace, to_json(result.extra.pop("trace"), indent=None))
     if args.json:

@@ -78,6 +78,56 @@ def test_a_parameter_homed_on_the_host_is_fetched_on_the_side_stream_and_its_gra
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
+def test_homed_parameters_stepped_during_the_backward_each_once_its_gradient_is_home(toy, backend):
+    # The schedule of the test above (a (1) -> b (2, owns 2 bytes) -> c (1, owns 3 bytes), b's and c's parameters
+    # on cpu:0), with the host's Adam at 7 B/s: 7 passes over a parameter's bytes take as many seconds as it has
+    # bytes. c's gradient is home at 13, b's at 16, and the backward's last task (a) ends at 16.
+    # "after": Adam over 5 bytes once backward() returns: 16 + 5 = 21.
+    # "backward": one host worker steps c [13, 16] as soon as its gradient is home, then b [max(16, 16), 18];
+    #   backward() returns at 18, and the optimizer's step has nothing left to step: 18.
+    g = chain(toy, [1, 2, 1], [0, 2, 3], out_bytes=[1, 1, 0])
+    c = changed(toy.cluster(), cpu_0={"mem_bw_bytes_per_s": 7.0})
+    env = SimEnv(g, c, backend=backend)
+    p = Placement.from_indices(g, DEVICES, [toy.G0] * 3, homes=[-1, toy.CPU, toy.CPU])
+    assert env.simulate(p).step_time_s == 21.0
+    p.host_step = "backward"
+    s = env.schedule(p)
+    assert s.bwd_end_s.tolist() == [16, 14, 10]  # the backward itself does not change
+    assert s.host_steps.owner.tolist() == [2, 1] and s.host_steps.home.tolist() == [toy.CPU] * 2
+    assert s.host_steps.start_s.tolist() == [13, 16] and s.host_steps.end_s.tolist() == [16, 18]
+    r = env.simulate(p)
+    assert r.step_time_s == 18.0 and r.extra["backward_end_s"] == 18.0 and r.extra["update_s"] == 0.0
+    assert r.busy_s["cpu:0"] == 5.0
+    # the batch path: the env's host_step, or the call's
+    homes, rows = p.home_indices(g), p.indices(g)[None, :]
+    assert env.with_homes(homes).step_times(rows)[0].tolist() == [21.0]
+    assert env.batch(rows, homes=homes, host_step="backward")[0].tolist() == [18.0]
+    env.host_step = "backward"
+    assert env.with_homes(homes).step_times(rows)[0].tolist() == [18.0]
+    # a plan without homes is stepped after the backward either way
+    own = Placement.from_indices(g, DEVICES, [toy.G0] * 3, host_step="backward")
+    assert env.simulate(own).step_time_s == SimEnv(g, c, backend=backend).simulate(own).step_time_s
+    # no placement beats the bound of plans stepped during the backward (the plain bound adds the update after)
+    assert env.lower_bound(host_step="backward") <= 18.0
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_homed_parameters_read_by_two_ops_are_stepped_once_both_gradients_are_home(toy, backend):
+    # The tied weight of test_a_parameter_two_ops_read_is_copied_for_each: w (2 bytes, a's) read by a and c, its
+    # gradients home at 10 (c's) and 14 (a's); Adam at 1 B/s on the host takes 14 s over w: stepped [14, 28].
+    g = chain(toy, [1, 1, 1], [2, 0, 0], out_bytes=[1, 1, 0])
+    g.params = [["w"], [], ["w"]]
+    c = changed(toy.cluster(), cpu_0={"mem_bw_bytes_per_s": 1.0})
+    p = Placement.from_indices(g, DEVICES, [toy.G0] * 3, homes=[toy.CPU, -1, -1], host_step="backward")
+    env = SimEnv(g, c, backend=backend)
+    s = env.schedule(p)
+    assert s.host_steps.owner.tolist() == [0] and s.host_steps.start_s.tolist() == [14.0]
+    assert env.simulate(p).step_time_s == 28.0
+    env.host_step = "backward"
+    assert env.with_homes([toy.CPU, -1, -1]).step_times(np.array([[toy.G0] * 3]))[0].tolist() == [28.0]
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
 def test_the_side_stream_waits_for_the_reader_of_the_copy_two_before(toy, backend):
     # a (10), b (1), c (1), every one owning 1 byte on cpu:0, all on gpu:0.
     # fetch a [0, 1]; a [1, 11].  fetch b [1, 2] (one copy before it); b [11, 12].
@@ -331,8 +381,9 @@ def test_each_op_reading_a_part_of_a_packed_parameter_is_copied_that_part(toy, b
     assert env.with_homes([-1, toy.CPU, -1, -1, -1, -1]).step_times(np.array([[toy.G0] * 6]))[0].tolist() == [18.0]
 
 
+@pytest.mark.parametrize("host_step", ["after", "backward"])
 @pytest.mark.parametrize("seed", range(4))
-def test_kernel_and_reference_agree_with_random_homes(seed):
+def test_kernel_and_reference_agree_with_random_homes(seed, host_step):
     rng = np.random.default_rng(seed)
     g = random_dag(40, seed=seed)
     g.param_bytes = rng.integers(0, 3, g.num_ops) * rng.integers(1 << 20, 1 << 24, g.num_ops)
@@ -343,6 +394,7 @@ def test_kernel_and_reference_agree_with_random_homes(seed):
     homes = np.where((rng.random((8, g.num_ops)) < 0.5) & (p > 0) & (homeable(g) > 0), 0, -1)
     homes[parted(p, chain_pairs(g))] = -1  # a parameter read through views: apart with its views on its reader's
     kernel, reference = (SimEnv(g, c, backend=b).with_homes(homes) for b in BACKENDS)
+    kernel.env.host_step = reference.env.host_step = host_step
     tk, fk, ok = kernel.overflow(p)
     tr, fr, orf = reference.overflow(p)
     assert homes.max() == 0 and (homes == 0).any()

@@ -332,7 +332,7 @@ def test_every_json_output_is_strict_json_on_oom_and_infinite_values(
     from graphs import zoo
 
     # infinite values where the commands have none of their own: an unbounded step, infinite FLOPs
-    monkeypatch.setattr(envs.SimEnv, "lower_bound", lambda self, blocks_s=0.0: float("inf"))
+    monkeypatch.setattr(envs.SimEnv, "lower_bound", lambda self, blocks_s=0.0, host_step="after": float("inf"))
     monkeypatch.setattr(zoo, "info", lambda **k: [{"name": "m", "ops": 1, "flops": float("nan"), "params": 1}])
 
     def oom(*a, **k):
