@@ -57,7 +57,7 @@ def phase_steps(scenario: Any, placement: Any, device_map: str, steps: int) -> l
     import torch
 
     import placer
-    from envs.real.timing import adam, default_loss
+    from envs.real.timing import default_loss, placed_adam
 
     cuda = torch.cuda.is_available()
 
@@ -74,7 +74,7 @@ def phase_steps(scenario: Any, placement: Any, device_map: str, steps: int) -> l
     model, inputs = offload.build(scenario)
     placed = placer.apply(model, placement, inputs, device_map=device_map)
     del model
-    optimizer = adam(placed.parameters(), lr=1e-3)  # as the measurements build it
+    optimizer = placed_adam(placed, placement, lr=1e-3)  # as the measurements build it (host_step included)
     rows = []
     try:
         for _ in range(steps):

@@ -59,7 +59,7 @@ def measure_plan(
 
     import placer
     from envs.real.placing import resolve_devices
-    from envs.real.timing import Protocol, adam, failure_status, measure_steps, step_extra, time_limit
+    from envs.real.timing import Protocol, failure_status, measure_steps, placed_adam, step_extra, time_limit
     from envs.real.worker import one_line
 
     p = plan.placement
@@ -67,7 +67,7 @@ def measure_plan(
         with time_limit(timeout_s):
             model, inputs = offload.build(scenario)
             placed = placer.apply(model, p, inputs, device_map=device_map)
-            optimizer = adam(placed.parameters(), lr=1e-3)  # host-homed parameters step on the host
+            optimizer = placed_adam(placed, p, lr=1e-3)  # host-homed parameters step on the host, when p says
             names = sorted(set(p.assignment.values()) | set(p.param_homes.values()))
             m = measure_steps(
                 placed,

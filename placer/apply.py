@@ -48,12 +48,13 @@ from torch import nn
 
 from envs.microbatch import check_inflight, check_microbatches
 from envs.real.alignment import ProgramPlan, carry_plan
-from envs.real.homes import homes_apart
+from envs.real.homes import HOST_STEP_META, homes_apart, runtime_of
+from envs.real.homes import step_in_backward as _step_in_backward
 from envs.real.pipeline import stage_names
 from envs.real.placed_model import Pipelining, build_placed_model, unwrap  # noqa: F401  (placer.apply.unwrap)
 from envs.real.shapes import ShapeError  # noqa: F401  (what a placed module raises at sizes it cannot take)
 from graphs import OpGraph, PlacerError
-from graphs.plan import as_indices, check_order, checkpoint_blocks, in_module
+from graphs.plan import HOST_STEPS, as_indices, check_order, checkpoint_blocks, in_module
 from graphs.torch_capture import check_runnable, export_program, graph_from_program
 from placer._callable import make_module_callable
 
@@ -94,6 +95,9 @@ def apply(
     * a parameter the placement gives a home apart from its op (``placement.param_homes``, one
       microbatch) lives there, with its gradient: the optimizer steps it where it lives (the
       host's Adam for a host home), and its op reads a copy made ahead of it (:mod:`envs.real.homes`);
+      by default in its ``step()`` after the backward, or, where ``placement.host_step`` is
+      ``"backward"``, during the backward once :func:`step_in_backward` registers the optimizer (the
+      first backward without one warns). The plan's ``host_step`` is ``result.meta["placer_host_step"]``;
     * buffers (batch-norm running statistics) update in place as in the model;
     * the train/eval mode is the one the model had when this was called;
     * random ops (dropout) draw from their placed device's generator, so their
@@ -231,9 +235,44 @@ def apply_program(
     plan = ProgramPlan(assignment, names, stages, blocks)
     pipelining = Pipelining(M, W, batch_dim, loss_reduction)
     homes = homes_apart(placement, captured)  # its parameters' homes apart from their ops (envs.real.homes)
-    return build_placed_model(
+    host_step = getattr(placement, "host_step", "after")
+    if host_step not in HOST_STEPS:
+        raise PlacerError(f"{source}: host_step {host_step!r}: one of {', '.join(HOST_STEPS)}")
+    placed = build_placed_model(
         model, example_inputs, ep, captured, plan, device_map, options, pipelining, dynamic, homes, part_programs
     )
+    if isinstance(getattr(placed, "meta", None), dict):
+        placed.meta[HOST_STEP_META] = host_step
+    runtime = runtime_of(placed)
+    if runtime is not None:
+        runtime.host_step = host_step  # "backward": its first backward without an optimizer registered warns
+    return placed
+
+
+def step_in_backward(placed: nn.Module, optimizer: Any) -> int:
+    """Step ``placed``'s homed parameters during ``backward()``: each as soon as all its gradients are home, on a
+    host thread while the backward goes on (a plan's ``host_step`` ``"backward"``, :mod:`envs.real.homes`).
+
+    ``placed`` is a module :func:`apply` returned, ``optimizer`` the ``torch.optim.Optimizer`` built on its
+    parameters. Each homed parameter is stepped by an optimizer of ``optimizer``'s type over it alone, with the
+    hyperparameters its group in ``optimizer`` has at that moment (an lr scheduler on ``optimizer`` applies) and
+    ``optimizer``'s state (its ``state_dict()`` holds every parameter's, and loads as usual). ``optimizer.step()``
+    after the backward then steps the other parameters only; the homed ones keep their ``.grad`` for reading, and
+    ``zero_grad()`` clears them as usual. Returns how many parameters step in the backward (0 for a module without
+    homes: nothing is done). Calling it again with the same optimizer does nothing more; another replaces it::
+
+        placed = placer.apply(model, plan, inputs)
+        optimizer = torch.optim.Adam(placed.parameters(), fused=True)
+        placer.apply.step_in_backward(placed, optimizer)   # homed parameters step during backward()
+        loss = placed(*inputs); loss.backward(); optimizer.step(); optimizer.zero_grad()
+
+    Caveats: one ``backward()`` per ``optimizer.step()``: each backward steps the homed parameters it reaches, so
+    gradients accumulated over several backwards are not stepped together; and clipping gradients by their global
+    norm (or a ``GradScaler``'s unscaling) between ``backward()`` and ``step()`` does not reach the parameters
+    already stepped. Raises :class:`graphs.PlacerError` where a homed parameter that requires a gradient is not
+    among ``optimizer``'s parameters.
+    """
+    return _step_in_backward(placed, optimizer)
 
 
 def _as_tuple(example_inputs: Any) -> tuple:

@@ -38,13 +38,37 @@ Adam for host homes). Without CUDA (every logical device mapped to the CPU, as i
 the tests) the same protocol runs with synchronous copies: every copy is a new
 tensor, freed and made again, and the gradient reaches the master the same way.
 :mod:`envs.sim.homes` simulates exactly this protocol.
+
+**Stepping in the backward** (a plan's ``host_step`` ``"backward"``; :meth:`HomeRuntime.step_in_backward`
+registers the user's optimizer, :func:`placer.apply.step_in_backward` is the public call). Each forward's
+``fetch`` of a master that requires a gradient (with grad enabled; a checkpointed block's recompute does not
+count) counts one gradient expected for that master this step: one per reader, so a master several entries
+share (a tied weight, a layer applied twice, the parts of a packed projection) waits for all of them. Each
+gradient sent home is handed, in the order it is sent, to one host worker thread (on CUDA with an event
+recorded on the out stream after its copy home; the worker waits for that event, so it never waits for the
+GPU's later work): the worker adds it to the master's ``.grad`` (the whole master, or its part) and, when the
+master has every gradient expected for it, steps that master at once with an optimizer of the user's type
+over that master alone, with the hyperparameters its group in the user's optimizer has at that moment and
+the user's optimizer's state (``optimizer.state_dict()`` holds every parameter's). So the worker steps the
+masters one at a time, each in the order its last gradient arrives, while the backward goes on (the host's
+Adam overlaps the GPU's backward); the gradients go home as before. At the end of ``backward()`` the final
+callback waits for the worker (a worker's exception is raised there), steps on the calling thread any master
+that received some but not all of the gradients expected (a reader whose output did not reach the loss),
+and resets the counts: ``backward()`` returns once every master that received a gradient is stepped. The
+user's ``optimizer.step()`` after it then steps the rest (the parameters on the GPU): the masters already
+stepped have their ``.grad`` hidden from it (a step pre-hook; a post-hook puts them back, so they stay
+readable after the backward and ``zero_grad()`` clears them as usual). One ``backward()`` per
+``optimizer.step()``: each backward steps the masters it reaches.
 """
 
 from __future__ import annotations
 
+import inspect
 import math
+import warnings
 from collections import deque
 from collections.abc import Mapping
+from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import nullcontext
 from contextvars import ContextVar
 from functools import partial
@@ -189,6 +213,23 @@ class HomeRuntime(nn.Module):
         self.windows = {(d, p): Window(s) for d, s in self.streams.items() for p in (0, 1)}
         self.sent: list[tuple[int, torch.Tensor]] = []  # gradients on their way home
         self.callback_queued = False
+        # stepping in the backward (step_in_backward): per entry its master's slot, one per distinct master
+        slot_of: dict[int, int] = {}
+        self.slots = [slot_of.setdefault(id(m), len(slot_of)) for m in masters]
+        self.distinct = list({id(m): m for m in masters}.values())  # by slot
+        self.expected = [0] * len(self.distinct)  # gradients expected this step, by slot (counted in fetch)
+        self.arrived = [0] * len(self.distinct)  # gradients added to the master's .grad this step (by the worker)
+        self.done = [False] * len(self.distinct)  # stepped in this backward
+        self.host_step = "after"  # the plan's (placer.apply sets it): "backward" warns once without an optimizer
+        self.warned = False
+        self.optimizer: torch.optim.Optimizer | None = None  # the user's, registered by step_in_backward
+        self.subs: list[torch.optim.Optimizer | None] = []  # by slot: the optimizer of that master alone
+        self.groups: list[int] = []  # by slot: the index of its group in the user's optimizer
+        self.stepped: set[int] = set()  # slots stepped in a backward since the user's last step()
+        self.hidden: list[tuple[nn.Parameter, torch.Tensor | None]] = []  # their .grad, during the user's step()
+        self.hooks: list[Any] = []  # on the user's optimizer
+        self.executor: ThreadPoolExecutor | None = None  # the host worker (made on first use)
+        self.futures: list[Future] = []  # this backward's tasks on it
 
     def copy_bytes(self) -> list[int]:
         """Per master entry, the bytes of each copy made of it for its reader (all of it, or the part it reads)."""
@@ -212,6 +253,8 @@ class HomeRuntime(nn.Module):
         if master.requires_grad:
             copy.requires_grad_(True)
             copy.register_post_accumulate_grad_hook(partial(self._send_home, index))
+            if torch.is_grad_enabled():  # its reader's backward sends one gradient home
+                self.expected[self.slots[index]] += 1
         return copy
 
     def release(self, index: int, copy: torch.Tensor, output: Any) -> None:
@@ -282,16 +325,24 @@ class HomeRuntime(nn.Module):
         self.window(index, True).read(self.readers[index])
         grad = copy.grad
         copy.grad = None
-        master = self.masters[index]
+        master, event = self.masters[index], None
         if streams.cuda:
             streams.out.wait_stream(streams.compute())
             with torch.cuda.stream(streams.out):
                 home = torch.empty(grad.shape, dtype=grad.dtype, pin_memory=True)
                 home.copy_(grad, non_blocking=True)
             grad.record_stream(streams.out)
+            if self.optimizer is not None:
+                event = torch.cuda.Event()
+                event.record(streams.out)
         else:
             home = grad.to(master.device, copy=True)
-        self.sent.append((index, home))
+        if self.optimizer is None:
+            self.sent.append((index, home))
+        else:  # stepping in the backward: the host worker adds it, and steps the master once it has them all
+            if self.executor is None:
+                self.executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="placer-host-step")
+            self.futures.append(self.executor.submit(self._arrive, index, home, event))
         self._queue_callback()
 
     def _queue_callback(self) -> None:
@@ -299,24 +350,158 @@ class HomeRuntime(nn.Module):
             self.callback_queued = True
             torch.autograd.Variable._execution_engine.queue_callback(self._backward_done)
 
+    def _add_home(self, index: int, grad: torch.Tensor) -> None:
+        """Add a gradient that came home to master ``index``'s ``.grad`` (all of it, or the part its reader read)."""
+        master, part = self.masters[index], self.parts[index]
+        if part is None:
+            master.grad = grad if master.grad is None else master.grad + grad
+            return
+        if master.grad is None:
+            master.grad = torch.zeros_like(master)
+        master.grad.as_strided(part.size, part.stride, part.offset).add_(grad)
+
     def _backward_done(self) -> None:
-        """At the end of ``backward()``: the gradients are home, added to the masters; the copies let go."""
+        """At the end of ``backward()``: the gradients are home, added to the masters (stepping in the backward:
+        the worker is done, and every master that received a gradient is stepped); the copies let go."""
         self.callback_queued = False
-        for streams in self.streams.values():
-            if streams.cuda:
-                streams.out.synchronize()
-        for index, grad in self.sent:
-            master, part = self.masters[index], self.parts[index]
-            if part is None:
-                master.grad = grad if master.grad is None else master.grad + grad
+        try:
+            if self.sent:
+                for streams in self.streams.values():
+                    if streams.cuda:
+                        streams.out.synchronize()
+                for index, grad in self.sent:
+                    self._add_home(index, grad)
+            self._finish_steps()
+        finally:
+            self.sent.clear()
+            self.futures.clear()
+            n = len(self.distinct)
+            self.expected, self.arrived, self.done = [0] * n, [0] * n, [False] * n
+            for (_, backward), window in self.windows.items():
+                if backward:
+                    window.drain()
+        if self.host_step == "backward" and self.optimizer is None and not self.warned:
+            self.warned = True
+            warnings.warn(
+                "placer: the plan steps its homed parameters in the backward (host_step 'backward'), but no "
+                "optimizer is registered: call placer.apply.step_in_backward(placed, optimizer) (until then, "
+                "optimizer.step() steps them)",
+                stacklevel=2,
+            )
+
+    # ------------------------------------------------------------- stepping in the backward
+    def step_in_backward(self, optimizer: torch.optim.Optimizer, names: Mapping[int, str] | None = None) -> int:
+        """Step each master during the backward, as soon as all its gradients are home, with ``optimizer`` (the
+        user's, holding the masters; see the module docstring). Returns how many masters it steps so (those that
+        require a gradient). Calling it again with the same optimizer does nothing more; another replaces it.
+
+        ``names``: ``id(master)`` -> its name, for the error a master missing from ``optimizer`` raises
+        (:class:`PlacerError`), or a ``type(optimizer)`` that cannot be made for one parameter from its group.
+        """
+        if optimizer is self.optimizer:
+            return sum(sub is not None for sub in self.subs)
+        if not isinstance(optimizer, torch.optim.Optimizer):
+            raise PlacerError(f"step_in_backward: expected a torch.optim.Optimizer, got {type(optimizer).__name__}")
+        group_of = {id(p): g for g, group in enumerate(optimizer.param_groups) for p in group["params"]}
+        accepted = inspect.signature(type(optimizer).__init__).parameters
+        subs: list[torch.optim.Optimizer | None] = []
+        groups: list[int] = []
+        for slot, master in enumerate(self.distinct):
+            name = (names or {}).get(id(master), f"homed parameter {slot} {tuple(master.shape)}")
+            if not master.requires_grad:
+                subs.append(None)
+                groups.append(-1)
                 continue
-            if master.grad is None:
-                master.grad = torch.zeros_like(master)
-            master.grad.as_strided(part.size, part.stride, part.offset).add_(grad)
-        self.sent.clear()
-        for (_, backward), window in self.windows.items():
-            if backward:
-                window.drain()
+            if id(master) not in group_of:
+                raise PlacerError(
+                    f"step_in_backward: {name} is not among the optimizer's parameters: build it on the placed "
+                    "module's parameters (placed.parameters())"
+                )
+            group = optimizer.param_groups[group_of[id(master)]]
+            hyper = {k: v for k, v in group.items() if k != "params" and k in accepted}
+            try:
+                sub = type(optimizer)([master], **hyper)
+            except Exception as e:  # noqa: BLE001  (an optimizer type that cannot be made so)
+                raise PlacerError(
+                    f"step_in_backward: {type(optimizer).__name__} cannot be made for {name} alone from its group's "
+                    f"hyperparameters: {type(e).__name__}: {e}"
+                ) from e
+            sub.state = optimizer.state  # one state: the user's optimizer's state_dict holds every parameter's
+            subs.append(sub)
+            groups.append(group_of[id(master)])
+        self._unregister()
+        self.optimizer, self.subs, self.groups = optimizer, subs, groups
+        self.hooks = [
+            optimizer.register_step_pre_hook(self._hide_stepped),
+            optimizer.register_step_post_hook(self._show_stepped),
+        ]
+        return sum(sub is not None for sub in subs)
+
+    def _unregister(self) -> None:
+        """Forget the optimizer registered (its hooks removed)."""
+        for hook in self.hooks:
+            hook.remove()
+        self.optimizer, self.subs, self.groups, self.hooks = None, [], [], []
+        self.stepped.clear()
+
+    def _arrive(self, index: int, grad: torch.Tensor, event: Any) -> None:
+        """On the host worker: entry ``index``'s gradient, home once ``event`` is (None: it is), added to its
+        master's; the master stepped once all its expected gradients are added."""
+        if event is not None:
+            event.synchronize()
+        slot = self.slots[index]
+        with torch.no_grad():
+            self._add_home(index, grad)
+        self.arrived[slot] += 1
+        if self.arrived[slot] == self.expected[slot]:
+            self._step(slot)
+
+    def _step(self, slot: int) -> None:
+        """Step the master of ``slot`` alone, with the hyperparameters its group has now and the shared state."""
+        sub = self.subs[slot] if slot < len(self.subs) else None
+        if sub is None or self.optimizer is None:
+            return
+        group = self.optimizer.param_groups[self.groups[slot]]
+        sub.param_groups[0].update({k: v for k, v in group.items() if k != "params"})  # an lr scheduler's lr
+        sub.state = self.optimizer.state  # load_state_dict replaces it
+        sub.step()
+        self.done[slot] = True
+        self.stepped.add(slot)
+
+    def _finish_steps(self) -> None:
+        """The end of a backward stepping in it: wait for the worker (its first exception raised here), then step
+        every master that received gradients but was not stepped (fewer arrived than its fetches expected)."""
+        error = None
+        for future in self.futures:
+            e = future.exception()
+            if e is not None and error is None:
+                error = e
+        if error is not None:
+            raise error
+        if self.optimizer is None:
+            return
+        for slot, arrived in enumerate(self.arrived):
+            if arrived and not self.done[slot]:
+                self._step(slot)
+
+    def _hide_stepped(self, optimizer: Any, args: Any, kwargs: Any) -> None:
+        """Before the user's ``step()``: the masters stepped in the backward have no gradient for it."""
+        masters = [self.distinct[slot] for slot in sorted(self.stepped)]
+        self.hidden = [(m, m.grad) for m in masters]
+        for m in masters:
+            m.grad = None
+
+    def _show_stepped(self, optimizer: Any, args: Any, kwargs: Any) -> None:
+        """After it: their gradients back (readable, and ``zero_grad()`` clears them)."""
+        for m, grad in self.hidden:
+            m.grad = grad
+        self.hidden = []
+        self.stepped.clear()
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = dict(super().__getstate__())
+        state.update(executor=None, futures=[])  # a thread pool does not copy; a copy makes its own
+        return state
 
 
 def _grad_fn(output: Any) -> Any:
@@ -360,6 +545,24 @@ HOME_COPY_META = "placer_home_copy"
 #: with it (in its checkpointed block too, :mod:`envs.real.checkpointing`).
 HOME_VIEW_META = "placer_home_view"
 RUNTIME_ATTR = "placer_homes"
+#: GraphModule.meta key: the plan's ``host_step`` (:data:`graphs.plan.HOST_STEPS`), which :func:`placer.apply` records.
+HOST_STEP_META = "placer_host_step"
+
+
+def runtime_of(placed: nn.Module) -> HomeRuntime | None:
+    """The :class:`HomeRuntime` of a placed module, or None where it has no homes."""
+    runtime = getattr(placed, RUNTIME_ATTR, None) if isinstance(placed, nn.Module) else None
+    return runtime if isinstance(runtime, HomeRuntime) else None
+
+
+def step_in_backward(placed: nn.Module, optimizer: torch.optim.Optimizer) -> int:
+    """Register ``optimizer`` to step ``placed``'s homed parameters during the backward
+    (:meth:`HomeRuntime.step_in_backward`); how many it steps so (0 without homes: nothing is done)."""
+    runtime = runtime_of(placed)
+    if runtime is None:
+        return 0
+    names = {id(p): name for name, p in placed.named_parameters()}
+    return runtime.step_in_backward(optimizer, names)
 
 
 def insert_home_copies(

@@ -57,6 +57,18 @@ def adam(params: Iterable[torch.Tensor], lr: float = 1e-3) -> torch.optim.Optimi
     return torch.optim.Adam(params, lr=lr, fused=True if fused else None)
 
 
+def placed_adam(placed: torch.nn.Module, placement: Any, lr: float = 1e-3) -> torch.optim.Optimizer:
+    """:func:`adam` on the parameters of ``placed`` (:func:`placer.apply` of ``placement``): where the plan steps its
+    homed parameters in the backward (``placement.host_step == "backward"``), registered to do so
+    (:func:`envs.real.homes.step_in_backward`); else, as the plan says too, they step in its ``step()``."""
+    from envs.real.homes import step_in_backward
+
+    optimizer = adam(placed.parameters(), lr=lr)
+    if getattr(placement, "host_step", "after") == "backward":
+        step_in_backward(placed, optimizer)
+    return optimizer
+
+
 def default_loss(outputs: Any) -> torch.Tensor:
     """Sum of the means of every floating-point output tensor (on the first one's device).
 

@@ -165,7 +165,7 @@ def run_here(args: argparse.Namespace) -> int:
     measure_here()
     model, inputs = sources.resolve_model(args.source)
     module = apply(model, placement, inputs, device_map=args.device_map)
-    opt = timing.adam(module.parameters(), lr=args.lr)
+    opt = timing.placed_adam(module, placement, lr=args.lr)  # its homed parameters step as the plan says
     try:
         with timing.time_limit(args.measure_timeout):
             m = timing.measure_steps(

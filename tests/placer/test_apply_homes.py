@@ -3,12 +3,17 @@
 Every logical device is the CPU here (``device_map="*=cpu"``), and homes are decided on logical devices, so the home
 path runs in full: each homed parameter is copied in for its reader as a new tensor, freed after it, made again for
 its backward, and its gradient sent home through the end-of-backward callback. The CUDA path's stream protocol (the
-side stream waits for the reader two before, then frees its copies) is checked with recording streams.
+side stream waits for the reader two before, then frees its copies) is checked with recording streams. With a plan's
+``host_step`` ``"backward"`` (``placer.apply.step_in_backward``) the masters are stepped on the host worker during the
+backward, each once all its gradients are home.
 """
 
 from __future__ import annotations
 
 import copy
+import threading
+import types
+import warnings
 from collections import Counter
 
 import numpy as np
@@ -17,6 +22,7 @@ import torch
 from torch import nn
 
 import envs.real.homes as homes
+import placer.apply as placer_apply
 from envs.real.transfers import to_device
 from envs.sim.homes import copy_pairs, home_readers
 from graphs import PlacerError
@@ -382,3 +388,257 @@ def test_each_op_reading_a_part_of_a_packed_parameter_is_copied_that_part_and_tr
     nodes = list(placed.graph.nodes)
     assert not any(is_alias(n.target) and any(a.target is homes.fetch_home for a in n.all_input_nodes) for n in nodes)
     train_side_by_side(placed, ref, inputs)
+
+
+# ------------------------------------------------------------- stepping the homed parameters in the backward
+class AttendTwice(nn.Module):
+    """``nn.MultiheadAttention`` from one sequence to another (its packed projection read in parts), a linear applied
+    twice (one parameter, two readers), and a head that stays with its op (the user's ``step()`` steps it)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.attn = nn.MultiheadAttention(8, 2, batch_first=True)
+        self.lin = nn.Linear(8, 8)
+        self.head = nn.Linear(8, 3)
+
+    def forward(self, q, kv):
+        h = self.attn(q, kv, kv, need_weights=False)[0]
+        return self.head(self.lin(torch.tanh(self.lin(h)))).pow(2).mean()
+
+
+def attend_twice():
+    return AttendTwice(), (torch.randn(2, 3, 8), torch.randn(2, 5, 8))
+
+
+def stepping_in_backward(build, host_step="backward", keep=("head.",), checkpoint=()):
+    """``build()``'s model with every parameter but those starting with ``keep`` homed on cpu:0, every op on gpu:0,
+    the plan's ``host_step`` as given: ``(placed, unplaced copy, inputs, the names of the homed parameters)``."""
+    torch.manual_seed(0)
+    model, inputs = build()
+    ref = copy.deepcopy(model)
+    g = capture(model, inputs)
+    names = [n for n in param_owners(g) if not n.startswith(tuple(keep))]
+    p = homed_plan(g, names)
+    p.host_step, p.checkpoint = host_step, list(checkpoint)
+    placed = apply(model, p, inputs, device_map="*=cpu")
+    return placed, ref, inputs, names
+
+
+def fused_adams(placed, ref):
+    return tuple(torch.optim.Adam(m.parameters(), lr=LR, fused=True) for m in (placed, ref))
+
+
+def train_stepping_in_backward(placed, ref, inputs, homed, opt, ref_opt, steps=3, schedulers=()):
+    """:func:`train_side_by_side` with ``opt`` registered to step the ``homed`` parameters in the backward: each step,
+    right after ``loss.backward()`` the homed parameters have been stepped (as the unplaced model's ``step()`` steps
+    them) with their gradients readable, and ``opt.step()`` steps only the others."""
+    for _ in range(steps):
+        for o in (opt, ref_opt):
+            o.zero_grad()
+        loss, ref_loss = placed(*inputs), ref(*inputs)
+        before = {n: q.detach().clone() for n, q in placed.named_parameters()}
+        loss.backward()
+        ref_loss.backward()
+        torch.testing.assert_close(loss, ref_loss)
+        after_backward = {n: q.detach().clone() for n, q in placed.named_parameters()}
+        for (name, p), (_, q) in zip(placed.named_parameters(), ref.named_parameters()):
+            torch.testing.assert_close(p.grad, q.grad, msg=name)  # the homed ones' too: readable after backward
+            assert torch.equal(before[name], after_backward[name]) == (name not in homed), name
+        opt.step()
+        ref_opt.step()
+        for name, p in placed.named_parameters():  # step() steps the others, not the homed ones again
+            assert torch.equal(after_backward[name], p.detach()) == (name in homed), name
+        for s in schedulers:
+            s.step()
+    for (name, p), (_, q) in zip(placed.named_parameters(), ref.named_parameters()):
+        torch.testing.assert_close(p, q, atol=LR / 500, rtol=1e-5, msg=name)
+
+
+def test_homed_parameters_stepped_in_the_backward_train_as_the_unplaced_model_does(monkeypatch):
+    """A packed projection read in parts and a linear applied twice, homed: each master is stepped on the host
+    worker once all its readers' gradients are home, before ``backward()`` returns; ``step()`` steps the head."""
+    placed, ref, inputs, homed = stepping_in_backward(attend_twice)
+    assert placed.meta["placer_host_step"] == "backward"
+    runtime = placed.get_submodule(homes.RUNTIME_ATTR)
+    assert len(runtime.masters) == 10 and len(runtime.distinct) == 6  # in_proj's two parts, lin's two readers
+    opt, ref_opt = fused_adams(placed, ref)
+    assert placer_apply.step_in_backward(placed, opt) == 6
+    assert placer_apply.step_in_backward(placed, opt) == 6  # again: nothing more
+    with torch.no_grad():  # a forward no backward follows expects no gradient
+        placed(*inputs)
+    assert not any(runtime.expected)
+    threads = []
+    step = runtime._step
+    monkeypatch.setattr(runtime, "_step", lambda slot: (threads.append(threading.current_thread().name), step(slot)))
+    train_stepping_in_backward(placed, ref, inputs, homed, opt, ref_opt)
+    assert len(threads) == 3 * 6 and all(t.startswith("placer-host-step") for t in threads)  # each on the worker
+
+
+def test_homed_parameters_in_checkpointed_blocks_stepped_in_the_backward_train_as_the_unplaced_model_does():
+    """The blocks' recompute fetches their masters again: only the first forward's fetches count a gradient."""
+    from tests.placer.test_apply_checkpoint import Deep
+
+    torch.manual_seed(0)
+    model, x = Deep(), torch.randn(16, 16)
+    model.eval()  # dropout off (the program is exported in eval mode: the same program both forwards)
+    placed, ref, inputs, homed = stepping_in_backward(lambda: (model, (x,)), checkpoint=["blocks.0", "blocks.1"])
+    assert len(placed.get_submodule(homes.RUNTIME_ATTR).masters) == 12
+    opt, ref_opt = fused_adams(placed, ref)
+    assert placer_apply.step_in_backward(placed, opt) == 12
+    runtime = placed.get_submodule(homes.RUNTIME_ATTR)
+    calls = Counter()
+    second, step = runtime._recompute_copy, runtime._step
+    runtime._recompute_copy = lambda i: (calls.update(["recompute"]), second(i))[1]
+    runtime._step = lambda slot: (calls.update([threading.current_thread().name.split("_")[0]]), step(slot))
+    train_stepping_in_backward(placed, ref, inputs, homed, opt, ref_opt)
+    assert calls == {"recompute": 3 * 12, "placer-host-step": 3 * 12}  # each stepped by the worker, as it came
+
+
+class Aux(nn.Module):
+    """A linear read twice, its second reader's output an auxiliary output the loss does not reach."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.lin, self.head = nn.Linear(4, 4), nn.Linear(4, 1)
+
+    def forward(self, x):
+        return self.head(torch.tanh(self.lin(x))).pow(2).mean(), self.lin(x * 2)
+
+
+def test_a_parameter_whose_reader_does_not_reach_the_loss_is_stepped_at_the_end_of_the_backward():
+    placed, ref, inputs, homed = stepping_in_backward(lambda: (Aux(), (torch.randn(3, 4),)))
+    opt, ref_opt = fused_adams(placed, ref)
+    assert placer_apply.step_in_backward(placed, opt) == 2
+    homed = [f"inner.{n}" for n in homed]
+    runtime = placed.get_submodule(homes.RUNTIME_ATTR)
+    stepped_at_end = []
+    finish = runtime._finish_steps
+    runtime._finish_steps = lambda: (stepped_at_end.append([not d for d in runtime.done]), finish())
+    train_stepping_in_backward(First(placed), First(ref), inputs, homed, opt, ref_opt)
+    lin = placed.get_parameter("lin.weight")
+    slot = runtime.slots[next(i for i, m in enumerate(runtime.masters) if m is lin)]
+    assert len(stepped_at_end) == 3 and all(not_done[slot] for not_done in stepped_at_end)  # 1 of its 2 came
+
+
+class First(nn.Module):
+    """A module's first output (the loss)."""
+
+    def __init__(self, inner: nn.Module) -> None:
+        super().__init__()
+        self.inner = inner
+
+    def forward(self, *a):
+        return self.inner(*a)[0]
+
+
+def test_an_lr_scheduler_on_the_optimizer_steps_the_homed_parameters_too():
+    placed, ref, inputs, homed = stepping_in_backward(attend_twice)
+    opt, ref_opt = fused_adams(placed, ref)
+    # made before the registration (its groups' initial_lr is no argument of Adam's)
+    schedulers = [torch.optim.lr_scheduler.StepLR(o, step_size=1, gamma=0.2) for o in (opt, ref_opt)]
+    placer_apply.step_in_backward(placed, opt)
+    schedulers += [torch.optim.lr_scheduler.LambdaLR(o, lambda k: 1 + k) for o in (opt, ref_opt)]
+    train_stepping_in_backward(placed, ref, inputs, homed, opt, ref_opt, schedulers=schedulers)
+
+
+def test_the_optimizer_s_state_dict_holds_every_parameter_s_state_and_loads():
+    placed, ref, inputs, homed = stepping_in_backward(attend_twice)
+    opt, ref_opt = fused_adams(placed, ref)
+    placer_apply.step_in_backward(placed, opt)
+    train_stepping_in_backward(placed, ref, inputs, homed, opt, ref_opt, steps=2)
+    state, ref_state = opt.state_dict()["state"], ref_opt.state_dict()["state"]
+    assert len(state) == len(list(placed.parameters())) == len(ref_state)
+    for k, s in state.items():
+        assert float(s["step"]) == 2
+        torch.testing.assert_close(s["exp_avg_sq"], ref_state[k]["exp_avg_sq"])
+    # a loaded state (here: zeroed moments, a step count of 5) is what the homed parameters step from
+    for o in (opt, ref_opt):
+        loaded = copy.deepcopy(o.state_dict())
+        for s in loaded["state"].values():
+            s["step"].fill_(5)
+            s["exp_avg"].zero_()
+            s["exp_avg_sq"].zero_()
+        o.load_state_dict(loaded)
+    train_stepping_in_backward(placed, ref, inputs, homed, opt, ref_opt, steps=1)
+    assert all(float(s["step"]) == 6 for s in opt.state_dict()["state"].values())
+
+
+def test_a_worker_s_exception_is_raised_by_backward_and_the_next_step_runs():
+    placed, ref, inputs, homed = stepping_in_backward(attend_twice)
+    opt, ref_opt = fused_adams(placed, ref)
+    placer_apply.step_in_backward(placed, opt)
+    runtime = placed.get_submodule(homes.RUNTIME_ATTR)
+    sub = runtime.subs[0]
+
+    def failing():  # on the worker (the end of the backward would step it again on this thread)
+        assert threading.current_thread().name.startswith("placer-host-step")
+        raise RuntimeError("worker failed")
+
+    sub.step = failing
+    with pytest.raises(RuntimeError, match="worker failed"):
+        placed(*inputs).backward()
+    del sub.step
+    opt.zero_grad()
+    assert all(n == 0 for n in runtime.expected) and not runtime.futures
+    placed(*inputs).backward()
+    assert all(m.grad is not None for m in runtime.masters)
+
+
+def placer_warnings(record):
+    return [str(w.message) for w in record if "placer" in str(w.message)]
+
+
+@pytest.mark.parametrize("host_step", ["after", "backward"])
+def test_a_plan_stepping_in_the_backward_without_an_optimizer_registered_warns_once(host_step):
+    placed, ref, inputs, homed = stepping_in_backward(attend_twice, host_step)
+    with warnings.catch_warnings(record=True) as record:
+        warnings.simplefilter("always")
+        for _ in range(2):
+            placed(*inputs).backward()
+    said = placer_warnings(record)
+    if host_step == "after":
+        assert not said
+    else:
+        assert len(said) == 1 and "placer.apply.step_in_backward(placed, optimizer)" in said[0]
+        assert "\n" not in said[0]
+    # registered: no warning
+    placed, ref, inputs, homed = stepping_in_backward(attend_twice, host_step)
+    placer_apply.step_in_backward(placed, torch.optim.Adam(placed.parameters(), lr=LR, fused=True))
+    with warnings.catch_warnings(record=True) as record:
+        warnings.simplefilter("always")
+        placed(*inputs).backward()
+    assert not placer_warnings(record)
+
+
+def test_step_in_backward_without_homes_does_nothing_and_refuses_an_optimizer_lacking_a_parameter():
+    torch.manual_seed(0)
+    model, x = Mlp(), torch.randn(5, 8)
+    g = capture(model, (x,))
+    plain = apply(model, Placement.from_indices(g, DEVICES, np.ones(g.num_ops, dtype=int)), (x,), device_map="*=cpu")
+    assert plain.meta["placer_host_step"] == "after"
+    opt = torch.optim.Adam(plain.parameters())
+    assert placer_apply.step_in_backward(plain, opt) == 0
+    assert not opt._optimizer_step_pre_hooks
+    placed, ref, inputs, homed = stepping_in_backward(attend_twice)
+    lacking = [p for n, p in placed.named_parameters() if n != "lin.weight"]
+    with pytest.raises(PlacerError, match="lin.weight is not among the optimizer's parameters"):
+        placer_apply.step_in_backward(placed, torch.optim.Adam(lacking))
+    # another optimizer replaces the first: its hooks go
+    first, second = (torch.optim.Adam(placed.parameters(), lr=LR) for _ in range(2))
+    placer_apply.step_in_backward(placed, first)
+    assert placer_apply.step_in_backward(placed, second) == 6
+    assert not first._optimizer_step_pre_hooks and len(second._optimizer_step_pre_hooks) == 1
+
+
+@pytest.mark.parametrize("host_step", ["after", "backward"])
+def test_the_measurements_adam_steps_the_homed_parameters_when_the_plan_says(host_step):
+    """``envs.real.timing.placed_adam`` (``placer run``, bench.offload_homes_measure, bench.home_phases): fused Adam
+    on the placed module's parameters, registered to step the homed ones in the backward where the plan says."""
+    from envs.real.timing import placed_adam
+
+    placed, ref, inputs, homed = stepping_in_backward(attend_twice, host_step)
+    plan = types.SimpleNamespace(host_step=host_step)  # a Placement's field
+    opt = placed_adam(placed, plan, lr=LR)
+    assert opt.defaults["fused"] and len(opt.param_groups[0]["params"]) == len(list(placed.parameters()))
+    runtime = placed.get_submodule(homes.RUNTIME_ATTR)
+    assert (runtime.optimizer is opt) == (host_step == "backward")
