@@ -7,7 +7,10 @@ device) and each cap, the cluster's ``gpu:0`` is capped and these plans are simu
   layers on the GPU with their weights, gradients and Adam state homed on the host where
   that frees the GPU, the op placement chosen with them, and the layers it checkpoints
   (activation checkpointing, :mod:`placer.learn.checkpoint_choice`);
-* the same without checkpointing (the ablation), at the same budget;
+  its homed parameters stepped during the backward (``host_step`` "backward",
+  :func:`placer.apply.step_in_backward`);
+* the same with them stepped after the backward, as FSDP2 and ZeRO-Offload step them (the ablation of
+  that), and the same without checkpointing (the ablation of checkpointing), at the same budget;
 * the same search without home moves (the op-only plan: what placer planned before homes),
   at the same budget of simulated placements;
 * FSDP2's ``CPUOffloadPolicy`` as a plan: every op on ``gpu:0``, every parameter homed on
@@ -52,6 +55,7 @@ from placer.learn.offload_plan import plan_with_homes
 GIB = 1 << 30
 HOMED = "placer, move search with homes"
 NO_CHECKPOINT = "placer, move search with homes, no checkpointing"
+STEP_AFTER = "placer, move search with homes, stepped after the backward"
 OPS_ONLY = "placer, move search, op placement only"
 FSDP2 = "FSDP2 CPUOffloadPolicy as planned (all on gpu:0, every parameter homed on cpu:0)"
 FSDP2_AC = "FSDP2 CPUOffloadPolicy with every layer checkpointed, as planned"
@@ -77,13 +81,22 @@ def fsdp2_offload_plan(graph: OpGraph, cluster: Any, *, checkpoint: bool = False
 
 
 def searched_plan(
-    graph: OpGraph, cluster: Any, *, homes: bool, evals: int, seed: int = 0, checkpoint: bool = True
+    graph: OpGraph,
+    cluster: Any,
+    *,
+    homes: bool,
+    evals: int,
+    seed: int = 0,
+    checkpoint: bool = True,
+    host_step: str = "backward",
 ) -> Plan:
-    """placer's move search (with or without home moves, choosing checkpointed layers or not) on ``evals`` simulated
-    placements, as a plan."""
-    p = plan_with_homes(graph, cluster, evals=evals, seed=seed, homes=homes, checkpoint=checkpoint)
+    """placer's move search (with or without home moves, choosing checkpointed layers or not, stepping the homed
+    parameters during the backward or after it) on ``evals`` simulated placements, as a plan."""
+    p = plan_with_homes(graph, cluster, evals=evals, seed=seed, homes=homes, checkpoint=checkpoint, host_step=host_step)
     label = (HOMED if checkpoint else NO_CHECKPOINT) if homes else OPS_ONLY
     kind = ("placer" if checkpoint else "placer-no-checkpoint") if homes else "placer-ops"
+    if homes and host_step == "after":
+        label, kind = STEP_AFTER, "placer-step-after"
     return Plan(label, kind, p, offload.simulated(graph, cluster, p))
 
 
@@ -92,6 +105,7 @@ def cap_plans(graph: OpGraph, cluster: Any, model: Any, *, evals: int, seed: int
     fsdp, fsdp_ac = fsdp2_offload_plan(graph, cluster), fsdp2_offload_plan(graph, cluster, checkpoint=True)
     plans = [
         searched_plan(graph, cluster, homes=True, evals=evals, seed=seed),
+        searched_plan(graph, cluster, homes=True, evals=evals, seed=seed, host_step="after"),
         searched_plan(graph, cluster, homes=True, evals=evals, seed=seed, checkpoint=False),
         searched_plan(graph, cluster, homes=False, evals=evals, seed=seed),
         Plan(FSDP2, "fsdp2", fsdp, offload.simulated(graph, cluster, fsdp)),
@@ -132,6 +146,7 @@ def ratios(rows: list[dict[str, Any]]) -> dict[str, float | None]:
         "accelerate_over_placer": over(min(accel, default=None)),
         "ops_only_over_placer": over(ok.get(OPS_ONLY)),
         "no_checkpoint_over_placer": over(ok.get(NO_CHECKPOINT)),
+        "step_after_over_placer": over(ok.get(STEP_AFTER)),
     }
 
 
@@ -195,16 +210,16 @@ def markdown(docs: list[dict[str, Any]]) -> str:
     lines += [
         "",
         "| model | cap (GiB) | FSDP2's fastest / placer | accelerate's fastest / placer | op-only / placer "
-        "| no checkpointing / placer |",
+        "| no checkpointing / placer | stepped after the backward / placer |",
     ]
-    lines.append("|---|---:|---:|---:|---:|---:|")
+    lines.append("|---|---:|---:|---:|---:|---:|---:|")
     for doc in docs:
         for cap in doc["caps"]:
             q = cap["ratios"]
             lines.append(
                 f"| {doc['scenario']} | {cap['cap_gib']:g} | {_fmt(q['fsdp2_over_placer'], '.2f')} | "
                 f"{_fmt(q['accelerate_over_placer'], '.2f')} | {_fmt(q['ops_only_over_placer'], '.2f')} | "
-                f"{_fmt(q.get('no_checkpoint_over_placer'), '.2f')} |"
+                f"{_fmt(q.get('no_checkpoint_over_placer'), '.2f')} | {_fmt(q.get('step_after_over_placer'), '.2f')} |"
             )
     return "\n".join(lines)
 

@@ -20,7 +20,7 @@ import envs
 from envs.cluster import CLUSTER_ARG_HELP
 from graphs import OpGraph
 from graphs.errors import PlacerError
-from graphs.plan import Placement
+from graphs.plan import HOST_STEPS, Placement
 from placer.cli.args import (
     MethodsHelp,
     add_profile_argument,
@@ -53,7 +53,9 @@ def add_command(sub: argparse._SubParsersAction) -> None:
         "evals=N simulated placements, default 2000; --option headroom=F of each device's memory planned, default "
         "0.9; --option checkpoint=on|off|moves: the layers whose activations are computed again in the backward: "
         "the faster of two searches, one choosing them by moves and one with every layer then pruned (on, default), "
-        "none (off), or the first search alone (moves)); default single",
+        "none (off), or the first search alone (moves); --option host_step=backward|after: the homed parameters "
+        "stepped during the backward, each once its gradient is home, while the GPU goes on (backward, default; "
+        "train with placer.apply.step_in_backward), or by the optimizer's step after it); default single",
     )
     p.add_argument(
         "--policy-file",
@@ -257,11 +259,15 @@ def _homes(args: argparse.Namespace, graph: OpGraph, cluster: Any, options: dict
     from placer.learn.offload_plan import plan_with_homes
     from placer.methods.heuristics.costs import MEMORY_HEADROOM
 
-    unknown = sorted(set(options) - {"evals", "headroom", "checkpoint"})
+    unknown = sorted(set(options) - {"evals", "headroom", "checkpoint", "host_step"})
     if unknown:
         raise PlacerError(
-            f"--option {unknown[0]}: --method homes takes evals=N, headroom=F and checkpoint=on|off|moves"
+            f"--option {unknown[0]}: --method homes takes evals=N, headroom=F, checkpoint=on|off|moves and "
+            "host_step=backward|after"
         )
+    host_step = options.get("host_step", "backward")
+    if host_step not in HOST_STEPS:
+        raise PlacerError(f"--option host_step={host_step}: must be {' or '.join(HOST_STEPS)}")
     checkpoint = options.get("checkpoint", "on")
     if checkpoint not in ("on", "off", "moves"):
         raise PlacerError(f"--option checkpoint={checkpoint}: must be on, off or moves")
@@ -280,6 +286,7 @@ def _homes(args: argparse.Namespace, graph: OpGraph, cluster: Any, options: dict
         headroom=float(headroom),
         checkpoint=checkpoint != "off",
         checkpoint_by="moves" if checkpoint == "moves" else "both",
+        host_step=host_step,
     )
     placement.meta["issue_order"] = "node"  # the search scores node order; the file carries no other
     return placement
@@ -299,6 +306,11 @@ def _say_homes(placement: Placement, graph: OpGraph, cluster: Any, fit: Any) -> 
         f"({nbytes(placement.homed_bytes(graph))}); simulated peak: {peaks}; "
         f"{placement.meta['evals']} placements simulated in {placement.meta['search_s']:.1f} s"
     )
+    if placement.param_homes and placement.host_step == "backward":
+        print(
+            "  homed parameters stepped during the backward, each once its gradient is home: build the optimizer "
+            "on the placed module and call placer.apply.step_in_backward(placed, optimizer) (placer run does)"
+        )
     search = placement.meta.get("checkpoint_search")
     blocks = placement.checkpoint
     if search:  # the searches (placer.learn.offload_plan): layers chosen by moves; every layer, then pruned

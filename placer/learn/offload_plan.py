@@ -55,6 +55,7 @@ def plan_with_homes(
     headroom: float = MEMORY_HEADROOM,
     checkpoint: bool = True,
     checkpoint_by: str = "both",
+    host_step: str = "backward",
 ) -> Placement:
     """The move search's best plan in ``evals`` simulated placements, with home moves (``homes`` False: the op
     placement only, the same search otherwise), within ``headroom`` of each device's memory; ``meta`` records the
@@ -71,12 +72,17 @@ def plan_with_homes(
       at a time cannot, layers checkpointed so that weights can stay on the GPU (BENCHMARKS.md, "Checkpoint moves").
       ``meta["checkpoint_search"]``: each search's simulated step time, whether it fits, and its layers;
     * "moves": the first of those alone, on the whole budget.
+
+    ``host_step`` (:data:`graphs.plan.HOST_STEPS`): when the homed parameters are stepped, in every plan simulated and
+    in the plan returned: "backward" (the default), each as soon as its gradient is home, during the backward
+    (:func:`placer.apply.step_in_backward` runs it); "after", by the optimizer's step after the backward.
     """
     if checkpoint_by not in CHECKPOINT_BY:
         raise PlacerError(f"plan_with_homes: checkpoint_by {checkpoint_by!r}: one of {', '.join(CHECKPOINT_BY)}")
     t0 = time.perf_counter()
     room = with_headroom(cluster, headroom)  # the same devices, names and links
     env = envs.SimEnv(graph, room)
+    env.host_step = host_step
     blocks = candidate_blocks(graph) if checkpoint else []
     if not blocks:
         r = MoveSearch(graph, room, env, options=MoveSearchOptions(homes=homes), seed=seed).run(max_evals=evals)
@@ -155,6 +161,7 @@ def _plan(
         homes=found_homes,
     )
     placement.checkpoint = kept
+    placement.host_step = env.host_step if placement.param_homes else "after"
     placement.meta["step_time_s"] = env.simulate(placement).extra["sim_step_time_s"]  # with its homes and blocks
     placement.meta["search_s"] = time.perf_counter() - t0
     return placement

@@ -43,6 +43,7 @@ def test_ratios_compare_placer_s_homed_plan_with_the_fastest_fitting_rivals():
             "sim_status": "ok",
             "sim_step_time_s": 1.5,
         },
+        {"label": offload_homes.STEP_AFTER, "kind": "placer-step-after", "sim_status": "ok", "sim_step_time_s": 1.25},
         {"label": "accelerate, a", "kind": "accelerate", "sim_status": "oom", "sim_step_time_s": 0.5},
         {"label": "accelerate, b", "kind": "accelerate", "sim_status": "ok", "sim_step_time_s": 4.0},
     ]
@@ -51,6 +52,7 @@ def test_ratios_compare_placer_s_homed_plan_with_the_fastest_fitting_rivals():
         "accelerate_over_placer": 4.0,  # the map out of memory does not count
         "ops_only_over_placer": 3.0,
         "no_checkpoint_over_placer": 1.5,  # the ablation: the same search without checkpointing
+        "step_after_over_placer": 1.25,  # and with the homed parameters stepped after the backward
     }
     rows[0]["sim_status"] = "oom"
     assert set(offload_homes.ratios(rows).values()) == {None}
@@ -82,8 +84,9 @@ def test_the_tiny_scenario_at_two_caps_writes_every_simulated_row_and_the_plans(
     assert doc["simulated"] and [c["cap_gib"] for c in doc["caps"]] == [0.02, 0.01]
     cap = doc["caps"][1]
     labels = [r["label"] for r in cap["rows"]]
-    assert labels[:5] == [
+    assert labels[:6] == [
         offload_homes.HOMED,
+        offload_homes.STEP_AFTER,
         offload_homes.NO_CHECKPOINT,
         offload_homes.OPS_ONLY,
         offload_homes.FSDP2,
@@ -94,6 +97,8 @@ def test_the_tiny_scenario_at_two_caps_writes_every_simulated_row_and_the_plans(
     fsdp = next(p for p in cap["plans"] if p["label"] == offload_homes.FSDP2)
     assert fsdp["placement"]["param_homes"]  # saved with the plan, reloaded as a placement
     homed = next(r for r in cap["rows"] if r["label"] == offload_homes.HOMED)
+    placer_plan = next(p for p in cap["plans"] if p["label"] == offload_homes.HOMED)["placement"]
+    assert placer_plan.get("host_step") == "backward" and "host_step" not in fsdp["placement"]
     assert homed["sim_status"] == "ok" and homed["sim_peak_gpu_gib"] * (1 << 30) <= 0.01 * (1 << 30)
     assert (tmp_path / "table.md").read_text() == out
     assert "| tiny | 0.01 |" in out
@@ -126,9 +131,10 @@ def test_the_plan_with_homes_leaves_the_memory_headroom_free():
     all_gpu = envs.SimEnv(g, cluster(1e12)).simulate(np.ones(n, dtype=np.int32))
     cap = all_gpu.peak_bytes["gpu:0"] / 0.95
     c = cluster(cap)
-    full = plan_with_homes(g, c, evals=300, headroom=1.0)
+    # stepped after the backward, homes cost the host's Adam after it: the fastest plan keeps everything on the GPU
+    full = plan_with_homes(g, c, evals=300, headroom=1.0, host_step="after")
     assert envs.SimEnv(g, c).simulate(full).peak_bytes["gpu:0"] > MEMORY_HEADROOM * cap  # all on the GPU, at 95 %
-    p = plan_with_homes(g, c, evals=300)
+    p = plan_with_homes(g, c, evals=300, host_step="after")
     assert p.meta["headroom"] == MEMORY_HEADROOM
     sim = envs.SimEnv(g, c).simulate(p)
     assert sim.ok and sim.peak_bytes["gpu:0"] <= MEMORY_HEADROOM * cap
