@@ -160,16 +160,19 @@ def row_path(args: argparse.Namespace) -> str:
 
 
 def measure_order(plans: list[Plan]) -> list[Plan]:
-    """placer's plan with homes, the same search without checkpointing where placer's plan checkpoints layers (the
-    ablation), the op-only plan, FSDP2's offload as planned, accelerate's fastest fitting map; a plan the simulator
-    puts out of memory after all those it says fit (measured if the deadline leaves time: on an H200 the op-only
-    plan's 39 s out of memory at 16 GiB left accelerate's map unmeasured)."""
+    """placer's plan with homes, the same search stepping the homed parameters after the backward where placer's
+    steps them during it (the ablation of that), the same search without checkpointing where placer's plan
+    checkpoints layers (the ablation), the op-only plan, FSDP2's offload as planned, accelerate's fastest fitting
+    map; a plan the simulator puts out of memory after all those it says fit (measured if the deadline leaves
+    time: on an H200 the op-only plan's 39 s out of memory at 16 GiB left accelerate's map unmeasured)."""
     by_label = {p.label: p for p in plans}
     fitting = [p for p in plans if p.kind == "accelerate" and offload.sim_fits(p)]
     accel = sorted(fitting, key=lambda p: p.sim["step_time_s"])[:1]
     placer = by_label.get(offload_homes.HOMED)
     checkpoints = placer is not None and bool(getattr(placer.placement, "checkpoint", None))
-    first = [placer, by_label.get(offload_homes.NO_CHECKPOINT) if checkpoints else None]
+    during = placer is not None and getattr(placer.placement, "host_step", "after") == "backward"
+    first = [placer, by_label.get(offload_homes.STEP_AFTER) if during else None]
+    first.append(by_label.get(offload_homes.NO_CHECKPOINT) if checkpoints else None)
     first.append(by_label.get(offload_homes.OPS_ONLY))
     order = [p for p in first + [by_label.get(offload_homes.FSDP2)] + accel if p is not None and p.placement]
     return sorted(order, key=lambda p: not offload.sim_fits(p))  # stable: the fitting ones keep their order

@@ -38,6 +38,14 @@ def test_placer_s_plans_then_fsdp2_s_then_accelerate_s_fastest_fitting_map_are_m
     plans[5] = Plan(offload_homes.HOMED, "placer", Placement({}, "", [], checkpoint=["layers.0"]), plans[5].sim)
     labels = [p.label for p in offload_homes_measure.measure_order(plans)]
     assert labels[:2] == [offload_homes.HOMED, offload_homes.NO_CHECKPOINT]
+    # where placer's plan steps its homed parameters during the backward, the same search stepping them after it
+    # is measured right after it
+    plans.append(plan(offload_homes.STEP_AFTER, "placer-step-after"))
+    assert offload_homes.STEP_AFTER not in [p.label for p in offload_homes_measure.measure_order(plans)]
+    homed = Placement({}, "", [], checkpoint=["layers.0"], host_step="backward")
+    plans[5] = Plan(offload_homes.HOMED, "placer", homed, plans[5].sim)
+    labels = [p.label for p in offload_homes_measure.measure_order(plans)]
+    assert labels[:3] == [offload_homes.HOMED, offload_homes.STEP_AFTER, offload_homes.NO_CHECKPOINT]
 
 
 def test_a_row_holds_the_real_peak_against_the_cap_beside_the_simulated_one():
