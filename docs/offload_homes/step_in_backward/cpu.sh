@@ -1,25 +1,34 @@
 #!/usr/bin/env bash
-# The runtime of host_step "backward" measured on this CPU: one plan with parameter homes, run by `placer run` with
-# every logical device on the CPU (the GPU's ops on the main thread, the host worker's Adam on another core), its
-# homed parameters stepped during the backward and, the same plan with host_step "after", by the optimizer's step
-# after it; ROUNDS rounds, the two alternated, each `--steps 10 --warmup 2`. From the repository root, in its venv:
+# The runtime of host_step "backward" measured on this CPU. One plan, FSDP2's offload as a plan (every op on gpu:0,
+# every parameter that can live apart homed on cpu:0, bench.offload_homes.fsdp2_offload_plan), run by `placer run`
+# with every logical device on the CPU: gpu:0's ops on the main thread, the host worker's Adam on the other core
+# (OMP_NUM_THREADS=1). Its homed parameters stepped during the backward, and the same plan with host_step "after"
+# (by the optimizer's step after it); ROUNDS rounds, the two alternated, each `--steps 10 --warmup 2` (a median of
+# 10 steps). From the repository root, in its venv:
 #   bash docs/offload_homes/step_in_backward/cpu.sh > docs/offload_homes/step_in_backward/cpu.log
 set -euo pipefail
-ROUNDS=${ROUNDS:-5}
-SOURCE=${SOURCE:-user_models:nn_transformer}
-CLUSTER=${CLUSTER:-docs/offload_homes/branching/h200-cap48m.json}
+ROUNDS=${ROUNDS:-7}
+SOURCE=${SOURCE:-user_models:wide_mlp}
+CLUSTER=${CLUSTER:-docs/offload_homes/step_in_backward/h200-cap128m.json}
 TMP=$(mktemp -d)
 trap 'rm -rf "$TMP"' EXIT
-export OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 PYTHONPATH=docs/heuristics
-placer place "$SOURCE" --cluster "$CLUSTER" --method homes --seed 0 -o "$TMP/backward.json" | head -3
-python - "$TMP" <<'PY'
+export OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 PYTHONPATH=.:docs/heuristics
+python - "$TMP" "$SOURCE" "$CLUSTER" <<'PY'
 import sys
-from graphs.plan import Placement
-p = Placement.load(f"{sys.argv[1]}/backward.json")
-assert p.host_step == "backward" and p.param_homes
-p.host_step = "after"
-p.save(f"{sys.argv[1]}/after.json")
-print(f"plan: {len(p.param_homes)} parameters homed, {len(p.checkpoint)} layers checkpointed")
+import envs, graphs
+from graphs import sources
+from bench.offload_homes import fsdp2_offload_plan
+tmp, source, cluster_file = sys.argv[1:]
+cluster = envs.resolve_cluster(cluster_file)
+graph = sources.resolve_graph(source)
+env = envs.SimEnv(graph, cluster)
+for step in ("backward", "after"):
+    p = fsdp2_offload_plan(graph, cluster)
+    p.host_step = step
+    p.save(f"{tmp}/{step}.json")
+    r = env.simulate(p)
+    print(f"plan {step}: {len(p.param_homes)} parameters homed ({p.homed_bytes(graph) / 2**20:.1f} MiB), "
+          f"simulated on {cluster.name}: {r.step_time_s * 1e3:.3f} ms ({r.status})")
 PY
 for r in $(seq 1 "$ROUNDS"); do
   for mode in backward after; do
