@@ -6,14 +6,19 @@
 # (by the optimizer's step after it); ROUNDS rounds, the two alternated, each `--steps 10 --warmup 2` (a median of
 # 10 steps). From the repository root, in its venv:
 #   bash docs/offload_homes/step_in_backward/cpu.sh > docs/offload_homes/step_in_backward/cpu.log
+# On a GPU machine without placer installed (docs/gpu_calls/h200-next-host-step.sh):
+#   PLACER="python3 -m placer" DEVICE_MAP=cpu:0=cpu,gpu:0=cuda:0 bash docs/offload_homes/step_in_backward/cpu.sh
 set -euo pipefail
+PLACER=${PLACER:-placer}
+DEVICE_MAP=${DEVICE_MAP:-*=cpu}
 ROUNDS=${ROUNDS:-7}
 SOURCE=${SOURCE:-user_models:wide_mlp}
 CLUSTER=${CLUSTER:-docs/offload_homes/step_in_backward/h200-cap128m.json}
 TMP=$(mktemp -d)
 trap 'rm -rf "$TMP"' EXIT
-export OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 PYTHONPATH=.:docs/heuristics
-python - "$TMP" "$SOURCE" "$CLUSTER" <<'PY'
+export PYTHONPATH=.:docs/heuristics
+if [ "$DEVICE_MAP" = "*=cpu" ]; then export OMP_NUM_THREADS=1 MKL_NUM_THREADS=1; fi  # one core per thread here
+python3 - "$TMP" "$SOURCE" "$CLUSTER" <<'PY'
 import sys
 import envs, graphs
 from graphs import sources
@@ -32,8 +37,8 @@ for step in ("backward", "after"):
 PY
 for r in $(seq 1 "$ROUNDS"); do
   for mode in backward after; do
-    s=$(placer run "$SOURCE" --placement "$TMP/$mode.json" --cluster "$CLUSTER" --device-map '*=cpu' --steps 10 \
-      --warmup 2 --json | python -c "import json, sys; print(json.load(sys.stdin)['step_time_s'])")
+    s=$($PLACER run "$SOURCE" --placement "$TMP/$mode.json" --cluster "$CLUSTER" --device-map "$DEVICE_MAP" --steps 10 \
+      --warmup 2 --json | python3 -c "import json, sys; print(json.load(sys.stdin)['step_time_s'])")
     echo "round $r $mode $s"
   done
 done
