@@ -4,7 +4,8 @@ parameters during the backward (``placer.apply.step_in_backward``), one with tor
 steps each, the losses and the weights compared. On CUDA this runs the worker's wait for each gradient's copy home
 (an event on the copy's stream), which no CPU run does.
 
-    PYTHONPATH=.:docs/heuristics python docs/offload_homes/step_in_backward/check.py --device-map 'cpu:0=cpu,gpu:0=cuda:0'
+    PYTHONPATH=.:docs/heuristics python docs/offload_homes/step_in_backward/check.py \
+        --device-map 'cpu:0=cpu,gpu:0=cuda:0'
     PYTHONPATH=.:docs/heuristics python docs/offload_homes/step_in_backward/check.py --device-map '*=cpu'
 """
 
@@ -13,8 +14,6 @@ import copy
 import importlib
 import sys
 import time
-
-import torch
 
 import envs
 import graphs
@@ -44,8 +43,11 @@ def run(source: str, cluster_file: str, device_map: str, host_step: str, steps: 
         losses.append(float(loss.detach()))
         times.append(time.perf_counter() - t)
     weights = [p.detach().cpu().clone() for p in placed.parameters()]
-    print(f"{source} {host_step}: {len(plan.param_homes)} homed, {stepped} stepped in the backward, losses "
-          f"{', '.join(f'{x:.6f}' for x in losses)}, last step {times[-1] * 1e3:.1f} ms", flush=True)
+    print(
+        f"{source} {host_step}: {len(plan.param_homes)} homed, {stepped} stepped in the backward, losses "
+        f"{', '.join(f'{x:.6f}' for x in losses)}, last step {times[-1] * 1e3:.1f} ms",
+        flush=True,
+    )
     return losses, weights
 
 
