@@ -77,9 +77,9 @@ from graphs.schema import check_int
 FORMAT = "placer-placement/1"
 #: The largest number of microbatches a plan may ask for (a sanity bound on the expanded graph).
 MAX_MICROBATCHES = 1024
-#: The schedules a plan across processes may name (:mod:`envs.real.distributed.schedules` says what each runs).
 #: When the optimizer steps parameters homed apart from their ops (:attr:`Placement.host_step`).
 HOST_STEPS = ("after", "backward")
+#: The schedules a plan across processes may name (:mod:`envs.real.distributed.schedules` says what each runs).
 SCHEDULES = ("gpipe", "1f1b", "looped_bfs", "interleaved_1f1b", "interleaved_zb", "zbv", "dualpipev", "planned")
 
 
@@ -147,10 +147,7 @@ class Placement:
     host_step: str = "after"
 
     def __post_init__(self) -> None:
-        if self.host_step not in HOST_STEPS:
-            raise PlacerError(
-                f"{self.source or 'placement'}: host_step {self.host_step!r}: one of {', '.join(HOST_STEPS)}"
-            )
+        self.host_step = check_host_step(self.host_step, self.source or "placement")
         self.microbatches = check_microbatches(self.microbatches, f"{self.source or 'placement'}: microbatches")
         self.schedule = check_schedule_name(self.schedule, f"{self.source or 'placement'}: schedule")
         W = check_inflight(self.inflight, self.microbatches, f"{self.source or 'placement'}: inflight")
@@ -413,13 +410,13 @@ class Placement:
             else check_schedule_name(schema.string(doc["schedule"], source, "schedule"), f"{source}: 'schedule'"),
             checkpoint=schema.strings(doc.get("checkpoint", []), source, "checkpoint"),
             stage_cuts=schema.strings(doc.get("stage_cuts", []), source, "stage_cuts"),
-            host_step=_check_host_step(doc.get("host_step", "after"), source),
+            host_step=check_host_step(schema.string(doc.get("host_step", "after"), source, "host_step"), source),
         )
 
 
-def _check_host_step(value: Any, source: str) -> str:
-    """``host_step``: one of :data:`HOST_STEPS`."""
-    value = schema.string(value, source, "host_step")
+def check_host_step(value: Any, source: str) -> str:
+    """``value`` where it is one of :data:`HOST_STEPS` (a plan's ``host_step``), else a :class:`PlacerError` naming
+    ``source``."""
     if value not in HOST_STEPS:
         raise PlacerError(f"{source}: host_step {value!r}: one of {', '.join(HOST_STEPS)}")
     return value

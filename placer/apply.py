@@ -48,13 +48,17 @@ from torch import nn
 
 from envs.microbatch import check_inflight, check_microbatches
 from envs.real.alignment import ProgramPlan, carry_plan
-from envs.real.homes import HOST_STEP_META, homes_apart, runtime_of
-from envs.real.homes import step_in_backward as _step_in_backward
+from envs.real.homes import (
+    HOST_STEP_META,
+    homes_apart,
+    runtime_of,
+    step_in_backward,  # noqa: F401  (placer.apply.step_in_backward, public)
+)
 from envs.real.pipeline import stage_names
 from envs.real.placed_model import Pipelining, build_placed_model, unwrap  # noqa: F401  (placer.apply.unwrap)
 from envs.real.shapes import ShapeError  # noqa: F401  (what a placed module raises at sizes it cannot take)
 from graphs import OpGraph, PlacerError
-from graphs.plan import HOST_STEPS, as_indices, check_order, checkpoint_blocks, in_module
+from graphs.plan import as_indices, check_host_step, check_order, checkpoint_blocks, in_module
 from graphs.torch_capture import check_runnable, export_program, graph_from_program
 from placer._callable import make_module_callable
 
@@ -235,9 +239,7 @@ def apply_program(
     plan = ProgramPlan(assignment, names, stages, blocks)
     pipelining = Pipelining(M, W, batch_dim, loss_reduction)
     homes = homes_apart(placement, captured)  # its parameters' homes apart from their ops (envs.real.homes)
-    host_step = getattr(placement, "host_step", "after")
-    if host_step not in HOST_STEPS:
-        raise PlacerError(f"{source}: host_step {host_step!r}: one of {', '.join(HOST_STEPS)}")
+    host_step = check_host_step(getattr(placement, "host_step", "after"), source)
     placed = build_placed_model(
         model, example_inputs, ep, captured, plan, device_map, options, pipelining, dynamic, homes, part_programs
     )
@@ -247,32 +249,6 @@ def apply_program(
     if runtime is not None:
         runtime.host_step = host_step  # "backward": its first backward without an optimizer registered warns
     return placed
-
-
-def step_in_backward(placed: nn.Module, optimizer: Any) -> int:
-    """Step ``placed``'s homed parameters during ``backward()``: each as soon as all its gradients are home, on a
-    host thread while the backward goes on (a plan's ``host_step`` ``"backward"``, :mod:`envs.real.homes`).
-
-    ``placed`` is a module :func:`apply` returned, ``optimizer`` the ``torch.optim.Optimizer`` built on its
-    parameters. Each homed parameter is stepped by an optimizer of ``optimizer``'s type over it alone, with the
-    hyperparameters its group in ``optimizer`` has at that moment (an lr scheduler on ``optimizer`` applies) and
-    ``optimizer``'s state (its ``state_dict()`` holds every parameter's, and loads as usual). ``optimizer.step()``
-    after the backward then steps the other parameters only; the homed ones keep their ``.grad`` for reading, and
-    ``zero_grad()`` clears them as usual. Returns how many parameters step in the backward (0 for a module without
-    homes: nothing is done). Calling it again with the same optimizer does nothing more; another replaces it::
-
-        placed = placer.apply(model, plan, inputs)
-        optimizer = torch.optim.Adam(placed.parameters(), fused=True)
-        placer.apply.step_in_backward(placed, optimizer)   # homed parameters step during backward()
-        loss = placed(*inputs); loss.backward(); optimizer.step(); optimizer.zero_grad()
-
-    Caveats: one ``backward()`` per ``optimizer.step()``: each backward steps the homed parameters it reaches, so
-    gradients accumulated over several backwards are not stepped together; and clipping gradients by their global
-    norm (or a ``GradScaler``'s unscaling) between ``backward()`` and ``step()`` does not reach the parameters
-    already stepped. Raises :class:`graphs.PlacerError` where a homed parameter that requires a gradient is not
-    among ``optimizer``'s parameters.
-    """
-    return _step_in_backward(placed, optimizer)
 
 
 def _as_tuple(example_inputs: Any) -> tuple:

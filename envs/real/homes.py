@@ -556,8 +556,28 @@ def runtime_of(placed: nn.Module) -> HomeRuntime | None:
 
 
 def step_in_backward(placed: nn.Module, optimizer: torch.optim.Optimizer) -> int:
-    """Register ``optimizer`` to step ``placed``'s homed parameters during the backward
-    (:meth:`HomeRuntime.step_in_backward`); how many it steps so (0 without homes: nothing is done)."""
+    """Step ``placed``'s homed parameters during ``backward()``: each as soon as all its gradients are home, on a
+    host thread while the backward goes on (a plan's ``host_step`` ``"backward"``; the module docstring says how).
+
+    ``placed`` is a module :func:`placer.apply` returned, ``optimizer`` the ``torch.optim.Optimizer`` built on its
+    parameters. Each homed parameter is stepped by an optimizer of ``optimizer``'s type over it alone, with the
+    hyperparameters its group in ``optimizer`` has at that moment (an lr scheduler on ``optimizer`` applies) and
+    ``optimizer``'s state (its ``state_dict()`` holds every parameter's, and loads as usual). ``optimizer.step()``
+    after the backward then steps the other parameters only; the homed ones keep their ``.grad`` for reading, and
+    ``zero_grad()`` clears them as usual. Returns how many parameters step in the backward (0 for a module without
+    homes: nothing is done). Calling it again with the same optimizer does nothing more; another replaces it::
+
+        placed = placer.apply(model, plan, inputs)
+        optimizer = torch.optim.Adam(placed.parameters(), fused=True)
+        placer.apply.step_in_backward(placed, optimizer)   # homed parameters step during backward()
+        loss = placed(*inputs); loss.backward(); optimizer.step(); optimizer.zero_grad()
+
+    Caveats: one ``backward()`` per ``optimizer.step()``: each backward steps the homed parameters it reaches, so
+    gradients accumulated over several backwards are not stepped together; and clipping gradients by their global
+    norm (or a ``GradScaler``'s unscaling) between ``backward()`` and ``step()`` does not reach the parameters
+    already stepped. Raises :class:`graphs.PlacerError` where a homed parameter that requires a gradient is not
+    among ``optimizer``'s parameters.
+    """
     runtime = runtime_of(placed)
     if runtime is None:
         return 0

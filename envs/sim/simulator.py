@@ -53,7 +53,7 @@ from envs.sim.step_result import step_result
 from graphs.errors import PlacerError
 from graphs.ir import OpGraph
 from graphs.ops import backward_readers, free_mask, grad_mask, kept_mask
-from graphs.plan import HOST_STEPS, as_indices, check_inflight, check_microbatches, check_order
+from graphs.plan import as_indices, check_host_step, check_inflight, check_microbatches, check_order
 
 #: Bumped whenever a change to the model changes simulated step times (keys of caches of simulated results).
 MODEL_VERSION = 4  # 2: parameters read on another device are copied there (schedule_graph); 3: eager backward
@@ -302,12 +302,14 @@ class SimEnv:
             return self
         return self.with_microbatches(M, getattr(placement, "inflight", None))
 
-    def update_s(self, param_devices: np.ndarray) -> np.ndarray:
+    def update_s(self, param_devices: np.ndarray, stepped: np.ndarray | None = None) -> np.ndarray:
         """Optimizer seconds per device with each op's parameters on ``param_devices`` (per op of ``sim_graph``:
-        its device, or its parameters' home, :func:`envs.sim.homes.param_devices`; parameters of copy 0)."""
-        params = np.bincount(
-            param_devices, weights=self.sim_graph.param_bytes.astype(np.float64), minlength=self.num_devices
-        )
+        its device, or its parameters' home, :func:`envs.sim.homes.param_devices`; parameters of copy 0), but for
+        the ops ``stepped`` during the backward (:func:`envs.sim.homes.host_steps`)."""
+        weights = self.sim_graph.param_bytes.astype(np.float64)
+        if stepped is not None:
+            weights[stepped] = 0.0
+        params = np.bincount(param_devices, weights=weights, minlength=self.num_devices)
         return cost.update_times_s(params, self.cluster)
 
     def static_per_device(self, op_devices: np.ndarray, param_devices: np.ndarray | None = None) -> np.ndarray:
@@ -373,22 +375,14 @@ class SimEnv:
         sched = self._kernel().schedule(sim_devices, order if self.executor == "eager" else None, program, hm, ck)
         return self._step_in_backward(sched, step)
 
-    def _check_host_step(self, host_step: str) -> str:
-        if host_step not in HOST_STEPS:
-            raise PlacerError(f"host_step {host_step!r}: one of {', '.join(HOST_STEPS)}")
-        return host_step
-
     def _step_in_backward(self, sched: Schedule, host_step: str) -> Schedule:
         """``sched`` with its offloaded parameters stepped during the backward where ``host_step`` is "backward"
         (:func:`envs.sim.homes.host_steps`): ``backward()`` returns after the last of those steps, and the optimizer
         step after it updates the other parameters only."""
-        if self._check_host_step(host_step) != "backward" or not len(sched.homes.owner):
+        if check_host_step(host_step, "simulator") != "backward" or not len(sched.homes.owner):
             return sched
         steps = host_steps(sched.homes, self.home_copies[:2], self.sim_graph.param_bytes, self.cluster)
-        rest = self.sim_graph.param_bytes.astype(np.float64)
-        rest[steps.owner] = 0.0
-        params = np.bincount(schedule_param_devices(sched), weights=rest, minlength=self.num_devices)
-        sched.update_s = cost.update_times_s(params, self.cluster)
+        sched.update_s = self.update_s(schedule_param_devices(sched), stepped=steps.owner)
         sched.backward_end_s = max(float(sched.backward_end_s), float(steps.end_s.max(initial=0.0)))
         sched.host_steps = steps
         return sched
@@ -494,7 +488,7 @@ class SimEnv:
         if self.microbatches > 1:  # the same placements and orders, on the expanded graph
             op_devices = np.tile(op_devices, (1, self.microbatches))
             order = self.sim_order(order)
-        step = self._check_host_step(self.host_step if host_step is None else host_step)
+        step = check_host_step(self.host_step if host_step is None else host_step, "simulator")
         if self.backend == "reference":
             return self._reference_batch(op_devices, order, programs, rows, blocks, step)
         over = np.zeros(len(op_devices)) if overflow else None
@@ -585,7 +579,7 @@ class SimEnv:
         ``host_step``: the plans' (:attr:`graphs.plan.Placement.host_step`): "backward" bounds plans whose homed
         parameters are stepped during the backward too.
         """
-        key = (blocks_s, self._check_host_step(host_step))
+        key = (blocks_s, check_host_step(host_step, "simulator"))
         if key not in self._lower_bound:
             self._lower_bound[key] = lower_bound_from_times(
                 self.sim_graph,
