@@ -8,9 +8,10 @@ device) and each cap, the cluster's ``gpu:0`` is capped and these plans are simu
   that frees the GPU, the op placement chosen with them, and the layers it checkpoints
   (activation checkpointing, :mod:`placer.learn.checkpoint_choice`);
   its homed parameters stepped during the backward (``host_step`` "backward",
-  :func:`placer.apply.step_in_backward`);
-* the same with them stepped after the backward, as FSDP2 and ZeRO-Offload step them (the ablation of
-  that), and the same without checkpointing (the ablation of checkpointing), at the same budget;
+  :func:`placer.apply.step_in_backward`) or after it, whichever simulates faster for the plan found;
+* the same searching with them stepped after the backward, as FSDP2 and ZeRO-Offload step them (the
+  ablation of stepping during it), and the same without checkpointing (the ablation of checkpointing),
+  at the same budget;
 * the same search without home moves (the op-only plan: what placer planned before homes),
   at the same budget of simulated placements;
 * FSDP2's ``CPUOffloadPolicy`` as a plan: every op on ``gpu:0``, every parameter homed on
@@ -88,10 +89,11 @@ def searched_plan(
     evals: int,
     seed: int = 0,
     checkpoint: bool = True,
-    host_step: str = "backward",
+    host_step: str = "auto",
 ) -> Plan:
     """placer's move search (with or without home moves, choosing checkpointed layers or not, stepping the homed
-    parameters during the backward or after it) on ``evals`` simulated placements, as a plan."""
+    parameters whichever way simulates faster, or after the backward: ``host_step``) on ``evals`` simulated
+    placements, as a plan."""
     p = plan_with_homes(graph, cluster, evals=evals, seed=seed, homes=homes, checkpoint=checkpoint, host_step=host_step)
     label = (HOMED if checkpoint else NO_CHECKPOINT) if homes else OPS_ONLY
     kind = ("placer" if checkpoint else "placer-no-checkpoint") if homes else "placer-ops"

@@ -37,7 +37,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from envs.devices import Device, Link
+from envs.devices import STEP_CALL_S, Device, Link
 from envs.machines import CPU_LAUNCH_S, MACHINES, MIB, Machine
 from graphs import schema
 from graphs.errors import PlacerError
@@ -82,6 +82,7 @@ _HOST_KEYS = (
     "split_backward_factor",
     "update_bw_bytes_per_s",
     "handoff_s",
+    "step_call_s",
 )
 _HOST_DEFAULTS = {
     "stage_latency_s": 0.0,
@@ -92,6 +93,7 @@ _HOST_DEFAULTS = {
     "split_backward_factor": 1.0,
     "update_bw_bytes_per_s": 0.0,
     "handoff_s": 0.0,
+    "step_call_s": STEP_CALL_S,
 }
 _LINK_KEYS = ("src", "dst", "bandwidth_bytes_per_s", "latency_s")
 _TOP_KEYS = ("format", "name", "description", "devices", "links")
@@ -144,6 +146,7 @@ class Cluster:
             "update_bw_bytes_per_s": np.where(
                 col("update_bw_bytes_per_s") > 0, col("update_bw_bytes_per_s"), col("mem_bw_bytes_per_s")
             ),
+            "step_call_s": col("step_call_s"),
             "bandwidth_bytes_per_s": bw,
             "latency_s": lat,
         }
@@ -184,6 +187,12 @@ class Cluster:
         """[D] the memory bandwidth of the optimizer step: each device's ``update_bw_bytes_per_s``, its
         ``mem_bw_bytes_per_s`` where that is 0 (not measured)."""
         return self._arrays["update_bw_bytes_per_s"]
+
+    @property
+    def step_call_s(self) -> np.ndarray:
+        """[D] each device's ``step_call_s``: the Python of one optimizer call of the worker stepping homed
+        parameters during the backward, over its launch overhead."""
+        return self._arrays["step_call_s"]
 
     @property
     def bandwidth_bytes_per_s(self) -> np.ndarray:
@@ -361,6 +370,7 @@ def _validate(c: Cluster, label: str) -> None:
         _check(d.stage_latency_s, label, f"device {d.name} stage_latency_s", low=0.0, high=MAX_DELAY_S, what=">= 0")
         _check(d.action_overhead_s, label, f"device {d.name} action_overhead_s", low=0.0, high=MAX_DELAY_S, what=">= 0")
         _check(d.handoff_s, label, f"device {d.name} handoff_s", low=0.0, high=MAX_DELAY_S, what=">= 0")
+        _check(d.step_call_s, label, f"device {d.name} step_call_s", low=0.0, high=MAX_DELAY_S, what=">= 0")
         if d.stage_bandwidth_bytes_per_s != math.inf:
             _check(
                 d.stage_bandwidth_bytes_per_s,

@@ -8,6 +8,11 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+#: The default :attr:`Device.step_call_s`: one call of ``torch.optim.Adam(fused=True).step()`` cost 20-22 us more
+#: than adding its parameters to another call, on a 2-core x86 host, of which the presets' host ``launch_overhead_s``
+#: charges 5 (``python -m bench.host_step_call``; BENCHMARKS.md, "Homed parameters stepped in batches").
+STEP_CALL_S = 15e-6
+
 
 @dataclass(frozen=True)
 class Device:
@@ -47,6 +52,9 @@ class Device:
             cores, and a thread woken beside a computing one gets its core at a scheduler tick (default 0;
             ``placer profile --ranks`` fits it to the model run as a looped pipeline, ``BENCHMARKS.md``, "Where a
             rank of two stages loses its time").
+        step_call_s: a host device's Python in one optimizer call of the worker that steps homed parameters during
+            the backward (:mod:`envs.real.homes`), over its ``launch_overhead_s``: paid once per batch of parameters
+            the worker steps together (:func:`envs.sim.homes.host_steps`); default :data:`STEP_CALL_S`.
     """
 
     name: str
@@ -63,6 +71,7 @@ class Device:
     split_backward_factor: float = 1.0
     update_bw_bytes_per_s: float = 0.0
     handoff_s: float = 0.0
+    step_call_s: float = STEP_CALL_S
 
 
 @dataclass(frozen=True)

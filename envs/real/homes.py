@@ -44,14 +44,17 @@ registers the user's optimizer, :func:`placer.apply.step_in_backward` is the pub
 ``fetch`` of a master that requires a gradient (with grad enabled; a checkpointed block's recompute does not
 count) counts one gradient expected for that master this step: one per reader, so a master several entries
 share (a tied weight, a layer applied twice, the parts of a packed projection) waits for all of them. Each
-gradient sent home is handed, in the order it is sent, to one host worker thread (on CUDA with an event
+gradient sent home is queued, in the order it is sent, for one host worker thread (on CUDA with an event
 recorded on the out stream after its copy home; the worker waits for that event, so it never waits for the
-GPU's later work): the worker adds it to the master's ``.grad`` (the whole master, or its part) and, when the
-master has every gradient expected for it, steps that master at once with an optimizer of the user's type
-over that master alone, with the hyperparameters its group in the user's optimizer has at that moment and
-the user's optimizer's state (``optimizer.state_dict()`` holds every parameter's). So the worker steps the
-masters one at a time, each in the order its last gradient arrives, while the backward goes on (the host's
-Adam overlaps the GPU's backward); the gradients go home as before. At the end of ``backward()`` the final
+GPU's later work). Whenever the worker is free it takes every gradient queued so far: it adds each to its
+master's ``.grad`` (the whole master, or its part), then steps together the masters that now have every
+gradient expected for them this step, in one call per group of the user's optimizer: an optimizer of the
+user's type over those masters, with the hyperparameters that group has at that moment and the user's
+optimizer's state (``optimizer.state_dict()`` holds every parameter's). So the worker steps the masters in
+the order their last gradients arrive, while the backward goes on (the host's Adam overlaps the GPU's
+backward), in batches of those that came home while it stepped the last: the Python of one optimizer call
+(tens of microseconds, ``envs.sim.cost.HOST_STEP_CALL_S``) is paid per batch, not per master, when gradients
+come faster than it steps them. The gradients go home as before. At the end of ``backward()`` the final
 callback waits for the worker (a worker's exception is raised there), steps on the calling thread any master
 that received some but not all of the gradients expected (a reader whose output did not reach the loss),
 and resets the counts: ``backward()`` returns once every master that received a gradient is stepped. The
@@ -223,13 +226,14 @@ class HomeRuntime(nn.Module):
         self.host_step = "after"  # the plan's (placer.apply sets it): "backward" warns once without an optimizer
         self.warned = False
         self.optimizer: torch.optim.Optimizer | None = None  # the user's, registered by step_in_backward
-        self.subs: list[torch.optim.Optimizer | None] = []  # by slot: the optimizer of that master alone
-        self.groups: list[int] = []  # by slot: the index of its group in the user's optimizer
+        self.subs: dict[int, torch.optim.Optimizer] = {}  # by group of the user's: the optimizer of its masters here
+        self.groups: list[int] = []  # by slot: the index of its group in the user's optimizer (-1: not stepped)
         self.stepped: set[int] = set()  # slots stepped in a backward since the user's last step()
         self.hidden: list[tuple[nn.Parameter, torch.Tensor | None]] = []  # their .grad, during the user's step()
         self.hooks: list[Any] = []  # on the user's optimizer
         self.executor: ThreadPoolExecutor | None = None  # the host worker (made on first use)
         self.futures: list[Future] = []  # this backward's tasks on it
+        self.inbox: deque[tuple[int, torch.Tensor, Any]] = deque()  # gradients home, not yet taken by the worker
 
     def copy_bytes(self) -> list[int]:
         """Per master entry, the bytes of each copy made of it for its reader (all of it, or the part it reads)."""
@@ -342,7 +346,8 @@ class HomeRuntime(nn.Module):
         else:  # stepping in the backward: the host worker adds it, and steps the master once it has them all
             if self.executor is None:
                 self.executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="placer-host-step")
-            self.futures.append(self.executor.submit(self._arrive, index, home, event))
+            self.inbox.append((index, home, event))
+            self.futures.append(self.executor.submit(self._drain))
         self._queue_callback()
 
     def _queue_callback(self) -> None:
@@ -375,6 +380,7 @@ class HomeRuntime(nn.Module):
         finally:
             self.sent.clear()
             self.futures.clear()
+            self.inbox.clear()
             n = len(self.distinct)
             self.expected, self.arrived, self.done = [0] * n, [0] * n, [False] * n
             for (_, backward), window in self.windows.items():
@@ -399,74 +405,89 @@ class HomeRuntime(nn.Module):
         (:class:`PlacerError`), or a ``type(optimizer)`` that cannot be made for one parameter from its group.
         """
         if optimizer is self.optimizer:
-            return sum(sub is not None for sub in self.subs)
+            return sum(g >= 0 for g in self.groups)
         if not isinstance(optimizer, torch.optim.Optimizer):
             raise PlacerError(f"step_in_backward: expected a torch.optim.Optimizer, got {type(optimizer).__name__}")
         group_of = {id(p): g for g, group in enumerate(optimizer.param_groups) for p in group["params"]}
         accepted = inspect.signature(type(optimizer).__init__).parameters
-        subs: list[torch.optim.Optimizer | None] = []
         groups: list[int] = []
+        members: dict[int, list[nn.Parameter]] = {}  # by group: its masters stepped here
         for slot, master in enumerate(self.distinct):
-            name = (names or {}).get(id(master), f"homed parameter {slot} {tuple(master.shape)}")
             if not master.requires_grad:
-                subs.append(None)
                 groups.append(-1)
                 continue
             if id(master) not in group_of:
                 raise PlacerError(
-                    f"step_in_backward: {name} is not among the optimizer's parameters: build it on the placed "
-                    "module's parameters (placed.parameters())"
+                    f"step_in_backward: {self._name(slot, names)} is not among the optimizer's parameters: build it "
+                    "on the placed module's parameters (placed.parameters())"
                 )
-            group = optimizer.param_groups[group_of[id(master)]]
-            hyper = {k: v for k, v in group.items() if k != "params" and k in accepted}
-            try:
-                sub = type(optimizer)([master], **hyper)
-            except Exception as e:  # noqa: BLE001  (an optimizer type that cannot be made so)
-                raise PlacerError(
-                    f"step_in_backward: {type(optimizer).__name__} cannot be made for {name} alone from its group's "
-                    f"hyperparameters: {type(e).__name__}: {e}"
-                ) from e
-            sub.state = optimizer.state  # one state: the user's optimizer's state_dict holds every parameter's
-            subs.append(sub)
             groups.append(group_of[id(master)])
+            members.setdefault(groups[-1], []).append(master)
+        subs: dict[int, torch.optim.Optimizer] = {}
+        for g, masters in members.items():
+            hyper = {k: v for k, v in optimizer.param_groups[g].items() if k != "params" and k in accepted}
+            try:
+                subs[g] = type(optimizer)(masters, **hyper)
+            except Exception as e:  # noqa: BLE001  (an optimizer type that cannot be made so)
+                name = self._name(groups.index(g), names)
+                raise PlacerError(
+                    f"step_in_backward: {type(optimizer).__name__} cannot be made for {name} and the other homed "
+                    f"parameters of its group from the group's hyperparameters: {type(e).__name__}: {e}"
+                ) from e
+            subs[g].state = optimizer.state  # one state: the user's optimizer's state_dict holds every parameter's
         self._unregister()
         self.optimizer, self.subs, self.groups = optimizer, subs, groups
         self.hooks = [
             optimizer.register_step_pre_hook(self._hide_stepped),
             optimizer.register_step_post_hook(self._show_stepped),
         ]
-        return sum(sub is not None for sub in subs)
+        return sum(g >= 0 for g in groups)
+
+    def _name(self, slot: int, names: Mapping[int, str] | None) -> str:
+        master = self.distinct[slot]
+        return (names or {}).get(id(master), f"homed parameter {slot} {tuple(master.shape)}")
 
     def _unregister(self) -> None:
         """Forget the optimizer registered (its hooks removed)."""
         for hook in self.hooks:
             hook.remove()
-        self.optimizer, self.subs, self.groups, self.hooks = None, [], [], []
+        self.optimizer, self.subs, self.groups, self.hooks = None, {}, [], []
         self.stepped.clear()
 
-    def _arrive(self, index: int, grad: torch.Tensor, event: Any) -> None:
-        """On the host worker: entry ``index``'s gradient, home once ``event`` is (None: it is), added to its
-        master's; the master stepped once all its expected gradients are added."""
-        if event is not None:
-            event.synchronize()
-        slot = self.slots[index]
-        with torch.no_grad():
-            self._add_home(index, grad)
-        self.arrived[slot] += 1
-        if self.arrived[slot] == self.expected[slot]:
-            self._step(slot)
+    def _drain(self) -> None:
+        """On the host worker: every gradient queued so far (each once its ``event`` is done; None: it is), added
+        to its master's; then the masters that have all their expected gradients stepped together."""
+        complete = []
+        while self.inbox:
+            index, grad, event = self.inbox.popleft()
+            if event is not None:
+                event.synchronize()
+            slot = self.slots[index]
+            with torch.no_grad():
+                self._add_home(index, grad)
+            self.arrived[slot] += 1
+            if self.arrived[slot] == self.expected[slot]:
+                complete.append(slot)
+        self._step(complete)
 
-    def _step(self, slot: int) -> None:
-        """Step the master of ``slot`` alone, with the hyperparameters its group has now and the shared state."""
-        sub = self.subs[slot] if slot < len(self.subs) else None
-        if sub is None or self.optimizer is None:
+    def _step(self, slots: list[int]) -> None:
+        """Step the masters of ``slots`` (in order), one call per group of the user's optimizer over its masters
+        among them, with the hyperparameters the group has now and the shared state."""
+        if self.optimizer is None:
             return
-        group = self.optimizer.param_groups[self.groups[slot]]
-        sub.param_groups[0].update({k: v for k, v in group.items() if k != "params"})  # an lr scheduler's lr
-        sub.state = self.optimizer.state  # load_state_dict replaces it
-        sub.step()
-        self.done[slot] = True
-        self.stepped.add(slot)
+        by_group: dict[int, list[int]] = {}
+        for slot in slots:
+            if slot < len(self.groups) and self.groups[slot] >= 0:
+                by_group.setdefault(self.groups[slot], []).append(slot)
+        for g, members in by_group.items():
+            sub, group = self.subs[g], self.optimizer.param_groups[g]
+            sub.param_groups[0].update({k: v for k, v in group.items() if k != "params"})  # an lr scheduler's lr
+            sub.param_groups[0]["params"] = [self.distinct[slot] for slot in members]
+            sub.state = self.optimizer.state  # load_state_dict replaces it
+            sub.step()
+            for slot in members:
+                self.done[slot] = True
+                self.stepped.add(slot)
 
     def _finish_steps(self) -> None:
         """The end of a backward stepping in it: wait for the worker (its first exception raised here), then step
@@ -480,9 +501,7 @@ class HomeRuntime(nn.Module):
             raise error
         if self.optimizer is None:
             return
-        for slot, arrived in enumerate(self.arrived):
-            if arrived and not self.done[slot]:
-                self._step(slot)
+        self._step([slot for slot, arrived in enumerate(self.arrived) if arrived and not self.done[slot]])
 
     def _hide_stepped(self, optimizer: Any, args: Any, kwargs: Any) -> None:
         """Before the user's ``step()``: the masters stepped in the backward have no gradient for it."""

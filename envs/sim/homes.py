@@ -81,7 +81,8 @@ class HomeTimes(NamedTuple):
 
 class HostSteps(NamedTuple):
     """The optimizer steps of the offloaded ops' parameters taken during the backward (a plan's ``host_step``
-    ``"backward"``, :func:`host_steps`), one per offloaded op, in the order they run."""
+    ``"backward"``, :func:`host_steps`), one per offloaded op, in the order they run (an op's share of its batch's
+    call: the first of each home in a batch carries the call's fixed cost)."""
 
     owner: np.ndarray  # the offloaded op whose parameters are stepped
     home: np.ndarray  # where they live (the step runs there)
@@ -99,12 +100,15 @@ def host_steps(
     times: "HomeTimes", pairs: tuple[np.ndarray, np.ndarray], param_bytes: np.ndarray, cluster: "Cluster"
 ) -> HostSteps:
     """The steps of the offloaded ops' parameters during the backward, as :func:`placer.apply.step_in_backward`
-    runs them (:mod:`envs.real.homes`): one host worker steps each offloaded op's parameters once every gradient
-    copied home for them has arrived (``pairs``: ``(owner, reader)`` of :func:`copy_pairs`; a reader's gradient
-    arrives at the end of its copy home, ``times.grad_end_s``), one after the other in the order they become
-    complete (ties: op order), each taking :func:`envs.sim.cost.update_time_s` of its bytes on its home:
-    ``start = max(complete, the previous step's end)``. ``backward()`` returns once the last has ended; the
-    optimizer's ``step()`` then steps every other parameter.
+    runs them (:mod:`envs.real.homes`): an offloaded op's parameters are complete once every gradient copied home
+    for them has arrived (``pairs``: ``(owner, reader)`` of :func:`copy_pairs`; a reader's gradient arrives at the
+    end of its copy home, ``times.grad_end_s``). One host worker steps them in batches: when it is free (at first,
+    when the first is complete) it takes every op complete by then (in the order they became complete; ties: op
+    order) and steps them in one optimizer call per home: the call's fixed cost (the home's ``launch_overhead_s``
+    plus its ``step_call_s``, :class:`envs.cluster.Device`) charged to the first op of each home, then each op's
+    passes over its bytes (:func:`envs.sim.cost.update_time_s` without the launch), one after the other; then it
+    takes the next batch: ``start = max(complete, the previous batch's end)``. ``backward()`` returns once the last
+    has ended; the optimizer's ``step()`` then steps every other parameter.
 
     >>> import envs
     >>> from graphs import OpGraph
@@ -127,14 +131,20 @@ def host_steps(
         if o in home and r in arrive:
             complete[o] = max(complete.get(o, 0.0), arrive[r])
     owners = sorted(complete, key=lambda o: (complete[o], o))
-    launch, bw = cluster.launch_overhead_s, cluster.update_bw_bytes_per_s
-    update_s = {o: float(update_time_s(float(param_bytes[o]), launch[home[o]], bw[home[o]])) for o in owners}
-    start, end, t = [], [], 0.0
-    for o in owners:
-        s = max(complete[o], t)
-        t = s + update_s[o]
-        start.append(s)
-        end.append(t)
+    call, bw = cluster.launch_overhead_s + cluster.step_call_s, cluster.update_bw_bytes_per_s
+    passes = {o: float(update_time_s(float(param_bytes[o]), 0.0, bw[home[o]])) for o in owners}
+    start, end, t, i = [], [], 0.0, 0
+    while i < len(owners):
+        t = taken = max(t, complete[owners[i]])  # the worker takes every op complete by then
+        called: set[int] = set()  # the homes whose call this batch has begun
+        while i < len(owners) and complete[owners[i]] <= taken:
+            o, h = owners[i], home[owners[i]]
+            fixed = 0.0 if h in called else float(call[h])
+            called.add(h)
+            start.append(t)
+            t += fixed + passes[o]
+            end.append(t)
+            i += 1
     return HostSteps(
         np.array(owners, dtype=np.int64),
         np.array([home[o] for o in owners], dtype=np.int64),

@@ -96,8 +96,9 @@ def _batch(
     device of each offloaded op's parameters, -1 for the others; the home of the copies made for each op, -1 for
     none, and their bytes (:mod:`envs.sim.kernel_homes`). ``ck_rows``: per row (or row 0 for
     every row), each op's checkpointed block, -1 for none (:mod:`envs.sim.kernel_checkpointing`). ``step_pairs``:
-    ``(owner, reader)`` pairs of :func:`envs.sim.homes.copy_pairs` whose offloaded owners are stepped during the
-    backward (a plan's ``host_step`` "backward", :func:`envs.sim.kernel_homes.host_step_chain`); empty: none are.
+    ``(owner, reader, call)``: the pairs of :func:`envs.sim.homes.copy_pairs` whose offloaded owners are stepped
+    during the backward (a plan's ``host_step`` "backward", :func:`envs.sim.kernel_homes.host_step_chain`; empty:
+    none are), and per home device the fixed cost of one call of the worker that steps them.
     """
     nD = n * D
     pend_f = np.zeros(n, dtype=np.int64)
@@ -130,7 +131,7 @@ def _batch(
     ring = np.full(4 * D, -1, dtype=np.int64)
     ht = np.zeros((6, n))
     rc = np.zeros((3, n))
-    pair_o, pair_r = step_pairs
+    pair_o, pair_r, step_call = step_pairs
     done = np.full(n, -1.0)
     for k in range(op_devices.shape[0]):
         p = op_devices[k]
@@ -208,7 +209,7 @@ def _batch(
         # the optimizer step after the backward, kept in this loop: as a call of its own the eager batch ran ~9%
         # slower (LLVM then inlined the schedule into this loop)
         if eager and pair_o.shape[0] > 0:  # parameters stepped during the backward (backward() returns after them)
-            t_end = host_step_chain(n, hm, hmc, ht, pair_o, pair_r, param_b, launch, update_bw, done, t_end)
+            t_end = host_step_chain(n, hm, hmc, ht, pair_o, pair_r, param_b, step_call, update_bw, done, t_end)
         for d in range(D):
             pb[d] = 0.0
         for i in range(n):
@@ -313,7 +314,9 @@ class KernelData:
         self.node_order = np.arange(self.n, dtype=np.int64)[None, :]
         self.no_homes = np.full((1, self.n), -1, dtype=np.int64)
         self.no_blocks = self.no_homes
-        self.no_pairs = (np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64))
+        # the fixed cost of one call of the worker stepping in the backward, per home (envs.sim.kernel_homes)
+        self.step_call = np.ascontiguousarray(c.launch_overhead_s + c.step_call_s, dtype=np.float64)
+        self.no_pairs = (np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64), self.step_call)
 
     def update_s(self, param_devices: np.ndarray) -> np.ndarray:
         """Optimizer-step seconds per device with each op's parameters on ``param_devices``
@@ -416,7 +419,9 @@ class KernelData:
             (self.kept, self.n0, *self.readers),
             self._homes(homes),
             self._blocks(blocks),
-            self.no_pairs if step_pairs is None else tuple(np.ascontiguousarray(a, dtype=np.int64) for a in step_pairs),
+            self.no_pairs
+            if step_pairs is None
+            else (*(np.ascontiguousarray(a, dtype=np.int64) for a in step_pairs), self.step_call),
         )
         return step_time_s, oom
 

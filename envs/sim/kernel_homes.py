@@ -96,11 +96,12 @@ def home_events(device_index, p, n, hm, hb, grad, ht, start, end, at, ab, ft, fb
 
 
 @njit(cache=True)
-def host_step_chain(n, hm, hmc, ht, pair_o, pair_r, param_b, launch, update_bw, done, t_end):
+def host_step_chain(n, hm, hmc, ht, pair_o, pair_r, param_b, call, update_bw, done, t_end):
     """The offloaded ops' parameters stepped during the backward (:func:`envs.sim.homes.host_steps`): ``done[o]``
-    set to when op ``o``'s last gradient copy home ends (-1 for an op not stepped so), then the steps one after the
-    other in that order (ties: op order), from when each is complete; returns when ``backward()`` does, the later of
-    ``t_end`` and the last step's end."""
+    set to when op ``o``'s last gradient copy home ends (-1 for an op not stepped so), then the worker's batches in
+    that order (ties: op order): each takes every op complete when it starts, one call per home (its fixed cost
+    ``call[home]`` once, then each op's passes); returns when ``backward()`` does, the later of ``t_end`` and the
+    last step's end."""
     for i in range(n):
         done[i] = -1.0
     for j in range(pair_o.shape[0]):
@@ -108,11 +109,19 @@ def host_step_chain(n, hm, hmc, ht, pair_o, pair_r, param_b, launch, update_bw, 
         r = pair_r[j]
         if hm[o] >= 0 and hmc[r] >= 0 and ht[5, r] > done[o]:
             done[o] = ht[5, r]
+    called = np.full(call.shape[0], -1.0)  # per home: the start of the batch whose call has begun there
     t = 0.0
+    taken = -1.0
     for o in np.argsort(done, kind="mergesort"):
         if done[o] < 0:
             continue
+        if done[o] > taken:  # not complete when the worker took its batch: the next batch, from when it is
+            taken = done[o] if done[o] > t else t
+            t = taken
         c = hm[o]
-        s = done[o] if done[o] > t else t
-        t = s + update_time_s(param_b[o], launch[c], update_bw[c])
+        fixed = 0.0
+        if called[c] != taken:
+            called[c] = taken
+            fixed = call[c]
+        t += fixed + update_time_s(param_b[o], 0.0, update_bw[c])
     return t if t > t_end else t_end

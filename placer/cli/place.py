@@ -20,7 +20,7 @@ import envs
 from envs.cluster import CLUSTER_ARG_HELP
 from graphs import OpGraph
 from graphs.errors import PlacerError
-from graphs.plan import HOST_STEPS, Placement
+from graphs.plan import Placement
 from placer.cli.args import (
     MethodsHelp,
     add_profile_argument,
@@ -53,9 +53,10 @@ def add_command(sub: argparse._SubParsersAction) -> None:
         "evals=N simulated placements, default 2000; --option headroom=F of each device's memory planned, default "
         "0.9; --option checkpoint=on|off|moves: the layers whose activations are computed again in the backward: "
         "the faster of two searches, one choosing them by moves and one with every layer then pruned (on, default), "
-        "none (off), or the first search alone (moves); --option host_step=backward|after: the homed parameters "
-        "stepped during the backward, each once its gradient is home, while the GPU goes on (backward, default; "
-        "train with placer.apply.step_in_backward), or by the optimizer's step after it); default single",
+        "none (off), or the first search alone (moves); --option host_step=auto|backward|after: the homed "
+        "parameters stepped during the backward, in batches as their gradients come home, while the GPU goes on "
+        "(backward; train with placer.apply.step_in_backward), or by the optimizer's step after it (after), or "
+        "whichever simulates faster for the plan found (auto, default); default single",
     )
     p.add_argument(
         "--policy-file",
@@ -256,18 +257,18 @@ def for_ranks(placement: Placement, graph: OpGraph, cluster: Any) -> Any:
 
 def _homes(args: argparse.Namespace, graph: OpGraph, cluster: Any, options: dict[str, Any]) -> Placement:
     """``--method homes``: the move search with home moves (:func:`placer.learn.offload_plan.plan_with_homes`)."""
-    from placer.learn.offload_plan import plan_with_homes
+    from placer.learn.offload_plan import HOST_STEP_CHOICES, plan_with_homes
     from placer.methods.heuristics.costs import MEMORY_HEADROOM
 
     unknown = sorted(set(options) - {"evals", "headroom", "checkpoint", "host_step"})
     if unknown:
         raise PlacerError(
             f"--option {unknown[0]}: --method homes takes evals=N, headroom=F, checkpoint=on|off|moves and "
-            "host_step=backward|after"
+            "host_step=auto|backward|after"
         )
-    host_step = options.get("host_step", "backward")
-    if host_step not in HOST_STEPS:
-        raise PlacerError(f"--option host_step={host_step}: must be {' or '.join(HOST_STEPS)}")
+    host_step = options.get("host_step", "auto")
+    if host_step not in HOST_STEP_CHOICES:
+        raise PlacerError(f"--option host_step={host_step}: must be auto, backward or after")
     checkpoint = options.get("checkpoint", "on")
     if checkpoint not in ("on", "off", "moves"):
         raise PlacerError(f"--option checkpoint={checkpoint}: must be on, off or moves")
@@ -306,11 +307,20 @@ def _say_homes(placement: Placement, graph: OpGraph, cluster: Any, fit: Any) -> 
         f"({nbytes(placement.homed_bytes(graph))}); simulated peak: {peaks}; "
         f"{placement.meta['evals']} placements simulated in {placement.meta['search_s']:.1f} s"
     )
+    compared = placement.meta.get("host_step_s")  # host_step=auto: the plan simulated both ways
+    versus = (
+        f" (simulated {compared['backward'] * 1e3:.3f} ms stepped during it, {compared['after'] * 1e3:.3f} ms after)"
+        if compared
+        else ""
+    )
     if placement.param_homes and placement.host_step == "backward":
         print(
-            "  homed parameters stepped during the backward, each once its gradient is home: build the optimizer "
-            "on the placed module and call placer.apply.step_in_backward(placed, optimizer) (placer run does)"
+            f"  homed parameters stepped during the backward, in batches as their gradients come home{versus}: build "
+            "the optimizer on the placed module and call placer.apply.step_in_backward(placed, optimizer) (placer "
+            "run does)"
         )
+    elif placement.param_homes and compared:
+        print(f"  homed parameters stepped by the optimizer's step after the backward{versus}")
     search = placement.meta.get("checkpoint_search")
     blocks = placement.checkpoint
     if search:  # the searches (placer.learn.offload_plan): layers chosen by moves; every layer, then pruned

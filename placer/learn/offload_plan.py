@@ -24,7 +24,7 @@ from typing import Any
 
 import envs
 from graphs import OpGraph, PlacerError
-from graphs.plan import Placement
+from graphs.plan import HOST_STEPS, Placement
 from placer.learn.checkpoint_choice import candidate_blocks, kept_blocks, prune_blocks
 from placer.learn.move_search import MoveSearch, MoveSearchOptions
 from placer.learn.search_budget import OOM_FACTOR
@@ -35,6 +35,9 @@ MIN_ARM_EVALS = 100
 #: How ``plan_with_homes`` chooses the checkpointed layers: "both", two searches (one whose moves turn each layer on
 #: or off, :mod:`placer.learn.checkpoint_moves`; one with every layer, then pruned); "moves", the first alone.
 CHECKPOINT_BY = ("both", "moves")
+#: What ``plan_with_homes``'s ``host_step`` takes: a plan's :data:`graphs.plan.HOST_STEPS`, or "auto" (the search
+#: steps during the backward; the plan found is simulated both ways and keeps the faster).
+HOST_STEP_CHOICES = ("auto", *HOST_STEPS)
 
 
 def with_headroom(cluster: Any, headroom: float) -> Any:
@@ -55,7 +58,7 @@ def plan_with_homes(
     headroom: float = MEMORY_HEADROOM,
     checkpoint: bool = True,
     checkpoint_by: str = "both",
-    host_step: str = "backward",
+    host_step: str = "auto",
 ) -> Placement:
     """The move search's best plan in ``evals`` simulated placements, with home moves (``homes`` False: the op
     placement only, the same search otherwise), within ``headroom`` of each device's memory; ``meta`` records the
@@ -73,20 +76,27 @@ def plan_with_homes(
       ``meta["checkpoint_search"]``: each search's simulated step time, whether it fits, and its layers;
     * "moves": the first of those alone, on the whole budget.
 
-    ``host_step`` (:data:`graphs.plan.HOST_STEPS`): when the homed parameters are stepped, in every plan simulated and
-    in the plan returned: "backward" (the default), each as soon as its gradient is home, during the backward
-    (:func:`placer.apply.step_in_backward` runs it); "after", by the optimizer's step after the backward.
+    ``host_step`` (:data:`HOST_STEP_CHOICES`): when the homed parameters are stepped, in every plan simulated and
+    in the plan returned: "backward", each as soon as its gradient is home, during the backward (a host worker
+    steps them in batches, :func:`placer.apply.step_in_backward` runs it); "after", by the optimizer's step after
+    the backward; "auto" (the default), "backward" in the search, and the plan found keeps whichever of the two
+    simulates faster (``meta["host_step_s"]``: both step times). "after" wins where the worker's steps do not
+    overlap the backward: parameters whose last gradient comes home at its end (a first layer's, an embedding's)
+    stepped during it run before the GPU's own update, and after it beside it.
     """
     if checkpoint_by not in CHECKPOINT_BY:
         raise PlacerError(f"plan_with_homes: checkpoint_by {checkpoint_by!r}: one of {', '.join(CHECKPOINT_BY)}")
+    if host_step not in HOST_STEP_CHOICES:
+        raise PlacerError(f"plan_with_homes: host_step {host_step!r}: one of {', '.join(HOST_STEP_CHOICES)}")
     t0 = time.perf_counter()
     room = with_headroom(cluster, headroom)  # the same devices, names and links
     env = envs.SimEnv(graph, room)
-    env.host_step = host_step
+    env.host_step = "backward" if host_step == "auto" else host_step
     blocks = candidate_blocks(graph) if checkpoint else []
     if not blocks:
         r = MoveSearch(graph, room, env, options=MoveSearchOptions(homes=homes), seed=seed).run(max_evals=evals)
-        return _plan(graph, cluster, env, r.op_devices, r.homes, [], homes, {"evals": r.evals}, seed, headroom, t0)
+        meta = {"evals": r.evals}
+        return _plan(graph, cluster, env, r.op_devices, r.homes, [], homes, meta, seed, headroom, t0, host_step)
     both = checkpoint_by == "both" and evals >= 2 * MIN_ARM_EVALS
     moved = _by_moves(graph, room, env, blocks, evals // 2 if both else evals, seed, homes)
     found, spent = moved, moved["evals"]
@@ -104,9 +114,8 @@ def plan_with_homes(
         if _cost(every) < _cost(moved):
             found = every
     meta["evals"] = spent
-    return _plan(
-        graph, cluster, env, found["op_devices"], found["homes"], found["blocks"], homes, meta, seed, headroom, t0
-    )
+    found_at = (found["op_devices"], found["homes"], found["blocks"])
+    return _plan(graph, cluster, env, *found_at, homes, meta, seed, headroom, t0, host_step)
 
 
 def _by_moves(graph: OpGraph, room: Any, env: Any, blocks: list[str], evals: int, seed: int, homes: bool) -> dict:
@@ -149,8 +158,10 @@ def _plan(
     seed: int,
     headroom: float,
     t0: float,
+    host_step: str,
 ) -> Placement:
-    """The search's plan as a file, its simulated step time (with its homes and blocks) and seconds in ``meta``."""
+    """The search's plan as a file, its simulated step time (with its homes and blocks) and seconds in ``meta``;
+    with ``host_step`` "auto", stepping its homed parameters whichever way simulates faster (ties: "after")."""
     placement = Placement.from_indices(
         graph,
         cluster.device_names,
@@ -162,6 +173,13 @@ def _plan(
     )
     placement.checkpoint = kept
     placement.host_step = env.host_step if placement.param_homes else "after"
+    if host_step == "auto" and placement.param_homes:
+        step_s = {}
+        for way in HOST_STEPS:
+            placement.host_step = way
+            step_s[way] = env.simulate(placement).extra["sim_step_time_s"]
+        placement.meta["host_step_s"] = step_s
+        placement.host_step = min(HOST_STEPS, key=lambda way: (step_s[way], way != "after"))
     placement.meta["step_time_s"] = env.simulate(placement).extra["sim_step_time_s"]  # with its homes and blocks
     placement.meta["search_s"] = time.perf_counter() - t0
     return placement

@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from envs import Cluster, resolve_cluster
+from envs.devices import STEP_CALL_S
 from envs.real.profiler import cluster_with_profile
 from graphs import PlacerError
 
@@ -104,6 +105,7 @@ def _doc():
         (lambda d: d["devices"][1].update(update_bw_bytes_per_s=1e-300), "update_bw_bytes_per_s must be at least 1"),
         (lambda d: d["devices"][2].update(handoff_s=-0.001), "gpu:1 handoff_s must be >= 0"),
         (lambda d: d["devices"][2].update(handoff_s="2 ms"), "devices[2] (gpu:1).handoff_s must be a number"),
+        (lambda d: d["devices"][0].update(step_call_s=-1e-6), "cpu:0 step_call_s must be >= 0"),
     ],
 )
 def test_bad_cluster_files_name_file_and_field(tmp_path, mutate, expected):
@@ -148,6 +150,16 @@ def test_a_ranks_hand_off_is_written_only_where_set_and_read_back():
     assert [d.handoff_s for d in c.devices] == [0.0, 0.002, 0.0]
     written = c.to_dict()
     assert [("handoff_s" in d) for d in written["devices"]] == [False, True, False]
+    assert Cluster.from_dict(written).to_dict() == written
+
+
+def test_the_host_workers_call_cost_is_written_only_where_set_and_read_back():
+    doc = _doc()
+    doc["devices"][0]["step_call_s"] = 5e-5
+    c = Cluster.from_dict(doc)
+    assert c.step_call_s.tolist() == [5e-5, STEP_CALL_S, STEP_CALL_S]
+    written = c.to_dict()
+    assert [("step_call_s" in d) for d in written["devices"]] == [True, False, False]
     assert Cluster.from_dict(written).to_dict() == written
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import copy
 import threading
+import time
 import types
 import warnings
 from collections import Counter
@@ -467,11 +468,37 @@ def test_homed_parameters_stepped_in_the_backward_train_as_the_unplaced_model_do
     with torch.no_grad():  # a forward no backward follows expects no gradient
         placed(*inputs)
     assert not any(runtime.expected)
-    threads = []
+    calls = []
     step = runtime._step
-    monkeypatch.setattr(runtime, "_step", lambda slot: (threads.append(threading.current_thread().name), step(slot)))
+    monkeypatch.setattr(runtime, "_step", lambda s: (calls.append((threading.current_thread().name, s)), step(s)))
     train_stepping_in_backward(placed, ref, inputs, homed, opt, ref_opt)
-    assert len(threads) == 3 * 6 and all(t.startswith("placer-host-step") for t in threads)  # each on the worker
+    assert sorted(s for _, slots in calls for s in slots) == sorted(list(range(6)) * 3)  # each once per step
+    assert all(name.startswith("placer-host-step") for name, slots in calls if slots)  # on the worker
+
+
+def test_the_worker_steps_together_the_masters_whose_gradients_came_while_it_was_busy(monkeypatch):
+    """A worker held up (here: its first task of each backward waits) takes every gradient queued meanwhile and
+    steps their masters in one call of one optimizer per group: one ``step()`` per backward, not one per master;
+    the training is the same."""
+    placed, ref, inputs, homed = stepping_in_backward(attend_twice)
+    runtime = placed.get_submodule(homes.RUNTIME_ATTR)
+    opt, ref_opt = fused_adams(placed, ref)
+    assert placer_apply.step_in_backward(placed, opt) == 6
+    drain, calls, steps = runtime._drain, [], []
+
+    def held_drain():
+        if not calls:
+            time.sleep(0.5)  # the backward queues every gradient meanwhile
+        calls.append(len(runtime.inbox))
+        drain()
+
+    monkeypatch.setattr(runtime, "_drain", held_drain)
+    (sub,) = runtime.subs.values()
+    sub_step = sub.step
+    monkeypatch.setattr(sub, "step", lambda: (steps.append([id(p) for p in sub.param_groups[0]["params"]]), sub_step()))
+    train_stepping_in_backward(placed, ref, inputs, homed, opt, ref_opt, steps=1)
+    assert calls[0] == len(runtime.masters) and not any(calls[1:])  # all ten gradients in the first task
+    assert len(steps) == 1 and sorted(steps[0]) == sorted(id(m) for m in runtime.distinct)  # one call over the six
 
 
 def test_homed_parameters_in_checkpointed_blocks_stepped_in_the_backward_train_as_the_unplaced_model_does():
@@ -489,7 +516,10 @@ def test_homed_parameters_in_checkpointed_blocks_stepped_in_the_backward_train_a
     calls = Counter()
     second, step = runtime._recompute_copy, runtime._step
     runtime._recompute_copy = lambda i: (calls.update(["recompute"]), second(i))[1]
-    runtime._step = lambda slot: (calls.update([threading.current_thread().name.split("_")[0]]), step(slot))
+    runtime._step = lambda slots: (
+        calls.update([threading.current_thread().name.split("_")[0]] * len(slots)),
+        step(slots),
+    )
     train_stepping_in_backward(placed, ref, inputs, homed, opt, ref_opt)
     assert calls == {"recompute": 3 * 12, "placer-host-step": 3 * 12}  # each stepped by the worker, as it came
 

@@ -109,6 +109,42 @@ def test_homed_parameters_stepped_during_the_backward_each_once_its_gradient_is_
     assert env.simulate(own).step_time_s == SimEnv(g, c, backend=backend).simulate(own).step_time_s
     # no placement beats the bound of plans stepped during the backward (the plain bound adds the update after)
     assert env.lower_bound(host_step="backward") <= 18.0
+    # each call of the worker costs the host 1 s more (step_call_s): c [13, 13 + 1 + 3 = 17], b [17, 17 + 1 + 2];
+    # stepped after the backward, one call on no worker: 21 as before
+    c = changed(toy.cluster(step_call_s=1.0), cpu_0={"mem_bw_bytes_per_s": 7.0})
+    env = SimEnv(g, c, backend=backend)
+    s = env.schedule(p)
+    assert s.host_steps.start_s.tolist() == [13, 17] and s.host_steps.end_s.tolist() == [17, 20]
+    assert env.simulate(p).step_time_s == 20.0
+    assert env.batch(rows, homes=homes, host_step="backward")[0].tolist() == [20.0]
+    p.host_step = "after"
+    assert env.simulate(p).step_time_s == 21.0
+
+
+def test_the_host_worker_steps_together_the_parameters_complete_while_it_was_busy(toy):
+    # Three offloaded ops' parameters (a, b, c: 1 byte each on cpu:0, whose Adam's 7 passes at 7 B/s take 1 s, and
+    # each call of the worker 2 s), complete at 1, 2 and 2.5: a alone [1, 1 + 2 + 1 = 4]; then b and c, complete
+    # while it stepped a, in one call taken at 4: b [4, 4 + 2 + 1 = 7] (the call's cost), c [7, 8]. Stepped one
+    # at a time, c would end at 4 + 3 + 3 = 10.
+    from envs.sim.homes import host_steps, no_home_times
+    from envs.sim.kernel_homes import host_step_chain
+
+    c = toy.cluster(mem_bw_bytes_per_s=7.0, step_call_s=2.0)
+    home = np.full(3, toy.CPU)
+    t = no_home_times()._replace(
+        op=np.arange(3), grad_end_s=np.array([1.0, 2.0, 2.5]), owner=np.arange(3), owner_home=home
+    )
+    pairs, param_b = (np.arange(3), np.arange(3)), np.full(3, 1.0)
+    s = host_steps(t, pairs, param_b, c)
+    assert s.owner.tolist() == [0, 1, 2] and s.home.tolist() == [toy.CPU] * 3
+    assert s.start_s.tolist() == [1, 4, 7] and s.end_s.tolist() == [4, 7, 8]
+    ht = np.zeros((6, 3))
+    ht[5] = t.grad_end_s
+    call = c.launch_overhead_s + c.step_call_s
+    done = np.empty(3)
+    end = host_step_chain(3, home, home, ht, *pairs, param_b, call, c.update_bw_bytes_per_s, done, 5.0)
+    assert end == 8.0 and done.tolist() == [1.0, 2.0, 2.5]
+    assert host_step_chain(3, home, home, ht, *pairs, param_b, call, c.update_bw_bytes_per_s, done, 9.0) == 9.0
 
 
 @pytest.mark.parametrize("backend", BACKENDS)

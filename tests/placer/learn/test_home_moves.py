@@ -164,3 +164,38 @@ def test_a_gpt2_medium_whose_head_does_not_fit_beside_its_layers_is_placed_on_th
     host = envs.SimEnv(g, cluster).simulate(Placement.from_indices(g, cluster.device_names, np.zeros(g.num_ops, int)))
     assert r.ok and r.step_time_s < host.step_time_s / 30, (r.step_time_s, host.step_time_s)
     assert len(p.checkpoint) > 12 and p.param_homes
+
+
+def _two_layers(gpu_memory_bytes: float) -> tuple[OpGraph, Cluster]:
+    """a -> b, 100 FLOPs and 2 bytes of parameters each, on a GPU of 100 FLOP/s (forward 1 s, backward 2 s) and
+    ``gpu_memory_bytes``; links of 1 byte/s; Adam's 7 passes over 2 bytes at 7 B/s take 2 s on either device;
+    no launch or call costs."""
+    g = OpGraph.from_edges(["a", "b"], [("a", "b", 1)], flops=[100.0, 100.0], param_bytes=[2, 2])
+    g.params = [["wa"], ["wb"]]
+    devices = [
+        Device("cpu:0", "cpu", 1e15, 1.0, 7.0, 0.0, step_call_s=0.0),
+        Device("gpu:0", "gpu", gpu_memory_bytes, 100.0, 7.0, 0.0),
+    ]
+    link = envs.Link(1.0, 0.0)
+    return g, Cluster("toy-two", devices, {("cpu:0", "gpu:0"): link, ("gpu:0", "cpu:0"): link})
+
+
+def test_the_plan_steps_its_homed_parameters_whichever_way_is_faster():
+    # At 16 bytes gpu:0 holds one layer's training state: the plan runs both layers there with b's weight homed
+    # on the host. b's gradient is home at 8, when a's backward ends too. Stepped during the backward, the host
+    # steps wb [8, 10] before backward() returns, then gpu:0 steps wa [10, 12]; stepped after it, both at once
+    # [8, 10]. "auto" keeps "after"; asked for "backward", the plan says so.
+    from placer.learn.offload_plan import plan_with_homes
+
+    g, cluster = _two_layers(16)
+    p = plan_with_homes(g, cluster, evals=200, checkpoint=False, headroom=1.0)
+    assert p.assignment == {"a": "gpu:0", "b": "gpu:0"} and p.param_homes == {"wb": "cpu:0"}
+    assert p.meta["host_step_s"] == {"after": 10.0, "backward": 12.0}
+    assert p.host_step == "after" and p.meta["step_time_s"] == 10.0
+    asked = plan_with_homes(g, cluster, evals=200, checkpoint=False, headroom=1.0, host_step="backward")
+    assert asked.host_step == "backward" and asked.meta["step_time_s"] == 12.0 and "host_step_s" not in asked.meta
+    with pytest.raises(PlacerError, match="host_step 'later': one of auto, after, backward"):
+        plan_with_homes(g, cluster, evals=20, host_step="later")
+    # room for both layers: nothing homed, nothing to compare
+    roomy = plan_with_homes(g, _two_layers(100)[1], evals=200, checkpoint=False, headroom=1.0)
+    assert not roomy.param_homes and roomy.host_step == "after" and "host_step_s" not in roomy.meta

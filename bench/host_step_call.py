@@ -1,0 +1,112 @@
+"""The fixed cost of one optimizer call on the host: what the worker stepping homed parameters during the backward
+pays per batch (issue 50, :class:`envs.cluster.Device` ``step_call_s``).
+
+A plan whose homed parameters are stepped during the backward (``host_step`` "backward", :mod:`envs.real.homes`)
+has one host worker step them in batches, one ``optimizer.step()`` per batch; stepped after the backward, they
+take one call in all. This measures, for ``torch.optim.Adam`` (fused, as :func:`envs.real.timing.adam` builds it;
+and the foreach path), the median seconds of one ``step()`` over ``k`` parameters of ``--numel`` elements each,
+for each ``k`` of ``--counts`` (the first must be 1). A call's fixed cost is what merging calls saves: stepping
+``k`` parameters in ``k`` calls of one takes ``(k - 1) * call`` longer than in one call of ``k``, so
+``call = (k * t(1) - t(k)) / (k - 1)``, the median over the counts above 1. That less the host presets'
+``launch_overhead_s`` (:data:`envs.machines.CPU_LAUNCH_S`, which the simulator charges every update already) is
+what ``step_call_s`` charges per call (its default, :data:`envs.devices.STEP_CALL_S`, came from this on the
+2-core development host). One thread, as the worker runs beside the main thread.
+
+    python -m bench.host_step_call
+    python -m bench.host_step_call --counts 1,2,4,8,16,32,64 --numel 4096 --repeats 200 --json
+
+>>> r = measure("fused", counts=[1, 2], numel=16, repeats=3)
+>>> sorted(r) == ["call_s", "seconds"] and len(r["seconds"]) == 2
+True
+"""
+
+from __future__ import annotations
+
+import statistics
+import sys
+import time
+from typing import Any
+
+import torch
+
+from bench.common import OneLineParser, print_report
+from envs.devices import STEP_CALL_S
+from envs.machines import CPU_LAUNCH_S
+
+PATHS = {"fused": {"fused": True}, "foreach": {"foreach": True}}
+
+
+def measure(path: str, *, counts: list[int], numel: int, repeats: int) -> dict[str, Any]:
+    """Median seconds of one Adam ``step()`` (``path``: a key of :data:`PATHS`) over each count of parameters of
+    ``numel`` elements (``counts[0]`` is 1), after a warm-up step, and a call's fixed cost (the module docstring)."""
+    seconds = []
+    for k in counts:
+        params = [torch.nn.Parameter(torch.randn(numel)) for _ in range(k)]
+        for p in params:
+            p.grad = torch.randn_like(p)
+        opt = torch.optim.Adam(params, lr=1e-3, **PATHS[path])
+        opt.step()  # the moments
+        times = []
+        for _ in range(repeats):
+            t0 = time.perf_counter()
+            opt.step()
+            times.append(time.perf_counter() - t0)
+        seconds.append(statistics.median(times))
+    return {"seconds": seconds, "call_s": call_cost(counts, seconds)}
+
+
+def call_cost(counts: list[int], seconds: list[float]) -> float:
+    """A call's fixed cost from the seconds of one call over each count of parameters (``counts[0]`` is 1): the
+    median over the counts ``k`` above 1 of ``(k * seconds[0] - seconds(k)) / (k - 1)`` (``seconds[0]`` alone).
+
+    >>> round(call_cost([1, 2, 4], [40e-6, 50e-6, 70e-6]) * 1e6, 6)  # 30 us a call, 10 us a parameter
+    30.0
+    """
+    saved = [(k * seconds[0] - t) / (k - 1) for k, t in zip(counts[1:], seconds[1:])]
+    return statistics.median(saved) if saved else seconds[0]
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = OneLineParser(prog="python -m bench.host_step_call", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--counts", default="1,2,4,8,16,32", help="parameters per call (default 1,2,4,8,16,32)")
+    parser.add_argument("--numel", type=int, default=4096, help="elements per parameter (default 4096)")
+    parser.add_argument("--repeats", type=int, default=100, help="steps timed per count; the median (default 100)")
+    parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    args = parser.parse_args(argv)
+    try:
+        counts = [int(c) for c in args.counts.split(",")]
+    except ValueError:
+        parser.error(f"--counts {args.counts!r}: give a comma-separated list of whole numbers")
+    if counts[0] != 1 or min(counts) < 1 or args.numel < 1 or args.repeats < 1:
+        parser.error("--counts must start at 1; --counts, --numel and --repeats must be positive")
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        results = {path: measure(path, counts=counts, numel=args.numel, repeats=args.repeats) for path in PATHS}
+    finally:
+        torch.set_num_threads(before)
+    for r in results.values():
+        r["step_call_s"] = max(r["call_s"] - CPU_LAUNCH_S, 0.0)
+    doc = {"counts": counts, "numel": args.numel, "repeats": args.repeats, "paths": results}
+    doc["default_step_call_s"] = STEP_CALL_S
+
+    def table() -> str:
+        us = 1e6
+        lines = ["| Adam | " + " | ".join(f"k={k} (us)" for k in counts) + " | one call's fixed cost (us) |"]
+        lines.append("|---|" + "---:|" * (len(counts) + 1))
+        for path, r in results.items():
+            cells = " | ".join(f"{s * us:.1f}" for s in r["seconds"])
+            lines.append(f"| {path} | {cells} | {r['call_s'] * us:.1f} |")
+        fused = results["fused"]["step_call_s"] * us
+        lines.append(
+            f"\nstep_call_s of this host (fused call less the presets' {CPU_LAUNCH_S * us:.0f} us launch): "
+            f"{fused:.1f} us; the default is {STEP_CALL_S * us:.0f} us."
+        )
+        return "\n".join(lines)
+
+    print_report(args.json, doc, table)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
