@@ -267,6 +267,7 @@ class SimEnv:
         if key not in self._twins:
             self._twins[key] = self._like(self.cluster, executor, M, W)
             self._twins[key]._simulated = self._simulated
+        self._twins[key].host_step = self.host_step  # what this env scores plans with homes by, as it is now
         return self._twins[key]
 
     def in_order(self, order: str | None) -> "SimEnv | InOrder":

@@ -400,13 +400,16 @@ def ranks_doc(config: TrainConfig, best: Any, path: str, graph: Any, cluster: An
 
 
 def homes_doc(result: Any, graph: Any) -> dict[str, Any]:
-    """``homes`` of the summary: whether the run searched home moves (``--homes``), and how many parameters (and
-    bytes) its best placement homes apart from their ops."""
+    """``homes`` of the summary: whether the run searched home moves (``--homes``), how many parameters (and
+    bytes) its best placement homes apart from their ops, and when it steps them (``host_step``; ``host_step_s``:
+    its eager time stepping them each way, where ``--host-step auto`` chose)."""
     best = result.best_placement
     return {
         "searched": result.homes_searched,
         "params": len(best.param_homes) if best is not None else 0,
         "param_bytes": best.homed_bytes(graph) if best is not None else 0.0,
+        "host_step": best.host_step if best is not None else "after",
+        "host_step_s": best.meta.get("host_step_s") if best is not None else None,
     }
 
 
@@ -441,10 +444,18 @@ def _homes_line(doc: dict) -> str | None:
     if not homes["params"]:
         return "homes            none: the best placement keeps every parameter with its ops (home moves searched)"
     n = homes["params"]
+    during = homes.get("host_step") == "backward"
+    compared = homes.get("host_step_s")
+    versus = f" (simulated {_ms(compared['backward'])} during, {_ms(compared['after'])} after)" if compared else ""
+    when = (
+        f"stepped during the backward{versus}: call placer.apply.step_in_backward(placed, optimizer)"
+        if during
+        else f"stepped after the backward{versus}"
+    )
     return (
         f"homes            {n} parameter{'s' if n != 1 else ''} ({nbytes(homes['param_bytes'])}) "
         f"live{'s' if n == 1 else ''} on the host, copied to {'its' if n == 1 else 'their'} ops' GPU ahead of use "
-        "(placer.apply runs them)"
+        f"(placer.apply runs them), {when}"
     )
 
 

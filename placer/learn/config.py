@@ -48,6 +48,7 @@ PresetName = Literal["tuned", "paper"]
 BackendName = Literal["gloo", "nccl"]
 HomesName = Literal["auto", "on", "off"]
 RecomputeName = Literal["auto", "on", "off"]
+HostStepName = Literal["auto", "backward", "after"]
 
 
 @dataclass
@@ -209,6 +210,12 @@ class AlgoOptions:
     checkpoints each layer it keeps whole (placer.learn.checkpoint_choice). At the end the best placement's file turns
     off, one at a time, the layers whose second forward does not pay; placer.apply runs the rest. "auto": on when the
     run searches parameter homes (the model's training state does not fit the GPUs), "on", or "off"."""
+    host_step: HostStepName = "auto"
+    """with home moves (--homes): when the homed parameters are stepped, in every placement the run scores and in the
+    best placement's file: "backward", during the backward, in batches as their gradients come home, while the GPU
+    goes on (train with placer.apply.step_in_backward; placer run does); "after", by the optimizer's step after it,
+    as FSDP2 and ZeRO-Offload step them; "auto", "backward" in the search, and the best placement's file keeps
+    whichever of the two simulates faster for it."""
     samples: int = 8
     """K: placements the policy samples and the run scores per iteration (--algo reinforce|ppo)."""
     lr: float = 5e-4

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any, Iterator
 import numpy as np
 
 from graphs import OpGraph, PlacerError
-from graphs.plan import Placement, checkpoint_blocks
+from graphs.plan import HOST_STEPS, Placement, checkpoint_blocks
 from placer.learn import checkpoint
 from placer.learn.checkpoint_choice import kept_blocks, prune_blocks
 from placer.learn.config import TrainConfig
@@ -193,7 +193,9 @@ def run_placement(
 
     ``codes``: the run's home codes (``--homes``; :class:`placer.learn.home_moves.HomeCodes`): ``op_devices`` are
     codes, and the file carries the parameter homes they name. The order is chosen on the ops' devices (as memory,
-    the homes are left out of that choice); its eager time is the time with the homes.
+    the homes are left out of that choice); its eager time is the time with the homes, stepped as ``--host-step``
+    says: "auto" keeps whichever of stepping them during the backward and after it simulates faster
+    (``meta["host_step_s"]``: both eager times).
     """
     homes = None
     if codes is not None:
@@ -212,6 +214,8 @@ def run_placement(
     if config.ranks:  # scored across processes: what `placer run --nproc-per-node` runs
         meta["ranks"] = True
     order, kept = None, []
+    homed = homes is not None and bool((homes >= 0).any())
+    host_step = "after" if not homed or config.host_step == "auto" else config.host_step  # auto: chosen below
     if planner is not None:
         order, how, step_s = planner.plan_order(np.asarray(op_devices))
         kept = kept_blocks(planner, graph, blocks or [], np.asarray(op_devices), order)
@@ -223,12 +227,19 @@ def run_placement(
             pruned, _, _, used = prune_blocks(eager, graph, np.asarray(op_devices), homes, kept, prune_evals, order)
             meta["checkpoint_pruned"] = {"from": len(kept), "to": len(pruned), "evals": used}
             kept = pruned
-        if (homes is not None and (homes >= 0).any()) or blocks:  # its time with what the file carries
+        if homed or blocks:  # its time with what the file carries
             ck = checkpoint_blocks(graph, kept)[None] if kept else None
-            timed = planner.with_executor("eager").batch(
-                np.asarray(op_devices)[None], order, homes=None if homes is None else homes[None], checkpoint=ck
-            )
-            step_s = float(timed[0][0])
+            eager, rows = planner.with_executor("eager"), np.asarray(op_devices)[None]
+
+            def timed(way: str) -> float:
+                return float(
+                    eager.batch(rows, order, homes=homes[None] if homed else None, checkpoint=ck, host_step=way)[0][0]
+                )
+
+            if homed and config.host_step == "auto":
+                meta["host_step_s"] = {way: timed(way) for way in HOST_STEPS}
+                host_step = min(HOST_STEPS, key=lambda way: (meta["host_step_s"][way], way != "after"))
+            step_s = timed(host_step)
         meta.update(issue_order=how, issue_order_step_time_s=step_s)
     placement = Placement.from_indices(
         graph,
@@ -242,6 +253,7 @@ def run_placement(
         microbatches=config.microbatches,
         inflight=config.inflight,
         schedule=config.schedule,
+        host_step=host_step,
     )
     placement.checkpoint = kept
     return placement

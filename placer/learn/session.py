@@ -62,6 +62,8 @@ class Session:
         self.devices = list(cluster.device_names)
         # with home moves (--homes), a placement is a code per op (placer.learn.home_moves): scored with its homes
         self.codes = home_codes(config, graph, cluster)
+        if self.codes is not None and self.codes.has_homes:  # scored on the simulator (home moves need it)
+            env.host_step = "backward" if config.host_step == "auto" else config.host_step  # --host-step
         # with --checkpointing, the move search's codes carry a bit per op that checkpoints its layer
         # (placer.learn.checkpoint_moves); a policy's placements checkpoint every layer they keep whole
         # (placer.learn.checkpoint_choice.CheckpointScorer)
@@ -81,6 +83,9 @@ class Session:
                 scored_by += ", one stage per rank (--looped allows more)"
         if self.homes_searched:
             scored_by += ", with home moves (layers on the GPU with their parameters on the host; --homes off: none)"
+            scored_by += (
+                ", stepped during the backward" if env.host_step == "backward" else ", stepped after the backward"
+            )
         if self.block_moves:
             scored_by += (
                 f", with checkpoint moves (each of {len(self.blocks)} layers' activations computed again in the"
@@ -109,7 +114,10 @@ class Session:
                 graph, cluster, executor=config.executor, microbatches=config.microbatches, inflight=config.inflight
             )
         self.planner = self.sim if config.env == "sim" and not config.ranks else None
-        self.lower_bound_s: float | None = float(self.sim.lower_bound())  # at the run's M; across processes, of ranks
+        # at the run's M; across processes, of ranks; of plans whose homed parameters are stepped during the backward
+        backward = self.homes_searched and env.host_step == "backward"
+        bound = self.sim.lower_bound(host_step="backward") if backward else self.sim.lower_bound()
+        self.lower_bound_s: float | None = float(bound)
         self.state = RunState(setup_s=time.perf_counter() - setup_start)
         if saved is not None:
             self.state = RunState.from_dict(saved["run"])

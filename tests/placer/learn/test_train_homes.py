@@ -53,10 +53,31 @@ def test_a_run_on_a_model_that_does_not_fit_homes_its_weights_and_its_file_carri
     assert best.param_homes and set(best.param_homes.values()) == {"cpu:0"}
     assert best.indices(g, cluster.device_names).tolist() == [GPU] * 6
     result = envs.SimEnv(g, cluster).simulate(best)  # the file's plan, its homes and order, as placer.apply runs it
-    assert result.ok and result.step_time_s == pytest.approx(runs["auto"].best_step_time_s, rel=1e-6)
+    # --host-step auto: the run scored stepping during the backward; the file keeps the faster way for its plan
+    compared = best.meta["host_step_s"]
+    assert compared["backward"] == pytest.approx(runs["auto"].best_step_time_s, rel=1e-6)
+    assert best.host_step == min(("after", "backward"), key=lambda way: (compared[way], way != "after"))
+    assert result.ok and result.step_time_s == pytest.approx(compared[best.host_step], rel=1e-6)
     # op placements only: the plans that fit run most layers on the host, 100x slower
     off = Placement.load(str(tmp_path / "off" / "run" / BEST_NAME))
     assert not off.param_homes and runs["off"].best_step_time_s > 100 * runs["auto"].best_step_time_s
+
+
+@pytest.mark.slow  # over 1 s (the fast tier is kept under 90 s)
+def test_the_run_scores_and_files_its_homed_parameters_stepped_as_host_step_says(tmp_path):
+    """6 layers whose host Adam (70 ms each) is longer than their backward (20 ms each): stepped during the
+    backward, the worker starts with the last layer's gradient; stepped after it, with the first's, a backward
+    later. The run scores every placement the way ``--host-step`` says, and its file says so too."""
+    g, cluster = offload_problem()
+    runs, best = {}, {}
+    for way in ("backward", "after"):
+        config = train_config(tmp_path / way, algo="moves", iterations=40, heuristics=None, host_step=way)
+        runs[way] = train(config, graph=g, cluster=cluster)
+        best[way] = Placement.load(str(tmp_path / way / "run" / BEST_NAME))
+        assert best[way].param_homes and best[way].host_step == way and "host_step_s" not in best[way].meta
+        result = envs.SimEnv(g, cluster).simulate(best[way])
+        assert result.ok and result.step_time_s == pytest.approx(runs[way].best_step_time_s, rel=1e-6)
+    assert runs["backward"].best_step_time_s < 0.95 * runs["after"].best_step_time_s
 
 
 def test_homes_auto_stays_off_where_the_model_fits_and_on_is_refused_where_homes_cannot_be(tmp_path):
@@ -103,11 +124,20 @@ def test_placer_train_says_what_it_homed(tmp_path, capsys):
     assert main([*argv, "--logdir", str(tmp_path / "a")]) == 0
     out = capsys.readouterr().out
     assert "homes            " in out and "parameters (" in out and "live on the host, copied to their ops' GPU" in out
+    assert (
+        "stepped during the backward (simulated " in out and "placer.apply.step_in_backward(placed, optimizer)" in out
+    )
     assert main([*argv, "--logdir", str(tmp_path / "b"), "--json"]) == 0
     doc = json.loads(capsys.readouterr().out)
     assert doc["homes"]["searched"] and doc["homes"]["params"] >= 4 and doc["homes"]["param_bytes"] >= 400 * MB
     assert main([*argv, "--logdir", str(tmp_path / "c"), "--homes", "off", "--json"]) == 0
-    assert json.loads(capsys.readouterr().out)["homes"] == {"searched": False, "params": 0, "param_bytes": 0.0}
+    assert json.loads(capsys.readouterr().out)["homes"] == {
+        "searched": False,
+        "params": 0,
+        "param_bytes": 0.0,
+        "host_step": "after",
+        "host_step_s": None,
+    }
 
 
 def test_the_small_model_note_is_left_out_where_no_single_device_holds_the_model():
