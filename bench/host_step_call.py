@@ -10,7 +10,9 @@ for each ``k`` of ``--counts`` (the first must be 1). A call's fixed cost is wha
 ``call = (k * t(1) - t(k)) / (k - 1)``, the median over the counts above 1. That less the host presets'
 ``launch_overhead_s`` (:data:`envs.machines.CPU_LAUNCH_S`, which the simulator charges every update already) is
 what ``step_call_s`` charges per call (its default, :data:`envs.devices.STEP_CALL_S`, came from this on the
-2-core development host). One thread, as the worker runs beside the main thread.
+2-core development host). One thread, as the worker runs beside the main thread. ``placer profile`` measures the
+fused call the same way (:func:`envs.real.profiler.host.time_step_call`) and a profile-calibrated cluster's host
+takes it.
 
     python -m bench.host_step_call
     python -m bench.host_step_call --counts 1,2,4,8,16,32,64 --numel 4096 --repeats 200 --json
@@ -22,9 +24,7 @@ True
 
 from __future__ import annotations
 
-import statistics
 import sys
-import time
 from typing import Any
 
 import torch
@@ -32,38 +32,16 @@ import torch
 from bench.common import OneLineParser, print_report
 from envs.devices import STEP_CALL_S
 from envs.machines import CPU_LAUNCH_S
+from envs.real.profiler.host import ADAM_PATHS, time_step_call
 
-PATHS = {"fused": {"fused": True}, "foreach": {"foreach": True}}
+PATHS = tuple(ADAM_PATHS)
 
 
 def measure(path: str, *, counts: list[int], numel: int, repeats: int) -> dict[str, Any]:
-    """Median seconds of one Adam ``step()`` (``path``: a key of :data:`PATHS`) over each count of parameters of
-    ``numel`` elements (``counts[0]`` is 1), after a warm-up step, and a call's fixed cost (the module docstring)."""
-    seconds = []
-    for k in counts:
-        params = [torch.nn.Parameter(torch.randn(numel)) for _ in range(k)]
-        for p in params:
-            p.grad = torch.randn_like(p)
-        opt = torch.optim.Adam(params, lr=1e-3, **PATHS[path])
-        opt.step()  # the moments
-        times = []
-        for _ in range(repeats):
-            t0 = time.perf_counter()
-            opt.step()
-            times.append(time.perf_counter() - t0)
-        seconds.append(statistics.median(times))
-    return {"seconds": seconds, "call_s": call_cost(counts, seconds)}
-
-
-def call_cost(counts: list[int], seconds: list[float]) -> float:
-    """A call's fixed cost from the seconds of one call over each count of parameters (``counts[0]`` is 1): the
-    median over the counts ``k`` above 1 of ``(k * seconds[0] - seconds(k)) / (k - 1)`` (``seconds[0]`` alone).
-
-    >>> round(call_cost([1, 2, 4], [40e-6, 50e-6, 70e-6]) * 1e6, 6)  # 30 us a call, 10 us a parameter
-    30.0
-    """
-    saved = [(k * seconds[0] - t) / (k - 1) for k, t in zip(counts[1:], seconds[1:])]
-    return statistics.median(saved) if saved else seconds[0]
+    """:func:`envs.real.profiler.host.time_step_call` (``path``: one of :data:`PATHS`): the median seconds of one
+    Adam ``step()`` over each count of parameters, and a call's fixed cost."""
+    r = time_step_call(counts, numel=numel, repeats=repeats, path=path)
+    return {"seconds": r["seconds"], "call_s": r["call_s"]}
 
 
 def main(argv: list[str] | None = None) -> int:

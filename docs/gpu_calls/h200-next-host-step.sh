@@ -5,7 +5,9 @@
 #      against stepping after it, 3 fused-Adam steps each: losses and weights within 1e-5 (bit-equal on this CPU);
 #      this runs the worker's wait for each gradient's copy home (an event on the copy's stream), ~1 min;
 #   2. the timing: the same plan pair for the wide MLP by `placer run`, 5 rounds alternated, a median of 10 steps
-#      each (on this CPU: 0.829x stepped after, BENCHMARKS.md "Homed parameters stepped during the backward"), ~1 min.
+#      each (on this CPU: 0.829x stepped after, BENCHMARKS.md "Homed parameters stepped during the backward"), ~1 min;
+#   3. the GPU machine host's step_call_s (python -m bench.host_step_call: one fused Adam call's fixed cost; 15 us
+#      over the 5 us launch on this CPU, the default), ~10 s.
 # The 1.54 B and 3 B models' plans step during the backward too: scripts/gpu_offload.sh homes measures them, with
 # the stepped-after ablation right after placer's plan. On this CPU the same call runs with
 #     DEVICE_MAP='*=cpu' bash docs/gpu_calls/h200-next-host-step.sh
@@ -24,4 +26,6 @@ MAP=${DEVICE_MAP:-cpu:0=cpu,gpu:0=cuda:0}
   ROUNDS=${ROUNDS:-5} PLACER="python3 -m placer" DEVICE_MAP="$MAP" timeout --signal=INT "${T2:-120}" \
     bash docs/offload_homes/step_in_backward/cpu.sh
   echo "timing: rc $?"
+  PYTHONPATH=. timeout --signal=INT "${T3:-60}" python3 -m bench.host_step_call --counts 1,2,4,8,16,32,64 --repeats 200
+  echo "step_call_s: rc $?"
 } 2>&1 | grep --line-buffered -v "Warning\|warnings.warn\|warn(" | tee "$OUT/host-step-cuda.log"

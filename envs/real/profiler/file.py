@@ -98,11 +98,13 @@ def check_profile(doc: Any, *, source: str = "profile") -> None:
 
 
 def _check_host_entry(entry: Mapping[str, Any], source: str, where: str) -> None:
-    """A host device's optional ``staging`` (``latency_s``, ``bandwidth_bytes_per_s``) and ``contention`` (``op``,
-    ``issue``), :mod:`envs.real.profiler.host`: objects of finite numbers in range, or absent."""
+    """A host device's optional ``staging`` (``latency_s``, ``bandwidth_bytes_per_s``), ``contention`` (``op``,
+    ``issue``) and ``step_call`` (``call_s``), :mod:`envs.real.profiler.host`: objects of finite numbers in range,
+    or absent."""
     for key, fields in (
         ("staging", {"latency_s": (0.0, MAX_DELAY_S), "bandwidth_bytes_per_s": (MIN_RATE, None)}),
         ("contention", {"op": (0.0, None), "issue": (0.0, None)}),
+        ("step_call", {"call_s": (-MAX_DELAY_S, MAX_DELAY_S)}),
     ):
         if key not in entry:
             continue

@@ -12,13 +12,17 @@ both on this machine, with the intra-op threads torch uses now:
 * :func:`time_contention`: an intra-op-parallel host workload (matrix products)
   and a second thread issuing tiny ops (on the GPU where there is one: what an
   autograd worker does), each timed alone and side by side; the slowdowns are
-  ``contention_op`` and ``contention_issue``.
+  ``contention_op`` and ``contention_issue``;
+* :func:`time_step_call`: the fixed cost of one fused Adam call on the host, which the
+  worker stepping homed parameters during the backward pays per batch
+  (:mod:`envs.real.homes`): ``step_call_s`` over the host's launch overhead.
 
-:func:`envs.real.profiler.fit.calibrate_cluster` puts both on the host device.
+:func:`envs.real.profiler.fit.calibrate_cluster` puts them on the host device.
 """
 
 from __future__ import annotations
 
+import statistics
 import threading
 import time
 from collections.abc import Sequence
@@ -148,6 +152,60 @@ def time_contention(device: Any = None, *, seconds: float = 0.2, trials: int = 3
         "device": str(torch_device),
         "rates": rates,
     }
+
+
+#: Parameters per call :func:`time_step_call` times (the first is 1).
+STEP_CALL_COUNTS = (1, 2, 4, 8, 16, 32)
+#: The Adam paths :func:`time_step_call` can time: the fused kernels placer builds (:func:`envs.real.timing.adam`),
+#: and torch's foreach path.
+ADAM_PATHS = {"fused": {"fused": True}, "foreach": {"foreach": True}}
+
+
+def time_step_call(
+    counts: Sequence[int] = STEP_CALL_COUNTS, *, numel: int = 4096, repeats: int = 50, path: str = "fused"
+) -> dict[str, Any]:
+    """The fixed cost of one ``torch.optim.Adam`` call (``path``: a key of :data:`ADAM_PATHS`) on the host, in this
+    thread: the median seconds of one ``step()`` over each count of parameters of ``numel`` elements (``counts[0]``
+    is 1; after a warm-up step), and ``call_s``, what merging calls saves (:func:`call_cost`): stepping ``k``
+    parameters in ``k`` calls of one takes ``(k - 1) * call_s`` longer than in one call of ``k``.
+
+    >>> r = time_step_call((1, 2), numel=16, repeats=3)
+    >>> sorted(r), len(r["seconds"]), r["call_s"] > 0 or r["call_s"] <= 0
+    (['call_s', 'counts', 'numel', 'path', 'seconds'], 2, True)
+    """
+    if not counts or counts[0] != 1 or min(counts) < 1:
+        raise ValueError(f"counts {tuple(counts)}: must start at 1 and be positive")
+    seconds = []
+    for k in counts:
+        params = [torch.nn.Parameter(torch.randn(numel)) for _ in range(k)]
+        for p in params:
+            p.grad = torch.randn_like(p)
+        opt = torch.optim.Adam(params, lr=1e-3, **ADAM_PATHS[path])
+        opt.step()  # the moments
+        times = []
+        for _ in range(repeats):
+            t0 = time.perf_counter()
+            opt.step()
+            times.append(time.perf_counter() - t0)
+        seconds.append(statistics.median(times))
+    return {
+        "path": path,
+        "counts": list(counts),
+        "numel": numel,
+        "seconds": seconds,
+        "call_s": call_cost(counts, seconds),
+    }
+
+
+def call_cost(counts: Sequence[int], seconds: Sequence[float]) -> float:
+    """A call's fixed cost from the seconds of one call over each count of parameters (``counts[0]`` is 1): the
+    median over the counts ``k`` above 1 of ``(k * seconds[0] - seconds(k)) / (k - 1)`` (``seconds[0]`` alone).
+
+    >>> round(call_cost([1, 2, 4], [40e-6, 50e-6, 70e-6]) * 1e6, 6)  # 30 us a call, 10 us a parameter
+    30.0
+    """
+    saved = [(k * seconds[0] - t) / (k - 1) for k, t in zip(counts[1:], seconds[1:])]
+    return statistics.median(saved) if saved else float(seconds[0])
 
 
 def slowdown(alone_per_s: float, beside_per_s: float) -> float:

@@ -23,7 +23,7 @@ from envs.real.allocator import steady_malloc, thread_cache_off
 from envs.real.profiler.device import profile_device_in_context
 from envs.real.profiler.file import FORMAT, device_kind
 from envs.real.profiler.fit import fit_issue_scale, fit_link
-from envs.real.profiler.host import time_contention, time_staging
+from envs.real.profiler.host import time_contention, time_staging, time_step_call
 from envs.real.profiler.op_timing import op_timer, sync_device, time_call
 from envs.real.profiler.probe import concrete_inputs, profile_in_context
 from graphs import OpGraph, PlacerError
@@ -190,9 +190,15 @@ def profile_program(
 
 def _host_probes(devices: list[Any], repeats: int) -> dict[str, Any]:
     """The host's staging copy and contention (:mod:`envs.real.profiler.host`), towards the first GPU if there is
-    one."""
+    one, and its fixed cost per optimizer call (``step_call``, one thread)."""
     gpu = next((d for d in devices if d.type == "cuda"), None)
-    return {"staging": time_staging(gpu, repeats=repeats), "contention": time_contention(gpu)}
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # as the worker steps: one thread beside the main one
+    try:
+        step_call = time_step_call()
+    finally:
+        torch.set_num_threads(threads)
+    return {"staging": time_staging(gpu, repeats=repeats), "contention": time_contention(gpu), "step_call": step_call}
 
 
 def _device_name(d: Any) -> str:

@@ -11,9 +11,10 @@ import pytest
 
 import envs
 from envs.cluster import Cluster
+from envs.devices import STEP_CALL_S
 from envs.real.profiler import calibrate_cluster, check_profile
 from envs.real.profiler.fit import all_on_device_step_s, fit_issue_scale, host_fields
-from envs.real.profiler.host import time_contention, time_staging
+from envs.real.profiler.host import call_cost, time_contention, time_staging, time_step_call
 from graphs import OpGraph, PlacerError
 
 
@@ -71,6 +72,18 @@ def test_issue_times_are_scaled_until_the_simulated_step_is_the_measured_one():
     assert prof3["devices"]["cuda:0"]["issue_scale"] == pytest.approx(4.0, rel=1e-3)
 
 
+def test_a_calls_fixed_cost_is_what_merging_calls_saves():
+    # one call over k parameters takes 30 + 10 k us: k calls of one take 40 k, (k - 1) x 30 us more
+    assert call_cost([1, 2, 4, 8], [1e-6 * (30 + 10 * k) for k in (1, 2, 4, 8)]) == pytest.approx(30e-6)
+    # the median of the counts' estimates, not their mean: one noisy count does not move it
+    assert call_cost([1, 2, 4, 8], [40e-6, 50e-6, 70e-6, 10e-6]) == pytest.approx(30e-6)
+    assert call_cost([1], [40e-6]) == 40e-6
+    r = time_step_call((1, 4), numel=8, repeats=3)
+    assert r["counts"] == [1, 4] and len(r["seconds"]) == 2 and r["call_s"] == call_cost([1, 4], r["seconds"])
+    with pytest.raises(ValueError, match="must start at 1"):
+        time_step_call((2, 4))
+
+
 def host_profile(staging=None, contention=None) -> dict:
     entry = {"kind": "cpu", "method": "isolated", "fwd_s": [], "bwd_s": []}
     if staging is not None:
@@ -100,6 +113,18 @@ def test_calibrated_host_pays_for_staging_and_contention():
     staged = envs.simulate(g, [0, 1], c)
     assert staged.extra["sim_step_time_s"] - base.extra["sim_step_time_s"] >= 1e-5 + (64 << 20) / 1e9 - 1e-9
     assert host_fields({"kind": "cpu"}) == {}
+    assert c.devices[0].step_call_s == STEP_CALL_S  # not measured: the default
+
+
+def test_a_calibrated_host_pays_its_measured_call_cost_per_batch_of_parameters_stepped_in_the_backward():
+    prof = host_profile()
+    prof["devices"]["cpu"]["step_call"] = {"call_s": 45e-6}
+    check_profile(prof)
+    preset = Cluster.preset("h200x1")
+    c = calibrate_cluster(preset, prof, device_map="gpu:0=cuda:0,cpu:0=cpu")
+    assert c.devices[0].step_call_s == pytest.approx(45e-6 - preset.devices[0].launch_overhead_s)
+    assert c.devices[1].step_call_s == STEP_CALL_S  # a GPU's is its default (no worker runs there)
+    assert Cluster.from_dict(c.to_dict()).devices[0] == c.devices[0]
 
 
 @pytest.mark.parametrize(
@@ -109,6 +134,7 @@ def test_calibrated_host_pays_for_staging_and_contention():
         ({"staging": {"latency_s": 0.0}}, "staging.bandwidth_bytes_per_s"),
         ({"contention": {"op": "a lot", "issue": 0.1}}, "contention.op"),
         ({"contention": [0.1, 0.2]}, "contention"),
+        ({"step_call": {"call_s": "fast"}}, "step_call.call_s"),
     ],
 )
 def test_bad_host_entries_are_one_line_errors(entry, field):
@@ -128,6 +154,7 @@ def test_a_cpu_profile_carries_the_host_probes(small_program_profile):
     }
     check_profile(small_program_profile)
     assert np.isfinite(entry["contention"]["op"])
+    assert entry["step_call"]["path"] == "fused" and np.isfinite(entry["step_call"]["call_s"])
 
 
 @pytest.fixture(scope="module")
