@@ -7,6 +7,8 @@ steps each, the losses and the weights compared. On CUDA this runs the worker's 
     PYTHONPATH=.:docs/heuristics python docs/offload_homes/step_in_backward/check.py \
         --device-map 'cpu:0=cpu,gpu:0=cuda:0'
     PYTHONPATH=.:docs/heuristics python docs/offload_homes/step_in_backward/check.py --device-map '*=cpu'
+    PYTHONPATH=.:docs/heuristics python docs/offload_homes/step_in_backward/check.py --device-map '*=cpu' \
+        --sources user_models:falcon,user_models:llama_tied,user_models:mamba   # outside models
 """
 
 import argparse
@@ -55,11 +57,16 @@ def main() -> int:
     p = argparse.ArgumentParser()
     p.add_argument("--device-map", default="cpu:0=cpu,gpu:0=cuda:0")
     p.add_argument("--steps", type=int, default=3)
+    p.add_argument("--sources", default="", help="module:callable,... (default: the wide MLP and nn.Transformer)")
     args = p.parse_args()
     cases = [
         ("user_models:wide_mlp", "docs/offload_homes/step_in_backward/h200-cap128m.json"),
         ("user_models:nn_transformer", "docs/offload_homes/branching/h200-cap48m.json"),
     ]
+    if args.sources:  # FSDP2's plan homes every parameter that can live apart, whatever the cap
+        cases = [
+            (source, "docs/offload_homes/step_in_backward/h200-cap128m.json") for source in args.sources.split(",")
+        ]
     ok = True
     for source, cluster in cases:
         during = run(source, cluster, args.device_map, "backward", args.steps)
