@@ -190,8 +190,8 @@ class Cluster:
 
     @property
     def step_call_s(self) -> np.ndarray:
-        """[D] each device's ``step_call_s``: the Python of one optimizer call of the worker stepping homed
-        parameters during the backward, over its launch overhead."""
+        """[D] each device's ``step_call_s``: the fixed cost of one optimizer call of the worker stepping homed
+        parameters during the backward."""
         return self._arrays["step_call_s"]
 
     @property

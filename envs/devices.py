@@ -8,10 +8,10 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-#: The default :attr:`Device.step_call_s`: one call of ``torch.optim.Adam(fused=True).step()`` cost 20-22 us more
-#: than adding its parameters to another call, on a 2-core x86 host, of which the presets' host ``launch_overhead_s``
-#: charges 5 (``python -m bench.host_step_call``; BENCHMARKS.md, "Homed parameters stepped in batches").
-STEP_CALL_S = 15e-6
+#: The default :attr:`Device.step_call_s`: one call of ``torch.optim.Adam(fused=True).step()`` cost 18.7-21.6 us
+#: more than adding its parameters to another call, on a 2-core x86 host (``python -m bench.host_step_call``;
+#: BENCHMARKS.md, "Homed parameters stepped in batches").
+STEP_CALL_S = 20e-6
 
 
 @dataclass(frozen=True)
@@ -52,9 +52,10 @@ class Device:
             cores, and a thread woken beside a computing one gets its core at a scheduler tick (default 0;
             ``placer profile --ranks`` fits it to the model run as a looped pipeline, ``BENCHMARKS.md``, "Where a
             rank of two stages loses its time").
-        step_call_s: a host device's Python in one optimizer call of the worker that steps homed parameters during
-            the backward (:mod:`envs.real.homes`), over its ``launch_overhead_s``: paid once per batch of parameters
-            the worker steps together (:func:`envs.sim.homes.host_steps`); default :data:`STEP_CALL_S`.
+        step_call_s: a host device's fixed cost of one optimizer call of the worker that steps homed parameters
+            during the backward (:mod:`envs.real.homes`): paid once per batch of parameters the worker steps
+            together (:func:`envs.sim.homes.host_steps`), instead of ``launch_overhead_s`` (which a profile fits to
+            the host's shortest ops, not to an optimizer's call); default :data:`STEP_CALL_S`.
     """
 
     name: str

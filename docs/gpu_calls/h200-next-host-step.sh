@@ -6,8 +6,8 @@
 #      this runs the worker's wait for each gradient's copy home (an event on the copy's stream), ~1 min;
 #   2. the timing: the same plan pair for the wide MLP by `placer run`, 5 rounds alternated, a median of 10 steps
 #      each (on this CPU: 0.829x stepped after, BENCHMARKS.md "Homed parameters stepped during the backward"), ~1 min;
-#   3. the GPU machine host's step_call_s (python -m bench.host_step_call: one fused Adam call's fixed cost; 15 us
-#      over the 5 us launch on this CPU, the default), ~10 s.
+#   3. the GPU machine host's step_call_s (python -m bench.host_step_call: one fused Adam call's fixed cost;
+#      18.7-21.6 us on this CPU, 20 us the default), ~10 s.
 # The 1.54 B and 3 B models' plans step during the backward too: scripts/gpu_offload.sh homes measures them, with
 # the stepped-after ablation right after placer's plan. On this CPU the same call runs with
 #     DEVICE_MAP='*=cpu' bash docs/gpu_calls/h200-next-host-step.sh

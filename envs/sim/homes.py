@@ -104,8 +104,8 @@ def host_steps(
     for them has arrived (``pairs``: ``(owner, reader)`` of :func:`copy_pairs`; a reader's gradient arrives at the
     end of its copy home, ``times.grad_end_s``). One host worker steps them in batches: when it is free (at first,
     when the first is complete) it takes every op complete by then (in the order they became complete; ties: op
-    order) and steps them in one optimizer call per home: the call's fixed cost (the home's ``launch_overhead_s``
-    plus its ``step_call_s``, :class:`envs.cluster.Device`) charged to the first op of each home, then each op's
+    order) and steps them in one optimizer call per home: the call's fixed cost (the home's ``step_call_s``,
+    :class:`envs.cluster.Device`) charged to the first op of each home, then each op's
     passes over its bytes (:func:`envs.sim.cost.update_time_s` without the launch), one after the other; then it
     takes the next batch: ``start = max(complete, the previous batch's end)``. ``backward()`` returns once the last
     has ended; the optimizer's ``step()`` then steps every other parameter.
@@ -131,7 +131,7 @@ def host_steps(
         if o in home and r in arrive:
             complete[o] = max(complete.get(o, 0.0), arrive[r])
     owners = sorted(complete, key=lambda o: (complete[o], o))
-    call, bw = cluster.launch_overhead_s + cluster.step_call_s, cluster.update_bw_bytes_per_s
+    call, bw = cluster.step_call_s, cluster.update_bw_bytes_per_s
     passes = {o: float(update_time_s(float(param_bytes[o]), 0.0, bw[home[o]])) for o in owners}
     start, end, t, i = [], [], 0.0, 0
     while i < len(owners):

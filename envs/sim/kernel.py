@@ -315,7 +315,7 @@ class KernelData:
         self.no_homes = np.full((1, self.n), -1, dtype=np.int64)
         self.no_blocks = self.no_homes
         # the fixed cost of one call of the worker stepping in the backward, per home (envs.sim.kernel_homes)
-        self.step_call = np.ascontiguousarray(c.launch_overhead_s + c.step_call_s, dtype=np.float64)
+        self.step_call = np.ascontiguousarray(c.step_call_s, dtype=np.float64)
         self.no_pairs = (np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64), self.step_call)
 
     def update_s(self, param_devices: np.ndarray) -> np.ndarray:

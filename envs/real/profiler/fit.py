@@ -163,7 +163,7 @@ def calibrate_cluster(
             dataclasses.replace(device, **rates[device.kind]) if device.kind in rates else device for device in devices
         ]
     devices = [
-        dataclasses.replace(device, **host_fields(profiled.get(torch_of[device.name], {}), device.launch_overhead_s))
+        dataclasses.replace(device, **host_fields(profiled.get(torch_of[device.name], {})))
         if device.kind == "cpu"
         else device
         for device in devices
@@ -176,11 +176,10 @@ def calibrate_cluster(
     )
 
 
-def host_fields(entry: Mapping[str, Any], launch_overhead_s: float = 0.0) -> dict[str, float]:
+def host_fields(entry: Mapping[str, Any]) -> dict[str, float]:
     """The :class:`envs.cluster.Device` host fields a profiled host device's entry measured (its ``staging``,
     ``contention`` and ``step_call``, :mod:`envs.real.profiler.host`); none for an entry without them. A call's
-    fixed cost less the device's ``launch_overhead_s`` (which every update is charged already) is its
-    ``step_call_s``, at least 0.
+    fixed cost is its ``step_call_s`` (at least 0).
 
     >>> host_fields(
     ...     {"staging": {"latency_s": 2e-6, "bandwidth_bytes_per_s": 5e9}, "contention": {"op": 0.3, "issue": 0.1},
@@ -188,8 +187,6 @@ def host_fields(entry: Mapping[str, Any], launch_overhead_s: float = 0.0) -> dic
     ... )  # doctest: +NORMALIZE_WHITESPACE
     {'stage_latency_s': 2e-06, 'stage_bandwidth_bytes_per_s': 5000000000.0,
      'contention_op': 0.3, 'contention_issue': 0.1, 'step_call_s': 2.5e-05}
-    >>> host_fields({"step_call": {"call_s": 4e-6}}, 5e-6)  # under the launch: nothing more
-    {'step_call_s': 0.0}
     """
     out: dict[str, float] = {}
     stage, contention, call = entry.get("staging"), entry.get("contention"), entry.get("step_call")
@@ -202,7 +199,7 @@ def host_fields(entry: Mapping[str, Any], launch_overhead_s: float = 0.0) -> dic
             contention_op=min(float(contention["op"]), 100.0), contention_issue=min(float(contention["issue"]), 100.0)
         )
     if isinstance(call, Mapping):
-        out["step_call_s"] = max(float(call["call_s"]) - float(launch_overhead_s), 0.0)
+        out["step_call_s"] = max(float(call["call_s"]), 0.0)
     return out
 
 

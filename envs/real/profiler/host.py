@@ -15,7 +15,7 @@ both on this machine, with the intra-op threads torch uses now:
   ``contention_op`` and ``contention_issue``;
 * :func:`time_step_call`: the fixed cost of one fused Adam call on the host, which the
   worker stepping homed parameters during the backward pays per batch
-  (:mod:`envs.real.homes`): ``step_call_s`` over the host's launch overhead.
+  (:mod:`envs.real.homes`): the host's ``step_call_s``.
 
 :func:`envs.real.profiler.fit.calibrate_cluster` puts them on the host device.
 """

@@ -122,7 +122,7 @@ def test_a_calibrated_host_pays_its_measured_call_cost_per_batch_of_parameters_s
     check_profile(prof)
     preset = Cluster.preset("h200x1")
     c = calibrate_cluster(preset, prof, device_map="gpu:0=cuda:0,cpu:0=cpu")
-    assert c.devices[0].step_call_s == pytest.approx(45e-6 - preset.devices[0].launch_overhead_s)
+    assert c.devices[0].step_call_s == 45e-6  # the call's whole fixed cost, whatever launch the host was fitted
     assert c.devices[1].step_call_s == STEP_CALL_S  # a GPU's is its default (no worker runs there)
     assert Cluster.from_dict(c.to_dict()).devices[0] == c.devices[0]
 

@@ -140,7 +140,7 @@ def test_the_host_worker_steps_together_the_parameters_complete_while_it_was_bus
     assert s.start_s.tolist() == [1, 4, 7] and s.end_s.tolist() == [4, 7, 8]
     ht = np.zeros((6, 3))
     ht[5] = t.grad_end_s
-    call = c.launch_overhead_s + c.step_call_s
+    call = c.step_call_s
     done = np.empty(3)
     end = host_step_chain(3, home, home, ht, *pairs, param_b, call, c.update_bw_bytes_per_s, done, 5.0)
     assert end == 8.0 and done.tolist() == [1.0, 2.0, 2.5]
