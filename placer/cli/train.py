@@ -293,6 +293,8 @@ def equal_budget_line(doc: dict) -> str | None:
             "run's own time"
         )
     search = f"{eq['method']} given {given}"
+    if (doc.get("homes") or {}).get("searched"):  # not the rival a run with home moves is judged against
+        search += ", op placements only: it has no home moves (the uniform ablation searches them)"
     best, name, heuristic = eq["step_time_s"], eq["method"], doc.get("best_heuristic_step_time_s")
     if heuristic is not None and heuristic < best:  # a poor search at equal budget must not flatter the learner
         best, name = heuristic, doc["best_heuristic"]

@@ -140,6 +140,15 @@ def test_placer_train_says_what_it_homed(tmp_path, capsys):
     }
 
 
+def test_the_equal_budget_line_says_its_search_has_no_home_moves_where_the_run_searched_them():
+    from placer.cli.train import equal_budget_line
+
+    eq = {"method": "module_search", "simulated": 1000, "evals": 1000, "step_time_s": 0.02, "wall_s": 1.0}
+    doc = {"equal_budget_search": eq, "best_step_time_s": 0.01, "env": "sim", "homes": {"searched": True}}
+    assert "op placements only: it has no home moves (the uniform ablation searches them)" in equal_budget_line(doc)
+    assert "home moves" not in equal_budget_line({**doc, "homes": {"searched": False}})
+
+
 def test_the_small_model_note_is_left_out_where_no_single_device_holds_the_model():
     """The best single device's time ignores memory: where no single device holds the model ("single" found no
     placement that fits), a plan slower than it is no sign that the model is too small to split."""
