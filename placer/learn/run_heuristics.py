@@ -5,12 +5,13 @@ re-scores their placements through the run's scorer where the run scores in its
 own issue order, and under ``--env measured`` measures the fastest few on the
 run's workers (:func:`measured_heuristics`). The best of them is the run's
 incumbent: the move search's start, the policy's imitation target, the time to
-beat.
+beat. A run with home moves adds FSDP2's offload as a plan (:func:`with_offload_baselines`).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from typing import Any
 
 import numpy as np
 
@@ -149,6 +150,43 @@ def score_heuristics(
         # scored as the samples are (a measured run that measured no heuristic has no time to beat)
         time_to_beat_s=best_s if measured or not measured_run else None,
         simulated=simulated,
+    )
+
+
+#: The heuristics' names of FSDP2's ``CPUOffloadPolicy`` as a plan in a run with home moves: every op on the first
+#: GPU, every parameter that can live apart homed on the host; and the same with every candidate layer checkpointed
+#: (a run whose moves checkpoint layers too).
+FSDP2_OFFLOAD, FSDP2_OFFLOAD_CHECKPOINTED = "fsdp2_offload", "fsdp2_offload_checkpointed"
+
+
+def with_offload_baselines(h: RunHeuristics, graph: OpGraph, codes: Any, score: CachedScorer) -> RunHeuristics:
+    """``h`` with FSDP2's offload as a plan among the heuristics (:data:`FSDP2_OFFLOAD`, and with checkpoint moves
+    :data:`FSDP2_OFFLOAD_CHECKPOINTED`), encoded in the run's ``codes`` (:class:`placer.learn.home_moves.HomeCodes`
+    or :class:`placer.learn.checkpoint_moves.BlockCodes` over them) and scored by the run's scorer: the rival a run
+    for a model that does not fit the GPUs is judged against, and its start where it is the fastest. Its homed
+    parameters are stepped as the run steps them (``--host-step``): during the backward, FSDP2's plan is faster
+    than FSDP2 runs it, a stronger rival. A simulated run only (home moves are)."""
+    homes = codes.homes if codes.has_blocks else codes
+    if homes is None:
+        return h
+    op_devices, where = homes.decode(np.full(graph.num_ops, homes.num_devices, dtype=np.int64))  # all apart
+    plans = {FSDP2_OFFLOAD: codes.encode(op_devices, where)}
+    if codes.has_blocks:
+        plans[FSDP2_OFFLOAD_CHECKPOINTED] = codes.encode(op_devices, where, codes.names_all)
+    times, best = dict(h.times), (h.best_name, h.best_step_time_s, h.best_op_devices)
+    for name, plan in plans.items():
+        if plan is None:
+            continue
+        times[name] = _scored(score, plan)
+        if times[name] < best[1]:
+            best = (name, times[name], plan)
+    return replace(
+        h,
+        times=times,
+        best_name=best[0],
+        best_step_time_s=best[1],
+        best_op_devices=best[2],
+        time_to_beat_s=best[1],  # (scored by the run's scorer, which counts them)
     )
 
 

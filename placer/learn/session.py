@@ -32,7 +32,7 @@ from placer.learn.checkpoint_moves import BlockCodes
 from placer.learn.config import TrainConfig
 from placer.learn.home_moves import HomeCodeScorer
 from placer.learn.progress import Progress, ms
-from placer.learn.run_heuristics import score_heuristics
+from placer.learn.run_heuristics import FSDP2_OFFLOAD, score_heuristics, with_offload_baselines
 from placer.learn.run_scorers import CachedScorer, checkpointing_blocks, home_codes, rank_sim, reference_time
 from placer.learn.rundir import BEST_NAME, adopt_newer_best, run_best_placement, save_best, save_pruned
 from placer.learn.state import RunState, TrainResult
@@ -101,6 +101,15 @@ class Session:
         )
         self.t_ref = reference_time(self.scorer, graph, cluster, config.executor)
         self.heuristics = score_heuristics(graph, cluster, config, self.scorer, progress)
+        if self.homes_searched:  # FSDP2's offload as a plan: the rival of a model that does not fit the GPUs
+            self.heuristics = with_offload_baselines(self.heuristics, graph, self.codes, self.scorer)
+            fsdp2 = self.heuristics.times.get(FSDP2_OFFLOAD)
+            if fsdp2 is not None:
+                progress.phase(
+                    "FSDP2's offload as a plan (every op on the GPU, every parameter homed on the host, stepped as "
+                    f"this run steps them): {ms(fsdp2)}; "
+                    f"best heuristic: {self.heuristics.best_name} {ms(self.heuristics.best_step_time_s)}"
+                )
         # the simulator of this problem (executor, microbatches): the lower bound, the move search's schedules, and
         # under --env sim the planner of the best placement's issue order; the scorer itself when it is one
         # (across processes, --ranks: the simulator of ranks, which has no planned order; its bound is that of ranks)

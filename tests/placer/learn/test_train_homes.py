@@ -124,6 +124,7 @@ def test_placer_train_says_what_it_homed(tmp_path, capsys):
     assert main([*argv, "--logdir", str(tmp_path / "a")]) == 0
     out = capsys.readouterr().out
     assert "homes            " in out and "parameters (" in out and "live on the host, copied to their ops' GPU" in out
+    assert "(fsdp2_offload)  (learned " in out  # the best heuristic: FSDP2's offload as a plan
     assert (
         "stepped during the backward (simulated " in out and "placer.apply.step_in_backward(placed, optimizer)" in out
     )
@@ -157,3 +158,46 @@ def test_the_small_model_note_is_left_out_where_no_single_device_holds_the_model
     doc = {"best_step_time_s": 2.0e-3, "reference_step_time_s": 1.8e-3, "env": "sim", "heuristics": {"single": 3e-3}}
     assert "too small to gain from splitting" in small_model_line(doc)
     assert small_model_line({**doc, "heuristics": {"single": None}}) is None
+
+
+def test_fsdp2s_offload_as_a_plan_is_among_the_heuristics_of_a_run_with_home_moves():
+    """Every op on the GPU, every parameter homed on the host (and, with checkpoint moves, every layer checkpointed
+    too): scored as the run scores, stepped as it steps them; the run's best heuristic and start where it is the
+    fastest."""
+    from dataclasses import replace
+
+    from placer.learn.checkpoint_choice import candidate_blocks
+    from placer.learn.checkpoint_moves import BlockCodes
+    from placer.learn.run_heuristics import (
+        FSDP2_OFFLOAD,
+        FSDP2_OFFLOAD_CHECKPOINTED,
+        RunHeuristics,
+        with_offload_baselines,
+    )
+    from placer.learn.run_scorers import CachedScorer
+    from tests.placer.learn.test_checkpoint_choice import activation_problem
+
+    g, cluster = offload_problem()
+    codes = HomeCodes(g, cluster, cluster.gpu_indices())
+    env = envs.SimEnv(g, cluster)
+    env.host_step = "backward"
+    h0 = RunHeuristics({"single": 100.0}, {}, "single", 100.0, np.zeros(6, dtype=np.int32), 100.0, 7)
+    h = with_offload_baselines(h0, g, codes, CachedScorer(HomeCodeScorer(env, codes)))
+    plan = Placement.from_indices(g, cluster.device_names, [GPU] * 6, homes=[CPU] * 6, host_step="backward")
+    assert h.times[FSDP2_OFFLOAD] == pytest.approx(env.simulate(plan).step_time_s, rel=1e-9)
+    assert h.best_name == FSDP2_OFFLOAD and h.time_to_beat_s == h.best_step_time_s == h.times[FSDP2_OFFLOAD]
+    assert h.best_op_devices.tolist() == [2] * 6 and h.simulated == 7 and h.times["single"] == 100.0
+    fast = replace(h0, best_step_time_s=1e-3, time_to_beat_s=1e-3)  # a faster heuristic stays the best
+    assert with_offload_baselines(fast, g, codes, CachedScorer(HomeCodeScorer(env, codes))).best_name == "single"
+    # with checkpoint moves (codes with a bit per op over the home codes): the plan with every layer checkpointed too
+    g, cluster = activation_problem()
+    g.param_bytes = np.full(g.num_ops, 4 * MB, dtype=np.int64)
+    g.params = [[f"w{k}"] for k in range(g.num_ops)]
+    names = candidate_blocks(g)
+    codes = BlockCodes(g, names, HomeCodes(g, cluster, cluster.gpu_indices()), cluster.num_devices)
+    env = envs.SimEnv(g, cluster)
+    h = with_offload_baselines(h0, g, codes, CachedScorer(HomeCodeScorer(env, codes)))
+    every = Placement.from_indices(g, cluster.device_names, [GPU] * g.num_ops, homes=[CPU] * g.num_ops)
+    assert h.times[FSDP2_OFFLOAD] == pytest.approx(env.simulate(every).step_time_s, rel=1e-9)
+    every.checkpoint = names
+    assert h.times[FSDP2_OFFLOAD_CHECKPOINTED] == pytest.approx(env.simulate(every).step_time_s, rel=1e-9)
