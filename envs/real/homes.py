@@ -68,12 +68,15 @@ from __future__ import annotations
 
 import inspect
 import math
+import statistics
+import time
 import warnings
 from collections import deque
 from collections.abc import Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import nullcontext
 from contextvars import ContextVar
+from dataclasses import dataclass, field
 from functools import partial
 from typing import Any, NamedTuple
 
@@ -193,6 +196,34 @@ def dense(size: tuple[int, ...], stride: tuple[int, ...]) -> bool:
     return True
 
 
+@dataclass
+class HostStepCounts:
+    """What the host worker stepping homed parameters during the backward did (:meth:`HomeRuntime.step_in_backward`)
+    in the backward under way, and one entry per backward done (``done``): its optimizer calls and the masters they
+    stepped, the wall seconds of the worker's tasks (its waits for the interpreter's lock included), and how long
+    ``backward()`` waited for the worker once autograd was done (the part of the host's Adam that did not overlap
+    the backward)."""
+
+    calls: int = 0
+    stepped: int = 0
+    worker_s: float = 0.0
+    done: list[dict[str, float]] = field(default_factory=list)
+
+    def backward_done(self, waited_s: float) -> None:
+        """Close the backward under way: its counts become an entry of ``done``."""
+        self.done.append(
+            {"calls": self.calls, "stepped": self.stepped, "worker_s": self.worker_s, "waited_s": waited_s}
+        )
+        self.calls, self.stepped, self.worker_s = 0, 0, 0.0
+
+    def median(self, last: int | None = None) -> dict[str, float] | None:
+        """The median of each count over the ``last`` backwards done (all: None); None before the first."""
+        entries = self.done[-last:] if last else self.done
+        if not entries:
+            return None
+        return {k: float(statistics.median(e[k] for e in entries)) for k in entries[0]}
+
+
 class HomeRuntime(nn.Module):
     """The home copies of one placed module: its masters, and per device its streams and windows.
 
@@ -234,6 +265,7 @@ class HomeRuntime(nn.Module):
         self.executor: ThreadPoolExecutor | None = None  # the host worker (made on first use)
         self.futures: list[Future] = []  # this backward's tasks on it
         self.inbox: deque[tuple[int, torch.Tensor, Any]] = deque()  # gradients home, not yet taken by the worker
+        self.counts = HostStepCounts()  # what the worker did, over the backwards since the last reset
 
     def copy_bytes(self) -> list[int]:
         """Per master entry, the bytes of each copy made of it for its reader (all of it, or the part it reads)."""
@@ -457,6 +489,13 @@ class HomeRuntime(nn.Module):
     def _drain(self) -> None:
         """On the host worker: every gradient queued so far (each once its ``event`` is done; None: it is), added
         to its master's; then the masters that have all their expected gradients stepped together."""
+        t0 = time.perf_counter()
+        try:
+            self._take_queued()
+        finally:
+            self.counts.worker_s += time.perf_counter() - t0
+
+    def _take_queued(self) -> None:
         complete = []
         while self.inbox:
             index, grad, event = self.inbox.popleft()
@@ -485,6 +524,8 @@ class HomeRuntime(nn.Module):
             sub.param_groups[0]["params"] = [self.distinct[slot] for slot in members]
             sub.state = self.optimizer.state  # load_state_dict replaces it
             sub.step()
+            self.counts.calls += 1
+            self.counts.stepped += len(members)
             for slot in members:
                 self.done[slot] = True
                 self.stepped.add(slot)
@@ -492,16 +533,19 @@ class HomeRuntime(nn.Module):
     def _finish_steps(self) -> None:
         """The end of a backward stepping in it: wait for the worker (its first exception raised here), then step
         every master that received gradients but was not stepped (fewer arrived than its fetches expected)."""
-        error = None
+        error, t0 = None, time.perf_counter()
         for future in self.futures:
             e = future.exception()
             if e is not None and error is None:
                 error = e
+        waited_s = time.perf_counter() - t0
         if error is not None:
             raise error
         if self.optimizer is None:
             return
         self._step([slot for slot, arrived in enumerate(self.arrived) if arrived and not self.done[slot]])
+        if self.futures:
+            self.counts.backward_done(waited_s)
 
     def _hide_stepped(self, optimizer: Any, args: Any, kwargs: Any) -> None:
         """Before the user's ``step()``: the masters stepped in the backward have no gradient for it."""

@@ -190,6 +190,9 @@ def run_here(args: argparse.Namespace) -> int:
                 "thread_cache_off": m["protocol"]["thread_cache_off"],  # glibc's, as this process started
             },
         )
+        steps = host_step_counts(module, args.steps)
+        if steps is not None:
+            result.extra["host_steps"] = steps
     except (torch.OutOfMemoryError, MemoryError, timing.StepTimeout) as e:
         status = timing.failure_status(e)
         result = envs.Result(
@@ -216,8 +219,26 @@ def run_here(args: argparse.Namespace) -> int:
     for device, torch_device in torch_devices.items():
         peak_gb = result.peak_bytes.get(device, 0) / 1e9
         print(f"{device:<8} {str(torch_device):<8} {counts.get(device, 0):>6} {peak_gb:>11.3f} GB")
+    steps = result.extra.get("host_steps")
+    if steps:
+        print(
+            f"homes    {steps['stepped']:.0f} homed parameters stepped during each backward in {steps['calls']:.0f} "
+            f"optimizer calls (medians of the timed steps): the host worker's tasks took {steps['worker_s'] * 1e3:.2f} "
+            f"ms, and backward() waited {steps['waited_s'] * 1e3:.2f} ms for them after autograd (the host's Adam "
+            "not overlapped)"
+        )
     print(f"loss {result.extra['losses'][0]:.4f} -> {result.extra['losses'][-1]:.4f}")
     return 0
+
+
+def host_step_counts(module: Any, steps: int) -> dict[str, float] | None:
+    """The median over the last ``steps`` backwards (the timed steps) of what the host worker stepping ``module``'s
+    homed parameters during the backward did (:class:`envs.real.homes.HostStepCounts`); None where nothing stepped
+    so."""
+    from envs.real.homes import runtime_of
+
+    runtime = runtime_of(module)
+    return None if runtime is None else runtime.counts.median(steps)
 
 
 def check_devices(placement: Placement, cluster: Any, path: str) -> None:

@@ -474,6 +474,11 @@ def test_homed_parameters_stepped_in_the_backward_train_as_the_unplaced_model_do
     train_stepping_in_backward(placed, ref, inputs, homed, opt, ref_opt)
     assert sorted(s for _, slots in calls for s in slots) == sorted(list(range(6)) * 3)  # each once per step
     assert all(name.startswith("placer-host-step") for name, slots in calls if slots)  # on the worker
+    # what the worker did, one entry per backward (placer run reports their medians)
+    done = runtime.counts.done
+    assert [e["stepped"] for e in done] == [6] * 3 and all(1 <= e["calls"] <= 6 for e in done)
+    assert all(e["worker_s"] > 0 and e["waited_s"] >= 0 for e in done)
+    assert runtime.counts.median(2)["stepped"] == 6 and homes.HostStepCounts().median() is None
 
 
 def test_the_worker_steps_together_the_masters_whose_gradients_came_while_it_was_busy(monkeypatch):
@@ -498,6 +503,7 @@ def test_the_worker_steps_together_the_masters_whose_gradients_came_while_it_was
     monkeypatch.setattr(sub, "step", lambda: (steps.append([id(p) for p in sub.param_groups[0]["params"]]), sub_step()))
     train_stepping_in_backward(placed, ref, inputs, homed, opt, ref_opt, steps=1)
     assert calls[0] == len(runtime.masters) and not any(calls[1:])  # all ten gradients in the first task
+    assert runtime.counts.done[-1]["calls"] == 1 and runtime.counts.done[-1]["stepped"] == 6
     assert len(steps) == 1 and sorted(steps[0]) == sorted(id(m) for m in runtime.distinct)  # one call over the six
 
 

@@ -65,6 +65,15 @@ def test_homes_plans_a_model_that_does_not_fit_the_gpu_and_placer_run_runs_it(ca
     )  # fmt: skip
     assert rc == 0, err
     assert json.loads(out)["status"] == "ok"
+    # stepped during the backward: placer run registers the optimizer and reports what the host worker did
+    plan.host_step = "backward"
+    plan.save(str(out_path))
+    argv = ["run", SOURCE, "--placement", str(out_path), "--cluster", capped_cluster, "--device-map", "*=cpu"]
+    rc, out, err = run(capsys, *argv, "--steps", "2", "--warmup", "1", "--json")
+    steps = json.loads(out)["extra"]["host_steps"]
+    assert rc == 0 and 1 <= steps["calls"] <= steps["stepped"] and steps["stepped"] >= 1, err
+    rc, out, err = run(capsys, *argv, "--steps", "2", "--warmup", "1")
+    assert rc == 0 and "homed parameters stepped during each backward in " in out, err
     # the same plan with its layers checkpointed (each on one device) runs too
     p = plan.indices(graph, cluster.device_names)
     plan.checkpoint = [b for b in candidate_blocks(graph) if len(set(p[checkpoint_blocks(graph, [b]) >= 0])) == 1]
