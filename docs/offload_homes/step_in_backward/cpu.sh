@@ -38,7 +38,12 @@ PY
 for r in $(seq 1 "$ROUNDS"); do
   for mode in backward after; do
     s=$($PLACER run "$SOURCE" --placement "$TMP/$mode.json" --cluster "$CLUSTER" --device-map "$DEVICE_MAP" --steps 10 \
-      --warmup 2 --json | python3 -c "import json, sys; print(json.load(sys.stdin)['step_time_s'])")
+      --warmup 2 --json | python3 -c "
+import json, sys
+d = json.load(sys.stdin)
+h = d.get('extra', {}).get('host_steps')  # stepping in the backward: what the worker did (medians)
+print(d['step_time_s'], '' if not h else 'worker: %d calls, tasks %.2f ms, waited %.2f ms' % (
+    h['calls'], h['worker_s'] * 1e3, h['waited_s'] * 1e3))")
     echo "round $r $mode $s"
   done
 done
