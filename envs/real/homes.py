@@ -196,10 +196,15 @@ def dense(size: tuple[int, ...], stride: tuple[int, ...]) -> bool:
     return True
 
 
+#: Backwards whose counts :class:`HostStepCounts` keeps (a long training run steps millions of times).
+COUNTS_KEPT = 1000
+
+
 @dataclass
 class HostStepCounts:
     """What the host worker stepping homed parameters during the backward did (:meth:`HomeRuntime.step_in_backward`)
-    in the backward under way, and one entry per backward done (``done``): its optimizer calls and the masters they
+    in the backward under way, and one entry per backward done (``done``, the last :data:`COUNTS_KEPT`): its
+    optimizer calls and the masters they
     stepped, the wall seconds of the worker's tasks (its waits for the interpreter's lock included), and how long
     ``backward()`` waited for the worker once autograd was done (the part of the host's Adam that did not overlap
     the backward)."""
@@ -207,7 +212,7 @@ class HostStepCounts:
     calls: int = 0
     stepped: int = 0
     worker_s: float = 0.0
-    done: list[dict[str, float]] = field(default_factory=list)
+    done: deque[dict[str, float]] = field(default_factory=lambda: deque(maxlen=COUNTS_KEPT))
 
     def backward_done(self, waited_s: float) -> None:
         """Close the backward under way: its counts become an entry of ``done``."""
@@ -218,7 +223,7 @@ class HostStepCounts:
 
     def median(self, last: int | None = None) -> dict[str, float] | None:
         """The median of each count over the ``last`` backwards done (all: None); None before the first."""
-        entries = self.done[-last:] if last else self.done
+        entries = list(self.done)[-last:] if last else list(self.done)
         if not entries:
             return None
         return {k: float(statistics.median(e[k] for e in entries)) for k in entries[0]}

@@ -678,3 +678,13 @@ def test_the_measurements_adam_steps_the_homed_parameters_when_the_plan_says(hos
     assert opt.defaults["fused"] and len(opt.param_groups[0]["params"]) == len(list(placed.parameters()))
     runtime = placed.get_submodule(homes.RUNTIME_ATTR)
     assert (runtime.optimizer is opt) == (host_step == "backward")
+
+
+def test_the_worker_s_counts_keep_the_last_backwards_only():
+    counts = homes.HostStepCounts()
+    for k in range(homes.COUNTS_KEPT + 500):  # a long training run's backwards
+        counts.calls, counts.stepped = k, 1
+        counts.backward_done(waited_s=0.5)
+    assert len(counts.done) == homes.COUNTS_KEPT and counts.done[0]["calls"] == 500
+    assert counts.median(3) == {"calls": homes.COUNTS_KEPT + 498, "stepped": 1, "worker_s": 0.0, "waited_s": 0.5}
+    assert counts.calls == 0 and counts.stepped == 0  # each backward's own
