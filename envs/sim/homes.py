@@ -88,12 +88,13 @@ class HostSteps(NamedTuple):
     home: np.ndarray  # where they live (the step runs there)
     start_s: np.ndarray
     end_s: np.ndarray
+    batch: np.ndarray  # the worker's batch it was stepped in (0, 1, ...): one optimizer call per batch and home
 
 
 def no_host_steps() -> HostSteps:
     """The :class:`HostSteps` of a step that takes none during the backward."""
     z, i = np.zeros(0), np.zeros(0, dtype=np.int64)
-    return HostSteps(i, i.copy(), z, z.copy())
+    return HostSteps(i, i.copy(), z, z.copy(), i.copy())
 
 
 def host_steps(
@@ -133,7 +134,7 @@ def host_steps(
     owners = sorted(complete, key=lambda o: (complete[o], o))
     call, bw = cluster.step_call_s, cluster.update_bw_bytes_per_s
     passes = {o: float(update_time_s(float(param_bytes[o]), 0.0, bw[home[o]])) for o in owners}
-    start, end, t, i = [], [], 0.0, 0
+    start, end, batch, t, i, k = [], [], [], 0.0, 0, 0
     while i < len(owners):
         t = taken = max(t, complete[owners[i]])  # the worker takes every op complete by then
         called: set[int] = set()  # the homes whose call this batch has begun
@@ -144,12 +145,15 @@ def host_steps(
             start.append(t)
             t += fixed + passes[o]
             end.append(t)
+            batch.append(k)
             i += 1
+        k += 1
     return HostSteps(
         np.array(owners, dtype=np.int64),
         np.array([home[o] for o in owners], dtype=np.int64),
         np.array(start, dtype=np.float64),
         np.array(end, dtype=np.float64),
+        np.array(batch, dtype=np.int64),
     )
 
 

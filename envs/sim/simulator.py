@@ -384,7 +384,9 @@ class SimEnv:
             return sched
         steps = host_steps(sched.homes, self.home_copies[:2], self.sim_graph.param_bytes, self.cluster)
         sched.update_s = self.update_s(schedule_param_devices(sched), stepped=steps.owner)
-        sched.backward_end_s = max(float(sched.backward_end_s), float(steps.end_s.max(initial=0.0)))
+        steps_end = float(steps.end_s.max(initial=0.0))
+        sched.host_step_wait_s = max(steps_end - float(sched.backward_end_s), 0.0)  # placer run's "waited"
+        sched.backward_end_s = max(float(sched.backward_end_s), steps_end)
         sched.host_steps = steps
         return sched
 

@@ -99,6 +99,11 @@ def step_result(env: "SimEnv", schedule: Schedule, *, trace: bool = False) -> Re
         "microbatches": env.microbatches,
         "inflight": env.inflight,
     }
+    if len(schedule.host_steps.owner):  # stepped during the backward: its steps, and how long backward() waits
+        steps = schedule.host_steps  # one optimizer call per batch and home
+        calls = len(set(zip(steps.batch.tolist(), steps.home.tolist())))
+        extra["host_steps"] = {"calls": calls, "stepped": len(steps.owner)}
+        extra["host_steps"]["waited_s"] = float(schedule.host_step_wait_s)
     if trace:
         extra["trace"] = chrome_trace(env, schedule)
     result = Result(

@@ -61,6 +61,7 @@ class Schedule:
     blocks: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
     recompute_start_s: np.ndarray = field(default_factory=lambda: np.zeros(0))
     host_steps: HostSteps = field(default_factory=no_host_steps)
+    host_step_wait_s: float = 0.0  # how long backward() waits for those steps after autograd's last task
 
     @property
     def step_time_s(self) -> float:

@@ -108,5 +108,11 @@ def _print_result(result: Any, bound: float, placement: Placement, cluster: Any)
         print("links busy: " + ", ".join(f"{k} {v * 1e3:.3f} ms" for k, v in sorted(links)))
     if placement.param_homes:
         print(f"homes       {len(placement.param_homes)} parameters live apart from their ops (param_homes)")
+    steps = result.extra.get("host_steps")
+    if steps:  # stepped during the backward: what `placer run`'s homes line measures
+        print(
+            f"host steps  {steps['stepped']} offloaded ops' parameters stepped during the backward in {steps['calls']} "
+            f"calls of the host worker; backward() waits {steps['waited_s'] * 1e3:.3f} ms for it after autograd"
+        )
     if placement.checkpoint:
         print(f"checkpoint  {len(placement.checkpoint)} blocks run their forward again in the backward")

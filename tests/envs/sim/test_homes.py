@@ -89,7 +89,7 @@ def test_homed_parameters_stepped_during_the_backward_each_once_its_gradient_is_
     c = changed(toy.cluster(), cpu_0={"mem_bw_bytes_per_s": 7.0})
     env = SimEnv(g, c, backend=backend)
     p = Placement.from_indices(g, DEVICES, [toy.G0] * 3, homes=[-1, toy.CPU, toy.CPU])
-    assert env.simulate(p).step_time_s == 21.0
+    assert env.simulate(p).step_time_s == 21.0 and "host_steps" not in env.simulate(p).extra
     p.host_step = "backward"
     s = env.schedule(p)
     assert s.bwd_end_s.tolist() == [16, 14, 10]  # the backward itself does not change
@@ -97,6 +97,11 @@ def test_homed_parameters_stepped_during_the_backward_each_once_its_gradient_is_
     assert s.host_steps.start_s.tolist() == [13, 16] and s.host_steps.end_s.tolist() == [16, 18]
     r = env.simulate(p)
     assert r.step_time_s == 18.0 and r.extra["backward_end_s"] == 18.0 and r.extra["update_s"] == 0.0
+    # two calls (c alone, then b); autograd's last task ends at 16: backward() waits 2 s for the worker
+    assert r.extra["host_steps"] == {"calls": 2, "stepped": 2, "waited_s": 2.0} and s.host_steps.batch.tolist() == [
+        0,
+        1,
+    ]
     assert r.busy_s["cpu:0"] == 5.0
     # the batch path: the env's host_step, or the call's
     homes, rows = p.home_indices(g), p.indices(g)[None, :]
@@ -115,7 +120,7 @@ def test_homed_parameters_stepped_during_the_backward_each_once_its_gradient_is_
     env = SimEnv(g, c, backend=backend)
     s = env.schedule(p)
     assert s.host_steps.start_s.tolist() == [13, 17] and s.host_steps.end_s.tolist() == [17, 20]
-    assert env.simulate(p).step_time_s == 20.0
+    assert env.simulate(p).step_time_s == 20.0 and env.simulate(p).extra["host_steps"]["waited_s"] == 4.0
     assert env.batch(rows, homes=homes, host_step="backward")[0].tolist() == [20.0]
     p.host_step = "after"
     assert env.simulate(p).step_time_s == 21.0
@@ -137,7 +142,7 @@ def test_the_host_worker_steps_together_the_parameters_complete_while_it_was_bus
     pairs, param_b = (np.arange(3), np.arange(3)), np.full(3, 1.0)
     s = host_steps(t, pairs, param_b, c)
     assert s.owner.tolist() == [0, 1, 2] and s.home.tolist() == [toy.CPU] * 3
-    assert s.start_s.tolist() == [1, 4, 7] and s.end_s.tolist() == [4, 7, 8]
+    assert s.start_s.tolist() == [1, 4, 7] and s.end_s.tolist() == [4, 7, 8] and s.batch.tolist() == [0, 1, 1]
     ht = np.zeros((6, 3))
     ht[5] = t.grad_end_s
     call = c.step_call_s

@@ -74,6 +74,8 @@ def test_homes_plans_a_model_that_does_not_fit_the_gpu_and_placer_run_runs_it(ca
     assert rc == 0 and 1 <= steps["calls"] <= steps["stepped"] and steps["stepped"] >= 1, err
     rc, out, err = run(capsys, *argv, "--steps", "2", "--warmup", "1")
     assert rc == 0 and "homed parameters stepped during each backward in " in out, err
+    rc, out, err = run(capsys, "simulate", SOURCE, str(out_path), "--cluster", capped_cluster)  # what it predicts
+    assert rc == 0 and "calls of the host worker; backward() waits " in out, err
     # the same plan with its layers checkpointed (each on one device) runs too
     p = plan.indices(graph, cluster.device_names)
     plan.checkpoint = [b for b in candidate_blocks(graph) if len(set(p[checkpoint_blocks(graph, [b]) >= 0])) == 1]
