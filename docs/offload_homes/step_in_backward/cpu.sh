@@ -32,8 +32,10 @@ for step in ("backward", "after"):
     p.host_step = step
     p.save(f"{tmp}/{step}.json")
     r = env.simulate(p)
+    h = r.extra.get("host_steps")  # stepped in the backward: the worker's calls and backward()'s wait, predicted
     print(f"plan {step}: {len(p.param_homes)} parameters homed ({p.homed_bytes(graph) / 2**20:.1f} MiB), "
-          f"simulated on {cluster.name}: {r.step_time_s * 1e3:.3f} ms ({r.status})")
+          f"simulated on {cluster.name}: {r.step_time_s * 1e3:.3f} ms ({r.status})"
+          + (f"; worker: {h['calls']} calls, waited {h['waited_s'] * 1e3:.2f} ms" if h else ""))
 PY
 for r in $(seq 1 "$ROUNDS"); do
   for mode in backward after; do
