@@ -42,27 +42,26 @@ tensor, freed and made again, and the gradient reaches the master the same way.
 **Stepping in the backward** (a plan's ``host_step`` ``"backward"``; :meth:`HomeRuntime.step_in_backward`
 registers the user's optimizer, :func:`placer.apply.step_in_backward` is the public call). Each forward's
 ``fetch`` of a master that requires a gradient (with grad enabled; a checkpointed block's recompute does not
-count) counts one gradient expected for that master this step: one per reader, so a master several entries
-share (a tied weight, a layer applied twice, the parts of a packed projection) waits for all of them. Each
-gradient sent home is queued, in the order it is sent, for one host worker thread (on CUDA with an event
-recorded on the out stream after its copy home; the worker waits for that event, so it never waits for the
-GPU's later work). Whenever the worker is free it takes every gradient queued so far: it adds each to its
-master's ``.grad`` (the whole master, or its part), then steps together the masters that now have every
-gradient expected for them this step, in one call per group of the user's optimizer: an optimizer of the
-user's type over those masters, with the hyperparameters that group has at that moment and the user's
-optimizer's state (``optimizer.state_dict()`` holds every parameter's). So the worker steps the masters in
-the order their last gradients arrive, while the backward goes on (the host's Adam overlaps the GPU's
-backward), in batches of those that came home while it stepped the last: the Python of one optimizer call
-(tens of microseconds, ``envs.sim.cost.HOST_STEP_CALL_S``) is paid per batch, not per master, when gradients
-come faster than it steps them. The gradients go home as before. At the end of ``backward()`` the final
-callback waits for the worker (a worker's exception is raised there), steps on the calling thread any master
-that received some but not all of the gradients expected (a reader whose output did not reach the loss),
-and resets the counts: ``backward()`` returns once every master that received a gradient is stepped. The
-user's ``optimizer.step()`` after it then steps the rest (the parameters on the GPU): the masters already
-stepped have their ``.grad`` hidden from it (a step pre-hook; a post-hook puts them back, so they stay
-readable after the backward and ``zero_grad()`` clears them as usual). One ``backward()`` per
-``optimizer.step()``: each backward steps the masters it reaches.
-"""
+count) counts one gradient expected for that master this step: one per reader, so a master several entries share
+(a tied weight, a layer applied twice, the parts of a packed projection) waits for all of them. Each gradient sent
+home is queued, in the order it is sent, for one host worker thread (on CUDA with an event recorded on the out
+stream after its copy home; the worker waits for that event, so it never waits for the GPU's later work). Whenever
+the worker is free it takes every gradient queued so far: it adds each to its master's ``.grad`` (the whole
+master, or its part), then steps together the masters that now have every gradient expected for them this step, in
+one call per group of the user's optimizer: an optimizer of the user's type over those masters, with the
+hyperparameters that group has at that moment and the user's optimizer's state (``optimizer.state_dict()`` holds
+every parameter's). So the worker steps the masters in the order their last gradients arrive, while the backward
+goes on (the host's Adam overlaps the GPU's backward), in batches of those that came home while it stepped the
+last: the fixed cost of one optimizer call (about 20 us of Python for fused Adam; the host's ``step_call_s``,
+:class:`envs.cluster.Device`) is paid per batch, not per master, when gradients come faster than it steps them.
+What the worker did is counted per backward (:class:`HostStepCounts`, ``counts``; ``placer run`` reports it). The
+gradients go home as before. At the end of ``backward()`` the final callback waits for the worker (a worker's
+exception is raised there), steps on the calling thread any master that received some but not all of the gradients
+expected (a reader whose output did not reach the loss), and resets the counts: ``backward()`` returns once every
+master that received a gradient is stepped. The user's ``optimizer.step()`` after it then steps the rest (the
+parameters on the GPU): the masters already stepped have their ``.grad`` hidden from it (a step pre-hook; a
+post-hook puts them back, so they stay readable after the backward and ``zero_grad()`` clears them as usual). One
+``backward()`` per ``optimizer.step()``: each backward steps the masters it reaches."""
 
 from __future__ import annotations
 
@@ -204,10 +203,9 @@ COUNTS_KEPT = 1000
 class HostStepCounts:
     """What the host worker stepping homed parameters during the backward did (:meth:`HomeRuntime.step_in_backward`)
     in the backward under way, and one entry per backward done (``done``, the last :data:`COUNTS_KEPT`): its
-    optimizer calls and the masters they
-    stepped, the wall seconds of the worker's tasks (its waits for the interpreter's lock included), and how long
-    ``backward()`` waited for the worker once autograd was done (the part of the host's Adam that did not overlap
-    the backward)."""
+    optimizer calls and the masters they stepped, the wall seconds of the worker's tasks (its waits for the
+    interpreter's lock included), and how long ``backward()`` waited for the worker once autograd was done (the
+    part of the host's Adam that did not overlap the backward)."""
 
     calls: int = 0
     stepped: int = 0
@@ -270,7 +268,7 @@ class HomeRuntime(nn.Module):
         self.executor: ThreadPoolExecutor | None = None  # the host worker (made on first use)
         self.futures: list[Future] = []  # this backward's tasks on it
         self.inbox: deque[tuple[int, torch.Tensor, Any]] = deque()  # gradients home, not yet taken by the worker
-        self.counts = HostStepCounts()  # what the worker did, over the backwards since the last reset
+        self.counts = HostStepCounts()  # what the worker did, per backward
 
     def copy_bytes(self) -> list[int]:
         """Per master entry, the bytes of each copy made of it for its reader (all of it, or the part it reads)."""
@@ -568,7 +566,7 @@ class HomeRuntime(nn.Module):
 
     def __getstate__(self) -> dict[str, Any]:
         state = dict(super().__getstate__())
-        state.update(executor=None, futures=[])  # a thread pool does not copy; a copy makes its own
+        state.update(executor=None, futures=[], inbox=deque())  # a thread pool does not copy; a copy makes its own
         return state
 
 
