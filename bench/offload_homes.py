@@ -41,17 +41,12 @@ import sys
 import time
 from typing import Any
 
-import numpy as np
-
 from bench import offload
 from bench.common import OneLineParser
 from bench.offload import Plan, Scenario
-from envs.sim.homes import homeable
 from graphs import OpGraph, PlacerError
 from graphs.io import write_text_atomic
-from graphs.plan import Placement
-from placer.learn.checkpoint_choice import candidate_blocks
-from placer.learn.offload_plan import plan_with_homes
+from placer.learn.offload_plan import fsdp2_offload_plan, plan_with_homes
 
 GIB = 1 << 30
 HOMED = "placer, move search with homes"
@@ -65,20 +60,6 @@ FSDP2_AC = "FSDP2 CPUOffloadPolicy with every layer checkpointed, as planned"
 def capped(scenario: Scenario, cap_bytes: int) -> Scenario:
     """``scenario`` with its GPU capped at ``cap_bytes``."""
     return dataclasses.replace(scenario, gpu_cap_bytes=int(cap_bytes))
-
-
-def fsdp2_offload_plan(graph: OpGraph, cluster: Any, *, checkpoint: bool = False) -> Placement:
-    """FSDP2's ``CPUOffloadPolicy`` as a placement: every op on the GPU, every parameter that can live apart from its
-    op (:func:`envs.sim.homes.homeable`) homed on the host; ``checkpoint``: every layer of the model's repeated
-    module list (:func:`placer.learn.checkpoint_choice.candidate_blocks`) checkpointed too."""
-    gpu, host = cluster.gpu_indices()[0], cluster.device_names.index("cpu:0")
-    homes = np.where(homeable(graph) == 1, host, -1)
-    p = Placement.from_indices(
-        graph, cluster.device_names, np.full(graph.num_ops, gpu), cluster=cluster.name, method="fsdp2", homes=homes
-    )
-    if checkpoint:
-        p.checkpoint = candidate_blocks(graph)
-    return p
 
 
 def searched_plan(

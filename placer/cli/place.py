@@ -257,7 +257,7 @@ def for_ranks(placement: Placement, graph: OpGraph, cluster: Any) -> Any:
 
 def _homes(args: argparse.Namespace, graph: OpGraph, cluster: Any, options: dict[str, Any]) -> Placement:
     """``--method homes``: the move search with home moves (:func:`placer.learn.offload_plan.plan_with_homes`)."""
-    from placer.learn.offload_plan import HOST_STEP_CHOICES, plan_with_homes
+    from placer.learn.offload_plan import HOST_STEP_CHOICES, fsdp2_offload_times, plan_with_homes
     from placer.methods.heuristics.costs import MEMORY_HEADROOM
 
     unknown = sorted(set(options) - {"evals", "headroom", "checkpoint", "host_step"})
@@ -290,6 +290,7 @@ def _homes(args: argparse.Namespace, graph: OpGraph, cluster: Any, options: dict
         host_step=host_step,
     )
     placement.meta["issue_order"] = "node"  # the search scores node order; the file carries no other
+    placement.meta["fsdp2_offload_s"] = fsdp2_offload_times(graph, cluster)  # the rival, as FSDP2 runs it
     return placement
 
 
@@ -321,6 +322,17 @@ def _say_homes(placement: Placement, graph: OpGraph, cluster: Any, fit: Any) -> 
         )
     elif placement.param_homes and compared:
         print(f"  homed parameters stepped by the optimizer's step after the backward{versus}")
+    rival = {k: v for k, v in (placement.meta.get("fsdp2_offload_s") or {}).items() if v is not None}
+    if rival:  # FSDP2's offload as a plan, the faster of as it is and with every layer checkpointed
+        how = min(rival, key=rival.get)
+        each = "every layer checkpointed" if how == "checkpointed" else "no layer checkpointed"
+        mine = f"; this plan is {rival[how] / fit.step_time_s:.2f}x as fast" if fit.ok else ""
+        print(
+            f"  FSDP2's offload as a plan (every op on the GPU, every parameter homed on the host, stepped after the "
+            f"backward, {each}): {rival[how] * 1e3:.3f} ms simulated{mine}"
+        )
+    elif "fsdp2_offload_s" in placement.meta:
+        print("  FSDP2's offload as a plan (every op on the GPU, every parameter homed on the host) does not fit")
     search = placement.meta.get("checkpoint_search")
     blocks = placement.checkpoint
     if search:  # the searches (placer.learn.offload_plan): layers chosen by moves; every layer, then pruned

@@ -22,6 +22,8 @@ import dataclasses
 import time
 from typing import Any
 
+import numpy as np
+
 import envs
 from graphs import OpGraph, PlacerError
 from graphs.plan import HOST_STEPS, Placement
@@ -38,6 +40,38 @@ CHECKPOINT_BY = ("both", "moves")
 #: What ``plan_with_homes``'s ``host_step`` takes: a plan's :data:`graphs.plan.HOST_STEPS`, or "auto" (the search
 #: steps during the backward; the plan found is simulated both ways and keeps the faster).
 HOST_STEP_CHOICES = ("auto", *HOST_STEPS)
+
+
+def fsdp2_offload_plan(graph: OpGraph, cluster: Any, *, checkpoint: bool = False) -> Placement:
+    """FSDP2's ``CPUOffloadPolicy`` as a placement: every op on the first GPU, every parameter that can live apart
+    from its op (:func:`envs.sim.homes.homeable`) homed on the host (``cpu:0``), stepped after the backward as FSDP2
+    steps them; ``checkpoint``: every layer of the model's repeated module list
+    (:func:`placer.learn.checkpoint_choice.candidate_blocks`) checkpointed too. The rival ``placer place --method
+    homes`` reports and ``bench.offload_homes`` tabulates."""
+    from envs.sim.homes import homeable
+
+    gpu, host = cluster.gpu_indices()[0], cluster.device_names.index("cpu:0")
+    homes = np.where(homeable(graph) == 1, host, -1)
+    p = Placement.from_indices(
+        graph, cluster.device_names, np.full(graph.num_ops, gpu), cluster=cluster.name, method="fsdp2", homes=homes
+    )
+    if checkpoint:
+        p.checkpoint = candidate_blocks(graph)
+    return p
+
+
+def fsdp2_offload_times(graph: OpGraph, cluster: Any) -> dict[str, float | None]:
+    """The simulated step time of :func:`fsdp2_offload_plan` on ``cluster`` (its whole memory, as FSDP2 runs): as
+    it is (``"plain"``) and, for a model with a repeated list of layers, with every layer checkpointed
+    (``"checkpointed"``); None where it does not fit."""
+    env = envs.SimEnv(graph, cluster)
+    times: dict[str, float | None] = {}
+    for name, checkpoint in (("plain", False), ("checkpointed", True)):
+        if checkpoint and not candidate_blocks(graph):
+            continue
+        r = env.simulate(fsdp2_offload_plan(graph, cluster, checkpoint=checkpoint))
+        times[name] = float(r.step_time_s) if r.ok else None
+    return times
 
 
 def with_headroom(cluster: Any, headroom: float) -> Any:

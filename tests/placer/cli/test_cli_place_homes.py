@@ -43,6 +43,8 @@ def test_homes_plans_a_model_that_does_not_fit_the_gpu_and_placer_run_runs_it(ca
     plan = Placement.load(str(out_path))
     assert plan.param_homes and set(plan.param_homes.values()) == {"cpu:0"} and plan.method == "move_search_homes"
     assert "parameters homed apart from their ops" in out and "of 10.2 MiB" in out
+    rival = plan.meta["fsdp2_offload_s"]  # FSDP2's offload as a plan, as it is and with every layer checkpointed
+    assert set(rival) == {"plain", "checkpointed"} and "  FSDP2's offload as a plan (every op on the GPU" in out
     compared = plan.meta["host_step_s"]  # host_step=auto: the plan found, simulated both ways, keeps the faster
     assert plan.host_step == min(("after", "backward"), key=lambda way: (compared[way], way != "after"))
     if plan.host_step == "backward":

@@ -199,3 +199,17 @@ def test_the_plan_steps_its_homed_parameters_whichever_way_is_faster():
     # room for both layers: nothing homed, nothing to compare
     roomy = plan_with_homes(g, _two_layers(100)[1], evals=200, checkpoint=False, headroom=1.0)
     assert not roomy.param_homes and roomy.host_step == "after" and "host_step_s" not in roomy.meta
+
+
+def test_fsdp2s_offload_as_a_plan_is_simulated_on_the_whole_gpu_as_fsdp2_runs_it():
+    from graphs.plan import Placement
+    from placer.learn.offload_plan import fsdp2_offload_plan, fsdp2_offload_times
+
+    g, cluster = _two_layers(16)
+    p = fsdp2_offload_plan(g, cluster)
+    assert p.assignment == {"a": "gpu:0", "b": "gpu:0"} and p.param_homes == {"wa": "cpu:0", "wb": "cpu:0"}
+    assert p.host_step == "after" and p.method == "fsdp2"
+    every = Placement.from_indices(g, cluster.device_names, [1, 1], homes=[0, 0])
+    times = fsdp2_offload_times(g, cluster)  # no repeated list of layers: nothing to checkpoint
+    assert times == {"plain": envs.SimEnv(g, cluster).simulate(every).step_time_s}
+    assert fsdp2_offload_times(g, _two_layers(1)[1]) == {"plain": None}  # does not fit
