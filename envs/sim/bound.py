@@ -171,13 +171,19 @@ def update_bound_s(graph: OpGraph, cluster: Cluster) -> float:
     )
     largest = float(per_op.min(axis=1).max())
     spread = float(cost.update_time_s(p.sum(), 0.0, cluster.update_bw_bytes_per_s.sum()))  # no launch: a bound
+    return max(largest, spread, forced_host_update_s(graph, cluster))
+
+
+def forced_host_update_s(graph: OpGraph, cluster: Cluster) -> float:
+    """The host devices' Adam over the parameter bytes the GPUs cannot hold (:func:`update_bound_s`): ``P - C / 4``
+    of the ``P`` bytes, spread over the hosts' update bandwidth; 0 where the GPUs hold them all."""
+    p = graph.param_bytes.astype(np.float64)
     host = np.asarray(cluster.kinds) == "cpu"
+    if not np.any(p > 0) or not host.any():
+        return 0.0
     state_per_byte = float(cost.static_bytes(graph).sum() - graph.buffer_bytes.sum()) / p.sum()
     on_hosts = p.sum() - float(cluster.memory_bytes[~host].sum()) / state_per_byte
-    forced = 0.0
-    if host.any() and on_hosts > 0:
-        forced = float(cost.update_time_s(on_hosts, 0.0, cluster.update_bw_bytes_per_s[host].sum()))
-    return max(largest, spread, forced)
+    return float(cost.update_time_s(on_hosts, 0.0, cluster.update_bw_bytes_per_s[host].sum())) if on_hosts > 0 else 0.0
 
 
 def ancestor_sums(graph: OpGraph, cost_s: np.ndarray, exact_ops: int = 12_000) -> np.ndarray:
@@ -268,7 +274,10 @@ def lower_bound_from_times(
     the block bound is not computed.
     ``host_step``: "after" (default), every parameter stepped after the backward (the update bound is added to
     each bound); "backward", the plans whose homed parameters are stepped during it (:attr:`graphs.plan.Placement.
-    host_step`), whose updates may overlap the backward: the larger of each bound and the update bound.
+    host_step`), whose updates may overlap the backward: the larger of each bound and the update bound, and (one
+    microbatch) the forward's bound plus the hosts' Adam over the parameter bytes the GPUs cannot hold
+    (:func:`forced_host_update_s`; "forward + host update"): no gradient, so no host step, comes before the forward
+    has ended.
     """
     if executor not in ("eager", "dataflow"):
         raise ValueError(f"executor must be 'eager' or 'dataflow', not {executor!r}")
@@ -308,6 +317,10 @@ def lower_bound_from_times(
         if blocks is not None:
             raw["blocks"] = blocks
     overlap = host_step == "backward"
+    forced = forced_host_update_s(graph, cluster) if overlap and n and microbatches == 1 else 0.0
+    if forced > 0:  # no gradient, so no host step, before the forward has ended (in eager, been issued too)
+        forward = critical_path_s(graph, fwd_s.min(axis=1), np.zeros(n))
+        raw["forward + host update"] = max(forward, float(c.sum()) if release is not None else 0.0) + forced
     after = lambda v: (max(v, update) if overlap else v + update) * (1.0 - SLACK)  # noqa: E731
     parts = {k: after(v) for k, v in raw.items()}
     top = max(parts.values())

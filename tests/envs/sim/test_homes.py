@@ -462,3 +462,12 @@ def test_the_lower_bound_charges_the_host_s_adam_for_what_the_gpus_cannot_hold(t
         for h in itertools.product([-1, toy.CPU], repeat=2)
     )
     assert 350 <= bound <= best < float("inf")
+    # stepped during the backward, that Adam still waits for the forward (a, b: 1 s each): 2 + 350 s, no plan faster
+    during = env.lower_bound(host_step="backward")
+    assert during.name == "forward + host update" and during.parts["forward + host update"] == pytest.approx(352.0)
+    best = min(
+        env.simulate(Placement.from_indices(g, DEVICES, list(p), homes=list(h), host_step="backward")).step_time_s
+        for p in itertools.product(range(3), repeat=2)
+        for h in itertools.product([-1, toy.CPU], repeat=2)
+    )
+    assert during <= best < float("inf")

@@ -213,3 +213,26 @@ def test_fsdp2s_offload_as_a_plan_is_simulated_on_the_whole_gpu_as_fsdp2_runs_it
     times = fsdp2_offload_times(g, cluster)  # no repeated list of layers: nothing to checkpoint
     assert times == {"plain": envs.SimEnv(g, cluster).simulate(every).step_time_s}
     assert fsdp2_offload_times(g, _two_layers(1)[1]) == {"plain": None}  # does not fit
+
+
+def test_the_bound_of_plans_stepped_during_the_backward_waits_for_the_forward_before_the_hosts_adam():
+    # At 8 bytes gpu:0 holds 2 bytes of parameters with their gradient and Adam state (4x): at least 2 of the 4
+    # bytes live on the host, whose Adam (7 passes at 1 B/s) takes 14 s. No gradient, so no host step, before the
+    # forward's 2 s (a, b: 1 s each on the GPU): 16 s. The larger of each other bound (6 s) and the update's: 14 s.
+    # Stepped after the backward: the critical path (6 s) plus the update (14 s).
+    from dataclasses import replace
+
+    from placer.learn.offload_plan import plan_with_homes
+
+    g, cluster = _two_layers(8)
+    cluster = Cluster(
+        cluster.name, [replace(cluster.devices[0], mem_bw_bytes_per_s=1.0), cluster.devices[1]], cluster.links
+    )
+    env = envs.SimEnv(g, cluster)
+    bound = env.lower_bound(host_step="backward")
+    assert bound.name == "forward + host update" and float(bound) == pytest.approx(16.0, rel=1e-6)
+    assert bound.parts["critical path"] == pytest.approx(14.0, rel=1e-6)
+    assert float(env.lower_bound()) == pytest.approx(20.0, rel=1e-6)
+    for way in ("backward", "after"):  # and no plan found beats its bound
+        p = plan_with_homes(g, cluster, evals=300, checkpoint=False, headroom=1.0, host_step=way)
+        assert env.simulate(p).step_time_s >= float(env.lower_bound(host_step=way))
