@@ -41,6 +41,7 @@ import sys
 import time
 from typing import Any
 
+import envs
 from bench import offload
 from bench.common import OneLineParser
 from bench.offload import Plan, Scenario
@@ -156,11 +157,15 @@ def run_scenario(scenario: Scenario, caps_gib: list[float], *, evals: int, seed:
         t1 = time.perf_counter()
         plans = cap_plans(graph, cluster, model, evals=evals, seed=seed)
         rows = [row(p, graph) for p in plans]
+        # no plan simulates faster, stepped during the backward or after it (envs.sim.bound)
+        bound_s = envs.SimEnv(graph, cluster).lower_bound(host_step="backward")
         doc["caps"].append(
             {
                 "cap_gib": cap,
                 "rows": rows,
                 "ratios": ratios(rows),
+                "bound_s": float(bound_s),
+                "bound": bound_s.name,
                 "seconds": time.perf_counter() - t1,
                 "plans": [offload.plan_doc(p) for p in plans],
             }
@@ -193,16 +198,21 @@ def markdown(docs: list[dict[str, Any]]) -> str:
     lines += [
         "",
         "| model | cap (GiB) | FSDP2's fastest / placer | accelerate's fastest / placer | op-only / placer "
-        "| no checkpointing / placer | stepped after the backward / placer |",
+        "| no checkpointing / placer | stepped after the backward / placer | placer / the lower bound |",
     ]
-    lines.append("|---|---:|---:|---:|---:|---:|---:|")
+    lines.append("|---|---:|---:|---:|---:|---:|---:|---:|")
     for doc in docs:
         for cap in doc["caps"]:
             q = cap["ratios"]
+            placer = next(
+                (r["sim_step_time_s"] for r in cap["rows"] if r["label"] == HOMED and r["sim_status"] == "ok"), None
+            )
+            vs_bound = None if placer is None or not cap.get("bound_s") else placer / cap["bound_s"]
             lines.append(
                 f"| {doc['scenario']} | {cap['cap_gib']:g} | {_fmt(q['fsdp2_over_placer'], '.2f')} | "
                 f"{_fmt(q['accelerate_over_placer'], '.2f')} | {_fmt(q['ops_only_over_placer'], '.2f')} | "
-                f"{_fmt(q.get('no_checkpoint_over_placer'), '.2f')} | {_fmt(q.get('step_after_over_placer'), '.2f')} |"
+                f"{_fmt(q.get('no_checkpoint_over_placer'), '.2f')} | {_fmt(q.get('step_after_over_placer'), '.2f')} | "
+                f"{_fmt(vs_bound, '.2f')} |"
             )
     return "\n".join(lines)
 

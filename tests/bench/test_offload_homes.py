@@ -103,6 +103,8 @@ def test_the_tiny_scenario_at_two_caps_writes_every_simulated_row_and_the_plans(
     faster = min(("after", "backward"), key=lambda way: (compared[way], way != "after"))
     assert placer_plan.get("host_step", "after") == faster
     assert homed["sim_status"] == "ok" and homed["sim_peak_gpu_gib"] * (1 << 30) <= 0.01 * (1 << 30)
+    assert 0 < cap["bound_s"] <= homed["sim_step_time_s"] and cap["bound"]  # no plan under the lower bound
+    assert "| placer / the lower bound |" in out
     assert (tmp_path / "table.md").read_text() == out
     assert "| tiny | 0.01 |" in out
 
