@@ -16,30 +16,15 @@ takes it.
     python -m bench.host_step_call
     python -m bench.host_step_call --counts 1,2,4,8,16,32,64 --numel 4096 --repeats 200 --json
 
->>> r = measure("fused", counts=[1, 2], numel=16, repeats=3)
->>> sorted(r) == ["call_s", "seconds"] and len(r["seconds"]) == 2
-True
 """
 
 from __future__ import annotations
 
 import sys
-from typing import Any
-
-import torch
 
 from bench.common import OneLineParser, print_report
 from envs.devices import STEP_CALL_S
 from envs.real.profiler.host import ADAM_PATHS, time_step_call
-
-PATHS = tuple(ADAM_PATHS)
-
-
-def measure(path: str, *, counts: list[int], numel: int, repeats: int) -> dict[str, Any]:
-    """:func:`envs.real.profiler.host.time_step_call` (``path``: one of :data:`PATHS`): the median seconds of one
-    Adam ``step()`` over each count of parameters, and a call's fixed cost."""
-    r = time_step_call(counts, numel=numel, repeats=repeats, path=path)
-    return {"seconds": r["seconds"], "call_s": r["call_s"]}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -55,12 +40,7 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"--counts {args.counts!r}: give a comma-separated list of whole numbers")
     if counts[0] != 1 or min(counts) < 1 or args.numel < 1 or args.repeats < 1:
         parser.error("--counts must start at 1; --counts, --numel and --repeats must be positive")
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        results = {path: measure(path, counts=counts, numel=args.numel, repeats=args.repeats) for path in PATHS}
-    finally:
-        torch.set_num_threads(before)
+    results = {path: time_step_call(counts, numel=args.numel, repeats=args.repeats, path=path) for path in ADAM_PATHS}
     for r in results.values():
         r["step_call_s"] = max(r["call_s"], 0.0)
     doc = {"counts": counts, "numel": args.numel, "repeats": args.repeats, "paths": results}

@@ -100,10 +100,12 @@ def step_result(env: "SimEnv", schedule: Schedule, *, trace: bool = False) -> Re
         "inflight": env.inflight,
     }
     if len(schedule.host_steps.owner):  # stepped during the backward: its steps, and how long backward() waits
-        steps = schedule.host_steps  # one optimizer call per batch and home
-        calls = len(set(zip(steps.batch.tolist(), steps.home.tolist())))
-        extra["host_steps"] = {"calls": calls, "stepped": len(steps.owner)}
-        extra["host_steps"]["waited_s"] = float(schedule.host_step_wait_s)
+        steps = schedule.host_steps
+        extra["host_steps"] = {
+            "calls": len(set(zip(steps.batch.tolist(), steps.home.tolist()))),  # one per batch and home
+            "stepped": len(steps.owner),
+            "waited_s": float(schedule.host_step_wait_s),
+        }
     if trace:
         extra["trace"] = chrome_trace(env, schedule)
     result = Result(

@@ -159,17 +159,23 @@ def score_heuristics(
 FSDP2_OFFLOAD, FSDP2_OFFLOAD_CHECKPOINTED = "fsdp2_offload", "fsdp2_offload_checkpointed"
 
 
-def with_offload_baselines(h: RunHeuristics, graph: OpGraph, codes: Any, score: CachedScorer) -> RunHeuristics:
-    """``h`` with FSDP2's offload as a plan among the heuristics (:data:`FSDP2_OFFLOAD`, and with checkpoint moves
-    :data:`FSDP2_OFFLOAD_CHECKPOINTED`), encoded in the run's ``codes`` (:class:`placer.learn.home_moves.HomeCodes`
-    or :class:`placer.learn.checkpoint_moves.BlockCodes` over them) and scored by the run's scorer: the rival a run
-    for a model that does not fit the GPUs is judged against, and its start where it is the fastest. Its homed
-    parameters are stepped as the run steps them (``--host-step``): during the backward, FSDP2's plan is faster
-    than FSDP2 runs it, a stronger rival. A simulated run only (home moves are)."""
-    homes = codes.homes if codes.has_blocks else codes
-    if homes is None:
+def with_offload_baselines(
+    h: RunHeuristics, graph: OpGraph, cluster: Cluster, codes: Any, score: CachedScorer
+) -> RunHeuristics:
+    """``h`` with FSDP2's offload as a plan among the heuristics (:data:`FSDP2_OFFLOAD`,
+    :func:`placer.learn.offload_plan.fsdp2_offload_plan`; with checkpoint moves also
+    :data:`FSDP2_OFFLOAD_CHECKPOINTED`, every candidate layer checkpointed), encoded in the run's ``codes``
+    (:class:`placer.learn.home_moves.HomeCodes` or :class:`placer.learn.checkpoint_moves.BlockCodes` over them)
+    and scored by the run's scorer: the rival a run for a model that does not fit the GPUs is judged against,
+    and its start where it is the fastest. Its homed parameters are stepped as the run steps them
+    (``--host-step``): during the backward, FSDP2's plan is faster than FSDP2 runs it, a stronger rival. A
+    simulated run only (home moves are)."""
+    from placer.learn.offload_plan import fsdp2_offload_plan
+
+    if (codes.homes if codes.has_blocks else codes) is None:
         return h
-    op_devices, where = homes.decode(np.full(graph.num_ops, homes.num_devices, dtype=np.int64))  # all apart
+    fsdp2 = fsdp2_offload_plan(graph, cluster)
+    op_devices, where = fsdp2.indices(graph, cluster.device_names), fsdp2.home_indices(graph, cluster.device_names)
     plans = {FSDP2_OFFLOAD: codes.encode(op_devices, where)}
     if codes.has_blocks:
         plans[FSDP2_OFFLOAD_CHECKPOINTED] = codes.encode(op_devices, where, codes.names_all)

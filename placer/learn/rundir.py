@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any, Iterator
 import numpy as np
 
 from graphs import OpGraph, PlacerError
-from graphs.plan import HOST_STEPS, Placement, checkpoint_blocks
+from graphs.plan import Placement, checkpoint_blocks, faster_host_step
 from placer.learn import checkpoint
 from placer.learn.checkpoint_choice import kept_blocks, prune_blocks
 from placer.learn.config import TrainConfig
@@ -237,9 +237,10 @@ def run_placement(
                 )
 
             if homed and config.host_step == "auto":
-                meta["host_step_s"] = {way: timed(way) for way in HOST_STEPS}
-                host_step = min(HOST_STEPS, key=lambda way: (meta["host_step_s"][way], way != "after"))
-            step_s = timed(host_step)
+                host_step, meta["host_step_s"] = faster_host_step(timed)
+                step_s = meta["host_step_s"][host_step]
+            else:
+                step_s = timed(host_step)
         meta.update(issue_order=how, issue_order_step_time_s=step_s)
     placement = Placement.from_indices(
         graph,

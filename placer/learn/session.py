@@ -102,7 +102,7 @@ class Session:
         self.t_ref = reference_time(self.scorer, graph, cluster, config.executor)
         self.heuristics = score_heuristics(graph, cluster, config, self.scorer, progress)
         if self.homes_searched:  # FSDP2's offload as a plan: the rival of a model that does not fit the GPUs
-            self.heuristics = with_offload_baselines(self.heuristics, graph, self.codes, self.scorer)
+            self.heuristics = with_offload_baselines(self.heuristics, graph, cluster, self.codes, self.scorer)
             fsdp2 = self.heuristics.times.get(FSDP2_OFFLOAD)
             if fsdp2 is not None:
                 progress.phase(

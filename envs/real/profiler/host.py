@@ -165,7 +165,8 @@ def time_step_call(
     counts: Sequence[int] = STEP_CALL_COUNTS, *, numel: int = 4096, repeats: int = 50, path: str = "fused"
 ) -> dict[str, Any]:
     """The fixed cost of one ``torch.optim.Adam`` call (``path``: a key of :data:`ADAM_PATHS`) on the host, in this
-    thread: the median seconds of one ``step()`` over each count of parameters of ``numel`` elements (``counts[0]``
+    thread with torch's intra-op threads at one (as the worker stepping in the backward runs, beside the main
+    thread): the median seconds of one ``step()`` over each count of parameters of ``numel`` elements (``counts[0]``
     is 1; after a warm-up step), and ``call_s``, what merging calls saves (:func:`call_cost`): stepping ``k``
     parameters in ``k`` calls of one takes ``(k - 1) * call_s`` longer than in one call of ``k``.
 
@@ -175,26 +176,29 @@ def time_step_call(
     """
     if not counts or counts[0] != 1 or min(counts) < 1:
         raise ValueError(f"counts {tuple(counts)}: must start at 1 and be positive")
-    seconds = []
-    for k in counts:
-        params = [torch.nn.Parameter(torch.randn(numel)) for _ in range(k)]
-        for p in params:
-            p.grad = torch.randn_like(p)
-        opt = torch.optim.Adam(params, lr=1e-3, **ADAM_PATHS[path])
-        opt.step()  # the moments
-        times = []
-        for _ in range(repeats):
-            t0 = time.perf_counter()
-            opt.step()
-            times.append(time.perf_counter() - t0)
-        seconds.append(statistics.median(times))
-    return {
-        "path": path,
-        "counts": list(counts),
-        "numel": numel,
-        "seconds": seconds,
-        "call_s": call_cost(counts, seconds),
-    }
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        seconds = [_median_step(k, numel, repeats, path) for k in counts]
+    finally:
+        torch.set_num_threads(threads)
+    call_s = call_cost(counts, seconds)
+    return {"path": path, "counts": list(counts), "numel": numel, "seconds": seconds, "call_s": call_s}
+
+
+def _median_step(k: int, numel: int, repeats: int, path: str) -> float:
+    """Median seconds of one Adam ``step()`` over ``k`` parameters of ``numel`` elements, after a warm-up step."""
+    params = [torch.nn.Parameter(torch.randn(numel)) for _ in range(k)]
+    for p in params:
+        p.grad = torch.randn_like(p)
+    opt = torch.optim.Adam(params, lr=1e-3, **ADAM_PATHS[path])
+    opt.step()  # the moments
+    times = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        opt.step()
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times)
 
 
 def call_cost(counts: Sequence[int], seconds: Sequence[float]) -> float:

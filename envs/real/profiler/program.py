@@ -192,12 +192,7 @@ def _host_probes(devices: list[Any], repeats: int) -> dict[str, Any]:
     """The host's staging copy and contention (:mod:`envs.real.profiler.host`), towards the first GPU if there is
     one, and its fixed cost per optimizer call (``step_call``, one thread)."""
     gpu = next((d for d in devices if d.type == "cuda"), None)
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)  # as the worker steps: one thread beside the main one
-    try:
-        step_call = time_step_call()
-    finally:
-        torch.set_num_threads(threads)
+    step_call = time_step_call()  # one thread, as the worker steps beside the main one
     return {"staging": time_staging(gpu, repeats=repeats), "contention": time_contention(gpu), "step_call": step_call}
 
 

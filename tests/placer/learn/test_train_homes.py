@@ -182,13 +182,15 @@ def test_fsdp2s_offload_as_a_plan_is_among_the_heuristics_of_a_run_with_home_mov
     env = envs.SimEnv(g, cluster)
     env.host_step = "backward"
     h0 = RunHeuristics({"single": 100.0}, {}, "single", 100.0, np.zeros(6, dtype=np.int32), 100.0, 7)
-    h = with_offload_baselines(h0, g, codes, CachedScorer(HomeCodeScorer(env, codes)))
+    h = with_offload_baselines(h0, g, cluster, codes, CachedScorer(HomeCodeScorer(env, codes)))
     plan = Placement.from_indices(g, cluster.device_names, [GPU] * 6, homes=[CPU] * 6, host_step="backward")
     assert h.times[FSDP2_OFFLOAD] == pytest.approx(env.simulate(plan).step_time_s, rel=1e-9)
     assert h.best_name == FSDP2_OFFLOAD and h.time_to_beat_s == h.best_step_time_s == h.times[FSDP2_OFFLOAD]
     assert h.best_op_devices.tolist() == [2] * 6 and h.simulated == 7 and h.times["single"] == 100.0
     fast = replace(h0, best_step_time_s=1e-3, time_to_beat_s=1e-3)  # a faster heuristic stays the best
-    assert with_offload_baselines(fast, g, codes, CachedScorer(HomeCodeScorer(env, codes))).best_name == "single"
+    assert (
+        with_offload_baselines(fast, g, cluster, codes, CachedScorer(HomeCodeScorer(env, codes))).best_name == "single"
+    )
     # with checkpoint moves (codes with a bit per op over the home codes): the plan with every layer checkpointed too
     g, cluster = activation_problem()
     g.param_bytes = np.full(g.num_ops, 4 * MB, dtype=np.int64)
@@ -196,7 +198,7 @@ def test_fsdp2s_offload_as_a_plan_is_among_the_heuristics_of_a_run_with_home_mov
     names = candidate_blocks(g)
     codes = BlockCodes(g, names, HomeCodes(g, cluster, cluster.gpu_indices()), cluster.num_devices)
     env = envs.SimEnv(g, cluster)
-    h = with_offload_baselines(h0, g, codes, CachedScorer(HomeCodeScorer(env, codes)))
+    h = with_offload_baselines(h0, g, cluster, codes, CachedScorer(HomeCodeScorer(env, codes)))
     every = Placement.from_indices(g, cluster.device_names, [GPU] * g.num_ops, homes=[CPU] * g.num_ops)
     assert h.times[FSDP2_OFFLOAD] == pytest.approx(env.simulate(every).step_time_s, rel=1e-9)
     every.checkpoint = names
