@@ -366,11 +366,8 @@ def _validate(c: Cluster, label: str) -> None:
         _check(d.memory_bytes, label, f"device {d.name} memory_bytes", low=MIN_MEMORY_BYTES, what="positive and finite")
         for attr in ("flops_per_s", "mem_bw_bytes_per_s"):
             _check(getattr(d, attr), label, f"device {d.name} {attr}", low=MIN_RATE, what="positive and finite")
-        _check(d.launch_overhead_s, label, f"device {d.name} launch_overhead_s", low=0.0, high=MAX_DELAY_S, what=">= 0")
-        _check(d.stage_latency_s, label, f"device {d.name} stage_latency_s", low=0.0, high=MAX_DELAY_S, what=">= 0")
-        _check(d.action_overhead_s, label, f"device {d.name} action_overhead_s", low=0.0, high=MAX_DELAY_S, what=">= 0")
-        _check(d.handoff_s, label, f"device {d.name} handoff_s", low=0.0, high=MAX_DELAY_S, what=">= 0")
-        _check(d.step_call_s, label, f"device {d.name} step_call_s", low=0.0, high=MAX_DELAY_S, what=">= 0")
+        for attr in ("launch_overhead_s", "stage_latency_s", "action_overhead_s", "handoff_s", "step_call_s"):
+            _check(getattr(d, attr), label, f"device {d.name} {attr}", low=0, high=MAX_DELAY_S, what=">= 0 and finite")
         if d.stage_bandwidth_bytes_per_s != math.inf:
             _check(
                 d.stage_bandwidth_bytes_per_s,
@@ -380,7 +377,7 @@ def _validate(c: Cluster, label: str) -> None:
                 what="positive",
             )
         for attr in ("contention_op", "contention_issue"):
-            _check(getattr(d, attr), label, f"device {d.name} {attr}", low=0.0, high=100.0, what=">= 0")
+            _check(getattr(d, attr), label, f"device {d.name} {attr}", low=0.0, high=100.0, what=">= 0 and finite")
         factor = d.split_backward_factor
         _check(factor, label, f"device {d.name} split_backward_factor", low=0.1, high=100.0, what="positive")
         if d.update_bw_bytes_per_s != 0:  # 0: the device's mem_bw_bytes_per_s
@@ -396,7 +393,7 @@ def _validate(c: Cluster, label: str) -> None:
             low=MIN_RATE,
             what="positive and finite",
         )
-        _check(link.latency_s, label, f"link {a}->{b} latency_s", low=0.0, high=MAX_DELAY_S, what=">= 0")
+        _check(link.latency_s, label, f"link {a}->{b} latency_s", low=0.0, high=MAX_DELAY_S, what=">= 0 and finite")
     for a in c.devices:
         for b in c.devices:
             if a.name != b.name and (a.name, b.name) not in c.links:

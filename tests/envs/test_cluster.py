@@ -106,6 +106,7 @@ def _doc():
         (lambda d: d["devices"][2].update(handoff_s=-0.001), "gpu:1 handoff_s must be >= 0"),
         (lambda d: d["devices"][2].update(handoff_s="2 ms"), "devices[2] (gpu:1).handoff_s must be a number"),
         (lambda d: d["devices"][0].update(step_call_s=-1e-6), "cpu:0 step_call_s must be >= 0"),
+        (lambda d: d["devices"][0].update(step_call_s=float("inf")), "step_call_s must be >= 0 and finite, got inf"),
     ],
 )
 def test_bad_cluster_files_name_file_and_field(tmp_path, mutate, expected):

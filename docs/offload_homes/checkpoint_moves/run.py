@@ -7,7 +7,8 @@ repository root:
 
     PYTHONPATH=. python docs/offload_homes/checkpoint_moves/run.py [SECONDS [CELLS [OUT_DIR]]]
 
-CELLS: SCENARIO:CAP_GIB,... (default the three above). Writes docs/offload_homes/checkpoint_moves/<scenario>_graph.json
+CELLS: SCENARIO:CAP_GIB,... (default the three above); NO_OFF=1 skips the run with --checkpointing off. Writes
+docs/offload_homes/checkpoint_moves/<scenario>_graph.json
 and, under OUT_DIR (default docs/offload_homes/checkpoint_moves), cluster_<scenario>_<cap>.json,
 run_<scenario>_<cap>[_off]/summary.json and best_placement.json, result.json. Each row also has FSDP2's offload as a
 plan, without and with every layer checkpointed (added with homes inside checkpointed layers, 2026-11-30).
@@ -49,7 +50,7 @@ for name, cap in CELLS:
     with open(cluster_path, "w") as f:  # train plans within the file's memory: the headroom plan_with_homes keeps
         json.dump(with_headroom(cluster, MEMORY_HEADROOM).to_dict(), f)
     runs = {}
-    for key, extra in (("moves", []), ("off", ["--checkpointing", "off"])):
+    for key, extra in (("moves", []), ("off", ["--checkpointing", "off"]))[: 1 if os.environ.get("NO_OFF") else 2]:
         logdir = os.path.join(OUT, f"run_{name}_{cap}" + ("_off" if key == "off" else ""))
         subprocess.run(["rm", "-rf", logdir], check=True)
         cmd = ["placer", "train", graph_path, "--cluster", cluster_path, "--time-budget", seconds, "--logdir", logdir]
@@ -64,7 +65,8 @@ for name, cap in CELLS:
     searched = plan_with_homes(graph, cluster, evals=n, seed=0)
     fsdp = env.simulate(fsdp2_offload_plan(graph, cluster))
     fsdp_ac = env.simulate(fsdp2_offload_plan(graph, cluster, checkpoint=True))
-    trained, off = env.simulate(best), env.simulate(runs["off"][1])
+    trained = env.simulate(best)
+    off = env.simulate(runs["off"][1]) if "off" in runs else None
     row = {
         "scenario": name,
         "cap_gib": cap,
@@ -74,10 +76,15 @@ for name, cap in CELLS:
             "found_by": summary["found_by"],
             "simulated": n,
             "homed_gib": best.homed_bytes(graph) / GIB,
+            "host_step": best.host_step,
+            "best_heuristic": summary.get("best_heuristic"),
+            "best_heuristic_step_time_s": summary.get("best_heuristic_step_time_s"),
+            "ablation": summary.get("ablation"),
             "checkpoint": best.checkpoint,
             "checkpoint_pruned": best.meta.get("checkpoint_pruned"),
         },
-        "train_checkpointing_off": {
+        "train_checkpointing_off": off
+        and {
             "step_time_s": off.step_time_s,
             "ok": off.ok,
             "simulated": int(runs["off"][0]["equal_budget_search"]["simulated"]),
@@ -86,6 +93,7 @@ for name, cap in CELLS:
             "step_time_s": env.simulate(searched).step_time_s,
             "ok": env.simulate(searched).ok,
             "evals": searched.meta["evals"],
+            "host_step": searched.host_step,
             "checkpoint": searched.checkpoint,
             "checkpoint_search": searched.meta.get("checkpoint_search"),
         },

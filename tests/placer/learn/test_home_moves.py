@@ -236,3 +236,48 @@ def test_the_bound_of_plans_stepped_during_the_backward_waits_for_the_forward_be
     for way in ("backward", "after"):  # and no plan found beats its bound
         p = plan_with_homes(g, cluster, evals=300, checkpoint=False, headroom=1.0, host_step=way)
         assert env.simulate(p).step_time_s >= float(env.lower_bound(host_step=way))
+
+
+def trap_problem():
+    """An embedding-like op (1 MFLOP, 150 MB of weights) then 4 layers (100 GFLOP, 50 MB each) on a 1 GB GPU:
+    every state on the GPU is 1.47x over its memory. The embedding on the host fits (0.278 s, its Adam on the host);
+    everything on the GPU homed fits (0.322 s); the embedding's state on the GPU with 3 layers homed fits and is
+    faster than both (0.194 s): 150 MB of the host's Adam traded for 150 MB, minus what the backward hides."""
+    n = 4
+    names = ["embed"] + [f"layer{k}" for k in range(n)]
+    g = OpGraph.from_edges(
+        names,
+        [(a, b, MB) for a, b in zip(names, names[1:])],
+        flops=[1e6] + [1e11] * n,
+        param_bytes=[150 * MB] + [50 * MB] * n,
+    )
+    g.params = [["embed.weight"]] + [[f"w{k}"] for k in range(n)]
+    devices = [Device("cpu:0", "cpu", 64e9, 1e10, 1e10, 5e-6), Device("gpu:0", "gpu", 1e9, 1e13, 1e12, 6e-6)]
+    return g, Cluster("toy-trap", devices, {("cpu:0", "gpu:0"): PCIE5, ("gpu:0", "cpu:0"): PCIE5})
+
+
+@pytest.mark.parametrize("proposals", ["critic", "uniform"])
+def test_the_homed_start_is_descended_from_where_the_search_begins_in_a_basin_no_single_move_leaves(proposals):
+    """Given the embedding on the host (what module_search finds on the llama of the offload scenario), no single
+    move is faster: moving the embedding's state to the GPU does not fit until layers are homed, and homing a layer
+    or the embedding only adds copies. The descent from the homed start, in place of the first kick, finds the
+    faster plan in a few dozen placements (BENCHMARKS.md, "The homed start's basin")."""
+    g, cluster = trap_problem()
+    env = envs.SimEnv(g, cluster)
+    env.host_step = "backward"
+    trap = np.array([CPU] + [GPU] * 4)
+    t_s = env.batch(trap[None], homes=np.full((1, 5), -1))[0][0]
+    for op in range(5):  # every single move from the trap: no faster, or out of memory
+        for device, home in ((CPU, -1), (GPU, -1), (GPU, CPU)):
+            ops, homes = trap.copy(), np.full(5, -1)
+            ops[op] = device
+            homes[op] = home
+            if (ops == trap).all() and home == -1:
+                continue
+            step_time_s, oom = env.batch(ops[None], homes=homes[None])[:2]
+            assert oom[0] or step_time_s[0] >= t_s, (op, device, home)
+    options = MoveSearchOptions(homes=True, starts=0, proposals=proposals)
+    for seed in range(3):
+        r = MoveSearch(g, cluster, env, options=options, seed=seed).run(trap, max_evals=60)
+        assert not r.oom and r.step_time_s < 0.7 * t_s, (seed, r.step_time_s, t_s)
+        assert r.op_devices.tolist() == [GPU] * 5 and r.homes[0] == -1  # the embedding's state on the GPU
