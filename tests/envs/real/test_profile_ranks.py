@@ -245,7 +245,8 @@ def test_two_ranks_of_this_machine_are_measured_into_a_cluster_the_simulator_tak
     # the second rank's stage timed with its backward whole and split (zero-bubble schedules): the devices' factor
     first, second = (p["split_backward"] for p in summary["measured"])
     assert first is None and second["whole_s"] > 0 and second["split_s"] > 0
-    factor = second["split_s"] / second["whole_s"]
+    factor = min(max(second["split_s"] / second["whole_s"], 0.1), 100.0)  # within the cluster file's bounds: on a
+    # busy host the split backward measured 0.089x the whole one, and the file holds 0.1
     assert [d.split_backward_factor for d in cluster.devices] == pytest.approx([factor, factor], rel=1e-5)
     # the optimizer steps the pipelines measured set the update's own bandwidth, and the summary says it
     assert all(run["phases"]["optimizer_s"] > 0 for p in summary["measured"] for run in p["pipelines"])
