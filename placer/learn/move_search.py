@@ -534,7 +534,8 @@ class MoveSearch:
     def _kick_best(self) -> None:
         """Kick the best placement (see :meth:`_kick`) and descend from there."""
         self._remember_optimum()
-        self.op_devices, self.cost = self.restarts.pop(0) if self.restarts else self._kick()
+        self.op_devices, self.cost = self.restart or self._kick()
+        self.restart = None
         self.kicks, self.exhausted, self.version, self.since = self.kicks + 1, 0, self.version + 1, 0
         self._level_cands = {}
 
@@ -688,7 +689,7 @@ class MoveSearch:
         # (everything on the host), and a start a few ops over the GPU's memory is the basin of the plans that fit
         # it. What the search returns is still the best that fits.
         start_op, start_cost = self.budget.best_op_devices.astype(np.int64), float(self.budget.best_cost)
-        homed: list[tuple[np.ndarray, float]] = []  # the homed start, and with every block on
+        homed: list[tuple[np.ndarray, float]] = []  # the homed start (each scored set's last row), if near fitting
         for rows, step_time_s, oom, over in scored:
             over = None if over is None else np.asarray(over[: len(step_time_s)])
             costs = oom_costs(step_time_s, oom, over)
@@ -696,15 +697,14 @@ class MoveSearch:
             j = int(near[np.argmin(costs[near])]) if len(near) else -1
             if j >= 0 and costs[j] < start_cost:
                 start_op, start_cost = rows[j].astype(np.int64), float(costs[j])
-            if self.home_levels and len(near) and near[-1] == len(rows) - 1:
+            if self.home_levels and len(rows) - 1 in near:  # as it is, or with every block on
                 homed.append((rows[-1].astype(np.int64), float(costs[-1])))
         # The homed start's basin is descended from too, in place of the first kick, where the descent begins
         # elsewhere: module_search's plan (the op placement that fits, a host embedding) can be a local optimum
         # that no single move leaves, when the faster plans hold more ops on the GPU with a few parameters homed
         # (BENCHMARKS.md, "The homed start's basin").
-        self.restarts = [min(homed, key=lambda t: t[1])] if homed else []
-        if self.restarts and np.array_equal(self.restarts[0][0], start_op):
-            self.restarts = []
+        restart = min(homed, key=lambda t: t[1]) if homed else None
+        self.restart = None if restart is None or np.array_equal(restart[0], start_op) else restart
         return start_op, start_cost
 
     def _candidates(self, op_devices: np.ndarray, cost: float) -> "_Candidates":
