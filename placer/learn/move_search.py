@@ -44,7 +44,10 @@ ranks nor learns from them. Where the descent begins elsewhere, the first kick i
 restart from the homed start (the faster of it and it with every block on, if it fits or nearly
 does): on the 1.54 B llama of the offload scenario at 24 GiB, module_search's plan (the
 embedding on the host) is a basin no single move leaves, 2.5x slower than the plans the homed
-start's descent finds. Off by default.
+start's descent finds. With home or checkpoint moves, the descent after each kick first runs
+under a soft memory penalty, then the hard one (``oscillate``, strategic oscillation): a state
+moved to the GPU while a little is homed to make room is two moves, the first out of memory.
+Off by default.
 
 ``checkpoint_moves=True`` (with ``checkpoint``, the candidate layers) adds *checkpoint moves*
 (:mod:`placer.learn.checkpoint_moves`): one more level whose moves turn one layer's activation
@@ -74,7 +77,15 @@ from graphs.grouping import vote
 from placer.learn.checkpoint_choice import CheckpointScorer
 from placer.learn.checkpoint_moves import BlockCodes
 from placer.learn.home_moves import HomeCodes, HomeCodeScorer
-from placer.learn.search_budget import OOM_FACTOR, BudgetScorer, BudgetSpent, SearchBudget, SearchCurve, oom_costs
+from placer.learn.search_budget import (
+    OOM_FACTOR,
+    BudgetScorer,
+    BudgetSpent,
+    SearchBudget,
+    SearchCurve,
+    oom_costs,
+    soft_costs,
+)
 from placer.learn.state import MODULE_SHARE
 from placer.methods.heuristics.costs import candidate_devices
 from placer.methods.heuristics.module_search import module_search
@@ -246,6 +257,17 @@ class MoveSearchOptions:
     either proposals). With batches of 4 this happened 2-54 times in 1k placements on the held-out graphs (most on
     the 1,500-op ones), and the combination was taken 92 % of the times it was tried; alone, 0.9956x on inception-v3
     and 1.000x on nmt-2 at 1k (8 seeds; BENCHMARKS.md, "Kicks of single ops, and faster moves combined")."""
+    oscillate: float = 4.0
+    """with home or checkpoint moves, the descent after each kick first runs under a soft memory penalty, then the
+    hard one (strategic oscillation, Glover): a plan out of memory costs its step time times ``1 + oscillate *
+    (over - 1)``, ``over`` its peak / the memory (:func:`placer.learn.search_budget.soft_costs`), where it would
+    cost ``OOM_FACTOR * over`` times. So the soft descent crosses plans a few percent over the memory toward faster
+    ones, and when it finds nothing faster the hard descent goes on from its incumbent and brings it back within
+    the memory. What one move at a time cannot do: a large state moved to the GPU and a little homed to make room
+    (on the 3 B model of the offload scenario at 16 GiB, the embedding's state on the host and the head's on the GPU,
+    then layers homed: 0.829 s against 0.917 s, median of 9 seeds at 20,000 placements; BENCHMARKS.md, "Crossing
+    the memory limit"). 0: off, every descent hard. Only where the scorer says how far over a plan is (the
+    simulator); a run's scorer (``placer train``) does not, and its descents stay hard."""
     checkpoint_moves: bool = False
     """``checkpoint``'s blocks chosen by moves instead (:mod:`placer.learn.checkpoint_moves`; the module docstring):
     each placement checkpoints the blocks its codes turn on; the search starts with none on (and tries all on)."""
@@ -420,6 +442,8 @@ class MoveSearch:
         self.budget = SearchBudget(self.env, max_evals, deadline, self.order)
         self.stale = self.exhausted = self.kicks = self.rounds = self.version = self.accepted = 0
         self.level = self.sequence[0]
+        self.soft = False  # the descent under the soft memory penalty (options.oscillate), after a kick
+        self.hard_cost = float("inf")  # the incumbent's cost under the hard penalty (oom_costs)
         self.module_evals = 0
         self.combined = [0, 0]  # combinations of a round's faster moves simulated, and taken (options.combine)
         self._scheduled: tuple[int | None, Any] = (None, None)
@@ -433,6 +457,7 @@ class MoveSearch:
         self._level_cands: dict[int, _Candidates] = {}
         self._module_phase(max_evals, time_budget_s, module_s)
         self.op_devices, self.cost = self._start(start)
+        self.hard_cost = self.cost
         self._fresh_candidates()
 
     def step(self) -> None:
@@ -466,6 +491,9 @@ class MoveSearch:
             self.stale, self.exhausted = 0, self.exhausted + 1
             if self.exhausted < self.num_levels:
                 self.level = self._next_level(self.level)  # the next level, same incumbent
+            elif self.soft:  # the soft descent's end: the hard descent goes on from its incumbent
+                self.soft, self.cost, self.level = False, self.hard_cost, self.sequence[0]
+                self.version, self._level_cands = self.version + 1, {}
             else:  # a local optimum at every level: kick the best
                 every_on = self.blocks is not None and self.kicks % 2 == 1  # this kick turns every block on
                 self._kick_best()
@@ -526,15 +554,28 @@ class MoveSearch:
         self.combined[1] += 1
         return np.concatenate([op_devices, both[None]]), np.concatenate([costs, cost]), len(costs)
 
+    def _score(self, op_devices: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """``(cost, hard cost)`` of the placements: the cost the descent compares (the soft penalty's in a soft
+        descent, :func:`placer.learn.search_budget.soft_costs`), and :func:`oom_costs`'."""
+        step_time_s, oom, over = self.budget.simulate(op_devices, overflow=True)
+        hard = oom_costs(step_time_s, oom, over)
+        return (soft_costs(step_time_s, oom, over, self.options.oscillate) if self.soft else hard), hard
+
     def _fresh_candidates(self) -> None:
         """The current level's moves from the incumbent, computed and kept (:meth:`_candidates`) until the incumbent
         changes."""
         self.cand = self._level_cands[self.level] = self._candidates(self.op_devices, self.cost)
 
     def _kick_best(self) -> None:
-        """Kick the best placement (see :meth:`_kick`) and descend from there."""
+        """Kick the best placement (see :meth:`_kick`) and descend from there: first under the soft memory penalty,
+        with home or checkpoint moves (``options.oscillate``; :meth:`_cycle_level` ends that descent)."""
         self._remember_optimum()
-        self.op_devices, self.cost = self.restart or self._kick()
+        self.soft = self.options.oscillate > 0 and self.codes is not None and self.budget.overflow
+        if self.restart is not None:
+            self.op_devices, self.hard_cost, soft_cost = self.restart
+            self.cost = soft_cost if self.soft else self.hard_cost
+        else:
+            self.op_devices, self.cost = self._kick()
         self.restart = None
         self.kicks, self.exhausted, self.version, self.since = self.kicks + 1, 0, self.version + 1, 0
         self._level_cands = {}
@@ -545,7 +586,7 @@ class MoveSearch:
         untried = np.flatnonzero(~cand.tried)
         pick, ranked = self._choose(cand, untried)
         op_devices = self._apply(self.op_devices, cand, pick)
-        costs, _ = self.budget.score(op_devices)
+        costs, hard = self._score(op_devices)
         pick, op_devices, ranked = pick[: len(costs)], op_devices[: len(costs)], ranked[: len(costs)]
         delta = relative_change(costs, self.cost)
         np.add.at(self.hits, ranked, delta < 0)
@@ -564,10 +605,12 @@ class MoveSearch:
         j = int(np.argmin(costs))
         if self.options.combine and self.codes is None and self.level < len(self.levels):
             op_devices, costs, j = self._combine(cand, pick, delta, op_devices, costs, j)
+            hard = costs  # item levels without codes: never soft
         faster = bool(costs[j] < self.cost * (1 - 1e-12))
         if faster or self._accepts(float(costs[j])):  # a slower one only when options.accept > 0
             self.accepted += not faster
             self.op_devices, self.cost, self.stale, self.exhausted = op_devices[j].copy(), float(costs[j]), 0, 0
+            self.hard_cost = float(hard[j])
             self.version, self.since, self._level_cands = self.version + 1, 0 if faster else self.since + 1, {}
             self._fresh_candidates()
         else:
@@ -698,7 +741,10 @@ class MoveSearch:
             if j >= 0 and costs[j] < start_cost:
                 start_op, start_cost = rows[j].astype(np.int64), float(costs[j])
             if self.home_levels and len(rows) - 1 in near:  # as it is, or with every block on
-                homed.append((rows[-1].astype(np.int64), float(costs[-1])))
+                soft = soft_costs(
+                    step_time_s[-1:], oom[-1:], None if over is None else over[-1:], self.options.oscillate
+                )
+                homed.append((rows[-1].astype(np.int64), float(costs[-1]), float(soft[0])))
         # The homed start's basin is descended from too, in place of the first kick, where the descent begins
         # elsewhere: module_search's plan (the op placement that fits, a host embedding) can be a local optimum
         # that no single move leaves, when the faster plans hold more ops on the GPU with a few parameters homed
@@ -819,9 +865,11 @@ class MoveSearch:
                     op_devices = self.blocks.all_on(op_devices)
                 else:
                     op_devices = self.blocks.flip(op_devices, int(self.rng.integers(0, len(self.blocks.first))))
-            costs, _ = self.budget.score(op_devices[None])
+            costs, hard = self._score(op_devices[None])
             if np.isfinite(costs[0]):
+                self.hard_cost = float(hard[0])
                 return op_devices, float(costs[0])
+        self.hard_cost = float(self.budget.best_cost)
         return self.budget.best_op_devices.astype(np.int64), float(self.budget.best_cost)
 
     # ------------------------------------------------------------------ expert iteration (kicks="policy")

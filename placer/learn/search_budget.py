@@ -36,6 +36,22 @@ def oom_costs(step_time_s: np.ndarray, oom: np.ndarray, over: np.ndarray | None)
     return np.where(oom, step_time_s * scale, step_time_s)
 
 
+def soft_costs(step_time_s: np.ndarray, oom: np.ndarray, over: np.ndarray | None, slope: float) -> np.ndarray:
+    """The cost of each placement under a soft memory penalty: out of memory, its step time times ``1 + slope *
+    (over - 1)``, so that a plan a few percent over capacity and much faster than those that fit costs less than
+    they do (the move search's oscillation, ``MoveSearchOptions.oscillate``); :func:`oom_costs` where the scorer
+    cannot say how far over a placement is (``over`` None).
+
+    >>> soft_costs(np.array([1.0, 1.0, 2.0]), np.array([False, True, True]), np.array([0.5, 1.25, 1.5]), 4.0).tolist()
+    [1.0, 2.0, 6.0]
+    """
+    if over is None:
+        return oom_costs(step_time_s, oom, over)
+    return np.where(
+        oom, step_time_s * (1.0 + slope * (np.maximum(np.asarray(over, dtype=np.float64), 1.0) - 1.0)), step_time_s
+    )
+
+
 @dataclass
 class SearchCurve:
     """The best step time after each improvement: placements simulated, seconds, step time."""
