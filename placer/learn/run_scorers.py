@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Callable
 import numpy as np
 
 import envs
-from envs.scorer import Scorer, can_measure_again
+from envs.scorer import Scorer, can_measure_again, can_overflow
 from graphs import OpGraph, PlacerError, zoo
 from graphs.plan import single_device_rows
 from graphs.sources import looks_like_callable, stand_in_loss
@@ -31,12 +31,17 @@ class CachedScorer:
     Uses the scorer's ``step_times`` (:class:`envs.scorer.Scorer`); an object with ``evaluate``
     only (a test's fake) is scored through that. The cache key is a digest of the index array's bytes;
     identical placements of a batch are scored once.
+
+    ``overflow`` (and a scorer that can tell, :func:`envs.scorer.can_overflow`): every placement is scored through
+    the scorer's ``overflow``, and :meth:`scored` gives how far over capacity each is too (a run with home moves:
+    its move search's descents then know how near a plan is to fitting, as ``plan_with_homes``'s do).
     """
 
-    def __init__(self, env: Scorer, order: str | None = None) -> None:
+    def __init__(self, env: Scorer, order: str | None = None, *, overflow: bool = False) -> None:
         self.env = env
         self.order = order  # passed to env.step_times ("planned": SimEnv's planned order per placement)
-        self.cache: dict[bytes, tuple[float, bool]] = {}
+        self.overflows = overflow and can_overflow(env) and hasattr(env, "step_times")
+        self.cache: dict[bytes, tuple[float, bool, float]] = {}  # step time, failed, peak / capacity (nan: unknown)
         self.evaluated = 0
 
     @staticmethod
@@ -53,26 +58,45 @@ class CachedScorer:
 
     def _score(self, op_devices: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """``op_devices`` through the scorer's ``step_times`` (in this scorer's order) or ``evaluate``."""
+        return self._scored(op_devices)[:2]
+
+    def _scored(self, op_devices: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """``(step_time_s, failed, over)``: through the scorer's ``overflow`` where :attr:`overflows`, else
+        :meth:`_score`'s way with ``over`` nan."""
+        if self.overflows:
+            kw = {} if self.order is None else {"order": self.order}
+            step_time_s, failed, over = self.env.overflow(op_devices, **kw)
+            return (
+                np.asarray(step_time_s, dtype=float),
+                np.asarray(failed, dtype=bool),
+                np.asarray(over, dtype=float),
+            )
+        nan = np.full(len(op_devices), np.nan)
         if hasattr(self.env, "step_times"):
             if self.order is None:
                 step_time_s, failed = self.env.step_times(op_devices)
             else:
                 step_time_s, failed = self.env.step_times(op_devices, order=self.order)
-            return np.asarray(step_time_s, dtype=float), np.asarray(failed, dtype=bool)
+            return np.asarray(step_time_s, dtype=float), np.asarray(failed, dtype=bool), nan
         results = self.env.evaluate(list(op_devices))
-        return (np.array([r.step_time_s for r in results], dtype=float), np.array([not r.ok for r in results]))
+        return (np.array([r.step_time_s for r in results], dtype=float), np.array([not r.ok for r in results]), nan)
 
     def __call__(self, op_devices: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        return self.scored(op_devices)[:2]
+
+    def scored(self, op_devices: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """``(step_time_s, failed, over)`` of ``op_devices``, each distinct placement scored once; ``over``: its
+        peak / capacity on the device most over (``overflow``'s), nan where this cache does not ask."""
         op_devices = np.asarray(op_devices, dtype=np.int32)
         keys = [self.key(p) for p in op_devices]
         todo = {k: i for i, k in reversed(list(enumerate(keys))) if k not in self.cache}
         if todo:
-            step_time_s, failed = self._score(op_devices[list(todo.values())])
-            for k, t, f in zip(todo, np.asarray(step_time_s, dtype=float), np.asarray(failed, dtype=bool)):
-                self.cache[k] = (float(t), bool(f))
+            step_time_s, failed, over = self._scored(op_devices[list(todo.values())])
+            for k, t, f, o in zip(todo, step_time_s, failed, over):
+                self.cache[k] = (float(t), bool(f), float(o))
             self.evaluated += len(todo)
-        out = [self.cache[k] for k in keys]
-        return np.array([o[0] for o in out]), np.array([o[1] for o in out])
+        out = np.array([self.cache[k] for k in keys], dtype=float).reshape(len(keys), 3)
+        return out[:, 0], out[:, 1].astype(bool), out[:, 2]
 
 
 def sim_env(config: TrainConfig, graph: OpGraph, cluster: Cluster, logdir: str) -> Scorer:

@@ -73,7 +73,8 @@ class Session:
             self.codes = BlockCodes(graph, self.blocks, self.codes, cluster.num_devices)
         base = CheckpointScorer(env, graph, self.blocks) if self.blocks and not self.block_moves else env
         scoring = base if self.codes is None else HomeCodeScorer(base, self.codes)
-        self.scorer = CachedScorer(scoring, "planned" if config.score_order == "planned" else None)
+        order = "planned" if config.score_order == "planned" else None
+        self.scorer = CachedScorer(scoring, order, overflow=self.codes is not None)  # home or checkpoint moves
         # ---- reference times: the reward scale, the heuristics and the lower bound
         setup_start = time.perf_counter()
         scored_by = "the simulator" if config.env == "sim" else "real training steps"
@@ -214,6 +215,12 @@ class Session:
         step_time_s, failed = self.scorer(op_devices)
         self.keep_best(np.asarray(op_devices), step_time_s, failed, found_by)
         return step_time_s, failed
+
+    def score_overflow(self, op_devices: np.ndarray, found_by: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """:meth:`score`, with how far over capacity each placement is (``CachedScorer.scored``)."""
+        step_time_s, failed, over = self.scorer.scored(op_devices)
+        self.keep_best(np.asarray(op_devices), step_time_s, failed, found_by)
+        return step_time_s, failed, over
 
     def keep_best(self, op_devices: np.ndarray, step_time_s: np.ndarray, failed: np.ndarray, found_by: str) -> None:
         """Keep the best successful placement; rewrite best_placement.json when it improves."""
@@ -362,6 +369,8 @@ class RunScorer:
 
     def __init__(self, session: Session, source: str) -> None:
         self.session, self.source = session, source
+        if session.scorer.overflows:  # a search asks how far over capacity (envs.scorer.can_overflow) only then
+            self.overflow = self._overflow
 
     @property
     def home_codes(self) -> Any:
@@ -370,6 +379,9 @@ class RunScorer:
 
     def step_times(self, op_devices: np.ndarray, order: Any = None) -> tuple[np.ndarray, np.ndarray]:
         return self.session.score(np.asarray(op_devices, dtype=np.int32), self.source)  # in the run's score order
+
+    def _overflow(self, op_devices: np.ndarray, order: Any = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        return self.session.score_overflow(np.asarray(op_devices, dtype=np.int32), self.source)
 
     def schedule(self, op_devices: np.ndarray, order: Any = None) -> Any:
         return self.session.schedule(op_devices, order)

@@ -4,6 +4,8 @@ finds it within its budget; without home moves it cannot."""
 
 from __future__ import annotations
 
+import itertools
+
 import numpy as np
 import pytest
 
@@ -303,21 +305,26 @@ def two_basins_problem():
     return g, Cluster("toy-two-basins", devices, {("cpu:0", "gpu:0"): PCIE5, ("gpu:0", "cpu:0"): PCIE5})
 
 
+def every_plan(g: OpGraph, env) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Every plan of a toy as codes per op (0 the host, 1 the GPU, 2 the GPU with its parameters homed on the host),
+    simulated by ``env``: ``(codes, step_time_s, oom)``."""
+    code = np.array(list(itertools.product(range(3), repeat=g.num_ops)))
+    op_devices, homes = np.where(code == 2, GPU, code).astype(np.int32), np.where(code == 2, CPU, -1)
+    step_time_s, oom = env.batch(op_devices, homes=homes)[:2]
+    return code, np.asarray(step_time_s), np.asarray(oom)
+
+
+@pytest.mark.slow  # over 1 s (the fast tier is kept under 90 s)
 def test_the_descent_after_a_kick_crosses_the_memory_limit_to_the_other_basin():
     """From the basin of the embedding's state on the GPU, the faster one is two moves away: the head's state onto
     the GPU (out of memory until a layer is homed) and the embedding to the host (slower alone). A soft descent after
     each kick (``oscillate``) takes the first, a plan a few percent over the memory, and the hard descent after it
     brings it back within the memory: the search ends at the optimum (every plan of the toy enumerated) on most
     seeds, where with every descent hard it stays in the slower basin."""
-    import itertools
-
     g, cluster = two_basins_problem()
     env = envs.SimEnv(g, cluster)
     env.host_step = "backward"
-    code = np.array(list(itertools.product(range(3), repeat=g.num_ops)))  # 0 host, 1 GPU, 2 GPU homed on the host
-    step_time_s, oom = env.batch(np.where(code == 2, GPU, code).astype(np.int32), homes=np.where(code == 2, CPU, -1))[
-        :2
-    ]
+    code, step_time_s, oom = every_plan(g, env)
     best = float(np.min(np.where(oom, np.inf, step_time_s)))
     optima = code[~oom & (step_time_s <= best * (1 + 1e-9))]
     assert (optima[:, 0] == CPU).all() and (

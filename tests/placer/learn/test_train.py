@@ -42,6 +42,25 @@ def test_cached_scorer_scores_identical_rows_once():
     assert score.evaluated == 2
 
 
+def test_cached_scorer_gives_how_far_over_capacity_where_asked_and_scores_each_row_once():
+    """``overflow=True``: rows are scored through the scorer's ``overflow``, and the cache keeps how far over each
+    is (a run with home moves hands it to its search); without it, nan, and the same step times."""
+    g = two_chains()
+    c = envs.Cluster.preset("k80x2")
+    tight = envs.Cluster("tight", [dataclasses.replace(d, memory_bytes=1e3) for d in c.devices], c.links)
+    env = envs.SimEnv(g, tight)
+    idx = np.array([[1] * 8, [2] * 8, [1] * 8])
+    score = CachedScorer(env, overflow=True)
+    t, failed, over = score.scored(idx)
+    assert score.overflows and score.evaluated == 2 and failed.all() and (over > 1).all() and over[0] == over[2]
+    assert over.tolist() == env.overflow(idx)[2].tolist()
+    assert score(idx[:1])[0].tolist() == t[:1].tolist() and score.evaluated == 2
+    plain = CachedScorer(env)
+    t_plain, failed_plain, over_plain = plain.scored(idx)
+    assert not plain.overflows and np.isnan(over_plain).all()
+    assert t_plain.tolist() == t.tolist() and failed_plain.tolist() == failed.tolist()
+
+
 def test_score_order_planned_scores_the_heuristics_in_the_planned_order(tmp_path, monkeypatch):
     """The heuristics a planned-order run reports (and warm-starts from) are timed in that order, not compare's.
 
