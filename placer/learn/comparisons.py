@@ -105,11 +105,14 @@ class Unrecorded(RunScorer):
     and neither they nor its schedules count as the run's."""
 
     def __init__(self, session: Session) -> None:
-        super().__init__(session, "ablation")
-        self.scorer = CachedScorer(session.scorer.env, session.scorer.order)
+        super().__init__(session, "ablation")  # with home moves, overflow too (its own, below), as the run's
+        self.scorer = CachedScorer(session.scorer.env, session.scorer.order, overflow=session.scorer.overflows)
 
     def step_times(self, op_devices: np.ndarray, order: Any = None) -> tuple[np.ndarray, np.ndarray]:
         return self.scorer(np.asarray(op_devices, dtype=np.int32))
+
+    def _overflow(self, op_devices: np.ndarray, order: Any = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        return self.scorer.scored(np.asarray(op_devices, dtype=np.int32))
 
     def schedule(self, op_devices: np.ndarray, order: Any = None) -> Any:
         return self.session.sim.schedule(self.session.op_devices(op_devices), order)

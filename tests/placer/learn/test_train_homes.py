@@ -65,11 +65,24 @@ def test_a_run_on_a_model_that_does_not_fit_homes_its_weights_and_its_file_carri
 
 
 @pytest.mark.slow  # over 1 s (the fast tier is kept under 90 s)
-def test_the_runs_search_knows_how_far_over_the_memory_a_plan_is_and_crosses_it_to_the_faster_basin(tmp_path):
+def test_the_runs_search_knows_how_far_over_the_memory_a_plan_is_and_crosses_it_to_the_faster_basin(
+    tmp_path, monkeypatch
+):
     """With home moves the run's scorer says how far over capacity each plan is, as ``plan_with_homes``'s does, so
     the run's move search crosses the memory limit after a kick (``MoveSearchOptions.oscillate``): on the toy of two
     basins it ends at the optimum on most seeds. Without it (a scorer that only says "out of memory") every seed
-    stayed in the slower basin, 1.089x the optimum (one at 1.009x)."""
+    stayed in the slower basin, 1.089x the optimum (one at 1.009x). The run's uniform ablation is told too, through
+    its own cache: its placements are not the run's."""
+    import placer.learn.move_search as move_search
+
+    made = []
+    real_init = move_search.MoveSearch.__init__
+
+    def spy(self, *a, **kw):
+        real_init(self, *a, **kw)
+        made.append(self)
+
+    monkeypatch.setattr(move_search.MoveSearch, "__init__", spy)
     g, cluster = two_basins_problem()
     env = envs.SimEnv(g, cluster)
     env.host_step = "backward"
@@ -87,6 +100,9 @@ def test_the_runs_search_knows_how_far_over_the_memory_a_plan_is_and_crosses_it_
             seed=seed,
         )
         found.append(train(config, graph=g, cluster=cluster).best_step_time_s <= best * 1.005)
+        learner, ablation = made[-2:]
+        assert learner.budget.overflow and ablation.budget.overflow and ablation.options.proposals == "uniform"
+        assert ablation.env.scorer is not learner.env.session.scorer and ablation.env.scorer.evaluated > 0
     assert sum(found) >= 3, found  # 4 of 4
 
 
