@@ -265,7 +265,7 @@ class MoveSearchOptions:
     ones, and when it finds nothing faster the hard descent goes on from its incumbent and brings it back within
     the memory. What one move at a time cannot do: a large state moved to the GPU and a little homed to make room
     (on the 3 B model of the offload scenario at 16 GiB, the embedding's state on the host and the head's on the GPU,
-    then layers homed: 0.829 s against 0.917 s, median of 9 seeds at 20,000 placements; BENCHMARKS.md, "Crossing
+    then layers homed: 0.828 s against 0.917 s, median of 9 seeds at 20,000 placements; BENCHMARKS.md, "Crossing
     the memory limit"). 0: off, every descent hard. Only where the scorer says how far over a plan is (the
     simulator); a run's scorer (``placer train``) does not, and its descents stay hard."""
     checkpoint_moves: bool = False
