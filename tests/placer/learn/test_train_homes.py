@@ -98,11 +98,14 @@ def test_the_runs_search_knows_how_far_over_the_memory_a_plan_is_and_crosses_it_
             homes="on",
             checkpointing="off",
             seed=seed,
+            ablation=seed == 0,  # the ablation once
+            equal_budget_search=False,
         )
         found.append(train(config, graph=g, cluster=cluster).best_step_time_s <= best * 1.005)
-        learner, ablation = made[-2:]
-        assert learner.budget.overflow and ablation.budget.overflow and ablation.options.proposals == "uniform"
-        assert ablation.env.scorer is not learner.env.session.scorer and ablation.env.scorer.evaluated > 0
+        if seed == 0:
+            learner, ablation = made[-2:]
+            assert learner.budget.overflow and ablation.budget.overflow and ablation.options.proposals == "uniform"
+            assert ablation.env.scorer is not learner.env.session.scorer and ablation.env.scorer.evaluated > 0
     assert sum(found) >= 3, found  # 4 of 4
 
 
