@@ -12,6 +12,7 @@ from graphs import save
 from graphs.synthetic import moe_dag
 from placer import Placement
 from placer.cli import main
+from tests.placer.learn.tiny_runs import spy_on_move_searches
 
 
 def test_the_equal_budget_search_never_takes_longer_than_the_run():
@@ -145,18 +146,10 @@ def test_the_uniform_ablation_is_the_learner_s_search_with_nothing_learned_given
     """After a run of the move search: the same search with uniform moves and the levels in turn, from the same start,
     given the placements the learner's search simulated; its line in the summary; the run's best untouched by it.
     --no-ablation skips it."""
-    import placer.learn.move_search as move_search
 
     path = tmp_path / "g.json"
     save(moe_dag(60, seed=0), str(path))
-    made = []
-    real_init = move_search.MoveSearch.__init__
-
-    def spy(self, *a, **kw):
-        real_init(self, *a, **kw)
-        made.append(self)
-
-    monkeypatch.setattr(move_search.MoveSearch, "__init__", spy)
+    made = spy_on_move_searches(monkeypatch)
     argv = ["train", str(path), "--cluster", "k80x2", "--iterations", "4", "--no-progress", "--heuristics", "m_etf"]
     assert main([*argv, "--logdir", str(tmp_path / "run")]) == 0
     out = capsys.readouterr().out

@@ -20,7 +20,7 @@ from placer.learn.rundir import BEST_NAME, adopt_newer_best
 from placer.learn.runners import train
 from placer.learn.state import RunState
 from tests.placer.learn.test_home_moves import every_plan, two_basins_problem
-from tests.placer.learn.tiny_runs import train_config
+from tests.placer.learn.tiny_runs import spy_on_move_searches, train_config
 
 MB = 1 << 20
 CPU, GPU = 0, 1
@@ -73,16 +73,7 @@ def test_the_runs_search_knows_how_far_over_the_memory_a_plan_is_and_crosses_it_
     basins it ends at the optimum on most seeds. Without it (a scorer that only says "out of memory") every seed
     stayed in the slower basin, 1.089x the optimum (one at 1.009x). The run's uniform ablation is told too, through
     its own cache: its placements are not the run's."""
-    import placer.learn.move_search as move_search
-
-    made = []
-    real_init = move_search.MoveSearch.__init__
-
-    def spy(self, *a, **kw):
-        real_init(self, *a, **kw)
-        made.append(self)
-
-    monkeypatch.setattr(move_search.MoveSearch, "__init__", spy)
+    made = spy_on_move_searches(monkeypatch)
     g, cluster = two_basins_problem()
     env = envs.SimEnv(g, cluster)
     env.host_step = "backward"

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from graphs import OpGraph
 from placer.learn.config import TrainConfig
 
@@ -23,3 +25,19 @@ def train_config(tmp_path, **fields) -> TrainConfig:
 def train_argv(path: str, logdir, *extra: str) -> list[str]:
     """``placer train PATH`` on k80x2 with a small policy (8 hidden units, no grouping) logging to ``logdir``."""
     return ["train", path, "--cluster", "k80x2", "--max-groups", "0", "--hidden", "8", "--logdir", str(logdir), *extra]
+
+
+def spy_on_move_searches(monkeypatch: Any) -> list:
+    """Every :class:`placer.learn.move_search.MoveSearch` made from now on (the test's ``monkeypatch`` undoes it), in
+    the order made: a run's learner, then its ablation."""
+    import placer.learn.move_search as move_search
+
+    made = []
+    real_init = move_search.MoveSearch.__init__
+
+    def spy(self, *a, **kw):
+        real_init(self, *a, **kw)
+        made.append(self)
+
+    monkeypatch.setattr(move_search.MoveSearch, "__init__", spy)
+    return made
