@@ -266,8 +266,9 @@ class MoveSearchOptions:
     the memory. What one move at a time cannot do: a large state moved to the GPU and a little homed to make room
     (on the 3 B model of the offload scenario at 16 GiB, the embedding's state on the host and the head's on the GPU,
     then layers homed: 0.828 s against 0.917 s, median of 9 seeds at 20,000 placements; BENCHMARKS.md, "Crossing
-    the memory limit"). 0: off, every descent hard. Only where the scorer says how far over a plan is (the
-    simulator); a run's scorer (``placer train``) does not, and its descents stay hard."""
+    the memory limit"). 0: off, every descent hard. Only where the scorer says how far over a plan is: the
+    simulator, and a run's scorer with home or checkpoint moves (``placer train --homes``, ``CachedScorer``'s
+    ``overflow``)."""
     checkpoint_moves: bool = False
     """``checkpoint``'s blocks chosen by moves instead (:mod:`placer.learn.checkpoint_moves`; the module docstring):
     each placement checkpoints the blocks its codes turn on; the search starts with none on (and tries all on)."""

@@ -54,15 +54,11 @@ class CachedScorer:
         if can_measure_again(self.env):
             step_time_s, failed = self.env.measure_again(op_devices)
             return np.asarray(step_time_s, dtype=float), np.asarray(failed, dtype=bool)
-        return self._score(op_devices)
-
-    def _score(self, op_devices: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """``op_devices`` through the scorer's ``step_times`` (in this scorer's order) or ``evaluate``."""
         return self._scored(op_devices)[:2]
 
     def _scored(self, op_devices: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """``(step_time_s, failed, over)``: through the scorer's ``overflow`` where :attr:`overflows`, else
-        :meth:`_score`'s way with ``over`` nan."""
+        """``(step_time_s, failed, over)`` of ``op_devices``: through the scorer's ``overflow`` where
+        :attr:`overflows`, else its ``step_times`` (in this scorer's order) or ``evaluate``, ``over`` nan."""
         if self.overflows:
             kw = {} if self.order is None else {"order": self.order}
             step_time_s, failed, over = self.env.overflow(op_devices, **kw)

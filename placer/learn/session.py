@@ -212,9 +212,7 @@ class Session:
     # ------------------------------------------------------------------ each iteration
     def score(self, op_devices: np.ndarray, found_by: str) -> tuple[np.ndarray, np.ndarray]:
         """``(step_time_s, failed)`` of a batch ``[K, num_ops]``; its best is kept as found by ``found_by``."""
-        step_time_s, failed = self.scorer(op_devices)
-        self.keep_best(np.asarray(op_devices), step_time_s, failed, found_by)
-        return step_time_s, failed
+        return self.score_overflow(op_devices, found_by)[:2]
 
     def score_overflow(self, op_devices: np.ndarray, found_by: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """:meth:`score`, with how far over capacity each placement is (``CachedScorer.scored``)."""
