@@ -29,6 +29,8 @@ from __future__ import annotations
 
 import contextlib
 import os
+import sys
+import time
 from typing import Any, Callable, Iterator
 
 import torch
@@ -36,6 +38,7 @@ import torch.distributed as dist
 import torch.nn.functional
 from torch import nn
 
+from bench.common import OneLineParser
 from bench.fsdp2 import timed_rival, world_of_one
 from envs.real.timing import Protocol, adam, measure_steps, time_limit
 from envs.real.worker import build_model, one_line
@@ -111,6 +114,24 @@ def cpu_adam_builds() -> str | None:
         return None
     except Exception as e:  # noqa: BLE001  (a compiler, header or CUDA toolkit missing: any failure is the answer)
         return f"{type(e).__name__}: {one_line(e)}"
+
+
+def build_session_ops() -> str | None:
+    """Compile the extension a DeepSpeed session on the host builds when it starts (the ``cpu`` accelerator's
+    shared-memory collectives; about 30 s of a compiler on a small machine, kept in torch's extensions directory);
+    None once it is built or where there is nothing to build, else why not, in one line. A session builds it anyway:
+    this pays it ahead (CI does, before its two test workers would build it at once, one waiting on the other's lock).
+    """
+    with rank_environment(torch.device("cpu")):
+        try:
+            from deepspeed.accelerator import get_accelerator
+
+            builder = get_accelerator().create_op_builder("ShareMemCommBuilder")
+            if builder is not None:
+                builder.load(verbose=False)
+            return None
+        except Exception as e:  # noqa: BLE001  (not installed, no compiler, no headers: any failure is the answer)
+            return f"{type(e).__name__}: {one_line(e)}"
 
 
 #: torch's functions that DeepSpeed replaces for good (ZeRO-3's memory-efficient ``linear``, "this will persist
@@ -207,4 +228,31 @@ def measure_zero_offload(
     return timed_rival(steps, extra)
 
 
-__all__ = ["EngineOptimizer", "measure_zero_offload", "rank_environment", "zero_config"]
+def main(argv: list[str] | None = None) -> int:
+    parser = OneLineParser(
+        prog="python -m bench.deepspeed_offload",
+        description="DeepSpeed's ZeRO-Offload rows are measured by bench.offload_homes_measure; this entry point "
+        "compiles ahead what a DeepSpeed session on the host compiles at its start.",
+    )
+    parser.add_argument(
+        "--build-ops",
+        action="store_true",
+        help="compile the host session's extension now (CI runs this before its test workers)",
+    )
+    args = parser.parse_args(argv)
+    if not args.build_ops:
+        parser.print_usage()
+        return 0
+    t0 = time.perf_counter()
+    why_not = build_session_ops()
+    if why_not is not None:
+        print(f"bench.deepspeed_offload: nothing built: {why_not}", file=sys.stderr)
+        return 1
+    print(f"bench.deepspeed_offload: the host session's extension is built ({time.perf_counter() - t0:.0f} s)")
+    return 0
+
+
+__all__ = ["EngineOptimizer", "build_session_ops", "measure_zero_offload", "rank_environment", "zero_config"]
+
+if __name__ == "__main__":
+    raise SystemExit(main())

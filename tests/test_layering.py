@@ -177,6 +177,7 @@ def tree_sources(root: Path = ROOT) -> dict[str, str]:
 
 
 # ------------------------------------------------------------------ the tree as it is
+@pytest.mark.slow  # over 1 s (the fast tier is kept under 90 s)
 def test_packages_import_in_one_direction():
     assert direction_violations(sources()) == []
 
@@ -186,6 +187,7 @@ def test_no_import_cycles_between_modules():
     assert not loops, "import loops: " + "; ".join(" -> ".join(c) for c in loops)
 
 
+@pytest.mark.slow  # over 1 s (the fast tier is kept under 90 s)
 def test_no_private_name_is_imported_from_another_module():
     assert private_imports(tree_sources()) == []
 

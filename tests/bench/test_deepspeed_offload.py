@@ -59,6 +59,36 @@ def test_deepspeed_s_cpu_adam_that_does_not_build_falls_back_to_torch_s_and_says
     assert r.extra["losses"] == pytest.approx(plain_losses(2), rel=1e-5)
 
 
+@pytest.mark.slow  # over 1 s (the fast tier is kept under 90 s)
+def test_build_ops_builds_every_extension_a_host_session_loads(monkeypatch, capsys):
+    """``python -m bench.deepspeed_offload --build-ops`` (CI runs it before its workers) asks DeepSpeed for each
+    extension that a ZeRO-Offload session on the host then loads: none is left for the session to compile."""
+    from deepspeed.ops.op_builder.builder import OpBuilder
+
+    from bench import deepspeed_offload
+
+    loaded: list[str] = []
+    load = OpBuilder.load
+    monkeypatch.setattr(OpBuilder, "load", lambda self, verbose=False: loaded.append(self.name) or load(self, verbose))
+    assert deepspeed_offload.main(["--build-ops"]) == 0
+    assert "extension is built" in capsys.readouterr().out
+    built, loaded[:] = set(loaded), []
+    r = measure_zero_offload(
+        offload.builder(SCENARIOS["tiny"]), "cpu", optimizer="torch", warmup_steps=0, timed_steps=1
+    )
+    assert r.status == "ok", r.message
+    assert built and set(loaded) <= built, (built, loaded)
+
+
+def test_without_deepspeed_nothing_is_built_and_the_entry_point_says_why_in_one_line(monkeypatch, capsys):
+    from bench import deepspeed_offload
+
+    monkeypatch.setitem(sys.modules, "deepspeed.accelerator", None)
+    assert deepspeed_offload.main(["--build-ops"]) == 1
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "nothing built" in err and "deepspeed.accelerator" in err, err
+
+
 def test_without_deepspeed_the_row_says_it_is_not_installed(monkeypatch):
     monkeypatch.setitem(sys.modules, "deepspeed", None)  # import deepspeed raises ImportError
     monkeypatch.delenv("LOCAL_RANK", raising=False)

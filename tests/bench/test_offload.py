@@ -84,6 +84,7 @@ def test_the_scenario_does_not_fit_its_cap_with_headroom_but_its_weights_do_and_
     assert fits.status == "ok" and fits.step_time_s < lowered[0].sim["step_time_s"] / 5
 
 
+@pytest.mark.slow  # over 1 s (the fast tier is kept under 90 s)
 def test_a_tied_scenario_reads_one_tensor_in_its_embedding_and_its_head_and_can_home_it():
     from dataclasses import replace
 

@@ -170,6 +170,7 @@ def test_a_profile_is_what_the_plans_are_made_and_simulated_with(run_entry, tmp_
     assert status == 2 and "--profile" in err and "no such file" in err
 
 
+@pytest.mark.slow  # over 1 s (the fast tier is kept under 90 s)
 def test_rows_rivals_measures_placer_s_plan_and_the_rivals_only(run_entry, tmp_path, monkeypatch):
     """--rows rivals: placer's plan with homes, then FSDP2's and DeepSpeed's rows, nothing else (the rows are
     watched, not run: each is a Result here)."""

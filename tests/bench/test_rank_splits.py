@@ -264,6 +264,7 @@ def test_the_text_classifier_s_embedding_holds_its_parameters_and_none_of_its_fl
     assert {"text_classifier_256k", "text_classifier_256k_b32"} <= set(rank_splits.MODELS)
 
 
+@pytest.mark.slow  # over 1 s (the fast tier is kept under 90 s)
 def test_mobilenet_v2_is_the_paper_s_block_table_with_depthwise_convolutions_of_few_flops():
     """17 inverted residual blocks (MobileNetV2's Table 2), each 3x3 convolution of a block depthwise; those
     convolutions hold a few percent of the FLOPs (what FLOPs miss: they are memory-bound)."""
@@ -340,6 +341,7 @@ def test_the_held_out_gpt2_is_shaped_as_gpt2_small_at_a_third_of_its_width():
     assert tuple(tokens.shape) == (8, 64) and torch.equal(tokens, labels) and int(tokens.max()) < 50257
 
 
+@pytest.mark.slow  # over 1 s (the fast tier is kept under 90 s)
 def test_the_batch_32_models_are_the_same_models_on_four_times_the_batch():
     """One of 4 microbatches of ``lm_b32`` is ``lm``'s whole batch; the default run measures the batch-8 models."""
     from bench import rank_models

@@ -82,6 +82,7 @@ def test_sampled_log_probs_equal_those_recomputed_from_scratch():
     np.testing.assert_allclose(teacher_forced(g, c, s.op_devices)[0], p._dyn(s.op_devices)[0].numpy(), rtol=1e-6)
 
 
+@pytest.mark.slow  # over 1 s (the fast tier is kept under 90 s)
 def test_imitation_along_its_own_samples_teaches_the_schedule_decoder_a_two_gpu_split():
     # Teacher forcing alone fits the label's decisions given the label's own history (its loss falls), but
     # free-running greedy decoding then follows its first wrong "stay beside the input" to the end: DAgger

@@ -314,6 +314,7 @@ def test_isolated_method_times_op_by_op():
         profile_model(model, (x,), ["cpu"], method="guess")
 
 
+@pytest.mark.slow  # over 1 s (the fast tier is kept under 90 s)
 def test_the_model_is_copied_only_to_time_ops_alone_and_torch_s_copy_warns_nothing(monkeypatch):
     """In context (the CPU, a GPU) no op is timed alone, so the model is not copied (a large model's memory, twice);
     op by op it is, and torch's own copy of the program (a deprecated pytree spec inside torch) warns the user of

@@ -231,6 +231,7 @@ class _Refusing(envs.SimEnv):
         return np.where(used > 2, np.inf, step_time_s), oom
 
 
+@pytest.mark.slow  # over 1 s (the fast tier is kept under 90 s)
 def test_refused_placements_leave_the_critic_the_move_memory_and_the_incumbent_finite():
     """Refused moves and kicks (an infinite step) once made the change ``(inf - inf) / inf``: NaN and infinities
     reached the move memory, then the critic's features and weights, and a kick into a refused placement became the
