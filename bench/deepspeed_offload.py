@@ -105,15 +105,27 @@ def zero_config(stage: int, lr: float, *, pin: bool, cpu_adam: bool) -> dict[str
     return config
 
 
+def _loads(builder: Callable[[], Any]) -> str | None:
+    """None when the DeepSpeed op builder that ``builder()`` gives loads here (compiled now, or before), or where it
+    gives none; else why not, in one line."""
+    try:
+        made = builder()
+        if made is not None:
+            made.load(verbose=False)
+        return None
+    except Exception as e:  # noqa: BLE001  (not installed, a compiler, header or CUDA toolkit missing: any failure is the answer)
+        return f"{type(e).__name__}: {one_line(e)}"
+
+
 def cpu_adam_builds() -> str | None:
     """None when DeepSpeed's CPU Adam builds (or is built) here, else why not, in one line."""
-    try:
+
+    def builder() -> Any:
         from deepspeed.ops.op_builder import CPUAdamBuilder
 
-        CPUAdamBuilder().load(verbose=False)
-        return None
-    except Exception as e:  # noqa: BLE001  (a compiler, header or CUDA toolkit missing: any failure is the answer)
-        return f"{type(e).__name__}: {one_line(e)}"
+        return CPUAdamBuilder()
+
+    return _loads(builder)
 
 
 def build_session_ops() -> str | None:
@@ -122,16 +134,14 @@ def build_session_ops() -> str | None:
     None once it is built or where there is nothing to build, else why not, in one line. A session builds it anyway:
     this pays it ahead (CI does, before its two test workers would build it at once, one waiting on the other's lock).
     """
-    with rank_environment(torch.device("cpu")):
-        try:
-            from deepspeed.accelerator import get_accelerator
 
-            builder = get_accelerator().create_op_builder("ShareMemCommBuilder")
-            if builder is not None:
-                builder.load(verbose=False)
-            return None
-        except Exception as e:  # noqa: BLE001  (not installed, no compiler, no headers: any failure is the answer)
-            return f"{type(e).__name__}: {one_line(e)}"
+    def builder() -> Any:
+        from deepspeed.accelerator import get_accelerator
+
+        return get_accelerator().create_op_builder("ShareMemCommBuilder")
+
+    with rank_environment(torch.device("cpu")):  # DeepSpeed's cpu accelerator
+        return _loads(builder)
 
 
 #: torch's functions that DeepSpeed replaces for good (ZeRO-3's memory-efficient ``linear``, "this will persist

@@ -59,8 +59,8 @@ class CachedScorer:
     def _scored(self, op_devices: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """``(step_time_s, failed, over)`` of ``op_devices``: through the scorer's ``overflow`` where
         :attr:`overflows`, else its ``step_times`` (in this scorer's order) or ``evaluate``, ``over`` nan."""
+        kw = {} if self.order is None else {"order": self.order}
         if self.overflows:
-            kw = {} if self.order is None else {"order": self.order}
             step_time_s, failed, over = self.env.overflow(op_devices, **kw)
             return (
                 np.asarray(step_time_s, dtype=float),
@@ -69,10 +69,7 @@ class CachedScorer:
             )
         nan = np.full(len(op_devices), np.nan)
         if hasattr(self.env, "step_times"):
-            if self.order is None:
-                step_time_s, failed = self.env.step_times(op_devices)
-            else:
-                step_time_s, failed = self.env.step_times(op_devices, order=self.order)
+            step_time_s, failed = self.env.step_times(op_devices, **kw)
             return np.asarray(step_time_s, dtype=float), np.asarray(failed, dtype=bool), nan
         results = self.env.evaluate(list(op_devices))
         return (np.array([r.step_time_s for r in results], dtype=float), np.array([not r.ok for r in results]), nan)
