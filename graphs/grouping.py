@@ -47,6 +47,7 @@ from graphs import schema
 from graphs.dag import kahn
 from graphs.errors import GraphFormatError, PlacerError
 from graphs.group_graph import CutTable, build_group_graph, cut_bytes_batched
+from graphs.hash_seed import hash_seed_hint
 from graphs.io import from_dict as graph_from_dict
 from graphs.ir import OpGraph
 from graphs.ops import base_op_name, inplace_mask, metadata_mask, param_paths, view_mask
@@ -361,6 +362,7 @@ class Grouping:
         if doc.get("source_hash") != graph.content_hash:
             raise GraphFormatError(
                 f"{source}: made for graph {doc.get('source_hash')}, not {graph.content_hash} ({graph.name or 'graph'})"
+                f"{hash_seed_hint()}"
             )
         rebuilt = cls.from_assignment(
             graph,

@@ -69,6 +69,7 @@ import numpy as np
 
 from graphs import schema
 from graphs.errors import PlacerError
+from graphs.hash_seed import hash_seed_hint
 from graphs.io import read_document, write_text_atomic
 from graphs.ir import OpGraph
 from graphs.ops import param_owners
@@ -253,7 +254,7 @@ class Placement:
         if self.graph_hash and self.graph_hash != graph.content_hash:
             raise PlacerError(
                 f"{source}: made for graph {self.graph_hash}, not for this graph ({graph.name or 'graph'} "
-                f"{graph.content_hash})"
+                f"{graph.content_hash}){hash_seed_hint()}"
             )
         return check_order(self.order, graph, source=f"{source}: order")
 
@@ -525,6 +526,7 @@ def as_indices(placement: Any, graph: OpGraph, device_names: Sequence[str], *, s
     if graph_hash and graph_hash != graph.content_hash:
         raise PlacerError(
             f"{source}: made for graph {graph_hash}, not for this graph ({graph.name or 'graph'} {graph.content_hash})"
+            f"{hash_seed_hint()}"
         )
     mapping = getattr(placement, "assignment", placement)
     if not isinstance(mapping, Mapping):

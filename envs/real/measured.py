@@ -82,6 +82,7 @@ from envs.real.timing import check_timeout
 from envs.real.worker import Builder, Worker, build_model, one_line, placement_hash  # noqa: F401  (the actors' side)
 from envs.result import Result
 from graphs import OpGraph, PlacerError
+from graphs.hash_seed import hash_seed_env, hash_seed_hint
 from graphs.torch_capture import export_program, graph_from_program
 
 try:  # token authentication: Ray >= 2.52
@@ -97,6 +98,14 @@ except ImportError:  # pragma: no cover - an older Ray has no tokens to check
 #: while "Ray clusters" are off; it reads this variable into
 #: ``ray._private.ray_constants.ENABLE_RAY_CLUSTER`` when imported.
 _RAY_CLUSTER_ENV = "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"
+
+
+def actor_runtime_env() -> dict[str, Any]:
+    """The ``runtime_env`` of an actor that measures (this env's workers, a job's ranks): its process starts with
+    glibc's thread cache off (:func:`~envs.real.allocator.steady_runtime_env`) and the driver's hash seed, or
+    placer's where the driver has none (:mod:`graphs.hash_seed`: a model that iterates a set exports its ops in
+    one order in every actor), as an actor on another node does not inherit the driver's environment."""
+    return {"env_vars": {**steady_runtime_env()["env_vars"], **hash_seed_env()}}
 
 
 def node_id() -> str:
@@ -370,8 +379,7 @@ class MeasuredEnv(RecordedMeasurements):
         ray = self._ensure_ray()
         cls = ray.remote(num_cpus=self.cpus_per_worker, num_gpus=self.gpus_per_worker, max_restarts=0)(self.worker_cls)
         shipped = self.shipment.module if self.shipment else None
-        # the actor's process with glibc's thread cache off (envs.real.allocator)
-        actor = cls.options(scheduling_strategy="SPREAD", runtime_env=steady_runtime_env()).remote(
+        actor = cls.options(scheduling_strategy="SPREAD", runtime_env=actor_runtime_env()).remote(
             self.source, self.device_map, self.cpus_per_worker, self.lr, self.source_dir, shipped, node_id
         )
         if i is None:
@@ -471,7 +479,7 @@ class MeasuredEnv(RecordedMeasurements):
         if value != self.graph.content_hash:
             raise PlacerError(
                 f"measured env: a worker captured graph {value}, not {self.graph.content_hash} (different "
-                "torch version?)"
+                f"torch version?){hash_seed_hint()}"
             )
         return i
 

@@ -36,6 +36,7 @@ from envs.real.shipping import shipped_root
 from envs.real.timing import Protocol, adam, failure_status, measure_steps
 from envs.result import Result
 from graphs import PlacerError, zoo
+from graphs.hash_seed import hash_seed_hint
 from graphs.sources import load_callable, model_and_inputs
 from graphs.torch_capture import export_program, graph_from_program
 
@@ -155,7 +156,7 @@ class Worker:
                 return Result(
                     float("inf"),
                     "error",
-                    f"worker built graph {self.graph_hash}, expected {graph_hash}",
+                    f"worker built graph {self.graph_hash}, expected {graph_hash}{hash_seed_hint()}",
                     source="measured",
                     extra=extra,
                 ).to_dict()

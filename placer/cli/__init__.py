@@ -102,10 +102,15 @@ def console_main() -> int:
     """The ``placer`` command (and ``python -m placer``): :func:`main`, then the process's objects frozen so that the
     interpreter's last garbage collection does not walk torch's and Ray's millions of them (1-3 s on 2 CPU cores
     after the command had finished), and a command that measures in this process may start it again with the
-    host's allocator as placer measures (:func:`placer.cli.args.measure_here`). Not in :func:`main`, which
-    in-process callers (tests) call."""
+    host's allocator as placer measures (:func:`placer.cli.args.measure_here`). Before all that, a command whose
+    process drew its hash seed starts itself again with ``PYTHONHASHSEED=0`` (:mod:`graphs.hash_seed`): a model
+    whose forward iterates a set of names then exports the same graph in every placer process (a plan made by
+    ``placer place`` is the one ``placer run`` and a job's ranks capture). Not in :func:`main`, which in-process
+    callers (tests) call."""
+    from graphs.hash_seed import start_again_with_fixed_hash_seed
     from placer.cli.args import CONSOLE
 
+    start_again_with_fixed_hash_seed([sys.executable, *sys.orig_argv[1:]])
     CONSOLE["command"] = True
     status = main()
     gc.freeze()

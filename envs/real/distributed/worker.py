@@ -48,6 +48,7 @@ from envs.real.slices import shorten_helper_slices
 from envs.real.timing import Protocol, adam, measure_steps, time_limit
 from envs.real.worker import build_model
 from graphs import PlacerError
+from graphs.hash_seed import hash_seed_hint
 from graphs.torch_capture import export_program, graph_from_program
 
 
@@ -264,7 +265,7 @@ def program_for(model: nn.Module, inputs: tuple, plan: RankPlan) -> tuple[Any, A
     if graph.content_hash != plan.program_hash:
         raise PlacerError(
             f"this process exported graph {graph.content_hash}, the plan was compiled for {plan.program_hash} "
-            "(another torch version, or a model that builds differently here?)"
+            f"(another torch version, or a model that builds differently here?){hash_seed_hint()}"
         )
     return program, graph
 

@@ -42,12 +42,11 @@ from ray.exceptions import GetTimeoutError, RayActorError, RayTaskError
 from ray.util.placement_group import placement_group, remove_placement_group
 from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
-from envs.real.allocator import steady_runtime_env
 from envs.real.distributed.launch import free_port
 from envs.real.distributed.rank_plan import RankPlan, compile_plan
 from envs.real.distributed.worker import RankJob, check_cpus, run_rank
 from envs.real.measure_log import placement_key
-from envs.real.measured import MeasuredEnv
+from envs.real.measured import MeasuredEnv, actor_runtime_env
 from envs.real.shipping import shipped_root
 from envs.real.timing import failure_status
 from envs.real.worker import one_line
@@ -281,7 +280,7 @@ class RanksEnv(MeasuredEnv):
         self._job_actors = [
             cls.options(
                 scheduling_strategy=PlacementGroupSchedulingStrategy(group, placement_group_bundle_index=r),
-                runtime_env=steady_runtime_env(),  # glibc's thread cache off (envs.real.allocator)
+                runtime_env=actor_runtime_env(),
             ).remote(self.source_dir, shipped)
             for r in range(N)
         ]
