@@ -6,6 +6,8 @@ docs/ranks/zb/others.py (the probe of plans across processes) and 12 more. From 
     PYTHONPATH=. python docs/conformance/others.py [NAME ...] > docs/conformance/others.log
     PYTHONPATH=. python docs/conformance/others.py --homes [NAME ...] > docs/conformance/others_homes.log
     PYTHONPATH=. python docs/conformance/others.py --homes --corpus > docs/conformance/corpus_homes.log
+    PYTHONPATH=. python docs/conformance/others.py --newer > docs/conformance/newer.log
+    PYTHONPATH=. python docs/conformance/others.py --newer --homes > docs/conformance/newer_homes.log
 
 (``--corpus``: the conformance corpus's models, :mod:`graphs.models.corpus`, instead of these.)
 
@@ -186,7 +188,9 @@ if "--device-map" in args:
 corpus = "--corpus" in args  # the conformance corpus's models instead (with --homes: homed_check on each)
 if corpus:
     from graphs.models.corpus import FAMILIES, build
-names = [a for a in args if a not in ("--homes", "--corpus", "-v")] or list(FAMILIES if corpus else MODELS)
+if "--newer" in args:  # the 22 of docs/ranks/zb/others.py's NEWER instead
+    MODELS = zb.NEWER
+names = [a for a in args if a not in ("--homes", "--corpus", "--newer", "-v")] or list(FAMILIES if corpus else MODELS)
 for name in names:
     t = time.perf_counter()
     try:
