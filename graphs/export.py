@@ -238,12 +238,48 @@ def describe_failure(exc: BaseException, stage: str = "capture") -> str:
     return f"{stage} failed: {cause}{loc} ({name}: {first})"
 
 
+#: Installed packages that torch calls while it traces (sympy reasons about the shapes, optree flattens the inputs):
+#: their frames are torch's, never the user's line. A library the model comes from (transformers, timm, the user's
+#: own installed package) is the model's code, where the line that failed usually is.
+TORCH_DEPENDENCIES = frozenset(
+    {"sympy", "mpmath", "optree", "typing_extensions", "numpy", "triton", "functorch", "torchgen", "filelock", "fsspec"}
+)
+
+
+def installed_package(path: str) -> str:
+    """The top-level package of an installed file ("" for one that is not under site-packages or dist-packages).
+
+    >>> installed_package("/venv/lib/python3.11/site-packages/transformers/models/dbrx/modeling_dbrx.py")
+    'transformers'
+    >>> installed_package("/usr/lib/python3/dist-packages/six.py"), installed_package("/home/me/model.py")
+    ('six', '')
+    """
+    parts = path.replace(os.sep, "/").split("/")
+    for i in range(len(parts) - 2, -1, -1):
+        if parts[i] in ("site-packages", "dist-packages"):
+            return parts[i + 1].removesuffix(".py")
+    return ""
+
+
 def user_line(frames: list[tuple[str, Any]]) -> str:
-    """``file.py:line`` of the innermost of ``(file, line)`` frames outside torch, the stdlib and capture itself."""
+    """``file.py:line`` of the innermost of ``(file, line)`` frames outside torch, the packages it calls
+    (:data:`TORCH_DEPENDENCIES`), the stdlib and capture itself: the model's line, in the user's file or in the
+    installed library it comes from.
+
+    >>> site = "/venv/lib/python3.11/site-packages/"
+    >>> user_line([("/home/me/train.py", 9), (site + "transformers/models/dbrx/modeling_dbrx.py", 296),
+    ...            (site + "torch/_tensor.py", 1100), (site + "sympy/core/relational.py", 512)])
+    'modeling_dbrx.py:296'
+    """
     best = ""
     for filename, line in frames:
         path = os.path.abspath(filename) if not filename.startswith("<") else ""
-        skip = path.startswith((_TORCH_DIR, _STDLIB_DIR)) or path in CAPTURE_FILES or "/site-packages/" in path
+        skip = (
+            path.startswith((_TORCH_DIR, _STDLIB_DIR))
+            or path in CAPTURE_FILES
+            or installed_package(path) in TORCH_DEPENDENCIES
+            or installed_package(path) == "torch"
+        )
         if path and not skip:
             best = f"{os.path.basename(path)}:{line}"
     return best

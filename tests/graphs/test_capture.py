@@ -176,6 +176,43 @@ def test_data_dependent_control_flow_is_named():
     assert f"test_capture.py:{line} " in msg
 
 
+#: A model from an installed library (as transformers' are): its routing asks the data, as DBRX's and JetMoE's do.
+LIBRARY_MODEL = """
+import torch
+from torch import nn
+
+
+class Routed(nn.Module):
+    def forward(self, x):
+        hit = (x > 0).any(dim=1).nonzero()
+        for row in hit:  # the line the error must name
+            x = x + row
+        return x.sum()
+"""
+
+
+def test_a_data_dependent_line_in_an_installed_library_is_named_not_the_user_s_wrapper(tmp_path, monkeypatch):
+    site = tmp_path / "lib" / "python3.11" / "site-packages"
+    (site / "fancylib").mkdir(parents=True)
+    (site / "fancylib" / "__init__.py").write_text("")
+    importable_module(site / "fancylib", monkeypatch, "modeling_fancy", LIBRARY_MODEL)
+    monkeypatch.syspath_prepend(str(site))
+    import fancylib.modeling_fancy as lib
+
+    class Wrapper(nn.Module):  # the user's file: a loss around the library's model
+        def __init__(self):
+            super().__init__()
+            self.model = lib.Routed()
+
+        def forward(self, x):
+            return self.model(x)
+
+    with pytest.raises(CaptureError) as e:
+        capture(Wrapper(), (torch.randn(4, 3),))
+    line = LIBRARY_MODEL.splitlines().index("        for row in hit:  # the line the error must name") + 1
+    assert f" at modeling_fancy.py:{line} " in str(e.value), str(e.value)
+
+
 def test_model_errors_are_one_line(capsys):
     with pytest.raises(CaptureError, match="not a torch.nn.Module"):
         capture(lambda x: x, (torch.randn(2),))
