@@ -12,8 +12,8 @@ for this graph"), and the ranks of a job could each export another graph than th
 plan's.
 
 So the ``placer`` command starts itself again with ``PYTHONHASHSEED=0`` when the
-variable is unset (:func:`start_again_with_fixed_hash_seed`, one ``exec``, before it
-does anything); what it starts (a job's ranks, the fork server, a local Ray) inherits
+variable is unset (:func:`placer.console.start_again_with_fixed_hash_seed`, one ``exec``,
+before it imports anything of placer's); what it starts (a job's ranks, the fork server, a local Ray) inherits
 the variable, and the Ray actors that measure are given it (:func:`hash_seed_env`), as
 actors on another machine do not inherit the driver's environment. A seed the user set
 is kept. A program of the user's own that captures or applies a plan is the user's to
@@ -24,8 +24,6 @@ the error says so (:func:`hash_seed_hint`).
 from __future__ import annotations
 
 import os
-import sys
-from collections.abc import Sequence
 
 #: The seed placer's processes start with where the user named none.
 HASH_SEED = "0"
@@ -46,18 +44,6 @@ def hash_seed_env() -> dict[str, str]:
     """``{"PYTHONHASHSEED": ...}`` for a process placer starts elsewhere (a Ray actor's ``env_vars``): this
     process's seed where it has one, else :data:`HASH_SEED`."""
     return {VARIABLE: os.environ[VARIABLE] if hash_seed_fixed() else HASH_SEED}
-
-
-def start_again_with_fixed_hash_seed(argv: Sequence[str]) -> None:
-    """Replace this process by ``argv`` (an interpreter and its arguments) started with ``PYTHONHASHSEED=0`` (the rest
-    of the environment as it is) when this process's seed was drawn. Returns, replacing nothing, when the seed is
-    fixed already: the process it starts has it, so this is one ``exec``, never a loop. What this process printed is
-    flushed first."""
-    if hash_seed_fixed():
-        return
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os.execve(argv[0], list(argv), {**os.environ, VARIABLE: HASH_SEED})
 
 
 def hash_seed_hint(environ: dict[str, str] | None = None) -> str:
@@ -82,5 +68,4 @@ __all__ = [
     "hash_seed_env",
     "hash_seed_fixed",
     "hash_seed_hint",
-    "start_again_with_fixed_hash_seed",
 ]

@@ -10,13 +10,16 @@ from __future__ import annotations
 
 import importlib
 
-from graphs.plan import Placement
-
 __all__ = ["Placement", "train", "apply", "methods", "baselines"]  # noqa: F822 (submodules: __getattr__)
 
 
 def __getattr__(name: str):
-    # Loaded on first use: train and apply import torch (and train TensorBoard).
+    # Loaded on first use: train and apply import torch (and train TensorBoard); Placement numpy, which the
+    # ``placer`` command imports only once its process is the one that runs (placer.console).
+    if name == "Placement":
+        from graphs.plan import Placement
+
+        return Placement
     if name in ("methods", "baselines", "train", "apply"):
         # placer.train and placer.apply are modules that can be called like their main function
         return importlib.import_module(f"placer.{name}")

@@ -1,5 +1,5 @@
 import sys
 
-from placer.cli import console_main
+from placer.console import main
 
-sys.exit(console_main())
+sys.exit(main())

@@ -105,10 +105,11 @@ def console_main() -> int:
     host's allocator as placer measures (:func:`placer.cli.args.measure_here`). Before all that, a command whose
     process drew its hash seed starts itself again with ``PYTHONHASHSEED=0`` (:mod:`graphs.hash_seed`): a model
     whose forward iterates a set of names then exports the same graph in every placer process (a plan made by
-    ``placer place`` is the one ``placer run`` and a job's ranks capture). Not in :func:`main`, which in-process
-    callers (tests) call."""
-    from graphs.hash_seed import start_again_with_fixed_hash_seed
+    ``placer place`` is the one ``placer run`` and a job's ranks capture). :func:`placer.console.main`, the entry
+    point, has done that before these imports; here it is for an install whose ``placer`` script still names this
+    function. Not in :func:`main`, which in-process callers (tests) call."""
     from placer.cli.args import CONSOLE
+    from placer.console import start_again_with_fixed_hash_seed
 
     start_again_with_fixed_hash_seed([sys.executable, *sys.orig_argv[1:]])
     CONSOLE["command"] = True

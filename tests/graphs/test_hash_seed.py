@@ -49,7 +49,7 @@ def _without_seed() -> dict[str, str]:
 
 def test_a_process_that_drew_its_seed_starts_itself_again_with_seed_0_once_and_a_seed_set_is_kept():
     script = (
-        "import os, sys; from graphs import hash_seed as h; print('started', flush=True); "
+        "import os, sys; from placer import console as h; print('started', flush=True); "
         "h.start_again_with_fixed_hash_seed([sys.executable, *sys.orig_argv[1:]]); "
         "print(os.environ.get('PYTHONHASHSEED'), hash('placer'))"
     )
