@@ -135,18 +135,24 @@ def swin():
     return _images(transformers.SwinForImageClassification(cfg))
 
 
+#: An encoder-decoder of 2 + 2 layers of 32 (Whisper, mBART, Pegasus).
+_SEQ2SEQ = dict(
+    d_model=32,
+    encoder_layers=2,
+    decoder_layers=2,
+    encoder_attention_heads=4,
+    decoder_attention_heads=4,
+    encoder_ffn_dim=64,
+    decoder_ffn_dim=64,
+)
+
+
 def whisper():
     torch.manual_seed(0)
     cfg = transformers.WhisperConfig(
         vocab_size=128,
         num_mel_bins=16,
-        d_model=32,
-        encoder_layers=2,
-        decoder_layers=2,
-        encoder_attention_heads=4,
-        decoder_attention_heads=4,
-        encoder_ffn_dim=64,
-        decoder_ffn_dim=64,
+        **_SEQ2SEQ,
         max_source_positions=16,
         max_target_positions=32,
         pad_token_id=0,
@@ -169,15 +175,6 @@ def _classifier(cfg_name: str, model_name: str, **kw):
     return _images(getattr(transformers, model_name)(cfg))
 
 
-_SEQ2SEQ = dict(
-    d_model=32,
-    encoder_layers=2,
-    decoder_layers=2,
-    encoder_attention_heads=4,
-    decoder_attention_heads=4,
-    encoder_ffn_dim=64,
-    decoder_ffn_dim=64,
-)
 _VISION = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64, image_size=32)
 
 #: 22 more (docs/conformance/others.py ``--newer``, 2026-12-06), none placed before, built as the others.
