@@ -58,6 +58,7 @@ from envs.real.pipeline import stage_names
 from envs.real.placed_model import Pipelining, build_placed_model, unwrap  # noqa: F401  (placer.apply.unwrap)
 from envs.real.shapes import ShapeError  # noqa: F401  (what a placed module raises at sizes it cannot take)
 from graphs import OpGraph, PlacerError
+from graphs.hash_seed import hash_seed_hint
 from graphs.plan import as_indices, check_host_step, check_order, checkpoint_blocks, in_module
 from graphs.torch_capture import check_runnable, export_program, graph_from_program
 from placer._callable import make_module_callable
@@ -213,6 +214,7 @@ def apply_program(
         raise PlacerError(
             f"graph {graph.name or ''} ({graph.content_hash}) is not the graph of this model and inputs "
             f"({captured.content_hash}); was it captured from another model, batch size or torch version?"
+            f"{hash_seed_hint()}"
         )
     source = getattr(placement, "source", "") or "placement"
     assignment = validated_assignment(placement, captured, source=source)

@@ -32,6 +32,7 @@ import numpy as np
 
 from envs.real.distributed.rank_plan import RankPlan, check_batched, compile_plan
 from graphs import OpGraph, PlacerError
+from graphs.hash_seed import hash_seed_hint
 from graphs.plan import Placement, as_indices
 from graphs.sources import stand_in_loss
 
@@ -59,7 +60,7 @@ def compile_for_model(
     if graph is not None and graph.content_hash != captured.content_hash:
         raise PlacerError(
             f"graph {graph.name or ''} ({graph.content_hash}) is not the graph of this model and inputs "
-            f"({captured.content_hash})"
+            f"({captured.content_hash}){hash_seed_hint()}"
         )
     for field, what in (("param_homes", "parameter homes apart from their ops"), ("checkpoint", "checkpointed blocks")):
         if getattr(placement, field, None):

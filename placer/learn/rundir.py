@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any, Iterator
 import numpy as np
 
 from graphs import OpGraph, PlacerError
+from graphs.hash_seed import hash_seed_hint
 from graphs.plan import Placement, checkpoint_blocks, faster_host_step
 from placer.learn import checkpoint
 from placer.learn.checkpoint_choice import kept_blocks, prune_blocks
@@ -328,6 +329,7 @@ def check_compatible(saved: dict, config: TrainConfig, graph: OpGraph, devices: 
     if saved.get("graph_hash") != graph.content_hash:
         raise PlacerError(
             f"--resume: {where} is for graph {saved.get('graph_hash')}, not this graph ({graph.content_hash})"
+            f"{hash_seed_hint()}"
         )
     if saved.get("devices") != devices:
         raise PlacerError(f"--resume: {where} is for devices {saved.get('devices')}, not {devices}")

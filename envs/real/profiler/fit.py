@@ -27,6 +27,7 @@ from envs.sim.cost import update_bandwidth
 from envs.sim.order_trust import ORDER_MARGIN_META, margin_of
 from envs.sim.simulator import MODEL_VERSION, SimEnv
 from graphs import OpGraph, PlacerError
+from graphs.hash_seed import hash_seed_hint
 from graphs.ir import PROFILE_COLUMNS
 from graphs.ops import free_mask
 
@@ -61,7 +62,7 @@ def profile_columns(
     if profile.get("graph_hash") and profile["graph_hash"] != graph.content_hash:
         raise PlacerError(
             f"{source}: profiled graph {profile['graph_hash']}, not this graph ({graph.name or 'graph'} "
-            f"{graph.content_hash})"
+            f"{graph.content_hash}){hash_seed_hint()}"
         )
     pos = {name: k for k, name in enumerate(profile["ops"])}
     rows = np.array([pos.get(name, -1) for name in graph.names])
