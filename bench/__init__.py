@@ -22,3 +22,9 @@ Table 1 (:mod:`bench.table1`), the conformance corpus and its check (:mod:`graph
 (:mod:`bench.offload`, :mod:`bench.offload_stages`, :mod:`bench.offload_report`, :mod:`bench.measured_rl`,
 :mod:`bench.fsdp2`, :mod:`bench.host_adam`).
 """
+
+from placer.console import start_again_if_run_as_module
+
+# ``python -m bench.<module>`` starts itself with PYTHONHASHSEED=0 where it is unset, as the ``placer`` command does
+# (graphs.hash_seed): its processes and Ray actors then export one graph of a model that iterates a set of names.
+start_again_if_run_as_module()

@@ -29,6 +29,15 @@ def start_again_with_fixed_hash_seed(argv: Sequence[str]) -> None:
     os.execve(argv[0], list(argv), {**os.environ, "PYTHONHASHSEED": HASH_SEED})
 
 
+def start_again_if_run_as_module() -> None:
+    """For a package's ``__init__`` (``bench``'s): where this process is ``python -m <package>.<module>`` and Python
+    is still locating that module (``sys.argv[0]`` is ``"-m"`` until the module runs, and only the packages above it
+    are imported then), :func:`start_again_with_fixed_hash_seed` with the same command line. Where a program or
+    pytest imports the package, nothing."""
+    if sys.argv[:1] == ["-m"]:
+        start_again_with_fixed_hash_seed([sys.executable, *sys.orig_argv[1:]])
+
+
 def main() -> int:
     """The ``placer`` command: this process with a fixed hash seed, then :func:`placer.cli.console_main`."""
     start_again_with_fixed_hash_seed([sys.executable, *sys.orig_argv[1:]])
@@ -37,4 +46,4 @@ def main() -> int:
     return console_main()
 
 
-__all__ = ["HASH_SEED", "main", "start_again_with_fixed_hash_seed"]
+__all__ = ["HASH_SEED", "main", "start_again_if_run_as_module", "start_again_with_fixed_hash_seed"]

@@ -95,14 +95,38 @@ def test_a_plan_refused_for_another_graph_says_what_to_do_where_the_seed_was_dra
         plan.indices(other)
 
 
+def test_a_process_placer_starts_elsewhere_gets_this_one_s_seed_or_placer_s(monkeypatch):
+    monkeypatch.delenv("PYTHONHASHSEED", raising=False)
+    assert not hash_seed_fixed() and hash_seed_env() == {"PYTHONHASHSEED": "0"} and hash_seed_hint()
+    monkeypatch.setenv("PYTHONHASHSEED", "7")
+    assert hash_seed_fixed() and hash_seed_env() == {"PYTHONHASHSEED": "7"} and hash_seed_hint() == ""
+    monkeypatch.setenv("PYTHONHASHSEED", "random")  # Python's word for a drawn seed
+    assert not hash_seed_fixed() and hash_seed_env() == {"PYTHONHASHSEED": "0"}
+
+
+@pytest.mark.slow  # over 1 s (the fast tier is kept under 90 s): imports Ray
 def test_measuring_actors_start_with_the_driver_s_seed_or_placer_s(monkeypatch):
     from envs.real.measured import actor_runtime_env
 
     monkeypatch.delenv("PYTHONHASHSEED", raising=False)
-    assert not hash_seed_fixed() and hash_seed_env() == {"PYTHONHASHSEED": "0"} and hash_seed_hint()
     env = actor_runtime_env()["env_vars"]
     assert env["PYTHONHASHSEED"] == "0" and "GLIBC_TUNABLES" in env  # the thread cache's setting kept beside it
     monkeypatch.setenv("PYTHONHASHSEED", "7")
     assert actor_runtime_env()["env_vars"]["PYTHONHASHSEED"] == "7" and hash_seed_hint() == ""
     monkeypatch.setenv("PYTHONHASHSEED", "random")  # Python's word for a drawn seed
     assert actor_runtime_env()["env_vars"]["PYTHONHASHSEED"] == "0"
+
+
+def test_python_m_bench_starts_itself_again_with_seed_0_and_importing_bench_does_not():
+    """``python -m bench.<module>`` restarts once where no seed is set (its first process got as far as importing
+    placer.console, once more after the exec: -X importtime lists it twice), not where one is; a program that
+    imports bench is never restarted."""
+    run = dict(capture_output=True, text=True, check=True, timeout=60)
+
+    def imports_of_console(env: dict[str, str], *command: str) -> int:
+        proc = subprocess.run([sys.executable, "-X", "importtime", *command], env=env, **run)
+        return sum(line.split("|")[-1].strip() == "placer.console" for line in proc.stderr.splitlines())
+
+    assert imports_of_console(_without_seed(), "-m", "bench.common") == 2
+    assert imports_of_console({**_without_seed(), "PYTHONHASHSEED": "0"}, "-m", "bench.common") == 1
+    assert imports_of_console(_without_seed(), "-c", "import bench") == 1
