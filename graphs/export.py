@@ -238,11 +238,23 @@ def describe_failure(exc: BaseException, stage: str = "capture") -> str:
     return f"{stage} failed: {cause}{loc} ({name}: {first})"
 
 
-#: Installed packages that torch calls while it traces (sympy reasons about the shapes, optree flattens the inputs):
-#: their frames are torch's, never the user's line. A library the model comes from (transformers, timm, the user's
-#: own installed package) is the model's code, where the line that failed usually is.
-TORCH_DEPENDENCIES = frozenset(
-    {"sympy", "mpmath", "optree", "typing_extensions", "numpy", "triton", "functorch", "torchgen", "filelock", "fsspec"}
+#: Installed packages that are torch or that torch calls while it traces (sympy reasons about the shapes, optree
+#: flattens the inputs): their frames are never the user's line. A library the model comes from (transformers, timm,
+#: the user's own installed package) is the model's code, where the line that failed usually is.
+TORCH_PACKAGES = frozenset(
+    {
+        "torch",
+        "sympy",
+        "mpmath",
+        "optree",
+        "typing_extensions",
+        "numpy",
+        "triton",
+        "functorch",
+        "torchgen",
+        "filelock",
+        "fsspec",
+    }
 )
 
 
@@ -262,9 +274,10 @@ def installed_package(path: str) -> str:
 
 
 def user_line(frames: list[tuple[str, Any]]) -> str:
-    """``file.py:line`` of the innermost of ``(file, line)`` frames outside torch, the packages it calls
-    (:data:`TORCH_DEPENDENCIES`), the stdlib and capture itself: the model's line, in the user's file or in the
-    installed library it comes from.
+    """``file.py:line`` of the innermost of ``(file, line)`` frames outside torch and the packages it calls
+    (:data:`TORCH_PACKAGES`), the stdlib and capture itself: the model's line, in the user's file or in the
+    installed library it comes from (an installed file is judged by its package alone: a Python installed without a
+    venv keeps site-packages inside the stdlib's folder).
 
     >>> site = "/venv/lib/python3.11/site-packages/"
     >>> user_line([("/home/me/train.py", 9), (site + "transformers/models/dbrx/modeling_dbrx.py", 296),
@@ -274,12 +287,8 @@ def user_line(frames: list[tuple[str, Any]]) -> str:
     best = ""
     for filename, line in frames:
         path = os.path.abspath(filename) if not filename.startswith("<") else ""
-        skip = (
-            path.startswith((_TORCH_DIR, _STDLIB_DIR))
-            or path in CAPTURE_FILES
-            or installed_package(path) in TORCH_DEPENDENCIES
-            or installed_package(path) == "torch"
-        )
-        if path and not skip:
+        package = installed_package(path)
+        outside = package in TORCH_PACKAGES if package else path.startswith((_TORCH_DIR, _STDLIB_DIR))
+        if path and not outside and path not in CAPTURE_FILES:
             best = f"{os.path.basename(path)}:{line}"
     return best

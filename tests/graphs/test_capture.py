@@ -310,3 +310,21 @@ def test_module_paths_are_dotted_names_of_the_root_model(recorded, path):
 
     node = SimpleNamespace(meta={"nn_module_stack": {"L__self__": ("", "Wrap"), "inner": (recorded, "GPT2Attention")}})
     assert module_path(node) == path
+
+
+def test_an_installed_library_s_line_is_named_where_site_packages_sits_inside_the_stdlib_s_folder(monkeypatch):
+    """A Python installed without a venv (/usr/local/lib/python3.11/site-packages): the model's library frame is
+    named, the stdlib's and torch's are not."""
+    import graphs.export as export
+
+    monkeypatch.setattr(export, "_STDLIB_DIR", "/usr/local/lib/python3.11")
+    site = "/usr/local/lib/python3.11/site-packages/"
+    frames = [
+        ("/home/me/train.py", 9),
+        (site + "transformers/models/dbrx/modeling_dbrx.py", 296),
+        (site + "torch/_tensor.py", 1100),
+        ("/usr/local/lib/python3.11/contextlib.py", 81),
+        (site + "sympy/core/relational.py", 512),
+    ]
+    assert export.user_line(frames) == "modeling_dbrx.py:296"
+    assert export.user_line(frames[:1] + frames[2:]) == "train.py:9"
