@@ -17,16 +17,18 @@ from collections.abc import Sequence
 HASH_SEED = "0"
 
 
-def start_again_with_fixed_hash_seed(argv: Sequence[str]) -> None:
-    """Replace this process by ``argv`` (an interpreter and its arguments) started with ``PYTHONHASHSEED=0`` (the rest
-    of the environment as it is) when this process's seed was drawn (``graphs.hash_seed.hash_seed_fixed``: the
-    variable unset, or not a number). Returns, replacing nothing, when the seed is fixed already: the process it
-    starts has it, so this is one ``exec``, never a loop. What this process printed is flushed first."""
+def start_again_with_fixed_hash_seed(argv: Sequence[str] | None = None) -> None:
+    """Replace this process by ``argv`` (an interpreter and its arguments; default this process's own command line)
+    started with ``PYTHONHASHSEED=0`` (the rest of the environment as it is) when this process's seed was drawn
+    (``graphs.hash_seed.hash_seed_fixed``: the variable unset, or not a number). Returns, replacing nothing, when the
+    seed is fixed already: the process it starts has it, so this is one ``exec``, never a loop. What this process
+    printed is flushed first."""
     if os.environ.get("PYTHONHASHSEED", "").isdigit():
         return
+    argv = [sys.executable, *sys.orig_argv[1:]] if argv is None else list(argv)
     sys.stdout.flush()
     sys.stderr.flush()
-    os.execve(argv[0], list(argv), {**os.environ, "PYTHONHASHSEED": HASH_SEED})
+    os.execve(argv[0], argv, {**os.environ, "PYTHONHASHSEED": HASH_SEED})
 
 
 def start_again_if_run_as_module() -> None:
@@ -35,12 +37,12 @@ def start_again_if_run_as_module() -> None:
     are imported then), :func:`start_again_with_fixed_hash_seed` with the same command line. Where a program or
     pytest imports the package, nothing."""
     if sys.argv[:1] == ["-m"]:
-        start_again_with_fixed_hash_seed([sys.executable, *sys.orig_argv[1:]])
+        start_again_with_fixed_hash_seed()
 
 
 def main() -> int:
     """The ``placer`` command: this process with a fixed hash seed, then :func:`placer.cli.console_main`."""
-    start_again_with_fixed_hash_seed([sys.executable, *sys.orig_argv[1:]])
+    start_again_with_fixed_hash_seed()
     from placer.cli import console_main
 
     return console_main()

@@ -111,7 +111,7 @@ def console_main() -> int:
     from placer.cli.args import CONSOLE
     from placer.console import start_again_with_fixed_hash_seed
 
-    start_again_with_fixed_hash_seed([sys.executable, *sys.orig_argv[1:]])
+    start_again_with_fixed_hash_seed()
     CONSOLE["command"] = True
     status = main()
     gc.freeze()
