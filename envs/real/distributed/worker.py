@@ -28,6 +28,7 @@ from __future__ import annotations
 import datetime
 import os
 import statistics
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -36,6 +37,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 from torch.distributed.elastic.multiprocessing.errors import record
+from torch.utils._pytree import tree_leaves  # noqa: PLC2701 (torch has no public pytree module)
 
 from envs.real.allocator import thread_cache_off
 from envs.real.conformance import Reference, compare, reference
@@ -78,6 +80,9 @@ class RankJob:
             (gloo's) asks the scheduler for a slice this short, so a message's hand-off does not wait for the
             tick (:mod:`envs.real.slices`); None: the scheduler's defaults (the A/B of ``bench.repeatability
             --slice``).
+        reuse_program: a process that ran a job of the same model before skips the export and takes that job's
+            program, its weights put back as built (:class:`ProgramCache`); False: every job exports anew (the A/B
+            of ``docs/ranks/cpu2/reuse/program_ab.py``).
     """
 
     source: str
@@ -94,6 +99,7 @@ class RankJob:
     early_receives: bool | None = None
     cpus: tuple[tuple[int, ...], ...] | None = None
     helper_slice_us: int | None = None
+    reuse_program: bool = True
 
 
 def check_cpus(cpus: Sequence[Sequence[int]] | None, what: str = "rank cpus") -> tuple | None:
@@ -262,17 +268,95 @@ def program_for(model: nn.Module, inputs: tuple, plan: RankPlan) -> tuple[Any, A
     part = split_batch(inputs, plan.microbatches)[0] if plan.microbatches > 1 else inputs
     program = export_program(model, part)
     graph = graph_from_program(program)
+    check_program(graph, plan)
+    return program, graph
+
+
+def check_program(graph: Any, plan: RankPlan) -> None:
+    """A :class:`PlacerError` unless ``graph`` (this process's program) is the one ``plan`` was compiled for."""
     if graph.content_hash != plan.program_hash:
         raise PlacerError(
             f"this process exported graph {graph.content_hash}, the plan was compiled for {plan.program_hash} "
             f"(another torch version, or a model that builds differently here?){hash_seed_hint()}"
         )
-    return program, graph
+
+
+class ProgramCache:
+    """The programs this process exported, for the next job of the same model (a measured env's rank actors run one
+    job after another): a job whose model comes from the same source, with inputs of the same shapes and dtypes, at
+    the same microbatch count, reuses the program (and its graph) and skips the export, about a quarter of a small
+    model's measurement.
+
+    The program then takes this job's freshly built model as its own (:func:`adopt`): each of its parameters and
+    buffers is the new model's tensor of that name, as a fresh export's would be, so the job starts from the model
+    as built, not from what the last job's steps left. Where the new model lacks one of them, or has it in another
+    shape or dtype, the job exports anew. At most ``size`` programs are kept, the latest used."""
+
+    def __init__(self, size: int = 2) -> None:
+        self.size = size
+        self._programs: dict[tuple, tuple[Any, Any]] = {}
+
+    @staticmethod
+    def key(source: Any, source_dir: str | None, part: tuple) -> tuple | None:
+        """What makes one export the same as another; None where the source is not a name (a callable: never
+        kept)."""
+        if not isinstance(source, str):
+            return None
+        leaves = tuple(
+            (tuple(t.shape), str(t.dtype)) if isinstance(t, torch.Tensor) else repr(t) for t in tree_leaves(part)
+        )
+        return (source, source_dir, leaves)
+
+    def get(self, source: Any, source_dir: str | None, model: nn.Module, inputs: tuple, plan: RankPlan):
+        """``(program, graph, reused)`` for ``plan`` (:func:`program_for`); ``reused``: this cache held the export."""
+        part = split_batch(inputs, plan.microbatches)[0] if plan.microbatches > 1 else inputs
+        key = self.key(source, source_dir, part)
+        if key is not None and key in self._programs:
+            program, graph = self._programs.pop(key)
+            check_program(graph, plan)
+            if adopt(program, model):
+                self._programs[key] = (program, graph)  # the latest used last
+                return program, graph, True
+        program, graph = program_for(model, inputs, plan)
+        if key is not None and self.size > 0:
+            self._programs[key] = (program, graph)
+            while len(self._programs) > self.size:
+                self._programs.pop(next(iter(self._programs)))
+        return program, graph, False
+
+
+def adopt(program: Any, model: nn.Module) -> bool:
+    """Make ``model``'s parameters and buffers ``program``'s, by name (those an export of ``model`` would hold),
+    and its tensor constants where ``model`` has a tensor of that name; False, and ``program`` unchanged, where
+    ``model`` lacks one of the program's parameters or buffers or differs in its shape or dtype. A constant the
+    model does not name (a tensor the forward made, lifted by the export) stays the program's: the program never
+    writes it."""
+    tensors = dict(model.state_dict(keep_vars=True))
+    tensors.update(dict(model.named_buffers(remove_duplicate=False)))  # the buffers not in the state (persistent=False)
+    state = program.state_dict
+
+    def same(k: str, v: torch.Tensor) -> bool:
+        t = tensors.get(k)
+        return isinstance(t, torch.Tensor) and t.shape == v.shape and t.dtype == v.dtype
+
+    if not all(same(k, v) for k, v in state.items()):
+        return False
+    for k in list(state):
+        state[k] = tensors[k]
+    for k, v in list(program.constants.items()):
+        if isinstance(v, torch.Tensor) and same(k, v):
+            program.constants[k] = tensors[k]
+    return True
+
+
+#: This process's exports (:class:`ProgramCache`), kept from one job to the next.
+PROGRAMS = ProgramCache()
 
 
 @record
 def run_rank(job: RankJob) -> dict[str, Any] | None:
     """The entry point of every process (see the module doc); rank 0 returns the job's report."""
+    clock = SetupClock()
     torch.set_num_threads(max(1, job.threads))
     pin_rank(job.cpus)
     dist.init_process_group(job.backend, timeout=datetime.timedelta(seconds=job.timeout_s))
@@ -286,14 +370,22 @@ def run_rank(job: RankJob) -> dict[str, Any] | None:
         helpers = shorten_helper_slices(job.helper_slice_us) if job.helper_slice_us else []
         plan = RankPlan.from_dict(job.plan)
         check_world(list(plan.devices), dist.get_world_size())
+        clock.lap("join")
         model, inputs = build_model(job.source, search_dir=job.source_dir)
+        clock.lap("build")
         ref = reference(model, inputs) if job.check and rank == 0 else None
-        program, graph = program_for(model, inputs, plan)
+        if job.reuse_program:
+            program, graph, reused = PROGRAMS.get(job.source, job.source_dir, model, inputs, plan)
+        else:
+            (program, graph), reused = program_for(model, inputs, plan), False
+        clock.lap("export")
         schedule = RankSchedule(plan, program, inputs, rank, early_receives=job.early_receives)
+        clock.lap("stages")
         check = None
         if job.check:
             parts = gather_to_first(step_gradients(schedule, inputs), objects)
             check = check_report(parts, ref, graph.meta.get("tied_params", [])) if rank == 0 else None
+            clock.lap("check")
         part = train_steps(
             schedule,
             inputs,
@@ -303,15 +395,31 @@ def run_rank(job: RankJob) -> dict[str, Any] | None:
             timeout_s=job.timeout_s,
             steady_malloc=job.steady_malloc,
         )
+        clock.lap("steps")
         if hasattr(os, "sched_getaffinity"):
             part["cpus"] = sorted(os.sched_getaffinity(0))  # the cores this rank ran on
         part["short_slices"] = len(helpers)  # the threads that ran with job.helper_slice_us
         part["pid"] = os.getpid()  # the process (a measured env may run several jobs in one)
         part["thread_cache_off"] = thread_cache_off()  # glibc's, as the process started (envs.real.allocator)
+        part["setup_s"] = clock.laps  # where this rank's job spent its wall time, phase by phase
+        part["program_reused"] = reused  # an earlier job's export (ProgramCache), not this job's own
         parts = gather_to_first(part, objects)
         return job_report(parts, plan, check) if rank == 0 else None
     finally:
         dist.destroy_process_group()
+
+
+class SetupClock:
+    """Wall seconds between named points of a rank's job (``laps``: phase name to seconds, in order)."""
+
+    def __init__(self) -> None:
+        self.laps: dict[str, float] = {}
+        self._last = time.perf_counter()
+
+    def lap(self, name: str) -> None:
+        now = time.perf_counter()
+        self.laps[name] = round(now - self._last, 4)
+        self._last = now
 
 
 class NoParameters:
@@ -326,9 +434,14 @@ class NoParameters:
 
 __all__ = [
     "NoParameters",
+    "PROGRAMS",
     "PipelineStep",
+    "ProgramCache",
     "RankJob",
+    "SetupClock",
     "check_cpus",
+    "adopt",
+    "check_program",
     "check_report",
     "gather_to_first",
     "job_report",

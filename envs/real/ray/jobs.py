@@ -122,6 +122,8 @@ class RanksEnv(MeasuredEnv):
             or mapping (a :class:`graphs.plan.Placement` carries its own).
         reuse_actors: a job that ended ``"ok"`` leaves its rank actors for the next
             job of as many ranks (the module doc); False: fresh processes every job.
+        reuse_program: a kept actor's next job of the same model skips the export, its program's weights put
+            back as built (:attr:`RankJob.reuse_program`); False: every job exports anew.
 
     A :class:`graphs.plan.Placement` is measured with its issue order, microbatches,
     window and schedule; its key in the log covers all of them.
@@ -141,10 +143,12 @@ class RanksEnv(MeasuredEnv):
         inflight: int | None = None,
         schedule: str | None = None,
         reuse_actors: bool = True,
+        reuse_program: bool = True,
         **options: Any,
     ) -> None:
         super().__init__(source, cluster, cpus_per_worker=cpus_per_rank, **options)
         self.reuse_actors = reuse_actors
+        self.reuse_program = reuse_program
         self._job_group: Any = None  # the placement group of self._job_actors
         self.backend, self.rank_map, self.cpus_per_rank = backend, rank_map, cpus_per_rank
         self.rank_cpus = check_cpus(rank_cpus, "measured env: rank_cpus")
@@ -325,6 +329,7 @@ class RanksEnv(MeasuredEnv):
             threads=self.cpus_per_rank,
             cpus=self._cpus(plan),
             helper_slice_us=self.helper_slice_us,
+            reuse_program=self.reuse_program,
         )
         refs = [a.run.remote(job, r, plan.num_ranks, (ip, port)) for r, a in enumerate(self._job_actors)]
         pending = list(refs)

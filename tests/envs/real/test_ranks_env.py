@@ -105,6 +105,11 @@ def test_a_placement_is_one_job_of_two_processes_logged_cached_and_measured_agai
         assert again.ok and again is not first and env.evaluate([placement])[0] is first
         pids = [r["pid"] for r in first.extra["ranks"]]
         assert [r["pid"] for r in again.extra["ranks"]] == pids and len(set(pids)) == 2  # the same two processes
+        # the second job took the first's export, and started from the model as built: the same losses, step by step
+        assert [r["program_reused"] for r in first.extra["ranks"]] == [False, False]
+        assert [r["program_reused"] for r in again.extra["ranks"]] == [True, True]
+        assert again.extra["losses"] == first.extra["losses"] and len(first.extra["losses"]) == 2
+        assert list(first.extra["ranks"][0]["setup_s"]) == ["join", "build", "export", "stages", "steps"]
         records = [json.loads(line) for line in (workdir / "run" / "measurements.jsonl").read_text().splitlines()]
         assert [r.get("again", False) for r in records] == [False, True]
         assert records[0]["placement_hash"].startswith("ranks-") and records[0]["placement_hash"].endswith("-gpipe")
