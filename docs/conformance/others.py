@@ -8,6 +8,11 @@ docs/ranks/zb/others.py (the probe of plans across processes) and 12 more. From 
     PYTHONPATH=. python docs/conformance/others.py --homes --corpus > docs/conformance/corpus_homes.log
     PYTHONPATH=. python docs/conformance/others.py --newer > docs/conformance/newer.log
     PYTHONPATH=. python docs/conformance/others.py --newer --homes > docs/conformance/newer_homes.log
+    PYTHONPATH=. python docs/conformance/others.py --diffusers > docs/conformance/diffusers.log
+    PYTHONPATH=. python docs/conformance/others.py --diffusers --homes > docs/conformance/diffusers_homes.log
+
+(``--diffusers``: diffusers' denoisers and autoencoder, docs/ranks/zb/diffusion.py; needs ``pip install
+diffusers``.)
 
 (``--corpus``: the conformance corpus's models, :mod:`graphs.models.corpus`, instead of these.)
 
@@ -190,7 +195,12 @@ if corpus:
     from graphs.models.corpus import FAMILIES, build
 if "--newer" in args:  # the 22 of docs/ranks/zb/others.py's NEWER instead
     MODELS = zb.NEWER
-names = [a for a in args if a not in ("--homes", "--corpus", "--newer", "-v")] or list(FAMILIES if corpus else MODELS)
+if "--diffusers" in args:  # diffusers' models instead (docs/ranks/zb/diffusion.py; pip install diffusers)
+    import diffusion
+
+    MODELS = diffusion.MODELS
+flags = ("--homes", "--corpus", "--newer", "--diffusers", "-v")
+names = [a for a in args if a not in flags] or list(FAMILIES if corpus else MODELS)
 for name in names:
     t = time.perf_counter()
     try:

@@ -163,6 +163,8 @@ def stage_programs(
         reorder(graph, list(ops))
         if split_backward and s > 0:
             _dense_input_gradients(graph)
+        if split_backward:
+            _dense_group_norm_inputs(graph)
         graph.lint()
         modules.append(fx.GraphModule(attrs, graph, class_name=f"Stage{s}"))
     return modules
@@ -181,6 +183,29 @@ def _dense_input_gradients(graph: fx.Graph) -> None:
             node = graph.create_node("call_function", dense_gradient, (p,), name=DENSE_GRADIENT_PREFIX + p.name)
             node.meta = dict(p.meta)
             p.replace_all_uses_with(node, delete_user_cb=lambda user: user is not node)
+
+
+#: The ops whose CPU backward crashes the process (SIGSEGV, torch 2.13) when asked for the weight's and bias's
+#: gradients alone on an input in another layout than the gradient's (channels last, as a transpose's reshape
+#: leaves it): what a split backward's weight part asks (diffusers' autoencoder, whose attention hands a transposed
+#: tensor to a resnet's GroupNorm). :func:`_dense_group_norm_inputs`.
+_NORMS_NEEDING_DENSE_INPUT = (torch.ops.aten.group_norm.default, torch.ops.aten.native_group_norm.default)
+
+
+def _dense_group_norm_inputs(graph: fx.Graph) -> None:
+    """Make the input of every group norm of a stage dense (``contiguous``: nothing copied where it is already) for
+    a schedule that splits the backward, whose weight part otherwise crashes there (:data:`_NORMS_NEEDING_DENSE_INPUT`;
+    the same values, the same gradients, in the layout the full backward would see from a dense input)."""
+    for node in list(graph.nodes):
+        if node.op != "call_function" or node.target not in _NORMS_NEEDING_DENSE_INPUT:
+            continue
+        x = node.args[0]
+        if not isinstance(x, fx.Node):
+            continue
+        with graph.inserting_before(node):
+            dense = graph.call_function(_CONTIGUOUS, (x,))
+        dense.meta = dict(x.meta)
+        node.replace_input_with(x, dense)
 
 
 def _attribute(gm: fx.GraphModule, target: str) -> Any:
