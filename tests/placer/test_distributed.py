@@ -79,6 +79,22 @@ MODEL_SRC = textwrap.dedent(
         return Dying(), (torch.randn(4, 8), torch.randint(0, 2, (4,)))
 
 
+    class SharedTable(nn.Module):  # a table shared by the batch comes as an input (FLUX's position ids do)
+        def __init__(self):
+            super().__init__()
+            self.embed, self.head = nn.Embedding(32, 16), nn.Linear(16, 32)
+
+        def forward(self, ids, labels, pos):
+            h = torch.tanh(self.embed(ids) + pos)  # pos: (6, 16), one row a position, the same for every sequence
+            return F.cross_entropy(self.head(h).flatten(0, 1), labels.flatten())
+
+
+    def shared_table():
+        torch.manual_seed(0)
+        ids = torch.randint(0, 32, (4, 6), generator=torch.Generator().manual_seed(1))
+        return SharedTable(), (ids, ids.roll(1, dims=1), torch.randn(6, 16, generator=torch.Generator().manual_seed(2)))
+
+
     def script(placement_path, early_receives=None):
         # what a user's script does under torchrun: its own process group, placer's stages and schedule
         import torch.distributed as dist
@@ -335,6 +351,33 @@ def test_a_rank_that_holds_no_parameters_trains_too(here, capsys):
     rc, out, err = run_cli(capsys, "dist_model:build", *argv)
     assert rc == 0, err
     assert [r["device"] for r in json.loads(out)["ranks"]] == ["gpu:0", "gpu:1"]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("schedule", ["gpipe", "interleaved_zb"])
+def test_an_input_shared_by_the_batch_goes_whole_to_every_microbatch_across_processes(here, capsys, schedule):
+    """An input whose dimension 0 is not the batch's (a table of positions) is not cut into the microbatches, as in
+    one process: torch's schedule would cut every tensor input. Its gradients equal the one-process step's."""
+    import dist_model
+
+    from graphs.torch_capture import capture
+
+    graph = capture(*dist_model.shared_table())
+    n = graph.num_ops
+    split = np.where(np.arange(n) < n // 2, 1, 2)
+    if schedule == "gpipe":
+        plan = Placement.from_indices(graph, ["cpu:0", "gpu:0", "gpu:1"], split, cluster="k80x2", microbatches=2)
+    else:  # two stages a rank, weight gradients put off
+        looped = np.array([1, 2])[(np.arange(n) * 4 // n) % 2]
+        plan = Placement.from_indices(
+            graph, ["cpu:0", "gpu:0", "gpu:1"], looped, cluster="k80x2", microbatches=2, schedule=schedule
+        )
+    plan.save("shared.json")
+    argv = ["--placement", "shared.json", "--cluster", "k80x2", "--nproc-per-node", "2", "--steps", "2", "--check"]
+    rc, out, err = run_cli(capsys, "dist_model:shared_table", *argv, "--json")
+    assert rc == 0, err
+    report = json.loads(out)
+    assert report["check"]["ok"] and report["microbatches"] == 2, report["check"]
 
 
 @pytest.mark.slow

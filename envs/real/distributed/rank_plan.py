@@ -174,21 +174,26 @@ def microbatch_size(batch: int, microbatches: int, source: str = "inputs") -> in
 
 
 def check_batched(inputs: Sequence[Any], microbatches: int, source: str = "inputs") -> None:
-    """With M > 1, torch's schedule splits every tensor input along dimension 0: each must have the batch there."""
+    """With M > 1, the inputs must hold a batch to split: the first tensor input's dimension 0, a multiple of M.
+
+    Every tensor input with that size there is split into the microbatches; any other input (a table shared by the
+    batch, as FLUX's position ids) goes whole to every microbatch, as in one process
+    (:func:`envs.real.pipeline.split_batch`; across processes
+    :func:`envs.real.distributed.runtime.chunk_specs`)."""
     if microbatches == 1:
         return
     shapes = [tuple(getattr(x, "shape", ())) for x in inputs]
     tensors = [s for s in shapes if s]
     if not tensors:
         raise PlacerError(f"{source}: no tensor input to split into {microbatches} microbatches")
-    batch = tensors[0][0]
-    for k, s in enumerate(shapes):
-        if s and s[0] != batch:
-            raise PlacerError(
-                f"{source}: input {k} has shape {list(s)}, not the batch ({batch}) first; across processes torch's "
-                "schedule splits every input along dimension 0"
-            )
-    microbatch_size(batch, microbatches, source)
+    microbatch_size(tensors[0][0], microbatches, source)
 
 
-__all__ = ["RankPlan", "StageSpec", "check_batched", "compile_plan", "microbatch_size", "stage_table"]
+__all__ = [
+    "RankPlan",
+    "StageSpec",
+    "check_batched",
+    "compile_plan",
+    "microbatch_size",
+    "stage_table",
+]

@@ -303,6 +303,17 @@ def early_by_default(device_type: str, schedule: str) -> bool:
     return device_type == "cpu" and schedule in EARLY_RECEIVES
 
 
+def chunk_specs(inputs: Sequence[Any]) -> tuple[Any, ...]:
+    """How torch's schedule cuts each input into microbatches, as :func:`envs.real.pipeline.split_batch` does in one
+    process: along dimension 0 where the input is a tensor with the batch's size there (the first tensor input's),
+    else whole to every microbatch (torch's ``_Replicate``; its default would cut every tensor)."""
+    from torch.distributed.pipelining.microbatch import TensorChunkSpec, _Replicate  # noqa: PLC2701
+
+    shapes = [tuple(x.shape) if isinstance(x, torch.Tensor) else () for x in inputs]
+    batch = next((s[0] for s in shapes if s), None)
+    return tuple(TensorChunkSpec(0) if s and s[0] == batch else _Replicate() for s in shapes)
+
+
 class RankSchedule:
     """This rank's stages of ``plan`` and the schedule that runs them (see the module doc).
 
@@ -368,6 +379,8 @@ class RankSchedule:
                 post_receives_early(stage, plan.microbatches)
         self.shared = [(p, groups[ranks]) for _, (ranks, p) in sorted(shared.items()) if rank in ranks]
         self.schedule = BUILDERS[plan.schedule](self.stages, plan.microbatches, loss_is_output, plan.actions())
+        # every schedule splits the inputs through this (torch's LoopedBFS takes no args_chunk_spec)
+        self.schedule._args_chunk_spec = chunk_specs(example_inputs)  # noqa: SLF001
 
     @property
     def has_first(self) -> bool:
@@ -420,6 +433,7 @@ class RankSchedule:
 __all__ = [
     "EARLY_RECEIVES",
     "RankSchedule",
+    "chunk_specs",
     "early_by_default",
     "loss_is_output",
     "orphan_parameters",
