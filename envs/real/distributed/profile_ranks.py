@@ -559,11 +559,11 @@ def pipeline_phases(job: RankProbe, plan: RankPlan, rank: int) -> dict[str, Any]
     cut and shapes are computed alike everywhere), so every rank records it and the ranks stay in step.
     """
     from envs.real.distributed.runtime import RankSchedule
-    from envs.real.distributed.worker import program_for, train_steps
+    from envs.real.distributed.worker import PROGRAMS, train_steps
 
     try:
         model, inputs = build_model(job.source, search_dir=job.source_dir)
-        program, _ = program_for(model, inputs, plan)
+        program = PROGRAMS.get(job.source, job.source_dir, model, inputs, plan)[0]  # a plan of the same M: one export
         schedule = RankSchedule(plan, program, inputs, rank)
     except PlacerError as e:
         return {"microbatches": plan.microbatches, "error": str(e)}
@@ -620,13 +620,13 @@ def stage_split_backward(job: RankProbe, plan: RankPlan, rank: int) -> dict[str,
     values it receives, made by running the stages before it here (no process group); None on the first rank
     (its stage receives no activations: torch runs its backward whole), or why it could not."""
     from envs.real.distributed.stage_modules import stage_programs
-    from envs.real.distributed.worker import program_for
+    from envs.real.distributed.worker import PROGRAMS
 
     if rank == 0:
         return None
     try:
         model, inputs = build_model(job.source, search_dir=job.source_dir)
-        program, _ = program_for(model, inputs, plan)
+        program = PROGRAMS.get(job.source, job.source_dir, model, inputs, plan)[0]  # the last pipeline's export
         modules = stage_programs(program.module(), [s.ops for s in plan.stages], split_backward=True)
         values = tuple(split_batch(tuple(inputs), plan.microbatches)[0])
         with torch.no_grad():
