@@ -567,7 +567,10 @@ def pipeline_phases(job: RankProbe, plan: RankPlan, rank: int) -> dict[str, Any]
         schedule = RankSchedule(plan, program, inputs, rank)
     except PlacerError as e:
         return {"microbatches": plan.microbatches, "error": str(e)}
-    part = train_steps(schedule, inputs, lr=1e-3, warmup=job.warmup + 1, steps=job.repeats, timeout_s=job.timeout_s)
+    try:
+        part = train_steps(schedule, inputs, lr=1e-3, warmup=job.warmup + 1, steps=job.repeats, timeout_s=job.timeout_s)
+    finally:
+        PROGRAMS.release()  # this pipeline's weights are not kept beside the next one's
     return {"microbatches": plan.microbatches, "phases": part["phases"]}
 
 

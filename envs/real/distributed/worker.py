@@ -324,6 +324,16 @@ class ProgramCache:
                 self._programs.pop(next(iter(self._programs)))
         return program, graph, False
 
+    def release(self) -> None:
+        """Let go of the last job's tensors: every kept program's parameters and buffers become meta tensors of the
+        same shapes and dtypes until the next job's model is adopted. Else a program would hold its last job's
+        weights between jobs, on the GPU where the job moved them (``nn.Module.to`` moves a parameter's data in
+        place), beside the next job's, of another program."""
+        for program, _ in self._programs.values():
+            state = program.state_dict
+            for k, v in list(state.items()):
+                state[k] = torch.empty_like(v, device="meta")
+
 
 def adopt(program: Any, model: nn.Module) -> bool:
     """Make ``model``'s parameters and buffers ``program``'s, by name (those an export of ``model`` would hold),
@@ -406,6 +416,7 @@ def run_rank(job: RankJob) -> dict[str, Any] | None:
         parts = gather_to_first(part, objects)
         return job_report(parts, plan, check) if rank == 0 else None
     finally:
+        PROGRAMS.release()
         dist.destroy_process_group()
 
 

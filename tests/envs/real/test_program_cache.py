@@ -139,3 +139,24 @@ def test_a_cache_of_size_zero_keeps_nothing(source):
     model, inputs = build_model(source)
     plan = _plan(model, inputs)
     assert [cache.get(source, None, *build_model(source), plan)[2] for _ in range(2)] == [False, False]
+
+
+def test_between_jobs_a_kept_program_holds_none_of_the_last_job_s_tensors(source):
+    """After a job (``release``), the program keeps shapes only, so the last job's weights (on a GPU, where the job
+    moved them) are freed rather than held beside the next job's; the next job still reuses the export."""
+    import gc
+    import weakref
+
+    cache = ProgramCache()
+    model, inputs = build_model(source)
+    plan = _plan(model, inputs)
+    program = cache.get(source, None, model, inputs, plan)[0]
+    built = _loss(program, inputs).item()
+    last = weakref.ref(model.a.weight)
+    cache.release()
+    assert all(v.device.type == "meta" for v in program.state_dict.values())
+    del model
+    gc.collect()
+    assert last() is None  # nothing holds the last job's weight
+    again, _, reused = cache.get(source, None, *build_model(source), plan)
+    assert reused and again is program and _loss(again, inputs).item() == built
