@@ -51,7 +51,7 @@ def compile_for_model(
     :func:`envs.real.distributed.rank_plan.compile_plan` (``rank_map``, ``backend``,
     ``nproc_per_node``, ``device_map``, ``loss_reduction``).
     """
-    from envs.real.pipeline import split_batch
+    from envs.real.pipeline import export_microbatch
     from graphs.torch_capture import export_program, graph_from_program
 
     inputs = tuple(example_inputs) if isinstance(example_inputs, (tuple, list)) else (example_inputs,)
@@ -75,7 +75,7 @@ def compile_for_model(
     check_batched(inputs, M, "example_inputs")
     part = None
     if M > 1:
-        program = export_program(model, split_batch(inputs, M)[0])
+        program = export_microbatch(model, inputs, M, source="example_inputs")
         part = graph_from_program(program)
     return compile_plan(captured, placement, program=part, **options), program
 

@@ -77,6 +77,33 @@ def microbatch_sizes(batch: int, microbatches: int) -> list[int]:
     return [small + (m < extra) for m in range(microbatches)]
 
 
+def export_microbatch(
+    model: nn.Module, inputs: tuple, microbatches: int, batch_dim: int = 0, *, source: str = "inputs", **options: Any
+) -> Any:
+    """The program of ``model`` exported on the first of ``microbatches`` parts of ``inputs`` (:func:`split_batch`).
+
+    Where that export fails, its error says which inputs were cut: an input shared by the batch whose dimension
+    ``batch_dim`` happens to equal the batch size is cut as if batched (FLUX's position ids with as many text
+    tokens as the batch has samples), and the model then fails at the microbatch's size only."""
+    from graphs.errors import CaptureError
+    from graphs.export import export_program
+
+    part = split_batch(inputs, microbatches, batch_dim, source=source)[0]
+    try:
+        return export_program(model, part, **options)
+    except CaptureError as e:
+        cut = [
+            f"{k} {list(x.shape)}"
+            for k, (x, y) in enumerate(zip(inputs, part))
+            if isinstance(x, torch.Tensor) and isinstance(y, torch.Tensor) and x.shape != y.shape
+        ]
+        raise CaptureError(
+            f"{e} (exported at one of {microbatches} microbatches: {source} {', '.join(cut)} cut along dimension "
+            f"{batch_dim}; an input shared by the batch with the batch's size there is cut too: give the batch "
+            "another size)"
+        ) from None
+
+
 def _shares(parts: list[tuple], batch_dim: int) -> list[float] | None:
     """Each microbatch's share of the batch, or None when the shares are equal."""
     sizes = [

@@ -17,11 +17,10 @@ import torch.fx as fx
 from torch import nn
 
 from envs.real.alignment import ProgramPlan, carry_plan, program_graph
-from envs.real.pipeline import MicrobatchedModule, split_batch
+from envs.real.pipeline import MicrobatchedModule, export_microbatch
 from envs.real.placing import module_tensor, place_module, set_module_tensor
 from envs.real.programs import PROGRAMS_ATTR, Programs, dispatch
 from graphs import OpGraph, PlacerError
-from graphs.export import export_program
 
 
 class Pipelining(NamedTuple):
@@ -73,8 +72,9 @@ def build_placed_model(
         _by_size(placed, [], model, example_inputs, options, graph, plan, device_map, dynamic)
         return placed
     M, W, batch_dim, reduction = pipelining
-    part = split_batch(example_inputs, M, batch_dim, source="example_inputs")[0]
-    ep_part = (part_programs or {}).get(M) or export_program(model, part, **options)
+    ep_part = (part_programs or {}).get(M) or export_microbatch(
+        model, example_inputs, M, batch_dim, source="example_inputs", **options
+    )
     carried = carry_plan(graph, plan, program_graph(ep_part))
     placed = place_module(ep_part, carried.assignment, device_map, order=carried.order)
     _by_size(placed, carried.stages, model, example_inputs, options, graph, plan, device_map, dynamic)

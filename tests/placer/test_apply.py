@@ -138,7 +138,7 @@ def test_a_pipelined_plan_runs_on_the_program_at_a_microbatch_s_size_given_to_it
     def refused(*args, **kwargs):
         raise AssertionError("exported again")
 
-    monkeypatch.setattr(placed_model, "export_program", refused)  # the part program given is the one placed
+    monkeypatch.setattr(placed_model, "export_microbatch", refused)  # the part program given is the one placed
     placed = apply_program(model, program, p, inputs, ALL_CPU, graph=g, part_programs={2: part})
     assert isinstance(placed, MicrobatchedModule) and placed.microbatches == 2
     assert_same_outputs_and_grads(placed, ref_model, placed(*inputs), ref_model(*inputs))

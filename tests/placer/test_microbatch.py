@@ -376,6 +376,37 @@ def test_a_batch_smaller_than_the_microbatches_is_one_line():
         apply(model, p3, (x[:3], y[:3]), device_map="*=cpu")
 
 
+class PositionsIn(nn.Module):
+    """A table of positions comes as an input, shared by the whole batch (one row a position)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.embed, self.head = nn.Embedding(16, 8), nn.Linear(8, 16)
+
+    def forward(self, ids: torch.Tensor, labels: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
+        return nn.functional.cross_entropy(self.head(self.embed(ids) + pos).flatten(0, 1), labels.flatten())
+
+
+@pytest.mark.slow  # over 1 s (the fast tier is kept under 90 s)
+def test_an_input_shared_by_the_batch_goes_whole_to_every_microbatch_and_a_clash_says_so():
+    """A shared input whose dimension 0 is not the batch's goes whole to every microbatch (the step equals the
+    unsplit one); one that happens to have the batch's size there is cut, and the microbatch's export fails in one
+    line that names the inputs it cut and what to do."""
+    torch.manual_seed(0)
+    model, ids = PositionsIn(), torch.randint(0, 16, (4, 6))
+    inputs = (ids, ids.roll(1, dims=1), torch.randn(6, 8))  # 6 positions, 4 sequences
+    g = capture(model, inputs)
+    plan = Placement.from_indices(g, DEVICES, np.ones(g.num_ops, dtype=int), microbatches=2)
+    placed = apply(copy.deepcopy(model), plan, inputs, device_map="*=cpu")
+    torch.testing.assert_close(placed(*inputs), model(*inputs))
+    square = (ids[:, :4], ids[:, :4].roll(1, dims=1), torch.randn(4, 8))  # 4 positions, 4 sequences
+    g4 = capture(model, square)
+    plan4 = Placement.from_indices(g4, DEVICES, np.ones(g4.num_ops, dtype=int), microbatches=2)
+    with pytest.raises(PlacerError, match=r"2 \[4, 8\] cut along dimension 0; an input shared by the batch") as e:
+        apply(model, plan4, square, device_map="*=cpu")
+    assert "\n" not in str(e.value) and "give the batch another size" in str(e.value)
+
+
 # ------------------------------------------------------------------ search over M
 def test_compare_searches_m_and_keeps_each_methods_fastest():
     from placer.compare import compare

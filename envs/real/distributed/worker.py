@@ -45,7 +45,7 @@ from envs.real.distributed.rank_plan import RankPlan
 from envs.real.distributed.ranks import check_world
 from envs.real.distributed.runtime import RankSchedule
 from envs.real.distributed.trace import ActionRecorder
-from envs.real.pipeline import split_batch
+from envs.real.pipeline import export_microbatch, split_batch
 from envs.real.slices import shorten_helper_slices
 from envs.real.timing import Protocol, adam, measure_steps, time_limit
 from envs.real.worker import build_model
@@ -265,8 +265,10 @@ def train_steps(
 
 def program_for(model: nn.Module, inputs: tuple, plan: RankPlan) -> tuple[Any, Any]:
     """The program the plan's stages are cut from: the model exported at the microbatch's size."""
-    part = split_batch(inputs, plan.microbatches)[0] if plan.microbatches > 1 else inputs
-    program = export_program(model, part)
+    if plan.microbatches > 1:
+        program = export_microbatch(model, inputs, plan.microbatches)
+    else:
+        program = export_program(model, inputs)
     graph = graph_from_program(program)
     check_program(graph, plan)
     return program, graph
