@@ -35,6 +35,21 @@ from graphs.plan import check_inflight
 MICROBATCH_META = "placer_microbatches"  # meta key of a MicrobatchedModule: its number of microbatches
 
 
+def batched(inputs: Sequence[Any], batch_dim: int = 0) -> tuple[int | None, list[bool]]:
+    """The batch size (the size along ``batch_dim`` of the first tensor input that has that dimension; None where
+    none has it) and, per input, whether it is cut into the microbatches: a tensor with that size there. Any other
+    input (a scalar, a table shared by the batch) goes whole to every microbatch. The one rule of
+    :func:`split_batch` in one process and of torch's schedule across processes
+    (:func:`envs.real.distributed.runtime.chunk_specs`).
+
+    >>> batched((torch.zeros(4, 6), torch.zeros(6, 3), 2.0))
+    (4, [True, False, False])
+    """
+    sizes = [t.shape[batch_dim] if isinstance(t, torch.Tensor) and t.dim() > batch_dim else None for t in inputs]
+    B = next((s for s in sizes if s is not None), None)
+    return B, [B is not None and s == B for s in sizes]
+
+
 def split_batch(inputs: tuple, microbatches: int, batch_dim: int = 0, *, source: str = "inputs") -> list[tuple]:
     """``inputs`` cut into ``microbatches`` parts along ``batch_dim``: one tuple per microbatch.
 
@@ -48,22 +63,16 @@ def split_batch(inputs: tuple, microbatches: int, batch_dim: int = 0, *, source:
     >>> [tuple(p[0].tolist()) for p in split_batch((torch.arange(5),), 2)]
     [(0, 1, 2), (3, 4)]
     """
-    tensors = [t for t in inputs if isinstance(t, torch.Tensor) and t.dim() > batch_dim]
-    if not tensors:
+    B, cut = batched(inputs, batch_dim)
+    if B is None:
         raise PlacerError(
             f"{source}: no tensor input has a dimension {batch_dim} to split into microbatches (batch_dim)"
         )
-    B = tensors[0].shape[batch_dim]
     if B < microbatches:
         raise PlacerError(
             f"{source}: batch size {B} (dimension {batch_dim}) is smaller than the plan's {microbatches} microbatches"
         )
-    parts = [
-        t.tensor_split(microbatches, dim=batch_dim)
-        if isinstance(t, torch.Tensor) and t.dim() > batch_dim and t.shape[batch_dim] == B
-        else None
-        for t in inputs
-    ]
+    parts = [t.tensor_split(microbatches, dim=batch_dim) if c else None for t, c in zip(inputs, cut)]
     return [tuple(x if p is None else p[m] for x, p in zip(inputs, parts)) for m in range(microbatches)]
 
 
@@ -92,11 +101,7 @@ def export_microbatch(
     try:
         return export_program(model, part, **options)
     except CaptureError as e:
-        cut = [
-            f"{k} {list(x.shape)}"
-            for k, (x, y) in enumerate(zip(inputs, part))
-            if isinstance(x, torch.Tensor) and isinstance(y, torch.Tensor) and x.shape != y.shape
-        ]
+        cut = [f"{k} {list(x.shape)}" for k, (x, c) in enumerate(zip(inputs, batched(inputs, batch_dim)[1])) if c]
         raise CaptureError(
             f"{e} (exported at one of {microbatches} microbatches: {source} {', '.join(cut)} cut along dimension "
             f"{batch_dim}; an input shared by the batch with the batch's size there is cut too: give the batch "

@@ -44,7 +44,7 @@ from torch import nn
 from envs.real.distributed.rank_plan import RankPlan
 from envs.real.distributed.schedules import BUILDERS, SPLIT_BACKWARD
 from envs.real.distributed.stage_modules import place_stage, stage_programs, stage_shapes
-from envs.real.pipeline import split_batch
+from envs.real.pipeline import batched, split_batch
 from envs.real.placing import to_device
 from graphs import PlacerError
 
@@ -304,14 +304,12 @@ def early_by_default(device_type: str, schedule: str) -> bool:
 
 
 def chunk_specs(inputs: Sequence[Any]) -> tuple[Any, ...]:
-    """How torch's schedule cuts each input into microbatches, as :func:`envs.real.pipeline.split_batch` does in one
-    process: along dimension 0 where the input is a tensor with the batch's size there (the first tensor input's),
-    else whole to every microbatch (torch's ``_Replicate``; its default would cut every tensor)."""
+    """How torch's schedule cuts each input into microbatches, by the rule of one process
+    (:func:`envs.real.pipeline.batched`): along dimension 0, or whole to every microbatch (torch's ``_Replicate``; its
+    default would cut every tensor)."""
     from torch.distributed.pipelining.microbatch import TensorChunkSpec, _Replicate  # noqa: PLC2701
 
-    shapes = [tuple(x.shape) if isinstance(x, torch.Tensor) else () for x in inputs]
-    batch = next((s[0] for s in shapes if s), None)
-    return tuple(TensorChunkSpec(0) if s and s[0] == batch else _Replicate() for s in shapes)
+    return tuple(TensorChunkSpec(0) if c else _Replicate() for c in batched(inputs)[1])
 
 
 class RankSchedule:

@@ -45,7 +45,7 @@ from envs.real.distributed.rank_plan import RankPlan
 from envs.real.distributed.ranks import check_world
 from envs.real.distributed.runtime import RankSchedule
 from envs.real.distributed.trace import ActionRecorder
-from envs.real.pipeline import export_microbatch, split_batch
+from envs.real.pipeline import export_microbatch
 from envs.real.slices import shorten_helper_slices
 from envs.real.timing import Protocol, adam, measure_steps, time_limit
 from envs.real.worker import build_model
@@ -299,20 +299,19 @@ class ProgramCache:
         self._programs: dict[tuple, tuple[Any, Any]] = {}
 
     @staticmethod
-    def key(source: Any, source_dir: str | None, part: tuple) -> tuple | None:
-        """What makes one export the same as another; None where the source is not a name (a callable: never
-        kept)."""
+    def key(source: Any, source_dir: str | None, inputs: tuple, microbatches: int = 1) -> tuple | None:
+        """What makes one export the same as another (the inputs' shapes and dtypes and the microbatch count give
+        the exported microbatch's); None where the source is not a name (a callable: never kept)."""
         if not isinstance(source, str):
             return None
         leaves = tuple(
-            (tuple(t.shape), str(t.dtype)) if isinstance(t, torch.Tensor) else repr(t) for t in tree_leaves(part)
+            (tuple(t.shape), str(t.dtype)) if isinstance(t, torch.Tensor) else repr(t) for t in tree_leaves(inputs)
         )
-        return (source, source_dir, leaves)
+        return (source, source_dir, leaves, microbatches)
 
     def get(self, source: Any, source_dir: str | None, model: nn.Module, inputs: tuple, plan: RankPlan):
         """``(program, graph, reused)`` for ``plan`` (:func:`program_for`); ``reused``: this cache held the export."""
-        part = split_batch(inputs, plan.microbatches)[0] if plan.microbatches > 1 else inputs
-        key = self.key(source, source_dir, part)
+        key = self.key(source, source_dir, inputs, plan.microbatches)
         if key is not None and key in self._programs:
             program, graph = self._programs.pop(key)
             check_program(graph, plan)
