@@ -161,18 +161,55 @@ def _start_method(requested: str | None, entrypoint: Callable[..., Any]) -> str:
     return method
 
 
-def failure_line(rank: int, failure: Any) -> str:
-    """One line for a failed process of the job (a ``ProcessFailure`` of torch's launcher)."""
+def _said(failure: Any) -> str:
+    """What a failed process of the job said of its failure (its exception's text), or "" where it said nothing."""
     message = failure.message
     if isinstance(message, dict):
         message = message.get("message", "")
     text = str(message or "").strip()
+    return "" if text.startswith("To enable traceback") else text
+
+
+def failure_line(rank: int, failure: Any) -> str:
+    """One line for a failed process of the job (a ``ProcessFailure`` of torch's launcher)."""
+    text = _said(failure)
     if failure.exitcode is not None and failure.exitcode < 0:
         return f"rank {rank} died (signal {failure.signal_name()})"
-    if not text or text.startswith("To enable traceback"):
+    if not text:
         return f"rank {rank} died (exit code {failure.exitcode})"
     first = _PLACER_ERROR.sub("", text.splitlines()[0])
     return f"rank {rank} failed: {first[:400]}"
+
+
+_MAIN_GUARD = re.compile(r"""__name__\s*==\s*['"]__main__['"]|['"]__main__['"]\s*==\s*__name__""")
+
+
+def unguarded_script() -> str | None:
+    """The caller's script, where it is one and nothing in it reads ``if __name__ == "__main__":``; else None.
+
+    Each process of a job imports the caller's ``__main__`` script before it runs anything (multiprocessing's
+    fork server and spawn both do, so that what the script defines can be sent to it). A script that starts the
+    job at its top level starts it again in every process, which dies there before any of placer's code runs,
+    with nothing in its log: the job's error says so."""
+    path = getattr(sys.modules.get("__main__"), "__file__", None)
+    if not path or not str(path).endswith(".py"):
+        return None
+    try:
+        text = open(path, encoding="utf-8", errors="replace").read()
+    except OSError:
+        return None
+    return None if _MAIN_GUARD.search(text) else str(path)
+
+
+def failure_hint(failure: Any) -> str:
+    """What to add to :func:`failure_line` where a process ended before it said anything: the likely cause."""
+    script = unguarded_script() if not _said(failure) and failure.exitcode == 1 else None
+    if script is None:
+        return ""
+    return (
+        f"; {script} starts the job at its top level: each process of the job imports it first, so put what it "
+        'runs under `if __name__ == "__main__":`'
+    )
 
 
 def launch(
@@ -240,7 +277,7 @@ def launch(
     except ChildFailedError as e:
         rank, failure = min(e.failures.items())
         kept = f" (logs: {logs})" if own_logs else ""
-        raise PlacerError(f"{failure_line(rank, failure)}{kept}") from None
+        raise PlacerError(f"{failure_line(rank, failure)}{kept}{failure_hint(failure)}") from None
     except SignalException as e:  # the agent turns Ctrl-C and kill into this
         if e.sigval == signal.SIGINT:
             raise KeyboardInterrupt from None
@@ -258,4 +295,12 @@ def launch(
             shutil.rmtree(logs, ignore_errors=True)
 
 
-__all__ = ["PEER_GONE_GRACE_S", "failure_line", "free_port", "launch", "parse_endpoint"]
+__all__ = [
+    "PEER_GONE_GRACE_S",
+    "failure_hint",
+    "failure_line",
+    "free_port",
+    "launch",
+    "parse_endpoint",
+    "unguarded_script",
+]

@@ -8,6 +8,7 @@ affinity as they are at the launch, torch's per-rank entries on top.
 from __future__ import annotations
 
 import os
+import re
 
 import pytest
 
@@ -78,3 +79,39 @@ def test_each_job_s_processes_start_with_the_caller_s_environment_and_cores_as_t
     cached = launch(report, ("d",), nproc_per_node=2, start_method="spawn", thread_cache_off=False)
     assert [r["thread_cache_off"] for r in cached.values()] == [False, False]  # as this environment says
     assert "GLIBC_TUNABLES" not in os.environ  # as it was
+
+
+UNGUARDED = """
+import os
+import re
+from envs.real.distributed.launch import launch
+print(launch(os.getpid, nproc_per_node=1))
+"""
+
+
+@pytest.mark.slow  # over 1 s (the fast tier is kept under 90 s)
+@pytest.mark.parametrize("guarded", [False, True])
+def test_a_script_that_starts_a_job_at_its_top_level_is_told_to_guard_it(tmp_path, guarded):
+    # each process of the job imports the caller's script first, as multiprocessing's do: unguarded, the script
+    # starts the job again there, and that process dies before any of placer's code runs, with nothing in its log
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    body = UNGUARDED if not guarded else UNGUARDED.replace("print(", 'if __name__ == "__main__":\n    print(')
+    script = tmp_path / "myjob.py"
+    script.write_text(body)
+    root = str(Path(__file__).resolve().parents[3])
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH")) if p)}
+    done = subprocess.run([sys.executable, str(script)], env=env, capture_output=True, text=True, timeout=120)
+    if guarded:
+        assert done.returncode == 0, done.stderr[-2000:]
+        assert "{0: " in done.stdout
+        return
+    assert done.returncode == 1
+    last = done.stderr.strip().splitlines()[-1]
+    assert re.fullmatch(
+        r"graphs\.errors\.PlacerError: rank 0 died \(exit code 1\) \(logs: \S+\); \S*myjob\.py starts the job at its "
+        r'top level: each process of the job imports it first, so put what it runs under `if __name__ == "__main__":`',
+        last,
+    ), last
