@@ -51,7 +51,8 @@ class OpGraph:
         out_bytes: bytes of all outputs of each op (int64).
         param_bytes: bytes of trainable parameters each op owns (int64). A
             parameter used by several ops is owned by its first consumer.
-        buffer_bytes: bytes of non-trainable buffers each op owns (int64).
+        buffer_bytes: bytes of non-trainable buffers each op owns (int64), frozen parameters
+            (``requires_grad=False``, named in ``meta["frozen_params"]``) among them.
         flops: forward FLOPs of each op (float64).
         module_paths: dotted module path from ``nn_module_stack`` ("" at top level).
         params: per op, the FQNs of every parameter/buffer it reads (owned or not).

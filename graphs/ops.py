@@ -419,6 +419,43 @@ def _floating(dtypes) -> bool:
     return not known or any(d.removeprefix("torch.").startswith(_GRAD_DTYPES) for d in known)
 
 
+def trainable_names(graph: "OpGraph") -> set[str]:
+    """The names of the parameters ``graph``'s ops read that take a gradient (:func:`grad_mask` says which).
+
+    A name read by an op that owns parameter bytes, and every name tied to one; never a frozen parameter's
+    (``meta["frozen_params"]``: ``requires_grad=False``, counted in ``buffer_bytes``)."""
+    reads = _reads(graph)
+    names = {name for i in np.flatnonzero(graph.param_bytes > 0) for name in reads[i]}
+    for group in graph.meta.get("tied_params") or ():
+        if names.intersection(group):
+            names.update(group)
+    return names - set(graph.meta.get("frozen_params") or ())
+
+
+def frozen_weight_mask(graph: "OpGraph") -> np.ndarray:
+    """Boolean per op: it reads a frozen parameter (``meta["frozen_params"]``) and none that takes a gradient.
+
+    Its backward, where it has one (:func:`grad_mask`: its input takes a gradient), computes the input's gradient
+    alone: a frozen linear layer's backward is one matmul, not two.
+
+    >>> from graphs import OpGraph
+    >>> g = OpGraph.from_edges(["base", "lora", "add"], [("base", "add", 4), ("lora", "add", 4)], param_bytes=[0, 8, 0])
+    >>> g.params = [["base.weight"], ["lora.weight"], []]
+    >>> g.meta["frozen_params"] = ["base.weight"]
+    >>> frozen_weight_mask(g).tolist()
+    [True, False, False]
+    """
+    frozen = set(graph.meta.get("frozen_params") or ())
+    if not frozen:
+        return np.zeros(graph.num_ops, dtype=bool)
+    trainable = trainable_names(graph)
+    return np.fromiter(
+        (bool(frozen.intersection(r)) and not trainable.intersection(r) for r in _reads(graph)),
+        dtype=bool,
+        count=graph.num_ops,
+    )
+
+
 def grad_mask(graph: "OpGraph") -> np.ndarray:
     """Boolean per op: its output takes part in backward (autograd records it and sends it a gradient).
 
@@ -443,10 +480,7 @@ def grad_mask(graph: "OpGraph") -> np.ndarray:
     if not graph.meta.get("capture_version"):
         return np.ones(n, dtype=bool)
     reads = _reads(graph)
-    param_names = {name for i in np.flatnonzero(graph.param_bytes > 0) for name in reads[i]}
-    for group in graph.meta.get("tied_params") or ():
-        if param_names.intersection(group):
-            param_names.update(group)
+    param_names = trainable_names(graph)
     floating = np.fromiter((_floating(d) for d in graph.out_dtypes), dtype=bool, count=n)
     grad = np.zeros(n, dtype=bool)
     in_ptr, in_src, _ = graph.in_csr

@@ -7,7 +7,9 @@ buffers, user inputs) and the output node are not ops:
 
 - a parameter or buffer is *owned* by the first op that reads it (its bytes go in
   ``param_bytes`` / ``buffer_bytes`` of that op, so the totals equal the model's
-  bytes, tied weights once); ``params[i]`` lists every FQN op ``i`` reads;
+  bytes, tied weights once); ``params[i]`` lists every FQN op ``i`` reads. A parameter that takes no gradient
+  (``requires_grad=False``: a frozen backbone, LoRA's base weights) has no gradient, no optimizer state and no
+  weight gradient to compute: its bytes go in ``buffer_bytes``, and ``meta["frozen_params"]`` names it;
 - user inputs are listed in ``meta["inputs"]`` with the ops that consume them.
 
 Views and ``getitem`` keep their logical output size in ``out_bytes`` but have
@@ -117,6 +119,11 @@ class _ProgramReader:
         self.buffers = dict(sig.inputs_to_buffers)
         self.constants = dict(getattr(sig, "inputs_to_lifted_tensor_constants", {}) or {})
         self.buffers.update(self.constants)
+        # parameters that take no gradient (a frozen backbone, LoRA's base weights): no gradient, no optimizer state,
+        # no weight gradient to compute; to the simulator they are resident bytes like a buffer's
+        self.frozen = {
+            fqn for fqn in self.params.values() if not getattr(ep.state_dict.get(fqn), "requires_grad", True)
+        }
         self.user_inputs = set(sig.user_inputs)
         self.tensor_key = _tensor_keys(ep, list(self.params.values()) + list(self.buffers.values()))
         self.index: dict[str, int] = {}
@@ -187,7 +194,7 @@ class _ProgramReader:
             fqns.append(fqn)
             if self.tensor_key[fqn] not in self.owned:  # tied weights: one tensor, several FQNs
                 self.owned.add(self.tensor_key[fqn])
-                if arg.name in self.params:
+                if arg.name in self.params and fqn not in self.frozen:
                     own_p += self.placeholder_bytes[arg.name]
                 else:
                     own_b += self.placeholder_bytes[arg.name]
@@ -212,6 +219,7 @@ class _ProgramReader:
             "inplace_ops": c["inplace_ops"],
             "unused_params": sorted(f for f in self.params.values() if self.tensor_key[f] not in self.owned),
             "tied_params": _tied_groups(self.tensor_key),
+            **({"frozen_params": sorted(self.frozen)} if self.frozen else {}),
             "constants": sorted(
                 self.constants.values()
             ),  # tensors the program made (torch.tensor(...)), not the model's

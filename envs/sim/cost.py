@@ -9,7 +9,9 @@ Forward time of op ``i`` on device ``d``:
   every input edge, the op's owned parameters and buffers, and its outputs.
 
 Backward time: the profiled ``bwd_s``, else ``BACKWARD_MULTIPLIER`` × forward
-(the profiled forward where there is one).
+(the profiled forward where there is one): the input's gradient and the weight's, each about a forward. An op whose
+weights are all frozen (:func:`graphs.ops.frozen_weight_mask`: ``requires_grad=False``, a LoRA base layer) computes
+the input's alone: ``BACKWARD_MULTIPLIER - 1`` × forward.
 
 With M > 1 microbatches (:mod:`envs.microbatch`, and the pipelines across processes)
 an op's times are those of one microbatch: the roofline's FLOPs, inputs and outputs
@@ -45,7 +47,7 @@ import numpy as np
 
 from envs.cluster import Cluster
 from graphs.ir import OpGraph
-from graphs.ops import free_mask
+from graphs.ops import free_mask, frozen_weight_mask
 
 #: Backward ≈ 2 × forward: it computes the gradient w.r.t. the inputs (dgrad) and
 #: w.r.t. the weights (wgrad), each about as costly as the forward op (the usual
@@ -88,7 +90,9 @@ def op_times(graph: OpGraph, cluster: Cluster, microbatches: int = 1) -> tuple[n
     whole = fwd if microbatches == 1 else roofline_s(graph, cluster, 1)
     shrink = np.divide(fwd, whole, out=np.full_like(fwd, 1.0 / M), where=whole > 0)
     fwd[free_mask(graph)] = 0.0
-    bwd = BACKWARD_MULTIPLIER * fwd
+    # the input's gradient and the weight's; a frozen weight's is not computed
+    multiplier = np.where(frozen_weight_mask(graph), BACKWARD_MULTIPLIER - 1.0, BACKWARD_MULTIPLIER)
+    bwd = multiplier[:, None] * fwd
     for d, kind in enumerate(cluster.kinds):
         prof = graph.profile.get(kind)
         if not prof:
@@ -106,7 +110,7 @@ def op_times(graph: OpGraph, cluster: Cluster, microbatches: int = 1) -> tuple[n
                 out[line, d] = between_sizes(timed[col][line], micro[line], k[line], M, fixed)
             if col == "fwd_s":  # a backward not timed: twice the forward (as timed)
                 untimed = have & (np.isnan(timed["bwd_s"]) if timed["bwd_s"] is not None else True)
-                bwd[untimed, d] = BACKWARD_MULTIPLIER * fwd[untimed, d]
+                bwd[untimed, d] = multiplier[untimed] * fwd[untimed, d]
     if microbatches > 1:
         accumulate = ACCUMULATE_TRAFFIC_MULTIPLIER * graph.param_bytes.astype(np.float64)
         bwd += (M - 1) / M * accumulate[:, None] / cluster.mem_bw_bytes_per_s[None, :]

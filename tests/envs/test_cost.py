@@ -126,3 +126,25 @@ def test_static_and_activation_bytes():
     )
     assert cost.static_bytes(g).tolist() == [408, 0]
     assert cost.activation_bytes(g).tolist() == [40, 0]
+
+
+def test_an_op_whose_weights_are_all_frozen_computes_its_input_s_gradient_alone():
+    g = OpGraph.from_edges(
+        ["base", "lora", "add"],
+        [("base", "add", 4096), ("lora", "add", 4096)],
+        op_types=["aten.mm.default"] * 2 + ["aten.add.Tensor"],
+        flops=[2e9, 2e9, 1e6],
+        param_bytes=[0, 4096, 0],
+        buffer_bytes=[1 << 20, 0, 0],
+    )
+    g.params = [["base.weight"], ["lora.A"], []]
+    g.meta["frozen_params"] = ["base.weight"]
+    c = Cluster.preset("k80x2")
+    fwd, bwd = cost.op_times(g, c)
+    assert np.allclose(bwd[0], (cost.BACKWARD_MULTIPLIER - 1) * fwd[0])  # frozen: grad_input only
+    assert np.allclose(bwd[1:], cost.BACKWARD_MULTIPLIER * fwd[1:])
+    # a profile that timed the forward alone: the same rule on the timed forward
+    g.profile = {"gpu": {"fwd_s": np.array([1e-3, 2e-3, np.nan]), "bwd_s": np.full(3, np.nan)}}
+    fwd, bwd = cost.op_times(g, c)
+    gpu = c.kinds.index("gpu")
+    assert bwd[0, gpu] == 1e-3 and bwd[1, gpu] == 2 * 2e-3

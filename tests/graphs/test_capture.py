@@ -328,3 +328,79 @@ def test_an_installed_library_s_line_is_named_where_site_packages_sits_inside_th
     ]
     assert export.user_line(frames) == "modeling_dbrx.py:296"
     assert export.user_line(frames[:1] + frames[2:]) == "train.py:9"
+
+
+def _frozen_mlp(freeze: tuple[int, ...]) -> nn.Module:
+    torch.manual_seed(0)
+    m = nn.Sequential(nn.Linear(16, 16), nn.ReLU(), nn.Linear(16, 16), nn.ReLU(), nn.Linear(16, 4))
+    for k in freeze:
+        m[k].requires_grad_(False)
+    return m
+
+
+def test_a_frozen_parameter_is_resident_bytes_with_no_gradient_and_a_graph_without_one_is_as_it_was():
+    from graphs.ops import frozen_weight_mask, grad_mask
+
+    x = (torch.randn(8, 16),)
+    trained = capture(_frozen_mlp(()), x)
+    assert "frozen_params" not in trained.meta  # unchanged for every model that freezes nothing: its hash too
+    linear = [i for i, t in enumerate(trained.op_types) if t == "aten.linear.default"]
+    assert trained.param_bytes[linear].tolist() == [16 * 17 * 4, 16 * 17 * 4, 4 * 17 * 4]
+    assert not trained.buffer_bytes.any()
+
+    g = capture(_frozen_mlp((0, 2)), x)  # a frozen backbone, a trainable head
+    assert g.meta["frozen_params"] == ["0.bias", "0.weight", "2.bias", "2.weight"]
+    assert g.param_bytes[linear].tolist() == [0, 0, 4 * 17 * 4]
+    assert g.buffer_bytes[linear].tolist() == [16 * 17 * 4, 16 * 17 * 4, 0]
+    assert g.total_param_bytes == 4 * 17 * 4
+    # the first frozen layer reads the input alone: no backward; the second is past it: none either
+    assert grad_mask(g)[linear].tolist() == [False, False, True]
+    assert frozen_weight_mask(g)[linear].tolist() == [True, True, False]
+    assert g.content_hash != trained.content_hash
+
+    g = capture(_frozen_mlp((2,)), x)  # a frozen layer between trainable ones: its input's gradient only
+    assert grad_mask(g)[linear].tolist() == [True, True, True]
+    assert frozen_weight_mask(g)[linear].tolist() == [False, True, False]
+
+
+def test_a_frozen_backbone_is_simulated_without_its_gradients_optimizer_state_or_weight_gradients():
+    import envs
+    from envs import Cluster
+    from graphs.plan import Placement
+
+    def simulated(freeze):
+        torch.manual_seed(0)
+        m = nn.Sequential(nn.Linear(256, 256), nn.ReLU(), nn.Linear(256, 256), nn.ReLU(), nn.Linear(256, 8))
+        for k in freeze:
+            m[k].requires_grad_(False)
+        g = capture(m, (torch.randn(16, 256),))
+        r = envs.SimEnv(g, Cluster.preset("k80x2")).simulate(
+            Placement.from_indices(g, ["gpu:0"], np.zeros(g.num_ops, dtype=int))
+        )
+        return r.step_time_s, r.peak_bytes["gpu:0"]
+
+    (step, peak), (frozen_step, frozen_peak) = simulated(()), simulated((0, 2))
+    frozen_bytes = 2 * 257 * 256 * 4
+    # gradients and Adam's two moments of the frozen weights are not held: 3x their bytes, less activations the
+    # first layer no longer keeps for a backward it does not run
+    assert 2.9 * frozen_bytes < peak - frozen_peak <= 3 * frozen_bytes
+    # no backward for the first layer, the input's gradient alone for the second, no update for either
+    assert frozen_step < 0.6 * step
+
+
+@pytest.mark.parametrize("freeze", [(), (0,), (0, 2), (2,)])
+def test_the_simulated_resident_bytes_are_what_a_training_step_leaves_held(freeze):
+    from envs.sim import cost
+
+    model = _frozen_mlp(freeze)
+    x = (torch.randn(8, 16),)
+    g = capture(model, x)
+    optimizer = torch.optim.Adam(model.parameters())  # as users write it: Adam skips what takes no gradient
+    model(*x).sum().backward()
+    optimizer.step()
+    held = sum(p.numel() * p.element_size() for p in model.parameters())
+    held += sum(p.grad.numel() * p.grad.element_size() for p in model.parameters() if p.grad is not None)
+    held += sum(
+        v.numel() * v.element_size() for state in optimizer.state.values() for k, v in state.items() if k != "step"
+    )
+    assert int(cost.static_bytes(g).sum()) == held

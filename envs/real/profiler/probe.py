@@ -283,8 +283,8 @@ def concrete_inputs(ep: Any, example: list) -> list:
 
 
 def _param_bytes(gm: Any) -> int:
-    """Bytes of ``gm``'s parameters: what the optimizer step updates."""
-    return int(sum(p.numel() * p.element_size() for p in gm.parameters()))
+    """Bytes of ``gm``'s parameters that take a gradient: what the optimizer step updates (a frozen one it skips)."""
+    return int(sum(p.numel() * p.element_size() for p in gm.parameters() if p.requires_grad))
 
 
 def _phases(med: Mapping[str, float]) -> dict[str, float]:

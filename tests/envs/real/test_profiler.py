@@ -499,3 +499,19 @@ def test_issue_columns_reach_the_simulator_through_a_profile(profiled):
     bad["devices"]["cuda:0"]["issue_bwd_s"] = [1.0] * (n - 1)
     with pytest.raises(PlacerError, match="issue_bwd_s"):
         check_profile(bad)
+
+
+@pytest.mark.slow  # over 1 s (the fast tier is kept under 90 s)
+def test_a_frozen_layer_is_timed_with_no_weight_gradient_and_its_weights_are_not_the_optimizer_s():
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(64, 256), nn.ReLU(), nn.Linear(256, 256), nn.ReLU(), nn.Linear(256, 8))
+    model[0].requires_grad_(False)  # a frozen first layer: the input takes no gradient, so it runs no backward
+    model[2].requires_grad_(False)  # and the next: no gradient reaches it either
+    x = torch.randn(64, 64)
+    graph = capture(model, (x,))
+    prof = profile_model(model, (x,), ["cpu"], warmup=1, repeats=3)
+    cpu = prof["devices"]["cpu"]
+    assert cpu["update_bytes"] == graph.param_bytes.sum() == (256 + 1) * 8 * 4  # the head's alone
+    linear = [i for i, t in enumerate(graph.op_types) if t == "aten.linear.default"]
+    bwd = np.array(cpu["bwd_s"])[linear]
+    assert bwd[0] == 0 and bwd[1] == 0 and bwd[2] > 0
