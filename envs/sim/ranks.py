@@ -363,12 +363,16 @@ def peak_activation_bytes(costs: StageCosts, actions: Mapping[int, Sequence[Acti
 def parameter_readers(graph: OpGraph) -> list[tuple[str, np.ndarray, float, int]]:
     """The parameters that more than one op reads (only those can be read on several ranks): ``(name, the ops
     that read it, its bytes, the op that owns it or -1)``; an op's parameter bytes are split evenly over its
-    parameters (the graph records bytes per op). Read once per graph by :class:`RankSim`."""
+    parameters (the graph records bytes per op). A frozen parameter (``meta["frozen_params"]``) is not one: its copies
+    need no gradients summed. Read once per graph by :class:`RankSim`."""
     ops_of: dict[str, list[int]] = {}
     size: dict[str, float] = {}
     owner: dict[str, int] = {}
+    frozen = set(graph.meta.get("frozen_params") or ())
     for op, names in enumerate(graph.params or []):
         for name in names:
+            if name in frozen:
+                continue
             ops_of.setdefault(name, []).append(op)
             if graph.param_bytes[op] > 0 and name not in owner:
                 size[name], owner[name] = float(graph.param_bytes[op]) / len(names), op

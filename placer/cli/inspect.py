@@ -85,6 +85,7 @@ def summarize(graph: OpGraph, cluster: Any, *, top: int = 12) -> dict[str, Any]:
         "edges": graph.num_edges,
         "param_bytes": graph.total_param_bytes,
         "buffer_bytes": int(graph.buffer_bytes.sum()),
+        "frozen_params": len(graph.meta.get("frozen_params") or ()),
         "flops": total_flops,
         "activation_bytes": int(graph.out_bytes[~views].sum()),
         "view_ops": int(views.sum()),
@@ -133,7 +134,10 @@ def format_summary(s: dict[str, Any]) -> str:
     lines = [
         f"graph        {s['name'] or '(unnamed)'}  hash {s['hash']}",
         f"ops          {s['ops']:,} ({s['view_ops']:,} views), {s['edges']:,} edges, {s['op_type_count']} op types",
-        f"parameters   {nbytes(s['param_bytes'])} (+ {nbytes(s['buffer_bytes'])} buffers)",
+        f"parameters   {nbytes(s['param_bytes'])} (+ {nbytes(s['buffer_bytes'])} buffers)"
+        if not s.get("frozen_params")
+        else f"parameters   {nbytes(s['param_bytes'])} trainable (+ {nbytes(s['buffer_bytes'])} buffers and "
+        f"{s['frozen_params']:,} frozen parameters: no gradient, no optimizer state)",
         f"forward      {flops(s['flops'])}",
         f"activations  {nbytes(s['activation_bytes'])} op outputs (views excluded), {nbytes(s['edge_bytes'])} on edges,"
         f" {nbytes(s['input_bytes'])} inputs",

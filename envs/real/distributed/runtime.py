@@ -80,12 +80,16 @@ def shared_parameters(
     ``modules``: every stage, cut in this process (so a tied parameter is one tensor
     here); ``stage_ranks``: each stage's rank. A parameter is named by the first of
     its names (sorted), so every rank, which cuts the same program, names it alike.
+    A frozen parameter (``requires_grad=False``) is left out: its copies stay equal with no gradient to sum (summing
+    a zero one would also hand it to the optimizer, which steps whatever has a gradient).
     """
     names: dict[int, list[str]] = {}
     holders: dict[int, set[int]] = {}
     tensors: dict[int, nn.Parameter] = {}
     for module, rank in zip(modules, stage_ranks):
         for name, p in module.named_parameters(remove_duplicate=False):
+            if not p.requires_grad:
+                continue
             names.setdefault(id(p), []).append(name)
             holders.setdefault(id(p), set()).add(rank)
             tensors[id(p)] = p

@@ -8,6 +8,8 @@ between.
 
 from __future__ import annotations
 
+import copy
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -123,6 +125,21 @@ def test_a_parameter_is_shared_between_ranks_only_when_their_stages_read_it(thre
     assert shared_parameters(modules, [0, 1, 0]) == {}
     shared = shared_parameters(modules, [0, 1, 2])
     assert list(shared) == ["head.weight"] and shared["head.weight"][0] == (0, 2)
+
+
+def test_a_frozen_tied_parameter_is_not_shared_between_ranks_nor_summed_on_the_simulator(three_stages):
+    from envs.sim.ranks import parameter_readers
+
+    model, inputs, _, stage_ops = three_stages
+    frozen = copy.deepcopy(model)
+    frozen.embed.weight.requires_grad_(False)  # the tied embedding and head, frozen
+    ep = export_program(frozen, inputs)
+    assert shared_parameters(stage_programs(ep.module(), stage_ops), [0, 1, 2]) == {}
+    graph = graph_from_program(ep)
+    assert graph.meta["frozen_params"] == ["embed.weight", "head.weight"]
+    tied = {"embed.weight", "head.weight"}
+    assert tied & {name for name, *_ in parameter_readers(graph_from_program(export_program(model, inputs)))}
+    assert not tied & {name for name, *_ in parameter_readers(graph)}
 
 
 def test_only_tensors_cross_between_stages():

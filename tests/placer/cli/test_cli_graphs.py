@@ -102,6 +102,31 @@ def test_export_json_and_inspect(user_module, capsys, tmp_path):
     assert rc == 0 and "critical path 3 ops" in out and "aten.linear.default" in out
 
 
+FROZEN_MODULE = """
+import torch
+from torch import nn
+
+def build():
+    torch.manual_seed(0)
+    net = nn.Sequential(nn.Linear(32, 64), nn.ReLU(), nn.Linear(64, 10))
+    net[0].requires_grad_(False)  # a frozen backbone, a trainable head
+    return net, (torch.randn(16, 32),)
+"""
+
+
+def test_inspect_says_which_parameters_are_frozen(tmp_path, monkeypatch, capsys):
+    importable_module(tmp_path, monkeypatch, "frozenmod", FROZEN_MODULE)
+    assert run_cli(capsys, "export", "frozenmod:build", "-o", "g.json")[0] == 0
+    rc, out, _ = run_cli(capsys, "inspect", "g.json")
+    line = next(x for x in out.splitlines() if x.startswith("parameters"))
+    assert line == (
+        "parameters   2.54 KiB trainable (+ 8.25 KiB buffers and 2 frozen parameters: no gradient, no optimizer state)"
+    ), line
+    rc, out, _ = run_cli(capsys, "inspect", "g.json", "--json")
+    s = json.loads(out)
+    assert (s["param_bytes"], s["buffer_bytes"], s["frozen_params"]) == ((64 * 10 + 10) * 4, (32 * 64 + 64) * 4, 2)
+
+
 def test_export_pt2_with_decompose(user_module, capsys, tmp_path):
     from graphs.sources import load_callable
     from graphs.torch_capture import export_program
