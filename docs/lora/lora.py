@@ -58,26 +58,10 @@ def mistral():
 
 def frozen_backbone():
     """A BERT classifier whose embeddings and first two layers are frozen: the rest and the head train."""
-    import transformers
-
-    torch.manual_seed(0)
-    cfg = transformers.BertConfig(
-        vocab_size=128,
-        hidden_size=32,
-        intermediate_size=64,
-        num_hidden_layers=4,
-        num_attention_heads=4,
-        max_position_embeddings=64,
-        hidden_dropout_prob=0.0,
-        attention_probs_dropout_prob=0.0,
-        num_labels=3,
-    )
-    model = transformers.BertForSequenceClassification(cfg).eval()
-    for module in (model.bert.embeddings, *model.bert.encoder.layer[:2]):
+    loss, (ids, _) = zb._lm("BertConfig", "BertForSequenceClassification", num_labels=3)
+    for module in (loss.model.bert.embeddings, *loss.model.bert.encoder.layer[:2]):
         module.requires_grad_(False)
-    g = torch.Generator().manual_seed(1)
-    ids, labels = torch.randint(0, 128, (4, 16), generator=g), torch.randint(0, 3, (4,), generator=g)
-    return zb.Loss(model, ("input_ids", "labels")), (ids, labels)
+    return loss, (ids, torch.randint(0, 3, (4,), generator=torch.Generator().manual_seed(2)))
 
 
 MODELS = ("llama", "gpt2", "mistral", "frozen_backbone")
