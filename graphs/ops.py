@@ -419,6 +419,11 @@ def _floating(dtypes) -> bool:
     return not known or any(d.removeprefix("torch.").startswith(_GRAD_DTYPES) for d in known)
 
 
+def frozen_names(graph: "OpGraph") -> set[str]:
+    """The names of ``graph``'s frozen parameters (``meta["frozen_params"]``: ``requires_grad=False``)."""
+    return set(graph.meta.get("frozen_params") or ())
+
+
 def trainable_names(graph: "OpGraph") -> set[str]:
     """The names of the parameters ``graph``'s ops read that take a gradient (:func:`grad_mask` says which).
 
@@ -429,7 +434,7 @@ def trainable_names(graph: "OpGraph") -> set[str]:
     for group in graph.meta.get("tied_params") or ():
         if names.intersection(group):
             names.update(group)
-    return names - set(graph.meta.get("frozen_params") or ())
+    return names - frozen_names(graph)
 
 
 def frozen_weight_mask(graph: "OpGraph") -> np.ndarray:
@@ -445,7 +450,7 @@ def frozen_weight_mask(graph: "OpGraph") -> np.ndarray:
     >>> frozen_weight_mask(g).tolist()
     [True, False, False]
     """
-    frozen = set(graph.meta.get("frozen_params") or ())
+    frozen = frozen_names(graph)
     if not frozen:
         return np.zeros(graph.num_ops, dtype=bool)
     trainable = trainable_names(graph)

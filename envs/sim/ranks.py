@@ -81,6 +81,7 @@ from envs.sim.work_bound import work_bound_s
 from envs.timeline import Event
 from graphs import OpGraph, PlacerError
 from graphs.dag import critical_path
+from graphs.ops import frozen_names
 from graphs.plan import Placement, as_indices, check_inflight, check_microbatches, check_schedule_name
 
 #: The pipeline shapes (M microbatches, W in flight) a plan across processes is tried at where its shape is chosen
@@ -368,7 +369,7 @@ def parameter_readers(graph: OpGraph) -> list[tuple[str, np.ndarray, float, int]
     ops_of: dict[str, list[int]] = {}
     size: dict[str, float] = {}
     owner: dict[str, int] = {}
-    frozen = set(graph.meta.get("frozen_params") or ())
+    frozen = frozen_names(graph)
     for op, names in enumerate(graph.params or []):
         for name in names:
             if name in frozen:

@@ -27,7 +27,7 @@ from envs.cluster import CLUSTER_ARG_HELP, PRESETS
 from envs.sim import bound, cost
 from graphs import OpGraph, sources
 from graphs.dag import critical_path
-from graphs.ops import view_mask
+from graphs.ops import frozen_names, view_mask
 from placer.cli.output import flops, nbytes, print_json, table
 from placer.option_checks import check_int
 
@@ -85,7 +85,7 @@ def summarize(graph: OpGraph, cluster: Any, *, top: int = 12) -> dict[str, Any]:
         "edges": graph.num_edges,
         "param_bytes": graph.total_param_bytes,
         "buffer_bytes": int(graph.buffer_bytes.sum()),
-        "frozen_params": len(graph.meta.get("frozen_params") or ()),
+        "frozen_params": len(frozen_names(graph)),
         "flops": total_flops,
         "activation_bytes": int(graph.out_bytes[~views].sum()),
         "view_ops": int(views.sum()),
