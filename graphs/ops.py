@@ -323,8 +323,12 @@ def saved_mask(graph: "OpGraph") -> np.ndarray:
     ...     op_types=["aten.mm.default", "aten.add.Tensor", "aten.relu.default", "aten.linear.default"])
     >>> saved_mask(g).tolist()  # add's output: only relu reads it, and relu's backward reads relu's output
     [False, False, True, True]
+
+    An op without a backward (:func:`grad_mask`: nothing it reads takes a gradient, as in a frozen backbone's first
+    layers) is not recorded by autograd: it saves nothing, so its inputs and output are kept only for a backward that
+    reads them.
     """
-    return kept_mask(backward_readers(graph))
+    return kept_mask(backward_readers(graph, grad_mask(graph)))
 
 
 def kept_mask(readers: tuple[np.ndarray, np.ndarray, np.ndarray]) -> np.ndarray:
@@ -334,8 +338,9 @@ def kept_mask(readers: tuple[np.ndarray, np.ndarray, np.ndarray]) -> np.ndarray:
     return own | (np.diff(ptr) > 0)
 
 
-def backward_readers(graph: "OpGraph") -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Who holds each kept output (:func:`saved_mask`) in the backward: ``(own, ptr, idx)``.
+def backward_readers(graph: "OpGraph", grad: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Who holds each kept output (:func:`saved_mask`) in the backward: ``(own, ptr, idx)``; ``grad``: which ops have
+    a backward (:func:`grad_mask`; default all): one without saves nothing, neither its output nor its inputs.
 
     ``own``: the op's own backward reads its output (:data:`SAVES_OUTPUT`, an op of
     another type, a program output; views too, which take no memory): it lives
@@ -357,9 +362,10 @@ def backward_readers(graph: "OpGraph") -> tuple[np.ndarray, np.ndarray, np.ndarr
     names = [base_op_name(t) for t in graph.op_types]
     free = free_mask(graph)
     known = SAVES_OUTPUT | SAVES_INPUTS | SAVES_NOTHING
-    saves_inputs = [not f and (b in SAVES_INPUTS or b not in known) for b, f in zip(names, free)]
+    has = np.ones(n, dtype=bool) if grad is None else np.asarray(grad, dtype=bool)
+    saves_inputs = [h and not f and (b in SAVES_INPUTS or b not in known) for b, f, h in zip(names, free, has)]
     out_ptr, out_dst, _ = graph.out_csr
-    own = np.array([f or b in SAVES_OUTPUT or b not in known for b, f in zip(names, free)], dtype=bool)
+    own = np.array([f or b in SAVES_OUTPUT or b not in known for b, f in zip(names, free)], dtype=bool) & has
     own |= np.diff(out_ptr) == 0
     readers: list[list[int]] = [[] for _ in range(n)]
     for u in range(n - 1, -1, -1):  # consumers come later in the order: their readers are known
@@ -459,6 +465,40 @@ def frozen_weight_mask(graph: "OpGraph") -> np.ndarray:
         dtype=bool,
         count=graph.num_ops,
     )
+
+
+def frozen_home_bytes(graph: "OpGraph") -> np.ndarray:
+    """Per op (int64), the bytes of the frozen parameters it owns where they are all it owns (its ``buffer_bytes``):
+    what can live on a home apart from it (:mod:`envs.sim.homes`: copied to it, with no gradient and no optimizer
+    state); 0 for every other op. An op owning buffers or trainable parameters beside frozen ones (a frozen batch
+    norm's running statistics) keeps its frozen bytes with it: the capture counts bytes per op, not per tensor.
+
+    >>> from graphs import OpGraph
+    >>> g = OpGraph.from_edges(["base", "lora", "bn"], [("base", "lora", 4), ("lora", "bn", 4)],
+    ...                        param_bytes=[0, 8, 0], buffer_bytes=[64, 0, 24])
+    >>> g.params = [["base.weight"], ["lora.weight"], ["bn.weight", "bn.running_mean"]]
+    >>> g.meta["frozen_params"] = ["base.weight", "bn.weight"]
+    >>> frozen_home_bytes(g).tolist()
+    [64, 0, 0]
+    """
+    frozen = frozen_names(graph)
+    out = np.zeros(graph.num_ops, dtype=np.int64)
+    if not frozen:
+        return out
+    owned: dict[int, list[str]] = {}
+    for name, i in param_owners(graph).items():
+        owned.setdefault(i, []).append(name)
+    for i, names in owned.items():
+        if graph.param_bytes[i] == 0 and graph.buffer_bytes[i] > 0 and frozen.issuperset(names):
+            out[i] = int(graph.buffer_bytes[i])
+    return out
+
+
+def home_bytes(graph: "OpGraph") -> np.ndarray:
+    """Per op (int64), the bytes that live on its parameters' home where the plan gives them one apart
+    (:mod:`envs.sim.homes`): its trainable parameters (``param_bytes``), or the frozen parameters it owns
+    (:func:`frozen_home_bytes`). Equal to ``param_bytes`` for a graph that freezes nothing."""
+    return graph.param_bytes.astype(np.int64) + frozen_home_bytes(graph)
 
 
 def grad_mask(graph: "OpGraph") -> np.ndarray:
@@ -603,9 +643,10 @@ def param_paths(graph: "OpGraph") -> dict[int, list[list[int]]]:
     metadata check (``w.to(dtype)`` exports one) does not, and its path starts after it. Every other reader
     (:func:`param_reads`: a tied head, a layer applied twice) has a path of its own, and so has every op reading a
     view that several ops read (``nn.MultiheadAttention``'s packed weight split into the query's part and the keys'
-    and values'): each such path repeats the views it shares with the others. Owners left out: a path that ends in an
-    in-place op (:func:`inplace_mask`), a view no op reads, or several paths to an owner that also holds buffers
-    (they stay with their op).
+    and values'): each such path repeats the views it shares with the others. An owner is an op holding
+    :func:`home_bytes`: trainable parameters, or frozen ones alone. Owners left out: a path that ends in an in-place
+    op (:func:`inplace_mask`), a view no op reads, or several paths to an owner that also holds buffers (they stay
+    with their op).
 
     >>> from graphs import OpGraph
     >>> g = OpGraph.from_edges(["t", "x", "mm"], [("t", "mm", 8), ("x", "mm", 8)], param_bytes=[8, 0, 0],
@@ -618,9 +659,11 @@ def param_paths(graph: "OpGraph") -> dict[int, list[list[int]]]:
     >>> param_paths(g)  # w.T read by mm, and through w.T.unsqueeze(0) by bmm
     {0: [[1, 3], [2]]}
     """
-    owners = np.flatnonzero(graph.param_bytes > 0)
+    held = home_bytes(graph)  # a frozen weight's bytes are held like a buffer's, and may live apart
+    owners = np.flatnonzero(held > 0)
     if not len(owners):
         return {}
+    buffers = graph.buffer_bytes - (held - graph.param_bytes)  # those that stay with their op
     view, check, inplace = view_mask(graph), metadata_mask(graph), inplace_mask(graph)
     indptr, dst, _ = graph.out_csr
     others: dict[int, list[int]] = {}
@@ -637,7 +680,7 @@ def param_paths(graph: "OpGraph") -> dict[int, list[list[int]]]:
             return None
         found: list[list[int]] = []
         for u in succ.tolist():
-            if graph.param_bytes[u] > 0 and view[u]:  # another owner's view
+            if held[u] > 0 and view[u]:  # another owner's view
                 return None
             if not view[u]:
                 if inplace[u]:
@@ -663,7 +706,7 @@ def param_paths(graph: "OpGraph") -> dict[int, list[list[int]]]:
         if not found or any(each is None for each in found):
             continue
         paths = [path for each in found for path in each]  # type: ignore[union-attr]
-        if len(paths) > 1 and graph.buffer_bytes[i] > 0:
+        if len(paths) > 1 and buffers[i] > 0:
             continue
         out[i] = paths  # type: ignore[assignment]
     return out

@@ -72,7 +72,7 @@ from graphs.errors import PlacerError
 from graphs.hash_seed import hash_seed_hint
 from graphs.io import read_document, write_text_atomic
 from graphs.ir import OpGraph
-from graphs.ops import param_owners
+from graphs.ops import home_bytes, param_owners
 from graphs.schema import check_int
 
 FORMAT = "placer-placement/1"
@@ -307,8 +307,9 @@ class Placement:
         return np.array([index[name] for name in self.stage_cuts], dtype=np.int64)
 
     def homed_bytes(self, graph: OpGraph) -> float:
-        """Bytes of ``graph``'s parameters that live apart from their ops (``param_homes``, :meth:`home_indices`)."""
-        return float(graph.param_bytes[self.home_indices(graph) >= 0].sum()) if self.param_homes else 0.0
+        """Bytes of ``graph``'s parameters that live apart from their ops (``param_homes``, :meth:`home_indices`):
+        trainable, and frozen ones an op owns alone (:func:`graphs.ops.home_bytes`)."""
+        return float(home_bytes(graph)[self.home_indices(graph) >= 0].sum()) if self.param_homes else 0.0
 
     def checkpoint_blocks(self, graph: OpGraph) -> np.ndarray:
         """Per op of ``graph``, the block it is checkpointed in (``checkpoint``): the index of the block's first op,

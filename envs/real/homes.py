@@ -306,8 +306,12 @@ class HomeRuntime(nn.Module):
         if phase == "forward":
             return
         grad_fn = _grad_fn(output)
-        if grad_fn is not None and copy.requires_grad:
-            grad_fn.register_prehook(lambda grad_outputs: self._refetch(index, copy))
+        if grad_fn is None:  # no backward (its inputs take no gradient): nothing reads the copy again
+            return
+        grad_fn.register_prehook(lambda grad_outputs: self._refetch(index, copy))
+        if not copy.requires_grad:  # a frozen parameter: read by the backward (an input's gradient), none sent home
+            reader = self.readers[index]
+            grad_fn.register_hook(lambda grad_inputs, grad_outputs: self.window(index, True).read(reader))
 
     def forward_done(self) -> None:
         for (_, backward), window in self.windows.items():

@@ -32,6 +32,12 @@ An op without a backward (:func:`graphs.ops.grad_mask`) has no second copy and n
 gradient. Homes are decided per owner op (its first reader,
 :func:`graphs.ops.param_owners`).
 
+Frozen parameters (``requires_grad=False``: a frozen backbone, LoRA's base weights) live apart the same way where an
+op owns only frozen ones (:func:`graphs.ops.frozen_home_bytes`; ``B`` is then what it holds,
+:func:`graphs.ops.home_bytes`): their home holds ``B`` bytes (no gradient, no optimizer state); they are copied in
+for the forward, and again for the backward where their reader has one (its input's gradient reads them), but no
+gradient goes home (its copy zero-length at the kernel's end) and no step is taken.
+
 The copies above are made for each op that reads the parameters' data
 (:func:`copy_pairs`, :func:`graphs.ops.param_paths`): the owner itself; for a view of
 them (``x @ w.T``) or a check of their metadata (``w.to(dtype)`` exports one), the op
@@ -54,7 +60,7 @@ import numpy as np
 
 from graphs.errors import PlacerError
 from graphs.ir import OpGraph
-from graphs.ops import param_paths, param_reads, view_mask
+from graphs.ops import home_bytes, param_paths, param_reads, view_mask
 
 if TYPE_CHECKING:
     from envs.cluster import Cluster
@@ -77,6 +83,7 @@ class HomeTimes(NamedTuple):
     grad_end_s: np.ndarray
     owner: np.ndarray  # the offloaded ops: those whose parameters, gradients and optimizer state live apart
     owner_home: np.ndarray  # where
+    grad_nbytes: np.ndarray  # the bytes of the gradient sent home (0 for frozen parameters' copies)
 
 
 class HostSteps(NamedTuple):
@@ -126,7 +133,8 @@ def host_steps(
     if not len(times.owner):
         return no_host_steps()
     arrive = dict(zip(times.op.tolist(), times.grad_end_s.tolist()))
-    home = dict(zip(times.owner.tolist(), times.owner_home.tolist()))
+    # frozen parameters (no trainable bytes) take no gradient and no step
+    home = {o: h for o, h in zip(times.owner.tolist(), times.owner_home.tolist()) if param_bytes[o] > 0}
     complete: dict[int, float] = {}
     for o, r in zip(pairs[0].tolist(), pairs[1].tolist()):
         if o in home and r in arrive:
@@ -161,16 +169,19 @@ def no_home_times() -> HomeTimes:
     """The :class:`HomeTimes` of a step without offloaded ops."""
     z = np.zeros(0)
     i = np.zeros(0, dtype=np.int64)
-    return HomeTimes(i, i.copy(), i.copy(), z, z.copy(), z.copy(), z.copy(), z.copy(), z.copy(), i.copy(), i.copy())
+    return HomeTimes(
+        i, i.copy(), i.copy(), z, z.copy(), z.copy(), z.copy(), z.copy(), z.copy(), i.copy(), i.copy(), i.copy()
+    )
 
 
 def homeable(graph: OpGraph, paths: dict | None = None) -> np.ndarray:
     """Per op (int8): 1 where its parameters may live apart from it, 0 where it owns none, -1 where they cannot: a
     path to an op reading them ends in an in-place op, or several ops read an owner that holds buffers too
-    (``paths``: :func:`graphs.ops.param_paths`, computed when not given)."""
+    (``paths``: :func:`graphs.ops.param_paths`, computed when not given). An op owning only frozen parameters
+    (:func:`graphs.ops.frozen_home_bytes`) owns some: they may live apart, copied to it with no gradient home."""
     can = np.full(graph.num_ops, -1, dtype=np.int8)
     can[list(param_paths(graph) if paths is None else paths)] = 1
-    return np.where(graph.param_bytes > 0, can, 0).astype(np.int8)
+    return np.where(home_bytes(graph) > 0, can, 0).astype(np.int8)
 
 
 def copy_pairs(graph: OpGraph, paths: dict | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -181,6 +192,7 @@ def copy_pairs(graph: OpGraph, paths: dict | None = None) -> tuple[np.ndarray, n
     query's part and the keys' and values' copies a third of it for the query's linear; the runtime copies just
     that part, :func:`envs.real.homes.part_read`). A reader with two paths to an owner gets one copy of it all."""
     share = {}
+    held = home_bytes(graph)
     src, dst, nbytes = param_reads(graph)
     for u, v, b in zip(src.tolist(), dst.tolist(), nbytes.tolist()):
         share[(u, v)] = b
@@ -191,7 +203,7 @@ def copy_pairs(graph: OpGraph, paths: dict | None = None) -> tuple[np.ndarray, n
         for path in owned:
             by_reader.setdefault(path[-1], []).append(path)
         for reader, each in by_reader.items():
-            b = max(share.get((i, path[0]), int(graph.param_bytes[i])) for path in each)  # two paths: one copy
+            b = max(share.get((i, path[0]), int(held[i])) for path in each)  # two paths: one copy
             if len(each) == 1:  # read through views: the part the last of them reads, where that is less
                 last = [u for u in (i, *each[0][:-1]) if view[u]]
                 if last and graph.out_bytes[last[-1]] > 0:
@@ -336,10 +348,12 @@ def home_rows(env: "SimEnv", op_devices: np.ndarray, homes: Any, source: str | N
 
 def copy_rows(env: "SimEnv", rows: np.ndarray | None) -> Any:
     """Rows of :func:`home_rows` (``[K, n]``) with the copies they make: ``rows`` itself where every copy is made
-    for its offloaded op alone, else ``(rows, hmc, hbc)``: per op, the home of the copies made for it (-1: none) and
-    their bytes. Parameters are copied for every op that reads their data (:func:`copy_pairs`: through views, past
-    a check of their metadata, a tied head, a layer applied twice), as the runtime does (:mod:`envs.real.homes`),
-    with that op's own parameters where they live apart too."""
+    for its offloaded op alone (of its :func:`graphs.ops.home_bytes`, with a gradient of its ``param_bytes`` sent
+    home), else ``(rows, hmc, hbc, hgc)``: per op, the home of the copies made for it (-1: none), their bytes, and
+    the bytes of their gradient (frozen parameters' copies send none). Parameters are copied for every op that reads
+    their data (:func:`copy_pairs`: through views, past a check of their metadata, a tied head, a layer applied
+    twice), as the runtime does (:mod:`envs.real.homes`), with that op's own parameters where they live apart
+    too."""
     if rows is None:
         return None
     owner, reader, nbytes = env.home_copies
@@ -348,15 +362,17 @@ def copy_rows(env: "SimEnv", rows: np.ndarray | None) -> Any:
         return rows
     hmc = np.full(rows.shape, -1, dtype=np.int64)
     hbc = np.zeros(rows.shape)
+    hgc = np.zeros(rows.shape)
     k, pair = np.nonzero(rows[:, owner] >= 0)  # each placement's copies
     hmc[k, reader[pair]] = rows[k, owner[pair]]
     np.add.at(hbc, (k, reader[pair]), nbytes[pair])
-    return rows, hmc, hbc
+    np.add.at(hgc, (k, reader[pair]), np.where(env.sim_graph.param_bytes[owner[pair]] > 0, nbytes[pair], 0))
+    return rows, hmc, hbc, hgc
 
 
 def row_of(rows: Any, k: int) -> Any:
     """Row ``k`` of rows of :func:`copy_rows` (row 0 where they have one for every placement): None, an array or
-    ``(hm, hmc, hbc)``."""
+    ``(hm, hmc, hbc, hgc)``."""
     if rows is None:
         return None
     if isinstance(rows, tuple):
@@ -373,15 +389,20 @@ def param_devices(op_devices: np.ndarray, hm: np.ndarray | None) -> np.ndarray:
 class HomeCopies:
     """The home copies of one eager step while it is simulated: their times, and each stream's window of two."""
 
-    def __init__(self, homes: Any, param_bytes: np.ndarray, cluster: "Cluster", grad: list[bool]) -> None:
+    def __init__(
+        self, homes: Any, held: np.ndarray, param_bytes: np.ndarray, cluster: "Cluster", grad: list[bool]
+    ) -> None:
         """``homes``: a row of :func:`copy_rows`: each offloaded op's home (-1 for the others), or that with the copies
-        made for each op and their bytes, ``(hm, hmc, hbc)``."""
-        hm, hmc, hbc = homes if isinstance(homes, tuple) else (homes, homes, param_bytes)
+        made for each op, their bytes and their gradients' bytes, ``(hm, hmc, hbc, hgc)``; ``held``: each op's
+        :func:`graphs.ops.home_bytes`, what an op's copies carry where it has them alone (a gradient of its
+        ``param_bytes``)."""
+        hm, hmc, hbc, hgc = homes if isinstance(homes, tuple) else (homes, homes, held, param_bytes)
         self.owners = np.flatnonzero(hm >= 0)
         self.owner_home = hm[self.owners].astype(np.int64)
         self.ops = [int(i) for i in np.flatnonzero(hmc >= 0)]
         self.home = {i: int(hmc[i]) for i in self.ops}
         self.nbytes = {i: int(hbc[i]) for i in self.ops}
+        self.grad_nbytes = {i: int(hgc[i]) for i in self.ops}
         self.grad = grad
         self.latency_s, self.bandwidth = cluster.latency_s, cluster.bandwidth_bytes_per_s
         self.fetch: dict[int, tuple[float, float]] = {}
@@ -389,9 +410,10 @@ class HomeCopies:
         self.to_home: dict[int, tuple[float, float]] = {}
         self.readers: dict[tuple[int, int], list[int]] = {}  # (pass, device) -> readers of its copies, in order
 
-    def _copy(self, a: int, b: int, i: int, at: float, link: dict) -> tuple[float, float]:
+    def _copy(self, a: int, b: int, i: int, at: float, link: dict, nbytes: int | None = None) -> tuple[float, float]:
         s = max(at, link.get((a, b), 0.0))
-        e = s + float(self.latency_s[a, b] + self.nbytes[i] / self.bandwidth[a, b])
+        nbytes = self.nbytes[i] if nbytes is None else nbytes
+        e = s + float(self.latency_s[a, b] + nbytes / self.bandwidth[a, b])
         link[(a, b)] = e
         return s, e
 
@@ -428,9 +450,14 @@ class HomeCopies:
         return self.refetch[i][1]
 
     def send_home(self, i: int, d: int, kernel_end: float, link: dict) -> None:
-        """Op ``i``'s gradient copied home once its backward kernel ends (no thread waits)."""
-        if i in self.home:
-            self.to_home[i] = self._copy(d, self.home[i], i, kernel_end, link)
+        """Op ``i``'s gradient copied home once its backward kernel ends (no thread waits); frozen parameters' copies
+        send none (zero-length at the kernel's end)."""
+        if i not in self.home:
+            return
+        if self.grad_nbytes[i] > 0:
+            self.to_home[i] = self._copy(d, self.home[i], i, kernel_end, link, self.grad_nbytes[i])
+        else:
+            self.to_home[i] = (kernel_end, kernel_end)
 
     def last_end_s(self) -> float:
         """When the last gradient copy home ends (what ``backward()`` waits for)."""
@@ -456,6 +483,7 @@ class HomeCopies:
             f(self.to_home, 1),
             self.owners,
             self.owner_home,
+            np.array([self.grad_nbytes[i] for i in ops], dtype=np.int64),
         )
 
 
@@ -464,11 +492,12 @@ def home_memory_events(times: HomeTimes, op_devices: np.ndarray, fwd_end, bwd_st
     the copy for the forward, the copy for the backward and the gradient (:mod:`envs.sim.memory` adds them)."""
     i = times.op
     d = np.asarray(op_devices, dtype=np.int64)[i]
-    b = times.nbytes * np.asarray(grad, dtype=bool)[i]  # no backward: no second copy, no gradient
+    has = np.asarray(grad, dtype=bool)[i]  # no backward: no second copy, no gradient
+    b, g = times.nbytes * has, times.grad_nbytes * has  # frozen parameters: a second copy, no gradient
     devs = np.concatenate([d, d, d])
     alloc = (devs, np.concatenate([times.fetch_start_s, times.refetch_start_s, bwd_start[i]]))
     free = (devs, np.concatenate([fwd_end[i], bwd_end[i], times.grad_end_s]))
-    nbytes = np.concatenate([times.nbytes, b, b])
+    nbytes = np.concatenate([times.nbytes, b, g])
     return (*alloc, nbytes), (*free, nbytes)
 
 

@@ -31,7 +31,7 @@ from envs.sim.kernel_homes import host_step_chain, update_time_s
 from envs.sim.kernel_memory import over_capacity
 from envs.sim.tasks import ACT, GRAD, Schedule
 from graphs.ir import OpGraph
-from graphs.ops import backward_readers, kept_mask
+from graphs.ops import backward_readers, home_bytes, kept_mask
 
 
 @njit(cache=True)
@@ -92,9 +92,9 @@ def _batch(
     ``segs[k, :nseg[k]]`` (or row 0's for every row); else :func:`envs.sim.kernel_dataflow.dataflow_schedule`.
     ``want_over``: fill ``over[k]``, for an OOM row, with the largest peak over
     capacity among the devices that overflow; otherwise the check stops at the
-    first overflowing device. ``home_rows``: ``(hm, hmc, hbc)``, each per row (or row 0 for every row): the home
-    device of each offloaded op's parameters, -1 for the others; the home of the copies made for each op, -1 for
-    none, and their bytes (:mod:`envs.sim.kernel_homes`). ``ck_rows``: per row (or row 0 for
+    first overflowing device. ``home_rows``: ``(hm, hmc, hbc, hgc)``, each per row (or row 0 for every row): the
+    home device of each offloaded op's parameters, -1 for the others; the home of the copies made for each op, -1
+    for none, their bytes and their gradients' bytes (:mod:`envs.sim.kernel_homes`). ``ck_rows``: per row (or row 0 for
     every row), each op's checkpointed block, -1 for none (:mod:`envs.sim.kernel_checkpointing`). ``step_pairs``:
     ``(owner, reader, call)``: the pairs of :func:`envs.sim.homes.copy_pairs` whose offloaded owners are stepped
     during the backward (a plan's ``host_step`` "backward", :func:`envs.sim.kernel_homes.host_step_chain`; empty:
@@ -135,13 +135,14 @@ def _batch(
     done = np.full(n, -1.0)
     for k in range(op_devices.shape[0]):
         p = op_devices[k]
-        hm_rows, hmc_rows, hbc_rows = home_rows
+        hm_rows, hmc_rows, hbc_rows, hgc_rows = home_rows
         hm = hm_rows[k] if hm_rows.shape[0] > 1 else hm_rows[0]
         hmc = hmc_rows[k] if hmc_rows.shape[0] > 1 else hmc_rows[0]
         hbc = hbc_rows[k] if hbc_rows.shape[0] > 1 else hbc_rows[0]
+        hgc = hgc_rows[k] if hgc_rows.shape[0] > 1 else hgc_rows[0]
         ck = ck_rows[k] if ck_rows.shape[0] > 1 else ck_rows[0]
         prepare(p, n, ck, rc, fwd_t, issue_f, host)
-        homes = (hmc, hbc, ring, ht, ck, rc, hm, param_b)
+        homes = (hmc, hbc, ring, ht, ck, rc, hm, param_b, hgc)
         if eager:
             order = orders[k] if orders.shape[0] > 1 else orders[0]
             q = k if segs.shape[0] > 1 else 0
@@ -295,8 +296,11 @@ class KernelData:
         self.static_b = np.asarray(static_bytes).astype(np.int64)
         self.act_b = np.asarray(act_bytes).astype(np.int64)
         self.param_b = g.param_bytes.astype(np.float64)
-        # the static bytes that live on an op's parameters' home (envs.sim.homes.param_devices): all but buffers
-        self.moved_b = self.static_b - g.buffer_bytes.astype(np.int64)
+        # what an op's home holds where it has one apart, trainable or frozen (graphs.ops.home_bytes; one microbatch)
+        self.home_b = (home_bytes(g) if microbatches == 1 else g.param_bytes).astype(np.float64)
+        # the static bytes that live on an op's parameters' home (envs.sim.homes.param_devices): all but the buffers
+        # that stay with it (a frozen weight it owns alone moves)
+        self.moved_b = self.static_b - g.buffer_bytes.astype(np.int64) + (self.home_b - self.param_b).astype(np.int64)
         self.cap = c.memory_bytes.astype(np.float64)
         self.launch = c.launch_overhead_s.astype(np.float64)
         self.update_bw = c.update_bw_bytes_per_s.astype(np.float64)  # the optimizer step's bandwidth
@@ -323,19 +327,21 @@ class KernelData:
         (:func:`envs.sim.cost.update_times_s`)."""
         return cost.update_times_s(np.bincount(param_devices, weights=self.param_b, minlength=self.D), self.cluster)
 
-    def _homes(self, homes: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """``(hm, hmc, hbc)`` rows (``[1 or K, n]``) of ``homes``: the home device of each offloaded op's parameters
-        (-1 elsewhere), or those with the copies of :func:`envs.sim.homes.copy_rows` (``(hm, hmc, hbc)``)."""
+    def _homes(self, homes: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """``(hm, hmc, hbc, hgc)`` rows (``[1 or K, n]``) of ``homes``: the home device of each offloaded op's
+        parameters (-1 elsewhere), or those with the copies of :func:`envs.sim.homes.copy_rows` (``(hm, hmc, hbc,
+        hgc)``: the copies' homes, bytes and gradients' bytes)."""
         if homes is None:
-            return self.no_homes, self.no_homes, self.param_b[None, :]
+            return self.no_homes, self.no_homes, self.home_b[None, :], self.param_b[None, :]
         if isinstance(homes, tuple):
-            hm, hmc, hbc = homes
+            hm, hmc, hbc, hgc = homes
         else:
-            hm, hmc, hbc = homes, homes, self.param_b[None, :]
+            hm, hmc, hbc, hgc = homes, homes, self.home_b[None, :], self.param_b[None, :]
         return (
             np.ascontiguousarray(np.atleast_2d(hm), dtype=np.int64),
             np.ascontiguousarray(np.atleast_2d(hmc), dtype=np.int64),
             np.ascontiguousarray(np.atleast_2d(hbc), dtype=np.float64),
+            np.ascontiguousarray(np.atleast_2d(hgc), dtype=np.float64),
         )
 
     def _blocks(self, blocks: np.ndarray | None) -> np.ndarray:
@@ -439,7 +445,7 @@ class KernelData:
         n, D = self.n, self.D
         nD = n * D
         p = np.ascontiguousarray(op_devices, dtype=np.int64)
-        hm, hmc, hbc = (rows[0] for rows in self._homes(homes))
+        hm, hmc, hbc, hgc = (rows[0] for rows in self._homes(homes))
         ck = self._blocks(blocks)[0]
         rc = np.zeros((3, n))
         any_block = prepare(p, n, ck, rc, self.fwd_t, self.issue_f, self.host)
@@ -482,7 +488,7 @@ class KernelData:
                 np.zeros(D + D * D),
                 start,
                 end,
-                (hmc, hbc, np.full(4 * D, -1, dtype=np.int64), ht, ck, rc, hm, self.param_b),
+                (hmc, hbc, np.full(4 * D, -1, dtype=np.int64), ht, ck, rc, hm, self.param_b, hgc),
             )
         else:
             t_end = dataflow_schedule(
@@ -530,17 +536,23 @@ class KernelData:
             xfer_end_s=both(end[2 * n + slots], end[2 * n + nD + slots]),
             backward_end_s=float(t_end),
             update_s=self.update_s(np.where(hm >= 0, hm, p)),
-            homes=home_times(hmc, hbc, ht, hm),
+            homes=home_times(hmc, hbc, ht, hm, hgc),
             blocks=ck.copy() if any_block else np.zeros(0, dtype=np.int64),
             recompute_start_s=np.where(ck >= 0, rc[2], np.nan) if any_block else np.zeros(0),
         )
 
 
-def home_times(hmc: np.ndarray, hbc: np.ndarray, ht: np.ndarray, hm: np.ndarray) -> HomeTimes:
+def home_times(hmc: np.ndarray, hbc: np.ndarray, ht: np.ndarray, hm: np.ndarray, hgc: np.ndarray) -> HomeTimes:
     """The :class:`envs.sim.homes.HomeTimes` of a kernel schedule: the copies made for the ops ``hmc >= 0`` (``hbc``
-    bytes each), and the offloaded ops (``hm >= 0``)."""
+    bytes each, their gradients ``hgc``), and the offloaded ops (``hm >= 0``)."""
     ops = np.flatnonzero(hmc >= 0)
     owners = np.flatnonzero(hm >= 0)
     return HomeTimes(
-        ops, hmc[ops], hbc[ops].astype(np.int64), *(ht[r, ops].copy() for r in range(6)), owners, hm[owners]
+        ops,
+        hmc[ops],
+        hbc[ops].astype(np.int64),
+        *(ht[r, ops].copy() for r in range(6)),
+        owners,
+        hm[owners],
+        hgc[ops].astype(np.int64),
     )

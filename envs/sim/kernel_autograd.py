@@ -259,10 +259,11 @@ def eager_backward(
     :mod:`envs.sim.eager`).
 
     ``hc``: :class:`envs.sim.cost.HostCosts` as a ``[4, D]`` array; ``fut``/``avl``: heap storage (``2 * ntask`` floats
-    each); ``pend``/``ready``: per task id; ``homes``: ``(hm, hb, ring, ht, ck, rc)`` (:mod:`envs.sim.kernel_homes`,
-    :mod:`envs.sim.kernel_checkpointing`).
+    each); ``pend``/``ready``: per task id; ``homes``: ``(hm, hb, ring, ht, ck, rc, ..., hg)``
+    (:mod:`envs.sim.kernel_homes`, :mod:`envs.sim.kernel_checkpointing`; ``hg``: the bytes of each copy's gradient
+    sent home).
     """
-    hm, hb, ring, ht, ck, rc = homes[0], homes[1], homes[2], homes[3], homes[4], homes[5]
+    hm, hb, ring, ht, ck, rc, hg = homes[0], homes[1], homes[2], homes[3], homes[4], homes[5], homes[8]
     sent = 0.0  # the last gradient copy home: backward() returns after it
     h_f = h
     NT = D + 1
@@ -308,7 +309,7 @@ def eager_backward(
         if e > t_end:
             t_end = e
         if hm[j] >= 0:
-            ge = send_home(j, p[j], e, hm, hb, lat, bw, ht, free, D)
+            ge = send_home(j, p[j], e, hm, hg, lat, bw, ht, free, D)
             if ge > sent:
                 sent = ge
             if ge > t_end:

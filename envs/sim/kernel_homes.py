@@ -48,12 +48,17 @@ def copy_in(i, d, pass_, at, hm, hb, lat, bw, ht, free, D):
 
 
 @njit(cache=True)
-def send_home(i, d, kernel_end, hm, hb, lat, bw, ht, free, D):
-    """Op ``i``'s gradient copied home once its backward kernel ends (on no thread); returns the copy's end."""
+def send_home(i, d, kernel_end, hm, hg, lat, bw, ht, free, D):
+    """Op ``i``'s gradient (``hg[i]`` bytes) copied home once its backward kernel ends (on no thread); returns the
+    copy's end. Frozen parameters' copies send none: zero-length at the kernel's end."""
+    if hg[i] <= 0:
+        ht[4, i] = kernel_end
+        ht[5, i] = kernel_end
+        return kernel_end
     c = hm[i]
     lk = D + d * D + c
     s = kernel_end if kernel_end > free[lk] else free[lk]
-    e = s + (lat[d, c] + hb[i] / bw[d, c])
+    e = s + (lat[d, c] + hg[i] / bw[d, c])
     free[lk] = e
     ht[4, i] = s
     ht[5, i] = e
@@ -70,25 +75,26 @@ def no_backward(n, hm, grad, ht, end):
 
 
 @njit(cache=True)
-def home_events(device_index, p, n, hm, hb, grad, ht, start, end, at, ab, ft, fb, na, nf):
-    """Append the home copies' allocations and frees on ``device_index`` (:func:`envs.sim.homes.home_memory_events`)
-    to the sweep's arrays; returns ``(na, nf)``."""
+def home_events(device_index, p, n, hm, hb, hg, grad, ht, start, end, at, ab, ft, fb, na, nf):
+    """Append the home copies' allocations and frees on ``device_index`` (:func:`envs.sim.homes.home_memory_events`;
+    ``hg``: the bytes of each copy's gradient) to the sweep's arrays; returns ``(na, nf)``."""
     for i in range(n):
         if hm[i] < 0 or p[i] != device_index:
             continue
         b = int(hb[i])
-        g = b if grad[i] else 0
+        r = b if grad[i] else 0  # the copy for the backward
+        g = int(hg[i]) if grad[i] else 0  # the gradient (none for frozen parameters)
         at[na] = ht[0, i]
         ab[na] = b
         at[na + 1] = ht[2, i]
-        ab[na + 1] = g
+        ab[na + 1] = r
         at[na + 2] = start[2 * n - 1 - i]
         ab[na + 2] = g
         na += 3
         ft[nf] = end[i]
         fb[nf] = b
         ft[nf + 1] = end[2 * n - 1 - i]
-        fb[nf + 1] = g
+        fb[nf + 1] = r
         ft[nf + 2] = ht[5, i]
         fb[nf + 2] = g
         nf += 3
@@ -107,7 +113,7 @@ def host_step_chain(n, hm, hmc, ht, pair_o, pair_r, param_b, call, update_bw, do
     for j in range(pair_o.shape[0]):
         o = pair_o[j]
         r = pair_r[j]
-        if hm[o] >= 0 and hmc[r] >= 0 and ht[5, r] > done[o]:
+        if hm[o] >= 0 and param_b[o] > 0 and hmc[r] >= 0 and ht[5, r] > done[o]:  # frozen: no step
             done[o] = ht[5, r]
     called = np.full(call.shape[0], -1.0)  # per home: the start of the batch whose call has begun there
     t = 0.0

@@ -30,10 +30,10 @@ def release_time(u, out_ptr, out_dst, end):
 @njit(cache=True)
 def peak_live_bytes(device_index, p, n, D, act_b, grad, keep, out_ptr, out_dst, tcount, tbytes, start, end, homes):
     """Peak live bytes on ``device_index`` (without static bytes): the sweep of :mod:`envs.sim.memory` (``kept``: saved
-    for backward; ``homes``: ``(hm, hb, ring, ht, ck, rc, owner_hm, param_b)``, the home copies of
-    :mod:`envs.sim.kernel_homes` (made for the ops ``hm >= 0``, ``hb`` bytes each), the checkpointed blocks of
-    :mod:`envs.sim.kernel_checkpointing`, and each op's parameters' home (``owner_hm``, -1 with the op) and bytes,
-    whose gradient the sweep allocates at the op's backward unless they live apart;
+    for backward; ``homes``: ``(hm, hb, ring, ht, ck, rc, owner_hm, param_b, hg)``, the home copies of
+    :mod:`envs.sim.kernel_homes` (made for the ops ``hm >= 0``, ``hb`` bytes each, their gradients ``hg``), the
+    checkpointed blocks of :mod:`envs.sim.kernel_checkpointing`, and each op's parameters' home (``owner_hm``, -1
+    with the op) and bytes, whose gradient the sweep allocates at the op's backward unless they live apart;
     ``keep``: ``(kept, n0, own, rptr, ridx)``, ``n0`` the ops of one microbatch copy, whose copies' first backward
     allocates it; ``own, rptr, ridx``: :func:`graphs.ops.backward_readers`, who frees a kept output)."""
     hm, hb, ht, ck, rc = homes[0], homes[1], homes[3], homes[4], homes[5]
@@ -149,7 +149,7 @@ def peak_live_bytes(device_index, p, n, D, act_b, grad, keep, out_ptr, out_dst, 
                     ft[nf] = end[2 * n - 1 - u]
                     fb[nf] = tbytes[slot] if grad[u] else 0
                     nf += 1
-    na, nf = home_events(device_index, p, n, hm, hb, grad, ht, start, end, at, ab, ft, fb, na, nf)
+    na, nf = home_events(device_index, p, n, hm, hb, homes[8], grad, ht, start, end, at, ab, ft, fb, na, nf)
     ao = np.argsort(at[:na])
     fo = np.argsort(ft[:nf])
     live = 0
@@ -192,9 +192,10 @@ def over_capacity(p, n, D, bytes_of, cap, grad, keep, consumers, copies, start, 
         ub[d] += 2 * act_b[i]
         if ck[i] >= 0:  # its output again at its block's recompute
             ub[d] += act_b[i]
-        if hm[i] >= 0:  # the parameters' state on their home; three copies of them on the op's device at most
+        if homes[0][i] >= 0:  # copies made for it: for its forward, its backward and their gradient at most
+            ub[d] += 2 * np.int64(homes[1][i]) + np.int64(homes[8][i])
+        if hm[i] >= 0:  # the parameters' state on their home
             sb[d] += static_b[i] - moved_b[i]
-            ub[d] += 3 * np.int64(param_b[i])
             d = hm[i]
             sb[d] += moved_b[i]
         elif grad[i]:  # the gradient is allocated at the op's backward (peak_live_bytes)

@@ -52,7 +52,7 @@ from envs.sim.sim_graph import schedule_graph
 from envs.sim.step_result import step_result
 from graphs.errors import PlacerError
 from graphs.ir import OpGraph
-from graphs.ops import backward_readers, free_mask, grad_mask, kept_mask
+from graphs.ops import backward_readers, free_mask, grad_mask, home_bytes, kept_mask
 from graphs.plan import as_indices, check_host_step, check_inflight, check_microbatches, check_order
 
 #: Bumped whenever a change to the model changes simulated step times (keys of caches of simulated results).
@@ -81,9 +81,13 @@ class _GraphParts:
         self.sim_graph = schedule_graph(graph, M)
         self.grad = grad_mask(graph)  # ops without a backward: integer ops, tables built from buffers
         self.static_bytes = cost.static_bytes(self.sim_graph)
+        # what lives on an op's home where it has one apart: its trainable parameters, or the frozen ones it owns
+        # (graphs.ops.home_bytes; homes are simulated with one microbatch)
+        self.home_bytes = home_bytes(graph) if M == 1 else self.sim_graph.param_bytes.astype(np.int64)
         self.act_bytes = cost.activation_bytes(self.sim_graph)
-        # which outputs autograd keeps for backward (the others are freed once their consumers have run forward)
-        self.readers = backward_readers(self.sim_graph)  # who frees each kept output in the backward
+        # which outputs autograd keeps for backward (the others are freed once their consumers have run forward), and
+        # who frees each in the backward; an op without a backward saves nothing
+        self.readers = backward_readers(self.sim_graph, np.tile(self.grad, M))
         self.kept = kept_mask(self.readers)  # graphs.ops.saved_mask
 
 
@@ -151,6 +155,7 @@ class SimEnv:
         if parts is None:
             parts = self._shared[(M, self.inflight)] = _GraphParts(graph, M, self.inflight)
         self.segments, self._free, self.sim_graph = parts.segments, parts.free, parts.sim_graph
+        self.home_bytes = parts.home_bytes
         self._host = np.asarray(cluster.kinds) == "cpu"
         fwd, bwd = cost.op_times(graph, cluster, microbatches=M)
         # ops without a backward (integer ops, tables built from buffers: graphs.ops.grad_mask) have none to time
@@ -317,7 +322,7 @@ class SimEnv:
         """Static bytes per device for ``op_devices``, device per op of ``sim_graph``; the parameters' share on
         ``param_devices`` (default the ops' own)."""
         out = np.zeros(self.num_devices, dtype=np.int64)
-        buffers = self.sim_graph.buffer_bytes.astype(np.int64)
+        buffers = self.sim_graph.buffer_bytes - (self.home_bytes - self.sim_graph.param_bytes)  # less frozen weights
         np.add.at(out, op_devices, buffers)
         np.add.at(out, op_devices if param_devices is None else param_devices, self.static_bytes - buffers)
         return out
@@ -403,7 +408,8 @@ class SimEnv:
         (``hm``: a row of :func:`envs.sim.homes.copy_rows`; ``ck``: a row of
         :func:`envs.sim.checkpointing.checkpoint_rows`; ``host_step``: when the offloaded parameters are stepped)."""
         c = self.cluster
-        homes = None if hm is None else HomeCopies(hm, self.sim_graph.param_bytes, c, self.grad.tolist())
+        g = self.sim_graph
+        homes = None if hm is None else HomeCopies(hm, self.home_bytes, g.param_bytes, c, self.grad.tolist())
         hm = hm[0] if isinstance(hm, tuple) else hm  # each op's parameters' home
         sched = schedule_reference(
             self.sim_graph,

@@ -404,3 +404,30 @@ def test_the_simulated_resident_bytes_are_what_a_training_step_leaves_held(freez
         v.numel() * v.element_size() for state in optimizer.state.values() for k, v in state.items() if k != "step"
     )
     assert int(cost.static_bytes(g).sum()) == held
+
+
+@pytest.mark.parametrize("freeze", [(), (0,), (0, 2), (2,)])
+def test_the_activations_the_simulator_keeps_for_the_backward_are_those_autograd_saves(freeze):
+    """A layer that runs no backward (a frozen first layer: nothing it reads takes a gradient) is not recorded by
+    autograd, and saves nothing: the simulator keeps (graphs.ops.saved_mask) exactly the op outputs autograd saves."""
+    from envs.sim import cost
+    from graphs.ops import saved_mask
+
+    model = _frozen_mlp(freeze)
+    x = torch.randn(8, 16)
+    g = capture(model, (x,))
+    out_ptr = g.out_csr[0]
+    consumed = np.diff(out_ptr) > 0  # the output (no consumer) is kept as the result, not saved
+    simulated = int(cost.activation_bytes(g)[saved_mask(g) & consumed].sum())
+    own = {p.untyped_storage().data_ptr() for p in model.parameters()} | {x.untyped_storage().data_ptr()}
+    saved: dict[int, int] = {}
+
+    def pack(t):
+        storage = t.untyped_storage()
+        if storage.data_ptr() not in own:
+            saved[storage.data_ptr()] = storage.nbytes()
+        return t
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        model(x).sum().backward()
+    assert simulated == sum(saved.values()) > 0

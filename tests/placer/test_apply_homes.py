@@ -688,3 +688,63 @@ def test_the_worker_s_counts_keep_the_last_backwards_only():
     assert len(counts.done) == homes.COUNTS_KEPT and counts.done[0]["calls"] == 500
     assert counts.median(3) == {"calls": homes.COUNTS_KEPT + 498, "stepped": 1, "worker_s": 0.0, "waited_s": 0.5}
     assert counts.calls == 0 and counts.stepped == 0  # each backward's own
+
+
+class FrozenMlp(nn.Module):
+    """A frozen first layer (no backward: its input takes no gradient), a trainable one, then two frozen layers whose
+    backward computes their input's gradient from their weights (a frozen backbone's, LoRA's base layers')."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.f, self.a, self.b, self.c = nn.Linear(8, 8), nn.Linear(8, 16), nn.Linear(16, 16), nn.Linear(16, 4)
+        for layer in (self.f, self.b, self.c):
+            layer.requires_grad_(False)
+
+    def forward(self, x):
+        return self.c(torch.relu(self.b(torch.relu(self.a(self.f(x)))))).pow(2).mean()
+
+
+def test_frozen_parameters_homed_apart_are_copied_again_for_the_backward_and_train_as_the_unplaced_model_does():
+    """Frozen weights homed on the host: copied in for their reader, freed, made again where the reader has a
+    backward (b and c: their input's gradient reads them), never for f (its input takes none); no gradient goes home,
+    and the optimizer steps only the trainable parameters, as on the unplaced model."""
+    torch.manual_seed(0)
+    model, x = FrozenMlp(), torch.randn(5, 8)
+    ref = copy.deepcopy(model)
+    g = capture(model, (x,))
+    frozen = ["f.weight", "f.bias", "b.weight", "b.bias", "c.weight", "c.bias"]
+    placed = apply(model, homed_plan(g, frozen), (x,), device_map="*=cpu")
+    runtime = placed.get_submodule(homes.RUNTIME_ATTR)
+    assert len(runtime.masters) == 6 and not any(m.requires_grad for m in runtime.masters)
+    refetched = []
+    real = runtime._refetch
+
+    def refetch(index, c):
+        refetched.append(index)
+        real(index, c)
+
+    runtime._refetch = refetch
+    train_side_by_side(placed, ref, (x,))
+    read = {runtime.masters[i].shape for i in refetched}
+    assert read == {(16, 16), (16,), (4, 16), (4,)}  # b's and c's, each step; never f's
+    assert not runtime.sent and all(m.grad is None for m in runtime.masters)
+    assert all(not w.live for w in runtime.windows.values())  # every copy let go after the backward
+
+
+def test_a_frozen_copy_made_again_for_the_backward_is_let_go_once_its_reader_s_backward_is_past(monkeypatch):
+    """No gradient marks a frozen copy's reader done in the backward: its backward's end does, so the copy for the
+    third reader waits for the first's mark, not for everything on the compute stream."""
+    monkeypatch.setattr(homes, "Streams", Recording)
+    Recording.log = []
+    torch.manual_seed(0)
+    layers = [nn.Linear(8, 16)] + [nn.Linear(16, 16, bias=False) for _ in range(3)]
+    for layer in layers[1:]:
+        layer.requires_grad_(False)
+    model, x = nn.Sequential(nn.Sequential(*layers), Mean()), torch.randn(5, 8)
+    g = capture(model, (x,))
+    placed = apply(model, homed_plan(g, ["0.1.weight", "0.2.weight", "0.3.weight"]), (x,), device_map="*=cpu")
+    loss = placed(x)
+    forward = len(Recording.log)
+    loss.backward()
+    waits = [event for kind, event in Recording.log[forward:] if kind == "wait"]
+    assert waits and None not in waits

@@ -221,6 +221,43 @@ def test_homes_decide_what_fits(toy, backend):
     assert failed.tolist() == [True] and over[0] == 200 / 150
 
 
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_frozen_parameters_homed_on_the_host_are_copied_in_twice_and_send_no_gradient_home(toy, backend):
+    # The first test's chain with b's 2 bytes frozen (held like a buffer's, meta["frozen_params"]): a (1) -> b (2,
+    # frozen: backward 1 x forward = 2) -> c (1, owns 3 trainable bytes); b's and c's parameters on cpu:0.
+    # forward as there: a [0, 1]; fetch b [0, 2], b [2, 4]; fetch c [2, 5], c [5, 6].
+    # backward: c fetched again [5, 8], its kernel [8, 10], its gradient home [10, 13].
+    #   b fetched again [max(now, link 8) = 8, 10] (its input's gradient reads the weights); kernel [10, 12]; no
+    #   gradient: nothing goes home (zero-length at 12).  a [12, 14].  The step ends at 14 (13 without b's
+    #   gradient home before: c's).
+    g = chain(toy, [1, 2, 1], [0, 0, 3], out_bytes=[1, 1, 0])
+    g.buffer_bytes = np.array([0, 2, 0])
+    g.params = [[], ["w1"], ["w2"]]
+    g.meta["frozen_params"] = ["w1"]
+    assert homeable(g).tolist() == [0, 1, 1]
+    p = Placement.from_indices(g, DEVICES, [toy.G0] * 3, homes=[-1, toy.CPU, toy.CPU])
+    env = SimEnv(g, toy.cluster(), backend=backend)
+    s = env.schedule(p)
+    assert s.fwd_start_s.tolist() == [0, 2, 5] and s.fwd_end_s.tolist() == [1, 4, 6]
+    assert s.bwd_start_s.tolist() == [12, 10, 8] and s.bwd_end_s.tolist() == [14, 12, 10]
+    assert homes_times(s) == [(1, (0, 2), (8, 10), (12, 12)), (2, (2, 5), (5, 8), (10, 13))]
+    assert s.homes.grad_nbytes.tolist() == [0, 3]
+    r = env.simulate(p)
+    assert r.step_time_s == 14.0
+    assert r.busy_s["cpu:0->gpu:0"] == 10.0 and r.busy_s["gpu:0->cpu:0"] == 3.0  # c's gradient alone goes home
+    # cpu:0 holds b's 2 bytes (no gradient, no Adam state) and c's 4 x 3; gpu:0 at t = 8: c's copy and gradient
+    # (3 + 3), b's copy (2), a's and b's outputs (1 + 1) = 10
+    assert r.peak_bytes == {"cpu:0": 2 + 12, "gpu:0": 10, "gpu:1": 0}
+    t, failed = env.with_homes(p.home_indices(g)).step_times(p.indices(g)[None, :])
+    assert t.tolist() == [14.0] and not failed[0]
+    # stepped during the backward: c alone (b has nothing to step)
+    p.host_step = "backward"
+    assert env.schedule(p).host_steps.owner.tolist() == [2]
+    # with b on gpu:0 (its op's device), its 2 bytes count there
+    own = Placement.from_indices(g, DEVICES, [toy.G0] * 3, homes=[-1, -1, toy.CPU])
+    assert env.simulate(own).peak_bytes["cpu:0"] == 12
+
+
 def test_homes_are_for_a_gpu_op_s_own_parameters_on_the_host(toy):
     g = chain(toy, [1, 1], [4, 4])
     env = SimEnv(g, toy.cluster())
@@ -429,6 +466,12 @@ def test_kernel_and_reference_agree_with_random_homes(seed, host_step):
     g = random_dag(40, seed=seed)
     g.param_bytes = rng.integers(0, 3, g.num_ops) * rng.integers(1 << 20, 1 << 24, g.num_ops)
     g.params = [[f"w{i}"] if b else [] for i, b in enumerate(g.param_bytes)]
+    if seed % 2:  # some owners frozen: their bytes held like a buffer's, homed with no gradient
+        frozen = (g.param_bytes > 0) & (rng.random(g.num_ops) < 0.4)
+        g.buffer_bytes = np.where(frozen, g.param_bytes, 0)
+        g.param_bytes = np.where(frozen, 0, g.param_bytes)
+        g.meta["frozen_params"] = [f"w{i}" for i in np.flatnonzero(frozen)]
+        assert frozen.any() and (homeable(g)[frozen] > 0).all()
     c = Cluster.preset("h200x1")
     c = changed(c, gpu_0={"memory_bytes": float(g.param_bytes.sum() * 1.2)})  # some placements do not fit
     p = rng.integers(0, c.num_devices, (8, g.num_ops))

@@ -26,19 +26,24 @@ MB = 1 << 20
 CPU, GPU = 0, 1
 
 
-def offload_problem() -> tuple[OpGraph, Cluster]:
+def offload_problem(frozen: bool = False) -> tuple[OpGraph, Cluster]:
     """6 layers of 100 MB of weights (2.4 GB of training state) against a 1 GB GPU; a layer takes 30 s on the host and
-    30 ms on the GPU: the fast plans that fit keep the layers on the GPU with most weights homed on the host."""
+    30 ms on the GPU: the fast plans that fit keep the layers on the GPU with most weights homed on the host.
+    ``frozen``: each layer's weights frozen instead (``requires_grad=False``), 200 MB (1.2 GB held, no gradient and
+    no optimizer state): homed on the host, they are copied in with no gradient sent back."""
     n = 6
     names = [f"layer{k}" for k in range(n)]
     g = OpGraph.from_edges(
         names,
         [(a, b, MB) for a, b in zip(names, names[1:])],
         flops=[1e11] * n,
-        param_bytes=[100 * MB] * n,
+        param_bytes=[0 if frozen else 100 * MB] * n,
+        buffer_bytes=[200 * MB if frozen else 0] * n,
         name="offload-toy",
     )
     g.params = [[f"w{k}"] for k in range(n)]
+    if frozen:
+        g.meta["frozen_params"] = [f"w{k}" for k in range(n)]
     devices = [Device("cpu:0", "cpu", 64e9, 1e10, 1e10, 5e-6), Device("gpu:0", "gpu", 1e9, 1e13, 1e12, 6e-6)]
     return g, Cluster("toy-offload", devices, {("cpu:0", "gpu:0"): PCIE5, ("gpu:0", "cpu:0"): PCIE5})
 
@@ -60,6 +65,25 @@ def test_a_run_on_a_model_that_does_not_fit_homes_its_weights_and_its_file_carri
     assert best.host_step == min(("after", "backward"), key=lambda way: (compared[way], way != "after"))
     assert result.ok and result.step_time_s == pytest.approx(compared[best.host_step], rel=1e-6)
     # op placements only: the plans that fit run most layers on the host, 100x slower
+    off = Placement.load(str(tmp_path / "off" / "run" / BEST_NAME))
+    assert not off.param_homes and runs["off"].best_step_time_s > 100 * runs["auto"].best_step_time_s
+
+
+@pytest.mark.slow  # over 1 s (the fast tier is kept under 90 s)
+def test_a_run_on_a_model_whose_frozen_weights_do_not_fit_homes_them(tmp_path):
+    """A frozen backbone too large for the GPU: its weights live on the host and are copied in, no gradient sent back
+    and no host step; without homes the plans that fit run layers on the host, 100x slower."""
+    g, cluster = offload_problem(frozen=True)
+    runs = {}
+    for homes in ("auto", "off"):
+        config = train_config(tmp_path / homes, algo="moves", iterations=40, heuristics=None, homes=homes)
+        runs[homes] = train(config, graph=g, cluster=cluster)
+    best = Placement.load(str(tmp_path / "auto" / "run" / BEST_NAME))
+    assert best.param_homes and set(best.param_homes.values()) == {"cpu:0"}
+    assert best.indices(g, cluster.device_names).tolist() == [GPU] * 6
+    assert best.homed_bytes(g) >= 2 * 200 * MB  # what cannot stay on the GPU
+    schedule = envs.SimEnv(g, cluster).schedule(best)
+    assert not schedule.homes.grad_nbytes.any() and not len(schedule.host_steps.owner)
     off = Placement.load(str(tmp_path / "off" / "run" / BEST_NAME))
     assert not off.param_homes and runs["off"].best_step_time_s > 100 * runs["auto"].best_step_time_s
 
