@@ -104,6 +104,27 @@ def test_a_tied_scenario_reads_one_tensor_in_its_embedding_and_its_head_and_can_
     assert len(readers) == 2 and homeable(g)[readers[0]] == 1  # the embedding and the head, one home
 
 
+def test_a_fine_tuning_scenario_freezes_its_embedding_and_first_layers_and_can_home_their_weights():
+    from dataclasses import replace
+
+    from envs.sim.homes import homeable
+    from graphs.ops import frozen_home_bytes, grad_mask
+
+    assert SCENARIOS["llama-3b-ft"].trainable_layers == 4 and SCENARIOS["llama-3b"].trainable_layers == -1
+    s = replace(SCENARIOS["tiny"], trainable_layers=1)
+    model, inputs = offload.build(s)
+    g = graphs.capture(model, inputs, name="tiny-ft")
+    frozen = g.meta["frozen_params"]
+    assert "model.model.embed_tokens.weight" in frozen and any(n.startswith("model.model.layers.0.") for n in frozen)
+    assert not any(n.startswith(("model.model.layers.1.", "model.lm_head", "model.model.norm")) for n in frozen)
+    held = frozen_home_bytes(g)
+    assert held.sum() == g.buffer_bytes.sum() - sum(  # every frozen weight is homeable; the rotary table is a buffer
+        int(b) for b, names in zip(g.buffer_bytes, g.params) if b and not set(names) & set(frozen)
+    )
+    assert (homeable(g)[held > 0] == 1).all()
+    assert not grad_mask(g)[held > 0].any()  # all before the first trainable layer: none runs a backward
+
+
 def test_curves_follow_the_real_best_and_the_simulators_pick():
     rec = [  # n: real (status, s), simulated (status, s)
         {"real_status": "oom", "real_step_time_s": None, "sim_status": "oom", "sim_step_time_s": None},
