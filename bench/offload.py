@@ -177,6 +177,21 @@ SCENARIOS: dict[str, Scenario] = {
         8 * GIB,
         "the same shape on a CPU: 8k vocabulary untied, width 64, 2 layers, batch 2 x 32",
     ),
+    "tiny-ft": Scenario(
+        "tiny-ft",
+        8192,
+        64,
+        128,
+        2,
+        4,
+        2,
+        2,
+        32,
+        16 * MIB,
+        8 * GIB,
+        "tiny fine-tuned on a CPU: its embedding and first layer frozen",
+        trainable_layers=1,
+    ),
 }
 
 
