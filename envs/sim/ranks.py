@@ -38,11 +38,13 @@ one after the other:
   --ranks`` fits it), taking no core longer: gloo moves the data on threads that share the ranks' cores,
   and a thread woken beside a computing one gets its core at a scheduler tick;
 * after its last action each rank takes its optimizer step (:func:`envs.sim.cost.update_times_s`)
-  and, for a parameter read on several ranks (tied weights), an all-reduce of its
+  and, for a trainable parameter read on several ranks (tied weights), an all-reduce of its
   gradient among them (two sends of its bytes); the step ends with the last rank.
 
 Memory per rank: the parameters, gradients and Adam state of its ops
-(:func:`envs.sim.cost.static_bytes`) and the activations of its stages' microbatches
+(:func:`envs.sim.cost.static_bytes`), those of its copies of parameters read on several ranks, a copy of each buffer
+or frozen parameter its ops read that another rank's op owns (:func:`held_copy_bytes`), and the activations of its
+stages' microbatches
 whose forward has run and whose backward (its weight part, where split) has not, at
 their peak over its actions.
 
@@ -81,7 +83,7 @@ from envs.sim.work_bound import work_bound_s
 from envs.timeline import Event
 from graphs import OpGraph, PlacerError
 from graphs.dag import critical_path
-from graphs.ops import frozen_names
+from graphs.ops import trainable_names
 from graphs.plan import Placement, as_indices, check_inflight, check_microbatches, check_schedule_name
 
 #: The pipeline shapes (M microbatches, W in flight) a plan across processes is tried at where its shape is chosen
@@ -361,24 +363,25 @@ def peak_activation_bytes(costs: StageCosts, actions: Mapping[int, Sequence[Acti
     return out
 
 
-def parameter_readers(graph: OpGraph) -> list[tuple[str, np.ndarray, float, int]]:
-    """The parameters that more than one op reads (only those can be read on several ranks): ``(name, the ops
-    that read it, its bytes, the op that owns it or -1)``; an op's parameter bytes are split evenly over its
-    parameters (the graph records bytes per op). A frozen parameter (``meta["frozen_params"]``) is not one: its copies
-    need no gradients summed. Read once per graph by :class:`RankSim`."""
+def parameter_readers(graph: OpGraph) -> list[tuple[str, np.ndarray, float, int, bool]]:
+    """The tensors that more than one op reads (only those can be read on several ranks): ``(name, the ops that read
+    it, its bytes, the op that owns it or -1, whether it trains)``; an op's bytes are split evenly over the tensors
+    it reads (the graph records bytes per op). A trainable parameter's copies on several ranks have their gradients
+    summed (:func:`shared_parameter_bytes`); a buffer's or a frozen parameter's (``meta["frozen_params"]``) are
+    copies held, with nothing to sum (:func:`envs.real.distributed.runtime.shared_parameters` leaves them out). Read
+    once per graph by :class:`RankSim`."""
     ops_of: dict[str, list[int]] = {}
     size: dict[str, float] = {}
     owner: dict[str, int] = {}
-    frozen = frozen_names(graph)
+    trainable = trainable_names(graph)
     for op, names in enumerate(graph.params or []):
         for name in names:
-            if name in frozen:
-                continue
             ops_of.setdefault(name, []).append(op)
-            if graph.param_bytes[op] > 0 and name not in owner:
-                size[name], owner[name] = float(graph.param_bytes[op]) / len(names), op
+            held = graph.param_bytes[op] if name in trainable else graph.buffer_bytes[op]
+            if held > 0 and name not in owner:
+                size[name], owner[name] = float(held) / len(names), op
     return [
-        (name, np.array(ops, dtype=np.int64), size.get(name, 0.0), owner.get(name, -1))
+        (name, np.array(ops, dtype=np.int64), size.get(name, 0.0), owner.get(name, -1), name in trainable)
         for name, ops in ops_of.items()
         if len(ops) > 1
     ]
@@ -387,13 +390,30 @@ def parameter_readers(graph: OpGraph) -> list[tuple[str, np.ndarray, float, int]
 def shared_parameter_bytes(
     graph: OpGraph, op_ranks: np.ndarray, readers: list | None = None
 ) -> dict[str, tuple[set[int], float, int]]:
-    """Parameters read on several ranks: ``name -> (their ranks, bytes, the rank of the op that owns it)``
-    (``readers``: :func:`parameter_readers`, when already read)."""
+    """Trainable parameters read on several ranks: ``name -> (their ranks, bytes, the rank of the op that owns it)``
+    (``readers``: :func:`parameter_readers`, when already read; ``trains`` False: tensors held, not summed,
+    :func:`held_copy_bytes`)."""
     out = {}
-    for name, ops, nbytes, owner_op in parameter_readers(graph) if readers is None else readers:
+    for name, ops, nbytes, owner_op, trains in parameter_readers(graph) if readers is None else readers:
+        if not trains:
+            continue
         ranks = set(op_ranks[ops].tolist())
         if len(ranks) > 1:
             out[name] = (ranks, nbytes, int(op_ranks[owner_op]) if owner_op >= 0 else min(ranks))
+    return out
+
+
+def held_copy_bytes(graph: OpGraph, op_ranks: np.ndarray, R: int, readers: list | None = None) -> np.ndarray:
+    """Per rank, the bytes of the buffers and frozen parameters it holds a copy of because an op of its reads them
+    while another rank's op owns them (a rotary table every layer reads, a frozen tied embedding and head): each rank
+    cuts its stages from the whole model and keeps the tensors they read; nothing is summed between them
+    (``R`` ranks; ``readers``: :func:`parameter_readers`, when already read)."""
+    out = np.zeros(R)
+    for _, ops, nbytes, owner_op, trains in parameter_readers(graph) if readers is None else readers:
+        if trains or owner_op < 0:
+            continue
+        for r in set(op_ranks[ops].tolist()) - {int(op_ranks[owner_op])}:
+            out[r] += nbytes
     return out
 
 
@@ -489,6 +509,7 @@ def simulate_ranks(
     held = np.bincount(op_ranks, weights=static_bytes(graph).astype(np.float64), minlength=R)
     copies = param_bytes - np.bincount(op_ranks, weights=graph.param_bytes.astype(np.float64), minlength=R)
     held += copies * (2 + OPTIMIZER_STATE_MULTIPLIER)  # as static_bytes: the copy, its gradient, Adam's state
+    held += held_copy_bytes(graph, op_ranks, R, readers)  # buffers and frozen weights other ranks own
     peaks = peak_activation_bytes(costs, actions)
     peak_bytes = {names[rank_device[r]]: int(held[r] + peaks[r]) for r in range(R)}
     busy = {names[rank_device[r]]: float(timing["busy_s"][r]) for r in range(R)}
@@ -809,6 +830,7 @@ __all__ = [
     "boundary_traffic",
     "float_outputs",
     "op_costs",
+    "held_copy_bytes",
     "parameter_readers",
     "one_stage_bound_s",
     "peak_activation_bytes",

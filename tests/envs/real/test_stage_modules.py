@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import copy
 
+import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
@@ -138,8 +139,9 @@ def test_a_frozen_tied_parameter_is_not_shared_between_ranks_nor_summed_on_the_s
     graph = graph_from_program(ep)
     assert graph.meta["frozen_params"] == ["embed.weight", "head.weight"]
     tied = {"embed.weight", "head.weight"}
-    assert tied & {name for name, *_ in parameter_readers(graph_from_program(export_program(model, inputs)))}
-    assert not tied & {name for name, *_ in parameter_readers(graph)}
+    summed = lambda g: {name for name, *_, trains in parameter_readers(g) if trains}  # noqa: E731
+    assert tied & summed(graph_from_program(export_program(model, inputs)))
+    assert not tied & summed(graph)
 
 
 def test_only_tensors_cross_between_stages():
@@ -295,3 +297,38 @@ def test_a_group_norm_under_a_split_backward_reads_a_dense_input_so_the_weight_p
     if runs[False].returncode == 0:
         pytest.skip("this torch's GroupNorm backward no longer crashes on a channels-last input")
     assert runs[False].returncode < 0, runs[False].stderr[-2000:]  # killed by a signal
+
+
+def test_a_rank_reading_a_frozen_weight_another_owns_holds_a_copy_and_a_buffer_is_summed_by_none(three_stages):
+    """The simulator of ranks: a frozen tied embedding and head on two ranks is held twice, with no all-reduce; a
+    trainable one is held with its gradient and Adam state twice, and its gradients summed. A buffer two ranks read
+    is held twice and summed by none."""
+    from envs.cluster import Cluster
+    from envs.sim.ranks import RankSim, held_copy_bytes, shared_parameter_bytes
+    from graphs import OpGraph
+
+    g = OpGraph.from_edges(
+        ["a", "b", "c"], [("a", "b", 4), ("b", "c", 4)], param_bytes=[0, 0, 8], buffer_bytes=[16, 0, 0]
+    )
+    g.params = [["rope"], ["rope"], ["w"]]
+    ranks = np.array([0, 1, 1])
+    assert shared_parameter_bytes(g, ranks) == {} and held_copy_bytes(g, ranks, 2).tolist() == [0, 16]
+
+    model, inputs, _, stage_ops = three_stages
+    frozen = copy.deepcopy(model)
+    frozen.embed.weight.requires_grad_(False)
+    cluster = Cluster.preset("k80x4")
+    for m in (model, frozen):
+        graph = graph_from_program(export_program(m, inputs))
+        stage_of = {name: k for k, names in enumerate(stage_ops) for name in names}
+        op_devices = np.array([1 + stage_of[name] for name in graph.names])  # three stages, three ranks
+        one = np.ones(graph.num_ops, dtype=int)  # every op on one rank: no copy
+        sim = RankSim(graph, cluster)
+        split, whole = sim.simulate(op_devices), sim.simulate(one)
+        table = m.embed.weight.numel() * 4
+        assert split.ok and whole.ok
+        held = sum(split.peak_bytes.values()) - max(whole.peak_bytes.values())  # the activations cancel closely
+        if m is frozen:  # the last rank's copy of the frozen table: its bytes once
+            assert table <= held < 2 * table
+        else:  # and the trainable one: the copy, its gradient, Adam's two moments
+            assert 4 * table <= held < 5 * table
