@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import functools
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Callable, NamedTuple
 
 import numpy as np
@@ -144,25 +144,6 @@ SCENARIOS: dict[str, Scenario] = {
         "Llama-3.2-1B's shape as shipped: 16 layers, 128k vocabulary tied to the head, batch 2 x 512",
         tied=True,
     ),
-    # ``llama-3b-ft``: llama-3b fine-tuned as people fine-tune what does not fit: the embedding and the first 28 of its
-    # 32 layers frozen, the last 4, the final norm and the head trained. 3.0 B parameters, 0.77 B of them trainable:
-    # 11.2 GiB of weights, 8.3 GiB of them frozen (no gradient, no Adam state), 20.7 GiB held at the end of the
-    # backward. At 8 GiB the frozen weights alone do not fit.
-    "llama-3b-ft": Scenario(
-        "llama-3b-ft",
-        256000,
-        2048,
-        8192,
-        32,
-        32,
-        8,
-        2,
-        512,
-        24 * GIB,
-        100 * GIB,
-        "llama-3b fine-tuned: its embedding and first 28 of 32 layers frozen, batch 2 x 512",
-        trainable_layers=4,
-    ),
     "tiny": Scenario(
         "tiny",
         8192,
@@ -177,22 +158,23 @@ SCENARIOS: dict[str, Scenario] = {
         8 * GIB,
         "the same shape on a CPU: 8k vocabulary untied, width 64, 2 layers, batch 2 x 32",
     ),
-    "tiny-ft": Scenario(
-        "tiny-ft",
-        8192,
-        64,
-        128,
-        2,
-        4,
-        2,
-        2,
-        32,
-        16 * MIB,
-        8 * GIB,
-        "tiny fine-tuned on a CPU: its embedding and first layer frozen",
-        trainable_layers=1,
-    ),
 }
+
+# ``llama-3b-ft``: llama-3b fine-tuned as people fine-tune what does not fit: the embedding and the first 28 of its
+# 32 layers frozen, the last 4, the final norm and the head trained. 3.0 B parameters, 0.77 B of them trainable:
+# 11.2 GiB of weights, 8.3 GiB of them frozen (no gradient, no Adam state). ``tiny-ft``: the same on a CPU.
+SCENARIOS["llama-3b-ft"] = replace(
+    SCENARIOS["llama-3b"],
+    name="llama-3b-ft",
+    description="llama-3b fine-tuned: its embedding and first 28 of 32 layers frozen, batch 2 x 512",
+    trainable_layers=4,
+)
+SCENARIOS["tiny-ft"] = replace(
+    SCENARIOS["tiny"],
+    name="tiny-ft",
+    description="tiny fine-tuned on a CPU: its embedding and first layer frozen",
+    trainable_layers=1,
+)
 
 
 def check_scenario(name: str) -> Scenario:

@@ -49,8 +49,9 @@ def offload_problem(frozen: bool = False) -> tuple[OpGraph, Cluster]:
 
 
 @pytest.mark.slow  # over 1 s (the fast tier is kept under 90 s)
-def test_a_run_on_a_model_that_does_not_fit_homes_its_weights_and_its_file_carries_them(tmp_path):
-    g, cluster = offload_problem()
+def runs_with_and_without_homes(tmp_path, g, cluster) -> tuple[dict, Placement]:
+    """``placer train`` on ``g`` with ``--homes auto`` and ``off`` (40 move iterations each): the runs, and the best
+    placement file of the run with homes, which homes weights on the host with every layer on the GPU."""
     runs = {}
     for homes in ("auto", "off"):
         config = train_config(tmp_path / homes, algo="moves", iterations=40, heuristics=None, homes=homes)
@@ -58,6 +59,12 @@ def test_a_run_on_a_model_that_does_not_fit_homes_its_weights_and_its_file_carri
     best = Placement.load(str(tmp_path / "auto" / "run" / BEST_NAME))
     assert best.param_homes and set(best.param_homes.values()) == {"cpu:0"}
     assert best.indices(g, cluster.device_names).tolist() == [GPU] * 6
+    return runs, best
+
+
+def test_a_run_on_a_model_that_does_not_fit_homes_its_weights_and_its_file_carries_them(tmp_path):
+    g, cluster = offload_problem()
+    runs, best = runs_with_and_without_homes(tmp_path, g, cluster)
     result = envs.SimEnv(g, cluster).simulate(best)  # the file's plan, its homes and order, as placer.apply runs it
     # --host-step auto: the run scored stepping during the backward; the file keeps the faster way for its plan
     compared = best.meta["host_step_s"]
@@ -74,13 +81,7 @@ def test_a_run_on_a_model_whose_frozen_weights_do_not_fit_homes_them(tmp_path):
     """A frozen backbone too large for the GPU: its weights live on the host and are copied in, no gradient sent back
     and no host step; without homes the plans that fit run layers on the host, 100x slower."""
     g, cluster = offload_problem(frozen=True)
-    runs = {}
-    for homes in ("auto", "off"):
-        config = train_config(tmp_path / homes, algo="moves", iterations=40, heuristics=None, homes=homes)
-        runs[homes] = train(config, graph=g, cluster=cluster)
-    best = Placement.load(str(tmp_path / "auto" / "run" / BEST_NAME))
-    assert best.param_homes and set(best.param_homes.values()) == {"cpu:0"}
-    assert best.indices(g, cluster.device_names).tolist() == [GPU] * 6
+    runs, best = runs_with_and_without_homes(tmp_path, g, cluster)
     assert best.homed_bytes(g) >= 2 * 200 * MB  # what cannot stay on the GPU
     schedule = envs.SimEnv(g, cluster).schedule(best)
     assert not schedule.homes.grad_nbytes.any() and not len(schedule.host_steps.owner)
