@@ -274,6 +274,13 @@ SAVES_INPUTS = frozenset(
     }
 )
 #: The backward reads no tensor of the op's (shapes, a scalar at most).
+#: Of :data:`SAVES_INPUTS`, the products: an operand's gradient reads the other operands, not itself (``x @ W``:
+#: ``x``'s gradient reads ``W``, ``W``'s reads ``x``), so autograd keeps an input only for another operand that takes a
+#: gradient (:func:`backward_readers`): a frozen linear layer or norm weight keeps no activation, nor does ``q * sin``
+#: with a rotary table that takes none.
+PRODUCTS = frozenset(
+    {"linear", "mm", "addmm", "matmul", "bmm", "baddbmm", "conv1d", "conv2d", "conv3d", "convolution", "mul"}
+)
 SAVES_NOTHING = frozenset(
     {
         "add",
@@ -326,9 +333,38 @@ def saved_mask(graph: "OpGraph") -> np.ndarray:
 
     An op without a backward (:func:`grad_mask`: nothing it reads takes a gradient, as in a frozen backbone's first
     layers) is not recorded by autograd: it saves nothing, so its inputs and output are kept only for a backward that
-    reads them.
+    reads them. A product keeps an input only for another operand that takes a gradient (:data:`PRODUCTS`): a
+    linear layer whose weights are all frozen (LoRA's base layers) keeps none.
     """
-    return kept_mask(backward_readers(graph, grad_mask(graph)))
+    return kept_mask(backward_readers(graph, grad_mask(graph), weight_reads(graph), repeated_input_mask(graph)))
+
+
+def repeated_input_mask(graph: "OpGraph") -> np.ndarray | None:
+    """Boolean per op: it reads one tensor as two operands (``x * x``; ``meta["repeated_inputs"]``, which a capture
+    records); None for a graph that does not say (built by hand, or captured before the key was recorded)."""
+    names = graph.meta.get("repeated_inputs")
+    if names is None:
+        return None
+    return np.isin(np.asarray(graph.names, dtype=object), list(names)) if names else np.zeros(graph.num_ops, bool)
+
+
+def weight_reads(graph: "OpGraph") -> np.ndarray | None:
+    """Per op (int8): 1 where it reads a parameter that takes a gradient (:func:`trainable_names`), 0 where it reads
+    only frozen parameters or buffers, -1 where it reads none; None for a graph that does not say (no ``params``).
+
+    >>> from graphs import OpGraph
+    >>> g = OpGraph.from_edges(["base", "lora", "add"], [("base", "add", 4), ("lora", "add", 4)], param_bytes=[0, 8, 0])
+    >>> g.params = [["base.weight"], ["lora.weight"], []]
+    >>> g.meta["frozen_params"] = ["base.weight"]
+    >>> weight_reads(g).tolist()
+    [0, 1, -1]
+    """
+    if graph.params is None:
+        return None
+    trainable = trainable_names(graph)
+    return np.fromiter(
+        (1 if trainable.intersection(r) else (0 if r else -1) for r in graph.params), dtype=np.int8, count=graph.num_ops
+    )
 
 
 def kept_mask(readers: tuple[np.ndarray, np.ndarray, np.ndarray]) -> np.ndarray:
@@ -338,9 +374,19 @@ def kept_mask(readers: tuple[np.ndarray, np.ndarray, np.ndarray]) -> np.ndarray:
     return own | (np.diff(ptr) > 0)
 
 
-def backward_readers(graph: "OpGraph", grad: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def backward_readers(
+    graph: "OpGraph",
+    grad: np.ndarray | None = None,
+    weights: np.ndarray | None = None,
+    repeated: np.ndarray | None = None,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Who holds each kept output (:func:`saved_mask`) in the backward: ``(own, ptr, idx)``; ``grad``: which ops have
-    a backward (:func:`grad_mask`; default all): one without saves nothing, neither its output nor its inputs.
+    a backward (:func:`grad_mask`; default all): one without saves nothing, neither its output nor its inputs;
+    ``weights``: what each op reads of the model's tensors (:func:`weight_reads`; default: not known): a product
+    (:data:`PRODUCTS`) keeps an input only where it reads a parameter that takes a gradient or another of its inputs
+    takes one (with grad); one with a single input and nothing of the model's keeps it where it reads it twice
+    (``x * x``; ``repeated``: :func:`repeated_input_mask`), not where its other operand is a number (``x * 2.0``),
+    and where the graph does not say which (``repeated`` None), keeps it.
 
     ``own``: the op's own backward reads its output (:data:`SAVES_OUTPUT`, an op of
     another type, a program output; views too, which take no memory): it lives
@@ -361,18 +407,32 @@ def backward_readers(graph: "OpGraph", grad: np.ndarray | None = None) -> tuple[
     n = graph.num_ops
     names = [base_op_name(t) for t in graph.op_types]
     free = free_mask(graph)
-    known = SAVES_OUTPUT | SAVES_INPUTS | SAVES_NOTHING
+    known = SAVES_OUTPUT | SAVES_INPUTS | SAVES_NOTHING | METADATA_OPS  # a metadata check reads no data
     has = np.ones(n, dtype=bool) if grad is None else np.asarray(grad, dtype=bool)
     saves_inputs = [h and not f and (b in SAVES_INPUTS or b not in known) for b, f, h in zip(names, free, has)]
     out_ptr, out_dst, _ = graph.out_csr
+    in_ptr, in_src, _ = graph.in_csr
+    product = [weights is not None and grad is not None and b in PRODUCTS for b in names]
+
+    def keeps(u: int, v: int) -> bool:
+        """Whether ``v``'s backward reads its input ``u``."""
+        if not saves_inputs[v]:
+            return False
+        if not product[v] or weights[v] == 1:
+            return True
+        others = [w for w in in_src[in_ptr[v] : in_ptr[v + 1]].tolist() if w != u]
+        if not others:  # a single input: x * x keeps it, x * 2.0 and x * a frozen weight not
+            return bool(weights[v] < 0 and (repeated is None or repeated[v]))
+        return any(has[w] for w in others)
+
     own = np.array([f or b in SAVES_OUTPUT or b not in known for b, f in zip(names, free)], dtype=bool) & has
     own |= np.diff(out_ptr) == 0
     readers: list[list[int]] = [[] for _ in range(n)]
     for u in range(n - 1, -1, -1):  # consumers come later in the order: their readers are known
         found: set[int] = set()
-        for v in out_dst[out_ptr[u] : out_ptr[u + 1]]:
-            if saves_inputs[v]:
-                found.add(int(v))
+        for v in out_dst[out_ptr[u] : out_ptr[u + 1]].tolist():
+            if keeps(u, v):
+                found.add(v)
             if free[v]:
                 found.update(readers[v])
         readers[u] = sorted(found)

@@ -14,7 +14,8 @@ buffers, user inputs) and the output node are not ops:
 
 Views and ``getitem`` keep their logical output size in ``out_bytes`` but have
 zero FLOPs; their names are listed in ``meta["alias_ops"]`` (they share memory with
-their input), ops that write into an input in ``meta["inplace_ops"]``. FLOPs come
+their input), ops that write into an input in ``meta["inplace_ops"]``, ops that read one tensor as two operands
+(``x * x``) in ``meta["repeated_inputs"]`` (:func:`graphs.ops.backward_readers`). FLOPs come
 from :mod:`graphs.flops`. One forward is captured: the simulator models backward.
 
 Example:
@@ -145,6 +146,7 @@ class _ProgramReader:
                 "edge_bytes",
                 "alias_ops",
                 "inplace_ops",
+                "repeated_inputs",
             )
         }
         self.owned: set[str] = set()
@@ -173,6 +175,9 @@ class _ProgramReader:
             c["alias_ops"].append(node.name)
         if is_inplace(node.target):
             c["inplace_ops"].append(node.name)
+        operands = [a for a in tree_flatten((node.args, node.kwargs))[0] if isinstance(a, torch.fx.Node)]
+        if len(operands) > len(set(operands)):  # x * x: one tensor, two operands (x * 2.0 is one tensor, once)
+            c["repeated_inputs"].append(node.name)
         try:
             c["flops"].append(_node_flops(node, self.val))
         except Exception as e:  # a formula that cannot handle this call: name the node
@@ -217,6 +222,7 @@ class _ProgramReader:
             ],
             "alias_ops": c["alias_ops"],
             "inplace_ops": c["inplace_ops"],
+            "repeated_inputs": c["repeated_inputs"],
             "unused_params": sorted(f for f in self.params.values() if self.tensor_key[f] not in self.owned),
             "tied_params": _tied_groups(self.tensor_key),
             **({"frozen_params": sorted(self.frozen)} if self.frozen else {}),

@@ -52,7 +52,15 @@ from envs.sim.sim_graph import schedule_graph
 from envs.sim.step_result import step_result
 from graphs.errors import PlacerError
 from graphs.ir import OpGraph
-from graphs.ops import backward_readers, free_mask, grad_mask, home_bytes, kept_mask
+from graphs.ops import (
+    backward_readers,
+    free_mask,
+    grad_mask,
+    home_bytes,
+    kept_mask,
+    repeated_input_mask,
+    weight_reads,
+)
 from graphs.plan import as_indices, check_host_step, check_inflight, check_microbatches, check_order
 
 #: Bumped whenever a change to the model changes simulated step times (keys of caches of simulated results).
@@ -87,7 +95,13 @@ class _GraphParts:
         self.act_bytes = cost.activation_bytes(self.sim_graph)
         # which outputs autograd keeps for backward (the others are freed once their consumers have run forward), and
         # who frees each in the backward; an op without a backward saves nothing
-        self.readers = backward_readers(self.sim_graph, np.tile(self.grad, M))
+        weights, repeated = weight_reads(graph), repeated_input_mask(graph)
+        self.readers = backward_readers(
+            self.sim_graph,
+            np.tile(self.grad, M),
+            None if weights is None else np.tile(weights, M),
+            None if repeated is None else np.tile(repeated, M),
+        )
         self.kept = kept_mask(self.readers)  # graphs.ops.saved_mask
 
 

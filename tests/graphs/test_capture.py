@@ -406,14 +406,36 @@ def test_the_simulated_resident_bytes_are_what_a_training_step_leaves_held(freez
     assert int(cost.static_bytes(g).sum()) == held
 
 
-@pytest.mark.parametrize("freeze", [(), (0,), (0, 2), (2,)])
+class Products(nn.Module):
+    """Products whose operands take a gradient or not: a LoRA layer (a frozen base, adapters scaled by a number), a
+    frozen norm weight, a table computed from a buffer (as a rotary embedding's), and one tensor times itself."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        torch.manual_seed(0)
+        self.first = nn.Linear(16, 16)
+        self.base = nn.Linear(16, 16).requires_grad_(False)
+        self.a, self.b = nn.Linear(16, 4, bias=False), nn.Linear(4, 16, bias=False)
+        self.norm = nn.Parameter(torch.ones(16), requires_grad=False)
+        self.register_buffer("table", torch.randn(8, 16))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = self.first(x)
+        y = self.base(h) + self.b(self.a(h)) * 2.0
+        y = y * self.norm * self.table.cos()
+        return y * y
+
+
+@pytest.mark.parametrize("freeze", [(), (0,), (0, 2), (2,), "products"])
 def test_the_activations_the_simulator_keeps_for_the_backward_are_those_autograd_saves(freeze):
     """A layer that runs no backward (a frozen first layer: nothing it reads takes a gradient) is not recorded by
-    autograd, and saves nothing: the simulator keeps (graphs.ops.saved_mask) exactly the op outputs autograd saves."""
+    autograd, and saves nothing; a product keeps an operand only for another that takes a gradient (a frozen base
+    layer keeps no input, ``x * 2.0`` and ``x * cos`` no ``x``, ``y * y`` its ``y``): the simulator keeps
+    (graphs.ops.saved_mask) exactly the op outputs autograd saves."""
     from envs.sim import cost
     from graphs.ops import saved_mask
 
-    model = _frozen_mlp(freeze)
+    model = Products() if freeze == "products" else _frozen_mlp(freeze)
     x = torch.randn(8, 16)
     g = capture(model, (x,))
     out_ptr = g.out_csr[0]
