@@ -236,9 +236,8 @@ def launch(
     (:func:`envs.real.allocator.children_start_steady`; ``False``: as the caller's environment says, for a
     comparison of the two, which needs ``start_method="spawn"``, or a fork server started so).
     """
-    from torch.distributed.elastic.multiprocessing import DefaultLogsSpecs, SignalException, Std
-    from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
-    from torch.distributed.launcher.api import LaunchConfig, elastic_launch
+    from torch.distributed.elastic.multiprocessing import DefaultLogsSpecs, Std
+    from torch.distributed.launcher.api import LaunchConfig
 
     if nnodes > 1 and not rdzv_endpoint:
         raise PlacerError(f"--nnodes {nnodes}: needs --rdzv-endpoint HOST:PORT (where node 0 serves the rendezvous)")
@@ -249,20 +248,61 @@ def launch(
     logs = tempfile.mkdtemp(prefix="placer-ranks-") if own_logs else log_dir
     # torch >= 2.12 waits this long for workers to stop after a failure (its default is 30 s); 2.11 has no such field
     quick_stop = {"shutdown_timeout": 5} if "shutdown_timeout" in LaunchConfig.__dataclass_fields__ else {}
-    config = LaunchConfig(
-        min_nodes=nnodes,
-        max_nodes=nnodes,
-        nproc_per_node=nproc_per_node,
-        run_id=run_id or f"placer-{port}",  # the same on every node: the store's keys begin with it
-        rdzv_backend="static",
-        rdzv_endpoint=f"{host}:{port}",
-        rdzv_configs={"rank": node_rank, "timeout": max(1, int(rdzv_timeout_s))},
-        max_restarts=0,
-        monitor_interval=0.1,
-        start_method=_start_method(start_method, entrypoint),
-        logs_specs=DefaultLogsSpecs(log_dir=logs, redirects=Std.ALL, tee=Std.NONE),
-        **quick_stop,
-    )
+    for attempt in range(PORT_RETRIES + 1):
+        try:
+            return _launch(
+                LaunchConfig(
+                    min_nodes=nnodes,
+                    max_nodes=nnodes,
+                    nproc_per_node=nproc_per_node,
+                    run_id=run_id or f"placer-{port}",  # the same on every node: the store's keys begin with it
+                    rdzv_backend="static",
+                    rdzv_endpoint=f"{host}:{port}",
+                    rdzv_configs={"rank": node_rank, "timeout": max(1, int(rdzv_timeout_s))},
+                    max_restarts=0,
+                    monitor_interval=0.1,
+                    start_method=_start_method(start_method, entrypoint),
+                    logs_specs=DefaultLogsSpecs(log_dir=logs, redirects=Std.ALL, tee=Std.NONE),
+                    **quick_stop,
+                ),
+                entrypoint,
+                args,
+                logs,
+                own_logs,
+                thread_cache_off,
+                rdzv_timeout_s,
+            )
+        except _PortTaken:  # another process took the port we chose before the store listened on it: a fresh one
+            if rdzv_endpoint or attempt == PORT_RETRIES:
+                raise PlacerError(f"--rdzv-endpoint {host}:{port}: the port is in use (EADDRINUSE)") from None
+            port = free_port()
+    raise AssertionError("unreachable")
+
+
+#: Times a job launched here on a port it chose is launched again on a fresh one when another process took it first.
+PORT_RETRIES = 3
+
+
+class _PortTaken(Exception):
+    """The rendezvous store could not listen on its port: another process has it (``EADDRINUSE``)."""
+
+
+def _launch(
+    config: Any,
+    entrypoint: Any,
+    args: tuple,
+    logs: str,
+    own_logs: bool,
+    thread_cache_off: bool,
+    rdzv_timeout_s: float,
+) -> dict[int, Any]:
+    """One launch of :func:`launch` under ``config`` (``logs``: the processes' log folder, removed after a success
+    where ``own_logs``). Raises :class:`_PortTaken` where the rendezvous store found its port taken."""
+    from torch.distributed.elastic.multiprocessing import SignalException
+    from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
+    from torch.distributed.launcher.api import elastic_launch
+
+    host, port = parse_endpoint(config.rdzv_endpoint)
     failed = True
     try:
         # the agent's native code (the store's connection retries) writes to fd 2: its outcome is an exception
@@ -282,8 +322,10 @@ def launch(
         if e.sigval == signal.SIGINT:
             raise KeyboardInterrupt from None
         raise PlacerError(f"the job was stopped by {signal.Signals(e.sigval).name}") from None
-    except Exception as e:  # the rendezvous: nobody serves the endpoint, or it timed out
+    except Exception as e:  # the rendezvous: nobody serves the endpoint, or it timed out, or its port is taken
         name = type(e).__name__
+        if "EADDRINUSE" in str(e) or "address already in use" in str(e).lower():
+            raise _PortTaken(str(e)) from None
         if name.startswith(("Rendezvous", "DistStore", "DistNetwork")) or isinstance(e, TimeoutError):
             raise PlacerError(
                 f"--rdzv-endpoint {host}:{port}: no rendezvous within {rdzv_timeout_s:g}s ({name}); is node 0 "

@@ -16,7 +16,10 @@ Failures are results, as in the measured env: a rank that raises makes the job a
 ``"error"`` (``"oom"`` for out of memory) with the rank's first line; a job past
 ``start_timeout_s + measure_timeout_s`` a ``"timeout"``; a job whose actor died is run
 again on fresh actors, at most ``max_retries`` times, and not counted when the dead
-actor's node has left the cluster (the job goes on the nodes left). A placement
+actor's node has left the cluster (the job goes on the nodes left). A job whose process
+group could not listen on its port (taken between the moment rank 0's node found it free
+and the moment the group bound it, by another process's connection: ``EADDRINUSE``) is run
+again on a fresh port, at most :data:`PORT_RETRIES` times. A placement
 group that cannot be reserved within ``start_timeout_s`` (not enough CPUs or GPUs on
 the cluster) is a :class:`PlacerError`.
 
@@ -79,6 +82,22 @@ class RankActor:
             MASTER_PORT=str(master[1]),
         )
         return run_rank(dataclasses.replace(job, source_dir=self.search_dir))
+
+
+#: Times a job whose process group found its port taken (:func:`port_taken`) is run again on a fresh one.
+PORT_RETRIES = 3
+
+
+def port_taken(result: Result) -> bool:
+    """Whether ``result`` is a job's error because its process group could not listen on the port chosen for it.
+
+    >>> port_taken(Result(float("inf"), "error", "DistNetworkError: ... code: -98, name: EADDRINUSE, ..."))
+    True
+    >>> port_taken(Result(float("inf"), "error", "RuntimeError: shapes differ"))
+    False
+    """
+    text = result.message.lower()
+    return result.status == "error" and ("eaddrinuse" in text or "address already in use" in text)
 
 
 #: Seconds a job whose rank raised waits for its other ranks before the error is the job's: one of them may have died
@@ -225,10 +244,14 @@ class RanksEnv(MeasuredEnv):
         return self._results([key for key, _ in keyed])
 
     def _measure_job(self, plan: RankPlan) -> Result:
-        retries = 0
+        retries = taken = 0
         while True:
             try:
-                return self._run_job(plan)
+                result = self._run_job(plan)
+                if port_taken(result) and taken < PORT_RETRIES:
+                    taken += 1  # another process took the port first: a fresh one (its actors were released)
+                    continue
+                return result
             except JobLost as e:
                 if e.node_left:
                     continue  # measured again on the nodes left, as the measured env does

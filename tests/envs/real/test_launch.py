@@ -115,3 +115,24 @@ def test_a_script_that_starts_a_job_at_its_top_level_is_told_to_guard_it(tmp_pat
         r'top level: each process of the job imports it first, so put what it runs under `if __name__ == "__main__":`',
         last,
     ), last
+
+
+@pytest.mark.slow  # over 1 s (the fast tier is kept under 90 s)
+def test_a_job_whose_rendezvous_port_was_taken_first_is_launched_again_on_a_fresh_one(monkeypatch):
+    """Another process may take the port launch chose (bound to port 0 and released) before the rendezvous store
+    listens on it: the job is launched again on a fresh port, and a port the caller named is an error saying so."""
+    import socket
+
+    import envs.real.distributed.launch as launcher
+
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        fresh = launcher.free_port
+        ports = iter([port])
+        monkeypatch.setattr(launcher, "free_port", lambda host="127.0.0.1": next(ports, None) or fresh(host))
+        out = launch(report, ("a",), nproc_per_node=1)
+        assert out[0]["tag"] == "a"
+        with pytest.raises(PlacerError, match=f"127.0.0.1:{port}: the port is in use"):
+            launch(report, ("b",), nproc_per_node=1, rdzv_endpoint=f"127.0.0.1:{port}", rdzv_timeout_s=5)

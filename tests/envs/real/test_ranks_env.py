@@ -205,6 +205,26 @@ def test_a_job_whose_rank_died_runs_again_and_a_lost_node_is_not_counted(workdir
     assert next(outcomes, "none left").__class__ is JobLost
 
 
+def test_a_job_whose_port_was_taken_runs_again_on_a_fresh_one(workdir, monkeypatch):
+    """The port rule alone (no Ray): another process may take the port chosen for a job's process group before the
+    group listens on it (EADDRINUSE, seen once in CI): the job runs again, at most PORT_RETRIES times."""
+    from envs.real.ray.jobs import PORT_RETRIES
+
+    env = _env("ranks_model:build", None)
+    taken = Result(
+        float("inf"),
+        "error",
+        "DistNetworkError: ... code: -98, name: EADDRINUSE, message: address already in use",
+        source="measured",
+    )
+    outcomes = iter([taken, taken, Result(0.5, "ok", source="measured")] + [taken] * (PORT_RETRIES + 1))
+    monkeypatch.setattr(env, "_run_job", lambda plan: next(outcomes))
+    assert env._measure_job(None).ok  # twice taken, then the job
+    again = env._measure_job(None)  # taken every time: the last is the result
+    assert again.status == "error" and "EADDRINUSE" in again.message
+    assert next(outcomes, "none left") == "none left"
+
+
 def test_a_plan_that_cannot_run_is_one_line_before_any_job(ray_cluster, workdir):
     env = _env("ranks_model:build", None)
     try:
