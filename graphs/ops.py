@@ -273,7 +273,6 @@ SAVES_INPUTS = frozenset(
         "scaled_dot_product_attention",
     }
 )
-#: The backward reads no tensor of the op's (shapes, a scalar at most).
 #: Of :data:`SAVES_INPUTS`, the products: an operand's gradient reads the other operands, not itself (``x @ W``:
 #: ``x``'s gradient reads ``W``, ``W``'s reads ``x``), so autograd keeps an input only for another operand that takes a
 #: gradient (:func:`backward_readers`): a frozen linear layer or norm weight keeps no activation, nor does ``q * sin``
@@ -281,6 +280,7 @@ SAVES_INPUTS = frozenset(
 PRODUCTS = frozenset(
     {"linear", "mm", "addmm", "matmul", "bmm", "baddbmm", "conv1d", "conv2d", "conv3d", "convolution", "mul"}
 )
+#: The backward reads no tensor of the op's (shapes, a scalar at most).
 SAVES_NOTHING = frozenset(
     {
         "add",
@@ -561,6 +561,13 @@ def home_bytes(graph: "OpGraph") -> np.ndarray:
     return graph.param_bytes.astype(np.int64) + frozen_home_bytes(graph)
 
 
+def staying_buffer_bytes(graph: "OpGraph", held: np.ndarray | None = None) -> np.ndarray:
+    """Per op (int64), the ``buffer_bytes`` that stay with it where its parameters live apart: all but the frozen
+    parameters it can home (``held``: :func:`home_bytes`, computed when not given)."""
+    held = home_bytes(graph) if held is None else held
+    return graph.buffer_bytes.astype(np.int64) - (held - graph.param_bytes)
+
+
 def grad_mask(graph: "OpGraph") -> np.ndarray:
     """Boolean per op: its output takes part in backward (autograd records it and sends it a gradient).
 
@@ -723,7 +730,7 @@ def param_paths(graph: "OpGraph") -> dict[int, list[list[int]]]:
     owners = np.flatnonzero(held > 0)
     if not len(owners):
         return {}
-    buffers = graph.buffer_bytes - (held - graph.param_bytes)  # those that stay with their op
+    buffers = staying_buffer_bytes(graph, held)
     view, check, inplace = view_mask(graph), metadata_mask(graph), inplace_mask(graph)
     indptr, dst, _ = graph.out_csr
     others: dict[int, list[int]] = {}

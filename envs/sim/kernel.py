@@ -31,7 +31,7 @@ from envs.sim.kernel_homes import host_step_chain, update_time_s
 from envs.sim.kernel_memory import over_capacity
 from envs.sim.tasks import ACT, GRAD, Schedule
 from graphs.ir import OpGraph
-from graphs.ops import backward_readers, home_bytes, kept_mask
+from graphs.ops import backward_readers, kept_mask, staying_buffer_bytes
 
 
 @njit(cache=True)
@@ -261,6 +261,7 @@ class KernelData:
         kept: np.ndarray | None = None,
         microbatches: int = 1,
         readers: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None,
+        home_bytes: np.ndarray | None = None,
     ) -> None:
         self.n, self.D = g.num_ops, c.num_devices
         self.n0 = self.n // microbatches  # the ops of one microbatch copy (envs.sim.sim_graph.schedule_graph)
@@ -296,11 +297,12 @@ class KernelData:
         self.static_b = np.asarray(static_bytes).astype(np.int64)
         self.act_b = np.asarray(act_bytes).astype(np.int64)
         self.param_b = g.param_bytes.astype(np.float64)
-        # what an op's home holds where it has one apart, trainable or frozen (graphs.ops.home_bytes; one microbatch)
-        self.home_b = (home_bytes(g) if microbatches == 1 else g.param_bytes).astype(np.float64)
+        # what an op's home holds where it has one apart, trainable or frozen (graphs.ops.home_bytes; the SimEnv's)
+        held = g.param_bytes.astype(np.int64) if home_bytes is None else np.asarray(home_bytes, dtype=np.int64)
+        self.home_b = held.astype(np.float64)
         # the static bytes that live on an op's parameters' home (envs.sim.homes.param_devices): all but the buffers
         # that stay with it (a frozen weight it owns alone moves)
-        self.moved_b = self.static_b - g.buffer_bytes.astype(np.int64) + (self.home_b - self.param_b).astype(np.int64)
+        self.moved_b = self.static_b - staying_buffer_bytes(g, held)
         self.cap = c.memory_bytes.astype(np.float64)
         self.launch = c.launch_overhead_s.astype(np.float64)
         self.update_bw = c.update_bw_bytes_per_s.astype(np.float64)  # the optimizer step's bandwidth

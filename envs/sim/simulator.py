@@ -59,6 +59,7 @@ from graphs.ops import (
     home_bytes,
     kept_mask,
     repeated_input_mask,
+    staying_buffer_bytes,
     weight_reads,
 )
 from graphs.plan import as_indices, check_host_step, check_inflight, check_microbatches, check_order
@@ -92,6 +93,7 @@ class _GraphParts:
         # what lives on an op's home where it has one apart: its trainable parameters, or the frozen ones it owns
         # (graphs.ops.home_bytes; homes are simulated with one microbatch)
         self.home_bytes = home_bytes(graph) if M == 1 else self.sim_graph.param_bytes.astype(np.int64)
+        self.staying_buffers = staying_buffer_bytes(self.sim_graph, self.home_bytes)  # the rest moves with a home
         self.act_bytes = cost.activation_bytes(self.sim_graph)
         # which outputs autograd keeps for backward (the others are freed once their consumers have run forward), and
         # who frees each in the backward; an op without a backward saves nothing
@@ -169,7 +171,7 @@ class SimEnv:
         if parts is None:
             parts = self._shared[(M, self.inflight)] = _GraphParts(graph, M, self.inflight)
         self.segments, self._free, self.sim_graph = parts.segments, parts.free, parts.sim_graph
-        self.home_bytes = parts.home_bytes
+        self.home_bytes, self._staying_buffers = parts.home_bytes, parts.staying_buffers
         self._host = np.asarray(cluster.kinds) == "cpu"
         fwd, bwd = cost.op_times(graph, cluster, microbatches=M)
         # ops without a backward (integer ops, tables built from buffers: graphs.ops.grad_mask) have none to time
@@ -336,7 +338,7 @@ class SimEnv:
         """Static bytes per device for ``op_devices``, device per op of ``sim_graph``; the parameters' share on
         ``param_devices`` (default the ops' own)."""
         out = np.zeros(self.num_devices, dtype=np.int64)
-        buffers = self.sim_graph.buffer_bytes - (self.home_bytes - self.sim_graph.param_bytes)  # less frozen weights
+        buffers = self._staying_buffers
         np.add.at(out, op_devices, buffers)
         np.add.at(out, op_devices if param_devices is None else param_devices, self.static_bytes - buffers)
         return out
@@ -365,6 +367,7 @@ class SimEnv:
                 self.kept,
                 self.microbatches,
                 self.readers,
+                self.home_bytes,
             )
         return self._kernel_data
 

@@ -248,7 +248,8 @@ def launch(
     logs = tempfile.mkdtemp(prefix="placer-ranks-") if own_logs else log_dir
     # torch >= 2.12 waits this long for workers to stop after a failure (its default is 30 s); 2.11 has no such field
     quick_stop = {"shutdown_timeout": 5} if "shutdown_timeout" in LaunchConfig.__dataclass_fields__ else {}
-    for attempt in range(PORT_RETRIES + 1):
+    attempt = 0
+    while True:
         try:
             return _launch(
                 LaunchConfig(
@@ -275,8 +276,8 @@ def launch(
         except _PortTaken:  # another process took the port we chose before the store listened on it: a fresh one
             if rdzv_endpoint or attempt == PORT_RETRIES:
                 raise PlacerError(f"--rdzv-endpoint {host}:{port}: the port is in use (EADDRINUSE)") from None
+            attempt += 1
             port = free_port()
-    raise AssertionError("unreachable")
 
 
 #: Times a job launched here on a port it chose is launched again on a fresh one when another process took it first.
@@ -285,6 +286,18 @@ PORT_RETRIES = 3
 
 class _PortTaken(Exception):
     """The rendezvous store could not listen on its port: another process has it (``EADDRINUSE``)."""
+
+
+def port_in_use(message: str) -> bool:
+    """Whether an error ``message`` says a port could not be listened on because another process has it.
+
+    >>> port_in_use("DistNetworkError: ... code: -98, name: EADDRINUSE, message: address already in use")
+    True
+    >>> port_in_use("RuntimeError: shapes differ")
+    False
+    """
+    text = message.lower()
+    return "eaddrinuse" in text or "address already in use" in text
 
 
 def _launch(
@@ -324,7 +337,7 @@ def _launch(
         raise PlacerError(f"the job was stopped by {signal.Signals(e.sigval).name}") from None
     except Exception as e:  # the rendezvous: nobody serves the endpoint, or it timed out, or its port is taken
         name = type(e).__name__
-        if "EADDRINUSE" in str(e) or "address already in use" in str(e).lower():
+        if port_in_use(str(e)):
             raise _PortTaken(str(e)) from None
         if name.startswith(("Rendezvous", "DistStore", "DistNetwork")) or isinstance(e, TimeoutError):
             raise PlacerError(
@@ -344,5 +357,6 @@ __all__ = [
     "free_port",
     "launch",
     "parse_endpoint",
+    "port_in_use",
     "unguarded_script",
 ]

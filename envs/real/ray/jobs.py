@@ -45,7 +45,7 @@ from ray.exceptions import GetTimeoutError, RayActorError, RayTaskError
 from ray.util.placement_group import placement_group, remove_placement_group
 from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
-from envs.real.distributed.launch import free_port
+from envs.real.distributed.launch import free_port, port_in_use
 from envs.real.distributed.rank_plan import RankPlan, compile_plan
 from envs.real.distributed.worker import RankJob, check_cpus, run_rank
 from envs.real.measure_log import placement_key
@@ -96,8 +96,7 @@ def port_taken(result: Result) -> bool:
     >>> port_taken(Result(float("inf"), "error", "RuntimeError: shapes differ"))
     False
     """
-    text = result.message.lower()
-    return result.status == "error" and ("eaddrinuse" in text or "address already in use" in text)
+    return result.status == "error" and port_in_use(result.message)
 
 
 #: Seconds a job whose rank raised waits for its other ranks before the error is the job's: one of them may have died
