@@ -3,7 +3,12 @@
 One track (``tid``) per device and per used link, named by ``thread_name``
 metadata; one complete (``"X"``) event per forward op (``"fwd <op name>"``),
 backward op (``"bwd <op name>"``), transfer (``"act <op name>-><device>"``,
-``"grad <op name>-><device>"``) and optimizer step. Times are microseconds.
+``"grad <op name>-><device>"``) and optimizer step. A checkpointed op's second
+forward in its block's recompute is ``"recompute <op name>"`` on its device. The
+copies of parameters homed apart from their ops (:mod:`envs.sim.homes`) have
+tracks of their own, ``"<home>-><device> homes"`` and back: ``"param <op name>"``
+before the forward, ``"param again <op name>"`` before the backward, and
+``"param grad <op name>"``, the gradient sent home. Times are microseconds.
 """
 
 from __future__ import annotations
@@ -54,9 +59,13 @@ def chrome_trace(env: "SimEnv", sched: Schedule) -> dict[str, Any]:
     for d in range(D):
         track(names[d])
     p = sched.op_devices
+
+    def args_of(i: int) -> dict[str, Any]:
+        return {"op_type": g.op_types[i], "op_index": i}
+
     for i in range(g.num_ops):
         tid = tids[names[p[i]]]
-        args = {"op_type": g.op_types[i], "op_index": i}
+        args = args_of(i)
         events.append(
             {
                 "name": f"fwd {g.names[i]}",
@@ -81,6 +90,42 @@ def chrome_trace(env: "SimEnv", sched: Schedule) -> dict[str, Any]:
                 "args": args,
             }
         )
+    if len(sched.blocks):  # checkpointed ops run their forward again in the backward (envs.sim.checkpointing)
+        for i in np.flatnonzero(~np.isnan(sched.recompute_start_s)).tolist():
+            events.append(
+                {
+                    "name": f"recompute {g.names[i]}",
+                    "cat": "recompute",
+                    "ph": "X",
+                    "pid": PID,
+                    "tid": tids[names[p[i]]],
+                    "ts": sched.recompute_start_s[i] * us,
+                    "dur": env.fwd_s[i, p[i]] * us,
+                    "args": {**args_of(i), "block": int(sched.blocks[i])},
+                }
+            )
+    h = sched.homes  # parameters copied in from their homes and their gradients sent back (envs.sim.homes)
+    copies = (
+        ("param", h.fetch_start_s, h.fetch_end_s, h.nbytes, False),
+        ("param again", h.refetch_start_s, h.refetch_end_s, h.nbytes, False),
+        ("param grad", h.grad_start_s, h.grad_end_s, h.grad_nbytes, True),
+    )
+    for label, start, end, nbytes, home_bound in copies:
+        for k in np.flatnonzero(end > start).tolist():  # a copy not made (no backward reads it) takes no time
+            u, home, on = int(h.op[k]), int(h.home[k]), int(p[h.op[k]])
+            src, dst = (on, home) if home_bound else (home, on)
+            events.append(
+                {
+                    "name": f"{label} {g.names[u]}",
+                    "cat": "home copy",
+                    "ph": "X",
+                    "pid": PID,
+                    "tid": track(f"{names[src]}->{names[dst]} homes"),
+                    "ts": start[k] * us,
+                    "dur": (end[k] - start[k]) * us,
+                    "args": {"bytes": int(nbytes[k]), "op": g.names[u]},
+                }
+            )
     order = np.lexsort((sched.xfer_start_s, sched.xfer_dst, sched.xfer_src))
     for k in order.tolist():
         src, dst, u = int(sched.xfer_src[k]), int(sched.xfer_dst[k]), int(sched.xfer_op[k])

@@ -241,6 +241,53 @@ def test_trace_has_no_overlap_per_track(seed, preset, spread, executor):
             assert s1 >= e0 - 1e-6, (tracks[tid], e0, s1)
 
 
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_the_trace_draws_the_home_copies_and_the_recomputes(toy, backend):
+    # a -> b -> c -> d on gpu:0 (1 FLOP each, 4-byte outputs); b owns 2 bytes homed on cpu:0, c 3 frozen bytes homed
+    # there too; l1 (c, d) checkpointed. The trace has every copy the schedule has (c's gradient none: it is
+    # frozen), each on a track of its own beside the activations', and c's and d's second forward.
+    from graphs.plan import Placement
+
+    g = toy.graph(list("abcd"), [("a", "b", 4), ("b", "c", 4), ("c", "d", 4)], [1, 1, 1, 1], param_bytes=[0, 2, 0, 0])
+    g.module_paths, g.out_bytes = ["l0", "l0", "l1", "l1"], np.array([4, 4, 4, 4])
+    g.buffer_bytes, g.params, g.meta["frozen_params"] = np.array([0, 0, 3, 0]), [[], ["w1"], ["w2"], []], ["w2"]
+    p = Placement.from_indices(g, ["cpu:0", "gpu:0", "gpu:1"], [toy.G0] * 4, homes=[-1, toy.CPU, toy.CPU, -1])
+    p.checkpoint = ["l1"]
+    env = SimEnv(g, toy.cluster(), backend=backend, executor="eager")
+    s, r = env.schedule(p), env.simulate(p, trace=True)
+    doc = json.loads(json.dumps(r.extra["trace"]))
+    tracks = {e["tid"]: e["args"]["name"] for e in doc["traceEvents"] if e["name"] == "thread_name"}
+    spans = [e for e in doc["traceEvents"] if e["ph"] == "X"]
+
+    def drawn(prefix):
+        return sorted(
+            (e["name"], tracks[e["tid"]], e["ts"] / 1e6, (e["ts"] + e["dur"]) / 1e6)
+            for e in spans
+            if e["name"].startswith(prefix)
+        )
+
+    h = s.homes
+    names = ["b", "c"]
+    assert h.op.tolist() == [1, 2] and h.grad_nbytes.tolist() == [2, 0]
+    assert drawn("param ") == sorted(
+        [(f"param {n}", "cpu:0->gpu:0 homes", a, b) for n, a, b in zip(names, h.fetch_start_s, h.fetch_end_s)]
+        + [
+            (f"param again {n}", "cpu:0->gpu:0 homes", a, b)
+            for n, a, b in zip(names, h.refetch_start_s, h.refetch_end_s)
+        ]
+        + [("param grad b", "gpu:0->cpu:0 homes", h.grad_start_s[0], h.grad_end_s[0])]
+    )
+    assert drawn("recompute ") == [
+        ("recompute c", "gpu:0", s.recompute_start_s[2], s.recompute_start_s[2] + 1),
+        ("recompute d", "gpu:0", s.recompute_start_s[3], s.recompute_start_s[3] + 1),
+    ]
+    assert r.busy_s["cpu:0->gpu:0"] == sum(e[3] - e[2] for e in drawn("param ") if e[1] == "cpu:0->gpu:0 homes")
+    for tid in tracks:
+        evs = sorted((e["ts"], e["ts"] + e["dur"]) for e in spans if e["tid"] == tid)
+        for (s0, e0), (s1, _) in zip(evs, evs[1:]):
+            assert s1 >= e0 - 1e-6, (tracks[tid], e0, s1)
+
+
 @pytest.mark.parametrize("executor", EXECUTORS)
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_the_optimizer_step_adds_nothing_to_the_static_state(toy, backend, executor):
