@@ -17,7 +17,10 @@ copy, send gradients that add up in the master's; see :func:`insert_home_copies`
   reader's backward, which makes the copy again first (the same window of two, in
   the backward); after the copy's gradient has been accumulated, the gradient is
   copied home on another side stream and the copy's memory is freed;
-* ``forward_done`` at the end of the program: frees the forward's last copies.
+* ``forward_done`` at the end of the program: the forward's last copies (the
+  window's two readers: a language model's head, read again right after the loss)
+  are kept for their readers' backward, which then makes none (the copy joins the
+  backward's window as one made would); those no backward reads again are freed.
 
 A reader that reads a dense part of the master through views (``nn.MultiheadAttention``'s
 packed projection split into the query's part and the keys' and values') is copied that
@@ -309,14 +312,29 @@ class HomeRuntime(nn.Module):
         if grad_fn is None:  # no backward (its inputs take no gradient): nothing reads the copy again
             return
         grad_fn.register_prehook(lambda grad_outputs: self._refetch(index, copy))
+        copy._placer_read_again = True  # forward_done may keep it for that backward  # type: ignore[attr-defined]
         if not copy.requires_grad:  # a frozen parameter: read by the backward (an input's gradient), none sent home
             reader = self.readers[index]
             grad_fn.register_hook(lambda grad_inputs, grad_outputs: self.window(index, True).read(reader))
 
     def forward_done(self) -> None:
+        """The forward's last copies (at most two readers' per device, those its window holds): each one its reader's
+        backward reads again is kept for it, not made again (:meth:`_refetch`); the others are let go."""
         for (_, backward), window in self.windows.items():
-            if not backward:
-                window.drain()
+            if backward:
+                continue
+            compute = window.streams.compute()
+            for _, copies, _ in window.live:
+                for copy in copies:
+                    if getattr(copy, "_placer_read_again", False):
+                        copy._placer_kept = True  # type: ignore[attr-defined]
+                        if compute is not None:  # however it is let go later, not before the forward is past it
+                            copy.record_stream(compute)
+            window.live = deque(
+                [reader, [c for c in copies if not getattr(c, "_placer_kept", False)], read]
+                for reader, copies, read in window.live
+            )
+            window.drain()
 
     def _recompute_copy(self, index: int) -> torch.Tensor:
         """The copy for the reader's second forward, in its checkpointed block's recompute: on the side stream,
@@ -352,9 +370,17 @@ class HomeRuntime(nn.Module):
         into.copy_(master.detach().view(-1)[part.offset : part.offset + n], non_blocking=streams.cuda)
 
     def _refetch(self, index: int, copy: torch.Tensor) -> None:
-        """Before the reader's backward: the copy's memory again, filled from the master on the side stream."""
+        """Before the reader's backward: the copy's memory again, filled from the master on the side stream; or, for a
+        copy the forward kept (:meth:`forward_done`), the copy as it is (it joins the backward's window all the
+        same: the side stream waits for the reader two before and lets that one's copies go)."""
         window = self.window(index, True)
         streams = self.streams[self.torch_devices[index]]
+        if getattr(copy, "_placer_kept", False):
+            copy._placer_kept = False  # type: ignore[attr-defined]
+            with streams.on_side():
+                window.add(self.readers[index], copy)
+            self._queue_callback()
+            return
         with streams.on_side():
             window.add(self.readers[index], copy)
             copy.untyped_storage().resize_(copy.numel() * copy.element_size())

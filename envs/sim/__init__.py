@@ -26,7 +26,8 @@ Rules, reference | kernel:
   ``kernel_memory.py:over_capacity``
 * the optimizer step after the backward: ``cost.py:update_time_s`` | ``kernel.py:update_time_s``
 * parameter homes (parameters that live on the host, read on a GPU): copied in on a side stream before the forward
-  and again before the backward, the gradient sent home: ``homes.py:HomeCopies`` | ``kernel_homes.py:home_copy``;
+  and again before the backward (the forward's last two readers keep their copies instead), the gradient sent home:
+  ``homes.py:HomeCopies`` | ``kernel_homes.py:home_copy``, ``kernel_homes.py:refetch``;
   their bytes on the GPU: ``homes.py:home_memory_events`` | ``kernel_homes.py:home_events``
 * activation checkpointing per block (eager): the block's forward again before its first backward:
   ``checkpointing.py:Recompute`` | ``kernel_checkpointing.py:recompute``; its bytes (outputs held less, made again,

@@ -23,6 +23,12 @@ charges what that runtime does:
   before on ``d`` in the backward; ``bwd i``'s kernel starts no earlier than its
   end. Live from its start until ``bwd i`` ends. An op of a checkpointed block has
   this copy made in its block's recompute instead (:mod:`envs.sim.checkpointing`).
+  The forward's last two readers on ``d`` (the copies live in its window when the
+  forward ends: a language model's head, read again right after the loss) keep
+  their forward's copy for the backward instead: no copy is made (zero-length at
+  ``now``, its kernel waits for nothing), the side stream waits for ``guard`` all
+  the same (the copy joins the backward's window), and the forward's copy is live
+  until ``bwd i`` ends.
 * **gradient**: ``bwd i`` makes it on ``d`` (``B`` bytes from its start); once its
   kernel ends it is copied home on a side stream, on no thread: ``start = max(bwd
   end, L[d, c])``. Live on ``d`` until that copy ends; ``backward()`` returns no
@@ -84,6 +90,7 @@ class HomeTimes(NamedTuple):
     owner: np.ndarray  # the offloaded ops: those whose parameters, gradients and optimizer state live apart
     owner_home: np.ndarray  # where
     grad_nbytes: np.ndarray  # the bytes of the gradient sent home (0 for frozen parameters' copies)
+    kept: np.ndarray  # bool: the forward's copy kept for the backward (no copy again; its refetch times zero-length)
 
 
 class HostSteps(NamedTuple):
@@ -170,7 +177,19 @@ def no_home_times() -> HomeTimes:
     z = np.zeros(0)
     i = np.zeros(0, dtype=np.int64)
     return HomeTimes(
-        i, i.copy(), i.copy(), z, z.copy(), z.copy(), z.copy(), z.copy(), z.copy(), i.copy(), i.copy(), i.copy()
+        i,
+        i.copy(),
+        i.copy(),
+        z,
+        z.copy(),
+        z.copy(),
+        z.copy(),
+        z.copy(),
+        z.copy(),
+        i.copy(),
+        i.copy(),
+        i.copy(),
+        np.zeros(0, dtype=bool),
     )
 
 
@@ -409,6 +428,7 @@ class HomeCopies:
         self.refetch: dict[int, tuple[float, float]] = {}
         self.to_home: dict[int, tuple[float, float]] = {}
         self.readers: dict[tuple[int, int], list[int]] = {}  # (pass, device) -> readers of its copies, in order
+        self.kept: set[int] = set()  # the ops whose forward's copy their backward reads (refetch_in)
 
     def _copy(self, a: int, b: int, i: int, at: float, link: dict, nbytes: int | None = None) -> tuple[float, float]:
         s = max(at, link.get((a, b), 0.0))
@@ -442,10 +462,18 @@ class HomeCopies:
         return self.refetch[i][1]
 
     def refetch_in(self, i: int, d: int, now: float, link: dict, bwd_end) -> float:
-        """Op ``i``'s copy again before its backward, when ``d``'s worker picks it at ``now``; returns its end."""
+        """Op ``i``'s copy again before its backward, when ``d``'s worker picks it at ``now``; returns its end. The
+        forward's last two readers on ``d`` keep their copies for it: none is made (0), but the copy joins the
+        backward's window (its side stream waits for the reader two before, as for a copy)."""
         if i not in self.home:
             return 0.0
         guard = self._guard(1, d, i, bwd_end)
+        if i in self.readers.get((0, d), [])[-2:]:
+            key = (self.home[i], d)
+            link[key] = max(link.get(key, 0.0), guard)
+            self.kept.add(i)
+            self.refetch[i] = (now, now)
+            return 0.0
         self.refetch[i] = self._copy(self.home[i], d, i, max(now, guard), link)
         return self.refetch[i][1]
 
@@ -484,6 +512,7 @@ class HomeCopies:
             self.owners,
             self.owner_home,
             np.array([self.grad_nbytes[i] for i in ops], dtype=np.int64),
+            np.array([i in self.kept for i in ops], dtype=bool),
         )
 
 
@@ -493,10 +522,11 @@ def home_memory_events(times: HomeTimes, op_devices: np.ndarray, fwd_end, bwd_st
     i = times.op
     d = np.asarray(op_devices, dtype=np.int64)[i]
     has = np.asarray(grad, dtype=bool)[i]  # no backward: no second copy, no gradient
-    b, g = times.nbytes * has, times.grad_nbytes * has  # frozen parameters: a second copy, no gradient
+    b, g = times.nbytes * (has & ~times.kept), times.grad_nbytes * has  # frozen parameters: a second copy, no gradient
     devs = np.concatenate([d, d, d])
     alloc = (devs, np.concatenate([times.fetch_start_s, times.refetch_start_s, bwd_start[i]]))
-    free = (devs, np.concatenate([fwd_end[i], bwd_end[i], times.grad_end_s]))
+    # the forward's copy lives to its forward's end, or, kept for the backward, to the backward's
+    free = (devs, np.concatenate([np.where(times.kept, bwd_end[i], fwd_end[i]), bwd_end[i], times.grad_end_s]))
     nbytes = np.concatenate([times.nbytes, b, g])
     return (*alloc, nbytes), (*free, nbytes)
 

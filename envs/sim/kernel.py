@@ -129,7 +129,7 @@ def _batch(
         (sb, ub),
     )
     ring = np.full(4 * D, -1, dtype=np.int64)
-    ht = np.zeros((6, n))
+    ht = np.zeros((7, n))
     rc = np.zeros((3, n))
     pair_o, pair_r, step_call = step_pairs
     done = np.full(n, -1.0)
@@ -451,7 +451,7 @@ class KernelData:
         ck = self._blocks(blocks)[0]
         rc = np.zeros((3, n))
         any_block = prepare(p, n, ck, rc, self.fwd_t, self.issue_f, self.host)
-        ht = np.zeros((6, n))
+        ht = np.zeros((7, n))
         ntask = 2 * n + 2 * nD
         start = np.zeros(ntask)
         end = np.zeros(ntask)
@@ -557,4 +557,5 @@ def home_times(hmc: np.ndarray, hbc: np.ndarray, ht: np.ndarray, hm: np.ndarray,
         owners,
         hm[owners],
         hgc[ops].astype(np.int64),
+        ht[6, ops] > 0.0,
     )

@@ -14,7 +14,7 @@ import numpy as np
 
 from envs.sim.compiled import heap_pop, heap_push, njit
 from envs.sim.kernel_checkpointing import recompute
-from envs.sim.kernel_homes import home_copy, send_home
+from envs.sim.kernel_homes import refetch, send_home
 
 
 @njit(cache=True)
@@ -299,7 +299,7 @@ def eager_backward(
             now = recompute(j, p[j], now, order, lo, hi, ck, rc, host, free, hm, hb, lat, bw, ht, D)
         # its parameters copied again from their home first (envs.sim.homes; in a checkpointed block, its recompute did)
         if hm[j] >= 0 and ck[j] < 0:
-            fetched = home_copy(j, p[j], 1, task, now, hm, hb, lat, bw, ring, ht, free, end, D)
+            fetched = refetch(j, p[j], task, now, hm, hb, lat, bw, ring, ht, free, end, D)
             if fetched > free[p[j]]:
                 free[p[j]] = fetched
         done, s, e, hd, he = _run(j, now, D, p, host, hc, issue_b, bwd_t, free, clock, hd, he)

@@ -2,12 +2,12 @@
 
 Per placement, ``hm[i]`` is the home device of the parameters copied for op ``i``
 (-1 for none) and ``hb[i]`` their bytes (:func:`envs.sim.homes.copy_rows`: an
-offloaded op's own, and those it reads through views), and ``ht`` a ``[6, n]`` array of each copy's times (rows: the
+offloaded op's own, and those it reads through views), and ``ht`` a ``[7, n]`` array of each copy's times (rows: the
 copy for the forward, start and end; for the backward; the gradient's copy
-home). ``ring`` (``[4 D]`` task ids, -1 for none) holds, per pass (forward 0,
-backward 1) and device, the readers of the last two copies: a copy waits for the
-end of the one two before (the side stream's window). Links' free times are
-``free[D + a * D + b]``, as in the other kernels.
+home; row 6: 1 where the forward's copy is kept for the backward, 0 otherwise). ``ring`` (``[4 D]`` task ids, -1
+for none) holds, per pass (forward 0, backward 1) and device, the readers of the last two copies: a copy waits for
+the end of the one two before (the side stream's window); in the backward, the forward's last two readers keep their
+copies (:func:`refetch`). Links' free times are ``free[D + a * D + b]``, as in the other kernels.
 """
 
 from __future__ import annotations
@@ -30,7 +30,29 @@ def home_copy(i, d, pass_, reader, at, hm, hb, lat, bw, ring, ht, free, end, D):
         at = end[ring[r + 1]]
     ring[r + 1] = ring[r]
     ring[r] = reader
+    if pass_ == 0:
+        ht[6, i] = 0.0
     return copy_in(i, d, pass_, at, hm, hb, lat, bw, ht, free, D)
+
+
+@njit(cache=True)
+def refetch(i, d, reader, at, hm, hb, lat, bw, ring, ht, free, end, D):
+    """Op ``i``'s parameters again before its backward, picked at ``at`` (task ``reader``): a copy
+    (:func:`home_copy`), or, for the forward's last two readers on ``d``, the forward's copy kept: none made (0
+    returned, zero-length at ``at``), the side stream waiting for the reader two before all the same."""
+    f = 2 * d  # the forward's window on d: its last readers' task ids are their op indices
+    if ring[f] != i and ring[f + 1] != i:
+        return home_copy(i, d, 1, reader, at, hm, hb, lat, bw, ring, ht, free, end, D)
+    r = 2 * (D + d)
+    lk = D + hm[i] * D + d
+    if ring[r + 1] >= 0 and end[ring[r + 1]] > free[lk]:
+        free[lk] = end[ring[r + 1]]
+    ring[r + 1] = ring[r]
+    ring[r] = reader
+    ht[2, i] = at
+    ht[3, i] = at
+    ht[6, i] = 1.0
+    return 0.0
 
 
 @njit(cache=True)
@@ -82,7 +104,8 @@ def home_events(device_index, p, n, hm, hb, hg, grad, ht, start, end, at, ab, ft
         if hm[i] < 0 or p[i] != device_index:
             continue
         b = int(hb[i])
-        r = b if grad[i] else 0  # the copy for the backward
+        kept = ht[6, i] > 0.0  # the forward's copy, to the backward's end: none made again
+        r = b if grad[i] and not kept else 0  # the copy for the backward
         g = int(hg[i]) if grad[i] else 0  # the gradient (none for frozen parameters)
         at[na] = ht[0, i]
         ab[na] = b
@@ -91,7 +114,7 @@ def home_events(device_index, p, n, hm, hb, hg, grad, ht, start, end, at, ab, ft
         at[na + 2] = start[2 * n - 1 - i]
         ab[na + 2] = g
         na += 3
-        ft[nf] = end[i]
+        ft[nf] = end[2 * n - 1 - i] if kept else end[i]
         fb[nf] = b
         ft[nf + 1] = end[2 * n - 1 - i]
         fb[nf + 1] = r

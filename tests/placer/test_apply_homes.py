@@ -137,7 +137,8 @@ class Recording(homes.Streams):
 
 def test_each_copy_waits_for_the_reader_two_before_and_frees_its_memory(monkeypatch):
     """Forward: the copy for the third reader waits for the first reader's mark, then the first's copies are freed;
-    at the end of the forward and of the backward every copy is freed."""
+    the last two readers' copies are kept at the end of the forward for their backward, which makes none; at the end
+    of the backward every copy is freed."""
     monkeypatch.setattr(homes, "Streams", Recording)
     Recording.log = []
     freed = []
@@ -149,16 +150,21 @@ def test_each_copy_waits_for_the_reader_two_before_and_frees_its_memory(monkeypa
     g = capture(model, (x,))
     placed = apply(model, homed_plan(g, ["0.0.weight", "0.1.weight", "0.2.weight"]), (x,), device_map="*=cpu")
     runtime = placed.get_submodule(homes.RUNTIME_ATTR)
+    filled = []
+    real_fill = runtime._fill
+    runtime._fill = lambda index, c: (filled.append(runtime.masters[index].shape[0]), real_fill(index, c))
     loss = placed(x)
     # a's reader issued (mark 1), b's (mark 2); c's copy: the side stream waits for mark 1, a's copy is freed
     assert Recording.log[:3] == [("mark", 1), ("mark", 2), ("wait", 1)]
-    assert freed == [16 * 8, 16 * 16, 4 * 16]  # a's at c's copy; b's and c's at the end of the forward
+    assert freed == [16 * 8] and filled == [16, 16, 4]  # a's at c's copy; b's and c's kept for the backward
     window = runtime.windows[(torch.device("cpu"), 0)]
     assert not window.live
     freed.clear()
+    filled.clear()
     loss.backward()
-    # backward: c, b, a made again; a's copy waits for c's reader (the mark after its gradient), c's copy is freed
-    assert ("wait", 4) in Recording.log and freed == [4 * 16, 16 * 16, 16 * 8]
+    # backward: c and b as the forward left them, a made again; a's copy waits for c's reader (the mark after its
+    # gradient), c's copy is freed; b's and a's at the backward's end
+    assert filled == [16] and ("wait", 4) in Recording.log and freed == [4 * 16, 16 * 16, 16 * 8]
     assert all(m.grad is not None for m in runtime.masters) and not runtime.sent
 
 

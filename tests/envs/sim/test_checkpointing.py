@@ -129,9 +129,12 @@ def test_a_homed_op_of_a_block_has_its_parameters_copied_in_again_by_its_recompu
     assert h.op.tolist() == [2] and (h.fetch_start_s[0], h.fetch_end_s[0]) == (0, 6)
     assert (h.refetch_start_s[0], h.refetch_end_s[0]) == (6, 12) and (h.grad_start_s[0], h.grad_end_s[0]) == (18, 24)
     assert s.backward_end_s == 24
-    # not checkpointed, c's backward copies them in itself: d [8, 10] (picked at 0), c's copy [6, 12], c [12, 14]
+    # checkpointed, c's forward copy is let go at the forward's end though c is its last reader (the recompute makes
+    # the one its backward reads); not checkpointed, c keeps it for its backward: d [8, 10] (picked at 0), c [10, 12]
+    assert not h.kept[0]
     s = env.schedule(plan(g, [toy.G0] * 4, homes=[-1, -1, toy.CPU, -1]))
-    assert (s.homes.refetch_start_s[0], s.homes.refetch_end_s[0]) == (6, 12) and s.bwd_start_s[2] == 12
+    assert s.homes.kept.tolist() == [True] and s.homes.refetch_end_s[0] == s.homes.refetch_start_s[0]
+    assert s.bwd_start_s[2:].tolist() == [10, 8]
 
 
 def test_a_block_runs_on_one_device_with_its_parameters_eager_and_whole_batches(toy):

@@ -54,50 +54,52 @@ def test_a_parameter_homed_on_the_host_is_fetched_on_the_side_stream_and_its_gra
     # a (1) -> b (2, owns 2 bytes) -> c (1, owns 3 bytes), all on gpu:0; b's and c's parameters live on cpu:0.
     # forward: a [0, 1].  fetch b: [max(h 0, link 0), 2]; b waits for it: [max(free 1, 2) = 2, 4].
     #   fetch c (the window has one copy before it: no wait): [max(0, link 2) = 2, 5]; c [max(4, 5) = 5, 6].
-    # backward (h_f = 0; the worker is ahead of the stream): c: fetched again [max(now 0, link 5) = 5, 8];
-    #   its kernel [max(free 6, 8) = 8, 10]; its gradient home [10, 13] (gpu:0 -> cpu:0, on no thread).
-    #   b: fetched again [max(0, link 8) = 8, 10]; kernel [max(10, 10) = 10, 14]; gradient [max(14, link 13), 16].
-    #   a [14, 16].  The step ends with the last gradient home: 16 (Adam on the host: 5 bytes at 1e30 B/s).
+    # b and c are the forward's last two readers: their copies are kept for the backward, none made again.
+    # backward (h_f = 0; the worker is ahead of the stream): c [max(free 6, 0) = 6, 8]; its gradient home [8, 11]
+    #   (gpu:0 -> cpu:0, on no thread).  b [8, 12]; gradient [max(12, link 11), 14].  a [12, 14].
+    #   The step ends with the last gradient home: 14 (Adam on the host: 5 bytes at 1e30 B/s).
     g = chain(toy, [1, 2, 1], [0, 2, 3], out_bytes=[1, 1, 0])
     p = Placement.from_indices(g, DEVICES, [toy.G0] * 3, homes=[-1, toy.CPU, toy.CPU])
     assert p.param_homes == {"w1": "cpu:0", "w2": "cpu:0"}
     env = SimEnv(g, toy.cluster(), backend=backend)
     s = env.schedule(p)
     assert s.fwd_start_s.tolist() == [0, 2, 5] and s.fwd_end_s.tolist() == [1, 4, 6]
-    assert s.bwd_start_s.tolist() == [14, 10, 8] and s.bwd_end_s.tolist() == [16, 14, 10]
-    assert homes_times(s) == [(1, (0, 2), (8, 10), (14, 16)), (2, (2, 5), (5, 8), (10, 13))]
+    assert s.bwd_start_s.tolist() == [12, 8, 6] and s.bwd_end_s.tolist() == [14, 12, 8]
+    assert homes_times(s) == [(1, (0, 2), (0, 0), (12, 14)), (2, (2, 5), (0, 0), (8, 11))]
+    assert s.homes.kept.tolist() == [True, True]
     r = env.simulate(p)
-    assert r.step_time_s == 16.0
-    assert r.busy_s["cpu:0->gpu:0"] == 10.0 and r.busy_s["gpu:0->cpu:0"] == 5.0
-    # gpu:0 holds no parameter state; at t = 8: c's copy (3) and gradient (3), b's copy (2), a's and b's outputs
-    # (1 + 1, kept for backward) = 10.  cpu:0: 4 x 5 bytes of state (torch's fused Adam steps them in place)
+    assert r.step_time_s == 14.0
+    assert r.busy_s["cpu:0->gpu:0"] == 5.0 and r.busy_s["gpu:0->cpu:0"] == 5.0
+    # gpu:0 holds no parameter state; at t = 6: b's copy (2, kept to b's backward's end), c's copy (3) and gradient
+    # (3), a's and b's outputs (1 + 1, kept for backward) = 10.  cpu:0: 4 x 5 bytes of state (torch's fused Adam
+    # steps them in place)
     assert r.peak_bytes == {"cpu:0": 20, "gpu:0": 10, "gpu:1": 0}
     # the batch path, with the same homes, says the same
     t, failed = env.with_homes(p.home_indices(g)).step_times(p.indices(g)[None, :])
-    assert t.tolist() == [16.0] and not failed[0]
+    assert t.tolist() == [14.0] and not failed[0]
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_homed_parameters_stepped_during_the_backward_each_once_its_gradient_is_home(toy, backend):
     # The schedule of the test above (a (1) -> b (2, owns 2 bytes) -> c (1, owns 3 bytes), b's and c's parameters
     # on cpu:0), with the host's Adam at 7 B/s: 7 passes over a parameter's bytes take as many seconds as it has
-    # bytes. c's gradient is home at 13, b's at 16, and the backward's last task (a) ends at 16.
-    # "after": Adam over 5 bytes once backward() returns: 16 + 5 = 21.
-    # "backward": one host worker steps c [13, 16] as soon as its gradient is home, then b [max(16, 16), 18];
-    #   backward() returns at 18, and the optimizer's step has nothing left to step: 18.
+    # bytes. c's gradient is home at 11, b's at 14, and the backward's last task (a) ends at 14.
+    # "after": Adam over 5 bytes once backward() returns: 14 + 5 = 19.
+    # "backward": one host worker steps c [11, 14] as soon as its gradient is home, then b [max(14, 14), 16];
+    #   backward() returns at 16, and the optimizer's step has nothing left to step: 16.
     g = chain(toy, [1, 2, 1], [0, 2, 3], out_bytes=[1, 1, 0])
     c = changed(toy.cluster(), cpu_0={"mem_bw_bytes_per_s": 7.0})
     env = SimEnv(g, c, backend=backend)
     p = Placement.from_indices(g, DEVICES, [toy.G0] * 3, homes=[-1, toy.CPU, toy.CPU])
-    assert env.simulate(p).step_time_s == 21.0 and "host_steps" not in env.simulate(p).extra
+    assert env.simulate(p).step_time_s == 19.0 and "host_steps" not in env.simulate(p).extra
     p.host_step = "backward"
     s = env.schedule(p)
-    assert s.bwd_end_s.tolist() == [16, 14, 10]  # the backward itself does not change
+    assert s.bwd_end_s.tolist() == [14, 12, 8]  # the backward itself does not change
     assert s.host_steps.owner.tolist() == [2, 1] and s.host_steps.home.tolist() == [toy.CPU] * 2
-    assert s.host_steps.start_s.tolist() == [13, 16] and s.host_steps.end_s.tolist() == [16, 18]
+    assert s.host_steps.start_s.tolist() == [11, 14] and s.host_steps.end_s.tolist() == [14, 16]
     r = env.simulate(p)
-    assert r.step_time_s == 18.0 and r.extra["backward_end_s"] == 18.0 and r.extra["update_s"] == 0.0
-    # two calls (c alone, then b); autograd's last task ends at 16: backward() waits 2 s for the worker
+    assert r.step_time_s == 16.0 and r.extra["backward_end_s"] == 16.0 and r.extra["update_s"] == 0.0
+    # two calls (c alone, then b); autograd's last task ends at 14: backward() waits 2 s for the worker
     assert r.extra["host_steps"] == {"calls": 2, "stepped": 2, "waited_s": 2.0} and s.host_steps.batch.tolist() == [
         0,
         1,
@@ -105,25 +107,25 @@ def test_homed_parameters_stepped_during_the_backward_each_once_its_gradient_is_
     assert r.busy_s["cpu:0"] == 5.0
     # the batch path: the env's host_step, or the call's
     homes, rows = p.home_indices(g), p.indices(g)[None, :]
-    assert env.with_homes(homes).step_times(rows)[0].tolist() == [21.0]
-    assert env.batch(rows, homes=homes, host_step="backward")[0].tolist() == [18.0]
+    assert env.with_homes(homes).step_times(rows)[0].tolist() == [19.0]
+    assert env.batch(rows, homes=homes, host_step="backward")[0].tolist() == [16.0]
     env.host_step = "backward"
-    assert env.with_homes(homes).step_times(rows)[0].tolist() == [18.0]
+    assert env.with_homes(homes).step_times(rows)[0].tolist() == [16.0]
     # a plan without homes is stepped after the backward either way
     own = Placement.from_indices(g, DEVICES, [toy.G0] * 3, host_step="backward")
     assert env.simulate(own).step_time_s == SimEnv(g, c, backend=backend).simulate(own).step_time_s
     # no placement beats the bound of plans stepped during the backward (the plain bound adds the update after)
-    assert env.lower_bound(host_step="backward") <= 18.0
-    # each call of the worker costs the host 1 s more (step_call_s): c [13, 13 + 1 + 3 = 17], b [17, 17 + 1 + 2];
-    # stepped after the backward, one call on no worker: 21 as before
+    assert env.lower_bound(host_step="backward") <= 16.0
+    # each call of the worker costs the host 1 s more (step_call_s): c [11, 11 + 1 + 3 = 15], b [15, 15 + 1 + 2];
+    # stepped after the backward, one call on no worker: 19 as before
     c = changed(toy.cluster(step_call_s=1.0), cpu_0={"mem_bw_bytes_per_s": 7.0})
     env = SimEnv(g, c, backend=backend)
     s = env.schedule(p)
-    assert s.host_steps.start_s.tolist() == [13, 17] and s.host_steps.end_s.tolist() == [17, 20]
-    assert env.simulate(p).step_time_s == 20.0 and env.simulate(p).extra["host_steps"]["waited_s"] == 4.0
-    assert env.batch(rows, homes=homes, host_step="backward")[0].tolist() == [20.0]
+    assert s.host_steps.start_s.tolist() == [11, 15] and s.host_steps.end_s.tolist() == [15, 18]
+    assert env.simulate(p).step_time_s == 18.0 and env.simulate(p).extra["host_steps"]["waited_s"] == 4.0
+    assert env.batch(rows, homes=homes, host_step="backward")[0].tolist() == [18.0]
     p.host_step = "after"
-    assert env.simulate(p).step_time_s == 21.0
+    assert env.simulate(p).step_time_s == 19.0
 
 
 def test_the_host_worker_steps_together_the_parameters_complete_while_it_was_busy(toy):
@@ -155,17 +157,17 @@ def test_the_host_worker_steps_together_the_parameters_complete_while_it_was_bus
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_homed_parameters_read_by_two_ops_are_stepped_once_both_gradients_are_home(toy, backend):
     # The tied weight of test_a_parameter_two_ops_read_is_copied_for_each: w (2 bytes, a's) read by a and c, its
-    # gradients home at 10 (c's) and 14 (a's); Adam at 1 B/s on the host takes 14 s over w: stepped [14, 28].
+    # gradients home at 9 (c's) and 13 (a's); Adam at 1 B/s on the host takes 14 s over w: stepped [13, 27].
     g = chain(toy, [1, 1, 1], [2, 0, 0], out_bytes=[1, 1, 0])
     g.params = [["w"], [], ["w"]]
     c = changed(toy.cluster(), cpu_0={"mem_bw_bytes_per_s": 1.0})
     p = Placement.from_indices(g, DEVICES, [toy.G0] * 3, homes=[toy.CPU, -1, -1], host_step="backward")
     env = SimEnv(g, c, backend=backend)
     s = env.schedule(p)
-    assert s.host_steps.owner.tolist() == [0] and s.host_steps.start_s.tolist() == [14.0]
-    assert env.simulate(p).step_time_s == 28.0
+    assert s.host_steps.owner.tolist() == [0] and s.host_steps.start_s.tolist() == [13.0]
+    assert env.simulate(p).step_time_s == 27.0
     env.host_step = "backward"
-    assert env.with_homes([toy.CPU, -1, -1]).step_times(np.array([[toy.G0] * 3]))[0].tolist() == [28.0]
+    assert env.with_homes([toy.CPU, -1, -1]).step_times(np.array([[toy.G0] * 3]))[0].tolist() == [27.0]
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
@@ -180,10 +182,11 @@ def test_the_side_stream_waits_for_the_reader_of_the_copy_two_before(toy, backen
     s = env.schedule(p)
     assert [t[1] for t in homes_times(s)] == [(0, 1), (1, 2), (11, 12)]
     assert s.fwd_start_s.tolist() == [1, 11, 12]
-    # backward (now = 0: the worker is ahead of the stream): c fetched again [max(0, link 12) = 12, 13], kernel
-    #   [13, 15], home [15, 16]; b again [13, 14], kernel [15, 17], home [17, 18]; a's copy waits for the end of
-    #   c's backward (two before): [15, 16] (not [14, 15]), kernel [17, 37], home [37, 38]
-    assert [t[2] for t in homes_times(s)] == [(15, 16), (13, 14), (12, 13)]
+    # backward (now = 0: the worker is ahead of the stream): b and c, the forward's last two readers, keep their
+    #   copies: c [13, 15], home [15, 16]; b [15, 17], home [17, 18]; both join the backward's window, so a's copy
+    #   waits for the end of c's backward (two before): [15, 16] (not [max(0, link 12) = 12, 13]), kernel [17, 37],
+    #   home [37, 38]
+    assert [t[2] for t in homes_times(s)] == [(15, 16), (0, 0), (0, 0)] and s.homes.kept.tolist() == [False, True, True]
     assert s.bwd_end_s.tolist() == [37, 17, 15] and env.simulate(p).step_time_s == 38.0
 
 
@@ -197,11 +200,12 @@ def test_the_optimizer_step_of_homed_parameters_runs_on_the_home(toy, backend):
     home, own = (Placement.from_indices(g, DEVICES, [toy.G0], homes=[h]) for h in (toy.CPU, -1))
     # own: fwd [0, 3.5], bwd [3.5, 10.5], Adam on gpu:0
     assert env.simulate(own).step_time_s == 10.5 + 24.5
-    # home: fetch [0, 7]; fwd [7, 10.5]; fetched again [7, 14]; bwd [14, 21]; gradient home [21, 28]; Adam on cpu:0
+    # home: fetch [0, 7]; fwd [7, 10.5]; its copy kept (the forward's last): bwd [10.5, 17.5]; gradient home
+    # [17.5, 24.5]; Adam on cpu:0
     r = env.simulate(home)
-    assert r.step_time_s == 28 + 49
+    assert r.step_time_s == 24.5 + 49
     assert r.busy_s["cpu:0"] == 49 and r.busy_s["gpu:0"] == 10.5
-    assert env.with_homes([toy.CPU]).step_times(np.array([[toy.G0]]))[0].tolist() == [28 + 49]
+    assert env.with_homes([toy.CPU]).step_times(np.array([[toy.G0]]))[0].tolist() == [24.5 + 49]
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
@@ -223,40 +227,48 @@ def test_homes_decide_what_fits(toy, backend):
 
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_frozen_parameters_homed_on_the_host_are_copied_in_twice_and_send_no_gradient_home(toy, backend):
-    # The first test's chain with b's 2 bytes frozen (held like a buffer's, meta["frozen_params"]): a (1) -> b (2,
-    # frozen: backward 1 x forward = 2) -> c (1, owns 3 trainable bytes); b's and c's parameters on cpu:0.
-    # forward as there: a [0, 1]; fetch b [0, 2], b [2, 4]; fetch c [2, 5], c [5, 6].
-    # backward: c fetched again [5, 8], its kernel [8, 10], its gradient home [10, 13].
-    #   b fetched again [max(now, link 8) = 8, 10] (its input's gradient reads the weights); kernel [10, 12]; no
-    #   gradient: nothing goes home (zero-length at 12).  a [12, 14].  The step ends at 14 (13 without b's
-    #   gradient home before: c's).
-    g = chain(toy, [1, 2, 1], [0, 0, 3], out_bytes=[1, 1, 0])
-    g.buffer_bytes = np.array([0, 2, 0])
-    g.params = [[], ["w1"], ["w2"]]
+    # The first test's chain with b's 2 bytes frozen (held like a buffer's, meta["frozen_params"]) and d after c, so
+    # that b is not among the forward's last two readers (c and d keep their copies): a (1) -> b (2, frozen: backward
+    # 1 x forward = 2) -> c (1, owns 3 trainable bytes) -> d (1, owns 1); b's, c's and d's parameters on cpu:0.
+    # forward: a [0, 1]; fetch b [0, 2], b [2, 4]; fetch c [2, 5], c [5, 6]; fetch d waits for b's forward (two
+    #   before): [max(link 5, 4) = 5, 6], d [6, 7].
+    # backward: d [7, 9], its gradient home [9, 10]; c [9, 11], its gradient home [max(11, link 10) = 11, 14].
+    #   b fetched again (its input's gradient reads the weights) once d's backward (two before) ends: [max(link 6,
+    #   9) = 9, 11]; kernel [11, 13]; no gradient: nothing goes home (zero-length at 13).  a [13, 15]. The step ends
+    #   at 15 (c's gradient home at 14).
+    g = chain(toy, [1, 2, 1, 1], [0, 0, 3, 1], out_bytes=[1, 1, 1, 0])
+    g.buffer_bytes = np.array([0, 2, 0, 0])
+    g.params = [[], ["w1"], ["w2"], ["w3"]]
     g.meta["frozen_params"] = ["w1"]
-    assert homeable(g).tolist() == [0, 1, 1]
-    p = Placement.from_indices(g, DEVICES, [toy.G0] * 3, homes=[-1, toy.CPU, toy.CPU])
+    assert homeable(g).tolist() == [0, 1, 1, 1]
+    p = Placement.from_indices(g, DEVICES, [toy.G0] * 4, homes=[-1, toy.CPU, toy.CPU, toy.CPU])
     env = SimEnv(g, toy.cluster(), backend=backend)
     s = env.schedule(p)
-    assert s.fwd_start_s.tolist() == [0, 2, 5] and s.fwd_end_s.tolist() == [1, 4, 6]
-    assert s.bwd_start_s.tolist() == [12, 10, 8] and s.bwd_end_s.tolist() == [14, 12, 10]
-    assert homes_times(s) == [(1, (0, 2), (8, 10), (12, 12)), (2, (2, 5), (5, 8), (10, 13))]
-    assert s.homes.grad_nbytes.tolist() == [0, 3]
+    assert s.fwd_start_s.tolist() == [0, 2, 5, 6] and s.fwd_end_s.tolist() == [1, 4, 6, 7]
+    assert s.bwd_start_s.tolist() == [13, 11, 9, 7] and s.bwd_end_s.tolist() == [15, 13, 11, 9]
+    assert homes_times(s) == [
+        (1, (0, 2), (9, 11), (13, 13)),
+        (2, (2, 5), (0, 0), (11, 14)),
+        (3, (5, 6), (0, 0), (9, 10)),
+    ]
+    assert s.homes.grad_nbytes.tolist() == [0, 3, 1] and s.homes.kept.tolist() == [False, True, True]
     r = env.simulate(p)
-    assert r.step_time_s == 14.0
-    assert r.busy_s["cpu:0->gpu:0"] == 10.0 and r.busy_s["gpu:0->cpu:0"] == 3.0  # c's gradient alone goes home
-    # cpu:0 holds b's 2 bytes (no gradient, no Adam state) and c's 4 x 3; gpu:0 at t = 8: c's copy and gradient
-    # (3 + 3), b's copy (2) and b's output (1, kept for c's weight gradient); a's is not kept: b's frozen weights'
-    # backward computes its input's gradient from the weights alone (graphs.ops.PRODUCTS) = 9
-    assert r.peak_bytes == {"cpu:0": 2 + 12, "gpu:0": 9, "gpu:1": 0}
+    assert r.step_time_s == 15.0
+    assert r.busy_s["cpu:0->gpu:0"] == 2 + 3 + 1 + 2 and r.busy_s["gpu:0->cpu:0"] == 4.0  # b's gradient: none
+    # cpu:0 holds b's 2 bytes (no gradient, no Adam state) and c's and d's 4 x 4; gpu:0 at t = 9, once d's copy and
+    # c's output (read by d's backward) are let go: c's copy (3, kept) and gradient (3), b's copy again (2), b's
+    # output (1, kept for c's weight gradient), c's output's gradient (1) and d's gradient (1, home at 10) = 11; a's
+    # output is not kept: b's frozen weights' backward computes its input's gradient from the weights alone
+    # (graphs.ops.PRODUCTS)
+    assert r.peak_bytes == {"cpu:0": 2 + 16, "gpu:0": 11, "gpu:1": 0}
     t, failed = env.with_homes(p.home_indices(g)).step_times(p.indices(g)[None, :])
-    assert t.tolist() == [14.0] and not failed[0]
-    # stepped during the backward: c alone (b has nothing to step)
+    assert t.tolist() == [15.0] and not failed[0]
+    # stepped during the backward: d's and c's (b has nothing to step)
     p.host_step = "backward"
-    assert env.schedule(p).host_steps.owner.tolist() == [2]
+    assert env.schedule(p).host_steps.owner.tolist() == [3, 2]
     # with b on gpu:0 (its op's device), its 2 bytes count there
-    own = Placement.from_indices(g, DEVICES, [toy.G0] * 3, homes=[-1, -1, toy.CPU])
-    assert env.simulate(own).peak_bytes["cpu:0"] == 12
+    own = Placement.from_indices(g, DEVICES, [toy.G0] * 4, homes=[-1, -1, toy.CPU, toy.CPU])
+    assert env.simulate(own).peak_bytes["cpu:0"] == 16
 
 
 def test_homes_are_for_a_gpu_op_s_own_parameters_on_the_host(toy):
@@ -306,19 +318,19 @@ def viewed(toy, owner):
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_a_parameter_read_through_a_view_is_copied_for_the_op_that_reads_it(toy, backend):
     # all on gpu:0, w on cpu:0. The copy is made for c, the op that reads w's data (the view t has no kernel):
-    # forward: a [0, 1]; w in [0, 2]; c waits for it: [2, 4].  backward: w in again [max(0, link 2) = 2, 4];
-    # c's kernel [4, 8]; its gradient home [8, 10]; a [8, 10]. The step ends at 10 (Adam on the host: 2 bytes).
+    # forward: a [0, 1]; w in [0, 2]; c waits for it: [2, 4].  backward: c, the forward's last reader, keeps its
+    # copy: its kernel [4, 8]; its gradient home [8, 10]; a [8, 10]. The step ends at 10 (Adam on the host: 2 bytes).
     g = viewed(toy, "t")
     assert homeable(g).tolist() == [0, 1, 0] and home_readers(g).tolist() == [0, 2, 2]
     p = Placement.from_indices(g, DEVICES, [toy.G0] * 3, homes=[-1, toy.CPU, -1])
     assert p.param_homes == {"w": "cpu:0"}
     env = SimEnv(g, toy.cluster(), backend=backend)
     s = env.schedule(p)
-    assert homes_times(s) == [(2, (0, 2), (2, 4), (8, 10))]
+    assert homes_times(s) == [(2, (0, 2), (0, 0), (8, 10))]
     assert s.homes.owner.tolist() == [1] and s.homes.owner_home.tolist() == [toy.CPU]
     assert s.fwd_start_s[[0, 2]].tolist() == [0, 2] and s.bwd_end_s[[0, 2]].tolist() == [10, 8]
     r = env.simulate(p)
-    assert r.step_time_s == 10.0 and r.busy_s["cpu:0->gpu:0"] == 4.0 and r.busy_s["gpu:0->cpu:0"] == 2.0
+    assert r.step_time_s == 10.0 and r.busy_s["cpu:0->gpu:0"] == 2.0 and r.busy_s["gpu:0->cpu:0"] == 2.0
     # exactly as if c read w itself: the same schedule, the same memory (w's state, 4 x 2 bytes, on cpu:0)
     own = Placement.from_indices(viewed(toy, "c"), DEVICES, [toy.G0] * 3, homes=[-1, -1, toy.CPU])
     ref = SimEnv(viewed(toy, "c"), toy.cluster(), backend=backend).simulate(own)
@@ -343,7 +355,7 @@ def test_a_parameter_whose_metadata_is_checked_first_is_copied_for_the_op_that_r
     p = Placement.from_indices(g, DEVICES, [toy.G0] * 4, homes=[-1, toy.CPU, -1, -1])
     env = SimEnv(g, toy.cluster(), backend=backend)
     s = env.schedule(p)
-    assert homes_times(s) == [(3, (0, 2), (2, 4), (8, 10))] and s.homes.owner.tolist() == [1]
+    assert homes_times(s) == [(3, (0, 2), (0, 0), (8, 10))] and s.homes.owner.tolist() == [1]
     r = env.simulate(p)
     assert r.step_time_s == 10.0 and r.peak_bytes == {"cpu:0": 8, "gpu:0": 5, "gpu:1": 0}
     ref = SimEnv(viewed(toy, "c"), toy.cluster(), backend=backend)
@@ -359,19 +371,19 @@ def test_a_parameter_whose_metadata_is_checked_first_is_copied_for_the_op_that_r
 def test_a_parameter_two_ops_read_is_copied_for_each(toy, backend):
     # a (1, owns w: 2 bytes) -> b (1) -> c (1, reads w too: a tied head, a layer applied twice), all on gpu:0, w on
     # cpu:0. forward: w in for a [0, 2]; a [2, 3]; b [3, 4]; w in for c [max(0, link 2) = 2, 4]; c [4, 5].
-    # backward: w in for c [max(0, link 4) = 4, 6]; c [6, 8]; its gradient home [8, 10]; b [8, 10];
-    # w in for a [max(0, link 6) = 6, 8]; a [10, 12]; its gradient home [max(12, link 10) = 12, 14]. Step: 14.
+    # backward: a and c, the forward's last two readers, keep their copies: c [5, 7]; its gradient home [7, 9];
+    # b [7, 9]; a [9, 11]; its gradient home [max(11, link 9) = 11, 13]. Step: 13.
     g = chain(toy, [1, 1, 1], [2, 0, 0], out_bytes=[1, 1, 0])
     g.params = [["w"], [], ["w"]]
     assert homeable(g).tolist() == [1, 0, 0]
     p = Placement.from_indices(g, DEVICES, [toy.G0] * 3, homes=[toy.CPU, -1, -1])
     env = SimEnv(g, toy.cluster(), backend=backend)
     s = env.schedule(p)
-    assert homes_times(s) == [(0, (0, 2), (6, 8), (12, 14)), (2, (2, 4), (4, 6), (8, 10))]
+    assert homes_times(s) == [(0, (0, 2), (0, 0), (11, 13)), (2, (2, 4), (0, 0), (7, 9))]
     assert s.homes.owner.tolist() == [0] and s.fwd_start_s.tolist() == [2, 3, 4]
     r = env.simulate(p)
-    assert r.step_time_s == 14.0 and r.peak_bytes["cpu:0"] == 8  # w's state once, on the host
-    assert env.with_homes([toy.CPU, -1, -1]).step_times(np.array([[toy.G0] * 3]))[0].tolist() == [14.0]
+    assert r.step_time_s == 13.0 and r.peak_bytes["cpu:0"] == 8  # w's state once, on the host
+    assert env.with_homes([toy.CPU, -1, -1]).step_times(np.array([[toy.G0] * 3]))[0].tolist() == [13.0]
 
 
 def test_a_parameter_read_through_a_view_lives_apart_only_with_the_view_on_its_reader_s_device(toy):
@@ -401,24 +413,24 @@ def branching(toy, owner):
 def test_a_parameter_read_through_a_view_two_ops_read_is_copied_for_each(toy, backend):
     # all on gpu:0, w on cpu:0: a copy for b and one for c, the ops reading w's data through the view t (no kernel).
     # forward: a [0, 1]; w in for b [0, 2]; b [2, 3]; w in for c [max(0, link 2) = 2, 4]; c [4, 5].
-    # backward: w in for c [max(0, link 4) = 4, 6]; c [6, 8]; its gradient home [8, 10]; w in for b [max(0, link 6)
-    # = 6, 8]; b [8, 10]; its gradient home [max(10, link 10) = 10, 12]; a [10, 12]. The step ends at 12.
+    # backward: b and c, the forward's last two readers, keep their copies: c [5, 7]; its gradient home [7, 9];
+    # b [7, 9]; its gradient home [max(9, link 9) = 9, 11]; a [9, 11]. The step ends at 11.
     g = branching(toy, "t")
     assert homeable(g).tolist() == [0, 1, 0, 0]
     p = Placement.from_indices(g, DEVICES, [toy.G0] * 4, homes=[-1, toy.CPU, -1, -1])
     env = SimEnv(g, toy.cluster(), backend=backend)
     s = env.schedule(p)
-    assert homes_times(s) == [(2, (0, 2), (6, 8), (10, 12)), (3, (2, 4), (4, 6), (8, 10))]
+    assert homes_times(s) == [(2, (0, 2), (0, 0), (9, 11)), (3, (2, 4), (0, 0), (7, 9))]
     assert s.homes.owner.tolist() == [1]
     r = env.simulate(p)
-    assert r.step_time_s == 12.0 and r.peak_bytes["cpu:0"] == 8  # w's state once, on the host
+    assert r.step_time_s == 11.0 and r.peak_bytes["cpu:0"] == 8  # w's state once, on the host
     # exactly as if b read w itself and c read it too (a tied parameter)
     tied = branching(toy, "b")
     own = Placement.from_indices(tied, DEVICES, [toy.G0] * 4, homes=[-1, -1, toy.CPU, -1])
     ref = SimEnv(tied, toy.cluster(), backend=backend)
     assert homes_times(ref.schedule(own)) == homes_times(s)
     assert ref.simulate(own).peak_bytes == r.peak_bytes and ref.simulate(own).step_time_s == r.step_time_s
-    assert env.with_homes([-1, toy.CPU, -1, -1]).step_times(np.array([[toy.G0] * 4]))[0].tolist() == [12.0]
+    assert env.with_homes([-1, toy.CPU, -1, -1]).step_times(np.array([[toy.G0] * 4]))[0].tolist() == [11.0]
 
 
 def packed(toy, owner):
@@ -440,24 +452,24 @@ def packed(toy, owner):
 def test_each_op_reading_a_part_of_a_packed_parameter_is_copied_that_part(toy, backend):
     # all on gpu:0, w (6 bytes) on cpu:0: b's copy is the query's 2 bytes, c's the other 4 (not 6 each).
     # forward: a [0, 1]; w's part in for b [0, 2]; b [2, 3]; w's part in for c [max(0, link 2) = 2, 6]; c [6, 7].
-    # backward: w's part in for c [max(0, link 6) = 6, 10]; c [10, 12]; its gradient home [12, 16]; w's part in for
-    # b [max(0, link 10) = 10, 12]; b [12, 14]; its gradient home [max(14, link 16) = 16, 18]; a [14, 16]. The step
-    # ends at 18 (with whole copies of 6 bytes it would end at 32).
+    # backward (b and c keep their copies, the forward's last two): c [7, 9]; its gradient home [9, 13]; b [9, 11];
+    # its gradient home [max(11, link 13) = 13, 15]; a [11, 13]. The step ends at 15 (with whole copies of 6 bytes:
+    # b's [0, 6], b [6, 7], c's [6, 12], c [12, 13]; c [13, 15], home [15, 21]; b [15, 17], home [21, 27]: 27).
     g = packed(toy, "s")
     p = Placement.from_indices(g, DEVICES, [toy.G0] * 6, homes=[-1, toy.CPU, -1, -1, -1, -1])
     env = SimEnv(g, toy.cluster(), backend=backend)
     s = env.schedule(p)
-    assert homes_times(s) == [(4, (0, 2), (10, 12), (16, 18)), (5, (2, 6), (6, 10), (12, 16))]
+    assert homes_times(s) == [(4, (0, 2), (0, 0), (13, 15)), (5, (2, 6), (0, 0), (9, 13))]
     assert s.homes.nbytes.tolist() == [2, 4]
     r = env.simulate(p)
-    assert r.step_time_s == 18.0 and r.peak_bytes["cpu:0"] == 24  # w's state once, on the host
+    assert r.step_time_s == 15.0 and r.peak_bytes["cpu:0"] == 24  # w's state once, on the host
     # exactly as if b and c each owned their part
     apart = packed(toy, "bc")
     own = Placement.from_indices(apart, DEVICES, [toy.G0] * 6, homes=[-1, -1, -1, -1, toy.CPU, toy.CPU])
     ref = SimEnv(apart, toy.cluster(), backend=backend)
     assert homes_times(ref.schedule(own)) == homes_times(s)
     assert ref.simulate(own).peak_bytes == r.peak_bytes and ref.simulate(own).step_time_s == r.step_time_s
-    assert env.with_homes([-1, toy.CPU, -1, -1, -1, -1]).step_times(np.array([[toy.G0] * 6]))[0].tolist() == [18.0]
+    assert env.with_homes([-1, toy.CPU, -1, -1, -1, -1]).step_times(np.array([[toy.G0] * 6]))[0].tolist() == [15.0]
 
 
 @pytest.mark.parametrize("host_step", ["after", "backward"])

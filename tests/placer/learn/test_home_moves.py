@@ -183,18 +183,19 @@ def _two_layers(gpu_memory_bytes: float) -> tuple[OpGraph, Cluster]:
 
 def test_the_plan_steps_its_homed_parameters_whichever_way_is_faster():
     # At 16 bytes gpu:0 holds one layer's training state: the plan runs both layers there with b's weight homed
-    # on the host. b's gradient is home at 8, when a's backward ends too. Stepped during the backward, the host
-    # steps wb [8, 10] before backward() returns, then gpu:0 steps wa [10, 12]; stepped after it, both at once
-    # [8, 10]. "auto" keeps "after"; asked for "backward", the plan says so.
+    # on the host (forward: a [0, 1], wb in [0, 2], b [2, 3]; backward: b [3, 5] on the copy its forward kept,
+    # a [5, 7]). b's gradient is home at 7 ([5, 7]), when a's backward ends too. Stepped during the backward, the
+    # host steps wb [7, 9] before backward() returns, then gpu:0 steps wa [9, 11]; stepped after it, both at once
+    # [7, 9]. "auto" keeps "after"; asked for "backward", the plan says so.
     from placer.learn.offload_plan import plan_with_homes
 
     g, cluster = _two_layers(16)
     p = plan_with_homes(g, cluster, evals=200, checkpoint=False, headroom=1.0)
     assert p.assignment == {"a": "gpu:0", "b": "gpu:0"} and p.param_homes == {"wb": "cpu:0"}
-    assert p.meta["host_step_s"] == {"after": 10.0, "backward": 12.0}
-    assert p.host_step == "after" and p.meta["step_time_s"] == 10.0
+    assert p.meta["host_step_s"] == {"after": 9.0, "backward": 11.0}
+    assert p.host_step == "after" and p.meta["step_time_s"] == 9.0
     asked = plan_with_homes(g, cluster, evals=200, checkpoint=False, headroom=1.0, host_step="backward")
-    assert asked.host_step == "backward" and asked.meta["step_time_s"] == 12.0 and "host_step_s" not in asked.meta
+    assert asked.host_step == "backward" and asked.meta["step_time_s"] == 11.0 and "host_step_s" not in asked.meta
     with pytest.raises(PlacerError, match="host_step 'later': one of auto, after, backward"):
         plan_with_homes(g, cluster, evals=20, host_step="later")
     # room for both layers: nothing homed, nothing to compare
