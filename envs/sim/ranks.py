@@ -157,19 +157,21 @@ def boundary_traffic(
     """``(send_bytes, send_tensors, grad_bytes, grad_tensors)``, each ``[S - 1]``, per microbatch (module doc)."""
     floats = float_outputs(graph) if floats is None else floats
     src, dst = graph.edge_src.astype(np.int64), graph.edge_dst.astype(np.int64)
-    cross = op_stages[dst] > op_stages[src]
-    last = np.full(graph.num_ops, -1, dtype=np.int64)
-    largest = np.zeros(graph.num_ops, dtype=np.int64)
-    np.maximum.at(last, src[cross], op_stages[dst][cross])
-    np.maximum.at(largest, src[cross], graph.edge_bytes[cross])
-    ops = np.flatnonzero(last >= 0)
-    per_microbatch = -(-largest[ops] // int(microbatches))
+    cross = np.flatnonzero(op_stages[dst] > op_stages[src])
+    # per op with a reader in a later stage: the last such reader's stage and its largest edge (sorted by op, then
+    # each op's run reduced: what np.maximum.at did, at a tenth of its cost on the plans a search scores)
+    by_op = cross[np.argsort(src[cross], kind="stable")]
+    firsts = np.flatnonzero(np.r_[True, src[by_op][1:] != src[by_op][:-1]]) if len(by_op) else by_op
+    ops = src[by_op][firsts]
+    last = np.maximum.reduceat(op_stages[dst[by_op]], firsts) if len(by_op) else ops
+    largest = np.maximum.reduceat(graph.edge_bytes[by_op].astype(np.int64), firsts) if len(by_op) else ops
+    per_microbatch = -(-largest // int(microbatches))
 
     def spans(values: np.ndarray) -> np.ndarray:
-        # each value crosses every boundary from its stage to its last reader's: a difference array
-        diff = np.zeros(num_stages + 1)
-        np.add.at(diff, op_stages[ops], values)
-        np.add.at(diff, last[ops], -values)
+        # each value crosses every boundary from its stage to its last reader's: a difference array (whole byte
+        # counts in float64: the sums are exact in any order)
+        diff = np.bincount(op_stages[ops], weights=values, minlength=num_stages + 1)
+        diff -= np.bincount(last, weights=values, minlength=num_stages + 1)
         return np.cumsum(diff)[: max(num_stages - 1, 0)]
 
     ones, grads = np.ones(len(ops)), floats[ops].astype(np.float64)
@@ -192,18 +194,29 @@ def stage_ranks(cluster: Cluster, stages: list[Stage]) -> tuple[list[int], list[
     return [rank_of[d] for d in device_indices], device_indices
 
 
-def stage_costs(
-    graph: OpGraph, cluster: Cluster, stages: list[Stage], microbatches: int, per_op: tuple | None = None
-) -> StageCosts:
-    """The :class:`StageCosts` of ``stages`` of ``graph`` on ``cluster`` with M microbatches (``per_op``:
-    :func:`op_costs`, when already computed)."""
-    fwd, bwd, kept, floats, wfrac = per_op if per_op is not None else op_costs(graph, cluster, microbatches)
-    ranks, device_indices = stage_ranks(cluster, stages)
+def stage_layout(graph: OpGraph, stages: list[Stage], microbatches: int, floats: np.ndarray) -> tuple:
+    """``(each stage's ops, each op's stage, boundary_traffic)`` of ``stages``: what :func:`stage_costs` reads of a
+    plan that no cluster changes (:class:`RankSim` keeps it per plan, for the rate fit's many clusters)."""
     ops = [np.fromiter(s.ops, dtype=np.int64, count=len(s.ops)) for s in stages]
     op_stages = np.empty(graph.num_ops, dtype=np.int64)
     for s, idx in enumerate(ops):
         op_stages[idx] = s
-    traffic = boundary_traffic(graph, op_stages, len(stages), microbatches, floats)
+    return ops, op_stages, boundary_traffic(graph, op_stages, len(stages), microbatches, floats)
+
+
+def stage_costs(
+    graph: OpGraph,
+    cluster: Cluster,
+    stages: list[Stage],
+    microbatches: int,
+    per_op: tuple | None = None,
+    layout_of: tuple | None = None,
+) -> StageCosts:
+    """The :class:`StageCosts` of ``stages`` of ``graph`` on ``cluster`` with M microbatches (``per_op``:
+    :func:`op_costs`, and ``layout_of``: :func:`stage_layout`, when already computed)."""
+    fwd, bwd, kept, floats, wfrac = per_op if per_op is not None else op_costs(graph, cluster, microbatches)
+    ranks, device_indices = stage_ranks(cluster, stages)
+    ops, op_stages, traffic = stage_layout(graph, stages, microbatches, floats) if layout_of is None else layout_of
     return StageCosts(
         ranks=ranks,
         device_indices=device_indices,
@@ -456,6 +469,30 @@ def finish_step(
     return end_s + optimizer_s, param_bytes, op_ranks, optimizer_s
 
 
+class PlanMemo:
+    """The stages of the plans a :class:`RankSim` scored and what crosses them (:func:`stage_layout`), by plan: none of
+    it depends on the cluster, so the rate fit (:mod:`placer.learn.rates`), which scores its measured plans again on
+    hundreds of rescaled clusters, cuts each once. Holds at most about 4 M op entries (the oldest plan goes first)."""
+
+    def __init__(self, num_ops: int) -> None:
+        self.capacity = max(64, min(4096, (1 << 22) // max(num_ops, 1)))
+        self.plans: dict[tuple, tuple] = {}
+
+    @staticmethod
+    def key(op_devices: Any, order: Any, starts: Any, microbatches: int) -> tuple:
+        order_key = None if order is None else np.asarray(order, dtype=np.int64).tobytes()
+        starts_key = tuple(int(s) for s in np.asarray(starts, dtype=np.int64).ravel())
+        return np.asarray(op_devices, dtype=np.int64).tobytes(), order_key, starts_key, int(microbatches)
+
+    def get(self, key: tuple) -> tuple | None:
+        return self.plans.get(key)
+
+    def put(self, key: tuple, value: tuple) -> None:
+        if len(self.plans) >= self.capacity:
+            del self.plans[next(iter(self.plans))]
+        self.plans[key] = value
+
+
 def simulate_ranks(
     graph: OpGraph,
     cluster: Cluster,
@@ -471,12 +508,14 @@ def simulate_ranks(
     timeline: list | None = None,
     one_stage_per_rank: bool = False,
     stage_starts: Sequence[int] | np.ndarray = (),
+    memo: "PlanMemo | None" = None,
 ) -> Result:
     """One step of a plan across processes (module doc); ``schedule`` None: the one that fits the plan; ``per_op``:
     :func:`op_costs` of this M, ``cutter`` a :class:`~envs.real.distributed.cut.StageCutter` of the graph and
     ``readers`` its :func:`parameter_readers`, when already made (:class:`RankSim` makes them once);
     ``timeline``: a list each rank's actions and optimizer step are appended to (:class:`envs.timeline.Event`);
-    ``stage_starts``: ops (indices) that begin a stage on the same device (a placement's ``stage_cuts``).
+    ``stage_starts``: ops (indices) that begin a stage on the same device (a placement's ``stage_cuts``);
+    ``memo``: a :class:`PlanMemo` of the plans scored before (their stages and what crosses them).
 
     A schedule that does not fit the plan is a Result with status ``error`` saying why;
     a rank over its device's memory, ``oom``; with ``one_stage_per_rank``, a plan with more stages than ranks
@@ -485,14 +524,21 @@ def simulate_ranks(
     M = check_microbatches(microbatches)
     W = check_inflight(inflight, M)
     cutter = StageCutter(graph, cluster.device_names) if cutter is None else cutter
-    stages = cutter(op_devices, order, stage_starts)
+    key = None if memo is None else memo.key(op_devices, order, stage_starts, M)
+    known = None if key is None else memo.get(key)
+    stages = cutter(op_devices, order, stage_starts) if known is None else known[0]
     if one_stage_per_rank:  # before any costing: a search may propose many plans this refuses
         ranks, _ = stage_ranks(cluster, stages)
         R = len(set(ranks))
         if layout(ranks, R) != "one_per_rank":
             why = f"{len(stages)} stages on {R} ranks: one stage per rank only, in rank order (others: --looped)"
             return Result(float("inf"), "error", why, source="sim-ranks", extra={"stages": len(stages), "ranks": R})
-    costs = stage_costs(graph, cluster, stages, M, per_op)
+    if known is None:
+        floats = float_outputs(graph) if per_op is None else per_op[3]
+        known = (stages, stage_layout(graph, stages, M, floats))
+        if key is not None:
+            memo.put(key, known)
+    costs = stage_costs(graph, cluster, stages, M, per_op, known[1])
     R = len(set(costs.ranks))
     name = schedule or fitting_schedule(costs.ranks, R, microbatches=M, inflight=W)
     try:
@@ -659,8 +705,10 @@ class RankSim:
         self._per_op: dict[int, tuple] = {}
         # what depends on the graph and the device names only, shared with every scorer _like makes of this one
         # (the rate fit of placer.learn.rates makes hundreds, one per rescaled cluster)
-        self._cutter, self._readers = (
-            (StageCutter(graph, cluster.device_names), parameter_readers(graph)) if _shared is None else _shared
+        self._cutter, self._readers, self._memo = (
+            (StageCutter(graph, cluster.device_names), parameter_readers(graph), PlanMemo(graph.num_ops))
+            if _shared is None
+            else _shared
         )
         self._one_process: Any = None
         self.simulated = 0
@@ -707,7 +755,7 @@ class RankSim:
             inflight=W,
             schedule=self.schedule_name,
             one_stage_per_rank=self.one_stage_per_rank,
-            _shared=(self._cutter, self._readers),
+            _shared=(self._cutter, self._readers, self._memo),
         )
 
     def simulate(self, op_devices: Any, order: Any = None, timeline: list | None = None, starts: Any = ()) -> Result:
@@ -739,6 +787,7 @@ class RankSim:
             timeline=timeline,
             one_stage_per_rank=self.one_stage_per_rank,
             stage_starts=() if starts is None else starts,
+            memo=self._memo,
         )
 
     def timeline(self, op_devices: Any, order: Any = None) -> tuple[Result, list[Event]]:
@@ -824,6 +873,7 @@ class RankSim:
 
 __all__ = [
     "PIPELINE_SHAPES",
+    "PlanMemo",
     "RankSim",
     "StageCosts",
     "allreduce_s",
@@ -838,6 +888,7 @@ __all__ = [
     "run_actions",
     "simulate_ranks",
     "stage_costs",
+    "stage_layout",
     "stage_ranks",
     "weight_fractions",
 ]

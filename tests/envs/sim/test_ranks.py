@@ -494,3 +494,39 @@ def test_no_plan_of_one_stage_per_rank_beats_its_fill_bound():
                         checked += 1
                         assert res.step_time_s >= bound, (trial, M, W, R, res.step_time_s, bound)
     assert checked > 400
+
+
+def test_the_scorer_cuts_each_plan_once_and_scores_it_as_a_fresh_cut_would_on_every_cluster():
+    """RankSim keeps each plan's stages and what crosses them (PlanMemo), shared with the scorers it makes for other
+    clusters (the rate fit's): a plan scored again, with other stage starts or another order, or on a slower
+    cluster, is what simulate_ranks gives it without the memo; the oldest plan goes first when it is full."""
+    from envs.sim.ranks import PlanMemo
+    from graphs.synthetic import chain_dag
+
+    g, c = chain_dag(30, seed=0), cluster(3)
+    slow = Cluster("slow", [replace(d, flops_per_s=d.flops_per_s / 3) for d in c.devices], c.links)
+    sim = RankSim(g, c, microbatches=4)
+    other = sim.with_cluster(slow)
+    assert other._memo is sim._memo
+    rng = np.random.default_rng(0)
+    plans = [np.sort(rng.integers(0, 3, g.num_ops)) for _ in range(6)] + [np.arange(g.num_ops) * 3 // g.num_ops]
+    for p in plans * 2:
+        for starts in ((), (12,), (5, 20)):
+            for scorer, on in ((sim, c), (other, slow)):
+                fresh = simulate_ranks(g, on, p, microbatches=4, stage_starts=starts)
+                got = scorer.simulate(p, starts=starts)
+                assert (got.step_time_s, got.peak_bytes, got.extra) == (
+                    fresh.step_time_s,
+                    fresh.peak_bytes,
+                    fresh.extra,
+                )
+    assert len(sim._memo.plans) == len({p.tobytes() for p in plans}) * 3  # each plan and its starts cut once
+    memo = PlanMemo(1 << 30)
+    assert memo.capacity == 64
+    for k in range(65):
+        memo.put(memo.key([k], None, (), 1), (k,))
+    assert (
+        len(memo.plans) == 64
+        and memo.get(memo.key([0], None, (), 1)) is None
+        and memo.get(memo.key([64], None, (), 1)) == (64,)
+    )
