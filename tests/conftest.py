@@ -138,12 +138,29 @@ def pytest_sessionstart(session):
         raise pytest.UsageError("CI: test extras that do not import (pip install -e '.[test]'): " + "; ".join(missing))
 
 
+def file_order(items, root, seconds) -> list:
+    """``items`` in the order the files start: those ``seconds`` names (a CI run's, tests/durations.json), the longest
+    first; then the other files holding slow tests; then the rest; each file's tests in their own order."""
+    slow = {item.path for item in items if item.get_closest_marker("slow")}
+
+    def key(item):
+        rel = item.path.relative_to(root).as_posix() if item.path.is_relative_to(root) else str(item.path)
+        return -seconds.get(rel, 0), item.path not in slow
+
+    return sorted(items, key=key)  # stable: the order within a file stays
+
+
 def pytest_collection_modifyitems(session, config, items):
-    """Files that hold slow tests run first, each file's tests in their own order.
+    """The longest files start first (:func:`file_order`).
 
     With two workers and ``--dist loadfile`` a file runs on one worker; a long file that
     starts last keeps one worker busy while the other has nothing left. Starting the
-    long files first lets the short ones fill in at the end.
+    long files first lets the short ones fill in at the end. xdist keeps this order only
+    with ``--no-loadscope-reorder`` (setup.cfg): by default it starts the files with the
+    most tests first, and a 50 s file of one test last.
     """
-    slow = {item.path for item in items if item.get_closest_marker("slow")}
-    items.sort(key=lambda item: item.path not in slow)  # stable: the order within a file stays
+    import json
+
+    durations = Path(__file__).with_name("durations.json")
+    seconds = json.loads(durations.read_text())["seconds"] if durations.exists() else {}
+    items[:] = file_order(items, config.rootpath, seconds)
