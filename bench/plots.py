@@ -28,10 +28,20 @@ from typing import Any, Sequence
 from graphs import OpGraph, PlacerError
 from placer.methods.registry import install_hint
 
-KIND_COLOURS = {"forward": "#4878d0", "backward": "#ee854a", "transfer": "#8c8c8c", "update": "#6acc64"}
+#: By kind: the trace's categories (envs.sim.trace), a checkpointed op's second forward and the parameter homes'
+#: copies among them.
+KIND_COLOURS = {
+    "forward": "#4878d0",
+    "backward": "#ee854a",
+    "recompute": "#a6bddb",
+    "transfer": "#8c8c8c",
+    "home copy": "#956cb4",
+    "update": "#6acc64",
+}
 MAX_LAYER_COLOURS = 12
-#: Non-op bars when colouring by layer: dark, so they do not read as a layer.
-LAYER_MODE_KIND_COLOURS = {"transfer": "#7f7f7f", "update": "#303030"}
+#: Non-op bars when colouring by layer: dark, so they do not read as a layer (a recompute is an op's, but drawn
+#: apart from its layer's forward).
+LAYER_MODE_KIND_COLOURS = {"recompute": "#9e9e9e", "transfer": "#7f7f7f", "home copy": "#4b2d73", "update": "#303030"}
 
 
 @dataclass

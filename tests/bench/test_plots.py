@@ -85,6 +85,25 @@ def test_colours_by_kind_and_by_layer(two_ops):
     assert by_op[0] == legend["enc.layers.0"] and by_op[1] == legend["dec"] and by_op[0] != by_op[1]
 
 
+def test_home_copies_and_recomputes_have_colours_of_their_own_by_kind_and_by_layer(two_ops):
+    # b's 2 bytes homed on cpu:0, both ops on gpu:0 in a checkpointed module: the copies and b's second forward
+    from graphs.plan import Placement
+
+    g = OpGraph.from_edges(
+        ["a", "b"], [("a", "b", 2)], flops=[1.0, 1.0], param_bytes=[0, 2], op_types=["aten.mm.default"] * 2, name="t"
+    )
+    g.module_paths, g.params = ["enc.layers.0.cell", "enc.layers.0.proj"], [[], ["w"]]
+    p = Placement.from_indices(g, ["cpu:0", "gpu:0", "gpu:1"], [1, 1], homes=[-1, 0])
+    p.checkpoint = ["enc.layers.0"]
+    trace = envs.SimEnv(g, toy_cluster(), executor="eager").simulate(p, trace=True).extra["trace"]
+    bars = plots.schedule_bars(trace, g)
+    assert {"home copy", "recompute"} <= {b.kind for b in bars.bars} and "cpu:0->gpu:0 homes" in bars.tracks
+    for mode, colours in (("kind", plots.KIND_COLOURS), ("layer", plots.LAYER_MODE_KIND_COLOURS)):
+        cols, legend = plots.bar_colours(bars, g, mode)
+        assert "#000000" not in cols and {"home copy", "recompute"} <= set(legend)
+        assert all(c == colours[b.kind] for b, c in zip(bars.bars, cols) if b.kind in ("home copy", "recompute"))
+
+
 def test_many_layers_share_an_other_colour():
     g = random_dag(700, seed=0)  # module paths block0..block13: 14 layers
     c = envs.Cluster.preset("k80x2")
