@@ -80,6 +80,8 @@ FORMAT = "placer-placement/1"
 MAX_MICROBATCHES = 1024
 #: When the optimizer steps parameters homed apart from their ops (:attr:`Placement.host_step`).
 HOST_STEPS = ("after", "backward")
+#: How the runtime copies homed parameters for the backward (:attr:`Placement.home_copies`).
+HOME_COPIES = ("keep-last", "again")
 #: The schedules a plan across processes may name (:mod:`envs.real.distributed.schedules` says what each runs).
 SCHEDULES = ("gpipe", "1f1b", "looped_bfs", "interleaved_1f1b", "interleaved_zb", "zbv", "dualpipev", "planned")
 
@@ -128,6 +130,10 @@ class Placement:
             home, during the backward, on a host thread while the GPU goes on with the backward
             (:func:`placer.apply.step_in_backward` registers the optimizer; the simulator charges it,
             :mod:`envs.sim.homes`). Ignored without homes.
+        home_copies: how the copies of homed parameters are made for the backward (:data:`HOME_COPIES`):
+            ``"keep-last"`` (default), the forward's last two readers per device keep their copies for it and the
+            others' are made again; ``"again"``, every copy is made again, as placer did before 2026-12-06 (a plan
+            file with homes and without this field was planned so, and runs so). Ignored without homes.
         source: the file it was loaded from, for error messages (not saved).
     """
 
@@ -146,9 +152,11 @@ class Placement:
     checkpoint: list[str] = field(default_factory=list)
     stage_cuts: list[str] = field(default_factory=list)
     host_step: str = "after"
+    home_copies: str = "keep-last"
 
     def __post_init__(self) -> None:
         self.host_step = check_host_step(self.host_step, self.source or "placement")
+        self.home_copies = check_home_copies(self.home_copies, self.source or "placement")
         self.microbatches = check_microbatches(self.microbatches, f"{self.source or 'placement'}: microbatches")
         self.schedule = check_schedule_name(self.schedule, f"{self.source or 'placement'}: schedule")
         W = check_inflight(self.inflight, self.microbatches, f"{self.source or 'placement'}: inflight")
@@ -182,6 +190,7 @@ class Placement:
             self.checkpoint,
             self.stage_cuts,
             self.host_step,
+            self.home_copies,
         ) == (
             other.assignment,
             other.graph_hash,
@@ -196,6 +205,7 @@ class Placement:
             other.checkpoint,
             other.stage_cuts,
             other.host_step,
+            other.home_copies,
         )
 
     __hash__ = None  # type: ignore[assignment]  # mutable, like a dataclass with eq
@@ -365,6 +375,9 @@ class Placement:
         # Absent: "after" (the optimizer's step after the backward), so files written before it read as before.
         if self.host_step != "after":
             doc["host_step"] = self.host_step
+        # With homes, always: a file with homes and without it was planned for copies all made again ("again").
+        if self.param_homes:
+            doc["home_copies"] = self.home_copies
         return doc
 
     def save(self, path: str | os.PathLike) -> None:
@@ -413,7 +426,21 @@ class Placement:
             checkpoint=schema.strings(doc.get("checkpoint", []), source, "checkpoint"),
             stage_cuts=schema.strings(doc.get("stage_cuts", []), source, "stage_cuts"),
             host_step=check_host_step(schema.string(doc.get("host_step", "after"), source, "host_step"), source),
+            home_copies=check_home_copies(
+                schema.string(
+                    doc.get("home_copies", "again" if doc.get("param_homes") else "keep-last"), source, "home_copies"
+                ),
+                source,
+            ),
         )
+
+
+def check_home_copies(value: Any, source: str) -> str:
+    """``value`` where it is one of :data:`HOME_COPIES` (a plan's ``home_copies``), else a :class:`PlacerError` naming
+    ``source``."""
+    if value not in HOME_COPIES:
+        raise PlacerError(f"{source}: home_copies {value!r}: one of {', '.join(HOME_COPIES)}")
+    return value
 
 
 def check_host_step(value: Any, source: str) -> str:

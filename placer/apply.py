@@ -250,6 +250,7 @@ def apply_program(
     runtime = runtime_of(placed)
     if runtime is not None:
         runtime.host_step = host_step  # "backward": its first backward without an optimizer registered warns
+        runtime.keep_last = getattr(placement, "home_copies", "keep-last") == "keep-last"
     return placed
 
 

@@ -261,6 +261,7 @@ class HomeRuntime(nn.Module):
         self.arrived = [0] * len(self.distinct)  # gradients added to the master's .grad this step (by the worker)
         self.done = [False] * len(self.distinct)  # stepped in this backward
         self.host_step = "after"  # the plan's (placer.apply sets it): "backward" warns once without an optimizer
+        self.keep_last = True  # the plan's home_copies is "keep-last" (placer.apply sets it): see forward_done
         self.warned = False
         self.optimizer: torch.optim.Optimizer | None = None  # the user's, registered by step_in_backward
         self.subs: dict[int, torch.optim.Optimizer] = {}  # by group of the user's: the optimizer of its masters here
@@ -319,9 +320,12 @@ class HomeRuntime(nn.Module):
 
     def forward_done(self) -> None:
         """The forward's last copies (at most two readers' per device, those its window holds): each one its reader's
-        backward reads again is kept for it, not made again (:meth:`_refetch`); the others are let go."""
+        backward reads again is kept for it, not made again (:meth:`_refetch`); the others are let go. A plan whose
+        ``home_copies`` is "again" (``keep_last`` False) lets every one go."""
         for (_, backward), window in self.windows.items():
-            if backward:
+            if backward or not self.keep_last:
+                if not backward:
+                    window.drain()
                 continue
             compute = window.streams.compute()
             for _, copies, _ in window.live:

@@ -409,13 +409,21 @@ class HomeCopies:
     """The home copies of one eager step while it is simulated: their times, and each stream's window of two."""
 
     def __init__(
-        self, homes: Any, held: np.ndarray, param_bytes: np.ndarray, cluster: "Cluster", grad: list[bool]
+        self,
+        homes: Any,
+        held: np.ndarray,
+        param_bytes: np.ndarray,
+        cluster: "Cluster",
+        grad: list[bool],
+        keep_last: bool = True,
     ) -> None:
         """``homes``: a row of :func:`copy_rows`: each offloaded op's home (-1 for the others), or that with the copies
         made for each op, their bytes and their gradients' bytes, ``(hm, hmc, hbc, hgc)``; ``held``: each op's
         :func:`graphs.ops.home_bytes`, what an op's copies carry where it has them alone (a gradient of its
-        ``param_bytes``)."""
+        ``param_bytes``); ``keep_last``: whether the forward's last two readers keep their copies for the backward (a
+        plan's ``home_copies`` "keep-last"; False: "again", every copy made again)."""
         hm, hmc, hbc, hgc = homes if isinstance(homes, tuple) else (homes, homes, held, param_bytes)
+        self.keep_last = keep_last
         self.owners = np.flatnonzero(hm >= 0)
         self.owner_home = hm[self.owners].astype(np.int64)
         self.ops = [int(i) for i in np.flatnonzero(hmc >= 0)]
@@ -468,7 +476,7 @@ class HomeCopies:
         if i not in self.home:
             return 0.0
         guard = self._guard(1, d, i, bwd_end)
-        if i in self.readers.get((0, d), [])[-2:]:
+        if self.keep_last and i in self.readers.get((0, d), [])[-2:]:
             key = (self.home[i], d)
             link[key] = max(link.get(key, 0.0), guard)
             self.kept.add(i)

@@ -142,6 +142,8 @@ def _batch(
         hgc = hgc_rows[k] if hgc_rows.shape[0] > 1 else hgc_rows[0]
         ck = ck_rows[k] if ck_rows.shape[0] > 1 else ck_rows[0]
         prepare(p, n, ck, rc, fwd_t, issue_f, host)
+        for i in range(n):
+            ht[6, i] = 0.0  # the searches' plans keep the forward's last copies (kernel_homes.refetch)
         homes = (hmc, hbc, ring, ht, ck, rc, hm, param_b, hgc)
         if eager:
             order = orders[k] if orders.shape[0] > 1 else orders[0]
@@ -440,10 +442,13 @@ class KernelData:
         program: np.ndarray | None = None,
         homes: np.ndarray | None = None,
         blocks: np.ndarray | None = None,
+        *,
+        keep_last: bool = True,
     ) -> Schedule:
         """The full schedule of one placement (``order``: its issue order; ``program``: its host program; ``homes``:
         the home device of each offloaded op's parameters, -1 for the others; ``blocks``: each op's checkpointed
-        block, -1 for none)."""
+        block, -1 for none; ``keep_last``: the forward's last two home copies per device kept for the backward, a
+        plan's ``home_copies`` "keep-last", else every copy made again)."""
         n, D = self.n, self.D
         nD = n * D
         p = np.ascontiguousarray(op_devices, dtype=np.int64)
@@ -452,6 +457,8 @@ class KernelData:
         rc = np.zeros((3, n))
         any_block = prepare(p, n, ck, rc, self.fwd_t, self.issue_f, self.host)
         ht = np.zeros((7, n))
+        if not keep_last:
+            ht[6] = -1.0  # no copy kept (kernel_homes.refetch)
         ntask = 2 * n + 2 * nD
         start = np.zeros(ntask)
         end = np.zeros(ntask)

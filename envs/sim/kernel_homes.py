@@ -1,13 +1,13 @@
 """Parameter homes compiled: the copies of :mod:`envs.sim.homes`, same times, and their bytes in the memory check.
 
-Per placement, ``hm[i]`` is the home device of the parameters copied for op ``i``
-(-1 for none) and ``hb[i]`` their bytes (:func:`envs.sim.homes.copy_rows`: an
-offloaded op's own, and those it reads through views), and ``ht`` a ``[7, n]`` array of each copy's times (rows: the
-copy for the forward, start and end; for the backward; the gradient's copy
-home; row 6: 1 where the forward's copy is kept for the backward, 0 otherwise). ``ring`` (``[4 D]`` task ids, -1
-for none) holds, per pass (forward 0, backward 1) and device, the readers of the last two copies: a copy waits for
-the end of the one two before (the side stream's window); in the backward, the forward's last two readers keep their
-copies (:func:`refetch`). Links' free times are ``free[D + a * D + b]``, as in the other kernels.
+Per placement, ``hm[i]`` is the home device of the parameters copied for op ``i`` (-1 for none) and ``hb[i]`` their
+bytes (:func:`envs.sim.homes.copy_rows`: an offloaded op's own, and those it reads through views), and ``ht`` a
+``[7, n]`` array of each copy's times (rows: the copy for the forward, start and end; for the backward; the
+gradient's copy home; row 6: 1 where the forward's copy is kept for the backward, 0 where it may be, -1 where no
+copy is kept). ``ring`` (``[4 D]`` task ids, -1 for none) holds, per pass (forward 0, backward 1) and device, the
+readers of the last two copies: a copy waits for the end of the one two before (the side stream's window); in the
+backward, the forward's last two readers keep their copies (:func:`refetch`). Links' free times are
+``free[D + a * D + b]``, as in the other kernels.
 """
 
 from __future__ import annotations
@@ -30,8 +30,6 @@ def home_copy(i, d, pass_, reader, at, hm, hb, lat, bw, ring, ht, free, end, D):
         at = end[ring[r + 1]]
     ring[r + 1] = ring[r]
     ring[r] = reader
-    if pass_ == 0:
-        ht[6, i] = 0.0
     return copy_in(i, d, pass_, at, hm, hb, lat, bw, ht, free, D)
 
 
@@ -39,9 +37,11 @@ def home_copy(i, d, pass_, reader, at, hm, hb, lat, bw, ring, ht, free, end, D):
 def refetch(i, d, reader, at, hm, hb, lat, bw, ring, ht, free, end, D):
     """Op ``i``'s parameters again before its backward, picked at ``at`` (task ``reader``): a copy
     (:func:`home_copy`), or, for the forward's last two readers on ``d``, the forward's copy kept: none made (0
-    returned, zero-length at ``at``), the side stream waiting for the reader two before all the same."""
+    returned, zero-length at ``at``), the side stream waiting for the reader two before all the same. ``ht[6, i]``
+    is 0 before the step where plans keep copies, -1 where none is kept (a plan's ``home_copies`` "again"), and 1
+    once this copy is kept."""
     f = 2 * d  # the forward's window on d: its last readers' task ids are their op indices
-    if ring[f] != i and ring[f + 1] != i:
+    if ht[6, i] < 0.0 or (ring[f] != i and ring[f + 1] != i):
         return home_copy(i, d, 1, reader, at, hm, hb, lat, bw, ring, ht, free, end, D)
     r = 2 * (D + d)
     lk = D + hm[i] * D + d

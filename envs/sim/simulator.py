@@ -393,9 +393,12 @@ class SimEnv:
         ck = None if blocks is None else blocks[0]
         sim_devices, order = self.expand(op_devices), self.sim_order(graph_order)
         step = getattr(placement, "host_step", "after")
+        keep = getattr(placement, "home_copies", "keep-last") == "keep-last"
         if self.backend == "reference":
-            return self._reference_schedule(sim_devices, order, program, hm, ck, step)
-        sched = self._kernel().schedule(sim_devices, order if self.executor == "eager" else None, program, hm, ck)
+            return self._reference_schedule(sim_devices, order, program, hm, ck, step, keep)
+        sched = self._kernel().schedule(
+            sim_devices, order if self.executor == "eager" else None, program, hm, ck, keep_last=keep
+        )
         return self._step_in_backward(sched, step)
 
     def _step_in_backward(self, sched: Schedule, host_step: str) -> Schedule:
@@ -420,13 +423,15 @@ class SimEnv:
         hm: Any = None,
         ck: np.ndarray | None = None,
         host_step: str = "after",
+        keep_last: bool = True,
     ) -> Schedule:
         """The pure-Python schedule of a placement of ``sim_graph``'s ops, in issue ``order`` and host ``program``
         (``hm``: a row of :func:`envs.sim.homes.copy_rows`; ``ck``: a row of
-        :func:`envs.sim.checkpointing.checkpoint_rows`; ``host_step``: when the offloaded parameters are stepped)."""
+        :func:`envs.sim.checkpointing.checkpoint_rows`; ``host_step``: when the offloaded parameters are stepped;
+        ``keep_last``: the plan's ``home_copies`` is "keep-last")."""
         c = self.cluster
         g = self.sim_graph
-        homes = None if hm is None else HomeCopies(hm, self.home_bytes, g.param_bytes, c, self.grad.tolist())
+        homes = None if hm is None else HomeCopies(hm, self.home_bytes, g.param_bytes, c, self.grad.tolist(), keep_last)
         hm = hm[0] if isinstance(hm, tuple) else hm  # each op's parameters' home
         sched = schedule_reference(
             self.sim_graph,

@@ -84,3 +84,22 @@ def test_homes_and_a_schedule_round_trip_together(graph, tmp_path):
     del doc["schedule"], doc["param_homes"]  # a file from before either
     old = Placement.from_dict(doc)
     assert old.schedule is None and old.param_homes == {}
+
+
+def test_a_plan_with_homes_records_how_its_copies_are_made_and_a_file_from_before_runs_as_it_was_planned(
+    graph, tmp_path
+):
+    """New plans keep the forward's last copies for the backward ("keep-last", saved with the homes); a file with homes
+    and without the field was planned when every copy was made again, and loads as "again"."""
+    p = Placement.from_indices(graph, DEVICES, [1, 1, 1], homes=[0, -1, -1])
+    assert p.home_copies == "keep-last" and p.to_dict()["home_copies"] == "keep-last"
+    assert "home_copies" not in Placement.from_indices(graph, DEVICES, [1, 1, 1]).to_dict()  # no homes: as before
+    doc = p.to_dict()
+    del doc["home_copies"]  # a file from before 2026-12-06
+    old = Placement.from_dict(doc)
+    assert old.home_copies == "again" and old != p and old.to_dict()["home_copies"] == "again"
+    (tmp_path / "old.json").write_text(json.dumps(doc))
+    assert Placement.load(tmp_path / "old.json") == old
+    doc["home_copies"] = "sometimes"
+    with pytest.raises(PlacerError, match=r"^p\.json: home_copies 'sometimes': one of keep-last, again$"):
+        Placement.from_dict(doc, source="p.json")

@@ -166,6 +166,21 @@ def test_each_copy_waits_for_the_reader_two_before_and_frees_its_memory(monkeypa
     # gradient), c's copy is freed; b's and a's at the backward's end
     assert filled == [16] and ("wait", 4) in Recording.log and freed == [4 * 16, 16 * 16, 16 * 8]
     assert all(m.grad is not None for m in runtime.masters) and not runtime.sent
+    # a plan whose copies are all made again (home_copies "again", a file from before the kept copies): every copy
+    # is freed at the end of the forward and made again for the backward
+    plan = homed_plan(g, ["0.0.weight", "0.1.weight", "0.2.weight"])
+    plan.home_copies = "again"
+    placed = apply(model, plan, (x,), device_map="*=cpu")
+    runtime = placed.get_submodule(homes.RUNTIME_ATTR)
+    real_fill = runtime._fill
+    runtime._fill = lambda index, c: (filled.append(runtime.masters[index].shape[0]), real_fill(index, c))
+    filled.clear()
+    freed.clear()
+    loss = placed(x)
+    assert freed == [16 * 8, 16 * 16, 4 * 16] and filled == [16, 16, 4]
+    filled.clear()
+    loss.backward()
+    assert filled == [4, 16, 16]
 
 
 def test_homes_are_refused_where_they_cannot_run():

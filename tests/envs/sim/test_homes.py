@@ -77,6 +77,16 @@ def test_a_parameter_homed_on_the_host_is_fetched_on_the_side_stream_and_its_gra
     # the batch path, with the same homes, says the same
     t, failed = env.with_homes(p.home_indices(g)).step_times(p.indices(g)[None, :])
     assert t.tolist() == [14.0] and not failed[0]
+    # a plan whose copies are all made again (home_copies "again": a file from before the kept copies): c's copy
+    #   again [max(now 0, link 5) = 5, 8], its kernel [max(free 6, 8) = 8, 10], its gradient home [10, 13]; b's
+    #   again [max(0, link 8) = 8, 10], kernel [10, 14], gradient [max(14, link 13), 16]; a [14, 16]. At t = 8:
+    #   c's copy (3) and gradient (3), b's copy (2), a's and b's outputs (1 + 1) = 10.
+    p.home_copies = "again"
+    s, r = env.schedule(p), env.simulate(p)
+    assert s.bwd_start_s.tolist() == [14, 10, 8] and s.bwd_end_s.tolist() == [16, 14, 10]
+    assert homes_times(s) == [(1, (0, 2), (8, 10), (14, 16)), (2, (2, 5), (5, 8), (10, 13))]
+    assert s.homes.kept.tolist() == [False, False] and r.step_time_s == 16.0
+    assert r.busy_s["cpu:0->gpu:0"] == 10.0 and r.peak_bytes == {"cpu:0": 20, "gpu:0": 10, "gpu:1": 0}
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
