@@ -435,6 +435,12 @@ class Placement:
         )
 
 
+def keeps_last_copies(placement: Any) -> bool:
+    """Whether ``placement`` (a :class:`Placement`, or a vector or mapping: a new plan) keeps the forward's last home
+    copies for the backward (:attr:`Placement.home_copies` "keep-last")."""
+    return getattr(placement, "home_copies", "keep-last") == "keep-last"
+
+
 def check_home_copies(value: Any, source: str) -> str:
     """``value`` where it is one of :data:`HOME_COPIES` (a plan's ``home_copies``), else a :class:`PlacerError` naming
     ``source``."""

@@ -59,7 +59,7 @@ from envs.real.placed_model import Pipelining, build_placed_model, unwrap  # noq
 from envs.real.shapes import ShapeError  # noqa: F401  (what a placed module raises at sizes it cannot take)
 from graphs import OpGraph, PlacerError
 from graphs.hash_seed import hash_seed_hint
-from graphs.plan import as_indices, check_host_step, check_order, checkpoint_blocks, in_module
+from graphs.plan import as_indices, check_host_step, check_order, checkpoint_blocks, in_module, keeps_last_copies
 from graphs.torch_capture import check_runnable, export_program, graph_from_program
 from placer._callable import make_module_callable
 
@@ -250,7 +250,7 @@ def apply_program(
     runtime = runtime_of(placed)
     if runtime is not None:
         runtime.host_step = host_step  # "backward": its first backward without an optimizer registered warns
-        runtime.keep_last = getattr(placement, "home_copies", "keep-last") == "keep-last"
+        runtime.keep_last = keeps_last_copies(placement)
     return placed
 
 

@@ -164,14 +164,18 @@ class Window:
             if entry[0] == reader:
                 entry[2] = self.streams.mark()
 
-    def drain(self) -> None:
-        """Free every copy left, once the compute stream is past it."""
+    def drain(self, keep: Any = None) -> None:
+        """Free every copy left, once the compute stream is past it; those ``keep(copy)`` says stay live, outside the
+        window, marked kept (:meth:`HomeRuntime._refetch` then makes none)."""
         compute = self.streams.compute()
         while self.live:
             for copy in self.live.popleft()[1]:
-                if compute is not None:
+                if compute is not None:  # however it is let go, not before the compute stream is past it
                     copy.record_stream(compute)
-                free(copy)
+                if keep is not None and keep(copy):
+                    copy._placer_kept = True  # type: ignore[attr-defined]
+                else:
+                    free(copy)
 
 
 class Part(NamedTuple):
@@ -322,23 +326,10 @@ class HomeRuntime(nn.Module):
         """The forward's last copies (at most two readers' per device, those its window holds): each one its reader's
         backward reads again is kept for it, not made again (:meth:`_refetch`); the others are let go. A plan whose
         ``home_copies`` is "again" (``keep_last`` False) lets every one go."""
+        keep = _read_again if self.keep_last else None
         for (_, backward), window in self.windows.items():
-            if backward or not self.keep_last:
-                if not backward:
-                    window.drain()
-                continue
-            compute = window.streams.compute()
-            for _, copies, _ in window.live:
-                for copy in copies:
-                    if getattr(copy, "_placer_read_again", False):
-                        copy._placer_kept = True  # type: ignore[attr-defined]
-                        if compute is not None:  # however it is let go later, not before the forward is past it
-                            copy.record_stream(compute)
-            window.live = deque(
-                [reader, [c for c in copies if not getattr(c, "_placer_kept", False)], read]
-                for reader, copies, read in window.live
-            )
-            window.drain()
+            if not backward:
+                window.drain(keep)
 
     def _recompute_copy(self, index: int) -> torch.Tensor:
         """The copy for the reader's second forward, in its checkpointed block's recompute: on the side stream,
@@ -379,17 +370,15 @@ class HomeRuntime(nn.Module):
         same: the side stream waits for the reader two before and lets that one's copies go)."""
         window = self.window(index, True)
         streams = self.streams[self.torch_devices[index]]
-        if getattr(copy, "_placer_kept", False):
-            copy._placer_kept = False  # type: ignore[attr-defined]
-            with streams.on_side():
-                window.add(self.readers[index], copy)
-            self._queue_callback()
-            return
+        kept = getattr(copy, "_placer_kept", False)
+        copy._placer_kept = False  # type: ignore[attr-defined]
         with streams.on_side():
             window.add(self.readers[index], copy)
-            copy.untyped_storage().resize_(copy.numel() * copy.element_size())
-            self._fill(index, copy)
-        streams.compute_waits_side()
+            if not kept:
+                copy.untyped_storage().resize_(copy.numel() * copy.element_size())
+                self._fill(index, copy)
+        if not kept:
+            streams.compute_waits_side()
         self._queue_callback()
 
     def _send_home(self, index: int, copy: torch.Tensor) -> None:
@@ -602,6 +591,11 @@ class HomeRuntime(nn.Module):
         state = dict(super().__getstate__())
         state.update(executor=None, futures=[], inbox=deque())  # a thread pool does not copy; a copy makes its own
         return state
+
+
+def _read_again(copy: torch.Tensor) -> bool:
+    """Whether a copy's reader's backward reads it again (:meth:`HomeRuntime.release` hooked it)."""
+    return getattr(copy, "_placer_read_again", False)
 
 
 def _grad_fn(output: Any) -> Any:

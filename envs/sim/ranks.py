@@ -524,6 +524,7 @@ def simulate_ranks(
     M = check_microbatches(microbatches)
     W = check_inflight(inflight, M)
     cutter = StageCutter(graph, cluster.device_names) if cutter is None else cutter
+    per_op = op_costs(graph, cluster, M) if per_op is None else per_op
     key = None if memo is None else memo.key(op_devices, order, stage_starts, M)
     known = None if key is None else memo.get(key)
     stages = cutter(op_devices, order, stage_starts) if known is None else known[0]
@@ -534,8 +535,7 @@ def simulate_ranks(
             why = f"{len(stages)} stages on {R} ranks: one stage per rank only, in rank order (others: --looped)"
             return Result(float("inf"), "error", why, source="sim-ranks", extra={"stages": len(stages), "ranks": R})
     if known is None:
-        floats = float_outputs(graph) if per_op is None else per_op[3]
-        known = (stages, stage_layout(graph, stages, M, floats))
+        known = (stages, stage_layout(graph, stages, M, per_op[3]))
         if key is not None:
             memo.put(key, known)
     costs = stage_costs(graph, cluster, stages, M, per_op, known[1])

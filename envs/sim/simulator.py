@@ -62,7 +62,14 @@ from graphs.ops import (
     staying_buffer_bytes,
     weight_reads,
 )
-from graphs.plan import as_indices, check_host_step, check_inflight, check_microbatches, check_order
+from graphs.plan import (
+    as_indices,
+    check_host_step,
+    check_inflight,
+    check_microbatches,
+    check_order,
+    keeps_last_copies,
+)
 
 #: Bumped whenever a change to the model changes simulated step times (keys of caches of simulated results).
 MODEL_VERSION = 4  # 2: parameters read on another device are copied there (schedule_graph); 3: eager backward
@@ -393,7 +400,7 @@ class SimEnv:
         ck = None if blocks is None else blocks[0]
         sim_devices, order = self.expand(op_devices), self.sim_order(graph_order)
         step = getattr(placement, "host_step", "after")
-        keep = getattr(placement, "home_copies", "keep-last") == "keep-last"
+        keep = keeps_last_copies(placement)
         if self.backend == "reference":
             return self._reference_schedule(sim_devices, order, program, hm, ck, step, keep)
         sched = self._kernel().schedule(
