@@ -133,6 +133,7 @@ def start_ray(args: argparse.Namespace) -> None:
             include_dashboard=False,
             log_to_driver=False,
             configure_logging=False,
+            _system_config={"worker_niceness": 0},  # env runners at this process's priority (Ray's default: 15)
         )
 
 

@@ -79,7 +79,13 @@ def tiny_builder():
 
 @pytest.fixture(scope="module")
 def local_ray():
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, configure_logging=False)
+    ray.init(
+        num_cpus=2,
+        include_dashboard=False,
+        log_to_driver=False,
+        configure_logging=False,
+        _system_config={"worker_niceness": 0},
+    )
     ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])
     yield
     ray.shutdown()

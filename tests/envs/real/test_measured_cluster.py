@@ -118,6 +118,7 @@ def cluster():
         "health_check_period_ms": 500,
         "health_check_failure_threshold": 3,
         "health_check_initial_delay_ms": 0,
+        "worker_niceness": 0,  # (Ray nices its workers to 15: a busy test worker beside them would starve them)
     }
     c = Cluster(
         initialize_head=True, head_node_args={"num_cpus": 1, "include_dashboard": False, "_system_config": fast_health}

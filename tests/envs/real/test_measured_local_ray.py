@@ -125,7 +125,11 @@ OPEN_HEAD = textwrap.dedent(
     import sys
     from ray.cluster_utils import Cluster
 
-    c = Cluster(initialize_head=True, head_node_args={"num_cpus": 1, "include_dashboard": False})
+    # (Ray nices its workers to 15: a busy test worker beside them would starve them)
+    unniced = {"worker_niceness": 0}
+    c = Cluster(
+        initialize_head=True, head_node_args={"num_cpus": 1, "include_dashboard": False, "_system_config": unniced}
+    )
     print(c.address, flush=True)
     sys.stdin.read()
     c.shutdown()

@@ -65,9 +65,15 @@ MODEL_SRC = textwrap.dedent(
 )
 
 
+#: Ray nices its workers to 15 by default: beside a busy test worker, the ranks a placement launches would starve.
+UNNICED = {"worker_niceness": 0}
+
+
 @pytest.fixture(scope="module")
 def ray_cluster():
-    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 2, "include_dashboard": False})
+    cluster = Cluster(
+        initialize_head=True, head_node_args={"num_cpus": 2, "include_dashboard": False, "_system_config": UNNICED}
+    )
     ray.init(address=cluster.address, log_to_driver=False, include_dashboard=False)
     yield cluster
     ray.shutdown()
