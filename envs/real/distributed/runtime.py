@@ -39,7 +39,7 @@ from typing import Any
 
 import torch
 import torch.distributed as dist
-from torch import nn
+from torch import fx, nn
 
 from envs.real.distributed.rank_plan import RankPlan
 from envs.real.distributed.schedules import BUILDERS, SPLIT_BACKWARD
@@ -322,7 +322,8 @@ class RankSchedule:
     Args:
         plan: the compiled plan (:func:`~envs.real.distributed.rank_plan.compile_plan`).
         program: the ``ExportedProgram`` of one microbatch (the whole batch when M = 1),
-            whose op names the plan's stages use.
+            whose op names the plan's stages use; or its module (``program.module()``), made once for several
+            schedules of one program (unlifting it again costs a tenth of a second on a small model).
         example_inputs: the whole batch's inputs (their first microbatch gives the shapes).
         rank: this process's global rank.
         group: the process group of the pipeline (default: the world).
@@ -351,7 +352,8 @@ class RankSchedule:
         devices = {d.rank: d.torch_device for d in plan.devices.values()}
         self.torch_device = torch.device(devices[rank])
         split = plan.schedule in SPLIT_BACKWARD
-        modules = stage_programs(program.module(), [s.ops for s in plan.stages], split_backward=split)
+        module = program if isinstance(program, fx.GraphModule) else program.module()
+        modules = stage_programs(module, [s.ops for s in plan.stages], split_backward=split)
         microbatch = split_batch(tuple(example_inputs), plan.microbatches)[0]
         shapes = stage_shapes(modules, microbatch)
         check_received(shapes)
