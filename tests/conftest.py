@@ -29,6 +29,11 @@ def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> 
         gc.freeze()
 
 
+#: The ``_system_config`` of every Ray cluster a test starts: Ray nices its workers to 15 by default, and beside a
+#: busy test worker they then starve (one measured test took 90 s instead of 10 s beside two busy cores).
+RAY_UNNICED = {"worker_niceness": 0}
+
+
 def fast_first(values, fast: int = 1) -> list:
     """``values`` for ``pytest.mark.parametrize``: the first ``fast`` in the fast tier, the rest marked slow.
 

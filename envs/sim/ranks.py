@@ -524,7 +524,6 @@ def simulate_ranks(
     M = check_microbatches(microbatches)
     W = check_inflight(inflight, M)
     cutter = StageCutter(graph, cluster.device_names) if cutter is None else cutter
-    per_op = op_costs(graph, cluster, M) if per_op is None else per_op
     key = None if memo is None else memo.key(op_devices, order, stage_starts, M)
     known = None if key is None else memo.get(key)
     stages = cutter(op_devices, order, stage_starts) if known is None else known[0]
@@ -534,6 +533,7 @@ def simulate_ranks(
         if layout(ranks, R) != "one_per_rank":
             why = f"{len(stages)} stages on {R} ranks: one stage per rank only, in rank order (others: --looped)"
             return Result(float("inf"), "error", why, source="sim-ranks", extra={"stages": len(stages), "ranks": R})
+    per_op = op_costs(graph, cluster, M) if per_op is None else per_op
     if known is None:
         known = (stages, stage_layout(graph, stages, M, per_op[3]))
         if key is not None:

@@ -20,6 +20,7 @@ ray = pytest.importorskip("ray")
 from envs import Cluster  # noqa: E402
 from envs.real.measured import LOG_NAME, MeasuredEnv, Worker, placement_hash, read_log  # noqa: E402
 from graphs import PlacerError  # noqa: E402
+from tests.conftest import RAY_UNNICED  # noqa: E402
 
 # Faults the test actors act on, by placement hash (the file is read by the actors,
 # which get this module by value, so the path is fixed when the module loads).
@@ -84,7 +85,7 @@ def local_ray():
         include_dashboard=False,
         log_to_driver=False,
         configure_logging=False,
-        _system_config={"worker_niceness": 0},
+        _system_config=RAY_UNNICED,
     )
     ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])
     yield

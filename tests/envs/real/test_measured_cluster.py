@@ -35,6 +35,7 @@ from envs.real.measured import LOG_NAME, MeasuredEnv, Worker  # noqa: E402
 from placer.cli.train import summary  # noqa: E402
 from placer.learn.config import TrainConfig  # noqa: E402
 from placer.learn.runners import train  # noqa: E402
+from tests.conftest import RAY_UNNICED  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[3]
 MODULE = f"placer_user_model_{uuid.uuid4().hex[:8]}"  # a name nothing else on any path has
@@ -118,7 +119,7 @@ def cluster():
         "health_check_period_ms": 500,
         "health_check_failure_threshold": 3,
         "health_check_initial_delay_ms": 0,
-        "worker_niceness": 0,  # (Ray nices its workers to 15: a busy test worker beside them would starve them)
+        **RAY_UNNICED,
     }
     c = Cluster(
         initialize_head=True, head_node_args={"num_cpus": 1, "include_dashboard": False, "_system_config": fast_health}

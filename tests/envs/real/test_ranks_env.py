@@ -27,7 +27,7 @@ from envs.real.slices import supported  # noqa: E402
 from envs.result import Result  # noqa: E402
 from graphs import PlacerError  # noqa: E402
 from graphs.plan import Placement  # noqa: E402
-from tests.conftest import importable_module  # noqa: E402
+from tests.conftest import RAY_UNNICED, importable_module  # noqa: E402
 
 MODEL_SRC = textwrap.dedent(
     """
@@ -65,14 +65,10 @@ MODEL_SRC = textwrap.dedent(
 )
 
 
-#: Ray nices its workers to 15 by default: beside a busy test worker, the ranks a placement launches would starve.
-UNNICED = {"worker_niceness": 0}
-
-
 @pytest.fixture(scope="module")
 def ray_cluster():
     cluster = Cluster(
-        initialize_head=True, head_node_args={"num_cpus": 2, "include_dashboard": False, "_system_config": UNNICED}
+        initialize_head=True, head_node_args={"num_cpus": 2, "include_dashboard": False, "_system_config": RAY_UNNICED}
     )
     ray.init(address=cluster.address, log_to_driver=False, include_dashboard=False)
     yield cluster
