@@ -9,11 +9,12 @@ from __future__ import annotations
 
 import os
 import re
+import sys
 
 import pytest
 
 from envs.real.allocator import thread_cache_off
-from envs.real.distributed.launch import launch
+from envs.real.distributed.launch import FORKSERVER_PRELOAD, launch
 from graphs import PlacerError
 
 
@@ -45,6 +46,7 @@ def report(tag: str) -> dict:
         "cpus": sorted(os.sched_getaffinity(0)),
         "parent": os.getppid(),
         "thread_cache_off": thread_cache_off(),  # glibc's, as the process started (envs.real.allocator)
+        "preloaded": [m for m in FORKSERVER_PRELOAD if m in sys.modules],  # imported before the entry point ran
     }
 
 
@@ -60,6 +62,8 @@ def test_each_job_s_processes_start_with_the_caller_s_environment_and_cores_as_t
     assert rows == [("0", "first", True), ("1", "first", True)]
     # forked from the fork server, not from this process: the second job's processes are forked from the same one
     assert first[0]["parent"] != os.getpid() and first[0]["parent"] == first[1]["parent"]
+    # the fork server imported torch.export's tracer: a process that exports does not import it again (2 s)
+    assert first[0]["preloaded"] == list(FORKSERVER_PRELOAD) == ["torch.export._trace", "torch.distributed.pipelining"]
     monkeypatch.setenv("PLACER_TEST_LAUNCH", "second")
     monkeypatch.delenv("PLACER_TEST_GONE")
     saved = os.sched_getaffinity(0)
@@ -84,7 +88,7 @@ def test_each_job_s_processes_start_with_the_caller_s_environment_and_cores_as_t
 UNGUARDED = """
 import os
 import re
-from envs.real.distributed.launch import launch
+from envs.real.distributed.launch import FORKSERVER_PRELOAD, launch
 print(launch(os.getpid, nproc_per_node=1))
 """
 
