@@ -336,9 +336,17 @@ def capture_program(
     dynamic: bool = False,
     name: str = "",
 ) -> tuple[Any, OpGraph]:
-    """:func:`capture`, and the program it exported: ``(ep, graph)`` (one export where a caller needs both)."""
-    ep = export_program(model, example_inputs, decompose=decompose, unroll_rnn=unroll_rnn)
-    graph = graph_from_program(ep, name=name or type(model).__name__)
+    """:func:`capture`, and the program it exported: ``(ep, graph)`` (one export where a caller needs both).
+
+    The program is exported without its nodes' stack traces (:func:`graphs.export.without_stack_traces`), which only
+    an error message reads: where the program cannot be read into a graph, it is exported again with them, so the
+    error names the user's line."""
+    ep = export_program(model, example_inputs, decompose=decompose, unroll_rnn=unroll_rnn, stack_traces=False)
+    try:
+        graph = graph_from_program(ep, name=name or type(model).__name__)
+    except CaptureError:  # again, with the stack traces the message names the user's line from
+        ep = export_program(model, example_inputs, decompose=decompose, unroll_rnn=unroll_rnn)
+        graph = graph_from_program(ep, name=name or type(model).__name__)
     graph.meta["decomposed"] = bool(decompose)
     if unroll_rnn:
         graph.meta["unroll_rnn"] = True
