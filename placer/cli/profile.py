@@ -50,7 +50,13 @@ def add_command(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--devices", default="cpu", help="comma-separated torch devices (default cpu), e.g. cpu,cuda:0")
     p.add_argument("-o", "--output", required=True, metavar="FILE", help="profile file to write (.json)")
     p.add_argument("--warmup", type=int, default=1, help="untimed steps (default 1)")
-    p.add_argument("--repeats", type=int, default=5, help="timed steps of each kind; the median is kept (default 5)")
+    p.add_argument(
+        "--repeats",
+        type=int,
+        default=5,
+        help="timed steps of each kind; the median is kept (default 5). The host's contention probe takes the best "
+        "of this many 0.2 s windows, at most 3",
+    )
     p.add_argument(
         "--ranks",
         type=int,

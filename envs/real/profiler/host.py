@@ -113,7 +113,7 @@ def time_contention(device: Any = None, *, seconds: float = 0.2, trials: int = 3
     """How much an intra-op-parallel host workload and a thread issuing tiny ops slow each other.
 
     ``device``: where the issuing thread's ops run (a GPU: kernel launches without
-    waiting; default the CPU). Each rate is the best of ``trials`` windows of
+    waiting; default the CPU). Each rate is the best of ``trials`` windows (``"windows"``) of
     ``seconds`` (a busy machine only slows a window down). Returns
     ``{"op": host slowdown - 1, "issue": issuing slowdown - 1, "threads", "rates": {...}}``,
     both at least 0.
@@ -151,6 +151,7 @@ def time_contention(device: Any = None, *, seconds: float = 0.2, trials: int = 3
         "threads": torch.get_num_threads(),
         "device": str(torch_device),
         "rates": rates,
+        "windows": int(trials),
     }
 
 

@@ -213,6 +213,7 @@ def test_a_profile_on_microbatches_times_every_op_on_one_of_them_too(tmp_path):
     # medians of 5: a spike of a busy host is outvoted (at 3 it failed once: one matmul at 17 ms against 2 ms)
     prof = profile_model(model, (x,), ["cpu"], warmup=1, repeats=5, microbatches=4)
     entry = prof["devices"]["cpu"]
+    assert entry["contention"]["windows"] == 3  # the host's contention probe: the best of at most 3 windows
     timed = [k for k, t in enumerate(entry["fwd_s"]) if t is not None]
     assert timed and all(entry["micro_m"][k] == 4 and entry["micro_fwd_s"][k] is not None for k in timed)
     big = int(np.nanargmax(np.array(entry["fwd_s"], dtype=float)))  # the first matmul: 0.27 GFLOP whole
@@ -310,6 +311,7 @@ def test_isolated_method_times_op_by_op():
     prof = profile_model(model, (x,), ["cpu"], warmup=0, repeats=1, method="isolated")
     cpu = prof["devices"]["cpu"]
     assert cpu["method"] == "isolated" and "update_s" not in cpu
+    assert cpu["contention"]["windows"] == 1  # the host's probes repeat as often as the profile asks
     assert all(t > 0 for t in cpu["fwd_s"])
     with pytest.raises(PlacerError, match="context.*isolated"):
         profile_model(model, (x,), ["cpu"], method="guess")

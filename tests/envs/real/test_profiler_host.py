@@ -27,7 +27,8 @@ def test_staging_on_this_host_is_timed_and_fitted():
 
 def test_contention_is_measured_as_two_slowdowns():
     c = time_contention(seconds=0.05, trials=2, size=64)
-    assert set(c) == {"op", "issue", "threads", "device", "rates"} and c["device"] == "cpu"
+    assert set(c) == {"op", "issue", "threads", "device", "rates", "windows"} and c["device"] == "cpu"
+    assert c["windows"] == 2
     assert math.isfinite(c["op"]) and math.isfinite(c["issue"]) and c["op"] >= 0 and c["issue"] >= 0
     assert all(v > 0 for v in c["rates"].values())
 
