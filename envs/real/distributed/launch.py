@@ -155,7 +155,7 @@ def _run_then_exit_quickly(
 
 
 #: What the fork server imports besides the entry point's module: what a job's process imports on its first
-#: ``torch.export`` (the tracer, and with it dynamo: 2.1 s of a CPU core here, in every process, where placer's
+#: ``torch.export`` (the tracer, and with it dynamo: 0.9-2.1 s of a CPU core here, in every process, where placer's
 #: rank processes all export their model) and to run its stages (torch's pipelining). A module this torch lacks is
 #: passed over (the fork server skips what it cannot import).
 FORKSERVER_PRELOAD = ("torch.export._trace", "torch.distributed.pipelining")
