@@ -283,6 +283,50 @@ def test_moving_two_neighbouring_cuts_together_finds_what_one_cut_at_a_time_cann
         search(g, k80x4, pairs="yes")
 
 
+def test_the_search_simulates_each_plan_once_and_finds_what_it_found_scoring_them_all(monkeypatch):
+    from envs.sim.ranks import RankSim
+    from placer.methods.heuristics import stage_search as search
+
+    # a later round tries again plans an earlier round scored: their steps are remembered, not simulated again
+    # (24 matmuls of seeded work, each sending 1 KiB or 4 MiB on: the search moves its cuts in two rounds, then a third)
+    names, rng = [f"op{i}" for i in range(24)], np.random.default_rng(3)
+    flops = [f * 1e10 for f in rng.integers(1, 10, size=24)]
+    edges = [(a, b, int(x)) for a, b, x in zip(names, names[1:], rng.choice([1 << 10, 1 << 22], size=23))]
+    g = OpGraph.from_edges(names, edges, flops=flops, op_types=["aten.mm.default"] * 24)
+    k80x4 = envs.Cluster.preset("k80x4")
+    tried: list[tuple] = []  # every plan a move tried, by its cuts
+    rows: list[bytes] = []  # every plan the moves simulated (after the three starting splits)
+    started = []
+    for name in ("moved_cuts", "shifted_pair"):
+        make = getattr(search, name)
+        monkeypatch.setattr(
+            search, name, lambda *a, make=make, **k: [tried.append(tuple(c)) or c for c in make(*a, **k)]
+        )
+    start = search.starting_cuts
+
+    def starting(*args):
+        out = start(*args)
+        started.append(1)  # the moves begin
+        return out
+
+    monkeypatch.setattr(search, "starting_cuts", starting)
+    step_times = RankSim.step_times
+
+    def recorded(self, op_devices, order=None):
+        if started:
+            rows.extend(np.asarray(row).tobytes() for row in np.atleast_2d(op_devices))
+        return step_times(self, op_devices, order)
+
+    monkeypatch.setattr(RankSim, "step_times", recorded)
+    found = search.stage_search(g, k80x4, env=SimpleNamespace(microbatches=4, inflight=None))
+    assert len(tried) > len(set(tried))  # later rounds tried plans again
+    assert len(rows) == len(set(rows)) == len(set(tried))  # each simulated once
+    # the plan is the best of every plan tried, as when each was simulated every time it was tried
+    sim = RankSim(g, k80x4, microbatches=4)
+    steps = [sim.simulate(np.frombuffer(r, dtype=np.asarray(found).dtype)).step_time_s for r in rows]
+    assert sim.simulate(found).step_time_s <= min(steps)
+
+
 def four_times_heavier_head() -> OpGraph:
     """The LM's layers, its head four times the work of a block: a V is 16 % faster than one stage per rank, M = 4."""
     return chain(LM, flops=[1e11] * 10 + [4e11], param_bytes=[1 << 20] * len(LM))
