@@ -341,12 +341,13 @@ def capture_program(
     The program is exported without its nodes' stack traces (:func:`graphs.export.without_stack_traces`), which only
     an error message reads: where the program cannot be read into a graph, it is exported again with them, so the
     error names the user's line."""
+    name = name or type(model).__name__
     ep = export_program(model, example_inputs, decompose=decompose, unroll_rnn=unroll_rnn, stack_traces=False)
     try:
-        graph = graph_from_program(ep, name=name or type(model).__name__)
+        graph = graph_from_program(ep, name=name)
     except CaptureError:  # again, with the stack traces the message names the user's line from
         ep = export_program(model, example_inputs, decompose=decompose, unroll_rnn=unroll_rnn)
-        graph = graph_from_program(ep, name=name or type(model).__name__)
+        graph = graph_from_program(ep, name=name)
     graph.meta["decomposed"] = bool(decompose)
     if unroll_rnn:
         graph.meta["unroll_rnn"] = True

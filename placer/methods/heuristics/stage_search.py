@@ -232,7 +232,9 @@ def _search(
         moves = [(k, 1) for k in range(len(cuts))] + ([(k, 2) for k in range(len(cuts) - 1)] if pairs else [])
         for k, width in moves:
             tried = moved_cuts(cuts, k, n, merge=merge) if width == 1 else shifted_pair(cuts, k, n)
-            new = list({tuple(c): c for c in tried if tuple(c) not in scored}.values())
+            if not tried:
+                continue
+            new = [c for c in tried if tuple(c) not in scored]  # (a move's plans differ from each other)
             if new:
                 batch = np.stack([on[stages_of(c, n)] for c in new])
                 if turn is None:
@@ -240,8 +242,6 @@ def _search(
                 else:
                     new_s, failed = sim.staged_step_times(batch, [(c[turn],) for c in new])
                 scored.update(zip(map(tuple, new), np.where(failed, np.inf, new_s).tolist()))
-            if not tried:
-                continue
             step_time_s = np.array([scored[tuple(c)] for c in tried])
             j = int(np.argmin(step_time_s))
             if step_time_s[j] < best_s * (1 - 1e-9):

@@ -88,7 +88,7 @@ def test_each_job_s_processes_start_with_the_caller_s_environment_and_cores_as_t
 UNGUARDED = """
 import os
 import re
-from envs.real.distributed.launch import FORKSERVER_PRELOAD, launch
+from envs.real.distributed.launch import launch
 print(launch(os.getpid, nproc_per_node=1))
 """
 
