@@ -181,7 +181,8 @@ def check_model(
     """Every plan of ``plan_names`` on corpus model ``name``: one :class:`PlanResult` each (never raises for a plan)."""
     model, inputs = built if built is not None else build(name)
     # one export: the graph's, and the program every plan after the first shares (the first goes through
-    # placer.apply as a user calls it); pipelined plans share one program at each microbatch size
+    # placer.apply as a user calls it); pipelined plans share one program at each microbatch size, exported
+    # without the nodes' stack traces as the capture's is (they only name a line in an error of the capture)
     program, graph = capture_program(model, inputs, name=name)
     ref = reference(model, inputs)
     rows = []
@@ -189,7 +190,9 @@ def check_model(
     for k, (plan_name, placement) in enumerate(plans(graph, names=plan_names).items()):
         if k > 0 and placement.microbatches > 1 and placement.microbatches not in parts:
             with contextlib.suppress(Exception):  # a plan that cannot be cut fails as a row of its own
-                parts[placement.microbatches] = export_program(model, split_batch(inputs, placement.microbatches)[0])
+                parts[placement.microbatches] = export_program(
+                    model, split_batch(inputs, placement.microbatches)[0], stack_traces=False
+                )
         t0 = time.perf_counter()
         try:
             ok, loss_err, grad_err, worst, ratio, step = run_plan(
