@@ -43,7 +43,7 @@ from torch import fx, nn
 
 from envs.real.distributed.rank_plan import RankPlan
 from envs.real.distributed.schedules import BUILDERS, SPLIT_BACKWARD
-from envs.real.distributed.stage_modules import place_stage, stage_programs, stage_shapes
+from envs.real.distributed.stage_modules import cached_program_values, place_stage, stage_programs, stage_shapes
 from envs.real.pipeline import batched, split_batch
 from envs.real.placing import to_device
 from graphs import PlacerError
@@ -331,6 +331,9 @@ class RankSchedule:
             ranks (gloo) under GPipe, 1F1B, Interleaved 1F1B, interleaved zero bubble and ZB-V
             (:func:`early_by_default`). Every stage's messages are tagged by stream either way
             (:func:`tag_streams`), so a looped plan may post early too, and ranks that post differently still agree.
+        validate: every stage checks each microbatch's inputs and outputs against the shapes, strides and dtypes
+            it was given (torch checks so under ``TORCH_DISTRIBUTED_DEBUG=DETAIL``, which also checks every
+            collective); for the conformance checks (:mod:`bench.dist_conformance`).
     """
 
     def __init__(
@@ -341,6 +344,7 @@ class RankSchedule:
         rank: int,
         group: Any = None,
         early_receives: bool | None = None,
+        validate: bool = False,
     ) -> None:
         from torch.distributed.pipelining import PipelineStage
 
@@ -355,7 +359,9 @@ class RankSchedule:
         module = program if isinstance(program, fx.GraphModule) else program.module()
         modules = stage_programs(module, [s.ops for s in plan.stages], split_backward=split)
         microbatch = split_batch(tuple(example_inputs), plan.microbatches)[0]
-        shapes = stage_shapes(modules, microbatch)
+        # the stages' shapes, from one run of the whole program on fake tensors, kept with the program for the
+        # next schedule of it (another plan's, the next job's)
+        shapes = stage_shapes(modules, microbatch, cached_program_values(program, module, microbatch))
         check_received(shapes)
         shared = shared_parameters(modules, plan.stage_ranks)
         # every rank creates every group, in one order (dist.new_group is collective over the world)
@@ -376,6 +382,8 @@ class RankSchedule:
         default = early_by_default(self.torch_device.type, plan.schedule)
         self.early_receives = default if early_receives is None else bool(early_receives)
         for stage in self.stages:
+            if validate:
+                stage._runtime_validate = True  # noqa: SLF001  (torch's own switch, set by its debug level)
             if split:
                 mend_split_backward(stage)
             tag_streams(stage)  # first: the early posting asks the tagged receives

@@ -28,13 +28,16 @@
 :func:`place_stage` moves a stage to its torch device as ``placer.apply`` would
 (device arguments, views, the bodies of ``no_grad``/autocast regions), and
 :func:`stage_shapes` finds what every stage takes and returns (shape, stride,
-dtype, whether it needs a gradient) by running the chain on fake tensors, so torch's
-stages need not find them by running the model on uninitialised data.
+dtype, whether it needs a gradient) on fake tensors, so torch's stages need not find
+them by running the model on uninitialised data: read from one run of the whole
+program (:func:`cached_program_values`, kept with the program for every plan of it:
+the next job's, another plan's), or by running the chain of stages.
 """
 
 from __future__ import annotations
 
 import copy
+import weakref
 from collections.abc import Sequence
 from typing import Any, NamedTuple
 
@@ -68,6 +71,8 @@ def dense_gradient(x: torch.Tensor) -> torch.Tensor:
 
 #: The name each :func:`dense_gradient` node of a stage takes, before its input's: no op of a program is named so.
 DENSE_GRADIENT_PREFIX = "placer_dense_gradient_"
+#: The key of a stage node's ``meta`` that names the program's node it copies (a stage may have to rename it).
+SOURCE = "placer_source"
 #: The export's guard on the inputs' shapes (a call_module of ``ep.module()``); a stage checks nothing of the sort.
 GUARDS = "_guards_fn"
 
@@ -142,7 +147,7 @@ def stage_programs(
         attrs: dict[str, Any] = {}
         for v in carried[s]:
             env[v] = graph.placeholder(v.name)
-            env[v].meta = dict(v.meta)
+            env[v].meta = {**v.meta, SOURCE: v.name}
 
         def value(a: fx.Node) -> fx.Node:
             if a.op == "get_attr" and a not in env:  # a parameter, buffer or region body: this stage's attribute too
@@ -155,6 +160,7 @@ def stage_programs(
         for node in gm.graph.nodes:
             if node.op == "call_function" and stage.get(node) == s:
                 env[node] = graph.node_copy(node, value)
+                env[node].meta[SOURCE] = node.name  # the copy's own dict (node_copy copies it)
         if s + 1 < len(stage_ops):  # sent to another process: gloo and nccl send dense tensors only
             send, how = (_CLONE, {"memory_format": torch.contiguous_format}) if split_backward else (_CONTIGUOUS, {})
             graph.output(tuple(graph.call_function(send, (env[v],), how) for v in carried[s + 1]))
@@ -248,11 +254,16 @@ def _meta(t: torch.Tensor) -> torch.Tensor:
 
 
 class _FakeRun(fx.Interpreter):
-    """Runs a stage on fake tensors: its attributes (one fake per real tensor, so tied ones stay tied) too."""
+    """Runs a stage on fake tensors: its attributes (one fake per real tensor, so tied ones stay tied) too.
 
-    def __init__(self, module: fx.GraphModule, mode: Any, fakes: dict[int, torch.Tensor]) -> None:
+    ``values``, where given, takes every tensor the run makes as a meta tensor, by its node's name; the export's
+    guard on the inputs' shapes (:data:`GUARDS`) is skipped, as the stages skip it."""
+
+    def __init__(
+        self, module: fx.GraphModule, mode: Any, fakes: dict[int, torch.Tensor], values: dict | None = None
+    ) -> None:
         super().__init__(module)
-        self.mode, self.fakes = mode, fakes
+        self.mode, self.fakes, self.values = mode, fakes, values
 
     def get_attr(self, target: Any, args: Any, kwargs: Any) -> Any:
         value = super().get_attr(target, args, kwargs)
@@ -262,16 +273,39 @@ class _FakeRun(fx.Interpreter):
             return self.fakes[id(value)]
         return value
 
+    def call_module(self, target: Any, args: Any, kwargs: Any) -> Any:
+        return None if target == GUARDS else super().call_module(target, args, kwargs)
 
-def stage_shapes(modules: Sequence[fx.GraphModule], inputs: Sequence[Any]) -> list[StageShapes]:
-    """Run the chain of ``modules`` on fake copies of ``inputs`` (one microbatch) with autograd on; no kernel runs."""
+    def run_node(self, n: fx.Node) -> Any:
+        out = super().run_node(n)
+        if self.values is not None and isinstance(out, torch.Tensor):
+            self.values[n.name] = _meta(out)
+        return out
+
+
+def _fake_inputs(mode: Any, inputs: Sequence[Any]) -> tuple:
+    return tuple(mode.from_tensor(x) if isinstance(x, torch.Tensor) else x for x in inputs)
+
+
+def stage_shapes(
+    modules: Sequence[fx.GraphModule], inputs: Sequence[Any], values: dict[str, torch.Tensor] | None = None
+) -> list[StageShapes]:
+    """Run the chain of ``modules`` on fake copies of ``inputs`` (one microbatch) with autograd on; no kernel runs.
+
+    ``values``: the whole program's run (:func:`program_values`, kept for every plan of the program), from which
+    the shapes are read instead, where it says them exactly (:func:`_shapes_from_values`: all but a rare case of
+    a size-1 dimension); else the chain runs."""
+    if values is not None:
+        shapes = _shapes_from_values(modules, inputs, values)
+        if shapes is not None:
+            return shapes
     from torch._subclasses.fake_tensor import FakeTensorMode  # noqa: PLC2701 (torch's fake tensors: no public path)
 
     mode = FakeTensorMode(allow_non_fake_inputs=False)
     fakes: dict[int, torch.Tensor] = {}
     shapes = []
     with mode, torch.enable_grad():
-        args = tuple(mode.from_tensor(x) if isinstance(x, torch.Tensor) else x for x in inputs)
+        args = _fake_inputs(mode, inputs)
         for module in modules:
             out = _FakeRun(module, mode, fakes).run(*args)
             out = out if isinstance(out, tuple) else (out,)
@@ -282,6 +316,102 @@ def stage_shapes(modules: Sequence[fx.GraphModule], inputs: Sequence[Any]) -> li
                 )
             )
             args = out
+    return shapes
+
+
+def program_values(module: fx.GraphModule, inputs: Sequence[Any]) -> dict[str, torch.Tensor]:
+    """Every tensor of one run of the whole unlifted program ``module`` on fake copies of ``inputs`` (one
+    microbatch), with autograd on, as a meta tensor (shape, stride, dtype, requires_grad) by its node's name."""
+    from torch._subclasses.fake_tensor import FakeTensorMode  # noqa: PLC2701 (torch's fake tensors: no public path)
+
+    mode = FakeTensorMode(allow_non_fake_inputs=False)
+    values: dict[str, torch.Tensor] = {}
+    with mode, torch.enable_grad():
+        _FakeRun(module, mode, {}, values).run(*_fake_inputs(mode, inputs))
+    return values
+
+
+#: :func:`cached_program_values`' runs, by the program (or module) they ran: a measured env's rank runs one job of
+#: a program after another (:class:`~envs.real.distributed.worker.ProgramCache`), each with its own plan.
+_VALUES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def cached_program_values(owner: Any, module: fx.GraphModule, inputs: Sequence[Any]) -> dict[str, torch.Tensor] | None:
+    """:func:`program_values` of ``module``, kept with ``owner`` (the ``ExportedProgram`` it was unlifted from, or
+    itself) for the next schedule of the same inputs' shapes and dtypes and the same parameters needing gradients;
+    None where the whole program does not run on fake tensors (the stages then run as a chain)."""
+    key = (
+        tuple((tuple(x.shape), x.dtype, x.requires_grad) if isinstance(x, torch.Tensor) else repr(x) for x in inputs),
+        tuple(name for name, p in module.named_parameters(remove_duplicate=False) if p.requires_grad),
+    )
+    kept = _VALUES.get(owner)
+    if kept is None or kept[0] != key:
+        try:
+            values = program_values(module, inputs)
+        except Exception:  # noqa: BLE001  (the stages' own run says what is wrong, if anything is)
+            values = None
+        kept = (key, values)
+        _VALUES[owner] = kept
+    return kept[1]
+
+
+def _dense(t: torch.Tensor) -> torch.Tensor:
+    """A meta tensor like ``t`` with the strides a fresh tensor of its shape has (what a clone leaves)."""
+    out = torch.empty(tuple(t.shape), dtype=t.dtype, device="meta")
+    return out.requires_grad_(True) if t.requires_grad else out
+
+
+def _same(a: torch.Tensor, b: torch.Tensor) -> bool:
+    return (a.shape, a.stride(), a.dtype, a.requires_grad) == (b.shape, b.stride(), b.dtype, b.requires_grad)
+
+
+def _shapes_from_values(
+    modules: Sequence[fx.GraphModule], inputs: Sequence[Any], values: dict[str, torch.Tensor]
+) -> list[StageShapes] | None:
+    """:func:`stage_shapes` read from the whole program's ``values``, or None where they do not say.
+
+    A value's shape, dtype and whether it needs a gradient do not depend on the layout of the tensors it was made
+    from; its strides may. So what a stage sends is known where its layout is:
+
+    * a split backward's stage sends fresh copies (dense strides);
+    * another stage sends ``contiguous(y)``: ``y`` as it is where it is contiguous, else dense. Its ``y`` is the
+      whole program's while every tensor the stage received is exactly the whole program's (as stage 0's inputs
+      are); one it received and sends on is what it received; else ``contiguous(y)`` is dense unless a dimension
+      of ``y`` has size 0 or 1 (where a contiguous tensor may keep other strides): only then None."""
+    placeholders = [n for n in modules[0].graph.nodes if n.op == "placeholder"]
+    if len(placeholders) != len(inputs):  # inputs in a structure: the chain's run flattens them
+        return None
+    received = {p.name: _meta(x) for p, x in zip(placeholders, inputs) if isinstance(x, torch.Tensor)}
+    args = tuple(received.values())
+    same = True  # what this stage received is exactly the whole program's
+    shapes = []
+    for s, module in enumerate(modules):
+        output = next(n for n in module.graph.nodes if n.op == "output")
+        last = s + 1 == len(modules)
+        outs = []
+        for send in [output] if last else output.args[0]:
+            node = send.args[0]
+            if not isinstance(node, fx.Node):
+                return None
+            whole = received.get(node.name) if node.op == "placeholder" else values.get(node.meta.get(SOURCE))
+            if whole is None:
+                return None
+            if last:  # the loss: one scalar, whose strides are () whatever its inputs' were
+                outs.append(whole)
+            elif send.target is _CLONE:
+                outs.append(_dense(whole))
+            elif node.op == "placeholder" or same:
+                outs.append(whole if whole.is_contiguous() else _dense(whole))
+            elif min(whole.shape, default=2) > 1:
+                outs.append(_dense(whole))
+            else:
+                return None
+        shapes.append(StageShapes(args, tuple(outs)))
+        if not last:
+            carried = [n for n in modules[s + 1].graph.nodes if n.op == "placeholder"]
+            received = {p.name: t for p, t in zip(carried, outs)}
+            same = all(p.meta.get(SOURCE) in values and _same(t, values[p.meta[SOURCE]]) for p, t in zip(carried, outs))
+            args = tuple(outs)
     return shapes
 
 
@@ -297,11 +427,14 @@ __all__ = [
     "DENSE_GRADIENT_PREFIX",
     "DenseGradient",
     "GUARDS",
+    "SOURCE",
     "StageShapes",
+    "cached_program_values",
     "carried_values",
     "dense_gradient",
     "parameters_by_name",
     "place_stage",
+    "program_values",
     "stage_programs",
     "stage_shapes",
 ]

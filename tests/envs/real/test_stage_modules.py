@@ -16,12 +16,15 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from envs.real.distributed import stage_modules
 from envs.real.distributed.cut import cut_stages
 from envs.real.distributed.runtime import shared_parameters
 from envs.real.distributed.stage_modules import (
     DENSE_GRADIENT_PREFIX,
+    cached_program_values,
     carried_values,
     dense_gradient,
+    program_values,
     stage_programs,
     stage_shapes,
 )
@@ -107,6 +110,72 @@ def test_stage_shapes_say_what_needs_a_gradient(three_stages):
     ]
     assert [t.is_contiguous() for t in shapes[0].outputs] == [True, True]
     assert shapes[2].outputs[0].shape == () and shapes[2].outputs[0].requires_grad
+
+
+class Transposer(nn.Module):
+    """Stage 0 sends a transpose (the chain's next stage receives it dense, the whole program has it transposed);
+    stage 1 sends what it made of it: where ``narrow``, a slice of size 1 that the whole program has contiguous
+    with another stride than the chain's contiguous() gives (``contiguous`` leaves such a tensor as it is)."""
+
+    def __init__(self, narrow: bool) -> None:
+        super().__init__()
+        self.a, self.b, self.narrow = nn.Linear(6, 6), nn.Linear(6, 6), narrow
+
+    def forward(self, x: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+        h = self.a(x).transpose(0, 1)
+        g = h.mul(2)[:, 0:1] if self.narrow else h.mul(2)
+        return (self.b(g.transpose(0, 1)) - labels).square().mean()
+
+
+def _metas(shapes):
+    return [[(tuple(t.shape), t.stride(), t.dtype, t.requires_grad) for t in (*s.inputs, *s.outputs)] for s in shapes]
+
+
+def _transposer_stages(narrow: bool):
+    model, inputs = Transposer(narrow), (torch.randn(4, 3, 6), torch.randn(6))
+    gm = export_program(model, inputs).module()
+    ops = [n.name for n in gm.graph.nodes if n.op == "call_function"]
+    one, two = ops.index("mul"), ops.index("transpose_1")  # stage 1: the mul and the slice
+    return gm, inputs, [ops[:one], ops[one:two], ops[two:]]
+
+
+@pytest.mark.parametrize("split", [False, True], ids=["contiguous-sends", "split-backward"])
+@pytest.mark.parametrize("case", ["tied-skip", "transposed", "transposed-size-1"])
+def test_the_whole_program_s_run_gives_the_stages_the_shapes_their_chain_has(three_stages, case, split):
+    if case == "tied-skip":
+        _, inputs, ep, stage_ops = three_stages
+        gm = ep.module()
+    else:
+        gm, inputs, stage_ops = _transposer_stages(case == "transposed-size-1")
+    modules = stage_programs(gm, stage_ops, split_backward=split)
+    values = program_values(gm, inputs)
+    chain = stage_shapes(modules, inputs)
+    assert _metas(stage_shapes(modules, inputs, values)) == _metas(chain)  # shapes, strides, dtypes, gradients
+    derived = stage_modules._shapes_from_values(modules, inputs, values)
+    # the one case the whole program cannot say: a stage that received another layout than the whole program's
+    # sends a contiguous() of what it made, with a dimension of size 1 (a contiguous tensor may keep odd strides)
+    assert (derived is None) == (case == "transposed-size-1" and not split)
+    if derived is not None:
+        assert _metas(derived) == _metas(chain)
+    if case != "tied-skip":  # the transpose reaches stage 1 dense, as the process groups send it
+        assert chain[1].inputs[0].is_contiguous() and not values["transpose"].is_contiguous()
+
+
+def test_the_whole_program_runs_once_for_every_schedule_of_it_until_a_parameter_s_gradient_changes(monkeypatch):
+    model, inputs = built()
+    ep = export_program(model, inputs)  # its own: freezing a weight below changes the program's parameters
+    runs = []
+    monkeypatch.setattr(stage_modules, "program_values", lambda m, i: runs.append(m) or program_values(m, i))
+    first = cached_program_values(ep, ep.module(), inputs)
+    assert cached_program_values(ep, ep.module(), inputs) is first and len(runs) == 1  # the next job's module
+    assert first["a_weight"].requires_grad and first["linear"].requires_grad
+    gm = ep.module()
+    gm.a.weight.requires_grad_(False)  # the program's own parameter (a LoRA's frozen weight; another model adopted)
+    again = cached_program_values(ep, gm, inputs)
+    assert len(runs) == 2 and again is not first
+    assert not again["a_weight"].requires_grad and again["linear"].requires_grad  # its bias still learns
+    cached_program_values(ep, gm, (inputs[0][:2], inputs[1][:2]))  # another microbatch size
+    assert len(runs) == 3
 
 
 def test_integer_tensors_between_stages_are_one_line_on_a_torch_that_cannot_send_them(three_stages):
