@@ -61,7 +61,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -90,6 +90,14 @@ from graphs.plan import Placement, as_indices, check_inflight, check_microbatche
 #: (``placer train --ranks --choose-shape``, ``bench.rank_splits``): one microbatch; GPipe over 2, 4 and 8; 1F1B over
 #: 4 with 2 in flight and over 8 with 4.
 PIPELINE_SHAPES = ((1, 1), (2, 2), (4, 4), (4, 2), (8, 8), (8, 4))
+
+
+class Run(NamedTuple):
+    """A stage as the simulator reads it (:meth:`~envs.real.distributed.cut.StageCutter.runs`): its logical device,
+    and its ops in issue order as an int64 array (a :class:`~envs.real.distributed.cut.Stage` holds a tuple)."""
+
+    device: str
+    ops: np.ndarray
 
 
 @dataclass(frozen=True)
@@ -194,10 +202,12 @@ def stage_ranks(cluster: Cluster, stages: list[Stage]) -> tuple[list[int], list[
     return [rank_of[d] for d in device_indices], device_indices
 
 
-def stage_layout(graph: OpGraph, stages: list[Stage], microbatches: int, floats: np.ndarray) -> tuple:
+def stage_layout(graph: OpGraph, stages: Sequence[Stage | Run], microbatches: int, floats: np.ndarray) -> tuple:
     """``(each stage's ops, each op's stage, boundary_traffic)`` of ``stages``: what :func:`stage_costs` reads of a
     plan that no cluster changes (:class:`RankSim` keeps it per plan, for the rate fit's many clusters)."""
-    ops = [np.fromiter(s.ops, dtype=np.int64, count=len(s.ops)) for s in stages]
+    ops = [
+        s.ops if isinstance(s.ops, np.ndarray) else np.fromiter(s.ops, dtype=np.int64, count=len(s.ops)) for s in stages
+    ]
     op_stages = np.empty(graph.num_ops, dtype=np.int64)
     for s, idx in enumerate(ops):
         op_stages[idx] = s
@@ -526,7 +536,7 @@ def simulate_ranks(
     cutter = StageCutter(graph, cluster.device_names) if cutter is None else cutter
     key = None if memo is None else memo.key(op_devices, order, stage_starts, M)
     known = None if key is None else memo.get(key)
-    stages = cutter(op_devices, order, stage_starts) if known is None else known[0]
+    stages = [Run(*run) for run in cutter.runs(op_devices, order, stage_starts)] if known is None else known[0]
     if one_stage_per_rank:  # before any costing: a search may propose many plans this refuses
         ranks, _ = stage_ranks(cluster, stages)
         R = len(set(ranks))
@@ -875,6 +885,7 @@ __all__ = [
     "PIPELINE_SHAPES",
     "PlanMemo",
     "RankSim",
+    "Run",
     "StageCosts",
     "allreduce_s",
     "boundary_traffic",

@@ -196,6 +196,20 @@ class StageCutter:
         starts: Sequence[int] | np.ndarray = (),
     ) -> list:
         """The stages of one plan (:func:`cut_stages`)."""
+        return [
+            Stage(k, device, tuple(run.tolist()))
+            for k, (device, run) in enumerate(self.runs(op_devices, order, starts))
+        ]
+
+    def runs(
+        self,
+        op_devices: Sequence[int] | np.ndarray,
+        order: Sequence[int] | np.ndarray | None = None,
+        starts: Sequence[int] | np.ndarray = (),
+    ) -> list[tuple[str, np.ndarray]]:
+        """The stages of one plan as ``(device, op indices in issue order)``, the ops an int64 array (a view of the
+        issue order): what :meth:`__call__` makes its :class:`Stage` objects of, for a caller that reads the ops as
+        an array (the simulator of ranks, which scores thousands of plans)."""
         order = self.issue_order(order)
         on = self.tuples.devices(op_devices)[order]
         begins = on[1:] != on[:-1]
@@ -208,12 +222,9 @@ class StageCutter:
                 if 0 < p < len(order):
                     begins[p - 1] = True
         starts = np.flatnonzero(begins) + 1
-        runs = np.split(order, starts)
-        firsts = np.concatenate([[0], starts])
-        return [
-            Stage(k, self.devices[int(on[first])], tuple(run.tolist()))
-            for k, (first, run) in enumerate(zip(firsts, runs))
-        ]
+        firsts = [0, *starts.tolist()]
+        devices = self.devices
+        return [(devices[d], run) for d, run in zip(on[firsts].tolist(), np.split(order, starts))]
 
 
 __all__ = ["GETITEM", "Stage", "StageCutter", "StagedSplit", "Tuples", "cut_stages"]
