@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import inspect
+import time
 
 import envs
 from envs.cluster import CLUSTER_ARG_HELP
@@ -21,7 +22,9 @@ from placer.cli.args import (
 )
 from placer.cli.output import print_json
 from placer.compare import SCORE_ORDERS, compare, plot
+from placer.compare.comparison import default_methods
 from placer.compare.table import summary_lines
+from placer.learn.progress import Progress
 from placer.methods import registry
 from placer.option_checks import check_input_file, check_output_file, check_seed
 
@@ -94,6 +97,12 @@ def add_command(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--json", action="store_true", help="print the report as JSON")
     p.add_argument("--plot", metavar="FILE.png", help="also draw a bar chart of the step times")
+    p.add_argument(
+        "--no-progress",
+        action="store_true",
+        help="print no progress on stderr (by default a line as each method starts, and the total time: ilp alone "
+        "may search for its time_limit_s, 60 s by default)",
+    )
     add_profile_argument(p)
     p.set_defaults(func=run)
 
@@ -149,6 +158,9 @@ def run(args: argparse.Namespace) -> int:
     options = _options(args.option, methods)
     # the model, for the methods that need one (accelerate); measured op times and link speeds with --profile
     graph, model, cluster = profiled_source(args.graph, cluster, args.profile, ranks=args.ranks)
+    progress = Progress(enabled=not args.no_progress)  # lines on stderr: stdout keeps the table or the JSON
+    total = len(methods if methods is not None else default_methods())
+    started = time.perf_counter()
     report = compare(
         graph,
         cluster,
@@ -163,7 +175,9 @@ def run(args: argparse.Namespace) -> int:
         score_order=args.score_order,
         bound_s=args.bound_seconds,
         ranks=args.ranks,
+        starting=lambda done, name: progress.phase(f"compare: {done + 1}/{total} {name}"),
     )
+    progress.phase(f"compare: {total} methods in {time.perf_counter() - started:.1f} s")
     if args.plot:
         plot(report, args.plot)
     if args.json:

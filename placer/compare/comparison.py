@@ -123,6 +123,7 @@ def compare(
     score_order: str = "node",
     bound_s: float = 0.0,
     ranks: bool = False,
+    starting: Callable[[int, str], None] | None = None,
 ) -> CompareReport:
     """Run ``methods`` (default: every heuristic), score them and ``placements`` on one SimEnv.
 
@@ -144,6 +145,8 @@ def compare(
             or several to search alongside M: each M is tried with every
             ``min(W, M)``. ``options[m]["inflight"]`` overrides it.
         progress: called with ``(methods done, method name)`` after each method.
+        starting: called with ``(methods done, method name)`` before each method (once every name and
+            placement is checked): ``placer compare`` says on stderr which method it waits for.
         score_order: ``"node"`` (default): every method searches and is scored in node order;
             ``"planned"``: in each placement's planned issue order (:meth:`envs.SimEnv.schedule_order`,
             what ``placer train`` scores its samples in by default), and each heuristic's placement
@@ -186,6 +189,8 @@ def compare(
         shapes = (
             method_shapes(m, own, default_ms, inflight) if {"microbatches", "inflight"} & set(own) else default_shapes
         )
+        if starting is not None:
+            starting(len(rows), m)
         before = spent()
         attempt = HeuristicAttempt(m, graph, cluster, env, own, seed, model, best_single_s, order, scorer=scorer)
         rows.append(attempt.best(shapes))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import sys
 
 import numpy as np
@@ -112,6 +113,19 @@ def test_plot(report, tmp_path, monkeypatch):
     monkeypatch.setitem(sys.modules, "matplotlib", None)
     with pytest.raises(PlacerError, match="needs matplotlib"):
         plot(report, str(out))
+
+
+def test_cli_says_on_stderr_which_method_it_runs_and_the_total_time(graph, tmp_path, capsys):
+    path = tmp_path / "g.json"
+    graphs.save(graph, str(path))
+    assert main(["compare", str(path), "--cluster", "k80x4", "--methods", "round_robin,m_etf", "--json"]) == 0
+    captured = capsys.readouterr()
+    json.loads(captured.out)  # stdout stays the JSON document
+    lines = captured.err.strip().splitlines()
+    assert lines[:2] == ["placer: compare: 1/2 round_robin", "placer: compare: 2/2 m_etf"]
+    assert re.fullmatch(r"placer: compare: 2 methods in \d+\.\d s", lines[2]) and len(lines) == 3
+    assert main(["compare", str(path), "--cluster", "k80x4", "--methods", "m_etf", "--no-progress"]) == 0
+    assert capsys.readouterr().err == ""
 
 
 def test_cli_json_table_and_bad_placement(graph, cluster, tmp_path, capsys):
