@@ -12,6 +12,11 @@ Typical use::
 from __future__ import annotations
 
 import argparse
+import contextlib
+import inspect
+import sys
+import threading
+from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
@@ -33,6 +38,41 @@ from placer.cli.output import counted
 from placer.compare.comparison import best_single
 from placer.methods import registry
 from placer.option_checks import check_input_file, check_int, check_output_file, check_seed, parse_group_counts
+
+#: A method still running after this many seconds gets one line on stderr saying so (and, for a search with a time
+#: limit, how long it may take and how to shorten it); a quick method prints nothing, and an option it refuses at
+#: once stays a one-line error.
+SLOW_AFTER_S = 2.0
+
+
+@contextlib.contextmanager
+def said_when_slow(text: str, enabled: bool = True, after_s: float | None = None) -> Iterator[None]:
+    """``placer: {text}`` on stderr once the body has run :data:`SLOW_AFTER_S` seconds (``after_s``), if it has."""
+    if not enabled:
+        yield
+        return
+    line = f"placer: {text}"
+    timer = threading.Timer(
+        SLOW_AFTER_S if after_s is None else after_s, lambda: print(line, file=sys.stderr, flush=True)
+    )
+    timer.daemon = True
+    timer.start()
+    try:
+        yield
+    finally:
+        timer.cancel()
+
+
+def slow_text(method: str, graph: OpGraph, options: dict[str, Any]) -> str:
+    """What :func:`said_when_slow` says of ``method``: that it runs, and its time limit where it has one."""
+    text = f"place: {method} on {graph.name or 'the graph'} ({graph.num_ops:,} ops) is still running"
+    fn = registry.get(method)
+    if registry.accepts(fn, "time_limit_s"):
+        default = inspect.signature(fn).parameters.get("time_limit_s")
+        limit = options.get("time_limit_s", default.default if default is not None else None)
+        if isinstance(limit, (int, float)) and not isinstance(limit, bool):
+            text += f"; it searches for up to {limit:g} s (--option time_limit_s=S)"
+    return text
 
 
 def add_command(sub: argparse._SubParsersAction) -> None:
@@ -114,6 +154,11 @@ def add_command(sub: argparse._SubParsersAction) -> None:
         "per device it uses, and keep the issue order that runs faster there, the planned one or node order (the "
         "order cuts the pipeline stages; node order keeps a split's stages contiguous)",
     )
+    p.add_argument(
+        "--no-progress",
+        action="store_true",
+        help=f"print no progress on stderr (by default one line when a method still runs after {SLOW_AFTER_S:g} s)",
+    )
     add_profile_argument(p)
     p.set_defaults(func=run)
 
@@ -150,7 +195,8 @@ def run(args: argparse.Namespace) -> int:
         elif args.method == "homes":
             placement = _homes(args, graph, cluster, options)
         else:
-            placement = registry.place(args.method, graph, cluster, seed=args.seed, **options)
+            with said_when_slow(slow_text(args.method, graph, options), enabled=not args.no_progress):
+                placement = registry.place(args.method, graph, cluster, seed=args.seed, **options)
     except TypeError as e:
         if "unexpected keyword" in str(e):
             raise PlacerError(f"--method {args.method}: {str(e).split(') ', 1)[-1]}") from None

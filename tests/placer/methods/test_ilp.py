@@ -6,6 +6,7 @@ from __future__ import annotations
 import itertools
 import json
 import sys
+import time
 
 import numpy as np
 import pytest
@@ -243,3 +244,31 @@ def test_ilp_prefers_a_hint_that_fits_and_never_returns_one_out_of_memory(max_it
     assert plan.meta["hint"] == "module_search"
     r = envs.simulate(g, plan, c)
     assert r.status == "ok" and r.step_time_s <= plan.meta["hint_step_time_s"] * (1 + 1e-12)
+
+
+@pytest.mark.slow  # over 1 s (the fast tier is kept under 90 s)
+def test_place_cli_says_when_a_search_runs_long_and_for_how_long_it_may(tmp_path, capsys, monkeypatch):
+    from placer.cli import place as place_cli
+
+    g = random_dag(40, seed=2)
+    path = tmp_path / "g.json"
+    save(g, str(path))
+    args = ["place", str(path), "--cluster", "k80x4", "--method", "ilp", "-o", str(tmp_path / "p.json")]
+    args += ["--option", "time_limit_s=0.5", "--option", "num_workers=1"]
+    real = baselines.place
+
+    def slow(*a, **kw):  # a search that runs long, whatever this host's speed
+        time.sleep(0.3)
+        return real(*a, **kw)
+
+    monkeypatch.setattr(baselines, "place", slow)
+    monkeypatch.setattr(place_cli, "SLOW_AFTER_S", 0.05)
+    assert main(args) == 0
+    name = g.name or "the graph"
+    expected = f"placer: place: ilp on {name} (40 ops) is still running; it searches for up to 0.5 s (--option "
+    assert capsys.readouterr().err == expected + "time_limit_s=S)\n"
+    assert main([*args, "--no-progress"]) == 0 and capsys.readouterr().err == ""
+    monkeypatch.setattr(place_cli, "SLOW_AFTER_S", 30.0)  # a method done before then: nothing
+    assert main(args) == 0 and capsys.readouterr().err == ""
+    assert main([*args, "--option", "time_limit_s=-1"]) == 2  # refused at once: one line, no progress
+    assert len(capsys.readouterr().err.strip().splitlines()) == 1
