@@ -46,15 +46,13 @@ SLOW_AFTER_S = 2.0
 
 
 @contextlib.contextmanager
-def said_when_slow(text: str, enabled: bool = True, after_s: float | None = None) -> Iterator[None]:
-    """``placer: {text}`` on stderr once the body has run :data:`SLOW_AFTER_S` seconds (``after_s``), if it has."""
+def said_when_slow(text: str, enabled: bool = True) -> Iterator[None]:
+    """``placer: {text}`` on stderr once the body has run :data:`SLOW_AFTER_S` seconds, if it has."""
     if not enabled:
         yield
         return
     line = f"placer: {text}"
-    timer = threading.Timer(
-        SLOW_AFTER_S if after_s is None else after_s, lambda: print(line, file=sys.stderr, flush=True)
-    )
+    timer = threading.Timer(SLOW_AFTER_S, lambda: print(line, file=sys.stderr, flush=True))
     timer.daemon = True
     timer.start()
     try:
