@@ -159,12 +159,12 @@ def run(args: argparse.Namespace) -> int:
     # the model, for the methods that need one (accelerate); measured op times and link speeds with --profile
     graph, model, cluster = profiled_source(args.graph, cluster, args.profile, ranks=args.ranks)
     progress = Progress(enabled=not args.no_progress)  # lines on stderr: stdout keeps the table or the JSON
-    total = len(methods if methods is not None else default_methods())
+    names = methods if methods is not None else default_methods()
     started = time.perf_counter()
     report = compare(
         graph,
         cluster,
-        methods=methods,
+        methods=names,
         placements=placements,
         seed=args.seed,
         model=model,
@@ -175,9 +175,9 @@ def run(args: argparse.Namespace) -> int:
         score_order=args.score_order,
         bound_s=args.bound_seconds,
         ranks=args.ranks,
-        starting=lambda done, name: progress.phase(f"compare: {done + 1}/{total} {name}"),
+        starting=lambda done, name: progress.phase(f"compare: {done + 1}/{len(names)} {name}"),
     )
-    progress.phase(f"compare: {total} methods in {time.perf_counter() - started:.1f} s")
+    progress.phase(f"compare: {len(names)} methods in {time.perf_counter() - started:.1f} s")
     if args.plot:
         plot(report, args.plot)
     if args.json:

@@ -14,7 +14,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import inspect
-import sys
 import threading
 from collections.abc import Iterator
 from typing import Any
@@ -36,6 +35,7 @@ from placer.cli.args import (
 )
 from placer.cli.output import counted
 from placer.compare.comparison import best_single
+from placer.learn.progress import Progress
 from placer.methods import registry
 from placer.option_checks import check_input_file, check_int, check_output_file, check_seed, parse_group_counts
 
@@ -46,13 +46,9 @@ SLOW_AFTER_S = 2.0
 
 
 @contextlib.contextmanager
-def said_when_slow(text: str, enabled: bool = True) -> Iterator[None]:
-    """``placer: {text}`` on stderr once the body has run :data:`SLOW_AFTER_S` seconds, if it has."""
-    if not enabled:
-        yield
-        return
-    line = f"placer: {text}"
-    timer = threading.Timer(SLOW_AFTER_S, lambda: print(line, file=sys.stderr, flush=True))
+def said_when_slow(progress: Progress, text: str) -> Iterator[None]:
+    """``progress``'s phase line ``text`` once the body has run :data:`SLOW_AFTER_S` seconds, if it has."""
+    timer = threading.Timer(SLOW_AFTER_S, progress.phase, (text,))
     timer.daemon = True
     timer.start()
     try:
@@ -193,7 +189,7 @@ def run(args: argparse.Namespace) -> int:
         elif args.method == "homes":
             placement = _homes(args, graph, cluster, options)
         else:
-            with said_when_slow(slow_text(args.method, graph, options), enabled=not args.no_progress):
+            with said_when_slow(Progress(enabled=not args.no_progress), slow_text(args.method, graph, options)):
                 placement = registry.place(args.method, graph, cluster, seed=args.seed, **options)
     except TypeError as e:
         if "unexpected keyword" in str(e):

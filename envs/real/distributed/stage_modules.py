@@ -248,8 +248,10 @@ class StageShapes(NamedTuple):
     outputs: tuple[torch.Tensor, ...]
 
 
-def _meta(t: torch.Tensor) -> torch.Tensor:
-    out = torch.empty_strided(tuple(t.shape), tuple(t.stride()), dtype=t.dtype, device="meta")
+def _meta(t: torch.Tensor, dense: bool = False) -> torch.Tensor:
+    """A meta tensor like ``t``; ``dense``: with the strides a fresh tensor of its shape has (what a clone leaves)."""
+    stride = torch.empty(tuple(t.shape), device="meta").stride() if dense else t.stride()
+    out = torch.empty_strided(tuple(t.shape), tuple(stride), dtype=t.dtype, device="meta")
     return out.requires_grad_(True) if t.requires_grad and t.is_floating_point() else out
 
 
@@ -355,12 +357,6 @@ def cached_program_values(owner: Any, module: fx.GraphModule, inputs: Sequence[A
     return kept[1]
 
 
-def _dense(t: torch.Tensor) -> torch.Tensor:
-    """A meta tensor like ``t`` with the strides a fresh tensor of its shape has (what a clone leaves)."""
-    out = torch.empty(tuple(t.shape), dtype=t.dtype, device="meta")
-    return out.requires_grad_(True) if t.requires_grad else out
-
-
 def _same(a: torch.Tensor, b: torch.Tensor) -> bool:
     return (a.shape, a.stride(), a.dtype, a.requires_grad) == (b.shape, b.stride(), b.dtype, b.requires_grad)
 
@@ -399,11 +395,11 @@ def _shapes_from_values(
             if last:  # the loss: one scalar, whose strides are () whatever its inputs' were
                 outs.append(whole)
             elif send.target is _CLONE:
-                outs.append(_dense(whole))
+                outs.append(_meta(whole, dense=True))
             elif node.op == "placeholder" or same:
-                outs.append(whole if whole.is_contiguous() else _dense(whole))
+                outs.append(whole if whole.is_contiguous() else _meta(whole, dense=True))
             elif min(whole.shape, default=2) > 1:
-                outs.append(_dense(whole))
+                outs.append(_meta(whole, dense=True))
             else:
                 return None
         shapes.append(StageShapes(args, tuple(outs)))
