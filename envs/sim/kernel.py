@@ -500,32 +500,7 @@ class KernelData:
                 (hmc, hbc, np.full(4 * D, -1, dtype=np.int64), ht, ck, rc, hm, self.param_b, hgc),
             )
         else:
-            t_end = dataflow_schedule(
-                p,
-                n,
-                D,
-                self.out_ptr,
-                self.out_dst,
-                self.out_eb,
-                self.in_ptr,
-                self.in_src,
-                self.fwd_t,
-                self.bwd_t,
-                self.lat,
-                self.bw,
-                np.zeros(n, dtype=np.int64),
-                np.zeros(n),
-                np.zeros(n, dtype=np.int64),
-                np.zeros(n),
-                tcount,
-                tbytes,
-                np.zeros(nD, dtype=np.int64),
-                np.zeros(nD),
-                np.zeros(D + D * D),
-                np.empty(2 * ntask),
-                start,
-                end,
-            )
+            t_end = self._dataflow(p, start, end, tcount, tbytes)
         slots = np.flatnonzero(tcount > 0)
         u, d = slots // D, slots % D
         both = lambda a, b: np.concatenate([a, b])  # noqa: E731
@@ -549,6 +524,51 @@ class KernelData:
             blocks=ck.copy() if any_block else np.zeros(0, dtype=np.int64),
             recompute_start_s=np.where(ck >= 0, rc[2], np.nan) if any_block else np.zeros(0),
         )
+
+    def _dataflow(
+        self, p: np.ndarray, start: np.ndarray, end: np.ndarray, tcount: np.ndarray, tbytes: np.ndarray
+    ) -> float:
+        """The dataflow schedule of ``p`` into ``start`` and ``end`` (by task id) and ``tcount``/``tbytes`` (zeroed,
+        ``n * D``); returns the backward end."""
+        n, D = self.n, self.D
+        nD = n * D
+        return dataflow_schedule(
+            p,
+            n,
+            D,
+            self.out_ptr,
+            self.out_dst,
+            self.out_eb,
+            self.in_ptr,
+            self.in_src,
+            self.fwd_t,
+            self.bwd_t,
+            self.lat,
+            self.bw,
+            np.zeros(n, dtype=np.int64),
+            np.zeros(n),
+            np.zeros(n, dtype=np.int64),
+            np.zeros(n),
+            tcount,
+            tbytes,
+            np.zeros(nD, dtype=np.int64),
+            np.zeros(nD),
+            np.zeros(D + D * D),
+            np.empty(2 * len(start)),
+            start,
+            end,
+        )
+
+    def dataflow_starts(self, op_devices: np.ndarray) -> np.ndarray:
+        """The start of every op's forward in the dataflow schedule of ``op_devices``: :meth:`schedule`'s
+        ``fwd_start_s`` under the dataflow executor, without the rest of the schedule (the order planner reads only
+        these, once for every placement a search scores in planned order)."""
+        n, D = self.n, self.D
+        ntask = 2 * n + 2 * n * D
+        start, end = np.zeros(ntask), np.zeros(ntask)
+        p = np.ascontiguousarray(op_devices, dtype=np.int64)
+        self._dataflow(p, start, end, np.zeros(n * D, dtype=np.int64), np.zeros(n * D, dtype=np.int64))
+        return start[:n]
 
 
 def home_times(hmc: np.ndarray, hbc: np.ndarray, ht: np.ndarray, hm: np.ndarray, hgc: np.ndarray) -> HomeTimes:

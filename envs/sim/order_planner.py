@@ -71,8 +71,8 @@ class OrderPlanner:
         env = self.env
         op_devices = env.indices(placement)
         host = (np.asarray(env.cluster.kinds) == "cpu")[op_devices]
-        schedule = env.with_executor("dataflow").schedule(op_devices, count=False)  # not a placement scored
-        start = schedule.fwd_start_s[: env.num_ops]  # with microbatches: microbatch 0's
+        start = env.with_executor("dataflow").forward_starts(op_devices)[: env.num_ops]  # with microbatches: the
+        # first's; not a placement scored
         return np.lexsort((np.arange(env.num_ops), host, start)).astype(np.int64)
 
     def plan(self, placement: Any) -> tuple[np.ndarray, str, float]:

