@@ -5,9 +5,10 @@ nothing after the budget (``--no-ablation --no-equal-budget-search``), one heuri
 Usage, from anywhere (``BEFORE`` a checkout of the commit before, e.g. ``git worktree add /tmp/old_wt 09d3fec``, its
 numba kernels warmed with ``PYTHONPATH=/tmp/old_wt python -m envs.sim.warm``)::
 
-    python docs/round_log/ab_train.py BUDGET_S REPEATS GRAPH CLUSTER BEFORE AFTER
+    python docs/round_log/ab_train.py BUDGET_S REPEATS GRAPH CLUSTER BEFORE AFTER [HEURISTICS]
 
-prints one line per run and the medians.
+prints one line per run and the medians. ``HEURISTICS``: ``--heuristics`` (default m_etf); ``all``: every heuristic,
+as the README's main command (which then gives module_search 20 % of the budget first).
 """
 
 import json
@@ -20,6 +21,7 @@ import tempfile
 
 def main() -> None:
     budget, reps, graph, cluster, before, after = sys.argv[1:7]
+    heuristics = sys.argv[7] if len(sys.argv) > 7 else "m_etf"
     trees = {"before": before, "after": after}
     rows: dict[str, list] = {k: [] for k in trees}
     for rep in range(int(reps)):
@@ -27,7 +29,8 @@ def main() -> None:
             logdir = tempfile.mkdtemp()
             env = {**os.environ, "PYTHONPATH": tree, "OMP_NUM_THREADS": "1"}
             cmd = [sys.executable, "-m", "placer", "train", graph, "--cluster", cluster, "--time-budget", budget]
-            cmd += ["--no-ablation", "--no-equal-budget-search", "--heuristics", "m_etf", "--logdir", logdir]
+            cmd += ["--no-ablation", "--no-equal-budget-search", "--logdir", logdir]
+            cmd += [] if heuristics == "all" else ["--heuristics", heuristics]
             cmd += ["--json", "--no-progress"]
             doc = json.loads(subprocess.run(cmd, env=env, capture_output=True, text=True, cwd=tree, check=True).stdout)
             rows[label].append((doc["iterations"], doc["best_step_time_s"] * 1e3))
