@@ -193,7 +193,8 @@ def save_critic(path: str | os.PathLike, critic: MoveCritic, sidecar: dict[str, 
         "features": move_feature_spec(),
     }
     doc = check_critic_sidecar(doc, sidecar_path(path))
-    state = {k: v.detach().cpu().contiguous() for k, v in critic.state_dict().items()}
+    # each tensor its own storage (a fitted critic's weights are views of one flat tensor: CriticFit)
+    state = {k: v.detach().cpu().clone(memory_format=torch.contiguous_format) for k, v in critic.state_dict().items()}
     write_atomic(path, lambda f: torch.save(state, f))
     write_text_atomic(sidecar_path(path), json.dumps(doc, indent=1, sort_keys=True))
 

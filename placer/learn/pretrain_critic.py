@@ -29,7 +29,7 @@ import envs
 from envs.cluster import Cluster
 from graphs import OpGraph
 from placer.learn.move_search import MoveSearch, MoveSearchOptions
-from policies.moves import MoveCritic
+from policies.moves import CriticFit, MoveCritic
 
 
 @dataclass
@@ -93,16 +93,13 @@ def fit(data: Sequence[Moves], options: FitOptions | None = None) -> MoveCritic:
     rng = np.random.default_rng(o.seed)
     data = [d for d in data if len(d.faster)]
     critic = MoveCritic(o.hidden)
-    optimizer = torch.optim.Adam(critic.parameters(), lr=o.lr)
+    fit = CriticFit(critic, o.lr)
     per = max(o.batch // max(len(data), 1), 1)
     for _ in range(o.steps):
         picks = [rng.integers(0, len(d.faster), size=per) for d in data]
         x = torch.from_numpy(np.concatenate([d.features[p] for d, p in zip(data, picks)]))
         y = torch.from_numpy(np.concatenate([d.faster[p] for d, p in zip(data, picks)]))
-        loss = torch.nn.functional.binary_cross_entropy_with_logits(critic(x), y)
-        optimizer.zero_grad()
-        loss.backward()
-        optimizer.step()
+        fit.step(x, y)
     return critic
 
 

@@ -500,3 +500,55 @@ def test_the_critic_ranks_rows_into_its_workspaces_as_its_forward_does():
         loss.backward()
         optimizer.step()
     assert not critic.rank(feats, rows).flags.owndata  # a view of the workspace, as documented
+
+
+@pytest.mark.parametrize("hidden,batch,lr", [(16, 128, 0.1), (64, 128, 1e-3), (8, 1, 0.05), (4, 33, 0.3)])
+def test_the_critic_s_fit_steps_its_weights_as_autograd_and_adam_do_to_the_bit(hidden, batch, lr):
+    """CriticFit (the search's critic updates, gradients written by hand, Adam on one flat tensor) gives the weights
+    and Adam's moments of binary_cross_entropy_with_logits, backward() and Adam over the six tensors, to the bit,
+    step after step: rows of zeros, and large learning rates that kill ReLUs, included."""
+    from policies.moves import CriticFit, MoveCritic
+
+    torch.manual_seed(3)
+    ours = MoveCritic(hidden)
+    torch.manual_seed(3)
+    ref = MoveCritic(hidden)
+    fit, optimizer = CriticFit(ours, lr), torch.optim.Adam(ref.parameters(), lr=lr)
+    rng = np.random.default_rng(4)
+    for step in range(60):
+        x = rng.standard_normal((batch, NUM_FEATURES)).astype(np.float32) * (1 + step % 3)
+        x[: batch // 4] = 0.0
+        y = (rng.random(batch) < 0.3).astype(np.float32)
+        fit.step(torch.from_numpy(x), torch.from_numpy(y))
+        loss = torch.nn.functional.binary_cross_entropy_with_logits(ref(torch.from_numpy(x)), torch.from_numpy(y))
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+        for (name, a), b in zip(ours.state_dict().items(), ref.state_dict().values()):
+            assert torch.equal(a, b), (step, name, (a - b).abs().max())
+    for key in ("exp_avg", "exp_avg_sq"):
+        moments = torch.cat([optimizer.state[p][key].reshape(-1) for p in ref.parameters()])
+        assert torch.equal(fit.optimizer.state[fit.flat][key], moments), key
+
+
+def test_a_critic_fit_follows_weights_loaded_in_place_and_refuses_weights_replaced(tmp_path):
+    """A state dict loaded into the fitted critic (in place) is what the next step starts from; weights replaced
+    by other tensors are refused, not silently left behind. A fitted critic saves each tensor on its own."""
+    from policies import policy_file
+    from policies.moves import CriticFit, MoveCritic
+
+    critic, other = MoveCritic(8), MoveCritic(8)
+    fit = CriticFit(critic, 0.01)
+    critic.load_state_dict(other.state_dict())
+    assert torch.equal(fit.flat[: 8 * NUM_FEATURES], other.net[0].weight.reshape(-1))
+    x, y = torch.ones(4, NUM_FEATURES), torch.ones(4)
+    fit.step(x, y)
+    assert not torch.equal(critic.net[0].weight, other.net[0].weight)  # stepped from the loaded weights
+    path = tmp_path / "critic.pt"
+    policy_file.save_critic(path, critic, {"corpus": [], "seed": 0, "date": "today"})
+    saved = torch.load(path, weights_only=True)
+    assert all(v.untyped_storage().nbytes() == v.numel() * v.element_size() for v in saved.values())
+    assert torch.equal(policy_file.load_critic(path).critic(x), critic(x))
+    critic.net[0].weight.data = critic.net[0].weight.data.clone()
+    with pytest.raises(RuntimeError, match="replaced"):
+        fit.step(x, y)
