@@ -68,12 +68,19 @@ class OrderPlanner:
         order on average), and the cheapest to compute (one dataflow schedule):
         what ``step_times(..., order="planned")`` scores samples with.
         """
+        return self.schedule_orders(self.env.indices(placement)[None])[0]
+
+    def schedule_orders(self, op_devices: np.ndarray) -> np.ndarray:
+        """:meth:`schedule_order` of each row of a ``[K, num_ops]`` batch of device indices (checked), ``[K, num_ops]``:
+        one sort for the batch (a search scores every placement of a round in planned order)."""
         env = self.env
-        op_devices = env.indices(placement)
+        n = env.num_ops
+        dataflow = env.with_executor("dataflow")
+        start = np.empty(op_devices.shape)
+        for k, row in enumerate(op_devices):  # with microbatches: the first's; not a placement scored
+            start[k] = dataflow.forward_starts(row)[:n]
         host = (np.asarray(env.cluster.kinds) == "cpu")[op_devices]
-        start = env.with_executor("dataflow").forward_starts(op_devices)[: env.num_ops]  # with microbatches: the
-        # first's; not a placement scored
-        return np.lexsort((np.arange(env.num_ops), host, start)).astype(np.int64)
+        return np.lexsort((np.broadcast_to(np.arange(n), op_devices.shape), host, start), axis=-1).astype(np.int64)
 
     def plan(self, placement: Any) -> tuple[np.ndarray, str, float]:
         """``(order, name, step_time_s)``: the fastest of :meth:`candidates` under the eager model, and its step time.

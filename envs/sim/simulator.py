@@ -568,9 +568,7 @@ class SimEnv:
         if isinstance(order, str):
             if order != "planned":
                 raise PlacerError(f"step_times: order {order!r}: give op indices or 'planned'")
-            order = (
-                np.stack([self.planner.schedule_order(row) for row in op_devices]) if len(op_devices) else None
-            )  # valid by construction
+            order = self.planner.schedule_orders(op_devices) if len(op_devices) else None  # valid by construction
         else:
             order = self.check_order(order, rows=len(op_devices))
         if order is not None and order.ndim == 2 and len(order) == 1:

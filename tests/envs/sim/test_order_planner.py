@@ -103,3 +103,39 @@ def test_the_forward_starts_the_planner_reads_are_those_of_the_full_dataflow_sch
     # an eager env's are its own schedule's
     eager = SimEnv(g, c, backend=backend, microbatches=microbatches)
     np.testing.assert_array_equal(eager.forward_starts(op_devices), eager.schedule(op_devices).fwd_start_s)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("microbatches", [1, 2])
+def test_a_batch_s_planned_orders_sort_each_row_by_its_forward_start_then_host_last_then_node_order(
+    backend, microbatches
+):
+    """The planned orders of a batch (one sort for all its rows) are, row by row, the ops sorted by their forward
+    start in the full dataflow schedule (the first microbatch's), host ops after device ops at one start, then by
+    index; a whole batch on the host ties every start it shares."""
+    g, c = random_dag(50, seed=7), envs.Cluster.preset("k80x4")
+    env = SimEnv(g, c, backend=backend, microbatches=microbatches)
+    full = SimEnv(g, c, backend="reference", microbatches=microbatches, executor="dataflow")
+    host = np.asarray(c.kinds) == "cpu"
+    rng = np.random.default_rng(3)
+    rows = rng.integers(0, c.num_devices, (6, g.num_ops))
+    rows[0] = int(np.flatnonzero(host)[0])  # every op on the host
+    rows[1] = int(np.flatnonzero(~host)[0])  # every op on one GPU
+    got = env.planner.schedule_orders(rows)
+    assert got.shape == rows.shape and got.dtype == np.int64
+    for row, order in zip(rows, got):
+        start = full.schedule(row, count=False).fwd_start_s[: g.num_ops]
+        want = sorted(range(g.num_ops), key=lambda i: (start[i], host[row[i]], i))
+        assert order.tolist() == want
+        np.testing.assert_array_equal(env.schedule_order(row), order)
+    assert env.simulated == 0
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_at_one_forward_start_the_planned_order_issues_device_ops_before_host_ops(toy, backend):
+    # h0 -> h1 on the host, d0 -> d1 on gpu:0, all of cost 1: h0 and d0 start at 0, h1 and d1 at 1; node order
+    # h0 d0 h1 d1, planned d0 h0 d1 h1 (for each row of a batch)
+    g = toy.graph(["h0", "d0", "h1", "d1"], [("h0", "h1", 1), ("d0", "d1", 1)], [1, 1, 1, 1])
+    env = SimEnv(g, toy.cluster(), backend=backend)
+    place = env.indices([toy.CPU, toy.G0, toy.CPU, toy.G0])
+    assert env.planner.schedule_orders(np.stack([place, place])).tolist() == [[1, 0, 3, 2]] * 2
