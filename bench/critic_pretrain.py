@@ -73,7 +73,7 @@ def main(argv: list[str] | None = None) -> int:
             envs.resolve_cluster(c)
         train = items("train")
         if args.only:
-            wanted = parse_list(args.only, what="items", known=[n for n, _ in train])
+            wanted = parse_list(args.only, what="only", known=[n for n, _ in train])
             train = [(n, load) for n, load in train if n in wanted]
         problems = [Problem(n, load, c) for n, load in train for c in clusters]
         say(f"collecting moves on {len(problems)} problems ({len(train)} TRAIN items x {len(clusters)} clusters)")

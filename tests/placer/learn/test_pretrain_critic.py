@@ -195,3 +195,12 @@ def test_critic_auto_is_pretrained_only_where_it_was_pretrained_and_measured(opt
     config = TrainConfig(**options)
     assert config.critic_used == used
     assert search_options(config).critic == (None if used == "fresh" else used)
+
+
+def test_an_unknown_only_item_of_the_pretraining_names_the_option_it_came_from(capsys):
+    from bench.critic_pretrain import main
+
+    rc = main(["--only", "nmt-2"])
+    err = capsys.readouterr().err.strip()
+    assert rc == 2 and len(err.splitlines()) == 1, err
+    assert err.startswith("error: --only: unknown nmt-2") and "zoo/nmt-2" in err, err
