@@ -11,7 +11,7 @@ from graphs import OpGraph, PlacerError
 from graphs.grouping import colocate
 from graphs.synthetic import moe_dag, random_dag, recurrent_dag
 from placer.learn.move_search import MoveSearch, MoveSearchOptions, top_ranked
-from policies.moves import NUM_FEATURES, MoveFeatures, MoveMemory, item_levels
+from policies.moves import NUM_FEATURES, CriticFit, MoveCritic, MoveFeatures, MoveMemory, item_levels
 
 
 def _without_modules(g: OpGraph) -> OpGraph:
@@ -482,7 +482,6 @@ def test_the_moves_ranked_first_are_those_a_stable_sort_of_every_score_gives():
 def test_the_critic_ranks_rows_into_its_workspaces_as_its_forward_does():
     """MoveCritic.rank (the search's ranking, into workspaces kept between calls) gives forward's logits to the bit,
     for rows picked in any order, when the workspaces grow, shrink back to fewer rows and the weights change."""
-    from policies.moves import MoveCritic
 
     torch.manual_seed(0)
     critic = MoveCritic(16)
@@ -502,13 +501,24 @@ def test_the_critic_ranks_rows_into_its_workspaces_as_its_forward_does():
     assert not critic.rank(feats, rows).flags.owndata  # a view of the workspace, as documented
 
 
-@pytest.mark.parametrize("hidden,batch,lr", [(16, 128, 0.1), (64, 128, 1e-3), (8, 1, 0.05), (4, 33, 0.3)])
-def test_the_critic_s_fit_steps_its_weights_as_autograd_and_adam_do_to_the_bit(hidden, batch, lr):
+@pytest.mark.parametrize(
+    "hidden,batch,lr,threads",
+    [(16, 128, 0.1, 1), (64, 128, 1e-3, 1), (8, 1, 0.05, 1), (4, 33, 0.3, 1), (64, 512, 2e-3, 2)],
+)
+def test_the_critic_s_fit_steps_its_weights_as_autograd_and_adam_do_to_the_bit(hidden, batch, lr, threads):
     """CriticFit (the search's critic updates, gradients written by hand, Adam on one flat tensor) gives the weights
     and Adam's moments of binary_cross_entropy_with_logits, backward() and Adam over the six tensors, to the bit,
-    step after step: rows of zeros, and large learning rates that kill ReLUs, included."""
-    from policies.moves import CriticFit, MoveCritic
+    step after step: rows of zeros, and large learning rates that kill ReLUs, included; on two threads too (the
+    pretraining's batch of 512)."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        _fit_against_autograd(hidden, batch, lr)
+    finally:
+        torch.set_num_threads(before)
 
+
+def _fit_against_autograd(hidden: int, batch: int, lr: float) -> None:
     torch.manual_seed(3)
     ours = MoveCritic(hidden)
     torch.manual_seed(3)
@@ -535,7 +545,6 @@ def test_a_critic_fit_follows_weights_loaded_in_place_and_refuses_weights_replac
     """A state dict loaded into the fitted critic (in place) is what the next step starts from; weights replaced
     by other tensors are refused, not silently left behind. A fitted critic saves each tensor on its own."""
     from policies import policy_file
-    from policies.moves import CriticFit, MoveCritic
 
     critic, other = MoveCritic(8), MoveCritic(8)
     fit = CriticFit(critic, 0.01)
