@@ -330,7 +330,7 @@ class MoveCritic(nn.Module):
 class CriticFit:
     """Adam steps of logistic regression on "was it faster" for a :class:`MoveCritic`: each step's weights equal, to
     the bit, those of ``binary_cross_entropy_with_logits(critic(x), y)``, ``loss.backward()`` and
-    ``torch.optim.Adam(critic.parameters(), lr).step()``, in about 60 % of their time.
+    ``torch.optim.Adam(critic.parameters(), lr).step()``, in about half their time.
 
     A search trains its critic on a batch of 128 every round of a few milliseconds. For a network this small, the
     autograd graph and Adam's loop over six tensors cost more than the arithmetic. Here the gradients are written
