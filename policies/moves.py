@@ -350,16 +350,16 @@ class CriticFit:
         params = [p for lin in self.linears for p in (lin.weight, lin.bias)]
         with torch.no_grad():
             flat = torch.cat([p.detach().reshape(-1) for p in params])
-        self.grad = torch.zeros_like(flat)
-        self.grads: list[torch.Tensor] = []  # each parameter's gradient: a view of self.grad
+        grad = torch.zeros_like(flat)
+        self.grads: list[torch.Tensor] = []  # each parameter's gradient: a view of the flat tensor's
         at = 0
         for p in params:
             n = p.numel()
             p.data = flat[at : at + n].view_as(p)
-            self.grads.append(self.grad[at : at + n].view_as(p))
+            self.grads.append(grad[at : at + n].view_as(p))
             at += n
         self.flat = nn.Parameter(flat)  # shares flat's storage: Adam's in-place step updates the critic's weights
-        self.flat.grad = self.grad
+        self.flat.grad = grad
         self.optimizer = torch.optim.Adam([self.flat], lr=lr)
 
     @torch.no_grad()

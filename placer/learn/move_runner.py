@@ -167,22 +167,25 @@ class MoveRunner:
             done = session.done()
             # log (when due)
             if log.due(s.best_step_time_s, last=done):
-                search = self.search
-                ranked, uniform = search.tries[1], search.tries[0]
-                scalars = {
-                    "charts/best_step_time_s": s.best_step_time_s,
-                    "charts/incumbent_step_time_s": search.cost,
-                    "charts/level": search.level,
-                    "charts/kicks": search.kicks,
-                    "charts/simulated": search.budget.evals,
-                    "charts/module_search_simulated": search.module_evals,
-                    "losses/critic_hit_rate": search.hits[1] / ranked if ranked else 0.0,
-                    "losses/uniform_hit_rate": search.hits[0] / uniform if uniform else 0.0,
-                    **device_share(session.op_devices(search.op_devices), session.devices),
-                }
-                add_scalars(writer, scalars, it)
+                add_scalars(writer, self._scalars(session), it)
             if done:
                 return
+
+    def _scalars(self, session: Session) -> dict[str, float]:
+        """What a logged round writes to TensorBoard (see the module docstring)."""
+        search = self.search
+        ranked, uniform = search.tries[1], search.tries[0]
+        return {
+            "charts/best_step_time_s": session.state.best_step_time_s,
+            "charts/incumbent_step_time_s": search.cost,
+            "charts/level": search.level,
+            "charts/kicks": search.kicks,
+            "charts/simulated": search.budget.evals,
+            "charts/module_search_simulated": search.module_evals,
+            "losses/critic_hit_rate": search.hits[1] / ranked if ranked else 0.0,
+            "losses/uniform_hit_rate": search.hits[0] / uniform if uniform else 0.0,
+            **device_share(session.op_devices(search.op_devices), session.devices),
+        }
 
     def _begin(self) -> None:
         """Score the search's start, after module_search's share of the time left where it has one."""
