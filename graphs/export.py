@@ -90,11 +90,8 @@ def export_program(
     traces = contextlib.nullcontext() if stack_traces else without_stack_traces()
     with quiet(), traces, _no_kv_cache(model), _rnn_written_out(model, unroll_rnn):
         try:
-            if dynamic:
-                with fx_config.patch(backed_size_oblivious=True):
-                    ep = torch.export.export(model, example_inputs, dynamic_shapes=_auto_dims(model, example_inputs))
-            else:
-                ep = torch.export.export(model, example_inputs)
+            with model_kept(model):  # the trace's fake tensors stay out of the user's model
+                ep = _export(model, example_inputs, dynamic)
         except Exception as e:
             raise CaptureError(describe_failure(e)) from None
         if decompose:
@@ -103,6 +100,66 @@ def export_program(
             except Exception as e:
                 raise CaptureError(describe_failure(e, stage="decomposition")) from None
     return ep
+
+
+def _export(model: torch.nn.Module, example_inputs: tuple, dynamic: bool) -> Any:
+    if dynamic:
+        with fx_config.patch(backed_size_oblivious=True):
+            return torch.export.export(model, example_inputs, dynamic_shapes=_auto_dims(model, example_inputs))
+    return torch.export.export(model, example_inputs)
+
+
+#: The containers of a module's state that its forward may add to (``register_buffer``, ``register_module``).
+_STATE_DICTS = ("_parameters", "_buffers", "_modules")
+
+
+@contextlib.contextmanager
+def model_kept(model: torch.nn.Module) -> Iterator[None]:
+    """Every submodule's attributes, parameters, buffers and children as they were before, restored after.
+
+    A model's forward may cache what it computes on the module: x-transformers' ALiBi registers its bias as a buffer
+    on the first call, a rotary embedding keeps its table as an attribute. Traced by ``torch.export``, that cache is
+    a fake tensor of the trace, which export leaves on the user's model: its next forward (or copy, or export) then
+    fails ("Cannot access data pointer of Tensor"), or reads a cache of the captured shapes. What export adds or
+    replaces is undone, so the model is as it was (what it holds of its own is never copied).
+
+    >>> class Cached(torch.nn.Module):
+    ...     def forward(self, x):
+    ...         if not hasattr(self, "table"):
+    ...             self.register_buffer("table", torch.arange(x.shape[-1], dtype=x.dtype), persistent=False)
+    ...         return x + self.table
+    >>> m = Cached()
+    >>> _ = export_program(m, (torch.zeros(2, 3),))
+    >>> hasattr(m, "table"), m(torch.zeros(1, 4)).tolist()
+    (False, [[0.0, 1.0, 2.0, 3.0]])
+    """
+    saved = []
+    for module in model.modules():
+        attrs = dict(vars(module))
+        inner = {k: dict(attrs[k]) for k in _STATE_DICTS if isinstance(attrs.get(k), dict)}
+        nonpersistent = getattr(module, "_non_persistent_buffers_set", None)
+        saved.append((module, attrs, inner, set(nonpersistent) if isinstance(nonpersistent, set) else None))
+    try:
+        yield
+    finally:
+        for module, attrs, inner, nonpersistent in saved:
+            now = vars(module)
+            for k in [k for k in now if k not in attrs]:
+                del now[k]
+            for k, v in attrs.items():
+                if now.get(k, _MISSING) is not v:
+                    now[k] = v
+            for k, contents in inner.items():
+                d = now[k]
+                if d.keys() != contents.keys() or any(d[name] is not v for name, v in contents.items()):
+                    d.clear()
+                    d.update(contents)
+            if nonpersistent is not None and module._non_persistent_buffers_set != nonpersistent:
+                module._non_persistent_buffers_set.clear()
+                module._non_persistent_buffers_set.update(nonpersistent)
+
+
+_MISSING = object()
 
 
 def _auto_dims(model: torch.nn.Module, example_inputs: tuple) -> Any:

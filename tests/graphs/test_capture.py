@@ -473,3 +473,37 @@ def test_the_activations_the_simulator_keeps_for_the_backward_are_those_autograd
     with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
         model(x).sum().backward()
     assert simulated == sum(saved.values()) > 0
+
+
+class _CachesOnItself(nn.Module):
+    """A forward that caches what it computes on the module, as x-transformers' ALiBi (a buffer registered on the
+    first call, kept while big enough) and rotary embeddings (a table kept as an attribute) do."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.proj = nn.Linear(6, 6)
+
+    def forward(self, x):
+        n = x.shape[1]
+        if getattr(self, "bias", None) is None or self.bias.shape[0] < n:
+            self.register_buffer("bias", torch.arange(n, dtype=x.dtype).neg().exp(), persistent=False)
+        if getattr(self, "table", None) is None or self.table.shape[0] < n:
+            self.table = torch.linspace(0, 1, n, dtype=x.dtype)
+        return (self.proj(x) * self.bias[:n, None] + self.table[:n, None]).square().mean()
+
+
+def test_a_capture_leaves_no_fake_tensor_of_its_trace_in_a_model_that_caches_on_itself():
+    torch.manual_seed(0)
+    model = _CachesOnItself()
+    x = torch.randn(2, 5, 6)
+    first = capture(model, (x,))
+    # the trace's cache is not left on the user's model: it has what it had, a second capture sees what the first
+    # did, and the model runs eagerly as before
+    assert [n for n, _ in model.named_buffers()] == [] and "table" not in vars(model)
+    assert all(type(t) in (torch.Tensor, nn.Parameter) for t in [*model.parameters(), *model.buffers()])
+    assert capture(model, (x,)).content_hash == first.content_hash
+    fresh = _CachesOnItself()
+    fresh.load_state_dict(model.state_dict())
+    for shape in [(2, 5, 6), (1, 3, 6)]:
+        y = torch.randn(*shape)
+        torch.testing.assert_close(model(y), fresh(y), rtol=0, atol=0)
