@@ -10,11 +10,14 @@ docs/ranks/zb/others.py (the probe of plans across processes) and 12 more. From 
     PYTHONPATH=. python docs/conformance/others.py --newer --homes > docs/conformance/newer_homes.log
     PYTHONPATH=. python docs/conformance/others.py --diffusers > docs/conformance/diffusers.log
     PYTHONPATH=. python docs/conformance/others.py --diffusers --homes > docs/conformance/diffusers_homes.log
+    PYTHONPATH=. python docs/conformance/others.py --lucid > docs/conformance/lucid.log
+    PYTHONPATH=. python docs/conformance/others.py --lucid --homes > docs/conformance/lucid_homes.log
     PYTHONPATH=. python docs/conformance/others.py --lora > docs/conformance/lora.log
     PYTHONPATH=. python docs/conformance/others.py --lora --homes > docs/conformance/lora_homes.log
 
 (``--diffusers``: diffusers' denoisers and autoencoder, docs/ranks/zb/diffusion.py; needs ``pip install
-diffusers``. ``--lora``: fine-tuning with frozen weights, peft's LoRA and a frozen backbone, docs/lora/lora.py;
+diffusers``. ``--lucid``: x-transformers' models, docs/ranks/zb/lucid.py; needs ``pip install x-transformers``.
+``--lora``: fine-tuning with frozen weights, peft's LoRA and a frozen backbone, docs/lora/lora.py;
 needs ``pip install peft``.)
 
 (``--corpus``: the conformance corpus's models, :mod:`graphs.models.corpus`, instead of these.)
@@ -202,12 +205,16 @@ if "--diffusers" in args:  # diffusers' models instead (docs/ranks/zb/diffusion.
     import diffusion
 
     MODELS = diffusion.MODELS
+if "--lucid" in args:  # x-transformers' models instead (docs/ranks/zb/lucid.py; pip install x-transformers)
+    import lucid
+
+    MODELS = lucid.MODELS
 if "--lora" in args:  # fine-tuning with frozen weights instead (docs/lora/lora.py; pip install peft)
     sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "lora"))
     import lora
 
     MODELS = {name: getattr(lora, name) for name in lora.MODELS}
-flags = ("--homes", "--corpus", "--newer", "--diffusers", "--lora", "-v")
+flags = ("--homes", "--corpus", "--newer", "--diffusers", "--lucid", "--lora", "-v")
 names = [a for a in args if a not in flags] or list(FAMILIES if corpus else MODELS)
 for name in names:
     t = time.perf_counter()
