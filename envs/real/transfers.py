@@ -78,6 +78,17 @@ def to_device(value: Any, torch_device: str | torch.device) -> Any:
 
 
 def write_back(master: torch.Tensor, copy: torch.Tensor) -> None:
-    """Copy an in-place update made on ``copy`` back into ``master`` (on another device)."""
+    """Copy an in-place update made on ``copy`` back into ``master`` (on another device).
+
+    Where two logical devices are one real one, the copy is ``master`` itself (``to_device`` made none) and the update
+    is there already: a copy onto itself would change nothing but the tensor's version, and a backward that reads
+    what the update wrote (``scatter_reduce_``'s amax reads its result) would then refuse to run.
+
+    >>> t = torch.zeros(2).scatter_reduce_(0, torch.tensor([0, 1]), torch.ones(2, requires_grad=True), "amax")
+    >>> write_back(t, to_device(t, "cpu"))
+    >>> t.sum().backward()
+    """
+    if copy is master:
+        return
     with torch.no_grad():
         master.copy_(copy)

@@ -231,6 +231,41 @@ def test_buffer_written_on_another_device_is_written_back():
         torch.testing.assert_close(bufs[key], buf, msg=key)
 
 
+class ScatterMax(nn.Module):
+    """PyG's max aggregation: zeros made, then ``scatter_reduce_`` (amax) into them in place, whose backward reads
+    the result it wrote."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.lin = nn.Linear(4, 4)
+
+    def forward(self, x, index):
+        h = torch.relu(self.lin(x))
+        out = h.new_zeros(3, 4).scatter_reduce_(0, index.view(-1, 1).expand_as(h), h, "amax")
+        return out.square().sum()
+
+
+def test_an_in_place_write_whose_backward_reads_its_result_runs_where_the_copy_is_the_master_itself():
+    """Two logical devices on one real one: the copy to the writer's device is the tensor itself, and writing it back
+    would be a copy onto itself, which bumps the version of the result the backward reads."""
+    torch.manual_seed(0)
+    model, x = ScatterMax(), torch.randn(6, 4)
+    index = torch.tensor([0, 2, 1, 2, 0, 1])
+    g = capture(model, (x, index))
+    writer = next(n for n in g.names if n.startswith("scatter_reduce"))
+    maker = next(n for n in g.names if n.startswith("new_zeros"))
+    assignment = {n: "cpu:0" for n in g.names}
+    assignment[writer] = "gpu:0"
+    placed = apply(copy.deepcopy(model), assignment, (x, index), device_map=ALL_CPU)
+    assert [n.meta[WRITEBACK_META] for n in placed.graph.nodes if WRITEBACK_META in n.meta] == [maker]
+    loss, ref = placed(x, index), model(x, index)
+    loss.backward()
+    ref.backward()
+    assert torch.equal(loss, ref)
+    for (name, p), q in zip(placed.named_parameters(), model.parameters()):
+        assert torch.equal(p.grad, q.grad), name
+
+
 def test_real_second_device_meta():
     """A real device change on a CPU machine: the tail of the model runs on ``meta``."""
     torch.manual_seed(0)
