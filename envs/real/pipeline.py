@@ -76,6 +76,64 @@ def split_batch(inputs: tuple, microbatches: int, batch_dim: int = 0, *, source:
     return [tuple(x if p is None else p[m] for x, p in zip(inputs, parts)) for m in range(microbatches)]
 
 
+def part_failure(error: BaseException, inputs: tuple, microbatches: int, batch_dim: int = 0) -> str:
+    """The line of a model that failed on the parts of a batch a plan of ``microbatches`` cut ``inputs`` into: what
+    failed, which inputs were cut and which went whole, and the likely cause (inputs that are not a batch of
+    independent samples, such as a graph's nodes and its edge index, which index each other across the parts).
+
+    >>> x, edges = torch.zeros(6, 3), torch.zeros(2, 9, dtype=torch.long)
+    >>> print(part_failure(IndexError("index out of range in self"), (x, edges), 2, 0))
+    ... # doctest: +NORMALIZE_WHITESPACE
+    the model failed on a microbatch (IndexError: index out of range in self): a plan of 2 microbatches runs it on
+    parts of dimension 0 of input 1 (of size 6 there, the batch's), and gives input 2 whole to every part; if the
+    model runs on the whole batch, its inputs are not a batch of independent samples (a graph's nodes and its edge
+    index, say): place it with microbatches=1
+    """
+    B, cut = batched(inputs, batch_dim)
+    tensors = [k for k, t in enumerate(inputs) if isinstance(t, torch.Tensor)]
+    split = [str(k + 1) for k in tensors if cut[k]]
+    whole = [str(k + 1) for k in tensors if not cut[k]]
+    message = str(error).strip().splitlines()[0] if str(error).strip() else ""
+    plural = "s" if len(split) > 1 else ""
+    line = (
+        f"the model failed on a microbatch ({type(error).__name__}{': ' + message if message else ''}): a plan of "
+        f"{microbatches} microbatches runs it on parts of dimension {batch_dim} of input{plural} "
+        f"{', '.join(split)} (of size {B} there, the batch's)"
+    )
+    if whole:
+        line += f", and gives input{'s' if len(whole) > 1 else ''} {', '.join(whole)} whole to every part"
+    return (
+        line + "; if the model runs on the whole batch, its inputs are not a batch of independent samples (a graph's "
+        "nodes and its edge index, say): place it with microbatches=1"
+    )
+
+
+#: The attribute of an exception raised on the parts of a batch: :func:`part_failure`'s line for it.
+PART_FAILURE_ATTR = "placer_part_failure"
+
+
+def note_part_failure(error: BaseException, inputs: tuple, microbatches: int, batch_dim: int = 0) -> None:
+    """Tell ``error``, raised while a plan of ``microbatches`` ran the parts of ``inputs``, what :func:`part_failure`
+    says: a note on its traceback, and :data:`PART_FAILURE_ATTR` for a command to say it in one line
+    (:func:`part_failure_of`). Its type stays what the model raised. A failure of memory is left alone."""
+    if microbatches > 1 and not isinstance(error, (torch.OutOfMemoryError, MemoryError)):
+        line = part_failure(error, inputs, microbatches, batch_dim)
+        error.add_note(f"placer: {line}")
+        setattr(error, PART_FAILURE_ATTR, line)
+
+
+def part_failure_of(error: BaseException) -> str | None:
+    """The line :func:`note_part_failure` gave ``error`` or an exception it was raised from; None where none has one."""
+    seen = set()
+    while error is not None and id(error) not in seen:
+        seen.add(id(error))
+        line = getattr(error, PART_FAILURE_ATTR, None)
+        if line is not None:
+            return line
+        error = error.__cause__ or error.__context__
+    return None
+
+
 def microbatch_sizes(batch: int, microbatches: int) -> list[int]:
     """The size of each microbatch :func:`split_batch` cuts a batch of ``batch`` into.
 
@@ -234,6 +292,13 @@ class MicrobatchedModule(nn.Module):
 
     def _forward(self, inputs: tuple) -> Any:
         parts = split_batch(inputs, self.microbatches, self.batch_dim)
+        try:
+            return self._run_parts(parts)
+        except (IndexError, RuntimeError) as e:
+            note_part_failure(e, inputs, self.microbatches, self.batch_dim)
+            raise
+
+    def _run_parts(self, parts: list[tuple]) -> Any:
         shares = _shares(parts, self.batch_dim)
         if self.inflight >= self.microbatches or not torch.is_grad_enabled():
             return _join_outputs([self.placed(*part) for part in parts], self.batch_dim, self.reduction, shares)

@@ -154,6 +154,7 @@ def run_here(args: argparse.Namespace) -> int:
 
     from envs.real import timing
     from envs.real.devices import check_available, resolve_devices
+    from envs.real.pipeline import part_failure_of
     from placer.apply import apply
 
     check_step_counts(args)
@@ -202,6 +203,11 @@ def run_here(args: argparse.Namespace) -> int:
             f"{str(e).splitlines()[0] if str(e) else type(e).__name__}",
             source="measured",
         )
+    except (IndexError, RuntimeError) as e:  # on a microbatch: one line that says how the batch was cut
+        line = part_failure_of(e)
+        if line is None:
+            raise
+        raise PlacerError(f"{args.source} with {args.placement}: {line}") from None
     if args.json:
         print_json(result.to_dict())
         return 0 if result.ok else 1

@@ -188,7 +188,10 @@ def failure_line(rank: int, failure: Any) -> str:
         return f"rank {rank} died (signal {failure.signal_name()})"
     if not text:
         return f"rank {rank} died (exit code {failure.exitcode})"
-    first = _PLACER_ERROR.sub("", text.splitlines()[0])
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    first = _PLACER_ERROR.sub("", lines[0])
+    if first.endswith(":") and len(lines) > 1:  # "RuntimeError:", and what it says on the lines after
+        first = f"{first} {lines[1]}"
     return f"rank {rank} failed: {first[:400]}"
 
 

@@ -44,7 +44,7 @@ from torch import fx, nn
 from envs.real.distributed.rank_plan import RankPlan
 from envs.real.distributed.schedules import BUILDERS, SPLIT_BACKWARD
 from envs.real.distributed.stage_modules import cached_program_values, place_stage, stage_programs, stage_shapes
-from envs.real.pipeline import batched, split_batch
+from envs.real.pipeline import batched, note_part_failure, split_batch
 from envs.real.placing import to_device
 from graphs import PlacerError
 
@@ -423,7 +423,12 @@ class RankSchedule:
         args = tuple(to_device(tuple(inputs), self.torch_device)) if self.has_first else ()
         target = torch.zeros(M) if self.has_last else None
         losses: list[torch.Tensor] | None = [] if self.has_last else None
-        self.schedule.step(*args, target=target, losses=losses, return_outputs=False)
+        try:
+            self.schedule.step(*args, target=target, losses=losses, return_outputs=False)
+        except RuntimeError as e:  # torch's stage says "failed to run forward", its cause says why
+            if isinstance(e.__cause__, (IndexError, RuntimeError)):
+                note_part_failure(e.__cause__, tuple(inputs), M)
+            raise
         self.finish_gradients()
         if not losses:
             return None

@@ -10,11 +10,12 @@ from __future__ import annotations
 import os
 import re
 import sys
+from types import SimpleNamespace
 
 import pytest
 
 from envs.real.allocator import thread_cache_off
-from envs.real.distributed.launch import FORKSERVER_PRELOAD, launch
+from envs.real.distributed.launch import FORKSERVER_PRELOAD, failure_line, launch
 from graphs import PlacerError
 
 
@@ -140,3 +141,20 @@ def test_a_job_whose_rendezvous_port_was_taken_first_is_launched_again_on_a_fres
         assert out[0]["tag"] == "a"
         with pytest.raises(PlacerError, match=f"127.0.0.1:{port}: the port is in use"):
             launch(report, ("b",), nproc_per_node=1, rdzv_endpoint=f"127.0.0.1:{port}", rdzv_timeout_s=5)
+
+
+@pytest.mark.parametrize(
+    "message, line",
+    [
+        ("PlacerError: plan for another graph\nmore", "rank 0 failed: plan for another graph"),
+        # torch's pipeline stage: the type on a line of its own, what failed on the next
+        (
+            "RuntimeError: \n            [Stage 1] failed to run forward:\n  args: (...)",
+            "rank 0 failed: RuntimeError: [Stage 1] failed to run forward:",
+        ),
+        ({"message": "\n\nValueError: bad\n"}, "rank 0 failed: ValueError: bad"),
+        ("", "rank 0 died (exit code 1)"),
+    ],
+)
+def test_a_failed_rank_s_line_is_the_first_line_that_says_something(message, line):
+    assert failure_line(0, SimpleNamespace(message=message, exitcode=1)) == line

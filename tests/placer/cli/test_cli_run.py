@@ -15,6 +15,7 @@ import pytest
 from envs.real.allocator import thread_cache_off, trim_malloc
 from envs.real.profiler import load_profile
 from graphs.plan import Placement
+from placer.apply import apply
 from placer.cli import main
 from tests.conftest import importable_module
 from tests.envs.real.test_profiler import fake_context_gpu
@@ -39,6 +40,19 @@ MODEL_SRC = textwrap.dedent(
     def logits():
         torch.manual_seed(0)
         return Net().seq, (torch.randn(8, 16),)
+
+    class NodeNet(nn.Module):  # a graph network: each node's features summed over the edges into it
+        def __init__(self):
+            super().__init__()
+            self.lin = nn.Linear(16, 4)
+
+        def forward(self, x, edges, y):
+            h = torch.zeros_like(x).index_add_(0, edges[1], x.index_select(0, edges[0]))
+            return nn.functional.cross_entropy(self.lin(h), y)
+
+    def nodes():
+        torch.manual_seed(0)
+        return NodeNet(), (torch.randn(8, 16), torch.randint(0, 8, (2, 24)), torch.randint(0, 4, (8,)))
     """
 )
 
@@ -273,6 +287,30 @@ def test_run_refuses_a_model_that_returns_no_scalar_loss_in_one_line(workdir, ca
     out, err = capsys.readouterr()
     assert rc == 2 and "loss" not in out and len(err.strip().splitlines()) == 1
     assert "returns a float32 tensor of shape [8, 4], not a scalar loss" in err and "Traceback" not in err
+
+
+@pytest.mark.parametrize("inflight", [None, 1])
+def test_a_plan_of_microbatches_on_inputs_that_are_not_a_batch_is_one_line_naming_the_inputs(workdir, capsys, inflight):
+    # a graph's nodes cut in two parts, its edge index given whole to each: an IndexError deep in the program
+    import cli_run_model
+
+    from graphs.torch_capture import capture
+
+    graph = capture(*cli_run_model.nodes())
+    extra = {} if inflight is None else {"inflight": inflight}
+    plan = Placement.from_indices(graph, ["cpu:0", "gpu:0"], [1] * graph.num_ops, microbatches=2, **extra)
+    plan.save("m.json")
+    rc = run_on_cpu(placement="m.json", source="cli_run_model:nodes")
+    out, err = capsys.readouterr()
+    assert rc == 2 and len(err.strip().splitlines()) == 1 and "Traceback" not in err, err
+    assert err.startswith("placer: error: cli_run_model:nodes with m.json: the model failed on a microbatch (IndexErr")
+    assert "inputs 1, 3 (of size 8 there" in err and "input 2 whole" in err and "microbatches=1" in err
+    # placer.apply's module raises what the model raised, with the line as a note on its traceback
+    model, inputs = cli_run_model.nodes()
+    placed = apply(model, plan, inputs, device_map="*=cpu")
+    with pytest.raises(IndexError) as e:
+        placed(*inputs).backward()
+    assert e.value.__notes__ == ["placer: " + err.split("m.json: ", 1)[1].strip()]
 
 
 def test_export_names_the_stand_in_loss_and_train_env_measured_refuses_the_model(workdir, capsys):
