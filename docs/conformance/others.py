@@ -12,11 +12,14 @@ docs/ranks/zb/others.py (the probe of plans across processes) and 12 more. From 
     PYTHONPATH=. python docs/conformance/others.py --diffusers --homes > docs/conformance/diffusers_homes.log
     PYTHONPATH=. python docs/conformance/others.py --lucid > docs/conformance/lucid.log
     PYTHONPATH=. python docs/conformance/others.py --lucid --homes > docs/conformance/lucid_homes.log
+    PYTHONPATH=. python docs/conformance/others.py --pyg > docs/conformance/pyg.log
+    PYTHONPATH=. python docs/conformance/others.py --pyg --homes > docs/conformance/pyg_homes.log
     PYTHONPATH=. python docs/conformance/others.py --lora > docs/conformance/lora.log
     PYTHONPATH=. python docs/conformance/others.py --lora --homes > docs/conformance/lora_homes.log
 
 (``--diffusers``: diffusers' denoisers and autoencoder, docs/ranks/zb/diffusion.py; needs ``pip install
 diffusers``. ``--lucid``: x-transformers' models, docs/ranks/zb/lucid.py; needs ``pip install x-transformers``.
+``--pyg``: PyTorch Geometric's graph networks, docs/ranks/zb/pyg.py; needs ``pip install torch_geometric``.
 ``--lora``: fine-tuning with frozen weights, peft's LoRA and a frozen backbone, docs/lora/lora.py;
 needs ``pip install peft``.)
 
@@ -209,12 +212,16 @@ if "--lucid" in args:  # x-transformers' models instead (docs/ranks/zb/lucid.py;
     import lucid
 
     MODELS = lucid.MODELS
+if "--pyg" in args:  # PyTorch Geometric's graph networks instead (docs/ranks/zb/pyg.py; pip install torch_geometric)
+    import pyg
+
+    MODELS = pyg.MODELS
 if "--lora" in args:  # fine-tuning with frozen weights instead (docs/lora/lora.py; pip install peft)
     sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "lora"))
     import lora
 
     MODELS = {name: getattr(lora, name) for name in lora.MODELS}
-flags = ("--homes", "--corpus", "--newer", "--diffusers", "--lucid", "--lora", "-v")
+flags = ("--homes", "--corpus", "--newer", "--diffusers", "--lucid", "--pyg", "--lora", "-v")
 names = [a for a in args if a not in flags] or list(FAMILIES if corpus else MODELS)
 for name in names:
     t = time.perf_counter()
