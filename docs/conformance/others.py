@@ -14,12 +14,15 @@ docs/ranks/zb/others.py (the probe of plans across processes) and 12 more. From 
     PYTHONPATH=. python docs/conformance/others.py --lucid --homes > docs/conformance/lucid_homes.log
     PYTHONPATH=. python docs/conformance/others.py --pyg > docs/conformance/pyg.log
     PYTHONPATH=. python docs/conformance/others.py --pyg --homes > docs/conformance/pyg_homes.log
+    PYTHONPATH=. python docs/conformance/others.py --tune > docs/conformance/tune.log
+    PYTHONPATH=. python docs/conformance/others.py --tune --homes > docs/conformance/tune_homes.log
     PYTHONPATH=. python docs/conformance/others.py --lora > docs/conformance/lora.log
     PYTHONPATH=. python docs/conformance/others.py --lora --homes > docs/conformance/lora_homes.log
 
 (``--diffusers``: diffusers' denoisers and autoencoder, docs/ranks/zb/diffusion.py; needs ``pip install
 diffusers``. ``--lucid``: x-transformers' models, docs/ranks/zb/lucid.py; needs ``pip install x-transformers``.
 ``--pyg``: PyTorch Geometric's graph networks, docs/ranks/zb/pyg.py; needs ``pip install torch_geometric``.
+``--tune``: torchtune's decoders and its LoRA model, docs/ranks/zb/tune.py; needs torchtune.
 ``--lora``: fine-tuning with frozen weights, peft's LoRA and a frozen backbone, docs/lora/lora.py;
 needs ``pip install peft``.)
 
@@ -216,12 +219,16 @@ if "--pyg" in args:  # PyTorch Geometric's graph networks instead (docs/ranks/zb
     import pyg
 
     MODELS = pyg.MODELS
+if "--tune" in args:  # torchtune's decoders instead (docs/ranks/zb/tune.py; needs torchtune)
+    import tune
+
+    MODELS = tune.MODELS
 if "--lora" in args:  # fine-tuning with frozen weights instead (docs/lora/lora.py; pip install peft)
     sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "lora"))
     import lora
 
     MODELS = {name: getattr(lora, name) for name in lora.MODELS}
-flags = ("--homes", "--corpus", "--newer", "--diffusers", "--lucid", "--pyg", "--lora", "-v")
+flags = ("--homes", "--corpus", "--newer", "--diffusers", "--lucid", "--pyg", "--tune", "--lora", "-v")
 names = [a for a in args if a not in flags] or list(FAMILIES if corpus else MODELS)
 for name in names:
     t = time.perf_counter()
