@@ -117,7 +117,7 @@ def _singles(
     """((step, status) of everything on cpu:0, the same on the first GPU)."""
     env = envs.SimEnv(graph, cluster, executor=executor)
     gpus = cluster.gpu_indices()
-    cpu = [d for d, k in enumerate(cluster.kinds) if k == "cpu"]
+    cpu = cluster.host_indices()
     out = []
     for devs in (cpu, gpus):
         if not devs:

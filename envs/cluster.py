@@ -147,6 +147,7 @@ class Cluster:
                 col("update_bw_bytes_per_s") > 0, col("update_bw_bytes_per_s"), col("mem_bw_bytes_per_s")
             ),
             "step_call_s": col("step_call_s"),
+            "host": np.array([d.kind == "cpu" for d in self.devices], dtype=bool),
             "bandwidth_bytes_per_s": bw,
             "latency_s": lat,
         }
@@ -204,8 +205,18 @@ class Cluster:
         """[D, D] link latency; 0 on the diagonal."""
         return self._arrays["latency_s"]
 
+    @property
+    def host(self) -> np.ndarray:
+        """[D] bool: which devices are the host (kind ``"cpu"``): where ops issue from, and where homed parameters
+        and the host's optimizer step live."""
+        return self._arrays["host"]
+
     def gpu_indices(self) -> list[int]:
         return [i for i, d in enumerate(self.devices) if d.kind == "gpu"]
+
+    def host_indices(self) -> list[int]:
+        """The indices of the host devices (:attr:`host`), in device order."""
+        return np.flatnonzero(self.host).tolist()
 
     def index(self, name: str) -> int:
         for i, d in enumerate(self.devices):

@@ -170,7 +170,7 @@ class MoveFeatures:
         self.work = fwd + bwd  # [n, D]
         self.mem = (cost.static_bytes(graph) + cost.activation_bytes(graph)).astype(np.float64)
         self.capacity = np.asarray(cluster.memory_bytes, dtype=np.float64)
-        self.host = (np.asarray(cluster.kinds) == "cpu").astype(np.float32)
+        self.host = cluster.host.astype(np.float32)
         bw = np.asarray(cluster.bandwidth_bytes_per_s, dtype=np.float64)
         self.mean_bw = float(np.mean(bw[~np.eye(D, dtype=bool)])) if D > 1 else 1.0
         self.levels = levels

@@ -178,7 +178,7 @@ def forced_host_update_s(graph: OpGraph, cluster: Cluster) -> float:
     """The host devices' Adam over the parameter bytes the GPUs cannot hold (:func:`update_bound_s`): ``P - C / 4``
     of the ``P`` bytes, spread over the hosts' update bandwidth; 0 where the GPUs hold them all."""
     p = graph.param_bytes.astype(np.float64)
-    host = np.asarray(cluster.kinds) == "cpu"
+    host = cluster.host
     if not np.any(p > 0) or not host.any():
         return 0.0
     state_per_byte = float(cost.static_bytes(graph).sum() - graph.buffer_bytes.sum()) / p.sum()
@@ -218,7 +218,7 @@ def host_issue_s(cluster: Cluster, fwd_s: np.ndarray, issue_fwd_s: np.ndarray) -
     A host device's op runs on the host (``fwd_s``); another device's costs its
     issue time (``issue_fwd_s``, :func:`envs.sim.cost.issue_times`).
     """
-    host = np.asarray(cluster.kinds) == "cpu"
+    host = cluster.host
     return np.where(host[None, :], fwd_s, issue_fwd_s)
 
 

@@ -189,7 +189,7 @@ def issue_times(graph: OpGraph, cluster: Cluster, fwd_s: np.ndarray) -> tuple[np
     >>> (f * 1e6).round(1).tolist(), float(b.sum())
     ([[0.0, 8.0, 8.0], [0.0, 0.0, 0.0]], 0.0)
     """
-    host = np.asarray(cluster.kinds) == "cpu"
+    host = cluster.host
     issue_f, issue_b = default_issue_times(fwd_s, host, cluster.launch_overhead_s)
     for d, kind in enumerate(cluster.kinds):
         prof = graph.profile.get(kind)
@@ -228,7 +228,7 @@ def host_costs(cluster: Cluster) -> HostCosts:
     >>> host_costs(Cluster.preset("h200x1")).stage_s_per_byte.tolist()  # the presets measured none
     [0.0, 0.0]
     """
-    host = np.asarray(cluster.kinds) == "cpu"
+    host = cluster.host
     col = lambda attr: np.array([float(getattr(d, attr)) for d in cluster.devices]) * host  # noqa: E731
     per_byte = (
         np.array(

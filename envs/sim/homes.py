@@ -353,7 +353,7 @@ def home_rows(env: "SimEnv", op_devices: np.ndarray, homes: Any, source: str | N
         env.homeable = homeable(env.graph, paths)
         env.home_chains = chain_pairs(env.graph, paths)
         env.home_copies = copy_pairs(env.graph, paths)
-    host = np.asarray(env.cluster.kinds) == "cpu"
+    host = env.cluster.host
     try:
         apart = offloaded(homes, op_devices, host, env.homeable, env.home_chains, env.home_copies, env.graph.names)
     except PlacerError as e:

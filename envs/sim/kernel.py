@@ -320,7 +320,7 @@ class KernelData:
         self.cap = c.memory_bytes.astype(np.float64)
         self.launch = c.launch_overhead_s.astype(np.float64)
         self.update_bw = c.update_bw_bytes_per_s.astype(np.float64)  # the optimizer step's bandwidth
-        self.host = np.asarray([k == "cpu" for k in c.kinds], dtype=np.bool_)
+        self.host = c.host.copy()  # writable: the kernels' cached signatures take one
         # host seconds issuing each op's forward / backward on each device (envs.sim.cost.issue_times)
         if issue is None:
             issue = cost.issue_times(g, c, self.fwd_t)

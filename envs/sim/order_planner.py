@@ -54,7 +54,7 @@ class OrderPlanner:
         """
         env = self.env
         op_devices = env.indices(placement)
-        host = (np.asarray(env.cluster.kinds) == "cpu")[op_devices]
+        host = env.cluster.host[op_devices]
         out = {"node": np.arange(env.num_ops, dtype=np.int64)}
         out["devices-first"] = priority_order(env.graph, host)  # ready host ops last
         out["schedule"] = self.schedule_order(op_devices)
@@ -79,7 +79,7 @@ class OrderPlanner:
         start = np.empty(op_devices.shape)
         for k, row in enumerate(op_devices):  # with microbatches: the first's; not a placement scored
             start[k] = dataflow.forward_starts(row)[:n]
-        host = (np.asarray(env.cluster.kinds) == "cpu")[op_devices]
+        host = env.cluster.host[op_devices]
         return np.lexsort((np.broadcast_to(np.arange(n), op_devices.shape), host, start), axis=-1).astype(np.int64)
 
     def plan(self, placement: Any) -> tuple[np.ndarray, str, float]:

@@ -179,7 +179,7 @@ class SimEnv:
             parts = self._shared[(M, self.inflight)] = _GraphParts(graph, M, self.inflight)
         self.segments, self._free, self.sim_graph = parts.segments, parts.free, parts.sim_graph
         self.home_bytes, self._staying_buffers = parts.home_bytes, parts.staying_buffers
-        self._host = np.asarray(cluster.kinds) == "cpu"
+        self._host = cluster.host
         fwd, bwd = cost.op_times(graph, cluster, microbatches=M)
         # ops without a backward (integer ops, tables built from buffers: graphs.ops.grad_mask) have none to time
         grad = parts.grad

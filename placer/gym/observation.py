@@ -140,7 +140,7 @@ def item_features(problem: Problem) -> np.ndarray:
 def device_features(problem: Problem) -> np.ndarray:
     """``[D, 4]`` float32: log10 memory bytes, log10 FLOP/s, log10 memory bandwidth, 1 for the host."""
     c = problem.cluster
-    host = np.asarray([k == "cpu" for k in c.kinds], dtype=np.float64)
+    host = c.host.astype(np.float64)
     cols = [
         np.log10(np.maximum(a.astype(np.float64), 1.0)) for a in (c.memory_bytes, c.flops_per_s, c.mem_bw_bytes_per_s)
     ]

@@ -59,7 +59,7 @@ class PlacementFeatures:
         self.mem = (cost.static_bytes(graph) + cost.activation_bytes(graph)).astype(np.float64)
         self.capacity = np.maximum(np.asarray(cluster.memory_bytes, dtype=np.float64), 1.0)
         self.num_devices = D = cluster.num_devices
-        host = np.asarray(cluster.kinds) == "cpu"
+        host = cluster.host
         self.host = host
         bw = np.asarray(cluster.bandwidth_bytes_per_s, dtype=np.float64)
         off = ~np.eye(D, dtype=bool)

@@ -41,7 +41,7 @@ class HomeCodes:
     """The codes of a search over ``gpus`` of ``cluster`` with home moves (see the module docstring)."""
 
     def __init__(self, graph: OpGraph, cluster: Any, gpus: Any) -> None:
-        hosts = [d for d, kind in enumerate(cluster.kinds) if kind == "cpu"]
+        hosts = cluster.host_indices()
         self.gpus = np.asarray([d for d in np.asarray(gpus).tolist() if cluster.kinds[d] != "cpu"], dtype=np.int64)
         if not hosts or not len(self.gpus):
             raise PlacerError("home moves: the cluster needs a host device and a GPU")

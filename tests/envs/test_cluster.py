@@ -30,6 +30,15 @@ def test_presets_are_complete_and_round_trip(name, tmp_path):
     assert np.array_equal(c2.bandwidth_bytes_per_s, c.bandwidth_bytes_per_s)
 
 
+def test_the_host_mask_names_the_cpu_devices_wherever_they_stand():
+    doc = Cluster.preset("k80x2").to_dict()
+    doc["devices"] = doc["devices"][1:] + doc["devices"][:1]  # the host last
+    c = Cluster.from_dict(doc)
+    assert c.host.tolist() == [False, False, True] and c.host_indices() == [2] and c.gpu_indices() == [0, 1]
+    assert not c.host.flags.writeable  # shared by every reader: a copy is theirs to write
+    assert Cluster.preset("v100x4").host_indices() == [0]
+
+
 def test_preset_numbers_are_what_the_docs_say():
     assert Cluster.presets() == ["k80x2", "k80x4", "v100x4", "h100x8", "h200x1", "a100-40gx4", "a100-80gx8", "l4x4"]
     k80 = Cluster.preset("k80x4")

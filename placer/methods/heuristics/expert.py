@@ -115,7 +115,7 @@ def _recurrent(graph: OpGraph, cluster, is_rec: np.ndarray, keys: list[str]) -> 
         [bool(_EMBEDDING.search(t) or _EMBEDDING.search(p)) for t, p in zip(graph.op_types, graph.module_paths)]
     )
     emb &= ~is_rec
-    cpu = [d for d, k in enumerate(cluster.kinds) if k == "cpu"]
+    cpu = cluster.host_indices()
     table_bytes = float(graph.param_bytes[emb].sum()) if emb.any() else 0.0
     huge = bool(cpu) and table_bytes > EMBEDDING_ON_CPU_FRACTION * float(capacity_bytes(cluster)[gpus[0]])
     op_devices[emb] = cpu[0] if huge else gpus[0]

@@ -76,7 +76,7 @@ def lookup_device(device_map: dict[str, Any], path: str) -> Any:
 def map_onto_ops(graph: OpGraph, device_map: dict[str, Any], cluster) -> np.ndarray:
     """Op device indices from an accelerate module -> device map (int GPU index, "cpu", "disk")."""
     gpus = gpu_devices(cluster)
-    cpu = next((d for d, k in enumerate(cluster.kinds) if k == "cpu"), int(gpus[0]))
+    cpu = next(iter(cluster.host_indices()), int(gpus[0]))
 
     def to_index(v: Any) -> int:
         if isinstance(v, int) or (isinstance(v, str) and v.isdigit()):
@@ -136,7 +136,7 @@ def max_memory_of(cluster, max_memory: Any = None) -> dict[Any, int]:
     gpus = [int(d) for d in gpu_devices(cluster)]
     mem = np.asarray(cluster.memory_bytes, dtype=np.float64)
     out: dict[Any, int] = {k: int(mem[d]) for k, d in enumerate(gpus)}
-    cpus = [d for d, kind in enumerate(cluster.kinds) if kind == "cpu"]
+    cpus = cluster.host_indices()
     if cpus:
         out["cpu"] = int(mem[cpus[0]])
     if max_memory is None:
@@ -166,7 +166,7 @@ def _pairs(text: Any) -> list[tuple[str, str]]:
 def _accelerate_key(cluster, gpus: list[int], device: Any) -> Any:
     """accelerate's key of a logical device name or of accelerate's own key."""
     logical = isinstance(device, str) and device in cluster.device_names
-    if device == "cpu" or (logical and cluster.kinds[cluster.index(device)] == "cpu"):
+    if device == "cpu" or (logical and cluster.host[cluster.index(device)]):
         return "cpu"
     if isinstance(device, int) or (isinstance(device, str) and device.isdigit()):
         k = int(device)

@@ -45,7 +45,7 @@ def build_items(graph: OpGraph, cluster, op_item: np.ndarray) -> Items:
     fwd_s, bwd_s = cost.op_times(graph, cluster)
     K = int(op_item.max()) + 1 if graph.num_ops else 0
     D = cluster.num_devices
-    host = np.asarray(cluster.kinds) == "cpu"
+    host = cluster.host
     launch_op = np.where(host[None, :], 0.0, np.where(fwd_s > 0, np.asarray(cluster.launch_overhead_s)[None, :], 0.0))
     fwd, bwd, launch = (np.zeros((K, D)) for _ in range(3))
     np.add.at(fwd, op_item, fwd_s)

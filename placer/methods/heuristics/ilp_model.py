@@ -53,7 +53,7 @@ class _Model:
     def __init__(self, cp_model: Any, items: Items, cluster: Any) -> None:
         self.items, self.cluster = items, cluster
         self.K, self.D = items.fwd.shape
-        self.host = np.asarray(cluster.kinds) == "cpu"
+        self.host = cluster.host
         self.gpus = [d for d in range(self.D) if not self.host[d]]
         self.hosts = [d for d in range(self.D) if self.host[d]]
         self.lat = np.asarray(cluster.latency_s, dtype=np.float64)
