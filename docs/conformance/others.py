@@ -169,7 +169,12 @@ def homed_check(model: torch.nn.Module, inputs: tuple, steps: int = 3, device_ma
         if gpu.type != "cpu":  # the host's Adam against the GPU's: equal to rounding
             torch.testing.assert_close(a.to(b.device), b, rtol=1e-4, atol=1e-5, msg=what)
             return
-        assert torch.equal(a, b), f"{what}: not equal to the bit"
+        if not torch.equal(a, b):
+            diff = float((a - b).abs().max())
+            raise AssertionError(
+                f"{what}: not equal to the bit (at most {diff:.2g} apart, {diff / float(b.abs().max()):.2g} of its "
+                "largest value)"
+            )
 
     def close(a, b, what):
         tol = {"rtol": 1e-5, "atol": 1e-6} if gpu.type == "cpu" else {"rtol": 1e-4, "atol": 1e-5}
