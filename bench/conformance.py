@@ -53,7 +53,7 @@ from envs.real.conformance import (  # noqa: F401  (moved there: the product's c
     reference,
     relative_error,
 )
-from envs.real.pipeline import split_batch
+from envs.real.pipeline import part_failure_of, split_batch
 from graphs import OpGraph
 from graphs.models.corpus import build
 from graphs.plan import Placement
@@ -209,11 +209,10 @@ def check_model(
                 parts=parts,
             )
             rows.append(PlanResult(name, plan_name, ok, loss_err, grad_err, worst, ratio, step_time_s=step))
-        except Exception as e:  # a failing plan is a row, with its first line
+        except Exception as e:  # a failing plan is a row, with its first line (how a failed microbatch was cut)
             text = str(e).strip().splitlines()
-            rows.append(
-                PlanResult(name, plan_name, False, message=f"{type(e).__name__}: {text[0][:300] if text else ''}")
-            )
+            said = part_failure_of(e) or f"{type(e).__name__}: {text[0][:300] if text else ''}"
+            rows.append(PlanResult(name, plan_name, False, message=said))
         rows[-1].seconds = time.perf_counter() - t0
     return rows
 

@@ -87,6 +87,28 @@ def test_a_failing_plan_is_a_row_not_an_exception(monkeypatch):
     assert len(lines) == 4 and "FAIL" in lines[2]
 
 
+class _Nodes(torch.nn.Module):
+    """A graph network: node features summed over the edges into each node (the edge index refers to every node)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.lin = torch.nn.Linear(4, 2)
+
+    def forward(self, x, edges, y):
+        h = torch.zeros_like(x).index_add_(0, edges[1], x.index_select(0, edges[0]))
+        return torch.nn.functional.cross_entropy(self.lin(h), y)
+
+
+def test_a_plan_whose_microbatches_the_model_cannot_run_says_how_the_batch_was_cut():
+    torch.manual_seed(0)
+    g = torch.Generator().manual_seed(1)
+    built = _Nodes(), (torch.randn(8, 4), torch.randint(0, 8, (2, 16), generator=g), torch.randint(0, 2, (8,)))
+    rows = conformance.check_model("nodes", ["split", "split_m2"], built=built)
+    assert [r.ok for r in rows] == [True, False]
+    assert rows[1].message.startswith("the model failed on a microbatch (IndexError")
+    assert "gives input 2 whole to every part" in rows[1].message
+
+
 def test_a_microbatch_size_is_exported_once_for_every_plan_of_it(monkeypatch):
     exported = []
 
