@@ -16,6 +16,7 @@ Example:
 from __future__ import annotations
 
 import contextlib
+import copy
 import io
 import logging
 import os
@@ -109,8 +110,8 @@ def _export(model: torch.nn.Module, example_inputs: tuple, dynamic: bool) -> Any
     return torch.export.export(model, example_inputs)
 
 
-#: The containers of a module's state that its forward may add to (``register_buffer``, ``register_module``).
-_STATE_DICTS = ("_parameters", "_buffers", "_modules")
+#: The containers of a module's state that its forward may add to in place (``register_buffer``, ``register_module``).
+_STATE = ("_parameters", "_buffers", "_modules", "_non_persistent_buffers_set")
 
 
 @contextlib.contextmanager
@@ -136,30 +137,17 @@ def model_kept(model: torch.nn.Module) -> Iterator[None]:
     saved = []
     for module in model.modules():
         attrs = dict(vars(module))
-        inner = {k: dict(attrs[k]) for k in _STATE_DICTS if isinstance(attrs.get(k), dict)}
-        nonpersistent = getattr(module, "_non_persistent_buffers_set", None)
-        saved.append((module, attrs, inner, set(nonpersistent) if isinstance(nonpersistent, set) else None))
+        saved.append((module, attrs, {k: copy.copy(attrs[k]) for k in _STATE if k in attrs}))
     try:
         yield
     finally:
-        for module, attrs, inner, nonpersistent in saved:
+        for module, attrs, contents in saved:
             now = vars(module)
-            for k in [k for k in now if k not in attrs]:
-                del now[k]
-            for k, v in attrs.items():
-                if now.get(k, _MISSING) is not v:
-                    now[k] = v
-            for k, contents in inner.items():
-                d = now[k]
-                if d.keys() != contents.keys() or any(d[name] is not v for name, v in contents.items()):
-                    d.clear()
-                    d.update(contents)
-            if nonpersistent is not None and module._non_persistent_buffers_set != nonpersistent:
-                module._non_persistent_buffers_set.clear()
-                module._non_persistent_buffers_set.update(nonpersistent)
-
-
-_MISSING = object()
+            now.clear()
+            now.update(attrs)
+            for k, held in contents.items():  # the same containers, with what they held
+                now[k].clear()
+                now[k].update(held)
 
 
 def _auto_dims(model: torch.nn.Module, example_inputs: tuple) -> Any:
