@@ -326,18 +326,18 @@ TORCH_PACKAGES = frozenset(
 )
 
 
-def installed_package(path: str) -> str:
-    """The top-level package of an installed file ("" for one that is not under site-packages or dist-packages).
+def installed_path(path: str) -> str:
+    """An installed file's path inside site-packages or dist-packages ("" for one that is not installed).
 
-    >>> installed_package("/venv/lib/python3.11/site-packages/transformers/models/dbrx/modeling_dbrx.py")
-    'transformers'
-    >>> installed_package("/usr/lib/python3/dist-packages/six.py"), installed_package("/home/me/model.py")
-    ('six', '')
+    >>> installed_path("/venv/lib/python3.11/site-packages/monai/losses/utils.py")
+    'monai/losses/utils.py'
+    >>> installed_path("/usr/lib/python3/dist-packages/six.py"), installed_path("/home/me/model.py")
+    ('six.py', '')
     """
     parts = path.replace(os.sep, "/").split("/")
     for i in range(len(parts) - 2, -1, -1):
         if parts[i] in ("site-packages", "dist-packages"):
-            return parts[i + 1].removesuffix(".py")
+            return "/".join(parts[i + 1 :])
     return ""
 
 
@@ -345,18 +345,20 @@ def user_line(frames: list[tuple[str, Any]]) -> str:
     """``file.py:line`` of the innermost of ``(file, line)`` frames outside torch and the packages it calls
     (:data:`TORCH_PACKAGES`), the stdlib and capture itself: the model's line, in the user's file or in the
     installed library it comes from (an installed file is judged by its package alone: a Python installed without a
-    venv keeps site-packages inside the stdlib's folder).
+    venv keeps site-packages inside the stdlib's folder). A library's file is named by its path in the library
+    (``monai/losses/utils.py``: a library has many a ``utils.py``), the user's by its name.
 
     >>> site = "/venv/lib/python3.11/site-packages/"
     >>> user_line([("/home/me/train.py", 9), (site + "transformers/models/dbrx/modeling_dbrx.py", 296),
     ...            (site + "torch/_tensor.py", 1100), (site + "sympy/core/relational.py", 512)])
-    'modeling_dbrx.py:296'
+    'transformers/models/dbrx/modeling_dbrx.py:296'
     """
     best = ""
     for filename, line in frames:
         path = os.path.abspath(filename) if not filename.startswith("<") else ""
-        package = installed_package(path)
+        installed = installed_path(path)
+        package = installed.split("/")[0].removesuffix(".py")
         outside = package in TORCH_PACKAGES if package else path.startswith((_TORCH_DIR, _STDLIB_DIR))
         if path and not outside and path not in CAPTURE_FILES:
-            best = f"{os.path.basename(path)}:{line}"
+            best = f"{installed or os.path.basename(path)}:{line}"
     return best
