@@ -44,9 +44,10 @@ from torch import fx, nn
 from envs.real.distributed.rank_plan import RankPlan
 from envs.real.distributed.schedules import BUILDERS, SPLIT_BACKWARD
 from envs.real.distributed.stage_modules import cached_program_values, place_stage, stage_programs, stage_shapes
-from envs.real.pipeline import batched, note_part_failure, split_batch
+from envs.real.pipeline import batched, note_part_failure, part_failure_of, split_batch
 from envs.real.placing import to_device
 from graphs import PlacerError
+from graphs.export import first_line
 
 #: torch 2.11 and older make every tensor a stage receives require grad, integer ones too, which fails
 #: (pytorch/pytorch#183024); later releases skip the non-floating ones.
@@ -316,6 +317,35 @@ def chunk_specs(inputs: Sequence[Any]) -> tuple[Any, ...]:
     return tuple(TensorChunkSpec(0) if c else _Replicate() for c in batched(inputs)[1])
 
 
+def stage_failure(error: RuntimeError, inputs: tuple, microbatches: int) -> Exception | None:
+    """What a rank raises for ``error``, raised by torch's schedule while it ran a step of ``microbatches`` parts of
+    ``inputs`` (None: ``error`` itself). Torch's stage wraps what the program raised in an error that says only
+    which stage failed (``[Stage 1] failed to run forward:``, then its arguments' shapes), so the job's line said
+    nothing of the cause: a model that fails on a microbatch gets :func:`~envs.real.pipeline.note_part_failure`'s
+    line (a :class:`PlacerError`); any other cause is named on the stage's line.
+
+    >>> try:
+    ...     try:
+    ...         raise ValueError("bad shape")
+    ...     except ValueError as cause:
+    ...         raise RuntimeError("\\n    [Stage 1] failed to run forward:\\n    args: (...)") from cause
+    ... except RuntimeError as e:
+    ...     stage_failure(e, (), 1)
+    RuntimeError('[Stage 1] failed to run forward: ValueError: bad shape')
+    """
+    cause = error.__cause__
+    if isinstance(cause, (IndexError, RuntimeError)):
+        note_part_failure(cause, inputs, microbatches)
+    line = part_failure_of(error)
+    if line is not None:
+        return PlacerError(line)
+    text = str(error).strip()
+    head = text.splitlines()[0].strip() if text else ""
+    if cause is None or not head.startswith("[Stage"):
+        return None
+    return RuntimeError(f"{head} {type(cause).__name__}: {first_line(cause, limit=300)}")
+
+
 class RankSchedule:
     """This rank's stages of ``plan`` and the schedule that runs them (see the module doc).
 
@@ -426,9 +456,10 @@ class RankSchedule:
         try:
             self.schedule.step(*args, target=target, losses=losses, return_outputs=False)
         except RuntimeError as e:  # torch's stage says "failed to run forward", its cause says why
-            if isinstance(e.__cause__, (IndexError, RuntimeError)):
-                note_part_failure(e.__cause__, tuple(inputs), M)
-            raise
+            said = stage_failure(e, tuple(inputs), M)
+            if said is None:
+                raise
+            raise said from e
         self.finish_gradients()
         if not losses:
             return None

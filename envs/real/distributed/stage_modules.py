@@ -47,6 +47,8 @@ from torch import nn
 
 from envs.real.placing import keep_global_state, on_device, reorder, reshape_views
 from graphs import PlacerError
+from graphs.flops import is_alias
+from graphs.ops import written_arguments
 
 _CONTIGUOUS = torch.ops.aten.contiguous.default
 _CLONE = torch.ops.aten.clone.default
@@ -169,6 +171,8 @@ def stage_programs(
         reorder(graph, list(ops))
         if split_backward and s > 0:
             _dense_input_gradients(graph)
+        if s > 0:
+            _copy_written_inputs(graph)
         if split_backward:
             _dense_group_norm_inputs(graph)
         graph.lint()
@@ -189,6 +193,44 @@ def _dense_input_gradients(graph: fx.Graph) -> None:
             node = graph.create_node("call_function", dense_gradient, (p,), name=DENSE_GRADIENT_PREFIX + p.name)
             node.meta = dict(p.meta)
             p.replace_all_uses_with(node, delete_user_cb=lambda user: user is not node)
+
+
+def _copy_written_inputs(graph: fx.Graph) -> None:
+    """Give every floating input of a stage that an op of it writes in place (itself, or through a view: a residual
+    ``add_`` into what the last stage sent) a copy the ops read and write instead. Torch's stage holds what it
+    receives as a leaf that needs a gradient, which autograd refuses to write (a leaf, a view of one, or the view
+    :func:`dense_gradient` returns); in one process the same tensor is an op's output, written as the program says.
+    The copy's gradient flows to the input (what the stage sends back), and what the stage passes on is the copy,
+    written, as the program's later readers read it."""
+    for p in [n for n in graph.nodes if n.op == "placeholder"]:
+        val = p.meta.get("val")
+        if not isinstance(val, torch.Tensor) or not val.is_floating_point():  # no gradient: written as it is
+            continue
+        head = next((u for u in p.users if u.name.startswith(DENSE_GRADIENT_PREFIX)), p)
+        if not _written_in_place(head):
+            continue
+        with graph.inserting_after(head):
+            fresh = graph.call_function(_CLONE, (head,))
+        fresh.meta = dict(head.meta)
+        head.replace_all_uses_with(fresh, delete_user_cb=lambda user: user is not fresh)
+
+
+def _written_in_place(node: fx.Node) -> bool:
+    """Whether an op writes into ``node``'s tensor in place, directly or through a chain of views of it."""
+    seen, todo = {node}, [node]
+    while todo:
+        n = todo.pop()
+        for user in n.users:
+            if user.op != "call_function":
+                continue
+            for i, name in written_arguments(user.target, hidden=False):
+                given = user.args[i] if i < len(user.args) else user.kwargs.get(name)
+                if given is n:
+                    return True
+            if is_alias(user.target) and user not in seen:
+                seen.add(user)
+                todo.append(user)
+    return False
 
 
 #: The ops whose CPU backward crashes the process (SIGSEGV, torch 2.13) when asked for the weight's and bias's

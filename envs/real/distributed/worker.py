@@ -45,7 +45,7 @@ from envs.real.distributed.rank_plan import RankPlan
 from envs.real.distributed.ranks import check_world
 from envs.real.distributed.runtime import RankSchedule
 from envs.real.distributed.trace import ActionRecorder
-from envs.real.pipeline import export_microbatch, part_failure_of
+from envs.real.pipeline import export_microbatch
 from envs.real.slices import shorten_helper_slices
 from envs.real.timing import Protocol, adam, measure_steps, time_limit
 from envs.real.worker import build_model
@@ -150,13 +150,7 @@ class PipelineStep(nn.Module):
         dist.barrier()
         if self.recorder is not None:
             self.recorder.begin_step()
-        try:
-            loss = self.schedule.step(*inputs)
-        except RuntimeError as e:  # the model failed on a microbatch: the job's line says how the batch was cut
-            line = part_failure_of(e)
-            if line is None:
-                raise
-            raise PlacerError(line) from e
+        loss = self.schedule.step(*inputs)  # a model failing on a microbatch: a PlacerError naming the cut
         return (torch.zeros(()) if loss is None else loss.detach().cpu()).requires_grad_(True)
 
 

@@ -401,3 +401,57 @@ def test_a_rank_reading_a_frozen_weight_another_owns_holds_a_copy_and_a_buffer_i
             assert table <= held < 2 * table
         else:  # and the trainable one: the copy, its gradient, Adam's two moments
             assert 4 * table <= held < 5 * table
+
+
+class WritesWhatItReceives(nn.Module):
+    """The second stage writes in place into the activations it receives: one whole (``add_``), one through a view
+    (a slice's ``mul_``), as MONAI's residual units add a skip into a norm's output in place."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.a = nn.Linear(8, 8)
+        self.b = nn.Linear(8, 8)
+        self.head = nn.Linear(8, 3)
+
+    def forward(self, x: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+        a, b = self.a(x), self.b(x)
+        a.add_(b)
+        b[:, :4].mul_(2.0)
+        return F.cross_entropy(self.head(a * b), labels)
+
+
+@pytest.mark.parametrize("split", [False, True])
+def test_a_stage_writing_in_place_into_an_activation_it_receives_computes_the_models_loss_and_gradients(split):
+    """Torch's stages receive activations as leaves that need a gradient, which autograd refuses to write in place
+    (a leaf, or a view of one): the stage writes into a copy of what it received, with the model's values and
+    gradients (the received tensors' gradients too: what the stage sends back)."""
+    torch.manual_seed(0)
+    model, inputs = WritesWhatItReceives(), (torch.randn(5, 8), torch.tensor([0, 2, 1, 0, 2]))
+    ep = export_program(model, inputs)
+    graph = graph_from_program(ep)
+    first = [n for n, t in zip(graph.names, graph.op_types) if t == "aten.linear.default"][:2]
+    stage_ops = [first, [n for n in graph.names if n not in first]]
+    modules = stage_programs(ep.module(), stage_ops, split_backward=split)
+    sent = modules[0](*inputs)
+    received = tuple(t.detach().requires_grad_(t.is_floating_point()) for t in sent)  # what a torch stage holds
+    loss = modules[1](*received)
+    loss.backward()
+    ref_model = copy.deepcopy(model)
+    a, b = ref_model.a(inputs[0]), ref_model.b(inputs[0])
+    a.retain_grad(), b.retain_grad()
+    ra, rb = a.clone(), b.clone()
+    ra.add_(rb)
+    rb[:, :4].mul_(2.0)
+    ref = F.cross_entropy(ref_model.head(ra * rb), inputs[1])
+    ref.backward()
+    torch.testing.assert_close(loss, ref)
+    floating = [t for t in received if t.is_floating_point()]
+    torch.testing.assert_close(
+        sorted(g.sum().item() for g in (t.grad for t in floating)), sorted(g.sum().item() for g in (a.grad, b.grad))
+    )
+    torch.testing.assert_close(modules[1].head.weight.grad, ref_model.head.weight.grad)
+    # the received tensors themselves are not written: torch's stage keeps them for the backward it sends
+    torch.testing.assert_close(
+        tuple(received[k] for k in range(len(received)) if received[k].is_floating_point()),
+        tuple(t for t in sent if t.is_floating_point()),
+    )
