@@ -132,22 +132,68 @@ def run_plan(
     synchronize: Callable[[], None] = lambda: None,
     program: Any = None,
     parts: dict[int, Any] | None = None,
+    copied: bool = True,
 ) -> tuple[bool, float, float, str, float, float]:
     """Apply ``placement`` to a copy of ``model``, check one step against ``ref``, then time ``timed_steps`` steps.
 
     ``program``: the model's exported program (:func:`graphs.torch_capture.export_program`), copied with the model
     and applied (:func:`placer.apply.apply_program`) instead of exported again; None: :func:`placer.apply` exports.
     ``parts``: with ``program``, M -> its program at a microbatch's size, copied and applied with them likewise.
+    ``copied=False``: applied to ``model`` itself (and the programs themselves), whose tensors' values are put back
+    afterwards and gradients cleared (:func:`copies_keep_program`).
 
     Returns ``compare``'s tuple plus the median step time (NaN when nothing is timed).
     """
+    if not copied:
+        with kept_as_it_was(model):
+            return _run_plan(
+                model, inputs, graph, placement, ref, device_map, timed_steps, warmup_steps, synchronize, program, parts
+            )
     if program is None:
-        placed = apply(copy.deepcopy(model), placement, inputs, device_map=device_map, graph=graph)
+        model = copy.deepcopy(model)
     else:  # a copy of the model and its program together (they share their tensors as the originals do)
         with warnings.catch_warnings():  # torch's own pytree deprecation, raised by copying its tree specs
             warnings.simplefilter("ignore", FutureWarning)
-            copied, ep, copied_parts = copy.deepcopy((model, program, parts or {}))
-        placed = apply_program(copied, ep, placement, inputs, device_map, graph=graph, part_programs=copied_parts)
+            model, program, parts = copy.deepcopy((model, program, parts or {}))
+    return _run_plan(
+        model, inputs, graph, placement, ref, device_map, timed_steps, warmup_steps, synchronize, program, parts
+    )
+
+
+def copies_keep_program(model: nn.Module, program: Any) -> bool:
+    """Whether a deep copy of ``model`` and its exported ``program`` together is a model and its program (the
+    program's tensors the copied model's own), as :func:`run_plan` copies them for each plan. Not for a model whose
+    modules pickle themselves anew: e3nn's tensor products pickle the code they generate, and a copy traces it
+    again, into fresh tensors and other ops (another graph). Such a model's plans run on the model itself."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", FutureWarning)
+        copied, ep = copy.deepcopy((model, program))
+    own = {id(t) for t in (*copied.parameters(), *copied.buffers())}
+    return all(id(t) in own for t in ep.state_dict.values())
+
+
+@contextlib.contextmanager
+def kept_as_it_was(model: nn.Module):
+    """``model``'s parameters and buffers keep their values through the block, and its parameters end with no
+    gradient (a plan applied to the model itself shares its tensors)."""
+    saved = [(t, t.detach().clone()) for t in (*model.parameters(), *model.buffers())]
+    try:
+        yield
+    finally:
+        with torch.no_grad():
+            for t, value in saved:
+                t.copy_(value)
+        for p in model.parameters():
+            p.grad = None
+
+
+def _run_plan(
+    model, inputs, graph, placement, ref, device_map, timed_steps, warmup_steps, synchronize, program, parts
+) -> tuple[bool, float, float, str, float, float]:
+    if program is None:
+        placed = apply(model, placement, inputs, device_map=device_map, graph=graph)
+    else:
+        placed = apply_program(model, program, placement, inputs, device_map, graph=graph, part_programs=parts)
     loss = placed(*inputs)
     loss.backward()
     check = compare(loss, parameter_grads(placed), ref)
@@ -185,6 +231,7 @@ def check_model(
     # without the nodes' stack traces as the capture's is (they only name a line in an error of the capture)
     program, graph = capture_program(model, inputs, name=name)
     ref = reference(model, inputs)
+    copied = copies_keep_program(model, program)
     rows = []
     parts: dict[int, Any] = {}
     for k, (plan_name, placement) in enumerate(plans(graph, names=plan_names).items()):
@@ -207,6 +254,7 @@ def check_model(
                 synchronize=synchronize,
                 program=program if k > 0 else None,
                 parts=parts,
+                copied=copied,
             )
             rows.append(PlanResult(name, plan_name, ok, loss_err, grad_err, worst, ratio, step_time_s=step))
         except Exception as e:  # a failing plan is a row, with its first line (how a failed microbatch was cut)

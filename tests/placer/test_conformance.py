@@ -109,6 +109,40 @@ def test_a_plan_whose_microbatches_the_model_cannot_run_says_how_the_batch_was_c
     assert "gives input 2 whole to every part" in rows[1].message
 
 
+class _Regenerated(torch.nn.Module):
+    """A model whose deep copy is another program computing the same (e3nn's tensor products pickle the code they
+    generate, and a copy traces it again): fresh tensors, and ``2 * h`` written ``h + h``."""
+
+    def __init__(self, twice_as_sum: bool = False) -> None:
+        super().__init__()
+        self.a, self.b = torch.nn.Linear(4, 8), torch.nn.Linear(8, 2)
+        self.register_buffer("scale", torch.linspace(0.5, 1.5, 8))
+        self.twice_as_sum = twice_as_sum
+
+    def forward(self, x, y):
+        h = torch.relu(self.a(x)) * self.scale
+        h = h + h if self.twice_as_sum else 2 * h
+        return torch.nn.functional.cross_entropy(self.b(h), y)
+
+    def __deepcopy__(self, memo):
+        copied = _Regenerated(twice_as_sum=True)
+        copied.load_state_dict(self.state_dict())
+        return copied
+
+
+def test_a_model_whose_copy_is_another_program_has_every_plan_checked_on_itself():
+    torch.manual_seed(0)
+    model = _Regenerated()
+    built = model, (torch.randn(8, 4), torch.randint(0, 2, (8,)))
+    weight = model.a.weight.detach().clone()
+    rows = conformance.check_model("regenerated", ["gpu", "split", "round_robin", "pipe_m2", "1f1b"], built=built)
+    assert [(r.plan, r.ok) for r in rows] == [(p, True) for p in ("gpu", "split", "round_robin", "pipe_m2", "1f1b")], [
+        r.message or r.worst for r in rows
+    ]
+    # run on the model itself, the model is left as it was: its values, and no gradient
+    assert torch.equal(model.a.weight, weight) and all(p.grad is None for p in model.parameters())
+
+
 def test_a_microbatch_size_is_exported_once_for_every_plan_of_it(monkeypatch):
     exported = []
 
