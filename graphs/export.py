@@ -89,11 +89,17 @@ def export_program(
     if on_meta(model):
         example_inputs = tree_map(lambda x: x.to("meta") if isinstance(x, torch.Tensor) else x, example_inputs)
     traces = contextlib.nullcontext() if stack_traces else without_stack_traces()
+    taken: list[str] = []
     with quiet(), traces, _no_kv_cache(model), _rnn_written_out(model, unroll_rnn):
         try:
-            with model_kept(model):  # the trace's fake tensors stay out of the user's model
+            with model_kept(model), gradients_noted(taken):  # the trace's fake tensors stay out of the user's model
                 ep = _export(model, example_inputs, dynamic)
         except Exception as e:
+            if taken:  # torch's own error names a fake tensor left in the program's constants, and no line
+                raise CaptureError(
+                    f"capture failed: the forward takes a gradient itself ({taken[0]}), which torch.export cannot "
+                    f"trace into the program ({type(e).__name__}: {first_line(e, limit=120)})"
+                ) from None
             raise CaptureError(describe_failure(e)) from None
         if decompose:
             try:
@@ -257,6 +263,29 @@ def _no_kv_cache(model: torch.nn.Module) -> Iterator[None]:
     finally:
         for config in configs.values():
             config.use_cache = True
+
+
+@contextlib.contextmanager
+def gradients_noted(taken: list[str]) -> Iterator[None]:
+    """Note in ``taken`` each gradient the model's forward takes while it is traced (``torch.autograd.grad``, or
+    ``backward()``, as an interatomic potential takes its forces, ``-dE/dpos``), by the model's line; each still runs
+    as it would. A forward that takes one cannot be exported, and torch's error then names no line."""
+    grad, backward = torch.autograd.grad, torch.autograd.backward
+
+    def noted(run: Any, name: str) -> Any:
+        def call(*args: Any, **kwargs: Any) -> Any:
+            where = user_line([(f.filename, f.lineno) for f in traceback.extract_stack()[:-1]])
+            taken.append(f"{name} at {where}" if where else name)
+            return run(*args, **kwargs)
+
+        return call
+
+    torch.autograd.grad = noted(grad, "torch.autograd.grad")
+    torch.autograd.backward = noted(backward, "backward()")  # Tensor.backward calls it
+    try:
+        yield
+    finally:
+        torch.autograd.grad, torch.autograd.backward = grad, backward
 
 
 @contextlib.contextmanager

@@ -507,3 +507,33 @@ def test_a_capture_leaves_no_fake_tensor_of_its_trace_in_a_model_that_caches_on_
     for shape in [(2, 5, 6), (1, 3, 6)]:
         y = torch.randn(*shape)
         torch.testing.assert_close(model(y), fresh(y), rtol=0, atol=0)
+
+
+class _Forces(nn.Module):
+    """An energy's forces, -dE/dpos, taken inside the forward (as interatomic potentials do)."""
+
+    def __init__(self):
+        super().__init__()
+        self.energy = nn.Sequential(nn.Linear(3, 8), nn.Tanh(), nn.Linear(8, 1))
+
+    def forward(self, pos, target):
+        pos = pos.requires_grad_(True)
+        (forces,) = torch.autograd.grad(-self.energy(pos).sum(), pos, create_graph=True)  # the line named
+        return (forces - target).pow(2).mean()
+
+
+def test_a_forward_that_takes_a_gradient_itself_is_refused_in_one_line_naming_where():
+    import inspect
+
+    model = _Forces()
+    with pytest.raises(CaptureError) as e:
+        capture(model, (torch.randn(6, 3), torch.randn(6, 3)))
+    lines, start = inspect.getsourcelines(_Forces.forward)
+    line = start + next(k for k, text in enumerate(lines) if "the line named" in text)
+    message = str(e.value)
+    assert message.startswith("capture failed: the forward takes a gradient itself (torch.autograd.grad at "), message
+    assert f"test_capture.py:{line})" in message and "\n" not in message, message
+    assert torch.autograd.grad.__module__ == "torch.autograd"  # torch's own again
+    loss = model(torch.randn(6, 3), torch.randn(6, 3))  # and the model runs eagerly as before
+    loss.backward()
+    assert model.energy[0].weight.grad is not None
