@@ -16,6 +16,10 @@ docs/ranks/zb/others.py (the probe of plans across processes) and 12 more. From 
     PYTHONPATH=. python docs/conformance/others.py --pyg --homes > docs/conformance/pyg_homes.log
     PYTHONPATH=. python docs/conformance/others.py --tune > docs/conformance/tune.log
     PYTHONPATH=. python docs/conformance/others.py --tune --homes > docs/conformance/tune_homes.log
+    PYTHONPATH=. python docs/conformance/others.py --med > docs/conformance/med.log
+    PYTHONPATH=. python docs/conformance/others.py --med --homes > docs/conformance/med_homes.log
+    PYTHONPATH=. python docs/conformance/others.py --equi > docs/conformance/equi.log
+    PYTHONPATH=. python docs/conformance/others.py --equi --homes > docs/conformance/equi_homes.log
     PYTHONPATH=. python docs/conformance/others.py --lora > docs/conformance/lora.log
     PYTHONPATH=. python docs/conformance/others.py --lora --homes > docs/conformance/lora_homes.log
 
@@ -23,6 +27,9 @@ docs/ranks/zb/others.py (the probe of plans across processes) and 12 more. From 
 diffusers``. ``--lucid``: x-transformers' models, docs/ranks/zb/lucid.py; needs ``pip install x-transformers``.
 ``--pyg``: PyTorch Geometric's graph networks, docs/ranks/zb/pyg.py; needs ``pip install torch_geometric``.
 ``--tune``: torchtune's decoders and its LoRA model, docs/ranks/zb/tune.py; needs torchtune.
+``--med``: MONAI's networks for medical volumes, docs/ranks/zb/med.py; needs ``pip install --no-deps monai``.
+``--equi``: e3nn's equivariant networks, docs/ranks/zb/equi.py; needs ``pip install --no-deps e3nn opt_einsum
+opt_einsum_fx``.
 ``--lora``: fine-tuning with frozen weights, peft's LoRA and a frozen backbone, docs/lora/lora.py;
 needs ``pip install peft``.)
 
@@ -128,6 +135,9 @@ def homed_check(model: torch.nn.Module, inputs: tuple, steps: int = 3, device_ma
     from graphs.torch_capture import capture
     from placer.apply import apply
 
+    # every module here is a copy of the model: where a copy is another program (e3nn's generated code, traced
+    # again when copied; bench.conformance.copies_keep_program), the graph is the copies' (a copy's copy keeps it)
+    model = copy.deepcopy(model)
     graph = capture(model, inputs)
     can = homeable(graph)
     on_gpu = np.ones(graph.num_ops, dtype=int)
@@ -228,12 +238,32 @@ if "--tune" in args:  # torchtune's decoders instead (docs/ranks/zb/tune.py; nee
     import tune
 
     MODELS = tune.MODELS
+if "--med" in args:  # MONAI's networks for medical volumes instead (docs/ranks/zb/med.py; needs monai)
+    import med
+
+    MODELS = med.MODELS
+if "--equi" in args:  # e3nn's equivariant networks instead (docs/ranks/zb/equi.py; needs e3nn)
+    import equi
+
+    MODELS = equi.MODELS
 if "--lora" in args:  # fine-tuning with frozen weights instead (docs/lora/lora.py; pip install peft)
     sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "lora"))
     import lora
 
     MODELS = {name: getattr(lora, name) for name in lora.MODELS}
-flags = ("--homes", "--corpus", "--newer", "--diffusers", "--lucid", "--pyg", "--tune", "--lora", "-v")
+flags = (
+    "--homes",
+    "--corpus",
+    "--newer",
+    "--diffusers",
+    "--lucid",
+    "--pyg",
+    "--tune",
+    "--med",
+    "--equi",
+    "--lora",
+    "-v",
+)
 names = [a for a in args if a not in flags] or list(FAMILIES if corpus else MODELS)
 for name in names:
     t = time.perf_counter()
