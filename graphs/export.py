@@ -22,6 +22,7 @@ import logging
 import os
 import re
 import sysconfig
+import threading
 import traceback
 import warnings
 from typing import Any, Iterator
@@ -271,11 +272,13 @@ def gradients_noted(taken: list[str]) -> Iterator[None]:
     ``backward()``, as an interatomic potential takes its forces, ``-dE/dpos``), by the model's line; each still runs
     as it would. A forward that takes one cannot be exported, and torch's error then names no line."""
     grad, backward = torch.autograd.grad, torch.autograd.backward
+    tracing = threading.get_ident()  # another thread's backward meanwhile is not the model's
 
     def noted(run: Any, name: str) -> Any:
         def call(*args: Any, **kwargs: Any) -> Any:
-            where = user_line([(f.filename, f.lineno) for f in traceback.extract_stack()[:-1]])
-            taken.append(f"{name} at {where}" if where else name)
+            if threading.get_ident() == tracing:
+                where = user_line([(f.filename, f.lineno) for f in traceback.extract_stack()[:-1]])
+                taken.append(f"{name} at {where}" if where else name)
             return run(*args, **kwargs)
 
         return call

@@ -537,3 +537,22 @@ def test_a_forward_that_takes_a_gradient_itself_is_refused_in_one_line_naming_wh
     loss = model(torch.randn(6, 3), torch.randn(6, 3))  # and the model runs eagerly as before
     loss.backward()
     assert model.energy[0].weight.grad is not None
+
+
+def test_gradients_noted_while_tracing_are_the_tracing_thread_s_only():
+    import threading
+
+    from graphs.export import gradients_noted
+
+    def step():
+        w = torch.ones(2, requires_grad=True)
+        (w * 3).sum().backward()
+
+    taken: list[str] = []
+    with gradients_noted(taken):
+        worker = threading.Thread(target=step)  # another thread training meanwhile
+        worker.start()
+        worker.join()
+        assert taken == []
+        step()
+    assert taken == ["backward() at test_capture.py:" + str(step.__code__.co_firstlineno + 2)]
