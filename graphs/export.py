@@ -36,6 +36,7 @@ except ImportError:  # torch < 2.12 (the GPU machines' 2.11) names it size_hint
     from torch.fx.experimental.symbolic_shapes import size_hint as optimization_hint
 from torch.utils._pytree import tree_leaves, tree_map  # noqa: PLC2701 (torch has no public pytree module)
 
+from graphs.custom_functions import custom_functions_refusal, functions_noted
 from graphs.errors import CaptureError
 
 _TORCH_DIR = os.path.dirname(torch.__file__)
@@ -91,10 +92,17 @@ def export_program(
         example_inputs = tree_map(lambda x: x.to("meta") if isinstance(x, torch.Tensor) else x, example_inputs)
     traces = contextlib.nullcontext() if stack_traces else without_stack_traces()
     taken: list[str] = []
+    functions: dict[type, str] = {}
     with quiet(), traces, _no_kv_cache(model), _rnn_written_out(model, unroll_rnn):
         try:
-            with model_kept(model), gradients_noted(taken):  # the trace's fake tensors stay out of the user's model
-                ep = _export(model, example_inputs, dynamic)
+            with model_kept(model), one_process_world(), gradients_noted(taken), functions_noted(functions):
+                ep = _export(model, example_inputs, dynamic)  # (model_kept: the trace's fakes stay off the model)
+            if functions and not on_meta(model):  # (a meta model's program is simulated, never run)
+                refusal = custom_functions_refusal(model, example_inputs, functions)
+                if refusal:
+                    raise CaptureError(refusal)
+        except CaptureError:
+            raise
         except Exception as e:
             if taken:  # torch's own error names a fake tensor left in the program's constants, and no line
                 raise CaptureError(
@@ -289,6 +297,33 @@ def gradients_noted(taken: list[str]) -> Iterator[None]:
         yield
     finally:
         torch.autograd.grad, torch.autograd.backward = grad, backward
+
+
+@contextlib.contextmanager
+def one_process_world() -> Iterator[None]:
+    """``torch.distributed.is_initialized()`` is False in this thread through the block: the model is built, run
+    for a reference and captured as one process's program (the program every plan is made for), in a process of a
+    job of placer's ranks too. Their process group is the pipeline's, not a data-parallel world the model's code
+    could take part in: a library that averages a statistic over the data-parallel ranks when it finds a group
+    (vector-quantize-pytorch's LFQ: ``dist.is_initialized() and dist.get_world_size() > 1``) would otherwise put
+    a collective in the program, or wait on rank 0 for ranks that never call it. torch's own calls are not
+    affected (they read ``torch.distributed.distributed_c10d``'s), nor another thread's."""
+    import torch.distributed as dist
+
+    if not dist.is_available():
+        yield
+        return
+    initialized = dist.__dict__["is_initialized"]
+    me = threading.get_ident()
+
+    def is_initialized() -> bool:
+        return False if threading.get_ident() == me else initialized()
+
+    dist.is_initialized = is_initialized
+    try:
+        yield
+    finally:
+        dist.is_initialized = initialized
 
 
 @contextlib.contextmanager

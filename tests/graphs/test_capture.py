@@ -556,3 +556,38 @@ def test_gradients_noted_while_tracing_are_the_tracing_thread_s_only():
         assert taken == []
         step()
     assert taken == ["backward() at test_capture.py:" + str(step.__code__.co_firstlineno + 2)]
+
+
+class _AveragedOverRanks(nn.Module):
+    """A library's layer that averages a statistic over the data-parallel ranks when it finds a process group
+    (vector-quantize-pytorch's LFQ does)."""
+
+    def __init__(self):
+        super().__init__()
+        self.a = nn.Linear(4, 4)
+
+    def forward(self, x):
+        import torch.distributed as dist
+
+        stat = torch.tanh(self.a(x)).mean(0)
+        if dist.is_initialized() and dist.get_world_size() > 0:
+            stat = stat * 2.0  # where the library would all_reduce
+        return (self.a(x) * stat).sum()
+
+
+def test_a_capture_inside_a_process_group_is_one_process_s_program():
+    import torch.distributed as dist
+
+    from graphs.export import one_process_world
+
+    model, x = _AveragedOverRanks(), (torch.randn(3, 4),)
+    alone = capture(model, x)
+    dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+    try:
+        assert capture(model, x).content_hash == alone.content_hash  # no doubling in the program
+        assert dist.is_initialized()  # torch's own answer again after the capture
+        with one_process_world():
+            assert not dist.is_initialized()
+            assert dist.get_world_size() == 1  # torch's own calls still see the group
+    finally:
+        dist.destroy_process_group()

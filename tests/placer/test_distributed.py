@@ -111,6 +111,27 @@ MODEL_SRC = textwrap.dedent(
         return Nodes(), (torch.randn(8, 8), torch.randint(0, 8, (2, 24)), torch.randint(0, 2, (8,)))
 
 
+    class RankAveraged(nn.Module):  # averages a statistic over data-parallel ranks where it finds a group (LFQ)
+        def __init__(self):
+            super().__init__()
+            self.a, self.b = nn.Linear(8, 8), nn.Linear(8, 2)
+
+        def forward(self, x, y):
+            import torch.distributed as dist
+            import torch.distributed.nn as dist_nn
+
+            h = torch.relu(self.a(x))
+            stat = h.mean(0)
+            if dist.is_initialized() and dist.get_world_size() > 1:
+                stat = dist_nn.all_reduce(stat) / dist.get_world_size()
+            return F.cross_entropy(self.b(h * stat), y)
+
+
+    def rank_averaged():
+        torch.manual_seed(0)
+        return RankAveraged(), (torch.randn(4, 8), torch.randint(0, 2, (4,)))
+
+
     def script(placement_path, early_receives=None):
         # what a user's script does under torchrun: its own process group, placer's stages and schedule
         import torch.distributed as dist
@@ -426,6 +447,24 @@ def test_a_plan_of_microbatches_on_inputs_that_are_not_a_batch_fails_across_rank
     assert rc == 2 and err.count("\n") == 1, err
     assert re.search(r"rank \d failed: the model failed on a microbatch \(IndexError: index out of range", err), err
     assert "inputs 1, 3 (of size 8 there" in err and "input 2 whole" in err
+
+
+@pytest.mark.slow
+def test_a_model_that_looks_for_data_parallel_ranks_is_built_and_captured_as_one_process_s(here, capsys):
+    """The ranks' process group is the pipeline's: a model that would average over data-parallel ranks where it
+    finds one must not see it (its capture failed on the collective; its reference on rank 0 would wait for rank
+    1)."""
+    import dist_model
+
+    from graphs.torch_capture import capture
+
+    graph = capture(*dist_model.rank_averaged())
+    split = np.where(np.arange(graph.num_ops) < graph.num_ops // 2, 1, 2)
+    Placement.from_indices(graph, ["cpu:0", "gpu:0", "gpu:1"], split, cluster="k80x2").save("averaged.json")
+    argv = ["--placement", "averaged.json", "--cluster", "k80x2", "--nproc-per-node", "2", "--steps", "2"]
+    rc, out, err = run_cli(capsys, "dist_model:rank_averaged", *argv, "--check", "--json")
+    assert rc == 0, err
+    assert json.loads(out)["check"]["ok"]
 
 
 @pytest.mark.slow

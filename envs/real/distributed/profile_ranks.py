@@ -66,6 +66,7 @@ from envs.real.timing import adam
 from envs.real.worker import build_model
 from envs.sim.cost import op_times, update_bandwidth, update_times_s
 from graphs import PlacerError
+from graphs.export import one_process_world
 from graphs.plan import Placement
 
 #: Message sizes of the ping-pong, in bytes: from latency-bound to bandwidth-bound.
@@ -121,7 +122,13 @@ MICRO = 8
 def model_step_s(source: str, source_dir: str, repeats: int, warmup: int, micro: int = 0) -> dict[str, Any]:
     """Training steps (forward, backward, Adam) of SOURCE's model on this rank, median seconds: ``step_s`` on the
     whole batch, ``micro_step_s`` on one of ``microbatches`` parts of it (the first; ``micro`` of them where given,
-    else :data:`MICRO`, fewer where the batch is smaller; absent where it cannot be split)."""
+    else :data:`MICRO`, fewer where the batch is smaller; absent where it cannot be split). Each rank times the
+    model alone, as one process runs it (:func:`graphs.export.one_process_world`)."""
+    with one_process_world():
+        return _model_step_s(source, source_dir, repeats, warmup, micro)
+
+
+def _model_step_s(source: str, source_dir: str, repeats: int, warmup: int, micro: int) -> dict[str, Any]:
     model, inputs = build_model(source, search_dir=source_dir)
     optimizer = adam(model.parameters(), lr=1e-3)
 
@@ -562,7 +569,8 @@ def pipeline_phases(job: RankProbe, plan: RankPlan, rank: int) -> dict[str, Any]
     from envs.real.distributed.worker import PROGRAMS, train_steps
 
     try:
-        model, inputs = build_model(job.source, search_dir=job.source_dir)
+        with one_process_world():  # the model is one process's (graphs.export.one_process_world)
+            model, inputs = build_model(job.source, search_dir=job.source_dir)
         program = PROGRAMS.get(job.source, job.source_dir, model, inputs, plan)[0]  # a plan of the same M: one export
         schedule = RankSchedule(plan, program, inputs, rank)
     except PlacerError as e:
@@ -628,7 +636,8 @@ def stage_split_backward(job: RankProbe, plan: RankPlan, rank: int) -> dict[str,
     if rank == 0:
         return None
     try:
-        model, inputs = build_model(job.source, search_dir=job.source_dir)
+        with one_process_world():
+            model, inputs = build_model(job.source, search_dir=job.source_dir)
         program = PROGRAMS.get(job.source, job.source_dir, model, inputs, plan)[0]  # the last pipeline's export
         modules = stage_programs(program.module(), [s.ops for s in plan.stages], split_backward=True)
         values = tuple(split_batch(tuple(inputs), plan.microbatches)[0])

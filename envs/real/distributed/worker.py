@@ -50,6 +50,7 @@ from envs.real.slices import shorten_helper_slices
 from envs.real.timing import Protocol, adam, measure_steps, time_limit
 from envs.real.worker import build_model
 from graphs import PlacerError
+from graphs.export import one_process_world
 from graphs.hash_seed import hash_seed_hint
 from graphs.torch_capture import export_program, graph_from_program
 
@@ -382,9 +383,10 @@ def run_rank(job: RankJob) -> dict[str, Any] | None:
         plan = RankPlan.from_dict(job.plan)
         check_world(list(plan.devices), dist.get_world_size())
         clock.lap("join")
-        model, inputs = build_model(job.source, search_dir=job.source_dir)
-        clock.lap("build")
-        ref = reference(model, inputs) if job.check and rank == 0 else None
+        with one_process_world():  # the model is one process's (graphs.export.one_process_world)
+            model, inputs = build_model(job.source, search_dir=job.source_dir)
+            clock.lap("build")
+            ref = reference(model, inputs) if job.check and rank == 0 else None
         if job.reuse_program:
             program, graph, reused = PROGRAMS.get(job.source, job.source_dir, model, inputs, plan)
         else:
