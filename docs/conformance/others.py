@@ -20,6 +20,8 @@ docs/ranks/zb/others.py (the probe of plans across processes) and 12 more. From 
     PYTHONPATH=. python docs/conformance/others.py --med --homes > docs/conformance/med_homes.log
     PYTHONPATH=. python docs/conformance/others.py --equi > docs/conformance/equi.log
     PYTHONPATH=. python docs/conformance/others.py --equi --homes > docs/conformance/equi_homes.log
+    PYTHONPATH=. python docs/conformance/others.py --vq > docs/conformance/vq.log
+    PYTHONPATH=. python docs/conformance/others.py --vq --homes > docs/conformance/vq_homes.log
     PYTHONPATH=. python docs/conformance/others.py --lora > docs/conformance/lora.log
     PYTHONPATH=. python docs/conformance/others.py --lora --homes > docs/conformance/lora_homes.log
 
@@ -30,6 +32,8 @@ diffusers``. ``--lucid``: x-transformers' models, docs/ranks/zb/lucid.py; needs 
 ``--med``: MONAI's networks for medical volumes, docs/ranks/zb/med.py; needs ``pip install --no-deps monai``.
 ``--equi``: e3nn's equivariant networks, docs/ranks/zb/equi.py; needs ``pip install --no-deps e3nn opt_einsum
 opt_einsum_fx``.
+``--vq``: vector-quantize-pytorch's quantizers in an autoencoder, docs/ranks/zb/vq.py; needs ``pip install --no-deps
+vector-quantize-pytorch``.
 ``--lora``: fine-tuning with frozen weights, peft's LoRA and a frozen backbone, docs/lora/lora.py;
 needs ``pip install peft``.)
 
@@ -246,6 +250,10 @@ if "--equi" in args:  # e3nn's equivariant networks instead (docs/ranks/zb/equi.
     import equi
 
     MODELS = equi.MODELS
+if "--vq" in args:  # vector-quantize-pytorch's quantizers instead (docs/ranks/zb/vq.py)
+    import vq
+
+    MODELS = vq.MODELS
 if "--lora" in args:  # fine-tuning with frozen weights instead (docs/lora/lora.py; pip install peft)
     sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "lora"))
     import lora
@@ -261,6 +269,7 @@ flags = (
     "--tune",
     "--med",
     "--equi",
+    "--vq",
     "--lora",
     "-v",
 )
