@@ -21,7 +21,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import torch
-from torch.utils._pytree import tree_leaves  # noqa: PLC2701 (torch has no public pytree module)
+from torch.utils._pytree import tree_leaves, tree_map  # noqa: PLC2701 (torch has no public pytree module)
 
 #: The calls of each function compared (its first ones): enough for a layer applied in every block.
 CALLS_CHECKED = 2
@@ -156,7 +156,8 @@ def _has_setup_context(cls: Any) -> bool:
 def custom_functions_refusal(model: torch.nn.Module, inputs: tuple, functions: dict[type, str]) -> str:
     """The line refusing ``model`` where a function of ``functions`` (:func:`functions_noted`) has a backward that is
     not its forward's gradient at its first calls on ``inputs`` (module doc); "" where each agrees, or none was
-    called. ``model`` is run once without its gradient; its buffers and the random state are put back."""
+    called. ``model`` is run once without its gradient, on copies of ``inputs``; its buffers and the random state
+    are put back."""
     gaps: dict[type, float] = {}
     seen: dict[type, int] = {}
 
@@ -172,6 +173,7 @@ def custom_functions_refusal(model: torch.nn.Module, inputs: tuple, functions: d
         return apply(cls, *args, **kwargs)
 
     buffers = [(b, b.detach().clone()) for b in model.buffers()]
+    inputs = tree_map(lambda t: t.clone() if isinstance(t, torch.Tensor) else t, inputs)  # a write stays here
     try:
         with torch.random.fork_rng(devices=[]), torch.no_grad(), _patched_apply(hook):
             model(*inputs)

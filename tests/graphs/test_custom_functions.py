@@ -54,13 +54,14 @@ class Swish(torch.autograd.Function):  # its backward is its forward's gradient,
 
 
 class Net(nn.Module):
-    def __init__(self, fn: type) -> None:
+    def __init__(self, fn: type, write_input: bool = False) -> None:
         super().__init__()
-        self.fn = fn
+        self.fn, self.write_input = fn, write_input
         self.a, self.norm, self.b = nn.Linear(4, 8), nn.BatchNorm1d(8), nn.Linear(8, 2)
         self.drop = nn.Dropout(0.5)
 
     def forward(self, x, y):
+        x = x.mul_(1.0) if self.write_input else x  # (in place into the caller's tensor)
         h = self.drop(self.norm(self.a(x)))
         return F.cross_entropy(self.b(self.fn.apply(h)), y)  # the line named
 
@@ -87,13 +88,16 @@ def test_a_function_whose_backward_is_its_forward_s_gradient_is_placed_with_the_
     import placer
 
     torch.manual_seed(0)
-    model, inputs = Net(Swish), _inputs()
+    model, inputs = Net(Swish, write_input=True), _inputs()
     state = {k: v.clone() for k, v in model.state_dict().items()}
     rng = torch.get_rng_state()
+    version = inputs[0]._version
     graph = capture(model, inputs)  # train mode: dropout draws, batch norm updates its statistics
-    # the check ran the model once: its buffers and the random state are as they were
+    # the check ran the model once: its buffers, the random state and the inputs are as they were
     assert all(torch.equal(v, state[k]) for k, v in model.state_dict().items())
     assert torch.equal(torch.get_rng_state(), rng)
+    assert inputs[0]._version == version
+    model.write_input = False
     model.eval()
     graph = capture(model, inputs)
     split = [1 if k < graph.num_ops // 2 else 2 for k in range(graph.num_ops)]
