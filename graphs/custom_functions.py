@@ -17,6 +17,7 @@ from __future__ import annotations
 import contextlib
 import threading
 import traceback
+import weakref
 from collections.abc import Iterator
 from typing import Any
 
@@ -28,6 +29,10 @@ CALLS_CHECKED = 2
 #: How far apart (relative, in norm) a function's backward and its forward's gradient may be: float32 rounding of two
 #: ways of writing one derivative, far below what a different gradient gives.
 TOLERANCE = 1e-3
+
+
+#: The functions whose backward agreed with their forward's gradient in this process (checked once each).
+AGREED: "weakref.WeakSet[type]" = weakref.WeakSet()
 
 
 def _torch_s_own(cls: type) -> bool:
@@ -158,6 +163,9 @@ def custom_functions_refusal(model: torch.nn.Module, inputs: tuple, functions: d
     not its forward's gradient at its first calls on ``inputs`` (module doc); "" where each agrees, or none was
     called. ``model`` is run once without its gradient, on copies of ``inputs``; its buffers and the random state
     are put back."""
+    functions = {cls: where for cls, where in functions.items() if cls not in AGREED}
+    if not functions:  # each checked already in this process (another export of the model: a microbatch's size)
+        return ""
     gaps: dict[type, float] = {}
     seen: dict[type, int] = {}
 
@@ -183,6 +191,7 @@ def custom_functions_refusal(model: torch.nn.Module, inputs: tuple, functions: d
         with torch.no_grad():
             for b, value in buffers:
                 b.copy_(value)
+    AGREED.update(cls for cls, gap in gaps.items() if gap <= TOLERANCE)
     for cls, gap in gaps.items():
         if gap > TOLERANCE:
             name = getattr(cls, "__qualname__", cls.__name__)
