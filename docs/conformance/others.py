@@ -22,6 +22,8 @@ docs/ranks/zb/others.py (the probe of plans across processes) and 12 more. From 
     PYTHONPATH=. python docs/conformance/others.py --equi --homes > docs/conformance/equi_homes.log
     PYTHONPATH=. python docs/conformance/others.py --vq > docs/conformance/vq.log
     PYTHONPATH=. python docs/conformance/others.py --vq --homes > docs/conformance/vq_homes.log
+    PYTHONPATH=. python docs/conformance/others.py --ode > docs/conformance/ode.log
+    PYTHONPATH=. python docs/conformance/others.py --ode --homes > docs/conformance/ode_homes.log
     PYTHONPATH=. python docs/conformance/others.py --lora > docs/conformance/lora.log
     PYTHONPATH=. python docs/conformance/others.py --lora --homes > docs/conformance/lora_homes.log
 
@@ -34,6 +36,7 @@ diffusers``. ``--lucid``: x-transformers' models, docs/ranks/zb/lucid.py; needs 
 opt_einsum_fx``.
 ``--vq``: vector-quantize-pytorch's quantizers in an autoencoder, docs/ranks/zb/vq.py; needs ``pip install --no-deps
 vector-quantize-pytorch``.
+``--ode``: torchdiffeq's neural ODEs, docs/ranks/zb/ode.py; needs ``pip install --no-deps torchdiffeq``.
 ``--lora``: fine-tuning with frozen weights, peft's LoRA and a frozen backbone, docs/lora/lora.py;
 needs ``pip install peft``.)
 
@@ -254,6 +257,10 @@ if "--vq" in args:  # vector-quantize-pytorch's quantizers instead (docs/ranks/z
     import vq
 
     MODELS = vq.MODELS
+if "--ode" in args:  # torchdiffeq's neural ODEs instead (docs/ranks/zb/ode.py)
+    import ode
+
+    MODELS = ode.MODELS
 if "--lora" in args:  # fine-tuning with frozen weights instead (docs/lora/lora.py; pip install peft)
     sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "lora"))
     import lora
@@ -270,6 +277,7 @@ flags = (
     "--med",
     "--equi",
     "--vq",
+    "--ode",
     "--lora",
     "-v",
 )
