@@ -115,7 +115,7 @@ def gradient_gap(cls: Any, args: tuple, kwargs: dict) -> float | None:
     seed = int(torch.randint(0, 2**31 - 1, ()).item())
 
     def grads(run: Any) -> list[torch.Tensor] | None:
-        with torch.random.fork_rng(devices=[]), torch.enable_grad():
+        with _random_kept(), torch.enable_grad():
             torch.manual_seed(seed)  # the same dropout, if any, both ways
             fresh = [a.detach().clone().requires_grad_(True) if _is_float(a) else a for a in inputs]
             outs = _floats(run(fresh))
@@ -147,6 +147,12 @@ def gradient_gap(cls: Any, args: tuple, kwargs: dict) -> float | None:
         scale = max(float(a.double().norm()), float(b.double().norm()), 1e-12)
         gap = max(gap, float((a.double() - b.double()).norm()) / scale)
     return gap
+
+
+def _random_kept() -> contextlib.AbstractContextManager:
+    """The random state put back after the block: the CPU's, and each CUDA device's where CUDA is in use."""
+    cuda = torch.cuda.is_available() and torch.cuda.is_initialized()
+    return torch.random.fork_rng(devices=list(range(torch.cuda.device_count())) if cuda else [])
 
 
 def _is_float(a: Any) -> bool:
@@ -183,7 +189,7 @@ def custom_functions_refusal(model: torch.nn.Module, inputs: tuple, functions: d
     buffers = [(b, b.detach().clone()) for b in model.buffers()]
     inputs = tree_map(lambda t: t.clone() if isinstance(t, torch.Tensor) else t, inputs)  # a write stays here
     try:
-        with torch.random.fork_rng(devices=[]), torch.no_grad(), _patched_apply(hook):
+        with _random_kept(), torch.no_grad(), _patched_apply(hook):
             model(*inputs)
     except Exception:  # the program was captured; a model that cannot run eagerly here is judged by what was seen
         pass
