@@ -36,7 +36,7 @@ except ImportError:  # torch < 2.12 (the GPU machines' 2.11) names it size_hint
     from torch.fx.experimental.symbolic_shapes import size_hint as optimization_hint
 from torch.utils._pytree import tree_leaves, tree_map  # noqa: PLC2701 (torch has no public pytree module)
 
-from graphs.custom_functions import custom_functions_refusal, functions_noted
+from graphs.custom_functions import functions_kept
 from graphs.errors import CaptureError
 
 _TORCH_DIR = os.path.dirname(torch.__file__)
@@ -92,17 +92,10 @@ def export_program(
         example_inputs = tree_map(lambda x: x.to("meta") if isinstance(x, torch.Tensor) else x, example_inputs)
     traces = contextlib.nullcontext() if stack_traces else without_stack_traces()
     taken: list[str] = []
-    functions: dict[type, str] = {}
     with quiet(), traces, _no_kv_cache(model), _rnn_written_out(model, unroll_rnn):
         try:
-            with model_kept(model), one_process_world(), gradients_noted(taken), functions_noted(functions):
+            with model_kept(model), one_process_world(), gradients_noted(taken), functions_kept():
                 ep = _export(model, example_inputs, dynamic)  # (model_kept: the trace's fakes stay off the model)
-            if functions and not on_meta(model):  # (a meta model's program is simulated, never run)
-                refusal = custom_functions_refusal(model, example_inputs, functions)
-                if refusal:
-                    raise CaptureError(refusal)
-        except CaptureError:
-            raise
         except Exception as e:
             if taken:  # torch's own error names a fake tensor left in the program's constants, and no line
                 raise CaptureError(

@@ -1,6 +1,6 @@
 """torchao's quantization-aware training (``Int8DynActInt4WeightQATQuantizer``, the fake quantization torchtune's QAT
-recipes use) on a two-layer MLP: what capture says now, and what ``placer.apply`` trained on before the check of a
-model's own autograd.Functions (graphs/custom_functions.py), the check switched off here to show it. From the
+recipes use) on a two-layer MLP: the gradients of one placed step now, its fake quantization's autograd.Function
+kept whole (graphs/custom_functions.py), and before, as torch.export alone traces it (switched off here). From the
 repository root (torchao is installed with torchtune's probe, docs/ranks/zb/tune.py):
 
     PYTHONPATH=. python docs/conformance/qat.py > docs/conformance/qat.log
@@ -34,25 +34,27 @@ def built():
 
 
 if __name__ == "__main__":
+    import contextlib
+
     import graphs.export as export
     import placer
-    from graphs import CaptureError
     from graphs.plan import Placement
     from graphs.torch_capture import capture
 
+    def one_step(model, inputs) -> dict:
+        graph = capture(model, inputs)
+        plan = Placement.from_indices(graph, ["cpu:0", "gpu:0"], [1] * graph.num_ops)
+        model.zero_grad()
+        placer.apply(model, plan, inputs, device_map="*=cpu", graph=graph)(*inputs).backward()
+        return {k: float(p.grad.norm()) if p.grad is not None else 0.0 for k, p in model.named_parameters()}
+
     model, inputs = built()
-    try:
-        capture(model, inputs)
-    except CaptureError as e:
-        print(f"now: {e}")
-    export.custom_functions_refusal = lambda *args: ""  # the check off: placer before it
-    graph = capture(model, inputs)
-    model(*inputs).backward()
-    eager = {k: p.grad.clone() for k, p in model.named_parameters()}
+    now = one_step(model, inputs)  # the functions kept whole (graphs/custom_functions.py)
+    export.functions_kept = contextlib.nullcontext  # as torch.export alone traces them: placer before
+    before = one_step(model, inputs)
     model.zero_grad()
-    plan = Placement.from_indices(graph, ["cpu:0", "gpu:0"], [1] * graph.num_ops)
-    placer.apply(model, plan, inputs, device_map="*=cpu", graph=graph)(*inputs).backward()
-    print("before: the gradients of one step, eager and placed (every op on gpu:0, mapped to the CPU):")
+    model(*inputs).backward()
+    print("the gradients of one step (every op on gpu:0, mapped to the CPU), by their norm:")
     for name, p in model.named_parameters():
-        placed = 0.0 if p.grad is None else float(p.grad.norm())
-        print(f"  {name}: eager |g| {float(eager[name].norm()):.4f}, placed |g| {placed:.4f}")
+        eager = float(p.grad.norm())
+        print(f"  {name}: eager {eager:.4f}, placed now {now[name]:.4f}, placed before {before[name]:.4f}")

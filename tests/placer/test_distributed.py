@@ -132,6 +132,30 @@ MODEL_SRC = textwrap.dedent(
         return RankAveraged(), (torch.randn(4, 8), torch.randint(0, 2, (4,)))
 
 
+    class Reverse(torch.autograd.Function):  # a gradient reversal: its backward is not its forward's gradient
+        @staticmethod
+        def forward(ctx, x):
+            return x.view_as(x)
+
+        @staticmethod
+        def backward(ctx, grad):
+            return -grad
+
+
+    class Reversed(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.a, self.b, self.c = nn.Linear(8, 8), nn.Linear(8, 8), nn.Linear(8, 2)
+
+        def forward(self, x, y):
+            return F.cross_entropy(self.c(torch.tanh(self.b(Reverse.apply(torch.relu(self.a(x)))))), y)
+
+
+    def reversed_model():
+        torch.manual_seed(0)
+        return Reversed(), (torch.randn(4, 8), torch.randint(0, 2, (4,)))
+
+
     def script(placement_path, early_receives=None):
         # what a user's script does under torchrun: its own process group, placer's stages and schedule
         import torch.distributed as dist
@@ -463,6 +487,24 @@ def test_a_model_that_looks_for_data_parallel_ranks_is_built_and_captured_as_one
     Placement.from_indices(graph, ["cpu:0", "gpu:0", "gpu:1"], split, cluster="k80x2").save("averaged.json")
     argv = ["--placement", "averaged.json", "--cluster", "k80x2", "--nproc-per-node", "2", "--steps", "2"]
     rc, out, err = run_cli(capsys, "dist_model:rank_averaged", *argv, "--check", "--json")
+    assert rc == 0, err
+    assert json.loads(out)["check"]["ok"]
+
+
+@pytest.mark.slow
+def test_a_model_s_own_autograd_function_trains_on_its_own_backward_across_ranks(here, capsys):
+    """Each rank exports the model itself, so it holds the kept call the stage's op names (graphs.custom_functions);
+    the check compares with the eager step, whose backward is the function's."""
+    import dist_model
+
+    from graphs.torch_capture import capture
+
+    graph = capture(*dist_model.reversed_model())
+    kept = graph.op_types.index("placer.autograd_function.default")
+    split = np.where(np.arange(graph.num_ops) <= kept, 1, 2)  # the function's output crosses to the other rank
+    Placement.from_indices(graph, ["cpu:0", "gpu:0", "gpu:1"], split, cluster="k80x2").save("reversed.json")
+    argv = ["--placement", "reversed.json", "--cluster", "k80x2", "--nproc-per-node", "2", "--steps", "2"]
+    rc, out, err = run_cli(capsys, "dist_model:reversed_model", *argv, "--check", "--json")
     assert rc == 0, err
     assert json.loads(out)["check"]["ok"]
 
