@@ -478,15 +478,21 @@ def test_a_model_that_looks_for_data_parallel_ranks_is_built_and_captured_as_one
     """The ranks' process group is the pipeline's: a model that would average over data-parallel ranks where it
     finds one must not see it (its capture failed on the collective; its reference on rank 0 would wait for rank
     1)."""
+    _checked_on_two_ranks(capsys, "rank_averaged", lambda graph: graph.num_ops // 2 - 1)
+
+
+def _checked_on_two_ranks(capsys, builder: str, last_on_first) -> None:
+    """``dist_model.<builder>``'s model split after op ``last_on_first(graph)``, 2 steps on two ranks with
+    ``--check``: it must run and match the one-process step."""
     import dist_model
 
     from graphs.torch_capture import capture
 
-    graph = capture(*dist_model.rank_averaged())
-    split = np.where(np.arange(graph.num_ops) < graph.num_ops // 2, 1, 2)
-    Placement.from_indices(graph, ["cpu:0", "gpu:0", "gpu:1"], split, cluster="k80x2").save("averaged.json")
-    argv = ["--placement", "averaged.json", "--cluster", "k80x2", "--nproc-per-node", "2", "--steps", "2"]
-    rc, out, err = run_cli(capsys, "dist_model:rank_averaged", *argv, "--check", "--json")
+    graph = capture(*getattr(dist_model, builder)())
+    split = np.where(np.arange(graph.num_ops) <= last_on_first(graph), 1, 2)
+    Placement.from_indices(graph, ["cpu:0", "gpu:0", "gpu:1"], split, cluster="k80x2").save(f"{builder}.json")
+    argv = ["--placement", f"{builder}.json", "--cluster", "k80x2", "--nproc-per-node", "2", "--steps", "2"]
+    rc, out, err = run_cli(capsys, f"dist_model:{builder}", *argv, "--check", "--json")
     assert rc == 0, err
     assert json.loads(out)["check"]["ok"]
 
@@ -495,18 +501,10 @@ def test_a_model_that_looks_for_data_parallel_ranks_is_built_and_captured_as_one
 def test_a_model_s_own_autograd_function_trains_on_its_own_backward_across_ranks(here, capsys):
     """Each rank exports the model itself, so it holds the kept call the stage's op names (graphs.custom_functions);
     the check compares with the eager step, whose backward is the function's."""
-    import dist_model
-
-    from graphs.torch_capture import capture
-
-    graph = capture(*dist_model.reversed_model())
-    kept = graph.op_types.index("placer.autograd_function.default")
-    split = np.where(np.arange(graph.num_ops) <= kept, 1, 2)  # the function's output crosses to the other rank
-    Placement.from_indices(graph, ["cpu:0", "gpu:0", "gpu:1"], split, cluster="k80x2").save("reversed.json")
-    argv = ["--placement", "reversed.json", "--cluster", "k80x2", "--nproc-per-node", "2", "--steps", "2"]
-    rc, out, err = run_cli(capsys, "dist_model:reversed_model", *argv, "--check", "--json")
-    assert rc == 0, err
-    assert json.loads(out)["check"]["ok"]
+    # the function's output crosses to the other rank
+    _checked_on_two_ranks(
+        capsys, "reversed_model", lambda graph: graph.op_types.index("placer.autograd_function.default")
+    )
 
 
 @pytest.mark.slow
