@@ -14,8 +14,8 @@ asks autograd for the gradient through it, which is the function's own backward.
 step, as an op of a checkpointed block does. Each process that runs a program holds the calls of the captures it
 made (a job's ranks export the model themselves).
 
-Not kept whole: a function that writes into its inputs (``mark_dirty``) and one whose forward draws random numbers
-(its second run draws others); both are rare.
+A function that writes into its inputs (``mark_dirty``) is refused at capture, in one line. Not handled: one whose
+forward draws random numbers (its second run, in the backward, draws others); it is rare.
 """
 
 from __future__ import annotations
@@ -88,8 +88,15 @@ def autograd_function(tensors: list[torch.Tensor], key: str) -> list[torch.Tenso
 
 @autograd_function.register_fake
 def _(tensors: list[torch.Tensor], key: str) -> list[torch.Tensor]:
+    versions = [t._version for t in tensors]
     with torch.no_grad():
         outs = _run(_kept(key), tensors)
+    if any(t._version != v for t, v in zip(tensors, versions)):  # an input written in place (mark_dirty)
+        call = _kept(key)
+        raise RuntimeError(
+            f"{getattr(call.cls, '__qualname__', call.cls.__name__)}, a torch.autograd.Function of the model's, writes "
+            "into its input in place (mark_dirty): placer keeps a function whole only where it writes none"
+        )
     return [torch.empty_strided(o.size(), o.stride(), dtype=o.dtype, device=o.device) for o in outs]
 
 

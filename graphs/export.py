@@ -43,7 +43,8 @@ _TORCH_DIR = os.path.dirname(torch.__file__)
 _STDLIB_DIR = os.path.abspath(sysconfig.get_paths()["stdlib"])
 #: This package's capture modules: their frames are never "the user's line" of an error.
 CAPTURE_FILES = frozenset(
-    os.path.join(os.path.dirname(os.path.abspath(__file__)), f) for f in ("export.py", "torch_capture.py", "rnn.py")
+    os.path.join(os.path.dirname(os.path.abspath(__file__)), f)
+    for f in ("export.py", "torch_capture.py", "rnn.py", "custom_functions.py")
 )
 
 

@@ -140,3 +140,33 @@ def test_torch_s_own_functions_are_traced_through():
     graph = capture(Checkpointed(), (torch.randn(2, 4),))
     assert "placer.autograd_function.default" not in graph.op_types
     assert not any(key.startswith("torch.") for key in custom_functions.KEPT)
+
+
+class AddOne(torch.autograd.Function):  # writes into its input (mark_dirty)
+    @staticmethod
+    def forward(ctx, x):
+        x.add_(1.0)
+        ctx.mark_dirty(x)
+        return x
+
+    @staticmethod
+    def backward(ctx, grad):
+        return grad
+
+
+def test_a_function_that_writes_into_its_input_is_refused_in_one_line():
+    from graphs import CaptureError
+
+    class Writes(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.a = nn.Linear(4, 4)
+
+        def forward(self, x):
+            return AddOne.apply(self.a(x)).sum()
+
+    with pytest.raises(CaptureError) as e:
+        capture(Writes(), (torch.randn(2, 4),))
+    message = str(e.value)
+    assert "AddOne, a torch.autograd.Function of the model's, writes into its input" in message, message
+    assert " at test_custom_functions.py:" in message and "\n" not in message  # the model's line, not placer's
