@@ -100,6 +100,20 @@ def _(tensors: list[torch.Tensor], key: str) -> list[torch.Tensor]:
     return [torch.empty_strided(o.size(), o.stride(), dtype=o.dtype, device=o.device) for o in outs]
 
 
+def kept_flops(tensors: list[torch.Tensor], key: str) -> float | None:
+    """The forward FLOPs of kept call ``key`` on tensors shaped as ``tensors`` (fake or meta): the function's forward
+    run on meta tensors under torch's FLOP counter; None where it cannot run there."""
+    from torch.utils import flop_counter
+
+    meta = [torch.empty_strided(t.size(), t.stride(), dtype=t.dtype, device="meta") for t in tensors]
+    try:
+        with torch.no_grad(), flop_counter.FlopCounterMode(display=False) as counter:
+            _run(_kept(key), meta)
+    except Exception:  # a forward that meta tensors cannot run (it reads a value): the caller's estimate
+        return None
+    return float(counter.get_total_flops())
+
+
 def _setup_context(ctx: Any, inputs: tuple, output: Any) -> None:
     tensors, key = inputs
     ctx.key = key

@@ -27,6 +27,7 @@ import torch
 from torch.utils import flop_counter as fc
 from torch.utils._pytree import tree_flatten, tree_map  # noqa: PLC2701 (torch has no public pytree module)
 
+from graphs.custom_functions import kept_flops
 from graphs.ops import VIEW_OPS
 
 # One FLOP per element of a gate input for the pointwise work of an LSTM cell
@@ -161,6 +162,11 @@ def op_flops(target: Any, args: tuple, kwargs: dict, out: Any) -> float:
         return float(_FORMULAS[name](*_shapes(args), out_shape=_shapes(out), **_shapes(kwargs)))
     if isinstance(target, torch._ops.OpOverload):
         packet = target.overloadpacket
+        if target._schema.name == "placer::autograd_function":  # a model's own autograd.Function, kept whole: what
+            # its forward counts
+            counted = kept_flops(*args)
+            if counted is not None:
+                return counted
         if packet in fc.flop_registry:
             return float(fc.flop_registry[packet](*args, **kwargs, out_val=out))
         counted = _composite_flops(target, args, kwargs)

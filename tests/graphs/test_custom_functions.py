@@ -170,3 +170,29 @@ def test_a_function_that_writes_into_its_input_is_refused_in_one_line():
     message = str(e.value)
     assert "AddOne, a torch.autograd.Function of the model's, writes into its input" in message, message
     assert " at test_custom_functions.py:" in message and "\n" not in message  # the model's line, not placer's
+
+
+class MyLinear(torch.autograd.Function):  # a fused layer of the model's own
+    @staticmethod
+    def forward(ctx, x, w):
+        ctx.save_for_backward(x, w)
+        return x @ w.t()
+
+    @staticmethod
+    def backward(ctx, grad):
+        x, w = ctx.saved_tensors
+        return grad @ w, grad.t() @ x
+
+
+def test_a_kept_function_costs_what_its_forward_computes():
+    class Fused(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.w = nn.Parameter(torch.randn(256, 128))
+
+        def forward(self, x):
+            return MyLinear.apply(x, self.w).sum()
+
+    graph = capture(Fused(), (torch.randn(64, 128),))
+    kept = graph.op_types.index("placer.autograd_function.default")
+    assert graph.flops[kept] == 2 * 64 * 128 * 256  # its matmul, counted on meta tensors
