@@ -29,6 +29,9 @@ from typing import Any
 import torch
 from torch.utils._pytree import tree_flatten, tree_unflatten  # noqa: PLC2701 (torch has no public pytree module)
 
+#: The op type of a kept call in an :class:`~graphs.ir.OpGraph`.
+KEPT_OP_TYPE = "placer.autograd_function.default"
+
 #: ``torch.autograd.Function.apply`` as torch defines it.
 _APPLY = torch.autograd.Function.__dict__["apply"].__func__
 

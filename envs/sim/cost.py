@@ -11,7 +11,8 @@ Forward time of op ``i`` on device ``d``:
 Backward time: the profiled ``bwd_s``, else ``BACKWARD_MULTIPLIER`` × forward
 (the profiled forward where there is one): the input's gradient and the weight's, each about a forward. An op whose
 weights are all frozen (:func:`graphs.ops.frozen_weight_mask`: ``requires_grad=False``, a LoRA base layer) computes
-the input's alone: ``BACKWARD_MULTIPLIER - 1`` × forward.
+the input's alone: ``BACKWARD_MULTIPLIER - 1`` × forward. A model's own autograd.Function kept whole
+(:mod:`graphs.custom_functions`) runs its forward again in its backward: one forward more.
 
 With M > 1 microbatches (:mod:`envs.microbatch`, and the pipelines across processes)
 an op's times are those of one microbatch: the roofline's FLOPs, inputs and outputs
@@ -46,6 +47,7 @@ from typing import NamedTuple
 import numpy as np
 
 from envs.cluster import Cluster
+from graphs.custom_functions import KEPT_OP_TYPE
 from graphs.ir import OpGraph
 from graphs.ops import free_mask, frozen_weight_mask
 
@@ -92,6 +94,8 @@ def op_times(graph: OpGraph, cluster: Cluster, microbatches: int = 1) -> tuple[n
     fwd[free_mask(graph)] = 0.0
     # the input's gradient and the weight's; a frozen weight's is not computed
     multiplier = np.where(frozen_weight_mask(graph), BACKWARD_MULTIPLIER - 1.0, BACKWARD_MULTIPLIER)
+    if KEPT_OP_TYPE in graph.op_types:  # a function kept whole: its forward again, then its backward
+        multiplier = multiplier + (np.asarray(graph.op_types) == KEPT_OP_TYPE)
     bwd = multiplier[:, None] * fwd
     for d, kind in enumerate(cluster.kinds):
         prof = graph.profile.get(kind)

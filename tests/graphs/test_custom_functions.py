@@ -81,7 +81,7 @@ def test_every_plan_trains_on_the_function_s_own_backward(kind):
 
     model, inputs = built(kind)
     graph = capture(model, inputs)
-    assert "placer.autograd_function.default" in graph.op_types  # one op of the program, the function whole
+    assert custom_functions.KEPT_OP_TYPE in graph.op_types  # one op of the program, the function whole
     half = [1 if k < graph.num_ops // 2 else 2 for k in range(graph.num_ops)]
     plan = Placement.from_indices(graph, ["cpu:0", "gpu:0", "gpu:1"], half)
     placed = placer.apply(model, plan, inputs, device_map="*=cpu", graph=graph)
@@ -196,3 +196,16 @@ def test_a_kept_function_costs_what_its_forward_computes():
     graph = capture(Fused(), (torch.randn(64, 128),))
     kept = graph.op_types.index("placer.autograd_function.default")
     assert graph.flops[kept] == 2 * 64 * 128 * 256  # its matmul, counted on meta tensors
+
+
+def test_a_kept_function_s_backward_costs_its_forward_once_more():
+    from envs.cluster import Cluster
+    from envs.sim.cost import BACKWARD_MULTIPLIER, op_times
+
+    model, inputs = built("split")
+    graph = capture(model, inputs)
+    fwd, bwd = op_times(graph, Cluster.preset("k80x2"))
+    kept = graph.op_types.index(custom_functions.KEPT_OP_TYPE)
+    linear = graph.op_types.index("aten.linear.default")
+    assert bwd[kept, 1] == pytest.approx((BACKWARD_MULTIPLIER + 1) * fwd[kept, 1]) and fwd[kept, 1] > 0
+    assert bwd[linear, 1] == pytest.approx(BACKWARD_MULTIPLIER * fwd[linear, 1])
