@@ -21,13 +21,14 @@ forward draws random numbers (its second run, in the backward, draws others); it
 from __future__ import annotations
 
 import contextlib
-import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 from torch.utils._pytree import tree_flatten, tree_unflatten  # noqa: PLC2701 (torch has no public pytree module)
+
+from graphs.thread_patch import patched_in_this_thread
 
 #: The op type of a kept call in an :class:`~graphs.ir.OpGraph`.
 KEPT_OP_TYPE = "placer.autograd_function.default"
@@ -150,21 +151,19 @@ def _torch_s_own(cls: type) -> bool:
 def functions_kept() -> Iterator[None]:
     """Through the block, in this thread, each call of a ``torch.autograd.Function`` of the model's own is the op
     ``placer::autograd_function`` (module doc)."""
-    apply = torch.autograd.Function.__dict__["apply"]
-    me = threading.get_ident()
 
-    def call(cls: type, *args: Any, **kwargs: Any) -> Any:
-        if threading.get_ident() != me or _torch_s_own(cls):
-            return apply.__func__(cls, *args, **kwargs)
-        leaves, spec = tree_flatten((args, kwargs))
-        slots = tuple(i for i, x in enumerate(leaves) if isinstance(x, torch.Tensor))
-        key = f"{getattr(cls, '__module__', '')}.{getattr(cls, '__qualname__', cls.__name__)}:{len(KEPT)}"
-        kept = KEPT[key] = KeptCall(cls, [None if i in slots else x for i, x in enumerate(leaves)], spec, slots)
-        outs = iter(torch.ops.placer.autograd_function([leaves[i] for i in slots], key))
-        return tree_unflatten([next(outs) if x is None else x for x in kept.out_leaves], kept.out_spec)
+    def make(apply: Callable) -> Callable:
+        def call(cls: type, *args: Any, **kwargs: Any) -> Any:
+            if _torch_s_own(cls):
+                return apply(cls, *args, **kwargs)
+            leaves, spec = tree_flatten((args, kwargs))
+            slots = tuple(i for i, x in enumerate(leaves) if isinstance(x, torch.Tensor))
+            key = f"{getattr(cls, '__module__', '')}.{getattr(cls, '__qualname__', cls.__name__)}:{len(KEPT)}"
+            kept = KEPT[key] = KeptCall(cls, [None if i in slots else x for i, x in enumerate(leaves)], spec, slots)
+            outs = iter(torch.ops.placer.autograd_function([leaves[i] for i in slots], key))
+            return tree_unflatten([next(outs) if x is None else x for x in kept.out_leaves], kept.out_spec)
 
-    torch.autograd.Function.apply = classmethod(call)
-    try:
+        return call
+
+    with patched_in_this_thread(torch.autograd.Function, "apply", make):
         yield
-    finally:
-        torch.autograd.Function.apply = apply

@@ -22,9 +22,9 @@ import logging
 import os
 import re
 import sysconfig
-import threading
 import traceback
 import warnings
+from collections.abc import Callable
 from typing import Any, Iterator
 
 import torch
@@ -38,13 +38,14 @@ from torch.utils._pytree import tree_leaves, tree_map  # noqa: PLC2701 (torch ha
 
 from graphs.custom_functions import functions_kept
 from graphs.errors import CaptureError
+from graphs.thread_patch import patched_in_this_thread
 
 _TORCH_DIR = os.path.dirname(torch.__file__)
 _STDLIB_DIR = os.path.abspath(sysconfig.get_paths()["stdlib"])
 #: This package's capture modules: their frames are never "the user's line" of an error.
 CAPTURE_FILES = frozenset(
     os.path.join(os.path.dirname(os.path.abspath(__file__)), f)
-    for f in ("export.py", "torch_capture.py", "rnn.py", "custom_functions.py")
+    for f in ("export.py", "torch_capture.py", "rnn.py", "custom_functions.py", "thread_patch.py")
 )
 
 
@@ -272,25 +273,25 @@ def _no_kv_cache(model: torch.nn.Module) -> Iterator[None]:
 def gradients_noted(taken: list[str]) -> Iterator[None]:
     """Note in ``taken`` each gradient the model's forward takes while it is traced (``torch.autograd.grad``, or
     ``backward()``, as an interatomic potential takes its forces, ``-dE/dpos``), by the model's line; each still runs
-    as it would. A forward that takes one cannot be exported, and torch's error then names no line."""
-    grad, backward = torch.autograd.grad, torch.autograd.backward
-    tracing = threading.get_ident()  # another thread's backward meanwhile is not the model's
+    as it would. A forward that takes one cannot be exported, and torch's error then names no line. Only this
+    thread's calls count (another thread's backward meanwhile is not the model's)."""
 
-    def noted(run: Any, name: str) -> Any:
-        def call(*args: Any, **kwargs: Any) -> Any:
-            if threading.get_ident() == tracing:
-                where = user_line([(f.filename, f.lineno) for f in traceback.extract_stack()[:-1]])
+    def noting(name: str) -> Callable[[Callable], Callable]:
+        def make(run: Callable) -> Callable:
+            def call(*args: Any, **kwargs: Any) -> Any:
+                where = user_line([(f.filename, f.lineno) for f in traceback.extract_stack()[:-2]])
                 taken.append(f"{name} at {where}" if where else name)
-            return run(*args, **kwargs)
+                return run(*args, **kwargs)
 
-        return call
+            return call
 
-    torch.autograd.grad = noted(grad, "torch.autograd.grad")
-    torch.autograd.backward = noted(backward, "backward()")  # Tensor.backward calls it
-    try:
+        return make
+
+    with (
+        patched_in_this_thread(torch.autograd, "grad", noting("torch.autograd.grad")),
+        patched_in_this_thread(torch.autograd, "backward", noting("backward()")),  # Tensor.backward calls it
+    ):
         yield
-    finally:
-        torch.autograd.grad, torch.autograd.backward = grad, backward
 
 
 @contextlib.contextmanager
@@ -307,17 +308,8 @@ def one_process_world() -> Iterator[None]:
     if not dist.is_available():
         yield
         return
-    initialized = dist.__dict__["is_initialized"]
-    me = threading.get_ident()
-
-    def is_initialized() -> bool:
-        return False if threading.get_ident() == me else initialized()
-
-    dist.is_initialized = is_initialized
-    try:
+    with patched_in_this_thread(dist, "is_initialized", lambda initialized: lambda: False):
         yield
-    finally:
-        dist.is_initialized = initialized
 
 
 @contextlib.contextmanager

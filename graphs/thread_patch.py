@@ -1,0 +1,38 @@
+"""One attribute of torch replaced for the calls of one thread, for a block: how capture watches or steers what a
+model's code calls while it is traced (:func:`graphs.export.gradients_noted`, :func:`graphs.export.one_process_world`,
+:func:`graphs.custom_functions.functions_kept`) without touching another thread's calls meanwhile."""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+from collections.abc import Callable, Iterator
+from typing import Any
+
+
+@contextlib.contextmanager
+def patched_in_this_thread(owner: Any, name: str, make: Callable[[Callable], Callable]) -> Iterator[None]:
+    """``owner.<name>`` is ``make(original)`` for the calls this thread makes through the block, the original for
+    any other thread's; the original again after. A classmethod (``torch.autograd.Function.apply``) stays one: its
+    function, and ``make``'s, take the class first.
+
+    >>> import math
+    >>> with patched_in_this_thread(math, "floor", lambda floor: lambda x: floor(x) + 100):
+    ...     math.floor(2.5)
+    102
+    >>> math.floor(2.5)
+    2
+    """
+    stored = owner.__dict__[name]
+    original = stored.__func__ if isinstance(stored, classmethod) else stored
+    replacement = make(original)
+    me = threading.get_ident()
+
+    def call(*args: Any, **kwargs: Any) -> Any:
+        return (replacement if threading.get_ident() == me else original)(*args, **kwargs)
+
+    setattr(owner, name, classmethod(call) if isinstance(stored, classmethod) else call)
+    try:
+        yield
+    finally:
+        setattr(owner, name, stored)
