@@ -14,19 +14,23 @@ asks autograd for the gradient through it, which is the function's own backward.
 step, as an op of a checkpointed block does. Each process that runs a program holds the calls of the captures it
 made (a job's ranks export the model themselves).
 
-A function that writes into its inputs (``mark_dirty``) is refused at capture, in one line. Not handled: one whose
-forward draws random numbers (its second run, in the backward, draws others); it is rare.
+A function whose forward draws random numbers (a dropout written by hand) draws the same ones in its backward's run:
+the op notes the random state of the host and of its tensors' devices before its forward, and the backward runs
+again from that state and puts the process's back after, as ``torch.utils.checkpoint`` does. A function that writes
+into its inputs (``mark_dirty``) is refused at capture, in one line.
 """
 
 from __future__ import annotations
 
 import contextlib
+import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 from torch.utils._pytree import tree_flatten, tree_unflatten  # noqa: PLC2701 (torch has no public pytree module)
+from torch.utils.checkpoint import get_device_states, set_device_states
 
 from graphs.thread_patch import patched_in_this_thread
 
@@ -76,9 +80,30 @@ def _kept(key: str) -> KeptCall:
         ) from None
 
 
+#: The random state before this thread's last forward of a kept call, for its ``setup_context`` (which autograd runs
+#: right after the forward, in the same thread).
+_DRAWN = threading.local()
+
+
+def _random_state(tensors: list[torch.Tensor]) -> tuple:
+    """The host's random state and that of each device of ``tensors``."""
+    return torch.get_rng_state(), *get_device_states(*tensors)
+
+
+@contextlib.contextmanager
+def _drawing_from(state: tuple) -> Iterator[None]:
+    """Random numbers drawn in the block come from ``state``; the process's state is as it was after."""
+    host, devices, device_states = state
+    with torch.random.fork_rng(devices=devices):
+        torch.set_rng_state(host)
+        set_device_states(devices, device_states)
+        yield
+
+
 @torch.library.custom_op("placer::autograd_function", mutates_args=())
 def autograd_function(tensors: list[torch.Tensor], key: str) -> list[torch.Tensor]:
     """The kept call ``key`` of a model's own autograd.Function on ``tensors`` (module doc)."""
+    _DRAWN.state = _random_state(tensors)
     with torch.no_grad():
         outs = _run(_kept(key), tensors)
     inputs = {t.untyped_storage().data_ptr() for t in tensors}
@@ -121,12 +146,14 @@ def kept_flops(tensors: list[torch.Tensor], key: str) -> float | None:
 def _setup_context(ctx: Any, inputs: tuple, output: Any) -> None:
     tensors, key = inputs
     ctx.key = key
+    ctx.drawn = _DRAWN.__dict__.pop("state", None)
     ctx.save_for_backward(*tensors)
 
 
 def _backward(ctx: Any, grads: list[torch.Tensor | None]) -> tuple:
     """The function's forward again on the saved inputs, and autograd's gradient through it: its own backward."""
-    with torch.enable_grad():
+    drawn = _drawing_from(ctx.drawn) if ctx.drawn is not None else contextlib.nullcontext()
+    with torch.enable_grad(), drawn:
         fresh = [t.detach().requires_grad_(t.is_floating_point()) for t in ctx.saved_tensors]
         outs = _run(_kept(ctx.key), fresh)
         pairs = [(o, g) for o, g in zip(outs, grads) if o.requires_grad and g is not None]

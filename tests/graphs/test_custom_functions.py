@@ -51,6 +51,19 @@ class Split(torch.autograd.Function):  # two outputs and a Python value; a backw
         return ga + 3.0 * gb
 
 
+class Drop(torch.autograd.Function):  # dropout written by hand: its backward must use the mask its forward drew
+    @staticmethod
+    def forward(ctx, x):
+        mask = (torch.rand_like(x) > 0.5).to(x.dtype) * 2.0
+        ctx.save_for_backward(mask)
+        return x * mask
+
+    @staticmethod
+    def backward(ctx, grad):
+        (mask,) = ctx.saved_tensors
+        return grad * mask
+
+
 class Net(nn.Module):
     def __init__(self, kind: str) -> None:
         super().__init__()
@@ -63,6 +76,8 @@ class Net(nn.Module):
             h = Reverse.apply(h, 0.5)
         elif self.kind == "round":
             h = RoundThrough.apply(h * 4.0) / 4.0
+        elif self.kind == "drop":
+            h = Drop.apply(h)
         else:
             t, s, two = Split.apply(h)
             h = t * s * two
@@ -89,6 +104,27 @@ def test_every_plan_trains_on_the_function_s_own_backward(kind):
     got = {k: p.grad.clone() for k, p in model.named_parameters()}
     model.zero_grad()
     model(*inputs).backward()  # eager: the function's own backward
+    for k, p in model.named_parameters():
+        torch.testing.assert_close(got[k], p.grad)
+
+
+def test_a_function_that_draws_random_numbers_gets_the_same_ones_in_its_backward():
+    """The backward runs the forward again: on the random state the forward drew from, so on the same mask, and
+    without moving the process's random state (the step draws what the unplaced one does)."""
+    import placer
+
+    model, inputs = built("drop")
+    graph = capture(model, inputs)
+    plan = Placement.from_indices(graph, ["cpu:0", "gpu:0"], [1] * graph.num_ops)
+    placed = placer.apply(model, plan, inputs, device_map="*=cpu", graph=graph)
+    torch.manual_seed(7)
+    placed(*inputs).backward()
+    after = torch.rand(3)
+    got = {k: p.grad.clone() for k, p in model.named_parameters()}
+    model.zero_grad()
+    torch.manual_seed(7)
+    model(*inputs).backward()
+    torch.testing.assert_close(after, torch.rand(3))
     for k, p in model.named_parameters():
         torch.testing.assert_close(got[k], p.grad)
 
