@@ -40,6 +40,14 @@ KEPT_OP_TYPE = "placer.autograd_function.default"
 #: ``torch.autograd.Function.apply`` as torch defines it.
 _APPLY = torch.autograd.Function.__dict__["apply"].__func__
 
+#: The class whose ``apply`` (torch._C._FunctionBase's, inherited) every ``Function.apply`` calls: where a call is
+#: caught, including one through an ``apply`` bound at import (mambapy's ``pscan = PScan.apply``), which the name on
+#: ``torch.autograd.Function`` never sees again. torch has no public hook there.
+_LEVEL = torch.autograd.function._SingleLevelFunction  # noqa: SLF001
+
+#: Whether this thread is running a kept call's function (its own calls of functions are part of it, not kept).
+_RUNNING = threading.local()
+
 
 @dataclass
 class KeptCall:
@@ -53,19 +61,45 @@ class KeptCall:
     slots: tuple[int, ...]
     out_spec: Any = None
     out_leaves: list = field(default_factory=list)
+    #: The parameters and buffers of the modules the call is given (a reversible network's layers): ``(module,
+    #: attribute, a parameter?, index among the op's tensors)``; the op's tensor runs in each one's place.
+    bound: list[tuple[Any, str, bool, int]] = field(default_factory=list)
 
 
 #: The calls kept in this process, by key (the op's constant argument).
 KEPT: dict[str, KeptCall] = {}
 
 
+@contextlib.contextmanager
+def _given(call: KeptCall, tensors: list[torch.Tensor]) -> Iterator[None]:
+    """Through the block, each parameter or buffer of the modules ``call`` is given is its tensor of ``tensors``
+    (the op's own, on the op's device: what the plan placed), whichever copy of the model the modules are of."""
+    saved = []
+    try:
+        for owner, name, is_param, i in call.bound:
+            store = owner._parameters if is_param else owner._buffers  # noqa: SLF001 (what functional_call swaps)
+            saved.append((store, name, store[name]))
+            store[name] = tensors[i]
+        yield
+    finally:
+        for store, name, old in reversed(saved):
+            store[name] = old
+
+
 def _run(call: KeptCall, tensors: list[torch.Tensor]) -> list[torch.Tensor]:
-    """``call``'s function applied to ``tensors`` in their places; its tensors out, in order."""
+    """``call``'s function applied to ``tensors`` in their places (the modules it is given reading theirs: :func:`_given`);
+    its tensors out, in order."""
     leaves = list(call.leaves)
     for slot, t in zip(call.slots, tensors):
         leaves[slot] = t
     args, kwargs = tree_unflatten(leaves, call.spec)
-    out_leaves, call.out_spec = tree_flatten(_APPLY(call.cls, *args, **kwargs))
+    outer, _RUNNING.on = getattr(_RUNNING, "on", False), True
+    try:
+        with _given(call, tensors):
+            out = _APPLY(call.cls, *args, **kwargs)
+    finally:
+        _RUNNING.on = outer
+    out_leaves, call.out_spec = tree_flatten(out)
     call.out_leaves = [None if isinstance(x, torch.Tensor) else x for x in out_leaves]
     return [x for x in out_leaves if isinstance(x, torch.Tensor)]
 
@@ -124,7 +158,8 @@ def _(tensors: list[torch.Tensor], key: str) -> list[torch.Tensor]:
         call = _kept(key)
         raise RuntimeError(
             f"{getattr(call.cls, '__qualname__', call.cls.__name__)}, a torch.autograd.Function of the model's, writes "
-            "into its input in place (mark_dirty): placer keeps a function whole only where it writes none"
+            "into a tensor it is given in place (mark_dirty, or a module's buffer): placer keeps a function whole only "
+            "where it writes none"
         )
     return [torch.empty_strided(o.size(), o.stride(), dtype=o.dtype, device=o.device) for o in outs]
 
@@ -151,18 +186,27 @@ def _setup_context(ctx: Any, inputs: tuple, output: Any) -> None:
 
 
 def _backward(ctx: Any, grads: list[torch.Tensor | None]) -> tuple:
-    """The function's forward again on the saved inputs, and autograd's gradient through it: its own backward."""
+    """The function's forward again on the saved inputs, and autograd's gradient through it: its own backward. A
+    backward that accumulates the gradients of its modules' parameters itself (a reversible network's, which
+    recomputes each layer) leaves them in those tensors' ``grad``: they are the op's gradients too."""
+    call = _kept(ctx.key)
     drawn = _drawing_from(ctx.drawn) if ctx.drawn is not None else contextlib.nullcontext()
-    with torch.enable_grad(), drawn:
-        fresh = [t.detach().requires_grad_(t.is_floating_point()) for t in ctx.saved_tensors]
-        outs = _run(_kept(ctx.key), fresh)
+    fresh = [t.detach().requires_grad_(t.is_floating_point()) for t in ctx.saved_tensors]
+    with torch.enable_grad(), drawn, _given(call, fresh):
+        outs = _run(call, fresh)
         pairs = [(o, g) for o, g in zip(outs, grads) if o.requires_grad and g is not None]
         wanted = [f for f in fresh if f.requires_grad]
         got: Any = [None] * len(wanted)
         if pairs and wanted:
             got = torch.autograd.grad([o for o, _ in pairs], wanted, [g for _, g in pairs], allow_unused=True)
     taken = iter(got)
-    return [next(taken) if f.requires_grad else None for f in fresh], None
+    out = []
+    for f in fresh:
+        g = next(taken) if f.requires_grad else None
+        if f.grad is not None:  # accumulated by the function's own backward
+            g = f.grad if g is None else g + f.grad
+        out.append(g)
+    return out, None
 
 
 autograd_function.register_autograd(_backward, setup_context=_setup_context)
@@ -174,6 +218,25 @@ def _torch_s_own(cls: type) -> bool:
     return module == "torch" or module.startswith(("torch.", "functorch"))
 
 
+def _module_tensors(modules: list[torch.nn.Module], tensors: list[torch.Tensor]) -> list[tuple[Any, str, bool, int]]:
+    """:attr:`KeptCall.bound` of a call given ``modules``: each parameter and buffer of theirs, appended to the op's
+    ``tensors`` (once each: a tensor the call is given as one, or tied, is one input)."""
+    index = {id(t): i for i, t in enumerate(tensors)}
+    bound = []
+    for module in modules:
+        for owner in module.modules():
+            for store, is_param in ((owner._parameters, True), (owner._buffers, False)):  # noqa: SLF001
+                for name in store:
+                    t = getattr(owner, name)
+                    if not isinstance(t, torch.Tensor):
+                        continue
+                    if id(t) not in index:
+                        index[id(t)] = len(tensors)
+                        tensors.append(t)
+                    bound.append((owner, name, is_param, index[id(t)]))
+    return bound
+
+
 @contextlib.contextmanager
 def functions_kept() -> Iterator[None]:
     """Through the block, in this thread, each call of a ``torch.autograd.Function`` of the model's own is the op
@@ -181,16 +244,18 @@ def functions_kept() -> Iterator[None]:
 
     def make(apply: Callable) -> Callable:
         def call(cls: type, *args: Any, **kwargs: Any) -> Any:
-            if _torch_s_own(cls):
+            if _torch_s_own(cls) or getattr(_RUNNING, "on", False):
                 return apply(cls, *args, **kwargs)
             leaves, spec = tree_flatten((args, kwargs))
             slots = tuple(i for i, x in enumerate(leaves) if isinstance(x, torch.Tensor))
             key = f"{getattr(cls, '__module__', '')}.{getattr(cls, '__qualname__', cls.__name__)}:{len(KEPT)}"
             kept = KEPT[key] = KeptCall(cls, [None if i in slots else x for i, x in enumerate(leaves)], spec, slots)
-            outs = iter(torch.ops.placer.autograd_function([leaves[i] for i in slots], key))
+            tensors = [leaves[i] for i in slots]
+            kept.bound = _module_tensors([x for x in leaves if isinstance(x, torch.nn.Module)], tensors)
+            outs = iter(torch.ops.placer.autograd_function(tensors, key))
             return tree_unflatten([next(outs) if x is None else x for x in kept.out_leaves], kept.out_spec)
 
         return call
 
-    with patched_in_this_thread(torch.autograd.Function, "apply", make):
+    with patched_in_this_thread(_LEVEL, "apply", make):
         yield

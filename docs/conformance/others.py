@@ -24,6 +24,8 @@ docs/ranks/zb/others.py (the probe of plans across processes) and 12 more. From 
     PYTHONPATH=. python docs/conformance/others.py --vq --homes > docs/conformance/vq_homes.log
     PYTHONPATH=. python docs/conformance/others.py --ode > docs/conformance/ode.log
     PYTHONPATH=. python docs/conformance/others.py --ode --homes > docs/conformance/ode_homes.log
+    PYTHONPATH=. python docs/conformance/others.py --rev > docs/conformance/rev.log
+    PYTHONPATH=. python docs/conformance/others.py --rev --homes > docs/conformance/rev_homes.log
     PYTHONPATH=. python docs/conformance/others.py --lora > docs/conformance/lora.log
     PYTHONPATH=. python docs/conformance/others.py --lora --homes > docs/conformance/lora_homes.log
 
@@ -37,6 +39,8 @@ opt_einsum_fx``.
 ``--vq``: vector-quantize-pytorch's quantizers in an autoencoder, docs/ranks/zb/vq.py; needs ``pip install --no-deps
 vector-quantize-pytorch``.
 ``--ode``: torchdiffeq's neural ODEs, docs/ranks/zb/ode.py; needs ``pip install --no-deps torchdiffeq``.
+``--rev``: layers that are their libraries' own autograd Functions (mambapy, reformer-pytorch, revtorch, entmax,
+pytorch-tabnet) and zuko's flows, docs/ranks/zb/rev.py; needs the ``pip install --no-deps`` its doc names.
 ``--lora``: fine-tuning with frozen weights, peft's LoRA and a frozen backbone, docs/lora/lora.py;
 needs ``pip install peft``.)
 
@@ -163,10 +167,13 @@ def homed_check(model: torch.nn.Module, inputs: tuple, steps: int = 3, device_ma
 
     def train(modules: list, optimizer, compare, unplaced_first: bool = False) -> None:
         opts = [optimizer(m.parameters(), lr=0.05) for m in modules]
-        for _ in range(steps):
+        for step in range(steps):
             for o in opts:
                 o.zero_grad()
-            losses = [m(*(batch() if k == 0 and unplaced_first else inputs)) for k, m in enumerate(modules)]
+            losses = []
+            for k, m in enumerate(modules):  # each from one random state (LSH attention draws its rotations)
+                torch.manual_seed(1000 + step)
+                losses.append(m(*(batch() if k == 0 and unplaced_first else inputs)))
             for loss in losses:
                 loss.backward()
             for loss in losses[1:]:
@@ -261,6 +268,10 @@ if "--ode" in args:  # torchdiffeq's neural ODEs instead (docs/ranks/zb/ode.py)
     import ode
 
     MODELS = ode.MODELS
+if "--rev" in args:  # libraries' own autograd Functions, and zuko's flows, instead (docs/ranks/zb/rev.py)
+    import rev
+
+    MODELS = rev.MODELS
 if "--lora" in args:  # fine-tuning with frozen weights instead (docs/lora/lora.py; pip install peft)
     sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "lora"))
     import lora
@@ -278,6 +289,7 @@ flags = (
     "--equi",
     "--vq",
     "--ode",
+    "--rev",
     "--lora",
     "-v",
 )

@@ -64,11 +64,37 @@ class Drop(torch.autograd.Function):  # dropout written by hand: its backward mu
         return grad * mask
 
 
+class Coupled(torch.autograd.Function):
+    """A layer given as a module, not as tensors (reversible networks: reformer-pytorch, revtorch): the forward runs
+    it without gradients, and the backward runs it again and accumulates its parameters' gradients itself."""
+
+    @staticmethod
+    def forward(ctx, x, layer):
+        ctx.layer = layer
+        ctx.save_for_backward(x)
+        with torch.no_grad():
+            return x + layer(x).tanh()
+
+    @staticmethod
+    def backward(ctx, grad):
+        (x,) = ctx.saved_tensors
+        with torch.enable_grad():
+            x = x.detach().requires_grad_()
+            torch.autograd.backward(x + ctx.layer(x).tanh(), grad)
+        return x.grad, None
+
+
+#: A function's apply bound once, at import (mambapy's ``pscan = PScan.apply``, pytorch-revgrad's ``revgrad``): a call
+#: that never looks ``apply`` up on torch.autograd.Function again.
+reverse = Reverse.apply
+
+
 class Net(nn.Module):
     def __init__(self, kind: str) -> None:
         super().__init__()
         self.kind = kind
         self.a, self.b = nn.Linear(4, 8), nn.Linear(8, 2)
+        self.c = nn.Linear(8, 8) if kind == "module" else None
 
     def forward(self, x, y):
         h = self.a(x)
@@ -78,6 +104,10 @@ class Net(nn.Module):
             h = RoundThrough.apply(h * 4.0) / 4.0
         elif self.kind == "drop":
             h = Drop.apply(h)
+        elif self.kind == "bound":
+            h = reverse(h, 0.5)
+        elif self.kind == "module":
+            h = Coupled.apply(h, self.c)
         else:
             t, s, two = Split.apply(h)
             h = t * s * two
@@ -90,7 +120,7 @@ def built(kind: str):
     return Net(kind), (torch.randn(8, 4, generator=g), torch.randint(0, 2, (8,), generator=g))
 
 
-@pytest.mark.parametrize("kind", ["reverse", "round", "split"])
+@pytest.mark.parametrize("kind", ["reverse", "round", "split", "bound", "module"])
 def test_every_plan_trains_on_the_function_s_own_backward(kind):
     import placer
 
@@ -151,10 +181,21 @@ def test_without_keeping_it_the_program_trains_on_other_gradients(monkeypatch):
     torch.testing.assert_close(traced, -2.0 * model.a.weight.grad)  # -1/scale times the function's own
 
 
-def test_every_conformance_plan_of_a_kept_function_matches_the_float64_step():
-    """Microbatches (a program exported again at their size) and one-forward-one-backward included."""
-    rows = conformance.check_model("reverse", built=built("reverse"))
+@pytest.mark.parametrize("kind", ["reverse", "module"])
+def test_every_conformance_plan_of_a_kept_function_matches_the_float64_step(kind):
+    """Microbatches (a program exported again at their size) and one-forward-one-backward included; every plan but
+    the first runs a copy of the model on the first's program (the function's module then the copy's too)."""
+    rows = conformance.check_model(kind, built=built(kind))
     assert all(r.ok for r in rows), [(r.plan, r.message or r.worst) for r in rows]
+
+
+def test_the_parameters_of_a_module_given_to_a_kept_function_are_its_op_s_inputs():
+    """So a plan places them with the op, counts their memory and updates them, whichever copy of the model runs."""
+    model, inputs = built("module")
+    graph = capture(model, inputs)
+    kept = graph.op_types.index(custom_functions.KEPT_OP_TYPE)
+    assert set(graph.params[kept]) == {"c.weight", "c.bias"}
+    assert graph.param_bytes[kept] == (8 * 8 + 8) * 4
 
 
 def test_a_call_kept_in_another_process_is_one_line():
@@ -204,7 +245,7 @@ def test_a_function_that_writes_into_its_input_is_refused_in_one_line():
     with pytest.raises(CaptureError) as e:
         capture(Writes(), (torch.randn(2, 4),))
     message = str(e.value)
-    assert "AddOne, a torch.autograd.Function of the model's, writes into its input" in message, message
+    assert "AddOne, a torch.autograd.Function of the model's, writes into a tensor it is given in place" in message, message
     assert " at test_custom_functions.py:" in message and "\n" not in message  # the model's line, not placer's
 
 
