@@ -87,8 +87,8 @@ def _given(call: KeptCall, tensors: list[torch.Tensor]) -> Iterator[None]:
 
 
 def _run(call: KeptCall, tensors: list[torch.Tensor]) -> list[torch.Tensor]:
-    """``call``'s function applied to ``tensors`` in their places (the modules it is given reading theirs: :func:`_given`);
-    its tensors out, in order."""
+    """``call``'s function applied to ``tensors`` in their places (the modules it is given reading theirs:
+    :func:`_given`); its tensors out, in order."""
     leaves = list(call.leaves)
     for slot, t in zip(call.slots, tensors):
         leaves[slot] = t
@@ -134,7 +134,9 @@ def _drawing_from(state: tuple) -> Iterator[None]:
         yield
 
 
-@torch.library.custom_op("placer::autograd_function", mutates_args=())
+# tagged as drawing random numbers (it may): a program's random ops keep their order among themselves when its ops are
+# reordered (envs.real.reorder.order_constraints), so each draws what it drew in the model
+@torch.library.custom_op("placer::autograd_function", mutates_args=(), tags=(torch.Tag.nondeterministic_seeded,))
 def autograd_function(tensors: list[torch.Tensor], key: str) -> list[torch.Tensor]:
     """The kept call ``key`` of a model's own autograd.Function on ``tensors`` (module doc)."""
     _DRAWN.state = _random_state(tensors)

@@ -35,6 +35,16 @@ class Reference:
     grads: dict[str, torch.Tensor]
     plain_errors: dict[str, float] = field(default_factory=dict)  # "loss" and each parameter name
     floor: float = 0.0  # norms below this count as this (gradients that are 0 in exact arithmetic)
+    #: The step draws random numbers (dropout, a layer that samples): the float64 and float32 steps, and a plan's,
+    #: each drew their own, so the comparison has no verdict (:data:`DRAWS`).
+    draws: bool = False
+
+
+#: What a check of a step that draws random numbers says instead of a verdict.
+DRAWS = (
+    "the step draws random numbers (dropout, or a layer that samples), so the steps compared drew different ones; "
+    "check with them off (eval(), dropout 0)"
+)
 
 
 def _float64(value: Any) -> Any:
@@ -82,8 +92,10 @@ def reference(model: nn.Module, inputs: tuple) -> Reference:
     grads = parameter_grads(m64)
     ref = Reference(loss64.item(), grads, floor=1e-6 * max((float(g.norm()) for g in grads.values()), default=0.0))
     m32 = copy.deepcopy(model)
+    state = torch.get_rng_state()
     loss32 = m32(*inputs)
     loss32.backward()
+    ref.draws = not torch.equal(state, torch.get_rng_state())
     ref.plain_errors = {"loss": relative_error(loss32, loss64)}
     ref.plain_errors.update(
         {k: relative_error(g, grads[k], ref.floor) for k, g in parameter_grads(m32).items() if k in grads}
@@ -106,4 +118,4 @@ def compare(
     return ratios[worst] <= 1.0, errors["loss"], grad_error, worst, ratios[worst]
 
 
-__all__ = ["FACTOR", "FLOOR", "Reference", "compare", "parameter_grads", "reference", "relative_error"]
+__all__ = ["DRAWS", "FACTOR", "FLOOR", "Reference", "compare", "parameter_grads", "reference", "relative_error"]

@@ -88,7 +88,8 @@ def add_command(sub: argparse._SubParsersAction) -> None:
     across.add_argument(
         "--check",
         action="store_true",
-        help="first compare one step's loss and every gradient with the one-process step (float64 reference)",
+        help="first compare one step's loss and every gradient with the one-process step (float64 reference); a "
+        "step that draws random numbers (dropout) gets no verdict (exit 1): check with them off",
     )
     across.add_argument(
         "--trace",

@@ -75,6 +75,35 @@ def test_a_wrong_gradient_is_caught():
     assert not conformance.compare(loss, grads, ref)[0]
 
 
+def test_a_step_that_draws_random_numbers_gets_no_verdict():
+    """The float64, float32 and placed steps each draw their own dropout masks: an "ok" would compare two draws (a
+    loose pass, the float32 step's own error being the draws' difference). So every row says it is unchecked; the
+    same model without dropout is checked."""
+    from torch import nn
+
+    from envs.real.conformance import reference
+
+    def built(p: float):
+        torch.manual_seed(0)
+        model = nn.Sequential(nn.Linear(6, 16), nn.ReLU(), nn.Dropout(p), nn.Linear(16, 1))
+        return _MSE(model).train(), (torch.randn(8, 6), torch.randn(8, 1))
+
+    assert reference(*built(0.3)).draws and not reference(*built(0.0)).draws
+    rows = conformance.check_model("dropout", built=built(0.3), plan_names=["gpu", "split"])
+    assert [r.ok for r in rows] == [False, False]
+    assert all(r.message.startswith("UNCHECKED: the step draws") for r in rows)
+    assert all(r.ok for r in conformance.check_model("plain", built=built(0.0), plan_names=["gpu", "split"]))
+
+
+class _MSE(torch.nn.Module):
+    def __init__(self, model):
+        super().__init__()
+        self.model = model
+
+    def forward(self, x, y):
+        return torch.nn.functional.mse_loss(self.model(x), y)
+
+
 def test_a_failing_plan_is_a_row_not_an_exception(monkeypatch):
     def broken(*args, **kwargs):
         raise RuntimeError("boom\nsecond line")

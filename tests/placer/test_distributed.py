@@ -559,6 +559,9 @@ def test_the_text_report_says_step_time_spread_memory_and_check(capsys):
     assert lines[5].split() == ["1", "gpu:1", "cpu", "1", "0.009", "GB"]
     assert lines[6] == "loss 1.5000 -> 1.2500"
     assert lines[7].startswith("check against one process: FAIL") and "worst tensor head.weight at 12.00x" in lines[7]
+    drew = {**report, "check": {**report["check"], "ok": False, "draws": True}}
+    print_report(argparse.Namespace(source="m:build"), drew)  # dropout: two draws compared, no verdict
+    assert capsys.readouterr().out.splitlines()[7].startswith("check against one process: UNCHECKED: the step draws")
     one = {**report, "ranks": report["ranks"][:1], "stages": 1, "stage_table": report["stage_table"][:1]}
     print_report(argparse.Namespace(source="m:build"), one)  # a plan on one rank (a stage merged away)
     assert capsys.readouterr().out.startswith("m:build across 1 process (gpipe, 1 stage, 1 microbatch): ")

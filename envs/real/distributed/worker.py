@@ -176,7 +176,8 @@ def step_gradients(schedule: RankSchedule, inputs: Sequence[Any]) -> dict[str, A
 
 
 def check_report(parts: Sequence[Mapping[str, Any]], ref: Reference, tied: Sequence[Sequence[str]]) -> dict[str, Any]:
-    """Every rank's :func:`step_gradients` against the one-process ``ref``: ``{"ok", "worst", ...}``.
+    """Every rank's :func:`step_gradients` against the one-process ``ref``: ``{"ok", "worst", ...}``; not ok where
+    the step draws random numbers (``"draws"``: no verdict, :data:`envs.real.conformance.DRAWS`).
 
     A tied parameter is reported under the names its stages read it by; its other
     names (``tied``, the graph's ``meta["tied_params"]``) get the same gradient.
@@ -191,7 +192,14 @@ def check_report(parts: Sequence[Mapping[str, Any]], ref: Reference, tied: Seque
                 grads.setdefault(n, grads[have[0]])
     loss = next(p["loss"] for p in parts if p["loss"] is not None)
     ok, loss_error, grad_error, worst, ratio = compare(torch.tensor(loss, dtype=torch.float64), grads, ref)
-    return {"ok": bool(ok), "loss_error": loss_error, "grad_error": grad_error, "worst": worst, "worst_ratio": ratio}
+    return {
+        "ok": bool(ok) and not ref.draws,
+        "draws": ref.draws,
+        "loss_error": loss_error,
+        "grad_error": grad_error,
+        "worst": worst,
+        "worst_ratio": ratio,
+    }
 
 
 def median_step(per_step: Sequence[float]) -> int:
