@@ -69,6 +69,16 @@ def _eager_experts(model: nn.Module) -> nn.Module:
     return model
 
 
+def _held_float64(model: nn.Module) -> nn.Module:
+    """The floating tensors ``model``'s modules hold as plain attributes (neither parameters nor buffers: TabNet's
+    group matrix) in float64 too, as ``double()`` leaves them in float32 (the float64 copy's matmuls would mix)."""
+    for module in model.modules():
+        for name, value in list(vars(module).items()):
+            if isinstance(value, torch.Tensor) and value.is_floating_point():
+                setattr(module, name, value.double())
+    return model
+
+
 def relative_error(x: torch.Tensor, ref: torch.Tensor, floor: float = 0.0) -> float:
     """``||x - ref|| / max(||ref||, floor)`` in float64 (the absolute error where both are 0).
 
@@ -86,7 +96,7 @@ def relative_error(x: torch.Tensor, ref: torch.Tensor, floor: float = 0.0) -> fl
 
 def reference(model: nn.Module, inputs: tuple) -> Reference:
     """The float64 step of ``model`` on the CPU, and the unplaced float32 step's errors against it."""
-    m64 = _eager_experts(copy.deepcopy(model)).double()
+    m64 = _held_float64(_eager_experts(copy.deepcopy(model)).double())
     loss64 = m64(*[_float64(x) for x in inputs])
     loss64.backward()
     grads = parameter_grads(m64)

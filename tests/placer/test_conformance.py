@@ -95,6 +95,27 @@ def test_a_step_that_draws_random_numbers_gets_no_verdict():
     assert all(r.ok for r in conformance.check_model("plain", built=built(0.0), plan_names=["gpu", "split"]))
 
 
+def test_a_tensor_a_model_holds_outside_its_parameters_and_buffers_is_float64_in_the_reference():
+    """TabNet holds its group matrix as a plain attribute, which double() leaves in float32."""
+    from torch import nn
+
+    from envs.real.conformance import reference
+
+    class Grouped(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.a = nn.Linear(4, 4)
+            self.group = torch.eye(4) * 0.5
+
+        def forward(self, x):
+            return (self.a(x) @ self.group).square().mean()
+
+    torch.manual_seed(0)
+    model = Grouped()
+    ref = reference(model, (torch.randn(3, 4),))
+    assert ref.plain_errors["loss"] < 1e-6 and model.group.dtype == torch.float32  # the model itself untouched
+
+
 class _MSE(torch.nn.Module):
     def __init__(self, model):
         super().__init__()
