@@ -166,18 +166,35 @@ def _(tensors: list[torch.Tensor], key: str) -> list[torch.Tensor]:
     return [torch.empty_strided(o.size(), o.stride(), dtype=o.dtype, device=o.device) for o in outs]
 
 
-def kept_flops(tensors: list[torch.Tensor], key: str) -> float | None:
+def kept_flops(
+    tensors: list[torch.Tensor], key: str, count: Callable[[Any, tuple, dict, Any], float] | None = None
+) -> float | None:
     """The forward FLOPs of kept call ``key`` on tensors shaped as ``tensors`` (fake or meta): the function's forward
-    run on meta tensors under torch's FLOP counter; None where it cannot run there."""
+    run on meta tensors, each ATen op it runs counted by ``count(op, args, kwargs, out)`` (the graph's own count of
+    an op: :func:`graphs.flops.op_flops`), or by torch's FLOP counter where ``count`` is None; None where the forward
+    cannot run on meta tensors."""
     from torch.utils import flop_counter
+    from torch.utils._python_dispatch import TorchDispatchMode  # noqa: PLC2701 (torch's dispatch-mode base)
+
+    class Counting(TorchDispatchMode):
+        total = 0.0
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # noqa: ANN001, ANN204
+            out = func(*args, **(kwargs or {}))
+            self.total += count(func, args, kwargs or {}, out)
+            return out
 
     meta = [torch.empty_strided(t.size(), t.stride(), dtype=t.dtype, device="meta") for t in tensors]
     try:
-        with torch.no_grad(), flop_counter.FlopCounterMode(display=False) as counter:
+        if count is None:
+            with torch.no_grad(), flop_counter.FlopCounterMode(display=False) as counter:
+                _run(_kept(key), meta)
+            return float(counter.get_total_flops())
+        with torch.no_grad(), Counting() as mode:
             _run(_kept(key), meta)
+        return float(mode.total)
     except Exception:  # a forward that meta tensors cannot run (it reads a value): the caller's estimate
         return None
-    return float(counter.get_total_flops())
 
 
 def _setup_context(ctx: Any, inputs: tuple, output: Any) -> None:

@@ -164,7 +164,7 @@ def op_flops(target: Any, args: tuple, kwargs: dict, out: Any) -> float:
         packet = target.overloadpacket
         if target._schema.name == "placer::autograd_function":  # a model's own autograd.Function, kept whole: what
             # its forward counts
-            counted = kept_flops(*args)
+            counted = kept_flops(*args, count=op_flops)
             if counted is not None:
                 return counted
         if packet in fc.flop_registry:

@@ -291,6 +291,32 @@ def test_a_kept_function_costs_what_its_forward_computes():
     assert graph.flops[kept] == 2 * 64 * 128 * 256  # its matmul, counted on meta tensors
 
 
+class Scan(torch.autograd.Function):  # elementwise work only (mambapy's parallel scan is such a function)
+    @staticmethod
+    def forward(ctx, a, b):
+        return a * b + a
+
+    @staticmethod
+    def backward(ctx, grad):
+        return grad, grad
+
+
+def test_a_kept_function_s_elementwise_work_costs_what_the_same_traced_ops_would():
+    """Each op of its forward as the graph counts one (graphs.flops.op_flops: here one FLOP per element each), not
+    only what torch's FLOP counter knows (matmuls, convolutions): a scan is not free."""
+
+    class Scanned(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.w = nn.Parameter(torch.randn(64, 128))
+
+        def forward(self, x):
+            return Scan.apply(x, self.w).sum()
+
+    graph = capture(Scanned(), (torch.randn(64, 128),))
+    assert graph.flops[graph.op_types.index("placer.autograd_function.default")] == 2 * 64 * 128
+
+
 def test_a_kept_function_s_backward_costs_its_forward_once_more():
     from envs.cluster import Cluster
     from envs.sim.cost import BACKWARD_MULTIPLIER, op_times
