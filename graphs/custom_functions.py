@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import torch
+from torch.overrides import TorchFunctionMode
 from torch.utils._pytree import tree_flatten, tree_unflatten  # noqa: PLC2701 (torch has no public pytree module)
 from torch.utils.checkpoint import get_device_states, set_device_states
 
@@ -44,6 +45,9 @@ _APPLY = torch.autograd.Function.__dict__["apply"].__func__
 #: caught, including one through an ``apply`` bound at import (mambapy's ``pscan = PScan.apply``), which the name on
 #: ``torch.autograd.Function`` never sees again. torch has no public hook there.
 _LEVEL = torch.autograd.function._SingleLevelFunction  # noqa: SLF001
+
+#: The model this thread is capturing (:func:`functions_kept`'s), whose parameters a kept call's forward may read.
+_ROOT = threading.local()
 
 #: Whether this thread is running a kept call's function (its own calls of functions are part of it, not kept).
 _RUNNING = threading.local()
@@ -64,6 +68,10 @@ class KeptCall:
     #: The parameters and buffers of the modules the call is given (a reversible network's layers): ``(module,
     #: attribute, a parameter?, index among the op's tensors)``; the op's tensor runs in each one's place.
     bound: list[tuple[Any, str, bool, int]] = field(default_factory=list)
+    #: The model's parameters and buffers its forward read at capture without being given them (a closure's, a bound
+    #: method's: a library's own checkpointing): ``(their names, a parameter?)``; :func:`bind_hidden` makes them
+    #: inputs of the op. None: not looked for.
+    hidden: list[tuple[list[str], bool]] | None = None
 
 
 #: The calls kept in this process, by key (the op's constant argument).
@@ -151,19 +159,98 @@ def autograd_function(tensors: list[torch.Tensor], key: str) -> list[torch.Tenso
     return fresh
 
 
+class _Reads(TorchFunctionMode):
+    """The tensors of ``named`` (by id) that torch functions are given through the block, with their versions when
+    first given."""
+
+    def __init__(self, named: dict[int, Any]) -> None:
+        super().__init__()
+        self.named = named
+        self.read: dict[int, tuple[torch.Tensor, int]] = {}
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):  # noqa: ANN001, ANN204
+        kwargs = kwargs or {}
+        for x in tree_flatten((args, kwargs))[0]:
+            if isinstance(x, torch.Tensor) and id(x) in self.named and id(x) not in self.read:
+                self.read[id(x)] = (x, x._version)
+        return func(*args, **kwargs)
+
+
+def _state_by_id(root: torch.nn.Module) -> dict[int, tuple[list[str], bool]]:
+    """Each parameter and buffer of ``root`` (as its attributes hold them now: the trace's), by id: ``(its names,
+    a parameter?)``."""
+    out: dict[int, tuple[list[str], bool]] = {}
+    for is_param, named in (
+        (True, root.named_parameters(remove_duplicate=False)),
+        (False, root.named_buffers(remove_duplicate=False)),
+    ):
+        for name, t in named:
+            out.setdefault(id(t), ([], is_param))[0].append(name)
+    return out
+
+
+def _refuse_writes(call: KeptCall) -> None:
+    raise RuntimeError(
+        f"{getattr(call.cls, '__qualname__', call.cls.__name__)}, a torch.autograd.Function of the model's, writes "
+        "into a tensor it is given in place (mark_dirty, or a module's buffer): placer keeps a function whole only "
+        "where it writes none"
+    )
+
+
 @autograd_function.register_fake
 def _(tensors: list[torch.Tensor], key: str) -> list[torch.Tensor]:
+    call = _kept(key)
     versions = [t._version for t in tensors]
-    with torch.no_grad():
-        outs = _run(_kept(key), tensors)
+    root = getattr(_ROOT, "module", None)
+    if root is None or call.hidden is not None:
+        with torch.no_grad():
+            outs = _run(call, tensors)
+    else:  # at capture: which of the model's parameters and buffers the forward reads without being given them
+        state = _state_by_id(root)
+        given = {id(t) for t in tensors}
+        with torch.no_grad(), _Reads({i: v for i, v in state.items() if i not in given}) as reads:
+            outs = _run(call, tensors)
+        if any(t._version != v for t, v in reads.read.values()):  # a buffer it reads, written in place
+            _refuse_writes(call)
+        call.hidden = [state[i] for i in reads.read]
     if any(t._version != v for t, v in zip(tensors, versions)):  # an input written in place (mark_dirty)
-        call = _kept(key)
-        raise RuntimeError(
-            f"{getattr(call.cls, '__qualname__', call.cls.__name__)}, a torch.autograd.Function of the model's, writes "
-            "into a tensor it is given in place (mark_dirty, or a module's buffer): placer keeps a function whole only "
-            "where it writes none"
-        )
+        _refuse_writes(call)
     return [torch.empty_strided(o.size(), o.stride(), dtype=o.dtype, device=o.device) for o in outs]
+
+
+def bind_hidden(ep: Any, root: torch.nn.Module) -> None:
+    """Make the parameters and buffers each kept call of exported program ``ep`` read without being given them
+    (:attr:`KeptCall.hidden`) inputs of its op: the program's placeholders for them are appended to the op's tensors,
+    and the call swaps each into every module of ``root`` that holds it (:func:`_given`). So a plan places, counts and
+    updates them with the op, and any copy of the model runs the function on its own."""
+    signature = ep.graph_signature
+    placeholder_of = {
+        fqn: name for name, fqn in {**signature.inputs_to_parameters, **signature.inputs_to_buffers}.items()
+    }
+    nodes = {n.name: n for n in ep.graph.nodes if n.op == "placeholder"}
+    changed = False
+    for node in ep.graph.nodes:
+        if node.op != "call_function" or node.target is not torch.ops.placer.autograd_function.default:
+            continue
+        call = KEPT.get(node.args[1])
+        if call is None or not call.hidden:
+            continue
+        inputs = list(node.args[0])
+        for names, is_param in call.hidden:
+            fqn = next((n for n in names if n in placeholder_of), None)
+            if fqn is None:  # not an input of the program (torch.export lifts every parameter and buffer)
+                raise RuntimeError(
+                    f"{call.cls.__qualname__} reads {names[0]}, which the exported program has no input for"
+                )
+            i = len(inputs)
+            inputs.append(nodes[placeholder_of[fqn]])
+            for name in names:
+                prefix, _, attr = name.rpartition(".")
+                call.bound.append((root.get_submodule(prefix), attr, is_param, i))
+        node.args = (inputs, *node.args[1:])
+        changed = True
+    if changed:
+        ep.graph_module.recompile()
 
 
 def kept_flops(
@@ -257,9 +344,10 @@ def _module_tensors(modules: list[torch.nn.Module], tensors: list[torch.Tensor])
 
 
 @contextlib.contextmanager
-def functions_kept() -> Iterator[None]:
+def functions_kept(root: torch.nn.Module | None = None) -> Iterator[None]:
     """Through the block, in this thread, each call of a ``torch.autograd.Function`` of the model's own is the op
-    ``placer::autograd_function`` (module doc)."""
+    ``placer::autograd_function`` (module doc); with ``root``, the model traced, each call notes which of its
+    parameters and buffers the function reads without being given them (:func:`bind_hidden` then binds them)."""
 
     def make(apply: Callable) -> Callable:
         def call(cls: type, *args: Any, **kwargs: Any) -> Any:
@@ -276,5 +364,9 @@ def functions_kept() -> Iterator[None]:
 
         return call
 
-    with patched_in_this_thread(_LEVEL, "apply", make):
-        yield
+    outer, _ROOT.module = getattr(_ROOT, "module", None), root
+    try:
+        with patched_in_this_thread(_LEVEL, "apply", make):
+            yield
+    finally:
+        _ROOT.module = outer

@@ -36,7 +36,7 @@ except ImportError:  # torch < 2.12 (the GPU machines' 2.11) names it size_hint
     from torch.fx.experimental.symbolic_shapes import size_hint as optimization_hint
 from torch.utils._pytree import tree_leaves, tree_map  # noqa: PLC2701 (torch has no public pytree module)
 
-from graphs.custom_functions import functions_kept
+from graphs.custom_functions import bind_hidden, functions_kept
 from graphs.errors import CaptureError
 from graphs.thread_patch import patched_in_this_thread
 
@@ -96,8 +96,9 @@ def export_program(
     taken: list[str] = []
     with quiet(), traces, _no_kv_cache(model), _rnn_written_out(model, unroll_rnn):
         try:
-            with model_kept(model), one_process_world(), gradients_noted(taken), functions_kept():
+            with model_kept(model), one_process_world(), gradients_noted(taken), functions_kept(model):
                 ep = _export(model, example_inputs, dynamic)  # (model_kept: the trace's fakes stay off the model)
+            bind_hidden(ep, model)  # the parameters a kept function reads without being given them: its inputs
         except Exception as e:
             if taken:  # torch's own error names a fake tensor left in the program's constants, and no line
                 raise CaptureError(

@@ -84,6 +84,26 @@ class Coupled(torch.autograd.Function):
         return x.grad, None
 
 
+class Recompute(torch.autograd.Function):
+    """A library's own activation checkpointing (DeepSpeed's, Megatron's): the layer given as a function (a closure,
+    a bound method), whose weights the function reads without being given them."""
+
+    @staticmethod
+    def forward(ctx, run, x):
+        ctx.run = run
+        ctx.save_for_backward(x)
+        with torch.no_grad():
+            return run(x)
+
+    @staticmethod
+    def backward(ctx, grad):
+        (x,) = ctx.saved_tensors
+        with torch.enable_grad():
+            x = x.detach().requires_grad_()
+            torch.autograd.backward(ctx.run(x), grad)
+        return None, x.grad
+
+
 #: A function's apply bound once, at import (mambapy's ``pscan = PScan.apply``, pytorch-revgrad's ``revgrad``): a call
 #: that never looks ``apply`` up on torch.autograd.Function again.
 reverse = Reverse.apply
@@ -94,7 +114,7 @@ class Net(nn.Module):
         super().__init__()
         self.kind = kind
         self.a, self.b = nn.Linear(4, 8), nn.Linear(8, 2)
-        self.c = nn.Linear(8, 8) if kind == "module" else None
+        self.c = nn.Linear(8, 8) if kind in ("module", "closure") else None
 
     def forward(self, x, y):
         h = self.a(x)
@@ -108,6 +128,8 @@ class Net(nn.Module):
             h = reverse(h, 0.5)
         elif self.kind == "module":
             h = Coupled.apply(h, self.c)
+        elif self.kind == "closure":
+            h = Recompute.apply(lambda t: self.c(t).tanh() * self.c.bias.sum(), h)
         else:
             t, s, two = Split.apply(h)
             h = t * s * two
@@ -120,7 +142,7 @@ def built(kind: str):
     return Net(kind), (torch.randn(8, 4, generator=g), torch.randint(0, 2, (8,), generator=g))
 
 
-@pytest.mark.parametrize("kind", ["reverse", "round", "split", "bound", "module"])
+@pytest.mark.parametrize("kind", ["reverse", "round", "split", "bound", "module", "closure"])
 def test_every_plan_trains_on_the_function_s_own_backward(kind):
     import placer
 
@@ -197,7 +219,7 @@ def test_without_keeping_it_the_program_trains_on_other_gradients(monkeypatch):
     torch.testing.assert_close(traced, -2.0 * model.a.weight.grad)  # -1/scale times the function's own
 
 
-@pytest.mark.parametrize("kind", ["reverse", "module"])
+@pytest.mark.parametrize("kind", ["reverse", "module", "closure"])
 def test_every_conformance_plan_of_a_kept_function_matches_the_float64_step(kind):
     """Microbatches (a program exported again at their size) and one-forward-one-backward included; every plan but
     the first runs a copy of the model on the first's program (the function's module then the copy's too)."""
@@ -205,9 +227,11 @@ def test_every_conformance_plan_of_a_kept_function_matches_the_float64_step(kind
     assert all(r.ok for r in rows), [(r.plan, r.message or r.worst) for r in rows]
 
 
-def test_the_parameters_of_a_module_given_to_a_kept_function_are_its_op_s_inputs():
-    """So a plan places them with the op, counts their memory and updates them, whichever copy of the model runs."""
-    model, inputs = built("module")
+@pytest.mark.parametrize("kind", ["module", "closure"])
+def test_the_parameters_a_kept_function_reads_are_its_op_s_inputs(kind):
+    """Given as a module, or read through a closure: so a plan places them with the op, counts their memory and
+    updates them, whichever copy of the model runs."""
+    model, inputs = built(kind)
     graph = capture(model, inputs)
     kept = graph.op_types.index(custom_functions.KEPT_OP_TYPE)
     assert set(graph.params[kept]) == {"c.weight", "c.bias"}
