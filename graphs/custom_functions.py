@@ -6,7 +6,8 @@ function's backward is that gradient written by hand (BLOOM's GELU) nothing chan
 reversal, a straight-through estimator's rounding, torchao's fake quantization for quantization-aware training) the
 placed program would train on other gradients, silently: every quantized weight of a QAT model on a zero gradient.
 
-So while a model is traced (:func:`functions_kept`), each call of a function of the model's own (not torch's) is
+So while a model is traced (:func:`functions_kept`), each call of a function of the model's own (not torch's),
+however it is made (``apply`` bound once at import too: every call goes through :data:`_LEVEL`), is
 recorded as one op of the program, ``placer::autograd_function``, whose inputs are the call's tensors and whose
 constant ``key`` names the call in :data:`KEPT` (the function and the call's other arguments). The op runs the
 function's forward without gradients; its backward runs that forward again on the saved inputs, with gradients, and
@@ -14,10 +15,17 @@ asks autograd for the gradient through it, which is the function's own backward.
 step, as an op of a checkpointed block does. Each process that runs a program holds the calls of the captures it
 made (a job's ranks export the model themselves).
 
+The model's parameters and buffers the function reads are inputs of the op too: those of a module it is given (a
+reversible network's layers), and those it reads without being given them (a closure's or a bound method's: a
+library's own checkpointing), found over its forward's run at capture and bound after export (:func:`bind_hidden`).
+While the function runs, each is swapped into the modules that hold it (:func:`_given`), so a plan places, counts
+and updates them with the op and any copy of the model runs the function on its own; a backward that accumulates
+their gradients itself (a reversible network's) gives them as the op's.
+
 A function whose forward draws random numbers (a dropout written by hand) draws the same ones in its backward's run:
 the op notes the random state of the host and of its tensors' devices before its forward, and the backward runs
 again from that state and puts the process's back after, as ``torch.utils.checkpoint`` does. A function that writes
-into its inputs (``mark_dirty``) is refused at capture, in one line.
+into its inputs (``mark_dirty``) or into a buffer it reads is refused at capture, in one line.
 """
 
 from __future__ import annotations
