@@ -73,8 +73,10 @@ class KeptCall:
     slots: tuple[int, ...]
     out_spec: Any = None
     out_leaves: list = field(default_factory=list)
-    #: The parameters and buffers of the modules the call is given (a reversible network's layers): ``(module,
-    #: attribute, a parameter?, index among the op's tensors)``; the op's tensor runs in each one's place.
+    #: The model's parameters and buffers the call reads, as the modules holding them: those of a module it is given
+    #: (a reversible network's layers), and, once :func:`bind_hidden` has bound them, those it reads without being
+    #: given them. ``(module, attribute, a parameter?, index among the op's tensors)``: the op's tensor runs in each
+    #: one's place (:func:`_given`).
     bound: list[tuple[Any, str, bool, int]] = field(default_factory=list)
     #: The model's parameters and buffers its forward read at capture without being given them (a closure's, a bound
     #: method's: a library's own checkpointing): ``(their names, a parameter?)``; :func:`bind_hidden` makes them
@@ -88,8 +90,9 @@ KEPT: dict[str, KeptCall] = {}
 
 @contextlib.contextmanager
 def _given(call: KeptCall, tensors: list[torch.Tensor]) -> Iterator[None]:
-    """Through the block, each parameter or buffer of the modules ``call`` is given is its tensor of ``tensors``
-    (the op's own, on the op's device: what the plan placed), whichever copy of the model the modules are of."""
+    """Through the block, each parameter or buffer ``call`` reads (:attr:`KeptCall.bound`) is its tensor of
+    ``tensors`` (the op's own, on the op's device: what the plan placed), whichever copy of the model the modules
+    are of."""
     saved = []
     try:
         for owner, name, is_param, i in call.bound:
