@@ -78,10 +78,11 @@ class KeptCall:
     #: given them. ``(module, attribute, a parameter?, index among the op's tensors)``: the op's tensor runs in each
     #: one's place (:func:`_given`).
     bound: list[tuple[Any, str, bool, int]] = field(default_factory=list)
-    #: The model's parameters and buffers its forward read at capture without being given them (a closure's, a bound
-    #: method's: a library's own checkpointing): ``(their names, a parameter?)``; :func:`bind_hidden` makes them
-    #: inputs of the op. None: not looked for.
-    hidden: list[tuple[list[str], bool]] | None = None
+    #: The model's parameters and buffers its forward read at capture, through the modules that hold them (a closure's,
+    #: a bound method's: a library's own checkpointing): ``(their names, a parameter?, the op's input that is the
+    #: tensor, or None where it is not given)``; :func:`bind_hidden` makes those not given inputs of the op, and has
+    #: the function read the op's tensors through those modules. None: not looked for.
+    hidden: list[tuple[list[str], bool, int | None]] | None = None
 
 
 #: The calls kept in this process, by key (the op's constant argument).
@@ -159,8 +160,10 @@ def _drawing_from(state: tuple) -> Iterator[None]:
 def autograd_function(tensors: list[torch.Tensor], key: str) -> list[torch.Tensor]:
     """The kept call ``key`` of a model's own autograd.Function on ``tensors`` (module doc)."""
     _DRAWN.state = _random_state(tensors)
+    call = _kept(key)
     with torch.no_grad():
-        outs = _run(_kept(key), tensors)
+        outs = _run(call, tensors)
+    _refuse_freed(call, tensors)
     inputs = {t.untyped_storage().data_ptr() for t in tensors}
     fresh = []
     for o in outs:  # an op's outputs may share no memory with its inputs or with each other
@@ -208,6 +211,17 @@ def _refuse_writes(call: KeptCall) -> None:
     )
 
 
+def _refuse_freed(call: KeptCall, tensors: list[torch.Tensor]) -> None:
+    """A function that frees the memory of a tensor it is given (memcnn's invertible couplings, which recompute
+    their input from their output in the backward) is refused: the op's backward runs the forward again on it."""
+    if any(t.numel() > 0 and t.untyped_storage().nbytes() == 0 for t in tensors):
+        raise RuntimeError(
+            f"{getattr(call.cls, '__qualname__', call.cls.__name__)}, a torch.autograd.Function of the model's, frees "
+            "the memory of a tensor it is given (memcnn: keep_input=False); placer keeps a function whole only where "
+            "its inputs stay (memcnn: keep_input=True)"
+        )
+
+
 @autograd_function.register_fake
 def _(tensors: list[torch.Tensor], key: str) -> list[torch.Tensor]:
     call = _kept(key)
@@ -218,22 +232,25 @@ def _(tensors: list[torch.Tensor], key: str) -> list[torch.Tensor]:
             outs = _run(call, tensors)
     else:  # at capture: which of the model's parameters and buffers the forward reads without being given them
         state = _state_by_id(root)
-        given = {id(t) for t in tensors}
-        with torch.no_grad(), _Reads({i: v for i, v in state.items() if i not in given}) as reads:
+        given = {id(t): k for k, t in enumerate(tensors)}
+        with torch.no_grad(), _Reads(state) as reads:
             outs = _run(call, tensors)
-        if any(t._version != v for t, v in reads.read.values()):  # a buffer it reads, written in place
+        if any(t._version != v for i, (t, v) in reads.read.items() if i not in given):  # a buffer it reads, written
             _refuse_writes(call)
-        call.hidden = [state[i] for i in reads.read]
+        call.hidden = [(*state[i], given.get(i)) for i in reads.read]
     if any(t._version != v for t, v in zip(tensors, versions)):  # an input written in place (mark_dirty)
         _refuse_writes(call)
+    _refuse_freed(call, tensors)
     return [torch.empty_strided(o.size(), o.stride(), dtype=o.dtype, device=o.device) for o in outs]
 
 
 def bind_hidden(ep: Any, root: torch.nn.Module) -> None:
-    """Make the parameters and buffers each kept call of exported program ``ep`` read without being given them
-    (:attr:`KeptCall.hidden`) inputs of its op: the program's placeholders for them are appended to the op's tensors,
-    and the call swaps each into every module of ``root`` that holds it (:func:`_given`). So a plan places, counts and
-    updates them with the op, and any copy of the model runs the function on its own."""
+    """Bind the parameters and buffers each kept call of exported program ``ep`` read through the modules holding them
+    (:attr:`KeptCall.hidden`): those it was not given become inputs of its op (the program's placeholders for them
+    are appended to the op's tensors), and the call swaps each, given or not, into every module of ``root`` that
+    holds it (:func:`_given`). So a plan places, counts and updates them with the op, any copy of the model runs the
+    function on its own, and a function given its weights and reading them through its module too (memcnn's) reads
+    the tensors whose gradients its backward asks for."""
     signature = ep.graph_signature
     placeholder_of = {
         fqn: name for name, fqn in {**signature.inputs_to_parameters, **signature.inputs_to_buffers}.items()
@@ -247,14 +264,16 @@ def bind_hidden(ep: Any, root: torch.nn.Module) -> None:
         if call is None or not call.hidden:
             continue
         inputs = list(node.args[0])
-        for names, is_param in call.hidden:
-            fqn = next((n for n in names if n in placeholder_of), None)
-            if fqn is None:  # not an input of the program (torch.export lifts every parameter and buffer)
-                raise RuntimeError(
-                    f"{call.cls.__qualname__} reads {names[0]}, which the exported program has no input for"
-                )
-            i = len(inputs)
-            inputs.append(nodes[placeholder_of[fqn]])
+        for names, is_param, given in call.hidden:
+            i = given
+            if i is None:  # read without being given it: a new input of the op, the program's own for it
+                fqn = next((n for n in names if n in placeholder_of), None)
+                if fqn is None:  # not an input of the program (torch.export lifts every parameter and buffer)
+                    raise RuntimeError(
+                        f"{call.cls.__qualname__} reads {names[0]}, which the exported program has no input for"
+                    )
+                i = len(inputs)
+                inputs.append(nodes[placeholder_of[fqn]])
             for name in names:
                 prefix, _, attr = name.rpartition(".")
                 call.bound.append((root.get_submodule(prefix), attr, is_param, i))
@@ -303,27 +322,24 @@ def _setup_context(ctx: Any, inputs: tuple, output: Any) -> None:
 
 
 def _backward(ctx: Any, grads: list[torch.Tensor | None]) -> tuple:
-    """The function's forward again on the saved inputs, and autograd's gradient through it: its own backward. A
-    backward that accumulates the gradients of its modules' parameters itself (a reversible network's, which
-    recomputes each layer) leaves them in those tensors' ``grad``: they are the op's gradients too."""
+    """The function's forward again on the saved inputs, and autograd's gradient through it: its own backward.
+
+    The function runs on a view of a fresh leaf per input, and one ``backward`` (not ``grad``: a function may refuse
+    ``grad``, as memcnn's invertible couplings do) leaves in each leaf's ``grad`` all that reaches it: what the
+    function's backward returns, and what a backward that accumulates its modules' parameters' gradients itself (a
+    reversible network's, recomputing each layer) sends there. What a backward sets on its inputs' ``grad`` by hand
+    (memcnn's, mimicking a backward) lands on the views, and is not counted twice."""
     call = _kept(ctx.key)
     drawn = _drawing_from(ctx.drawn) if ctx.drawn is not None else contextlib.nullcontext()
     fresh = [t.detach().requires_grad_(t.is_floating_point()) for t in ctx.saved_tensors]
-    with torch.enable_grad(), drawn, _given(call, fresh):
-        outs = _run(call, fresh)
-        pairs = [(o, g) for o, g in zip(outs, grads) if o.requires_grad and g is not None]
-        wanted = [f for f in fresh if f.requires_grad]
-        got: Any = [None] * len(wanted)
-        if pairs and wanted:
-            got = torch.autograd.grad([o for o, _ in pairs], wanted, [g for _, g in pairs], allow_unused=True)
-    taken = iter(got)
-    out = []
-    for f in fresh:
-        g = next(taken) if f.requires_grad else None
-        if f.grad is not None:  # accumulated by the function's own backward
-            g = f.grad if g is None else g + f.grad
-        out.append(g)
-    return out, None
+    with torch.enable_grad(), drawn:
+        given = [f.view_as(f) if f.requires_grad else f for f in fresh]
+        with _given(call, given):
+            outs = _run(call, given)
+            pairs = [(o, g) for o, g in zip(outs, grads) if o.requires_grad and g is not None]
+            if pairs and any(f.requires_grad for f in fresh):
+                torch.autograd.backward([o for o, _ in pairs], [g for _, g in pairs])
+    return [f.grad if f.requires_grad else None for f in fresh], None
 
 
 autograd_function.register_autograd(_backward, setup_context=_setup_context)
@@ -333,6 +349,13 @@ def _torch_s_own(cls: type) -> bool:
     """A function of torch itself (``torch.utils.checkpoint``'s): traced through, as torch means it to be."""
     module = getattr(cls, "__module__", "") or ""
     return module == "torch" or module.startswith(("torch.", "functorch"))
+
+
+def _holds_no_tensor(x: Any) -> bool:
+    """A part of a call's arguments kept whole, as the object it is (a dict the function writes its notes into and
+    its caller reads after: fairscale's checkpointing), where no tensor is in it; only where tensors are is it taken
+    apart (and put together again, another object, when the function runs)."""
+    return not isinstance(x, torch.Tensor) and not any(isinstance(y, torch.Tensor) for y in tree_flatten(x)[0])
 
 
 def _module_tensors(modules: list[torch.nn.Module], tensors: list[torch.Tensor]) -> list[tuple[Any, str, bool, int]]:
@@ -364,7 +387,7 @@ def functions_kept(root: torch.nn.Module | None = None) -> Iterator[None]:
         def call(cls: type, *args: Any, **kwargs: Any) -> Any:
             if _torch_s_own(cls) or getattr(_RUNNING, "on", False):
                 return apply(cls, *args, **kwargs)
-            leaves, spec = tree_flatten((args, kwargs))
+            leaves, spec = tree_flatten((args, kwargs), is_leaf=_holds_no_tensor)
             slots = tuple(i for i, x in enumerate(leaves) if isinstance(x, torch.Tensor))
             key = f"{getattr(cls, '__module__', '')}.{getattr(cls, '__qualname__', cls.__name__)}:{len(KEPT)}"
             kept = KEPT[key] = KeptCall(cls, [None if i in slots else x for i, x in enumerate(leaves)], spec, slots)

@@ -104,6 +104,36 @@ class Recompute(torch.autograd.Function):
         return None, x.grad
 
 
+class Noted(torch.autograd.Function):
+    """Writes into a dict it is given, which its caller reads after (fairscale's checkpointing: ``parent_ctx_dict``)."""
+
+    @staticmethod
+    def forward(ctx, notes, x):
+        notes["scale"] = 2.0
+        return x * 2.0
+
+    @staticmethod
+    def backward(ctx, grad):
+        return None, grad * 3.0
+
+
+class Mimic(torch.autograd.Function):
+    """memcnn's invertible coupling's habits: its backward refuses ``autograd.grad``, and sets its input's ``grad`` by
+    hand (mimicking a backward) besides returning it."""
+
+    @staticmethod
+    def forward(ctx, x):
+        ctx.inputs = [x]
+        return x * 3.0
+
+    @staticmethod
+    def backward(ctx, grad):
+        if not torch.autograd._is_checkpoint_valid():
+            raise RuntimeError("Mimic is not compatible with .grad(), please use .backward()")
+        ctx.inputs[0].grad = grad * 2.0
+        return grad * 2.0
+
+
 #: A function's apply bound once, at import (mambapy's ``pscan = PScan.apply``, pytorch-revgrad's ``revgrad``): a call
 #: that never looks ``apply`` up on torch.autograd.Function again.
 reverse = Reverse.apply
@@ -128,6 +158,11 @@ class Net(nn.Module):
             h = reverse(h, 0.5)
         elif self.kind == "module":
             h = Coupled.apply(h, self.c)
+        elif self.kind == "mimic":
+            h = Mimic.apply(h)
+        elif self.kind == "notes":
+            notes: dict = {}
+            h = Noted.apply(notes, h) * notes["scale"]
         elif self.kind == "closure":
             h = Recompute.apply(lambda t: self.c(t).tanh() * self.c.bias.sum(), h)
         else:
@@ -142,7 +177,7 @@ def built(kind: str):
     return Net(kind), (torch.randn(8, 4, generator=g), torch.randint(0, 2, (8,), generator=g))
 
 
-@pytest.mark.parametrize("kind", ["reverse", "round", "split", "bound", "module", "closure"])
+@pytest.mark.parametrize("kind", ["reverse", "round", "split", "bound", "module", "closure", "notes", "mimic"])
 def test_every_plan_trains_on_the_function_s_own_backward(kind):
     import placer
 

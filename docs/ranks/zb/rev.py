@@ -10,12 +10,17 @@ in code (nothing downloaded), trained (``train()``), each ``(loss module, inputs
   own backward;
 - pytorch-tabnet's TabNet: sparsemax attention masks and ghost batch norm;
 - zuko's normalising flows (a neural spline flow and a masked autoregressive one): the loss is the negative log
-  likelihood.
+  likelihood;
+- pytorch-revgrad's gradient reversal (its Function's ``apply`` bound at import) in a domain-adversarial classifier;
+- fairscale's activation checkpointing (``checkpoint_wrapper``: its own Function, given the block's forward);
+- memcnn's invertible couplings (its own Function), keeping and freeing their inputs;
+- pytorch-crf's linear-chain CRF as a tagger's loss.
 
 ``rev:<name>`` with this folder on ``PYTHONPATH`` (``placer train rev:mamba ...``); the conformance probe:
 ``PYTHONPATH=. python docs/conformance/others.py --rev``. Needs, without their dependencies (which keep the CPU torch):
 ``pip install --no-deps mambapy reformer-pytorch axial-positional-embedding local-attention product-key-memory
-hyper-connections colt5-attention linear-attention-transformer linformer revtorch entmax pytorch-tabnet zuko``.
+hyper-connections colt5-attention linear-attention-transformer linformer revtorch entmax pytorch-tabnet zuko
+pytorch-revgrad memcnn pytorch-crf`` and ``pip install --no-deps --no-build-isolation fairscale``.
 """
 
 import torch
@@ -215,6 +220,127 @@ def tabnet():
     return TabLoss(model).train(), (torch.randn(8, 12, generator=g), torch.randint(0, 3, (8,), generator=g))
 
 
+class DomainAdversarial(nn.Module):
+    """A domain-adversarial classifier (DANN): shared features, a task head, and a domain head behind
+    pytorch-revgrad's gradient reversal (``revgrad = RevGrad.apply``, bound once at import); the loss is both
+    heads' cross entropies."""
+
+    def __init__(self) -> None:
+        from pytorch_revgrad import RevGrad
+
+        super().__init__()
+        self.features = nn.Sequential(nn.Linear(12, 32), nn.ReLU(), nn.Linear(32, 16), nn.ReLU())
+        self.task = nn.Linear(16, 3)
+        self.domain = nn.Sequential(RevGrad(alpha=0.5), nn.Linear(16, 16), nn.ReLU(), nn.Linear(16, 2))
+
+    def forward(self, x, y, d):
+        h = self.features(x)
+        return F.cross_entropy(self.task(h), y) + F.cross_entropy(self.domain(h), d)
+
+
+def revgrad():
+    """pytorch-revgrad's gradient reversal in a domain-adversarial classifier."""
+    torch.manual_seed(0)
+    g = torch.Generator().manual_seed(1)
+    x, y, d = (
+        torch.randn(8, 12, generator=g),
+        torch.randint(0, 3, (8,), generator=g),
+        torch.randint(0, 2, (8,), generator=g),
+    )
+    return DomainAdversarial().train(), (x, y, d)
+
+
+class Checkpointed(nn.Module):
+    """Four residual MLP blocks, each in fairscale's ``checkpoint_wrapper`` (its own checkpointing Function, given the
+    block's forward, which reads the block's weights without being given them), and a regression loss."""
+
+    def __init__(self, dropout: float = 0.0) -> None:
+        from fairscale.nn.checkpoint import checkpoint_wrapper
+
+        super().__init__()
+
+        def block() -> nn.Module:
+            return nn.Sequential(nn.Linear(16, 32), nn.GELU(), nn.Dropout(dropout), nn.Linear(32, 16))
+
+        self.stem = nn.Linear(12, 16)
+        self.blocks = nn.ModuleList([checkpoint_wrapper(block()) for _ in range(4)])
+        self.head = nn.Linear(16, 1)
+
+    def forward(self, x, y):
+        h = self.stem(x)
+        for b in self.blocks:
+            h = h + b(h)
+        return F.mse_loss(self.head(h), y)
+
+
+def fairscale_ckpt(dropout: float = 0.0):
+    """fairscale's activation checkpointing (``checkpoint_wrapper``) of four blocks, ``dropout`` in each."""
+    torch.manual_seed(0)
+    g = torch.Generator().manual_seed(1)
+    return Checkpointed(dropout).train(), (torch.randn(8, 12, generator=g), torch.randn(8, 1, generator=g))
+
+
+class Invertible(nn.Module):
+    """memcnn's invertible additive coupling (its own Function, given the coupling's forward and inverse and its
+    weights) twice, between a stem and a head; ``keep_input`` keeps the input's memory (memcnn frees it otherwise,
+    as its backward recomputes the input from the output)."""
+
+    def __init__(self, keep_input: bool) -> None:
+        import memcnn
+
+        super().__init__()
+        self.stem, self.head = nn.Linear(12, 16), nn.Linear(16, 3)
+        self.couplings = nn.Sequential(
+            *[
+                memcnn.InvertibleModuleWrapper(
+                    memcnn.AdditiveCoupling(nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 8))),
+                    keep_input=keep_input,
+                    keep_input_inverse=keep_input,
+                )
+                for _ in range(2)
+            ]
+        )
+
+    def forward(self, x, y):
+        return F.cross_entropy(self.head(self.couplings(self.stem(x))), y)
+
+
+def memcnn_kept():
+    """memcnn's invertible couplings keeping their inputs."""
+    torch.manual_seed(0)
+    g = torch.Generator().manual_seed(1)
+    return Invertible(True).train(), (torch.randn(8, 12, generator=g), torch.randint(0, 3, (8,), generator=g))
+
+
+def memcnn_freed():
+    """memcnn's invertible couplings freeing their inputs (its default)."""
+    torch.manual_seed(0)
+    g = torch.Generator().manual_seed(1)
+    return Invertible(False).train(), (torch.randn(8, 12, generator=g), torch.randint(0, 3, (8,), generator=g))
+
+
+class Tagger(nn.Module):
+    """A sequence tagger: embeddings, a linear layer of emissions, and pytorch-crf's CRF negative log likelihood."""
+
+    def __init__(self) -> None:
+        from torchcrf import CRF
+
+        super().__init__()
+        self.embed = nn.Embedding(VOCAB, 16)
+        self.emit = nn.Linear(16, 5)
+        self.crf = CRF(5, batch_first=True)
+
+    def forward(self, ids, tags):
+        return -self.crf(self.emit(self.embed(ids)), tags, reduction="mean")
+
+
+def crf():
+    """pytorch-crf's linear-chain CRF over a tagger's emissions (its forward algorithm in the loss)."""
+    torch.manual_seed(0)
+    g = torch.Generator().manual_seed(1)
+    return Tagger().train(), (_tokens()[:, :LENGTH], torch.randint(0, 5, (BATCH, LENGTH), generator=g))
+
+
 class FlowNLL(nn.Module):
     """A conditional flow's negative log likelihood of ``x`` given ``c``."""
 
@@ -254,10 +380,9 @@ DROPOUT = 0.1
 def seeded_check(name: str) -> str:
     """``name`` built with :data:`DROPOUT` (where it has dropout) under each single-batch plan of
     ``bench.conformance`` (one process; the plans of microbatches draw per microbatch, so other numbers): the plan's
-    step and the unplaced step at one seed, each on a copy of the model; their gradients must be equal to float32's
+    step and the unplaced step at one seed, each on the model itself; their gradients must be equal to float32's
     rounding (the same numbers drawn). The check of a step that draws (reformer's LSH rotations, dropout), which the
     float64 conformance check cannot give a verdict on."""
-    import copy
     import inspect
 
     import placer
@@ -268,19 +393,20 @@ def seeded_check(name: str) -> str:
     dropout = DROPOUT if "dropout" in inspect.signature(build).parameters else 0.0
     model, inputs = build(dropout) if dropout else build()
     graph = capture(model, inputs)
-    unplaced = copy.deepcopy(model)
-    torch.manual_seed(5)
-    unplaced(*inputs).backward()
-    want = {k: p.grad for k, p in unplaced.named_parameters() if p.grad is not None}
+
+    def step(module: nn.Module) -> dict[str, torch.Tensor]:
+        model.zero_grad()
+        torch.manual_seed(5)
+        module(*inputs).backward()
+        return {k: p.grad.clone() for k, p in model.named_parameters() if p.grad is not None}
+
+    want = step(model)  # the plans run on the model itself, not on copies (fairscale's wrapper keeps a reference to
+    # the module it wraps, which a copy shares: a copy would run the first's weights)
     worst, checked = 0.0, []
     for plan_name, plan in plans(graph).items():
         if plan.microbatches > 1:
             continue
-        mine = copy.deepcopy(model)
-        placed = placer.apply(mine, plan, inputs, device_map="*=cpu")
-        torch.manual_seed(5)
-        placed(*inputs).backward()
-        got = {k: p.grad for k, p in mine.named_parameters() if p.grad is not None}
+        got = step(placer.apply(model, plan, inputs, device_map="*=cpu"))
         if set(got) != set(want):
             return f"{name}: {plan_name}: gradients for {len(got)} parameters, the unplaced step {len(want)}"
         worst = max([worst] + [float((got[k] - g).norm() / g.norm().clamp_min(1e-12)) for k, g in want.items()])
@@ -305,10 +431,15 @@ MODELS = {
         tabnet,
         nsf,
         maf,
+        revgrad,
+        fairscale_ckpt,
+        memcnn_kept,
+        memcnn_freed,
+        crf,
     )
 }
 
 
 if __name__ == "__main__":  # PYTHONPATH=. python docs/ranks/zb/rev.py > docs/conformance/rev_seeded.log
-    for n in ("reformer", "revnet", "tabnet"):
+    for n in ("reformer", "revnet", "tabnet", "fairscale_ckpt"):
         print(seeded_check(n), flush=True)
