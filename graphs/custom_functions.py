@@ -84,6 +84,11 @@ class KeptCall:
     #: the function read the op's tensors through those modules. None: not looked for.
     hidden: list[tuple[list[str], bool, int | None]] | None = None
 
+    @property
+    def name(self) -> str:
+        """The function's name, for a message."""
+        return getattr(self.cls, "__qualname__", self.cls.__name__)
+
 
 #: The calls kept in this process, by key (the op's constant argument).
 KEPT: dict[str, KeptCall] = {}
@@ -160,10 +165,8 @@ def _drawing_from(state: tuple) -> Iterator[None]:
 def autograd_function(tensors: list[torch.Tensor], key: str) -> list[torch.Tensor]:
     """The kept call ``key`` of a model's own autograd.Function on ``tensors`` (module doc)."""
     _DRAWN.state = _random_state(tensors)
-    call = _kept(key)
     with torch.no_grad():
-        outs = _run(call, tensors)
-    _refuse_freed(call, tensors)
+        outs = _run(_kept(key), tensors)
     inputs = {t.untyped_storage().data_ptr() for t in tensors}
     fresh = []
     for o in outs:  # an op's outputs may share no memory with its inputs or with each other
@@ -205,7 +208,7 @@ def _state_by_id(root: torch.nn.Module) -> dict[int, tuple[list[str], bool]]:
 
 def _refuse_writes(call: KeptCall) -> None:
     raise RuntimeError(
-        f"{getattr(call.cls, '__qualname__', call.cls.__name__)}, a torch.autograd.Function of the model's, writes "
+        f"{call.name}, a torch.autograd.Function of the model's, writes "
         "into a tensor it is given in place (mark_dirty, or a module's buffer): placer keeps a function whole only "
         "where it writes none"
     )
@@ -213,10 +216,11 @@ def _refuse_writes(call: KeptCall) -> None:
 
 def _refuse_freed(call: KeptCall, tensors: list[torch.Tensor]) -> None:
     """A function that frees the memory of a tensor it is given (memcnn's invertible couplings, which recompute
-    their input from their output in the backward) is refused: the op's backward runs the forward again on it."""
+    their input from their output in the backward) is refused, at capture (its fake run frees the fake's storage):
+    the op's backward runs the forward again on it."""
     if any(t.numel() > 0 and t.untyped_storage().nbytes() == 0 for t in tensors):
         raise RuntimeError(
-            f"{getattr(call.cls, '__qualname__', call.cls.__name__)}, a torch.autograd.Function of the model's, frees "
+            f"{call.name}, a torch.autograd.Function of the model's, frees "
             "the memory of a tensor it is given (memcnn: keep_input=False); placer keeps a function whole only where "
             "its inputs stay (memcnn: keep_input=True)"
         )
@@ -269,9 +273,7 @@ def bind_hidden(ep: Any, root: torch.nn.Module) -> None:
             if i is None:  # read without being given it: a new input of the op, the program's own for it
                 fqn = next((n for n in names if n in placeholder_of), None)
                 if fqn is None:  # not an input of the program (torch.export lifts every parameter and buffer)
-                    raise RuntimeError(
-                        f"{call.cls.__qualname__} reads {names[0]}, which the exported program has no input for"
-                    )
+                    raise RuntimeError(f"{call.name} reads {names[0]}, which the exported program has no input for")
                 i = len(inputs)
                 inputs.append(nodes[placeholder_of[fqn]])
             for name in names:
@@ -283,14 +285,10 @@ def bind_hidden(ep: Any, root: torch.nn.Module) -> None:
         ep.graph_module.recompile()
 
 
-def kept_flops(
-    tensors: list[torch.Tensor], key: str, count: Callable[[Any, tuple, dict, Any], float] | None = None
-) -> float | None:
+def kept_flops(tensors: list[torch.Tensor], key: str, count: Callable[[Any, tuple, dict, Any], float]) -> float | None:
     """The forward FLOPs of kept call ``key`` on tensors shaped as ``tensors`` (fake or meta): the function's forward
     run on meta tensors, each ATen op it runs counted by ``count(op, args, kwargs, out)`` (the graph's own count of
-    an op: :func:`graphs.flops.op_flops`), or by torch's FLOP counter where ``count`` is None; None where the forward
-    cannot run on meta tensors."""
-    from torch.utils import flop_counter
+    an op: :func:`graphs.flops.op_flops`); None where the forward cannot run on meta tensors."""
     from torch.utils._python_dispatch import TorchDispatchMode  # noqa: PLC2701 (torch's dispatch-mode base)
 
     class Counting(TorchDispatchMode):
@@ -303,15 +301,11 @@ def kept_flops(
 
     meta = [torch.empty_strided(t.size(), t.stride(), dtype=t.dtype, device="meta") for t in tensors]
     try:
-        if count is None:
-            with torch.no_grad(), flop_counter.FlopCounterMode(display=False) as counter:
-                _run(_kept(key), meta)
-            return float(counter.get_total_flops())
         with torch.no_grad(), Counting() as mode:
             _run(_kept(key), meta)
-        return float(mode.total)
     except Exception:  # a forward that meta tensors cannot run (it reads a value): the caller's estimate
         return None
+    return float(mode.total)
 
 
 def _setup_context(ctx: Any, inputs: tuple, output: Any) -> None:
