@@ -96,7 +96,13 @@ def export_program(
     taken: list[str] = []
     with quiet(), traces, _no_kv_cache(model), _rnn_written_out(model, unroll_rnn):
         try:
-            with model_kept(model), one_process_world(), gradients_noted(taken), functions_kept(model):
+            with (
+                model_kept(model),
+                one_process_world(),
+                gradients_noted(taken),
+                functions_kept(model),
+                distributions_unchecked(),
+            ):
                 ep = _export(model, example_inputs, dynamic)  # (model_kept: the trace's fakes stay off the model)
             bind_hidden(ep, model)  # the parameters a kept function reads without being given them: its inputs
         except Exception as e:
@@ -310,6 +316,47 @@ def one_process_world() -> Iterator[None]:
         yield
         return
     with patched_in_this_thread(dist, "is_initialized", lambda initialized: lambda: False):
+        yield
+
+
+@contextlib.contextmanager
+def distributions_unchecked() -> Iterator[None]:
+    """``torch.distributions`` check no values in this thread through the block: a distribution made without
+    ``validate_args`` is made with ``validate_args=False``, and no distribution checks a sample given to its
+    ``log_prob`` (one made before, a prior kept on the model, included).
+
+    The checks are Python's debug checks (on while ``__debug__``): each asks whether a tensor's values lie in a
+    support (``if not valid.all(): raise``), a branch on the data that ``torch.export`` cannot trace, so a model
+    that made a ``Normal`` in its forward (a VAE, a policy's ``Categorical``, a forecaster's ``StudentT``) could
+    not be captured. They never change what a valid step computes; in the captured program a parameter out of its
+    support gives NaN where the model's own forward would have raised. A distribution made with
+    ``validate_args=True`` keeps its parameters' check (and capture names its line). Another thread's
+    distributions are unaffected.
+
+    >>> import torch.distributions as D
+    >>> with distributions_unchecked():
+    ...     D.Normal(torch.zeros(1), torch.ones(1))._validate_args
+    False
+    >>> D.Normal(torch.zeros(1), torch.ones(1))._validate_args == __debug__
+    True
+    """
+    from torch.distributions import Distribution
+
+    def unchecked_init(init: Callable) -> Callable:
+        def made(
+            self: Any,
+            batch_shape: torch.Size = torch.Size(),  # noqa: B008 (Distribution.__init__'s own defaults)
+            event_shape: torch.Size = torch.Size(),  # noqa: B008
+            validate_args: bool | None = None,
+        ) -> None:
+            init(self, batch_shape, event_shape, False if validate_args is None else validate_args)
+
+        return made
+
+    with (
+        patched_in_this_thread(Distribution, "__init__", unchecked_init),
+        patched_in_this_thread(Distribution, "_validate_sample", lambda check: lambda self, value: None),
+    ):
         yield
 
 

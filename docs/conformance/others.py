@@ -272,6 +272,10 @@ if "--rev" in args:  # libraries' own autograd Functions, and zuko's flows, inst
     import rev
 
     MODELS = rev.MODELS
+if "--modal" in args:  # speech, image-text, Fourier, forecasting, long-attention models (docs/ranks/zb/modal.py)
+    import modal
+
+    MODELS = modal.MODELS
 if "--lora" in args:  # fine-tuning with frozen weights instead (docs/lora/lora.py; pip install peft)
     sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "lora"))
     import lora
@@ -290,6 +294,7 @@ flags = (
     "--vq",
     "--ode",
     "--rev",
+    "--modal",
     "--lora",
     "-v",
 )

@@ -591,3 +591,46 @@ def test_a_capture_inside_a_process_group_is_one_process_s_program():
             assert dist.get_world_size() == 1  # torch's own calls still see the group
     finally:
         dist.destroy_process_group()
+
+
+class _Variational(nn.Module):
+    """A VAE's step with torch.distributions as a user writes it: a posterior made in the forward and sampled with
+    ``rsample``, a prior kept on the model (made before, checking its samples), a KL divergence and a categorical
+    decoder's ``log_prob``."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.enc, self.dec = nn.Linear(6, 4), nn.Linear(2, 5 * 6)
+        self.prior = torch.distributions.Normal(torch.zeros(2), torch.ones(2))
+
+    def forward(self, x, tokens):
+        mu, raw = self.enc(x).chunk(2, -1)
+        posterior = torch.distributions.Normal(mu, nn.functional.softplus(raw) + 1e-3)
+        z = posterior.rsample()
+        words = torch.distributions.Categorical(logits=self.dec(z).view(-1, 6, 5))
+        kl = torch.distributions.kl_divergence(posterior, self.prior).sum(-1)
+        return (kl - words.log_prob(tokens).sum(-1) - self.prior.log_prob(z).sum(-1)).mean()
+
+
+def test_a_model_that_makes_distributions_in_its_forward_is_captured_and_its_program_computes_the_same():
+    torch.manual_seed(0)
+    model, x = _Variational(), torch.randn(3, 6)
+    tokens = torch.randint(0, 5, (3, 6))
+    ep = export_program(model, (x, tokens))  # the checks of values (Python's debug checks) were a data-dependent branch
+    targets = {str(n.target) for n in ep.graph.nodes}
+    assert not targets & {"aten._assert_scalar.default", "aten.item.default", "aten._local_scalar_dense.default"}
+    with torch.random.fork_rng():
+        torch.manual_seed(1)
+        eager = model(x, tokens)
+    with torch.random.fork_rng():
+        torch.manual_seed(1)
+        program = ep.module()(x, tokens)
+    torch.testing.assert_close(program, eager)  # rsample draws the same numbers
+    assert graph_from_program(ep).num_ops > 0
+    # the checks are back after the capture, and a distribution made with validate_args=True keeps its own
+    with pytest.raises(ValueError, match="scale"):
+        torch.distributions.Normal(torch.zeros(1), -torch.ones(1))
+    model.prior = torch.distributions.Normal(torch.zeros(2), torch.ones(2), validate_args=True)
+    model.forward = lambda x, tokens: torch.distributions.Normal(x, x.exp(), validate_args=True).log_prob(x).mean()
+    with pytest.raises(CaptureError, match="data-dependent control flow at test_capture.py"):
+        export_program(model, (x, tokens))
