@@ -134,6 +134,114 @@ def part_failure_of(error: BaseException) -> str | None:
     return None
 
 
+def batch_mixing(
+    model: nn.Module,
+    inputs: tuple,
+    microbatches: int,
+    batch_dim: int = 0,
+    loss_reduction: str = "mean",
+    *,
+    rtol: float = 1e-4,
+) -> str | None:
+    """Whether ``model``'s step mixes the samples of its batch, so that a plan of ``microbatches`` computes another
+    step than the whole batch's: the line that says so, or None.
+
+    The model's loss and its gradients on the whole of ``inputs`` against its microbatches' combined as the plan
+    combines them (weighted by their shares for a ``"mean"`` loss, added for a ``"sum"``), each from the same random
+    state (``torch.autograd.grad``: the parameters' ``.grad`` are left alone). A loss that is a mean (or sum) of
+    per-sample terms gives the same to rounding; a term over the batch (batch norm's statistics in training, a
+    contrastive loss over the batch's pairs, an entropy over the batch's codes) does not, in the gradients even
+    where the loss barely moves (a forecaster's batch norm before a squared error). None also where it cannot tell:
+    the model draws random numbers (dropout: the whole batch and its parts draw different masks), returns no scalar
+    loss, or fails on its parts (the run's own error says why). Its buffers (batch norm's running statistics) and
+    the random state are restored.
+
+    >>> class Mean(nn.Module):
+    ...     def forward(self, x):
+    ...         return (x**2).mean()
+    >>> class Centred(nn.Module):  # each sample less the batch's mean: mixes the samples
+    ...     def forward(self, x):
+    ...         return ((x - x.mean(0)) ** 2).mean()
+    >>> x = torch.arange(8.0).reshape(4, 2)
+    >>> batch_mixing(Mean(), (x,), 2) is None
+    True
+    >>> print(batch_mixing(Centred(), (x,), 2))  # doctest: +NORMALIZE_WHITESPACE
+    the step mixes the samples of its batch: its loss on the whole batch is 5, its 2 microbatches' combined 1; a
+    plan of 2 microbatches computes what mixes them (batch norm's statistics in training, a loss over the batch's
+    pairs) within each microbatch, as gradient accumulation does, so its loss and gradients are not the whole
+    batch's
+    """
+    if microbatches <= 1:
+        return None
+    try:
+        parts = split_batch(tuple(inputs), microbatches, batch_dim)
+    except PlacerError:
+        return None
+    buffers = [(b, b.detach().clone()) for b in model.buffers()]
+    params = [p for p in model.parameters() if p.requires_grad]
+    devices = sorted({t.device for t in (*model.parameters(), *model.buffers()) if t.device.type == "cuda"}, key=str)
+
+    def state() -> list[torch.Tensor]:
+        return [torch.random.get_rng_state(), *(torch.cuda.get_rng_state(d) for d in devices)]
+
+    losses, grads = [], []
+    try:
+        with torch.random.fork_rng(devices=devices):
+            for part in (tuple(inputs), *parts):
+                before = state()
+                out = model(*part)
+                if not all(torch.equal(a, b) for a, b in zip(state(), before)):
+                    return None  # it draws random numbers: the whole and the parts draw different ones
+                if not isinstance(out, torch.Tensor) or out.numel() != 1 or not out.is_floating_point():
+                    return None
+                used = out.requires_grad and params
+                got = torch.autograd.grad(out, params, allow_unused=True) if used else ()
+                grads.append([None if g is None else g.detach().double() for g in got])
+                losses.append(float(out.detach().double().cpu()))
+    except Exception:  # noqa: BLE001 (the plan's run names what fails on a microbatch, part_failure)
+        return None
+    finally:
+        with torch.no_grad():
+            for b, saved in buffers:
+                b.copy_(saved)
+    shares = _shares(parts, batch_dim) or [1.0 / microbatches] * microbatches
+
+    def apart(weights: list[float]) -> tuple[float, bool]:
+        """The parts' loss combined with ``weights``, and whether it or its gradients are off the whole's."""
+        combined = sum(w * v for w, v in zip(weights, losses[1:]))
+        off, norm = 0.0, 0.0
+        for k, g in enumerate(grads[0]):
+            summed = [w * each[k] for w, each in zip(weights, grads[1:]) if each[k] is not None]
+            if g is None and not summed:
+                continue
+            g = torch.zeros_like(summed[0]) if g is None else g
+            off += float((g - sum(summed, torch.zeros_like(g))).square().sum().cpu())
+            norm += float(g.square().sum().cpu())
+        whole = losses[0]
+        return combined, (
+            abs(combined - whole) > rtol * max(abs(whole), abs(combined), 1e-12)
+            or off**0.5 > rtol * max(norm**0.5, 1e-12)
+        )
+
+    combined, off = apart([1.0] * microbatches if loss_reduction == "sum" else shares)
+    if not off:
+        return None
+    other = "mean" if loss_reduction == "sum" else "sum"
+    if not apart(shares if other == "mean" else [1.0] * microbatches)[1]:
+        return (
+            f"the model's loss is a {other} over its batch, not a {loss_reduction}: its loss on the whole batch is "
+            f"{losses[0]:.6g}, its {microbatches} microbatches' {'summed' if other == 'sum' else 'mean'} the same; "
+            f"give loss_reduction={other!r}, or a plan of {microbatches} microbatches combines them as a "
+            f"{loss_reduction}"
+        )
+    return (
+        f"the step mixes the samples of its batch: its loss on the whole batch is {losses[0]:.6g}, its "
+        f"{microbatches} microbatches' combined {combined:.6g}; a plan of {microbatches} microbatches computes what "
+        "mixes them (batch norm's statistics in training, a loss over the batch's pairs) within each microbatch, as "
+        "gradient accumulation does, so its loss and gradients are not the whole batch's"
+    )
+
+
 def microbatch_sizes(batch: int, microbatches: int) -> list[int]:
     """The size of each microbatch :func:`split_batch` cuts a batch of ``batch`` into.
 

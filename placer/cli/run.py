@@ -15,6 +15,7 @@ machines (``--nnodes``) meet at ``--rdzv-endpoint``::
 from __future__ import annotations
 
 import argparse
+import sys
 from typing import Any
 
 import envs
@@ -166,6 +167,7 @@ def run_here(args: argparse.Namespace) -> int:
     check_available(torch_devices)
     measure_here()
     model, inputs = sources.resolve_model(args.source)
+    warn_if_mixing(args.source, args.placement, model, inputs, placement.microbatches)
     module = apply(model, placement, inputs, device_map=args.device_map)
     opt = timing.placed_adam(module, placement, lr=args.lr)  # its homed parameters step as the plan says
     try:
@@ -246,6 +248,26 @@ def host_step_counts(module: Any, steps: int) -> dict[str, float] | None:
 
     runtime = runtime_of(module)
     return None if runtime is None else runtime.counts.median(steps)
+
+
+#: Models with more parameters than this are not run twice more on the host to check their batch (a minute or more).
+MIXING_CHECK_PARAMETERS = 200_000_000
+
+
+def warn_if_mixing(source: str, path: str, model: Any, inputs: tuple, microbatches: int) -> bool:
+    """Before a plan of ``microbatches`` (over 1) runs: a ``warning:`` line on stderr where the model's step mixes
+    the samples of its batch (:func:`envs.real.pipeline.batch_mixing`: a contrastive loss over the batch, batch
+    norm in training), whose gradients such a plan computes per microbatch, as gradient accumulation does. The
+    model runs a forward and a backward on the whole batch and on its parts first, on the host, where it has at most
+    :data:`MIXING_CHECK_PARAMETERS` parameters. True where it warned."""
+    if microbatches <= 1 or sum(p.numel() for p in model.parameters()) > MIXING_CHECK_PARAMETERS:
+        return False
+    from envs.real.pipeline import batch_mixing
+
+    line = batch_mixing(model, inputs, microbatches)
+    if line is not None:
+        print(f"{source} with {path}: warning: {line}", file=sys.stderr, flush=True)
+    return line is not None
 
 
 def check_devices(placement: Placement, cluster: Any, path: str) -> None:

@@ -33,7 +33,7 @@ from graphs.plan import Placement
 from graphs.schema import check_float, check_int
 from placer.cli.args import check_step_counts
 from placer.cli.output import print_json
-from placer.cli.run import check_devices
+from placer.cli.run import check_devices, warn_if_mixing
 from placer.option_checks import check_input_file, check_output_file
 
 
@@ -71,6 +71,8 @@ def run_ranks(args: argparse.Namespace) -> int:
         device_map=args.device_map,
     )
     check_local_devices(plan, args.nproc_per_node, args.node_rank)
+    if args.node_rank == 0:
+        warn_if_mixing(args.source, args.placement, model, inputs, plan.microbatches)
     simulated = None
     if args.trace and args.node_rank == 0:
         simulated = simulate_plan(model, inputs, placement, cluster, args.profile)

@@ -407,6 +407,76 @@ def test_an_input_shared_by_the_batch_goes_whole_to_every_microbatch_and_a_clash
     assert "\n" not in str(e.value) and "give the batch another size" in str(e.value)
 
 
+class _Contrastive(nn.Module):
+    """Two towers and CLIP's loss: each sample's image against every text of the batch."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.image, self.text = nn.Linear(6, 4), nn.Linear(5, 4)
+
+    def forward(self, images, texts):
+        logits = self.image(images) @ self.text(texts).T
+        labels = torch.arange(len(images))
+        return (nn.functional.cross_entropy(logits, labels) + nn.functional.cross_entropy(logits.T, labels)) / 2
+
+
+class _MixesOnlyTheGradient(nn.Module):
+    """A per-sample loss plus a term over the batch whose value is zero: the loss is the parts' mean to rounding,
+    its gradient is not."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.lin = nn.Linear(6, 3)
+
+    def forward(self, x):
+        y = self.lin(x)
+        spread = y.std(0).mean()
+        return y.square().mean() + spread - spread.detach()
+
+
+def _normed() -> nn.Module:
+    return nn.Sequential(nn.Linear(6, 8), nn.BatchNorm1d(8), nn.ReLU(), nn.Linear(8, 1))
+
+
+class _Regression(nn.Module):
+    def __init__(self, body: nn.Module, reduction: str = "mean") -> None:
+        super().__init__()
+        self.body, self.reduction = body, reduction
+
+    def forward(self, x, y):
+        return nn.functional.mse_loss(self.body(x).squeeze(-1), y, reduction=self.reduction)
+
+
+def test_batch_mixing_names_a_step_that_mixes_its_batch_and_leaves_the_model_as_it_was():
+    from envs.real.pipeline import batch_mixing
+
+    torch.manual_seed(0)
+    x, y = torch.randn(6, 6), torch.randn(6)
+    separable = _Regression(nn.Sequential(nn.Linear(6, 8), nn.ReLU(), nn.Linear(8, 1)))
+    assert batch_mixing(separable, (x, y), 2) is None
+    assert batch_mixing(separable, (x, y), 4) is None  # parts of 2, 2, 1, 1: the mean weighted by their shares
+    assert batch_mixing(_Regression(separable.body, "sum"), (x, y), 3, loss_reduction="sum") is None
+    summed = batch_mixing(_Regression(separable.body, "sum"), (x, y), 3)
+    assert summed.startswith("the model's loss is a sum over its batch, not a mean") and "loss_reduction='sum'" in summed
+    assert batch_mixing(_normed().eval().requires_grad_(False), (x,), 2) is None  # running statistics, no gradient
+
+    normed = _Regression(_normed())
+    before = copy.deepcopy(normed.state_dict())
+    rng = torch.random.get_rng_state()
+    line = batch_mixing(normed, (x, y), 2)
+    assert line.startswith("the step mixes the samples of its batch: its loss on the whole batch is ")
+    assert "within each microbatch, as gradient accumulation does" in line and "\n" not in line
+    for k, t in normed.state_dict().items():  # batch norm's running statistics and count as they were
+        assert torch.equal(t, before[k]), k
+    assert all(p.grad is None for p in normed.parameters()) and torch.equal(torch.random.get_rng_state(), rng)
+
+    assert batch_mixing(_Contrastive(), (torch.randn(4, 6), torch.randn(4, 5)), 2).startswith("the step mixes")
+    assert batch_mixing(_MixesOnlyTheGradient(), (x,), 2).startswith("the step mixes")  # seen in the gradients
+    dropped = _Regression(nn.Sequential(nn.Linear(6, 8), nn.BatchNorm1d(8), nn.Dropout(0.5), nn.Linear(8, 1)))
+    assert batch_mixing(dropped, (x, y), 2) is None  # it draws random numbers: cannot tell
+    assert batch_mixing(normed, (x, y), 1) is None and batch_mixing(normed, (x[:1], y[:1]), 2) is None
+
+
 # ------------------------------------------------------------------ search over M
 def test_compare_searches_m_and_keeps_each_methods_fastest():
     from placer.compare import compare

@@ -109,14 +109,23 @@ def clip():
 def siglip():
     """SigLIP: the same towers, a pairwise sigmoid loss with a learned bias."""
     return _two_towers(
-        "SiglipConfig", "SiglipModel", dict(vocab_size=64, max_position_embeddings=16), dict(image_size=32, patch_size=8)
+        "SiglipConfig",
+        "SiglipModel",
+        dict(vocab_size=64, max_position_embeddings=16),
+        dict(image_size=32, patch_size=8),
     )
 
 
 def _mlm(cfg_name: str, model_name: str, seq: int = 16, **kw):
     torch.manual_seed(0)
-    base = dict(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
-                max_position_embeddings=max(64, seq))
+    base = dict(
+        vocab_size=64,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        max_position_embeddings=max(64, seq),
+    )
     m = getattr(transformers, model_name)(_config(cfg_name, **dict(base, **kw))).train()
     ids = torch.randint(1, 64, (4, seq), generator=_gen())
     return Loss(m), (ids, ids.clone())
@@ -200,8 +209,17 @@ def switch():
     return Loss(m, ("input_ids", "labels")), (src, tgt)
 
 
-_SERIES = dict(prediction_length=8, context_length=16, d_model=16, encoder_layers=2, decoder_layers=2,
-               encoder_attention_heads=2, decoder_attention_heads=2, encoder_ffn_dim=32, decoder_ffn_dim=32)
+_SERIES = dict(
+    prediction_length=8,
+    context_length=16,
+    d_model=16,
+    encoder_layers=2,
+    decoder_layers=2,
+    encoder_attention_heads=2,
+    decoder_attention_heads=2,
+    encoder_ffn_dim=32,
+    decoder_ffn_dim=32,
+)
 
 
 def _forecaster(cfg_name: str, model_name: str, **kw):
@@ -226,8 +244,12 @@ def _forecaster(cfg_name: str, model_name: str, **kw):
 
 
 def time_series():
-    return _forecaster("TimeSeriesTransformerConfig", "TimeSeriesTransformerForPrediction", num_time_features=1,
-                       lags_sequence=[1, 2, 3])
+    return _forecaster(
+        "TimeSeriesTransformerConfig",
+        "TimeSeriesTransformerForPrediction",
+        num_time_features=1,
+        lags_sequence=[1, 2, 3],
+    )
 
 
 def informer():
@@ -257,7 +279,10 @@ def patchtst():
     )
     m = transformers.PatchTSTForPrediction(cfg).train()
     g = _gen()
-    return Loss(m, ("past_values", "future_values")), (torch.randn(4, 32, 3, generator=g), torch.randn(4, 8, 3, generator=g))
+    return Loss(m, ("past_values", "future_values")), (
+        torch.randn(4, 32, 3, generator=g),
+        torch.randn(4, 8, 3, generator=g),
+    )
 
 
 def patchtsmixer():
@@ -275,7 +300,10 @@ def patchtsmixer():
     )
     m = transformers.PatchTSMixerForPrediction(cfg).train()
     g = _gen()
-    return Loss(m, ("past_values", "future_values")), (torch.randn(4, 32, 3, generator=g), torch.randn(4, 8, 3, generator=g))
+    return Loss(m, ("past_values", "future_values")), (
+        torch.randn(4, 32, 3, generator=g),
+        torch.randn(4, 8, 3, generator=g),
+    )
 
 
 def speecht5():
@@ -303,7 +331,10 @@ def speecht5():
     )
     m = transformers.SpeechT5ForSpeechToText(cfg).train()
     g = _gen()
-    return Loss(m, ("input_values", "labels")), (torch.randn(4, 800, generator=g), torch.randint(3, 32, (4, 8), generator=g))
+    return Loss(m, ("input_values", "labels")), (
+        torch.randn(4, 800, generator=g),
+        torch.randint(3, 32, (4, 8), generator=g),
+    )
 
 
 MODELS = {

@@ -53,6 +53,11 @@ MODEL_SRC = textwrap.dedent(
     def nodes():
         torch.manual_seed(0)
         return NodeNet(), (torch.randn(8, 16), torch.randint(0, 8, (2, 24)), torch.randint(0, 4, (8,)))
+
+    def unnormed():  # build's net without its batch norm: a mean of per-sample losses
+        net, inputs = build()
+        net.seq[1] = nn.Identity()
+        return net, inputs
     """
 )
 
@@ -311,6 +316,34 @@ def test_a_plan_of_microbatches_on_inputs_that_are_not_a_batch_is_one_line_namin
     with pytest.raises(IndexError) as e:
         placed(*inputs).backward()
     assert e.value.__notes__ == ["placer: " + err.split("m.json: ", 1)[1].strip()]
+
+
+@pytest.mark.slow
+def test_a_plan_of_microbatches_warns_where_the_step_mixes_the_samples_of_its_batch(workdir, capsys, monkeypatch):
+    # batch norm in training: each microbatch normalised by its own statistics, gradients not the whole batch's
+    import cli_run_model
+
+    import placer.distributed
+    from graphs.torch_capture import capture
+
+    for source, M, warned in [("build", 2, True), ("build", 1, False), ("unnormed", 2, False)]:
+        graph = capture(*getattr(cli_run_model, source)())
+        plan = Placement.from_indices(graph, ["cpu:0", "gpu:0"], [1] * graph.num_ops, microbatches=M)
+        plan.save("m.json")
+        rc = run_on_cpu("--steps", "1", "--warmup", "0", placement="m.json", source=f"cli_run_model:{source}")
+        out, err = capsys.readouterr()
+        assert rc == 0 and "step time" in out, err
+        line = f"cli_run_model:{source} with m.json: warning: the step mixes the samples of its batch: its loss on"
+        assert (line in err) == warned and err.count("\n") == warned, err
+        assert ("a plan of 2 microbatches computes what mixes them" in err) == warned
+    # across processes too, before the ranks start (here they are not started)
+    graph = capture(*cli_run_model.build())
+    half = [1] * (graph.num_ops // 2) + [2] * (graph.num_ops - graph.num_ops // 2)
+    Placement.from_indices(graph, ["cpu:0", "gpu:0", "gpu:1"], half, microbatches=2).save("r.json")
+    monkeypatch.setattr(placer.distributed, "run", lambda *a, **k: None)
+    rc = run_on_cpu("--nproc-per-node", "2", placement="r.json")
+    out, err = capsys.readouterr()
+    assert rc == 0 and "cli_run_model:build with r.json: warning: the step mixes the samples" in err, err
 
 
 def test_export_names_the_stand_in_loss_and_train_env_measured_refuses_the_model(workdir, capsys):
