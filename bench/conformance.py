@@ -8,7 +8,10 @@ the model, :func:`placer.apply.apply_program`) and compares the placed step's lo
 every parameter's gradient with the reference. A plan passes when each tensor's
 relative error (``||x - ref|| / ||ref||``) is within :data:`FACTOR` times the
 unplaced float32 step's error on the same tensor, or under :data:`FLOOR`:
-placing ops must not cost more accuracy than float32 itself does.
+placing ops must not cost more accuracy than float32 itself does. Where the model's step mixes the samples of
+its batch (:func:`envs.real.pipeline.batch_mixing`: batch norm in training, a contrastive loss), a plan of M
+microbatches computes gradient accumulation's step, not the whole batch's: its reference is then the float64
+accumulation over the same M parts (the row's ``against``, "(vs accumulation)" in the table).
 
 The plans (logical devices of :data:`CLUSTER`, ``cpu:0`` + ``gpu:0..7``):
 
@@ -54,7 +57,7 @@ from envs.real.conformance import (  # noqa: F401  (moved there: the product's c
     reference,
     relative_error,
 )
-from envs.real.pipeline import part_failure_of, split_batch
+from envs.real.pipeline import batch_mixing, part_failure_of, split_batch
 from graphs import OpGraph
 from graphs.models.corpus import build
 from graphs.plan import Placement
@@ -77,6 +80,9 @@ class PlanResult:
     worst: str = ""  # the tensor with the largest error relative to what is allowed
     allowed_ratio: float = math.nan  # that error / what is allowed (<= 1 passes)
     message: str = ""  # why it failed (an exception), else ""
+    #: "accumulation": checked against gradient accumulation over the plan's microbatches, as the model's step mixes
+    #: the samples of its batch (envs.real.pipeline.batch_mixing), not against the whole batch's step
+    against: str = ""
     step_time_s: float = math.nan  # median timed step (only when steps are timed)
     seconds: float = 0.0  # wall time of the check
 
@@ -235,7 +241,15 @@ def check_model(
     copied = copies_keep_program(model, program)
     rows = []
     parts: dict[int, Any] = {}
-    for k, (plan_name, placement) in enumerate(plans(graph, names=plan_names).items()):
+    accumulated: dict[int, Any] = {}  # M -> gradient accumulation's reference, where the step mixes its batch
+    chosen = plans(graph, names=plan_names)
+    split = sorted({p.microbatches for p in chosen.values() if p.microbatches > 1})
+    mixes = bool(split) and batch_mixing(model, inputs, split[0]) is not None  # once, at the fewest microbatches
+    for k, (plan_name, placement) in enumerate(chosen.items()):
+        M = placement.microbatches
+        if mixes and M > 1 and M not in accumulated:
+            accumulated[M] = reference(model, inputs, M)
+        plan_ref = accumulated.get(M) or ref
         if k > 0 and placement.microbatches > 1 and placement.microbatches not in parts:
             with contextlib.suppress(Exception):  # a plan that cannot be cut fails as a row of its own
                 parts[placement.microbatches] = export_program(
@@ -248,7 +262,7 @@ def check_model(
                 inputs,
                 graph,
                 placement,
-                ref,
+                plan_ref,
                 device_map=device_map,
                 timed_steps=timed_steps,
                 warmup_steps=warmup_steps,
@@ -258,12 +272,13 @@ def check_model(
                 copied=copied,
             )
             rows.append(PlanResult(name, plan_name, ok, loss_err, grad_err, worst, ratio, step_time_s=step))
+            rows[-1].against = "accumulation" if plan_ref is not ref else ""
         except Exception as e:  # a failing plan is a row, with its first line (how a failed microbatch was cut)
             text = str(e).strip().splitlines()
             said = part_failure_of(e) or f"{type(e).__name__}: {text[0][:300] if text else ''}"
             rows.append(PlanResult(name, plan_name, False, message=said))
         rows[-1].seconds = time.perf_counter() - t0
-        if ref.draws and not rows[-1].message:  # the plan ran; what it computed cannot be compared
+        if plan_ref.draws and not rows[-1].message:  # the plan ran; what it computed cannot be compared
             rows[-1].ok, rows[-1].message = False, f"UNCHECKED: {DRAWS}"
     return rows
 
@@ -277,12 +292,13 @@ def format_rows(rows: Sequence[PlanResult], baseline_plan: str = "gpu") -> list[
     head += " step ms | vs gpu |" if timed else ""
     lines = [head, "|" + "---|" * (head.count("|") - 1)]
     for r in rows:
+        plan = f"{r.plan} (vs accumulation)" if r.against else r.plan
         if r.message:
-            line = f"| {r.model} | {r.plan} | FAIL | {r.message} | | |"
+            line = f"| {r.model} | {plan} | FAIL | {r.message} | | |"
         else:
             worst = r.worst if len(r.worst) <= 32 else "…" + r.worst[-31:]
             line = (
-                f"| {r.model} | {r.plan} | {'ok' if r.ok else 'FAIL'} | {r.loss_error:.1e} | {r.grad_error:.1e} | "
+                f"| {r.model} | {plan} | {'ok' if r.ok else 'FAIL'} | {r.loss_error:.1e} | {r.grad_error:.1e} | "
                 f"{r.allowed_ratio:.2f} ({worst}) |"
             )
         if timed:

@@ -145,17 +145,22 @@ def resolve_graph_and_model(source: str, **capture_options: Any) -> tuple[OpGrap
     graph captured from a callable records it in ``meta["source"]``, so a saved
     graph file can say where its model comes from (``meta`` is outside the hash).
     """
+    return resolve_graph_model_inputs(source, **capture_options)[:2]
+
+
+def resolve_graph_model_inputs(source: str, **capture_options: Any) -> tuple[OpGraph, Any, tuple | None]:
+    """:func:`resolve_graph_and_model`, and the example inputs the model was captured on (None without a model)."""
     if os.path.exists(source):
-        return load(source), None
+        return load(source), None, None
     if source in zoo.names():
-        return zoo.graph(source, **capture_options), None
+        return zoo.graph(source, **capture_options), None, None
     if looks_like_callable(source):
         from graphs.torch_capture import capture  # torch: loaded only to capture
 
         model, inputs = load_callable(source)
         graph = capture(model, inputs, **capture_options)
         graph.meta["source"] = source
-        return graph, model
+        return graph, model, inputs
     if source.endswith((".json", ".gz", ".pt2")):
         raise PlacerError(f"{source}: no such file")
     raise PlacerError(f"{source}: not a graph file, zoo name ({', '.join(zoo.names())}) or module:callable")

@@ -311,8 +311,10 @@ for name in names:
         bad = [f"{r.plan}: {r.message or r.worst}" for r in rows if not r.ok]
         worst = max((r.allowed_ratio for r in rows if r.allowed_ratio == r.allowed_ratio), default=float("nan"))
         verdict = "ok" if not bad else "FAIL " + "; ".join(bad)
+        acc = sum(r.against == "accumulation" for r in rows)
+        against = f" ({acc} of them against gradient accumulation: the step mixes its batch)" if acc else ""
         print(
-            f"{name}: {verdict}: {len(rows)} plans, worst {worst:.2f}x the allowed error "
+            f"{name}: {verdict}: {len(rows)} plans{against}, worst {worst:.2f}x the allowed error "
             f"({time.perf_counter() - t:.0f} s)",
             flush=True,
         )

@@ -38,6 +38,8 @@ class Reference:
     #: The step draws random numbers (dropout, a layer that samples): the float64 and float32 steps, and a plan's,
     #: each drew their own, so the comparison has no verdict (:data:`DRAWS`).
     draws: bool = False
+    #: Over 1: the steps are gradient accumulation over this many microbatches (:func:`reference`).
+    microbatches: int = 1
 
 
 #: What a check of a step that draws random numbers says instead of a verdict.
@@ -94,23 +96,52 @@ def relative_error(x: torch.Tensor, ref: torch.Tensor, floor: float = 0.0) -> fl
     return diff / scale if scale > 0 else diff
 
 
-def reference(model: nn.Module, inputs: tuple) -> Reference:
-    """The float64 step of ``model`` on the CPU, and the unplaced float32 step's errors against it."""
+def reference(
+    model: nn.Module, inputs: tuple, microbatches: int = 1, batch_dim: int = 0, loss_reduction: str = "mean"
+) -> Reference:
+    """The float64 step of ``model`` on the CPU, and the unplaced float32 step's errors against it.
+
+    ``microbatches`` over 1: both steps are gradient accumulation over the parts of the batch a plan of that many
+    microbatches cuts (:func:`envs.real.pipeline.split_batch`; each part's loss weighted by its share of the batch
+    for a ``"mean"`` loss), the step such a plan computes where the model's step mixes the samples of its batch
+    (:func:`envs.real.pipeline.batch_mixing`); for any other model it is the whole batch's step, to rounding.
+    """
+    from envs.real.pipeline import microbatch_sizes, split_batch
+
+    parts, weights = [tuple(inputs)], [1.0]
+    if microbatches > 1:
+        parts = split_batch(tuple(inputs), microbatches, batch_dim)
+        sizes = microbatch_sizes(_batch_size(inputs, batch_dim), microbatches)
+        weights = [1.0] * microbatches if loss_reduction == "sum" else [n / sum(sizes) for n in sizes]
+
+    def step(m: nn.Module, cast: Any) -> torch.Tensor:
+        total = None
+        for part, w in zip(parts, weights):
+            loss = m(*[cast(x) for x in part])
+            (loss * w if w != 1.0 else loss).backward()
+            total = loss.detach() * w if total is None else total + loss.detach() * w
+        return total
+
     m64 = _held_float64(_eager_experts(copy.deepcopy(model)).double())
-    loss64 = m64(*[_float64(x) for x in inputs])
-    loss64.backward()
+    loss64 = step(m64, _float64)
     grads = parameter_grads(m64)
     ref = Reference(loss64.item(), grads, floor=1e-6 * max((float(g.norm()) for g in grads.values()), default=0.0))
+    ref.microbatches = max(1, microbatches)
     m32 = copy.deepcopy(model)
     state = torch.get_rng_state()
-    loss32 = m32(*inputs)
-    loss32.backward()
+    loss32 = step(m32, lambda x: x)
     ref.draws = not torch.equal(state, torch.get_rng_state())
     ref.plain_errors = {"loss": relative_error(loss32, loss64)}
     ref.plain_errors.update(
         {k: relative_error(g, grads[k], ref.floor) for k, g in parameter_grads(m32).items() if k in grads}
     )
     return ref
+
+
+def _batch_size(inputs: tuple, batch_dim: int) -> int:
+    from envs.real.pipeline import batched
+
+    return batched(tuple(inputs), batch_dim)[0] or 1
 
 
 def compare(

@@ -153,8 +153,9 @@ def batch_mixing(
     contrastive loss over the batch's pairs, an entropy over the batch's codes) does not, in the gradients even
     where the loss barely moves (a forecaster's batch norm before a squared error). None also where it cannot tell:
     the model draws random numbers (dropout: the whole batch and its parts draw different masks), returns no scalar
-    loss, or fails on its parts (the run's own error says why). Its buffers (batch norm's running statistics) and
-    the random state are restored.
+    loss, or fails on its parts (the run's own error says why). Its buffers (batch norm's running statistics), what
+    its forward keeps on its modules (a cache, a step counter: :func:`graphs.export.model_kept`) and the random state
+    are restored.
 
     >>> class Mean(nn.Module):
     ...     def forward(self, x):
@@ -171,6 +172,8 @@ def batch_mixing(
     pairs) within each microbatch, as gradient accumulation does, so its loss and gradients are not the whole
     batch's
     """
+    from graphs.export import model_kept
+
     if microbatches <= 1:
         return None
     try:
@@ -186,7 +189,7 @@ def batch_mixing(
 
     losses, grads = [], []
     try:
-        with torch.random.fork_rng(devices=devices):
+        with torch.random.fork_rng(devices=devices), model_kept(model):  # a counter or cache it keeps on itself too
             for part in (tuple(inputs), *parts):
                 before = state()
                 out = model(*part)

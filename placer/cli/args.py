@@ -121,14 +121,36 @@ def roofline_ranks_note(what: str) -> str:
     )
 
 
-def profiled_source(source: str, cluster: Any, profile: str | None, *, ranks: bool = False) -> tuple[OpGraph, Any, Any]:
-    """``(graph, model, cluster)`` of GRAPH argument ``source`` on ``cluster``: the model is None unless ``source`` is a
-    ``module:callable``, a stand-in loss is noted on stderr, and ``--profile``'s measured op times and links are on
-    the graph and the cluster (place, compare)."""
-    graph, model = sources.resolve_graph_and_model(source)
+def profiled_source(
+    source: str, cluster: Any, profile: str | None, *, ranks: bool = False
+) -> tuple[OpGraph, Any, tuple | None, Any]:
+    """``(graph, model, inputs, cluster)`` of GRAPH argument ``source`` on ``cluster``: the model and its example
+    inputs are None unless ``source`` is a ``module:callable``, a stand-in loss is noted on stderr, and
+    ``--profile``'s measured op times and links are on the graph and the cluster (place, compare)."""
+    graph, model, inputs = sources.resolve_graph_model_inputs(source)
     note_stand_in_loss(graph, source)
     graph, cluster = profiled(graph, cluster, profile, ranks=ranks)
-    return graph, model, cluster
+    return graph, model, inputs, cluster
+
+
+#: Models with more parameters than this are not run twice more on the host to check their batch (a minute or more).
+MIXING_CHECK_PARAMETERS = 200_000_000
+
+
+def warn_if_mixing(source: str, path: str, model: Any, inputs: tuple, microbatches: int) -> bool:
+    """Before a plan of ``microbatches`` (over 1) runs: a ``warning:`` line on stderr where the model's step mixes
+    the samples of its batch (:func:`envs.real.pipeline.batch_mixing`: a contrastive loss over the batch, batch
+    norm in training), whose gradients such a plan computes per microbatch, as gradient accumulation does. The
+    model runs a forward and a backward on the whole batch and on its parts first, on the host, where it has at most
+    :data:`MIXING_CHECK_PARAMETERS` parameters. True where it warned."""
+    if microbatches <= 1 or sum(p.numel() for p in model.parameters()) > MIXING_CHECK_PARAMETERS:
+        return False
+    from envs.real.pipeline import batch_mixing
+
+    line = batch_mixing(model, inputs, microbatches)
+    if line is not None:
+        print(f"{source} with {path}: warning: {line}", file=sys.stderr, flush=True)
+    return line is not None
 
 
 def check_method(name: str, option: str) -> str:

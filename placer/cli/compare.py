@@ -19,6 +19,7 @@ from placer.cli.args import (
     check_method,
     parse_options,
     profiled_source,
+    warn_if_mixing,
 )
 from placer.cli.output import print_json
 from placer.compare import SCORE_ORDERS, compare, plot
@@ -157,7 +158,10 @@ def run(args: argparse.Namespace) -> int:
     methods = _methods(args.methods)
     options = _options(args.option, methods)
     # the model, for the methods that need one (accelerate); measured op times and link speeds with --profile
-    graph, model, cluster = profiled_source(args.graph, cluster, args.profile, ranks=args.ranks)
+    graph, model, inputs, cluster = profiled_source(args.graph, cluster, args.profile, ranks=args.ranks)
+    split = [m for m in microbatches if m > 1]
+    if model is not None and split:  # the plans of microbatches compare gradient accumulation's step, if it differs
+        warn_if_mixing(args.graph, f"--microbatches {args.microbatches}", model, inputs, min(split))
     progress = Progress(enabled=not args.no_progress)  # lines on stderr: stdout keeps the table or the JSON
     names = methods if methods is not None else default_methods()
     started = time.perf_counter()

@@ -32,6 +32,7 @@ from placer.cli.args import (
     parse_options,
     profiled_source,
     roofline_ranks_note,
+    warn_if_mixing,
 )
 from placer.cli.output import counted
 from placer.compare.comparison import best_single
@@ -168,7 +169,7 @@ def run(args: argparse.Namespace) -> int:
         check_method(args.method, "--method")
     cluster = envs.resolve_cluster(args.cluster)
     options = parse_options(args.option)
-    graph, model, cluster = profiled_source(args.graph, cluster, args.profile, ranks=args.ranks)
+    graph, model, inputs, cluster = profiled_source(args.graph, cluster, args.profile, ranks=args.ranks)
     if model is not None and heuristic and registry.accepts(registry.get(args.method), "model"):
         options["model"] = model  # accelerate's device maps need the module
     for flag, value in (
@@ -199,6 +200,8 @@ def run(args: argparse.Namespace) -> int:
     if ranks is not None and ranks.status == "error" and placement.schedule is not None:
         raise PlacerError(f"--option schedule={placement.schedule}: {ranks.message}")  # the plan would not run
     placement.save(args.output)
+    if model is not None:  # a plan of microbatches of a step that mixes its batch computes gradient accumulation's
+        warn_if_mixing(args.graph, args.output, model, inputs, placement.microbatches)
     counts = ", ".join(f"{device}: {ops}" for device, ops in sorted(placement.device_counts().items()))
     step_ms = placement.meta["step_time_s"] * 1e3
     fit = envs.SimEnv(graph, cluster).simulate(

@@ -15,7 +15,6 @@ machines (``--nnodes``) meet at ``--rdzv-endpoint``::
 from __future__ import annotations
 
 import argparse
-import sys
 from typing import Any
 
 import envs
@@ -23,7 +22,7 @@ from envs.cluster import CLUSTER_ARG_HELP
 from graphs import sources
 from graphs.errors import PlacerError
 from graphs.plan import Placement
-from placer.cli.args import DEVICE_MAP_HELP, check_step_counts, measure_here
+from placer.cli.args import DEVICE_MAP_HELP, check_step_counts, measure_here, warn_if_mixing
 from placer.cli.output import print_json
 
 
@@ -248,26 +247,6 @@ def host_step_counts(module: Any, steps: int) -> dict[str, float] | None:
 
     runtime = runtime_of(module)
     return None if runtime is None else runtime.counts.median(steps)
-
-
-#: Models with more parameters than this are not run twice more on the host to check their batch (a minute or more).
-MIXING_CHECK_PARAMETERS = 200_000_000
-
-
-def warn_if_mixing(source: str, path: str, model: Any, inputs: tuple, microbatches: int) -> bool:
-    """Before a plan of ``microbatches`` (over 1) runs: a ``warning:`` line on stderr where the model's step mixes
-    the samples of its batch (:func:`envs.real.pipeline.batch_mixing`: a contrastive loss over the batch, batch
-    norm in training), whose gradients such a plan computes per microbatch, as gradient accumulation does. The
-    model runs a forward and a backward on the whole batch and on its parts first, on the host, where it has at most
-    :data:`MIXING_CHECK_PARAMETERS` parameters. True where it warned."""
-    if microbatches <= 1 or sum(p.numel() for p in model.parameters()) > MIXING_CHECK_PARAMETERS:
-        return False
-    from envs.real.pipeline import batch_mixing
-
-    line = batch_mixing(model, inputs, microbatches)
-    if line is not None:
-        print(f"{source} with {path}: warning: {line}", file=sys.stderr, flush=True)
-    return line is not None
 
 
 def check_devices(placement: Placement, cluster: Any, path: str) -> None:

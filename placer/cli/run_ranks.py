@@ -31,9 +31,9 @@ from graphs import sources
 from graphs.errors import PlacerError
 from graphs.plan import Placement
 from graphs.schema import check_float, check_int
-from placer.cli.args import check_step_counts
+from placer.cli.args import check_step_counts, warn_if_mixing
 from placer.cli.output import print_json
-from placer.cli.run import check_devices, warn_if_mixing
+from placer.cli.run import check_devices
 from placer.option_checks import check_input_file, check_output_file
 
 
@@ -172,8 +172,10 @@ def print_report(args: argparse.Namespace, report: dict[str, Any]) -> None:
         print(f"check against one process: UNCHECKED: {DRAWS}")
     elif check is not None:
         verdict = "ok" if check["ok"] else "FAIL"
+        M = check.get("accumulated", 1)
+        against = f" (its gradient accumulation over {M} microbatches: the step mixes its batch)" if M > 1 else ""
         print(
-            f"check against one process: {verdict} (loss rel. err {check['loss_error']:.1e}, worst gradient "
+            f"check against one process{against}: {verdict} (loss rel. err {check['loss_error']:.1e}, worst gradient "
             f"rel. err {check['grad_error']:.1e}; worst tensor {check['worst']} at {check['worst_ratio']:.2f}x "
             "the allowed error)"
         )

@@ -612,7 +612,19 @@ class _Variational(nn.Module):
         return (kl - words.log_prob(tokens).sum(-1) - self.prior.log_prob(z).sum(-1)).mean()
 
 
-def test_a_model_that_makes_distributions_in_its_forward_is_captured_and_its_program_computes_the_same():
+@pytest.fixture
+def distributions_checked():
+    """torch.distributions' value checks on (Python's default; a library imported by another test may turn them off
+    for the process: ``Distribution.set_default_validate_args(False)``)."""
+    was = torch.distributions.Distribution._validate_args
+    torch.distributions.Distribution.set_default_validate_args(True)
+    yield
+    torch.distributions.Distribution.set_default_validate_args(was)
+
+
+def test_a_model_that_makes_distributions_in_its_forward_is_captured_and_its_program_computes_the_same(
+    distributions_checked,
+):
     torch.manual_seed(0)
     model, x = _Variational(), torch.randn(3, 6)
     tokens = torch.randint(0, 5, (3, 6))

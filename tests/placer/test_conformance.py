@@ -125,6 +125,31 @@ class _MSE(torch.nn.Module):
         return torch.nn.functional.mse_loss(self.model(x), y)
 
 
+@pytest.mark.slow
+def test_plans_of_microbatches_of_a_step_that_mixes_its_batch_are_checked_against_gradient_accumulation():
+    """Batch norm in training: a plan of M microbatches normalises each by its own statistics, as gradient
+    accumulation does. Against the whole batch's step those plans fail by far; against accumulation over the same
+    parts they pass, and the rows say which; a plan of one microbatch is still checked against the whole batch."""
+    from torch import nn
+
+    from envs.real.conformance import reference
+
+    torch.manual_seed(0)
+    model = _MSE(nn.Sequential(nn.Linear(6, 16), nn.BatchNorm1d(16), nn.ReLU(), nn.Linear(16, 1))).train()
+    inputs = (torch.randn(8, 6), torch.randn(8, 1))
+    whole, parts = reference(model, inputs), reference(model, inputs, 2)
+    assert parts.microbatches == 2 and abs(parts.loss - whole.loss) > 1e-3 * abs(whole.loss)
+    rows = conformance.check_model("normed", built=(model, inputs), plan_names=["split", "split_m2", "pipe_m4"])
+    assert all(r.ok for r in rows), [(r.plan, r.worst, r.allowed_ratio) for r in rows]
+    assert [r.against for r in rows] == ["", "accumulation", "accumulation"]
+    assert "split_m2 (vs accumulation)" in "\n".join(conformance.format_rows(rows))
+    # what they are checked against is what they compute: the whole batch's reference fails them
+    graph = conformance.capture_program(model, inputs)[1]
+    plan = conformance.plans(graph, names=["split_m2"])["split_m2"]
+    ok = conformance.run_plan(model, inputs, graph, plan, whole)[0]
+    assert not ok
+
+
 def test_a_failing_plan_is_a_row_not_an_exception(monkeypatch):
     def broken(*args, **kwargs):
         raise RuntimeError("boom\nsecond line")

@@ -562,6 +562,15 @@ def test_the_text_report_says_step_time_spread_memory_and_check(capsys):
     drew = {**report, "check": {**report["check"], "ok": False, "draws": True}}
     print_report(argparse.Namespace(source="m:build"), drew)  # dropout: two draws compared, no verdict
     assert capsys.readouterr().out.splitlines()[7].startswith("check against one process: UNCHECKED: the step draws")
+    mixed = {**report, "check": {**report["check"], "ok": True, "accumulated": 2}}  # batch norm in 2 microbatches
+    print_report(argparse.Namespace(source="m:build"), mixed)
+    assert (
+        capsys.readouterr()
+        .out.splitlines()[7]
+        .startswith(
+            "check against one process (its gradient accumulation over 2 microbatches: the step mixes its batch): ok"
+        )
+    )
     one = {**report, "ranks": report["ranks"][:1], "stages": 1, "stage_table": report["stage_table"][:1]}
     print_report(argparse.Namespace(source="m:build"), one)  # a plan on one rank (a stage merged away)
     assert capsys.readouterr().out.startswith("m:build across 1 process (gpipe, 1 stage, 1 microbatch): ")
@@ -616,3 +625,30 @@ def test_the_text_report_puts_each_ranks_phases_beside_the_simulated(capsys):
     lines = capsys.readouterr().out.splitlines()
     at = next(k for k, line in enumerate(lines) if line.startswith("each rank's step, ms"))
     assert lines[at + 2].split() == "0 2.0 4.0 1.0 5.0 12.0".split()
+
+
+def test_check_compares_a_plan_of_microbatches_of_a_step_that_mixes_its_batch_with_gradient_accumulation():
+    """A job's ``--check`` reference: the whole batch's step, unless the plan has microbatches and the step mixes
+    the samples of its batch (batch norm in training), where it is gradient accumulation over the same parts."""
+    import types
+
+    import torch
+    from torch import nn
+
+    from envs.real.distributed.worker import check_reference
+
+    class Normed(nn.Module):
+        def __init__(self, norm: nn.Module):
+            super().__init__()
+            self.seq = nn.Sequential(nn.Linear(6, 8), norm, nn.Linear(8, 1))
+
+        def forward(self, x, y):
+            return nn.functional.mse_loss(self.seq(x).squeeze(-1), y)
+
+    torch.manual_seed(0)
+    inputs = (torch.randn(8, 6), torch.randn(8))
+    plan = types.SimpleNamespace(microbatches=2, loss_reduction="mean")
+    assert check_reference(Normed(nn.BatchNorm1d(8)), inputs, plan).microbatches == 2
+    assert check_reference(Normed(nn.LayerNorm(8)), inputs, plan).microbatches == 1  # per sample: the whole batch
+    plan.microbatches = 1
+    assert check_reference(Normed(nn.BatchNorm1d(8)), inputs, plan).microbatches == 1

@@ -413,8 +413,10 @@ class _Contrastive(nn.Module):
     def __init__(self) -> None:
         super().__init__()
         self.image, self.text = nn.Linear(6, 4), nn.Linear(5, 4)
+        self.calls = 0
 
     def forward(self, images, texts):
+        self.calls += 1
         logits = self.image(images) @ self.text(texts).T
         labels = torch.arange(len(images))
         return (nn.functional.cross_entropy(logits, labels) + nn.functional.cross_entropy(logits.T, labels)) / 2
@@ -457,7 +459,9 @@ def test_batch_mixing_names_a_step_that_mixes_its_batch_and_leaves_the_model_as_
     assert batch_mixing(separable, (x, y), 4) is None  # parts of 2, 2, 1, 1: the mean weighted by their shares
     assert batch_mixing(_Regression(separable.body, "sum"), (x, y), 3, loss_reduction="sum") is None
     summed = batch_mixing(_Regression(separable.body, "sum"), (x, y), 3)
-    assert summed.startswith("the model's loss is a sum over its batch, not a mean") and "loss_reduction='sum'" in summed
+    assert (
+        summed.startswith("the model's loss is a sum over its batch, not a mean") and "loss_reduction='sum'" in summed
+    )
     assert batch_mixing(_normed().eval().requires_grad_(False), (x,), 2) is None  # running statistics, no gradient
 
     normed = _Regression(_normed())
@@ -470,7 +474,9 @@ def test_batch_mixing_names_a_step_that_mixes_its_batch_and_leaves_the_model_as_
         assert torch.equal(t, before[k]), k
     assert all(p.grad is None for p in normed.parameters()) and torch.equal(torch.random.get_rng_state(), rng)
 
-    assert batch_mixing(_Contrastive(), (torch.randn(4, 6), torch.randn(4, 5)), 2).startswith("the step mixes")
+    contrastive = _Contrastive()
+    assert batch_mixing(contrastive, (torch.randn(4, 6), torch.randn(4, 5)), 2).startswith("the step mixes")
+    assert contrastive.calls == 0  # what its forward keeps on itself is as it was
     assert batch_mixing(_MixesOnlyTheGradient(), (x,), 2).startswith("the step mixes")  # seen in the gradients
     dropped = _Regression(nn.Sequential(nn.Linear(6, 8), nn.BatchNorm1d(8), nn.Dropout(0.5), nn.Linear(8, 1)))
     assert batch_mixing(dropped, (x, y), 2) is None  # it draws random numbers: cannot tell

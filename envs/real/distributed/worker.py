@@ -45,7 +45,7 @@ from envs.real.distributed.rank_plan import RankPlan
 from envs.real.distributed.ranks import check_world
 from envs.real.distributed.runtime import RankSchedule
 from envs.real.distributed.trace import ActionRecorder
-from envs.real.pipeline import export_microbatch
+from envs.real.pipeline import batch_mixing, export_microbatch
 from envs.real.slices import shorten_helper_slices
 from envs.real.timing import Protocol, adam, measure_steps, time_limit
 from envs.real.worker import build_model
@@ -175,6 +175,16 @@ def step_gradients(schedule: RankSchedule, inputs: Sequence[Any]) -> dict[str, A
     return {"loss": None if loss is None else float(loss), "grads": grads}
 
 
+def check_reference(model: nn.Module, inputs: tuple, plan: RankPlan) -> Reference:
+    """What ``--check`` compares the job's step with: the one-process step of the whole batch, or, where the plan
+    has microbatches and the model's step mixes the samples of its batch (:func:`envs.real.pipeline.batch_mixing`),
+    gradient accumulation over the same microbatches, which is what such a plan computes."""
+    M = plan.microbatches
+    if M > 1 and batch_mixing(model, inputs, M, loss_reduction=plan.loss_reduction) is not None:
+        return reference(model, inputs, M, loss_reduction=plan.loss_reduction)
+    return reference(model, inputs)
+
+
 def check_report(parts: Sequence[Mapping[str, Any]], ref: Reference, tied: Sequence[Sequence[str]]) -> dict[str, Any]:
     """Every rank's :func:`step_gradients` against the one-process ``ref``: ``{"ok", "worst", ...}``; not ok where
     the step draws random numbers (``"draws"``: no verdict, :data:`envs.real.conformance.DRAWS`).
@@ -195,6 +205,7 @@ def check_report(parts: Sequence[Mapping[str, Any]], ref: Reference, tied: Seque
     return {
         "ok": bool(ok) and not ref.draws,
         "draws": ref.draws,
+        "accumulated": ref.microbatches,  # over 1: against gradient accumulation over that many microbatches
         "loss_error": loss_error,
         "grad_error": grad_error,
         "worst": worst,
@@ -394,7 +405,7 @@ def run_rank(job: RankJob) -> dict[str, Any] | None:
         with one_process_world():  # the model is one process's (graphs.export.one_process_world)
             model, inputs = build_model(job.source, search_dir=job.source_dir)
             clock.lap("build")
-            ref = reference(model, inputs) if job.check and rank == 0 else None
+            ref = check_reference(model, inputs, plan) if job.check and rank == 0 else None
         if job.reuse_program:
             program, graph, reused = PROGRAMS.get(job.source, job.source_dir, model, inputs, plan)
         else:
