@@ -86,16 +86,18 @@ def profiled(
     return with_profile(graph, cluster, profile, device_map=device_map, ranks=ranks)
 
 
-def captured(source: str, progress: Any) -> OpGraph:
+def captured(source: str, progress: Any, microbatches: int = 1) -> OpGraph:
     """SOURCE's graph, with a line on ``progress`` (a :class:`placer.learn.progress.Progress`) before and after a
-    capture."""
+    capture; for plans of ``microbatches`` over 1 of a ``module:callable``, :func:`warn_if_mixing`'s line too."""
     if not sources.will_capture(source):
         return sources.resolve_graph(source)
     once = f"once: cached in {zoo.cache_dir()}" if source in zoo.names() else "a minute for a large model"
     progress.phase(f"capturing {source} with torch.export ({once})")
     t0 = time.perf_counter()
-    graph = sources.resolve_graph(source)
+    graph, model, inputs = sources.resolve_graph_model_inputs(source)
     progress.phase(f"captured {graph.num_ops:,} ops in {time.perf_counter() - t0:.0f} s")
+    if model is not None:
+        warn_if_mixing(source, f"--microbatches {microbatches}", model, inputs, microbatches)
     return graph
 
 

@@ -150,7 +150,7 @@ def run(args: argparse.Namespace) -> int:
         config = _resumed_config(config, given)
     cluster = envs.resolve_cluster(config.cluster)
     progress = Progress(enabled=config.progress)  # phase lines on stderr: a terminal, a file or a pipe alike
-    graph = captured(config.source, progress)
+    graph = captured(config.source, progress, config.microbatches)
     if config.env == "sim":  # real steps refuse such a model instead (placer.learn.run_scorers.measured_env)
         note_stand_in_loss(graph, config.source)
     graph, cluster = profiled(graph, cluster, config.profile, device_map=config.device_map, ranks=config.ranks)

@@ -377,6 +377,10 @@ def test_a_plan_of_microbatches_warns_where_the_step_mixes_the_samples_of_its_ba
     assert main([*argv, "--microbatches", "1,2"]) == 0
     assert "cli_run_model:build with --microbatches 1,2: warning: the step mixes" in capsys.readouterr().err
     assert main(argv) == 0 and "warning" not in capsys.readouterr().err
+    argv = ["train", "cli_run_model:build", "--cluster", "k80x2", "--iterations", "1", "--no-progress"]
+    assert main([*argv, "--microbatches", "2", "--logdir", "t2"]) == 0
+    assert "cli_run_model:build with --microbatches 2: warning: the step mixes" in capsys.readouterr().err
+    assert main([*argv, "--logdir", "t1"]) == 0 and "warning" not in capsys.readouterr().err
     # across processes too, before the ranks start (here they are not started)
     graph = capture(*cli_run_model.build())
     half = [1] * (graph.num_ops // 2) + [2] * (graph.num_ops - graph.num_ops // 2)
