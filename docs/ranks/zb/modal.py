@@ -262,48 +262,33 @@ def autoformer():
     return _forecaster("AutoformerConfig", "AutoformerForPrediction", num_time_features=1, lags_sequence=[1, 2, 3])
 
 
-def patchtst():
-    """PatchTST: patches of a multivariate series, each channel its own sequence, a mean squared error."""
+def _patches(cfg_name: str, model_name: str, **kw):
+    """A forecaster of 3 series from patches of 8 of their last 32 steps, 8 steps ahead, its loss a squared error."""
     torch.manual_seed(0)
     cfg = _config(
-        "PatchTSTConfig",
+        cfg_name,
         num_input_channels=3,
         context_length=32,
         patch_length=8,
         patch_stride=8,
         prediction_length=8,
         d_model=16,
-        num_hidden_layers=2,
-        num_attention_heads=2,
-        ffn_dim=32,
+        **kw,
     )
-    m = transformers.PatchTSTForPrediction(cfg).train()
+    m = getattr(transformers, model_name)(cfg).train()
     g = _gen()
-    return Loss(m, ("past_values", "future_values")), (
-        torch.randn(4, 32, 3, generator=g),
-        torch.randn(4, 8, 3, generator=g),
-    )
+    inputs = (torch.randn(4, 32, 3, generator=g), torch.randn(4, 8, 3, generator=g))
+    return Loss(m, ("past_values", "future_values")), inputs
+
+
+def patchtst():
+    """PatchTST: each channel its own sequence of patches, batch norm in its layers (its default)."""
+    return _patches("PatchTSTConfig", "PatchTSTForPrediction", num_hidden_layers=2, num_attention_heads=2, ffn_dim=32)
 
 
 def patchtsmixer():
     """PatchTSMixer: MLP-mixing of patches and channels."""
-    torch.manual_seed(0)
-    cfg = _config(
-        "PatchTSMixerConfig",
-        num_input_channels=3,
-        context_length=32,
-        patch_length=8,
-        patch_stride=8,
-        prediction_length=8,
-        d_model=16,
-        num_layers=2,
-    )
-    m = transformers.PatchTSMixerForPrediction(cfg).train()
-    g = _gen()
-    return Loss(m, ("past_values", "future_values")), (
-        torch.randn(4, 32, 3, generator=g),
-        torch.randn(4, 8, 3, generator=g),
-    )
+    return _patches("PatchTSMixerConfig", "PatchTSMixerForPrediction", num_layers=2)
 
 
 def speecht5():

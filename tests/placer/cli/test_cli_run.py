@@ -337,42 +337,11 @@ def test_a_plan_of_microbatches_warns_where_the_step_mixes_the_samples_of_its_ba
         assert (line in err) == warned and err.count("\n") == warned, err
         assert ("a plan of 2 microbatches computes what mixes them" in err) == warned
     # where the plan is made and where plans are compared
-    assert (
-        main(
-            [
-                "place",
-                "cli_run_model:build",
-                "--cluster",
-                "k80x2",
-                "--method",
-                "gpipe",
-                "-o",
-                "g.json",
-                "--option",
-                "microbatches=2",
-            ]
-        )
-        == 0
-    )
-    assert "cli_run_model:build with g.json: warning: the step mixes the samples" in capsys.readouterr().err
-    assert (
-        main(
-            [
-                "place",
-                "cli_run_model:unnormed",
-                "--cluster",
-                "k80x2",
-                "--method",
-                "gpipe",
-                "-o",
-                "g.json",
-                "--option",
-                "microbatches=2",
-            ]
-        )
-        == 0
-    )
-    assert "warning" not in capsys.readouterr().err
+    for source, warned in [("build", True), ("unnormed", False)]:
+        argv = ["place", f"cli_run_model:{source}", "--cluster", "k80x2", "--method", "gpipe", "-o", "g.json"]
+        assert main([*argv, "--option", "microbatches=2"]) == 0
+        err = capsys.readouterr().err
+        assert (f"cli_run_model:{source} with g.json: warning: the step mixes the samples" in err) == warned, err
     argv = ["compare", "cli_run_model:build", "--cluster", "k80x2", "--methods", "heft", "--no-progress"]
     assert main([*argv, "--microbatches", "1,2"]) == 0
     assert "cli_run_model:build with --microbatches 1,2: warning: the step mixes" in capsys.readouterr().err
