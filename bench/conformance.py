@@ -52,6 +52,7 @@ from envs.real.conformance import (  # noqa: F401  (moved there: the product's c
     FACTOR,
     FLOOR,
     Reference,
+    checked_reference,
     compare,
     parameter_grads,
     reference,
@@ -237,7 +238,7 @@ def check_model(
     # placer.apply as a user calls it); pipelined plans share one program at each microbatch size, exported
     # without the nodes' stack traces as the capture's is (they only name a line in an error of the capture)
     program, graph = capture_program(model, inputs, name=name)
-    ref = reference(model, inputs)
+    ref = checked_reference(model, inputs)
     copied = copies_keep_program(model, program)
     rows = []
     parts: dict[int, Any] = {}
@@ -248,7 +249,7 @@ def check_model(
     for k, (plan_name, placement) in enumerate(chosen.items()):
         M = placement.microbatches
         if mixes and M > 1 and M not in accumulated:
-            accumulated[M] = reference(model, inputs, M)
+            accumulated[M] = checked_reference(model, inputs, M)
         plan_ref = accumulated.get(M) or ref
         if k > 0 and placement.microbatches > 1 and placement.microbatches not in parts:
             with contextlib.suppress(Exception):  # a plan that cannot be cut fails as a row of its own
@@ -280,6 +281,8 @@ def check_model(
         rows[-1].seconds = time.perf_counter() - t0
         if plan_ref.draws and not rows[-1].message:  # the plan ran; what it computed cannot be compared
             rows[-1].ok, rows[-1].message = False, f"UNCHECKED: {DRAWS}"
+        if plan_ref.unchecked and not rows[-1].message:  # the plan ran; there is nothing to compare it with
+            rows[-1].ok, rows[-1].message = False, f"UNCHECKED: {plan_ref.unchecked}"
     return rows
 
 

@@ -312,7 +312,7 @@ for name in names:
         worst = max((r.allowed_ratio for r in rows if r.allowed_ratio == r.allowed_ratio), default=float("nan"))
         verdict = "ok" if not bad else "FAIL " + "; ".join(bad)
         acc = sum(r.against == "accumulation" for r in rows)
-        against = f" ({acc} of them against gradient accumulation: the step mixes its batch)" if acc else ""
+        against = f" ({acc} of them against gradient accumulation, the step they compute)" if acc else ""
         print(
             f"{name}: {verdict}: {len(rows)} plans{against}, worst {worst:.2f}x the allowed error "
             f"({time.perf_counter() - t:.0f} s)",

@@ -12,9 +12,10 @@ conformance corpus, ``placer run --check`` on one model.
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import math
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -40,6 +41,8 @@ class Reference:
     draws: bool = False
     #: Over 1: the steps are gradient accumulation over this many microbatches (:func:`reference`).
     microbatches: int = 1
+    #: Why there is no reference (:func:`checked_reference`: the model's float64 copy failed), else "": no verdict.
+    unchecked: str = ""
 
 
 #: What a check of a step that draws random numbers says instead of a verdict.
@@ -79,6 +82,26 @@ def _held_float64(model: nn.Module) -> nn.Module:
             if isinstance(value, torch.Tensor) and value.is_floating_point():
                 setattr(module, name, value.double())
     return model
+
+
+@contextlib.contextmanager
+def float64_by_default() -> Iterator[None]:
+    """``torch.get_default_dtype()`` is float64 through the block (the float64 reference's forward): a floating
+    tensor the model's code makes without a dtype (``torch.zeros(batch, hidden)``, an RNN's first state) is float64
+    like the copy's weights, where it would be float32 and fail the first matmul with them. The default again after.
+
+    >>> with float64_by_default():
+    ...     torch.zeros(1).dtype
+    torch.float64
+    >>> torch.zeros(1).dtype == torch.get_default_dtype()
+    True
+    """
+    was = torch.get_default_dtype()
+    torch.set_default_dtype(torch.float64)
+    try:
+        yield
+    finally:
+        torch.set_default_dtype(was)
 
 
 def relative_error(x: torch.Tensor, ref: torch.Tensor, floor: float = 0.0) -> float:
@@ -123,7 +146,8 @@ def reference(
         return total
 
     m64 = _held_float64(_eager_experts(copy.deepcopy(model)).double())
-    loss64 = step(m64, _float64)
+    with float64_by_default():  # a tensor the forward makes without a dtype (an RNN's zero state) is float64 too
+        loss64 = step(m64, _float64)
     grads = parameter_grads(m64)
     ref = Reference(loss64.item(), grads, floor=1e-6 * max((float(g.norm()) for g in grads.values()), default=0.0))
     ref.microbatches = max(1, microbatches)
@@ -136,6 +160,31 @@ def reference(
         {k: relative_error(g, grads[k], ref.floor) for k, g in parameter_grads(m32).items() if k in grads}
     )
     return ref
+
+
+def checked_reference(model: nn.Module, inputs: tuple, *args: Any, **kwargs: Any) -> Reference:
+    """:func:`reference`, or, where the model's float64 copy (or its float32 step) fails, a :class:`Reference` with
+    no numbers whose ``unchecked`` says why, naming the model's line: a plan's check then gives no verdict rather
+    than failing the run that was asked to be checked (a forward that makes a float32 tensor on purpose,
+    ``torch.eye(n, dtype=torch.float32)``, cannot be multiplied with the float64 copy's activations).
+    """
+    import traceback
+
+    from graphs.export import first_line, user_line
+
+    try:
+        return reference(model, inputs, *args, **kwargs)
+    except Exception as e:  # noqa: BLE001 (the model's own code, in a copy: any error is its)
+        where = user_line([(f.filename, f.lineno) for f in traceback.extract_tb(e.__traceback__)])
+        at = f" at {where}" if where else ""
+        return Reference(
+            math.nan,
+            {},
+            unchecked=(
+                f"the model's float64 copy, the check's reference, fails ({type(e).__name__}{at}: {first_line(e)}); "
+                "a tensor of a fixed float32 dtype in its forward, say"
+            ),
+        )
 
 
 def _batch_size(inputs: tuple, batch_dim: int) -> int:
@@ -159,4 +208,14 @@ def compare(
     return ratios[worst] <= 1.0, errors["loss"], grad_error, worst, ratios[worst]
 
 
-__all__ = ["DRAWS", "FACTOR", "FLOOR", "Reference", "compare", "parameter_grads", "reference", "relative_error"]
+__all__ = [
+    "DRAWS",
+    "FACTOR",
+    "FLOOR",
+    "Reference",
+    "checked_reference",
+    "compare",
+    "parameter_grads",
+    "reference",
+    "relative_error",
+]

@@ -143,19 +143,22 @@ def batch_mixing(
     *,
     rtol: float = 1e-4,
 ) -> str | None:
-    """Whether ``model``'s step mixes the samples of its batch, so that a plan of ``microbatches`` computes another
-    step than the whole batch's: the line that says so, or None.
+    """Whether a plan of ``microbatches`` computes another step than the whole batch's, because ``model``'s step
+    mixes the samples of its batch or its forward updates state the next microbatch reads: the line that says so,
+    or None.
 
-    The model's loss and its gradients on the whole of ``inputs`` against its microbatches' combined as the plan
-    combines them (weighted by their shares for a ``"mean"`` loss, added for a ``"sum"``), each from the same random
-    state (``torch.autograd.grad``: the parameters' ``.grad`` are left alone). A loss that is a mean (or sum) of
-    per-sample terms gives the same to rounding; a term over the batch (batch norm's statistics in training, a
-    contrastive loss over the batch's pairs, an entropy over the batch's codes) does not, in the gradients even
-    where the loss barely moves (a forecaster's batch norm before a squared error). None also where it cannot tell:
-    the model draws random numbers (dropout: the whole batch and its parts draw different masks), returns no scalar
-    loss, or fails on its parts (the run's own error says why). Its buffers (batch norm's running statistics), what
-    its forward keeps on its modules (a cache, a step counter: :func:`graphs.export.model_kept`) and the random state
-    are restored.
+    The model's loss and its gradients on the whole of ``inputs`` against its microbatches' run one after another as
+    the plan runs them, combined as the plan combines them (weighted by their shares for a ``"mean"`` loss, added
+    for a ``"sum"``), each from the same random state (``torch.autograd.grad``: the parameters' ``.grad`` are left
+    alone). A loss that is a mean (or sum) of per-sample terms gives the same to rounding. A term over the batch
+    (batch norm's statistics in training, a contrastive loss over the batch's pairs, an entropy over the batch's
+    codes) does not, in the gradients even where the loss barely moves (a forecaster's batch norm before a squared
+    error); nor does a forward that updates a buffer the next forward reads (spectral norm's power iteration: a plan
+    of M microbatches runs it M times a step), which the line tells apart by running the microbatches again, each
+    from the buffers as they were. None also where it cannot tell: the model draws random numbers (dropout: the
+    whole batch and its parts draw different masks), returns no scalar loss, or fails on its parts (the run's own
+    error says why). Its buffers (batch norm's running statistics), what its forward keeps on its modules (a cache,
+    a step counter: :func:`graphs.export.model_kept`) and the random state are restored.
 
     >>> class Mean(nn.Module):
     ...     def forward(self, x):
@@ -184,61 +187,81 @@ def batch_mixing(
     params = [p for p in model.parameters() if p.requires_grad]
     devices = sorted({t.device for t in (*model.parameters(), *model.buffers()) if t.device.type == "cuda"}, key=str)
 
-    def state() -> list[torch.Tensor]:
+    def rng() -> list[torch.Tensor]:
         return [torch.random.get_rng_state(), *(torch.cuda.get_rng_state(d) for d in devices)]
 
-    losses, grads = [], []
-    try:
-        with torch.random.fork_rng(devices=devices), model_kept(model):  # a counter or cache it keeps on itself too
-            for part in (tuple(inputs), *parts):
-                before = state()
-                out = model(*part)
-                if not all(torch.equal(a, b) for a, b in zip(state(), before)):
-                    return None  # it draws random numbers: the whole and the parts draw different ones
-                if not isinstance(out, torch.Tensor) or out.numel() != 1 or not out.is_floating_point():
-                    return None
-                used = out.requires_grad and params
-                got = torch.autograd.grad(out, params, allow_unused=True) if used else ()
-                grads.append([None if g is None else g.detach().double() for g in got])
-                losses.append(float(out.detach().double().cpu()))
-    except Exception:  # noqa: BLE001 (the plan's run names what fails on a microbatch, part_failure)
-        return None
-    finally:
+    def restore() -> None:
         with torch.no_grad():
             for b, saved in buffers:
                 b.copy_(saved)
-    shares = _shares(parts, batch_dim) or [1.0 / microbatches] * microbatches
 
-    def apart(weights: list[float]) -> tuple[float, bool]:
-        """The parts' loss combined with ``weights``, and whether it or its gradients are off the whole's."""
-        combined = sum(w * v for w, v in zip(weights, losses[1:]))
-        off, norm = 0.0, 0.0
-        for k, g in enumerate(grads[0]):
-            summed = [w * each[k] for w, each in zip(weights, grads[1:]) if each[k] is not None]
+    def step(part: tuple) -> tuple[float, list] | None:
+        """One forward and backward: the loss and the gradients; None where that cannot tell (see above)."""
+        before = rng()
+        out = model(*part)
+        if not all(torch.equal(a, b) for a, b in zip(rng(), before)):
+            return None  # it draws random numbers: the whole and the parts draw different ones
+        if not isinstance(out, torch.Tensor) or out.numel() != 1 or not out.is_floating_point():
+            return None
+        got = torch.autograd.grad(out, params, allow_unused=True) if out.requires_grad and params else ()
+        return float(out.detach().double().cpu()), [None if g is None else g.detach().double() for g in got]
+
+    shares = _shares(parts, batch_dim) or [1.0 / microbatches] * microbatches
+    weights = {"mean": shares, "sum": [1.0] * microbatches}
+
+    def off(whole: tuple, each: list, reduction: str) -> tuple[float, bool]:
+        """The parts' loss combined as ``reduction`` combines them, and whether it or its gradients are off the
+        whole's."""
+        w = weights[reduction]
+        combined = sum(wk * loss for wk, (loss, _) in zip(w, each))
+        apart, norm = 0.0, 0.0
+        for k, g in enumerate(whole[1]):
+            summed = [wk * grads[k] for wk, (_, grads) in zip(w, each) if grads[k] is not None]
             if g is None and not summed:
                 continue
             g = torch.zeros_like(summed[0]) if g is None else g
-            off += float((g - sum(summed, torch.zeros_like(g))).square().sum().cpu())
+            apart += float((g - sum(summed, torch.zeros_like(g))).square().sum().cpu())
             norm += float(g.square().sum().cpu())
-        whole = losses[0]
-        return combined, (
-            abs(combined - whole) > rtol * max(abs(whole), abs(combined), 1e-12)
-            or off**0.5 > rtol * max(norm**0.5, 1e-12)
-        )
+        far = abs(combined - whole[0]) > rtol * max(abs(whole[0]), abs(combined), 1e-12)
+        return combined, far or apart**0.5 > rtol * max(norm**0.5, 1e-12)
 
-    combined, off = apart([1.0] * microbatches if loss_reduction == "sum" else shares)
-    if not off:
+    try:
+        with torch.random.fork_rng(devices=devices), model_kept(model):  # a counter or cache it keeps on itself too
+            whole = step(tuple(inputs))
+            updates = any(not torch.equal(b, saved) for b, saved in buffers)  # the forward wrote a buffer
+            restore()
+            carried = [step(part) for part in parts]  # one after another, as the plan runs them
+            if whole is None or any(c is None for c in carried):
+                return None
+            combined, differs = off(whole, carried, loss_reduction)
+            if not differs:
+                return None
+            other = "mean" if loss_reduction == "sum" else "sum"
+            if not off(whole, carried, other)[1]:
+                return (
+                    f"the model's loss is a {other} over its batch, not a {loss_reduction}: its loss on the whole "
+                    f"batch is {whole[0]:.6g}, its {microbatches} microbatches' "
+                    f"{'summed' if other == 'sum' else 'mean'} the same; give loss_reduction={other!r}, or a plan of "
+                    f"{microbatches} microbatches combines them as a {loss_reduction}"
+                )
+            fresh = []
+            if updates:  # each microbatch again from the buffers as they were: is it the state, or the samples?
+                for part in parts:
+                    restore()
+                    fresh.append(step(part))
+    except Exception:  # noqa: BLE001 (the plan's run names what fails on a microbatch, part_failure)
         return None
-    other = "mean" if loss_reduction == "sum" else "sum"
-    if not apart(shares if other == "mean" else [1.0] * microbatches)[1]:
+    finally:
+        restore()
+    if fresh and all(f is not None for f in fresh) and not off(whole, fresh, loss_reduction)[1]:
         return (
-            f"the model's loss is a {other} over its batch, not a {loss_reduction}: its loss on the whole batch is "
-            f"{losses[0]:.6g}, its {microbatches} microbatches' {'summed' if other == 'sum' else 'mean'} the same; "
-            f"give loss_reduction={other!r}, or a plan of {microbatches} microbatches combines them as a "
-            f"{loss_reduction}"
+            f"the model's forward updates state its next forward reads (spectral norm's power iteration, a "
+            f"running count): its loss on the whole batch is {whole[0]:.6g}, its {microbatches} microbatches' "
+            f"combined {combined:.6g}; a plan of {microbatches} microbatches updates it once a microbatch, as "
+            "gradient accumulation does, so its loss and gradients are not the whole batch's"
         )
     return (
-        f"the step mixes the samples of its batch: its loss on the whole batch is {losses[0]:.6g}, its "
+        f"the step mixes the samples of its batch: its loss on the whole batch is {whole[0]:.6g}, its "
         f"{microbatches} microbatches' combined {combined:.6g}; a plan of {microbatches} microbatches computes what "
         "mixes them (batch norm's statistics in training, a loss over the batch's pairs) within each microbatch, as "
         "gradient accumulation does, so its loss and gradients are not the whole batch's"

@@ -170,10 +170,12 @@ def print_report(args: argparse.Namespace, report: dict[str, Any]) -> None:
         from envs.real.conformance import DRAWS
 
         print(f"check against one process: UNCHECKED: {DRAWS}")
+    elif check is not None and check.get("unchecked"):
+        print(f"check against one process: UNCHECKED: {check['unchecked']}")
     elif check is not None:
         verdict = "ok" if check["ok"] else "FAIL"
         M = check.get("accumulated", 1)
-        against = f" (its gradient accumulation over {M} microbatches: the step mixes its batch)" if M > 1 else ""
+        against = f" (its gradient accumulation over {M} microbatches, the step the plan computes)" if M > 1 else ""
         print(
             f"check against one process{against}: {verdict} (loss rel. err {check['loss_error']:.1e}, worst gradient "
             f"rel. err {check['grad_error']:.1e}; worst tensor {check['worst']} at {check['worst_ratio']:.2f}x "

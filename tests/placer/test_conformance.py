@@ -116,6 +116,52 @@ def test_a_tensor_a_model_holds_outside_its_parameters_and_buffers_is_float64_in
     assert ref.plain_errors["loss"] < 1e-6 and model.group.dtype == torch.float32  # the model itself untouched
 
 
+def test_a_tensor_the_forward_makes_without_a_dtype_is_float64_in_the_reference():
+    """An RNN written by hand starts from ``torch.zeros(batch, hidden)``: float32 by default, which the float64
+    copy's first matmul refused (``float != double``)."""
+    from torch import nn
+
+    from envs.real.conformance import reference
+
+    class Recurrent(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.inp, self.rec = nn.Linear(3, 4), nn.Linear(4, 4)
+
+        def forward(self, x):
+            h = torch.zeros(x.shape[0], 4)
+            for t in range(x.shape[1]):
+                h = torch.tanh(self.inp(x[:, t]) + self.rec(h))
+            return h.square().mean()
+
+    torch.manual_seed(0)
+    ref = reference(Recurrent(), (torch.randn(2, 5, 3),))
+    assert ref.plain_errors["loss"] < 1e-6 and torch.get_default_dtype() == torch.float32
+
+
+def test_a_reference_the_float64_copy_cannot_compute_gives_no_verdict_naming_the_line():
+    from torch import nn
+
+    from envs.real.conformance import checked_reference
+    from envs.real.distributed.worker import check_report
+
+    class Fixed(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.a = nn.Linear(4, 4)
+
+        def forward(self, x):
+            return (self.a(x) @ torch.eye(4, dtype=torch.float32)).square().mean()  # float32 on purpose
+
+    ref = checked_reference(Fixed(), (torch.randn(2, 4),))
+    assert ref.unchecked.startswith("the model's float64 copy, the check's reference, fails (RuntimeError at ")
+    assert "test_conformance.py:" in ref.unchecked and "\n" not in ref.unchecked
+    assert check_report([], ref, []) == {"ok": False, "draws": False, "unchecked": ref.unchecked}
+    assert not checked_reference(_MSE(nn.Linear(4, 1)), (torch.randn(2, 4), torch.randn(2, 1))).unchecked
+    rows = conformance.check_model("fixed", built=(Fixed(), (torch.randn(2, 4),)), plan_names=["gpu"])
+    assert not rows[0].ok and rows[0].message == f"UNCHECKED: {ref.unchecked}"  # the plan ran, with no verdict
+
+
 class _MSE(torch.nn.Module):
     def __init__(self, model):
         super().__init__()

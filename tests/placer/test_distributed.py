@@ -562,13 +562,16 @@ def test_the_text_report_says_step_time_spread_memory_and_check(capsys):
     drew = {**report, "check": {**report["check"], "ok": False, "draws": True}}
     print_report(argparse.Namespace(source="m:build"), drew)  # dropout: two draws compared, no verdict
     assert capsys.readouterr().out.splitlines()[7].startswith("check against one process: UNCHECKED: the step draws")
+    why = "the model's float64 copy, the check's reference, fails (RuntimeError at m.py:7: ...)"
+    print_report(argparse.Namespace(source="m:build"), {**report, "check": {"ok": False, "unchecked": why}})
+    assert capsys.readouterr().out.splitlines()[7] == f"check against one process: UNCHECKED: {why}"
     mixed = {**report, "check": {**report["check"], "ok": True, "accumulated": 2}}  # batch norm in 2 microbatches
     print_report(argparse.Namespace(source="m:build"), mixed)
     assert (
         capsys.readouterr()
         .out.splitlines()[7]
         .startswith(
-            "check against one process (its gradient accumulation over 2 microbatches: the step mixes its batch): ok"
+            "check against one process (its gradient accumulation over 2 microbatches, the step the plan computes): ok"
         )
     )
     one = {**report, "ranks": report["ranks"][:1], "stages": 1, "stage_table": report["stage_table"][:1]}

@@ -478,6 +478,11 @@ def test_batch_mixing_names_a_step_that_mixes_its_batch_and_leaves_the_model_as_
     assert batch_mixing(contrastive, (torch.randn(4, 6), torch.randn(4, 5)), 2).startswith("the step mixes")
     assert contrastive.calls == 0  # what its forward keeps on itself is as it was
     assert batch_mixing(_MixesOnlyTheGradient(), (x,), 2).startswith("the step mixes")  # seen in the gradients
+    # spectral norm's power iteration: each forward updates the vectors the next reads; a plan of 2 microbatches runs
+    # it twice a step. Told apart from mixing, though the buffers change either way (batch norm's running statistics)
+    spectral = _Regression(nn.Sequential(nn.utils.parametrizations.spectral_norm(nn.Linear(6, 8)), nn.Linear(8, 1)))
+    assert batch_mixing(spectral, (x, y), 2).startswith("the model's forward updates state its next forward reads")
+    assert batch_mixing(spectral.eval(), (x, y), 2) is None  # in eval the iteration does not run
     dropped = _Regression(nn.Sequential(nn.Linear(6, 8), nn.BatchNorm1d(8), nn.Dropout(0.5), nn.Linear(8, 1)))
     assert batch_mixing(dropped, (x, y), 2) is None  # it draws random numbers: cannot tell
     assert batch_mixing(normed, (x, y), 1) is None and batch_mixing(normed, (x[:1], y[:1]), 2) is None

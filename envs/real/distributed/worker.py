@@ -40,7 +40,7 @@ from torch.distributed.elastic.multiprocessing.errors import record
 from torch.utils._pytree import tree_leaves  # noqa: PLC2701 (torch has no public pytree module)
 
 from envs.real.allocator import thread_cache_off
-from envs.real.conformance import Reference, compare, reference
+from envs.real.conformance import Reference, checked_reference, compare
 from envs.real.distributed.rank_plan import RankPlan
 from envs.real.distributed.ranks import check_world
 from envs.real.distributed.runtime import RankSchedule
@@ -177,12 +177,13 @@ def step_gradients(schedule: RankSchedule, inputs: Sequence[Any]) -> dict[str, A
 
 def check_reference(model: nn.Module, inputs: tuple, plan: RankPlan) -> Reference:
     """What ``--check`` compares the job's step with: the one-process step of the whole batch, or, where the plan
-    has microbatches and the model's step mixes the samples of its batch (:func:`envs.real.pipeline.batch_mixing`),
-    gradient accumulation over the same microbatches, which is what such a plan computes."""
+    has microbatches and they compute another step (:func:`envs.real.pipeline.batch_mixing`: the model's step mixes
+    the samples of its batch, or its forward updates state the next one reads), gradient accumulation over the same
+    microbatches, which is what such a plan computes."""
     M = plan.microbatches
     if M > 1 and batch_mixing(model, inputs, M, loss_reduction=plan.loss_reduction) is not None:
-        return reference(model, inputs, M, loss_reduction=plan.loss_reduction)
-    return reference(model, inputs)
+        return checked_reference(model, inputs, M, loss_reduction=plan.loss_reduction)
+    return checked_reference(model, inputs)
 
 
 def check_report(parts: Sequence[Mapping[str, Any]], ref: Reference, tied: Sequence[Sequence[str]]) -> dict[str, Any]:
@@ -192,6 +193,8 @@ def check_report(parts: Sequence[Mapping[str, Any]], ref: Reference, tied: Seque
     A tied parameter is reported under the names its stages read it by; its other
     names (``tied``, the graph's ``meta["tied_params"]``) get the same gradient.
     """
+    if ref.unchecked:
+        return {"ok": False, "draws": False, "unchecked": ref.unchecked}
     grads: dict[str, torch.Tensor] = {}
     for part in parts:
         grads.update(part["grads"])
