@@ -230,6 +230,50 @@ def orphan_parameters(outputs: Sequence[Any], inputs: Sequence[Any], params: Seq
     return [p for p in params if p.requires_grad and _get_grad_fn_or_grad_acc(p) in apart]
 
 
+def merged_param_groups(groups: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Torch's zero-bubble parameter groups (``stage_backward_input``'s), merged where they share a parameter or an
+    intermediate: each parameter in one group, so its weight part counts each path once.
+
+    Torch's ``get_param_groups`` joins a parameter's group to the group of each intermediate it meets one at a
+    time, so a parameter that meets the intermediates of two groups already apart leaves both groups holding it and
+    their intermediates: its weight part (``stage_backward_weight``) then adds its gradient twice, and the other
+    parameters of both groups' too. Seen on SigLIP's pooling head (``nn.MultiheadAttention``'s packed projection,
+    read by a learned query's branch and by the tokens' branch): its gradients came out 1.0 and 0.67 relative
+    error apart from one process's, by the order a set was walked in. Each merged group keeps each intermediate
+    once, with the gradients a hook of any of its groups took there (one node's hooks all see the same).
+    """
+    parent = list(range(len(groups)))
+
+    def root(i: int) -> int:
+        while parent[i] != i:
+            parent[i] = parent[parent[i]]
+            i = parent[i]
+        return i
+
+    owner: dict[Any, int] = {}
+    for i, group in enumerate(groups):
+        for node in (*group["params"], *group["intermediates"]):
+            j = owner.setdefault(node, i)
+            if root(j) != root(i):
+                parent[root(j)] = root(i)
+    merged: dict[int, dict[str, Any]] = {}
+    for i, group in enumerate(groups):
+        into = merged.setdefault(root(i), {"params": set(), "intermediates": [], "grads": []})
+        into["params"] |= set(group["params"])
+        grads = group.get("grads") or [None] * len(group["intermediates"])
+        for node, grad in zip(group["intermediates"], grads):
+            if node in into["intermediates"]:
+                k = into["intermediates"].index(node)
+                into["grads"][k] = into["grads"][k] if into["grads"][k] is not None else grad
+            else:
+                into["intermediates"].append(node)
+                into["grads"].append(grad)
+    for group in merged.values():
+        if any(g is None for g in group["grads"]):
+            group["grads"] = [g if g is not None else () for g in group["grads"]]  # a node no gradient reached
+    return list(merged.values())
+
+
 def mend_split_backward(stage: Any) -> None:
     """Make ``stage`` (a torch ``PipelineStage`` under a zero-bubble schedule) compute every gradient.
 
@@ -238,9 +282,10 @@ def mend_split_backward(stage: Any) -> None:
     add their other paths' part twice). Which parameters they are is found at the stage's first input part (the
     program does not change between microbatches or steps). Only this stage object's method is wrapped.
 
-    Its weight part also keeps the microbatch's graph until the step drops it: torch runs each parameter group's
-    with ``retain_graph=False``, which frees what the next group still needs where two groups' paths meet below
-    their intermediates (Whisper's stages).
+    Its parameter groups are merged where torch's share a parameter (:func:`merged_param_groups`; torch's count such
+    a parameter's gradient twice). Its weight part also keeps the microbatch's graph until the step drops it: torch
+    runs each parameter group's with ``retain_graph=False``, which frees what the next group still needs where two
+    groups' paths meet below their intermediates (Whisper's stages).
     """
     from torch.distributed.pipelining._backward import (  # noqa: PLC2701
         _get_grad_fn_or_grad_acc,
@@ -276,6 +321,8 @@ def mend_split_backward(stage: Any) -> None:
                 if g is not None:
                     p.grad = g if p.grad is None else p.grad + g
         grads_input, groups = inner(backward_type, bwd_kwargs, *args, **kwargs)
+        if groups:
+            groups[:] = merged_param_groups(groups)
         if orphans and groups:
             done = {_get_grad_fn_or_grad_acc(p) for p in orphans}
             for group in groups:

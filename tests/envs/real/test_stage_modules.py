@@ -283,6 +283,61 @@ def test_stages_cut_for_a_split_backward_return_fresh_tensors_and_send_dense_gra
     torch.testing.assert_close(loss, ref)
 
 
+def test_a_parameter_that_meets_two_of_torch_s_groups_gets_its_gradient_once_in_the_weight_part():
+    """Torch's zero-bubble split: Q meets the inputs' paths at A, R at B, and P at both. Torch's groups keep P (and
+    Q or R) in two groups, and its weight part added their gradients twice (SigLIP's pooling head, 1.0 relative
+    error across ranks); merged, every gradient is one process's."""
+    from torch.distributed.pipelining._backward import (  # noqa: PLC2701 (torch's split, as the schedule calls it)
+        stage_backward_input,
+        stage_backward_weight,
+    )
+
+    from envs.real.distributed.runtime import mend_split_backward, merged_param_groups
+
+    def step():
+        torch.manual_seed(0)
+        x = torch.randn(3, requires_grad=True)
+        weights = [nn.Parameter(torch.randn(3)) for _ in range(3)]
+        q, r, p = weights
+        u = x * 2
+        return x, weights, (u * (q + p)).sum() + (u * (r * p)).sum()  # A: u * (q + p); B: u * (r * p)
+
+    x, weights, loss = step()
+    expected = torch.autograd.grad(loss, weights)
+    for merge in (False, True):
+        x, weights, loss = step()
+        _, groups = stage_backward_input([loss], None, [x], iter(weights))
+        if merge:
+            groups = merged_param_groups(groups)
+            assert len(groups) == 1 and len(groups[0]["intermediates"]) == 2
+        stage_backward_weight(iter(weights), groups, retain_graph=True)
+        twice = [not torch.allclose(w.grad, e) for w, e in zip(weights, expected)]
+        assert any(twice) != merge  # torch's own groups count some twice; merged, none
+        if merge:
+            for w, e in zip(weights, expected):
+                torch.testing.assert_close(w.grad, e)
+
+    # as a stage's zero-bubble split runs it: input part, then weight part, through the mended stage
+    class Stage:
+        def __init__(self, weights):
+            self.submod = nn.ParameterList(weights)
+
+        def backward_maybe_with_nosync(self, backward_type, bwd_kwargs, last_backward=False):
+            assert backward_type == "input"  # the mended stage runs the weight part itself
+            args = (bwd_kwargs["stage_output"], bwd_kwargs["output_grads"], bwd_kwargs["input_values"])
+            return stage_backward_input(*args, self.submod.parameters())
+
+    x, weights, loss = step()
+    stage = Stage(weights)
+    mend_split_backward(stage)
+    _, groups = stage.backward_maybe_with_nosync(
+        "input", {"stage_output": [loss], "output_grads": None, "input_values": [x]}
+    )
+    stage.backward_maybe_with_nosync("weight", {"param_groups": groups})
+    for w, e in zip(stage.submod, expected):
+        torch.testing.assert_close(w.grad, e)
+
+
 def test_orphan_parameters_are_those_with_a_path_to_the_outputs_that_meets_no_input():
     from envs.real.distributed.runtime import orphan_parameters
 
