@@ -51,6 +51,7 @@ def compile_for_model(
     :func:`envs.real.distributed.rank_plan.compile_plan` (``rank_map``, ``backend``,
     ``nproc_per_node``, ``device_map``, ``loss_reduction``).
     """
+    from envs.real.distributed.stage_modules import carried_values
     from envs.real.pipeline import export_microbatch
     from graphs.torch_capture import export_program, graph_from_program
 
@@ -77,7 +78,9 @@ def compile_for_model(
     if M > 1:
         program = export_microbatch(model, inputs, M, source="example_inputs")
         part = graph_from_program(program)
-    return compile_plan(captured, placement, program=part, **options), program
+    plan = compile_plan(captured, placement, program=part, **options)
+    carried_values(program.module(), [s.ops for s in plan.stages])  # a cut every rank would refuse: here, once
+    return plan, program
 
 
 def stages(

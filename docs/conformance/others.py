@@ -26,6 +26,10 @@ docs/ranks/zb/others.py (the probe of plans across processes) and 12 more. From 
     PYTHONPATH=. python docs/conformance/others.py --ode --homes > docs/conformance/ode_homes.log
     PYTHONPATH=. python docs/conformance/others.py --rev > docs/conformance/rev.log
     PYTHONPATH=. python docs/conformance/others.py --rev --homes > docs/conformance/rev_homes.log
+    PYTHONPATH=. python docs/conformance/others.py --modal > docs/conformance/modal.log
+    PYTHONPATH=. python docs/conformance/others.py --modal --homes > docs/conformance/modal_homes.log
+    PYTHONPATH=. python docs/conformance/others.py --param > docs/conformance/param.log
+    PYTHONPATH=. python docs/conformance/others.py --param --homes > docs/conformance/param_homes.log
     PYTHONPATH=. python docs/conformance/others.py --lora > docs/conformance/lora.log
     PYTHONPATH=. python docs/conformance/others.py --lora --homes > docs/conformance/lora_homes.log
 
@@ -41,6 +45,8 @@ vector-quantize-pytorch``.
 ``--ode``: torchdiffeq's neural ODEs, docs/ranks/zb/ode.py; needs ``pip install --no-deps torchdiffeq``.
 ``--rev``: layers that are their libraries' own autograd Functions (mambapy, reformer-pytorch, revtorch, entmax,
 pytorch-tabnet) and zuko's flows, docs/ranks/zb/rev.py; needs the ``pip install --no-deps`` its doc names.
+``--modal``: speech, image-text, Fourier, forecasting and long-attention models of transformers,
+docs/ranks/zb/modal.py. ``--param``: models whose weights are torch.nn parametrizations, docs/ranks/zb/param.py.
 ``--lora``: fine-tuning with frozen weights, peft's LoRA and a frozen backbone, docs/lora/lora.py;
 needs ``pip install peft``.)
 
@@ -276,6 +282,10 @@ if "--modal" in args:  # speech, image-text, Fourier, forecasting, long-attentio
     import modal
 
     MODELS = modal.MODELS
+if "--param" in args:  # torch.nn parametrizations: spectral norm, weight norm, orthogonal (docs/ranks/zb/param.py)
+    import param
+
+    MODELS = param.MODELS
 if "--lora" in args:  # fine-tuning with frozen weights instead (docs/lora/lora.py; pip install peft)
     sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "lora"))
     import lora
@@ -295,6 +305,7 @@ flags = (
     "--ode",
     "--rev",
     "--modal",
+    "--param",
     "--lora",
     "-v",
 )

@@ -131,7 +131,88 @@ def carried_values(gm: fx.GraphModule, stage_ops: Sequence[Sequence[str]]) -> li
                     "with it)"
                 )
         carried.append(values)
+        for v in values:
+            buffer = _written_buffer(gm, v, s, stage)
+            if buffer is not None:
+                raise PlacerError(
+                    f"stage cut: buffer {buffer!r} is written in place in stage {s} through {v.name}, which stage "
+                    f"{max(stage[v], 0)} sends it; a stage writes its own copy of what it receives, so the write "
+                    "would never reach the buffer (spectral norm applied twice in one forward, say): place the ops "
+                    "that read and write it in one stage"
+                )
     return carried
+
+
+def _written_buffer(gm: fx.GraphModule, value: fx.Node, s: int, stage: dict[fx.Node, int]) -> str | None:
+    """The buffer ``value`` is (an alias of it: the buffer itself, a view, what an op wrote into it and returned)
+    where an op of stage ``s`` writes ``value`` in place; else None. Writes inside a region the export kept whole
+    (``wrap_with_set_grad_enabled``: spectral norm's power iteration under ``no_grad``, ``out=`` its buffers) count."""
+    written = any(
+        stage.get(user) == s and value in _writes(gm, user) for user in value.users if user.op == "call_function"
+    )
+    if not written:
+        return None
+    node = value
+    while True:
+        if node.op == "get_attr":
+            target = str(node.target)
+            return target if target in dict(gm.named_buffers()) else None
+        if node.op != "call_function":
+            return None
+        source = _region_output_source(gm, node)  # before the views: a region's outputs are its getitems
+        if source is not None:
+            node = source
+        elif is_alias(node.target) and node.args and isinstance(node.args[0], fx.Node):
+            node = node.args[0]
+        else:
+            return None
+
+
+def _writes(gm: fx.GraphModule, node: fx.Node) -> list[fx.Node]:
+    """The values ``node`` writes in place: its written arguments, and a region's operands its body writes."""
+    out = []
+    for i, name in written_arguments(node.target, hidden=False):
+        given = node.args[i] if i < len(node.args) else node.kwargs.get(name)
+        if isinstance(given, fx.Node):
+            out.append(given)
+    body, operands = _region(gm, node)
+    if body is not None:
+        places = [n for n in body.graph.nodes if n.op == "placeholder"]
+        for n in body.graph.nodes:
+            if n.op == "call_function" and n.kwargs.get("out") in places:
+                out.append(operands[places.index(n.kwargs["out"])])
+            for i, name in written_arguments(n.target, hidden=False) if n.op == "call_function" else ():
+                given = n.args[i] if i < len(n.args) else n.kwargs.get(name)
+                if given in places:
+                    out.append(operands[places.index(given)])
+    return out
+
+
+def _region(gm: fx.GraphModule, node: fx.Node) -> tuple[Any, list]:
+    """``(body, operands)`` of a ``wrap_with_set_grad_enabled`` region's node, else ``(None, [])``."""
+    if node.op != "call_function" or getattr(node.target, "__name__", "") != "wrap_with_set_grad_enabled":
+        return None, []
+    body = node.args[1] if len(node.args) > 1 else None
+    if not isinstance(body, fx.Node) or body.op != "get_attr":
+        return None, []
+    return _attribute(gm, str(body.target)), list(node.args[2:])
+
+
+def _region_output_source(gm: fx.GraphModule, node: fx.Node) -> fx.Node | None:
+    """For ``getitem(region, i)`` where the region's output ``i`` is what its body wrote into an operand (``out=``):
+    that operand. Else None."""
+    if getattr(node.target, "__name__", "") != "getitem" or not isinstance(node.args[0], fx.Node):
+        return None
+    body, operands = _region(gm, node.args[0])
+    if body is None:
+        return None
+    places = [n for n in body.graph.nodes if n.op == "placeholder"]
+    output = next(n for n in body.graph.nodes if n.op == "output")
+    results = output.args[0] if isinstance(output.args[0], (list, tuple)) else [output.args[0]]
+    result = results[node.args[1]] if isinstance(node.args[1], int) and node.args[1] < len(results) else None
+    if isinstance(result, fx.Node) and result.op == "call_function" and result.kwargs.get("out") in places:
+        return operands[places.index(result.kwargs["out"])]
+    return None
 
 
 def stage_programs(
