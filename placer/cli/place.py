@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import inspect
+import sys
 import threading
 from collections.abc import Iterator
 from typing import Any
@@ -202,6 +203,8 @@ def run(args: argparse.Namespace) -> int:
     placement.save(args.output)
     if model is not None:  # a plan of microbatches of a step that mixes its batch computes gradient accumulation's
         warn_if_mixing(args.graph, args.output, model, inputs, placement.microbatches)
+    if model is not None and ranks is not None and ranks.ok:
+        warn_if_cut_refused(args.graph, args.output, model, inputs, placement)
     counts = ", ".join(f"{device}: {ops}" for device, ops in sorted(placement.device_counts().items()))
     step_ms = placement.meta["step_time_s"] * 1e3
     fit = envs.SimEnv(graph, cluster).simulate(
@@ -262,6 +265,22 @@ def run(args: argparse.Namespace) -> int:
         )
         print(f"  best of {m['decodes']} decodes of the policy{refined}: {m['found_by']}, in {m['place_time_s']:.1f} s")
     return 0
+
+
+def warn_if_cut_refused(source: str, path: str, model: Any, inputs: tuple, placement: Placement) -> bool:
+    """A ``warning:`` line on stderr where ``placer run --nproc-per-node`` would refuse the plan's cut of the model's
+    program (:func:`placer.distributed.compile_for_model`: a buffer written in a stage that received it, say), which
+    the searches do not yet avoid; the model is exported once more. True where it warned."""
+    from placer.distributed import compile_for_model
+
+    try:
+        compile_for_model(model, inputs, placement)
+    except PlacerError as e:
+        if not str(e).startswith("stage cut:"):
+            return False
+        print(f"{source} with {path}: warning: this plan cannot run across processes: {e}", file=sys.stderr)
+        return True
+    return False
 
 
 def roofline_note(ranks: Any, profile: str | None) -> str | None:
