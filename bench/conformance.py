@@ -55,6 +55,7 @@ from envs.real.conformance import (  # noqa: F401  (moved there: the product's c
     checked_reference,
     compare,
     parameter_grads,
+    plan_reference,
     reference,
     relative_error,
 )
@@ -249,7 +250,7 @@ def check_model(
     for k, (plan_name, placement) in enumerate(chosen.items()):
         M = placement.microbatches
         if mixes and M > 1 and M not in accumulated:
-            accumulated[M] = checked_reference(model, inputs, M)
+            accumulated[M] = plan_reference(model, inputs, M, mixes=True)
         plan_ref = accumulated.get(M) or ref
         if k > 0 and placement.microbatches > 1 and placement.microbatches not in parts:
             with contextlib.suppress(Exception):  # a plan that cannot be cut fails as a row of its own

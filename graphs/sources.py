@@ -135,21 +135,17 @@ def will_capture(source: str) -> bool:
 
 def resolve_graph(source: str, **capture_options: Any) -> OpGraph:
     """An :class:`OpGraph` from any SOURCE."""
-    return resolve_graph_and_model(source, **capture_options)[0]
-
-
-def resolve_graph_and_model(source: str, **capture_options: Any) -> tuple[OpGraph, Any]:
-    """The :class:`OpGraph` of any SOURCE and, for a ``module:callable``, its model (else None).
-
-    The model is for the methods that need one (accelerate's device maps); a
-    graph captured from a callable records it in ``meta["source"]``, so a saved
-    graph file can say where its model comes from (``meta`` is outside the hash).
-    """
-    return resolve_graph_model_inputs(source, **capture_options)[:2]
+    return resolve_graph_model_inputs(source, **capture_options)[0]
 
 
 def resolve_graph_model_inputs(source: str, **capture_options: Any) -> tuple[OpGraph, Any, tuple | None]:
-    """:func:`resolve_graph_and_model`, and the example inputs the model was captured on (None without a model)."""
+    """The :class:`OpGraph` of any SOURCE and, for a ``module:callable``, its model and the example inputs it was
+    captured on (else None, None).
+
+    The model is for the methods that need one (accelerate's device maps) and for checks that run it (a plan of
+    microbatches of a step that mixes its batch); a graph captured from a callable records it in
+    ``meta["source"]``, so a saved graph file can say where its model comes from (``meta`` is outside the hash).
+    """
     if os.path.exists(source):
         return load(source), None, None
     if source in zoo.names():

@@ -129,13 +129,12 @@ def reference(
     for a ``"mean"`` loss), the step such a plan computes where the model's step mixes the samples of its batch
     (:func:`envs.real.pipeline.batch_mixing`); for any other model it is the whole batch's step, to rounding.
     """
-    from envs.real.pipeline import microbatch_sizes, split_batch
+    from envs.real.pipeline import part_weights, split_batch
 
     parts, weights = [tuple(inputs)], [1.0]
     if microbatches > 1:
         parts = split_batch(tuple(inputs), microbatches, batch_dim)
-        sizes = microbatch_sizes(_batch_size(inputs, batch_dim), microbatches)
-        weights = [1.0] * microbatches if loss_reduction == "sum" else [n / sum(sizes) for n in sizes]
+        weights = part_weights(parts, batch_dim, loss_reduction)
 
     def step(m: nn.Module, cast: Any) -> torch.Tensor:
         total = None
@@ -149,8 +148,8 @@ def reference(
     with float64_by_default():  # a tensor the forward makes without a dtype (an RNN's zero state) is float64 too
         loss64 = step(m64, _float64)
     grads = parameter_grads(m64)
-    ref = Reference(loss64.item(), grads, floor=1e-6 * max((float(g.norm()) for g in grads.values()), default=0.0))
-    ref.microbatches = max(1, microbatches)
+    floor = 1e-6 * max((float(g.norm()) for g in grads.values()), default=0.0)
+    ref = Reference(loss64.item(), grads, floor=floor, microbatches=max(1, microbatches))
     m32 = copy.deepcopy(model)
     state = torch.get_rng_state()
     loss32 = step(m32, lambda x: x)
@@ -187,10 +186,26 @@ def checked_reference(model: nn.Module, inputs: tuple, *args: Any, **kwargs: Any
         )
 
 
-def _batch_size(inputs: tuple, batch_dim: int) -> int:
-    from envs.real.pipeline import batched
+def plan_reference(
+    model: nn.Module,
+    inputs: tuple,
+    microbatches: int = 1,
+    loss_reduction: str = "mean",
+    *,
+    mixes: bool | None = None,
+) -> Reference:
+    """What a plan of ``microbatches`` is checked against (:func:`checked_reference`): the whole batch's step, or,
+    where its microbatches compute another step (``mixes``; None: :func:`envs.real.pipeline.batch_mixing` asks:
+    the step mixes the samples of its batch, or its forward updates state the next one reads), gradient
+    accumulation over the same microbatches, which is what such a plan computes. ``placer run --check`` across
+    ranks and ``bench.conformance`` (which asks ``batch_mixing`` once for all its plans) both."""
+    from envs.real.pipeline import batch_mixing
 
-    return batched(tuple(inputs), batch_dim)[0] or 1
+    if microbatches > 1 and mixes is None:
+        mixes = batch_mixing(model, inputs, microbatches, loss_reduction=loss_reduction) is not None
+    if microbatches > 1 and mixes:
+        return checked_reference(model, inputs, microbatches, loss_reduction=loss_reduction)
+    return checked_reference(model, inputs)
 
 
 def compare(
@@ -216,6 +231,7 @@ __all__ = [
     "checked_reference",
     "compare",
     "parameter_grads",
+    "plan_reference",
     "reference",
     "relative_error",
 ]

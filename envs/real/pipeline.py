@@ -206,8 +206,7 @@ def batch_mixing(
         got = torch.autograd.grad(out, params, allow_unused=True) if out.requires_grad and params else ()
         return float(out.detach().double().cpu()), [None if g is None else g.detach().double() for g in got]
 
-    shares = _shares(parts, batch_dim) or [1.0 / microbatches] * microbatches
-    weights = {"mean": shares, "sum": [1.0] * microbatches}
+    weights = {reduction: part_weights(parts, batch_dim, reduction) for reduction in ("mean", "sum")}
 
     def off(whole: tuple, each: list, reduction: str) -> tuple[float, bool]:
         """The parts' loss combined as ``reduction`` combines them, and whether it or its gradients are off the
@@ -299,6 +298,19 @@ def export_microbatch(
             f"{batch_dim}; an input shared by the batch with the batch's size there is cut too: give the batch "
             "another size)"
         ) from None
+
+
+def part_weights(parts: list[tuple], batch_dim: int = 0, reduction: str = "mean") -> list[float]:
+    """What each microbatch's loss is multiplied by before they are added: its share of the batch for a ``"mean"``
+    loss (equal parts, equal shares), 1 for a ``"sum"``; what a plan of microbatches computes, and gradient
+    accumulation's reference (:func:`envs.real.conformance.reference`).
+
+    >>> part_weights([(torch.zeros(3),), (torch.zeros(2),)]), part_weights([(torch.zeros(2),)] * 2, reduction="sum")
+    ([0.6, 0.4], [1.0, 1.0])
+    """
+    if reduction == "sum":
+        return [1.0] * len(parts)
+    return _shares(parts, batch_dim) or [1.0 / len(parts)] * len(parts)
 
 
 def _shares(parts: list[tuple], batch_dim: int) -> list[float] | None:

@@ -256,22 +256,18 @@ def merged_param_groups(groups: list[dict[str, Any]]) -> list[dict[str, Any]]:
             j = owner.setdefault(node, i)
             if root(j) != root(i):
                 parent[root(j)] = root(i)
-    merged: dict[int, dict[str, Any]] = {}
+    params: dict[int, set] = {}
+    taken: dict[int, dict[Any, Any]] = {}  # each merged group's intermediates, in order, and the gradients taken there
     for i, group in enumerate(groups):
-        into = merged.setdefault(root(i), {"params": set(), "intermediates": [], "grads": []})
-        into["params"] |= set(group["params"])
-        grads = group.get("grads") or [None] * len(group["intermediates"])
-        for node, grad in zip(group["intermediates"], grads):
-            if node in into["intermediates"]:
-                k = into["intermediates"].index(node)
-                into["grads"][k] = into["grads"][k] if into["grads"][k] is not None else grad
-            else:
-                into["intermediates"].append(node)
-                into["grads"].append(grad)
-    for group in merged.values():
-        if any(g is None for g in group["grads"]):
-            group["grads"] = [g if g is not None else () for g in group["grads"]]  # a node no gradient reached
-    return list(merged.values())
+        params.setdefault(root(i), set()).update(group["params"])
+        at = taken.setdefault(root(i), {})
+        for node, grad in zip(group["intermediates"], group.get("grads") or [None] * len(group["intermediates"])):
+            if at.get(node) is None:
+                at[node] = grad
+    return [
+        {"params": params[r], "intermediates": list(at), "grads": [() if g is None else g for g in at.values()]}
+        for r, at in taken.items()
+    ]
 
 
 def mend_split_backward(stage: Any) -> None:

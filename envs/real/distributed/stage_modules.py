@@ -168,23 +168,24 @@ def _written_buffer(gm: fx.GraphModule, value: fx.Node, s: int, stage: dict[fx.N
             return None
 
 
+def _written_by(node: fx.Node) -> list[Any]:
+    """What the op ``node`` writes in place: the arguments its schema marks written (``add_``'s ``self``, an
+    ``.out`` overload's ``out=``)."""
+    if node.op != "call_function":
+        return []
+    return [
+        node.args[i] if i < len(node.args) else node.kwargs.get(name)
+        for i, name in written_arguments(node.target, hidden=False)
+    ]
+
+
 def _writes(gm: fx.GraphModule, node: fx.Node) -> list[fx.Node]:
     """The values ``node`` writes in place: its written arguments, and a region's operands its body writes."""
-    out = []
-    for i, name in written_arguments(node.target, hidden=False):
-        given = node.args[i] if i < len(node.args) else node.kwargs.get(name)
-        if isinstance(given, fx.Node):
-            out.append(given)
+    out = [given for given in _written_by(node) if isinstance(given, fx.Node)]
     body, operands = _region(gm, node)
     if body is not None:
         places = [n for n in body.graph.nodes if n.op == "placeholder"]
-        for n in body.graph.nodes:
-            if n.op == "call_function" and n.kwargs.get("out") in places:
-                out.append(operands[places.index(n.kwargs["out"])])
-            for i, name in written_arguments(n.target, hidden=False) if n.op == "call_function" else ():
-                given = n.args[i] if i < len(n.args) else n.kwargs.get(name)
-                if given in places:
-                    out.append(operands[places.index(given)])
+        out += [operands[places.index(w)] for n in body.graph.nodes for w in _written_by(n) if w in places]
     return out
 
 
@@ -210,9 +211,8 @@ def _region_output_source(gm: fx.GraphModule, node: fx.Node) -> fx.Node | None:
     output = next(n for n in body.graph.nodes if n.op == "output")
     results = output.args[0] if isinstance(output.args[0], (list, tuple)) else [output.args[0]]
     result = results[node.args[1]] if isinstance(node.args[1], int) and node.args[1] < len(results) else None
-    if isinstance(result, fx.Node) and result.op == "call_function" and result.kwargs.get("out") in places:
-        return operands[places.index(result.kwargs["out"])]
-    return None
+    written = [w for w in _written_by(result) if w in places] if isinstance(result, fx.Node) else []
+    return operands[places.index(written[0])] if written else None
 
 
 def stage_programs(
@@ -304,10 +304,8 @@ def _written_in_place(node: fx.Node) -> bool:
         for user in n.users:
             if user.op != "call_function":
                 continue
-            for i, name in written_arguments(user.target, hidden=False):
-                given = user.args[i] if i < len(user.args) else user.kwargs.get(name)
-                if given is n:
-                    return True
+            if any(given is n for given in _written_by(user)):
+                return True
             if is_alias(user.target) and user not in seen:
                 seen.add(user)
                 todo.append(user)

@@ -40,12 +40,12 @@ from torch.distributed.elastic.multiprocessing.errors import record
 from torch.utils._pytree import tree_leaves  # noqa: PLC2701 (torch has no public pytree module)
 
 from envs.real.allocator import thread_cache_off
-from envs.real.conformance import Reference, checked_reference, compare
+from envs.real.conformance import Reference, compare, plan_reference
 from envs.real.distributed.rank_plan import RankPlan
 from envs.real.distributed.ranks import check_world
 from envs.real.distributed.runtime import RankSchedule
 from envs.real.distributed.trace import ActionRecorder
-from envs.real.pipeline import batch_mixing, export_microbatch
+from envs.real.pipeline import export_microbatch
 from envs.real.slices import shorten_helper_slices
 from envs.real.timing import Protocol, adam, measure_steps, time_limit
 from envs.real.worker import build_model
@@ -173,17 +173,6 @@ def step_gradients(schedule: RankSchedule, inputs: Sequence[Any]) -> dict[str, A
     for p in schedule.parameters():
         p.grad = None
     return {"loss": None if loss is None else float(loss), "grads": grads}
-
-
-def check_reference(model: nn.Module, inputs: tuple, plan: RankPlan) -> Reference:
-    """What ``--check`` compares the job's step with: the one-process step of the whole batch, or, where the plan
-    has microbatches and they compute another step (:func:`envs.real.pipeline.batch_mixing`: the model's step mixes
-    the samples of its batch, or its forward updates state the next one reads), gradient accumulation over the same
-    microbatches, which is what such a plan computes."""
-    M = plan.microbatches
-    if M > 1 and batch_mixing(model, inputs, M, loss_reduction=plan.loss_reduction) is not None:
-        return checked_reference(model, inputs, M, loss_reduction=plan.loss_reduction)
-    return checked_reference(model, inputs)
 
 
 def check_report(parts: Sequence[Mapping[str, Any]], ref: Reference, tied: Sequence[Sequence[str]]) -> dict[str, Any]:
@@ -408,7 +397,11 @@ def run_rank(job: RankJob) -> dict[str, Any] | None:
         with one_process_world():  # the model is one process's (graphs.export.one_process_world)
             model, inputs = build_model(job.source, search_dir=job.source_dir)
             clock.lap("build")
-            ref = check_reference(model, inputs, plan) if job.check and rank == 0 else None
+            ref = (
+                plan_reference(model, inputs, plan.microbatches, plan.loss_reduction)
+                if job.check and rank == 0
+                else None
+            )
         if job.reuse_program:
             program, graph, reused = PROGRAMS.get(job.source, job.source_dir, model, inputs, plan)
         else:

@@ -74,7 +74,7 @@ def no_work(monkeypatch):
 
     from graphs import sources
 
-    for name in ("resolve_graph", "resolve_graph_and_model", "resolve_graph_model_inputs", "resolve_model"):
+    for name in ("resolve_graph", "resolve_graph_model_inputs", "resolve_model"):
         monkeypatch.setattr(sources, name, fail)
 
 
