@@ -265,6 +265,14 @@ def check_meta(meta: Any, source: str) -> dict:
     if "tied_params" in meta:
         for k, group in enumerate(schema.array(meta["tied_params"], source, "meta.tied_params", error=E)):
             schema.strings(group, source, f"meta.tied_params[{k}]", error=E)
+    if "buffer_writes" in meta:
+        for k, entry in enumerate(schema.array(meta["buffer_writes"], source, "meta.buffer_writes", error=E)):
+            schema.strings(entry, source, f"meta.buffer_writes[{k}]", error=E)
+            if len(entry) != 3:
+                schema.fail(source, f"meta.buffer_writes[{k}]", f"must be [op, buffer, through], got {len(entry)}", E)
+    if "buffer_readers" in meta:
+        for name, ops in schema.obj(meta["buffer_readers"], source, "meta.buffer_readers", error=E).items():
+            schema.strings(ops, source, f"meta.buffer_readers.{name}", error=E)
     if "capture_version" in meta:
         schema.integer(meta["capture_version"], source, "meta.capture_version", error=E)
     if "inputs" in meta:

@@ -15,7 +15,9 @@ buffers, user inputs) and the output node are not ops:
 Views and ``getitem`` keep their logical output size in ``out_bytes`` but have
 zero FLOPs; their names are listed in ``meta["alias_ops"]`` (they share memory with
 their input), ops that write into an input in ``meta["inplace_ops"]``, ops that read one tensor as two operands
-(``x * x``) in ``meta["repeated_inputs"]`` (:func:`graphs.ops.backward_readers`). FLOPs come
+(``x * x``) in ``meta["repeated_inputs"]`` (:func:`graphs.ops.backward_readers`), and where an op writes a
+buffer in place (spectral norm's power iteration), which ops write it and which touch it in
+``meta["buffer_writes"]`` and ``meta["buffer_readers"]`` (:mod:`graphs.buffer_writes`). FLOPs come
 from :mod:`graphs.flops`. One forward is captured: the simulator models backward.
 
 Example:
@@ -37,6 +39,7 @@ import torch
 from torch.utils._pytree import tree_flatten, tree_map  # noqa: PLC2701 (torch has no public pytree module)
 
 from graphs import flops as _flops
+from graphs.buffer_writes import buffer_accesses
 from graphs.errors import CaptureError, GraphFormatError
 from graphs.export import (  # noqa: F401  (check_runnable, export_program: imported from here by the runtime)
     check_runnable,
@@ -209,6 +212,11 @@ class _ProgramReader:
 
     def graph(self, name: str) -> OpGraph:
         c = self.cols
+        writes, readers = buffer_accesses(
+            self.ep.graph_module,
+            lambda n: self.buffers.get(n.name) if n.op == "placeholder" else None,
+            ops=set(c["names"]),
+        )
         meta = {
             "inputs": [
                 {
@@ -232,6 +240,8 @@ class _ProgramReader:
             "outputs": self.outputs(),  # what forward returns: a training step's loss is one float scalar
             "capture_version": CAPTURE_VERSION,
             "torch": torch.__version__,
+            # buffers written in place (spectral norm's power iteration): their ops stay in one stage
+            **({"buffer_writes": writes, "buffer_readers": readers} if writes else {}),
         }
         ints = {
             k: np.asarray(c[k], dtype=np.int64)

@@ -269,8 +269,9 @@ def run(args: argparse.Namespace) -> int:
 
 def warn_if_cut_refused(source: str, path: str, model: Any, inputs: tuple, placement: Placement) -> bool:
     """A ``warning:`` line on stderr where ``placer run --nproc-per-node`` would refuse the plan's cut of the model's
-    program (:func:`placer.distributed.compile_for_model`: a buffer written in a stage that received it, say), which
-    the searches do not yet avoid; the model is exported once more. True where it warned."""
+    program (:func:`placer.distributed.compile_for_model`: a value that is not a tensor sent between stages, a
+    buffer written in a stage that received it where the cut could not keep its ops together, say); the model is
+    exported once more. True where it warned."""
     from placer.distributed import compile_for_model
 
     try:

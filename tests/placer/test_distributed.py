@@ -156,6 +156,22 @@ MODEL_SRC = textwrap.dedent(
         return Reversed(), (torch.randn(4, 8), torch.randint(0, 2, (4,)))
 
 
+    class Twice(nn.Module):  # a spectral-normed layer applied to a real and a fake batch, as a GAN's discriminator
+        def __init__(self):
+            super().__init__()
+            self.lin = nn.utils.parametrizations.spectral_norm(nn.Linear(8, 8))
+            self.out = nn.Linear(8, 1)
+
+        def forward(self, real, fake):
+            return torch.relu(1 - self.out(torch.tanh(self.lin(real)))).mean() + self.out(self.lin(fake)).mean()
+
+
+    def twice():
+        torch.manual_seed(0)
+        g = torch.Generator().manual_seed(1)
+        return Twice().train(), (torch.randn(4, 8, generator=g), torch.randn(4, 8, generator=g))
+
+
     def script(placement_path, early_receives=None):
         # what a user's script does under torchrun: its own process group, placer's stages and schedule
         import torch.distributed as dist
@@ -505,6 +521,15 @@ def test_a_model_s_own_autograd_function_trains_on_its_own_backward_across_ranks
     _checked_on_two_ranks(
         capsys, "reversed_model", lambda graph: graph.op_types.index("placer.autograd_function.default")
     )
+
+
+@pytest.mark.slow
+def test_a_buffer_written_in_place_twice_in_a_forward_stays_in_one_stage_and_the_step_is_one_process_s(here, capsys):
+    """Spectral norm applied to a real and a fake batch: the second power iteration writes, in place, the vectors the
+    first wrote. A plan split between the two (node order) would write the second stage's copy and lose the update
+    (it was refused); the stage cut now brings the second iteration up to the first, in stage 0, and the step
+    matches the one-process one."""
+    _checked_on_two_ranks(capsys, "twice", lambda graph: graph.names.index("wrap_with_set_grad_enabled_1") - 2)
 
 
 @pytest.mark.slow

@@ -5,9 +5,14 @@ consecutive ops (in issue order) on one logical device. The stages form a chain
 (stage ``s`` feeds stage ``s + 1``); a device holds every stage cut on it, so a plan
 that goes back and forth between two devices gives each of them several stages.
 
-One rule comes first: a ``getitem`` runs where the op that made its tuple runs, right
+Two rules come first: a ``getitem`` runs where the op that made its tuple runs, right
 after it (:class:`Tuples`). A tuple is not a tensor and cannot be sent to
-another process; its elements can, once taken out.
+another process; its elements can, once taken out. And the ops that touch a buffer
+some op writes in place (spectral norm's power iteration, applied twice in one
+forward) run in one stage, brought together in the issue order where that is safe
+(:class:`BufferWrites`): a stage writes its own copy of what it receives, so a write
+in a later stage would never reach the buffer, and a read in another stage would see
+it before or after the wrong write.
 
 >>> from graphs import OpGraph
 >>> g = OpGraph.from_edges(["a", "b", "c", "d"], [("a", "b", 4), ("b", "c", 4), ("c", "d", 4)])
@@ -164,21 +169,141 @@ def cut_stages(
     return StageCutter(graph, devices)(op_devices, order, starts)
 
 
+class BufferWrites:
+    """The ops that touch a buffer some op writes in place (capture's ``meta["buffer_readers"]``,
+    :func:`graphs.buffer_writes.buffer_accesses`: they read it, write it or make an alias of it) run in one stage:
+    the span of the issue order from the first of them to the last goes on the first one's device (:meth:`spans`).
+    Buffers that one op touches together (spectral norm's ``u`` and ``v``) make one group.
+
+    So that the span holds little else, :meth:`order` brings them together: the later ones, with their ancestors
+    issued after the first, move to right after the first (their relative order kept), unless an op they pass
+    touches a buffer one of them writes, or writes a buffer one of them touches (the writes would then land in
+    another order than the program's). A graph without such writes (no ``buffer_readers``) keeps its plans.
+
+    >>> g = OpGraph.from_edges(list("abcde"), [("a", "b", 4), ("b", "d", 4), ("c", "d", 4), ("a", "e", 4)])
+    >>> g.meta["buffer_readers"] = {"u": ["a", "e"]}  # a writes the buffer u, e reads it
+    >>> writes = BufferWrites(g, Tuples(g))
+    >>> order = writes.order(np.arange(5))
+    >>> order.tolist(), writes.spans(order)
+    ([0, 4, 1, 2, 3], [(0, 1)])
+    """
+
+    def __init__(self, graph: OpGraph, tuples: Tuples) -> None:
+        readers = graph.meta.get("buffer_readers") or {}
+        index = graph.index
+        self.tuples = tuples
+        # buffers an op touches together (a region writing spectral norm's u and v) make one group
+        groups: list[set[int]] = []
+        for _, ops in sorted(readers.items()):
+            group = {index[n] for n in ops if n in index}
+            for other in [g for g in groups if g & group]:
+                groups.remove(other)
+                group |= other
+            groups.append(group)
+        self.groups = [np.array(sorted(g), dtype=np.int64) for g in groups if len(g) > 1]
+        written = {b for _, b, *_ in graph.meta.get("buffer_writes") or ()}
+        self.touches: dict[int, set[str]] = {}
+        for name, ops in readers.items():
+            for op in ops:
+                if op in index:
+                    self.touches.setdefault(index[op], set()).add(name)
+        self.writes: dict[int, set[str]] = {}
+        for op, name, *_ in graph.meta.get("buffer_writes") or ():
+            if op in index and name in written:
+                self.writes.setdefault(index[op], set()).add(name)
+        self.in_csr = graph.in_csr if self.groups else None
+
+    def order(self, order: np.ndarray) -> np.ndarray:
+        """``order`` with each buffer's touching ops brought together where that is safe (the class doc)."""
+        if not self.groups:
+            return order
+        order = np.asarray(order, dtype=np.int64)
+        for group in self.groups:
+            position = np.empty(len(order), dtype=np.int64)
+            position[order] = np.arange(len(order))
+            first = int(position[group].min())
+            moved = self._closure(group, position, first)
+            if not moved:
+                continue
+            last = max(int(position[m]) for m in moved)
+            passed = [int(op) for op in order[first + 1 : last + 1] if int(op) not in moved]
+            if not passed or not self._safe(moved, passed):
+                continue
+            ahead = sorted(moved, key=lambda op: position[op])
+            order = np.concatenate([order[: first + 1], ahead, passed, order[last + 1 :]]).astype(np.int64)
+        return self.tuples.order(order)
+
+    def _closure(self, group: np.ndarray, position: np.ndarray, first: int) -> set[int]:
+        """The group's ops issued after ``first``, with their ancestors issued after it."""
+        indptr, src, _ = self.in_csr
+        todo = [int(op) for op in group if position[op] > first]
+        moved = set(todo)
+        while todo:
+            op = todo.pop()
+            for p in src[indptr[op] : indptr[op + 1]].tolist():
+                if position[p] > first and p not in moved:
+                    moved.add(p)
+                    todo.append(p)
+        return moved
+
+    def _safe(self, moved: set[int], passed: list[int]) -> bool:
+        """Whether ``moved`` may run before ``passed``: no buffer written by one side and touched by the other."""
+        empty: set[str] = set()
+        touched = set().union(*(self.touches.get(op, empty) for op in moved))
+        written = set().union(*(self.writes.get(op, empty) for op in moved))
+        for op in passed:
+            if self.writes.get(op, empty) & touched or self.touches.get(op, empty) & written:
+                return False
+        return True
+
+    def spans(self, order: np.ndarray) -> list[tuple[int, int]]:
+        """The positions ``(first, last)`` of ``order`` (an issue order) that must run in one stage, overlapping
+        spans merged: from each buffer's first touching op (its tuple's op, for a getitem) to its last (and the
+        getitems that follow it)."""
+        if not self.groups:
+            return []
+        position = np.empty(len(order), dtype=np.int64)
+        position[order] = np.arange(len(order))
+        tuple_of = self.tuples.tuple_of
+        raw = []
+        for group in self.groups:
+            ops = [int(op) for op in group]
+            for k, op in enumerate(ops):
+                while op in tuple_of:
+                    op = tuple_of[op]
+                ops[k] = op
+            first, last = int(position[ops].min()), int(position[ops].max())
+            while last + 1 < len(order) and int(order[last + 1]) in tuple_of:
+                last += 1
+            raw.append((first, last))
+        merged: list[tuple[int, int]] = []
+        for first, last in sorted(raw):
+            if merged and first <= merged[-1][1]:
+                merged[-1] = (merged[-1][0], max(merged[-1][1], last))
+            else:
+                merged.append((first, last))
+        return merged
+
+
 class StageCutter:
-    """:func:`cut_stages` for many plans of one graph: its tuples are read once, and each issue order is checked
-    and rearranged once (the simulator of ranks scores thousands of plans in node order)."""
+    """:func:`cut_stages` for many plans of one graph: its tuples and buffer writes are read once, and each issue
+    order is checked and rearranged once (the simulator of ranks scores thousands of plans in node order)."""
 
     def __init__(self, graph: OpGraph, devices: Sequence[str]) -> None:
         if graph.num_ops == 0:
             raise PlacerError(f"plan: graph {graph.name or ''} has no ops to cut into stages")
         self.graph, self.devices = graph, list(devices)
         self.tuples = Tuples(graph)
-        self._orders: dict[bytes | None, np.ndarray] = {}
+        self.buffer_writes = BufferWrites(graph, self.tuples)
+        self._orders: dict[bytes | None, tuple[np.ndarray, list[tuple[int, int]]]] = {}
 
-    def issue_order(self, order: Sequence[int] | np.ndarray | None) -> np.ndarray:
-        """``order`` (None: node order) checked, with each getitem right after its tuple's op; remembered."""
+    def _rearranged(self, checked: Sequence[int] | np.ndarray) -> tuple[np.ndarray, list[tuple[int, int]]]:
+        order = self.buffer_writes.order(self.tuples.order(np.asarray(checked, dtype=np.int64)))
+        return order, self.buffer_writes.spans(order)
+
+    def _issue(self, order: Sequence[int] | np.ndarray | None) -> tuple[np.ndarray, list[tuple[int, int]]]:
         if order is not None and not (isinstance(order, np.ndarray) and order.dtype.kind in "iu"):
-            return self.tuples.order(np.asarray(check_order(order, self.graph, source="plan: order"), dtype=np.int64))
+            return self._rearranged(check_order(order, self.graph, source="plan: order"))
         key = None if order is None else order.astype(np.int64).tobytes()
         if key not in self._orders:
             if len(self._orders) > 64:  # (a search over orders: keep the latest few)
@@ -186,8 +311,13 @@ class StageCutter:
             checked = (
                 np.arange(self.graph.num_ops) if order is None else check_order(order, self.graph, source="plan: order")
             )
-            self._orders[key] = self.tuples.order(np.asarray(checked, dtype=np.int64))
+            self._orders[key] = self._rearranged(checked)
         return self._orders[key]
+
+    def issue_order(self, order: Sequence[int] | np.ndarray | None) -> np.ndarray:
+        """``order`` (None: node order) checked, with each getitem right after its tuple's op and the ops that touch
+        a written buffer brought together (:class:`BufferWrites`); remembered."""
+        return self._issue(order)[0]
 
     def __call__(
         self,
@@ -210,8 +340,10 @@ class StageCutter:
         """The stages of one plan as ``(device, op indices in issue order)``, the ops an int64 array (a view of the
         issue order): what :meth:`__call__` makes its :class:`Stage` objects of, for a caller that reads the ops as
         an array (the simulator of ranks, which scores thousands of plans)."""
-        order = self.issue_order(order)
+        order, spans = self._issue(order)
         on = self.tuples.devices(op_devices)[order]
+        for first, last in spans:  # a written buffer's ops: one stage, on the first one's device
+            on[first : last + 1] = on[first]
         begins = on[1:] != on[:-1]
         if len(starts):
             position = np.empty(len(order), dtype=np.int64)
@@ -219,6 +351,9 @@ class StageCutter:
             for p in position[np.asarray(starts, dtype=np.int64)].tolist():
                 while p < len(order) and int(order[p]) in self.tuples.tuple_of:  # past its tuple's getitems
                     p += 1
+                for first, last in spans:  # a start within a written buffer's span: after it
+                    if first < p <= last:
+                        p = last + 1
                 if 0 < p < len(order):
                     begins[p - 1] = True
         starts = np.flatnonzero(begins) + 1
@@ -227,4 +362,4 @@ class StageCutter:
         return [(devices[d], run) for d, run in zip(on[firsts].tolist(), np.split(order, starts))]
 
 
-__all__ = ["GETITEM", "Stage", "StageCutter", "StagedSplit", "Tuples", "cut_stages"]
+__all__ = ["GETITEM", "BufferWrites", "Stage", "StageCutter", "StagedSplit", "Tuples", "cut_stages"]

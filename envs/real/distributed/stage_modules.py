@@ -47,8 +47,8 @@ from torch import nn
 
 from envs.real.placing import keep_global_state, on_device, reorder, reshape_views
 from graphs import PlacerError
+from graphs.buffer_writes import attribute, buffer_accesses, written_by
 from graphs.flops import is_alias
-from graphs.ops import written_arguments
 
 _CONTIGUOUS = torch.ops.aten.contiguous.default
 _CLONE = torch.ops.aten.clone.default
@@ -131,88 +131,32 @@ def carried_values(gm: fx.GraphModule, stage_ops: Sequence[Sequence[str]]) -> li
                     "with it)"
                 )
         carried.append(values)
-        for v in values:
-            buffer = _written_buffer(gm, v, s, stage)
-            if buffer is not None:
-                raise PlacerError(
-                    f"stage cut: buffer {buffer!r} is written in place in stage {s} through {v.name}, which stage "
-                    f"{max(stage[v], 0)} sends it; a stage writes its own copy of what it receives, so the write "
-                    "would never reach the buffer (spectral norm applied twice in one forward, say): place the ops "
-                    "that read and write it in one stage"
-                )
+    _check_buffer_writes(gm, stage)
     return carried
 
 
-def _written_buffer(gm: fx.GraphModule, value: fx.Node, s: int, stage: dict[fx.Node, int]) -> str | None:
-    """The buffer ``value`` is (an alias of it: the buffer itself, a view, what an op wrote into it and returned)
-    where an op of stage ``s`` writes ``value`` in place; else None. Writes inside a region the export kept whole
-    (``wrap_with_set_grad_enabled``: spectral norm's power iteration under ``no_grad``, ``out=`` its buffers) count."""
-    written = any(
-        stage.get(user) == s and value in _writes(gm, user) for user in value.users if user.op == "call_function"
+def _check_buffer_writes(gm: fx.GraphModule, stage: dict[fx.Node, int]) -> None:
+    """Refuse a cut that splits the ops touching a buffer some op writes in place (:mod:`graphs.buffer_writes`): a
+    stage writes its own copy of what it receives, so the write would never reach the buffer, and a stage reading
+    it elsewhere would read it before or after the wrong write. The stage cut keeps such ops together
+    (:class:`envs.real.distributed.cut.BufferWrites`) where the plan's graph was captured with their record."""
+    buffers = dict(gm.named_buffers())
+    writes, readers = buffer_accesses(
+        gm, lambda n: str(n.target) if n.op == "get_attr" and str(n.target) in buffers else None
     )
-    if not written:
-        return None
-    node = value
-    while True:
-        if node.op == "get_attr":
-            target = str(node.target)
-            return target if target in dict(gm.named_buffers()) else None
-        if node.op != "call_function":
-            return None
-        source = _region_output_source(gm, node)  # before the views: a region's outputs are its getitems
-        if source is not None:
-            node = source
-        elif is_alias(node.target) and node.args and isinstance(node.args[0], fx.Node):
-            node = node.args[0]
-        else:
-            return None
-
-
-def _written_by(node: fx.Node) -> list[Any]:
-    """What the op ``node`` writes in place: the arguments its schema marks written (``add_``'s ``self``, an
-    ``.out`` overload's ``out=``)."""
-    if node.op != "call_function":
-        return []
-    return [
-        node.args[i] if i < len(node.args) else node.kwargs.get(name)
-        for i, name in written_arguments(node.target, hidden=False)
-    ]
-
-
-def _writes(gm: fx.GraphModule, node: fx.Node) -> list[fx.Node]:
-    """The values ``node`` writes in place: its written arguments, and a region's operands its body writes."""
-    out = [given for given in _written_by(node) if isinstance(given, fx.Node)]
-    body, operands = _region(gm, node)
-    if body is not None:
-        places = [n for n in body.graph.nodes if n.op == "placeholder"]
-        out += [operands[places.index(w)] for n in body.graph.nodes for w in _written_by(n) if w in places]
-    return out
-
-
-def _region(gm: fx.GraphModule, node: fx.Node) -> tuple[Any, list]:
-    """``(body, operands)`` of a ``wrap_with_set_grad_enabled`` region's node, else ``(None, [])``."""
-    if node.op != "call_function" or getattr(node.target, "__name__", "") != "wrap_with_set_grad_enabled":
-        return None, []
-    body = node.args[1] if len(node.args) > 1 else None
-    if not isinstance(body, fx.Node) or body.op != "get_attr":
-        return None, []
-    return _attribute(gm, str(body.target)), list(node.args[2:])
-
-
-def _region_output_source(gm: fx.GraphModule, node: fx.Node) -> fx.Node | None:
-    """For ``getitem(region, i)`` where the region's output ``i`` is what its body wrote into an operand (``out=``):
-    that operand. Else None."""
-    if getattr(node.target, "__name__", "") != "getitem" or not isinstance(node.args[0], fx.Node):
-        return None
-    body, operands = _region(gm, node.args[0])
-    if body is None:
-        return None
-    places = [n for n in body.graph.nodes if n.op == "placeholder"]
-    output = next(n for n in body.graph.nodes if n.op == "output")
-    results = output.args[0] if isinstance(output.args[0], (list, tuple)) else [output.args[0]]
-    result = results[node.args[1]] if isinstance(node.args[1], int) and node.args[1] < len(results) else None
-    written = [w for w in _written_by(result) if w in places] if isinstance(result, fx.Node) else []
-    return operands[places.index(written[0])] if written else None
+    by_name = {n.name: n for n in stage}
+    for op, buffer, _ in writes:
+        if op not in by_name:
+            continue
+        s = max(stage[by_name[op]], 0)
+        others = [by_name[r] for r in readers.get(buffer, ()) if r in by_name and max(stage[by_name[r]], 0) != s]
+        if others:
+            raise PlacerError(
+                f"stage cut: buffer {buffer!r} is written in place by {op} in stage {s} and touched by "
+                f"{others[0].name} in stage {max(stage[others[0]], 0)}; a stage writes its own copy of what it "
+                "receives, so the write would not reach the other stage (spectral norm applied twice in one forward, "
+                "say): place the ops that read and write it in one stage"
+            )
 
 
 def stage_programs(
@@ -304,7 +248,7 @@ def _written_in_place(node: fx.Node) -> bool:
         for user in n.users:
             if user.op != "call_function":
                 continue
-            if any(given is n for given in _written_by(user)):
+            if any(given is n for given in written_by(user)):
                 return True
             if is_alias(user.target) and user not in seen:
                 seen.add(user)
@@ -336,9 +280,7 @@ def _dense_group_norm_inputs(graph: fx.Graph) -> None:
 
 
 def _attribute(gm: fx.GraphModule, target: str) -> Any:
-    obj: Any = gm
-    for part in target.split("."):
-        obj = getattr(obj, part)
+    obj = attribute(gm, target)
     # a region's body is placed per stage (its device arguments): each stage gets its own copy
     return copy.deepcopy(obj) if isinstance(obj, fx.GraphModule) else obj
 

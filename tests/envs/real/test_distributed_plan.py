@@ -90,6 +90,83 @@ def test_a_getitem_runs_with_its_tuple_right_after_it():
     ]
 
 
+def _two_iterations(reads_b_at: str | None = None) -> OpGraph:
+    """Spectral norm's shape, by hand: ``w1`` writes the buffer ``u`` (a region under ``no_grad``), ``u1`` is what
+    it wrote and returned, ``c1`` its clone, ``x1`` the real batch's layer; ``p`` a view of the weight, ``w2`` the
+    second iteration writing ``u1`` in place, ``u2``/``c2`` likewise, ``x2`` the fake batch's layer. With
+    ``reads_b_at``: ``x1`` also writes another buffer ``b``, which that op reads."""
+    names = ["w1", "u1", "c1", "x1", "p", "w2", "u2", "c2", "x2"]
+    edges = [("w1", "u1"), ("u1", "c1"), ("c1", "x1"), ("u1", "w2"), ("p", "w2"), ("w2", "u2"), ("u2", "c2")]
+    edges += [("c2", "x2"), ("x1", "x2")]
+    region, item, clone = "torch.ops.higher_order.wrap_with_set_grad_enabled", "getitem", "aten.clone.default"
+    types = [region, item, clone, "aten.relu.default", "aten.flatten.using_ints", region, item, clone]
+    types.append("aten.add.Tensor")
+    g = OpGraph.from_edges(names, [(a, b, 4) for a, b in edges], op_types=types)
+    g.meta["buffer_writes"] = [["w1", "u", ""], ["w2", "u", "u1"]]
+    g.meta["buffer_readers"] = {"u": ["w1", "u1", "c1", "w2", "u2", "c2"]}
+    if reads_b_at:
+        g.meta["buffer_writes"].append(["x1", "b", ""])
+        g.meta["buffer_readers"]["b"] = sorted(["x1", reads_b_at])
+    return g
+
+
+def test_the_ops_that_touch_a_buffer_written_in_place_run_in_one_stage_brought_together_in_the_issue_order():
+    g = _two_iterations()
+    split = [0, 0, 0, 0, 1, 1, 1, 1, 1]  # the two iterations on two devices, as a split in node order puts them
+    stages = cut_stages(g, split, DEVICES)
+    # the second iteration (with the weight's view it reads, and what reads its output) moves up to the first, so
+    # the stage that wrote the buffer writes it again; the real batch's layer follows, the rest stays where it was
+    assert [(s.device, [g.names[i] for i in s.ops]) for s in stages] == [
+        ("gpu:0", ["w1", "u1", "c1", "p", "w2", "u2", "c2", "x1"]),
+        ("gpu:1", ["x2"]),
+    ]
+    # a graph without capture's record of the writes keeps its cut
+    g.meta.clear()
+    assert [[g.names[i] for i in s.ops] for s in cut_stages(g, split, DEVICES)] == [
+        ["w1", "u1", "c1", "x1"],
+        ["p", "w2", "u2", "c2", "x2"],
+    ]
+
+
+def test_buffer_ops_are_not_brought_together_past_an_op_that_writes_what_they_read_but_stay_in_one_stage():
+    # x1 writes the buffer b and p reads it: p (and w2 after it) may not run before x1, so the order stays; the
+    # span from w1 to c2 stays on w1's device
+    g = _two_iterations(reads_b_at="p")
+    stages = cut_stages(g, [0, 0, 0, 0, 1, 1, 1, 1, 1], DEVICES)
+    assert [(s.device, [g.names[i] for i in s.ops]) for s in stages] == [
+        ("gpu:0", ["w1", "u1", "c1", "x1", "p", "w2", "u2", "c2"]),
+        ("gpu:1", ["x2"]),
+    ]
+    # an op that merely passes (reads no buffer) does not hold them back
+    g = _two_iterations(reads_b_at="x2")
+    assert [g.names[i] for i in cut_stages(g, [0] * 9, DEVICES)[0].ops][:5] == ["w1", "u1", "c1", "p", "w2"]
+
+
+def test_a_stage_start_within_a_written_buffers_span_moves_after_it():
+    g = _two_iterations()
+    # a V's turn placed at p, between the two iterations: the stage begins after c2, at x1
+    stages = cut_stages(g, [0] * 9, DEVICES, starts=[g.index["p"]])
+    assert [[g.names[i] for i in s.ops] for s in stages] == [
+        ["w1", "u1", "c1", "p", "w2", "u2", "c2"],
+        ["x1", "x2"],
+    ]
+
+
+def test_a_graph_file_keeps_its_buffer_writes_and_a_malformed_record_is_one_line(tmp_path):
+    from graphs.errors import GraphFormatError
+    from graphs.io import check_meta, load, save
+
+    g = _two_iterations()
+    save(g, tmp_path / "g.json")
+    back = load(tmp_path / "g.json")
+    assert back.meta["buffer_writes"] == g.meta["buffer_writes"]
+    assert back.meta["buffer_readers"] == g.meta["buffer_readers"]
+    with pytest.raises(GraphFormatError, match=r"^g.json: meta.buffer_writes\[0\] must be \[op, buffer, through\]"):
+        check_meta({"buffer_writes": [["w1", "u"]]}, "g.json")
+    with pytest.raises(GraphFormatError, match=r"^g.json: meta.buffer_readers.u\[1\] must be a string"):
+        check_meta({"buffer_readers": {"u": ["w1", 3]}}, "g.json")
+
+
 # ------------------------------------------------------------------ ranks
 def test_the_plans_devices_in_list_order_are_ranks_unless_a_rank_map_says_otherwise():
     assert plan_devices({"a": "gpu:1", "b": "cpu:0"}, ["cpu:0", "gpu:0", "gpu:1"]) == ["cpu:0", "gpu:1"]

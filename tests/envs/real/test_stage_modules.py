@@ -245,40 +245,76 @@ class _Twice(nn.Module):
 
 
 @pytest.mark.slow
-def test_a_buffer_written_in_a_stage_that_received_it_is_refused_in_one_line(capsys):
+def test_a_buffer_written_in_a_stage_that_received_it_is_refused_in_one_line(capsys, monkeypatch):
     """Spectral norm applied twice in a forward (a GAN's discriminator on a real and a fake batch): the second power
     iteration writes, in place, the vectors the first wrote and returned. Cut between the two, the second stage
     would write its own copy of what it received, and the buffers would never see the second update (across ranks
-    the SNGAN step was 1.4e-3 off gradient accumulation's); a cut that keeps both in one stage is fine."""
+    the SNGAN step was 1.4e-3 off gradient accumulation's); a cut that keeps all their ops in one stage is fine, and
+    the stage cut of a captured graph makes such a cut of any plan (:class:`envs.real.distributed.cut.BufferWrites`)."""
 
     torch.manual_seed(0)
     model, inputs = _Twice().train(), (torch.randn(4, 4), torch.randn(4, 4))
     ep = export_program(model, inputs)
-    names = graph_from_program(ep).names
+    graph = graph_from_program(ep)
+    names = graph.names
     regions = [i for i, n in enumerate(names) if n.startswith("wrap_with_set_grad_enabled")]
     assert len(regions) == 2  # the power iteration of each call, kept whole
+    buffers = ["lin.parametrizations.weight.0._u", "lin.parametrizations.weight.0._v"]
+    assert sorted(graph.meta["buffer_readers"]) == buffers
     between = [names[: regions[1]], names[regions[1] :]]
-    with pytest.raises(
-        PlacerError, match=r"buffer 'lin.parametrizations.weight.0._[uv]' is written in place in stage 1"
-    ):
+    message = r"buffer 'lin.parametrizations.weight.0._[uv]' is written in place by wrap_with_set_grad_enabled in "
+    with pytest.raises(PlacerError, match=message + "stage 0 and touched by wrap_with_set_grad_enabled_1 in stage 1"):
         stage_programs(ep.module(), between)
-    after = [names[: regions[1] + 3], names[regions[1] + 3 :]]  # both iterations in stage 0
+    # the second iteration, its getitems and their clones in stage 0: fine
+    after = [names[: regions[1] + 5], names[regions[1] + 5 :]]
     assert len(stage_programs(ep.module(), after)) == 2
-    # placer place --ranks says so for a plan the searches made (they do not yet avoid such a cut)
+    # a plan split between the two: its stage cut brings the second iteration up to the first
+    from envs.real.distributed import cut
     from graphs.plan import Placement
     from placer.cli.place import warn_if_cut_refused
+    from placer.distributed import compile_for_model
 
-    graph = graph_from_program(ep)
     split = Placement.from_indices(
         graph, ["cpu:0", "gpu:0", "gpu:1"], [1] * regions[1] + [2] * (len(names) - regions[1])
     )
+    plan, _ = compile_for_model(model, inputs, split)
+    first = set(plan.stages[0].ops)
+    assert {names[regions[0]], names[regions[1]]} <= first
+    assert not warn_if_cut_refused("m:twice", "p.json", model, inputs, split) and not capsys.readouterr().err
+    # placer place --ranks says so of a plan whose cut would still be refused (here: the rule switched off)
+    monkeypatch.setattr(cut.BufferWrites, "spans", lambda self, order: [])
+    monkeypatch.setattr(cut.BufferWrites, "order", lambda self, order: order)
     assert warn_if_cut_refused("m:twice", "p.json", model, inputs, split)
     err = capsys.readouterr().err
     assert err.startswith("m:twice with p.json: warning: this plan cannot run across processes: stage cut: buffer ")
-    keep = Placement.from_indices(
-        graph, ["cpu:0", "gpu:0", "gpu:1"], [1] * (regions[1] + 3) + [2] * (len(names) - regions[1] - 3)
-    )
-    assert not warn_if_cut_refused("m:twice", "p.json", model, inputs, keep) and not capsys.readouterr().err
+
+
+class _Siamese(nn.Module):
+    """One batch norm applied to two views in one forward, as a Siamese or contrastive network's encoder."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.lin, self.bn, self.head = nn.Linear(4, 4), nn.BatchNorm1d(4), nn.Linear(4, 1)
+
+    def forward(self, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+        return (self.head(self.bn(self.lin(a))) - self.head(self.bn(self.lin(b)))).pow(2).mean()
+
+
+def test_a_batch_norm_applied_to_two_views_updates_its_statistics_in_one_stage():
+    """Its running statistics are written twice (``batch_norm``'s hidden writes) and its count twice (``add_``):
+    split between the two views, each rank would update its own copy once and neither would hold the step's
+    statistics. Capture records the writes; the cut brings the second view's batch norm up to the first's."""
+    from envs.real.distributed.cut import cut_stages
+
+    model, inputs = _Siamese().train(), (torch.randn(6, 4), torch.randn(6, 4))
+    graph = graph_from_program(export_program(model, inputs))
+    written = {(op, buffer) for op, buffer, _ in graph.meta["buffer_writes"]}
+    assert {("batch_norm", "bn.running_mean"), ("batch_norm_1", "bn.running_var")} <= written
+    assert {("add_", "bn.num_batches_tracked"), ("add__1", "bn.num_batches_tracked")} <= written
+    half = graph.names.index("batch_norm_1")
+    stages = cut_stages(graph, [0] * half + [1] * (graph.num_ops - half), ["gpu:0", "gpu:1"])
+    first = {graph.names[i] for i in stages[0].ops}
+    assert {"batch_norm", "batch_norm_1", "add_", "add__1"} <= first
 
 
 def test_a_model_must_return_its_loss():
