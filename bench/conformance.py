@@ -4,8 +4,9 @@ For one model of :mod:`graphs.models.corpus`, :func:`check_model` captures it on
 computes a float64 reference (a float64 copy of the model on the CPU) and the
 unplaced float32 step's own error against it, then applies each plan of
 :data:`PLANS` with :func:`placer.apply` (the first as a user calls it; the rest on one shared export of
-the model, :func:`placer.apply.apply_program`) and compares the placed step's loss and
-every parameter's gradient with the reference. A plan passes when each tensor's
+the model, :func:`placer.apply.apply_program`) and compares the placed step's loss,
+every parameter's gradient and every buffer after the step (batch norm's running statistics) with the reference.
+A plan passes when each tensor's
 relative error (``||x - ref|| / ||ref||``) is within :data:`FACTOR` times the
 unplaced float32 step's error on the same tensor, or under :data:`FLOOR`:
 placing ops must not cost more accuracy than float32 itself does. Where the model's step mixes the samples of
@@ -54,6 +55,7 @@ from envs.real.conformance import (  # noqa: F401  (moved there: the product's c
     Reference,
     checked_reference,
     compare,
+    model_buffers,
     parameter_grads,
     plan_reference,
     reference,
@@ -205,7 +207,7 @@ def _run_plan(
         placed = apply_program(model, program, placement, inputs, device_map, graph=graph, part_programs=parts)
     loss = placed(*inputs)
     loss.backward()
-    check = compare(loss, parameter_grads(placed), ref)
+    check = compare(loss, parameter_grads(placed), ref, model_buffers(placed))
     step = math.nan
     if timed_steps > 0:
         opt = torch.optim.SGD(placed.parameters(), lr=1e-4)

@@ -30,6 +30,8 @@ docs/ranks/zb/others.py (the probe of plans across processes) and 12 more. From 
     PYTHONPATH=. python docs/conformance/others.py --modal --homes > docs/conformance/modal_homes.log
     PYTHONPATH=. python docs/conformance/others.py --param > docs/conformance/param.log
     PYTHONPATH=. python docs/conformance/others.py --param --homes > docs/conformance/param_homes.log
+    PYTHONPATH=. python docs/conformance/others.py --state > docs/conformance/state.log
+    PYTHONPATH=. python docs/conformance/others.py --state --homes > docs/conformance/state_homes.log
     PYTHONPATH=. python docs/conformance/others.py --lora > docs/conformance/lora.log
     PYTHONPATH=. python docs/conformance/others.py --lora --homes > docs/conformance/lora_homes.log
 
@@ -47,6 +49,8 @@ vector-quantize-pytorch``.
 pytorch-tabnet) and zuko's flows, docs/ranks/zb/rev.py; needs the ``pip install --no-deps`` its doc names.
 ``--modal``: speech, image-text, Fourier, forecasting and long-attention models of transformers,
 docs/ranks/zb/modal.py. ``--param``: models whose weights are torch.nn parametrizations, docs/ranks/zb/param.py.
+``--state``: models whose forward updates buffers (batch norm on two views, a running normaliser, an EMA codebook, the
+hook-based spectral norm), docs/ranks/zb/state.py.
 ``--lora``: fine-tuning with frozen weights, peft's LoRA and a frozen backbone, docs/lora/lora.py;
 needs ``pip install peft``.)
 
@@ -286,6 +290,10 @@ if "--param" in args:  # torch.nn parametrizations: spectral norm, weight norm, 
     import param
 
     MODELS = param.MODELS
+if "--state" in args:  # forwards that update buffers: batch norm on two views, normalisers, EMA codebooks, old SN
+    import state
+
+    MODELS = state.MODELS
 if "--lora" in args:  # fine-tuning with frozen weights instead (docs/lora/lora.py; pip install peft)
     sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "lora"))
     import lora
@@ -306,6 +314,7 @@ flags = (
     "--rev",
     "--modal",
     "--param",
+    "--state",
     "--lora",
     "-v",
 )

@@ -43,6 +43,10 @@ class Reference:
     microbatches: int = 1
     #: Why there is no reference (:func:`checked_reference`: the model's float64 copy failed), else "": no verdict.
     unchecked: str = ""
+    #: Every buffer after the float64 step (:func:`model_buffers`: batch norm's running statistics, spectral norm's
+    #: vectors, as the step left them), and the norm below which a buffer's error counts against this floor.
+    buffers: dict[str, torch.Tensor] = field(default_factory=dict)
+    buffer_floor: float = 0.0
 
 
 #: What a check of a step that draws random numbers says instead of a verdict.
@@ -63,6 +67,12 @@ def parameter_grads(model: nn.Module) -> dict[str, torch.Tensor]:
         for k, p in model.named_parameters(remove_duplicate=False)
         if p.grad is not None
     }
+
+
+def model_buffers(model: nn.Module) -> dict[str, torch.Tensor]:
+    """Every real buffer of ``model`` under each of its names, as float64 on the CPU (a count too: compared as a
+    number)."""
+    return {k: b.detach().double().cpu() for k, b in model.named_buffers(remove_duplicate=False) if not b.is_complex()}
 
 
 def _eager_experts(model: nn.Module) -> nn.Module:
@@ -150,6 +160,8 @@ def reference(
     grads = parameter_grads(m64)
     floor = 1e-6 * max((float(g.norm()) for g in grads.values()), default=0.0)
     ref = Reference(loss64.item(), grads, floor=floor, microbatches=max(1, microbatches))
+    ref.buffers = model_buffers(m64)
+    ref.buffer_floor = 1e-6 * max((float(b.norm()) for b in ref.buffers.values()), default=0.0)
     m32 = copy.deepcopy(model)
     state = torch.get_rng_state()
     loss32 = step(m32, lambda x: x)
@@ -157,6 +169,13 @@ def reference(
     ref.plain_errors = {"loss": relative_error(loss32, loss64)}
     ref.plain_errors.update(
         {k: relative_error(g, grads[k], ref.floor) for k, g in parameter_grads(m32).items() if k in grads}
+    )
+    ref.plain_errors.update(
+        {
+            k: relative_error(b, ref.buffers[k], ref.buffer_floor)
+            for k, b in model_buffers(m32).items()
+            if k in ref.buffers and k not in grads
+        }
     )
     return ref
 
@@ -209,17 +228,28 @@ def plan_reference(
 
 
 def compare(
-    loss: torch.Tensor, grads: Mapping[str, torch.Tensor], ref: Reference
+    loss: torch.Tensor,
+    grads: Mapping[str, torch.Tensor],
+    ref: Reference,
+    buffers: Mapping[str, torch.Tensor] | None = None,
 ) -> tuple[bool, float, float, str, float]:
-    """``(ok, loss error, largest gradient error, worst tensor, its error / allowed)`` of a placed step."""
+    """``(ok, loss error, largest gradient error, worst tensor, its error / allowed)`` of a placed step.
+
+    ``buffers``: the placed model's buffers after the step (:func:`model_buffers`); each one the reference has is
+    held to the same tolerance as a gradient (a batch norm's statistics updated on a stale copy fail), and a
+    buffer the plan does not hold (no op of it reads it) is not compared."""
     errors = {"loss": relative_error(loss, torch.tensor(ref.loss, dtype=torch.float64))}
     missing = [k for k in ref.grads if k not in grads]
     if missing:
         return False, errors["loss"], math.inf, f"no gradient for {missing[0]}", math.inf
     errors.update({k: relative_error(grads[k], ref.grads[k], ref.floor) for k in ref.grads})
+    for k, b in (buffers or {}).items():
+        if k in ref.buffers and k not in errors:
+            same = b.shape == ref.buffers[k].shape
+            errors[k] = relative_error(b, ref.buffers[k], ref.buffer_floor) if same else math.inf
     ratios = {k: e / max(FACTOR * ref.plain_errors.get(k, 0.0), FLOOR) for k, e in errors.items()}
     worst = max(ratios, key=ratios.__getitem__)
-    grad_error = max((e for k, e in errors.items() if k != "loss"), default=0.0)
+    grad_error = max((e for k, e in errors.items() if k in ref.grads), default=0.0)
     return ratios[worst] <= 1.0, errors["loss"], grad_error, worst, ratios[worst]
 
 
@@ -230,6 +260,7 @@ __all__ = [
     "Reference",
     "checked_reference",
     "compare",
+    "model_buffers",
     "parameter_grads",
     "plan_reference",
     "reference",

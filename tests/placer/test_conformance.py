@@ -75,6 +75,37 @@ def test_a_wrong_gradient_is_caught():
     assert not conformance.compare(loss, grads, ref)[0]
 
 
+def test_a_buffer_the_step_updates_is_checked_too_on_every_rank_that_holds_it():
+    """Batch norm's running statistics after the step: a placed step whose statistics missed an update (a stale
+    copy on one rank) fails naming the buffer, though its loss and gradients are right; a buffer the plan does not
+    hold is not compared."""
+    from envs.real.distributed.worker import check_report
+
+    model, inputs = corpus.build("cnn_bn")
+    model.train()  # the corpus builds it in eval
+    ref = conformance.reference(model, inputs)
+    assert any(k.endswith("running_mean") for k in ref.buffers)
+    loss = model(*inputs)
+    loss.backward()
+    grads = {k: p.grad.clone() for k, p in model.named_parameters()}
+    buffers = conformance.model_buffers(model)
+    assert conformance.compare(loss, grads, ref, buffers)[0]
+    name = next(k for k in buffers if k.endswith("running_mean"))
+    stale = {**buffers, name: corpus.build("cnn_bn")[0].get_buffer(name).double()}  # as before the step
+    ok, _, grad_error, worst, ratio = conformance.compare(loss, grads, ref, stale)
+    assert not ok and worst == name and ratio > 1 and grad_error < 1e-5
+    assert conformance.compare(loss, grads, ref, {k: b for k, b in buffers.items() if k != name})[0]
+    # across ranks: one rank holds the right copy, another the stale one; the check takes the worse
+    float_loss = float(loss)
+    parts = [
+        {"loss": float_loss, "grads": grads, "buffers": buffers},
+        {"loss": None, "grads": {}, "buffers": {name: stale[name]}},
+    ]
+    report = check_report(parts, ref, [])
+    assert not report["ok"] and report["worst"] == name
+    assert check_report(parts[:1], ref, [])["ok"]
+
+
 def test_a_step_that_draws_random_numbers_gets_no_verdict():
     """The float64, float32 and placed steps each draw their own dropout masks: an "ok" would compare two draws (a
     loose pass, the float32 step's own error being the draws' difference). So every row says it is unchecked; the

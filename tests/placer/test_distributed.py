@@ -172,6 +172,21 @@ MODEL_SRC = textwrap.dedent(
         return Twice().train(), (torch.randn(4, 8, generator=g), torch.randn(4, 8, generator=g))
 
 
+    class Siamese(nn.Module):  # one batch norm on two views, as a contrastive network's encoder
+        def __init__(self):
+            super().__init__()
+            self.lin, self.bn, self.head = nn.Linear(8, 8), nn.BatchNorm1d(8), nn.Linear(8, 1)
+
+        def forward(self, a, b):
+            return (self.head(self.bn(self.lin(a))) - self.head(self.bn(self.lin(b)))).pow(2).mean()
+
+
+    def siamese():
+        torch.manual_seed(0)
+        g = torch.Generator().manual_seed(1)
+        return Siamese().train(), (torch.randn(6, 8, generator=g), torch.randn(6, 8, generator=g) * 3 + 1)
+
+
     def script(placement_path, early_receives=None):
         # what a user's script does under torchrun: its own process group, placer's stages and schedule
         import torch.distributed as dist
@@ -331,7 +346,7 @@ def test_auto_starts_one_process_per_device_the_plan_uses(here, capsys, tmp_path
     rc, out, err = run_cli(
         capsys, *argv, "--nproc-per-node", "auto", "--steps", "2", "--warmup", "0", "--check", "--json"
     )
-    assert rc == 0, err
+    assert rc == 0, out + err
     report = json.loads(out)
     assert report["check"]["ok"] and [(r["rank"], r["device"]) for r in report["ranks"]] == [(0, "gpu:1")]
 
@@ -357,7 +372,7 @@ def test_two_processes_train_the_plan_and_check_every_gradient(here, capsys):
         "--json",
     )
     report = json.loads(out)
-    assert rc == 0, err
+    assert rc == 0, out + err
     assert report["check"]["ok"] and report["check"]["worst_ratio"] <= 1
     assert report["schedule"] == "gpipe" and report["microbatches"] == 2 and report["stages"] == 2
     assert [(r["rank"], r["device"], r["stages"]) for r in report["ranks"]] == [(0, "gpu:0", [0]), (1, "gpu:1", [1])]
@@ -394,14 +409,14 @@ def test_a_v_plan_runs_under_torchs_v_schedules_with_every_gradient(here, capsys
     rc, out, err = run_cli(
         capsys, "dist_model:build", "--placement", f"{schedule}.json", "--cluster", "k80x2", "--nproc-per-node", "2"
     )
-    assert rc == 0, err
+    assert rc == 0, out + err
     rc, out, err = run_cli(
         capsys,
         *("dist_model:build", "--placement", f"{schedule}.json", "--cluster", "k80x2", "--nproc-per-node", "2"),
         *("--steps", "2", "--warmup", "1", "--check", "--trace", f"{schedule}_trace.json", "--json"),
     )
     report = json.loads(out)
-    assert rc == 0, err
+    assert rc == 0, out + err
     assert report["check"]["ok"] and report["schedule"] == schedule and report["stages"] == 4
     assert [(r["rank"], r["stages"]) for r in report["ranks"]] == [(0, [0, 3]), (1, [1, 2])]
     kinds = {e[2] for e in report["timeline"]["events"]}
@@ -426,7 +441,7 @@ def test_a_rank_that_holds_no_parameters_trains_too(here, capsys):
     Placement.from_indices(graph, ["cpu:0", "gpu:0", "gpu:1"], tail, cluster="k80x2").save("tail.json")
     argv = ["--placement", "tail.json", "--cluster", "k80x2", "--nproc-per-node", "2", "--steps", "2", "--json"]
     rc, out, err = run_cli(capsys, "dist_model:build", *argv)
-    assert rc == 0, err
+    assert rc == 0, out + err
     assert [r["device"] for r in json.loads(out)["ranks"]] == ["gpu:0", "gpu:1"]
 
 
@@ -452,7 +467,7 @@ def test_an_input_shared_by_the_batch_goes_whole_to_every_microbatch_across_proc
     plan.save("shared.json")
     argv = ["--placement", "shared.json", "--cluster", "k80x2", "--nproc-per-node", "2", "--steps", "2", "--check"]
     rc, out, err = run_cli(capsys, "dist_model:shared_table", *argv, "--json")
-    assert rc == 0, err
+    assert rc == 0, out + err
     report = json.loads(out)
     assert report["check"]["ok"] and report["microbatches"] == 2, report["check"]
 
@@ -509,8 +524,8 @@ def _checked_on_two_ranks(capsys, builder: str, last_on_first) -> None:
     Placement.from_indices(graph, ["cpu:0", "gpu:0", "gpu:1"], split, cluster="k80x2").save(f"{builder}.json")
     argv = ["--placement", f"{builder}.json", "--cluster", "k80x2", "--nproc-per-node", "2", "--steps", "2"]
     rc, out, err = run_cli(capsys, f"dist_model:{builder}", *argv, "--check", "--json")
-    assert rc == 0, err
-    assert json.loads(out)["check"]["ok"]
+    assert rc == 0, out + err
+    assert json.loads(out)["check"]["ok"], json.loads(out)["check"]
 
 
 @pytest.mark.slow
@@ -530,6 +545,14 @@ def test_a_buffer_written_in_place_twice_in_a_forward_stays_in_one_stage_and_the
     (it was refused); the stage cut now brings the second iteration up to the first, in stage 0, and the step
     matches the one-process one."""
     _checked_on_two_ranks(capsys, "twice", lambda graph: graph.names.index("wrap_with_set_grad_enabled_1") - 2)
+
+
+@pytest.mark.slow
+def test_a_batch_norm_on_two_views_updates_its_statistics_as_one_process_does_across_ranks(here, capsys):
+    """One batch norm applied to two views, the plan split between them: each rank would update its own copy of the
+    running statistics once, and neither would hold the step's. ``--check`` compares the buffers after the step too
+    (it failed on ``bn.running_mean`` with the cut's rule removed); the cut keeps both updates in one stage."""
+    _checked_on_two_ranks(capsys, "siamese", lambda graph: graph.names.index("batch_norm_1") - 1)
 
 
 @pytest.mark.slow

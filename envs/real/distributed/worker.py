@@ -40,7 +40,7 @@ from torch.distributed.elastic.multiprocessing.errors import record
 from torch.utils._pytree import tree_leaves  # noqa: PLC2701 (torch has no public pytree module)
 
 from envs.real.allocator import thread_cache_off
-from envs.real.conformance import Reference, compare, plan_reference
+from envs.real.conformance import Reference, compare, model_buffers, plan_reference, relative_error
 from envs.real.distributed.rank_plan import RankPlan
 from envs.real.distributed.ranks import check_world
 from envs.real.distributed.runtime import RankSchedule
@@ -167,12 +167,27 @@ def gather_to_first(value: Any, group: Any = None) -> list[Any] | None:
 
 
 def step_gradients(schedule: RankSchedule, inputs: Sequence[Any]) -> dict[str, Any]:
-    """One step on this rank: the loss (on the last stage's rank) and its parameters' gradients, float64 on the CPU."""
+    """One step on this rank: the loss (on the last stage's rank), its parameters' gradients and its stages' buffers
+    after the step (:func:`envs.real.conformance.model_buffers`), float64 on the CPU."""
     loss = schedule.step(*inputs)
     grads = {k: p.grad.detach().double().cpu() for k, p in schedule.named_parameters().items() if p.grad is not None}
     for p in schedule.parameters():
         p.grad = None
-    return {"loss": None if loss is None else float(loss), "grads": grads}
+    buffers = {k: b for m in schedule.modules for k, b in model_buffers(m).items()}
+    return {"loss": None if loss is None else float(loss), "grads": grads, "buffers": buffers}
+
+
+def _held_buffers(parts: Sequence[Mapping[str, Any]], ref: Reference) -> dict[str, torch.Tensor]:
+    """Each buffer the ranks hold, the copy farthest from ``ref``'s where several ranks hold one (a rank whose
+    copy missed a write fails the check)."""
+    held: dict[str, torch.Tensor] = {}
+    for part in parts:
+        for k, b in part.get("buffers", {}).items():
+            if k in held and k in ref.buffers and held[k].shape == b.shape == ref.buffers[k].shape:
+                if relative_error(b, ref.buffers[k]) <= relative_error(held[k], ref.buffers[k]):
+                    continue
+            held[k] = b
+    return held
 
 
 def check_report(parts: Sequence[Mapping[str, Any]], ref: Reference, tied: Sequence[Sequence[str]]) -> dict[str, Any]:
@@ -193,7 +208,9 @@ def check_report(parts: Sequence[Mapping[str, Any]], ref: Reference, tied: Seque
             if have:
                 grads.setdefault(n, grads[have[0]])
     loss = next(p["loss"] for p in parts if p["loss"] is not None)
-    ok, loss_error, grad_error, worst, ratio = compare(torch.tensor(loss, dtype=torch.float64), grads, ref)
+    ok, loss_error, grad_error, worst, ratio = compare(
+        torch.tensor(loss, dtype=torch.float64), grads, ref, _held_buffers(parts, ref)
+    )
     return {
         "ok": bool(ok) and not ref.draws,
         "draws": ref.draws,
