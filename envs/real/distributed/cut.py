@@ -362,4 +362,22 @@ class StageCutter:
         return [(devices[d], run) for d, run in zip(on[firsts].tolist(), np.split(order, starts))]
 
 
-__all__ = ["GETITEM", "BufferWrites", "Stage", "StageCutter", "StagedSplit", "Tuples", "cut_stages"]
+def split_sequence(graph: OpGraph) -> tuple[np.ndarray, list[tuple[int, int]]]:
+    """The sequence of ops a contiguous pipeline split cuts, and the spans of it (positions, both ends included)
+    that must stay in one stage: node order and none, unless ops write a buffer in place; then the stage cut's
+    order of node order (:class:`BufferWrites` brings each such buffer's ops together) and its spans, so that a
+    split along it is cut as it was made.
+
+    >>> g = OpGraph.from_edges(list("abc"), [("a", "b", 4), ("b", "c", 4)])
+    >>> order, spans = split_sequence(g)
+    >>> order.tolist(), spans
+    ([0, 1, 2], [])
+    """
+    writes = BufferWrites(graph, Tuples(graph))
+    if not writes.groups:
+        return np.arange(graph.num_ops, dtype=np.int64), []
+    order = writes.order(writes.tuples.order(np.arange(graph.num_ops, dtype=np.int64)))
+    return order, writes.spans(order)
+
+
+__all__ = ["GETITEM", "BufferWrites", "Stage", "StageCutter", "StagedSplit", "Tuples", "cut_stages", "split_sequence"]

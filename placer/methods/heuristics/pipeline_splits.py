@@ -1,6 +1,8 @@
 """The pipeline splits people use: contiguous stages in program order, one per device (or several, looped).
 
-Each cuts the graph's ops, in program (node) order, into contiguous stages; stage
+Each cuts the graph's ops, in program (node) order, into contiguous stages (where ops
+write a buffer in place, in the stage cut's order, which brings each such buffer's ops
+together, and never within them: :func:`~envs.real.distributed.cut.split_sequence`); stage
 ``s`` goes to device ``s mod R`` of the ``R`` devices used (the cluster's GPUs, all its
 devices when it has none), so ``stages_per_rank=1`` runs under GPipe or 1F1B and
 ``stages_per_rank=2`` under the looped schedules (:mod:`envs.real.distributed.schedules`).
@@ -34,10 +36,11 @@ None of them looks at time, memory or communication: that is what they are.
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 
 import numpy as np
 
-from envs.real.distributed.cut import StagedSplit
+from envs.real.distributed.cut import StagedSplit, split_sequence
 from envs.real.distributed.schedules import is_v, v_ranks
 from graphs import OpGraph, PlacerError
 from placer.methods.heuristics.costs import gpu_devices
@@ -81,17 +84,34 @@ def list_prefixes(paths: list[str]) -> set[str]:
     return blocks or outer
 
 
-def layer_units(graph: OpGraph) -> np.ndarray:
+def atoms(num_items: int, spans: Sequence[tuple[int, int]] = ()) -> np.ndarray:
+    """Each position's item, every span (positions ``first`` to ``last``) one item, numbered in order: what a split
+    may not cut within.
+
+    >>> atoms(6, [(1, 3)]).tolist()
+    [0, 1, 1, 1, 2, 3]
+    """
+    start = np.arange(num_items)
+    for first, last in spans:
+        start[first : last + 1] = start[first]
+    return np.unique(start, return_inverse=True)[1].astype(np.int64)
+
+
+def layer_units(graph: OpGraph, order: np.ndarray | None = None, spans: Sequence[tuple[int, int]] = ()) -> np.ndarray:
     """The layer of each op, numbered in program order (see the module doc): the ops before the first repeated
     module are layer 0, each repeated module a layer, the ops after the last one the last layer; an op between
     two repeated modules, outside both, joins the layer before it, and so does an op of an earlier layer that
     comes after a later one's (layers are contiguous in program order). A graph without repeated modules has one
-    layer per op."""
+    layer per op. ``order``: the sequence to number (:func:`~envs.real.distributed.cut.split_sequence`), the
+    result then by its positions, a layer that meets one of its ``spans`` joined with the layer before; None:
+    node order."""
     paths = [p or "" for p in (graph.module_paths or [""] * graph.num_ops)]
+    if order is not None:
+        paths = [paths[i] for i in order.tolist()]
     prefixes = list_prefixes(paths)
     keys = [repeated_block(p, prefixes) for p in paths]
     if all(k is None for k in keys):
-        return np.arange(graph.num_ops, dtype=np.int64)
+        return atoms(graph.num_ops, spans)
     first = next(i for i, k in enumerate(keys) if k is not None)
     last = max(i for i, k in enumerate(keys) if k is not None)
     numbers: dict[str, int] = {}
@@ -107,7 +127,10 @@ def layer_units(graph: OpGraph) -> np.ndarray:
         else:
             units[i] = numbers.setdefault(key, base + len(numbers))
     # an op of an earlier layer issued after a later layer's ops joins the later one: stages stay contiguous
-    return np.maximum.accumulate(units)
+    units = np.maximum.accumulate(units)
+    if not spans:
+        return units
+    return np.unique(units[atoms(len(units), spans)], return_inverse=True)[1].astype(np.int64)
 
 
 def equal_counts(num_units: int, num_stages: int) -> np.ndarray:
@@ -163,17 +186,33 @@ def stage_map(num_devices: int, num_stages: int, schedule: str | None = None) ->
     return np.arange(num_stages, dtype=np.int64) % num_devices
 
 
-def stage_devices(cluster, op_stages: np.ndarray, schedule: str | None = None) -> np.ndarray | StagedSplit:
+def stage_devices(
+    cluster,
+    op_stages: np.ndarray,
+    schedule: str | None = None,
+    order: np.ndarray | None = None,
+    spans: Sequence[tuple[int, int]] = (),
+) -> np.ndarray | StagedSplit:
     """The split's result: each op's device, stage ``s`` on device ``s mod R``; in a V (:func:`stage_map`), a
-    :class:`StagedSplit` with the op that begins the last device's second stage."""
+    :class:`StagedSplit` with the op that begins the last device's second stage. ``order``: ``op_stages`` is by
+    the positions of this sequence (:func:`~envs.real.distributed.cut.split_sequence`), and a stage that begins
+    within one of its ``spans`` (a buffer's ops, which run in one stage) begins after it."""
     devices = gpu_devices(cluster)
-    op_stages = np.asarray(op_stages)
+    op_stages = np.asarray(op_stages).copy()
+    for first, last in spans:
+        op_stages[first : last + 1] = op_stages[first]
     positions = stage_map(len(devices), int(op_stages.max()) + 1, schedule)
-    op_devices = devices[positions[op_stages]].astype(np.int32)
+    by_position = devices[positions[op_stages]].astype(np.int32)
+    order = np.arange(len(op_stages)) if order is None else np.asarray(order)
+    op_devices = np.empty_like(by_position)
+    op_devices[order] = by_position
     if not is_v(schedule):
         return op_devices
     R = len(devices)
-    return StagedSplit(op_devices, (int(np.flatnonzero(op_stages == R)[0]),))
+    turn = np.flatnonzero(op_stages == R)
+    if not len(turn):
+        raise PlacerError(f"the split's stage {R} lies within ops that write a buffer in one stage; no V to cut")
+    return StagedSplit(op_devices, (int(order[turn[0]]),))
 
 
 def split_stages_per_rank(stages_per_rank: int | None, schedule: str | None, method: str) -> int:
@@ -207,10 +246,11 @@ def equal_layers(
 ) -> np.ndarray | StagedSplit:
     """Torchtitan's default split: the same number of layers per stage (module doc)."""
     del seed
-    units = layer_units(graph)
+    order, spans = split_sequence(graph)
+    units = layer_units(graph, order, spans)
     per_rank = split_stages_per_rank(stages_per_rank, schedule, "equal_layers")
     S = num_stages(graph, cluster, per_rank, int(units.max()) + 1, "equal_layers")
-    return stage_devices(cluster, equal_counts(int(units.max()) + 1, S)[units], schedule)
+    return stage_devices(cluster, equal_counts(int(units.max()) + 1, S)[units], schedule, order, spans)
 
 
 @register("flops_balanced")
@@ -220,8 +260,11 @@ def flops_balanced(
     """The contiguous split of the ops minimising the largest stage's forward FLOPs (module doc)."""
     del seed
     per_rank = split_stages_per_rank(stages_per_rank, schedule, "flops_balanced")
-    S = num_stages(graph, cluster, per_rank, graph.num_ops, "flops_balanced")
-    return stage_devices(cluster, balanced(graph.flops, S), schedule)
+    order, spans = split_sequence(graph)
+    items = atoms(graph.num_ops, spans)
+    S = num_stages(graph, cluster, per_rank, int(items.max()) + 1, "flops_balanced")
+    flops = np.bincount(items, weights=graph.flops[order].astype(np.float64))
+    return stage_devices(cluster, balanced(flops, S)[items], schedule, order, spans)
 
 
 @register("parameters_balanced")
@@ -231,14 +274,17 @@ def parameters_balanced(
     """DeepSpeed's ``parameters`` partition: the contiguous split of the layers minimising the largest stage's
     parameter bytes (module doc)."""
     del seed
-    units = layer_units(graph)
+    order, spans = split_sequence(graph)
+    units = layer_units(graph, order, spans)
     per_rank = split_stages_per_rank(stages_per_rank, schedule, "parameters_balanced")
     S = num_stages(graph, cluster, per_rank, int(units.max()) + 1, "parameters_balanced")
-    unit_bytes = np.bincount(units, weights=graph.param_bytes.astype(np.float64), minlength=int(units.max()) + 1)
-    return stage_devices(cluster, balanced(unit_bytes, S)[units], schedule)
+    weights = graph.param_bytes[order].astype(np.float64)
+    unit_bytes = np.bincount(units, weights=weights, minlength=int(units.max()) + 1)
+    return stage_devices(cluster, balanced(unit_bytes, S)[units], schedule, order, spans)
 
 
 __all__ = [
+    "atoms",
     "balanced",
     "equal_counts",
     "equal_layers",

@@ -2,7 +2,8 @@
 
 The splits people use (:mod:`~placer.methods.heuristics.pipeline_splits`) balance one
 number (layers, FLOPs, parameters). ``stage_search`` scores whole plans instead:
-each candidate is a cut of the ops, in program order, into ``R x stages_per_rank``
+each candidate is a cut of the ops, in program order (the splits' sequence,
+:func:`~envs.real.distributed.cut.split_sequence`, where ops write a buffer in place), into ``R x stages_per_rank``
 contiguous stages (stage ``s`` on device ``s mod R``; under torch's V schedule ``zbv``,
 2R stages down the devices and back), scored by
 :class:`envs.sim.ranks.RankSim` (compute per microbatch, every tensor sent between
@@ -38,7 +39,7 @@ from typing import Any
 
 import numpy as np
 
-from envs.real.distributed.cut import StagedSplit
+from envs.real.distributed.cut import StagedSplit, split_sequence
 from envs.real.distributed.schedules import check_schedule, fitting_schedule, is_v
 from envs.sim.ranks import RankSim
 from graphs import OpGraph, PlacerError
@@ -223,6 +224,9 @@ def _search(
     n = graph.num_ops
     on = devices[stage_map(len(devices), S, schedule)]  # each stage's device
     turn = len(devices) - 1 if is_v(schedule) else None  # the cut between the two stages of the V's last device
+    # cuts are positions of the sequence a split cuts (node order, unless ops write a buffer in place)
+    order, _ = split_sequence(graph)
+    position = np.argsort(order)
     cuts, best_s = starting_cuts(graph, cluster, sim, devices, per_rank, schedule)
     # each plan's step, by its cuts: a later round tries again many plans an earlier one scored (25-50 % of them on
     # the zoo's models), which are not simulated again
@@ -236,11 +240,11 @@ def _search(
                 continue
             new = [c for c in tried if tuple(c) not in scored]  # (a move's plans differ from each other)
             if new:
-                batch = np.stack([on[stages_of(c, n)] for c in new])
+                batch = np.stack([on[stages_of(c, n)][position] for c in new])
                 if turn is None:
                     new_s, failed = sim.step_times(batch)
                 else:
-                    new_s, failed = sim.staged_step_times(batch, [(c[turn],) for c in new])
+                    new_s, failed = sim.staged_step_times(batch, [(int(order[c[turn]]),) for c in new])
                 scored.update(zip(map(tuple, new), np.where(failed, np.inf, new_s).tolist()))
             step_time_s = np.array([scored[tuple(c)] for c in tried])
             j = int(np.argmin(step_time_s))
@@ -250,8 +254,8 @@ def _search(
             break
     if hasattr(env, "count_simulated"):  # what the search spent, counted where the caller counts every search's
         env.count_simulated(sim.simulated)
-    op_devices = on[stages_of(cuts, n)].astype(np.int32)
-    return (op_devices if turn is None else StagedSplit(op_devices, (cuts[turn],))), float(best_s)
+    op_devices = on[stages_of(cuts, n)][position].astype(np.int32)
+    return (op_devices if turn is None else StagedSplit(op_devices, (int(order[cuts[turn]]),))), float(best_s)
 
 
 def moved_cuts(cuts: list[int], k: int, num_ops: int, merge: bool = False) -> list[list[int]]:
@@ -286,7 +290,7 @@ def starting_cuts(
             out = split(graph, cluster, stages_per_rank=stages_per_rank, schedule=schedule)
         except PlacerError:  # fewer layers than stages
             continue
-        cuts = split_cuts(out)
+        cuts = split_cuts(out, split_sequence(graph)[0])
         if len(cuts) != len(devices) * stages_per_rank - 1:
             continue  # a split that left a stage empty
         if isinstance(out, StagedSplit):  # a V: only the simulator of ranks reads stage starts
@@ -301,16 +305,21 @@ def starting_cuts(
     return best
 
 
-def split_cuts(out: np.ndarray | StagedSplit) -> list[int]:
-    """Where each stage after the first begins in a contiguous split (op positions): where the device changes, and
-    a :class:`StagedSplit`'s starts.
+def split_cuts(out: np.ndarray | StagedSplit, order: np.ndarray | None = None) -> list[int]:
+    """Where each stage after the first begins in a contiguous split (positions of ``order``, the sequence it was
+    cut along, :func:`~envs.real.distributed.cut.split_sequence`; None: node order): where the device changes,
+    and a :class:`StagedSplit`'s starts.
 
     >>> split_cuts(np.array([1, 2, 1, 2])), split_cuts(StagedSplit(np.array([1, 2, 2, 1]), (2,)))
     ([1, 2, 3], [1, 2, 3])
     """
     split = StagedSplit.of(out)
-    begins = np.diff(np.asarray(split.op_devices)) != 0
-    begins[np.asarray(split.starts, dtype=np.int64) - 1] = True
+    op_devices = np.asarray(split.op_devices)
+    starts = np.asarray(split.starts, dtype=np.int64)
+    if order is not None:
+        op_devices, starts = op_devices[order], np.argsort(order)[starts]
+    begins = np.diff(op_devices) != 0
+    begins[starts - 1] = True
     return (np.flatnonzero(begins) + 1).tolist()
 
 

@@ -436,3 +436,37 @@ def test_place_with_schedule_auto_says_what_each_schedule_reached(k80x2, tmp_pat
     assert "kept (the fastest simulated, no margin)" in said and "10 % faster" not in said
     assert main([*argv[:5], "equal_layers", *argv[6:], "--option", "schedule=auto"]) == 2
     assert "equal_layers does not choose a schedule" in capsys.readouterr().err
+
+
+def _two_views() -> OpGraph:
+    """A Siamese step by hand: one encoder (two linear layers, each with a batch norm) on two views, a head. Each
+    batch norm's statistics are written by both views' calls (capture's record of them in meta)."""
+    names = ["a_lin0", "a_bn0", "a_lin1", "a_bn1", "b_lin0", "b_bn0", "b_lin1", "b_bn1", "head"]
+    edges = [("a_lin0", "a_bn0"), ("a_bn0", "a_lin1"), ("a_lin1", "a_bn1"), ("b_lin0", "b_bn0"), ("b_bn0", "b_lin1")]
+    edges += [("b_lin1", "b_bn1"), ("a_bn1", "head"), ("b_bn1", "head")]
+    paths = ["enc.lin0", "enc.bn0", "enc.lin1", "enc.bn1"] * 2 + ["head"]
+    g = OpGraph.from_edges(
+        names, [(a, b, 64) for a, b in edges], flops=[1e9, 1e8, 1e9, 1e8] * 2 + [1e8], module_paths=paths
+    )
+    g.meta["buffer_writes"] = [[op, f"enc.bn{op[-1]}.running_mean", ""] for op in names if "_bn" in op]
+    g.meta["buffer_readers"] = {f"enc.bn{k}.running_mean": [f"a_bn{k}", f"b_bn{k}"] for k in (0, 1)}
+    return g
+
+
+@pytest.mark.parametrize("name", ["flops_balanced", "stage_search"])
+def test_a_split_of_ops_that_write_a_buffer_twice_cuts_along_the_order_that_brings_them_together(name, k80x2):
+    """Split in node order, the first view would be one stage and the second the other, and each batch norm's two
+    updates would fall in two stages (the cut would merge them back, leaving fewer stages than asked). Along the
+    stage cut's order the two views interleave, layer by layer, and no cut falls between a batch norm's calls:
+    exactly the stages asked for (one a rank: each view's layer 0 in the first)."""
+    from envs.real.distributed.cut import cut_stages
+
+    g = _two_views()
+    for per_rank in (1, 2):
+        p = registry.place(name, g, k80x2, stages_per_rank=per_rank, microbatches=2)
+        stages = cut_stages(g, p.indices(g, k80x2.device_names), k80x2.device_names)
+        assert len(stages) == 2 * per_rank
+        if per_rank == 1:
+            assert {g.names[i] for i in stages[0].ops} == {"a_lin0", "a_bn0", "b_lin0", "b_bn0"}
+        for k in (0, 1):  # each batch norm's two calls in one stage
+            assert len({s.index for s in stages for i in s.ops if g.names[i] in (f"a_bn{k}", f"b_bn{k}")}) == 1
