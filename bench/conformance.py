@@ -61,6 +61,7 @@ from envs.real.conformance import (  # noqa: F401  (moved there: the product's c
     reference,
     relative_error,
 )
+from envs.real.fixed_draws import fixed_draws
 from envs.real.pipeline import batch_mixing, part_failure_of, split_batch
 from graphs import OpGraph
 from graphs.models.corpus import build
@@ -205,8 +206,9 @@ def _run_plan(
         placed = apply(model, placement, inputs, device_map=device_map, graph=graph)
     else:
         placed = apply_program(model, program, placement, inputs, device_map, graph=graph, part_programs=parts)
-    loss = placed(*inputs)
-    loss.backward()
+    with fixed_draws():  # dropout keeps every unit, as in the reference's steps
+        loss = placed(*inputs)
+        loss.backward()
     check = compare(loss, parameter_grads(placed), ref, model_buffers(placed))
     step = math.nan
     if timed_steps > 0:

@@ -6,6 +6,7 @@ docs/ranks/zb/others.py (the probe of plans across processes) and 12 more. From 
     PYTHONPATH=. python docs/conformance/others.py [NAME ...] > docs/conformance/others.log
     PYTHONPATH=. python docs/conformance/others.py --homes [NAME ...] > docs/conformance/others_homes.log
     PYTHONPATH=. python docs/conformance/others.py --homes --corpus > docs/conformance/corpus_homes.log
+    PYTHONPATH=. python docs/conformance/others.py --corpus --train > docs/conformance/corpus_train.log
     PYTHONPATH=. python docs/conformance/others.py --newer > docs/conformance/newer.log
     PYTHONPATH=. python docs/conformance/others.py --newer --homes > docs/conformance/newer_homes.log
     PYTHONPATH=. python docs/conformance/others.py --diffusers > docs/conformance/diffusers.log
@@ -54,7 +55,8 @@ hook-based spectral norm), docs/ranks/zb/state.py.
 ``--lora``: fine-tuning with frozen weights, peft's LoRA and a frozen backbone, docs/lora/lora.py;
 needs ``pip install peft``.)
 
-(``--corpus``: the conformance corpus's models, :mod:`graphs.models.corpus`, instead of these.)
+(``--corpus``: the conformance corpus's models, :mod:`graphs.models.corpus`, instead of these. ``--train``: each model
+in training mode, dropout as its config sets it, where the corpus builds them in eval.)
 
 On a GPU machine, ``--homes --device-map gpu:0=cuda:0`` runs the same check with ``gpu:0`` on CUDA: the copies
 from pinned host memory on side streams, the window of two and the gradients sent home (``envs.real.homes``'s CUDA
@@ -316,6 +318,7 @@ flags = (
     "--param",
     "--state",
     "--lora",
+    "--train",
     "-v",
 )
 names = [a for a in args if a not in flags] or list(FAMILIES if corpus else MODELS)
@@ -323,6 +326,8 @@ for name in names:
     t = time.perf_counter()
     try:
         built = build(name) if corpus else MODELS[name]()
+        if "--train" in args:  # in training, dropout as each config sets it (the checks hold its draws fixed)
+            built[0].train()
         if with_homes:  # python docs/conformance/others.py --homes > docs/conformance/others_homes.log
             what = homed_check(*built, device_map=device_map)
             print(f"{name}: ok, {what} ({time.perf_counter() - t:.0f} s)", flush=True)

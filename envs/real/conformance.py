@@ -22,6 +22,8 @@ from typing import Any
 import torch
 from torch import nn
 
+from envs.real.fixed_draws import fixed_draws
+
 #: A placed step's relative error may be this many times the unplaced float32 step's ...
 FACTOR = 10.0
 #: ... or under this, whichever is larger (float32's epsilon is 1.2e-7).
@@ -36,9 +38,13 @@ class Reference:
     grads: dict[str, torch.Tensor]
     plain_errors: dict[str, float] = field(default_factory=dict)  # "loss" and each parameter name
     floor: float = 0.0  # norms below this count as this (gradients that are 0 in exact arithmetic)
-    #: The step draws random numbers (dropout, a layer that samples): the float64 and float32 steps, and a plan's,
-    #: each drew their own, so the comparison has no verdict (:data:`DRAWS`).
+    #: The step draws random numbers that :func:`envs.real.fixed_draws.fixed_draws` does not hold fixed (a Poisson
+    #: draw, an RNN's own dropout): the float64 and float32 steps, and a plan's, each drew their own, so the
+    #: comparison has no verdict (:data:`DRAWS`).
     draws: bool = False
+    #: The random ops held at their likeliest values in the steps compared (dropout, ``bernoulli``: the check's
+    #: steps all keep every unit), sorted; empty: the step draws nothing.
+    fixed: list[str] = field(default_factory=list)
     #: Over 1: the steps are gradient accumulation over this many microbatches (:func:`reference`).
     microbatches: int = 1
     #: Why there is no reference (:func:`checked_reference`: the model's float64 copy failed), else "": no verdict.
@@ -51,9 +57,12 @@ class Reference:
 
 #: What a check of a step that draws random numbers says instead of a verdict.
 DRAWS = (
-    "the step draws random numbers (dropout, or a layer that samples), so the steps compared drew different ones; "
-    "check with them off (eval(), dropout 0)"
+    "the step draws random numbers that the check cannot hold fixed (a Poisson or exponential draw, an RNN's own "
+    "dropout), so the steps compared drew different ones; check with them off"
 )
+
+#: What a check of a step whose draws were held fixed adds to its verdict.
+FIXED = "random draws held at their likeliest values: dropout keeps every unit"
 
 
 def _float64(value: Any) -> Any:
@@ -155,7 +164,8 @@ def reference(
         return total
 
     m64 = _held_float64(_eager_experts(copy.deepcopy(model)).double())
-    with float64_by_default():  # a tensor the forward makes without a dtype (an RNN's zero state) is float64 too
+    # a tensor the forward makes without a dtype (an RNN's zero state) is float64 too; dropout keeps every unit
+    with float64_by_default(), fixed_draws() as fixed64:
         loss64 = step(m64, _float64)
     grads = parameter_grads(m64)
     floor = 1e-6 * max((float(g.norm()) for g in grads.values()), default=0.0)
@@ -164,8 +174,10 @@ def reference(
     ref.buffer_floor = 1e-6 * max((float(b.norm()) for b in ref.buffers.values()), default=0.0)
     m32 = copy.deepcopy(model)
     state = torch.get_rng_state()
-    loss32 = step(m32, lambda x: x)
+    with fixed_draws() as fixed32:
+        loss32 = step(m32, lambda x: x)
     ref.draws = not torch.equal(state, torch.get_rng_state())
+    ref.fixed = sorted(fixed64 | fixed32)
     ref.plain_errors = {"loss": relative_error(loss32, loss64)}
     ref.plain_errors.update(
         {k: relative_error(g, grads[k], ref.floor) for k, g in parameter_grads(m32).items() if k in grads}
@@ -256,6 +268,7 @@ def compare(
 __all__ = [
     "DRAWS",
     "FACTOR",
+    "FIXED",
     "FLOOR",
     "Reference",
     "checked_reference",

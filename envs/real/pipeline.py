@@ -24,6 +24,7 @@ import torch.fx as fx
 from torch import nn
 
 from envs.microbatch import BACKWARD, issue_segments, stage_starts
+from envs.real.fixed_draws import fixed_draws
 from envs.real.global_state import global_state_kept
 from envs.real.placing import MOVE_META
 from envs.real.programs import PROGRAMS_ATTR
@@ -155,9 +156,11 @@ def batch_mixing(
     codes) does not, in the gradients even where the loss barely moves (a forecaster's batch norm before a squared
     error); nor does a forward that updates a buffer the next forward reads (spectral norm's power iteration: a plan
     of M microbatches runs it M times a step), which the line tells apart by running the microbatches again, each
-    from the buffers as they were. None also where it cannot tell: the model draws random numbers (dropout: the
-    whole batch and its parts draw different masks), returns no scalar loss, or fails on its parts (the run's own
-    error says why). Its buffers (batch norm's running statistics), what its forward keeps on its modules (a cache,
+    from the buffers as they were. Every run holds its random draws at their likeliest values
+    (:func:`envs.real.fixed_draws.fixed_draws`: dropout keeps every unit), the same for the whole batch and its
+    parts. None also where it cannot tell: the model draws random numbers that cannot be held so (a Poisson draw),
+    returns no scalar loss, or fails on its parts (the run's own error says why). Its buffers (batch norm's
+    running statistics), what its forward keeps on its modules (a cache,
     a step counter: :func:`graphs.export.model_kept`) and the random state are restored.
 
     >>> class Mean(nn.Module):
@@ -198,12 +201,13 @@ def batch_mixing(
     def step(part: tuple) -> tuple[float, list] | None:
         """One forward and backward: the loss and the gradients; None where that cannot tell (see above)."""
         before = rng()
-        out = model(*part)
+        with fixed_draws():  # the backward too: a checkpointed block runs its forward again there
+            out = model(*part)
+            if not isinstance(out, torch.Tensor) or out.numel() != 1 or not out.is_floating_point():
+                return None
+            got = torch.autograd.grad(out, params, allow_unused=True) if out.requires_grad and params else ()
         if not all(torch.equal(a, b) for a, b in zip(rng(), before)):
-            return None  # it draws random numbers: the whole and the parts draw different ones
-        if not isinstance(out, torch.Tensor) or out.numel() != 1 or not out.is_floating_point():
-            return None
-        got = torch.autograd.grad(out, params, allow_unused=True) if out.requires_grad and params else ()
+            return None  # it draws random numbers not held fixed: the whole and the parts draw different ones
         return float(out.detach().double().cpu()), [None if g is None else g.detach().double() for g in got]
 
     weights = {reduction: part_weights(parts, batch_dim, reduction) for reduction in ("mean", "sum")}

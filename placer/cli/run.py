@@ -88,8 +88,9 @@ def add_command(sub: argparse._SubParsersAction) -> None:
     across.add_argument(
         "--check",
         action="store_true",
-        help="first compare one step's loss and every gradient with the one-process step (float64 reference); a "
-        "step that draws random numbers (dropout) gets no verdict (exit 1): check with them off",
+        help="first compare one step's loss, every gradient and every buffer after it with the one-process step "
+        "(float64 reference); dropout and other draws are held at their likeliest values in both (dropout keeps "
+        "every unit); a step drawing what cannot be held so (a Poisson draw) gets no verdict (exit 1)",
     )
     across.add_argument(
         "--trace",

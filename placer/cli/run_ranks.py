@@ -176,6 +176,10 @@ def print_report(args: argparse.Namespace, report: dict[str, Any]) -> None:
         verdict = "ok" if check["ok"] else "FAIL"
         M = check.get("accumulated", 1)
         against = f" (its gradient accumulation over {M} microbatches, the step the plan computes)" if M > 1 else ""
+        if check.get("fixed"):
+            from envs.real.conformance import FIXED
+
+            against += f" ({FIXED})"
         print(
             f"check against one process{against}: {verdict} (loss rel. err {check['loss_error']:.1e}, worst gradient "
             f"rel. err {check['grad_error']:.1e}; worst tensor {check['worst']} at {check['worst_ratio']:.2f}x "

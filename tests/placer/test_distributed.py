@@ -181,6 +181,25 @@ MODEL_SRC = textwrap.dedent(
             return (self.head(self.bn(self.lin(a))) - self.head(self.bn(self.lin(b)))).pow(2).mean()
 
 
+    class Dropped(nn.Module):  # dropout in training, and drop path (a bernoulli mask per sample)
+        def __init__(self):
+            super().__init__()
+            self.a, self.b, self.c = nn.Linear(8, 16), nn.Linear(16, 16), nn.Linear(16, 1)
+            self.drop = nn.Dropout(0.3)
+
+        def forward(self, x, y):
+            h = self.drop(torch.relu(self.a(x)))
+            keep = torch.empty(x.shape[0], 1).bernoulli_(0.8) / 0.8  # drop path
+            h = h + self.b(h) * keep
+            return (self.c(self.drop(h)) - y).pow(2).mean()
+
+
+    def dropped():
+        torch.manual_seed(0)
+        g = torch.Generator().manual_seed(1)
+        return Dropped().train(), (torch.randn(6, 8, generator=g), torch.randn(6, 1, generator=g))
+
+
     def siamese():
         torch.manual_seed(0)
         g = torch.Generator().manual_seed(1)
@@ -512,9 +531,9 @@ def test_a_model_that_looks_for_data_parallel_ranks_is_built_and_captured_as_one
     _checked_on_two_ranks(capsys, "rank_averaged", lambda graph: graph.num_ops // 2 - 1)
 
 
-def _checked_on_two_ranks(capsys, builder: str, last_on_first) -> None:
+def _checked_on_two_ranks(capsys, builder: str, last_on_first) -> dict:
     """``dist_model.<builder>``'s model split after op ``last_on_first(graph)``, 2 steps on two ranks with
-    ``--check``: it must run and match the one-process step."""
+    ``--check``: it must run and match the one-process step; returns the check's report."""
     import dist_model
 
     from graphs.torch_capture import capture
@@ -526,6 +545,7 @@ def _checked_on_two_ranks(capsys, builder: str, last_on_first) -> None:
     rc, out, err = run_cli(capsys, f"dist_model:{builder}", *argv, "--check", "--json")
     assert rc == 0, out + err
     assert json.loads(out)["check"]["ok"], json.loads(out)["check"]
+    return json.loads(out)["check"]
 
 
 @pytest.mark.slow
@@ -553,6 +573,14 @@ def test_a_batch_norm_on_two_views_updates_its_statistics_as_one_process_does_ac
     running statistics once, and neither would hold the step's. ``--check`` compares the buffers after the step too
     (it failed on ``bn.running_mean`` with the cut's rule removed); the cut keeps both updates in one stage."""
     _checked_on_two_ranks(capsys, "siamese", lambda graph: graph.names.index("batch_norm_1") - 1)
+
+
+@pytest.mark.slow
+def test_a_step_with_dropout_and_drop_path_gets_a_verdict_across_ranks_with_every_unit_kept(here, capsys):
+    """Each rank's check step and the one-process reference hold their draws at their likeliest values: dropout
+    keeps every unit, drop path every path (it said UNCHECKED before: each run drew its own masks)."""
+    check = _checked_on_two_ranks(capsys, "dropped", lambda graph: graph.num_ops // 2)
+    assert check["fixed"] and not check["draws"]
 
 
 @pytest.mark.slow
@@ -608,8 +636,17 @@ def test_the_text_report_says_step_time_spread_memory_and_check(capsys):
     assert lines[6] == "loss 1.5000 -> 1.2500"
     assert lines[7].startswith("check against one process: FAIL") and "worst tensor head.weight at 12.00x" in lines[7]
     drew = {**report, "check": {**report["check"], "ok": False, "draws": True}}
-    print_report(argparse.Namespace(source="m:build"), drew)  # dropout: two draws compared, no verdict
+    print_report(argparse.Namespace(source="m:build"), drew)  # a Poisson draw: two draws compared, no verdict
     assert capsys.readouterr().out.splitlines()[7].startswith("check against one process: UNCHECKED: the step draws")
+    kept = {**report, "check": {**report["check"], "ok": True, "fixed": ["bernoulli_"]}}  # dropout, every unit kept
+    print_report(argparse.Namespace(source="m:build"), kept)
+    assert (
+        capsys.readouterr()
+        .out.splitlines()[7]
+        .startswith(
+            "check against one process (random draws held at their likeliest values: dropout keeps every unit): ok"
+        )
+    )
     why = "the model's float64 copy, the check's reference, fails (RuntimeError at m.py:7: ...)"
     print_report(argparse.Namespace(source="m:build"), {**report, "check": {"ok": False, "unchecked": why}})
     assert capsys.readouterr().out.splitlines()[7] == f"check against one process: UNCHECKED: {why}"

@@ -483,9 +483,26 @@ def test_batch_mixing_names_a_step_that_mixes_its_batch_and_leaves_the_model_as_
     spectral = _Regression(nn.Sequential(nn.utils.parametrizations.spectral_norm(nn.Linear(6, 8)), nn.Linear(8, 1)))
     assert batch_mixing(spectral, (x, y), 2).startswith("the model's forward updates state its next forward reads")
     assert batch_mixing(spectral.eval(), (x, y), 2) is None  # in eval the iteration does not run
+    # dropout is held at its likeliest (every unit kept) in the whole and the parts alike, so its batch norm shows
     dropped = _Regression(nn.Sequential(nn.Linear(6, 8), nn.BatchNorm1d(8), nn.Dropout(0.5), nn.Linear(8, 1)))
-    assert batch_mixing(dropped, (x, y), 2) is None  # it draws random numbers: cannot tell
+    assert batch_mixing(dropped, (x, y), 2).startswith("the step mixes the samples of its batch")
+    separable = _Regression(nn.Sequential(nn.Linear(6, 8), nn.Dropout(0.5), nn.Linear(8, 1)))
+    assert batch_mixing(separable, (x, y), 2) is None
+    noisy = _Regression(_Poisson())
+    assert batch_mixing(noisy, (x, y), 2) is None  # a draw that cannot be held fixed: cannot tell
     assert batch_mixing(normed, (x, y), 1) is None and batch_mixing(normed, (x[:1], y[:1]), 2) is None
+
+
+class _Poisson(nn.Module):
+    """A layer whose output is a Poisson draw of its rates (spiking noise): a draw fixed_draws does not hold."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.lin, self.out = nn.Linear(6, 8), nn.Linear(8, 1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        rates = torch.nn.functional.softplus(self.lin(x))
+        return self.out(rates + (torch.poisson(rates) - rates).detach())
 
 
 # ------------------------------------------------------------------ search over M

@@ -45,6 +45,7 @@ from envs.real.distributed.rank_plan import RankPlan
 from envs.real.distributed.ranks import check_world
 from envs.real.distributed.runtime import RankSchedule
 from envs.real.distributed.trace import ActionRecorder
+from envs.real.fixed_draws import fixed_draws
 from envs.real.pipeline import export_microbatch
 from envs.real.slices import shorten_helper_slices
 from envs.real.timing import Protocol, adam, measure_steps, time_limit
@@ -168,8 +169,10 @@ def gather_to_first(value: Any, group: Any = None) -> list[Any] | None:
 
 def step_gradients(schedule: RankSchedule, inputs: Sequence[Any]) -> dict[str, Any]:
     """One step on this rank: the loss (on the last stage's rank), its parameters' gradients and its stages' buffers
-    after the step (:func:`envs.real.conformance.model_buffers`), float64 on the CPU."""
-    loss = schedule.step(*inputs)
+    after the step (:func:`envs.real.conformance.model_buffers`), float64 on the CPU; its random draws held at
+    their likeliest values, as the reference's (:func:`envs.real.fixed_draws.fixed_draws`)."""
+    with fixed_draws():
+        loss = schedule.step(*inputs)
     grads = {k: p.grad.detach().double().cpu() for k, p in schedule.named_parameters().items() if p.grad is not None}
     for p in schedule.parameters():
         p.grad = None
@@ -214,6 +217,7 @@ def check_report(parts: Sequence[Mapping[str, Any]], ref: Reference, tied: Seque
     return {
         "ok": bool(ok) and not ref.draws,
         "draws": ref.draws,
+        "fixed": ref.fixed,  # the random ops held fixed in the steps compared (dropout)
         "accumulated": ref.microbatches,  # over 1: against gradient accumulation over that many microbatches
         "loss_error": loss_error,
         "grad_error": grad_error,
