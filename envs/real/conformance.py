@@ -57,7 +57,7 @@ class Reference:
 
 #: What a check of a step that draws random numbers says instead of a verdict.
 DRAWS = (
-    "the step draws random numbers that the check cannot hold fixed (a Poisson or exponential draw, an RNN's own "
+    "the step draws random numbers that the check cannot hold fixed (a Poisson or Cauchy draw, an RNN's own "
     "dropout), so the steps compared drew different ones; check with them off"
 )
 

@@ -9,14 +9,16 @@ a ``TorchDispatchMode``: the model's eager ops and a placed program's alike) ret
 value a draw most likely takes, the same for every run and for every sample of a batch however it is split:
 
 - dropout keeps every unit, scaled by ``1 / (1 - p)`` as kept units are (its mask all ones, so its backward is
-  the same scaling); an attention kernel's ``dropout_p`` is 0;
+  the same scaling); ``scaled_dot_product_attention`` runs its math, whose dropout is such an op (a fused kernel
+  would draw its mask inside);
 - ``bernoulli`` is 1 where its probability is at least 0.5 (drop path keeps every path), else 0;
-- ``rand``/``uniform`` the middle of their range, ``randn``/``normal`` their mean, ``randint`` its low end,
-  ``randperm`` the identity, ``multinomial`` the likeliest classes.
+- ``rand``/``uniform`` the middle of their range, ``randn``/``normal`` their mean, ``exponential`` its median
+  (Gumbel-softmax's noise then a constant), ``randint`` its low end, ``randperm`` the identity, ``multinomial``
+  the likeliest classes.
 
 What the step computes is then a deterministic function of its inputs that runs every op of the step but the
-draws, which is what a check of a placement can compare. Other random ops (``poisson``, ``exponential_``, an
-RNN's own dropout) still draw: a caller sees the RNG state move and says the step is unchecked.
+draws, which is what a check of a placement can compare. Other random ops (``poisson``, ``cauchy_``, an RNN's
+own dropout) still draw: a caller sees the RNG state move and says the step is unchecked.
 
 >>> import torch
 >>> with fixed_draws() as fixed:
@@ -28,6 +30,7 @@ RNN's own dropout) still draw: a caller sees the RNG state move and says the ste
 from __future__ import annotations
 
 import contextlib
+import math
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -99,7 +102,14 @@ _HANDLERS: dict[tuple[str, str], Callable[[tuple, dict], Any]] = {
     ("randperm", "default"): lambda a, k: torch.arange(a[0], **{"dtype": torch.int64, **_factory(k)}),
     ("randperm", "generator"): lambda a, k: torch.arange(a[0], **{"dtype": torch.int64, **_factory(k)}),
     ("multinomial", "default"): lambda a, k: _multinomial(*a, **{n: v for n, v in k.items() if n != "generator"}),
+    ("exponential", "default"): lambda a, k: torch.full_like(a[0], _median_exponential(a, k)),
+    ("exponential_", "default"): lambda a, k: a[0].fill_(_median_exponential(a, k)),
 }
+
+
+def _median_exponential(args: tuple, kwargs: dict) -> float:
+    """An exponential draw's median, ``ln 2 / lambd`` (its mode, 0, would make Gumbel noise infinite)."""
+    return math.log(2.0) / float(args[1] if len(args) > 1 else kwargs.get("lambd", 1.0))
 
 
 def _middle(args: tuple, kwargs: dict) -> float:
@@ -126,15 +136,6 @@ class FixedDraws(TorchDispatchMode):
         if handler is not None:
             self.fixed.add(name)
             return handler(args, _without_generator(kwargs))
-        schema_args = [a.name for a in func._schema.arguments]
-        if "dropout_p" in schema_args:  # an attention kernel with dropout: none
-            i = schema_args.index("dropout_p")
-            if i < len(args) and args[i]:
-                self.fixed.add(name)
-                args = (*args[:i], 0.0, *args[i + 1 :])
-            elif kwargs.get("dropout_p"):
-                self.fixed.add(name)
-                kwargs = {**kwargs, "dropout_p": 0.0}
         return func(*args, **kwargs)
 
 
@@ -142,8 +143,12 @@ class FixedDraws(TorchDispatchMode):
 def fixed_draws() -> Iterator[set[str]]:
     """Within the block, random ops return their likeliest values (the module doc); yields the set of the names of
     those it held fixed, filled as the block runs."""
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
     mode = FixedDraws()
-    with mode:
+    # attention by its math (its dropout a dropout op, held as the others): a fused kernel draws its own mask inside,
+    # and may be chosen for one run and not another (the float64 reference's and a placed program's)
+    with sdpa_kernel([SDPBackend.MATH]), mode:
         yield mode.fixed
 
 
