@@ -15,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import copy
 import math
+import os
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -22,6 +23,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from envs.real import fixed_draws as fixed_draws_module
 from envs.real.fixed_draws import fixed_draws
 
 #: A placed step's relative error may be this many times the unplaced float32 step's ...
@@ -205,7 +207,9 @@ def checked_reference(model: nn.Module, inputs: tuple, *args: Any, **kwargs: Any
     try:
         return reference(model, inputs, *args, **kwargs)
     except Exception as e:  # noqa: BLE001 (the model's own code, in a copy: any error is its)
-        where = user_line([(f.filename, f.lineno) for f in traceback.extract_tb(e.__traceback__)])
+        frames = [(f.filename, f.lineno) for f in traceback.extract_tb(e.__traceback__)]
+        held = os.path.abspath(fixed_draws_module.__file__)  # the dispatch mode runs every op: never the model's line
+        where = user_line([(f, line) for f, line in frames if os.path.abspath(f) != held])
         at = f" at {where}" if where else ""
         return Reference(
             math.nan,
