@@ -3,7 +3,10 @@
 Typical use::
 
     placer run nmt-2 --placement best_placement.json --cluster h200x1 --steps 10
-    placer run mypkg.models:build --placement p.json --cluster k80x2 --device-map '*=cpu'
+    placer run mypkg.models:build --placement p.json --cluster k80x2 --device-map '*=cpu' --check
+
+``--check`` first runs one step of the placed model and compares its loss, every gradient and every buffer after
+it with the unplaced model's step in float64 (:func:`check_here`), as across processes.
 
 With ``--nproc-per-node`` the plan runs across processes, one per device, on torch's
 pipeline runtime (:mod:`placer.distributed`), started by torch's launcher; several
@@ -23,6 +26,7 @@ from graphs import sources
 from graphs.errors import PlacerError
 from graphs.plan import Placement
 from placer.cli.args import DEVICE_MAP_HELP, check_step_counts, measure_here, warn_if_mixing
+from placer.cli.checked import check_line
 from placer.cli.output import print_json
 
 
@@ -53,6 +57,14 @@ def add_command(sub: argparse._SubParsersAction) -> None:
         default=600.0,
         metavar="SECONDS",
         help="seconds the steps may take (default 600)",
+    )
+    p.add_argument(
+        "--check",
+        action="store_true",
+        help="first compare one step's loss, every gradient and every buffer after it with the unplaced model's "
+        "step (float64 reference; in this process, or across processes with --nproc-per-node); dropout and other "
+        "draws are held at their likeliest values in both (dropout keeps every unit); exit 1 where it fails, or "
+        "where the step draws what cannot be held so (a Poisson draw: no verdict)",
     )
     p.add_argument("--json", action="store_true", help="print the result as JSON (step_time_s, peak_bytes, ...)")
     across = p.add_argument_group(
@@ -86,13 +98,6 @@ def add_command(sub: argparse._SubParsersAction) -> None:
         help="logical device -> rank, e.g. gpu:0=1,gpu:1=0 (default: the plan's devices in order are ranks 0, 1...)",
     )
     across.add_argument(
-        "--check",
-        action="store_true",
-        help="first compare one step's loss, every gradient and every buffer after it with the one-process step "
-        "(float64 reference); dropout and other draws are held at their likeliest values in both (dropout keeps "
-        "every unit); a step drawing what cannot be held so (a Poisson draw) gets no verdict (exit 1)",
-    )
-    across.add_argument(
         "--trace",
         default=None,
         metavar="FILE",
@@ -118,7 +123,6 @@ ACROSS = {
     "rdzv_timeout": 300.0,
     "backend": "gloo",
     "rank_map": None,
-    "check": False,
     "trace": None,
     "profile": None,
 }
@@ -168,7 +172,9 @@ def run_here(args: argparse.Namespace) -> int:
     measure_here()
     model, inputs = sources.resolve_model(args.source)
     warn_if_mixing(args.source, args.placement, model, inputs, placement.microbatches)
+    ref = check_reference(args, model, inputs, placement) if args.check else None  # from the model as it is
     module = apply(model, placement, inputs, device_map=args.device_map)
+    check = check_here(args, module, inputs, ref) if ref is not None else None
     opt = timing.placed_adam(module, placement, lr=args.lr)  # its homed parameters step as the plan says
     try:
         with timing.time_limit(args.measure_timeout):
@@ -211,11 +217,16 @@ def run_here(args: argparse.Namespace) -> int:
         if line is None:
             raise
         raise PlacerError(f"{args.source} with {args.placement}: {line}") from None
+    if check is not None:
+        result.extra["check"] = check
+    checked = check is None or bool(check["ok"])
     if args.json:
         print_json(result.to_dict())
-        return 0 if result.ok else 1
+        return 0 if result.ok and checked else 1
     if not result.ok:
         print(f"{args.source}: {result.status}: {result.message}")
+        if check is not None:
+            print(check_line(check, "the unplaced step"))
         return 1
     times = result.extra["step_times_s"]
     print(
@@ -237,7 +248,50 @@ def run_here(args: argparse.Namespace) -> int:
             "not overlapped)"
         )
     print(f"loss {result.extra['losses'][0]:.4f} -> {result.extra['losses'][-1]:.4f}")
-    return 0
+    if check is not None:
+        print(check_line(check, "the unplaced step"))
+    return 0 if checked else 1
+
+
+def check_reference(args: argparse.Namespace, model: Any, inputs: tuple, placement: Placement) -> Any:
+    """``--check`` in this process: the float64 step the placed step is compared with
+    (:func:`envs.real.conformance.plan_reference`: gradient accumulation where the plan's microbatches compute it),
+    from the model before the plan is applied to it. A plan whose parameters live apart from their ops is refused:
+    its host worker steps them during the backward, so their gradients are not there to compare."""
+    from envs.real.conformance import plan_reference
+
+    if getattr(placement, "param_homes", None):
+        raise PlacerError(
+            f"--check: {args.placement} homes parameters apart from their ops; their gradients go home and are "
+            "stepped there during the backward, so one step cannot be compared here (check the plan without homes)"
+        )
+    return plan_reference(model, inputs, placement.microbatches)
+
+
+def check_here(args: argparse.Namespace, module: Any, inputs: tuple, ref: Any) -> dict[str, Any]:
+    """One step of the placed ``module`` against ``ref`` (:func:`check_reference`), its draws held at their
+    likeliest values as the reference's were; the report :func:`placer.cli.run_ranks.print_report` prints. The
+    step's gradients are cleared after; the timed steps start from the buffers it left."""
+    from envs.real.conformance import compare, model_buffers, parameter_grads
+    from envs.real.fixed_draws import fixed_draws
+
+    if ref.unchecked:
+        return {"ok": False, "draws": False, "unchecked": ref.unchecked}
+    with fixed_draws():
+        loss = _the_loss(args.source)(module(*inputs))
+        loss.backward()
+    ok, loss_error, grad_error, worst, ratio = compare(loss, parameter_grads(module), ref, model_buffers(module))
+    module.zero_grad(set_to_none=True)
+    return {
+        "ok": bool(ok) and not ref.draws,
+        "draws": ref.draws,
+        "fixed": ref.fixed,
+        "accumulated": ref.microbatches,
+        "loss_error": loss_error,
+        "grad_error": grad_error,
+        "worst": worst,
+        "worst_ratio": ratio,
+    }
 
 
 def host_step_counts(module: Any, steps: int) -> dict[str, float] | None:

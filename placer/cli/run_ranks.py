@@ -32,6 +32,7 @@ from graphs.errors import PlacerError
 from graphs.plan import Placement
 from graphs.schema import check_float, check_int
 from placer.cli.args import check_step_counts, warn_if_mixing
+from placer.cli.checked import check_line
 from placer.cli.output import print_json
 from placer.cli.run import check_devices
 from placer.option_checks import check_input_file, check_output_file
@@ -165,26 +166,8 @@ def print_report(args: argparse.Namespace, report: dict[str, Any]) -> None:
     print_phases(report)
     if report["losses"]:
         print(f"loss {report['losses'][0]:.4f} -> {report['losses'][-1]:.4f}")
-    check = report["check"]
-    if check is not None and check.get("draws"):
-        from envs.real.conformance import DRAWS
-
-        print(f"check against one process: UNCHECKED: {DRAWS}")
-    elif check is not None and check.get("unchecked"):
-        print(f"check against one process: UNCHECKED: {check['unchecked']}")
-    elif check is not None:
-        verdict = "ok" if check["ok"] else "FAIL"
-        M = check.get("accumulated", 1)
-        against = f" (its gradient accumulation over {M} microbatches, the step the plan computes)" if M > 1 else ""
-        if check.get("fixed"):
-            from envs.real.conformance import FIXED
-
-            against += f" ({FIXED})"
-        print(
-            f"check against one process{against}: {verdict} (loss rel. err {check['loss_error']:.1e}, worst gradient "
-            f"rel. err {check['grad_error']:.1e}; worst tensor {check['worst']} at {check['worst_ratio']:.2f}x "
-            "the allowed error)"
-        )
+    if report["check"] is not None:
+        print(check_line(report["check"], "one process"))
 
 
 def print_phases(report: dict[str, Any]) -> None:

@@ -291,7 +291,7 @@ def run_cli(capsys, *argv):
         (["--nproc-per-node", "3"], "3 processes (1 x 3) for a plan on 2 devices (gpu:0, gpu:1)"),
         (["--nproc-per-node", "1"], "1 process (1 x 1) for a plan on 2 devices"),
         (["--nproc-per-node", "1", "--nnodes", "2"], "--nnodes 2: needs --rdzv-endpoint"),
-        (["--check"], "--check: runs across processes; add --nproc-per-node N"),
+        (["--rank-map", "gpu:0=1"], "--rank-map: runs across processes; add --nproc-per-node N"),
         (["--trace", "t.json"], "--trace: runs across processes; add --nproc-per-node N"),
         (["--nproc-per-node", "2", "--trace", "no/such/dir/t.json"], "--trace no/such/dir/t.json: directory"),
         (["--profile", "p.json"], "--profile: runs across processes; add --nproc-per-node N"),

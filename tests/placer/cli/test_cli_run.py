@@ -54,6 +54,11 @@ MODEL_SRC = textwrap.dedent(
         torch.manual_seed(0)
         return NodeNet(), (torch.randn(8, 16), torch.randint(0, 8, (2, 24)), torch.randint(0, 4, (8,)))
 
+    def dropped():  # build's net with dropout after its batch norm, in training
+        net, inputs = build()
+        net.seq.insert(3, nn.Dropout(0.2))
+        return net, inputs
+
     def unnormed():  # build's net without its batch norm: a mean of per-sample losses
         net, inputs = build()
         net.seq[1] = nn.Identity()
@@ -121,6 +126,54 @@ def test_run_bad_input_exits_2_with_one_line(workdir, capsys, argv, message):
     rc = main(["run", "cli_run_model:build", "--placement", "p.json", *argv])
     err = capsys.readouterr().err
     assert rc == 2 and message in err and err.count("\n") == 1
+
+
+def _placed(workdir, builder: str, name: str, homes: bool = False) -> str:
+    """A placement of ``cli_run_model.<builder>``'s graph over gpu:0 and gpu:1, alternating by op, saved as ``name``;
+    ``homes``: the first op's parameters homed on the host."""
+    import cli_run_model
+
+    from graphs.torch_capture import capture
+
+    graph = capture(*getattr(cli_run_model, builder)())
+    n = graph.num_ops
+    Placement.from_indices(
+        graph,
+        ["cpu:0", "gpu:0", "gpu:1"],
+        1 + np.arange(n) % 2,
+        cluster="k80x2",
+        homes=[0] + [-1] * (n - 1) if homes else None,
+    ).save(workdir / name)
+    return name
+
+
+def test_run_check_in_one_process_compares_the_placed_step_with_the_unplaced_one(workdir, capsys, monkeypatch):
+    """``--check`` without processes: one step of the placed model (batch norm's statistics, dropout held at its
+    likeliest) against the float64 unplaced step, then the timed steps; exit 1 where it fails."""
+    placement = _placed(workdir, "dropped", "d.json")
+    rc = run_on_cpu("--steps", "2", "--check", placement=placement, source="cli_run_model:dropped")
+    out = capsys.readouterr().out.splitlines()
+    assert rc == 0 and out[-1].startswith(
+        "check against the unplaced step (random draws held at their likeliest values: dropout keeps every unit): ok"
+    ), out
+    rc = run_on_cpu("--steps", "2", "--check", "--json")
+    check = json.loads(capsys.readouterr().out)["extra"]["check"]
+    assert rc == 0 and check["ok"] and not check["fixed"] and check["worst_ratio"] <= 1
+    # the placed step drawing its own dropout masks (its draws not held) is another step: the check fails
+    import contextlib
+
+    import envs.real.fixed_draws
+
+    monkeypatch.setattr(envs.real.fixed_draws, "fixed_draws", lambda: contextlib.nullcontext(set()))
+    rc = run_on_cpu("--steps", "2", "--check", placement="d.json", source="cli_run_model:dropped")
+    assert rc == 1 and capsys.readouterr().out.splitlines()[-1].startswith("check against the unplaced step (")
+
+
+def test_run_check_of_a_plan_with_homes_is_one_line(workdir, capsys):
+    name = _placed(workdir, "build", "h.json", homes=True)
+    rc = run_on_cpu("--check", placement=name)
+    err = capsys.readouterr().err
+    assert rc == 2 and "--check: h.json homes parameters apart from their ops" in err and err.count("\n") == 1
 
 
 def test_run_without_the_gpus_it_needs_says_so(workdir, capsys):
