@@ -25,6 +25,7 @@ import numpy as np
 
 import envs
 from envs.cluster import Cluster
+from envs.real.distributed.cut import split_sequence
 from envs.scorer import measure_again
 from graphs import OpGraph
 from placer.learn.measured_search import choose, finalists_of, noise_width, worth_confirming
@@ -126,7 +127,8 @@ def measured_move_search(
     sim = sim if sim is not None else envs.SimEnv(graph, cluster)
     scorer = MeasuredMoves(real, sim, measurements, confirm=confirm)
     if getattr(sim, "one_stage_per_rank", False):
-        measured_cut_search(scorer, np.asarray(start, dtype=np.int32), merge=merge)
+        order, spans = split_sequence(graph)  # node order unless ops write a buffer in place
+        measured_cut_search(scorer, np.asarray(start, dtype=np.int32), merge=merge, order=order if spans else None)
     else:
         o = options or MoveSearchOptions()  # the levels in turn, as the corrected loop's searches (CorrectedSearch)
         o = dataclasses.replace(o, starts=0, module_share=0.0, levels=o.levels or "cycle")
@@ -136,7 +138,9 @@ def measured_move_search(
     return scorer
 
 
-def measured_cut_search(scorer: MeasuredMoves, start: np.ndarray, merge: bool = True) -> None:
+def measured_cut_search(
+    scorer: MeasuredMoves, start: np.ndarray, merge: bool = True, order: np.ndarray | None = None
+) -> None:
     """A pattern search on ``start``'s cuts, every split measured through ``scorer`` until its budget is spent: each
     cut in turn a step later, else a step earlier (within its neighbours), the first that measures faster kept; when
     no cut moves, the step halves (from a sixteenth of the ops), down to one op. Where no cut moves one op either way
@@ -145,12 +149,16 @@ def measured_cut_search(scorer: MeasuredMoves, start: np.ndarray, merge: bool = 
     within reach is measured). Without that, a sequence of few items ended after three or four measurements, its
     rivals' budget unspent. ``merge``: a step that would pass a neighbouring cut (or the sequence's end) lands on it
     instead, leaving the stage between them empty: its ops join the neighbour's device, a plan on one rank fewer
-    (:func:`~placer.methods.heuristics.stage_search.cut_range`)."""
+    (:func:`~placer.methods.heuristics.stage_search.cut_range`). ``order``: the sequence the cuts move in
+    (:func:`~envs.real.distributed.cut.split_sequence`; None: node order)."""
+    order = np.arange(len(start)) if order is None else np.asarray(order)
+    position = np.argsort(order)
+    start = np.asarray(start)[order]  # by position in the sequence
     n, cuts = len(start), cuts_of(start)
     sequence = start[[0, *cuts]]
 
     def measure(c: list[int]) -> float:
-        t, failed = scorer.step_times(sequence[stages_of(c, n)][None].astype(np.int32))
+        t, failed = scorer.step_times(sequence[stages_of(c, n)][position][None].astype(np.int32))
         return float("inf") if failed[0] else float(t[0])
 
     step = widest = max(n // 16, 1)

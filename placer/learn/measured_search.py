@@ -55,6 +55,7 @@ import numpy as np
 
 import envs
 from envs.cluster import Cluster
+from envs.real.distributed.cut import split_sequence
 from envs.scorer import measure_again
 from graphs import OpGraph, PlacerError
 from placer.learn.corrected_sim import CorrectedSimulator, Pool, placement_key
@@ -356,6 +357,9 @@ class CorrectedSearch:
             self.search_options = replace(self.search_options, levels="cycle")
         self.levels: list[ItemLevel] = item_levels(graph)
         self.cut_moves = bool(getattr(self.sim, "one_stage_per_rank", False))
+        # cuts are positions of the sequence the splits cut (node order unless ops write a buffer in place)
+        self.cut_order = split_sequence(graph)[0] if self.cut_moves else np.arange(graph.num_ops)
+        self.cut_position = np.argsort(self.cut_order)
         """the searches move cuts, not items (module doc): the simulator scores one stage per rank only."""
         self.features = PlacementFeatures(graph, cluster)
         self.model = Correction(self.features.width)
@@ -589,8 +593,8 @@ class CorrectedSearch:
             spent = 3  # the splits people use, scored
         else:
             start = np.asarray(start, dtype=np.int32)
-            cuts = cuts_of(start)
-            sequence = start[[0, *cuts]]
+            cuts = cuts_of(start[self.cut_order])
+            sequence = start[self.cut_order][[0, *cuts]]
             t, failed = scorer.step_times(start[None])
             best_s, spent = (float("inf") if failed[0] else float(t[0])), 1
         moved = True
@@ -603,7 +607,7 @@ class CorrectedSearch:
                 if not len(positions):
                     continue
                 tried = [cuts[:k] + [int(c)] + cuts[k + 1 :] for c in positions]
-                batch = np.stack([sequence[stages_of(c, n)] for c in tried]).astype(np.int32)
+                batch = np.stack([sequence[stages_of(c, n)][self.cut_position] for c in tried]).astype(np.int32)
                 t, failed = scorer.step_times(batch)
                 spent += len(tried)
                 t = np.where(np.asarray(failed, dtype=bool), np.inf, np.asarray(t, dtype=np.float64))
@@ -614,7 +618,7 @@ class CorrectedSearch:
                 if spent >= evals or len(cuts) < len(tried[0]):  # spent, or a stage merged away: a new pass
                     break
         self.simulated += spent
-        return sequence[stages_of(cuts, n)].astype(np.int32)
+        return sequence[stages_of(cuts, n)][self.cut_position].astype(np.int32)
 
     def _merged(self, split: np.ndarray, k: int, exclude: list[np.ndarray]) -> list[np.ndarray]:
         """With merges (cut moves and ``merge``): the ``k`` plans the plain simulator scores fastest among ``split``
@@ -622,13 +626,14 @@ class CorrectedSearch:
         On two ranks these are the whole model on either device (where each logical device is a machine of its own,
         each device's speed alone; where ranks take cores or GPUs in rank order, as ``placer run``'s default device
         map does, both run as rank 0, and the second is a second read of the first)."""
+        split = np.asarray(split)[self.cut_order]  # by position in the sequence the cuts move in
         cuts, n = cuts_of(split), self.graph.num_ops
         if k <= 0 or not (self.cut_moves and self.options.merge and cuts):
             return []
         sequence, excluded, plans = split[[0, *cuts]], {placement_key(p) for p in exclude}, []
         for j in range(len(cuts)):
             for c in cut_range(cuts, j, n, merge=True):
-                plan = split_of(sequence, cuts[:j] + [c] + cuts[j + 1 :], n)[0].astype(np.int32)
+                plan = split_of(sequence, cuts[:j] + [c] + cuts[j + 1 :], n)[0][self.cut_position].astype(np.int32)
                 if placement_key(plan) not in excluded:
                     excluded.add(placement_key(plan))
                     plans.append(plan)
@@ -672,7 +677,7 @@ class CorrectedSearch:
         one cut moved to a random position between its neighbours instead."""
         rng = np.random.default_rng(self.seed + len(self.curve))
         best = self.best_op_devices()
-        n, cuts = self.graph.num_ops, cuts_of(best)
+        n, cuts = self.graph.num_ops, cuts_of(best[self.cut_order])
         if self.cut_moves and not cuts:
             return None  # the whole graph on one rank: no cut to move
         for t in range(KICKED_TRIES):
@@ -680,7 +685,8 @@ class CorrectedSearch:
                 k = int(rng.integers(0, len(cuts)))
                 lo, hi = cut_range(cuts, k, n, merge=self.options.merge)
                 moved = cuts[:k] + [int(rng.integers(lo, hi + 1))] + cuts[k + 1 :]
-                op_devices = best[[0, *cuts]][stages_of(moved, n)].astype(np.int32)
+                in_order = best[self.cut_order]
+                op_devices = in_order[[0, *cuts]][stages_of(moved, n)][self.cut_position].astype(np.int32)
             else:
                 level = self.levels[min(t * len(self.levels) // KICKED_TRIES, len(self.levels) - 1)]
                 op_devices = best.copy()

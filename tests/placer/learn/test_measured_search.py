@@ -559,6 +559,37 @@ def test_the_measured_cut_search_looks_further_when_no_cut_moves_one_op(measurem
     assert int((moves.best_op_devices == 1).sum()) == best and moves.best_s == CutTruth.TIMES[best]
 
 
+def test_the_measured_cut_search_moves_cuts_in_the_order_that_keeps_a_written_buffers_ops_together():
+    """A Siamese step by hand (one batch norm's statistics written by both views' calls): the splits cut it along the
+    stage cut's order, where the views interleave, and so does the measured cut search; each plan it measures is
+    one contiguous run per rank along that order (moved in node order, a cut split the views' interleaving into
+    many runs, which the stage cut then merged back)."""
+    from types import SimpleNamespace
+
+    from envs.real.distributed.cut import split_sequence
+    from placer.methods import registry
+    from placer.methods.heuristics.stage_search import cuts_of
+    from tests.placer.methods.test_pipeline_splits import two_views
+
+    graph, cluster = two_views(), envs.resolve_cluster("k80x2")
+    start = registry.place("flops_balanced", graph, cluster).indices(graph, cluster.device_names)
+    order = split_sequence(graph)[0]
+    assert not np.array_equal(order, np.arange(graph.num_ops))
+
+    class Recorder:
+        plans: list = []
+
+        def step_times(self, op_devices, order=None):
+            op_devices = np.atleast_2d(op_devices)
+            self.plans.extend(op_devices.copy())
+            return np.arange(len(op_devices), dtype=float) + 1.0 + len(self.plans), np.zeros(len(op_devices), bool)
+
+    real = Recorder()
+    measured_move_search(graph, cluster, real, start, measurements=8, sim=SimpleNamespace(one_stage_per_rank=True))
+    assert len(real.plans) >= 3
+    assert all(len(cuts_of(np.asarray(p)[order])) <= 1 for p in real.plans)
+
+
 @pytest.mark.timeout(60)  # it looped for ever when every placement near the best had been measured
 def test_the_loop_ends_where_nothing_new_is_left_to_measure_near_the_best():
     """One stage per rank on a 6-op chain over 2 ranks: the simulator scores 7 plans (the contiguous splits and the

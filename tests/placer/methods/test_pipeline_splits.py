@@ -438,7 +438,7 @@ def test_place_with_schedule_auto_says_what_each_schedule_reached(k80x2, tmp_pat
     assert "equal_layers does not choose a schedule" in capsys.readouterr().err
 
 
-def _two_views() -> OpGraph:
+def two_views() -> OpGraph:
     """A Siamese step by hand: one encoder (two linear layers, each with a batch norm) on two views, a head. Each
     batch norm's statistics are written by both views' calls (capture's record of them in meta)."""
     names = ["a_lin0", "a_bn0", "a_lin1", "a_bn1", "b_lin0", "b_bn0", "b_lin1", "b_bn1", "head"]
@@ -461,7 +461,7 @@ def test_a_split_of_ops_that_write_a_buffer_twice_cuts_along_the_order_that_brin
     exactly the stages asked for (one a rank: each view's layer 0 in the first)."""
     from envs.real.distributed.cut import cut_stages
 
-    g = _two_views()
+    g = two_views()
     for per_rank in (1, 2):
         p = registry.place(name, g, k80x2, stages_per_rank=per_rank, microbatches=2)
         stages = cut_stages(g, p.indices(g, k80x2.device_names), k80x2.device_names)
