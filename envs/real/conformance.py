@@ -269,6 +269,30 @@ def compare(
     return ratios[worst] <= 1.0, errors["loss"], grad_error, worst, ratios[worst]
 
 
+def verdict(
+    ref: Reference,
+    loss: torch.Tensor | None,
+    grads: Mapping[str, torch.Tensor],
+    buffers: Mapping[str, torch.Tensor] | None = None,
+) -> dict[str, Any]:
+    """A check's report of a placed step against ``ref`` (:func:`compare`): ``{"ok", "worst", ...}``, what
+    ``placer run --check`` prints (in one process and across ranks); not ok where the step draws what cannot be held
+    (``"draws"``: no verdict, :data:`DRAWS`) or ``ref`` has no numbers (``"unchecked"``: why; ``loss`` unread)."""
+    if ref.unchecked or loss is None:
+        return {"ok": False, "draws": False, "unchecked": ref.unchecked}
+    ok, loss_error, grad_error, worst, ratio = compare(loss, grads, ref, buffers)
+    return {
+        "ok": bool(ok) and not ref.draws,
+        "draws": ref.draws,
+        "fixed": ref.fixed,  # the random ops held fixed in the steps compared (dropout)
+        "accumulated": ref.microbatches,  # over 1: against gradient accumulation over that many microbatches
+        "loss_error": loss_error,
+        "grad_error": grad_error,
+        "worst": worst,
+        "worst_ratio": ratio,
+    }
+
+
 __all__ = [
     "DRAWS",
     "FACTOR",
@@ -282,4 +306,5 @@ __all__ = [
     "plan_reference",
     "reference",
     "relative_error",
+    "verdict",
 ]

@@ -272,26 +272,17 @@ def check_here(args: argparse.Namespace, module: Any, inputs: tuple, ref: Any) -
     """One step of the placed ``module`` against ``ref`` (:func:`check_reference`), its draws held at their
     likeliest values as the reference's were; the report :func:`placer.cli.run_ranks.print_report` prints. The
     step's gradients are cleared after; the timed steps start from the buffers it left."""
-    from envs.real.conformance import compare, model_buffers, parameter_grads
+    from envs.real.conformance import model_buffers, parameter_grads, verdict
     from envs.real.fixed_draws import fixed_draws
 
     if ref.unchecked:
-        return {"ok": False, "draws": False, "unchecked": ref.unchecked}
+        return verdict(ref, None, {})
     with fixed_draws():
         loss = _the_loss(args.source)(module(*inputs))
         loss.backward()
-    ok, loss_error, grad_error, worst, ratio = compare(loss, parameter_grads(module), ref, model_buffers(module))
+    report = verdict(ref, loss, parameter_grads(module), model_buffers(module))
     module.zero_grad(set_to_none=True)
-    return {
-        "ok": bool(ok) and not ref.draws,
-        "draws": ref.draws,
-        "fixed": ref.fixed,
-        "accumulated": ref.microbatches,
-        "loss_error": loss_error,
-        "grad_error": grad_error,
-        "worst": worst,
-        "worst_ratio": ratio,
-    }
+    return report
 
 
 def host_step_counts(module: Any, steps: int) -> dict[str, float] | None:

@@ -256,6 +256,12 @@ class BufferWrites:
                 return False
         return True
 
+    def arranged(self, order: np.ndarray) -> tuple[np.ndarray, list[tuple[int, int]]]:
+        """``order`` with each getitem after its tuple's op and each buffer's ops brought together, and its
+        :meth:`spans`: what a stage cut and a split (:func:`split_sequence`) cut along."""
+        order = self.order(self.tuples.order(np.asarray(order, dtype=np.int64)))
+        return order, self.spans(order)
+
     def spans(self, order: np.ndarray) -> list[tuple[int, int]]:
         """The positions ``(first, last)`` of ``order`` (an issue order) that must run in one stage, overlapping
         spans merged: from each buffer's first touching op (its tuple's op, for a getitem) to its last (and the
@@ -297,13 +303,9 @@ class StageCutter:
         self.buffer_writes = BufferWrites(graph, self.tuples)
         self._orders: dict[bytes | None, tuple[np.ndarray, list[tuple[int, int]]]] = {}
 
-    def _rearranged(self, checked: Sequence[int] | np.ndarray) -> tuple[np.ndarray, list[tuple[int, int]]]:
-        order = self.buffer_writes.order(self.tuples.order(np.asarray(checked, dtype=np.int64)))
-        return order, self.buffer_writes.spans(order)
-
     def _issue(self, order: Sequence[int] | np.ndarray | None) -> tuple[np.ndarray, list[tuple[int, int]]]:
         if order is not None and not (isinstance(order, np.ndarray) and order.dtype.kind in "iu"):
-            return self._rearranged(check_order(order, self.graph, source="plan: order"))
+            return self.buffer_writes.arranged(check_order(order, self.graph, source="plan: order"))
         key = None if order is None else order.astype(np.int64).tobytes()
         if key not in self._orders:
             if len(self._orders) > 64:  # (a search over orders: keep the latest few)
@@ -311,7 +313,7 @@ class StageCutter:
             checked = (
                 np.arange(self.graph.num_ops) if order is None else check_order(order, self.graph, source="plan: order")
             )
-            self._orders[key] = self._rearranged(checked)
+            self._orders[key] = self.buffer_writes.arranged(checked)
         return self._orders[key]
 
     def issue_order(self, order: Sequence[int] | np.ndarray | None) -> np.ndarray:
@@ -376,8 +378,7 @@ def split_sequence(graph: OpGraph) -> tuple[np.ndarray, list[tuple[int, int]]]:
     writes = BufferWrites(graph, Tuples(graph))
     if not writes.groups:
         return np.arange(graph.num_ops, dtype=np.int64), []
-    order = writes.order(writes.tuples.order(np.arange(graph.num_ops, dtype=np.int64)))
-    return order, writes.spans(order)
+    return writes.arranged(np.arange(graph.num_ops, dtype=np.int64))
 
 
 __all__ = ["GETITEM", "BufferWrites", "Stage", "StageCutter", "StagedSplit", "Tuples", "cut_stages", "split_sequence"]

@@ -40,7 +40,7 @@ from torch.distributed.elastic.multiprocessing.errors import record
 from torch.utils._pytree import tree_leaves  # noqa: PLC2701 (torch has no public pytree module)
 
 from envs.real.allocator import thread_cache_off
-from envs.real.conformance import Reference, compare, model_buffers, plan_reference, relative_error
+from envs.real.conformance import Reference, model_buffers, plan_reference, relative_error, verdict
 from envs.real.distributed.rank_plan import RankPlan
 from envs.real.distributed.ranks import check_world
 from envs.real.distributed.runtime import RankSchedule
@@ -201,7 +201,7 @@ def check_report(parts: Sequence[Mapping[str, Any]], ref: Reference, tied: Seque
     names (``tied``, the graph's ``meta["tied_params"]``) get the same gradient.
     """
     if ref.unchecked:
-        return {"ok": False, "draws": False, "unchecked": ref.unchecked}
+        return verdict(ref, None, {})
     grads: dict[str, torch.Tensor] = {}
     for part in parts:
         grads.update(part["grads"])
@@ -211,19 +211,7 @@ def check_report(parts: Sequence[Mapping[str, Any]], ref: Reference, tied: Seque
             if have:
                 grads.setdefault(n, grads[have[0]])
     loss = next(p["loss"] for p in parts if p["loss"] is not None)
-    ok, loss_error, grad_error, worst, ratio = compare(
-        torch.tensor(loss, dtype=torch.float64), grads, ref, _held_buffers(parts, ref)
-    )
-    return {
-        "ok": bool(ok) and not ref.draws,
-        "draws": ref.draws,
-        "fixed": ref.fixed,  # the random ops held fixed in the steps compared (dropout)
-        "accumulated": ref.microbatches,  # over 1: against gradient accumulation over that many microbatches
-        "loss_error": loss_error,
-        "grad_error": grad_error,
-        "worst": worst,
-        "worst_ratio": ratio,
-    }
+    return verdict(ref, torch.tensor(loss, dtype=torch.float64), grads, _held_buffers(parts, ref))
 
 
 def median_step(per_step: Sequence[float]) -> int:
