@@ -201,7 +201,6 @@ class BufferWrites:
                 group |= other
             groups.append(group)
         self.groups = [np.array(sorted(g), dtype=np.int64) for g in groups if len(g) > 1]
-        written = {b for _, b, *_ in graph.meta.get("buffer_writes") or ()}
         self.touches: dict[int, set[str]] = {}
         for name, ops in readers.items():
             for op in ops:
@@ -209,7 +208,7 @@ class BufferWrites:
                     self.touches.setdefault(index[op], set()).add(name)
         self.writes: dict[int, set[str]] = {}
         for op, name, *_ in graph.meta.get("buffer_writes") or ():
-            if op in index and name in written:
+            if op in index:
                 self.writes.setdefault(index[op], set()).add(name)
         self.in_csr = graph.in_csr if self.groups else None
 
