@@ -169,11 +169,26 @@ def test_run_check_in_one_process_compares_the_placed_step_with_the_unplaced_one
     assert rc == 1 and capsys.readouterr().out.splitlines()[-1].startswith("check against the unplaced step (")
 
 
-def test_run_check_of_a_plan_with_homes_is_one_line(workdir, capsys):
+def test_run_check_in_one_process_compares_a_homed_parameters_gradient_at_home(workdir, capsys, monkeypatch):
+    """A plan whose first op's parameters live on the host, stepped during the backward: the check's step sends their
+    gradients home, where they are compared (no warning of a missing optimizer: none steps the check's step); a
+    gradient that does not come home right fails the check."""
     name = _placed(workdir, "build", "h.json", homes=True)
-    rc = run_on_cpu("--check", placement=name)
-    err = capsys.readouterr().err
-    assert rc == 2 and "--check: h.json homes parameters apart from their ops" in err and err.count("\n") == 1
+    plan = Placement.load(workdir / name)
+    plan.host_step = "backward"
+    plan.save(workdir / name)
+    rc = run_on_cpu("--steps", "2", "--check", "--json", placement=name)
+    captured = capsys.readouterr()
+    check = json.loads(captured.out)["extra"]
+    assert rc == 0 and check["check"]["ok"] and check["host_steps"]["stepped"] >= 1, captured.err
+    assert "no optimizer is registered" not in captured.err
+    import envs.real.homes
+
+    add_home = envs.real.homes.HomeRuntime._add_home
+    monkeypatch.setattr(envs.real.homes.HomeRuntime, "_add_home", lambda self, i, grad: add_home(self, i, 2 * grad))
+    rc = run_on_cpu("--steps", "1", "--check", placement=name)
+    out = capsys.readouterr().out.splitlines()
+    assert rc == 1 and out[-1].startswith("check against the unplaced step: FAIL") and "seq.0." in out[-1], out
 
 
 def test_run_without_the_gpus_it_needs_says_so(workdir, capsys):
