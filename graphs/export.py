@@ -105,6 +105,9 @@ def export_program(
             ):
                 ep = _export(model, example_inputs, dynamic)  # (model_kept: the trace's fakes stay off the model)
             bind_hidden(ep, model)  # the parameters a kept function reads without being given them: its inputs
+            bind_state_constants(ep, model)  # parameters read through a plain dict: the program's, not constants
+        except CaptureError:
+            raise
         except Exception as e:
             if taken:  # torch's own error names a fake tensor left in the program's constants, and no line
                 raise CaptureError(
@@ -118,6 +121,60 @@ def export_program(
             except Exception as e:
                 raise CaptureError(describe_failure(e, stage="decomposition")) from None
     return ep
+
+
+def _storage_key(t: torch.Tensor) -> tuple:
+    return (t.untyped_storage().data_ptr(), t.storage_offset(), tuple(t.shape), tuple(t.stride()), t.dtype)
+
+
+def bind_state_constants(ep: Any, model: torch.nn.Module) -> None:
+    """The model's parameters and buffers that its forward reads other than through the modules holding them (a
+    plain dict or list of them, as ncps' liquid time-constant cell keeps its weights) are the program's inputs for
+    them, not constants.
+
+    ``torch.export`` swaps a module's parameters and buffers for its trace's, so a tensor reached another way is
+    the real one, which the trace lifts into a constant of the program, one per read: the placed program would run
+    on the weights' values at capture, give them no gradient and never see them train. Each constant that is a
+    parameter or buffer (the same memory, offset, shape, strides and dtype) is replaced by the program's input for
+    it, and dropped. A constant that shares a parameter's memory some other way (a view of it) is refused in one
+    line: it would be a frozen copy of a weight that trains."""
+    from torch.export.graph_signature import InputKind
+
+    signature = ep.graph_signature
+    lifted = {s.target: s.arg.name for s in signature.input_specs if s.kind in (InputKind.PARAMETER, InputKind.BUFFER)}
+    state: dict[tuple, str] = {}
+    trained: dict[int, str] = {}  # the memory of each parameter that takes a gradient, by its address
+    for name, t in [*model.named_parameters(remove_duplicate=False), *model.named_buffers(remove_duplicate=False)]:
+        if name in lifted:
+            state.setdefault(_storage_key(t), name)
+        if isinstance(t, torch.nn.Parameter) and t.requires_grad:
+            trained.setdefault(t.untyped_storage().data_ptr(), name)
+    placeholders = {n.name: n for n in ep.graph.nodes if n.op == "placeholder"}
+    kept, changed = [], False
+    for spec in signature.input_specs:
+        constant = ep.constants.get(spec.target) if spec.kind == InputKind.CONSTANT_TENSOR else None
+        if not isinstance(constant, torch.Tensor) or constant.device.type == "meta":
+            kept.append(spec)
+            continue
+        name = state.get(_storage_key(constant))
+        if name is None:
+            owner = trained.get(constant.untyped_storage().data_ptr())
+            if owner is not None:
+                raise CaptureError(
+                    f"capture failed: the forward reads part of parameter {owner} other than through its module (a "
+                    "view of it kept in a plain attribute, say), which the program would hold as a constant that "
+                    "never trains; read it through the module (self.<name>[...]) in the forward"
+                )
+            kept.append(spec)
+            continue
+        node = placeholders[spec.arg.name]
+        node.replace_all_uses_with(placeholders[lifted[name]])
+        ep.graph.erase_node(node)
+        del ep.constants[spec.target]
+        changed = True
+    if changed:
+        signature.input_specs[:] = kept
+        ep.graph_module.recompile()
 
 
 def _export(model: torch.nn.Module, example_inputs: tuple, dynamic: bool) -> Any:

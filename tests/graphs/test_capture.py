@@ -646,3 +646,53 @@ def test_a_model_that_makes_distributions_in_its_forward_is_captured_and_its_pro
     model.forward = lambda x, tokens: torch.distributions.Normal(x, x.exp(), validate_args=True).log_prob(x).mean()
     with pytest.raises(CaptureError, match="data-dependent control flow at test_capture.py"):
         export_program(model, (x, tokens))
+
+
+class DictHeld(nn.Module):
+    """Weights read through a plain dict, as ncps' liquid time-constant cell reads its own (``self._params[...]``);
+    ``view``: a view of a weight kept in a plain attribute and read instead."""
+
+    def __init__(self, view: bool = False) -> None:
+        super().__init__()
+        self.w = nn.Parameter(torch.randn(4, 4))
+        self.b = nn.Parameter(torch.randn(4))
+        self.register_buffer("scale", torch.full((4,), 0.5))
+        self.held = {"w": self.w, "b": self.b, "scale": self.scale}
+        self.lin = nn.Linear(4, 4)
+        self.t = self.w.detach().t() if view else None
+
+    def forward(self, x):
+        w = self.t if self.t is not None else self.held["w"]
+        h = torch.tanh(x @ w + self.held["b"]) * self.held["scale"]
+        return (self.lin(h) + h @ self.held["w"]).square().mean()
+
+
+def test_parameters_read_through_a_plain_dict_are_the_program_s_inputs_and_train():
+    """torch.export lifted each read of such a weight into a constant: the placed program ran on the weights' values at
+    capture, none had a gradient, and training never reached them. They are the program's parameters."""
+    import placer
+    from graphs.plan import Placement
+
+    torch.manual_seed(0)
+    model, x = DictHeld(), torch.randn(3, 4)
+    ep = export_program(model, (x,))
+    assert not ep.constants  # the three reads of w, b and the buffer: its inputs for them
+    graph = capture(model, (x,))
+    assert {"w", "b"} <= set(sum(graph.params, []))  # the ops that read them hold them
+    plan = Placement.from_indices(graph, ["cpu:0", "gpu:0", "gpu:1"], [1 + k % 2 for k in range(graph.num_ops)])
+    placed = placer.apply(model, plan, (x,), device_map="*=cpu", graph=graph)
+    placed(x).backward()
+    got = {k: p.grad.clone() for k, p in model.named_parameters()}
+    model.zero_grad()
+    model(x).backward()
+    for k, p in model.named_parameters():
+        torch.testing.assert_close(got[k], p.grad)
+    with torch.no_grad():
+        model.w.add_(1.0)  # trained: the placed program reads the weight as it is now
+    torch.testing.assert_close(placed(x), model(x))
+
+
+def test_a_view_of_a_weight_read_as_a_constant_is_refused_in_one_line():
+    with pytest.raises(CaptureError, match=r"reads part of parameter w other than through its module") as e:
+        capture(DictHeld(view=True), (torch.randn(3, 4),))
+    assert "\n" not in str(e.value)
